@@ -1,0 +1,207 @@
+"""Which element type and count each backend attribute takes: the one table, and value conversion.
+
+The table itself (``_attribute_table.py``) is generated from the documentation comments of
+``cudnn_graph.h`` by :mod:`cudnn_py.graph.gen_attributes`; this module turns a table row into an
+:class:`AttrSpec` and converts Python values to the C array ``cudnnBackendSetAttribute`` takes
+(and back for ``cudnnBackendGetAttribute``).
+"""
+from __future__ import annotations
+
+import ctypes
+import enum
+import numbers
+from typing import NamedTuple
+
+from cudnn_py import capi
+
+from ._attribute_table import OWNER, TABLE
+
+__all__ = ["AttrSpec", "attr_spec", "attr_enum", "attr_type_enum", "element_ctype", "ENUM_TYPES", "Fraction"]
+
+_ANAME = capi.cudnnBackendAttributeName_t
+_ATYPE = capi.cudnnBackendAttributeType_t
+
+
+class Fraction(ctypes.Structure):
+    """``cudnnFraction_t``: numerator / denominator (int64 each)."""
+    _fields_ = [("numerator", ctypes.c_int64), ("denominator", ctypes.c_int64)]
+
+
+# CUDNN_TYPE_<X> -> the enum typedef its elements belong to (elements are C enums: 32-bit ints).
+ENUM_TYPES: dict[str, str] = {
+    "DATA_TYPE": "cudnnDataType_t", "CONVOLUTION_MODE": "cudnnConvolutionMode_t",
+    "HEUR_MODE": "cudnnBackendHeurMode_t", "KNOB_TYPE": "cudnnBackendKnobType_t",
+    "NAN_PROPOGATION": "cudnnNanPropagation_t", "NUMERICAL_NOTE": "cudnnBackendNumericalNote_t",
+    "LAYOUT_TYPE": "cudnnBackendLayoutType_t", "ATTRIB_NAME": "cudnnBackendAttributeName_t",
+    "POINTWISE_MODE": "cudnnPointwiseMode_t", "GENSTATS_MODE": "cudnnGenStatsMode_t",
+    "BN_FINALIZE_STATS_MODE": "cudnnBnFinalizeStatsMode_t", "REDUCTION_OPERATOR_TYPE": "cudnnReduceTensorOp_t",
+    "BEHAVIOR_NOTE": "cudnnBackendBehaviorNote_t", "TENSOR_REORDERING_MODE": "cudnnBackendTensorReordering_t",
+    "RESAMPLE_MODE": "cudnnResampleMode_t", "PADDING_MODE": "cudnnPaddingMode_t", "SIGNAL_MODE": "cudnnSignalMode_t",
+    "NORM_MODE": "cudnnBackendNormMode_t", "NORM_FWD_PHASE": "cudnnBackendNormFwdPhase_t",
+    "RNG_DISTRIBUTION": "cudnnRngDistribution_t", "MOE_GROUPED_MATMUL_MODE": "cudnnMoeGroupedMatmulMode_t",
+    "RESHAPE_MODE": "cudnnBackendReshapeMode_t", "OPERATIONGRAPH_MODE": "cudnnBackendOperationGraphMode_t",
+    "CUDA_GRAPH_RETENTION": "cudnnCudaGraphRetention_t",
+}
+
+_SCALAR_CTYPES = {
+    "HANDLE": ctypes.c_void_p, "BOOLEAN": ctypes.c_bool, "INT64": ctypes.c_int64, "FLOAT": ctypes.c_float,
+    "DOUBLE": ctypes.c_double, "VOID_PTR": ctypes.c_void_p, "BACKEND_DESCRIPTOR": ctypes.c_void_p,
+    "INT32": ctypes.c_int32, "CHAR": ctypes.c_char, "FRACTION": Fraction,
+}
+
+
+def element_ctype(type_name: str):
+    """The ctypes type of one element of ``CUDNN_TYPE_<type_name>``."""
+    return _SCALAR_CTYPES.get(type_name) or ctypes.c_int
+
+
+class AttrSpec(NamedTuple):
+    """One attribute: its name (``CUDNN_ATTR_...``), allowed element types (``CUDNN_TYPE_`` suffixes, first is the
+    default), count (``'1'``, ``'0+'``, ``'1+'``, ``'n'``), the nested descriptor type (``'TENSOR'``, ...) for
+    ``BACKEND_DESCRIPTOR`` attributes where known, the descriptor type documented to own it, and where the row came
+    from (``header``, ``header+fix``, ``known``, ``rule``)."""
+    name: str
+    types: tuple[str, ...]
+    count: str
+    nested: str | None
+    owner: str | None
+    source: str
+
+    @property
+    def is_array(self) -> bool:
+        return self.count != "1"
+
+
+def attr_enum(attr) -> capi.cudnnBackendAttributeName_t:
+    """``cudnnBackendAttributeName_t`` member for a member, an int or a ``'CUDNN_ATTR_...'`` name."""
+    if isinstance(attr, _ANAME):
+        return attr
+    if isinstance(attr, str):
+        try:
+            return _ANAME[attr]
+        except KeyError:
+            raise ValueError(f"unknown backend attribute {attr!r} (expected a CUDNN_ATTR_* name)") from None
+    if isinstance(attr, int) and not isinstance(attr, bool):
+        try:
+            return _ANAME(attr)
+        except ValueError:
+            raise ValueError(f"unknown backend attribute value {attr}") from None
+    raise TypeError(f"attribute must be a cudnnBackendAttributeName_t, its name or value, not {type(attr).__name__}")
+
+
+def attr_type_enum(type_name: str) -> capi.cudnnBackendAttributeType_t:
+    return _ATYPE["CUDNN_TYPE_" + type_name]
+
+
+def attr_spec(attr) -> AttrSpec | None:
+    """The table's row for an attribute, or None where neither the header nor our table says its type."""
+    name = attr_enum(attr).name
+    row = TABLE.get(name)
+    if row is None:
+        return None
+    types, count, nested, source = row
+    return AttrSpec(name, types, count, nested, OWNER.get(name), source)
+
+
+def enum_class(type_name: str) -> type[enum.IntEnum] | None:
+    tn = ENUM_TYPES.get(type_name)
+    return getattr(capi, tn, None) if tn else None
+
+
+def type_name_of(attr_type) -> str:
+    """``'INT64'`` for ``CUDNN_TYPE_INT64`` (member, int or name with or without the prefix)."""
+    if isinstance(attr_type, str):
+        n = attr_type.upper()
+        n = n[len("CUDNN_TYPE_"):] if n.startswith("CUDNN_TYPE_") else n
+        if "CUDNN_TYPE_" + n not in _ATYPE.__members__:
+            raise ValueError(f"unknown attribute type {attr_type!r}")
+        return n
+    return _ATYPE(int(attr_type)).name[len("CUDNN_TYPE_"):]
+
+
+def _enum_value(cls, type_name: str, value, attr: str) -> int:
+    if isinstance(value, enum.IntEnum):
+        if cls is not None and not isinstance(value, cls):
+            raise TypeError(f"{attr} takes {cls.__name__} values, got {type(value).__name__}.{value.name}")
+        return int(value)
+    if isinstance(value, str) and cls is not None:
+        for cand in (value, value.upper()):
+            if cand in cls.__members__:
+                return int(cls[cand])
+        hits = [m for m in cls.__members__ if m.endswith("_" + value.upper())]
+        if len(hits) == 1:
+            return int(cls[hits[0]])
+        raise ValueError(f"{attr}: {value!r} is not a {cls.__name__} member")
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise TypeError(f"{attr} takes {cls.__name__ if cls else type_name} values, got {type(value).__name__}")
+
+
+def to_c_array(spec_name: str, type_name: str, values: list, keep: list):
+    """A ctypes array of ``values`` converted to ``CUDNN_TYPE_<type_name>`` elements; TypeError says what was wrong.
+
+    ``keep`` collects Python objects the C side will reference (nested descriptors) so the caller can hold them.
+    """
+    ct = element_ctype(type_name)
+    out = []
+    for v in values:
+        if type_name in ("INT64", "INT32"):
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+                raise TypeError(f"{spec_name} takes integers (CUDNN_TYPE_{type_name}), got {type(v).__name__} {v!r}")
+            out.append(int(v))
+        elif type_name in ("FLOAT", "DOUBLE"):
+            if isinstance(v, bool) or not isinstance(v, numbers.Real):
+                raise TypeError(f"{spec_name} takes real numbers (CUDNN_TYPE_{type_name}), got {type(v).__name__}")
+            out.append(float(v))
+        elif type_name == "BOOLEAN":
+            if not isinstance(v, bool) and type(v).__name__ != "bool_":
+                raise TypeError(f"{spec_name} takes True/False (CUDNN_TYPE_BOOLEAN), got {type(v).__name__} {v!r}")
+            out.append(bool(v))
+        elif type_name == "BACKEND_DESCRIPTOR":
+            ptr = getattr(v, "ptr", v)
+            if not isinstance(ptr, capi.cudnnBackendDescriptor_t):
+                raise TypeError(f"{spec_name} takes backend descriptors, got {type(v).__name__}")
+            keep.append(v)
+            out.append(ptr.value)
+        elif type_name == "HANDLE":
+            ptr = getattr(v, "ptr", v)
+            if not isinstance(ptr, capi.cudnnHandle_t):
+                raise TypeError(f"{spec_name} takes a cudnn_py.Handle or cudnnHandle_t, got {type(v).__name__}")
+            keep.append(v)
+            out.append(ptr.value)
+        elif type_name == "VOID_PTR":
+            ptr = v if v is None or isinstance(v, int) else getattr(v, "ptr", v)
+            if ptr is not None and (isinstance(ptr, bool) or not isinstance(ptr, int)):
+                raise TypeError(f"{spec_name} takes device pointers (int, None or an object with .ptr), "
+                                f"got {type(v).__name__}")
+            out.append(ptr)
+        elif type_name == "FRACTION":
+            if isinstance(v, numbers.Integral) and not isinstance(v, bool):
+                out.append(Fraction(int(v), 1))
+            elif hasattr(v, "numerator") and hasattr(v, "denominator"):
+                out.append(Fraction(int(v.numerator), int(v.denominator)))
+            else:
+                raise TypeError(f"{spec_name} takes fractions (int or fractions.Fraction), got {type(v).__name__}")
+        elif type_name == "CHAR":
+            raise TypeError("CHAR attributes are set from one str/bytes value, not element by element")
+        else:
+            out.append(_enum_value(enum_class(type_name), type_name, v, spec_name))
+    return (ct * max(len(out), 1))(*out)
+
+
+def from_c_array(type_name: str, arr, n: int) -> list:
+    """Python values of the first ``n`` elements of a ctypes array of ``CUDNN_TYPE_<type_name>``."""
+    vals = list(arr[:n])
+    if type_name == "FRACTION":
+        import fractions
+        return [fractions.Fraction(f.numerator, f.denominator) for f in vals]
+    cls = enum_class(type_name)
+    if cls is not None:
+        out = []
+        for v in vals:
+            try:
+                out.append(cls(v))
+            except ValueError:
+                out.append(v)
+        return out
+    return vals

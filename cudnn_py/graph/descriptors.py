@@ -1,0 +1,231 @@
+"""Typed backend descriptors: one object per ``cudnnBackendDescriptor_t``, attributes by name with checked types.
+
+::
+
+    t = BackendDescriptor("TENSOR", data_type=capi.CUDNN_DATA_FLOAT, dimensions=[1, 8, 8, 8],
+                          strides=[512, 64, 8, 1], unique_id=1, byte_alignment=16)
+    t.finalize()
+    t.get("dimensions")           # [1, 8, 8, 8]
+
+Attribute names may be given in full (``"CUDNN_ATTR_TENSOR_DIMENSIONS"``), as the enum member, or short, relative
+to the descriptor's own prefix (``"dimensions"``). Element types and counts come from the one table in
+:mod:`cudnn_py.graph.attributes`; an attribute it does not cover needs ``attr_type=``. cuDNN's last-error text is
+in every :class:`cudnn_py.errors.CudnnError` raised.
+"""
+from __future__ import annotations
+
+import ctypes
+
+from cudnn_py import capi
+from cudnn_py.errors import ClosedError
+
+from . import attributes as A
+
+__all__ = ["BackendDescriptor", "descriptor_type"]
+
+_DTYPE = capi.cudnnBackendDescriptorType_t
+_C_CREATE = capi.cudnnBackendCreateDescriptor
+_C_DESTROY = capi.cudnnBackendDestroyDescriptor
+_C_SET = capi.cudnnBackendSetAttribute
+_C_GET = capi.cudnnBackendGetAttribute
+_C_FINALIZE = capi.cudnnBackendFinalize
+
+# Descriptor types whose attributes use a prefix other than the type's own name.
+_PREFIXES = {
+    "OPERATION_CONVOLUTION_BACKWARD_DATA": ("OPERATION_CONVOLUTION_BWD_DATA",),
+    "OPERATION_CONVOLUTION_BACKWARD_FILTER": ("OPERATION_CONVOLUTION_BWD_FILTER",),
+    "OPERATION_GEN_STATS": ("OPERATION_GENSTATS",),
+    "OPERATION_BN_FINALIZE_STATISTICS": ("OPERATION_BN_FINALIZE",),
+    "OPERATION_BN_BWD_WEIGHTS": ("OPERATION_BN_BWD_WEIGHTS",),
+    "OPERATION_NORM_FORWARD": ("OPERATION_NORM_FWD",),
+    "OPERATION_NORM_BACKWARD": ("OPERATION_NORM_BWD",),
+    "OPERATION_RESAMPLE_FWD": ("OPERATION_RESAMPLE_FWD",),
+    "OPERATION_RESAMPLE_BWD": ("OPERATION_RESAMPLE_BWD",),
+}
+
+
+def descriptor_type(t) -> capi.cudnnBackendDescriptorType_t:
+    """The ``cudnnBackendDescriptorType_t`` for a member, an int, ``'CUDNN_BACKEND_TENSOR_DESCRIPTOR'`` or ``'TENSOR'``."""
+    if isinstance(t, _DTYPE):
+        return t
+    if isinstance(t, str):
+        for cand in (t, f"CUDNN_BACKEND_{t.upper()}_DESCRIPTOR"):
+            if cand in _DTYPE.__members__:
+                return _DTYPE[cand]
+        raise ValueError(f"unknown backend descriptor type {t!r}")
+    if isinstance(t, int) and not isinstance(t, bool):
+        return _DTYPE(t)
+    raise TypeError(f"descriptor type must be a cudnnBackendDescriptorType_t or its name, not {type(t).__name__}")
+
+
+def _short_type(t: capi.cudnnBackendDescriptorType_t) -> str:
+    return t.name[len("CUDNN_BACKEND_"):-len("_DESCRIPTOR")]
+
+
+class BackendDescriptor:
+    """A cuDNN backend descriptor of one ``cudnnBackendDescriptorType_t``: set/get attributes, finalize, close."""
+
+    __slots__ = ("type", "ptr", "finalized", "_refs", "_owned")
+
+    def __init__(self, desc_type, _ptr: capi.cudnnBackendDescriptor_t | None = None, **attrs):
+        self.type = descriptor_type(desc_type)
+        self.finalized = False
+        self._refs: dict = {}
+        self._owned = _ptr is None
+        if _ptr is None:
+            _ptr = capi.cudnnBackendDescriptor_t()
+            _C_CREATE(self.type, ctypes.byref(_ptr))
+        self.ptr = _ptr
+        for k, v in attrs.items():
+            self.set(k, v)
+
+    # -- naming -------------------------------------------------------------------------------------------------
+    @property
+    def short_type(self) -> str:
+        """``'TENSOR'`` for ``CUDNN_BACKEND_TENSOR_DESCRIPTOR``."""
+        return _short_type(self.type)
+
+    def resolve(self, attr) -> capi.cudnnBackendAttributeName_t:
+        """The attribute enum for a full name, member, int or a name relative to this descriptor's prefix."""
+        if isinstance(attr, str) and not attr.startswith("CUDNN_ATTR_"):
+            short = self.short_type
+            for prefix in _PREFIXES.get(short, ()) + (short,):
+                full = f"CUDNN_ATTR_{prefix}_{attr.upper()}"
+                if full in capi.cudnnBackendAttributeName_t.__members__:
+                    return capi.cudnnBackendAttributeName_t[full]
+            raise ValueError(f"{self.short_type} descriptor has no attribute {attr!r} "
+                             f"(tried CUDNN_ATTR_{short}_{attr.upper()})")
+        return A.attr_enum(attr)
+
+    def _spec_and_type(self, attr, attr_type, value=None) -> tuple[capi.cudnnBackendAttributeName_t, A.AttrSpec | None, str]:
+        name = self.resolve(attr)
+        spec = A.attr_spec(name)
+        if attr_type is not None:
+            tn = A.type_name_of(attr_type)
+            if spec is not None and tn not in spec.types:
+                raise TypeError(f"{name.name} takes {' or '.join('CUDNN_TYPE_' + t for t in spec.types)}, "
+                                f"not CUDNN_TYPE_{tn}")
+            return name, spec, tn
+        if spec is None:
+            raise TypeError(f"{name.name}: the attribute table does not know its element type; "
+                            f"pass attr_type= (a cudnnBackendAttributeType_t)")
+        tn = spec.types[0]
+        if value is not None and len(spec.types) > 1:  # INT64 or FRACTION: pick by the value
+            first = value[0] if isinstance(value, (list, tuple)) and value else value
+            if "FRACTION" in spec.types and hasattr(first, "denominator") and not isinstance(first, int):
+                tn = "FRACTION"
+        return name, spec, tn
+
+    # -- set / get ----------------------------------------------------------------------------------------------
+    def set(self, attr, value, attr_type=None) -> "BackendDescriptor":
+        """Set an attribute. Scalars for one-element attributes, sequences for arrays; returns self."""
+        self._check_open()
+        name, spec, tn = self._spec_and_type(attr, attr_type, value)
+        if self.finalized:
+            raise RuntimeError(f"{self.short_type} descriptor is finalized; {name.name} can no longer be set")
+        if spec is not None and spec.nested and tn == "BACKEND_DESCRIPTOR":
+            vals = value if isinstance(value, (list, tuple)) else [value]
+            for v in vals:
+                if isinstance(v, BackendDescriptor):
+                    if v.short_type != spec.nested:
+                        raise TypeError(f"{name.name} takes a {spec.nested} descriptor, got a {v.short_type} descriptor")
+                    if not v.finalized:
+                        raise ValueError(f"{name.name}: the {v.short_type} descriptor must be finalized before it is set")
+        if tn == "CHAR":
+            data = value.encode() if isinstance(value, str) else bytes(value)
+            arr = ctypes.create_string_buffer(data)
+            _C_SET(self.ptr, name, A.attr_type_enum(tn), len(data) + 1, arr)
+            return self
+        if isinstance(value, (list, tuple)):
+            vals = list(value)
+            if spec is not None and spec.count == "1" and len(vals) != 1:
+                raise ValueError(f"{name.name} takes one element, got {len(vals)}")
+        else:
+            if spec is not None and spec.is_array and spec.count not in ("1+",) and tn in ("INT64",) \
+                    and spec.nested is None and spec.count == "n":
+                raise TypeError(f"{name.name} takes a sequence of integers, got {type(value).__name__}")
+            vals = [value]
+        if spec is not None and spec.count == "1+" and not vals:
+            raise ValueError(f"{name.name} takes at least one element")
+        keep: list = []
+        arr = A.to_c_array(name.name, tn, vals, keep)
+        _C_SET(self.ptr, name, A.attr_type_enum(tn), len(vals), arr)
+        self._refs[int(name)] = keep
+        return self
+
+    def get(self, attr, attr_type=None, count: int | None = None):
+        """Read an attribute: a scalar for one-element attributes, a list for arrays (nested descriptors come back
+        as :class:`BackendDescriptor` objects). ``count`` caps how many elements are read (arrays are sized by
+        asking cuDNN first)."""
+        self._check_open()
+        name, spec, tn = self._spec_and_type(attr, attr_type)
+        atype = A.attr_type_enum(tn)
+        n_out = ctypes.c_int64(0)
+        array = spec is None or spec.is_array
+        if count is None:
+            if array:
+                _C_GET(self.ptr, name, atype, 0, ctypes.byref(n_out), None)
+                count = n_out.value
+            else:
+                count = 1
+        if tn == "CHAR":
+            buf = ctypes.create_string_buffer(max(count, 1))
+            _C_GET(self.ptr, name, atype, count, ctypes.byref(n_out), buf)
+            return buf.value.decode()
+        if tn == "BACKEND_DESCRIPTOR":
+            if spec is None or spec.nested is None:
+                raise TypeError(f"{name.name}: reading nested descriptors needs their type, which the table lacks")
+            kids = [BackendDescriptor(spec.nested) for _ in range(count)]
+            arr = (ctypes.c_void_p * max(count, 1))(*[k.ptr.value for k in kids])
+            _C_GET(self.ptr, name, atype, count, ctypes.byref(n_out), arr)
+            for k in kids[n_out.value:]:
+                k.close()
+            kids = kids[:n_out.value]
+            for k in kids:
+                k.finalized = True
+            return kids if array else kids[0]
+        arr = (A.element_ctype(tn) * max(count, 1))()
+        _C_GET(self.ptr, name, atype, count, ctypes.byref(n_out), arr)
+        vals = A.from_c_array(tn, arr, min(n_out.value, count))
+        return vals if array else vals[0]
+
+    # -- lifecycle ----------------------------------------------------------------------------------------------
+    def finalize(self) -> "BackendDescriptor":
+        """``cudnnBackendFinalize``; returns self."""
+        self._check_open()
+        if not self.finalized:
+            _C_FINALIZE(self.ptr)
+            self.finalized = True
+        return self
+
+    def _check_open(self):
+        if self.ptr is None:
+            raise ClosedError(f"{self.short_type} backend descriptor is closed")
+
+    @property
+    def closed(self) -> bool:
+        return self.ptr is None
+
+    def close(self) -> None:
+        """Destroy the descriptor (idempotent)."""
+        ptr, self.ptr = self.ptr, None
+        if ptr is not None and self._owned and ptr.value:
+            try:
+                _C_DESTROY(ptr)
+            except Exception:  # noqa: BLE001 - never raise from teardown
+                pass
+        self._refs = {}
+
+    def __del__(self):
+        if getattr(self, "ptr", None) is not None:
+            self.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        state = "closed" if self.ptr is None else ("finalized" if self.finalized else "open")
+        return f"<BackendDescriptor {self.short_type} {state}>"

@@ -1,0 +1,190 @@
+"""Generate ``_attribute_table.py``: which element type, count and nested descriptor type each backend attribute takes.
+
+Run ``python -m cudnn_py.graph.gen_attributes [path/to/cudnn_graph.h]``. The table is derived from the
+documentation comments of ``cudnn_graph.h`` (lines like ``- CUDNN_ATTR_X (CUDNN_TYPE_INT64, 1 element)`` inside
+each ``cudnnBackendDescriptorType_t`` entry); attributes the header names without stating a type are filled from
+``_KNOWN`` below (facts from the cuDNN backend documentation), then from naming rules (``..._DESC`` is a nested
+descriptor, ``..._MATH_PREC`` a data type). Attributes none of these cover are left out: set/get them with an
+explicit ``attr_type=``.
+"""
+from __future__ import annotations
+
+import pathlib
+import re
+import sys
+
+# name -> (types, count, nested descriptor type or None). Count: "1", "0+", "1+", "n" (an array).
+_KNOWN: dict[str, tuple[tuple[str, ...], str, str | None]] = {
+    "CUDNN_ATTR_CONVOLUTION_CONV_MODE": (("CONVOLUTION_MODE",), "1", None),
+    "CUDNN_ATTR_DEVICEPROP_DEVICE_ID": (("INT32",), "1", None),
+    "CUDNN_ATTR_DEVICEPROP_HANDLE": (("HANDLE",), "1", None),
+    "CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION": (("CHAR",), "n", None),
+    "CUDNN_ATTR_ENGINECFG_SHARED_MEMORY_USED": (("INT64",), "1", None),
+    "CUDNN_ATTR_ENGINE_DISABLE_CLUSTER_COOPERATIVE": (("BOOLEAN",), "1", None),
+    "CUDNN_ATTR_KERNEL_CACHE_JSON_REPRESENTATION": (("CHAR",), "n", None),
+    "CUDNN_ATTR_KERNEL_CACHE_OPERATION_GRAPH": (("BACKEND_DESCRIPTOR",), "1", "OPERATIONGRAPH"),
+    "CUDNN_ATTR_KERNEL_CACHE_IS_ENGINECFG_KERNEL_CACHED": (("BACKEND_DESCRIPTOR",), "1", "ENGINECFG"),
+    "CUDNN_ATTR_KERNEL_CACHE_ENTRY_COUNT": (("INT64",), "1", None),
+    "CUDNN_ATTR_KERNEL_CACHE_REVISION": (("INT64",), "1", None),
+    "CUDNN_ATTR_KNOB_INFO_TYPE": (("KNOB_TYPE",), "1", None),
+    "CUDNN_ATTR_KNOB_INFO_MAXIMUM_VALUE": (("INT64",), "1", None),
+    "CUDNN_ATTR_KNOB_INFO_MINIMUM_VALUE": (("INT64",), "1", None),
+    "CUDNN_ATTR_KNOB_INFO_STRIDE": (("INT64",), "1", None),
+    "CUDNN_ATTR_MATMUL_PADDING_VALUE": (("DOUBLE", "FLOAT"), "1", None),
+    "CUDNN_ATTR_OPERATIONGRAPH_IS_DYNAMIC_SHAPE_ENABLED": (("BOOLEAN",), "1", None),
+    "CUDNN_ATTR_OPERATIONGRAPH_IS_OVERRIDE_SHAPE_ENABLED": (("BOOLEAN",), "1", None),
+    "CUDNN_ATTR_OPERATIONGRAPH_IS_SAME_TOPOLOGY": (("BOOLEAN",), "1", None),
+    "CUDNN_ATTR_OPERATIONGRAPH_MODE": (("OPERATIONGRAPH_MODE",), "1", None),
+    "CUDNN_ATTR_OPERATION_GENSTATS_MODE": (("GENSTATS_MODE",), "1", None),
+    "CUDNN_ATTR_OPERATION_NORM_BWD_MODE": (("NORM_MODE",), "1", None),
+    "CUDNN_ATTR_OPERATION_NORM_BWD_PEER_STAT_DESCS": (("BACKEND_DESCRIPTOR",), "0+", "TENSOR"),
+    "CUDNN_ATTR_OPERATION_RESHAPE_MODE": (("RESHAPE_MODE",), "1", None),
+    "CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR": (("BACKEND_DESCRIPTOR",), "1", "POINTWISE"),
+    "CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1": (("FLOAT", "DOUBLE"), "1", None),
+    "CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2": (("FLOAT", "DOUBLE"), "1", None),
+    "CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_MATH_PREC": (("DATA_TYPE",), "1", None),
+    "CUDNN_ATTR_OPERATION_REDUCTION_DIMS": (("INT64",), "n", None),
+    "CUDNN_ATTR_OPERATION_REDUCTION_SUBGRAPH": (("BACKEND_DESCRIPTOR",), "1", "OPERATIONGRAPH"),
+    "CUDNN_ATTR_OPERATION_REDUCTION_SUBGRAPH_ACCUMULATOR_UIDS": (("INT64",), "n", None),
+    "CUDNN_ATTR_OPERATION_REDUCTION_SUBGRAPH_CURRENT_UIDS": (("INT64",), "n", None),
+    "CUDNN_ATTR_OPERATION_REDUCTION_SUBGRAPH_OUTPUT_UIDS": (("INT64",), "n", None),
+    "CUDNN_ATTR_OPERATION_REDUCTION_SUBGRAPH_COMPUTE_TYPES": (("DATA_TYPE",), "n", None),
+    "CUDNN_ATTR_OPERATION_REDUCTION_INIT_VALUES": (("VOID_PTR",), "n", None),
+    "CUDNN_ATTR_OPERATION_TRANSPOSE_PERMUTATION": (("INT64",), "n", None),
+    "CUDNN_ATTR_OPERATION_SLICE_START_INDICES": (("INT64",), "n", None),
+    "CUDNN_ATTR_OPERATION_SLICE_LIMIT_INDICES": (("INT64",), "n", None),
+    "CUDNN_ATTR_OPERATION_SLICE_STRIDES": (("INT64",), "n", None),
+    "CUDNN_ATTR_OPERATION_RNG_SEED": (("INT64",), "1", None),
+    "CUDNN_ATTR_OPERATION_RNG_DESC": (("BACKEND_DESCRIPTOR",), "1", "RNG"),
+    "CUDNN_ATTR_RNG_DISTRIBUTION": (("RNG_DISTRIBUTION",), "1", None),
+    "CUDNN_ATTR_RNG_BERNOULLI_DIST_PROBABILITY": (("DOUBLE",), "1", None),
+    "CUDNN_ATTR_RNG_NORMAL_DIST_MEAN": (("DOUBLE",), "1", None),
+    "CUDNN_ATTR_RNG_NORMAL_DIST_STANDARD_DEVIATION": (("DOUBLE",), "1", None),
+    "CUDNN_ATTR_RNG_UNIFORM_DIST_MAXIMUM": (("DOUBLE",), "1", None),
+    "CUDNN_ATTR_RNG_UNIFORM_DIST_MINIMUM": (("DOUBLE",), "1", None),
+    "CUDNN_ATTR_REDUCTION_IS_DETERMINISTIC": (("BOOLEAN",), "1", None),
+    "CUDNN_ATTR_TENSOR_IS_BY_VALUE": (("BOOLEAN",), "1", None),
+    "CUDNN_ATTR_TENSOR_REORDERING_MODE": (("TENSOR_REORDERING_MODE",), "1", None),
+    "CUDNN_ATTR_VARIANT_PACK_OVERRIDE_UNIQUE_IDS": (("INT64",), "n", None),
+    "CUDNN_ATTR_VARIANT_PACK_OVERRIDE_SHAPES": (("INT64",), "n", None),
+    "CUDNN_ATTR_VARIANT_PACK_OVERRIDE_STRIDES": (("INT64",), "n", None),
+    "CUDNN_ATTR_OPERATION_MOE_GROUPED_MATMUL_MODE": (("MOE_GROUPED_MATMUL_MODE",), "1", None),
+    "CUDNN_ATTR_OPERATION_MOE_GROUPED_MATMUL_TOP_K": (("INT32",), "1", None),
+}
+
+# Where the header's one-line type note is incomplete: (types, count, nested descriptor type).
+_HEADER_FIXES = {
+    "CUDNN_ATTR_ENGINE_KNOB_INFO": (("BACKEND_DESCRIPTOR",), "0+", "KNOB_INFO"),  # an array, one per knob
+    "CUDNN_ATTR_ENGINEHEUR_RESULTS": (("BACKEND_DESCRIPTOR",), "0+", "ENGINECFG"),
+    "CUDNN_ATTR_OPERATION_REDUCTION_DESC": (("BACKEND_DESCRIPTOR",), "1", "REDUCTION"),  # header says TENSOR
+}
+
+# Nested descriptor type by the attribute name's ending, where the header's prose does not say it.
+_NESTED_BY_SUFFIX = {"OPERATION_GRAPH": "OPERATIONGRAPH", "ENGINE_CONFIG": "ENGINECFG", "CONV_DESC": "CONVOLUTION",
+                     "KNOB_CHOICES": "KNOB_CHOICE", "LAYOUT_INFO": "LAYOUT_INFO", "KERNEL_CACHE": "KERNEL_CACHE",
+                     "_ENGINE": "ENGINE"}
+
+
+def _nested_by_name(attr: str) -> str | None:
+    return next((v for k, v in _NESTED_BY_SUFFIX.items() if attr.endswith(k)), None)
+
+_DOC = re.compile(r"^\s*\*\s*-\s*(CUDNN_ATTR_\w+)\s*\((CUDNN_TYPE_[^)]*)\)")
+_ENUM_MEMBER = re.compile(r"^\s*(CUDNN_BACKEND_\w+_DESCRIPTOR)\s*=\s*(\d+)")
+_ATTR = re.compile(r"^\s*(CUDNN_ATTR_\w+)\s*(CUDNN_DEPRECATED_ENUM)?\s*=\s*$|^\s*(CUDNN_ATTR_\w+)\s*(CUDNN_DEPRECATED_ENUM)?\s*=\s*(\d+)")
+
+
+def _count(text: str) -> str:
+    if "1 element" in text and "1+" not in text:
+        return "1"
+    if "0+" in text:
+        return "0+"
+    if "1+" in text:
+        return "1+"
+    if "element" in text or "CUDNN_MAX_DIMS" in text or "many" in text:
+        return "n"
+    return "1"
+
+
+def parse(header: str) -> tuple[dict, dict, str]:
+    text = pathlib.Path(header).read_text()
+    version = re.search(r"@since cuDNN (\d+\.\d+\.\d+)", text)
+    names: list[str] = []
+    for m in re.finditer(r"^\s*(CUDNN_ATTR_\w+)\s*(?:CUDNN_DEPRECATED_ENUM)?\s*=", text, re.M):
+        names.append(m.group(1))
+    table: dict[str, tuple] = {}
+    owner: dict[str, str] = {}  # attribute -> descriptor type whose doc block lists it
+    start = text.index("cudnnBackendAttributeType_t;")
+    block: list[str] = []
+    for line in text[start:].splitlines():
+        m = _ENUM_MEMBER.match(line)
+        if m:
+            desc = m.group(1)[len("CUDNN_BACKEND_"):-len("_DESCRIPTOR")]
+            for b in block:
+                d = _DOC.match(b)
+                if not d:
+                    continue
+                attr, spec = d.group(1), d.group(2)
+                types = tuple(dict.fromkeys(re.findall(r"CUDNN_TYPE_(\w+)", spec.split(",")[0])))
+                types = tuple("NAN_PROPOGATION" if t == "NAN_PROPAGATION" else t for t in types)
+                nested = re.search(r"CUDNN_BACKEND_(\w+?)_DESCRIPTOR", spec)
+                nested_t = nested.group(1) if nested and "*" not in nested.group(1) else None
+                if types == ("BACKEND_DESCRIPTOR",) and nested_t is None:
+                    # "Descriptor type CUDNN_BACKEND_X_DESCRIPTOR" in the prose after the line
+                    i = block.index(b)
+                    rest = [x for x in block[i + 1:i + 6]]
+                    cut = next((k for k, x in enumerate(rest) if re.match(r"^\s*\*\s*-\s", x) or not x.strip(" *")), len(rest))
+                    prose = " ".join(x.strip(" *") for x in rest[:cut])
+                    p = re.search(r"[Dd]escriptor type\s+CUDNN_BACKEND_(\w+?)_DESCRIPTOR", prose)
+                    nested_t = p.group(1) if p else _nested_by_name(attr)
+                table[attr] = (types, _count(spec), nested_t, "header")
+                if attr in _HEADER_FIXES:
+                    table[attr] = (*_HEADER_FIXES[attr], "header+fix")
+                owner[attr] = desc
+            block = []
+        else:
+            block.append(line)
+        if line.startswith("} cudnnBackendDescriptorType_t"):
+            break
+    for attr in names:
+        if attr in table:
+            continue
+        if attr in _KNOWN:
+            table[attr] = (*_KNOWN[attr], "known")
+        elif re.search(r"(_DESC|DESC)$", attr):
+            table[attr] = (("BACKEND_DESCRIPTOR",), "1", "TENSOR", "rule")
+        elif attr.endswith(("_MATH_PREC", "_COMP_TYPE")):
+            table[attr] = (("DATA_TYPE",), "1", None, "rule")
+    return table, owner, version.group(1) if version else "?"
+
+
+def render(header: str) -> str:
+    table, owner, _ = parse(header)
+    ver = re.search(r"#define CUDNN_MAJOR (\d+).*?#define CUDNN_MINOR (\d+).*?#define CUDNN_PATCHLEVEL (\d+)",
+                    pathlib.Path(header).with_name("cudnn_version.h").read_text(), re.S)
+    vs = ".".join(ver.groups()) if ver else "unknown"
+    out = [f"# GENERATED by `python -m cudnn_py.graph.gen_attributes` from cudnn_graph.h of cuDNN {vs}; do not edit.",
+           "# attribute name -> (element types, count, nested descriptor type, source)",
+           "# count: '1' one element, '0+'/'1+' arrays, 'n' an array of any length; source: header doc, known, rule",
+           "TABLE = {"]
+    for name in sorted(table):
+        out.append(f"    {name!r}: {table[name]!r},")
+    out.append("}")
+    out.append("# attribute name -> the descriptor type whose documentation lists it")
+    out.append("OWNER = {")
+    for name in sorted(owner):
+        out.append(f"    {name!r}: {owner[name]!r},")
+    out.append("}")
+    return "\n".join(out) + "\n"
+
+
+def _default_header() -> str:
+    import importlib.util
+    spec = importlib.util.find_spec("nvidia.cudnn")
+    return str(pathlib.Path(list(spec.submodule_search_locations)[0]) / "include" / "cudnn_graph.h")
+
+
+if __name__ == "__main__":
+    hdr = sys.argv[1] if len(sys.argv) > 1 else _default_header()
+    dest = pathlib.Path(__file__).with_name("_attribute_table.py")
+    dest.write_text(render(hdr))
+    print(f"wrote {dest}")
