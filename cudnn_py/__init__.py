@@ -1,0 +1,28 @@
+"""cudnn_py: NVIDIA cuDNN 9 from Python.
+
+Two layers: :mod:`cudnn_py.capi`, the whole C API generated from the cuDNN headers (C names verbatim),
+and the Pythonic layer re-exported here (handles, device arrays, descriptors, operations).
+"""
+from . import capi, errors
+from ._loader import library
+from .errors import (
+    ClosedError,
+    CudnnBadParamError,
+    CudnnError,
+    CudnnExecutionFailedError,
+    CudnnInternalError,
+    CudnnNotInitializedError,
+    CudnnNotSupportedError,
+    FunctionNotAvailableError,
+    LibraryNotFoundError,
+    WorkspaceLimitError,
+)
+
+__version__ = "0.1.0"
+
+
+def version() -> tuple[int, int, int]:
+    """(major, minor, patch) of the loaded cuDNN library."""
+    return library().version
+
+# --- the Pythonic layer: one import line per module (keep this section sorted) ---

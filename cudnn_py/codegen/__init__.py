@@ -1,0 +1,19 @@
+"""The generator of ``cudnn_py.capi``: cuDNN headers in, ctypes modules out (``python -m cudnn_py.codegen``).
+
+Needs ``pycparser`` and a C preprocessor (``cpp``); the CUDA headers the cuDNN headers include are
+replaced by the small stand-ins in ``include_stubs/``, so no CUDA toolkit is needed.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from . import emit, parse
+
+#: the stand-ins for cuda_runtime_api.h, library_types.h, stdint.h and stddef.h
+STUBS = Path(__file__).resolve().parents[2] / "include_stubs"
+
+
+def generate(include_dir: Path, out_dir: Path, stubs: Path = STUBS) -> tuple[str, list[Path]]:
+    """Read the headers in ``include_dir`` and write the capi modules to ``out_dir``; returns (version, paths)."""
+    version, headers = parse.read_headers(include_dir, stubs)
+    return version, emit.write(version, headers, Path(out_dir))

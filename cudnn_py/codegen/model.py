@@ -1,0 +1,76 @@
+"""What the generator reads out of the cuDNN headers: a plain model, independent of how it is printed."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Enum:
+    name: str                           # the typedef name, e.g. cudnnDataType_t
+    members: list[tuple[str, int]]      # in header order, aliases included
+    deprecated_members: set[str] = field(default_factory=set)
+
+
+@dataclass
+class Struct:
+    name: str
+    fields: list[tuple[str, str]]       # (field name, ctypes expression); none for an incomplete type
+    deprecated: bool = False
+
+
+@dataclass
+class Opaque:
+    name: str                           # e.g. cudnnTensorDescriptor_t
+    target: str                         # what it points to, e.g. "struct cudnnTensorStruct"
+    deprecated: bool = False
+
+
+@dataclass
+class Callback:
+    name: str
+    restype: str
+    argtypes: list[str]
+    prototype: str
+
+
+@dataclass
+class Function:
+    name: str
+    restype: str                        # ctypes expression
+    argtypes: list[str]                 # ctypes expressions
+    prototype: str                      # the C declaration, one line
+    returns_status: bool
+    deprecated: bool = False
+    brief: str = ""
+    deprecation: str = ""               # the header's @deprecated text
+
+
+@dataclass
+class Define:
+    name: str
+    value: int | float
+
+
+@dataclass
+class Header:
+    """Everything one header declares, in declaration order per kind."""
+    file: str                           # basename, e.g. cudnn_ops.h
+    module: str                         # capi module name, e.g. ops
+    enums: list[Enum] = field(default_factory=list)
+    structs: list[Struct] = field(default_factory=list)
+    opaques: list[Opaque] = field(default_factory=list)
+    callbacks: list[Callback] = field(default_factory=list)
+    functions: list[Function] = field(default_factory=list)
+    defines: list[Define] = field(default_factory=list)
+
+    def names(self) -> list[str]:
+        """Every public name this header's module defines."""
+        out = [o.name for o in self.opaques]
+        for e in self.enums:
+            out.append(e.name)
+            out.extend(m for m, _ in e.members)
+        out += [s.name for s in self.structs]
+        out += [c.name for c in self.callbacks]
+        out += [f.name for f in self.functions]
+        out += [d.name for d in self.defines]
+        return out

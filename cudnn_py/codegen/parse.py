@@ -1,0 +1,320 @@
+"""Read the cuDNN headers into a :mod:`model`: preprocess with ``cpp`` and the stubs, parse with pycparser.
+
+Declarations are attributed to the header they appear in through cpp's line markers. What the
+preprocessor erases is read from the raw text: which declarations are ``CUDNN_DEPRECATED``, the
+``@brief``/``@deprecated`` comments, and the object-like ``#define CUDNN_*`` constants (whose
+values are then evaluated by the same preprocessor, so ``(1U << CUDNN_SEV_ERROR)`` comes out right).
+"""
+from __future__ import annotations
+
+import operator
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from pycparser import c_ast, c_parser
+
+from . import model
+
+#: header file -> capi module, in include order (a module may use names of those before it)
+HEADERS = {
+    "library_types.h": "cuda_types",
+    "cuda_runtime_api.h": "cuda_types",
+    "cudnn_version.h": "version",
+    "cudnn_graph.h": "graph",
+    "cudnn_ops.h": "ops",
+    "cudnn_adv.h": "adv",
+    "cudnn_cnn.h": "cnn",
+    "cudnn_subquadratic_ops.h": "subquadratic_ops",
+    "cudnn_gnn_ops.h": "gnn_ops",
+}
+MODULES = list(dict.fromkeys(HEADERS.values()))
+
+_SCALARS = {
+    "void": "None", "char": "_ct.c_char", "signed char": "_ct.c_byte", "unsigned char": "_ct.c_ubyte",
+    "short": "_ct.c_short", "unsigned short": "_ct.c_ushort", "int": "_ct.c_int", "signed int": "_ct.c_int",
+    "unsigned": "_ct.c_uint", "unsigned int": "_ct.c_uint", "long": "_ct.c_long", "unsigned long": "_ct.c_ulong",
+    "long long": "_ct.c_longlong", "unsigned long long": "_ct.c_ulonglong", "float": "_ct.c_float",
+    "double": "_ct.c_double", "size_t": "_ct.c_size_t", "int8_t": "_ct.c_int8", "int16_t": "_ct.c_int16",
+    "int32_t": "_ct.c_int32", "int64_t": "_ct.c_int64", "uint8_t": "_ct.c_uint8", "uint16_t": "_ct.c_uint16",
+    "uint32_t": "_ct.c_uint32", "uint64_t": "_ct.c_uint64", "intptr_t": "_ct.c_ssize_t",
+    "uintptr_t": "_ct.c_size_t", "ptrdiff_t": "_ct.c_ssize_t",
+}
+_NOT_CONSTANTS = {"CUDNNWINAPI", "CUDNN_DEPRECATED", "CUDNN_DEPRECATED_ENUM"}
+_DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+(CUDNN\w*)(?![\w(])[ \t]+(\S[^\n]*)$", re.M)
+_DEP_FUNC = re.compile(r"CUDNN_DEPRECATED\s+[\w\s*]*?\bCUDNNWINAPI\s+(\w+)\s*\(")
+_DEP_TYPEDEF = re.compile(r"typedef[^;{}]*?\b(\w+)\s+CUDNN_DEPRECATED\s*;")
+_DEP_ENUM = re.compile(r"\b(\w+)\s+CUDNN_DEPRECATED_ENUM\b")
+_DOC_FUNC = re.compile(r"/\*\*((?:[^*]|\*(?!/))*)\*/\s*(?:CUDNN_DEPRECATED\s+)?[\w\s*]*?\bCUDNNWINAPI\s+(\w+)\s*\(")
+
+
+class HeaderError(RuntimeError):
+    """The headers could not be found, preprocessed or understood."""
+
+
+def find_include_dir() -> Path:
+    """The include folder of the installed cuDNN (the nvidia-cudnn wheel, or CUDNN_INCLUDE_DIR)."""
+    env = os.environ.get("CUDNN_INCLUDE_DIR")
+    candidates = [Path(env)] if env else []
+    try:
+        from cuda.pathfinder import find_nvidia_header_directory
+        found = find_nvidia_header_directory("cudnn")
+        if found:
+            candidates.append(Path(found))
+    except Exception:  # an old cuda.pathfinder without header lookup: fall through to the wheel layout
+        pass
+    try:
+        import nvidia.cudnn
+        candidates += [Path(p) / "include" for p in nvidia.cudnn.__path__]
+    except ImportError:
+        pass
+    for c in candidates:
+        if (c / "cudnn.h").is_file():
+            return c
+    raise HeaderError("cuDNN headers not found; install nvidia-cudnn-cu12 or set CUDNN_INCLUDE_DIR "
+                      f"(looked in: {', '.join(map(str, candidates)) or 'nothing'})")
+
+
+def _preprocess(source: str, include_dir: Path, stubs: Path) -> str:
+    cpp = shutil.which("cpp")
+    if cpp is None:
+        raise HeaderError("the generator needs a C preprocessor: install cpp (Debian: apt-get install cpp)")
+    with tempfile.NamedTemporaryFile("w", suffix=".h", delete=False) as f:
+        f.write(source)
+    try:
+        run = subprocess.run([cpp, "-nostdinc", "-undef", "-std=c99", f"-I{stubs}", f"-I{include_dir}", f.name],
+                             capture_output=True, text=True)
+    finally:
+        os.unlink(f.name)
+    if run.returncode:
+        raise HeaderError(f"cpp failed:\n{run.stderr}")
+    return run.stdout
+
+
+_BINARY = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv, "%": operator.mod,
+           "<<": operator.lshift, ">>": operator.rshift, "|": operator.or_, "&": operator.and_, "^": operator.xor}
+_UNARY = {"-": operator.neg, "+": operator.pos, "~": operator.invert, "!": lambda v: int(not v)}
+
+
+class _Evaluator:
+    """Constant expressions of enumerators and defines (ints, floats, casts, operators, names)."""
+
+    def __init__(self):
+        self.names: dict[str, int | float] = {}
+
+    def __call__(self, node):
+        if isinstance(node, c_ast.Constant):
+            text = node.value.rstrip("uUlL") if node.type in ("int", "unsigned int", "long", "unsigned long",
+                                                               "long long", "unsigned long long") else node.value
+            if node.type in ("float", "double"):
+                return float(text.rstrip("fF"))
+            if node.type == "char":
+                return ord(text.strip("'"))
+            return int(text, 0) if not re.fullmatch(r"0\d+", text) else int(text, 8)
+        if isinstance(node, c_ast.ID):
+            return self.names[node.name]
+        if isinstance(node, c_ast.Cast):
+            return self(node.expr)
+        if isinstance(node, c_ast.UnaryOp):
+            return _UNARY[node.op](self(node.expr))
+        if isinstance(node, c_ast.BinaryOp):
+            a, b = self(node.left), self(node.right)
+            if node.op == "/" and not (isinstance(a, float) or isinstance(b, float)):
+                return int(a / b)  # C truncates toward zero
+            return _BINARY[node.op](a, b)
+        if isinstance(node, c_ast.TernaryOp):
+            return self(node.iftrue) if self(node.cond) else self(node.iffalse)
+        raise HeaderError(f"cannot evaluate constant expression at {node.coord}: {type(node).__name__}")
+
+
+class _Reader:
+    def __init__(self, headers: dict[str, model.Header]):
+        self.headers = headers
+        self.typedefs: dict[str, c_ast.Node] = {}      # name -> the typedef's type node
+        self.enum_names: set[str] = set()
+        self.opaque_names: set[str] = set()
+        self.struct_names: set[str] = set()
+        self.callback_names: set[str] = set()
+        self.evaluate = _Evaluator()
+
+    # --- types -------------------------------------------------------------------------------
+    def ctype(self, node) -> str:
+        """The ctypes expression for a C type node (in a parameter, a field or a return)."""
+        if isinstance(node, c_ast.TypeDecl):
+            t = node.type
+            if isinstance(t, c_ast.IdentifierType):
+                name = " ".join(n for n in t.names if n not in ("const", "volatile"))
+                if name in _SCALARS:
+                    return _SCALARS[name]
+                if name in self.enum_names:
+                    return "_ct.c_int"
+                if name in self.opaque_names or name in self.struct_names or name in self.callback_names:
+                    return name
+                if name in self.typedefs:
+                    return self.ctype(self.typedefs[name])
+                raise HeaderError(f"unknown type {name!r} at {node.coord}")
+            if isinstance(t, c_ast.Enum):
+                return "_ct.c_int"
+            if isinstance(t, c_ast.Struct):
+                return t.name
+            raise HeaderError(f"unsupported type at {node.coord}")
+        if isinstance(node, (c_ast.PtrDecl, c_ast.ArrayDecl)):
+            inner = node.type
+            if isinstance(inner, c_ast.TypeDecl) and isinstance(inner.type, c_ast.IdentifierType):
+                names = inner.type.names
+                base = " ".join(n for n in names if n not in ("const", "volatile"))
+                if base == "void":
+                    return "_ct.c_void_p"
+                if base == "char":
+                    return "_ct.c_char_p" if "const" in (inner.quals or []) else "_ct.POINTER(_ct.c_char)"
+            target = self.ctype(inner)
+            if isinstance(node, c_ast.ArrayDecl) and node.dim is not None and not isinstance(inner, c_ast.FuncDecl):
+                return target  # only reached for struct fields: handled by the caller
+            return f"_ct.POINTER({target})"
+        if isinstance(node, c_ast.FuncDecl):
+            raise HeaderError(f"bare function type at {node.coord}")
+        raise HeaderError(f"unsupported declarator {type(node).__name__} at {node.coord}")
+
+    def field_ctype(self, node) -> str:
+        if isinstance(node, c_ast.ArrayDecl) and node.dim is not None:
+            return f"({self.ctype(node.type)} * {self.evaluate(node.dim)})"
+        return self.ctype(node)
+
+    # --- declarations ------------------------------------------------------------------------
+    def header_of(self, node) -> model.Header | None:
+        return self.headers.get(Path(node.coord.file).name) if node.coord else None
+
+    def read(self, ast: c_ast.FileAST):
+        for node in ast.ext:
+            header = self.header_of(node)
+            if isinstance(node, c_ast.Typedef):
+                self.typedef(node, header)
+            elif isinstance(node, c_ast.Decl):
+                if isinstance(node.type, c_ast.FuncDecl) and header is not None:
+                    header.functions.append(self.function(node))
+                elif isinstance(node.type, c_ast.Enum) and node.type.values and header is not None:
+                    self.enum(node.type.name, node.type, header)
+
+    def typedef(self, node: c_ast.Typedef, header):
+        t = node.type
+        self.typedefs[node.name] = t
+        if header is None:
+            return
+        if isinstance(t, c_ast.TypeDecl) and isinstance(t.type, c_ast.Enum):
+            self.enum(node.name, t.type, header)
+        elif isinstance(t, c_ast.TypeDecl) and isinstance(t.type, c_ast.Struct):
+            self.struct_names.add(node.name)  # with no members: an incomplete type, only pointed to
+            fields = [(d.name, self.field_ctype(d.type)) for d in t.type.decls or ()]
+            header.structs.append(model.Struct(node.name, fields))
+        elif isinstance(t, c_ast.PtrDecl) and isinstance(t.type, c_ast.FuncDecl):
+            self.callback_names.add(node.name)
+            fd = t.type
+            args = [self.ctype(p.type) for p in self.params(fd)]
+            header.callbacks.append(model.Callback(node.name, self.ctype(fd.type), args, _render(node)))
+        elif isinstance(t, c_ast.PtrDecl) and isinstance(t.type, c_ast.TypeDecl):
+            inner = t.type.type
+            if isinstance(inner, c_ast.Struct) and not inner.decls:
+                target = f"struct {inner.name}"
+            elif isinstance(inner, c_ast.IdentifierType) and inner.names == ["void"]:
+                target = "void"
+            else:
+                return
+            self.opaque_names.add(node.name)
+            header.opaques.append(model.Opaque(node.name, target))
+
+    def enum(self, name: str, node: c_ast.Enum, header: model.Header):
+        members, value = [], -1
+        for e in node.values.enumerators:
+            value = self.evaluate(e.value) if e.value is not None else value + 1
+            self.evaluate.names[e.name] = value
+            members.append((e.name, value))
+        self.enum_names.add(name)
+        header.enums.append(model.Enum(name, members))
+
+    @staticmethod
+    def params(fd: c_ast.FuncDecl):
+        ps = fd.args.params if fd.args else []
+        if len(ps) == 1 and isinstance(ps[0], c_ast.Typename) and _render_type(ps[0].type) == "void":
+            return []
+        return ps
+
+    def function(self, node: c_ast.Decl) -> model.Function:
+        fd = node.type
+        restype = self.ctype(fd.type)
+        ret_name = _render_type(fd.type)
+        args = [self.ctype(p.type) for p in self.params(fd)]
+        return model.Function(node.name, restype, args, _render(node), ret_name == "cudnnStatus_t")
+
+
+def _render_type(node) -> str:
+    from pycparser import c_generator
+    return c_generator.CGenerator().visit(node) if not isinstance(node, c_ast.TypeDecl) else \
+        " ".join((node.quals or []) + list(getattr(node.type, "names", [getattr(node.type, "name", "")])))
+
+
+def _render(node) -> str:
+    from pycparser import c_generator
+    text = c_generator.CGenerator().visit(node)
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def _brief(comment: str) -> tuple[str, str]:
+    """(@brief text, @deprecated text) of a doc comment."""
+    lines = [re.sub(r"^\s*\*\s?", "", line).rstrip() for line in comment.splitlines()]
+    text = "\n".join(lines)
+
+    def tag(name):
+        m = re.search(rf"@{name}\b(.*?)(?=\n\s*\n|\n\s*@|\Z)", text, re.S)
+        return re.sub(r"\s+", " ", m.group(1)).strip() if m else ""
+    return tag("brief"), tag("deprecated")
+
+
+def read_headers(include_dir: Path, stubs: Path) -> tuple[str, list[model.Header]]:
+    """Parse ``cudnn.h`` and everything it includes; returns (version string, headers in module order)."""
+    include_dir, stubs = Path(include_dir), Path(stubs)
+    raw = {f: (include_dir / f).read_text() if (include_dir / f).exists() else (stubs / f).read_text()
+           for f in HEADERS}
+    headers = {f: model.Header(f, HEADERS[f]) for f in HEADERS}
+    ast = c_parser.CParser().parse(_preprocess('#include "cudnn.h"\n', include_dir, stubs), "cudnn.h")
+    reader = _Reader(headers)
+    reader.read(ast)
+
+    # constants that only the preprocessor knows: let cpp expand them, then evaluate the expansion
+    defines = [(f, m.group(1)) for f, text in raw.items() for m in _DEFINE.finditer(text)
+               if m.group(1) not in _NOT_CONSTANTS and not m.group(1).endswith("_H_")]
+    probe = '#include "cudnn.h"\n' + "".join(f"int __cudnnpy_{n} = {n};\n" for _, n in defines)
+    values = {d.name[len("__cudnnpy_"):]: d.init
+              for d in c_parser.CParser().parse(_preprocess(probe, include_dir, stubs)).ext
+              if isinstance(d, c_ast.Decl) and d.name and d.name.startswith("__cudnnpy_")}
+    for f, name in dict.fromkeys(defines):
+        headers[f].defines.append(model.Define(name, reader.evaluate(values[name])))
+
+    for f, text in raw.items():
+        h = headers[f]
+        dep_funcs = set(_DEP_FUNC.findall(text))
+        docs = {name: _brief(comment) for comment, name in _DOC_FUNC.findall(text)}
+        for fn in h.functions:
+            fn.deprecated = fn.name in dep_funcs
+            fn.brief, fn.deprecation = docs.get(fn.name, ("", ""))
+        dep_types = set(_DEP_TYPEDEF.findall(text))
+        for o in h.opaques + h.structs:
+            o.deprecated = o.name in dep_types
+        dep_enums = set(_DEP_ENUM.findall(text))
+        for e in h.enums:
+            e.deprecated_members = {m for m, _ in e.members if m in dep_enums}
+
+    version = "{CUDNN_MAJOR}.{CUDNN_MINOR}.{CUDNN_PATCHLEVEL}".format(
+        **{d.name: d.value for d in headers["cudnn_version.h"].defines})
+    merged: dict[str, model.Header] = {}
+    for f, h in headers.items():
+        if h.module in merged:
+            m = merged[h.module]
+            for kind in ("enums", "structs", "opaques", "callbacks", "functions", "defines"):
+                getattr(m, kind).extend(getattr(h, kind))
+            m.file += f", {f}"
+        else:
+            merged[h.module] = h
+    return version, [merged[m] for m in MODULES]
