@@ -1,0 +1,117 @@
+"""NumPy dtypes <-> ``cudnnDataType_t``, and the host scalar type for alpha/beta.
+
+One table maps NumPy's float64, float32, float16, int8, uint8, int32, int64 and bool,
+plus ml_dtypes' bfloat16, float8_e4m3fn, float8_e5m2, float8_e8m0fnu and float4_e2m1fn
+(when ml_dtypes is installed), to cuDNN's data types and back::
+
+    >>> cudnn_dtype("float32")
+    <cudnnDataType_t.CUDNN_DATA_FLOAT: 0>
+    >>> numpy_dtype(capi.CUDNN_DATA_HALF)
+    dtype('float16')
+
+The vectorised types (``CUDNN_DATA_INT8x4``, ``INT8x32``, ``UINT8x4``) map back to
+their storage element type (int8 / uint8); everything else without a NumPy
+equivalent raises :class:`TypeError` naming it.
+"""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from cudnn_py import capi
+
+try:  # bfloat16 / fp8 / fp4 NumPy dtypes; optional
+    import ml_dtypes as _ml
+except ImportError:  # pragma: no cover - depends on the environment
+    _ml = None
+
+__all__ = ["cudnn_dtype", "numpy_dtype", "scalar_type", "scalar", "SUPPORTED_DTYPES"]
+
+_DT = capi.cudnnDataType_t
+
+_PAIRS: list[tuple[np.dtype, _DT]] = [
+    (np.dtype(np.float32), _DT.CUDNN_DATA_FLOAT),
+    (np.dtype(np.float64), _DT.CUDNN_DATA_DOUBLE),
+    (np.dtype(np.float16), _DT.CUDNN_DATA_HALF),
+    (np.dtype(np.int8), _DT.CUDNN_DATA_INT8),
+    (np.dtype(np.uint8), _DT.CUDNN_DATA_UINT8),
+    (np.dtype(np.int32), _DT.CUDNN_DATA_INT32),
+    (np.dtype(np.int64), _DT.CUDNN_DATA_INT64),
+    (np.dtype(np.bool_), _DT.CUDNN_DATA_BOOLEAN),
+]
+if _ml is not None:
+    for _name, _member in [
+        ("bfloat16", "CUDNN_DATA_BFLOAT16"),
+        ("float8_e4m3fn", "CUDNN_DATA_FP8_E4M3"),
+        ("float8_e5m2", "CUDNN_DATA_FP8_E5M2"),
+        ("float8_e8m0fnu", "CUDNN_DATA_FP8_E8M0"),
+        ("float4_e2m1fn", "CUDNN_DATA_FP4_E2M1"),
+    ]:
+        if hasattr(_ml, _name) and hasattr(_DT, _member):
+            _PAIRS.append((np.dtype(getattr(_ml, _name)), _DT[_member]))
+
+#: The NumPy dtypes that have a cuDNN data type, in table order.
+SUPPORTED_DTYPES: tuple[np.dtype, ...] = tuple(d for d, _ in _PAIRS)
+
+_TO_CUDNN: dict = {d: c for d, c in _PAIRS}
+_TO_NUMPY: dict = {int(c): d for d, c in _PAIRS}
+for _vec, _elem in [("CUDNN_DATA_INT8x4", np.int8), ("CUDNN_DATA_INT8x32", np.int8),
+                    ("CUDNN_DATA_UINT8x4", np.uint8)]:
+    if hasattr(_DT, _vec):
+        _TO_NUMPY[int(_DT[_vec])] = np.dtype(_elem)
+# Fast path: remember every spelling we have resolved (np.float32, "float32", dtype objects, ...).
+_LOOKUP: dict = {}
+
+
+def _supported_names() -> str:
+    return ", ".join(d.name for d in SUPPORTED_DTYPES)
+
+
+def cudnn_dtype(dtype) -> capi.cudnnDataType_t:
+    """The ``cudnnDataType_t`` for a NumPy dtype-like (``np.float32``, ``"float16"``, ``ml_dtypes.bfloat16``, an array's ``.dtype``).
+
+    A ``cudnnDataType_t`` passes through unchanged. Raises :class:`TypeError` for a dtype cuDNN has no type for.
+    """
+    try:
+        return _LOOKUP[dtype]
+    except (KeyError, TypeError):
+        pass
+    if isinstance(dtype, _DT):
+        return dtype
+    try:
+        npd = np.dtype(dtype)
+    except TypeError as e:
+        raise TypeError(f"{dtype!r} is not a dtype; expected one of: {_supported_names()}") from e
+    result = _TO_CUDNN.get(npd)
+    if result is None:
+        raise TypeError(f"dtype {npd} ({dtype!r}) has no cuDNN data type; supported: {_supported_names()}")
+    try:
+        _LOOKUP[dtype] = result
+    except TypeError:  # unhashable spelling
+        pass
+    return result
+
+
+def numpy_dtype(cudnn_dt) -> np.dtype:
+    """The NumPy dtype for a ``cudnnDataType_t`` (or its int value); :class:`TypeError` if there is none."""
+    try:
+        return _TO_NUMPY[int(cudnn_dt)]
+    except (KeyError, TypeError, ValueError):
+        pass
+    try:
+        name = _DT(int(cudnn_dt)).name
+    except (ValueError, TypeError):
+        raise TypeError(f"{cudnn_dt!r} is not a cudnnDataType_t value") from None
+    hint = "" if _ml is not None else " (install ml_dtypes for bfloat16/fp8/fp4)"
+    raise TypeError(f"cuDNN data type {name} has no NumPy dtype{hint}")
+
+
+def scalar_type(cudnn_dt) -> type[ctypes.c_float] | type[ctypes.c_double]:
+    """The ctypes type of the host alpha/beta scalars for data of this type: ``c_double`` for double, else ``c_float``."""
+    return ctypes.c_double if int(cudnn_dt) == _DT.CUDNN_DATA_DOUBLE else ctypes.c_float
+
+
+def scalar(cudnn_dt, value: float) -> ctypes.c_float | ctypes.c_double:
+    """A host scalar (alpha/beta) holding ``value`` for data of this type; pass it as ``ctypes.byref(...)``."""
+    return ctypes.c_double(value) if int(cudnn_dt) == _DT.CUDNN_DATA_DOUBLE else ctypes.c_float(value)

@@ -1,0 +1,155 @@
+"""The cuDNN handle: library context for one device, bound to one stream, with its own workspace.
+
+::
+
+    with cudnn.Handle() as h:                  # device 0, the default (NULL) stream
+        y = cudnn.pooling_forward(h, pool, x)  # every op takes the handle first
+        s = cudnn.new_stream()
+        with h.on_stream(s):                   # work queued on s inside the block
+            y = cudnn.pooling_forward(h, pool, x)
+        h.synchronize()
+
+A handle is created on ``device`` (made current in the calling thread) and destroyed by
+:meth:`Handle.close`, the end of a ``with`` block, or, if you forget, the garbage collector. Using a
+closed handle raises :class:`~cudnn_py.errors.ClosedError`.
+
+Threads: cuDNN handles are not thread-safe. Use one handle per thread (and per device), e.g.::
+
+    _local = threading.local()
+
+    def my_handle() -> cudnn.Handle:
+        h = getattr(_local, "handle", None)
+        if h is None:
+            h = _local.handle = cudnn.Handle()
+        return h
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import weakref
+from collections.abc import Iterator
+
+from cuda.core import Device, Stream
+
+from cudnn_py import capi
+from cudnn_py.errors import ClosedError
+from cudnn_py.streams import as_stream, get_device
+from cudnn_py.workspace import Workspace
+
+__all__ = ["Handle"]
+
+
+def _destroy(ptr: capi.cudnnHandle_t, state: list) -> None:
+    # ``state`` holds the stream so that it outlives the handle bound to it.
+    try:
+        capi.cudnnDestroy(ptr)
+    except Exception:  # at interpreter exit the driver may already be gone; nothing left to free
+        pass
+    state.clear()
+
+
+class Handle:
+    """A ``cudnnHandle_t`` on ``device`` (an ordinal or :class:`cuda.core.Device`), bound to ``stream``.
+
+    ``stream``: None for the device's default stream (the NULL stream cuDNN and PyTorch use by default),
+    a :class:`cuda.core.Stream`, a ``torch.cuda.Stream`` or an int ``cudaStream_t``.
+    """
+
+    def __init__(self, device=0, stream=None):
+        self._ptr = None
+        dev = get_device(device)
+        #: the :class:`cuda.core.Device` of this handle
+        self.cuda_device: Device = dev
+        #: the device ordinal
+        self.device: int = dev.device_id
+        s = as_stream(stream, self.device)
+        ptr = capi.cudnnHandle_t()
+        capi.cudnnCreate(ctypes.byref(ptr))
+        self._state = [s]
+        self._finalizer = weakref.finalize(self, _destroy, ptr, self._state)
+        self._ptr = ptr
+        self._stream: Stream = s
+        self._stream_ptr = 0
+        #: the scratch buffer execute calls draw from (see :class:`~cudnn_py.workspace.Workspace`)
+        self.workspace = Workspace(device=self.device)
+        self.set_stream(s)
+
+    # -- state --
+    @property
+    def ptr(self) -> capi.cudnnHandle_t:
+        """The ``cudnnHandle_t`` to pass to C calls; :class:`ClosedError` once closed."""
+        p = self._ptr
+        if p is None:
+            raise ClosedError("this cudnn_py.Handle is closed; create a new Handle()")
+        return p
+
+    @property
+    def closed(self) -> bool:
+        return self._ptr is None
+
+    @property
+    def device_id(self) -> int:
+        """The device ordinal (same as :attr:`device`)."""
+        return self.device
+
+    @property
+    def stream(self) -> Stream:
+        """The :class:`cuda.core.Stream` cuDNN work of this handle is queued on."""
+        return self._stream
+
+    @property
+    def stream_ptr(self) -> int:
+        """:attr:`stream` as an int ``cudaStream_t``."""
+        return self._stream_ptr
+
+    # -- streams --
+    def set_stream(self, stream) -> None:
+        """Queue this handle's future work on ``stream`` (see the class doc for what a stream may be)."""
+        s = as_stream(stream, self.device)
+        try:
+            sdev = s.device.device_id
+        except Exception:  # a foreign stream whose device cannot be queried: trust the caller
+            sdev = self.device
+        if sdev != self.device:
+            raise ValueError(f"stream is on device {sdev} but this handle is on device {self.device}")
+        sptr = int(s.handle)
+        capi.cudnnSetStream(self.ptr, sptr)
+        self._stream, self._stream_ptr = s, sptr
+        self._state[:] = [s]
+
+    @contextlib.contextmanager
+    def on_stream(self, stream) -> Iterator[Handle]:
+        """``with h.on_stream(s):`` queue work on ``s`` inside the block, then restore the previous stream."""
+        previous = self._stream
+        self.set_stream(stream)
+        try:
+            yield self
+        finally:
+            if self._ptr is not None:
+                self.set_stream(previous)
+
+    def synchronize(self) -> None:
+        """Block until all work queued on this handle's stream has finished."""
+        self._stream.sync()
+
+    # -- lifetime --
+    def close(self) -> None:
+        """Release the workspace and destroy the cuDNN handle. Idempotent."""
+        if self._ptr is None:
+            return
+        self.workspace.release()
+        self._ptr = None
+        self._finalizer()
+
+    def __enter__(self) -> Handle:
+        self.ptr  # raises if closed
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        if self._ptr is None:
+            return f"<cudnn_py.Handle device={self.device} closed>"
+        return f"<cudnn_py.Handle device={self.device} stream={self._stream_ptr:#x} {self.workspace!r}>"

@@ -1,0 +1,536 @@
+"""Device arrays on :mod:`cuda.core` memory, and zero-copy views of foreign GPU tensors.
+
+:class:`DeviceArray` is a strided n-d view of device memory: ``shape``, ``dtype``, ``strides`` (in
+elements), ``ptr``, ``device_id``. Memory comes from the device's stream-ordered memory resource
+(``cuda.core.Device.allocate``) and goes back to it, ordered on the stream it was allocated on, when
+the last reference goes::
+
+    x = cudnn.to_device(np.random.rand(8, 3, 32, 32).astype(np.float32))   # host -> device
+    y = cudnn.empty((8, 16, 32, 32), np.float32)
+    y.fill_(0.5)
+    y.to_numpy()                                                              # device -> host
+
+Torch, CuPy, JAX or numba tensors on the GPU are used in place: :func:`as_array` views them through
+DLPack / ``__cuda_array_interface__`` (parsed by ``cuda.core.utils.StridedMemoryView``) honouring
+their strides, and ``torch.from_dlpack(y)`` / ``cupy.asarray(y)`` take a :class:`DeviceArray` the
+same way. A NumPy array where device memory is needed raises :class:`TypeError` saying how to move it.
+
+Streams: ``stream=None`` means the device's default (legacy NULL) stream, the one cuDNN handles and
+PyTorch use by default, so mixing them needs no synchronisation. An array remembers the stream it
+was made on; ``to_numpy()`` waits on that stream. Work you queue on other streams is yours to order.
+"""
+from __future__ import annotations
+
+import ctypes
+import math
+from typing import Any
+
+import numpy as np
+from cuda.bindings import driver as _drv
+from cuda.core import Stream
+from cuda.core.utils import StridedMemoryView
+
+from cudnn_py.dtypes import SUPPORTED_DTYPES
+from cudnn_py.streams import as_stream, get_device
+
+__all__ = ["DeviceArray", "to_device", "empty", "empty_like", "zeros", "as_array", "output_array"]
+
+_KDL_CPU, _KDL_CUDA, _KDL_CUDA_HOST, _KDL_CUDA_MANAGED = 1, 2, 3, 13
+
+
+def _check(result, what: str) -> None:
+    err = result[0]
+    if int(err):
+        _, name = _drv.cuGetErrorName(err)
+        _, text = _drv.cuGetErrorString(err)
+        name = name.decode() if isinstance(name, bytes) else name
+        text = text.decode() if isinstance(text, bytes) else text
+        raise RuntimeError(f"{what} failed: {name}: {text}")
+
+
+def _c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for n in reversed(shape):
+        strides.append(acc)
+        acc *= max(n, 1)
+    return tuple(reversed(strides))
+
+
+def _is_c_contiguous(shape, strides) -> bool:
+    acc = 1
+    for n, s in zip(reversed(shape), reversed(strides)):
+        if n == 0:
+            return True
+        if n != 1 and s != acc:
+            return False
+        acc *= n
+    return True
+
+
+def _normalize_shape(shape, what: str = "shape") -> tuple[int, ...]:
+    if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
+        shape = (shape,)
+    try:
+        out = tuple(int(n) for n in shape)
+        ok = all(isinstance(n, (int, np.integer)) and not isinstance(n, bool) for n in shape)
+    except TypeError:
+        ok = False
+    if not ok:
+        raise TypeError(f"{what} must be an int or a sequence of ints, got {shape!r}")
+    if any(n < 0 for n in out):
+        raise ValueError(f"{what} must not have negative dimensions, got {out}")
+    return out
+
+
+def _numpy_dtype(dtype) -> np.dtype:
+    try:
+        d = np.dtype(dtype)
+    except TypeError as e:
+        raise TypeError(f"{dtype!r} is not a dtype") from e
+    if d not in SUPPORTED_DTYPES:
+        names = ", ".join(x.name for x in SUPPORTED_DTYPES)
+        raise TypeError(f"dtype {d} is not supported by cuDNN; expected one of: {names}")
+    return d
+
+
+# --- DLPack export (DLPack 0.8 "dltensor" capsules, built with ctypes) -------------------------------
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+class _DLManagedTensor(ctypes.Structure):
+    pass
+
+
+_DLDeleter = ctypes.CFUNCTYPE(None, ctypes.POINTER(_DLManagedTensor))
+_DLManagedTensor._fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", _DLDeleter)]
+
+# Exported tensors stay alive (struct, shape/strides storage, owner) until their deleter runs.
+_EXPORTS: dict[int, tuple] = {}
+_CAPSULE_NAME = b"dltensor"
+_DL_CODES = {"bfloat16": 4, "float8_e4m3fn": 10, "float8_e5m2": 12, "float8_e8m0fnu": 14}
+_DL_KIND = {"i": 0, "u": 1, "f": 2, "b": 6}
+
+
+@_DLDeleter
+def _dl_deleter(managed):
+    _EXPORTS.pop(ctypes.addressof(managed.contents), None)
+
+
+_capsule_new = ctypes.pythonapi.PyCapsule_New
+_capsule_new.restype, _capsule_new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+_capsule_is_valid = ctypes.pythonapi.PyCapsule_IsValid
+_capsule_is_valid.restype, _capsule_is_valid.argtypes = ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p]
+_capsule_get = ctypes.pythonapi.PyCapsule_GetPointer
+_capsule_get.restype, _capsule_get.argtypes = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_char_p]
+
+
+_err_fetch = ctypes.pythonapi.PyErr_Fetch
+_err_fetch.restype, _err_fetch.argtypes = None, None  # no argument checks: they would trip on a pending error
+_err_restore = ctypes.pythonapi.PyErr_Restore
+_err_restore.restype, _err_restore.argtypes = None, [ctypes.c_void_p] * 3
+_SAVED = (ctypes.c_void_p * 3)()
+_SAVED_REFS = tuple(ctypes.byref(_SAVED, i * ctypes.sizeof(ctypes.c_void_p)) for i in range(3))
+
+
+@ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+def _capsule_destructor(capsule):
+    # A capsule nobody consumed still owns its tensor; a consumed one was renamed "used_dltensor".
+    # A consumer may drop the capsule while raising: keep its pending exception aside meanwhile.
+    _err_fetch(*_SAVED_REFS)
+    try:
+        if _capsule_is_valid(capsule, _CAPSULE_NAME):
+            _EXPORTS.pop(_capsule_get(capsule, _CAPSULE_NAME), None)
+    finally:
+        _err_restore(*_SAVED)
+
+
+def _dl_dtype(dtype: np.dtype) -> tuple[int, int]:
+    code = _DL_CODES.get(dtype.name, _DL_KIND.get(dtype.kind))
+    if code is None:
+        raise BufferError(f"dtype {dtype} cannot be exported through DLPack")
+    return code, dtype.itemsize * 8
+
+
+def _dlpack_capsule(ptr: int, shape: tuple, strides: tuple, dtype: np.dtype,
+                    device: tuple[int, int], owner: Any) -> Any:
+    """A DLPack 0.8 capsule for a strided view of memory at ``ptr``; ``owner`` is kept alive until it is released."""
+    code, bits = _dl_dtype(dtype)
+    ndim = len(shape)
+    dims = (ctypes.c_int64 * max(2 * ndim, 1))(*shape, *strides)
+    managed = _DLManagedTensor()
+    t = managed.dl_tensor
+    t.data = ptr or None
+    t.device = _DLDevice(*device)
+    t.ndim = ndim
+    t.dtype = _DLDataType(code, bits, 1)
+    t.shape = ctypes.cast(dims, ctypes.POINTER(ctypes.c_int64))
+    t.strides = ctypes.cast(ctypes.byref(dims, 8 * ndim), ctypes.POINTER(ctypes.c_int64))
+    t.byte_offset = 0
+    managed.deleter = _dl_deleter
+    address = ctypes.addressof(managed)
+    _EXPORTS[address] = (managed, dims, owner)
+    try:
+        return _capsule_new(address, _CAPSULE_NAME, ctypes.cast(_capsule_destructor, ctypes.c_void_p))
+    except BaseException:
+        _EXPORTS.pop(address, None)
+        raise
+
+
+# --- DeviceArray -------------------------------------------------------------------------------------
+
+class DeviceArray:
+    """A strided n-d array in device memory. Strides are in elements (NumPy's are in bytes).
+
+    Build one with :func:`to_device`, :func:`empty`, :func:`zeros` or :func:`as_array`; the
+    constructor wraps memory you already own (``owner`` is kept alive as long as the array).
+    """
+
+    __slots__ = ("shape", "dtype", "strides", "ptr", "device_id", "size", "nbytes", "ndim",
+                 "is_contiguous", "_owner", "_stream", "__weakref__")
+
+    def __init__(self, ptr: int, shape, dtype, strides=None, *, device_id: int = 0, owner: Any = None,
+                 stream=None):
+        shape = _normalize_shape(shape)
+        dtype = _numpy_dtype(dtype)
+        if strides is None:
+            strides = _c_strides(shape)
+        else:
+            strides = tuple(int(s) for s in strides)
+            if len(strides) != len(shape):
+                raise ValueError(f"strides {strides} must have one entry per dimension of shape {shape}")
+        if not isinstance(ptr, int) or ptr < 0:
+            raise TypeError(f"ptr must be a device address as a non-negative int, got {ptr!r}")
+        self._init(int(ptr), shape, dtype, strides, int(device_id), owner,
+                   None if stream is None else as_stream(stream, device_id))
+
+    def _init(self, ptr, shape, dtype, strides, device_id, owner, stream):
+        self.ptr = ptr
+        self.shape = shape
+        self.dtype = dtype
+        self.strides = strides
+        self.device_id = device_id
+        self.ndim = len(shape)
+        self.size = math.prod(shape)
+        self.nbytes = self.size * dtype.itemsize
+        self.is_contiguous = _is_c_contiguous(shape, strides)
+        self._owner = owner
+        self._stream = stream
+
+    @classmethod
+    def _new(cls, ptr, shape, dtype, strides, device_id, owner, stream) -> DeviceArray:
+        self = cls.__new__(cls)
+        self._init(ptr, shape, dtype, strides, device_id, owner, stream)
+        return self
+
+    # -- basics --
+    @property
+    def stream(self) -> Stream:
+        """The stream this array's contents are ordered on (where it was allocated or last copied)."""
+        if self._stream is None:
+            self._stream = get_device(self.device_id).default_stream
+        return self._stream
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d DeviceArray")
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        return (f"DeviceArray(shape={self.shape}, dtype={self.dtype.name}, strides={self.strides}, "
+                f"device={self.device_id}, ptr={self.ptr:#x})")
+
+    def __array__(self, *args, **kwargs):
+        raise TypeError("a DeviceArray lives in device memory; call .to_numpy() to copy it to the host")
+
+    def _span(self) -> tuple[int, int]:
+        """(offset of the lowest element, number of elements from it to the highest), for any strides."""
+        if self.size == 0:
+            return 0, 0
+        lo = sum((n - 1) * s for n, s in zip(self.shape, self.strides) if s < 0)
+        hi = sum((n - 1) * s for n, s in zip(self.shape, self.strides) if s > 0)
+        return lo, hi - lo + 1
+
+    def _require_contiguous(self, what: str) -> None:
+        if not self.is_contiguous:
+            raise ValueError(f"{what} needs a C-contiguous array; this one has shape {self.shape} "
+                             f"and strides {self.strides} (elements)")
+
+    # -- host transfers --
+    def to_numpy(self, stream=None) -> np.ndarray:
+        """Copy to a new NumPy array (waits for the copy, after the work queued on ``stream``, default :attr:`stream`)."""
+        s = self.stream if stream is None else as_stream(stream, self.device_id)
+        out = np.empty(self.shape, self.dtype)
+        if self.size == 0:
+            return out
+        if self.is_contiguous:
+            _check(_drv.cuMemcpyDtoHAsync(out.ctypes.data, self.ptr, self.nbytes, s.handle), "cuMemcpyDtoHAsync")
+            s.sync()
+            return out
+        lo, count = self._span()
+        host = np.empty(count, self.dtype)
+        item = self.dtype.itemsize
+        _check(_drv.cuMemcpyDtoHAsync(host.ctypes.data, self.ptr + lo * item, count * item, s.handle),
+               "cuMemcpyDtoHAsync")
+        s.sync()
+        view = np.lib.stride_tricks.as_strided(host[-lo:], self.shape, tuple(x * item for x in self.strides))
+        out[...] = view
+        return out
+
+    def fill_(self, value, stream=None) -> DeviceArray:
+        """Set every element to ``value`` (converted to :attr:`dtype`), asynchronously on ``stream``."""
+        self._require_contiguous("fill_")
+        s = self.stream if stream is None else as_stream(stream, self.device_id)
+        if self.size == 0:
+            return self
+        try:
+            v = np.asarray(value).astype(self.dtype).reshape(1)
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"cannot fill a {self.dtype} array with {value!r}") from e
+        item = self.dtype.itemsize
+        words = v.view(np.uint32) if item in (4, 8) else None
+        if item == 1:
+            _check(_drv.cuMemsetD8Async(self.ptr, int(v.view(np.uint8)[0]), self.size, s.handle), "cuMemsetD8Async")
+        elif item == 2:
+            _check(_drv.cuMemsetD16Async(self.ptr, int(v.view(np.uint16)[0]), self.size, s.handle),
+                   "cuMemsetD16Async")
+        elif item == 4 or (item == 8 and words[0] == words[1]):
+            _check(_drv.cuMemsetD32Async(self.ptr, int(words[0]), self.nbytes // 4, s.handle), "cuMemsetD32Async")
+        else:
+            host = np.full(self.shape, v[0], self.dtype)
+            _check(_drv.cuMemcpyHtoDAsync(self.ptr, host.ctypes.data, self.nbytes, s.handle), "cuMemcpyHtoDAsync")
+            s.sync()
+        return self
+
+    def copy_(self, src, stream=None) -> DeviceArray:
+        """Copy ``src`` into this array, on ``stream`` (default :attr:`stream`).
+
+        ``src`` is host data (NumPy or anything ``np.asarray`` takes; converted to :attr:`dtype`,
+        same shape) or a device array of the same shape and dtype. Both must be C-contiguous.
+        """
+        self._require_contiguous("copy_")
+        s = self.stream if stream is None else as_stream(stream, self.device_id)
+        if _is_device_like(src):
+            other = as_array(src, "src")
+            if other.shape != self.shape or other.dtype != self.dtype:
+                raise ValueError(f"copy_ source has shape {other.shape} and dtype {other.dtype}; "
+                                 f"expected shape {self.shape} and dtype {self.dtype}")
+            other._require_contiguous("copy_ (source)")
+            if other._stream is not None and other._stream != s:
+                s.wait(other._stream)
+            if self.nbytes:
+                _check(_drv.cuMemcpyDtoDAsync(self.ptr, other.ptr, self.nbytes, s.handle), "cuMemcpyDtoDAsync")
+            return self
+        host = np.ascontiguousarray(src, dtype=self.dtype)
+        if host.shape != self.shape:
+            raise ValueError(f"copy_ source has shape {host.shape}; expected {self.shape}")
+        if self.nbytes:
+            _check(_drv.cuMemcpyHtoDAsync(self.ptr, host.ctypes.data, self.nbytes, s.handle), "cuMemcpyHtoDAsync")
+        return self
+
+    def reshape(self, *shape) -> DeviceArray:
+        """A view with a new shape (one dimension may be -1); the array must be C-contiguous."""
+        if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
+            shape = tuple(shape[0])
+        shape = tuple(int(n) for n in shape)
+        if shape.count(-1) > 1:
+            raise ValueError(f"reshape: at most one dimension may be -1, got {shape}")
+        if -1 in shape:
+            known = math.prod(n for n in shape if n != -1)
+            if known == 0 or self.size % known:
+                raise ValueError(f"reshape: cannot reshape an array of size {self.size} into {shape}")
+            shape = tuple(self.size // known if n == -1 else n for n in shape)
+        shape = _normalize_shape(shape)
+        if math.prod(shape) != self.size:
+            raise ValueError(f"reshape: cannot reshape an array of size {self.size} into {shape}")
+        self._require_contiguous("reshape")
+        return DeviceArray._new(self.ptr, shape, self.dtype, _c_strides(shape), self.device_id, self,
+                                self._stream)
+
+    # -- exchange protocols --
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        stream = None
+        if self._stream is not None:
+            stream = int(self._stream.handle) or None
+        return {
+            "shape": self.shape,
+            "typestr": self.dtype.str,
+            "descr": [("", self.dtype.str)],
+            "data": (self.ptr, False),
+            "strides": None if self.is_contiguous else tuple(s * self.dtype.itemsize for s in self.strides),
+            "version": 3,
+            "stream": stream,
+        }
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (_KDL_CUDA, self.device_id)
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """DLPack export (zero-copy). ``stream``: the consumer's stream; it is made to wait for this array's stream."""
+        if copy:
+            raise BufferError("DeviceArray.__dlpack__ does not copy; call with copy=None or False")
+        if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
+            raise BufferError(f"DeviceArray is on {self.__dlpack_device__()}; cannot export to {dl_device}")
+        if stream is not None and stream != -1 and self._stream is not None:
+            if stream == 0:
+                raise BufferError("stream=0 is ambiguous in DLPack; pass 1 for the legacy default stream")
+            if int(self._stream.handle) != stream:
+                Stream.from_handle(stream).wait(self._stream.record())
+        return _dlpack_capsule(self.ptr, self.shape, self.strides, self.dtype, self.__dlpack_device__(), self)
+
+
+# --- constructors ------------------------------------------------------------------------------------
+
+def _allocate(shape, dtype, stream, device) -> DeviceArray:
+    shape = _normalize_shape(shape)
+    dtype = _numpy_dtype(dtype)
+    dev = get_device(device)
+    s = as_stream(stream, device)
+    nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes == 0:
+        return DeviceArray._new(0, shape, dtype, _c_strides(shape), dev.device_id, None, s)
+    buf = dev.allocate(nbytes, stream=s)
+    return DeviceArray._new(int(buf.handle), shape, dtype, _c_strides(shape), dev.device_id, buf, s)
+
+
+def empty(shape, dtype=np.float32, *, stream=None, device=None) -> DeviceArray:
+    """An uninitialised C-contiguous device array, allocated on ``stream`` (default: the default stream)."""
+    return _allocate(shape, dtype, stream, device)
+
+
+def zeros(shape, dtype=np.float32, *, stream=None, device=None) -> DeviceArray:
+    """A C-contiguous device array of zeros."""
+    a = _allocate(shape, dtype, stream, device)
+    if a.nbytes:
+        _check(_drv.cuMemsetD8Async(a.ptr, 0, a.nbytes, a.stream.handle), "cuMemsetD8Async")
+    return a
+
+
+def empty_like(a, dtype=None, *, stream=None) -> DeviceArray:
+    """An uninitialised C-contiguous array with ``a``'s shape (and dtype unless given), on ``a``'s device."""
+    a = as_array(a, "a")
+    return _allocate(a.shape, a.dtype if dtype is None else dtype,
+                     a._stream if stream is None else stream, a.device_id)
+
+
+def to_device(obj, stream=None, *, dtype=None, device=None) -> DeviceArray:
+    """Copy host data (a NumPy array or anything ``np.asarray`` takes) to a new C-contiguous device array.
+
+    Non-contiguous input is packed first; ``dtype`` converts on the host. Device data (a DeviceArray,
+    torch/CuPy tensor) is returned as a zero-copy :func:`as_array` view instead.
+    """
+    if _is_device_like(obj):
+        return as_array(obj, "obj")
+    host = np.ascontiguousarray(obj, dtype=dtype)
+    a = _allocate(host.shape, host.dtype, stream, device)
+    if a.nbytes:
+        _check(_drv.cuMemcpyHtoDAsync(a.ptr, host.ctypes.data, a.nbytes, a.stream.handle), "cuMemcpyHtoDAsync")
+    return a
+
+
+# --- foreign tensors ---------------------------------------------------------------------------------
+
+def _is_device_like(obj) -> bool:
+    if type(obj) is DeviceArray:
+        return True
+    if isinstance(obj, np.ndarray):
+        return False
+    if hasattr(obj, "__cuda_array_interface__"):
+        return True
+    dev = getattr(obj, "__dlpack_device__", None)
+    if dev is None:
+        return False
+    try:
+        return dev()[0] in (_KDL_CUDA, _KDL_CUDA_MANAGED)
+    except Exception:
+        return False
+
+
+def _host_error(obj, name: str) -> TypeError:
+    return TypeError(
+        f"{name} is a {type(obj).__module__}.{type(obj).__name__} in host memory, but cuDNN needs device memory; "
+        f"copy it with cudnn_py.to_device({name}) (or pass a GPU tensor, e.g. torch's {name}.cuda())"
+    )
+
+
+def _view(obj, name: str, stream) -> DeviceArray:
+    """Wrap a DLPack / CUDA-array-interface object without copying."""
+    if isinstance(obj, np.ndarray) or isinstance(obj, np.generic):
+        raise _host_error(obj, name)
+    has_dlpack = hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__")
+    has_cai = hasattr(obj, "__cuda_array_interface__")
+    if not has_dlpack and not has_cai:
+        raise TypeError(f"{name} must be a DeviceArray or a GPU tensor (DLPack or __cuda_array_interface__), "
+                        f"got {type(obj).__module__}.{type(obj).__name__}")
+    if has_dlpack:
+        try:
+            kind, _ = obj.__dlpack_device__()
+        except Exception as e:
+            raise TypeError(f"{name}: __dlpack_device__() failed: {e}") from e
+        if kind not in (_KDL_CUDA, _KDL_CUDA_MANAGED):
+            if not has_cai:
+                raise _host_error(obj, name)
+            has_dlpack = False
+    sptr = -1 if stream is None else int(as_stream(stream).handle)
+    try:
+        if has_dlpack:
+            view = StridedMemoryView.from_dlpack(obj, sptr)
+        else:
+            view = StridedMemoryView.from_cuda_array_interface(obj, sptr)
+        dtype = view.dtype
+    except (BufferError, NotImplementedError, TypeError, ValueError) as e:
+        raise TypeError(f"{name}: cannot view {type(obj).__name__} as a device array: {e}") from e
+    if not view.is_device_accessible or view.device_id < 0:
+        raise _host_error(obj, name)
+    if dtype is None or dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"{name} has dtype {dtype}, which cuDNN does not support")
+    shape = tuple(view.shape)
+    strides = view.strides
+    strides = _c_strides(shape) if strides is None else tuple(strides)
+    return DeviceArray._new(int(view.ptr), shape, np.dtype(dtype), strides, int(view.device_id), view,
+                            None if stream is None else as_stream(stream))
+
+
+def as_array(obj, name: str = "x", *, dtype=None, ndim: int | None = None, shape=None,
+             contiguous: bool = False, device: int | None = None, stream=None) -> DeviceArray:
+    """``obj`` as a :class:`DeviceArray`, without copying; validate it before any C call sees it.
+
+    ``obj``: a DeviceArray (returned as is) or any GPU tensor with ``__dlpack__`` /
+    ``__cuda_array_interface__`` (torch, CuPy, JAX, numba). A host array raises :class:`TypeError`
+    that says how to move it. ``stream``: the consumer stream foreign producers are ordered before
+    (default: no ordering; the default stream is shared anyway). The optional checks raise
+    :class:`TypeError` (dtype) or :class:`ValueError` (ndim, shape, contiguity, device) naming ``name``.
+    """
+    a = obj if type(obj) is DeviceArray else _view(obj, name, stream)
+    if dtype is not None and a.dtype != dtype:
+        raise TypeError(f"{name} has dtype {a.dtype}; expected {np.dtype(dtype)}")
+    if ndim is not None and a.ndim != ndim:
+        raise ValueError(f"{name} has {a.ndim} dimensions (shape {a.shape}); expected {ndim}")
+    if shape is not None and a.shape != tuple(shape):
+        raise ValueError(f"{name} has shape {a.shape}; expected {tuple(shape)}")
+    if contiguous and not a.is_contiguous:
+        raise ValueError(f"{name} must be C-contiguous (packed); it has shape {a.shape} and strides "
+                         f"{a.strides} (elements): make a packed copy first (e.g. torch .contiguous())")
+    if device is not None and a.device_id != device:
+        raise ValueError(f"{name} is on device {a.device_id}; expected device {device} (the handle's)")
+    return a
+
+
+def output_array(out, shape, dtype, name: str = "y", *, device: int | None = None, stream=None,
+                 contiguous: bool = False) -> DeviceArray:
+    """An output array: a new C-contiguous one when ``out`` is None, else ``out`` validated to be exactly ``shape`` and ``dtype``."""
+    if out is None:
+        return _allocate(shape, dtype, stream, device)
+    return as_array(out, name, dtype=dtype, shape=shape, contiguous=contiguous, device=device, stream=stream)

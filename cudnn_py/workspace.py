@@ -1,0 +1,121 @@
+"""Workspaces: one device scratch buffer that grows on demand and is reused call after call.
+
+Every :class:`~cudnn_py.Handle` owns one (``handle.workspace``); execute calls ask cuDNN how many
+bytes they need and take them with ``handle.workspace.get(nbytes, handle.stream)``, so users never
+size workspaces by hand::
+
+    h.workspace.cap = 64 << 20          # never grow past 64 MiB: a call needing more raises
+    ...
+    print(h.workspace.peak)             # the most any call asked for
+
+Growth frees the old buffer and allocates the new one on the stream of the call (stream-ordered, so
+work already queued keeps using the old memory safely). The buffer is reused on the same stream
+without synchronisation; moving to another stream makes that stream wait for the previous one first.
+A call needing more than ``cap`` raises :class:`~cudnn_py.errors.WorkspaceLimitError` (nothing is
+allocated, nothing runs); callers that can fall back (e.g. to an algorithm needing less) catch it.
+"""
+from __future__ import annotations
+
+from cudnn_py.errors import WorkspaceLimitError
+from cudnn_py.streams import as_stream, get_device
+
+__all__ = ["Workspace"]
+
+_GRANULE = 1 << 20  # grow in whole MiB so slightly larger requests reuse the buffer
+
+
+class Workspace:
+    """A growable device scratch buffer. ``cap``: the most bytes it may hold (None: no limit).
+
+    ``with Workspace() as ws:`` frees the memory at the end of the block (the object stays usable and
+    allocates again on the next :meth:`get`).
+    """
+
+    __slots__ = ("_device", "_buffer", "_ptr", "_size", "_stream", "_cap", "peak", "__weakref__")
+
+    def __init__(self, cap: int | None = None, *, device=None):
+        self._device = device
+        self._buffer = None
+        self._ptr = 0
+        self._size = 0
+        self._stream = None
+        self._cap = None
+        self.cap = cap
+        #: the largest number of bytes any :meth:`get` asked for
+        self.peak = 0
+
+    @property
+    def cap(self) -> int | None:
+        """The most bytes this workspace may grow to (None: unlimited). Lowering it below :attr:`size` frees the buffer."""
+        return self._cap
+
+    @cap.setter
+    def cap(self, value: int | None) -> None:
+        if value is not None:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"workspace cap must be an int number of bytes or None, got {value!r}")
+            if value < 0:
+                raise ValueError(f"workspace cap must be >= 0 bytes, got {value}")
+            if self._size > value:
+                self.release()
+        self._cap = value
+
+    @property
+    def size(self) -> int:
+        """Bytes currently allocated (0 before the first :meth:`get` and after :meth:`release`)."""
+        return self._size
+
+    @property
+    def ptr(self) -> int:
+        """The device address of the current buffer (0 when none is allocated)."""
+        return self._ptr
+
+    def get(self, nbytes: int, stream=None) -> int:
+        """A device pointer to at least ``nbytes`` bytes, valid for work queued on ``stream`` until the next ``get``.
+
+        ``nbytes == 0`` returns 0 (cuDNN accepts a NULL workspace of size 0).
+        Raises :class:`WorkspaceLimitError` when ``nbytes`` exceeds :attr:`cap`.
+        """
+        if nbytes < 0:
+            raise ValueError(f"workspace size must be >= 0 bytes, got {nbytes}")
+        if nbytes > self.peak:
+            self.peak = nbytes
+        if nbytes == 0:
+            return 0
+        if self._cap is not None and nbytes > self._cap:
+            raise WorkspaceLimitError(
+                f"this call needs a {nbytes}-byte workspace but the workspace cap is {self._cap} bytes; "
+                f"raise the cap (workspace.cap = {nbytes}) or choose an algorithm that needs less"
+            )
+        s = stream if stream is not None and stream is self._stream else as_stream(stream, self._device)
+        if self._stream is not None and s is not self._stream and s != self._stream:
+            s.wait(self._stream)  # the previous user of the buffer must be done before s reuses it
+        self._stream = s
+        if nbytes > self._size:
+            size = -(-nbytes // _GRANULE) * _GRANULE
+            if self._cap is not None:
+                size = min(size, self._cap)
+            if self._buffer is not None:
+                self._buffer.close(s)
+                self._buffer, self._ptr, self._size = None, 0, 0
+            self._buffer = get_device(self._device).allocate(size, stream=s)
+            self._ptr, self._size = int(self._buffer.handle), size
+        return self._ptr
+
+    def release(self) -> None:
+        """Give the buffer back (stream-ordered on the stream that last used it); the next :meth:`get` allocates again."""
+        if self._buffer is not None:
+            self._buffer.close(self._stream)
+            self._buffer, self._ptr, self._size = None, 0, 0
+
+    close = release
+
+    def __enter__(self) -> Workspace:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        cap = "None" if self._cap is None else str(self._cap)
+        return f"Workspace(size={self._size}, peak={self.peak}, cap={cap})"
