@@ -1,0 +1,465 @@
+"""Convolution algorithm queries, records, the "fastest" cache and the port of the removed selectors.
+
+Three directions, named as in the rest of the package: ``"forward"``, ``"backward_data"`` and
+``"backward_filter"``. For each, cuDNN offers a heuristic query (``..._v7``), a measured one
+(``Find...``, which allocates its own buffers, and ``Find...Ex``, which runs on the caller's buffers)
+and a workspace-size query; this module calls them on raw descriptors (capi handles or objects with
+``.ptr``) and returns :class:`AlgoPerf` records in cuDNN's order.
+
+Port of the selectors removed in cuDNN 8 (one line each)::
+
+    # C, cuDNN 7:
+    #   cudnnGetConvolutionForwardAlgorithm(h, xD, wD, cD, yD, CUDNN_CONVOLUTION_FWD_PREFER_FASTEST, 0, &algo);
+    from cudnn_py.algorithms import *
+    algo = cudnnGetConvolutionForwardAlgorithm(h, xD, wD, cD, yD, CUDNN_CONVOLUTION_FWD_PREFER_FASTEST, 0)
+
+or, with keywords, ``choose_forward_algorithm(h, xD, wD, cD, yD, preference, limit, measured=False)``.
+The preference is applied to the ``_v7`` heuristic list (``measured=True`` applies it to ``Find``
+timings instead): PREFER_FASTEST takes the first supported entry, NO_WORKSPACE the first needing no
+workspace, SPECIFY_WORKSPACE_LIMIT the first needing at most ``memoryLimitInBytes``.
+"""
+from __future__ import annotations
+
+import ctypes
+import enum
+import json
+import os
+import threading
+from dataclasses import asdict, dataclass
+from typing import Any, Iterable
+
+from cudnn_py import capi
+from cudnn_py.errors import CudnnError, CudnnNotSupportedError, WorkspaceLimitError
+
+__all__ = [
+    "DIRECTIONS", "AlgoPerf", "AlgorithmCache", "algorithm_cache", "algorithm_enum", "parse_algo",
+    "select_algorithm", "max_algorithm_count", "heuristic_algorithms", "find_algorithms", "find_algorithms_ex", "workspace_size",
+    "cudnnConvolutionFwdPreference_t", "cudnnConvolutionBwdDataPreference_t", "cudnnConvolutionBwdFilterPreference_t",
+    "CUDNN_CONVOLUTION_FWD_NO_WORKSPACE", "CUDNN_CONVOLUTION_FWD_PREFER_FASTEST",
+    "CUDNN_CONVOLUTION_FWD_SPECIFY_WORKSPACE_LIMIT", "CUDNN_CONVOLUTION_BWD_DATA_NO_WORKSPACE",
+    "CUDNN_CONVOLUTION_BWD_DATA_PREFER_FASTEST", "CUDNN_CONVOLUTION_BWD_DATA_SPECIFY_WORKSPACE_LIMIT",
+    "CUDNN_CONVOLUTION_BWD_FILTER_NO_WORKSPACE", "CUDNN_CONVOLUTION_BWD_FILTER_PREFER_FASTEST",
+    "CUDNN_CONVOLUTION_BWD_FILTER_SPECIFY_WORKSPACE_LIMIT", "choose_forward_algorithm",
+    "choose_backward_data_algorithm", "choose_backward_filter_algorithm", "cudnnGetConvolutionForwardAlgorithm",
+    "cudnnGetConvolutionBackwardDataAlgorithm", "cudnnGetConvolutionBackwardFilterAlgorithm",
+]
+
+DIRECTIONS = ("forward", "backward_data", "backward_filter")
+
+
+@dataclass(frozen=True)
+class _Api:
+    algo_enum: type
+    perf: type
+    max_count: Any
+    heuristic: Any
+    find: Any
+    find_ex: Any
+    ws_size: Any
+    execute: Any
+
+
+def _api(direction: str) -> _Api:
+    try:
+        return _APIS[direction]
+    except KeyError:
+        raise ValueError(f"direction {direction!r}: expected one of {DIRECTIONS}") from None
+
+
+class _Apis(dict):
+    """direction -> _Api, built on first use so importing this module never touches the library."""
+
+    def __missing__(self, direction):
+        c = capi
+        table = {
+            "forward": ("cudnnConvolutionFwdAlgo_t", "cudnnConvolutionFwdAlgoPerf_t", "ForwardAlgorithm", "Forward"),
+            "backward_data": ("cudnnConvolutionBwdDataAlgo_t", "cudnnConvolutionBwdDataAlgoPerf_t",
+                              "BackwardDataAlgorithm", "BackwardData"),
+            "backward_filter": ("cudnnConvolutionBwdFilterAlgo_t", "cudnnConvolutionBwdFilterAlgoPerf_t",
+                                "BackwardFilterAlgorithm", "BackwardFilter"),
+        }
+        if direction not in table:
+            raise KeyError(direction)
+        enum_name, perf_name, alg, ex = table[direction]
+        api = _Api(getattr(c, enum_name), getattr(c, perf_name),
+                   getattr(c, f"cudnnGetConvolution{alg}MaxCount"), getattr(c, f"cudnnGetConvolution{alg}_v7"),
+                   getattr(c, f"cudnnFindConvolution{alg}"), getattr(c, f"cudnnFindConvolution{alg}Ex"),
+                   getattr(c, f"cudnnGetConvolution{ex}WorkspaceSize"), getattr(c, f"cudnnConvolution{ex}"))
+        self[direction] = api
+        return api
+
+
+_APIS = _Apis()
+
+
+def algorithm_enum(direction: str) -> type[enum.IntEnum]:
+    """The capi enum of algorithms for a direction (e.g. ``capi.cudnnConvolutionFwdAlgo_t``)."""
+    return _api(direction).algo_enum
+
+
+def _real_members(direction: str) -> list:
+    return [m for m in algorithm_enum(direction) if not m.name.endswith("_COUNT")]
+
+
+def parse_algo(direction: str, algo: Any) -> enum.IntEnum:
+    """An algorithm enum member from a member, an int, or a name (full C name or its tail, any case).
+
+    ``parse_algo("forward", "implicit_precomp_gemm")`` -> ``CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM``.
+    """
+    members = _real_members(direction)
+    if isinstance(algo, enum.IntEnum):
+        if type(algo) is not algorithm_enum(direction):
+            raise TypeError(f"{algo!r} is not a {direction} algorithm; expected a {algorithm_enum(direction).__name__}")
+        return algo
+    if isinstance(algo, int) and not isinstance(algo, bool):
+        for m in members:
+            if int(m) == algo:
+                return m
+        raise ValueError(f"{direction} algorithm {algo} does not exist; valid: {[int(m) for m in members]}")
+    if isinstance(algo, str):
+        want = algo.strip().upper()
+        for m in members:
+            if want == m.name or m.name.endswith("_ALGO_" + want):
+                return m
+        raise ValueError(f"{direction} algorithm {algo!r} does not exist; valid: "
+                         f"{[m.name.split('_ALGO_')[1] for m in members]}")
+    raise TypeError(f"algo must be an enum member, int or name, got {type(algo).__name__}")
+
+
+@dataclass(frozen=True)
+class AlgoPerf:
+    """One entry of cuDNN's algorithm list (a ``cudnnConvolution*AlgoPerf_t`` as a Python record)."""
+
+    direction: str
+    algo: enum.IntEnum
+    status: enum.IntEnum
+    time_ms: float
+    memory_bytes: int
+    determinism: enum.IntEnum
+    math_type: enum.IntEnum
+
+    @property
+    def supported(self) -> bool:
+        return int(self.status) == int(capi.CUDNN_STATUS_SUCCESS)
+
+    @property
+    def deterministic(self) -> bool:
+        return int(self.determinism) == int(capi.CUDNN_DETERMINISTIC)
+
+    @classmethod
+    def from_struct(cls, direction: str, s) -> "AlgoPerf":
+        return cls(direction, algorithm_enum(direction)(s.algo), _enum(capi.cudnnStatus_t, s.status), float(s.time),
+                   int(s.memory), capi.cudnnDeterminism_t(s.determinism), capi.cudnnMathType_t(s.mathType))
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        for k in ("algo", "status", "determinism", "math_type"):
+            d[k] = getattr(self, k).name
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "AlgoPerf":
+        direction = d["direction"]
+        return cls(direction, parse_algo(direction, d["algo"]), capi.cudnnStatus_t[d["status"]], float(d["time_ms"]),
+                   int(d["memory_bytes"]), capi.cudnnDeterminism_t[d["determinism"]],
+                   capi.cudnnMathType_t[d["math_type"]])
+
+    def __str__(self) -> str:
+        state = "ok" if self.supported else self.status.name
+        det = "det" if self.deterministic else "nondet"
+        return (f"{self.algo.name:<50} {state:<12} {self.time_ms:9.4f} ms {self.memory_bytes:>12} B "
+                f"{det:<6} {self.math_type.name}")
+
+
+def _enum(kind, value):
+    try:
+        return kind(value)
+    except ValueError:  # a status newer than the headers we were generated from
+        return value
+
+
+def _raw(obj):
+    """A capi handle from a capi handle, a Handle/descriptor object (``.ptr``) or None."""
+    return getattr(obj, "ptr", obj)
+
+
+def _perf_array(direction: str, count: int):
+    return (_api(direction).perf * count)()
+
+
+def max_algorithm_count(handle, direction: str) -> int:
+    """``cudnnGetConvolution*AlgorithmMaxCount``."""
+    n = ctypes.c_int()
+    _api(direction).max_count(_raw(handle), ctypes.byref(n))
+    return n.value
+
+
+def _records(direction: str, arr, returned: ctypes.c_int) -> list[AlgoPerf]:
+    return [AlgoPerf.from_struct(direction, arr[i]) for i in range(returned.value)]
+
+
+def heuristic_algorithms(handle, direction: str, a, b, conv, c, count: int | None = None) -> list[AlgoPerf]:
+    """``cudnnGetConvolution*Algorithm_v7`` on descriptors in C order.
+
+    Descriptor order is cuDNN's: forward (x, w, conv, y); backward_data (w, dy, conv, dx);
+    backward_filter (x, dy, conv, dw).
+    """
+    api = _api(direction)
+    count = count or max_algorithm_count(handle, direction)
+    arr, n = _perf_array(direction, count), ctypes.c_int()
+    api.heuristic(_raw(handle), _raw(a), _raw(b), _raw(conv), _raw(c), count, ctypes.byref(n), arr)
+    return _records(direction, arr, n)
+
+
+def find_algorithms(handle, direction: str, a, b, conv, c, count: int | None = None) -> list[AlgoPerf]:
+    """``cudnnFindConvolution*Algorithm``: runs every algorithm on buffers cuDNN allocates; sorted by time."""
+    api = _api(direction)
+    count = count or max_algorithm_count(handle, direction)
+    arr, n = _perf_array(direction, count), ctypes.c_int()
+    api.find(_raw(handle), _raw(a), _raw(b), _raw(conv), _raw(c), count, ctypes.byref(n), arr)
+    return _records(direction, arr, n)
+
+
+def find_algorithms_ex(handle, direction: str, a, a_ptr: int, b, b_ptr: int, conv, c, c_ptr: int,
+                       workspace_ptr: int | None, workspace_bytes: int, count: int | None = None) -> list[AlgoPerf]:
+    """``cudnnFindConvolution*AlgorithmEx`` on the caller's buffers (the direction's output is overwritten).
+
+    Algorithms needing more than ``workspace_bytes`` are reported with a failing status.
+    """
+    api = _api(direction)
+    count = count or max_algorithm_count(handle, direction)
+    arr, n = _perf_array(direction, count), ctypes.c_int()
+    api.find_ex(_raw(handle), _raw(a), a_ptr, _raw(b), b_ptr, _raw(conv), _raw(c), c_ptr, count, ctypes.byref(n),
+                arr, workspace_ptr, workspace_bytes)
+    return _records(direction, arr, n)
+
+
+def workspace_size(handle, direction: str, a, b, conv, c, algo) -> int:
+    """``cudnnGetConvolution*WorkspaceSize`` for one algorithm (bytes); raises if the algorithm is unsupported."""
+    size = ctypes.c_size_t()
+    _api(direction).ws_size(_raw(handle), _raw(a), _raw(b), _raw(conv), _raw(c), parse_algo(direction, algo),
+                            ctypes.byref(size))
+    return size.value
+
+
+# ---------------------------------------------------------------- the "fastest" cache
+
+def _tuplify(v):
+    return tuple(_tuplify(x) for x in v) if isinstance(v, list) else v
+
+
+class AlgorithmCache:
+    """Benchmarked algorithm choices, keyed by configuration.
+
+    A key is a tuple of JSON-representable values (the convolution module builds it from direction,
+    shapes, strides, dtypes, convolution parameters, math type, determinism, workspace cap and device).
+    ``entries()`` lists the contents; ``save(path)`` / ``load(path)`` round-trip through JSON.
+    """
+
+    def __init__(self):
+        self._data: dict[tuple, AlgoPerf] = {}
+        self._lock = threading.Lock()
+        self.generation = 0  # bumped by clear()/load() so callers can drop choices derived from old entries
+
+    def get(self, key: tuple) -> AlgoPerf | None:
+        return self._data.get(key)
+
+    def put(self, key: tuple, perf: AlgoPerf) -> None:
+        if not isinstance(perf, AlgoPerf):
+            raise TypeError(f"cache values are AlgoPerf records, got {type(perf).__name__}")
+        hash(key)
+        json.dumps(key)  # keys must survive save()/load()
+        with self._lock:
+            self._data[key] = perf
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __contains__(self, key) -> bool:
+        return key in self._data
+
+    def clear(self) -> None:
+        with self._lock:
+            self._data.clear()
+            self.generation += 1
+
+    def entries(self) -> list[tuple[tuple, AlgoPerf]]:
+        """Snapshot of (key, record) pairs in insertion order."""
+        with self._lock:
+            return list(self._data.items())
+
+    def to_json(self) -> dict:
+        return {"format": "cudnn_py.algorithm_cache", "version": 1,
+                "cudnn_version": _cudnn_version(),
+                "entries": [{"key": list(k), "perf": p.to_dict()} for k, p in self.entries()]}
+
+    def save(self, path: str | os.PathLike) -> None:
+        tmp = f"{os.fspath(path)}.tmp{os.getpid()}"
+        with open(tmp, "w") as f:
+            json.dump(self.to_json(), f, indent=1)
+        os.replace(tmp, path)
+
+    def load(self, path: str | os.PathLike, merge: bool = True) -> int:
+        """Read a file written by :meth:`save`; returns the number of entries read."""
+        with open(path) as f:
+            doc = json.load(f)
+        if not isinstance(doc, dict) or doc.get("format") != "cudnn_py.algorithm_cache":
+            raise ValueError(f"{os.fspath(path)} is not a cudnn_py algorithm cache file")
+        if doc.get("version") != 1:
+            raise ValueError(f"{os.fspath(path)}: unsupported cache version {doc.get('version')!r}; expected 1")
+        loaded = {_tuplify(e["key"]): AlgoPerf.from_dict(e["perf"]) for e in doc["entries"]}
+        with self._lock:
+            if not merge:
+                self._data.clear()
+            self._data.update(loaded)
+            self.generation += 1
+        return len(loaded)
+
+    def __repr__(self) -> str:
+        return f"<AlgorithmCache {len(self)} entries>"
+
+
+def _cudnn_version() -> int | None:
+    try:
+        return int(capi.cudnnGetVersion())
+    except Exception:  # noqa: BLE001 - the version is informative only
+        return None
+
+
+algorithm_cache = AlgorithmCache()
+"""The process-wide cache that ``algo="fastest"`` fills."""
+
+
+# ---------------------------------------------------------------- port of the removed selectors
+
+class cudnnConvolutionFwdPreference_t(enum.IntEnum):
+    """cuDNN 7's forward preference (removed in cuDNN 8; values as they were)."""
+    CUDNN_CONVOLUTION_FWD_NO_WORKSPACE = 0
+    CUDNN_CONVOLUTION_FWD_PREFER_FASTEST = 1
+    CUDNN_CONVOLUTION_FWD_SPECIFY_WORKSPACE_LIMIT = 2
+
+
+class cudnnConvolutionBwdDataPreference_t(enum.IntEnum):
+    """cuDNN 7's backward-data preference (removed in cuDNN 8)."""
+    CUDNN_CONVOLUTION_BWD_DATA_NO_WORKSPACE = 0
+    CUDNN_CONVOLUTION_BWD_DATA_PREFER_FASTEST = 1
+    CUDNN_CONVOLUTION_BWD_DATA_SPECIFY_WORKSPACE_LIMIT = 2
+
+
+class cudnnConvolutionBwdFilterPreference_t(enum.IntEnum):
+    """cuDNN 7's backward-filter preference (removed in cuDNN 8)."""
+    CUDNN_CONVOLUTION_BWD_FILTER_NO_WORKSPACE = 0
+    CUDNN_CONVOLUTION_BWD_FILTER_PREFER_FASTEST = 1
+    CUDNN_CONVOLUTION_BWD_FILTER_SPECIFY_WORKSPACE_LIMIT = 2
+
+
+globals().update({m.name: m for e in (cudnnConvolutionFwdPreference_t, cudnnConvolutionBwdDataPreference_t,
+                                      cudnnConvolutionBwdFilterPreference_t) for m in e})
+
+_PREF_TYPES = {"forward": cudnnConvolutionFwdPreference_t, "backward_data": cudnnConvolutionBwdDataPreference_t,
+               "backward_filter": cudnnConvolutionBwdFilterPreference_t}
+
+
+def select_algorithm(records: Iterable[AlgoPerf], limit: int | None = None, sizes=None,
+                     deterministic: bool = False) -> AlgoPerf:
+    """The first supported record (deterministic if asked) whose workspace is at most ``limit`` bytes.
+
+    ``limit=None`` accepts any size; ``sizes(record)`` overrides the records' own workspace figures
+    (a :class:`CudnnError` from it rejects that record). Raises :class:`WorkspaceLimitError` when only
+    the limit stood in the way, else :class:`CudnnNotSupportedError` listing why each was rejected.
+    """
+    rejected, too_big, direction = [], False, "convolution"
+    for r in records:
+        direction = r.direction
+        if not r.supported:
+            rejected.append(f"{r.algo.name}: {getattr(r.status, 'name', r.status)}")
+            continue
+        if deterministic and not r.deterministic:
+            rejected.append(f"{r.algo.name}: not deterministic")
+            continue
+        try:
+            need = sizes(r) if sizes is not None else r.memory_bytes
+        except CudnnError as e:
+            rejected.append(f"{r.algo.name}: {e}")
+            continue
+        if limit is None or need <= limit:
+            return r
+        too_big = True
+        rejected.append(f"{r.algo.name}: needs {need} B of workspace")
+    detail = "; ".join(rejected) or "cuDNN returned no algorithm"
+    if too_big:
+        raise WorkspaceLimitError(f"no {direction} algorithm fits a workspace limit of {limit} B ({detail})")
+    raise CudnnNotSupportedError(f"select {direction} algorithm", capi.CUDNN_STATUS_NOT_SUPPORTED,
+                                 f"no usable algorithm ({detail})")
+
+
+def _choose(direction, handle, a, b, conv, c, preference, memory_limit, measured):
+    pref_type = _PREF_TYPES[direction]
+    try:
+        pref = pref_type(preference)
+    except ValueError:
+        raise ValueError(f"preference {preference!r}: expected one of {[m.name for m in pref_type]}") from None
+    if pref.name.endswith("SPECIFY_WORKSPACE_LIMIT"):
+        if int(memory_limit) < 0:
+            raise ValueError(f"memory_limit must be >= 0 bytes, got {memory_limit}")
+        limit = int(memory_limit)
+    else:
+        limit = 0 if pref.name.endswith("NO_WORKSPACE") else None
+    records = (find_algorithms if measured else heuristic_algorithms)(handle, direction, a, b, conv, c)
+    # _v7 does not promise a workspace figure per entry: ask for the real size when it matters.
+    sizes = None if measured or limit is None else (lambda r: workspace_size(handle, direction, a, b, conv, c, r.algo))
+    return select_algorithm(records, limit, sizes).algo
+
+
+def choose_forward_algorithm(handle, x_desc, w_desc, conv_desc, y_desc,
+                             preference=cudnnConvolutionFwdPreference_t.CUDNN_CONVOLUTION_FWD_PREFER_FASTEST,
+                             memory_limit: int = 0, *, measured: bool = False):
+    """The forward algorithm cuDNN 7's ``cudnnGetConvolutionForwardAlgorithm`` would have chosen.
+
+    ``preference`` is a :class:`cudnnConvolutionFwdPreference_t`; ``memory_limit`` (bytes) is used with
+    ``..._SPECIFY_WORKSPACE_LIMIT``. Ranks with ``..._v7`` heuristics, or with ``Find`` timings if ``measured``.
+    """
+    return _choose("forward", handle, x_desc, w_desc, conv_desc, y_desc, preference, memory_limit, measured)
+
+
+def choose_backward_data_algorithm(handle, w_desc, dy_desc, conv_desc, dx_desc,
+                                   preference=cudnnConvolutionBwdDataPreference_t.CUDNN_CONVOLUTION_BWD_DATA_PREFER_FASTEST,
+                                   memory_limit: int = 0, *, measured: bool = False):
+    """Backward-data counterpart of :func:`choose_forward_algorithm`."""
+    return _choose("backward_data", handle, w_desc, dy_desc, conv_desc, dx_desc, preference, memory_limit, measured)
+
+
+def choose_backward_filter_algorithm(handle, x_desc, dy_desc, conv_desc, dw_desc,
+                                     preference=cudnnConvolutionBwdFilterPreference_t.CUDNN_CONVOLUTION_BWD_FILTER_PREFER_FASTEST,
+                                     memory_limit: int = 0, *, measured: bool = False):
+    """Backward-filter counterpart of :func:`choose_forward_algorithm`."""
+    return _choose("backward_filter", handle, x_desc, dy_desc, conv_desc, dw_desc, preference, memory_limit,
+                   measured)
+
+
+def _store(out, algo):
+    if out is not None:
+        getattr(out, "_obj", out).value = int(algo)
+    return algo
+
+
+def cudnnGetConvolutionForwardAlgorithm(handle, xDesc, wDesc, convDesc, yDesc, preference, memoryLimitInBytes, algo=None):
+    """The C signature of the function removed in cuDNN 8, on :func:`choose_forward_algorithm`.
+
+    Returns the algorithm; if ``algo`` (a ``ctypes.c_int`` or ``byref`` of one) is given it is written there too.
+    """
+    return _store(algo, choose_forward_algorithm(handle, xDesc, wDesc, convDesc, yDesc, preference, memoryLimitInBytes))
+
+
+def cudnnGetConvolutionBackwardDataAlgorithm(handle, wDesc, dyDesc, convDesc, dxDesc, preference, memoryLimitInBytes,
+                                             algo=None):
+    """The C signature of the function removed in cuDNN 8, on :func:`choose_backward_data_algorithm`."""
+    return _store(algo, choose_backward_data_algorithm(handle, wDesc, dyDesc, convDesc, dxDesc, preference,
+                                                       memoryLimitInBytes))
+
+
+def cudnnGetConvolutionBackwardFilterAlgorithm(handle, xDesc, dyDesc, convDesc, dwDesc, preference,
+                                               memoryLimitInBytes, algo=None):
+    """The C signature of the function removed in cuDNN 8, on :func:`choose_backward_filter_algorithm`."""
+    return _store(algo, choose_backward_filter_algorithm(handle, xDesc, dyDesc, convDesc, dwDesc, preference,
+                                                         memoryLimitInBytes))

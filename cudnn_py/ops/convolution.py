@@ -1,0 +1,768 @@
+"""Convolution: forward, backward data, backward filter, backward bias, fused bias+activation.
+
+Arrays are in logical ``N, C, *spatial`` order; their strides say the memory layout, so a
+channels-last torch tensor (or ``layout="NHWC"`` on the :class:`Convolution` for arrays whose
+*shape* is ``N, *spatial, C``) runs as NHWC. 1-D convolutions run as 2-D ones with a unit height
+(``x`` of shape ``(N, C, L)`` becomes ``(N, C, 1, L)`` for cuDNN; the result keeps 3 dimensions).
+Asymmetric padding (``padding=((1, 2), (0, 1))``) is done by explicit zero pre-padding on the device.
+
+::
+
+    conv = Convolution(padding=1, stride=1)
+    y = convolution_forward(h, conv, x, w)                        # heuristic algorithm, y allocated
+    y = convolution_forward(h, conv, x, w, algo="fastest")        # measured once, then cached
+    dx = convolution_backward_data(h, conv, w, dy, x_shape=x.shape)
+    dw = convolution_backward_filter(h, conv, x, dy, w_shape=w.shape)
+
+``algo`` is an enum member, its name (``"IMPLICIT_PRECOMP_GEMM"``), ``"heuristic"`` (first
+suitable ``_v7`` answer) or ``"fastest"`` (``Find...Ex`` under the workspace cap, remembered in
+:data:`cudnn_py.algorithms.algorithm_cache`). Everything a call derives from its configuration
+(descriptors, algorithm, workspace size) is cached, so a repeated call is a dictionary lookup and
+one C call.
+"""
+from __future__ import annotations
+
+import ctypes
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+from cudnn_py import algorithms as _alg
+from cudnn_py import capi
+from cudnn_py.dtypes import cudnn_dtype
+from cudnn_py.errors import WorkspaceLimitError
+from cudnn_py.memory import as_array, empty, zeros
+
+__all__ = [
+    "Convolution", "convolution_forward", "convolution_backward_data", "convolution_backward_filter",
+    "convolution_backward_bias", "convolution_bias_activation_forward", "convolution_algorithms",
+    "convolution_workspace_size", "convolution_output_shape", "MATH_TYPES",
+]
+
+MATH_TYPES = {"default": capi.CUDNN_DEFAULT_MATH, "tensor_op": capi.CUDNN_TENSOR_OP_MATH,
+              "tensor_op_allow_conversion": capi.CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION, "fma": capi.CUDNN_FMA_MATH}
+_MODES = {"cross_correlation": capi.CUDNN_CROSS_CORRELATION, "convolution": capi.CUDNN_CONVOLUTION}
+_ALGO_WORDS = ("heuristic", "fastest")
+
+
+def _enum_arg(value, table: dict, enum_type, what: str):
+    if isinstance(value, enum_type):
+        return value
+    if isinstance(value, str) and value.lower() in table:
+        return table[value.lower()]
+    raise ValueError(f"{what} {value!r}: expected one of {sorted(table)} or a {enum_type.__name__}")
+
+
+def _ints(v, what: str, minimum: int) -> tuple[int, ...] | int:
+    vals = (v,) if isinstance(v, (int, np.integer)) else tuple(v)
+    for i in vals:
+        if not isinstance(i, (int, np.integer)) or isinstance(i, bool) or i < minimum:
+            raise ValueError(f"{what} must be integers >= {minimum}, got {v!r}")
+    return int(v) if isinstance(v, (int, np.integer)) else tuple(int(i) for i in vals)
+
+
+class Convolution:
+    """The parameters of a convolution (what ``cudnnConvolutionDescriptor_t`` holds), hashable.
+
+    ``padding``: an int, one int per spatial dimension, or one ``(low, high)`` pair per dimension.
+    ``stride`` / ``dilation``: an int or one per dimension. ``mode``: ``"cross_correlation"`` (what deep
+    learning calls convolution; default) or ``"convolution"`` (kernel flipped). ``math_type``:
+    ``"default"``, ``"tensor_op"``, ``"tensor_op_allow_conversion"``, ``"fma"`` (or the enum).
+    ``compute_type``: the accumulation dtype; default double for float64, int32 for int8, else float32.
+    ``layout``: ``"NCHW"`` (arrays are ``N, C, *spatial`` and their strides say the memory order) or
+    ``"NHWC"`` (arrays are given as ``N, *spatial, C``; filters as ``K, *R, C``).
+    """
+
+    __slots__ = ("padding", "stride", "dilation", "groups", "mode", "math_type", "compute_type", "layout", "_key",
+                 "_hash", "_per_nd")
+
+    def __init__(self, padding=0, stride=1, dilation=1, groups: int = 1, *, mode: str = "cross_correlation",
+                 math_type: Any = "default", compute_type=None, layout: str = "NCHW"):
+        if isinstance(padding, (int, np.integer)):
+            self.padding = _ints(padding, "padding", 0)
+        else:
+            self.padding = tuple(_ints(p, "padding", 0) for p in padding)
+            if any(isinstance(p, tuple) and len(p) != 2 for p in self.padding):
+                raise ValueError(f"padding pairs must be (low, high), got {padding!r}")
+        self.stride = _ints(stride, "stride", 1)
+        self.dilation = _ints(dilation, "dilation", 1)
+        if not isinstance(groups, (int, np.integer)) or isinstance(groups, bool) or groups < 1:
+            raise ValueError(f"groups must be an int >= 1, got {groups!r}")
+        self.groups = int(groups)
+        self.mode = _enum_arg(mode, _MODES, capi.cudnnConvolutionMode_t, "mode")
+        self.math_type = _enum_arg(math_type, MATH_TYPES, capi.cudnnMathType_t, "math_type")
+        self.compute_type = None if compute_type is None else cudnn_dtype(compute_type)
+        if layout not in ("NCHW", "NHWC"):
+            raise ValueError(f"layout {layout!r}: expected 'NCHW' or 'NHWC'")
+        self.layout = layout
+        self._key = (self.padding, self.stride, self.dilation, self.groups, self.mode.name, self.math_type.name,
+                     None if self.compute_type is None else self.compute_type.name, layout)
+        self._hash = hash(self._key)
+        self._per_nd: dict[int, tuple] = {}
+
+    def __hash__(self):
+        return self._hash
+
+    def __eq__(self, other):
+        return isinstance(other, Convolution) and other._key == self._key
+
+    def __repr__(self):
+        return (f"Convolution(padding={self.padding}, stride={self.stride}, dilation={self.dilation}, "
+                f"groups={self.groups}, mode={self.mode.name}, math_type={self.math_type.name}, layout={self.layout})")
+
+    @property
+    def key(self) -> tuple:
+        """A JSON-representable tuple that identifies these parameters."""
+        return self._key
+
+    def params(self, nd: int) -> tuple[tuple[tuple[int, int], ...], tuple[int, ...], tuple[int, ...]]:
+        """((low, high) pads, strides, dilations) for ``nd`` spatial dimensions."""
+        got = self._per_nd.get(nd)
+        if got is None:
+            def per_dim(v, what):
+                t = (v,) * nd if isinstance(v, int) else v
+                if len(t) != nd:
+                    raise ValueError(f"{what}={v!r} has {len(t)} entries but the data has {nd} spatial dimensions")
+                return t
+            pads = tuple(p if isinstance(p, tuple) else (p, p) for p in per_dim(self.padding, "padding"))
+            got = self._per_nd[nd] = (pads, per_dim(self.stride, "stride"), per_dim(self.dilation, "dilation"))
+        return got
+
+
+def convolution_output_shape(conv: Convolution, x_shape: Sequence[int], w_shape: Sequence[int]) -> tuple[int, ...]:
+    """The output shape for input and filter shapes (all in the convolution's layout)."""
+    (xs, _), (ws, _) = _logical(tuple(x_shape), None, conv.layout), _logical(tuple(w_shape), None, conv.layout)
+    return _physical(_out_logical(conv, xs, ws), conv.layout)
+
+
+# ---------------------------------------------------------------- geometry and validation
+
+def _perm(ndim: int, layout: str):
+    """For each logical axis (N, C, *spatial), its position in the given array (None: same order)."""
+    return None if layout == "NCHW" else (0, ndim - 1) + tuple(range(1, ndim - 1))
+
+
+def _logical(shape, strides, layout):
+    p = _perm(len(shape), layout)
+    if p is None:
+        return tuple(shape), None if strides is None else tuple(strides)
+    return tuple(shape[i] for i in p), None if strides is None else tuple(strides[i] for i in p)
+
+
+def _physical(shape, layout):
+    p = _perm(len(shape), layout)
+    if p is None:
+        return tuple(shape)
+    out = [0] * len(shape)
+    for logical_axis, given_axis in enumerate(p):
+        out[given_axis] = shape[logical_axis]
+    return tuple(out)
+
+
+def _packed(shape, channels_last: bool):
+    """Packed strides (elements) of a logical N, C, *spatial shape in NCHW or NHWC memory order."""
+    order = ([0] + list(range(2, len(shape))) + [1]) if channels_last else list(range(len(shape)))
+    strides, acc = [0] * len(shape), 1
+    for ax in reversed(order):
+        strides[ax] = acc
+        acc *= shape[ax]
+    return tuple(strides)
+
+
+def _out_logical(conv, xs, ws):
+    if len(xs) != len(ws) or not 3 <= len(xs) <= 5:
+        raise ValueError(f"x {xs} and w {ws} must both have 3 (1-D), 4 (2-D) or 5 (3-D) dimensions")
+    nd = len(xs) - 2
+    pads, st, dil = conv.params(nd)
+    if xs[1] != ws[1] * conv.groups:
+        raise ValueError(f"x has {xs[1]} channels but w {ws} with groups={conv.groups} expects "
+                         f"w.shape[1] * groups = {ws[1] * conv.groups}")
+    if ws[0] % conv.groups:
+        raise ValueError(f"w has {ws[0]} filters, which groups={conv.groups} does not divide")
+    out = []
+    for i in range(nd):
+        span = xs[2 + i] + pads[i][0] + pads[i][1] - (ws[2 + i] - 1) * dil[i] - 1
+        if span < 0:
+            raise ValueError(f"filter {ws} (dilation {dil}) is larger than input {xs} padded by {pads}")
+        out.append(span // st[i] + 1)
+    return (xs[0], ws[0]) + tuple(out)
+
+
+def convolution_output_shape(conv: Convolution, x_shape: Sequence[int], w_shape: Sequence[int]) -> tuple[int, ...]:
+    """The output shape for input and filter shapes (all in the convolution's layout)."""
+    xs, _ = _logical(tuple(x_shape), None, conv.layout)
+    ws, _ = _logical(tuple(w_shape), None, conv.layout)
+    return _physical(_out_logical(conv, xs, ws), conv.layout)
+
+
+def _unit(shape, strides):
+    """1-D -> 2-D: a unit height in front of the length."""
+    return shape[:2] + (1,) + shape[2:], strides[:2] + (strides[2] * shape[2],) + strides[2:]
+
+
+def _check_dtypes(xd, wd, yd):
+    if xd != wd:
+        raise TypeError(f"x is {xd} but w is {wd}; they must have the same dtype")
+    if yd != xd and not (xd == np.int8 and yd == np.float32):
+        raise TypeError(f"the output is {yd} but the inputs are {xd}; it must be {xd} (int8 may also give float32)")
+
+
+class _Geometry:
+    """A configuration resolved for cuDNN: logical 4-D/5-D shapes and strides, dtypes and descriptors."""
+
+    def __init__(self, conv: Convolution, x, w, y, dtype, y_dtype):
+        """``x``, ``w``, ``y``: (shape, strides) as given (y strides None: a new packed output)."""
+        self.conv = conv
+        xs, xst = _logical(x[0], x[1], conv.layout)
+        ws, wst = _logical(w[0], w[1], conv.layout)
+        ys = _out_logical(conv, xs, ws)
+        if y[0] is not None:
+            given, _ = _logical(y[0], None, conv.layout)
+            if given != ys:
+                raise ValueError(f"output shape {tuple(y[0])} does not match the convolution's "
+                                 f"{_physical(ys, conv.layout)} (x {tuple(x[0])}, w {tuple(w[0])}, {conv!r})")
+        yst = _logical(y[0], y[1], conv.layout)[1] if y[1] is not None else _packed(ys, conv.layout == "NHWC")
+        if wst == _packed(ws, False):
+            self.w_nhwc = False
+        elif wst == _packed(ws, True):
+            self.w_nhwc = True
+        else:
+            raise ValueError(f"w must be packed NCHW or channels-last: strides {_packed(ws, False)} or "
+                             f"{_packed(ws, True)} (elements, logical order), got {wst}")
+        _check_dtypes(np.dtype(dtype), np.dtype(dtype), np.dtype(y_dtype))
+        nd = len(xs) - 2
+        pads, st, dil = conv.params(nd)
+        self.out_shape = _physical(ys, conv.layout)  # what a caller-facing output looks like
+        self.unit = nd == 1
+        if self.unit:
+            xs, xst = _unit(xs, xst)
+            ws, _ = _unit(ws, _packed(ws, self.w_nhwc))
+            ys, yst = _unit(ys, yst)
+            pads, st, dil = ((0, 0),) + pads, (1,) + st, (1,) + dil
+        self.nd = len(xs) - 2
+        self.dtype, self.y_dtype = cudnn_dtype(dtype), cudnn_dtype(y_dtype)
+        self.np_dtype, self.np_y_dtype = np.dtype(dtype), np.dtype(y_dtype)
+        self.compute = conv.compute_type if conv.compute_type is not None else _default_compute(self.np_dtype)
+        self.stride, self.dilation = st, dil
+        self.x_shape, self.x_strides, self.w_shape, self.y_shape, self.y_strides = xs, xst, ws, ys, yst
+        self.asym = any(lo != hi for lo, hi in pads)
+        if self.asym:  # cuDNN sees an explicitly zero-padded copy of x and no padding
+            self.pads = (0,) * self.nd
+            self.lo_pads = tuple(lo for lo, _ in pads)
+            self.xp_shape = xs[:2] + tuple(xs[2 + i] + pads[i][0] + pads[i][1] for i in range(self.nd))
+            self.xp_strides = _packed(self.xp_shape, conv.layout == "NHWC")
+            self.xp_size = math.prod(self.xp_shape)
+            self.xp_desc = _tensor_desc(self.xp_shape, self.xp_strides, self.dtype)
+            # x's own descriptor, and the interior of the padded buffer seen with x's shape
+            self.x_orig_desc = _tensor_desc(xs, xst, self.dtype)
+            self.interior_desc = _tensor_desc(xs, self.xp_strides, self.dtype)
+            self.interior_offset = sum(lo * s for lo, s in zip(self.lo_pads, self.xp_strides[2:])) * self.np_dtype.itemsize
+            self.x_desc = self.xp_desc
+        else:
+            self.pads = tuple(lo for lo, _ in pads)
+            self.x_desc = _tensor_desc(xs, xst, self.dtype)
+        self.w_desc = _filter_desc(ws, self.dtype, self.w_nhwc)
+        self.y_desc = _tensor_desc(ys, yst, self.y_dtype)
+
+    def conv_desc(self, math_type):
+        return _conv_desc(self.pads, self.stride, self.dilation, self.conv.mode, self.compute, self.conv.groups,
+                          math_type)
+
+    def cache_key(self, direction: str, device: int, deterministic: bool, limit) -> tuple:
+        """The JSON-representable key of the "fastest" cache."""
+        return (direction, list(self.x_shape), list(self.x_strides), list(self.w_shape), self.w_nhwc,
+                list(self.y_shape), list(self.y_strides), self.dtype.name, self.y_dtype.name, self.compute.name,
+                list(self.pads), list(self.stride), list(self.dilation), self.conv.groups, self.conv.mode.name,
+                self.conv.math_type.name, bool(deterministic), limit, device)
+
+
+def _default_compute(dtype: np.dtype):
+    if dtype == np.float64:
+        return capi.CUDNN_DATA_DOUBLE
+    if dtype == np.int8:
+        return capi.CUDNN_DATA_INT32
+    return capi.CUDNN_DATA_FLOAT
+
+
+# ---------------------------------------------------------------- descriptors (cached per configuration)
+
+_DESCS: dict = {}
+
+
+def _cached(key, make):
+    d = _DESCS.get(key)
+    if d is None:
+        d = _DESCS[key] = make()
+    return d
+
+
+def _tensor_desc(shape, strides, dtype):
+    def make():
+        d = capi.cudnnTensorDescriptor_t()
+        capi.cudnnCreateTensorDescriptor(ctypes.byref(d))
+        n = len(shape)
+        capi.cudnnSetTensorNdDescriptor(d, dtype, n, (ctypes.c_int * n)(*shape), (ctypes.c_int * n)(*strides))
+        return d
+    return _cached(("t", tuple(shape), tuple(strides), int(dtype)), make)
+
+
+def _filter_desc(shape, dtype, nhwc: bool):
+    def make():
+        d = capi.cudnnFilterDescriptor_t()
+        capi.cudnnCreateFilterDescriptor(ctypes.byref(d))
+        n = len(shape)
+        fmt = capi.CUDNN_TENSOR_NHWC if nhwc else capi.CUDNN_TENSOR_NCHW
+        capi.cudnnSetFilterNdDescriptor(d, dtype, fmt, n, (ctypes.c_int * n)(*shape))
+        return d
+    return _cached(("f", tuple(shape), int(dtype), nhwc), make)
+
+
+def _conv_desc(pads, stride, dilation, mode, compute, groups, math_type):
+    def make():
+        d = capi.cudnnConvolutionDescriptor_t()
+        capi.cudnnCreateConvolutionDescriptor(ctypes.byref(d))
+        n = len(pads)
+        arr = ctypes.c_int * n
+        capi.cudnnSetConvolutionNdDescriptor(d, n, arr(*pads), arr(*stride), arr(*dilation), mode, compute)
+        capi.cudnnSetConvolutionGroupCount(d, groups)
+        capi.cudnnSetConvolutionMathType(d, math_type)
+        return d
+    return _cached(("c", pads, stride, dilation, int(mode), int(compute), groups, int(math_type)), make)
+
+
+def _activation_desc(mode, coef: float):
+    def make():
+        d = capi.cudnnActivationDescriptor_t()
+        capi.cudnnCreateActivationDescriptor(ctypes.byref(d))
+        capi.cudnnSetActivationDescriptor(d, mode, capi.CUDNN_NOT_PROPAGATE_NAN, coef)
+        return d
+    return _cached(("a", int(mode), coef), make)
+
+
+_SCALARS: dict = {}
+
+
+def _scalars(double: bool, alpha: float, beta: float):
+    """(byref alpha, byref beta) for the data type, cached for the common values."""
+    key = (double, alpha, beta)
+    got = _SCALARS.get(key)
+    if got is None:
+        t = ctypes.c_double if double else ctypes.c_float
+        a, b = t(alpha), t(beta)
+        got = (ctypes.byref(a), ctypes.byref(b), a, b)
+        if len(_SCALARS) < 256:
+            _SCALARS[key] = got
+    return got
+
+
+# ---------------------------------------------------------------- choosing an algorithm
+
+_NONDETERMINISTIC = {"backward_data": {"CUDNN_CONVOLUTION_BWD_DATA_ALGO_0"},
+                     "backward_filter": {"CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0", "CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3"}}
+
+
+def _descs(g: _Geometry, direction: str):
+    """(A, B, C) descriptors of a direction in cuDNN's argument order."""
+    if direction == "forward":
+        return g.x_desc, g.w_desc, g.y_desc
+    if direction == "backward_data":
+        return g.w_desc, g.y_desc, g.x_desc
+    return g.x_desc, g.y_desc, g.w_desc
+
+
+def _c_nbytes(g: _Geometry, direction: str) -> int:
+    """Bytes of the direction's output buffer as cuDNN sees it."""
+    if direction == "forward":
+        shape, strides, item = g.y_shape, g.y_strides, g.np_y_dtype.itemsize
+    elif direction == "backward_data":
+        shape, strides, item = g.x_shape, (g.xp_strides if g.asym else g.x_strides), g.np_dtype.itemsize
+    else:
+        shape, strides, item = g.w_shape, _packed(g.w_shape, g.w_nhwc), g.np_dtype.itemsize
+    return (1 + sum((n - 1) * s for n, s in zip(shape, strides))) * item
+
+
+def _limit(handle, workspace_limit):
+    cap = handle.workspace.cap
+    if workspace_limit is None:
+        return cap
+    if workspace_limit < 0:
+        raise ValueError(f"workspace_limit must be >= 0 bytes, got {workspace_limit}")
+    return workspace_limit if cap is None else min(cap, workspace_limit)
+
+
+def _resolve(handle, g: _Geometry, direction: str, spec, deterministic: bool, limit, in_ptrs):
+    """(algo, math type, workspace bytes) for ``spec``: an algorithm, "heuristic" or "fastest"."""
+    a, b, c = _descs(g, direction)
+    requested = g.conv.math_type
+    if isinstance(spec, str) and spec.lower() in _ALGO_WORDS:
+        def size(r):
+            return _alg.workspace_size(handle, direction, a, b, g.conv_desc(r.math_type), c, r.algo)
+        if spec.lower() == "heuristic":
+            records = _alg.heuristic_algorithms(handle, direction, a, b, g.conv_desc(requested), c)
+            chosen = _alg.select_algorithm(records, limit, size, deterministic)
+            return chosen.algo, chosen.math_type, size(chosen)
+        key = g.cache_key(direction, _device_id(handle), deterministic, limit)
+        chosen = _alg.algorithm_cache.get(key)
+        if chosen is None:
+            chosen = _find(handle, g, direction, limit, deterministic, in_ptrs)
+            _alg.algorithm_cache.put(key, chosen)
+        return chosen.algo, chosen.math_type, size(chosen)
+    algo = _alg.parse_algo(direction, spec)
+    if deterministic and algo.name in _NONDETERMINISTIC.get(direction, ()):
+        raise ValueError(f"{algo.name} is not deterministic; drop deterministic=True or choose another algorithm")
+    need = _alg.workspace_size(handle, direction, a, b, g.conv_desc(requested), c, algo)  # raises if unsupported
+    if limit is not None and need > limit:
+        raise WorkspaceLimitError(f"{algo.name} needs {need} B of workspace; the limit is {limit} B")
+    return algo, requested, need
+
+
+def _find(handle, g: _Geometry, direction: str, limit, deterministic: bool, in_ptrs):
+    """Benchmark with ``Find...Ex`` and pick the best allowed record."""
+    return _alg.select_algorithm(_find_records(handle, g, direction, limit, in_ptrs), limit, None, deterministic)
+
+
+def _find_records(handle, g: _Geometry, direction: str, limit, in_ptrs):
+    """``Find...Ex`` on the given inputs, a scratch output and a workspace of min(limit, largest need)."""
+    a, b, c = _descs(g, direction)
+    conv_desc = g.conv_desc(g.conv.math_type)
+    biggest = 0
+    for algo in _alg._real_members(direction):
+        try:
+            biggest = max(biggest, _alg.workspace_size(handle, direction, a, b, conv_desc, c, algo))
+        except Exception:  # noqa: BLE001 - unsupported here; Find will say so in its records
+            continue
+    ws_bytes = biggest if limit is None else min(limit, biggest)
+    stream = handle.stream
+    scratch = empty((_c_nbytes(g, direction),), np.uint8, stream=stream)
+    a_ptr, b_ptr = in_ptrs
+    if g.asym and direction != "backward_data":
+        pad_x = zeros((g.xp_size,), g.np_dtype, stream=stream)
+        a_ptr = pad_x.ptr
+    ws_ptr = handle.workspace.get(ws_bytes, stream) if ws_bytes else None
+    return _alg.find_algorithms_ex(handle, direction, a, a_ptr, b, b_ptr, conv_desc, c, scratch.ptr,
+                                   ws_ptr, ws_bytes)
+
+
+def _device_id(handle) -> int:
+    d = handle.device
+    return int(getattr(d, "device_id", d))
+
+
+# ---------------------------------------------------------------- plans: everything a call derives from its config
+
+class _Plan:
+    __slots__ = ("g", "direction", "a", "b", "c", "conv_desc", "algo", "ws", "fn", "double", "gen")
+
+
+_PLANS: dict = {}
+_FUNCS = {"forward": "cudnnConvolutionForward", "backward_data": "cudnnConvolutionBackwardData",
+          "backward_filter": "cudnnConvolutionBackwardFilter"}
+
+
+def _plan(handle, key, direction, conv, arrays, spec, deterministic, workspace_limit, in_ptrs):
+    """Build (validate, describe, choose the algorithm) and remember the plan for ``key``."""
+    x, w, y = arrays  # each (shape, strides, dtype, device_id) or None; y/x/w role by forward semantics
+    dev = _device_id(handle)
+    for name, arr in zip(("x", "w", "y"), arrays):
+        if arr is not None and arr[3] != dev:
+            raise ValueError(f"{name} is on device {arr[3]} but the handle is on device {dev}")
+    _check_dtypes(x[2], w[2], y[2] if y is not None else x[2])
+    g = _Geometry(conv, x[:2], w[:2], (y[0], y[1]) if y is not None else (None, None), x[2],
+                  y[2] if y is not None else x[2])
+    p = _Plan()
+    p.g, p.direction = g, direction
+    p.a, p.b, p.c = _descs(g, direction)
+    limit = _limit(handle, workspace_limit)
+    algo, math_type, p.ws = _resolve(handle, g, direction, spec, deterministic, limit, in_ptrs)
+    p.algo, p.conv_desc = algo, g.conv_desc(math_type)
+    p.fn = getattr(capi, _FUNCS[direction])
+    p.double = g.compute == capi.CUDNN_DATA_DOUBLE
+    p.gen = _alg.algorithm_cache.generation if isinstance(spec, str) and spec.lower() == "fastest" else None
+    _PLANS[key] = p
+    return p
+
+
+def _sig(arr):
+    return arr.shape, arr.strides, arr.dtype, arr.device_id
+
+
+def _get_plan(key):
+    p = _PLANS.get(key)
+    if p is not None and p.gen is not None and p.gen != _alg.algorithm_cache.generation:
+        return None
+    return p
+
+
+def _ws_ptr(handle, nbytes):
+    return handle.workspace.get(nbytes, handle.stream) if nbytes else None
+
+
+def _pad_input(handle, g: _Geometry, xa):
+    """A zero-padded device copy of x for asymmetric padding."""
+    xp = zeros((g.xp_size,), g.np_dtype, stream=handle.stream)
+    one, zero, _, _ = _scalars(g.dtype == capi.CUDNN_DATA_DOUBLE, 1.0, 0.0)
+    capi.cudnnTransformTensor(handle.ptr, one, g.x_orig_desc, xa.ptr, zero, g.interior_desc,
+                              xp.ptr + g.interior_offset)
+    return xp
+
+
+def convolution_forward(handle, conv: Convolution, x, w, y=None, *, algo: Any = "heuristic", alpha: float = 1.0,
+                        beta: float = 0.0, deterministic: bool = False, workspace_limit: int | None = None):
+    """``y = alpha * conv(x, w) + beta * y`` (``cudnnConvolutionForward``); returns y (allocated if not given)."""
+    xa, wa = as_array(x, "x"), as_array(w, "w")
+    ya = None if y is None else as_array(y, "y")
+    ysig = None if ya is None else _sig(ya)
+    key = ("forward", conv, _sig(xa), _sig(wa), ysig, algo, deterministic, workspace_limit, _device_id(handle))
+    p = _get_plan(key) or _plan(handle, key, "forward", conv, (_sig(xa), _sig(wa), ysig), algo,
+                                deterministic, workspace_limit, (xa.ptr, wa.ptr))
+    g = p.g
+    if ya is None:
+        y = ya = empty(g.out_shape, g.np_y_dtype, stream=handle.stream)
+    xp = _pad_input(handle, g, xa) if g.asym else xa  # kept alive until the call is queued
+    al, be, _, _ = _scalars(p.double, alpha, beta)
+    p.fn(handle.ptr, al, p.a, xp.ptr, p.b, wa.ptr, p.conv_desc, p.algo, _ws_ptr(handle, p.ws), p.ws, be, p.c, ya.ptr)
+    return y
+
+
+def _contiguous(shape):
+    strides, acc = [0] * len(shape), 1
+    for i in range(len(shape) - 1, -1, -1):
+        strides[i] = acc
+        acc *= shape[i]
+    return tuple(strides)
+
+
+def _shape_sig(shape, like, what):
+    shape = tuple(int(n) for n in shape)
+    if any(n < 1 for n in shape):
+        raise ValueError(f"{what} {shape} must have positive dimensions")
+    return shape, _contiguous(shape), like[2], like[3]
+
+
+def _input_shape(conv: Convolution, w_shape, dy_shape) -> tuple[int, ...]:
+    """The smallest x shape whose forward output is dy's shape."""
+    ws, _ = _logical(tuple(w_shape), None, conv.layout)
+    ys, _ = _logical(tuple(dy_shape), None, conv.layout)
+    if len(ws) != len(ys) or not 3 <= len(ys) <= 5:
+        raise ValueError(f"w {tuple(w_shape)} and dy {tuple(dy_shape)} must both have 3, 4 or 5 dimensions")
+    pads, st, dil = conv.params(len(ys) - 2)
+    sp = tuple((ys[2 + i] - 1) * st[i] - pads[i][0] - pads[i][1] + (ws[2 + i] - 1) * dil[i] + 1
+               for i in range(len(ys) - 2))
+    return _physical((ys[0], ws[1] * conv.groups) + sp, conv.layout)
+
+
+def convolution_backward_data(handle, conv: Convolution, w, dy, dx=None, *, x_shape: Sequence[int] | None = None,
+                              algo: Any = "heuristic", alpha: float = 1.0, beta: float = 0.0,
+                              deterministic: bool = False, workspace_limit: int | None = None):
+    """``dx = alpha * conv_transpose(dy, w) + beta * dx`` (``cudnnConvolutionBackwardData``); returns dx.
+
+    Without ``dx``, one of shape ``x_shape`` is allocated (default: the smallest input giving dy's shape).
+    """
+    wa, dya = as_array(w, "w"), as_array(dy, "dy")
+    dxa = None if dx is None else as_array(dx, "dx")
+    if dxa is not None:
+        xsig = _sig(dxa)
+    else:
+        xsig = _shape_sig(x_shape if x_shape is not None else _input_shape(conv, wa.shape, dya.shape), _sig(wa),
+                          "x_shape")
+    key = ("backward_data", conv, xsig, _sig(wa), _sig(dya), dxa is None, algo, deterministic, workspace_limit,
+           _device_id(handle))
+    p = _get_plan(key) or _plan(handle, key, "backward_data", conv, (xsig, _sig(wa), _sig(dya)), algo,
+                                deterministic, workspace_limit, (wa.ptr, dya.ptr))
+    g = p.g
+    if dxa is None:
+        dx = dxa = empty(xsig[0], xsig[2], stream=handle.stream)
+    ws = _ws_ptr(handle, p.ws)
+    if g.asym:  # gradient of the padded x, then its interior blended into dx
+        dxp = empty((g.xp_size,), g.np_dtype, stream=handle.stream)
+        one, zero, _, _ = _scalars(p.double, 1.0, 0.0)
+        p.fn(handle.ptr, one, p.a, wa.ptr, p.b, dya.ptr, p.conv_desc, p.algo, ws, p.ws, zero, p.c, dxp.ptr)
+        al, be, _, _ = _scalars(g.dtype == capi.CUDNN_DATA_DOUBLE, alpha, beta)
+        capi.cudnnTransformTensor(handle.ptr, al, g.interior_desc, dxp.ptr + g.interior_offset, be, g.x_orig_desc,
+                                  dxa.ptr)
+        return dx
+    al, be, _, _ = _scalars(p.double, alpha, beta)
+    p.fn(handle.ptr, al, p.a, wa.ptr, p.b, dya.ptr, p.conv_desc, p.algo, ws, p.ws, be, p.c, dxa.ptr)
+    return dx
+
+
+def convolution_backward_filter(handle, conv: Convolution, x, dy, dw=None, *, w_shape: Sequence[int] | None = None,
+                                algo: Any = "heuristic", alpha: float = 1.0, beta: float = 0.0,
+                                deterministic: bool = False, workspace_limit: int | None = None):
+    """``dw = alpha * dL/dw + beta * dw`` (``cudnnConvolutionBackwardFilter``); returns dw.
+
+    Pass ``dw`` or ``w_shape`` (the filter shape cannot be inferred when the stride is above 1).
+    """
+    xa, dya = as_array(x, "x"), as_array(dy, "dy")
+    dwa = None if dw is None else as_array(dw, "dw")
+    if dwa is not None:
+        wsig = _sig(dwa)
+    elif w_shape is None:
+        raise ValueError("convolution_backward_filter needs dw (an output array) or w_shape")
+    else:
+        wsig = _shape_sig(w_shape, _sig(xa), "w_shape")
+    key = ("backward_filter", conv, _sig(xa), wsig, _sig(dya), dwa is None, algo, deterministic, workspace_limit,
+           _device_id(handle))
+    p = _get_plan(key) or _plan(handle, key, "backward_filter", conv, (_sig(xa), wsig, _sig(dya)), algo,
+                                deterministic, workspace_limit, (xa.ptr, dya.ptr))
+    g = p.g
+    if dwa is None:
+        dw = dwa = empty(wsig[0], wsig[2], stream=handle.stream)
+    xp = _pad_input(handle, g, xa) if g.asym else xa
+    al, be, _, _ = _scalars(p.double, alpha, beta)
+    p.fn(handle.ptr, al, p.a, xp.ptr, p.b, dya.ptr, p.conv_desc, p.algo, _ws_ptr(handle, p.ws), p.ws, be, p.c,
+         dwa.ptr)
+    return dw
+
+
+def convolution_backward_bias(handle, dy, db=None, *, alpha: float = 1.0, beta: float = 0.0,
+                              layout: str = "NCHW"):
+    """``db = alpha * sum(dy over all but channels) + beta * db`` (``cudnnConvolutionBackwardBias``).
+
+    db (allocated if not given) has shape ``(1, K, 1, ...)`` (``(1, ..., 1, K)`` for ``layout="NHWC"``).
+    """
+    dya = as_array(dy, "dy")
+    dbsig = None if db is None else _sig(as_array(db, "db"))
+    key = ("backward_bias", _sig(dya), dbsig, layout, _device_id(handle))
+    got = _PLANS.get(key)
+    if got is None:
+        got = _PLANS[key] = _bias_plan(handle, dya, dbsig, layout, "db")
+    dy_desc, db_desc, db_shape, double = got
+    dba = empty(db_shape, dya.dtype, stream=handle.stream) if db is None else as_array(db, "db")
+    al, be, _, _ = _scalars(double, alpha, beta)
+    capi.cudnnConvolutionBackwardBias(handle.ptr, al, dy_desc, dya.ptr, be, db_desc, dba.ptr)
+    return dba if db is None else db
+
+
+def _bias_plan(handle, ya, bsig, layout, name):
+    """(y descriptor, bias descriptor, allocated bias shape, double?) for a bias of y's channels."""
+    if layout not in ("NCHW", "NHWC"):
+        raise ValueError(f"layout {layout!r}: expected 'NCHW' or 'NHWC'")
+    if ya.device_id != _device_id(handle):
+        raise ValueError(f"the data is on device {ya.device_id} but the handle is on device {_device_id(handle)}")
+    ys, yst = _logical(ya.shape, ya.strides, layout)
+    if not 3 <= len(ys) <= 5:
+        raise ValueError(f"dy/y {ya.shape} must have 3, 4 or 5 dimensions")
+    if len(ys) == 3:
+        ys, yst = _unit(ys, yst)
+    k = ys[1]
+    bshape = (1, k) + (1,) * (len(ys) - 2)
+    if bsig is not None:
+        if math.prod(bsig[0]) != k or bsig[1] != _contiguous(bsig[0]):
+            raise ValueError(f"{name} must be a contiguous array of {k} elements (one per channel), got shape "
+                             f"{bsig[0]} strides {bsig[1]}")
+        if bsig[3] != ya.device_id:
+            raise ValueError(f"{name} is on device {bsig[3]} but the data is on device {ya.device_id}")
+    dt = cudnn_dtype(ya.dtype)
+    physical = _physical((1, k) + (1,) * (len(ya.shape) - 2), layout)
+    return (_tensor_desc(ys, yst, dt), _tensor_desc(bshape, _packed(bshape, False), dt if bsig is None
+                                                    else cudnn_dtype(bsig[2])),
+            physical, dt == capi.CUDNN_DATA_DOUBLE)
+
+
+_ACTIVATIONS = {"relu": capi.CUDNN_ACTIVATION_RELU, "identity": capi.CUDNN_ACTIVATION_IDENTITY}
+
+
+def convolution_bias_activation_forward(handle, conv: Convolution, x, w, bias, *, z=None, activation: str = "relu",
+                                        alpha1: float = 1.0, alpha2: float = 0.0, y=None, algo: Any = "heuristic",
+                                        deterministic: bool = False, workspace_limit: int | None = None):
+    """``y = act(alpha1 * conv(x, w) + alpha2 * z + bias)`` (``cudnnConvolutionBiasActivationForward``).
+
+    ``activation``: ``"relu"`` or ``"identity"`` (cuDNN runs identity only with IMPLICIT_PRECOMP_GEMM,
+    which is then chosen for you). ``z`` defaults to y itself (with ``alpha2`` 0 unless y is given).
+    ``bias`` holds one value per output channel.
+    """
+    act = _enum_arg(activation, _ACTIVATIONS, capi.cudnnActivationMode_t, "activation")
+    if act == capi.CUDNN_ACTIVATION_IDENTITY:
+        precomp = capi.CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM
+        if isinstance(algo, str) and algo.lower() in _ALGO_WORDS:
+            algo = precomp
+        elif _alg.parse_algo("forward", algo) != precomp:
+            raise ValueError("cuDNN runs the identity activation only with IMPLICIT_PRECOMP_GEMM")
+    xa, wa, ba = as_array(x, "x"), as_array(w, "w"), as_array(bias, "bias")
+    ya = None if y is None else as_array(y, "y")
+    ysig = None if ya is None else _sig(ya)
+    key = ("forward", conv, _sig(xa), _sig(wa), ysig, algo, deterministic, workspace_limit, _device_id(handle))
+    p = _get_plan(key) or _plan(handle, key, "forward", conv, (_sig(xa), _sig(wa), ysig), algo, deterministic,
+                                workspace_limit, (xa.ptr, wa.ptr))
+    g = p.g
+    if ya is None:
+        y = ya = empty(g.out_shape, g.np_y_dtype, stream=handle.stream)
+    bkey = ("bias", _sig(ya), _sig(ba), conv.layout, _device_id(handle))
+    bplan = _PLANS.get(bkey)
+    if bplan is None:
+        bplan = _PLANS[bkey] = _bias_plan(handle, ya, _sig(ba), conv.layout, "bias")
+    za = ya if z is None else as_array(z, "z")
+    if za is not ya and _sig(za) != _sig(ya):
+        raise ValueError(f"z must look like y: shape {ya.shape} strides {ya.strides} dtype {ya.dtype}, got "
+                         f"{za.shape} {za.strides} {za.dtype}")
+    xp = _pad_input(handle, g, xa) if g.asym else xa
+    a1, a2, _, _ = _scalars(False, alpha1, alpha2)  # float scalars, also for double data (cuDNN's rule here)
+    if p.double:
+        a1, a2, _, _ = _scalars(True, alpha1, alpha2)
+    capi.cudnnConvolutionBiasActivationForward(
+        handle.ptr, a1, p.a, xp.ptr, p.b, wa.ptr, p.conv_desc, p.algo, _ws_ptr(handle, p.ws), p.ws, a2, p.c,
+        za.ptr, bplan[1], ba.ptr, _activation_desc(act, 0.0), p.c, ya.ptr)
+    return y
+
+
+# ---------------------------------------------------------------- algorithm queries on arrays
+
+def _query_geometry(handle, conv, x, w, y, direction):
+    """Geometry for a query: x, w, y are arrays or shapes (an output-only role may be a shape)."""
+    def sig(obj, name, like):
+        if isinstance(obj, (tuple, list)):
+            return _shape_sig(obj, like, name)
+        return _sig(as_array(obj, name))
+    if direction == "backward_data":
+        ws = sig(w, "w", None)
+        ys = sig(y, "dy", ws)
+        xs = sig(x if x is not None else _input_shape(conv, ws[0], ys[0]), "x", ws)
+    else:
+        xs = sig(x, "x", None)
+        ws = sig(w, "w", xs)
+        ys = None if y is None else sig(y, "y", xs)
+    dev = _device_id(handle)
+    for name, s in (("x", xs), ("w", ws), ("y", ys)):
+        if s is not None and s[3] != dev:
+            raise ValueError(f"{name} is on device {s[3]} but the handle is on device {dev}")
+    _check_dtypes(xs[2], ws[2], ys[2] if ys is not None else xs[2])
+    return _Geometry(conv, xs[:2], ws[:2], ys[:2] if ys is not None else (None, None), xs[2],
+                     ys[2] if ys is not None else xs[2])
+
+
+def convolution_algorithms(handle, conv: Convolution, x, w, y=None, *, direction: str = "forward",
+                           method: str = "heuristic", workspace_limit: int | None = None) -> list[_alg.AlgoPerf]:
+    """cuDNN's ranked algorithm records for one direction of this convolution.
+
+    ``x``, ``w``, ``y`` keep their forward roles (for backward_data ``y`` is dy and ``x`` dx; for
+    backward_filter ``w`` is dw); the direction's output may be given as a shape. ``method``:
+    ``"heuristic"`` (``..._v7``), ``"find"`` (``Find...``, cuDNN's own buffers) or ``"find_ex"``
+    (``Find...Ex`` on the given inputs, a scratch output and a workspace of at most ``workspace_limit``).
+    """
+    if direction not in _alg.DIRECTIONS:
+        raise ValueError(f"direction {direction!r}: expected one of {_alg.DIRECTIONS}")
+    g = _query_geometry(handle, conv, x, w, y, direction)
+    a, b, c = _descs(g, direction)
+    cd = g.conv_desc(conv.math_type)
+    if method == "heuristic":
+        return _alg.heuristic_algorithms(handle, direction, a, b, cd, c)
+    if method == "find":
+        return _alg.find_algorithms(handle, direction, a, b, cd, c)
+    if method == "find_ex":
+        ins = {"forward": (x, w), "backward_data": (w, y), "backward_filter": (x, y)}[direction]
+        for name, obj in zip(("first input", "second input"), ins):
+            if obj is None or isinstance(obj, (tuple, list)):
+                raise ValueError(f"method='find_ex' runs on device data: the {direction} {name} must be an array")
+        ptrs = tuple(as_array(o, "input").ptr for o in ins)
+        return _find_records(handle, g, direction, _limit(handle, workspace_limit), ptrs)
+    raise ValueError(f"method {method!r}: expected 'heuristic', 'find' or 'find_ex'")
+
+
+def convolution_workspace_size(handle, conv: Convolution, x, w, y=None, *, algo: Any,
+                               direction: str = "forward") -> int:
+    """Workspace bytes that ``algo`` needs (``cudnnGetConvolution*WorkspaceSize``); raises if unsupported."""
+    g = _query_geometry(handle, conv, x, w, y, direction)
+    a, b, c = _descs(g, direction)
+    return _alg.workspace_size(handle, direction, a, b, g.conv_desc(conv.math_type), c, algo)
