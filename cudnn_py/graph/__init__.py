@@ -1,0 +1,24 @@
+"""The cuDNN backend (graph) API from Python: typed descriptors, a graph builder, plans, autotuning, execution.
+
+* :class:`BackendDescriptor` - any ``cudnnBackendDescriptor_t`` with attributes checked against one table.
+* :class:`Graph` - tensors and operations (convolutions, matmul, pointwise, reduction, genstats), built into
+  plans through heuristics with a process-wide plan cache; :meth:`Graph.autotune` times every plan.
+* :class:`Plan` / :class:`Executor` - execution with variant packs cached by data pointers;
+  :class:`CudaGraph` records a plan into a CUDA graph.
+* :func:`conv_forward`, :func:`conv_backward_data`, :func:`conv_backward_filter` - convolution through cached
+  graph plans (with optional fused bias + activation).
+"""
+from .attributes import AttrSpec, attr_spec
+from .conv import conv_backward_data, conv_backward_filter, conv_forward
+from .descriptors import BackendDescriptor
+from .errors import GraphNotSupportedError
+from .execute import CudaGraph, Executor
+from .graph import Graph, Tensor
+from .ops import POINTWISE_ARITY
+from .plans import (EngineConfig, KnobInfo, Plan, autotune, build_plans, engine_config, engine_configs, heuristics,
+                    plan_cache_clear, plan_cache_info, plan_from_json)
+
+__all__ = ["AttrSpec", "attr_spec", "BackendDescriptor", "GraphNotSupportedError", "CudaGraph", "Executor",
+           "Graph", "Tensor", "POINTWISE_ARITY", "EngineConfig", "KnobInfo", "Plan", "autotune", "build_plans",
+           "engine_config", "engine_configs", "heuristics", "plan_cache_clear", "plan_cache_info", "plan_from_json",
+           "conv_forward", "conv_backward_data", "conv_backward_filter"]

@@ -22,9 +22,7 @@ _ANAME = capi.cudnnBackendAttributeName_t
 _ATYPE = capi.cudnnBackendAttributeType_t
 
 
-class Fraction(ctypes.Structure):
-    """``cudnnFraction_t``: numerator / denominator (int64 each)."""
-    _fields_ = [("numerator", ctypes.c_int64), ("denominator", ctypes.c_int64)]
+Fraction = capi.cudnnFraction_t  # numerator / denominator, int64 each
 
 
 # CUDNN_TYPE_<X> -> the enum typedef its elements belong to (elements are C enums: 32-bit ints).

@@ -1,0 +1,268 @@
+"""Executing plans: variant packs cached by data pointers, the fast executor, CUDA graphs.
+
+The hot path (:class:`Executor`) is one dict lookup keyed by the tuple of data pointers (plus the workspace
+pointer when the plan needs one) and one ctypes call of ``cudnnBackendExecute`` with prepared arguments: a
+repeat call with arrays at the same addresses sets no attribute and builds nothing. The first call with new
+addresses validates every array (dtype, shape, strides, device) against the graph's tensors and finalizes a
+variant pack.
+"""
+from __future__ import annotations
+
+import ctypes
+from operator import attrgetter
+
+from cudnn_py import _loader, capi
+from cudnn_py._binding import status_error
+
+from .descriptors import BackendDescriptor
+
+__all__ = ["Executor", "execute", "CudaGraph", "execute_descriptors", "make_variant_pack"]
+
+_PTR = attrgetter("ptr")
+_MAX_PACKS = 256
+_RAW_EXEC = None
+
+
+def _raw_execute():
+    """``cudnnBackendExecute`` as a bare ctypes function (no errcheck; the caller checks the status)."""
+    global _RAW_EXEC
+    if _RAW_EXEC is None:
+        cdll = _loader.library().cdll
+        fn = cdll._FuncPtr(("cudnnBackendExecute", cdll))
+        fn.restype = ctypes.c_int
+        fn.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+        _RAW_EXEC = fn
+    return _RAW_EXEC
+
+
+def _ptr_of(obj) -> int:
+    """Data pointer of a DeviceArray, a torch tensor (``data_ptr()``) or anything :func:`as_array` accepts."""
+    p = getattr(obj, "ptr", None)
+    if isinstance(p, int):
+        return p
+    dp = getattr(obj, "data_ptr", None)
+    if callable(dp):
+        return dp()
+    from cudnn_py.memory import as_array
+    return as_array(obj).ptr
+
+
+def _check_array(t, obj, device: int | None):
+    """Validate ``obj`` against graph tensor ``t``; returns its device pointer. Errors name the tensor."""
+    from cudnn_py.memory import as_array
+    a = as_array(obj, t.name)
+    if a.dtype != t.np_dtype:
+        raise TypeError(f"tensor {t.name!r} expects dtype {t.np_dtype}, got an array of dtype {a.dtype}")
+    if a.shape != t.shape:
+        raise ValueError(f"tensor {t.name!r} expects shape {t.shape}, got an array of shape {a.shape}")
+    bad = [i for i, (s, u, n) in enumerate(zip(a.strides, t.strides, t.shape)) if n > 1 and s != u]
+    if bad:
+        raise ValueError(f"tensor {t.name!r} expects strides {t.strides} (elements), got {a.strides}: "
+                         f"pass an array with the graph's layout or build the graph with tensor_like(array)")
+    if device is not None and a.device_id != device:
+        raise ValueError(f"tensor {t.name!r}: array is on device {a.device_id}, the handle on device {device}")
+    return a.ptr
+
+
+def _handle_device(handle) -> int | None:
+    dev = getattr(handle, "device", None)
+    return None if dev is None else int(getattr(dev, "device_id", dev))
+
+
+def make_variant_pack(uids, pointers, workspace: int | None) -> BackendDescriptor:
+    """A finalized ``VARIANT_PACK`` descriptor."""
+    vp = BackendDescriptor("VARIANT_PACK", unique_ids=list(uids), data_pointers=list(pointers))
+    vp.set("workspace", workspace or None)
+    return vp.finalize()
+
+
+def execute_descriptors(handle, plan: BackendDescriptor, pack: BackendDescriptor) -> None:
+    """``cudnnBackendExecute`` on raw descriptors, refusing unfinalized ones with a clear error."""
+    for what, d in (("execution plan", plan), ("variant pack", pack)):
+        if not isinstance(d, BackendDescriptor):
+            raise TypeError(f"{what} must be a BackendDescriptor, got {type(d).__name__}")
+        if not d.finalized:
+            raise ValueError(f"{what} ({d.short_type}) is not finalized; call .finalize() before executing")
+    capi.cudnnBackendExecute(getattr(handle, "ptr", handle), plan.ptr, pack.ptr)
+
+
+class Executor:
+    """``run(*arrays)``: execute a plan with arrays bound positionally to the graph's non-virtual tensors.
+
+    Made by :meth:`Plan.executor` / :meth:`Graph.executor`; ``tensors`` (Tensor objects, names or uids) fix the
+    order, default: the graph's I/O tensors in creation order (by-value scalars are bound automatically).
+    """
+
+    __slots__ = ("plan", "tensors", "_uids", "_scalar_ptrs", "_packs", "_h", "_plan_ptr", "_exec", "_ws_size",
+                 "_workspace", "_stream", "_device", "_handle", "_n", "_keep")
+
+    def __init__(self, plan, handle, tensors=()):
+        g = plan.graph
+        if g is None:
+            raise ValueError("this plan has no graph to name its tensors (load it with plan_from_json(..., graph))")
+        io = [t for t in g.io_tensors() if not t.is_by_value]
+        if tensors:
+            resolved = [g[t] if isinstance(t, str) else (t if hasattr(t, "uid") else
+                        next(v for v in io if v.uid == t)) for t in tensors]
+            missing = [t.name for t in io if t not in resolved]
+            if missing:
+                raise ValueError(f"executor must bind every I/O tensor; missing {', '.join(missing)}")
+            if len(resolved) != len(io):
+                raise ValueError("executor tensors must be the graph's I/O tensors, each once")
+            io = resolved
+        scalars = [t for t in g.io_tensors() if t.is_by_value]
+        self.plan, self.tensors, self._handle = plan, tuple(io), handle
+        self._n = len(io)
+        self._uids = [t.uid for t in io] + [t.uid for t in scalars]
+        self._scalar_ptrs = [g.scalar_pointer(t) for t in scalars]
+        self._packs: dict = {}   # pointer tuple -> variant pack handle value (what C gets)
+        self._keep: dict = {}    # pointer tuple -> the BackendDescriptor owning that handle
+        self._h = ctypes.cast(getattr(handle, "ptr", handle), ctypes.c_void_p)
+        self._plan_ptr = ctypes.c_void_p(plan.descriptor.ptr.value)
+        self._exec = _raw_execute()
+        self._ws_size = plan.workspace_size
+        self._workspace = getattr(handle, "workspace", None)
+        self._stream = getattr(handle, "stream", None)
+        self._device = _handle_device(handle)
+
+    def __call__(self, *arrays, workspace=None):
+        if len(arrays) != self._n:
+            raise TypeError(f"executor takes {self._n} arrays ({', '.join(t.name for t in self.tensors)}), "
+                            f"got {len(arrays)}")
+        try:
+            key = tuple(map(_PTR, arrays))
+        except AttributeError:
+            key = tuple(map(_ptr_of, arrays))
+        if self._ws_size or workspace is not None:
+            key += (self._workspace_ptr(workspace),)
+        vp = self._packs.get(key)
+        if vp is None:
+            vp = self._new_pack(arrays, key)
+        status = self._exec(self._h, self._plan_ptr, vp)
+        if status:
+            raise status_error("cudnnBackendExecute", status)
+
+    def _workspace_ptr(self, workspace) -> int:
+        if workspace is None:
+            if self._workspace is None:
+                raise ValueError(f"plan needs {self._ws_size} bytes of workspace and the handle has none: "
+                                 f"pass workspace=")
+            return self._workspace.get(self._ws_size, self._stream)
+        if isinstance(workspace, int):
+            return workspace
+        nbytes = getattr(workspace, "nbytes", None)
+        if nbytes is not None and nbytes < self._ws_size:
+            raise ValueError(f"workspace has {nbytes} bytes; the plan ({self.plan.tag}) needs {self._ws_size}")
+        return _ptr_of(workspace)
+
+    def _new_pack(self, arrays, key):
+        ptrs = [_check_array(t, a, self._device) for t, a in zip(self.tensors, arrays)]
+        ws = key[-1] if len(key) > self._n else None
+        vp = make_variant_pack(self._uids, ptrs + self._scalar_ptrs, ws)
+        if len(self._packs) >= _MAX_PACKS:
+            self._packs.clear()
+            self._keep.clear()
+        self._packs[key] = vp.ptr.value
+        self._keep[key] = vp
+        return vp.ptr.value
+
+    def __repr__(self):
+        return f"<Executor {self.plan.tag}: {', '.join(t.name for t in self.tensors)}>"
+
+
+def _ordered(plan, variant_pack: dict) -> tuple[list, list]:
+    g = plan.graph
+    if g is None:
+        raise ValueError("this plan has no graph to name its tensors")
+    io = [t for t in g.io_tensors() if not t.is_by_value]
+    by_uid = {}
+    for k, v in variant_pack.items():
+        t = g[k] if isinstance(k, str) else k
+        uid = getattr(t, "uid", t)
+        if hasattr(t, "graph") and t.graph is not g and g[t.name].uid != uid:
+            raise ValueError(f"tensor {t.name!r} is not part of graph {g.name!r}")
+        by_uid[uid] = v
+    missing = [t.name for t in io if t.uid not in by_uid]
+    if missing:
+        raise ValueError(f"variant pack is missing {', '.join(missing)} (graph {g.name!r} needs "
+                         f"{', '.join(t.name for t in io)})")
+    extra = set(by_uid) - {t.uid for t in io}
+    if extra:
+        raise ValueError(f"variant pack has tensors the graph does not use: uids {sorted(extra)}")
+    return io, [by_uid[t.uid] for t in io]
+
+
+def execute(plan, handle, variant_pack: dict, workspace=None) -> None:
+    """Execute ``plan`` with a dict variant pack (through the cached executor of the graph's I/O order)."""
+    io, arrays = _ordered(plan, variant_pack)
+    plan.executor(handle, *io)(*arrays, workspace=workspace)
+
+
+class CudaGraph:
+    """A CUDA graph recorded from a plan by ``cudnnBackendPopulateCudaGraph``; ``update(variant_pack)`` rebinds
+    pointers with ``cudnnBackendUpdateCudaGraph``; ``launch(stream=None)`` replays it (handle's stream default)."""
+
+    def __init__(self, plan, handle, variant_pack: dict, workspace=None):
+        from cuda.bindings import runtime as rt
+        self._rt, self.plan, self.handle = rt, plan, handle
+        self._graph = self._exec = None
+        err, self._graph = rt.cudaGraphCreate(0)
+        self._check(err, "cudaGraphCreate")
+        vp = self._pack(variant_pack, workspace)
+        capi.cudnnBackendPopulateCudaGraph(handle.ptr, plan.descriptor.ptr, vp.ptr, capi.cudaGraph_t(int(self._graph)))
+        self._instantiate()
+
+    def _check(self, err, what):
+        if int(err) != 0:
+            raise RuntimeError(f"{what} failed: {err}")
+
+    def _pack(self, variant_pack, workspace) -> BackendDescriptor:
+        io, arrays = _ordered(self.plan, variant_pack)
+        dev = _handle_device(self.handle)
+        ptrs = [_check_array(t, a, dev) for t, a in zip(io, arrays)]
+        g = self.plan.graph
+        scalars = [t for t in g.io_tensors() if t.is_by_value]
+        ws = None
+        if self.plan.workspace_size:
+            ws = _ptr_of(workspace) if workspace is not None else self.handle.workspace.get(
+                self.plan.workspace_size, self.handle.stream)
+        self._vp = make_variant_pack([t.uid for t in io] + [t.uid for t in scalars],
+                                     ptrs + [g.scalar_pointer(t) for t in scalars], ws)
+        return self._vp
+
+    def _instantiate(self):
+        if self._exec is not None:
+            self._rt.cudaGraphExecDestroy(self._exec)
+        err, self._exec = self._rt.cudaGraphInstantiate(self._graph, 0)
+        self._check(err, "cudaGraphInstantiate")
+
+    def update(self, variant_pack: dict, workspace=None) -> None:
+        vp = self._pack(variant_pack, workspace)
+        capi.cudnnBackendUpdateCudaGraph(self.handle.ptr, self.plan.descriptor.ptr, vp.ptr,
+                                         capi.cudaGraph_t(int(self._graph)))
+        self._instantiate()
+
+    def launch(self, stream=None) -> None:
+        from cudnn_py.streams import stream_ptr
+        s = stream_ptr(stream) if stream is not None else self.handle.stream_ptr
+        self._check(self._rt.cudaGraphLaunch(self._exec, s)[0], "cudaGraphLaunch")
+
+    def close(self) -> None:
+        if self._exec is not None:
+            self._rt.cudaGraphExecDestroy(self._exec)
+            self._exec = None
+        if self._graph is not None:
+            self._rt.cudaGraphDestroy(self._graph)
+            self._graph = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001
+            pass

@@ -1,0 +1,323 @@
+"""Engine heuristics, engine configs with their knobs and notes, execution plans, autotuning and the plan cache.
+
+* :func:`heuristics` asks cuDNN for ranked engine configs in a mode (``'A'``, ``'B'``, ``'FALLBACK'``,
+  ``'INSTANT'``); :func:`engine_configs` enumerates every engine with its default knobs.
+* :class:`Plan` is a finalized execution plan: workspace size, its engine config, JSON serialisation
+  (:meth:`Plan.to_json` / :func:`plan_from_json`), execution (see :mod:`cudnn_py.graph.execute`).
+* :func:`build_plans` builds the first (or every) plan, through a process-wide cache keyed by the graph's
+  structure, shapes, dtypes, the device, the handle and the options; :func:`autotune` times candidates.
+"""
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from cudnn_py import capi
+from cudnn_py.errors import CudnnError
+
+from .descriptors import BackendDescriptor
+from .errors import GraphNotSupportedError
+
+__all__ = ["EngineConfig", "KnobInfo", "Plan", "heuristics", "engine_configs", "engine_config", "build_plans",
+           "autotune", "plan_from_json", "plan_cache_clear", "plan_cache_info", "HEUR_MODES"]
+
+HEUR_MODES = {"A": capi.CUDNN_HEUR_MODE_A, "B": capi.CUDNN_HEUR_MODE_B, "FALLBACK": capi.CUDNN_HEUR_MODE_FALLBACK,
+              "INSTANT": capi.CUDNN_HEUR_MODE_INSTANT}
+_KNOB_COUNT = int(capi.CUDNN_KNOB_TYPE_COUNTS)
+_NOTE_MAX = 16
+
+
+def _mode_name(m) -> str:
+    if isinstance(m, capi.cudnnBackendHeurMode_t):
+        return m.name[len("CUDNN_HEUR_MODE_"):]
+    name = str(m).upper()
+    if name not in HEUR_MODES:
+        raise ValueError(f"heuristic mode must be one of {', '.join(HEUR_MODES)}, got {m!r}")
+    return name
+
+
+def _reason(e: Exception) -> str:
+    if isinstance(e, CudnnError):
+        st = getattr(e.status, "name", e.status)
+        return f"{st}: {e.reason}" if e.reason else str(st)
+    return f"{type(e).__name__}: {e}"
+
+
+def _handle_ptr(handle):
+    return getattr(handle, "ptr", handle)
+
+
+@dataclass(frozen=True)
+class KnobInfo:
+    """One tunable knob of an engine: its type and allowed range (min..max by stride)."""
+    type: capi.cudnnBackendKnobType_t
+    minimum: int
+    maximum: int
+    stride: int
+
+
+@dataclass(eq=False)
+class EngineConfig:
+    """A finalized engine config: the engine's global index, chosen knobs, notes, and where it came from."""
+    descriptor: BackendDescriptor
+    source: str = ""                     # 'heuristics A #0', 'engine 12', ...
+    global_index: int = -1
+    knobs: dict = field(default_factory=dict)            # knob type -> value
+    numerical_notes: tuple = ()
+    behavior_notes: tuple = ()
+    knob_infos: tuple = ()
+
+    @classmethod
+    def from_descriptor(cls, cfg: BackendDescriptor, source: str) -> "EngineConfig":
+        ec = cls(cfg, source)
+        try:
+            eng = cfg.get("CUDNN_ATTR_ENGINECFG_ENGINE")
+            ec.global_index = eng.get("global_index")
+            ec.numerical_notes = tuple(eng.get("numerical_note", count=_NOTE_MAX))
+            ec.behavior_notes = tuple(eng.get("behavior_note", count=_NOTE_MAX))
+            ec.knob_infos = tuple(KnobInfo(k.get("type"), k.get("minimum_value"), k.get("maximum_value"),
+                                           k.get("stride")) for k in eng.get("knob_info", count=_KNOB_COUNT))
+            for ch in cfg.get("knob_choices", count=_KNOB_COUNT):
+                ec.knobs[ch.get("knob_type")] = ch.get("knob_value")
+        except CudnnError:  # introspection is best effort; the config itself is valid
+            pass
+        return ec
+
+    @property
+    def tag(self) -> str:
+        """``eng<index>`` plus ``k<knob>=<value>`` per knob (the same shape cudnn-frontend prints)."""
+        knobs = "_".join(f"k{int(t)}={v}" for t, v in sorted(self.knobs.items()))
+        return f"eng{self.global_index}" + (f"_{knobs}" if knobs else "")
+
+    @property
+    def is_deterministic(self) -> bool:
+        return capi.CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC not in self.numerical_notes
+
+    @property
+    def needs_runtime_compilation(self) -> bool:
+        return capi.CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION in self.behavior_notes
+
+    def notes(self) -> list[str]:
+        return [n.name.split("_NOTE_")[-1].lower() for n in (*self.numerical_notes, *self.behavior_notes)
+                if hasattr(n, "name")]
+
+    def __repr__(self):
+        return f"<EngineConfig {self.tag} from {self.source} notes={self.notes()}>"
+
+
+def heuristics(graph, handle, mode="A") -> list[EngineConfig]:
+    """Engine configs cuDNN's heuristics rank for ``graph`` in ``mode``, best first."""
+    op_graph = graph.lower(handle)
+    name = _mode_name(mode)
+    heur = BackendDescriptor("ENGINEHEUR", operation_graph=op_graph, mode=HEUR_MODES[name]).finalize()
+    cfgs = heur.get("results")
+    return [EngineConfig.from_descriptor(c, f"heuristics {name} #{i}") for i, c in enumerate(cfgs)]
+
+
+def engine_config(graph, handle, global_index: int, knobs: dict | None = None) -> EngineConfig:
+    """The config of engine ``global_index`` for ``graph`` with ``knobs`` ({knob type: value}; else defaults)."""
+    op_graph = graph.lower(handle)
+    eng = BackendDescriptor("ENGINE", operation_graph=op_graph, global_index=int(global_index)).finalize()
+    cfg = BackendDescriptor("ENGINECFG", engine=eng)
+    if knobs:
+        choices = [BackendDescriptor("KNOB_CHOICE", knob_type=k, knob_value=int(v)).finalize()
+                   for k, v in knobs.items()]
+        cfg.set("knob_choices", choices)
+    cfg.finalize()
+    ec = EngineConfig.from_descriptor(cfg, f"engine {global_index}")
+    if knobs:
+        ec.knobs.update({capi.cudnnBackendKnobType_t(int(k)) if not isinstance(k, str) else
+                         capi.cudnnBackendKnobType_t[k]: int(v) for k, v in knobs.items()})
+    return ec
+
+
+def engine_configs(graph, handle) -> tuple[list[EngineConfig], list[tuple[str, str]]]:
+    """Every engine that accepts ``graph`` (default knobs), and (engine, reason) for those that do not."""
+    op_graph = graph.lower(handle)
+    count = op_graph.get("engine_global_count")
+    ok, bad = [], []
+    for i in range(count):
+        try:
+            ok.append(engine_config(graph, handle, i))
+        except CudnnError as e:
+            bad.append((f"engine {i}", _reason(e)))
+    return ok, bad
+
+
+class Plan:
+    """A finalized execution plan (``CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR``) bound to the graph it runs."""
+
+    def __init__(self, descriptor: BackendDescriptor, config: EngineConfig | None, graph=None):
+        if not descriptor.finalized:
+            raise ValueError("Plan needs a finalized EXECUTION_PLAN descriptor (call .finalize() first)")
+        self.descriptor = descriptor
+        self.config = config
+        self.graph = graph
+        self.workspace_size = int(descriptor.get("workspace_size"))
+        self._executors: dict = {}
+
+    @classmethod
+    def build(cls, graph, handle, config: EngineConfig) -> "Plan":
+        d = BackendDescriptor("EXECUTION_PLAN", handle=handle, engine_config=config.descriptor).finalize()
+        return cls(d, config, graph)
+
+    def bind(self, graph) -> "Plan":
+        """This plan for another Graph object of the same structure (shares the cuDNN plan)."""
+        p = Plan.__new__(Plan)
+        p.descriptor, p.config, p.graph, p.workspace_size, p._executors = (
+            self.descriptor, self.config, graph, self.workspace_size, {})
+        return p
+
+    @property
+    def tag(self) -> str:
+        return self.config.tag if self.config else "deserialized"
+
+    def to_json(self) -> str:
+        """cuDNN's JSON serialisation of the plan (load with :func:`plan_from_json`)."""
+        return self.descriptor.get("json_representation")
+
+    def to_bytes(self) -> bytes:
+        return self.to_json().encode()
+
+    def executor(self, handle, *tensors):
+        """A cached fast callable binding arrays positionally (see :class:`~cudnn_py.graph.execute.Executor`)."""
+        from .execute import Executor
+        key = (id(handle), tuple(getattr(t, "uid", t) for t in tensors))
+        ex = self._executors.get(key)
+        if ex is None:
+            ex = self._executors[key] = Executor(self, handle, tensors)
+        return ex
+
+    def execute(self, handle, variant_pack: dict, workspace=None) -> None:
+        """Run on ``handle``'s stream with ``variant_pack`` {tensor or name or uid: array}."""
+        from .execute import execute
+        execute(self, handle, variant_pack, workspace)
+
+    def populate_cuda_graph(self, handle, variant_pack: dict, workspace=None):
+        """A :class:`~cudnn_py.graph.execute.CudaGraph` recorded from this plan (cuDNN >= 9.5 engines that
+        support the native CUDA graph API)."""
+        from .execute import CudaGraph
+        return CudaGraph(self, handle, variant_pack, workspace)
+
+    def __repr__(self):
+        return f"<Plan {self.tag} workspace={self.workspace_size}B>"
+
+
+def plan_from_json(handle, text: str | bytes, graph=None) -> Plan:
+    """Load a plan serialised by :meth:`Plan.to_json` (same cuDNN version and GPU); ``graph`` names tensors."""
+    if isinstance(text, bytes):
+        text = text.decode()
+    d = BackendDescriptor("EXECUTION_PLAN", handle=handle)
+    d.set("json_representation", text)
+    d.finalize()
+    return Plan(d, None, graph)
+
+
+# -- building, with the cache -------------------------------------------------------------------------------------
+_CACHE: dict = {}
+_STATS = {"hits": 0, "misses": 0}
+
+
+def plan_cache_clear() -> None:
+    _CACHE.clear()
+    _STATS.update(hits=0, misses=0)
+
+
+def plan_cache_info() -> dict:
+    return {"entries": len(_CACHE), **_STATS}
+
+
+def _keep(cfg: EngineConfig, deterministic: bool, runtime_compilation: bool) -> str | None:
+    if deterministic and not cfg.is_deterministic:
+        return "non-deterministic (deterministic=True)"
+    if not runtime_compilation and cfg.needs_runtime_compilation:
+        return "needs runtime compilation (runtime_compilation=False)"
+    return None
+
+
+def _candidates(graph, handle, modes, deterministic, runtime_compilation, reasons):
+    for m in modes:
+        name = _mode_name(m)
+        try:
+            cfgs = heuristics(graph, handle, name)
+        except CudnnError as e:
+            reasons.append((f"heuristics {name}", _reason(e)))
+            continue
+        if not cfgs:
+            reasons.append((f"heuristics {name}", "returned no engine configs"))
+        for cfg in cfgs:
+            why = _keep(cfg, deterministic, runtime_compilation)
+            if why:
+                reasons.append((f"{cfg.tag} ({cfg.source})", "skipped: " + why))
+                continue
+            yield cfg
+
+
+def _device_of(handle) -> int:
+    dev = getattr(handle, "device", 0)
+    return int(getattr(dev, "device_id", dev))
+
+
+def build_plans(graph, handle, modes: Sequence[str] = ("A", "FALLBACK"), *, policy: str = "first",
+                deterministic: bool = False, runtime_compilation: bool = True, max_plans: int | None = None,
+                cache: bool = True) -> list[Plan]:
+    """Plans for ``graph``: ``policy='first'`` stops at the first config that builds, ``'all'`` builds every
+    candidate (deduplicated by engine tag). Raises :class:`GraphNotSupportedError` when none builds."""
+    if policy not in ("first", "all"):
+        raise ValueError(f"policy must be 'first' or 'all', got {policy!r}")
+    modes = tuple(_mode_name(m) for m in modes)
+    key = (graph.key(), modes, policy, deterministic, runtime_compilation, max_plans, _device_of(handle),
+           ctypes.cast(_handle_ptr(handle), ctypes.c_void_p).value)
+    if cache and key in _CACHE:
+        _STATS["hits"] += 1
+        return [p.bind(graph) for p in _CACHE[key]]
+    _STATS["misses"] += 1
+    graph.lower(handle)
+    reasons: list[tuple[str, str]] = []
+    plans: list[Plan] = []
+    seen = set()
+    for cfg in _candidates(graph, handle, modes, deterministic, runtime_compilation, reasons):
+        if cfg.tag in seen:
+            continue
+        seen.add(cfg.tag)
+        try:
+            plans.append(Plan.build(graph, handle, cfg))
+        except CudnnError as e:
+            reasons.append((f"{cfg.tag} ({cfg.source})", _reason(e)))
+            continue
+        if policy == "first" or (max_plans and len(plans) >= max_plans):
+            break
+    if not plans:
+        raise GraphNotSupportedError(graph.name, [op.describe() for op in graph.ops], list(modes), reasons)
+    if cache:
+        _CACHE[key] = plans
+    return plans
+
+
+def autotune(graph, handle, variant_pack: dict, *, modes=("A", "B", "FALLBACK"), warmup: int = 2, iters: int = 5,
+             **filters) -> list[tuple[Plan, float]]:
+    """Time every buildable plan of ``modes`` on ``variant_pack`` (events on the handle's stream; median of
+    ``iters``) and make the fastest ``graph.plans[0]``. Returns [(plan, ms)] fastest first."""
+    from cudnn_py.streams import timer
+    plans = build_plans(graph, handle, modes, policy="all", cache=False, **filters)
+    results = []
+    for plan in plans:
+        try:
+            for _ in range(warmup):
+                plan.execute(handle, variant_pack)
+            times = []
+            for _ in range(iters):
+                with timer(handle.stream) as t:
+                    plan.execute(handle, variant_pack)
+                times.append(t.ms)
+        except CudnnError:
+            continue
+        times.sort()
+        results.append((plan, times[len(times) // 2]))
+    if not results:
+        raise GraphNotSupportedError(graph.name, [op.describe() for op in graph.ops], list(modes),
+                                     [("autotune", "every plan failed to execute")])
+    results.sort(key=lambda r: r[1])
+    graph.plans = [p for p, _ in results]
+    return results
