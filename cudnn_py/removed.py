@@ -38,8 +38,6 @@ REMOVED: dict[str, tuple[int, str]] = {
     "cudnnGetRNNPaddingMode": (9, "cudnnGetRNNDescriptor_v8"),
     "cudnnRNNSetClip": (9, "cudnnRNNSetClip_v9"),
     "cudnnRNNGetClip": (9, "cudnnRNNGetClip_v9"),
-    "cudnnRNNSetClip_v8": (9, "cudnnRNNSetClip_v9"),
-    "cudnnRNNGetClip_v8": (9, "cudnnRNNGetClip_v9"),
     "cudnnGetRNNParamsSize": (9, "cudnnGetRNNWeightSpaceSize"),
     "cudnnGetRNNLinLayerMatrixParams": (9, "cudnnGetRNNWeightParams"),
     "cudnnGetRNNLinLayerBiasParams": (9, "cudnnGetRNNWeightParams"),

@@ -1,0 +1,93 @@
+"""Statuses become exceptions: class by family, function name, status member, cuDNN's own reason."""
+from __future__ import annotations
+
+import ctypes
+import pickle
+import re
+from ctypes import byref
+
+import pytest
+
+from cudnn_py import capi, errors
+from cudnn_py._binding import function, status_error
+from cudnn_py.capi import *  # noqa: F403
+from conftest import gpu_missing_reason
+
+
+@pytest.fixture
+def tensor_desc():
+    d = cudnnTensorDescriptor_t()
+    cudnnCreateTensorDescriptor(byref(d))
+    yield d
+    cudnnDestroyTensorDescriptor(d)
+
+
+def test_bad_param_message_has_function_status_and_reason(tensor_desc):
+    with pytest.raises(errors.CudnnBadParamError) as e:
+        cudnnSetTensor4dDescriptor(tensor_desc, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 0, 3, 8, 8)
+    err = e.value
+    assert err.function == "cudnnSetTensor4dDescriptor"
+    assert err.status is capi.cudnnStatus_t.CUDNN_STATUS_BAD_PARAM
+    assert err.reason  # cuDNN's own text, from cudnnGetLastErrorString
+    assert re.match(r"cudnnSetTensor4dDescriptor failed: CUDNN_STATUS_BAD_PARAM \(2000\): .+", str(err))
+    assert isinstance(err, ValueError) and isinstance(err, errors.CudnnError)
+
+
+def test_not_supported_family():
+    d = cudnnTensorDescriptor_t()
+    cudnnCreateTensorDescriptor(byref(d))
+    try:
+        dims = (ctypes.c_int * 9)(*([2] * 9))
+        with pytest.raises(errors.CudnnError) as e:
+            cudnnSetTensorNdDescriptorEx(d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 9, dims)
+        assert type(e.value) in (errors.CudnnBadParamError, errors.CudnnNotSupportedError)
+    finally:
+        cudnnDestroyTensorDescriptor(d)
+
+
+@pytest.mark.parametrize("code, cls", [
+    (1001, errors.CudnnNotInitializedError), (2002, errors.CudnnBadParamError),
+    (3000, errors.CudnnNotSupportedError), (4001, errors.CudnnInternalError),
+    (5000, errors.CudnnExecutionFailedError), (9999, errors.CudnnError)])
+def test_every_family_has_its_class(code, cls):
+    err = status_error("cudnnSomething", code)
+    assert type(err) is cls and err.function == "cudnnSomething" and f"({code})" in str(err)
+    assert type(pickle.loads(pickle.dumps(err))) is cls
+
+
+@pytest.mark.skipif(not gpu_missing_reason(), reason="only without a GPU: cudnnCreate succeeds where there is one")
+def test_create_without_gpu_says_so():
+    with pytest.raises(errors.CudnnNotInitializedError) as e:
+        cudnnCreate(byref(cudnnHandle_t()))
+    msg = str(e.value)
+    assert msg.startswith("cudnnCreate failed: CUDNN_STATUS_NOT_INITIALIZED (1001)")
+    assert "no CUDA" in msg or "no usable CUDA" in msg
+
+
+def test_removed_function_names_its_replacement():
+    from cudnn_py.capi import cudnnGetConvolutionForwardAlgorithm as removed  # a C port's star import has it too
+    with pytest.raises(errors.FunctionNotAvailableError) as e:
+        removed(None, None, None, None, None, 0, 0, None)
+    assert "removed in cuDNN 8" in str(e.value) and "cudnnGetConvolutionForwardAlgorithm_v7" in str(e.value)
+    with pytest.raises(errors.FunctionNotAvailableError, match="cudnnRNNForward"):
+        capi.cudnnRNNForwardTraining()
+    with pytest.raises(AttributeError):
+        capi.cudnnNoSuchFunction
+
+
+def test_removed_table_names_nothing_the_headers_declare():
+    from cudnn_py.removed import REMOVED
+    assert not set(REMOVED) & set(capi.FUNCTIONS)
+
+
+def test_function_missing_from_the_loaded_library_fails_only_when_called():
+    fn = function("cudnnFromTheFuture_v99", ctypes.c_int, (), "cudnnStatus_t cudnnFromTheFuture_v99(void)")
+    assert not fn.available
+    with pytest.raises(errors.FunctionNotAvailableError) as e:
+        fn()
+    assert "cudnnFromTheFuture_v99" in str(e.value) and library_version() in str(e.value)
+
+
+def library_version() -> str:
+    from cudnn_py import library
+    return library().version_string
