@@ -1,0 +1,934 @@
+"""cuDNN descriptors as Python objects, cached factories for hot loops, and output-shape helpers.
+
+Each descriptor class creates its cuDNN descriptor from keyword arguments with Python defaults,
+reads its settings back from cuDNN through properties, has ``.ptr`` (the ``capi`` handle to pass to
+C), ``close()`` (idempotent; a closed descriptor raises :class:`~cudnn_py.errors.ClosedError`), a
+context manager and a ``repr``; the garbage collector destroys a forgotten one::
+
+    x = TensorDescriptor((8, 3, 32, 32), np.float32)               # packed NCHW
+    x = TensorDescriptor((8, 3, 32, 32), np.float16, format="NHWC") # logical NCHW dims, NHWC memory
+    w = FilterDescriptor((16, 3, 3, 3), np.float32)
+    conv = ConvolutionDescriptor(padding=1, stride=2)
+    conv.output_shape(x, w)                                         # (8, 16, 16, 16), asked of cuDNN
+
+Enum-valued arguments take the enum member (``capi.CUDNN_POOLING_MAX``) or its short name, case
+insensitive (``"max"``); dtypes take anything :func:`cudnn_py.dtypes.cudnn_dtype` does.
+
+The lower-case factories (:func:`tensor_descriptor`, :func:`filter_descriptor`,
+:func:`convolution_descriptor`, ...) return a descriptor shared through a cache keyed by their
+arguments, so an execute call in a loop builds each descriptor once. Shared descriptors ignore
+``close()``; they live until evicted from the cache (and unreferenced) or :func:`clear_cache`.
+"""
+from __future__ import annotations
+
+import ctypes
+import weakref
+from ctypes import byref, c_double, c_float, c_int, c_size_t, c_uint, c_ulonglong, c_void_p
+from enum import IntEnum
+
+import numpy as np
+
+from cudnn_py import capi
+from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
+from cudnn_py.errors import ClosedError
+
+__all__ = [
+    "TensorDescriptor", "FilterDescriptor", "ConvolutionDescriptor", "PoolingDescriptor",
+    "ActivationDescriptor", "LRNDescriptor", "DropoutDescriptor", "OpTensorDescriptor",
+    "ReduceTensorDescriptor",
+    "tensor_descriptor", "tensor_descriptor_for", "filter_descriptor", "convolution_descriptor",
+    "pooling_descriptor", "activation_descriptor", "lrn_descriptor", "op_tensor_descriptor",
+    "reduce_tensor_descriptor", "clear_cache",
+    "convolution_output_shape", "pooling_output_shape",
+]
+
+DIM_MAX = 8  # CUDNN_DIM_MAX
+
+
+# --- argument helpers ---------------------------------------------------------------------------------
+
+def _enum(cls: type[IntEnum], value, prefix: str, what: str, aliases: dict | None = None) -> IntEnum:
+    """An enum member from a member, its int value or its short name (``prefix`` dropped, any case)."""
+    if isinstance(value, cls):
+        return value
+    if isinstance(value, str):
+        key = value.strip().lower()
+        if aliases and key in aliases:
+            return cls[aliases[key]]
+        try:
+            return cls[prefix + key.upper()]
+        except KeyError:
+            pass
+    elif isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        try:
+            return cls(int(value))
+        except ValueError:
+            pass
+    names = sorted({m.name[len(prefix):].lower() for m in cls if m.name.startswith(prefix)} | set(aliases or ()))
+    raise ValueError(f"{what} must be one of {names} (or a {cls.__name__} member), got {value!r}")
+
+
+def _nan(value) -> capi.cudnnNanPropagation_t:
+    if isinstance(value, bool):
+        return capi.CUDNN_PROPAGATE_NAN if value else capi.CUDNN_NOT_PROPAGATE_NAN
+    return _enum(capi.cudnnNanPropagation_t, value, "CUDNN_", "nan_propagation",
+                 {"propagate": "CUDNN_PROPAGATE_NAN", "not_propagate": "CUDNN_NOT_PROPAGATE_NAN"})
+
+
+def _ints(value, n: int | None, what: str, minimum: int) -> tuple[int, ...]:
+    """An int or a sequence of ints as an n-tuple (n=None: keep the sequence's length), each >= minimum."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        if n is None:
+            raise ValueError(f"{what}: cannot tell the number of dimensions from a single int")
+        out = (int(value),) * n
+    else:
+        try:
+            out = tuple(value)
+        except TypeError:
+            raise TypeError(f"{what} must be an int or a sequence of ints, got {value!r}") from None
+        if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in out):
+            raise TypeError(f"{what} must contain only ints, got {value!r}")
+        out = tuple(int(v) for v in out)
+        if n is not None and len(out) != n:
+            raise ValueError(f"{what} has {len(out)} entries; expected {n} (one per spatial dimension)")
+    bad = [v for v in out if v < minimum]
+    if bad:
+        raise ValueError(f"{what} must be >= {minimum} in every dimension, got {out}")
+    return out
+
+
+def _spatial_ndim(values, default: int = 2) -> int:
+    for v in values:
+        if v is not None and not (isinstance(v, (int, np.integer)) and not isinstance(v, bool)):
+            try:
+                return len(v)
+            except TypeError:
+                pass
+    return default
+
+
+def _dims(shape, what: str, lo: int, hi: int = DIM_MAX) -> tuple[int, ...]:
+    try:
+        out = tuple(shape)
+    except TypeError:
+        raise TypeError(f"{what} must be a sequence of ints, got {shape!r}") from None
+    if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in out):
+        raise TypeError(f"{what} must contain only ints, got {shape!r}")
+    out = tuple(int(v) for v in out)
+    if not lo <= len(out) <= hi:
+        raise ValueError(f"{what} {out} has {len(out)} dimensions; cuDNN accepts {lo} to {hi} "
+                         f"(pad with 1s, e.g. (1, n, 1, 1) for a vector)")
+    if any(v <= 0 for v in out):
+        raise ValueError(f"{what} {out} has a zero or negative dimension; every dimension must be >= 1")
+    return out
+
+
+def _carray(values) -> ctypes.Array:
+    return (c_int * max(len(values), 1))(*values)
+
+
+# --- base ---------------------------------------------------------------------------------------------
+
+def _destroy(fn, ptr) -> None:
+    try:
+        fn(ptr)
+    except Exception:  # at interpreter exit the library may be unloading; nothing left to free
+        pass
+
+
+class _Descriptor:
+    """Common lifetime handling: create on construction, destroy on close()/GC."""
+
+    _handle_type: type = c_void_p
+    _create_fn: str = ""
+    _destroy_fn: str = ""
+
+    def __init__(self):
+        self._ptr = None
+        self._shared = False
+        ptr = self._handle_type()
+        getattr(capi, self._create_fn)(byref(ptr))
+        self._finalizer = weakref.finalize(self, _destroy, getattr(capi, self._destroy_fn), ptr)
+        self._ptr = ptr
+
+    @property
+    def ptr(self):
+        """The cuDNN descriptor handle to pass to C calls; :class:`ClosedError` once closed."""
+        p = self._ptr
+        if p is None:
+            raise ClosedError(f"this {type(self).__name__} is closed")
+        return p
+
+    @property
+    def closed(self) -> bool:
+        return self._ptr is None
+
+    def close(self) -> None:
+        """Destroy the cuDNN descriptor (idempotent; a no-op for shared, cached descriptors)."""
+        if self._ptr is None or self._shared:
+            return
+        self._ptr = None
+        self._finalizer()
+
+    def __enter__(self):
+        self.ptr  # raises if closed
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _fields(self) -> str:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        if self._ptr is None:
+            return f"<{type(self).__name__} closed>"
+        return f"{type(self).__name__}({self._fields()})"
+
+
+# --- tensor & filter ----------------------------------------------------------------------------------
+
+_FORMAT_ALIASES = {"nchw": "CUDNN_TENSOR_NCHW", "nhwc": "CUDNN_TENSOR_NHWC", "nchw_vect_c": "CUDNN_TENSOR_NCHW_VECT_C",
+                   "ncdhw": "CUDNN_TENSOR_NCHW", "ndhwc": "CUDNN_TENSOR_NHWC"}
+
+
+def _format(value) -> capi.cudnnTensorFormat_t:
+    return _enum(capi.cudnnTensorFormat_t, value, "CUDNN_TENSOR_", "format", _FORMAT_ALIASES)
+
+
+class TensorDescriptor(_Descriptor):
+    """An n-d tensor (2 to 8 dims) of ``dtype``.
+
+    Layout: packed C order by default; explicit ``strides`` (in elements); or a ``format``
+    ("NCHW", "NHWC", "NCHW_VECT_C") with ``shape`` always given in logical N, C, spatial... order.
+    """
+
+    _handle_type = capi.cudnnTensorDescriptor_t
+    _create_fn, _destroy_fn = "cudnnCreateTensorDescriptor", "cudnnDestroyTensorDescriptor"
+
+    def __init__(self, shape, dtype=np.float32, strides=None, *, format=None):
+        shape = _dims(shape, "tensor shape", 2)
+        dt = cudnn_dtype(dtype)
+        fmt = None
+        if format is not None:
+            if strides is not None:
+                raise ValueError("give either strides or format, not both")
+            fmt = _format(format)
+        elif strides is not None:
+            strides = _ints(strides, None, "tensor strides", 0)
+            if len(strides) != len(shape):
+                raise ValueError(f"tensor strides {strides} must have one entry per dimension of shape {shape}")
+            bad = [i for i, (n, s) in enumerate(zip(shape, strides)) if s == 0 and n > 1]
+            if bad:
+                raise ValueError(f"tensor strides {strides} are 0 in dimension(s) {bad} of size > 1 (a broadcast "
+                                 f"view); cuDNN needs real strides: make a packed copy")
+        super().__init__()
+        self._format = fmt
+        if fmt is not None:
+            capi.cudnnSetTensorNdDescriptorEx(self._ptr, fmt, dt, len(shape), _carray(shape))
+        else:
+            if strides is None:
+                strides, acc = [], 1
+                for n in reversed(shape):
+                    strides.insert(0, acc)
+                    acc *= n
+            capi.cudnnSetTensorNdDescriptor(self._ptr, dt, len(shape), _carray(shape), _carray(strides))
+
+    @classmethod
+    def like(cls, array, dtype=None) -> TensorDescriptor:
+        """A descriptor matching an array's shape, dtype and strides (a DeviceArray or any GPU tensor)."""
+        from cudnn_py.memory import as_array
+
+        a = as_array(array, "array")
+        return cls(a.shape, a.dtype if dtype is None else dtype, None if a.is_contiguous else a.strides)
+
+    def _get(self):
+        dt, nb = c_int(), c_int()
+        dims, strides = (c_int * DIM_MAX)(), (c_int * DIM_MAX)()
+        capi.cudnnGetTensorNdDescriptor(self.ptr, DIM_MAX, byref(dt), byref(nb), dims, strides)
+        n = nb.value
+        return capi.cudnnDataType_t(dt.value), tuple(dims[:n]), tuple(strides[:n])
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._get()[1]
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        """Strides in elements, as cuDNN stores them."""
+        return self._get()[2]
+
+    @property
+    def dtype(self) -> capi.cudnnDataType_t:
+        return self._get()[0]
+
+    @property
+    def numpy_dtype(self) -> np.dtype:
+        return numpy_dtype(self.dtype)
+
+    @property
+    def ndim(self) -> int:
+        return len(self._get()[1])
+
+    @property
+    def format(self) -> capi.cudnnTensorFormat_t | None:
+        """The format it was built with (None when built from shape and strides)."""
+        return self._format
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the tensor spans in memory (``cudnnGetTensorSizeInBytes``)."""
+        n = c_size_t()
+        capi.cudnnGetTensorSizeInBytes(self.ptr, byref(n))
+        return n.value
+
+    def _fields(self) -> str:
+        dt, shape, strides = self._get()
+        fmt = "" if self._format is None else f", format={self._format.name}"
+        return f"shape={shape}, dtype={dt.name}, strides={strides}{fmt}"
+
+
+class FilterDescriptor(_Descriptor):
+    """Convolution weights: ``shape`` (K, C/groups, spatial...) (3 to 8 dims), ``dtype``, ``format``
+    ("NCHW": KCRS memory, "NHWC": KRSC memory; dims are always given as K, C, spatial...)."""
+
+    _handle_type = capi.cudnnFilterDescriptor_t
+    _create_fn, _destroy_fn = "cudnnCreateFilterDescriptor", "cudnnDestroyFilterDescriptor"
+
+    def __init__(self, shape, dtype=np.float32, *, format="NCHW"):
+        shape = _dims(shape, "filter shape", 3)
+        dt = cudnn_dtype(dtype)
+        fmt = _format(format)
+        super().__init__()
+        capi.cudnnSetFilterNdDescriptor(self._ptr, dt, fmt, len(shape), _carray(shape))
+
+    def _get(self):
+        dt, fmt, nb = c_int(), c_int(), c_int()
+        dims = (c_int * DIM_MAX)()
+        capi.cudnnGetFilterNdDescriptor(self.ptr, DIM_MAX, byref(dt), byref(fmt), byref(nb), dims)
+        return capi.cudnnDataType_t(dt.value), capi.cudnnTensorFormat_t(fmt.value), tuple(dims[:nb.value])
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._get()[2]
+
+    @property
+    def dtype(self) -> capi.cudnnDataType_t:
+        return self._get()[0]
+
+    @property
+    def format(self) -> capi.cudnnTensorFormat_t:
+        return self._get()[1]
+
+    @property
+    def ndim(self) -> int:
+        return len(self._get()[2])
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the weights (``cudnnGetFilterSizeInBytes``)."""
+        n = c_size_t()
+        capi.cudnnGetFilterSizeInBytes(self.ptr, byref(n))
+        return n.value
+
+    def _fields(self) -> str:
+        dt, fmt, shape = self._get()
+        return f"shape={shape}, dtype={dt.name}, format={fmt.name}"
+
+
+# --- convolution --------------------------------------------------------------------------------------
+
+_MATH_ALIASES = {"default": "CUDNN_DEFAULT_MATH", "tensor_op": "CUDNN_TENSOR_OP_MATH",
+                 "tensor_op_allow_conversion": "CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION", "fma": "CUDNN_FMA_MATH"}
+
+
+class ConvolutionDescriptor(_Descriptor):
+    """An Nd convolution: ``padding``, ``stride``, ``dilation`` as ints or per-spatial-dim tuples.
+
+    ``ndim``: spatial dims (default: from the tuples, else 2). ``mode``: "cross_correlation" (what
+    deep learning calls convolution; default) or "convolution". ``compute_type``: the accumulation
+    dtype (float32 by default; use float64 for double data). ``math_type``: "default",
+    "tensor_op", "tensor_op_allow_conversion" or "fma" (no tensor cores, full fp32).
+    """
+
+    _handle_type = capi.cudnnConvolutionDescriptor_t
+    _create_fn, _destroy_fn = "cudnnCreateConvolutionDescriptor", "cudnnDestroyConvolutionDescriptor"
+
+    def __init__(self, padding=0, stride=1, dilation=1, *, ndim: int | None = None,
+                 mode="cross_correlation", compute_type=np.float32, groups: int = 1, math_type="default",
+                 reorder=None):
+        n = ndim if ndim is not None else _spatial_ndim((padding, stride, dilation))
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= DIM_MAX - 2:
+            raise ValueError(f"ndim (spatial dimensions) must be an int from 1 to {DIM_MAX - 2}, got {n!r}")
+        pad = _ints(padding, n, "padding", 0)
+        st = _ints(stride, n, "stride", 1)
+        dil = _ints(dilation, n, "dilation", 1)
+        mode = _enum(capi.cudnnConvolutionMode_t, mode, "CUDNN_", "mode")
+        ct = cudnn_dtype(compute_type)
+        if isinstance(groups, bool) or not isinstance(groups, (int, np.integer)) or groups < 1:
+            raise ValueError(f"groups must be an int >= 1, got {groups!r}")
+        math = _enum(capi.cudnnMathType_t, math_type, "CUDNN_", "math_type", _MATH_ALIASES)
+        super().__init__()
+        capi.cudnnSetConvolutionNdDescriptor(self._ptr, n, _carray(pad), _carray(st), _carray(dil), mode, ct)
+        capi.cudnnSetConvolutionGroupCount(self._ptr, int(groups))
+        capi.cudnnSetConvolutionMathType(self._ptr, math)
+        if reorder is not None:
+            capi.cudnnSetConvolutionReorderType(
+                self._ptr, _enum(capi.cudnnReorderType_t, reorder, "CUDNN_", "reorder",
+                                 {"default": "CUDNN_DEFAULT_REORDER", "none": "CUDNN_NO_REORDER"}))
+
+    def _get(self):
+        n, mode, ct = c_int(), c_int(), c_int()
+        pad, st, dil = (c_int * DIM_MAX)(), (c_int * DIM_MAX)(), (c_int * DIM_MAX)()
+        capi.cudnnGetConvolutionNdDescriptor(self.ptr, DIM_MAX - 2, byref(n), pad, st, dil, byref(mode), byref(ct))
+        k = n.value
+        return (tuple(pad[:k]), tuple(st[:k]), tuple(dil[:k]), capi.cudnnConvolutionMode_t(mode.value),
+                capi.cudnnDataType_t(ct.value))
+
+    @property
+    def padding(self) -> tuple[int, ...]:
+        return self._get()[0]
+
+    @property
+    def stride(self) -> tuple[int, ...]:
+        return self._get()[1]
+
+    @property
+    def dilation(self) -> tuple[int, ...]:
+        return self._get()[2]
+
+    @property
+    def mode(self) -> capi.cudnnConvolutionMode_t:
+        return self._get()[3]
+
+    @property
+    def compute_type(self) -> capi.cudnnDataType_t:
+        return self._get()[4]
+
+    @property
+    def ndim(self) -> int:
+        """Spatial dimensions."""
+        return len(self._get()[0])
+
+    @property
+    def groups(self) -> int:
+        g = c_int()
+        capi.cudnnGetConvolutionGroupCount(self.ptr, byref(g))
+        return g.value
+
+    @property
+    def math_type(self) -> capi.cudnnMathType_t:
+        m = c_int()
+        capi.cudnnGetConvolutionMathType(self.ptr, byref(m))
+        return capi.cudnnMathType_t(m.value)
+
+    @property
+    def reorder(self) -> capi.cudnnReorderType_t:
+        r = c_int()
+        capi.cudnnGetConvolutionReorderType(self.ptr, byref(r))
+        return capi.cudnnReorderType_t(r.value)
+
+    def output_shape(self, x, w) -> tuple[int, ...]:
+        """The forward output shape for input ``x`` and filter ``w``, computed by cuDNN
+        (``cudnnGetConvolutionNdForwardOutputDim``). ``x``/``w``: descriptors, or shapes (float32)."""
+        xd = x if isinstance(x, TensorDescriptor) else tensor_descriptor(tuple(x), np.float32)
+        wd = w if isinstance(w, FilterDescriptor) else filter_descriptor(tuple(w), np.float32)
+        nd = xd.ndim
+        if wd.ndim != nd or nd != self.ndim + 2:
+            raise ValueError(f"input has {nd} dims and filter {wd.ndim}; this convolution needs both to have "
+                             f"{self.ndim + 2} (N/K, C, then {self.ndim} spatial)")
+        pad, st, dil, _, _ = self._get()
+        xs, ws, groups = xd.shape, wd.shape, self.groups
+        if xd.format != capi.CUDNN_TENSOR_NCHW_VECT_C and xs[1] != ws[1] * groups:
+            raise ValueError(f"input {xs} has {xs[1]} channels but filter {ws} with {groups} group(s) "
+                             f"expects {ws[1] * groups}")
+        for i in range(self.ndim):
+            if xs[2 + i] + 2 * pad[i] < (ws[2 + i] - 1) * dil[i] + 1:
+                raise ValueError(f"spatial dim {i}: the filter ({ws[2 + i]}, dilation {dil[i]}) is larger than "
+                                 f"the padded input ({xs[2 + i]} + 2*{pad[i]})")
+        out = (c_int * nd)()
+        capi.cudnnGetConvolutionNdForwardOutputDim(self.ptr, xd.ptr, wd.ptr, nd, out)
+        return tuple(out)
+
+    def _fields(self) -> str:
+        pad, st, dil, mode, ct = self._get()
+        return (f"padding={pad}, stride={st}, dilation={dil}, mode={mode.name}, compute_type={ct.name}, "
+                f"groups={self.groups}, math_type={self.math_type.name}")
+
+
+# --- pooling, activation, LRN -------------------------------------------------------------------------
+
+_POOL_ALIASES = {"avg": "CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING",
+                 "average": "CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING",
+                 "avg_include_padding": "CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING",
+                 "avg_exclude_padding": "CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING"}
+
+
+class PoolingDescriptor(_Descriptor):
+    """Nd pooling: ``mode`` ("max", "max_deterministic", "average_count_include_padding",
+    "average_count_exclude_padding"; "avg" = exclude padding), ``window``, ``padding``, ``stride``
+    (default: the window) as ints or per-spatial-dim tuples, ``nan_propagation`` (bool)."""
+
+    _handle_type = capi.cudnnPoolingDescriptor_t
+    _create_fn, _destroy_fn = "cudnnCreatePoolingDescriptor", "cudnnDestroyPoolingDescriptor"
+
+    def __init__(self, mode="max", window=2, padding=0, stride=None, *, ndim: int | None = None,
+                 nan_propagation=False):
+        n = ndim if ndim is not None else _spatial_ndim((window, padding, stride))
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= DIM_MAX - 2:
+            raise ValueError(f"ndim (spatial dimensions) must be an int from 1 to {DIM_MAX - 2}, got {n!r}")
+        win = _ints(window, n, "window", 1)
+        pad = _ints(padding, n, "padding", 0)
+        st = win if stride is None else _ints(stride, n, "stride", 1)
+        mode = _enum(capi.cudnnPoolingMode_t, mode, "CUDNN_POOLING_", "mode", _POOL_ALIASES)
+        nan = _nan(nan_propagation)
+        super().__init__()
+        capi.cudnnSetPoolingNdDescriptor(self._ptr, mode, nan, n, _carray(win), _carray(pad), _carray(st))
+
+    def _get(self):
+        mode, nan, n = c_int(), c_int(), c_int()
+        win, pad, st = (c_int * DIM_MAX)(), (c_int * DIM_MAX)(), (c_int * DIM_MAX)()
+        capi.cudnnGetPoolingNdDescriptor(self.ptr, DIM_MAX - 2, byref(mode), byref(nan), byref(n), win, pad, st)
+        k = n.value
+        return (capi.cudnnPoolingMode_t(mode.value), capi.cudnnNanPropagation_t(nan.value),
+                tuple(win[:k]), tuple(pad[:k]), tuple(st[:k]))
+
+    @property
+    def mode(self) -> capi.cudnnPoolingMode_t:
+        return self._get()[0]
+
+    @property
+    def nan_propagation(self) -> capi.cudnnNanPropagation_t:
+        return self._get()[1]
+
+    @property
+    def window(self) -> tuple[int, ...]:
+        return self._get()[2]
+
+    @property
+    def padding(self) -> tuple[int, ...]:
+        return self._get()[3]
+
+    @property
+    def stride(self) -> tuple[int, ...]:
+        return self._get()[4]
+
+    @property
+    def ndim(self) -> int:
+        """Spatial dimensions."""
+        return len(self._get()[2])
+
+    def output_shape(self, x) -> tuple[int, ...]:
+        """The forward output shape for input ``x`` (a TensorDescriptor, or a shape: float32), computed by
+        cuDNN (``cudnnGetPoolingNdForwardOutputDim``)."""
+        xd = x if isinstance(x, TensorDescriptor) else tensor_descriptor(tuple(x), np.float32)
+        nd = xd.ndim
+        if nd != self.ndim + 2:
+            raise ValueError(f"input has {nd} dims; this pooling needs {self.ndim + 2} (N, C, then "
+                             f"{self.ndim} spatial)")
+        out = (c_int * nd)()
+        capi.cudnnGetPoolingNdForwardOutputDim(self.ptr, xd.ptr, nd, out)
+        return tuple(out)
+
+    def _fields(self) -> str:
+        mode, nan, win, pad, st = self._get()
+        return f"mode={mode.name}, window={win}, padding={pad}, stride={st}, nan_propagation={nan.name}"
+
+
+class ActivationDescriptor(_Descriptor):
+    """``mode``: "relu", "sigmoid", "tanh", "clipped_relu", "elu", "identity", "swish"; ``coef``: the
+    clipping threshold (clipped_relu) or alpha (elu); ``swish_beta`` for swish; ``nan_propagation``."""
+
+    _handle_type = capi.cudnnActivationDescriptor_t
+    _create_fn, _destroy_fn = "cudnnCreateActivationDescriptor", "cudnnDestroyActivationDescriptor"
+
+    def __init__(self, mode="relu", coef: float = 0.0, *, nan_propagation=False, swish_beta: float | None = None):
+        mode = _enum(capi.cudnnActivationMode_t, mode, "CUDNN_ACTIVATION_", "mode")
+        nan = _nan(nan_propagation)
+        coef = float(coef)
+        super().__init__()
+        capi.cudnnSetActivationDescriptor(self._ptr, mode, nan, coef)
+        if swish_beta is not None:
+            capi.cudnnSetActivationDescriptorSwishBeta(self._ptr, float(swish_beta))
+
+    def _get(self):
+        mode, nan, coef = c_int(), c_int(), c_double()
+        capi.cudnnGetActivationDescriptor(self.ptr, byref(mode), byref(nan), byref(coef))
+        return capi.cudnnActivationMode_t(mode.value), capi.cudnnNanPropagation_t(nan.value), coef.value
+
+    @property
+    def mode(self) -> capi.cudnnActivationMode_t:
+        return self._get()[0]
+
+    @property
+    def nan_propagation(self) -> capi.cudnnNanPropagation_t:
+        return self._get()[1]
+
+    @property
+    def coef(self) -> float:
+        return self._get()[2]
+
+    @property
+    def swish_beta(self) -> float:
+        b = c_double()
+        capi.cudnnGetActivationDescriptorSwishBeta(self.ptr, byref(b))
+        return b.value
+
+    def _fields(self) -> str:
+        mode, nan, coef = self._get()
+        return f"mode={mode.name}, coef={coef}, nan_propagation={nan.name}"
+
+
+class LRNDescriptor(_Descriptor):
+    """Local response normalisation: window ``n`` (1..16), ``alpha``, ``beta``, ``k`` (cuDNN's defaults)."""
+
+    _handle_type = capi.cudnnLRNDescriptor_t
+    _create_fn, _destroy_fn = "cudnnCreateLRNDescriptor", "cudnnDestroyLRNDescriptor"
+
+    def __init__(self, n: int = 5, alpha: float = 1e-4, beta: float = 0.75, k: float = 2.0):
+        lo, hi = capi.CUDNN_LRN_MIN_N, capi.CUDNN_LRN_MAX_N
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not lo <= n <= hi:
+            raise ValueError(f"LRN window n must be an int from {lo} to {hi}, got {n!r}")
+        if k < capi.CUDNN_LRN_MIN_K:
+            raise ValueError(f"LRN k must be >= {capi.CUDNN_LRN_MIN_K}, got {k}")
+        if beta < capi.CUDNN_LRN_MIN_BETA:
+            raise ValueError(f"LRN beta must be >= {capi.CUDNN_LRN_MIN_BETA}, got {beta}")
+        super().__init__()
+        capi.cudnnSetLRNDescriptor(self._ptr, int(n), float(alpha), float(beta), float(k))
+
+    def _get(self):
+        n, a, b, k = c_uint(), c_double(), c_double(), c_double()
+        capi.cudnnGetLRNDescriptor(self.ptr, byref(n), byref(a), byref(b), byref(k))
+        return n.value, a.value, b.value, k.value
+
+    @property
+    def n(self) -> int:
+        return self._get()[0]
+
+    @property
+    def alpha(self) -> float:
+        return self._get()[1]
+
+    @property
+    def beta(self) -> float:
+        return self._get()[2]
+
+    @property
+    def k(self) -> float:
+        return self._get()[3]
+
+    def _fields(self) -> str:
+        n, a, b, k = self._get()
+        return f"n={n}, alpha={a}, beta={b}, k={k}"
+
+
+# --- dropout, op-tensor, reduce-tensor ----------------------------------------------------------------
+
+class DropoutDescriptor(_Descriptor):
+    """Dropout with probability ``dropout`` and RNG ``seed``, bound to ``handle``.
+
+    cuDNN keeps its RNG state in device memory: it is allocated here (``cudnnDropoutGetStatesSize``
+    bytes, on the handle's stream) and initialised by cuDNN; :attr:`states` keeps it alive.
+    """
+
+    _handle_type = capi.cudnnDropoutDescriptor_t
+    _create_fn, _destroy_fn = "cudnnCreateDropoutDescriptor", "cudnnDestroyDropoutDescriptor"
+
+    def __init__(self, handle, dropout: float = 0.5, seed: int = 0):
+        from cudnn_py.memory import empty
+
+        dropout = float(dropout)
+        if not 0.0 <= dropout <= 1.0:
+            raise ValueError(f"dropout probability must be in [0, 1], got {dropout}")
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2 ** 64:
+            raise ValueError(f"seed must be an int in [0, 2**64), got {seed!r}")
+        hptr = handle.ptr
+        size = c_size_t()
+        capi.cudnnDropoutGetStatesSize(hptr, byref(size))
+        super().__init__()
+        self._handle = handle
+        self.states = empty((size.value,), np.uint8, stream=handle.stream, device=handle.device)
+        capi.cudnnSetDropoutDescriptor(self._ptr, hptr, dropout, self.states.ptr or None, size.value, int(seed))
+        self._seed = int(seed)
+
+    def _get(self):
+        p, states, seed = c_float(), c_void_p(), c_ulonglong()
+        capi.cudnnGetDropoutDescriptor(self.ptr, self._handle.ptr, byref(p), byref(states), byref(seed))
+        return p.value, seed.value
+
+    @property
+    def dropout(self) -> float:
+        return self._get()[0]
+
+    @property
+    def seed(self) -> int:
+        return self._get()[1]
+
+    @property
+    def states_size(self) -> int:
+        return self.states.nbytes
+
+    def _fields(self) -> str:
+        p, seed = self._get()
+        return f"dropout={p}, seed={seed}, states_size={self.states.nbytes}"
+
+
+class OpTensorDescriptor(_Descriptor):
+    """Element-wise op for ``cudnnOpTensor``: ``op`` "add", "mul", "min", "max", "sqrt", "not";
+    ``compute_type`` (float32 default; float64 for double data); ``nan_propagation`` (bool)."""
+
+    _handle_type = capi.cudnnOpTensorDescriptor_t
+    _create_fn, _destroy_fn = "cudnnCreateOpTensorDescriptor", "cudnnDestroyOpTensorDescriptor"
+
+    def __init__(self, op="add", compute_type=np.float32, *, nan_propagation=False):
+        op = _enum(capi.cudnnOpTensorOp_t, op, "CUDNN_OP_TENSOR_", "op")
+        ct = cudnn_dtype(compute_type)
+        nan = _nan(nan_propagation)
+        super().__init__()
+        capi.cudnnSetOpTensorDescriptor(self._ptr, op, ct, nan)
+
+    def _get(self):
+        op, ct, nan = c_int(), c_int(), c_int()
+        capi.cudnnGetOpTensorDescriptor(self.ptr, byref(op), byref(ct), byref(nan))
+        return (capi.cudnnOpTensorOp_t(op.value), capi.cudnnDataType_t(ct.value),
+                capi.cudnnNanPropagation_t(nan.value))
+
+    @property
+    def op(self) -> capi.cudnnOpTensorOp_t:
+        return self._get()[0]
+
+    @property
+    def compute_type(self) -> capi.cudnnDataType_t:
+        return self._get()[1]
+
+    @property
+    def nan_propagation(self) -> capi.cudnnNanPropagation_t:
+        return self._get()[2]
+
+    def _fields(self) -> str:
+        op, ct, nan = self._get()
+        return f"op={op.name}, compute_type={ct.name}, nan_propagation={nan.name}"
+
+
+_INDICES_ALIASES = {"none": "CUDNN_REDUCE_TENSOR_NO_INDICES", "no_indices": "CUDNN_REDUCE_TENSOR_NO_INDICES",
+                    "flattened": "CUDNN_REDUCE_TENSOR_FLATTENED_INDICES",
+                    "flattened_indices": "CUDNN_REDUCE_TENSOR_FLATTENED_INDICES"}
+_INDICES_TYPE_ALIASES = {"uint8": "CUDNN_8BIT_INDICES", "uint16": "CUDNN_16BIT_INDICES",
+                         "uint32": "CUDNN_32BIT_INDICES", "uint64": "CUDNN_64BIT_INDICES",
+                         "8bit": "CUDNN_8BIT_INDICES", "16bit": "CUDNN_16BIT_INDICES",
+                         "32bit": "CUDNN_32BIT_INDICES", "64bit": "CUDNN_64BIT_INDICES"}
+
+
+class ReduceTensorDescriptor(_Descriptor):
+    """Reduction for ``cudnnReduceTensor``: ``op`` "add", "mul", "min", "max", "amax", "avg", "norm1",
+    "norm2", "mul_no_zeros"; ``compute_type``; ``nan_propagation``; ``indices`` ("none" or "flattened";
+    only min/max/amax return indices) and ``indices_type`` ("uint32" default, "uint8", "uint16", "uint64")."""
+
+    _handle_type = capi.cudnnReduceTensorDescriptor_t
+    _create_fn, _destroy_fn = "cudnnCreateReduceTensorDescriptor", "cudnnDestroyReduceTensorDescriptor"
+
+    def __init__(self, op="add", compute_type=np.float32, *, nan_propagation=False, indices="none",
+                 indices_type="uint32"):
+        op = _enum(capi.cudnnReduceTensorOp_t, op, "CUDNN_REDUCE_TENSOR_", "op")
+        ct = cudnn_dtype(compute_type)
+        nan = _nan(nan_propagation)
+        if isinstance(indices, bool):
+            indices = "flattened" if indices else "none"
+        ind = _enum(capi.cudnnReduceTensorIndices_t, indices, "CUDNN_REDUCE_TENSOR_", "indices", _INDICES_ALIASES)
+        it = _enum(capi.cudnnIndicesType_t, indices_type, "CUDNN_", "indices_type", _INDICES_TYPE_ALIASES)
+        super().__init__()
+        capi.cudnnSetReduceTensorDescriptor(self._ptr, op, ct, nan, ind, it)
+
+    def _get(self):
+        op, ct, nan, ind, it = c_int(), c_int(), c_int(), c_int(), c_int()
+        capi.cudnnGetReduceTensorDescriptor(self.ptr, byref(op), byref(ct), byref(nan), byref(ind), byref(it))
+        return (capi.cudnnReduceTensorOp_t(op.value), capi.cudnnDataType_t(ct.value),
+                capi.cudnnNanPropagation_t(nan.value), capi.cudnnReduceTensorIndices_t(ind.value),
+                capi.cudnnIndicesType_t(it.value))
+
+    @property
+    def op(self) -> capi.cudnnReduceTensorOp_t:
+        return self._get()[0]
+
+    @property
+    def compute_type(self) -> capi.cudnnDataType_t:
+        return self._get()[1]
+
+    @property
+    def nan_propagation(self) -> capi.cudnnNanPropagation_t:
+        return self._get()[2]
+
+    @property
+    def indices(self) -> capi.cudnnReduceTensorIndices_t:
+        return self._get()[3]
+
+    @property
+    def indices_type(self) -> capi.cudnnIndicesType_t:
+        return self._get()[4]
+
+    def _fields(self) -> str:
+        op, ct, nan, ind, it = self._get()
+        return (f"op={op.name}, compute_type={ct.name}, nan_propagation={nan.name}, indices={ind.name}, "
+                f"indices_type={it.name}")
+
+
+# --- cached factories ---------------------------------------------------------------------------------
+
+_CACHE_MAX = 4096
+_CACHES: list[dict] = []
+
+
+def _cache() -> dict:
+    d: dict = {}
+    _CACHES.append(d)
+    return d
+
+
+def _shared(cache: dict, key, make):
+    try:
+        return cache[key]
+    except KeyError:
+        pass
+    d = make()
+    d._shared = True
+    if len(cache) >= _CACHE_MAX:
+        cache.pop(next(iter(cache)))
+    cache[key] = d
+    return d
+
+
+def _hashable(value):
+    if isinstance(value, list):
+        return tuple(_hashable(v) for v in value)
+    return value
+
+
+def _key(*args):
+    try:
+        hash(args)
+        return args
+    except TypeError:
+        return tuple(_hashable(a) for a in args)
+
+
+def clear_cache() -> None:
+    """Forget every shared descriptor (each is destroyed once nothing else references it)."""
+    for c in _CACHES:
+        c.clear()
+
+
+_TENSORS = _cache()
+
+
+def tensor_descriptor(shape, dtype=np.float32, strides=None, format=None) -> TensorDescriptor:
+    """A shared :class:`TensorDescriptor` for these arguments (built once, then a dict lookup)."""
+    key = (shape, dtype, strides, format)
+    try:
+        return _TENSORS[key]
+    except KeyError:
+        pass
+    except TypeError:
+        key = _key(shape, dtype, strides, format)
+    return _shared(_TENSORS, key, lambda: TensorDescriptor(shape, dtype, strides, format=format))
+
+
+def tensor_descriptor_for(array) -> TensorDescriptor:
+    """The shared :class:`TensorDescriptor` for a DeviceArray's (or GPU tensor's) shape, dtype and strides."""
+    from cudnn_py.memory import DeviceArray, as_array
+
+    a = array if type(array) is DeviceArray else as_array(array, "array")
+    return tensor_descriptor(a.shape, a.dtype, None if a.is_contiguous else a.strides)
+
+
+_FILTERS = _cache()
+
+
+def filter_descriptor(shape, dtype=np.float32, format="NCHW") -> FilterDescriptor:
+    """A shared :class:`FilterDescriptor`."""
+    key = _key(shape, dtype, format)
+    return _shared(_FILTERS, key, lambda: FilterDescriptor(shape, dtype, format=format))
+
+
+_CONVS = _cache()
+
+
+def convolution_descriptor(padding=0, stride=1, dilation=1, *, ndim=None, mode="cross_correlation",
+                           compute_type=np.float32, groups=1, math_type="default", reorder=None
+                           ) -> ConvolutionDescriptor:
+    """A shared :class:`ConvolutionDescriptor`."""
+    key = _key(padding, stride, dilation, ndim, mode, compute_type, groups, math_type, reorder)
+    return _shared(_CONVS, key, lambda: ConvolutionDescriptor(
+        padding, stride, dilation, ndim=ndim, mode=mode, compute_type=compute_type, groups=groups,
+        math_type=math_type, reorder=reorder))
+
+
+_POOLS = _cache()
+
+
+def pooling_descriptor(mode="max", window=2, padding=0, stride=None, *, ndim=None,
+                       nan_propagation=False) -> PoolingDescriptor:
+    """A shared :class:`PoolingDescriptor`."""
+    key = _key(mode, window, padding, stride, ndim, nan_propagation)
+    return _shared(_POOLS, key, lambda: PoolingDescriptor(mode, window, padding, stride, ndim=ndim,
+                                                          nan_propagation=nan_propagation))
+
+
+_ACTS = _cache()
+
+
+def activation_descriptor(mode="relu", coef=0.0, *, nan_propagation=False, swish_beta=None) -> ActivationDescriptor:
+    """A shared :class:`ActivationDescriptor`."""
+    key = _key(mode, coef, nan_propagation, swish_beta)
+    return _shared(_ACTS, key, lambda: ActivationDescriptor(mode, coef, nan_propagation=nan_propagation,
+                                                            swish_beta=swish_beta))
+
+
+_LRNS = _cache()
+
+
+def lrn_descriptor(n=5, alpha=1e-4, beta=0.75, k=2.0) -> LRNDescriptor:
+    """A shared :class:`LRNDescriptor`."""
+    return _shared(_LRNS, _key(n, alpha, beta, k), lambda: LRNDescriptor(n, alpha, beta, k))
+
+
+_OPS = _cache()
+
+
+def op_tensor_descriptor(op="add", compute_type=np.float32, *, nan_propagation=False) -> OpTensorDescriptor:
+    """A shared :class:`OpTensorDescriptor`."""
+    key = _key(op, compute_type, nan_propagation)
+    return _shared(_OPS, key, lambda: OpTensorDescriptor(op, compute_type, nan_propagation=nan_propagation))
+
+
+_REDUCES = _cache()
+
+
+def reduce_tensor_descriptor(op="add", compute_type=np.float32, *, nan_propagation=False, indices="none",
+                             indices_type="uint32") -> ReduceTensorDescriptor:
+    """A shared :class:`ReduceTensorDescriptor`."""
+    key = _key(op, compute_type, nan_propagation, indices, indices_type)
+    return _shared(_REDUCES, key, lambda: ReduceTensorDescriptor(
+        op, compute_type, nan_propagation=nan_propagation, indices=indices, indices_type=indices_type))
+
+
+# --- shape helpers ------------------------------------------------------------------------------------
+
+def convolution_output_shape(x_shape, w_shape, padding=0, stride=1, dilation=1, *, groups: int = 1,
+                             mode="cross_correlation", dtype=np.float32) -> tuple[int, ...]:
+    """The forward output shape of a convolution of input ``x_shape`` (N, C, spatial...) with filter
+    ``w_shape`` (K, C/groups, spatial...), as cuDNN computes it."""
+    x_shape, w_shape = tuple(x_shape), tuple(w_shape)
+    conv = convolution_descriptor(padding, stride, dilation, ndim=len(x_shape) - 2, mode=mode,
+                                  compute_type=np.float64 if np.dtype(dtype) == np.float64 else np.float32,
+                                  groups=groups)
+    if len(w_shape) != len(x_shape):
+        raise ValueError(f"input shape {x_shape} and filter shape {w_shape} must have the same number of dims")
+    return conv.output_shape(tensor_descriptor(x_shape, dtype), filter_descriptor(w_shape, dtype))
+
+
+def pooling_output_shape(x_shape, mode="max", window=2, padding=0, stride=None, *,
+                         dtype=np.float32) -> tuple[int, ...]:
+    """The forward output shape of pooling input ``x_shape`` (N, C, spatial...), as cuDNN computes it."""
+    x_shape = tuple(x_shape)
+    pool = pooling_descriptor(mode, window, padding, stride, ndim=len(x_shape) - 2)
+    return pool.output_shape(tensor_descriptor(x_shape, dtype))
