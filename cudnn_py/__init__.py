@@ -26,3 +26,9 @@ def version() -> tuple[int, int, int]:
     return library().version
 
 # --- the Pythonic layer: one import line per module (keep this section sorted) ---
+from .descriptors import (ActivationDescriptor, ConvolutionDescriptor, DropoutDescriptor, FilterDescriptor, LRNDescriptor, OpTensorDescriptor, PoolingDescriptor, ReduceTensorDescriptor, TensorDescriptor, convolution_output_shape, pooling_output_shape)  # noqa: E501
+from .dtypes import cudnn_dtype, numpy_dtype
+from .handle import Handle
+from .memory import DeviceArray, as_array, empty, empty_like, to_device, zeros
+from .streams import new_stream, synchronize, timer
+from .workspace import Workspace
