@@ -9,6 +9,8 @@ from ctypes import byref
 
 import pytest
 
+pytest.importorskip("pycparser", reason="the generator's tests need pycparser (pip install -e '.[test]')")
+
 from cudnn_py import capi
 from cudnn_py import errors as capi_errors
 from cudnn_py.capi import *  # noqa: F403  (the way C ports use it)

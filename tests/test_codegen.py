@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+pytest.importorskip("pycparser", reason="the generator's tests need pycparser (pip install -e '.[test]')")
+
 import cudnn_py.capi as capi
 from cudnn_py.codegen import generate
 from cudnn_py.codegen.__main__ import main as codegen_main
