@@ -1,0 +1,619 @@
+"""Recurrent networks through cuDNN's v8 RNN API: RELU/TANH RNNs, LSTM (optional projection, clipping), GRU.
+
+::
+
+    rnn = cudnn.RNN("lstm", input_size=256, hidden_size=512, num_layers=2)
+    w = rnn.new_weights(h)                              # the flat weight space (zeros)
+    for (pseudo, lin), p in rnn.weights(h, w).items():  # per layer / direction / gate views
+        p.matrix.copy_(...)                             # [rows, cols] view, None where absent
+    fwd = cudnn.rnn_forward(h, rnn, x, w, seq_lengths=lengths, training=True)
+    dx, dhx, dcx = cudnn.rnn_backward_data(h, rnn, fwd, dy, w)
+    dw = cudnn.rnn_backward_weights(h, rnn, fwd)        # adds into dw (zeros when not given)
+
+Layouts of ``x``/``y``: ``"seq_major"`` ``[T, B, V]`` and ``"batch_major"`` ``[B, T, V]`` (padded; positions
+past a sequence's length are written with 0 in ``y``), ``"packed"`` ``[sum(lengths), V]`` (lengths
+non-increasing). States: ``hx/hy [layers * dirs, B, out_size]``, ``cx/cy [layers * dirs, B, hidden]``
+(LSTM only); missing initial states are zeros. Gate order per ``lin_id``: see :data:`GATES` and
+docs/porting_rnn.md.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+from ctypes import byref
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from cudnn_py import capi
+from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
+from cudnn_py.errors import ClosedError
+
+__all__ = ["RNN", "RNNDataDescriptor", "RNNParams", "RNNWeight", "RNNForwardResult", "GATES",
+           "rnn_data_descriptor", "rnn_weight_params", "rnn_forward", "rnn_backward_data",
+           "rnn_backward_weights"]
+
+_MODES = {"relu": capi.CUDNN_RNN_RELU, "tanh": capi.CUDNN_RNN_TANH, "lstm": capi.CUDNN_LSTM, "gru": capi.CUDNN_GRU}
+_BIAS = {"none": capi.CUDNN_RNN_NO_BIAS, "input": capi.CUDNN_RNN_SINGLE_INP_BIAS,
+         "recurrent": capi.CUDNN_RNN_SINGLE_REC_BIAS, "double": capi.CUDNN_RNN_DOUBLE_BIAS}
+_INPUT = {"linear": capi.CUDNN_LINEAR_INPUT, "skip": capi.CUDNN_SKIP_INPUT}
+_ALGOS = {"standard": capi.CUDNN_RNN_ALGO_STANDARD, "persist_static": capi.CUDNN_RNN_ALGO_PERSIST_STATIC,
+          "persist_dynamic": capi.CUDNN_RNN_ALGO_PERSIST_DYNAMIC,
+          "persist_static_small_h": capi.CUDNN_RNN_ALGO_PERSIST_STATIC_SMALL_H}
+_MATH = {"default": capi.CUDNN_DEFAULT_MATH, "tensor_op": capi.CUDNN_TENSOR_OP_MATH,
+         "tensor_op_allow_conversion": capi.CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION, "fma": capi.CUDNN_FMA_MATH}
+_LAYOUTS = {"seq_major": capi.CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED,
+            "packed": capi.CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_PACKED,
+            "batch_major": capi.CUDNN_RNN_DATA_LAYOUT_BATCH_MAJOR_UNPACKED}
+# data type -> allowed math precisions (first = default)
+_PRECISIONS = {np.dtype(np.float16): (np.dtype(np.float32), np.dtype(np.float16)),
+               np.dtype(np.float32): (np.dtype(np.float32),),
+               np.dtype(np.float64): (np.dtype(np.float64),)}
+
+#: lin_id meaning per cell mode: input-side matrices first, then recurrent ones (LSTM 8: projection).
+GATES = {
+    "relu": ("W", "R"),
+    "tanh": ("W", "R"),
+    "lstm": ("W_i", "W_f", "W_c", "W_o", "R_i", "R_f", "R_c", "R_o", "P"),
+    "gru": ("W_r", "W_u", "W_h", "R_r", "R_u", "R_h"),
+}
+
+
+def _choice(table: dict, value, what: str) -> tuple[str, int]:
+    """(name, C value) for a string name or a C enum value of ``table``."""
+    if isinstance(value, str):
+        key = value.lower()
+        if key in table:
+            return key, int(table[key])
+    elif isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        for k, v in table.items():
+            if int(v) == int(value):
+                return k, int(v)
+    names = ", ".join(repr(k) for k in table)
+    raise ValueError(f"{what} must be one of {names} (or the matching cuDNN enum), got {value!r}")
+
+
+def _name_of(table: dict, value: int) -> str:
+    return next(k for k, v in table.items() if int(v) == int(value))
+
+
+def _positive_int(value, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{what} must be a positive int, got {value!r}")
+    return int(value)
+
+
+class RNNParams(NamedTuple):
+    """What ``cudnnGetRNNDescriptor_v8`` reports (names, not enums; dtypes as NumPy dtypes)."""
+    algo: str
+    mode: str
+    bias_mode: str
+    bidirectional: bool
+    input_mode: str
+    dtype: np.dtype
+    math_precision: np.dtype
+    math_type: str
+    input_size: int
+    hidden_size: int
+    proj_size: int
+    num_layers: int
+    padded_io: bool
+
+
+class RNNWeight(NamedTuple):
+    """One linear layer's matrix ``[rows, cols]`` (acting as ``W @ v``) and bias ``[rows]``; None where absent."""
+    matrix: object
+    bias: object
+
+
+class RNN:
+    """An RNN descriptor (``cudnnSetRNNDescriptor_v8``).
+
+    ``mode``: ``"relu"``, ``"tanh"``, ``"lstm"``, ``"gru"``; ``proj_size``: LSTM recurrent projection
+    (None: none); ``bias_mode``: ``"double"`` (input and recurrent biases), ``"input"``, ``"recurrent"``,
+    ``"none"``; ``input_mode``: ``"linear"`` or ``"skip"`` (first layer has no input matrices; needs
+    ``input_size == hidden_size``); ``dtype``: float16/32/64; ``math_precision``: compute type (float16
+    data may use float16 or float32, default float32); ``math_type``: ``"default"``, ``"tensor_op"``,
+    ``"tensor_op_allow_conversion"``, ``"fma"``; ``algo``: ``"standard"``, ``"persist_static"``,
+    ``"persist_dynamic"`` (call :meth:`build_dynamic`), ``"persist_static_small_h"``; ``dropout``: a
+    dropout descriptor object with ``.ptr`` applied between layers in training (None: no dropout);
+    ``padded_io``: allow the padded layouts; ``clip``: LSTM cell clipping ``(lo, hi)``.
+    Enum values of the C layer are accepted wherever a name is.
+    """
+
+    def __init__(self, mode, input_size: int, hidden_size: int, num_layers: int = 1, *,
+                 bidirectional: bool = False, proj_size: int | None = None, bias_mode="double",
+                 input_mode="linear", dtype=np.float32, math_precision=None, math_type="default",
+                 algo="standard", dropout=None, padded_io: bool = True, clip: tuple[float, float] | None = None):
+        self._ptr = None
+        mode, c_mode = _choice(_MODES, mode, "mode")
+        input_size = _positive_int(input_size, "input_size")
+        hidden_size = _positive_int(hidden_size, "hidden_size")
+        num_layers = _positive_int(num_layers, "num_layers")
+        if proj_size is not None:
+            proj_size = _positive_int(proj_size, "proj_size")
+            if mode != "lstm" and proj_size != hidden_size:
+                raise ValueError(f"proj_size={proj_size}: a recurrent projection needs mode 'lstm' "
+                                 f"(mode is {mode!r}); leave proj_size=None")
+            if proj_size > hidden_size:
+                raise ValueError(f"proj_size={proj_size} must not exceed hidden_size={hidden_size}")
+        _, c_bias = _choice(_BIAS, bias_mode, "bias_mode")
+        input_mode, c_input = _choice(_INPUT, input_mode, "input_mode")
+        if input_mode == "skip" and input_size != hidden_size:
+            raise ValueError(f"input_mode='skip' needs input_size == hidden_size, got {input_size} and {hidden_size}")
+        _, c_math = _choice(_MATH, math_type, "math_type")
+        _, c_algo = _choice(_ALGOS, algo, "algo")
+        dt = numpy_dtype(cudnn_dtype(dtype))
+        if dt not in _PRECISIONS:
+            raise TypeError(f"RNN dtype must be float16, float32 or float64, got {dt}")
+        prec = _PRECISIONS[dt][0] if math_precision is None else numpy_dtype(cudnn_dtype(math_precision))
+        if prec not in _PRECISIONS[dt]:
+            allowed = ", ".join(p.name for p in _PRECISIONS[dt])
+            raise ValueError(f"math_precision {prec} is not allowed with {dt} data; allowed: {allowed}")
+        if dropout is not None and not hasattr(dropout, "ptr"):
+            raise TypeError(f"dropout must be a dropout descriptor (with .ptr) or None, got {type(dropout).__name__}")
+        self._dropout = dropout
+        self.mode, self.dtype = mode, dt
+        self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
+        self.proj_size = proj_size or hidden_size
+        self.bidirectional = bool(bidirectional)
+        self.padded_io = bool(padded_io)
+        self._wsize: dict[int, int] = {}
+        ptr = capi.cudnnRNNDescriptor_t()
+        capi.cudnnCreateRNNDescriptor(byref(ptr))
+        self._ptr = ptr
+        aux = capi.CUDNN_RNN_PADDED_IO_ENABLED if padded_io else capi.CUDNN_RNN_PADDED_IO_DISABLED
+        try:
+            capi.cudnnSetRNNDescriptor_v8(ptr, c_algo, c_mode, c_bias, int(bool(bidirectional)), c_input,
+                                          cudnn_dtype(dt), cudnn_dtype(prec), c_math, input_size, hidden_size,
+                                          proj_size or hidden_size, num_layers,
+                                          None if dropout is None else dropout.ptr, aux)
+            if clip is not None:
+                self.set_clip(*clip)
+        except BaseException:
+            self.close()
+            raise
+
+    # -- derived sizes --
+    @property
+    def dirs(self) -> int:
+        return 2 if self.bidirectional else 1
+
+    @property
+    def out_size(self) -> int:
+        """Features of ``h`` per direction: ``proj_size`` (equal to ``hidden_size`` without projection)."""
+        return self.proj_size
+
+    @property
+    def num_pseudo_layers(self) -> int:
+        return self.num_layers * self.dirs
+
+    @property
+    def lin_ids(self) -> range:
+        """The ``lin_id`` values of one pseudo-layer (LSTM includes 8, the projection, only with one)."""
+        n = len(GATES[self.mode])
+        return range(n if self.mode != "lstm" or self.proj_size != self.hidden_size else n - 1)
+
+    @property
+    def state_shape(self) -> tuple[int, int]:
+        """``(layers * dirs, out_size)``; hx/hy are ``[layers * dirs, batch, out_size]``."""
+        return self.num_pseudo_layers, self.out_size
+
+    # -- C state --
+    @property
+    def ptr(self) -> capi.cudnnRNNDescriptor_t:
+        if self._ptr is None:
+            raise ClosedError("this RNN descriptor is closed")
+        return self._ptr
+
+    @property
+    def params(self) -> RNNParams:
+        """Everything ``cudnnGetRNNDescriptor_v8`` reports, read back from C."""
+        enums = [ctypes.c_int() for _ in range(8)]
+        sizes = [ctypes.c_int32() for _ in range(4)]
+        drop, aux = capi.cudnnDropoutDescriptor_t(), ctypes.c_uint32()
+        capi.cudnnGetRNNDescriptor_v8(self.ptr, *(byref(e) for e in enums), *(byref(s) for s in sizes),
+                                      byref(drop), byref(aux))
+        algo, mode, bias, direction, inp, dt, prec, math = (e.value for e in enums)
+        return RNNParams(_name_of(_ALGOS, algo), _name_of(_MODES, mode), _name_of(_BIAS, bias),
+                         direction == capi.CUDNN_BIDIRECTIONAL, _name_of(_INPUT, inp), numpy_dtype(dt),
+                         numpy_dtype(prec), _name_of(_MATH, math), *(s.value for s in sizes),
+                         bool(aux.value & capi.CUDNN_RNN_PADDED_IO_ENABLED))
+
+    @property
+    def clip(self) -> tuple[float, float] | None:
+        """LSTM cell clipping range, or None when off (``cudnnRNNGetClip_v9``)."""
+        mode, lo, hi = ctypes.c_int(), ctypes.c_double(), ctypes.c_double()
+        capi.cudnnRNNGetClip_v9(self.ptr, byref(mode), byref(lo), byref(hi))
+        return None if mode.value == capi.CUDNN_RNN_CLIP_NONE else (lo.value, hi.value)
+
+    def set_clip(self, lo: float | None, hi: float | None = None) -> None:
+        """Clip the LSTM cell state to ``[lo, hi]`` (``set_clip(None)`` turns clipping off)."""
+        if lo is None:
+            capi.cudnnRNNSetClip_v9(self.ptr, capi.CUDNN_RNN_CLIP_NONE, 0.0, 0.0)
+            return
+        if self.mode != "lstm":
+            raise ValueError(f"cell clipping applies to LSTM only; this RNN is {self.mode!r}")
+        if hi is None or not float(lo) < float(hi):
+            raise ValueError(f"clip needs lo < hi, got ({lo!r}, {hi!r})")
+        capi.cudnnRNNSetClip_v9(self.ptr, capi.CUDNN_RNN_CLIP_MINMAX, float(lo), float(hi))
+
+    # -- weights --
+    def weight_space_size(self, handle) -> int:
+        """Bytes of the flat weight space (``cudnnGetRNNWeightSpaceSize``)."""
+        key = id(handle)
+        if key not in self._wsize:
+            n = ctypes.c_size_t()
+            capi.cudnnGetRNNWeightSpaceSize(handle.ptr, self.ptr, byref(n))
+            self._wsize[key] = n.value
+        return self._wsize[key]
+
+    def new_weights(self, handle, *, zero: bool = True):
+        """A 1-D device array of :attr:`dtype` holding the whole weight space (zeros unless ``zero=False``)."""
+        from cudnn_py import memory
+        n = self.weight_space_size(handle) // self.dtype.itemsize
+        make = memory.zeros if zero else memory.empty
+        return make((n,), self.dtype, stream=handle.stream, device=handle.device)
+
+    def weights(self, handle, weights) -> dict[tuple[int, int], RNNWeight]:
+        """Views of every matrix and bias: ``{(pseudo_layer, lin_id): RNNWeight(matrix, bias)}``.
+
+        ``pseudo_layer = layer * dirs + direction``; ``lin_id`` as in :data:`GATES`.
+        """
+        return {(p, k): rnn_weight_params(handle, self, weights, p, k)
+                for p in range(self.num_pseudo_layers) for k in self.lin_ids}
+
+    def build_dynamic(self, handle, mini_batch: int) -> None:
+        """Compile the persistent kernels for ``algo="persist_dynamic"`` (``cudnnBuildRNNDynamic``)."""
+        capi.cudnnBuildRNNDynamic(handle.ptr, self.ptr, _positive_int(mini_batch, "mini_batch"))
+
+    # -- lifetime --
+    def close(self) -> None:
+        if self._ptr is not None:
+            ptr, self._ptr = self._ptr, None
+            capi.cudnnDestroyRNNDescriptor(ptr)
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __enter__(self) -> RNN:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        if self._ptr is None:
+            return "<RNN closed>"
+        proj = f", proj_size={self.proj_size}" if self.proj_size != self.hidden_size else ""
+        return (f"RNN({self.mode!r}, input_size={self.input_size}, hidden_size={self.hidden_size}, "
+                f"num_layers={self.num_layers}, bidirectional={self.bidirectional}{proj}, dtype={self.dtype.name})")
+
+
+class RNNDataDescriptor:
+    """``cudnnRNNDataDescriptor_t``: a batch of sequences with their lengths and layout."""
+
+    def __init__(self, dtype, layout, max_seq_length: int, batch_size: int, vector_size: int,
+                 seq_lengths=None, padding_fill: float = 0.0):
+        self._ptr = None
+        layout, c_layout = _choice(_LAYOUTS, layout, "layout")
+        T = _positive_int(max_seq_length, "max_seq_length")
+        B = _positive_int(batch_size, "batch_size")
+        V = _positive_int(vector_size, "vector_size")
+        lengths = _check_lengths(seq_lengths, T, B, layout)
+        self.dtype = numpy_dtype(cudnn_dtype(dtype))
+        fill = (ctypes.c_double if self.dtype == np.float64 else ctypes.c_float)(padding_fill)
+        ptr = capi.cudnnRNNDataDescriptor_t()
+        capi.cudnnCreateRNNDataDescriptor(byref(ptr))
+        self._ptr = ptr
+        try:
+            capi.cudnnSetRNNDataDescriptor(ptr, cudnn_dtype(self.dtype), c_layout, T, B, V,
+                                           (ctypes.c_int * B)(*lengths), byref(fill))
+        except BaseException:
+            self.close()
+            raise
+        self.layout, self.max_seq_length, self.batch_size, self.vector_size = layout, T, B, V
+        self.seq_lengths = lengths
+
+    @property
+    def ptr(self) -> capi.cudnnRNNDataDescriptor_t:
+        if self._ptr is None:
+            raise ClosedError("this RNN data descriptor is closed")
+        return self._ptr
+
+    def read_back(self) -> dict:
+        """What ``cudnnGetRNNDataDescriptor`` reports."""
+        dt, layout, T, B, V = (ctypes.c_int() for _ in range(5))
+        lengths = (ctypes.c_int * self.batch_size)()
+        fill = (ctypes.c_double if self.dtype == np.float64 else ctypes.c_float)()
+        capi.cudnnGetRNNDataDescriptor(self.ptr, byref(dt), byref(layout), byref(T), byref(B), byref(V),
+                                       self.batch_size, lengths, byref(fill))
+        return {"dtype": numpy_dtype(dt.value), "layout": _name_of(_LAYOUTS, layout.value),
+                "max_seq_length": T.value, "batch_size": B.value, "vector_size": V.value,
+                "seq_lengths": tuple(lengths), "padding_fill": fill.value}
+
+    def close(self) -> None:
+        if self._ptr is not None:
+            ptr, self._ptr = self._ptr, None
+            capi.cudnnDestroyRNNDataDescriptor(ptr)
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __enter__(self) -> RNNDataDescriptor:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"RNNDataDescriptor({self.dtype.name}, {self.layout!r}, max_seq_length={self.max_seq_length}, "
+                f"batch_size={self.batch_size}, vector_size={self.vector_size})")
+
+
+def _check_lengths(seq_lengths, T: int, B: int, layout: str) -> tuple[int, ...]:
+    if seq_lengths is None:
+        return (T,) * B
+    arr = np.asarray(seq_lengths)
+    if arr.ndim != 1 or arr.shape[0] != B or not (arr.size == 0 or np.issubdtype(arr.dtype, np.integer)):
+        raise ValueError(f"seq_lengths must be {B} ints (one per sequence), got {seq_lengths!r}")
+    bad = [(i, int(n)) for i, n in enumerate(arr) if not 1 <= n <= T]
+    if bad:
+        i, n = bad[0]
+        raise ValueError(f"seq_lengths[{i}] = {n}: each length must be between 1 and the max sequence length {T}")
+    if layout == "packed":
+        if np.any(np.diff(arr) > 0):
+            raise ValueError(f"the 'packed' layout needs non-increasing seq_lengths, got {arr.tolist()}; "
+                             f"sort the batch by length or use a padded layout")
+        if arr.max() != T:
+            raise ValueError(f"the 'packed' layout needs max(seq_lengths) == max_seq_length ({T}), got {arr.max()}")
+    return tuple(int(n) for n in arr)
+
+
+@functools.lru_cache(maxsize=128)
+def rnn_data_descriptor(dtype, layout: str, max_seq_length: int, batch_size: int, vector_size: int,
+                        seq_lengths: tuple[int, ...]) -> RNNDataDescriptor:
+    """A cached, shared :class:`RNNDataDescriptor` (padding fill 0); do not close it."""
+    return RNNDataDescriptor(dtype, layout, max_seq_length, batch_size, vector_size, seq_lengths)
+
+
+def rnn_weight_params(handle, rnn: RNN, weights, pseudo_layer: int, lin_id: int) -> RNNWeight:
+    """Views into ``weights`` of one matrix and its bias (``cudnnGetRNNWeightParams``); None where absent."""
+    from cudnn_py import memory
+    w = _weights(handle, rnn, weights)
+    if not 0 <= pseudo_layer < rnn.num_pseudo_layers:
+        raise ValueError(f"pseudo_layer must be in [0, {rnn.num_pseudo_layers}), got {pseudo_layer}")
+    if lin_id not in rnn.lin_ids:
+        raise ValueError(f"lin_id must be in {list(rnn.lin_ids)} for mode {rnn.mode!r}, got {lin_id}")
+    m_desc, b_desc = capi.cudnnTensorDescriptor_t(), capi.cudnnTensorDescriptor_t()
+    capi.cudnnCreateTensorDescriptor(byref(m_desc))
+    capi.cudnnCreateTensorDescriptor(byref(b_desc))
+    try:
+        m_addr, b_addr = ctypes.c_void_p(), ctypes.c_void_p()
+        capi.cudnnGetRNNWeightParams(handle.ptr, rnn.ptr, pseudo_layer, w.nbytes, w.ptr, lin_id,
+                                     m_desc, byref(m_addr), b_desc, byref(b_addr))
+        views = []
+        for desc, addr, ndim in ((m_desc, m_addr, 2), (b_desc, b_addr, 1)):
+            if not addr.value:
+                views.append(None)
+                continue
+            dt, nb = ctypes.c_int(), ctypes.c_int()
+            dims, strides = (ctypes.c_int * 8)(), (ctypes.c_int * 8)()
+            capi.cudnnGetTensorNdDescriptor(desc, 8, byref(dt), byref(nb), dims, strides)
+            shape = tuple(dims[:nb.value])[-ndim:] if ndim == 2 else (int(np.prod(dims[:nb.value])),)
+            views.append(memory.DeviceArray(addr.value, shape, rnn.dtype, device_id=w.device_id, owner=w,
+                                            stream=w.stream))
+        return RNNWeight(*views)
+    finally:
+        capi.cudnnDestroyTensorDescriptor(m_desc)
+        capi.cudnnDestroyTensorDescriptor(b_desc)
+
+
+def _weights(handle, rnn: RNN, weights, name: str = "weights"):
+    from cudnn_py import memory
+    w = memory.as_array(weights, name, contiguous=True, device=handle.device)
+    if w.dtype != rnn.dtype:
+        raise TypeError(f"{name} has dtype {w.dtype}; this RNN's weights are {rnn.dtype}")
+    need = rnn.weight_space_size(handle)
+    if w.nbytes != need:
+        raise ValueError(f"{name} holds {w.nbytes} bytes but this RNN's weight space is {need} bytes "
+                         f"({need // rnn.dtype.itemsize} {rnn.dtype.name} elements); use rnn.new_weights(handle)")
+    return w
+
+
+def _data_shape(layout: str, T: int, B: int, V: int, lengths) -> tuple[int, ...]:
+    if layout == "seq_major":
+        return (T, B, V)
+    if layout == "batch_major":
+        return (B, T, V)
+    return (sum(lengths), V)
+
+
+@dataclass
+class RNNForwardResult:
+    """Outputs of :func:`rnn_forward`; in training mode also what the backward calls need."""
+    y: object
+    hy: object
+    cy: object | None
+    reserve: object | None = None
+    _ctx: dict | None = None
+
+
+def _state(handle, rnn: RNN, a, name: str, B: int, width: int):
+    if a is None:
+        return None
+    from cudnn_py import memory
+    return memory.as_array(a, name, dtype=rnn.dtype, shape=(rnn.num_pseudo_layers, B, width), contiguous=True,
+                           device=handle.device)
+
+
+class _StateDescriptor:
+    """A packed 3-D tensor descriptor ``[layers * dirs, batch, width]`` for hidden/cell states."""
+
+    def __init__(self, shape: tuple[int, int, int], dtype: np.dtype):
+        self.ptr = None
+        ptr = capi.cudnnTensorDescriptor_t()
+        capi.cudnnCreateTensorDescriptor(byref(ptr))
+        self.ptr = ptr
+        strides = (shape[1] * shape[2], shape[2], 1)
+        capi.cudnnSetTensorNdDescriptor(ptr, cudnn_dtype(dtype), 3, (ctypes.c_int * 3)(*shape),
+                                        (ctypes.c_int * 3)(*strides))
+
+    def __del__(self):
+        if self.ptr is not None:
+            try:
+                capi.cudnnDestroyTensorDescriptor(self.ptr)
+            except Exception:
+                pass
+
+
+@functools.lru_cache(maxsize=64)
+def _state_descriptor(shape: tuple[int, int, int], dtype: np.dtype) -> _StateDescriptor:
+    return _StateDescriptor(shape, dtype)
+
+
+def _state_desc(rnn: RNN, B: int, width: int) -> _StateDescriptor:
+    return _state_descriptor((rnn.num_pseudo_layers, B, width), rnn.dtype)
+
+
+def _ptr(a) -> int | None:
+    return None if a is None else a.ptr
+
+
+def rnn_forward(handle, rnn: RNN, x, weights, *, seq_lengths=None, layout="seq_major", hx=None, cx=None,
+                y=None, hy=None, cy=None, training: bool = False) -> RNNForwardResult:
+    """``cudnnRNNForward``: outputs ``y`` and final states ``hy`` (and ``cy`` for LSTM).
+
+    ``x``: ``[T, B, input_size]`` (seq_major), ``[B, T, input_size]`` (batch_major) or
+    ``[sum(seq_lengths), input_size]`` (packed); ``seq_lengths``: per-sequence lengths (default: all T;
+    required for packed). ``training=True`` keeps the reserve space for :func:`rnn_backward_data` /
+    :func:`rnn_backward_weights`. Outputs are allocated unless given.
+    """
+    from cudnn_py import memory
+    if not isinstance(rnn, RNN):
+        raise TypeError(f"rnn must be a cudnn_py RNN, got {type(rnn).__name__}")
+    layout, _ = _choice(_LAYOUTS, layout, "layout")
+    if layout != "packed" and not rnn.padded_io:
+        raise ValueError(f"layout {layout!r} needs an RNN made with padded_io=True; use layout='packed'")
+    x = memory.as_array(x, "x", dtype=rnn.dtype, contiguous=True, device=handle.device)
+    if layout == "packed":
+        if seq_lengths is None:
+            raise ValueError("the 'packed' layout needs seq_lengths")
+        if x.ndim != 2:
+            raise ValueError(f"x in the 'packed' layout must be [sum(seq_lengths), {rnn.input_size}], got {x.shape}")
+        B = len(seq_lengths)
+        T = int(max(seq_lengths)) if B else 0
+    else:
+        if x.ndim != 3:
+            raise ValueError(f"x in the {layout!r} layout must be 3-D, got shape {x.shape}")
+        T, B = (x.shape[0], x.shape[1]) if layout == "seq_major" else (x.shape[1], x.shape[0])
+    lengths = _check_lengths(seq_lengths, _positive_int(T, "max sequence length"), _positive_int(B, "batch"), layout)
+    if x.shape != _data_shape(layout, T, B, rnn.input_size, lengths):
+        raise ValueError(f"x has shape {x.shape}; expected {_data_shape(layout, T, B, rnn.input_size, lengths)} "
+                         f"(layout {layout!r}, input_size {rnn.input_size})")
+    w = _weights(handle, rnn, weights)
+    is_lstm = rnn.mode == "lstm"
+    if not is_lstm and (cx is not None or cy is not None):
+        raise ValueError(f"cx/cy are LSTM cell states; this RNN is {rnn.mode!r}")
+    hx = _state(handle, rnn, hx, "hx", B, rnn.out_size)
+    cx = _state(handle, rnn, cx, "cx", B, rnn.hidden_size)
+    stream = handle.stream
+    y = memory.output_array(y, _data_shape(layout, T, B, rnn.dirs * rnn.out_size, lengths), rnn.dtype, "y",
+                            device=handle.device, stream=stream, contiguous=True)
+    hy = memory.output_array(hy, (rnn.num_pseudo_layers, B, rnn.out_size), rnn.dtype, "hy",
+                             device=handle.device, stream=stream, contiguous=True)
+    if is_lstm:
+        cy = memory.output_array(cy, (rnn.num_pseudo_layers, B, rnn.hidden_size), rnn.dtype, "cy",
+                                 device=handle.device, stream=stream, contiguous=True)
+    x_desc = rnn_data_descriptor(rnn.dtype, layout, T, B, rnn.input_size, lengths)
+    y_desc = rnn_data_descriptor(rnn.dtype, layout, T, B, rnn.dirs * rnn.out_size, lengths)
+    h_desc = _state_desc(rnn, B, rnn.out_size)
+    c_desc = _state_desc(rnn, B, rnn.hidden_size) if is_lstm else h_desc
+    dev_lengths = memory.to_device(np.asarray(lengths, np.int32), stream=stream, device=handle.device)
+    mode = capi.CUDNN_FWD_MODE_TRAINING if training else capi.CUDNN_FWD_MODE_INFERENCE
+    work_n, reserve_n = ctypes.c_size_t(), ctypes.c_size_t()
+    capi.cudnnGetRNNTempSpaceSizes(handle.ptr, rnn.ptr, mode, x_desc.ptr, byref(work_n), byref(reserve_n))
+    reserve = memory.empty((reserve_n.value,), np.uint8, stream=stream, device=handle.device) if training else None
+    work = handle.workspace.get(work_n.value, stream)
+    capi.cudnnRNNForward(handle.ptr, rnn.ptr, mode, dev_lengths.ptr, x_desc.ptr, x.ptr, y_desc.ptr, y.ptr,
+                         h_desc.ptr, _ptr(hx), hy.ptr, c_desc.ptr, _ptr(cx), _ptr(cy) if is_lstm else None,
+                         w.nbytes, w.ptr, work_n.value, work or None,
+                         reserve_n.value if training else 0, _ptr(reserve) if reserve_n.value else None)
+    ctx = None
+    if training:
+        ctx = {"x": x, "hx": hx, "cx": cx, "lengths": lengths, "dev_lengths": dev_lengths, "layout": layout,
+               "x_desc": x_desc, "y_desc": y_desc, "h_desc": h_desc, "c_desc": c_desc, "rnn": rnn,
+               "data_done": False, "batch": B}
+    return RNNForwardResult(y, hy, cy if is_lstm else None, reserve, ctx)
+
+
+def _training_ctx(rnn: RNN, fwd) -> dict:
+    if not isinstance(fwd, RNNForwardResult) or fwd._ctx is None:
+        raise ValueError("backward calls need the result of rnn_forward(..., training=True)")
+    if fwd._ctx["rnn"] is not rnn:
+        raise ValueError("fwd was computed with a different RNN descriptor")
+    return fwd._ctx
+
+
+def rnn_backward_data(handle, rnn: RNN, fwd: RNNForwardResult, dy, weights, *, dhy=None, dcy=None,
+                      dx=None, dhx=None, dcx=None):
+    """``cudnnRNNBackwardData_v8``: ``(dx, dhx, dcx)`` (``dcx`` None unless LSTM).
+
+    ``dy`` has ``fwd.y``'s shape; ``dhy``/``dcy`` (gradients of the final states) default to zeros.
+    Call it before :func:`rnn_backward_weights` (cuDNN updates the reserve space here).
+    """
+    from cudnn_py import memory
+    ctx = _training_ctx(rnn, fwd)
+    B, is_lstm, stream = ctx["batch"], rnn.mode == "lstm", handle.stream
+    dy = memory.as_array(dy, "dy", dtype=rnn.dtype, shape=fwd.y.shape, contiguous=True, device=handle.device)
+    if not is_lstm and (dcy is not None or dcx is not None):
+        raise ValueError(f"dcy/dcx are LSTM cell-state gradients; this RNN is {rnn.mode!r}")
+    dhy = _state(handle, rnn, dhy, "dhy", B, rnn.out_size)
+    dcy = _state(handle, rnn, dcy, "dcy", B, rnn.hidden_size)
+    w = _weights(handle, rnn, weights)
+    x = ctx["x"]
+    dx = memory.output_array(dx, x.shape, rnn.dtype, "dx", device=handle.device, stream=stream, contiguous=True)
+    dhx = memory.output_array(dhx, fwd.hy.shape, rnn.dtype, "dhx", device=handle.device, stream=stream,
+                              contiguous=True)
+    if is_lstm:
+        dcx = memory.output_array(dcx, fwd.cy.shape, rnn.dtype, "dcx", device=handle.device, stream=stream,
+                                  contiguous=True)
+    work_n, reserve_n = ctypes.c_size_t(), ctypes.c_size_t()
+    capi.cudnnGetRNNTempSpaceSizes(handle.ptr, rnn.ptr, capi.CUDNN_FWD_MODE_TRAINING, ctx["x_desc"].ptr,
+                                   byref(work_n), byref(reserve_n))
+    work = handle.workspace.get(work_n.value, stream)
+    capi.cudnnRNNBackwardData_v8(
+        handle.ptr, rnn.ptr, ctx["dev_lengths"].ptr, ctx["y_desc"].ptr, fwd.y.ptr, dy.ptr, ctx["x_desc"].ptr, dx.ptr,
+        ctx["h_desc"].ptr, _ptr(ctx["hx"]), _ptr(dhy), dhx.ptr,
+        ctx["c_desc"].ptr, _ptr(ctx["cx"]), _ptr(dcy), _ptr(dcx) if is_lstm else None,
+        w.nbytes, w.ptr, work_n.value, work or None, fwd.reserve.nbytes, _ptr(fwd.reserve) or None)
+    ctx["data_done"] = True
+    return dx, dhx, (dcx if is_lstm else None)
+
+
+def rnn_backward_weights(handle, rnn: RNN, fwd: RNNForwardResult, dweights=None):
+    """``cudnnRNNBackwardWeights_v8``: weight gradients ADDED into ``dweights`` (a new zeroed weight space if None).
+
+    Needs :func:`rnn_backward_data` on the same ``fwd`` first. Returns ``dweights``.
+    """
+    ctx = _training_ctx(rnn, fwd)
+    if not ctx["data_done"]:
+        raise RuntimeError("call rnn_backward_data(...) on this forward result before rnn_backward_weights(...)")
+    dw = rnn.new_weights(handle) if dweights is None else _weights(handle, rnn, dweights, "dweights")
+    stream = handle.stream
+    work_n, reserve_n = ctypes.c_size_t(), ctypes.c_size_t()
+    capi.cudnnGetRNNTempSpaceSizes(handle.ptr, rnn.ptr, capi.CUDNN_FWD_MODE_TRAINING, ctx["x_desc"].ptr,
+                                   byref(work_n), byref(reserve_n))
+    work = handle.workspace.get(work_n.value, stream)
+    capi.cudnnRNNBackwardWeights_v8(
+        handle.ptr, rnn.ptr, capi.CUDNN_WGRAD_MODE_ADD, ctx["dev_lengths"].ptr, ctx["x_desc"].ptr, ctx["x"].ptr,
+        ctx["h_desc"].ptr, _ptr(ctx["hx"]), ctx["y_desc"].ptr, fwd.y.ptr, dw.nbytes, dw.ptr,
+        work_n.value, work or None, fwd.reserve.nbytes, _ptr(fwd.reserve) or None)
+    return dw
