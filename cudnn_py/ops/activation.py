@@ -1,0 +1,124 @@
+"""Activations, forward and backward: sigmoid, ReLU, tanh, clipped ReLU, ELU, swish, identity.
+
+::
+
+    y = activation_forward(h, "relu", x)                                  # y allocated
+    y = activation_forward(h, Activation("clipped_relu", coef=6.0), x)
+    dx = activation_backward(h, Activation("swish", swish_beta=1.5), x, y, dy)
+
+``coef`` is the ceiling of clipped ReLU and the alpha of ELU; ``swish_beta`` scales swish's sigmoid.
+Arrays of any rank 1 to 8 and any strides (x and y may differ) are accepted.
+
+Raw C path::
+
+    d = capi.cudnnActivationDescriptor_t(); capi.cudnnCreateActivationDescriptor(byref(d))
+    capi.cudnnSetActivationDescriptor(d, capi.CUDNN_ACTIVATION_RELU, capi.CUDNN_NOT_PROPAGATE_NAN, 0.0)
+    capi.cudnnActivationForward(h.ptr, d, byref(c_float(1)), x_desc, x.ptr, byref(c_float(0)), y_desc, y.ptr)
+"""
+from __future__ import annotations
+
+import ctypes
+
+from cudnn_py import capi
+from cudnn_py.ops.tensor_ops import _array, _desc, _enum, _output, _scalars
+
+__all__ = ["Activation", "activation_forward", "activation_backward", "ACTIVATION_MODES"]
+
+ACTIVATION_MODES = {
+    "sigmoid": capi.CUDNN_ACTIVATION_SIGMOID, "relu": capi.CUDNN_ACTIVATION_RELU, "tanh": capi.CUDNN_ACTIVATION_TANH,
+    "clipped_relu": capi.CUDNN_ACTIVATION_CLIPPED_RELU, "elu": capi.CUDNN_ACTIVATION_ELU,
+    "identity": capi.CUDNN_ACTIVATION_IDENTITY, "swish": capi.CUDNN_ACTIVATION_SWISH,
+}
+
+
+class Activation:
+    """What a ``cudnnActivationDescriptor_t`` holds; hashable, its descriptor made once and cached.
+
+    ``mode``: a key of :data:`ACTIVATION_MODES` or a ``cudnnActivationMode_t``. ``coef``: clipped ReLU's
+    ceiling (must be > 0 for it) or ELU's alpha. ``swish_beta``: swish's beta. ``nan_propagation``:
+    whether ReLU passes NaN through.
+    """
+
+    __slots__ = ("mode", "coef", "swish_beta", "nan_propagation", "_desc")
+
+    def __init__(self, mode="relu", coef: float = 0.0, swish_beta: float = 1.0, *, nan_propagation: bool = False):
+        self.mode = _enum(mode, ACTIVATION_MODES, capi.cudnnActivationMode_t, "activation mode")
+        self.coef, self.swish_beta = float(coef), float(swish_beta)
+        if self.mode == capi.CUDNN_ACTIVATION_CLIPPED_RELU and not self.coef > 0:
+            raise ValueError(f"clipped_relu needs its ceiling coef > 0, got {coef!r}")
+        self.nan_propagation = bool(nan_propagation)
+        self._desc = None
+
+    @property
+    def descriptor(self) -> capi.cudnnActivationDescriptor_t:
+        """The ``cudnnActivationDescriptor_t`` (made on first use)."""
+        if self._desc is None:
+            d = capi.cudnnActivationDescriptor_t()
+            capi.cudnnCreateActivationDescriptor(ctypes.byref(d))
+            nan = capi.CUDNN_PROPAGATE_NAN if self.nan_propagation else capi.CUDNN_NOT_PROPAGATE_NAN
+            capi.cudnnSetActivationDescriptor(d, self.mode, nan, self.coef)
+            if self.mode == capi.CUDNN_ACTIVATION_SWISH:
+                capi.cudnnSetActivationDescriptorSwishBeta(d, self.swish_beta)
+            self._desc = d
+        return self._desc
+
+    def _key(self):
+        return (int(self.mode), self.coef, self.swish_beta, self.nan_propagation)
+
+    def __eq__(self, other):
+        return isinstance(other, Activation) and self._key() == other._key()
+
+    def __hash__(self):
+        return hash(self._key())
+
+    def __repr__(self):
+        name = self.mode.name.removeprefix("CUDNN_ACTIVATION_").lower()
+        return f"Activation({name!r}, coef={self.coef}, swish_beta={self.swish_beta})"
+
+    def __del__(self):
+        if getattr(self, "_desc", None) is not None:
+            try:
+                capi.cudnnDestroyActivationDescriptor(self._desc)
+            except Exception:  # interpreter shutdown
+                pass
+
+
+_BY_MODE: dict = {}
+
+
+def _as_activation(act) -> Activation:
+    if isinstance(act, Activation):
+        return act
+    if isinstance(act, (str, capi.cudnnActivationMode_t)):
+        got = _BY_MODE.get(act)
+        if got is None:
+            got = _BY_MODE[act] = Activation(act)
+        return got
+    raise TypeError(f"activation must be an Activation, a mode name or a cudnnActivationMode_t, got {act!r}")
+
+
+def activation_forward(handle, activation, x, y=None, *, alpha: float = 1.0, beta: float = 0.0):
+    """``y = alpha * act(x) + beta * y`` (``cudnnActivationForward``); returns y (allocated if not given).
+
+    ``activation``: an :class:`Activation` or a mode name (its defaults: coef 0, swish_beta 1).
+    ``y`` may be ``x`` itself (in place).
+    """
+    act = _as_activation(activation)
+    xa = _array(x, "x", handle, floating=True)
+    ya = _output(y, "y", handle, xa.shape, xa.dtype)
+    al, be = _scalars(xa.dtype, alpha, beta)
+    capi.cudnnActivationForward(handle.ptr, act.descriptor, al, _desc(xa), xa.ptr, be, _desc(ya), ya.ptr)
+    return ya if y is None else y
+
+
+def activation_backward(handle, activation, x, y, dy, dx=None, *, alpha: float = 1.0, beta: float = 0.0):
+    """``dx = alpha * dL/dx + beta * dx`` from the forward's x and y and the gradient dy (``cudnnActivationBackward``)."""
+    act = _as_activation(activation)
+    xa = _array(x, "x", handle, floating=True)
+    ya = _array(y, "y", handle, dtype=xa.dtype, shape=xa.shape)
+    dya = _array(dy, "dy", handle, dtype=xa.dtype, shape=xa.shape)
+    dxa = _output(dx, "dx", handle, xa.shape, xa.dtype)
+    al, be = _scalars(xa.dtype, alpha, beta)
+    capi.cudnnActivationBackward(handle.ptr, act.descriptor, al, _desc(ya), ya.ptr, _desc(dya), dya.ptr,
+                                 _desc(xa), xa.ptr, be, _desc(dxa), dxa.ptr)
+    return dxa if dx is None else dx

@@ -1,0 +1,176 @@
+"""Local response normalisation across channels, and divisive normalisation; forward and backward.
+
+::
+
+    lrn = LRN(n=5, alpha=1e-4, beta=0.75, k=2.0)                 # cuDNN's defaults
+    y = lrn_forward(h, lrn, x)                                  # y = x * (k + alpha/n * sum_window x^2)^-beta
+    dx = lrn_backward(h, lrn, x, y, dy)
+    y = divisive_normalization_forward(h, lrn, x, means=m)      # spatial window, per channel
+    dx, dmeans = divisive_normalization_backward(h, lrn, x, dy, means=m)
+
+The window of size n around index i spans ``[i - (n-1)//2, i + n - 1 - (n-1)//2]``. Cross-channel LRN
+runs over C; divisive normalisation over an n-wide window in each spatial dimension of each channel
+(``d = x - means``, means zero when not given). x is 4-D or 5-D (N, C, *spatial). The LRN parameters
+live in :class:`LRN`; the ``alpha``/``beta`` keywords of the calls are the usual blending factors.
+
+Raw C path::
+
+    d = capi.cudnnLRNDescriptor_t(); capi.cudnnCreateLRNDescriptor(byref(d))
+    capi.cudnnSetLRNDescriptor(d, 5, 1e-4, 0.75, 2.0)
+    capi.cudnnLRNCrossChannelForward(h.ptr, d, capi.CUDNN_LRN_CROSS_CHANNEL_DIM1, byref(c_float(1)),
+                                     x_desc, x.ptr, byref(c_float(0)), y_desc, y.ptr)
+"""
+from __future__ import annotations
+
+import ctypes
+
+from cudnn_py import capi
+from cudnn_py.memory import empty
+from cudnn_py.ops.tensor_ops import _array, _desc, _output, _scalars
+
+__all__ = ["LRN", "lrn_forward", "lrn_backward", "divisive_normalization_forward", "divisive_normalization_backward"]
+
+
+class LRN:
+    """What a ``cudnnLRNDescriptor_t`` holds, checked against cuDNN's limits; hashable, descriptor cached.
+
+    ``n`` in [CUDNN_LRN_MIN_N, CUDNN_LRN_MAX_N] (1..16), ``k >= CUDNN_LRN_MIN_K`` (1e-5),
+    ``beta >= CUDNN_LRN_MIN_BETA`` (0.01).
+    """
+
+    __slots__ = ("n", "alpha", "beta", "k", "_desc")
+
+    def __init__(self, n: int = 5, alpha: float = 1e-4, beta: float = 0.75, k: float = 2.0):
+        if isinstance(n, bool) or not isinstance(n, int) or not capi.CUDNN_LRN_MIN_N <= n <= capi.CUDNN_LRN_MAX_N:
+            raise ValueError(f"LRN n must be an int in [{capi.CUDNN_LRN_MIN_N}, {capi.CUDNN_LRN_MAX_N}], got {n!r}")
+        if not k >= capi.CUDNN_LRN_MIN_K:
+            raise ValueError(f"LRN k must be >= {capi.CUDNN_LRN_MIN_K}, got {k!r}")
+        if not beta >= capi.CUDNN_LRN_MIN_BETA:
+            raise ValueError(f"LRN beta must be >= {capi.CUDNN_LRN_MIN_BETA}, got {beta!r}")
+        self.n, self.alpha, self.beta, self.k = n, float(alpha), float(beta), float(k)
+        self._desc = None
+
+    @property
+    def descriptor(self) -> capi.cudnnLRNDescriptor_t:
+        """The ``cudnnLRNDescriptor_t`` (made on first use)."""
+        if self._desc is None:
+            d = capi.cudnnLRNDescriptor_t()
+            capi.cudnnCreateLRNDescriptor(ctypes.byref(d))
+            capi.cudnnSetLRNDescriptor(d, self.n, self.alpha, self.beta, self.k)
+            self._desc = d
+        return self._desc
+
+    def _key(self):
+        return (self.n, self.alpha, self.beta, self.k)
+
+    def __eq__(self, other):
+        return isinstance(other, LRN) and self._key() == other._key()
+
+    def __hash__(self):
+        return hash(self._key())
+
+    def __repr__(self):
+        return f"LRN(n={self.n}, alpha={self.alpha}, beta={self.beta}, k={self.k})"
+
+    def __del__(self):
+        if getattr(self, "_desc", None) is not None:
+            try:
+                capi.cudnnDestroyLRNDescriptor(self._desc)
+            except Exception:  # interpreter shutdown
+                pass
+
+
+def _as_lrn(lrn) -> LRN:
+    if not isinstance(lrn, LRN):
+        raise TypeError(f"lrn must be a cudnn_py.LRN, got {type(lrn).__name__}")
+    return lrn
+
+
+def _input(x, handle):
+    xa = _array(x, "x", handle, floating=True)
+    if xa.ndim not in (4, 5):
+        raise ValueError(f"LRN and divisive normalisation take 4-D or 5-D tensors (N, C, *spatial); x has shape {xa.shape}")
+    return xa
+
+
+def lrn_forward(handle, lrn: LRN, x, y=None, *, alpha: float = 1.0, beta: float = 0.0):
+    """``y = alpha * lrn(x) + beta * y`` (``cudnnLRNCrossChannelForward``); returns y (allocated if not given)."""
+    lrn = _as_lrn(lrn)
+    xa = _input(x, handle)
+    ya = _output(y, "y", handle, xa.shape, xa.dtype)
+    al, be = _scalars(xa.dtype, alpha, beta)
+    capi.cudnnLRNCrossChannelForward(handle.ptr, lrn.descriptor, capi.CUDNN_LRN_CROSS_CHANNEL_DIM1, al, _desc(xa),
+                                     xa.ptr, be, _desc(ya), ya.ptr)
+    return ya if y is None else y
+
+
+def lrn_backward(handle, lrn: LRN, x, y, dy, dx=None, *, alpha: float = 1.0, beta: float = 0.0):
+    """``dx = alpha * dL/dx + beta * dx`` from the forward's x and y and the gradient dy (``cudnnLRNCrossChannelBackward``)."""
+    lrn = _as_lrn(lrn)
+    xa = _input(x, handle)
+    ya = _array(y, "y", handle, dtype=xa.dtype, shape=xa.shape)
+    dya = _array(dy, "dy", handle, dtype=xa.dtype, shape=xa.shape)
+    dxa = _output(dx, "dx", handle, xa.shape, xa.dtype)
+    al, be = _scalars(xa.dtype, alpha, beta)
+    capi.cudnnLRNCrossChannelBackward(handle.ptr, lrn.descriptor, capi.CUDNN_LRN_CROSS_CHANNEL_DIM1, al,
+                                      _desc(ya), ya.ptr, _desc(dya), dya.ptr, _desc(xa), xa.ptr, be,
+                                      _desc(dxa), dxa.ptr)
+    return dxa if dx is None else dx
+
+
+def _same_desc(a, xa, name: str):
+    """means/dy/outputs share x's descriptor in these calls: same shape, dtype and strides."""
+    if a.strides != xa.strides:
+        raise ValueError(f"{name} must have x's strides {xa.strides} (cuDNN describes them with x's descriptor); "
+                         f"it has {a.strides}")
+    return a
+
+
+def _temps(handle, xa):
+    return (empty(xa.shape, xa.dtype, stream=handle.stream, device=handle.device),
+            empty(xa.shape, xa.dtype, stream=handle.stream, device=handle.device))
+
+
+def divisive_normalization_forward(handle, lrn: LRN, x, means=None, y=None, *, alpha: float = 1.0,
+                                   beta: float = 0.0):
+    """``y = alpha * divnorm(x - means) + beta * y`` (``cudnnDivisiveNormalizationForward``); returns y.
+
+    ``means`` (x's shape) defaults to zeros; the two temporaries cuDNN needs are allocated here.
+    """
+    lrn = _as_lrn(lrn)
+    xa = _input(x, handle)
+    ma = None if means is None else _same_desc(_array(means, "means", handle, dtype=xa.dtype, shape=xa.shape), xa,
+                                               "means")
+    ya = _output(y, "y", handle, xa.shape, xa.dtype)
+    t1, t2 = _temps(handle, xa)
+    al, be = _scalars(xa.dtype, alpha, beta)
+    capi.cudnnDivisiveNormalizationForward(handle.ptr, lrn.descriptor, capi.CUDNN_DIVNORM_PRECOMPUTED_MEANS, al,
+                                           _desc(xa), xa.ptr, None if ma is None else ma.ptr, t1.ptr, t2.ptr, be,
+                                           _desc(ya), ya.ptr)
+    return ya if y is None else y
+
+
+def divisive_normalization_backward(handle, lrn: LRN, x, dy, means=None, dx=None, dmeans=None, *,
+                                    alpha: float = 1.0, beta: float = 0.0):
+    """(dx, dmeans) of divisive normalisation (``cudnnDivisiveNormalizationBackward``).
+
+    dmeans is computed (and allocated if not given) when ``means`` or ``dmeans`` is given, else None.
+    The means are an independent input: for ``d = x - means``, ``dmeans = -dx``.
+    """
+    lrn = _as_lrn(lrn)
+    xa = _input(x, handle)
+    ma = None if means is None else _same_desc(_array(means, "means", handle, dtype=xa.dtype, shape=xa.shape), xa,
+                                               "means")
+    dya = _same_desc(_array(dy, "dy", handle, dtype=xa.dtype, shape=xa.shape), xa, "dy")
+    dxa = _output(dx, "dx", handle, xa.shape, xa.dtype)
+    want_dm = means is not None or dmeans is not None
+    dma = _output(dmeans, "dmeans", handle, xa.shape, xa.dtype) if want_dm else None
+    if dma is not None and dma.strides != dxa.strides:
+        raise ValueError(f"dmeans must have dx's strides {dxa.strides} (one descriptor describes both); "
+                         f"it has {dma.strides}")
+    t1, t2 = _temps(handle, xa)
+    al, be = _scalars(xa.dtype, alpha, beta)
+    capi.cudnnDivisiveNormalizationBackward(handle.ptr, lrn.descriptor, capi.CUDNN_DIVNORM_PRECOMPUTED_MEANS, al,
+                                            _desc(xa), xa.ptr, None if ma is None else ma.ptr, dya.ptr, t1.ptr,
+                                            t2.ptr, be, _desc(dxa), dxa.ptr, None if dma is None else dma.ptr)
+    return (dxa if dx is None else dx), (None if dma is None else (dma if dmeans is None else dmeans))

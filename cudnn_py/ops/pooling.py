@@ -1,0 +1,151 @@
+"""Pooling, forward and backward: max, deterministic max, average with or without padding; 1 to 3 spatial dims.
+
+::
+
+    pool = Pooling("max", window=2, stride=2)              # stride defaults to the window
+    y = pooling_forward(h, pool, x)                         # x: N, C, *spatial; y allocated
+    dx = pooling_backward(h, pool, x, y, dy)
+
+``window``, ``padding`` and ``stride`` are an int (every spatial dimension) or one int per spatial
+dimension. Output size per dimension: ``1 + (in + 2 * padding - window) // stride``. 1-D pooling
+runs as 2-D with a unit height.
+
+Raw C path (what these calls do)::
+
+    d = capi.cudnnPoolingDescriptor_t(); capi.cudnnCreatePoolingDescriptor(byref(d))
+    capi.cudnnSetPoolingNdDescriptor(d, capi.CUDNN_POOLING_MAX, capi.CUDNN_NOT_PROPAGATE_NAN, 2, win, pad, stride)
+    capi.cudnnPoolingForward(h.ptr, d, byref(c_float(1)), x_desc, x.ptr, byref(c_float(0)), y_desc, y.ptr)
+"""
+from __future__ import annotations
+
+import ctypes
+
+from cudnn_py import capi
+from cudnn_py.ops.tensor_ops import _array, _enum, _ints, _output, _scalars, _tensor_desc
+
+__all__ = ["Pooling", "pooling_forward", "pooling_backward", "POOLING_MODES"]
+
+POOLING_MODES = {
+    "max": capi.CUDNN_POOLING_MAX,
+    "max_deterministic": capi.CUDNN_POOLING_MAX_DETERMINISTIC,
+    "avg_include_padding": capi.CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING,
+    "avg_exclude_padding": capi.CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING,
+}
+
+
+class Pooling:
+    """What a ``cudnnPoolingDescriptor_t`` holds; hashable, one cached descriptor per spatial rank.
+
+    ``mode``: ``"max"``, ``"max_deterministic"``, ``"avg_include_padding"``, ``"avg_exclude_padding"``
+    (or a ``cudnnPoolingMode_t``). ``stride`` defaults to the window. ``nan_propagation``: whether a NaN
+    in a max window wins.
+    """
+
+    __slots__ = ("mode", "window", "padding", "stride", "nan_propagation", "_descs")
+
+    def __init__(self, mode="max", window=2, padding=0, stride=None, *, nan_propagation: bool = False):
+        self.mode = _enum(mode, POOLING_MODES, capi.cudnnPoolingMode_t, "pooling mode")
+        for name, v in (("window", window), ("padding", padding), ("stride", stride)):
+            if v is not None and not isinstance(v, int):
+                v = tuple(v)
+                if not 1 <= len(v) <= 3:
+                    raise ValueError(f"{name} needs 1 to 3 values (one per spatial dimension), got {v!r}")
+        self.window = window if isinstance(window, int) else tuple(window)
+        self.padding = padding if isinstance(padding, int) else tuple(padding)
+        self.stride = self.window if stride is None else (stride if isinstance(stride, int) else tuple(stride))
+        self.nan_propagation = bool(nan_propagation)
+        self._descs: dict = {}
+
+    def params(self, nd: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+        """(window, padding, stride) for ``nd`` spatial dimensions, validated."""
+        return (_ints(self.window, nd, "window", 1), _ints(self.padding, nd, "padding", 0),
+                _ints(self.stride, nd, "stride", 1))
+
+    def output_shape(self, x_shape) -> tuple[int, ...]:
+        """The output shape for input ``x_shape`` (N, C, *spatial); ValueError if a window does not fit."""
+        x_shape = tuple(x_shape)
+        nd = len(x_shape) - 2
+        if not 1 <= nd <= 3:
+            raise ValueError(f"pooling takes N, C and 1 to 3 spatial dimensions; got shape {x_shape}")
+        win, pad, st = self.params(nd)
+        out = tuple(1 + (s + 2 * p - w) // t for s, w, p, t in zip(x_shape[2:], win, pad, st))
+        if any(s + 2 * p < w for s, w, p in zip(x_shape[2:], win, pad)):
+            raise ValueError(f"pooling window {win} (padding {pad}) does not fit input of shape {x_shape}")
+        return x_shape[:2] + out
+
+    def descriptor(self, nd: int) -> capi.cudnnPoolingDescriptor_t:
+        """The cached ``cudnnPoolingDescriptor_t`` for ``nd`` (1 to 3) spatial dimensions (1-D is set as 2-D)."""
+        d = self._descs.get(nd)
+        if d is None:
+            win, pad, st = self.params(nd)
+            if nd == 1:
+                win, pad, st = (1,) + win, (0,) + pad, (1,) + st
+            n = len(win)
+            d = capi.cudnnPoolingDescriptor_t()
+            capi.cudnnCreatePoolingDescriptor(ctypes.byref(d))
+            arr = ctypes.c_int * n
+            nan = capi.CUDNN_PROPAGATE_NAN if self.nan_propagation else capi.CUDNN_NOT_PROPAGATE_NAN
+            capi.cudnnSetPoolingNdDescriptor(d, self.mode, nan, n, arr(*win), arr(*pad), arr(*st))
+            self._descs[nd] = d
+        return d
+
+    def _key(self):
+        return (int(self.mode), self.window, self.padding, self.stride, self.nan_propagation)
+
+    def __eq__(self, other):
+        return isinstance(other, Pooling) and self._key() == other._key()
+
+    def __hash__(self):
+        return hash(self._key())
+
+    def __repr__(self):
+        return (f"Pooling({self.mode.name.removeprefix('CUDNN_POOLING_').lower()!r}, window={self.window}, "
+                f"padding={self.padding}, stride={self.stride})")
+
+    def __del__(self):
+        for d in getattr(self, "_descs", {}).values():
+            try:
+                capi.cudnnDestroyPoolingDescriptor(d)
+            except Exception:  # interpreter shutdown
+                pass
+
+
+def _as_pooling(pool) -> Pooling:
+    if not isinstance(pool, Pooling):
+        raise TypeError(f"pool must be a cudnn_py.Pooling, got {type(pool).__name__}")
+    return pool
+
+
+def _pdesc(a):
+    """Tensor descriptor for an N, C, *spatial array; 1-D spatial gets a unit height in front."""
+    if a.ndim == 3:
+        return _tensor_desc((a.shape[0], a.shape[1], 1, a.shape[2]),
+                            (a.strides[0], a.strides[1], a.shape[2] * a.strides[2], a.strides[2]), a.dtype)
+    return _tensor_desc(a.shape, a.strides, a.dtype)
+
+
+def pooling_forward(handle, pool: Pooling, x, y=None, *, alpha: float = 1.0, beta: float = 0.0):
+    """``y = alpha * pool(x) + beta * y`` (``cudnnPoolingForward``); returns y (allocated if not given)."""
+    pool = _as_pooling(pool)
+    xa = _array(x, "x", handle, floating=True)
+    y_shape = pool.output_shape(xa.shape)
+    ya = _output(y, "y", handle, y_shape, xa.dtype)
+    desc = pool.descriptor(xa.ndim - 2)
+    al, be = _scalars(xa.dtype, alpha, beta)
+    capi.cudnnPoolingForward(handle.ptr, desc, al, _pdesc(xa), xa.ptr, be, _pdesc(ya), ya.ptr)
+    return ya if y is None else y
+
+
+def pooling_backward(handle, pool: Pooling, x, y, dy, dx=None, *, alpha: float = 1.0, beta: float = 0.0):
+    """``dx = alpha * dL/dx + beta * dx`` from the forward's x and y and the gradient dy (``cudnnPoolingBackward``)."""
+    pool = _as_pooling(pool)
+    xa = _array(x, "x", handle, floating=True)
+    y_shape = pool.output_shape(xa.shape)
+    ya = _array(y, "y", handle, dtype=xa.dtype, shape=y_shape)
+    dya = _array(dy, "dy", handle, dtype=xa.dtype, shape=y_shape)
+    dxa = _output(dx, "dx", handle, xa.shape, xa.dtype)
+    desc = pool.descriptor(xa.ndim - 2)
+    al, be = _scalars(xa.dtype, alpha, beta)
+    capi.cudnnPoolingBackward(handle.ptr, desc, al, _pdesc(ya), ya.ptr, _pdesc(dya), dya.ptr, _pdesc(xa), xa.ptr,
+                              be, _pdesc(dxa), dxa.ptr)
+    return dxa if dx is None else dx
