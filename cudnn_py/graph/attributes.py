@@ -12,6 +12,8 @@ import enum
 import numbers
 from typing import NamedTuple
 
+import numpy as np
+
 from cudnn_py import capi
 
 from ._attribute_table import OWNER, TABLE
@@ -152,7 +154,7 @@ def to_c_array(spec_name: str, type_name: str, values: list, keep: list):
                 raise TypeError(f"{spec_name} takes real numbers (CUDNN_TYPE_{type_name}), got {type(v).__name__}")
             out.append(float(v))
         elif type_name == "BOOLEAN":
-            if not isinstance(v, bool) and type(v).__name__ != "bool_":
+            if not isinstance(v, (bool, np.bool_)):
                 raise TypeError(f"{spec_name} takes True/False (CUDNN_TYPE_BOOLEAN), got {type(v).__name__} {v!r}")
             out.append(bool(v))
         elif type_name == "BACKEND_DESCRIPTOR":

@@ -79,6 +79,11 @@ _HEADER_FIXES = {
     "CUDNN_ATTR_OPERATION_REDUCTION_DESC": (("BACKEND_DESCRIPTOR",), "1", "REDUCTION"),  # header says TENSOR
 }
 
+# The header's documentation spells a few attributes differently from the enum; others it documents do not exist.
+_DOC_ALIASES = {"CUDNN_ATTR_CONVOLUTION_MODE": "CUDNN_ATTR_CONVOLUTION_CONV_MODE",
+                "CUDNN_ATTR_OPERATION_BN_FINALIZE_EXP_AVERAGE_FACTOR_DESC":
+                    "CUDNN_ATTR_OPERATION_BN_FINALIZE_EXP_AVERATE_FACTOR_DESC"}
+
 # Nested descriptor type by the attribute name's ending, where the header's prose does not say it.
 _NESTED_BY_SUFFIX = {"OPERATION_GRAPH": "OPERATIONGRAPH", "ENGINE_CONFIG": "ENGINECFG", "CONV_DESC": "CONVOLUTION",
                      "KNOB_CHOICES": "KNOB_CHOICE", "LAYOUT_INFO": "LAYOUT_INFO", "KERNEL_CACHE": "KERNEL_CACHE",
@@ -123,7 +128,9 @@ def parse(header: str) -> tuple[dict, dict, str]:
                 d = _DOC.match(b)
                 if not d:
                     continue
-                attr, spec = d.group(1), d.group(2)
+                attr, spec = _DOC_ALIASES.get(d.group(1), d.group(1)), d.group(2)
+                if attr not in names:
+                    continue
                 types = tuple(dict.fromkeys(re.findall(r"CUDNN_TYPE_(\w+)", spec.split(",")[0])))
                 types = tuple("NAN_PROPOGATION" if t == "NAN_PROPAGATION" else t for t in types)
                 nested = re.search(r"CUDNN_BACKEND_(\w+?)_DESCRIPTOR", spec)

@@ -222,6 +222,14 @@ class Graph:
             raise ValueError(f"{what} ({t.name}) belongs to another graph")
         return t
 
+    @staticmethod
+    def _same_dtype(kind: str, *ts: Tensor) -> None:
+        """Non-virtual operands of a convolution or matmul must share one dtype (cuDNN has no mixed engines)."""
+        real = [t for t in ts if not t.is_virtual]
+        if len({int(t.dtype) for t in real}) > 1:
+            raise TypeError(f"{kind}: operands have different dtypes ("
+                            + ", ".join(f"{t.name}: {t.dtype.name}" for t in real) + "); give them one dtype")
+
     def _op(self, kind, inputs, outputs, params, name) -> None:
         self._check_open()
         self.ops.append(Op(kind, inputs, outputs, params, name or f"{kind}{len(self.ops)}"))
@@ -240,6 +248,7 @@ class Graph:
                    name: str | None = None) -> Tensor:
         """y = conv(x, w): x (N, C, *spatial), w (K, C/groups, *kernel) -> y (N, K, *out), virtual."""
         x, w = self._own(x, "x"), self._own(w, "w")
+        self._same_dtype("conv_fprop", x, w)
         if x.ndim < 3 or w.ndim != x.ndim:
             raise ValueError(f"conv_fprop needs x and w of the same rank >= 3, got {x.shape} and {w.shape}")
         p = self._conv_params(x.ndim - 2, padding, stride, dilation, post_padding, compute_dtype, alpha, beta,
@@ -261,6 +270,7 @@ class Graph:
                    conv_mode="cross_correlation", name: str | None = None) -> Tensor:
         """dx = conv backward data(dy, w); ``x_shape`` where the forward output size is ambiguous (stride > 1)."""
         dy, w = self._own(dy, "dy"), self._own(w, "w")
+        self._same_dtype("conv_dgrad", dy, w)
         if dy.ndim < 3 or w.ndim != dy.ndim:
             raise ValueError(f"conv_dgrad needs dy and w of the same rank >= 3, got {dy.shape} and {w.shape}")
         if dy.shape[1] != w.shape[0]:
@@ -280,6 +290,7 @@ class Graph:
                    conv_mode="cross_correlation", name: str | None = None) -> Tensor:
         """dw = conv backward filter(dy, x); the kernel size is inferred unless ``w_shape`` is given."""
         dy, x = self._own(dy, "dy"), self._own(x, "x")
+        self._same_dtype("conv_wgrad", dy, x)
         if dy.ndim < 3 or x.ndim != dy.ndim:
             raise ValueError(f"conv_wgrad needs dy and x of the same rank >= 3, got {dy.shape} and {x.shape}")
         p = self._conv_params(dy.ndim - 2, padding, stride, dilation, post_padding, compute_dtype, alpha, beta,
@@ -296,6 +307,7 @@ class Graph:
     def matmul(self, a: Tensor, b: Tensor, *, compute_dtype=None, name: str | None = None) -> Tensor:
         """c = a @ b over the last two dims; batch dims broadcast (size 1 against n). Same rank (>= 2) needed."""
         a, b = self._own(a, "a"), self._own(b, "b")
+        self._same_dtype("matmul", a, b)
         if a.ndim < 2 or a.ndim != b.ndim:
             raise ValueError(f"matmul needs a and b of the same rank >= 2, got {a.shape} and {b.shape}")
         if a.shape[-1] != b.shape[-2]:

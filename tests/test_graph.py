@@ -1,0 +1,383 @@
+"""Graph API on CPU: the attribute table, typed backend descriptors against the real libcudnn (create/set work with
+no GPU; finalize needs the driver), the graph builder's shape inference and bad-input errors, plan/variant-pack
+checks that fire before cuDNN is called."""
+import ctypes
+import fractions
+import pathlib
+import types
+
+import numpy as np
+import pytest
+
+from cudnn_py import capi
+from cudnn_py.errors import ClosedError, CudnnBadParamError, CudnnError
+from cudnn_py.graph import BackendDescriptor, Graph, GraphNotSupportedError, POINTWISE_ARITY, attr_spec
+from cudnn_py.graph import execute as gexec
+from cudnn_py.graph import gen_attributes
+from cudnn_py.graph._attribute_table import TABLE
+from cudnn_py.graph.plans import Plan
+
+HEADER = pathlib.Path(gen_attributes._default_header())
+
+
+# -- the attribute table ---------------------------------------------------------------------------------------
+@pytest.mark.skipif(not HEADER.is_file(), reason="cuDNN headers not installed")
+def test_table_is_regenerated_from_the_headers():
+    text = pathlib.Path(gen_attributes.__file__).with_name("_attribute_table.py").read_text()
+    assert gen_attributes.render(str(HEADER)) == text
+
+
+def test_table_covers_the_attributes_we_use():
+    header_rows = [k for k, v in TABLE.items() if v[3].startswith("header")]
+    assert len(header_rows) > 150
+    every = set(capi.cudnnBackendAttributeName_t.__members__)
+    assert set(TABLE) <= every
+    assert len(TABLE) >= 0.9 * len(every)
+    for name in ["CUDNN_ATTR_TENSOR_DIMENSIONS", "CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS",
+                 "CUDNN_ATTR_ENGINEHEUR_RESULTS", "CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION",
+                 "CUDNN_ATTR_OPERATION_POINTWISE_XDESC", "CUDNN_ATTR_KNOB_INFO_TYPE"]:
+        assert name in TABLE, name
+
+
+@pytest.mark.parametrize("name,types_,count,nested", [
+    ("CUDNN_ATTR_TENSOR_DIMENSIONS", ("INT64",), "n", None),
+    ("CUDNN_ATTR_TENSOR_IS_VIRTUAL", ("BOOLEAN",), "1", None),
+    ("CUDNN_ATTR_TENSOR_DATA_TYPE", ("DATA_TYPE",), "1", None),
+    ("CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS", ("VOID_PTR",), "0+", None),
+    ("CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X", ("BACKEND_DESCRIPTOR",), "1", "TENSOR"),
+    ("CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA", ("FLOAT", "DOUBLE"), "1+", None),
+    ("CUDNN_ATTR_ENGINEHEUR_MODE", ("HEUR_MODE",), "1", None),
+    ("CUDNN_ATTR_ENGINEHEUR_RESULTS", ("BACKEND_DESCRIPTOR",), "0+", "ENGINECFG"),
+    ("CUDNN_ATTR_ENGINE_KNOB_INFO", ("BACKEND_DESCRIPTOR",), "0+", "KNOB_INFO"),
+    ("CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE", ("KNOB_TYPE",), "1", None),
+    ("CUDNN_ATTR_EXECUTION_PLAN_HANDLE", ("HANDLE",), "1", None),
+    ("CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION", ("CHAR",), "n", None),
+    ("CUDNN_ATTR_RESAMPLE_STRIDES", ("INT64", "FRACTION"), "n", None),
+    ("CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR", ("BACKEND_DESCRIPTOR",), "1", "POINTWISE"),
+    ("CUDNN_ATTR_OPERATION_REDUCTION_DESC", ("BACKEND_DESCRIPTOR",), "1", "REDUCTION"),
+    ("CUDNN_ATTR_ENGINE_NUMERICAL_NOTE", ("NUMERICAL_NOTE",), "0+", None),
+])
+def test_attr_spec(name, types_, count, nested):
+    s = attr_spec(name)
+    assert (s.types, s.count, s.nested) == (types_, count, nested)
+    assert attr_spec(capi.cudnnBackendAttributeName_t[name]) == s
+
+
+def test_unknown_attribute_names():
+    with pytest.raises(ValueError, match="unknown backend attribute"):
+        attr_spec("CUDNN_ATTR_NOPE")
+    with pytest.raises(TypeError):
+        attr_spec(1.5)
+
+
+# -- descriptors -----------------------------------------------------------------------------------------------
+def _tensor(**kw):
+    attrs = dict(data_type=capi.CUDNN_DATA_FLOAT, dimensions=[1, 8, 8, 8], strides=[512, 64, 8, 1], unique_id=1,
+                 byte_alignment=16, is_virtual=False)
+    attrs.update(kw)
+    return BackendDescriptor("TENSOR", **attrs)
+
+
+def test_every_descriptor_type_can_be_created_and_closed():
+    made = 0
+    for t in capi.cudnnBackendDescriptorType_t:
+        try:
+            d = BackendDescriptor(t)
+        except CudnnError as e:  # a type the loaded library does not know
+            assert e.reason or e.status
+            continue
+        made += 1
+        assert repr(d).startswith(f"<BackendDescriptor {d.short_type} open")
+        d.close()
+        d.close()
+        assert d.closed
+    assert made >= 30
+
+
+def test_set_each_element_type():
+    t = _tensor()  # DATA_TYPE, INT64 arrays, INT64, BOOLEAN
+    t.set("reordering_mode", capi.CUDNN_TENSOR_REORDERING_NONE)
+    t.set("is_by_value", np.bool_(False))
+    pw = BackendDescriptor("POINTWISE", mode="relu_fwd", math_prec="CUDNN_DATA_FLOAT")  # enum by short name
+    pw.set("relu_lower_clip", 0.0).set("relu_upper_clip", 6.0, attr_type="FLOAT").set("axis", 1)
+    pw.set("nan_propagation", capi.CUDNN_PROPAGATE_NAN)
+    conv = BackendDescriptor("CONVOLUTION", comp_type=capi.CUDNN_DATA_FLOAT, conv_mode=capi.CUDNN_CROSS_CORRELATION,
+                             spatial_dims=2, dilations=[1, 1], filter_strides=[1, 1], pre_paddings=[1, 1],
+                             post_paddings=[1, 1])
+    op = BackendDescriptor("OPERATION_CONVOLUTION_FORWARD")
+    op.set("alpha", 1.0).set("beta", 0.5, attr_type=capi.CUDNN_TYPE_DOUBLE)  # FLOAT or DOUBLE
+    heur = BackendDescriptor("ENGINEHEUR", mode="A")
+    heur.set("sm_count_target", 4)  # INT32
+    kc = BackendDescriptor("KNOB_CHOICE", knob_type=capi.CUDNN_KNOB_TYPE_SWIZZLE, knob_value=1)
+    vp = BackendDescriptor("VARIANT_PACK", unique_ids=[1, 2], data_pointers=[0x1000, None], workspace=None)
+    rs = BackendDescriptor("RESAMPLE", mode=capi.CUDNN_RESAMPLE_MAXPOOL, comp_type=capi.CUDNN_DATA_FLOAT,
+                           spatial_dims=2, nan_propagation=capi.CUDNN_PROPAGATE_NAN,
+                           padding_mode=capi.CUDNN_NEG_INF_PAD)
+    rs.set("strides", [fractions.Fraction(1, 2), fractions.Fraction(1, 2)])  # FRACTION picked by value
+    rs.set("window_dims", [2, 2])
+    plan = BackendDescriptor("EXECUTION_PLAN")
+    plan.set("json_representation", '{"not": "a plan"}')  # CHAR
+    red = BackendDescriptor("REDUCTION", operator="add", comp_type=capi.CUDNN_DATA_FLOAT)
+    for d in (t, pw, conv, op, heur, kc, vp, rs, plan, red):
+        assert not d.finalized
+        d.close()
+
+
+@pytest.mark.parametrize("attr,value,match", [
+    ("dimensions", [1.5, 2], "takes integers"),
+    ("dimensions", 4, "takes a sequence"),
+    ("unique_id", True, "takes integers"),
+    ("is_virtual", 1, "True/False"),
+    ("data_type", capi.CUDNN_POINTWISE_ADD, "cudnnDataType_t"),
+    ("data_type", 2.0, "cudnnDataType_t"),
+    ("unique_id", [1, 2], "takes one element"),
+])
+def test_wrong_attribute_types_raise_before_c(attr, value, match):
+    t = BackendDescriptor("TENSOR")
+    with pytest.raises((TypeError, ValueError), match=match):
+        t.set(attr, value)
+
+
+def test_wrong_attr_type_argument_and_unknown_names():
+    t = BackendDescriptor("TENSOR")
+    with pytest.raises(TypeError, match="takes CUDNN_TYPE_INT64, not CUDNN_TYPE_FLOAT"):
+        t.set("dimensions", [1], attr_type="FLOAT")
+    with pytest.raises(ValueError, match="no attribute 'nonsense'"):
+        t.set("nonsense", 1)
+    with pytest.raises(ValueError, match="not a cudnnDataType_t member"):
+        t.set("data_type", "quaternion")
+
+
+def test_nested_descriptor_type_and_finalization_checked():
+    op = BackendDescriptor("OPERATION_CONVOLUTION_FORWARD")
+    with pytest.raises(ValueError, match="must be finalized"):
+        op.set("x", _tensor())
+    conv = BackendDescriptor("CONVOLUTION")
+    conv.finalized = True  # pretend, to reach the type check
+    with pytest.raises(TypeError, match="takes a TENSOR descriptor, got a CONVOLUTION"):
+        op.set("x", conv)
+    with pytest.raises(TypeError, match="takes backend descriptors"):
+        op.set("x", 5)
+
+
+def test_cudnn_reasons_reach_the_exception():
+    # bypass our own check: cuDNN itself refuses an unfinalized operation in a graph and says why
+    op = BackendDescriptor("OPERATION_CONVOLUTION_FORWARD")
+    op.finalized = True
+    with pytest.raises(CudnnBadParamError) as e:
+        BackendDescriptor("OPERATIONGRAPH").set("ops", [op])
+    assert "CUDNN_STATUS_BAD_PARAM_NOT_FINALIZED" in str(e.value) and e.value.reason
+    assert e.value.function == "cudnnBackendSetAttribute"
+
+
+def test_attribute_outside_the_table_needs_attr_type():
+    with pytest.raises(TypeError, match="pass attr_type="):
+        BackendDescriptor("TENSOR").set("constant_value", 1.0)
+
+
+def test_closed_and_finalized_descriptors():
+    t = _tensor()
+    t.close()
+    with pytest.raises(ClosedError):
+        t.set("unique_id", 3)
+    with BackendDescriptor("TENSOR") as u:
+        u.finalized = True
+        with pytest.raises(RuntimeError, match="finalized"):
+            u.set("unique_id", 3)
+    assert u.closed
+
+
+def test_get_needs_finalized_descriptor_and_says_so():
+    t = _tensor()
+    with pytest.raises(CudnnError) as e:
+        t.get("dimensions")
+    assert e.value.function == "cudnnBackendGetAttribute"
+
+
+def test_descriptor_type_names():
+    assert BackendDescriptor("CUDNN_BACKEND_MATMUL_DESCRIPTOR").short_type == "MATMUL"
+    assert BackendDescriptor(capi.CUDNN_BACKEND_MATMUL_DESCRIPTOR).short_type == "MATMUL"
+    with pytest.raises(ValueError, match="unknown backend descriptor type"):
+        BackendDescriptor("BLAH")
+    # attribute prefixes that differ from the type name
+    assert BackendDescriptor("OPERATION_CONVOLUTION_BACKWARD_DATA").resolve("dx") == \
+        capi.CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX
+    assert BackendDescriptor("OPERATION_GEN_STATS").resolve("sumdesc") == capi.CUDNN_ATTR_OPERATION_GENSTATS_SUMDESC
+
+
+# -- the graph builder -----------------------------------------------------------------------------------------
+def test_conv_shapes_and_layouts():
+    g = Graph(io_dtype="float16", compute_dtype="float32")
+    x = g.tensor((8, 64, 56, 56), name="x", layout="NHWC")
+    w = g.tensor((128, 64, 3, 3), name="w", layout="NHWC")
+    y = g.conv_fprop(x, w, padding=1, stride=2)
+    assert y.shape == (8, 128, 28, 28) and y.is_virtual
+    assert y.strides == (28 * 28 * 128, 1, 28 * 128, 128)  # follows x's channels-last layout
+    assert y.dtype == capi.CUDNN_DATA_FLOAT  # intermediates: compute dtype
+    y.set_output(True)
+    assert not y.is_virtual and y.dtype == capi.CUDNN_DATA_HALF
+    dx = g.conv_dgrad(g.tensor((8, 128, 28, 28), name="dy"), w, padding=1, stride=2, x_shape=(8, 64, 56, 56))
+    assert dx.shape == (8, 64, 56, 56)
+    dw = g.conv_wgrad(g["dy"], x, padding=1, stride=2, w_shape=(128, 64, 3, 3))  # stride 2: kernel ambiguous
+    assert dw.shape == (128, 64, 3, 3)
+    assert g.conv_wgrad(g.tensor((8, 128, 56, 56)), x, padding=1).shape == (128, 64, 3, 3)
+    g3 = Graph()  # 3-D convolution shapes
+    y3 = g3.conv_fprop(g3.tensor((1, 4, 5, 6, 7)), g3.tensor((2, 4, 3, 3, 3)), padding=(1, 0, 1), dilation=(1, 1, 2))
+    assert y3.shape == (1, 2, 5, 4, 5)
+
+
+def test_matmul_broadcast_and_errors():
+    g = Graph()
+    a, b = g.tensor((4, 32, 16)), g.tensor((1, 16, 8))
+    assert g.matmul(a, b).shape == (4, 32, 8)
+    with pytest.raises(ValueError, match="last dim"):
+        g.matmul(a, a)
+    with pytest.raises(ValueError, match="does not broadcast"):
+        g.matmul(a, g.tensor((3, 16, 8)))
+    with pytest.raises(TypeError, match="different dtypes"):
+        g.matmul(a, g.tensor((4, 16, 8), dtype="float16"))
+
+
+def test_pointwise_arity_broadcast_and_scalars():
+    g = Graph()
+    x = g.tensor((2, 3, 4, 5), name="x")
+    b = g.tensor((1, 3, 1, 1), name="b")
+    assert g.add(x, b).shape == (2, 3, 4, 5)
+    s = g.scale(x, 0.5)
+    sc = [t for t in g.tensors if t.is_by_value]
+    assert s.shape == x.shape and len(sc) == 1 and sc[0].value == 0.5 and sc[0].shape == (1, 1, 1, 1)
+    assert g.relu_backward(x, x).shape == x.shape
+    assert g.select(x, x, g.cmp_gt(x, b)).shape == x.shape
+    with pytest.raises(ValueError, match="is unary"):
+        g.pointwise("relu_fwd", x, b)
+    with pytest.raises(ValueError, match="is binary"):
+        g.pointwise("add", x)
+    with pytest.raises(ValueError, match="does not broadcast"):
+        g.add(x, g.tensor((1, 2, 1, 1)))
+    with pytest.raises(ValueError, match="same rank"):
+        g.add(x, g.tensor((3, 1, 1)))
+    with pytest.raises(ValueError, match="unknown pointwise mode"):
+        g.pointwise("frobnicate", x)
+
+
+def test_every_pointwise_mode_has_an_arity():
+    assert len(POINTWISE_ARITY) == len(capi.cudnnPointwiseMode_t)
+    assert POINTWISE_ARITY[capi.CUDNN_POINTWISE_BINARY_SELECT] == "ternary"
+    assert POINTWISE_ARITY[capi.CUDNN_POINTWISE_GELU_BWD] == "backward"
+    assert POINTWISE_ARITY[capi.CUDNN_POINTWISE_CMP_GE] == "binary"
+    assert POINTWISE_ARITY[capi.CUDNN_POINTWISE_ERF] == "unary"
+
+
+def test_reduction_and_genstats_shapes():
+    g = Graph()
+    x = g.tensor((2, 3, 4, 5))
+    assert g.reduction(x, "max", axes=(2, -1)).shape == (2, 3, 1, 1)
+    assert g.reduction(x, out_shape=(1, 3, 1, 1)).shape == (1, 3, 1, 1)
+    s, sq = g.genstats(x)
+    assert s.shape == sq.shape == (1, 3, 1, 1)
+    with pytest.raises(ValueError, match="exactly one"):
+        g.reduction(x)
+    with pytest.raises(ValueError, match="must keep x's rank"):
+        g.reduction(x, out_shape=(2, 3))
+
+
+def test_uids_names_and_lookup():
+    g = Graph()
+    x = g.tensor((2, 2), name="x")
+    y = g.tensor((2, 2))
+    assert x.uid != y.uid and g["x"] is x and g[y.name] is y
+    with pytest.raises(ValueError, match="already has a tensor named"):
+        g.tensor((1,), name="x")
+    with pytest.raises(KeyError, match="no tensor named 'z'"):
+        g["z"]
+    with pytest.raises(ValueError, match="belongs to another graph"):
+        Graph().relu(x)
+    with pytest.raises(TypeError, match="g.scalar"):
+        g.matmul(x, 3.0)
+
+
+def test_tensor_like_numpy_and_strides():
+    g = Graph()
+    a = np.zeros((4, 3), np.float32).T  # non-contiguous view
+    t = g.tensor_like(a, "a")
+    assert t.shape == (3, 4) and t.strides == (1, 3) and t.dtype == capi.CUDNN_DATA_FLOAT
+    with pytest.raises(ValueError, match="strides"):
+        g.tensor((2, 2), strides=(1,))
+    with pytest.raises(ValueError, match="positive"):
+        g.tensor((0, 2))
+
+
+def test_key_depends_on_structure_shapes_and_dtypes():
+    def make(shape=(1, 8, 8, 8), dtype="float32", act="relu"):
+        g = Graph(io_dtype=dtype)
+        y = g.conv_fprop(g.tensor(shape), g.tensor((8, shape[1], 3, 3)), padding=1)
+        getattr(g, act)(y).set_output(True)
+        return g.key()
+    assert make() == make()
+    assert make() != make(shape=(2, 8, 8, 8))
+    assert make() != make(dtype="float16")
+    assert make() != make(act="tanh")
+
+
+def test_validate_catches_graphs_cudnn_would_reject():
+    g = Graph()
+    x = g.tensor((1, 4, 4))
+    with pytest.raises(ValueError, match="no operations"):
+        g.validate()
+    y = g.relu(x)
+    with pytest.raises(ValueError, match="set_output"):
+        g.validate()
+    y.set_output(True)
+    g.validate()
+    assert g.io_tensors() == [x, y]
+    assert "relu_fwd".upper() in g.describe().upper()
+
+
+def test_graph_not_supported_error_names_everything():
+    e = GraphNotSupportedError("g", ["conv_fprop(x) -> y", "pointwise[RELU](y) -> z"], ["A", "FALLBACK"],
+                               [("heuristics A", "returned no engine configs"),
+                                ("eng3 (heuristics FALLBACK #0)", "CUDNN_STATUS_NOT_SUPPORTED_SHAPE: too big")])
+    text = str(e)
+    for part in ("no engine supports graph 'g'", "conv_fprop(x) -> y", "A, FALLBACK", "eng3", "too big"):
+        assert part in text
+    assert isinstance(e, CudnnError) and e.status == capi.CUDNN_STATUS_NOT_SUPPORTED
+
+
+def test_build_without_a_driver_fails_clearly():
+    g = Graph()
+    g.relu(g.tensor((1, 4, 4))).set_output(True)
+    with pytest.raises(CudnnError) as e:
+        g.lower()
+    assert e.value.function == "cudnnBackendFinalize"
+
+
+# -- plans and variant packs: checks before C ------------------------------------------------------------------
+def test_plan_requires_a_finalized_descriptor():
+    with pytest.raises(ValueError, match="finalized EXECUTION_PLAN"):
+        Plan(BackendDescriptor("EXECUTION_PLAN"), None)
+
+
+def test_execute_refuses_unfinalized_descriptors():
+    with pytest.raises(ValueError, match="execution plan .* is not finalized"):
+        gexec.execute_descriptors(capi.cudnnHandle_t(), BackendDescriptor("EXECUTION_PLAN"),
+                                  BackendDescriptor("VARIANT_PACK"))
+    with pytest.raises(TypeError, match="BackendDescriptor"):
+        gexec.execute_descriptors(capi.cudnnHandle_t(), object(), object())
+
+
+def test_variant_pack_missing_or_extra_tensors():
+    g = Graph()
+    a, b = g.tensor((1, 4, 4), name="a"), g.tensor((1, 4, 4), name="b")
+    c = g.matmul(a, b).set_output(True).set_name("c")
+    plan = types.SimpleNamespace(graph=g)
+    with pytest.raises(ValueError, match="missing b"):
+        gexec.execute(plan, None, {a: object(), "c": object()})
+    other = g.tensor((1, 1, 1), name="unused")
+    with pytest.raises(ValueError, match="does not use"):
+        gexec._ordered(plan, {a: 1, b: 2, c: 3, other: 4})
+
+
+def test_raw_execute_is_a_bare_ctypes_function():
+    fn = gexec._raw_execute()
+    assert fn.restype is ctypes.c_int and fn.errcheck is not gexec.status_error
+    assert fn(None, None, None) != 0  # a status, not an exception
