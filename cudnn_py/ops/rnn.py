@@ -26,7 +26,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from cudnn_py import capi
+from cudnn_py import capi, memory
+from cudnn_py.descriptors import tensor_descriptor
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import ClosedError
 
@@ -251,7 +252,6 @@ class RNN:
 
     def new_weights(self, handle, *, zero: bool = True):
         """A 1-D device array of :attr:`dtype` holding the whole weight space (zeros unless ``zero=False``)."""
-        from cudnn_py import memory
         n = self.weight_space_size(handle) // self.dtype.itemsize
         make = memory.zeros if zero else memory.empty
         return make((n,), self.dtype, stream=handle.stream, device=handle.device)
@@ -386,7 +386,6 @@ def rnn_data_descriptor(dtype, layout: str, max_seq_length: int, batch_size: int
 
 def rnn_weight_params(handle, rnn: RNN, weights, pseudo_layer: int, lin_id: int) -> RNNWeight:
     """Views into ``weights`` of one matrix and its bias (``cudnnGetRNNWeightParams``); None where absent."""
-    from cudnn_py import memory
     w = _weights(handle, rnn, weights)
     if not 0 <= pseudo_layer < rnn.num_pseudo_layers:
         raise ValueError(f"pseudo_layer must be in [0, {rnn.num_pseudo_layers}), got {pseudo_layer}")
@@ -417,7 +416,6 @@ def rnn_weight_params(handle, rnn: RNN, weights, pseudo_layer: int, lin_id: int)
 
 
 def _weights(handle, rnn: RNN, weights, name: str = "weights"):
-    from cudnn_py import memory
     w = memory.as_array(weights, name, contiguous=True, device=handle.device)
     if w.dtype != rnn.dtype:
         raise TypeError(f"{name} has dtype {w.dtype}; this RNN's weights are {rnn.dtype}")
@@ -449,38 +447,12 @@ class RNNForwardResult:
 def _state(handle, rnn: RNN, a, name: str, B: int, width: int):
     if a is None:
         return None
-    from cudnn_py import memory
     return memory.as_array(a, name, dtype=rnn.dtype, shape=(rnn.num_pseudo_layers, B, width), contiguous=True,
                            device=handle.device)
 
 
-class _StateDescriptor:
-    """A packed 3-D tensor descriptor ``[layers * dirs, batch, width]`` for hidden/cell states."""
-
-    def __init__(self, shape: tuple[int, int, int], dtype: np.dtype):
-        self.ptr = None
-        ptr = capi.cudnnTensorDescriptor_t()
-        capi.cudnnCreateTensorDescriptor(byref(ptr))
-        self.ptr = ptr
-        strides = (shape[1] * shape[2], shape[2], 1)
-        capi.cudnnSetTensorNdDescriptor(ptr, cudnn_dtype(dtype), 3, (ctypes.c_int * 3)(*shape),
-                                        (ctypes.c_int * 3)(*strides))
-
-    def __del__(self):
-        if self.ptr is not None:
-            try:
-                capi.cudnnDestroyTensorDescriptor(self.ptr)
-            except Exception:
-                pass
-
-
-@functools.lru_cache(maxsize=64)
-def _state_descriptor(shape: tuple[int, int, int], dtype: np.dtype) -> _StateDescriptor:
-    return _StateDescriptor(shape, dtype)
-
-
-def _state_desc(rnn: RNN, B: int, width: int) -> _StateDescriptor:
-    return _state_descriptor((rnn.num_pseudo_layers, B, width), rnn.dtype)
+def _state_desc(rnn: RNN, B: int, width: int):
+    return tensor_descriptor((rnn.num_pseudo_layers, B, width), rnn.dtype)
 
 
 def _ptr(a) -> int | None:
@@ -496,7 +468,6 @@ def rnn_forward(handle, rnn: RNN, x, weights, *, seq_lengths=None, layout="seq_m
     required for packed). ``training=True`` keeps the reserve space for :func:`rnn_backward_data` /
     :func:`rnn_backward_weights`. Outputs are allocated unless given.
     """
-    from cudnn_py import memory
     if not isinstance(rnn, RNN):
         raise TypeError(f"rnn must be a cudnn_py RNN, got {type(rnn).__name__}")
     layout, _ = _choice(_LAYOUTS, layout, "layout")
@@ -569,7 +540,6 @@ def rnn_backward_data(handle, rnn: RNN, fwd: RNNForwardResult, dy, weights, *, d
     ``dy`` has ``fwd.y``'s shape; ``dhy``/``dcy`` (gradients of the final states) default to zeros.
     Call it before :func:`rnn_backward_weights` (cuDNN updates the reserve space here).
     """
-    from cudnn_py import memory
     ctx = _training_ctx(rnn, fwd)
     B, is_lstm, stream = ctx["batch"], rnn.mode == "lstm", handle.stream
     dy = memory.as_array(dy, "dy", dtype=rnn.dtype, shape=fwd.y.shape, contiguous=True, device=handle.device)
