@@ -38,10 +38,16 @@ def get_device(device=None) -> Device:
     elif device is None or (isinstance(device, int) and not isinstance(device, bool)):
         if device is not None and device < 0:
             raise ValueError(f"device ordinal must be >= 0, got {device}")
-        dev = Device(device)
+        try:
+            dev = Device(device)
+        except Exception as e:  # no driver, no GPU, ordinal out of range
+            raise RuntimeError(f"cannot use CUDA device {device if device is not None else 0}: {e}") from e
     else:
         raise TypeError(f"device must be an int ordinal or a cuda.core.Device, got {type(device).__name__}")
-    dev.set_current()
+    try:
+        dev.set_current()
+    except Exception as e:
+        raise RuntimeError(f"cannot use CUDA device {dev.device_id}: {e}") from e
     cache[device] = cache[dev.device_id] = dev
     return dev
 

@@ -1,0 +1,347 @@
+"""Descriptor objects against the real library (no GPU needed): build, read back, shapes, caching, bad input."""
+import gc
+
+import numpy as np
+import pytest
+
+from cudnn_py import capi
+from cudnn_py import descriptors as D
+from cudnn_py.errors import ClosedError, CudnnBadParamError
+from cudnn_py.memory import DeviceArray
+
+
+# --- tensor -------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("shape", [(7, 5), (2, 3, 4), (8, 3, 32, 32), (2, 3, 4, 5, 6), (1, 2, 1, 2, 1, 2, 1, 2)])
+def test_tensor_packed(shape):
+    d = D.TensorDescriptor(shape, np.float32)
+    assert d.shape == shape
+    assert d.strides == tuple(int(s) // 4 for s in np.empty(shape, np.float32).strides)
+    assert d.dtype is capi.cudnnDataType_t.CUDNN_DATA_FLOAT
+    assert d.numpy_dtype == np.float32
+    assert d.ndim == len(shape)
+    assert d.nbytes == 4 * int(np.prod(shape))
+    assert isinstance(d.ptr, capi.cudnnTensorDescriptor_t) and d.ptr.value
+
+
+def test_tensor_explicit_strides_read_back():
+    d = D.TensorDescriptor((2, 3, 4, 5), np.float16, strides=(60, 1, 15, 3))
+    assert d.strides == (60, 1, 15, 3)
+    assert d.dtype is capi.cudnnDataType_t.CUDNN_DATA_HALF
+    assert d.format is None
+
+
+def test_tensor_nhwc_format_gives_nhwc_strides():
+    d = D.TensorDescriptor((2, 3, 4, 5), np.float32, format="NHWC")
+    assert d.shape == (2, 3, 4, 5)
+    assert d.strides == (60, 1, 15, 3)
+    assert d.format is capi.cudnnTensorFormat_t.CUDNN_TENSOR_NHWC
+    assert "NHWC" in repr(d)
+
+
+def test_tensor_nchw_vect_c():
+    d = D.TensorDescriptor((2, 8, 4, 5), capi.CUDNN_DATA_INT8x4, format="nchw_vect_c")
+    assert d.dtype is capi.cudnnDataType_t.CUDNN_DATA_INT8x4
+    assert d.nbytes == 2 * 8 * 4 * 5
+
+
+def test_tensor_like_array():
+    a = DeviceArray(0x1000, (4, 2, 3), np.float32, strides=(1, 12, 4))
+    d = D.TensorDescriptor.like(a)
+    assert d.shape == (4, 2, 3) and d.strides == (1, 12, 4)
+
+
+@pytest.mark.parametrize("dtype,expected", [
+    (np.float64, "CUDNN_DATA_DOUBLE"), (np.int8, "CUDNN_DATA_INT8"), (np.int32, "CUDNN_DATA_INT32"),
+    (np.uint8, "CUDNN_DATA_UINT8"), ("bfloat16", "CUDNN_DATA_BFLOAT16")])
+def test_tensor_dtypes(dtype, expected):
+    if dtype == "bfloat16":
+        dtype = pytest.importorskip("ml_dtypes").bfloat16
+    assert D.TensorDescriptor((2, 3, 4, 5), dtype).dtype.name == expected
+
+
+@pytest.mark.parametrize("shape,exc,msg", [
+    ((5,), ValueError, "2 to 8"),
+    ((1,) * 9, ValueError, "2 to 8"),
+    ((2, 0, 3), ValueError, "zero or negative"),
+    ((2, -1, 3), ValueError, "zero or negative"),
+    ((2, 3.0), TypeError, "only ints"),
+    (5, TypeError, "sequence"),
+])
+def test_tensor_bad_shape(shape, exc, msg):
+    with pytest.raises(exc, match=msg):
+        D.TensorDescriptor(shape, np.float32)
+
+
+def test_tensor_bad_strides_and_dtype():
+    with pytest.raises(ValueError, match="one entry per dimension"):
+        D.TensorDescriptor((2, 3), np.float32, strides=(1,))
+    with pytest.raises(ValueError, match="broadcast"):
+        D.TensorDescriptor((2, 3), np.float32, strides=(0, 1))
+    with pytest.raises(ValueError, match=">= 0"):
+        D.TensorDescriptor((2, 3), np.float32, strides=(-3, 1))
+    with pytest.raises(ValueError, match="either strides or format"):
+        D.TensorDescriptor((2, 3, 4, 5), np.float32, strides=(60, 20, 5, 1), format="NCHW")
+    with pytest.raises(ValueError, match="format must be one of"):
+        D.TensorDescriptor((2, 3, 4, 5), np.float32, format="NWHC")
+    with pytest.raises(TypeError, match="complex64"):
+        D.TensorDescriptor((2, 3), np.complex64)
+
+
+# --- filter -------------------------------------------------------------------------------------------
+
+def test_filter_read_back():
+    w = D.FilterDescriptor((16, 3, 3, 3), np.float32)
+    assert w.shape == (16, 3, 3, 3)
+    assert w.dtype is capi.cudnnDataType_t.CUDNN_DATA_FLOAT
+    assert w.format is capi.cudnnTensorFormat_t.CUDNN_TENSOR_NCHW
+    assert w.nbytes == 16 * 27 * 4
+    w2 = D.FilterDescriptor((8, 4, 3, 3, 3), np.float16, format="NHWC")
+    assert w2.shape == (8, 4, 3, 3, 3) and w2.format is capi.cudnnTensorFormat_t.CUDNN_TENSOR_NHWC
+    assert w2.ndim == 5
+
+
+def test_filter_bad():
+    with pytest.raises(ValueError, match="3 to 8"):
+        D.FilterDescriptor((4, 3), np.float32)
+    with pytest.raises(ValueError, match="zero or negative"):
+        D.FilterDescriptor((4, 0, 3, 3), np.float32)
+
+
+# --- convolution --------------------------------------------------------------------------------------
+
+def test_convolution_defaults_and_read_back():
+    c = D.ConvolutionDescriptor()
+    assert c.padding == (0, 0) and c.stride == (1, 1) and c.dilation == (1, 1)
+    assert c.mode is capi.cudnnConvolutionMode_t.CUDNN_CROSS_CORRELATION
+    assert c.compute_type is capi.cudnnDataType_t.CUDNN_DATA_FLOAT
+    assert c.groups == 1 and c.math_type is capi.cudnnMathType_t.CUDNN_DEFAULT_MATH
+    assert c.ndim == 2
+
+
+def test_convolution_3d_tuples_and_options():
+    c = D.ConvolutionDescriptor((1, 2, 3), (2, 1, 1), 2, mode="convolution", compute_type=np.float64,
+                                groups=4, math_type="fma", reorder="none")
+    assert c.padding == (1, 2, 3) and c.stride == (2, 1, 1) and c.dilation == (2, 2, 2)
+    assert c.mode is capi.cudnnConvolutionMode_t.CUDNN_CONVOLUTION
+    assert c.compute_type is capi.cudnnDataType_t.CUDNN_DATA_DOUBLE
+    assert c.groups == 4 and c.math_type is capi.cudnnMathType_t.CUDNN_FMA_MATH
+    assert c.reorder is capi.cudnnReorderType_t.CUDNN_NO_REORDER
+    assert "groups=4" in repr(c)
+
+
+def test_convolution_enum_members_accepted():
+    c = D.ConvolutionDescriptor(1, math_type=capi.CUDNN_TENSOR_OP_MATH, mode=capi.CUDNN_CONVOLUTION)
+    assert c.math_type is capi.cudnnMathType_t.CUDNN_TENSOR_OP_MATH
+
+
+@pytest.mark.parametrize("x,w,kw,expected", [
+    ((8, 3, 32, 32), (16, 3, 3, 3), dict(padding=1), (8, 16, 32, 32)),
+    ((8, 3, 32, 32), (16, 3, 3, 3), dict(padding=1, stride=2), (8, 16, 16, 16)),
+    ((2, 4, 17, 9), (6, 2, 5, 3), dict(padding=(2, 0), stride=(3, 2), dilation=(1, 2), groups=2), (2, 6, 6, 3)),
+    ((1, 2, 9, 10, 11), (4, 2, 3, 3, 3), dict(), (1, 4, 7, 8, 9)),
+    ((1, 1, 7, 7), (1, 1, 3, 3), dict(dilation=3), (1, 1, 1, 1)),
+])
+def test_convolution_output_shape_from_cudnn(x, w, kw, expected):
+    # the expected values are the textbook formula, worked out by hand for these cases
+    assert D.convolution_output_shape(x, w, **kw) == expected
+    conv = D.ConvolutionDescriptor(**{k: v for k, v in kw.items()}, ndim=len(x) - 2)
+    assert conv.output_shape(D.TensorDescriptor(x), D.FilterDescriptor(w)) == expected
+
+
+def test_convolution_output_shape_bad():
+    c = D.ConvolutionDescriptor()
+    with pytest.raises(ValueError, match="channels"):
+        c.output_shape((1, 3, 8, 8), (4, 2, 3, 3))
+    with pytest.raises(ValueError, match="larger than the padded input"):
+        c.output_shape((1, 3, 2, 2), (4, 3, 5, 5))
+    with pytest.raises(ValueError, match="needs both to have 4"):
+        c.output_shape((1, 3, 8), (4, 3, 3))
+
+
+@pytest.mark.parametrize("kw,exc,msg", [
+    (dict(padding=-1), ValueError, "padding must be >= 0"),
+    (dict(stride=0), ValueError, "stride must be >= 1"),
+    (dict(dilation=(1, 0)), ValueError, "dilation must be >= 1"),
+    (dict(padding=(1, 1), stride=(1, 1, 1)), ValueError, "expected 2"),
+    (dict(groups=0), ValueError, "groups"),
+    (dict(mode="corr"), ValueError, "mode must be one of"),
+    (dict(math_type="fast"), ValueError, "math_type must be one of"),
+    (dict(ndim=7), ValueError, "ndim"),
+    (dict(padding=1.5), TypeError, "padding"),
+    (dict(compute_type=np.complex64), TypeError, "complex64"),
+])
+def test_convolution_bad(kw, exc, msg):
+    with pytest.raises(exc, match=msg):
+        D.ConvolutionDescriptor(**kw)
+
+
+# --- pooling ------------------------------------------------------------------------------------------
+
+def test_pooling_read_back():
+    p = D.PoolingDescriptor("avg", 3, 1, 2)
+    assert p.mode is capi.cudnnPoolingMode_t.CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING
+    assert p.window == (3, 3) and p.padding == (1, 1) and p.stride == (2, 2)
+    assert p.nan_propagation is capi.cudnnNanPropagation_t.CUDNN_NOT_PROPAGATE_NAN
+    q = D.PoolingDescriptor("max", (2, 3, 4), nan_propagation=True)
+    assert q.stride == (2, 3, 4) and q.ndim == 3  # stride defaults to the window
+    assert q.nan_propagation is capi.cudnnNanPropagation_t.CUDNN_PROPAGATE_NAN
+    r = D.PoolingDescriptor("average_count_include_padding", 2)
+    assert r.mode is capi.cudnnPoolingMode_t.CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING
+
+
+@pytest.mark.parametrize("x,kw,expected", [
+    ((1, 1, 7, 7), dict(window=2), (1, 1, 3, 3)),
+    ((2, 3, 32, 32), dict(mode="avg", window=3, padding=1, stride=2), (2, 3, 16, 16)),
+    ((2, 3, 5, 6, 7), dict(window=(1, 2, 3), stride=1), (2, 3, 5, 5, 5)),
+])
+def test_pooling_output_shape_from_cudnn(x, kw, expected):
+    assert D.pooling_output_shape(x, **kw) == expected
+
+
+def test_pooling_bad():
+    with pytest.raises(ValueError, match="mode must be one of"):
+        D.PoolingDescriptor("maxx")
+    with pytest.raises(ValueError, match="window must be >= 1"):
+        D.PoolingDescriptor("max", 0)
+    with pytest.raises(ValueError, match="needs 4"):
+        D.PoolingDescriptor("max", 2).output_shape((1, 1, 8))
+
+
+# --- activation, LRN, op-tensor, reduce-tensor -----------------------------------------------------------
+
+def test_activation_read_back():
+    a = D.ActivationDescriptor("clipped_relu", 6.0, nan_propagation=True)
+    assert a.mode is capi.cudnnActivationMode_t.CUDNN_ACTIVATION_CLIPPED_RELU
+    assert a.coef == 6.0
+    assert a.nan_propagation is capi.cudnnNanPropagation_t.CUDNN_PROPAGATE_NAN
+    s = D.ActivationDescriptor("swish", swish_beta=1.5)
+    assert s.swish_beta == 1.5
+    with pytest.raises(ValueError, match="mode must be one of"):
+        D.ActivationDescriptor("gelu")
+
+
+def test_lrn_read_back_and_bounds():
+    d = D.LRNDescriptor(7, 2e-4, 0.5, 1.5)
+    assert (d.n, d.alpha, d.beta, d.k) == (7, 2e-4, 0.5, 1.5)
+    with pytest.raises(ValueError, match="window n"):
+        D.LRNDescriptor(n=17)
+    with pytest.raises(ValueError, match="k must be"):
+        D.LRNDescriptor(k=1e-9)
+
+
+def test_op_tensor_read_back():
+    d = D.OpTensorDescriptor("mul", np.float64, nan_propagation=True)
+    assert d.op is capi.cudnnOpTensorOp_t.CUDNN_OP_TENSOR_MUL
+    assert d.compute_type is capi.cudnnDataType_t.CUDNN_DATA_DOUBLE
+    assert d.nan_propagation is capi.cudnnNanPropagation_t.CUDNN_PROPAGATE_NAN
+    with pytest.raises(ValueError, match="op must be one of"):
+        D.OpTensorDescriptor("sub")
+
+
+def test_reduce_tensor_read_back():
+    d = D.ReduceTensorDescriptor("amax", indices="flattened", indices_type="uint16")
+    assert d.op is capi.cudnnReduceTensorOp_t.CUDNN_REDUCE_TENSOR_AMAX
+    assert d.indices is capi.cudnnReduceTensorIndices_t.CUDNN_REDUCE_TENSOR_FLATTENED_INDICES
+    assert d.indices_type is capi.cudnnIndicesType_t.CUDNN_16BIT_INDICES
+    assert d.compute_type is capi.cudnnDataType_t.CUDNN_DATA_FLOAT
+    e = D.ReduceTensorDescriptor("norm2", np.float64)
+    assert e.indices is capi.cudnnReduceTensorIndices_t.CUDNN_REDUCE_TENSOR_NO_INDICES
+    with pytest.raises(ValueError, match="indices_type must be one of"):
+        D.ReduceTensorDescriptor(indices_type="int32")
+
+
+def test_dropout_needs_an_open_handle():
+    class Closed:
+        @property
+        def ptr(self):
+            raise ClosedError("closed handle")
+    with pytest.raises(ClosedError):
+        D.DropoutDescriptor(Closed(), 0.5)
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        D.DropoutDescriptor(Closed(), 1.5)
+
+
+# --- lifetime & caching ----------------------------------------------------------------------------------
+
+ALL = [
+    lambda: D.TensorDescriptor((2, 3)), lambda: D.FilterDescriptor((2, 3, 3)), lambda: D.ConvolutionDescriptor(),
+    lambda: D.PoolingDescriptor(), lambda: D.ActivationDescriptor(), lambda: D.LRNDescriptor(),
+    lambda: D.OpTensorDescriptor(), lambda: D.ReduceTensorDescriptor(),
+]
+
+
+@pytest.mark.parametrize("make", ALL)
+def test_close_is_idempotent_and_closed_raises(make):
+    d = make()
+    assert not d.closed and d.ptr.value
+    d.close()
+    d.close()
+    assert d.closed
+    with pytest.raises(ClosedError):
+        d.ptr
+    with pytest.raises(ClosedError):
+        repr(d) and d.ptr
+    assert "closed" in repr(d)
+
+
+@pytest.mark.parametrize("make", ALL)
+def test_context_manager_and_gc(make):
+    with make() as d:
+        assert d.ptr.value
+    assert d.closed
+    finalizer = make()._finalizer  # the object is dropped at once: the finalizer must have run
+    gc.collect()
+    assert not finalizer.alive
+
+
+def test_cached_factories_share_and_ignore_close():
+    a = D.tensor_descriptor((2, 3, 4, 5), np.float32)
+    assert D.tensor_descriptor((2, 3, 4, 5), np.float32) is a
+    assert D.tensor_descriptor([2, 3, 4, 5], np.float32).shape == (2, 3, 4, 5)  # unhashable spelling works
+    assert D.tensor_descriptor((2, 3, 4, 5), np.float16) is not a
+    a.close()
+    assert not a.closed  # shared descriptors outlive close()
+    assert D.filter_descriptor((4, 3, 3, 3)) is D.filter_descriptor((4, 3, 3, 3))
+    assert D.convolution_descriptor(1, 2) is D.convolution_descriptor(1, 2)
+    assert D.convolution_descriptor(1, 2) is not D.convolution_descriptor(1, 1)
+    assert D.pooling_descriptor("max", 2) is D.pooling_descriptor("max", 2)
+    assert D.activation_descriptor("relu") is D.activation_descriptor("relu")
+    assert D.lrn_descriptor() is D.lrn_descriptor()
+    assert D.op_tensor_descriptor("add") is D.op_tensor_descriptor("add")
+    assert D.reduce_tensor_descriptor("max") is D.reduce_tensor_descriptor("max")
+
+
+def test_tensor_descriptor_for_array():
+    packed = DeviceArray(0x1000, (2, 3, 4, 5), np.float32)
+    assert D.tensor_descriptor_for(packed) is D.tensor_descriptor((2, 3, 4, 5), np.dtype(np.float32))
+    strided = DeviceArray(0x1000, (2, 3), np.float32, strides=(1, 2))
+    assert D.tensor_descriptor_for(strided).strides == (1, 2)
+
+
+def test_clear_cache():
+    a = D.tensor_descriptor((3, 3), np.float32)
+    D.clear_cache()
+    assert D.tensor_descriptor((3, 3), np.float32) is not a
+    assert not a.closed  # still referenced here, so still alive
+
+
+def test_cache_is_bounded(monkeypatch):
+    monkeypatch.setattr(D, "_CACHE_MAX", 4)
+    D.clear_cache()
+    for n in range(2, 12):
+        D.tensor_descriptor((n, n), np.float32)
+    assert len(D._TENSORS) == 4
+
+
+def test_cached_lookup_is_cheap():
+    import timeit
+    D.tensor_descriptor((8, 3, 32, 32), np.float32)
+    per_call = min(timeit.repeat(lambda: D.tensor_descriptor((8, 3, 32, 32), np.float32), number=2000, repeat=5)) / 2000
+    assert per_call < 5e-6  # a dict lookup, not a create/set/destroy (which costs several microseconds)
+
+
+def test_cudnn_status_errors_still_surface():
+    # a combination only cuDNN rejects: NCHW_VECT_C needs a vectorised dtype
+    with pytest.raises(CudnnBadParamError):
+        D.TensorDescriptor((2, 3, 4, 5), np.float32, format="NCHW_VECT_C")
