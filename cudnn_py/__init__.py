@@ -26,9 +26,11 @@ def version() -> tuple[int, int, int]:
     return library().version
 
 # --- the Pythonic layer: one import line per module (keep this section sorted) ---
+from .algorithms import AlgoPerf, AlgorithmCache, algorithm_cache, choose_backward_data_algorithm, choose_backward_filter_algorithm, choose_forward_algorithm  # noqa: E501
 from .descriptors import (ActivationDescriptor, ConvolutionDescriptor, DropoutDescriptor, FilterDescriptor, LRNDescriptor, OpTensorDescriptor, PoolingDescriptor, ReduceTensorDescriptor, TensorDescriptor, convolution_output_shape, pooling_output_shape)  # noqa: E501
 from .dtypes import cudnn_dtype, numpy_dtype
 from .handle import Handle
 from .memory import DeviceArray, as_array, empty, empty_like, to_device, zeros
+from .ops.convolution import Convolution, convolution_algorithms, convolution_backward_bias, convolution_backward_data, convolution_backward_filter, convolution_bias_activation_forward, convolution_forward, convolution_workspace_size  # noqa: E501
 from .streams import new_stream, synchronize, timer
 from .workspace import Workspace

@@ -119,7 +119,8 @@ def parse_algo(direction: str, algo: Any) -> enum.IntEnum:
     if isinstance(algo, str):
         want = algo.strip().upper()
         for m in members:
-            if want == m.name or m.name.endswith("_ALGO_" + want):
+            tail = m.name.split("_ALGO_")[1]
+            if want in (m.name, tail, "ALGO_" + tail):
                 return m
         raise ValueError(f"{direction} algorithm {algo!r} does not exist; valid: "
                          f"{[m.name.split('_ALGO_')[1] for m in members]}")

@@ -30,6 +30,7 @@ import numpy as np
 
 from cudnn_py import algorithms as _alg
 from cudnn_py import capi
+from cudnn_py import descriptors as _d
 from cudnn_py.dtypes import cudnn_dtype
 from cudnn_py.errors import WorkspaceLimitError
 from cudnn_py.memory import as_array, empty, zeros
@@ -37,7 +38,7 @@ from cudnn_py.memory import as_array, empty, zeros
 __all__ = [
     "Convolution", "convolution_forward", "convolution_backward_data", "convolution_backward_filter",
     "convolution_backward_bias", "convolution_bias_activation_forward", "convolution_algorithms",
-    "convolution_workspace_size", "convolution_output_shape", "MATH_TYPES",
+    "convolution_workspace_size", "MATH_TYPES",
 ]
 
 MATH_TYPES = {"default": capi.CUDNN_DEFAULT_MATH, "tensor_op": capi.CUDNN_TENSOR_OP_MATH,
@@ -55,7 +56,10 @@ def _enum_arg(value, table: dict, enum_type, what: str):
 
 
 def _ints(v, what: str, minimum: int) -> tuple[int, ...] | int:
-    vals = (v,) if isinstance(v, (int, np.integer)) else tuple(v)
+    try:
+        vals = (v,) if isinstance(v, (int, np.integer)) else tuple(v)
+    except TypeError:
+        raise ValueError(f"{what} must be an int or a sequence of ints, got {v!r}") from None
     for i in vals:
         if not isinstance(i, (int, np.integer)) or isinstance(i, bool) or i < minimum:
             raise ValueError(f"{what} must be integers >= {minimum}, got {v!r}")
@@ -116,6 +120,12 @@ class Convolution:
         """A JSON-representable tuple that identifies these parameters."""
         return self._key
 
+    def output_shape(self, x_shape: Sequence[int], w_shape: Sequence[int]) -> tuple[int, ...]:
+        """The output shape for input and filter shapes (all in this convolution's layout)."""
+        xs, _ = _logical(tuple(x_shape), None, self.layout)
+        ws, _ = _logical(tuple(w_shape), None, self.layout)
+        return _physical(_out_logical(self, xs, ws), self.layout)
+
     def params(self, nd: int) -> tuple[tuple[tuple[int, int], ...], tuple[int, ...], tuple[int, ...]]:
         """((low, high) pads, strides, dilations) for ``nd`` spatial dimensions."""
         got = self._per_nd.get(nd)
@@ -128,12 +138,6 @@ class Convolution:
             pads = tuple(p if isinstance(p, tuple) else (p, p) for p in per_dim(self.padding, "padding"))
             got = self._per_nd[nd] = (pads, per_dim(self.stride, "stride"), per_dim(self.dilation, "dilation"))
         return got
-
-
-def convolution_output_shape(conv: Convolution, x_shape: Sequence[int], w_shape: Sequence[int]) -> tuple[int, ...]:
-    """The output shape for input and filter shapes (all in the convolution's layout)."""
-    (xs, _), (ws, _) = _logical(tuple(x_shape), None, conv.layout), _logical(tuple(w_shape), None, conv.layout)
-    return _physical(_out_logical(conv, xs, ws), conv.layout)
 
 
 # ---------------------------------------------------------------- geometry and validation
@@ -187,13 +191,6 @@ def _out_logical(conv, xs, ws):
             raise ValueError(f"filter {ws} (dilation {dil}) is larger than input {xs} padded by {pads}")
         out.append(span // st[i] + 1)
     return (xs[0], ws[0]) + tuple(out)
-
-
-def convolution_output_shape(conv: Convolution, x_shape: Sequence[int], w_shape: Sequence[int]) -> tuple[int, ...]:
-    """The output shape for input and filter shapes (all in the convolution's layout)."""
-    xs, _ = _logical(tuple(x_shape), None, conv.layout)
-    ws, _ = _logical(tuple(w_shape), None, conv.layout)
-    return _physical(_out_logical(conv, xs, ws), conv.layout)
 
 
 def _unit(shape, strides):
@@ -285,59 +282,19 @@ def _default_compute(dtype: np.dtype):
     return capi.CUDNN_DATA_FLOAT
 
 
-# ---------------------------------------------------------------- descriptors (cached per configuration)
-
-_DESCS: dict = {}
-
-
-def _cached(key, make):
-    d = _DESCS.get(key)
-    if d is None:
-        d = _DESCS[key] = make()
-    return d
-
+# ---------------------------------------------------------------- descriptors (the core's shared factories)
 
 def _tensor_desc(shape, strides, dtype):
-    def make():
-        d = capi.cudnnTensorDescriptor_t()
-        capi.cudnnCreateTensorDescriptor(ctypes.byref(d))
-        n = len(shape)
-        capi.cudnnSetTensorNdDescriptor(d, dtype, n, (ctypes.c_int * n)(*shape), (ctypes.c_int * n)(*strides))
-        return d
-    return _cached(("t", tuple(shape), tuple(strides), int(dtype)), make)
+    return _d.tensor_descriptor(tuple(shape), dtype, tuple(strides))
 
 
 def _filter_desc(shape, dtype, nhwc: bool):
-    def make():
-        d = capi.cudnnFilterDescriptor_t()
-        capi.cudnnCreateFilterDescriptor(ctypes.byref(d))
-        n = len(shape)
-        fmt = capi.CUDNN_TENSOR_NHWC if nhwc else capi.CUDNN_TENSOR_NCHW
-        capi.cudnnSetFilterNdDescriptor(d, dtype, fmt, n, (ctypes.c_int * n)(*shape))
-        return d
-    return _cached(("f", tuple(shape), int(dtype), nhwc), make)
+    return _d.filter_descriptor(tuple(shape), dtype, "NHWC" if nhwc else "NCHW")
 
 
 def _conv_desc(pads, stride, dilation, mode, compute, groups, math_type):
-    def make():
-        d = capi.cudnnConvolutionDescriptor_t()
-        capi.cudnnCreateConvolutionDescriptor(ctypes.byref(d))
-        n = len(pads)
-        arr = ctypes.c_int * n
-        capi.cudnnSetConvolutionNdDescriptor(d, n, arr(*pads), arr(*stride), arr(*dilation), mode, compute)
-        capi.cudnnSetConvolutionGroupCount(d, groups)
-        capi.cudnnSetConvolutionMathType(d, math_type)
-        return d
-    return _cached(("c", pads, stride, dilation, int(mode), int(compute), groups, int(math_type)), make)
-
-
-def _activation_desc(mode, coef: float):
-    def make():
-        d = capi.cudnnActivationDescriptor_t()
-        capi.cudnnCreateActivationDescriptor(ctypes.byref(d))
-        capi.cudnnSetActivationDescriptor(d, mode, capi.CUDNN_NOT_PROPAGATE_NAN, coef)
-        return d
-    return _cached(("a", int(mode), coef), make)
+    return _d.convolution_descriptor(pads, stride, dilation, ndim=len(pads), mode=mode, compute_type=compute,
+                                     groups=groups, math_type=math_type)
 
 
 _SCALARS: dict = {}
@@ -452,7 +409,8 @@ def _device_id(handle) -> int:
 # ---------------------------------------------------------------- plans: everything a call derives from its config
 
 class _Plan:
-    __slots__ = ("g", "direction", "a", "b", "c", "conv_desc", "algo", "ws", "fn", "double", "gen")
+    """What one call needs: raw descriptor handles (their objects kept alive), algorithm, workspace bytes."""
+    __slots__ = ("g", "direction", "a", "b", "c", "conv_desc", "keep", "algo", "ws", "fn", "double", "gen")
 
 
 _PLANS: dict = {}
@@ -472,10 +430,11 @@ def _plan(handle, key, direction, conv, arrays, spec, deterministic, workspace_l
                   y[2] if y is not None else x[2])
     p = _Plan()
     p.g, p.direction = g, direction
-    p.a, p.b, p.c = _descs(g, direction)
     limit = _limit(handle, workspace_limit)
     algo, math_type, p.ws = _resolve(handle, g, direction, spec, deterministic, limit, in_ptrs)
-    p.algo, p.conv_desc = algo, g.conv_desc(math_type)
+    p.keep = _descs(g, direction) + (g.conv_desc(math_type),)
+    p.a, p.b, p.c, p.conv_desc = (d.ptr for d in p.keep)
+    p.algo = algo
     p.fn = getattr(capi, _FUNCS[direction])
     p.double = g.compute == capi.CUDNN_DATA_DOUBLE
     p.gen = _alg.algorithm_cache.generation if isinstance(spec, str) and spec.lower() == "fastest" else None
@@ -502,7 +461,7 @@ def _pad_input(handle, g: _Geometry, xa):
     """A zero-padded device copy of x for asymmetric padding."""
     xp = zeros((g.xp_size,), g.np_dtype, stream=handle.stream)
     one, zero, _, _ = _scalars(g.dtype == capi.CUDNN_DATA_DOUBLE, 1.0, 0.0)
-    capi.cudnnTransformTensor(handle.ptr, one, g.x_orig_desc, xa.ptr, zero, g.interior_desc,
+    capi.cudnnTransformTensor(handle.ptr, one, g.x_orig_desc.ptr, xa.ptr, zero, g.interior_desc.ptr,
                               xp.ptr + g.interior_offset)
     return xp
 
@@ -579,8 +538,8 @@ def convolution_backward_data(handle, conv: Convolution, w, dy, dx=None, *, x_sh
         one, zero, _, _ = _scalars(p.double, 1.0, 0.0)
         p.fn(handle.ptr, one, p.a, wa.ptr, p.b, dya.ptr, p.conv_desc, p.algo, ws, p.ws, zero, p.c, dxp.ptr)
         al, be, _, _ = _scalars(g.dtype == capi.CUDNN_DATA_DOUBLE, alpha, beta)
-        capi.cudnnTransformTensor(handle.ptr, al, g.interior_desc, dxp.ptr + g.interior_offset, be, g.x_orig_desc,
-                                  dxa.ptr)
+        capi.cudnnTransformTensor(handle.ptr, al, g.interior_desc.ptr, dxp.ptr + g.interior_offset, be,
+                                  g.x_orig_desc.ptr, dxa.ptr)
         return dx
     al, be, _, _ = _scalars(p.double, alpha, beta)
     p.fn(handle.ptr, al, p.a, wa.ptr, p.b, dya.ptr, p.conv_desc, p.algo, ws, p.ws, be, p.c, dxa.ptr)
@@ -628,7 +587,7 @@ def convolution_backward_bias(handle, dy, db=None, *, alpha: float = 1.0, beta: 
     got = _PLANS.get(key)
     if got is None:
         got = _PLANS[key] = _bias_plan(handle, dya, dbsig, layout, "db")
-    dy_desc, db_desc, db_shape, double = got
+    dy_desc, db_desc, db_shape, double, _ = got
     dba = empty(db_shape, dya.dtype, stream=handle.stream) if db is None else as_array(db, "db")
     al, be, _, _ = _scalars(double, alpha, beta)
     capi.cudnnConvolutionBackwardBias(handle.ptr, al, dy_desc, dya.ptr, be, db_desc, dba.ptr)
@@ -656,9 +615,9 @@ def _bias_plan(handle, ya, bsig, layout, name):
             raise ValueError(f"{name} is on device {bsig[3]} but the data is on device {ya.device_id}")
     dt = cudnn_dtype(ya.dtype)
     physical = _physical((1, k) + (1,) * (len(ya.shape) - 2), layout)
-    return (_tensor_desc(ys, yst, dt), _tensor_desc(bshape, _packed(bshape, False), dt if bsig is None
-                                                    else cudnn_dtype(bsig[2])),
-            physical, dt == capi.CUDNN_DATA_DOUBLE)
+    y_desc = _tensor_desc(ys, yst, dt)
+    b_desc = _tensor_desc(bshape, _packed(bshape, False), dt if bsig is None else cudnn_dtype(bsig[2]))
+    return y_desc.ptr, b_desc.ptr, physical, dt == capi.CUDNN_DATA_DOUBLE, (y_desc, b_desc)
 
 
 _ACTIVATIONS = {"relu": capi.CUDNN_ACTIVATION_RELU, "identity": capi.CUDNN_ACTIVATION_IDENTITY}
@@ -698,12 +657,10 @@ def convolution_bias_activation_forward(handle, conv: Convolution, x, w, bias, *
         raise ValueError(f"z must look like y: shape {ya.shape} strides {ya.strides} dtype {ya.dtype}, got "
                          f"{za.shape} {za.strides} {za.dtype}")
     xp = _pad_input(handle, g, xa) if g.asym else xa
-    a1, a2, _, _ = _scalars(False, alpha1, alpha2)  # float scalars, also for double data (cuDNN's rule here)
-    if p.double:
-        a1, a2, _, _ = _scalars(True, alpha1, alpha2)
+    a1, a2, _, _ = _scalars(p.double, alpha1, alpha2)
     capi.cudnnConvolutionBiasActivationForward(
         handle.ptr, a1, p.a, xp.ptr, p.b, wa.ptr, p.conv_desc, p.algo, _ws_ptr(handle, p.ws), p.ws, a2, p.c,
-        za.ptr, bplan[1], ba.ptr, _activation_desc(act, 0.0), p.c, ya.ptr)
+        za.ptr, bplan[1], ba.ptr, _d.activation_descriptor(act, 0.0).ptr, p.c, ya.ptr)
     return y
 
 

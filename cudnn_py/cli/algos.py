@@ -1,0 +1,415 @@
+"""``python -m cudnn_py algos``: sweep every convolution algorithm and math type of one configuration.
+
+For each direction, math type and algorithm: supported or not (with cuDNN's reason), median time
+over ``--repeats`` runs timed with CUDA events, TFLOP/s, workspace bytes, determinism (cuDNN's
+record) and the maximum error against a float64 NumPy reference, ``max|out - ref| / max|ref|``.
+
+    python -m cudnn_py algos --preset resnet50-conv2-3x3 --batch 32 --dtype float16 --layout NHWC
+    python -m cudnn_py algos --input 8,64,56,56 --filter 64,64,3,3 --pad 1 --csv out.csv --plot out.png
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import itertools
+import json
+import statistics
+import sys
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+DIRECTIONS = ("forward", "backward_data", "backward_filter")
+_DIR_ALIASES = {"fwd": "forward", "forward": "forward", "bwd_data": "backward_data", "backward_data": "backward_data",
+                "bwd_filter": "backward_filter", "backward_filter": "backward_filter"}
+MATHS = ("default", "tensor_op", "tensor_op_allow_conversion", "fma")
+DTYPES = ("float32", "float16", "bfloat16", "float64", "int8")
+
+#: name -> (C, H, W, K, R, S, pad, stride) per image; ResNet-50 v1.5 convolutions (NCHW logical)
+PRESETS = {
+    "resnet50-conv1": (3, 224, 224, 64, 7, 7, 3, 2),
+    "resnet50-conv2-1x1-reduce": (64, 56, 56, 64, 1, 1, 0, 1),
+    "resnet50-conv2-3x3": (64, 56, 56, 64, 3, 3, 1, 1),
+    "resnet50-conv2-1x1-expand": (64, 56, 56, 256, 1, 1, 0, 1),
+    "resnet50-conv3-3x3-stride2": (128, 56, 56, 128, 3, 3, 1, 2),
+    "resnet50-conv3-3x3": (128, 28, 28, 128, 3, 3, 1, 1),
+    "resnet50-conv3-1x1-expand": (128, 28, 28, 512, 1, 1, 0, 1),
+    "resnet50-conv4-3x3": (256, 14, 14, 256, 3, 3, 1, 1),
+    "resnet50-conv4-1x1-reduce": (1024, 14, 14, 256, 1, 1, 0, 1),
+    "resnet50-conv5-3x3": (512, 7, 7, 512, 3, 3, 1, 1),
+    "resnet50-conv5-1x1-expand": (512, 7, 7, 2048, 1, 1, 0, 1),
+    "wide-3x3-256": (256, 56, 56, 256, 3, 3, 1, 1),
+}
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        vals = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated integers, e.g. 8,64,56,56") from None
+    if any(v < 0 for v in vals):
+        raise argparse.ArgumentTypeError(f"{text!r}: values must be >= 0")
+    return vals
+
+
+def _padding(text: str):
+    """``1`` / ``1,2`` (symmetric per dimension) / ``1:2,0:1`` (low:high per dimension)."""
+    parts = text.split(",")
+    try:
+        if any(":" in p for p in parts):
+            return tuple(tuple(int(v) for v in p.split(":")) if ":" in p else (int(p), int(p)) for p in parts)
+        vals = tuple(int(p) for p in parts)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--pad {text!r}: expected e.g. 1, 1,2 or 1:2,0:1") from None
+    if any(len(p) != 2 for p in vals if isinstance(p, tuple)):
+        raise argparse.ArgumentTypeError(f"--pad {text!r}: each low:high pair needs exactly two numbers")
+    return vals[0] if len(vals) == 1 else vals
+
+
+def _choice_list(allowed, aliases=None):
+    def parse(text: str) -> tuple[str, ...]:
+        if text == "all":
+            return tuple(allowed)
+        out = []
+        for t in text.split(","):
+            t = (aliases or {}).get(t, t)
+            if t not in allowed:
+                raise argparse.ArgumentTypeError(f"{text!r}: {t!r} is not one of {', '.join(allowed)} (or 'all')")
+            out.append(t)
+        return tuple(dict.fromkeys(out))
+    return parse
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("algos", help="time and check every convolution algorithm for one configuration",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    shape = p.add_argument_group("configuration (a preset, or --input and --filter)")
+    shape.add_argument("--preset", choices=sorted(PRESETS), help="a named layer (shapes per image; see --batch)")
+    shape.add_argument("--batch", type=int, default=32, help="batch size for a preset (default 32)")
+    shape.add_argument("--list-presets", action="store_true", help="print the presets and exit")
+    shape.add_argument("--input", type=_int_list, help="x shape N,C,[D,]H,W or N,C,L (logical NCHW order)")
+    shape.add_argument("--filter", type=_int_list, help="w shape K,C/groups,[T,]R,S (logical order)")
+    shape.add_argument("--pad", type=_padding, default=None, help="padding: 1 | 1,2 | 1:2,0:1 (default 0)")
+    shape.add_argument("--stride", type=_int_list, default=None, help="stride, one value or one per dim")
+    shape.add_argument("--dilation", type=_int_list, default=(1,), help="dilation, one value or one per dim")
+    shape.add_argument("--groups", type=int, default=1)
+    shape.add_argument("--mode", choices=("cross_correlation", "convolution"), default="cross_correlation")
+    shape.add_argument("--dtype", choices=DTYPES, default="float32")
+    shape.add_argument("--layout", choices=("NCHW", "NHWC"), default="NCHW")
+    sweep = p.add_argument_group("sweep")
+    sweep.add_argument("--direction", type=_choice_list(DIRECTIONS, _DIR_ALIASES), default=DIRECTIONS,
+                       help="fwd,bwd_data,bwd_filter or all (default all)")
+    sweep.add_argument("--math", type=_choice_list(MATHS), default=MATHS, help=f"{','.join(MATHS)} or all")
+    sweep.add_argument("--repeats", type=int, default=10, help="timed runs per algorithm (median reported)")
+    sweep.add_argument("--warmup", type=int, default=2)
+    sweep.add_argument("--workspace-limit", type=int, default=None, help="skip algorithms needing more bytes")
+    sweep.add_argument("--no-check", action="store_true", help="skip the float64 reference comparison")
+    sweep.add_argument("--seed", type=int, default=0)
+    sweep.add_argument("--device", type=int, default=0)
+    out = p.add_argument_group("output")
+    out.add_argument("--csv", metavar="PATH")
+    out.add_argument("--json", metavar="PATH")
+    out.add_argument("--plot", metavar="PNG", help="bar chart of the times (needs matplotlib)")
+    out.add_argument("--quiet", action="store_true", help="no progress line")
+    return p
+
+
+@dataclass
+class Config:
+    x_shape: tuple
+    w_shape: tuple
+    padding: object
+    stride: tuple
+    dilation: tuple
+    groups: int
+    mode: str
+    dtype: str
+    layout: str
+
+    @property
+    def nd(self) -> int:
+        return len(self.x_shape) - 2
+
+    def per_dim(self, v):
+        return v[0] if len(v) == 1 else v
+
+    def flops(self) -> float:
+        """2 * multiply-adds of the forward convolution (the same count for each direction)."""
+        from cudnn_py.ops.convolution import Convolution
+        conv = Convolution(self.padding, self.per_dim(self.stride), self.per_dim(self.dilation), self.groups)
+        y = conv.output_shape(self.x_shape, self.w_shape)
+        return 2.0 * float(np.prod(y, dtype=np.float64)) * float(np.prod(self.w_shape[1:], dtype=np.float64))
+
+
+def config_from_args(args) -> Config:
+    """The configuration named on the command line; ``SystemExit`` (argparse style) when it is incomplete."""
+    if args.preset:
+        if args.input or args.filter:
+            raise SystemExit("algos: give either --preset or --input/--filter, not both")
+        c, h, w, k, r, s, pad, stride = PRESETS[args.preset]
+        if args.batch < 1:
+            raise SystemExit(f"algos: --batch must be >= 1, got {args.batch}")
+        x_shape, w_shape = (args.batch, c, h, w), (k, c // args.groups, r, s)
+        padding = pad if args.pad is None else args.pad
+        stride_v = (stride,) if args.stride is None else args.stride
+    else:
+        if not args.input or not args.filter:
+            raise SystemExit("algos: give --preset NAME or both --input and --filter (see --list-presets)")
+        x_shape, w_shape = args.input, args.filter
+        padding = 0 if args.pad is None else args.pad
+        stride_v = (1,) if args.stride is None else args.stride
+    if len(x_shape) != len(w_shape) or not 3 <= len(x_shape) <= 5:
+        raise SystemExit(f"algos: --input {x_shape} and --filter {w_shape} need 3, 4 or 5 values each, the same count")
+    if args.repeats < 1 or args.warmup < 0:
+        raise SystemExit("algos: --repeats must be >= 1 and --warmup >= 0")
+    cfg = Config(tuple(x_shape), tuple(w_shape), padding, tuple(stride_v), tuple(args.dilation), args.groups,
+                 args.mode, args.dtype, args.layout)
+    try:
+        cfg.flops()  # validates the geometry (channels vs groups, sizes, per-dimension counts)
+    except ValueError as e:
+        raise SystemExit(f"algos: {e}") from None
+    return cfg
+
+
+# ---------------------------------------------------------------- float64 reference (logical NCHW)
+
+def _pads(padding, nd):
+    if isinstance(padding, int):
+        return ((padding, padding),) * nd
+    return tuple(p if isinstance(p, tuple) else (p, p) for p in padding)
+
+
+def _reference(direction: str, cfg: Config, x, w, dy):
+    """float64 result of one direction, by a loop over kernel offsets (channels contracted with tensordot)."""
+    nd, g = cfg.nd, cfg.groups
+    pads = _pads(cfg.padding, nd)
+    s = cfg.stride * nd if len(cfg.stride) == 1 else cfg.stride
+    d = cfg.dilation * nd if len(cfg.dilation) == 1 else cfg.dilation
+    if cfg.mode == "convolution":
+        w = w[(slice(None), slice(None)) + (slice(None, None, -1),) * nd]
+    n, c = x.shape[:2]
+    k, cg = w.shape[:2]
+    xp = np.pad(x, ((0, 0), (0, 0)) + pads)
+    out = dy.shape[2:]
+    xg = xp.reshape((n, g, cg) + xp.shape[2:])
+    wg = w.reshape((g, k // g, cg) + w.shape[2:])
+    dyg = dy.reshape((n, g, k // g) + out)
+    res = np.zeros({"forward": dyg.shape, "backward_data": xg.shape, "backward_filter": wg.shape}[direction])
+    for off in itertools.product(*(range(r) for r in w.shape[2:])):
+        win = (Ellipsis,) + tuple(slice(o * dd, o * dd + (p - 1) * ss + 1, ss) for o, ss, dd, p in zip(off, s, d, out))
+        wo = wg[(Ellipsis,) + off]  # g, k/g, cg
+        for gi in range(g):
+            if direction == "forward":   # n cg *out , k cg -> n k *out
+                res[:, gi] += np.moveaxis(np.tensordot(xg[:, gi][win], wo[gi], axes=([1], [1])), -1, 1)
+            elif direction == "backward_data":
+                res[:, gi][win] += np.moveaxis(np.tensordot(dyg[:, gi], wo[gi], axes=([1], [0])), -1, 1)
+            else:
+                axes = [0] + list(range(2, 2 + nd))
+                res[(gi, slice(None), slice(None)) + off] = np.tensordot(dyg[:, gi], xg[:, gi][win], axes=(axes, axes))
+    if direction == "forward":
+        return res.reshape(dy.shape)
+    if direction == "backward_data":
+        dx = res.reshape((n, c) + xp.shape[2:])
+        return dx[(slice(None), slice(None)) + tuple(slice(lo, lo + x.shape[2 + i]) for i, (lo, _) in enumerate(pads))]
+    dw = res.reshape(w.shape)
+    return dw[(slice(None), slice(None)) + (slice(None, None, -1),) * nd] if cfg.mode == "convolution" else dw
+
+
+# ---------------------------------------------------------------- the sweep (needs a GPU)
+
+@dataclass
+class Row:
+    direction: str
+    math_type: str
+    algo: str
+    supported: bool
+    reason: str = ""
+    time_ms: float | None = None
+    tflops: float | None = None
+    workspace_bytes: int | None = None
+    deterministic: bool | None = None
+    max_rel_error: float | None = None
+
+
+def _host_data(cfg: Config, rng):
+    import ml_dtypes  # noqa: F401  (bfloat16 for NumPy)
+    dt = np.dtype(ml_dtypes.bfloat16) if cfg.dtype == "bfloat16" else np.dtype(cfg.dtype)
+
+    def make(shape):
+        if dt == np.int8:
+            return rng.integers(-8, 9, size=shape).astype(np.int8)
+        return rng.standard_normal(shape).astype(dt)
+    return dt, make
+
+
+def _to_layout(a, layout):
+    return np.ascontiguousarray(np.moveaxis(a, 1, -1)) if layout == "NHWC" else np.ascontiguousarray(a)
+
+
+def _from_layout(a, layout):
+    return np.moveaxis(a, -1, 1) if layout == "NHWC" else a
+
+
+def sweep(cfg: Config, directions, maths, repeats=10, warmup=2, workspace_limit=None, check=True, seed=0,
+          device=0, progress=None) -> list[Row]:
+    import cudnn_py.algorithms as alg
+    from cudnn_py.errors import CudnnError, WorkspaceLimitError
+    from cudnn_py.handle import Handle
+    from cudnn_py.memory import empty, to_device
+    from cudnn_py.ops import convolution as cv
+    from cudnn_py.streams import timer
+
+    rng = np.random.default_rng(seed)
+    dt, make = _host_data(cfg, rng)
+    x_h, w_h = make(cfg.x_shape), make(cfg.w_shape)
+    base = cv.Convolution(cfg.padding, cfg.per_dim(cfg.stride), cfg.per_dim(cfg.dilation), cfg.groups, mode=cfg.mode,
+                          layout=cfg.layout)
+    y_shape_logical = cv.Convolution(cfg.padding, cfg.per_dim(cfg.stride), cfg.per_dim(cfg.dilation),
+                                     cfg.groups).output_shape(cfg.x_shape, cfg.w_shape)
+    dy_h = make(y_shape_logical)
+    flops = cfg.flops()
+    refs = {}
+    if check:
+        x64, w64, dy64 = (a.astype(np.float64) for a in (x_h, w_h, dy_h))
+        for d in directions:
+            refs[d] = _reference(d, cfg, x64, w64, dy64)
+    rows: list[Row] = []
+    total = len(maths) * sum(len(alg._real_members(d)) for d in directions)
+    done = 0
+    with Handle(device) as h:
+        x, w, dy = (to_device(_to_layout(a, cfg.layout), h.stream) for a in (x_h, w_h, dy_h))
+        out_dtype = np.float32 if dt == np.int8 else dt
+        for direction, math in itertools.product(directions, maths):
+            conv = cv.Convolution(base.padding, base.stride, base.dilation, base.groups, mode=cfg.mode,
+                                  math_type=math, layout=cfg.layout)
+            phys = {"forward": y_shape_logical, "backward_data": cfg.x_shape, "backward_filter": cfg.w_shape}[direction]
+            shape = phys if cfg.layout == "NCHW" else phys[:1] + phys[2:] + phys[1:2]
+            out = empty(shape, out_dtype if direction == "forward" else dt, stream=h.stream)
+            try:
+                records = {r.algo: r for r in cv.convolution_algorithms(
+                    h, conv, x if direction != "backward_data" else out, w if direction != "backward_filter" else out,
+                    dy if direction != "forward" else out, direction=direction, method="heuristic")}
+            except CudnnError as e:
+                records = {}
+                reason_all = str(e)
+            else:
+                reason_all = ""
+            for algo in alg._real_members(direction):
+                done += 1
+                if progress:
+                    progress(f"[{done}/{total}] {direction} {math} {algo.name.split('_ALGO_')[1]}")
+                row = Row(direction, math, algo.name.split("_ALGO_")[1], False, reason_all)
+                rec = records.get(algo)
+                if rec is not None:
+                    row.deterministic = rec.deterministic
+                rows.append(row)
+
+                def call():
+                    kw = dict(algo=algo, workspace_limit=workspace_limit)
+                    if direction == "forward":
+                        return cv.convolution_forward(h, conv, x, w, out, **kw)
+                    if direction == "backward_data":
+                        return cv.convolution_backward_data(h, conv, w, dy, out, **kw)
+                    return cv.convolution_backward_filter(h, conv, x, dy, out, **kw)
+                try:
+                    row.workspace_bytes = cv.convolution_workspace_size(
+                        h, conv, x if direction != "backward_data" else out,
+                        w if direction != "backward_filter" else out, dy if direction != "forward" else out,
+                        algo=algo, direction=direction)
+                    out.fill_(float("nan") if out_dtype != np.int8 else 0)
+                    for _ in range(max(warmup, 1)):
+                        call()
+                    times = []
+                    for _ in range(repeats):
+                        with timer(h.stream) as t:
+                            call()
+                        times.append(t.ms)
+                except (CudnnError, WorkspaceLimitError, ValueError) as e:
+                    row.reason = str(e).splitlines()[0][:300]
+                    continue
+                row.supported, row.reason = True, ""
+                row.time_ms = statistics.median(times)
+                row.tflops = flops / (row.time_ms * 1e-3) / 1e12 if row.time_ms > 0 else None
+                if check:
+                    got = _from_layout(out.to_numpy().astype(np.float64), cfg.layout)
+                    ref = refs[direction]
+                    scale = float(np.abs(ref).max()) or 1.0
+                    row.max_rel_error = float(np.abs(got - ref).max() / scale) if np.isfinite(got).all() else float("inf")
+    return rows
+
+
+# ---------------------------------------------------------------- output
+
+def format_table(rows: list[Row]) -> str:
+    head = f"{'direction':<16}{'math':<27}{'algo':<22}{'ok':<4}{'time ms':>10}{'TFLOP/s':>9}{'workspace':>14}" \
+           f"{'det':>5}{'max rel err':>13}  reason"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        num = (lambda v, f: format(v, f) if v is not None else "-")
+        det = "-" if r.deterministic is None else ("yes" if r.deterministic else "no")
+        lines.append(f"{r.direction:<16}{r.math_type:<27}{r.algo:<22}{'yes' if r.supported else 'no':<4}"
+                     f"{num(r.time_ms, '10.4f'):>10}{num(r.tflops, '9.2f'):>9}{num(r.workspace_bytes, 'd'):>14}"
+                     f"{det:>5}{num(r.max_rel_error, '13.2e'):>13}  {r.reason}")
+    return "\n".join(lines)
+
+
+def write_csv(rows: list[Row], path: str) -> None:
+    with open(path, "w", newline="") as f:
+        wr = csv.DictWriter(f, fieldnames=list(Row.__dataclass_fields__))
+        wr.writeheader()
+        for r in rows:
+            wr.writerow(asdict(r))
+
+
+def write_json(rows: list[Row], cfg: Config, path: str) -> None:
+    with open(path, "w") as f:
+        json.dump({"config": asdict(cfg), "rows": [asdict(r) for r in rows]}, f, indent=1)
+
+
+def plot(rows: list[Row], path: str, title: str) -> bool:
+    """A horizontal bar chart of supported algorithms' times; False when matplotlib is missing."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    ok = [r for r in rows if r.supported]
+    fig, ax = plt.subplots(figsize=(9, 0.28 * len(ok) + 1.5))
+    labels = [f"{r.direction} / {r.math_type} / {r.algo}" for r in ok]
+    ax.barh(range(len(ok)), [r.time_ms for r in ok], color=[f"C{DIRECTIONS.index(r.direction)}" for r in ok])
+    ax.set_yticks(range(len(ok)), labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("median time (ms)")
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def run(args) -> int:
+    if args.list_presets:
+        for name, (c, h, w, k, r, s, pad, stride) in sorted(PRESETS.items()):
+            print(f"{name:<28} x=N,{c},{h},{w}  w={k},{c},{r},{s}  pad={pad} stride={stride}")
+        return 0
+    cfg = config_from_args(args)
+
+    def progress(msg):
+        sys.stderr.write("\r\033[K" + msg)
+        sys.stderr.flush()
+    rows = sweep(cfg, args.direction, args.math, args.repeats, args.warmup, args.workspace_limit,
+                 not args.no_check, args.seed, args.device, None if args.quiet else progress)
+    if not args.quiet:
+        sys.stderr.write("\r\033[K")
+    title = (f"x={cfg.x_shape} w={cfg.w_shape} pad={cfg.padding} stride={cfg.stride} dil={cfg.dilation} "
+             f"groups={cfg.groups} {cfg.dtype} {cfg.layout}")
+    print(title)
+    print(format_table(rows))
+    if args.csv:
+        write_csv(rows, args.csv)
+    if args.json:
+        write_json(rows, cfg, args.json)
+    if args.plot and not plot(rows, args.plot, title):
+        print("--plot: matplotlib is not installed; no chart written", file=sys.stderr)
+    return 0

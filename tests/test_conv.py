@@ -1,0 +1,173 @@
+"""Convolution on CPU: parameters, geometry and descriptors against the real library, and bad input caught
+before any C call (with DeviceArrays that wrap placeholder addresses, never dereferenced)."""
+from __future__ import annotations
+
+import types
+
+import numpy as np
+import pytest
+
+from cudnn_py import capi
+from cudnn_py.memory import DeviceArray
+from cudnn_py.ops import convolution as cv
+
+
+def _arr(shape, dtype=np.float32, strides=None, device_id=0):
+    return DeviceArray(1 << 30, shape, dtype, strides, device_id=device_id)
+
+
+class _NoC:
+    """Stands in for a Handle where a test proves that validation fails before anything reaches cuDNN."""
+    device = 0
+    stream = None
+    workspace = types.SimpleNamespace(cap=None)
+
+    @property
+    def ptr(self):
+        raise AssertionError("a C call was attempted")
+
+
+def test_parameters_normalise_and_hash():
+    a = cv.Convolution(padding=1, stride=(2, 1), math_type="fma")
+    b = cv.Convolution(padding=1, stride=(2, 1), math_type=capi.CUDNN_FMA_MATH)
+    assert a == b and hash(a) == hash(b) and a != cv.Convolution(padding=1, stride=(2, 1))
+    assert a.params(2) == (((1, 1), (1, 1)), (2, 1), (1, 1))
+    assert cv.Convolution(padding=((1, 2), 0)).params(2)[0] == ((1, 2), (0, 0))
+    with pytest.raises(ValueError, match="spatial dimensions"):
+        a.params(3)
+    assert a.mode is capi.CUDNN_CROSS_CORRELATION and cv.Convolution(mode="convolution").mode is capi.CUDNN_CONVOLUTION
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(stride=0), "stride"), (dict(dilation=(1, 0)), "dilation"), (dict(padding=-1), "padding"),
+    (dict(padding=((1, 2, 3),)), "pairs"), (dict(groups=0), "groups"), (dict(mode="corr"), "mode"),
+    (dict(math_type="tf32"), "math_type"), (dict(layout="CHWN"), "layout"), (dict(stride=1.5), "stride"),
+])
+def test_bad_parameters(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        cv.Convolution(**kwargs)
+
+
+@pytest.mark.parametrize("conv,x,w,y", [
+    (cv.Convolution(padding=1, stride=2), (2, 3, 9, 9), (4, 3, 3, 3), (2, 4, 5, 5)),
+    (cv.Convolution(padding=2, dilation=2), (1, 4, 10), (6, 4, 3), (1, 6, 10)),
+    (cv.Convolution(padding=((1, 2), (0, 1))), (2, 3, 9, 8), (4, 3, 3, 2), (2, 4, 10, 8)),
+    (cv.Convolution(padding=1, layout="NHWC"), (2, 9, 9, 8), (16, 3, 3, 8), (2, 9, 9, 16)),
+    (cv.Convolution(padding=1, groups=4), (2, 8, 5, 6, 7), (8, 2, 3, 3, 3), (2, 8, 5, 6, 7)),
+])
+def test_output_shape_matches_cudnn(conv, x, w, y):
+    assert conv.output_shape(x, w) == y
+    if conv.layout == "NCHW" and all(lo == hi for lo, hi in conv.params(len(x) - 2)[0]):
+        from cudnn_py.descriptors import convolution_output_shape
+        pads, st, dil = conv.params(len(x) - 2)
+        assert convolution_output_shape(x, w, [p[0] for p in pads], st, dil, groups=conv.groups) == y
+
+
+def test_geometry_descriptors_read_back():
+    conv = cv.Convolution(padding=1, stride=2, groups=2, math_type="tensor_op")
+    g = cv._Geometry(conv, ((2, 4, 9, 9), (324, 81, 9, 1)), ((6, 2, 3, 3), (18, 9, 3, 1)), (None, None),
+                     np.float16, np.float16)
+    assert g.x_desc.shape == (2, 4, 9, 9) and g.x_desc.strides == (324, 81, 9, 1)
+    assert g.y_desc.shape == (2, 6, 5, 5) and g.y_desc.dtype is capi.CUDNN_DATA_HALF
+    assert g.w_desc.shape == (6, 2, 3, 3) and g.w_desc.format is capi.CUDNN_TENSOR_NCHW
+    cd = g.conv_desc(conv.math_type)
+    assert cd.padding == (1, 1) and cd.stride == (2, 2) and cd.groups == 2
+    assert cd.math_type is capi.CUDNN_TENSOR_OP_MATH and cd.compute_type is capi.CUDNN_DATA_FLOAT
+
+
+def test_geometry_nhwc_1d_and_asymmetric():
+    conv = cv.Convolution(padding=((1, 2), (0, 1)), layout="NHWC")
+    g = cv._Geometry(conv, ((2, 7, 6, 4), (168, 24, 4, 1)), ((5, 3, 3, 4), (36, 12, 4, 1)), (None, None),
+                     np.float32, np.float32)
+    assert g.w_nhwc and g.w_desc.format is capi.CUDNN_TENSOR_NHWC
+    assert g.asym and g.xp_shape == (2, 4, 10, 7) and g.x_desc.shape == (2, 4, 10, 7)
+    assert g.xp_strides == (280, 1, 28, 4) and g.interior_offset == 28 * 4
+    assert g.conv_desc(conv.math_type).padding == (0, 0) and g.out_shape == (2, 8, 5, 5)
+    c1 = cv.Convolution(padding=2, dilation=2, stride=3)
+    g1 = cv._Geometry(c1, ((2, 3, 10), (30, 10, 1)), ((4, 3, 3), (9, 3, 1)), (None, None), np.float64, np.float64)
+    assert g1.x_desc.shape == (2, 3, 1, 10) and g1.y_desc.shape == (2, 4, 1, 4) and g1.out_shape == (2, 4, 4)
+    cd = g1.conv_desc(c1.math_type)
+    assert cd.padding == (0, 2) and cd.stride == (1, 3) and cd.dilation == (1, 2)
+    assert cd.compute_type is capi.CUDNN_DATA_DOUBLE
+
+
+def test_channels_last_strides_are_nhwc():
+    """A torch channels_last tensor: logical NCHW shape, NHWC strides."""
+    conv = cv.Convolution(padding=1)
+    g = cv._Geometry(conv, ((2, 8, 5, 5), (200, 1, 40, 8)), ((4, 8, 3, 3), (72, 1, 24, 8)), (None, None),
+                     np.float32, np.float32)
+    assert g.w_nhwc and g.x_desc.strides == (200, 1, 40, 8)
+    with pytest.raises(ValueError, match="packed NCHW or channels-last"):
+        cv._Geometry(conv, ((2, 8, 5, 5), (200, 25, 5, 1)), ((4, 8, 3, 3), (144, 9, 3, 1)), (None, None),
+                     np.float32, np.float32)
+
+
+BAD = [
+    ("channels vs groups", lambda h: cv.convolution_forward(h, cv.Convolution(groups=2), _arr((1, 6, 5, 5)),
+                                                             _arr((4, 2, 3, 3))), ValueError, "groups=2"),
+    ("filters vs groups", lambda h: cv.convolution_forward(h, cv.Convolution(groups=2), _arr((1, 4, 5, 5)),
+                                                            _arr((3, 2, 3, 3))), ValueError, "divide"),
+    ("dtype", lambda h: cv.convolution_forward(h, cv.Convolution(), _arr((1, 3, 5, 5)),
+                                               _arr((4, 3, 3, 3), np.float16)), TypeError, "same dtype"),
+    ("y dtype", lambda h: cv.convolution_forward(h, cv.Convolution(), _arr((1, 3, 5, 5)), _arr((4, 3, 3, 3)),
+                                                 _arr((1, 4, 3, 3), np.float16)), TypeError, "output"),
+    ("y shape", lambda h: cv.convolution_forward(h, cv.Convolution(), _arr((1, 3, 5, 5)), _arr((4, 3, 3, 3)),
+                                                 _arr((1, 4, 5, 5))), ValueError, "does not match"),
+    ("rank", lambda h: cv.convolution_forward(h, cv.Convolution(), _arr((1, 3, 5, 5)), _arr((4, 3, 3))),
+     ValueError, "dimensions"),
+    ("too small", lambda h: cv.convolution_forward(h, cv.Convolution(), _arr((1, 3, 2, 2)), _arr((4, 3, 3, 3))),
+     ValueError, "larger than input"),
+    ("device", lambda h: cv.convolution_forward(h, cv.Convolution(), _arr((1, 3, 5, 5), device_id=1),
+                                                _arr((4, 3, 3, 3))), ValueError, "device 1"),
+    ("algo name", lambda h: cv.convolution_forward(h, cv.Convolution(), _arr((1, 3, 5, 5)), _arr((4, 3, 3, 3)),
+                                                   algo="QUANTUM"), ValueError, "does not exist"),
+    ("algo direction", lambda h: cv.convolution_forward(h, cv.Convolution(), _arr((1, 3, 5, 5)),
+                                                        _arr((4, 3, 3, 3)), algo=capi.CUDNN_CONVOLUTION_BWD_DATA_ALGO_0),
+     TypeError, "not a forward algorithm"),
+    ("nondeterministic", lambda h: cv.convolution_backward_data(h, cv.Convolution(), _arr((4, 3, 3, 3)),
+                                                                _arr((1, 4, 3, 3)), algo="ALGO_0",
+                                                                deterministic=True), ValueError, "deterministic"),
+    ("dy shape", lambda h: cv.convolution_backward_data(h, cv.Convolution(), _arr((4, 3, 3, 3)), _arr((1, 4, 4, 4)),
+                                                        _arr((1, 3, 5, 5))), ValueError, "does not match"),
+    ("no w_shape", lambda h: cv.convolution_backward_filter(h, cv.Convolution(), _arr((1, 3, 5, 5)),
+                                                            _arr((1, 4, 3, 3))), ValueError, "w_shape"),
+    ("dw shape", lambda h: cv.convolution_backward_filter(h, cv.Convolution(), _arr((1, 3, 5, 5)), _arr((1, 4, 3, 3)),
+                                                          w_shape=(4, 3, 2, 2)), ValueError, "does not match"),
+    ("strided w", lambda h: cv.convolution_forward(h, cv.Convolution(), _arr((1, 3, 5, 5)),
+                                                   _arr((4, 3, 3, 3), strides=(54, 9, 3, 1))), ValueError, "packed"),
+    ("negative limit", lambda h: cv.convolution_forward(h, cv.Convolution(), _arr((1, 3, 5, 5)), _arr((4, 3, 3, 3)),
+                                                        workspace_limit=-1), ValueError, "workspace_limit"),
+    ("bias size", lambda h: cv.convolution_backward_bias(h, _arr((2, 4, 3, 3)), _arr((1, 5, 1, 1))), ValueError,
+     "4 elements"),
+    ("activation", lambda h: cv.convolution_bias_activation_forward(h, cv.Convolution(), _arr((1, 3, 5, 5)),
+                                                                    _arr((4, 3, 3, 3)), _arr((4,)),
+                                                                    activation="tanh"), ValueError, "activation"),
+    ("identity algo", lambda h: cv.convolution_bias_activation_forward(h, cv.Convolution(), _arr((1, 3, 5, 5)),
+                                                                       _arr((4, 3, 3, 3)), _arr((4,)), algo="FFT",
+                                                                       activation="identity"), ValueError,
+     "IMPLICIT_PRECOMP_GEMM"),
+    ("query direction", lambda h: cv.convolution_algorithms(h, cv.Convolution(), _arr((1, 3, 5, 5)),
+                                                            _arr((4, 3, 3, 3)), direction="up"), ValueError,
+     "direction"),
+    ("query method", lambda h: cv.convolution_algorithms(h, cv.Convolution(), _arr((1, 3, 5, 5)),
+                                                         _arr((4, 3, 3, 3)), method="guess"), ValueError, "method"),
+]
+
+
+@pytest.mark.parametrize("name,call,exc,match", BAD, ids=[b[0] for b in BAD])
+def test_bad_input_is_caught_before_c(name, call, exc, match):
+    with pytest.raises(exc, match=match):
+        call(_NoC())
+
+
+def test_host_array_is_rejected():
+    with pytest.raises(TypeError, match="to_device"):
+        cv.convolution_forward(_NoC(), cv.Convolution(), np.ones((1, 3, 5, 5), np.float32), _arr((4, 3, 3, 3)))
+
+
+def test_input_shape_inference():
+    conv = cv.Convolution(padding=1, stride=2)
+    assert cv._input_shape(conv, (4, 3, 3, 3), (2, 4, 5, 5)) == (2, 3, 9, 9)
+    assert conv.output_shape(cv._input_shape(conv, (4, 3, 3, 3), (2, 4, 5, 5)), (4, 3, 3, 3)) == (2, 4, 5, 5)
+    nhwc = cv.Convolution(padding=((0, 1), (1, 0)), layout="NHWC")
+    assert nhwc.output_shape(cv._input_shape(nhwc, (4, 3, 3, 6), (2, 7, 7, 4)), (4, 3, 3, 6)) == (2, 7, 7, 4)
