@@ -57,10 +57,10 @@ def _c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def _is_c_contiguous(shape, strides) -> bool:
+    if 0 in shape:
+        return True
     acc = 1
     for n, s in zip(reversed(shape), reversed(strides)):
-        if n == 0:
-            return True
         if n != 1 and s != acc:
             return False
         acc *= n

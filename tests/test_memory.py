@@ -1,0 +1,221 @@
+"""DeviceArray metadata, exchange protocols and validation that need no GPU (pointers here are never dereferenced)."""
+import gc
+
+import numpy as np
+import pytest
+
+import cudnn_py as cudnn
+from cudnn_py import memory as M
+from cudnn_py.memory import DeviceArray, as_array, output_array
+
+from conftest import gpu_missing_reason
+
+FAKE = 0x7F0000000000  # a plausible device address; nothing here reads or writes it
+
+
+class Foreign:
+    """A foreign GPU tensor: DLPack only, so as_array goes through cuda.core's StridedMemoryView."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __dlpack__(self, **kw):
+        return self.inner.__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        return self.inner.__dlpack_device__()
+
+
+class HostExport:
+    """Host memory exported with our DLPack writer, so NumPy can consume it and check every byte."""
+
+    def __init__(self, a):
+        self.a = a
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        a = self.a
+        return M._dlpack_capsule(a.ctypes.data, a.shape, tuple(s // a.itemsize for s in a.strides), a.dtype,
+                                 (1, 0), a)
+
+
+def test_metadata_packed():
+    a = DeviceArray(FAKE, (2, 3, 4), np.float32)
+    assert (a.shape, a.strides, a.dtype, a.ptr) == ((2, 3, 4), (12, 4, 1), np.float32, FAKE)
+    assert (a.size, a.nbytes, a.ndim, a.device_id, len(a)) == (24, 96, 3, 0, 2)
+    assert a.is_contiguous
+    assert "shape=(2, 3, 4)" in repr(a) and "float32" in repr(a)
+
+
+@pytest.mark.parametrize("shape,strides,contiguous", [
+    ((4, 3), (1, 4), False), ((3, 1, 4), (4, 99, 1), True), ((0, 5), (7, 3), True), ((5,), (2,), False),
+    ((2, 3), (3, 1), True), ((2, 3), (-3, 1), False)])
+def test_contiguity(shape, strides, contiguous):
+    assert DeviceArray(FAKE, shape, np.float16, strides).is_contiguous is contiguous
+
+
+def test_constructor_rejects_bad_input():
+    with pytest.raises(ValueError, match="negative"):
+        DeviceArray(FAKE, (2, -1), np.float32)
+    with pytest.raises(ValueError, match="one entry per dimension"):
+        DeviceArray(FAKE, (2, 3), np.float32, strides=(1,))
+    with pytest.raises(TypeError, match="not supported by cuDNN"):
+        DeviceArray(FAKE, (2,), np.complex128)
+    with pytest.raises(TypeError, match="ptr"):
+        DeviceArray(-5, (2,), np.float32)
+    with pytest.raises(TypeError, match="ints"):
+        DeviceArray(FAKE, (2.5,), np.float32)
+
+
+def test_no_implicit_host_conversion():
+    a = DeviceArray(FAKE, (3,), np.float32)
+    with pytest.raises(TypeError, match="to_numpy"):
+        np.asarray(a)
+
+
+def test_reshape_views_same_memory():
+    a = DeviceArray(FAKE, (2, 3, 4), np.float32)
+    b = a.reshape(6, -1)
+    assert b.shape == (6, 4) and b.ptr == a.ptr and b.strides == (4, 1)
+    assert a.reshape((24,)).shape == (24,)
+    with pytest.raises(ValueError, match="cannot reshape"):
+        a.reshape(5, -1)
+    with pytest.raises(ValueError, match="at most one"):
+        a.reshape(-1, -1)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        DeviceArray(FAKE, (4, 3), np.float32, (1, 4)).reshape(12)
+
+
+def test_cuda_array_interface():
+    a = DeviceArray(FAKE, (2, 3), np.float16)
+    cai = a.__cuda_array_interface__
+    assert cai["shape"] == (2, 3) and cai["typestr"] == "<f2" and cai["data"] == (FAKE, False)
+    assert cai["version"] == 3 and cai["strides"] is None and cai["stream"] is None
+    t = DeviceArray(FAKE, (3, 2), np.float32, (1, 3))
+    assert t.__cuda_array_interface__["strides"] == (4, 12)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "int8", "uint8", "int32", "int64", "bool"])
+def test_dlpack_writer_exact_on_host(dtype, rng):
+    before = len(M._EXPORTS)
+    host = (rng.standard_normal((3, 4, 5)) * 50).astype(dtype)
+    for view in (host, host.transpose(2, 0, 1), host[:, ::2]):
+        out = np.from_dlpack(HostExport(view))
+        assert out.shape == view.shape and out.dtype == view.dtype
+        assert out.ctypes.data == view.ctypes.data  # no copy
+        np.testing.assert_array_equal(out, view)
+        del out
+    gc.collect()
+    assert len(M._EXPORTS) == before  # each consumer released its tensor
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int64", "bool", "bfloat16"])
+def test_dlpack_export_import_round_trip_keeps_pointer_and_strides(dtype):
+    if dtype == "bfloat16":
+        dtype = pytest.importorskip("ml_dtypes").bfloat16
+    before = len(M._EXPORTS)
+    base = DeviceArray(FAKE, (4, 2, 3), dtype)
+    strided = DeviceArray(FAKE + 64, (3, 2), dtype, strides=(1, 3), owner=base)
+    for a in (base, strided):
+        v = as_array(Foreign(a))
+        assert type(v) is DeviceArray and v is not a
+        assert (v.ptr, v.shape, v.strides, v.dtype, v.device_id) == (a.ptr, a.shape, a.strides, a.dtype, 0)
+        del v
+    gc.collect()
+    assert len(M._EXPORTS) == before  # every capsule released its exporter
+
+
+def test_fp8_foreign_tensor_is_refused_clearly():
+    # cuda.core's DLPack reader has no fp8 codes: the error says so instead of misreading the data
+    ml = pytest.importorskip("ml_dtypes")
+    a = DeviceArray(FAKE, (2, 2), ml.float8_e4m3fn)
+    with pytest.raises(TypeError, match="x: cannot view Foreign"):
+        as_array(Foreign(a), "x")
+
+
+def test_dlpack_unconsumed_capsule_is_freed():
+    before = len(M._EXPORTS)
+    a = DeviceArray(FAKE, (2,), np.float32)
+    cap = a.__dlpack__()
+    assert len(M._EXPORTS) == before + 1
+    del cap
+    gc.collect()
+    assert len(M._EXPORTS) == before
+
+
+def test_dlpack_refusals():
+    a = DeviceArray(FAKE, (2,), np.float32)
+    assert a.__dlpack_device__() == (2, 0)
+    with pytest.raises(BufferError, match="copy"):
+        a.__dlpack__(copy=True)
+    with pytest.raises(BufferError, match="cannot export"):
+        a.__dlpack__(dl_device=(1, 0))
+
+
+def test_as_array_returns_device_array_itself():
+    a = DeviceArray(FAKE, (2, 3), np.float32)
+    assert as_array(a) is a
+
+
+@pytest.mark.parametrize("host", [np.zeros((2, 3), np.float32), np.float32(1.0)])
+def test_host_array_raises_with_the_fix(host):
+    with pytest.raises(TypeError, match=r"host memory.*to_device\(w\)"):
+        as_array(host, "w")
+
+
+def test_host_dlpack_tensor_raises():
+    with pytest.raises(TypeError, match="host memory"):
+        as_array(HostExport(np.zeros(3, np.float32)), "x")
+
+
+@pytest.mark.parametrize("obj", [[1.0, 2.0], 3.0, "x", None])
+def test_non_array_raises(obj):
+    with pytest.raises(TypeError, match="must be a DeviceArray or a GPU tensor"):
+        as_array(obj, "x")
+
+
+def test_as_array_validation_messages():
+    a = DeviceArray(FAKE, (2, 3), np.float32)
+    t = DeviceArray(FAKE, (3, 2), np.float32, (1, 3))
+    with pytest.raises(TypeError, match="dy has dtype float32; expected float16"):
+        as_array(a, "dy", dtype=np.float16)
+    with pytest.raises(ValueError, match="dy has 2 dimensions"):
+        as_array(a, "dy", ndim=4)
+    with pytest.raises(ValueError, match=r"shape \(2, 3\); expected \(3, 2\)"):
+        as_array(a, "dy", shape=(3, 2))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        as_array(t, "dy", contiguous=True)
+    with pytest.raises(ValueError, match="on device 0; expected device 1"):
+        as_array(a, "dy", device=1)
+    assert as_array(a, "dy", dtype="float32", ndim=2, shape=(2, 3), contiguous=True, device=0) is a
+    assert as_array(Foreign(a), "x", dtype=np.float32).ptr == FAKE
+
+
+def test_output_array_validates_a_given_output():
+    y = DeviceArray(FAKE, (2, 3), np.float32)
+    assert output_array(y, (2, 3), np.float32) is y
+    with pytest.raises(ValueError, match="y has shape"):
+        output_array(y, (2, 4), np.float32)
+    with pytest.raises(TypeError, match="y has dtype"):
+        output_array(y, (2, 3), np.float64)
+    with pytest.raises(TypeError, match="host memory"):
+        output_array(np.empty((2, 3), np.float32), (2, 3), np.float32)
+
+
+def test_as_array_identity_is_nearly_free():
+    import timeit
+    a = DeviceArray(FAKE, (8, 3, 32, 32), np.float32)
+    per_call = min(timeit.repeat(lambda: as_array(a, "x"), number=5000, repeat=5)) / 5000
+    assert per_call < 2e-6
+
+
+@pytest.mark.skipif(not gpu_missing_reason(), reason="a GPU is present")
+def test_allocation_without_a_gpu_says_why():
+    with pytest.raises(RuntimeError, match="cannot use CUDA device 0"):
+        cudnn.empty((2, 3))
+    with pytest.raises(RuntimeError, match="cannot use CUDA device 0"):
+        cudnn.to_device(np.zeros(3, np.float32))
+    with pytest.raises(RuntimeError, match="cannot use CUDA device 0"):
+        cudnn.Handle()
