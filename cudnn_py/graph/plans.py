@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from cudnn_py import capi
-from cudnn_py.errors import CudnnError
+from cudnn_py.errors import CudnnBadParamError, CudnnError, CudnnNotSupportedError
 
 from .descriptors import BackendDescriptor
 from .errors import GraphNotSupportedError
@@ -273,7 +273,11 @@ def build_plans(graph, handle, modes: Sequence[str] = ("A", "FALLBACK"), *, poli
         _STATS["hits"] += 1
         return [p.bind(graph) for p in _CACHE[key]]
     _STATS["misses"] += 1
-    graph.lower(handle)
+    try:
+        graph.lower(handle)
+    except (CudnnBadParamError, CudnnNotSupportedError) as e:
+        raise GraphNotSupportedError(graph.name, [op.describe() for op in graph.ops], [],
+                                     [("finalizing the operation graph", _reason(e))]) from e
     reasons: list[tuple[str, str]] = []
     plans: list[Plan] = []
     seen = set()
