@@ -470,3 +470,22 @@ def test_rnn_bad_input_on_device(handle):
         R.rnn_weight_params(handle, rnn, w, 0, 8)
     with pytest.raises(ValueError, match="pseudo_layer must be in"):
         R.rnn_weight_params(handle, rnn, w, 1, 0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cell", [0, 1, 2, 3])
+def test_rnn_sample_port_checksums(cell, capsys):
+    """examples/rnn_sample_v8.py (the RNN_v8.0 port) in double precision vs the reference's checksums."""
+    import importlib.util
+    import pathlib
+    path = pathlib.Path(__file__).parent.parent / "examples" / "rnn_sample_v8.py"
+    spec = importlib.util.spec_from_file_location("rnn_sample_v8", path)
+    sample = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sample)
+    got = sample.main(["-dataType2", "-mathPrecision2", "-seqLength5", "-numLayers2", "-inputSize12",
+                       "-hiddenSize12", "-projSize12", "-miniBatch3", f"-cellMode{cell}", "-dirMode1"])
+    assert "y checksum" in capsys.readouterr().out
+    mode = ("relu", "tanh", "lstm", "gru")[cell]
+    want = ref.sample_checksums(ref.RNNConfig(mode, 12, 12, num_layers=2, bidirectional=True), 5, 3)
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-9, err_msg=k)

@@ -301,3 +301,19 @@ def from_layout(a: np.ndarray, lengths, layout: str, T: int) -> np.ndarray:
                 out[t, b] = a[i]
                 i += 1
     return out
+
+
+def sample_checksums(cfg: RNNConfig, seq_length: int, mini_batch: int) -> dict:
+    """The checksums NVIDIA's RNN_v8.0 sample prints, for its deterministic data (x, hx, cx, dy, dhy, dcy
+    and biases 1; every matrix filled with 1/size), in float64."""
+    ms, bs = param_shapes(cfg)
+    mats = {k: np.full(s, 1.0 / (s[0] * s[1])) for k, s in ms.items()}
+    biases = {k: np.ones(s) for k, s in bs.items()}
+    L = cfg.num_layers * cfg.dirs
+    T, B = seq_length, mini_batch
+    x = np.ones((T, B, cfg.input_size))
+    res = forward(cfg, x, [T] * B, mats, biases, np.ones((L, B, cfg.out_size)), np.ones((L, B, cfg.hidden_size)))
+    dx, dhx, dcx, (dm, db) = backward(res, np.ones_like(res.y), np.ones_like(res.hy), np.ones_like(res.cy))
+    return {"y": res.y.sum(), "hy": res.hy.sum(), "cy": res.cy.sum() if cfg.mode == "lstm" else 0.0,
+            "dx": dx.sum(), "dhx": dhx.sum(), "dcx": dcx.sum() if cfg.mode == "lstm" else 0.0,
+            "dw": sum(v.sum() for v in dm.values()) + sum(v.sum() for v in db.values())}
