@@ -20,6 +20,7 @@ from __future__ import annotations
 import ctypes
 
 from cudnn_py import capi
+from cudnn_py.descriptors import ActivationDescriptor
 from cudnn_py.ops.tensor_ops import _array, _desc, _enum, _output, _scalars
 
 __all__ = ["Activation", "activation_forward", "activation_backward", "ACTIVATION_MODES"]
@@ -86,39 +87,44 @@ class Activation:
 _BY_MODE: dict = {}
 
 
-def _as_activation(act) -> Activation:
+def _activation_desc(act) -> capi.cudnnActivationDescriptor_t:
+    """The descriptor handle for an Activation, a core ActivationDescriptor, a mode name or enum member."""
     if isinstance(act, Activation):
-        return act
+        return act.descriptor
+    if isinstance(act, ActivationDescriptor):
+        return act.ptr
     if isinstance(act, (str, capi.cudnnActivationMode_t)):
         got = _BY_MODE.get(act)
         if got is None:
             got = _BY_MODE[act] = Activation(act)
-        return got
-    raise TypeError(f"activation must be an Activation, a mode name or a cudnnActivationMode_t, got {act!r}")
+        return got.descriptor
+    raise TypeError(f"activation must be an Activation, an ActivationDescriptor, a mode name or a "
+                    f"cudnnActivationMode_t, got {act!r}")
 
 
 def activation_forward(handle, activation, x, y=None, *, alpha: float = 1.0, beta: float = 0.0):
     """``y = alpha * act(x) + beta * y`` (``cudnnActivationForward``); returns y (allocated if not given).
 
-    ``activation``: an :class:`Activation` or a mode name (its defaults: coef 0, swish_beta 1).
+    ``activation``: an :class:`Activation`, a :class:`cudnn_py.descriptors.ActivationDescriptor` or a
+    mode name (then coef 0, swish_beta 1).
     ``y`` may be ``x`` itself (in place).
     """
-    act = _as_activation(activation)
+    desc = _activation_desc(activation)
     xa = _array(x, "x", handle, floating=True)
     ya = _output(y, "y", handle, xa.shape, xa.dtype)
     al, be = _scalars(xa.dtype, alpha, beta)
-    capi.cudnnActivationForward(handle.ptr, act.descriptor, al, _desc(xa), xa.ptr, be, _desc(ya), ya.ptr)
+    capi.cudnnActivationForward(handle.ptr, desc, al, _desc(xa), xa.ptr, be, _desc(ya), ya.ptr)
     return ya if y is None else y
 
 
 def activation_backward(handle, activation, x, y, dy, dx=None, *, alpha: float = 1.0, beta: float = 0.0):
     """``dx = alpha * dL/dx + beta * dx`` from the forward's x and y and the gradient dy (``cudnnActivationBackward``)."""
-    act = _as_activation(activation)
+    desc = _activation_desc(activation)
     xa = _array(x, "x", handle, floating=True)
     ya = _array(y, "y", handle, dtype=xa.dtype, shape=xa.shape)
     dya = _array(dy, "dy", handle, dtype=xa.dtype, shape=xa.shape)
     dxa = _output(dx, "dx", handle, xa.shape, xa.dtype)
     al, be = _scalars(xa.dtype, alpha, beta)
-    capi.cudnnActivationBackward(handle.ptr, act.descriptor, al, _desc(ya), ya.ptr, _desc(dya), dya.ptr,
+    capi.cudnnActivationBackward(handle.ptr, desc, al, _desc(ya), ya.ptr, _desc(dya), dya.ptr,
                                  _desc(xa), xa.ptr, be, _desc(dxa), dxa.ptr)
     return dxa if dx is None else dx

@@ -25,6 +25,7 @@ from __future__ import annotations
 import ctypes
 
 from cudnn_py import capi
+from cudnn_py.descriptors import LRNDescriptor
 from cudnn_py.memory import empty
 from cudnn_py.ops.tensor_ops import _array, _desc, _output, _scalars
 
@@ -80,10 +81,12 @@ class LRN:
                 pass
 
 
-def _as_lrn(lrn) -> LRN:
-    if not isinstance(lrn, LRN):
-        raise TypeError(f"lrn must be a cudnn_py.LRN, got {type(lrn).__name__}")
-    return lrn
+def _lrn_desc(lrn) -> capi.cudnnLRNDescriptor_t:
+    if isinstance(lrn, LRN):
+        return lrn.descriptor
+    if isinstance(lrn, LRNDescriptor):
+        return lrn.ptr
+    raise TypeError(f"lrn must be a cudnn_py LRN or LRNDescriptor, got {type(lrn).__name__}")
 
 
 def _input(x, handle):
@@ -93,26 +96,26 @@ def _input(x, handle):
     return xa
 
 
-def lrn_forward(handle, lrn: LRN, x, y=None, *, alpha: float = 1.0, beta: float = 0.0):
+def lrn_forward(handle, lrn, x, y=None, *, alpha: float = 1.0, beta: float = 0.0):
     """``y = alpha * lrn(x) + beta * y`` (``cudnnLRNCrossChannelForward``); returns y (allocated if not given)."""
-    lrn = _as_lrn(lrn)
+    desc = _lrn_desc(lrn)
     xa = _input(x, handle)
     ya = _output(y, "y", handle, xa.shape, xa.dtype)
     al, be = _scalars(xa.dtype, alpha, beta)
-    capi.cudnnLRNCrossChannelForward(handle.ptr, lrn.descriptor, capi.CUDNN_LRN_CROSS_CHANNEL_DIM1, al, _desc(xa),
+    capi.cudnnLRNCrossChannelForward(handle.ptr, desc, capi.CUDNN_LRN_CROSS_CHANNEL_DIM1, al, _desc(xa),
                                      xa.ptr, be, _desc(ya), ya.ptr)
     return ya if y is None else y
 
 
-def lrn_backward(handle, lrn: LRN, x, y, dy, dx=None, *, alpha: float = 1.0, beta: float = 0.0):
+def lrn_backward(handle, lrn, x, y, dy, dx=None, *, alpha: float = 1.0, beta: float = 0.0):
     """``dx = alpha * dL/dx + beta * dx`` from the forward's x and y and the gradient dy (``cudnnLRNCrossChannelBackward``)."""
-    lrn = _as_lrn(lrn)
+    desc = _lrn_desc(lrn)
     xa = _input(x, handle)
     ya = _array(y, "y", handle, dtype=xa.dtype, shape=xa.shape)
     dya = _array(dy, "dy", handle, dtype=xa.dtype, shape=xa.shape)
     dxa = _output(dx, "dx", handle, xa.shape, xa.dtype)
     al, be = _scalars(xa.dtype, alpha, beta)
-    capi.cudnnLRNCrossChannelBackward(handle.ptr, lrn.descriptor, capi.CUDNN_LRN_CROSS_CHANNEL_DIM1, al,
+    capi.cudnnLRNCrossChannelBackward(handle.ptr, desc, capi.CUDNN_LRN_CROSS_CHANNEL_DIM1, al,
                                       _desc(ya), ya.ptr, _desc(dya), dya.ptr, _desc(xa), xa.ptr, be,
                                       _desc(dxa), dxa.ptr)
     return dxa if dx is None else dx
@@ -131,33 +134,33 @@ def _temps(handle, xa):
             empty(xa.shape, xa.dtype, stream=handle.stream, device=handle.device))
 
 
-def divisive_normalization_forward(handle, lrn: LRN, x, means=None, y=None, *, alpha: float = 1.0,
+def divisive_normalization_forward(handle, lrn, x, means=None, y=None, *, alpha: float = 1.0,
                                    beta: float = 0.0):
     """``y = alpha * divnorm(x - means) + beta * y`` (``cudnnDivisiveNormalizationForward``); returns y.
 
     ``means`` (x's shape) defaults to zeros; the two temporaries cuDNN needs are allocated here.
     """
-    lrn = _as_lrn(lrn)
+    desc = _lrn_desc(lrn)
     xa = _input(x, handle)
     ma = None if means is None else _same_desc(_array(means, "means", handle, dtype=xa.dtype, shape=xa.shape), xa,
                                                "means")
     ya = _output(y, "y", handle, xa.shape, xa.dtype)
     t1, t2 = _temps(handle, xa)
     al, be = _scalars(xa.dtype, alpha, beta)
-    capi.cudnnDivisiveNormalizationForward(handle.ptr, lrn.descriptor, capi.CUDNN_DIVNORM_PRECOMPUTED_MEANS, al,
+    capi.cudnnDivisiveNormalizationForward(handle.ptr, desc, capi.CUDNN_DIVNORM_PRECOMPUTED_MEANS, al,
                                            _desc(xa), xa.ptr, None if ma is None else ma.ptr, t1.ptr, t2.ptr, be,
                                            _desc(ya), ya.ptr)
     return ya if y is None else y
 
 
-def divisive_normalization_backward(handle, lrn: LRN, x, dy, means=None, dx=None, dmeans=None, *,
+def divisive_normalization_backward(handle, lrn, x, dy, means=None, dx=None, dmeans=None, *,
                                     alpha: float = 1.0, beta: float = 0.0):
     """(dx, dmeans) of divisive normalisation (``cudnnDivisiveNormalizationBackward``).
 
     dmeans is computed (and allocated if not given) when ``means`` or ``dmeans`` is given, else None.
     The means are an independent input: for ``d = x - means``, ``dmeans = -dx``.
     """
-    lrn = _as_lrn(lrn)
+    desc = _lrn_desc(lrn)
     xa = _input(x, handle)
     ma = None if means is None else _same_desc(_array(means, "means", handle, dtype=xa.dtype, shape=xa.shape), xa,
                                                "means")
@@ -170,7 +173,7 @@ def divisive_normalization_backward(handle, lrn: LRN, x, dy, means=None, dx=None
                          f"it has {dma.strides}")
     t1, t2 = _temps(handle, xa)
     al, be = _scalars(xa.dtype, alpha, beta)
-    capi.cudnnDivisiveNormalizationBackward(handle.ptr, lrn.descriptor, capi.CUDNN_DIVNORM_PRECOMPUTED_MEANS, al,
+    capi.cudnnDivisiveNormalizationBackward(handle.ptr, desc, capi.CUDNN_DIVNORM_PRECOMPUTED_MEANS, al,
                                             _desc(xa), xa.ptr, None if ma is None else ma.ptr, dya.ptr, t1.ptr,
                                             t2.ptr, be, _desc(dxa), dxa.ptr, None if dma is None else dma.ptr)
     return (dxa if dx is None else dx), (None if dma is None else (dma if dmeans is None else dmeans))

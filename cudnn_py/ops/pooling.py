@@ -21,6 +21,7 @@ from __future__ import annotations
 import ctypes
 
 from cudnn_py import capi
+from cudnn_py.descriptors import PoolingDescriptor
 from cudnn_py.ops.tensor_ops import _array, _enum, _ints, _output, _scalars, _tensor_desc
 
 __all__ = ["Pooling", "pooling_forward", "pooling_backward", "POOLING_MODES"]
@@ -30,7 +31,11 @@ POOLING_MODES = {
     "max_deterministic": capi.CUDNN_POOLING_MAX_DETERMINISTIC,
     "avg_include_padding": capi.CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING,
     "avg_exclude_padding": capi.CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING,
+    # the enum's own spellings, as cudnn_py.descriptors.PoolingDescriptor takes them
+    "average_count_include_padding": capi.CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING,
+    "average_count_exclude_padding": capi.CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING,
 }
+_NAMES = {v: k for k, v in reversed(POOLING_MODES.items())}
 
 
 class Pooling:
@@ -99,7 +104,7 @@ class Pooling:
         return hash(self._key())
 
     def __repr__(self):
-        return (f"Pooling({self.mode.name.removeprefix('CUDNN_POOLING_').lower()!r}, window={self.window}, "
+        return (f"Pooling({_NAMES[self.mode]!r}, window={self.window}, "
                 f"padding={self.padding}, stride={self.stride})")
 
     def __del__(self):
@@ -110,10 +115,18 @@ class Pooling:
                 pass
 
 
-def _as_pooling(pool) -> Pooling:
-    if not isinstance(pool, Pooling):
-        raise TypeError(f"pool must be a cudnn_py.Pooling, got {type(pool).__name__}")
-    return pool
+def _resolve(pool, x_shape) -> tuple[capi.cudnnPoolingDescriptor_t, tuple[int, ...]]:
+    """(descriptor handle, output shape) for a :class:`Pooling` or a core ``PoolingDescriptor``."""
+    if isinstance(pool, Pooling):
+        y_shape = pool.output_shape(x_shape)
+        return pool.descriptor(len(x_shape) - 2), y_shape
+    if isinstance(pool, PoolingDescriptor):
+        _, _, win, pad, st = pool._get()
+        if len(x_shape) != len(win) + 2 or len(win) == 1:
+            raise ValueError(f"x has shape {x_shape}; this PoolingDescriptor needs N, C and {len(win)} spatial dims "
+                             f"(for 1-D pooling use cudnn_py.Pooling, which runs it as 2-D)")
+        return pool.ptr, Pooling(pool.mode, win, pad, st).output_shape(x_shape)
+    raise TypeError(f"pool must be a cudnn_py Pooling or PoolingDescriptor, got {type(pool).__name__}")
 
 
 def _pdesc(a):
@@ -124,27 +137,26 @@ def _pdesc(a):
     return _tensor_desc(a.shape, a.strides, a.dtype)
 
 
-def pooling_forward(handle, pool: Pooling, x, y=None, *, alpha: float = 1.0, beta: float = 0.0):
-    """``y = alpha * pool(x) + beta * y`` (``cudnnPoolingForward``); returns y (allocated if not given)."""
-    pool = _as_pooling(pool)
+def pooling_forward(handle, pool, x, y=None, *, alpha: float = 1.0, beta: float = 0.0):
+    """``y = alpha * pool(x) + beta * y`` (``cudnnPoolingForward``); returns y (allocated if not given).
+
+    ``pool``: a :class:`Pooling` or a :class:`cudnn_py.descriptors.PoolingDescriptor`.
+    """
     xa = _array(x, "x", handle, floating=True)
-    y_shape = pool.output_shape(xa.shape)
+    desc, y_shape = _resolve(pool, xa.shape)
     ya = _output(y, "y", handle, y_shape, xa.dtype)
-    desc = pool.descriptor(xa.ndim - 2)
     al, be = _scalars(xa.dtype, alpha, beta)
     capi.cudnnPoolingForward(handle.ptr, desc, al, _pdesc(xa), xa.ptr, be, _pdesc(ya), ya.ptr)
     return ya if y is None else y
 
 
-def pooling_backward(handle, pool: Pooling, x, y, dy, dx=None, *, alpha: float = 1.0, beta: float = 0.0):
+def pooling_backward(handle, pool, x, y, dy, dx=None, *, alpha: float = 1.0, beta: float = 0.0):
     """``dx = alpha * dL/dx + beta * dx`` from the forward's x and y and the gradient dy (``cudnnPoolingBackward``)."""
-    pool = _as_pooling(pool)
     xa = _array(x, "x", handle, floating=True)
-    y_shape = pool.output_shape(xa.shape)
+    desc, y_shape = _resolve(pool, xa.shape)
     ya = _array(y, "y", handle, dtype=xa.dtype, shape=y_shape)
     dya = _array(dy, "dy", handle, dtype=xa.dtype, shape=y_shape)
     dxa = _output(dx, "dx", handle, xa.shape, xa.dtype)
-    desc = pool.descriptor(xa.ndim - 2)
     al, be = _scalars(xa.dtype, alpha, beta)
     capi.cudnnPoolingBackward(handle.ptr, desc, al, _pdesc(ya), ya.ptr, _pdesc(dya), dya.ptr, _pdesc(xa), xa.ptr,
                               be, _pdesc(dxa), dxa.ptr)

@@ -1,0 +1,180 @@
+"""The normalisation API: ``cudnnNormalizationForwardTraining / ForwardInference / Backward``.
+
+The same math as batch normalisation (``per_channel`` = batch-norm's spatial mode, ``per_activation``
+the same), with ``ops`` "norm", "norm_activation" or "norm_add_activation" (``y = act(norm(x) + z)``)
+and ``algo`` "standard" or "persist". cuDNN implements only some combinations (which depends on the
+loaded version, layout and dtype); the others raise :class:`~cudnn_py.errors.CudnnNotSupportedError`.
+
+::
+
+    r = normalization_forward_training(h, x, scale, bias, running_mean=rm, running_var=rv)
+    y = normalization_forward_inference(h, x, scale, bias, rm, rv)
+    g = normalization_backward(h, x, r.y, dy, scale, bias, r.saved_mean, r.saved_inv_var, r.reserve)
+
+Parameters follow :mod:`cudnn_py.ops.batchnorm` (shapes, float32 unless the data are float64);
+the mean/variance tensors have the scale's shape (``cudnnDeriveNormTensorDescriptor`` with one group).
+
+Raw C path::
+
+    capi.cudnnDeriveNormTensorDescriptor(sb_desc, mv_desc, x_desc, capi.CUDNN_NORM_PER_CHANNEL, 1)
+    capi.cudnnGetNormalizationForwardTrainingWorkspaceSize(h.ptr, mode, ops, algo, x_desc, None, x_desc,
+        sb_desc, None, mv_desc, byref(ws_size), 1)
+    capi.cudnnNormalizationForwardTraining(h.ptr, mode, ops, algo, alpha, beta, x_desc, x.ptr, sb_desc,
+        scale.ptr, bias.ptr, 1.0, mv_desc, rm.ptr, rv.ptr, 1e-5, sm.ptr, siv.ptr, None, None, None,
+        x_desc, y.ptr, ws, ws_size, reserve, reserve_size, 1)
+"""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from cudnn_py import capi
+from cudnn_py.memory import DeviceArray
+from cudnn_py.ops.batchnorm import (
+    BatchNormGrads, BatchNormTraining, _activation, _check_epsilon, _check_factor, _data, _derive, _desc, _ex_ops,
+    _out_data, _enum, _pair, _ptr, _reserve, _scalars, _Setup, _tensor_desc, _c_strides,
+)
+
+__all__ = [
+    "NORM_MODES", "NORM_OPS", "NORM_ALGOS", "derive_normalization_shapes", "normalization_sizes",
+    "normalization_forward_training", "normalization_forward_inference", "normalization_backward",
+]
+
+NORM_MODES = {"per_activation": capi.CUDNN_NORM_PER_ACTIVATION, "per_channel": capi.CUDNN_NORM_PER_CHANNEL}
+NORM_OPS = {"norm": capi.CUDNN_NORM_OPS_NORM, "norm_activation": capi.CUDNN_NORM_OPS_NORM_ACTIVATION,
+            "norm_add_activation": capi.CUDNN_NORM_OPS_NORM_ADD_ACTIVATION}
+NORM_ALGOS = {"standard": capi.CUDNN_NORM_ALGO_STANDARD, "persist": capi.CUDNN_NORM_ALGO_PERSIST}
+
+
+def derive_normalization_shapes(x_shape, dtype=np.float32, mode="per_channel"):
+    """((scale/bias shape, dtype), (mean/var shape, dtype)) as ``cudnnDeriveNormTensorDescriptor`` gives; CPU only."""
+    m = _enum(mode, NORM_MODES, capi.cudnnNormMode_t, "normalization mode")
+    shape = tuple(int(d) for d in x_shape)
+    x_desc = _tensor_desc(shape, _c_strides(shape), dtype)
+    sb, mv = _derive(lambda d1, d2: capi.cudnnDeriveNormTensorDescriptor(d1, d2, x_desc, m, 1), 2)
+    return sb, mv
+
+
+def _norm(handle, x, mode) -> _Setup:
+    return _Setup(handle, x, mode, NORM_MODES, capi.cudnnNormMode_t, "normalization mode")
+
+
+def _algo(algo):
+    return _enum(algo, NORM_ALGOS, capi.cudnnNormAlgo_t, "normalization algo")
+
+
+def _sizes(handle, s: _Setup, op, algo, act, with_z: bool) -> tuple[int, int, int]:
+    xd = _desc(s.x)
+    zd = xd if with_z else None
+    fw, bw, rs = ctypes.c_size_t(), ctypes.c_size_t(), ctypes.c_size_t()
+    capi.cudnnGetNormalizationForwardTrainingWorkspaceSize(
+        handle.ptr, s.mode, op, algo, xd, zd, xd, s.pdesc, act, s.pdesc, ctypes.byref(fw), 1)
+    capi.cudnnGetNormalizationBackwardWorkspaceSize(
+        handle.ptr, s.mode, op, algo, xd, xd, xd, zd, xd, s.pdesc, act, s.pdesc, ctypes.byref(bw), 1)
+    capi.cudnnGetNormalizationTrainingReserveSpaceSize(handle.ptr, s.mode, op, algo, act, xd,
+                                                       ctypes.byref(rs), 1)
+    return fw.value, bw.value, rs.value
+
+
+def _ops(ops, activation, z):
+    return _ex_ops(ops, activation, z, "z", NORM_OPS, capi.cudnnNormOps_t)
+
+
+def normalization_sizes(handle, x, *, mode="per_channel", ops="norm", algo="standard", activation=None,
+                        with_z: bool | None = None) -> tuple[int, int, int]:
+    """(forward-training workspace, backward workspace, training reserve) bytes for this x."""
+    s = _norm(handle, x, mode)
+    op = _enum(ops, NORM_OPS, capi.cudnnNormOps_t, "ops")
+    act = None if int(op) == 0 else _activation("relu" if activation is None else activation)
+    return _sizes(handle, s, op, _algo(algo), act, int(op) == 2 if with_z is None else with_z)
+
+
+def normalization_forward_training(handle, x, scale, bias, *, z=None, mode="per_channel", ops="norm",
+                                   algo="standard", activation=None, epsilon: float = 1e-5, factor: float = 1.0,
+                                   running_mean=None, running_var=None, saved_mean=None, saved_inv_var=None,
+                                   y=None, reserve=None, alpha: float = 1.0,
+                                   beta: float = 0.0) -> BatchNormTraining:
+    """``y = alpha * act(norm(x) [+ z]) + beta * y`` with batch statistics (``cudnnNormalizationForwardTraining``).
+
+    Running statistics (both or neither) are updated in place with ``factor``; saved mean / inverse
+    variance and the reserve are returned (allocated when not given) for :func:`normalization_backward`.
+    """
+    s = _norm(handle, x, mode)
+    op, act = _ops(ops, activation, z)
+    al_ = _algo(algo)
+    za = None if z is None else _data(z, "z", handle, like=s.x)
+    sc, bi = s.param(scale, "scale", handle), s.param(bias, "bias", handle)
+    _pair(running_mean, running_var, "running_mean and running_var")
+    rm, rv = s.opt_param(running_mean, "running_mean", handle), s.opt_param(running_var, "running_var", handle)
+    sm, siv = s.out_param(saved_mean, "saved_mean", handle), s.out_param(saved_inv_var, "saved_inv_var", handle)
+    eps, f = _check_epsilon(epsilon), _check_factor(factor)
+    ya = _out_data(y, "y", handle, s.x)
+    ws_size, _, rs_size = _sizes(handle, s, op, al_, act, za is not None)
+    rsa = _reserve(handle, reserve, rs_size, "reserve")
+    ws = handle.workspace.get(ws_size, handle.stream)
+    a, b = _scalars(s.x.dtype, alpha, beta)
+    capi.cudnnNormalizationForwardTraining(
+        handle.ptr, s.mode, op, al_, a, b, _desc(s.x), s.x.ptr, s.pdesc, sc.ptr, bi.ptr, f, s.pdesc, _ptr(rm),
+        _ptr(rv), eps, sm.ptr, siv.ptr, act, None if za is None else _desc(za), _ptr(za), _desc(ya),
+        ya.ptr, ws or None, ws_size, _ptr(rsa), 0 if rsa is None else rsa.nbytes, 1)
+    return BatchNormTraining(ya, sm, siv, rm, rv, rsa)
+
+
+def normalization_forward_inference(handle, x, scale, bias, mean, var, *, z=None, mode="per_channel",
+                                    ops="norm", algo="standard", activation=None, epsilon: float = 1e-5, y=None,
+                                    alpha: float = 1.0, beta: float = 0.0) -> DeviceArray:
+    """``y = alpha * act(scale * (x - mean) / sqrt(var + eps) + bias [+ z]) + beta * y``
+    (``cudnnNormalizationForwardInference``); returns y (allocated if not given)."""
+    s = _norm(handle, x, mode)
+    op, act = _ops(ops, activation, z)
+    al_ = _algo(algo)
+    za = None if z is None else _data(z, "z", handle, like=s.x)
+    sc, bi = s.param(scale, "scale", handle), s.param(bias, "bias", handle)
+    me, va = s.param(mean, "mean", handle), s.param(var, "var", handle)
+    eps = _check_epsilon(epsilon)
+    ya = _out_data(y, "y", handle, s.x)
+    a, b = _scalars(s.x.dtype, alpha, beta)
+    capi.cudnnNormalizationForwardInference(
+        handle.ptr, s.mode, op, al_, a, b, _desc(s.x), s.x.ptr, s.pdesc, sc.ptr, bi.ptr, s.pdesc, me.ptr, va.ptr,
+        None if za is None else _desc(za), _ptr(za), act, _desc(ya), ya.ptr, eps, 1)
+    return ya
+
+
+def normalization_backward(handle, x, y, dy, scale, bias, saved_mean, saved_inv_var, reserve=None, *,
+                           mode="per_channel", ops="norm", algo="standard", activation=None,
+                           epsilon: float = 1e-5, dx=None, dz=None, dscale=None, dbias=None,
+                           alpha_data: float = 1.0, beta_data: float = 0.0, alpha_param: float = 1.0,
+                           beta_param: float = 0.0) -> BatchNormGrads:
+    """Gradients of ``y = act(norm(x) [+ z])`` (``cudnnNormalizationBackward``); ``y`` and ``reserve``
+    from the forward pass; ``dz`` returned for ops "norm_add_activation"."""
+    s = _norm(handle, x, mode)
+    op = _enum(ops, NORM_OPS, capi.cudnnNormOps_t, "ops")
+    if int(op) == 0 and activation is not None:
+        raise ValueError(f"ops={op.name} has no activation; pass activation=None")
+    act = None if int(op) == 0 else _activation("relu" if activation is None else activation)
+    al_ = _algo(algo)
+    ya = _data(y, "y", handle, like=s.x)
+    dya = _data(dy, "dy", handle, like=s.x)
+    sc, bi = s.param(scale, "scale", handle), s.param(bias, "bias", handle)
+    _pair(saved_mean, saved_inv_var, "saved_mean and saved_inv_var")
+    sm, siv = s.opt_param(saved_mean, "saved_mean", handle), s.opt_param(saved_inv_var, "saved_inv_var", handle)
+    eps = _check_epsilon(epsilon)
+    if int(op) != 2 and dz is not None:
+        raise ValueError(f"ops={op.name} has no z, so no dz; pass dz=None")
+    dxa = _out_data(dx, "dx", handle, s.x)
+    dza = _out_data(dz, "dz", handle, s.x) if int(op) == 2 else None
+    ds, db = s.out_param(dscale, "dscale", handle), s.out_param(dbias, "dbias", handle)
+    _, ws_size, rs_size = _sizes(handle, s, op, al_, act, dza is not None)
+    if reserve is None and rs_size:
+        raise ValueError(f"this backward needs the forward's reserve space ({rs_size} bytes); pass reserve=")
+    rsa = None if reserve is None else _reserve(handle, reserve, rs_size, "reserve")
+    ws = handle.workspace.get(ws_size, handle.stream)
+    ad, bd = _scalars(s.x.dtype, alpha_data, beta_data)
+    ap, bp = _scalars(s.x.dtype, alpha_param, beta_param)
+    capi.cudnnNormalizationBackward(
+        handle.ptr, s.mode, op, al_, ad, bd, ap, bp, _desc(s.x), s.x.ptr, _desc(ya), ya.ptr, _desc(dya), dya.ptr,
+        None if dza is None else _desc(dza), _ptr(dza), _desc(dxa), dxa.ptr, s.pdesc, sc.ptr, bi.ptr, ds.ptr,
+        db.ptr, eps, s.pdesc, _ptr(sm), _ptr(siv), act, ws or None, ws_size, _ptr(rsa),
+        0 if rsa is None else rsa.nbytes, 1)
+    return BatchNormGrads(dxa, ds, db, dza)

@@ -1,0 +1,176 @@
+"""Pooling: reference self-checks, descriptors against the real library, bad input (CPU); forward/backward on the GPU."""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+
+from cudnn_py import capi
+from cudnn_py.descriptors import PoolingDescriptor
+from cudnn_py.ops.pooling import Pooling, pooling_backward, pooling_forward
+from reference import pooling as ref
+from reference.tensor_ops import NoCallHandle, assert_close, fake_array
+
+MODES = {"max": "max", "max_deterministic": "max", "avg_include_padding": "avg_include",
+         "avg_exclude_padding": "avg_exclude"}
+# (x shape, window, padding, stride): 2-D with and without padding/overlap, 3-D, 1-D
+CASES = [((2, 3, 8, 9), (2, 2), (0, 0), (2, 2)),
+         ((2, 4, 7, 6), (3, 3), (1, 1), (2, 1)),
+         ((1, 3, 5, 6, 7), (2, 3, 2), (1, 1, 0), (2, 2, 1)),
+         ((2, 3, 11), (3,), (1,), (2,))]
+
+
+# ---------------------------------------------------------------- CPU
+
+def _fd(f, x, dy, eps=1e-6):
+    g = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        xp, xm = x.copy(), x.copy()
+        xp[i] += eps
+        xm[i] -= eps
+        g[i] = ((f(xp) - f(xm)) * dy).sum() / (2 * eps)
+    return g
+
+
+@pytest.mark.parametrize("mode", ["max", "avg_include", "avg_exclude"])
+@pytest.mark.parametrize("shape,win,pad,st", CASES[:3])
+def test_reference_backward_is_the_gradient(rng, mode, shape, win, pad, st):
+    x = ref.distinct_values(shape, rng).astype(np.float64)
+    dy = rng.standard_normal(ref.output_shape(shape, win, pad, st))
+    got = ref.backward(x, dy, mode, win, pad, st)
+    np.testing.assert_allclose(got, _fd(lambda v: ref.forward(v, mode, win, pad, st), x, dy), atol=1e-8)
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("shape,win,pad,st", CASES)
+def test_descriptor_round_trip_and_output_shape_match_cudnn(mode, shape, win, pad, st):
+    pool = Pooling(mode, win, pad, st)
+    nd = len(shape) - 2
+    d = pool.descriptor(nd)
+    n = max(nd, 2)
+    m, nan, k = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
+    w, p, s = (ctypes.c_int * 8)(), (ctypes.c_int * 8)(), (ctypes.c_int * 8)()
+    capi.cudnnGetPoolingNdDescriptor(d, n, ctypes.byref(m), ctypes.byref(nan), ctypes.byref(k), w, p, s)
+    one = (1,) if nd == 1 else ()
+    assert (m.value, k.value) == (int(pool.mode), n)
+    assert tuple(w[:n]) == one + win and tuple(p[:n]) == (0,) * len(one) + pad and tuple(s[:n]) == one + st
+    expect = ref.output_shape(shape, win, pad, st)
+    assert pool.output_shape(shape) == expect
+    if nd >= 2:  # the same dims, asked of cuDNN
+        xd = capi.cudnnTensorDescriptor_t()
+        capi.cudnnCreateTensorDescriptor(ctypes.byref(xd))
+        strides = np.cumprod((1,) + shape[:0:-1])[::-1]
+        capi.cudnnSetTensorNdDescriptor(xd, capi.CUDNN_DATA_FLOAT, len(shape), (ctypes.c_int * len(shape))(*shape),
+                                        (ctypes.c_int * len(shape))(*map(int, strides)))
+        out = (ctypes.c_int * len(shape))()
+        capi.cudnnGetPoolingNdForwardOutputDim(d, xd, len(shape), out)
+        capi.cudnnDestroyTensorDescriptor(xd)
+        assert tuple(out) == expect
+
+
+def test_pooling_is_hashable_and_stride_defaults_to_window():
+    assert Pooling("max", 3) == Pooling(capi.CUDNN_POOLING_MAX, 3, 0, 3)
+    assert len({Pooling("max", 2), Pooling("max", 2), Pooling("avg_exclude_padding", 2)}) == 2
+    assert "avg_exclude_padding" in repr(Pooling("avg_exclude_padding", 2))
+
+
+@pytest.mark.parametrize("call,exc,words", [
+    (lambda h: pooling_forward(h, Pooling("max", 2), fake_array((2, 3, 8, 8)), y=fake_array((2, 3, 5, 4))),
+     ValueError, "y has shape"),
+    (lambda h: pooling_forward(h, Pooling("max", 2), fake_array((2, 3, 8, 8)),
+                               y=fake_array((2, 3, 4, 4), np.float16)), TypeError, "dtype"),
+    (lambda h: pooling_forward(h, Pooling("max", 2), np.zeros((2, 3, 8, 8), np.float32)), TypeError, "to_device"),
+    (lambda h: pooling_forward(h, Pooling("max", 2), fake_array((2, 8))), ValueError, "spatial"),
+    (lambda h: pooling_forward(h, Pooling("max", 5), fake_array((1, 1, 3, 3))), ValueError, "does not fit"),
+    (lambda h: pooling_forward(h, Pooling("max", (2, 2)), fake_array((1, 1, 4, 4, 4))), ValueError, "window"),
+    (lambda h: pooling_forward(h, Pooling("max", 2), fake_array((2, 3, 8, 8), np.int32)), TypeError, "float"),
+    (lambda h: pooling_forward(h, "max", fake_array((2, 3, 8, 8))), TypeError, "Pooling"),
+    (lambda h: pooling_backward(h, Pooling("max", 2), fake_array((2, 3, 8, 8)), fake_array((2, 3, 4, 4)),
+                                fake_array((2, 3, 4, 5))), ValueError, "dy has shape"),
+    (lambda h: pooling_backward(h, Pooling("max", 2), fake_array((2, 3, 8, 8)), fake_array((2, 3, 4, 4)),
+                                fake_array((2, 3, 4, 4)), dx=fake_array((2, 3, 8, 7))), ValueError, "dx has shape"),
+    (lambda h: pooling_backward(h, Pooling("max", 2), fake_array((2, 3, 8, 8)), fake_array((2, 3, 4, 4)),
+                                fake_array((2, 3, 4, 4), np.float64)), TypeError, "dy has dtype"),
+    (lambda h: pooling_forward(h, PoolingDescriptor("max", (2, 2, 2)), fake_array((2, 3, 8, 8))),
+     ValueError, "PoolingDescriptor"),
+])
+def test_bad_input_is_rejected_before_c(call, exc, words):
+    with pytest.raises(exc, match=words):
+        call(NoCallHandle())
+
+
+@pytest.mark.parametrize("bad", [dict(mode="mean"), dict(window=0), dict(window=(2, 2, 2, 2)),
+                                 dict(padding=-1)])
+def test_bad_parameters(bad):
+    kw = dict(mode="max", window=2) | bad
+    with pytest.raises(ValueError):
+        Pooling(**kw).output_shape((1, 1, 8, 8))
+
+
+# ---------------------------------------------------------------- GPU
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("shape,win,pad,st", CASES)
+def test_forward_backward_match_reference(handle, rng, dtype, mode, shape, win, pad, st):
+    import cudnn_py as cudnn
+    pool = Pooling(mode, win, pad, st)
+    x = ref.distinct_values(shape, rng, dtype)
+    y_shape = ref.output_shape(shape, win, pad, st)
+    dy = rng.standard_normal(y_shape).astype(dtype)
+    xd = cudnn.to_device(x)
+    y = pooling_forward(handle, pool, xd, cudnn.to_device(np.full(y_shape, np.nan, dtype)))
+    y_ref = ref.forward(x, MODES[mode], win, pad, st)
+    assert_close(y.to_numpy(), y_ref, dtype)
+    dx = pooling_backward(handle, pool, xd, y, cudnn.to_device(dy), cudnn.to_device(np.full(shape, np.nan, dtype)))
+    assert_close(dx.to_numpy(), ref.backward(x, dy, MODES[mode], win, pad, st), dtype)
+
+
+@pytest.mark.gpu
+def test_alpha_beta_and_allocated_outputs(handle, rng):
+    import cudnn_py as cudnn
+    pool = Pooling("avg_exclude_padding", 3, 1, 2)
+    x = rng.standard_normal((2, 3, 9, 8)).astype(np.float32)
+    y_ref = ref.forward(x, "avg_exclude", (3, 3), (1, 1), (2, 2))
+    y0 = rng.standard_normal(y_ref.shape).astype(np.float32)
+    xd = cudnn.to_device(x)
+    y = pooling_forward(handle, pool, xd)  # allocated
+    assert y.shape == y_ref.shape
+    assert_close(y.to_numpy(), y_ref, np.float32)
+    y2 = pooling_forward(handle, pool, xd, cudnn.to_device(y0), alpha=0.5, beta=-2.0)
+    assert_close(y2.to_numpy(), 0.5 * y_ref - 2.0 * y0, np.float32)
+    dy = rng.standard_normal(y_ref.shape).astype(np.float32)
+    dx0 = rng.standard_normal(x.shape).astype(np.float32)
+    dx = pooling_backward(handle, pool, xd, y, cudnn.to_device(dy), cudnn.to_device(dx0), alpha=2.0, beta=0.25)
+    assert_close(dx.to_numpy(), 2.0 * ref.backward(x, dy, "avg_exclude", (3, 3), (1, 1), (2, 2)) + 0.25 * dx0,
+                 np.float32)
+
+
+@pytest.mark.gpu
+def test_core_pooling_descriptor_and_raw_capi_path(handle, rng):
+    """The same max pooling through a core PoolingDescriptor and through capi calls written out by hand."""
+    import cudnn_py as cudnn
+    x = ref.distinct_values((2, 3, 6, 8), rng)
+    y_ref = ref.forward(x, "max", (2, 2), (0, 0), (2, 2))
+    xd = cudnn.to_device(x)
+    y = pooling_forward(handle, PoolingDescriptor("max", 2, 0, 2), xd)
+    assert_close(y.to_numpy(), y_ref, np.float32)
+
+    pd, xdesc, ydesc = capi.cudnnPoolingDescriptor_t(), capi.cudnnTensorDescriptor_t(), capi.cudnnTensorDescriptor_t()
+    capi.cudnnCreatePoolingDescriptor(ctypes.byref(pd))
+    capi.cudnnSetPooling2dDescriptor(pd, capi.CUDNN_POOLING_MAX, capi.CUDNN_NOT_PROPAGATE_NAN, 2, 2, 0, 0, 2, 2)
+    for d, s in ((xdesc, x.shape), (ydesc, y_ref.shape)):
+        capi.cudnnCreateTensorDescriptor(ctypes.byref(d))
+        capi.cudnnSetTensor4dDescriptor(d, capi.CUDNN_TENSOR_NCHW, capi.CUDNN_DATA_FLOAT, *s)
+    n, c, hh, ww = ctypes.c_int(), ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
+    capi.cudnnGetPooling2dForwardOutputDim(pd, xdesc, *(ctypes.byref(v) for v in (n, c, hh, ww)))
+    assert (n.value, c.value, hh.value, ww.value) == y_ref.shape
+    yraw = cudnn.to_device(np.full(y_ref.shape, np.nan, np.float32))
+    capi.cudnnPoolingForward(handle.ptr, pd, ctypes.byref(ctypes.c_float(1.0)), xdesc, xd.ptr,
+                             ctypes.byref(ctypes.c_float(0.0)), ydesc, yraw.ptr)
+    assert_close(yraw.to_numpy(), y_ref, np.float32)
+    for d in (xdesc, ydesc):
+        capi.cudnnDestroyTensorDescriptor(d)
+    capi.cudnnDestroyPoolingDescriptor(pd)
