@@ -1,0 +1,155 @@
+"""Handle lifetime and streams, workspaces, dropout descriptor and timer on a real GPU."""
+import ctypes
+import gc
+import threading
+
+import numpy as np
+import pytest
+
+import cudnn_py as cudnn
+from cudnn_py import capi
+from cudnn_py.descriptors import DropoutDescriptor, TensorDescriptor
+from cudnn_py.errors import ClosedError, WorkspaceLimitError
+from cudnn_py.memory import DeviceArray
+from cudnn_py.streams import new_stream
+from cudnn_py.workspace import Workspace
+
+pytestmark = pytest.mark.gpu
+
+MiB = 1 << 20
+
+
+def _cudnn_stream(h) -> int:
+    s = capi.cudaStream_t()
+    capi.cudnnGetStream(h.ptr, ctypes.byref(s))
+    return s.value or 0
+
+
+def _set_tensor(h, a, value):
+    """A real cuDNN kernel (cudnnSetTensor) writing ``value`` into ``a`` on the handle's stream."""
+    d = TensorDescriptor(a.shape, a.dtype)
+    capi.cudnnSetTensor(h.ptr, d.ptr, a.ptr, ctypes.byref(ctypes.c_float(value)))
+
+
+def test_handle_lifetime():
+    h = cudnn.Handle()
+    assert h.ptr.value and h.device == 0 and not h.closed
+    assert _cudnn_stream(h) == h.stream_ptr
+    h.close()
+    h.close()  # idempotent
+    assert h.closed and "closed" in repr(h)
+    with pytest.raises(ClosedError):
+        h.ptr
+    with pytest.raises(ClosedError):
+        h.set_stream(None)
+    with cudnn.Handle() as h2:
+        assert h2.ptr.value
+    assert h2.closed
+
+
+def test_forgotten_handle_is_destroyed_by_gc():
+    h = cudnn.Handle()
+    finalizer = h._finalizer
+    del h
+    gc.collect()
+    assert not finalizer.alive
+
+
+def test_on_stream_switches_and_restores(rng):
+    with cudnn.Handle() as h:
+        default = h.stream_ptr
+        s = new_stream()
+        a = cudnn.empty((1 << 22,), np.float32, stream=s)
+        with h.on_stream(s):
+            assert h.stream is s and h.stream_ptr == int(s.handle) == _cudnn_stream(h)
+            _set_tensor(h, a.reshape(1, 1, 1, -1), 0.75)
+        assert h.stream_ptr == default == _cudnn_stream(h)
+        out = a.to_numpy(stream=s)  # ordered after the cuDNN kernel on s
+        assert np.all(out == 0.75)
+
+
+def test_handle_on_a_torch_stream():
+    torch = pytest.importorskip("torch")
+    ts = torch.cuda.Stream()
+    with cudnn.Handle(stream=ts) as h:
+        assert h.stream_ptr == ts.cuda_stream == _cudnn_stream(h)
+        x = torch.zeros(1, 1, 4, 4, device="cuda")
+        torch.cuda.synchronize()
+        _set_tensor(h, cudnn.as_array(x), 2.0)
+        h.synchronize()
+        assert torch.all(x == 2.0)
+
+
+def test_bad_stream_argument():
+    with cudnn.Handle() as h:
+        with pytest.raises(TypeError, match="cannot use str as a CUDA stream"):
+            h.set_stream("s")
+
+
+def test_one_handle_per_thread():
+    errors, results = [], []
+
+    def work(value):
+        try:
+            with cudnn.Handle() as h:
+                a = cudnn.empty((1, 1, 8, 8), np.float32, stream=h.stream)
+                _set_tensor(h, a, value)
+                results.append(float(a.to_numpy().mean()))
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(float(i),)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert sorted(results) == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_workspace_grows_reuses_caps_and_releases():
+    s = new_stream()
+    ws = Workspace()
+    assert ws.get(0, s) == 0 and ws.size == 0
+    p1 = ws.get(1000, s)
+    assert p1 and ws.size == MiB
+    assert ws.get(MiB, s) == p1  # fits: reused
+    p2 = ws.get(3 * MiB + 1, s)
+    assert ws.size == 4 * MiB and ws.peak == 3 * MiB + 1 and ws.ptr == p2
+    # the memory is real and writable
+    view = DeviceArray(p2, (ws.size,), np.uint8, owner=ws, stream=s)
+    view.fill_(7)
+    assert np.all(view.to_numpy() == 7)
+    ws.cap = 8 * MiB
+    with pytest.raises(WorkspaceLimitError, match="cap is 8388608"):
+        ws.get(9 * MiB, s)
+    assert ws.size == 4 * MiB and ws.ptr == p2  # a refused call changes nothing
+    ws.cap = 2 * MiB  # below the current size: frees the buffer
+    assert ws.size == 0
+    assert ws.get(2 * MiB, s) and ws.size == 2 * MiB
+    # another stream waits for the previous user before reusing the buffer
+    assert ws.get(MiB, new_stream()) == ws.ptr
+    ws.release()
+    assert ws.size == 0 and ws.ptr == 0
+    with Workspace() as scoped:
+        scoped.get(5, None)
+        assert scoped.size == MiB
+    assert scoped.size == 0
+
+
+def test_handle_workspace_is_released_on_close():
+    h = cudnn.Handle()
+    h.workspace.get(10 * MiB, h.stream)
+    assert h.workspace.size >= 10 * MiB
+    h.close()
+    assert h.workspace.size == 0
+
+
+def test_dropout_descriptor(handle):
+    d = DropoutDescriptor(handle, 0.25, seed=1234)
+    assert d.dropout == pytest.approx(0.25) and d.seed == 1234
+    assert d.states_size > 0 and d.states.ptr
+    assert "dropout=0.25" in repr(d)
+    d.close()
+    with pytest.raises(ClosedError):
+        d.ptr

@@ -1,0 +1,169 @@
+"""Device memory on a real GPU: exact round trips, fills, copies, strided views, torch exchange, stream order."""
+import numpy as np
+import pytest
+
+import cudnn_py as cudnn
+from cudnn_py.dtypes import SUPPORTED_DTYPES
+from cudnn_py.memory import DeviceArray, as_array
+from cudnn_py.streams import new_stream, timer
+
+pytestmark = pytest.mark.gpu
+
+
+def _random(rng, shape, dtype):
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return rng.random(shape) < 0.5
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return rng.integers(max(info.min, -(2 ** 31)), min(info.max, 2 ** 31 - 1), shape, endpoint=True).astype(dtype)
+    return (rng.standard_normal(shape) * 4).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", SUPPORTED_DTYPES, ids=lambda d: d.name)
+def test_round_trip_is_exact(dtype, rng):
+    host = _random(rng, (3, 5, 7), dtype)
+    a = cudnn.to_device(host)
+    assert (a.shape, a.dtype, a.is_contiguous, a.device_id) == (host.shape, host.dtype, True, 0)
+    assert a.ptr != 0
+    back = a.to_numpy()
+    assert back.dtype == host.dtype
+    assert back.tobytes() == host.tobytes()
+
+
+def test_to_device_packs_non_contiguous_host_data(rng):
+    host = rng.standard_normal((6, 8)).astype(np.float32)[:, ::2].T
+    np.testing.assert_array_equal(cudnn.to_device(host).to_numpy(), host)
+    np.testing.assert_array_equal(cudnn.to_device([[1, 2], [3, 4]], dtype=np.float16).to_numpy(),
+                                  np.array([[1, 2], [3, 4]], np.float16))
+
+
+@pytest.mark.parametrize("dtype,value", [
+    (np.float32, -1.25), (np.float64, 0.0), (np.float64, 0.1), (np.float16, 3.5), (np.int8, -7),
+    (np.uint8, 200), (np.int32, 123456), (np.int64, -(2 ** 40) - 3), (np.bool_, True)])
+def test_fill_and_zeros(dtype, value):
+    a = cudnn.zeros((4, 33), dtype)
+    np.testing.assert_array_equal(a.to_numpy(), np.zeros((4, 33), dtype))
+    assert a.fill_(value) is a
+    np.testing.assert_array_equal(a.to_numpy(), np.full((4, 33), value, dtype))
+
+
+def test_copy_from_host_and_device(rng):
+    x = rng.standard_normal((5, 6)).astype(np.float32)
+    a = cudnn.empty((5, 6), np.float32).fill_(np.nan)
+    a.copy_(x)
+    np.testing.assert_array_equal(a.to_numpy(), x)
+    b = cudnn.empty((5, 6), np.float32).fill_(np.nan)
+    b.copy_(a)
+    assert b.ptr != a.ptr
+    np.testing.assert_array_equal(b.to_numpy(), x)
+    with pytest.raises(ValueError, match="shape"):
+        b.copy_(cudnn.empty((6, 5), np.float32))
+    with pytest.raises(ValueError, match="dtype"):
+        b.copy_(cudnn.empty((5, 6), np.float64))
+    with pytest.raises(ValueError, match="expected"):
+        b.copy_(np.zeros((2, 2)))
+
+
+def test_strided_and_reversed_views_read_back(rng):
+    host = rng.standard_normal((4, 6)).astype(np.float32)
+    base = cudnn.to_device(host)
+    t = DeviceArray(base.ptr, (6, 4), np.float32, strides=(1, 6), owner=base)
+    assert not t.is_contiguous
+    np.testing.assert_array_equal(t.to_numpy(), host.T)
+    flat = host.reshape(-1)
+    rev = DeviceArray(base.ptr + (flat.size - 1) * 4, (flat.size,), np.float32, strides=(-1,), owner=base)
+    np.testing.assert_array_equal(rev.to_numpy(), flat[::-1])
+    with pytest.raises(ValueError, match="C-contiguous"):
+        t.fill_(1.0)
+
+
+def test_zero_size_arrays():
+    a = cudnn.empty((0, 3), np.float32)
+    assert a.ptr == 0 and a.nbytes == 0
+    assert a.to_numpy().shape == (0, 3)
+    assert cudnn.to_device(np.zeros((2, 0), np.int8)).shape == (2, 0)
+
+
+def test_reshape_shares_device_memory(rng):
+    host = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    a = cudnn.to_device(host)
+    b = a.reshape(6, 4)
+    b.fill_(2.0)
+    np.testing.assert_array_equal(a.to_numpy(), np.full((2, 3, 4), 2.0, np.float32))
+
+
+def test_work_on_another_stream_is_seen_after_sync(rng):
+    s = new_stream()
+    big = cudnn.empty((1 << 24,), np.float32, stream=s)  # 64 MiB: the fill takes a while
+    assert big.stream == s
+    with timer(s) as t:
+        big.fill_(3.0)
+    assert t.ms is not None and t.ms > 0
+    # to_numpy orders itself after the array's stream
+    out = big.to_numpy()
+    assert out[0] == 3.0 and out[-1] == 3.0 and np.all(out == 3.0)
+    # a device copy onto the default stream waits for the stream the source was written on
+    x = rng.standard_normal((1 << 20,)).astype(np.float32)
+    src = cudnn.to_device(x, s)
+    dst = cudnn.empty(x.shape, np.float32).fill_(np.nan)
+    dst.copy_(src)
+    np.testing.assert_array_equal(dst.to_numpy(), x)
+
+
+# --- torch ---------------------------------------------------------------------------------------------
+
+def test_torch_takes_a_device_array_without_copy(rng):
+    torch = pytest.importorskip("torch")
+    host = rng.standard_normal((3, 4)).astype(np.float32)
+    a = cudnn.to_device(host)
+    t = torch.from_dlpack(a)
+    assert t.is_cuda and t.data_ptr() == a.ptr and tuple(t.shape) == (3, 4)
+    np.testing.assert_array_equal(t.cpu().numpy(), host)
+    t.add_(1.0)  # writes through to the same memory
+    torch.cuda.synchronize()
+    np.testing.assert_array_equal(a.to_numpy(), host + 1.0)
+    c = torch.as_tensor(a, device="cuda")  # through __cuda_array_interface__
+    assert c.data_ptr() == a.ptr
+
+
+def test_torch_strided_view_of_device_array():
+    torch = pytest.importorskip("torch")
+    base = cudnn.to_device(np.arange(12, dtype=np.float32))
+    t = torch.from_dlpack(DeviceArray(base.ptr, (4, 3), np.float32, strides=(1, 4), owner=base))
+    assert t.stride() == (1, 4)
+    np.testing.assert_array_equal(t.cpu().numpy(), np.arange(12, dtype=np.float32).reshape(3, 4).T)
+
+
+def test_device_array_views_torch_tensor_without_copy():
+    torch = pytest.importorskip("torch")
+    t = torch.randn(5, 7, device="cuda").t()  # strided
+    a = as_array(t, "t")
+    assert a.ptr == t.data_ptr() and a.shape == (7, 5) and a.strides == tuple(t.stride())
+    assert a.dtype == np.float32 and a.device_id == t.device.index and not a.is_contiguous
+    np.testing.assert_array_equal(a.to_numpy(), t.cpu().numpy())
+    h = torch.zeros(4, device="cuda", dtype=torch.float16)
+    a16 = as_array(h, "h", dtype=np.float16, contiguous=True)
+    a16.fill_(1.5)
+    torch.cuda.synchronize()
+    assert h.tolist() == [1.5] * 4
+
+
+def test_torch_bfloat16_both_ways():
+    torch = pytest.importorskip("torch")
+    ml = pytest.importorskip("ml_dtypes")
+    t = torch.randn(6, device="cuda").to(torch.bfloat16)
+    a = as_array(t, "t")
+    assert a.dtype == ml.bfloat16 and a.ptr == t.data_ptr()
+    back = torch.from_dlpack(a)
+    assert back.dtype == torch.bfloat16 and torch.equal(back, t)
+
+
+def test_torch_host_tensor_and_wrong_dtype_are_refused():
+    torch = pytest.importorskip("torch")
+    with pytest.raises(TypeError, match="host memory"):
+        as_array(torch.zeros(3), "x")
+    with pytest.raises(TypeError, match="x has dtype float32; expected float16"):
+        as_array(torch.zeros(3, device="cuda"), "x", dtype=np.float16)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        as_array(torch.zeros(3, 4, device="cuda").t(), "x", contiguous=True)
