@@ -31,6 +31,7 @@ import numpy as np
 from cudnn_py import capi
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import ClosedError
+from cudnn_py.memory import DeviceArray, as_array, empty
 
 __all__ = [
     "TensorDescriptor", "FilterDescriptor", "ConvolutionDescriptor", "PoolingDescriptor",
@@ -237,8 +238,6 @@ class TensorDescriptor(_Descriptor):
     @classmethod
     def like(cls, array, dtype=None) -> TensorDescriptor:
         """A descriptor matching an array's shape, dtype and strides (a DeviceArray or any GPU tensor)."""
-        from cudnn_py.memory import as_array
-
         a = as_array(array, "array")
         return cls(a.shape, a.dtype if dtype is None else dtype, None if a.is_contiguous else a.strides)
 
@@ -635,8 +634,6 @@ class DropoutDescriptor(_Descriptor):
     _create_fn, _destroy_fn = "cudnnCreateDropoutDescriptor", "cudnnDestroyDropoutDescriptor"
 
     def __init__(self, handle, dropout: float = 0.5, seed: int = 0):
-        from cudnn_py.memory import empty
-
         dropout = float(dropout)
         if not 0.0 <= dropout <= 1.0:
             raise ValueError(f"dropout probability must be in [0, 1], got {dropout}")
@@ -834,8 +831,6 @@ def tensor_descriptor(shape, dtype=np.float32, strides=None, format=None) -> Ten
 
 def tensor_descriptor_for(array) -> TensorDescriptor:
     """The shared :class:`TensorDescriptor` for a DeviceArray's (or GPU tensor's) shape, dtype and strides."""
-    from cudnn_py.memory import DeviceArray, as_array
-
     a = array if type(array) is DeviceArray else as_array(array, "array")
     return tensor_descriptor(a.shape, a.dtype, None if a.is_contiguous else a.strides)
 
