@@ -56,13 +56,13 @@ def _padding(text: str):
     """``1`` / ``1,2`` (symmetric per dimension) / ``1:2,0:1`` (low:high per dimension)."""
     parts = text.split(",")
     try:
-        if any(":" in p for p in parts):
-            return tuple(tuple(int(v) for v in p.split(":")) if ":" in p else (int(p), int(p)) for p in parts)
-        vals = tuple(int(p) for p in parts)
+        vals = tuple(tuple(int(v) for v in p.split(":")) if ":" in p else int(p) for p in parts)
     except ValueError:
         raise argparse.ArgumentTypeError(f"--pad {text!r}: expected e.g. 1, 1,2 or 1:2,0:1") from None
-    if any(len(p) != 2 for p in vals if isinstance(p, tuple)):
+    if any(isinstance(p, tuple) and len(p) != 2 for p in vals):
         raise argparse.ArgumentTypeError(f"--pad {text!r}: each low:high pair needs exactly two numbers")
+    if any(isinstance(p, tuple) for p in vals):
+        return tuple(p if isinstance(p, tuple) else (p, p) for p in vals)
     return vals[0] if len(vals) == 1 else vals
 
 
@@ -276,7 +276,11 @@ def sweep(cfg: Config, directions, maths, repeats=10, warmup=2, workspace_limit=
     rows: list[Row] = []
     total = len(maths) * sum(len(alg._real_members(d)) for d in directions)
     done = 0
-    with Handle(device) as h:
+    try:
+        handle = Handle(device)
+    except Exception as e:  # noqa: BLE001 - no GPU, no driver, cuDNN cannot start
+        raise SystemExit(f"algos: cannot open a cuDNN handle on device {device} (a GPU is needed): {e}") from None
+    with handle as h:
         x, w, dy = (to_device(_to_layout(a, cfg.layout), h.stream) for a in (x_h, w_h, dy_h))
         out_dtype = np.float32 if dt == np.int8 else dt
         for direction, math in itertools.product(directions, maths):
