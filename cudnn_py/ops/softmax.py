@@ -52,8 +52,9 @@ def softmax_forward(handle, x, y=None, *, algo="accurate", mode="channel", alpha
     """``y = alpha * softmax(x) + beta * y`` (``cudnnSoftmaxForward``); returns y (allocated if not given)."""
     a, m = _algo_mode(algo, mode)
     xa = _array(x, "x", handle, floating=True)
+    xd = _desc4(xa, "x")
     ya = _output(y, "y", handle, xa.shape, xa.dtype)
-    xd, yd = _desc4(xa, "x"), _desc4(ya, "y")
+    yd = _desc4(ya, "y")
     al, be = _scalars(xa.dtype, alpha, beta)
     capi.cudnnSoftmaxForward(handle.ptr, a, m, al, xd, xa.ptr, be, yd, ya.ptr)
     return ya if y is None else y
@@ -68,8 +69,9 @@ def softmax_backward(handle, y, dy, dx=None, *, algo="accurate", mode="channel",
     a, m = _algo_mode(algo, mode)
     ya = _array(y, "y", handle, floating=True)
     dya = _array(dy, "dy", handle, dtype=ya.dtype, shape=ya.shape)
+    yd, dyd = _desc4(ya, "y"), _desc4(dya, "dy")
     dxa = _output(dx, "dx", handle, ya.shape, ya.dtype)
-    yd, dyd, dxd = _desc4(ya, "y"), _desc4(dya, "dy"), _desc4(dxa, "dx")
+    dxd = _desc4(dxa, "dx")
     al, be = _scalars(ya.dtype, alpha, beta)
     capi.cudnnSoftmaxBackward(handle.ptr, a, m, al, yd, ya.ptr, dyd, dya.ptr, be, dxd, dxa.ptr)
     return dxa if dx is None else dx
