@@ -1,0 +1,250 @@
+"""CTC loss with gradients through the v8 API (``cudnnCTCLoss_v8``: labels and lengths in device memory).
+
+::
+
+    costs, grads = ctc_loss(h, logits, labels, label_lengths, input_lengths)   # logits (T, N, A) float32
+    costs, grads = ctc_loss(h, logits, labels, label_lengths, input_lengths, algo="non_deterministic")
+
+``labels``: every sequence's labels concatenated (1-D), or padded rows (N, S); values in [1, A - 1]
+(0 is the blank). Host sequences or device int32 arrays; either way they are checked on the host
+before C: sequence ``b`` needs ``label_length + (number of repeated neighbours) <= input_length[b]``
+time steps, label lengths are at most ``max_label_length`` (cuDNN: 255), input lengths at most T.
+
+With ``normalization="softmax"`` (default) ``logits`` are pre-softmax activations and the gradients
+are ``d cost / d logits`` (``softmax(logits) - posterior``). With ``"none"`` the input is taken as
+probabilities already normalised. Gradients of time steps past a sequence's input length are zero.
+
+Raw C path::
+
+    d = capi.cudnnCTCLossDescriptor_t(); capi.cudnnCreateCTCLossDescriptor(byref(d))
+    capi.cudnnSetCTCLossDescriptor_v9(d, capi.CUDNN_DATA_FLOAT, capi.CUDNN_LOSS_NORMALIZATION_SOFTMAX,
+                                      capi.CUDNN_CTC_ZERO_OOB_GRADIENTS, 255)
+    capi.cudnnGetCTCLossWorkspaceSize_v8(h.ptr, algo, d, probs_desc, grads_desc, byref(ws_size))
+    capi.cudnnCTCLoss_v8(h.ptr, algo, d, probs_desc, probs.ptr, labels.ptr, label_lengths.ptr,
+                         input_lengths.ptr, costs.ptr, grads_desc, grads.ptr, ws_size, ws)
+"""
+from __future__ import annotations
+
+import ctypes
+import weakref
+from typing import NamedTuple
+
+import numpy as np
+
+from cudnn_py import capi
+from cudnn_py.descriptors import tensor_descriptor
+from cudnn_py.errors import ClosedError
+from cudnn_py.memory import DeviceArray, _is_device_like, as_array, empty, to_device
+from cudnn_py.ops.batchnorm import _array, _enum
+
+__all__ = ["CTC_ALGOS", "CTC_NORMALIZATIONS", "CTC_GRAD_MODES", "MAX_LABEL_LENGTH", "CTCLoss", "CTCLabels",
+           "check_ctc_labels", "ctc_loss_workspace_size", "ctc_loss"]
+
+CTC_ALGOS = {"deterministic": capi.CUDNN_CTC_LOSS_ALGO_DETERMINISTIC,
+             "non_deterministic": capi.CUDNN_CTC_LOSS_ALGO_NON_DETERMINISTIC}
+CTC_NORMALIZATIONS = {"softmax": capi.CUDNN_LOSS_NORMALIZATION_SOFTMAX, "none": capi.CUDNN_LOSS_NORMALIZATION_NONE}
+CTC_GRAD_MODES = {"zero_oob": capi.CUDNN_CTC_ZERO_OOB_GRADIENTS, "skip_oob": capi.CUDNN_CTC_SKIP_OOB_GRADIENTS}
+#: The longest label sequence cuDNN's CTC accepts.
+MAX_LABEL_LENGTH = 255
+
+
+def _destroy(ptr) -> None:
+    try:
+        capi.cudnnDestroyCTCLossDescriptor(ptr)
+    except Exception:  # interpreter shutdown
+        pass
+
+
+class CTCLoss:
+    """A ``cudnnCTCLossDescriptor_t`` (v9 setter): float32 compute, ``normalization`` "softmax" or "none",
+    ``grad_mode`` "zero_oob" or "skip_oob" (gradients of sequences whose labels cannot fit), and
+    ``max_label_length``. Works without a GPU; properties read the settings back from cuDNN."""
+
+    def __init__(self, normalization="softmax", grad_mode="zero_oob", max_label_length: int = MAX_LABEL_LENGTH):
+        norm = _enum(normalization, CTC_NORMALIZATIONS, capi.cudnnLossNormalizationMode_t, "CTC normalization")
+        gm = _enum(grad_mode, CTC_GRAD_MODES, capi.cudnnCTCGradMode_t, "CTC grad_mode")
+        if (isinstance(max_label_length, bool) or not isinstance(max_label_length, (int, np.integer))
+                or not 1 <= max_label_length <= MAX_LABEL_LENGTH):
+            raise ValueError(f"max_label_length must be an int in [1, {MAX_LABEL_LENGTH}], got {max_label_length!r}")
+        ptr = capi.cudnnCTCLossDescriptor_t()
+        capi.cudnnCreateCTCLossDescriptor(ctypes.byref(ptr))
+        self._finalizer = weakref.finalize(self, _destroy, ptr)
+        self._ptr = ptr
+        capi.cudnnSetCTCLossDescriptor_v9(ptr, capi.CUDNN_DATA_FLOAT, norm, gm, int(max_label_length))
+
+    @property
+    def ptr(self) -> capi.cudnnCTCLossDescriptor_t:
+        if self._ptr is None:
+            raise ClosedError("this CTCLoss descriptor is closed")
+        return self._ptr
+
+    def _get(self):
+        ct, norm, gm, mll = ctypes.c_int(), ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
+        capi.cudnnGetCTCLossDescriptor_v9(self.ptr, ctypes.byref(ct), ctypes.byref(norm), ctypes.byref(gm),
+                                          ctypes.byref(mll))
+        return (capi.cudnnDataType_t(ct.value), capi.cudnnLossNormalizationMode_t(norm.value),
+                capi.cudnnCTCGradMode_t(gm.value), mll.value)
+
+    @property
+    def compute_type(self) -> capi.cudnnDataType_t:
+        return self._get()[0]
+
+    @property
+    def normalization(self) -> capi.cudnnLossNormalizationMode_t:
+        return self._get()[1]
+
+    @property
+    def grad_mode(self) -> capi.cudnnCTCGradMode_t:
+        return self._get()[2]
+
+    @property
+    def max_label_length(self) -> int:
+        return self._get()[3]
+
+    def close(self) -> None:
+        if self._ptr is not None:
+            self._ptr = None
+            self._finalizer()
+
+    def __repr__(self) -> str:
+        if self._ptr is None:
+            return "<CTCLoss closed>"
+        ct, norm, gm, mll = self._get()
+        return f"CTCLoss(normalization={norm.name}, grad_mode={gm.name}, max_label_length={mll})"
+
+
+_DESCS: dict = {}
+
+
+def _ctc_desc(normalization, grad_mode, max_label_length) -> CTCLoss:
+    key = (normalization, grad_mode, max_label_length)
+    d = _DESCS.get(key)
+    if d is None:
+        d = _DESCS[key] = CTCLoss(normalization, grad_mode, max_label_length)
+    return d
+
+
+class CTCLabels(NamedTuple):
+    """Host int32 arrays, validated: ``labels`` concatenated, ``label_lengths`` and ``input_lengths`` (N,)."""
+    labels: np.ndarray
+    label_lengths: np.ndarray
+    input_lengths: np.ndarray
+
+
+def _host_ints(obj, name: str) -> np.ndarray:
+    if _is_device_like(obj):
+        obj = as_array(obj, name).to_numpy()
+    a = np.asarray(obj)
+    if a.dtype.kind not in "iu" and not (a.dtype.kind == "f" and a.size == 0):
+        raise TypeError(f"{name} must hold integers, got dtype {a.dtype}")
+    return a.astype(np.int64)
+
+
+def check_ctc_labels(labels, label_lengths, input_lengths, time_steps: int, alphabet_size: int,
+                     max_label_length: int = MAX_LABEL_LENGTH) -> CTCLabels:
+    """Validate CTC labels on the host (no GPU needed) and return them as int32 arrays.
+
+    Raises ValueError naming the first sequence that is wrong: a length out of range, a label outside
+    [1, alphabet_size - 1], or a label sequence longer than its input allows (each repeated neighbour
+    needs a blank between, so it costs one more time step).
+    """
+    ll = _host_ints(label_lengths, "label_lengths")
+    il = _host_ints(input_lengths, "input_lengths")
+    lab = _host_ints(labels, "labels")
+    if ll.ndim != 1 or il.ndim != 1 or ll.shape != il.shape:
+        raise ValueError(f"label_lengths and input_lengths must be 1-D with one entry per sequence; got shapes "
+                         f"{ll.shape} and {il.shape}")
+    n = ll.shape[0]
+    if alphabet_size < 2:
+        raise ValueError(f"the alphabet needs the blank (0) and at least one label; alphabet size is {alphabet_size}")
+    for b in range(n):
+        if not 1 <= il[b] <= time_steps:
+            raise ValueError(f"input_lengths[{b}] = {il[b]}; it must be in [1, {time_steps}] (the logits' T)")
+        if not 0 <= ll[b] <= max_label_length:
+            raise ValueError(f"label_lengths[{b}] = {ll[b]}; it must be in [0, {max_label_length}] "
+                             f"(cuDNN's CTC limit / max_label_length)")
+    if lab.ndim == 2:
+        if lab.shape[0] != n or (n and lab.shape[1] < ll.max()):
+            raise ValueError(f"padded labels have shape {lab.shape}; expected ({n}, >= {int(ll.max(initial=0))})")
+        lab = np.concatenate([lab[b, :ll[b]] for b in range(n)]) if n else lab.reshape(0)
+    elif lab.ndim != 1:
+        raise ValueError(f"labels must be 1-D (concatenated) or 2-D (N, S) padded; got shape {lab.shape}")
+    if lab.shape[0] != ll.sum():
+        raise ValueError(f"labels holds {lab.shape[0]} labels but label_lengths sum to {int(ll.sum())}")
+    bad = np.flatnonzero((lab < 1) | (lab >= alphabet_size))
+    if bad.size:
+        raise ValueError(f"labels[{bad[0]}] = {lab[bad[0]]}; labels must be in [1, {alphabet_size - 1}] "
+                         f"(0 is the blank, alphabet size {alphabet_size})")
+    offs = np.concatenate([[0], np.cumsum(ll)])
+    for b in range(n):
+        seq = lab[offs[b]:offs[b + 1]]
+        need = int(ll[b]) + int(np.count_nonzero(seq[1:] == seq[:-1]))
+        if need > il[b]:
+            raise ValueError(f"sequence {b}: its {ll[b]} labels need at least {need} time steps (one more per "
+                             f"repeated neighbour) but input_lengths[{b}] = {il[b]}; the labels are longer than "
+                             f"the input allows")
+    return CTCLabels(lab.astype(np.int32), ll.astype(np.int32), il.astype(np.int32))
+
+
+def _logits(handle, logits) -> DeviceArray:
+    x = _array(logits, "logits", handle)
+    if x.dtype != np.float32:
+        raise TypeError(f"logits has dtype {x.dtype}; cuDNN's CTC loss takes float32")
+    if x.ndim != 3:
+        raise ValueError(f"logits has shape {x.shape}; expected (T, N, A): time steps, batch, alphabet")
+    if not x.is_contiguous:
+        raise ValueError("logits must be C-contiguous (T, N, A)")
+    return x
+
+
+def ctc_loss_workspace_size(handle, logits_shape, *, algo="deterministic", normalization="softmax",
+                            grad_mode="zero_oob", max_label_length: int = MAX_LABEL_LENGTH,
+                            compute_gradients: bool = True) -> int:
+    """Workspace bytes ``cudnnCTCLoss_v8`` needs for logits of shape (T, N, A) (``cudnnGetCTCLossWorkspaceSize_v8``)."""
+    al = _enum(algo, CTC_ALGOS, capi.cudnnCTCLossAlgo_t, "CTC algo")
+    shape = tuple(int(d) for d in logits_shape)
+    if len(shape) != 3:
+        raise ValueError(f"logits shape must be (T, N, A), got {shape}")
+    desc = _ctc_desc(normalization, grad_mode, max_label_length)
+    pd = tensor_descriptor(shape, np.float32).ptr
+    n = ctypes.c_size_t()
+    capi.cudnnGetCTCLossWorkspaceSize_v8(handle.ptr, al, desc.ptr, pd, pd if compute_gradients else None,
+                                         ctypes.byref(n))
+    return n.value
+
+
+def ctc_loss(handle, logits, labels, label_lengths, input_lengths, *, algo="deterministic",
+             normalization="softmax", grad_mode="zero_oob", max_label_length: int = MAX_LABEL_LENGTH,
+             compute_gradients: bool = True, costs=None,
+             gradients=None) -> tuple[DeviceArray, DeviceArray | None]:
+    """CTC costs (N,) and gradients (T, N, A) (None when ``compute_gradients`` is False), float32
+    (``cudnnCTCLoss_v8``). ``algo``: "deterministic" or "non_deterministic". Outputs allocated when not given."""
+    al = _enum(algo, CTC_ALGOS, capi.cudnnCTCLossAlgo_t, "CTC algo")
+    x = _logits(handle, logits)
+    t, n, a = x.shape
+    host = check_ctc_labels(labels, label_lengths, input_lengths, t, a, max_label_length)
+    if host.label_lengths.shape[0] != n:
+        raise ValueError(f"{host.label_lengths.shape[0]} label/input lengths for a batch of {n} (logits' N)")
+    desc = _ctc_desc(normalization, grad_mode, max_label_length)
+    c = (empty((n,), np.float32, stream=handle.stream, device=handle.device) if costs is None
+         else _array(costs, "costs", handle, dtype=np.float32, shape=(n,)))
+    g = None
+    if compute_gradients:
+        g = (empty(x.shape, np.float32, stream=handle.stream, device=handle.device) if gradients is None
+             else _array(gradients, "gradients", handle, dtype=np.float32, shape=x.shape))
+        if not g.is_contiguous:
+            raise ValueError("gradients must be C-contiguous")
+    elif gradients is not None:
+        raise ValueError("gradients given but compute_gradients is False")
+    # device copies of the validated labels and lengths (cudnnCTCLoss_v8 reads them from device memory)
+    lab = host.labels if host.labels.size else np.zeros(1, np.int32)
+    dev = [to_device(v, handle.stream, device=handle.device) for v in (lab, host.label_lengths, host.input_lengths)]
+    pd = tensor_descriptor(x.shape, np.float32).ptr
+    ws_size = ctypes.c_size_t()
+    capi.cudnnGetCTCLossWorkspaceSize_v8(handle.ptr, al, desc.ptr, pd, pd if g is not None else None,
+                                         ctypes.byref(ws_size))
+    ws = handle.workspace.get(ws_size.value, handle.stream)
+    capi.cudnnCTCLoss_v8(handle.ptr, al, desc.ptr, pd, x.ptr, dev[0].ptr, dev[1].ptr, dev[2].ptr, c.ptr,
+                         pd if g is not None else None, None if g is None else g.ptr, ws_size.value, ws or None)
+    # ``dev`` was allocated on the handle's stream, so freeing it when it goes out of scope is ordered after the kernel
+    return c, g

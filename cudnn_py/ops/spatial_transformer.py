@@ -1,0 +1,178 @@
+"""Spatial transformer: affine grid generator and bilinear sampler, forward and backward.
+
+::
+
+    grid = spatial_tf_grid_forward(h, theta, (n, c, ho, wo))      # theta (N, 2, 3) -> grid (N, Ho, Wo, 2)
+    y = spatial_tf_sampler_forward(h, x, grid)                     # x (N, C, H, W) -> y (N, C, Ho, Wo)
+    dx, dgrid = spatial_tf_sampler_backward(h, x, grid, dy)
+    dtheta = spatial_tf_grid_backward(h, dgrid)
+
+The grid holds (x, y) sampling positions in [-1, 1] (-1 and 1 are the centres of the first and last
+pixels); positions outside read zeros. cuDNN supports 2-D (4-D tensors) with a bilinear sampler.
+
+Raw C path::
+
+    st = capi.cudnnSpatialTransformerDescriptor_t(); capi.cudnnCreateSpatialTransformerDescriptor(byref(st))
+    capi.cudnnSetSpatialTransformerNdDescriptor(st, capi.CUDNN_SAMPLER_BILINEAR, capi.CUDNN_DATA_FLOAT, 4, dims)
+    capi.cudnnSpatialTfGridGeneratorForward(h.ptr, st, theta.ptr, grid.ptr)
+    capi.cudnnSpatialTfSamplerForward(h.ptr, st, alpha, x_desc, x.ptr, grid.ptr, beta, y_desc, y.ptr)
+"""
+from __future__ import annotations
+
+import ctypes
+import weakref
+
+import numpy as np
+
+from cudnn_py import capi
+from cudnn_py.dtypes import cudnn_dtype
+from cudnn_py.errors import ClosedError
+from cudnn_py.memory import DeviceArray, empty
+from cudnn_py.ops.batchnorm import _array, _desc, _scalars
+
+__all__ = ["SpatialTransformer", "spatial_transformer", "spatial_tf_grid_forward", "spatial_tf_grid_backward",
+           "spatial_tf_sampler_forward", "spatial_tf_sampler_backward"]
+
+_FLOATS = frozenset(np.dtype(d) for d in ("float16", "float32", "float64"))
+
+
+def _destroy(ptr) -> None:
+    try:
+        capi.cudnnDestroySpatialTransformerDescriptor(ptr)
+    except Exception:  # interpreter shutdown
+        pass
+
+
+class SpatialTransformer:
+    """A ``cudnnSpatialTransformerDescriptor_t`` for output ``shape`` (N, C, H, W) and ``dtype``
+    (bilinear sampler). Works without a GPU; :func:`spatial_transformer` caches them."""
+
+    def __init__(self, shape, dtype=np.float32):
+        shape = tuple(shape)
+        if len(shape) != 4 or not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d > 0
+                                      for d in shape):
+            raise ValueError(f"spatial transformer output shape must be 4 positive ints (N, C, H, W), got {shape!r}")
+        dt = np.dtype(dtype)
+        if dt not in _FLOATS:
+            raise TypeError(f"spatial transformer dtype must be float16, float32 or float64, got {dt}")
+        self.shape, self.dtype = tuple(int(d) for d in shape), dt
+        ptr = capi.cudnnSpatialTransformerDescriptor_t()
+        capi.cudnnCreateSpatialTransformerDescriptor(ctypes.byref(ptr))
+        self._finalizer = weakref.finalize(self, _destroy, ptr)
+        self._ptr = ptr
+        capi.cudnnSetSpatialTransformerNdDescriptor(ptr, capi.CUDNN_SAMPLER_BILINEAR, cudnn_dtype(dt), 4,
+                                                    (ctypes.c_int * 4)(*self.shape))
+
+    @property
+    def ptr(self) -> capi.cudnnSpatialTransformerDescriptor_t:
+        if self._ptr is None:
+            raise ClosedError("this SpatialTransformer is closed")
+        return self._ptr
+
+    @property
+    def grid_shape(self) -> tuple[int, int, int, int]:
+        n, _, h, w = self.shape
+        return (n, h, w, 2)
+
+    def close(self) -> None:
+        if self._ptr is not None:
+            self._ptr = None
+            self._finalizer()
+
+    def __repr__(self) -> str:
+        return f"SpatialTransformer(shape={self.shape}, dtype={self.dtype.name})"
+
+
+_CACHE: dict = {}
+
+
+def spatial_transformer(shape, dtype=np.float32) -> SpatialTransformer:
+    """A cached :class:`SpatialTransformer` for output ``shape`` and ``dtype``."""
+    key = (tuple(int(d) for d in shape), np.dtype(dtype))
+    st = _CACHE.get(key)
+    if st is None:
+        if len(_CACHE) >= 256:
+            _CACHE.pop(next(iter(_CACHE)))
+        st = _CACHE[key] = SpatialTransformer(*key)
+    return st
+
+
+def _float_array(obj, name, handle, **kw) -> DeviceArray:
+    a = _array(obj, name, handle, **kw)
+    if a.dtype not in _FLOATS:
+        raise TypeError(f"{name} has dtype {a.dtype}; the spatial transformer needs float16, float32 or float64")
+    if not a.is_contiguous:
+        raise ValueError(f"{name} must be C-contiguous (shape {a.shape}, strides {a.strides})")
+    return a
+
+
+def _out(out, name, handle, shape, dtype) -> DeviceArray:
+    if out is None:
+        return empty(tuple(shape), dtype, stream=handle.stream, device=handle.device)
+    return _float_array(out, name, handle, dtype=dtype, shape=shape)
+
+
+def _grid(obj, name, handle, dtype=None) -> DeviceArray:
+    g = _float_array(obj, name, handle, dtype=dtype)
+    if g.ndim != 4 or g.shape[3] != 2:
+        raise ValueError(f"{name} has shape {g.shape}; expected (N, H_out, W_out, 2)")
+    return g
+
+
+def spatial_tf_grid_forward(handle, theta, out_shape, grid=None) -> DeviceArray:
+    """Sampling grid (N, H, W, 2) from affine matrices ``theta`` (N, 2, 3) for output ``out_shape``
+    (N, C, H, W) (``cudnnSpatialTfGridGeneratorForward``)."""
+    th = _float_array(theta, "theta", handle)
+    out_shape = tuple(out_shape)
+    if th.ndim != 3 or th.shape[1:] != (2, 3):
+        raise ValueError(f"theta has shape {th.shape}; expected (N, 2, 3) affine matrices")
+    if len(out_shape) != 4 or out_shape[0] != th.shape[0]:
+        raise ValueError(f"out_shape {out_shape} must be (N, C, H, W) with N = {th.shape[0]} (theta's batch)")
+    st = spatial_transformer(out_shape, th.dtype)
+    g = _out(grid, "grid", handle, st.grid_shape, th.dtype)
+    capi.cudnnSpatialTfGridGeneratorForward(handle.ptr, st.ptr, th.ptr, g.ptr)
+    return g
+
+
+def spatial_tf_grid_backward(handle, dgrid, dtheta=None) -> DeviceArray:
+    """Gradient w.r.t. theta (N, 2, 3) from the grid gradient (N, H, W, 2) (``cudnnSpatialTfGridGeneratorBackward``)."""
+    dg = _grid(dgrid, "dgrid", handle)
+    n, h, w, _ = dg.shape
+    st = spatial_transformer((n, 1, h, w), dg.dtype)
+    dt = _out(dtheta, "dtheta", handle, (n, 2, 3), dg.dtype)
+    capi.cudnnSpatialTfGridGeneratorBackward(handle.ptr, st.ptr, dg.ptr, dt.ptr)
+    return dt
+
+
+def _sampler_setup(handle, x, grid):
+    xa = _float_array(x, "x", handle)
+    if xa.ndim != 4:
+        raise ValueError(f"x has shape {xa.shape}; the spatial transformer samples 4-D (N, C, H, W) data")
+    g = _grid(grid, "grid", handle, dtype=xa.dtype)
+    if g.shape[0] != xa.shape[0]:
+        raise ValueError(f"grid has batch {g.shape[0]} but x has batch {xa.shape[0]}")
+    y_shape = (xa.shape[0], xa.shape[1], g.shape[1], g.shape[2])
+    return xa, g, y_shape, spatial_transformer(y_shape, xa.dtype)
+
+
+def spatial_tf_sampler_forward(handle, x, grid, y=None, *, alpha: float = 1.0, beta: float = 0.0) -> DeviceArray:
+    """``y = alpha * bilinear(x, grid) + beta * y`` (``cudnnSpatialTfSamplerForward``); y is (N, C, H_out, W_out)."""
+    xa, g, y_shape, st = _sampler_setup(handle, x, grid)
+    ya = _out(y, "y", handle, y_shape, xa.dtype)
+    al, be = _scalars(xa.dtype, alpha, beta)
+    capi.cudnnSpatialTfSamplerForward(handle.ptr, st.ptr, al, _desc(xa), xa.ptr, g.ptr, be, _desc(ya), ya.ptr)
+    return ya
+
+
+def spatial_tf_sampler_backward(handle, x, grid, dy, dx=None, dgrid=None, *, alpha: float = 1.0,
+                                beta: float = 0.0, alpha_dgrid: float = 1.0,
+                                beta_dgrid: float = 0.0) -> tuple[DeviceArray, DeviceArray]:
+    """(dx, dgrid) of the sampler (``cudnnSpatialTfSamplerBackward``), each blended with its alpha/beta."""
+    xa, g, y_shape, st = _sampler_setup(handle, x, grid)
+    dya = _float_array(dy, "dy", handle, dtype=xa.dtype, shape=y_shape)
+    dxa = _out(dx, "dx", handle, xa.shape, xa.dtype)
+    dga = _out(dgrid, "dgrid", handle, g.shape, xa.dtype)
+    al, be, ag, bg = _scalars(xa.dtype, alpha, beta, alpha_dgrid, beta_dgrid)
+    capi.cudnnSpatialTfSamplerBackward(handle.ptr, st.ptr, al, _desc(xa), xa.ptr, be, _desc(dxa), dxa.ptr, ag,
+                                       _desc(dya), dya.ptr, g.ptr, bg, dga.ptr)
+    return dxa, dga
