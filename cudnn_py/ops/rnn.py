@@ -459,6 +459,11 @@ def _ptr(a) -> int | None:
     return None if a is None else a.ptr
 
 
+def _int_ptr(a) -> ctypes._Pointer:
+    """A device int32 array as the ``const int32_t[]`` the C prototypes declare (ctypes wants a typed pointer)."""
+    return ctypes.cast(a.ptr, ctypes.POINTER(ctypes.c_int32))
+
+
 def rnn_forward(handle, rnn: RNN, x, weights, *, seq_lengths=None, layout="seq_major", hx=None, cx=None,
                 y=None, hy=None, cy=None, training: bool = False) -> RNNForwardResult:
     """``cudnnRNNForward``: outputs ``y`` and final states ``hy`` (and ``cy`` for LSTM).
@@ -513,7 +518,7 @@ def rnn_forward(handle, rnn: RNN, x, weights, *, seq_lengths=None, layout="seq_m
     capi.cudnnGetRNNTempSpaceSizes(handle.ptr, rnn.ptr, mode, x_desc.ptr, byref(work_n), byref(reserve_n))
     reserve = memory.empty((reserve_n.value,), np.uint8, stream=stream, device=handle.device) if training else None
     work = handle.workspace.get(work_n.value, stream)
-    capi.cudnnRNNForward(handle.ptr, rnn.ptr, mode, dev_lengths.ptr, x_desc.ptr, x.ptr, y_desc.ptr, y.ptr,
+    capi.cudnnRNNForward(handle.ptr, rnn.ptr, mode, _int_ptr(dev_lengths), x_desc.ptr, x.ptr, y_desc.ptr, y.ptr,
                          h_desc.ptr, _ptr(hx), hy.ptr, c_desc.ptr, _ptr(cx), _ptr(cy) if is_lstm else None,
                          w.nbytes, w.ptr, work_n.value, work or None,
                          reserve_n.value if training else 0, _ptr(reserve) if reserve_n.value else None)
@@ -560,7 +565,7 @@ def rnn_backward_data(handle, rnn: RNN, fwd: RNNForwardResult, dy, weights, *, d
                                    byref(work_n), byref(reserve_n))
     work = handle.workspace.get(work_n.value, stream)
     capi.cudnnRNNBackwardData_v8(
-        handle.ptr, rnn.ptr, ctx["dev_lengths"].ptr, ctx["y_desc"].ptr, fwd.y.ptr, dy.ptr, ctx["x_desc"].ptr, dx.ptr,
+        handle.ptr, rnn.ptr, _int_ptr(ctx["dev_lengths"]), ctx["y_desc"].ptr, fwd.y.ptr, dy.ptr, ctx["x_desc"].ptr, dx.ptr,
         ctx["h_desc"].ptr, _ptr(ctx["hx"]), _ptr(dhy), dhx.ptr,
         ctx["c_desc"].ptr, _ptr(ctx["cx"]), _ptr(dcy), _ptr(dcx) if is_lstm else None,
         w.nbytes, w.ptr, work_n.value, work or None, fwd.reserve.nbytes, _ptr(fwd.reserve) or None)
@@ -583,7 +588,7 @@ def rnn_backward_weights(handle, rnn: RNN, fwd: RNNForwardResult, dweights=None)
                                    byref(work_n), byref(reserve_n))
     work = handle.workspace.get(work_n.value, stream)
     capi.cudnnRNNBackwardWeights_v8(
-        handle.ptr, rnn.ptr, capi.CUDNN_WGRAD_MODE_ADD, ctx["dev_lengths"].ptr, ctx["x_desc"].ptr, ctx["x"].ptr,
+        handle.ptr, rnn.ptr, capi.CUDNN_WGRAD_MODE_ADD, _int_ptr(ctx["dev_lengths"]), ctx["x_desc"].ptr, ctx["x"].ptr,
         ctx["h_desc"].ptr, _ptr(ctx["hx"]), ctx["y_desc"].ptr, fwd.y.ptr, dw.nbytes, dw.ptr,
         work_n.value, work or None, fwd.reserve.nbytes, _ptr(fwd.reserve) or None)
     return dw
