@@ -320,7 +320,7 @@ def sweep(cfg: Config, directions, maths, repeats=10, warmup=2, workspace_limit=
                         h, conv, x if direction != "backward_data" else out,
                         w if direction != "backward_filter" else out, dy if direction != "forward" else out,
                         algo=algo, direction=direction)
-                    out.fill_(float("nan") if out_dtype != np.int8 else 0)
+                    out.fill_(0 if out.dtype == np.int8 else float("nan"))
                     for _ in range(max(warmup, 1)):
                         call()
                     times = []

@@ -23,6 +23,7 @@ one C call.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import math
 from typing import Any, Sequence
 
@@ -227,7 +228,6 @@ class _Geometry:
         else:
             raise ValueError(f"w must be packed NCHW or channels-last: strides {_packed(ws, False)} or "
                              f"{_packed(ws, True)} (elements, logical order), got {wst}")
-        _check_dtypes(np.dtype(dtype), np.dtype(dtype), np.dtype(y_dtype))
         nd = len(xs) - 2
         pads, st, dil = conv.params(nd)
         self.out_shape = _physical(ys, conv.layout)  # what a caller-facing output looks like
@@ -268,9 +268,9 @@ class _Geometry:
 
     def cache_key(self, direction: str, device: int, deterministic: bool, limit) -> tuple:
         """The JSON-representable key of the "fastest" cache."""
-        return (direction, list(self.x_shape), list(self.x_strides), list(self.w_shape), self.w_nhwc,
-                list(self.y_shape), list(self.y_strides), self.dtype.name, self.y_dtype.name, self.compute.name,
-                list(self.pads), list(self.stride), list(self.dilation), self.conv.groups, self.conv.mode.name,
+        return (direction, tuple(self.x_shape), tuple(self.x_strides), tuple(self.w_shape), self.w_nhwc,
+                tuple(self.y_shape), tuple(self.y_strides), self.dtype.name, self.y_dtype.name, self.compute.name,
+                tuple(self.pads), tuple(self.stride), tuple(self.dilation), self.conv.groups, self.conv.mode.name,
                 self.conv.math_type.name, bool(deterministic), limit, device)
 
 
@@ -333,7 +333,8 @@ def _c_nbytes(g: _Geometry, direction: str) -> int:
     if direction == "forward":
         shape, strides, item = g.y_shape, g.y_strides, g.np_y_dtype.itemsize
     elif direction == "backward_data":
-        shape, strides, item = g.x_shape, (g.xp_strides if g.asym else g.x_strides), g.np_dtype.itemsize
+        shape, strides = (g.xp_shape, g.xp_strides) if g.asym else (g.x_shape, g.x_strides)
+        item = g.np_dtype.itemsize
     else:
         shape, strides, item = g.w_shape, _packed(g.w_shape, g.w_nhwc), g.np_dtype.itemsize
     return (1 + sum((n - 1) * s for n, s in zip(shape, strides))) * item
@@ -357,7 +358,7 @@ def _resolve(handle, g: _Geometry, direction: str, spec, deterministic: bool, li
             return _alg.workspace_size(handle, direction, a, b, g.conv_desc(r.math_type), c, r.algo)
         if spec.lower() == "heuristic":
             records = _alg.heuristic_algorithms(handle, direction, a, b, g.conv_desc(requested), c)
-            chosen = _alg.select_algorithm(records, limit, size, deterministic)
+            chosen = _alg.select_algorithm(_honouring(records, requested), limit, size, deterministic)
             return chosen.algo, chosen.math_type, size(chosen)
         key = g.cache_key(direction, _device_id(handle), deterministic, limit)
         chosen = _alg.algorithm_cache.get(key)
@@ -376,7 +377,18 @@ def _resolve(handle, g: _Geometry, direction: str, spec, deterministic: bool, li
 
 def _find(handle, g: _Geometry, direction: str, limit, deterministic: bool, in_ptrs):
     """Benchmark with ``Find...Ex`` and pick the best allowed record."""
-    return _alg.select_algorithm(_find_records(handle, g, direction, limit, in_ptrs), limit, None, deterministic)
+    records = _find_records(handle, g, direction, limit, in_ptrs)
+    return _alg.select_algorithm(_honouring(records, g.conv.math_type), limit, None, deterministic)
+
+
+def _honouring(records, requested):
+    """The records whose math type the request allows (DEFAULT also allows TENSOR_OP; FMA and the
+    conversion mode only themselves); all records if cuDNN labelled none of them so."""
+    allowed = {int(requested)}
+    if requested == capi.CUDNN_DEFAULT_MATH:
+        allowed.add(int(capi.CUDNN_TENSOR_OP_MATH))
+    kept = [r for r in records if int(r.math_type) in allowed]
+    return kept or [dataclasses.replace(r, math_type=requested) for r in records]
 
 
 def _find_records(handle, g: _Geometry, direction: str, limit, in_ptrs):
@@ -435,7 +447,7 @@ def _plan(handle, key, direction, conv, arrays, spec, deterministic, workspace_l
     p.keep = _descs(g, direction) + (g.conv_desc(math_type),)
     p.a, p.b, p.c, p.conv_desc = (d.ptr for d in p.keep)
     p.algo = algo
-    p.fn = getattr(capi, _FUNCS[direction])
+    p.fn = getattr(capi, _FUNCS[direction]).raw  # the bound ctypes function (status still checked)
     p.double = g.compute == capi.CUDNN_DATA_DOUBLE
     p.gen = _alg.algorithm_cache.generation if isinstance(spec, str) and spec.lower() == "fastest" else None
     _PLANS[key] = p
@@ -629,7 +641,8 @@ def convolution_bias_activation_forward(handle, conv: Convolution, x, w, bias, *
     """``y = act(alpha1 * conv(x, w) + alpha2 * z + bias)`` (``cudnnConvolutionBiasActivationForward``).
 
     ``activation``: ``"relu"`` or ``"identity"`` (cuDNN runs identity only with IMPLICIT_PRECOMP_GEMM,
-    which is then chosen for you). ``z`` defaults to y itself (with ``alpha2`` 0 unless y is given).
+    which is then chosen for you). Without ``z`` (then ``alpha2`` must be 0) y is zeroed first and
+    used as z; pass ``z=y`` to add y's current values instead.
     ``bias`` holds one value per output channel.
     """
     act = _enum_arg(activation, _ACTIVATIONS, capi.cudnnActivationMode_t, "activation")
@@ -656,6 +669,11 @@ def convolution_bias_activation_forward(handle, conv: Convolution, x, w, bias, *
     if za is not ya and _sig(za) != _sig(ya):
         raise ValueError(f"z must look like y: shape {ya.shape} strides {ya.strides} dtype {ya.dtype}, got "
                          f"{za.shape} {za.strides} {za.dtype}")
+    if z is None:  # z aliases y: clear it so that alpha2 * z cannot bring in stale values (or NaN)
+        if alpha2 != 0.0:
+            raise ValueError("alpha2 scales z; pass z (it may be y itself) or leave alpha2 at 0")
+        zero = _scalars(p.double, 0.0, 0.0)[0]
+        capi.cudnnSetTensor(handle.ptr, p.c, ya.ptr, zero)
     xp = _pad_input(handle, g, xa) if g.asym else xa
     a1, a2, _, _ = _scalars(p.double, alpha1, alpha2)
     capi.cudnnConvolutionBiasActivationForward(
