@@ -1,0 +1,240 @@
+"""Tensor operations: descriptors, layouts, bad input (CPU); add, op-tensor, scale, set, transform(Ex), reduce (GPU)."""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+
+from cudnn_py import capi
+from cudnn_py.ops import tensor_ops as T
+from reference import tensor_ops as ref
+from reference.tensor_ops import NoCallHandle, assert_close, fake_array
+
+
+# ---------------------------------------------------------------- CPU
+
+@pytest.mark.parametrize("op", list(T.OP_TENSOR_OPS))
+def test_op_tensor_descriptor_round_trip(op):
+    d = T._op_desc(T.OP_TENSOR_OPS[op], capi.CUDNN_DATA_FLOAT, True)
+    o, c, nan = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
+    capi.cudnnGetOpTensorDescriptor(d, ctypes.byref(o), ctypes.byref(c), ctypes.byref(nan))
+    assert (o.value, c.value, nan.value) == (int(T.OP_TENSOR_OPS[op]), int(capi.CUDNN_DATA_FLOAT),
+                                             int(capi.CUDNN_PROPAGATE_NAN))
+
+
+@pytest.mark.parametrize("op", list(T.REDUCE_OPS))
+def test_reduce_descriptor_round_trip(op):
+    indices = op in ("min", "max", "amax")
+    d = T._reduce_desc(T.REDUCE_OPS[op], capi.CUDNN_DATA_DOUBLE, False, indices)
+    vals = [ctypes.c_int() for _ in range(5)]
+    capi.cudnnGetReduceTensorDescriptor(d, *(ctypes.byref(v) for v in vals))
+    assert [v.value for v in vals] == [int(T.REDUCE_OPS[op]), int(capi.CUDNN_DATA_DOUBLE),
+                                       int(capi.CUDNN_NOT_PROPAGATE_NAN), int(indices), int(capi.CUDNN_32BIT_INDICES)]
+
+
+def test_tensor_descriptor_pads_to_four_dims_and_reads_back():
+    d = T._tensor_desc((6, 5), (5, 1), np.float16)
+    shape, strides, dtype = T._read_tensor_desc(d)
+    assert (shape, strides, dtype) == ((6, 5, 1, 1), (5, 1, 1, 1), np.dtype(np.float16))
+    assert T._tensor_desc((6, 5), (5, 1), np.float16) is d  # cached
+
+
+def test_nhwc_strides():
+    assert T._format_strides((2, 3, 4, 5), "NHWC") == (60, 1, 15, 3)
+    assert T._format_strides((2, 3, 4, 5, 6), "nhwc") == (360, 1, 90, 18, 3)
+    assert T._format_strides((2, 3, 4, 5), "NCHW") == (60, 20, 5, 1)
+
+
+def test_reference_reduce_indices_point_at_the_values(rng):
+    a = rng.standard_normal((3, 4, 5, 2))
+    for op, pick in (("max", np.max), ("min", np.min)):
+        r, idx = ref.reduce(op, a, (3, 1, 5, 1))
+        for n in range(3):
+            for h in range(5):
+                block = a[n, :, h, :]
+                assert block.reshape(-1)[idx[n, 0, h, 0]] == r[n, 0, h, 0] == pick(block)
+
+
+@pytest.mark.parametrize("call,exc,words", [
+    (lambda h: T.add_tensor(h, fake_array((1, 3, 1, 2)), fake_array((2, 3, 4, 5))), ValueError, "broadcast"),
+    (lambda h: T.add_tensor(h, fake_array((1, 3, 1, 1), np.float16), fake_array((2, 3, 4, 5))), TypeError, "dtype"),
+    (lambda h: T.add_tensor(h, fake_array((1,) * 6), fake_array((2,) * 6)), ValueError, "5 dimensions"),
+    (lambda h: T.op_tensor(h, "add", fake_array((2, 3))), ValueError, "binary"),
+    (lambda h: T.op_tensor(h, "pow", fake_array((2, 3)), fake_array((2, 3))), ValueError, "op"),
+    (lambda h: T.op_tensor(h, "mul", fake_array((2, 3)), fake_array((2, 3)), fake_array((3, 2))), ValueError,
+     "c has shape"),
+    (lambda h: T.op_tensor(h, "mul", fake_array((2, 3)), np.ones((2, 3), np.float32)), TypeError, "to_device"),
+    (lambda h: T.reduce_tensor(h, "add", fake_array((2, 3)), indices=True), ValueError, "indices"),
+    (lambda h: T.reduce_tensor(h, "max", fake_array((2, 3)), axes=2), ValueError, "axes"),
+    (lambda h: T.reduce_tensor(h, "max", fake_array((2, 3)), fake_array((2, 1)), axes=1), ValueError, "either"),
+    (lambda h: T.reduce_tensor(h, "max", fake_array((2, 3)), fake_array((2, 2))), ValueError, "c has shape"),
+    (lambda h: T.reduce_tensor(h, "sum", fake_array((2, 3))), ValueError, "op"),
+    (lambda h: T.transform_tensor(h, fake_array((2, 3, 4, 5)), fake_array((2, 3, 5, 4))), ValueError, "y has shape"),
+    (lambda h: T.transform_tensor(h, fake_array((2, 3, 4, 5)), memory_format="CHWN"), ValueError, "memory_format"),
+    (lambda h: T.transform_tensor(h, fake_array((2, 3, 4, 5)), fake_array((2, 3, 4, 5)), dtype=np.float16),
+     TypeError, "dtype"),
+    (lambda h: T.transform_tensor_ex(h, fake_array((2, 3, 4))), ValueError, "4-D or 5-D"),
+    (lambda h: T.transform_tensor_ex(h, fake_array((2, 3, 4, 4)), pad_before=(0, 1)), ValueError, "pad_before"),
+    (lambda h: T.transform_tensor_ex(h, fake_array((2, 3, 4, 4)), dest_format="CHWN"), ValueError, "dest_format"),
+    (lambda h: T.set_tensor(h, fake_array((2, 3)), "one"), TypeError, "cannot set"),
+    (lambda h: T.scale_tensor(h, fake_array((0, 3)), 2.0), ValueError, "empty"),
+])
+def test_bad_input_is_rejected_before_c(call, exc, words):
+    with pytest.raises(exc, match=words):
+        call(NoCallHandle())
+
+
+# ---------------------------------------------------------------- GPU
+
+def _dev(a):
+    import cudnn_py as cudnn
+    return cudnn.to_device(a)
+
+
+def _nan(shape, dtype):
+    return _dev(np.full(shape, np.nan, dtype))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("c_shape,a_shape", [((2, 3, 4, 5), (1, 3, 1, 1)), ((2, 3, 4, 5), (2, 3, 4, 5)),
+                                             ((2, 3, 2, 4, 3), (1, 3, 1, 1, 1)), ((6, 7), (1, 7))])
+def test_add_tensor(handle, rng, dtype, c_shape, a_shape):
+    a, c0 = rng.standard_normal(a_shape).astype(dtype), rng.standard_normal(c_shape).astype(dtype)
+    c = _dev(c0)
+    T.add_tensor(handle, _dev(a), c, alpha=1.5, beta=-0.5)
+    assert_close(c.to_numpy(), ref.add_tensor(a, c0, 1.5, -0.5), dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("op", list(T.OP_TENSOR_OPS))
+def test_op_tensor(handle, rng, dtype, op):
+    shape, b_shape = (2, 3, 4, 5), (1, 3, 1, 5)
+    if op == "not":  # a 0/1 mask: logical NOT is 1 - a there
+        a = rng.integers(0, 2, shape).astype(dtype)
+        alpha1 = 1.0
+    else:
+        a = (np.abs(rng.standard_normal(shape)) + 0.1 if op == "sqrt" else rng.standard_normal(shape)).astype(dtype)
+        alpha1 = 0.75
+    b = rng.standard_normal(b_shape).astype(dtype)
+    unary = op in ("sqrt", "not")
+    c = T.op_tensor(handle, op, _dev(a), None if unary else _dev(b), _nan(shape, dtype), alpha1=alpha1, alpha2=-1.25)
+    assert_close(c.to_numpy(), ref.op_tensor(op, a, None if unary else b, np.zeros(shape), alpha1, -1.25, 0.0), dtype)
+    c0 = rng.standard_normal(shape).astype(dtype)
+    c2 = T.op_tensor(handle, op, _dev(a), None if unary else _dev(b), _dev(c0), alpha1=alpha1, alpha2=2.0, beta=0.5)
+    assert_close(c2.to_numpy(), ref.op_tensor(op, a, None if unary else b, c0, alpha1, 2.0, 0.5), dtype)
+
+
+@pytest.mark.gpu
+def test_op_tensor_allocates_scale_and_set(handle, rng):
+    a, b = rng.standard_normal((3, 4, 5)).astype(np.float32), rng.standard_normal((3, 4, 5)).astype(np.float32)
+    c = T.op_tensor(handle, "max", _dev(a), _dev(b))
+    assert c.shape == a.shape and c.dtype == np.float32
+    assert_close(c.to_numpy(), np.maximum(a, b).astype(np.float64), np.float32)
+    y = _dev(a)
+    T.scale_tensor(handle, y, -2.5)
+    assert_close(y.to_numpy(), -2.5 * a.astype(np.float64), np.float32)
+    T.set_tensor(handle, y, 3.25)
+    assert (y.to_numpy() == np.float32(3.25)).all()
+    h16 = _nan((7, 3), np.float16)
+    T.set_tensor(handle, h16, -1.5)
+    assert (h16.to_numpy() == np.float16(-1.5)).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("src,dst", [(np.float32, np.float16), (np.float16, np.float32), (np.float32, np.float32)])
+def test_transform_tensor_layout_and_dtype(handle, rng, src, dst):
+    from cudnn_py.memory import DeviceArray
+    x = rng.standard_normal((2, 3, 4, 5)).astype(src)
+    y = T.transform_tensor(handle, _dev(x), dtype=dst, memory_format="NHWC")
+    assert y.shape == x.shape and y.dtype == np.dtype(dst) and y.strides == (60, 1, 15, 3)
+    assert_close(y.to_numpy(), x.astype(np.float64), np.float16 if np.float16 in (src, dst) else np.float32)
+    physical = DeviceArray(y.ptr, (2, 4, 5, 3), dst, owner=y).to_numpy()  # the memory really is N, H, W, C
+    assert_close(physical, x.astype(np.float64).transpose(0, 2, 3, 1), np.float16 if np.float16 in (src, dst) else
+                 np.float32)
+    back = T.transform_tensor(handle, y, dtype=src)  # NHWC -> packed NCHW
+    assert back.is_contiguous
+    assert_close(back.to_numpy(), x.astype(np.float64), np.float16)
+    y0 = rng.standard_normal(x.shape).astype(dst)
+    blended = T.transform_tensor(handle, _dev(x), _dev(y0), alpha=2.0, beta=-1.0)
+    assert_close(blended.to_numpy(), ref.transform(x, y0, 2.0, -1.0), np.float16 if np.float16 in (src, dst) else
+                 np.float32)
+
+
+@pytest.mark.gpu
+def test_transform_tensor_ex_to_nhwc(handle, rng):
+    from cudnn_py.memory import DeviceArray
+    x = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    y = T.transform_tensor_ex(handle, _dev(x), dest_format="NHWC")
+    assert y.shape == x.shape and y.strides == (60, 1, 15, 3)
+    assert_close(y.to_numpy(), x.astype(np.float64), np.float32)
+    assert_close(DeviceArray(y.ptr, (2, 4, 5, 3), np.float32, owner=y).to_numpy(),
+                 x.astype(np.float64).transpose(0, 2, 3, 1), np.float32)
+
+
+@pytest.mark.gpu
+def test_transform_tensor_ex_pads_channels(handle, rng):
+    x = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    y = T.transform_tensor_ex(handle, _dev(x), dest_format="NCHW", pad_after=(0, 1, 0, 0))
+    assert y.shape == (2, 4, 4, 5)
+    assert_close(y.to_numpy(), np.pad(x.astype(np.float64), [(0, 0), (0, 1), (0, 0), (0, 0)]), np.float32)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", list(T.REDUCE_OPS))
+@pytest.mark.parametrize("c_shape", [(2, 1, 4, 5), (2, 3, 1, 1), (1, 1, 1, 1)])
+def test_reduce_tensor(handle, rng, op, c_shape):
+    shape = (2, 3, 4, 5)
+    a = rng.standard_normal(shape)
+    if op in ("mul", "mul_no_zeros"):
+        a = 1.0 + 0.05 * a
+    if op == "mul_no_zeros":
+        a[rng.random(shape) < 0.2] = 0.0
+    a = a.astype(np.float32)
+    alpha = 1.0 if op in ("mul", "mul_no_zeros") else 0.5  # reduce(alpha * A) vs alpha * reduce(A) differ for mul
+    want_idx = op in ("min", "max", "amax")
+    r_ref, i_ref = ref.reduce(op, a, c_shape)
+    got = T.reduce_tensor(handle, op, _dev(a), _nan(c_shape, np.float32), indices=want_idx, alpha=alpha)
+    c, idx = got if want_idx else (got, None)
+    assert_close(c.to_numpy(), alpha * r_ref, np.float32, tol_scale=10)
+    if want_idx:
+        np.testing.assert_array_equal(idx.to_numpy(), i_ref)
+    c0 = rng.standard_normal(c_shape).astype(np.float32)
+    c2 = T.reduce_tensor(handle, op, _dev(a), _dev(c0), alpha=alpha, beta=2.0)
+    assert_close(c2.to_numpy(), alpha * r_ref + 2.0 * c0, np.float32, tol_scale=10)
+
+
+@pytest.mark.gpu
+def test_reduce_tensor_axes_allocation_and_float16(handle, rng):
+    a = rng.standard_normal((3, 4, 6, 2)).astype(np.float16)
+    c, idx = T.reduce_tensor(handle, "max", _dev(a), axes=(1, 3), indices=True)
+    assert c.shape == (3, 1, 6, 1) and c.dtype == np.float16 and idx.dtype == np.int32
+    r_ref, i_ref = ref.reduce("max", a, (3, 1, 6, 1))
+    assert_close(c.to_numpy(), r_ref, np.float16)
+    np.testing.assert_array_equal(idx.to_numpy(), i_ref)
+    s = T.reduce_tensor(handle, "add", _dev(a))  # every axis
+    assert s.shape == (1, 1, 1, 1)
+    assert_close(s.to_numpy(), ref.reduce("add", a, (1, 1, 1, 1))[0], np.float16, tol_scale=5)
+
+
+@pytest.mark.gpu
+def test_raw_capi_path(handle, rng):
+    a, b = rng.standard_normal((2, 3, 4, 5)).astype(np.float32), rng.standard_normal((1, 3, 1, 1)).astype(np.float32)
+    ad, bd, cd = _dev(a), _dev(b), _nan(a.shape, np.float32)
+    od, ta, tb = capi.cudnnOpTensorDescriptor_t(), capi.cudnnTensorDescriptor_t(), capi.cudnnTensorDescriptor_t()
+    capi.cudnnCreateOpTensorDescriptor(ctypes.byref(od))
+    capi.cudnnSetOpTensorDescriptor(od, capi.CUDNN_OP_TENSOR_MUL, capi.CUDNN_DATA_FLOAT, capi.CUDNN_NOT_PROPAGATE_NAN)
+    for d, s in ((ta, a.shape), (tb, b.shape)):
+        capi.cudnnCreateTensorDescriptor(ctypes.byref(d))
+        capi.cudnnSetTensor4dDescriptor(d, capi.CUDNN_TENSOR_NCHW, capi.CUDNN_DATA_FLOAT, *s)
+    one, zero = ctypes.c_float(1.0), ctypes.c_float(0.0)
+    capi.cudnnOpTensor(handle.ptr, od, ctypes.byref(one), ta, ad.ptr, ctypes.byref(one), tb, bd.ptr,
+                       ctypes.byref(zero), ta, cd.ptr)
+    assert_close(cd.to_numpy(), a.astype(np.float64) * b, np.float32)
+    capi.cudnnAddTensor(handle.ptr, ctypes.byref(one), tb, bd.ptr, ctypes.byref(one), ta, cd.ptr)
+    assert_close(cd.to_numpy(), a.astype(np.float64) * b + b, np.float32)
+    for d in (ta, tb):
+        capi.cudnnDestroyTensorDescriptor(d)
+    capi.cudnnDestroyOpTensorDescriptor(od)
