@@ -19,6 +19,7 @@ convolutions; the float16 run uses float32 accumulation (the sample's "pseudo ha
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -156,6 +157,8 @@ def main(argv=None) -> int:
     ap.add_argument("data", nargs="?", help="folder with the mnistCUDNN data (default: %(default)s)")
     ap.add_argument("--dtype", choices=("float32", "float16", "both"), default="both")
     args = ap.parse_args(argv)
+    if importlib.util.find_spec("cudnn_py") is None:  # run from a checkout without installing
+        sys.path.insert(0, str(REPO))
     folder = find_data(args.data)
     if folder is None:
         where = args.data if args.data else ", ".join(str(p) for p in DATA_CANDIDATES)
