@@ -229,13 +229,13 @@ def _new_like(handle, x: DeviceArray) -> DeviceArray:
     return DeviceArray(buf.ptr, x.shape, x.dtype, x.strides, device_id=x.device_id, owner=buf, stream=handle.stream)
 
 
-def _out_data(out, name: str, handle, x: DeviceArray) -> DeviceArray:
-    return _new_like(handle, x) if out is None else _array(out, name, handle, dtype=x.dtype, shape=x.shape)
+def _out_data(out, name: str, handle, x: DeviceArray) -> DeviceArray | None:
+    """A given output validated against x (None when not given: allocate it after every check passed)."""
+    return None if out is None else _array(out, name, handle, dtype=x.dtype, shape=x.shape)
 
 
-def _out_param(out, name: str, handle, pshape, pdtype, mode_name: str) -> DeviceArray:
-    return _new(handle, pshape, pdtype) if out is None else _param(out, name, handle, pshape, pdtype,
-                                                                    mode_name=mode_name)
+def _or_new_like(a: DeviceArray | None, handle, x: DeviceArray) -> DeviceArray:
+    return _new_like(handle, x) if a is None else a
 
 
 def _check_epsilon(epsilon: float) -> float:
@@ -278,8 +278,9 @@ class _Setup:
     def opt_param(self, obj, name, handle):
         return None if obj is None else self.param(obj, name, handle)
 
-    def out_param(self, obj, name, handle):
-        return _out_param(obj, name, handle, self.pshape, self.pdtype, self.mode_name)
+    def or_new(self, a: DeviceArray | None, handle) -> DeviceArray:
+        """``a``, or a new parameter-shaped array when it is None."""
+        return _new(handle, self.pshape, self.pdtype) if a is None else a
 
 
 def _param_shape_for(x_shape, mode) -> tuple[int, ...]:
@@ -308,9 +309,10 @@ def batchnorm_forward_training(handle, x, scale, bias, *, mode="spatial", epsilo
     sc, bi = s.param(scale, "scale", handle), s.param(bias, "bias", handle)
     _pair(running_mean, running_var, "running_mean and running_var")
     rm, rv = s.opt_param(running_mean, "running_mean", handle), s.opt_param(running_var, "running_var", handle)
-    sm, siv = s.out_param(saved_mean, "saved_mean", handle), s.out_param(saved_inv_var, "saved_inv_var", handle)
+    sm, siv = s.opt_param(saved_mean, "saved_mean", handle), s.opt_param(saved_inv_var, "saved_inv_var", handle)
     eps, f = _check_epsilon(epsilon), _check_factor(factor)
     ya = _out_data(y, "y", handle, s.x)
+    ya, sm, siv = _or_new_like(ya, handle, s.x), s.or_new(sm, handle), s.or_new(siv, handle)
     al, be = _scalars(s.x.dtype, alpha, beta)
     capi.cudnnBatchNormalizationForwardTraining(
         handle.ptr, s.mode, al, be, _desc(s.x), s.x.ptr, _desc(ya), ya.ptr, s.pdesc, sc.ptr, bi.ptr, f,
@@ -326,7 +328,7 @@ def batchnorm_forward_inference(handle, x, scale, bias, mean, var, *, mode="spat
     sc, bi = s.param(scale, "scale", handle), s.param(bias, "bias", handle)
     me, va = s.param(mean, "mean", handle), s.param(var, "var", handle)
     eps = _check_epsilon(epsilon)
-    ya = _out_data(y, "y", handle, s.x)
+    ya = _or_new_like(_out_data(y, "y", handle, s.x), handle, s.x)
     al, be = _scalars(s.x.dtype, alpha, beta)
     capi.cudnnBatchNormalizationForwardInference(
         handle.ptr, s.mode, al, be, _desc(s.x), s.x.ptr, _desc(ya), ya.ptr, s.pdesc, sc.ptr, bi.ptr, me.ptr,
@@ -350,7 +352,8 @@ def batchnorm_backward(handle, x, dy, scale, saved_mean=None, saved_inv_var=None
     sm, siv = s.opt_param(saved_mean, "saved_mean", handle), s.opt_param(saved_inv_var, "saved_inv_var", handle)
     eps = _check_epsilon(epsilon)
     dxa = _out_data(dx, "dx", handle, s.x)
-    ds, db = s.out_param(dscale, "dscale", handle), s.out_param(dbias, "dbias", handle)
+    ds, db = s.opt_param(dscale, "dscale", handle), s.opt_param(dbias, "dbias", handle)
+    dxa, ds, db = _or_new_like(dxa, handle, s.x), s.or_new(ds, handle), s.or_new(db, handle)
     ad, bd = _scalars(s.x.dtype, alpha_data, beta_data)
     ap, bp = _scalars(s.x.dtype, alpha_param, beta_param)
     capi.cudnnBatchNormalizationBackward(
@@ -416,11 +419,12 @@ def batchnorm_forward_training_ex(handle, x, scale, bias, *, z=None, ops="bn", a
     sc, bi = s.param(scale, "scale", handle), s.param(bias, "bias", handle)
     _pair(running_mean, running_var, "running_mean and running_var")
     rm, rv = s.opt_param(running_mean, "running_mean", handle), s.opt_param(running_var, "running_var", handle)
-    sm, siv = s.out_param(saved_mean, "saved_mean", handle), s.out_param(saved_inv_var, "saved_inv_var", handle)
+    sm, siv = s.opt_param(saved_mean, "saved_mean", handle), s.opt_param(saved_inv_var, "saved_inv_var", handle)
     eps, f = _check_epsilon(epsilon), _check_factor(factor)
     ya = _out_data(y, "y", handle, s.x)
     ws_size, _, rs_size = _ex_sizes(handle, s, op, act, za is not None)
     rsa = _reserve(handle, reserve, rs_size, "reserve")
+    ya, sm, siv = _or_new_like(ya, handle, s.x), s.or_new(sm, handle), s.or_new(siv, handle)
     ws = handle.workspace.get(ws_size, handle.stream)
     al, be = _scalars(s.x.dtype, alpha, beta)
     capi.cudnnBatchNormalizationForwardTrainingEx(
@@ -464,14 +468,16 @@ def batchnorm_backward_ex(handle, x, y, dy, scale, bias, saved_mean, saved_inv_v
     sm, siv = s.opt_param(saved_mean, "saved_mean", handle), s.opt_param(saved_inv_var, "saved_inv_var", handle)
     eps = _check_epsilon(epsilon)
     dxa = _out_data(dx, "dx", handle, s.x)
-    dza = _out_data(dz, "dz", handle, s.x) if int(op) == 2 else None
-    if dz is not None and dza is None:
+    if int(op) != 2 and dz is not None:
         raise ValueError(f"ops={op.name} has no z, so no dz; pass dz=None")
-    ds, db = s.out_param(dscale, "dscale", handle), s.out_param(dbias, "dbias", handle)
-    _, ws_size, rs_size = _ex_sizes(handle, s, op, act, dza is not None)
+    dza = _out_data(dz, "dz", handle, s.x)
+    ds, db = s.opt_param(dscale, "dscale", handle), s.opt_param(dbias, "dbias", handle)
+    _, ws_size, rs_size = _ex_sizes(handle, s, op, act, int(op) == 2)
     if reserve is None and rs_size:
         raise ValueError(f"this backward needs the forward's reserve space ({rs_size} bytes); pass reserve=")
     rsa = None if reserve is None else _reserve(handle, reserve, rs_size, "reserve")
+    dxa, ds, db = _or_new_like(dxa, handle, s.x), s.or_new(ds, handle), s.or_new(db, handle)
+    dza = None if int(op) != 2 else _or_new_like(dza, handle, s.x)
     ws = handle.workspace.get(ws_size, handle.stream)
     ad, bd = _scalars(s.x.dtype, alpha_data, beta_data)
     ap, bp = _scalars(s.x.dtype, alpha_param, beta_param)

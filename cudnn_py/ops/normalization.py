@@ -33,7 +33,7 @@ from cudnn_py import capi
 from cudnn_py.memory import DeviceArray
 from cudnn_py.ops.batchnorm import (
     BatchNormGrads, BatchNormTraining, _activation, _check_epsilon, _check_factor, _data, _derive, _desc, _ex_ops,
-    _out_data, _enum, _pair, _ptr, _reserve, _scalars, _Setup, _tensor_desc, _c_strides,
+    _or_new_like, _out_data, _enum, _pair, _ptr, _reserve, _scalars, _Setup, _tensor_desc, _c_strides,
 )
 
 __all__ = [
@@ -107,11 +107,12 @@ def normalization_forward_training(handle, x, scale, bias, *, z=None, mode="per_
     sc, bi = s.param(scale, "scale", handle), s.param(bias, "bias", handle)
     _pair(running_mean, running_var, "running_mean and running_var")
     rm, rv = s.opt_param(running_mean, "running_mean", handle), s.opt_param(running_var, "running_var", handle)
-    sm, siv = s.out_param(saved_mean, "saved_mean", handle), s.out_param(saved_inv_var, "saved_inv_var", handle)
+    sm, siv = s.opt_param(saved_mean, "saved_mean", handle), s.opt_param(saved_inv_var, "saved_inv_var", handle)
     eps, f = _check_epsilon(epsilon), _check_factor(factor)
     ya = _out_data(y, "y", handle, s.x)
     ws_size, _, rs_size = _sizes(handle, s, op, al_, act, za is not None)
     rsa = _reserve(handle, reserve, rs_size, "reserve")
+    ya, sm, siv = _or_new_like(ya, handle, s.x), s.or_new(sm, handle), s.or_new(siv, handle)
     ws = handle.workspace.get(ws_size, handle.stream)
     a, b = _scalars(s.x.dtype, alpha, beta)
     capi.cudnnNormalizationForwardTraining(
@@ -133,7 +134,7 @@ def normalization_forward_inference(handle, x, scale, bias, mean, var, *, z=None
     sc, bi = s.param(scale, "scale", handle), s.param(bias, "bias", handle)
     me, va = s.param(mean, "mean", handle), s.param(var, "var", handle)
     eps = _check_epsilon(epsilon)
-    ya = _out_data(y, "y", handle, s.x)
+    ya = _or_new_like(_out_data(y, "y", handle, s.x), handle, s.x)
     a, b = _scalars(s.x.dtype, alpha, beta)
     capi.cudnnNormalizationForwardInference(
         handle.ptr, s.mode, op, al_, a, b, _desc(s.x), s.x.ptr, s.pdesc, sc.ptr, bi.ptr, s.pdesc, me.ptr, va.ptr,
@@ -163,12 +164,14 @@ def normalization_backward(handle, x, y, dy, scale, bias, saved_mean, saved_inv_
     if int(op) != 2 and dz is not None:
         raise ValueError(f"ops={op.name} has no z, so no dz; pass dz=None")
     dxa = _out_data(dx, "dx", handle, s.x)
-    dza = _out_data(dz, "dz", handle, s.x) if int(op) == 2 else None
-    ds, db = s.out_param(dscale, "dscale", handle), s.out_param(dbias, "dbias", handle)
-    _, ws_size, rs_size = _sizes(handle, s, op, al_, act, dza is not None)
+    dza = _out_data(dz, "dz", handle, s.x)
+    ds, db = s.opt_param(dscale, "dscale", handle), s.opt_param(dbias, "dbias", handle)
+    _, ws_size, rs_size = _sizes(handle, s, op, al_, act, int(op) == 2)
     if reserve is None and rs_size:
         raise ValueError(f"this backward needs the forward's reserve space ({rs_size} bytes); pass reserve=")
     rsa = None if reserve is None else _reserve(handle, reserve, rs_size, "reserve")
+    dxa, ds, db = _or_new_like(dxa, handle, s.x), s.or_new(ds, handle), s.or_new(db, handle)
+    dza = None if int(op) != 2 else _or_new_like(dza, handle, s.x)
     ws = handle.workspace.get(ws_size, handle.stream)
     ad, bd = _scalars(s.x.dtype, alpha_data, beta_data)
     ap, bp = _scalars(s.x.dtype, alpha_param, beta_param)

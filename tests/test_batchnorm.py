@@ -1,0 +1,304 @@
+"""Batch normalisation: parameter shapes against cuDNN's derivation and bad input (CPU);
+forward training / inference / backward and the Ex variants against the float64 reference (GPU)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cudnn_py import capi
+from cudnn_py.errors import CudnnNotSupportedError
+from cudnn_py.memory import DeviceArray
+from cudnn_py.ops.batchnorm import (
+    BATCHNORM_MODES, batchnorm_backward, batchnorm_backward_ex, batchnorm_ex_sizes, batchnorm_forward_inference,
+    batchnorm_forward_training, batchnorm_forward_training_ex, batchnorm_param_shape, derive_batchnorm_shape,
+)
+from reference import batchnorm as ref
+
+
+class NoCallHandle:
+    """Stands in for a Handle on CPU: reaching C (``.ptr``) fails the test."""
+    device = 0
+    stream = None
+
+    @property
+    def ptr(self):
+        raise AssertionError("validation should have raised before any cuDNN call")
+
+
+def fake(shape, dtype=np.float32, strides=None):
+    """A DeviceArray with a dummy address: never dereferenced because validation fails first."""
+    return DeviceArray(0x10000, shape, dtype, strides)
+
+
+# ---------------------------------------------------------------- CPU
+
+
+@pytest.mark.parametrize("mode", list(BATCHNORM_MODES))
+@pytest.mark.parametrize("shape", [(2, 3, 4, 5), (2, 6, 3, 4, 5)])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_param_shape_matches_cudnn_derivation(mode, shape, dtype):
+    got_shape, got_dtype = derive_batchnorm_shape(shape, dtype, mode)
+    assert got_shape == batchnorm_param_shape(shape, mode) == ref.param_shape(shape, mode.replace("_persistent", ""))
+    assert got_dtype == (np.float64 if dtype == np.float64 else np.float32)
+
+
+X = (4, 3, 5, 6)
+P = (1, 3, 1, 1)
+H = NoCallHandle()
+
+
+@pytest.mark.parametrize("call,exc,words", [
+    (lambda: batchnorm_forward_training(H, fake(X), fake((1, 3, 5, 6)), fake(P)), ValueError, "scale has shape"),
+    (lambda: batchnorm_forward_training(H, fake(X), fake(P), fake(P), mode="per_activation"), ValueError,
+     "(1, 3, 5, 6)"),
+    (lambda: batchnorm_forward_training(H, fake(X, np.float16), fake(P, np.float16), fake(P, np.float16)),
+     TypeError, "float32"),
+    (lambda: batchnorm_forward_training(H, fake(X), fake(P), fake(P), running_mean=fake(P)), ValueError, "both"),
+    (lambda: batchnorm_forward_training(H, fake(X), fake(P), fake(P), epsilon=-1e-5), ValueError, "epsilon"),
+    (lambda: batchnorm_forward_training(H, fake(X), fake(P), fake(P), factor=1.5), ValueError, "factor"),
+    (lambda: batchnorm_forward_training(H, fake(X), fake(P), fake(P), y=fake((4, 3, 5, 7))), ValueError,
+     "y has shape"),
+    (lambda: batchnorm_forward_training(H, fake((4, 3, 5)), fake(P), fake(P)), ValueError, "4-D or 5-D"),
+    (lambda: batchnorm_forward_training(H, fake(X, np.int32), fake(P), fake(P)), TypeError, "float"),
+    (lambda: batchnorm_forward_training(H, fake(X), fake(P), fake(P), mode="batch"), ValueError, "mode"),
+    (lambda: batchnorm_forward_training(H, np.ones(X, np.float32), fake(P), fake(P)), TypeError, "to_device"),
+    (lambda: batchnorm_forward_training(H, fake(X), fake(P), fake(P), saved_mean=fake((3, 2))), ValueError,
+     "saved_mean"),
+    (lambda: batchnorm_forward_inference(H, fake(X), fake(P), fake(P), fake(P), fake((1, 4, 1, 1))), ValueError,
+     "var has shape"),
+    (lambda: batchnorm_backward(H, fake(X), fake((4, 3, 6, 5)), fake(P), fake(P), fake(P)), ValueError,
+     "dy has shape"),
+    (lambda: batchnorm_backward(H, fake(X), fake(X, np.float64), fake(P)), TypeError, "dy has dtype"),
+    (lambda: batchnorm_backward(H, fake(X), fake(X), fake(P), fake(P)), ValueError, "both"),
+    (lambda: batchnorm_backward(H, fake(X), fake(X), fake(P), dscale=fake((1, 3, 5, 6))), ValueError, "dscale"),
+    (lambda: batchnorm_forward_training_ex(H, fake(X), fake(P), fake(P), ops="bn_add_activation"), ValueError,
+     "pass z"),
+    (lambda: batchnorm_forward_training_ex(H, fake(X), fake(P), fake(P), z=fake(X)), ValueError, "no z"),
+    (lambda: batchnorm_forward_training_ex(H, fake(X), fake(P), fake(P), activation="relu"), ValueError,
+     "no activation"),
+    (lambda: batchnorm_forward_training_ex(H, fake(X), fake(P), fake(P), ops="bn_activation", activation=3),
+     TypeError, "activation"),
+    (lambda: batchnorm_forward_training_ex(H, fake(X), fake(P), fake(P), z=fake((4, 3, 5, 5)),
+                                           ops="bn_add_activation"), ValueError, "z has shape"),
+    (lambda: batchnorm_forward_training_ex(H, fake(X), fake(P), fake(P), ops="bn_relu"), ValueError, "ops"),
+    (lambda: batchnorm_backward_ex(H, fake(X), fake(X), fake(X), fake(P), fake(P), fake(P), fake(P),
+                                   ops="bn", dz=fake(X)), ValueError, "no dz"),
+    (lambda: batchnorm_backward_ex(H, fake(X), fake((4, 3, 5, 5)), fake(X), fake(P), fake(P), fake(P), fake(P)),
+     ValueError, "y has shape"),
+])
+def test_bad_input_caught_before_c(call, exc, words):
+    with pytest.raises(exc, match=None) as info:
+        call()
+    assert words in str(info.value)
+
+
+def test_squeezed_parameter_shapes_accepted():
+    # (C,) for spatial is the same tensor as (1, C, 1, 1); only the call into C is left (NoCallHandle)
+    with pytest.raises(AssertionError, match="before any cuDNN call"):
+        batchnorm_forward_inference(H, fake(X), fake((3,)), fake((3,)), fake((3,)), fake((3,)), y=fake(X))
+    with pytest.raises(AssertionError, match="before any cuDNN call"):
+        batchnorm_forward_inference(H, fake(X), fake((3, 5, 6)), fake((3, 5, 6)), fake((3, 5, 6)),
+                                    fake((3, 5, 6)), mode="per_activation", y=fake(X))
+
+
+# ---------------------------------------------------------------- GPU
+
+TOL = {np.float32: dict(rtol=1e-4, atol=1e-4), np.float16: dict(rtol=1e-2, atol=2e-2),
+       np.float64: dict(rtol=1e-10, atol=1e-10)}
+MODES = [("spatial", np.float32), ("spatial_persistent", np.float32), ("per_activation", np.float32),
+         ("spatial", np.float16), ("spatial_persistent", np.float16), ("per_activation", np.float16),
+         ("spatial", np.float64)]
+
+
+def _dev(a, dtype=None):
+    import cudnn_py as cudnn
+    return cudnn.to_device(np.ascontiguousarray(a, dtype=dtype))
+
+
+def _nan(shape, dtype):
+    return _dev(np.full(shape, np.nan, dtype))
+
+
+def _inputs(rng, shape, mode, dtype):
+    x = (rng.standard_normal(shape) * 1.5 + 0.3).astype(dtype)
+    pshape = ref.param_shape(shape, mode.replace("_persistent", ""))
+    pdt = np.float64 if dtype == np.float64 else np.float32
+    scale = (rng.random(pshape) + 0.5).astype(pdt)
+    bias = rng.standard_normal(pshape).astype(pdt)
+    return x, scale, bias, pshape, pdt
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode,dtype", MODES)
+def test_forward_training_matches_reference(handle, rng, mode, dtype):
+    shape = (6, 4, 5, 7)
+    x, scale, bias, pshape, pdt = _inputs(rng, shape, mode, dtype)
+    rm0 = rng.standard_normal(pshape).astype(pdt)
+    rv0 = (rng.random(pshape) + 0.5).astype(pdt)
+    rm, rv = _dev(rm0), _dev(rv0)
+    r = batchnorm_forward_training(handle, _dev(x), _dev(scale), _dev(bias), mode=mode, epsilon=1e-4, factor=0.3,
+                                   running_mean=rm, running_var=rv, saved_mean=_nan(pshape, pdt),
+                                   saved_inv_var=_nan(pshape, pdt), y=_nan(shape, dtype))
+    want = ref.forward_training(x, scale, bias, mode.replace("_persistent", ""), eps=1e-4, factor=0.3,
+                                running_mean=rm0, running_var=rv0)
+    tol = TOL[dtype]
+    np.testing.assert_allclose(r.y.to_numpy().astype(np.float64), want["y"], **tol)
+    np.testing.assert_allclose(r.saved_mean.to_numpy(), want["mean"], **tol)
+    np.testing.assert_allclose(r.saved_inv_var.to_numpy(), want["inv_var"], **tol)
+    np.testing.assert_allclose(rm.to_numpy(), want["running_mean"], **tol)
+    np.testing.assert_allclose(rv.to_numpy(), want["running_var"], **tol)
+
+
+@pytest.mark.gpu
+def test_forward_training_alpha_beta_and_5d(handle, rng):
+    shape = (3, 4, 3, 5, 6)
+    x, scale, bias, pshape, _ = _inputs(rng, shape, "spatial", np.float32)
+    y0 = rng.standard_normal(shape).astype(np.float32)
+    r = batchnorm_forward_training(handle, _dev(x), _dev(scale), _dev(bias), y=_dev(y0), alpha=0.75, beta=0.5)
+    want = ref.forward_training(x, scale, bias, "spatial")["y"]
+    np.testing.assert_allclose(r.y.to_numpy(), 0.75 * want + 0.5 * y0, rtol=1e-4, atol=1e-4)
+    assert r.running_mean is None and r.reserve is None
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode,dtype", MODES)
+def test_forward_inference_matches_reference(handle, rng, mode, dtype):
+    shape = (5, 3, 4, 6)
+    x, scale, bias, pshape, pdt = _inputs(rng, shape, mode, dtype)
+    mean = rng.standard_normal(pshape).astype(pdt)
+    var = (rng.random(pshape) + 0.2).astype(pdt)
+    y0 = rng.standard_normal(shape).astype(dtype)
+    y = batchnorm_forward_inference(handle, _dev(x), _dev(scale), _dev(bias), _dev(mean), _dev(var), mode=mode,
+                                    epsilon=1e-3, y=_dev(y0), alpha=1.0, beta=0.25)
+    want = ref.forward_inference(x, scale, bias, mean, var, mode.replace("_persistent", ""), eps=1e-3)
+    np.testing.assert_allclose(y.to_numpy().astype(np.float64), want + 0.25 * y0.astype(np.float64), **TOL[dtype])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode,dtype", MODES)
+@pytest.mark.parametrize("saved", [True, False])
+def test_backward_matches_reference(handle, rng, mode, dtype, saved):
+    shape = (6, 4, 5, 3)
+    x, scale, bias, pshape, pdt = _inputs(rng, shape, mode, dtype)
+    dy = rng.standard_normal(shape).astype(dtype)
+    xd = _dev(x)
+    r = batchnorm_forward_training(handle, xd, _dev(scale), _dev(bias), mode=mode, epsilon=1e-4)
+    g = batchnorm_backward(handle, xd, _dev(dy), _dev(scale), r.saved_mean if saved else None,
+                           r.saved_inv_var if saved else None, mode=mode, epsilon=1e-4, dx=_nan(shape, dtype),
+                           dscale=_nan(pshape, pdt), dbias=_nan(pshape, pdt))
+    want = ref.backward(x, dy, scale, mode.replace("_persistent", ""), eps=1e-4)
+    tol = TOL[dtype] if dtype != np.float16 else dict(rtol=2e-2, atol=5e-2)
+    np.testing.assert_allclose(g.dx.to_numpy().astype(np.float64), want["dx"], **tol)
+    np.testing.assert_allclose(g.dscale.to_numpy(), want["dscale"], **dict(tol, atol=tol["atol"] * 10))
+    np.testing.assert_allclose(g.dbias.to_numpy(), want["dbias"], **dict(tol, atol=tol["atol"] * 10))
+
+
+@pytest.mark.gpu
+def test_backward_alpha_beta(handle, rng):
+    shape = (4, 3, 5, 5)
+    x, scale, bias, pshape, _ = _inputs(rng, shape, "spatial", np.float32)
+    dy = rng.standard_normal(shape).astype(np.float32)
+    dx0, ds0, db0 = (rng.standard_normal(s).astype(np.float32) for s in (shape, pshape, pshape))
+    g = batchnorm_backward(handle, _dev(x), _dev(dy), _dev(scale), dx=_dev(dx0), dscale=_dev(ds0), dbias=_dev(db0),
+                           alpha_data=0.5, beta_data=2.0, alpha_param=3.0, beta_param=-1.0)
+    want = ref.backward(x, dy, scale, "spatial")
+    np.testing.assert_allclose(g.dx.to_numpy(), 0.5 * want["dx"] + 2.0 * dx0, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(g.dscale.to_numpy(), 3.0 * want["dscale"] - ds0, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(g.dbias.to_numpy(), 3.0 * want["dbias"] - db0, rtol=1e-4, atol=1e-3)
+
+
+def _nhwc(a_nchw):
+    """A DeviceArray with logical NCHW dims over NHWC memory."""
+    n, c, h, w = a_nchw.shape
+    buf = _dev(np.ascontiguousarray(a_nchw.transpose(0, 2, 3, 1)))
+    return DeviceArray(buf.ptr, (n, c, h, w), buf.dtype, (h * w * c, 1, w * c, c), owner=buf)
+
+
+def _nchw_numpy(a: DeviceArray) -> np.ndarray:
+    n, c, h, w = a.shape
+    flat = DeviceArray(a.ptr, (n, h, w, c), a.dtype, owner=a)
+    return flat.to_numpy().transpose(0, 3, 1, 2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("ops,layout,dtype", [
+    ("bn", "nchw", np.float32),
+    ("bn_activation", "nhwc", np.float16),
+    ("bn_add_activation", "nhwc", np.float16),
+])
+def test_ex_forward_backward_match_reference(handle, rng, ops, layout, dtype):
+    shape = (4, 8, 5, 6)  # C divisible by 4: what the fused NHWC kernels need
+    x, scale, bias, pshape, pdt = _inputs(rng, shape, "spatial", dtype)
+    z = rng.standard_normal(shape).astype(dtype) if ops == "bn_add_activation" else None
+    dy = rng.standard_normal(shape).astype(dtype)
+    put = _nhwc if layout == "nhwc" else _dev
+    get = _nchw_numpy if layout == "nhwc" else (lambda a: a.to_numpy())
+    xd = put(x)
+    try:
+        fw, bw, rs = batchnorm_ex_sizes(handle, xd, ops=ops)
+        r = batchnorm_forward_training_ex(handle, xd, _dev(scale), _dev(bias), z=None if z is None else put(z),
+                                          ops=ops, epsilon=1e-4)
+    except CudnnNotSupportedError as e:
+        pytest.skip(f"cuDNN does not support {ops} / {layout} / {np.dtype(dtype).name}: {e}")
+    assert r.reserve is None if rs == 0 else r.reserve.nbytes == rs
+    relu = ops != "bn"
+    want = ref.forward_training(x, scale, bias, "spatial", eps=1e-4, z=z, relu=relu)
+    tol = TOL[dtype] if dtype != np.float16 else dict(rtol=2e-2, atol=5e-2)
+    y = get(r.y).astype(np.float64)
+    np.testing.assert_allclose(y, want["y"], **tol)
+    g = batchnorm_backward_ex(handle, xd, r.y, put(dy), _dev(scale), _dev(bias), r.saved_mean, r.saved_inv_var,
+                              r.reserve, ops=ops, epsilon=1e-4)
+    # gate with cuDNN's own y so ties at the ReLU kink agree
+    wg = ref.backward(x, dy, scale, "spatial", eps=1e-4, y=y, relu=relu, with_z=z is not None)
+    np.testing.assert_allclose(get(g.dx).astype(np.float64), wg["dx"], **tol)
+    np.testing.assert_allclose(g.dscale.to_numpy(), wg["dscale"], **dict(tol, atol=tol["atol"] * 10))
+    np.testing.assert_allclose(g.dbias.to_numpy(), wg["dbias"], **dict(tol, atol=tol["atol"] * 10))
+    if z is not None:
+        np.testing.assert_allclose(get(g.dz).astype(np.float64), wg["dz"], **tol)
+
+
+@pytest.mark.gpu
+def test_ex_backward_reserve_too_small(handle, rng):
+    shape = (4, 8, 5, 6)
+    x, scale, bias, pshape, _ = _inputs(rng, shape, "spatial", np.float16)
+    xd = _nhwc(x)
+    try:
+        _, _, rs = batchnorm_ex_sizes(handle, xd, ops="bn_activation")
+    except CudnnNotSupportedError as e:
+        pytest.skip(f"fused BN+ReLU not supported here: {e}")
+    if rs == 0:
+        pytest.skip("cuDNN asks for no reserve space for BN+ReLU here")
+    small = _dev(np.zeros(rs - 1, np.uint8))
+    with pytest.raises(ValueError, match="reserve holds"):
+        batchnorm_backward_ex(handle, xd, xd, xd, _dev(scale), _dev(bias), _dev(scale), _dev(scale), small,
+                              ops="bn_activation")
+    with pytest.raises(ValueError, match="needs the forward's reserve"):
+        batchnorm_backward_ex(handle, xd, xd, xd, _dev(scale), _dev(bias), _dev(scale), _dev(scale), None,
+                              ops="bn_activation")
+
+
+@pytest.mark.gpu
+def test_raw_capi_path(handle, rng):
+    """The C layer directly, as a C program would do it."""
+    import ctypes
+
+    shape = (3, 2, 4, 4)
+    x = rng.standard_normal(shape).astype(np.float32)
+    scale = np.ones((1, 2, 1, 1), np.float32)
+    bias = np.zeros((1, 2, 1, 1), np.float32)
+    xd, yd, sd, bd = _dev(x), _nan(shape, np.float32), _dev(scale), _dev(bias)
+    descs = [capi.cudnnTensorDescriptor_t() for _ in range(2)]
+    for d in descs:
+        capi.cudnnCreateTensorDescriptor(ctypes.byref(d))
+    try:
+        capi.cudnnSetTensor4dDescriptor(descs[0], capi.CUDNN_TENSOR_NCHW, capi.CUDNN_DATA_FLOAT, *shape)
+        capi.cudnnDeriveBNTensorDescriptor(descs[1], descs[0], capi.CUDNN_BATCHNORM_SPATIAL)
+        one, zero = ctypes.c_float(1.0), ctypes.c_float(0.0)
+        capi.cudnnBatchNormalizationForwardTraining(
+            handle.ptr, capi.CUDNN_BATCHNORM_SPATIAL, ctypes.byref(one), ctypes.byref(zero), descs[0], xd.ptr,
+            descs[0], yd.ptr, descs[1], sd.ptr, bd.ptr, 1.0, None, None, 1e-5, None, None)
+        np.testing.assert_allclose(yd.to_numpy(), ref.forward_training(x, scale, bias, "spatial")["y"],
+                                   rtol=1e-4, atol=1e-4)
+    finally:
+        for d in descs:
+            capi.cudnnDestroyTensorDescriptor(d)
