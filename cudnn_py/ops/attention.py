@@ -1,0 +1,488 @@
+"""Multi-head attention through cuDNN's (deprecated in cuDNN 9, still present) ``cudnnMultiHeadAttn*`` calls.
+
+NVIDIA points new code to the graph API's scaled-dot-product attention; these calls keep working and
+are what older code ports to. Beam size 1: queries ``q[B, Tq, q_size]``, keys ``k[B, Tk, k_size]``,
+values ``v[B, Tk, v_size]``, output ``out[B, Tq, o_proj_size]``::
+
+    attn = cudnn.MultiHeadAttention(heads=4, q_size=64, k_size=64, v_size=64, proj_size=16,
+                                    max_seq_q=10, max_seq_kv=12, max_batch=8, biases=True)
+    w = attn.new_weights(h)
+    cudnn.load_attention_weights(h, attn, w, {"wq": wq, "bq": bq, ...})      # [heads, proj, size] ...
+    fwd = cudnn.attention_forward(h, attn, q, k, v, w, seq_lengths_q=lq, seq_lengths_kv=lk,
+                                  lo_win=lo, hi_win=hi, residuals=q, training=True)
+    dq, dk, dv = cudnn.attention_backward_data(h, attn, fwd, dout, w)
+    dw = cudnn.attention_backward_weights(h, attn, fwd, dout, w)
+
+Weights (``cudnnGetMultiHeadAttnWeights``): ``wq [heads, q_proj, q_size]``, ``wk [heads, k_proj, k_size]``,
+``wv [heads, v_proj, v_size]``, ``wo [heads, o_proj, v_proj]`` (each ``W[h] @ vector``), biases
+``bq/bk/bv [heads, proj]`` and ``bo [o_proj]``. Query ``t`` attends keys ``lo_win[t] <= j < hi_win[t]``
+(default: all) within its sequence's length. As in cuDNN, ``dq`` does not include the residual path.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import math
+from ctypes import byref
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from cudnn_py import capi, memory
+from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
+from cudnn_py.errors import ClosedError
+
+__all__ = ["MultiHeadAttention", "AttentionParams", "SeqDataDescriptor", "AttentionForwardResult", "WEIGHT_KINDS",
+           "seq_data_descriptor", "load_attention_weights", "read_attention_weights", "attention_forward",
+           "attention_backward_data", "attention_backward_weights"]
+
+#: weight name -> cudnnMultiHeadAttnWeightKind_t
+WEIGHT_KINDS = {"wq": capi.CUDNN_MH_ATTN_Q_WEIGHTS, "wk": capi.CUDNN_MH_ATTN_K_WEIGHTS,
+                "wv": capi.CUDNN_MH_ATTN_V_WEIGHTS, "wo": capi.CUDNN_MH_ATTN_O_WEIGHTS,
+                "bq": capi.CUDNN_MH_ATTN_Q_BIASES, "bk": capi.CUDNN_MH_ATTN_K_BIASES,
+                "bv": capi.CUDNN_MH_ATTN_V_BIASES, "bo": capi.CUDNN_MH_ATTN_O_BIASES}
+_MATH = {"default": capi.CUDNN_DEFAULT_MATH, "tensor_op": capi.CUDNN_TENSOR_OP_MATH,
+         "tensor_op_allow_conversion": capi.CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION, "fma": capi.CUDNN_FMA_MATH}
+_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _positive_int(value, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{what} must be a positive int, got {value!r}")
+    return int(value)
+
+
+class AttentionParams(NamedTuple):
+    """What ``cudnnGetAttnDescriptor`` reports."""
+    heads: int
+    scale: float
+    biases: bool
+    query_map: str
+    dtype: np.dtype
+    compute_dtype: np.dtype
+    math_type: str
+    q_size: int
+    k_size: int
+    v_size: int
+    q_proj_size: int
+    k_proj_size: int
+    v_proj_size: int
+    o_proj_size: int
+    max_seq_q: int
+    max_seq_kv: int
+    max_batch: int
+    max_beam: int
+
+
+class MultiHeadAttention:
+    """A multi-head attention descriptor (``cudnnSetAttnDescriptor``).
+
+    ``proj_size`` sets ``q_proj_size``/``k_proj_size``/``v_proj_size`` not given (queries and keys must
+    project to the same size); ``o_proj_size`` defaults to ``q_size`` (so residuals fit); ``scale``
+    defaults to ``1/sqrt(q_proj_size)``; ``biases`` adds projection biases; ``dtype`` float16/32/64 and
+    ``compute_dtype`` (default float32, float64 for double data); ``attn_dropout``/``post_dropout``:
+    dropout descriptors (``.ptr``) applied in training to the attention weights / the output.
+    """
+
+    def __init__(self, heads: int, q_size: int, k_size: int, v_size: int, *, proj_size: int | None = None,
+                 q_proj_size: int | None = None, k_proj_size: int | None = None, v_proj_size: int | None = None,
+                 o_proj_size: int | None = None, max_seq_q: int, max_seq_kv: int, max_batch: int,
+                 scale: float | None = None, biases: bool = False, query_map: str = "all_to_one",
+                 dtype=np.float32, compute_dtype=None, math_type="default", attn_dropout=None, post_dropout=None):
+        self._ptr = None
+        heads = _positive_int(heads, "heads")
+        sizes = {n: _positive_int(v, n) for n, v in (("q_size", q_size), ("k_size", k_size), ("v_size", v_size))}
+        proj = {}
+        for n, v, default in (("q_proj_size", q_proj_size, proj_size), ("k_proj_size", k_proj_size, proj_size),
+                              ("v_proj_size", v_proj_size, proj_size), ("o_proj_size", o_proj_size, q_size)):
+            v = default if v is None else v
+            if v is None:
+                raise ValueError(f"{n} is needed (or proj_size for the q/k/v projections)")
+            proj[n] = _positive_int(v, n)
+        if proj["q_proj_size"] != proj["k_proj_size"]:
+            raise ValueError(f"queries and keys must project to the same size, got q_proj_size="
+                             f"{proj['q_proj_size']} and k_proj_size={proj['k_proj_size']}")
+        lens = {n: _positive_int(v, n) for n, v in (("max_seq_q", max_seq_q), ("max_seq_kv", max_seq_kv),
+                                                    ("max_batch", max_batch))}
+        if query_map not in ("all_to_one", "one_to_one"):
+            raise ValueError(f"query_map must be 'all_to_one' or 'one_to_one', got {query_map!r}")
+        dt = numpy_dtype(cudnn_dtype(dtype))
+        if dt not in _DTYPES:
+            raise TypeError(f"attention dtype must be float16, float32 or float64, got {dt}")
+        cdt = (np.dtype(np.float64) if dt == np.float64 else np.dtype(np.float32)) if compute_dtype is None \
+            else numpy_dtype(cudnn_dtype(compute_dtype))
+        if math_type not in _MATH:
+            raise ValueError(f"math_type must be one of {', '.join(map(repr, _MATH))}, got {math_type!r}")
+        for name, d in (("attn_dropout", attn_dropout), ("post_dropout", post_dropout)):
+            if d is not None and not hasattr(d, "ptr"):
+                raise TypeError(f"{name} must be a dropout descriptor (with .ptr) or None, got {type(d).__name__}")
+        self._dropouts = (attn_dropout, post_dropout)
+        scale = 1.0 / math.sqrt(proj["q_proj_size"]) if scale is None else float(scale)
+        mode = (capi.CUDNN_ATTN_ENABLE_PROJ_BIASES if biases else capi.CUDNN_ATTN_DISABLE_PROJ_BIASES) | \
+            (capi.CUDNN_ATTN_QUERYMAP_ONE_TO_ONE if query_map == "one_to_one" else capi.CUDNN_ATTN_QUERYMAP_ALL_TO_ONE)
+        self.heads, self.dtype, self.biases = heads, dt, bool(biases)
+        self.q_size, self.k_size, self.v_size = sizes["q_size"], sizes["k_size"], sizes["v_size"]
+        self.q_proj_size, self.k_proj_size = proj["q_proj_size"], proj["k_proj_size"]
+        self.v_proj_size, self.o_proj_size = proj["v_proj_size"], proj["o_proj_size"]
+        self.max_seq_q, self.max_seq_kv, self.max_batch = lens["max_seq_q"], lens["max_seq_kv"], lens["max_batch"]
+        self._sizes: dict = {}
+        ptr = capi.cudnnAttnDescriptor_t()
+        capi.cudnnCreateAttnDescriptor(byref(ptr))
+        self._ptr = ptr
+        try:
+            capi.cudnnSetAttnDescriptor(
+                ptr, int(mode), heads, scale, cudnn_dtype(dt), cudnn_dtype(cdt), _MATH[math_type],
+                None if attn_dropout is None else attn_dropout.ptr, None if post_dropout is None else post_dropout.ptr,
+                self.q_size, self.k_size, self.v_size, self.q_proj_size, self.k_proj_size, self.v_proj_size,
+                self.o_proj_size, self.max_seq_q, self.max_seq_kv, self.max_batch, 1)
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def ptr(self) -> capi.cudnnAttnDescriptor_t:
+        if self._ptr is None:
+            raise ClosedError("this attention descriptor is closed")
+        return self._ptr
+
+    @property
+    def params(self) -> AttentionParams:
+        """Everything ``cudnnGetAttnDescriptor`` reports, read back from C."""
+        mode, heads = ctypes.c_uint(), ctypes.c_int()
+        scale = ctypes.c_double()
+        dt, cdt, math_t = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
+        d1, d2 = capi.cudnnDropoutDescriptor_t(), capi.cudnnDropoutDescriptor_t()
+        ints = [ctypes.c_int() for _ in range(11)]
+        capi.cudnnGetAttnDescriptor(self.ptr, byref(mode), byref(heads), byref(scale), byref(dt), byref(cdt),
+                                    byref(math_t), byref(d1), byref(d2), *(byref(i) for i in ints))
+        return AttentionParams(
+            heads.value, scale.value, bool(mode.value & capi.CUDNN_ATTN_ENABLE_PROJ_BIASES),
+            "one_to_one" if mode.value & capi.CUDNN_ATTN_QUERYMAP_ONE_TO_ONE else "all_to_one",
+            numpy_dtype(dt.value), numpy_dtype(cdt.value),
+            next(k for k, v in _MATH.items() if int(v) == math_t.value), *(i.value for i in ints))
+
+    def buffer_sizes(self, handle, training: bool = True) -> tuple[int, int, int]:
+        """``(weight_bytes, workspace_bytes, reserve_bytes)`` (``cudnnGetMultiHeadAttnBuffers``; reserve 0 for inference)."""
+        key = (id(handle), bool(training))
+        if key not in self._sizes:
+            w, ws, r = ctypes.c_size_t(), ctypes.c_size_t(), ctypes.c_size_t()
+            capi.cudnnGetMultiHeadAttnBuffers(handle.ptr, self.ptr, byref(w), byref(ws), byref(r) if training else None)
+            self._sizes[key] = (w.value, ws.value, r.value if training else 0)
+        return self._sizes[key]
+
+    def weight_space_size(self, handle) -> int:
+        return self.buffer_sizes(handle, False)[0]
+
+    def new_weights(self, handle, *, zero: bool = True):
+        """A 1-D device array of :attr:`dtype` holding all projection weights (zeros unless ``zero=False``)."""
+        n = self.weight_space_size(handle) // self.dtype.itemsize
+        return (memory.zeros if zero else memory.empty)((n,), self.dtype, stream=handle.stream, device=handle.device)
+
+    def weights(self, handle, weights) -> dict:
+        """Strided device views ``{"wq": [heads, q_proj, q_size], ..., "bo": [o_proj]}`` (biases only with ``biases``)."""
+        w = _weights(handle, self, weights)
+        expected = self.expected_shapes()
+        desc = capi.cudnnTensorDescriptor_t()
+        capi.cudnnCreateTensorDescriptor(byref(desc))
+        views = {}
+        try:
+            for name, kind in WEIGHT_KINDS.items():
+                if name.startswith("b") and not self.biases:
+                    continue
+                addr = ctypes.c_void_p()
+                capi.cudnnGetMultiHeadAttnWeights(handle.ptr, self.ptr, kind, w.nbytes, w.ptr, desc, byref(addr))
+                dt, nb = ctypes.c_int(), ctypes.c_int()
+                dims, strides = (ctypes.c_int * 8)(), (ctypes.c_int * 8)()
+                capi.cudnnGetTensorNdDescriptor(desc, 8, byref(dt), byref(nb), dims, strides)
+                shape, st = list(dims[:nb.value]), list(strides[:nb.value])
+                ndim = len(expected[name])
+                while len(shape) > ndim and 1 in shape:  # biases come as [heads, proj, 1] / [1, o_proj, 1]
+                    i = shape.index(1) if shape[-1] != 1 else len(shape) - 1
+                    del shape[i], st[i]
+                views[name] = memory.DeviceArray(addr.value, tuple(shape), self.dtype, tuple(st), device_id=w.device_id,
+                                                 owner=w, stream=w.stream)
+        finally:
+            capi.cudnnDestroyTensorDescriptor(desc)
+        return views
+
+    def expected_shapes(self) -> dict:
+        """The shape of every weight view (what :func:`load_attention_weights` expects)."""
+        H = self.heads
+        shapes = {"wq": (H, self.q_proj_size, self.q_size), "wk": (H, self.k_proj_size, self.k_size),
+                  "wv": (H, self.v_proj_size, self.v_size), "wo": (H, self.o_proj_size, self.v_proj_size)}
+        if self.biases:
+            shapes.update(bq=(H, self.q_proj_size), bk=(H, self.k_proj_size), bv=(H, self.v_proj_size),
+                          bo=(self.o_proj_size,))
+        return shapes
+
+    def close(self) -> None:
+        if self._ptr is not None:
+            ptr, self._ptr = self._ptr, None
+            capi.cudnnDestroyAttnDescriptor(ptr)
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __enter__(self) -> MultiHeadAttention:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        if self._ptr is None:
+            return "<MultiHeadAttention closed>"
+        return (f"MultiHeadAttention(heads={self.heads}, q_size={self.q_size}, k_size={self.k_size}, "
+                f"v_size={self.v_size}, proj=({self.q_proj_size}, {self.k_proj_size}, {self.v_proj_size}, "
+                f"{self.o_proj_size}), biases={self.biases}, dtype={self.dtype.name})")
+
+
+class SeqDataDescriptor:
+    """``cudnnSeqDataDescriptor_t`` for a ``[batch, time, vector]`` array (beam 1) with per-sequence lengths."""
+
+    _AXES = (capi.CUDNN_SEQDATA_BATCH_DIM, capi.CUDNN_SEQDATA_BEAM_DIM, capi.CUDNN_SEQDATA_TIME_DIM,
+             capi.CUDNN_SEQDATA_VECT_DIM)
+
+    def __init__(self, dtype, batch: int, time: int, vector: int, seq_lengths=None):
+        self._ptr = None
+        B, T, V = _positive_int(batch, "batch"), _positive_int(time, "time"), _positive_int(vector, "vector")
+        self.seq_lengths = _check_lengths(seq_lengths, T, B, "seq_lengths")
+        self.dtype, self.shape = numpy_dtype(cudnn_dtype(dtype)), (B, T, V)
+        dims = (ctypes.c_int * 4)()
+        dims[capi.CUDNN_SEQDATA_TIME_DIM], dims[capi.CUDNN_SEQDATA_BATCH_DIM] = T, B
+        dims[capi.CUDNN_SEQDATA_BEAM_DIM], dims[capi.CUDNN_SEQDATA_VECT_DIM] = 1, V
+        ptr = capi.cudnnSeqDataDescriptor_t()
+        capi.cudnnCreateSeqDataDescriptor(byref(ptr))
+        self._ptr = ptr
+        try:
+            capi.cudnnSetSeqDataDescriptor(ptr, cudnn_dtype(self.dtype), 4, dims, (ctypes.c_int * 4)(*self._AXES),
+                                           B, (ctypes.c_int * B)(*self.seq_lengths), None)
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def ptr(self) -> capi.cudnnSeqDataDescriptor_t:
+        if self._ptr is None:
+            raise ClosedError("this sequence data descriptor is closed")
+        return self._ptr
+
+    def read_back(self) -> dict:
+        """What ``cudnnGetSeqDataDescriptor`` reports: dtype, dims by axis name, axes order, lengths."""
+        dt, nb = ctypes.c_int(), ctypes.c_int()
+        dims, axes = (ctypes.c_int * 4)(), (ctypes.c_int * 4)()
+        n = ctypes.c_size_t()
+        lengths = (ctypes.c_int * self.shape[0])()
+        capi.cudnnGetSeqDataDescriptor(self.ptr, byref(dt), byref(nb), 4, dims, axes, byref(n), self.shape[0],
+                                       lengths, None)
+        names = {capi.CUDNN_SEQDATA_TIME_DIM: "time", capi.CUDNN_SEQDATA_BATCH_DIM: "batch",
+                 capi.CUDNN_SEQDATA_BEAM_DIM: "beam", capi.CUDNN_SEQDATA_VECT_DIM: "vector"}
+        return {"dtype": numpy_dtype(dt.value), "dims": {names[i]: dims[i] for i in range(4)},
+                "axes": tuple(names[a] for a in axes), "seq_lengths": tuple(lengths[:n.value])}
+
+    def close(self) -> None:
+        if self._ptr is not None:
+            ptr, self._ptr = self._ptr, None
+            capi.cudnnDestroySeqDataDescriptor(ptr)
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        return f"SeqDataDescriptor({self.dtype.name}, batch={self.shape[0]}, time={self.shape[1]}, vector={self.shape[2]})"
+
+
+def _check_lengths(seq_lengths, T: int, B: int, name: str) -> tuple[int, ...]:
+    if seq_lengths is None:
+        return (T,) * B
+    arr = np.asarray(seq_lengths)
+    if arr.ndim != 1 or arr.shape[0] != B or not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"{name} must be {B} ints (one per sequence), got {seq_lengths!r}")
+    for i, n in enumerate(arr):
+        if not 1 <= n <= T:
+            raise ValueError(f"{name}[{i}] = {int(n)}: each length must be between 1 and the max sequence length {T}")
+    return tuple(int(n) for n in arr)
+
+
+@functools.lru_cache(maxsize=128)
+def seq_data_descriptor(dtype, batch: int, time: int, vector: int, seq_lengths: tuple[int, ...]) -> SeqDataDescriptor:
+    """A cached, shared :class:`SeqDataDescriptor`; do not close it."""
+    return SeqDataDescriptor(dtype, batch, time, vector, seq_lengths)
+
+
+def _weights(handle, attn: MultiHeadAttention, weights, name: str = "weights"):
+    w = memory.as_array(weights, name, contiguous=True, device=handle.device)
+    if w.dtype != attn.dtype:
+        raise TypeError(f"{name} has dtype {w.dtype}; this attention's weights are {attn.dtype}")
+    need = attn.weight_space_size(handle)
+    if w.nbytes != need:
+        raise ValueError(f"{name} holds {w.nbytes} bytes but this attention's weight space is {need} bytes; "
+                         f"use attn.new_weights(handle)")
+    return w
+
+
+def _host_view(host: np.ndarray, base: int, view) -> np.ndarray:
+    item = host.itemsize
+    offset = (view.ptr - base) // item
+    return np.lib.stride_tricks.as_strided(host[offset:], view.shape, tuple(s * item for s in view.strides))
+
+
+def load_attention_weights(handle, attn: MultiHeadAttention, weights, arrays: dict) -> None:
+    """Write host arrays (``{"wq": [heads, q_proj, q_size], ...}``, see the module doc) into the weight space."""
+    w = _weights(handle, attn, weights)
+    views = attn.weights(handle, w)
+    unknown = set(arrays) - set(views)
+    if unknown:
+        raise ValueError(f"unknown weight names {sorted(unknown)}; this attention has {sorted(views)}")
+    host = w.to_numpy()
+    for name, a in arrays.items():
+        a = np.asarray(a)
+        if a.shape != views[name].shape:
+            raise ValueError(f"{name} has shape {a.shape}; expected {views[name].shape}")
+        _host_view(host, w.ptr, views[name])[...] = a
+    w.copy_(host)
+
+
+def read_attention_weights(handle, attn: MultiHeadAttention, weights) -> dict:
+    """The weight space as host arrays ``{"wq": ..., "bo": ...}`` (works for weight gradients too)."""
+    w = _weights(handle, attn, weights)
+    host = w.to_numpy()
+    return {name: _host_view(host, w.ptr, v).copy() for name, v in attn.weights(handle, w).items()}
+
+
+@dataclass
+class AttentionForwardResult:
+    out: object
+    reserve: object | None = None
+    _ctx: dict | None = None
+
+
+def _data(handle, attn, a, name, B, T, V):
+    return memory.as_array(a, name, dtype=attn.dtype, shape=(B, T, V), contiguous=True, device=handle.device)
+
+
+def _int_ptr(a):
+    return ctypes.cast(a.ptr, ctypes.POINTER(ctypes.c_int))
+
+
+def attention_forward(handle, attn: MultiHeadAttention, q, k, v, weights, *, seq_lengths_q=None, seq_lengths_kv=None,
+                      lo_win=None, hi_win=None, residuals=None, out=None, training: bool = False,
+                      curr_idx: int = -1) -> AttentionForwardResult:
+    """``cudnnMultiHeadAttnForward`` over all query steps (``curr_idx=-1``) or one (inference only).
+
+    ``lo_win``/``hi_win``: per query step, the first and one-past-last key index it may attend
+    (default 0 and ``Tk``); ``residuals``: added to the output (shape of ``out``).
+    """
+    if not isinstance(attn, MultiHeadAttention):
+        raise TypeError(f"attn must be a MultiHeadAttention, got {type(attn).__name__}")
+    q = memory.as_array(q, "q", dtype=attn.dtype, ndim=3, contiguous=True, device=handle.device)
+    B, Tq = q.shape[0], q.shape[1]
+    if q.shape[2] != attn.q_size:
+        raise ValueError(f"q has shape {q.shape}; its last dimension must be q_size={attn.q_size}")
+    k = memory.as_array(k, "k", dtype=attn.dtype, ndim=3, contiguous=True, device=handle.device)
+    Tk = k.shape[1]
+    k = _data(handle, attn, k, "k", B, Tk, attn.k_size)
+    v = _data(handle, attn, v, "v", B, Tk, attn.v_size)
+    if B > attn.max_batch or Tq > attn.max_seq_q or Tk > attn.max_seq_kv:
+        raise ValueError(f"batch {B}, query length {Tq}, key length {Tk} exceed the descriptor's max_batch="
+                         f"{attn.max_batch}, max_seq_q={attn.max_seq_q}, max_seq_kv={attn.max_seq_kv}")
+    lq = _check_lengths(seq_lengths_q, Tq, B, "seq_lengths_q")
+    lk = _check_lengths(seq_lengths_kv, Tk, B, "seq_lengths_kv")
+    lo = np.zeros(Tq, np.int64) if lo_win is None else np.asarray(lo_win)
+    hi = np.full(Tq, Tk, np.int64) if hi_win is None else np.asarray(hi_win)
+    for name, a in (("lo_win", lo), ("hi_win", hi)):
+        if a.shape != (Tq,) or not np.issubdtype(a.dtype, np.integer):
+            raise ValueError(f"{name} must be {Tq} ints (one per query step), got {a!r}")
+    if np.any(lo < 0) or np.any(hi > Tk) or np.any(lo >= hi):
+        raise ValueError(f"attention windows need 0 <= lo_win < hi_win <= {Tk} at every step; got lo_win="
+                         f"{lo.tolist()}, hi_win={hi.tolist()}")
+    if training and curr_idx != -1:
+        raise ValueError("training runs all query steps: use curr_idx=-1")
+    if not -1 <= curr_idx < Tq:
+        raise ValueError(f"curr_idx must be -1 (all steps) or a query step in [0, {Tq}), got {curr_idx}")
+    w = _weights(handle, attn, weights)
+    stream = handle.stream
+    out = memory.output_array(out, (B, Tq, attn.o_proj_size), attn.dtype, "out", device=handle.device,
+                              stream=stream, contiguous=True)
+    if residuals is not None:
+        residuals = _data(handle, attn, residuals, "residuals", B, Tq, attn.o_proj_size)
+    q_desc = seq_data_descriptor(attn.dtype, B, Tq, attn.q_size, lq)
+    k_desc = seq_data_descriptor(attn.dtype, B, Tk, attn.k_size, lk)
+    v_desc = seq_data_descriptor(attn.dtype, B, Tk, attn.v_size, lk)
+    o_desc = seq_data_descriptor(attn.dtype, B, Tq, attn.o_proj_size, lq)
+    dev_lq = memory.to_device(np.asarray(lq, np.int32), stream=stream, device=handle.device)
+    dev_lk = memory.to_device(np.asarray(lk, np.int32), stream=stream, device=handle.device)
+    lo_c, hi_c = (ctypes.c_int * Tq)(*lo.tolist()), (ctypes.c_int * Tq)(*hi.tolist())
+    _, work_n, reserve_n = attn.buffer_sizes(handle, training)
+    reserve = memory.empty((reserve_n,), np.uint8, stream=stream, device=handle.device) if training else None
+    work = handle.workspace.get(work_n, stream)
+    capi.cudnnMultiHeadAttnForward(
+        handle.ptr, attn.ptr, curr_idx, lo_c, hi_c, _int_ptr(dev_lq), _int_ptr(dev_lk), q_desc.ptr, q.ptr,
+        None if residuals is None else residuals.ptr, k_desc.ptr, k.ptr, v_desc.ptr, v.ptr, o_desc.ptr, out.ptr,
+        w.nbytes, w.ptr, work_n, work or None, reserve_n if training else 0,
+        (reserve.ptr or None) if training else None)
+    ctx = None
+    if training:
+        ctx = {"attn": attn, "q": q, "k": k, "v": v, "descs": (q_desc, k_desc, v_desc, o_desc),
+               "lengths": (dev_lq, dev_lk), "win": (lo_c, hi_c), "data_done": False}
+    return AttentionForwardResult(out, reserve, ctx)
+
+
+def _training_ctx(attn, fwd) -> dict:
+    if not isinstance(fwd, AttentionForwardResult) or fwd._ctx is None:
+        raise ValueError("backward calls need the result of attention_forward(..., training=True)")
+    if fwd._ctx["attn"] is not attn:
+        raise ValueError("fwd was computed with a different attention descriptor")
+    return fwd._ctx
+
+
+def attention_backward_data(handle, attn: MultiHeadAttention, fwd: AttentionForwardResult, dout, weights, *,
+                            dq=None, dk=None, dv=None):
+    """``cudnnMultiHeadAttnBackwardData``: ``(dq, dk, dv)``; ``dq`` leaves out the residual path (add ``dout``)."""
+    ctx = _training_ctx(attn, fwd)
+    q, k, v = ctx["q"], ctx["k"], ctx["v"]
+    dout = memory.as_array(dout, "dout", dtype=attn.dtype, shape=fwd.out.shape, contiguous=True, device=handle.device)
+    w = _weights(handle, attn, weights)
+    stream = handle.stream
+    dq = memory.output_array(dq, q.shape, attn.dtype, "dq", device=handle.device, stream=stream, contiguous=True)
+    dk = memory.output_array(dk, k.shape, attn.dtype, "dk", device=handle.device, stream=stream, contiguous=True)
+    dv = memory.output_array(dv, v.shape, attn.dtype, "dv", device=handle.device, stream=stream, contiguous=True)
+    q_desc, k_desc, v_desc, o_desc = ctx["descs"]
+    dev_lq, dev_lk = ctx["lengths"]
+    _, work_n, _ = attn.buffer_sizes(handle, True)
+    work = handle.workspace.get(work_n, stream)
+    capi.cudnnMultiHeadAttnBackwardData(
+        handle.ptr, attn.ptr, *ctx["win"], _int_ptr(dev_lq), _int_ptr(dev_lk), o_desc.ptr, dout.ptr,
+        q_desc.ptr, dq.ptr, q.ptr, k_desc.ptr, dk.ptr, k.ptr, v_desc.ptr, dv.ptr, v.ptr,
+        w.nbytes, w.ptr, work_n, work or None, fwd.reserve.nbytes, fwd.reserve.ptr or None)
+    ctx["data_done"] = True
+    return dq, dk, dv
+
+
+def attention_backward_weights(handle, attn: MultiHeadAttention, fwd: AttentionForwardResult, dout, weights,
+                               dweights=None):
+    """``cudnnMultiHeadAttnBackwardWeights``: gradients ADDED into ``dweights`` (new zeroed buffer if None).
+
+    Needs :func:`attention_backward_data` on the same ``fwd`` first.
+    """
+    ctx = _training_ctx(attn, fwd)
+    if not ctx["data_done"]:
+        raise RuntimeError("call attention_backward_data(...) on this forward result before attention_backward_weights")
+    dout = memory.as_array(dout, "dout", dtype=attn.dtype, shape=fwd.out.shape, contiguous=True, device=handle.device)
+    w = _weights(handle, attn, weights)
+    dw = attn.new_weights(handle) if dweights is None else _weights(handle, attn, dweights, "dweights")
+    q_desc, k_desc, v_desc, o_desc = ctx["descs"]
+    _, work_n, _ = attn.buffer_sizes(handle, True)
+    work = handle.workspace.get(work_n, handle.stream)
+    capi.cudnnMultiHeadAttnBackwardWeights(
+        handle.ptr, attn.ptr, capi.CUDNN_WGRAD_MODE_ADD, q_desc.ptr, ctx["q"].ptr, k_desc.ptr, ctx["k"].ptr,
+        v_desc.ptr, ctx["v"].ptr, o_desc.ptr, dout.ptr, w.nbytes, w.ptr, dw.ptr, work_n, work or None,
+        fwd.reserve.nbytes, fwd.reserve.ptr or None)
+    return dw

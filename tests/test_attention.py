@@ -1,0 +1,203 @@
+"""cudnn_py.ops.attention: descriptors and validation on CPU, numerics on the GPU against the float64
+reference in tests/reference/attention.py."""
+import numpy as np
+import pytest
+
+from cudnn_py.errors import ClosedError
+from cudnn_py.ops import attention as A
+from reference import attention as ref
+
+
+def _attn(**kw):
+    args = dict(heads=2, q_size=6, k_size=5, v_size=7, q_proj_size=3, k_proj_size=3, v_proj_size=4,
+                max_seq_q=5, max_seq_kv=6, max_batch=3)
+    args.update(kw)
+    return A.MultiHeadAttention(**args)
+
+
+# --------------------------------------------------------------------------------------------------- CPU
+
+def test_attention_descriptor_round_trip():
+    with _attn(biases=True, scale=0.25, o_proj_size=8, dtype=np.float64) as a:
+        p = a.params
+        assert (p.heads, p.q_size, p.k_size, p.v_size) == (2, 6, 5, 7)
+        assert (p.q_proj_size, p.k_proj_size, p.v_proj_size, p.o_proj_size) == (3, 3, 4, 8)
+        assert (p.max_seq_q, p.max_seq_kv, p.max_batch, p.max_beam) == (5, 6, 3, 1)
+        assert p.scale == 0.25 and p.biases and p.query_map == "all_to_one"
+        assert p.dtype == np.float64 and p.compute_dtype == np.float64 and p.math_type == "default"
+        assert a.expected_shapes() == {"wq": (2, 3, 6), "wk": (2, 3, 5), "wv": (2, 4, 7), "wo": (2, 8, 4),
+                                       "bq": (2, 3), "bk": (2, 3), "bv": (2, 4), "bo": (8,)}
+    with pytest.raises(ClosedError):
+        a.params
+    b = _attn(proj_size=None, q_proj_size=4, k_proj_size=4, query_map="one_to_one", dtype=np.float16)
+    p = b.params
+    assert p.o_proj_size == 6 and abs(p.scale - 0.5) < 1e-15 and p.query_map == "one_to_one"
+    assert p.dtype == np.float16 and p.compute_dtype == np.float32 and not p.biases
+    assert set(b.expected_shapes()) == {"wq", "wk", "wv", "wo"}
+
+
+def test_seq_data_descriptor_round_trip():
+    d = A.SeqDataDescriptor(np.float32, 3, 5, 7, [5, 2, 4])
+    assert d.read_back() == {"dtype": np.dtype(np.float32), "dims": {"time": 5, "batch": 3, "beam": 1, "vector": 7},
+                             "axes": ("batch", "beam", "time", "vector"), "seq_lengths": (5, 2, 4)}
+    assert A.seq_data_descriptor(np.dtype(np.float32), 3, 5, 7, (5, 5, 5)) is \
+        A.seq_data_descriptor(np.dtype(np.float32), 3, 5, 7, (5, 5, 5))
+    d.close()
+    with pytest.raises(ClosedError):
+        d.ptr
+
+
+@pytest.mark.parametrize("kw,exc,match", [
+    (dict(k_proj_size=4), ValueError, "same size"),
+    (dict(heads=0), ValueError, "heads must be a positive int"),
+    (dict(v_proj_size=None), ValueError, "v_proj_size is needed"),
+    (dict(max_seq_q=0), ValueError, "max_seq_q must be a positive int"),
+    (dict(dtype=np.int32), TypeError, "float16, float32 or float64"),
+    (dict(query_map="many"), ValueError, "query_map"),
+    (dict(math_type="tf32"), ValueError, "math_type must be one of"),
+    (dict(attn_dropout=0.1), TypeError, "dropout descriptor"),
+])
+def test_attention_bad_arguments(kw, exc, match):
+    with pytest.raises(exc, match=match):
+        _attn(**kw)
+
+
+@pytest.mark.parametrize("lengths,match", [([5, 6, 1], r"seq_lengths\[1\] = 6"), ([0, 1, 1], r"seq_lengths\[0\] = 0"),
+                                           ([1, 1], "must be 3 ints")])
+def test_seq_data_bad_lengths(lengths, match):
+    with pytest.raises(ValueError, match=match):
+        A.SeqDataDescriptor(np.float32, 3, 5, 7, lengths)
+
+
+class _FakeHandle:
+    device = 0
+    stream = None
+
+    @property
+    def ptr(self):
+        raise AssertionError("C was reached")
+
+
+def test_host_arrays_rejected_before_c():
+    with pytest.raises(TypeError, match="host memory"):
+        A.attention_forward(_FakeHandle(), _attn(), np.zeros((1, 2, 6), np.float32), None, None, None)
+    with pytest.raises(TypeError, match="MultiHeadAttention"):
+        A.attention_forward(_FakeHandle(), object(), None, None, None, None)
+    with pytest.raises(ValueError, match="training=True"):
+        A.attention_backward_data(_FakeHandle(), _attn(), A.AttentionForwardResult(out=None), None, None)
+
+
+# --------------------------------------------------------------------------------------------------- GPU
+
+def _case(handle, rng, dtype=np.float64, biases=True, residual=False, window=True, heads=2):
+    from cudnn_py import memory
+    B, Tq, Tk = 3, 4, 5
+    q_size = 6
+    attn = A.MultiHeadAttention(heads, q_size, 5, 7, q_proj_size=3, k_proj_size=3, v_proj_size=4,
+                                o_proj_size=q_size, max_seq_q=Tq, max_seq_kv=Tk, max_batch=B, biases=biases,
+                                scale=0.6, dtype=dtype)
+    w_ref = ref.random_weights(rng, heads, q_size, 5, 7, 3, 3, 4, q_size, biases=biases)
+    w_ref = {k: v.astype(dtype).astype(np.float64) for k, v in w_ref.items()}
+    w = attn.new_weights(handle, zero=False)
+    views = attn.weights(handle, w)
+    assert {k: v.shape for k, v in views.items()} == attn.expected_shapes()
+    A.load_attention_weights(handle, attn, w, w_ref)
+    back = A.read_attention_weights(handle, attn, w)
+    for k in w_ref:
+        np.testing.assert_array_equal(back[k], w_ref[k].astype(dtype), err_msg=k)
+    q = rng.standard_normal((B, Tq, q_size)).astype(dtype).astype(np.float64)
+    k = rng.standard_normal((B, Tk, 5)).astype(dtype).astype(np.float64)
+    v = rng.standard_normal((B, Tk, 7)).astype(dtype).astype(np.float64)
+    lq, lk = np.array([4, 2, 3]), np.array([5, 3, 4])
+    lo, hi = (np.array([0, 0, 1, 2]), np.array([2, 4, 5, 5])) if window else (np.zeros(Tq, int), np.full(Tq, Tk))
+    want, cache = ref.forward(q, k, v, w_ref, lq, lk, lo, hi, 0.6, residual)
+    dev = lambda a: memory.to_device(a.astype(dtype))  # noqa: E731
+    qd = dev(q)
+    out = memory.empty((B, Tq, q_size), dtype)
+    out.fill_(np.nan)
+    fwd = A.attention_forward(handle, attn, qd, dev(k), dev(v), w, seq_lengths_q=lq, seq_lengths_kv=lk,
+                              lo_win=lo if window else None, hi_win=hi if window else None,
+                              residuals=qd if residual else None, out=out, training=True)
+    assert fwd.out is out
+    valid = (np.arange(Tq)[None, :] < lq[:, None])[..., None]
+    tol = {np.float64: (1e-9, 1e-10), np.float32: (2e-3, 2e-4), np.float16: (3e-2, 3e-2)}[np.dtype(dtype).type]
+    np.testing.assert_allclose(np.where(valid, out.to_numpy(), 0), want, rtol=tol[0], atol=tol[1], err_msg="out")
+    dout = rng.standard_normal(want.shape).astype(dtype).astype(np.float64)
+    wdq, wdk, wdv, wdw = ref.backward(dout, cache)
+    dq, dk, dv = A.attention_backward_data(handle, attn, fwd, dev(dout), w)
+    np.testing.assert_allclose(np.where(valid, dq.to_numpy(), 0), wdq, rtol=tol[0], atol=tol[1], err_msg="dq")
+    kvalid = (np.arange(Tk)[None, :] < lk[:, None])[..., None]
+    np.testing.assert_allclose(np.where(kvalid, dk.to_numpy(), 0), wdk, rtol=tol[0], atol=tol[1], err_msg="dk")
+    np.testing.assert_allclose(np.where(kvalid, dv.to_numpy(), 0), wdv, rtol=tol[0], atol=tol[1], err_msg="dv")
+    dw = A.attention_backward_weights(handle, attn, fwd, dev(dout), w)
+    got = A.read_attention_weights(handle, attn, dw)
+    for name in wdw:
+        np.testing.assert_allclose(got[name], wdw[name], rtol=tol[0], atol=tol[1] * 10, err_msg=f"d{name}")
+    return attn, w, fwd
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("biases,residual,window", [(True, False, True), (False, True, True), (True, True, False)])
+def test_attention_float64_vs_reference(handle, rng, biases, residual, window):
+    _case(handle, rng, np.float64, biases, residual, window)
+
+
+@pytest.mark.gpu
+def test_attention_float32_vs_reference(handle, rng):
+    _case(handle, rng, np.float32, True, True, True)
+
+
+@pytest.mark.gpu
+def test_attention_inference_and_dropout(handle, rng):
+    from cudnn_py import memory
+    from cudnn_py.descriptors import DropoutDescriptor
+    attn, w, fwd = _case(handle, rng, np.float32, True, False, False)
+    q, k, v = fwd._ctx["q"], fwd._ctx["k"], fwd._ctx["v"]
+    lq, lk = [4, 2, 3], [5, 3, 4]
+    inf = A.attention_forward(handle, attn, q, k, v, w, seq_lengths_q=lq, seq_lengths_kv=lk)
+    assert inf.reserve is None
+    valid = (np.arange(4)[None, :] < np.array(lq)[:, None])[..., None]
+    np.testing.assert_allclose(np.where(valid, inf.out.to_numpy(), 0), np.where(valid, fwd.out.to_numpy(), 0),
+                               rtol=1e-6, atol=1e-6)
+    drop = DropoutDescriptor(handle, 0.5, seed=7)
+    dattn = A.MultiHeadAttention(2, 6, 5, 7, q_proj_size=3, k_proj_size=3, v_proj_size=4, max_seq_q=4,
+                                 max_seq_kv=5, max_batch=3, biases=True, scale=0.6, attn_dropout=drop)
+    wd = dattn.new_weights(handle)
+    A.load_attention_weights(handle, dattn, wd, A.read_attention_weights(handle, attn, w))
+    on = A.attention_forward(handle, dattn, q, k, v, wd, seq_lengths_q=lq, seq_lengths_kv=lk, training=True)
+    off = A.attention_forward(handle, dattn, q, k, v, wd, seq_lengths_q=lq, seq_lengths_kv=lk)
+    on_, off_ = np.where(valid, on.out.to_numpy(), 0), np.where(valid, off.out.to_numpy(), 0)
+    assert np.all(np.isfinite(on_))
+    np.testing.assert_allclose(off_, np.where(valid, fwd.out.to_numpy(), 0), rtol=1e-6, atol=1e-6)
+    assert np.abs(on_ - off_).max() > 1e-3, "attention dropout 0.5 in training changed nothing"
+    dq, dk, dv = A.attention_backward_data(handle, dattn, on, memory.to_device(np.ones((3, 4, 6), np.float32)), wd)
+    assert np.all(np.isfinite(dk.to_numpy()))
+
+
+@pytest.mark.gpu
+def test_attention_bad_input_on_device(handle):
+    from cudnn_py import memory
+    attn = _attn()
+    w = attn.new_weights(handle)
+    n = attn.weight_space_size(handle)
+    q, k, v = (memory.zeros(s, np.float32) for s in ((2, 5, 6), (2, 6, 5), (2, 6, 7)))
+    with pytest.raises(ValueError, match=f"weight space is {n} bytes"):
+        A.attention_forward(handle, attn, q, k, v, memory.zeros((n // 4 + 1,), np.float32))
+    with pytest.raises(ValueError, match="v has shape"):
+        A.attention_forward(handle, attn, q, k, memory.zeros((2, 6, 6), np.float32), w)
+    with pytest.raises(ValueError, match="exceed the descriptor"):
+        A.attention_forward(handle, attn, memory.zeros((4, 5, 6), np.float32), memory.zeros((4, 6, 5), np.float32),
+                            memory.zeros((4, 6, 7), np.float32), w)
+    with pytest.raises(ValueError, match=r"seq_lengths_kv\[1\] = 7"):
+        A.attention_forward(handle, attn, q, k, v, w, seq_lengths_kv=[6, 7])
+    with pytest.raises(ValueError, match="lo_win < hi_win"):
+        A.attention_forward(handle, attn, q, k, v, w, lo_win=[0, 0, 3, 0, 0], hi_win=[6, 6, 3, 6, 6])
+    with pytest.raises(ValueError, match="residuals has shape"):
+        A.attention_forward(handle, attn, q, k, v, w, residuals=k)
+    fwd = A.attention_forward(handle, attn, q, k, v, w, training=True)
+    with pytest.raises(RuntimeError, match="attention_backward_data"):
+        A.attention_backward_weights(handle, attn, fwd, fwd.out, w)
+    with pytest.raises(ValueError, match="unknown weight names"):
+        A.load_attention_weights(handle, attn, w, {"wx": np.zeros(3)})
+    with pytest.raises(ValueError, match="wq has shape"):
+        A.load_attention_weights(handle, attn, w, {"wq": np.zeros((2, 6, 3))})
