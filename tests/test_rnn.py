@@ -489,3 +489,17 @@ def test_rnn_sample_port_checksums(cell, capsys):
     want = ref.sample_checksums(ref.RNNConfig(mode, 12, 12, num_layers=2, bidirectional=True), 5, 3)
     for k in want:
         np.testing.assert_allclose(got[k], want[k], rtol=1e-9, err_msg=k)
+
+
+@pytest.mark.gpu
+def test_lstm_lm_example_learns():
+    """examples/lstm_lm_step.py: forward, backward data/weights and SGD on the weight space lower the loss."""
+    import importlib.util
+    import pathlib
+    path = pathlib.Path(__file__).parent.parent / "examples" / "lstm_lm_step.py"
+    spec = importlib.util.spec_from_file_location("lstm_lm_step", path)
+    lm = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lm)
+    losses = lm.main(steps=80)
+    assert np.all(np.isfinite(losses))
+    assert np.mean(losses[-10:]) < 0.8 * np.mean(losses[:10]), losses
