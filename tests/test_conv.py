@@ -70,7 +70,7 @@ def test_geometry_descriptors_read_back():
     assert g.x_desc.shape == (2, 4, 9, 9) and g.x_desc.strides == (324, 81, 9, 1)
     assert g.y_desc.shape == (2, 6, 5, 5) and g.y_desc.dtype is capi.CUDNN_DATA_HALF
     assert g.w_desc.shape == (6, 2, 3, 3) and g.w_desc.format is capi.CUDNN_TENSOR_NCHW
-    cd = g.conv_desc(conv.math_type)
+    cd = g.conv_desc(g.math_type)
     assert cd.padding == (1, 1) and cd.stride == (2, 2) and cd.groups == 2
     assert cd.math_type is capi.CUDNN_TENSOR_OP_MATH and cd.compute_type is capi.CUDNN_DATA_FLOAT
 
@@ -82,11 +82,11 @@ def test_geometry_nhwc_1d_and_asymmetric():
     assert g.w_nhwc and g.w_desc.format is capi.CUDNN_TENSOR_NHWC
     assert g.asym and g.xp_shape == (2, 4, 10, 7) and g.x_desc.shape == (2, 4, 10, 7)
     assert g.xp_strides == (280, 1, 28, 4) and g.interior_offset == 28 * 4
-    assert g.conv_desc(conv.math_type).padding == (0, 0) and g.out_shape == (2, 8, 5, 5)
+    assert g.conv_desc(g.math_type).padding == (0, 0) and g.out_shape == (2, 8, 5, 5)
     c1 = cv.Convolution(padding=2, dilation=2, stride=3)
     g1 = cv._Geometry(c1, ((2, 3, 10), (30, 10, 1)), ((4, 3, 3), (9, 3, 1)), (None, None), np.float64, np.float64)
     assert g1.x_desc.shape == (2, 3, 1, 10) and g1.y_desc.shape == (2, 4, 1, 4) and g1.out_shape == (2, 4, 4)
-    cd = g1.conv_desc(c1.math_type)
+    cd = g1.conv_desc(g1.math_type)
     assert cd.padding == (0, 2) and cd.stride == (1, 3) and cd.dilation == (1, 2)
     assert cd.compute_type is capi.CUDNN_DATA_DOUBLE
 
@@ -171,3 +171,15 @@ def test_input_shape_inference():
     assert conv.output_shape(cv._input_shape(conv, (4, 3, 3, 3), (2, 4, 5, 5)), (4, 3, 3, 3)) == (2, 4, 5, 5)
     nhwc = cv.Convolution(padding=((0, 1), (1, 0)), layout="NHWC")
     assert nhwc.output_shape(cv._input_shape(nhwc, (4, 3, 3, 6), (2, 7, 7, 4)), (4, 3, 3, 6)) == (2, 7, 7, 4)
+
+
+@pytest.mark.parametrize("dtype,want", [(np.float16, "CUDNN_TENSOR_OP_MATH"), (np.float32, "CUDNN_DEFAULT_MATH"),
+                                        (np.float64, "CUDNN_DEFAULT_MATH")])
+def test_auto_math_type(dtype, want):
+    conv = cv.Convolution(padding=1)
+    assert conv.math_type is None and "auto" in repr(conv)
+    g = cv._Geometry(conv, ((1, 2, 5, 5), (50, 25, 5, 1)), ((2, 2, 3, 3), (18, 9, 3, 1)), (None, None), dtype, dtype)
+    assert g.math_type.name == want and g.conv_desc(g.math_type).math_type.name == want
+    fma = cv.Convolution(padding=1, math_type="fma")
+    g = cv._Geometry(fma, ((1, 2, 5, 5), (50, 25, 5, 1)), ((2, 2, 3, 3), (18, 9, 3, 1)), (None, None), dtype, dtype)
+    assert g.math_type is capi.CUDNN_FMA_MATH

@@ -25,6 +25,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import math
+import sys
 from typing import Any, Sequence
 
 import numpy as np
@@ -34,7 +35,7 @@ from cudnn_py import capi
 from cudnn_py import descriptors as _d
 from cudnn_py.dtypes import cudnn_dtype
 from cudnn_py.errors import WorkspaceLimitError
-from cudnn_py.memory import as_array, empty, zeros
+from cudnn_py.memory import DeviceArray, as_array, empty, zeros
 
 __all__ = [
     "Convolution", "convolution_forward", "convolution_backward_data", "convolution_backward_filter",
@@ -73,7 +74,9 @@ class Convolution:
     ``padding``: an int, one int per spatial dimension, or one ``(low, high)`` pair per dimension.
     ``stride`` / ``dilation``: an int or one per dimension. ``mode``: ``"cross_correlation"`` (what deep
     learning calls convolution; default) or ``"convolution"`` (kernel flipped). ``math_type``:
-    ``"default"``, ``"tensor_op"``, ``"tensor_op_allow_conversion"``, ``"fma"`` (or the enum).
+    ``"auto"`` (default: tensor-op math for float16/bfloat16 data, whose ``"default"`` math would keep
+    cuDNN off the tensor cores; default math otherwise, which on A100+ allows TF32 for float32),
+    ``"default"``, ``"tensor_op"``, ``"tensor_op_allow_conversion"``, ``"fma"`` (exact float32), or the enum.
     ``compute_type``: the accumulation dtype; default double for float64, int32 for int8, else float32.
     ``layout``: ``"NCHW"`` (arrays are ``N, C, *spatial`` and their strides say the memory order) or
     ``"NHWC"`` (arrays are given as ``N, *spatial, C``; filters as ``K, *R, C``).
@@ -83,7 +86,7 @@ class Convolution:
                  "_hash", "_per_nd")
 
     def __init__(self, padding=0, stride=1, dilation=1, groups: int = 1, *, mode: str = "cross_correlation",
-                 math_type: Any = "default", compute_type=None, layout: str = "NCHW"):
+                 math_type: Any = "auto", compute_type=None, layout: str = "NCHW"):
         if isinstance(padding, (int, np.integer)):
             self.padding = _ints(padding, "padding", 0)
         else:
@@ -96,12 +99,13 @@ class Convolution:
             raise ValueError(f"groups must be an int >= 1, got {groups!r}")
         self.groups = int(groups)
         self.mode = _enum_arg(mode, _MODES, capi.cudnnConvolutionMode_t, "mode")
-        self.math_type = _enum_arg(math_type, MATH_TYPES, capi.cudnnMathType_t, "math_type")
+        self.math_type = None if math_type == "auto" else _enum_arg(math_type, MATH_TYPES, capi.cudnnMathType_t,
+                                                                    "math_type")
         self.compute_type = None if compute_type is None else cudnn_dtype(compute_type)
         if layout not in ("NCHW", "NHWC"):
             raise ValueError(f"layout {layout!r}: expected 'NCHW' or 'NHWC'")
         self.layout = layout
-        self._key = (self.padding, self.stride, self.dilation, self.groups, self.mode.name, self.math_type.name,
+        self._key = (self.padding, self.stride, self.dilation, self.groups, self.mode.name, self._math_name,
                      None if self.compute_type is None else self.compute_type.name, layout)
         self._hash = hash(self._key)
         self._per_nd: dict[int, tuple] = {}
@@ -114,7 +118,11 @@ class Convolution:
 
     def __repr__(self):
         return (f"Convolution(padding={self.padding}, stride={self.stride}, dilation={self.dilation}, "
-                f"groups={self.groups}, mode={self.mode.name}, math_type={self.math_type.name}, layout={self.layout})")
+                f"groups={self.groups}, mode={self.mode.name}, math_type={self._math_name}, layout={self.layout})")
+
+    @property
+    def _math_name(self) -> str:
+        return "auto" if self.math_type is None else self.math_type.name
 
     @property
     def key(self) -> tuple:
@@ -241,6 +249,8 @@ class _Geometry:
         self.dtype, self.y_dtype = cudnn_dtype(dtype), cudnn_dtype(y_dtype)
         self.np_dtype, self.np_y_dtype = np.dtype(dtype), np.dtype(y_dtype)
         self.compute = conv.compute_type if conv.compute_type is not None else _default_compute(self.np_dtype)
+        self.math_type = conv.math_type if conv.math_type is not None else (
+            capi.CUDNN_TENSOR_OP_MATH if self.np_dtype.itemsize == 2 else capi.CUDNN_DEFAULT_MATH)
         self.stride, self.dilation = st, dil
         self.x_shape, self.x_strides, self.w_shape, self.y_shape, self.y_strides = xs, xst, ws, ys, yst
         self.asym = any(lo != hi for lo, hi in pads)
@@ -271,7 +281,7 @@ class _Geometry:
         return (direction, tuple(self.x_shape), tuple(self.x_strides), tuple(self.w_shape), self.w_nhwc,
                 tuple(self.y_shape), tuple(self.y_strides), self.dtype.name, self.y_dtype.name, self.compute.name,
                 tuple(self.pads), tuple(self.stride), tuple(self.dilation), self.conv.groups, self.conv.mode.name,
-                self.conv.math_type.name, bool(deterministic), limit, device)
+                self.math_type.name, bool(deterministic), limit, device)
 
 
 def _default_compute(dtype: np.dtype):
@@ -352,7 +362,7 @@ def _limit(handle, workspace_limit):
 def _resolve(handle, g: _Geometry, direction: str, spec, deterministic: bool, limit, in_ptrs):
     """(algo, math type, workspace bytes) for ``spec``: an algorithm, "heuristic" or "fastest"."""
     a, b, c = _descs(g, direction)
-    requested = g.conv.math_type
+    requested = g.math_type
     if isinstance(spec, str) and spec.lower() in _ALGO_WORDS:
         def size(r):
             return _alg.workspace_size(handle, direction, a, b, g.conv_desc(r.math_type), c, r.algo)
@@ -378,7 +388,7 @@ def _resolve(handle, g: _Geometry, direction: str, spec, deterministic: bool, li
 def _find(handle, g: _Geometry, direction: str, limit, deterministic: bool, in_ptrs):
     """Benchmark with ``Find...Ex`` and pick the best allowed record."""
     records = _find_records(handle, g, direction, limit, in_ptrs)
-    return _alg.select_algorithm(_honouring(records, g.conv.math_type), limit, None, deterministic)
+    return _alg.select_algorithm(_honouring(records, g.math_type), limit, None, deterministic)
 
 
 def _honouring(records, requested):
@@ -394,7 +404,7 @@ def _honouring(records, requested):
 def _find_records(handle, g: _Geometry, direction: str, limit, in_ptrs):
     """``Find...Ex`` on the given inputs, a scratch output and a workspace of min(limit, largest need)."""
     a, b, c = _descs(g, direction)
-    conv_desc = g.conv_desc(g.conv.math_type)
+    conv_desc = g.conv_desc(g.math_type)
     biggest = 0
     for algo in _alg._real_members(direction):
         try:
@@ -458,6 +468,44 @@ def _sig(arr):
     return arr.shape, arr.strides, arr.dtype, arr.device_id
 
 
+_TORCH_TYPES: set = set()
+_TORCH_DTYPES: dict = {}
+
+
+def _learn_torch() -> bool:
+    """Once torch is imported by the program: its tensor types and dtypes, for :func:`_arg`'s fast path."""
+    torch = sys.modules.get("torch")
+    if torch is None or not hasattr(torch, "Tensor"):
+        return False
+    pairs = {"float32": np.float32, "float64": np.float64, "float16": np.float16, "int8": np.int8,
+             "uint8": np.uint8, "int32": np.int32, "int64": np.int64}
+    _TORCH_DTYPES.update({getattr(torch, k): np.dtype(v) for k, v in pairs.items()})
+    try:
+        import ml_dtypes
+        _TORCH_DTYPES[torch.bfloat16] = np.dtype(ml_dtypes.bfloat16)
+    except ImportError:
+        pass
+    _TORCH_TYPES.update({torch.Tensor, torch.nn.Parameter})
+    return True
+
+
+def _arg(obj, name: str):
+    """(signature, device address) of an array argument; signature = (shape, strides, dtype, device).
+
+    DeviceArrays and CUDA torch tensors are read directly (a few attribute reads: this is the hot
+    path); anything else goes through :func:`cudnn_py.memory.as_array` (DLPack / CUDA array interface).
+    """
+    t = type(obj)
+    if t is DeviceArray:
+        return (obj.shape, obj.strides, obj.dtype, obj.device_id), obj.ptr
+    if t in _TORCH_TYPES or (not _TORCH_TYPES and _learn_torch() and t in _TORCH_TYPES):
+        dt = _TORCH_DTYPES.get(obj.dtype)
+        if dt is not None and obj.is_cuda:
+            return (tuple(obj.shape), obj.stride(), dt, obj.get_device()), obj.data_ptr()
+    a = as_array(obj, name)
+    return (a.shape, a.strides, a.dtype, a.device_id), a.ptr
+
+
 def _get_plan(key):
     p = _PLANS.get(key)
     if p is not None and p.gen is not None and p.gen != _alg.algorithm_cache.generation:
@@ -469,11 +517,11 @@ def _ws_ptr(handle, nbytes):
     return handle.workspace.get(nbytes, handle.stream) if nbytes else None
 
 
-def _pad_input(handle, g: _Geometry, xa):
-    """A zero-padded device copy of x for asymmetric padding."""
+def _pad_input(handle, g: _Geometry, x_ptr: int):
+    """A zero-padded device copy of x for asymmetric padding (keep it alive until the work is queued)."""
     xp = zeros((g.xp_size,), g.np_dtype, stream=handle.stream)
     one, zero, _, _ = _scalars(g.dtype == capi.CUDNN_DATA_DOUBLE, 1.0, 0.0)
-    capi.cudnnTransformTensor(handle.ptr, one, g.x_orig_desc.ptr, xa.ptr, zero, g.interior_desc.ptr,
+    capi.cudnnTransformTensor(handle.ptr, one, g.x_orig_desc.ptr, x_ptr, zero, g.interior_desc.ptr,
                               xp.ptr + g.interior_offset)
     return xp
 
@@ -481,18 +529,19 @@ def _pad_input(handle, g: _Geometry, xa):
 def convolution_forward(handle, conv: Convolution, x, w, y=None, *, algo: Any = "heuristic", alpha: float = 1.0,
                         beta: float = 0.0, deterministic: bool = False, workspace_limit: int | None = None):
     """``y = alpha * conv(x, w) + beta * y`` (``cudnnConvolutionForward``); returns y (allocated if not given)."""
-    xa, wa = as_array(x, "x"), as_array(w, "w")
-    ya = None if y is None else as_array(y, "y")
-    ysig = None if ya is None else _sig(ya)
-    key = ("forward", conv, _sig(xa), _sig(wa), ysig, algo, deterministic, workspace_limit, _device_id(handle))
-    p = _get_plan(key) or _plan(handle, key, "forward", conv, (_sig(xa), _sig(wa), ysig), algo,
-                                deterministic, workspace_limit, (xa.ptr, wa.ptr))
-    g = p.g
-    if ya is None:
-        y = ya = empty(g.out_shape, g.np_y_dtype, stream=handle.stream)
-    xp = _pad_input(handle, g, xa) if g.asym else xa  # kept alive until the call is queued
+    xs, x_ptr = _arg(x, "x")
+    ws, w_ptr = _arg(w, "w")
+    ys, y_ptr = (None, 0) if y is None else _arg(y, "y")
+    key = ("forward", conv, xs, ws, ys, algo, deterministic, workspace_limit, handle.device)
+    p = _get_plan(key) or _plan(handle, key, "forward", conv, (xs, ws, ys), algo, deterministic, workspace_limit,
+                                (x_ptr, w_ptr))
+    if y is None:
+        y = empty(p.g.out_shape, p.g.np_y_dtype, stream=handle.stream)
+        y_ptr = y.ptr
+    xp = _pad_input(handle, p.g, x_ptr) if p.g.asym else None
     al, be, _, _ = _scalars(p.double, alpha, beta)
-    p.fn(handle.ptr, al, p.a, xp.ptr, p.b, wa.ptr, p.conv_desc, p.algo, _ws_ptr(handle, p.ws), p.ws, be, p.c, ya.ptr)
+    p.fn(handle.ptr, al, p.a, x_ptr if xp is None else xp.ptr, p.b, w_ptr, p.conv_desc, p.algo,
+         _ws_ptr(handle, p.ws), p.ws, be, p.c, y_ptr)
     return y
 
 
@@ -530,31 +579,30 @@ def convolution_backward_data(handle, conv: Convolution, w, dy, dx=None, *, x_sh
 
     Without ``dx``, one of shape ``x_shape`` is allocated (default: the smallest input giving dy's shape).
     """
-    wa, dya = as_array(w, "w"), as_array(dy, "dy")
-    dxa = None if dx is None else as_array(dx, "dx")
-    if dxa is not None:
-        xsig = _sig(dxa)
+    ws, w_ptr = _arg(w, "w")
+    dys, dy_ptr = _arg(dy, "dy")
+    if dx is not None:
+        xs, dx_ptr = _arg(dx, "dx")
     else:
-        xsig = _shape_sig(x_shape if x_shape is not None else _input_shape(conv, wa.shape, dya.shape), _sig(wa),
-                          "x_shape")
-    key = ("backward_data", conv, xsig, _sig(wa), _sig(dya), dxa is None, algo, deterministic, workspace_limit,
-           _device_id(handle))
-    p = _get_plan(key) or _plan(handle, key, "backward_data", conv, (xsig, _sig(wa), _sig(dya)), algo,
-                                deterministic, workspace_limit, (wa.ptr, dya.ptr))
+        xs = _shape_sig(x_shape if x_shape is not None else _input_shape(conv, ws[0], dys[0]), ws, "x_shape")
+    key = ("backward_data", conv, xs, ws, dys, dx is None, algo, deterministic, workspace_limit, handle.device)
+    p = _get_plan(key) or _plan(handle, key, "backward_data", conv, (xs, ws, dys), algo, deterministic,
+                                workspace_limit, (w_ptr, dy_ptr))
     g = p.g
-    if dxa is None:
-        dx = dxa = empty(xsig[0], xsig[2], stream=handle.stream)
-    ws = _ws_ptr(handle, p.ws)
+    if dx is None:
+        dx = empty(xs[0], xs[2], stream=handle.stream)
+        dx_ptr = dx.ptr
+    ws_ptr = _ws_ptr(handle, p.ws)
     if g.asym:  # gradient of the padded x, then its interior blended into dx
         dxp = empty((g.xp_size,), g.np_dtype, stream=handle.stream)
         one, zero, _, _ = _scalars(p.double, 1.0, 0.0)
-        p.fn(handle.ptr, one, p.a, wa.ptr, p.b, dya.ptr, p.conv_desc, p.algo, ws, p.ws, zero, p.c, dxp.ptr)
+        p.fn(handle.ptr, one, p.a, w_ptr, p.b, dy_ptr, p.conv_desc, p.algo, ws_ptr, p.ws, zero, p.c, dxp.ptr)
         al, be, _, _ = _scalars(g.dtype == capi.CUDNN_DATA_DOUBLE, alpha, beta)
         capi.cudnnTransformTensor(handle.ptr, al, g.interior_desc.ptr, dxp.ptr + g.interior_offset, be,
-                                  g.x_orig_desc.ptr, dxa.ptr)
+                                  g.x_orig_desc.ptr, dx_ptr)
         return dx
     al, be, _, _ = _scalars(p.double, alpha, beta)
-    p.fn(handle.ptr, al, p.a, wa.ptr, p.b, dya.ptr, p.conv_desc, p.algo, ws, p.ws, be, p.c, dxa.ptr)
+    p.fn(handle.ptr, al, p.a, w_ptr, p.b, dy_ptr, p.conv_desc, p.algo, ws_ptr, p.ws, be, p.c, dx_ptr)
     return dx
 
 
@@ -565,25 +613,24 @@ def convolution_backward_filter(handle, conv: Convolution, x, dy, dw=None, *, w_
 
     Pass ``dw`` or ``w_shape`` (the filter shape cannot be inferred when the stride is above 1).
     """
-    xa, dya = as_array(x, "x"), as_array(dy, "dy")
-    dwa = None if dw is None else as_array(dw, "dw")
-    if dwa is not None:
-        wsig = _sig(dwa)
+    xs, x_ptr = _arg(x, "x")
+    dys, dy_ptr = _arg(dy, "dy")
+    if dw is not None:
+        ws, dw_ptr = _arg(dw, "dw")
     elif w_shape is None:
         raise ValueError("convolution_backward_filter needs dw (an output array) or w_shape")
     else:
-        wsig = _shape_sig(w_shape, _sig(xa), "w_shape")
-    key = ("backward_filter", conv, _sig(xa), wsig, _sig(dya), dwa is None, algo, deterministic, workspace_limit,
-           _device_id(handle))
-    p = _get_plan(key) or _plan(handle, key, "backward_filter", conv, (_sig(xa), wsig, _sig(dya)), algo,
-                                deterministic, workspace_limit, (xa.ptr, dya.ptr))
-    g = p.g
-    if dwa is None:
-        dw = dwa = empty(wsig[0], wsig[2], stream=handle.stream)
-    xp = _pad_input(handle, g, xa) if g.asym else xa
+        ws = _shape_sig(w_shape, xs, "w_shape")
+    key = ("backward_filter", conv, xs, ws, dys, dw is None, algo, deterministic, workspace_limit, handle.device)
+    p = _get_plan(key) or _plan(handle, key, "backward_filter", conv, (xs, ws, dys), algo, deterministic,
+                                workspace_limit, (x_ptr, dy_ptr))
+    if dw is None:
+        dw = empty(ws[0], ws[2], stream=handle.stream)
+        dw_ptr = dw.ptr
+    xp = _pad_input(handle, p.g, x_ptr) if p.g.asym else None
     al, be, _, _ = _scalars(p.double, alpha, beta)
-    p.fn(handle.ptr, al, p.a, xp.ptr, p.b, dya.ptr, p.conv_desc, p.algo, _ws_ptr(handle, p.ws), p.ws, be, p.c,
-         dwa.ptr)
+    p.fn(handle.ptr, al, p.a, x_ptr if xp is None else xp.ptr, p.b, dy_ptr, p.conv_desc, p.algo,
+         _ws_ptr(handle, p.ws), p.ws, be, p.c, dw_ptr)
     return dw
 
 
@@ -593,40 +640,43 @@ def convolution_backward_bias(handle, dy, db=None, *, alpha: float = 1.0, beta: 
 
     db (allocated if not given) has shape ``(1, K, 1, ...)`` (``(1, ..., 1, K)`` for ``layout="NHWC"``).
     """
-    dya = as_array(dy, "dy")
-    dbsig = None if db is None else _sig(as_array(db, "db"))
-    key = ("backward_bias", _sig(dya), dbsig, layout, _device_id(handle))
+    dys, dy_ptr = _arg(dy, "dy")
+    dbs, db_ptr = (None, 0) if db is None else _arg(db, "db")
+    key = ("backward_bias", dys, dbs, layout, handle.device)
     got = _PLANS.get(key)
     if got is None:
-        got = _PLANS[key] = _bias_plan(handle, dya, dbsig, layout, "db")
+        got = _PLANS[key] = _bias_plan(handle, dys, dbs, layout, "db")
     dy_desc, db_desc, db_shape, double, _ = got
-    dba = empty(db_shape, dya.dtype, stream=handle.stream) if db is None else as_array(db, "db")
+    if db is None:
+        db = empty(db_shape, dys[2], stream=handle.stream)
+        db_ptr = db.ptr
     al, be, _, _ = _scalars(double, alpha, beta)
-    capi.cudnnConvolutionBackwardBias(handle.ptr, al, dy_desc, dya.ptr, be, db_desc, dba.ptr)
-    return dba if db is None else db
+    capi.cudnnConvolutionBackwardBias(handle.ptr, al, dy_desc, dy_ptr, be, db_desc, db_ptr)
+    return db
 
 
-def _bias_plan(handle, ya, bsig, layout, name):
-    """(y descriptor, bias descriptor, allocated bias shape, double?) for a bias of y's channels."""
+def _bias_plan(handle, ysig, bsig, layout, name):
+    """(y descriptor, bias descriptor, allocated bias shape, double?, objects) for a bias of y's channels."""
     if layout not in ("NCHW", "NHWC"):
         raise ValueError(f"layout {layout!r}: expected 'NCHW' or 'NHWC'")
-    if ya.device_id != _device_id(handle):
-        raise ValueError(f"the data is on device {ya.device_id} but the handle is on device {_device_id(handle)}")
-    ys, yst = _logical(ya.shape, ya.strides, layout)
+    shape, strides, dtype, device = ysig
+    if device != _device_id(handle):
+        raise ValueError(f"the data is on device {device} but the handle is on device {_device_id(handle)}")
+    ys, yst = _logical(shape, strides, layout)
     if not 3 <= len(ys) <= 5:
-        raise ValueError(f"dy/y {ya.shape} must have 3, 4 or 5 dimensions")
+        raise ValueError(f"dy/y {tuple(shape)} must have 3, 4 or 5 dimensions")
     if len(ys) == 3:
         ys, yst = _unit(ys, yst)
     k = ys[1]
     bshape = (1, k) + (1,) * (len(ys) - 2)
     if bsig is not None:
-        if math.prod(bsig[0]) != k or bsig[1] != _contiguous(bsig[0]):
+        if math.prod(bsig[0]) != k or tuple(bsig[1]) != _contiguous(bsig[0]):
             raise ValueError(f"{name} must be a contiguous array of {k} elements (one per channel), got shape "
-                             f"{bsig[0]} strides {bsig[1]}")
-        if bsig[3] != ya.device_id:
-            raise ValueError(f"{name} is on device {bsig[3]} but the data is on device {ya.device_id}")
-    dt = cudnn_dtype(ya.dtype)
-    physical = _physical((1, k) + (1,) * (len(ya.shape) - 2), layout)
+                             f"{tuple(bsig[0])} strides {tuple(bsig[1])}")
+        if bsig[3] != device:
+            raise ValueError(f"{name} is on device {bsig[3]} but the data is on device {device}")
+    dt = cudnn_dtype(dtype)
+    physical = _physical((1, k) + (1,) * (len(shape) - 2), layout)
     y_desc = _tensor_desc(ys, yst, dt)
     b_desc = _tensor_desc(bshape, _packed(bshape, False), dt if bsig is None else cudnn_dtype(bsig[2]))
     return y_desc.ptr, b_desc.ptr, physical, dt == capi.CUDNN_DATA_DOUBLE, (y_desc, b_desc)
@@ -642,8 +692,7 @@ def convolution_bias_activation_forward(handle, conv: Convolution, x, w, bias, *
 
     ``activation``: ``"relu"`` or ``"identity"`` (cuDNN runs identity only with IMPLICIT_PRECOMP_GEMM,
     which is then chosen for you). Without ``z`` (then ``alpha2`` must be 0) y is zeroed first and
-    used as z; pass ``z=y`` to add y's current values instead.
-    ``bias`` holds one value per output channel.
+    used as z; pass ``z=y`` to add y's current values instead. ``bias`` holds one value per channel.
     """
     act = _enum_arg(activation, _ACTIVATIONS, capi.cudnnActivationMode_t, "activation")
     if act == capi.CUDNN_ACTIVATION_IDENTITY:
@@ -652,33 +701,35 @@ def convolution_bias_activation_forward(handle, conv: Convolution, x, w, bias, *
             algo = precomp
         elif _alg.parse_algo("forward", algo) != precomp:
             raise ValueError("cuDNN runs the identity activation only with IMPLICIT_PRECOMP_GEMM")
-    xa, wa, ba = as_array(x, "x"), as_array(w, "w"), as_array(bias, "bias")
-    ya = None if y is None else as_array(y, "y")
-    ysig = None if ya is None else _sig(ya)
-    key = ("forward", conv, _sig(xa), _sig(wa), ysig, algo, deterministic, workspace_limit, _device_id(handle))
-    p = _get_plan(key) or _plan(handle, key, "forward", conv, (_sig(xa), _sig(wa), ysig), algo, deterministic,
-                                workspace_limit, (xa.ptr, wa.ptr))
-    g = p.g
-    if ya is None:
-        y = ya = empty(g.out_shape, g.np_y_dtype, stream=handle.stream)
-    bkey = ("bias", _sig(ya), _sig(ba), conv.layout, _device_id(handle))
+    if z is None and alpha2 != 0.0:
+        raise ValueError("alpha2 scales z; pass z (it may be y itself) or leave alpha2 at 0")
+    xs, x_ptr = _arg(x, "x")
+    ws, w_ptr = _arg(w, "w")
+    bs, b_ptr = _arg(bias, "bias")
+    ys, y_ptr = (None, 0) if y is None else _arg(y, "y")
+    key = ("forward", conv, xs, ws, ys, algo, deterministic, workspace_limit, handle.device)
+    p = _get_plan(key) or _plan(handle, key, "forward", conv, (xs, ws, ys), algo, deterministic, workspace_limit,
+                                (x_ptr, w_ptr))
+    if y is None:
+        y = empty(p.g.out_shape, p.g.np_y_dtype, stream=handle.stream)
+        ys, y_ptr = _arg(y, "y")
+    bkey = ("bias", ys, bs, conv.layout, handle.device)
     bplan = _PLANS.get(bkey)
     if bplan is None:
-        bplan = _PLANS[bkey] = _bias_plan(handle, ya, _sig(ba), conv.layout, "bias")
-    za = ya if z is None else as_array(z, "z")
-    if za is not ya and _sig(za) != _sig(ya):
-        raise ValueError(f"z must look like y: shape {ya.shape} strides {ya.strides} dtype {ya.dtype}, got "
-                         f"{za.shape} {za.strides} {za.dtype}")
-    if z is None:  # z aliases y: clear it so that alpha2 * z cannot bring in stale values (or NaN)
-        if alpha2 != 0.0:
-            raise ValueError("alpha2 scales z; pass z (it may be y itself) or leave alpha2 at 0")
-        zero = _scalars(p.double, 0.0, 0.0)[0]
-        capi.cudnnSetTensor(handle.ptr, p.c, ya.ptr, zero)
-    xp = _pad_input(handle, g, xa) if g.asym else xa
+        bplan = _PLANS[bkey] = _bias_plan(handle, ys, bs, conv.layout, "bias")
+    if z is None:  # z aliases y: clear y so that no stale value (or NaN) can leak in through z
+        capi.cudnnSetTensor(handle.ptr, p.c, y_ptr, _scalars(True, 0.0, 0.0)[0])
+        z_ptr = y_ptr
+    else:
+        zs, z_ptr = _arg(z, "z")
+        if zs != ys:
+            raise ValueError(f"z must look like y (shape, strides, dtype, device {ys}), got {zs}")
+    xp = _pad_input(handle, p.g, x_ptr) if p.g.asym else None
     a1, a2, _, _ = _scalars(p.double, alpha1, alpha2)
     capi.cudnnConvolutionBiasActivationForward(
-        handle.ptr, a1, p.a, xp.ptr, p.b, wa.ptr, p.conv_desc, p.algo, _ws_ptr(handle, p.ws), p.ws, a2, p.c,
-        za.ptr, bplan[1], ba.ptr, _d.activation_descriptor(act, 0.0).ptr, p.c, ya.ptr)
+        handle.ptr, a1, p.a, x_ptr if xp is None else xp.ptr, p.b, w_ptr, p.conv_desc, p.algo,
+        _ws_ptr(handle, p.ws), p.ws, a2, p.c, z_ptr, bplan[1], b_ptr, _d.activation_descriptor(act, 0.0).ptr, p.c,
+        y_ptr)
     return y
 
 
@@ -720,7 +771,7 @@ def convolution_algorithms(handle, conv: Convolution, x, w, y=None, *, direction
         raise ValueError(f"direction {direction!r}: expected one of {_alg.DIRECTIONS}")
     g = _query_geometry(handle, conv, x, w, y, direction)
     a, b, c = _descs(g, direction)
-    cd = g.conv_desc(conv.math_type)
+    cd = g.conv_desc(g.math_type)
     if method == "heuristic":
         return _alg.heuristic_algorithms(handle, direction, a, b, cd, c)
     if method == "find":
@@ -740,4 +791,4 @@ def convolution_workspace_size(handle, conv: Convolution, x, w, y=None, *, algo:
     """Workspace bytes that ``algo`` needs (``cudnnGetConvolution*WorkspaceSize``); raises if unsupported."""
     g = _query_geometry(handle, conv, x, w, y, direction)
     a, b, c = _descs(g, direction)
-    return _alg.workspace_size(handle, direction, a, b, g.conv_desc(conv.math_type), c, algo)
+    return _alg.workspace_size(handle, direction, a, b, g.conv_desc(g.math_type), c, algo)
