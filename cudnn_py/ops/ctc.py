@@ -34,7 +34,7 @@ import numpy as np
 from cudnn_py import capi
 from cudnn_py.descriptors import tensor_descriptor
 from cudnn_py.errors import ClosedError
-from cudnn_py.memory import DeviceArray, _is_device_like, as_array, empty, to_device
+from cudnn_py.memory import DeviceArray, as_array, empty, to_device
 from cudnn_py.ops.batchnorm import _array, _enum
 
 __all__ = ["CTC_ALGOS", "CTC_NORMALIZATIONS", "CTC_GRAD_MODES", "MAX_LABEL_LENGTH", "CTCLoss", "CTCLabels",
@@ -131,8 +131,15 @@ class CTCLabels(NamedTuple):
     input_lengths: np.ndarray
 
 
+def _on_device(obj) -> bool:
+    if isinstance(obj, DeviceArray) or hasattr(obj, "__cuda_array_interface__"):
+        return True
+    dev = getattr(obj, "__dlpack_device__", None)
+    return dev is not None and not isinstance(obj, np.ndarray) and dev()[0] in (2, 13)  # kDLCUDA, kDLCUDAManaged
+
+
 def _host_ints(obj, name: str) -> np.ndarray:
-    if _is_device_like(obj):
+    if _on_device(obj):
         obj = as_array(obj, name).to_numpy()
     a = np.asarray(obj)
     if a.dtype.kind not in "iu" and not (a.dtype.kind == "f" and a.size == 0):
@@ -226,16 +233,16 @@ def ctc_loss(handle, logits, labels, label_lengths, input_lengths, *, algo="dete
     if host.label_lengths.shape[0] != n:
         raise ValueError(f"{host.label_lengths.shape[0]} label/input lengths for a batch of {n} (logits' N)")
     desc = _ctc_desc(normalization, grad_mode, max_label_length)
-    c = (empty((n,), np.float32, stream=handle.stream, device=handle.device) if costs is None
-         else _array(costs, "costs", handle, dtype=np.float32, shape=(n,)))
-    g = None
-    if compute_gradients:
-        g = (empty(x.shape, np.float32, stream=handle.stream, device=handle.device) if gradients is None
-             else _array(gradients, "gradients", handle, dtype=np.float32, shape=x.shape))
-        if not g.is_contiguous:
-            raise ValueError("gradients must be C-contiguous")
-    elif gradients is not None:
+    if not compute_gradients and gradients is not None:
         raise ValueError("gradients given but compute_gradients is False")
+    c = None if costs is None else _array(costs, "costs", handle, dtype=np.float32, shape=(n,))
+    g = None if gradients is None else _array(gradients, "gradients", handle, dtype=np.float32, shape=x.shape)
+    if g is not None and not g.is_contiguous:
+        raise ValueError("gradients must be C-contiguous")
+    if c is None:
+        c = empty((n,), np.float32, stream=handle.stream, device=handle.device)
+    if g is None and compute_gradients:
+        g = empty(x.shape, np.float32, stream=handle.stream, device=handle.device)
     # device copies of the validated labels and lengths (cudnnCTCLoss_v8 reads them from device memory)
     lab = host.labels if host.labels.size else np.zeros(1, np.int32)
     dev = [to_device(v, handle.stream, device=handle.device) for v in (lab, host.label_lengths, host.input_lengths)]
