@@ -2,6 +2,7 @@
 backward, against the float64 reference (GPU)."""
 from __future__ import annotations
 
+
 import numpy as np
 import pytest
 
@@ -13,6 +14,7 @@ from cudnn_py.ops.spatial_transformer import (
 )
 from reference import spatial_transformer as ref
 
+
 class NoCallHandle:
     device = 0
     stream = None
@@ -21,10 +23,13 @@ class NoCallHandle:
     def ptr(self):
         raise AssertionError("validation should have raised before any cuDNN call")
 
+
 def fake(shape, dtype=np.float32):
     return DeviceArray(0x10000, shape, dtype)
 
+
 # ---------------------------------------------------------------- CPU
+
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
 def test_descriptor_created_and_cached(dtype):
@@ -37,6 +42,7 @@ def test_descriptor_created_and_cached(dtype):
     with pytest.raises(Exception, match="closed"):
         own.ptr
 
+
 @pytest.mark.parametrize("args,exc,words", [
     (((2, 3, 4), np.float32), ValueError, "4 positive ints"),
     (((2, 3, 0, 4), np.float32), ValueError, "4 positive ints"),
@@ -46,7 +52,9 @@ def test_descriptor_bad_arguments(args, exc, words):
     with pytest.raises(exc, match=words):
         SpatialTransformer(*args)
 
+
 H = NoCallHandle()
+
 
 @pytest.mark.parametrize("call,exc,words", [
     (lambda: spatial_tf_grid_forward(H, fake((2, 3, 2)), (2, 1, 4, 4)), ValueError, "(N, 2, 3)"),
@@ -73,14 +81,17 @@ def test_bad_input_caught_before_c(call, exc, words):
         call()
     assert words in str(info.value)
 
+
 # ---------------------------------------------------------------- GPU
 
 TOL = {np.float32: dict(rtol=1e-4, atol=1e-4), np.float64: dict(rtol=1e-10, atol=1e-10),
        np.float16: dict(rtol=1e-2, atol=3e-2)}
 
+
 def _dev(a):
     import cudnn_py as cudnn
     return cudnn.to_device(np.ascontiguousarray(a))
+
 
 def _theta(rng, n, dtype):
     """Affine maps near the identity (rotation, scale, shift), so most samples land inside the input."""
@@ -91,6 +102,7 @@ def _theta(rng, n, dtype):
     th[:, 1, 0], th[:, 1, 1] = sc * np.sin(ang), sc * np.cos(ang)
     th[:, :, 2] = rng.uniform(-0.3, 0.3, (n, 2))
     return th.astype(dtype)
+
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
@@ -105,6 +117,7 @@ def test_grid_generator_forward_backward(handle, rng, dtype):
     dth = spatial_tf_grid_backward(handle, _dev(dgrid), dtheta=_dev(np.full((n, 2, 3), np.nan, dtype)))
     tol = TOL[dtype] if dtype != np.float16 else dict(rtol=2e-2, atol=0.2)
     np.testing.assert_allclose(dth.to_numpy().astype(np.float64), ref.grid_generator_backward(dgrid), **tol)
+
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
@@ -127,6 +140,7 @@ def test_sampler_forward_backward(handle, rng, dtype):
     np.testing.assert_allclose(dx.to_numpy().astype(np.float64), wdx, **tol)
     np.testing.assert_allclose(dgrid.to_numpy().astype(np.float64), wdg, **dict(tol, atol=tol["atol"] * 10))
 
+
 @pytest.mark.gpu
 def test_sampler_backward_alpha_beta(handle, rng):
     n, c, hi, wi, ho, wo = 2, 2, 6, 7, 4, 5
@@ -139,6 +153,7 @@ def test_sampler_backward_alpha_beta(handle, rng):
     wdx, wdg = ref.sampler_backward(x, grid, dy)
     np.testing.assert_allclose(dx.to_numpy(), 2.0 * wdx + 0.5 * dx0, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(dgrid.to_numpy(), -wdg + 1.5 * dg0, rtol=1e-4, atol=1e-3)
+
 
 @pytest.mark.gpu
 def test_end_to_end_identity_transform(handle, rng):
