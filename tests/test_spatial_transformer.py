@@ -2,7 +2,6 @@
 backward, against the float64 reference (GPU)."""
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 
