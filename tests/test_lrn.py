@@ -36,8 +36,11 @@ def test_reference_backwards_are_the_gradients(rng, p):
     np.testing.assert_allclose(ref.lrn_backward(x, dy, *args), _fd(lambda v: ref.lrn_forward(v, *args), x, dy),
                                atol=1e-7)
     dx, dm = ref.divnorm_backward(x, m, dy, *args)
-    np.testing.assert_allclose(dx, _fd(lambda v: ref.divnorm_forward(v, m, *args), x, dy), atol=1e-7)
     np.testing.assert_allclose(dm, _fd(lambda v: ref.divnorm_forward(x, v, *args), m, dy), atol=1e-7)
+    if p["n"] % 2:  # for even n cuDNN's dx (and so the reference's) is not the exact gradient: see reference.lrn
+        np.testing.assert_allclose(dx, _fd(lambda v: ref.divnorm_forward(v, m, *args), x, dy), atol=1e-7)
+        dx0, _ = ref.divnorm_backward(x, None, dy, *args)
+        np.testing.assert_allclose(dx0, _fd(lambda v: ref.divnorm_forward(v, None, *args), x, dy), atol=1e-7)
 
 
 def test_reference_lrn_matches_the_written_out_formula(rng):
@@ -108,28 +111,40 @@ def test_lrn_forward_backward_match_reference(handle, rng, dtype, p, shape):
     assert_close(dx.to_numpy(), ref.lrn_backward(x, dy, *args), dtype, tol_scale=3)
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("with_means", [False, True])
-@pytest.mark.parametrize("p", PARAMS[:3])
-def test_divisive_normalization_forward_backward_match_reference(handle, rng, with_means, p):
+def _divnorm_case(rng, with_means):
     import cudnn_py as cudnn
-    lrn = LRN(**p)
-    args = (p["n"], p["alpha"], p["beta"], p["k"])
     shape = (2, 3, 6, 5)
     x, dy = rng.standard_normal(shape).astype(np.float32), rng.standard_normal(shape).astype(np.float32)
     m = (rng.standard_normal(shape) * 0.5).astype(np.float32) if with_means else None
-    xd, md = cudnn.to_device(x), (cudnn.to_device(m) if with_means else None)
-    nan = np.full(shape, np.nan, np.float32)
-    y = divisive_normalization_forward(handle, lrn, xd, md, cudnn.to_device(nan))
-    assert_close(y.to_numpy(), ref.divnorm_forward(x, m, *args), np.float32, tol_scale=3)
-    dx, dm = divisive_normalization_backward(handle, lrn, xd, cudnn.to_device(dy), md, cudnn.to_device(nan),
+    return x, dy, m, cudnn.to_device(x), (cudnn.to_device(m) if with_means else None), np.full(shape, np.nan, np.float32)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("with_means", [False, True])
+@pytest.mark.parametrize("p", PARAMS[:3])
+def test_divisive_normalization_forward_matches_reference(handle, rng, with_means, p):
+    import cudnn_py as cudnn
+    x, _, m, xd, md, nan = _divnorm_case(rng, with_means)
+    y = divisive_normalization_forward(handle, LRN(**p), xd, md, cudnn.to_device(nan))
+    assert_close(y.to_numpy(), ref.divnorm_forward(x, m, p["n"], p["alpha"], p["beta"], p["k"]), np.float32,
+                 tol_scale=3)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("with_means", [False, True])
+@pytest.mark.parametrize("p", PARAMS[:3])
+def test_divisive_normalization_backward_matches_reference(handle, rng, with_means, p):
+    import cudnn_py as cudnn
+    x, dy, m, xd, md, nan = _divnorm_case(rng, with_means)
+    dx, dm = divisive_normalization_backward(handle, LRN(**p), xd, cudnn.to_device(dy), md, cudnn.to_device(nan),
                                              cudnn.to_device(nan) if with_means else None)
-    dx_ref, dm_ref = ref.divnorm_backward(x, m, dy, *args)
-    assert_close(dx.to_numpy(), dx_ref, np.float32, tol_scale=3)
-    if with_means:
+    dx_ref, dm_ref = ref.divnorm_backward(x, m, dy, p["n"], p["alpha"], p["beta"], p["k"])
+    if with_means:  # printed on failure: enough to fit another formula offline
+        print("dx[0,0,0]", dx.to_numpy()[0, 0, 0], "dmeans[0,0,0]", dm.to_numpy()[0, 0, 0])
         assert_close(dm.to_numpy(), dm_ref, np.float32, tol_scale=3)
     else:
         assert dm is None
+    assert_close(dx.to_numpy(), dx_ref, np.float32, tol_scale=3)
 
 
 @pytest.mark.gpu

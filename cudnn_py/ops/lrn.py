@@ -6,11 +6,13 @@
     y = lrn_forward(h, lrn, x)                                  # y = x * (k + alpha/n * sum_window x^2)^-beta
     dx = lrn_backward(h, lrn, x, y, dy)
     y = divisive_normalization_forward(h, lrn, x, means=m)      # spatial window, per channel
-    dx, dmeans = divisive_normalization_backward(h, lrn, x, dy, means=m)
+    dx, dmeans = divisive_normalization_backward(h, lrn, x, dy, means=m)   # means treated as independent
 
 The window of size n around index i spans ``[i - (n-1)//2, i + n - 1 - (n-1)//2]``. Cross-channel LRN
-runs over C; divisive normalisation over an n-wide window in each spatial dimension of each channel
-(``d = x - means``, means zero when not given). x is 4-D or 5-D (N, C, *spatial). The LRN parameters
+runs over C. Divisive normalisation works on each channel over an n-wide window in each spatial
+dimension: ``y_i = x_i * (k + alpha / n**S * sum_{j in window(i)} (x_j - means_i)**2) ** -beta``
+(S spatial dims; means zero when not given), which is what cuDNN computes (measured; its manual
+gives no formula). x is 4-D or 5-D (N, C, *spatial). The LRN parameters
 live in :class:`LRN`; the ``alpha``/``beta`` keywords of the calls are the usual blending factors.
 
 Raw C path::
@@ -136,7 +138,7 @@ def _temps(handle, xa):
 
 def divisive_normalization_forward(handle, lrn, x, means=None, y=None, *, alpha: float = 1.0,
                                    beta: float = 0.0):
-    """``y = alpha * divnorm(x - means) + beta * y`` (``cudnnDivisiveNormalizationForward``); returns y.
+    """``y = alpha * divnorm(x, means) + beta * y`` (``cudnnDivisiveNormalizationForward``); returns y.
 
     ``means`` (x's shape) defaults to zeros; the two temporaries cuDNN needs are allocated here.
     """
@@ -158,7 +160,8 @@ def divisive_normalization_backward(handle, lrn, x, dy, means=None, dx=None, dme
     """(dx, dmeans) of divisive normalisation (``cudnnDivisiveNormalizationBackward``).
 
     dmeans is computed (and allocated if not given) when ``means`` or ``dmeans`` is given, else None.
-    The means are an independent input: for ``d = x - means``, ``dmeans = -dx``.
+    The means are treated as an independent input. For an even window size cuDNN's dx is not the
+    exact gradient of its forward (it sums over the forward window, not its mirror image).
     """
     desc = _lrn_desc(lrn)
     xa = _input(x, handle)

@@ -185,10 +185,20 @@ def scale_tensor(handle, y, alpha: float):
 
 
 def set_tensor(handle, y, value: float):
-    """Every element of ``y`` = value (``cudnnSetTensor``; the value has y's own type); returns y."""
+    """Every element of ``y`` = value (``cudnnSetTensor``); returns y.
+
+    cuDNN reads the value as float for float16/bfloat16/float32 tensors, double for float64 and the
+    element type for integer tensors.
+    """
     ya = _array(y, "y", handle)
+    if ya.dtype == np.float64:
+        host_type = np.float64
+    elif ya.dtype.kind == "f" or ya.dtype.name == "bfloat16":
+        host_type = np.float32
+    else:
+        host_type = ya.dtype
     try:
-        host = np.asarray(value).astype(ya.dtype).reshape(1)
+        host = np.asarray(value).astype(host_type).reshape(1)
     except (TypeError, ValueError) as e:
         raise TypeError(f"cannot set a {ya.dtype} tensor to {value!r}") from e
     capi.cudnnSetTensor(handle.ptr, _desc(ya), ya.ptr, host.ctypes.data)

@@ -4,10 +4,11 @@ Both use cuDNN's window: for size ``n`` the window around index i is
 ``[i - (n - 1) // 2, i + n - 1 - (n - 1) // 2]``, clipped to the tensor (zeros outside).
 
 * Cross-channel LRN (over C):  ``y = x * (k + alpha / n * sum_window x**2) ** -beta``.
-* Divisive normalisation (spatial, each channel apart), with ``d = x - means`` (means zero when
-  not given): ``y = d * (k + alpha / n**S * sum_window d**2) ** -beta`` where S is the number of
-  spatial dimensions and the window is n wide in each of them. The means are an independent
-  input, so ``dmeans = -dx``.
+* Divisive normalisation (spatial, each channel apart; means zero when not given):
+  ``y_i = x_i * (k + alpha / n**S * sum_{j in window(i)} (x_j - means_i)**2) ** -beta``, S the number
+  of spatial dimensions, the window n wide in each (clipped at the borders). Fitted to what cuDNN
+  9 computes on an H200 (the documentation gives no formula); see ``divnorm_backward`` for its
+  backward's one deviation from the exact gradient.
 """
 from __future__ import annotations
 
@@ -55,17 +56,37 @@ def _spatial(x):
     return tuple(range(2, x.ndim))
 
 
-def divnorm_forward(x, means, n, alpha, beta, k):
-    x = np.asarray(x, dtype=np.float64)
-    d = x if means is None else x - np.asarray(means, dtype=np.float64)
+def _divnorm_terms(x, means, n, alpha, k):
+    """(c, window count, s) with ``s_i = k + c * sum_{j in W(i)} (x_j - m_i)**2`` and ``c = alpha / n**S``."""
     axes = _spatial(x)
-    return _normalize(d, axes, n, alpha, beta, k, n ** len(axes))[0]
+    c = alpha / n ** len(axes)
+    if means is None:
+        return c, None, k + c * window_sum(x * x, axes, n)
+    m = np.asarray(means, dtype=np.float64)
+    count = window_sum(np.ones_like(x), axes, n)
+    return c, count, k + c * (window_sum(x * x, axes, n) - 2 * m * window_sum(x, axes, n) + count * m * m)
+
+
+def divnorm_forward(x, means, n, alpha, beta, k):
+    """``y_i = x_i * s_i**-beta`` (the numerator is x itself; the means only centre the window's squares)."""
+    x = np.asarray(x, dtype=np.float64)
+    return x * _divnorm_terms(x, means, n, alpha, k)[2] ** -beta
 
 
 def divnorm_backward(x, means, dy, n, alpha, beta, k):
-    """(dx, dmeans) of ``divnorm_forward``."""
+    """(dx, dmeans) as cuDNN computes them.
+
+    dmeans is the exact gradient. dx is the exact gradient for odd n; cuDNN sums the adjoint term over
+    the forward's window instead of its mirror image, which differs for even n, and so does this.
+    """
     x = np.asarray(x, dtype=np.float64)
-    d = x if means is None else x - np.asarray(means, dtype=np.float64)
+    dy = np.asarray(dy, dtype=np.float64)
     axes = _spatial(x)
-    dx = _normalize_backward(d, np.asarray(dy, np.float64), axes, n, alpha, beta, k, n ** len(axes))
-    return dx, -dx
+    c, count, s = _divnorm_terms(x, means, n, alpha, k)
+    g = dy * x * s ** (-beta - 1.0)
+    if means is None:
+        return dy * s ** -beta - 2.0 * beta * c * x * window_sum(g, axes, n), None
+    m = np.asarray(means, dtype=np.float64)
+    dx = dy * s ** -beta - 2.0 * beta * c * (x * window_sum(g, axes, n) - window_sum(g * m, axes, n))
+    dmeans = 2.0 * beta * c * g * (window_sum(x, axes, n) - count * m)
+    return dx, dmeans
