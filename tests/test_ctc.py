@@ -210,8 +210,10 @@ def test_raw_capi_path(handle, rng):
         capi.cudnnGetCTCLossWorkspaceSize_v8(handle.ptr, capi.CUDNN_CTC_LOSS_ALGO_DETERMINISTIC, desc, pd, pd,
                                              ctypes.byref(size))
         ws = cudnn.empty((max(size.value, 1),), np.uint8)
-        capi.cudnnCTCLoss_v8(handle.ptr, capi.CUDNN_CTC_LOSS_ALGO_DETERMINISTIC, desc, pd, x.ptr, lab.ptr,
-                             lens.ptr, ins.ptr, costs.ptr, pd, grads.ptr, size.value, ws.ptr)
+        int_p = ctypes.POINTER(ctypes.c_int)  # const int labels[] etc.: device addresses cast to int*
+        capi.cudnnCTCLoss_v8(handle.ptr, capi.CUDNN_CTC_LOSS_ALGO_DETERMINISTIC, desc, pd, x.ptr,
+                             ctypes.cast(lab.ptr, int_p), ctypes.cast(lens.ptr, int_p), ctypes.cast(ins.ptr, int_p),
+                             costs.ptr, pd, grads.ptr, size.value, ws.ptr)
         want_c, want_g = ref.ctc_loss(logits, labels, ll, [t])
         np.testing.assert_allclose(costs.to_numpy(), want_c, rtol=1e-4)
         np.testing.assert_allclose(grads.to_numpy(), want_g, rtol=1e-4, atol=1e-4)

@@ -20,8 +20,9 @@ Raw C path::
     capi.cudnnSetCTCLossDescriptor_v9(d, capi.CUDNN_DATA_FLOAT, capi.CUDNN_LOSS_NORMALIZATION_SOFTMAX,
                                       capi.CUDNN_CTC_ZERO_OOB_GRADIENTS, 255)
     capi.cudnnGetCTCLossWorkspaceSize_v8(h.ptr, algo, d, probs_desc, grads_desc, byref(ws_size))
-    capi.cudnnCTCLoss_v8(h.ptr, algo, d, probs_desc, probs.ptr, labels.ptr, label_lengths.ptr,
-                         input_lengths.ptr, costs.ptr, grads_desc, grads.ptr, ws_size, ws)
+    int_p = lambda a: ctypes.cast(a.ptr, ctypes.POINTER(ctypes.c_int))   # device int32 arrays as const int[]
+    capi.cudnnCTCLoss_v8(h.ptr, algo, d, probs_desc, probs.ptr, int_p(labels), int_p(label_lengths),
+                         int_p(input_lengths), costs.ptr, grads_desc, grads.ptr, ws_size, ws)
 """
 from __future__ import annotations
 
@@ -44,6 +45,7 @@ CTC_ALGOS = {"deterministic": capi.CUDNN_CTC_LOSS_ALGO_DETERMINISTIC,
              "non_deterministic": capi.CUDNN_CTC_LOSS_ALGO_NON_DETERMINISTIC}
 CTC_NORMALIZATIONS = {"softmax": capi.CUDNN_LOSS_NORMALIZATION_SOFTMAX, "none": capi.CUDNN_LOSS_NORMALIZATION_NONE}
 CTC_GRAD_MODES = {"zero_oob": capi.CUDNN_CTC_ZERO_OOB_GRADIENTS, "skip_oob": capi.CUDNN_CTC_SKIP_OOB_GRADIENTS}
+_INT_P = ctypes.POINTER(ctypes.c_int)  # the v8 call types its device label arrays as ``const int[]``
 #: The longest label sequence cuDNN's CTC accepts.
 MAX_LABEL_LENGTH = 255
 
@@ -251,7 +253,8 @@ def ctc_loss(handle, logits, labels, label_lengths, input_lengths, *, algo="dete
     capi.cudnnGetCTCLossWorkspaceSize_v8(handle.ptr, al, desc.ptr, pd, pd if g is not None else None,
                                          ctypes.byref(ws_size))
     ws = handle.workspace.get(ws_size.value, handle.stream)
-    capi.cudnnCTCLoss_v8(handle.ptr, al, desc.ptr, pd, x.ptr, dev[0].ptr, dev[1].ptr, dev[2].ptr, c.ptr,
+    lab_p, ll_p, il_p = (ctypes.cast(d.ptr, _INT_P) for d in dev)
+    capi.cudnnCTCLoss_v8(handle.ptr, al, desc.ptr, pd, x.ptr, lab_p, ll_p, il_p, c.ptr,
                          pd if g is not None else None, None if g is None else g.ptr, ws_size.value, ws or None)
     # ``dev`` was allocated on the handle's stream, so freeing it when it goes out of scope is ordered after the kernel
     return c, g
