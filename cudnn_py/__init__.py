@@ -33,11 +33,16 @@ from .handle import Handle
 from .memory import DeviceArray, as_array, empty, empty_like, to_device, zeros
 from .ops.activation import Activation, activation_backward, activation_forward
 from .ops.attention import MultiHeadAttention, attention_backward_data, attention_backward_weights, attention_forward, load_attention_weights, read_attention_weights  # noqa: E501
+from .ops.batchnorm import batchnorm_backward, batchnorm_backward_ex, batchnorm_ex_sizes, batchnorm_forward_inference, batchnorm_forward_training, batchnorm_forward_training_ex, batchnorm_param_shape  # noqa: E501
 from .ops.convolution import Convolution, convolution_algorithms, convolution_backward_bias, convolution_backward_data, convolution_backward_filter, convolution_bias_activation_forward, convolution_forward, convolution_workspace_size  # noqa: E501
+from .ops.ctc import CTCLoss, check_ctc_labels, ctc_loss, ctc_loss_workspace_size
+from .ops.dropout import Dropout, dropout_backward, dropout_forward, dropout_reserve_size, dropout_states_size
 from .ops.lrn import LRN, divisive_normalization_backward, divisive_normalization_forward, lrn_backward, lrn_forward  # noqa: E501
+from .ops.normalization import normalization_backward, normalization_forward_inference, normalization_forward_training, normalization_sizes  # noqa: E501
 from .ops.pooling import Pooling, pooling_backward, pooling_forward
 from .ops.rnn import RNN, RNNDataDescriptor, rnn_backward_data, rnn_backward_weights, rnn_forward, rnn_weight_params
 from .ops.softmax import softmax_backward, softmax_forward
+from .ops.spatial_transformer import SpatialTransformer, spatial_tf_grid_backward, spatial_tf_grid_forward, spatial_tf_sampler_backward, spatial_tf_sampler_forward  # noqa: E501
 from .ops.tensor_ops import add_tensor, op_tensor, reduce_tensor, scale_tensor, set_tensor, transform_tensor, transform_tensor_ex  # noqa: E501
 from .streams import new_stream, synchronize, timer
 from .workspace import Workspace
