@@ -17,7 +17,9 @@ same way. A NumPy array where device memory is needed raises :class:`TypeError` 
 
 Streams: ``stream=None`` means the device's default (legacy NULL) stream, the one cuDNN handles and
 PyTorch use by default, so mixing them needs no synchronisation. An array remembers the stream it
-was made on; ``to_numpy()`` waits on that stream. Work you queue on other streams is yours to order.
+was made on; ``to_numpy()`` waits on that stream, and its memory is freed ordered on that stream.
+Work you queue on other streams is yours to order: as in PyTorch, keep an array referenced (or
+synchronise) until work on another stream that reads it has finished.
 """
 from __future__ import annotations
 
@@ -405,12 +407,12 @@ def _allocate(shape, dtype, stream, device) -> DeviceArray:
     return DeviceArray._new(int(buf.handle), shape, dtype, _c_strides(shape), dev.device_id, buf, s)
 
 
-def empty(shape, dtype=np.float32, *, stream=None, device=None) -> DeviceArray:
+def empty(shape, dtype=np.float32, stream=None, *, device=None) -> DeviceArray:
     """An uninitialised C-contiguous device array, allocated on ``stream`` (default: the default stream)."""
     return _allocate(shape, dtype, stream, device)
 
 
-def zeros(shape, dtype=np.float32, *, stream=None, device=None) -> DeviceArray:
+def zeros(shape, dtype=np.float32, stream=None, *, device=None) -> DeviceArray:
     """A C-contiguous device array of zeros."""
     a = _allocate(shape, dtype, stream, device)
     if a.nbytes:
