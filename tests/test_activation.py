@@ -68,17 +68,6 @@ def test_bad_input_is_rejected_before_c(call, exc, words):
 
 # ---------------------------------------------------------------- GPU
 
-def _run_or_skip_identity(mode, fn):
-    """cuDNN documents IDENTITY only for cudnnConvolutionBiasActivationForward; some versions refuse it here."""
-    from cudnn_py.errors import CudnnError
-    try:
-        return fn()
-    except CudnnError as e:
-        if mode == "identity":
-            pytest.skip(f"this cuDNN refuses IDENTITY in cudnnActivationForward/Backward: {e}")
-        raise
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 @pytest.mark.parametrize("mode", list(ACTIVATION_MODES))
@@ -88,12 +77,10 @@ def test_forward_backward_match_reference(handle, rng, dtype, mode):
     x = (rng.standard_normal((3, 5, 7, 6)) * 1.5).astype(dtype)
     dy = rng.standard_normal(x.shape).astype(dtype)
     xd = cudnn.to_device(x)
-    y = _run_or_skip_identity(mode, lambda: activation_forward(handle, act, xd,
-                                                               cudnn.to_device(np.full(x.shape, np.nan, dtype))))
+    y = activation_forward(handle, act, xd, cudnn.to_device(np.full(x.shape, np.nan, dtype)))
     y_ref = ref.forward(x, mode, **_ref_kw(mode))
     assert_close(y.to_numpy(), y_ref, dtype)
-    dx = _run_or_skip_identity(mode, lambda: activation_backward(
-        handle, act, xd, y, cudnn.to_device(dy), cudnn.to_device(np.full(x.shape, np.nan, dtype))))
+    dx = activation_backward(handle, act, xd, y, cudnn.to_device(dy), cudnn.to_device(np.full(x.shape, np.nan, dtype)))
     keep = np.ones(x.shape, bool)
     if mode in ("relu", "clipped_relu"):  # the gradient jumps at the kinks; fp16 rounding may cross them
         keep = (np.abs(x.astype(np.float64)) > 1e-2) & (np.abs(x.astype(np.float64) - 0.8) > 1e-2)
@@ -118,6 +105,16 @@ def test_alpha_beta_allocation_strides_and_core_descriptor(handle, rng):
     activation_forward(handle, "tanh", xd, nhwc)
     assert_close(nhwc.to_numpy(), np.tanh(x.astype(np.float64)), np.float32)
     assert_close(base.to_numpy().reshape(2, 4, 5, 3), np.tanh(x.astype(np.float64)).transpose(0, 2, 3, 1), np.float32)
+
+
+@pytest.mark.gpu
+def test_identity_alpha_beta(handle, rng):
+    """Identity works here (as a scaled copy) although cudnnActivationForward refuses it on cuDNN 9."""
+    import cudnn_py as cudnn
+    x, y0 = rng.standard_normal((2, 3, 4, 5)).astype(np.float32), rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    y = activation_forward(handle, ActivationDescriptor("identity"), cudnn.to_device(x), cudnn.to_device(y0),
+                           alpha=1.5, beta=-0.5)
+    assert_close(y.to_numpy(), 1.5 * x.astype(np.float64) - 0.5 * y0, np.float32)
 
 
 @pytest.mark.gpu

@@ -7,6 +7,8 @@
     dx = activation_backward(h, Activation("swish", swish_beta=1.5), x, y, dy)
 
 ``coef`` is the ceiling of clipped ReLU and the alpha of ELU; ``swish_beta`` scales swish's sigmoid.
+Identity runs as ``cudnnTransformTensor`` (a scaled copy): cuDNN's activation calls refuse
+``CUDNN_ACTIVATION_IDENTITY`` (BAD_PARAM), which it keeps for ``cudnnConvolutionBiasActivationForward``.
 Arrays of any rank 1 to 8 and any strides (x and y may differ) are accepted.
 
 Raw C path::
@@ -87,17 +89,19 @@ class Activation:
 _BY_MODE: dict = {}
 
 
-def _activation_desc(act) -> capi.cudnnActivationDescriptor_t:
-    """The descriptor handle for an Activation, a core ActivationDescriptor, a mode name or enum member."""
-    if isinstance(act, Activation):
-        return act.descriptor
-    if isinstance(act, ActivationDescriptor):
-        return act.ptr
+def _activation_desc(act) -> capi.cudnnActivationDescriptor_t | None:
+    """The descriptor handle for an Activation, a core ActivationDescriptor, a mode name or enum member;
+    None for identity, which cuDNN refuses in cudnnActivationForward/Backward (it is meant for the fused
+    convolution-bias-activation call) and which the calls here do as a plain scaled copy instead."""
     if isinstance(act, (str, capi.cudnnActivationMode_t)):
         got = _BY_MODE.get(act)
         if got is None:
             got = _BY_MODE[act] = Activation(act)
-        return got.descriptor
+        act = got
+    if isinstance(act, Activation):
+        return None if act.mode == capi.CUDNN_ACTIVATION_IDENTITY else act.descriptor
+    if isinstance(act, ActivationDescriptor):
+        return None if act.mode == capi.CUDNN_ACTIVATION_IDENTITY else act.ptr
     raise TypeError(f"activation must be an Activation, an ActivationDescriptor, a mode name or a "
                     f"cudnnActivationMode_t, got {act!r}")
 
@@ -113,7 +117,10 @@ def activation_forward(handle, activation, x, y=None, *, alpha: float = 1.0, bet
     xa = _array(x, "x", handle, floating=True)
     ya = _output(y, "y", handle, xa.shape, xa.dtype)
     al, be = _scalars(xa.dtype, alpha, beta)
-    capi.cudnnActivationForward(handle.ptr, desc, al, _desc(xa), xa.ptr, be, _desc(ya), ya.ptr)
+    if desc is None:  # identity
+        capi.cudnnTransformTensor(handle.ptr, al, _desc(xa), xa.ptr, be, _desc(ya), ya.ptr)
+    else:
+        capi.cudnnActivationForward(handle.ptr, desc, al, _desc(xa), xa.ptr, be, _desc(ya), ya.ptr)
     return ya if y is None else y
 
 
@@ -125,6 +132,9 @@ def activation_backward(handle, activation, x, y, dy, dx=None, *, alpha: float =
     dya = _array(dy, "dy", handle, dtype=xa.dtype, shape=xa.shape)
     dxa = _output(dx, "dx", handle, xa.shape, xa.dtype)
     al, be = _scalars(xa.dtype, alpha, beta)
+    if desc is None:  # identity: dx = alpha * dy + beta * dx
+        capi.cudnnTransformTensor(handle.ptr, al, _desc(dya), dya.ptr, be, _desc(dxa), dxa.ptr)
+        return dxa if dx is None else dx
     capi.cudnnActivationBackward(handle.ptr, desc, al, _desc(ya), ya.ptr, _desc(dya), dya.ptr,
                                  _desc(xa), xa.ptr, be, _desc(dxa), dxa.ptr)
     return dxa if dx is None else dx
