@@ -1,0 +1,66 @@
+"""Per-call host overhead of the core layer (handles, arrays, descriptors), as a table of medians.
+
+    python benchmarks/core_overhead.py            # needs a GPU; rows that need torch are skipped without it
+
+Each row times a callable over many calls (after a warm-up) and prints the median per call in microseconds;
+``ctypes call`` (a raw cuDNN call through the generated layer) is the yardstick.
+"""
+from __future__ import annotations
+
+import ctypes
+import statistics
+import time
+
+import numpy as np
+
+import cudnn_py as cudnn
+from cudnn_py import capi
+from cudnn_py.descriptors import convolution_descriptor, tensor_descriptor, tensor_descriptor_for
+from cudnn_py.memory import as_array
+
+
+def per_call_us(fn, calls: int = 2000, repeats: int = 7) -> float:
+    for _ in range(100):
+        fn()
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        samples.append((time.perf_counter() - t0) / calls * 1e6)
+    return statistics.median(samples)
+
+
+def main() -> None:
+    h = cudnn.Handle()
+    x = cudnn.to_device(np.random.default_rng(0).standard_normal((8, 3, 32, 32)).astype(np.float32))
+    desc = tensor_descriptor(x.shape, x.dtype)
+    one = ctypes.c_float(1.0)
+    rows = [
+        ("ctypes call: cudnnSetTensor 8x3x32x32", lambda: capi.cudnnSetTensor(h.ptr, desc.ptr, x.ptr, ctypes.byref(one))),
+        ("Handle.ptr", lambda: h.ptr),
+        ("as_array(DeviceArray)", lambda: as_array(x, "x")),
+        ("tensor_descriptor(shape, dtype) (cached)", lambda: tensor_descriptor(x.shape, x.dtype)),
+        ("tensor_descriptor_for(array) (cached)", lambda: tensor_descriptor_for(x)),
+        ("convolution_descriptor(1, 1) (cached)", lambda: convolution_descriptor(1, 1)),
+        ("empty((8, 16, 32, 32), float32)", lambda: cudnn.empty((8, 16, 32, 32), np.float32)),
+        ("workspace.get(1 MiB) (reused)", lambda: h.workspace.get(1 << 20, h.stream)),
+        ("TensorDescriptor(...) uncached create+destroy", lambda: cudnn.TensorDescriptor(x.shape, x.dtype).close()),
+    ]
+    try:
+        import torch
+
+        t = torch.randn(8, 3, 32, 32, device="cuda")
+        rows.append(("as_array(torch.Tensor)", lambda: as_array(t, "t")))
+        rows.append(("torch.from_dlpack(DeviceArray)", lambda: torch.from_dlpack(x)))
+    except ImportError:
+        pass
+    print(f"{'operation':<48} {'us/call':>9}")
+    for name, fn in rows:
+        print(f"{name:<48} {per_call_us(fn):>9.2f}")
+    h.synchronize()
+    h.close()
+
+
+if __name__ == "__main__":
+    main()
