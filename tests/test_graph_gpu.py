@@ -174,8 +174,10 @@ def test_pointwise_mode_after_matmul(handle, rng, mode):
             raise
         pytest.skip(f"loaded cuDNN has no engine for matmul + {mode}: {e.reason.splitlines()[-1]}")
     (got,), _, _ = _run(handle, g, inputs, [y])
-    if mode in ("ceil", "floor", "cmp_gt", "cmp_lt", "cmp_ge", "cmp_le"):  # discontinuous: allow TF32 flips
-        assert np.mean(got != ref) < 0.02
+    if mode in ("ceil", "floor", "cmp_gt", "cmp_lt", "cmp_ge", "cmp_le", "relu_bwd"):
+        # discontinuous in c: a TF32 matmul may put an element near the jump on the other side
+        assert not np.isnan(got).any()
+        assert np.mean(np.abs(got - ref) > 1e-2 * max(1.0, np.abs(ref).max())) < 0.02
     else:
         _close(got, ref, "float32", scale=5)
 
@@ -300,10 +302,10 @@ def test_plan_cache_and_executor_reuse(handle, rng):
     xd, wd, yd = _dev(xa, x2, keep), _dev(wa, w2, keep), _out(y2, keep)
     run(xd, wd, yd)
     run(xd, wd, yd)
-    assert len(run._packs) == 1           # same pointers: no new variant pack
+    assert run.cache_info["packs"] == 1    # same pointers: no new variant pack
     y_other = _out(y2, keep)
     run(xd, wd, y_other)
-    assert len(run._packs) == 2           # new output array: one new pack, no rebuild
+    assert run.cache_info["packs"] == 2    # new output array: one new pack, no rebuild
     ref = R.conv_fprop(xa, wa, (1, 1), (1, 1), (1, 1))
     _close(_host(yd), ref, "float32")
     _close(_host(y_other), ref, "float32")
@@ -446,12 +448,15 @@ def test_workspace_too_small(handle, rng):
 
 
 def test_unsupported_graph_raises_informative_error(handle):
-    g = G.Graph(io_dtype="int64", compute_dtype="int64", name="int64_matmul")
-    a, b = g.tensor((1, 8, 8), name="a"), g.tensor((1, 8, 8), name="b")
-    g.matmul(a, b).set_output(True)
-    assert g.is_supported(handle) is False
+    # a reduction on its own: cuDNN 9.19's heuristics return no engine config for it (see test_reduction)
+    g = G.Graph(io_dtype="float32", name="lonely_reduction")
+    x = g.tensor((4, 32, 64), name="x")
+    g.reduction(x, "mul_no_zeros", axes=(1, 2)).set_output(True)
+    if g.is_supported(handle):
+        pytest.skip("this cuDNN supports a standalone reduction; no known unsupported graph to test")
     with pytest.raises(G.GraphNotSupportedError) as e:
-        g.build(handle)
+        G.build_plans(g, handle, modes=("A", "FALLBACK"), cache=False)
     text = str(e.value)
-    assert "int64_matmul" in text and "matmul(a=a:[1, 8, 8] int64" in text and "A, FALLBACK" in text
-    assert e.value.reasons
+    assert "lonely_reduction" in text and "reduction[CUDNN_REDUCE_TENSOR_MUL_NO_ZEROS](x=x:[4, 32, 64] float)" in text
+    assert "heuristic modes tried: A, FALLBACK" in text and e.value.reasons
+    assert e.value.operations and e.value.modes == ["A", "FALLBACK"]

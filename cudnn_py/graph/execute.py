@@ -9,10 +9,13 @@ variant pack.
 from __future__ import annotations
 
 import ctypes
+import functools
 from operator import attrgetter
 
 from cudnn_py import _loader, capi
 from cudnn_py._binding import status_error
+
+from cudnn_py.memory import DeviceArray
 
 from .descriptors import BackendDescriptor
 
@@ -86,17 +89,10 @@ def execute_descriptors(handle, plan: BackendDescriptor, pack: BackendDescriptor
     capi.cudnnBackendExecute(getattr(handle, "ptr", handle), plan.ptr, pack.ptr)
 
 
-class Executor:
-    """``run(*arrays)``: execute a plan with arrays bound positionally to the graph's non-virtual tensors.
+class _ExecState:
+    """Everything an :class:`Executor` needs; ``make_run`` returns the hot closure."""
 
-    Made by :meth:`Plan.executor` / :meth:`Graph.executor`; ``tensors`` (Tensor objects, names or uids) fix the
-    order, default: the graph's I/O tensors in creation order (by-value scalars are bound automatically).
-    """
-
-    __slots__ = ("plan", "tensors", "_uids", "_scalar_ptrs", "_packs", "_h", "_plan_ptr", "_exec", "_ws_size",
-                 "_workspace", "_stream", "_device", "_handle", "_n", "_keep")
-
-    def __init__(self, plan, handle, tensors=()):
+    def __init__(self, plan, handle, tensors, identity_cache):
         g = plan.graph
         if g is None:
             raise ValueError("this plan has no graph to name its tensors (load it with plan_from_json(..., graph))")
@@ -111,63 +107,134 @@ class Executor:
                 raise ValueError("executor tensors must be the graph's I/O tensors, each once")
             io = resolved
         scalars = [t for t in g.io_tensors() if t.is_by_value]
-        self.plan, self.tensors, self._handle = plan, tuple(io), handle
-        self._n = len(io)
+        self.plan, self.tensors, self.handle = plan, tuple(io), handle
         self._uids = [t.uid for t in io] + [t.uid for t in scalars]
         self._scalar_ptrs = [g.scalar_pointer(t) for t in scalars]
-        self._packs: dict = {}   # pointer tuple -> variant pack handle value (what C gets)
-        self._keep: dict = {}    # pointer tuple -> the BackendDescriptor owning that handle
-        self._h = ctypes.cast(getattr(handle, "ptr", handle), ctypes.c_void_p)
+        self._packs: dict = {}   # pointer tuple -> c_void_p of the variant pack (what C gets)
+        self._keep: dict = {}    # pointer tuple -> the BackendDescriptor owning it
+        self._recent: dict = {}  # argument tuple (the same objects) -> c_void_p
+        self._recent_max = int(identity_cache)
+        self._h = ctypes.c_void_p(ctypes.cast(getattr(handle, "ptr", handle), ctypes.c_void_p).value)
         self._plan_ptr = ctypes.c_void_p(plan.descriptor.ptr.value)
-        self._exec = _raw_execute()
-        self._ws_size = plan.workspace_size
+        self.workspace_size = plan.workspace_size
         self._workspace = getattr(handle, "workspace", None)
         self._stream = getattr(handle, "stream", None)
         self._device = _handle_device(handle)
 
-    def __call__(self, *arrays, workspace=None):
-        if len(arrays) != self._n:
-            raise TypeError(f"executor takes {self._n} arrays ({', '.join(t.name for t in self.tensors)}), "
+    def make_run(self):
+        recent_get, lookup = self._recent.get, self._lookup
+        ex, h, plan = _raw_execute(), self._h, self._plan_ptr
+        if not self.workspace_size:
+            def run(*arrays):
+                vp = recent_get(arrays)
+                if vp is None:
+                    vp = lookup(arrays, None)
+                status = ex(h, plan, vp)
+                if status:
+                    raise status_error("cudnnBackendExecute", status)
+        else:
+            ws_get, size, stream = self._workspace_get(), self.workspace_size, self._stream
+
+            def run(*arrays):
+                wsp = ws_get(size, stream)
+                vp = recent_get(arrays + (wsp,))
+                if vp is None:
+                    vp = lookup(arrays, wsp)
+                status = ex(h, plan, vp)
+                if status:
+                    raise status_error("cudnnBackendExecute", status)
+        return run
+
+    def _workspace_get(self):
+        if self._workspace is None:
+            def missing(size, stream):
+                raise ValueError(f"plan needs {size} bytes of workspace and the handle has none: pass workspace=")
+            return missing
+        return self._workspace.get
+
+    def _lookup(self, arrays: tuple, wsp) -> ctypes.c_void_p:
+        """The slow path: pointer-keyed variant packs, validating and building one on a miss."""
+        if len(arrays) != len(self.tensors):
+            raise TypeError(f"executor takes {len(self.tensors)} arrays ({', '.join(t.name for t in self.tensors)}), "
                             f"got {len(arrays)}")
         try:
             key = tuple(map(_PTR, arrays))
         except AttributeError:
             key = tuple(map(_ptr_of, arrays))
-        if self._ws_size or workspace is not None:
-            key += (self._workspace_ptr(workspace),)
+        if wsp is not None:
+            key += (wsp,)
         vp = self._packs.get(key)
         if vp is None:
-            vp = self._new_pack(arrays, key)
-        status = self._exec(self._h, self._plan_ptr, vp)
+            ptrs = [_check_array(t, a, self._device) for t, a in zip(self.tensors, arrays)]
+            desc = make_variant_pack(self._uids, ptrs + self._scalar_ptrs, wsp)
+            if len(self._packs) >= _MAX_PACKS:
+                self._packs.clear()
+                self._keep.clear()
+                self._recent.clear()
+            vp = self._packs[key] = ctypes.c_void_p(desc.ptr.value)
+            self._keep[key] = desc
+        if self._recent_max and all(type(a) is DeviceArray for a in arrays):
+            if len(self._recent) >= self._recent_max:
+                del self._recent[next(iter(self._recent))]
+            self._recent[arrays if wsp is None else arrays + (wsp,)] = vp
+        return vp
+
+    def with_workspace(self, workspace, *arrays) -> None:
+        """Execute with an explicit workspace (a DeviceArray of at least :attr:`workspace_size` bytes, or a
+        device pointer) instead of the handle's."""
+        if isinstance(workspace, int):
+            wsp = workspace
+        else:
+            nbytes = getattr(workspace, "nbytes", None)
+            if nbytes is not None and nbytes < self.workspace_size:
+                raise ValueError(f"workspace has {nbytes} bytes; the plan ({self.plan.tag}) needs "
+                                 f"{self.workspace_size}")
+            wsp = _ptr_of(workspace)
+        vp = self._lookup(arrays, wsp)
+        status = _raw_execute()(self._h, self._plan_ptr, vp)
         if status:
             raise status_error("cudnnBackendExecute", status)
 
-    def _workspace_ptr(self, workspace) -> int:
-        if workspace is None:
-            if self._workspace is None:
-                raise ValueError(f"plan needs {self._ws_size} bytes of workspace and the handle has none: "
-                                 f"pass workspace=")
-            return self._workspace.get(self._ws_size, self._stream)
-        if isinstance(workspace, int):
-            return workspace
-        nbytes = getattr(workspace, "nbytes", None)
-        if nbytes is not None and nbytes < self._ws_size:
-            raise ValueError(f"workspace has {nbytes} bytes; the plan ({self.plan.tag}) needs {self._ws_size}")
-        return _ptr_of(workspace)
+class Executor(functools.partial):
+    """``run(*arrays)``: execute a plan with arrays bound positionally to the graph's non-virtual tensors.
 
-    def _new_pack(self, arrays, key):
-        ptrs = [_check_array(t, a, self._device) for t, a in zip(self.tensors, arrays)]
-        ws = key[-1] if len(key) > self._n else None
-        vp = make_variant_pack(self._uids, ptrs + self._scalar_ptrs, ws)
-        if len(self._packs) >= _MAX_PACKS:
-            self._packs.clear()
-            self._keep.clear()
-        self._packs[key] = vp.ptr.value
-        self._keep[key] = vp
-        return vp.ptr.value
+    Made by :meth:`Plan.executor` / :meth:`Graph.executor`; ``tensors`` (Tensor objects, names or uids) fix the
+    order, default: the graph's I/O tensors in creation order (by-value scalars are bound automatically).
+
+    Two caches make a repeat call one dict lookup and one ctypes call:
+
+    * variant packs keyed by the tuple of data pointers (+ the workspace pointer when the plan needs one); a new
+      key validates every array and finalizes one new pack (at most 256 kept);
+    * in front of it, the last few argument tuples themselves (``identity_cache``, default 4; DeviceArray
+      arguments only): a call with the very same array objects skips reading their pointers. Those arrays are
+      kept alive until they drop out of this small cache.
+    """
+
+    def __new__(cls, plan, handle, tensors=(), identity_cache: int = 4):
+        st = _ExecState(plan, handle, tensors, identity_cache)
+        self = super().__new__(cls, st.make_run())
+        self._st = st
+        return self
+
+    plan = property(lambda self: self._st.plan)
+    tensors = property(lambda self: self._st.tensors, doc="the graph tensors the positional arrays bind to")
+    workspace_size = property(lambda self: self._st.workspace_size)
+
+    @property
+    def cache_info(self) -> dict:
+        """How many variant packs (by pointers) and argument tuples (by identity) are cached."""
+        return {"packs": len(self._st._packs), "recent": len(self._st._recent)}
+
+    def with_workspace(self, workspace, *arrays) -> None:
+        """Execute with an explicit workspace (a DeviceArray of at least :attr:`workspace_size` bytes, or a
+        device pointer) instead of the handle's."""
+        self._st.with_workspace(workspace, *arrays)
 
     def __repr__(self):
         return f"<Executor {self.plan.tag}: {', '.join(t.name for t in self.tensors)}>"
+
+    def __reduce__(self):
+        raise TypeError("an Executor holds cuDNN handles and cannot be pickled")
 
 
 def _ordered(plan, variant_pack: dict) -> tuple[list, list]:
@@ -195,7 +262,11 @@ def _ordered(plan, variant_pack: dict) -> tuple[list, list]:
 def execute(plan, handle, variant_pack: dict, workspace=None) -> None:
     """Execute ``plan`` with a dict variant pack (through the cached executor of the graph's I/O order)."""
     io, arrays = _ordered(plan, variant_pack)
-    plan.executor(handle, *io)(*arrays, workspace=workspace)
+    ex = plan.executor(handle, *io)
+    if workspace is None:
+        ex(*arrays)
+    else:
+        ex.with_workspace(workspace, *arrays)
 
 
 class CudaGraph:

@@ -574,7 +574,7 @@ class Graph:
         device pointer/array is given."""
         self.plan.execute(handle, variant_pack, workspace)
 
-    def executor(self, handle, *tensors):
+    def executor(self, handle, *tensors, identity_cache: int = 4):
         """A fast callable ``run(*arrays)`` binding arrays to ``tensors`` (or names) positionally; see
         :class:`cudnn_py.graph.execute.Executor`."""
-        return self.plan.executor(handle, *tensors)
+        return self.plan.executor(handle, *tensors, identity_cache=identity_cache)

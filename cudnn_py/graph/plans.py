@@ -180,13 +180,13 @@ class Plan:
     def to_bytes(self) -> bytes:
         return self.to_json().encode()
 
-    def executor(self, handle, *tensors):
+    def executor(self, handle, *tensors, identity_cache: int = 4):
         """A cached fast callable binding arrays positionally (see :class:`~cudnn_py.graph.execute.Executor`)."""
         from .execute import Executor
-        key = (id(handle), tuple(getattr(t, "uid", t) for t in tensors))
+        key = (id(handle), tuple(getattr(t, "uid", t) for t in tensors), identity_cache)
         ex = self._executors.get(key)
         if ex is None:
-            ex = self._executors[key] = Executor(self, handle, tensors)
+            ex = self._executors[key] = Executor(self, handle, tensors, identity_cache)
         return ex
 
     def execute(self, handle, variant_pack: dict, workspace=None) -> None:
