@@ -69,7 +69,7 @@ def test_bad_input_is_rejected_before_c(call, exc, words):
 # ---------------------------------------------------------------- GPU
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
 @pytest.mark.parametrize("mode", list(ACTIVATION_MODES))
 def test_forward_backward_match_reference(handle, rng, dtype, mode):
     import cudnn_py as cudnn

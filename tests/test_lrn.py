@@ -93,7 +93,7 @@ def test_bad_input_is_rejected_before_c(call, exc, words):
 # ---------------------------------------------------------------- GPU
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
 @pytest.mark.parametrize("p", PARAMS)
 @pytest.mark.parametrize("shape", [(2, 9, 5, 4), (2, 7, 3, 4, 2)])
 def test_lrn_forward_backward_match_reference(handle, rng, dtype, p, shape):

@@ -111,7 +111,7 @@ def test_bad_parameters(bad):
 # ---------------------------------------------------------------- GPU
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
 @pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("shape,win,pad,st", CASES)
 def test_forward_backward_match_reference(handle, rng, dtype, mode, shape, win, pad, st):
@@ -146,6 +146,27 @@ def test_alpha_beta_and_allocated_outputs(handle, rng):
     dx = pooling_backward(handle, pool, xd, y, cudnn.to_device(dy), cudnn.to_device(dx0), alpha=2.0, beta=0.25)
     assert_close(dx.to_numpy(), 2.0 * ref.backward(x, dy, "avg_exclude", (3, 3), (1, 1), (2, 2)) + 0.25 * dx0,
                  np.float32)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["max", "avg_include_padding"])
+def test_channels_last_arrays(handle, rng, mode):
+    """x, y, dy and dx in NHWC memory (logical N, C, H, W with channels-last strides)."""
+    from cudnn_py.ops.tensor_ops import transform_tensor
+    import cudnn_py as cudnn
+    pool = Pooling(mode, 3, 1, 2)
+    x = ref.distinct_values((2, 4, 7, 6), rng)
+    y_ref = ref.forward(x, MODES[mode], (3, 3), (1, 1), (2, 2))
+    dy = rng.standard_normal(y_ref.shape).astype(np.float32)
+    xn = transform_tensor(handle, cudnn.to_device(x), memory_format="NHWC")
+    yn = transform_tensor(handle, cudnn.to_device(np.full(y_ref.shape, np.nan, np.float32)), memory_format="NHWC")
+    assert not xn.is_contiguous and xn.strides[1] == 1
+    pooling_forward(handle, pool, xn, yn)
+    assert_close(yn.to_numpy(), y_ref, np.float32)
+    dyn = transform_tensor(handle, cudnn.to_device(dy), memory_format="NHWC")
+    dxn = transform_tensor(handle, cudnn.to_device(np.full(x.shape, np.nan, np.float32)), memory_format="NHWC")
+    pooling_backward(handle, pool, xn, yn, dyn, dxn)
+    assert_close(dxn.to_numpy(), ref.backward(x, dy, MODES[mode], (3, 3), (1, 1), (2, 2)), np.float32)
 
 
 @pytest.mark.gpu

@@ -54,7 +54,7 @@ def test_bad_input_is_rejected_before_c(call, exc, words):
 # ---------------------------------------------------------------- GPU
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
 @pytest.mark.parametrize("algo", ["fast", "accurate", "log"])
 @pytest.mark.parametrize("mode", ["instance", "channel"])
 @pytest.mark.parametrize("shape", SHAPES)

@@ -108,7 +108,7 @@ def test_add_tensor(handle, rng, dtype, c_shape, a_shape):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
 @pytest.mark.parametrize("op", list(T.OP_TENSOR_OPS))
 def test_op_tensor(handle, rng, dtype, op):
     shape, b_shape = (2, 3, 4, 5), (1, 3, 1, 5)
@@ -183,27 +183,28 @@ def test_transform_tensor_ex_pads_channels(handle, rng):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("op", list(T.REDUCE_OPS))
 @pytest.mark.parametrize("c_shape", [(2, 1, 4, 5), (2, 3, 1, 1), (1, 1, 1, 1)])
-def test_reduce_tensor(handle, rng, op, c_shape):
+def test_reduce_tensor(handle, rng, dtype, op, c_shape):
     shape = (2, 3, 4, 5)
     a = rng.standard_normal(shape)
     if op in ("mul", "mul_no_zeros"):
         a = 1.0 + 0.05 * a
     if op == "mul_no_zeros":
         a[rng.random(shape) < 0.2] = 0.0
-    a = a.astype(np.float32)
+    a = a.astype(dtype)
     alpha = 1.0 if op in ("mul", "mul_no_zeros") else 0.5  # reduce(alpha * A) vs alpha * reduce(A) differ for mul
     want_idx = op in ("min", "max", "amax")
     r_ref, i_ref = ref.reduce(op, a, c_shape)
-    got = T.reduce_tensor(handle, op, _dev(a), _nan(c_shape, np.float32), indices=want_idx, alpha=alpha)
+    got = T.reduce_tensor(handle, op, _dev(a), _nan(c_shape, dtype), indices=want_idx, alpha=alpha)
     c, idx = got if want_idx else (got, None)
-    assert_close(c.to_numpy(), alpha * r_ref, np.float32, tol_scale=10)
+    assert_close(c.to_numpy(), alpha * r_ref, dtype, tol_scale=10)
     if want_idx:
         np.testing.assert_array_equal(idx.to_numpy(), i_ref)
-    c0 = rng.standard_normal(c_shape).astype(np.float32)
+    c0 = rng.standard_normal(c_shape).astype(dtype)
     c2 = T.reduce_tensor(handle, op, _dev(a), _dev(c0), alpha=alpha, beta=2.0)
-    assert_close(c2.to_numpy(), alpha * r_ref + 2.0 * c0, np.float32, tol_scale=10)
+    assert_close(c2.to_numpy(), alpha * r_ref + 2.0 * c0, dtype, tol_scale=10)
 
 
 @pytest.mark.gpu

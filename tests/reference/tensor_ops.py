@@ -79,7 +79,7 @@ def transform(x, y, alpha, beta):
 
 # ---------------------------------------------------------------- test doubles and checks shared by the legacy tests
 
-TOL = {np.dtype(np.float32): 1e-5, np.dtype(np.float16): 1e-2, np.dtype(np.float64): 1e-10}
+TOL = {np.dtype(np.float32): 1e-5, np.dtype(np.float16): 1e-2, np.dtype(np.float64): 1e-9}
 
 
 def assert_close(got, ref, dtype, tol_scale=1.0):
