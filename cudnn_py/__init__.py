@@ -29,6 +29,7 @@ def version() -> tuple[int, int, int]:
 from .algorithms import AlgoPerf, AlgorithmCache, algorithm_cache, choose_backward_data_algorithm, choose_backward_filter_algorithm, choose_forward_algorithm  # noqa: E501
 from .descriptors import (ActivationDescriptor, ConvolutionDescriptor, DropoutDescriptor, FilterDescriptor, LRNDescriptor, OpTensorDescriptor, PoolingDescriptor, ReduceTensorDescriptor, TensorDescriptor, convolution_output_shape, pooling_output_shape)  # noqa: E501
 from .dtypes import cudnn_dtype, numpy_dtype
+from .graph import BackendDescriptor, Graph, GraphNotSupportedError
 from .handle import Handle
 from .memory import DeviceArray, as_array, empty, empty_like, to_device, zeros
 from .ops.activation import Activation, activation_backward, activation_forward
