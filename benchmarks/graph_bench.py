@@ -139,8 +139,13 @@ def tiny_conv(h, rng, iters, args):
     for name, us in rows:
         print(f"{name:<64} {us:8.2f} us/call")
     print(f"plan: {g.plan.tag}, workspace {g.plan.workspace_size} B")
+    floor = floor_us(args, iters)
     print("C floor (benchmarks/graph_floor.c):")
-    print("  " + floor_us(args, iters).replace("\n", "\n  "))
+    print("  " + floor.replace("\n", "\n  "))
+    import re
+    m = re.search(r"cached variant pack: ([0-9.]+) us", floor)
+    if m:
+        print(f"Executor / C floor: {rows[0][1] / float(m.group(1)):.2f}x (bar: <= 1.3x)")
 
     print("\n## 1b. per-call host time, matmul 64x64x64 float32")
     a = to_device(rng.standard_normal((1, 64, 64)).astype(np.float32))
