@@ -24,6 +24,7 @@ synchronise) until work on another stream that reads it has finished.
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 from typing import Any
 
@@ -50,6 +51,7 @@ def _check(result, what: str) -> None:
         raise RuntimeError(f"{what} failed: {name}: {text}")
 
 
+@functools.lru_cache(maxsize=4096)
 def _c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     strides, acc = [], 1
     for n in reversed(shape):
@@ -70,6 +72,12 @@ def _is_c_contiguous(shape, strides) -> bool:
 
 
 def _normalize_shape(shape, what: str = "shape") -> tuple[int, ...]:
+    if type(shape) is tuple:  # fast path: a tuple of non-negative Python ints
+        for n in shape:
+            if type(n) is not int or n < 0:
+                break
+        else:
+            return shape
     if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
         shape = (shape,)
     try:
@@ -84,12 +92,17 @@ def _normalize_shape(shape, what: str = "shape") -> tuple[int, ...]:
     return out
 
 
+_SUPPORTED = frozenset(SUPPORTED_DTYPES)
+
+
 def _numpy_dtype(dtype) -> np.dtype:
+    if type(dtype) is not type and dtype in _SUPPORTED:  # an np.dtype already (a type never hashes equal)
+        return dtype
     try:
         d = np.dtype(dtype)
     except TypeError as e:
         raise TypeError(f"{dtype!r} is not a dtype") from e
-    if d not in SUPPORTED_DTYPES:
+    if d not in _SUPPORTED:
         names = ", ".join(x.name for x in SUPPORTED_DTYPES)
         raise TypeError(f"dtype {d} is not supported by cuDNN; expected one of: {names}")
     return d
@@ -217,23 +230,23 @@ class DeviceArray:
         self._init(int(ptr), shape, dtype, strides, int(device_id), owner,
                    None if stream is None else as_stream(stream, device_id))
 
-    def _init(self, ptr, shape, dtype, strides, device_id, owner, stream):
+    def _init(self, ptr, shape, dtype, strides, device_id, owner, stream, contiguous=None):
         self.ptr = ptr
         self.shape = shape
         self.dtype = dtype
         self.strides = strides
         self.device_id = device_id
         self.ndim = len(shape)
-        self.size = math.prod(shape)
-        self.nbytes = self.size * dtype.itemsize
-        self.is_contiguous = _is_c_contiguous(shape, strides)
+        self.size = size = math.prod(shape)
+        self.nbytes = size * dtype.itemsize
+        self.is_contiguous = _is_c_contiguous(shape, strides) if contiguous is None else contiguous
         self._owner = owner
         self._stream = stream
 
     @classmethod
-    def _new(cls, ptr, shape, dtype, strides, device_id, owner, stream) -> DeviceArray:
+    def _new(cls, ptr, shape, dtype, strides, device_id, owner, stream, contiguous=None) -> DeviceArray:
         self = cls.__new__(cls)
-        self._init(ptr, shape, dtype, strides, device_id, owner, stream)
+        self._init(ptr, shape, dtype, strides, device_id, owner, stream, contiguous)
         return self
 
     # -- basics --
@@ -402,9 +415,9 @@ def _allocate(shape, dtype, stream, device) -> DeviceArray:
     s = as_stream(stream, device)
     nbytes = math.prod(shape) * dtype.itemsize
     if nbytes == 0:
-        return DeviceArray._new(0, shape, dtype, _c_strides(shape), dev.device_id, None, s)
+        return DeviceArray._new(0, shape, dtype, _c_strides(shape), dev.device_id, None, s, True)
     buf = dev.allocate(nbytes, stream=s)
-    return DeviceArray._new(int(buf.handle), shape, dtype, _c_strides(shape), dev.device_id, buf, s)
+    return DeviceArray._new(int(buf.handle), shape, dtype, _c_strides(shape), dev.device_id, buf, s, True)
 
 
 def empty(shape, dtype=np.float32, stream=None, *, device=None) -> DeviceArray:
