@@ -2,9 +2,10 @@
 backward data, backward weights, and an SGD update applied to the whole weight space on the device.
 
 The embedding table and the output softmax layer are small and live in NumPy; the 2-layer LSTM is
-cuDNN's. The loss printed every few steps should fall well below log(vocab) as the model learns the text.
+cuDNN's. The loss per character printed every 20 steps falls from about log(vocab) = 3.3 to well
+under 1 within a few hundred steps as the model memorises the text.
 
-    python examples/lstm_lm_step.py [--steps 200] [--dtype float32]
+    python examples/lstm_lm_step.py [--steps 300] [--dtype float32]
 """
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ TEXT = ("the quick brown fox jumps over the lazy dog. pack my box with five doze
         "how vexingly quick daft zebras jump! sphinx of black quartz, judge my vow. ") * 4
 
 
-def main(steps: int = 200, dtype: str = "float32", seq: int = 24, batch: int = 16, emb: int = 32,
-         hidden: int = 128, layers: int = 2, lr: float = 0.5, seed: int = 0) -> list[float]:
+def main(steps: int = 300, dtype: str = "float32", seq: int = 24, batch: int = 16, emb: int = 32,
+         hidden: int = 128, layers: int = 2, lr: float = 0.1, seed: int = 0) -> list[float]:
     rng = np.random.default_rng(seed)
     vocab = sorted(set(TEXT))
     ids = np.array([vocab.index(c) for c in TEXT])
@@ -51,7 +52,7 @@ def main(steps: int = 200, dtype: str = "float32", seq: int = 24, batch: int = 1
             loss = -np.log(np.take_along_axis(p, target[..., None], -1)).sum() / n
             dlogits = p
             np.put_along_axis(dlogits, target[..., None], np.take_along_axis(p, target[..., None], -1) - 1, -1)
-            dlogits /= n
+            dlogits /= batch                     # gradient of the per-sequence loss (sum over time, mean over batch)
             dy = dlogits @ W_out
             W_out -= lr * np.einsum("tbv,tbh->vh", dlogits, y)
             b_out -= lr * dlogits.sum((0, 1))
@@ -67,7 +68,7 @@ def main(steps: int = 200, dtype: str = "float32", seq: int = 24, batch: int = 1
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--dtype", default="float32", choices=["float32", "float16", "float64"])
     a = ap.parse_args()
     main(a.steps, a.dtype)

@@ -89,13 +89,21 @@ def test_host_arrays_rejected_before_c():
 
 # --------------------------------------------------------------------------------------------------- GPU
 
-def _case(handle, rng, dtype=np.float64, biases=True, residual=False, window=True, heads=2):
+def _tol(dtype, math_type):
+    """float32 with default math may use TF32 tensor cores (seen on an H200: ~1e-3 of the scale)."""
+    if np.dtype(dtype) == np.float32 and math_type == "fma":
+        return 1e-4, 1e-5
+    return {np.float64: (1e-9, 1e-10), np.float32: (1e-2, 2e-3), np.float16: (3e-2, 3e-2)}[np.dtype(dtype).type]
+
+
+def _case(handle, rng, dtype=np.float64, biases=True, residual=False, window=True, heads=2, math_type="default",
+          zero_padded_dout=True):
     from cudnn_py import memory
     B, Tq, Tk = 3, 4, 5
     q_size = 6
     attn = A.MultiHeadAttention(heads, q_size, 5, 7, q_proj_size=3, k_proj_size=3, v_proj_size=4,
                                 o_proj_size=q_size, max_seq_q=Tq, max_seq_kv=Tk, max_batch=B, biases=biases,
-                                scale=0.6, dtype=dtype)
+                                scale=0.6, dtype=dtype, math_type=math_type)
     w_ref = ref.random_weights(rng, heads, q_size, 5, 7, 3, 3, 4, q_size, biases=biases)
     w_ref = {k: v.astype(dtype).astype(np.float64) for k, v in w_ref.items()}
     w = attn.new_weights(handle, zero=False)
@@ -120,19 +128,27 @@ def _case(handle, rng, dtype=np.float64, biases=True, residual=False, window=Tru
                               residuals=qd if residual else None, out=out, training=True)
     assert fwd.out is out
     valid = (np.arange(Tq)[None, :] < lq[:, None])[..., None]
-    tol = {np.float64: (1e-9, 1e-10), np.float32: (2e-3, 2e-4), np.float16: (3e-2, 3e-2)}[np.dtype(dtype).type]
-    np.testing.assert_allclose(np.where(valid, out.to_numpy(), 0), want, rtol=tol[0], atol=tol[1], err_msg="out")
+    rtol, atol = _tol(dtype, math_type)
+
+    def close(got, exp, what):
+        np.testing.assert_allclose(got, exp, rtol=rtol, atol=atol * max(1.0, float(np.abs(exp).max())), err_msg=what)
+
+    close(np.where(valid, out.to_numpy(), 0), want, "out")
     dout = rng.standard_normal(want.shape).astype(dtype).astype(np.float64)
+    if zero_padded_dout:  # cuDNN's output-bias gradient sums dout over padded rows too (see test below)
+        dout = np.where(valid, dout, 0.0)
     wdq, wdk, wdv, wdw = ref.backward(dout, cache)
+    if biases and not zero_padded_dout:  # the quirk: padded rows of dout count in dbo
+        wdw["bo"] = wdw["bo"] + np.where(valid, 0.0, dout).sum((0, 1))
     dq, dk, dv = A.attention_backward_data(handle, attn, fwd, dev(dout), w)
-    np.testing.assert_allclose(np.where(valid, dq.to_numpy(), 0), wdq, rtol=tol[0], atol=tol[1], err_msg="dq")
+    close(np.where(valid, dq.to_numpy(), 0), wdq, "dq")
     kvalid = (np.arange(Tk)[None, :] < lk[:, None])[..., None]
-    np.testing.assert_allclose(np.where(kvalid, dk.to_numpy(), 0), wdk, rtol=tol[0], atol=tol[1], err_msg="dk")
-    np.testing.assert_allclose(np.where(kvalid, dv.to_numpy(), 0), wdv, rtol=tol[0], atol=tol[1], err_msg="dv")
+    close(np.where(kvalid, dk.to_numpy(), 0), wdk, "dk")
+    close(np.where(kvalid, dv.to_numpy(), 0), wdv, "dv")
     dw = A.attention_backward_weights(handle, attn, fwd, dev(dout), w)
     got = A.read_attention_weights(handle, attn, dw)
     for name in wdw:
-        np.testing.assert_allclose(got[name], wdw[name], rtol=tol[0], atol=tol[1] * 10, err_msg=f"d{name}")
+        close(got[name], wdw[name], f"d{name}")
     return attn, w, fwd
 
 
@@ -148,6 +164,24 @@ def test_attention_float32_vs_reference(handle, rng):
 
 
 @pytest.mark.gpu
+def test_attention_float32_fma_math_is_plain_fp32(handle, rng):
+    from cudnn_py.errors import CudnnError
+    try:
+        _case(handle, rng, np.float32, True, True, True, math_type="fma")
+    except CudnnError as e:
+        if "NOT_SUPPORTED" not in str(e):
+            raise
+        pytest.skip(f"cuDNN refuses math_type='fma' for attention: {e}")
+
+
+@pytest.mark.gpu
+def test_attention_output_bias_grad_includes_padded_rows(handle, rng):
+    """Documented quirk (measured on cuDNN 9.19): dbo is the sum of dout over ALL query rows, padding included;
+    zero dout past each query length (every other gradient already ignores those rows)."""
+    _case(handle, rng, np.float64, True, False, True, zero_padded_dout=False)
+
+
+@pytest.mark.gpu
 def test_attention_inference_and_dropout(handle, rng):
     from cudnn_py import memory
     from cudnn_py.descriptors import DropoutDescriptor
@@ -158,7 +192,7 @@ def test_attention_inference_and_dropout(handle, rng):
     assert inf.reserve is None
     valid = (np.arange(4)[None, :] < np.array(lq)[:, None])[..., None]
     np.testing.assert_allclose(np.where(valid, inf.out.to_numpy(), 0), np.where(valid, fwd.out.to_numpy(), 0),
-                               rtol=1e-6, atol=1e-6)
+                               rtol=1e-3, atol=1e-3)
     drop = DropoutDescriptor(handle, 0.5, seed=7)
     dattn = A.MultiHeadAttention(2, 6, 5, 7, q_proj_size=3, k_proj_size=3, v_proj_size=4, max_seq_q=4,
                                  max_seq_kv=5, max_batch=3, biases=True, scale=0.6, attn_dropout=drop)
@@ -168,8 +202,8 @@ def test_attention_inference_and_dropout(handle, rng):
     off = A.attention_forward(handle, dattn, q, k, v, wd, seq_lengths_q=lq, seq_lengths_kv=lk)
     on_, off_ = np.where(valid, on.out.to_numpy(), 0), np.where(valid, off.out.to_numpy(), 0)
     assert np.all(np.isfinite(on_))
-    np.testing.assert_allclose(off_, np.where(valid, fwd.out.to_numpy(), 0), rtol=1e-6, atol=1e-6)
-    assert np.abs(on_ - off_).max() > 1e-3, "attention dropout 0.5 in training changed nothing"
+    np.testing.assert_allclose(off_, np.where(valid, fwd.out.to_numpy(), 0), rtol=1e-3, atol=1e-3)
+    assert np.abs(on_ - off_).max() > 0.05, "attention dropout 0.5 in training changed nothing"
     dq, dk, dv = A.attention_backward_data(handle, dattn, on, memory.to_device(np.ones((3, 4, 6), np.float32)), wd)
     assert np.all(np.isfinite(dk.to_numpy()))
 

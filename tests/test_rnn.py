@@ -221,12 +221,16 @@ def _poison(shape, dtype):
     return a
 
 
-def _tol(dtype):
-    return {np.float64: (1e-9, 1e-10), np.float32: (2e-3, 2e-4), np.float16: (3e-2, 3e-2)}[np.dtype(dtype).type]
+def _tol(dtype, math_type="default"):
+    """(rtol, atol relative to the largest value). float32 with default math may run on TF32 tensor cores
+    (measured on an H200: errors up to ~1e-3 of the scale); with math_type="fma" it is plain FP32."""
+    if np.dtype(dtype) == np.float32 and math_type == "fma":
+        return 1e-4, 1e-5
+    return {np.float64: (1e-9, 1e-10), np.float32: (1e-2, 2e-3), np.float16: (3e-2, 3e-2)}[np.dtype(dtype).type]
 
 
-def _close(got, want, dtype, what):
-    rtol, atol = _tol(dtype)
+def _close(got, want, dtype, what, math_type="default"):
+    rtol, atol = _tol(dtype, math_type)
     scale = max(1.0, float(np.abs(want).max())) if want.size else 1.0
     np.testing.assert_allclose(got.astype(np.float64), want, rtol=rtol, atol=atol * scale, err_msg=what)
 
@@ -252,12 +256,13 @@ def _cid(c):
            f"-{c.bias_mode}{'-skip' if c.skip_input else ''}"
 
 
-def _run_case(handle, rng, cfg, dtype, layout, lengths, T=6, with_states=True):
+def _run_case(handle, rng, cfg, dtype, layout, lengths, T=6, with_states=True, math_type="default"):
     from cudnn_py import memory
     dtype = np.dtype(dtype)
     B = len(lengths)
     lengths = np.asarray(lengths)
-    rnn = _make(cfg, dtype)
+    rnn = _make(cfg, dtype, math_type=math_type)
+    close = lambda got, want, what: _close(got, want, dtype, what, math_type)  # noqa: E731
     w = rnn.new_weights(handle)
     mats, biases = ref.random_params(cfg, rng)
     _load(handle, rnn, w, mats, biases)
@@ -280,12 +285,12 @@ def _run_case(handle, rng, cfg, dtype, layout, lengths, T=6, with_states=True):
                         hx=dev(hx), cx=dev(cx), y=y, hy=hy, cy=cy, training=True)
     assert fwd.y is y and fwd.hy is hy and fwd.cy is cy
     got_y = ref.from_layout(fwd.y.to_numpy(), lengths, layout, T)
-    _close(np.where(valid, got_y, 0), want.y, dtype, "y")
+    close(np.where(valid, got_y, 0), want.y, "y")
     if layout != "packed":
         assert np.all(got_y[~np.broadcast_to(valid, got_y.shape)] == 0), "y past the lengths must be 0"
-    _close(fwd.hy.to_numpy(), want.hy, dtype, "hy")
+    close(fwd.hy.to_numpy(), want.hy, "hy")
     if cfg.mode == "lstm":
-        _close(fwd.cy.to_numpy(), want.cy, dtype, "cy")
+        close(fwd.cy.to_numpy(), want.cy, "cy")
 
     dy = rng.standard_normal(want.y.shape).astype(dtype).astype(np.float64)
     dhy = rng.standard_normal(want.hy.shape).astype(dtype).astype(np.float64)
@@ -295,19 +300,19 @@ def _run_case(handle, rng, cfg, dtype, layout, lengths, T=6, with_states=True):
     dx_, dhx, dcx = R.rnn_backward_data(handle, rnn, fwd, dev(ref.to_layout(dy, lengths, layout)), w,
                                         dhy=dev(dhy), dcy=dev(dcy), dx=dx)
     assert dx_ is dx
-    _close(np.where(valid, ref.from_layout(dx.to_numpy(), lengths, layout, T), 0), wdx, dtype, "dx")
-    _close(dhx.to_numpy(), wdhx, dtype, "dhx")
+    close(np.where(valid, ref.from_layout(dx.to_numpy(), lengths, layout, T), 0), wdx, "dx")
+    close(dhx.to_numpy(), wdhx, "dhx")
     if cfg.mode == "lstm":
-        _close(dcx.to_numpy(), wdcx, dtype, "dcx")
+        close(dcx.to_numpy(), wdcx, "dcx")
     else:
         assert dcx is None
 
     dw = R.rnn_backward_weights(handle, rnn, fwd)
     for (p, k), view in rnn.weights(handle, dw).items():
         if view.matrix is not None:
-            _close(view.matrix.to_numpy(), wdm[(p, k)], dtype, f"dW{(p, k)}")
+            close(view.matrix.to_numpy(), wdm[(p, k)], f"dW{(p, k)}")
         if view.bias is not None:
-            _close(view.bias.to_numpy(), wdb[(p, k)], dtype, f"db{(p, k)}")
+            close(view.bias.to_numpy(), wdb[(p, k)], f"db{(p, k)}")
     return rnn, w, fwd, dw
 
 
@@ -324,6 +329,18 @@ def test_rnn_float64_vs_reference(handle, rng, cfg):
 def test_rnn_float32_layouts(handle, rng, cfg, layout):
     lengths = [6, 5, 5, 2] if layout == "packed" else [4, 6, 1, 5]
     _run_case(handle, rng, cfg, np.float32, layout, lengths)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cfg", [GPU_CONFIGS[2], GPU_CONFIGS[3], GPU_CONFIGS[6]], ids=_cid)
+def test_rnn_float32_fma_math_is_plain_fp32(handle, rng, cfg):
+    """math_type="fma" keeps float32 off TF32 tensor cores: ~1e-5 agreement."""
+    try:
+        _run_case(handle, rng, cfg, np.float32, "seq_major", [6, 3, 5], math_type="fma")
+    except CudnnError as e:
+        if "NOT_SUPPORTED" not in str(e):
+            raise
+        pytest.skip(f"cuDNN refuses math_type='fma' for this RNN: {e}")
 
 
 @pytest.mark.gpu
@@ -346,8 +363,8 @@ def test_rnn_inference_matches_training_and_weights_add(handle, rng):
     x = fwd._ctx["x"]
     inf = R.rnn_forward(handle, rnn, x, w, seq_lengths=[6, 6, 3], hx=fwd._ctx["hx"])
     assert inf.reserve is None and inf.cy is None
-    np.testing.assert_allclose(inf.y.to_numpy(), fwd.y.to_numpy(), rtol=1e-12)
-    np.testing.assert_allclose(inf.hy.to_numpy(), fwd.hy.to_numpy(), rtol=1e-12)
+    np.testing.assert_allclose(inf.y.to_numpy(), fwd.y.to_numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(inf.hy.to_numpy(), fwd.hy.to_numpy(), rtol=1e-10, atol=1e-12)
     # backward weights ADDS into a given buffer
     fwd2 = R.rnn_forward(handle, rnn, x, w, seq_lengths=[6, 6, 3], hx=fwd._ctx["hx"], training=True)
     R.rnn_backward_data(handle, rnn, fwd2, memory.to_device(np.ones(fwd2.y.shape)), w)
@@ -361,16 +378,19 @@ def test_rnn_inference_matches_training_and_weights_add(handle, rng):
 @pytest.mark.gpu
 def test_rnn_lstm_clip_forward(handle, rng):
     from cudnn_py import memory
-    cfg = ref.RNNConfig("lstm", 5, 6, clip=(-0.3, 0.4))
+    # cuDNN keeps the clip bounds in single precision: use bounds float32 represents exactly
+    cfg = ref.RNNConfig("lstm", 5, 6, clip=(-0.3125, 0.4375))
     rnn = _make(cfg, np.float64)
-    assert rnn.clip == (-0.3, 0.4)
+    assert rnn.clip == (-0.3125, 0.4375)
     w = rnn.new_weights(handle)
     mats, biases = ref.random_params(cfg, rng, scale=1.5)
     _load(handle, rnn, w, mats, biases)
     x = rng.standard_normal((6, 3, 5)) * 2
     want = ref.forward(cfg, x, [6, 6, 6], mats, biases)
     got = R.rnn_forward(handle, rnn, memory.to_device(x), w)
-    assert np.abs(want.cy).max() <= 0.4 + 1e-12
+    assert np.abs(want.cy).max() <= 0.4375
+    unclipped = ref.forward(ref.RNNConfig("lstm", 5, 6), x, [6, 6, 6], mats, biases)
+    assert np.abs(unclipped.y - want.y).max() > 1e-3, "the data must make clipping matter"
     np.testing.assert_allclose(got.y.to_numpy(), want.y, rtol=1e-9, atol=1e-10)
     np.testing.assert_allclose(got.cy.to_numpy(), want.cy, rtol=1e-9, atol=1e-10)
 
@@ -500,6 +520,6 @@ def test_lstm_lm_example_learns():
     spec = importlib.util.spec_from_file_location("lstm_lm_step", path)
     lm = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(lm)
-    losses = lm.main(steps=80)
+    losses = lm.main(steps=200)
     assert np.all(np.isfinite(losses))
-    assert np.mean(losses[-10:]) < 0.8 * np.mean(losses[:10]), losses
+    assert np.mean(losses[-10:]) < 0.7 * np.mean(losses[:10]), losses
