@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ctypes
+import functools
 
 from . import _loader
 from .errors import CudnnError, CudnnNotInitializedError, FunctionNotAvailableError, error_class
@@ -111,6 +112,20 @@ class CFunction:
         raise FunctionNotAvailableError(
             f"{self.__name__} is declared by the cuDNN headers these bindings were generated from, but the "
             f"loaded cuDNN {lib.version_string} ({lib.path}) does not export it; it needs a newer cuDNN")
+
+
+@functools.cache
+def pointer(target):
+    """``POINTER(target)`` for a parameter, also taking a plain int address (device arrays, ``labels[]``, ...).
+
+    Typed ctypes objects are still checked: a ``byref(c_float())`` where ``int *`` belongs is refused.
+    """
+    base = ctypes.POINTER(target)
+
+    def from_param(cls, obj):
+        return ctypes.c_void_p(obj) if isinstance(obj, int) else base.from_param(obj)
+
+    return type(base.__name__, (base,), {"from_param": classmethod(from_param)})
 
 
 def function(name, restype, argtypes, prototype, doc="", checked=True, deprecated=""):

@@ -119,3 +119,22 @@ def test_callback_delivers_messages():
         capi.cudnnSetCallback(0, None, ctypes.cast(None, capi.cudnnCallback_t))
     assert seen and all(sev == capi.CUDNN_SEV_ERROR for sev, _ in seen)
     assert any(b"cudnnSetTensor4dDescriptor" in msg for _, msg in seen), seen
+
+
+def test_pointer_parameters_take_addresses_and_refuse_wrong_types():
+    """``const int padA[]`` takes a ctypes array, byref() or a plain int address (device arrays), not a float*."""
+    d = cudnnConvolutionDescriptor_t()
+    cudnnCreateConvolutionDescriptor(byref(d))
+    try:
+        pads = (ctypes.c_int * 2)(1, 2)
+        ones = (ctypes.c_int * 2)(1, 1)
+        cudnnSetConvolutionNdDescriptor(d, 2, ctypes.addressof(pads), ones, ones, CUDNN_CROSS_CORRELATION,
+                                        CUDNN_DATA_FLOAT)
+        n, got = ctypes.c_int(), (ctypes.c_int * 2)()
+        cudnnGetConvolutionNdDescriptor(d, 2, byref(n), got, (ctypes.c_int * 2)(), (ctypes.c_int * 2)(),
+                                        byref(ctypes.c_int()), byref(ctypes.c_int()))
+        assert tuple(got) == (1, 2)
+        with pytest.raises(ctypes.ArgumentError):
+            cudnnGetConvolutionNdDescriptor(d, 2, byref(ctypes.c_float()), got, got, got, None, None)
+    finally:
+        cudnnDestroyConvolutionDescriptor(d)

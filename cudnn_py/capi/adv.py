@@ -3,7 +3,7 @@
 import ctypes as _ct
 from enum import IntEnum as _IntEnum
 
-from .._binding import function as _function
+from .._binding import function as _function, pointer as _pointer
 from .ops import cudnnCTCLossDescriptor_t, cudnnDropoutDescriptor_t, cudnnTensorDescriptor_t
 from .graph import cudnnHandle_t
 
@@ -177,7 +177,7 @@ CUDNN_ATTN_ENABLE_PROJ_BIASES = 2
 CUDNN_ATTN_WKIND_COUNT = 8
 
 cudnnCreateRNNDescriptor = _function(
-    'cudnnCreateRNNDescriptor', _ct.c_int, (_ct.POINTER(cudnnRNNDescriptor_t),),
+    'cudnnCreateRNNDescriptor', _ct.c_int, (_pointer(cudnnRNNDescriptor_t),),
     'cudnnStatus_t cudnnCreateRNNDescriptor(cudnnRNNDescriptor_t *rnnDesc)',
     'Creates an RNN descriptor.')
 
@@ -192,7 +192,7 @@ cudnnSetRNNDescriptor_v8 = _function(
     'Configures an RNN descriptor with network parameters.')
 
 cudnnGetRNNDescriptor_v8 = _function(
-    'cudnnGetRNNDescriptor_v8', _ct.c_int, (cudnnRNNDescriptor_t, _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int32), _ct.POINTER(_ct.c_int32), _ct.POINTER(_ct.c_int32), _ct.POINTER(_ct.c_int32), _ct.POINTER(cudnnDropoutDescriptor_t), _ct.POINTER(_ct.c_uint32)),
+    'cudnnGetRNNDescriptor_v8', _ct.c_int, (cudnnRNNDescriptor_t, _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int32), _pointer(_ct.c_int32), _pointer(_ct.c_int32), _pointer(_ct.c_int32), _pointer(cudnnDropoutDescriptor_t), _pointer(_ct.c_uint32)),
     'cudnnStatus_t cudnnGetRNNDescriptor_v8(cudnnRNNDescriptor_t rnnDesc, cudnnRNNAlgo_t *algo, cudnnRNNMode_t *cellMode, cudnnRNNBiasMode_t *biasMode, cudnnDirectionMode_t *dirMode, cudnnRNNInputMode_t *inputMode, cudnnDataType_t *dataType, cudnnDataType_t *mathPrec, cudnnMathType_t *mathType, int32_t *inputSize, int32_t *hiddenSize, int32_t *projSize, int32_t *numLayers, cudnnDropoutDescriptor_t *dropoutDesc, uint32_t *auxFlags)',
     'Retrieves RNN descriptor parameters.')
 
@@ -207,12 +207,12 @@ cudnnRNNSetClip_v9 = _function(
     'Configures LSTM cell clipping parameters.')
 
 cudnnRNNGetClip_v8 = _function(
-    'cudnnRNNGetClip_v8', _ct.c_int, (cudnnRNNDescriptor_t, _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_double), _ct.POINTER(_ct.c_double)),
+    'cudnnRNNGetClip_v8', _ct.c_int, (cudnnRNNDescriptor_t, _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_double), _pointer(_ct.c_double)),
     'cudnnStatus_t cudnnRNNGetClip_v8(cudnnRNNDescriptor_t rnnDesc, cudnnRNNClipMode_t *clipMode, cudnnNanPropagation_t *clipNanOpt, double *lclip, double *rclip)',
     'Retrieves LSTM cell clipping settings.', deprecated='Since cuDNN 9.0.0. Use cudnnRNNGetClip_v9 instead.')
 
 cudnnRNNGetClip_v9 = _function(
-    'cudnnRNNGetClip_v9', _ct.c_int, (cudnnRNNDescriptor_t, _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_double), _ct.POINTER(_ct.c_double)),
+    'cudnnRNNGetClip_v9', _ct.c_int, (cudnnRNNDescriptor_t, _pointer(_ct.c_int), _pointer(_ct.c_double), _pointer(_ct.c_double)),
     'cudnnStatus_t cudnnRNNGetClip_v9(cudnnRNNDescriptor_t rnnDesc, cudnnRNNClipMode_t *clipMode, double *lclip, double *rclip)',
     'Retrieves LSTM cell clipping settings.')
 
@@ -222,22 +222,22 @@ cudnnBuildRNNDynamic = _function(
     'Compiles persistent RNN code using NVRTC for dynamic algorithm.')
 
 cudnnGetRNNTempSpaceSizes = _function(
-    'cudnnGetRNNTempSpaceSizes', _ct.c_int, (cudnnHandle_t, cudnnRNNDescriptor_t, _ct.c_int, cudnnRNNDataDescriptor_t, _ct.POINTER(_ct.c_size_t), _ct.POINTER(_ct.c_size_t)),
+    'cudnnGetRNNTempSpaceSizes', _ct.c_int, (cudnnHandle_t, cudnnRNNDescriptor_t, _ct.c_int, cudnnRNNDataDescriptor_t, _pointer(_ct.c_size_t), _pointer(_ct.c_size_t)),
     'cudnnStatus_t cudnnGetRNNTempSpaceSizes(cudnnHandle_t handle, cudnnRNNDescriptor_t rnnDesc, cudnnForwardMode_t fwdMode, cudnnRNNDataDescriptor_t xDesc, size_t *workSpaceSize, size_t *reserveSpaceSize)',
     'Computes workspace and reserve space buffer sizes for RNN.')
 
 cudnnGetRNNWeightSpaceSize = _function(
-    'cudnnGetRNNWeightSpaceSize', _ct.c_int, (cudnnHandle_t, cudnnRNNDescriptor_t, _ct.POINTER(_ct.c_size_t)),
+    'cudnnGetRNNWeightSpaceSize', _ct.c_int, (cudnnHandle_t, cudnnRNNDescriptor_t, _pointer(_ct.c_size_t)),
     'cudnnStatus_t cudnnGetRNNWeightSpaceSize(cudnnHandle_t handle, cudnnRNNDescriptor_t rnnDesc, size_t *weightSpaceSize)',
     'Reports required GPU memory for all RNN weight parameters.')
 
 cudnnGetRNNWeightParams = _function(
-    'cudnnGetRNNWeightParams', _ct.c_int, (cudnnHandle_t, cudnnRNNDescriptor_t, _ct.c_int32, _ct.c_size_t, _ct.c_void_p, _ct.c_int32, cudnnTensorDescriptor_t, _ct.POINTER(_ct.c_void_p), cudnnTensorDescriptor_t, _ct.POINTER(_ct.c_void_p)),
+    'cudnnGetRNNWeightParams', _ct.c_int, (cudnnHandle_t, cudnnRNNDescriptor_t, _ct.c_int32, _ct.c_size_t, _ct.c_void_p, _ct.c_int32, cudnnTensorDescriptor_t, _pointer(_ct.c_void_p), cudnnTensorDescriptor_t, _pointer(_ct.c_void_p)),
     'cudnnStatus_t cudnnGetRNNWeightParams(cudnnHandle_t handle, cudnnRNNDescriptor_t rnnDesc, int32_t pseudoLayer, size_t weightSpaceSize, const void *weightSpace, int32_t linLayerID, cudnnTensorDescriptor_t mDesc, void **mAddr, cudnnTensorDescriptor_t bDesc, void **bAddr)',
     'Obtains start address and shape of RNN weight matrices and bias vectors.')
 
 cudnnCreateRNNDataDescriptor = _function(
-    'cudnnCreateRNNDataDescriptor', _ct.c_int, (_ct.POINTER(cudnnRNNDataDescriptor_t),),
+    'cudnnCreateRNNDataDescriptor', _ct.c_int, (_pointer(cudnnRNNDataDescriptor_t),),
     'cudnnStatus_t cudnnCreateRNNDataDescriptor(cudnnRNNDataDescriptor_t *rnnDataDesc)',
     'Creates an RNN data descriptor.')
 
@@ -247,22 +247,22 @@ cudnnDestroyRNNDataDescriptor = _function(
     'Destroys an RNN data descriptor.')
 
 cudnnSetRNNDataDescriptor = _function(
-    'cudnnSetRNNDataDescriptor', _ct.c_int, (cudnnRNNDataDescriptor_t, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.POINTER(_ct.c_int), _ct.c_void_p),
+    'cudnnSetRNNDataDescriptor', _ct.c_int, (cudnnRNNDataDescriptor_t, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _pointer(_ct.c_int), _ct.c_void_p),
     'cudnnStatus_t cudnnSetRNNDataDescriptor(cudnnRNNDataDescriptor_t rnnDataDesc, cudnnDataType_t dataType, cudnnRNNDataLayout_t layout, int maxSeqLength, int batchSize, int vectorSize, const int seqLengthArray[], void *paddingFill)',
     'Configures an RNN data descriptor with layout and sequence information.')
 
 cudnnGetRNNDataDescriptor = _function(
-    'cudnnGetRNNDataDescriptor', _ct.c_int, (cudnnRNNDataDescriptor_t, _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.c_int, _ct.POINTER(_ct.c_int), _ct.c_void_p),
+    'cudnnGetRNNDataDescriptor', _ct.c_int, (cudnnRNNDataDescriptor_t, _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _ct.c_int, _pointer(_ct.c_int), _ct.c_void_p),
     'cudnnStatus_t cudnnGetRNNDataDescriptor(cudnnRNNDataDescriptor_t rnnDataDesc, cudnnDataType_t *dataType, cudnnRNNDataLayout_t *layout, int *maxSeqLength, int *batchSize, int *vectorSize, int arrayLengthRequested, int seqLengthArray[], void *paddingFill)',
     'Retrieves RNN data descriptor parameters.')
 
 cudnnRNNForward = _function(
-    'cudnnRNNForward', _ct.c_int, (cudnnHandle_t, cudnnRNNDescriptor_t, _ct.c_int, _ct.POINTER(_ct.c_int32), cudnnRNNDataDescriptor_t, _ct.c_void_p, cudnnRNNDataDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p),
+    'cudnnRNNForward', _ct.c_int, (cudnnHandle_t, cudnnRNNDescriptor_t, _ct.c_int, _pointer(_ct.c_int32), cudnnRNNDataDescriptor_t, _ct.c_void_p, cudnnRNNDataDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p),
     'cudnnStatus_t cudnnRNNForward(cudnnHandle_t handle, cudnnRNNDescriptor_t rnnDesc, cudnnForwardMode_t fwdMode, const int32_t devSeqLengths[], cudnnRNNDataDescriptor_t xDesc, const void *x, cudnnRNNDataDescriptor_t yDesc, void *y, cudnnTensorDescriptor_t hDesc, const void *hx, void *hy, cudnnTensorDescriptor_t cDesc, const void *cx, void *cy, size_t weightSpaceSize, const void *weightSpace, size_t workSpaceSize, void *workSpace, size_t reserveSpaceSize, void *reserveSpace)',
     'Computes the forward pass of an RNN network.')
 
 cudnnCreateSeqDataDescriptor = _function(
-    'cudnnCreateSeqDataDescriptor', _ct.c_int, (_ct.POINTER(cudnnSeqDataDescriptor_t),),
+    'cudnnCreateSeqDataDescriptor', _ct.c_int, (_pointer(cudnnSeqDataDescriptor_t),),
     'cudnnStatus_t cudnnCreateSeqDataDescriptor(cudnnSeqDataDescriptor_t *seqDataDesc)',
     'Creates a sequence data descriptor.', deprecated='Since cuDNN 9.0.0. Use RNN data descriptors instead.')
 
@@ -272,17 +272,17 @@ cudnnDestroySeqDataDescriptor = _function(
     'Destroys a sequence data descriptor.', deprecated='Since cuDNN 9.0.0.')
 
 cudnnSetSeqDataDescriptor = _function(
-    'cudnnSetSeqDataDescriptor', _ct.c_int, (cudnnSeqDataDescriptor_t, _ct.c_int, _ct.c_int, _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.c_size_t, _ct.POINTER(_ct.c_int), _ct.c_void_p),
+    'cudnnSetSeqDataDescriptor', _ct.c_int, (cudnnSeqDataDescriptor_t, _ct.c_int, _ct.c_int, _pointer(_ct.c_int), _pointer(_ct.c_int), _ct.c_size_t, _pointer(_ct.c_int), _ct.c_void_p),
     'cudnnStatus_t cudnnSetSeqDataDescriptor(cudnnSeqDataDescriptor_t seqDataDesc, cudnnDataType_t dataType, int nbDims, const int dimA[], const cudnnSeqDataAxis_t axes[], size_t seqLengthArraySize, const int seqLengthArray[], void *paddingFill)',
     'Configures a sequence data descriptor.', deprecated='Since cuDNN 9.0.0.')
 
 cudnnGetSeqDataDescriptor = _function(
-    'cudnnGetSeqDataDescriptor', _ct.c_int, (cudnnSeqDataDescriptor_t, _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.c_int, _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_size_t), _ct.c_size_t, _ct.POINTER(_ct.c_int), _ct.c_void_p),
+    'cudnnGetSeqDataDescriptor', _ct.c_int, (cudnnSeqDataDescriptor_t, _pointer(_ct.c_int), _pointer(_ct.c_int), _ct.c_int, _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_size_t), _ct.c_size_t, _pointer(_ct.c_int), _ct.c_void_p),
     'cudnnStatus_t cudnnGetSeqDataDescriptor(const cudnnSeqDataDescriptor_t seqDataDesc, cudnnDataType_t *dataType, int *nbDims, int nbDimsRequested, int dimA[], cudnnSeqDataAxis_t axes[], size_t *seqLengthArraySize, size_t seqLengthSizeRequested, int seqLengthArray[], void *paddingFill)',
     'Retrieves sequence data descriptor parameters.', deprecated='Since cuDNN 9.0.0.')
 
 cudnnCreateAttnDescriptor = _function(
-    'cudnnCreateAttnDescriptor', _ct.c_int, (_ct.POINTER(cudnnAttnDescriptor_t),),
+    'cudnnCreateAttnDescriptor', _ct.c_int, (_pointer(cudnnAttnDescriptor_t),),
     'cudnnStatus_t cudnnCreateAttnDescriptor(cudnnAttnDescriptor_t *attnDesc)',
     'Creates a multi-head attention descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API SDPA operations instead.')
 
@@ -297,22 +297,22 @@ cudnnSetAttnDescriptor = _function(
     'Configures a multi-head attention descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API SDPA operations instead.')
 
 cudnnGetAttnDescriptor = _function(
-    'cudnnGetAttnDescriptor', _ct.c_int, (cudnnAttnDescriptor_t, _ct.POINTER(_ct.c_uint), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_double), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(cudnnDropoutDescriptor_t), _ct.POINTER(cudnnDropoutDescriptor_t), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int)),
+    'cudnnGetAttnDescriptor', _ct.c_int, (cudnnAttnDescriptor_t, _pointer(_ct.c_uint), _pointer(_ct.c_int), _pointer(_ct.c_double), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(cudnnDropoutDescriptor_t), _pointer(cudnnDropoutDescriptor_t), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int)),
     'cudnnStatus_t cudnnGetAttnDescriptor(cudnnAttnDescriptor_t attnDesc, unsigned *attnMode, int *nHeads, double *smScaler, cudnnDataType_t *dataType, cudnnDataType_t *computePrec, cudnnMathType_t *mathType, cudnnDropoutDescriptor_t *attnDropoutDesc, cudnnDropoutDescriptor_t *postDropoutDesc, int *qSize, int *kSize, int *vSize, int *qProjSize, int *kProjSize, int *vProjSize, int *oProjSize, int *qoMaxSeqLength, int *kvMaxSeqLength, int *maxBatchSize, int *maxBeamSize)',
     'Retrieves multi-head attention descriptor parameters.', deprecated='Since cuDNN 9.0.0.')
 
 cudnnGetMultiHeadAttnBuffers = _function(
-    'cudnnGetMultiHeadAttnBuffers', _ct.c_int, (cudnnHandle_t, cudnnAttnDescriptor_t, _ct.POINTER(_ct.c_size_t), _ct.POINTER(_ct.c_size_t), _ct.POINTER(_ct.c_size_t)),
+    'cudnnGetMultiHeadAttnBuffers', _ct.c_int, (cudnnHandle_t, cudnnAttnDescriptor_t, _pointer(_ct.c_size_t), _pointer(_ct.c_size_t), _pointer(_ct.c_size_t)),
     'cudnnStatus_t cudnnGetMultiHeadAttnBuffers(cudnnHandle_t handle, const cudnnAttnDescriptor_t attnDesc, size_t *weightSizeInBytes, size_t *workSpaceSizeInBytes, size_t *reserveSpaceSizeInBytes)',
     'Computes weight, workspace, and reserve space sizes for multi-head attention.', deprecated='Since cuDNN 9.0.0.')
 
 cudnnGetMultiHeadAttnWeights = _function(
-    'cudnnGetMultiHeadAttnWeights', _ct.c_int, (cudnnHandle_t, cudnnAttnDescriptor_t, _ct.c_int, _ct.c_size_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.POINTER(_ct.c_void_p)),
+    'cudnnGetMultiHeadAttnWeights', _ct.c_int, (cudnnHandle_t, cudnnAttnDescriptor_t, _ct.c_int, _ct.c_size_t, _ct.c_void_p, cudnnTensorDescriptor_t, _pointer(_ct.c_void_p)),
     'cudnnStatus_t cudnnGetMultiHeadAttnWeights(cudnnHandle_t handle, const cudnnAttnDescriptor_t attnDesc, cudnnMultiHeadAttnWeightKind_t wKind, size_t weightSizeInBytes, const void *weights, cudnnTensorDescriptor_t wDesc, void **wAddr)',
     'Obtains shape and start address of attention weight/bias tensors.', deprecated='Since cuDNN 9.0.0.')
 
 cudnnMultiHeadAttnForward = _function(
-    'cudnnMultiHeadAttnForward', _ct.c_int, (cudnnHandle_t, cudnnAttnDescriptor_t, _ct.c_int, _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), cudnnSeqDataDescriptor_t, _ct.c_void_p, _ct.c_void_p, cudnnSeqDataDescriptor_t, _ct.c_void_p, cudnnSeqDataDescriptor_t, _ct.c_void_p, cudnnSeqDataDescriptor_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p),
+    'cudnnMultiHeadAttnForward', _ct.c_int, (cudnnHandle_t, cudnnAttnDescriptor_t, _ct.c_int, _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), cudnnSeqDataDescriptor_t, _ct.c_void_p, _ct.c_void_p, cudnnSeqDataDescriptor_t, _ct.c_void_p, cudnnSeqDataDescriptor_t, _ct.c_void_p, cudnnSeqDataDescriptor_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p),
     'cudnnStatus_t cudnnMultiHeadAttnForward(cudnnHandle_t handle, const cudnnAttnDescriptor_t attnDesc, int currIdx, const int loWinIdx[], const int hiWinIdx[], const int devSeqLengthsQO[], const int devSeqLengthsKV[], const cudnnSeqDataDescriptor_t qDesc, const void *queries, const void *residuals, const cudnnSeqDataDescriptor_t kDesc, const void *keys, const cudnnSeqDataDescriptor_t vDesc, const void *values, const cudnnSeqDataDescriptor_t oDesc, void *out, size_t weightSizeInBytes, const void *weights, size_t workSpaceSizeInBytes, void *workSpace, size_t reserveSpaceSizeInBytes, void *reserveSpace)',
     'Computes multi-head attention forward pass.', deprecated='Since cuDNN 9.0.0. Use graph API SDPA operations instead.')
 
@@ -322,17 +322,17 @@ cudnnAdvVersionCheck = _function(
     '')
 
 cudnnRNNBackwardData_v8 = _function(
-    'cudnnRNNBackwardData_v8', _ct.c_int, (cudnnHandle_t, cudnnRNNDescriptor_t, _ct.POINTER(_ct.c_int32), cudnnRNNDataDescriptor_t, _ct.c_void_p, _ct.c_void_p, cudnnRNNDataDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p),
+    'cudnnRNNBackwardData_v8', _ct.c_int, (cudnnHandle_t, cudnnRNNDescriptor_t, _pointer(_ct.c_int32), cudnnRNNDataDescriptor_t, _ct.c_void_p, _ct.c_void_p, cudnnRNNDataDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p),
     'cudnnStatus_t cudnnRNNBackwardData_v8(cudnnHandle_t handle, cudnnRNNDescriptor_t rnnDesc, const int32_t devSeqLengths[], cudnnRNNDataDescriptor_t yDesc, const void *y, const void *dy, cudnnRNNDataDescriptor_t xDesc, void *dx, cudnnTensorDescriptor_t hDesc, const void *hx, const void *dhy, void *dhx, cudnnTensorDescriptor_t cDesc, const void *cx, const void *dcy, void *dcx, size_t weightSpaceSize, const void *weightSpace, size_t workSpaceSize, void *workSpace, size_t reserveSpaceSize, void *reserveSpace)',
     'Computes RNN data gradients (backward pass with respect to inputs).')
 
 cudnnRNNBackwardWeights_v8 = _function(
-    'cudnnRNNBackwardWeights_v8', _ct.c_int, (cudnnHandle_t, cudnnRNNDescriptor_t, _ct.c_int, _ct.POINTER(_ct.c_int32), cudnnRNNDataDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnRNNDataDescriptor_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p),
+    'cudnnRNNBackwardWeights_v8', _ct.c_int, (cudnnHandle_t, cudnnRNNDescriptor_t, _ct.c_int, _pointer(_ct.c_int32), cudnnRNNDataDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnRNNDataDescriptor_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p),
     'cudnnStatus_t cudnnRNNBackwardWeights_v8(cudnnHandle_t handle, cudnnRNNDescriptor_t rnnDesc, cudnnWgradMode_t addGrad, const int32_t devSeqLengths[], cudnnRNNDataDescriptor_t xDesc, const void *x, cudnnTensorDescriptor_t hDesc, const void *hx, cudnnRNNDataDescriptor_t yDesc, const void *y, size_t weightSpaceSize, void *dweightSpace, size_t workSpaceSize, void *workSpace, size_t reserveSpaceSize, void *reserveSpace)',
     'Computes RNN weight gradients (backward pass with respect to parameters).')
 
 cudnnMultiHeadAttnBackwardData = _function(
-    'cudnnMultiHeadAttnBackwardData', _ct.c_int, (cudnnHandle_t, cudnnAttnDescriptor_t, _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), cudnnSeqDataDescriptor_t, _ct.c_void_p, cudnnSeqDataDescriptor_t, _ct.c_void_p, _ct.c_void_p, cudnnSeqDataDescriptor_t, _ct.c_void_p, _ct.c_void_p, cudnnSeqDataDescriptor_t, _ct.c_void_p, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p),
+    'cudnnMultiHeadAttnBackwardData', _ct.c_int, (cudnnHandle_t, cudnnAttnDescriptor_t, _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), cudnnSeqDataDescriptor_t, _ct.c_void_p, cudnnSeqDataDescriptor_t, _ct.c_void_p, _ct.c_void_p, cudnnSeqDataDescriptor_t, _ct.c_void_p, _ct.c_void_p, cudnnSeqDataDescriptor_t, _ct.c_void_p, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p),
     'cudnnStatus_t cudnnMultiHeadAttnBackwardData(cudnnHandle_t handle, const cudnnAttnDescriptor_t attnDesc, const int loWinIdx[], const int hiWinIdx[], const int devSeqLengthsDQDO[], const int devSeqLengthsDKDV[], const cudnnSeqDataDescriptor_t doDesc, const void *dout, const cudnnSeqDataDescriptor_t dqDesc, void *dqueries, const void *queries, const cudnnSeqDataDescriptor_t dkDesc, void *dkeys, const void *keys, const cudnnSeqDataDescriptor_t dvDesc, void *dvalues, const void *values, size_t weightSizeInBytes, const void *weights, size_t workSpaceSizeInBytes, void *workSpace, size_t reserveSpaceSizeInBytes, void *reserveSpace)',
     'Computes multi-head attention data gradients.', deprecated='Since cuDNN 9.0.0. Use graph API SDPA operations instead.')
 
@@ -342,7 +342,7 @@ cudnnMultiHeadAttnBackwardWeights = _function(
     'Computes multi-head attention weight gradients.', deprecated='Since cuDNN 9.0.0. Use graph API SDPA operations instead.')
 
 cudnnCreateCTCLossDescriptor = _function(
-    'cudnnCreateCTCLossDescriptor', _ct.c_int, (_ct.POINTER(cudnnCTCLossDescriptor_t),),
+    'cudnnCreateCTCLossDescriptor', _ct.c_int, (_pointer(cudnnCTCLossDescriptor_t),),
     'cudnnStatus_t cudnnCreateCTCLossDescriptor(cudnnCTCLossDescriptor_t *ctcLossDesc)',
     'Creates a CTC loss descriptor.')
 
@@ -367,22 +367,22 @@ cudnnSetCTCLossDescriptor_v9 = _function(
     'Configures CTC loss with normalization, CTC gradient mode, and max label length.')
 
 cudnnGetCTCLossDescriptor = _function(
-    'cudnnGetCTCLossDescriptor', _ct.c_int, (cudnnCTCLossDescriptor_t, _ct.POINTER(_ct.c_int)),
+    'cudnnGetCTCLossDescriptor', _ct.c_int, (cudnnCTCLossDescriptor_t, _pointer(_ct.c_int)),
     'cudnnStatus_t cudnnGetCTCLossDescriptor(cudnnCTCLossDescriptor_t ctcLossDesc, cudnnDataType_t *compType)',
     'Retrieves CTC loss compute type.', deprecated='Since cuDNN 9.0.0. Use cudnnGetCTCLossDescriptor_v9 instead.')
 
 cudnnGetCTCLossDescriptorEx = _function(
-    'cudnnGetCTCLossDescriptorEx', _ct.c_int, (cudnnCTCLossDescriptor_t, _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int)),
+    'cudnnGetCTCLossDescriptorEx', _ct.c_int, (cudnnCTCLossDescriptor_t, _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int)),
     'cudnnStatus_t cudnnGetCTCLossDescriptorEx(cudnnCTCLossDescriptor_t ctcLossDesc, cudnnDataType_t *compType, cudnnLossNormalizationMode_t *normMode, cudnnNanPropagation_t *gradMode)',
     'Retrieves CTC loss extended parameters.', deprecated='Since cuDNN 9.0.0. Use cudnnGetCTCLossDescriptor_v9 instead.')
 
 cudnnGetCTCLossDescriptor_v8 = _function(
-    'cudnnGetCTCLossDescriptor_v8', _ct.c_int, (cudnnCTCLossDescriptor_t, _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int)),
+    'cudnnGetCTCLossDescriptor_v8', _ct.c_int, (cudnnCTCLossDescriptor_t, _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int)),
     'cudnnStatus_t cudnnGetCTCLossDescriptor_v8(cudnnCTCLossDescriptor_t ctcLossDesc, cudnnDataType_t *compType, cudnnLossNormalizationMode_t *normMode, cudnnNanPropagation_t *gradMode, int *maxLabelLength)',
     'Retrieves CTC loss v8 parameters.', deprecated='Since cuDNN 9.0.0. Use cudnnGetCTCLossDescriptor_v9 instead.')
 
 cudnnGetCTCLossDescriptor_v9 = _function(
-    'cudnnGetCTCLossDescriptor_v9', _ct.c_int, (cudnnCTCLossDescriptor_t, _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int)),
+    'cudnnGetCTCLossDescriptor_v9', _ct.c_int, (cudnnCTCLossDescriptor_t, _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int)),
     'cudnnStatus_t cudnnGetCTCLossDescriptor_v9(cudnnCTCLossDescriptor_t ctcLossDesc, cudnnDataType_t *compType, cudnnLossNormalizationMode_t *normMode, cudnnCTCGradMode_t *ctcGradMode, int *maxLabelLength)',
     'Retrieves CTC loss v9 parameters.')
 
@@ -392,22 +392,22 @@ cudnnDestroyCTCLossDescriptor = _function(
     'Destroys a CTC loss descriptor.')
 
 cudnnCTCLoss = _function(
-    'cudnnCTCLoss', _ct.c_int, (cudnnHandle_t, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_int, cudnnCTCLossDescriptor_t, _ct.c_void_p, _ct.c_size_t),
+    'cudnnCTCLoss', _ct.c_int, (cudnnHandle_t, cudnnTensorDescriptor_t, _ct.c_void_p, _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_int, cudnnCTCLossDescriptor_t, _ct.c_void_p, _ct.c_size_t),
     'cudnnStatus_t cudnnCTCLoss(cudnnHandle_t handle, const cudnnTensorDescriptor_t probsDesc, const void *probs, const int hostLabels[], const int hostLabelLengths[], const int hostInputLengths[], void *costs, const cudnnTensorDescriptor_t gradientsDesc, void *gradients, cudnnCTCLossAlgo_t algo, cudnnCTCLossDescriptor_t ctcLossDesc, void *workspace, size_t workSpaceSizeInBytes)',
     'Computes CTC loss and gradients given probabilities and labels.')
 
 cudnnCTCLoss_v8 = _function(
-    'cudnnCTCLoss_v8', _ct.c_int, (cudnnHandle_t, _ct.c_int, cudnnCTCLossDescriptor_t, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p),
+    'cudnnCTCLoss_v8', _ct.c_int, (cudnnHandle_t, _ct.c_int, cudnnCTCLossDescriptor_t, cudnnTensorDescriptor_t, _ct.c_void_p, _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p),
     'cudnnStatus_t cudnnCTCLoss_v8(cudnnHandle_t handle, cudnnCTCLossAlgo_t algo, cudnnCTCLossDescriptor_t ctcLossDesc, const cudnnTensorDescriptor_t probsDesc, const void *probs, const int labels[], const int labelLengths[], const int inputLengths[], void *costs, const cudnnTensorDescriptor_t gradientsDesc, void *gradients, size_t workSpaceSizeInBytes, void *workspace)',
     'Computes CTC loss and gradients (v8, supports CUDA graphs with GPU memory labels).')
 
 cudnnGetCTCLossWorkspaceSize = _function(
-    'cudnnGetCTCLossWorkspaceSize', _ct.c_int, (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.c_int, cudnnCTCLossDescriptor_t, _ct.POINTER(_ct.c_size_t)),
+    'cudnnGetCTCLossWorkspaceSize', _ct.c_int, (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _ct.c_int, cudnnCTCLossDescriptor_t, _pointer(_ct.c_size_t)),
     'cudnnStatus_t cudnnGetCTCLossWorkspaceSize(cudnnHandle_t handle, const cudnnTensorDescriptor_t probsDesc, const cudnnTensorDescriptor_t gradientsDesc, const int *labels, const int *labelLengths, const int *inputLengths, cudnnCTCLossAlgo_t algo, cudnnCTCLossDescriptor_t ctcLossDesc, size_t *sizeInBytes)',
     'Returns the GPU workspace size required for CTC loss computation.')
 
 cudnnGetCTCLossWorkspaceSize_v8 = _function(
-    'cudnnGetCTCLossWorkspaceSize_v8', _ct.c_int, (cudnnHandle_t, _ct.c_int, cudnnCTCLossDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, _ct.POINTER(_ct.c_size_t)),
+    'cudnnGetCTCLossWorkspaceSize_v8', _ct.c_int, (cudnnHandle_t, _ct.c_int, cudnnCTCLossDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, _pointer(_ct.c_size_t)),
     'cudnnStatus_t cudnnGetCTCLossWorkspaceSize_v8(cudnnHandle_t handle, cudnnCTCLossAlgo_t algo, cudnnCTCLossDescriptor_t ctcLossDesc, const cudnnTensorDescriptor_t probsDesc, const cudnnTensorDescriptor_t gradientsDesc, size_t *sizeInBytes)',
     'Returns the GPU workspace size required for CTC loss v8 computation.')
 

@@ -3,7 +3,7 @@
 import ctypes as _ct
 from enum import IntEnum as _IntEnum
 
-from .._binding import function as _function
+from .._binding import function as _function, pointer as _pointer
 from .ops import cudnnActivationDescriptor_t, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorTransformDescriptor_t
 from .graph import cudnnHandle_t
 
@@ -239,7 +239,7 @@ CUDNN_CNN_MINOR = 28
 CUDNN_CNN_PATCH = 0
 
 cudnnCreateConvolutionDescriptor = _function(
-    'cudnnCreateConvolutionDescriptor', _ct.c_int, (_ct.POINTER(cudnnConvolutionDescriptor_t),),
+    'cudnnCreateConvolutionDescriptor', _ct.c_int, (_pointer(cudnnConvolutionDescriptor_t),),
     'cudnnStatus_t cudnnCreateConvolutionDescriptor(cudnnConvolutionDescriptor_t *convDesc)',
     '', deprecated='Deprecated in cuDNN 9.')
 
@@ -254,7 +254,7 @@ cudnnSetConvolutionMathType = _function(
     'Set the math type for a convolution descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnGetConvolutionMathType = _function(
-    'cudnnGetConvolutionMathType', _ct.c_int, (cudnnConvolutionDescriptor_t, _ct.POINTER(_ct.c_int)),
+    'cudnnGetConvolutionMathType', _ct.c_int, (cudnnConvolutionDescriptor_t, _pointer(_ct.c_int)),
     'cudnnStatus_t cudnnGetConvolutionMathType(cudnnConvolutionDescriptor_t convDesc, cudnnMathType_t *mathType)',
     'Get the math type from a convolution descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
@@ -264,7 +264,7 @@ cudnnSetConvolutionGroupCount = _function(
     'Set the group count for a convolution descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnGetConvolutionGroupCount = _function(
-    'cudnnGetConvolutionGroupCount', _ct.c_int, (cudnnConvolutionDescriptor_t, _ct.POINTER(_ct.c_int)),
+    'cudnnGetConvolutionGroupCount', _ct.c_int, (cudnnConvolutionDescriptor_t, _pointer(_ct.c_int)),
     'cudnnStatus_t cudnnGetConvolutionGroupCount(cudnnConvolutionDescriptor_t convDesc, int *groupCount)',
     'Get the group count from a convolution descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
@@ -274,7 +274,7 @@ cudnnSetConvolutionReorderType = _function(
     'Set the reorder type for a convolution descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnGetConvolutionReorderType = _function(
-    'cudnnGetConvolutionReorderType', _ct.c_int, (cudnnConvolutionDescriptor_t, _ct.POINTER(_ct.c_int)),
+    'cudnnGetConvolutionReorderType', _ct.c_int, (cudnnConvolutionDescriptor_t, _pointer(_ct.c_int)),
     'cudnnStatus_t cudnnGetConvolutionReorderType(cudnnConvolutionDescriptor_t convDesc, cudnnReorderType_t *reorderType)',
     'Get the reorder type from a convolution descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
@@ -284,47 +284,47 @@ cudnnSetConvolution2dDescriptor = _function(
     'Set a 2D convolution descriptor with padding, stride, dilation, mode, and compute type.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnGetConvolution2dDescriptor = _function(
-    'cudnnGetConvolution2dDescriptor', _ct.c_int, (cudnnConvolutionDescriptor_t, _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int)),
+    'cudnnGetConvolution2dDescriptor', _ct.c_int, (cudnnConvolutionDescriptor_t, _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int)),
     'cudnnStatus_t cudnnGetConvolution2dDescriptor(const cudnnConvolutionDescriptor_t convDesc, int *pad_h, int *pad_w, int *u, int *v, int *dilation_h, int *dilation_w, cudnnConvolutionMode_t *mode, cudnnDataType_t *computeType)',
     'Get the parameters of a 2D convolution descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnSetConvolutionNdDescriptor = _function(
-    'cudnnSetConvolutionNdDescriptor', _ct.c_int, (cudnnConvolutionDescriptor_t, _ct.c_int, _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.c_int, _ct.c_int),
+    'cudnnSetConvolutionNdDescriptor', _ct.c_int, (cudnnConvolutionDescriptor_t, _ct.c_int, _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _ct.c_int, _ct.c_int),
     'cudnnStatus_t cudnnSetConvolutionNdDescriptor(cudnnConvolutionDescriptor_t convDesc, int arrayLength, const int padA[], const int filterStrideA[], const int dilationA[], cudnnConvolutionMode_t mode, cudnnDataType_t computeType)',
     'Set an N-dimensional convolution descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnGetConvolutionNdDescriptor = _function(
-    'cudnnGetConvolutionNdDescriptor', _ct.c_int, (cudnnConvolutionDescriptor_t, _ct.c_int, _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int)),
+    'cudnnGetConvolutionNdDescriptor', _ct.c_int, (cudnnConvolutionDescriptor_t, _ct.c_int, _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int)),
     'cudnnStatus_t cudnnGetConvolutionNdDescriptor(const cudnnConvolutionDescriptor_t convDesc, int arrayLengthRequested, int *arrayLength, int padA[], int strideA[], int dilationA[], cudnnConvolutionMode_t *mode, cudnnDataType_t *computeType)',
     '', deprecated='Deprecated in cuDNN 9.')
 
 cudnnGetConvolution2dForwardOutputDim = _function(
-    'cudnnGetConvolution2dForwardOutputDim', _ct.c_int, (cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int)),
+    'cudnnGetConvolution2dForwardOutputDim', _ct.c_int, (cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int)),
     'cudnnStatus_t cudnnGetConvolution2dForwardOutputDim(const cudnnConvolutionDescriptor_t convDesc, const cudnnTensorDescriptor_t inputTensorDesc, const cudnnFilterDescriptor_t filterDesc, int *n, int *c, int *h, int *w)',
     'Compute the output dimensions of a 2D convolution.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnGetConvolutionNdForwardOutputDim = _function(
-    'cudnnGetConvolutionNdForwardOutputDim', _ct.c_int, (cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, _ct.c_int, _ct.POINTER(_ct.c_int)),
+    'cudnnGetConvolutionNdForwardOutputDim', _ct.c_int, (cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, _ct.c_int, _pointer(_ct.c_int)),
     'cudnnStatus_t cudnnGetConvolutionNdForwardOutputDim(const cudnnConvolutionDescriptor_t convDesc, const cudnnTensorDescriptor_t inputTensorDesc, const cudnnFilterDescriptor_t filterDesc, int nbDims, int tensorOuputDimA[])',
     '', deprecated='Deprecated in cuDNN 9.')
 
 cudnnGetConvolutionForwardAlgorithmMaxCount = _function(
-    'cudnnGetConvolutionForwardAlgorithmMaxCount', _ct.c_int, (cudnnHandle_t, _ct.POINTER(_ct.c_int)),
+    'cudnnGetConvolutionForwardAlgorithmMaxCount', _ct.c_int, (cudnnHandle_t, _pointer(_ct.c_int)),
     'cudnnStatus_t cudnnGetConvolutionForwardAlgorithmMaxCount(cudnnHandle_t handle, int *count)',
     '', deprecated='Deprecated in cuDNN 9.')
 
 cudnnGetConvolutionForwardAlgorithm_v7 = _function(
-    'cudnnGetConvolutionForwardAlgorithm_v7', _ct.c_int, (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, _ct.c_int, _ct.POINTER(_ct.c_int), _ct.POINTER(cudnnConvolutionFwdAlgoPerf_t)),
+    'cudnnGetConvolutionForwardAlgorithm_v7', _ct.c_int, (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, _ct.c_int, _pointer(_ct.c_int), _pointer(cudnnConvolutionFwdAlgoPerf_t)),
     'cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(cudnnHandle_t handle, const cudnnTensorDescriptor_t srcDesc, const cudnnFilterDescriptor_t filterDesc, const cudnnConvolutionDescriptor_t convDesc, const cudnnTensorDescriptor_t destDesc, const int requestedAlgoCount, int *returnedAlgoCount, cudnnConvolutionFwdAlgoPerf_t *perfResults)',
     'Get forward convolution algorithm recommendations without executing them.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnFindConvolutionForwardAlgorithm = _function(
-    'cudnnFindConvolutionForwardAlgorithm', _ct.c_int, (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, _ct.c_int, _ct.POINTER(_ct.c_int), _ct.POINTER(cudnnConvolutionFwdAlgoPerf_t)),
+    'cudnnFindConvolutionForwardAlgorithm', _ct.c_int, (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, _ct.c_int, _pointer(_ct.c_int), _pointer(cudnnConvolutionFwdAlgoPerf_t)),
     'cudnnStatus_t cudnnFindConvolutionForwardAlgorithm(cudnnHandle_t handle, const cudnnTensorDescriptor_t xDesc, const cudnnFilterDescriptor_t wDesc, const cudnnConvolutionDescriptor_t convDesc, const cudnnTensorDescriptor_t yDesc, const int requestedAlgoCount, int *returnedAlgoCount, cudnnConvolutionFwdAlgoPerf_t *perfResults)',
     'Find the best forward convolution algorithm by running benchmarks.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnFindConvolutionForwardAlgorithmEx = _function(
-    'cudnnFindConvolutionForwardAlgorithmEx', _ct.c_int, (cudnnHandle_t, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnFilterDescriptor_t, _ct.c_void_p, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_int, _ct.POINTER(_ct.c_int), _ct.POINTER(cudnnConvolutionFwdAlgoPerf_t), _ct.c_void_p, _ct.c_size_t),
+    'cudnnFindConvolutionForwardAlgorithmEx', _ct.c_int, (cudnnHandle_t, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnFilterDescriptor_t, _ct.c_void_p, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_int, _pointer(_ct.c_int), _pointer(cudnnConvolutionFwdAlgoPerf_t), _ct.c_void_p, _ct.c_size_t),
     'cudnnStatus_t cudnnFindConvolutionForwardAlgorithmEx(cudnnHandle_t handle, const cudnnTensorDescriptor_t xDesc, const void *x, const cudnnFilterDescriptor_t wDesc, const void *w, const cudnnConvolutionDescriptor_t convDesc, const cudnnTensorDescriptor_t yDesc, void *y, const int requestedAlgoCount, int *returnedAlgoCount, cudnnConvolutionFwdAlgoPerf_t *perfResults, void *workSpace, size_t workSpaceSizeInBytes)',
     'Find the best forward convolution algorithm by running benchmarks with user-provided buffers.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
@@ -339,7 +339,7 @@ cudnnReorderFilterAndBias = _function(
     'Reorder filter and bias data for optimized convolution execution.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnGetConvolutionForwardWorkspaceSize = _function(
-    'cudnnGetConvolutionForwardWorkspaceSize', _ct.c_int, (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, _ct.c_int, _ct.POINTER(_ct.c_size_t)),
+    'cudnnGetConvolutionForwardWorkspaceSize', _ct.c_int, (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, _ct.c_int, _pointer(_ct.c_size_t)),
     'cudnnStatus_t cudnnGetConvolutionForwardWorkspaceSize(cudnnHandle_t handle, const cudnnTensorDescriptor_t xDesc, const cudnnFilterDescriptor_t wDesc, const cudnnConvolutionDescriptor_t convDesc, const cudnnTensorDescriptor_t yDesc, cudnnConvolutionFwdAlgo_t algo, size_t *sizeInBytes)',
     '', deprecated='Deprecated in cuDNN 9.')
 
@@ -354,27 +354,27 @@ cudnnConvolutionBiasActivationForward = _function(
     '', deprecated='Deprecated in cuDNN 9.')
 
 cudnnGetConvolutionBackwardDataAlgorithmMaxCount = _function(
-    'cudnnGetConvolutionBackwardDataAlgorithmMaxCount', _ct.c_int, (cudnnHandle_t, _ct.POINTER(_ct.c_int)),
+    'cudnnGetConvolutionBackwardDataAlgorithmMaxCount', _ct.c_int, (cudnnHandle_t, _pointer(_ct.c_int)),
     'cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithmMaxCount(cudnnHandle_t handle, int *count)',
     'Get the maximum number of backward data convolution algorithms available.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnFindConvolutionBackwardDataAlgorithm = _function(
-    'cudnnFindConvolutionBackwardDataAlgorithm', _ct.c_int, (cudnnHandle_t, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, _ct.c_int, _ct.POINTER(_ct.c_int), _ct.POINTER(cudnnConvolutionBwdDataAlgoPerf_t)),
+    'cudnnFindConvolutionBackwardDataAlgorithm', _ct.c_int, (cudnnHandle_t, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, _ct.c_int, _pointer(_ct.c_int), _pointer(cudnnConvolutionBwdDataAlgoPerf_t)),
     'cudnnStatus_t cudnnFindConvolutionBackwardDataAlgorithm(cudnnHandle_t handle, const cudnnFilterDescriptor_t wDesc, const cudnnTensorDescriptor_t dyDesc, const cudnnConvolutionDescriptor_t convDesc, const cudnnTensorDescriptor_t dxDesc, const int requestedAlgoCount, int *returnedAlgoCount, cudnnConvolutionBwdDataAlgoPerf_t *perfResults)',
     'Find the best backward data convolution algorithm by running benchmarks.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnFindConvolutionBackwardDataAlgorithmEx = _function(
-    'cudnnFindConvolutionBackwardDataAlgorithmEx', _ct.c_int, (cudnnHandle_t, cudnnFilterDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_int, _ct.POINTER(_ct.c_int), _ct.POINTER(cudnnConvolutionBwdDataAlgoPerf_t), _ct.c_void_p, _ct.c_size_t),
+    'cudnnFindConvolutionBackwardDataAlgorithmEx', _ct.c_int, (cudnnHandle_t, cudnnFilterDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_int, _pointer(_ct.c_int), _pointer(cudnnConvolutionBwdDataAlgoPerf_t), _ct.c_void_p, _ct.c_size_t),
     'cudnnStatus_t cudnnFindConvolutionBackwardDataAlgorithmEx(cudnnHandle_t handle, const cudnnFilterDescriptor_t wDesc, const void *w, const cudnnTensorDescriptor_t dyDesc, const void *dy, const cudnnConvolutionDescriptor_t convDesc, const cudnnTensorDescriptor_t dxDesc, void *dx, const int requestedAlgoCount, int *returnedAlgoCount, cudnnConvolutionBwdDataAlgoPerf_t *perfResults, void *workSpace, size_t workSpaceSizeInBytes)',
     'Find the best backward data convolution algorithm with user-provided buffers.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnGetConvolutionBackwardDataAlgorithm_v7 = _function(
-    'cudnnGetConvolutionBackwardDataAlgorithm_v7', _ct.c_int, (cudnnHandle_t, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, _ct.c_int, _ct.POINTER(_ct.c_int), _ct.POINTER(cudnnConvolutionBwdDataAlgoPerf_t)),
+    'cudnnGetConvolutionBackwardDataAlgorithm_v7', _ct.c_int, (cudnnHandle_t, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, _ct.c_int, _pointer(_ct.c_int), _pointer(cudnnConvolutionBwdDataAlgoPerf_t)),
     'cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(cudnnHandle_t handle, const cudnnFilterDescriptor_t filterDesc, const cudnnTensorDescriptor_t diffDesc, const cudnnConvolutionDescriptor_t convDesc, const cudnnTensorDescriptor_t gradDesc, const int requestedAlgoCount, int *returnedAlgoCount, cudnnConvolutionBwdDataAlgoPerf_t *perfResults)',
     'Get backward data convolution algorithm recommendations without executing them.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnGetConvolutionBackwardDataWorkspaceSize = _function(
-    'cudnnGetConvolutionBackwardDataWorkspaceSize', _ct.c_int, (cudnnHandle_t, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, _ct.c_int, _ct.POINTER(_ct.c_size_t)),
+    'cudnnGetConvolutionBackwardDataWorkspaceSize', _ct.c_int, (cudnnHandle_t, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, _ct.c_int, _pointer(_ct.c_size_t)),
     'cudnnStatus_t cudnnGetConvolutionBackwardDataWorkspaceSize(cudnnHandle_t handle, const cudnnFilterDescriptor_t wDesc, const cudnnTensorDescriptor_t dyDesc, const cudnnConvolutionDescriptor_t convDesc, const cudnnTensorDescriptor_t dxDesc, cudnnConvolutionBwdDataAlgo_t algo, size_t *sizeInBytes)',
     '', deprecated='Deprecated in cuDNN 9.')
 
@@ -394,27 +394,27 @@ cudnnCnnVersionCheck = _function(
     'Check the version of the cuDNN CNN library.')
 
 cudnnGetConvolutionBackwardFilterAlgorithmMaxCount = _function(
-    'cudnnGetConvolutionBackwardFilterAlgorithmMaxCount', _ct.c_int, (cudnnHandle_t, _ct.POINTER(_ct.c_int)),
+    'cudnnGetConvolutionBackwardFilterAlgorithmMaxCount', _ct.c_int, (cudnnHandle_t, _pointer(_ct.c_int)),
     'cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(cudnnHandle_t handle, int *count)',
     'Get the maximum number of backward filter convolution algorithms available.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnFindConvolutionBackwardFilterAlgorithm = _function(
-    'cudnnFindConvolutionBackwardFilterAlgorithm', _ct.c_int, (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnFilterDescriptor_t, _ct.c_int, _ct.POINTER(_ct.c_int), _ct.POINTER(cudnnConvolutionBwdFilterAlgoPerf_t)),
+    'cudnnFindConvolutionBackwardFilterAlgorithm', _ct.c_int, (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnFilterDescriptor_t, _ct.c_int, _pointer(_ct.c_int), _pointer(cudnnConvolutionBwdFilterAlgoPerf_t)),
     'cudnnStatus_t cudnnFindConvolutionBackwardFilterAlgorithm(cudnnHandle_t handle, const cudnnTensorDescriptor_t xDesc, const cudnnTensorDescriptor_t dyDesc, const cudnnConvolutionDescriptor_t convDesc, const cudnnFilterDescriptor_t dwDesc, const int requestedAlgoCount, int *returnedAlgoCount, cudnnConvolutionBwdFilterAlgoPerf_t *perfResults)',
     'Find the best backward filter convolution algorithm by running benchmarks.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnFindConvolutionBackwardFilterAlgorithmEx = _function(
-    'cudnnFindConvolutionBackwardFilterAlgorithmEx', _ct.c_int, (cudnnHandle_t, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnConvolutionDescriptor_t, cudnnFilterDescriptor_t, _ct.c_void_p, _ct.c_int, _ct.POINTER(_ct.c_int), _ct.POINTER(cudnnConvolutionBwdFilterAlgoPerf_t), _ct.c_void_p, _ct.c_size_t),
+    'cudnnFindConvolutionBackwardFilterAlgorithmEx', _ct.c_int, (cudnnHandle_t, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnConvolutionDescriptor_t, cudnnFilterDescriptor_t, _ct.c_void_p, _ct.c_int, _pointer(_ct.c_int), _pointer(cudnnConvolutionBwdFilterAlgoPerf_t), _ct.c_void_p, _ct.c_size_t),
     'cudnnStatus_t cudnnFindConvolutionBackwardFilterAlgorithmEx(cudnnHandle_t handle, const cudnnTensorDescriptor_t xDesc, const void *x, const cudnnTensorDescriptor_t dyDesc, const void *y, const cudnnConvolutionDescriptor_t convDesc, const cudnnFilterDescriptor_t dwDesc, void *dw, const int requestedAlgoCount, int *returnedAlgoCount, cudnnConvolutionBwdFilterAlgoPerf_t *perfResults, void *workSpace, size_t workSpaceSizeInBytes)',
     'Find the best backward filter convolution algorithm with user-provided buffers.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnGetConvolutionBackwardFilterAlgorithm_v7 = _function(
-    'cudnnGetConvolutionBackwardFilterAlgorithm_v7', _ct.c_int, (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnFilterDescriptor_t, _ct.c_int, _ct.POINTER(_ct.c_int), _ct.POINTER(cudnnConvolutionBwdFilterAlgoPerf_t)),
+    'cudnnGetConvolutionBackwardFilterAlgorithm_v7', _ct.c_int, (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnFilterDescriptor_t, _ct.c_int, _pointer(_ct.c_int), _pointer(cudnnConvolutionBwdFilterAlgoPerf_t)),
     'cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnnHandle_t handle, const cudnnTensorDescriptor_t srcDesc, const cudnnTensorDescriptor_t diffDesc, const cudnnConvolutionDescriptor_t convDesc, const cudnnFilterDescriptor_t gradDesc, const int requestedAlgoCount, int *returnedAlgoCount, cudnnConvolutionBwdFilterAlgoPerf_t *perfResults)',
     'Get backward filter convolution algorithm recommendations without executing them.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnGetConvolutionBackwardFilterWorkspaceSize = _function(
-    'cudnnGetConvolutionBackwardFilterWorkspaceSize', _ct.c_int, (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnFilterDescriptor_t, _ct.c_int, _ct.POINTER(_ct.c_size_t)),
+    'cudnnGetConvolutionBackwardFilterWorkspaceSize', _ct.c_int, (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnFilterDescriptor_t, _ct.c_int, _pointer(_ct.c_size_t)),
     'cudnnStatus_t cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnnHandle_t handle, const cudnnTensorDescriptor_t xDesc, const cudnnTensorDescriptor_t dyDesc, const cudnnConvolutionDescriptor_t convDesc, const cudnnFilterDescriptor_t gradDesc, cudnnConvolutionBwdFilterAlgo_t algo, size_t *sizeInBytes)',
     '', deprecated='Deprecated in cuDNN 9.')
 
@@ -429,7 +429,7 @@ cudnnConvolutionBackwardBias = _function(
     '', deprecated='Deprecated in cuDNN 9.')
 
 cudnnCreateFusedOpsConstParamPack = _function(
-    'cudnnCreateFusedOpsConstParamPack', _ct.c_int, (_ct.POINTER(cudnnFusedOpsConstParamPack_t), _ct.c_int),
+    'cudnnCreateFusedOpsConstParamPack', _ct.c_int, (_pointer(cudnnFusedOpsConstParamPack_t), _ct.c_int),
     'cudnnStatus_t cudnnCreateFusedOpsConstParamPack(cudnnFusedOpsConstParamPack_t *constPack, cudnnFusedOps_t ops)',
     'Create a fused operations constant parameter pack.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
@@ -444,12 +444,12 @@ cudnnSetFusedOpsConstParamPackAttribute = _function(
     'Set an attribute on a fused operations constant parameter pack.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnGetFusedOpsConstParamPackAttribute = _function(
-    'cudnnGetFusedOpsConstParamPackAttribute', _ct.c_int, (cudnnFusedOpsConstParamPack_t, _ct.c_int, _ct.c_void_p, _ct.POINTER(_ct.c_int)),
+    'cudnnGetFusedOpsConstParamPackAttribute', _ct.c_int, (cudnnFusedOpsConstParamPack_t, _ct.c_int, _ct.c_void_p, _pointer(_ct.c_int)),
     'cudnnStatus_t cudnnGetFusedOpsConstParamPackAttribute(const cudnnFusedOpsConstParamPack_t constPack, cudnnFusedOpsConstParamLabel_t paramLabel, void *param, int *isNULL)',
     'Get an attribute from a fused operations constant parameter pack.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnCreateFusedOpsVariantParamPack = _function(
-    'cudnnCreateFusedOpsVariantParamPack', _ct.c_int, (_ct.POINTER(cudnnFusedOpsVariantParamPack_t), _ct.c_int),
+    'cudnnCreateFusedOpsVariantParamPack', _ct.c_int, (_pointer(cudnnFusedOpsVariantParamPack_t), _ct.c_int),
     'cudnnStatus_t cudnnCreateFusedOpsVariantParamPack(cudnnFusedOpsVariantParamPack_t *varPack, cudnnFusedOps_t ops)',
     'Create a fused operations variant parameter pack.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
@@ -469,7 +469,7 @@ cudnnGetFusedOpsVariantParamPackAttribute = _function(
     'Get an attribute from a fused operations variant parameter pack.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnCreateFusedOpsPlan = _function(
-    'cudnnCreateFusedOpsPlan', _ct.c_int, (_ct.POINTER(cudnnFusedOpsPlan_t), _ct.c_int),
+    'cudnnCreateFusedOpsPlan', _ct.c_int, (_pointer(cudnnFusedOpsPlan_t), _ct.c_int),
     'cudnnStatus_t cudnnCreateFusedOpsPlan(cudnnFusedOpsPlan_t *plan, cudnnFusedOps_t ops)',
     'Create a fused operations execution plan.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
@@ -479,7 +479,7 @@ cudnnDestroyFusedOpsPlan = _function(
     'Destroy a fused operations execution plan.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnMakeFusedOpsPlan = _function(
-    'cudnnMakeFusedOpsPlan', _ct.c_int, (cudnnHandle_t, cudnnFusedOpsPlan_t, cudnnFusedOpsConstParamPack_t, _ct.POINTER(_ct.c_size_t)),
+    'cudnnMakeFusedOpsPlan', _ct.c_int, (cudnnHandle_t, cudnnFusedOpsPlan_t, cudnnFusedOpsConstParamPack_t, _pointer(_ct.c_size_t)),
     'cudnnStatus_t cudnnMakeFusedOpsPlan(cudnnHandle_t handle, cudnnFusedOpsPlan_t plan, const cudnnFusedOpsConstParamPack_t constPack, size_t *workspaceSizeInBytes)',
     'Build a fused operations execution plan from constant parameters.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 

@@ -3,7 +3,7 @@
 import ctypes as _ct
 from enum import IntEnum as _IntEnum
 
-from .._binding import function as _function
+from .._binding import function as _function, pointer as _pointer
 from .cuda_types import cudaGraph_t, cudaStream_t
 
 
@@ -1771,22 +1771,22 @@ cudnnGetErrorString = _function(
     '', checked=False)
 
 cudnnGetLastErrorString = _function(
-    'cudnnGetLastErrorString', None, (_ct.POINTER(_ct.c_char), _ct.c_size_t),
+    'cudnnGetLastErrorString', None, (_pointer(_ct.c_char), _ct.c_size_t),
     'void cudnnGetLastErrorString(char *message, size_t max_size)',
     'Retrieves most recent error message. Thread-safe.', checked=False)
 
 cudnnQueryRuntimeError = _function(
-    'cudnnQueryRuntimeError', _ct.c_int, (cudnnHandle_t, _ct.POINTER(_ct.c_int), _ct.c_int, _ct.POINTER(cudnnRuntimeTag_t)),
+    'cudnnQueryRuntimeError', _ct.c_int, (cudnnHandle_t, _pointer(_ct.c_int), _ct.c_int, _pointer(cudnnRuntimeTag_t)),
     'cudnnStatus_t cudnnQueryRuntimeError(cudnnHandle_t handle, cudnnStatus_t *rstatus, cudnnErrQueryMode_t mode, cudnnRuntimeTag_t *tag)',
     'Queries remote kernel error state.', deprecated='Use cudnnGetLastErrorString instead.')
 
 cudnnGetProperty = _function(
-    'cudnnGetProperty', _ct.c_int, (_ct.c_int, _ct.POINTER(_ct.c_int)),
+    'cudnnGetProperty', _ct.c_int, (_ct.c_int, _pointer(_ct.c_int)),
     'cudnnStatus_t cudnnGetProperty(libraryPropertyType type, int *value)',
     'Queries library property (major, minor, or patch version).')
 
 cudnnCreate = _function(
-    'cudnnCreate', _ct.c_int, (_ct.POINTER(cudnnHandle_t),),
+    'cudnnCreate', _ct.c_int, (_pointer(cudnnHandle_t),),
     'cudnnStatus_t cudnnCreate(cudnnHandle_t *handle)',
     'Creates cuDNN context. Must precede all other cuDNN library calls.')
 
@@ -1801,7 +1801,7 @@ cudnnSetStream = _function(
     'Associates CUDA stream with cuDNN handle.')
 
 cudnnGetStream = _function(
-    'cudnnGetStream', _ct.c_int, (cudnnHandle_t, _ct.POINTER(cudaStream_t)),
+    'cudnnGetStream', _ct.c_int, (cudnnHandle_t, _pointer(cudaStream_t)),
     'cudnnStatus_t cudnnGetStream(cudnnHandle_t handle, cudaStream_t *streamId)',
     'Retrieves CUDA stream from cuDNN handle.')
 
@@ -1811,7 +1811,7 @@ cudnnSetCallback = _function(
     'Registers debug callback with message mask.')
 
 cudnnGetCallback = _function(
-    'cudnnGetCallback', _ct.c_int, (_ct.POINTER(_ct.c_uint), _ct.POINTER(_ct.c_void_p), _ct.POINTER(cudnnCallback_t)),
+    'cudnnGetCallback', _ct.c_int, (_pointer(_ct.c_uint), _pointer(_ct.c_void_p), _pointer(cudnnCallback_t)),
     'cudnnStatus_t cudnnGetCallback(unsigned *mask, void **udata, cudnnCallback_t *fptr)',
     'Retrieves registered debug callback and its configuration.')
 
@@ -1821,7 +1821,7 @@ cudnnGraphVersionCheck = _function(
     '')
 
 cudnnBackendCreateDescriptor = _function(
-    'cudnnBackendCreateDescriptor', _ct.c_int, (_ct.c_int, _ct.POINTER(cudnnBackendDescriptor_t)),
+    'cudnnBackendCreateDescriptor', _ct.c_int, (_ct.c_int, _pointer(cudnnBackendDescriptor_t)),
     'cudnnStatus_t cudnnBackendCreateDescriptor(cudnnBackendDescriptorType_t descriptorType, cudnnBackendDescriptor_t *descriptor)',
     'Allocates memory for a backend descriptor of the specified type.')
 
@@ -1846,12 +1846,12 @@ cudnnBackendSetAttribute = _function(
     'Sets an attribute on an unfinalized backend descriptor.')
 
 cudnnBackendGetAttribute = _function(
-    'cudnnBackendGetAttribute', _ct.c_int, (cudnnBackendDescriptor_t, _ct.c_int, _ct.c_int, _ct.c_int64, _ct.POINTER(_ct.c_int64), _ct.c_void_p),
+    'cudnnBackendGetAttribute', _ct.c_int, (cudnnBackendDescriptor_t, _ct.c_int, _ct.c_int, _ct.c_int64, _pointer(_ct.c_int64), _ct.c_void_p),
     'cudnnStatus_t cudnnBackendGetAttribute(const cudnnBackendDescriptor_t descriptor, cudnnBackendAttributeName_t attributeName, cudnnBackendAttributeType_t attributeType, int64_t requestedElementCount, int64_t *elementCount, void *arrayOfElements)',
     'Retrieves an attribute from a finalized backend descriptor.')
 
 cudnnGetExecutionPlanWorkspaceSize = _function(
-    'cudnnGetExecutionPlanWorkspaceSize', _ct.c_int, (cudnnHandle_t, cudnnBackendDescriptor_t, cudnnBackendDescriptor_t, _ct.POINTER(_ct.c_size_t)),
+    'cudnnGetExecutionPlanWorkspaceSize', _ct.c_int, (cudnnHandle_t, cudnnBackendDescriptor_t, cudnnBackendDescriptor_t, _pointer(_ct.c_size_t)),
     'cudnnStatus_t cudnnGetExecutionPlanWorkspaceSize(cudnnHandle_t handle, cudnnBackendDescriptor_t executionPlan, cudnnBackendDescriptor_t variantPack, size_t *workspaceSizeInBytes)',
     'Queries runtime workspace size for an execution plan using a variant pack.')
 

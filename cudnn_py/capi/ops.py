@@ -3,7 +3,7 @@
 import ctypes as _ct
 from enum import IntEnum as _IntEnum
 
-from .._binding import function as _function
+from .._binding import function as _function, pointer as _pointer
 from .graph import cudnnHandle_t
 
 
@@ -295,7 +295,7 @@ CUDNN_LRN_MIN_BETA = 0.01
 CUDNN_BN_MIN_EPSILON = 0.0
 
 cudnnCreateTensorDescriptor = _function(
-    'cudnnCreateTensorDescriptor', _ct.c_int, (_ct.POINTER(cudnnTensorDescriptor_t),),
+    'cudnnCreateTensorDescriptor', _ct.c_int, (_pointer(cudnnTensorDescriptor_t),),
     'cudnnStatus_t cudnnCreateTensorDescriptor(cudnnTensorDescriptor_t *tensorDesc)',
     'Creates a tensor descriptor.')
 
@@ -310,27 +310,27 @@ cudnnSetTensor4dDescriptorEx = _function(
     'Sets a 4D tensor descriptor with explicit strides.')
 
 cudnnGetTensor4dDescriptor = _function(
-    'cudnnGetTensor4dDescriptor', _ct.c_int, (cudnnTensorDescriptor_t, _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int)),
+    'cudnnGetTensor4dDescriptor', _ct.c_int, (cudnnTensorDescriptor_t, _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int)),
     'cudnnStatus_t cudnnGetTensor4dDescriptor(const cudnnTensorDescriptor_t tensorDesc, cudnnDataType_t *dataType, int *n, int *c, int *h, int *w, int *nStride, int *cStride, int *hStride, int *wStride)',
     'Retrieves the settings of a previously initialized 4D tensor descriptor.')
 
 cudnnSetTensorNdDescriptor = _function(
-    'cudnnSetTensorNdDescriptor', _ct.c_int, (cudnnTensorDescriptor_t, _ct.c_int, _ct.c_int, _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int)),
+    'cudnnSetTensorNdDescriptor', _ct.c_int, (cudnnTensorDescriptor_t, _ct.c_int, _ct.c_int, _pointer(_ct.c_int), _pointer(_ct.c_int)),
     'cudnnStatus_t cudnnSetTensorNdDescriptor(cudnnTensorDescriptor_t tensorDesc, cudnnDataType_t dataType, int nbDims, const int dimA[], const int strideA[])',
     'Sets an N-dimensional tensor descriptor.')
 
 cudnnSetTensorNdDescriptorEx = _function(
-    'cudnnSetTensorNdDescriptorEx', _ct.c_int, (cudnnTensorDescriptor_t, _ct.c_int, _ct.c_int, _ct.c_int, _ct.POINTER(_ct.c_int)),
+    'cudnnSetTensorNdDescriptorEx', _ct.c_int, (cudnnTensorDescriptor_t, _ct.c_int, _ct.c_int, _ct.c_int, _pointer(_ct.c_int)),
     'cudnnStatus_t cudnnSetTensorNdDescriptorEx(cudnnTensorDescriptor_t tensorDesc, cudnnTensorFormat_t format, cudnnDataType_t dataType, int nbDims, const int dimA[])',
     'Sets an N-dimensional tensor descriptor with automatic stride computation.')
 
 cudnnGetTensorNdDescriptor = _function(
-    'cudnnGetTensorNdDescriptor', _ct.c_int, (cudnnTensorDescriptor_t, _ct.c_int, _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int)),
+    'cudnnGetTensorNdDescriptor', _ct.c_int, (cudnnTensorDescriptor_t, _ct.c_int, _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int)),
     'cudnnStatus_t cudnnGetTensorNdDescriptor(const cudnnTensorDescriptor_t tensorDesc, int nbDimsRequested, cudnnDataType_t *dataType, int *nbDims, int dimA[], int strideA[])',
     'Retrieves the settings of a previously initialized N-dimensional tensor descriptor.')
 
 cudnnGetTensorSizeInBytes = _function(
-    'cudnnGetTensorSizeInBytes', _ct.c_int, (cudnnTensorDescriptor_t, _ct.POINTER(_ct.c_size_t)),
+    'cudnnGetTensorSizeInBytes', _ct.c_int, (cudnnTensorDescriptor_t, _pointer(_ct.c_size_t)),
     'cudnnStatus_t cudnnGetTensorSizeInBytes(const cudnnTensorDescriptor_t tensorDesc, size_t *size)',
     'Returns the memory size in bytes required by a tensor.')
 
@@ -340,22 +340,22 @@ cudnnDestroyTensorDescriptor = _function(
     'Destroys a tensor descriptor.')
 
 cudnnInitTransformDest = _function(
-    'cudnnInitTransformDest', _ct.c_int, (cudnnTensorTransformDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, _ct.POINTER(_ct.c_size_t)),
+    'cudnnInitTransformDest', _ct.c_int, (cudnnTensorTransformDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, _pointer(_ct.c_size_t)),
     'cudnnStatus_t cudnnInitTransformDest(const cudnnTensorTransformDescriptor_t transformDesc, const cudnnTensorDescriptor_t srcDesc, cudnnTensorDescriptor_t destDesc, size_t *destSizeInBytes)',
     'Initializes the destination tensor descriptor for a tensor transform.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnCreateTensorTransformDescriptor = _function(
-    'cudnnCreateTensorTransformDescriptor', _ct.c_int, (_ct.POINTER(cudnnTensorTransformDescriptor_t),),
+    'cudnnCreateTensorTransformDescriptor', _ct.c_int, (_pointer(cudnnTensorTransformDescriptor_t),),
     'cudnnStatus_t cudnnCreateTensorTransformDescriptor(cudnnTensorTransformDescriptor_t *transformDesc)',
     'Creates a tensor transform descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnSetTensorTransformDescriptor = _function(
-    'cudnnSetTensorTransformDescriptor', _ct.c_int, (cudnnTensorTransformDescriptor_t, _ct.c_uint32, _ct.c_int, _ct.POINTER(_ct.c_int32), _ct.POINTER(_ct.c_int32), _ct.POINTER(_ct.c_uint32), _ct.c_int),
+    'cudnnSetTensorTransformDescriptor', _ct.c_int, (cudnnTensorTransformDescriptor_t, _ct.c_uint32, _ct.c_int, _pointer(_ct.c_int32), _pointer(_ct.c_int32), _pointer(_ct.c_uint32), _ct.c_int),
     'cudnnStatus_t cudnnSetTensorTransformDescriptor(cudnnTensorTransformDescriptor_t transformDesc, const uint32_t nbDims, const cudnnTensorFormat_t destFormat, const int32_t padBeforeA[], const int32_t padAfterA[], const uint32_t foldA[], const cudnnFoldingDirection_t direction)',
     'Configures a tensor transform descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnGetTensorTransformDescriptor = _function(
-    'cudnnGetTensorTransformDescriptor', _ct.c_int, (cudnnTensorTransformDescriptor_t, _ct.c_uint32, _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int32), _ct.POINTER(_ct.c_int32), _ct.POINTER(_ct.c_uint32), _ct.POINTER(_ct.c_int)),
+    'cudnnGetTensorTransformDescriptor', _ct.c_int, (cudnnTensorTransformDescriptor_t, _ct.c_uint32, _pointer(_ct.c_int), _pointer(_ct.c_int32), _pointer(_ct.c_int32), _pointer(_ct.c_uint32), _pointer(_ct.c_int)),
     'cudnnStatus_t cudnnGetTensorTransformDescriptor(cudnnTensorTransformDescriptor_t transformDesc, uint32_t nbDimsRequested, cudnnTensorFormat_t *destFormat, int32_t padBeforeA[], int32_t padAfterA[], uint32_t foldA[], cudnnFoldingDirection_t *direction)',
     'Retrieves the settings of a previously initialized tensor transform descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
@@ -380,7 +380,7 @@ cudnnAddTensor = _function(
     'Adds a scaled bias tensor to a destination tensor with broadcasting.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnCreateOpTensorDescriptor = _function(
-    'cudnnCreateOpTensorDescriptor', _ct.c_int, (_ct.POINTER(cudnnOpTensorDescriptor_t),),
+    'cudnnCreateOpTensorDescriptor', _ct.c_int, (_pointer(cudnnOpTensorDescriptor_t),),
     'cudnnStatus_t cudnnCreateOpTensorDescriptor(cudnnOpTensorDescriptor_t *opTensorDesc)',
     'Creates an op tensor descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
@@ -390,7 +390,7 @@ cudnnSetOpTensorDescriptor = _function(
     'Configures an op tensor descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnGetOpTensorDescriptor = _function(
-    'cudnnGetOpTensorDescriptor', _ct.c_int, (cudnnOpTensorDescriptor_t, _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int)),
+    'cudnnGetOpTensorDescriptor', _ct.c_int, (cudnnOpTensorDescriptor_t, _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int)),
     'cudnnStatus_t cudnnGetOpTensorDescriptor(const cudnnOpTensorDescriptor_t opTensorDesc, cudnnOpTensorOp_t *opTensorOp, cudnnDataType_t *opTensorCompType, cudnnNanPropagation_t *opTensorNanOpt)',
     'Retrieves the settings of an op tensor descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
@@ -405,7 +405,7 @@ cudnnOpTensor = _function(
     'Performs element-wise tensor operations.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnCreateReduceTensorDescriptor = _function(
-    'cudnnCreateReduceTensorDescriptor', _ct.c_int, (_ct.POINTER(cudnnReduceTensorDescriptor_t),),
+    'cudnnCreateReduceTensorDescriptor', _ct.c_int, (_pointer(cudnnReduceTensorDescriptor_t),),
     'cudnnStatus_t cudnnCreateReduceTensorDescriptor(cudnnReduceTensorDescriptor_t *reduceTensorDesc)',
     'Creates a reduce tensor descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
@@ -415,7 +415,7 @@ cudnnSetReduceTensorDescriptor = _function(
     'Configures a reduce tensor descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnGetReduceTensorDescriptor = _function(
-    'cudnnGetReduceTensorDescriptor', _ct.c_int, (cudnnReduceTensorDescriptor_t, _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int)),
+    'cudnnGetReduceTensorDescriptor', _ct.c_int, (cudnnReduceTensorDescriptor_t, _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int)),
     'cudnnStatus_t cudnnGetReduceTensorDescriptor(const cudnnReduceTensorDescriptor_t reduceTensorDesc, cudnnReduceTensorOp_t *reduceTensorOp, cudnnDataType_t *reduceTensorCompType, cudnnNanPropagation_t *reduceTensorNanOpt, cudnnReduceTensorIndices_t *reduceTensorIndices, cudnnIndicesType_t *reduceTensorIndicesType)',
     'Retrieves the settings of a reduce tensor descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
@@ -425,12 +425,12 @@ cudnnDestroyReduceTensorDescriptor = _function(
     'Destroys a reduce tensor descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnGetReductionIndicesSize = _function(
-    'cudnnGetReductionIndicesSize', _ct.c_int, (cudnnHandle_t, cudnnReduceTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, _ct.POINTER(_ct.c_size_t)),
+    'cudnnGetReductionIndicesSize', _ct.c_int, (cudnnHandle_t, cudnnReduceTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, _pointer(_ct.c_size_t)),
     'cudnnStatus_t cudnnGetReductionIndicesSize(cudnnHandle_t handle, const cudnnReduceTensorDescriptor_t reduceTensorDesc, const cudnnTensorDescriptor_t aDesc, const cudnnTensorDescriptor_t cDesc, size_t *sizeInBytes)',
     'Returns the minimum size of the index space for a reduction operation.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnGetReductionWorkspaceSize = _function(
-    'cudnnGetReductionWorkspaceSize', _ct.c_int, (cudnnHandle_t, cudnnReduceTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, _ct.POINTER(_ct.c_size_t)),
+    'cudnnGetReductionWorkspaceSize', _ct.c_int, (cudnnHandle_t, cudnnReduceTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, _pointer(_ct.c_size_t)),
     'cudnnStatus_t cudnnGetReductionWorkspaceSize(cudnnHandle_t handle, const cudnnReduceTensorDescriptor_t reduceTensorDesc, const cudnnTensorDescriptor_t aDesc, const cudnnTensorDescriptor_t cDesc, size_t *sizeInBytes)',
     'Returns the minimum workspace size required for a reduction operation.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
@@ -450,7 +450,7 @@ cudnnScaleTensor = _function(
     'Scales all elements of a tensor by a constant factor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnCreateFilterDescriptor = _function(
-    'cudnnCreateFilterDescriptor', _ct.c_int, (_ct.POINTER(cudnnFilterDescriptor_t),),
+    'cudnnCreateFilterDescriptor', _ct.c_int, (_pointer(cudnnFilterDescriptor_t),),
     'cudnnStatus_t cudnnCreateFilterDescriptor(cudnnFilterDescriptor_t *filterDesc)',
     'Creates a filter descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
@@ -460,22 +460,22 @@ cudnnSetFilter4dDescriptor = _function(
     'Sets a 4D filter descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnGetFilter4dDescriptor = _function(
-    'cudnnGetFilter4dDescriptor', _ct.c_int, (cudnnFilterDescriptor_t, _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int)),
+    'cudnnGetFilter4dDescriptor', _ct.c_int, (cudnnFilterDescriptor_t, _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int)),
     'cudnnStatus_t cudnnGetFilter4dDescriptor(const cudnnFilterDescriptor_t filterDesc, cudnnDataType_t *dataType, cudnnTensorFormat_t *format, int *k, int *c, int *h, int *w)',
     'Retrieves the settings of a 4D filter descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnSetFilterNdDescriptor = _function(
-    'cudnnSetFilterNdDescriptor', _ct.c_int, (cudnnFilterDescriptor_t, _ct.c_int, _ct.c_int, _ct.c_int, _ct.POINTER(_ct.c_int)),
+    'cudnnSetFilterNdDescriptor', _ct.c_int, (cudnnFilterDescriptor_t, _ct.c_int, _ct.c_int, _ct.c_int, _pointer(_ct.c_int)),
     'cudnnStatus_t cudnnSetFilterNdDescriptor(cudnnFilterDescriptor_t filterDesc, cudnnDataType_t dataType, cudnnTensorFormat_t format, int nbDims, const int filterDimA[])',
     'Sets an N-dimensional filter descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnGetFilterNdDescriptor = _function(
-    'cudnnGetFilterNdDescriptor', _ct.c_int, (cudnnFilterDescriptor_t, _ct.c_int, _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int)),
+    'cudnnGetFilterNdDescriptor', _ct.c_int, (cudnnFilterDescriptor_t, _ct.c_int, _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int)),
     'cudnnStatus_t cudnnGetFilterNdDescriptor(const cudnnFilterDescriptor_t filterDesc, int nbDimsRequested, cudnnDataType_t *dataType, cudnnTensorFormat_t *format, int *nbDims, int filterDimA[])',
     'Retrieves the settings of an N-dimensional filter descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnGetFilterSizeInBytes = _function(
-    'cudnnGetFilterSizeInBytes', _ct.c_int, (cudnnFilterDescriptor_t, _ct.POINTER(_ct.c_size_t)),
+    'cudnnGetFilterSizeInBytes', _ct.c_int, (cudnnFilterDescriptor_t, _pointer(_ct.c_size_t)),
     'cudnnStatus_t cudnnGetFilterSizeInBytes(const cudnnFilterDescriptor_t filterDesc, size_t *size)',
     'Returns the memory size in bytes required by a filter.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
@@ -495,7 +495,7 @@ cudnnSoftmaxForward = _function(
     'Performs forward softmax computation.')
 
 cudnnCreatePoolingDescriptor = _function(
-    'cudnnCreatePoolingDescriptor', _ct.c_int, (_ct.POINTER(cudnnPoolingDescriptor_t),),
+    'cudnnCreatePoolingDescriptor', _ct.c_int, (_pointer(cudnnPoolingDescriptor_t),),
     'cudnnStatus_t cudnnCreatePoolingDescriptor(cudnnPoolingDescriptor_t *poolingDesc)',
     'Creates a pooling descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
@@ -505,27 +505,27 @@ cudnnSetPooling2dDescriptor = _function(
     'Configures a 2D pooling descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnGetPooling2dDescriptor = _function(
-    'cudnnGetPooling2dDescriptor', _ct.c_int, (cudnnPoolingDescriptor_t, _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int)),
+    'cudnnGetPooling2dDescriptor', _ct.c_int, (cudnnPoolingDescriptor_t, _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int)),
     'cudnnStatus_t cudnnGetPooling2dDescriptor(const cudnnPoolingDescriptor_t poolingDesc, cudnnPoolingMode_t *mode, cudnnNanPropagation_t *maxpoolingNanOpt, int *windowHeight, int *windowWidth, int *verticalPadding, int *horizontalPadding, int *verticalStride, int *horizontalStride)',
     'Retrieves the settings of a 2D pooling descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnSetPoolingNdDescriptor = _function(
-    'cudnnSetPoolingNdDescriptor', _ct.c_int, (cudnnPoolingDescriptor_t, _ct.c_int, _ct.c_int, _ct.c_int, _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int)),
+    'cudnnSetPoolingNdDescriptor', _ct.c_int, (cudnnPoolingDescriptor_t, _ct.c_int, _ct.c_int, _ct.c_int, _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int)),
     'cudnnStatus_t cudnnSetPoolingNdDescriptor(cudnnPoolingDescriptor_t poolingDesc, const cudnnPoolingMode_t mode, const cudnnNanPropagation_t maxpoolingNanOpt, int nbDims, const int windowDimA[], const int paddingA[], const int strideA[])',
     'Configures an N-dimensional pooling descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnGetPoolingNdDescriptor = _function(
-    'cudnnGetPoolingNdDescriptor', _ct.c_int, (cudnnPoolingDescriptor_t, _ct.c_int, _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int)),
+    'cudnnGetPoolingNdDescriptor', _ct.c_int, (cudnnPoolingDescriptor_t, _ct.c_int, _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int)),
     'cudnnStatus_t cudnnGetPoolingNdDescriptor(const cudnnPoolingDescriptor_t poolingDesc, int nbDimsRequested, cudnnPoolingMode_t *mode, cudnnNanPropagation_t *maxpoolingNanOpt, int *nbDims, int windowDimA[], int paddingA[], int strideA[])',
     'Retrieves the settings of an N-dimensional pooling descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnGetPoolingNdForwardOutputDim = _function(
-    'cudnnGetPoolingNdForwardOutputDim', _ct.c_int, (cudnnPoolingDescriptor_t, cudnnTensorDescriptor_t, _ct.c_int, _ct.POINTER(_ct.c_int)),
+    'cudnnGetPoolingNdForwardOutputDim', _ct.c_int, (cudnnPoolingDescriptor_t, cudnnTensorDescriptor_t, _ct.c_int, _pointer(_ct.c_int)),
     'cudnnStatus_t cudnnGetPoolingNdForwardOutputDim(const cudnnPoolingDescriptor_t poolingDesc, const cudnnTensorDescriptor_t inputTensorDesc, int nbDims, int outputTensorDimA[])',
     'Computes the output dimensions of an N-dimensional pooling operation.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnGetPooling2dForwardOutputDim = _function(
-    'cudnnGetPooling2dForwardOutputDim', _ct.c_int, (cudnnPoolingDescriptor_t, cudnnTensorDescriptor_t, _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int)),
+    'cudnnGetPooling2dForwardOutputDim', _ct.c_int, (cudnnPoolingDescriptor_t, cudnnTensorDescriptor_t, _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int)),
     'cudnnStatus_t cudnnGetPooling2dForwardOutputDim(const cudnnPoolingDescriptor_t poolingDesc, const cudnnTensorDescriptor_t inputTensorDesc, int *n, int *c, int *h, int *w)',
     'Computes the output dimensions of a 2D pooling operation.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
@@ -540,7 +540,7 @@ cudnnPoolingForward = _function(
     'Performs forward pooling.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnCreateActivationDescriptor = _function(
-    'cudnnCreateActivationDescriptor', _ct.c_int, (_ct.POINTER(cudnnActivationDescriptor_t),),
+    'cudnnCreateActivationDescriptor', _ct.c_int, (_pointer(cudnnActivationDescriptor_t),),
     'cudnnStatus_t cudnnCreateActivationDescriptor(cudnnActivationDescriptor_t *activationDesc)',
     'Creates an activation descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
@@ -550,7 +550,7 @@ cudnnSetActivationDescriptor = _function(
     'Configures an activation descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnGetActivationDescriptor = _function(
-    'cudnnGetActivationDescriptor', _ct.c_int, (cudnnActivationDescriptor_t, _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_int), _ct.POINTER(_ct.c_double)),
+    'cudnnGetActivationDescriptor', _ct.c_int, (cudnnActivationDescriptor_t, _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_double)),
     'cudnnStatus_t cudnnGetActivationDescriptor(const cudnnActivationDescriptor_t activationDesc, cudnnActivationMode_t *mode, cudnnNanPropagation_t *reluNanOpt, double *coef)',
     'Retrieves the settings of an activation descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
@@ -560,7 +560,7 @@ cudnnSetActivationDescriptorSwishBeta = _function(
     'Sets the beta parameter for Swish activation.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnGetActivationDescriptorSwishBeta = _function(
-    'cudnnGetActivationDescriptorSwishBeta', _ct.c_int, (cudnnActivationDescriptor_t, _ct.POINTER(_ct.c_double)),
+    'cudnnGetActivationDescriptorSwishBeta', _ct.c_int, (cudnnActivationDescriptor_t, _pointer(_ct.c_double)),
     'cudnnStatus_t cudnnGetActivationDescriptorSwishBeta(cudnnActivationDescriptor_t activationDesc, double *swish_beta)',
     'Retrieves the beta parameter for Swish activation.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
@@ -575,7 +575,7 @@ cudnnActivationForward = _function(
     'Performs forward activation.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnCreateLRNDescriptor = _function(
-    'cudnnCreateLRNDescriptor', _ct.c_int, (_ct.POINTER(cudnnLRNDescriptor_t),),
+    'cudnnCreateLRNDescriptor', _ct.c_int, (_pointer(cudnnLRNDescriptor_t),),
     'cudnnStatus_t cudnnCreateLRNDescriptor(cudnnLRNDescriptor_t *normDesc)',
     'Creates a Local Response Normalization (LRN) descriptor.')
 
@@ -585,7 +585,7 @@ cudnnSetLRNDescriptor = _function(
     'Configures an LRN descriptor.')
 
 cudnnGetLRNDescriptor = _function(
-    'cudnnGetLRNDescriptor', _ct.c_int, (cudnnLRNDescriptor_t, _ct.POINTER(_ct.c_uint), _ct.POINTER(_ct.c_double), _ct.POINTER(_ct.c_double), _ct.POINTER(_ct.c_double)),
+    'cudnnGetLRNDescriptor', _ct.c_int, (cudnnLRNDescriptor_t, _pointer(_ct.c_uint), _pointer(_ct.c_double), _pointer(_ct.c_double), _pointer(_ct.c_double)),
     'cudnnStatus_t cudnnGetLRNDescriptor(cudnnLRNDescriptor_t normDesc, unsigned *lrnN, double *lrnAlpha, double *lrnBeta, double *lrnK)',
     'Retrieves the settings of an LRN descriptor.')
 
@@ -625,12 +625,12 @@ cudnnNormalizationForwardInference = _function(
     'Performs normalization during inference.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnCreateSpatialTransformerDescriptor = _function(
-    'cudnnCreateSpatialTransformerDescriptor', _ct.c_int, (_ct.POINTER(cudnnSpatialTransformerDescriptor_t),),
+    'cudnnCreateSpatialTransformerDescriptor', _ct.c_int, (_pointer(cudnnSpatialTransformerDescriptor_t),),
     'cudnnStatus_t cudnnCreateSpatialTransformerDescriptor(cudnnSpatialTransformerDescriptor_t *stDesc)',
     'Creates a spatial transformer descriptor.')
 
 cudnnSetSpatialTransformerNdDescriptor = _function(
-    'cudnnSetSpatialTransformerNdDescriptor', _ct.c_int, (cudnnSpatialTransformerDescriptor_t, _ct.c_int, _ct.c_int, _ct.c_int, _ct.POINTER(_ct.c_int)),
+    'cudnnSetSpatialTransformerNdDescriptor', _ct.c_int, (cudnnSpatialTransformerDescriptor_t, _ct.c_int, _ct.c_int, _ct.c_int, _pointer(_ct.c_int)),
     'cudnnStatus_t cudnnSetSpatialTransformerNdDescriptor(cudnnSpatialTransformerDescriptor_t stDesc, cudnnSamplerType_t samplerType, cudnnDataType_t dataType, const int nbDims, const int dimA[])',
     'Configures an N-dimensional spatial transformer descriptor.')
 
@@ -650,7 +650,7 @@ cudnnSpatialTfSamplerForward = _function(
     'Performs spatial transformer sampling (forward).')
 
 cudnnCreateDropoutDescriptor = _function(
-    'cudnnCreateDropoutDescriptor', _ct.c_int, (_ct.POINTER(cudnnDropoutDescriptor_t),),
+    'cudnnCreateDropoutDescriptor', _ct.c_int, (_pointer(cudnnDropoutDescriptor_t),),
     'cudnnStatus_t cudnnCreateDropoutDescriptor(cudnnDropoutDescriptor_t *dropoutDesc)',
     'Creates a dropout descriptor.')
 
@@ -660,12 +660,12 @@ cudnnDestroyDropoutDescriptor = _function(
     'Destroys a dropout descriptor.')
 
 cudnnDropoutGetStatesSize = _function(
-    'cudnnDropoutGetStatesSize', _ct.c_int, (cudnnHandle_t, _ct.POINTER(_ct.c_size_t)),
+    'cudnnDropoutGetStatesSize', _ct.c_int, (cudnnHandle_t, _pointer(_ct.c_size_t)),
     'cudnnStatus_t cudnnDropoutGetStatesSize(cudnnHandle_t handle, size_t *sizeInBytes)',
     'Returns the size of the states buffer required for dropout.')
 
 cudnnDropoutGetReserveSpaceSize = _function(
-    'cudnnDropoutGetReserveSpaceSize', _ct.c_int, (cudnnTensorDescriptor_t, _ct.POINTER(_ct.c_size_t)),
+    'cudnnDropoutGetReserveSpaceSize', _ct.c_int, (cudnnTensorDescriptor_t, _pointer(_ct.c_size_t)),
     'cudnnStatus_t cudnnDropoutGetReserveSpaceSize(cudnnTensorDescriptor_t xdesc, size_t *sizeInBytes)',
     'Returns the size of the reserve space required for dropout forward/backward.')
 
@@ -680,7 +680,7 @@ cudnnRestoreDropoutDescriptor = _function(
     'Restores a dropout descriptor to a previously saved state.')
 
 cudnnGetDropoutDescriptor = _function(
-    'cudnnGetDropoutDescriptor', _ct.c_int, (cudnnDropoutDescriptor_t, cudnnHandle_t, _ct.POINTER(_ct.c_float), _ct.POINTER(_ct.c_void_p), _ct.POINTER(_ct.c_ulonglong)),
+    'cudnnGetDropoutDescriptor', _ct.c_int, (cudnnDropoutDescriptor_t, cudnnHandle_t, _pointer(_ct.c_float), _pointer(_ct.c_void_p), _pointer(_ct.c_ulonglong)),
     'cudnnStatus_t cudnnGetDropoutDescriptor(cudnnDropoutDescriptor_t dropoutDesc, cudnnHandle_t handle, float *dropout, void **states, unsigned long long *seed)',
     'Retrieves the settings of a dropout descriptor.')
 
@@ -720,17 +720,17 @@ cudnnDivisiveNormalizationBackward = _function(
     'Performs backward divisive normalization.')
 
 cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize = _function(
-    'cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize', _ct.c_int, (cudnnHandle_t, _ct.c_int, _ct.c_int, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnActivationDescriptor_t, _ct.POINTER(_ct.c_size_t)),
+    'cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize', _ct.c_int, (cudnnHandle_t, _ct.c_int, _ct.c_int, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnActivationDescriptor_t, _pointer(_ct.c_size_t)),
     'cudnnStatus_t cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(cudnnHandle_t handle, cudnnBatchNormMode_t mode, cudnnBatchNormOps_t bnOps, const cudnnTensorDescriptor_t xDesc, const cudnnTensorDescriptor_t zDesc, const cudnnTensorDescriptor_t yDesc, const cudnnTensorDescriptor_t bnScaleBiasMeanVarDesc, const cudnnActivationDescriptor_t activationDesc, size_t *sizeInBytes)',
     'Returns the workspace size for extended batch normalization forward training.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnGetBatchNormalizationBackwardExWorkspaceSize = _function(
-    'cudnnGetBatchNormalizationBackwardExWorkspaceSize', _ct.c_int, (cudnnHandle_t, _ct.c_int, _ct.c_int, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnActivationDescriptor_t, _ct.POINTER(_ct.c_size_t)),
+    'cudnnGetBatchNormalizationBackwardExWorkspaceSize', _ct.c_int, (cudnnHandle_t, _ct.c_int, _ct.c_int, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnActivationDescriptor_t, _pointer(_ct.c_size_t)),
     'cudnnStatus_t cudnnGetBatchNormalizationBackwardExWorkspaceSize(cudnnHandle_t handle, cudnnBatchNormMode_t mode, cudnnBatchNormOps_t bnOps, const cudnnTensorDescriptor_t xDesc, const cudnnTensorDescriptor_t yDesc, const cudnnTensorDescriptor_t dyDesc, const cudnnTensorDescriptor_t dzDesc, const cudnnTensorDescriptor_t dxDesc, const cudnnTensorDescriptor_t dBnScaleBiasDesc, const cudnnActivationDescriptor_t activationDesc, size_t *sizeInBytes)',
     'Returns the workspace size for extended batch normalization backward.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnGetBatchNormalizationTrainingExReserveSpaceSize = _function(
-    'cudnnGetBatchNormalizationTrainingExReserveSpaceSize', _ct.c_int, (cudnnHandle_t, _ct.c_int, _ct.c_int, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, _ct.POINTER(_ct.c_size_t)),
+    'cudnnGetBatchNormalizationTrainingExReserveSpaceSize', _ct.c_int, (cudnnHandle_t, _ct.c_int, _ct.c_int, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, _pointer(_ct.c_size_t)),
     'cudnnStatus_t cudnnGetBatchNormalizationTrainingExReserveSpaceSize(cudnnHandle_t handle, cudnnBatchNormMode_t mode, cudnnBatchNormOps_t bnOps, const cudnnActivationDescriptor_t activationDesc, const cudnnTensorDescriptor_t xDesc, size_t *sizeInBytes)',
     'Returns the reserve space size for extended batch normalization training.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
@@ -755,17 +755,17 @@ cudnnBatchNormalizationBackwardEx = _function(
     'Performs extended backward batch normalization with optional activation.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnGetNormalizationForwardTrainingWorkspaceSize = _function(
-    'cudnnGetNormalizationForwardTrainingWorkspaceSize', _ct.c_int, (cudnnHandle_t, _ct.c_int, _ct.c_int, _ct.c_int, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, _ct.POINTER(_ct.c_size_t), _ct.c_int),
+    'cudnnGetNormalizationForwardTrainingWorkspaceSize', _ct.c_int, (cudnnHandle_t, _ct.c_int, _ct.c_int, _ct.c_int, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, _pointer(_ct.c_size_t), _ct.c_int),
     'cudnnStatus_t cudnnGetNormalizationForwardTrainingWorkspaceSize(cudnnHandle_t handle, cudnnNormMode_t mode, cudnnNormOps_t normOps, cudnnNormAlgo_t algo, const cudnnTensorDescriptor_t xDesc, const cudnnTensorDescriptor_t zDesc, const cudnnTensorDescriptor_t yDesc, const cudnnTensorDescriptor_t normScaleBiasDesc, const cudnnActivationDescriptor_t activationDesc, const cudnnTensorDescriptor_t normMeanVarDesc, size_t *sizeInBytes, int groupCnt)',
     'Returns the workspace size for normalization forward training.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnGetNormalizationBackwardWorkspaceSize = _function(
-    'cudnnGetNormalizationBackwardWorkspaceSize', _ct.c_int, (cudnnHandle_t, _ct.c_int, _ct.c_int, _ct.c_int, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, _ct.POINTER(_ct.c_size_t), _ct.c_int),
+    'cudnnGetNormalizationBackwardWorkspaceSize', _ct.c_int, (cudnnHandle_t, _ct.c_int, _ct.c_int, _ct.c_int, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, _pointer(_ct.c_size_t), _ct.c_int),
     'cudnnStatus_t cudnnGetNormalizationBackwardWorkspaceSize(cudnnHandle_t handle, cudnnNormMode_t mode, cudnnNormOps_t normOps, cudnnNormAlgo_t algo, const cudnnTensorDescriptor_t xDesc, const cudnnTensorDescriptor_t yDesc, const cudnnTensorDescriptor_t dyDesc, const cudnnTensorDescriptor_t dzDesc, const cudnnTensorDescriptor_t dxDesc, const cudnnTensorDescriptor_t dNormScaleBiasDesc, const cudnnActivationDescriptor_t activationDesc, const cudnnTensorDescriptor_t normMeanVarDesc, size_t *sizeInBytes, int groupCnt)',
     'Returns the workspace size for normalization backward.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnGetNormalizationTrainingReserveSpaceSize = _function(
-    'cudnnGetNormalizationTrainingReserveSpaceSize', _ct.c_int, (cudnnHandle_t, _ct.c_int, _ct.c_int, _ct.c_int, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, _ct.POINTER(_ct.c_size_t), _ct.c_int),
+    'cudnnGetNormalizationTrainingReserveSpaceSize', _ct.c_int, (cudnnHandle_t, _ct.c_int, _ct.c_int, _ct.c_int, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, _pointer(_ct.c_size_t), _ct.c_int),
     'cudnnStatus_t cudnnGetNormalizationTrainingReserveSpaceSize(cudnnHandle_t handle, cudnnNormMode_t mode, cudnnNormOps_t normOps, cudnnNormAlgo_t algo, const cudnnActivationDescriptor_t activationDesc, const cudnnTensorDescriptor_t xDesc, size_t *sizeInBytes, int groupCnt)',
     'Returns the reserve space size for normalization training.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 

@@ -3,7 +3,7 @@
 import ctypes as _ct
 from enum import IntEnum as _IntEnum
 
-from .._binding import function as _function
+from .._binding import function as _function, pointer as _pointer
 from .cuda_types import cudaStream_t
 
 
@@ -61,7 +61,7 @@ cudnnFFTCausalConv1dBackward = _function(
     'Compute gradients for medium FFT causal depthwise 1D convolution.')
 
 cudnnLongFFTCausalConv1dGetBufferSizes = _function(
-    'cudnnLongFFTCausalConv1dGetBufferSizes', _ct.c_int, (_ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.POINTER(_ct.c_size_t), _ct.POINTER(_ct.c_size_t)),
+    'cudnnLongFFTCausalConv1dGetBufferSizes', _ct.c_int, (_ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _pointer(_ct.c_size_t), _pointer(_ct.c_size_t)),
     'cudnnStatus_t cudnnLongFFTCausalConv1dGetBufferSizes(int batch, int dim, int seqLen, int kernelSize, cudnnDataType_t dataType, size_t *workspaceSizeInBytes, size_t *reserveSpaceSizeInBytes)',
     'Return workspace and reserve-space sizes for the long FFT causal conv1d path.')
 

@@ -25,6 +25,11 @@ def _used_names(h: model.Header) -> set[str]:
     return {n for e in exprs for n in _IDENT.findall(e) if n not in ("None", "POINTER")}
 
 
+def _param(ctype: str) -> str:
+    """A parameter's ctypes type: pointers also take int addresses (see ``_binding.pointer``)."""
+    return "_pointer(" + ctype[len("_ct.POINTER("):] if ctype.startswith("_ct.POINTER(") else ctype
+
+
 def _deprecated(h: model.Header) -> list[str]:
     names = [f.name for f in h.functions if f.deprecated] + [o.name for o in h.opaques + h.structs if o.deprecated]
     names += [m for e in h.enums for m, _ in e.members if m in e.deprecated_members]
@@ -38,7 +43,9 @@ def module_source(version: str, h: model.Header, earlier: dict[str, str]) -> str
     if h.enums:
         out.append("from enum import IntEnum as _IntEnum\n")
     if h.functions:
-        out.append("\nfrom .._binding import function as _function\n")
+        uses_pointer = any(_param(a) != a for f in h.functions for a in f.argtypes)
+        out.append("\nfrom .._binding import function as _function" +
+                   (", pointer as _pointer\n" if uses_pointer else "\n"))
     own = set(h.names())
     imports: dict[str, list[str]] = {}
     for name in sorted(_used_names(h) - own):
@@ -73,7 +80,8 @@ def module_source(version: str, h: model.Header, earlier: dict[str, str]) -> str
         out.extend(f"{d.name} = {d.value!r}\n" for d in h.defines)
 
     for f in h.functions:
-        args = ", ".join(f.argtypes) + ("," if len(f.argtypes) == 1 else "")
+        argtypes = [_param(a) for a in f.argtypes]
+        args = ", ".join(argtypes) + ("," if len(argtypes) == 1 else "")
         extra = (", checked=False" if not f.returns_status else "") + \
                 (f", deprecated={_q(f.deprecation or 'Deprecated in cuDNN 9.')}" if f.deprecated else "")
         out.append(f"\n{f.name} = _function(\n    {_q(f.name)}, {f.restype}, ({args}),\n"
