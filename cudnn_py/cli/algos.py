@@ -329,7 +329,7 @@ def sweep(cfg: Config, directions, maths, repeats=10, warmup=2, workspace_limit=
                             call()
                         times.append(t.ms)
                 except (CudnnError, WorkspaceLimitError, ValueError) as e:
-                    row.reason = str(e).splitlines()[0][:300]
+                    row.reason = " ".join(str(e).split())[:400]
                     continue
                 row.supported, row.reason = True, ""
                 row.time_ms = statistics.median(times)

@@ -34,7 +34,7 @@ from cudnn_py import algorithms as _alg
 from cudnn_py import capi
 from cudnn_py import descriptors as _d
 from cudnn_py.dtypes import cudnn_dtype
-from cudnn_py.errors import WorkspaceLimitError
+from cudnn_py.errors import CudnnError, WorkspaceLimitError
 from cudnn_py.memory import DeviceArray, as_array, empty, zeros
 
 __all__ = [
@@ -379,7 +379,12 @@ def _resolve(handle, g: _Geometry, direction: str, spec, deterministic: bool, li
     algo = _alg.parse_algo(direction, spec)
     if deterministic and algo.name in _NONDETERMINISTIC.get(direction, ()):
         raise ValueError(f"{algo.name} is not deterministic; drop deterministic=True or choose another algorithm")
-    need = _alg.workspace_size(handle, direction, a, b, g.conv_desc(requested), c, algo)  # raises if unsupported
+    try:
+        need = _alg.workspace_size(handle, direction, a, b, g.conv_desc(requested), c, algo)
+    except CudnnError as e:  # cuDNN's way of saying "this algorithm does not do this configuration"
+        raise type(e)(e.function, e.status, f"{algo.name} does not support this {direction} configuration "
+                      f"(x {g.x_shape}, w {g.w_shape}, y {g.y_shape}, {g.dtype.name}, {g.conv!r}, "
+                      f"math {requested.name}); cuDNN says: {e.reason or 'no reason given'}") from None
     if limit is not None and need > limit:
         raise WorkspaceLimitError(f"{algo.name} needs {need} B of workspace; the limit is {limit} B")
     return algo, requested, need
