@@ -523,3 +523,24 @@ def test_lstm_lm_example_learns():
     losses = lm.main(steps=200)
     assert np.all(np.isfinite(losses))
     assert np.mean(losses[-10:]) < 0.7 * np.mean(losses[:10]), losses
+
+
+@pytest.mark.gpu
+def test_rnn_dropout_between_layers(handle, rng):
+    """Dropout acts between layers in training only; inference matches the dropout-free reference."""
+    from cudnn_py import memory
+    from cudnn_py.descriptors import DropoutDescriptor
+    cfg = ref.RNNConfig("lstm", 5, 6, num_layers=2)
+    drop = DropoutDescriptor(handle, 0.5, seed=3)
+    rnn = _make(cfg, np.float64, dropout=drop)
+    w = rnn.new_weights(handle)
+    mats, biases = ref.random_params(cfg, rng)
+    _load(handle, rnn, w, mats, biases)
+    x = rng.standard_normal((6, 3, 5))
+    want = ref.forward(cfg, x, [6, 6, 6], mats, biases)
+    inf = R.rnn_forward(handle, rnn, memory.to_device(x), w)
+    np.testing.assert_allclose(inf.y.to_numpy(), want.y, rtol=1e-9, atol=1e-10)
+    tr = R.rnn_forward(handle, rnn, memory.to_device(x), w, training=True)
+    assert np.abs(tr.y.to_numpy() - want.y).max() > 1e-2, "dropout 0.5 between layers changed nothing"
+    dx, dhx, dcx = R.rnn_backward_data(handle, rnn, tr, memory.to_device(np.ones(want.y.shape)), w)
+    assert np.all(np.isfinite(dx.to_numpy())) and np.all(np.isfinite(R.rnn_backward_weights(handle, rnn, tr).to_numpy()))
