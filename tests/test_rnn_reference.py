@@ -22,7 +22,8 @@ def _loss(cfg, x, lengths, mats, biases, hx, cx, dy, dhy, dcy):
     return (r.y * dy).sum() + (r.hy * dhy).sum() + (r.cy * dcy).sum()
 
 
-@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"{c.mode}-L{c.num_layers}-D{c.dirs}-P{c.proj_size}-{c.bias_mode}")
+@pytest.mark.parametrize("cfg", CONFIGS,
+                         ids=lambda c: f"{c.mode}-L{c.num_layers}-D{c.dirs}-P{c.proj_size}-{c.bias_mode}")
 def test_backward_matches_finite_differences(cfg, rng):
     T, B = 4, 3
     lengths = np.array([4, 2, 3])

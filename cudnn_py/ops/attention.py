@@ -163,7 +163,7 @@ class MultiHeadAttention:
             next(k for k, v in _MATH.items() if int(v) == math_t.value), *(i.value for i in ints))
 
     def buffer_sizes(self, handle, training: bool = True) -> tuple[int, int, int]:
-        """``(weight_bytes, workspace_bytes, reserve_bytes)`` (``cudnnGetMultiHeadAttnBuffers``; reserve 0 for inference)."""
+        """``(weight_bytes, workspace_bytes, reserve_bytes)`` (``cudnnGetMultiHeadAttnBuffers``; no reserve in inference)."""
         key = (id(handle), bool(training))
         if key not in self._sizes:
             w, ws, r = ctypes.c_size_t(), ctypes.c_size_t(), ctypes.c_size_t()
@@ -180,7 +180,7 @@ class MultiHeadAttention:
         return (memory.zeros if zero else memory.empty)((n,), self.dtype, stream=handle.stream, device=handle.device)
 
     def weights(self, handle, weights) -> dict:
-        """Strided device views ``{"wq": [heads, q_proj, q_size], ..., "bo": [o_proj]}`` (biases only with ``biases``)."""
+        """Strided device views ``{"wq": [heads, q_proj, q_size], ..., "bo": [o_proj]}`` (biases if enabled)."""
         w = _weights(handle, self, weights)
         expected = self.expected_shapes()
         desc = capi.cudnnTensorDescriptor_t()
@@ -296,7 +296,8 @@ class SeqDataDescriptor:
             pass
 
     def __repr__(self) -> str:
-        return f"SeqDataDescriptor({self.dtype.name}, batch={self.shape[0]}, time={self.shape[1]}, vector={self.shape[2]})"
+        B, T, V = self.shape
+        return f"SeqDataDescriptor({self.dtype.name}, batch={B}, time={T}, vector={V})"
 
 
 def _check_lengths(seq_lengths, T: int, B: int, name: str) -> tuple[int, ...]:

@@ -565,7 +565,8 @@ def rnn_backward_data(handle, rnn: RNN, fwd: RNNForwardResult, dy, weights, *, d
                                    byref(work_n), byref(reserve_n))
     work = handle.workspace.get(work_n.value, stream)
     capi.cudnnRNNBackwardData_v8(
-        handle.ptr, rnn.ptr, _int_ptr(ctx["dev_lengths"]), ctx["y_desc"].ptr, fwd.y.ptr, dy.ptr, ctx["x_desc"].ptr, dx.ptr,
+        handle.ptr, rnn.ptr, _int_ptr(ctx["dev_lengths"]), ctx["y_desc"].ptr, fwd.y.ptr, dy.ptr,
+        ctx["x_desc"].ptr, dx.ptr,
         ctx["h_desc"].ptr, _ptr(ctx["hx"]), _ptr(dhy), dhx.ptr,
         ctx["c_desc"].ptr, _ptr(ctx["cx"]), _ptr(dcy), _ptr(dcx) if is_lstm else None,
         w.nbytes, w.ptr, work_n.value, work or None, fwd.reserve.nbytes, _ptr(fwd.reserve) or None)
