@@ -524,7 +524,7 @@ def rnn_forward(handle, rnn: RNN, x, weights, *, seq_lengths=None, layout="seq_m
                          reserve_n.value if training else 0, _ptr(reserve) if reserve_n.value else None)
     ctx = None
     if training:
-        ctx = {"x": x, "hx": hx, "cx": cx, "lengths": lengths, "dev_lengths": dev_lengths, "layout": layout,
+        ctx = {"x": x, "hx": hx, "cx": cx, "dev_lengths": dev_lengths,
                "x_desc": x_desc, "y_desc": y_desc, "h_desc": h_desc, "c_desc": c_desc, "rnn": rnn,
                "data_done": False, "batch": B}
     return RNNForwardResult(y, hy, cy if is_lstm else None, reserve, ctx)
