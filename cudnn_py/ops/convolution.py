@@ -437,7 +437,8 @@ def _device_id(handle) -> int:
 
 class _Plan:
     """What one call needs: raw descriptor handles (their objects kept alive), algorithm, workspace bytes."""
-    __slots__ = ("g", "direction", "a", "b", "c", "conv_desc", "keep", "algo", "ws", "fn", "double", "gen")
+    __slots__ = ("g", "direction", "a", "b", "c", "conv_desc", "keep", "algo", "ws", "fn", "double", "gen", "one",
+                 "zero")
 
 
 _PLANS: dict = {}
@@ -464,6 +465,7 @@ def _plan(handle, key, direction, conv, arrays, spec, deterministic, workspace_l
     p.algo = algo
     p.fn = getattr(capi, _FUNCS[direction]).raw  # the bound ctypes function (status still checked)
     p.double = g.compute == capi.CUDNN_DATA_DOUBLE
+    p.one, p.zero, _, _ = _scalars(p.double, 1.0, 0.0)
     p.gen = _alg.algorithm_cache.generation if isinstance(spec, str) and spec.lower() == "fastest" else None
     _PLANS[key] = p
     return p
@@ -538,15 +540,16 @@ def convolution_forward(handle, conv: Convolution, x, w, y=None, *, algo: Any = 
     ws, w_ptr = _arg(w, "w")
     ys, y_ptr = (None, 0) if y is None else _arg(y, "y")
     key = ("forward", conv, xs, ws, ys, algo, deterministic, workspace_limit, handle.device)
-    p = _get_plan(key) or _plan(handle, key, "forward", conv, (xs, ws, ys), algo, deterministic, workspace_limit,
-                                (x_ptr, w_ptr))
+    p = _PLANS.get(key)
+    if p is None or (p.gen is not None and p.gen != _alg.algorithm_cache.generation):
+        p = _plan(handle, key, "forward", conv, (xs, ws, ys), algo, deterministic, workspace_limit, (x_ptr, w_ptr))
     if y is None:
         y = empty(p.g.out_shape, p.g.np_y_dtype, stream=handle.stream)
         y_ptr = y.ptr
     xp = _pad_input(handle, p.g, x_ptr) if p.g.asym else None
-    al, be, _, _ = _scalars(p.double, alpha, beta)
+    al, be = (p.one, p.zero) if alpha == 1.0 and beta == 0.0 else _scalars(p.double, alpha, beta)[:2]
     p.fn(handle.ptr, al, p.a, x_ptr if xp is None else xp.ptr, p.b, w_ptr, p.conv_desc, p.algo,
-         _ws_ptr(handle, p.ws), p.ws, be, p.c, y_ptr)
+         handle.workspace.get(p.ws, handle.stream) if p.ws else None, p.ws, be, p.c, y_ptr)
     return y
 
 
