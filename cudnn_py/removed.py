@@ -11,7 +11,8 @@ from .errors import FunctionNotAvailableError
 def _conv(direction: str, perf: str, helper: str) -> str:
     return (f"cudnnGet{direction}Algorithm_v7 (heuristics: a ranked list of {perf}; take the first whose status is "
             f"CUDNN_STATUS_SUCCESS and whose memory fits your limit) or cudnnFind{direction}Algorithm(Ex) "
-            f"(measured); in Python, cudnn_py.{helper}(..., preference=...) keeps the old preferences")
+            f"(measured). A one-line port keeping the old signature and preferences: "
+            f"from cudnn_py.algorithms import cudnnGet{direction}Algorithm (or cudnn_py.{helper})")
 
 
 #: removed name -> (cuDNN major that removed it, what to use instead)
