@@ -167,3 +167,46 @@ def test_torch_host_tensor_and_wrong_dtype_are_refused():
         as_array(torch.zeros(3, device="cuda"), "x", dtype=np.float16)
     with pytest.raises(ValueError, match="C-contiguous"):
         as_array(torch.zeros(3, 4, device="cuda").t(), "x", contiguous=True)
+
+
+class _CAIOnly:
+    """A producer with only __cuda_array_interface__ (as numba and older CuPy expose)."""
+
+    def __init__(self, owner):
+        self.owner = owner
+        self.__cuda_array_interface__ = owner.__cuda_array_interface__
+
+
+def test_cuda_array_interface_producer_without_copy(rng):
+    host = rng.standard_normal((4, 6)).astype(np.float32)
+    base = cudnn.to_device(host)
+    strided = DeviceArray(base.ptr, (6, 4), np.float32, strides=(1, 6), owner=base)
+    for src, want in ((base, host), (strided, host.T)):
+        a = as_array(_CAIOnly(src), "x")
+        assert (a.ptr, a.shape, a.strides, a.device_id) == (src.ptr, src.shape, src.strides, 0)
+        np.testing.assert_array_equal(a.to_numpy(), want)
+    s = new_stream()
+    a = as_array(_CAIOnly(base), "x", stream=s)  # ordered before work on s
+    np.testing.assert_array_equal(a.to_numpy(stream=s), host)
+
+
+def test_torch_tensor_on_a_consumer_stream(rng):
+    torch = pytest.importorskip("torch")
+    s = new_stream()
+    t = torch.arange(1 << 20, device="cuda", dtype=torch.float32)
+    a = as_array(t, "t", stream=s)  # torch's stream is made to come before s
+    assert a.ptr == t.data_ptr()
+    np.testing.assert_array_equal(a.to_numpy(stream=s), np.arange(1 << 20, dtype=np.float32))
+
+
+def test_export_to_torch_on_another_stream():
+    torch = pytest.importorskip("torch")
+    s = new_stream()
+    a = cudnn.empty((1 << 22,), np.float32, stream=s)
+    a.fill_(5.0)  # queued on s; torch's stream must wait for it
+    ts = torch.cuda.Stream()
+    with torch.cuda.stream(ts):
+        t = torch.from_dlpack(a)
+        total = float(t.sum())
+    assert t.data_ptr() == a.ptr
+    assert total == 5.0 * (1 << 22)
