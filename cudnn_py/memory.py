@@ -252,7 +252,7 @@ class DeviceArray:
     # -- basics --
     @property
     def stream(self) -> Stream:
-        """The stream this array's contents are ordered on (where it was allocated or last copied)."""
+        """The stream this array is ordered on: where it was allocated (or given at construction; default stream otherwise)."""
         if self._stream is None:
             self._stream = get_device(self.device_id).default_stream
         return self._stream
