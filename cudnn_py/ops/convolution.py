@@ -277,8 +277,9 @@ class _Geometry:
                           math_type)
 
     def cache_key(self, direction: str, device: int, deterministic: bool, limit) -> tuple:
-        """The JSON-representable key of the "fastest" cache."""
-        return (direction, tuple(self.x_shape), tuple(self.x_strides), tuple(self.w_shape), self.w_nhwc,
+        """The JSON-representable key of the "fastest" cache: the problem as cuDNN sees it."""
+        xs, xst = (self.xp_shape, self.xp_strides) if self.asym else (self.x_shape, self.x_strides)
+        return (direction, tuple(xs), tuple(xst), tuple(self.w_shape), self.w_nhwc,
                 tuple(self.y_shape), tuple(self.y_strides), self.dtype.name, self.y_dtype.name, self.compute.name,
                 tuple(self.pads), tuple(self.stride), tuple(self.dilation), self.conv.groups, self.conv.mode.name,
                 self.math_type.name, bool(deterministic), limit, device)
