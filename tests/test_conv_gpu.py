@@ -109,6 +109,15 @@ def test_every_supported_algorithm_matches_reference(handle, rng, case, directio
         assert e <= tol, f"{case} {direction} {algo.name} {dtype}/{math}: error {e:.3g} > {tol}"
         ran.append(algo.name)
     assert ran, f"no algorithm ran {case} {direction} {dtype}: {skipped}"
+    # every algorithm that cuDNN's Find ran successfully with this math type must have run here too
+    roles = {"forward": (x_d, w_d, None), "backward_data": (x.shape if layout == "NCHW" else _phys(x, layout).shape,
+                                                            w_d, dy_d),
+             "backward_filter": (x_d, w.shape if layout == "NCHW" else _phys(w, layout).shape, dy_d)}[direction]
+    g = cv._query_geometry(handle, conv, *roles, direction)
+    reported = {r.algo.name for r in cv.convolution_algorithms(handle, conv, *roles, direction=direction,
+                                                               method="find")
+                if r.supported and r.math_type == g.math_type}
+    assert reported <= set(ran), f"cuDNN reports {sorted(reported - set(ran))} as supported but they failed: {skipped}"
     print(case, direction, dtype, "ran:", ran)
 
 
