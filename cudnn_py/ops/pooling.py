@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import ctypes
 
+import numpy as np
+
 from cudnn_py import capi
 from cudnn_py.descriptors import PoolingDescriptor
 from cudnn_py.ops.tensor_ops import _array, _enum, _ints, _output, _scalars, _tensor_desc
@@ -38,6 +40,19 @@ POOLING_MODES = {
 _NAMES = {v: k for k, v in reversed(POOLING_MODES.items())}
 
 
+def _param(v, name: str) -> int | tuple[int, ...]:
+    """An int (every spatial dim) or a tuple of 1 to 3 ints; checked per dimension count at use."""
+    if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+        return int(v)
+    try:
+        t = tuple(int(i) if isinstance(i, (int, np.integer)) and not isinstance(i, bool) else i for i in v)
+    except TypeError:
+        raise TypeError(f"{name} must be an int or a sequence of ints, got {v!r}") from None
+    if not 1 <= len(t) <= 3:
+        raise ValueError(f"{name} needs 1 to 3 values (one per spatial dimension), got {v!r}")
+    return t
+
+
 class Pooling:
     """What a ``cudnnPoolingDescriptor_t`` holds; hashable, one cached descriptor per spatial rank.
 
@@ -50,14 +65,9 @@ class Pooling:
 
     def __init__(self, mode="max", window=2, padding=0, stride=None, *, nan_propagation: bool = False):
         self.mode = _enum(mode, POOLING_MODES, capi.cudnnPoolingMode_t, "pooling mode")
-        for name, v in (("window", window), ("padding", padding), ("stride", stride)):
-            if v is not None and not isinstance(v, int):
-                v = tuple(v)
-                if not 1 <= len(v) <= 3:
-                    raise ValueError(f"{name} needs 1 to 3 values (one per spatial dimension), got {v!r}")
-        self.window = window if isinstance(window, int) else tuple(window)
-        self.padding = padding if isinstance(padding, int) else tuple(padding)
-        self.stride = self.window if stride is None else (stride if isinstance(stride, int) else tuple(stride))
+        self.window = _param(window, "window")
+        self.padding = _param(padding, "padding")
+        self.stride = self.window if stride is None else _param(stride, "stride")
         self.nan_propagation = bool(nan_propagation)
         self._descs: dict = {}
 
