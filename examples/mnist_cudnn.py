@@ -26,6 +26,10 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
+if importlib.util.find_spec("cudnn_py") is None:  # run from a checkout without installing
+    sys.path.insert(0, str(REPO))
+import cudnn_py as cudnn  # noqa: E402
+
 DATA_CANDIDATES = (REPO.parent / "shared" / "data" / "mnistCUDNN", REPO / ".data" / "mnistCUDNN")
 IMAGES = (("one_28x28.pgm", 1), ("three_28x28.pgm", 3), ("five_28x28.pgm", 5))
 #: (file stem, weight shape): the fully connected layers' weights are stored (outputs, inputs).
@@ -92,48 +96,33 @@ def load_image(path: Path) -> np.ndarray:
 class LeNet:
     """The sample's network on one handle, with its weights on the device in ``dtype``."""
 
-    def __init__(self, handle, weights: dict, dtype=np.float32):
-        import cudnn_py as cudnn
-        from cudnn_py.ops.convolution import Convolution
-        from cudnn_py.ops.lrn import LRN
-        from cudnn_py.ops.pooling import Pooling
-
-        self.cudnn, self.h, self.dtype = cudnn, handle, np.dtype(dtype)
+    def __init__(self, handle: cudnn.Handle, weights: dict, dtype=np.float32):
+        self.h, self.dtype = handle, np.dtype(dtype)
         self.params = {name: (cudnn.to_device(w.astype(self.dtype)),
                               cudnn.to_device(b.astype(self.dtype).reshape(1, -1, 1, 1)))
                        for name, (w, b) in weights.items()}
-        self.conv = Convolution()  # no padding, stride 1, cross-correlation; float32 accumulation
-        self.pool = Pooling("max", window=2, stride=2)
-        self.lrn = LRN(n=5, alpha=1e-4, beta=0.75, k=1.0)
+        self.conv = cudnn.Convolution()  # no padding, stride 1, cross-correlation; float32 accumulation
+        self.pool = cudnn.Pooling("max", window=2, stride=2)
+        self.lrn = cudnn.LRN(n=5, alpha=1e-4, beta=0.75, k=1.0)
 
     def _layer(self, name: str, x):
-        from cudnn_py.ops.convolution import convolution_forward
-        from cudnn_py.ops.tensor_ops import add_tensor
-
         w, b = self.params[name]
-        y = convolution_forward(self.h, self.conv, x, w)
-        return add_tensor(self.h, b, y, beta=1.0)  # y += bias, broadcast over N, H, W
+        y = cudnn.convolution_forward(self.h, self.conv, x, w)
+        return cudnn.add_tensor(self.h, b, y, beta=1.0)  # y += bias, broadcast over N, H, W
 
-    def forward(self, image: np.ndarray):
+    def forward(self, image: np.ndarray) -> np.ndarray:
         """Class probabilities (10,) for one (1, 1, 28, 28) image."""
-        from cudnn_py.ops.activation import activation_forward
-        from cudnn_py.ops.lrn import lrn_forward
-        from cudnn_py.ops.pooling import pooling_forward
-        from cudnn_py.ops.softmax import softmax_forward
-
-        x = self.cudnn.to_device(image.astype(self.dtype))
-        x = pooling_forward(self.h, self.pool, self._layer("conv1", x))
-        x = pooling_forward(self.h, self.pool, self._layer("conv2", x))
-        x = activation_forward(self.h, "relu", self._layer("ip1", x))
-        x = lrn_forward(self.h, self.lrn, x)
-        p = softmax_forward(self.h, self._layer("ip2", x), algo="accurate", mode="channel")
+        x = cudnn.to_device(image.astype(self.dtype))
+        x = cudnn.pooling_forward(self.h, self.pool, self._layer("conv1", x))
+        x = cudnn.pooling_forward(self.h, self.pool, self._layer("conv2", x))
+        x = cudnn.activation_forward(self.h, "relu", self._layer("ip1", x))
+        x = cudnn.lrn_forward(self.h, self.lrn, x)
+        p = cudnn.softmax_forward(self.h, self._layer("ip2", x), algo="accurate", mode="channel")
         return p.to_numpy().reshape(-1).astype(np.float64)
 
 
 def classify(folder: Path, dtype=np.float32, handle=None, out=sys.stdout) -> list[tuple[int, float, np.ndarray]]:
     """Run the three digits; print like the C sample; return [(predicted class, its probability, probabilities)]."""
-    import cudnn_py as cudnn
-
     own = handle is None
     h = cudnn.Handle() if own else handle
     try:
@@ -154,11 +143,10 @@ def classify(folder: Path, dtype=np.float32, handle=None, out=sys.stdout) -> lis
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("data", nargs="?", help="folder with the mnistCUDNN data (default: %(default)s)")
+    ap.add_argument("data", nargs="?", help="folder with the mnistCUDNN data (default: the first of "
+                    + ", ".join(str(p) for p in DATA_CANDIDATES) + " that exists)")
     ap.add_argument("--dtype", choices=("float32", "float16", "both"), default="both")
     args = ap.parse_args(argv)
-    if importlib.util.find_spec("cudnn_py") is None:  # run from a checkout without installing
-        sys.path.insert(0, str(REPO))
     folder = find_data(args.data)
     if folder is None:
         where = args.data if args.data else ", ".join(str(p) for p in DATA_CANDIDATES)
