@@ -195,3 +195,16 @@ def test_core_pooling_descriptor_and_raw_capi_path(handle, rng):
     for d in (xdesc, ydesc):
         capi.cudnnDestroyTensorDescriptor(d)
     capi.cudnnDestroyPoolingDescriptor(pd)
+
+
+@pytest.mark.gpu
+def test_torch_tensors_in_and_out(handle, rng):
+    """torch CUDA tensors are used in place (DLPack / CUDA array interface), including a channels-last one."""
+    torch = pytest.importorskip("torch")
+    x_np = ref.distinct_values((2, 3, 8, 8), rng)
+    x = torch.from_numpy(x_np).cuda().contiguous(memory_format=torch.channels_last)
+    y = torch.full((2, 3, 4, 4), float("nan"), device="cuda")
+    out = pooling_forward(handle, Pooling("max", 2), x, y)
+    assert out is y
+    torch.cuda.synchronize()
+    assert_close(y.cpu().numpy(), ref.forward(x_np, "max", (2, 2), (0, 0), (2, 2)), np.float32)
