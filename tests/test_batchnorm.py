@@ -13,21 +13,7 @@ from cudnn_py.ops.batchnorm import (
     batchnorm_forward_training, batchnorm_forward_training_ex, batchnorm_param_shape, derive_batchnorm_shape,
 )
 from reference import batchnorm as ref
-
-
-class NoCallHandle:
-    """Stands in for a Handle on CPU: reaching C (``.ptr``) fails the test."""
-    device = 0
-    stream = None
-
-    @property
-    def ptr(self):
-        raise AssertionError("validation should have raised before any cuDNN call")
-
-
-def fake(shape, dtype=np.float32, strides=None):
-    """A DeviceArray with a dummy address: never dereferenced because validation fails first."""
-    return DeviceArray(0x10000, shape, dtype, strides)
+from helpers import NoCallHandle, fake
 
 
 # ---------------------------------------------------------------- CPU

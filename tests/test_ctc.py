@@ -6,22 +6,9 @@ import numpy as np
 import pytest
 
 from cudnn_py import capi
-from cudnn_py.memory import DeviceArray
 from cudnn_py.ops.ctc import MAX_LABEL_LENGTH, CTCLoss, check_ctc_labels, ctc_loss, ctc_loss_workspace_size
 from reference import ctc as ref
-
-
-class NoCallHandle:
-    device = 0
-    stream = None
-
-    @property
-    def ptr(self):
-        raise AssertionError("validation should have raised before any cuDNN call")
-
-
-def fake(shape, dtype=np.float32):
-    return DeviceArray(0x10000, shape, dtype)
+from helpers import NoCallHandle, fake
 
 
 # ---------------------------------------------------------------- CPU

@@ -8,23 +8,10 @@ import numpy as np
 import pytest
 
 from cudnn_py import capi
-from cudnn_py.memory import DeviceArray
 from cudnn_py.ops.dropout import (
     Dropout, dropout_backward, dropout_forward, dropout_reserve_size, dropout_states_size,
 )
-
-
-class NoCallHandle:
-    device = 0
-    stream = None
-
-    @property
-    def ptr(self):
-        raise AssertionError("validation should have raised before any cuDNN call")
-
-
-def fake(shape, dtype=np.float32):
-    return DeviceArray(0x10000, shape, dtype)
+from helpers import NoCallHandle, fake
 
 
 def cpu_dropout() -> Dropout:

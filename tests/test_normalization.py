@@ -12,19 +12,7 @@ from cudnn_py.ops.normalization import (
     normalization_forward_training, normalization_sizes,
 )
 from reference import normalization as ref
-
-
-class NoCallHandle:
-    device = 0
-    stream = None
-
-    @property
-    def ptr(self):
-        raise AssertionError("validation should have raised before any cuDNN call")
-
-
-def fake(shape, dtype=np.float32):
-    return DeviceArray(0x10000, shape, dtype)
+from helpers import NoCallHandle, fake
 
 
 # ---------------------------------------------------------------- CPU

@@ -6,25 +6,12 @@ import numpy as np
 import pytest
 
 from cudnn_py import capi
-from cudnn_py.memory import DeviceArray
 from cudnn_py.ops.spatial_transformer import (
     SpatialTransformer, spatial_tf_grid_backward, spatial_tf_grid_forward, spatial_tf_sampler_backward,
     spatial_tf_sampler_forward, spatial_transformer,
 )
 from reference import spatial_transformer as ref
-
-
-class NoCallHandle:
-    device = 0
-    stream = None
-
-    @property
-    def ptr(self):
-        raise AssertionError("validation should have raised before any cuDNN call")
-
-
-def fake(shape, dtype=np.float32):
-    return DeviceArray(0x10000, shape, dtype)
+from helpers import NoCallHandle, fake
 
 
 # ---------------------------------------------------------------- CPU
