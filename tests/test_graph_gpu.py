@@ -451,12 +451,62 @@ def test_unsupported_graph_raises_informative_error(handle):
     # a reduction on its own: cuDNN 9.19's heuristics return no engine config for it (see test_reduction)
     g = G.Graph(io_dtype="float32", name="lonely_reduction")
     x = g.tensor((4, 32, 64), name="x")
-    g.reduction(x, "mul_no_zeros", axes=(1, 2)).set_output(True)
+    g.reduction(x, "add", axes=(1, 2)).set_output(True)
     if g.is_supported(handle):
         pytest.skip("this cuDNN supports a standalone reduction; no known unsupported graph to test")
     with pytest.raises(G.GraphNotSupportedError) as e:
         G.build_plans(g, handle, modes=("A", "FALLBACK"), cache=False)
     text = str(e.value)
-    assert "lonely_reduction" in text and "reduction[CUDNN_REDUCE_TENSOR_MUL_NO_ZEROS](x=x:[4, 32, 64] float)" in text
-    assert "heuristic modes tried: A, FALLBACK" in text and e.value.reasons
-    assert e.value.operations and e.value.modes == ["A", "FALLBACK"]
+    assert "lonely_reduction" in text and "reduction[CUDNN_REDUCE_TENSOR_ADD](x=x:[4, 32, 64] float)" in text
+    assert "heuristic modes tried: A, FALLBACK" in text and e.value.modes == ["A", "FALLBACK"]
+    assert any(what.startswith("heuristics") for what, _ in e.value.reasons)
+
+
+def test_graph_cudnn_refuses_to_finalize_is_reported(handle):
+    # MUL_NO_ZEROS: cuDNN refuses the operation graph itself; the error says so, not "no engine config"
+    g = G.Graph(io_dtype="float32", name="odd_reduction")
+    g.reduction(g.tensor((4, 32, 64), name="x"), "mul_no_zeros", axes=(1, 2)).set_output(True)
+    try:
+        g.build(handle)
+    except G.GraphNotSupportedError as e:
+        assert "odd_reduction" in str(e)
+        assert any(what in ("finalizing the operation graph",) or what.startswith("heuristics")
+                   for what, _ in e.reasons)
+        assert "CUDNN_STATUS_" in str(e)
+    else:
+        pytest.skip("this cuDNN builds a MUL_NO_ZEROS reduction")
+
+
+def test_capture_graph_and_legacy_calls_into_a_cuda_core_graph(handle, rng):
+    import ctypes
+
+    from cudnn_py.streams import new_stream
+    g, x, w, y = _conv_graph("float32", padding=1)
+    g.build(handle)
+    keep = []
+    xa, wa, ba = rng.standard_normal(x.shape), rng.standard_normal(w.shape), rng.standard_normal((1, 16, 1, 1))
+    xd, wd, yd = _dev(xa, x, keep), _dev(wa, w, keep), _out(y, keep)
+    bd = to_device(ba.astype(np.float32))
+    yt, bt = capi.cudnnTensorDescriptor_t(), capi.cudnnTensorDescriptor_t()
+    capi.cudnnCreateTensorDescriptor(ctypes.byref(yt))
+    capi.cudnnCreateTensorDescriptor(ctypes.byref(bt))
+    capi.cudnnSetTensor4dDescriptor(yt, capi.CUDNN_TENSOR_NCHW, capi.CUDNN_DATA_FLOAT, *y.shape)
+    capi.cudnnSetTensor4dDescriptor(bt, capi.CUDNN_TENSOR_NCHW, capi.CUDNN_DATA_FLOAT, 1, 16, 1, 1)
+    one = ctypes.c_float(1.0)
+    s = new_stream()
+    run = g.executor(handle, x, w, y)
+    with handle.on_stream(s):
+        run(xd, wd, yd)  # variant pack made before capture
+    s.sync()
+    gb = s.create_graph_builder().begin_building()
+    with handle.on_stream(gb.stream):
+        run(xd, wd, yd)                                                   # a graph (backend) call
+        capi.cudnnAddTensor(handle.ptr, ctypes.byref(one), bt, bd.ptr, ctypes.byref(one), yt, yd.ptr)  # legacy
+    cgraph = gb.end_building().complete()
+    yd._owner.fill_(np.nan, stream=s)
+    cgraph.launch(s)
+    s.sync()
+    cgraph.close()
+    capi.cudnnDestroyTensorDescriptor(yt)
+    capi.cudnnDestroyTensorDescriptor(bt)
+    _close(_host(yd), R.conv_fprop(xa, wa, (1, 1), (1, 1), (1, 1)) + ba, "float32")
