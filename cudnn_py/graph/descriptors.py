@@ -141,8 +141,7 @@ class BackendDescriptor:
             if spec is not None and spec.count == "1" and len(vals) != 1:
                 raise ValueError(f"{name.name} takes one element, got {len(vals)}")
         else:
-            if spec is not None and spec.is_array and spec.count not in ("1+",) and tn in ("INT64",) \
-                    and spec.nested is None and spec.count == "n":
+            if spec is not None and spec.count == "n" and tn == "INT64":
                 raise TypeError(f"{name.name} takes a sequence of integers, got {type(value).__name__}")
             vals = [value]
         if spec is not None and spec.count == "1+" and not vals:
