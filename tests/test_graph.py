@@ -284,6 +284,31 @@ def test_reduction_and_genstats_shapes():
         g.reduction(x, out_shape=(2, 3))
 
 
+def test_norm_forward_shapes_and_errors():
+    g = Graph(io_dtype="float16")
+    x = g.tensor((4, 8, 3, 5), name="x")
+    sc, b = g.tensor((1, 8, 3, 5), name="scale"), g.tensor((1, 8, 3, 5), name="bias")
+    y, mean, inv = g.norm_forward(x, sc, b)
+    assert y.shape == x.shape and mean.shape == inv.shape == (4, 1, 1, 1)
+    assert inv.set_output(True).dtype == capi.CUDNN_DATA_FLOAT  # statistics stay float32 as outputs
+    y2, m2, inv2 = g.norm_forward(x, g.tensor((1, 8, 1, 1), name="s2"), g.tensor((1, 8, 1, 1), name="b2"),
+                                  mode="batch")
+    assert m2.shape == (1, 8, 1, 1)
+    y3, m3, inv3 = g.norm_forward(x, sc, mode="rms")
+    assert m3 is None and inv3.shape == (4, 1, 1, 1)
+    assert g.norm_forward(x, sc, b, training=False, mean=g.tensor((4, 1, 1, 1)), inv_variance=g.tensor((4, 1, 1, 1))).shape == x.shape
+    with pytest.raises(ValueError, match="needs a bias"):
+        g.norm_forward(x, sc)
+    with pytest.raises(ValueError, match="inference needs mean"):
+        g.norm_forward(x, sc, b, training=False)
+    with pytest.raises(ValueError, match="no batch-norm inference"):
+        g.norm_forward(x, sc, b, mode="batch", training=False)
+    with pytest.raises(ValueError, match="does not broadcast"):
+        g.norm_forward(x, g.tensor((1, 7, 1, 1)), b)
+    with pytest.raises(ValueError, match="mode must be one of"):
+        g.norm_forward(x, sc, b, mode="group")
+
+
 def test_uids_names_and_lookup():
     g = Graph()
     x = g.tensor((2, 2), name="x")
@@ -404,7 +429,10 @@ def test_lowering_sets_every_attribute(monkeypatch):
     c = g.matmul(a, g.tensor((1, 8, 4), name="b"))
     r = g.reduction(g.select(c, g.scale(c, 0.5), g.cmp_gt(c, 0.0)), "max", axes=(2,))
     e = g.pointwise("elu_fwd", g.gelu_backward(c, c), elu_alpha=0.5)
-    for t in (y, s, sq, dx, dw, r, e):
+    ln, mean, inv = g.norm_forward(g.tensor((2, 4, 3), name="z"), g.tensor((1, 4, 3), name="gamma"),
+                                   g.tensor((1, 4, 3), name="beta"))
+    rms = g.norm_forward(g["z"], g["gamma"], mode="rms", training=False, inv_variance=g.tensor((2, 1, 1), name="iv"))
+    for t in (y, s, sq, dx, dw, r, e, ln, mean, inv, rms):
         t.set_output(True)
     with pytest.raises(CudnnBadParamError, match="NOT_FINALIZED"):
         g.lower()

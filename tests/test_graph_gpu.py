@@ -233,6 +233,38 @@ def test_conv_genstats(handle, rng):
     _close(sqg, rsq, "float16")
 
 
+@pytest.mark.parametrize("mode,training,dtype", [("layer", True, "float32"), ("layer", True, "float16"),
+                                                ("rms", True, "float32"), ("layer", False, "float32")])
+def test_norm_forward(handle, rng, mode, training, dtype):
+    g = G.Graph(io_dtype=dtype, compute_dtype="float32")
+    x = g.tensor((8, 64, 1, 1), name="x")
+    sc = g.tensor((1, 64, 1, 1), name="scale", dtype="float32")
+    b = g.tensor((1, 64, 1, 1), name="bias", dtype="float32") if mode != "rms" else None
+    xa, sa, ba = rng.standard_normal(x.shape) + 0.5, rng.standard_normal(sc.shape), rng.standard_normal(sc.shape)
+    q = lambda v: v.astype(dtype).astype(np.float64)  # noqa: E731
+    yr, mr, ir = R.norm_forward(q(xa), sa, None if b is None else ba, mode, 1e-5)
+    inputs = {x: xa, sc: sa}
+    if b is not None:
+        inputs[b] = ba
+    if training:
+        y, mean, inv = g.norm_forward(x, sc, b, mode=mode, epsilon=1e-5)
+        outs = [y.set_output(True), inv.set_output(True)] + ([mean.set_output(True)] if mean is not None else [])
+        refs = [yr, ir] + ([mr] if mean is not None else [])
+    else:
+        m, iv = g.tensor((8, 1, 1, 1), name="mean", dtype="float32"), g.tensor((8, 1, 1, 1), name="iv", dtype="float32")
+        y = g.norm_forward(x, sc, b, mode=mode, training=False, mean=m, inv_variance=iv).set_output(True)
+        inputs.update({m: mr, iv: ir})
+        outs, refs = [y], [yr]
+    try:
+        g.build(handle)
+    except G.GraphNotSupportedError as e:
+        pytest.skip(f"no engine for {mode} norm ({'training' if training else 'inference'}): "
+                    f"{e.reason.splitlines()[-1]}")
+    got, _, _ = _run(handle, g, inputs, outs)
+    for gv, rv in zip(got, refs):
+        _close(gv, rv, dtype, scale=2)
+
+
 # -- plans -----------------------------------------------------------------------------------------------------
 def test_every_plan_gives_the_same_answer(handle, rng):
     for kind in ("conv", "matmul"):

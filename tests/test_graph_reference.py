@@ -50,3 +50,16 @@ def test_reduce_and_genstats(rng):
     s, sq = R.genstats(x)
     assert s.shape == (1, 3, 1, 1)
     np.testing.assert_allclose(sq[0, :, 0, 0], (x ** 2).sum(axis=(0, 2, 3)))
+
+
+@pytest.mark.parametrize("mode", ["layer", "instance", "batch", "rms"])
+def test_norm_reference(rng, mode):
+    x = rng.standard_normal((4, 3, 5, 2)) * 3 + 1
+    y, mean, inv = R.norm_forward(x, 1.0, None, mode, 0.0)
+    axes = {"layer": (1, 2, 3), "rms": (1, 2, 3), "instance": (2, 3), "batch": (0, 2, 3)}[mode]
+    if mode == "rms":
+        np.testing.assert_allclose((y * y).mean(axis=axes), 1, rtol=1e-10)
+    else:
+        np.testing.assert_allclose(y.mean(axis=axes), 0, atol=1e-10)
+        np.testing.assert_allclose(y.var(axis=axes), 1, rtol=1e-10)
+    assert mean.shape == inv.shape

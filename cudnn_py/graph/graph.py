@@ -458,6 +458,63 @@ class Graph:
                  {"compute_dtype": _dtype(compute_dtype) if compute_dtype is not None else self.compute_dtype}, name)
         return s, sq
 
+    _NORM_MODES = {"layer": "CUDNN_LAYER_NORM", "rms": "CUDNN_RMS_NORM", "instance": "CUDNN_INSTANCE_NORM",
+                   "batch": "CUDNN_BATCH_NORM"}
+
+    def norm_forward(self, x: Tensor, scale: Tensor, bias: Tensor | None = None, *, mode: str = "layer",
+                     training: bool = True, epsilon: float = 1e-5, mean: Tensor | None = None,
+                     inv_variance: Tensor | None = None, name: str | None = None):
+        """Normalisation forward (``mode``: 'layer', 'rms', 'instance', 'batch'), where the loaded cuDNN has it.
+
+        Statistics are over every dim but the batch (layer, rms), over spatial dims (instance) or over all but
+        the channel (batch). Training returns ``(y, mean, inv_variance)`` (``mean`` is None for rms), the
+        statistics float32 and virtual until ``set_output``; inference takes ``mean``/``inv_variance`` (not for
+        rms: only ``inv_variance``) and returns ``y``."""
+        x, scale = self._own(x, "x"), self._own(scale, "scale")
+        if mode not in self._NORM_MODES:
+            raise ValueError(f"mode must be one of {', '.join(self._NORM_MODES)}, got {mode!r}")
+        if x.ndim < 3:
+            raise ValueError(f"norm_forward needs x with a batch, a channel and at least one more dim, got {x.shape}")
+        if mode in ("layer", "rms"):
+            stat = (x.shape[0],) + (1,) * (x.ndim - 1)
+        elif mode == "instance":
+            stat = x.shape[:2] + (1,) * (x.ndim - 2)
+        else:
+            stat = (1, x.shape[1]) + (1,) * (x.ndim - 2)
+        for t, what in ((scale, "scale"), (bias, "bias")):
+            if t is not None and (t.ndim != x.ndim or any(a not in (1, b) for a, b in zip(t.shape, x.shape))):
+                raise ValueError(f"norm_forward: {what} {t.shape} does not broadcast to x {x.shape}")
+        if bias is None and mode != "rms":
+            raise ValueError(f"{mode} norm needs a bias tensor")
+        inputs = {"x": x, "scale": scale}
+        if bias is not None:
+            inputs["bias"] = self._own(bias, "bias")
+        inputs["epsilon"] = self.scalar(epsilon, ndim=x.ndim)
+        outputs = {"y": self._virtual(x.shape, strides=x.strides, like=x, name=name and f"{name}.y")}
+        if training:
+            if mean is not None or inv_variance is not None:
+                raise ValueError("training computes mean and inv_variance: do not pass them")
+            if mode != "rms":
+                outputs["mean"] = self._virtual(stat, name=name and f"{name}.mean")
+            outputs["inv_variance"] = self._virtual(stat, name=name and f"{name}.inv_variance")
+            for k in ("mean", "inv_variance"):
+                if k in outputs:
+                    outputs[k].set_dtype("float32")
+        else:
+            if mode == "batch":
+                raise ValueError("cuDNN's norm forward has no batch-norm inference phase")
+            needed = {"inv_variance": inv_variance} if mode == "rms" else {"mean": mean, "inv_variance": inv_variance}
+            for k, t in needed.items():
+                if t is None:
+                    raise ValueError(f"{mode} norm inference needs {k}= (a tensor of shape {stat})")
+                inputs[k] = self._own(t, k)
+        self._op("norm_forward", inputs, outputs, {"mode": capi.cudnnBackendNormMode_t[self._NORM_MODES[mode]],
+                                                   "training": bool(training)}, name)
+        y = outputs["y"]
+        if not training:
+            return y
+        return y, outputs.get("mean"), outputs["inv_variance"]
+
     # -- structure ----------------------------------------------------------------------------------------------
     def key(self) -> tuple:
         """The graph's structure, shapes and dtypes: equal keys lower to equal operation graphs."""

@@ -50,7 +50,7 @@ def pointwise_mode(mode) -> capi.cudnnPointwiseMode_t:
 @dataclass(eq=False)
 class Op:
     """One node: ``kind`` ('conv_fprop', 'conv_dgrad', 'conv_wgrad', 'matmul', 'pointwise', 'reduction',
-    'genstats'), tensors by role, and parameters (all hashable)."""
+    'genstats', 'norm_forward'), tensors by role, and parameters (all hashable)."""
     kind: str
     inputs: dict
     outputs: dict
@@ -134,5 +134,13 @@ def lower(op: Op, td: dict) -> tuple[BackendDescriptor, list[BackendDescriptor]]
         d = BackendDescriptor("OPERATION_GEN_STATS", mode=capi.CUDNN_GENSTATS_SUM_SQSUM,
                               math_prec=p["compute_dtype"], xdesc=td[i["x"].uid],
                               sumdesc=td[o["sum"].uid], sqsumdesc=td[o["sqsum"].uid])
+        return d.finalize(), []
+    if op.kind == "norm_forward":
+        d = BackendDescriptor("OPERATION_NORM_FORWARD", mode=p["mode"],
+                              phase=capi.CUDNN_NORM_FWD_TRAINING if p["training"] else capi.CUDNN_NORM_FWD_INFERENCE)
+        roles = {"x": "xdesc", "scale": "scale_desc", "bias": "bias_desc", "epsilon": "epsilon_desc",
+                 "mean": "mean_desc", "inv_variance": "inv_variance_desc", "y": "ydesc"}
+        for role, t in (*i.items(), *o.items()):
+            d.set(roles[role], td[t.uid])
         return d.finalize(), []
     raise ValueError(f"unknown operation kind {op.kind!r}")

@@ -121,3 +121,19 @@ def genstats(x):
     x = np.asarray(x, np.float64)
     axes = (0,) + tuple(range(2, x.ndim))
     return x.sum(axis=axes, keepdims=True), (x * x).sum(axis=axes, keepdims=True)
+
+
+def norm_forward(x, scale, bias, mode, eps):
+    """(y, mean, inv_variance) of layer / rms / instance / batch normalisation (statistics keep dims)."""
+    x = np.asarray(x, np.float64)
+    axes = {"layer": tuple(range(1, x.ndim)), "rms": tuple(range(1, x.ndim)),
+            "instance": tuple(range(2, x.ndim)), "batch": (0,) + tuple(range(2, x.ndim))}[mode]
+    if mode == "rms":
+        mean = np.zeros_like(x.mean(axis=axes, keepdims=True))
+        var = (x * x).mean(axis=axes, keepdims=True)
+    else:
+        mean = x.mean(axis=axes, keepdims=True)
+        var = x.var(axis=axes, keepdims=True)
+    inv = 1 / np.sqrt(var + eps)
+    y = (x - mean) * inv * scale + (0 if bias is None else bias)
+    return y, mean, inv
