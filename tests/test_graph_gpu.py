@@ -542,3 +542,13 @@ def test_capture_graph_and_legacy_calls_into_a_cuda_core_graph(handle, rng):
     capi.cudnnDestroyTensorDescriptor(yt)
     capi.cudnnDestroyTensorDescriptor(bt)
     _close(_host(yd), R.conv_fprop(xa, wa, (1, 1), (1, 1), (1, 1)) + ba, "float32")
+
+
+def test_conv_fast_path_convolution_mode_and_asymmetric_padding(handle, rng):
+    from cudnn_py.graph import conv_forward
+    xa, wa = rng.standard_normal((2, 4, 7, 6)), rng.standard_normal((8, 4, 3, 3))
+    x, w = to_device(xa.astype(np.float32)), to_device(wa.astype(np.float32))
+    y = conv_forward(handle, x, w, padding=(1, 0), post_padding=(0, 2), conv_mode="convolution")
+    ref = R.conv_fprop(xa, wa[:, :, ::-1, ::-1], (1, 0), (1, 1), (1, 1), post=(0, 2))
+    assert y.shape == ref.shape
+    _close(y.to_numpy(), ref, "float32")

@@ -55,8 +55,13 @@ def _spatial(v, n):
     return (v,) * n if isinstance(v, int) else tuple(v)
 
 
+def _opt(v, n):
+    return None if v is None else _spatial(v, n)
+
+
 def conv_forward(handle, x, w, *, padding=0, stride=1, dilation=1, bias=None, activation: str | None = None,
-                 y=None, alpha: float = 1.0, beta: float = 0.0, compute_dtype=None):
+                 y=None, alpha: float = 1.0, beta: float = 0.0, compute_dtype=None, post_padding=None,
+                 conv_mode="cross_correlation"):
     """y = activation(alpha * conv(x, w) + beta * y + bias) as one cached graph; returns y.
 
     x (N, C, *spatial) and w (K, C/groups, *kernel) in any layout the strides describe (NCHW or NHWC);
@@ -76,13 +81,14 @@ def conv_forward(handle, x, w, *, padding=0, stride=1, dilation=1, bias=None, ac
     key = ("fprop", id(handle), xa.shape, xa.strides, xa.dtype, wa.shape, wa.strides, wa.dtype,
            _spatial(padding, nsp), _spatial(stride, nsp), _spatial(dilation, nsp),
            None if ba is None else (ba.shape, ba.strides, ba.dtype), activation, float(alpha), float(beta),
-           compute_dtype, None if y is None else (_arr(y, "y").strides,))
+           compute_dtype, None if y is None else (_arr(y, "y").strides,), _opt(post_padding, nsp), str(conv_mode))
 
     def make():
         g = Graph(io_dtype=xa.dtype, compute_dtype=compute_dtype or _compute_dtype(xa.dtype), name="conv_fprop")
         tx, tw = g.tensor_like(xa, "x"), g.tensor_like(wa, "w")
         fused = ba is not None or activation is not None
-        out = g.conv_fprop(tx, tw, padding, stride, dilation, alpha=alpha, beta=beta if not fused else 0.0)
+        out = g.conv_fprop(tx, tw, padding, stride, dilation, alpha=alpha, beta=beta if not fused else 0.0,
+                           post_padding=post_padding, conv_mode=conv_mode)
         args = [tx, tw]
         if ba is not None:
             tb = g.tensor_like(ba, "bias")
@@ -110,7 +116,8 @@ def conv_forward(handle, x, w, *, padding=0, stride=1, dilation=1, bias=None, ac
 
 
 def conv_backward_data(handle, dy, w, *, padding=0, stride=1, dilation=1, dx=None, x_shape=None,
-                       alpha: float = 1.0, beta: float = 0.0, compute_dtype=None):
+                       alpha: float = 1.0, beta: float = 0.0, compute_dtype=None, post_padding=None,
+                       conv_mode="cross_correlation"):
     """dx = alpha * conv_bwd_data(dy, w) + beta * dx via a cached graph plan; returns dx."""
     dya, wa = _arr(dy, "dy"), _arr(w, "w")
     if dx is not None and x_shape is None:
@@ -118,12 +125,14 @@ def conv_backward_data(handle, dy, w, *, padding=0, stride=1, dilation=1, dx=Non
     nsp = dya.ndim - 2
     key = ("dgrad", id(handle), dya.shape, dya.strides, dya.dtype, wa.shape, wa.strides, wa.dtype,
            _spatial(padding, nsp), _spatial(stride, nsp), _spatial(dilation, nsp), x_shape, float(alpha),
-           float(beta), compute_dtype, None if dx is None else _arr(dx, "dx").strides)
+           float(beta), compute_dtype, None if dx is None else _arr(dx, "dx").strides, _opt(post_padding, nsp),
+           str(conv_mode))
 
     def make():
         g = Graph(io_dtype=dya.dtype, compute_dtype=compute_dtype or _compute_dtype(dya.dtype), name="conv_dgrad")
         tdy, tw = g.tensor_like(dya, "dy"), g.tensor_like(wa, "w")
-        out = g.conv_dgrad(tdy, tw, padding, stride, dilation, x_shape=x_shape, alpha=alpha, beta=beta)
+        out = g.conv_dgrad(tdy, tw, padding, stride, dilation, x_shape=x_shape, alpha=alpha, beta=beta,
+                           post_padding=post_padding, conv_mode=conv_mode)
         if dx is not None:
             out.strides = _arr(dx, "dx").strides
         out.set_output(True).set_name("dx")
@@ -137,7 +146,8 @@ def conv_backward_data(handle, dy, w, *, padding=0, stride=1, dilation=1, dx=Non
 
 
 def conv_backward_filter(handle, dy, x, *, padding=0, stride=1, dilation=1, dw=None, w_shape=None,
-                         alpha: float = 1.0, beta: float = 0.0, compute_dtype=None):
+                         alpha: float = 1.0, beta: float = 0.0, compute_dtype=None, post_padding=None,
+                         conv_mode="cross_correlation"):
     """dw = alpha * conv_bwd_filter(dy, x) + beta * dw via a cached graph plan; returns dw."""
     dya, xa = _arr(dy, "dy"), _arr(x, "x")
     if dw is not None and w_shape is None:
@@ -145,12 +155,14 @@ def conv_backward_filter(handle, dy, x, *, padding=0, stride=1, dilation=1, dw=N
     nsp = dya.ndim - 2
     key = ("wgrad", id(handle), dya.shape, dya.strides, dya.dtype, xa.shape, xa.strides, xa.dtype,
            _spatial(padding, nsp), _spatial(stride, nsp), _spatial(dilation, nsp), w_shape, float(alpha),
-           float(beta), compute_dtype, None if dw is None else _arr(dw, "dw").strides)
+           float(beta), compute_dtype, None if dw is None else _arr(dw, "dw").strides, _opt(post_padding, nsp),
+           str(conv_mode))
 
     def make():
         g = Graph(io_dtype=dya.dtype, compute_dtype=compute_dtype or _compute_dtype(dya.dtype), name="conv_wgrad")
         tdy, tx = g.tensor_like(dya, "dy"), g.tensor_like(xa, "x")
-        out = g.conv_wgrad(tdy, tx, padding, stride, dilation, w_shape=w_shape, alpha=alpha, beta=beta)
+        out = g.conv_wgrad(tdy, tx, padding, stride, dilation, w_shape=w_shape, alpha=alpha, beta=beta,
+                           post_padding=post_padding, conv_mode=conv_mode)
         if dw is not None:
             out.strides = _arr(dw, "dw").strides
         elif _packed_strides(xa.shape, "NHWC") == xa.strides and xa.ndim >= 4:
