@@ -477,7 +477,7 @@ def test_executor_hot_path_and_validation(monkeypatch):
         ex(DeviceArray(0x5000, x.shape, np.float16), *a[1:])
     with pytest.raises(ValueError, match="expects strides"):
         ex(DeviceArray(0x5000, x.shape, np.float32, strides=(512, 1, 64, 8)), *a[1:])
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="device"):
         ex(np.zeros(x.shape, np.float32), *a[1:])
     assert len(packs) == 2
     with pytest.raises(ValueError, match="missing v"):

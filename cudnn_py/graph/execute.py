@@ -14,7 +14,6 @@ from operator import attrgetter
 
 from cudnn_py import _loader, capi
 from cudnn_py._binding import status_error
-
 from cudnn_py.memory import DeviceArray
 
 from .descriptors import BackendDescriptor
@@ -126,7 +125,10 @@ class _ExecState:
         ex, h, plan = _raw_execute(), self._h, self._plan_ptr
         if not self.workspace_size:
             def run(*arrays):
-                vp = recent_get(arrays)
+                try:
+                    vp = recent_get(arrays)
+                except TypeError:  # an unhashable argument: the slow path says what is wrong with it
+                    vp = None
                 if vp is None:
                     vp = lookup(arrays, None)
                 status = ex(h, plan, vp)
@@ -137,7 +139,10 @@ class _ExecState:
 
             def run(*arrays):
                 wsp = ws_get(size, stream)
-                vp = recent_get(arrays + (wsp,))
+                try:
+                    vp = recent_get(arrays + (wsp,))
+                except TypeError:
+                    vp = None
                 if vp is None:
                     vp = lookup(arrays, wsp)
                 status = ex(h, plan, vp)
@@ -195,6 +200,7 @@ class _ExecState:
         if status:
             raise status_error("cudnnBackendExecute", status)
 
+
 class Executor(functools.partial):
     """``run(*arrays)``: execute a plan with arrays bound positionally to the graph's non-virtual tensors.
 
@@ -208,6 +214,9 @@ class Executor(functools.partial):
     * in front of it, the last few argument tuples themselves (``identity_cache``, default 4; DeviceArray
       arguments only): a call with the very same array objects skips reading their pointers. Those arrays are
       kept alive until they drop out of this small cache.
+
+    A pointer tuple seen before is not re-validated: passing, at the same addresses, arrays of another shape
+    than the first time (e.g. a smaller buffer allocated where a freed one was) is not detected.
     """
 
     def __new__(cls, plan, handle, tensors=(), identity_cache: int = 4):
