@@ -377,6 +377,8 @@ def test_rnn_inference_matches_training_and_weights_add(handle, rng):
 
 @pytest.mark.gpu
 def test_rnn_lstm_clip_forward(handle, rng):
+    """Clipping bounds the cell state inside the recurrence; cy is the last cell state before clipping (cuDNN
+    9.19 on an H200; the reference models that)."""
     from cudnn_py import memory
     # cuDNN keeps the clip bounds in single precision: use bounds float32 represents exactly
     cfg = ref.RNNConfig("lstm", 5, 6, clip=(-0.3125, 0.4375))
@@ -388,7 +390,6 @@ def test_rnn_lstm_clip_forward(handle, rng):
     x = rng.standard_normal((6, 3, 5)) * 2
     want = ref.forward(cfg, x, [6, 6, 6], mats, biases)
     got = R.rnn_forward(handle, rnn, memory.to_device(x), w)
-    assert np.abs(want.cy).max() <= 0.4375
     unclipped = ref.forward(ref.RNNConfig("lstm", 5, 6), x, [6, 6, 6], mats, biases)
     assert np.abs(unclipped.y - want.y).max() > 1e-3, "the data must make clipping matter"
     np.testing.assert_allclose(got.y.to_numpy(), want.y, rtol=1e-9, atol=1e-10)

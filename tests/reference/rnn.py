@@ -5,6 +5,7 @@ Conventions follow cuDNN (cudnnRNNMode_t, cudnnGetRNNWeightParams):
 * data is sequence-major and padded: ``x[T, B, inputSize]``; sequence ``b`` is valid for ``t < lengths[b]``;
   ``y[T, B, dirs * outSize]`` (forward direction first), zero past each sequence's length;
 * states ``h[numLayers * dirs, B, outSize]``, ``c[numLayers * dirs, B, hiddenSize]``; pseudo-layer ``l * dirs + d``;
+  with LSTM clipping, ``cy`` is the last cell state before clipping (as cuDNN reports it; measured on 9.19);
   ``outSize`` is ``projSize`` for LSTM with projection, else ``hiddenSize``;
 * weights: ``mats[(pseudo, lin_id)]`` (``[rows, cols]``, acting as ``W @ v``) and ``biases[(pseudo, lin_id)]``;
   a missing key means the matrix or bias does not exist (skip input, bias mode).
@@ -114,6 +115,7 @@ class _Dir:
         cfg, T = self.cfg, x.shape[0]
         self.x, self.lengths, self.steps = x, lengths, []
         h, c = h0.copy(), c0.copy()
+        c_final = c.copy()  # cuDNN reports cy BEFORE clipping (the recurrence uses the clipped value)
         y = np.zeros((T, x.shape[1], cfg.out_size))
         for t in range(T):
             m = (t < lengths)[:, None]
@@ -127,9 +129,10 @@ class _Dir:
             elif cfg.mode == "lstm":
                 a = [self._wx(k, xt) + h @ self.R[k].T + self.bR[k] for k in range(4)]
                 i, f, gg, o = _sig(a[0]), _sig(a[1]), np.tanh(a[2]), _sig(a[3])
-                cn = f * c + i * gg
+                cn = c_raw = f * c + i * gg
                 if cfg.clip is not None:
-                    cn = np.clip(cn, *cfg.clip)
+                    cn = np.clip(c_raw, *cfg.clip)
+                c_final = np.where(m, c_raw, c_final)
                 tc = np.tanh(cn)
                 k_ = o * tc
                 hn = k_ @ self.P.T if self.P is not None else k_
@@ -146,7 +149,7 @@ class _Dir:
             h = np.where(m, hn, h)
             c = np.where(m, cn, c)
             y[t] = np.where(m, hn, 0.0)
-        return y, h, c
+        return y, h, (c_final if cfg.mode == "lstm" else c)
 
     def backward(self, dy, dhy, dcy):
         """dy[T,B,out] (zero past lengths), dhy/dcy final-state grads -> dx, dh0, dc0, grads dicts."""
