@@ -16,7 +16,9 @@ values ``v[B, Tk, v_size]``, output ``out[B, Tq, o_proj_size]``::
 Weights (``cudnnGetMultiHeadAttnWeights``): ``wq [heads, q_proj, q_size]``, ``wk [heads, k_proj, k_size]``,
 ``wv [heads, v_proj, v_size]``, ``wo [heads, o_proj, v_proj]`` (each ``W[h] @ vector``), biases
 ``bq/bk/bv [heads, proj]`` and ``bo [o_proj]``. Query ``t`` attends keys ``lo_win[t] <= j < hi_win[t]``
-(default: all) within its sequence's length. As in cuDNN, ``dq`` does not include the residual path.
+(default: all) within its sequence's length. As in cuDNN, ``dq`` does not include the residual path, and
+the output-bias gradient sums ``dout`` over all query rows, padding included: zero ``dout`` past each
+query length (measured with cuDNN 9.19).
 """
 from __future__ import annotations
 
