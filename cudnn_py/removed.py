@@ -61,6 +61,13 @@ REMOVED: dict[str, tuple[int, str]] = {
     "cudnnFindRNNForwardInferenceAlgorithmEx": (9, "the algo argument of cudnnSetRNNDescriptor_v8"),
     "cudnnFindRNNBackwardDataAlgorithmEx": (9, "the algo argument of cudnnSetRNNDescriptor_v8"),
     "cudnnFindRNNBackwardWeightsAlgorithmEx": (9, "the algo argument of cudnnSetRNNDescriptor_v8"),
+    "cudnnGetRNNForwardInferenceAlgorithmMaxCount": (9, "nothing: the v8 RNN API takes its algorithm from "
+                                                        "the algo argument of cudnnSetRNNDescriptor_v8"),
+    "cudnnGetRNNBackwardDataAlgorithmMaxCount": (9, "nothing: the v8 RNN API takes its algorithm from "
+                                                    "the algo argument of cudnnSetRNNDescriptor_v8"),
+    "cudnnGetRNNBackwardWeightsAlgorithmMaxCount": (9, "nothing: the v8 RNN API takes its algorithm from "
+                                                       "the algo argument of cudnnSetRNNDescriptor_v8"),
+    "cudnnSetRNNAlgorithmDescriptor": (8, "the algo argument of cudnnSetRNNDescriptor_v8"),
     # cuDNN 9 merged the infer/train sub-libraries
     "cudnnOpsInferVersionCheck": (9, "cudnnOpsVersionCheck"),
     "cudnnOpsTrainVersionCheck": (9, "cudnnOpsVersionCheck"),
