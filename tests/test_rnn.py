@@ -546,3 +546,19 @@ def test_rnn_dropout_between_layers(handle, rng):
     dx, dhx, dcx = R.rnn_backward_data(handle, rnn, tr, memory.to_device(np.ones(want.y.shape)), w)
     assert np.all(np.isfinite(dx.to_numpy()))
     assert np.all(np.isfinite(R.rnn_backward_weights(handle, rnn, tr).to_numpy()))
+
+
+@pytest.mark.parametrize("name,replacement", [
+    ("cudnnSetRNNDescriptor_v6", "cudnnSetRNNDescriptor_v8"), ("cudnnSetRNNDescriptor_v5", "cudnnSetRNNDescriptor_v8"),
+    ("cudnnGetRNNParamsSize", "cudnnGetRNNWeightSpaceSize"),
+    ("cudnnGetRNNLinLayerMatrixParams", "cudnnGetRNNWeightParams"),
+    ("cudnnGetRNNLinLayerBiasParams", "cudnnGetRNNWeightParams"),
+    ("cudnnRNNForwardTraining", "cudnnRNNForward"), ("cudnnRNNForwardInference", "cudnnRNNForward"),
+    ("cudnnRNNBackwardData", "cudnnRNNBackwardData_v8"), ("cudnnRNNBackwardWeights", "cudnnRNNBackwardWeights_v8"),
+    ("cudnnGetRNNWorkspaceSize", "cudnnGetRNNTempSpaceSizes"),
+    ("cudnnGetRNNTrainingReserveSize", "cudnnGetRNNTempSpaceSizes"),
+])
+def test_removed_rnn_calls_name_their_replacement(name, replacement):
+    from cudnn_py.errors import FunctionNotAvailableError
+    with pytest.raises(FunctionNotAvailableError, match=f"{name} was removed.*{replacement}"):
+        getattr(capi, name)()
