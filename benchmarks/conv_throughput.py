@@ -1,9 +1,11 @@
-"""Throughput of float16 NHWC 64x256x56x56, 256 filters 3x3, pad 1: our "fastest" (and "heuristic") choice
-vs torch with ``cudnn.benchmark = True``; plus the autotune cost (first "fastest" call vs a cached one).
+"""Throughput of float16 NHWC 64x256x56x56, 256 filters 3x3, pad 1: our "fastest" (and "heuristic") choice,
+legacy and ``engine="graph"``, vs torch with ``cudnn.benchmark = True``; plus the autotune cost (first "fastest"
+call vs a cached one).
 
-Device time per call: CUDA events around ``--calls`` back-to-back calls, median of ``--repeats``.
+Device time per call: CUDA events around ``--calls`` back-to-back calls, median of ``--repeats``; the variants
+take turns for ``--rounds`` rounds (so a drift in clocks hits them alike) and the median round is reported.
 
-    python benchmarks/conv_throughput.py [--batch 64] [--calls 20] [--repeats 7]
+    python benchmarks/conv_throughput.py [--batch 64] [--calls 20] [--repeats 7] [--rounds 3]
 """
 from __future__ import annotations
 
@@ -38,11 +40,11 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--calls", type=int, default=20)
     ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args(argv)
     n, c, hw, k = args.batch, 256, 56, 256
     flops = 2.0 * n * k * hw * hw * c * 9
     rng = np.random.default_rng(0)
-    rows = []
     with cudnn.Handle() as h:
         x = cudnn.to_device(rng.standard_normal((n, hw, hw, c)).astype(np.float16), h.stream)  # NHWC
         w = cudnn.to_device((0.05 * rng.standard_normal((k, 3, 3, c))).astype(np.float16), h.stream)
@@ -60,12 +62,19 @@ def main(argv=None) -> int:
         h.synchronize()
         cached = (time.perf_counter() - t0) / 10
         (_, rec), = alg.algorithm_cache.entries()
-        ms = device_ms(lambda: cv.convolution_forward(h, conv, x, w, y, algo="fastest"), h.stream, args.calls,
-                       args.repeats)
-        rows.append((f"cudnn_py fastest ({rec.algo.name.split('_ALGO_')[1]}, {rec.math_type.name})", ms))
-        ms_h = device_ms(lambda: cv.convolution_forward(h, conv, x, w, y, algo="heuristic"), h.stream, args.calls,
-                         args.repeats)
-        rows.append(("cudnn_py heuristic", ms_h))
+        variants = {
+            f"cudnn_py fastest ({rec.algo.name.split('_ALGO_')[1]}, {rec.math_type.name})":
+                lambda: cv.convolution_forward(h, conv, x, w, y, algo="fastest"),
+            "cudnn_py heuristic": lambda: cv.convolution_forward(h, conv, x, w, y, algo="heuristic"),
+        }
+        h.synchronize()
+        t0 = time.perf_counter()
+        cv.convolution_forward(h, conv, x, w, y, algo="fastest", engine="graph")
+        h.synchronize()
+        graph_first = time.perf_counter() - t0
+        variants["cudnn_py fastest, engine='graph' (autotuned plan)"] = \
+            lambda: cv.convolution_forward(h, conv, x, w, y, algo="fastest", engine="graph")
+        torch_first = None
         try:
             import torch
         except ImportError:
@@ -80,24 +89,23 @@ def main(argv=None) -> int:
             torch.nn.functional.conv2d(xt, wt, padding=1)
             torch.cuda.synchronize()
             torch_first = time.perf_counter() - t0
-            s = torch.cuda.current_stream()
-            res = []
-            for _ in range(args.repeats):
-                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                a.record(s)
-                for _ in range(args.calls):
-                    torch.nn.functional.conv2d(xt, wt, padding=1)
-                b.record(s)
-                b.synchronize()
-                res.append(a.elapsed_time(b) / args.calls)
-            rows.append(("torch conv2d, cudnn.benchmark=True", statistics.median(res)))
+            # torch runs on its current stream; time it there with our events
+            variants["torch conv2d, cudnn.benchmark=True"] = (lambda: torch.nn.functional.conv2d(xt, wt, padding=1),
+                                                              torch.cuda.current_stream().cuda_stream)
+        times: dict[str, list[float]] = {name: [] for name in variants}
+        for _ in range(args.rounds):
+            for name, v in variants.items():
+                fn, stream = v if isinstance(v, tuple) else (v, h.stream)
+                times[name].append(device_ms(fn, stream, args.calls, args.repeats))
+        rows = [(name, statistics.median(t)) for name, t in times.items()]
     print(f"cuDNN {cudnn.library().version_string}; x {n}x{c}x{hw}x{hw} fp16 NHWC, w {k}x{c}x3x3, pad 1")
     print(f"{'variant':<58}{'ms/call':>10}{'TFLOP/s':>10}")
     for name, ms in rows:
         print(f"{name:<58}{ms:10.4f}{flops / (ms * 1e-3) / 1e12:10.1f}")
     print(f"autotune: first 'fastest' call {first * 1e3:.1f} ms (Find + run), cached call {cached * 1e3:.3f} ms "
           f"(host+device, synchronised)")
-    if torch is not None:
+    print(f"autotune, engine='graph': first call {graph_first * 1e3:.1f} ms (build and time every plan)")
+    if torch_first is not None:
         print(f"torch first call with benchmark=True: {torch_first * 1e3:.1f} ms")
     return 0
 

@@ -51,6 +51,18 @@ def _runner(key, make):
     return r
 
 
+def _build(g: Graph, handle, tensors, arrays, autotune: bool):
+    """Plan ``g`` (heuristics' first plan, or with ``autotune`` the fastest of all plans timed on the call's
+    inputs and a scratch output) and return its executor over ``tensors`` (the output last)."""
+    if autotune:
+        out = tensors[-1]
+        scratch = _out(handle, out.shape, out.np_dtype, out.strides, None, out.name)
+        g.autotune(handle, {**dict(zip(tensors[:-1], arrays)), out: scratch})
+    else:
+        g.build(handle)
+    return g.executor(handle, *tensors, identity_cache=1)
+
+
 def _spatial(v, n):
     return (v,) * n if isinstance(v, int) else tuple(v)
 
@@ -61,12 +73,12 @@ def _opt(v, n):
 
 def conv_forward(handle, x, w, *, padding=0, stride=1, dilation=1, bias=None, activation: str | None = None,
                  y=None, alpha: float = 1.0, beta: float = 0.0, compute_dtype=None, post_padding=None,
-                 conv_mode="cross_correlation"):
+                 conv_mode="cross_correlation", autotune: bool = False):
     """y = activation(alpha * conv(x, w) + beta * y + bias) as one cached graph; returns y.
 
     x (N, C, *spatial) and w (K, C/groups, *kernel) in any layout the strides describe (NCHW or NHWC);
     ``bias`` (1, K, 1, 1) (or (K,)); ``activation``: None or one of :data:`ACTIVATIONS`. ``beta`` != 0 needs
-    ``y`` (read and overwritten)."""
+    ``y`` (read and overwritten). ``autotune``: time every plan on the first call and keep the fastest."""
     xa, wa = _arr(x, "x"), _arr(w, "w")
     ba = None
     if bias is not None:
@@ -81,7 +93,8 @@ def conv_forward(handle, x, w, *, padding=0, stride=1, dilation=1, bias=None, ac
     key = ("fprop", id(handle), xa.shape, xa.strides, xa.dtype, wa.shape, wa.strides, wa.dtype,
            _spatial(padding, nsp), _spatial(stride, nsp), _spatial(dilation, nsp),
            None if ba is None else (ba.shape, ba.strides, ba.dtype), activation, float(alpha), float(beta),
-           compute_dtype, None if y is None else (_arr(y, "y").strides,), _opt(post_padding, nsp), str(conv_mode))
+           compute_dtype, None if y is None else (_arr(y, "y").strides,), _opt(post_padding, nsp), str(conv_mode),
+           autotune)
 
     def make():
         g = Graph(io_dtype=xa.dtype, compute_dtype=compute_dtype or _compute_dtype(xa.dtype), name="conv_fprop")
@@ -89,11 +102,12 @@ def conv_forward(handle, x, w, *, padding=0, stride=1, dilation=1, bias=None, ac
         fused = ba is not None or activation is not None
         out = g.conv_fprop(tx, tw, padding, stride, dilation, alpha=alpha, beta=beta if not fused else 0.0,
                            post_padding=post_padding, conv_mode=conv_mode)
-        args = [tx, tw]
+        args, arrays = [tx, tw], [xa, wa]
         if ba is not None:
             tb = g.tensor_like(ba, "bias")
             out = g.bias(out, tb)
             args.append(tb)
+            arrays.append(ba)
         if activation is not None:
             out = getattr(g, activation)(out)
         if y is not None:
@@ -103,8 +117,7 @@ def conv_forward(handle, x, w, *, padding=0, stride=1, dilation=1, bias=None, ac
             out.strides = ya.strides
         out.set_output(True).set_name("y")
         args.append(out)
-        g.build(handle)
-        return g.executor(handle, *args, identity_cache=1), out.shape, out.strides, xa.dtype
+        return _build(g, handle, args, arrays, autotune), out.shape, out.strides, xa.dtype
 
     ex, shape, strides, dt = _runner(key, make)
     y = _out(handle, shape, dt, strides, y, "y")
@@ -117,7 +130,7 @@ def conv_forward(handle, x, w, *, padding=0, stride=1, dilation=1, bias=None, ac
 
 def conv_backward_data(handle, dy, w, *, padding=0, stride=1, dilation=1, dx=None, x_shape=None,
                        alpha: float = 1.0, beta: float = 0.0, compute_dtype=None, post_padding=None,
-                       conv_mode="cross_correlation"):
+                       conv_mode="cross_correlation", autotune: bool = False):
     """dx = alpha * conv_bwd_data(dy, w) + beta * dx via a cached graph plan; returns dx."""
     dya, wa = _arr(dy, "dy"), _arr(w, "w")
     if dx is not None and x_shape is None:
@@ -126,7 +139,7 @@ def conv_backward_data(handle, dy, w, *, padding=0, stride=1, dilation=1, dx=Non
     key = ("dgrad", id(handle), dya.shape, dya.strides, dya.dtype, wa.shape, wa.strides, wa.dtype,
            _spatial(padding, nsp), _spatial(stride, nsp), _spatial(dilation, nsp), x_shape, float(alpha),
            float(beta), compute_dtype, None if dx is None else _arr(dx, "dx").strides, _opt(post_padding, nsp),
-           str(conv_mode))
+           str(conv_mode), autotune)
 
     def make():
         g = Graph(io_dtype=dya.dtype, compute_dtype=compute_dtype or _compute_dtype(dya.dtype), name="conv_dgrad")
@@ -136,8 +149,7 @@ def conv_backward_data(handle, dy, w, *, padding=0, stride=1, dilation=1, dx=Non
         if dx is not None:
             out.strides = _arr(dx, "dx").strides
         out.set_output(True).set_name("dx")
-        g.build(handle)
-        return g.executor(handle, tdy, tw, out, identity_cache=1), out.shape, out.strides, dya.dtype
+        return _build(g, handle, [tdy, tw, out], [dya, wa], autotune), out.shape, out.strides, dya.dtype
 
     ex, shape, strides, dt = _runner(key, make)
     dx = _out(handle, shape, dt, strides, dx, "dx")
@@ -147,7 +159,7 @@ def conv_backward_data(handle, dy, w, *, padding=0, stride=1, dilation=1, dx=Non
 
 def conv_backward_filter(handle, dy, x, *, padding=0, stride=1, dilation=1, dw=None, w_shape=None,
                          alpha: float = 1.0, beta: float = 0.0, compute_dtype=None, post_padding=None,
-                         conv_mode="cross_correlation"):
+                         conv_mode="cross_correlation", autotune: bool = False):
     """dw = alpha * conv_bwd_filter(dy, x) + beta * dw via a cached graph plan; returns dw."""
     dya, xa = _arr(dy, "dy"), _arr(x, "x")
     if dw is not None and w_shape is None:
@@ -156,7 +168,7 @@ def conv_backward_filter(handle, dy, x, *, padding=0, stride=1, dilation=1, dw=N
     key = ("wgrad", id(handle), dya.shape, dya.strides, dya.dtype, xa.shape, xa.strides, xa.dtype,
            _spatial(padding, nsp), _spatial(stride, nsp), _spatial(dilation, nsp), w_shape, float(alpha),
            float(beta), compute_dtype, None if dw is None else _arr(dw, "dw").strides, _opt(post_padding, nsp),
-           str(conv_mode))
+           str(conv_mode), autotune)
 
     def make():
         g = Graph(io_dtype=dya.dtype, compute_dtype=compute_dtype or _compute_dtype(dya.dtype), name="conv_wgrad")
@@ -168,8 +180,7 @@ def conv_backward_filter(handle, dy, x, *, padding=0, stride=1, dilation=1, dw=N
         elif _packed_strides(xa.shape, "NHWC") == xa.strides and xa.ndim >= 4:
             out.strides = _packed_strides(out.shape, "NHWC")
         out.set_output(True).set_name("dw")
-        g.build(handle)
-        return g.executor(handle, tdy, tx, out, identity_cache=1), out.shape, out.strides, dya.dtype
+        return _build(g, handle, [tdy, tx, out], [dya, xa], autotune), out.shape, out.strides, dya.dtype
 
     ex, shape, strides, dt = _runner(key, make)
     dw = _out(handle, shape, dt, strides, dw, "dw")

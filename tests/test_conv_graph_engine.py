@@ -1,0 +1,124 @@
+"""``engine="graph"`` on the Pythonic convolution calls: same answers as the float64 references, through cached
+backend-API plans (heuristic and autotuned), in every layout and rank the legacy path takes; bad input on CPU."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cudnn_py.ops import convolution as cv
+from helpers import NoCallHandle, fake
+from reference import conv as ref
+
+# name -> (x shape, w shape, Convolution kwargs); shapes in logical NCHW order
+CASES = {
+    "2d": ((2, 8, 9, 11), (16, 8, 3, 3), dict(padding=1)),
+    "stride2_dilation": ((3, 4, 13, 12), (6, 4, 3, 3), dict(padding=2, stride=2, dilation=2)),
+    "groups": ((2, 8, 10, 10), (6, 4, 3, 3), dict(padding=1, groups=2)),
+    "asym_pad": ((2, 3, 9, 8), (4, 3, 3, 2), dict(padding=((1, 2), (0, 1)))),
+    "3d": ((2, 3, 5, 6, 7), (4, 3, 3, 3, 3), dict(padding=1)),
+    "1d": ((2, 4, 17), (5, 4, 3), dict(padding=1, stride=2)),
+    "true_conv": ((2, 3, 8, 8), (4, 3, 3, 3), dict(padding=1, mode="convolution")),
+    "nhwc": ((2, 8, 9, 9), (16, 8, 3, 3), dict(padding=1, layout="NHWC")),
+}
+TOL = {"float32": 3e-3, "float16": 1e-2}  # TF32 tensor cores may run float32
+
+
+def _ref_kw(kw):
+    return dict(pad=kw.get("padding", 0), stride=kw.get("stride", 1), dilation=kw.get("dilation", 1),
+                groups=kw.get("groups", 1), mode=kw.get("mode", "cross_correlation"))
+
+
+def _phys(a, layout):
+    return np.ascontiguousarray(np.moveaxis(a, 1, -1) if layout == "NHWC" else a)
+
+
+def _logical(a, layout):
+    return np.moveaxis(a, -1, 1) if layout == "NHWC" else a
+
+
+def _err(got, want):
+    return np.abs(got - want).max() / np.abs(want).max()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("algo", ["heuristic", "fastest"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_three_directions_match_reference(handle, rng, case, algo, dtype):
+    from cudnn_py.memory import empty, to_device
+    xs, wsh, kw = CASES[case]
+    layout = kw.get("layout", "NCHW")
+    conv = cv.Convolution(**kw)
+    x = rng.standard_normal(xs).astype(dtype)
+    w = rng.standard_normal(wsh).astype(dtype)
+    rk = _ref_kw(kw)
+    y_ref = ref.conv_forward(x.astype(np.float64), w.astype(np.float64), **rk)
+    dy = rng.standard_normal(y_ref.shape).astype(dtype)
+    dx_ref = ref.conv_backward_data(dy.astype(np.float64), w.astype(np.float64), xs, **rk)
+    dw_ref = ref.conv_backward_filter(x.astype(np.float64), dy.astype(np.float64), wsh, **rk)
+    xd, wd, dyd = (to_device(_phys(a, layout), stream=handle.stream) for a in (x, w, dy))
+
+    y = empty(_phys(y_ref, layout).shape, dtype, stream=handle.stream)
+    y.fill_(np.nan)
+    got = cv.convolution_forward(handle, conv, xd, wd, y, algo=algo, engine="graph")
+    assert got is y
+    assert _err(_logical(y.to_numpy(), layout).astype(np.float64), y_ref) < TOL[dtype]
+
+    dx = cv.convolution_backward_data(handle, conv, wd, dyd, x_shape=xd.shape, algo=algo, engine="graph")
+    assert dx.shape == xd.shape
+    assert _err(_logical(dx.to_numpy(), layout).astype(np.float64), dx_ref) < TOL[dtype]
+
+    dw = empty(wd.shape, dtype, stream=handle.stream)
+    dw.fill_(np.nan)
+    cv.convolution_backward_filter(handle, conv, xd, dyd, dw, algo=algo, engine="graph")
+    # the filter gradient sums over the batch and the image: a looser bound for float16
+    assert _err(_logical(dw.to_numpy(), layout).astype(np.float64), dw_ref) < TOL[dtype] * 3
+
+
+@pytest.mark.gpu
+def test_allocated_output_blending_and_repeat_calls(handle, rng):
+    from cudnn_py.memory import to_device
+    conv = cv.Convolution(padding=1)
+    x, w = rng.standard_normal((2, 4, 8, 8)).astype("float32"), rng.standard_normal((6, 4, 3, 3)).astype("float32")
+    y0 = rng.standard_normal((2, 6, 8, 8)).astype("float32")
+    want = 0.5 * ref.conv_forward(x.astype(np.float64), w.astype(np.float64), pad=1) + 2.0 * y0
+    xd, wd = to_device(x, stream=handle.stream), to_device(w, stream=handle.stream)
+    y = to_device(y0, stream=handle.stream)
+    cv.convolution_forward(handle, conv, xd, wd, y, alpha=0.5, beta=2.0, engine="graph")
+    assert _err(y.to_numpy().astype(np.float64), want) < 3e-3
+    first = cv.convolution_forward(handle, conv, xd, wd, engine="graph")
+    for _ in range(3):  # cached plan, new outputs
+        again = cv.convolution_forward(handle, conv, xd, wd, engine="graph")
+        assert again.ptr != first.ptr and np.array_equal(again.to_numpy(), first.to_numpy())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("activation", ["relu", "identity"])
+def test_fused_bias_activation(handle, rng, activation):
+    from cudnn_py.memory import to_device
+    conv = cv.Convolution(padding=1, layout="NHWC")
+    x = rng.standard_normal((2, 8, 7, 7)).astype("float16")
+    w = rng.standard_normal((16, 8, 3, 3)).astype("float16")
+    b = rng.standard_normal(16).astype("float16")
+    want = ref.conv_bias_activation(x.astype(np.float64), w.astype(np.float64), b.astype(np.float64).reshape(1, -1, 1, 1),
+                                    activation=activation, pad=1)
+    y = cv.convolution_bias_activation_forward(handle, conv, to_device(_phys(x, "NHWC")), to_device(_phys(w, "NHWC")),
+                                               to_device(b), activation=activation, engine="graph")
+    assert y.shape == (2, 7, 7, 16)
+    assert _err(_logical(y.to_numpy(), "NHWC").astype(np.float64), want) < 1e-2
+
+
+def test_graph_engine_refuses_what_it_does_not_take():
+    conv = cv.Convolution(padding=1)
+    x, w = fake((1, 2, 5, 5)), fake((3, 2, 3, 3))
+    h = NoCallHandle()
+    with pytest.raises(ValueError, match="algo must be 'heuristic' or 'fastest'"):
+        cv.convolution_forward(h, conv, x, w, algo="IMPLICIT_GEMM", engine="graph")
+    with pytest.raises(ValueError, match="apply to engine='legacy'"):
+        cv.convolution_forward(h, conv, x, w, deterministic=True, engine="graph")
+    with pytest.raises(ValueError, match="expected 'legacy' or 'graph'"):
+        cv.convolution_forward(h, conv, x, w, engine="backend")
+    with pytest.raises(ValueError, match="no z input"):
+        cv.convolution_bias_activation_forward(h, conv, x, w, fake((3,)), z=fake((1, 3, 5, 5)), engine="graph")
+    with pytest.raises(ValueError, match="needs dw"):
+        cv.convolution_backward_filter(h, conv, x, fake((1, 3, 5, 5)), engine="graph")
