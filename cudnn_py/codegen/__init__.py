@@ -16,4 +16,6 @@ STUBS = Path(__file__).resolve().parents[2] / "include_stubs"
 def generate(include_dir: Path, out_dir: Path, stubs: Path = STUBS) -> tuple[str, list[Path]]:
     """Read the headers in ``include_dir`` and write the capi modules to ``out_dir``; returns (version, paths)."""
     version, headers = parse.read_headers(include_dir, stubs)
-    return version, emit.write(version, headers, Path(out_dir))
+    paths = emit.write(version, headers, Path(out_dir))
+    return version, paths + [emit.write_backend_attributes(version, Path(include_dir) / "cudnn_graph.h",
+                                                           Path(out_dir))]

@@ -136,3 +136,11 @@ def write(version: str, headers: list[model.Header], out_dir: Path) -> list[Path
     face = out_dir / "__init__.py"
     face.write_text(face_source(version, headers))
     return written + [face]
+
+
+def write_backend_attributes(version: str, graph_header: Path, out_dir: Path) -> Path:
+    """Write ``backend_attributes.py``, the graph API's attribute table, from cudnn_graph.h's documentation."""
+    from .backend_attributes import render
+    path = out_dir / "backend_attributes.py"
+    path.write_text(render(str(graph_header), _banner(version, "cudnn_graph.h documentation comments")))
+    return path

@@ -1,9 +1,9 @@
 """Which element type and count each backend attribute takes: the one table, and value conversion.
 
-The table itself (``_attribute_table.py``) is generated from the documentation comments of
-``cudnn_graph.h`` by :mod:`cudnn_py.graph.gen_attributes`; this module turns a table row into an
-:class:`AttrSpec` and converts Python values to the C array ``cudnnBackendSetAttribute`` takes
-(and back for ``cudnnBackendGetAttribute``).
+The table itself (``cudnn_py.capi.backend_attributes``) is generated from the documentation comments of
+``cudnn_graph.h`` by ``python -m cudnn_py.codegen`` (see :mod:`cudnn_py.codegen.backend_attributes`); this
+module turns a table row into an :class:`AttrSpec` and converts Python values to the C array
+``cudnnBackendSetAttribute`` takes (and back for ``cudnnBackendGetAttribute``).
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import numpy as np
 
 from cudnn_py import capi
 
-from ._attribute_table import OWNER, TABLE
+from cudnn_py.capi.backend_attributes import OWNER, TABLE
 
 __all__ = ["AttrSpec", "attr_spec", "attr_enum", "attr_type_enum", "element_ctype", "ENUM_TYPES", "Fraction"]
 
