@@ -354,8 +354,21 @@ class cudnnConvolutionBwdFilterPreference_t(enum.IntEnum):
     CUDNN_CONVOLUTION_BWD_FILTER_SPECIFY_WORKSPACE_LIMIT = 2
 
 
-globals().update({m.name: m for e in (cudnnConvolutionFwdPreference_t, cudnnConvolutionBwdDataPreference_t,
-                                      cudnnConvolutionBwdFilterPreference_t) for m in e})
+CUDNN_CONVOLUTION_FWD_NO_WORKSPACE = cudnnConvolutionFwdPreference_t.CUDNN_CONVOLUTION_FWD_NO_WORKSPACE
+CUDNN_CONVOLUTION_FWD_PREFER_FASTEST = cudnnConvolutionFwdPreference_t.CUDNN_CONVOLUTION_FWD_PREFER_FASTEST
+CUDNN_CONVOLUTION_FWD_SPECIFY_WORKSPACE_LIMIT = \
+    cudnnConvolutionFwdPreference_t.CUDNN_CONVOLUTION_FWD_SPECIFY_WORKSPACE_LIMIT
+CUDNN_CONVOLUTION_BWD_DATA_NO_WORKSPACE = cudnnConvolutionBwdDataPreference_t.CUDNN_CONVOLUTION_BWD_DATA_NO_WORKSPACE
+CUDNN_CONVOLUTION_BWD_DATA_PREFER_FASTEST = \
+    cudnnConvolutionBwdDataPreference_t.CUDNN_CONVOLUTION_BWD_DATA_PREFER_FASTEST
+CUDNN_CONVOLUTION_BWD_DATA_SPECIFY_WORKSPACE_LIMIT = \
+    cudnnConvolutionBwdDataPreference_t.CUDNN_CONVOLUTION_BWD_DATA_SPECIFY_WORKSPACE_LIMIT
+CUDNN_CONVOLUTION_BWD_FILTER_NO_WORKSPACE = \
+    cudnnConvolutionBwdFilterPreference_t.CUDNN_CONVOLUTION_BWD_FILTER_NO_WORKSPACE
+CUDNN_CONVOLUTION_BWD_FILTER_PREFER_FASTEST = \
+    cudnnConvolutionBwdFilterPreference_t.CUDNN_CONVOLUTION_BWD_FILTER_PREFER_FASTEST
+CUDNN_CONVOLUTION_BWD_FILTER_SPECIFY_WORKSPACE_LIMIT = \
+    cudnnConvolutionBwdFilterPreference_t.CUDNN_CONVOLUTION_BWD_FILTER_SPECIFY_WORKSPACE_LIMIT
 
 _PREF_TYPES = {"forward": cudnnConvolutionFwdPreference_t, "backward_data": cudnnConvolutionBwdDataPreference_t,
                "backward_filter": cudnnConvolutionBwdFilterPreference_t}

@@ -37,7 +37,7 @@ from cudnn_py.errors import ClosedError
 from cudnn_py.streams import as_stream, get_device
 from cudnn_py.workspace import Workspace
 
-__all__ = ["Handle"]
+__all__ = ["Handle", "handle_cache"]
 
 
 def _destroy(ptr: capi.cudnnHandle_t, state: list) -> None:
@@ -46,7 +46,27 @@ def _destroy(ptr: capi.cudnnHandle_t, state: list) -> None:
         capi.cudnnDestroy(ptr)
     except Exception:  # at interpreter exit the driver may already be gone; nothing left to free
         pass
+    ptr.value = None  # whoever still holds this ctypes object now passes NULL (an error), never a freed handle
     state.clear()
+
+
+_RAW_CACHES: dict[tuple[int, str], dict] = {}
+
+
+def handle_cache(handle, name: str) -> dict:
+    """A dict for what a module builds for ``handle`` (plans, executors): dropped when the handle closes.
+
+    Anything bound to a cuDNN handle must live here rather than in a module-level cache keyed by the
+    handle's address, which a new handle can reuse. A raw ``cudnnHandle_t`` (not a :class:`Handle`) gets
+    a process-wide dict keyed by its address; its owner manages its lifetime.
+    """
+    cache = getattr(handle, "cache", None)
+    if cache is None:
+        return _RAW_CACHES.setdefault((ctypes.cast(handle, ctypes.c_void_p).value, name), {})
+    got = cache.get(name)
+    if got is None:
+        got = cache[name] = {}
+    return got
 
 
 class Handle:
@@ -73,6 +93,8 @@ class Handle:
         self._stream_ptr = 0
         #: the scratch buffer execute calls draw from (see :class:`~cudnn_py.workspace.Workspace`)
         self.workspace = Workspace(device=self.device)
+        #: what other modules built for this handle, by module (see :func:`handle_cache`); dropped by close()
+        self.cache: dict[str, dict] = {}
         self.set_stream(s)
 
     # -- state --
@@ -138,6 +160,7 @@ class Handle:
         """Release the workspace and destroy the cuDNN handle. Idempotent."""
         if self._ptr is None:
             return
+        self.cache.clear()
         self.workspace.release()
         self._ptr = None
         self._finalizer()

@@ -28,7 +28,7 @@ def main():
 
         g = G.Graph(io_dtype="float16", compute_dtype="float32", name="conv_bias_relu")
         tx, tw, tb = g.tensor_like(xd, "x"), g.tensor_like(wd, "w"), g.tensor_like(bd, "b")
-        y = g.relu(g.bias(g.conv_fprop(tx, tw, padding=1), tb)).set_output(True).set_name("y")
+        g.relu(g.bias(g.conv_fprop(tx, tw, padding=1), tb)).set_output(True).set_name("y")
         g.build(h)
         print(g)
         print("plan:", g.plan, "notes:", g.plan.config.notes())

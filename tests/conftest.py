@@ -18,7 +18,7 @@ def gpu_missing_reason() -> str:
             return f"cuInit failed: {err.name}"
         _, count = driver.cuDeviceGetCount()
         return "" if count else "the CUDA driver sees no GPU"
-    except Exception as e:  # no driver library at all
+    except Exception:  # no driver library at all
         return "no CUDA driver on this machine"
 
 

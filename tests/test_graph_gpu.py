@@ -333,12 +333,12 @@ def test_autotune_keeps_the_fastest_correct_plan(handle, rng):
 
 
 def test_plan_cache_and_executor_reuse(handle, rng):
-    G.plan_cache_clear()
+    G.plan_cache_clear(handle)
     g1, x, w, y = _conv_graph("float32", padding=1)
     g1.build(handle)
     g2, x2, w2, y2 = _conv_graph("float32", padding=1)
     g2.build(handle)
-    info = G.plan_cache_info()
+    info = G.plan_cache_info(handle)
     assert info["hits"] == 1 and info["misses"] == 1
     assert g2.plan.descriptor is g1.plan.descriptor
     keep = []
@@ -565,3 +565,36 @@ def test_conv_fast_path_convolution_mode_and_asymmetric_padding(handle, rng):
     ref = R.conv_fprop(xa, wa[:, :, ::-1, ::-1], (1, 0), (1, 1), (1, 1), post=(0, 2))
     assert y.shape == ref.shape
     _close(y.to_numpy(), ref, "float32")
+
+
+# -- lifetime and stale arguments: errors, never a freed handle or an unchecked buffer -------------------------
+def test_executor_after_its_handle_closed_raises(rng):
+    from cudnn_py import Handle
+    from cudnn_py.errors import ClosedError
+    from cudnn_py.graph.conv import conv_forward
+    h = Handle()
+    g, x, w, y = _conv_graph("float32", padding=1)
+    g.build(h)
+    keep = []
+    xd, wd, yd = _dev(rng.standard_normal(x.shape), x, keep), _dev(rng.standard_normal(w.shape), w, keep), _out(y, keep)
+    run = g.executor(h, x, w, y)
+    run(xd, wd, yd)
+    conv_forward(h, xd, wd, padding=1)
+    assert h.cache["graph.plans"] and h.cache["graph.conv"]
+    h.close()
+    assert h.cache == {}  # plans and executors built for the handle went with it
+    with pytest.raises(ClosedError):
+        run(xd, wd, yd)
+    with pytest.raises(ClosedError):
+        conv_forward(h, xd, wd, padding=1)
+
+
+def test_another_array_at_a_known_address_is_validated_again(handle, rng):
+    g, x, w, y = _conv_graph("float32", padding=1)
+    keep = []
+    xd, wd, yd = _dev(rng.standard_normal(x.shape), x, keep), _dev(rng.standard_normal(w.shape), w, keep), _out(y, keep)
+    run = g.executor(handle, x, w, y)
+    run(xd, wd, yd)
+    smaller = DeviceArray(yd.ptr, (1,) + y.shape[1:], yd.dtype, yd.strides, owner=yd)  # same address, 1 image
+    with pytest.raises(ValueError, match="expects shape"):
+        run(xd, wd, smaller)

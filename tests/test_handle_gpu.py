@@ -153,3 +153,15 @@ def test_dropout_descriptor(handle):
     d.close()
     with pytest.raises(ClosedError):
         d.ptr
+
+
+def test_close_drops_the_handle_cache_and_nulls_the_pointer():
+    from cudnn_py.handle import handle_cache
+    h = cudnn.Handle()
+    ptr = h.ptr
+    handle_cache(h, "mine")["k"] = "built for h"
+    assert h.cache == {"mine": {"k": "built for h"}}
+    h.close()
+    assert h.cache == {} and ptr.value is None  # a holder of the old pointer object passes NULL, not a freed handle
+    with pytest.raises(ClosedError):
+        h.ptr

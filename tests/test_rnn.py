@@ -1,6 +1,5 @@
 """cudnn_py.ops.rnn: descriptors and validation on CPU (real libcudnn), numerics on the GPU against the
 float64 reference in tests/reference/rnn.py (and torch.nn.LSTM/GRU where torch is installed)."""
-import ctypes
 
 import numpy as np
 import pytest
@@ -420,7 +419,6 @@ def test_rnn_torch_second_opinion(handle, rng, mode):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("torch has no CUDA here")
-    from cudnn_py import memory
     T, B, I, H, layers = 5, 3, 4, 6, 2
     net = (torch.nn.LSTM if mode == "lstm" else torch.nn.GRU)(I, H, layers, bidirectional=True).double().cuda()
     rnn = R.RNN(mode, I, H, layers, bidirectional=True, dtype=np.float64)

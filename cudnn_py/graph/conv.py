@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from cudnn_py.handle import handle_cache
 from cudnn_py.memory import DeviceArray, as_array, empty
 
 from .graph import Graph, _packed_strides
@@ -18,11 +19,11 @@ __all__ = ["conv_forward", "conv_backward_data", "conv_backward_filter", "ACTIVA
 
 #: activation name -> Graph method applied after the (bias-added) convolution
 ACTIVATIONS = ("relu", "gelu", "silu", "tanh", "sigmoid")
-_RUNNERS: dict = {}
 
 
-def conv_cache_clear() -> None:
-    _RUNNERS.clear()
+def conv_cache_clear(handle) -> None:
+    """Forget the convolution plans and executors built for ``handle``."""
+    handle_cache(handle, "graph.conv").clear()
 
 
 def _arr(obj, name) -> DeviceArray:
@@ -44,10 +45,11 @@ def _out(handle, shape, dtype, strides, out, name):
     return DeviceArray(buf.ptr, shape, dtype, strides, device_id=buf.device_id, owner=buf)
 
 
-def _runner(key, make):
-    r = _RUNNERS.get(key)
+def _runner(handle, key, make):
+    runners = handle_cache(handle, "graph.conv")
+    r = runners.get(key)
     if r is None:
-        r = _RUNNERS[key] = make()
+        r = runners[key] = make()
     return r
 
 
@@ -90,7 +92,7 @@ def conv_forward(handle, x, w, *, padding=0, stride=1, dilation=1, bias=None, ac
     if beta and y is None:
         raise ValueError("beta != 0 accumulates into y: pass y=")
     nsp = xa.ndim - 2
-    key = ("fprop", id(handle), xa.shape, xa.strides, xa.dtype, wa.shape, wa.strides, wa.dtype,
+    key = ("fprop", xa.shape, xa.strides, xa.dtype, wa.shape, wa.strides, wa.dtype,
            _spatial(padding, nsp), _spatial(stride, nsp), _spatial(dilation, nsp),
            None if ba is None else (ba.shape, ba.strides, ba.dtype), activation, float(alpha), float(beta),
            compute_dtype, None if y is None else (_arr(y, "y").strides,), _opt(post_padding, nsp), str(conv_mode),
@@ -119,7 +121,7 @@ def conv_forward(handle, x, w, *, padding=0, stride=1, dilation=1, bias=None, ac
         args.append(out)
         return _build(g, handle, args, arrays, autotune), out.shape, out.strides, xa.dtype
 
-    ex, shape, strides, dt = _runner(key, make)
+    ex, shape, strides, dt = _runner(handle, key, make)
     y = _out(handle, shape, dt, strides, y, "y")
     if ba is None:
         ex(xa, wa, y)
@@ -136,7 +138,7 @@ def conv_backward_data(handle, dy, w, *, padding=0, stride=1, dilation=1, dx=Non
     if dx is not None and x_shape is None:
         x_shape = _arr(dx, "dx").shape
     nsp = dya.ndim - 2
-    key = ("dgrad", id(handle), dya.shape, dya.strides, dya.dtype, wa.shape, wa.strides, wa.dtype,
+    key = ("dgrad", dya.shape, dya.strides, dya.dtype, wa.shape, wa.strides, wa.dtype,
            _spatial(padding, nsp), _spatial(stride, nsp), _spatial(dilation, nsp), x_shape, float(alpha),
            float(beta), compute_dtype, None if dx is None else _arr(dx, "dx").strides, _opt(post_padding, nsp),
            str(conv_mode), autotune)
@@ -151,7 +153,7 @@ def conv_backward_data(handle, dy, w, *, padding=0, stride=1, dilation=1, dx=Non
         out.set_output(True).set_name("dx")
         return _build(g, handle, [tdy, tw, out], [dya, wa], autotune), out.shape, out.strides, dya.dtype
 
-    ex, shape, strides, dt = _runner(key, make)
+    ex, shape, strides, dt = _runner(handle, key, make)
     dx = _out(handle, shape, dt, strides, dx, "dx")
     ex(dya, wa, dx)
     return dx
@@ -165,7 +167,7 @@ def conv_backward_filter(handle, dy, x, *, padding=0, stride=1, dilation=1, dw=N
     if dw is not None and w_shape is None:
         w_shape = _arr(dw, "dw").shape
     nsp = dya.ndim - 2
-    key = ("wgrad", id(handle), dya.shape, dya.strides, dya.dtype, xa.shape, xa.strides, xa.dtype,
+    key = ("wgrad", dya.shape, dya.strides, dya.dtype, xa.shape, xa.strides, xa.dtype,
            _spatial(padding, nsp), _spatial(stride, nsp), _spatial(dilation, nsp), w_shape, float(alpha),
            float(beta), compute_dtype, None if dw is None else _arr(dw, "dw").strides, _opt(post_padding, nsp),
            str(conv_mode), autotune)
@@ -182,7 +184,7 @@ def conv_backward_filter(handle, dy, x, *, padding=0, stride=1, dilation=1, dw=N
         out.set_output(True).set_name("dw")
         return _build(g, handle, [tdy, tx, out], [dya, xa], autotune), out.shape, out.strides, dya.dtype
 
-    ex, shape, strides, dt = _runner(key, make)
+    ex, shape, strides, dt = _runner(handle, key, make)
     dw = _out(handle, shape, dt, strides, dw, "dw")
     ex(dya, xa, dw)
     return dw

@@ -1,26 +1,24 @@
-"""Executing plans: variant packs cached by data pointers, the fast executor, CUDA graphs.
+"""Executing plans: variant packs cached by their arguments, the fast executor, CUDA graphs.
 
-The hot path (:class:`Executor`) is one dict lookup keyed by the tuple of data pointers (plus the workspace
-pointer when the plan needs one) and one ctypes call of ``cudnnBackendExecute`` with prepared arguments: a
-repeat call with arrays at the same addresses sets no attribute and builds nothing. The first call with new
-addresses validates every array (dtype, shape, strides, device) against the graph's tensors and finalizes a
-variant pack.
+The hot path (:class:`Executor`) is one dict lookup keyed by the arguments (data pointers, shapes, strides and
+dtypes, plus the workspace pointer when the plan needs one) and one ctypes call of ``cudnnBackendExecute`` with
+prepared arguments: a repeat call sets no attribute and builds nothing. A call with new arguments validates every
+array (dtype, shape, strides, device) against the graph's tensors and finalizes a variant pack.
 """
 from __future__ import annotations
 
 import ctypes
 import functools
-from operator import attrgetter
 
 from cudnn_py import _loader, capi
 from cudnn_py._binding import status_error
+from cudnn_py.errors import ClosedError
 from cudnn_py.memory import DeviceArray
 
 from .descriptors import BackendDescriptor
 
 __all__ = ["Executor", "execute", "CudaGraph", "execute_descriptors", "make_variant_pack"]
 
-_PTR = attrgetter("ptr")
 _MAX_PACKS = 256
 _RAW_EXEC = None
 
@@ -47,6 +45,19 @@ def _ptr_of(obj) -> int:
         return dp()
     from cudnn_py.memory import as_array
     return as_array(obj).ptr
+
+
+def _pack_key(obj) -> tuple:
+    """What a variant pack is cached under for one argument: its address, shape, strides and dtype, so that
+    another array at a reused address is validated again."""
+    if type(obj) is DeviceArray:
+        return obj.ptr, obj.shape, obj.strides, obj.dtype
+    dp = getattr(obj, "data_ptr", None)
+    if callable(dp):  # torch: no DLPack round trip on the hot path
+        return dp(), tuple(obj.shape), tuple(obj.stride()), obj.dtype
+    from cudnn_py.memory import as_array
+    a = as_array(obj)
+    return a.ptr, a.shape, a.strides, a.dtype
 
 
 def _check_array(t, obj, device: int | None):
@@ -113,15 +124,21 @@ class _ExecState:
         self._keep: dict = {}    # pointer tuple -> the BackendDescriptor owning it
         self._recent: dict = {}  # argument tuple (the same objects) -> c_void_p
         self._recent_max = int(identity_cache)
-        self._h = ctypes.c_void_p(ctypes.cast(getattr(handle, "ptr", handle), ctypes.c_void_p).value)
+        # the Handle's own pointer object: destroying the handle sets it to NULL, so a late call fails cleanly
+        self._h = handle.ptr if hasattr(handle, "ptr") else ctypes.c_void_p(ctypes.cast(handle, ctypes.c_void_p).value)
         self._plan_ptr = ctypes.c_void_p(plan.descriptor.ptr.value)
         self.workspace_size = plan.workspace_size
         self._workspace = getattr(handle, "workspace", None)
         self._stream = getattr(handle, "stream", None)
         self._device = _handle_device(handle)
 
+    def _error(self, status: int) -> Exception:
+        if getattr(self.handle, "closed", False):
+            return ClosedError("the Handle this executor was made for is closed; build a new plan on an open one")
+        return status_error("cudnnBackendExecute", status)
+
     def make_run(self):
-        recent_get, lookup = self._recent.get, self._lookup
+        recent_get, lookup, error = self._recent.get, self._lookup, self._error
         ex, h, plan = _raw_execute(), self._h, self._plan_ptr
         if not self.workspace_size:
             def run(*arrays):
@@ -133,7 +150,7 @@ class _ExecState:
                     vp = lookup(arrays, None)
                 status = ex(h, plan, vp)
                 if status:
-                    raise status_error("cudnnBackendExecute", status)
+                    raise error(status)
         else:
             ws_get, size, stream = self._workspace_get(), self.workspace_size, self._stream
 
@@ -147,7 +164,7 @@ class _ExecState:
                     vp = lookup(arrays, wsp)
                 status = ex(h, plan, vp)
                 if status:
-                    raise status_error("cudnnBackendExecute", status)
+                    raise error(status)
         return run
 
     def _workspace_get(self):
@@ -162,10 +179,7 @@ class _ExecState:
         if len(arrays) != len(self.tensors):
             raise TypeError(f"executor takes {len(self.tensors)} arrays ({', '.join(t.name for t in self.tensors)}), "
                             f"got {len(arrays)}")
-        try:
-            key = tuple(map(_PTR, arrays))
-        except AttributeError:
-            key = tuple(map(_ptr_of, arrays))
+        key = tuple(map(_pack_key, arrays))
         if wsp is not None:
             key += (wsp,)
         vp = self._packs.get(key)
@@ -198,7 +212,7 @@ class _ExecState:
         vp = self._lookup(arrays, wsp)
         status = _raw_execute()(self._h, self._plan_ptr, vp)
         if status:
-            raise status_error("cudnnBackendExecute", status)
+            raise self._error(status)
 
 
 class Executor(functools.partial):
@@ -209,14 +223,13 @@ class Executor(functools.partial):
 
     Two caches make a repeat call one dict lookup and one ctypes call:
 
-    * variant packs keyed by the tuple of data pointers (+ the workspace pointer when the plan needs one); a new
-      key validates every array and finalizes one new pack (at most 256 kept);
+    * variant packs keyed by each array's (data pointer, shape, strides, dtype) (+ the workspace pointer when the
+      plan needs one); a new key validates every array and finalizes one new pack (at most 256 kept);
     * in front of it, the last few argument tuples themselves (``identity_cache``, default 4; DeviceArray
       arguments only): a call with the very same array objects skips reading their pointers. Those arrays are
       kept alive until they drop out of this small cache.
 
-    A pointer tuple seen before is not re-validated: passing, at the same addresses, arrays of another shape
-    than the first time (e.g. a smaller buffer allocated where a freed one was) is not detected.
+    Calling it after its handle was closed raises :class:`ClosedError`.
     """
 
     def __new__(cls, plan, handle, tensors=(), identity_cache: int = 4):

@@ -9,12 +9,12 @@
 """
 from __future__ import annotations
 
-import ctypes
 from dataclasses import dataclass, field
 from typing import Sequence
 
 from cudnn_py import capi
 from cudnn_py.errors import CudnnBadParamError, CudnnError, CudnnNotSupportedError
+from cudnn_py.handle import handle_cache
 
 from .descriptors import BackendDescriptor
 from .errors import GraphNotSupportedError
@@ -42,10 +42,6 @@ def _reason(e: Exception) -> str:
         st = getattr(e.status, "name", e.status)
         return f"{st}: {e.reason}" if e.reason else str(st)
     return f"{type(e).__name__}: {e}"
-
-
-def _handle_ptr(handle):
-    return getattr(handle, "ptr", handle)
 
 
 @dataclass(frozen=True)
@@ -215,17 +211,23 @@ def plan_from_json(handle, text: str | bytes, graph=None) -> Plan:
 
 
 # -- building, with the cache -------------------------------------------------------------------------------------
-_CACHE: dict = {}
 _STATS = {"hits": 0, "misses": 0}
 
 
-def plan_cache_clear() -> None:
-    _CACHE.clear()
+def _plan_cache(handle) -> dict:
+    """Plans are bound to the handle they were built with: cached per handle, dropped when it closes."""
+    return handle_cache(handle, "graph.plans")
+
+
+def plan_cache_clear(handle) -> None:
+    """Forget ``handle``'s cached plans and reset the hit/miss counts."""
+    _plan_cache(handle).clear()
     _STATS.update(hits=0, misses=0)
 
 
-def plan_cache_info() -> dict:
-    return {"entries": len(_CACHE), **_STATS}
+def plan_cache_info(handle) -> dict:
+    """How many plan lists ``handle`` has cached, and the process's hit/miss counts."""
+    return {"entries": len(_plan_cache(handle)), **_STATS}
 
 
 def _keep(cfg: EngineConfig, deterministic: bool, runtime_compilation: bool) -> str | None:
@@ -254,11 +256,6 @@ def _candidates(graph, handle, modes, deterministic, runtime_compilation, reason
             yield cfg
 
 
-def _device_of(handle) -> int:
-    dev = getattr(handle, "device", 0)
-    return int(getattr(dev, "device_id", dev))
-
-
 def build_plans(graph, handle, modes: Sequence[str] = ("A", "FALLBACK"), *, policy: str = "first",
                 deterministic: bool = False, runtime_compilation: bool = True, max_plans: int | None = None,
                 cache: bool = True) -> list[Plan]:
@@ -267,11 +264,11 @@ def build_plans(graph, handle, modes: Sequence[str] = ("A", "FALLBACK"), *, poli
     if policy not in ("first", "all"):
         raise ValueError(f"policy must be 'first' or 'all', got {policy!r}")
     modes = tuple(_mode_name(m) for m in modes)
-    key = (graph.key(), modes, policy, deterministic, runtime_compilation, max_plans, _device_of(handle),
-           ctypes.cast(_handle_ptr(handle), ctypes.c_void_p).value)
-    if cache and key in _CACHE:
+    key = (graph.key(), modes, policy, deterministic, runtime_compilation, max_plans)
+    cached = _plan_cache(handle)
+    if cache and key in cached:
         _STATS["hits"] += 1
-        return [p.bind(graph) for p in _CACHE[key]]
+        return [p.bind(graph) for p in cached[key]]
     _STATS["misses"] += 1
     try:
         graph.lower(handle)
@@ -295,7 +292,7 @@ def build_plans(graph, handle, modes: Sequence[str] = ("A", "FALLBACK"), *, poli
     if not plans:
         raise GraphNotSupportedError(graph.name, [op.describe() for op in graph.ops], list(modes), reasons)
     if cache:
-        _CACHE[key] = plans
+        cached[key] = plans
     return plans
 
 
