@@ -42,4 +42,4 @@ DEPRECATED = _d0 | _d1 | _d2 | _d3 | _d4 | _d5 | _d6 | _d7
 # functions older cuDNN had: calling one raises an error that names its replacement
 from ..removed import REMOVED as _REMOVED, RemovedFunction as _RemovedFunction
 
-globals().update((_name, _RemovedFunction(_name)) for _name in _REMOVED)
+globals().update((_name, _RemovedFunction(_name)) for _name in _REMOVED if _name not in FUNCTIONS)

@@ -119,7 +119,7 @@ Functions are bound on first call: one the loaded library lacks raises
     out.append(f"DEPRECATED = {' | '.join(f'_d{i}' for i in range(len(headers)))}\n")
     out.append("\n# functions older cuDNN had: calling one raises an error that names its replacement\n")
     out.append("from ..removed import REMOVED as _REMOVED, RemovedFunction as _RemovedFunction\n\n")
-    out.append("globals().update((_name, _RemovedFunction(_name)) for _name in _REMOVED)\n")
+    out.append("globals().update((_name, _RemovedFunction(_name)) for _name in _REMOVED if _name not in FUNCTIONS)\n")
     return "".join(out)
 
 

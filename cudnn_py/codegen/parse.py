@@ -170,10 +170,7 @@ class _Reader:
                     return "_ct.c_void_p"
                 if base == "char":
                     return "_ct.c_char_p" if "const" in (inner.quals or []) else "_ct.POINTER(_ct.c_char)"
-            target = self.ctype(inner)
-            if isinstance(node, c_ast.ArrayDecl) and node.dim is not None and not isinstance(inner, c_ast.FuncDecl):
-                return target  # only reached for struct fields: handled by the caller
-            return f"_ct.POINTER({target})"
+            return f"_ct.POINTER({self.ctype(inner)})"  # a parameter's array decays to a pointer
         if isinstance(node, c_ast.FuncDecl):
             raise HeaderError(f"bare function type at {node.coord}")
         raise HeaderError(f"unsupported declarator {type(node).__name__} at {node.coord}")
