@@ -129,9 +129,8 @@ def main(argv: list[str]) -> dict:
     x, y, dx, dy = alloc(inputTensorSize), alloc(outputTensorSize), alloc(inputTensorSize), alloc(outputTensorSize)
     hx, cx, hy, cy, dhx, dcx, dhy, dcy = (alloc(hiddenTensorSize) for _ in range(8))
     seqLengthArray = (ctypes.c_int * miniBatch)(*([seqLength] * miniBatch))
+    # the device copy the v8 calls take as `const int32_t devSeqLengths[]` (passed as its int address)
     devSeqLengths = cudnn.to_device(np.full(miniBatch, seqLength, np.int32))
-    # a device int array where the prototype says `const int32_t[]`: ctypes needs a typed pointer
-    devSeqLengthArray = ctypes.cast(devSeqLengths.ptr, ctypes.POINTER(ctypes.c_int32))
 
     xDesc, yDesc = cudnnRNNDataDescriptor_t(), cudnnRNNDataDescriptor_t()
     cudnnCreateRNNDataDescriptor(byref(xDesc))
@@ -205,17 +204,17 @@ def main(argv: list[str]) -> dict:
     cudnn.synchronize()
 
     with cudnn.timer() as tf:
-        cudnnRNNForward(cudnnHandle, rnnDesc, CUDNN_FWD_MODE_TRAINING, devSeqLengthArray, xDesc, x.ptr, yDesc,
+        cudnnRNNForward(cudnnHandle, rnnDesc, CUDNN_FWD_MODE_TRAINING, devSeqLengths.ptr, xDesc, x.ptr, yDesc,
                         y.ptr, hDesc, hx.ptr, hy.ptr, cDesc, cx.ptr, cy.ptr, weightSpaceSize.value, weightSpace.ptr,
                         workSpaceSize.value, workSpace.ptr, reserveSpaceSize.value, reserveSpace.ptr)
     with cudnn.timer() as tbd:
-        cudnnRNNBackwardData_v8(cudnnHandle, rnnDesc, devSeqLengthArray, yDesc, y.ptr, dy.ptr, xDesc, dx.ptr,
+        cudnnRNNBackwardData_v8(cudnnHandle, rnnDesc, devSeqLengths.ptr, yDesc, y.ptr, dy.ptr, xDesc, dx.ptr,
                                 hDesc, hx.ptr, dhy.ptr, dhx.ptr, cDesc, cx.ptr, dcy.ptr, dcx.ptr,
                                 weightSpaceSize.value, weightSpace.ptr, workSpaceSize.value, workSpace.ptr,
                                 reserveSpaceSize.value, reserveSpace.ptr)
     with cudnn.timer() as tbw:
         dweightSpace.fill_(0)  # cudnnRNNBackwardWeights_v8 adds to dw
-        cudnnRNNBackwardWeights_v8(cudnnHandle, rnnDesc, CUDNN_WGRAD_MODE_ADD, devSeqLengthArray, xDesc, x.ptr,
+        cudnnRNNBackwardWeights_v8(cudnnHandle, rnnDesc, CUDNN_WGRAD_MODE_ADD, devSeqLengths.ptr, xDesc, x.ptr,
                                    hDesc, hx.ptr, yDesc, y.ptr, weightSpaceSize.value, dweightSpace.ptr,
                                    workSpaceSize.value, workSpace.ptr, reserveSpaceSize.value, reserveSpace.ptr)
     print(f"[INFO] timeForward        : {tf.ms:2.5f} ms")

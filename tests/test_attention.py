@@ -2,7 +2,9 @@
 reference in tests/reference/attention.py."""
 import numpy as np
 import pytest
+from helpers import NoCallHandle, fake
 
+from cudnn_py import capi
 from cudnn_py.errors import ClosedError
 from cudnn_py.ops import attention as A
 from reference import attention as ref
@@ -69,22 +71,37 @@ def test_seq_data_bad_lengths(lengths, match):
         A.SeqDataDescriptor(np.float32, 3, 5, 7, lengths)
 
 
-class _FakeHandle:
-    device = 0
-    stream = None
-
-    @property
-    def ptr(self):
-        raise AssertionError("C was reached")
-
-
 def test_host_arrays_rejected_before_c():
     with pytest.raises(TypeError, match="host memory"):
-        A.attention_forward(_FakeHandle(), _attn(), np.zeros((1, 2, 6), np.float32), None, None, None)
+        A.attention_forward(NoCallHandle(), _attn(), np.zeros((1, 2, 6), np.float32), None, None, None)
     with pytest.raises(TypeError, match="MultiHeadAttention"):
-        A.attention_forward(_FakeHandle(), object(), None, None, None, None)
+        A.attention_forward(NoCallHandle(), object(), None, None, None, None)
     with pytest.raises(ValueError, match="training=True"):
-        A.attention_backward_data(_FakeHandle(), _attn(), A.AttentionForwardResult(out=None), None, None)
+        A.attention_backward_data(NoCallHandle(), _attn(), A.AttentionForwardResult(out=None), None, None)
+
+
+def test_math_type_takes_enum_and_reads_back():
+    assert _attn(math_type=capi.CUDNN_FMA_MATH).params.math_type == "fma"
+
+
+def test_closed_handle_raises_closed_error():
+    class Closed(NoCallHandle):
+        @property
+        def ptr(self):
+            raise ClosedError("this cudnn_py.Handle is closed")
+
+    a = _attn()
+    q, k, v, w = fake((2, 5, 6)), fake((2, 6, 5)), fake((2, 6, 7)), fake((100,))
+    for call in (a.weight_space_size, a.buffer_sizes, a.new_weights, lambda h: a.weights(h, w),
+                 lambda h: A.read_attention_weights(h, a, w), lambda h: A.attention_forward(h, a, q, k, v, w)):
+        with pytest.raises(ClosedError, match="Handle is closed"):
+            call(Closed())
+
+
+def test_training_only_runs_all_query_steps():
+    with pytest.raises(ValueError, match="curr_idx=-1"):
+        A.attention_forward(NoCallHandle(), _attn(), fake((2, 5, 6)), fake((2, 6, 5)), fake((2, 6, 7)), fake((9,)),
+                            training=True, curr_idx=0)
 
 
 # --------------------------------------------------------------------------------------------------- GPU
@@ -235,3 +252,27 @@ def test_attention_bad_input_on_device(handle):
         A.load_attention_weights(handle, attn, w, {"wx": np.zeros(3)})
     with pytest.raises(ValueError, match="wq has shape"):
         A.load_attention_weights(handle, attn, w, {"wq": np.zeros((2, 6, 3))})
+
+
+@pytest.mark.gpu
+def test_attention_closed_handle_and_dropout_raise(handle):
+    """A closed Handle or a closed dropout descriptor gives ClosedError, never a C call with a dead pointer."""
+    import cudnn_py as cudnn
+    from cudnn_py import memory
+    from cudnn_py.descriptors import DropoutDescriptor
+    q, k, v = (memory.zeros(s, np.float32) for s in ((2, 5, 6), (2, 6, 5), (2, 6, 7)))
+    h2 = cudnn.Handle()
+    attn = _attn()
+    w = attn.new_weights(h2)  # the buffer sizes are known from here on
+    h2.close()
+    for call in (lambda: attn.new_weights(h2), lambda: attn.weights(h2, w),
+                 lambda: A.attention_forward(h2, attn, q, k, v, w)):
+        with pytest.raises(ClosedError, match="Handle is closed"):
+            call()
+    drop = DropoutDescriptor(handle, 0.5, seed=2)
+    dattn = _attn(attn_dropout=drop)
+    dw = dattn.new_weights(handle)
+    A.attention_forward(handle, dattn, q, k, v, dw, training=True)
+    drop.close()
+    with pytest.raises(ClosedError, match="dropout descriptor this MultiHeadAttention uses is closed"):
+        A.attention_forward(handle, dattn, q, k, v, dw, training=True)

@@ -1,8 +1,11 @@
 """cudnn_py.ops.rnn: descriptors and validation on CPU (real libcudnn), numerics on the GPU against the
 float64 reference in tests/reference/rnn.py (and torch.nn.LSTM/GRU where torch is installed)."""
 
+import ctypes
+
 import numpy as np
 import pytest
+from helpers import NoCallHandle, fake
 
 from cudnn_py import capi
 from cudnn_py.errors import ClosedError, CudnnError
@@ -134,37 +137,85 @@ def test_rnn_data_descriptor_bad_layout():
         R.RNNDataDescriptor(np.float32, "time_major", 5, 3, 7)
 
 
-class _FakeHandle:
-    """Enough of a Handle for checks that must fail before any C call or device access."""
-    device = 0
-    stream = None
-
-    @property
-    def ptr(self):
-        raise AssertionError("C was reached")
-
-
 def test_host_array_is_rejected_before_c():
     rnn = R.RNN("lstm", 4, 8)
     with pytest.raises(TypeError, match="host memory.*to_device"):
-        R.rnn_forward(_FakeHandle(), rnn, np.zeros((3, 2, 4), np.float32), np.zeros(10, np.float32))
+        R.rnn_forward(NoCallHandle(), rnn, np.zeros((3, 2, 4), np.float32), np.zeros(10, np.float32))
 
 
 def test_layout_needs_padded_io_before_c():
     rnn = R.RNN("lstm", 4, 8, padded_io=False)
     with pytest.raises(ValueError, match="padded_io=True"):
-        R.rnn_forward(_FakeHandle(), rnn, None, None, layout="seq_major")
+        R.rnn_forward(NoCallHandle(), rnn, None, None, layout="seq_major")
     with pytest.raises(ValueError, match="layout must be one of"):
-        R.rnn_forward(_FakeHandle(), rnn, None, None, layout="time_major")
+        R.rnn_forward(NoCallHandle(), rnn, None, None, layout="time_major")
 
 
 def test_backward_needs_training_result():
     rnn = R.RNN("gru", 4, 8)
     fwd = R.RNNForwardResult(y=None, hy=None, cy=None)
     with pytest.raises(ValueError, match="training=True"):
-        R.rnn_backward_data(_FakeHandle(), rnn, fwd, None, None)
+        R.rnn_backward_data(NoCallHandle(), rnn, fwd, None, None)
     with pytest.raises(ValueError, match="training=True"):
-        R.rnn_backward_weights(_FakeHandle(), rnn, fwd)
+        R.rnn_backward_weights(NoCallHandle(), rnn, fwd)
+
+
+class _CpuDropout:
+    """A real (unset) cuDNN dropout descriptor with a closable ``.ptr``, as cudnn.Dropout has; no GPU needed."""
+
+    def __init__(self):
+        self._ptr = capi.cudnnDropoutDescriptor_t()
+        capi.cudnnCreateDropoutDescriptor(ctypes.byref(self._ptr))
+
+    @property
+    def ptr(self):
+        if self._ptr is None:
+            raise ClosedError("this Dropout is closed")
+        return self._ptr
+
+    def close(self):
+        capi.cudnnDestroyDropoutDescriptor(self._ptr)
+        self._ptr = None
+
+
+def test_closed_dropout_makes_the_rnn_raise():
+    """cuDNN keeps the dropout descriptor's address: once it is destroyed the RNN must not reach C."""
+    drop = _CpuDropout()
+    rnn = R.RNN("lstm", 4, 8, num_layers=2, dropout=drop)
+    assert rnn.params.num_layers == 2
+    drop.close()
+    with pytest.raises(ClosedError, match="dropout descriptor this RNN uses is closed"):
+        rnn.params
+    with pytest.raises(ClosedError, match="dropout"):
+        rnn.set_clip(-1, 1)
+    with pytest.raises(ClosedError):
+        R.RNN("lstm", 4, 8, num_layers=2, dropout=drop)
+
+
+class _ClosedHandle(NoCallHandle):
+    @property
+    def ptr(self):
+        raise ClosedError("this cudnn_py.Handle is closed")
+
+
+def test_closed_handle_raises_closed_error():
+    rnn = R.RNN("lstm", 4, 8, algo="persist_dynamic", padded_io=False)
+    w, x = fake((100,)), fake((6, 4))
+    for call in (lambda h: rnn.build_dynamic(h, 2), rnn.weight_space_size, rnn.new_weights,
+                 lambda h: rnn.weights(h, w), lambda h: R.rnn_weight_params(h, rnn, w, 0, 0),
+                 lambda h: R.rnn_forward(h, rnn, x, w, seq_lengths=[3, 3], layout="packed")):
+        with pytest.raises(ClosedError, match="Handle is closed"):
+            call(_ClosedHandle())
+
+
+def test_packed_input_checked_before_c():
+    rnn = R.RNN("gru", 4, 8)
+    with pytest.raises(ValueError, match="needs seq_lengths"):
+        R.rnn_forward(NoCallHandle(), rnn, fake((6, 4)), None, layout="packed")
+    with pytest.raises(ValueError, match=r"x has shape \(6, 4\); expected \(5, 4\)"):
+        R.rnn_forward(NoCallHandle(), rnn, fake((6, 4)), None, seq_lengths=[3, 2], layout="packed")
+    with pytest.raises(ValueError, match=r"must be 1 ints \(one per sequence\)"):
+        R.rnn_forward(NoCallHandle(), rnn, fake((6, 4)), None, seq_lengths=[[3, 3]], layout="packed")
 
 
 def test_gate_table_matches_reference():
@@ -177,9 +228,6 @@ def test_gate_table_matches_reference():
 # ---------------------------------------------------------------------------------------------------
 # GPU: numerics against the float64 reference
 # ---------------------------------------------------------------------------------------------------
-
-_CUDNN_BIAS = {"none": "none", "input": "input", "recurrent": "recurrent", "double": "double"}
-
 
 def _make(cfg: ref.RNNConfig, dtype, **kw) -> R.RNN:
     return R.RNN(cfg.mode, cfg.input_size, cfg.hidden_size, cfg.num_layers, bidirectional=cfg.bidirectional,
@@ -560,3 +608,29 @@ def test_removed_rnn_calls_name_their_replacement(name, replacement):
     from cudnn_py.errors import FunctionNotAvailableError
     with pytest.raises(FunctionNotAvailableError, match=f"{name} was removed.*{replacement}"):
         getattr(capi, name)()
+
+
+@pytest.mark.gpu
+def test_rnn_closed_handle_and_dropout_raise(handle, rng):
+    """A closed Handle or a closed dropout descriptor gives ClosedError, never a C call with a dead pointer."""
+    import cudnn_py as cudnn
+    from cudnn_py import memory
+    from cudnn_py.descriptors import DropoutDescriptor
+    x = memory.to_device(rng.standard_normal((3, 2, 4)).astype(np.float32))
+    h2 = cudnn.Handle()
+    rnn = R.RNN("lstm", 4, 8, num_layers=2)
+    w = rnn.new_weights(h2)  # the weight space size is known from here on
+    h2.close()
+    for call in (lambda: rnn.new_weights(h2), lambda: rnn.weights(h2, w), lambda: rnn.build_dynamic(h2, 2),
+                 lambda: R.rnn_forward(h2, rnn, x, w)):
+        with pytest.raises(ClosedError, match="Handle is closed"):
+            call()
+    drop = DropoutDescriptor(handle, 0.5, seed=1)
+    drnn = R.RNN("lstm", 4, 8, num_layers=2, dropout=drop)
+    dw = drnn.new_weights(handle)
+    fwd = R.rnn_forward(handle, drnn, x, dw, training=True)
+    drop.close()
+    with pytest.raises(ClosedError, match="dropout descriptor this RNN uses is closed"):
+        R.rnn_forward(handle, drnn, x, dw, training=True)
+    with pytest.raises(ClosedError, match="dropout descriptor this RNN uses is closed"):
+        R.rnn_backward_data(handle, drnn, fwd, fwd.y, dw)

@@ -23,7 +23,6 @@ query length (measured with cuDNN 9.19).
 from __future__ import annotations
 
 import ctypes
-import functools
 import math
 from ctypes import byref
 from dataclasses import dataclass
@@ -32,8 +31,11 @@ from typing import NamedTuple
 import numpy as np
 
 from cudnn_py import capi, memory
+from cudnn_py.descriptors import _cache, _Descriptor, _shared
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
-from cudnn_py.errors import ClosedError
+from cudnn_py.memory import DeviceArray
+from cudnn_py.ops.rnn import (_MATH, _WeightedDescriptor, _check_lengths, _choice, _name_of, _nd_layout,
+                              _positive_int, _training_ctx)
 
 __all__ = ["MultiHeadAttention", "AttentionParams", "SeqDataDescriptor", "AttentionForwardResult", "WEIGHT_KINDS",
            "seq_data_descriptor", "load_attention_weights", "read_attention_weights", "attention_forward",
@@ -44,15 +46,7 @@ WEIGHT_KINDS = {"wq": capi.CUDNN_MH_ATTN_Q_WEIGHTS, "wk": capi.CUDNN_MH_ATTN_K_W
                 "wv": capi.CUDNN_MH_ATTN_V_WEIGHTS, "wo": capi.CUDNN_MH_ATTN_O_WEIGHTS,
                 "bq": capi.CUDNN_MH_ATTN_Q_BIASES, "bk": capi.CUDNN_MH_ATTN_K_BIASES,
                 "bv": capi.CUDNN_MH_ATTN_V_BIASES, "bo": capi.CUDNN_MH_ATTN_O_BIASES}
-_MATH = {"default": capi.CUDNN_DEFAULT_MATH, "tensor_op": capi.CUDNN_TENSOR_OP_MATH,
-         "tensor_op_allow_conversion": capi.CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION, "fma": capi.CUDNN_FMA_MATH}
 _DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
-
-
-def _positive_int(value, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{what} must be a positive int, got {value!r}")
-    return int(value)
 
 
 class AttentionParams(NamedTuple):
@@ -77,22 +71,25 @@ class AttentionParams(NamedTuple):
     max_beam: int
 
 
-class MultiHeadAttention:
+class MultiHeadAttention(_WeightedDescriptor):
     """A multi-head attention descriptor (``cudnnSetAttnDescriptor``).
 
     ``proj_size`` sets ``q_proj_size``/``k_proj_size``/``v_proj_size`` not given (queries and keys must
     project to the same size); ``o_proj_size`` defaults to ``q_size`` (so residuals fit); ``scale``
     defaults to ``1/sqrt(q_proj_size)``; ``biases`` adds projection biases; ``dtype`` float16/32/64 and
-    ``compute_dtype`` (default float32, float64 for double data); ``attn_dropout``/``post_dropout``:
-    dropout descriptors (``.ptr``) applied in training to the attention weights / the output.
+    ``compute_dtype`` (default float32, float64 for double data); ``math_type`` as for :class:`RNN`;
+    ``attn_dropout``/``post_dropout``: dropout descriptors applied in training to the attention weights /
+    the output, kept alive here (closing one first makes this raise :class:`ClosedError`).
     """
+
+    _handle_type = capi.cudnnAttnDescriptor_t
+    _create_fn, _destroy_fn = "cudnnCreateAttnDescriptor", "cudnnDestroyAttnDescriptor"
 
     def __init__(self, heads: int, q_size: int, k_size: int, v_size: int, *, proj_size: int | None = None,
                  q_proj_size: int | None = None, k_proj_size: int | None = None, v_proj_size: int | None = None,
                  o_proj_size: int | None = None, max_seq_q: int, max_seq_kv: int, max_batch: int,
                  scale: float | None = None, biases: bool = False, query_map: str = "all_to_one",
                  dtype=np.float32, compute_dtype=None, math_type="default", attn_dropout=None, post_dropout=None):
-        self._ptr = None
         heads = _positive_int(heads, "heads")
         sizes = {n: _positive_int(v, n) for n, v in (("q_size", q_size), ("k_size", k_size), ("v_size", v_size))}
         proj = {}
@@ -114,8 +111,7 @@ class MultiHeadAttention:
             raise TypeError(f"attention dtype must be float16, float32 or float64, got {dt}")
         cdt = (np.dtype(np.float64) if dt == np.float64 else np.dtype(np.float32)) if compute_dtype is None \
             else numpy_dtype(cudnn_dtype(compute_dtype))
-        if math_type not in _MATH:
-            raise ValueError(f"math_type must be one of {', '.join(map(repr, _MATH))}, got {math_type!r}")
+        _, c_math = _choice(_MATH, math_type, "math_type")
         for name, d in (("attn_dropout", attn_dropout), ("post_dropout", post_dropout)):
             if d is not None and not hasattr(d, "ptr"):
                 raise TypeError(f"{name} must be a dropout descriptor (with .ptr) or None, got {type(d).__name__}")
@@ -128,25 +124,13 @@ class MultiHeadAttention:
         self.q_proj_size, self.k_proj_size = proj["q_proj_size"], proj["k_proj_size"]
         self.v_proj_size, self.o_proj_size = proj["v_proj_size"], proj["o_proj_size"]
         self.max_seq_q, self.max_seq_kv, self.max_batch = lens["max_seq_q"], lens["max_seq_kv"], lens["max_batch"]
-        self._sizes: dict = {}
-        ptr = capi.cudnnAttnDescriptor_t()
-        capi.cudnnCreateAttnDescriptor(byref(ptr))
-        self._ptr = ptr
-        try:
-            capi.cudnnSetAttnDescriptor(
-                ptr, int(mode), heads, scale, cudnn_dtype(dt), cudnn_dtype(cdt), _MATH[math_type],
-                None if attn_dropout is None else attn_dropout.ptr, None if post_dropout is None else post_dropout.ptr,
-                self.q_size, self.k_size, self.v_size, self.q_proj_size, self.k_proj_size, self.v_proj_size,
-                self.o_proj_size, self.max_seq_q, self.max_seq_kv, self.max_batch, 1)
-        except BaseException:
-            self.close()
-            raise
-
-    @property
-    def ptr(self) -> capi.cudnnAttnDescriptor_t:
-        if self._ptr is None:
-            raise ClosedError("this attention descriptor is closed")
-        return self._ptr
+        self._sizes: dict[tuple[int, bool], tuple[int, int, int]] = {}  # by (device, training)
+        super().__init__()
+        capi.cudnnSetAttnDescriptor(
+            self._ptr, int(mode), heads, scale, cudnn_dtype(dt), cudnn_dtype(cdt), c_math,
+            None if attn_dropout is None else attn_dropout.ptr, None if post_dropout is None else post_dropout.ptr,
+            self.q_size, self.k_size, self.v_size, self.q_proj_size, self.k_proj_size, self.v_proj_size,
+            self.o_proj_size, self.max_seq_q, self.max_seq_kv, self.max_batch, 1)
 
     @property
     def params(self) -> AttentionParams:
@@ -161,29 +145,27 @@ class MultiHeadAttention:
         return AttentionParams(
             heads.value, scale.value, bool(mode.value & capi.CUDNN_ATTN_ENABLE_PROJ_BIASES),
             "one_to_one" if mode.value & capi.CUDNN_ATTN_QUERYMAP_ONE_TO_ONE else "all_to_one",
-            numpy_dtype(dt.value), numpy_dtype(cdt.value),
-            next(k for k, v in _MATH.items() if int(v) == math_t.value), *(i.value for i in ints))
+            numpy_dtype(dt.value), numpy_dtype(cdt.value), _name_of(_MATH, math_t.value), *(i.value for i in ints))
 
     def buffer_sizes(self, handle, training: bool = True) -> tuple[int, int, int]:
-        """``(weight_bytes, workspace_bytes, reserve_bytes)`` (``cudnnGetMultiHeadAttnBuffers``; no reserve in inference)."""
-        key = (id(handle), bool(training))
-        if key not in self._sizes:
+        """``(weight_bytes, workspace_bytes, reserve_bytes)`` (``cudnnGetMultiHeadAttnBuffers``; no reserve in
+        inference; asked once per device)."""
+        hptr = handle.ptr  # a closed handle raises ClosedError here, even once the sizes are known
+        key = (handle.device, bool(training))
+        sizes = self._sizes.get(key)
+        if sizes is None:
             w, ws, r = ctypes.c_size_t(), ctypes.c_size_t(), ctypes.c_size_t()
-            capi.cudnnGetMultiHeadAttnBuffers(handle.ptr, self.ptr, byref(w), byref(ws), byref(r) if training else None)
-            self._sizes[key] = (w.value, ws.value, r.value if training else 0)
-        return self._sizes[key]
+            capi.cudnnGetMultiHeadAttnBuffers(hptr, self.ptr, byref(w), byref(ws), byref(r) if training else None)
+            sizes = self._sizes[key] = (w.value, ws.value, r.value if training else 0)
+        return sizes
 
     def weight_space_size(self, handle) -> int:
+        """Bytes of the flat weight space holding every projection."""
         return self.buffer_sizes(handle, False)[0]
 
-    def new_weights(self, handle, *, zero: bool = True):
-        """A 1-D device array of :attr:`dtype` holding all projection weights (zeros unless ``zero=False``)."""
-        n = self.weight_space_size(handle) // self.dtype.itemsize
-        return (memory.zeros if zero else memory.empty)((n,), self.dtype, stream=handle.stream, device=handle.device)
-
-    def weights(self, handle, weights) -> dict:
+    def weights(self, handle, weights) -> dict[str, DeviceArray]:
         """Strided device views ``{"wq": [heads, q_proj, q_size], ..., "bo": [o_proj]}`` (biases if enabled)."""
-        w = _weights(handle, self, weights)
+        w = self._check_weights(handle, weights)
         expected = self.expected_shapes()
         desc = capi.cudnnTensorDescriptor_t()
         capi.cudnnCreateTensorDescriptor(byref(desc))
@@ -194,21 +176,18 @@ class MultiHeadAttention:
                     continue
                 addr = ctypes.c_void_p()
                 capi.cudnnGetMultiHeadAttnWeights(handle.ptr, self.ptr, kind, w.nbytes, w.ptr, desc, byref(addr))
-                dt, nb = ctypes.c_int(), ctypes.c_int()
-                dims, strides = (ctypes.c_int * 8)(), (ctypes.c_int * 8)()
-                capi.cudnnGetTensorNdDescriptor(desc, 8, byref(dt), byref(nb), dims, strides)
-                shape, st = list(dims[:nb.value]), list(strides[:nb.value])
+                shape, st = map(list, _nd_layout(desc))
                 ndim = len(expected[name])
                 while len(shape) > ndim and 1 in shape:  # biases come as [heads, proj, 1] / [1, o_proj, 1]
                     i = shape.index(1) if shape[-1] != 1 else len(shape) - 1
                     del shape[i], st[i]
-                views[name] = memory.DeviceArray(addr.value, tuple(shape), self.dtype, tuple(st), device_id=w.device_id,
-                                                 owner=w, stream=w.stream)
+                views[name] = DeviceArray(addr.value, tuple(shape), self.dtype, tuple(st), device_id=w.device_id,
+                                          owner=w, stream=w.stream)
         finally:
             capi.cudnnDestroyTensorDescriptor(desc)
         return views
 
-    def expected_shapes(self) -> dict:
+    def expected_shapes(self) -> dict[str, tuple[int, ...]]:
         """The shape of every weight view (what :func:`load_attention_weights` expects)."""
         H = self.heads
         shapes = {"wq": (H, self.q_proj_size, self.q_size), "wk": (H, self.k_proj_size, self.k_size),
@@ -218,60 +197,30 @@ class MultiHeadAttention:
                           bo=(self.o_proj_size,))
         return shapes
 
-    def close(self) -> None:
-        if self._ptr is not None:
-            ptr, self._ptr = self._ptr, None
-            capi.cudnnDestroyAttnDescriptor(ptr)
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
-    def __enter__(self) -> MultiHeadAttention:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        if self._ptr is None:
-            return "<MultiHeadAttention closed>"
-        return (f"MultiHeadAttention(heads={self.heads}, q_size={self.q_size}, k_size={self.k_size}, "
-                f"v_size={self.v_size}, proj=({self.q_proj_size}, {self.k_proj_size}, {self.v_proj_size}, "
-                f"{self.o_proj_size}), biases={self.biases}, dtype={self.dtype.name})")
+    def _fields(self) -> str:
+        return (f"heads={self.heads}, q_size={self.q_size}, k_size={self.k_size}, v_size={self.v_size}, "
+                f"proj=({self.q_proj_size}, {self.k_proj_size}, {self.v_proj_size}, {self.o_proj_size}), "
+                f"biases={self.biases}, dtype={self.dtype.name}")
 
 
-class SeqDataDescriptor:
+class SeqDataDescriptor(_Descriptor):
     """``cudnnSeqDataDescriptor_t`` for a ``[batch, time, vector]`` array (beam 1) with per-sequence lengths."""
 
+    _handle_type = capi.cudnnSeqDataDescriptor_t
+    _create_fn, _destroy_fn = "cudnnCreateSeqDataDescriptor", "cudnnDestroySeqDataDescriptor"
     _AXES = (capi.CUDNN_SEQDATA_BATCH_DIM, capi.CUDNN_SEQDATA_BEAM_DIM, capi.CUDNN_SEQDATA_TIME_DIM,
              capi.CUDNN_SEQDATA_VECT_DIM)
 
     def __init__(self, dtype, batch: int, time: int, vector: int, seq_lengths=None):
-        self._ptr = None
         B, T, V = _positive_int(batch, "batch"), _positive_int(time, "time"), _positive_int(vector, "vector")
-        self.seq_lengths = _check_lengths(seq_lengths, T, B, "seq_lengths")
+        self.seq_lengths = _check_lengths(seq_lengths, T, B)
         self.dtype, self.shape = numpy_dtype(cudnn_dtype(dtype)), (B, T, V)
         dims = (ctypes.c_int * 4)()
         dims[capi.CUDNN_SEQDATA_TIME_DIM], dims[capi.CUDNN_SEQDATA_BATCH_DIM] = T, B
         dims[capi.CUDNN_SEQDATA_BEAM_DIM], dims[capi.CUDNN_SEQDATA_VECT_DIM] = 1, V
-        ptr = capi.cudnnSeqDataDescriptor_t()
-        capi.cudnnCreateSeqDataDescriptor(byref(ptr))
-        self._ptr = ptr
-        try:
-            capi.cudnnSetSeqDataDescriptor(ptr, cudnn_dtype(self.dtype), 4, dims, (ctypes.c_int * 4)(*self._AXES),
-                                           B, (ctypes.c_int * B)(*self.seq_lengths), None)
-        except BaseException:
-            self.close()
-            raise
-
-    @property
-    def ptr(self) -> capi.cudnnSeqDataDescriptor_t:
-        if self._ptr is None:
-            raise ClosedError("this sequence data descriptor is closed")
-        return self._ptr
+        super().__init__()
+        capi.cudnnSetSeqDataDescriptor(self._ptr, cudnn_dtype(self.dtype), 4, dims, (ctypes.c_int * 4)(*self._AXES),
+                                       B, (ctypes.c_int * B)(*self.seq_lengths), None)
 
     def read_back(self) -> dict:
         """What ``cudnnGetSeqDataDescriptor`` reports: dtype, dims by axis name, axes order, lengths."""
@@ -286,49 +235,18 @@ class SeqDataDescriptor:
         return {"dtype": numpy_dtype(dt.value), "dims": {names[i]: dims[i] for i in range(4)},
                 "axes": tuple(names[a] for a in axes), "seq_lengths": tuple(lengths[:n.value])}
 
-    def close(self) -> None:
-        if self._ptr is not None:
-            ptr, self._ptr = self._ptr, None
-            capi.cudnnDestroySeqDataDescriptor(ptr)
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
-    def __repr__(self) -> str:
+    def _fields(self) -> str:
         B, T, V = self.shape
-        return f"SeqDataDescriptor({self.dtype.name}, batch={B}, time={T}, vector={V})"
+        return f"{self.dtype.name}, batch={B}, time={T}, vector={V}"
 
 
-def _check_lengths(seq_lengths, T: int, B: int, name: str) -> tuple[int, ...]:
-    if seq_lengths is None:
-        return (T,) * B
-    arr = np.asarray(seq_lengths)
-    if arr.ndim != 1 or arr.shape[0] != B or not np.issubdtype(arr.dtype, np.integer):
-        raise ValueError(f"{name} must be {B} ints (one per sequence), got {seq_lengths!r}")
-    for i, n in enumerate(arr):
-        if not 1 <= n <= T:
-            raise ValueError(f"{name}[{i}] = {int(n)}: each length must be between 1 and the max sequence length {T}")
-    return tuple(int(n) for n in arr)
+_SEQ_DATA = _cache()
 
 
-@functools.lru_cache(maxsize=128)
 def seq_data_descriptor(dtype, batch: int, time: int, vector: int, seq_lengths: tuple[int, ...]) -> SeqDataDescriptor:
-    """A cached, shared :class:`SeqDataDescriptor`; do not close it."""
-    return SeqDataDescriptor(dtype, batch, time, vector, seq_lengths)
-
-
-def _weights(handle, attn: MultiHeadAttention, weights, name: str = "weights"):
-    w = memory.as_array(weights, name, contiguous=True, device=handle.device)
-    if w.dtype != attn.dtype:
-        raise TypeError(f"{name} has dtype {w.dtype}; this attention's weights are {attn.dtype}")
-    need = attn.weight_space_size(handle)
-    if w.nbytes != need:
-        raise ValueError(f"{name} holds {w.nbytes} bytes but this attention's weight space is {need} bytes; "
-                         f"use attn.new_weights(handle)")
-    return w
+    """A shared :class:`SeqDataDescriptor` from the descriptor cache; ``close()`` ignores it."""
+    key = (dtype, batch, time, vector, seq_lengths)
+    return _shared(_SEQ_DATA, key, lambda: SeqDataDescriptor(*key))
 
 
 def _host_view(host: np.ndarray, base: int, view) -> np.ndarray:
@@ -339,7 +257,7 @@ def _host_view(host: np.ndarray, base: int, view) -> np.ndarray:
 
 def load_attention_weights(handle, attn: MultiHeadAttention, weights, arrays: dict) -> None:
     """Write host arrays (``{"wq": [heads, q_proj, q_size], ...}``, see the module doc) into the weight space."""
-    w = _weights(handle, attn, weights)
+    w = attn._check_weights(handle, weights)
     views = attn.weights(handle, w)
     unknown = set(arrays) - set(views)
     if unknown:
@@ -355,24 +273,21 @@ def load_attention_weights(handle, attn: MultiHeadAttention, weights, arrays: di
 
 def read_attention_weights(handle, attn: MultiHeadAttention, weights) -> dict:
     """The weight space as host arrays ``{"wq": ..., "bo": ...}`` (works for weight gradients too)."""
-    w = _weights(handle, attn, weights)
+    w = attn._check_weights(handle, weights)
     host = w.to_numpy()
     return {name: _host_view(host, w.ptr, v).copy() for name, v in attn.weights(handle, w).items()}
 
 
 @dataclass
 class AttentionForwardResult:
-    out: object
-    reserve: object | None = None
+    """Output of :func:`attention_forward`; in training mode also what the backward calls need."""
+    out: DeviceArray
+    reserve: DeviceArray | None = None
     _ctx: dict | None = None
 
 
-def _data(handle, attn, a, name, B, T, V):
+def _data(handle, attn, a, name, B, T, V) -> DeviceArray:
     return memory.as_array(a, name, dtype=attn.dtype, shape=(B, T, V), contiguous=True, device=handle.device)
-
-
-def _int_ptr(a):
-    return ctypes.cast(a.ptr, ctypes.POINTER(ctypes.c_int))
 
 
 def attention_forward(handle, attn: MultiHeadAttention, q, k, v, weights, *, seq_lengths_q=None, seq_lengths_kv=None,
@@ -410,7 +325,7 @@ def attention_forward(handle, attn: MultiHeadAttention, q, k, v, weights, *, seq
         raise ValueError("training runs all query steps: use curr_idx=-1")
     if not -1 <= curr_idx < Tq:
         raise ValueError(f"curr_idx must be -1 (all steps) or a query step in [0, {Tq}), got {curr_idx}")
-    w = _weights(handle, attn, weights)
+    w = attn._check_weights(handle, weights)
     stream = handle.stream
     out = memory.output_array(out, (B, Tq, attn.o_proj_size), attn.dtype, "out", device=handle.device,
                               stream=stream, contiguous=True)
@@ -427,32 +342,24 @@ def attention_forward(handle, attn: MultiHeadAttention, q, k, v, weights, *, seq
     reserve = memory.empty((reserve_n,), np.uint8, stream=stream, device=handle.device) if training else None
     work = handle.workspace.get(work_n, stream)
     capi.cudnnMultiHeadAttnForward(
-        handle.ptr, attn.ptr, curr_idx, lo_c, hi_c, _int_ptr(dev_lq), _int_ptr(dev_lk), q_desc.ptr, q.ptr,
+        handle.ptr, attn.ptr, curr_idx, lo_c, hi_c, dev_lq.ptr, dev_lk.ptr, q_desc.ptr, q.ptr,
         None if residuals is None else residuals.ptr, k_desc.ptr, k.ptr, v_desc.ptr, v.ptr, o_desc.ptr, out.ptr,
         w.nbytes, w.ptr, work_n, work or None, reserve_n if training else 0,
         (reserve.ptr or None) if training else None)
     ctx = None
     if training:
-        ctx = {"attn": attn, "q": q, "k": k, "v": v, "descs": (q_desc, k_desc, v_desc, o_desc),
+        ctx = {"desc": attn, "q": q, "k": k, "v": v, "descs": (q_desc, k_desc, v_desc, o_desc),
                "lengths": (dev_lq, dev_lk), "win": (lo_c, hi_c), "data_done": False}
     return AttentionForwardResult(out, reserve, ctx)
 
 
-def _training_ctx(attn, fwd) -> dict:
-    if not isinstance(fwd, AttentionForwardResult) or fwd._ctx is None:
-        raise ValueError("backward calls need the result of attention_forward(..., training=True)")
-    if fwd._ctx["attn"] is not attn:
-        raise ValueError("fwd was computed with a different attention descriptor")
-    return fwd._ctx
-
-
 def attention_backward_data(handle, attn: MultiHeadAttention, fwd: AttentionForwardResult, dout, weights, *,
-                            dq=None, dk=None, dv=None):
+                            dq=None, dk=None, dv=None) -> tuple[DeviceArray, DeviceArray, DeviceArray]:
     """``cudnnMultiHeadAttnBackwardData``: ``(dq, dk, dv)``; ``dq`` leaves out the residual path (add ``dout``)."""
-    ctx = _training_ctx(attn, fwd)
+    ctx = _training_ctx(fwd, AttentionForwardResult, attn, "attention_forward")
     q, k, v = ctx["q"], ctx["k"], ctx["v"]
     dout = memory.as_array(dout, "dout", dtype=attn.dtype, shape=fwd.out.shape, contiguous=True, device=handle.device)
-    w = _weights(handle, attn, weights)
+    w = attn._check_weights(handle, weights)
     stream = handle.stream
     dq = memory.output_array(dq, q.shape, attn.dtype, "dq", device=handle.device, stream=stream, contiguous=True)
     dk = memory.output_array(dk, k.shape, attn.dtype, "dk", device=handle.device, stream=stream, contiguous=True)
@@ -462,7 +369,7 @@ def attention_backward_data(handle, attn: MultiHeadAttention, fwd: AttentionForw
     _, work_n, _ = attn.buffer_sizes(handle, True)
     work = handle.workspace.get(work_n, stream)
     capi.cudnnMultiHeadAttnBackwardData(
-        handle.ptr, attn.ptr, *ctx["win"], _int_ptr(dev_lq), _int_ptr(dev_lk), o_desc.ptr, dout.ptr,
+        handle.ptr, attn.ptr, *ctx["win"], dev_lq.ptr, dev_lk.ptr, o_desc.ptr, dout.ptr,
         q_desc.ptr, dq.ptr, q.ptr, k_desc.ptr, dk.ptr, k.ptr, v_desc.ptr, dv.ptr, v.ptr,
         w.nbytes, w.ptr, work_n, work or None, fwd.reserve.nbytes, fwd.reserve.ptr or None)
     ctx["data_done"] = True
@@ -470,17 +377,17 @@ def attention_backward_data(handle, attn: MultiHeadAttention, fwd: AttentionForw
 
 
 def attention_backward_weights(handle, attn: MultiHeadAttention, fwd: AttentionForwardResult, dout, weights,
-                               dweights=None):
+                               dweights=None) -> DeviceArray:
     """``cudnnMultiHeadAttnBackwardWeights``: gradients ADDED into ``dweights`` (new zeroed buffer if None).
 
     Needs :func:`attention_backward_data` on the same ``fwd`` first.
     """
-    ctx = _training_ctx(attn, fwd)
+    ctx = _training_ctx(fwd, AttentionForwardResult, attn, "attention_forward")
     if not ctx["data_done"]:
         raise RuntimeError("call attention_backward_data(...) on this forward result before attention_backward_weights")
     dout = memory.as_array(dout, "dout", dtype=attn.dtype, shape=fwd.out.shape, contiguous=True, device=handle.device)
-    w = _weights(handle, attn, weights)
-    dw = attn.new_weights(handle) if dweights is None else _weights(handle, attn, dweights, "dweights")
+    w = attn._check_weights(handle, weights)
+    dw = attn.new_weights(handle) if dweights is None else attn._check_weights(handle, dweights, "dweights")
     q_desc, k_desc, v_desc, o_desc = ctx["descs"]
     _, work_n, _ = attn.buffer_sizes(handle, True)
     work = handle.workspace.get(work_n, handle.stream)

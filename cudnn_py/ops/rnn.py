@@ -20,7 +20,6 @@ with clipping, ``cy`` is the last cell state before clipping (cuDNN's behaviour)
 from __future__ import annotations
 
 import ctypes
-import functools
 from ctypes import byref
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -28,9 +27,10 @@ from typing import NamedTuple
 import numpy as np
 
 from cudnn_py import capi, memory
-from cudnn_py.descriptors import tensor_descriptor
+from cudnn_py.descriptors import _cache, _Descriptor, _shared, tensor_descriptor
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import ClosedError
+from cudnn_py.memory import DeviceArray
 
 __all__ = ["RNN", "RNNDataDescriptor", "RNNParams", "RNNWeight", "RNNForwardResult", "GATES",
            "rnn_data_descriptor", "rnn_weight_params", "rnn_forward", "rnn_backward_data",
@@ -86,6 +86,84 @@ def _positive_int(value, what: str) -> int:
     return int(value)
 
 
+def _check_lengths(seq_lengths, T: int, B: int, name: str = "seq_lengths", packed: bool = False) -> tuple[int, ...]:
+    """``B`` per-sequence lengths in ``[1, T]`` as a tuple (all ``T`` when None); ``packed``: non-increasing, max T."""
+    if seq_lengths is None:
+        return (T,) * B
+    arr = np.asarray(seq_lengths)
+    if arr.ndim != 1 or arr.shape[0] != B or not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"{name} must be {B} ints (one per sequence), got {seq_lengths!r}")
+    for i, n in enumerate(arr):
+        if not 1 <= n <= T:
+            raise ValueError(f"{name}[{i}] = {int(n)}: each length must be between 1 and the max sequence length {T}")
+    if packed:
+        if np.any(np.diff(arr) > 0):
+            raise ValueError(f"the 'packed' layout needs non-increasing {name}, got {arr.tolist()}; "
+                             f"sort the batch by length or use a padded layout")
+        if arr.max() != T:
+            raise ValueError(f"the 'packed' layout needs max({name}) == max_seq_length ({T}), got {arr.max()}")
+    return tuple(int(n) for n in arr)
+
+
+def _nd_layout(desc) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(dims, strides) of a raw ``cudnnTensorDescriptor_t`` that cuDNN filled in."""
+    dt, nb = ctypes.c_int(), ctypes.c_int()
+    dims, strides = (ctypes.c_int * 8)(), (ctypes.c_int * 8)()
+    capi.cudnnGetTensorNdDescriptor(desc, 8, byref(dt), byref(nb), dims, strides)
+    return tuple(dims[:nb.value]), tuple(strides[:nb.value])
+
+
+class _WeightedDescriptor(_Descriptor):
+    """What RNN and attention descriptors share: a flat weight space of :attr:`dtype` and the dropout
+    descriptors they point to (kept alive here; :attr:`ptr` raises :class:`ClosedError` once one is closed,
+    since cuDNN keeps the dropout descriptor's address)."""
+
+    _dropouts: tuple = ()
+    dtype: np.dtype
+
+    @property
+    def ptr(self):
+        p = super().ptr
+        for d in self._dropouts:
+            if d is not None:
+                try:
+                    d.ptr
+                except ClosedError:
+                    raise ClosedError(f"the dropout descriptor this {type(self).__name__} uses is closed") from None
+        return p
+
+    def weight_space_size(self, handle) -> int:
+        raise NotImplementedError
+
+    def new_weights(self, handle, *, zero: bool = True) -> DeviceArray:
+        """A 1-D device array of :attr:`dtype` holding the whole weight space (zeros unless ``zero=False``)."""
+        n = self.weight_space_size(handle) // self.dtype.itemsize
+        make = memory.zeros if zero else memory.empty
+        return make((n,), self.dtype, stream=handle.stream, device=handle.device)
+
+    def _check_weights(self, handle, weights, name: str = "weights") -> DeviceArray:
+        """``weights`` validated as this descriptor's weight space (packed, on the handle's device)."""
+        w = memory.as_array(weights, name, contiguous=True, device=handle.device)
+        what = type(self).__name__
+        if w.dtype != self.dtype:
+            raise TypeError(f"{name} has dtype {w.dtype}; this {what}'s weights are {self.dtype}")
+        need = self.weight_space_size(handle)
+        if w.nbytes != need:
+            raise ValueError(f"{name} holds {w.nbytes} bytes but this {what}'s weight space is {need} bytes "
+                             f"({need // self.dtype.itemsize} {self.dtype.name} elements); "
+                             f"use .new_weights(handle)")
+        return w
+
+
+def _training_ctx(fwd, result_type: type, desc, forward_name: str) -> dict:
+    """The saved state of a training-mode forward result, checked to belong to ``desc``."""
+    if not isinstance(fwd, result_type) or fwd._ctx is None:
+        raise ValueError(f"backward calls need the result of {forward_name}(..., training=True)")
+    if fwd._ctx["desc"] is not desc:
+        raise ValueError(f"fwd was computed with a different {type(desc).__name__} descriptor")
+    return fwd._ctx
+
+
 class RNNParams(NamedTuple):
     """What ``cudnnGetRNNDescriptor_v8`` reports (names, not enums; dtypes as NumPy dtypes)."""
     algo: str
@@ -105,11 +183,11 @@ class RNNParams(NamedTuple):
 
 class RNNWeight(NamedTuple):
     """One linear layer's matrix ``[rows, cols]`` (acting as ``W @ v``) and bias ``[rows]``; None where absent."""
-    matrix: object
-    bias: object
+    matrix: DeviceArray | None
+    bias: DeviceArray | None
 
 
-class RNN:
+class RNN(_WeightedDescriptor):
     """An RNN descriptor (``cudnnSetRNNDescriptor_v8``).
 
     ``mode``: ``"relu"``, ``"tanh"``, ``"lstm"``, ``"gru"``; ``proj_size``: LSTM recurrent projection
@@ -119,16 +197,19 @@ class RNN:
     data may use float16 or float32, default float32); ``math_type``: ``"default"``, ``"tensor_op"``,
     ``"tensor_op_allow_conversion"``, ``"fma"``; ``algo``: ``"standard"``, ``"persist_static"``,
     ``"persist_dynamic"`` (call :meth:`build_dynamic`), ``"persist_static_small_h"``; ``dropout``: a
-    dropout descriptor object with ``.ptr`` applied between layers in training (None: no dropout);
+    dropout descriptor (``cudnn.Dropout``/``DropoutDescriptor``) applied between layers in training, kept
+    alive by the RNN (closing it first makes the RNN raise :class:`ClosedError`; None: no dropout);
     ``padded_io``: allow the padded layouts; ``clip``: LSTM cell clipping ``(lo, hi)``.
     Enum values of the C layer are accepted wherever a name is.
     """
+
+    _handle_type = capi.cudnnRNNDescriptor_t
+    _create_fn, _destroy_fn = "cudnnCreateRNNDescriptor", "cudnnDestroyRNNDescriptor"
 
     def __init__(self, mode, input_size: int, hidden_size: int, num_layers: int = 1, *,
                  bidirectional: bool = False, proj_size: int | None = None, bias_mode="double",
                  input_mode="linear", dtype=np.float32, math_precision=None, math_type="default",
                  algo="standard", dropout=None, padded_io: bool = True, clip: tuple[float, float] | None = None):
-        self._ptr = None
         mode, c_mode = _choice(_MODES, mode, "mode")
         input_size = _positive_int(input_size, "input_size")
         hidden_size = _positive_int(hidden_size, "hidden_size")
@@ -155,22 +236,19 @@ class RNN:
             raise ValueError(f"math_precision {prec} is not allowed with {dt} data; allowed: {allowed}")
         if dropout is not None and not hasattr(dropout, "ptr"):
             raise TypeError(f"dropout must be a dropout descriptor (with .ptr) or None, got {type(dropout).__name__}")
-        self._dropout = dropout
+        self._dropouts = (dropout,)
         self.mode, self.dtype = mode, dt
         self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
         self.proj_size = proj_size or hidden_size
         self.bidirectional = bool(bidirectional)
         self.padded_io = bool(padded_io)
-        self._wsize: dict[int, int] = {}
-        ptr = capi.cudnnRNNDescriptor_t()
-        capi.cudnnCreateRNNDescriptor(byref(ptr))
-        self._ptr = ptr
+        self._wsize: dict[int, int] = {}  # by device
+        super().__init__()
         aux = capi.CUDNN_RNN_PADDED_IO_ENABLED if padded_io else capi.CUDNN_RNN_PADDED_IO_DISABLED
         try:
-            capi.cudnnSetRNNDescriptor_v8(ptr, c_algo, c_mode, c_bias, int(bool(bidirectional)), c_input,
+            capi.cudnnSetRNNDescriptor_v8(self._ptr, c_algo, c_mode, c_bias, int(bool(bidirectional)), c_input,
                                           cudnn_dtype(dt), cudnn_dtype(prec), c_math, input_size, hidden_size,
-                                          proj_size or hidden_size, num_layers,
-                                          None if dropout is None else dropout.ptr, aux)
+                                          self.proj_size, num_layers, None if dropout is None else dropout.ptr, aux)
             if clip is not None:
                 self.set_clip(*clip)
         except BaseException:
@@ -203,12 +281,6 @@ class RNN:
         return self.num_pseudo_layers, self.out_size
 
     # -- C state --
-    @property
-    def ptr(self) -> capi.cudnnRNNDescriptor_t:
-        if self._ptr is None:
-            raise ClosedError("this RNN descriptor is closed")
-        return self._ptr
-
     @property
     def params(self) -> RNNParams:
         """Everything ``cudnnGetRNNDescriptor_v8`` reports, read back from C."""
@@ -243,19 +315,14 @@ class RNN:
 
     # -- weights --
     def weight_space_size(self, handle) -> int:
-        """Bytes of the flat weight space (``cudnnGetRNNWeightSpaceSize``)."""
-        key = id(handle)
-        if key not in self._wsize:
+        """Bytes of the flat weight space (``cudnnGetRNNWeightSpaceSize``; asked once per device)."""
+        hptr = handle.ptr  # a closed handle raises ClosedError here, even once the size is known
+        size = self._wsize.get(handle.device)
+        if size is None:
             n = ctypes.c_size_t()
-            capi.cudnnGetRNNWeightSpaceSize(handle.ptr, self.ptr, byref(n))
-            self._wsize[key] = n.value
-        return self._wsize[key]
-
-    def new_weights(self, handle, *, zero: bool = True):
-        """A 1-D device array of :attr:`dtype` holding the whole weight space (zeros unless ``zero=False``)."""
-        n = self.weight_space_size(handle) // self.dtype.itemsize
-        make = memory.zeros if zero else memory.empty
-        return make((n,), self.dtype, stream=handle.stream, device=handle.device)
+            capi.cudnnGetRNNWeightSpaceSize(hptr, self.ptr, byref(n))
+            size = self._wsize[handle.device] = n.value
+        return size
 
     def weights(self, handle, weights) -> dict[tuple[int, int], RNNWeight]:
         """Views of every matrix and bias: ``{(pseudo_layer, lin_id): RNNWeight(matrix, bias)}``.
@@ -269,62 +336,32 @@ class RNN:
         """Compile the persistent kernels for ``algo="persist_dynamic"`` (``cudnnBuildRNNDynamic``)."""
         capi.cudnnBuildRNNDynamic(handle.ptr, self.ptr, _positive_int(mini_batch, "mini_batch"))
 
-    # -- lifetime --
-    def close(self) -> None:
-        if self._ptr is not None:
-            ptr, self._ptr = self._ptr, None
-            capi.cudnnDestroyRNNDescriptor(ptr)
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
-    def __enter__(self) -> RNN:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        if self._ptr is None:
-            return "<RNN closed>"
+    def _fields(self) -> str:
         proj = f", proj_size={self.proj_size}" if self.proj_size != self.hidden_size else ""
-        return (f"RNN({self.mode!r}, input_size={self.input_size}, hidden_size={self.hidden_size}, "
-                f"num_layers={self.num_layers}, bidirectional={self.bidirectional}{proj}, dtype={self.dtype.name})")
+        return (f"{self.mode!r}, input_size={self.input_size}, hidden_size={self.hidden_size}, "
+                f"num_layers={self.num_layers}, bidirectional={self.bidirectional}{proj}, dtype={self.dtype.name}")
 
 
-class RNNDataDescriptor:
+class RNNDataDescriptor(_Descriptor):
     """``cudnnRNNDataDescriptor_t``: a batch of sequences with their lengths and layout."""
+
+    _handle_type = capi.cudnnRNNDataDescriptor_t
+    _create_fn, _destroy_fn = "cudnnCreateRNNDataDescriptor", "cudnnDestroyRNNDataDescriptor"
 
     def __init__(self, dtype, layout, max_seq_length: int, batch_size: int, vector_size: int,
                  seq_lengths=None, padding_fill: float = 0.0):
-        self._ptr = None
         layout, c_layout = _choice(_LAYOUTS, layout, "layout")
         T = _positive_int(max_seq_length, "max_seq_length")
         B = _positive_int(batch_size, "batch_size")
         V = _positive_int(vector_size, "vector_size")
-        lengths = _check_lengths(seq_lengths, T, B, layout)
+        lengths = _check_lengths(seq_lengths, T, B, packed=layout == "packed")
         self.dtype = numpy_dtype(cudnn_dtype(dtype))
         fill = (ctypes.c_double if self.dtype == np.float64 else ctypes.c_float)(padding_fill)
-        ptr = capi.cudnnRNNDataDescriptor_t()
-        capi.cudnnCreateRNNDataDescriptor(byref(ptr))
-        self._ptr = ptr
-        try:
-            capi.cudnnSetRNNDataDescriptor(ptr, cudnn_dtype(self.dtype), c_layout, T, B, V,
-                                           (ctypes.c_int * B)(*lengths), byref(fill))
-        except BaseException:
-            self.close()
-            raise
+        super().__init__()
+        capi.cudnnSetRNNDataDescriptor(self._ptr, cudnn_dtype(self.dtype), c_layout, T, B, V,
+                                       (ctypes.c_int * B)(*lengths), byref(fill))
         self.layout, self.max_seq_length, self.batch_size, self.vector_size = layout, T, B, V
         self.seq_lengths = lengths
-
-    @property
-    def ptr(self) -> capi.cudnnRNNDataDescriptor_t:
-        if self._ptr is None:
-            raise ClosedError("this RNN data descriptor is closed")
-        return self._ptr
 
     def read_back(self) -> dict:
         """What ``cudnnGetRNNDataDescriptor`` reports."""
@@ -337,57 +374,24 @@ class RNNDataDescriptor:
                 "max_seq_length": T.value, "batch_size": B.value, "vector_size": V.value,
                 "seq_lengths": tuple(lengths), "padding_fill": fill.value}
 
-    def close(self) -> None:
-        if self._ptr is not None:
-            ptr, self._ptr = self._ptr, None
-            capi.cudnnDestroyRNNDataDescriptor(ptr)
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
-    def __enter__(self) -> RNNDataDescriptor:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        return (f"RNNDataDescriptor({self.dtype.name}, {self.layout!r}, max_seq_length={self.max_seq_length}, "
-                f"batch_size={self.batch_size}, vector_size={self.vector_size})")
+    def _fields(self) -> str:
+        return (f"{self.dtype.name}, {self.layout!r}, max_seq_length={self.max_seq_length}, "
+                f"batch_size={self.batch_size}, vector_size={self.vector_size}")
 
 
-def _check_lengths(seq_lengths, T: int, B: int, layout: str) -> tuple[int, ...]:
-    if seq_lengths is None:
-        return (T,) * B
-    arr = np.asarray(seq_lengths)
-    if arr.ndim != 1 or arr.shape[0] != B or not (arr.size == 0 or np.issubdtype(arr.dtype, np.integer)):
-        raise ValueError(f"seq_lengths must be {B} ints (one per sequence), got {seq_lengths!r}")
-    bad = [(i, int(n)) for i, n in enumerate(arr) if not 1 <= n <= T]
-    if bad:
-        i, n = bad[0]
-        raise ValueError(f"seq_lengths[{i}] = {n}: each length must be between 1 and the max sequence length {T}")
-    if layout == "packed":
-        if np.any(np.diff(arr) > 0):
-            raise ValueError(f"the 'packed' layout needs non-increasing seq_lengths, got {arr.tolist()}; "
-                             f"sort the batch by length or use a padded layout")
-        if arr.max() != T:
-            raise ValueError(f"the 'packed' layout needs max(seq_lengths) == max_seq_length ({T}), got {arr.max()}")
-    return tuple(int(n) for n in arr)
+_RNN_DATA = _cache()
 
 
-@functools.lru_cache(maxsize=128)
 def rnn_data_descriptor(dtype, layout: str, max_seq_length: int, batch_size: int, vector_size: int,
                         seq_lengths: tuple[int, ...]) -> RNNDataDescriptor:
-    """A cached, shared :class:`RNNDataDescriptor` (padding fill 0); do not close it."""
-    return RNNDataDescriptor(dtype, layout, max_seq_length, batch_size, vector_size, seq_lengths)
+    """A shared :class:`RNNDataDescriptor` (padding fill 0) from the descriptor cache; ``close()`` ignores it."""
+    key = (dtype, layout, max_seq_length, batch_size, vector_size, seq_lengths)
+    return _shared(_RNN_DATA, key, lambda: RNNDataDescriptor(*key))
 
 
 def rnn_weight_params(handle, rnn: RNN, weights, pseudo_layer: int, lin_id: int) -> RNNWeight:
     """Views into ``weights`` of one matrix and its bias (``cudnnGetRNNWeightParams``); None where absent."""
-    w = _weights(handle, rnn, weights)
+    w = rnn._check_weights(handle, weights)
     if not 0 <= pseudo_layer < rnn.num_pseudo_layers:
         raise ValueError(f"pseudo_layer must be in [0, {rnn.num_pseudo_layers}), got {pseudo_layer}")
     if lin_id not in rnn.lin_ids:
@@ -404,27 +408,13 @@ def rnn_weight_params(handle, rnn: RNN, weights, pseudo_layer: int, lin_id: int)
             if not addr.value:
                 views.append(None)
                 continue
-            dt, nb = ctypes.c_int(), ctypes.c_int()
-            dims, strides = (ctypes.c_int * 8)(), (ctypes.c_int * 8)()
-            capi.cudnnGetTensorNdDescriptor(desc, 8, byref(dt), byref(nb), dims, strides)
-            shape = tuple(dims[:nb.value])[-ndim:] if ndim == 2 else (int(np.prod(dims[:nb.value])),)
-            views.append(memory.DeviceArray(addr.value, shape, rnn.dtype, device_id=w.device_id, owner=w,
-                                            stream=w.stream))
+            dims, _ = _nd_layout(desc)
+            shape = dims[-2:] if ndim == 2 else (int(np.prod(dims)),)
+            views.append(DeviceArray(addr.value, shape, rnn.dtype, device_id=w.device_id, owner=w, stream=w.stream))
         return RNNWeight(*views)
     finally:
         capi.cudnnDestroyTensorDescriptor(m_desc)
         capi.cudnnDestroyTensorDescriptor(b_desc)
-
-
-def _weights(handle, rnn: RNN, weights, name: str = "weights"):
-    w = memory.as_array(weights, name, contiguous=True, device=handle.device)
-    if w.dtype != rnn.dtype:
-        raise TypeError(f"{name} has dtype {w.dtype}; this RNN's weights are {rnn.dtype}")
-    need = rnn.weight_space_size(handle)
-    if w.nbytes != need:
-        raise ValueError(f"{name} holds {w.nbytes} bytes but this RNN's weight space is {need} bytes "
-                         f"({need // rnn.dtype.itemsize} {rnn.dtype.name} elements); use rnn.new_weights(handle)")
-    return w
 
 
 def _data_shape(layout: str, T: int, B: int, V: int, lengths) -> tuple[int, ...]:
@@ -438,10 +428,10 @@ def _data_shape(layout: str, T: int, B: int, V: int, lengths) -> tuple[int, ...]
 @dataclass
 class RNNForwardResult:
     """Outputs of :func:`rnn_forward`; in training mode also what the backward calls need."""
-    y: object
-    hy: object
-    cy: object | None
-    reserve: object | None = None
+    y: DeviceArray
+    hy: DeviceArray
+    cy: DeviceArray | None
+    reserve: DeviceArray | None = None
     _ctx: dict | None = None
 
 
@@ -457,12 +447,8 @@ def _state_desc(rnn: RNN, B: int, width: int):
 
 
 def _ptr(a) -> int | None:
-    return None if a is None else a.ptr
-
-
-def _int_ptr(a) -> ctypes._Pointer:
-    """A device int32 array as the ``const int32_t[]`` the C prototypes declare (ctypes wants a typed pointer)."""
-    return ctypes.cast(a.ptr, ctypes.POINTER(ctypes.c_int32))
+    """A device address for C, or NULL (None) for an array that is not given (or has no bytes)."""
+    return None if a is None else a.ptr or None
 
 
 def rnn_forward(handle, rnn: RNN, x, weights, *, seq_lengths=None, layout="seq_major", hx=None, cx=None,
@@ -486,16 +472,17 @@ def rnn_forward(handle, rnn: RNN, x, weights, *, seq_lengths=None, layout="seq_m
         if x.ndim != 2:
             raise ValueError(f"x in the 'packed' layout must be [sum(seq_lengths), {rnn.input_size}], got {x.shape}")
         B = len(seq_lengths)
-        T = int(max(seq_lengths)) if B else 0
+        T = int(np.max(seq_lengths)) if B else 0
     else:
         if x.ndim != 3:
             raise ValueError(f"x in the {layout!r} layout must be 3-D, got shape {x.shape}")
         T, B = (x.shape[0], x.shape[1]) if layout == "seq_major" else (x.shape[1], x.shape[0])
-    lengths = _check_lengths(seq_lengths, _positive_int(T, "max sequence length"), _positive_int(B, "batch"), layout)
+    lengths = _check_lengths(seq_lengths, _positive_int(T, "max sequence length"), _positive_int(B, "batch"),
+                             packed=layout == "packed")
     if x.shape != _data_shape(layout, T, B, rnn.input_size, lengths):
         raise ValueError(f"x has shape {x.shape}; expected {_data_shape(layout, T, B, rnn.input_size, lengths)} "
                          f"(layout {layout!r}, input_size {rnn.input_size})")
-    w = _weights(handle, rnn, weights)
+    w = rnn._check_weights(handle, weights)
     is_lstm = rnn.mode == "lstm"
     if not is_lstm and (cx is not None or cy is not None):
         raise ValueError(f"cx/cy are LSTM cell states; this RNN is {rnn.mode!r}")
@@ -519,41 +506,33 @@ def rnn_forward(handle, rnn: RNN, x, weights, *, seq_lengths=None, layout="seq_m
     capi.cudnnGetRNNTempSpaceSizes(handle.ptr, rnn.ptr, mode, x_desc.ptr, byref(work_n), byref(reserve_n))
     reserve = memory.empty((reserve_n.value,), np.uint8, stream=stream, device=handle.device) if training else None
     work = handle.workspace.get(work_n.value, stream)
-    capi.cudnnRNNForward(handle.ptr, rnn.ptr, mode, _int_ptr(dev_lengths), x_desc.ptr, x.ptr, y_desc.ptr, y.ptr,
-                         h_desc.ptr, _ptr(hx), hy.ptr, c_desc.ptr, _ptr(cx), _ptr(cy) if is_lstm else None,
+    capi.cudnnRNNForward(handle.ptr, rnn.ptr, mode, dev_lengths.ptr, x_desc.ptr, x.ptr, y_desc.ptr, y.ptr,
+                         h_desc.ptr, _ptr(hx), hy.ptr, c_desc.ptr, _ptr(cx), _ptr(cy),
                          w.nbytes, w.ptr, work_n.value, work or None,
-                         reserve_n.value if training else 0, _ptr(reserve) if reserve_n.value else None)
+                         reserve.nbytes if training else 0, _ptr(reserve))
     ctx = None
-    if training:
-        ctx = {"x": x, "hx": hx, "cx": cx, "dev_lengths": dev_lengths,
-               "x_desc": x_desc, "y_desc": y_desc, "h_desc": h_desc, "c_desc": c_desc, "rnn": rnn,
-               "data_done": False, "batch": B}
-    return RNNForwardResult(y, hy, cy if is_lstm else None, reserve, ctx)
-
-
-def _training_ctx(rnn: RNN, fwd) -> dict:
-    if not isinstance(fwd, RNNForwardResult) or fwd._ctx is None:
-        raise ValueError("backward calls need the result of rnn_forward(..., training=True)")
-    if fwd._ctx["rnn"] is not rnn:
-        raise ValueError("fwd was computed with a different RNN descriptor")
-    return fwd._ctx
+    if training:  # the backward calls take the same descriptors, lengths and (training) workspace size
+        ctx = {"desc": rnn, "x": x, "hx": hx, "cx": cx, "dev_lengths": dev_lengths, "x_desc": x_desc,
+               "y_desc": y_desc, "h_desc": h_desc, "c_desc": c_desc, "work_size": work_n.value,
+               "batch": B, "data_done": False}
+    return RNNForwardResult(y, hy, cy, reserve, ctx)
 
 
 def rnn_backward_data(handle, rnn: RNN, fwd: RNNForwardResult, dy, weights, *, dhy=None, dcy=None,
-                      dx=None, dhx=None, dcx=None):
+                      dx=None, dhx=None, dcx=None) -> tuple[DeviceArray, DeviceArray, DeviceArray | None]:
     """``cudnnRNNBackwardData_v8``: ``(dx, dhx, dcx)`` (``dcx`` None unless LSTM).
 
     ``dy`` has ``fwd.y``'s shape; ``dhy``/``dcy`` (gradients of the final states) default to zeros.
     Call it before :func:`rnn_backward_weights` (cuDNN updates the reserve space here).
     """
-    ctx = _training_ctx(rnn, fwd)
+    ctx = _training_ctx(fwd, RNNForwardResult, rnn, "rnn_forward")
     B, is_lstm, stream = ctx["batch"], rnn.mode == "lstm", handle.stream
     dy = memory.as_array(dy, "dy", dtype=rnn.dtype, shape=fwd.y.shape, contiguous=True, device=handle.device)
     if not is_lstm and (dcy is not None or dcx is not None):
         raise ValueError(f"dcy/dcx are LSTM cell-state gradients; this RNN is {rnn.mode!r}")
     dhy = _state(handle, rnn, dhy, "dhy", B, rnn.out_size)
     dcy = _state(handle, rnn, dcy, "dcy", B, rnn.hidden_size)
-    w = _weights(handle, rnn, weights)
+    w = rnn._check_weights(handle, weights)
     x = ctx["x"]
     dx = memory.output_array(dx, x.shape, rnn.dtype, "dx", device=handle.device, stream=stream, contiguous=True)
     dhx = memory.output_array(dhx, fwd.hy.shape, rnn.dtype, "dhx", device=handle.device, stream=stream,
@@ -561,36 +540,30 @@ def rnn_backward_data(handle, rnn: RNN, fwd: RNNForwardResult, dy, weights, *, d
     if is_lstm:
         dcx = memory.output_array(dcx, fwd.cy.shape, rnn.dtype, "dcx", device=handle.device, stream=stream,
                                   contiguous=True)
-    work_n, reserve_n = ctypes.c_size_t(), ctypes.c_size_t()
-    capi.cudnnGetRNNTempSpaceSizes(handle.ptr, rnn.ptr, capi.CUDNN_FWD_MODE_TRAINING, ctx["x_desc"].ptr,
-                                   byref(work_n), byref(reserve_n))
-    work = handle.workspace.get(work_n.value, stream)
+    work_n = ctx["work_size"]
+    work = handle.workspace.get(work_n, stream)
     capi.cudnnRNNBackwardData_v8(
-        handle.ptr, rnn.ptr, _int_ptr(ctx["dev_lengths"]), ctx["y_desc"].ptr, fwd.y.ptr, dy.ptr,
-        ctx["x_desc"].ptr, dx.ptr,
+        handle.ptr, rnn.ptr, ctx["dev_lengths"].ptr, ctx["y_desc"].ptr, fwd.y.ptr, dy.ptr, ctx["x_desc"].ptr, dx.ptr,
         ctx["h_desc"].ptr, _ptr(ctx["hx"]), _ptr(dhy), dhx.ptr,
-        ctx["c_desc"].ptr, _ptr(ctx["cx"]), _ptr(dcy), _ptr(dcx) if is_lstm else None,
-        w.nbytes, w.ptr, work_n.value, work or None, fwd.reserve.nbytes, _ptr(fwd.reserve) or None)
+        ctx["c_desc"].ptr, _ptr(ctx["cx"]), _ptr(dcy), _ptr(dcx),
+        w.nbytes, w.ptr, work_n, work or None, fwd.reserve.nbytes, _ptr(fwd.reserve))
     ctx["data_done"] = True
-    return dx, dhx, (dcx if is_lstm else None)
+    return dx, dhx, dcx
 
 
-def rnn_backward_weights(handle, rnn: RNN, fwd: RNNForwardResult, dweights=None):
+def rnn_backward_weights(handle, rnn: RNN, fwd: RNNForwardResult, dweights=None) -> DeviceArray:
     """``cudnnRNNBackwardWeights_v8``: weight gradients ADDED into ``dweights`` (a new zeroed weight space if None).
 
     Needs :func:`rnn_backward_data` on the same ``fwd`` first. Returns ``dweights``.
     """
-    ctx = _training_ctx(rnn, fwd)
+    ctx = _training_ctx(fwd, RNNForwardResult, rnn, "rnn_forward")
     if not ctx["data_done"]:
         raise RuntimeError("call rnn_backward_data(...) on this forward result before rnn_backward_weights(...)")
-    dw = rnn.new_weights(handle) if dweights is None else _weights(handle, rnn, dweights, "dweights")
-    stream = handle.stream
-    work_n, reserve_n = ctypes.c_size_t(), ctypes.c_size_t()
-    capi.cudnnGetRNNTempSpaceSizes(handle.ptr, rnn.ptr, capi.CUDNN_FWD_MODE_TRAINING, ctx["x_desc"].ptr,
-                                   byref(work_n), byref(reserve_n))
-    work = handle.workspace.get(work_n.value, stream)
+    dw = rnn.new_weights(handle) if dweights is None else rnn._check_weights(handle, dweights, "dweights")
+    work_n = ctx["work_size"]
+    work = handle.workspace.get(work_n, handle.stream)
     capi.cudnnRNNBackwardWeights_v8(
-        handle.ptr, rnn.ptr, capi.CUDNN_WGRAD_MODE_ADD, _int_ptr(ctx["dev_lengths"]), ctx["x_desc"].ptr, ctx["x"].ptr,
+        handle.ptr, rnn.ptr, capi.CUDNN_WGRAD_MODE_ADD, ctx["dev_lengths"].ptr, ctx["x_desc"].ptr, ctx["x"].ptr,
         ctx["h_desc"].ptr, _ptr(ctx["hx"]), ctx["y_desc"].ptr, fwd.y.ptr, dw.nbytes, dw.ptr,
-        work_n.value, work or None, fwd.reserve.nbytes, _ptr(fwd.reserve) or None)
+        work_n, work or None, fwd.reserve.nbytes, _ptr(fwd.reserve))
     return dw
