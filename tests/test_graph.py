@@ -14,6 +14,7 @@ from cudnn_py.graph import BackendDescriptor, Graph, GraphNotSupportedError, POI
 from cudnn_py.graph import execute as gexec
 from cudnn_py.capi.backend_attributes import TABLE
 from cudnn_py.graph.plans import Plan
+from cudnn_py.memory import DeviceArray
 
 # -- the attribute table (that it matches the headers is tests/test_codegen.py's) ---------------------------------
 def test_table_covers_the_attributes_we_use():
@@ -295,6 +296,20 @@ def test_norm_forward_shapes_and_errors():
         g.norm_forward(x, sc, b, mode="group")
 
 
+def test_conv_parameters_checked_before_shape_arithmetic():
+    g = Graph()
+    x, w = g.tensor((1, 4, 8, 8)), g.tensor((4, 4, 3, 3))
+    with pytest.raises(ValueError, match="stride must be >= 1"):
+        g.conv_fprop(x, w, stride=0)
+    with pytest.raises(ValueError, match="dilation must be >= 1"):
+        g.conv_wgrad(g.tensor((1, 4, 6, 6)), x, dilation=(1, 0))
+    with pytest.raises(ValueError, match="padding has 3 entries; expected 2"):
+        g.conv_fprop(x, w, padding=(1, 1, 1))
+    with pytest.raises(ValueError, match="padding must be >= 0"):
+        g.conv_fprop(x, w, padding=-1)
+    assert g.conv_fprop(x, w, padding=np.int64(1), stride=(np.int32(2), 2)).shape == (1, 4, 4, 4)
+
+
 def test_uids_names_and_lookup():
     g = Graph()
     x = g.tensor((2, 2), name="x")
@@ -468,3 +483,111 @@ def test_executor_hot_path_and_validation(monkeypatch):
     assert len(packs) == 2
     with pytest.raises(ValueError, match="missing v"):
         gexec.Executor(plan, h, ("x", "w", y))
+
+
+def _faked_lowering(monkeypatch):
+    """Lowering with finalize and the operation graph's ops/handle faked: what cuDNN needs a driver (or a real
+    handle) for is skipped, the Python side runs."""
+    monkeypatch.setattr(BackendDescriptor, "finalize", lambda self: (setattr(self, "finalized", True), self)[1])
+    real_set = BackendDescriptor.set
+    monkeypatch.setattr(BackendDescriptor, "set", lambda self, attr, value, attr_type=None: self if attr in (
+        "handle", "ops") else real_set(self, attr, value, attr_type))
+
+
+def test_a_lowered_graph_is_frozen_and_lowered_once_per_handle(monkeypatch):
+    _faked_lowering(monkeypatch)
+    g = Graph()
+    x = g.tensor((1, 4, 4), name="x")
+    y = g.relu(x).set_output(True)
+    h1, h2 = types.SimpleNamespace(closed=False), types.SimpleNamespace(closed=False)
+    op_graph = g.lower(h1)
+    assert g.lower(h1) is op_graph and g.lower(h2) is not op_graph  # the operation graph holds its handle
+    with pytest.raises(RuntimeError, match="is built"):
+        y.set_dtype("float16")  # the plans were made for float32: an array of another dtype must not pass
+    with pytest.raises(RuntimeError, match="is built"):
+        g.relu(y)
+    h2.closed = True
+    with pytest.raises(ClosedError, match="Handle is closed"):
+        g.lower(h2)
+
+
+def test_a_plan_cache_hit_freezes_the_graph():
+    from cudnn_py.graph import build_plans
+
+    def graph():
+        g = Graph()
+        g.relu(g.tensor((1, 4, 4), name="x")).set_output(True).set_name("y")
+        return g
+    plan = types.SimpleNamespace(bind=lambda g: ("bound", g))
+    h = types.SimpleNamespace(cache={"graph.plans": {(graph().key(), ("A", "FALLBACK"), "first", False, True, None):
+                                                     [plan]}})
+    g = graph()
+    assert build_plans(g, h) == [("bound", g)]
+    with pytest.raises(RuntimeError, match="is built"):
+        g["y"].set_dtype("float16")
+
+
+def _fake_plan(g, workspace_size=0, descriptor=None):
+    return types.SimpleNamespace(graph=g, workspace_size=workspace_size, tag="fake",
+                                 descriptor=descriptor or types.SimpleNamespace(ptr=ctypes.c_void_p(7), closed=False))
+
+
+def _relu_graph():
+    g = Graph()
+    x = g.tensor((1, 4, 4), name="x")
+    g.relu(x).set_output(True).set_name("y")
+    return g
+
+
+def test_executor_of_a_closed_plan_never_passes_the_freed_plan(monkeypatch):
+    from helpers import fake
+    seen = []
+    monkeypatch.setattr(gexec, "_RAW_EXEC", lambda h, plan, vp: seen.append(plan.value) or (0 if plan.value else 2000))
+    monkeypatch.setattr(gexec, "make_variant_pack", lambda uids, ptrs, ws: types.SimpleNamespace(
+        ptr=ctypes.c_void_p(1000)))
+    g = _relu_graph()
+    d = BackendDescriptor("EXECUTION_PLAN")
+    h = types.SimpleNamespace(ptr=capi.cudnnHandle_t(), device=0, stream=None, workspace=None)
+    run = gexec.Executor(_fake_plan(g, descriptor=d), h)
+    x, y = fake((1, 4, 4)), fake((1, 4, 4))
+    run(x, y)
+    d.close()
+    with pytest.raises(ClosedError, match="execution plan .* is closed"):
+        run(x, y)
+    assert seen[0] and seen[1] is None  # the call after close got NULL, not the destroyed descriptor
+    with pytest.raises(ClosedError, match="is closed"):
+        gexec.Executor(_fake_plan(g, descriptor=d), h)
+    with pytest.raises(ClosedError, match="descriptor is closed"):
+        BackendDescriptor("EXECUTION_PLAN").set("engine_config", _closed("ENGINECFG"))
+    with pytest.raises(TypeError, match="cudnnHandle_t"):
+        gexec.Executor(_fake_plan(g), types.SimpleNamespace(ptr=12345, device=0))
+
+
+def _closed(kind):
+    d = BackendDescriptor(kind)
+    d.finalized = True
+    d.close()
+    return d
+
+
+def test_caller_workspaces_are_checked_before_c(monkeypatch):
+    from helpers import NoCallHandle, fake
+    monkeypatch.setattr(gexec, "_RAW_EXEC", lambda h, plan, vp: pytest.fail("reached cudnnBackendExecute"))
+    g = _relu_graph()
+    plan = _fake_plan(g, workspace_size=4096)
+    h = types.SimpleNamespace(ptr=capi.cudnnHandle_t(), device=0, stream=None, workspace=None)
+    run = gexec.Executor(plan, h)
+    x, y = fake((1, 4, 4)), fake((1, 4, 4))
+    with pytest.raises(ValueError, match="workspace has 1024 bytes; the plan .* needs 4096"):
+        run.with_workspace(fake((1024,), np.uint8), x, y)
+    with pytest.raises(TypeError, match="host memory"):
+        run.with_workspace(np.zeros(8192, np.uint8), x, y)
+    with pytest.raises(ValueError, match="not NULL"):
+        run.with_workspace(0, x, y)
+    with pytest.raises(ValueError, match="device 1"):
+        run.with_workspace(DeviceArray(0x20000, (8192,), np.uint8, device_id=1), x, y)
+    with pytest.raises(ValueError, match="handle has none"):
+        run(x, y)
+    # a CUDA graph records the workspace address: the same checks, before anything is recorded
+    with pytest.raises(ValueError, match="workspace has 1024 bytes"):
+        gexec.CudaGraph(plan, NoCallHandle(), {"x": x, "y": y}, workspace=fake((1024,), np.uint8))

@@ -589,6 +589,21 @@ def test_executor_after_its_handle_closed_raises(rng):
         conv_forward(h, xd, wd, padding=1)
 
 
+def test_a_graph_is_lowered_again_for_a_new_handle(rng):
+    from cudnn_py import Handle
+    from cudnn_py.errors import ClosedError
+    g, x, w, y = _conv_graph("float32", padding=1)
+    with Handle() as h1:
+        g.build(h1)
+    with pytest.raises(ClosedError):
+        g.build(h1)
+    ins = {x: rng.standard_normal(x.shape), w: rng.standard_normal(w.shape)}
+    with Handle() as h2:
+        g.build(h2)  # not the operation graph lowered for h1: that one holds the destroyed handle
+        (got,), _, _ = _run(h2, g, ins, [y])
+    _close(got, R.conv_fprop(ins[x], ins[w], (1, 1), (1, 1), (1, 1)), "float32")
+
+
 def test_another_array_at_a_known_address_is_validated_again(handle, rng):
     g, x, w, y = _conv_graph("float32", padding=1)
     keep = []

@@ -127,6 +127,8 @@ class BackendDescriptor:
             vals = value if isinstance(value, (list, tuple)) else [value]
             for v in vals:
                 if isinstance(v, BackendDescriptor):
+                    if v.closed:
+                        raise ClosedError(f"{name.name}: the {v.short_type} descriptor is closed")
                     if v.short_type != spec.nested:
                         raise TypeError(f"{name.name} takes a {spec.nested} descriptor, got a {v.short_type} descriptor")
                     if not v.finalized:
@@ -206,13 +208,15 @@ class BackendDescriptor:
         return self.ptr is None
 
     def close(self) -> None:
-        """Destroy the descriptor (idempotent)."""
+        """Destroy the descriptor (idempotent). Whoever still holds its pointer object (an executor) then passes
+        cuDNN NULL, an error, never a freed descriptor."""
         ptr, self.ptr = self.ptr, None
         if ptr is not None and self._owned and ptr.value:
             try:
                 _C_DESTROY(ptr)
             except Exception:  # noqa: BLE001 - never raise from teardown
                 pass
+            ptr.value = None
         self._refs = {}
 
     def __del__(self):

@@ -24,27 +24,15 @@ _RAW_EXEC = None
 
 
 def _raw_execute():
-    """``cudnnBackendExecute`` as a bare ctypes function (no errcheck; the caller checks the status)."""
+    """``cudnnBackendExecute`` as a bare ctypes function: no errcheck (the caller checks the status) and no
+    argtypes (about 0.1 us less per call), so it must only ever get ``c_void_p`` objects (or None)."""
     global _RAW_EXEC
     if _RAW_EXEC is None:
         cdll = _loader.library().cdll
         fn = cdll._FuncPtr(("cudnnBackendExecute", cdll))
         fn.restype = ctypes.c_int
-        fn.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
         _RAW_EXEC = fn
     return _RAW_EXEC
-
-
-def _ptr_of(obj) -> int:
-    """Data pointer of a DeviceArray, a torch tensor (``data_ptr()``) or anything :func:`as_array` accepts."""
-    p = getattr(obj, "ptr", None)
-    if isinstance(p, int):
-        return p
-    dp = getattr(obj, "data_ptr", None)
-    if callable(dp):
-        return dp()
-    from cudnn_py.memory import as_array
-    return as_array(obj).ptr
 
 
 def _pack_key(obj) -> tuple:
@@ -82,6 +70,38 @@ def _handle_device(handle) -> int | None:
     return None if dev is None else int(getattr(dev, "device_id", dev))
 
 
+def _workspace_ptr(plan, workspace, device: int | None) -> int:
+    """The device pointer of a caller's workspace: a device array of at least the plan's workspace size on the
+    handle's device, or an int device pointer (taken as is: its size cannot be checked)."""
+    if isinstance(workspace, int) and not isinstance(workspace, bool):
+        if not workspace and plan.workspace_size:
+            raise ValueError(f"the plan ({plan.tag}) needs {plan.workspace_size} bytes of workspace, not NULL")
+        return workspace
+    from cudnn_py.memory import as_array
+    ws = as_array(workspace, "workspace", device=device)
+    if ws.nbytes < plan.workspace_size:
+        raise ValueError(f"workspace has {ws.nbytes} bytes; the plan ({plan.tag}) needs {plan.workspace_size}")
+    return ws.ptr
+
+
+def _plan_pointer(plan) -> capi.cudnnBackendDescriptor_t:
+    """The plan descriptor's own pointer object: closing the descriptor sets it to NULL, so a holder of it passes
+    cuDNN NULL (an error status), never a freed plan."""
+    ptr = plan.descriptor.ptr
+    if ptr is None:
+        raise ClosedError(f"the execution plan ({plan.tag}) is closed")
+    return ptr
+
+
+def _bindings(plan) -> tuple[list, list]:
+    """The graph tensors a variant pack binds to arrays, and its by-value scalars (bound to host buffers)."""
+    g = plan.graph
+    if g is None:
+        raise ValueError("this plan has no graph to name its tensors (load it with plan_from_json(..., graph=))")
+    io = g.io_tensors()
+    return [t for t in io if not t.is_by_value], [t for t in io if t.is_by_value]
+
+
 def make_variant_pack(uids, pointers, workspace: int | None) -> BackendDescriptor:
     """A finalized ``VARIANT_PACK`` descriptor."""
     vp = BackendDescriptor("VARIANT_PACK", unique_ids=list(uids), data_pointers=list(pointers))
@@ -104,19 +124,16 @@ class _ExecState:
 
     def __init__(self, plan, handle, tensors, identity_cache):
         g = plan.graph
-        if g is None:
-            raise ValueError("this plan has no graph to name its tensors (load it with plan_from_json(..., graph))")
-        io = [t for t in g.io_tensors() if not t.is_by_value]
+        io, scalars = _bindings(plan)
         if tensors:
-            resolved = [g[t] if isinstance(t, str) else (t if hasattr(t, "uid") else
-                        next(v for v in io if v.uid == t)) for t in tensors]
+            by_uid = {v.uid: v for v in io}
+            resolved = [g[t] if isinstance(t, str) else t if hasattr(t, "uid") else by_uid.get(t) for t in tensors]
             missing = [t.name for t in io if t not in resolved]
             if missing:
                 raise ValueError(f"executor must bind every I/O tensor; missing {', '.join(missing)}")
             if len(resolved) != len(io):
                 raise ValueError("executor tensors must be the graph's I/O tensors, each once")
             io = resolved
-        scalars = [t for t in g.io_tensors() if t.is_by_value]
         self.plan, self.tensors, self.handle = plan, tuple(io), handle
         self._uids = [t.uid for t in io] + [t.uid for t in scalars]
         self._scalar_ptrs = [g.scalar_pointer(t) for t in scalars]
@@ -126,7 +143,9 @@ class _ExecState:
         self._recent_max = int(identity_cache)
         # the Handle's own pointer object: destroying the handle sets it to NULL, so a late call fails cleanly
         self._h = handle.ptr if hasattr(handle, "ptr") else ctypes.c_void_p(ctypes.cast(handle, ctypes.c_void_p).value)
-        self._plan_ptr = ctypes.c_void_p(plan.descriptor.ptr.value)
+        self._plan_ptr = _plan_pointer(plan)
+        if not isinstance(self._h, ctypes.c_void_p):  # the raw call has no argtypes: only pointer objects
+            raise TypeError(f"handle must be a cudnn_py.Handle or a cudnnHandle_t, got {type(handle).__name__}")
         self.workspace_size = plan.workspace_size
         self._workspace = getattr(handle, "workspace", None)
         self._stream = getattr(handle, "stream", None)
@@ -135,6 +154,8 @@ class _ExecState:
     def _error(self, status: int) -> Exception:
         if getattr(self.handle, "closed", False):
             return ClosedError("the Handle this executor was made for is closed; build a new plan on an open one")
+        if self.plan.descriptor.closed:
+            return ClosedError(f"the execution plan ({self.plan.tag}) of this executor is closed")
         return status_error("cudnnBackendExecute", status)
 
     def make_run(self):
@@ -201,15 +222,7 @@ class _ExecState:
     def with_workspace(self, workspace, *arrays) -> None:
         """Execute with an explicit workspace (a DeviceArray of at least :attr:`workspace_size` bytes, or a
         device pointer) instead of the handle's."""
-        if isinstance(workspace, int):
-            wsp = workspace
-        else:
-            nbytes = getattr(workspace, "nbytes", None)
-            if nbytes is not None and nbytes < self.workspace_size:
-                raise ValueError(f"workspace has {nbytes} bytes; the plan ({self.plan.tag}) needs "
-                                 f"{self.workspace_size}")
-            wsp = _ptr_of(workspace)
-        vp = self._lookup(arrays, wsp)
+        vp = self._lookup(arrays, _workspace_ptr(self.plan, workspace, self._device))
         status = _raw_execute()(self._h, self._plan_ptr, vp)
         if status:
             raise self._error(status)
@@ -260,10 +273,9 @@ class Executor(functools.partial):
 
 
 def _ordered(plan, variant_pack: dict) -> tuple[list, list]:
+    """The graph's I/O tensors and the arrays ``variant_pack`` binds to them, in that order."""
+    io, _ = _bindings(plan)
     g = plan.graph
-    if g is None:
-        raise ValueError("this plan has no graph to name its tensors")
-    io = [t for t in g.io_tensors() if not t.is_by_value]
     by_uid = {}
     for k, v in variant_pack.items():
         t = g[k] if isinstance(k, str) else k
@@ -293,35 +305,46 @@ def execute(plan, handle, variant_pack: dict, workspace=None) -> None:
 
 class CudaGraph:
     """A CUDA graph recorded from a plan by ``cudnnBackendPopulateCudaGraph``; ``update(variant_pack)`` rebinds
-    pointers with ``cudnnBackendUpdateCudaGraph``; ``launch(stream=None)`` replays it (handle's stream default)."""
+    pointers with ``cudnnBackendUpdateCudaGraph``; ``launch(stream=None)`` replays it (handle's stream default).
+
+    The recorded addresses must stay valid for every launch, so the graph keeps the bound arrays alive and, unless
+    a ``workspace`` is given, owns a workspace of its own (the handle's may be reallocated by later calls)."""
 
     def __init__(self, plan, handle, variant_pack: dict, workspace=None):
         from cuda.bindings import runtime as rt
         self._rt, self.plan, self.handle = rt, plan, handle
-        self._graph = self._exec = None
+        self._graph = self._exec = self._own_ws = None
+        vp = self._pack(variant_pack, workspace)
         err, self._graph = rt.cudaGraphCreate(0)
         self._check(err, "cudaGraphCreate")
-        vp = self._pack(variant_pack, workspace)
-        capi.cudnnBackendPopulateCudaGraph(handle.ptr, plan.descriptor.ptr, vp.ptr, capi.cudaGraph_t(int(self._graph)))
+        capi.cudnnBackendPopulateCudaGraph(handle.ptr, _plan_pointer(plan), vp.ptr, capi.cudaGraph_t(int(self._graph)))
         self._instantiate()
 
     def _check(self, err, what):
         if int(err) != 0:
             raise RuntimeError(f"{what} failed: {err}")
 
+    def _check_open(self):
+        if self._exec is None:
+            raise ClosedError("this CudaGraph is closed")
+
     def _pack(self, variant_pack, workspace) -> BackendDescriptor:
         io, arrays = _ordered(self.plan, variant_pack)
         dev = _handle_device(self.handle)
         ptrs = [_check_array(t, a, dev) for t, a in zip(io, arrays)]
-        g = self.plan.graph
-        scalars = [t for t in g.io_tensors() if t.is_by_value]
-        ws = None
-        if self.plan.workspace_size:
-            ws = _ptr_of(workspace) if workspace is not None else self.handle.workspace.get(
-                self.plan.workspace_size, self.handle.stream)
-        self._vp = make_variant_pack([t.uid for t in io] + [t.uid for t in scalars],
-                                     ptrs + [g.scalar_pointer(t) for t in scalars], ws)
-        return self._vp
+        _, scalars = _bindings(self.plan)
+        size, ws = self.plan.workspace_size, None
+        if workspace is not None:
+            ws = _workspace_ptr(self.plan, workspace, dev)
+        elif size:
+            if self._own_ws is None:
+                from cudnn_py.memory import empty
+                self._own_ws = empty((size,), "uint8", stream=self.handle.stream, device=dev)
+            ws = self._own_ws.ptr
+        vp = make_variant_pack([t.uid for t in io] + [t.uid for t in scalars],
+                               ptrs + [self.plan.graph.scalar_pointer(t) for t in scalars], ws)
+        self._bound = (vp, arrays, workspace)  # what the recorded kernels read and write
+        return vp
 
     def _instantiate(self):
         if self._exec is not None:
@@ -330,13 +353,16 @@ class CudaGraph:
         self._check(err, "cudaGraphInstantiate")
 
     def update(self, variant_pack: dict, workspace=None) -> None:
+        """Rebind the graph's pointers to another variant pack (same shapes, validated like the first)."""
+        self._check_open()
         vp = self._pack(variant_pack, workspace)
-        capi.cudnnBackendUpdateCudaGraph(self.handle.ptr, self.plan.descriptor.ptr, vp.ptr,
+        capi.cudnnBackendUpdateCudaGraph(self.handle.ptr, _plan_pointer(self.plan), vp.ptr,
                                          capi.cudaGraph_t(int(self._graph)))
         self._instantiate()
 
     def launch(self, stream=None) -> None:
         from cudnn_py.streams import stream_ptr
+        self._check_open()
         s = stream_ptr(stream) if stream is not None else self.handle.stream_ptr
         self._check(self._rt.cudaGraphLaunch(self._exec, s)[0], "cudaGraphLaunch")
 

@@ -22,7 +22,9 @@ from typing import Sequence
 import numpy as np
 
 from cudnn_py import capi
+from cudnn_py.descriptors import _ints
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
+from cudnn_py.errors import ClosedError
 
 from .descriptors import BackendDescriptor
 from .ops import POINTWISE_ARITY, Op, lower, pointwise_mode
@@ -57,15 +59,6 @@ def _is_channels_last(shape, strides) -> bool:
     return len(shape) >= 4 and tuple(strides) == _packed_strides(shape, "NHWC") and shape[1] > 1
 
 
-def _tuple(v, n: int, what: str) -> tuple[int, ...]:
-    if isinstance(v, int) and not isinstance(v, bool):
-        return (v,) * n
-    t = tuple(int(x) for x in v)
-    if len(t) != n:
-        raise ValueError(f"{what} needs {n} values (one per spatial dimension), got {len(t)}")
-    return t
-
-
 class Tensor:
     """A graph tensor: shape, strides (in elements), dtype, unique id, name, virtual/by-value flags."""
 
@@ -88,6 +81,8 @@ class Tensor:
         return self
 
     def set_dtype(self, dtype) -> "Tensor":
+        """Give this tensor its own dtype (before the graph is built); returns self."""
+        self.graph._check_open()
         self.dtype, self._dtype_set = _dtype(dtype), True
         return self
 
@@ -230,18 +225,21 @@ class Graph:
             raise TypeError(f"{kind}: operands have different dtypes ("
                             + ", ".join(f"{t.name}: {t.dtype.name}" for t in real) + "); give them one dtype")
 
+    def _compute(self, compute_dtype) -> capi.cudnnDataType_t:
+        return _dtype(compute_dtype) if compute_dtype is not None else self.compute_dtype
+
     def _op(self, kind, inputs, outputs, params, name) -> None:
         self._check_open()
         self.ops.append(Op(kind, inputs, outputs, params, name or f"{kind}{len(self.ops)}"))
 
     # -- convolution --------------------------------------------------------------------------------------------
     def _conv_params(self, nsp, padding, stride, dilation, post_padding, compute_dtype, alpha, beta, conv_mode):
-        pad = _tuple(padding, nsp, "padding")
-        return dict(padding=pad, post_padding=_tuple(post_padding, nsp, "post_padding") if post_padding is not None
-                    else pad, stride=_tuple(stride, nsp, "stride"), dilation=_tuple(dilation, nsp, "dilation"),
-                    compute_dtype=_dtype(compute_dtype) if compute_dtype is not None else self.compute_dtype,
-                    alpha=float(alpha), beta=float(beta), conv_mode=capi.cudnnConvolutionMode_t[
-                        "CUDNN_" + conv_mode.upper()] if isinstance(conv_mode, str) else conv_mode)
+        pad = _ints(padding, nsp, "padding", 0)
+        post = pad if post_padding is None else _ints(post_padding, nsp, "post_padding", 0)
+        mode = capi.cudnnConvolutionMode_t["CUDNN_" + conv_mode.upper()] if isinstance(conv_mode, str) else conv_mode
+        return dict(padding=pad, post_padding=post, stride=_ints(stride, nsp, "stride", 1),
+                    dilation=_ints(dilation, nsp, "dilation", 1), compute_dtype=self._compute(compute_dtype),
+                    alpha=float(alpha), beta=float(beta), conv_mode=mode)
 
     def conv_fprop(self, x: Tensor, w: Tensor, padding=0, stride=1, dilation=1, *, post_padding=None,
                    compute_dtype=None, alpha: float = 1.0, beta: float = 0.0, conv_mode="cross_correlation",
@@ -318,8 +316,7 @@ class Graph:
                 raise ValueError(f"matmul: batch dim {i} does not broadcast ({m} vs {n})")
             batch.append(max(m, n))
         c = self._virtual((*batch, a.shape[-2], b.shape[-1]), name=name and f"{name}.c")
-        self._op("matmul", {"a": a, "b": b}, {"c": c},
-                 {"compute_dtype": _dtype(compute_dtype) if compute_dtype is not None else self.compute_dtype}, name)
+        self._op("matmul", {"a": a, "b": b}, {"c": c}, {"compute_dtype": self._compute(compute_dtype)}, name)
         return c
 
     # -- pointwise ----------------------------------------------------------------------------------------------
@@ -341,11 +338,11 @@ class Graph:
             raise ValueError(f"pointwise {mode.name} is {arity} and takes {need} tensor(s) besides x, got {given}")
         ins = [x] + [self._own(v, n) for v, n in ((b, "b"), (t, "t")) if v is not None]
         shape = self._broadcast(mode, ins)
-        comp = _dtype(compute_dtype) if compute_dtype is not None else self.compute_dtype
         like = max(ins, key=lambda v: math.prod(v.shape))
         out = self._virtual(shape, strides=like.strides if like.shape == shape else None, like=like,
                             name=name and f"{name}.y")
-        p = {"mode": mode, "compute_dtype": comp, **{k: v for k, v in params.items() if v is not None}}
+        p = {"mode": mode, "compute_dtype": self._compute(compute_dtype),
+             **{k: v for k, v in params.items() if v is not None}}
         if arity == "backward":
             self._op("pointwise", {"dy": x, "x": ins[1]}, {"dx": out}, p, name)
         else:
@@ -443,9 +440,7 @@ class Graph:
         if len(out_shape) != x.ndim or any(o not in (1, s) for o, s in zip(out_shape, x.shape)):
             raise ValueError(f"reduction output shape {out_shape} must keep x's rank with dims 1 or x's {x.shape}")
         y = self._virtual(out_shape, name=name and f"{name}.y")
-        self._op("reduction", {"x": x}, {"y": y},
-                 {"mode": op, "compute_dtype": _dtype(compute_dtype) if compute_dtype is not None else
-                  self.compute_dtype}, name)
+        self._op("reduction", {"x": x}, {"y": y}, {"mode": op, "compute_dtype": self._compute(compute_dtype)}, name)
         return y
 
     def genstats(self, x: Tensor, *, compute_dtype=None, name: str | None = None) -> tuple[Tensor, Tensor]:
@@ -454,8 +449,7 @@ class Graph:
         shape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
         s = self._virtual(shape, name=name and f"{name}.sum")
         sq = self._virtual(shape, name=name and f"{name}.sqsum")
-        self._op("genstats", {"x": x}, {"sum": s, "sqsum": sq},
-                 {"compute_dtype": _dtype(compute_dtype) if compute_dtype is not None else self.compute_dtype}, name)
+        self._op("genstats", {"x": x}, {"sum": s, "sqsum": sq}, {"compute_dtype": self._compute(compute_dtype)}, name)
         return s, sq
 
     _NORM_MODES = {"layer": "CUDNN_LAYER_NORM", "rms": "CUDNN_RMS_NORM", "instance": "CUDNN_INSTANCE_NORM",
@@ -516,9 +510,12 @@ class Graph:
         return y, outputs.get("mean"), outputs["inv_variance"]
 
     # -- structure ----------------------------------------------------------------------------------------------
+    def _used_uids(self) -> set[int]:
+        return {t.uid for op in self.ops for t in (*op.inputs.values(), *op.outputs.values())}
+
     def key(self) -> tuple:
         """The graph's structure, shapes and dtypes: equal keys lower to equal operation graphs."""
-        used = {t.uid for op in self.ops for t in (*op.inputs.values(), *op.outputs.values())}
+        used = self._used_uids()
         return (tuple(t.key() for t in self.tensors if t.uid in used), tuple(op.key() for op in self.ops))
 
     def describe(self) -> str:
@@ -530,7 +527,7 @@ class Graph:
 
     def io_tensors(self) -> list[Tensor]:
         """The non-virtual tensors the operations use (what a variant pack must bind)."""
-        used = {t.uid for op in self.ops for t in (*op.inputs.values(), *op.outputs.values())}
+        used = self._used_uids()
         return [t for t in self.tensors if t.uid in used and not t.is_virtual]
 
     def validate(self) -> None:
@@ -564,10 +561,12 @@ class Graph:
         return shape, strides
 
     def lower(self, handle=None) -> BackendDescriptor:
-        """The finalized ``OPERATIONGRAPH`` descriptor (cached on the graph; needs the cuDNN engines library,
-        i.e. a CUDA driver). Freezes the graph."""
-        if self._lowered is not None:
-            return self._lowered[0]
+        """The finalized ``OPERATIONGRAPH`` descriptor for ``handle`` (cached for the last handle given; needs the
+        cuDNN engines library, i.e. a CUDA driver). Freezes the graph."""
+        if getattr(handle, "closed", False):
+            raise ClosedError(f"graph {self.name!r}: the Handle is closed; use an open one")
+        if self._lowered is not None and self._lowered[0] is handle:
+            return self._lowered[1]
         self.validate()
         keep: list = []
         td: dict[int, BackendDescriptor] = {}
@@ -588,7 +587,7 @@ class Graph:
             g.set("handle", handle)
         g.finalize()
         self._frozen = True
-        self._lowered = (g, td, op_descs, keep)
+        self._lowered = (handle, g, td, op_descs, keep)  # the operation graph holds the handle: one per handle
         return g
 
     # -- plans and execution (see plans.py / execute.py) --------------------------------------------------------

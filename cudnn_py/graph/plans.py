@@ -37,6 +37,10 @@ def _mode_name(m) -> str:
     return name
 
 
+def _unsupported(graph, modes, reasons: list[tuple[str, str]]) -> GraphNotSupportedError:
+    return GraphNotSupportedError(graph.name, [op.describe() for op in graph.ops], list(modes), reasons)
+
+
 def _reason(e: Exception) -> str:
     if isinstance(e, CudnnError):
         st = getattr(e.status, "name", e.status)
@@ -268,13 +272,13 @@ def build_plans(graph, handle, modes: Sequence[str] = ("A", "FALLBACK"), *, poli
     cached = _plan_cache(handle)
     if cache and key in cached:
         _STATS["hits"] += 1
+        graph._frozen = True  # as lowering would: the plans fit this structure, so it must not change under them
         return [p.bind(graph) for p in cached[key]]
     _STATS["misses"] += 1
     try:
         graph.lower(handle)
     except (CudnnBadParamError, CudnnNotSupportedError) as e:
-        raise GraphNotSupportedError(graph.name, [op.describe() for op in graph.ops], [],
-                                     [("finalizing the operation graph", _reason(e))]) from e
+        raise _unsupported(graph, [], [("finalizing the operation graph", _reason(e))]) from e
     reasons: list[tuple[str, str]] = []
     plans: list[Plan] = []
     seen = set()
@@ -290,7 +294,7 @@ def build_plans(graph, handle, modes: Sequence[str] = ("A", "FALLBACK"), *, poli
         if policy == "first" or (max_plans and len(plans) >= max_plans):
             break
     if not plans:
-        raise GraphNotSupportedError(graph.name, [op.describe() for op in graph.ops], list(modes), reasons)
+        raise _unsupported(graph, modes, reasons)
     if cache:
         cached[key] = plans
     return plans
@@ -317,8 +321,7 @@ def autotune(graph, handle, variant_pack: dict, *, modes=("A", "B", "FALLBACK"),
         times.sort()
         results.append((plan, times[len(times) // 2]))
     if not results:
-        raise GraphNotSupportedError(graph.name, [op.describe() for op in graph.ops], list(modes),
-                                     [("autotune", "every plan failed to execute")])
+        raise _unsupported(graph, modes, [("autotune", "every plan failed to execute")])
     results.sort(key=lambda r: r[1])
     graph.plans = [p for p, _ in results]
     return results
