@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from cudnn_py.descriptors import _ints
 from cudnn_py.handle import handle_cache
 from cudnn_py.memory import DeviceArray, as_array, empty
 
+from .execute import _handle_device
 from .graph import Graph, _packed_strides
 
 __all__ = ["conv_forward", "conv_backward_data", "conv_backward_filter", "ACTIVATIONS", "conv_cache_clear"]
@@ -34,14 +36,22 @@ def _compute_dtype(dt: np.dtype):
     return "float64" if dt == np.float64 else "float32"
 
 
-def _out(handle, shape, dtype, strides, out, name):
+def _conv_key(nsp: int, padding, stride, dilation, post_padding) -> tuple:
+    """The convolution parameters checked and as tuples (part of every cache key)."""
+    return (_ints(padding, nsp, "padding", 0), _ints(stride, nsp, "stride", 1), _ints(dilation, nsp, "dilation", 1),
+            None if post_padding is None else _ints(post_padding, nsp, "post_padding", 0))
+
+
+def _out(handle, shape, dtype, strides, out: DeviceArray | None, name) -> DeviceArray:
+    """``out`` checked against the plan's output (its strides are in the cache key; the executor checks the rest),
+    or a new array with those strides on the handle's device."""
     if out is not None:
-        a = _arr(out, name)
-        if a.shape != tuple(shape) or a.dtype != dtype:
-            raise ValueError(f"{name} must have shape {tuple(shape)} and dtype {dtype}, got {a.shape} {a.dtype}")
+        if out.shape != tuple(shape) or out.dtype != dtype:
+            raise ValueError(f"{name} must have shape {tuple(shape)} and dtype {dtype}, got {out.shape} {out.dtype}")
         return out
     order = sorted(range(len(shape)), key=lambda i: -strides[i])
-    buf = empty(tuple(shape[i] for i in order), dtype, stream=getattr(handle, "stream", None))
+    buf = empty(tuple(shape[i] for i in order), dtype, stream=getattr(handle, "stream", None),
+                device=_handle_device(handle))
     return DeviceArray(buf.ptr, shape, dtype, strides, device_id=buf.device_id, owner=buf)
 
 
@@ -65,14 +75,6 @@ def _build(g: Graph, handle, tensors, arrays, autotune: bool):
     return g.executor(handle, *tensors, identity_cache=1)
 
 
-def _spatial(v, n):
-    return (v,) * n if isinstance(v, int) else tuple(v)
-
-
-def _opt(v, n):
-    return None if v is None else _spatial(v, n)
-
-
 def conv_forward(handle, x, w, *, padding=0, stride=1, dilation=1, bias=None, activation: str | None = None,
                  y=None, alpha: float = 1.0, beta: float = 0.0, compute_dtype=None, post_padding=None,
                  conv_mode="cross_correlation", autotune: bool = False):
@@ -82,6 +84,7 @@ def conv_forward(handle, x, w, *, padding=0, stride=1, dilation=1, bias=None, ac
     ``bias`` (1, K, 1, 1) (or (K,)); ``activation``: None or one of :data:`ACTIVATIONS`. ``beta`` != 0 needs
     ``y`` (read and overwritten). ``autotune``: time every plan on the first call and keep the fastest."""
     xa, wa = _arr(x, "x"), _arr(w, "w")
+    ya = None if y is None else _arr(y, "y")
     ba = None
     if bias is not None:
         ba = _arr(bias, "bias")
@@ -91,12 +94,10 @@ def conv_forward(handle, x, w, *, padding=0, stride=1, dilation=1, bias=None, ac
         raise ValueError(f"activation must be None or one of {ACTIVATIONS}, got {activation!r}")
     if beta and y is None:
         raise ValueError("beta != 0 accumulates into y: pass y=")
-    nsp = xa.ndim - 2
     key = ("fprop", xa.shape, xa.strides, xa.dtype, wa.shape, wa.strides, wa.dtype,
-           _spatial(padding, nsp), _spatial(stride, nsp), _spatial(dilation, nsp),
+           _conv_key(xa.ndim - 2, padding, stride, dilation, post_padding),
            None if ba is None else (ba.shape, ba.strides, ba.dtype), activation, float(alpha), float(beta),
-           compute_dtype, None if y is None else (_arr(y, "y").strides,), _opt(post_padding, nsp), str(conv_mode),
-           autotune)
+           compute_dtype, None if ya is None else ya.strides, str(conv_mode), autotune)
 
     def make():
         g = Graph(io_dtype=xa.dtype, compute_dtype=compute_dtype or _compute_dtype(xa.dtype), name="conv_fprop")
@@ -112,8 +113,7 @@ def conv_forward(handle, x, w, *, padding=0, stride=1, dilation=1, bias=None, ac
             arrays.append(ba)
         if activation is not None:
             out = getattr(g, activation)(out)
-        if y is not None:
-            ya = _arr(y, "y")
+        if ya is not None:
             if ya.shape != out.shape:
                 raise ValueError(f"y must have shape {out.shape}, got {ya.shape}")
             out.strides = ya.strides
@@ -122,69 +122,58 @@ def conv_forward(handle, x, w, *, padding=0, stride=1, dilation=1, bias=None, ac
         return _build(g, handle, args, arrays, autotune), out.shape, out.strides, xa.dtype
 
     ex, shape, strides, dt = _runner(handle, key, make)
-    y = _out(handle, shape, dt, strides, y, "y")
+    ya = _out(handle, shape, dt, strides, ya, "y")
     if ba is None:
-        ex(xa, wa, y)
+        ex(xa, wa, ya)
     else:
-        ex(xa, wa, ba, y)
-    return y
+        ex(xa, wa, ba, ya)
+    return ya if y is None else y
+
+
+def _backward(kind: str, handle, dy, other, out, out_shape, *, padding, stride, dilation, alpha, beta,
+              compute_dtype, post_padding, conv_mode, autotune):
+    """Backward data (``kind='dgrad'``: other = w, out = dx) or filter (``'wgrad'``: other = x, out = dw)."""
+    other_name, out_name, shape_arg = ("w", "dx", "x_shape") if kind == "dgrad" else ("x", "dw", "w_shape")
+    dya, oa = _arr(dy, "dy"), _arr(other, other_name)
+    outa = None if out is None else _arr(out, out_name)
+    if out_shape is None and outa is not None:
+        out_shape = outa.shape
+    out_shape = None if out_shape is None else tuple(int(s) for s in out_shape)
+    key = (kind, dya.shape, dya.strides, dya.dtype, oa.shape, oa.strides, oa.dtype,
+           _conv_key(dya.ndim - 2, padding, stride, dilation, post_padding), out_shape, float(alpha), float(beta),
+           compute_dtype, None if outa is None else outa.strides, str(conv_mode), autotune)
+
+    def make():
+        g = Graph(io_dtype=dya.dtype, compute_dtype=compute_dtype or _compute_dtype(dya.dtype), name=f"conv_{kind}")
+        tdy, to = g.tensor_like(dya, "dy"), g.tensor_like(oa, other_name)
+        res = getattr(g, f"conv_{kind}")(tdy, to, padding, stride, dilation, alpha=alpha, beta=beta,
+                                         post_padding=post_padding, conv_mode=conv_mode, **{shape_arg: out_shape})
+        if outa is not None:
+            res.strides = outa.strides
+        elif kind == "wgrad" and oa.ndim >= 4 and _packed_strides(oa.shape, "NHWC") == oa.strides:
+            res.strides = _packed_strides(res.shape, "NHWC")  # channels-last x: channels-last dw
+        res.set_output(True).set_name(out_name)
+        return _build(g, handle, [tdy, to, res], [dya, oa], autotune), res.shape, res.strides, dya.dtype
+
+    ex, shape, strides, dt = _runner(handle, key, make)
+    outa = _out(handle, shape, dt, strides, outa, out_name)
+    ex(dya, oa, outa)
+    return outa if out is None else out
 
 
 def conv_backward_data(handle, dy, w, *, padding=0, stride=1, dilation=1, dx=None, x_shape=None,
                        alpha: float = 1.0, beta: float = 0.0, compute_dtype=None, post_padding=None,
                        conv_mode="cross_correlation", autotune: bool = False):
     """dx = alpha * conv_bwd_data(dy, w) + beta * dx via a cached graph plan; returns dx."""
-    dya, wa = _arr(dy, "dy"), _arr(w, "w")
-    if dx is not None and x_shape is None:
-        x_shape = _arr(dx, "dx").shape
-    nsp = dya.ndim - 2
-    key = ("dgrad", dya.shape, dya.strides, dya.dtype, wa.shape, wa.strides, wa.dtype,
-           _spatial(padding, nsp), _spatial(stride, nsp), _spatial(dilation, nsp), x_shape, float(alpha),
-           float(beta), compute_dtype, None if dx is None else _arr(dx, "dx").strides, _opt(post_padding, nsp),
-           str(conv_mode), autotune)
-
-    def make():
-        g = Graph(io_dtype=dya.dtype, compute_dtype=compute_dtype or _compute_dtype(dya.dtype), name="conv_dgrad")
-        tdy, tw = g.tensor_like(dya, "dy"), g.tensor_like(wa, "w")
-        out = g.conv_dgrad(tdy, tw, padding, stride, dilation, x_shape=x_shape, alpha=alpha, beta=beta,
-                           post_padding=post_padding, conv_mode=conv_mode)
-        if dx is not None:
-            out.strides = _arr(dx, "dx").strides
-        out.set_output(True).set_name("dx")
-        return _build(g, handle, [tdy, tw, out], [dya, wa], autotune), out.shape, out.strides, dya.dtype
-
-    ex, shape, strides, dt = _runner(handle, key, make)
-    dx = _out(handle, shape, dt, strides, dx, "dx")
-    ex(dya, wa, dx)
-    return dx
+    return _backward("dgrad", handle, dy, w, dx, x_shape, padding=padding, stride=stride, dilation=dilation,
+                     alpha=alpha, beta=beta, compute_dtype=compute_dtype, post_padding=post_padding,
+                     conv_mode=conv_mode, autotune=autotune)
 
 
 def conv_backward_filter(handle, dy, x, *, padding=0, stride=1, dilation=1, dw=None, w_shape=None,
                          alpha: float = 1.0, beta: float = 0.0, compute_dtype=None, post_padding=None,
                          conv_mode="cross_correlation", autotune: bool = False):
     """dw = alpha * conv_bwd_filter(dy, x) + beta * dw via a cached graph plan; returns dw."""
-    dya, xa = _arr(dy, "dy"), _arr(x, "x")
-    if dw is not None and w_shape is None:
-        w_shape = _arr(dw, "dw").shape
-    nsp = dya.ndim - 2
-    key = ("wgrad", dya.shape, dya.strides, dya.dtype, xa.shape, xa.strides, xa.dtype,
-           _spatial(padding, nsp), _spatial(stride, nsp), _spatial(dilation, nsp), w_shape, float(alpha),
-           float(beta), compute_dtype, None if dw is None else _arr(dw, "dw").strides, _opt(post_padding, nsp),
-           str(conv_mode), autotune)
-
-    def make():
-        g = Graph(io_dtype=dya.dtype, compute_dtype=compute_dtype or _compute_dtype(dya.dtype), name="conv_wgrad")
-        tdy, tx = g.tensor_like(dya, "dy"), g.tensor_like(xa, "x")
-        out = g.conv_wgrad(tdy, tx, padding, stride, dilation, w_shape=w_shape, alpha=alpha, beta=beta,
-                           post_padding=post_padding, conv_mode=conv_mode)
-        if dw is not None:
-            out.strides = _arr(dw, "dw").strides
-        elif _packed_strides(xa.shape, "NHWC") == xa.strides and xa.ndim >= 4:
-            out.strides = _packed_strides(out.shape, "NHWC")
-        out.set_output(True).set_name("dw")
-        return _build(g, handle, [tdy, tx, out], [dya, xa], autotune), out.shape, out.strides, dya.dtype
-
-    ex, shape, strides, dt = _runner(handle, key, make)
-    dw = _out(handle, shape, dt, strides, dw, "dw")
-    ex(dya, xa, dw)
-    return dw
+    return _backward("wgrad", handle, dy, x, dw, w_shape, padding=padding, stride=stride, dilation=dilation,
+                     alpha=alpha, beta=beta, compute_dtype=compute_dtype, post_padding=post_padding,
+                     conv_mode=conv_mode, autotune=autotune)
