@@ -67,6 +67,8 @@ H = NoCallHandle()
     (lambda: batchnorm_forward_training_ex(H, fake(X), fake(P), fake(P), z=fake((4, 3, 5, 5)),
                                            ops="bn_add_activation"), ValueError, "z has shape"),
     (lambda: batchnorm_forward_training_ex(H, fake(X), fake(P), fake(P), ops="bn_relu"), ValueError, "ops"),
+    (lambda: batchnorm_forward_training_ex(H, fake(X), fake(P), fake(P), ops="bn_activation", activation="identity"),
+     ValueError, "identity"),
     (lambda: batchnorm_backward_ex(H, fake(X), fake(X), fake(X), fake(P), fake(P), fake(P), fake(P),
                                    ops="bn", dz=fake(X)), ValueError, "no dz"),
     (lambda: batchnorm_backward_ex(H, fake(X), fake((4, 3, 5, 5)), fake(X), fake(P), fake(P), fake(P), fake(P)),

@@ -88,6 +88,8 @@ H = NoCallHandle()
      "gradients has shape"),
     (lambda: ctc_loss(H, fake((4, 2, 5)), [2, 3], [1, 1], [4, 4], compute_gradients=False,
                       gradients=fake((4, 2, 5))), ValueError, "compute_gradients"),
+    (lambda: ctc_loss(H, fake((4, 2, 5)), [2, 3], [1, 1], [4, 4], costs=fake((2,), strides=(2,))), ValueError,
+     "costs must be C-contiguous"),  # cuDNN writes N packed floats
 ])
 def test_bad_input_caught_before_c(call, exc, words):
     with pytest.raises(exc) as info:

@@ -11,7 +11,8 @@ from cudnn_py.descriptors import LRNDescriptor
 from cudnn_py.ops.lrn import (LRN, divisive_normalization_backward, divisive_normalization_forward, lrn_backward,
                               lrn_forward)
 from reference import lrn as ref
-from reference.tensor_ops import NoCallHandle, assert_close, fake_array
+from reference.tensor_ops import assert_close
+from helpers import NoCallHandle, fake
 
 PARAMS = [dict(n=5, alpha=1e-4, beta=0.75, k=2.0), dict(n=3, alpha=0.8, beta=0.6, k=1.5),
           dict(n=4, alpha=2.0, beta=1.1, k=1.0), dict(n=1, alpha=0.5, beta=0.5, k=3.0)]
@@ -68,20 +69,20 @@ def test_lrn_parameters_outside_cudnn_limits(bad):
 
 
 @pytest.mark.parametrize("call,exc,words", [
-    (lambda h: lrn_forward(h, LRN(), fake_array((2, 3, 4))), ValueError, "4-D or 5-D"),
-    (lambda h: lrn_forward(h, LRN(), fake_array((2, 3, 4, 4)), fake_array((2, 3, 4, 5))), ValueError, "y has shape"),
-    (lambda h: lrn_forward(h, {"n": 5}, fake_array((2, 3, 4, 4))), TypeError, "LRN"),
+    (lambda h: lrn_forward(h, LRN(), fake((2, 3, 4))), ValueError, "4-D or 5-D"),
+    (lambda h: lrn_forward(h, LRN(), fake((2, 3, 4, 4)), fake((2, 3, 4, 5))), ValueError, "y has shape"),
+    (lambda h: lrn_forward(h, {"n": 5}, fake((2, 3, 4, 4))), TypeError, "LRN"),
     (lambda h: lrn_forward(h, LRN(), np.ones((2, 3, 4, 4), np.float32)), TypeError, "to_device"),
-    (lambda h: lrn_backward(h, LRN(), fake_array((2, 3, 4, 4)), fake_array((2, 3, 4, 4), np.float16),
-                            fake_array((2, 3, 4, 4))), TypeError, "y has dtype"),
-    (lambda h: lrn_backward(h, LRN(), fake_array((2, 3, 4, 4)), fake_array((2, 3, 4, 4)),
-                            fake_array((2, 3, 4, 3))), ValueError, "dy has shape"),
-    (lambda h: divisive_normalization_forward(h, LRN(), fake_array((2, 3, 4, 4)), fake_array((2, 3, 4, 3))),
+    (lambda h: lrn_backward(h, LRN(), fake((2, 3, 4, 4)), fake((2, 3, 4, 4), np.float16),
+                            fake((2, 3, 4, 4))), TypeError, "y has dtype"),
+    (lambda h: lrn_backward(h, LRN(), fake((2, 3, 4, 4)), fake((2, 3, 4, 4)),
+                            fake((2, 3, 4, 3))), ValueError, "dy has shape"),
+    (lambda h: divisive_normalization_forward(h, LRN(), fake((2, 3, 4, 4)), fake((2, 3, 4, 3))),
      ValueError, "means has shape"),
-    (lambda h: divisive_normalization_forward(h, LRN(), fake_array((2, 3, 4, 4)),
-                                              fake_array((2, 3, 4, 4), strides=(48, 1, 12, 3))), ValueError, "strides"),
-    (lambda h: divisive_normalization_backward(h, LRN(), fake_array((2, 3, 4, 4)), fake_array((2, 3, 4, 4)),
-                                               dx=fake_array((2, 3, 4, 4)), dmeans=fake_array((2, 3, 4, 4),
+    (lambda h: divisive_normalization_forward(h, LRN(), fake((2, 3, 4, 4)),
+                                              fake((2, 3, 4, 4), strides=(48, 1, 12, 3))), ValueError, "strides"),
+    (lambda h: divisive_normalization_backward(h, LRN(), fake((2, 3, 4, 4)), fake((2, 3, 4, 4)),
+                                               dx=fake((2, 3, 4, 4)), dmeans=fake((2, 3, 4, 4),
                                                                                               strides=(48, 1, 12, 3))),
      ValueError, "dmeans"),
 ])
@@ -144,6 +145,33 @@ def test_divisive_normalization_backward_matches_reference(handle, rng, with_mea
         assert_close(dm.to_numpy(), dm_ref, np.float32, tol_scale=3)
     else:
         assert dm is None
+    assert_close(dx.to_numpy(), dx_ref, np.float32, tol_scale=3)
+
+
+def _every_other_column(host):
+    """A device view of ``host`` (N, C, H, W) with gaps: every other element of a twice-as-wide array."""
+    import cudnn_py as cudnn
+    from cudnn_py.memory import DeviceArray
+    wide = np.zeros(host.shape[:3] + (2 * host.shape[3],), host.dtype)
+    wide[..., ::2] = host
+    base = cudnn.to_device(wide)
+    strides = tuple(s * 2 if i < 3 else 2 for i, s in enumerate(base.strides))
+    return DeviceArray(base.ptr, host.shape, host.dtype, strides, owner=base)
+
+
+@pytest.mark.gpu
+def test_divisive_normalization_strided_input(handle, rng):
+    # cuDNN addresses its two scratch tensors with x's descriptor: they must span x's gaps too
+    import cudnn_py as cudnn
+    p = PARAMS[0]
+    x, dy, _, _, _, nan = _divnorm_case(rng, False)
+    xs, dys = _every_other_column(x), _every_other_column(dy)
+    assert not xs.is_contiguous
+    y = divisive_normalization_forward(handle, LRN(**p), xs, y=cudnn.to_device(nan))
+    assert_close(y.to_numpy(), ref.divnorm_forward(x, None, p["n"], p["alpha"], p["beta"], p["k"]), np.float32,
+                 tol_scale=3)
+    dx, _ = divisive_normalization_backward(handle, LRN(**p), xs, dys, dx=cudnn.to_device(nan))
+    dx_ref, _ = ref.divnorm_backward(x, None, dy, p["n"], p["alpha"], p["beta"], p["k"])
     assert_close(dx.to_numpy(), dx_ref, np.float32, tol_scale=3)
 
 

@@ -7,16 +7,19 @@ import numpy as np
 import pytest
 
 from cudnn_py import capi
+from cudnn_py.descriptors import op_tensor_descriptor, reduce_tensor_descriptor
+from cudnn_py.ops import _common as C
 from cudnn_py.ops import tensor_ops as T
 from reference import tensor_ops as ref
-from reference.tensor_ops import NoCallHandle, assert_close, fake_array
+from reference.tensor_ops import assert_close
+from helpers import NoCallHandle, fake
 
 
 # ---------------------------------------------------------------- CPU
 
 @pytest.mark.parametrize("op", list(T.OP_TENSOR_OPS))
 def test_op_tensor_descriptor_round_trip(op):
-    d = T._op_desc(T.OP_TENSOR_OPS[op], capi.CUDNN_DATA_FLOAT, True)
+    d = op_tensor_descriptor(T.OP_TENSOR_OPS[op], capi.CUDNN_DATA_FLOAT, nan_propagation=True).ptr  # as op_tensor
     o, c, nan = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
     capi.cudnnGetOpTensorDescriptor(d, ctypes.byref(o), ctypes.byref(c), ctypes.byref(nan))
     assert (o.value, c.value, nan.value) == (int(T.OP_TENSOR_OPS[op]), int(capi.CUDNN_DATA_FLOAT),
@@ -26,7 +29,7 @@ def test_op_tensor_descriptor_round_trip(op):
 @pytest.mark.parametrize("op", list(T.REDUCE_OPS))
 def test_reduce_descriptor_round_trip(op):
     indices = op in ("min", "max", "amax")
-    d = T._reduce_desc(T.REDUCE_OPS[op], capi.CUDNN_DATA_DOUBLE, False, indices)
+    d = reduce_tensor_descriptor(T.REDUCE_OPS[op], capi.CUDNN_DATA_DOUBLE, indices=indices).ptr  # as reduce_tensor
     vals = [ctypes.c_int() for _ in range(5)]
     capi.cudnnGetReduceTensorDescriptor(d, *(ctypes.byref(v) for v in vals))
     assert [v.value for v in vals] == [int(T.REDUCE_OPS[op]), int(capi.CUDNN_DATA_DOUBLE),
@@ -34,10 +37,11 @@ def test_reduce_descriptor_round_trip(op):
 
 
 def test_tensor_descriptor_pads_to_four_dims_and_reads_back():
-    d = T._tensor_desc((6, 5), (5, 1), np.float16)
-    shape, strides, dtype = T._read_tensor_desc(d)
+    d = C.tensor_desc((6, 5), np.float16, (5, 1))
+    shape, strides, dtype = C.read_tensor_desc(d.ptr)
     assert (shape, strides, dtype) == ((6, 5, 1, 1), (5, 1, 1, 1), np.dtype(np.float16))
-    assert T._tensor_desc((6, 5), (5, 1), np.float16) is d  # cached
+    assert C.tensor_desc((6, 5), np.float16, (5, 1)) is d  # cached
+    assert C.desc(fake((6, 5), np.float16)) is C.tensor_desc((6, 5), np.float16)  # packed: no strides
 
 
 def test_nhwc_strides():
@@ -57,28 +61,28 @@ def test_reference_reduce_indices_point_at_the_values(rng):
 
 
 @pytest.mark.parametrize("call,exc,words", [
-    (lambda h: T.add_tensor(h, fake_array((1, 3, 1, 2)), fake_array((2, 3, 4, 5))), ValueError, "broadcast"),
-    (lambda h: T.add_tensor(h, fake_array((1, 3, 1, 1), np.float16), fake_array((2, 3, 4, 5))), TypeError, "dtype"),
-    (lambda h: T.add_tensor(h, fake_array((1,) * 6), fake_array((2,) * 6)), ValueError, "5 dimensions"),
-    (lambda h: T.op_tensor(h, "add", fake_array((2, 3))), ValueError, "binary"),
-    (lambda h: T.op_tensor(h, "pow", fake_array((2, 3)), fake_array((2, 3))), ValueError, "op"),
-    (lambda h: T.op_tensor(h, "mul", fake_array((2, 3)), fake_array((2, 3)), fake_array((3, 2))), ValueError,
+    (lambda h: T.add_tensor(h, fake((1, 3, 1, 2)), fake((2, 3, 4, 5))), ValueError, "broadcast"),
+    (lambda h: T.add_tensor(h, fake((1, 3, 1, 1), np.float16), fake((2, 3, 4, 5))), TypeError, "dtype"),
+    (lambda h: T.add_tensor(h, fake((1,) * 6), fake((2,) * 6)), ValueError, "5 dimensions"),
+    (lambda h: T.op_tensor(h, "add", fake((2, 3))), ValueError, "binary"),
+    (lambda h: T.op_tensor(h, "pow", fake((2, 3)), fake((2, 3))), ValueError, "op"),
+    (lambda h: T.op_tensor(h, "mul", fake((2, 3)), fake((2, 3)), fake((3, 2))), ValueError,
      "c has shape"),
-    (lambda h: T.op_tensor(h, "mul", fake_array((2, 3)), np.ones((2, 3), np.float32)), TypeError, "to_device"),
-    (lambda h: T.reduce_tensor(h, "add", fake_array((2, 3)), indices=True), ValueError, "indices"),
-    (lambda h: T.reduce_tensor(h, "max", fake_array((2, 3)), axes=2), ValueError, "axes"),
-    (lambda h: T.reduce_tensor(h, "max", fake_array((2, 3)), fake_array((2, 1)), axes=1), ValueError, "either"),
-    (lambda h: T.reduce_tensor(h, "max", fake_array((2, 3)), fake_array((2, 2))), ValueError, "c has shape"),
-    (lambda h: T.reduce_tensor(h, "sum", fake_array((2, 3))), ValueError, "op"),
-    (lambda h: T.transform_tensor(h, fake_array((2, 3, 4, 5)), fake_array((2, 3, 5, 4))), ValueError, "y has shape"),
-    (lambda h: T.transform_tensor(h, fake_array((2, 3, 4, 5)), memory_format="CHWN"), ValueError, "memory_format"),
-    (lambda h: T.transform_tensor(h, fake_array((2, 3, 4, 5)), fake_array((2, 3, 4, 5)), dtype=np.float16),
+    (lambda h: T.op_tensor(h, "mul", fake((2, 3)), np.ones((2, 3), np.float32)), TypeError, "to_device"),
+    (lambda h: T.reduce_tensor(h, "add", fake((2, 3)), indices=True), ValueError, "indices"),
+    (lambda h: T.reduce_tensor(h, "max", fake((2, 3)), axes=2), ValueError, "axes"),
+    (lambda h: T.reduce_tensor(h, "max", fake((2, 3)), fake((2, 1)), axes=1), ValueError, "either"),
+    (lambda h: T.reduce_tensor(h, "max", fake((2, 3)), fake((2, 2))), ValueError, "c has shape"),
+    (lambda h: T.reduce_tensor(h, "sum", fake((2, 3))), ValueError, "op"),
+    (lambda h: T.transform_tensor(h, fake((2, 3, 4, 5)), fake((2, 3, 5, 4))), ValueError, "y has shape"),
+    (lambda h: T.transform_tensor(h, fake((2, 3, 4, 5)), memory_format="CHWN"), ValueError, "memory_format"),
+    (lambda h: T.transform_tensor(h, fake((2, 3, 4, 5)), fake((2, 3, 4, 5)), dtype=np.float16),
      TypeError, "dtype"),
-    (lambda h: T.transform_tensor_ex(h, fake_array((2, 3, 4))), ValueError, "4-D or 5-D"),
-    (lambda h: T.transform_tensor_ex(h, fake_array((2, 3, 4, 4)), pad_before=(0, 1)), ValueError, "pad_before"),
-    (lambda h: T.transform_tensor_ex(h, fake_array((2, 3, 4, 4)), dest_format="CHWN"), ValueError, "dest_format"),
-    (lambda h: T.set_tensor(h, fake_array((2, 3)), "one"), TypeError, "cannot set"),
-    (lambda h: T.scale_tensor(h, fake_array((0, 3)), 2.0), ValueError, "empty"),
+    (lambda h: T.transform_tensor_ex(h, fake((2, 3, 4))), ValueError, "4-D or 5-D"),
+    (lambda h: T.transform_tensor_ex(h, fake((2, 3, 4, 4)), pad_before=(0, 1)), ValueError, "pad_before"),
+    (lambda h: T.transform_tensor_ex(h, fake((2, 3, 4, 4)), dest_format="CHWN"), ValueError, "dest_format"),
+    (lambda h: T.set_tensor(h, fake((2, 3)), "one"), TypeError, "cannot set"),
+    (lambda h: T.scale_tensor(h, fake((0, 3)), 2.0), ValueError, "empty"),
 ])
 def test_bad_input_is_rejected_before_c(call, exc, words):
     with pytest.raises(exc, match=words):

@@ -19,11 +19,9 @@ Raw C path::
 """
 from __future__ import annotations
 
-import ctypes
-
 from cudnn_py import capi
 from cudnn_py.descriptors import ActivationDescriptor
-from cudnn_py.ops.tensor_ops import _array, _desc, _enum, _output, _scalars
+from cudnn_py.ops._common import check_array, desc, enum_arg, output, scalars
 
 __all__ = ["Activation", "activation_forward", "activation_backward", "ACTIVATION_MODES"]
 
@@ -45,7 +43,7 @@ class Activation:
     __slots__ = ("mode", "coef", "swish_beta", "nan_propagation", "_desc")
 
     def __init__(self, mode="relu", coef: float = 0.0, swish_beta: float = 1.0, *, nan_propagation: bool = False):
-        self.mode = _enum(mode, ACTIVATION_MODES, capi.cudnnActivationMode_t, "activation mode")
+        self.mode = enum_arg(mode, ACTIVATION_MODES, capi.cudnnActivationMode_t, "activation mode")
         self.coef, self.swish_beta = float(coef), float(swish_beta)
         if self.mode == capi.CUDNN_ACTIVATION_CLIPPED_RELU and not self.coef > 0:
             raise ValueError(f"clipped_relu needs its ceiling coef > 0, got {coef!r}")
@@ -54,16 +52,12 @@ class Activation:
 
     @property
     def descriptor(self) -> capi.cudnnActivationDescriptor_t:
-        """The ``cudnnActivationDescriptor_t`` (made on first use)."""
+        """The ``cudnnActivationDescriptor_t`` (made on first use, destroyed with this object)."""
         if self._desc is None:
-            d = capi.cudnnActivationDescriptor_t()
-            capi.cudnnCreateActivationDescriptor(ctypes.byref(d))
-            nan = capi.CUDNN_PROPAGATE_NAN if self.nan_propagation else capi.CUDNN_NOT_PROPAGATE_NAN
-            capi.cudnnSetActivationDescriptor(d, self.mode, nan, self.coef)
-            if self.mode == capi.CUDNN_ACTIVATION_SWISH:
-                capi.cudnnSetActivationDescriptorSwishBeta(d, self.swish_beta)
-            self._desc = d
-        return self._desc
+            swish = self.swish_beta if self.mode == capi.CUDNN_ACTIVATION_SWISH else None
+            self._desc = ActivationDescriptor(self.mode, self.coef, nan_propagation=self.nan_propagation,
+                                              swish_beta=swish)
+        return self._desc.ptr
 
     def _key(self):
         return (int(self.mode), self.coef, self.swish_beta, self.nan_propagation)
@@ -77,13 +71,6 @@ class Activation:
     def __repr__(self):
         name = self.mode.name.removeprefix("CUDNN_ACTIVATION_").lower()
         return f"Activation({name!r}, coef={self.coef}, swish_beta={self.swish_beta})"
-
-    def __del__(self):
-        if getattr(self, "_desc", None) is not None:
-            try:
-                capi.cudnnDestroyActivationDescriptor(self._desc)
-            except Exception:  # interpreter shutdown
-                pass
 
 
 _BY_MODE: dict = {}
@@ -113,28 +100,31 @@ def activation_forward(handle, activation, x, y=None, *, alpha: float = 1.0, bet
     mode name (then coef 0, swish_beta 1).
     ``y`` may be ``x`` itself (in place).
     """
-    desc = _activation_desc(activation)
-    xa = _array(x, "x", handle, floating=True)
-    ya = _output(y, "y", handle, xa.shape, xa.dtype)
-    al, be = _scalars(xa.dtype, alpha, beta)
-    if desc is None:  # identity
-        capi.cudnnTransformTensor(handle.ptr, al, _desc(xa), xa.ptr, be, _desc(ya), ya.ptr)
+    act = _activation_desc(activation)
+    xa = check_array(x, "x", handle, floating=True)
+    ya = output(y, "y", handle, xa.shape, xa.dtype)
+    al, be = scalars(xa.dtype, alpha, beta)
+    xd, yd = desc(xa), desc(ya)
+    if act is None:  # identity
+        capi.cudnnTransformTensor(handle.ptr, al, xd.ptr, xa.ptr, be, yd.ptr, ya.ptr)
     else:
-        capi.cudnnActivationForward(handle.ptr, desc, al, _desc(xa), xa.ptr, be, _desc(ya), ya.ptr)
+        capi.cudnnActivationForward(handle.ptr, act, al, xd.ptr, xa.ptr, be, yd.ptr, ya.ptr)
     return ya if y is None else y
 
 
 def activation_backward(handle, activation, x, y, dy, dx=None, *, alpha: float = 1.0, beta: float = 0.0):
     """``dx = alpha * dL/dx + beta * dx`` from the forward's x and y and the gradient dy (``cudnnActivationBackward``)."""
-    desc = _activation_desc(activation)
-    xa = _array(x, "x", handle, floating=True)
-    ya = _array(y, "y", handle, dtype=xa.dtype, shape=xa.shape)
-    dya = _array(dy, "dy", handle, dtype=xa.dtype, shape=xa.shape)
-    dxa = _output(dx, "dx", handle, xa.shape, xa.dtype)
-    al, be = _scalars(xa.dtype, alpha, beta)
-    if desc is None:  # identity: dx = alpha * dy + beta * dx
-        capi.cudnnTransformTensor(handle.ptr, al, _desc(dya), dya.ptr, be, _desc(dxa), dxa.ptr)
+    act = _activation_desc(activation)
+    xa = check_array(x, "x", handle, floating=True)
+    ya = check_array(y, "y", handle, dtype=xa.dtype, shape=xa.shape)
+    dya = check_array(dy, "dy", handle, dtype=xa.dtype, shape=xa.shape)
+    dxa = output(dx, "dx", handle, xa.shape, xa.dtype)
+    al, be = scalars(xa.dtype, alpha, beta)
+    dyd, dxd = desc(dya), desc(dxa)
+    if act is None:  # identity: dx = alpha * dy + beta * dx
+        capi.cudnnTransformTensor(handle.ptr, al, dyd.ptr, dya.ptr, be, dxd.ptr, dxa.ptr)
         return dxa if dx is None else dx
-    capi.cudnnActivationBackward(handle.ptr, desc, al, _desc(ya), ya.ptr, _desc(dya), dya.ptr,
-                                 _desc(xa), xa.ptr, be, _desc(dxa), dxa.ptr)
+    xd, yd = desc(xa), desc(ya)
+    capi.cudnnActivationBackward(handle.ptr, act, al, yd.ptr, ya.ptr, dyd.ptr, dya.ptr, xd.ptr, xa.ptr, be,
+                                 dxd.ptr, dxa.ptr)
     return dxa if dx is None else dx

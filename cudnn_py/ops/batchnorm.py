@@ -34,8 +34,11 @@ from typing import NamedTuple
 import numpy as np
 
 from cudnn_py import capi
-from cudnn_py.descriptors import ActivationDescriptor, activation_descriptor, tensor_descriptor
-from cudnn_py.memory import DeviceArray, as_array, empty
+from cudnn_py.memory import DeviceArray, empty
+from cudnn_py.ops._common import (
+    byte_buffer, check_array, desc, empty_like, enum_arg, read_tensor_desc, scalars, tensor_desc,
+)
+from cudnn_py.ops.activation import _activation_desc
 
 __all__ = [
     "BATCHNORM_MODES", "BATCHNORM_OPS", "BatchNormTraining", "BatchNormGrads", "batchnorm_param_shape",
@@ -53,7 +56,6 @@ BATCHNORM_OPS = {
     "bn_activation": capi.CUDNN_BATCHNORM_OPS_BN_ACTIVATION,
     "bn_add_activation": capi.CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION,
 }
-_FLOATS = frozenset(np.dtype(d) for d in ("float16", "float32", "float64"))
 
 
 class BatchNormTraining(NamedTuple):
@@ -77,64 +79,17 @@ class BatchNormGrads(NamedTuple):
 # ---------------------------------------------------------------- helpers (also used by normalization, dropout, ...)
 
 
-def _enum(value, table: dict, enum_type, what: str):
-    """A table key (case-insensitive) or an enum member -> the enum member."""
-    if isinstance(value, enum_type):
-        return value
-    if isinstance(value, str) and value.lower() in table:
-        return table[value.lower()]
-    raise ValueError(f"{what} {value!r}: expected one of {sorted(table)} or a {enum_type.__name__} member")
-
-
-def _tensor_desc(shape, strides, dtype) -> capi.cudnnTensorDescriptor_t:
-    """A cached tensor descriptor; fewer than 4 dims get trailing unit dims (the legacy API wants >= 4)."""
-    shape, strides = tuple(shape), tuple(strides)
-    if len(shape) < 4:
-        shape += (1,) * (4 - len(shape))
-        strides += (1,) * (4 - len(strides))
-    return tensor_descriptor(shape, np.dtype(dtype), strides).ptr
-
-
-def _desc(a: DeviceArray) -> capi.cudnnTensorDescriptor_t:
-    return _tensor_desc(a.shape, a.strides, a.dtype)
-
-
-def _scalars(dtype, *values: float):
-    """byref alpha/beta host scalars: double for float64 data, else float."""
-    t = ctypes.c_double if np.dtype(dtype) == np.float64 else ctypes.c_float
-    return tuple(ctypes.byref(t(float(v))) for v in values)
-
-
-def _array(obj, name: str, handle, *, dtype=None, shape=None) -> DeviceArray:
-    """``obj`` as a non-empty DeviceArray on the handle's device, checked before any C call."""
-    a = as_array(obj, name, device=handle.device)
-    if dtype is not None and a.dtype != np.dtype(dtype):
-        raise TypeError(f"{name} has dtype {a.dtype}; expected {np.dtype(dtype)}")
-    if shape is not None and a.shape != tuple(shape):
-        raise ValueError(f"{name} has shape {a.shape}; expected {tuple(shape)}")
-    if a.size == 0:
-        raise ValueError(f"{name} is empty (shape {a.shape}); cuDNN needs at least one element")
-    if a.ndim > 8:
-        raise ValueError(f"{name} has {a.ndim} dimensions; cuDNN takes at most 8")
-    return a
-
-
-def _activation(act):
-    """The ``cudnnActivationDescriptor_t`` for a mode name, an ActivationDescriptor or anything with ``.descriptor``."""
-    if isinstance(act, str):
-        return activation_descriptor(act.lower()).ptr
-    if isinstance(act, ActivationDescriptor):
-        return act.ptr
-    d = getattr(act, "descriptor", None)
-    if isinstance(d, capi.cudnnActivationDescriptor_t):
-        return d
-    raise TypeError(f"activation must be a mode name (e.g. 'relu'), a cudnn_py ActivationDescriptor or "
-                    f"Activation; got {act!r}")
+def _activation(act) -> capi.cudnnActivationDescriptor_t:
+    """The activation descriptor of a fused op: a mode name, an ``Activation`` or an ``ActivationDescriptor``."""
+    d = _activation_desc(act)
+    if d is None:
+        raise ValueError("the identity activation cannot be fused; use ops without an activation instead")
+    return d
 
 
 def batchnorm_param_shape(x_shape, mode="spatial") -> tuple[int, ...]:
     """Shape of scale/bias/mean/variance for data of ``x_shape`` (N, C, spatial...) in ``mode``."""
-    m = _enum(mode, BATCHNORM_MODES, capi.cudnnBatchNormMode_t, "batch-norm mode")
+    m = enum_arg(mode, BATCHNORM_MODES, capi.cudnnBatchNormMode_t, "batch-norm mode")
     shape = tuple(int(d) for d in x_shape)
     if not 4 <= len(shape) <= 5:
         raise ValueError(f"batch normalisation takes 4-D or 5-D data (N, C, [D,] H, W); got shape {shape}")
@@ -145,18 +100,9 @@ def batchnorm_param_shape(x_shape, mode="spatial") -> tuple[int, ...]:
 
 def derive_batchnorm_shape(x_shape, dtype=np.float32, mode="spatial") -> tuple[tuple[int, ...], np.dtype]:
     """(shape, dtype) of the parameter tensor as cuDNN derives it (``cudnnDeriveBNTensorDescriptor``); runs on CPU."""
-    m = _enum(mode, BATCHNORM_MODES, capi.cudnnBatchNormMode_t, "batch-norm mode")
-    shape = tuple(int(d) for d in x_shape)
-    x_desc = _tensor_desc(shape, _c_strides(shape), dtype)
-    return _derive(lambda d: capi.cudnnDeriveBNTensorDescriptor(d, x_desc, m))[0]
-
-
-def _read_desc(d) -> tuple[tuple[int, ...], np.dtype]:
-    from cudnn_py.dtypes import numpy_dtype
-    dt, nb = ctypes.c_int(), ctypes.c_int()
-    dims, strides = (ctypes.c_int * 8)(), (ctypes.c_int * 8)()
-    capi.cudnnGetTensorNdDescriptor(d, 8, ctypes.byref(dt), ctypes.byref(nb), dims, strides)
-    return tuple(dims[:nb.value]), numpy_dtype(dt.value)
+    m = enum_arg(mode, BATCHNORM_MODES, capi.cudnnBatchNormMode_t, "batch-norm mode")
+    x_desc = tensor_desc(tuple(int(d) for d in x_shape), dtype)
+    return _derive(lambda d: capi.cudnnDeriveBNTensorDescriptor(d, x_desc.ptr, m))[0]
 
 
 def _derive(fill, count: int = 1) -> list[tuple[tuple[int, ...], np.dtype]]:
@@ -168,18 +114,10 @@ def _derive(fill, count: int = 1) -> list[tuple[tuple[int, ...], np.dtype]]:
             capi.cudnnCreateTensorDescriptor(ctypes.byref(d))
             descs.append(d)
         fill(*descs)
-        return [_read_desc(d) for d in descs]
+        return [(shape, dtype) for shape, _, dtype in map(read_tensor_desc, descs)]
     finally:
         for d in descs:
             capi.cudnnDestroyTensorDescriptor(d)
-
-
-def _c_strides(shape) -> tuple[int, ...]:
-    out, acc = [], 1
-    for n in reversed(shape):
-        out.insert(0, acc)
-        acc *= n
-    return tuple(out)
 
 
 def _param_dtype(x_dtype) -> np.dtype:
@@ -189,20 +127,17 @@ def _param_dtype(x_dtype) -> np.dtype:
 def _data(obj, name: str, handle, *, like: DeviceArray | None = None) -> DeviceArray:
     """A 4-D/5-D floating data array (checked against ``like``'s shape and dtype when given)."""
     if like is None:
-        a = _array(obj, name, handle)
-        if a.dtype not in _FLOATS and a.dtype.name != "bfloat16":
-            raise TypeError(f"{name} has dtype {a.dtype}; batch normalisation needs float16, bfloat16, float32 "
-                            f"or float64 data")
+        a = check_array(obj, name, handle, floating=True)
         if not 4 <= a.ndim <= 5:
             raise ValueError(f"{name} has shape {a.shape}; batch normalisation takes 4-D or 5-D data "
                              f"(N, C, [D,] H, W)")
         return a
-    return _array(obj, name, handle, dtype=like.dtype, shape=like.shape)
+    return check_array(obj, name, handle, dtype=like.dtype, shape=like.shape)
 
 
 def _param(obj, name: str, handle, pshape, pdtype, *, mode_name: str) -> DeviceArray:
     """A parameter array: ``pshape`` exactly, or ``pshape`` without its unit dims; contiguous; ``pdtype``."""
-    a = _array(obj, name, handle)
+    a = check_array(obj, name, handle)
     squeezed = tuple(d for d in pshape if d != 1)
     if a.shape != tuple(pshape) and tuple(d for d in a.shape if d != 1) != squeezed:
         raise ValueError(f"{name} has shape {a.shape}; in {mode_name} mode it must be {tuple(pshape)} "
@@ -214,28 +149,14 @@ def _param(obj, name: str, handle, pshape, pdtype, *, mode_name: str) -> DeviceA
     return a
 
 
-def _new(handle, shape, dtype) -> DeviceArray:
-    return empty(tuple(shape), dtype, stream=handle.stream, device=handle.device)
-
-
-def _new_like(handle, x: DeviceArray) -> DeviceArray:
-    """A new array with x's shape, dtype and memory layout (so NHWC data gives NHWC outputs)."""
-    if x.is_contiguous:
-        return _new(handle, x.shape, x.dtype)
-    lo, span = x._span()
-    if lo != 0 or span != x.size:
-        return _new(handle, x.shape, x.dtype)
-    buf = _new(handle, (x.size,), x.dtype)
-    return DeviceArray(buf.ptr, x.shape, x.dtype, x.strides, device_id=x.device_id, owner=buf, stream=handle.stream)
-
-
 def _out_data(out, name: str, handle, x: DeviceArray) -> DeviceArray | None:
     """A given output validated against x (None when not given: allocate it after every check passed)."""
-    return None if out is None else _array(out, name, handle, dtype=x.dtype, shape=x.shape)
+    return None if out is None else check_array(out, name, handle, dtype=x.dtype, shape=x.shape)
 
 
 def _or_new_like(a: DeviceArray | None, handle, x: DeviceArray) -> DeviceArray:
-    return _new_like(handle, x) if a is None else a
+    """``a``, or a new array with x's shape and layout (NHWC data gives NHWC outputs)."""
+    return empty_like(handle, x) if a is None else a
 
 
 def _check_epsilon(epsilon: float) -> float:
@@ -265,12 +186,13 @@ class _Setup:
     """Validated arrays and descriptors shared by the forward/backward calls."""
 
     def __init__(self, handle, x, mode, table, enum_type, what):
-        self.mode = _enum(mode, table, enum_type, what)
+        self.mode = enum_arg(mode, table, enum_type, what)
         self.mode_name = self.mode.name
         self.x = _data(x, "x", handle)
+        self.xdesc = desc(self.x)
         self.pshape = _param_shape_for(self.x.shape, self.mode)
         self.pdtype = _param_dtype(self.x.dtype)
-        self.pdesc = _tensor_desc(self.pshape, _c_strides(self.pshape), self.pdtype)
+        self.pdesc = tensor_desc(self.pshape, self.pdtype)
 
     def param(self, obj, name, handle):
         return _param(obj, name, handle, self.pshape, self.pdtype, mode_name=self.mode_name)
@@ -280,7 +202,7 @@ class _Setup:
 
     def or_new(self, a: DeviceArray | None, handle) -> DeviceArray:
         """``a``, or a new parameter-shaped array when it is None."""
-        return _new(handle, self.pshape, self.pdtype) if a is None else a
+        return empty(self.pshape, self.pdtype, stream=handle.stream, device=handle.device) if a is None else a
 
 
 def _param_shape_for(x_shape, mode) -> tuple[int, ...]:
@@ -313,9 +235,10 @@ def batchnorm_forward_training(handle, x, scale, bias, *, mode="spatial", epsilo
     eps, f = _check_epsilon(epsilon), _check_factor(factor)
     ya = _out_data(y, "y", handle, s.x)
     ya, sm, siv = _or_new_like(ya, handle, s.x), s.or_new(sm, handle), s.or_new(siv, handle)
-    al, be = _scalars(s.x.dtype, alpha, beta)
+    al, be = scalars(s.x.dtype, alpha, beta)
+    yd = desc(ya)
     capi.cudnnBatchNormalizationForwardTraining(
-        handle.ptr, s.mode, al, be, _desc(s.x), s.x.ptr, _desc(ya), ya.ptr, s.pdesc, sc.ptr, bi.ptr, f,
+        handle.ptr, s.mode, al, be, s.xdesc.ptr, s.x.ptr, yd.ptr, ya.ptr, s.pdesc.ptr, sc.ptr, bi.ptr, f,
         _ptr(rm), _ptr(rv), eps, sm.ptr, siv.ptr)
     return BatchNormTraining(ya, sm, siv, rm, rv)
 
@@ -329,9 +252,10 @@ def batchnorm_forward_inference(handle, x, scale, bias, mean, var, *, mode="spat
     me, va = s.param(mean, "mean", handle), s.param(var, "var", handle)
     eps = _check_epsilon(epsilon)
     ya = _or_new_like(_out_data(y, "y", handle, s.x), handle, s.x)
-    al, be = _scalars(s.x.dtype, alpha, beta)
+    al, be = scalars(s.x.dtype, alpha, beta)
+    yd = desc(ya)
     capi.cudnnBatchNormalizationForwardInference(
-        handle.ptr, s.mode, al, be, _desc(s.x), s.x.ptr, _desc(ya), ya.ptr, s.pdesc, sc.ptr, bi.ptr, me.ptr,
+        handle.ptr, s.mode, al, be, s.xdesc.ptr, s.x.ptr, yd.ptr, ya.ptr, s.pdesc.ptr, sc.ptr, bi.ptr, me.ptr,
         va.ptr, eps)
     return ya
 
@@ -354,11 +278,12 @@ def batchnorm_backward(handle, x, dy, scale, saved_mean=None, saved_inv_var=None
     dxa = _out_data(dx, "dx", handle, s.x)
     ds, db = s.opt_param(dscale, "dscale", handle), s.opt_param(dbias, "dbias", handle)
     dxa, ds, db = _or_new_like(dxa, handle, s.x), s.or_new(ds, handle), s.or_new(db, handle)
-    ad, bd = _scalars(s.x.dtype, alpha_data, beta_data)
-    ap, bp = _scalars(s.x.dtype, alpha_param, beta_param)
+    ad, bd = scalars(s.x.dtype, alpha_data, beta_data)
+    ap, bp = scalars(s.x.dtype, alpha_param, beta_param)
+    dyd, dxd = desc(dya), desc(dxa)
     capi.cudnnBatchNormalizationBackward(
-        handle.ptr, s.mode, ad, bd, ap, bp, _desc(s.x), s.x.ptr, _desc(dya), dya.ptr, _desc(dxa), dxa.ptr,
-        s.pdesc, sc.ptr, ds.ptr, db.ptr, eps, _ptr(sm), _ptr(siv))
+        handle.ptr, s.mode, ad, bd, ap, bp, s.xdesc.ptr, s.x.ptr, dyd.ptr, dya.ptr, dxd.ptr, dxa.ptr,
+        s.pdesc.ptr, sc.ptr, ds.ptr, db.ptr, eps, _ptr(sm), _ptr(siv))
     return BatchNormGrads(dxa, ds, db)
 
 
@@ -366,7 +291,7 @@ def batchnorm_backward(handle, x, dy, scale, saved_mean=None, saved_inv_var=None
 
 
 def _ex_ops(ops, activation, z, zname: str, table=BATCHNORM_OPS, enum_type=capi.cudnnBatchNormOps_t):
-    op = _enum(ops, table, enum_type, "ops")
+    op = enum_arg(ops, table, enum_type, "ops")
     act = None
     if int(op) != 0:
         act = _activation("relu" if activation is None else activation)
@@ -383,19 +308,19 @@ def batchnorm_ex_sizes(handle, x, *, mode="spatial_persistent", ops="bn", activa
                        with_z: bool | None = None) -> tuple[int, int, int]:
     """(forward-training workspace, backward workspace, reserve) bytes for the ``..._ex`` calls with this x."""
     s = _bn(handle, x, mode)
-    op = _enum(ops, BATCHNORM_OPS, capi.cudnnBatchNormOps_t, "ops")
+    op = enum_arg(ops, BATCHNORM_OPS, capi.cudnnBatchNormOps_t, "ops")
     act = None if int(op) == 0 else _activation("relu" if activation is None else activation)
     return _ex_sizes(handle, s, op, act, int(op) == 2 if with_z is None else with_z)
 
 
 def _ex_sizes(handle, s: _Setup, op, act, with_z: bool) -> tuple[int, int, int]:
-    xd = _desc(s.x)
+    xd, pd = s.xdesc.ptr, s.pdesc.ptr
     zd = xd if with_z else None
     fw, bw, rs = ctypes.c_size_t(), ctypes.c_size_t(), ctypes.c_size_t()
     capi.cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
-        handle.ptr, s.mode, op, xd, zd, xd, s.pdesc, act, ctypes.byref(fw))
+        handle.ptr, s.mode, op, xd, zd, xd, pd, act, ctypes.byref(fw))
     capi.cudnnGetBatchNormalizationBackwardExWorkspaceSize(
-        handle.ptr, s.mode, op, xd, xd, xd, zd, xd, s.pdesc, act, ctypes.byref(bw))
+        handle.ptr, s.mode, op, xd, xd, xd, zd, xd, pd, act, ctypes.byref(bw))
     capi.cudnnGetBatchNormalizationTrainingExReserveSpaceSize(handle.ptr, s.mode, op, act, xd,
                                                               ctypes.byref(rs))
     return fw.value, bw.value, rs.value
@@ -426,10 +351,11 @@ def batchnorm_forward_training_ex(handle, x, scale, bias, *, z=None, ops="bn", a
     rsa = _reserve(handle, reserve, rs_size, "reserve")
     ya, sm, siv = _or_new_like(ya, handle, s.x), s.or_new(sm, handle), s.or_new(siv, handle)
     ws = handle.workspace.get(ws_size, handle.stream)
-    al, be = _scalars(s.x.dtype, alpha, beta)
+    al, be = scalars(s.x.dtype, alpha, beta)
+    zd, yd = None if za is None else desc(za), desc(ya)
     capi.cudnnBatchNormalizationForwardTrainingEx(
-        handle.ptr, s.mode, op, al, be, _desc(s.x), s.x.ptr, None if za is None else _desc(za), _ptr(za),
-        _desc(ya), ya.ptr, s.pdesc, sc.ptr, bi.ptr, f, _ptr(rm), _ptr(rv), eps, sm.ptr, siv.ptr, act,
+        handle.ptr, s.mode, op, al, be, s.xdesc.ptr, s.x.ptr, None if zd is None else zd.ptr, _ptr(za),
+        yd.ptr, ya.ptr, s.pdesc.ptr, sc.ptr, bi.ptr, f, _ptr(rm), _ptr(rv), eps, sm.ptr, siv.ptr, act,
         ws or None, ws_size, _ptr(rsa), 0 if rsa is None else rsa.nbytes)
     return BatchNormTraining(ya, sm, siv, rm, rv, rsa)
 
@@ -437,14 +363,9 @@ def batchnorm_forward_training_ex(handle, x, scale, bias, *, z=None, ops="bn", a
 def _reserve(handle, reserve, nbytes: int, name: str) -> DeviceArray | None:
     """The reserve buffer: allocated (uint8) when not given, else checked to hold ``nbytes``."""
     if reserve is None:
-        return _new(handle, (nbytes,), np.uint8) if nbytes else None
-    r = _array(reserve, name, handle)
-    if not r.is_contiguous:
-        raise ValueError(f"{name} must be C-contiguous")
-    if r.nbytes < nbytes:
-        raise ValueError(f"{name} holds {r.nbytes} bytes but cuDNN needs {nbytes} for this call; pass the "
-                         f"reserve returned by the forward call on the same inputs")
-    return r
+        return empty((nbytes,), np.uint8, stream=handle.stream, device=handle.device) if nbytes else None
+    return byte_buffer(reserve, name, handle, nbytes,
+                       "pass the reserve returned by the forward call on the same inputs")
 
 
 def batchnorm_backward_ex(handle, x, y, dy, scale, bias, saved_mean, saved_inv_var, reserve=None, *, ops="bn",
@@ -457,7 +378,7 @@ def batchnorm_backward_ex(handle, x, y, dy, scale, bias, saved_mean, saved_inv_v
     ``dz`` (ops "bn_add_activation") is returned allocated when not given.
     """
     s = _bn(handle, x, mode)
-    op = _enum(ops, BATCHNORM_OPS, capi.cudnnBatchNormOps_t, "ops")
+    op = enum_arg(ops, BATCHNORM_OPS, capi.cudnnBatchNormOps_t, "ops")
     act = None if int(op) == 0 else _activation("relu" if activation is None else activation)
     if int(op) == 0 and activation is not None:
         raise ValueError(f"ops={op.name} has no activation; pass activation=None")
@@ -479,11 +400,13 @@ def batchnorm_backward_ex(handle, x, y, dy, scale, bias, saved_mean, saved_inv_v
     dxa, ds, db = _or_new_like(dxa, handle, s.x), s.or_new(ds, handle), s.or_new(db, handle)
     dza = None if int(op) != 2 else _or_new_like(dza, handle, s.x)
     ws = handle.workspace.get(ws_size, handle.stream)
-    ad, bd = _scalars(s.x.dtype, alpha_data, beta_data)
-    ap, bp = _scalars(s.x.dtype, alpha_param, beta_param)
+    ad, bd = scalars(s.x.dtype, alpha_data, beta_data)
+    ap, bp = scalars(s.x.dtype, alpha_param, beta_param)
+    yd, dyd, dxd = desc(ya), desc(dya), desc(dxa)
+    dzd = None if dza is None else desc(dza)
     capi.cudnnBatchNormalizationBackwardEx(
-        handle.ptr, s.mode, op, ad, bd, ap, bp, _desc(s.x), s.x.ptr, _desc(ya), ya.ptr, _desc(dya), dya.ptr,
-        None if dza is None else _desc(dza), _ptr(dza), _desc(dxa), dxa.ptr, s.pdesc, sc.ptr, bi.ptr, ds.ptr,
+        handle.ptr, s.mode, op, ad, bd, ap, bp, s.xdesc.ptr, s.x.ptr, yd.ptr, ya.ptr, dyd.ptr, dya.ptr,
+        None if dzd is None else dzd.ptr, _ptr(dza), dxd.ptr, dxa.ptr, s.pdesc.ptr, sc.ptr, bi.ptr, ds.ptr,
         db.ptr, eps, _ptr(sm), _ptr(siv), act, ws or None, ws_size, _ptr(rsa),
         0 if rsa is None else rsa.nbytes)
     return BatchNormGrads(dxa, ds, db, dza)

@@ -20,9 +20,8 @@ Raw C path::
     capi.cudnnSetCTCLossDescriptor_v9(d, capi.CUDNN_DATA_FLOAT, capi.CUDNN_LOSS_NORMALIZATION_SOFTMAX,
                                       capi.CUDNN_CTC_ZERO_OOB_GRADIENTS, 255)
     capi.cudnnGetCTCLossWorkspaceSize_v8(h.ptr, algo, d, probs_desc, grads_desc, byref(ws_size))
-    int_p = lambda a: ctypes.cast(a.ptr, ctypes.POINTER(ctypes.c_int))   # device int32 arrays as const int[]
-    capi.cudnnCTCLoss_v8(h.ptr, algo, d, probs_desc, probs.ptr, int_p(labels), int_p(label_lengths),
-                         int_p(input_lengths), costs.ptr, grads_desc, grads.ptr, ws_size, ws)
+    capi.cudnnCTCLoss_v8(h.ptr, algo, d, probs_desc, probs.ptr, labels.ptr, label_lengths.ptr,   # int32 device
+                         input_lengths.ptr, costs.ptr, grads_desc, grads.ptr, ws_size, ws)        # arrays as int[]
 """
 from __future__ import annotations
 
@@ -36,7 +35,7 @@ from cudnn_py import capi
 from cudnn_py.descriptors import tensor_descriptor
 from cudnn_py.errors import ClosedError
 from cudnn_py.memory import DeviceArray, as_array, empty, to_device
-from cudnn_py.ops.batchnorm import _array, _enum
+from cudnn_py.ops._common import check_array, enum_arg
 
 __all__ = ["CTC_ALGOS", "CTC_NORMALIZATIONS", "CTC_GRAD_MODES", "MAX_LABEL_LENGTH", "CTCLoss", "CTCLabels",
            "check_ctc_labels", "ctc_loss_workspace_size", "ctc_loss"]
@@ -45,7 +44,6 @@ CTC_ALGOS = {"deterministic": capi.CUDNN_CTC_LOSS_ALGO_DETERMINISTIC,
              "non_deterministic": capi.CUDNN_CTC_LOSS_ALGO_NON_DETERMINISTIC}
 CTC_NORMALIZATIONS = {"softmax": capi.CUDNN_LOSS_NORMALIZATION_SOFTMAX, "none": capi.CUDNN_LOSS_NORMALIZATION_NONE}
 CTC_GRAD_MODES = {"zero_oob": capi.CUDNN_CTC_ZERO_OOB_GRADIENTS, "skip_oob": capi.CUDNN_CTC_SKIP_OOB_GRADIENTS}
-_INT_P = ctypes.POINTER(ctypes.c_int)  # the v8 call types its device label arrays as ``const int[]``
 #: The longest label sequence cuDNN's CTC accepts.
 MAX_LABEL_LENGTH = 255
 
@@ -63,8 +61,8 @@ class CTCLoss:
     ``max_label_length``. Works without a GPU; properties read the settings back from cuDNN."""
 
     def __init__(self, normalization="softmax", grad_mode="zero_oob", max_label_length: int = MAX_LABEL_LENGTH):
-        norm = _enum(normalization, CTC_NORMALIZATIONS, capi.cudnnLossNormalizationMode_t, "CTC normalization")
-        gm = _enum(grad_mode, CTC_GRAD_MODES, capi.cudnnCTCGradMode_t, "CTC grad_mode")
+        norm = enum_arg(normalization, CTC_NORMALIZATIONS, capi.cudnnLossNormalizationMode_t, "CTC normalization")
+        gm = enum_arg(grad_mode, CTC_GRAD_MODES, capi.cudnnCTCGradMode_t, "CTC grad_mode")
         if (isinstance(max_label_length, bool) or not isinstance(max_label_length, (int, np.integer))
                 or not 1 <= max_label_length <= MAX_LABEL_LENGTH):
             raise ValueError(f"max_label_length must be an int in [1, {MAX_LABEL_LENGTH}], got {max_label_length!r}")
@@ -196,7 +194,7 @@ def check_ctc_labels(labels, label_lengths, input_lengths, time_steps: int, alph
 
 
 def _logits(handle, logits) -> DeviceArray:
-    x = _array(logits, "logits", handle)
+    x = check_array(logits, "logits", handle)
     if x.dtype != np.float32:
         raise TypeError(f"logits has dtype {x.dtype}; cuDNN's CTC loss takes float32")
     if x.ndim != 3:
@@ -210,14 +208,14 @@ def ctc_loss_workspace_size(handle, logits_shape, *, algo="deterministic", norma
                             grad_mode="zero_oob", max_label_length: int = MAX_LABEL_LENGTH,
                             compute_gradients: bool = True) -> int:
     """Workspace bytes ``cudnnCTCLoss_v8`` needs for logits of shape (T, N, A) (``cudnnGetCTCLossWorkspaceSize_v8``)."""
-    al = _enum(algo, CTC_ALGOS, capi.cudnnCTCLossAlgo_t, "CTC algo")
+    al = enum_arg(algo, CTC_ALGOS, capi.cudnnCTCLossAlgo_t, "CTC algo")
     shape = tuple(int(d) for d in logits_shape)
     if len(shape) != 3:
         raise ValueError(f"logits shape must be (T, N, A), got {shape}")
     desc = _ctc_desc(normalization, grad_mode, max_label_length)
-    pd = tensor_descriptor(shape, np.float32).ptr
+    pd = tensor_descriptor(shape, np.float32)
     n = ctypes.c_size_t()
-    capi.cudnnGetCTCLossWorkspaceSize_v8(handle.ptr, al, desc.ptr, pd, pd if compute_gradients else None,
+    capi.cudnnGetCTCLossWorkspaceSize_v8(handle.ptr, al, desc.ptr, pd.ptr, pd.ptr if compute_gradients else None,
                                          ctypes.byref(n))
     return n.value
 
@@ -228,7 +226,7 @@ def ctc_loss(handle, logits, labels, label_lengths, input_lengths, *, algo="dete
              gradients=None) -> tuple[DeviceArray, DeviceArray | None]:
     """CTC costs (N,) and gradients (T, N, A) (None when ``compute_gradients`` is False), float32
     (``cudnnCTCLoss_v8``). ``algo``: "deterministic" or "non_deterministic". Outputs allocated when not given."""
-    al = _enum(algo, CTC_ALGOS, capi.cudnnCTCLossAlgo_t, "CTC algo")
+    al = enum_arg(algo, CTC_ALGOS, capi.cudnnCTCLossAlgo_t, "CTC algo")
     x = _logits(handle, logits)
     t, n, a = x.shape
     host = check_ctc_labels(labels, label_lengths, input_lengths, t, a, max_label_length)
@@ -237,24 +235,23 @@ def ctc_loss(handle, logits, labels, label_lengths, input_lengths, *, algo="dete
     desc = _ctc_desc(normalization, grad_mode, max_label_length)
     if not compute_gradients and gradients is not None:
         raise ValueError("gradients given but compute_gradients is False")
-    c = None if costs is None else _array(costs, "costs", handle, dtype=np.float32, shape=(n,))
-    g = None if gradients is None else _array(gradients, "gradients", handle, dtype=np.float32, shape=x.shape)
-    if g is not None and not g.is_contiguous:
-        raise ValueError("gradients must be C-contiguous")
+    c = None if costs is None else check_array(costs, "costs", handle, dtype=np.float32, shape=(n,), contiguous=True)
+    g = None if gradients is None else check_array(gradients, "gradients", handle, dtype=np.float32, shape=x.shape,
+                                                   contiguous=True)
     if c is None:
         c = empty((n,), np.float32, stream=handle.stream, device=handle.device)
     if g is None and compute_gradients:
         g = empty(x.shape, np.float32, stream=handle.stream, device=handle.device)
-    # device copies of the validated labels and lengths (cudnnCTCLoss_v8 reads them from device memory)
+    # device copies of the validated labels and lengths (cudnnCTCLoss_v8 reads them from device memory); they are
+    # allocated on the handle's stream, so freeing them when they go out of scope is ordered after the kernel
     lab = host.labels if host.labels.size else np.zeros(1, np.int32)
-    dev = [to_device(v, handle.stream, device=handle.device) for v in (lab, host.label_lengths, host.input_lengths)]
-    pd = tensor_descriptor(x.shape, np.float32).ptr
+    lab_d, ll_d, il_d = (to_device(v, handle.stream, device=handle.device)
+                         for v in (lab, host.label_lengths, host.input_lengths))
+    pd = tensor_descriptor(x.shape, np.float32)
+    gd = None if g is None else pd.ptr
     ws_size = ctypes.c_size_t()
-    capi.cudnnGetCTCLossWorkspaceSize_v8(handle.ptr, al, desc.ptr, pd, pd if g is not None else None,
-                                         ctypes.byref(ws_size))
+    capi.cudnnGetCTCLossWorkspaceSize_v8(handle.ptr, al, desc.ptr, pd.ptr, gd, ctypes.byref(ws_size))
     ws = handle.workspace.get(ws_size.value, handle.stream)
-    lab_p, ll_p, il_p = (ctypes.cast(d.ptr, _INT_P) for d in dev)
-    capi.cudnnCTCLoss_v8(handle.ptr, al, desc.ptr, pd, x.ptr, lab_p, ll_p, il_p, c.ptr,
-                         pd if g is not None else None, None if g is None else g.ptr, ws_size.value, ws or None)
-    # ``dev`` was allocated on the handle's stream, so freeing it when it goes out of scope is ordered after the kernel
+    capi.cudnnCTCLoss_v8(handle.ptr, al, desc.ptr, pd.ptr, x.ptr, lab_d.ptr, ll_d.ptr, il_d.ptr, c.ptr, gd,
+                         None if g is None else g.ptr, ws_size.value, ws or None)
     return c, g

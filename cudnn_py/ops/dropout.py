@@ -28,8 +28,8 @@ import numpy as np
 from cudnn_py import capi
 from cudnn_py.descriptors import DropoutDescriptor
 from cudnn_py.errors import ClosedError
-from cudnn_py.memory import DeviceArray, as_array, empty
-from cudnn_py.ops.batchnorm import _array, _c_strides, _desc, _tensor_desc
+from cudnn_py.memory import DeviceArray, empty
+from cudnn_py.ops._common import byte_buffer, check_array, desc, output, tensor_desc
 
 __all__ = ["Dropout", "dropout_states_size", "dropout_reserve_size", "dropout_forward", "dropout_backward"]
 
@@ -50,7 +50,8 @@ def dropout_reserve_size(shape, dtype=np.float32) -> int:
     if not shape or any(d <= 0 for d in shape):
         raise ValueError(f"dropout needs a non-empty shape with positive dimensions, got {shape}")
     n = ctypes.c_size_t()
-    capi.cudnnDropoutGetReserveSpaceSize(_tensor_desc(shape, _c_strides(shape), dtype), ctypes.byref(n))
+    d = tensor_desc(shape, dtype)
+    capi.cudnnDropoutGetReserveSpaceSize(d.ptr, ctypes.byref(n))
     return n.value
 
 
@@ -85,13 +86,9 @@ class Dropout:
 
     def __init__(self, handle, p: float = 0.5, seed: int = 0, *, states=None):
         p, seed = _check_p(p), _check_seed(seed)
-        if states is not None:
-            st = as_array(states, "states", device=handle.device)
-            if not st.is_contiguous:
-                raise ValueError("states must be a C-contiguous device buffer")
         need = dropout_states_size(handle)
-        if states is not None and st.nbytes < need:
-            raise ValueError(f"states holds {st.nbytes} bytes but cuDNN's dropout state needs {need}")
+        if states is not None:
+            st = byte_buffer(states, "states", handle, need, "pass the states of a Dropout on this device")
         ptr = capi.cudnnDropoutDescriptor_t()
         capi.cudnnCreateDropoutDescriptor(ctypes.byref(ptr))
         self._finalizer = weakref.finalize(self, _destroy, ptr)
@@ -147,20 +144,13 @@ class Dropout:
         return f"Dropout(p={p}, seed={seed}, states_size={self.states.nbytes})"
 
 
+_RESERVE_HINT = "pass the reserve dropout_forward returned for this tensor (dropout_reserve_size bytes)"
+
+
 def _dropout_ptr(d):
     if isinstance(d, (Dropout, DropoutDescriptor)):
         return d.ptr
     raise TypeError(f"dropout must be a Dropout or a DropoutDescriptor, got {type(d).__name__}")
-
-
-def _reserve_arg(handle, reserve, need: int, name: str = "reserve") -> DeviceArray:
-    r = _array(reserve, name, handle)
-    if not r.is_contiguous:
-        raise ValueError(f"{name} must be a C-contiguous device buffer")
-    if r.nbytes < need:
-        raise ValueError(f"{name} holds {r.nbytes} bytes but dropout on this tensor needs {need} "
-                         f"(dropout_reserve_size); pass the reserve returned by dropout_forward")
-    return r
 
 
 def dropout_forward(handle, dropout, x, y=None, reserve=None) -> tuple[DeviceArray, DeviceArray]:
@@ -170,25 +160,25 @@ def dropout_forward(handle, dropout, x, y=None, reserve=None) -> tuple[DeviceArr
     when not given. ``x`` and ``y`` must have the same shape and dtype.
     """
     dp = _dropout_ptr(dropout)
-    xa = _array(x, "x", handle)
-    ya = (empty(xa.shape, xa.dtype, stream=handle.stream, device=handle.device) if y is None
-          else _array(y, "y", handle, dtype=xa.dtype, shape=xa.shape))
+    xa = check_array(x, "x", handle)
+    ya = output(y, "y", handle, xa.shape, xa.dtype)
+    xd, yd = desc(xa), desc(ya)
     need = ctypes.c_size_t()
-    capi.cudnnDropoutGetReserveSpaceSize(_desc(xa), ctypes.byref(need))
+    capi.cudnnDropoutGetReserveSpaceSize(xd.ptr, ctypes.byref(need))
     ra = (empty((need.value,), np.uint8, stream=handle.stream, device=handle.device) if reserve is None
-          else _reserve_arg(handle, reserve, need.value))
-    capi.cudnnDropoutForward(handle.ptr, dp, _desc(xa), xa.ptr, _desc(ya), ya.ptr, ra.ptr, ra.nbytes)
+          else byte_buffer(reserve, "reserve", handle, need.value, _RESERVE_HINT))
+    capi.cudnnDropoutForward(handle.ptr, dp, xd.ptr, xa.ptr, yd.ptr, ya.ptr, ra.ptr, ra.nbytes)
     return ya, ra
 
 
 def dropout_backward(handle, dropout, dy, reserve, dx=None) -> DeviceArray:
     """``dx = dy * mask / (1 - p)`` with the mask the forward stored in ``reserve`` (``cudnnDropoutBackward``)."""
     dp = _dropout_ptr(dropout)
-    dya = _array(dy, "dy", handle)
-    dxa = (empty(dya.shape, dya.dtype, stream=handle.stream, device=handle.device) if dx is None
-           else _array(dx, "dx", handle, dtype=dya.dtype, shape=dya.shape))
+    dya = check_array(dy, "dy", handle)
+    dxa = output(dx, "dx", handle, dya.shape, dya.dtype)
+    dyd, dxd = desc(dya), desc(dxa)
     need = ctypes.c_size_t()
-    capi.cudnnDropoutGetReserveSpaceSize(_desc(dya), ctypes.byref(need))
-    ra = _reserve_arg(handle, reserve, need.value)
-    capi.cudnnDropoutBackward(handle.ptr, dp, _desc(dya), dya.ptr, _desc(dxa), dxa.ptr, ra.ptr, ra.nbytes)
+    capi.cudnnDropoutGetReserveSpaceSize(dyd.ptr, ctypes.byref(need))
+    ra = byte_buffer(reserve, "reserve", handle, need.value, _RESERVE_HINT)
+    capi.cudnnDropoutBackward(handle.ptr, dp, dyd.ptr, dya.ptr, dxd.ptr, dxa.ptr, ra.ptr, ra.nbytes)
     return dxa

@@ -24,12 +24,10 @@ Raw C path::
 """
 from __future__ import annotations
 
-import ctypes
-
 from cudnn_py import capi
 from cudnn_py.descriptors import LRNDescriptor
-from cudnn_py.memory import empty
-from cudnn_py.ops.tensor_ops import _array, _desc, _output, _scalars
+from cudnn_py.memory import DeviceArray
+from cudnn_py.ops._common import check_array, desc, empty_strided, output, scalars
 
 __all__ = ["LRN", "lrn_forward", "lrn_backward", "divisive_normalization_forward", "divisive_normalization_backward"]
 
@@ -55,13 +53,10 @@ class LRN:
 
     @property
     def descriptor(self) -> capi.cudnnLRNDescriptor_t:
-        """The ``cudnnLRNDescriptor_t`` (made on first use)."""
+        """The ``cudnnLRNDescriptor_t`` (made on first use, destroyed with this object)."""
         if self._desc is None:
-            d = capi.cudnnLRNDescriptor_t()
-            capi.cudnnCreateLRNDescriptor(ctypes.byref(d))
-            capi.cudnnSetLRNDescriptor(d, self.n, self.alpha, self.beta, self.k)
-            self._desc = d
-        return self._desc
+            self._desc = LRNDescriptor(self.n, self.alpha, self.beta, self.k)
+        return self._desc.ptr
 
     def _key(self):
         return (self.n, self.alpha, self.beta, self.k)
@@ -75,13 +70,6 @@ class LRN:
     def __repr__(self):
         return f"LRN(n={self.n}, alpha={self.alpha}, beta={self.beta}, k={self.k})"
 
-    def __del__(self):
-        if getattr(self, "_desc", None) is not None:
-            try:
-                capi.cudnnDestroyLRNDescriptor(self._desc)
-            except Exception:  # interpreter shutdown
-                pass
-
 
 def _lrn_desc(lrn) -> capi.cudnnLRNDescriptor_t:
     if isinstance(lrn, LRN):
@@ -91,8 +79,8 @@ def _lrn_desc(lrn) -> capi.cudnnLRNDescriptor_t:
     raise TypeError(f"lrn must be a cudnn_py LRN or LRNDescriptor, got {type(lrn).__name__}")
 
 
-def _input(x, handle):
-    xa = _array(x, "x", handle, floating=True)
+def _input(x, handle) -> DeviceArray:
+    xa = check_array(x, "x", handle, floating=True)
     if xa.ndim not in (4, 5):
         raise ValueError(f"LRN and divisive normalisation take 4-D or 5-D tensors (N, C, *spatial); x has shape {xa.shape}")
     return xa
@@ -100,26 +88,27 @@ def _input(x, handle):
 
 def lrn_forward(handle, lrn, x, y=None, *, alpha: float = 1.0, beta: float = 0.0):
     """``y = alpha * lrn(x) + beta * y`` (``cudnnLRNCrossChannelForward``); returns y (allocated if not given)."""
-    desc = _lrn_desc(lrn)
+    ld = _lrn_desc(lrn)
     xa = _input(x, handle)
-    ya = _output(y, "y", handle, xa.shape, xa.dtype)
-    al, be = _scalars(xa.dtype, alpha, beta)
-    capi.cudnnLRNCrossChannelForward(handle.ptr, desc, capi.CUDNN_LRN_CROSS_CHANNEL_DIM1, al, _desc(xa),
-                                     xa.ptr, be, _desc(ya), ya.ptr)
+    ya = output(y, "y", handle, xa.shape, xa.dtype)
+    al, be = scalars(xa.dtype, alpha, beta)
+    xd, yd = desc(xa), desc(ya)
+    capi.cudnnLRNCrossChannelForward(handle.ptr, ld, capi.CUDNN_LRN_CROSS_CHANNEL_DIM1, al, xd.ptr, xa.ptr, be,
+                                     yd.ptr, ya.ptr)
     return ya if y is None else y
 
 
 def lrn_backward(handle, lrn, x, y, dy, dx=None, *, alpha: float = 1.0, beta: float = 0.0):
     """``dx = alpha * dL/dx + beta * dx`` from the forward's x and y and the gradient dy (``cudnnLRNCrossChannelBackward``)."""
-    desc = _lrn_desc(lrn)
+    ld = _lrn_desc(lrn)
     xa = _input(x, handle)
-    ya = _array(y, "y", handle, dtype=xa.dtype, shape=xa.shape)
-    dya = _array(dy, "dy", handle, dtype=xa.dtype, shape=xa.shape)
-    dxa = _output(dx, "dx", handle, xa.shape, xa.dtype)
-    al, be = _scalars(xa.dtype, alpha, beta)
-    capi.cudnnLRNCrossChannelBackward(handle.ptr, desc, capi.CUDNN_LRN_CROSS_CHANNEL_DIM1, al,
-                                      _desc(ya), ya.ptr, _desc(dya), dya.ptr, _desc(xa), xa.ptr, be,
-                                      _desc(dxa), dxa.ptr)
+    ya = check_array(y, "y", handle, dtype=xa.dtype, shape=xa.shape)
+    dya = check_array(dy, "dy", handle, dtype=xa.dtype, shape=xa.shape)
+    dxa = output(dx, "dx", handle, xa.shape, xa.dtype)
+    al, be = scalars(xa.dtype, alpha, beta)
+    xd, yd, dyd, dxd = desc(xa), desc(ya), desc(dya), desc(dxa)
+    capi.cudnnLRNCrossChannelBackward(handle.ptr, ld, capi.CUDNN_LRN_CROSS_CHANNEL_DIM1, al, yd.ptr, ya.ptr,
+                                      dyd.ptr, dya.ptr, xd.ptr, xa.ptr, be, dxd.ptr, dxa.ptr)
     return dxa if dx is None else dx
 
 
@@ -131,9 +120,10 @@ def _same_desc(a, xa, name: str):
     return a
 
 
-def _temps(handle, xa):
-    return (empty(xa.shape, xa.dtype, stream=handle.stream, device=handle.device),
-            empty(xa.shape, xa.dtype, stream=handle.stream, device=handle.device))
+def _temps(handle, xa: DeviceArray) -> tuple[DeviceArray, DeviceArray]:
+    """The two scratch tensors; cuDNN addresses them with x's descriptor, so they get x's strides and span."""
+    return (empty_strided(handle, xa.shape, xa.strides, xa.dtype),
+            empty_strided(handle, xa.shape, xa.strides, xa.dtype))
 
 
 def divisive_normalization_forward(handle, lrn, x, means=None, y=None, *, alpha: float = 1.0,
@@ -142,16 +132,16 @@ def divisive_normalization_forward(handle, lrn, x, means=None, y=None, *, alpha:
 
     ``means`` (x's shape) defaults to zeros; the two temporaries cuDNN needs are allocated here.
     """
-    desc = _lrn_desc(lrn)
+    ld = _lrn_desc(lrn)
     xa = _input(x, handle)
-    ma = None if means is None else _same_desc(_array(means, "means", handle, dtype=xa.dtype, shape=xa.shape), xa,
-                                               "means")
-    ya = _output(y, "y", handle, xa.shape, xa.dtype)
+    ma = None if means is None else _same_desc(check_array(means, "means", handle, dtype=xa.dtype, shape=xa.shape),
+                                               xa, "means")
+    ya = output(y, "y", handle, xa.shape, xa.dtype)
     t1, t2 = _temps(handle, xa)
-    al, be = _scalars(xa.dtype, alpha, beta)
-    capi.cudnnDivisiveNormalizationForward(handle.ptr, desc, capi.CUDNN_DIVNORM_PRECOMPUTED_MEANS, al,
-                                           _desc(xa), xa.ptr, None if ma is None else ma.ptr, t1.ptr, t2.ptr, be,
-                                           _desc(ya), ya.ptr)
+    al, be = scalars(xa.dtype, alpha, beta)
+    xd, yd = desc(xa), desc(ya)
+    capi.cudnnDivisiveNormalizationForward(handle.ptr, ld, capi.CUDNN_DIVNORM_PRECOMPUTED_MEANS, al, xd.ptr, xa.ptr,
+                                           None if ma is None else ma.ptr, t1.ptr, t2.ptr, be, yd.ptr, ya.ptr)
     return ya if y is None else y
 
 
@@ -163,20 +153,21 @@ def divisive_normalization_backward(handle, lrn, x, dy, means=None, dx=None, dme
     The means are treated as an independent input. For an even window size cuDNN's dx is not the
     exact gradient of its forward (it sums over the forward window, not its mirror image).
     """
-    desc = _lrn_desc(lrn)
+    ld = _lrn_desc(lrn)
     xa = _input(x, handle)
-    ma = None if means is None else _same_desc(_array(means, "means", handle, dtype=xa.dtype, shape=xa.shape), xa,
-                                               "means")
-    dya = _same_desc(_array(dy, "dy", handle, dtype=xa.dtype, shape=xa.shape), xa, "dy")
-    dxa = _output(dx, "dx", handle, xa.shape, xa.dtype)
+    ma = None if means is None else _same_desc(check_array(means, "means", handle, dtype=xa.dtype, shape=xa.shape),
+                                               xa, "means")
+    dya = _same_desc(check_array(dy, "dy", handle, dtype=xa.dtype, shape=xa.shape), xa, "dy")
+    dxa = output(dx, "dx", handle, xa.shape, xa.dtype)
     want_dm = means is not None or dmeans is not None
-    dma = _output(dmeans, "dmeans", handle, xa.shape, xa.dtype) if want_dm else None
+    dma = output(dmeans, "dmeans", handle, xa.shape, xa.dtype) if want_dm else None
     if dma is not None and dma.strides != dxa.strides:
         raise ValueError(f"dmeans must have dx's strides {dxa.strides} (one descriptor describes both); "
                          f"it has {dma.strides}")
     t1, t2 = _temps(handle, xa)
-    al, be = _scalars(xa.dtype, alpha, beta)
-    capi.cudnnDivisiveNormalizationBackward(handle.ptr, desc, capi.CUDNN_DIVNORM_PRECOMPUTED_MEANS, al,
-                                            _desc(xa), xa.ptr, None if ma is None else ma.ptr, dya.ptr, t1.ptr,
-                                            t2.ptr, be, _desc(dxa), dxa.ptr, None if dma is None else dma.ptr)
+    al, be = scalars(xa.dtype, alpha, beta)
+    xd, dxd = desc(xa), desc(dxa)
+    capi.cudnnDivisiveNormalizationBackward(handle.ptr, ld, capi.CUDNN_DIVNORM_PRECOMPUTED_MEANS, al, xd.ptr,
+                                            xa.ptr, None if ma is None else ma.ptr, dya.ptr, t1.ptr, t2.ptr, be,
+                                            dxd.ptr, dxa.ptr, None if dma is None else dma.ptr)
     return (dxa if dx is None else dx), (None if dma is None else (dma if dmeans is None else dmeans))

@@ -31,9 +31,10 @@ import numpy as np
 
 from cudnn_py import capi
 from cudnn_py.memory import DeviceArray
+from cudnn_py.ops._common import desc, enum_arg, scalars, tensor_desc
 from cudnn_py.ops.batchnorm import (
-    BatchNormGrads, BatchNormTraining, _activation, _check_epsilon, _check_factor, _data, _derive, _desc, _ex_ops,
-    _or_new_like, _out_data, _enum, _pair, _ptr, _reserve, _scalars, _Setup, _tensor_desc, _c_strides,
+    BatchNormGrads, BatchNormTraining, _activation, _check_epsilon, _check_factor, _data, _derive, _ex_ops,
+    _or_new_like, _out_data, _pair, _ptr, _reserve, _Setup,
 )
 
 __all__ = [
@@ -49,10 +50,9 @@ NORM_ALGOS = {"standard": capi.CUDNN_NORM_ALGO_STANDARD, "persist": capi.CUDNN_N
 
 def derive_normalization_shapes(x_shape, dtype=np.float32, mode="per_channel"):
     """((scale/bias shape, dtype), (mean/var shape, dtype)) as ``cudnnDeriveNormTensorDescriptor`` gives; CPU only."""
-    m = _enum(mode, NORM_MODES, capi.cudnnNormMode_t, "normalization mode")
-    shape = tuple(int(d) for d in x_shape)
-    x_desc = _tensor_desc(shape, _c_strides(shape), dtype)
-    sb, mv = _derive(lambda d1, d2: capi.cudnnDeriveNormTensorDescriptor(d1, d2, x_desc, m, 1), 2)
+    m = enum_arg(mode, NORM_MODES, capi.cudnnNormMode_t, "normalization mode")
+    x_desc = tensor_desc(tuple(int(d) for d in x_shape), dtype)
+    sb, mv = _derive(lambda d1, d2: capi.cudnnDeriveNormTensorDescriptor(d1, d2, x_desc.ptr, m, 1), 2)
     return sb, mv
 
 
@@ -61,17 +61,17 @@ def _norm(handle, x, mode) -> _Setup:
 
 
 def _algo(algo):
-    return _enum(algo, NORM_ALGOS, capi.cudnnNormAlgo_t, "normalization algo")
+    return enum_arg(algo, NORM_ALGOS, capi.cudnnNormAlgo_t, "normalization algo")
 
 
 def _sizes(handle, s: _Setup, op, algo, act, with_z: bool) -> tuple[int, int, int]:
-    xd = _desc(s.x)
+    xd, pd = s.xdesc.ptr, s.pdesc.ptr
     zd = xd if with_z else None
     fw, bw, rs = ctypes.c_size_t(), ctypes.c_size_t(), ctypes.c_size_t()
     capi.cudnnGetNormalizationForwardTrainingWorkspaceSize(
-        handle.ptr, s.mode, op, algo, xd, zd, xd, s.pdesc, act, s.pdesc, ctypes.byref(fw), 1)
+        handle.ptr, s.mode, op, algo, xd, zd, xd, pd, act, pd, ctypes.byref(fw), 1)
     capi.cudnnGetNormalizationBackwardWorkspaceSize(
-        handle.ptr, s.mode, op, algo, xd, xd, xd, zd, xd, s.pdesc, act, s.pdesc, ctypes.byref(bw), 1)
+        handle.ptr, s.mode, op, algo, xd, xd, xd, zd, xd, pd, act, pd, ctypes.byref(bw), 1)
     capi.cudnnGetNormalizationTrainingReserveSpaceSize(handle.ptr, s.mode, op, algo, act, xd,
                                                        ctypes.byref(rs), 1)
     return fw.value, bw.value, rs.value
@@ -85,7 +85,7 @@ def normalization_sizes(handle, x, *, mode="per_channel", ops="norm", algo="stan
                         with_z: bool | None = None) -> tuple[int, int, int]:
     """(forward-training workspace, backward workspace, training reserve) bytes for this x."""
     s = _norm(handle, x, mode)
-    op = _enum(ops, NORM_OPS, capi.cudnnNormOps_t, "ops")
+    op = enum_arg(ops, NORM_OPS, capi.cudnnNormOps_t, "ops")
     act = None if int(op) == 0 else _activation("relu" if activation is None else activation)
     return _sizes(handle, s, op, _algo(algo), act, int(op) == 2 if with_z is None else with_z)
 
@@ -114,10 +114,11 @@ def normalization_forward_training(handle, x, scale, bias, *, z=None, mode="per_
     rsa = _reserve(handle, reserve, rs_size, "reserve")
     ya, sm, siv = _or_new_like(ya, handle, s.x), s.or_new(sm, handle), s.or_new(siv, handle)
     ws = handle.workspace.get(ws_size, handle.stream)
-    a, b = _scalars(s.x.dtype, alpha, beta)
+    a, b = scalars(s.x.dtype, alpha, beta)
+    zd, yd = None if za is None else desc(za), desc(ya)
     capi.cudnnNormalizationForwardTraining(
-        handle.ptr, s.mode, op, al_, a, b, _desc(s.x), s.x.ptr, s.pdesc, sc.ptr, bi.ptr, f, s.pdesc, _ptr(rm),
-        _ptr(rv), eps, sm.ptr, siv.ptr, act, None if za is None else _desc(za), _ptr(za), _desc(ya),
+        handle.ptr, s.mode, op, al_, a, b, s.xdesc.ptr, s.x.ptr, s.pdesc.ptr, sc.ptr, bi.ptr, f, s.pdesc.ptr,
+        _ptr(rm), _ptr(rv), eps, sm.ptr, siv.ptr, act, None if zd is None else zd.ptr, _ptr(za), yd.ptr,
         ya.ptr, ws or None, ws_size, _ptr(rsa), 0 if rsa is None else rsa.nbytes, 1)
     return BatchNormTraining(ya, sm, siv, rm, rv, rsa)
 
@@ -135,10 +136,11 @@ def normalization_forward_inference(handle, x, scale, bias, mean, var, *, z=None
     me, va = s.param(mean, "mean", handle), s.param(var, "var", handle)
     eps = _check_epsilon(epsilon)
     ya = _or_new_like(_out_data(y, "y", handle, s.x), handle, s.x)
-    a, b = _scalars(s.x.dtype, alpha, beta)
+    a, b = scalars(s.x.dtype, alpha, beta)
+    zd, yd = None if za is None else desc(za), desc(ya)
     capi.cudnnNormalizationForwardInference(
-        handle.ptr, s.mode, op, al_, a, b, _desc(s.x), s.x.ptr, s.pdesc, sc.ptr, bi.ptr, s.pdesc, me.ptr, va.ptr,
-        None if za is None else _desc(za), _ptr(za), act, _desc(ya), ya.ptr, eps, 1)
+        handle.ptr, s.mode, op, al_, a, b, s.xdesc.ptr, s.x.ptr, s.pdesc.ptr, sc.ptr, bi.ptr, s.pdesc.ptr, me.ptr,
+        va.ptr, None if zd is None else zd.ptr, _ptr(za), act, yd.ptr, ya.ptr, eps, 1)
     return ya
 
 
@@ -150,7 +152,7 @@ def normalization_backward(handle, x, y, dy, scale, bias, saved_mean, saved_inv_
     """Gradients of ``y = act(norm(x) [+ z])`` (``cudnnNormalizationBackward``); ``y`` and ``reserve``
     from the forward pass; ``dz`` returned for ops "norm_add_activation"."""
     s = _norm(handle, x, mode)
-    op = _enum(ops, NORM_OPS, capi.cudnnNormOps_t, "ops")
+    op = enum_arg(ops, NORM_OPS, capi.cudnnNormOps_t, "ops")
     if int(op) == 0 and activation is not None:
         raise ValueError(f"ops={op.name} has no activation; pass activation=None")
     act = None if int(op) == 0 else _activation("relu" if activation is None else activation)
@@ -173,11 +175,13 @@ def normalization_backward(handle, x, y, dy, scale, bias, saved_mean, saved_inv_
     dxa, ds, db = _or_new_like(dxa, handle, s.x), s.or_new(ds, handle), s.or_new(db, handle)
     dza = None if int(op) != 2 else _or_new_like(dza, handle, s.x)
     ws = handle.workspace.get(ws_size, handle.stream)
-    ad, bd = _scalars(s.x.dtype, alpha_data, beta_data)
-    ap, bp = _scalars(s.x.dtype, alpha_param, beta_param)
+    ad, bd = scalars(s.x.dtype, alpha_data, beta_data)
+    ap, bp = scalars(s.x.dtype, alpha_param, beta_param)
+    yd, dyd, dxd = desc(ya), desc(dya), desc(dxa)
+    dzd = None if dza is None else desc(dza)
     capi.cudnnNormalizationBackward(
-        handle.ptr, s.mode, op, al_, ad, bd, ap, bp, _desc(s.x), s.x.ptr, _desc(ya), ya.ptr, _desc(dya), dya.ptr,
-        None if dza is None else _desc(dza), _ptr(dza), _desc(dxa), dxa.ptr, s.pdesc, sc.ptr, bi.ptr, ds.ptr,
-        db.ptr, eps, s.pdesc, _ptr(sm), _ptr(siv), act, ws or None, ws_size, _ptr(rsa),
+        handle.ptr, s.mode, op, al_, ad, bd, ap, bp, s.xdesc.ptr, s.x.ptr, yd.ptr, ya.ptr, dyd.ptr, dya.ptr,
+        None if dzd is None else dzd.ptr, _ptr(dza), dxd.ptr, dxa.ptr, s.pdesc.ptr, sc.ptr, bi.ptr, ds.ptr,
+        db.ptr, eps, s.pdesc.ptr, _ptr(sm), _ptr(siv), act, ws or None, ws_size, _ptr(rsa),
         0 if rsa is None else rsa.nbytes, 1)
     return BatchNormGrads(dxa, ds, db, dza)

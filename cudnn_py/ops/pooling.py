@@ -18,13 +18,11 @@ Raw C path (what these calls do)::
 """
 from __future__ import annotations
 
-import ctypes
-
 import numpy as np
 
 from cudnn_py import capi
-from cudnn_py.descriptors import PoolingDescriptor
-from cudnn_py.ops.tensor_ops import _array, _enum, _ints, _output, _scalars, _tensor_desc
+from cudnn_py.descriptors import PoolingDescriptor, TensorDescriptor
+from cudnn_py.ops._common import check_array, desc, enum_arg, int_tuple, output, scalars, tensor_desc
 
 __all__ = ["Pooling", "pooling_forward", "pooling_backward", "POOLING_MODES"]
 
@@ -64,7 +62,7 @@ class Pooling:
     __slots__ = ("mode", "window", "padding", "stride", "nan_propagation", "_descs")
 
     def __init__(self, mode="max", window=2, padding=0, stride=None, *, nan_propagation: bool = False):
-        self.mode = _enum(mode, POOLING_MODES, capi.cudnnPoolingMode_t, "pooling mode")
+        self.mode = enum_arg(mode, POOLING_MODES, capi.cudnnPoolingMode_t, "pooling mode")
         self.window = _param(window, "window")
         self.padding = _param(padding, "padding")
         self.stride = self.window if stride is None else _param(stride, "stride")
@@ -73,8 +71,8 @@ class Pooling:
 
     def params(self, nd: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
         """(window, padding, stride) for ``nd`` spatial dimensions, validated."""
-        return (_ints(self.window, nd, "window", 1), _ints(self.padding, nd, "padding", 0),
-                _ints(self.stride, nd, "stride", 1))
+        return (int_tuple(self.window, nd, "window", 1), int_tuple(self.padding, nd, "padding", 0),
+                int_tuple(self.stride, nd, "stride", 1))
 
     def output_shape(self, x_shape) -> tuple[int, ...]:
         """The output shape for input ``x_shape`` (N, C, *spatial); ValueError if a window does not fit."""
@@ -95,14 +93,9 @@ class Pooling:
             win, pad, st = self.params(nd)
             if nd == 1:
                 win, pad, st = (1,) + win, (0,) + pad, (1,) + st
-            n = len(win)
-            d = capi.cudnnPoolingDescriptor_t()
-            capi.cudnnCreatePoolingDescriptor(ctypes.byref(d))
-            arr = ctypes.c_int * n
-            nan = capi.CUDNN_PROPAGATE_NAN if self.nan_propagation else capi.CUDNN_NOT_PROPAGATE_NAN
-            capi.cudnnSetPoolingNdDescriptor(d, self.mode, nan, n, arr(*win), arr(*pad), arr(*st))
-            self._descs[nd] = d
-        return d
+            d = self._descs[nd] = PoolingDescriptor(self.mode, win, pad, st, ndim=len(win),
+                                                    nan_propagation=self.nan_propagation)
+        return d.ptr
 
     def _key(self):
         return (int(self.mode), self.window, self.padding, self.stride, self.nan_propagation)
@@ -116,13 +109,6 @@ class Pooling:
     def __repr__(self):
         return (f"Pooling({_NAMES[self.mode]!r}, window={self.window}, "
                 f"padding={self.padding}, stride={self.stride})")
-
-    def __del__(self):
-        for d in getattr(self, "_descs", {}).values():
-            try:
-                capi.cudnnDestroyPoolingDescriptor(d)
-            except Exception:  # interpreter shutdown
-                pass
 
 
 def _resolve(pool, x_shape) -> tuple[capi.cudnnPoolingDescriptor_t, tuple[int, ...]]:
@@ -139,12 +125,12 @@ def _resolve(pool, x_shape) -> tuple[capi.cudnnPoolingDescriptor_t, tuple[int, .
     raise TypeError(f"pool must be a cudnn_py Pooling or PoolingDescriptor, got {type(pool).__name__}")
 
 
-def _pdesc(a):
+def _pdesc(a) -> TensorDescriptor:
     """Tensor descriptor for an N, C, *spatial array; 1-D spatial gets a unit height in front."""
     if a.ndim == 3:
-        return _tensor_desc((a.shape[0], a.shape[1], 1, a.shape[2]),
-                            (a.strides[0], a.strides[1], a.shape[2] * a.strides[2], a.strides[2]), a.dtype)
-    return _tensor_desc(a.shape, a.strides, a.dtype)
+        return tensor_desc((a.shape[0], a.shape[1], 1, a.shape[2]), a.dtype,
+                           (a.strides[0], a.strides[1], a.shape[2] * a.strides[2], a.strides[2]))
+    return desc(a)
 
 
 def pooling_forward(handle, pool, x, y=None, *, alpha: float = 1.0, beta: float = 0.0):
@@ -152,22 +138,24 @@ def pooling_forward(handle, pool, x, y=None, *, alpha: float = 1.0, beta: float 
 
     ``pool``: a :class:`Pooling` or a :class:`cudnn_py.descriptors.PoolingDescriptor`.
     """
-    xa = _array(x, "x", handle, floating=True)
-    desc, y_shape = _resolve(pool, xa.shape)
-    ya = _output(y, "y", handle, y_shape, xa.dtype)
-    al, be = _scalars(xa.dtype, alpha, beta)
-    capi.cudnnPoolingForward(handle.ptr, desc, al, _pdesc(xa), xa.ptr, be, _pdesc(ya), ya.ptr)
+    xa = check_array(x, "x", handle, floating=True)
+    pd, y_shape = _resolve(pool, xa.shape)
+    ya = output(y, "y", handle, y_shape, xa.dtype)
+    al, be = scalars(xa.dtype, alpha, beta)
+    xd, yd = _pdesc(xa), _pdesc(ya)
+    capi.cudnnPoolingForward(handle.ptr, pd, al, xd.ptr, xa.ptr, be, yd.ptr, ya.ptr)
     return ya if y is None else y
 
 
 def pooling_backward(handle, pool, x, y, dy, dx=None, *, alpha: float = 1.0, beta: float = 0.0):
     """``dx = alpha * dL/dx + beta * dx`` from the forward's x and y and the gradient dy (``cudnnPoolingBackward``)."""
-    xa = _array(x, "x", handle, floating=True)
-    desc, y_shape = _resolve(pool, xa.shape)
-    ya = _array(y, "y", handle, dtype=xa.dtype, shape=y_shape)
-    dya = _array(dy, "dy", handle, dtype=xa.dtype, shape=y_shape)
-    dxa = _output(dx, "dx", handle, xa.shape, xa.dtype)
-    al, be = _scalars(xa.dtype, alpha, beta)
-    capi.cudnnPoolingBackward(handle.ptr, desc, al, _pdesc(ya), ya.ptr, _pdesc(dya), dya.ptr, _pdesc(xa), xa.ptr,
-                              be, _pdesc(dxa), dxa.ptr)
+    xa = check_array(x, "x", handle, floating=True)
+    pd, y_shape = _resolve(pool, xa.shape)
+    ya = check_array(y, "y", handle, dtype=xa.dtype, shape=y_shape)
+    dya = check_array(dy, "dy", handle, dtype=xa.dtype, shape=y_shape)
+    dxa = output(dx, "dx", handle, xa.shape, xa.dtype)
+    al, be = scalars(xa.dtype, alpha, beta)
+    xd, yd, dyd, dxd = _pdesc(xa), _pdesc(ya), _pdesc(dya), _pdesc(dxa)
+    capi.cudnnPoolingBackward(handle.ptr, pd, al, yd.ptr, ya.ptr, dyd.ptr, dya.ptr, xd.ptr, xa.ptr, be, dxd.ptr,
+                              dxa.ptr)
     return dxa if dx is None else dx

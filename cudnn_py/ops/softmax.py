@@ -21,7 +21,8 @@ from __future__ import annotations
 import math
 
 from cudnn_py import capi
-from cudnn_py.ops.tensor_ops import _array, _enum, _output, _scalars, _tensor_desc
+from cudnn_py.descriptors import TensorDescriptor
+from cudnn_py.ops._common import check_array, desc, enum_arg, output, scalars, tensor_desc
 
 __all__ = ["softmax_forward", "softmax_backward", "SOFTMAX_ALGOS", "SOFTMAX_MODES"]
 
@@ -29,34 +30,34 @@ SOFTMAX_ALGOS = {"fast": capi.CUDNN_SOFTMAX_FAST, "accurate": capi.CUDNN_SOFTMAX
 SOFTMAX_MODES = {"instance": capi.CUDNN_SOFTMAX_MODE_INSTANCE, "channel": capi.CUDNN_SOFTMAX_MODE_CHANNEL}
 
 
-def _desc4(a, name: str):
+def _desc4(a, name: str) -> TensorDescriptor:
     """A 4-D descriptor for an N, C, *spatial array: missing dims as 1, dims after the 4th merged into it."""
     if a.ndim < 2:
         raise ValueError(f"softmax needs N and C dimensions (2 to 8 dims); {name} has shape {a.shape}")
     if a.ndim <= 4:
-        return _tensor_desc(a.shape, a.strides, a.dtype)
+        return desc(a)
     tail = [(n, s) for n, s in zip(a.shape[3:], a.strides[3:]) if n != 1]
     if any(s0 != s1 * n1 for (_, s0), (n1, s1) in zip(tail, tail[1:])):
         raise ValueError(f"{name} (shape {a.shape}, strides {a.strides}) has trailing spatial dimensions that are "
                          f"not packed together; softmax runs on a 4-D view: make it contiguous first")
     inner = tail[-1][1] if tail else 1
-    return _tensor_desc(a.shape[:3] + (math.prod(a.shape[3:]),), a.strides[:3] + (inner,), a.dtype)
+    return tensor_desc(a.shape[:3] + (math.prod(a.shape[3:]),), a.dtype, a.strides[:3] + (inner,))
 
 
 def _algo_mode(algo, mode):
-    return (_enum(algo, SOFTMAX_ALGOS, capi.cudnnSoftmaxAlgorithm_t, "softmax algo"),
-            _enum(mode, SOFTMAX_MODES, capi.cudnnSoftmaxMode_t, "softmax mode"))
+    return (enum_arg(algo, SOFTMAX_ALGOS, capi.cudnnSoftmaxAlgorithm_t, "softmax algo"),
+            enum_arg(mode, SOFTMAX_MODES, capi.cudnnSoftmaxMode_t, "softmax mode"))
 
 
 def softmax_forward(handle, x, y=None, *, algo="accurate", mode="channel", alpha: float = 1.0, beta: float = 0.0):
     """``y = alpha * softmax(x) + beta * y`` (``cudnnSoftmaxForward``); returns y (allocated if not given)."""
     a, m = _algo_mode(algo, mode)
-    xa = _array(x, "x", handle, floating=True)
+    xa = check_array(x, "x", handle, floating=True)
     xd = _desc4(xa, "x")
-    ya = _output(y, "y", handle, xa.shape, xa.dtype)
+    ya = output(y, "y", handle, xa.shape, xa.dtype)
     yd = _desc4(ya, "y")
-    al, be = _scalars(xa.dtype, alpha, beta)
-    capi.cudnnSoftmaxForward(handle.ptr, a, m, al, xd, xa.ptr, be, yd, ya.ptr)
+    al, be = scalars(xa.dtype, alpha, beta)
+    capi.cudnnSoftmaxForward(handle.ptr, a, m, al, xd.ptr, xa.ptr, be, yd.ptr, ya.ptr)
     return ya if y is None else y
 
 
@@ -67,11 +68,11 @@ def softmax_backward(handle, y, dy, dx=None, *, algo="accurate", mode="channel",
     ``algo`` and ``mode`` must be the forward's (for ``"log"``, y is the log-probabilities).
     """
     a, m = _algo_mode(algo, mode)
-    ya = _array(y, "y", handle, floating=True)
-    dya = _array(dy, "dy", handle, dtype=ya.dtype, shape=ya.shape)
+    ya = check_array(y, "y", handle, floating=True)
+    dya = check_array(dy, "dy", handle, dtype=ya.dtype, shape=ya.shape)
     yd, dyd = _desc4(ya, "y"), _desc4(dya, "dy")
-    dxa = _output(dx, "dx", handle, ya.shape, ya.dtype)
+    dxa = output(dx, "dx", handle, ya.shape, ya.dtype)
     dxd = _desc4(dxa, "dx")
-    al, be = _scalars(ya.dtype, alpha, beta)
-    capi.cudnnSoftmaxBackward(handle.ptr, a, m, al, yd, ya.ptr, dyd, dya.ptr, be, dxd, dxa.ptr)
+    al, be = scalars(ya.dtype, alpha, beta)
+    capi.cudnnSoftmaxBackward(handle.ptr, a, m, al, yd.ptr, ya.ptr, dyd.ptr, dya.ptr, be, dxd.ptr, dxa.ptr)
     return dxa if dx is None else dx

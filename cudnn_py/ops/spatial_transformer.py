@@ -27,13 +27,11 @@ import numpy as np
 from cudnn_py import capi
 from cudnn_py.dtypes import cudnn_dtype
 from cudnn_py.errors import ClosedError
-from cudnn_py.memory import DeviceArray, empty
-from cudnn_py.ops.batchnorm import _array, _desc, _scalars
+from cudnn_py.memory import DeviceArray
+from cudnn_py.ops._common import FLOATS, check_array, desc, output, scalars
 
 __all__ = ["SpatialTransformer", "spatial_transformer", "spatial_tf_grid_forward", "spatial_tf_grid_backward",
            "spatial_tf_sampler_forward", "spatial_tf_sampler_backward"]
-
-_FLOATS = frozenset(np.dtype(d) for d in ("float16", "float32", "float64"))
 
 
 def _destroy(ptr) -> None:
@@ -53,7 +51,7 @@ class SpatialTransformer:
                                       for d in shape):
             raise ValueError(f"spatial transformer output shape must be 4 positive ints (N, C, H, W), got {shape!r}")
         dt = np.dtype(dtype)
-        if dt not in _FLOATS:
+        if dt not in FLOATS:
             raise TypeError(f"spatial transformer dtype must be float16, float32 or float64, got {dt}")
         self.shape, self.dtype = tuple(int(d) for d in shape), dt
         ptr = capi.cudnnSpatialTransformerDescriptor_t()
@@ -98,18 +96,11 @@ def spatial_transformer(shape, dtype=np.float32) -> SpatialTransformer:
 
 
 def _float_array(obj, name, handle, **kw) -> DeviceArray:
-    a = _array(obj, name, handle, **kw)
-    if a.dtype not in _FLOATS:
+    """A C-contiguous float16/32/64 array (cuDNN reads theta and the grid as packed memory)."""
+    a = check_array(obj, name, handle, contiguous=True, **kw)
+    if a.dtype not in FLOATS:
         raise TypeError(f"{name} has dtype {a.dtype}; the spatial transformer needs float16, float32 or float64")
-    if not a.is_contiguous:
-        raise ValueError(f"{name} must be C-contiguous (shape {a.shape}, strides {a.strides})")
     return a
-
-
-def _out(out, name, handle, shape, dtype) -> DeviceArray:
-    if out is None:
-        return empty(tuple(shape), dtype, stream=handle.stream, device=handle.device)
-    return _float_array(out, name, handle, dtype=dtype, shape=shape)
 
 
 def _grid(obj, name, handle, dtype=None) -> DeviceArray:
@@ -129,7 +120,7 @@ def spatial_tf_grid_forward(handle, theta, out_shape, grid=None) -> DeviceArray:
     if len(out_shape) != 4 or out_shape[0] != th.shape[0]:
         raise ValueError(f"out_shape {out_shape} must be (N, C, H, W) with N = {th.shape[0]} (theta's batch)")
     st = spatial_transformer(out_shape, th.dtype)
-    g = _out(grid, "grid", handle, st.grid_shape, th.dtype)
+    g = output(grid, "grid", handle, st.grid_shape, th.dtype, contiguous=True)
     capi.cudnnSpatialTfGridGeneratorForward(handle.ptr, st.ptr, th.ptr, g.ptr)
     return g
 
@@ -139,7 +130,7 @@ def spatial_tf_grid_backward(handle, dgrid, dtheta=None) -> DeviceArray:
     dg = _grid(dgrid, "dgrid", handle)
     n, h, w, _ = dg.shape
     st = spatial_transformer((n, 1, h, w), dg.dtype)
-    dt = _out(dtheta, "dtheta", handle, (n, 2, 3), dg.dtype)
+    dt = output(dtheta, "dtheta", handle, (n, 2, 3), dg.dtype, contiguous=True)
     capi.cudnnSpatialTfGridGeneratorBackward(handle.ptr, st.ptr, dg.ptr, dt.ptr)
     return dt
 
@@ -158,9 +149,10 @@ def _sampler_setup(handle, x, grid):
 def spatial_tf_sampler_forward(handle, x, grid, y=None, *, alpha: float = 1.0, beta: float = 0.0) -> DeviceArray:
     """``y = alpha * bilinear(x, grid) + beta * y`` (``cudnnSpatialTfSamplerForward``); y is (N, C, H_out, W_out)."""
     xa, g, y_shape, st = _sampler_setup(handle, x, grid)
-    ya = _out(y, "y", handle, y_shape, xa.dtype)
-    al, be = _scalars(xa.dtype, alpha, beta)
-    capi.cudnnSpatialTfSamplerForward(handle.ptr, st.ptr, al, _desc(xa), xa.ptr, g.ptr, be, _desc(ya), ya.ptr)
+    ya = output(y, "y", handle, y_shape, xa.dtype, contiguous=True)
+    al, be = scalars(xa.dtype, alpha, beta)
+    xd, yd = desc(xa), desc(ya)
+    capi.cudnnSpatialTfSamplerForward(handle.ptr, st.ptr, al, xd.ptr, xa.ptr, g.ptr, be, yd.ptr, ya.ptr)
     return ya
 
 
@@ -170,9 +162,10 @@ def spatial_tf_sampler_backward(handle, x, grid, dy, dx=None, dgrid=None, *, alp
     """(dx, dgrid) of the sampler (``cudnnSpatialTfSamplerBackward``), each blended with its alpha/beta."""
     xa, g, y_shape, st = _sampler_setup(handle, x, grid)
     dya = _float_array(dy, "dy", handle, dtype=xa.dtype, shape=y_shape)
-    dxa = _out(dx, "dx", handle, xa.shape, xa.dtype)
-    dga = _out(dgrid, "dgrid", handle, g.shape, xa.dtype)
-    al, be, ag, bg = _scalars(xa.dtype, alpha, beta, alpha_dgrid, beta_dgrid)
-    capi.cudnnSpatialTfSamplerBackward(handle.ptr, st.ptr, al, _desc(xa), xa.ptr, be, _desc(dxa), dxa.ptr, ag,
-                                       _desc(dya), dya.ptr, g.ptr, bg, dga.ptr)
+    dxa = output(dx, "dx", handle, xa.shape, xa.dtype, contiguous=True)
+    dga = output(dgrid, "dgrid", handle, g.shape, xa.dtype, contiguous=True)
+    al, be, ag, bg = scalars(xa.dtype, alpha, beta, alpha_dgrid, beta_dgrid)
+    xd, dxd, dyd = desc(xa), desc(dxa), desc(dya)
+    capi.cudnnSpatialTfSamplerBackward(handle.ptr, st.ptr, al, xd.ptr, xa.ptr, be, dxd.ptr, dxa.ptr, ag, dyd.ptr,
+                                       dya.ptr, g.ptr, bg, dga.ptr)
     return dxa, dga

@@ -9,20 +9,20 @@ memory layout cuDNN is told about. Every call validates shapes, dtypes and devic
     y = transform_tensor(h, x, memory_format="NHWC")          # same logical NCHW, channels-last memory
     s, idx = reduce_tensor(h, "max", a, axes=(2, 3), indices=True)
 
-This module also holds the small helpers the other legacy families (pooling, activation, softmax,
-LRN) share: cached tensor descriptors, alpha/beta scalars and array validation.
 """
 from __future__ import annotations
 
 import ctypes
-import math
-from collections.abc import Sequence
 
 import numpy as np
 
 from cudnn_py import capi
-from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
+from cudnn_py.descriptors import op_tensor_descriptor, reduce_tensor_descriptor
+from cudnn_py.dtypes import cudnn_dtype
 from cudnn_py.memory import DeviceArray, as_array, empty
+from cudnn_py.ops._common import (
+    check_array, desc, empty_strided, enum_arg, int_tuple, output, read_tensor_desc, scalars, tensor_desc,
+)
 
 __all__ = [
     "add_tensor", "op_tensor", "scale_tensor", "set_tensor", "transform_tensor", "transform_tensor_ex",
@@ -39,82 +39,6 @@ REDUCE_OPS = {"add": capi.CUDNN_REDUCE_TENSOR_ADD, "mul": capi.CUDNN_REDUCE_TENS
 _INDEXED = {capi.CUDNN_REDUCE_TENSOR_MIN, capi.CUDNN_REDUCE_TENSOR_MAX, capi.CUDNN_REDUCE_TENSOR_AMAX}
 _FORMATS = {"NCHW": capi.CUDNN_TENSOR_NCHW, "NHWC": capi.CUDNN_TENSOR_NHWC, "NCHW_VECT_C": capi.CUDNN_TENSOR_NCHW_VECT_C}
 _DIRECTIONS = {"fold": capi.CUDNN_TRANSFORM_FOLD, "unfold": capi.CUDNN_TRANSFORM_UNFOLD}
-_FLOATS = frozenset(np.dtype(d) for d in ("float16", "float32", "float64"))
-
-# ---------------------------------------------------------------- helpers shared by the legacy families
-
-
-def _enum(value, table: dict, enum_type, what: str):
-    """A table key (case-insensitive) or an enum member -> the enum member."""
-    if isinstance(value, enum_type):
-        return value
-    if isinstance(value, str) and value.lower() in table:
-        return table[value.lower()]
-    raise ValueError(f"{what} {value!r}: expected one of {sorted(table)} or a {enum_type.__name__} member")
-
-
-def _ints(values, n: int, what: str, minimum: int) -> tuple[int, ...]:
-    """An int or a sequence of n ints, each >= minimum, as an n-tuple."""
-    vals = (values,) * n if isinstance(values, (int, np.integer)) else tuple(values)
-    if len(vals) != n or any(not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < minimum
-                             for v in vals):
-        raise ValueError(f"{what} must be an int or {n} ints, each >= {minimum}; got {values!r}")
-    return tuple(int(v) for v in vals)
-
-
-_DESCS: dict = {}
-
-
-def _tensor_desc(shape: Sequence[int], strides: Sequence[int], dtype) -> capi.cudnnTensorDescriptor_t:
-    """A cached ``cudnnTensorDescriptor_t``; fewer than 4 dimensions get trailing unit dimensions (cuDNN wants >= 4)."""
-    shape, strides = tuple(shape), tuple(strides)
-    if len(shape) < 4:
-        shape += (1,) * (4 - len(shape))
-        strides += (1,) * (4 - len(strides))
-    dt = cudnn_dtype(dtype)
-    key = (shape, strides, int(dt))
-    d = _DESCS.get(key)
-    if d is None:
-        d = capi.cudnnTensorDescriptor_t()
-        capi.cudnnCreateTensorDescriptor(ctypes.byref(d))
-        n = len(shape)
-        capi.cudnnSetTensorNdDescriptor(d, dt, n, (ctypes.c_int * n)(*shape), (ctypes.c_int * n)(*strides))
-        _DESCS[key] = d
-    return d
-
-
-def _desc(a: DeviceArray) -> capi.cudnnTensorDescriptor_t:
-    return _tensor_desc(a.shape, a.strides, a.dtype)
-
-
-def _scalars(dtype, *values: float):
-    """byref host scalars for alpha/beta: double for float64 data, else float (kept alive by the caller's frame)."""
-    t = ctypes.c_double if np.dtype(dtype) == np.float64 else ctypes.c_float
-    return tuple(ctypes.byref(t(v)) for v in values)
-
-
-def _array(obj, name: str, handle, *, dtype=None, shape=None, floating: bool = False) -> DeviceArray:
-    """``obj`` as a DeviceArray on the handle's device, checked before any C call."""
-    a = as_array(obj, name, device=handle.device)
-    if dtype is not None and a.dtype != np.dtype(dtype):
-        raise TypeError(f"{name} has dtype {a.dtype}; expected {np.dtype(dtype)} (the same as the other arrays)")
-    if floating and a.dtype not in _FLOATS and a.dtype.name != "bfloat16":
-        raise TypeError(f"{name} has dtype {a.dtype}; this operation needs float16, bfloat16, float32 or float64")
-    if shape is not None and a.shape != tuple(shape):
-        raise ValueError(f"{name} has shape {a.shape}; expected {tuple(shape)}")
-    if not 1 <= a.ndim <= 8:
-        raise ValueError(f"{name} has {a.ndim} dimensions (shape {a.shape}); cuDNN takes 1 to 8")
-    if a.size == 0:
-        raise ValueError(f"{name} is empty (shape {a.shape}); cuDNN needs at least one element")
-    return a
-
-
-def _output(out, name: str, handle, shape, dtype) -> DeviceArray:
-    """``out`` validated to ``shape``/``dtype``, or a new C-contiguous array on the handle's stream."""
-    if out is None:
-        return empty(tuple(shape), dtype, stream=handle.stream, device=handle.device)
-    return _array(out, name, handle, dtype=dtype, shape=shape)
-
 
 # ---------------------------------------------------------------- add, op-tensor, scale, set
 
@@ -127,25 +51,15 @@ def _broadcastable(b: DeviceArray, c: DeviceArray, bname: str, cname: str) -> No
 
 def add_tensor(handle, a, c, *, alpha: float = 1.0, beta: float = 1.0):
     """``c = alpha * a + beta * c`` in place (``cudnnAddTensor``); ``a`` broadcasts over dimensions where it has 1."""
-    ca = _array(c, "c", handle, floating=True)
-    aa = _array(a, "a", handle, dtype=ca.dtype)
+    ca = check_array(c, "c", handle, floating=True)
+    aa = check_array(a, "a", handle, dtype=ca.dtype)
     _broadcastable(aa, ca, "a", "c")
     if ca.ndim > 5:
         raise ValueError(f"cudnnAddTensor takes tensors of up to 5 dimensions; c has shape {ca.shape}")
-    al, be = _scalars(ca.dtype, alpha, beta)
-    capi.cudnnAddTensor(handle.ptr, al, _desc(aa), aa.ptr, be, _desc(ca), ca.ptr)
+    al, be = scalars(ca.dtype, alpha, beta)
+    ad, cd = desc(aa), desc(ca)
+    capi.cudnnAddTensor(handle.ptr, al, ad.ptr, aa.ptr, be, cd.ptr, ca.ptr)
     return c
-
-
-def _op_desc(op, compute, nan: bool) -> capi.cudnnOpTensorDescriptor_t:
-    key = ("op", int(op), int(compute), nan)
-    d = _DESCS.get(key)
-    if d is None:
-        d = capi.cudnnOpTensorDescriptor_t()
-        capi.cudnnCreateOpTensorDescriptor(ctypes.byref(d))
-        capi.cudnnSetOpTensorDescriptor(d, op, compute, capi.CUDNN_PROPAGATE_NAN if nan else capi.CUDNN_NOT_PROPAGATE_NAN)
-        _DESCS[key] = d
-    return d
 
 
 def _compute(dtype, compute_dtype):
@@ -162,25 +76,27 @@ def op_tensor(handle, op, a, b=None, c=None, *, alpha1: float = 1.0, alpha2: flo
     has 1) or ``"sqrt"``, ``"not"`` (unary; ``b`` unused). ``compute_dtype``: default float32
     (float64 for float64 data).
     """
-    opv = _enum(op, OP_TENSOR_OPS, capi.cudnnOpTensorOp_t, "op")
-    aa = _array(a, "a", handle, floating=True)
+    opv = enum_arg(op, OP_TENSOR_OPS, capi.cudnnOpTensorOp_t, "op")
+    aa = check_array(a, "a", handle, floating=True)
     unary = opv in (capi.CUDNN_OP_TENSOR_SQRT, capi.CUDNN_OP_TENSOR_NOT)
     if b is None and not unary:
         raise ValueError(f"op_tensor {opv.name} is binary: pass b")
-    ba = aa if b is None else _array(b, "b", handle, dtype=aa.dtype)
-    ca = _output(c, "c", handle, aa.shape, aa.dtype)
+    ba = aa if b is None else check_array(b, "b", handle, dtype=aa.dtype)
+    ca = output(c, "c", handle, aa.shape, aa.dtype)
     _broadcastable(ba, ca, "b", "c")
-    desc = _op_desc(opv, _compute(aa.dtype, compute_dtype), nan_propagation)
-    a1, a2, be = _scalars(aa.dtype, alpha1, alpha2, beta)
-    capi.cudnnOpTensor(handle.ptr, desc, a1, _desc(aa), aa.ptr, a2, _desc(ba), ba.ptr, be, _desc(ca), ca.ptr)
+    od = op_tensor_descriptor(opv, _compute(aa.dtype, compute_dtype), nan_propagation=nan_propagation)
+    a1, a2, be = scalars(aa.dtype, alpha1, alpha2, beta)
+    ad, bd, cd = desc(aa), desc(ba), desc(ca)
+    capi.cudnnOpTensor(handle.ptr, od.ptr, a1, ad.ptr, aa.ptr, a2, bd.ptr, ba.ptr, be, cd.ptr, ca.ptr)
     return ca if c is None else c
 
 
 def scale_tensor(handle, y, alpha: float):
     """``y = alpha * y`` in place (``cudnnScaleTensor``); returns y."""
-    ya = _array(y, "y", handle, floating=True)
-    (al,) = _scalars(ya.dtype, alpha)
-    capi.cudnnScaleTensor(handle.ptr, _desc(ya), ya.ptr, al)
+    ya = check_array(y, "y", handle, floating=True)
+    (al,) = scalars(ya.dtype, alpha)
+    yd = desc(ya)
+    capi.cudnnScaleTensor(handle.ptr, yd.ptr, ya.ptr, al)
     return y
 
 
@@ -190,7 +106,7 @@ def set_tensor(handle, y, value: float):
     cuDNN reads the value as float for float16/bfloat16/float32 tensors, double for float64 and the
     element type for integer tensors.
     """
-    ya = _array(y, "y", handle)
+    ya = check_array(y, "y", handle)
     if ya.dtype == np.float64:
         host_type = np.float64
     elif ya.dtype.kind == "f" or ya.dtype.name == "bfloat16":
@@ -201,7 +117,8 @@ def set_tensor(handle, y, value: float):
         host = np.asarray(value).astype(host_type).reshape(1)
     except (TypeError, ValueError) as e:
         raise TypeError(f"cannot set a {ya.dtype} tensor to {value!r}") from e
-    capi.cudnnSetTensor(handle.ptr, _desc(ya), ya.ptr, host.ctypes.data)
+    yd = desc(ya)
+    capi.cudnnSetTensor(handle.ptr, yd.ptr, ya.ptr, host.ctypes.data)
     return y
 
 
@@ -226,11 +143,6 @@ def _format_strides(shape: tuple[int, ...], memory_format: str) -> tuple[int, ..
     return tuple(strides)
 
 
-def _empty_strided(handle, shape, strides, dtype) -> DeviceArray:
-    base = empty((math.prod(shape),), dtype, stream=handle.stream, device=handle.device)
-    return DeviceArray(base.ptr, shape, dtype, strides, device_id=base.device_id, owner=base, stream=base.stream)
-
-
 def transform_tensor(handle, x, y=None, *, dtype=None, memory_format: str = "NCHW", alpha: float = 1.0,
                      beta: float = 0.0):
     """``y = alpha * x + beta * y`` between layouts and dtypes (``cudnnTransformTensor``); returns y.
@@ -239,40 +151,37 @@ def transform_tensor(handle, x, y=None, *, dtype=None, memory_format: str = "NCH
     ``dtype`` (default x's) whose memory is ``memory_format``: ``"NCHW"`` (packed) or ``"NHWC"``
     (channels last; the logical shape stays N, C, *spatial and the strides say channels-last).
     """
-    xa = _array(x, "x", handle)
+    xa = check_array(x, "x", handle)
     if y is None:
         out_dtype = xa.dtype if dtype is None else np.dtype(dtype)
         cudnn_dtype(out_dtype)
-        ya = _empty_strided(handle, xa.shape, _format_strides(xa.shape, memory_format), out_dtype)
+        ya = empty_strided(handle, xa.shape, _format_strides(xa.shape, memory_format), out_dtype)
         y = ya
     else:
-        ya = _array(y, "y", handle, shape=xa.shape)
+        ya = check_array(y, "y", handle, shape=xa.shape)
         if dtype is not None and ya.dtype != np.dtype(dtype):
             raise TypeError(f"y has dtype {ya.dtype} but dtype={np.dtype(dtype)} was asked for")
     scalar_dtype = np.float64 if np.float64 in (xa.dtype, ya.dtype) else np.float32
-    al, be = _scalars(scalar_dtype, alpha, beta)
-    capi.cudnnTransformTensor(handle.ptr, al, _desc(xa), xa.ptr, be, _desc(ya), ya.ptr)
+    al, be = scalars(scalar_dtype, alpha, beta)
+    xd, yd = desc(xa), desc(ya)
+    capi.cudnnTransformTensor(handle.ptr, al, xd.ptr, xa.ptr, be, yd.ptr, ya.ptr)
     return y
 
 
+_TRANSFORMS: dict = {}  # cudnnTensorTransformDescriptor_t by settings (the core has no factory for them)
+
+
 def _transform_desc(nd: int, fmt, before, after, fold, direction) -> capi.cudnnTensorTransformDescriptor_t:
-    key = ("tt", nd, int(fmt), before, after, fold, int(direction))
-    d = _DESCS.get(key)
+    key = (nd, int(fmt), before, after, fold, int(direction))
+    d = _TRANSFORMS.get(key)
     if d is None:
         d = capi.cudnnTensorTransformDescriptor_t()
         capi.cudnnCreateTensorTransformDescriptor(ctypes.byref(d))
         capi.cudnnSetTensorTransformDescriptor(d, nd, fmt, (ctypes.c_int32 * nd)(*before),
                                                (ctypes.c_int32 * nd)(*after), (ctypes.c_uint32 * nd)(*fold),
                                                direction)
-        _DESCS[key] = d
+        _TRANSFORMS[key] = d
     return d
-
-
-def _read_tensor_desc(d) -> tuple[tuple[int, ...], tuple[int, ...], np.dtype]:
-    dt, n = ctypes.c_int(), ctypes.c_int()
-    dims, strides = (ctypes.c_int * 8)(), (ctypes.c_int * 8)()
-    capi.cudnnGetTensorNdDescriptor(d, 8, ctypes.byref(dt), ctypes.byref(n), dims, strides)
-    return tuple(dims[:n.value]), tuple(strides[:n.value]), numpy_dtype(dt.value)
 
 
 def transform_tensor_ex(handle, x, *, dest_format: str = "NHWC", pad_before=0, pad_after=0, fold=1,
@@ -285,55 +194,42 @@ def transform_tensor_ex(handle, x, *, dest_format: str = "NHWC", pad_before=0, p
     ``"fold"``/``"unfold"``. cuDNN derives the destination (``cudnnInitTransformDest``); a new ``y`` is
     allocated with that shape and layout (logical N, C, *spatial; strides give the format) unless given.
     """
-    xa = _array(x, "x", handle)
+    xa = check_array(x, "x", handle)
     nd = xa.ndim
     if nd not in (4, 5):
         raise ValueError(f"transform_tensor_ex takes 4-D or 5-D tensors; x has shape {xa.shape}")
-    fmt = _enum(dest_format, {k.lower(): v for k, v in _FORMATS.items()}, capi.cudnnTensorFormat_t, "dest_format")
-    before = _ints(pad_before, nd, "pad_before", 0)
-    after = _ints(pad_after, nd, "pad_after", 0)
-    folds = _ints(fold, nd, "fold", 1)
-    dirv = _enum(direction, _DIRECTIONS, capi.cudnnFoldingDirection_t, "direction")
+    fmt = enum_arg(dest_format, {k.lower(): v for k, v in _FORMATS.items()}, capi.cudnnTensorFormat_t, "dest_format")
+    before = int_tuple(pad_before, nd, "pad_before", 0)
+    after = int_tuple(pad_after, nd, "pad_after", 0)
+    folds = int_tuple(fold, nd, "fold", 1)
+    dirv = enum_arg(direction, _DIRECTIONS, capi.cudnnFoldingDirection_t, "direction")
     out_dtype = np.dtype(dtype) if dtype is not None else (xa.dtype if y is None else as_array(y, "y").dtype)
     tdesc = _transform_desc(nd, fmt, before, after, folds, dirv)
     # The source descriptor carries the destination dtype for InitTransformDest; x's own one is used for the call.
-    probe = _tensor_desc(xa.shape, xa.strides, out_dtype)
+    probe = tensor_desc(xa.shape, out_dtype, xa.strides)
     dest = capi.cudnnTensorDescriptor_t()
     capi.cudnnCreateTensorDescriptor(ctypes.byref(dest))
     try:
         nbytes = ctypes.c_size_t()
-        capi.cudnnInitTransformDest(tdesc, probe, dest, ctypes.byref(nbytes))
-        shape, strides, _ = _read_tensor_desc(dest)
+        capi.cudnnInitTransformDest(tdesc, probe.ptr, dest, ctypes.byref(nbytes))
+        shape, strides, _ = read_tensor_desc(dest)
     finally:
         capi.cudnnDestroyTensorDescriptor(dest)
     if y is None:
-        ya = _empty_strided(handle, shape, strides, out_dtype)
+        ya = empty_strided(handle, shape, strides, out_dtype)
         y = ya
     else:
-        ya = _array(y, "y", handle, shape=shape, dtype=out_dtype)
+        ya = check_array(y, "y", handle, shape=shape, dtype=out_dtype)
         if ya.strides != strides:
             raise ValueError(f"y has strides {ya.strides}; this transform writes strides {strides}")
     scalar_dtype = np.float64 if np.float64 in (xa.dtype, ya.dtype) else np.float32
-    al, be = _scalars(scalar_dtype, alpha, beta)
-    capi.cudnnTransformTensorEx(handle.ptr, tdesc, al, _desc(xa), xa.ptr, be, _desc(ya), ya.ptr)
+    al, be = scalars(scalar_dtype, alpha, beta)
+    xd, yd = desc(xa), desc(ya)
+    capi.cudnnTransformTensorEx(handle.ptr, tdesc, al, xd.ptr, xa.ptr, be, yd.ptr, ya.ptr)
     return y
 
 
 # ---------------------------------------------------------------- reduce
-
-
-def _reduce_desc(op, compute, nan: bool, indices: bool) -> capi.cudnnReduceTensorDescriptor_t:
-    key = ("red", int(op), int(compute), nan, indices)
-    d = _DESCS.get(key)
-    if d is None:
-        d = capi.cudnnReduceTensorDescriptor_t()
-        capi.cudnnCreateReduceTensorDescriptor(ctypes.byref(d))
-        capi.cudnnSetReduceTensorDescriptor(
-            d, op, compute, capi.CUDNN_PROPAGATE_NAN if nan else capi.CUDNN_NOT_PROPAGATE_NAN,
-            capi.CUDNN_REDUCE_TENSOR_FLATTENED_INDICES if indices else capi.CUDNN_REDUCE_TENSOR_NO_INDICES,
-            capi.CUDNN_32BIT_INDICES)
-        _DESCS[key] = d
-    return d
 
 
 def reduce_tensor(handle, op, a, c=None, *, axes=None, indices: bool = False, alpha: float = 1.0, beta: float = 0.0,
@@ -345,27 +241,27 @@ def reduce_tensor(handle, op, a, c=None, *, axes=None, indices: bool = False, al
     ``indices=True`` (min, max, amax only) also returns, as int32 shaped like c, the position of the
     chosen element flattened over the reduced dimensions (row-major).
     """
-    opv = _enum(op, REDUCE_OPS, capi.cudnnReduceTensorOp_t, "op")
-    aa = _array(a, "a", handle, floating=True)
+    opv = enum_arg(op, REDUCE_OPS, capi.cudnnReduceTensorOp_t, "op")
+    aa = check_array(a, "a", handle, floating=True)
     if indices and opv not in _INDEXED:
         raise ValueError(f"reduce_tensor gives indices only for min, max and amax, not {opv.name}")
     if c is None:
         ax = _axes(axes, aa)
-        ca = _output(None, "c", handle, tuple(1 if i in ax else n for i, n in enumerate(aa.shape)), aa.dtype)
+        ca = output(None, "c", handle, tuple(1 if i in ax else n for i, n in enumerate(aa.shape)), aa.dtype)
     else:
         if axes is not None:
             raise ValueError("give either c (its unit dimensions are the reduced ones) or axes, not both")
-        ca = _array(c, "c", handle, floating=True)
+        ca = check_array(c, "c", handle, floating=True)
         if ca.ndim != aa.ndim or any(cd not in (1, ad) for ad, cd in zip(aa.shape, ca.shape)):
             raise ValueError(f"c has shape {ca.shape}; each dimension must equal a's {aa.shape} or be 1")
     compute = _compute(aa.dtype, compute_dtype)
-    desc = _reduce_desc(opv, compute, nan_propagation, indices)
-    ad, cd = _desc(aa), _desc(ca)
+    rd = reduce_tensor_descriptor(opv, compute, nan_propagation=nan_propagation, indices=indices)
+    ad, cd = desc(aa), desc(ca)
     ws_size, idx_size = ctypes.c_size_t(), ctypes.c_size_t()
-    capi.cudnnGetReductionWorkspaceSize(handle.ptr, desc, ad, cd, ctypes.byref(ws_size))
+    capi.cudnnGetReductionWorkspaceSize(handle.ptr, rd.ptr, ad.ptr, cd.ptr, ctypes.byref(ws_size))
     idx = None
     if indices:
-        capi.cudnnGetReductionIndicesSize(handle.ptr, desc, ad, cd, ctypes.byref(idx_size))
+        capi.cudnnGetReductionIndicesSize(handle.ptr, rd.ptr, ad.ptr, cd.ptr, ctypes.byref(idx_size))
         words = max(ca.size, -(-idx_size.value // 4))
         idx_buf = empty((words,), np.int32, stream=handle.stream, device=handle.device)
         idx = DeviceArray(idx_buf.ptr, ca.shape, np.int32, device_id=idx_buf.device_id, owner=idx_buf,
@@ -375,8 +271,9 @@ def reduce_tensor(handle, op, a, c=None, *, axes=None, indices: bool = False, al
         idx_ptr, idx_bytes = None, 0
     ws = handle.workspace.get(ws_size.value, handle.stream) if ws_size.value else None
     scalar_dtype = np.float64 if compute == capi.CUDNN_DATA_DOUBLE else np.float32
-    al, be = _scalars(scalar_dtype, alpha, beta)
-    capi.cudnnReduceTensor(handle.ptr, desc, idx_ptr, idx_bytes, ws, ws_size.value, al, ad, aa.ptr, be, cd, ca.ptr)
+    al, be = scalars(scalar_dtype, alpha, beta)
+    capi.cudnnReduceTensor(handle.ptr, rd.ptr, idx_ptr, idx_bytes, ws, ws_size.value, al, ad.ptr, aa.ptr, be, cd.ptr,
+                           ca.ptr)
     out = ca if c is None else c
     return (out, idx) if indices else out
 

@@ -1,0 +1,117 @@
+"""Helpers the legacy operation families share: argument parsing, array checks, outputs, descriptors, scalars.
+
+Every check here runs before C is called and raises TypeError/ValueError naming the argument.
+Tensor descriptors come from the core's shared cache (:func:`cudnn_py.descriptors.tensor_descriptor`);
+:func:`desc` returns the descriptor object, which callers keep in a local for the duration of the C
+call (the cache may evict, and so destroy, an entry that nothing else references).
+"""
+from __future__ import annotations
+
+import ctypes
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from cudnn_py import capi
+from cudnn_py.descriptors import TensorDescriptor, tensor_descriptor
+from cudnn_py.dtypes import cudnn_dtype, numpy_dtype, scalar
+from cudnn_py.memory import DeviceArray, as_array, empty
+
+#: float16, float32, float64 (bfloat16 is accepted by ``check_array(..., floating=True)`` besides these)
+FLOATS = frozenset(np.dtype(d) for d in ("float16", "float32", "float64"))
+
+
+def enum_arg(value, table: dict, enum_type, what: str):
+    """A table key (case-insensitive) or an enum member -> the enum member."""
+    if isinstance(value, enum_type):
+        return value
+    if isinstance(value, str) and value.lower() in table:
+        return table[value.lower()]
+    raise ValueError(f"{what} {value!r}: expected one of {sorted(table)} or a {enum_type.__name__} member")
+
+
+def int_tuple(values, n: int, what: str, minimum: int) -> tuple[int, ...]:
+    """An int or a sequence of n ints, each >= minimum, as an n-tuple."""
+    vals = (values,) * n if isinstance(values, (int, np.integer)) else tuple(values)
+    if len(vals) != n or any(not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < minimum
+                             for v in vals):
+        raise ValueError(f"{what} must be an int or {n} ints, each >= {minimum}; got {values!r}")
+    return tuple(int(v) for v in vals)
+
+
+def scalars(dtype, *values: float) -> tuple:
+    """``byref`` host scalars (alpha/beta) for data of ``dtype``: double for float64, else float."""
+    dt = cudnn_dtype(dtype)
+    return tuple(ctypes.byref(scalar(dt, float(v))) for v in values)
+
+
+def tensor_desc(shape: Sequence[int], dtype, strides: Sequence[int] | None = None) -> TensorDescriptor:
+    """The shared tensor descriptor (packed when ``strides`` is None); fewer than 4 dimensions get trailing
+    unit dimensions (the legacy calls want at least 4)."""
+    shape = tuple(shape)
+    if len(shape) < 4:
+        pad = 4 - len(shape)
+        shape += (1,) * pad
+        if strides is not None:
+            strides = tuple(strides) + (1,) * pad
+    return tensor_descriptor(shape, np.dtype(dtype), None if strides is None else tuple(strides))
+
+
+def desc(a: DeviceArray) -> TensorDescriptor:
+    """The shared tensor descriptor for an array's shape, dtype and strides (hold it while C uses ``.ptr``)."""
+    return tensor_desc(a.shape, a.dtype, None if a.is_contiguous else a.strides)
+
+
+def read_tensor_desc(d) -> tuple[tuple[int, ...], tuple[int, ...], np.dtype]:
+    """(shape, strides, dtype) of a raw ``cudnnTensorDescriptor_t`` that cuDNN filled in."""
+    dt, n = ctypes.c_int(), ctypes.c_int()
+    dims, strides = (ctypes.c_int * 8)(), (ctypes.c_int * 8)()
+    capi.cudnnGetTensorNdDescriptor(d, 8, ctypes.byref(dt), ctypes.byref(n), dims, strides)
+    return tuple(dims[:n.value]), tuple(strides[:n.value]), numpy_dtype(dt.value)
+
+
+def check_array(obj, name: str, handle, *, dtype=None, shape=None, floating: bool = False,
+                contiguous: bool = False) -> DeviceArray:
+    """``obj`` as a non-empty DeviceArray of 1 to 8 dimensions on the handle's device, checked before any C call."""
+    a = as_array(obj, name, dtype=dtype, shape=shape, contiguous=contiguous, device=handle.device)
+    if floating and a.dtype not in FLOATS and a.dtype.name != "bfloat16":
+        raise TypeError(f"{name} has dtype {a.dtype}; this operation needs float16, bfloat16, float32 or float64")
+    if not 1 <= a.ndim <= 8:
+        raise ValueError(f"{name} has {a.ndim} dimensions (shape {a.shape}); cuDNN takes 1 to 8")
+    if a.size == 0:
+        raise ValueError(f"{name} is empty (shape {a.shape}); cuDNN needs at least one element")
+    return a
+
+
+def output(out, name: str, handle, shape, dtype, *, contiguous: bool = False) -> DeviceArray:
+    """``out`` checked to be exactly ``shape`` and ``dtype``, or a new C-contiguous array on the handle's stream."""
+    if out is None:
+        return empty(tuple(shape), dtype, stream=handle.stream, device=handle.device)
+    return check_array(out, name, handle, dtype=dtype, shape=shape, contiguous=contiguous)
+
+
+def _span(shape, strides) -> int:
+    """Elements from the first to the last one addressed by non-negative ``strides`` (inclusive)."""
+    return 1 + sum((n - 1) * s for n, s in zip(shape, strides))
+
+
+def empty_strided(handle, shape, strides, dtype) -> DeviceArray:
+    """A new array with these (non-negative) element strides, over a buffer that covers every element."""
+    base = empty((max(_span(shape, strides), math.prod(shape)),), dtype, stream=handle.stream, device=handle.device)
+    return DeviceArray(base.ptr, shape, dtype, strides, device_id=base.device_id, owner=base, stream=base.stream)
+
+
+def empty_like(handle, x: DeviceArray) -> DeviceArray:
+    """A new array shaped like ``x`` with x's memory layout when x is dense (NHWC in, NHWC out), else packed."""
+    if not x.is_contiguous and min(x.strides) >= 0 and _span(x.shape, x.strides) == x.size:
+        return empty_strided(handle, x.shape, x.strides, x.dtype)
+    return empty(x.shape, x.dtype, stream=handle.stream, device=handle.device)
+
+
+def byte_buffer(obj, name: str, handle, nbytes: int, hint: str) -> DeviceArray:
+    """A contiguous device buffer (reserve, RNG states) of at least ``nbytes`` bytes; ``hint``: where to get one."""
+    b = check_array(obj, name, handle, contiguous=True)
+    if b.nbytes < nbytes:
+        raise ValueError(f"{name} holds {b.nbytes} bytes but cuDNN needs {nbytes} for this call; {hint}")
+    return b
