@@ -10,7 +10,8 @@ from cudnn_py import capi
 from cudnn_py.descriptors import ActivationDescriptor
 from cudnn_py.ops.activation import ACTIVATION_MODES, Activation, activation_backward, activation_forward
 from reference import activation as ref
-from reference.tensor_ops import NoCallHandle, assert_close, fake_array
+from reference.tensor_ops import assert_close
+from helpers import NoCallHandle, fake
 
 PARAMS = {"sigmoid": {}, "relu": {}, "tanh": {}, "clipped_relu": {"coef": 0.8}, "elu": {"coef": 0.7},
           "identity": {}, "swish": {"swish_beta": 1.7}}
@@ -48,17 +49,17 @@ def test_descriptor_round_trip(mode):
 
 
 @pytest.mark.parametrize("call,exc,words", [
-    (lambda h: activation_forward(h, "relu", fake_array((2, 3)), fake_array((2, 4))), ValueError, "y has shape"),
-    (lambda h: activation_forward(h, "relu", fake_array((2, 3)), fake_array((2, 3), np.float16)), TypeError, "dtype"),
+    (lambda h: activation_forward(h, "relu", fake((2, 3)), fake((2, 4))), ValueError, "y has shape"),
+    (lambda h: activation_forward(h, "relu", fake((2, 3)), fake((2, 3), np.float16)), TypeError, "dtype"),
     (lambda h: activation_forward(h, "relu", np.ones((2, 3), np.float32)), TypeError, "to_device"),
-    (lambda h: activation_forward(h, "gelu", fake_array((2, 3))), ValueError, "activation mode"),
-    (lambda h: activation_forward(h, 3.0, fake_array((2, 3))), TypeError, "Activation"),
-    (lambda h: activation_forward(h, "relu", fake_array((2, 3), np.int8)), TypeError, "float"),
-    (lambda h: activation_forward(h, "relu", fake_array((1,) * 9)), ValueError, "1 to 8"),
-    (lambda h: activation_backward(h, "tanh", fake_array((2, 3)), fake_array((3, 2)), fake_array((2, 3))),
+    (lambda h: activation_forward(h, "gelu", fake((2, 3))), ValueError, "activation mode"),
+    (lambda h: activation_forward(h, 3.0, fake((2, 3))), TypeError, "Activation"),
+    (lambda h: activation_forward(h, "relu", fake((2, 3), np.int8)), TypeError, "float"),
+    (lambda h: activation_forward(h, "relu", fake((1,) * 9)), ValueError, "1 to 8"),
+    (lambda h: activation_backward(h, "tanh", fake((2, 3)), fake((3, 2)), fake((2, 3))),
      ValueError, "y has shape"),
-    (lambda h: activation_backward(h, "tanh", fake_array((2, 3)), fake_array((2, 3)), fake_array((2, 3)),
-                                   fake_array((2, 3), np.float64)), TypeError, "dx has dtype"),
+    (lambda h: activation_backward(h, "tanh", fake((2, 3)), fake((2, 3)), fake((2, 3)),
+                                   fake((2, 3), np.float64)), TypeError, "dx has dtype"),
     (lambda h: Activation("clipped_relu", coef=0.0), ValueError, "coef"),
 ])
 def test_bad_input_is_rejected_before_c(call, exc, words):

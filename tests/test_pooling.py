@@ -10,7 +10,8 @@ from cudnn_py import capi
 from cudnn_py.descriptors import PoolingDescriptor
 from cudnn_py.ops.pooling import Pooling, pooling_backward, pooling_forward
 from reference import pooling as ref
-from reference.tensor_ops import NoCallHandle, assert_close, fake_array
+from reference.tensor_ops import assert_close
+from helpers import NoCallHandle, fake
 
 MODES = {"max": "max", "max_deterministic": "max", "avg_include_padding": "avg_include",
          "avg_exclude_padding": "avg_exclude"}
@@ -76,23 +77,23 @@ def test_pooling_is_hashable_and_stride_defaults_to_window():
 
 
 @pytest.mark.parametrize("call,exc,words", [
-    (lambda h: pooling_forward(h, Pooling("max", 2), fake_array((2, 3, 8, 8)), y=fake_array((2, 3, 5, 4))),
+    (lambda h: pooling_forward(h, Pooling("max", 2), fake((2, 3, 8, 8)), y=fake((2, 3, 5, 4))),
      ValueError, "y has shape"),
-    (lambda h: pooling_forward(h, Pooling("max", 2), fake_array((2, 3, 8, 8)),
-                               y=fake_array((2, 3, 4, 4), np.float16)), TypeError, "dtype"),
+    (lambda h: pooling_forward(h, Pooling("max", 2), fake((2, 3, 8, 8)),
+                               y=fake((2, 3, 4, 4), np.float16)), TypeError, "dtype"),
     (lambda h: pooling_forward(h, Pooling("max", 2), np.zeros((2, 3, 8, 8), np.float32)), TypeError, "to_device"),
-    (lambda h: pooling_forward(h, Pooling("max", 2), fake_array((2, 8))), ValueError, "spatial"),
-    (lambda h: pooling_forward(h, Pooling("max", 5), fake_array((1, 1, 3, 3))), ValueError, "does not fit"),
-    (lambda h: pooling_forward(h, Pooling("max", (2, 2)), fake_array((1, 1, 4, 4, 4))), ValueError, "window"),
-    (lambda h: pooling_forward(h, Pooling("max", 2), fake_array((2, 3, 8, 8), np.int32)), TypeError, "float"),
-    (lambda h: pooling_forward(h, "max", fake_array((2, 3, 8, 8))), TypeError, "Pooling"),
-    (lambda h: pooling_backward(h, Pooling("max", 2), fake_array((2, 3, 8, 8)), fake_array((2, 3, 4, 4)),
-                                fake_array((2, 3, 4, 5))), ValueError, "dy has shape"),
-    (lambda h: pooling_backward(h, Pooling("max", 2), fake_array((2, 3, 8, 8)), fake_array((2, 3, 4, 4)),
-                                fake_array((2, 3, 4, 4)), dx=fake_array((2, 3, 8, 7))), ValueError, "dx has shape"),
-    (lambda h: pooling_backward(h, Pooling("max", 2), fake_array((2, 3, 8, 8)), fake_array((2, 3, 4, 4)),
-                                fake_array((2, 3, 4, 4), np.float64)), TypeError, "dy has dtype"),
-    (lambda h: pooling_forward(h, PoolingDescriptor("max", (2, 2, 2)), fake_array((2, 3, 8, 8))),
+    (lambda h: pooling_forward(h, Pooling("max", 2), fake((2, 8))), ValueError, "spatial"),
+    (lambda h: pooling_forward(h, Pooling("max", 5), fake((1, 1, 3, 3))), ValueError, "does not fit"),
+    (lambda h: pooling_forward(h, Pooling("max", (2, 2)), fake((1, 1, 4, 4, 4))), ValueError, "window"),
+    (lambda h: pooling_forward(h, Pooling("max", 2), fake((2, 3, 8, 8), np.int32)), TypeError, "float"),
+    (lambda h: pooling_forward(h, "max", fake((2, 3, 8, 8))), TypeError, "Pooling"),
+    (lambda h: pooling_backward(h, Pooling("max", 2), fake((2, 3, 8, 8)), fake((2, 3, 4, 4)),
+                                fake((2, 3, 4, 5))), ValueError, "dy has shape"),
+    (lambda h: pooling_backward(h, Pooling("max", 2), fake((2, 3, 8, 8)), fake((2, 3, 4, 4)),
+                                fake((2, 3, 4, 4)), dx=fake((2, 3, 8, 7))), ValueError, "dx has shape"),
+    (lambda h: pooling_backward(h, Pooling("max", 2), fake((2, 3, 8, 8)), fake((2, 3, 4, 4)),
+                                fake((2, 3, 4, 4), np.float64)), TypeError, "dy has dtype"),
+    (lambda h: pooling_forward(h, PoolingDescriptor("max", (2, 2, 2)), fake((2, 3, 8, 8))),
      ValueError, "PoolingDescriptor"),
 ])
 def test_bad_input_is_rejected_before_c(call, exc, words):

@@ -9,7 +9,8 @@ import pytest
 from cudnn_py import capi
 from cudnn_py.ops.softmax import softmax_backward, softmax_forward
 from reference import softmax as ref
-from reference.tensor_ops import NoCallHandle, assert_close, fake_array
+from reference.tensor_ops import assert_close
+from helpers import NoCallHandle, fake
 
 SHAPES = [(4, 10), (2, 5, 3, 4), (2, 3, 2, 3, 4)]
 
@@ -35,15 +36,15 @@ def test_reference_backward_is_the_gradient(rng, algo, mode):
 
 
 @pytest.mark.parametrize("call,exc,words", [
-    (lambda h: softmax_forward(h, fake_array((5,))), ValueError, "N and C"),
-    (lambda h: softmax_forward(h, fake_array((2, 3)), algo="sparse"), ValueError, "softmax algo"),
-    (lambda h: softmax_forward(h, fake_array((2, 3)), mode="spatial"), ValueError, "softmax mode"),
-    (lambda h: softmax_forward(h, fake_array((2, 3)), fake_array((3, 2))), ValueError, "y has shape"),
-    (lambda h: softmax_forward(h, fake_array((2, 3), np.int32)), TypeError, "float"),
+    (lambda h: softmax_forward(h, fake((5,))), ValueError, "N and C"),
+    (lambda h: softmax_forward(h, fake((2, 3)), algo="sparse"), ValueError, "softmax algo"),
+    (lambda h: softmax_forward(h, fake((2, 3)), mode="spatial"), ValueError, "softmax mode"),
+    (lambda h: softmax_forward(h, fake((2, 3)), fake((3, 2))), ValueError, "y has shape"),
+    (lambda h: softmax_forward(h, fake((2, 3), np.int32)), TypeError, "float"),
     (lambda h: softmax_forward(h, np.ones((2, 3), np.float32)), TypeError, "to_device"),
-    (lambda h: softmax_forward(h, fake_array((2, 3, 4, 5, 6), strides=(360, 120, 30, 1, 5))), ValueError, "packed"),
-    (lambda h: softmax_backward(h, fake_array((2, 3)), fake_array((2, 3), np.float16)), TypeError, "dy has dtype"),
-    (lambda h: softmax_backward(h, fake_array((2, 3)), fake_array((2, 3)), fake_array((2, 4))), ValueError,
+    (lambda h: softmax_forward(h, fake((2, 3, 4, 5, 6), strides=(360, 120, 30, 1, 5))), ValueError, "packed"),
+    (lambda h: softmax_backward(h, fake((2, 3)), fake((2, 3), np.float16)), TypeError, "dy has dtype"),
+    (lambda h: softmax_backward(h, fake((2, 3)), fake((2, 3)), fake((2, 4))), ValueError,
      "dx has shape"),
 ])
 def test_bad_input_is_rejected_before_c(call, exc, words):

@@ -77,7 +77,7 @@ def transform(x, y, alpha, beta):
     return alpha * _f64(x) + beta * _f64(y)
 
 
-# ---------------------------------------------------------------- test doubles and checks shared by the legacy tests
+# ---------------------------------------------------------------- the tolerance check shared by the legacy tests
 
 TOL = {np.dtype(np.float32): 1e-5, np.dtype(np.float16): 1e-2, np.dtype(np.float64): 1e-9}
 
@@ -90,19 +90,3 @@ def assert_close(got, ref, dtype, tol_scale=1.0):
     assert np.isfinite(got).all(), "output has NaN/inf (an element was not written?)"
     np.testing.assert_allclose(got, ref, rtol=tol, atol=tol * max(1.0, float(np.abs(ref).max())))
 
-
-class NoCallHandle:
-    """A stand-in handle for CPU tests of input validation: any use of ``.ptr`` means C was about to be called."""
-
-    device = 0
-    stream = None
-
-    @property
-    def ptr(self):
-        raise AssertionError("the bad input reached the cuDNN call; it should have been rejected before")
-
-
-def fake_array(shape, dtype=np.float32, strides=None):
-    """A DeviceArray description at a dummy address (never dereferenced: for validation tests)."""
-    from cudnn_py.memory import DeviceArray
-    return DeviceArray(0x10000, shape, dtype, strides)
