@@ -31,7 +31,7 @@ import numpy as np
 from cudnn_py import capi
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import ClosedError
-from cudnn_py.memory import DeviceArray, as_array, empty
+from cudnn_py.memory import DeviceArray, _c_strides, as_array, empty
 
 __all__ = [
     "TensorDescriptor", "FilterDescriptor", "ConvolutionDescriptor", "PoolingDescriptor",
@@ -48,6 +48,10 @@ DIM_MAX = 8  # CUDNN_DIM_MAX
 
 # --- argument helpers ---------------------------------------------------------------------------------
 
+def _is_int(value) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
 def _enum(cls: type[IntEnum], value, prefix: str, what: str, aliases: dict | None = None) -> IntEnum:
     """An enum member from a member, its int value or its short name (``prefix`` dropped, any case)."""
     if isinstance(value, cls):
@@ -60,7 +64,7 @@ def _enum(cls: type[IntEnum], value, prefix: str, what: str, aliases: dict | Non
             return cls[prefix + key.upper()]
         except KeyError:
             pass
-    elif isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+    elif _is_int(value):
         try:
             return cls(int(value))
         except ValueError:
@@ -76,46 +80,43 @@ def _nan(value) -> capi.cudnnNanPropagation_t:
                  {"propagate": "CUDNN_PROPAGATE_NAN", "not_propagate": "CUDNN_NOT_PROPAGATE_NAN"})
 
 
+def _int_tuple(value, what: str, expected: str = "a sequence of ints") -> tuple[int, ...]:
+    """A sequence of ints as a tuple of Python ints; :class:`TypeError` for anything else."""
+    try:
+        out = tuple(value)
+    except TypeError:
+        raise TypeError(f"{what} must be {expected}, got {value!r}") from None
+    if not all(_is_int(v) for v in out):
+        raise TypeError(f"{what} must contain only ints, got {value!r}")
+    return tuple(int(v) for v in out)
+
+
 def _ints(value, n: int | None, what: str, minimum: int) -> tuple[int, ...]:
     """An int or a sequence of ints as an n-tuple (n=None: keep the sequence's length), each >= minimum."""
-    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+    if _is_int(value):
         if n is None:
             raise ValueError(f"{what}: cannot tell the number of dimensions from a single int")
         out = (int(value),) * n
     else:
-        try:
-            out = tuple(value)
-        except TypeError:
-            raise TypeError(f"{what} must be an int or a sequence of ints, got {value!r}") from None
-        if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in out):
-            raise TypeError(f"{what} must contain only ints, got {value!r}")
-        out = tuple(int(v) for v in out)
+        out = _int_tuple(value, what, "an int or a sequence of ints")
         if n is not None and len(out) != n:
             raise ValueError(f"{what} has {len(out)} entries; expected {n} (one per spatial dimension)")
-    bad = [v for v in out if v < minimum]
-    if bad:
+    if any(v < minimum for v in out):
         raise ValueError(f"{what} must be >= {minimum} in every dimension, got {out}")
     return out
 
 
-def _spatial_ndim(values, default: int = 2) -> int:
-    for v in values:
-        if v is not None and not (isinstance(v, (int, np.integer)) and not isinstance(v, bool)):
-            try:
-                return len(v)
-            except TypeError:
-                pass
-    return default
+def _spatial_ndim(ndim, values) -> int:
+    """``ndim`` if given, else the length of the first sequence in ``values`` (2 when all are ints); checked."""
+    if ndim is None:
+        ndim = next((len(v) for v in values if v is not None and not _is_int(v) and hasattr(v, "__len__")), 2)
+    if not _is_int(ndim) or not 1 <= ndim <= DIM_MAX - 2:
+        raise ValueError(f"ndim (spatial dimensions) must be an int from 1 to {DIM_MAX - 2}, got {ndim!r}")
+    return int(ndim)
 
 
 def _dims(shape, what: str, lo: int, hi: int = DIM_MAX) -> tuple[int, ...]:
-    try:
-        out = tuple(shape)
-    except TypeError:
-        raise TypeError(f"{what} must be a sequence of ints, got {shape!r}") from None
-    if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in out):
-        raise TypeError(f"{what} must contain only ints, got {shape!r}")
-    out = tuple(int(v) for v in out)
+    out = _int_tuple(shape, what)
     if not lo <= len(out) <= hi:
         raise ValueError(f"{what} {out} has {len(out)} dimensions; cuDNN accepts {lo} to {hi} "
                          f"(pad with 1s, e.g. (1, n, 1, 1) for a vector)")
@@ -130,11 +131,17 @@ def _carray(values) -> ctypes.Array:
 
 # --- base ---------------------------------------------------------------------------------------------
 
+def _field(index: int, doc: str) -> property:
+    """A read-only property: item ``index`` of what the class's ``_get()`` reads back from cuDNN."""
+    return property(lambda self: self._get()[index], doc=doc)
+
+
 def _destroy(fn, ptr) -> None:
     try:
         fn(ptr)
     except Exception:  # at interpreter exit the library may be unloading; nothing left to free
         pass
+    ptr.value = None  # whoever still holds this ctypes object now passes NULL (an error), never a freed descriptor
 
 
 class _Descriptor:
@@ -143,6 +150,7 @@ class _Descriptor:
     _handle_type: type = c_void_p
     _create_fn: str = ""
     _destroy_fn: str = ""
+    _shown: tuple[str, ...] = ()  # the properties repr() shows (None values are left out)
 
     def __init__(self):
         self._ptr = None
@@ -179,7 +187,8 @@ class _Descriptor:
         self.close()
 
     def _fields(self) -> str:
-        raise NotImplementedError
+        values = ((name, getattr(self, name)) for name in self._shown)
+        return ", ".join(f"{name}={v.name if isinstance(v, IntEnum) else v}" for name, v in values if v is not None)
 
     def __repr__(self) -> str:
         if self._ptr is None:
@@ -206,6 +215,7 @@ class TensorDescriptor(_Descriptor):
 
     _handle_type = capi.cudnnTensorDescriptor_t
     _create_fn, _destroy_fn = "cudnnCreateTensorDescriptor", "cudnnDestroyTensorDescriptor"
+    _shown = ("shape", "dtype", "strides", "format")
 
     def __init__(self, shape, dtype=np.float32, strides=None, *, format=None):
         shape = _dims(shape, "tensor shape", 2)
@@ -228,12 +238,8 @@ class TensorDescriptor(_Descriptor):
         if fmt is not None:
             capi.cudnnSetTensorNdDescriptorEx(self._ptr, fmt, dt, len(shape), _carray(shape))
         else:
-            if strides is None:
-                strides, acc = [], 1
-                for n in reversed(shape):
-                    strides.insert(0, acc)
-                    acc *= n
-            capi.cudnnSetTensorNdDescriptor(self._ptr, dt, len(shape), _carray(shape), _carray(strides))
+            capi.cudnnSetTensorNdDescriptor(self._ptr, dt, len(shape), _carray(shape),
+                                            _carray(_c_strides(shape) if strides is None else strides))
 
     @classmethod
     def like(cls, array, dtype=None) -> TensorDescriptor:
@@ -248,18 +254,9 @@ class TensorDescriptor(_Descriptor):
         n = nb.value
         return capi.cudnnDataType_t(dt.value), tuple(dims[:n]), tuple(strides[:n])
 
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self._get()[1]
-
-    @property
-    def strides(self) -> tuple[int, ...]:
-        """Strides in elements, as cuDNN stores them."""
-        return self._get()[2]
-
-    @property
-    def dtype(self) -> capi.cudnnDataType_t:
-        return self._get()[0]
+    dtype = _field(0, "The ``cudnnDataType_t``.")
+    shape = _field(1, "The dimensions (``tuple[int, ...]``).")
+    strides = _field(2, "Strides in elements, as cuDNN stores them.")
 
     @property
     def numpy_dtype(self) -> np.dtype:
@@ -281,10 +278,6 @@ class TensorDescriptor(_Descriptor):
         capi.cudnnGetTensorSizeInBytes(self.ptr, byref(n))
         return n.value
 
-    def _fields(self) -> str:
-        dt, shape, strides = self._get()
-        fmt = "" if self._format is None else f", format={self._format.name}"
-        return f"shape={shape}, dtype={dt.name}, strides={strides}{fmt}"
 
 
 class FilterDescriptor(_Descriptor):
@@ -293,6 +286,7 @@ class FilterDescriptor(_Descriptor):
 
     _handle_type = capi.cudnnFilterDescriptor_t
     _create_fn, _destroy_fn = "cudnnCreateFilterDescriptor", "cudnnDestroyFilterDescriptor"
+    _shown = ("shape", "dtype", "format")
 
     def __init__(self, shape, dtype=np.float32, *, format="NCHW"):
         shape = _dims(shape, "filter shape", 3)
@@ -307,17 +301,9 @@ class FilterDescriptor(_Descriptor):
         capi.cudnnGetFilterNdDescriptor(self.ptr, DIM_MAX, byref(dt), byref(fmt), byref(nb), dims)
         return capi.cudnnDataType_t(dt.value), capi.cudnnTensorFormat_t(fmt.value), tuple(dims[:nb.value])
 
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self._get()[2]
-
-    @property
-    def dtype(self) -> capi.cudnnDataType_t:
-        return self._get()[0]
-
-    @property
-    def format(self) -> capi.cudnnTensorFormat_t:
-        return self._get()[1]
+    dtype = _field(0, "The ``cudnnDataType_t``.")
+    format = _field(1, "The ``cudnnTensorFormat_t`` (memory order of the weights).")
+    shape = _field(2, "The dimensions (K, C/groups, spatial...).")
 
     @property
     def ndim(self) -> int:
@@ -330,9 +316,6 @@ class FilterDescriptor(_Descriptor):
         capi.cudnnGetFilterSizeInBytes(self.ptr, byref(n))
         return n.value
 
-    def _fields(self) -> str:
-        dt, fmt, shape = self._get()
-        return f"shape={shape}, dtype={dt.name}, format={fmt.name}"
 
 
 # --- convolution --------------------------------------------------------------------------------------
@@ -352,19 +335,18 @@ class ConvolutionDescriptor(_Descriptor):
 
     _handle_type = capi.cudnnConvolutionDescriptor_t
     _create_fn, _destroy_fn = "cudnnCreateConvolutionDescriptor", "cudnnDestroyConvolutionDescriptor"
+    _shown = ("padding", "stride", "dilation", "mode", "compute_type", "groups", "math_type")
 
     def __init__(self, padding=0, stride=1, dilation=1, *, ndim: int | None = None,
                  mode="cross_correlation", compute_type=np.float32, groups: int = 1, math_type="default",
                  reorder=None):
-        n = ndim if ndim is not None else _spatial_ndim((padding, stride, dilation))
-        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= DIM_MAX - 2:
-            raise ValueError(f"ndim (spatial dimensions) must be an int from 1 to {DIM_MAX - 2}, got {n!r}")
+        n = _spatial_ndim(ndim, (padding, stride, dilation))
         pad = _ints(padding, n, "padding", 0)
         st = _ints(stride, n, "stride", 1)
         dil = _ints(dilation, n, "dilation", 1)
         mode = _enum(capi.cudnnConvolutionMode_t, mode, "CUDNN_", "mode")
         ct = cudnn_dtype(compute_type)
-        if isinstance(groups, bool) or not isinstance(groups, (int, np.integer)) or groups < 1:
+        if not _is_int(groups) or groups < 1:
             raise ValueError(f"groups must be an int >= 1, got {groups!r}")
         math = _enum(capi.cudnnMathType_t, math_type, "CUDNN_", "math_type", _MATH_ALIASES)
         super().__init__()
@@ -384,25 +366,11 @@ class ConvolutionDescriptor(_Descriptor):
         return (tuple(pad[:k]), tuple(st[:k]), tuple(dil[:k]), capi.cudnnConvolutionMode_t(mode.value),
                 capi.cudnnDataType_t(ct.value))
 
-    @property
-    def padding(self) -> tuple[int, ...]:
-        return self._get()[0]
-
-    @property
-    def stride(self) -> tuple[int, ...]:
-        return self._get()[1]
-
-    @property
-    def dilation(self) -> tuple[int, ...]:
-        return self._get()[2]
-
-    @property
-    def mode(self) -> capi.cudnnConvolutionMode_t:
-        return self._get()[3]
-
-    @property
-    def compute_type(self) -> capi.cudnnDataType_t:
-        return self._get()[4]
+    padding = _field(0, "Padding per spatial dimension.")
+    stride = _field(1, "Stride per spatial dimension.")
+    dilation = _field(2, "Dilation per spatial dimension.")
+    mode = _field(3, "The ``cudnnConvolutionMode_t``.")
+    compute_type = _field(4, "The accumulation ``cudnnDataType_t``.")
 
     @property
     def ndim(self) -> int:
@@ -449,10 +417,6 @@ class ConvolutionDescriptor(_Descriptor):
         capi.cudnnGetConvolutionNdForwardOutputDim(self.ptr, xd.ptr, wd.ptr, nd, out)
         return tuple(out)
 
-    def _fields(self) -> str:
-        pad, st, dil, mode, ct = self._get()
-        return (f"padding={pad}, stride={st}, dilation={dil}, mode={mode.name}, compute_type={ct.name}, "
-                f"groups={self.groups}, math_type={self.math_type.name}")
 
 
 # --- pooling, activation, LRN -------------------------------------------------------------------------
@@ -470,12 +434,11 @@ class PoolingDescriptor(_Descriptor):
 
     _handle_type = capi.cudnnPoolingDescriptor_t
     _create_fn, _destroy_fn = "cudnnCreatePoolingDescriptor", "cudnnDestroyPoolingDescriptor"
+    _shown = ("mode", "window", "padding", "stride", "nan_propagation")
 
     def __init__(self, mode="max", window=2, padding=0, stride=None, *, ndim: int | None = None,
                  nan_propagation=False):
-        n = ndim if ndim is not None else _spatial_ndim((window, padding, stride))
-        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= DIM_MAX - 2:
-            raise ValueError(f"ndim (spatial dimensions) must be an int from 1 to {DIM_MAX - 2}, got {n!r}")
+        n = _spatial_ndim(ndim, (window, padding, stride))
         win = _ints(window, n, "window", 1)
         pad = _ints(padding, n, "padding", 0)
         st = win if stride is None else _ints(stride, n, "stride", 1)
@@ -492,25 +455,11 @@ class PoolingDescriptor(_Descriptor):
         return (capi.cudnnPoolingMode_t(mode.value), capi.cudnnNanPropagation_t(nan.value),
                 tuple(win[:k]), tuple(pad[:k]), tuple(st[:k]))
 
-    @property
-    def mode(self) -> capi.cudnnPoolingMode_t:
-        return self._get()[0]
-
-    @property
-    def nan_propagation(self) -> capi.cudnnNanPropagation_t:
-        return self._get()[1]
-
-    @property
-    def window(self) -> tuple[int, ...]:
-        return self._get()[2]
-
-    @property
-    def padding(self) -> tuple[int, ...]:
-        return self._get()[3]
-
-    @property
-    def stride(self) -> tuple[int, ...]:
-        return self._get()[4]
+    mode = _field(0, "The ``cudnnPoolingMode_t``.")
+    nan_propagation = _field(1, "The ``cudnnNanPropagation_t``.")
+    window = _field(2, "Window per spatial dimension.")
+    padding = _field(3, "Padding per spatial dimension.")
+    stride = _field(4, "Stride per spatial dimension.")
 
     @property
     def ndim(self) -> int:
@@ -529,9 +478,6 @@ class PoolingDescriptor(_Descriptor):
         capi.cudnnGetPoolingNdForwardOutputDim(self.ptr, xd.ptr, nd, out)
         return tuple(out)
 
-    def _fields(self) -> str:
-        mode, nan, win, pad, st = self._get()
-        return f"mode={mode.name}, window={win}, padding={pad}, stride={st}, nan_propagation={nan.name}"
 
 
 class ActivationDescriptor(_Descriptor):
@@ -540,6 +486,7 @@ class ActivationDescriptor(_Descriptor):
 
     _handle_type = capi.cudnnActivationDescriptor_t
     _create_fn, _destroy_fn = "cudnnCreateActivationDescriptor", "cudnnDestroyActivationDescriptor"
+    _shown = ("mode", "coef", "nan_propagation")
 
     def __init__(self, mode="relu", coef: float = 0.0, *, nan_propagation=False, swish_beta: float | None = None):
         mode = _enum(capi.cudnnActivationMode_t, mode, "CUDNN_ACTIVATION_", "mode")
@@ -555,17 +502,9 @@ class ActivationDescriptor(_Descriptor):
         capi.cudnnGetActivationDescriptor(self.ptr, byref(mode), byref(nan), byref(coef))
         return capi.cudnnActivationMode_t(mode.value), capi.cudnnNanPropagation_t(nan.value), coef.value
 
-    @property
-    def mode(self) -> capi.cudnnActivationMode_t:
-        return self._get()[0]
-
-    @property
-    def nan_propagation(self) -> capi.cudnnNanPropagation_t:
-        return self._get()[1]
-
-    @property
-    def coef(self) -> float:
-        return self._get()[2]
+    mode = _field(0, "The ``cudnnActivationMode_t``.")
+    nan_propagation = _field(1, "The ``cudnnNanPropagation_t``.")
+    coef = _field(2, "The clipping threshold (clipped_relu) or alpha (elu).")
 
     @property
     def swish_beta(self) -> float:
@@ -573,9 +512,6 @@ class ActivationDescriptor(_Descriptor):
         capi.cudnnGetActivationDescriptorSwishBeta(self.ptr, byref(b))
         return b.value
 
-    def _fields(self) -> str:
-        mode, nan, coef = self._get()
-        return f"mode={mode.name}, coef={coef}, nan_propagation={nan.name}"
 
 
 class LRNDescriptor(_Descriptor):
@@ -583,10 +519,11 @@ class LRNDescriptor(_Descriptor):
 
     _handle_type = capi.cudnnLRNDescriptor_t
     _create_fn, _destroy_fn = "cudnnCreateLRNDescriptor", "cudnnDestroyLRNDescriptor"
+    _shown = ("n", "alpha", "beta", "k")
 
     def __init__(self, n: int = 5, alpha: float = 1e-4, beta: float = 0.75, k: float = 2.0):
         lo, hi = capi.CUDNN_LRN_MIN_N, capi.CUDNN_LRN_MAX_N
-        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not lo <= n <= hi:
+        if not _is_int(n) or not lo <= n <= hi:
             raise ValueError(f"LRN window n must be an int from {lo} to {hi}, got {n!r}")
         if k < capi.CUDNN_LRN_MIN_K:
             raise ValueError(f"LRN k must be >= {capi.CUDNN_LRN_MIN_K}, got {k}")
@@ -600,25 +537,10 @@ class LRNDescriptor(_Descriptor):
         capi.cudnnGetLRNDescriptor(self.ptr, byref(n), byref(a), byref(b), byref(k))
         return n.value, a.value, b.value, k.value
 
-    @property
-    def n(self) -> int:
-        return self._get()[0]
-
-    @property
-    def alpha(self) -> float:
-        return self._get()[1]
-
-    @property
-    def beta(self) -> float:
-        return self._get()[2]
-
-    @property
-    def k(self) -> float:
-        return self._get()[3]
-
-    def _fields(self) -> str:
-        n, a, b, k = self._get()
-        return f"n={n}, alpha={a}, beta={b}, k={k}"
+    n = _field(0, "The window (channels).")
+    alpha = _field(1, "The variance scale.")
+    beta = _field(2, "The power.")
+    k = _field(3, "The bias.")
 
 
 # --- dropout, op-tensor, reduce-tensor ----------------------------------------------------------------
@@ -632,12 +554,13 @@ class DropoutDescriptor(_Descriptor):
 
     _handle_type = capi.cudnnDropoutDescriptor_t
     _create_fn, _destroy_fn = "cudnnCreateDropoutDescriptor", "cudnnDestroyDropoutDescriptor"
+    _shown = ("dropout", "seed", "states_size")
 
     def __init__(self, handle, dropout: float = 0.5, seed: int = 0):
         dropout = float(dropout)
         if not 0.0 <= dropout <= 1.0:
             raise ValueError(f"dropout probability must be in [0, 1], got {dropout}")
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2 ** 64:
+        if not _is_int(seed) or not 0 <= seed < 2 ** 64:
             raise ValueError(f"seed must be an int in [0, 2**64), got {seed!r}")
         hptr = handle.ptr
         size = c_size_t()
@@ -653,21 +576,12 @@ class DropoutDescriptor(_Descriptor):
         capi.cudnnGetDropoutDescriptor(self.ptr, self._handle.ptr, byref(p), byref(states), byref(seed))
         return p.value, seed.value
 
-    @property
-    def dropout(self) -> float:
-        return self._get()[0]
-
-    @property
-    def seed(self) -> int:
-        return self._get()[1]
+    dropout = _field(0, "The dropout probability, as cuDNN stores it (float32).")
+    seed = _field(1, "The RNG seed.")
 
     @property
     def states_size(self) -> int:
         return self.states.nbytes
-
-    def _fields(self) -> str:
-        p, seed = self._get()
-        return f"dropout={p}, seed={seed}, states_size={self.states.nbytes}"
 
 
 class OpTensorDescriptor(_Descriptor):
@@ -676,6 +590,7 @@ class OpTensorDescriptor(_Descriptor):
 
     _handle_type = capi.cudnnOpTensorDescriptor_t
     _create_fn, _destroy_fn = "cudnnCreateOpTensorDescriptor", "cudnnDestroyOpTensorDescriptor"
+    _shown = ("op", "compute_type", "nan_propagation")
 
     def __init__(self, op="add", compute_type=np.float32, *, nan_propagation=False):
         op = _enum(capi.cudnnOpTensorOp_t, op, "CUDNN_OP_TENSOR_", "op")
@@ -690,21 +605,9 @@ class OpTensorDescriptor(_Descriptor):
         return (capi.cudnnOpTensorOp_t(op.value), capi.cudnnDataType_t(ct.value),
                 capi.cudnnNanPropagation_t(nan.value))
 
-    @property
-    def op(self) -> capi.cudnnOpTensorOp_t:
-        return self._get()[0]
-
-    @property
-    def compute_type(self) -> capi.cudnnDataType_t:
-        return self._get()[1]
-
-    @property
-    def nan_propagation(self) -> capi.cudnnNanPropagation_t:
-        return self._get()[2]
-
-    def _fields(self) -> str:
-        op, ct, nan = self._get()
-        return f"op={op.name}, compute_type={ct.name}, nan_propagation={nan.name}"
+    op = _field(0, "The ``cudnnOpTensorOp_t``.")
+    compute_type = _field(1, "The ``cudnnDataType_t`` the op computes in.")
+    nan_propagation = _field(2, "The ``cudnnNanPropagation_t``.")
 
 
 _INDICES_ALIASES = {"none": "CUDNN_REDUCE_TENSOR_NO_INDICES", "no_indices": "CUDNN_REDUCE_TENSOR_NO_INDICES",
@@ -723,6 +626,7 @@ class ReduceTensorDescriptor(_Descriptor):
 
     _handle_type = capi.cudnnReduceTensorDescriptor_t
     _create_fn, _destroy_fn = "cudnnCreateReduceTensorDescriptor", "cudnnDestroyReduceTensorDescriptor"
+    _shown = ("op", "compute_type", "nan_propagation", "indices", "indices_type")
 
     def __init__(self, op="add", compute_type=np.float32, *, nan_propagation=False, indices="none",
                  indices_type="uint32"):
@@ -743,30 +647,11 @@ class ReduceTensorDescriptor(_Descriptor):
                 capi.cudnnNanPropagation_t(nan.value), capi.cudnnReduceTensorIndices_t(ind.value),
                 capi.cudnnIndicesType_t(it.value))
 
-    @property
-    def op(self) -> capi.cudnnReduceTensorOp_t:
-        return self._get()[0]
-
-    @property
-    def compute_type(self) -> capi.cudnnDataType_t:
-        return self._get()[1]
-
-    @property
-    def nan_propagation(self) -> capi.cudnnNanPropagation_t:
-        return self._get()[2]
-
-    @property
-    def indices(self) -> capi.cudnnReduceTensorIndices_t:
-        return self._get()[3]
-
-    @property
-    def indices_type(self) -> capi.cudnnIndicesType_t:
-        return self._get()[4]
-
-    def _fields(self) -> str:
-        op, ct, nan, ind, it = self._get()
-        return (f"op={op.name}, compute_type={ct.name}, nan_propagation={nan.name}, indices={ind.name}, "
-                f"indices_type={it.name}")
+    op = _field(0, "The ``cudnnReduceTensorOp_t``.")
+    compute_type = _field(1, "The ``cudnnDataType_t`` the reduction computes in.")
+    nan_propagation = _field(2, "The ``cudnnNanPropagation_t``.")
+    indices = _field(3, "The ``cudnnReduceTensorIndices_t``.")
+    indices_type = _field(4, "The ``cudnnIndicesType_t``.")
 
 
 # --- cached factories ---------------------------------------------------------------------------------

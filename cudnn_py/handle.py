@@ -76,7 +76,7 @@ class Handle:
     a :class:`cuda.core.Stream`, a ``torch.cuda.Stream`` or an int ``cudaStream_t``.
     """
 
-    def __init__(self, device=0, stream=None):
+    def __init__(self, device: int | Device = 0, stream=None):
         self._ptr = None
         dev = get_device(device)
         #: the :class:`cuda.core.Device` of this handle
@@ -108,6 +108,7 @@ class Handle:
 
     @property
     def closed(self) -> bool:
+        """Whether :meth:`close` has destroyed the cuDNN handle."""
         return self._ptr is None
 
     @property

@@ -162,7 +162,10 @@ _SAVED_REFS = tuple(ctypes.byref(_SAVED, i * ctypes.sizeof(ctypes.c_void_p)) for
 @ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 def _capsule_destructor(capsule):
     # A capsule nobody consumed still owns its tensor; a consumed one was renamed "used_dltensor".
-    # A consumer may drop the capsule while raising: keep its pending exception aside meanwhile.
+    # A consumer may drop the capsule while raising: no Python code (this callback included) can run with
+    # that exception pending, so it is set aside while the tensor is freed. Restoring it from ctypes makes
+    # ctypes print it as unraisable, and the consumer then fails with a SystemError instead; handing it back
+    # intact would take a destructor written in C.
     _err_fetch(*_SAVED_REFS)
     try:
         if _capsule_is_valid(capsule, _CAPSULE_NAME):
@@ -192,7 +195,6 @@ def _dlpack_capsule(ptr: int, shape: tuple, strides: tuple, dtype: np.dtype,
     t.dtype = _DLDataType(code, bits, 1)
     t.shape = ctypes.cast(dims, ctypes.POINTER(ctypes.c_int64))
     t.strides = ctypes.cast(ctypes.byref(dims, 8 * ndim), ctypes.POINTER(ctypes.c_int64))
-    t.byte_offset = 0
     managed.deleter = _dl_deleter
     address = ctypes.addressof(managed)
     _EXPORTS[address] = (managed, dims, owner)
@@ -358,7 +360,6 @@ class DeviceArray:
         """A view with a new shape (one dimension may be -1); the array must be C-contiguous."""
         if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
             shape = tuple(shape[0])
-        shape = tuple(int(n) for n in shape)
         if shape.count(-1) > 1:
             raise ValueError(f"reshape: at most one dimension may be -1, got {shape}")
         if -1 in shape:
@@ -366,7 +367,7 @@ class DeviceArray:
             if known == 0 or self.size % known:
                 raise ValueError(f"reshape: cannot reshape an array of size {self.size} into {shape}")
             shape = tuple(self.size // known if n == -1 else n for n in shape)
-        shape = _normalize_shape(shape)
+        shape = _normalize_shape(shape, "reshape: the new shape")
         if math.prod(shape) != self.size:
             raise ValueError(f"reshape: cannot reshape an array of size {self.size} into {shape}")
         self._require_contiguous("reshape")
@@ -393,14 +394,16 @@ class DeviceArray:
         return (_KDL_CUDA, self.device_id)
 
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
-        """DLPack export (zero-copy). ``stream``: the consumer's stream; it is made to wait for this array's stream."""
+        """DLPack export (zero-copy). ``stream``: the consumer's stream (None: the legacy default stream, -1: no
+        ordering); it is made to wait for the work queued so far on this array's stream."""
         if copy:
             raise BufferError("DeviceArray.__dlpack__ does not copy; call with copy=None or False")
         if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
             raise BufferError(f"DeviceArray is on {self.__dlpack_device__()}; cannot export to {dl_device}")
-        if stream is not None and stream != -1 and self._stream is not None:
-            if stream == 0:
-                raise BufferError("stream=0 is ambiguous in DLPack; pass 1 for the legacy default stream")
+        if stream == 0:
+            raise BufferError("stream=0 is ambiguous in DLPack; pass 1 for the legacy default stream")
+        if stream != -1 and self._stream is not None:
+            stream = 1 if stream is None else stream  # the DLPack spec: None means the legacy default stream
             if int(self._stream.handle) != stream:
                 Stream.from_handle(stream).wait(self._stream.record())
         return _dlpack_capsule(self.ptr, self.shape, self.strides, self.dtype, self.__dlpack_device__(), self)
@@ -433,7 +436,7 @@ def zeros(shape, dtype=np.float32, stream=None, *, device=None) -> DeviceArray:
     return a
 
 
-def empty_like(a, dtype=None, *, stream=None) -> DeviceArray:
+def empty_like(a, dtype=None, stream=None) -> DeviceArray:
     """An uninitialised C-contiguous array with ``a``'s shape (and dtype unless given), on ``a``'s device."""
     a = as_array(a, "a")
     return _allocate(a.shape, a.dtype if dtype is None else dtype,
@@ -482,7 +485,7 @@ def _host_error(obj, name: str) -> TypeError:
 
 def _view(obj, name: str, stream) -> DeviceArray:
     """Wrap a DLPack / CUDA-array-interface object without copying."""
-    if isinstance(obj, np.ndarray) or isinstance(obj, np.generic):
+    if isinstance(obj, (np.ndarray, np.generic)):
         raise _host_error(obj, name)
     has_dlpack = hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__")
     has_cai = hasattr(obj, "__cuda_array_interface__")

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 
-from cuda.core import Device, EventOptions, Stream
+from cuda.core import Device, EventOptions, Stream, StreamOptions
 
 __all__ = ["get_device", "as_stream", "stream_ptr", "new_stream", "synchronize", "timer", "Timer"]
 
@@ -84,8 +84,6 @@ def stream_ptr(stream=None) -> int:
 
 def new_stream(device=None, *, nonblocking: bool = True, priority: int | None = None) -> Stream:
     """Create a new stream on ``device`` (non-blocking: it does not synchronise with the NULL stream)."""
-    from cuda.core import StreamOptions
-
     return get_device(device).create_stream(options=StreamOptions(nonblocking=nonblocking, priority=priority))
 
 

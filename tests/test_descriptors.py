@@ -1,4 +1,5 @@
 """Descriptor objects against the real library (no GPU needed): build, read back, shapes, caching, bad input."""
+import ctypes
 import gc
 
 import numpy as np
@@ -286,6 +287,23 @@ def test_close_is_idempotent_and_closed_raises(make):
 
 
 @pytest.mark.parametrize("make", ALL)
+def test_a_destroyed_descriptor_pointer_is_nulled(make):
+    d = make()
+    ptr = d.ptr
+    d.close()
+    assert ptr.value is None  # a stale holder passes NULL to cuDNN (an error), never a freed descriptor
+
+
+def test_a_stale_pointer_is_an_error_not_a_use_after_free():
+    d = D.TensorDescriptor((2, 3))
+    ptr = d.ptr
+    del d
+    gc.collect()
+    with pytest.raises(CudnnBadParamError):
+        capi.cudnnGetTensorSizeInBytes(ptr, ctypes.byref(ctypes.c_size_t()))
+
+
+@pytest.mark.parametrize("make", ALL)
 def test_context_manager_and_gc(make):
     with make() as d:
         assert d.ptr.value
@@ -293,6 +311,25 @@ def test_context_manager_and_gc(make):
     finalizer = make()._finalizer  # the object is dropped at once: the finalizer must have run
     gc.collect()
     assert not finalizer.alive
+
+
+@pytest.mark.parametrize("make", ALL)
+def test_repr_shows_the_settings_read_back(make):
+    d = make()
+    text = repr(d)
+    assert text.startswith(type(d).__name__ + "(") and d._shown
+    for name in d._shown:
+        value = getattr(d, name)
+        if value is not None:
+            assert f"{name}={getattr(value, 'name', value)}" in text
+
+
+def test_ndim_comes_from_the_first_sequence_argument():
+    assert D.ConvolutionDescriptor(1, (2, 2, 2)).ndim == 3
+    assert D.PoolingDescriptor("max", 2, (0, 0, 0)).ndim == 3
+    assert D.PoolingDescriptor("max", 2, ndim=np.int64(1)).window == (2,)
+    with pytest.raises(ValueError, match="ndim"):
+        D.PoolingDescriptor("max", 2, ndim=True)
 
 
 def test_cached_factories_share_and_ignore_close():

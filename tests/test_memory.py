@@ -86,6 +86,8 @@ def test_reshape_views_same_memory():
         a.reshape(-1, -1)
     with pytest.raises(ValueError, match="C-contiguous"):
         DeviceArray(FAKE, (4, 3), np.float32, (1, 4)).reshape(12)
+    with pytest.raises(TypeError, match="new shape"):
+        a.reshape(4, 6.0)  # never silently truncated
 
 
 def test_cuda_array_interface():
@@ -152,6 +154,42 @@ def test_dlpack_refusals():
         a.__dlpack__(copy=True)
     with pytest.raises(BufferError, match="cannot export"):
         a.__dlpack__(dl_device=(1, 0))
+
+
+class _FakeStream:
+    """Records the ordering __dlpack__ asks for; no CUDA involved."""
+    waits: list = []
+
+    def __init__(self, handle):
+        self.handle = handle
+
+    @classmethod
+    def from_handle(cls, handle):
+        return cls(handle)
+
+    def record(self):
+        return ("event on", self.handle)
+
+    def wait(self, event):
+        _FakeStream.waits.append((self.handle, event))
+
+
+@pytest.mark.parametrize("consumer,waits", [
+    (None, [(1, ("event on", 0x5000))]),  # DLPack: None is the legacy default stream, which must wait
+    (1, [(1, ("event on", 0x5000))]),
+    (0x6000, [(0x6000, ("event on", 0x5000))]),
+    (0x5000, []),  # the array's own stream: already in order
+    (-1, []),  # the consumer asked for no ordering
+])
+def test_dlpack_export_orders_the_consumer_stream_after_the_array_stream(monkeypatch, consumer, waits):
+    monkeypatch.setattr(M, "Stream", _FakeStream)
+    monkeypatch.setattr(_FakeStream, "waits", [])
+    a = DeviceArray._new(FAKE, (2,), np.dtype(np.float32), (1,), 0, None, _FakeStream(0x5000), True)
+    cap = a.__dlpack__(stream=consumer)
+    assert _FakeStream.waits == waits
+    del cap
+    with pytest.raises(BufferError, match="ambiguous"):
+        a.__dlpack__(stream=0)
 
 
 def test_as_array_returns_device_array_itself():

@@ -85,6 +85,16 @@ def test_zero_size_arrays():
     assert cudnn.to_device(np.zeros((2, 0), np.int8)).shape == (2, 0)
 
 
+def test_empty_like_keeps_shape_and_takes_dtype_and_stream():
+    s = new_stream()
+    a = cudnn.zeros((3, 4), np.float16)
+    b = cudnn.empty_like(a, np.float32, s)  # stream positional, as for empty/zeros/to_device
+    assert (b.shape, b.dtype, b.device_id, b.is_contiguous) == ((3, 4), np.float32, 0, True)
+    assert b.stream == s and b.ptr != a.ptr
+    c = cudnn.empty_like(a)
+    assert (c.shape, c.dtype, c.stream) == (a.shape, a.dtype, a.stream)
+
+
 def test_reshape_shares_device_memory(rng):
     host = rng.standard_normal((2, 3, 4)).astype(np.float32)
     a = cudnn.to_device(host)
