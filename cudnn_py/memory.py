@@ -447,10 +447,11 @@ def to_device(obj, stream=None, *, dtype=None, device=None) -> DeviceArray:
     """Copy host data (a NumPy array or anything ``np.asarray`` takes) to a new C-contiguous device array.
 
     Non-contiguous input is packed first; ``dtype`` converts on the host. Device data (a DeviceArray,
-    torch/CuPy tensor) is returned as a zero-copy :func:`as_array` view instead.
+    torch/CuPy tensor) is returned as a zero-copy :func:`as_array` view instead, checked against ``dtype``
+    and ``device`` when they are given (it is never converted or moved).
     """
     if _is_device_like(obj):
-        return as_array(obj, "obj")
+        return as_array(obj, "obj", dtype=dtype, device=device, stream=stream)
     host = np.ascontiguousarray(obj, dtype=dtype)
     a = _allocate(host.shape, host.dtype, stream, device)
     if a.nbytes:

@@ -197,6 +197,15 @@ def test_as_array_returns_device_array_itself():
     assert as_array(a) is a
 
 
+def test_to_device_of_device_data_is_a_view_that_never_ignores_dtype_or_device():
+    a = DeviceArray(FAKE, (2, 3), np.float32)
+    assert cudnn.to_device(a) is a and cudnn.to_device(a, dtype=np.float32, device=0) is a
+    with pytest.raises(TypeError, match="obj has dtype float32; expected float16"):
+        cudnn.to_device(a, dtype=np.float16)
+    with pytest.raises(ValueError, match="on device 0; expected device 1"):
+        cudnn.to_device(a, device=1)
+
+
 @pytest.mark.parametrize("host", [np.zeros((2, 3), np.float32), np.float32(1.0)])
 def test_host_array_raises_with_the_fix(host):
     with pytest.raises(TypeError, match=r"host memory.*to_device\(w\)"):
