@@ -606,6 +606,7 @@ def test_a_graph_is_lowered_again_for_a_new_handle(rng):
 
 def test_another_array_at_a_known_address_is_validated_again(handle, rng):
     g, x, w, y = _conv_graph("float32", padding=1)
+    g.build(handle)
     keep = []
     xd, wd, yd = _dev(rng.standard_normal(x.shape), x, keep), _dev(rng.standard_normal(w.shape), w, keep), _out(y, keep)
     run = g.executor(handle, x, w, y)
