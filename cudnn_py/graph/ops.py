@@ -77,30 +77,33 @@ def _conv_desc(p: dict) -> BackendDescriptor:
         pre_paddings=list(p["padding"]), post_paddings=list(p["post_padding"])).finalize()
 
 
-def _scaled(d: BackendDescriptor, prefix: str, p: dict) -> None:
-    d.set(f"{prefix}_ALPHA", float(p.get("alpha", 1.0)), attr_type="DOUBLE" if p.get("double") else "FLOAT")
-    d.set(f"{prefix}_BETA", float(p.get("beta", 0.0)), attr_type="DOUBLE" if p.get("double") else "FLOAT")
+#: graph op kind -> backend operation descriptor type (their tensor attributes are named like our roles)
+_CONV_OPS = {"conv_fprop": "OPERATION_CONVOLUTION_FORWARD", "conv_dgrad": "OPERATION_CONVOLUTION_BACKWARD_DATA",
+             "conv_wgrad": "OPERATION_CONVOLUTION_BACKWARD_FILTER"}
+#: role -> tensor attribute of the pointwise and norm-forward operations
+_ROLE_ATTRS = {"x": "xdesc", "b": "bdesc", "t": "tdesc", "y": "ydesc", "dy": "dydesc", "dx": "dxdesc",
+               "scale": "scale_desc", "bias": "bias_desc", "epsilon": "epsilon_desc", "mean": "mean_desc",
+               "inv_variance": "inv_variance_desc"}
+
+
+def _set_tensors(d: BackendDescriptor, op: Op, td: dict, attrs: dict | None = None) -> BackendDescriptor:
+    """Set each of ``op``'s tensors (inputs, then outputs) on ``d`` under its role's attribute."""
+    for role, t in (*op.inputs.items(), *op.outputs.items()):
+        d.set(attrs[role] if attrs else role, td[t.uid])
+    return d
 
 
 def lower(op: Op, td: dict) -> tuple[BackendDescriptor, list[BackendDescriptor]]:
     """The finalized operation descriptor for ``op`` (tensor uid -> finalized tensor descriptor in ``td``), and
     the helper descriptors it references (kept alive by the caller)."""
     i, o, p = op.inputs, op.outputs, op.params
-    if op.kind in ("conv_fprop", "conv_dgrad", "conv_wgrad"):
+    if op.kind in _CONV_OPS:
         conv = _conv_desc(p)
-        if op.kind == "conv_fprop":
-            d = BackendDescriptor("OPERATION_CONVOLUTION_FORWARD")
-            _scaled(d, "CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD", p)
-            d.set("conv_desc", conv).set("x", td[i["x"].uid]).set("w", td[i["w"].uid]).set("y", td[o["y"].uid])
-        elif op.kind == "conv_dgrad":
-            d = BackendDescriptor("OPERATION_CONVOLUTION_BACKWARD_DATA")
-            _scaled(d, "CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA", p)
-            d.set("conv_desc", conv).set("dy", td[i["dy"].uid]).set("w", td[i["w"].uid]).set("dx", td[o["dx"].uid])
-        else:
-            d = BackendDescriptor("OPERATION_CONVOLUTION_BACKWARD_FILTER")
-            _scaled(d, "CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER", p)
-            d.set("conv_desc", conv).set("dy", td[i["dy"].uid]).set("x", td[i["x"].uid]).set("dw", td[o["dw"].uid])
-        return d.finalize(), [conv]
+        d = BackendDescriptor(_CONV_OPS[op.kind])
+        d.set("alpha", float(p.get("alpha", 1.0)), attr_type="FLOAT")
+        d.set("beta", float(p.get("beta", 0.0)), attr_type="FLOAT")
+        d.set("conv_desc", conv)
+        return _set_tensors(d, op, td).finalize(), [conv]
     if op.kind == "matmul":
         mm = BackendDescriptor("MATMUL", comp_type=p["compute_dtype"]).finalize()
         d = BackendDescriptor("OPERATION_MATMUL", adesc=td[i["a"].uid], bdesc=td[i["b"].uid],
@@ -116,16 +119,7 @@ def lower(op: Op, td: dict) -> tuple[BackendDescriptor, list[BackendDescriptor]]
             pw.set("axis", int(p["axis"]))
         pw.finalize()
         d = BackendDescriptor("OPERATION_POINTWISE", pw_descriptor=pw)
-        if POINTWISE_ARITY[p["mode"]] == "backward":
-            d.set("dydesc", td[i["dy"].uid]).set("xdesc", td[i["x"].uid]).set("dxdesc", td[o["dx"].uid])
-        else:
-            d.set("xdesc", td[i["x"].uid])
-            if "b" in i:
-                d.set("bdesc", td[i["b"].uid])
-            if "t" in i:
-                d.set("tdesc", td[i["t"].uid])
-            d.set("ydesc", td[o["y"].uid])
-        return d.finalize(), [pw]
+        return _set_tensors(d, op, td, _ROLE_ATTRS).finalize(), [pw]
     if op.kind == "reduction":
         red = BackendDescriptor("REDUCTION", operator=p["mode"], comp_type=p["compute_dtype"]).finalize()
         d = BackendDescriptor("OPERATION_REDUCTION", xdesc=td[i["x"].uid], ydesc=td[o["y"].uid], desc=red)
@@ -138,9 +132,5 @@ def lower(op: Op, td: dict) -> tuple[BackendDescriptor, list[BackendDescriptor]]
     if op.kind == "norm_forward":
         d = BackendDescriptor("OPERATION_NORM_FORWARD", mode=p["mode"],
                               phase=capi.CUDNN_NORM_FWD_TRAINING if p["training"] else capi.CUDNN_NORM_FWD_INFERENCE)
-        roles = {"x": "xdesc", "scale": "scale_desc", "bias": "bias_desc", "epsilon": "epsilon_desc",
-                 "mean": "mean_desc", "inv_variance": "inv_variance_desc", "y": "ydesc"}
-        for role, t in (*i.items(), *o.items()):
-            d.set(roles[role], td[t.uid])
-        return d.finalize(), []
+        return _set_tensors(d, op, td, _ROLE_ATTRS).finalize(), []
     raise ValueError(f"unknown operation kind {op.kind!r}")
