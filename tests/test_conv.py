@@ -8,23 +8,19 @@ import numpy as np
 import pytest
 
 from cudnn_py import capi
+from cudnn_py.errors import WorkspaceLimitError
 from cudnn_py.memory import DeviceArray
 from cudnn_py.ops import convolution as cv
+from helpers import NoCallHandle
 
 
 def _arr(shape, dtype=np.float32, strides=None, device_id=0):
     return DeviceArray(1 << 30, shape, dtype, strides, device_id=device_id)
 
 
-class _NoC:
-    """Stands in for a Handle where a test proves that validation fails before anything reaches cuDNN."""
-    device = 0
-    stream = None
+class _NoC(NoCallHandle):
+    """A NoCallHandle with an uncapped workspace (the algorithm choice reads the cap)."""
     workspace = types.SimpleNamespace(cap=None)
-
-    @property
-    def ptr(self):
-        raise AssertionError("a C call was attempted")
 
 
 def test_parameters_normalise_and_hash():
@@ -183,3 +179,66 @@ def test_auto_math_type(dtype, want):
     fma = cv.Convolution(padding=1, math_type="fma")
     g = cv._Geometry(fma, ((1, 2, 5, 5), (50, 25, 5, 1)), ((2, 2, 3, 3), (18, 9, 3, 1)), (None, None), dtype, dtype)
     assert g.math_type is capi.CUDNN_FMA_MATH
+
+
+def test_plan_table_is_bounded(monkeypatch):
+    monkeypatch.setattr(cv, "_PLANS", {})
+    monkeypatch.setattr(cv, "_PLANS_MAX", 3)
+    for i in range(5):
+        assert cv._remember(("k", i), i) == i
+    assert list(cv._PLANS) == [("k", 2), ("k", 3), ("k", 4)]  # the oldest went first
+    cv._remember(("k", 3), "new")  # replacing an entry drops nothing
+    assert cv._PLANS == {("k", 2): 2, ("k", 3): "new", ("k", 4): 4}
+
+
+class _Workspace:
+    """A workspace with a cap whose device allocations above ``free`` bytes fail (as cuda.core's do)."""
+
+    def __init__(self, cap=None, free=None):
+        self.cap, self.free, self.asked = cap, free, []
+
+    def get(self, nbytes, stream=None):
+        self.asked.append(nbytes)
+        if self.cap is not None and nbytes > self.cap:
+            raise WorkspaceLimitError(f"{nbytes} > cap {self.cap}")
+        if self.free is not None and nbytes > self.free:
+            raise RuntimeError("CUDA_ERROR_OUT_OF_MEMORY")
+        return 0x1000
+
+
+def test_find_workspace_falls_back_to_smaller_needs():
+    h = types.SimpleNamespace(stream=None, workspace=_Workspace(free=5000))
+    assert cv._find_workspace(h, [0, 8000, 4096, 6000], None) == (0x1000, 4096)
+    assert h.workspace.asked == [8000, 6000, 4096]  # largest first, each distinct need once
+    h.workspace = _Workspace(free=100)
+    assert cv._find_workspace(h, [0, 8000, 4096], None) == (None, 0)  # nothing fits: Find runs without
+    h.workspace = _Workspace(free=None)
+    assert cv._find_workspace(h, [8000, 4096], 5000) == (0x1000, 5000)  # the limit caps the request
+    assert cv._find_workspace(h, [0], None) == (None, 0) and cv._find_workspace(h, [], 100) == (None, 0)
+
+
+def test_lowered_workspace_cap_chooses_again(monkeypatch):
+    """A plan made under a larger cap is made again under the lowered one, not refused (nothing reaches C)."""
+    chosen = []
+
+    def resolve(handle, g, direction, spec, deterministic, limit, in_ptrs):  # algorithm 1 needs 1 MiB, 0 none
+        chosen.append(limit)
+        return cv._alg.algorithm_enum(direction)(limit is None), capi.CUDNN_DEFAULT_MATH, (limit is None) << 20
+    monkeypatch.setattr(cv, "_resolve", resolve)
+    monkeypatch.setattr(cv, "_PLANS", {})
+    h = _NoC()
+    h.workspace = _Workspace()
+    conv, x, w, y = cv.Convolution(padding=1), _arr((1, 3, 5, 5)), _arr((4, 3, 3, 3)), _arr((1, 4, 5, 5))
+    for call in (lambda: cv.convolution_forward(h, conv, x, w, y),
+                 lambda: cv.convolution_backward_data(h, conv, w, y, x),
+                 lambda: cv.convolution_backward_filter(h, conv, x, y, w)):
+        h.workspace.cap = None
+        chosen.clear()
+        with pytest.raises(AssertionError, match="cuDNN call"):  # reached the C call with a 1 MiB workspace
+            call()
+        h.workspace.cap = 1000
+        with pytest.raises(AssertionError, match="cuDNN call"):  # chose again under the cap
+            call()
+        assert chosen == [None, 1000]
+    assert sorted(p.ws for p in cv._PLANS.values()) == [0, 0, 0]
+    assert h.workspace.asked == [1 << 20, 1 << 20] * 3  # the refused 1 MiB, then no workspace needed

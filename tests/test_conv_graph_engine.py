@@ -122,3 +122,21 @@ def test_graph_engine_refuses_what_it_does_not_take():
         cv.convolution_bias_activation_forward(h, conv, x, w, fake((3,)), z=fake((1, 3, 5, 5)), engine="graph")
     with pytest.raises(ValueError, match="needs dw"):
         cv.convolution_backward_filter(h, conv, x, fake((1, 3, 5, 5)), engine="graph")
+    with pytest.raises(ValueError, match="math_type"):
+        cv.convolution_forward(h, cv.Convolution(padding=1, math_type="fma"), x, w, engine="graph")
+
+
+@pytest.mark.parametrize("call,match", [
+    # the graph would infer groups=2 from these shapes; the Convolution says groups=1, as engine='legacy' checks
+    (lambda h, c: cv.convolution_forward(h, c, fake((1, 4, 5, 5)), fake((3, 2, 3, 3)), engine="graph"), "groups=1"),
+    (lambda h, c: cv.convolution_forward(h, c, fake((1, 2, 5, 5)), fake((3, 2, 3)), engine="graph"), "dimensions"),
+    (lambda h, c: cv.convolution_backward_data(h, c, fake((3, 2, 3, 3)), fake((1, 3, 4, 4)), x_shape=(1, 2, 5, 5),
+                                               engine="graph"), "does not match"),
+    (lambda h, c: cv.convolution_backward_filter(h, c, fake((1, 2, 5, 5)), fake((1, 3, 5, 5)), w_shape=(3, 1, 3, 3),
+                                                 engine="graph"), "groups=1"),
+    (lambda h, c: cv.convolution_bias_activation_forward(h, c, fake((1, 2, 5, 5)), fake((3, 2, 3, 3)), fake((4,)),
+                                                         engine="graph"), "one value per output channel"),
+], ids=["groups", "rank", "dy_shape", "dw_groups", "bias_size"])
+def test_graph_engine_checks_geometry_like_legacy(call, match):
+    with pytest.raises(ValueError, match=match):
+        call(NoCallHandle(), cv.Convolution(padding=1))

@@ -36,6 +36,7 @@ from cudnn_py import descriptors as _d
 from cudnn_py.dtypes import cudnn_dtype
 from cudnn_py.errors import CudnnError, WorkspaceLimitError
 from cudnn_py.memory import DeviceArray, as_array, empty, zeros
+from cudnn_py.ops._common import enum_arg
 
 __all__ = [
     "Convolution", "convolution_forward", "convolution_backward_data", "convolution_backward_filter",
@@ -47,14 +48,6 @@ MATH_TYPES = {"default": capi.CUDNN_DEFAULT_MATH, "tensor_op": capi.CUDNN_TENSOR
               "tensor_op_allow_conversion": capi.CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION, "fma": capi.CUDNN_FMA_MATH}
 _MODES = {"cross_correlation": capi.CUDNN_CROSS_CORRELATION, "convolution": capi.CUDNN_CONVOLUTION}
 _ALGO_WORDS = ("heuristic", "fastest")
-
-
-def _enum_arg(value, table: dict, enum_type, what: str):
-    if isinstance(value, enum_type):
-        return value
-    if isinstance(value, str) and value.lower() in table:
-        return table[value.lower()]
-    raise ValueError(f"{what} {value!r}: expected one of {sorted(table)} or a {enum_type.__name__}")
 
 
 def _ints(v, what: str, minimum: int) -> tuple[int, ...] | int:
@@ -98,8 +91,8 @@ class Convolution:
         if not isinstance(groups, (int, np.integer)) or isinstance(groups, bool) or groups < 1:
             raise ValueError(f"groups must be an int >= 1, got {groups!r}")
         self.groups = int(groups)
-        self.mode = _enum_arg(mode, _MODES, capi.cudnnConvolutionMode_t, "mode")
-        self.math_type = None if math_type == "auto" else _enum_arg(math_type, MATH_TYPES, capi.cudnnMathType_t,
+        self.mode = enum_arg(mode, _MODES, capi.cudnnConvolutionMode_t, "mode")
+        self.math_type = None if math_type == "auto" else enum_arg(math_type, MATH_TYPES, capi.cudnnMathType_t,
                                                                     "math_type")
         self.compute_type = None if compute_type is None else cudnn_dtype(compute_type)
         if layout not in ("NCHW", "NHWC"):
@@ -407,24 +400,37 @@ def _honouring(records, requested):
     return kept or [dataclasses.replace(r, math_type=requested) for r in records]
 
 
+def _find_workspace(handle, needs, limit) -> tuple[int | None, int]:
+    """(pointer, bytes) of the workspace for ``Find...Ex``: the largest of the algorithms' ``needs``, capped
+    at ``limit``. When that much device memory cannot be allocated, the next smaller need is tried, down to
+    none (cuDNN then reports the algorithms needing more as failing, and the choice falls on the others)."""
+    for nbytes in sorted({n if limit is None else min(n, limit) for n in needs}, reverse=True):
+        if nbytes == 0:
+            break
+        try:
+            return handle.workspace.get(nbytes, handle.stream), nbytes
+        except Exception:  # noqa: BLE001 - cuda.core's CUDAError (out of device memory): try a smaller need
+            continue
+    return None, 0
+
+
 def _find_records(handle, g: _Geometry, direction: str, limit, in_ptrs):
-    """``Find...Ex`` on the given inputs, a scratch output and a workspace of min(limit, largest need)."""
+    """``Find...Ex`` on the given inputs, a scratch output and the workspace :func:`_find_workspace` gets."""
     a, b, c = _descs(g, direction)
     conv_desc = g.conv_desc(g.math_type)
-    biggest = 0
+    needs = []
     for algo in _alg._real_members(direction):
         try:
-            biggest = max(biggest, _alg.workspace_size(handle, direction, a, b, conv_desc, c, algo))
-        except Exception:  # noqa: BLE001 - unsupported here; Find will say so in its records
+            needs.append(_alg.workspace_size(handle, direction, a, b, conv_desc, c, algo))
+        except CudnnError:  # unsupported here; Find will say so in its records
             continue
-    ws_bytes = biggest if limit is None else min(limit, biggest)
     stream = handle.stream
     scratch = empty((_c_nbytes(g, direction),), np.uint8, stream=stream)
     a_ptr, b_ptr = in_ptrs
     if g.asym and direction != "backward_data":
         pad_x = zeros((g.xp_size,), g.np_dtype, stream=stream)
         a_ptr = pad_x.ptr
-    ws_ptr = handle.workspace.get(ws_bytes, stream) if ws_bytes else None
+    ws_ptr, ws_bytes = _find_workspace(handle, needs, limit)
     return _alg.find_algorithms_ex(handle, direction, a, a_ptr, b, b_ptr, conv_desc, c, scratch.ptr,
                                    ws_ptr, ws_bytes)
 
@@ -438,27 +444,40 @@ def _device_id(handle) -> int:
 
 class _Plan:
     """What one call needs: raw descriptor handles (their objects kept alive), algorithm, workspace bytes."""
-    __slots__ = ("g", "direction", "a", "b", "c", "conv_desc", "keep", "algo", "ws", "fn", "double", "gen", "one",
-                 "zero")
+    __slots__ = ("g", "a", "b", "c", "conv_desc", "keep", "algo", "ws", "fn", "double", "gen", "one", "zero")
 
 
-_PLANS: dict = {}
+_PLANS: dict = {}  # call signature -> what calls derive from it (_Plan, bias plan, graph parameters), bounded
+_PLANS_MAX = 4096
 _FUNCS = {"forward": "cudnnConvolutionForward", "backward_data": "cudnnConvolutionBackwardData",
           "backward_filter": "cudnnConvolutionBackwardFilter"}
 
 
+def _remember(key, value):
+    """Store ``value`` in :data:`_PLANS`, dropping the oldest entry when the table is full."""
+    if len(_PLANS) >= _PLANS_MAX and key not in _PLANS:
+        _PLANS.pop(next(iter(_PLANS)), None)
+    _PLANS[key] = value
+    return value
+
+
+def _geometry(handle, conv: Convolution, x, w, y) -> _Geometry:
+    """Devices and dtypes checked, then the geometry; x, w, y: (shape, strides, dtype, device) in their
+    forward roles (y None: a new packed output)."""
+    dev = _device_id(handle)
+    for name, s in (("x", x), ("w", w), ("y", y)):
+        if s is not None and s[3] != dev:
+            raise ValueError(f"{name} is on device {s[3]} but the handle is on device {dev}")
+    y_dtype = x[2] if y is None else y[2]
+    _check_dtypes(x[2], w[2], y_dtype)
+    return _Geometry(conv, x[:2], w[:2], (None, None) if y is None else y[:2], x[2], y_dtype)
+
+
 def _plan(handle, key, direction, conv, arrays, spec, deterministic, workspace_limit, in_ptrs):
     """Build (validate, describe, choose the algorithm) and remember the plan for ``key``."""
-    x, w, y = arrays  # each (shape, strides, dtype, device_id) or None; y/x/w role by forward semantics
-    dev = _device_id(handle)
-    for name, arr in zip(("x", "w", "y"), arrays):
-        if arr is not None and arr[3] != dev:
-            raise ValueError(f"{name} is on device {arr[3]} but the handle is on device {dev}")
-    _check_dtypes(x[2], w[2], y[2] if y is not None else x[2])
-    g = _Geometry(conv, x[:2], w[:2], (y[0], y[1]) if y is not None else (None, None), x[2],
-                  y[2] if y is not None else x[2])
+    g = _geometry(handle, conv, *arrays)  # arrays: x, w, y signatures by forward roles (y may be None)
     p = _Plan()
-    p.g, p.direction = g, direction
+    p.g = g
     limit = _limit(handle, workspace_limit)
     algo, math_type, p.ws = _resolve(handle, g, direction, spec, deterministic, limit, in_ptrs)
     p.keep = _descs(g, direction) + (g.conv_desc(math_type),)
@@ -468,8 +487,7 @@ def _plan(handle, key, direction, conv, arrays, spec, deterministic, workspace_l
     p.double = g.compute == capi.CUDNN_DATA_DOUBLE
     p.one, p.zero, _, _ = _scalars(p.double, 1.0, 0.0)
     p.gen = _alg.algorithm_cache.generation if isinstance(spec, str) and spec.lower() == "fastest" else None
-    _PLANS[key] = p
-    return p
+    return _remember(key, p)
 
 
 def _sig(arr):
@@ -514,15 +532,20 @@ def _arg(obj, name: str):
     return (a.shape, a.strides, a.dtype, a.device_id), a.ptr
 
 
-def _get_plan(key):
+def _ready(handle, key, direction, conv, arrays, spec, deterministic, workspace_limit, in_ptrs):
+    """(plan, workspace pointer) for a call: the remembered plan (unless "fastest" choices were cleared or
+    reloaded since), else a new one. A plan whose workspace the handle's cap no longer admits (the cap was
+    lowered, or a handle with a larger cap made the plan) is made again under this cap; an explicit
+    algorithm that needs more then raises :class:`WorkspaceLimitError`. :func:`convolution_forward`
+    inlines this."""
     p = _PLANS.get(key)
-    if p is not None and p.gen is not None and p.gen != _alg.algorithm_cache.generation:
-        return None
-    return p
-
-
-def _ws_ptr(handle, nbytes):
-    return handle.workspace.get(nbytes, handle.stream) if nbytes else None
+    if p is None or (p.gen is not None and p.gen != _alg.algorithm_cache.generation):
+        p = _plan(handle, key, direction, conv, arrays, spec, deterministic, workspace_limit, in_ptrs)
+    try:
+        return p, (handle.workspace.get(p.ws, handle.stream) if p.ws else None)
+    except WorkspaceLimitError:
+        p = _plan(handle, key, direction, conv, arrays, spec, deterministic, workspace_limit, in_ptrs)
+        return p, (handle.workspace.get(p.ws, handle.stream) if p.ws else None)
 
 
 def _pad_input(handle, g: _Geometry, x_ptr: int):
@@ -548,32 +571,29 @@ def convolution_forward(handle, conv: Convolution, x, w, y=None, *, algo: Any = 
     ws, w_ptr = _arg(w, "w")
     ys, y_ptr = (None, 0) if y is None else _arg(y, "y")
     key = ("forward", conv, xs, ws, ys, algo, deterministic, workspace_limit, handle.device)
-    p = _PLANS.get(key)
+    p = _PLANS.get(key)  # the hot path: _ready inlined
     if p is None or (p.gen is not None and p.gen != _alg.algorithm_cache.generation):
         p = _plan(handle, key, "forward", conv, (xs, ws, ys), algo, deterministic, workspace_limit, (x_ptr, w_ptr))
+    try:
+        ws_ptr = handle.workspace.get(p.ws, handle.stream) if p.ws else None
+    except WorkspaceLimitError:  # the cap no longer admits this plan's workspace: see _ready
+        p = _plan(handle, key, "forward", conv, (xs, ws, ys), algo, deterministic, workspace_limit, (x_ptr, w_ptr))
+        ws_ptr = handle.workspace.get(p.ws, handle.stream) if p.ws else None
     if y is None:
         y = empty(p.g.out_shape, p.g.np_y_dtype, stream=handle.stream)
         y_ptr = y.ptr
     xp = _pad_input(handle, p.g, x_ptr) if p.g.asym else None
     al, be = (p.one, p.zero) if alpha == 1.0 and beta == 0.0 else _scalars(p.double, alpha, beta)[:2]
-    p.fn(handle.ptr, al, p.a, x_ptr if xp is None else xp.ptr, p.b, w_ptr, p.conv_desc, p.algo,
-         handle.workspace.get(p.ws, handle.stream) if p.ws else None, p.ws, be, p.c, y_ptr)
+    p.fn(handle.ptr, al, p.a, x_ptr if xp is None else xp.ptr, p.b, w_ptr, p.conv_desc, p.algo, ws_ptr, p.ws, be,
+         p.c, y_ptr)
     return y
-
-
-def _contiguous(shape):
-    strides, acc = [0] * len(shape), 1
-    for i in range(len(shape) - 1, -1, -1):
-        strides[i] = acc
-        acc *= shape[i]
-    return tuple(strides)
 
 
 def _shape_sig(shape, like, what):
     shape = tuple(int(n) for n in shape)
     if any(n < 1 for n in shape):
         raise ValueError(f"{what} {shape} must have positive dimensions")
-    return shape, _contiguous(shape), like[2], like[3]
+    return shape, _packed(shape, False), like[2], like[3]
 
 
 def _input_shape(conv: Convolution, w_shape, dy_shape) -> tuple[int, ...]:
@@ -609,13 +629,12 @@ def convolution_backward_data(handle, conv: Convolution, w, dy, dx=None, *, x_sh
     else:
         xs = _shape_sig(x_shape if x_shape is not None else _input_shape(conv, ws[0], dys[0]), ws, "x_shape")
     key = ("backward_data", conv, xs, ws, dys, dx is None, algo, deterministic, workspace_limit, handle.device)
-    p = _get_plan(key) or _plan(handle, key, "backward_data", conv, (xs, ws, dys), algo, deterministic,
-                                workspace_limit, (w_ptr, dy_ptr))
+    p, ws_ptr = _ready(handle, key, "backward_data", conv, (xs, ws, dys), algo, deterministic, workspace_limit,
+                       (w_ptr, dy_ptr))
     g = p.g
     if dx is None:
         dx = empty(xs[0], xs[2], stream=handle.stream)
         dx_ptr = dx.ptr
-    ws_ptr = _ws_ptr(handle, p.ws)
     if g.asym:  # gradient of the padded x, then its interior blended into dx
         dxp = empty((g.xp_size,), g.np_dtype, stream=handle.stream)
         one, zero, _, _ = _scalars(p.double, 1.0, 0.0)
@@ -652,15 +671,15 @@ def convolution_backward_filter(handle, conv: Convolution, x, dy, dw=None, *, w_
     else:
         ws = _shape_sig(w_shape, xs, "w_shape")
     key = ("backward_filter", conv, xs, ws, dys, dw is None, algo, deterministic, workspace_limit, handle.device)
-    p = _get_plan(key) or _plan(handle, key, "backward_filter", conv, (xs, ws, dys), algo, deterministic,
-                                workspace_limit, (x_ptr, dy_ptr))
+    p, ws_ptr = _ready(handle, key, "backward_filter", conv, (xs, ws, dys), algo, deterministic, workspace_limit,
+                       (x_ptr, dy_ptr))
     if dw is None:
         dw = empty(ws[0], ws[2], stream=handle.stream)
         dw_ptr = dw.ptr
     xp = _pad_input(handle, p.g, x_ptr) if p.g.asym else None
     al, be, _, _ = _scalars(p.double, alpha, beta)
-    p.fn(handle.ptr, al, p.a, x_ptr if xp is None else xp.ptr, p.b, dy_ptr, p.conv_desc, p.algo,
-         _ws_ptr(handle, p.ws), p.ws, be, p.c, dw_ptr)
+    p.fn(handle.ptr, al, p.a, x_ptr if xp is None else xp.ptr, p.b, dy_ptr, p.conv_desc, p.algo, ws_ptr, p.ws, be,
+         p.c, dw_ptr)
     return dw
 
 
@@ -675,7 +694,7 @@ def convolution_backward_bias(handle, dy, db=None, *, alpha: float = 1.0, beta: 
     key = ("backward_bias", dys, dbs, layout, handle.device)
     got = _PLANS.get(key)
     if got is None:
-        got = _PLANS[key] = _bias_plan(handle, dys, dbs, layout, "db")
+        got = _remember(key, _bias_plan(handle, dys, dbs, layout, "db"))
     dy_desc, db_desc, db_shape, double, _ = got
     if db is None:
         db = empty(db_shape, dys[2], stream=handle.stream)
@@ -700,7 +719,7 @@ def _bias_plan(handle, ysig, bsig, layout, name):
     k = ys[1]
     bshape = (1, k) + (1,) * (len(ys) - 2)
     if bsig is not None:
-        if math.prod(bsig[0]) != k or tuple(bsig[1]) != _contiguous(bsig[0]):
+        if math.prod(bsig[0]) != k or tuple(bsig[1]) != _packed(bsig[0], False):
             raise ValueError(f"{name} must be a contiguous array of {k} elements (one per channel), got shape "
                              f"{tuple(bsig[0])} strides {tuple(bsig[1])}")
         if bsig[3] != device:
@@ -726,17 +745,17 @@ def convolution_bias_activation_forward(handle, conv: Convolution, x, w, bias, *
     used as z; pass ``z=y`` to add y's current values instead. ``bias`` holds one value per channel.
     ``engine="graph"`` fuses conv, bias and activation into one backend-API graph (no ``z``).
     """
+    act = enum_arg(activation, _ACTIVATIONS, capi.cudnnActivationMode_t, "activation")
     if engine != "legacy":
         if z is not None or alpha2 != 0.0:
             raise ValueError("engine='graph' has no z input: use engine='legacy' for y = act(conv + alpha2*z + b)")
-        b, ones = as_array(bias, "bias"), [1] * (as_array(x, "x").ndim - 2)
-        b = b.reshape(1, b.size, *ones) if conv.layout == "NCHW" else b.reshape(1, *ones, b.size)
+        b, k, ones = as_array(bias, "bias"), as_array(w, "w").shape[0], [1] * (as_array(x, "x").ndim - 2)
+        if b.size != k:
+            raise ValueError(f"bias must hold one value per output channel ({k}), got shape {b.shape}")
+        b = b.reshape(1, k, *ones) if conv.layout == "NCHW" else b.reshape(1, *ones, k)
+        name = None if act == capi.CUDNN_ACTIVATION_IDENTITY else act.name[len("CUDNN_ACTIVATION_"):].lower()
         return _graph_call("forward", handle, conv, x, w, y, engine, algo, deterministic, workspace_limit,
-                           alpha=alpha1, beta=0.0, bias=b,
-                           activation=None if activation in ("identity", capi.CUDNN_ACTIVATION_IDENTITY) else
-                           _enum_arg(activation, _ACTIVATIONS, capi.cudnnActivationMode_t, "activation").name[
-                               len("CUDNN_ACTIVATION_"):].lower())
-    act = _enum_arg(activation, _ACTIVATIONS, capi.cudnnActivationMode_t, "activation")
+                           alpha=alpha1, beta=0.0, bias=b, activation=name)
     if act == capi.CUDNN_ACTIVATION_IDENTITY:
         precomp = capi.CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM
         if isinstance(algo, str) and algo.lower() in _ALGO_WORDS:
@@ -750,16 +769,17 @@ def convolution_bias_activation_forward(handle, conv: Convolution, x, w, bias, *
     bs, b_ptr = _arg(bias, "bias")
     ys, y_ptr = (None, 0) if y is None else _arg(y, "y")
     key = ("forward", conv, xs, ws, ys, algo, deterministic, workspace_limit, handle.device)
-    p = _get_plan(key) or _plan(handle, key, "forward", conv, (xs, ws, ys), algo, deterministic, workspace_limit,
-                                (x_ptr, w_ptr))
+    p, ws_ptr = _ready(handle, key, "forward", conv, (xs, ws, ys), algo, deterministic, workspace_limit,
+                       (x_ptr, w_ptr))
     if y is None:
         y = empty(p.g.out_shape, p.g.np_y_dtype, stream=handle.stream)
         ys, y_ptr = _arg(y, "y")
     bkey = ("bias", ys, bs, conv.layout, handle.device)
     bplan = _PLANS.get(bkey)
     if bplan is None:
-        bplan = _PLANS[bkey] = _bias_plan(handle, ys, bs, conv.layout, "bias")
+        bplan = _remember(bkey, _bias_plan(handle, ys, bs, conv.layout, "bias"))
     if z is None:  # z aliases y: clear y so that no stale value (or NaN) can leak in through z
+        # cuDNN reads the value as y's data type; a double 0.0 is all zero bytes, so it reads 0 in any type
         capi.cudnnSetTensor(handle.ptr, p.c, y_ptr, _scalars(True, 0.0, 0.0)[0])
         z_ptr = y_ptr
     else:
@@ -768,10 +788,10 @@ def convolution_bias_activation_forward(handle, conv: Convolution, x, w, bias, *
             raise ValueError(f"z must look like y (shape, strides, dtype, device {ys}), got {zs}")
     xp = _pad_input(handle, p.g, x_ptr) if p.g.asym else None
     a1, a2, _, _ = _scalars(p.double, alpha1, alpha2)
+    act_desc = _d.activation_descriptor(act, 0.0)  # held here: the shared cache may drop it during the call
     capi.cudnnConvolutionBiasActivationForward(
-        handle.ptr, a1, p.a, x_ptr if xp is None else xp.ptr, p.b, w_ptr, p.conv_desc, p.algo,
-        _ws_ptr(handle, p.ws), p.ws, a2, p.c, z_ptr, bplan[1], b_ptr, _d.activation_descriptor(act, 0.0).ptr, p.c,
-        y_ptr)
+        handle.ptr, a1, p.a, x_ptr if xp is None else xp.ptr, p.b, w_ptr, p.conv_desc, p.algo, ws_ptr, p.ws, a2,
+        p.c, z_ptr, bplan[1], b_ptr, act_desc.ptr, p.c, y_ptr)
     return y
 
 
@@ -791,13 +811,7 @@ def _query_geometry(handle, conv, x, w, y, direction):
         xs = sig(x, "x", None)
         ws = sig(w, "w", xs)
         ys = None if y is None else sig(y, "y", xs)
-    dev = _device_id(handle)
-    for name, s in (("x", xs), ("w", ws), ("y", ys)):
-        if s is not None and s[3] != dev:
-            raise ValueError(f"{name} is on device {s[3]} but the handle is on device {dev}")
-    _check_dtypes(xs[2], ws[2], ys[2] if ys is not None else xs[2])
-    return _Geometry(conv, xs[:2], ws[:2], ys[:2] if ys is not None else (None, None), xs[2],
-                     ys[2] if ys is not None else xs[2])
+    return _geometry(handle, conv, xs, ws, ys)
 
 
 def convolution_algorithms(handle, conv: Convolution, x, w, y=None, *, direction: str = "forward",
@@ -864,14 +878,34 @@ def _graph_result(conv: Convolution, r: DeviceArray, ndim: int) -> DeviceArray:
         DeviceArray(r.ptr, shape, r.dtype, strides, device_id=r.device_id, owner=r)
 
 
+_GRAPH_ROLES = {"forward": ("x", "w", "y"), "backward_data": ("dy", "w", "dx"), "backward_filter": ("dy", "x", "dw")}
+
+
+def _graph_check(conv: Convolution, direction: str, a_shape, b_shape, out_shape) -> None:
+    """engine='legacy''s geometry checks (ranks, channels against ``groups``, sizes, dy's shape), which the graph,
+    inferring the groups from the shapes, does not make. Shapes as given; ``out_shape``: the direction's output."""
+    if direction == "forward":
+        x, w, dy = a_shape, b_shape, None
+    elif direction == "backward_data":
+        dy, w, x = a_shape, b_shape, out_shape
+    else:
+        dy, x, w = a_shape, b_shape, out_shape
+    y = conv.output_shape(x, w)
+    if dy is not None and tuple(dy) != y:
+        raise ValueError(f"dy {tuple(dy)} does not match the convolution's output {y} (x {tuple(x)}, w {tuple(w)}, "
+                         f"{conv!r})")
+
+
 def _graph_call(direction, handle, conv: Convolution, a, b, out, engine, algo, deterministic, workspace_limit, *,
                 alpha, beta, shape=None, bias=None, activation=None):
     """Run one convolution direction through :mod:`cudnn_py.graph.conv` (``engine="graph"``).
 
-    The graph API picks among cuDNN's engines itself: ``algo`` is ``"heuristic"`` (the heuristics' first plan)
-    or ``"fastest"`` (every plan timed once, the fastest kept); ``math_type`` does not apply. Plans are cached
-    per configuration, so a repeated call is a lookup and one ``cudnnBackendExecute`` (about 6 us of host time
-    for a tiny convolution against about 27 us for the legacy call, on an H200).
+    ``a``, ``b``, ``out``: x, w, y (forward), dy, w, dx (backward_data) or dy, x, dw (backward_filter);
+    ``shape``: the output's shape when ``out`` is None. The graph API picks among cuDNN's engines itself:
+    ``algo`` is ``"heuristic"`` (the heuristics' first plan) or ``"fastest"`` (every plan timed once, the
+    fastest kept), and ``math_type`` stays ``"auto"``. Plans are cached per configuration, so a repeated call
+    is a lookup and one ``cudnnBackendExecute`` (about 6 us of host time for a tiny convolution against about
+    27 us for the legacy call, on an H200).
     """
     from cudnn_py.graph import conv as gconv
     if engine != "graph":
@@ -879,19 +913,27 @@ def _graph_call(direction, handle, conv: Convolution, a, b, out, engine, algo, d
     if not (isinstance(algo, str) and algo.lower() in _ALGO_WORDS):
         raise ValueError(f"engine='graph' chooses among cuDNN's engines itself: algo must be 'heuristic' or "
                          f"'fastest', got {algo!r}")
-    if deterministic or workspace_limit is not None:
-        raise ValueError("deterministic= and workspace_limit= apply to engine='legacy'; with engine='graph' cap "
-                         "the workspace with handle.workspace.cap")
-    a = as_array(a, "a")
+    if deterministic or workspace_limit is not None or conv.math_type is not None:
+        raise ValueError("deterministic=, workspace_limit= and math_type apply to engine='legacy'; with "
+                         "engine='graph' leave math_type 'auto' and cap the workspace with handle.workspace.cap")
+    names = _GRAPH_ROLES[direction]
+    a, b = as_array(a, names[0]), as_array(b, names[1])
+    o = None if out is None else as_array(out, names[2])
     ndim = a.ndim
-    av, bv = _graph_view(conv, a, "a"), _graph_view(conv, b, "b")
-    pads, stride, dil = conv.params(ndim - 2)
-    if ndim == 3:
-        pads, stride, dil = ((0, 0),) + pads, (1,) + stride, (1,) + dil
-    kw = dict(padding=tuple(p[0] for p in pads), post_padding=tuple(p[1] for p in pads), stride=stride,
-              dilation=dil, conv_mode=conv.mode.name[len("CUDNN_"):].lower(), compute_dtype=conv.compute_type,
-              alpha=alpha, beta=beta, autotune=algo.lower() == "fastest")
-    ov = None if out is None else _graph_view(conv, out, "out")
+    key = ("graph", direction, conv, a.shape, b.shape, o.shape if o is not None else
+           None if shape is None else tuple(shape))
+    params = _PLANS.get(key)
+    if params is None:  # checked and derived once per configuration
+        _graph_check(conv, direction, a.shape, b.shape, key[-1])
+        pads, stride, dil = conv.params(ndim - 2)
+        if ndim == 3:
+            pads, stride, dil = ((0, 0),) + pads, (1,) + stride, (1,) + dil
+        params = _remember(key, dict(
+            padding=tuple(p[0] for p in pads), post_padding=tuple(p[1] for p in pads), stride=stride, dilation=dil,
+            conv_mode=conv.mode.name[len("CUDNN_"):].lower(), compute_dtype=conv.compute_type))
+    kw = dict(params, alpha=alpha, beta=beta, autotune=algo.lower() == "fastest")
+    av, bv = _graph_view(conv, a, names[0]), _graph_view(conv, b, names[1])
+    ov = None if o is None else _graph_view(conv, o, names[2])
     if direction == "forward":
         r = gconv.conv_forward(handle, av, bv, y=ov, bias=None if bias is None else _graph_view(conv, bias, "bias"),
                                activation=activation, **kw)
