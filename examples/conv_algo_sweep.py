@@ -1,5 +1,5 @@
 """Sweep every forward/backward algorithm and math type on a ResNet-50 layer and print the table
-(the library behind ``python -m cudnn_py algos``), then show what "heuristic" and "fastest" pick.
+(the library behind ``python -m cudnn_py algos``), then the fastest algorithm of each direction.
 
     python examples/conv_algo_sweep.py [--preset resnet50-conv3-3x3] [--batch 32] [--dtype float16]
 """

@@ -109,3 +109,22 @@ def test_writers(tmp_path):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     else:
         pytest.importorskip("matplotlib")  # plot() only returns False without matplotlib
+
+
+def test_plot_renders_a_png(tmp_path):
+    """--plot on synthetic records: one bar per supported row (all directions and math types), a readable PNG."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.image import imread
+    rows = [algos.Row(d, m, a, True, "", t, 10.0 / t, 1 << 20, True, 1e-6)
+            for d, m, a, t in [("forward", "default", "IMPLICIT_GEMM", 0.8), ("forward", "tensor_op", "FFT", 0.3),
+                               ("backward_data", "default", "ALGO_1", 1.2), ("backward_filter", "fma", "ALGO_0", 2.5),
+                               ("backward_filter", "tensor_op", "WINOGRAD_NONFUSED", 0.6)]]
+    rows.append(algos.Row("forward", "fma", "DIRECT", False, "CUDNN_STATUS_NOT_SUPPORTED"))  # no bar
+    png = tmp_path / "algos.png"
+    assert algos.plot(rows, str(png), "x=(8, 64, 56, 56) w=(64, 64, 3, 3) float32 NCHW")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    img = imread(png)
+    assert img.shape[1] == 9 * 120 and img.shape[0] == round((0.28 * 5 + 1.5) * 120)  # figsize x dpi
+    assert img[..., :3].std() > 0.05  # something was drawn, not a blank canvas
+    import matplotlib.pyplot as plt
+    assert not plt.get_fignums()  # rendered off-screen: no figure left open in pyplot

@@ -371,24 +371,22 @@ def write_json(rows: list[Row], cfg: Config, path: str) -> None:
 
 
 def plot(rows: list[Row], path: str, title: str) -> bool:
-    """A horizontal bar chart of supported algorithms' times; False when matplotlib is missing."""
+    """A horizontal bar chart of supported algorithms' times, one colour per direction, written to ``path``
+    (PNG); False when matplotlib is missing. Renders off-screen without touching pyplot's global state."""
     try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        from matplotlib.figure import Figure
     except ImportError:
         return False
     ok = [r for r in rows if r.supported]
-    fig, ax = plt.subplots(figsize=(9, 0.28 * len(ok) + 1.5))
-    labels = [f"{r.direction} / {r.math_type} / {r.algo}" for r in ok]
+    fig = Figure(figsize=(9, 0.28 * len(ok) + 1.5))
+    ax = fig.subplots()
     ax.barh(range(len(ok)), [r.time_ms for r in ok], color=[f"C{DIRECTIONS.index(r.direction)}" for r in ok])
-    ax.set_yticks(range(len(ok)), labels, fontsize=7)
+    ax.set_yticks(range(len(ok)), [f"{r.direction} / {r.math_type} / {r.algo}" for r in ok], fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel("median time (ms)")
     ax.set_title(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
     return True
 
 
