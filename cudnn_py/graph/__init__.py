@@ -2,7 +2,7 @@
 
 * :class:`BackendDescriptor` - any ``cudnnBackendDescriptor_t`` with attributes checked against one table.
 * :class:`Graph` - tensors and operations (convolutions, matmul, pointwise, reduction, genstats), built into
-  plans through heuristics with a process-wide plan cache; :meth:`Graph.autotune` times every plan.
+  plans through heuristics with a per-handle plan cache; :meth:`Graph.autotune` times every plan.
 * :class:`Plan` / :class:`Executor` - execution with variant packs cached by data pointers;
   :class:`CudaGraph` records a plan into a CUDA graph.
 * :func:`conv_forward`, :func:`conv_backward_data`, :func:`conv_backward_filter` - convolution through cached

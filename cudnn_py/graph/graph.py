@@ -593,7 +593,7 @@ class Graph:
     # -- plans and execution (see plans.py / execute.py) --------------------------------------------------------
     def build(self, handle, modes: Sequence[str] = ("A", "FALLBACK"), *, policy: str = "first", **filters):
         """Build plans (``policy='first'``: the first heuristic config that builds; ``'all'``: every one), using
-        the process-wide plan cache; returns self. Raises :class:`GraphNotSupportedError` naming the operations,
+        the handle's plan cache; returns self. Raises :class:`GraphNotSupportedError` naming the operations,
         the modes tried and cuDNN's reasons when no engine supports the graph."""
         from .plans import build_plans
         self.plans = build_plans(self, handle, modes=modes, policy=policy, **filters)

@@ -4,8 +4,8 @@
   ``'INSTANT'``); :func:`engine_configs` enumerates every engine with its default knobs.
 * :class:`Plan` is a finalized execution plan: workspace size, its engine config, JSON serialisation
   (:meth:`Plan.to_json` / :func:`plan_from_json`), execution (see :mod:`cudnn_py.graph.execute`).
-* :func:`build_plans` builds the first (or every) plan, through a process-wide cache keyed by the graph's
-  structure, shapes, dtypes, the device, the handle and the options; :func:`autotune` times candidates.
+* :func:`build_plans` builds the first (or every) plan, through the handle's cache (keyed by the graph's
+  structure, shapes, dtypes and the options); :func:`autotune` times candidates.
 """
 from __future__ import annotations
 
@@ -205,7 +205,8 @@ class Plan:
 
 
 def plan_from_json(handle, text: str | bytes, graph=None) -> Plan:
-    """Load a plan serialised by :meth:`Plan.to_json` (same cuDNN version and GPU); ``graph`` names tensors."""
+    """Load a plan serialised by :meth:`Plan.to_json` (same cuDNN version and GPU). ``graph`` names its tensors
+    and is what arrays are checked against, so it must be the graph the plan was made from (cuDNN cannot tell)."""
     if isinstance(text, bytes):
         text = text.decode()
     d = BackendDescriptor("EXECUTION_PLAN", handle=handle)
