@@ -387,3 +387,28 @@ def test_torch_tensors(handle, rng):
     cv.convolution_forward(handle, conv, xc, wc, yc)
     handle.synchronize()
     assert _err(yc.cpu().numpy(), want) <= 3e-5
+
+
+
+@pytest.mark.parametrize("direction", alg.DIRECTIONS)
+def test_lowered_workspace_cap_chooses_again(rng, monkeypatch, direction):
+    """A plan made under no cap is made again (not refused) once the cap is lowered below its workspace."""
+    from cudnn_py.handle import Handle
+    x, w, dy, layout, kw = _data(rng, "2d", "float32")
+    conv = cv.Convolution(**kw, math_type="fma")
+    rk = _ref_kw(kw)
+    want = {"forward": lambda: ref.conv_forward(x, w, **rk),
+            "backward_data": lambda: ref.conv_backward_data(dy, w, x.shape, **rk),
+            "backward_filter": lambda: ref.conv_backward_filter(x, dy, w.shape, **rk)}[direction]()
+    monkeypatch.setattr(cv, "_PLANS", {})  # this test's plan is the only one
+    with Handle() as h:
+        x_d, w_d, dy_d = (to_device(a, h.stream) for a in (x, w, dy))
+        _run(h, direction, conv, x_d, w_d, dy_d, _poisoned(want.shape, np.float32, "NCHW", h.stream), "fastest")
+        (plan,) = cv._PLANS.values()
+        h.workspace.cap = 0
+        out = _poisoned(want.shape, np.float32, "NCHW", h.stream)
+        _run(h, direction, conv, x_d, w_d, dy_d, out, "fastest")
+        (again,) = cv._PLANS.values()
+        assert again.ws == 0 and (again is not plan or plan.ws == 0)
+        assert _err(out.to_numpy(), want) <= 3e-5
+        print(direction, f"first plan: {plan.algo.name}, {plan.ws} B; under cap 0: {again.algo.name}")
