@@ -148,33 +148,6 @@ def test_divisive_normalization_backward_matches_reference(handle, rng, with_mea
     assert_close(dx.to_numpy(), dx_ref, np.float32, tol_scale=3)
 
 
-def _every_other_column(host):
-    """A device view of ``host`` (N, C, H, W) with gaps: every other element of a twice-as-wide array."""
-    import cudnn_py as cudnn
-    from cudnn_py.memory import DeviceArray
-    wide = np.zeros(host.shape[:3] + (2 * host.shape[3],), host.dtype)
-    wide[..., ::2] = host
-    base = cudnn.to_device(wide)
-    strides = tuple(s * 2 if i < 3 else 2 for i, s in enumerate(base.strides))
-    return DeviceArray(base.ptr, host.shape, host.dtype, strides, owner=base)
-
-
-@pytest.mark.gpu
-def test_divisive_normalization_strided_input(handle, rng):
-    # cuDNN addresses its two scratch tensors with x's descriptor: they must span x's gaps too
-    import cudnn_py as cudnn
-    p = PARAMS[0]
-    x, dy, _, _, _, nan = _divnorm_case(rng, False)
-    xs, dys = _every_other_column(x), _every_other_column(dy)
-    assert not xs.is_contiguous
-    y = divisive_normalization_forward(handle, LRN(**p), xs, y=cudnn.to_device(nan))
-    assert_close(y.to_numpy(), ref.divnorm_forward(x, None, p["n"], p["alpha"], p["beta"], p["k"]), np.float32,
-                 tol_scale=3)
-    dx, _ = divisive_normalization_backward(handle, LRN(**p), xs, dys, dx=cudnn.to_device(nan))
-    dx_ref, _ = ref.divnorm_backward(x, None, dy, p["n"], p["alpha"], p["beta"], p["k"])
-    assert_close(dx.to_numpy(), dx_ref, np.float32, tol_scale=3)
-
-
 @pytest.mark.gpu
 def test_alpha_beta_allocation_core_descriptor_and_raw_capi(handle, rng):
     import cudnn_py as cudnn
