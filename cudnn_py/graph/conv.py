@@ -15,6 +15,7 @@ from cudnn_py.handle import handle_cache
 from cudnn_py.memory import DeviceArray, as_array, empty
 
 from .execute import _handle_device
+from .errors import GraphNotSupportedError
 from .graph import Graph, _packed_strides
 
 __all__ = ["conv_forward", "conv_backward_data", "conv_backward_filter", "ACTIVATIONS", "conv_cache_clear"]
@@ -69,7 +70,11 @@ def _build(g: Graph, handle, tensors, arrays, autotune: bool):
     if autotune:
         out = tensors[-1]
         scratch = _out(handle, out.shape, out.np_dtype, out.strides, None, out.name)
-        g.autotune(handle, {**dict(zip(tensors[:-1], arrays)), out: scratch})
+        pack = {**dict(zip(tensors[:-1], arrays)), out: scratch}
+        try:  # the heuristics' candidates; timing every fallback engine too costs seconds and never wins
+            g.autotune(handle, pack, modes=("A", "B"))
+        except GraphNotSupportedError:
+            g.autotune(handle, pack, modes=("FALLBACK",))
     else:
         g.build(handle)
     return g.executor(handle, *tensors, identity_cache=1)
