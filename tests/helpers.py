@@ -19,3 +19,17 @@ class NoCallHandle:
 def fake(shape, dtype=np.float32, strides=None) -> DeviceArray:
     """A DeviceArray with a dummy address: never dereferenced because validation fails first."""
     return DeviceArray(0x10000, shape, dtype, strides)
+
+
+def numeric_gradient(loss, arr: np.ndarray, eps: float = 1e-6) -> np.ndarray:
+    """Central differences of the scalar ``loss()`` with respect to ``arr``, which is perturbed in place (and restored)."""
+    g = np.zeros_like(arr)
+    for i in np.ndindex(arr.shape):
+        old = arr[i]
+        arr[i] = old + eps
+        up = loss()
+        arr[i] = old - eps
+        down = loss()
+        arr[i] = old
+        g[i] = (up - down) / (2 * eps)
+    return g

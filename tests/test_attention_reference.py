@@ -3,6 +3,7 @@ length masking, residuals."""
 import numpy as np
 import pytest
 
+from helpers import numeric_gradient
 from reference import attention as ref
 
 
@@ -25,30 +26,17 @@ def test_backward_matches_finite_differences(rng, biases, residual):
     dout = rng.standard_normal(out.shape)
     dq, dk, dv, dw = ref.backward(dout, cache)
     f = lambda: (ref.forward(q, k, v, w, lq, lk, lo, hi, 0.7, residual)[0] * dout).sum()  # noqa: E731
-    eps = 1e-6
 
-    def num(arr):
-        g = np.zeros_like(arr)
-        for idx in np.ndindex(arr.shape):
-            old = arr[idx]
-            arr[idx] = old + eps
-            fp = f()
-            arr[idx] = old - eps
-            fm = f()
-            arr[idx] = old
-            g[idx] = (fp - fm) / (2 * eps)
-        return g
-
-    dq_num = num(q)
+    dq_num = numeric_gradient(f, q)
     if residual:  # cuDNN's dq leaves out the residual path; add it back to compare
         valid = (np.arange(q.shape[1])[None, :] < lq[:, None])[..., None]
         dq = dq + dout * valid
     np.testing.assert_allclose(dq, dq_num, rtol=1e-5, atol=1e-7)
-    np.testing.assert_allclose(dk, num(k), rtol=1e-5, atol=1e-7)
-    np.testing.assert_allclose(dv, num(v), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(dk, numeric_gradient(f, k), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(dv, numeric_gradient(f, v), rtol=1e-5, atol=1e-7)
     assert set(dw) == set(w)
     for key in w:
-        np.testing.assert_allclose(dw[key], num(w[key]), rtol=1e-5, atol=1e-7, err_msg=key)
+        np.testing.assert_allclose(dw[key], numeric_gradient(f, w[key]), rtol=1e-5, atol=1e-7, err_msg=key)
 
 
 def test_window_and_lengths_restrict_keys(rng):

@@ -2,17 +2,8 @@
 import numpy as np
 import pytest
 
+from helpers import numeric_gradient
 from reference import batchnorm as ref
-
-
-def _fd(f, arr, eps=1e-6):
-    g = np.zeros_like(arr)
-    for i in np.ndindex(arr.shape):
-        p, m = arr.copy(), arr.copy()
-        p[i] += eps
-        m[i] -= eps
-        g[i] = (f(p) - f(m)) / (2 * eps)
-    return g
 
 
 @pytest.mark.parametrize("mode", ["spatial", "per_activation"])
@@ -24,17 +15,16 @@ def test_backward_matches_finite_differences(rng, mode, fused):
     dy = rng.standard_normal(x.shape)
     z = rng.standard_normal(x.shape) if fused else None
 
-    def loss(x_, s_, b_):
-        return (dy * ref.forward_training(x_, s_, b_, mode, z=z, relu=fused)["y"]).sum()
+    def loss():
+        return (dy * ref.forward_training(x, s, b, mode, z=z, relu=fused)["y"]).sum()
 
     y = ref.forward_training(x, s, b, mode, z=z, relu=fused)["y"]
     got = ref.backward(x, dy, s, mode, y=y, relu=fused, with_z=fused)
-    np.testing.assert_allclose(got["dx"], _fd(lambda v: loss(v, s, b), x), atol=1e-7)
-    np.testing.assert_allclose(got["dscale"], _fd(lambda v: loss(x, v, b), s), atol=1e-7)
-    np.testing.assert_allclose(got["dbias"], _fd(lambda v: loss(x, s, v), b), atol=1e-7)
+    np.testing.assert_allclose(got["dx"], numeric_gradient(loss, x), atol=1e-7)
+    np.testing.assert_allclose(got["dscale"], numeric_gradient(loss, s), atol=1e-7)
+    np.testing.assert_allclose(got["dbias"], numeric_gradient(loss, b), atol=1e-7)
     if fused:
-        np.testing.assert_allclose(got["dz"], _fd(lambda v: (dy * ref.forward_training(
-            x, s, b, mode, z=v, relu=True)["y"]).sum(), z), atol=1e-7)
+        np.testing.assert_allclose(got["dz"], numeric_gradient(loss, z), atol=1e-7)
 
 
 def test_training_statistics_and_running_update(rng):

@@ -12,20 +12,10 @@ from cudnn_py.ops.lrn import (LRN, divisive_normalization_backward, divisive_nor
                               lrn_forward)
 from reference import lrn as ref
 from reference.tensor_ops import assert_close
-from helpers import NoCallHandle, fake
+from helpers import NoCallHandle, fake, numeric_gradient
 
 PARAMS = [dict(n=5, alpha=1e-4, beta=0.75, k=2.0), dict(n=3, alpha=0.8, beta=0.6, k=1.5),
           dict(n=4, alpha=2.0, beta=1.1, k=1.0), dict(n=1, alpha=0.5, beta=0.5, k=3.0)]
-
-
-def _fd(f, x, dy, eps=1e-6):
-    g = np.zeros_like(x)
-    for i in np.ndindex(x.shape):
-        xp, xm = x.copy(), x.copy()
-        xp[i] += eps
-        xm[i] -= eps
-        g[i] = ((f(xp) - f(xm)) * dy).sum() / (2 * eps)
-    return g
 
 
 # ---------------------------------------------------------------- CPU
@@ -34,14 +24,14 @@ def _fd(f, x, dy, eps=1e-6):
 def test_reference_backwards_are_the_gradients(rng, p):
     x, m, dy = (rng.standard_normal((2, 6, 3, 4)) for _ in range(3))
     args = (p["n"], p["alpha"], p["beta"], p["k"])
-    np.testing.assert_allclose(ref.lrn_backward(x, dy, *args), _fd(lambda v: ref.lrn_forward(v, *args), x, dy),
+    np.testing.assert_allclose(ref.lrn_backward(x, dy, *args), numeric_gradient(lambda: (ref.lrn_forward(x, *args) * dy).sum(), x),
                                atol=1e-7)
     dx, dm = ref.divnorm_backward(x, m, dy, *args)
-    np.testing.assert_allclose(dm, _fd(lambda v: ref.divnorm_forward(x, v, *args), m, dy), atol=1e-7)
+    np.testing.assert_allclose(dm, numeric_gradient(lambda: (ref.divnorm_forward(x, m, *args) * dy).sum(), m), atol=1e-7)
     if p["n"] % 2:  # for even n cuDNN's dx (and so the reference's) is not the exact gradient: see reference.lrn
-        np.testing.assert_allclose(dx, _fd(lambda v: ref.divnorm_forward(v, m, *args), x, dy), atol=1e-7)
+        np.testing.assert_allclose(dx, numeric_gradient(lambda: (ref.divnorm_forward(x, m, *args) * dy).sum(), x), atol=1e-7)
         dx0, _ = ref.divnorm_backward(x, None, dy, *args)
-        np.testing.assert_allclose(dx0, _fd(lambda v: ref.divnorm_forward(v, None, *args), x, dy), atol=1e-7)
+        np.testing.assert_allclose(dx0, numeric_gradient(lambda: (ref.divnorm_forward(x, None, *args) * dy).sum(), x), atol=1e-7)
 
 
 def test_reference_lrn_matches_the_written_out_formula(rng):

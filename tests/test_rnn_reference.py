@@ -3,6 +3,7 @@ and against cuDNN's documented equations on a one-step case (CPU only)."""
 import numpy as np
 import pytest
 
+from helpers import numeric_gradient
 from reference import rnn as ref
 
 CONFIGS = [
@@ -36,30 +37,17 @@ def test_backward_matches_finite_differences(cfg, rng):
     dy, dhy, dcy = (rng.standard_normal(a.shape) for a in (res.y, res.hy, res.cy))
     dx, dhx, dcx, (dm, db) = ref.backward(res, dy, dhy, dcy)
     f = lambda: _loss(cfg, x, lengths, mats, biases, hx, cx, dy, dhy, dcy)  # noqa: E731
-    eps = 1e-6
-
-    def num_grad(arr):
-        g = np.zeros_like(arr)
-        for idx in np.ndindex(arr.shape):
-            old = arr[idx]
-            arr[idx] = old + eps
-            fp = f()
-            arr[idx] = old - eps
-            fm = f()
-            arr[idx] = old
-            g[idx] = (fp - fm) / (2 * eps)
-        return g
 
     valid = (np.arange(T)[:, None] < lengths)[..., None]
-    np.testing.assert_allclose(dx, num_grad(x) * valid, rtol=1e-5, atol=1e-7)
-    np.testing.assert_allclose(dhx, num_grad(hx), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(dx, numeric_gradient(f, x) * valid, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(dhx, numeric_gradient(f, hx), rtol=1e-5, atol=1e-7)
     if cfg.mode == "lstm":
-        np.testing.assert_allclose(dcx, num_grad(cx), rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(dcx, numeric_gradient(f, cx), rtol=1e-5, atol=1e-7)
     assert set(dm) == set(mats) and set(db) == set(biases)
     for k in mats:
-        np.testing.assert_allclose(dm[k], num_grad(mats[k]), rtol=1e-5, atol=1e-7, err_msg=f"matrix {k}")
+        np.testing.assert_allclose(dm[k], numeric_gradient(f, mats[k]), rtol=1e-5, atol=1e-7, err_msg=f"matrix {k}")
     for k in biases:
-        np.testing.assert_allclose(db[k], num_grad(biases[k]), rtol=1e-5, atol=1e-7, err_msg=f"bias {k}")
+        np.testing.assert_allclose(db[k], numeric_gradient(f, biases[k]), rtol=1e-5, atol=1e-7, err_msg=f"bias {k}")
 
 
 def test_padding_is_zero_and_states_stop_at_length(rng):
