@@ -242,7 +242,9 @@ class Executor(functools.partial):
       arguments only): a call with the very same array objects skips reading their pointers. Those arrays are
       kept alive until they drop out of this small cache.
 
-    Calling it after its handle or its plan's descriptor was closed raises :class:`ClosedError`.
+    Calling it after its handle or its plan's descriptor was closed raises :class:`ClosedError`. It runs on the
+    stream its handle had when it was made (workspace ordering included): after ``handle.on_stream(s)``, make a
+    new executor.
     """
 
     def __new__(cls, plan, handle, tensors=(), identity_cache: int = 4):
