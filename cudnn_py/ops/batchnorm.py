@@ -34,6 +34,7 @@ from typing import NamedTuple
 import numpy as np
 
 from cudnn_py import capi
+from cudnn_py.descriptors import TensorDescriptor
 from cudnn_py.memory import DeviceArray, empty
 from cudnn_py.ops._common import (
     byte_buffer, check_array, desc, empty_like, enum_arg, read_tensor_desc, scalars, tensor_desc,
@@ -368,6 +369,62 @@ def _reserve(handle, reserve, nbytes: int, name: str) -> DeviceArray | None:
                        "pass the reserve returned by the forward call on the same inputs")
 
 
+class _FusedBackward(NamedTuple):
+    """The checked and allocated arguments the fused backward calls share (``cudnnBatchNormalizationBackwardEx``,
+    ``cudnnNormalizationBackward``); descriptors are held here while C runs."""
+    y: DeviceArray
+    dy: DeviceArray
+    scale: DeviceArray
+    bias: DeviceArray
+    saved_mean: DeviceArray | None
+    saved_inv_var: DeviceArray | None
+    epsilon: float
+    dx: DeviceArray
+    dz: DeviceArray | None
+    dscale: DeviceArray
+    dbias: DeviceArray
+    reserve: DeviceArray | None
+    reserve_size: int
+    workspace: int | None
+    workspace_size: int
+    scalars: tuple  # alpha_data, beta_data, alpha_param, beta_param as C scalars
+    y_desc: TensorDescriptor
+    dy_desc: TensorDescriptor
+    dx_desc: TensorDescriptor
+    dz_desc: TensorDescriptor | None
+
+    @property
+    def dz_desc_ptr(self):
+        return None if self.dz_desc is None else self.dz_desc.ptr
+
+
+def _fused_backward(handle, s: _Setup, op, sizes, y, dy, scale, bias, saved_mean, saved_inv_var, epsilon, dx, dz,
+                    dscale, dbias, reserve, alphas) -> _FusedBackward:
+    """Check and allocate a fused backward's arguments; ``sizes()`` gives (workspace, reserve) bytes, after the
+    checks; ``op`` 2 is the add+activation variant (the only one with z)."""
+    ya = _data(y, "y", handle, like=s.x)
+    dya = _data(dy, "dy", handle, like=s.x)
+    sc, bi = s.param(scale, "scale", handle), s.param(bias, "bias", handle)
+    _pair(saved_mean, saved_inv_var, "saved_mean and saved_inv_var")
+    sm, siv = s.opt_param(saved_mean, "saved_mean", handle), s.opt_param(saved_inv_var, "saved_inv_var", handle)
+    eps = _check_epsilon(epsilon)
+    if int(op) != 2 and dz is not None:
+        raise ValueError(f"ops={op.name} has no z, so no dz; pass dz=None")
+    dxa = _out_data(dx, "dx", handle, s.x)
+    dza = _out_data(dz, "dz", handle, s.x)
+    ds, db = s.opt_param(dscale, "dscale", handle), s.opt_param(dbias, "dbias", handle)
+    ws_size, rs_size = sizes()
+    if reserve is None and rs_size:
+        raise ValueError(f"this backward needs the forward's reserve space ({rs_size} bytes); pass reserve=")
+    rsa = None if reserve is None else _reserve(handle, reserve, rs_size, "reserve")
+    dxa, ds, db = _or_new_like(dxa, handle, s.x), s.or_new(ds, handle), s.or_new(db, handle)
+    dza = None if int(op) != 2 else _or_new_like(dza, handle, s.x)
+    ws = handle.workspace.get(ws_size, handle.stream)
+    return _FusedBackward(ya, dya, sc, bi, sm, siv, eps, dxa, dza, ds, db, rsa, 0 if rsa is None else rsa.nbytes,
+                          ws or None, ws_size, scalars(s.x.dtype, *alphas[:2]) + scalars(s.x.dtype, *alphas[2:]),
+                          desc(ya), desc(dya), desc(dxa), None if dza is None else desc(dza))
+
+
 def batchnorm_backward_ex(handle, x, y, dy, scale, bias, saved_mean, saved_inv_var, reserve=None, *, ops="bn",
                           activation=None, mode="spatial_persistent", epsilon: float = 1e-5, dx=None, dz=None,
                           dscale=None, dbias=None, alpha_data: float = 1.0, beta_data: float = 0.0,
@@ -382,31 +439,12 @@ def batchnorm_backward_ex(handle, x, y, dy, scale, bias, saved_mean, saved_inv_v
     act = None if int(op) == 0 else _activation("relu" if activation is None else activation)
     if int(op) == 0 and activation is not None:
         raise ValueError(f"ops={op.name} has no activation; pass activation=None")
-    ya = _data(y, "y", handle, like=s.x)
-    dya = _data(dy, "dy", handle, like=s.x)
-    sc, bi = s.param(scale, "scale", handle), s.param(bias, "bias", handle)
-    _pair(saved_mean, saved_inv_var, "saved_mean and saved_inv_var")
-    sm, siv = s.opt_param(saved_mean, "saved_mean", handle), s.opt_param(saved_inv_var, "saved_inv_var", handle)
-    eps = _check_epsilon(epsilon)
-    dxa = _out_data(dx, "dx", handle, s.x)
-    if int(op) != 2 and dz is not None:
-        raise ValueError(f"ops={op.name} has no z, so no dz; pass dz=None")
-    dza = _out_data(dz, "dz", handle, s.x)
-    ds, db = s.opt_param(dscale, "dscale", handle), s.opt_param(dbias, "dbias", handle)
-    _, ws_size, rs_size = _ex_sizes(handle, s, op, act, int(op) == 2)
-    if reserve is None and rs_size:
-        raise ValueError(f"this backward needs the forward's reserve space ({rs_size} bytes); pass reserve=")
-    rsa = None if reserve is None else _reserve(handle, reserve, rs_size, "reserve")
-    dxa, ds, db = _or_new_like(dxa, handle, s.x), s.or_new(ds, handle), s.or_new(db, handle)
-    dza = None if int(op) != 2 else _or_new_like(dza, handle, s.x)
-    ws = handle.workspace.get(ws_size, handle.stream)
-    ad, bd = scalars(s.x.dtype, alpha_data, beta_data)
-    ap, bp = scalars(s.x.dtype, alpha_param, beta_param)
-    yd, dyd, dxd = desc(ya), desc(dya), desc(dxa)
-    dzd = None if dza is None else desc(dza)
+    b = _fused_backward(handle, s, op, lambda: _ex_sizes(handle, s, op, act, int(op) == 2)[1:], y, dy, scale,
+                        bias, saved_mean, saved_inv_var, epsilon, dx, dz, dscale, dbias, reserve,
+                        (alpha_data, beta_data, alpha_param, beta_param))
     capi.cudnnBatchNormalizationBackwardEx(
-        handle.ptr, s.mode, op, ad, bd, ap, bp, s.xdesc.ptr, s.x.ptr, yd.ptr, ya.ptr, dyd.ptr, dya.ptr,
-        None if dzd is None else dzd.ptr, _ptr(dza), dxd.ptr, dxa.ptr, s.pdesc.ptr, sc.ptr, bi.ptr, ds.ptr,
-        db.ptr, eps, _ptr(sm), _ptr(siv), act, ws or None, ws_size, _ptr(rsa),
-        0 if rsa is None else rsa.nbytes)
-    return BatchNormGrads(dxa, ds, db, dza)
+        handle.ptr, s.mode, op, *b.scalars, s.xdesc.ptr, s.x.ptr, b.y_desc.ptr, b.y.ptr, b.dy_desc.ptr, b.dy.ptr,
+        b.dz_desc_ptr, _ptr(b.dz), b.dx_desc.ptr, b.dx.ptr, s.pdesc.ptr, b.scale.ptr, b.bias.ptr, b.dscale.ptr,
+        b.dbias.ptr, b.epsilon, _ptr(b.saved_mean), _ptr(b.saved_inv_var), act, b.workspace, b.workspace_size,
+        _ptr(b.reserve), b.reserve_size)
+    return BatchNormGrads(b.dx, b.dscale, b.dbias, b.dz)

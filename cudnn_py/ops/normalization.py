@@ -34,7 +34,7 @@ from cudnn_py.memory import DeviceArray
 from cudnn_py.ops._common import desc, enum_arg, scalars, tensor_desc
 from cudnn_py.ops.batchnorm import (
     BatchNormGrads, BatchNormTraining, _activation, _check_epsilon, _check_factor, _data, _derive, _ex_ops,
-    _or_new_like, _out_data, _pair, _ptr, _reserve, _Setup,
+    _fused_backward, _or_new_like, _out_data, _pair, _ptr, _reserve, _Setup,
 )
 
 __all__ = [
@@ -157,31 +157,12 @@ def normalization_backward(handle, x, y, dy, scale, bias, saved_mean, saved_inv_
         raise ValueError(f"ops={op.name} has no activation; pass activation=None")
     act = None if int(op) == 0 else _activation("relu" if activation is None else activation)
     al_ = _algo(algo)
-    ya = _data(y, "y", handle, like=s.x)
-    dya = _data(dy, "dy", handle, like=s.x)
-    sc, bi = s.param(scale, "scale", handle), s.param(bias, "bias", handle)
-    _pair(saved_mean, saved_inv_var, "saved_mean and saved_inv_var")
-    sm, siv = s.opt_param(saved_mean, "saved_mean", handle), s.opt_param(saved_inv_var, "saved_inv_var", handle)
-    eps = _check_epsilon(epsilon)
-    if int(op) != 2 and dz is not None:
-        raise ValueError(f"ops={op.name} has no z, so no dz; pass dz=None")
-    dxa = _out_data(dx, "dx", handle, s.x)
-    dza = _out_data(dz, "dz", handle, s.x)
-    ds, db = s.opt_param(dscale, "dscale", handle), s.opt_param(dbias, "dbias", handle)
-    _, ws_size, rs_size = _sizes(handle, s, op, al_, act, int(op) == 2)
-    if reserve is None and rs_size:
-        raise ValueError(f"this backward needs the forward's reserve space ({rs_size} bytes); pass reserve=")
-    rsa = None if reserve is None else _reserve(handle, reserve, rs_size, "reserve")
-    dxa, ds, db = _or_new_like(dxa, handle, s.x), s.or_new(ds, handle), s.or_new(db, handle)
-    dza = None if int(op) != 2 else _or_new_like(dza, handle, s.x)
-    ws = handle.workspace.get(ws_size, handle.stream)
-    ad, bd = scalars(s.x.dtype, alpha_data, beta_data)
-    ap, bp = scalars(s.x.dtype, alpha_param, beta_param)
-    yd, dyd, dxd = desc(ya), desc(dya), desc(dxa)
-    dzd = None if dza is None else desc(dza)
+    b = _fused_backward(handle, s, op, lambda: _sizes(handle, s, op, al_, act, int(op) == 2)[1:], y, dy, scale,
+                        bias, saved_mean, saved_inv_var, epsilon, dx, dz, dscale, dbias, reserve,
+                        (alpha_data, beta_data, alpha_param, beta_param))
     capi.cudnnNormalizationBackward(
-        handle.ptr, s.mode, op, al_, ad, bd, ap, bp, s.xdesc.ptr, s.x.ptr, yd.ptr, ya.ptr, dyd.ptr, dya.ptr,
-        None if dzd is None else dzd.ptr, _ptr(dza), dxd.ptr, dxa.ptr, s.pdesc.ptr, sc.ptr, bi.ptr, ds.ptr,
-        db.ptr, eps, s.pdesc.ptr, _ptr(sm), _ptr(siv), act, ws or None, ws_size, _ptr(rsa),
-        0 if rsa is None else rsa.nbytes, 1)
-    return BatchNormGrads(dxa, ds, db, dza)
+        handle.ptr, s.mode, op, al_, *b.scalars, s.xdesc.ptr, s.x.ptr, b.y_desc.ptr, b.y.ptr, b.dy_desc.ptr,
+        b.dy.ptr, b.dz_desc_ptr, _ptr(b.dz), b.dx_desc.ptr, b.dx.ptr, s.pdesc.ptr, b.scale.ptr, b.bias.ptr,
+        b.dscale.ptr, b.dbias.ptr, b.epsilon, s.pdesc.ptr, _ptr(b.saved_mean), _ptr(b.saved_inv_var), act,
+        b.workspace, b.workspace_size, _ptr(b.reserve), b.reserve_size, 1)
+    return BatchNormGrads(b.dx, b.dscale, b.dbias, b.dz)
