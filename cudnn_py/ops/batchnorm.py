@@ -218,6 +218,17 @@ def _bn(handle, x, mode) -> _Setup:
 # ---------------------------------------------------------------- plain calls
 
 
+def _training_params(handle, s: _Setup, scale, bias, running_mean, running_var, saved_mean, saved_inv_var,
+                     epsilon, factor):
+    """The checked parameter arrays and scalars every forward-training call takes:
+    (scale, bias, running mean, running var, saved mean, saved inverse variance, epsilon, factor)."""
+    _pair(running_mean, running_var, "running_mean and running_var")
+    return (s.param(scale, "scale", handle), s.param(bias, "bias", handle),
+            s.opt_param(running_mean, "running_mean", handle), s.opt_param(running_var, "running_var", handle),
+            s.opt_param(saved_mean, "saved_mean", handle), s.opt_param(saved_inv_var, "saved_inv_var", handle),
+            _check_epsilon(epsilon), _check_factor(factor))
+
+
 def batchnorm_forward_training(handle, x, scale, bias, *, mode="spatial", epsilon: float = 1e-5,
                                factor: float = 1.0, running_mean=None, running_var=None, saved_mean=None,
                                saved_inv_var=None, y=None, alpha: float = 1.0,
@@ -229,11 +240,8 @@ def batchnorm_forward_training(handle, x, scale, bias, *, mode="spatial", epsilo
     ``saved_mean``/``saved_inv_var`` are allocated when not given; pass them to :func:`batchnorm_backward`.
     """
     s = _bn(handle, x, mode)
-    sc, bi = s.param(scale, "scale", handle), s.param(bias, "bias", handle)
-    _pair(running_mean, running_var, "running_mean and running_var")
-    rm, rv = s.opt_param(running_mean, "running_mean", handle), s.opt_param(running_var, "running_var", handle)
-    sm, siv = s.opt_param(saved_mean, "saved_mean", handle), s.opt_param(saved_inv_var, "saved_inv_var", handle)
-    eps, f = _check_epsilon(epsilon), _check_factor(factor)
+    sc, bi, rm, rv, sm, siv, eps, f = _training_params(handle, s, scale, bias, running_mean, running_var,
+                                                        saved_mean, saved_inv_var, epsilon, factor)
     ya = _out_data(y, "y", handle, s.x)
     ya, sm, siv = _or_new_like(ya, handle, s.x), s.or_new(sm, handle), s.or_new(siv, handle)
     al, be = scalars(s.x.dtype, alpha, beta)
@@ -342,11 +350,8 @@ def batchnorm_forward_training_ex(handle, x, scale, bias, *, z=None, ops="bn", a
     s = _bn(handle, x, mode)
     op, act = _ex_ops(ops, activation, z, "z")
     za = None if z is None else _data(z, "z", handle, like=s.x)
-    sc, bi = s.param(scale, "scale", handle), s.param(bias, "bias", handle)
-    _pair(running_mean, running_var, "running_mean and running_var")
-    rm, rv = s.opt_param(running_mean, "running_mean", handle), s.opt_param(running_var, "running_var", handle)
-    sm, siv = s.opt_param(saved_mean, "saved_mean", handle), s.opt_param(saved_inv_var, "saved_inv_var", handle)
-    eps, f = _check_epsilon(epsilon), _check_factor(factor)
+    sc, bi, rm, rv, sm, siv, eps, f = _training_params(handle, s, scale, bias, running_mean, running_var,
+                                                        saved_mean, saved_inv_var, epsilon, factor)
     ya = _out_data(y, "y", handle, s.x)
     ws_size, _, rs_size = _ex_sizes(handle, s, op, act, za is not None)
     rsa = _reserve(handle, reserve, rs_size, "reserve")

@@ -33,8 +33,8 @@ from cudnn_py import capi
 from cudnn_py.memory import DeviceArray
 from cudnn_py.ops._common import desc, enum_arg, scalars, tensor_desc
 from cudnn_py.ops.batchnorm import (
-    BatchNormGrads, BatchNormTraining, _activation, _check_epsilon, _check_factor, _data, _derive, _ex_ops,
-    _fused_backward, _or_new_like, _out_data, _pair, _ptr, _reserve, _Setup,
+    BatchNormGrads, BatchNormTraining, _activation, _check_epsilon, _data, _derive, _ex_ops,
+    _fused_backward, _or_new_like, _out_data, _ptr, _reserve, _Setup, _training_params,
 )
 
 __all__ = [
@@ -104,11 +104,8 @@ def normalization_forward_training(handle, x, scale, bias, *, z=None, mode="per_
     op, act = _ops(ops, activation, z)
     al_ = _algo(algo)
     za = None if z is None else _data(z, "z", handle, like=s.x)
-    sc, bi = s.param(scale, "scale", handle), s.param(bias, "bias", handle)
-    _pair(running_mean, running_var, "running_mean and running_var")
-    rm, rv = s.opt_param(running_mean, "running_mean", handle), s.opt_param(running_var, "running_var", handle)
-    sm, siv = s.opt_param(saved_mean, "saved_mean", handle), s.opt_param(saved_inv_var, "saved_inv_var", handle)
-    eps, f = _check_epsilon(epsilon), _check_factor(factor)
+    sc, bi, rm, rv, sm, siv, eps, f = _training_params(handle, s, scale, bias, running_mean, running_var,
+                                                        saved_mean, saved_inv_var, epsilon, factor)
     ya = _out_data(y, "y", handle, s.x)
     ws_size, _, rs_size = _sizes(handle, s, op, al_, act, za is not None)
     rsa = _reserve(handle, reserve, rs_size, "reserve")
