@@ -27,7 +27,7 @@ from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import ClosedError
 
 from .descriptors import BackendDescriptor
-from .ops import POINTWISE_ARITY, Op, lower, pointwise_mode
+from .ops import BUILDERS, LowerContext, Op
 
 __all__ = ["Graph", "Tensor"]
 
@@ -109,7 +109,7 @@ class Tensor:
         return f"<Tensor {self.describe()} uid={self.uid} strides={list(self.strides)}>"
 
 
-class Graph:
+class Graph(*BUILDERS):
     """An operation graph under construction (see the module doc). ``io_dtype`` is the default dtype of tensors
     and outputs, ``compute_dtype`` of operations, ``intermediate_dtype`` of virtual tensors."""
 
@@ -228,286 +228,46 @@ class Graph:
     def _compute(self, compute_dtype) -> capi.cudnnDataType_t:
         return _dtype(compute_dtype) if compute_dtype is not None else self.compute_dtype
 
-    def _op(self, kind, inputs, outputs, params, name) -> None:
+    def _add_op(self, op: Op) -> None:
+        """Append an operation (named ``kind<index>`` unless it has a name)."""
         self._check_open()
-        self.ops.append(Op(kind, inputs, outputs, params, name or f"{kind}{len(self.ops)}"))
+        if not op.name or op.name == op.kind:
+            op.name = f"{op.kind}{len(self.ops)}"
+        self.ops.append(op)
 
-    # -- convolution --------------------------------------------------------------------------------------------
-    def _conv_params(self, nsp, padding, stride, dilation, post_padding, compute_dtype, alpha, beta, conv_mode):
-        pad = _ints(padding, nsp, "padding", 0)
-        post = pad if post_padding is None else _ints(post_padding, nsp, "post_padding", 0)
-        mode = capi.cudnnConvolutionMode_t["CUDNN_" + conv_mode.upper()] if isinstance(conv_mode, str) else conv_mode
-        return dict(padding=pad, post_padding=post, stride=_ints(stride, nsp, "stride", 1),
-                    dilation=_ints(dilation, nsp, "dilation", 1), compute_dtype=self._compute(compute_dtype),
-                    alpha=float(alpha), beta=float(beta), conv_mode=mode)
-
-    def conv_fprop(self, x: Tensor, w: Tensor, padding=0, stride=1, dilation=1, *, post_padding=None,
-                   compute_dtype=None, alpha: float = 1.0, beta: float = 0.0, conv_mode="cross_correlation",
-                   name: str | None = None) -> Tensor:
-        """y = conv(x, w): x (N, C, *spatial), w (K, C/groups, *kernel) -> y (N, K, *out), virtual."""
-        x, w = self._own(x, "x"), self._own(w, "w")
-        self._same_dtype("conv_fprop", x, w)
-        if x.ndim < 3 or w.ndim != x.ndim:
-            raise ValueError(f"conv_fprop needs x and w of the same rank >= 3, got {x.shape} and {w.shape}")
-        p = self._conv_params(x.ndim - 2, padding, stride, dilation, post_padding, compute_dtype, alpha, beta,
-                              conv_mode)
-        if x.shape[1] % w.shape[1]:
-            raise ValueError(f"conv_fprop: x has {x.shape[1]} channels, not a multiple of w's {w.shape[1]}")
-        out = []
-        for i, (n, k) in enumerate(zip(x.shape[2:], w.shape[2:])):
-            o = (n + p["padding"][i] + p["post_padding"][i] - p["dilation"][i] * (k - 1) - 1) // p["stride"][i] + 1
-            if o <= 0:
-                raise ValueError(f"conv_fprop: spatial dim {i} gives output size {o} (input {n}, kernel {k})")
-            out.append(o)
-        y = self._virtual((x.shape[0], w.shape[0], *out), like=x, name=name and f"{name}.y")
-        self._op("conv_fprop", {"x": x, "w": w}, {"y": y}, p, name)
-        return y
-
-    def conv_dgrad(self, dy: Tensor, w: Tensor, padding=0, stride=1, dilation=1, *, x_shape=None,
-                   post_padding=None, compute_dtype=None, alpha: float = 1.0, beta: float = 0.0,
-                   conv_mode="cross_correlation", name: str | None = None) -> Tensor:
-        """dx = conv backward data(dy, w); ``x_shape`` where the forward output size is ambiguous (stride > 1)."""
-        dy, w = self._own(dy, "dy"), self._own(w, "w")
-        self._same_dtype("conv_dgrad", dy, w)
-        if dy.ndim < 3 or w.ndim != dy.ndim:
-            raise ValueError(f"conv_dgrad needs dy and w of the same rank >= 3, got {dy.shape} and {w.shape}")
-        if dy.shape[1] != w.shape[0]:
-            raise ValueError(f"conv_dgrad: dy has {dy.shape[1]} channels but w has {w.shape[0]} filters")
-        p = self._conv_params(dy.ndim - 2, padding, stride, dilation, post_padding, compute_dtype, alpha, beta,
-                              conv_mode)
-        if x_shape is None:
-            sp = [(o - 1) * p["stride"][i] - p["padding"][i] - p["post_padding"][i] + p["dilation"][i] * (k - 1) + 1
-                  for i, (o, k) in enumerate(zip(dy.shape[2:], w.shape[2:]))]
-            x_shape = (dy.shape[0], w.shape[1], *sp)
-        dx = self._virtual(tuple(int(s) for s in x_shape), like=dy, name=name and f"{name}.dx")
-        self._op("conv_dgrad", {"dy": dy, "w": w}, {"dx": dx}, p, name)
-        return dx
-
-    def conv_wgrad(self, dy: Tensor, x: Tensor, padding=0, stride=1, dilation=1, *, w_shape=None,
-                   post_padding=None, compute_dtype=None, alpha: float = 1.0, beta: float = 0.0,
-                   conv_mode="cross_correlation", name: str | None = None) -> Tensor:
-        """dw = conv backward filter(dy, x); the kernel size is inferred unless ``w_shape`` is given."""
-        dy, x = self._own(dy, "dy"), self._own(x, "x")
-        self._same_dtype("conv_wgrad", dy, x)
-        if dy.ndim < 3 or x.ndim != dy.ndim:
-            raise ValueError(f"conv_wgrad needs dy and x of the same rank >= 3, got {dy.shape} and {x.shape}")
-        p = self._conv_params(dy.ndim - 2, padding, stride, dilation, post_padding, compute_dtype, alpha, beta,
-                              conv_mode)
-        if w_shape is None:
-            ks = [(n + p["padding"][i] + p["post_padding"][i] - (o - 1) * p["stride"][i] - 1) // p["dilation"][i] + 1
-                  for i, (n, o) in enumerate(zip(x.shape[2:], dy.shape[2:]))]
-            w_shape = (dy.shape[1], x.shape[1], *ks)
-        dw = self._virtual(tuple(int(s) for s in w_shape), like=x, name=name and f"{name}.dw")
-        self._op("conv_wgrad", {"dy": dy, "x": x}, {"dw": dw}, p, name)
-        return dw
-
-    # -- matmul -------------------------------------------------------------------------------------------------
-    def matmul(self, a: Tensor, b: Tensor, *, compute_dtype=None, name: str | None = None) -> Tensor:
-        """c = a @ b over the last two dims; batch dims broadcast (size 1 against n). Same rank (>= 2) needed."""
-        a, b = self._own(a, "a"), self._own(b, "b")
-        self._same_dtype("matmul", a, b)
-        if a.ndim < 2 or a.ndim != b.ndim:
-            raise ValueError(f"matmul needs a and b of the same rank >= 2, got {a.shape} and {b.shape}")
-        if a.shape[-1] != b.shape[-2]:
-            raise ValueError(f"matmul: a is {a.shape} and b is {b.shape}; a's last dim must equal b's second-last")
-        batch = []
-        for i, (m, n) in enumerate(zip(a.shape[:-2], b.shape[:-2])):
-            if m != n and 1 not in (m, n):
-                raise ValueError(f"matmul: batch dim {i} does not broadcast ({m} vs {n})")
-            batch.append(max(m, n))
-        c = self._virtual((*batch, a.shape[-2], b.shape[-1]), name=name and f"{name}.c")
-        self._op("matmul", {"a": a, "b": b}, {"c": c}, {"compute_dtype": self._compute(compute_dtype)}, name)
-        return c
-
-    # -- pointwise ----------------------------------------------------------------------------------------------
-    def pointwise(self, mode, x: Tensor, b: Tensor | float | None = None, t: Tensor | None = None, *,
-                  compute_dtype=None, name: str | None = None, **params) -> Tensor:
-        """Any ``cudnnPointwiseMode_t`` (``'add'``, ``'relu_fwd'``, ``'cmp_gt'``, ``'binary_select'``...).
-        Binary modes take ``b`` (a tensor that broadcasts to x, or a number: a by-value scalar); ``binary_select``
-        takes ``b`` and the mask ``t``; backward modes take ``x`` = dy and ``b`` = the forward input.
-        ``params``: relu_lower_clip, relu_upper_clip, relu_lower_clip_slope, elu_alpha, softplus_beta,
-        swish_beta, axis."""
-        mode = pointwise_mode(mode)
-        arity = POINTWISE_ARITY[mode]
-        x = self._own(x, "x")
-        if isinstance(b, (int, float)) and not isinstance(b, bool):
-            b = self.scalar(b, ndim=x.ndim)
-        need = {"unary": 0, "binary": 1, "ternary": 2, "backward": 1}[arity]
-        given = (b is not None) + (t is not None)
-        if given != need:
-            raise ValueError(f"pointwise {mode.name} is {arity} and takes {need} tensor(s) besides x, got {given}")
-        ins = [x] + [self._own(v, n) for v, n in ((b, "b"), (t, "t")) if v is not None]
-        shape = self._broadcast(mode, ins)
-        like = max(ins, key=lambda v: math.prod(v.shape))
-        out = self._virtual(shape, strides=like.strides if like.shape == shape else None, like=like,
-                            name=name and f"{name}.y")
-        p = {"mode": mode, "compute_dtype": self._compute(compute_dtype),
-             **{k: v for k, v in params.items() if v is not None}}
-        if arity == "backward":
-            self._op("pointwise", {"dy": x, "x": ins[1]}, {"dx": out}, p, name)
-        else:
-            self._op("pointwise", dict(zip(("x", "b", "t"), ins)), {"y": out}, p, name)
-        return out
+    # -- argument checks shared by the builder methods ----------------------------------------------------------
+    @staticmethod
+    def _float(v, what: str) -> float:
+        """A finite float parameter (a bool, a non-number or NaN/inf is refused naming ``what``)."""
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.floating, np.integer)):
+            raise TypeError(f"{what} must be a number, got {type(v).__name__}")
+        f = float(v)
+        if not math.isfinite(f):
+            raise ValueError(f"{what} must be finite, got {v!r}")
+        return f
 
     @staticmethod
-    def _broadcast(mode, ins: list[Tensor]) -> tuple[int, ...]:
-        rank = ins[0].ndim
-        if any(v.ndim != rank for v in ins):
-            raise ValueError(f"pointwise {mode.name}: inputs need the same rank, got "
-                             + ", ".join(str(v.shape) for v in ins))
-        shape = []
-        for i in range(rank):
-            sizes = {v.shape[i] for v in ins} - {1}
-            if len(sizes) > 1:
-                raise ValueError(f"pointwise {mode.name}: dim {i} does not broadcast: "
-                                 + ", ".join(str(v.shape) for v in ins))
-            shape.append(sizes.pop() if sizes else 1)
-        return tuple(shape)
+    def _axis(a, ndim: int, what: str) -> int:
+        """An axis in ``[-ndim, ndim)`` as a non-negative int."""
+        if isinstance(a, bool) or not isinstance(a, (int, np.integer)):
+            raise TypeError(f"{what} must hold ints, got {a!r}")
+        if not -ndim <= a < ndim:
+            raise ValueError(f"{what}: axis {a} is out of range for rank {ndim}")
+        return int(a) % ndim
 
-    def add(self, a, b, **kw):
-        return self.pointwise("add", a, b, **kw)
-
-    def sub(self, a, b, **kw):
-        return self.pointwise("sub", a, b, **kw)
-
-    def mul(self, a, b, **kw):
-        return self.pointwise("mul", a, b, **kw)
-
-    def div(self, a, b, **kw):
-        return self.pointwise("div", a, b, **kw)
-
-    def bias(self, x, b, **kw):
-        """x + b with b broadcast (e.g. (1, C, 1, 1) against (N, C, H, W))."""
-        return self.pointwise("add", x, b, **kw)
-
-    def scale(self, x, s, **kw):
-        """x * s with s a broadcastable tensor or a number."""
-        return self.pointwise("mul", x, s, **kw)
-
-    def relu(self, x, *, negative_slope: float | None = None, lower_clip=None, upper_clip=None, **kw):
-        return self.pointwise("relu_fwd", x, relu_lower_clip_slope=negative_slope, relu_lower_clip=lower_clip,
-                              relu_upper_clip=upper_clip, **kw)
-
-    def gelu(self, x, *, approximate: str = "none", **kw):
-        return self.pointwise("gelu_approx_tanh_fwd" if approximate == "tanh" else "gelu_fwd", x, **kw)
-
-    def silu(self, x, **kw):
-        return self.pointwise("swish_fwd", x, swish_beta=1.0, **kw)
-
-    def tanh(self, x, **kw):
-        return self.pointwise("tanh_fwd", x, **kw)
-
-    def sigmoid(self, x, **kw):
-        return self.pointwise("sigmoid_fwd", x, **kw)
-
-    def relu_backward(self, dy, x, **kw):
-        """dx = dy * (x > 0)."""
-        return self.pointwise("relu_bwd", dy, x, **kw)
-
-    def gelu_backward(self, dy, x, **kw):
-        return self.pointwise("gelu_bwd", dy, x, **kw)
-
-    def tanh_backward(self, dy, x, **kw):
-        return self.pointwise("tanh_bwd", dy, x, **kw)
-
-    def sigmoid_backward(self, dy, x, **kw):
-        return self.pointwise("sigmoid_bwd", dy, x, **kw)
-
-    def silu_backward(self, dy, x, **kw):
-        return self.pointwise("swish_bwd", dy, x, swish_beta=1.0, **kw)
-
-    def cmp_gt(self, a, b, **kw):
-        return self.pointwise("cmp_gt", a, b, **kw)
-
-    def select(self, a, b, mask, **kw):
-        """mask ? a : b (``binary_select``)."""
-        return self.pointwise("binary_select", a, b, mask, **kw)
-
-    # -- reductions and statistics ------------------------------------------------------------------------------
-    def reduction(self, x: Tensor, mode="add", *, axes: Sequence[int] | None = None, out_shape=None,
-                  compute_dtype=None, name: str | None = None) -> Tensor:
-        """Reduce x over ``axes`` (kept as size-1 dims) or to ``out_shape``; mode: a ``cudnnReduceTensorOp_t``
-        or 'add', 'mul', 'min', 'max', 'amax', 'avg', 'norm1', 'norm2'."""
-        x = self._own(x, "x")
-        op = mode if isinstance(mode, capi.cudnnReduceTensorOp_t) else capi.cudnnReduceTensorOp_t[
-            "CUDNN_REDUCE_TENSOR_" + str(mode).upper()]
-        if (axes is None) == (out_shape is None):
-            raise ValueError("reduction needs exactly one of axes= or out_shape=")
-        if out_shape is None:
-            ax = {a % x.ndim for a in axes}
-            out_shape = tuple(1 if i in ax else s for i, s in enumerate(x.shape))
-        out_shape = tuple(int(s) for s in out_shape)
-        if len(out_shape) != x.ndim or any(o not in (1, s) for o, s in zip(out_shape, x.shape)):
-            raise ValueError(f"reduction output shape {out_shape} must keep x's rank with dims 1 or x's {x.shape}")
-        y = self._virtual(out_shape, name=name and f"{name}.y")
-        self._op("reduction", {"x": x}, {"y": y}, {"mode": op, "compute_dtype": self._compute(compute_dtype)}, name)
-        return y
-
-    def genstats(self, x: Tensor, *, compute_dtype=None, name: str | None = None) -> tuple[Tensor, Tensor]:
-        """Per-channel sum and sum of squares of x (N, C, ...) -> two (1, C, 1, ...) tensors."""
-        x = self._own(x, "x")
-        shape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
-        s = self._virtual(shape, name=name and f"{name}.sum")
-        sq = self._virtual(shape, name=name and f"{name}.sqsum")
-        self._op("genstats", {"x": x}, {"sum": s, "sqsum": sq}, {"compute_dtype": self._compute(compute_dtype)}, name)
-        return s, sq
-
-    _NORM_MODES = {"layer": "CUDNN_LAYER_NORM", "rms": "CUDNN_RMS_NORM", "instance": "CUDNN_INSTANCE_NORM",
-                   "batch": "CUDNN_BATCH_NORM"}
-
-    def norm_forward(self, x: Tensor, scale: Tensor, bias: Tensor | None = None, *, mode: str = "layer",
-                     training: bool = True, epsilon: float = 1e-5, mean: Tensor | None = None,
-                     inv_variance: Tensor | None = None, name: str | None = None):
-        """Normalisation forward (``mode``: 'layer', 'rms', 'instance', 'batch'), where the loaded cuDNN has it.
-
-        Statistics are over every dim but the batch (layer, rms), over spatial dims (instance) or over all but
-        the channel (batch). Training returns ``(y, mean, inv_variance)`` (``mean`` is None for rms), the
-        statistics float32 and virtual until ``set_output``; inference takes ``mean``/``inv_variance`` (not for
-        rms: only ``inv_variance``) and returns ``y``."""
-        x, scale = self._own(x, "x"), self._own(scale, "scale")
-        if mode not in self._NORM_MODES:
-            raise ValueError(f"mode must be one of {', '.join(self._NORM_MODES)}, got {mode!r}")
-        if x.ndim < 3:
-            raise ValueError(f"norm_forward needs x with a batch, a channel and at least one more dim, got {x.shape}")
-        if mode in ("layer", "rms"):
-            stat = (x.shape[0],) + (1,) * (x.ndim - 1)
-        elif mode == "instance":
-            stat = x.shape[:2] + (1,) * (x.ndim - 2)
-        else:
-            stat = (1, x.shape[1]) + (1,) * (x.ndim - 2)
-        for t, what in ((scale, "scale"), (bias, "bias")):
-            if t is not None and (t.ndim != x.ndim or any(a not in (1, b) for a, b in zip(t.shape, x.shape))):
-                raise ValueError(f"norm_forward: {what} {t.shape} does not broadcast to x {x.shape}")
-        if bias is None and mode != "rms":
-            raise ValueError(f"{mode} norm needs a bias tensor")
-        inputs = {"x": x, "scale": scale}
-        if bias is not None:
-            inputs["bias"] = self._own(bias, "bias")
-        inputs["epsilon"] = self.scalar(epsilon, ndim=x.ndim)
-        outputs = {"y": self._virtual(x.shape, strides=x.strides, like=x, name=name and f"{name}.y")}
-        if training:
-            if mean is not None or inv_variance is not None:
-                raise ValueError("training computes mean and inv_variance: do not pass them")
-            if mode != "rms":
-                outputs["mean"] = self._virtual(stat, name=name and f"{name}.mean")
-            outputs["inv_variance"] = self._virtual(stat, name=name and f"{name}.inv_variance")
-            for k in ("mean", "inv_variance"):
-                if k in outputs:
-                    outputs[k].set_dtype("float32")
-        else:
-            if mode == "batch":
-                raise ValueError("cuDNN's norm forward has no batch-norm inference phase")
-            needed = {"inv_variance": inv_variance} if mode == "rms" else {"mean": mean, "inv_variance": inv_variance}
-            for k, t in needed.items():
-                if t is None:
-                    raise ValueError(f"{mode} norm inference needs {k}= (a tensor of shape {stat})")
-                inputs[k] = self._own(t, k)
-        self._op("norm_forward", inputs, outputs, {"mode": capi.cudnnBackendNormMode_t[self._NORM_MODES[mode]],
-                                                   "training": bool(training)}, name)
-        y = outputs["y"]
-        if not training:
-            return y
-        return y, outputs.get("mean"), outputs["inv_variance"]
+    @staticmethod
+    def _shape(shape, what: str) -> tuple[int, ...]:
+        """A shape of positive ints below 2**63 (floats and bools refused)."""
+        try:
+            dims = tuple(shape)
+        except TypeError:
+            raise TypeError(f"{what} must be a sequence of ints, got {shape!r}") from None
+        for s in dims:
+            if isinstance(s, bool) or not isinstance(s, (int, np.integer)):
+                raise TypeError(f"{what} must hold ints, got {s!r} in {dims}")
+            if not 0 < s < 2 ** 63:
+                raise ValueError(f"{what} sizes must be positive and below 2**63, got {dims}")
+        return tuple(int(s) for s in dims)
 
     # -- structure ----------------------------------------------------------------------------------------------
     def _used_uids(self) -> set[int]:
@@ -551,43 +311,24 @@ class Graph:
         return self._scalar_bufs[t.uid].ctypes.data
 
     # -- lowering -----------------------------------------------------------------------------------------------
-    @staticmethod
-    def _backend_dims(t: Tensor) -> tuple[list[int], list[int]]:
-        """Dims/strides as cuDNN sees them: padded with leading 1s to at least 3 dims (matmul needs a batch)."""
-        shape, strides = list(t.shape), list(t.strides)
-        while len(shape) < 3:
-            strides.insert(0, shape[0] * strides[0])
-            shape.insert(0, 1)
-        return shape, strides
-
     def lower(self, handle=None) -> BackendDescriptor:
         """The finalized ``OPERATIONGRAPH`` descriptor for ``handle`` (cached for the last handle given; needs the
-        cuDNN engines library, i.e. a CUDA driver). Freezes the graph."""
+        cuDNN engines library, i.e. a CUDA driver). Each operation lowers itself (see :mod:`.ops`). Freezes the
+        graph."""
         if getattr(handle, "closed", False):
             raise ClosedError(f"graph {self.name!r}: the Handle is closed; use an open one")
         if self._lowered is not None and self._lowered[0] is handle:
             return self._lowered[1]
         self.validate()
-        keep: list = []
-        td: dict[int, BackendDescriptor] = {}
-        for t in self.tensors:
-            dims, strides = self._backend_dims(t)
-            d = BackendDescriptor("TENSOR", data_type=t.dtype, dimensions=dims, strides=strides, unique_id=t.uid,
-                                  byte_alignment=16 if not t.is_by_value else 4, is_virtual=t.is_virtual)
-            if t.is_by_value:
-                d.set("is_by_value", True)
-            td[t.uid] = d.finalize()
-        op_descs = []
+        ctx = LowerContext(self, handle)
         for op in self.ops:
-            d, extra = lower(op, td)
-            op_descs.append(d)
-            keep.extend(extra)
-        g = BackendDescriptor("OPERATIONGRAPH", ops=op_descs)
+            op.lower(ctx)
+        g = BackendDescriptor("OPERATIONGRAPH", ops=ctx.operations)
         if handle is not None:
             g.set("handle", handle)
         g.finalize()
         self._frozen = True
-        self._lowered = (handle, g, td, op_descs, keep)  # the operation graph holds the handle: one per handle
+        self._lowered = (handle, g, ctx)  # the operation graph holds the handle: one per handle
         return g
 
     # -- plans and execution (see plans.py / execute.py) --------------------------------------------------------

@@ -1,0 +1,15 @@
+"""Graph operations: one :class:`Op` subclass per operation kind, each with its own lowering, and the builder
+methods that add them to a :class:`~cudnn_py.graph.Graph` (one mixin per module)."""
+from .base import LowerContext, Op, backend_dims
+from .conv import ConvBuilders, ConvDgrad, ConvFprop, ConvWgrad
+from .matmul import Matmul, MatmulBuilders
+from .norm import GenStats, NormBuilders, NormForward
+from .pointwise import POINTWISE_ARITY, Pointwise, PointwiseBuilders, pointwise_mode
+from .reduction import Reduction, ReductionBuilders, reduction_mode
+
+#: the builder mixins :class:`~cudnn_py.graph.Graph` inherits, one per operation module
+BUILDERS = (ConvBuilders, MatmulBuilders, PointwiseBuilders, ReductionBuilders, NormBuilders)
+
+__all__ = ["Op", "LowerContext", "backend_dims", "BUILDERS", "ConvFprop", "ConvDgrad", "ConvWgrad", "Matmul",
+           "Pointwise", "Reduction", "GenStats", "NormForward", "POINTWISE_ARITY", "pointwise_mode",
+           "reduction_mode"]

@@ -1,0 +1,116 @@
+"""What every graph operation is: tensors by role, hashable parameters, and its own lowering.
+
+An operation lowers to one or more finalized ``CUDNN_BACKEND_OPERATION_*`` descriptors through a
+:class:`LowerContext`; a composite operation (attention, a masked softmax) lowers to a subgraph by creating its
+own virtual tensors with :meth:`LowerContext.virtual` and lowering primitive operations into the same context.
+Adding an operation means adding one :class:`Op` subclass (and its builder method) in one module of this package.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar, Sequence
+
+from ..descriptors import BackendDescriptor
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..graph import Graph, Tensor
+
+__all__ = ["Op", "LowerContext", "backend_dims"]
+
+
+def backend_dims(t: "Tensor") -> tuple[list[int], list[int]]:
+    """Dims/strides as cuDNN sees them: padded with leading 1s to at least 3 dims (matmul needs a batch)."""
+    shape, strides = list(t.shape), list(t.strides)
+    while len(shape) < 3:
+        strides.insert(0, shape[0] * strides[0])
+        shape.insert(0, 1)
+    return shape, strides
+
+
+class Op:
+    """One node of a graph.
+
+    ``inputs``/``outputs`` map roles to :class:`~cudnn_py.graph.Tensor` records; ``params`` holds hashable
+    settings (they key the plan cache). Subclasses set ``kind`` and implement :meth:`lower`.
+    """
+
+    kind: ClassVar[str] = ""
+
+    def __init__(self, inputs: dict[str, "Tensor"], outputs: dict[str, "Tensor"], params: dict[str, Any] | None = None,
+                 name: str = ""):
+        self.inputs, self.outputs = dict(inputs), dict(outputs)
+        self.params = dict(params or {})
+        self.name = name or self.kind
+
+    def key(self) -> tuple:
+        """The operation's identity for the plan cache: kind, tensor uids by role, parameters."""
+        return (self.kind, tuple((r, t.uid) for r, t in self.inputs.items()),
+                tuple((r, t.uid) for r, t in self.outputs.items()),
+                tuple(sorted(((k, repr(v)) for k, v in self.params.items()))))
+
+    def describe(self) -> str:
+        """``kind[mode](role=tensor, ...) -> role=tensor``, for errors and printing."""
+        ins = ", ".join(f"{r}={t.describe()}" for r, t in self.inputs.items())
+        outs = ", ".join(f"{r}={t.describe()}" for r, t in self.outputs.items())
+        p = self.params.get("mode")
+        label = f"{self.kind}[{getattr(p, 'name', p)}]" if p is not None else self.kind
+        return f"{label}({ins}) -> {outs}"
+
+    def lower(self, ctx: "LowerContext") -> None:
+        """Add this operation's finalized backend operation descriptor(s) to ``ctx``."""
+        raise NotImplementedError(f"{type(self).__name__} has no lowering")
+
+    def __repr__(self):
+        return f"<{type(self).__name__} {self.describe()}>"
+
+
+class LowerContext:
+    """Lowering state of one graph for one handle: tensor descriptors by uid, the operation descriptors in order,
+    and the helper descriptors they reference (kept alive with the operation graph)."""
+
+    def __init__(self, graph: "Graph", handle=None):
+        self.graph, self.handle = graph, handle
+        self.operations: list[BackendDescriptor] = []
+        self.kept: list[BackendDescriptor] = []
+        self._tensors: dict[tuple, BackendDescriptor] = {}
+
+    def tensor(self, t: "Tensor") -> BackendDescriptor:
+        """The finalized ``TENSOR`` descriptor of ``t`` (made once per tensor)."""
+        return self.view(t, t.shape, t.strides)
+
+    def view(self, t: "Tensor", shape: Sequence[int], strides: Sequence[int]) -> BackendDescriptor:
+        """A ``TENSOR`` descriptor for ``t``'s memory (same uid) seen with other dims/strides, e.g. K transposed
+        for ``Q @ K^T``; ``view(t, t.shape, t.strides)`` is ``tensor(t)``."""
+        key = (t.uid, tuple(shape), tuple(strides))
+        d = self._tensors.get(key)
+        if d is None:
+            dims, st = backend_dims(_Shape(tuple(shape), tuple(strides)))
+            d = BackendDescriptor("TENSOR", data_type=t.dtype, dimensions=dims, strides=st, unique_id=t.uid,
+                                  byte_alignment=16 if not t.is_by_value else 4, is_virtual=t.is_virtual)
+            if t.is_by_value:
+                d.set("is_by_value", True)
+            d.finalize()
+            self._tensors[key] = d
+        return d
+
+    def virtual(self, shape: Sequence[int], dtype=None, strides: Sequence[int] | None = None,
+                name: str = "") -> "Tensor":
+        """A new virtual tensor private to a composite operation's subgraph (``dtype`` defaults to the graph's
+        intermediate dtype, strides to packed row-major)."""
+        from ..graph import Tensor, _packed_strides
+        g = self.graph
+        uid = g._new_uid()
+        dt = g.intermediate_dtype if dtype is None else dtype
+        return Tensor(g, uid, name or f"sub{uid}", tuple(shape),
+                      tuple(strides) if strides is not None else _packed_strides(shape), dt, True)
+
+    def add(self, op_desc: BackendDescriptor, *helpers: BackendDescriptor) -> None:
+        """Append a finalized operation descriptor (and keep the helper descriptors it references alive)."""
+        self.operations.append(op_desc)
+        self.kept.extend(helpers)
+
+
+class _Shape:
+    __slots__ = ("shape", "strides")
+
+    def __init__(self, shape, strides):
+        self.shape, self.strides = shape, strides

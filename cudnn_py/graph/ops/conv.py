@@ -1,0 +1,125 @@
+"""Convolution forward, backward data and backward filter as graph operations."""
+from __future__ import annotations
+
+from cudnn_py import capi
+from cudnn_py.descriptors import _ints
+
+from ..descriptors import BackendDescriptor
+from .base import LowerContext, Op
+
+__all__ = ["ConvFprop", "ConvDgrad", "ConvWgrad", "ConvBuilders"]
+
+
+class _Conv(Op):
+    """A convolution operation; ``backend`` names its operation descriptor type, whose tensor attributes are
+    named like our roles (x, w, y, dx, dy, dw)."""
+
+    backend = ""
+
+    def lower(self, ctx: LowerContext) -> None:
+        p = self.params
+        conv = BackendDescriptor(
+            "CONVOLUTION", comp_type=p["compute_dtype"], conv_mode=p["conv_mode"], spatial_dims=len(p["padding"]),
+            dilations=list(p["dilation"]), filter_strides=list(p["stride"]), pre_paddings=list(p["padding"]),
+            post_paddings=list(p["post_padding"])).finalize()
+        d = BackendDescriptor(self.backend)
+        d.set("alpha", float(p["alpha"]), attr_type="FLOAT")
+        d.set("beta", float(p["beta"]), attr_type="FLOAT")
+        d.set("conv_desc", conv)
+        for role, t in (*self.inputs.items(), *self.outputs.items()):
+            d.set(role, ctx.tensor(t))
+        ctx.add(d.finalize(), conv)
+
+
+class ConvFprop(_Conv):
+    kind, backend = "conv_fprop", "OPERATION_CONVOLUTION_FORWARD"
+
+
+class ConvDgrad(_Conv):
+    kind, backend = "conv_dgrad", "OPERATION_CONVOLUTION_BACKWARD_DATA"
+
+
+class ConvWgrad(_Conv):
+    kind, backend = "conv_wgrad", "OPERATION_CONVOLUTION_BACKWARD_FILTER"
+
+
+class ConvBuilders:
+    """The :class:`~cudnn_py.graph.Graph` methods that add convolutions."""
+
+    def _conv_params(self, nsp, padding, stride, dilation, post_padding, compute_dtype, alpha, beta, conv_mode):
+        pad = _ints(padding, nsp, "padding", 0)
+        post = pad if post_padding is None else _ints(post_padding, nsp, "post_padding", 0)
+        if isinstance(conv_mode, str):
+            key = "CUDNN_" + conv_mode.upper()
+            if key not in capi.cudnnConvolutionMode_t.__members__:
+                raise ValueError(f"conv_mode must be 'cross_correlation' or 'convolution', got {conv_mode!r}")
+            conv_mode = capi.cudnnConvolutionMode_t[key]
+        elif not isinstance(conv_mode, capi.cudnnConvolutionMode_t):
+            raise TypeError(f"conv_mode must be a string or cudnnConvolutionMode_t, got {type(conv_mode).__name__}")
+        return dict(padding=pad, post_padding=post, stride=_ints(stride, nsp, "stride", 1),
+                    dilation=_ints(dilation, nsp, "dilation", 1), compute_dtype=self._compute(compute_dtype),
+                    alpha=self._float(alpha, "alpha"), beta=self._float(beta, "beta"), conv_mode=conv_mode)
+
+    def conv_fprop(self, x, w, padding=0, stride=1, dilation=1, *, post_padding=None, compute_dtype=None,
+                   alpha: float = 1.0, beta: float = 0.0, conv_mode="cross_correlation", name: str | None = None):
+        """y = conv(x, w): x (N, C, *spatial), w (K, C/groups, *kernel) -> y (N, K, *out), virtual.
+
+        ``padding``/``post_padding`` (after; default = padding), ``stride``, ``dilation``: an int or one per
+        spatial dim. Returns the output tensor."""
+        x, w = self._own(x, "x"), self._own(w, "w")
+        self._same_dtype("conv_fprop", x, w)
+        if x.ndim < 3 or w.ndim != x.ndim:
+            raise ValueError(f"conv_fprop needs x and w of the same rank >= 3, got {x.shape} and {w.shape}")
+        p = self._conv_params(x.ndim - 2, padding, stride, dilation, post_padding, compute_dtype, alpha, beta,
+                              conv_mode)
+        if x.shape[1] % w.shape[1]:
+            raise ValueError(f"conv_fprop: x has {x.shape[1]} channels, not a multiple of w's {w.shape[1]}")
+        out = []
+        for i, (n, k) in enumerate(zip(x.shape[2:], w.shape[2:])):
+            o = (n + p["padding"][i] + p["post_padding"][i] - p["dilation"][i] * (k - 1) - 1) // p["stride"][i] + 1
+            if o <= 0:
+                raise ValueError(f"conv_fprop: spatial dim {i} gives output size {o} (input {n}, kernel {k})")
+            out.append(o)
+        y = self._virtual((x.shape[0], w.shape[0], *out), like=x, name=name and f"{name}.y")
+        self._add_op(ConvFprop({"x": x, "w": w}, {"y": y}, p, name))
+        return y
+
+    def conv_dgrad(self, dy, w, padding=0, stride=1, dilation=1, *, x_shape=None, post_padding=None,
+                   compute_dtype=None, alpha: float = 1.0, beta: float = 0.0, conv_mode="cross_correlation",
+                   name: str | None = None):
+        """dx = convolution backward data(dy, w); ``x_shape`` where the forward input size is ambiguous
+        (stride > 1). Returns dx."""
+        dy, w = self._own(dy, "dy"), self._own(w, "w")
+        self._same_dtype("conv_dgrad", dy, w)
+        if dy.ndim < 3 or w.ndim != dy.ndim:
+            raise ValueError(f"conv_dgrad needs dy and w of the same rank >= 3, got {dy.shape} and {w.shape}")
+        if dy.shape[1] != w.shape[0]:
+            raise ValueError(f"conv_dgrad: dy has {dy.shape[1]} channels but w has {w.shape[0]} filters")
+        p = self._conv_params(dy.ndim - 2, padding, stride, dilation, post_padding, compute_dtype, alpha, beta,
+                              conv_mode)
+        if x_shape is None:
+            sp = [(o - 1) * p["stride"][i] - p["padding"][i] - p["post_padding"][i] + p["dilation"][i] * (k - 1) + 1
+                  for i, (o, k) in enumerate(zip(dy.shape[2:], w.shape[2:]))]
+            x_shape = (dy.shape[0], w.shape[1], *sp)
+        dx = self._virtual(self._shape(x_shape, "x_shape"), like=dy, name=name and f"{name}.dx")
+        self._add_op(ConvDgrad({"dy": dy, "w": w}, {"dx": dx}, p, name))
+        return dx
+
+    def conv_wgrad(self, dy, x, padding=0, stride=1, dilation=1, *, w_shape=None, post_padding=None,
+                   compute_dtype=None, alpha: float = 1.0, beta: float = 0.0, conv_mode="cross_correlation",
+                   name: str | None = None):
+        """dw = convolution backward filter(dy, x); the kernel size is inferred unless ``w_shape`` is given.
+        Returns dw."""
+        dy, x = self._own(dy, "dy"), self._own(x, "x")
+        self._same_dtype("conv_wgrad", dy, x)
+        if dy.ndim < 3 or x.ndim != dy.ndim:
+            raise ValueError(f"conv_wgrad needs dy and x of the same rank >= 3, got {dy.shape} and {x.shape}")
+        p = self._conv_params(dy.ndim - 2, padding, stride, dilation, post_padding, compute_dtype, alpha, beta,
+                              conv_mode)
+        if w_shape is None:
+            ks = [(n + p["padding"][i] + p["post_padding"][i] - (o - 1) * p["stride"][i] - 1) // p["dilation"][i] + 1
+                  for i, (n, o) in enumerate(zip(x.shape[2:], dy.shape[2:]))]
+            w_shape = (dy.shape[1], x.shape[1], *ks)
+        dw = self._virtual(self._shape(w_shape, "w_shape"), like=x, name=name and f"{name}.dw")
+        self._add_op(ConvWgrad({"dy": dy, "x": x}, {"dw": dw}, p, name))
+        return dw

@@ -1,0 +1,57 @@
+"""Matrix multiplication as a graph operation."""
+from __future__ import annotations
+
+from ..descriptors import BackendDescriptor
+from .base import LowerContext, Op
+
+__all__ = ["Matmul", "MatmulBuilders"]
+
+
+class Matmul(Op):
+    """c = a @ b over the last two dims (batch dims broadcast)."""
+
+    kind = "matmul"
+
+    def lower(self, ctx: LowerContext) -> None:
+        mm = BackendDescriptor("MATMUL", comp_type=self.params["compute_dtype"]).finalize()
+        a, b = self.inputs["a"], self.inputs["b"]
+        d = BackendDescriptor("OPERATION_MATMUL", adesc=ctx.view(a, *self.params.get("a_view", (a.shape, a.strides))),
+                              bdesc=ctx.view(b, *self.params.get("b_view", (b.shape, b.strides))),
+                              cdesc=ctx.tensor(self.outputs["c"]), desc=mm)
+        ctx.add(d.finalize(), mm)
+
+    @staticmethod
+    def emit(ctx: LowerContext, a, b, *, compute_dtype, dtype=None, transpose_b: bool = False):
+        """Lower ``a @ b`` (``b`` seen transposed in its last two dims if ``transpose_b``) into ``ctx`` as part of
+        a composite operation; returns the new virtual output."""
+        params = {"compute_dtype": compute_dtype}
+        bshape = b.shape
+        if transpose_b:
+            bshape = (*b.shape[:-2], b.shape[-1], b.shape[-2])
+            params["b_view"] = (bshape, (*b.strides[:-2], b.strides[-1], b.strides[-2]))
+        batch = tuple(max(m, n) for m, n in zip(a.shape[:-2], bshape[:-2]))
+        c = ctx.virtual((*batch, a.shape[-2], bshape[-1]), dtype)
+        Matmul({"a": a, "b": b}, {"c": c}, params).lower(ctx)
+        return c
+
+
+class MatmulBuilders:
+    """The :class:`~cudnn_py.graph.Graph` method that adds a matmul."""
+
+    def matmul(self, a, b, *, compute_dtype=None, name: str | None = None):
+        """c = a @ b over the last two dims; batch dims broadcast (size 1 against n). Same rank (>= 2) needed.
+        Returns c (virtual)."""
+        a, b = self._own(a, "a"), self._own(b, "b")
+        self._same_dtype("matmul", a, b)
+        if a.ndim < 2 or a.ndim != b.ndim:
+            raise ValueError(f"matmul needs a and b of the same rank >= 2, got {a.shape} and {b.shape}")
+        if a.shape[-1] != b.shape[-2]:
+            raise ValueError(f"matmul: a is {a.shape} and b is {b.shape}; a's last dim must equal b's second-last")
+        batch = []
+        for i, (m, n) in enumerate(zip(a.shape[:-2], b.shape[:-2])):
+            if m != n and 1 not in (m, n):
+                raise ValueError(f"matmul: batch dim {i} does not broadcast ({m} vs {n})")
+            batch.append(max(m, n))
+        c = self._virtual((*batch, a.shape[-2], b.shape[-1]), name=name and f"{name}.c")
+        self._add_op(Matmul({"a": a, "b": b}, {"c": c}, {"compute_dtype": self._compute(compute_dtype)}, name))
+        return c

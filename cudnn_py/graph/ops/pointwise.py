@@ -1,0 +1,232 @@
+"""Pointwise operations (every ``cudnnPointwiseMode_t``) and their named shortcuts."""
+from __future__ import annotations
+
+import math
+
+from cudnn_py import capi
+
+from ..descriptors import BackendDescriptor
+from .base import LowerContext, Op
+
+__all__ = ["Pointwise", "PointwiseBuilders", "POINTWISE_ARITY", "pointwise_mode"]
+
+_PW = capi.cudnnPointwiseMode_t
+_BINARY = {"ADD", "ADD_SQUARE", "DIV", "MAX", "MIN", "MOD", "MUL", "POW", "SUB", "ATAN2", "FLOOR_MOD",
+           "CMP_EQ", "CMP_NEQ", "CMP_GT", "CMP_GE", "CMP_LT", "CMP_LE", "LOGICAL_AND", "LOGICAL_OR"}
+#: pointwise descriptor settings a mode may take
+_FLOAT_PARAMS = ("relu_lower_clip", "relu_upper_clip", "relu_lower_clip_slope", "elu_alpha", "softplus_beta",
+                 "swish_beta")
+#: role -> tensor attribute of the pointwise operation
+_ROLE_ATTRS = {"x": "xdesc", "b": "bdesc", "t": "tdesc", "y": "ydesc", "dy": "dydesc", "dx": "dxdesc"}
+
+
+def _arity(name: str) -> str:
+    short = name[len("CUDNN_POINTWISE_"):]
+    if short.endswith("_BWD"):
+        return "backward"
+    if short == "BINARY_SELECT":
+        return "ternary"
+    if short == "GEN_INDEX":
+        return "nullary"
+    return "binary" if short in _BINARY else "unary"
+
+
+#: Every pointwise mode of the loaded bindings -> 'unary' | 'binary' | 'ternary' | 'backward' (dy, x -> dx)
+#: | 'nullary' (gen_index: x gives only the shape).
+POINTWISE_ARITY: dict[capi.cudnnPointwiseMode_t, str] = {m: _arity(m.name) for m in _PW}
+
+
+def pointwise_mode(mode) -> capi.cudnnPointwiseMode_t:
+    """A ``cudnnPointwiseMode_t`` from a member, a full name or a short one (``'relu_fwd'``, ``'add'``)."""
+    if isinstance(mode, _PW):
+        return mode
+    if isinstance(mode, str):
+        for cand in (mode, "CUDNN_POINTWISE_" + mode.upper()):
+            if cand in _PW.__members__:
+                return _PW[cand]
+        raise ValueError(f"unknown pointwise mode {mode!r}; known: "
+                         + ", ".join(m.name[len('CUDNN_POINTWISE_'):].lower() for m in _PW))
+    if isinstance(mode, int) and not isinstance(mode, bool):
+        try:
+            return _PW(mode)
+        except ValueError:
+            raise ValueError(f"{mode} is not a cudnnPointwiseMode_t value") from None
+    raise TypeError(f"pointwise mode must be a cudnnPointwiseMode_t or its name, not {type(mode).__name__}")
+
+
+def broadcast_shape(what: str, ins) -> tuple[int, ...]:
+    """The shape tensors of one rank broadcast to (size-1 dims stretch); ``what`` names the operation in errors."""
+    rank = ins[0].ndim
+    if any(v.ndim != rank for v in ins):
+        raise ValueError(f"{what}: inputs need the same rank, got " + ", ".join(str(v.shape) for v in ins))
+    shape = []
+    for i in range(rank):
+        sizes = {v.shape[i] for v in ins} - {1}
+        if len(sizes) > 1:
+            raise ValueError(f"{what}: dim {i} does not broadcast: " + ", ".join(str(v.shape) for v in ins))
+        shape.append(sizes.pop() if sizes else 1)
+    return tuple(shape)
+
+
+class Pointwise(Op):
+    """One pointwise operation; ``params``: mode, compute_dtype and the mode's settings (``_FLOAT_PARAMS``,
+    ``axis``)."""
+
+    kind = "pointwise"
+
+    def lower(self, ctx: LowerContext) -> None:
+        p = self.params
+        pw = BackendDescriptor("POINTWISE", mode=p["mode"], math_prec=p["compute_dtype"])
+        for k in _FLOAT_PARAMS:
+            if p.get(k) is not None:
+                pw.set(k, float(p[k]))
+        if p.get("axis") is not None:
+            pw.set("axis", int(p["axis"]))
+        pw.finalize()
+        d = BackendDescriptor("OPERATION_POINTWISE", pw_descriptor=pw)
+        for role, t in (*self.inputs.items(), *self.outputs.items()):
+            d.set(_ROLE_ATTRS[role], ctx.tensor(t))
+        ctx.add(d.finalize(), pw)
+
+    @staticmethod
+    def emit(ctx: LowerContext, mode, x, b=None, t=None, *, compute_dtype, dtype=None, shape=None, **params):
+        """Lower one pointwise operation into ``ctx`` as part of a composite operation; returns its new virtual
+        output (of ``shape``, default the inputs' broadcast shape)."""
+        mode = pointwise_mode(mode)
+        ins = [v for v in (x, b, t) if v is not None]
+        out = ctx.virtual(shape or broadcast_shape(mode.name, ins), dtype)
+        roles = ("dy", "x") if POINTWISE_ARITY[mode] == "backward" else ("x", "b", "t")
+        outrole = "dx" if POINTWISE_ARITY[mode] == "backward" else "y"
+        Pointwise(dict(zip(roles, ins)), {outrole: out},
+                  {"mode": mode, "compute_dtype": compute_dtype, **params}).lower(ctx)
+        return out
+
+
+class PointwiseBuilders:
+    """The :class:`~cudnn_py.graph.Graph` methods that add pointwise operations."""
+
+    def pointwise(self, mode, x, b=None, t=None, *, compute_dtype=None, name: str | None = None, **params):
+        """Any ``cudnnPointwiseMode_t`` (``'add'``, ``'relu_fwd'``, ``'cmp_gt'``, ``'binary_select'``...).
+
+        Binary modes take ``b`` (a tensor that broadcasts to x, or a number: a by-value scalar); ``binary_select``
+        takes ``b`` and the mask ``t``; backward modes take ``x`` = dy and ``b`` = the forward input;
+        ``gen_index`` takes ``x`` for its shape and ``axis=``. ``params``: relu_lower_clip, relu_upper_clip,
+        relu_lower_clip_slope, elu_alpha, softplus_beta, swish_beta, axis. Returns the output (virtual)."""
+        mode = pointwise_mode(mode)
+        arity = POINTWISE_ARITY[mode]
+        x = self._own(x, "x")
+        if isinstance(b, (int, float)) and not isinstance(b, bool):
+            b = self.scalar(b, ndim=x.ndim)
+        need = {"nullary": 0, "unary": 0, "binary": 1, "ternary": 2, "backward": 1}[arity]
+        given = (b is not None) + (t is not None)
+        if given != need:
+            raise ValueError(f"pointwise {mode.name} is {arity} and takes {need} tensor(s) besides x, got {given}")
+        unknown = set(params) - set(_FLOAT_PARAMS) - {"axis"}
+        if unknown:
+            raise TypeError(f"pointwise: unknown parameter(s) {', '.join(sorted(unknown))}; known: "
+                            + ", ".join((*_FLOAT_PARAMS, "axis")))
+        clean = {}
+        for k, v in params.items():
+            if v is None:
+                continue
+            clean[k] = self._axis(v, x.ndim, k) if k == "axis" else self._float(v, k)
+        if arity == "nullary" and "axis" not in clean:
+            raise ValueError(f"pointwise {mode.name} needs axis=")
+        ins = [x] + [self._own(v, n) for v, n in ((b, "b"), (t, "t")) if v is not None]
+        shape = broadcast_shape(f"pointwise {mode.name}", ins)
+        like = max(ins, key=lambda v: math.prod(v.shape))
+        out = self._virtual(shape, strides=like.strides if like.shape == shape else None, like=like,
+                            name=name and f"{name}.y")
+        p = {"mode": mode, "compute_dtype": self._compute(compute_dtype), **clean}
+        if arity == "backward":
+            self._add_op(Pointwise({"dy": x, "x": ins[1]}, {"dx": out}, p, name))
+        else:
+            self._add_op(Pointwise(dict(zip(("x", "b", "t"), ins)), {"y": out}, p, name))
+        return out
+
+    def add(self, a, b, **kw):
+        """a + b (broadcasting; ``b`` may be a number)."""
+        return self.pointwise("add", a, b, **kw)
+
+    def sub(self, a, b, **kw):
+        """a - b."""
+        return self.pointwise("sub", a, b, **kw)
+
+    def mul(self, a, b, **kw):
+        """a * b."""
+        return self.pointwise("mul", a, b, **kw)
+
+    def div(self, a, b, **kw):
+        """a / b."""
+        return self.pointwise("div", a, b, **kw)
+
+    def bias(self, x, b, **kw):
+        """x + b with b broadcast (e.g. (1, C, 1, 1) against (N, C, H, W))."""
+        return self.pointwise("add", x, b, **kw)
+
+    def scale(self, x, s, **kw):
+        """x * s with s a broadcastable tensor or a number."""
+        return self.pointwise("mul", x, s, **kw)
+
+    def relu(self, x, *, negative_slope: float | None = None, lower_clip=None, upper_clip=None, **kw):
+        """max(x, lower_clip) (leaky with ``negative_slope``, clipped above by ``upper_clip``)."""
+        return self.pointwise("relu_fwd", x, relu_lower_clip_slope=negative_slope, relu_lower_clip=lower_clip,
+                              relu_upper_clip=upper_clip, **kw)
+
+    def gelu(self, x, *, approximate: str = "none", **kw):
+        """GELU, exact (erf) or ``approximate='tanh'``."""
+        if approximate not in ("none", "tanh"):
+            raise ValueError(f"approximate must be 'none' or 'tanh', got {approximate!r}")
+        return self.pointwise("gelu_approx_tanh_fwd" if approximate == "tanh" else "gelu_fwd", x, **kw)
+
+    def silu(self, x, **kw):
+        """x * sigmoid(x)."""
+        return self.pointwise("swish_fwd", x, swish_beta=1.0, **kw)
+
+    def tanh(self, x, **kw):
+        """tanh(x)."""
+        return self.pointwise("tanh_fwd", x, **kw)
+
+    def sigmoid(self, x, **kw):
+        """1 / (1 + exp(-x))."""
+        return self.pointwise("sigmoid_fwd", x, **kw)
+
+    def exp(self, x, **kw):
+        """exp(x)."""
+        return self.pointwise("exp", x, **kw)
+
+    def log(self, x, **kw):
+        """log(x)."""
+        return self.pointwise("log", x, **kw)
+
+    def relu_backward(self, dy, x, **kw):
+        """dx = dy * (x > 0)."""
+        return self.pointwise("relu_bwd", dy, x, **kw)
+
+    def gelu_backward(self, dy, x, **kw):
+        """dx of the exact GELU."""
+        return self.pointwise("gelu_bwd", dy, x, **kw)
+
+    def tanh_backward(self, dy, x, **kw):
+        """dx of tanh (``x`` is the forward input)."""
+        return self.pointwise("tanh_bwd", dy, x, **kw)
+
+    def sigmoid_backward(self, dy, x, **kw):
+        """dx of the sigmoid (``x`` is the forward input)."""
+        return self.pointwise("sigmoid_bwd", dy, x, **kw)
+
+    def silu_backward(self, dy, x, **kw):
+        """dx of SiLU (``x`` is the forward input)."""
+        return self.pointwise("swish_bwd", dy, x, swish_beta=1.0, **kw)
+
+    def cmp_gt(self, a, b, **kw):
+        """a > b as a mask."""
+        return self.pointwise("cmp_gt", a, b, **kw)
+
+    def select(self, a, b, mask, **kw):
+        """mask ? a : b (``binary_select``)."""
+        return self.pointwise("binary_select", a, b, mask, **kw)
+
+    def gen_index(self, x, axis: int, **kw):
+        """Each element's index along ``axis``, in x's shape (``gen_index``)."""
+        return self.pointwise("gen_index", x, axis=axis, **kw)

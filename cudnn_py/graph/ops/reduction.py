@@ -1,0 +1,68 @@
+"""Reductions as graph operations."""
+from __future__ import annotations
+
+from typing import Sequence
+
+from cudnn_py import capi
+
+from ..descriptors import BackendDescriptor
+from .base import LowerContext, Op
+
+__all__ = ["Reduction", "ReductionBuilders", "reduction_mode"]
+
+_RED = capi.cudnnReduceTensorOp_t
+
+
+def reduction_mode(mode) -> capi.cudnnReduceTensorOp_t:
+    """A ``cudnnReduceTensorOp_t`` from a member or a short name ('add', 'max', 'avg', ...)."""
+    if isinstance(mode, _RED):
+        return mode
+    if isinstance(mode, str) and "CUDNN_REDUCE_TENSOR_" + mode.upper() in _RED.__members__:
+        return _RED["CUDNN_REDUCE_TENSOR_" + mode.upper()]
+    raise ValueError(f"reduction mode must be a cudnnReduceTensorOp_t or one of "
+                     + ", ".join(m.name[len('CUDNN_REDUCE_TENSOR_'):].lower() for m in _RED) + f", got {mode!r}")
+
+
+class Reduction(Op):
+    """y = reduce(x) to y's shape (dims of size 1 are reduced)."""
+
+    kind = "reduction"
+
+    def lower(self, ctx: LowerContext) -> None:
+        red = BackendDescriptor("REDUCTION", operator=self.params["mode"],
+                                comp_type=self.params["compute_dtype"]).finalize()
+        d = BackendDescriptor("OPERATION_REDUCTION", xdesc=ctx.tensor(self.inputs["x"]),
+                              ydesc=ctx.tensor(self.outputs["y"]), desc=red)
+        ctx.add(d.finalize(), red)
+
+    @staticmethod
+    def emit(ctx: LowerContext, x, mode, axes: Sequence[int], *, compute_dtype, dtype=None):
+        """Lower a reduction over ``axes`` (kept as size-1 dims) into ``ctx``; returns its new virtual output."""
+        shape = tuple(1 if i in axes else s for i, s in enumerate(x.shape))
+        y = ctx.virtual(shape, dtype)
+        Reduction({"x": x}, {"y": y}, {"mode": reduction_mode(mode), "compute_dtype": compute_dtype}).lower(ctx)
+        return y
+
+
+class ReductionBuilders:
+    """The :class:`~cudnn_py.graph.Graph` method that adds a reduction."""
+
+    def reduction(self, x, mode="add", *, axes: Sequence[int] | None = None, out_shape=None, compute_dtype=None,
+                  name: str | None = None):
+        """Reduce x over ``axes`` (kept as size-1 dims) or to ``out_shape``; mode: a ``cudnnReduceTensorOp_t``
+        or 'add', 'mul', 'min', 'max', 'amax', 'avg', 'norm1', 'norm2'. Returns y (virtual)."""
+        x = self._own(x, "x")
+        op = reduction_mode(mode)
+        if (axes is None) == (out_shape is None):
+            raise ValueError("reduction needs exactly one of axes= or out_shape=")
+        if out_shape is None:
+            if isinstance(axes, (int, str, bytes)) or not hasattr(axes, "__iter__"):
+                raise TypeError(f"axes must be a sequence of ints, got {axes!r}")
+            ax = {self._axis(a, x.ndim, "axes") for a in axes}
+            out_shape = tuple(1 if i in ax else s for i, s in enumerate(x.shape))
+        out_shape = self._shape(out_shape, "out_shape")
+        if len(out_shape) != x.ndim or any(o not in (1, s) for o, s in zip(out_shape, x.shape)):
+            raise ValueError(f"reduction output shape {out_shape} must keep x's rank with dims 1 or x's {x.shape}")
+        y = self._virtual(out_shape, name=name and f"{name}.y")
+        self._add_op(Reduction({"x": x}, {"y": y}, {"mode": op, "compute_dtype": self._compute(compute_dtype)}, name))
+        return y
