@@ -22,6 +22,8 @@ arguments, so an execute call in a loop builds each descriptor once. Shared desc
 from __future__ import annotations
 
 import ctypes
+import math
+import threading
 import weakref
 from ctypes import byref, c_double, c_float, c_int, c_size_t, c_uint, c_ulonglong, c_void_p
 from enum import IntEnum
@@ -48,8 +50,47 @@ DIM_MAX = 8  # CUDNN_DIM_MAX
 
 # --- argument helpers ---------------------------------------------------------------------------------
 
+#: the range of the C ``int`` every legacy size, stride, padding and count is passed as
+INT32_MAX = 2 ** 31 - 1
+INT64_MAX = 2 ** 63 - 1
+_MAX_LEN = 64  # longer sequences are refused before they are converted (no rank is near it)
+
+
 def _is_int(value) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def _int(value, what: str, minimum: int | None = None, maximum: int = INT32_MAX) -> int:
+    """``value`` as a Python int in ``[minimum, maximum]``: :class:`TypeError` for anything but an int (a float,
+    a bool, a string), :class:`ValueError` out of range; both name ``what``."""
+    if not _is_int(value):
+        raise TypeError(f"{what} must be an int, got {value!r} ({type(value).__name__})")
+    v = int(value)
+    if minimum is not None and v < minimum:
+        raise ValueError(f"{what} must be >= {minimum}, got {v}")
+    if v > maximum:
+        raise ValueError(f"{what} must be <= {maximum} (the C type's range), got {v}")
+    return v
+
+
+def _float(value, what: str, minimum: float | None = None, maximum: float | None = None) -> float:
+    """``value`` as a finite Python float in ``[minimum, maximum]``: :class:`TypeError` for a non-number (a
+    string, None, a bool), :class:`ValueError` for NaN, infinity or out of range; both name ``what``."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{what} must be a real number, got {value!r} ({type(value).__name__})")
+    try:
+        v = float(value)
+    except OverflowError:
+        raise ValueError(f"{what} = {value} does not fit in a double") from None
+    if not math.isfinite(v):
+        raise ValueError(f"{what} must be finite, got {v}")
+    if minimum is not None and v < minimum:
+        raise ValueError(f"{what} must be >= {minimum:g}" + (f" (in [{minimum:g}, {maximum:g}])" if maximum is not None
+                                                             else "") + f", got {v}")
+    if maximum is not None and v > maximum:
+        raise ValueError(f"{what} must be <= {maximum:g}" + (f" (in [{minimum:g}, {maximum:g}])" if minimum is not None
+                                                             else "") + f", got {v}")
+    return v
 
 
 def _enum(cls: type[IntEnum], value, prefix: str, what: str, aliases: dict | None = None) -> IntEnum:
@@ -74,42 +115,54 @@ def _enum(cls: type[IntEnum], value, prefix: str, what: str, aliases: dict | Non
 
 
 def _nan(value) -> capi.cudnnNanPropagation_t:
-    if isinstance(value, bool):
+    if isinstance(value, (bool, np.bool_)):
         return capi.CUDNN_PROPAGATE_NAN if value else capi.CUDNN_NOT_PROPAGATE_NAN
     return _enum(capi.cudnnNanPropagation_t, value, "CUDNN_", "nan_propagation",
                  {"propagate": "CUDNN_PROPAGATE_NAN", "not_propagate": "CUDNN_NOT_PROPAGATE_NAN"})
 
 
-def _int_tuple(value, what: str, expected: str = "a sequence of ints") -> tuple[int, ...]:
-    """A sequence of ints as a tuple of Python ints; :class:`TypeError` for anything else."""
+def _int_tuple(value, what: str, expected: str = "a sequence of ints", minimum: int | None = None,
+               maximum: int = INT32_MAX) -> tuple[int, ...]:
+    """A sequence of ints (each in ``[minimum, maximum]``) as a tuple of Python ints; :class:`TypeError` for
+    anything else (a string, a float entry), :class:`ValueError` for an entry out of range."""
+    if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__iter__"):
+        raise TypeError(f"{what} must be {expected}, got {value!r}")
+    if hasattr(value, "__len__") and len(value) > _MAX_LEN:
+        raise ValueError(f"{what} has {len(value)} entries; cuDNN takes at most {DIM_MAX}")
     try:
         out = tuple(value)
     except TypeError:
         raise TypeError(f"{what} must be {expected}, got {value!r}") from None
     if not all(_is_int(v) for v in out):
         raise TypeError(f"{what} must contain only ints, got {value!r}")
-    return tuple(int(v) for v in out)
+    out = tuple(int(v) for v in out)
+    if minimum is not None and any(v < minimum for v in out):
+        raise ValueError(f"{what} must be >= {minimum} in every dimension, got {out}")
+    if any(v > maximum for v in out):
+        raise ValueError(f"{what} must be <= {maximum} (the C type's range) in every dimension, got {out}")
+    return out
 
 
-def _ints(value, n: int | None, what: str, minimum: int) -> tuple[int, ...]:
-    """An int or a sequence of ints as an n-tuple (n=None: keep the sequence's length), each >= minimum."""
+def _ints(value, n: int | None, what: str, minimum: int, maximum: int = INT32_MAX) -> tuple[int, ...]:
+    """An int or a sequence of ints as an n-tuple (n=None: keep the sequence's length), each in
+    ``[minimum, maximum]`` (default: the C int's range)."""
     if _is_int(value):
         if n is None:
             raise ValueError(f"{what}: cannot tell the number of dimensions from a single int")
-        out = (int(value),) * n
+        out = (_int(value, what, minimum, maximum),) * n
     else:
-        out = _int_tuple(value, what, "an int or a sequence of ints")
+        out = _int_tuple(value, what, "an int or a sequence of ints", minimum, maximum)
         if n is not None and len(out) != n:
             raise ValueError(f"{what} has {len(out)} entries; expected {n} (one per spatial dimension)")
-    if any(v < minimum for v in out):
-        raise ValueError(f"{what} must be >= {minimum} in every dimension, got {out}")
     return out
 
 
 def _spatial_ndim(ndim, values) -> int:
     """``ndim`` if given, else the length of the first sequence in ``values`` (2 when all are ints); checked."""
     if ndim is None:
-        ndim = next((len(v) for v in values if v is not None and not _is_int(v) and hasattr(v, "__len__")), 2)
+        ndim = next((len(v) for v in values
+                     if v is not None and not _is_int(v) and not isinstance(v, (str, bytes)) and hasattr(v, "__len__")),
+                    2)
     if not _is_int(ndim) or not 1 <= ndim <= DIM_MAX - 2:
         raise ValueError(f"ndim (spatial dimensions) must be an int from 1 to {DIM_MAX - 2}, got {ndim!r}")
     return int(ndim)
@@ -123,6 +176,39 @@ def _dims(shape, what: str, lo: int, hi: int = DIM_MAX) -> tuple[int, ...]:
     if any(v <= 0 for v in out):
         raise ValueError(f"{what} {out} has a zero or negative dimension; every dimension must be >= 1")
     return out
+
+
+def _span(shape, strides) -> int:
+    """Elements from the first to the last one addressed (non-negative strides), inclusive."""
+    return 1 + sum((n - 1) * s for n, s in zip(shape, strides))
+
+
+#: dtypes the legacy tensor and filter descriptors take (cuDNN refuses int64, bool, fp8 and fp4 there with a
+#: bare BAD_PARAM; the graph API's tensors take them)
+LEGACY_DTYPES = frozenset(int(getattr(capi.cudnnDataType_t, n)) for n in (
+    "CUDNN_DATA_FLOAT", "CUDNN_DATA_DOUBLE", "CUDNN_DATA_HALF", "CUDNN_DATA_BFLOAT16", "CUDNN_DATA_INT8",
+    "CUDNN_DATA_UINT8", "CUDNN_DATA_INT32", "CUDNN_DATA_INT8x4", "CUDNN_DATA_INT8x32", "CUDNN_DATA_UINT8x4")
+    if hasattr(capi.cudnnDataType_t, n))
+
+
+def _legacy_dtype(dtype, what: str) -> capi.cudnnDataType_t:
+    """The ``cudnnDataType_t`` of ``dtype``, refused with a reason where the legacy descriptors do not take it."""
+    if dtype is None:
+        raise TypeError(f"{what} dtype must be given (None is not a dtype)")
+    dt = cudnn_dtype(dtype)
+    if int(dt) not in LEGACY_DTYPES:
+        raise TypeError(f"{what} dtype {dt.name} is not available to cuDNN's legacy (descriptor) API, which takes "
+                        f"float32, float64, float16, bfloat16, int8, uint8 and int32; use the graph API "
+                        f"(cudnn_py.Graph) for it")
+    return dt
+
+
+def _handle_ptr(handle):
+    """``handle.ptr`` of a :class:`cudnn_py.Handle` (or an object that stands in for one with a ``ptr``
+    property); :class:`TypeError` for anything else, arrays included."""
+    if isinstance(handle, DeviceArray) or not hasattr(type(handle), "ptr"):
+        raise TypeError(f"handle must be a cudnn_py.Handle, got {type(handle).__name__}")
+    return handle.ptr
 
 
 def _carray(values) -> ctypes.Array:
@@ -219,7 +305,7 @@ class TensorDescriptor(_Descriptor):
 
     def __init__(self, shape, dtype=np.float32, strides=None, *, format=None):
         shape = _dims(shape, "tensor shape", 2)
-        dt = cudnn_dtype(dtype)
+        dt = _legacy_dtype(dtype, "tensor")
         fmt = None
         if format is not None:
             if strides is not None:
@@ -233,6 +319,10 @@ class TensorDescriptor(_Descriptor):
             if bad:
                 raise ValueError(f"tensor strides {strides} are 0 in dimension(s) {bad} of size > 1 (a broadcast "
                                  f"view); cuDNN needs real strides: make a packed copy")
+        span = _span(shape, _c_strides(shape) if strides is None else strides)
+        if span > INT32_MAX:
+            raise ValueError(f"tensor shape {shape} with strides {strides or 'packed'} spans {span} elements; cuDNN's "
+                             f"legacy tensor descriptors address at most 2**31 - 1 (split the batch)")
         super().__init__()
         self._format = fmt
         if fmt is not None:
@@ -290,8 +380,11 @@ class FilterDescriptor(_Descriptor):
 
     def __init__(self, shape, dtype=np.float32, *, format="NCHW"):
         shape = _dims(shape, "filter shape", 3)
-        dt = cudnn_dtype(dtype)
+        dt = _legacy_dtype(dtype, "filter")
         fmt = _format(format)
+        if math.prod(shape) > INT32_MAX:
+            raise ValueError(f"filter shape {shape} has {math.prod(shape)} elements; cuDNN's legacy filter "
+                             f"descriptors hold at most 2**31 - 1")
         super().__init__()
         capi.cudnnSetFilterNdDescriptor(self._ptr, dt, fmt, len(shape), _carray(shape))
 
@@ -345,18 +438,18 @@ class ConvolutionDescriptor(_Descriptor):
         st = _ints(stride, n, "stride", 1)
         dil = _ints(dilation, n, "dilation", 1)
         mode = _enum(capi.cudnnConvolutionMode_t, mode, "CUDNN_", "mode")
-        ct = cudnn_dtype(compute_type)
-        if not _is_int(groups) or groups < 1:
-            raise ValueError(f"groups must be an int >= 1, got {groups!r}")
+        ct = _legacy_dtype(compute_type, "compute_type")
+        groups = _int(groups, "groups", 1)
         math = _enum(capi.cudnnMathType_t, math_type, "CUDNN_", "math_type", _MATH_ALIASES)
+        if reorder is not None:
+            reorder = _enum(capi.cudnnReorderType_t, reorder, "CUDNN_", "reorder",
+                            {"default": "CUDNN_DEFAULT_REORDER", "none": "CUDNN_NO_REORDER"})
         super().__init__()
         capi.cudnnSetConvolutionNdDescriptor(self._ptr, n, _carray(pad), _carray(st), _carray(dil), mode, ct)
-        capi.cudnnSetConvolutionGroupCount(self._ptr, int(groups))
+        capi.cudnnSetConvolutionGroupCount(self._ptr, groups)
         capi.cudnnSetConvolutionMathType(self._ptr, math)
         if reorder is not None:
-            capi.cudnnSetConvolutionReorderType(
-                self._ptr, _enum(capi.cudnnReorderType_t, reorder, "CUDNN_", "reorder",
-                                 {"default": "CUDNN_DEFAULT_REORDER", "none": "CUDNN_NO_REORDER"}))
+            capi.cudnnSetConvolutionReorderType(self._ptr, reorder)
 
     def _get(self):
         n, mode, ct = c_int(), c_int(), c_int()
@@ -398,8 +491,8 @@ class ConvolutionDescriptor(_Descriptor):
     def output_shape(self, x, w) -> tuple[int, ...]:
         """The forward output shape for input ``x`` and filter ``w``, computed by cuDNN
         (``cudnnGetConvolutionNdForwardOutputDim``). ``x``/``w``: descriptors, or shapes (float32)."""
-        xd = x if isinstance(x, TensorDescriptor) else tensor_descriptor(tuple(x), np.float32)
-        wd = w if isinstance(w, FilterDescriptor) else filter_descriptor(tuple(w), np.float32)
+        xd = x if isinstance(x, TensorDescriptor) else tensor_descriptor(_dims(x, "input shape", 3), np.float32)
+        wd = w if isinstance(w, FilterDescriptor) else filter_descriptor(_dims(w, "filter shape", 3), np.float32)
         nd = xd.ndim
         if wd.ndim != nd or nd != self.ndim + 2:
             raise ValueError(f"input has {nd} dims and filter {wd.ndim}; this convolution needs both to have "
@@ -409,10 +502,16 @@ class ConvolutionDescriptor(_Descriptor):
         if xd.format != capi.CUDNN_TENSOR_NCHW_VECT_C and xs[1] != ws[1] * groups:
             raise ValueError(f"input {xs} has {xs[1]} channels but filter {ws} with {groups} group(s) "
                              f"expects {ws[1] * groups}")
+        if ws[0] % groups:
+            raise ValueError(f"filter {ws} has {ws[0]} output channels, which groups={groups} does not divide")
         for i in range(self.ndim):
-            if xs[2 + i] + 2 * pad[i] < (ws[2 + i] - 1) * dil[i] + 1:
+            padded, extent = xs[2 + i] + 2 * pad[i], (ws[2 + i] - 1) * dil[i] + 1
+            if padded < extent:
                 raise ValueError(f"spatial dim {i}: the filter ({ws[2 + i]}, dilation {dil[i]}) is larger than "
                                  f"the padded input ({xs[2 + i]} + 2*{pad[i]})")
+            if max(padded, extent) > INT32_MAX:
+                raise ValueError(f"spatial dim {i}: the padded input ({xs[2 + i]} + 2*{pad[i]}) or the dilated "
+                                 f"filter ({ws[2 + i]}, dilation {dil[i]}) exceeds cuDNN's int range (2**31 - 1)")
         out = (c_int * nd)()
         capi.cudnnGetConvolutionNdForwardOutputDim(self.ptr, xd.ptr, wd.ptr, nd, out)
         return tuple(out)
@@ -442,6 +541,9 @@ class PoolingDescriptor(_Descriptor):
         win = _ints(window, n, "window", 1)
         pad = _ints(padding, n, "padding", 0)
         st = win if stride is None else _ints(stride, n, "stride", 1)
+        for i, (w, p) in enumerate(zip(win, pad)):
+            if w + 2 * p > INT32_MAX:
+                raise ValueError(f"window {win} and padding {pad} in spatial dim {i} exceed cuDNN's int range")
         mode = _enum(capi.cudnnPoolingMode_t, mode, "CUDNN_POOLING_", "mode", _POOL_ALIASES)
         nan = _nan(nan_propagation)
         super().__init__()
@@ -469,11 +571,18 @@ class PoolingDescriptor(_Descriptor):
     def output_shape(self, x) -> tuple[int, ...]:
         """The forward output shape for input ``x`` (a TensorDescriptor, or a shape: float32), computed by
         cuDNN (``cudnnGetPoolingNdForwardOutputDim``)."""
-        xd = x if isinstance(x, TensorDescriptor) else tensor_descriptor(tuple(x), np.float32)
+        xd = x if isinstance(x, TensorDescriptor) else tensor_descriptor(_dims(x, "input shape", 3), np.float32)
         nd = xd.ndim
         if nd != self.ndim + 2:
             raise ValueError(f"input has {nd} dims; this pooling needs {self.ndim + 2} (N, C, then "
                              f"{self.ndim} spatial)")
+        _, _, win, pad, _ = self._get()
+        for i, (n, w, p) in enumerate(zip(xd.shape[2:], win, pad)):
+            if n + 2 * p < w:
+                raise ValueError(f"spatial dim {i}: the pooling window ({w}) is larger than the padded input "
+                                 f"({n} + 2*{p})")
+            if n + 2 * p > INT32_MAX:
+                raise ValueError(f"spatial dim {i}: the padded input ({n} + 2*{p}) exceeds cuDNN's int range")
         out = (c_int * nd)()
         capi.cudnnGetPoolingNdForwardOutputDim(self.ptr, xd.ptr, nd, out)
         return tuple(out)
@@ -491,11 +600,13 @@ class ActivationDescriptor(_Descriptor):
     def __init__(self, mode="relu", coef: float = 0.0, *, nan_propagation=False, swish_beta: float | None = None):
         mode = _enum(capi.cudnnActivationMode_t, mode, "CUDNN_ACTIVATION_", "mode")
         nan = _nan(nan_propagation)
-        coef = float(coef)
+        coef = _float(coef, "coef")
+        if swish_beta is not None:
+            swish_beta = _float(swish_beta, "swish_beta")
         super().__init__()
         capi.cudnnSetActivationDescriptor(self._ptr, mode, nan, coef)
         if swish_beta is not None:
-            capi.cudnnSetActivationDescriptorSwishBeta(self._ptr, float(swish_beta))
+            capi.cudnnSetActivationDescriptorSwishBeta(self._ptr, swish_beta)
 
     def _get(self):
         mode, nan, coef = c_int(), c_int(), c_double()
@@ -522,15 +633,12 @@ class LRNDescriptor(_Descriptor):
     _shown = ("n", "alpha", "beta", "k")
 
     def __init__(self, n: int = 5, alpha: float = 1e-4, beta: float = 0.75, k: float = 2.0):
-        lo, hi = capi.CUDNN_LRN_MIN_N, capi.CUDNN_LRN_MAX_N
-        if not _is_int(n) or not lo <= n <= hi:
-            raise ValueError(f"LRN window n must be an int from {lo} to {hi}, got {n!r}")
-        if k < capi.CUDNN_LRN_MIN_K:
-            raise ValueError(f"LRN k must be >= {capi.CUDNN_LRN_MIN_K}, got {k}")
-        if beta < capi.CUDNN_LRN_MIN_BETA:
-            raise ValueError(f"LRN beta must be >= {capi.CUDNN_LRN_MIN_BETA}, got {beta}")
+        n = _int(n, "LRN window n", capi.CUDNN_LRN_MIN_N, capi.CUDNN_LRN_MAX_N)
+        alpha = _float(alpha, "LRN alpha")
+        beta = _float(beta, "LRN beta", capi.CUDNN_LRN_MIN_BETA)
+        k = _float(k, "LRN k", capi.CUDNN_LRN_MIN_K)
         super().__init__()
-        capi.cudnnSetLRNDescriptor(self._ptr, int(n), float(alpha), float(beta), float(k))
+        capi.cudnnSetLRNDescriptor(self._ptr, n, alpha, beta, k)
 
     def _get(self):
         n, a, b, k = c_uint(), c_double(), c_double(), c_double()
@@ -557,12 +665,9 @@ class DropoutDescriptor(_Descriptor):
     _shown = ("dropout", "seed", "states_size")
 
     def __init__(self, handle, dropout: float = 0.5, seed: int = 0):
-        dropout = float(dropout)
-        if not 0.0 <= dropout <= 1.0:
-            raise ValueError(f"dropout probability must be in [0, 1], got {dropout}")
-        if not _is_int(seed) or not 0 <= seed < 2 ** 64:
-            raise ValueError(f"seed must be an int in [0, 2**64), got {seed!r}")
-        hptr = handle.ptr
+        dropout = _float(dropout, "dropout probability", 0.0, 1.0)
+        seed = _int(seed, "seed", 0, 2 ** 64 - 1)
+        hptr = _handle_ptr(handle)
         size = c_size_t()
         capi.cudnnDropoutGetStatesSize(hptr, byref(size))
         super().__init__()
@@ -594,7 +699,7 @@ class OpTensorDescriptor(_Descriptor):
 
     def __init__(self, op="add", compute_type=np.float32, *, nan_propagation=False):
         op = _enum(capi.cudnnOpTensorOp_t, op, "CUDNN_OP_TENSOR_", "op")
-        ct = cudnn_dtype(compute_type)
+        ct = _legacy_dtype(compute_type, "compute_type")
         nan = _nan(nan_propagation)
         super().__init__()
         capi.cudnnSetOpTensorDescriptor(self._ptr, op, ct, nan)
@@ -631,7 +736,7 @@ class ReduceTensorDescriptor(_Descriptor):
     def __init__(self, op="add", compute_type=np.float32, *, nan_propagation=False, indices="none",
                  indices_type="uint32"):
         op = _enum(capi.cudnnReduceTensorOp_t, op, "CUDNN_REDUCE_TENSOR_", "op")
-        ct = cudnn_dtype(compute_type)
+        ct = _legacy_dtype(compute_type, "compute_type")
         nan = _nan(nan_propagation)
         if isinstance(indices, bool):
             indices = "flattened" if indices else "none"
@@ -658,6 +763,8 @@ class ReduceTensorDescriptor(_Descriptor):
 
 _CACHE_MAX = 4096
 _CACHES: list[dict] = []
+#: guards every change to the shared caches (lookups read without it: a dict read is atomic in CPython)
+_CACHE_LOCK = threading.Lock()
 
 
 def _cache() -> dict:
@@ -667,36 +774,51 @@ def _cache() -> dict:
 
 
 def _shared(cache: dict, key, make):
+    """``cache[key]``, made by ``make()`` and stored (the oldest entry dropped when full) on a miss. Thread-safe:
+    two threads missing at once each make one, and the first stored is the one both return."""
     try:
         return cache[key]
     except KeyError:
         pass
-    d = make()
+    d = make()  # outside the lock: it calls cuDNN and may raise
     d._shared = True
-    if len(cache) >= _CACHE_MAX:
-        cache.pop(next(iter(cache)))
-    cache[key] = d
+    with _CACHE_LOCK:
+        got = cache.get(key)
+        if got is not None:
+            return got
+        while len(cache) >= _CACHE_MAX:
+            del cache[next(iter(cache))]
+        cache[key] = d
     return d
 
 
 def _hashable(value):
-    if isinstance(value, list):
+    """A cache-key form of ``value``: lists become tuples, and non-int numbers are tagged with their type so that
+    ``2.0`` or ``True`` never finds the descriptor made for ``2`` (they must reach validation and be refused)."""
+    if isinstance(value, (list, tuple)):
         return tuple(_hashable(v) for v in value)
+    if isinstance(value, (float, bool, complex, np.floating, np.bool_)):
+        return (type(value).__name__, value)
+    try:
+        hash(value)
+    except TypeError:
+        return ("unhashable", id(value))  # never equal to a valid key; validation refuses it
     return value
 
 
 def _key(*args):
-    try:
-        hash(args)
-        return args
-    except TypeError:
-        return tuple(_hashable(a) for a in args)
+    return tuple(_hashable(a) for a in args)
+
+
+def _all_ints(values) -> bool:
+    return type(values) is tuple and all(type(v) is int for v in values)
 
 
 def clear_cache() -> None:
     """Forget every shared descriptor (each is destroyed once nothing else references it)."""
-    for c in _CACHES:
-        c.clear()
+    with _CACHE_LOCK:
+        for c in _CACHES:
+            c.clear()
 
 
 _TENSORS = _cache()
@@ -704,14 +826,13 @@ _TENSORS = _cache()
 
 def tensor_descriptor(shape, dtype=np.float32, strides=None, format=None) -> TensorDescriptor:
     """A shared :class:`TensorDescriptor` for these arguments (built once, then a dict lookup)."""
-    key = (shape, dtype, strides, format)
-    try:
-        return _TENSORS[key]
-    except KeyError:
-        pass
-    except TypeError:
-        key = _key(shape, dtype, strides, format)
-    return _shared(_TENSORS, key, lambda: TensorDescriptor(shape, dtype, strides, format=format))
+    if _all_ints(shape) and (strides is None or _all_ints(strides)):  # the hot path: shapes of arrays
+        try:
+            return _TENSORS[(shape, dtype, strides, format)]
+        except (KeyError, TypeError):
+            pass
+    return _shared(_TENSORS, _key(shape, dtype, strides, format),
+                   lambda: TensorDescriptor(shape, dtype, strides, format=format))
 
 
 def tensor_descriptor_for(array) -> TensorDescriptor:
@@ -797,18 +918,19 @@ def convolution_output_shape(x_shape, w_shape, padding=0, stride=1, dilation=1, 
                              mode="cross_correlation", dtype=np.float32) -> tuple[int, ...]:
     """The forward output shape of a convolution of input ``x_shape`` (N, C, spatial...) with filter
     ``w_shape`` (K, C/groups, spatial...), as cuDNN computes it."""
-    x_shape, w_shape = tuple(x_shape), tuple(w_shape)
-    conv = convolution_descriptor(padding, stride, dilation, ndim=len(x_shape) - 2, mode=mode,
-                                  compute_type=np.float64 if np.dtype(dtype) == np.float64 else np.float32,
-                                  groups=groups)
+    x_shape, w_shape = _dims(x_shape, "x_shape", 3), _dims(w_shape, "w_shape", 3)
+    dt = _legacy_dtype(dtype, "convolution")
     if len(w_shape) != len(x_shape):
         raise ValueError(f"input shape {x_shape} and filter shape {w_shape} must have the same number of dims")
-    return conv.output_shape(tensor_descriptor(x_shape, dtype), filter_descriptor(w_shape, dtype))
+    conv = convolution_descriptor(padding, stride, dilation, ndim=len(x_shape) - 2, mode=mode,
+                                  compute_type=np.float64 if dt == capi.CUDNN_DATA_DOUBLE else np.float32,
+                                  groups=groups)
+    return conv.output_shape(tensor_descriptor(x_shape, dt), filter_descriptor(w_shape, dt))
 
 
 def pooling_output_shape(x_shape, mode="max", window=2, padding=0, stride=None, *,
                          dtype=np.float32) -> tuple[int, ...]:
     """The forward output shape of pooling input ``x_shape`` (N, C, spatial...), as cuDNN computes it."""
-    x_shape = tuple(x_shape)
+    x_shape = _dims(x_shape, "x_shape", 3)
     pool = pooling_descriptor(mode, window, padding, stride, ndim=len(x_shape) - 2)
-    return pool.output_shape(tensor_descriptor(x_shape, dtype))
+    return pool.output_shape(tensor_descriptor(x_shape, _legacy_dtype(dtype, "pooling")))

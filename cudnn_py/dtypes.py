@@ -71,17 +71,20 @@ def _supported_names() -> str:
 def cudnn_dtype(dtype) -> capi.cudnnDataType_t:
     """The ``cudnnDataType_t`` for a NumPy dtype-like (``np.float32``, ``"float16"``, ``ml_dtypes.bfloat16``, an array's ``.dtype``).
 
-    A ``cudnnDataType_t`` passes through unchanged. Raises :class:`TypeError` for a dtype cuDNN has no type for.
-    """
+    A ``cudnnDataType_t`` passes through unchanged. Raises :class:`TypeError` for a dtype cuDNN has no type for,
+    and for ``None`` or a number (NumPy would read them as float64 or a type code)."""
     try:
         return _LOOKUP[dtype]
     except (KeyError, TypeError):
         pass
     if isinstance(dtype, _DT):
         return dtype
+    if dtype is None or isinstance(dtype, (bool, int, float, np.bool_, np.number)):
+        # np.dtype(None) is float64 and np.dtype(25) a type number: neither is a dtype a caller means
+        raise TypeError(f"{dtype!r} is not a dtype; expected one of: {_supported_names()} (or a cudnnDataType_t)")
     try:
         npd = np.dtype(dtype)
-    except TypeError as e:
+    except (TypeError, ValueError, SyntaxError, AttributeError, RecursionError) as e:
         raise TypeError(f"{dtype!r} is not a dtype; expected one of: {_supported_names()}") from e
     result = _TO_CUDNN.get(npd)
     if result is None:
