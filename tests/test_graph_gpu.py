@@ -614,3 +614,44 @@ def test_another_array_at_a_known_address_is_validated_again(handle, rng):
     smaller = DeviceArray(yd.ptr, (1,) + y.shape[1:], yd.dtype, yd.strides, owner=yd)  # same address, 1 image
     with pytest.raises(ValueError, match="expects shape"):
         run(xd, wd, smaller)
+
+
+ASYM = {"stride1": ((2, 3, 9, 8), (4, 3, 3, 2), (1, 0), (2, 1), (1, 1)),
+        "stride2": ((2, 4, 11, 10), (6, 4, 3, 3), (0, 1), (1, 2), (2, 1))}
+
+
+@pytest.mark.parametrize("geometry", list(ASYM))
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("kind", ["fprop", "dgrad", "wgrad"])
+def test_every_conv_plan_with_asymmetric_padding_is_right(handle, rng, kind, dtype, geometry):
+    """Every plan of modes A, B and FALLBACK that builds (after the engines an operation excludes) answers right:
+    some engines build asymmetric-padding plans that compute something else (see ConvDgrad/ConvWgrad)."""
+    from reference import conv as C
+    xs, ws, pad, post, stride = ASYM[geometry]
+    rk = dict(pad=tuple(zip(pad, post)), stride=stride, dilation=1, groups=1, mode="cross_correlation")
+    x, w = (rng.standard_normal(s).astype(dtype) for s in (xs, ws))
+    y_ref = C.conv_forward(x.astype(np.float64), w.astype(np.float64), **rk)
+    dy = rng.standard_normal(y_ref.shape).astype(dtype)
+    g = G.Graph(io_dtype=dtype, compute_dtype="float32")
+    kw = dict(padding=pad, post_padding=post, stride=stride)
+    if kind == "fprop":
+        a, b = g.tensor(xs, name="x"), g.tensor(ws, name="w")
+        out, ins, ref = g.conv_fprop(a, b, **kw), {a: x, b: w}, y_ref
+    elif kind == "dgrad":
+        a, b = g.tensor(dy.shape, name="dy"), g.tensor(ws, name="w")
+        out, ins = g.conv_dgrad(a, b, x_shape=xs, **kw), {a: dy, b: w}
+        ref = C.conv_backward_data(dy.astype(np.float64), w.astype(np.float64), xs, **rk)
+    else:
+        a, b = g.tensor(dy.shape, name="dy"), g.tensor(xs, name="x")
+        out, ins = g.conv_wgrad(a, b, w_shape=ws, **kw), {a: dy, b: x}
+        ref = C.conv_backward_filter(x.astype(np.float64), dy.astype(np.float64), ws, **rk)
+    out.set_output(True)
+    g.build(handle, modes=("A", "B", "FALLBACK"), policy="all")
+    assert len(g.plans) >= 2
+    for plan in list(g.plans):
+        g.plans = [plan]
+        (got,), _, _ = _run(handle, g, ins, [out])
+        try:
+            _close(got, ref, dtype, scale=2)
+        except AssertionError as e:
+            raise AssertionError(f"{kind} {dtype}: plan {plan.tag} is wrong") from e

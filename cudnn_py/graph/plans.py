@@ -244,6 +244,10 @@ def _keep(cfg: EngineConfig, deterministic: bool, runtime_compilation: bool) -> 
 
 
 def _candidates(graph, handle, modes, deterministic, runtime_compilation, reasons):
+    excluded = {}
+    for op in graph.ops:
+        for idx, why in op.excluded_engines().items():
+            excluded.setdefault(idx, f"{op.name}: {why}")
     for m in modes:
         name = _mode_name(m)
         try:
@@ -254,7 +258,7 @@ def _candidates(graph, handle, modes, deterministic, runtime_compilation, reason
         if not cfgs:
             reasons.append((f"heuristics {name}", "returned no engine configs"))
         for cfg in cfgs:
-            why = _keep(cfg, deterministic, runtime_compilation)
+            why = _keep(cfg, deterministic, runtime_compilation) or excluded.get(cfg.global_index)
             if why:
                 reasons.append((f"{cfg.tag} ({cfg.source})", "skipped: " + why))
                 continue

@@ -55,6 +55,11 @@ class Op:
         label = f"{self.kind}[{getattr(p, 'name', p)}]" if p is not None else self.kind
         return f"{label}({ins}) -> {outs}"
 
+    def excluded_engines(self) -> dict[int, str]:
+        """Engines (global index -> why) that build a plan for this operation but were measured to give wrong
+        answers; plan building skips them. None by default."""
+        return {}
+
     def lower(self, ctx: "LowerContext") -> None:
         """Add this operation's finalized backend operation descriptor(s) to ``ctx``."""
         raise NotImplementedError(f"{type(self).__name__} has no lowering")
