@@ -655,3 +655,37 @@ def test_every_conv_plan_with_asymmetric_padding_is_right(handle, rng, kind, dty
             _close(got, ref, dtype, scale=2)
         except AssertionError as e:
             raise AssertionError(f"{kind} {dtype}: plan {plan.tag} is wrong") from e
+
+
+@pytest.mark.parametrize("kind", ["fprop", "dgrad", "wgrad"])
+def test_conv_float64_scales_in_double(handle, rng, kind):
+    """Double convolutions read alpha/beta as doubles (they were set as floats: garbage scaling, issue 13)."""
+    from reference import conv as C
+    xs, ws = (2, 4, 9, 9), (5, 4, 3, 3)
+    rk = dict(pad=1, stride=1, dilation=1, groups=1, mode="cross_correlation")
+    x, w = rng.standard_normal(xs), rng.standard_normal(ws)
+    y_ref = C.conv_forward(x, w, **rk)
+    dy = rng.standard_normal(y_ref.shape)
+    refs = {"fprop": y_ref, "dgrad": C.conv_backward_data(dy, w, xs, **rk),
+            "wgrad": C.conv_backward_filter(x, dy, ws, **rk)}
+    for alpha, beta in ((1.0, 0.0), (2.0, 0.5)):
+        g = G.Graph(io_dtype="float64", compute_dtype="float64")
+        kw = dict(padding=1, alpha=alpha, beta=beta)
+        if kind == "fprop":
+            a, b = g.tensor(xs, name="x"), g.tensor(ws, name="w")
+            out, ins = g.conv_fprop(a, b, **kw), {a: x, b: w}
+        elif kind == "dgrad":
+            a, b = g.tensor(dy.shape, name="dy"), g.tensor(ws, name="w")
+            out, ins = g.conv_dgrad(a, b, x_shape=xs, **kw), {a: dy, b: w}
+        else:
+            a, b = g.tensor(dy.shape, name="dy"), g.tensor(xs, name="x")
+            out, ins = g.conv_wgrad(a, b, w_shape=ws, **kw), {a: dy, b: x}
+        out.set_output(True)
+        prior = rng.standard_normal(out.shape)
+        o = to_device(prior) if beta else empty(out.shape, np.float64)
+        if not beta:
+            o.fill_(np.nan)
+        g.build(handle)
+        g.execute(handle, {**{t: to_device(v) for t, v in ins.items()}, out: o})
+        want = alpha * refs[kind] + beta * prior
+        np.testing.assert_allclose(o.to_numpy(), want, rtol=1e-10, atol=1e-10 * np.abs(want).max())

@@ -23,8 +23,10 @@ class _Conv(Op):
             dilations=list(p["dilation"]), filter_strides=list(p["stride"]), pre_paddings=list(p["padding"]),
             post_paddings=list(p["post_padding"])).finalize()
         d = BackendDescriptor(self.backend)
-        d.set("alpha", float(p["alpha"]), attr_type="FLOAT")
-        d.set("beta", float(p["beta"]), attr_type="FLOAT")
+        # the scaling factors are read in the compute precision: a double engine reads 8 bytes
+        scalar = "DOUBLE" if p["compute_dtype"] == capi.CUDNN_DATA_DOUBLE else "FLOAT"
+        d.set("alpha", float(p["alpha"]), attr_type=scalar)
+        d.set("beta", float(p["beta"]), attr_type=scalar)
         d.set("conv_desc", conv)
         for role, t in (*self.inputs.items(), *self.outputs.items()):
             d.set(role, ctx.tensor(t))
