@@ -2,48 +2,173 @@
 
 Two layers: :mod:`cudnn_py.capi`, the whole C API generated from the cuDNN headers (C names verbatim),
 and the Pythonic layer re-exported here (handles, device arrays, descriptors, operations).
+
+``import cudnn_py`` loads nothing heavy: each name below is imported from its module on first use
+(cuda.core, the graph package and cuDNN itself come in only when something needs them).
 """
-from . import capi, errors
-from ._loader import library
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .errors import (
     ClosedError,
+    CudaError,
+    CudaOutOfMemoryError,
     CudnnBadParamError,
     CudnnError,
     CudnnExecutionFailedError,
     CudnnInternalError,
     CudnnNotInitializedError,
     CudnnNotSupportedError,
+    CudnnPyError,
     FunctionNotAvailableError,
     LibraryNotFoundError,
+    NoDeviceError,
     WorkspaceLimitError,
 )
 
 __version__ = "0.1.0"
 
+# --- the Pythonic layer, imported on first use: module -> names (keep this section sorted) ---
+# Each line has its twin in the TYPE_CHECKING block below (tests/test_import_time.py checks they agree).
+_LAZY: dict[str, tuple[str, ...]] = {
+    "._defaults": ("default_handle",),
+    "._loader": ("library",),
+    ".algorithms": ("AlgoPerf", "AlgorithmCache", "algorithm_cache", "choose_backward_data_algorithm",
+                    "choose_backward_filter_algorithm", "choose_forward_algorithm"),
+    ".descriptors": ("ActivationDescriptor", "ConvolutionDescriptor", "DropoutDescriptor", "FilterDescriptor",
+                     "LRNDescriptor", "OpTensorDescriptor", "PoolingDescriptor", "ReduceTensorDescriptor",
+                     "TensorDescriptor", "convolution_output_shape", "pooling_output_shape"),
+    ".dtypes": ("cudnn_dtype", "numpy_dtype"),
+    ".graph": ("BackendDescriptor", "Graph", "GraphNotSupportedError"),
+    ".handle": ("Handle",),
+    ".memory": ("DeviceArray", "DeviceArrayLike", "as_array", "empty", "empty_like", "to_device", "zeros"),
+    ".ops.activation": ("Activation", "activation_backward", "activation_forward"),
+    ".ops.attention": ("MultiHeadAttention", "attention_backward_data", "attention_backward_weights",
+                       "attention_forward", "load_attention_weights", "read_attention_weights"),
+    ".ops.batchnorm": ("batchnorm_backward", "batchnorm_backward_ex", "batchnorm_ex_sizes",
+                       "batchnorm_forward_inference", "batchnorm_forward_training", "batchnorm_forward_training_ex",
+                       "batchnorm_param_shape"),
+    ".ops.convolution": ("Convolution", "convolution_algorithms", "convolution_backward_bias",
+                         "convolution_backward_data", "convolution_backward_filter",
+                         "convolution_bias_activation_forward", "convolution_forward", "convolution_workspace_size"),
+    ".ops.ctc": ("CTCLoss", "check_ctc_labels", "ctc_loss", "ctc_loss_workspace_size"),
+    ".ops.dropout": ("Dropout", "dropout_backward", "dropout_forward", "dropout_reserve_size", "dropout_states_size"),
+    ".ops.lrn": ("LRN", "divisive_normalization_backward", "divisive_normalization_forward", "lrn_backward",
+                 "lrn_forward"),
+    ".ops.normalization": ("normalization_backward", "normalization_forward_inference",
+                           "normalization_forward_training", "normalization_sizes"),
+    ".ops.pooling": ("Pooling", "pooling_backward", "pooling_forward"),
+    ".ops.rnn": ("RNN", "RNNDataDescriptor", "rnn_backward_data", "rnn_backward_weights", "rnn_forward",
+                 "rnn_weight_params"),
+    ".ops.softmax": ("softmax_backward", "softmax_forward"),
+    ".ops.spatial_transformer": ("SpatialTransformer", "spatial_tf_grid_backward", "spatial_tf_grid_forward",
+                                 "spatial_tf_sampler_backward", "spatial_tf_sampler_forward"),
+    ".ops.tensor_ops": ("add_tensor", "op_tensor", "reduce_tensor", "scale_tensor", "set_tensor", "transform_tensor",
+                        "transform_tensor_ex"),
+    ".streams": ("StreamLike", "Timer", "new_stream", "synchronize", "timer"),
+    ".workspace": ("Workspace",),
+}
+#: subpackages and modules reachable as attributes without an explicit import
+_SUBMODULES = ("capi", "errors", "graph", "ops", "algorithms", "descriptors", "dtypes", "handle", "memory", "streams",
+               "workspace")
+
+_WHERE = {name: module for module, names in _LAZY.items() for name in names}
+
+if TYPE_CHECKING:
+    from . import algorithms, capi, descriptors, dtypes, graph, handle, memory, ops, streams, workspace
+    from ._defaults import default_handle
+    from ._loader import library
+    from .algorithms import (AlgoPerf, AlgorithmCache, algorithm_cache, choose_backward_data_algorithm,
+                             choose_backward_filter_algorithm, choose_forward_algorithm)
+    from .descriptors import (ActivationDescriptor, ConvolutionDescriptor, DropoutDescriptor, FilterDescriptor,
+                              LRNDescriptor, OpTensorDescriptor, PoolingDescriptor, ReduceTensorDescriptor,
+                              TensorDescriptor, convolution_output_shape, pooling_output_shape)
+    from .dtypes import cudnn_dtype, numpy_dtype
+    from .graph import BackendDescriptor, Graph, GraphNotSupportedError
+    from .handle import Handle
+    from .memory import DeviceArray, DeviceArrayLike, as_array, empty, empty_like, to_device, zeros
+    from .ops.activation import Activation, activation_backward, activation_forward
+    from .ops.attention import (MultiHeadAttention, attention_backward_data, attention_backward_weights,
+                                attention_forward, load_attention_weights, read_attention_weights)
+    from .ops.batchnorm import (batchnorm_backward, batchnorm_backward_ex, batchnorm_ex_sizes,
+                                batchnorm_forward_inference, batchnorm_forward_training,
+                                batchnorm_forward_training_ex, batchnorm_param_shape)
+    from .ops.convolution import (Convolution, convolution_algorithms, convolution_backward_bias,
+                                  convolution_backward_data, convolution_backward_filter,
+                                  convolution_bias_activation_forward, convolution_forward,
+                                  convolution_workspace_size)
+    from .ops.ctc import CTCLoss, check_ctc_labels, ctc_loss, ctc_loss_workspace_size
+    from .ops.dropout import Dropout, dropout_backward, dropout_forward, dropout_reserve_size, dropout_states_size
+    from .ops.lrn import (LRN, divisive_normalization_backward, divisive_normalization_forward, lrn_backward,
+                          lrn_forward)
+    from .ops.normalization import (normalization_backward, normalization_forward_inference,
+                                    normalization_forward_training, normalization_sizes)
+    from .ops.pooling import Pooling, pooling_backward, pooling_forward
+    from .ops.rnn import (RNN, RNNDataDescriptor, rnn_backward_data, rnn_backward_weights, rnn_forward,
+                          rnn_weight_params)
+    from .ops.softmax import softmax_backward, softmax_forward
+    from .ops.spatial_transformer import (SpatialTransformer, spatial_tf_grid_backward, spatial_tf_grid_forward,
+                                          spatial_tf_sampler_backward, spatial_tf_sampler_forward)
+    from .ops.tensor_ops import (add_tensor, op_tensor, reduce_tensor, scale_tensor, set_tensor, transform_tensor,
+                                 transform_tensor_ex)
+    from .streams import StreamLike, Timer, new_stream, synchronize, timer
+    from .workspace import Workspace
+
 
 def version() -> tuple[int, int, int]:
-    """(major, minor, patch) of the loaded cuDNN library."""
+    """The loaded cuDNN library's version (loading it on first call).
+
+    :returns: ``(major, minor, patch)``.
+    :raises LibraryNotFoundError: when no libcudnn can be found.
+    """
+    from ._loader import library
     return library().version
 
-# --- the Pythonic layer: one import line per module (keep this section sorted) ---
-from .algorithms import AlgoPerf, AlgorithmCache, algorithm_cache, choose_backward_data_algorithm, choose_backward_filter_algorithm, choose_forward_algorithm  # noqa: E501
-from .descriptors import (ActivationDescriptor, ConvolutionDescriptor, DropoutDescriptor, FilterDescriptor, LRNDescriptor, OpTensorDescriptor, PoolingDescriptor, ReduceTensorDescriptor, TensorDescriptor, convolution_output_shape, pooling_output_shape)  # noqa: E501
-from .dtypes import cudnn_dtype, numpy_dtype
-from .graph import BackendDescriptor, Graph, GraphNotSupportedError
-from .handle import Handle
-from .memory import DeviceArray, as_array, empty, empty_like, to_device, zeros
-from .ops.activation import Activation, activation_backward, activation_forward
-from .ops.attention import MultiHeadAttention, attention_backward_data, attention_backward_weights, attention_forward, load_attention_weights, read_attention_weights  # noqa: E501
-from .ops.batchnorm import batchnorm_backward, batchnorm_backward_ex, batchnorm_ex_sizes, batchnorm_forward_inference, batchnorm_forward_training, batchnorm_forward_training_ex, batchnorm_param_shape  # noqa: E501
-from .ops.convolution import Convolution, convolution_algorithms, convolution_backward_bias, convolution_backward_data, convolution_backward_filter, convolution_bias_activation_forward, convolution_forward, convolution_workspace_size  # noqa: E501
-from .ops.ctc import CTCLoss, check_ctc_labels, ctc_loss, ctc_loss_workspace_size
-from .ops.dropout import Dropout, dropout_backward, dropout_forward, dropout_reserve_size, dropout_states_size
-from .ops.lrn import LRN, divisive_normalization_backward, divisive_normalization_forward, lrn_backward, lrn_forward  # noqa: E501
-from .ops.normalization import normalization_backward, normalization_forward_inference, normalization_forward_training, normalization_sizes  # noqa: E501
-from .ops.pooling import Pooling, pooling_backward, pooling_forward
-from .ops.rnn import RNN, RNNDataDescriptor, rnn_backward_data, rnn_backward_weights, rnn_forward, rnn_weight_params
-from .ops.softmax import softmax_backward, softmax_forward
-from .ops.spatial_transformer import SpatialTransformer, spatial_tf_grid_backward, spatial_tf_grid_forward, spatial_tf_sampler_backward, spatial_tf_sampler_forward  # noqa: E501
-from .ops.tensor_ops import add_tensor, op_tensor, reduce_tensor, scale_tensor, set_tensor, transform_tensor, transform_tensor_ex  # noqa: E501
-from .streams import new_stream, synchronize, timer
-from .workspace import Workspace
+
+def __getattr__(name: str) -> Any:
+    """Import a public name's module on first use (PEP 562) and cache the name here."""
+    module = _WHERE.get(name)
+    if module is not None:
+        value = getattr(importlib.import_module(module, __name__), name)
+    elif name in _SUBMODULES:
+        value = importlib.import_module(f".{name}", __name__)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__) | set(_SUBMODULES))
+
+
+#: every public name (the errors above, version(), and each name of _LAZY)
+__all__ = [
+    "__version__", "Activation", "activation_backward", "activation_forward", "ActivationDescriptor", "add_tensor",
+    "AlgoPerf", "algorithm_cache", "AlgorithmCache", "as_array", "attention_backward_data",
+    "attention_backward_weights", "attention_forward", "BackendDescriptor", "batchnorm_backward",
+    "batchnorm_backward_ex", "batchnorm_ex_sizes", "batchnorm_forward_inference", "batchnorm_forward_training",
+    "batchnorm_forward_training_ex", "batchnorm_param_shape", "check_ctc_labels", "choose_backward_data_algorithm",
+    "choose_backward_filter_algorithm", "choose_forward_algorithm", "ClosedError", "Convolution",
+    "convolution_algorithms", "convolution_backward_bias", "convolution_backward_data",
+    "convolution_backward_filter", "convolution_bias_activation_forward", "convolution_forward",
+    "convolution_output_shape", "convolution_workspace_size", "ConvolutionDescriptor", "ctc_loss",
+    "ctc_loss_workspace_size", "CTCLoss", "CudaError", "CudaOutOfMemoryError", "cudnn_dtype", "CudnnBadParamError",
+    "CudnnError", "CudnnExecutionFailedError", "CudnnInternalError", "CudnnNotInitializedError",
+    "CudnnNotSupportedError", "CudnnPyError", "default_handle", "DeviceArray", "DeviceArrayLike",
+    "divisive_normalization_backward", "divisive_normalization_forward", "Dropout", "dropout_backward",
+    "dropout_forward", "dropout_reserve_size", "dropout_states_size", "DropoutDescriptor", "empty", "empty_like",
+    "FilterDescriptor", "FunctionNotAvailableError", "Graph", "GraphNotSupportedError", "Handle", "library",
+    "LibraryNotFoundError", "load_attention_weights", "LRN", "lrn_backward", "lrn_forward", "LRNDescriptor",
+    "MultiHeadAttention", "new_stream", "NoDeviceError", "normalization_backward",
+    "normalization_forward_inference", "normalization_forward_training", "normalization_sizes", "numpy_dtype",
+    "op_tensor", "OpTensorDescriptor", "Pooling", "pooling_backward", "pooling_forward", "pooling_output_shape",
+    "PoolingDescriptor", "read_attention_weights", "reduce_tensor", "ReduceTensorDescriptor", "RNN",
+    "rnn_backward_data", "rnn_backward_weights", "rnn_forward", "rnn_weight_params", "RNNDataDescriptor",
+    "scale_tensor", "set_tensor", "softmax_backward", "softmax_forward", "spatial_tf_grid_backward",
+    "spatial_tf_grid_forward", "spatial_tf_sampler_backward", "spatial_tf_sampler_forward", "SpatialTransformer",
+    "StreamLike", "synchronize", "TensorDescriptor", "Timer", "timer", "to_device", "transform_tensor",
+    "transform_tensor_ex", "version", "Workspace", "WorkspaceLimitError", "zeros",
+]

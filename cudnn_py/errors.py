@@ -1,19 +1,44 @@
-"""Exceptions: one hierarchy for cuDNN statuses, plus the errors the Python layer raises itself.
+"""Exceptions: one hierarchy for cuDNN statuses and CUDA results, plus the errors the Python layer raises itself.
 
-A failed call raises the subclass of :class:`CudnnError` for its status family
-(1xxx not initialised, 2xxx bad parameter, 3xxx not supported, 4xxx internal,
-5xxx execution failed), carrying the status, the function name and cuDNN's own
-last-error text::
+Everything cudnn_py raises on purpose derives from :class:`CudnnPyError`. A failed cuDNN call raises
+the subclass of :class:`CudnnError` for its status family (1xxx not initialised, 2xxx bad parameter,
+3xxx not supported, 4xxx internal, 5xxx execution failed), carrying the status, the function name
+and cuDNN's own last-error text::
 
     cudnnSetTensor4dDescriptor failed: CUDNN_STATUS_BAD_PARAM (2000): <cuDNN's reason>
+
+A failed CUDA driver call raises :class:`CudaError` (:class:`CudaOutOfMemoryError` when memory ran
+out); a machine without a usable GPU or driver raises :class:`NoDeviceError` from whatever needed the
+device (``Handle()``, ``to_device``, ``empty``, ``new_stream``, ``timer``)::
+
+    try:
+        h = cudnn_py.Handle()
+    except cudnn_py.NoDeviceError as e:
+        sys.exit(f"needs a GPU: {e}")
 """
 from __future__ import annotations
 
 import enum
+from typing import Any
+
+__all__ = [
+    "CudnnPyError", "CudnnError", "CudnnNotInitializedError", "CudnnBadParamError", "CudnnNotSupportedError",
+    "CudnnInternalError", "CudnnExecutionFailedError", "error_class", "CudaError", "CudaOutOfMemoryError",
+    "NoDeviceError", "cuda_error", "cuda_error_from", "check_cuda", "FunctionNotAvailableError", "ClosedError",
+    "WorkspaceLimitError", "LibraryNotFoundError",
+]
 
 
-class CudnnError(RuntimeError):
-    """A cuDNN call returned a status other than ``CUDNN_STATUS_SUCCESS``."""
+class CudnnPyError(Exception):
+    """The root of every exception cudnn_py raises itself: ``except cudnn_py.CudnnPyError`` catches them all."""
+
+
+class CudnnError(CudnnPyError, RuntimeError):
+    """A cuDNN call returned a status other than ``CUDNN_STATUS_SUCCESS``.
+
+    Attributes: ``function`` (the C function's name), ``status`` (a ``cudnnStatus_t`` member, or the
+    int when cuDNN returned a code the headers do not name) and ``reason`` (cuDNN's last-error text).
+    """
 
     def __init__(self, function: str, status: int | enum.IntEnum, reason: str = ""):
         self.function = function
@@ -23,7 +48,7 @@ class CudnnError(RuntimeError):
         text = f"{function} failed: {name} ({int(status)})"
         super().__init__(f"{text}: {reason}" if reason else text)
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         return type(self), (self.function, self.status, self.reason)
 
 
@@ -57,21 +82,158 @@ _FAMILIES = {
 
 
 def error_class(status: int) -> type[CudnnError]:
-    """The exception class for a status code, by its thousands family."""
+    """The exception class for a cuDNN status code, by its thousands family.
+
+    :param status: a ``cudnnStatus_t`` value.
+    :returns: the :class:`CudnnError` subclass to raise for it.
+    """
     return _FAMILIES.get(int(status) // 1000 * 1000, CudnnError)
 
 
-class FunctionNotAvailableError(AttributeError, NotImplementedError):
-    """A function the headers declare is missing from the loaded library (or was removed)."""
+# --- CUDA -------------------------------------------------------------------------------------------
+
+class CudaError(CudnnPyError, RuntimeError):
+    """A CUDA driver call failed, or a CUDA device could not be used.
+
+    Attributes: ``function`` (the driver call or what was attempted), ``code`` (the ``CUresult`` as an
+    int, 0 when the failure was not a driver result, e.g. a missing driver library), ``name``
+    (``CUDA_ERROR_...``) and ``text`` (the driver's description).
+    """
+
+    def __init__(self, function: str, code: int = 0, name: str = "", text: str = ""):
+        self.function = function
+        self.code = int(code)
+        self.name = name
+        self.text = text
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        head = f"{self.function} failed: {self.name or 'CUresult'} ({self.code})" if self.code or self.name \
+            else f"{self.function} failed"
+        return f"{head}: {self.text}" if self.text else head
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.function, self.code, self.name, self.text)
 
 
-class ClosedError(RuntimeError):
+class CudaOutOfMemoryError(CudaError, MemoryError):
+    """``CUDA_ERROR_OUT_OF_MEMORY``: the device has no room for the allocation."""
+
+
+class NoDeviceError(CudaError):
+    """No usable CUDA GPU: no driver, a driver that does not start, no GPU visible, or no such device ordinal.
+
+    What needs no GPU keeps working without one (loading cuDNN, descriptors, output shapes).
+    ``function`` says what was attempted (``"cannot use CUDA device 0"``), ``text`` why.
+    """
+
+    def _message(self) -> str:
+        why = f"{self.text} ({self.name})" if self.name else self.text
+        return f"{self.function}: {why}" if why else self.function
+
+
+#: CUresult codes that mean "there is no device to use here" (driver missing, too old, none visible, bad ordinal)
+_NO_DEVICE_CODES = frozenset({
+    3,    # CUDA_ERROR_NOT_INITIALIZED
+    100,  # CUDA_ERROR_NO_DEVICE
+    101,  # CUDA_ERROR_INVALID_DEVICE
+    803,  # CUDA_ERROR_SYSTEM_DRIVER_MISMATCH
+    804,  # CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE
+})
+_OUT_OF_MEMORY = 2  # CUDA_ERROR_OUT_OF_MEMORY
+
+
+def cuda_error(function: str, code: int, name: str = "", text: str = "") -> CudaError:
+    """The exception for a failed CUDA driver result, of the subclass its code calls for.
+
+    :param function: the driver call that failed (e.g. ``"cuMemcpyHtoDAsync"``).
+    :param code: its ``CUresult`` (an int or the enum member).
+    :param name: ``CUDA_ERROR_...`` (looked up from the driver when empty).
+    :param text: the driver's description (looked up when empty).
+    :returns: a :class:`CudaError`, :class:`CudaOutOfMemoryError` or :class:`NoDeviceError` (not raised).
+    """
+    code = int(code)
+    if not name or not text:
+        looked_name, looked_text = _describe(code)
+        name, text = name or looked_name, text or looked_text
+    cls = CudaOutOfMemoryError if code == _OUT_OF_MEMORY else NoDeviceError if code in _NO_DEVICE_CODES else CudaError
+    return cls(function, code, name, text)
+
+
+def check_cuda(result: Any, function: str) -> Any:
+    """Raise for a ``cuda.bindings.driver`` call's result tuple whose first item is not ``CUDA_SUCCESS``.
+
+    :param result: what the binding returned: ``(CUresult, *values)`` or a bare ``CUresult``.
+    :param function: the call's name, for the message.
+    :returns: the values after the status (``None`` when there are none, the value itself when there is one).
+    :raises CudaError: (or a subclass, see :func:`cuda_error`) when the status is not 0.
+    """
+    if isinstance(result, tuple):
+        status, values = result[0], result[1:]
+    else:
+        status, values = result, ()
+    if int(status):
+        raise cuda_error(function, int(status), getattr(status, "name", ""))
+    if not values:
+        return None
+    return values[0] if len(values) == 1 else values
+
+
+def _describe(code: int) -> tuple[str, str]:
+    """(CUDA_ERROR_... name, driver text) for a CUresult code; ('', '') when the driver cannot say."""
+    try:
+        from cuda.bindings import driver
+        err = driver.CUresult(code)
+    except Exception:  # noqa: BLE001 - no cuda-bindings, or a code this binding does not know
+        return "", ""
+    try:
+        _, text = driver.cuGetErrorString(err)  # needs libcuda; the name does not
+    except Exception:  # noqa: BLE001 - no driver library
+        text = ""
+    text = text.decode() if isinstance(text, bytes) else (text or "")
+    return err.name, text
+
+
+# --- the Python layer's own ---------------------------------------------------------------------------
+
+class FunctionNotAvailableError(CudnnPyError, NotImplementedError):
+    """A function the headers declare is missing from the loaded library (or was removed from cuDNN)."""
+
+
+class ClosedError(CudnnPyError, RuntimeError):
     """A handle, descriptor or plan was used after ``close()``."""
 
 
-class WorkspaceLimitError(MemoryError):
+class WorkspaceLimitError(CudnnPyError, MemoryError):
     """A call needs more workspace than the workspace's cap allows."""
 
 
-class LibraryNotFoundError(OSError):
+class LibraryNotFoundError(CudnnPyError, OSError):
     """libcudnn could not be found or loaded; the message lists every place tried."""
+
+
+def cuda_error_from(exc: BaseException, function: str, detail: str = "") -> CudaError:
+    """A :class:`CudaError` (subclass by code) for an exception that cuda.core raised, e.g. from ``Device.allocate``.
+
+    cuda.core's ``CUDAError`` messages begin with the ``CUDA_ERROR_...`` name; its code is looked up from it.
+
+    :param exc: the exception cuda.core raised.
+    :param function: the driver call or operation that failed.
+    :param detail: context to put before cuda.core's message (e.g. the size asked for).
+    :returns: the exception to raise (``raise cuda_error_from(e, ...) from e``).
+    """
+    if isinstance(exc, CudaError):
+        return exc
+    text = str(exc)
+    name = text.split(":", 1)[0].strip() if text.startswith("CUDA_ERROR_") else ""
+    code = 0
+    if name:
+        try:
+            from cuda.bindings import driver
+            code = int(getattr(driver.CUresult, name))
+        except Exception:  # noqa: BLE001 - a name this binding does not know
+            code = 2 if name == "CUDA_ERROR_OUT_OF_MEMORY" else 0
+        text = text.split(":", 1)[1].strip() if ":" in text else ""
+    if detail:
+        text = f"{detail}: {text}" if text else detail
+    return cuda_error(function, code, name, text or type(exc).__name__) if code else CudaError(function, 0, name, text)

@@ -26,29 +26,54 @@ from __future__ import annotations
 import ctypes
 import functools
 import math
-from typing import Any
+from collections.abc import Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Protocol, Union
 
 import numpy as np
-from cuda.bindings import driver as _drv
-from cuda.core import Stream
-from cuda.core.utils import StridedMemoryView
+import numpy.typing as npt
 
 from cudnn_py.dtypes import SUPPORTED_DTYPES
-from cudnn_py.streams import as_stream, get_device
+from cudnn_py.errors import check_cuda as _check, cuda_error_from
+from cudnn_py.streams import StreamLike, as_stream, cuda_core, get_device
 
-__all__ = ["DeviceArray", "to_device", "empty", "empty_like", "zeros", "as_array", "output_array"]
+if TYPE_CHECKING:
+    from cuda.core import Device, Stream
+
+__all__ = ["DeviceArray", "DeviceArrayLike", "Shape", "to_device", "empty", "empty_like", "zeros", "as_array",
+           "output_array"]
 
 _KDL_CPU, _KDL_CUDA, _KDL_CUDA_HOST, _KDL_CUDA_MANAGED = 1, 2, 3, 13
 
 
-def _check(result, what: str) -> None:
-    err = result[0]
-    if int(err):
-        _, name = _drv.cuGetErrorName(err)
-        _, text = _drv.cuGetErrorString(err)
-        name = name.decode() if isinstance(name, bytes) else name
-        text = text.decode() if isinstance(text, bytes) else text
-        raise RuntimeError(f"{what} failed: {name}: {text}")
+class _DLPackTensor(Protocol):
+    def __dlpack__(self, *, stream: Any = None) -> Any: ...
+
+    def __dlpack_device__(self) -> tuple[int, int]: ...
+
+
+class _CudaArrayInterface(Protocol):
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]: ...
+
+
+#: what an array argument in device memory may be: a :class:`DeviceArray` or a GPU tensor of another
+#: library (torch, CuPy, JAX, numba) exposing DLPack or ``__cuda_array_interface__``
+DeviceArrayLike = Union["DeviceArray", _DLPackTensor, _CudaArrayInterface]
+#: a shape: an int or a sequence of ints
+Shape = Union[int, Sequence[int]]
+
+_driver_module: ModuleType | None = None
+
+
+def _drv() -> ModuleType:
+    """``cuda.bindings.driver``, imported on first use (with cuda.core, which the caller has already needed)."""
+    global _driver_module
+    if _driver_module is None:
+        cuda_core()  # a clear NoDeviceError when the CUDA packages are missing
+        from cuda.bindings import driver
+        _driver_module = driver
+    return _driver_module
 
 
 @functools.lru_cache(maxsize=4096)
@@ -217,8 +242,18 @@ class DeviceArray:
     __slots__ = ("shape", "dtype", "strides", "ptr", "device_id", "size", "nbytes", "ndim",
                  "is_contiguous", "_owner", "_stream", "__weakref__")
 
-    def __init__(self, ptr: int, shape, dtype, strides=None, *, device_id: int = 0, owner: Any = None,
-                 stream=None):
+    shape: tuple[int, ...]
+    dtype: np.dtype[Any]
+    strides: tuple[int, ...]
+    ptr: int
+    device_id: int
+    size: int
+    nbytes: int
+    ndim: int
+    is_contiguous: bool
+
+    def __init__(self, ptr: int, shape: Shape, dtype: npt.DTypeLike, strides: Sequence[int] | None = None, *,
+                 device_id: int = 0, owner: Any = None, stream: StreamLike = None):
         shape = _normalize_shape(shape)
         dtype = _numpy_dtype(dtype)
         if strides is None:
@@ -285,28 +320,37 @@ class DeviceArray:
                              f"and strides {self.strides} (elements)")
 
     # -- host transfers --
-    def to_numpy(self, stream=None) -> np.ndarray:
-        """Copy to a new NumPy array (waits for the copy, after the work queued on ``stream``, default :attr:`stream`)."""
+    def to_numpy(self, stream: StreamLike = None) -> np.ndarray:
+        """Copy to a new NumPy array, waiting for the copy (queued after the work already on ``stream``).
+
+        :param stream: the stream to copy on (default: :attr:`stream`).
+        :returns: a C-contiguous host array of the same shape and dtype.
+        """
         s = self.stream if stream is None else as_stream(stream, self.device_id)
         out = np.empty(self.shape, self.dtype)
         if self.size == 0:
             return out
         if self.is_contiguous:
-            _check(_drv.cuMemcpyDtoHAsync(out.ctypes.data, self.ptr, self.nbytes, s.handle), "cuMemcpyDtoHAsync")
+            _check(_drv().cuMemcpyDtoHAsync(out.ctypes.data, self.ptr, self.nbytes, s.handle), "cuMemcpyDtoHAsync")
             s.sync()
             return out
         lo, count = self._span()
         host = np.empty(count, self.dtype)
         item = self.dtype.itemsize
-        _check(_drv.cuMemcpyDtoHAsync(host.ctypes.data, self.ptr + lo * item, count * item, s.handle),
+        _check(_drv().cuMemcpyDtoHAsync(host.ctypes.data, self.ptr + lo * item, count * item, s.handle),
                "cuMemcpyDtoHAsync")
         s.sync()
         view = np.lib.stride_tricks.as_strided(host[-lo:], self.shape, tuple(x * item for x in self.strides))
         out[...] = view
         return out
 
-    def fill_(self, value, stream=None) -> DeviceArray:
-        """Set every element to ``value`` (converted to :attr:`dtype`), asynchronously on ``stream``."""
+    def fill_(self, value: Any, stream: StreamLike = None) -> DeviceArray:
+        """Set every element to ``value`` (converted to :attr:`dtype`), asynchronously on ``stream``.
+
+        :param value: a scalar (``float("nan")`` poisons an output before a call).
+        :param stream: the stream to queue the fill on (default: :attr:`stream`).
+        :returns: this array.
+        """
         self._require_contiguous("fill_")
         s = self.stream if stream is None else as_stream(stream, self.device_id)
         if self.size == 0:
@@ -318,23 +362,25 @@ class DeviceArray:
         item = self.dtype.itemsize
         words = v.view(np.uint32) if item in (4, 8) else None
         if item == 1:
-            _check(_drv.cuMemsetD8Async(self.ptr, int(v.view(np.uint8)[0]), self.size, s.handle), "cuMemsetD8Async")
+            _check(_drv().cuMemsetD8Async(self.ptr, int(v.view(np.uint8)[0]), self.size, s.handle), "cuMemsetD8Async")
         elif item == 2:
-            _check(_drv.cuMemsetD16Async(self.ptr, int(v.view(np.uint16)[0]), self.size, s.handle),
+            _check(_drv().cuMemsetD16Async(self.ptr, int(v.view(np.uint16)[0]), self.size, s.handle),
                    "cuMemsetD16Async")
         elif item == 4 or (item == 8 and words[0] == words[1]):
-            _check(_drv.cuMemsetD32Async(self.ptr, int(words[0]), self.nbytes // 4, s.handle), "cuMemsetD32Async")
+            _check(_drv().cuMemsetD32Async(self.ptr, int(words[0]), self.nbytes // 4, s.handle), "cuMemsetD32Async")
         else:
             host = np.full(self.shape, v[0], self.dtype)
-            _check(_drv.cuMemcpyHtoDAsync(self.ptr, host.ctypes.data, self.nbytes, s.handle), "cuMemcpyHtoDAsync")
+            _check(_drv().cuMemcpyHtoDAsync(self.ptr, host.ctypes.data, self.nbytes, s.handle), "cuMemcpyHtoDAsync")
             s.sync()
         return self
 
-    def copy_(self, src, stream=None) -> DeviceArray:
-        """Copy ``src`` into this array, on ``stream`` (default :attr:`stream`).
+    def copy_(self, src: DeviceArrayLike | npt.ArrayLike, stream: StreamLike = None) -> DeviceArray:
+        """Copy ``src`` into this array, on ``stream``.
 
-        ``src`` is host data (NumPy or anything ``np.asarray`` takes; converted to :attr:`dtype`,
-        same shape) or a device array of the same shape and dtype. Both must be C-contiguous.
+        :param src: host data (NumPy or anything ``np.asarray`` takes; converted to :attr:`dtype`, same
+            shape) or a device array of the same shape and dtype. Both must be C-contiguous.
+        :param stream: the stream to copy on (default: :attr:`stream`).
+        :returns: this array.
         """
         self._require_contiguous("copy_")
         s = self.stream if stream is None else as_stream(stream, self.device_id)
@@ -347,17 +393,21 @@ class DeviceArray:
             if other._stream is not None and other._stream != s:
                 s.wait(other._stream)
             if self.nbytes:
-                _check(_drv.cuMemcpyDtoDAsync(self.ptr, other.ptr, self.nbytes, s.handle), "cuMemcpyDtoDAsync")
+                _check(_drv().cuMemcpyDtoDAsync(self.ptr, other.ptr, self.nbytes, s.handle), "cuMemcpyDtoDAsync")
             return self
         host = np.ascontiguousarray(src, dtype=self.dtype)
         if host.shape != self.shape:
             raise ValueError(f"copy_ source has shape {host.shape}; expected {self.shape}")
         if self.nbytes:
-            _check(_drv.cuMemcpyHtoDAsync(self.ptr, host.ctypes.data, self.nbytes, s.handle), "cuMemcpyHtoDAsync")
+            _check(_drv().cuMemcpyHtoDAsync(self.ptr, host.ctypes.data, self.nbytes, s.handle), "cuMemcpyHtoDAsync")
         return self
 
-    def reshape(self, *shape) -> DeviceArray:
-        """A view with a new shape (one dimension may be -1); the array must be C-contiguous."""
+    def reshape(self, *shape: Any) -> DeviceArray:
+        """A view with a new shape; the array must be C-contiguous.
+
+        :param shape: the new shape, as ints or one sequence; one dimension may be -1.
+        :returns: a view sharing this array's memory.
+        """
         if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
             shape = tuple(shape[0])
         if shape.count(-1) > 1:
@@ -376,7 +426,7 @@ class DeviceArray:
 
     # -- exchange protocols --
     @property
-    def __cuda_array_interface__(self) -> dict:
+    def __cuda_array_interface__(self) -> dict[str, Any]:
         stream = None
         if self._stream is not None:
             stream = int(self._stream.handle) or None
@@ -393,7 +443,8 @@ class DeviceArray:
     def __dlpack_device__(self) -> tuple[int, int]:
         return (_KDL_CUDA, self.device_id)
 
-    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+    def __dlpack__(self, *, stream: int | None = None, max_version: tuple[int, int] | None = None,
+                   dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> Any:
         """DLPack export (zero-copy). ``stream``: the consumer's stream (None: the legacy default stream, -1: no
         ordering); it is made to wait for the work queued so far on this array's stream."""
         if copy:
@@ -405,13 +456,13 @@ class DeviceArray:
         if stream != -1 and self._stream is not None:
             stream = 1 if stream is None else stream  # the DLPack spec: None means the legacy default stream
             if int(self._stream.handle) != stream:
-                Stream.from_handle(stream).wait(self._stream.record())
+                cuda_core().Stream.from_handle(stream).wait(self._stream.record())
         return _dlpack_capsule(self.ptr, self.shape, self.strides, self.dtype, self.__dlpack_device__(), self)
 
 
 # --- constructors ------------------------------------------------------------------------------------
 
-def _allocate(shape, dtype, stream, device) -> DeviceArray:
+def _allocate(shape: Shape, dtype: npt.DTypeLike, stream: StreamLike, device: int | Device | None) -> DeviceArray:
     shape = _normalize_shape(shape)
     dtype = _numpy_dtype(dtype)
     dev = get_device(device)
@@ -419,43 +470,73 @@ def _allocate(shape, dtype, stream, device) -> DeviceArray:
     nbytes = math.prod(shape) * dtype.itemsize
     if nbytes == 0:
         return DeviceArray._new(0, shape, dtype, _c_strides(shape), dev.device_id, None, s, True)
-    buf = dev.allocate(nbytes, stream=s)
+    try:
+        buf = dev.allocate(nbytes, stream=s)
+    except Exception as e:  # noqa: BLE001 - cuda.core's CUDAError: out of memory, mostly
+        raise cuda_error_from(e, "allocate", f"{nbytes} bytes on device {dev.device_id}") from e
     return DeviceArray._new(int(buf.handle), shape, dtype, _c_strides(shape), dev.device_id, buf, s, True)
 
 
-def empty(shape, dtype=np.float32, stream=None, *, device=None) -> DeviceArray:
-    """An uninitialised C-contiguous device array, allocated on ``stream`` (default: the default stream)."""
+def empty(shape: Shape, dtype: npt.DTypeLike = np.float32, stream: StreamLike = None, *,
+          device: int | Device | None = None) -> DeviceArray:
+    """An uninitialised C-contiguous device array.
+
+    :param shape: an int or a sequence of ints.
+    :param dtype: a dtype cuDNN supports (float32, float16, bfloat16, float64, int8, ...).
+    :param stream: the stream the memory is allocated (and later freed) on; ``None``: the default stream.
+    :param device: the device (``None``: the current one).
+    :returns: the new array.
+    :raises NoDeviceError: where no GPU can be used.
+    :raises CudaOutOfMemoryError: when the device has no room.
+    """
     return _allocate(shape, dtype, stream, device)
 
 
-def zeros(shape, dtype=np.float32, stream=None, *, device=None) -> DeviceArray:
-    """A C-contiguous device array of zeros."""
+def zeros(shape: Shape, dtype: npt.DTypeLike = np.float32, stream: StreamLike = None, *,
+          device: int | Device | None = None) -> DeviceArray:
+    """A C-contiguous device array of zeros; the parameters are :func:`empty`'s.
+
+    :returns: the new array, zeroed on ``stream``.
+    """
     a = _allocate(shape, dtype, stream, device)
     if a.nbytes:
-        _check(_drv.cuMemsetD8Async(a.ptr, 0, a.nbytes, a.stream.handle), "cuMemsetD8Async")
+        _check(_drv().cuMemsetD8Async(a.ptr, 0, a.nbytes, a.stream.handle), "cuMemsetD8Async")
     return a
 
 
-def empty_like(a, dtype=None, stream=None) -> DeviceArray:
-    """An uninitialised C-contiguous array with ``a``'s shape (and dtype unless given), on ``a``'s device."""
+def empty_like(a: DeviceArrayLike, dtype: npt.DTypeLike | None = None, stream: StreamLike = None) -> DeviceArray:
+    """An uninitialised C-contiguous array with ``a``'s shape, on ``a``'s device.
+
+    :param a: a device array (or GPU tensor).
+    :param dtype: the new array's dtype (default: ``a``'s).
+    :param stream: the stream to allocate on (default: ``a``'s).
+    :returns: the new array.
+    """
     a = as_array(a, "a")
     return _allocate(a.shape, a.dtype if dtype is None else dtype,
                      a._stream if stream is None else stream, a.device_id)
 
 
-def to_device(obj, stream=None, *, dtype=None, device=None) -> DeviceArray:
-    """Copy host data (a NumPy array or anything ``np.asarray`` takes) to a new C-contiguous device array.
+def to_device(obj: npt.ArrayLike | DeviceArrayLike, stream: StreamLike = None, *, dtype: npt.DTypeLike | None = None,
+              device: int | None = None) -> DeviceArray:
+    """Copy host data to a new C-contiguous device array.
 
-    Non-contiguous input is packed first; ``dtype`` converts on the host. Device data (a DeviceArray,
-    torch/CuPy tensor) is returned as a zero-copy :func:`as_array` view instead, checked against ``dtype``
-    and ``device`` when they are given (it is never converted or moved).
+    Device data (a DeviceArray, torch/CuPy tensor) is returned as a zero-copy :func:`as_array` view
+    instead, checked against ``dtype`` and ``device`` when they are given (never converted or moved).
+
+    :param obj: a NumPy array or anything ``np.asarray`` takes (non-contiguous input is packed first).
+    :param stream: the stream to allocate and copy on (``None``: the default stream).
+    :param dtype: convert to this dtype on the host first.
+    :param device: the device ordinal (``None``: the current one).
+    :returns: the device array.
+    :raises NoDeviceError: where no GPU can be used.
     """
     if _is_device_like(obj):
         return as_array(obj, "obj", dtype=dtype, device=device, stream=stream)
     host = np.ascontiguousarray(obj, dtype=dtype)
     a = _allocate(host.shape, host.dtype, stream, device)
     if a.nbytes:
-        _check(_drv.cuMemcpyHtoDAsync(a.ptr, host.ctypes.data, a.nbytes, a.stream.handle), "cuMemcpyHtoDAsync")
+        _check(_drv().cuMemcpyHtoDAsync(a.ptr, host.ctypes.data, a.nbytes, a.stream.handle), "cuMemcpyHtoDAsync")
     return a
 
 
@@ -503,6 +584,7 @@ def _view(obj, name: str, stream) -> DeviceArray:
                 raise _host_error(obj, name)
             has_dlpack = False
     sptr = -1 if stream is None else int(as_stream(stream).handle)
+    StridedMemoryView = cuda_core().utils.StridedMemoryView
     try:
         if has_dlpack:
             view = StridedMemoryView.from_dlpack(obj, sptr)
@@ -522,15 +604,23 @@ def _view(obj, name: str, stream) -> DeviceArray:
                             None if stream is None else as_stream(stream))
 
 
-def as_array(obj, name: str = "x", *, dtype=None, ndim: int | None = None, shape=None,
-             contiguous: bool = False, device: int | None = None, stream=None) -> DeviceArray:
+def as_array(obj: DeviceArrayLike, name: str = "x", *, dtype: npt.DTypeLike | None = None, ndim: int | None = None,
+             shape: Sequence[int] | None = None, contiguous: bool = False, device: int | None = None,
+             stream: StreamLike = None) -> DeviceArray:
     """``obj`` as a :class:`DeviceArray`, without copying; validate it before any C call sees it.
 
-    ``obj``: a DeviceArray (returned as is) or any GPU tensor with ``__dlpack__`` /
-    ``__cuda_array_interface__`` (torch, CuPy, JAX, numba). A host array raises :class:`TypeError`
-    that says how to move it. ``stream``: the consumer stream foreign producers are ordered before
-    (default: no ordering; the default stream is shared anyway). The optional checks raise
-    :class:`TypeError` (dtype) or :class:`ValueError` (ndim, shape, contiguity, device) naming ``name``.
+    :param obj: a DeviceArray (returned as is) or any GPU tensor with ``__dlpack__`` /
+        ``__cuda_array_interface__`` (torch, CuPy, JAX, numba). A host array raises :class:`TypeError`
+        that says how to move it.
+    :param name: the argument's name, for messages.
+    :param dtype: required dtype (:class:`TypeError` otherwise).
+    :param ndim: required number of dimensions (:class:`ValueError` otherwise).
+    :param shape: required shape (:class:`ValueError` otherwise).
+    :param contiguous: require C-contiguity (:class:`ValueError` otherwise).
+    :param device: required device ordinal (:class:`ValueError` otherwise).
+    :param stream: the consumer stream foreign producers are ordered before (default: no ordering; the
+        default stream is shared anyway).
+    :returns: the view.
     """
     a = obj if type(obj) is DeviceArray else _view(obj, name, stream)
     if dtype is not None and a.dtype != dtype:
@@ -547,9 +637,19 @@ def as_array(obj, name: str = "x", *, dtype=None, ndim: int | None = None, shape
     return a
 
 
-def output_array(out, shape, dtype, name: str = "y", *, device: int | None = None, stream=None,
-                 contiguous: bool = False) -> DeviceArray:
-    """An output array: a new C-contiguous one when ``out`` is None, else ``out`` validated to be exactly ``shape`` and ``dtype``."""
+def output_array(out: DeviceArrayLike | None, shape: Shape, dtype: npt.DTypeLike, name: str = "y", *,
+                 device: int | None = None, stream: StreamLike = None, contiguous: bool = False) -> DeviceArray:
+    """An output array: a new C-contiguous one when ``out`` is None, else ``out`` validated.
+
+    :param out: the caller's output, or ``None``.
+    :param shape: the shape it must have.
+    :param dtype: the dtype it must have.
+    :param name: the argument's name, for messages.
+    :param device: the device it must be on (and where a new one is allocated).
+    :param stream: the stream to allocate on / order foreign producers before.
+    :param contiguous: require ``out`` to be C-contiguous.
+    :returns: the array to write to.
+    """
     if out is None:
         return _allocate(shape, dtype, stream, device)
     return as_array(out, name, dtype=dtype, shape=shape, contiguous=contiguous, device=device, stream=stream)

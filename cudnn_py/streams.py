@@ -12,20 +12,102 @@ A *stream* argument anywhere in cudnn-py may be ``None`` (the device's default s
 legacy NULL stream that cuDNN and PyTorch also use by default), a :class:`cuda.core.Stream`, an
 object with ``__cuda_stream__`` or a ``cuda_stream`` attribute (``torch.cuda.Stream``), or a raw
 ``cudaStream_t`` as an int.
+
+:mod:`cuda.core` is imported on the first call that needs a device, not with this module (it takes
+a few hundred milliseconds). Where no GPU or driver can be used, those calls raise
+:class:`~cudnn_py.errors.NoDeviceError`.
 """
 from __future__ import annotations
 
 import threading
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Protocol, Union
 
-from cuda.core import Device, EventOptions, Stream, StreamOptions
+from cudnn_py.errors import CudaError, NoDeviceError, cuda_error
 
-__all__ = ["get_device", "as_stream", "stream_ptr", "new_stream", "synchronize", "timer", "Timer"]
+if TYPE_CHECKING:
+    from cuda.core import Device, Stream
+
+__all__ = ["StreamLike", "get_device", "as_stream", "stream_ptr", "new_stream", "synchronize", "timer", "Timer",
+           "cuda_core"]
+
+
+class _HasCudaStream(Protocol):
+    def __cuda_stream__(self) -> tuple[int, int]: ...
+
+
+class _HasCudaStreamAttr(Protocol):
+    @property
+    def cuda_stream(self) -> int: ...
+
+
+#: what a ``stream`` argument may be (see the module doc)
+StreamLike = Union["Stream", _HasCudaStream, _HasCudaStreamAttr, int, None]
 
 _tls = threading.local()
+_core: ModuleType | None = None
 
 
-def get_device(device=None) -> Device:
-    """The :class:`cuda.core.Device` for an ordinal (``None``: the current one), made current in this thread once."""
+class _NotLoaded:
+    """Stands for cuda.core.Stream until cuda.core is imported (nothing is ever of this type)."""
+
+
+_StreamType: type = _NotLoaded
+
+
+def cuda_core() -> ModuleType:
+    """The :mod:`cuda.core` package, imported on first use.
+
+    :returns: the module.
+    :raises NoDeviceError: when cuda-core or cuda-bindings is not installed (cudnn-py was installed
+        without its ``cu12`` / ``cu13`` extra).
+    """
+    global _core, _StreamType
+    if _core is None:
+        try:
+            import cuda.core as core
+        except ImportError as e:
+            raise NoDeviceError(
+                "import cuda.core", 0, "", f"{e}; install cudnn-py with the extra for your driver: "
+                "pip install 'cudnn-py[cu12]' (CUDA 12 driver) or 'cudnn-py[cu13]' (CUDA 13 driver, 580+)") from e
+        _core, _StreamType = core, core.Stream
+    return _core
+
+
+def _no_device(device: int | None, cause: BaseException | None) -> CudaError:
+    """Why ``device`` cannot be used, as a :class:`NoDeviceError` (or :class:`CudaError` for anything else)."""
+    ordinal = 0 if device is None else device
+    what = f"cannot use CUDA device {ordinal}"
+    try:
+        from cuda.bindings import driver
+        err, = driver.cuInit(0)
+    except ImportError as e:
+        return NoDeviceError(what, 0, "", f"cuda-bindings is not installed ({e})")
+    except Exception:  # noqa: BLE001 - libcuda.so cannot be loaded: no NVIDIA driver on this machine
+        return NoDeviceError(what, 0, "", "no NVIDIA driver was found on this machine (libcuda.so.1 could not be "
+                                          "loaded); cuDNN descriptors and shapes work without one, running "
+                                          "anything needs a GPU")
+    if int(err):
+        e = cuda_error("cuInit", int(err), getattr(err, "name", ""))
+        return NoDeviceError(what, e.code, e.name, f"the CUDA driver did not start ({e.text or 'cuInit failed'})")
+    _, count = driver.cuDeviceGetCount()
+    if count == 0:
+        return NoDeviceError(what, 100, "CUDA_ERROR_NO_DEVICE",
+                             "the CUDA driver sees no GPU (is CUDA_VISIBLE_DEVICES empty?)")
+    if ordinal >= count:
+        return NoDeviceError(what, 101, "CUDA_ERROR_INVALID_DEVICE",
+                             f"there {'is' if count == 1 else 'are'} only {count} visible GPU{'s' * (count != 1)}")
+    return CudaError(what, 0, "", str(cause) if cause else "unknown cause")
+
+
+def get_device(device: int | Device | None = None) -> Device:
+    """The :class:`cuda.core.Device` for an ordinal, made current in this thread once.
+
+    :param device: an ordinal, a :class:`cuda.core.Device`, or ``None`` for the current device (0 where
+        none was made current).
+    :returns: the device.
+    :raises NoDeviceError: no driver, no GPU, or no such ordinal.
+    """
     cache = getattr(_tls, "devices", None)
     if cache is None:
         cache = _tls.devices = {}
@@ -33,62 +115,86 @@ def get_device(device=None) -> Device:
         return cache[device]
     except (KeyError, TypeError):
         pass
-    if isinstance(device, Device):
+    core = cuda_core()
+    if isinstance(device, core.Device):
         dev = device
     elif device is None or (isinstance(device, int) and not isinstance(device, bool)):
         if device is not None and device < 0:
             raise ValueError(f"device ordinal must be >= 0, got {device}")
         try:
-            dev = Device(device)
+            dev = core.Device(device)
         except Exception as e:  # no driver, no GPU, ordinal out of range
-            raise RuntimeError(f"cannot use CUDA device {device if device is not None else 0}: {e}") from e
+            raise _no_device(device, e) from e
     else:
         raise TypeError(f"device must be an int ordinal or a cuda.core.Device, got {type(device).__name__}")
     try:
         dev.set_current()
     except Exception as e:
-        raise RuntimeError(f"cannot use CUDA device {dev.device_id}: {e}") from e
+        raise _no_device(dev.device_id, e) from e
     cache[device] = cache[dev.device_id] = dev
     return dev
 
 
-def as_stream(stream=None, device=None) -> Stream:
-    """Normalise a stream argument (see the module doc) to a :class:`cuda.core.Stream`."""
-    if type(stream) is Stream:
+def as_stream(stream: StreamLike = None, device: int | Device | None = None) -> Stream:
+    """Normalise a stream argument (see the module doc) to a :class:`cuda.core.Stream`.
+
+    :param stream: the stream argument.
+    :param device: the device whose default stream ``None`` means.
+    :returns: the stream.
+    :raises TypeError: for anything that is not a stream.
+    """
+    if type(stream) is _StreamType:
         return stream
     if stream is None:
         return get_device(device).default_stream
-    if isinstance(stream, Stream):
+    stream_type = cuda_core().Stream
+    if isinstance(stream, stream_type):
         return stream
     if isinstance(stream, bool):
         raise TypeError("stream must be a cuda.core.Stream, a stream object or an int handle, not a bool")
     if isinstance(stream, int):
         get_device(device)
-        return Stream.from_handle(stream)
+        return stream_type.from_handle(stream)
     if hasattr(stream, "__cuda_stream__"):
         return get_device(device).create_stream(stream)
     handle = getattr(stream, "cuda_stream", None)
     if isinstance(handle, int):
         get_device(device)
-        return Stream.from_handle(handle)
+        return stream_type.from_handle(handle)
     raise TypeError(
         f"cannot use {type(stream).__name__} as a CUDA stream; pass None, a cuda.core.Stream, "
         "an object with __cuda_stream__ / cuda_stream (e.g. torch.cuda.Stream) or an int cudaStream_t"
     )
 
 
-def stream_ptr(stream=None) -> int:
-    """The ``cudaStream_t`` of a stream argument, as an int (what cuDNN's ``cudnnSetStream`` takes)."""
+def stream_ptr(stream: StreamLike = None) -> int:
+    """The ``cudaStream_t`` of a stream argument, as an int (what cuDNN's ``cudnnSetStream`` takes).
+
+    :param stream: the stream argument (``None``: the current device's default stream).
+    :returns: the raw handle.
+    """
     return int(as_stream(stream).handle)
 
 
-def new_stream(device=None, *, nonblocking: bool = True, priority: int | None = None) -> Stream:
-    """Create a new stream on ``device`` (non-blocking: it does not synchronise with the NULL stream)."""
-    return get_device(device).create_stream(options=StreamOptions(nonblocking=nonblocking, priority=priority))
+def new_stream(device: int | Device | None = None, *, nonblocking: bool = True,
+               priority: int | None = None) -> Stream:
+    """Create a new stream on ``device``.
+
+    :param device: the device (``None``: the current one).
+    :param nonblocking: when true the stream does not synchronise with the legacy NULL stream.
+    :param priority: the CUDA stream priority (lower is more urgent); ``None`` for the default.
+    :returns: the new :class:`cuda.core.Stream`.
+    :raises NoDeviceError: where no GPU can be used.
+    """
+    dev = get_device(device)
+    return dev.create_stream(options=cuda_core().StreamOptions(nonblocking=nonblocking, priority=priority))
 
 
-def synchronize(stream=None) -> None:
-    """Block the host until all work queued on ``stream`` (default: the default stream) has finished."""
+def synchronize(stream: StreamLike = None) -> None:
+    """Block the host until all work queued on ``stream`` (default: the default stream) has finished.
+
+    :param stream: the stream argument.
+    """
     as_stream(stream).sync()
 
 
@@ -98,22 +204,21 @@ class Timer:
     ``ms`` is ``None`` until the block has exited (the end event is synchronised then).
     """
 
-    __slots__ = ("stream", "ms", "_start")
+    __slots__ = ("stream", "ms", "_start", "_options")
 
-    _OPTIONS = EventOptions(timing_enabled=True)
-
-    def __init__(self, stream=None):
-        self.stream = as_stream(stream)
+    def __init__(self, stream: StreamLike = None):
+        self.stream: Stream = as_stream(stream)
         self.ms: float | None = None
-        self._start = None
+        self._start: Any = None
+        self._options = cuda_core().EventOptions(timing_enabled=True)
 
     def __enter__(self) -> Timer:
         self.ms = None
-        self._start = self.stream.record(options=self._OPTIONS)
+        self._start = self.stream.record(options=self._options)
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
-        end = self.stream.record(options=self._OPTIONS)
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        end = self.stream.record(options=self._options)
         if exc_type is None:
             end.sync()
             self.ms = end - self._start
@@ -122,6 +227,13 @@ class Timer:
         return f"Timer(ms={self.ms})"
 
 
-def timer(stream=None) -> Timer:
-    """``with timer(stream) as t: ...`` then ``t.ms``: elapsed device milliseconds of the work queued on ``stream`` in the block."""
+def timer(stream: StreamLike = None) -> Timer:
+    """Time the device work queued on ``stream`` inside a ``with`` block.
+
+    ``with cudnn.timer(s) as t: ...`` then ``t.ms``.
+
+    :param stream: the stream argument (``None``: the default stream).
+    :returns: a :class:`Timer` to use as a context manager.
+    :raises NoDeviceError: where no GPU can be used.
+    """
     return Timer(stream)

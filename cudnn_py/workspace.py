@@ -16,8 +16,13 @@ allocated, nothing runs); callers that can fall back (e.g. to an algorithm needi
 """
 from __future__ import annotations
 
-from cudnn_py.errors import WorkspaceLimitError
-from cudnn_py.streams import as_stream, get_device
+from typing import TYPE_CHECKING, Any
+
+from cudnn_py.errors import WorkspaceLimitError, cuda_error_from
+from cudnn_py.streams import StreamLike, as_stream, get_device
+
+if TYPE_CHECKING:
+    from cuda.core import Device, Stream
 
 __all__ = ["Workspace"]
 
@@ -33,13 +38,13 @@ class Workspace:
 
     __slots__ = ("_device", "_buffer", "_ptr", "_size", "_stream", "_cap", "peak", "__weakref__")
 
-    def __init__(self, cap: int | None = None, *, device=None):
+    def __init__(self, cap: int | None = None, *, device: int | Device | None = None):
         self._device = device
-        self._buffer = None
+        self._buffer: Any = None
         self._ptr = 0
         self._size = 0
-        self._stream = None
-        self._cap = None
+        self._stream: Stream | None = None
+        self._cap: int | None = None
         self.cap = cap
         #: the largest number of bytes any :meth:`get` asked for
         self.peak = 0
@@ -70,11 +75,14 @@ class Workspace:
         """The device address of the current buffer (0 when none is allocated)."""
         return self._ptr
 
-    def get(self, nbytes: int, stream=None) -> int:
+    def get(self, nbytes: int, stream: StreamLike = None) -> int:
         """A device pointer to at least ``nbytes`` bytes, valid for work queued on ``stream`` until the next ``get``.
 
-        ``nbytes == 0`` returns 0 (cuDNN accepts a NULL workspace of size 0).
-        Raises :class:`WorkspaceLimitError` when ``nbytes`` exceeds :attr:`cap`.
+        :param nbytes: bytes needed; 0 returns 0 (cuDNN accepts a NULL workspace of size 0).
+        :param stream: the stream the work using the buffer is queued on (default: the default stream).
+        :returns: the device address.
+        :raises WorkspaceLimitError: when ``nbytes`` exceeds :attr:`cap`.
+        :raises CudaOutOfMemoryError: when the device has no room.
         """
         if nbytes < 0:
             raise ValueError(f"workspace size must be >= 0 bytes, got {nbytes}")
@@ -98,7 +106,11 @@ class Workspace:
             if self._buffer is not None:
                 self._buffer.close(s)
                 self._buffer, self._ptr, self._size = None, 0, 0
-            self._buffer = get_device(self._device).allocate(size, stream=s)
+            dev = get_device(self._device)
+            try:
+                self._buffer = dev.allocate(size, stream=s)
+            except Exception as e:  # noqa: BLE001 - cuda.core's CUDAError: out of memory, mostly
+                raise cuda_error_from(e, "allocate", f"a {size}-byte workspace on device {dev.device_id}") from e
             self._ptr, self._size = int(self._buffer.handle), size
         return self._ptr
 
@@ -113,7 +125,7 @@ class Workspace:
     def __enter__(self) -> Workspace:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.release()
 
     def __repr__(self) -> str:

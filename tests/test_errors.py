@@ -72,7 +72,7 @@ def test_removed_function_names_its_replacement():
     with pytest.raises(errors.FunctionNotAvailableError, match="cudnnRNNForward"):
         capi.cudnnRNNForwardTraining()
     with pytest.raises(AttributeError):
-        capi.cudnnNoSuchFunction
+        capi.cudnnNoSuchFunction  # a name the C API never had
 
 
 def test_removed_table_names_nothing_the_headers_declare():
@@ -91,3 +91,40 @@ def test_function_missing_from_the_loaded_library_fails_only_when_called():
 def library_version() -> str:
     from cudnn_py import library
     return library().version_string
+
+
+def test_function_not_available_is_not_an_attribute_error():
+    """hasattr/getattr fallbacks must not swallow it: the name exists, the library lacks the symbol."""
+    assert not issubclass(errors.FunctionNotAvailableError, AttributeError)
+    assert issubclass(errors.FunctionNotAvailableError, NotImplementedError)
+    assert hasattr(capi, "cudnnGetConvolutionForwardAlgorithm")  # the removed name is there, calling it raises
+
+
+@pytest.mark.parametrize("cls", [
+    errors.CudnnError, errors.CudnnBadParamError, errors.CudaError, errors.CudaOutOfMemoryError,
+    errors.NoDeviceError, errors.FunctionNotAvailableError, errors.ClosedError, errors.WorkspaceLimitError,
+    errors.LibraryNotFoundError])
+def test_every_exception_is_a_cudnn_py_error(cls):
+    assert issubclass(cls, errors.CudnnPyError)
+
+
+@pytest.mark.parametrize("code, cls, base", [
+    (2, errors.CudaOutOfMemoryError, MemoryError), (100, errors.NoDeviceError, RuntimeError),
+    (803, errors.NoDeviceError, RuntimeError), (101, errors.NoDeviceError, RuntimeError),
+    (700, errors.CudaError, RuntimeError)])
+def test_cuda_results_map_to_their_class(code, cls, base):
+    err = errors.cuda_error("cuSomething", code)
+    assert type(err) is cls and isinstance(err, base) and err.code == code
+    assert err.name.startswith("CUDA_ERROR_")  # from the binding's enum, no driver needed
+    again = pickle.loads(pickle.dumps(err))
+    assert type(again) is cls and str(again) == str(err)
+
+
+def test_cuda_core_errors_keep_their_code():
+    class CUDAError(Exception):  # what cuda.core raises, by message
+        pass
+    err = errors.cuda_error_from(CUDAError("CUDA_ERROR_OUT_OF_MEMORY: out of memory"), "allocate", "4096 bytes")
+    assert type(err) is errors.CudaOutOfMemoryError and err.code == 2
+    assert str(err) == "allocate failed: CUDA_ERROR_OUT_OF_MEMORY (2): 4096 bytes: out of memory"
+    other = errors.cuda_error_from(ValueError("bad pool"), "allocate")
+    assert type(other) is errors.CudaError and str(other) == "allocate failed: bad pool"

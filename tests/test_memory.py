@@ -1,5 +1,7 @@
 """DeviceArray metadata, exchange protocols and validation that need no GPU (pointers here are never dereferenced)."""
 import gc
+import re
+import types
 
 import numpy as np
 import pytest
@@ -182,7 +184,7 @@ class _FakeStream:
     (-1, []),  # the consumer asked for no ordering
 ])
 def test_dlpack_export_orders_the_consumer_stream_after_the_array_stream(monkeypatch, consumer, waits):
-    monkeypatch.setattr(M, "Stream", _FakeStream)
+    monkeypatch.setattr(M, "cuda_core", lambda: types.SimpleNamespace(Stream=_FakeStream))
     monkeypatch.setattr(_FakeStream, "waits", [])
     a = DeviceArray._new(FAKE, (2,), np.dtype(np.float32), (1,), 0, None, _FakeStream(0x5000), True)
     cap = a.__dlpack__(stream=consumer)
@@ -259,10 +261,63 @@ def test_as_array_identity_is_nearly_free():
 
 
 @pytest.mark.skipif(not gpu_missing_reason(), reason="a GPU is present")
-def test_allocation_without_a_gpu_says_why():
-    with pytest.raises(RuntimeError, match="cannot use CUDA device 0"):
-        cudnn.empty((2, 3))
-    with pytest.raises(RuntimeError, match="cannot use CUDA device 0"):
-        cudnn.to_device(np.zeros(3, np.float32))
-    with pytest.raises(RuntimeError, match="cannot use CUDA device 0"):
-        cudnn.Handle()
+@pytest.mark.parametrize("call", [
+    lambda: cudnn.empty((2, 3)), lambda: cudnn.zeros(3), lambda: cudnn.to_device(np.zeros(3, np.float32)),
+    lambda: cudnn.Handle(), lambda: cudnn.default_handle(), lambda: cudnn.new_stream(), lambda: cudnn.timer(),
+    lambda: cudnn.synchronize(), lambda: cudnn.Workspace().get(1 << 20),
+])
+def test_everything_that_needs_a_gpu_says_why_with_no_device_error(call):
+    with pytest.raises(cudnn.NoDeviceError, match="cannot use CUDA device 0: ") as e:
+        call()
+    assert isinstance(e.value, cudnn.CudaError) and isinstance(e.value, cudnn.CudnnPyError)
+    assert "\n" not in str(e.value)  # one line, fit for a script's exit message
+
+
+class _Driver:
+    """Stands in for cuda.bindings.driver in the no-device diagnosis (cuInit's result and the device count)."""
+
+    def __init__(self, init=0, count=1):
+        self.init, self.count = init, count
+
+    def cuInit(self, flags):
+        return (_Result(self.init),)
+
+    def cuDeviceGetCount(self):
+        return (_Result(0), self.count)
+
+
+class _Result(int):
+    @property
+    def name(self):
+        return {0: "CUDA_SUCCESS", 100: "CUDA_ERROR_NO_DEVICE", 803: "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH"}[int(self)]
+
+
+@pytest.mark.parametrize("driver, device, cls, text", [
+    (_Driver(init=803), 0, cudnn.NoDeviceError, r"cannot use CUDA device 0: the CUDA driver did not start .*"
+                                                r"\(CUDA_ERROR_SYSTEM_DRIVER_MISMATCH\)"),
+    (_Driver(count=0), 0, cudnn.NoDeviceError, "sees no GPU .*CUDA_VISIBLE_DEVICES.*CUDA_ERROR_NO_DEVICE"),
+    (_Driver(count=1), 3, cudnn.NoDeviceError, r"cannot use CUDA device 3: there is only 1 visible GPU "
+                                               r"\(CUDA_ERROR_INVALID_DEVICE\)"),
+    (_Driver(count=2), 1, cudnn.CudaError, "cannot use CUDA device 1 failed: context creation failed"),
+])
+def test_the_no_device_diagnosis_names_the_cause(monkeypatch, driver, device, cls, text):
+    import sys
+    from cudnn_py import streams
+    bindings = types.ModuleType("cuda.bindings")
+    bindings.driver = driver
+    monkeypatch.setitem(sys.modules, "cuda.bindings", bindings)
+    monkeypatch.setitem(sys.modules, "cuda.bindings.driver", driver)
+    err = streams._no_device(device, RuntimeError("context creation failed"))
+    assert type(err) is cls
+    assert re.search(text, str(err)), str(err)
+
+
+def test_a_failed_driver_call_is_a_cuda_error():
+    from cudnn_py.errors import check_cuda
+    assert check_cuda((0, 5), "cuX") == 5 and check_cuda((0,), "cuX") is None and check_cuda((0, 1, 2), "cuX") == (1, 2)
+    with pytest.raises(cudnn.CudaError, match=r"cuMemcpyHtoDAsync failed: .*\(1\)") as e:
+        check_cuda((1,), "cuMemcpyHtoDAsync")
+    assert e.value.code == 1 and e.value.function == "cuMemcpyHtoDAsync"
+    with pytest.raises(cudnn.CudaOutOfMemoryError) as e:
+        check_cuda((2, 0), "cuMemAlloc")
+    assert isinstance(e.value, MemoryError)

@@ -1,0 +1,74 @@
+"""The default handle: one :class:`~cudnn_py.Handle` per (thread, device), made on first use.
+
+For scripts that do not want to create and pass handles around::
+
+    import cudnn_py as cudnn
+    h = cudnn.default_handle()            # this thread's handle on the current device
+    y = cudnn.pooling_forward(h, cudnn.Pooling("max", window=2), x)
+
+Each thread gets its own (cuDNN handles are not thread-safe); a thread's handles are destroyed when the
+thread ends, and every one left is closed at interpreter exit. Closing the default handle is allowed:
+the next call makes a new one. Explicit :class:`~cudnn_py.Handle` objects work everywhere as before.
+"""
+from __future__ import annotations
+
+import atexit
+import threading
+import weakref
+from typing import TYPE_CHECKING
+
+from cudnn_py.streams import get_device
+
+if TYPE_CHECKING:
+    from cuda.core import Device
+
+    from cudnn_py.handle import Handle
+
+__all__ = ["default_handle"]
+
+_tls = threading.local()
+_live: weakref.WeakSet[Handle] = weakref.WeakSet()
+_lock = threading.Lock()
+_registered = False
+
+
+def default_handle(device: int | Device | None = None) -> Handle:
+    """This thread's default cuDNN handle on ``device``, created on first use.
+
+    :param device: a device ordinal or :class:`cuda.core.Device` (``None``: the current device, 0 where
+        none was made current).
+    :returns: the handle, bound to the device's default stream (``h.set_stream`` / ``h.on_stream`` change
+        it for every later user of this thread's default handle).
+    :raises NoDeviceError: where no GPU can be used.
+    """
+    ordinal = get_device(device).device_id
+    handles = getattr(_tls, "handles", None)
+    if handles is None:
+        handles = _tls.handles = {}
+    h = handles.get(ordinal)
+    if h is None or h.closed:
+        from cudnn_py.handle import Handle
+        h = handles[ordinal] = Handle(ordinal)
+        _remember(h)
+    return h
+
+
+def _remember(h: Handle) -> None:
+    global _registered
+    with _lock:
+        _live.add(h)
+        if not _registered:  # registered after cuda.core's own exit hooks, so it runs before them
+            atexit.register(_close_all)
+            _registered = True
+
+
+def _close_all() -> None:
+    """Close every default handle still alive (at interpreter exit, while the driver is still up)."""
+    with _lock:
+        handles = list(_live)
+        _live.clear()
+    for h in handles:
+        try:
+            h.close()
+        except Exception:  # noqa: BLE001 - at exit nothing is left to report a failure to
+            pass
