@@ -1,8 +1,9 @@
 """The cuDNN backend (graph) API from Python: typed descriptors, a graph builder, plans, autotuning, execution.
 
 * :class:`BackendDescriptor` - any ``cudnnBackendDescriptor_t`` with attributes checked against one table.
-* :class:`Graph` - tensors and operations (convolutions, matmul, pointwise, reduction, genstats), built into
-  plans through heuristics with a per-handle plan cache; :meth:`Graph.autotune` times every plan.
+* :class:`Graph` - tensors and operations (one class per operation kind in :mod:`cudnn_py.graph.ops`), built
+  into plans through heuristics with a per-handle plan cache and an opt-in on-disk store
+  (:func:`set_plan_cache_dir`); :meth:`Graph.autotune` times every plan.
 * :class:`Plan` / :class:`Executor` - execution with variant packs cached by data pointers;
   :class:`CudaGraph` records a plan into a CUDA graph.
 * :func:`conv_forward`, :func:`conv_backward_data`, :func:`conv_backward_filter` - convolution through cached
@@ -15,10 +16,12 @@ from .errors import GraphNotSupportedError
 from .execute import CudaGraph, Executor
 from .graph import Graph, Tensor
 from .ops import POINTWISE_ARITY
+from .plan_store import plan_cache_dir, set_plan_cache_dir
 from .plans import (EngineConfig, KnobInfo, Plan, autotune, build_plans, engine_config, engine_configs, heuristics,
                     plan_cache_clear, plan_cache_info, plan_from_json)
 
 __all__ = ["AttrSpec", "attr_spec", "BackendDescriptor", "GraphNotSupportedError", "CudaGraph", "Executor",
            "Graph", "Tensor", "POINTWISE_ARITY", "EngineConfig", "KnobInfo", "Plan", "autotune", "build_plans",
            "engine_config", "engine_configs", "heuristics", "plan_cache_clear", "plan_cache_info", "plan_from_json",
+           "set_plan_cache_dir", "plan_cache_dir",
            "conv_forward", "conv_backward_data", "conv_backward_filter"]

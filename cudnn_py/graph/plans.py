@@ -5,7 +5,8 @@
 * :class:`Plan` is a finalized execution plan: workspace size, its engine config, JSON serialisation
   (:meth:`Plan.to_json` / :func:`plan_from_json`), execution (see :mod:`cudnn_py.graph.execute`).
 * :func:`build_plans` builds the first (or every) plan, through the handle's cache (keyed by the graph's
-  structure, shapes, dtypes and the options); :func:`autotune` times candidates.
+  structure, shapes, dtypes and the options); :func:`autotune` times candidates. Both read and write the
+  opt-in on-disk store of :mod:`cudnn_py.graph.plan_store` so a restarted program skips that work.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from cudnn_py import capi
 from cudnn_py.errors import CudnnBadParamError, CudnnError, CudnnNotSupportedError
 from cudnn_py.handle import handle_cache
 
+from . import plan_store
 from .descriptors import BackendDescriptor
 from .errors import GraphNotSupportedError
 
@@ -148,11 +150,12 @@ def engine_configs(graph, handle) -> tuple[list[EngineConfig], list[tuple[str, s
 class Plan:
     """A finalized execution plan (``CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR``) bound to the graph it runs."""
 
-    def __init__(self, descriptor: BackendDescriptor, config: EngineConfig | None, graph=None):
+    def __init__(self, descriptor: BackendDescriptor, config: EngineConfig | None, graph=None, tag: str = ""):
         if not descriptor.finalized:
             raise ValueError("Plan needs a finalized EXECUTION_PLAN descriptor (call .finalize() first)")
         self.descriptor = descriptor
         self.config = config
+        self._tag = tag
         self.graph = graph
         self.workspace_size = int(descriptor.get("workspace_size"))
         self._executors: dict = {}
@@ -165,13 +168,13 @@ class Plan:
     def bind(self, graph) -> "Plan":
         """This plan for another Graph object of the same structure (shares the cuDNN plan)."""
         p = Plan.__new__(Plan)
-        p.descriptor, p.config, p.graph, p.workspace_size, p._executors = (
-            self.descriptor, self.config, graph, self.workspace_size, {})
+        p.descriptor, p.config, p.graph, p.workspace_size, p._executors, p._tag = (
+            self.descriptor, self.config, graph, self.workspace_size, {}, self._tag)
         return p
 
     @property
     def tag(self) -> str:
-        return self.config.tag if self.config else "deserialized"
+        return self.config.tag if self.config else (self._tag or "deserialized")
 
     def to_json(self) -> str:
         """cuDNN's JSON serialisation of the plan (load with :func:`plan_from_json`)."""
@@ -204,15 +207,35 @@ class Plan:
         return f"<Plan {self.tag} workspace={self.workspace_size}B>"
 
 
-def plan_from_json(handle, text: str | bytes, graph=None) -> Plan:
+def plan_from_json(handle, text: str | bytes, graph=None, tag: str = "") -> Plan:
     """Load a plan serialised by :meth:`Plan.to_json` (same cuDNN version and GPU). ``graph`` names its tensors
-    and is what arrays are checked against, so it must be the graph the plan was made from (cuDNN cannot tell)."""
+    and is what arrays are checked against, so it must be the graph the plan was made from (cuDNN cannot tell);
+    ``tag`` names where it came from."""
     if isinstance(text, bytes):
         text = text.decode()
     d = BackendDescriptor("EXECUTION_PLAN", handle=handle)
     d.set("json_representation", text)
     d.finalize()
-    return Plan(d, None, graph)
+    return Plan(d, None, graph, tag)
+
+
+def _stored(graph, handle, options: tuple) -> list[tuple[Plan, float | None]] | None:
+    """The plans the on-disk store holds for ``graph`` and ``options`` (None if none, or if cuDNN refuses one)."""
+    entries = plan_store.load(graph.key(), options, handle)
+    if not entries:
+        return None
+    try:
+        return [(plan_from_json(handle, e["json"], graph, e["tag"] + " (stored)"), e.get("ms")) for e in entries]
+    except CudnnError:
+        return None
+
+
+def _store(graph, handle, options: tuple, timed: list[tuple[Plan, float | None]]) -> None:
+    try:
+        entries = [{"json": p.to_json(), "tag": p.tag, "ms": ms} for p, ms in timed]
+    except CudnnError:  # an engine whose plans cuDNN cannot serialise
+        return
+    plan_store.save(graph.key(), options, handle, entries)
 
 
 # -- building, with the cache -------------------------------------------------------------------------------------
@@ -280,6 +303,12 @@ def build_plans(graph, handle, modes: Sequence[str] = ("A", "FALLBACK"), *, poli
         graph._frozen = True  # as lowering would: the plans fit this structure, so it must not change under them
         return [p.bind(graph) for p in cached[key]]
     _STATS["misses"] += 1
+    options = ("build", modes, policy, deterministic, runtime_compilation, max_plans)
+    stored = _stored(graph, handle, options) if cache else None
+    if stored:
+        graph._frozen = True
+        cached[key] = [p for p, _ in stored]
+        return list(cached[key])
     try:
         graph.lower(handle)
     except (CudnnBadParamError, CudnnNotSupportedError) as e:
@@ -302,6 +331,7 @@ def build_plans(graph, handle, modes: Sequence[str] = ("A", "FALLBACK"), *, poli
         raise _unsupported(graph, modes, reasons)
     if cache:
         cached[key] = plans
+        _store(graph, handle, options, [(p, None) for p in plans])
     return plans
 
 
@@ -310,6 +340,12 @@ def autotune(graph, handle, variant_pack: dict, *, modes=("A", "B", "FALLBACK"),
     """Time every buildable plan of ``modes`` on ``variant_pack`` (events on the handle's stream; median of
     ``iters``) and make the fastest ``graph.plans[0]``. Returns [(plan, ms)] fastest first."""
     from cudnn_py.streams import timer
+    options = ("autotune", tuple(_mode_name(m) for m in modes), tuple(sorted(filters.items())))
+    stored = _stored(graph, handle, options)
+    if stored:
+        graph._frozen = True
+        graph.plans = [p for p, _ in stored]
+        return stored
     plans = build_plans(graph, handle, modes, policy="all", cache=False, **filters)
     results = []
     for plan in plans:
@@ -329,4 +365,5 @@ def autotune(graph, handle, variant_pack: dict, *, modes=("A", "B", "FALLBACK"),
         raise _unsupported(graph, modes, [("autotune", "every plan failed to execute")])
     results.sort(key=lambda r: r[1])
     graph.plans = [p for p, _ in results]
+    _store(graph, handle, options, results[:4])  # the fastest few: loading a plan can cost a compilation
     return results
