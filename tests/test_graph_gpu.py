@@ -689,3 +689,29 @@ def test_conv_float64_scales_in_double(handle, rng, kind):
         g.execute(handle, {**{t: to_device(v) for t, v in ins.items()}, out: o})
         want = alpha * refs[kind] + beta * prior
         np.testing.assert_allclose(o.to_numpy(), want, rtol=1e-10, atol=1e-10 * np.abs(want).max())
+
+
+def test_plans_come_back_from_the_disk_store(handle, rng, tmp_path):
+    """A second process's first build (here: a cleared in-memory cache) loads the stored plan and answers right;
+    autotuning stores its order and a later autotune returns it without timing."""
+    G.set_plan_cache_dir(tmp_path)
+    try:
+        for round_ in range(2):
+            G.plan_cache_clear(handle)
+            g, x, w, y = _conv_graph("float32", padding=1)
+            xa, wa = rng.standard_normal(x.shape), rng.standard_normal(w.shape)
+            g.build(handle)
+            assert g.plan.tag.endswith("(stored)") == (round_ == 1)
+            (got,), _, _ = _run(handle, g, {x: xa, w: wa}, [y])
+            _close(got, R.conv_fprop(xa, wa, (1, 1), (1, 1), (1, 1)), "float32")
+        g, x, w, y = _conv_graph("float32", padding=1)
+        keep = []
+        pack = {x: _dev(rng.standard_normal(x.shape), x, keep), w: _dev(rng.standard_normal(w.shape), w, keep),
+                y: _out(y, keep)}
+        first = g.autotune(handle, pack, modes=("A",))
+        g2, x2, w2, y2 = _conv_graph("float32", padding=1)
+        again = g2.autotune(handle, {x2: pack[x], w2: pack[w], y2: pack[y]}, modes=("A",))
+        assert [p.tag + " (stored)" for p, _ in first[:len(again)]] == [p.tag for p, _ in again]
+        assert [ms for _, ms in first[:len(again)]] == [ms for _, ms in again]
+    finally:
+        G.set_plan_cache_dir(None)
