@@ -324,7 +324,8 @@ class CudaGraph:
 
     def _check(self, err, what):
         if int(err) != 0:
-            raise RuntimeError(f"{what} failed: {err}")
+            from cudnn_py.errors import CudaError
+            raise CudaError(what, int(err), getattr(err, "name", str(err)))
 
     def _check_open(self):
         if self._exec is None:
