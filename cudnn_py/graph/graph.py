@@ -156,15 +156,24 @@ class Graph(*BUILDERS):
         """A graph input/output tensor with device memory. ``strides`` in elements (default packed row-major, or
         channels-last with ``layout='NHWC'``)."""
         self._check_open()
-        shape = tuple(int(s) for s in shape)
-        if not shape or any(s <= 0 for s in shape):
-            raise ValueError(f"tensor shape must be non-empty with positive sizes, got {shape}")
+        shape = self._shape(shape, "shape")
+        if not 0 < len(shape) <= 8:
+            raise ValueError(f"tensor shape must have 1 to 8 dims, got {shape}")
         if strides is None:
             strides = _packed_strides(shape, layout)
         else:
-            strides = tuple(int(s) for s in strides)
+            try:
+                strides = tuple(strides)
+            except TypeError:
+                raise TypeError(f"strides must be a sequence of ints, got {strides!r}") from None
             if len(strides) != len(shape):
                 raise ValueError(f"strides {strides} do not match shape {shape} (need {len(shape)} values)")
+            for st in strides:
+                if isinstance(st, bool) or not isinstance(st, (int, np.integer)):
+                    raise TypeError(f"strides must hold ints, got {st!r} in {strides}")
+                if not 0 <= st < 2 ** 63:
+                    raise ValueError(f"strides must be non-negative and below 2**63, got {strides}")
+            strides = tuple(int(st) for st in strides)
         uid = self._new_uid()
         return self._add(Tensor(self, uid, name or f"t{uid}", shape, strides,
                                 _dtype(dtype) if dtype is not None else self.io_dtype, False))
@@ -187,10 +196,20 @@ class Graph(*BUILDERS):
         """A by-value scalar (a host constant baked into the graph), broadcastable against ``ndim``-D tensors."""
         self._check_open()
         dt = _dtype(dtype) if dtype is not None else _DT.CUDNN_DATA_FLOAT
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise TypeError(f"scalar value must be a number, got {type(value).__name__}")
+        if isinstance(ndim, bool) or not isinstance(ndim, int) or not 1 <= ndim <= 8:
+            raise ValueError(f"scalar ndim must be an int from 1 to 8, got {ndim!r}")
+        npdt = numpy_dtype(dt)
+        if npdt.kind in "iub":
+            info = np.iinfo(npdt) if npdt.kind != "b" else None
+            if not math.isfinite(value) or float(value) != int(value) or (
+                    info is not None and not info.min <= int(value) <= info.max):
+                raise ValueError(f"scalar {value!r} does not fit {npdt}")
         uid = self._new_uid()
-        t = Tensor(self, uid, name or f"scalar{uid}", (1,) * ndim, (1,) * ndim, dt, False, True, float(value))
-        buf = np.array([value], dtype=numpy_dtype(dt))
-        self._scalar_bufs[uid] = buf
+        t = Tensor(self, uid, name or f"scalar{uid}", (1,) * ndim, (1,) * ndim, dt, False, True,
+                   int(value) if npdt.kind in "iub" else float(value))
+        self._scalar_bufs[uid] = np.array([value], dtype=npdt)
         return self._add(t)
 
     def _virtual(self, shape, strides=None, name=None, like: Tensor | None = None) -> Tensor:
