@@ -146,7 +146,7 @@ def test_nested_descriptor_type_and_finalization_checked():
     conv.finalized = True  # pretend, to reach the type check
     with pytest.raises(TypeError, match="takes a TENSOR descriptor, got a CONVOLUTION"):
         op.set("x", conv)
-    with pytest.raises(TypeError, match="takes backend descriptors"):
+    with pytest.raises(TypeError, match="takes open cudnn_py.graph.BackendDescriptor objects"):
         op.set("x", 5)
 
 
@@ -591,3 +591,34 @@ def test_caller_workspaces_are_checked_before_c(monkeypatch):
     # a CUDA graph records the workspace address: the same checks, before anything is recorded
     with pytest.raises(ValueError, match="workspace has 1024 bytes"):
         gexec.CudaGraph(plan, NoCallHandle(), {"x": x, "y": y}, workspace=fake((1024,), np.uint8))
+
+
+def test_attribute_values_are_range_checked_before_c():
+    """Issue 13: INT64 values that would wrap, NaN floats, raw pointers cuDNN would dereference, non-text JSON."""
+    with pytest.raises(ValueError, match="does not fit CUDNN_TYPE_INT64"):
+        BackendDescriptor("TENSOR", dimensions=[2 ** 64 + 1, 2])
+    with pytest.raises(ValueError, match="NaN"):
+        BackendDescriptor("POINTWISE").set("relu_lower_clip", float("nan"))
+    with pytest.raises(TypeError, match="raw cudnnBackendDescriptor_t"):
+        BackendDescriptor("OPERATIONGRAPH", ops=[capi.cudnnBackendDescriptor_t(0x1234)])
+    with pytest.raises(TypeError, match="str or bytes"):
+        BackendDescriptor("EXECUTION_PLAN").set("json_representation", 2 ** 28)
+
+
+def test_graph_builder_refuses_truncation_and_overflow():
+    g = Graph()
+    with pytest.raises(TypeError, match="shape must hold ints"):
+        g.tensor((1.7, 2.2, 3.9))
+    with pytest.raises(ValueError, match="non-negative"):
+        g.tensor((2, 3), strides=(-1, 1))
+    with pytest.raises(ValueError, match="does not fit uint8"):
+        g.scalar(-2, dtype="uint8")
+    with pytest.raises(ValueError, match="does not fit int32"):
+        g.scalar(float("inf"), dtype="int32")
+    x = g.tensor((2, 3, 4))
+    with pytest.raises(ValueError, match="out of range"):
+        g.reduction(x, "add", axes=[101])
+    with pytest.raises(ValueError, match="conv_mode"):
+        g.conv_fprop(x, g.tensor((2, 3, 1)), conv_mode="bogus")
+    with pytest.raises(ValueError, match="reduction mode"):
+        g.reduction(x, "avgx", axes=[1])

@@ -148,19 +148,26 @@ def to_c_array(spec_name: str, type_name: str, values: list, keep: list):
         if type_name in ("INT64", "INT32"):
             if isinstance(v, bool) or not isinstance(v, numbers.Integral):
                 raise TypeError(f"{spec_name} takes integers (CUDNN_TYPE_{type_name}), got {type(v).__name__} {v!r}")
+            bits = 63 if type_name == "INT64" else 31
+            if not -2 ** bits <= int(v) < 2 ** bits:
+                raise ValueError(f"{spec_name}: {v} does not fit CUDNN_TYPE_{type_name}")
             out.append(int(v))
         elif type_name in ("FLOAT", "DOUBLE"):
             if isinstance(v, bool) or not isinstance(v, numbers.Real):
                 raise TypeError(f"{spec_name} takes real numbers (CUDNN_TYPE_{type_name}), got {type(v).__name__}")
+            if v != v:
+                raise ValueError(f"{spec_name}: NaN is not a valid value")
             out.append(float(v))
         elif type_name == "BOOLEAN":
             if not isinstance(v, (bool, np.bool_)):
                 raise TypeError(f"{spec_name} takes True/False (CUDNN_TYPE_BOOLEAN), got {type(v).__name__} {v!r}")
             out.append(bool(v))
         elif type_name == "BACKEND_DESCRIPTOR":
-            ptr = getattr(v, "ptr", v)
-            if not isinstance(ptr, capi.cudnnBackendDescriptor_t):
-                raise TypeError(f"{spec_name} takes backend descriptors, got {type(v).__name__}")
+            ptr = getattr(v, "ptr", None)
+            if not isinstance(ptr, capi.cudnnBackendDescriptor_t) or not ptr:
+                raise TypeError(f"{spec_name} takes open cudnn_py.graph.BackendDescriptor objects, got "
+                                f"{type(v).__name__} (a raw cudnnBackendDescriptor_t cannot be checked: set it "
+                                f"with capi.cudnnBackendSetAttribute)")
             keep.append(v)
             out.append(ptr.value)
         elif type_name == "HANDLE":

@@ -134,7 +134,9 @@ class BackendDescriptor:
                     if not v.finalized:
                         raise ValueError(f"{name.name}: the {v.short_type} descriptor must be finalized before it is set")
         if tn == "CHAR":
-            data = value.encode() if isinstance(value, str) else bytes(value)
+            if not isinstance(value, (str, bytes)):
+                raise TypeError(f"{name.name} takes a str or bytes value, got {type(value).__name__}")
+            data = value.encode() if isinstance(value, str) else value
             arr = ctypes.create_string_buffer(data)
             _C_SET(self.ptr, name, A.attr_type_enum(tn), len(data) + 1, arr)
             return self
