@@ -1,7 +1,9 @@
 """The command line and the first example, run as a user runs them."""
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -33,3 +35,79 @@ def test_first_program_port_matches_reference():
         sys.path.pop(0)
     error = port_first_program.main()
     assert error is not None and error < 2e-3
+
+
+def test_help_names_the_program_as_typed(monkeypatch, capsys):
+    from cudnn_py import cli
+    r = run("-m", "cudnn_py", "--help")
+    assert r.returncode == 0 and r.stdout.startswith("usage: python -m cudnn_py ")
+    monkeypatch.setattr(sys, "argv", ["/usr/local/bin/cudnn-py", "--help"])
+    with pytest.raises(SystemExit):
+        cli.main()
+    assert capsys.readouterr().out.startswith("usage: cudnn-py ")
+    script = shutil.which("cudnn-py")
+    if script:  # the console script of an installed cudnn-py
+        assert subprocess.run([script, "--help"], capture_output=True, text=True).stdout.startswith("usage: cudnn-py ")
+
+
+def test_version():
+    import cudnn_py
+    r = run("-m", "cudnn_py", "--version")
+    assert r.returncode == 0 and r.stdout.strip() == f"cudnn-py {cudnn_py.__version__}"
+
+
+def test_info_json():
+    from cudnn_py import library
+    r = run("-m", "cudnn_py", "info", "--json")
+    assert r.returncode == 0, r.stderr
+    info = json.loads(r.stdout)
+    assert info["cudnn"]["version"] == library().version_string and info["cudnn"]["path"] == library().path
+    assert set(info["cudnn"]["sublibraries"]) == {"graph", "ops", "cnn", "adv"}
+    assert "cuda-core" in info["packages"] and isinstance(info["warnings"], list)
+    assert set(info["driver"]) == {"cuda_version", "gpus", "why_none"}
+    assert bool(info["driver"]["gpus"]) != bool(info["driver"]["why_none"])
+
+
+def test_info_into_a_closed_pipe_ends_quietly():
+    """``cudnn-py info | head -1``: the reader is gone before info writes; no BrokenPipeError traceback."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    p = subprocess.Popen([sys.executable, "-m", "cudnn_py", "info"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         env=env, cwd=ROOT)
+    p.stdout.close()  # the reader goes away at once
+    err = p.stderr.read().decode()
+    p.wait(timeout=120)
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err
+
+
+def test_info_without_a_gpu_does_not_promise_finalized_backend_descriptors():
+    from cudnn_py.cli import info
+    text = info.format_text({"python": "3", "cudnn": None, "cudnn_error": "not found", "packages": {},
+                             "driver": {"cuda_version": None, "gpus": [], "why_none": "no driver"}, "warnings": []})
+    assert "finalizing them, building graphs and running anything need a GPU" in text
+    assert "driver        none" in text
+
+
+def _info(driver=None, bindings=None, cudnn_cuda=None, gpus=(), max_sm=90, **packages):
+    pk = {"cuda-bindings": bindings} if bindings else {}
+    pk.update({k.replace("_", "-"): v for k, v in packages.items()})
+    cudnn = {"version": "9.19.0", "cuda_runtime": cudnn_cuda, "max_sm": max_sm} if cudnn_cuda else None
+    return {"packages": pk, "cudnn": cudnn,
+            "driver": {"cuda_version": driver, "gpus": [{"index": i, "name": "GPU", "sm": sm} for i, sm in enumerate(gpus)]}}
+
+
+@pytest.mark.parametrize("info, expected", [
+    (_info("13.0", "13.3.1", "13.0", gpus=[90]), []),
+    (_info("12.4", "12.9.0", "12.9", gpus=[90]), []),  # minor versions above the driver's run (compatibility)
+    (_info(None, "12.9.0", "12.9"), []),  # no driver: nothing to compare with
+    (_info("12.8", "13.4.4", "12.9"), ["mixed CUDA majors", "cuda-bindings 13.4.4 needs a CUDA 13 driver"]),
+    (_info("12.8", "13.4.4", "13.0"), ["cuda-bindings 13.4.4 needs a CUDA 13 driver (580.65.06 or newer)",
+                                       "cuDNN 9.19.0 (CUDA 13.0) needs a CUDA 13 driver"]),
+    (_info("13.0", "13.0.0", "13.0", gpus=[90, 120], max_sm=100), ["GPU 1 (GPU, sm_120) is newer"]),
+    (_info("13.0", "13.0.0", "13.0", nvidia_cudnn_cu12="9.1", nvidia_cudnn_cu13="9.1"), ["both nvidia-cudnn-cu12"]),
+])
+def test_info_warns_when_the_pieces_do_not_fit(info, expected):
+    from cudnn_py.cli.info import fit_warnings
+    got = fit_warnings(info)
+    assert len(got) == len(expected), got
+    for g, e in zip(got, expected):
+        assert e in g, (g, e)

@@ -128,3 +128,30 @@ def test_plot_renders_a_png(tmp_path):
     assert img[..., :3].std() > 0.05  # something was drawn, not a blank canvas
     import matplotlib.pyplot as plt
     assert not plt.get_fignums()  # rendered off-screen: no figure left open in pyplot
+
+
+def test_every_flag_has_help():
+    p = argparse.ArgumentParser()
+    parser = algos.add_parser(p.add_subparsers())
+    assert [a.option_strings for a in parser._actions if not a.help] == []
+
+
+def test_plot_without_matplotlib_fails_before_the_sweep(monkeypatch):
+    import importlib.util
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
+    monkeypatch.setattr(algos, "sweep", lambda *a, **k: pytest.fail("the sweep ran before --plot was checked"))
+    with pytest.raises(SystemExit, match=r"--plot needs matplotlib.*cudnn-py\[plot\]"):
+        algos.run(_parse("--input", "1,3,8,8", "--filter", "4,3,3,3", "--plot", "x.png"))
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+def test_progress_uses_ansi_only_on_a_terminal(capsys, terminal):
+    write = algos.progress_writer(terminal)
+    write("[1/2] forward default GEMM")
+    write("[2/2] forward default FFT")
+    err = capsys.readouterr().err
+    if terminal:
+        assert err == "\r\033[K[1/2] forward default GEMM\r\033[K[2/2] forward default FFT"
+    else:
+        assert err == "[1/2] forward default GEMM\n[2/2] forward default FFT\n"

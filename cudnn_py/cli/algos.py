@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import argparse
 import csv
+import importlib.util
 import itertools
 import json
 import statistics
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -80,7 +82,12 @@ def _choice_list(allowed, aliases=None):
     return parse
 
 
-def add_parser(subparsers) -> argparse.ArgumentParser:
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register ``algos`` and its flags.
+
+    :param subparsers: the subparsers of the top-level parser.
+    :returns: the ``algos`` parser.
+    """
     p = subparsers.add_parser("algos", help="time and check every convolution algorithm for one configuration",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     shape = p.add_argument_group("configuration (a preset, or --input and --filter)")
@@ -92,30 +99,37 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     shape.add_argument("--pad", type=_padding, default=None, help="padding: 1 | 1,2 | 1:2,0:1 (default 0)")
     shape.add_argument("--stride", type=_int_list, default=None, help="stride, one value or one per dim")
     shape.add_argument("--dilation", type=_int_list, default=(1,), help="dilation, one value or one per dim")
-    shape.add_argument("--groups", type=int, default=1)
-    shape.add_argument("--mode", choices=("cross_correlation", "convolution"), default="cross_correlation")
-    shape.add_argument("--dtype", choices=DTYPES, default="float32")
-    shape.add_argument("--layout", choices=("NCHW", "NHWC"), default="NCHW")
+    shape.add_argument("--groups", type=int, default=1, help="grouped convolution: input channels / groups per "
+                       "filter (default 1)")
+    shape.add_argument("--mode", choices=("cross_correlation", "convolution"), default="cross_correlation",
+                       help="cross_correlation (what deep learning calls convolution; default) or convolution "
+                            "(the filter flipped)")
+    shape.add_argument("--dtype", choices=DTYPES, default="float32",
+                       help="data type of x, w and y (int8 computes into float32 y; default float32)")
+    shape.add_argument("--layout", choices=("NCHW", "NHWC"), default="NCHW",
+                       help="memory layout of x, w and y (default NCHW); shapes are given in NCHW order either way")
     sweep = p.add_argument_group("sweep")
     sweep.add_argument("--direction", type=_choice_list(DIRECTIONS, _DIR_ALIASES), default=DIRECTIONS,
                        help="fwd,bwd_data,bwd_filter or all (default all)")
     sweep.add_argument("--math", type=_choice_list(MATHS), default=MATHS, help=f"{','.join(MATHS)} or all")
     sweep.add_argument("--repeats", type=int, default=10, help="timed runs per algorithm (median reported)")
-    sweep.add_argument("--warmup", type=int, default=2)
+    sweep.add_argument("--warmup", type=int, default=2, help="untimed runs per algorithm first (default 2)")
     sweep.add_argument("--workspace-limit", type=int, default=None, help="skip algorithms needing more bytes")
     sweep.add_argument("--no-check", action="store_true", help="skip the float64 reference comparison")
-    sweep.add_argument("--seed", type=int, default=0)
-    sweep.add_argument("--device", type=int, default=0)
+    sweep.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    sweep.add_argument("--device", type=int, default=0, help="CUDA device ordinal (default 0)")
     out = p.add_argument_group("output")
-    out.add_argument("--csv", metavar="PATH")
-    out.add_argument("--json", metavar="PATH")
-    out.add_argument("--plot", metavar="PNG", help="bar chart of the times (needs matplotlib)")
-    out.add_argument("--quiet", action="store_true", help="no progress line")
+    out.add_argument("--csv", metavar="PATH", help="also write the table as CSV, one row per algorithm")
+    out.add_argument("--json", metavar="PATH", help="also write the configuration and rows as JSON")
+    out.add_argument("--plot", metavar="PNG", help="bar chart of the times (needs matplotlib: cudnn-py[plot])")
+    out.add_argument("--quiet", action="store_true", help="no progress on stderr")
     return p
 
 
 @dataclass
 class Config:
+    """One convolution to sweep: shapes in logical NCHW order, geometry, dtype and memory layout."""
+
     x_shape: tuple
     w_shape: tuple
     padding: object
@@ -128,21 +142,36 @@ class Config:
 
     @property
     def nd(self) -> int:
+        """The number of spatial dimensions."""
         return len(self.x_shape) - 2
 
-    def per_dim(self, v):
+    def per_dim(self, v: tuple) -> int | tuple:
+        """A one-value tuple as its value (the same for every dimension), a longer one unchanged.
+
+        :param v: stride or dilation values.
+        :returns: what :class:`~cudnn_py.Convolution` takes.
+        """
         return v[0] if len(v) == 1 else v
 
     def flops(self) -> float:
-        """2 * multiply-adds of the forward convolution (the same count for each direction)."""
+        """Floating-point operations of one pass (the same count for each direction).
+
+        :returns: 2 * the forward convolution's multiply-adds.
+        :raises ValueError: when the geometry is inconsistent.
+        """
         from cudnn_py.ops.convolution import Convolution
         conv = Convolution(self.padding, self.per_dim(self.stride), self.per_dim(self.dilation), self.groups)
         y = conv.output_shape(self.x_shape, self.w_shape)
         return 2.0 * float(np.prod(y, dtype=np.float64)) * float(np.prod(self.w_shape[1:], dtype=np.float64))
 
 
-def config_from_args(args) -> Config:
-    """The configuration named on the command line; ``SystemExit`` (argparse style) when it is incomplete."""
+def config_from_args(args: argparse.Namespace) -> Config:
+    """The configuration named on the command line.
+
+    :param args: the parsed ``algos`` arguments.
+    :returns: the configuration.
+    :raises SystemExit: (argparse style, with the reason) when it is incomplete or inconsistent.
+    """
     if args.preset:
         if args.input or args.filter:
             raise SystemExit("algos: give either --preset or --input/--filter, not both")
@@ -219,6 +248,8 @@ def _reference(direction: str, cfg: Config, x, w, dy):
 
 @dataclass
 class Row:
+    """One algorithm's result: supported or not (with cuDNN's reason), time, throughput, workspace, error."""
+
     direction: str
     math_type: str
     algo: str
@@ -250,8 +281,24 @@ def _from_layout(a, layout):
     return np.moveaxis(a, -1, 1) if layout == "NHWC" else a
 
 
-def sweep(cfg: Config, directions, maths, repeats=10, warmup=2, workspace_limit=None, check=True, seed=0,
-          device=0, progress=None) -> list[Row]:
+def sweep(cfg: Config, directions: Sequence[str], maths: Sequence[str], repeats: int = 10, warmup: int = 2,
+          workspace_limit: int | None = None, check: bool = True, seed: int = 0, device: int = 0,
+          progress: Callable[[str], None] | None = None) -> list[Row]:
+    """Run and time every algorithm of each direction and math type (needs a GPU).
+
+    :param cfg: the convolution.
+    :param directions: a subset of :data:`DIRECTIONS`.
+    :param maths: a subset of :data:`MATHS`.
+    :param repeats: timed runs per algorithm (the median is reported).
+    :param warmup: untimed runs first (at least one runs).
+    :param workspace_limit: bytes; algorithms needing more are reported unsupported.
+    :param check: compare each output with a float64 NumPy reference.
+    :param seed: seed of the random inputs.
+    :param device: CUDA device ordinal.
+    :param progress: called with one short line per algorithm.
+    :returns: one :class:`Row` per (direction, math type, algorithm).
+    :raises SystemExit: when no cuDNN handle can be opened on ``device`` (no GPU).
+    """
     import cudnn_py.algorithms as alg
     from cudnn_py.errors import CudnnError, WorkspaceLimitError
     from cudnn_py.handle import Handle
@@ -332,8 +379,8 @@ def sweep(cfg: Config, directions, maths, repeats=10, warmup=2, workspace_limit=
                     row.reason = " ".join(str(e).split())[:400]
                     continue
                 row.supported, row.reason = True, ""
-                row.time_ms = statistics.median(times)
-                row.tflops = flops / (row.time_ms * 1e-3) / 1e12 if row.time_ms > 0 else None
+                row.time_ms = time_ms = statistics.median(t for t in times if t is not None)
+                row.tflops = flops / (time_ms * 1e-3) / 1e12 if time_ms > 0 else None
                 if check:
                     got = _from_layout(out.to_numpy().astype(np.float64), cfg.layout)
                     ref = refs[direction]
@@ -345,6 +392,11 @@ def sweep(cfg: Config, directions, maths, repeats=10, warmup=2, workspace_limit=
 # ---------------------------------------------------------------- output
 
 def format_table(rows: list[Row]) -> str:
+    """The rows as a fixed-width text table.
+
+    :param rows: what :func:`sweep` returned.
+    :returns: the table, lines joined with newlines.
+    """
     head = f"{'direction':<16}{'math':<27}{'algo':<22}{'ok':<4}{'time ms':>10}{'TFLOP/s':>9}{'workspace':>14}" \
            f"{'det':>5}{'max rel err':>13}  reason"
     lines = [head, "-" * len(head)]
@@ -358,6 +410,11 @@ def format_table(rows: list[Row]) -> str:
 
 
 def write_csv(rows: list[Row], path: str) -> None:
+    """Write the rows as CSV with a header line (the :class:`Row` field names).
+
+    :param rows: what :func:`sweep` returned.
+    :param path: the file to write.
+    """
     with open(path, "w", newline="") as f:
         wr = csv.DictWriter(f, fieldnames=list(Row.__dataclass_fields__))
         wr.writeheader()
@@ -366,13 +423,26 @@ def write_csv(rows: list[Row], path: str) -> None:
 
 
 def write_json(rows: list[Row], cfg: Config, path: str) -> None:
+    """Write ``{"config": ..., "rows": [...]}`` as JSON.
+
+    :param rows: what :func:`sweep` returned.
+    :param cfg: the configuration swept.
+    :param path: the file to write.
+    """
     with open(path, "w") as f:
         json.dump({"config": asdict(cfg), "rows": [asdict(r) for r in rows]}, f, indent=1)
 
 
 def plot(rows: list[Row], path: str, title: str) -> bool:
-    """A horizontal bar chart of supported algorithms' times, one colour per direction, written to ``path``
-    (PNG); False when matplotlib is missing. Renders off-screen without touching pyplot's global state."""
+    """Write a horizontal bar chart of the supported algorithms' times, one colour per direction.
+
+    Renders off-screen without touching pyplot's global state.
+
+    :param rows: what :func:`sweep` returned.
+    :param path: the PNG file to write.
+    :param title: the chart's title.
+    :returns: False when matplotlib is missing (nothing written), else True.
+    """
     try:
         from matplotlib.figure import Figure
     except ImportError:
@@ -380,7 +450,7 @@ def plot(rows: list[Row], path: str, title: str) -> bool:
     ok = [r for r in rows if r.supported]
     fig = Figure(figsize=(9, 0.28 * len(ok) + 1.5))
     ax = fig.subplots()
-    ax.barh(range(len(ok)), [r.time_ms for r in ok], color=[f"C{DIRECTIONS.index(r.direction)}" for r in ok])
+    ax.barh(range(len(ok)), [r.time_ms or 0.0 for r in ok], color=[f"C{DIRECTIONS.index(r.direction)}" for r in ok])
     ax.set_yticks(range(len(ok)), [f"{r.direction} / {r.math_type} / {r.algo}" for r in ok], fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel("median time (ms)")
@@ -390,19 +460,24 @@ def plot(rows: list[Row], path: str, title: str) -> bool:
     return True
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
+    """Sweep (or list the presets) and print the table; write CSV / JSON / PNG when asked.
+
+    :param args: the parsed ``algos`` arguments.
+    :returns: the exit status (0).
+    """
     if args.list_presets:
         for name, (c, h, w, k, r, s, pad, stride) in sorted(PRESETS.items()):
             print(f"{name:<28} x=N,{c},{h},{w}  w={k},{c},{r},{s}  pad={pad} stride={stride}")
         return 0
     cfg = config_from_args(args)
-
-    def progress(msg):
-        sys.stderr.write("\r\033[K" + msg)
-        sys.stderr.flush()
+    if args.plot and importlib.util.find_spec("matplotlib") is None:
+        raise SystemExit("algos: --plot needs matplotlib, which is not installed: pip install 'cudnn-py[plot]' "
+                         "(or leave --plot out)")
+    terminal = sys.stderr.isatty()
     rows = sweep(cfg, args.direction, args.math, args.repeats, args.warmup, args.workspace_limit,
-                 not args.no_check, args.seed, args.device, None if args.quiet else progress)
-    if not args.quiet:
+                 not args.no_check, args.seed, args.device, None if args.quiet else progress_writer(terminal))
+    if not args.quiet and terminal:
         sys.stderr.write("\r\033[K")
     title = (f"x={cfg.x_shape} w={cfg.w_shape} pad={cfg.padding} stride={cfg.stride} dil={cfg.dilation} "
              f"groups={cfg.groups} {cfg.dtype} {cfg.layout}")
@@ -412,6 +487,22 @@ def run(args) -> int:
         write_csv(rows, args.csv)
     if args.json:
         write_json(rows, cfg, args.json)
-    if args.plot and not plot(rows, args.plot, title):
-        print("--plot: matplotlib is not installed; no chart written", file=sys.stderr)
+    if args.plot:
+        plot(rows, args.plot, title)
     return 0
+
+
+def progress_writer(terminal: bool) -> Callable[[str], None]:
+    """A progress callback for :func:`sweep` writing to stderr.
+
+    :param terminal: whether stderr is a terminal: one line rewritten in place (ANSI erase-line), else one
+        plain line per step, fit for a log file or CI.
+    :returns: the callback.
+    """
+    def on_terminal(msg: str) -> None:
+        sys.stderr.write("\r\033[K" + msg)
+        sys.stderr.flush()
+
+    def plain(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+    return on_terminal if terminal else plain

@@ -1,85 +1,196 @@
-"""``python -m cudnn_py info``: which cuDNN was loaded, from where, built for what, and which GPUs are seen."""
+"""``cudnn-py info``: which cuDNN was loaded, from where, built for what, the driver, the GPUs, and whether they fit.
+
+``--json`` prints the same as one JSON object (see :func:`collect`).
+"""
 from __future__ import annotations
 
 import argparse
+import json
 import platform
 from importlib import metadata
+from typing import Any
 
-from .. import capi
-from .._loader import library
-from ..errors import CudnnError, LibraryNotFoundError
-
-_PACKAGES = ("cudnn-py", "cuda-bindings", "cuda-core", "cuda-pathfinder", "numpy", "ml_dtypes",
-             "nvidia-cudnn-cu12", "nvidia-cudnn-cu13")
+_PACKAGES = ("cudnn-py", "cuda-bindings", "cuda-core", "cuda-pathfinder", "cuda-python", "numpy", "ml_dtypes",
+             "nvidia-cudnn-cu12", "nvidia-cudnn-cu13", "nvidia-cuda-runtime-cu12", "nvidia-cuda-runtime")
 _SUBLIBRARIES = ("cudnnGraphVersionCheck", "cudnnOpsVersionCheck", "cudnnCnnVersionCheck", "cudnnAdvVersionCheck")
+#: the oldest Linux driver of each CUDA major (from NVIDIA's CUDA release notes)
+_MIN_DRIVER = {12: "525.60.13", 13: "580.65.06"}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    sub.add_parser("info", help="cuDNN version and path, CUDA versions, packages, GPUs")
+    """Register ``info`` and its flags.
+
+    :param sub: the subparsers of the top-level parser.
+    """
+    p = sub.add_parser("info", help="cuDNN version and path, driver, GPUs, packages, and whether they fit together",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of the text report")
 
 
 def _cuda_version(v: int) -> str:
     return f"{v // 1000}.{v % 1000 // 10}"
 
 
-def gpus() -> tuple[list[str], str]:
-    """(one line per visible GPU, why none is visible or '')."""
+def _installed(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def driver_and_gpus() -> dict[str, Any]:
+    """The CUDA driver and the GPUs it sees.
+
+    :returns: ``{"cuda_version": "13.0" or None, "gpus": [{"index", "name", "sm", "memory_gib"}], "why_none": str}``
+        (``why_none`` is empty when a GPU is visible).
+    """
+    out: dict[str, Any] = {"cuda_version": None, "gpus": [], "why_none": ""}
     try:
         from cuda.bindings import driver
+    except ImportError as e:
+        out["why_none"] = f"cuda-bindings is not installed ({e}); install cudnn-py[cu12] or cudnn-py[cu13]"
+        return out
+    try:
         err, = driver.cuInit(0)
-    except Exception as e:  # no libcuda on this machine
-        return [], f"no CUDA driver was found ({e})"
-    if err != driver.CUresult.CUDA_SUCCESS:
-        return [], f"the CUDA driver did not start (cuInit: {err.name})"
+    except Exception:  # noqa: BLE001 - libcuda cannot be loaded
+        out["why_none"] = "no NVIDIA driver was found (libcuda.so.1 could not be loaded)"
+        return out
     _, version = driver.cuDriverGetVersion()
+    if version:
+        out["cuda_version"] = _cuda_version(version)
+    if err != driver.CUresult.CUDA_SUCCESS:
+        out["why_none"] = f"the CUDA driver did not start (cuInit: {err.name})"
+        return out
     _, count = driver.cuDeviceGetCount()
-    lines = []
+    attr = driver.CUdevice_attribute
     for i in range(count):
         _, dev = driver.cuDeviceGet(i)
         _, name = driver.cuDeviceGetName(64, dev)
-        _, major = driver.cuDeviceGetAttribute(driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev)
-        _, minor = driver.cuDeviceGetAttribute(driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev)
+        _, major = driver.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev)
+        _, minor = driver.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev)
         _, mem = driver.cuDeviceTotalMem(dev)
-        name = name.split(b"\0")[0].decode()
-        lines.append(f"{i}: {name} (sm_{major}{minor}, {mem / 2**30:.1f} GiB, "
-                     f"driver CUDA {_cuda_version(version)})")
-    return lines, "" if count else "the CUDA driver sees no GPU"
+        out["gpus"].append({"index": i, "name": name.split(b"\0")[0].decode(), "sm": major * 10 + minor,
+                            "memory_gib": round(mem / 2**30, 1)})
+    if not count:
+        out["why_none"] = "the CUDA driver sees no GPU (is CUDA_VISIBLE_DEVICES empty?)"
+    return out
 
 
-def run(args: argparse.Namespace) -> int:
-    print(f"Python        {platform.python_version()} ({platform.machine()})")
+def _major(version: str | None) -> int | None:
+    try:
+        return int(version.split(".")[0]) if version else None
+    except ValueError:
+        return None
+
+
+def fit_warnings(info: dict[str, Any]) -> list[str]:
+    """What does not fit together among the driver, cuda-bindings, cuDNN and the GPUs.
+
+    :param info: what :func:`collect` gathered.
+    :returns: one sentence per problem (empty when everything fits).
+    """
+    warnings = []
+    pk = info["packages"]
+    driver_major = _major(info["driver"]["cuda_version"])
+    bindings_major = _major(pk.get("cuda-bindings"))
+    cudnn = info.get("cudnn") or {}
+    cudnn_major = _major(cudnn.get("cuda_runtime"))
+    if pk.get("nvidia-cudnn-cu12") and pk.get("nvidia-cudnn-cu13"):
+        warnings.append("both nvidia-cudnn-cu12 and nvidia-cudnn-cu13 are installed; keep the one that matches "
+                        "your driver (the cudnn-py[cu12] / [cu13] extras install one set)")
+    if bindings_major and cudnn_major and bindings_major != cudnn_major:
+        warnings.append(f"mixed CUDA majors: cuda-bindings {pk['cuda-bindings']} is CUDA {bindings_major} but this "
+                        f"cuDNN was built for CUDA {cudnn_major}; install one set: pip install "
+                        f"'cudnn-py[cu{cudnn_major}]' in a fresh environment")
+    for what, major in ((f"cuda-bindings {pk.get('cuda-bindings')}", bindings_major),
+                        (f"cuDNN {cudnn.get('version')} (CUDA {cudnn.get('cuda_runtime')})", cudnn_major)):
+        if driver_major and major and major > driver_major:
+            warnings.append(f"{what} needs a CUDA {major} driver ({_MIN_DRIVER.get(major, 'newer')} or newer) but "
+                            f"the driver supports CUDA {info['driver']['cuda_version']}: update the driver or "
+                            f"install cudnn-py[cu{driver_major}]")
+    max_sm = cudnn.get("max_sm")
+    for gpu in info["driver"]["gpus"]:
+        if max_sm and gpu["sm"] > max_sm:
+            warnings.append(f"GPU {gpu['index']} ({gpu['name']}, sm_{gpu['sm']}) is newer than this cuDNN "
+                            f"supports (up to sm_{max_sm}): install a newer cuDNN")
+    return warnings
+
+
+def collect() -> dict[str, Any]:
+    """Everything ``info`` reports.
+
+    :returns: ``{"python", "cudnn" (None when not found), "cudnn_error", "packages", "driver", "warnings"}``.
+    """
+    from .. import capi
+    from .._loader import library
+    from ..errors import CudnnError, CudnnPyError, LibraryNotFoundError
+
+    info: dict[str, Any] = {"python": f"{platform.python_version()} ({platform.machine()})", "cudnn": None,
+                            "cudnn_error": ""}
     try:
         lib = library()
     except LibraryNotFoundError as e:
-        print(f"cuDNN         not found\n{e}")
-        return 1
-    print(f"cuDNN         {lib.version_string}  (bindings generated from the {capi.HEADERS_VERSION} headers)")
-    print(f"  library     {lib.path}")
-    print(f"  found via   {lib.found_via}")
-    print(f"  built with  CUDA runtime {_cuda_version(capi.cudnnGetCudartVersion())}; "
-          f"GPUs up to sm_{capi.cudnnGetMaxDeviceVersion() // 10}")
-    checks = []
-    for name in _SUBLIBRARIES:
-        try:
-            getattr(capi, name)()
-            checks.append(f"{name[5:-12].lower()} ok")
-        except CudnnError as e:
-            checks.append(f"{name[5:-12].lower()} FAILED ({e.status.name})")
-    print(f"  sublibs     {', '.join(checks)}")
-    print("packages      " + ", ".join(f"{p} {metadata.version(p)}" for p in _PACKAGES if _installed(p)))
-    lines, why = gpus()
-    if lines:
-        print("GPUs          " + "\n              ".join(lines))
+        info["cudnn_error"] = str(e)
     else:
-        print(f"GPUs          none visible: {why}.\n"
-              "              Without a GPU cudnn_py still loads cuDNN, creates, sets and reads descriptors,\n"
-              "              computes output shapes and builds backend (graph) descriptors; executing needs a GPU.")
-    return 0
+        checks = {}
+        for name in _SUBLIBRARIES:
+            try:
+                getattr(capi, name)()
+                checks[name[5:-12].lower()] = "ok"
+            except CudnnError as e:
+                checks[name[5:-12].lower()] = getattr(e.status, "name", str(int(e.status)))
+            except CudnnPyError as e:  # a function this library does not export
+                checks[name[5:-12].lower()] = str(e)
+        info["cudnn"] = {"version": lib.version_string, "headers": capi.HEADERS_VERSION, "path": lib.path,
+                         "found_via": lib.found_via, "cuda_runtime": _cuda_version(capi.cudnnGetCudartVersion()),
+                         "max_sm": capi.cudnnGetMaxDeviceVersion() // 10, "sublibraries": checks}
+    info["packages"] = {p: v for p in _PACKAGES if (v := _installed(p))}
+    info["driver"] = driver_and_gpus()
+    info["warnings"] = fit_warnings(info)
+    return info
 
 
-def _installed(package: str) -> bool:
-    try:
-        metadata.version(package)
-        return True
-    except metadata.PackageNotFoundError:
-        return False
+def format_text(info: dict[str, Any]) -> str:
+    """The text report.
+
+    :param info: what :func:`collect` gathered.
+    :returns: the report, lines joined with newlines.
+    """
+    pad = "\n" + " " * 14
+    lines = [f"Python        {info['python']}"]
+    c = info["cudnn"]
+    if c is None:
+        lines += ["cuDNN         not found", info["cudnn_error"]]
+    else:
+        subs = ", ".join(f"{k} {'ok' if v == 'ok' else 'FAILED (' + v + ')'}" for k, v in c["sublibraries"].items())
+        lines += [f"cuDNN         {c['version']}  (bindings generated from the {c['headers']} headers)",
+                  f"  library     {c['path']}",
+                  f"  found via   {c['found_via']}",
+                  f"  built with  CUDA runtime {c['cuda_runtime']}; GPUs up to sm_{c['max_sm']}",
+                  f"  sublibs     {subs}"]
+    lines.append("packages      " + ", ".join(f"{p} {v}" for p, v in info["packages"].items()))
+    d = info["driver"]
+    lines.append(f"driver        {'CUDA ' + d['cuda_version'] if d['cuda_version'] else 'none'}")
+    if d["gpus"]:
+        lines.append("GPUs          " + pad.join(f"{g['index']}: {g['name']} (sm_{g['sm']}, {g['memory_gib']:.1f} GiB)"
+                                                  for g in d["gpus"]))
+    else:
+        lines.append(f"GPUs          none visible: {d['why_none']}." + pad +
+                     "Without a GPU cudnn_py still loads cuDNN, creates, sets and reads the legacy descriptors" + pad +
+                     "(tensor, filter, convolution, pooling, ...), computes output shapes, and creates and sets" + pad +
+                     "backend (graph) descriptors; finalizing them, building graphs and running anything need a GPU.")
+    for w in info["warnings"]:
+        lines.append(f"warning       {w}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the report.
+
+    :param args: the parsed command line (``args.json``).
+    :returns: the exit status: 1 when no cuDNN was found, else 0.
+    """
+    info = collect()
+    print(json.dumps(info, indent=1) if args.json else format_text(info))
+    return 1 if info["cudnn"] is None else 0
+
