@@ -93,6 +93,14 @@ def _float(value, what: str, minimum: float | None = None, maximum: float | None
     return v
 
 
+def _bool(value, what: str) -> bool:
+    """A flag: ``True``/``False`` (NumPy's too) or the ints 0 and 1; :class:`TypeError` for anything else (a
+    string such as ``"no"`` would be true)."""
+    if isinstance(value, (bool, np.bool_)) or (_is_int(value) and value in (0, 1)):
+        return bool(value)
+    raise TypeError(f"{what} must be True or False, got {value!r}")
+
+
 def _enum(cls: type[IntEnum], value, prefix: str, what: str, aliases: dict | None = None) -> IntEnum:
     """An enum member from a member, its int value or its short name (``prefix`` dropped, any case)."""
     if isinstance(value, cls):

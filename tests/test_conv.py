@@ -37,10 +37,23 @@ def test_parameters_normalise_and_hash():
 @pytest.mark.parametrize("kwargs,match", [
     (dict(stride=0), "stride"), (dict(dilation=(1, 0)), "dilation"), (dict(padding=-1), "padding"),
     (dict(padding=((1, 2, 3),)), "pairs"), (dict(groups=0), "groups"), (dict(mode="corr"), "mode"),
-    (dict(math_type="tf32"), "math_type"), (dict(layout="CHWN"), "layout"), (dict(stride=1.5), "stride"),
+    (dict(math_type="tf32"), "math_type"), (dict(layout="CHWN"), "layout"), (dict(stride=2 ** 31), "stride"),
+    (dict(padding=2 ** 32 + 1), "padding"), (dict(groups=2 ** 63), "groups"),
 ])
 def test_bad_parameters(kwargs, match):
     with pytest.raises(ValueError, match=match):
+        cv.Convolution(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(stride=1.5), "stride"), (dict(padding=2.0), "padding"), (dict(groups=1.0), "groups"),
+    (dict(dilation="2"), "dilation"), (dict(padding=None), "padding"), (dict(compute_type=None), None),
+])
+def test_non_int_parameters_are_type_errors(kwargs, match):
+    if kwargs.get("compute_type", 0) is None:  # None means "default for the data": allowed
+        cv.Convolution(**kwargs)
+        return
+    with pytest.raises(TypeError, match=match):
         cv.Convolution(**kwargs)
 
 

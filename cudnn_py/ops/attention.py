@@ -31,11 +31,11 @@ from typing import NamedTuple
 import numpy as np
 
 from cudnn_py import capi, memory
-from cudnn_py.descriptors import _cache, _Descriptor, _shared
+from cudnn_py.descriptors import _bool, _cache, _Descriptor, _float, _shared
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.memory import DeviceArray
-from cudnn_py.ops.rnn import (_MATH, _WeightedDescriptor, _check_lengths, _choice, _name_of, _nd_layout,
-                              _positive_int, _training_ctx)
+from cudnn_py.ops.rnn import (_MATH, _WeightedDescriptor, _check_lengths, _choice, _dropout_arg, _name_of,
+                              _nd_layout, _positive_int, _training_ctx)
 
 __all__ = ["MultiHeadAttention", "AttentionParams", "SeqDataDescriptor", "AttentionForwardResult", "WEIGHT_KINDS",
            "seq_data_descriptor", "load_attention_weights", "read_attention_weights", "attention_forward",
@@ -104,7 +104,7 @@ class MultiHeadAttention(_WeightedDescriptor):
                              f"{proj['q_proj_size']} and k_proj_size={proj['k_proj_size']}")
         lens = {n: _positive_int(v, n) for n, v in (("max_seq_q", max_seq_q), ("max_seq_kv", max_seq_kv),
                                                     ("max_batch", max_batch))}
-        if query_map not in ("all_to_one", "one_to_one"):
+        if not isinstance(query_map, str) or query_map not in ("all_to_one", "one_to_one"):
             raise ValueError(f"query_map must be 'all_to_one' or 'one_to_one', got {query_map!r}")
         dt = numpy_dtype(cudnn_dtype(dtype))
         if dt not in _DTYPES:
@@ -112,11 +112,11 @@ class MultiHeadAttention(_WeightedDescriptor):
         cdt = (np.dtype(np.float64) if dt == np.float64 else np.dtype(np.float32)) if compute_dtype is None \
             else numpy_dtype(cudnn_dtype(compute_dtype))
         _, c_math = _choice(_MATH, math_type, "math_type")
-        for name, d in (("attn_dropout", attn_dropout), ("post_dropout", post_dropout)):
-            if d is not None and not hasattr(d, "ptr"):
-                raise TypeError(f"{name} must be a dropout descriptor (with .ptr) or None, got {type(d).__name__}")
+        attn_dropout, post_dropout = _dropout_arg(attn_dropout, "attn_dropout"), _dropout_arg(post_dropout,
+                                                                                             "post_dropout")
         self._dropouts = (attn_dropout, post_dropout)
-        scale = 1.0 / math.sqrt(proj["q_proj_size"]) if scale is None else float(scale)
+        scale = 1.0 / math.sqrt(proj["q_proj_size"]) if scale is None else _float(scale, "scale")
+        biases = _bool(biases, "biases")
         mode = (capi.CUDNN_ATTN_ENABLE_PROJ_BIASES if biases else capi.CUDNN_ATTN_DISABLE_PROJ_BIASES) | \
             (capi.CUDNN_ATTN_QUERYMAP_ONE_TO_ONE if query_map == "one_to_one" else capi.CUDNN_ATTN_QUERYMAP_ALL_TO_ONE)
         self.heads, self.dtype, self.biases = heads, dt, bool(biases)

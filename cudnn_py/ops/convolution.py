@@ -51,14 +51,10 @@ _ALGO_WORDS = ("heuristic", "fastest")
 
 
 def _ints(v, what: str, minimum: int) -> tuple[int, ...] | int:
-    try:
-        vals = (v,) if isinstance(v, (int, np.integer)) else tuple(v)
-    except TypeError:
-        raise ValueError(f"{what} must be an int or a sequence of ints, got {v!r}") from None
-    for i in vals:
-        if not isinstance(i, (int, np.integer)) or isinstance(i, bool) or i < minimum:
-            raise ValueError(f"{what} must be integers >= {minimum}, got {v!r}")
-    return int(v) if isinstance(v, (int, np.integer)) else tuple(int(i) for i in vals)
+    """An int, or a sequence of ints, each in ``[minimum, 2**31 - 1]`` (the C int range), kept in its form."""
+    if _d._is_int(v):
+        return _d._int(v, what, minimum)
+    return _d._int_tuple(v, what, "an int or a sequence of ints", minimum)
 
 
 class Convolution:
@@ -80,22 +76,23 @@ class Convolution:
 
     def __init__(self, padding=0, stride=1, dilation=1, groups: int = 1, *, mode: str = "cross_correlation",
                  math_type: Any = "auto", compute_type=None, layout: str = "NCHW"):
-        if isinstance(padding, (int, np.integer)):
+        if _d._is_int(padding):
             self.padding = _ints(padding, "padding", 0)
         else:
+            if isinstance(padding, (str, bytes)) or not hasattr(padding, "__iter__"):
+                raise TypeError(f"padding must be an int, one int per spatial dimension or one (low, high) pair per "
+                                f"dimension, got {padding!r}")
             self.padding = tuple(_ints(p, "padding", 0) for p in padding)
             if any(isinstance(p, tuple) and len(p) != 2 for p in self.padding):
                 raise ValueError(f"padding pairs must be (low, high), got {padding!r}")
         self.stride = _ints(stride, "stride", 1)
         self.dilation = _ints(dilation, "dilation", 1)
-        if not isinstance(groups, (int, np.integer)) or isinstance(groups, bool) or groups < 1:
-            raise ValueError(f"groups must be an int >= 1, got {groups!r}")
-        self.groups = int(groups)
+        self.groups = _d._int(groups, "groups", 1)
         self.mode = enum_arg(mode, _MODES, capi.cudnnConvolutionMode_t, "mode")
-        self.math_type = None if math_type == "auto" else enum_arg(math_type, MATH_TYPES, capi.cudnnMathType_t,
-                                                                    "math_type")
-        self.compute_type = None if compute_type is None else cudnn_dtype(compute_type)
-        if layout not in ("NCHW", "NHWC"):
+        self.math_type = None if isinstance(math_type, str) and math_type == "auto" else enum_arg(
+            math_type, MATH_TYPES, capi.cudnnMathType_t, "math_type")
+        self.compute_type = None if compute_type is None else _d._legacy_dtype(compute_type, "compute_type")
+        if not isinstance(layout, str) or layout not in ("NCHW", "NHWC"):
             raise ValueError(f"layout {layout!r}: expected 'NCHW' or 'NHWC'")
         self.layout = layout
         self._key = (self.padding, self.stride, self.dilation, self.groups, self.mode.name, self._math_name,
@@ -124,8 +121,8 @@ class Convolution:
 
     def output_shape(self, x_shape: Sequence[int], w_shape: Sequence[int]) -> tuple[int, ...]:
         """The output shape for input and filter shapes (all in this convolution's layout)."""
-        xs, _ = _logical(tuple(x_shape), None, self.layout)
-        ws, _ = _logical(tuple(w_shape), None, self.layout)
+        xs, _ = _logical(_d._dims(x_shape, "x_shape", 3, 5), None, self.layout)
+        ws, _ = _logical(_d._dims(w_shape, "w_shape", 3, 5), None, self.layout)
         return _physical(_out_logical(self, xs, ws), self.layout)
 
     def params(self, nd: int) -> tuple[tuple[tuple[int, int], ...], tuple[int, ...], tuple[int, ...]]:

@@ -32,7 +32,7 @@ from typing import NamedTuple
 import numpy as np
 
 from cudnn_py import capi
-from cudnn_py.descriptors import tensor_descriptor
+from cudnn_py.descriptors import _int, _key, tensor_descriptor
 from cudnn_py.errors import ClosedError
 from cudnn_py.memory import DeviceArray, as_array, empty, to_device
 from cudnn_py.ops._common import check_array, enum_arg
@@ -63,9 +63,7 @@ class CTCLoss:
     def __init__(self, normalization="softmax", grad_mode="zero_oob", max_label_length: int = MAX_LABEL_LENGTH):
         norm = enum_arg(normalization, CTC_NORMALIZATIONS, capi.cudnnLossNormalizationMode_t, "CTC normalization")
         gm = enum_arg(grad_mode, CTC_GRAD_MODES, capi.cudnnCTCGradMode_t, "CTC grad_mode")
-        if (isinstance(max_label_length, bool) or not isinstance(max_label_length, (int, np.integer))
-                or not 1 <= max_label_length <= MAX_LABEL_LENGTH):
-            raise ValueError(f"max_label_length must be an int in [1, {MAX_LABEL_LENGTH}], got {max_label_length!r}")
+        max_label_length = _int(max_label_length, "max_label_length", 1, MAX_LABEL_LENGTH)
         ptr = capi.cudnnCTCLossDescriptor_t()
         capi.cudnnCreateCTCLossDescriptor(ctypes.byref(ptr))
         self._finalizer = weakref.finalize(self, _destroy, ptr)
@@ -117,10 +115,12 @@ _DESCS: dict = {}
 
 
 def _ctc_desc(normalization, grad_mode, max_label_length) -> CTCLoss:
-    key = (normalization, grad_mode, max_label_length)
+    """A shared :class:`CTCLoss` for these settings (built once; thread-safe)."""
+    key = _key(normalization, grad_mode, max_label_length)
     d = _DESCS.get(key)
     if d is None:
-        d = _DESCS[key] = CTCLoss(normalization, grad_mode, max_label_length)
+        d = CTCLoss(normalization, grad_mode, max_label_length)  # validates; the key is then one of few values
+        d = _DESCS.setdefault(key, d)
     return d
 
 
@@ -141,9 +141,14 @@ def _on_device(obj) -> bool:
 def _host_ints(obj, name: str) -> np.ndarray:
     if _on_device(obj):
         obj = as_array(obj, name).to_numpy()
-    a = np.asarray(obj)
+    try:
+        a = np.asarray(obj)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise TypeError(f"{name} must be a sequence or array of integers, got {type(obj).__name__} ({e})") from None
     if a.dtype.kind not in "iu" and not (a.dtype.kind == "f" and a.size == 0):
         raise TypeError(f"{name} must hold integers, got dtype {a.dtype}")
+    if a.dtype == np.uint64 and a.size and a.max() > np.iinfo(np.int64).max:
+        raise ValueError(f"{name} holds {a.max()}, beyond any length or label cuDNN takes")
     return a.astype(np.int64)
 
 

@@ -27,7 +27,8 @@ from typing import NamedTuple
 import numpy as np
 
 from cudnn_py import capi, memory
-from cudnn_py.descriptors import _cache, _Descriptor, _shared, tensor_descriptor
+from cudnn_py.descriptors import (INT32_MAX, _bool, _cache, _Descriptor, _float, _shared,
+                                  tensor_descriptor)
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import ClosedError
 from cudnn_py.memory import DeviceArray
@@ -48,6 +49,8 @@ _MATH = {"default": capi.CUDNN_DEFAULT_MATH, "tensor_op": capi.CUDNN_TENSOR_OP_M
 _LAYOUTS = {"seq_major": capi.CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED,
             "packed": capi.CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_PACKED,
             "batch_major": capi.CUDNN_RNN_DATA_LAYOUT_BATCH_MAJOR_UNPACKED}
+# algorithms cuDNN refuses for float64 data (NOT_SUPPORTED from cudnnSetRNNDescriptor_v8, no reason given)
+_NO_DOUBLE = frozenset({"persist_static", "persist_static_small_h"})
 # data type -> allowed math precisions (first = default)
 _PRECISIONS = {np.dtype(np.float16): (np.dtype(np.float32), np.dtype(np.float16)),
                np.dtype(np.float32): (np.dtype(np.float32),),
@@ -81,17 +84,34 @@ def _name_of(table: dict, value: int) -> str:
 
 
 def _positive_int(value, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{what} must be a positive int, got {value!r}")
+    """``value`` as an int in ``[1, 2**31 - 1]`` (the C int range); :class:`ValueError` naming ``what``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value <= INT32_MAX:
+        raise ValueError(f"{what} must be a positive int (at most 2**31 - 1), got {value!r}")
     return int(value)
+
+
+def _dropout_arg(value, what: str):
+    """A dropout descriptor (``cudnn.Dropout``, ``DropoutDescriptor``, anything whose ``.ptr`` is a
+    ``cudnnDropoutDescriptor_t``) or None; :class:`TypeError` for anything else (an array's ``.ptr`` is a device
+    address, which cuDNN would take for a descriptor)."""
+    if value is None:
+        return None
+    ptr = value.ptr if hasattr(type(value), "ptr") and not isinstance(value, DeviceArray) else None
+    if not isinstance(ptr, capi.cudnnDropoutDescriptor_t):
+        raise TypeError(f"{what} must be a dropout descriptor (cudnn.Dropout or DropoutDescriptor) or None, "
+                        f"got {type(value).__name__}")
+    return value
 
 
 def _check_lengths(seq_lengths, T: int, B: int, name: str = "seq_lengths", packed: bool = False) -> tuple[int, ...]:
     """``B`` per-sequence lengths in ``[1, T]`` as a tuple (all ``T`` when None); ``packed``: non-increasing, max T."""
     if seq_lengths is None:
         return (T,) * B
-    arr = np.asarray(seq_lengths)
-    if arr.ndim != 1 or arr.shape[0] != B or not np.issubdtype(arr.dtype, np.integer):
+    try:
+        arr = np.asarray(seq_lengths)
+    except (TypeError, ValueError, OverflowError):
+        arr = None
+    if arr is None or arr.ndim != 1 or arr.shape[0] != B or not np.issubdtype(arr.dtype, np.integer):
         raise ValueError(f"{name} must be {B} ints (one per sequence), got {seq_lengths!r}")
     for i, n in enumerate(arr):
         if not 1 <= n <= T:
@@ -226,22 +246,27 @@ class RNN(_WeightedDescriptor):
         if input_mode == "skip" and input_size != hidden_size:
             raise ValueError(f"input_mode='skip' needs input_size == hidden_size, got {input_size} and {hidden_size}")
         _, c_math = _choice(_MATH, math_type, "math_type")
-        _, c_algo = _choice(_ALGOS, algo, "algo")
+        algo, c_algo = _choice(_ALGOS, algo, "algo")
         dt = numpy_dtype(cudnn_dtype(dtype))
         if dt not in _PRECISIONS:
             raise TypeError(f"RNN dtype must be float16, float32 or float64, got {dt}")
+        if algo in _NO_DOUBLE and dt == np.float64:
+            raise TypeError(f"algo={algo!r} runs float16 and float32 RNNs only (cuDNN answers NOT_SUPPORTED for "
+                            f"float64); use algo='standard' or 'persist_dynamic' for float64")
         prec = _PRECISIONS[dt][0] if math_precision is None else numpy_dtype(cudnn_dtype(math_precision))
         if prec not in _PRECISIONS[dt]:
             allowed = ", ".join(p.name for p in _PRECISIONS[dt])
             raise ValueError(f"math_precision {prec} is not allowed with {dt} data; allowed: {allowed}")
-        if dropout is not None and not hasattr(dropout, "ptr"):
-            raise TypeError(f"dropout must be a dropout descriptor (with .ptr) or None, got {type(dropout).__name__}")
+        dropout = _dropout_arg(dropout, "dropout")
+        if clip is not None:
+            if isinstance(clip, (str, bytes)) or not hasattr(clip, "__len__") or len(clip) != 2:
+                raise TypeError(f"clip must be a (lo, hi) pair of numbers or None, got {clip!r}")
         self._dropouts = (dropout,)
         self.mode, self.dtype = mode, dt
         self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
         self.proj_size = proj_size or hidden_size
-        self.bidirectional = bool(bidirectional)
-        self.padded_io = bool(padded_io)
+        self.bidirectional = _bool(bidirectional, "bidirectional")
+        self.padded_io = _bool(padded_io, "padded_io")
         self._wsize: dict[int, int] = {}  # by device
         super().__init__()
         aux = capi.CUDNN_RNN_PADDED_IO_ENABLED if padded_io else capi.CUDNN_RNN_PADDED_IO_DISABLED
@@ -309,9 +334,12 @@ class RNN(_WeightedDescriptor):
             return
         if self.mode != "lstm":
             raise ValueError(f"cell clipping applies to LSTM only; this RNN is {self.mode!r}")
-        if hi is None or not float(lo) < float(hi):
+        if hi is None:
             raise ValueError(f"clip needs lo < hi, got ({lo!r}, {hi!r})")
-        capi.cudnnRNNSetClip_v9(self.ptr, capi.CUDNN_RNN_CLIP_MINMAX, float(lo), float(hi))
+        lo, hi = _float(lo, "clip lo"), _float(hi, "clip hi")
+        if not lo < hi:
+            raise ValueError(f"clip needs lo < hi, got ({lo!r}, {hi!r})")
+        capi.cudnnRNNSetClip_v9(self.ptr, capi.CUDNN_RNN_CLIP_MINMAX, lo, hi)
 
     # -- weights --
     def weight_space_size(self, handle) -> int:

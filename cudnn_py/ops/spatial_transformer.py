@@ -20,12 +20,14 @@ Raw C path::
 from __future__ import annotations
 
 import ctypes
+import threading
 import weakref
 
 import numpy as np
 
 from cudnn_py import capi
-from cudnn_py.dtypes import cudnn_dtype
+from cudnn_py.descriptors import _dims
+from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import ClosedError
 from cudnn_py.memory import DeviceArray
 from cudnn_py.ops._common import FLOATS, check_array, desc, output, scalars
@@ -41,16 +43,22 @@ def _destroy(ptr) -> None:
         pass
 
 
+def _shape(shape) -> tuple[int, int, int, int]:
+    """The output shape checked: 4 positive ints in the C int range."""
+    try:
+        out = _dims(shape, "spatial transformer output shape", 4, 4)
+    except ValueError as e:
+        raise ValueError(f"spatial transformer output shape must be 4 positive ints (N, C, H, W): {e}") from None
+    return out
+
+
 class SpatialTransformer:
     """A ``cudnnSpatialTransformerDescriptor_t`` for output ``shape`` (N, C, H, W) and ``dtype``
     (bilinear sampler). Works without a GPU; :func:`spatial_transformer` caches them."""
 
     def __init__(self, shape, dtype=np.float32):
-        shape = tuple(shape)
-        if len(shape) != 4 or not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d > 0
-                                      for d in shape):
-            raise ValueError(f"spatial transformer output shape must be 4 positive ints (N, C, H, W), got {shape!r}")
-        dt = np.dtype(dtype)
+        shape = _shape(shape)
+        dt = numpy_dtype(cudnn_dtype(dtype))
         if dt not in FLOATS:
             raise TypeError(f"spatial transformer dtype must be float16, float32 or float64, got {dt}")
         self.shape, self.dtype = tuple(int(d) for d in shape), dt
@@ -82,16 +90,22 @@ class SpatialTransformer:
 
 
 _CACHE: dict = {}
+_CACHE_LOCK = threading.Lock()
 
 
 def spatial_transformer(shape, dtype=np.float32) -> SpatialTransformer:
-    """A cached :class:`SpatialTransformer` for output ``shape`` and ``dtype``."""
-    key = (tuple(int(d) for d in shape), np.dtype(dtype))
+    """A cached :class:`SpatialTransformer` for output ``shape`` and ``dtype`` (thread-safe)."""
+    key = (_shape(shape), numpy_dtype(cudnn_dtype(dtype)))
     st = _CACHE.get(key)
     if st is None:
-        if len(_CACHE) >= 256:
-            _CACHE.pop(next(iter(_CACHE)))
-        st = _CACHE[key] = SpatialTransformer(*key)
+        st = SpatialTransformer(*key)
+        with _CACHE_LOCK:
+            got = _CACHE.get(key)
+            if got is not None:
+                return got
+            while len(_CACHE) >= 256:
+                del _CACHE[next(iter(_CACHE))]
+            _CACHE[key] = st
     return st
 
 

@@ -1,0 +1,386 @@
+"""What the Pythonic-layer fuzz calls: one target per API family, each drawing hostile arguments with hypothesis.
+
+A target is a function ``build(draw) -> (call, label)``: it draws every argument first, then returns a zero-argument
+``call`` that exercises the API and a ``label`` (a readable repr of the example, logged before the call so that a
+crash names it). Arguments mix plausible values (to get past the first check) with hostile ones: negative, zero and
+huge ints (around the int32/int64/uint64 limits), NaN/inf, floats where ints belong, bools, None, strings, bytes,
+arbitrary objects, absurd ranks, out-of-range enum values.
+"""
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import strategies as st
+
+from helpers import fake
+
+_EDGE_INTS = [0, -1, 1, 2, 3, 7, 2 ** 31 - 1, 2 ** 31, -2 ** 31 - 1, 2 ** 32 + 1, 2 ** 63 - 1, 2 ** 63, 2 ** 64,
+              -2 ** 63 - 1, 2 ** 64 + 5, 10 ** 30]
+
+
+class _Opaque:
+    """An unrelated object (no len, no ptr, no dtype)."""
+
+    def __repr__(self):
+        return "<opaque>"
+
+
+class _Weird:
+    """An object that looks like many things and is none of them."""
+    ptr = 0x1234
+    shape = (2, 3)
+    dtype = "float32"
+
+    def __len__(self):
+        return 3
+
+    def __iter__(self):
+        return iter((1, "a", None))
+
+    def __repr__(self):
+        return "<weird>"
+
+
+small_int = st.integers(1, 8)
+hostile_int = st.one_of(st.sampled_from(_EDGE_INTS), st.integers(-2 ** 70, 2 ** 70), st.integers(-3, 9))
+hostile_float = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([0.0, -0.0, 1.5, 1e308,
+                                                                                            -1e-310]))
+hostile_scalar = st.one_of(
+    hostile_int, hostile_float, st.booleans(), st.none(), st.text(max_size=6), st.binary(max_size=4),
+    st.complex_numbers(allow_nan=True), st.builds(_Opaque), st.builds(_Weird),
+    st.sampled_from([np.int64(3), np.uint64(2 ** 64 - 1), np.float32(2.0), np.bool_(True), np.float64("nan")]))
+hostile_seq = st.one_of(st.lists(hostile_scalar, max_size=9), st.lists(small_int, min_size=0, max_size=12),
+                        st.lists(hostile_int, max_size=6).map(tuple), st.lists(st.lists(small_int, max_size=3),
+                                                                               max_size=4))
+hostile = st.one_of(hostile_scalar, hostile_seq)
+
+DTYPE_NAMES = ["float32", "float64", "float16", "bfloat16", "int8", "uint8", "int32", "int64", "bool",
+               "float8_e4m3fn", "float8_e5m2", "complex64", "object", "U4", "fp16", "half", "float", ">f4"]
+dtype_like = st.one_of(st.sampled_from(DTYPE_NAMES), st.sampled_from([np.float32, np.float16, np.float64, np.int8]),
+                       hostile_scalar)
+shape_like = st.one_of(st.lists(small_int, min_size=0, max_size=10).map(tuple), hostile)
+
+
+def maybe(strategy, plausible):
+    """Mostly a plausible value, sometimes a hostile one."""
+    return st.one_of(plausible, plausible, strategy)
+
+
+def _label(_name, *args, **kwargs) -> str:
+    parts = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()]
+    return f"{_name}({', '.join(parts)})"
+
+
+class StubHandle:
+    """Stands in for a Handle on a machine without a GPU: validation passed once ``.ptr`` is read."""
+    device = 0
+    device_id = 0
+    stream = None
+    stream_ptr = 0
+    workspace = None
+    closed = False
+
+    def __init__(self):
+        self.cache = {}
+
+    @property
+    def ptr(self):
+        from cudnn_py.errors import ClosedError
+        raise ClosedError("stub handle: validation passed and cuDNN would be called now")
+
+
+# --- descriptors --------------------------------------------------------------------------------------------------
+
+def t_tensor_descriptor(draw):
+    import cudnn_py.descriptors as D
+    shape = draw(shape_like)
+    dtype = draw(maybe(dtype_like, st.sampled_from(["float32", "float16", "int8"])))
+    strides = draw(st.one_of(st.none(), hostile_seq, st.lists(hostile_int, min_size=4, max_size=4).map(tuple)))
+    fmt = draw(st.one_of(st.none(), st.sampled_from(["NCHW", "NHWC", "NCHW_VECT_C", "nhwc", "bogus"]), hostile))
+    factory = draw(st.booleans())
+
+    def call():
+        if factory:
+            d = D.tensor_descriptor(shape, dtype, strides, fmt)
+        else:
+            d = D.TensorDescriptor(shape, dtype, strides, format=fmt)
+        repr(d), d.shape, d.strides, d.nbytes
+    return call, _label("tensor_descriptor" if factory else "TensorDescriptor", shape, dtype, strides, format=fmt)
+
+
+def t_filter_descriptor(draw):
+    import cudnn_py.descriptors as D
+    shape = draw(shape_like)
+    dtype = draw(maybe(dtype_like, st.just("float32")))
+    fmt = draw(st.one_of(st.sampled_from(["NCHW", "NHWC", "nchw_vect_c"]), hostile))
+
+    def call():
+        d = D.FilterDescriptor(shape, dtype, format=fmt)
+        repr(d), d.shape, d.nbytes
+    return call, _label("FilterDescriptor", shape, dtype, format=fmt)
+
+
+def t_convolution_descriptor(draw):
+    import cudnn_py.descriptors as D
+    kw = dict(padding=draw(maybe(hostile, st.integers(0, 3))), stride=draw(maybe(hostile, small_int)),
+              dilation=draw(maybe(hostile, small_int)), ndim=draw(st.one_of(st.none(), hostile_int)),
+              mode=draw(st.one_of(st.sampled_from(["cross_correlation", "convolution", "corr"]), hostile)),
+              compute_type=draw(maybe(dtype_like, st.just("float32"))), groups=draw(maybe(hostile, small_int)),
+              math_type=draw(st.one_of(st.sampled_from(["default", "tensor_op", "fma"]), hostile)),
+              reorder=draw(st.one_of(st.none(), st.sampled_from(["default", "none"]), hostile)))
+    x, w = draw(shape_like), draw(shape_like)
+
+    def call():
+        c = D.ConvolutionDescriptor(**kw)
+        repr(c), c.groups, c.math_type
+        c.output_shape(x, w)
+    return call, _label("ConvolutionDescriptor", **kw) + f".output_shape({x!r}, {w!r})"
+
+
+def t_pooling_descriptor(draw):
+    import cudnn_py.descriptors as D
+    kw = dict(mode=draw(st.one_of(st.sampled_from(["max", "avg", "average_count_include_padding"]), hostile)),
+              window=draw(maybe(hostile, small_int)), padding=draw(maybe(hostile, st.integers(0, 2))),
+              stride=draw(st.one_of(st.none(), small_int, hostile)), ndim=draw(st.one_of(st.none(), hostile_int)),
+              nan_propagation=draw(st.one_of(st.booleans(), hostile)))
+    x = draw(shape_like)
+
+    def call():
+        p = D.PoolingDescriptor(**kw)
+        repr(p)
+        p.output_shape(x)
+    return call, _label("PoolingDescriptor", **kw) + f".output_shape({x!r})"
+
+
+def t_small_descriptors(draw):
+    import cudnn_py.descriptors as D
+    which = draw(st.sampled_from(["activation", "lrn", "op", "reduce", "dropout"]))
+    if which == "activation":
+        kw = dict(mode=draw(st.one_of(st.sampled_from(["relu", "elu", "swish", "clipped_relu"]), hostile)),
+                  coef=draw(maybe(hostile, st.floats(-10, 10))), nan_propagation=draw(st.one_of(st.booleans(), hostile)),
+                  swish_beta=draw(st.one_of(st.none(), hostile_float, hostile)))
+        make = D.ActivationDescriptor
+    elif which == "lrn":
+        kw = dict(n=draw(maybe(hostile, st.integers(1, 16))), alpha=draw(maybe(hostile, st.floats(0, 1))),
+                  beta=draw(maybe(hostile, st.floats(0.01, 2))), k=draw(maybe(hostile, st.floats(1e-5, 4))))
+        make = D.LRNDescriptor
+    elif which == "op":
+        kw = dict(op=draw(st.one_of(st.sampled_from(["add", "mul", "sqrt", "not"]), hostile)),
+                  compute_type=draw(maybe(dtype_like, st.just("float32"))),
+                  nan_propagation=draw(st.one_of(st.booleans(), hostile)))
+        make = D.OpTensorDescriptor
+    elif which == "reduce":
+        kw = dict(op=draw(st.one_of(st.sampled_from(["add", "amax", "norm2"]), hostile)),
+                  compute_type=draw(maybe(dtype_like, st.just("float32"))),
+                  indices=draw(st.one_of(st.sampled_from(["none", "flattened"]), hostile)),
+                  indices_type=draw(st.one_of(st.sampled_from(["uint32", "64bit"]), hostile)))
+        make = D.ReduceTensorDescriptor
+    else:
+        kw = dict(handle=draw(st.one_of(st.builds(StubHandle), hostile)),
+                  dropout=draw(maybe(hostile, st.floats(0, 1))), seed=draw(maybe(hostile, st.integers(0, 2 ** 64 - 1))))
+        make = D.DropoutDescriptor
+
+    def call():
+        d = make(**kw)
+        repr(d)
+    return call, _label(make.__name__, **kw)
+
+
+def t_output_shapes(draw):
+    import cudnn_py.descriptors as D
+    if draw(st.booleans()):
+        args = (draw(maybe(shape_like, st.lists(small_int, min_size=3, max_size=5).map(tuple))),
+                draw(maybe(shape_like, st.lists(small_int, min_size=3, max_size=5).map(tuple))))
+        kw = dict(padding=draw(maybe(hostile, st.integers(0, 2))), stride=draw(maybe(hostile, small_int)),
+                  dilation=draw(maybe(hostile, small_int)), groups=draw(maybe(hostile, small_int)),
+                  mode=draw(st.one_of(st.just("convolution"), hostile)),
+                  dtype=draw(maybe(dtype_like, st.just("float32"))))
+        fn = D.convolution_output_shape
+    else:
+        args = (draw(maybe(shape_like, st.lists(small_int, min_size=3, max_size=5).map(tuple))),)
+        kw = dict(mode=draw(st.one_of(st.just("max"), hostile)), window=draw(maybe(hostile, small_int)),
+                  padding=draw(maybe(hostile, st.integers(0, 2))), stride=draw(st.one_of(st.none(), hostile)),
+                  dtype=draw(maybe(dtype_like, st.just("float32"))))
+        fn = D.pooling_output_shape
+    return (lambda: fn(*args, **kw)), _label(fn.__name__, *args, **kw)
+
+
+# --- op-level objects ---------------------------------------------------------------------------------------------
+
+def t_convolution(draw):
+    import cudnn_py as cudnn
+    kw = dict(padding=draw(maybe(hostile, st.integers(0, 2))), stride=draw(maybe(hostile, small_int)),
+              dilation=draw(maybe(hostile, small_int)), groups=draw(maybe(hostile, small_int)),
+              mode=draw(st.one_of(st.just("convolution"), hostile)),
+              math_type=draw(st.one_of(st.sampled_from(["auto", "fma"]), hostile)),
+              compute_type=draw(st.one_of(st.none(), dtype_like)),
+              layout=draw(st.one_of(st.sampled_from(["NCHW", "NHWC"]), hostile)))
+    x, w = draw(shape_like), draw(shape_like)
+
+    def call():
+        c = cudnn.Convolution(**kw)
+        repr(c), hash(c)
+        c.output_shape(x, w)
+    return call, _label("Convolution", **kw) + f".output_shape({x!r}, {w!r})"
+
+
+def t_rnn(draw):
+    import cudnn_py as cudnn
+    args = (draw(st.one_of(st.sampled_from(["lstm", "gru", "relu", "tanh"]), hostile)),
+            draw(maybe(hostile, small_int)), draw(maybe(hostile, small_int)))
+    kw = dict(num_layers=draw(maybe(hostile, st.integers(1, 3))), bidirectional=draw(st.one_of(st.booleans(), hostile)),
+              proj_size=draw(st.one_of(st.none(), small_int, hostile)),
+              bias_mode=draw(st.one_of(st.just("double"), hostile)),
+              input_mode=draw(st.one_of(st.sampled_from(["linear", "skip"]), hostile)),
+              dtype=draw(maybe(dtype_like, st.sampled_from(["float32", "float16", "float64"]))),
+              math_precision=draw(st.one_of(st.none(), dtype_like)),
+              math_type=draw(st.one_of(st.just("default"), hostile)),
+              algo=draw(st.one_of(st.sampled_from(["standard", "persist_static", "persist_dynamic",
+                                                   "persist_static_small_h"]), hostile)),
+              dropout=draw(st.one_of(st.none(), hostile, st.just(fake((4,), np.uint8)))),
+              padded_io=draw(st.one_of(st.booleans(), hostile)),
+              clip=draw(st.one_of(st.none(), st.tuples(hostile_float, hostile_float), hostile)))
+
+    def call():
+        r = cudnn.RNN(*args, **kw)
+        r.params, r.clip
+    return call, _label("RNN", *args, **kw)
+
+
+def t_misc_ops(draw):
+    import cudnn_py as cudnn
+    from cudnn_py.ops import attention, ctc, lrn, spatial_transformer
+    which = draw(st.sampled_from(["lrn", "ctc", "st", "seq", "mha"]))
+    if which == "lrn":
+        kw = dict(n=draw(maybe(hostile, st.integers(1, 16))), alpha=draw(maybe(hostile, st.floats(0, 1))),
+                  beta=draw(maybe(hostile, st.floats(0.01, 2))), k=draw(maybe(hostile, st.floats(1e-5, 4))))
+
+        def call():
+            o = lrn.LRN(**kw)
+            hash(o), o.descriptor
+        name = "LRN"
+    elif which == "ctc":
+        kw = dict(normalization=draw(st.one_of(st.sampled_from(["softmax", "none"]), hostile)),
+                  grad_mode=draw(st.one_of(st.sampled_from(["zero_oob", "skip_oob"]), hostile)),
+                  max_label_length=draw(maybe(hostile, st.integers(1, 255))))
+
+        def call():
+            o = ctc.CTCLoss(**kw)
+            repr(o)
+        name = "CTCLoss"
+    elif which == "st":
+        kw = dict(shape=draw(shape_like), dtype=draw(maybe(dtype_like, st.just("float32"))))
+
+        def call():
+            spatial_transformer.SpatialTransformer(**kw).grid_shape
+        name = "SpatialTransformer"
+    elif which == "seq":
+        kw = dict(dtype=draw(maybe(dtype_like, st.just("float32"))), batch=draw(maybe(hostile, small_int)),
+                  time=draw(maybe(hostile, small_int)), vector=draw(maybe(hostile, small_int)),
+                  seq_lengths=draw(st.one_of(st.none(), hostile_seq, hostile)))
+
+        def call():
+            repr(attention.SeqDataDescriptor(**kw))
+        name = "SeqDataDescriptor"
+    else:
+        args = tuple(draw(maybe(hostile, small_int)) for _ in range(4))
+        kw = dict(proj_size=draw(maybe(hostile, small_int)), max_seq_q=draw(maybe(hostile, small_int)),
+                  max_seq_kv=draw(maybe(hostile, small_int)), max_batch=draw(maybe(hostile, small_int)),
+                  scale=draw(st.one_of(st.none(), hostile_float, hostile)),
+                  query_map=draw(st.one_of(st.just("all_to_one"), hostile)),
+                  dtype=draw(maybe(dtype_like, st.just("float32"))),
+                  compute_dtype=draw(st.one_of(st.none(), dtype_like)),
+                  attn_dropout=draw(st.one_of(st.none(), hostile, st.just(fake((4,), np.uint8)))))
+
+        def call():
+            repr(cudnn.MultiHeadAttention(*args, **kw))
+        return call, _label("MultiHeadAttention", *args, **kw)
+    return call, _label(name, **kw)
+
+
+# --- the graph builder and backend descriptors ----------------------------------------------------------------------
+
+def t_graph_tensor(draw):
+    from cudnn_py import graph
+    gkw = dict(io_dtype=draw(maybe(dtype_like, st.just("float32"))),
+               compute_dtype=draw(maybe(dtype_like, st.just("float32"))))
+    kw = dict(shape=draw(shape_like), dtype=draw(st.one_of(st.none(), dtype_like)),
+              strides=draw(st.one_of(st.none(), hostile_seq)), name=draw(st.one_of(st.none(), st.text(max_size=4),
+                                                                                   hostile)),
+              layout=draw(st.one_of(st.none(), st.sampled_from(["NCHW", "NHWC"]), hostile)))
+    scalar = (draw(hostile_scalar), draw(st.one_of(st.none(), dtype_like)))
+
+    def call():
+        g = graph.Graph(**gkw)
+        t = g.tensor(**kw)
+        repr(t)
+        g.scalar(*scalar)
+    return call, _label("Graph", **gkw) + ".tensor" + _label("", **kw) + f"; .scalar{scalar!r}"
+
+
+def t_graph_ops(draw):
+    from cudnn_py import graph
+    which = draw(st.sampled_from(["conv_fprop", "conv_dgrad", "conv_wgrad", "matmul", "pointwise", "reduction",
+                                  "norm", "genstats"]))
+    conv_kw = dict(padding=draw(maybe(hostile, st.integers(0, 2))), stride=draw(maybe(hostile, small_int)),
+                   dilation=draw(maybe(hostile, small_int)),
+                   conv_mode=draw(st.one_of(st.just("cross_correlation"), hostile)),
+                   compute_dtype=draw(st.one_of(st.none(), dtype_like)),
+                   alpha=draw(maybe(hostile, st.floats(-2, 2))), beta=draw(maybe(hostile, st.floats(-2, 2))))
+    other = dict(mode=draw(st.one_of(st.sampled_from(["add", "relu_fwd", "max", "avg", "layer"]), hostile)),
+                 axes=draw(st.one_of(st.lists(st.integers(-5, 5), max_size=3), hostile)),
+                 b=draw(st.one_of(hostile_scalar, st.none())), epsilon=draw(maybe(hostile, st.floats(0, 1))))
+    lower = draw(st.booleans())
+    shapes = [tuple(draw(st.integers(1, 4)) for _ in range(4)) for _ in range(2)]
+
+    def call():
+        g = graph.Graph()
+        x, w = g.tensor(shapes[0]), g.tensor(shapes[1])
+        if which.startswith("conv"):
+            y = getattr(g, which)(x, w, **conv_kw)
+        elif which == "matmul":
+            y = g.matmul(x, w, compute_dtype=conv_kw["compute_dtype"])
+        elif which == "pointwise":
+            y = g.pointwise(other["mode"], x, other["b"])
+        elif which == "reduction":
+            y = g.reduction(x, other["mode"], axes=other["axes"])
+        elif which == "norm":
+            y = g.norm_forward(x, w, w, mode=other["mode"], epsilon=other["epsilon"], training=False)
+        else:
+            y = g.genstats(x, compute_dtype=conv_kw["compute_dtype"])[0]
+        y.set_output(True)
+        if lower:
+            g.lower(None)
+    return call, (f"Graph().{which}(x{shapes[0]}, w{shapes[1]}, conv={conv_kw!r}, other={other!r})"
+                  + (" then lower()" if lower else ""))
+
+
+_BACKEND_TYPES = ["TENSOR", "CONVOLUTION", "POINTWISE", "MATMUL", "REDUCTION", "OPERATION_CONVOLUTION_FORWARD",
+                  "EXECUTION_PLAN", "VARIANT_PACK", "ENGINEHEUR", "KNOB_CHOICE", "RESAMPLE"]
+_BACKEND_ATTRS = ["dimensions", "strides", "unique_id", "data_type", "byte_alignment", "is_virtual", "comp_type",
+                  "spatial_dims", "pre_paddings", "post_paddings", "dilations", "filter_strides", "mode", "math_prec",
+                  "json_representation", "unique_ids", "data_pointers", "workspace", "knob_type", "knob_value",
+                  "alpha", "beta", "relu_lower_clip", "axis", "nan_propagation", "CUDNN_ATTR_TENSOR_DIMENSIONS",
+                  "bogus"]
+
+
+def t_backend_set(draw):
+    from cudnn_py import graph
+    kind = draw(st.one_of(st.sampled_from(_BACKEND_TYPES), hostile))
+    sets = [(draw(st.one_of(st.sampled_from(_BACKEND_ATTRS), hostile)), draw(hostile),
+             draw(st.one_of(st.none(), st.sampled_from(["INT64", "FLOAT", "DOUBLE", "BOOLEAN", "CHAR"]), hostile)))
+            for _ in range(draw(st.integers(1, 3)))]
+    finalize = draw(st.booleans())
+
+    def call():
+        d = graph.BackendDescriptor(kind)
+        for attr, value, attr_type in sets:
+            if attr_type is None:
+                d.set(attr, value)
+            else:
+                d.set(attr, value, attr_type=attr_type)
+        if finalize:
+            d.finalize()
+    return call, f"BackendDescriptor({kind!r}) sets={sets!r} finalize={finalize}"
+
+
+TARGETS = {name[2:]: fn for name, fn in sorted(globals().items()) if name.startswith("t_") and callable(fn)}
