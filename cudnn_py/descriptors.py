@@ -214,9 +214,10 @@ def _legacy_dtype(dtype, what: str) -> capi.cudnnDataType_t:
 def _handle_ptr(handle):
     """``handle.ptr`` of a :class:`cudnn_py.Handle` (or an object that stands in for one with a ``ptr``
     property); :class:`TypeError` for anything else, arrays included."""
-    if isinstance(handle, DeviceArray) or not hasattr(type(handle), "ptr"):
+    ptr = handle.ptr if hasattr(type(handle), "ptr") and not isinstance(handle, DeviceArray) else None
+    if not isinstance(ptr, capi.cudnnHandle_t):  # an int or another object's pointer would reach C as a handle
         raise TypeError(f"handle must be a cudnn_py.Handle, got {type(handle).__name__}")
-    return handle.ptr
+    return ptr
 
 
 def _carray(values) -> ctypes.Array:

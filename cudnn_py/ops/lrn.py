@@ -24,8 +24,10 @@ Raw C path::
 """
 from __future__ import annotations
 
+import numpy as np
+
 from cudnn_py import capi
-from cudnn_py.descriptors import LRNDescriptor
+from cudnn_py.descriptors import LRNDescriptor, _float
 from cudnn_py.memory import DeviceArray
 from cudnn_py.ops._common import check_array, desc, empty_strided, output, scalars
 
@@ -42,13 +44,12 @@ class LRN:
     __slots__ = ("n", "alpha", "beta", "k", "_desc")
 
     def __init__(self, n: int = 5, alpha: float = 1e-4, beta: float = 0.75, k: float = 2.0):
-        if isinstance(n, bool) or not isinstance(n, int) or not capi.CUDNN_LRN_MIN_N <= n <= capi.CUDNN_LRN_MAX_N:
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not (
+                capi.CUDNN_LRN_MIN_N <= n <= capi.CUDNN_LRN_MAX_N):
             raise ValueError(f"LRN n must be an int in [{capi.CUDNN_LRN_MIN_N}, {capi.CUDNN_LRN_MAX_N}], got {n!r}")
-        if not k >= capi.CUDNN_LRN_MIN_K:
-            raise ValueError(f"LRN k must be >= {capi.CUDNN_LRN_MIN_K}, got {k!r}")
-        if not beta >= capi.CUDNN_LRN_MIN_BETA:
-            raise ValueError(f"LRN beta must be >= {capi.CUDNN_LRN_MIN_BETA}, got {beta!r}")
-        self.n, self.alpha, self.beta, self.k = n, float(alpha), float(beta), float(k)
+        self.n, self.alpha = int(n), _float(alpha, "LRN alpha")
+        self.beta = _float(beta, "LRN beta", capi.CUDNN_LRN_MIN_BETA)
+        self.k = _float(k, "LRN k", capi.CUDNN_LRN_MIN_K)
         self._desc = None
 
     @property
