@@ -24,6 +24,7 @@ import ctypes
 import enum
 import json
 import os
+import tempfile
 import threading
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable
@@ -32,7 +33,7 @@ from cudnn_py import capi
 from cudnn_py.errors import CudnnError, CudnnNotSupportedError, WorkspaceLimitError
 
 __all__ = [
-    "DIRECTIONS", "AlgoPerf", "AlgorithmCache", "algorithm_cache", "algorithm_enum", "parse_algo",
+    "DIRECTIONS", "AlgoPerf", "AlgorithmCache", "CacheFileError", "CONV_KEY_FIELDS", "algorithm_cache", "algorithm_enum", "parse_algo",
     "select_algorithm", "max_algorithm_count", "heuristic_algorithms", "find_algorithms", "find_algorithms_ex", "workspace_size",
     "cudnnConvolutionFwdPreference_t", "cudnnConvolutionBwdDataPreference_t", "cudnnConvolutionBwdFilterPreference_t",
     "CUDNN_CONVOLUTION_FWD_NO_WORKSPACE", "CUDNN_CONVOLUTION_FWD_PREFER_FASTEST",
@@ -160,10 +161,27 @@ class AlgoPerf:
 
     @classmethod
     def from_dict(cls, d: dict) -> "AlgoPerf":
-        direction = d["direction"]
-        return cls(direction, parse_algo(direction, d["algo"]), capi.cudnnStatus_t[d["status"]], float(d["time_ms"]),
-                   int(d["memory_bytes"]), capi.cudnnDeterminism_t[d["determinism"]],
-                   capi.cudnnMathType_t[d["math_type"]])
+        """The record :meth:`to_dict` wrote; :class:`ValueError` naming the field that is missing or wrong."""
+        def field(name, kinds):
+            if name not in d:
+                raise ValueError(f"field {name!r} is missing")
+            v = d[name]
+            if isinstance(v, bool) or not isinstance(v, kinds):
+                raise ValueError(f"field {name!r} must be {' or '.join(k.__name__ for k in kinds)}, got {v!r}")
+            return v
+
+        def member(name, kind):
+            v = field(name, (str,))
+            if v not in kind.__members__:
+                raise ValueError(f"field {name!r}: {v!r} is not a {kind.__name__} name")
+            return kind[v]
+
+        direction = field("direction", (str,))
+        if direction not in DIRECTIONS:
+            raise ValueError(f"field 'direction': {direction!r} is not one of {DIRECTIONS}")
+        return cls(direction, parse_algo(direction, field("algo", (str,))), member("status", capi.cudnnStatus_t),
+                   float(field("time_ms", (int, float))), field("memory_bytes", (int,)),
+                   member("determinism", capi.cudnnDeterminism_t), member("math_type", capi.cudnnMathType_t))
 
     def __str__(self) -> str:
         state = "ok" if self.supported else self.status.name
@@ -249,12 +267,69 @@ def _tuplify(v):
     return tuple(_tuplify(x) for x in v) if isinstance(v, list) else v
 
 
+#: the fields of the keys the convolution module stores, in order (see ``_Geometry.cache_key``); a loaded entry
+#: with a key of this shape is checked against what the key asks for (direction, math type, determinism, limit)
+CONV_KEY_FIELDS = ("direction", "x_shape", "x_strides", "w_shape", "w_nhwc", "y_shape", "y_strides", "dtype",
+                   "y_dtype", "compute", "pads", "stride", "dilation", "groups", "mode", "math_type", "deterministic",
+                   "limit", "device")
+MAX_FILE_BYTES = 64 << 20  # a cache file larger than this is refused before it is read
+_MAX_KEY_DEPTH = 4
+
+
+class CacheFileError(ValueError):
+    """An algorithm-cache file that cannot be loaded: the message names the file and what was wrong."""
+
+
+def _json_value(v, depth: int = 0) -> bool:
+    """Whether ``v`` is a key component: a JSON scalar (finite numbers) or a shallow list of them."""
+    if v is None or isinstance(v, (bool, str)):
+        return True
+    if isinstance(v, int):
+        return True
+    if isinstance(v, float):
+        return v == v and v not in (float("inf"), float("-inf"))
+    if isinstance(v, (list, tuple)) and depth < _MAX_KEY_DEPTH:
+        return all(_json_value(x, depth + 1) for x in v)
+    return False
+
+
+def check_entry(key: tuple, perf: "AlgoPerf") -> None:
+    """Refuse (``ValueError``) a record that could not be the answer to its key: a failed status, a negative or
+    non-finite time, a negative workspace, and, for the convolution module's keys, another direction, a math type
+    the key did not allow, a non-deterministic algorithm for a deterministic key, or more workspace than its limit."""
+    if not perf.supported:
+        raise ValueError(f"the record's status is {getattr(perf.status, 'name', perf.status)}, not CUDNN_STATUS_SUCCESS")
+    if not (isinstance(perf.time_ms, float) and 0.0 <= perf.time_ms < float("inf")):
+        raise ValueError(f"time_ms must be a finite number >= 0, got {perf.time_ms!r}")
+    if not (isinstance(perf.memory_bytes, int) and 0 <= perf.memory_bytes < 2 ** 63):
+        raise ValueError(f"memory_bytes must be an int in [0, 2**63), got {perf.memory_bytes!r}")
+    if len(key) != len(CONV_KEY_FIELDS) or key[0] not in DIRECTIONS:
+        return
+    k = dict(zip(CONV_KEY_FIELDS, key))
+    if perf.direction != k["direction"]:
+        raise ValueError(f"a {perf.direction} record under a {k['direction']} key")
+    allowed = {k["math_type"]}
+    if k["math_type"] == "CUDNN_DEFAULT_MATH":
+        allowed.add("CUDNN_TENSOR_OP_MATH")
+    if perf.math_type.name not in allowed:
+        raise ValueError(f"math type {perf.math_type.name} where the key asks for {k['math_type']}")
+    if k["deterministic"] is True and not perf.deterministic:
+        raise ValueError(f"{perf.algo.name} is not deterministic but the key asks for a deterministic algorithm")
+    limit = k["limit"]
+    if isinstance(limit, int) and not isinstance(limit, bool) and perf.memory_bytes > limit:
+        raise ValueError(f"{perf.algo.name} needs {perf.memory_bytes} B of workspace; the key's limit is {limit} B")
+
+
 class AlgorithmCache:
-    """Benchmarked algorithm choices, keyed by configuration.
+    """Benchmarked algorithm choices, keyed by configuration (thread-safe).
 
     A key is a tuple of JSON-representable values (the convolution module builds it from direction,
-    shapes, strides, dtypes, convolution parameters, math type, determinism, workspace cap and device).
-    ``entries()`` lists the contents; ``save(path)`` / ``load(path)`` round-trip through JSON.
+    shapes, strides, dtypes, convolution parameters, math type, determinism, workspace cap and device:
+    :data:`CONV_KEY_FIELDS`). ``entries()`` lists the contents; ``save(path)`` / ``load(path)`` round-trip
+    through JSON: the file is written atomically (a private temporary file in the same folder, then a rename,
+    so a symlink at ``path`` is replaced, never followed), and a file that is corrupt, truncated, from another
+    format or cuDNN version, or holds a record that cannot answer its key raises :class:`CacheFileError` naming
+    the file and the problem.
     """
 
     def __init__(self):
@@ -268,8 +343,9 @@ class AlgorithmCache:
     def put(self, key: tuple, perf: AlgoPerf) -> None:
         if not isinstance(perf, AlgoPerf):
             raise TypeError(f"cache values are AlgoPerf records, got {type(perf).__name__}")
-        hash(key)
-        json.dumps(key)  # keys must survive save()/load()
+        if not isinstance(key, tuple) or not _json_value(key):
+            raise TypeError(f"cache keys are tuples of JSON values (numbers, strings, bools, None, lists), got {key!r}")
+        check_entry(key, perf)
         with self._lock:
             self._data[key] = perf
 
@@ -295,20 +371,30 @@ class AlgorithmCache:
                 "entries": [{"key": list(k), "perf": p.to_dict()} for k, p in self.entries()]}
 
     def save(self, path: str | os.PathLike) -> None:
-        tmp = f"{os.fspath(path)}.tmp{os.getpid()}"
-        with open(tmp, "w") as f:
-            json.dump(self.to_json(), f, indent=1)
-        os.replace(tmp, path)
+        """Write the cache to ``path`` atomically: a private temporary file in the same folder (``mkstemp``, mode
+        0600), flushed to disk, then renamed over ``path`` (a symlink there is replaced, not followed)."""
+        path = os.fspath(path)
+        folder = os.path.dirname(os.path.abspath(path))
+        text = json.dumps(self.to_json(), indent=1)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
 
     def load(self, path: str | os.PathLike, merge: bool = True) -> int:
-        """Read a file written by :meth:`save`; returns the number of entries read."""
-        with open(path) as f:
-            doc = json.load(f)
-        if not isinstance(doc, dict) or doc.get("format") != "cudnn_py.algorithm_cache":
-            raise ValueError(f"{os.fspath(path)} is not a cudnn_py algorithm cache file")
-        if doc.get("version") != 1:
-            raise ValueError(f"{os.fspath(path)}: unsupported cache version {doc.get('version')!r}; expected 1")
-        loaded = {_tuplify(e["key"]): AlgoPerf.from_dict(e["perf"]) for e in doc["entries"]}
+        """Read a file written by :meth:`save`; returns the number of entries read. Nothing is changed unless every
+        entry is valid (:class:`CacheFileError` names the file, the entry and what is wrong)."""
+        path = os.fspath(path)
+        loaded = _read_cache_file(path)
         with self._lock:
             if not merge:
                 self._data.clear()
@@ -318,6 +404,55 @@ class AlgorithmCache:
 
     def __repr__(self) -> str:
         return f"<AlgorithmCache {len(self)} entries>"
+
+
+def _read_cache_file(path: str) -> dict[tuple, AlgoPerf]:
+    """The validated entries of an algorithm-cache file (see :meth:`AlgorithmCache.load`)."""
+    def bad(what: str) -> CacheFileError:
+        return CacheFileError(f"algorithm cache file {path}: {what}")
+
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_FILE_BYTES + 1)
+    except OSError as e:
+        raise bad(f"cannot be read ({e.strerror or e})") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise bad(f"is larger than {MAX_FILE_BYTES} bytes; not a cache file this library wrote")
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise bad(f"is not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except json.JSONDecodeError as e:
+        raise bad(f"is not valid JSON (truncated or corrupt?): {e.msg} at line {e.lineno} column {e.colno}") from None
+    except (ValueError, RecursionError) as e:  # an integer with too many digits, nesting too deep
+        raise bad(f"is not a JSON document this library can read: {type(e).__name__}: {e}") from None
+    if not isinstance(doc, dict) or doc.get("format") != "cudnn_py.algorithm_cache":
+        raise bad("is not a cudnn_py algorithm cache file (no \"format\": \"cudnn_py.algorithm_cache\")")
+    if doc.get("version") != 1:
+        raise bad(f"unsupported cache version {doc.get('version')!r}; expected 1")
+    written, ours = doc.get("cudnn_version"), _cudnn_version()
+    if written is not None and (not isinstance(written, int) or isinstance(written, bool)):
+        raise bad(f"cudnn_version must be an int, got {written!r}")
+    if written is not None and ours is not None and written != ours:
+        raise bad(f"was written with cuDNN {written}, this process runs cuDNN {ours}; its measurements do not carry "
+                  f"over (delete it, or measure again and save)")
+    entries = doc.get("entries")
+    if not isinstance(entries, list):
+        raise bad("\"entries\" must be a list")
+    out: dict[tuple, AlgoPerf] = {}
+    for i, e in enumerate(entries):
+        if not isinstance(e, dict) or not isinstance(e.get("key"), list) or not isinstance(e.get("perf"), dict):
+            raise bad(f"entry {i} must be an object with a \"key\" list and a \"perf\" object")
+        if not _json_value(e["key"]):
+            raise bad(f"entry {i}: the key holds values other than numbers, strings, bools, None and short lists")
+        key = _tuplify(e["key"])
+        try:
+            perf = AlgoPerf.from_dict(e["perf"])
+            check_entry(key, perf)
+        except (TypeError, ValueError, OverflowError) as err:
+            raise bad(f"entry {i} (key {str(key)[:120]}): {err}") from None
+        out[key] = perf
+    return out
 
 
 def _cudnn_version() -> int | None:

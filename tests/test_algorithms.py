@@ -138,3 +138,126 @@ def test_removed_names_point_to_the_port():
     out = ctypes.c_int(-1)
     assert alg._store(ctypes.byref(out), capi.CUDNN_CONVOLUTION_FWD_ALGO_FFT) is capi.CUDNN_CONVOLUTION_FWD_ALGO_FFT
     assert out.value == int(capi.CUDNN_CONVOLUTION_FWD_ALGO_FFT)
+
+
+# --- cache files: corrupt, hostile, foreign, inconsistent; written atomically ------------------------------------
+
+def _conv_key(direction="forward", math="CUDNN_DEFAULT_MATH", deterministic=False, limit=None):
+    return (direction, (1, 3, 8, 8), (192, 64, 8, 1), (4, 3, 3, 3), False, (1, 4, 6, 6), (144, 36, 6, 1),
+            "CUDNN_DATA_FLOAT", "CUDNN_DATA_FLOAT", "CUDNN_DATA_FLOAT", (0, 0), (1, 1), (1, 1), 1,
+            "CUDNN_CROSS_CORRELATION", math, deterministic, limit, 0)
+
+
+def _doc(perf=None, key=None, **top):
+    perf = {**_rec().to_dict(), **(perf or {})}
+    return {"format": "cudnn_py.algorithm_cache", "version": 1, "cudnn_version": alg._cudnn_version(),
+            "entries": [{"key": list(key or _conv_key()), "perf": perf}], **top}
+
+
+@pytest.mark.parametrize("text,match", [
+    ("", "not valid JSON"),
+    ('{"format": "cudnn_py.algorithm_cache", "version": 1, "entries": [', "not valid JSON"),  # truncated
+    ("\xff\xfe garbage", "not valid JSON|not UTF-8"),
+    ("[" * 100000 + "]" * 100000, "not a JSON document|not a cudnn_py"),                   # nesting
+    ('{"format": "cudnn_py.algorithm_cache", "version": 1, "entries": [1e999999]}', "entry 0"),
+    ("1" * 5000, "not a JSON document"),                                                   # int digit limit
+    (json.dumps({"format": "cudnn_py.algorithm_cache", "version": 1, "entries": {}}), "entries"),
+    (json.dumps({"format": "cudnn_py.algorithm_cache", "version": 1, "entries": [{"key": 1}]}), "entry 0"),
+])
+def test_cache_load_refuses_corrupt_files_naming_them(tmp_path, text, match):
+    p = tmp_path / "algos.json"
+    p.write_bytes(text.encode("utf-8", "surrogateescape") if isinstance(text, str) else text)
+    cache = alg.AlgorithmCache()
+    with pytest.raises(alg.CacheFileError, match=match) as e:
+        cache.load(p)
+    assert str(p) in str(e.value) and len(cache) == 0
+
+
+@pytest.mark.parametrize("perf,key,match", [
+    (dict(memory_bytes=-5), None, "memory_bytes"),
+    (dict(time_ms=float("nan")), None, "time_ms"),
+    (dict(time_ms="1.0"), None, "time_ms"),
+    (dict(memory_bytes=True), None, "memory_bytes"),
+    (dict(status="CUDNN_STATUS_NOT_SUPPORTED"), None, "status"),
+    (dict(status="CUDNN_STATUS_BOGUS"), None, "status"),
+    (dict(algo="NO_SUCH"), None, "does not exist"),
+    (dict(direction="sideways"), None, "direction"),
+    (dict(direction="backward_data", algo="CUDNN_CONVOLUTION_BWD_DATA_ALGO_1"), None, "backward_data record"),
+    (dict(math_type="CUDNN_TENSOR_OP_MATH"), _conv_key(math="CUDNN_FMA_MATH"), "math type"),
+    (dict(determinism="CUDNN_NON_DETERMINISTIC"), _conv_key(deterministic=True), "not deterministic"),
+    (dict(memory_bytes=4096), _conv_key(limit=1024), "limit"),
+])
+def test_cache_load_checks_every_value_against_its_key(tmp_path, perf, key, match):
+    p = tmp_path / "algos.json"
+    p.write_text(json.dumps(_doc(perf, key)))
+    cache = alg.AlgorithmCache()
+    with pytest.raises(alg.CacheFileError, match=match) as e:
+        cache.load(p)
+    assert str(p) in str(e.value) and len(cache) == 0
+
+
+def test_cache_load_accepts_what_the_key_allows(tmp_path):
+    p = tmp_path / "algos.json"
+    p.write_text(json.dumps(_doc(dict(math_type="CUDNN_TENSOR_OP_MATH", memory_bytes=512), _conv_key(limit=1024))))
+    assert alg.AlgorithmCache().load(p) == 1
+
+
+def test_cache_load_refuses_another_cudnn_version(tmp_path):
+    p = tmp_path / "algos.json"
+    p.write_text(json.dumps(_doc(cudnn_version=1)))
+    with pytest.raises(alg.CacheFileError, match="written with cuDNN 1"):
+        alg.AlgorithmCache().load(p)
+    p.write_text(json.dumps(_doc(cudnn_version="9.19")))
+    with pytest.raises(alg.CacheFileError, match="cudnn_version"):
+        alg.AlgorithmCache().load(p)
+
+
+def test_cache_load_refuses_huge_and_missing_files(tmp_path, monkeypatch):
+    monkeypatch.setattr(alg, "MAX_FILE_BYTES", 100)
+    p = tmp_path / "big.json"
+    p.write_text(json.dumps(_doc()))
+    with pytest.raises(alg.CacheFileError, match="larger than"):
+        alg.AlgorithmCache().load(p)
+    with pytest.raises(alg.CacheFileError, match="cannot be read"):
+        alg.AlgorithmCache().load(tmp_path / "missing.json")
+
+
+def test_cache_put_refuses_records_that_cannot_answer_the_key():
+    cache = alg.AlgorithmCache()
+    with pytest.raises(ValueError, match="status"):
+        cache.put(_conv_key(), _rec(status=int(capi.CUDNN_STATUS_NOT_SUPPORTED)))
+    with pytest.raises(ValueError, match="math type"):
+        cache.put(_conv_key(math="CUDNN_FMA_MATH"), _rec(math=int(capi.CUDNN_TENSOR_OP_MATH)))
+    with pytest.raises(TypeError, match="JSON"):
+        cache.put(("forward", float("nan")), _rec())
+    cache.put(_conv_key(), _rec())
+    assert len(cache) == 1
+
+
+def test_cache_save_is_atomic_and_does_not_follow_symlinks(tmp_path):
+    cache = alg.AlgorithmCache()
+    cache.put(_conv_key(), _rec())
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    path = tmp_path / "algos.json"
+    path.symlink_to(victim)
+    for pid_guess in range(3):  # the old predictable temporary name, planted as a symlink too
+        (tmp_path / f"algos.json.tmp{pid_guess}").symlink_to(victim)
+    cache.save(path)
+    assert victim.read_text() == "precious"
+    assert not path.is_symlink() and alg.AlgorithmCache().load(path) == 1
+    leftovers = sorted(p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp"))
+    assert leftovers == []
+    assert (path.stat().st_mode & 0o077) == 0  # private, as mkstemp made it
+
+
+def test_cache_save_failure_leaves_the_old_file(tmp_path, monkeypatch):
+    cache = alg.AlgorithmCache()
+    cache.put(_conv_key(), _rec())
+    path = tmp_path / "algos.json"
+    cache.save(path)
+    before = path.read_text()
+    monkeypatch.setattr(alg.os, "replace", lambda *a: (_ for _ in ()).throw(OSError("disk full")))
+    with pytest.raises(OSError, match="disk full"):
+        cache.save(path)
+    assert path.read_text() == before and [p.name for p in tmp_path.iterdir()] == ["algos.json"]

@@ -26,6 +26,7 @@ import ctypes
 import dataclasses
 import math
 import sys
+import threading
 from typing import Any, Sequence
 
 import numpy as np
@@ -267,7 +268,8 @@ class _Geometry:
                           math_type)
 
     def cache_key(self, direction: str, device: int, deterministic: bool, limit) -> tuple:
-        """The JSON-representable key of the "fastest" cache: the problem as cuDNN sees it."""
+        """The JSON-representable key of the "fastest" cache: the problem as cuDNN sees it (fields in the order of
+        :data:`cudnn_py.algorithms.CONV_KEY_FIELDS`, which loaded files are checked against)."""
         xs, xst = (self.xp_shape, self.xp_strides) if self.asym else (self.x_shape, self.x_strides)
         return (direction, tuple(xs), tuple(xst), tuple(self.w_shape), self.w_nhwc,
                 tuple(self.y_shape), tuple(self.y_strides), self.dtype.name, self.y_dtype.name, self.compute.name,
@@ -450,11 +452,15 @@ _FUNCS = {"forward": "cudnnConvolutionForward", "backward_data": "cudnnConvoluti
           "backward_filter": "cudnnConvolutionBackwardFilter"}
 
 
+_PLANS_LOCK = threading.Lock()  # every change to _PLANS; lookups read without it (a dict read is atomic)
+
+
 def _remember(key, value):
-    """Store ``value`` in :data:`_PLANS`, dropping the oldest entry when the table is full."""
-    if len(_PLANS) >= _PLANS_MAX and key not in _PLANS:
-        _PLANS.pop(next(iter(_PLANS)), None)
-    _PLANS[key] = value
+    """Store ``value`` in :data:`_PLANS`, dropping the oldest entry when the table is full (thread-safe)."""
+    with _PLANS_LOCK:
+        while len(_PLANS) >= _PLANS_MAX and key not in _PLANS:
+            del _PLANS[next(iter(_PLANS))]
+        _PLANS[key] = value
     return value
 
 
