@@ -28,7 +28,7 @@ import functools
 import math
 from collections.abc import Sequence
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Protocol, Union
+from typing import TYPE_CHECKING, Any, Protocol, Union, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -177,7 +177,7 @@ _capsule_get.restype, _capsule_get.argtypes = ctypes.c_void_p, [ctypes.c_void_p,
 
 
 _err_fetch = ctypes.pythonapi.PyErr_Fetch
-_err_fetch.restype, _err_fetch.argtypes = None, None  # no argument checks: they would trip on a pending error
+_err_fetch.restype = None  # argtypes stay unset: checking arguments would trip on the pending error
 _err_restore = ctypes.pythonapi.PyErr_Restore
 _err_restore.restype, _err_restore.argtypes = None, [ctypes.c_void_p] * 3
 _SAVED = (ctypes.c_void_p * 3)()
@@ -360,14 +360,14 @@ class DeviceArray:
         except (TypeError, ValueError) as e:
             raise TypeError(f"cannot fill a {self.dtype} array with {value!r}") from e
         item = self.dtype.itemsize
-        words = v.view(np.uint32) if item in (4, 8) else None
         if item == 1:
             _check(_drv().cuMemsetD8Async(self.ptr, int(v.view(np.uint8)[0]), self.size, s.handle), "cuMemsetD8Async")
         elif item == 2:
             _check(_drv().cuMemsetD16Async(self.ptr, int(v.view(np.uint16)[0]), self.size, s.handle),
                    "cuMemsetD16Async")
-        elif item == 4 or (item == 8 and words[0] == words[1]):
-            _check(_drv().cuMemsetD32Async(self.ptr, int(words[0]), self.nbytes // 4, s.handle), "cuMemsetD32Async")
+        elif item == 4 or (item == 8 and v.view(np.uint32)[0] == v.view(np.uint32)[1]):
+            word = int(v.view(np.uint32)[0])
+            _check(_drv().cuMemsetD32Async(self.ptr, word, self.nbytes // 4, s.handle), "cuMemsetD32Async")
         else:
             host = np.full(self.shape, v[0], self.dtype)
             _check(_drv().cuMemcpyHtoDAsync(self.ptr, host.ctypes.data, self.nbytes, s.handle), "cuMemcpyHtoDAsync")
@@ -385,7 +385,7 @@ class DeviceArray:
         self._require_contiguous("copy_")
         s = self.stream if stream is None else as_stream(stream, self.device_id)
         if _is_device_like(src):
-            other = as_array(src, "src")
+            other = as_array(cast(DeviceArrayLike, src), "src")
             if other.shape != self.shape or other.dtype != self.dtype:
                 raise ValueError(f"copy_ source has shape {other.shape} and dtype {other.dtype}; "
                                  f"expected shape {self.shape} and dtype {self.dtype}")
@@ -532,7 +532,7 @@ def to_device(obj: npt.ArrayLike | DeviceArrayLike, stream: StreamLike = None, *
     :raises NoDeviceError: where no GPU can be used.
     """
     if _is_device_like(obj):
-        return as_array(obj, "obj", dtype=dtype, device=device, stream=stream)
+        return as_array(cast(DeviceArrayLike, obj), "obj", dtype=dtype, device=device, stream=stream)
     host = np.ascontiguousarray(obj, dtype=dtype)
     a = _allocate(host.shape, host.dtype, stream, device)
     if a.nbytes:
@@ -652,4 +652,5 @@ def output_array(out: DeviceArrayLike | None, shape: Shape, dtype: npt.DTypeLike
     """
     if out is None:
         return _allocate(shape, dtype, stream, device)
-    return as_array(out, name, dtype=dtype, shape=shape, contiguous=contiguous, device=device, stream=stream)
+    return as_array(out, name, dtype=dtype, shape=cast(Sequence[int], shape), contiguous=contiguous, device=device,
+                    stream=stream)

@@ -88,8 +88,9 @@ def _no_device(device: int | None, cause: BaseException | None) -> CudaError:
                                           "loaded); cuDNN descriptors and shapes work without one, running "
                                           "anything needs a GPU")
     if int(err):
-        e = cuda_error("cuInit", int(err), getattr(err, "name", ""))
-        return NoDeviceError(what, e.code, e.name, f"the CUDA driver did not start ({e.text or 'cuInit failed'})")
+        failed = cuda_error("cuInit", int(err), getattr(err, "name", ""))
+        return NoDeviceError(what, failed.code, failed.name,
+                             f"the CUDA driver did not start ({failed.text or 'cuInit failed'})")
     _, count = driver.cuDeviceGetCount()
     if count == 0:
         return NoDeviceError(what, 100, "CUDA_ERROR_NO_DEVICE",

@@ -95,9 +95,10 @@ class Workspace:
                 f"this call needs a {nbytes}-byte workspace but the workspace cap is {self._cap} bytes; "
                 f"raise the cap (workspace.cap = {nbytes}) or choose an algorithm that needs less"
             )
-        s = stream if stream is not None and stream is self._stream else as_stream(stream, self._device)
-        if self._stream is not None and s is not self._stream and s != self._stream:
-            s.wait(self._stream)  # the previous user of the buffer must be done before s reuses it
+        previous = self._stream
+        s: Stream = previous if previous is not None and stream is previous else as_stream(stream, self._device)
+        if previous is not None and s is not previous and s != previous:
+            s.wait(previous)  # the previous user of the buffer must be done before s reuses it
         self._stream = s
         if nbytes > self._size:
             size = -(-nbytes // _GRANULE) * _GRANULE

@@ -1,0 +1,51 @@
+"""The public API is typed: mypy finds no error in a typed user script, and does catch misuse (so nothing is ``Any``)."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ROOT / "tests" / "typing"
+
+
+@pytest.fixture(scope="module")
+def mypy_output(tmp_path_factory) -> str:
+    pytest.importorskip("mypy", reason="mypy is in the test extra: pip install -e '.[test]'")
+    # --follow-imports=silent: the package is checked as the user's script sees it; errors inside the
+    # package are CI's separate count, not this test's
+    r = subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"),
+                        "--follow-imports=silent", "--cache-dir", str(tmp_path_factory.mktemp("mypy")),
+                        "--no-error-summary", "--show-error-codes", str(SCRIPTS / "user_script.py"),
+                        str(SCRIPTS / "misuse.py")], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert r.returncode in (0, 1), r.stderr  # 1: errors found (misuse.py has them); anything else: mypy failed
+    return r.stdout
+
+
+def _errors(output: str, name: str) -> dict[int, str]:
+    found: dict[int, str] = {}
+    for line in output.splitlines():
+        m = re.match(rf".*{re.escape(name)}:(\d+): error: (.*)", line)
+        if m:
+            found.setdefault(int(m.group(1)), m.group(2))
+    return found
+
+
+def test_user_script_has_no_type_errors(mypy_output):
+    assert _errors(mypy_output, "user_script.py") == {}, mypy_output
+
+
+def test_misuse_is_caught_line_by_line(mypy_output):
+    source = (SCRIPTS / "misuse.py").read_text().splitlines()
+    marked = {i for i, line in enumerate(source, 1) if line.endswith("# error")}
+    assert len(marked) >= 8
+    assert set(_errors(mypy_output, "misuse.py")) == marked, mypy_output
+
+
+def test_the_package_is_marked_typed():
+    assert (ROOT / "cudnn_py" / "py.typed").is_file()
+    import cudnn_py
+    assert set(cudnn_py.__all__) <= set(dir(cudnn_py)) and len(cudnn_py.__all__) == len(set(cudnn_py.__all__))
