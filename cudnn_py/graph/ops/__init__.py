@@ -3,13 +3,21 @@ methods that add them to a :class:`~cudnn_py.graph.Graph` (one mixin per module)
 from .base import LowerContext, Op, backend_dims
 from .conv import ConvBuilders, ConvDgrad, ConvFprop, ConvWgrad
 from .matmul import Matmul, MatmulBuilders
-from .norm import GenStats, NormBuilders, NormForward
+from .norm import BNBackwardWeights, BNFinalize, GenStats, NormBackward, NormBuilders, NormForward
 from .pointwise import POINTWISE_ARITY, Pointwise, PointwiseBuilders, pointwise_mode
+from .quant import BlockScaleDequantize, BlockScaleQuantize, QuantBuilders
 from .reduction import Reduction, ReductionBuilders, reduction_mode
+from .resample import ResampleBackward, ResampleBuilders, ResampleForward
+from .reshape import Concatenate, Reshape, ReshapeBuilders, Slice, Transpose
+from .rng import Rng, RngBuilders
+from .sdpa import SdpaBackward, SdpaBuilders, SdpaForward
 
 #: the builder mixins :class:`~cudnn_py.graph.Graph` inherits, one per operation module
-BUILDERS = (ConvBuilders, MatmulBuilders, PointwiseBuilders, ReductionBuilders, NormBuilders)
+BUILDERS = (ConvBuilders, MatmulBuilders, PointwiseBuilders, ReductionBuilders, NormBuilders, SdpaBuilders,
+            ResampleBuilders, RngBuilders, ReshapeBuilders, QuantBuilders)
 
 __all__ = ["Op", "LowerContext", "backend_dims", "BUILDERS", "ConvFprop", "ConvDgrad", "ConvWgrad", "Matmul",
            "Pointwise", "Reduction", "GenStats", "NormForward", "POINTWISE_ARITY", "pointwise_mode",
-           "reduction_mode"]
+           "reduction_mode", "SdpaForward", "SdpaBackward",
+           "NormBackward", "BNFinalize", "BNBackwardWeights", "ResampleForward", "ResampleBackward", "Rng", "Reshape",
+           "Transpose", "Slice", "Concatenate", "BlockScaleQuantize", "BlockScaleDequantize"]

@@ -1,0 +1,653 @@
+"""Scaled dot-product attention (flash attention) forward and backward as graph operations.
+
+cuDNN runs attention as fused engines that recognise a pattern of backend operations (the "composite" form:
+``Q @ K^T``, scale, bias/ALiBi, masks built from ``gen_index``/compare/``binary_select``, a softmax spelled as
+max/sub/exp/sum/div with the log-sum-exp statistics, Philox dropout through an RNG operation, ``P @ V``; the
+backward likewise). cuDNN 9.13+ also has one unified ``OPERATION_SDPA_FWD`` descriptor (9.17+ ``..._BWD``) that
+takes fewer options. :class:`SdpaForward` and :class:`SdpaBackward` lower to either form; which has engines for
+which option on which cuDNN is recorded in docs/attention.md.
+
+Shapes are logical ``(B, H, S, D)`` with any strides whose head dim is packed (stride 1): BHSD, BSHD and
+interleaved QKV are strides of the same logical tensors. K and V may have fewer heads than Q (grouped-query and
+multi-query attention: ``Hq % Hk == 0``).
+"""
+from __future__ import annotations
+
+import ctypes
+import math
+
+from cudnn_py import _loader, capi
+
+from ..descriptors import BackendDescriptor
+from ..errors import GraphNotSupportedError
+from .base import LowerContext, Op
+from .pointwise import Pointwise, pointwise_mode
+from .reduction import Reduction
+
+__all__ = ["SdpaForward", "SdpaBackward", "SdpaBuilders", "sdpa_scratch", "ALIGNMENTS", "IMPLEMENTATIONS"]
+
+_DT = capi.cudnnDataType_t
+_F, _I32, _I64, _BOOL = _DT.CUDNN_DATA_FLOAT, _DT.CUDNN_DATA_INT32, _DT.CUDNN_DATA_INT64, _DT.CUDNN_DATA_BOOLEAN
+_IO_DTYPES = (_DT.CUDNN_DATA_HALF, _DT.CUDNN_DATA_BFLOAT16)
+_FP8 = tuple(getattr(_DT, n) for n in ("CUDNN_DATA_FP8_E4M3", "CUDNN_DATA_FP8_E5M2") if hasattr(_DT, n))
+
+#: diagonal alignments of the causal / sliding-window bands
+ALIGNMENTS = ("top_left", "bottom_right")
+#: ``implementation=`` values: 'composite' (the pattern of primitive operations), 'unified' (the one
+#: ``OPERATION_SDPA_*`` descriptor; fewer options), 'auto' (see :func:`_auto_implementation`)
+IMPLEMENTATIONS = ("auto", "composite", "unified")
+
+#: options the unified descriptors take on the loaded cuDNN, with the version that added them
+_UNIFIED_FWD = {"seq_len": (9, 15), "paged": (9, 15)}
+_UNIFIED_BWD = {"seq_len": (9, 17)}
+
+
+def _version() -> tuple[int, int, int]:
+    return _loader.library().version
+
+
+def _vstr(v) -> str:
+    return ".".join(str(x) for x in v)
+
+
+def _strides_like(shape, ref_strides) -> tuple[int, ...]:
+    """Packed strides for ``shape`` with the dimension order of ``ref_strides`` (largest stride outermost)."""
+    order = sorted(range(len(shape)), key=lambda i: (-ref_strides[i], i))
+    strides = [0] * len(shape)
+    acc = 1
+    for i in reversed(order):
+        strides[i] = acc
+        acc *= shape[i]
+    return tuple(strides)
+
+
+def _swap_last(shape_or_strides) -> tuple:
+    s = tuple(shape_or_strides)
+    return (*s[:-2], s[-1], s[-2])
+
+
+# -- lowering helpers: one backend operation each ------------------------------------------------------------------
+def _pw(ctx: LowerContext, mode, x, b=None, t=None, *, out=None, dtype=_F, compute=_F, **params):
+    """One pointwise operation into ``out`` (default: a new virtual tensor of ``dtype``); returns the output."""
+    mode = pointwise_mode(mode)
+    if out is None:
+        shape = x.shape
+        if b is not None:
+            shape = tuple(max(m, n) for m, n in zip(shape, b.shape))
+        out = ctx.virtual(shape, dtype)
+    ins = {"x": x}
+    if b is not None:
+        ins["b"] = b
+    if t is not None:
+        ins["t"] = t
+    Pointwise(ins, {"y": out}, {"mode": mode, "compute_dtype": compute, **params}).lower(ctx)
+    return out
+
+
+def _gen_index(ctx, x, axis: int, compute=_F):
+    return _pw(ctx, "gen_index", x, dtype=_I32, compute=compute, axis=axis)
+
+
+def _reduce(ctx: LowerContext, x, mode: str, *, out=None, shape=None):
+    """A reduction of ``x`` to ``out`` (or a new float virtual of ``shape``); returns the output."""
+    if out is None:
+        out = ctx.virtual(shape, _F)
+    Reduction({"x": x}, {"y": out}, {"mode": capi.cudnnReduceTensorOp_t[f"CUDNN_REDUCE_TENSOR_{mode.upper()}"],
+                                     "compute_dtype": _F}).lower(ctx)
+    return out
+
+
+def _matmul(ctx: LowerContext, a, b, c, *, b_view=None, m=None, n=None, k=None) -> None:
+    """c = a @ b (``b`` seen as ``b_view`` = (shape, strides) of its memory), with the GEMM M/N/K extents taken per
+    batch from the sequence-length tensors ``m``/``n``/``k`` where given (padding masks)."""
+    mm = BackendDescriptor("MATMUL", comp_type=_F).finalize()
+    d = BackendDescriptor("OPERATION_MATMUL", adesc=ctx.tensor(a),
+                          bdesc=ctx.view(b, *b_view) if b_view else ctx.tensor(b), cdesc=ctx.tensor(c), desc=mm)
+    for attr, t in (("gemm_m_override_desc", m), ("gemm_n_override_desc", n), ("gemm_k_override_desc", k)):
+        if t is not None:
+            d.set(attr, ctx.tensor(t))
+    ctx.add(d.finalize(), mm)
+
+
+def _reshape(ctx: LowerContext, x_desc: BackendDescriptor, y) -> None:
+    """Reshape (here: a transposed view) of the tensor ``x_desc`` describes into virtual ``y``."""
+    ctx.add(BackendDescriptor("OPERATION_RESHAPE", xdesc=x_desc, ydesc=ctx.tensor(y)).finalize())
+
+
+def _rng(ctx: LowerContext, seed, offset, out, keep_probability: float) -> None:
+    """Philox Bernoulli(``keep_probability``) mask into ``out`` from device ``seed``/``offset`` tensors."""
+    rng = BackendDescriptor("RNG", distribution=capi.CUDNN_RNG_DISTRIBUTION_BERNOULLI,
+                            bernoulli_dist_probability=float(keep_probability)).finalize()
+    d = BackendDescriptor("OPERATION_RNG", ydesc=ctx.tensor(out), desc=rng, offset_desc=ctx.tensor(offset))
+    # CUDNN_ATTR_OPERATION_RNG_SEED takes an INT64 constant or a tensor descriptor; the attribute table knows the
+    # former only, so the descriptor form is set directly
+    sd = ctx.tensor(seed)
+    arr = (ctypes.c_void_p * 1)(sd.ptr.value)
+    capi.cudnnBackendSetAttribute(d.ptr, capi.CUDNN_ATTR_OPERATION_RNG_SEED, capi.CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                                  arr)
+    ctx.add(d.finalize(), rng, sd)
+
+
+def _paged_load(ctx: LowerContext, container, page_table, seq_len_kv, out) -> None:
+    """Gather a paged K or V cache (``container`` (blocks, H, block, D)) into the virtual ``out``."""
+    ctx.add(BackendDescriptor("OPERATION_PAGED_CACHE_LOAD", container_desc=ctx.tensor(container),
+                              page_table_desc=ctx.tensor(page_table), sequence_desc=ctx.tensor(seq_len_kv),
+                              ydesc=ctx.tensor(out)).finalize())
+
+
+# -- the score modifiers shared by forward and backward ----------------------------------------------------------
+def _padding_mask(ctx, s, ins):
+    row, col = _gen_index(ctx, s, 2, _I32), _gen_index(ctx, s, 3, _I32)
+    rm = _pw(ctx, "cmp_lt", row, ins["seq_len_q"], dtype=_BOOL, compute=_BOOL)
+    cm = _pw(ctx, "cmp_lt", col, ins["seq_len_kv"], dtype=_BOOL, compute=_BOOL)
+    keep = _pw(ctx, "logical_and", rm, cm, dtype=_BOOL, compute=_BOOL)
+    return _pw(ctx, "binary_select", s, ins["neg_inf"], keep)
+
+
+def _alibi(ctx, s, ins):
+    row, col = _gen_index(ctx, s, 2, _I32), _gen_index(ctx, s, 3, _I32)
+    dist = _pw(ctx, "sub", col, row, dtype=_I32, compute=_I32)
+    return _pw(ctx, "add", s, _pw(ctx, "mul", dist, ins["alibi_slopes"]))
+
+
+def _band_masks(ctx, s, ins, p):
+    """The causal / sliding-window bands: keep col <= row + shift + right_bound and col > row + shift - left_bound,
+    where shift = s_kv - s_q (per batch under padding) for bottom-right alignment, else 0."""
+    br = p["alignment"] == "bottom_right"
+    sq = ins.get("seq_len_q", ins.get("s_q"))
+    skv = ins.get("seq_len_kv", ins.get("s_kv"))
+    if p["right_bound"] is not None:
+        row, col = _gen_index(ctx, s, 2), _gen_index(ctx, s, 3)
+        if br:
+            row = _pw(ctx, "add", row, skv, dtype=_I32, compute=_I32, axis=3)
+            row = _pw(ctx, "sub", row, sq, dtype=_I32, compute=_I32, axis=3)
+        if p["right_bound"]:
+            row = _pw(ctx, "add", row, ins["right_bound"], dtype=_I32, compute=_I32, axis=3)
+        keep = _pw(ctx, "cmp_ge", row, col, dtype=_BOOL, compute=_BOOL)
+        s = _pw(ctx, "binary_select", s, ins["neg_inf"], keep)
+    if p["left_bound"] is not None:
+        row, col = _gen_index(ctx, s, 2), _gen_index(ctx, s, 3)
+        lb = ins["left_bound"]
+        if lb.dtype == _I32:  # bottom-right with per-batch lengths
+            col = _pw(ctx, "add", col, lb, dtype=_I32, compute=_I32, axis=3)
+            col = _pw(ctx, "sub", col, skv, dtype=_I32, compute=_I32, axis=3)
+            col = _pw(ctx, "add", col, sq, dtype=_I32, compute=_I32, axis=3)
+        else:
+            col = _pw(ctx, "add", col, lb, dtype=_F, compute=_F, axis=3)
+        keep = _pw(ctx, "cmp_gt", col, row, dtype=_BOOL, compute=_BOOL)
+        s = _pw(ctx, "binary_select", s, ins["neg_inf"], keep)
+    return s
+
+
+def _scores(ctx, ins, p, q, s_raw):
+    """scale, bias, ALiBi and the padding mask applied to the raw scores (the order the engines recognise)."""
+    s = _pw(ctx, "mul", s_raw, ins["scale"])
+    if "bias" in ins:
+        s = _pw(ctx, "add", s, ins["bias"])
+    if "alibi_slopes" in ins:
+        s = _alibi(ctx, s, ins)
+    if "seq_len_q" in ins:
+        s = _padding_mask(ctx, s, ins)
+    return s
+
+
+def _k_transposed(ctx, ins, p):
+    """(tensor, view) of K seen as K^T (B, Hk, D, S_kv): a view of K's memory, or a paged-cache gather."""
+    k = ins["k"]
+    if "page_table_k" not in ins:
+        return k, (_swap_last(k.shape), _swap_last(k.strides))
+    b, hk, d, skv = p["batch"], k.shape[1], k.shape[3], p["s_kv"]
+    kt = ctx.virtual((b, hk, d, skv), k.dtype, strides=(d * skv * hk, d * skv, 1, d))
+    _paged_load(ctx, k, ins["page_table_k"], ins["seq_len_kv"], kt)
+    return kt, None
+
+
+def _v_loaded(ctx, ins, p):
+    v = ins["v"]
+    if "page_table_v" not in ins:
+        return v
+    b, hv, dv, skv = p["batch"], v.shape[1], v.shape[3], p["s_kv"]
+    vc = ctx.virtual((b, hv, skv, dv), v.dtype)
+    _paged_load(ctx, v, ins["page_table_v"], ins["seq_len_kv"], vc)
+    return vc
+
+
+class SdpaForward(Op):
+    """O = softmax(mask(scale * Q K^T + bias + alibi)) (dropout) V, and the statistics (row log-sum-exp, float32).
+
+    ``inputs``: q, k, v, scale (by-value) and the optional tensors of the options (bias, seq_len_q/seq_len_kv,
+    alibi_slopes, seed/offset, page tables) plus the by-value constants the builder made; ``outputs``: o,
+    stats, rng_dump (optional). ``params``: implementation, alignment, left/right bound, dropout, s_kv, batch."""
+
+    kind = "sdpa_fwd"
+
+    def lower(self, ctx: LowerContext) -> None:
+        if self.params["implementation"] == "unified":
+            self._lower_unified(ctx)
+        else:
+            self._lower_composite(ctx)
+
+    def _lower_unified(self, ctx: LowerContext) -> None:
+        ins, outs = self.inputs, self.outputs
+        d = BackendDescriptor("OPERATION_SDPA_FWD", qdesc=ctx.tensor(ins["q"]), kdesc=ctx.tensor(ins["k"]),
+                              vdesc=ctx.tensor(ins["v"]), odesc=ctx.tensor(outs["o"]),
+                              scaledesc=ctx.tensor(ins["scale"]))
+        if "stats" in outs:
+            d.set("statsdesc", ctx.tensor(outs["stats"]))
+        for role, attr in (("seq_len_q", "seq_len_qdesc"), ("seq_len_kv", "seq_len_kvdesc"),
+                           ("page_table_k", "page_table_kdesc"), ("page_table_v", "page_table_vdesc")):
+            if role in ins:
+                d.set(attr, ctx.tensor(ins[role]))
+        ctx.add(d.finalize())
+
+    def _lower_composite(self, ctx: LowerContext) -> None:
+        ins, outs, p = self.inputs, self.outputs, self.params
+        q, o = ins["q"], outs["o"]
+        b, hq, sq, _ = q.shape
+        skv = p["s_kv"]
+        kt, kt_view = _k_transposed(ctx, ins, p)
+        s_raw = ctx.virtual((b, hq, sq, skv), _F)
+        _matmul(ctx, q, kt, s_raw, b_view=kt_view, m=ins.get("seq_len_q"), n=ins.get("seq_len_kv"))
+        s = _band_masks(ctx, _scores(ctx, ins, p, q, s_raw), ins, p)
+        # softmax, with the statistics max + log(sum(exp(s - max)))
+        mx = _reduce(ctx, s, "max", shape=(b, hq, sq, 1))
+        e = _pw(ctx, "exp", _pw(ctx, "sub", s, mx))
+        z = _reduce(ctx, e, "add", shape=(b, hq, sq, 1))
+        if "stats" in outs:
+            _pw(ctx, "add", mx, _pw(ctx, "log", z), out=outs["stats"])
+        dropout = p["dropout"] > 0
+        prob = _pw(ctx, "div", e, z, dtype=_F if dropout else q.dtype)
+        if dropout:
+            mask = outs.get("rng_dump") or ctx.virtual((b, hq, sq, skv), _F)
+            _rng(ctx, ins["seed"], ins["offset"], mask, 1.0 - p["dropout"])
+            prob = _pw(ctx, "mul", _pw(ctx, "mul", prob, mask), ins["dropout_scale"], dtype=q.dtype)
+        _matmul(ctx, prob, _v_loaded(ctx, ins, p), o, m=ins.get("seq_len_q"), k=ins.get("seq_len_kv"))
+
+
+class SdpaBackward(Op):
+    """dQ, dK, dV (and dBias) of :class:`SdpaForward` from dO, O and the forward's statistics.
+
+    The composite form needs two float32 scratch tensors, ``softmax_sum`` (B, Hq, Sq, 1) and ``dq_accum``
+    (B, Hq, Sq, D) (no dq_accum with dBias): real graph tensors (see :func:`sdpa_scratch`) whose contents on entry
+    do not matter."""
+
+    kind = "sdpa_bwd"
+
+    def lower(self, ctx: LowerContext) -> None:
+        if self.params["implementation"] == "unified":
+            self._lower_unified(ctx)
+        else:
+            self._lower_composite(ctx)
+
+    def _lower_unified(self, ctx: LowerContext) -> None:
+        ins, outs = self.inputs, self.outputs
+        d = BackendDescriptor("OPERATION_SDPA_BWD", qdesc=ctx.tensor(ins["q"]), kdesc=ctx.tensor(ins["k"]),
+                              vdesc=ctx.tensor(ins["v"]), odesc=ctx.tensor(ins["o"]),
+                              doddesc=ctx.tensor(ins["do"]), statsdesc=ctx.tensor(ins["stats"]),
+                              scaledesc=ctx.tensor(ins["scale"]), dqdesc=ctx.tensor(outs["dq"]),
+                              dkdesc=ctx.tensor(outs["dk"]), dvdesc=ctx.tensor(outs["dv"]))
+        for role, attr in (("seq_len_q", "seq_len_qdesc"), ("seq_len_kv", "seq_len_kvdesc")):
+            if role in ins:
+                d.set(attr, ctx.tensor(ins[role]))
+        ctx.add(d.finalize())
+
+    def _lower_composite(self, ctx: LowerContext) -> None:
+        ins, outs, p = self.inputs, self.outputs, self.params
+        q, k, v, o, do, stats = (ins[r] for r in ("q", "k", "v", "o", "do", "stats"))
+        b, hq, sq, d = q.shape
+        hk, skv, hv, dv = k.shape[1], k.shape[2], v.shape[1], v.shape[3]
+        slq, slkv = ins.get("seq_len_q"), ins.get("seq_len_kv")
+        io = q.dtype
+        dropout = p["dropout"] > 0
+        # softmax_sum = rowsum(dO * O) (times the keep probability under dropout)
+        t = _reduce(ctx, _pw(ctx, "mul", do, o, out=ctx.virtual((b, hq, sq, dv), _F)), "add", shape=(b, hq, sq, 1))
+        _pw(ctx, "mul", t, ins["dropout_scale_inv"] if dropout else ins["one"], out=outs["softmax_sum"])
+        # P = exp(mask(scores) - stats)
+        s_raw = ctx.virtual((b, hq, sq, skv), _F)
+        kt_view = (_swap_last(k.shape), _swap_last(k.strides))
+        _matmul(ctx, q, k, s_raw, b_view=kt_view, m=slq, n=slkv)
+        s = _pw(ctx, "sub", _scores(ctx, ins, p, q, s_raw), stats)
+        e = _pw(ctx, "exp", _band_masks(ctx, s, ins, p))
+        pd = e
+        mask = None
+        if dropout:
+            mask = ctx.virtual((b, hq, sq, skv), _F)
+            _rng(ctx, ins["seed"], ins["offset"], mask, 1.0 - p["dropout"])
+            pd = _pw(ctx, "mul", _pw(ctx, "mul", e, mask), ins["dropout_scale"])
+        # dV = P^T dO (summed over the query heads of each K/V head)
+        pt = ctx.virtual((b, hq, skv, sq), io, strides=(hq * sq * skv, sq * skv, 1, skv))
+        _reshape(ctx, ctx.tensor(pd), pt)
+        self._grad(ctx, pt, do, outs["dv"], hq, hv, (b, hq, skv, dv), slkv, slq)
+        # dS = P * (dP - softmax_sum) (dropout-masked), times the scale
+        dp = ctx.virtual((b, hq, sq, skv), _F)
+        _matmul(ctx, do, v, dp, b_view=(_swap_last(v.shape), _swap_last(v.strides)), m=slq, n=slkv)
+        if dropout:
+            dp = _pw(ctx, "mul", dp, mask)
+        x = _pw(ctx, "mul", _pw(ctx, "sub", dp, outs["softmax_sum"]), e)
+        if dropout:
+            x = _pw(ctx, "mul", x, ins["dropout_scale"])
+        if "dbias" in outs:
+            _reduce(ctx, x, "add", out=outs["dbias"])
+        ds = _pw(ctx, "mul", x, ins["scale"])
+        # dK = dS^T Q
+        dst = ctx.virtual((b, hq, skv, sq), io, strides=(hq * sq * skv, sq * skv, 1, skv))
+        _reshape(ctx, ctx.tensor(ds), dst)
+        self._grad(ctx, dst, q, outs["dk"], hq, hk, (b, hq, skv, d), slkv, slq)
+        # dQ = dS K (K read back through its transposed view), accumulated in float32 when dq_accum is given
+        kk = ctx.virtual(k.shape, k.dtype, strides=k.strides)
+        _reshape(ctx, ctx.view(k, *kt_view), kk)
+        if "dq_accum" in outs:
+            _matmul(ctx, ds, kk, outs["dq_accum"], m=slq, k=slkv)
+            _pw(ctx, "identity", outs["dq_accum"], out=outs["dq"])
+        else:
+            _matmul(ctx, ds, kk, outs["dq"], m=slq, k=slkv)
+
+    @staticmethod
+    def _grad(ctx, a, b, out, hq, h_out, full_shape, m, k) -> None:
+        """out = a @ b, or for fewer heads than Q: a full-head product reduced over each head group."""
+        if hq == h_out:
+            _matmul(ctx, a, b, out, m=m, k=k)
+            return
+        full = ctx.virtual(full_shape, out.dtype)
+        _matmul(ctx, a, b, full, m=m, k=k)
+        _reduce(ctx, full, "add", out=out)
+
+
+def sdpa_scratch(graph) -> list:
+    """The float32 scratch tensors the graph's composite attention backward operations need bound at execute
+    (``<name>.softmax_sum``, ``<name>.dq_accum``): allocate each with its ``shape`` (any contents)."""
+    return [t for op in graph.ops if isinstance(op, SdpaBackward)
+            for r, t in op.outputs.items() if r in ("softmax_sum", "dq_accum")]
+
+
+# -- the builder methods -------------------------------------------------------------------------------------------
+class SdpaBuilders:
+    """The :class:`~cudnn_py.graph.Graph` methods that add attention."""
+
+    def _sdpa_common(self, what, q, k, v, *, scale, causal, diagonal_alignment, left_bound, right_bound, bias,
+                     seq_len_q, seq_len_kv, alibi_slopes, dropout, seed, offset, implementation, paged=None,
+                     backward=False):
+        """Check the tensors and options shared by forward and backward; returns (inputs, params)."""
+        q, k, v = self._own(q, "q"), self._own(k, "k"), self._own(v, "v")
+        for t, n in ((q, "q"), (k, "k"), (v, "v")):
+            if t.ndim != 4:
+                raise ValueError(f"{what}: {n} must be 4-D (B, H, S, D) in logical order (strides give the layout), "
+                                 f"got shape {t.shape}")
+            if t.dtype in _FP8:
+                raise GraphNotSupportedError(self.name, [what], [], [(
+                    "FP8 attention", "not implemented in cudnn-py (float16 and bfloat16 only)")])
+            if t.dtype not in _IO_DTYPES:
+                raise TypeError(f"{what}: {n} has dtype {t.dtype.name}; attention takes float16 or bfloat16")
+            if t.strides[3] != 1:
+                raise ValueError(f"{what}: {n}'s head dim must be packed (stride 1), got strides {t.strides}")
+        self._same_dtype(what, q, k, v)
+        bq, hq, sq, d = q.shape
+        if paged is None:
+            bk, hk, skv, dk = k.shape
+            bv, hv, skv_v, dv = v.shape
+            if bk != bq or bv != bq:
+                raise ValueError(f"{what}: batch sizes differ: q {bq}, k {bk}, v {bv}")
+            if skv != skv_v:
+                raise ValueError(f"{what}: k has {skv} keys and v {skv_v} values; they must match")
+        else:
+            hk, dk, hv, dv = k.shape[1], k.shape[3], v.shape[1], v.shape[3]
+            skv = paged
+        if dk != d:
+            raise ValueError(f"{what}: q's head dim is {d} and k's {dk}; they must match")
+        for h, n in ((hk, "k"), (hv, "v")):
+            if hq % h:
+                raise ValueError(f"{what}: {n} has {h} heads, which does not divide q's {hq} (grouped-query "
+                                 f"attention needs Hq % Hk == 0)")
+        for dim, n in ((d, "q/k"), (dv, "v")):
+            if dim % 8 or dim > 256:
+                raise ValueError(f"{what}: the {n} head dim must be a multiple of 8 and at most 256, got {dim}")
+
+        ins = {"q": q, "k": k, "v": v}
+        scale = 1.0 / math.sqrt(d) if scale is None else self._float(scale, "scale")
+        ins["scale"] = self.scalar(scale, "float32")
+        if implementation not in IMPLEMENTATIONS:
+            raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}")
+        if diagonal_alignment not in ALIGNMENTS:
+            raise ValueError(f"diagonal_alignment must be one of {ALIGNMENTS}, got {diagonal_alignment!r}")
+        if causal:
+            if right_bound not in (None, 0):
+                raise ValueError(f"causal=True means right_bound=0; got right_bound={right_bound}")
+            right_bound = 0
+        for val, n, lo in ((left_bound, "left_bound", 1), (right_bound, "right_bound", 0)):
+            if val is not None and (isinstance(val, bool) or not isinstance(val, int) or val < lo):
+                raise ValueError(f"{what}: {n} must be an int >= {lo} (or None), got {val!r}")
+        br = diagonal_alignment == "bottom_right"
+        if br and left_bound is None and right_bound is None:
+            raise ValueError("diagonal_alignment='bottom_right' needs causal=True, right_bound or left_bound")
+        if (seq_len_q is None) != (seq_len_kv is None):
+            raise ValueError(f"{what}: a padding mask needs both seq_len_q and seq_len_kv")
+        padded = seq_len_q is not None
+        if padded:
+            for t, n in ((seq_len_q, "seq_len_q"), (seq_len_kv, "seq_len_kv")):
+                t = self._own(t, n)
+                if t.is_virtual or t.is_by_value:
+                    raise ValueError(f"{what}: {n} must be a device tensor (B, 1, 1, 1) of int32")
+                if t.shape != (bq, 1, 1, 1) or t.dtype != _I32:
+                    raise ValueError(f"{what}: {n} must be (B, 1, 1, 1) = {(bq, 1, 1, 1)} int32, got {t.shape} "
+                                     f"{t.dtype.name}")
+                ins[n] = t
+        elif br and sq > skv:
+            raise ValueError(f"{what}: bottom-right alignment needs S_q <= S_kv without a padding mask "
+                             f"(got {sq} > {skv})")
+        if bias is not None:
+            bias = self._own(bias, "bias")
+            full = (bq, hq, sq, skv)
+            if bias.ndim != 4 or any(x not in (1, f) for x, f in zip(bias.shape, full)) or bias.shape[2:] != full[2:]:
+                raise ValueError(f"{what}: bias must be (B or 1, Hq or 1, S_q, S_kv) = {full}, got {bias.shape}")
+            if bias.dtype == _BOOL:
+                raise TypeError(f"{what}: bias must be a float tensor (a boolean mask is not a bias)")
+            ins["bias"] = bias
+        if alibi_slopes is not None:
+            a = self._own(alibi_slopes, "alibi_slopes")
+            if a.shape != (1, hq, 1, 1) or a.dtype != _F:
+                raise ValueError(f"{what}: alibi_slopes must be (1, Hq, 1, 1) float32, got {a.shape} {a.dtype.name}")
+            if right_bound != 0:
+                raise ValueError(f"{what}: ALiBi needs causal=True (right_bound=0), as in cuDNN")
+            ins["alibi_slopes"] = a
+        dropout = self._float(dropout, "dropout")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"{what}: dropout must be in [0, 1), got {dropout}")
+        if dropout > 0:
+            if seed is None or offset is None:
+                raise ValueError(f"{what}: dropout needs seed= and offset= (int64 device tensors of shape "
+                                 f"(1, 1, 1, 1); the Philox seed and offset)")
+            for t, n in ((seed, "seed"), (offset, "offset")):
+                t = self._own(t, n)
+                if t.shape != (1, 1, 1, 1) or t.dtype != _I64 or t.is_virtual or t.is_by_value:
+                    raise ValueError(f"{what}: {n} must be a (1, 1, 1, 1) int64 device tensor, got {t.shape} "
+                                     f"{t.dtype.name}")
+                ins[n] = t
+            ins["dropout_scale"] = self.scalar(1.0 / (1.0 - dropout), "float32")
+        elif seed is not None or offset is not None:
+            raise ValueError(f"{what}: seed/offset given but dropout is 0")
+        if br and (bias is not None or alibi_slopes is not None or dropout > 0):
+            raise ValueError(f"{what}: bottom-right alignment does not combine with bias, ALiBi or dropout in "
+                             f"cuDNN's attention engines")
+        if padded or left_bound is not None or right_bound is not None:
+            ins["neg_inf"] = self.scalar(-math.inf, "float32")
+        if br and not padded:
+            ins["s_q"] = self.scalar(sq, "int32")
+            ins["s_kv"] = self.scalar(skv, "int32")
+        if right_bound:
+            ins["right_bound"] = self.scalar(right_bound, "int32")
+        if left_bound is not None:
+            if not br:
+                ins["left_bound"] = self.scalar(float(left_bound), "float32")
+            elif not padded:
+                ins["left_bound"] = self.scalar(float(left_bound - skv + sq), "float32")
+            else:
+                ins["left_bound"] = self.scalar(left_bound, "int32")
+        params = {"alignment": diagonal_alignment, "left_bound": left_bound, "right_bound": right_bound,
+                  "dropout": dropout, "s_kv": skv, "batch": bq}
+        features = {"seq_len": padded, "paged": paged is not None, "bias": bias is not None,
+                    "alibi": alibi_slopes is not None, "dropout": dropout > 0,
+                    "causal/sliding window": left_bound is not None or right_bound is not None}
+        params["implementation"] = self._sdpa_implementation(what, implementation, features, backward)
+        return ins, params
+
+    def _sdpa_implementation(self, what, implementation, features, backward) -> str:
+        """'composite' or 'unified' for ``implementation`` and the features asked for; refuses what the unified
+        descriptor of the loaded cuDNN cannot express."""
+        if implementation == "composite":
+            return "composite"
+        table = _UNIFIED_BWD if backward else _UNIFIED_FWD
+        desc = "OPERATION_SDPA_BWD" if backward else "OPERATION_SDPA_FWD"
+        ver = _version()
+        first = (9, 17) if backward else (9, 13)
+        why = None
+        if ver[:2] < first:
+            why = ("unified attention", f"{desc} needs cuDNN >= {_vstr(first)}; loaded {_vstr(ver)}")
+        for f, on in features.items():
+            if on and why is None:
+                if f not in table:
+                    why = (f, f"{desc} in cudnn-py takes no {f} (use implementation='composite')")
+                elif ver[:2] < table[f]:
+                    why = (f, f"{desc} takes {f} from cuDNN {_vstr(table[f])}; loaded {_vstr(ver)}")
+        if implementation == "unified":
+            if why:
+                raise GraphNotSupportedError(self.name, [what], [], [why])
+            return "unified"
+        return _auto_implementation(backward, why is None)
+
+    def sdpa(self, q, k, v, *, scale: float | None = None, causal: bool = False,
+             diagonal_alignment: str = "top_left", left_bound: int | None = None, right_bound: int | None = None,
+             bias=None, seq_len_q=None, seq_len_kv=None, alibi_slopes=None, dropout: float = 0.0, seed=None,
+             offset=None, rng_dump: bool = False, page_table_k=None, page_table_v=None,
+             max_seq_len_kv: int | None = None, generate_stats: bool = True, implementation: str = "auto",
+             name: str | None = None):
+        """Scaled dot-product attention forward. Returns ``(o, stats)`` (``stats`` None without
+        ``generate_stats``), plus the dropout mask when ``rng_dump`` (all virtual until ``set_output(True)``).
+
+        :param q, k, v: (B, Hq, Sq, D), (B, Hk, Skv, D), (B, Hv, Skv, Dv) float16/bfloat16 tensors, head dim
+            packed; Hq a multiple of Hk and Hv (grouped-query / multi-query attention). With a paged KV cache, k
+            and v are the page containers (blocks, H, block_size, D).
+        :param scale: multiplies Q K^T (default 1/sqrt(D)).
+        :param causal: mask keys after the query (``right_bound=0``).
+        :param diagonal_alignment: 'top_left' (query i sees keys <= i) or 'bottom_right' (the diagonal ends at
+            the last key: query i sees keys <= i + Skv - Sq).
+        :param left_bound: sliding window: query i sees keys > i - left_bound (relative to the aligned diagonal).
+        :param right_bound: query i sees keys <= i + right_bound (relative to the aligned diagonal).
+        :param bias: additive (B or 1, Hq or 1, Sq, Skv) tensor.
+        :param seq_len_q, seq_len_kv: (B, 1, 1, 1) int32 device tensors: padding mask with per-batch lengths
+            (output rows at or beyond seq_len_q are not written).
+        :param alibi_slopes: (1, Hq, 1, 1) float32 tensor of per-head ALiBi slopes (needs causal).
+        :param dropout: drop probability of the attention weights (Philox; needs ``seed``/``offset``, (1, 1, 1,
+            1) int64 device tensors; the same seed and offset give the same mask).
+        :param rng_dump: also return the dropout keep-mask (B, Hq, Sq, Skv) as a float32 tensor (for testing).
+        :param page_table_k, page_table_v: (B, 1, pages, 1) int32 page tables of a paged KV cache (needs the
+            padding mask and ``max_seq_len_kv``).
+        :param generate_stats: also produce the (B, Hq, Sq, 1) float32 statistics the backward needs.
+        :param implementation: 'auto', 'composite' or 'unified' (see module doc).
+        """
+        what = name or "sdpa"
+        paged = None
+        if (page_table_k is None) != (page_table_v is None):
+            raise ValueError(f"{what}: a paged KV cache needs both page_table_k and page_table_v")
+        if page_table_k is not None:
+            if seq_len_q is None:
+                raise ValueError(f"{what}: a paged KV cache needs seq_len_q and seq_len_kv (the padding mask)")
+            if max_seq_len_kv is None or isinstance(max_seq_len_kv, bool) or not isinstance(max_seq_len_kv, int) \
+                    or max_seq_len_kv < 1:
+                raise ValueError(f"{what}: a paged KV cache needs max_seq_len_kv= (an int >= 1)")
+            paged = max_seq_len_kv
+        elif max_seq_len_kv is not None:
+            raise ValueError(f"{what}: max_seq_len_kv is only for a paged KV cache")
+        ins, params = self._sdpa_common(
+            what, q, k, v, scale=scale, causal=causal, diagonal_alignment=diagonal_alignment, left_bound=left_bound,
+            right_bound=right_bound, bias=bias, seq_len_q=seq_len_q, seq_len_kv=seq_len_kv,
+            alibi_slopes=alibi_slopes, dropout=dropout, seed=seed, offset=offset, implementation=implementation,
+            paged=paged)
+        q, k, v = ins["q"], ins["k"], ins["v"]
+        b, hq, sq, _ = q.shape
+        if paged is not None:
+            for t, n, c in ((page_table_k, "page_table_k", k), (page_table_v, "page_table_v", v)):
+                t = self._own(t, n)
+                pages = -(-paged // c.shape[2])
+                if t.shape != (b, 1, pages, 1) or t.dtype != _I32:
+                    raise ValueError(f"{what}: {n} must be (B, 1, ceil(max_seq_len_kv / block_size), 1) = "
+                                     f"{(b, 1, pages, 1)} int32, got {t.shape} {t.dtype.name}")
+                ins[n] = t
+        if rng_dump and params["dropout"] == 0:
+            raise ValueError(f"{what}: rng_dump needs dropout > 0")
+        if rng_dump and params["implementation"] == "unified":
+            raise GraphNotSupportedError(self.name, [what], [], [("rng_dump", "only the composite form has it")])
+        o_shape = (b, hq, sq, v.shape[3])
+        o = self._virtual(o_shape, strides=_strides_like(o_shape, q.strides), name=name and f"{name}.o")
+        o.set_dtype(q.dtype)
+        outs = {"o": o}
+        if generate_stats:
+            outs["stats"] = self._virtual((b, hq, sq, 1), name=name and f"{name}.stats").set_dtype("float32")
+        if rng_dump:
+            outs["rng_dump"] = self._virtual((b, hq, sq, params["s_kv"]),
+                                             name=name and f"{name}.dropout_mask").set_dtype("float32")
+        self._add_op(SdpaForward(ins, outs, params, name))
+        res = (o, outs.get("stats"))
+        return res + (outs["rng_dump"],) if rng_dump else res
+
+    def sdpa_backward(self, q, k, v, o, do, stats, *, scale: float | None = None, causal: bool = False,
+                      diagonal_alignment: str = "top_left", left_bound: int | None = None,
+                      right_bound: int | None = None, bias=None, dbias: bool = False, seq_len_q=None,
+                      seq_len_kv=None, alibi_slopes=None, dropout: float = 0.0, seed=None, offset=None,
+                      implementation: str = "auto", name: str | None = None):
+        """Attention backward: returns ``(dq, dk, dv)``, plus ``dbias`` (the bias's shape) when ``dbias``; all
+        virtual until ``set_output(True)``, each with the layout of its input.
+
+        Takes the forward's tensors and options (the same ``scale``, masks, bias, ``dropout`` with the same
+        ``seed``/``offset``), its output ``o``, the output gradient ``do`` (o's shape) and its ``stats``
+        (B, Hq, Sq, 1) float32. The composite form adds float32 scratch tensors to the graph that must be bound
+        at execute: :func:`sdpa_scratch` lists them."""
+        what = name or f"sdpa_bwd{len(self.ops)}"
+        ins, params = self._sdpa_common(
+            what, q, k, v, scale=scale, causal=causal, diagonal_alignment=diagonal_alignment, left_bound=left_bound,
+            right_bound=right_bound, bias=bias, seq_len_q=seq_len_q, seq_len_kv=seq_len_kv,
+            alibi_slopes=alibi_slopes, dropout=dropout, seed=seed, offset=offset, implementation=implementation,
+            backward=True)
+        q, k, v = ins["q"], ins["k"], ins["v"]
+        b, hq, sq, d = q.shape
+        o_shape = (b, hq, sq, v.shape[3])
+        for t, n in ((o, "o"), (do, "do")):
+            t = self._own(t, n)
+            if t.shape != o_shape or t.dtype != q.dtype or t.strides[3] != 1:
+                raise ValueError(f"{what}: {n} must be {o_shape} {q.dtype.name} with its head dim packed, got "
+                                 f"{t.shape} {t.dtype.name} strides {t.strides}")
+            ins[n] = t
+        stats = self._own(stats, "stats")
+        if stats.shape != (b, hq, sq, 1) or stats.dtype != _F:
+            raise ValueError(f"{what}: stats must be (B, Hq, Sq, 1) = {(b, hq, sq, 1)} float32 (the forward's), got "
+                             f"{stats.shape} {stats.dtype.name}")
+        ins["stats"] = stats
+        if dbias and bias is None:
+            raise ValueError(f"{what}: dbias needs the forward's bias")
+        unified = params["implementation"] == "unified"
+        if dbias and unified:
+            raise GraphNotSupportedError(self.name, [what], [], [("dbias", "OPERATION_SDPA_BWD takes dBias from "
+                                                                  f"cuDNN 9.28; loaded {_vstr(_version())}")])
+        if params["dropout"] > 0:
+            ins["dropout_scale_inv"] = self.scalar(1.0 - params["dropout"], "float32")
+        elif not unified:
+            ins["one"] = self.scalar(1.0, "float32")
+        outs = {}
+        for n, t in (("dq", q), ("dk", k), ("dv", v)):
+            g = self._virtual(t.shape, strides=_strides_like(t.shape, t.strides), name=name and f"{name}.{n}")
+            outs[n] = g.set_dtype(q.dtype)
+        if dbias:
+            outs["dbias"] = self._virtual(ins["bias"].shape, name=name and f"{name}.dbias").set_dtype(
+                ins["bias"].dtype)
+        if not unified:
+            outs["softmax_sum"] = self.tensor((b, hq, sq, 1), "float32", name=f"{what}.softmax_sum")
+            if not dbias:
+                outs["dq_accum"] = self.tensor((b, hq, sq, d), "float32", name=f"{what}.dq_accum")
+        self._add_op(SdpaBackward(ins, outs, params, name or what))
+        res = (outs["dq"], outs["dk"], outs["dv"])
+        return res + (outs["dbias"],) if dbias else res
+
+
+def _auto_implementation(backward: bool, unified_can: bool) -> str:
+    """What implementation='auto' picks: the composite form, which has engines for every option on 9.19 and
+    runs at least as fast (see docs/attention.md)."""
+    return "composite"

@@ -1,0 +1,288 @@
+"""Attention without a GPU: the float64 reference against finite differences and hand-made masks, the graph
+operations' lowering (every option through real backend descriptors, with only finalize faked: no driver here),
+the operation pattern the fused engines recognise, and every bad input refused before cuDNN is called."""
+import numpy as np
+import pytest
+
+import cudnn_py.graph as G
+from cudnn_py.graph import BackendDescriptor, Graph
+from cudnn_py.graph.ops import sdpa as gsdpa
+from cudnn_py.graph.ops.pointwise import Pointwise
+from cudnn_py.ops import sdpa as S
+from helpers import NoCallHandle, fake, numeric_gradient
+from reference import sdpa as R
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+# -- the reference -------------------------------------------------------------------------------------------------
+def test_reference_masks_by_hand():
+    causal = R.keep_mask(1, 1, 3, 5, causal=True)[0, 0]
+    assert causal.tolist() == [[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [1, 1, 1, 0, 0]]
+    br = R.keep_mask(1, 1, 3, 5, causal=True, alignment="bottom_right")[0, 0]
+    assert br.tolist() == [[1, 1, 1, 0, 0], [1, 1, 1, 1, 0], [1, 1, 1, 1, 1]]
+    window = R.keep_mask(1, 1, 4, 4, left_bound=2, right_bound=1)[0, 0]
+    assert window.tolist() == [[1, 1, 0, 0], [1, 1, 1, 0], [0, 1, 1, 1], [0, 0, 1, 1]]
+    pad = R.keep_mask(2, 1, 3, 3, seq_len_q=[3, 1], seq_len_kv=[2, 3])
+    assert pad[0, 0].tolist() == [[1, 1, 0]] * 3 and pad[1, 0].tolist() == [[1, 1, 1], [0, 0, 0], [0, 0, 0]]
+
+
+def test_reference_alibi_slopes():
+    np.testing.assert_allclose(R.alibi_slopes(8), 2.0 ** -np.arange(1, 9))
+    np.testing.assert_allclose(R.alibi_slopes(12)[8:], 2.0 ** (-8.0 * np.array([0.5, 1.5, 2.5, 3.5]) / 8))
+    np.testing.assert_allclose(S.alibi_slopes(12), R.alibi_slopes(12), rtol=1e-7)
+
+
+def test_reference_softmax_and_stats(rng):
+    q, k, v = rng.standard_normal((1, 2, 3, 8)), rng.standard_normal((1, 2, 4, 8)), rng.standard_normal((1, 2, 4, 8))
+    o, st = R.forward(q, k, v, scale=0.5)
+    s = np.einsum("bhqd,bhkd->bhqk", q, k) * 0.5
+    p = np.exp(s) / np.exp(s).sum(-1, keepdims=True)
+    np.testing.assert_allclose(o, p @ v)
+    np.testing.assert_allclose(st[..., 0], np.log(np.exp(s).sum(-1)))
+
+
+@pytest.mark.parametrize("opts", [
+    dict(),
+    dict(causal=True, alibi=True),
+    dict(left_bound=2, right_bound=1, bias=True),
+    dict(causal=True, alignment="bottom_right"),
+    dict(seq_len_q=[3, 2], seq_len_kv=[4, 2]),
+    dict(dropout=0.4),
+])
+def test_reference_backward_matches_finite_differences(rng, opts):
+    b, hq, hk, sq, skv, d = 2, 4, 2, 3, 4, 8
+    q, k, v = rng.standard_normal((b, hq, sq, d)), rng.standard_normal((b, hk, skv, d)), rng.standard_normal(
+        (b, hk, skv, d))
+    do = rng.standard_normal((b, hq, sq, d))
+    kw = dict(opts)
+    if kw.pop("alibi", False):
+        kw["alibi"] = R.alibi_slopes(hq)
+    if kw.pop("bias", False):
+        kw["bias"] = rng.standard_normal((1, hq, sq, skv))
+    if "dropout" in kw:
+        kw["dropout_mask"] = (rng.random((b, hq, sq, skv)) > kw["dropout"]).astype(float)
+    if "seq_len_q" in kw:
+        do = do * R.valid_rows(b, sq, kw["seq_len_q"])
+
+    def loss():
+        return float(np.nansum(R.forward(q, k, v, **kw)[0] * do))
+
+    dq, dk, dv, ds = R.backward(q, k, v, do, **kw)
+    for grad, arr in ((dq, q), (dk, k), (dv, v)):
+        np.testing.assert_allclose(grad, numeric_gradient(loss, arr), atol=1e-6)
+    if "bias" in kw:
+        np.testing.assert_allclose(R.reduce_to(ds, kw["bias"].shape), numeric_gradient(loss, kw["bias"]),
+                                   atol=1e-6)
+
+
+# -- lowering on the CPU ----------------------------------------------------------------------------------------
+@pytest.fixture
+def faked(monkeypatch):
+    """finalize faked (it needs the engines library, i.e. a driver); every attribute is still set in cuDNN.
+    Records each operation descriptor's type and each pointwise mode in order."""
+    monkeypatch.setattr(BackendDescriptor, "finalize", lambda self: (setattr(self, "finalized", True), self)[1])
+    real_set = BackendDescriptor.set
+    monkeypatch.setattr(BackendDescriptor, "set", lambda self, attr, value, attr_type=None: self if attr in (
+        "handle", "ops") else real_set(self, attr, value, attr_type))
+    modes = []
+    real_lower = Pointwise.lower
+    monkeypatch.setattr(Pointwise, "lower", lambda self, ctx: (modes.append(self.params["mode"].name[16:]),
+                                                               real_lower(self, ctx))[1])
+
+    def lower(g):
+        modes.clear()
+        g.lower()
+        ctx = g._lowered[2]
+        return [d.short_type[len("OPERATION_"):] for d in ctx.operations], list(modes)
+    return lower
+
+
+def _qkv(g, b=2, hq=4, hk=2, sq=64, skv=80, d=64, dtype=BF16):
+    return (g.tensor((b, hq, sq, d), dtype, name="q"), g.tensor((b, hk, skv, d), dtype, name="k"),
+            g.tensor((b, hk, skv, d), dtype, name="v"))
+
+
+def test_forward_lowers_to_the_attention_pattern(faked):
+    g = Graph(io_dtype=BF16)
+    o, st = g.sdpa(*_qkv(g))
+    o.set_output(True), st.set_output(True)
+    ops, modes = faked(g)
+    assert ops == ["MATMUL", "POINTWISE", "REDUCTION", "POINTWISE", "POINTWISE", "REDUCTION", "POINTWISE",
+                   "POINTWISE", "POINTWISE", "MATMUL"]
+    assert modes == ["MUL", "SUB", "EXP", "LOG", "ADD", "DIV"]
+
+
+def test_forward_options_lower(faked):
+    g = Graph(io_dtype=BF16)
+    q, k, v = _qkv(g, hq=4, hk=4, sq=64, skv=64)
+    i32 = lambda n: g.tensor((2, 1, 1, 1), "int32", name=n)  # noqa: E731
+    i64 = lambda n: g.tensor((1, 1, 1, 1), "int64", name=n)  # noqa: E731
+    o, st, mask = g.sdpa(q, k, v, scale=0.3, causal=True, left_bound=8, bias=g.tensor((1, 4, 64, 64), name="b"),
+                         alibi_slopes=g.tensor((1, 4, 1, 1), "float32", name="al"), seq_len_q=i32("sq"),
+                         seq_len_kv=i32("skv"), dropout=0.1, seed=i64("seed"), offset=i64("off"), rng_dump=True)
+    for t in (o, st, mask):
+        t.set_output(True)
+    ops, modes = faked(g)
+    assert ops.count("MATMUL") == 2 and ops.count("RNG") == 1
+    assert modes[:3] == ["MUL", "ADD", "GEN_INDEX"]  # scale, bias, then ALiBi
+    assert modes.count("BINARY_SELECT") == 3  # padding, right bound, left bound
+    assert modes[-2:] == ["MUL", "MUL"]  # dropout mask, dropout scale
+
+
+def test_bottom_right_and_paged_lower(faked):
+    g = Graph(io_dtype=BF16)
+    q, k, v = _qkv(g, hq=4, hk=4, sq=32, skv=80)
+    o, _ = g.sdpa(q, k, v, causal=True, left_bound=4, diagonal_alignment="bottom_right", generate_stats=False)
+    o.set_output(True)
+    ops, modes = faked(g)
+    assert modes.count("GEN_INDEX") == 4 and modes.count("CMP_GE") == 1 and modes.count("CMP_GT") == 1
+    g2 = Graph(io_dtype=BF16)
+    q2 = g2.tensor((2, 4, 1, 64), name="q")
+    kc, vc = g2.tensor((8, 4, 16, 64), name="kc"), g2.tensor((8, 4, 16, 64), name="vc")
+    pt = [g2.tensor((2, 1, 4, 1), "int32", name=n) for n in ("ptk", "ptv")]
+    sl = [g2.tensor((2, 1, 1, 1), "int32", name=n) for n in ("sq", "skv")]
+    o2, _ = g2.sdpa(q2, kc, vc, seq_len_q=sl[0], seq_len_kv=sl[1], page_table_k=pt[0], page_table_v=pt[1],
+                    max_seq_len_kv=64, generate_stats=False)
+    o2.set_output(True)
+    ops, _ = faked(g2)
+    assert ops[:2] == ["PAGED_CACHE_LOAD", "MATMUL"] and ops.count("PAGED_CACHE_LOAD") == 2
+
+
+def test_backward_lowers_with_scratch_and_gqa_reductions(faked):
+    g = Graph(io_dtype=BF16)
+    q, k, v = _qkv(g)
+    o, do = g.tensor((2, 4, 64, 64), name="o"), g.tensor((2, 4, 64, 64), name="do")
+    st = g.tensor((2, 4, 64, 1), "float32", name="st")
+    dq, dk, dv = g.sdpa_backward(q, k, v, o, do, st, causal=True, name="bwd")
+    for t in (dq, dk, dv):
+        t.set_output(True)
+    assert [t.name for t in gsdpa.sdpa_scratch(g)] == ["bwd.softmax_sum", "bwd.dq_accum"]
+    assert dk.shape == k.shape and dq.strides == q.strides
+    ops, modes = faked(g)
+    assert ops.count("RESHAPE") == 3 and ops.count("MATMUL") == 5
+    assert ops.count("REDUCTION") == 3  # rowsum(dO * O), and the dK and dV head-group reductions
+    assert modes[-1] == "IDENTITY"  # dQ from the float32 accumulator
+
+
+def test_backward_dbias_dropout_lower(faked):
+    g = Graph(io_dtype="float16")
+    q, k, v = _qkv(g, hk=4, dtype="float16")
+    o, do = g.tensor((2, 4, 64, 64), name="o"), g.tensor((2, 4, 64, 64), name="do")
+    st = g.tensor((2, 4, 64, 1), "float32", name="st")
+    seeds = [g.tensor((1, 1, 1, 1), "int64", name=n) for n in ("seed", "off")]
+    grads = g.sdpa_backward(q, k, v, o, do, st, bias=g.tensor((1, 4, 64, 80), name="b"), dbias=True,
+                            dropout=0.2, seed=seeds[0], offset=seeds[1])
+    for t in grads:
+        t.set_output(True)
+    assert grads[3].shape == (1, 4, 64, 80)
+    assert [t.name.split(".")[-1] for t in gsdpa.sdpa_scratch(g)] == ["softmax_sum"]  # dQ written directly
+    ops, _ = faked(g)
+    assert ops.count("RNG") == 1 and ops.count("REDUCTION") == 2
+
+
+def test_unified_lowering(faked, monkeypatch):
+    monkeypatch.setattr(gsdpa, "_version", lambda: (9, 19, 0))
+    g = Graph(io_dtype=BF16)
+    q, k, v = _qkv(g)
+    o, st = g.sdpa(q, k, v, implementation="unified")
+    o.set_output(True), st.set_output(True)
+    assert faked(g)[0] == ["SDPA_FWD"]
+    g2 = Graph(io_dtype=BF16)
+    q, k, v = _qkv(g2)
+    o, do = g2.tensor((2, 4, 64, 64), name="o"), g2.tensor((2, 4, 64, 64), name="do")
+    grads = g2.sdpa_backward(q, k, v, o, do, g2.tensor((2, 4, 64, 1), "float32", name="st"),
+                             implementation="unified")
+    for t in grads:
+        t.set_output(True)
+    assert faked(g2)[0] == ["SDPA_BWD"] and gsdpa.sdpa_scratch(g2) == []
+
+
+# -- refusals ------------------------------------------------------------------------------------------------------
+def _g():
+    g = Graph(io_dtype=BF16)
+    return g, _qkv(g)
+
+
+@pytest.mark.parametrize("build,err,match", [
+    (lambda g, q, k, v: g.sdpa(q, g.tensor((2, 2, 80, 32), BF16), v), ValueError, "head dim is 64 and k's 32"),
+    (lambda g, q, k, v: g.sdpa(q, g.tensor((2, 3, 80, 64), BF16), g.tensor((2, 3, 80, 64), BF16)), ValueError,
+     "does not divide"),
+    (lambda g, q, k, v: g.sdpa(q, k, g.tensor((2, 2, 81, 64), BF16)), ValueError, "80 keys and v 81"),
+    (lambda g, q, k, v: g.sdpa(g.tensor((2, 4, 64, 64), "float32"), k, v), TypeError, "float16 or bfloat16"),
+    (lambda g, q, k, v: g.sdpa(q, k, v, dropout=0.1), ValueError, "seed= and offset="),
+    (lambda g, q, k, v: g.sdpa(q, k, v, dropout=1.0), ValueError, r"\[0, 1\)"),
+    (lambda g, q, k, v: g.sdpa(q, k, v, left_bound=0), ValueError, "left_bound must be an int >= 1"),
+    (lambda g, q, k, v: g.sdpa(q, k, v, causal=True, right_bound=2), ValueError, "right_bound=0"),
+    (lambda g, q, k, v: g.sdpa(q, k, v, diagonal_alignment="bottom_right"), ValueError, "needs causal"),
+    (lambda g, q, k, v: g.sdpa(q, k, v, diagonal_alignment="middle"), ValueError, "diagonal_alignment"),
+    (lambda g, q, k, v: g.sdpa(q, k, v, seq_len_q=g.tensor((2, 1, 1, 1), "int32")), ValueError, "both seq_len_q"),
+    (lambda g, q, k, v: g.sdpa(q, k, v, seq_len_q=g.tensor((2, 1, 1, 1), "int64"),
+                               seq_len_kv=g.tensor((2, 1, 1, 1), "int32")), ValueError, "int32"),
+    (lambda g, q, k, v: g.sdpa(q, k, v, seq_len_q=g.tensor((3, 1, 1, 1), "int32"),
+                               seq_len_kv=g.tensor((3, 1, 1, 1), "int32")), ValueError, r"\(2, 1, 1, 1\)"),
+    (lambda g, q, k, v: g.sdpa(q, k, v, bias=g.tensor((2, 4, 64, 64), BF16)), ValueError, "bias must be"),
+    (lambda g, q, k, v: g.sdpa(q, k, v, alibi_slopes=g.tensor((1, 4, 1, 1), "float32")), ValueError,
+     "ALiBi needs causal"),
+    (lambda g, q, k, v: g.sdpa(q, k, v, implementation="fast"), ValueError, "implementation"),
+    (lambda g, q, k, v: g.sdpa(q, k, v, bias=g.tensor((1, 4, 64, 80), BF16), causal=True,
+                               diagonal_alignment="bottom_right"), ValueError, "does not combine"),
+    (lambda g, q, k, v: g.sdpa(q, k, v, page_table_k=g.tensor((2, 1, 5, 1), "int32")), ValueError,
+     "both page_table_k"),
+    (lambda g, q, k, v: g.sdpa(q, k, v, max_seq_len_kv=80), ValueError, "only for a paged"),
+    (lambda g, q, k, v: g.sdpa(q, k, v, rng_dump=True), ValueError, "rng_dump needs dropout"),
+    (lambda g, q, k, v: g.sdpa(g.tensor((2, 4, 64, 64), BF16, strides=(16384, 4096, 1, 64)), k, v), ValueError,
+     "packed"),
+    (lambda g, q, k, v: g.sdpa(g.tensor((2, 4, 64, 264), BF16), g.tensor((2, 2, 80, 264), BF16),
+                               g.tensor((2, 2, 80, 264), BF16)), ValueError, "at most 256"),
+    (lambda g, q, k, v: g.sdpa_backward(q, k, v, g.tensor((2, 4, 64, 64), BF16), g.tensor((2, 4, 64, 64), BF16),
+                                        g.tensor((2, 4, 64, 2), "float32")), ValueError, "stats must be"),
+    (lambda g, q, k, v: g.sdpa_backward(q, k, v, g.tensor((2, 4, 64, 32), BF16), g.tensor((2, 4, 64, 64), BF16),
+                                        g.tensor((2, 4, 64, 1), "float32")), ValueError, "o must be"),
+    (lambda g, q, k, v: g.sdpa_backward(q, k, v, g.tensor((2, 4, 64, 64), BF16), g.tensor((2, 4, 64, 64), BF16),
+                                        g.tensor((2, 4, 64, 1), "float32"), dbias=True), ValueError,
+     "dbias needs"),
+])
+def test_bad_graph_input_is_refused(build, err, match):
+    g, (q, k, v) = _g()
+    with pytest.raises(err, match=match):
+        build(g, q, k, v)
+
+
+def test_fp8_and_unified_gaps_are_refused_naming_the_option(monkeypatch):
+    g, (q, k, v) = _g()
+    f8 = g.tensor((2, 4, 64, 64), "float8_e4m3fn", name="q8")
+    with pytest.raises(G.GraphNotSupportedError, match="FP8"):
+        g.sdpa(f8, f8, f8)
+    monkeypatch.setattr(gsdpa, "_version", lambda: (9, 19, 0))
+    with pytest.raises(G.GraphNotSupportedError, match="takes no bias"):
+        g.sdpa(q, k, v, bias=g.tensor((1, 4, 64, 80), BF16), implementation="unified")
+    monkeypatch.setattr(gsdpa, "_version", lambda: (9, 14, 2))
+    i32 = [g.tensor((2, 1, 1, 1), "int32") for _ in range(2)]
+    with pytest.raises(G.GraphNotSupportedError, match=r"seq_len from cuDNN 9\.15; loaded 9\.14\.2"):
+        g.sdpa(q, k, v, seq_len_q=i32[0], seq_len_kv=i32[1], implementation="unified")
+    monkeypatch.setattr(gsdpa, "_version", lambda: (9, 12, 0))
+    with pytest.raises(G.GraphNotSupportedError, match=r"needs cuDNN >= 9\.13; loaded 9\.12\.0"):
+        g.sdpa(q, k, v, implementation="unified")
+
+
+def test_pythonic_bad_input_never_reaches_cudnn():
+    h = NoCallHandle()
+    h.cache = {}  # the per-handle plan cache a Handle has
+    q = fake((1, 2, 16, 64), BF16)
+    with pytest.raises(TypeError, match="host memory"):
+        S.sdpa(h, np.zeros((1, 2, 16, 64), BF16), q, q)
+    with pytest.raises(TypeError, match="float16 or bfloat16"):
+        S.sdpa(h, fake((1, 2, 16, 64), np.float32), fake((1, 2, 16, 64), np.float32), fake((1, 2, 16, 64),
+                                                                                           np.float32))
+    with pytest.raises(ValueError, match="seed= and offset="):
+        S.sdpa(h, q, q, q, dropout=0.2)
+    with pytest.raises(ValueError, match="alibi must be True or 2"):
+        S.sdpa(h, q, q, q, alibi=[0.5, 0.25, 0.1], causal=True)
+    with pytest.raises(TypeError, match="host memory"):
+        S.sdpa(h, q, q, q, seq_len_q=np.array([16], np.int32), seq_len_kv=np.array([16], np.int32))
+    with pytest.raises(ValueError, match="int32"):
+        S.sdpa(h, q, q, q, seq_len_q=fake((1,), np.int64), seq_len_kv=fake((1,), np.int32))
+    with pytest.raises(ValueError, match="stats must be"):
+        S.sdpa_backward(h, q, q, q, q, q, fake((1, 2, 16), np.float32))

@@ -1,0 +1,403 @@
+"""Attention (SDPA) on the GPU, forward and backward, against the float64 reference of tests/reference/sdpa.py on
+fresh random data with every output poisoned (NaN) first: dtypes, head dims, masks at sequence lengths that are
+not tile multiples, grouped-query heads, layouts, bias and dBias, padding, ALiBi, dropout, the paged KV cache, the
+unified descriptors, the Pythonic entry point and its plan cache, torch tensors, bad input."""
+import numpy as np
+import pytest
+
+import cudnn_py
+import cudnn_py.graph as G
+from cudnn_py.graph.ops.sdpa import sdpa_scratch
+from cudnn_py.handle import handle_cache
+from cudnn_py.memory import DeviceArray, empty, to_device
+from cudnn_py.ops import sdpa as S
+from reference import sdpa as R
+
+pytestmark = pytest.mark.gpu
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+BF16 = np.dtype(ml_dtypes.bfloat16)
+DTYPES = {"float16": np.dtype(np.float16), "bfloat16": BF16}
+TOL = {"float16": 1e-2, "bfloat16": 2e-2}
+
+
+def _q(a, dt):
+    """``a`` rounded to dtype ``dt`` (what the GPU sees), as float64."""
+    return np.asarray(a).astype(dt).astype(np.float64)
+
+
+def _close(got, ref, dtype, rows=None, scale=1.0):
+    """|got - ref| <= tol * (1 + |ref|) relative to the array's magnitude, over the valid ``rows`` mask."""
+    got = np.asarray(got, np.float64)
+    if rows is not None:
+        rows = np.broadcast_to(rows, got.shape)
+        got, ref = got[rows], ref[rows]
+    assert not np.isnan(got).any(), "output has NaN: an element was not written"
+    tol = TOL[dtype] * scale
+    mag = max(1.0, float(np.abs(ref).max()))
+    np.testing.assert_allclose(got, ref, rtol=tol, atol=tol * mag)
+
+
+_LAYOUTS = {"bhsd": (0, 1, 2, 3), "bshd": (0, 2, 1, 3)}
+
+
+def _dev(a, dt, layout="bhsd"):
+    """Device copy of logical (B, H, S, D) host ``a`` stored in ``layout`` order."""
+    perm = _LAYOUTS[layout]
+    buf = to_device(np.ascontiguousarray(np.asarray(a).astype(dt).transpose(perm)))
+    inv = np.argsort(perm)
+    return DeviceArray(buf.ptr, np.asarray(a).shape, dt, tuple(buf.strides[i] for i in inv),
+                       device_id=buf.device_id, owner=buf)
+
+
+def _nan(shape, dt, strides=None):
+    """A NaN-poisoned device array of logical ``shape`` (with ``strides`` if given)."""
+    if strides is None:
+        strides = tuple(int(x) for x in np.cumprod((1,) + tuple(shape[::-1]))[:-1][::-1])
+    order = sorted(range(len(shape)), key=lambda i: -strides[i])
+    buf = empty(tuple(shape[i] for i in order), dt)
+    buf.fill_(np.nan)
+    return DeviceArray(buf.ptr, shape, dt, strides, device_id=buf.device_id, owner=buf)
+
+
+def _host(d):
+    return d.to_numpy().astype(np.float64)
+
+
+def _i32(a):
+    return to_device(np.asarray(a, np.int32).reshape(-1, 1, 1, 1))
+
+
+def _inputs(rng, b, hq, hk, sq, skv, d, dv=None):
+    dv = d if dv is None else dv
+    return (rng.standard_normal((b, hq, sq, d)), rng.standard_normal((b, hk, skv, d)),
+            rng.standard_normal((b, hk, skv, dv)))
+
+
+def _graph_fwd(h, dt, qa, ka, va, layout="bhsd", **opts):
+    """Build and run a forward graph on poisoned outputs; returns ([o, stats, ...] on the host, graph)."""
+    g = G.Graph(io_dtype=dt, compute_dtype="float32", intermediate_dtype="float32")
+    arrs = {n: _dev(a, dt, layout) for n, a in (("q", qa), ("k", ka), ("v", va))}
+    ts = {n: g.tensor_like(a, n) for n, a in arrs.items()}
+    for n in ("bias", "seq_len_q", "seq_len_kv", "seed", "offset", "alibi_slopes"):
+        if n in opts:
+            arrs[n] = opts[n]
+            opts[n] = ts[n] = g.tensor_like(opts[n], n)
+    res = g.sdpa(ts["q"], ts["k"], ts["v"], **opts)
+    outs = [t.set_output(True) for t in res if t is not None]
+    g.build(h)
+    pack = {ts[n]: a for n, a in arrs.items()}
+    for t in outs:
+        pack[t] = _nan(t.shape, t.np_dtype, t.strides)
+    g.execute(h, pack)
+    got = [_host(pack[t]) for t in outs]
+    return got, g
+
+
+# -- forward ---------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_forward_with_stats(handle, rng, dtype, d):
+    dt = DTYPES[dtype]
+    qa, ka, va = _inputs(rng, 2, 4, 4, 100, 130, d)
+    (o, st), _ = _graph_fwd(handle, dt, qa, ka, va)
+    ro, rs = R.forward(_q(qa, dt), _q(ka, dt), _q(va, dt))
+    _close(o, ro, dtype)
+    _close(st, rs, dtype)
+
+
+MASKS = {
+    "causal": dict(causal=True),
+    "causal_bottom_right": dict(causal=True, diagonal_alignment="bottom_right"),
+    "window": dict(left_bound=9, right_bound=3),
+    "window_causal_bottom_right": dict(left_bound=16, causal=True, diagonal_alignment="bottom_right"),
+}
+
+
+@pytest.mark.parametrize("mask", list(MASKS))
+@pytest.mark.parametrize("s", [1, 17, 100, 257])
+def test_forward_band_masks(handle, rng, mask, s):
+    dt = BF16
+    skv = s + 7 if "bottom_right" in mask else s
+    qa, ka, va = _inputs(rng, 2, 2, 2, s, skv, 64)
+    (o, st), _ = _graph_fwd(handle, dt, qa, ka, va, **MASKS[mask])
+    ro, rs = R.forward(_q(qa, dt), _q(ka, dt), _q(va, dt), **MASKS[mask])
+    _close(o, ro, "bfloat16")
+    _close(st, rs, "bfloat16")
+
+
+@pytest.mark.parametrize("s", [1, 17, 100, 257])
+def test_forward_padding_mask(handle, rng, s):
+    dt = BF16
+    b = 3
+    lq = np.array([s, max(1, s // 2), max(1, s - 3)])
+    lk = np.array([max(1, s - 1), s, max(1, s // 3)])
+    qa, ka, va = _inputs(rng, b, 2, 2, s, s, 64)
+    (o, st), _ = _graph_fwd(handle, dt, qa, ka, va, seq_len_q=_i32(lq), seq_len_kv=_i32(lk))
+    ro, rs = R.forward(_q(qa, dt), _q(ka, dt), _q(va, dt), seq_len_q=lq, seq_len_kv=lk)
+    rows = R.valid_rows(b, s, lq)
+    _close(o, ro, "bfloat16", rows)
+    _close(st, rs, "bfloat16", rows)
+
+
+def test_forward_bias_alibi_gqa_layouts(handle, rng):
+    dt = DTYPES["float16"]
+    b, hq, hk, s = 2, 16, 2, 96
+    qa, ka, va = _inputs(rng, b, hq, hk, s, s, 64)
+    ba = rng.standard_normal((1, hq, s, s))
+    (o, st), _ = _graph_fwd(handle, dt, qa, ka, va, layout="bshd", bias=_dev(ba, dt), causal=True,
+                            alibi_slopes=to_device(R.alibi_slopes(hq).astype(np.float32).reshape(1, hq, 1, 1)))
+    ro, rs = R.forward(_q(qa, dt), _q(ka, dt), _q(va, dt), bias=_q(ba, dt), alibi=R.alibi_slopes(hq), causal=True)
+    _close(o, ro, "float16")
+    _close(st, rs, "float16")
+
+
+# -- backward --------------------------------------------------------------------------------------------------
+def _graph_bwd(h, dt, qa, ka, va, doa, layout="bhsd", dbias=False, **opts):
+    """Forward (for o and stats) then backward graphs, outputs poisoned; returns (o, dq, dk, dv[, dbias])."""
+    (o, st, *_), _ = _graph_fwd(h, dt, qa, ka, va, layout=layout, **opts)
+    g = G.Graph(io_dtype=dt, compute_dtype="float32", intermediate_dtype="float32")
+    arrs = {n: _dev(a, dt, layout) for n, a in (("q", qa), ("k", ka), ("v", va), ("o", o), ("do", doa))}
+    arrs["stats"] = to_device(st.astype(np.float32))
+    ts = {n: g.tensor_like(a, n) for n, a in arrs.items()}
+    for n in ("bias", "seq_len_q", "seq_len_kv", "seed", "offset", "alibi_slopes"):
+        if n in opts:
+            arrs[n] = opts[n]
+            opts[n] = ts[n] = g.tensor_like(opts[n], n)
+    grads = g.sdpa_backward(*(ts[n] for n in ("q", "k", "v", "o", "do", "stats")), dbias=dbias, **opts)
+    for t in grads:
+        t.set_output(True)
+    g.build(h)
+    pack = {ts[n]: a for n, a in arrs.items()}
+    for t in grads:
+        pack[t] = _nan(t.shape, t.np_dtype, t.strides)
+    for t in sdpa_scratch(g):
+        pack[t] = _nan(t.shape, t.np_dtype)
+    g.execute(h, pack)
+    return [o] + [_host(pack[t]) for t in grads]
+
+
+def _check_grads(got, ref, dtype, rows_q=None, rows_kv=None, dbias_shape=None):
+    o, dq, dk, dv, *db = got
+    rdq, rdk, rdv, rds = ref
+    _close(dq, rdq, dtype, rows_q, scale=2)
+    _close(dk, rdk, dtype, rows_kv, scale=2)
+    _close(dv, rdv, dtype, rows_kv, scale=2)
+    if dbias_shape is not None:
+        _close(db[0], R.reduce_to(rds, dbias_shape), dtype, scale=2)
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("d,causal", [(64, False), (128, True), (256, False)])
+def test_backward(handle, rng, dtype, d, causal):
+    dt = DTYPES[dtype]
+    qa, ka, va = _inputs(rng, 2, 4, 4, 100, 100, d)
+    doa = rng.standard_normal(qa.shape)
+    got = _graph_bwd(handle, dt, qa, ka, va, doa, causal=causal)
+    ref = R.backward(_q(qa, dt), _q(ka, dt), _q(va, dt), _q(doa, dt), causal=causal)
+    _check_grads(got, ref, dtype)
+
+
+@pytest.mark.parametrize("layout", ["bhsd", "bshd"])
+def test_backward_gqa_8_to_1_layouts(handle, rng, layout):
+    dt = BF16
+    qa, ka, va = _inputs(rng, 2, 16, 2, 128, 128, 128)
+    doa = rng.standard_normal(qa.shape)
+    got = _graph_bwd(handle, dt, qa, ka, va, doa, layout=layout, causal=True)
+    ref = R.backward(_q(qa, dt), _q(ka, dt), _q(va, dt), _q(doa, dt), causal=True)
+    _check_grads(got, ref, "bfloat16")
+
+
+@pytest.mark.parametrize("mask", ["causal", "window", "causal_bottom_right"])
+@pytest.mark.parametrize("s", [17, 257])
+def test_backward_band_masks(handle, rng, mask, s):
+    dt = BF16
+    skv = s + 7 if "bottom_right" in mask else s
+    qa, ka, va = _inputs(rng, 2, 2, 2, s, skv, 64)
+    doa = rng.standard_normal(qa.shape)
+    got = _graph_bwd(handle, dt, qa, ka, va, doa, **MASKS[mask])
+    ref = R.backward(_q(qa, dt), _q(ka, dt), _q(va, dt), _q(doa, dt), **MASKS[mask])
+    _check_grads(got, ref, "bfloat16")
+
+
+@pytest.mark.parametrize("s", [17, 100])
+def test_backward_padding(handle, rng, s):
+    dt = BF16
+    lq, lk = np.array([s, s // 2 + 1]), np.array([s - 5, s])
+    qa, ka, va = _inputs(rng, 2, 4, 4, s, s, 64)
+    doa = rng.standard_normal(qa.shape)
+    got = _graph_bwd(handle, dt, qa, ka, va, doa, seq_len_q=_i32(lq), seq_len_kv=_i32(lk))
+    rows_q = R.valid_rows(2, s, lq)
+    ref = R.backward(_q(qa, dt), _q(ka, dt), _q(va, dt), _q(doa, dt) * rows_q, seq_len_q=lq, seq_len_kv=lk)
+    _check_grads(got, ref, "bfloat16", rows_q, R.valid_rows(2, s, lk))
+
+
+@pytest.mark.parametrize("bias_shape", [(1, 4, 64, 80), (2, 1, 64, 80)])
+def test_backward_bias_dbias(handle, rng, bias_shape):
+    dt = BF16
+    qa, ka, va = _inputs(rng, 2, 4, 4, 64, 80, 64)
+    doa, ba = rng.standard_normal(qa.shape), rng.standard_normal(bias_shape)
+    got = _graph_bwd(handle, dt, qa, ka, va, doa, bias=_dev(ba, dt), dbias=True)
+    ref = R.backward(_q(qa, dt), _q(ka, dt), _q(va, dt), _q(doa, dt), bias=_q(ba, dt))
+    _check_grads(got, ref, "bfloat16", dbias_shape=bias_shape)
+
+
+def test_backward_alibi(handle, rng):
+    dt = BF16
+    qa, ka, va = _inputs(rng, 2, 4, 4, 64, 64, 64)
+    doa = rng.standard_normal(qa.shape)
+    slopes = to_device(R.alibi_slopes(4).astype(np.float32).reshape(1, 4, 1, 1))
+    got = _graph_bwd(handle, dt, qa, ka, va, doa, causal=True, alibi_slopes=slopes)
+    ref = R.backward(_q(qa, dt), _q(ka, dt), _q(va, dt), _q(doa, dt), causal=True, alibi=R.alibi_slopes(4))
+    _check_grads(got, ref, "bfloat16")
+
+
+# -- dropout -----------------------------------------------------------------------------------------------------
+def _seed(v):
+    return to_device(np.array([v], np.int64).reshape(1, 1, 1, 1))
+
+
+def test_dropout_forward_backward_by_the_dumped_mask(handle, rng):
+    dt, p = BF16, 0.25
+    qa, ka, va = _inputs(rng, 2, 2, 2, 64, 96, 64)
+    doa = rng.standard_normal(qa.shape)
+    (o, st, mask), _ = _graph_fwd(handle, dt, qa, ka, va, dropout=p, seed=_seed(7), offset=_seed(3), rng_dump=True)
+    assert set(np.unique(mask)) <= {0.0, 1.0}
+    assert abs(mask.mean() - (1 - p)) < 0.02
+    ro, rs = R.forward(_q(qa, dt), _q(ka, dt), _q(va, dt), dropout=p, dropout_mask=mask)
+    _close(o, ro, "bfloat16")
+    _close(st, rs, "bfloat16")
+    # the backward regenerates the same mask from the same seed and offset
+    got = _graph_bwd(handle, dt, qa, ka, va, doa, dropout=p, seed=_seed(7), offset=_seed(3))
+    ref = R.backward(_q(qa, dt), _q(ka, dt), _q(va, dt), _q(doa, dt), dropout=p, dropout_mask=mask)
+    _check_grads(got, ref, "bfloat16")
+
+
+def test_dropout_is_deterministic_given_the_seed(handle, rng):
+    dt = BF16
+    q, k, v = (_dev(a, dt) for a in _inputs(rng, 1, 2, 2, 64, 64, 64))
+    run = lambda seed, off: _host(S.sdpa(handle, q, k, v, dropout=0.3, seed=seed, offset=off))  # noqa: E731
+    a, b, c, d = run(5, 0), run(5, 0), run(6, 0), run(5, 1)
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, c) and not np.array_equal(a, d)
+
+
+# -- paged KV cache, unified descriptors ----------------------------------------------------------------------
+def test_paged_kv_cache_decode(handle, rng):
+    dt = BF16
+    b, h, d, block, pages = 2, 4, 64, 16, 4
+    skv = block * pages
+    nblocks = b * pages
+    kc, vc = rng.standard_normal((nblocks, h, block, d)), rng.standard_normal((nblocks, h, block, d))
+    table = rng.permutation(nblocks).reshape(b, 1, pages, 1).astype(np.int32)
+    lq, lk = np.array([1, 1]), np.array([skv - 5, 23])
+    qa = rng.standard_normal((b, h, 1, d))
+    g = G.Graph(io_dtype=dt, compute_dtype="float32", intermediate_dtype="float32")
+    arrs = {"q": _dev(qa, dt), "k": _dev(kc, dt), "v": _dev(vc, dt), "slq": _i32(lq), "slk": _i32(lk),
+            "ptk": to_device(table), "ptv": to_device(table)}
+    t = {n: g.tensor_like(a, n) for n, a in arrs.items()}
+    o, _ = g.sdpa(t["q"], t["k"], t["v"], seq_len_q=t["slq"], seq_len_kv=t["slk"], page_table_k=t["ptk"],
+                  page_table_v=t["ptv"], max_seq_len_kv=skv, generate_stats=False)
+    o.set_output(True)
+    g.build(handle)
+    out = _nan(o.shape, dt, o.strides)
+    g.execute(handle, {**{t[n]: a for n, a in arrs.items()}, o: out})
+    # the reference reads the pages in table order
+    kk = np.stack([np.concatenate([kc[table[i, 0, j, 0]] for j in range(pages)], axis=1) for i in range(b)])
+    vv = np.stack([np.concatenate([vc[table[i, 0, j, 0]] for j in range(pages)], axis=1) for i in range(b)])
+    ro, _ = R.forward(_q(qa, dt), _q(kk, dt), _q(vv, dt), seq_len_q=lq, seq_len_kv=lk)
+    _close(_host(out), ro, "bfloat16")
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_unified_forward(handle, rng, padded):
+    dt = BF16
+    qa, ka, va = _inputs(rng, 2, 4, 2, 128, 128, 128)
+    opts = {}
+    lq, lk = np.array([128, 50]), np.array([100, 128])
+    if padded:
+        opts = dict(seq_len_q=_i32(lq), seq_len_kv=_i32(lk))
+    (o, st), _ = _graph_fwd(handle, dt, qa, ka, va, implementation="unified", **opts)
+    ro, rs = R.forward(_q(qa, dt), _q(ka, dt), _q(va, dt), **({} if not padded else dict(seq_len_q=lq,
+                                                                                          seq_len_kv=lk)))
+    rows = R.valid_rows(2, 128, lq) if padded else None
+    _close(o, ro, "bfloat16", rows)
+    _close(st, rs, "bfloat16", rows)
+
+
+def test_unified_refuses_what_it_lacks(handle):
+    g = G.Graph(io_dtype=BF16)
+    q = g.tensor((1, 2, 64, 64), name="q")
+    with pytest.raises(G.GraphNotSupportedError, match="causal"):
+        g.sdpa(q, q, q, causal=True, implementation="unified")
+    with pytest.raises(G.GraphNotSupportedError, match="dbias|bias"):
+        g.sdpa_backward(q, q, q, q, q, g.tensor((1, 2, 64, 1), "float32", name="st"),
+                        bias=g.tensor((1, 2, 64, 64), name="b"), dbias=True, implementation="unified")
+
+
+# -- the Pythonic entry point ------------------------------------------------------------------------------------
+def test_pythonic_forward_backward_interleaved_qkv_and_cache(handle, rng):
+    dt = BF16
+    b, s, h, d = 2, 100, 4, 64
+    qkv = rng.standard_normal((b, s, 3, h, d))
+    buf = to_device(qkv.astype(dt))
+    st = (s * 3 * h * d, d, 3 * h * d, 1)  # (B, H, S, D) views into the (B, S, 3, H, D) buffer
+    q, k, v = (DeviceArray(buf.ptr + i * h * d * 2, (b, h, s, d), dt, st, owner=buf) for i in range(3))
+    host = [qkv[:, :, i].transpose(0, 2, 1, 3) for i in range(3)]
+    sdpa_cache_size = lambda: len(handle_cache(handle, "ops.sdpa"))  # noqa: E731
+    bshd = (s * h * d, d, h * d, 1)
+    S.sdpa_cache_clear(handle)
+    assert S.sdpa(handle, q, k, v, causal=True).strides == bshd  # o follows q's (BSHD) order, packed
+    o, stats = S.sdpa(handle, q, k, v, causal=True, o=_nan((b, h, s, d), dt, bshd),
+                      stats=_nan((b, h, s, 1), np.float32))
+    o2, _ = S.sdpa(handle, q, k, v, causal=True, o=_nan((b, h, s, d), dt, bshd),
+                   stats=_nan((b, h, s, 1), np.float32))
+    assert sdpa_cache_size() == 2  # the default-output configuration and the given-output one
+    ro, rs = R.forward(*(_q(x, dt) for x in host), causal=True)
+    _close(_host(o), ro, "bfloat16")
+    _close(_host(stats), rs, "bfloat16")
+    np.testing.assert_array_equal(_host(o2), _host(o))
+    doa = rng.standard_normal(ro.shape)
+    grads = S.sdpa_backward(handle, q, k, v, o, _dev(doa, dt), stats, causal=True,
+                            **{n: _nan((b, h, s, d), dt, bshd) for n in ("dq", "dk", "dv")})
+    assert sdpa_cache_size() == 3
+    assert [g_.strides for g_ in grads] == [bshd] * 3
+    ref = R.backward(*(_q(x, dt) for x in host), _q(doa, dt), causal=True)
+    _check_grads([None, *(_host(g_) for g_ in grads)], ref, "bfloat16")
+
+
+def test_pythonic_torch_tensors_padding_dbias_autotune(handle, rng):
+    torch = pytest.importorskip("torch")
+    b, h, s, d = 2, 4, 64, 64
+    q, k, v, do = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+    bias = torch.randn(1, h, s, s, device="cuda", dtype=torch.bfloat16)
+    lq = torch.tensor([s, 40], device="cuda", dtype=torch.int32)
+    lk = torch.tensor([30, s], device="cuda", dtype=torch.int32)
+    o, st = S.sdpa(handle, q, k, v, bias=bias, seq_len_q=lq, seq_len_kv=lk, return_stats=True, autotune=True,
+                   o=_nan((b, h, s, d), BF16), stats=_nan((b, h, s, 1), np.float32))
+    dq, dk, dv, db = S.sdpa_backward(handle, q, k, v, o, do, st, bias=bias, seq_len_q=lq, seq_len_kv=lk,
+                                     dq=_nan(q.shape, BF16), dk=_nan(k.shape, BF16), dv=_nan(v.shape, BF16),
+                                     dbias=_nan(bias.shape, BF16))
+    torch.cuda.synchronize()
+    f = lambda t: t.float().cpu().double().numpy()  # noqa: E731
+    kw = dict(bias=f(bias), seq_len_q=lq.cpu().numpy(), seq_len_kv=lk.cpu().numpy())
+    rows_q, rows_kv = R.valid_rows(b, s, kw["seq_len_q"]), R.valid_rows(b, s, kw["seq_len_kv"])
+    ro, _ = R.forward(f(q), f(k), f(v), **kw)
+    _close(_host(o), ro, "bfloat16", rows_q)
+    rdq, rdk, rdv, rds = R.backward(f(q), f(k), f(v), f(do) * rows_q, **kw)
+    _check_grads([None, _host(dq), _host(dk), _host(dv)], (rdq, rdk, rdv, rds), "bfloat16", rows_q, rows_kv)
+    # dBias over the padded region: the reference gradient is zero there too
+    _close(_host(db), R.reduce_to(rds, (1, h, s, s)), "bfloat16", scale=2)
+
+
+# -- bad input the GPU path sees ----------------------------------------------------------------------------------
+def test_host_arrays_and_host_seq_lens_are_refused(handle, rng):
+    q = _dev(rng.standard_normal((1, 2, 16, 64)), BF16)
+    with pytest.raises(TypeError, match="host memory"):
+        S.sdpa(handle, np.zeros((1, 2, 16, 64), BF16), q, q)
+    with pytest.raises(TypeError, match="host memory"):
+        S.sdpa(handle, q, q, q, seq_len_q=np.array([16], np.int32), seq_len_kv=np.array([16], np.int32))
+    with pytest.raises(ValueError, match="int32"):
+        S.sdpa(handle, q, q, q, seq_len_q=to_device(np.array([16], np.int64)), seq_len_kv=_i32([16]))
+    with pytest.raises(ValueError, match="seed"):
+        S.sdpa(handle, q, q, q, dropout=0.1)
