@@ -6,11 +6,17 @@ Search order:
 2. ``CUDNN_PATH``: a cuDNN install root (``lib/``, ``lib64/`` below it; nothing else is tried);
 3. cuda.pathfinder: the nvidia-cudnn-cu12 / -cu13 wheels, conda, then the system loader;
 4. the system loader (``libcudnn.so.9`` on the default search path).
+
+A file is checked before ``dlopen`` (a complete 64-bit ELF shared library: a truncated one would kill the process
+with SIGBUS) and after it (it must export ``cudnnGetVersion`` and report major version 9); a file that fails is
+listed with the reason among the places tried.
 """
 from __future__ import annotations
 
 import ctypes
 import os
+import struct
+import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,8 +53,74 @@ def _candidates_in(folder: Path) -> list[Path]:
             folder / "lib" / "x86_64-linux-gnu" / SONAME]
 
 
+_ELF_MAGIC = b"\x7fELF"
+_ET_DYN = 3
+_PT_LOAD = 1
+
+
+def check_elf(path: str) -> None:
+    """Refuse, with :class:`OSError` saying why, a file that is not a complete 64-bit shared library for this
+    machine: ``dlopen`` maps its segments, and touching a segment past the end of a truncated file kills the process
+    with SIGBUS instead of raising. Checked: the ELF magic, 64-bit class, byte order, shared-object type, and that the
+    program headers, every loadable segment and the section header table lie inside the file."""
+    try:
+        size = os.stat(path).st_size
+        with open(path, "rb") as f:
+            head = f.read(64)
+            if len(head) < 64 or head[:4] != _ELF_MAGIC:
+                raise OSError(f"{path} is not an ELF shared library ({size} bytes, starts with {head[:4]!r})")
+            if head[4] != 2:
+                raise OSError(f"{path} is a 32-bit ELF file; this Python needs a 64-bit library")
+            endian = {1: "<", 2: ">"}.get(head[5])
+            if endian != ("<" if sys.byteorder == "little" else ">"):
+                raise OSError(f"{path} is an ELF file for another byte order")
+            (e_type, _machine, _version, _entry, phoff, shoff, _flags, _ehsize, phentsize, phnum, shentsize,
+             shnum, _shstrndx) = struct.unpack(endian + "HHIQQQIHHHHHH", head[16:64])
+            if e_type != _ET_DYN:
+                raise OSError(f"{path} is an ELF file of type {e_type}, not a shared library (type {_ET_DYN})")
+            if phnum == 0 or phentsize < 56 or phoff + phentsize * phnum > size:
+                raise OSError(f"{path} is truncated or corrupt: its program headers ({phnum} x {phentsize} bytes at "
+                              f"{phoff}) do not fit in its {size} bytes")
+            if shoff + shentsize * shnum > size:
+                raise OSError(f"{path} is truncated: its section header table ends at byte "
+                              f"{shoff + shentsize * shnum} of a {size}-byte file")
+            f.seek(phoff)
+            table = f.read(phentsize * phnum)
+            for i in range(phnum):
+                p_type, _pflags, p_offset, _vaddr, _paddr, p_filesz = struct.unpack_from(
+                    endian + "IIQQQQ", table, i * phentsize)
+                if p_type == _PT_LOAD and p_offset + p_filesz > size:
+                    raise OSError(f"{path} is truncated: segment {i} needs bytes up to {p_offset + p_filesz} of a "
+                                  f"{size}-byte file")
+    except struct.error as e:
+        raise OSError(f"{path} is a corrupt ELF file ({e})") from None
+
+
+def _check_cudnn(cdll: ctypes.CDLL, path: str) -> None:
+    """Refuse a loaded library that is not cuDNN 9 (no ``cudnnGetVersion``, or another major version)."""
+    try:
+        fn = cdll.cudnnGetVersion
+    except AttributeError:
+        raise OSError(f"{path} loaded but is not cuDNN: it has no cudnnGetVersion symbol") from None
+    fn.restype = ctypes.c_size_t
+    v = fn()
+    if v // 10000 != 9:
+        raise OSError(f"{path} is cuDNN {v // 10000}.{v // 100 % 100}.{v % 100}; cudnn_py needs cuDNN 9")
+
+
 def _open(path: str, found_via: str) -> Library:
-    return Library(str(path), found_via, ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL))
+    check_elf(str(path))
+    cdll = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+    _check_cudnn(cdll, str(path))
+    return Library(str(path), found_via, cdll)
+
+
+def _system(found_via: str) -> Library:
+    """``libcudnn.so.9`` through the system loader's search path, checked to be cuDNN 9."""
+    cdll = ctypes.CDLL(SONAME, mode=ctypes.RTLD_GLOBAL)
+    path = _loaded_path(cdll)
+    _check_cudnn(cdll, path)
+    return Library(path, found_via, cdll)
 
 
 def _loaded_path(cdll: ctypes.CDLL) -> str:
@@ -93,16 +165,14 @@ def locate(environ: dict[str, str] | None = None) -> Library:
         dl = load_nvidia_dynamic_lib("cudnn")
         if dl.abs_path:
             return _open(dl.abs_path, f"cuda.pathfinder ({dl.found_via})")
-        cdll = ctypes.CDLL(SONAME, mode=ctypes.RTLD_GLOBAL)
-        return Library(_loaded_path(cdll), f"cuda.pathfinder ({dl.found_via})", cdll)
+        return _system(f"cuda.pathfinder ({dl.found_via})")
     except ImportError:
         tried.append("cuda.pathfinder: not installed")
     except Exception as e:  # pathfinder's not-found errors already list the places it searched
         tried.append(f"cuda.pathfinder: {e}")
 
     try:
-        cdll = ctypes.CDLL(SONAME, mode=ctypes.RTLD_GLOBAL)
-        return Library(_loaded_path(cdll), "system loader", cdll)
+        return _system("system loader")
     except OSError as e:
         tried.append(f"system loader: {SONAME} ({e})")
     raise LibraryNotFoundError(_report(tried, INSTALL_HINT))

@@ -49,3 +49,55 @@ def test_override_pointing_at_the_real_library_loads_it(tmp_path):
     from pathlib import Path
     lib = _loader.locate({"CUDNN_PY_LIBRARY": str(Path(real).parent)})
     assert lib.path == str(Path(real).parent / "libcudnn.so.9")
+
+
+_PROBE = r"""
+import json, sys
+from cudnn_py import _loader
+from cudnn_py.errors import LibraryNotFoundError
+out = {}
+for name, path in json.loads(sys.argv[1]).items():
+    try:
+        _loader.locate({"CUDNN_PY_LIBRARY": path})
+        out[name] = "loaded"
+    except LibraryNotFoundError as e:
+        out[name] = str(e)
+print(json.dumps(out))
+"""
+
+
+def test_override_refuses_files_that_are_not_a_complete_cudnn(tmp_path):
+    """A truncated libcudnn (SIGBUS on dlopen before the check), another shared library, a text file: each is refused
+    with the reason, in a subprocess so that a regression shows as a failure rather than killing pytest."""
+    import ctypes.util
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    real = Path(library().path).read_bytes()
+    cases = {}
+    for name, cut in (("truncated_half", len(real) // 2), ("truncated_tail", len(real) - 4096),
+                      ("header_only", 64), ("empty", 0)):
+        p = tmp_path / f"{name}.so.9"
+        p.write_bytes(real[:cut])
+        cases[name] = str(p)
+    text = tmp_path / "notes.so.9"
+    text.write_text("not a library\n" * 10)
+    cases["text"] = str(text)
+    libz = ctypes.util.find_library("z")
+    if libz:
+        import os
+        found = [os.path.join(d, libz) for d in ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64",
+                                                 "/usr/lib64", "/usr/lib") if os.path.exists(os.path.join(d, libz))]
+        if found:
+            cases["libz"] = found[0]
+    p = subprocess.run([sys.executable, "-c", _PROBE, json.dumps(cases)], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, f"the loader probe died (status {p.returncode}): {p.stderr[-2000:]}"
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    for name in ("truncated_half", "truncated_tail"):
+        assert "truncated" in got[name] and cases[name] in got[name], got[name]
+    assert "not an ELF" in got["header_only"] or "truncated" in got["header_only"]
+    assert "not an ELF" in got["empty"] and "not an ELF" in got["text"]
+    if "libz" in got:
+        assert "not cuDNN" in got["libz"] and "cudnnGetVersion" in got["libz"]
