@@ -1,29 +1,139 @@
-"""Statistics and normalisation as graph operations."""
+"""Statistics and normalisation as graph operations.
+
+* :class:`GenStats` - per-channel sum and sum of squares.
+* :class:`NormForward` / :class:`NormBackward` - layer, RMS, instance, batch and adaptive layer normalisation
+  (``CUDNN_BACKEND_OPERATION_NORM_FORWARD/BACKWARD_DESCRIPTOR``), forward in training or inference phase (batch
+  norm training may update running statistics), backward giving dx, dscale and dbias.
+* :class:`BNFinalize` - batch-norm statistics from genstats' sums (``OPERATION_BN_FINALIZE_STATISTICS``): saved
+  mean and inverse standard deviation, the equivalent scale/bias, running-average update.
+* :class:`BNBackwardWeights` - batch-norm dscale/dbias and the equivalent dx coefficients
+  (``OPERATION_BN_BWD_WEIGHTS``): dx = eq_dy_scale * dy + eq_x_scale * x + eq_bias.
+
+Which dims a mode normalises over: layer, RMS and adaptive layer norm over the trailing dims the scale spans
+(scale (1, C, H, W) for x (N, C, H, W): each sample; scale (1, 1, D) for x (B, S, D): each token); instance norm
+over the spatial dims; batch norm over all but the channel dim. Statistics keep x's rank with size 1 on those dims.
+"""
 from __future__ import annotations
+
+from typing import NamedTuple
 
 from cudnn_py import capi
 
 from ..descriptors import BackendDescriptor
 from .base import LowerContext, Op
 
-__all__ = ["GenStats", "NormForward", "NormBuilders", "NORM_MODES"]
+__all__ = ["GenStats", "NormForward", "NormBackward", "BNFinalize", "BNBackwardWeights", "NormBuilders",
+           "NORM_MODES", "BatchNormOutputs", "BNFinalizeOutputs", "BNBackwardWeightsOutputs", "norm_axes",
+           "stat_shape"]
 
 #: short name -> ``cudnnBackendNormMode_t`` member name
 NORM_MODES = {"layer": "CUDNN_LAYER_NORM", "rms": "CUDNN_RMS_NORM", "instance": "CUDNN_INSTANCE_NORM",
-              "batch": "CUDNN_BATCH_NORM"}
-#: role -> tensor attribute of the norm operations
-_ROLE_ATTRS = {"x": "xdesc", "y": "ydesc", "scale": "scale_desc", "bias": "bias_desc", "epsilon": "epsilon_desc",
-               "mean": "mean_desc", "inv_variance": "inv_variance_desc"}
+              "batch": "CUDNN_BATCH_NORM", "ada_layer": "CUDNN_ADA_LAYER_NORM"}
+_LAYER_LIKE = ("layer", "rms", "ada_layer")
+#: role -> tensor attribute of the norm forward operation
+_FWD_ATTRS = {"x": "xdesc", "y": "ydesc", "scale": "scale_desc", "bias": "bias_desc", "epsilon": "epsilon_desc",
+              "mean": "mean_desc", "inv_variance": "inv_variance_desc", "momentum": "exp_avg_factor_desc",
+              "running_mean": "input_running_mean_desc", "running_var": "input_running_var_desc",
+              "next_running_mean": "output_running_mean_desc", "next_running_var": "output_running_var_desc"}
+#: role -> tensor attribute of the norm backward operation
+_BWD_ATTRS = {"x": "xdesc", "dy": "dydesc", "scale": "scale_desc", "mean": "mean_desc",
+              "inv_variance": "inv_variance_desc", "dx": "dxdesc", "dscale": "dscale_desc", "dbias": "dbias_desc"}
+#: role -> attribute of the batch-norm finalize operation
+_FIN_ATTRS = {"sum": "y_sum_desc", "sqsum": "y_sq_sum_desc", "scale": "scale_desc", "bias": "bias_desc",
+              "epsilon": "epsilon_desc", "accum_count": "accum_count_desc", "momentum": "exp_averate_factor_desc",
+              "running_mean": "prev_running_mean_desc", "running_var": "prev_running_var_desc",
+              "eq_scale": "eq_scale_desc", "eq_bias": "eq_bias_desc", "mean": "saved_mean_desc",
+              "inv_std": "saved_inv_std_desc", "next_running_mean": "updated_running_mean_desc",
+              "next_running_var": "updated_running_var_desc"}
+#: role -> attribute of the batch-norm backward weights operation (EQ_BIAS is outside the attribute table)
+_DBN_ATTRS = {"x": "x_desc", "dy": "dy_desc", "mean": "mean_desc", "inv_std": "invstd_desc",
+              "scale": "bn_scale_desc", "dscale": "dbn_scale_desc", "dbias": "dbn_bias_desc",
+              "eq_dy_scale": "eq_dy_scale_desc", "eq_x_scale": "eq_x_scale_desc"}
 
 
-def stat_shape(mode: str, shape: tuple[int, ...]) -> tuple[int, ...]:
-    """The shape of the mean / inverse-variance tensors of a ``mode`` normalisation of x of ``shape``: over
-    every dim but the batch (layer, rms), over the spatial dims (instance), over all but the channel (batch)."""
-    if mode in ("layer", "rms"):
-        return (shape[0],) + (1,) * (len(shape) - 1)
+class BatchNormOutputs(NamedTuple):
+    """Batch-norm training outputs: y, saved mean and inverse variance, updated running statistics (None unless
+    running statistics were given)."""
+    y: object
+    mean: object
+    inv_variance: object
+    running_mean: object = None
+    running_var: object = None
+
+
+class BNFinalizeOutputs(NamedTuple):
+    """:meth:`NormBuilders.bn_finalize` outputs (running statistics None unless given)."""
+    eq_scale: object
+    eq_bias: object
+    mean: object
+    inv_std: object
+    running_mean: object = None
+    running_var: object = None
+
+
+class BNBackwardWeightsOutputs(NamedTuple):
+    """:meth:`NormBuilders.bn_backward_weights` outputs: dx = eq_dy_scale * dy + eq_x_scale * x + eq_bias."""
+    dscale: object
+    dbias: object
+    eq_dy_scale: object
+    eq_x_scale: object
+    eq_bias: object
+
+
+def norm_axes(mode: str, x_shape: tuple[int, ...], scale_shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The dims a ``mode`` normalisation of x normalises over (see the module doc); raises ValueError where the
+    scale spans no dim (layer-like modes)."""
+    n = len(x_shape)
+    if mode == "batch":
+        return (0,) + tuple(range(2, n))
     if mode == "instance":
-        return shape[:2] + (1,) * (len(shape) - 2)
-    return (1, shape[1]) + (1,) * (len(shape) - 2)
+        return tuple(range(2, n))
+    spanned = [i for i in range(1, n) if scale_shape[i] != 1]
+    if not spanned:
+        raise ValueError(f"{mode} norm: scale {scale_shape} spans none of x's dims {x_shape} after the first; give "
+                         f"it the sizes of the normalised dims")
+    return tuple(range(spanned[0], n))
+
+
+def stat_shape(mode: str, x_shape: tuple[int, ...], scale_shape: tuple[int, ...] | None = None) -> tuple[int, ...]:
+    """The mean / inverse-variance shape: x's shape with 1 on the normalised dims (layer-like modes need the
+    scale's shape; without it they normalise every dim but the first)."""
+    if scale_shape is None:
+        scale_shape = (1,) + tuple(x_shape[1:]) if mode in _LAYER_LIKE else (1,) * len(x_shape)
+    axes = norm_axes(mode, x_shape, scale_shape)
+    return tuple(1 if i in axes else s for i, s in enumerate(x_shape))
+
+
+def param_shape(mode: str, x_shape: tuple[int, ...], scale_shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The scale/bias shape a ``mode`` normalisation of x needs (per channel for batch and instance norm; the
+    normalised dims for layer-like modes, plus the batch dim for adaptive layer norm)."""
+    n = len(x_shape)
+    if mode in ("batch", "instance"):
+        return (1, x_shape[1]) + (1,) * (n - 2)
+    first = norm_axes(mode, x_shape, scale_shape)[0]
+    lead = (x_shape[0],) if mode == "ada_layer" else (1,)
+    return lead + (1,) * (first - 1) + tuple(x_shape[first:])
+
+
+def _mode(mode: str) -> capi.cudnnBackendNormMode_t:
+    if mode not in NORM_MODES:
+        raise ValueError(f"mode must be one of {', '.join(NORM_MODES)}, got {mode!r}")
+    return capi.cudnnBackendNormMode_t[NORM_MODES[mode]]
+
+
+def _set_roles(d: BackendDescriptor, ctx: LowerContext, table: dict, *roles: dict) -> None:
+    for group in roles:
+        for role, t in group.items():
+            d.set(table[role], ctx.tensor(t))
+
+
+def _aligned_scalar(t) -> BackendDescriptor:
+    """The TENSOR descriptor of a by-value scalar aligned to its element size: cuDNN refuses an int64 scalar with
+    the 4-byte alignment :meth:`LowerContext.tensor` gives by-value tensors."""
+    d = BackendDescriptor("TENSOR", data_type=t.dtype, dimensions=list(t.shape), strides=list(t.strides),
+                          unique_id=t.uid, byte_alignment=max(4, t.np_dtype.itemsize), is_virtual=False)
+    d.set("is_by_value", True)
+    return d.finalize()
 
 
 class GenStats(Op):
@@ -39,7 +149,8 @@ class GenStats(Op):
 
 
 class NormForward(Op):
-    """Layer, RMS, instance or batch normalisation forward (training or inference phase)."""
+    """Layer, RMS, instance, batch or adaptive layer normalisation forward (training or inference phase);
+    batch-norm training may also update running statistics (roles running_mean/var, momentum -> next_running_*)."""
 
     kind = "norm_forward"
 
@@ -47,14 +158,88 @@ class NormForward(Op):
         p = self.params
         d = BackendDescriptor("OPERATION_NORM_FORWARD", mode=p["mode"],
                               phase=capi.CUDNN_NORM_FWD_TRAINING if p["training"] else capi.CUDNN_NORM_FWD_INFERENCE)
-        for role, t in (*self.inputs.items(), *self.outputs.items()):
-            d.set(_ROLE_ATTRS[role], ctx.tensor(t))
+        _set_roles(d, ctx, _FWD_ATTRS, self.inputs, self.outputs)
+        ctx.add(d.finalize())
+
+
+class NormBackward(Op):
+    """Normalisation backward: dx, dscale, dbias from dy, x, scale and the saved statistics."""
+
+    kind = "norm_backward"
+
+    def lower(self, ctx: LowerContext) -> None:
+        d = BackendDescriptor("OPERATION_NORM_BACKWARD", mode=self.params["mode"])
+        _set_roles(d, ctx, _BWD_ATTRS, self.inputs, self.outputs)
+        ctx.add(d.finalize())
+
+
+class BNFinalize(Op):
+    """Batch-norm statistics from per-channel sums (training phase)."""
+
+    kind = "bn_finalize"
+
+    def lower(self, ctx: LowerContext) -> None:
+        d = BackendDescriptor("OPERATION_BN_FINALIZE_STATISTICS", stats_mode=capi.CUDNN_BN_FINALIZE_STATISTICS_TRAINING,
+                              math_prec=self.params["compute_dtype"])
+        ins = dict(self.inputs)
+        count = _aligned_scalar(ins.pop("accum_count"))
+        _set_roles(d, ctx, _FIN_ATTRS, ins, self.outputs)
+        d.set(_FIN_ATTRS["accum_count"], count)
+        ctx.add(d.finalize(), count)
+
+
+class BNBackwardWeights(Op):
+    """Batch-norm dscale/dbias and the coefficients of dx (``OPERATION_BN_BWD_WEIGHTS``)."""
+
+    kind = "bn_backward_weights"
+
+    def lower(self, ctx: LowerContext) -> None:
+        d = BackendDescriptor("OPERATION_BN_BWD_WEIGHTS", math_prec=self.params["compute_dtype"])
+        outs = dict(self.outputs)
+        eq_bias = outs.pop("eq_bias")
+        _set_roles(d, ctx, _DBN_ATTRS, self.inputs, outs)
+        d.set("CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_EQ_BIAS", ctx.tensor(eq_bias), attr_type="BACKEND_DESCRIPTOR")
         ctx.add(d.finalize())
 
 
 class NormBuilders:
     """The :class:`~cudnn_py.graph.Graph` methods that add statistics and normalisations."""
 
+    # -- checks shared by the builders ------------------------------------------------------------------------
+    def _norm_x(self, x, what: str):
+        x = self._own(x, "x")
+        if x.ndim < 3:
+            raise ValueError(f"{what} needs x with a batch, a channel and at least one more dim, got {x.shape}")
+        return x
+
+    def _norm_param(self, mode: str, x, t, role: str, what: str, expected: tuple[int, ...] | None = None):
+        """A scale/bias (or dscale-like) tensor of ``mode``'s parameter shape; returns it."""
+        t = self._own(t, role)
+        if t.ndim != x.ndim or any(a not in (1, b) for a, b in zip(t.shape, x.shape)):
+            raise ValueError(f"{what}: {role} {t.shape} does not broadcast to x {x.shape}")
+        want = expected or param_shape(mode, x.shape, t.shape)
+        if t.shape != want:
+            raise ValueError(f"{what}: {mode} norm of x {x.shape} needs {role} of shape {want}, got {t.shape}")
+        return t
+
+    def _stat(self, x, t, role: str, shape: tuple[int, ...], what: str):
+        t = self._own(t, role)
+        if t.shape != shape:
+            raise ValueError(f"{what}: {role} must have shape {shape} (x {x.shape}), got {t.shape}")
+        return t
+
+    def _positive(self, v, what: str) -> float:
+        f = self._float(v, what)
+        if not f > 0:
+            raise ValueError(f"{what} must be > 0, got {v!r}")
+        return f
+
+    def _stat_out(self, shape, name, suffix):
+        t = self._virtual(shape, name=name and f"{name}.{suffix}")
+        t.set_dtype("float32")
+        return t
+
+    # -- builders ---------------------------------------------------------------------------------------------
     def genstats(self, x, *, compute_dtype=None, name: str | None = None):
         """Per-channel sum and sum of squares of x (N, C, ...). Returns two (1, C, 1, ...) virtual tensors."""
         x = self._own(x, "x")
@@ -67,50 +252,153 @@ class NormBuilders:
 
     def norm_forward(self, x, scale, bias=None, *, mode: str = "layer", training: bool = True,
                      epsilon: float = 1e-5, mean=None, inv_variance=None, name: str | None = None):
-        """Normalisation forward (``mode``: 'layer', 'rms', 'instance', 'batch'), where the loaded cuDNN has it.
+        """Normalisation forward: ``mode`` 'layer', 'rms', 'instance', 'batch' or 'ada_layer' (adaptive layer
+        norm: scale and bias per sample, shape (N, 1.., normalised dims)).
 
-        Training returns ``(y, mean, inv_variance)`` (``mean`` is None for rms), the statistics float32 and
-        virtual until ``set_output``; inference takes ``mean``/``inv_variance`` (rms: only ``inv_variance``) and
-        returns ``y``."""
-        x, scale = self._own(x, "x"), self._own(scale, "scale")
-        if mode not in NORM_MODES:
-            raise ValueError(f"mode must be one of {', '.join(NORM_MODES)}, got {mode!r}")
-        if x.ndim < 3:
-            raise ValueError(f"norm_forward needs x with a batch, a channel and at least one more dim, got {x.shape}")
-        eps = self._float(epsilon, "epsilon")
-        if not eps > 0:
-            raise ValueError(f"epsilon must be > 0, got {epsilon!r}")
-        stat = stat_shape(mode, x.shape)
-        for t, what in ((scale, "scale"), (bias, "bias")):
-            if t is not None and (t.ndim != x.ndim or any(a not in (1, b) for a, b in zip(t.shape, x.shape))):
-                raise ValueError(f"norm_forward: {what} {t.shape} does not broadcast to x {x.shape}")
+        ``scale``/``bias``: the mode's parameter shape (see the module doc); rms takes an optional bias, the others
+        need one. ``epsilon`` > 0. Training returns ``(y, mean, inv_variance)`` (``mean`` None for rms; statistics
+        float32, virtual until ``set_output``); inference takes ``mean`` and ``inv_variance`` (rms: only
+        ``inv_variance``) and returns ``y``. Batch norm: see :meth:`batch_norm` for running statistics."""
+        m = _mode(mode)
+        if mode == "batch" and not training:
+            raise ValueError("cuDNN's norm forward has no batch-norm inference phase")
+        x = self._norm_x(x, "norm_forward")
+        scale = self._norm_param(mode, x, scale, "scale", "norm_forward")
+        eps = self._positive(epsilon, "epsilon")
         if bias is None and mode != "rms":
             raise ValueError(f"{mode} norm needs a bias tensor")
+        stat = stat_shape(mode, x.shape, scale.shape)
         inputs = {"x": x, "scale": scale}
         if bias is not None:
-            inputs["bias"] = self._own(bias, "bias")
+            inputs["bias"] = self._norm_param(mode, x, bias, "bias", "norm_forward", scale.shape)
         inputs["epsilon"] = self.scalar(eps, ndim=x.ndim)
         outputs = {"y": self._virtual(x.shape, strides=x.strides, like=x, name=name and f"{name}.y")}
         if training:
             if mean is not None or inv_variance is not None:
                 raise ValueError("training computes mean and inv_variance: do not pass them")
             if mode != "rms":
-                outputs["mean"] = self._virtual(stat, name=name and f"{name}.mean")
-            outputs["inv_variance"] = self._virtual(stat, name=name and f"{name}.inv_variance")
-            for k in ("mean", "inv_variance"):
-                if k in outputs:
-                    outputs[k].set_dtype("float32")
+                outputs["mean"] = self._stat_out(stat, name, "mean")
+            outputs["inv_variance"] = self._stat_out(stat, name, "inv_variance")
         else:
-            if mode == "batch":
-                raise ValueError("cuDNN's norm forward has no batch-norm inference phase")
             needed = {"inv_variance": inv_variance} if mode == "rms" else {"mean": mean, "inv_variance": inv_variance}
             for k, t in needed.items():
                 if t is None:
                     raise ValueError(f"{mode} norm inference needs {k}= (a tensor of shape {stat})")
-                inputs[k] = self._own(t, k)
-        self._add_op(NormForward(inputs, outputs, {"mode": capi.cudnnBackendNormMode_t[NORM_MODES[mode]],
-                                                   "training": bool(training)}, name))
+                inputs[k] = self._stat(x, t, k, stat, "norm_forward")
+        self._add_op(NormForward(inputs, outputs, {"mode": m, "training": bool(training)}, name))
         y = outputs["y"]
         if not training:
             return y
         return y, outputs.get("mean"), outputs["inv_variance"]
+
+    def batch_norm(self, x, scale, bias, *, epsilon: float = 1e-5, running_mean=None, running_var=None,
+                   momentum: float = 0.1, name: str | None = None) -> BatchNormOutputs:
+        """Batch-norm training forward over all dims but the channel (x (N, C, ...); scale, bias and statistics
+        (1, C, 1, ...)). With ``running_mean`` and ``running_var`` (both or neither) the outputs include the
+        updated running statistics, ``(1 - momentum) * running + momentum * batch`` (0 < momentum <= 1; bind the
+        same arrays as input and output to update in place). Returns :class:`BatchNormOutputs`."""
+        x = self._norm_x(x, "batch_norm")
+        scale = self._norm_param("batch", x, scale, "scale", "batch_norm")
+        bias = self._norm_param("batch", x, bias, "bias", "batch_norm")
+        eps = self._positive(epsilon, "epsilon")
+        stat = stat_shape("batch", x.shape)
+        inputs = {"x": x, "scale": scale, "bias": bias, "epsilon": self.scalar(eps, ndim=x.ndim)}
+        outputs = {"y": self._virtual(x.shape, strides=x.strides, like=x, name=name and f"{name}.y"),
+                   "mean": self._stat_out(stat, name, "mean"),
+                   "inv_variance": self._stat_out(stat, name, "inv_variance")}
+        if (running_mean is None) != (running_var is None):
+            raise ValueError("batch_norm: give both running_mean and running_var, or neither")
+        if running_mean is not None:
+            mom = self._positive(momentum, "momentum")
+            if mom > 1:
+                raise ValueError(f"momentum must be in (0, 1], got {momentum!r}")
+            inputs["running_mean"] = self._stat(x, running_mean, "running_mean", stat, "batch_norm")
+            inputs["running_var"] = self._stat(x, running_var, "running_var", stat, "batch_norm")
+            inputs["momentum"] = self.scalar(mom, ndim=x.ndim)
+            outputs["next_running_mean"] = self._stat_out(stat, name, "running_mean")
+            outputs["next_running_var"] = self._stat_out(stat, name, "running_var")
+        self._add_op(NormForward(inputs, outputs, {"mode": _mode("batch"), "training": True}, name))
+        return BatchNormOutputs(outputs["y"], outputs["mean"], outputs["inv_variance"],
+                                outputs.get("next_running_mean"), outputs.get("next_running_var"))
+
+    def norm_backward(self, dy, x, scale, *, mean=None, inv_variance, mode: str = "layer", has_bias: bool = True,
+                      name: str | None = None):
+        """Normalisation backward (``mode`` as in :meth:`norm_forward`) from the saved statistics of the forward
+        pass (``mean`` not for rms). Returns ``(dx, dscale, dbias)``: dx like x, dscale/dbias in the scale's shape
+        and dtype (``dbias`` None for rms with ``has_bias=False``)."""
+        m = _mode(mode)
+        x = self._norm_x(x, "norm_backward")
+        dy = self._own(dy, "dy")
+        if dy.shape != x.shape:
+            raise ValueError(f"norm_backward: dy {dy.shape} and x {x.shape} must have one shape")
+        scale = self._norm_param(mode, x, scale, "scale", "norm_backward")
+        stat = stat_shape(mode, x.shape, scale.shape)
+        inputs = {"dy": dy, "x": x, "scale": scale,
+                  "inv_variance": self._stat(x, inv_variance, "inv_variance", stat, "norm_backward")}
+        if mode == "rms":
+            if mean is not None:
+                raise ValueError("rms norm has no mean: do not pass one")
+        else:
+            if mean is None:
+                raise ValueError(f"{mode} norm backward needs mean= (a tensor of shape {stat})")
+            inputs["mean"] = self._stat(x, mean, "mean", stat, "norm_backward")
+        if not has_bias and mode != "rms":
+            raise ValueError(f"has_bias=False is for rms norm; {mode} norm always has a bias")
+        outputs = {"dx": self._virtual(x.shape, strides=x.strides, like=x, name=name and f"{name}.dx")}
+        for k in ("dscale", "dbias") if has_bias else ("dscale",):
+            t = self._virtual(scale.shape, strides=scale.strides, name=name and f"{name}.{k}")
+            outputs[k] = t.set_dtype(scale.dtype)
+        self._add_op(NormBackward(inputs, outputs, {"mode": m}, name))
+        return outputs["dx"], outputs["dscale"], outputs.get("dbias")
+
+    def bn_finalize(self, sum, sqsum, scale, bias, *, accum_count: int, epsilon: float = 1e-5, running_mean=None,
+                    running_var=None, momentum: float = 0.1, compute_dtype=None,
+                    name: str | None = None) -> BNFinalizeOutputs:
+        """Batch-norm statistics from per-channel ``sum`` and ``sqsum`` (e.g. :meth:`genstats` of a convolution
+        output) over ``accum_count`` elements per channel: mean, inverse standard deviation, and the equivalent
+        ``eq_scale = scale * inv_std``, ``eq_bias = bias - mean * eq_scale`` (y = eq_scale * x + eq_bias). With
+        running statistics (both or neither), also their update with ``momentum``. All (1, C, 1, ...).
+        Returns :class:`BNFinalizeOutputs`."""
+        s = self._own(sum, "sum")
+        if s.ndim < 3 or s.shape[0] != 1 or any(d != 1 for d in s.shape[2:]):
+            raise ValueError(f"bn_finalize: sum must be (1, C, 1, ...), got {s.shape}")
+        shape = s.shape
+        ins = {"sum": s}
+        for role, t in (("sqsum", sqsum), ("scale", scale), ("bias", bias)):
+            ins[role] = self._stat(s, t, role, shape, "bn_finalize")
+        if isinstance(accum_count, bool) or not isinstance(accum_count, int) or accum_count < 1:
+            raise ValueError(f"accum_count must be a positive int (elements per channel), got {accum_count!r}")
+        ins["epsilon"] = self.scalar(self._positive(epsilon, "epsilon"), ndim=s.ndim)
+        ins["accum_count"] = self.scalar(accum_count, dtype="int64", ndim=s.ndim)
+        outs = {k: self._stat_out(shape, name, k) for k in ("eq_scale", "eq_bias", "mean", "inv_std")}
+        if (running_mean is None) != (running_var is None):
+            raise ValueError("bn_finalize: give both running_mean and running_var, or neither")
+        if running_mean is not None:
+            mom = self._positive(momentum, "momentum")
+            if mom > 1:
+                raise ValueError(f"momentum must be in (0, 1], got {momentum!r}")
+            ins["running_mean"] = self._stat(s, running_mean, "running_mean", shape, "bn_finalize")
+            ins["running_var"] = self._stat(s, running_var, "running_var", shape, "bn_finalize")
+            ins["momentum"] = self.scalar(mom, ndim=s.ndim)
+            outs["next_running_mean"] = self._stat_out(shape, name, "running_mean")
+            outs["next_running_var"] = self._stat_out(shape, name, "running_var")
+        self._add_op(BNFinalize(ins, outs, {"compute_dtype": self._compute(compute_dtype)}, name))
+        return BNFinalizeOutputs(outs["eq_scale"], outs["eq_bias"], outs["mean"], outs["inv_std"],
+                                 outs.get("next_running_mean"), outs.get("next_running_var"))
+
+    def bn_backward_weights(self, dy, x, mean, inv_std, scale, *, compute_dtype=None,
+                            name: str | None = None) -> BNBackwardWeightsOutputs:
+        """Batch-norm weight gradients and dx coefficients (the dBN op of cuDNN's fused BN backward): dscale,
+        dbias and eq_dy_scale, eq_x_scale, eq_bias with dx = eq_dy_scale * dy + eq_x_scale * x + eq_bias, all
+        (1, C, 1, ...) float32. Returns :class:`BNBackwardWeightsOutputs`."""
+        x = self._norm_x(x, "bn_backward_weights")
+        dy = self._own(dy, "dy")
+        if dy.shape != x.shape:
+            raise ValueError(f"bn_backward_weights: dy {dy.shape} and x {x.shape} must have one shape")
+        stat = stat_shape("batch", x.shape)
+        ins = {"x": x, "dy": dy}
+        for role, t in (("mean", mean), ("inv_std", inv_std), ("scale", scale)):
+            ins[role] = self._stat(x, t, role, stat, "bn_backward_weights")
+        outs = {k: self._stat_out(stat, name, k) for k in ("dscale", "dbias", "eq_dy_scale", "eq_x_scale", "eq_bias")}
+        self._add_op(BNBackwardWeights(ins, outs, {"compute_dtype": self._compute(compute_dtype)}, name))
+        return BNBackwardWeightsOutputs(*(outs[k] for k in BNBackwardWeightsOutputs._fields))

@@ -1,0 +1,169 @@
+"""Resampling (pooling) as graph operations: ``OPERATION_RESAMPLE_FWD`` / ``OPERATION_RESAMPLE_BWD``.
+
+Max pooling, average pooling (padding counted in the divisor or not) over 2-D or 3-D windows of x (N, C, *spatial),
+with separate pre/post padding and a padding mode. Max pooling forward can also write an index tensor (int8, the
+position of the maximum inside its window) that the backward pass reads instead of x and y.
+"""
+from __future__ import annotations
+
+import fractions
+
+from cudnn_py import capi
+from cudnn_py.descriptors import _ints
+
+from ..descriptors import BackendDescriptor
+from .base import LowerContext, Op
+
+__all__ = ["ResampleForward", "ResampleBackward", "ResampleBuilders", "RESAMPLE_MODES", "PADDING_MODES",
+           "resample_output_shape"]
+
+#: short name -> ``cudnnResampleMode_t`` member name (pooling modes)
+RESAMPLE_MODES = {"max": "CUDNN_RESAMPLE_MAXPOOL", "avg": "CUDNN_RESAMPLE_AVGPOOL",
+                  "avg_exclude_padding": "CUDNN_RESAMPLE_AVGPOOL_EXCLUDE_PADDING"}
+#: short name -> ``cudnnPaddingMode_t`` member name
+PADDING_MODES = {"zero": "CUDNN_ZERO_PAD", "neg_inf": "CUDNN_NEG_INF_PAD", "edge": "CUDNN_EDGE_VAL_PAD"}
+_DEFAULT_PAD = {"max": "neg_inf", "avg": "zero", "avg_exclude_padding": "zero"}
+_FWD_ATTRS = {"x": "xdesc", "y": "ydesc", "index": "idxdesc"}
+_BWD_ATTRS = {"dy": "dydesc", "x": "xdesc", "y": "ydesc", "index": "idxdesc", "dx": "dxdesc"}
+
+
+def resample_output_shape(x_shape, window, stride, pre, post) -> tuple[int, ...]:
+    """(N, C, *out) with out = (in + pre + post - window) // stride + 1 per spatial dim."""
+    return tuple(x_shape[:2]) + tuple((n + a + b - w) // s + 1
+                                      for n, a, b, w, s in zip(x_shape[2:], pre, post, window, stride))
+
+
+def _resample_desc(p: dict) -> BackendDescriptor:
+    frac = lambda v: [fractions.Fraction(int(i)) for i in v]  # noqa: E731 - FRACTION elements, as cuDNN documents
+    return BackendDescriptor(
+        "RESAMPLE", mode=capi.cudnnResampleMode_t[RESAMPLE_MODES[p["mode"]]], comp_type=p["compute_dtype"],
+        spatial_dims=len(p["window"]), nan_propagation=capi.CUDNN_PROPAGATE_NAN,
+        padding_mode=capi.cudnnPaddingMode_t[PADDING_MODES[p["padding_mode"]]], window_dims=frac(p["window"]),
+        pre_paddings=frac(p["padding"]), post_paddings=frac(p["post_padding"]), strides=frac(p["stride"])).finalize()
+
+
+class _Resample(Op):
+    backend, roles = "", {}
+
+    def lower(self, ctx: LowerContext) -> None:
+        rs = _resample_desc(self.params)
+        d = BackendDescriptor(self.backend, alpha=1.0, beta=0.0, desc=rs)
+        for role, t in (*self.inputs.items(), *self.outputs.items()):
+            d.set(self.roles[role], ctx.tensor(t))
+        ctx.add(d.finalize(), rs)
+
+    def describe(self) -> str:
+        return super().describe().replace(self.kind, f"{self.kind}[{self.params['mode']}]", 1)
+
+
+class ResampleForward(_Resample):
+    """y (and, for max pooling, the window index) = pool(x)."""
+    kind, backend, roles = "resample_forward", "OPERATION_RESAMPLE_FWD", _FWD_ATTRS
+
+
+class ResampleBackward(_Resample):
+    """dx = pooling backward(dy) (max: from x and y, or from the forward's index tensor)."""
+    kind, backend, roles = "resample_backward", "OPERATION_RESAMPLE_BWD", _BWD_ATTRS
+
+
+class ResampleBuilders:
+    """The :class:`~cudnn_py.graph.Graph` methods that add pooling."""
+
+    def _pool_params(self, nsp: int, mode, window, stride, padding, post_padding, padding_mode, compute_dtype):
+        if mode not in RESAMPLE_MODES:
+            raise ValueError(f"resample mode must be one of {', '.join(RESAMPLE_MODES)}, got {mode!r}")
+        if nsp not in (2, 3):
+            raise ValueError(f"pooling is 2-D or 3-D: x needs rank 4 or 5, got rank {nsp + 2}")
+        win = _ints(window, nsp, "window", 1)
+        pad = _ints(padding, nsp, "padding", 0)
+        post = pad if post_padding is None else _ints(post_padding, nsp, "post_padding", 0)
+        st = win if stride is None else _ints(stride, nsp, "stride", 1)
+        pm = _DEFAULT_PAD[mode] if padding_mode is None else padding_mode
+        if pm not in PADDING_MODES:
+            raise ValueError(f"padding_mode must be one of {', '.join(PADDING_MODES)}, got {pm!r}")
+        for i in range(nsp):
+            if pad[i] >= win[i] or post[i] >= win[i]:
+                raise ValueError(f"padding {pad} / post_padding {post} must be smaller than the window {win}: a "
+                                 f"window would see only padding")
+        return {"mode": mode, "window": win, "stride": st, "padding": pad, "post_padding": post,
+                "padding_mode": pm, "compute_dtype": self._compute(compute_dtype)}
+
+    def resample(self, x, mode: str = "max", window=2, *, stride=None, padding=0, post_padding=None,
+                 padding_mode: str | None = None, index: bool = False, compute_dtype=None, name: str | None = None):
+        """Pooling forward of x (N, C, H, W) or (N, C, D, H, W).
+
+        ``mode``: 'max', 'avg' (padding counted in the divisor) or 'avg_exclude_padding'. ``window``, ``stride``
+        (default: the window), ``padding`` (before) and ``post_padding`` (after; default: ``padding``): an int or
+        one per spatial dim. ``padding_mode``: 'neg_inf' (max default), 'zero' (avg default) or 'edge'.
+        ``index=True`` (max only) also returns the int8 index tensor the backward pass can use. Returns y (and the
+        index), virtual, out = (in + padding + post_padding - window) // stride + 1."""
+        x = self._own(x, "x")
+        p = self._pool_params(x.ndim - 2, mode, window, stride, padding, post_padding, padding_mode, compute_dtype)
+        if index and mode != "max":
+            raise ValueError(f"index=True is for max pooling, not {mode!r}")
+        out = resample_output_shape(x.shape, p["window"], p["stride"], p["padding"], p["post_padding"])
+        if any(o <= 0 for o in out[2:]):
+            raise ValueError(f"resample: x {x.shape} with window {p['window']} gives output {out}")
+        outputs = {"y": self._virtual(out, like=x, name=name and f"{name}.y")}
+        if index:
+            outputs["index"] = self._virtual(out, like=x, name=name and f"{name}.index").set_dtype("int8")
+        self._add_op(ResampleForward({"x": x}, outputs, p, name))
+        return (outputs["y"], outputs["index"]) if index else outputs["y"]
+
+    def resample_backward(self, dy, mode: str = "max", window=2, *, x=None, y=None, index=None, x_shape=None,
+                          stride=None, padding=0, post_padding=None, padding_mode: str | None = None,
+                          compute_dtype=None, name: str | None = None):
+        """Pooling backward: dx from dy and the forward's parameters. Max pooling needs either the forward's
+        ``x`` and ``y`` or its ``index`` tensor; average pooling needs neither (give ``x_shape`` or ``x`` for dx's
+        shape when it is ambiguous). Returns dx (virtual)."""
+        dy = self._own(dy, "dy")
+        p = self._pool_params(dy.ndim - 2, mode, window, stride, padding, post_padding, padding_mode, compute_dtype)
+        inputs = {"dy": dy}
+        if mode == "max":
+            if index is None and (x is None or y is None):
+                raise ValueError("max pooling backward needs the forward's index= tensor, or its x= and y=")
+        elif index is not None:
+            raise ValueError(f"index= is for max pooling, not {mode!r}")
+        if x is not None:
+            inputs["x"] = self._own(x, "x")
+            if x_shape is not None and tuple(x_shape) != inputs["x"].shape:
+                raise ValueError(f"x_shape {tuple(x_shape)} differs from x {inputs['x'].shape}")
+            x_shape = inputs["x"].shape
+        if x_shape is None:
+            x_shape = dy.shape[:2] + tuple((o - 1) * s + w - a - b for o, s, w, a, b in zip(
+                dy.shape[2:], p["stride"], p["window"], p["padding"], p["post_padding"]))
+        x_shape = self._shape(x_shape, "x_shape")
+        expect = resample_output_shape(x_shape, p["window"], p["stride"], p["padding"], p["post_padding"])
+        if len(x_shape) != dy.ndim or expect != dy.shape:
+            raise ValueError(f"resample_backward: dy {dy.shape} is not the pooled shape of x {x_shape} ({expect})")
+        for role, t in (("y", y), ("index", index)):
+            if t is not None:
+                inputs[role] = self._own(t, role)
+                if inputs[role].shape != dy.shape:
+                    raise ValueError(f"resample_backward: {role} {inputs[role].shape} must have dy's shape {dy.shape}")
+        if "index" in inputs and inputs["index"].dtype != capi.CUDNN_DATA_INT8:
+            raise TypeError(f"resample_backward: index must be int8 (as resample(index=True) makes it), got "
+                            f"{inputs['index'].dtype.name}")
+        ref = inputs.get("x", dy)
+        dx = self._virtual(x_shape, like=ref, name=name and f"{name}.dx")
+        self._add_op(ResampleBackward(inputs, {"dx": dx}, p, name))
+        return dx
+
+    def max_pool(self, x, window=2, stride=None, padding=0, **kw):
+        """Max pooling (:meth:`resample` with mode 'max'; ``index=True`` also returns the index tensor)."""
+        return self.resample(x, "max", window, stride=stride, padding=padding, **kw)
+
+    def avg_pool(self, x, window=2, stride=None, padding=0, *, include_padding: bool = True, **kw):
+        """Average pooling (:meth:`resample`; padded elements count in the divisor unless ``include_padding``
+        is False)."""
+        return self.resample(x, "avg" if include_padding else "avg_exclude_padding", window, stride=stride,
+                             padding=padding, **kw)
+
+    def max_pool_backward(self, dy, window=2, stride=None, padding=0, **kw):
+        """dx of max pooling (:meth:`resample_backward`: give ``index=`` or ``x=`` and ``y=``)."""
+        return self.resample_backward(dy, "max", window, stride=stride, padding=padding, **kw)
+
+    def avg_pool_backward(self, dy, window=2, stride=None, padding=0, *, include_padding: bool = True, **kw):
+        """dx of average pooling (:meth:`resample_backward`)."""
+        return self.resample_backward(dy, "avg" if include_padding else "avg_exclude_padding", window,
+                                      stride=stride, padding=padding, **kw)

@@ -1,0 +1,97 @@
+"""Random numbers inside a graph: ``OPERATION_RNG`` (cuDNN's Philox generator), and dropout built on it.
+
+The generator is counter-based: the same seed and offset give the same numbers, so a dropout mask can be made
+again in the backward pass instead of stored. The seed is either fixed in the graph (an int) or read at execution
+from a device tensor (int64, shape all ones) together with an offset tensor, so one built plan serves every step.
+"""
+from __future__ import annotations
+
+import ctypes
+
+from cudnn_py import capi
+
+from ..descriptors import BackendDescriptor
+from .base import LowerContext, Op
+
+__all__ = ["Rng", "RngBuilders", "RNG_DISTRIBUTIONS"]
+
+#: short name -> ``cudnnRngDistribution_t`` member name
+RNG_DISTRIBUTIONS = {"bernoulli": "CUDNN_RNG_DISTRIBUTION_BERNOULLI"}
+
+
+class Rng(Op):
+    """y ~ Bernoulli(probability), elementwise; ``params``: distribution, probability, seed (int or None: the
+    ``seed``/``offset`` input tensors)."""
+
+    kind = "rng"
+
+    def lower(self, ctx: LowerContext) -> None:
+        p = self.params
+        dist = BackendDescriptor("RNG", distribution=capi.cudnnRngDistribution_t[RNG_DISTRIBUTIONS[p["distribution"]]],
+                                 bernoulli_dist_probability=float(p["probability"])).finalize()
+        d = BackendDescriptor("OPERATION_RNG", ydesc=ctx.tensor(self.outputs["y"]), desc=dist)
+        if p["seed"] is not None:
+            d.set("seed", int(p["seed"]))
+        else:
+            seed = ctx.tensor(self.inputs["seed"])
+            # CUDNN_ATTR_OPERATION_RNG_SEED takes a tensor descriptor too; the attribute table knows only INT64
+            capi.cudnnBackendSetAttribute(d.ptr, capi.CUDNN_ATTR_OPERATION_RNG_SEED, capi.CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                                          1, ctypes.byref(ctypes.c_void_p(seed.ptr.value)))
+            d.set("offset_desc", ctx.tensor(self.inputs["offset"]))
+        ctx.add(d.finalize(), dist)
+
+
+class RngBuilders:
+    """The :class:`~cudnn_py.graph.Graph` methods that add random numbers."""
+
+    def _seed_offset(self, seed, offset, ndim: int) -> tuple[dict, int | None]:
+        if isinstance(seed, bool):
+            raise TypeError("seed must be an int or an int64 Tensor, not a bool")
+        if isinstance(seed, int):
+            if offset is not None:
+                raise ValueError("offset= goes with a seed tensor; with an int seed the offset is 0")
+            if not 0 <= seed < 2 ** 63:
+                raise ValueError(f"seed must be in [0, 2**63), got {seed}")
+            return {}, seed
+        ins = {}
+        for role, t in (("seed", seed), ("offset", offset)):
+            if t is None:
+                raise ValueError(f"rng: a seed tensor needs an offset tensor too (int64, shape (1,)*{ndim})")
+            t = self._own(t, role)
+            if t.dtype != capi.CUDNN_DATA_INT64 or t.shape != (1,) * ndim or t.is_by_value:
+                raise TypeError(f"rng: {role} must be a device int64 tensor of shape {(1,) * ndim}, got "
+                                f"{t.describe()}")
+            ins[role] = t
+        return ins, None
+
+    def bernoulli(self, shape, probability: float, *, seed=0, offset=None, like=None, name: str | None = None):
+        """A mask of ``shape`` with elements 1 (probability ``probability``) or 0, from cuDNN's Philox generator.
+
+        ``seed``: an int baked into the graph, or an int64 device tensor of shape (1,)*rank read at execution with
+        the ``offset`` tensor (same shape and dtype): the same seed and offset give the same mask. ``like``: a
+        tensor whose layout the mask follows. Returns the mask (virtual; float32 intermediates, the graph's io dtype
+        as an output)."""
+        shape = self._shape(shape, "shape")
+        prob = self._float(probability, "probability")
+        if not 0 <= prob <= 1:
+            raise ValueError(f"probability must be in [0, 1], got {probability!r}")
+        ins, fixed = self._seed_offset(seed, offset, len(shape))
+        if like is not None:
+            like = self._own(like, "like")
+        y = self._virtual(shape, strides=like.strides if like is not None and like.shape == shape else None,
+                          like=like, name=name and f"{name}.y")
+        self._add_op(Rng(ins, {"y": y}, {"distribution": "bernoulli", "probability": prob, "seed": fixed}, name))
+        return y
+
+    def dropout(self, x, p: float, *, seed=0, offset=None, name: str | None = None):
+        """Dropout: y = x * mask / (1 - p) with mask ~ Bernoulli(1 - p) (see :meth:`bernoulli` for ``seed`` and
+        ``offset``). Returns ``(y, mask)``, both virtual; make the mask an output to reuse it in the backward pass
+        (dx = dy * mask / (1 - p)), or rebuild it there from the same seed and offset."""
+        x = self._own(x, "x")
+        rate = self._float(p, "p")
+        if not 0 <= rate < 1:
+            raise ValueError(f"dropout rate p must be in [0, 1), got {p!r}")
+        mask = self.bernoulli(x.shape, 1 - rate, seed=seed, offset=offset, like=x, name=name and f"{name}.rng")
+        scaled = self.mul(x, mask, name=name and f"{name}.mask")
+        y = self.scale(scaled, 1 / (1 - rate), name=name and f"{name}.scale") if rate else scaled
+        return y, mask
