@@ -133,3 +133,85 @@ def test_raw_capi_path(handle, rng):
     assert_close(yd.to_numpy(), ref.forward(x, "clipped_relu", coef=0.6), np.float32)
     capi.cudnnDestroyTensorDescriptor(td)
     capi.cudnnDestroyActivationDescriptor(ad)
+
+
+# ---------------------------------------------------------------- engine="graph"
+
+from cudnn_py.graph.legacy import GraphPathRefused  # noqa: E402
+import engine_helpers as E  # noqa: E402
+
+
+@pytest.mark.parametrize("call,words", [
+    (lambda h: activation_forward(h, "relu", fake((2, 3), np.float64), fake((2, 3), np.float64), engine="graph"),
+     "float64"),
+    (lambda h: activation_forward(h, Activation("relu", nan_propagation=True), fake((2, 3)), fake((2, 3)),
+                                  engine="graph"), "NaN"),
+    (lambda h: activation_backward(h, "tanh", *(fake((1,) * 6),) * 3, fake((1,) * 6), engine="graph"),
+     "1 to 5 dimensions"),
+])
+def test_graph_engine_refusals_before_c(call, words):
+    with pytest.raises(GraphPathRefused, match=words):
+        call(NoCallHandle())
+
+
+def test_engine_argument_checked_and_auto_falls_back_to_legacy():
+    with pytest.raises(ValueError, match="engine 'gpu'"):
+        activation_forward(NoCallHandle(), "relu", fake((2, 3)), fake((2, 3)), engine="gpu")
+    # float64 is not the graph path's: 'auto' goes on to the legacy C call (which NoCallHandle stops)
+    with pytest.raises(AssertionError, match="before any cuDNN call"):
+        activation_forward(NoCallHandle(), "relu", fake((2, 3), np.float64), fake((2, 3), np.float64),
+                           engine="auto")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("dtype", E.GRAPH_DTYPES)
+@pytest.mark.parametrize("mode", list(ACTIVATION_MODES))
+def test_graph_engine_forward_backward_match_reference(handle, rng, mode, dtype, layout):
+    act = Activation(mode, **PARAMS[mode])
+    x = E.rounded(rng.standard_normal((3, 5, 7, 6)) * 1.5, dtype)
+    dy = E.rounded(rng.standard_normal(x.shape), dtype)
+    xd = E.on_device(x, dtype, layout)
+    y = activation_forward(handle, act, xd, E.poisoned(x.shape, dtype, layout), engine="graph")
+    E.assert_close(E.host(y), ref.forward(x, mode, **_ref_kw(mode)), dtype)
+    dx = activation_backward(handle, act, xd, y, E.on_device(dy, dtype, layout), E.poisoned(x.shape, dtype, layout),
+                             engine="graph")
+    keep = np.ones(x.shape, bool)
+    if mode in ("relu", "clipped_relu"):  # the gradient jumps at the kinks
+        keep = (np.abs(x) > 1e-2) & (np.abs(x - 0.8) > 1e-2)
+    E.assert_close(np.where(keep, E.host(dx), 0.0), np.where(keep, ref.backward(x, dy, mode, **_ref_kw(mode)), 0.0),
+                   dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(11,), (6, 9), (4, 5, 6), (2, 3, 4, 5, 6)])
+def test_graph_engine_ranks_alpha_beta_and_in_place(handle, rng, shape):
+    x = rng.standard_normal(shape).astype(np.float32)
+    y0 = rng.standard_normal(shape).astype(np.float32)
+    xd = E.on_device(x, "float32")
+    y = activation_forward(handle, "sigmoid", xd, E.on_device(y0, "float32"), alpha=2.0, beta=-0.5, engine="graph")
+    E.assert_close(E.host(y), 2.0 * ref.forward(x, "sigmoid") - 0.5 * y0, "float32")
+    dx0 = rng.standard_normal(shape).astype(np.float32)
+    dx = activation_backward(handle, "tanh", xd, y, E.on_device(y0, "float32"), E.on_device(dx0, "float32"),
+                             alpha=0.5, beta=1.0, engine="graph")
+    E.assert_close(E.host(dx), 0.5 * ref.backward(x, y0, "tanh") + dx0, "float32")
+    activation_forward(handle, "relu", xd, xd, engine="graph")  # in place
+    E.assert_close(E.host(xd), np.maximum(x, 0.0), "float32")
+
+
+@pytest.mark.gpu
+def test_graph_engine_mixed_layouts_and_allocation(handle, rng):
+    """x NCHW, y NHWC (another layout than x): the graph either answers right or says it has no engine, and
+    'auto' answers right either way; an allocated y (engine='graph') is checked too."""
+    from cudnn_py.graph import GraphNotSupportedError
+    x = rng.standard_normal((2, 8, 5, 6)).astype(np.float16)
+    xd = E.on_device(x, "float16")
+    ref_y = np.tanh(x.astype(np.float64))
+    E.assert_close(E.host(activation_forward(handle, "tanh", xd, engine="graph")), ref_y, "float16")
+    y = E.poisoned(x.shape, "float16", "NHWC")
+    try:
+        activation_forward(handle, "tanh", xd, y, engine="graph")
+    except GraphNotSupportedError as e:
+        assert "no engine supports graph 'activation_forward'" in str(e)
+        activation_forward(handle, "tanh", xd, y, engine="auto")
+    E.assert_close(E.host(y), ref_y, "float16")

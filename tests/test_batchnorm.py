@@ -294,3 +294,111 @@ def test_raw_capi_path(handle, rng):
     finally:
         for d in descs:
             capi.cudnnDestroyTensorDescriptor(d)
+
+
+# ---------------------------------------------------------------- engine="graph"
+
+from cudnn_py.graph.legacy import GraphPathRefused  # noqa: E402
+import engine_helpers as E  # noqa: E402
+
+
+@pytest.mark.parametrize("call,words", [
+    (lambda h: batchnorm_forward_training(h, fake((2, 3, 4, 5)), *(fake((3, 4, 5)),) * 2, mode="per_activation",
+                                          y=fake((2, 3, 4, 5)), saved_mean=fake((1, 3, 4, 5)),
+                                          saved_inv_var=fake((1, 3, 4, 5)), engine="graph"), "per-activation"),
+    (lambda h: batchnorm_forward_training(h, fake((2, 3, 4, 5)), fake((3,)), fake((3,)), y=fake((2, 3, 4, 5)),
+                                          saved_mean=fake((3,)), saved_inv_var=fake((3,)), beta=1.0,
+                                          engine="graph"), "alpha 1 and beta 0"),
+    (lambda h: batchnorm_backward(h, fake((2, 3, 4, 5)), fake((2, 3, 4, 5)), fake((3,)), dx=fake((2, 3, 4, 5)),
+                                  dscale=fake((3,)), dbias=fake((3,)), engine="graph"), "saved_mean"),
+    (lambda h: batchnorm_forward_training_ex(h, fake((2, 3, 4, 5)), fake((3,)), fake((3,)), ops="bn_activation",
+                                             activation="tanh", y=fake((2, 3, 4, 5)), saved_mean=fake((3,)),
+                                             saved_inv_var=fake((3,)), engine="graph"), "ReLU only"),
+    (lambda h: batchnorm_forward_inference(h, *(fake((2, 3, 4, 5), np.float64),), *(fake((3,), np.float64),) * 4,
+                                           y=fake((2, 3, 4, 5), np.float64), engine="graph"), "float64"),
+])
+def test_graph_engine_refusals_before_c(call, words):
+    with pytest.raises(GraphPathRefused, match=words):
+        call(NoCallHandle())
+
+
+def _graph_inputs(rng, shape, dtype, mode="spatial"):
+    x = E.rounded(rng.standard_normal(shape) * 1.5 + 0.3, dtype)
+    pshape = ref.param_shape(shape, mode)
+    return x, rng.random(pshape) + 0.5, rng.standard_normal(pshape), pshape
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("dtype", E.GRAPH_DTYPES)
+@pytest.mark.parametrize("shape", [(6, 8, 5, 7), (3, 4, 3, 5, 6)])
+def test_graph_training_and_backward_match_reference(handle, rng, shape, dtype, layout):
+    x, scale, bias, pshape = _graph_inputs(rng, shape, dtype)
+    rm0, rv0 = rng.standard_normal(pshape), rng.random(pshape) + 0.5
+    rm, rv = E.on_device(rm0, "float32"), E.on_device(rv0, "float32")
+    xd, sd = E.on_device(x, dtype, layout), E.on_device(scale, "float32")
+    r = batchnorm_forward_training(handle, xd, sd, E.on_device(bias, "float32"), epsilon=1e-4, factor=0.3,
+                                   running_mean=rm, running_var=rv, saved_mean=E.poisoned(pshape, "float32"),
+                                   saved_inv_var=E.poisoned(pshape, "float32"), y=E.poisoned(shape, dtype, layout),
+                                   engine="graph")
+    want = ref.forward_training(x, scale, bias, "spatial", eps=1e-4, factor=0.3, running_mean=rm0, running_var=rv0)
+    E.assert_close(E.host(r.y), want["y"], dtype, scale=2)
+    for got, key in ((r.saved_mean, "mean"), (r.saved_inv_var, "inv_var"), (rm, "running_mean"),
+                     (rv, "running_var")):
+        E.assert_close(E.host(got), want[key], "float32", scale=50)
+    dy = E.rounded(rng.standard_normal(shape), dtype)
+    g = batchnorm_backward(handle, xd, E.on_device(dy, dtype, layout), sd, r.saved_mean, r.saved_inv_var,
+                           epsilon=1e-4, dx=E.poisoned(shape, dtype, layout), dscale=E.poisoned(pshape, "float32"),
+                           dbias=E.poisoned(pshape, "float32"), engine="graph")
+    wg = ref.backward(x, dy, scale, "spatial", eps=1e-4)
+    E.assert_close(E.host(g.dx), wg["dx"], dtype, scale=5)
+    E.assert_close(E.host(g.dscale), wg["dscale"], dtype, scale=5)
+    E.assert_close(E.host(g.dbias), wg["dbias"], dtype, scale=5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("dtype", E.GRAPH_DTYPES)
+@pytest.mark.parametrize("mode", ["spatial", "per_activation"])
+def test_graph_inference_matches_reference(handle, rng, mode, dtype, layout):
+    shape = (5, 3, 4, 6)
+    x, scale, bias, pshape = _graph_inputs(rng, shape, dtype, mode)
+    mean, var = rng.standard_normal(pshape), rng.random(pshape) + 0.2
+    y0 = E.rounded(rng.standard_normal(shape), dtype)
+    params = [E.on_device(a, "float32") for a in (scale, bias, mean, var)]
+    want = ref.forward_inference(x, scale, bias, mean, var, mode, eps=1e-3)
+    y = batchnorm_forward_inference(handle, E.on_device(x, dtype, layout), *params, mode=mode, epsilon=1e-3,
+                                    y=E.poisoned(shape, dtype, layout), engine="graph")
+    E.assert_close(E.host(y), want, dtype, scale=2)
+    y = batchnorm_forward_inference(handle, E.on_device(x, dtype, layout), *params, mode=mode, epsilon=1e-3,
+                                    y=E.on_device(y0, dtype, layout), alpha=0.5, beta=0.25, engine="graph")
+    E.assert_close(E.host(y), 0.5 * want + 0.25 * y0, dtype, scale=2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("ops", ["bn", "bn_activation", "bn_add_activation"])
+@pytest.mark.parametrize("dtype,layout", [("float16", "NHWC"), ("float32", "NCHW"), ("bfloat16", "NHWC")])
+def test_graph_ex_forward_backward_match_reference(handle, rng, ops, dtype, layout):
+    if dtype == "bfloat16" and E.BF16 is None:
+        pytest.skip("ml_dtypes is not installed")
+    shape = (4, 8, 5, 6)
+    x, scale, bias, pshape = _graph_inputs(rng, shape, dtype)
+    z = E.rounded(rng.standard_normal(shape), dtype) if ops == "bn_add_activation" else None
+    dy = E.rounded(rng.standard_normal(shape), dtype)
+    xd, sd, bd = E.on_device(x, dtype, layout), E.on_device(scale, "float32"), E.on_device(bias, "float32")
+    r = batchnorm_forward_training_ex(handle, xd, sd, bd, z=None if z is None else E.on_device(z, dtype, layout),
+                                      ops=ops, epsilon=1e-4, y=E.poisoned(shape, dtype, layout), engine="graph")
+    assert r.reserve is None
+    relu = ops != "bn"
+    want = ref.forward_training(x, scale, bias, "spatial", eps=1e-4, z=z, relu=relu)
+    y = E.host(r.y)
+    E.assert_close(y, want["y"], dtype, scale=2)
+    g = batchnorm_backward_ex(handle, xd, r.y, E.on_device(dy, dtype, layout), sd, bd, r.saved_mean,
+                              r.saved_inv_var, ops=ops, epsilon=1e-4, dx=E.poisoned(shape, dtype, layout),
+                              dz=None if z is None else E.poisoned(shape, dtype, layout), engine="graph")
+    wg = ref.backward(x, dy, scale, "spatial", eps=1e-4, y=y, relu=relu, with_z=z is not None)
+    E.assert_close(E.host(g.dx), wg["dx"], dtype, scale=5)
+    E.assert_close(E.host(g.dscale), wg["dscale"], dtype, scale=5)
+    E.assert_close(E.host(g.dbias), wg["dbias"], dtype, scale=5)
+    if z is not None:
+        E.assert_close(E.host(g.dz), wg["dz"], dtype)

@@ -149,3 +149,69 @@ def test_fused_add_relu_nhwc_half(handle, rng):
     np.testing.assert_allclose(back(g.dz), wg["dz"], rtol=2e-2, atol=5e-2)
     np.testing.assert_allclose(g.dscale.to_numpy(), wg["dscale"], rtol=2e-2, atol=0.5)
     np.testing.assert_allclose(g.dbias.to_numpy(), wg["dbias"], rtol=2e-2, atol=0.5)
+
+
+# ---------------------------------------------------------------- engine="graph"
+
+from cudnn_py.graph.legacy import GraphPathRefused  # noqa: E402
+import engine_helpers as E  # noqa: E402
+
+
+@pytest.mark.parametrize("call,words", [
+    (lambda h: normalization_forward_training(h, fake((2, 3, 4, 5)), fake((3,)), fake((3,)), algo="persist",
+                                              y=fake((2, 3, 4, 5)), saved_mean=fake((3,)), saved_inv_var=fake((3,)),
+                                              engine="graph"), "algo"),
+    (lambda h: normalization_backward(h, *(fake((2, 3, 4, 5)),) * 3, fake((3,)), fake((3,)), fake((3,)),
+                                      fake((3,)), algo="persist", dx=fake((2, 3, 4, 5)), dscale=fake((3,)),
+                                      dbias=fake((3,)), engine="graph"), "algo"),
+    (lambda h: normalization_forward_inference(h, fake((2, 3, 4, 5)), *(fake((3,)),) * 4, ops="norm_activation",
+                                               activation="sigmoid", y=fake((2, 3, 4, 5)), engine="graph"),
+     "ReLU only"),
+])
+def test_graph_engine_refusals_before_c(call, words):
+    with pytest.raises(GraphPathRefused, match=words):
+        call(NoCallHandle())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("ops", ["norm", "norm_activation", "norm_add_activation"])
+@pytest.mark.parametrize("dtype,layout", [("float32", "NCHW"), ("float16", "NHWC"), ("bfloat16", "NHWC"),
+                                          ("float32", "NHWC")])
+def test_graph_training_inference_backward_match_reference(handle, rng, ops, dtype, layout):
+    if dtype == "bfloat16" and E.BF16 is None:
+        pytest.skip("ml_dtypes is not installed")
+    shape = (6, 8, 5, 7)
+    x = E.rounded(rng.standard_normal(shape) * 2 - 0.5, dtype)
+    z = E.rounded(rng.standard_normal(shape), dtype) if ops == "norm_add_activation" else None
+    pshape = ref.param_shape(shape, "per_channel")
+    scale, bias = rng.random(pshape) + 0.5, rng.standard_normal(pshape)
+    rm0, rv0 = rng.standard_normal(pshape), rng.random(pshape) + 0.5
+    rm, rv = E.on_device(rm0, "float32"), E.on_device(rv0, "float32")
+    xd, sd, bd = E.on_device(x, dtype, layout), E.on_device(scale, "float32"), E.on_device(bias, "float32")
+    zd = None if z is None else E.on_device(z, dtype, layout)
+    relu = ops != "norm"
+    r = normalization_forward_training(handle, xd, sd, bd, z=zd, ops=ops, epsilon=1e-4, factor=0.2,
+                                       running_mean=rm, running_var=rv, saved_mean=E.poisoned(pshape, "float32"),
+                                       saved_inv_var=E.poisoned(pshape, "float32"), y=E.poisoned(shape, dtype, layout),
+                                       engine="graph")
+    want = ref.forward_training(x, scale, bias, "per_channel", eps=1e-4, factor=0.2, running_mean=rm0,
+                                running_var=rv0, z=z, relu=relu)
+    y = E.host(r.y)
+    E.assert_close(y, want["y"], dtype, scale=2)
+    for got, key in ((r.saved_mean, "mean"), (r.saved_inv_var, "inv_var"), (rm, "running_mean"),
+                     (rv, "running_var")):
+        E.assert_close(E.host(got), want[key], "float32", scale=50)
+    yi = normalization_forward_inference(handle, xd, sd, bd, rm, rv, z=zd, ops=ops, epsilon=1e-4,
+                                         y=E.poisoned(shape, dtype, layout), engine="graph")
+    E.assert_close(E.host(yi), ref.forward_inference(x, scale, bias, want["running_mean"], want["running_var"],
+                                                     "per_channel", eps=1e-4, z=z, relu=relu), dtype, scale=2)
+    dy = E.rounded(rng.standard_normal(shape), dtype)
+    g = normalization_backward(handle, xd, r.y, E.on_device(dy, dtype, layout), sd, bd, r.saved_mean,
+                               r.saved_inv_var, r.reserve, ops=ops, epsilon=1e-4, dx=E.poisoned(shape, dtype, layout),
+                               dz=None if z is None else E.poisoned(shape, dtype, layout),
+                               dscale=E.poisoned(pshape, "float32"), dbias=E.poisoned(pshape, "float32"),
+                               engine="graph")
+    wg = ref.backward(x, dy, scale, "per_channel", eps=1e-4, y=y, relu=relu, with_z=z is not None)
+    for got, key in ((g.dx, "dx"), (g.dscale, "dscale"), (g.dbias, "dbias")) + (((g.dz, "dz"),) if z is not None
+                                                                              else ()):
+        E.assert_close(E.host(got), wg[key], dtype, scale=5)

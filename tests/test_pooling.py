@@ -199,3 +199,57 @@ def test_torch_tensors_in_and_out(handle, rng):
     assert out is y
     torch.cuda.synchronize()
     assert_close(y.cpu().numpy(), ref.forward(x_np, "max", (2, 2), (0, 0), (2, 2)), np.float32)
+
+
+# ---------------------------------------------------------------- engine="graph"
+
+from cudnn_py.graph.legacy import GraphPathRefused  # noqa: E402
+import engine_helpers as E  # noqa: E402
+
+
+@pytest.mark.parametrize("call,words", [
+    (lambda h: pooling_forward(h, Pooling("max", 2), fake((1, 2, 4, 4)), fake((1, 2, 2, 2)), alpha=2.0,
+                               engine="graph"), "alpha 1 and beta 0"),
+    (lambda h: pooling_backward(h, Pooling("avg_include_padding", 2), fake((1, 2, 4, 4)), fake((1, 2, 2, 2)),
+                                fake((1, 2, 2, 2)), fake((1, 2, 4, 4)), beta=1.0, engine="graph"), "alpha 1 and beta 0"),
+    (lambda h: pooling_forward(h, Pooling("max", 2), fake((1, 2, 4, 4), np.float64), fake((1, 2, 2, 2), np.float64),
+                               engine="graph"), "float64"),
+])
+def test_graph_engine_refusals_before_c(call, words):
+    with pytest.raises(GraphPathRefused, match=words):
+        call(NoCallHandle())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("dtype", E.GRAPH_DTYPES)
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("shape,win,pad,st", CASES)
+def test_graph_engine_forward_backward_match_reference(handle, rng, dtype, layout, mode, shape, win, pad, st):
+    pool = Pooling(mode, win, pad, st)
+    size = int(np.prod(shape))  # distinct values exact in dtype (max pooling's backward needs no ties)
+    x = rng.choice(np.unique(E.rounded(np.linspace(-4, 4, 8 * size), dtype)), size, replace=False).reshape(shape)
+    y_shape = ref.output_shape(shape, win, pad, st)
+    dy = E.rounded(rng.standard_normal(y_shape), dtype)
+    xd = E.on_device(x, dtype, layout)
+    y = pooling_forward(handle, pool, xd, E.poisoned(y_shape, dtype, layout), engine="graph")
+    E.assert_close(E.host(y), ref.forward(x, MODES[mode], win, pad, st), dtype)
+    dx = pooling_backward(handle, pool, xd, y, E.on_device(dy, dtype, layout), E.poisoned(shape, dtype, layout),
+                          engine="graph")
+    E.assert_close(E.host(dx), ref.backward(x, dy, MODES[mode], win, pad, st), dtype, scale=2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("engine", ["graph", "auto"])
+def test_graph_engine_allocates_in_x_layout(handle, rng, engine):
+    """Outputs allocated by the graph path keep x's memory order (NHWC x: NHWC y and dx)."""
+    pool = Pooling("max", 3, 1, 2)
+    x = ref.distinct_values((2, 8, 9, 10), rng)
+    xd = E.on_device(x, "float32", "NHWC")
+    y = pooling_forward(handle, pool, xd, engine=engine)
+    assert y.strides == E.layout_strides(y.shape, "NHWC")
+    E.assert_close(E.host(y), ref.forward(x, "max", (3, 3), (1, 1), (2, 2)), "float32")
+    dy = rng.standard_normal(y.shape).astype(np.float32)
+    dx = pooling_backward(handle, pool, xd, y, E.on_device(dy, "float32", "NHWC"), engine=engine)
+    assert dx.strides == xd.strides
+    E.assert_close(E.host(dx), ref.backward(x, dy, "max", (3, 3), (1, 1), (2, 2)), "float32")

@@ -243,3 +243,122 @@ def test_raw_capi_path(handle, rng):
     for d in (ta, tb):
         capi.cudnnDestroyTensorDescriptor(d)
     capi.cudnnDestroyOpTensorDescriptor(od)
+
+
+# ---------------------------------------------------------------- engine="graph"
+
+from cudnn_py.graph.legacy import GraphPathRefused  # noqa: E402
+import engine_helpers as E  # noqa: E402
+
+
+@pytest.mark.parametrize("call,words", [
+    (lambda h: T.op_tensor(h, "add", fake((2, 3)), fake((2, 3)), fake((2, 3)), nan_propagation=True,
+                           engine="graph"), "NaN"),
+    (lambda h: T.op_tensor(h, "add", fake((2, 3)), fake((2, 3)), fake((2, 3)), compute_dtype="float64",
+                           engine="graph"), "float32"),
+    (lambda h: T.add_tensor(h, fake((2, 3), np.float64), fake((2, 3), np.float64), engine="graph"), "float64"),
+    (lambda h: T.transform_tensor(h, fake((2, 3), np.int8), fake((2, 3)), engine="graph"), "int8"),
+    (lambda h: T.reduce_tensor(h, "max", fake((2, 3)), fake((2, 1)), indices=True, engine="graph"), "indices"),
+    (lambda h: T.reduce_tensor(h, "mul_no_zeros", fake((2, 3)), fake((2, 1)), engine="graph"), "mul_no_zeros"),
+    (lambda h: T.scale_tensor(h, fake((1,) * 6), 2.0, engine="graph"), "1 to 5 dimensions"),
+    (lambda h: T.add_tensor(h, fake((2, 3)), fake((2, 3)), engine="fast"), "engine 'fast'"),
+])
+def test_graph_engine_refusals_before_c(call, words):
+    with pytest.raises(ValueError, match=words) as e:
+        call(NoCallHandle())
+    assert "engine 'fast'" in words or isinstance(e.value, GraphPathRefused)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("dtype", E.GRAPH_DTYPES)
+@pytest.mark.parametrize("c_shape,a_shape", [((2, 3, 4, 5), (1, 3, 1, 1)), ((2, 3, 4, 5), (2, 3, 4, 5)),
+                                             ((2, 3, 2, 4, 3), (1, 3, 1, 1, 1)), ((6, 7), (1, 7))])
+def test_graph_add_tensor(handle, rng, dtype, layout, c_shape, a_shape):
+    a, c0 = E.rounded(rng.standard_normal(a_shape), dtype), E.rounded(rng.standard_normal(c_shape), dtype)
+    c = E.on_device(c0, dtype, layout)
+    T.add_tensor(handle, E.on_device(a, dtype, layout), c, alpha=1.5, beta=-0.5, engine="graph")
+    E.assert_close(E.host(c), ref.add_tensor(a, c0, 1.5, -0.5), dtype)
+    c = E.poisoned(c_shape, dtype, layout)  # beta 0: c is only written (a broadcast over it)
+    T.add_tensor(handle, E.on_device(a, dtype, layout), c, alpha=2.0, beta=0.0, engine="graph")
+    E.assert_close(E.host(c), np.broadcast_to(2.0 * a, c_shape), dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("dtype", E.GRAPH_DTYPES)
+@pytest.mark.parametrize("op", list(T.OP_TENSOR_OPS))
+def test_graph_op_tensor(handle, rng, dtype, layout, op):
+    shape, b_shape = (2, 3, 4, 5), (1, 3, 1, 5)
+    if op == "not":
+        a, alpha1 = rng.integers(0, 2, shape).astype(np.float64), 1.0
+    else:
+        a, alpha1 = (np.abs(rng.standard_normal(shape)) + 0.1 if op == "sqrt" else rng.standard_normal(shape)), 0.75
+    a, b = E.rounded(a, dtype), E.rounded(rng.standard_normal(b_shape), dtype)
+    unary = op in ("sqrt", "not")
+    bd = None if unary else E.on_device(b, dtype, layout)
+    c = T.op_tensor(handle, op, E.on_device(a, dtype, layout), bd, E.poisoned(shape, dtype, layout), alpha1=alpha1,
+                    alpha2=-1.25, engine="graph")
+    E.assert_close(E.host(c), ref.op_tensor(op, a, None if unary else b, np.zeros(shape), alpha1, -1.25, 0.0), dtype)
+    c0 = E.rounded(rng.standard_normal(shape), dtype)
+    c2 = T.op_tensor(handle, op, E.on_device(a, dtype, layout), bd, E.on_device(c0, dtype, layout), alpha1=alpha1,
+                     alpha2=2.0, beta=0.5, engine="graph")
+    E.assert_close(E.host(c2), ref.op_tensor(op, a, None if unary else b, c0, alpha1, 2.0, 0.5), dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", E.GRAPH_DTYPES)
+def test_graph_scale_tensor(handle, rng, dtype):
+    for shape, layout in (((2, 3, 4, 5), "NHWC"), ((7,), "NCHW"), ((3, 4, 5), "NCHW")):
+        a = E.rounded(rng.standard_normal(shape), dtype)
+        y = E.on_device(a, dtype, layout)
+        T.scale_tensor(handle, y, -2.5, engine="graph")
+        E.assert_close(E.host(y), -2.5 * a, dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("src,dst", [("float32", "float16"), ("float16", "float32"), ("float32", "float32"),
+                                     ("float16", "float16")] + ([("bfloat16", "float32"), ("float32", "bfloat16")]
+                                                                if E.BF16 is not None else []))
+def test_graph_transform_tensor_layout_and_dtype(handle, rng, src, dst):
+    """NCHW -> NHWC and back with a dtype change, and the alpha/beta blend, through identity pointwise graphs."""
+    from cudnn_py.graph import GraphNotSupportedError
+    x = E.rounded(rng.standard_normal((2, 3, 4, 5)), src)
+    tol = "bfloat16" if "bfloat16" in (src, dst) else "float16" if "float16" in (src, dst) else "float32"
+    for memory_format in ("NCHW", "NHWC"):
+        try:
+            y = T.transform_tensor(handle, E.on_device(x, src), dtype=E.np_dtype(dst), memory_format=memory_format,
+                                   engine="graph")
+        except GraphNotSupportedError as e:  # a layout change cuDNN's pointwise engines do not take: say so
+            assert memory_format == "NHWC" and "transform_tensor" in str(e)
+            y = T.transform_tensor(handle, E.on_device(x, src), dtype=E.np_dtype(dst), memory_format=memory_format,
+                                   engine="auto")
+        assert y.dtype == E.np_dtype(dst) and y.strides == E.layout_strides(x.shape, memory_format)
+        E.assert_close(E.host(y), x, tol)
+    y0 = E.rounded(rng.standard_normal(x.shape), dst)
+    blended = T.transform_tensor(handle, E.on_device(x, src), E.on_device(y0, dst), alpha=2.0, beta=-1.0,
+                                 engine="graph")
+    E.assert_close(E.host(blended), ref.transform(x, y0, 2.0, -1.0), tol)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("op", sorted(set(T.REDUCE_OPS) - {"mul_no_zeros"}))
+@pytest.mark.parametrize("c_shape", [(2, 1, 4, 5), (2, 3, 1, 1), (1, 1, 1, 1)])
+def test_graph_reduce_tensor(handle, rng, op, c_shape, layout):
+    """Where cuDNN has an engine for the reduction graph the answer is checked; where it has none, engine='graph'
+    says so (GraphNotSupportedError naming the reduction) and engine='auto' answers through the legacy call."""
+    from cudnn_py.graph import GraphNotSupportedError
+    a = rng.standard_normal((2, 3, 4, 5))
+    if op == "mul":
+        a = 1.0 + 0.05 * a
+    a = a.astype(np.float32)
+    r_ref, _ = ref.reduce(op, a, c_shape)
+    for engine in ("graph", "auto"):
+        c = E.poisoned(c_shape, "float32", layout)
+        try:
+            T.reduce_tensor(handle, op, E.on_device(a, "float32", layout), c, engine=engine)
+        except GraphNotSupportedError as e:
+            assert engine == "graph" and "reduction" in str(e) and "no engine supports graph" in str(e)
+            continue
+        E.assert_close(E.host(c), r_ref, "float32", scale=10)

@@ -11,6 +11,11 @@ Identity runs as ``cudnnTransformTensor`` (a scaled copy): cuDNN's activation ca
 ``CUDNN_ACTIVATION_IDENTITY`` (BAD_PARAM), which it keeps for ``cudnnConvolutionBiasActivationForward``.
 Arrays of any rank 1 to 8 and any strides (x and y may differ) are accepted.
 
+``engine="graph"`` runs the same function as a cached backend-API graph of one pointwise operation (plus the
+alpha/beta blend) instead of the deprecated ``cudnnActivationForward/Backward``; float16, bfloat16 and float32
+data of 1 to 5 dimensions, NaN propagation off. ``engine="auto"`` takes the graph where it accepts the call and
+the legacy call otherwise (see docs/graph_paths.md for the default and the measurements behind it).
+
 Raw C path::
 
     d = capi.cudnnActivationDescriptor_t(); capi.cudnnCreateActivationDescriptor(byref(d))
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 from cudnn_py import capi
 from cudnn_py.descriptors import ActivationDescriptor
+from cudnn_py.graph import legacy as gl
 from cudnn_py.ops._common import check_array, desc, enum_arg, output, scalars
 
 __all__ = ["Activation", "activation_forward", "activation_backward", "ACTIVATION_MODES"]
@@ -93,16 +99,72 @@ def _activation_desc(act) -> capi.cudnnActivationDescriptor_t | None:
                     f"cudnnActivationMode_t, got {act!r}")
 
 
-def activation_forward(handle, activation, x, y=None, *, alpha: float = 1.0, beta: float = 0.0):
+#: legacy mode -> (graph forward mode, graph backward mode)
+_GRAPH_MODES = {
+    capi.CUDNN_ACTIVATION_SIGMOID: ("sigmoid_fwd", "sigmoid_bwd"), capi.CUDNN_ACTIVATION_RELU: ("relu_fwd", "relu_bwd"),
+    capi.CUDNN_ACTIVATION_TANH: ("tanh_fwd", "tanh_bwd"), capi.CUDNN_ACTIVATION_CLIPPED_RELU: ("relu_fwd", "relu_bwd"),
+    capi.CUDNN_ACTIVATION_ELU: ("elu_fwd", "elu_bwd"), capi.CUDNN_ACTIVATION_SWISH: ("swish_fwd", "swish_bwd"),
+    capi.CUDNN_ACTIVATION_IDENTITY: ("identity", "identity"),
+}
+
+
+def _graph_activation(act) -> tuple[str, str, tuple]:
+    """(forward mode, backward mode, pointwise settings) of an activation for the graph path."""
+    if isinstance(act, (str, capi.cudnnActivationMode_t)):
+        act = Activation(act)
+    if isinstance(act, Activation):
+        mode, coef, beta, nan = act.mode, act.coef, act.swish_beta, act.nan_propagation
+    elif isinstance(act, ActivationDescriptor):
+        mode, coef, nan = act.mode, act.coef, act.nan_propagation == capi.CUDNN_PROPAGATE_NAN
+        beta = act.swish_beta if mode == capi.CUDNN_ACTIVATION_SWISH else 1.0
+    else:
+        raise TypeError(f"activation must be an Activation, an ActivationDescriptor, a mode name or a "
+                        f"cudnnActivationMode_t, got {act!r}")
+    if nan:
+        raise gl.GraphPathRefused("engine='graph' has no NaN-propagation setting; use engine='legacy'")
+    fwd, bwd = _GRAPH_MODES[mode]
+    params = {capi.CUDNN_ACTIVATION_CLIPPED_RELU: (("relu_lower_clip", 0.0), ("relu_upper_clip", coef)),
+              capi.CUDNN_ACTIVATION_ELU: (("elu_alpha", coef),),
+              capi.CUDNN_ACTIVATION_SWISH: (("swish_beta", beta),)}.get(mode, ())
+    return fwd, bwd, params
+
+
+def _graph_forward(handle, activation, xa, ya, alpha, beta, auto) -> bool:
+    fwd, _, params = _graph_activation(activation)
+    inputs = [("x", xa)] + ([("prior", ya)] if beta else [])
+
+    def build(g, t, _):
+        return gl.blend(g, g.pointwise(fwd, t["x"], **dict(params)), t, alpha, beta)
+    return gl.run_graph(handle, "activation_forward", (fwd, params, float(alpha), float(beta)), inputs, [("y", ya)],
+                        build, auto=auto)
+
+
+def _graph_backward(handle, activation, xa, dya, dxa, alpha, beta, auto) -> bool:
+    _, bwd, params = _graph_activation(activation)
+    inputs = [("dy", dya)] + ([("x", xa)] if bwd != "identity" else []) + ([("prior", dxa)] if beta else [])
+
+    def build(g, t, _):
+        d = g.pointwise(bwd, t["dy"], **dict(params)) if bwd == "identity" else \
+            g.pointwise(bwd, t["dy"], t["x"], **dict(params))
+        return gl.blend(g, d, t, alpha, beta)
+    return gl.run_graph(handle, "activation_backward", (bwd, params, float(alpha), float(beta)), inputs,
+                        [("dx", dxa)], build, auto=auto)
+
+
+def activation_forward(handle, activation, x, y=None, *, alpha: float = 1.0, beta: float = 0.0,
+                       engine: str = "legacy"):
     """``y = alpha * act(x) + beta * y`` (``cudnnActivationForward``); returns y (allocated if not given).
 
     ``activation``: an :class:`Activation`, a :class:`cudnn_py.descriptors.ActivationDescriptor` or a
     mode name (then coef 0, swish_beta 1).
-    ``y`` may be ``x`` itself (in place).
+    ``y`` may be ``x`` itself (in place). ``engine``: "legacy", "graph" or "auto" (see the module doc).
     """
+    engine = gl.engine_arg(engine)
     act = _activation_desc(activation)
     xa = check_array(x, "x", handle, floating=True)
     ya = output(y, "y", handle, xa.shape, xa.dtype)
+    if gl.attempt(engine, lambda auto: _graph_forward(handle, activation, xa, ya, alpha, beta, auto)):
+        return ya if y is None else y
     al, be = scalars(xa.dtype, alpha, beta)
     xd, yd = desc(xa), desc(ya)
     if act is None:  # identity
@@ -112,13 +174,19 @@ def activation_forward(handle, activation, x, y=None, *, alpha: float = 1.0, bet
     return ya if y is None else y
 
 
-def activation_backward(handle, activation, x, y, dy, dx=None, *, alpha: float = 1.0, beta: float = 0.0):
-    """``dx = alpha * dL/dx + beta * dx`` from the forward's x and y and the gradient dy (``cudnnActivationBackward``)."""
+def activation_backward(handle, activation, x, y, dy, dx=None, *, alpha: float = 1.0, beta: float = 0.0,
+                        engine: str = "legacy"):
+    """``dx = alpha * dL/dx + beta * dx`` from the forward's x and y and the gradient dy (``cudnnActivationBackward``).
+
+    ``engine``: "legacy", "graph" (which computes the gradient from x; y is checked but not read) or "auto"."""
+    engine = gl.engine_arg(engine)
     act = _activation_desc(activation)
     xa = check_array(x, "x", handle, floating=True)
     ya = check_array(y, "y", handle, dtype=xa.dtype, shape=xa.shape)
     dya = check_array(dy, "dy", handle, dtype=xa.dtype, shape=xa.shape)
     dxa = output(dx, "dx", handle, xa.shape, xa.dtype)
+    if gl.attempt(engine, lambda auto: _graph_backward(handle, activation, xa, dya, dxa, alpha, beta, auto)):
+        return dxa if dx is None else dx
     al, be = scalars(xa.dtype, alpha, beta)
     dyd, dxd = desc(dya), desc(dxa)
     if act is None:  # identity: dx = alpha * dy + beta * dx

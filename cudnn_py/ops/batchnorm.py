@@ -17,6 +17,15 @@ Parameters (scale, bias, means, variances) have the shape :func:`batchnorm_param
 dimensions dropped (``(C,)`` for spatial). Their dtype is float32, or float64 for float64 data.
 ``saved_inv_var`` is ``1 / sqrt(var + epsilon)`` of the batch; running variances are unbiased.
 
+``engine="graph"`` (every call here) runs the same computation as cached backend-API graphs instead of the
+deprecated C calls: training forward as one batch-norm operation (``OPERATION_NORM_FORWARD``, running statistics
+included) with the add and ReLU of the ``..._ex`` calls fused after it, inference as pointwise operations,
+backward as one ``OPERATION_NORM_BACKWARD`` (the ``..._ex`` ReLU gradient as a pointwise graph before it).
+It takes float16, bfloat16 and float32 data in spatial (and spatial-persistent) mode, ReLU as the only fused
+activation, the saved statistics for backward, alpha 1 and beta 0 (inference also blends); it needs no reserve
+space (it returns none, and its backward reads none). ``engine="auto"`` takes the graph where it accepts the
+call, the legacy call otherwise (docs/graph_paths.md).
+
 Raw C path::
 
     bn = capi.cudnnTensorDescriptor_t(); capi.cudnnCreateTensorDescriptor(byref(bn))
@@ -34,12 +43,13 @@ from typing import NamedTuple
 import numpy as np
 
 from cudnn_py import capi
-from cudnn_py.descriptors import TensorDescriptor
+from cudnn_py.descriptors import ActivationDescriptor, TensorDescriptor
+from cudnn_py.graph import legacy as gl
 from cudnn_py.memory import DeviceArray, empty
 from cudnn_py.ops._common import (
     byte_buffer, check_array, desc, empty_like, enum_arg, read_tensor_desc, scalars, tensor_desc,
 )
-from cudnn_py.ops.activation import _activation_desc
+from cudnn_py.ops.activation import Activation, _activation_desc
 
 __all__ = [
     "BATCHNORM_MODES", "BATCHNORM_OPS", "BatchNormTraining", "BatchNormGrads", "batchnorm_param_shape",
@@ -215,6 +225,127 @@ def _bn(handle, x, mode) -> _Setup:
     return _Setup(handle, x, mode, BATCHNORM_MODES, capi.cudnnBatchNormMode_t, "batch-norm mode")
 
 
+# ---------------------------------------------------------------- engine="graph" (also used by normalization)
+
+
+def _pview(a: DeviceArray | None, s: _Setup) -> DeviceArray | None:
+    """A parameter array seen with the full parameter shape (a (C,) array as (1, C, 1, 1)); no copy."""
+    if a is None or a.shape == s.pshape:
+        return a
+    return DeviceArray._new(a.ptr, s.pshape, a.dtype, _c_strides(s.pshape), a.device_id, a, None)
+
+
+def _c_strides(shape) -> tuple[int, ...]:
+    out, acc = [], 1
+    for n in reversed(shape):
+        out.append(acc)
+        acc *= n
+    return tuple(reversed(out))
+
+
+def _graph_relu(act) -> bool:
+    """Whether a fused op's activation is plain ReLU (the only one the graph paths fuse); None means no activation."""
+    if act is None:
+        return False
+    mode = act.mode if isinstance(act, (Activation, ActivationDescriptor)) else \
+        Activation(act).mode if isinstance(act, (str, capi.cudnnActivationMode_t)) else None
+    if mode != capi.CUDNN_ACTIVATION_RELU:
+        raise gl.GraphPathRefused(f"engine='graph' fuses ReLU only; activation {act!r} needs engine='legacy'")
+    return True
+
+
+def _graph_spatial(s: _Setup, what: str) -> None:
+    if int(s.mode) == 0:  # per-activation
+        raise gl.GraphPathRefused(f"engine='graph' {what} takes spatial (per-channel) statistics; per-activation "
+                                  f"mode needs engine='legacy'")
+
+
+def _graph_plain(alphas, what: str) -> None:
+    if tuple(float(a) for a in alphas) != (1.0, 0.0) * (len(alphas) // 2):
+        raise gl.GraphPathRefused(f"engine='graph' {what} takes alpha 1 and beta 0; use engine='legacy' to blend")
+
+
+def _graph_training(handle, s: _Setup, sc, bi, rm, rv, sm, siv, eps, f, ya, za, relu, alphas, auto) -> bool:
+    """Forward training as one graph: batch norm (updating running statistics unless factor is 0), then + z and
+    ReLU when asked."""
+    _graph_spatial(s, "training")
+    _graph_plain(alphas, "training")
+    update = rm is not None and f > 0
+    inputs = [("x", s.x), ("scale", _pview(sc, s)), ("bias", _pview(bi, s))] + ([("z", za)] if za is not None else [])
+    outputs = [("y", ya), ("mean", _pview(sm, s)), ("inv_variance", _pview(siv, s))]
+    if update:
+        inputs += [("running_mean", _pview(rm, s)), ("running_var", _pview(rv, s))]
+        outputs += [("next_running_mean", _pview(rm, s)), ("next_running_var", _pview(rv, s))]
+
+    def build(g, t, _):
+        r = g.batch_norm(t["x"], t["scale"], t["bias"], epsilon=eps, running_mean=t.get("running_mean"),
+                         running_var=t.get("running_var"), momentum=f if update else 0.1)
+        y = r.y if za is None else g.add(r.y, t["z"])
+        y = g.relu(y) if relu else y
+        return (y, r.mean, r.inv_variance) + ((r.running_mean, r.running_var) if update else ())
+    return gl.run_graph(handle, "batchnorm_training", (eps, f if update else 0.0, relu), inputs, outputs, build,
+                        auto=auto, relabel=False)
+
+
+def _graph_inference(handle, s: _Setup, sc, bi, me, va, eps, ya, za, relu, alpha, beta, auto) -> bool:
+    """Forward inference as pointwise operations: y = (x - mean) * scale / sqrt(var + eps) + bias [+ z] [ReLU],
+    blended with alpha/beta."""
+    inputs = [("x", s.x), ("scale", _pview(sc, s)), ("bias", _pview(bi, s)), ("mean", _pview(me, s)),
+              ("var", _pview(va, s))] + ([("z", za)] if za is not None else []) + ([("prior", ya)] if beta else [])
+
+    def build(g, t, _):
+        k = g.mul(t["scale"], g.pointwise("rsqrt", g.add(t["var"], eps)))
+        y = g.add(g.mul(g.sub(t["x"], t["mean"]), k), t["bias"])
+        y = y if za is None else g.add(y, t["z"])
+        return gl.blend(g, g.relu(y) if relu else y, t, alpha, beta)
+    return gl.run_graph(handle, "batchnorm_inference", (eps, relu, float(alpha), float(beta)), inputs, [("y", ya)],
+                        build, auto=auto)
+
+
+def _graph_backward(handle, s: _Setup, dya, sc, sm, siv, dxa, ds, db, alphas, auto, gate=None) -> bool:
+    """Backward as one norm-backward graph from the saved statistics; ``gate`` = (y, out): first the ReLU
+    gradient dy * (y > 0) into ``out`` (dz, or scratch), which the norm backward then reads as its dy."""
+    _graph_spatial(s, "backward")
+    _graph_plain(alphas, "backward")
+    if sm is None:
+        raise gl.GraphPathRefused("engine='graph' backward reads the forward's saved_mean and saved_inv_var; pass "
+                                  "them (engine='legacy' recomputes them)")
+    if gate is not None:
+        y, out = gate
+        if not gl.run_graph(handle, "batchnorm_relu_backward", (), [("dy", dya), ("y", y)], [("dz", out)],
+                            lambda g, t, _: g.relu_backward(t["dy"], t["y"]), auto=auto):
+            return False
+        dya = out
+    inputs = [("dy", dya), ("x", s.x), ("scale", _pview(sc, s)), ("mean", _pview(sm, s)),
+              ("inv_variance", _pview(siv, s))]
+    outputs = [("dx", dxa), ("dscale", _pview(ds, s)), ("dbias", _pview(db, s))]
+
+    def build(g, t, _):
+        return g.norm_backward(t["dy"], t["x"], t["scale"], mean=t["mean"], inv_variance=t["inv_variance"],
+                               mode="batch")
+    return gl.run_graph(handle, "batchnorm_backward", (), inputs, outputs, build, auto=auto, relabel=False)
+
+
+def _graph_fused_backward(handle, s: _Setup, op, act, args: tuple, alphas, engine: str,
+                          check=None) -> BatchNormGrads | None:
+    """The graph path of the fused backward calls (``args``: y, dy, scale, bias, saved_mean, saved_inv_var,
+    epsilon, dx, dz, dscale, dbias); None when it did not run (``engine`` 'auto' and refused). ``check()``: a
+    caller's own refusals (raising :class:`GraphPathRefused`)."""
+    def run(auto):
+        if check is not None:
+            check()
+        relu = int(op) != 0 and _graph_relu(act)
+        b = _fused_backward(handle, s, op, None, *args, None, alphas)
+        gate = None
+        if relu:
+            gate = (b.y, b.dz if b.dz is not None else _or_new_like(None, handle, s.x))
+        done = _graph_backward(handle, s, b.dy, b.scale, b.saved_mean, b.saved_inv_var, b.dx, b.dscale, b.dbias,
+                               alphas, auto, gate)
+        run.grads = BatchNormGrads(b.dx, b.dscale, b.dbias, b.dz) if done else None
+        return done
+    return run.grads if gl.attempt(engine, run) else None
+
+
 # ---------------------------------------------------------------- plain calls
 
 
@@ -232,18 +363,23 @@ def _training_params(handle, s: _Setup, scale, bias, running_mean, running_var, 
 def batchnorm_forward_training(handle, x, scale, bias, *, mode="spatial", epsilon: float = 1e-5,
                                factor: float = 1.0, running_mean=None, running_var=None, saved_mean=None,
                                saved_inv_var=None, y=None, alpha: float = 1.0,
-                               beta: float = 0.0) -> BatchNormTraining:
+                               beta: float = 0.0, engine: str = "legacy") -> BatchNormTraining:
     """``y = alpha * bn(x) + beta * y`` with batch statistics (``cudnnBatchNormalizationForwardTraining``).
 
     ``running_mean``/``running_var`` (both or neither) are updated in place:
     ``running = factor * batch + (1 - factor) * running`` (use factor 1 on the first call).
     ``saved_mean``/``saved_inv_var`` are allocated when not given; pass them to :func:`batchnorm_backward`.
+    ``engine``: "legacy", "graph" or "auto" (see the module doc).
     """
+    engine = gl.engine_arg(engine)
     s = _bn(handle, x, mode)
     sc, bi, rm, rv, sm, siv, eps, f = _training_params(handle, s, scale, bias, running_mean, running_var,
                                                         saved_mean, saved_inv_var, epsilon, factor)
     ya = _out_data(y, "y", handle, s.x)
     ya, sm, siv = _or_new_like(ya, handle, s.x), s.or_new(sm, handle), s.or_new(siv, handle)
+    if gl.attempt(engine, lambda auto: _graph_training(handle, s, sc, bi, rm, rv, sm, siv, eps, f, ya, None, False,
+                                                       (alpha, beta), auto)):
+        return BatchNormTraining(ya, sm, siv, rm, rv)
     al, be = scalars(s.x.dtype, alpha, beta)
     yd = desc(ya)
     capi.cudnnBatchNormalizationForwardTraining(
@@ -253,14 +389,19 @@ def batchnorm_forward_training(handle, x, scale, bias, *, mode="spatial", epsilo
 
 
 def batchnorm_forward_inference(handle, x, scale, bias, mean, var, *, mode="spatial", epsilon: float = 1e-5,
-                                y=None, alpha: float = 1.0, beta: float = 0.0) -> DeviceArray:
+                                y=None, alpha: float = 1.0, beta: float = 0.0, engine: str = "legacy") -> DeviceArray:
     """``y = alpha * (scale * (x - mean) / sqrt(var + epsilon) + bias) + beta * y``
-    (``cudnnBatchNormalizationForwardInference``); returns y (allocated if not given)."""
+    (``cudnnBatchNormalizationForwardInference``); returns y (allocated if not given).
+    ``engine``: "legacy", "graph" (either mode) or "auto"."""
+    engine = gl.engine_arg(engine)
     s = _bn(handle, x, mode)
     sc, bi = s.param(scale, "scale", handle), s.param(bias, "bias", handle)
     me, va = s.param(mean, "mean", handle), s.param(var, "var", handle)
     eps = _check_epsilon(epsilon)
     ya = _or_new_like(_out_data(y, "y", handle, s.x), handle, s.x)
+    if gl.attempt(engine, lambda auto: _graph_inference(handle, s, sc, bi, me, va, eps, ya, None, False, alpha,
+                                                        beta, auto)):
+        return ya
     al, be = scalars(s.x.dtype, alpha, beta)
     yd = desc(ya)
     capi.cudnnBatchNormalizationForwardInference(
@@ -272,12 +413,14 @@ def batchnorm_forward_inference(handle, x, scale, bias, mean, var, *, mode="spat
 def batchnorm_backward(handle, x, dy, scale, saved_mean=None, saved_inv_var=None, *, mode="spatial",
                        epsilon: float = 1e-5, dx=None, dscale=None, dbias=None, alpha_data: float = 1.0,
                        beta_data: float = 0.0, alpha_param: float = 1.0,
-                       beta_param: float = 0.0) -> BatchNormGrads:
+                       beta_param: float = 0.0, engine: str = "legacy") -> BatchNormGrads:
     """Gradients of batch normalisation (``cudnnBatchNormalizationBackward``).
 
     ``dx = alpha_data * dL/dx + beta_data * dx``; ``dscale``/``dbias`` blend with alpha_param/beta_param.
     ``saved_mean``/``saved_inv_var`` from the forward pass (both or neither: cuDNN then recomputes them).
+    ``engine``: "legacy", "graph" or "auto" (see the module doc).
     """
+    engine = gl.engine_arg(engine)
     s = _bn(handle, x, mode)
     dya = _data(dy, "dy", handle, like=s.x)
     sc = s.param(scale, "scale", handle)
@@ -287,6 +430,9 @@ def batchnorm_backward(handle, x, dy, scale, saved_mean=None, saved_inv_var=None
     dxa = _out_data(dx, "dx", handle, s.x)
     ds, db = s.opt_param(dscale, "dscale", handle), s.opt_param(dbias, "dbias", handle)
     dxa, ds, db = _or_new_like(dxa, handle, s.x), s.or_new(ds, handle), s.or_new(db, handle)
+    if gl.attempt(engine, lambda auto: _graph_backward(handle, s, dya, sc, sm, siv, dxa, ds, db,
+                                                       (alpha_data, beta_data, alpha_param, beta_param), auto)):
+        return BatchNormGrads(dxa, ds, db)
     ad, bd = scalars(s.x.dtype, alpha_data, beta_data)
     ap, bp = scalars(s.x.dtype, alpha_param, beta_param)
     dyd, dxd = desc(dya), desc(dxa)
@@ -338,21 +484,31 @@ def _ex_sizes(handle, s: _Setup, op, act, with_z: bool) -> tuple[int, int, int]:
 def batchnorm_forward_training_ex(handle, x, scale, bias, *, z=None, ops="bn", activation=None,
                                   mode="spatial_persistent", epsilon: float = 1e-5, factor: float = 1.0,
                                   running_mean=None, running_var=None, saved_mean=None, saved_inv_var=None,
-                                  y=None, reserve=None, alpha: float = 1.0, beta: float = 0.0) -> BatchNormTraining:
+                                  y=None, reserve=None, alpha: float = 1.0, beta: float = 0.0,
+                                  engine: str = "legacy") -> BatchNormTraining:
     """``y = act(bn(x) [+ z])`` with batch statistics (``cudnnBatchNormalizationForwardTrainingEx``).
 
     ``ops``: "bn", "bn_activation" or "bn_add_activation" (needs ``z``, shaped like x); ``activation``:
     a mode name (default "relu"; cuDNN fuses ReLU), an ActivationDescriptor or an ``ops.activation.Activation``.
     The reserve space (returned, allocated when not given) must be passed to :func:`batchnorm_backward_ex`.
     cuDNN supports the fused ops only for some layouts and types (e.g. NHWC float16, spatial-persistent);
-    elsewhere it raises :class:`~cudnn_py.errors.CudnnNotSupportedError`.
+    elsewhere it raises :class:`~cudnn_py.errors.CudnnNotSupportedError`. ``engine``: "legacy", "graph" (no
+    reserve: the result's ``reserve`` is None) or "auto".
     """
+    engine = gl.engine_arg(engine)
     s = _bn(handle, x, mode)
     op, act = _ex_ops(ops, activation, z, "z")
     za = None if z is None else _data(z, "z", handle, like=s.x)
     sc, bi, rm, rv, sm, siv, eps, f = _training_params(handle, s, scale, bias, running_mean, running_var,
                                                         saved_mean, saved_inv_var, epsilon, factor)
     ya = _out_data(y, "y", handle, s.x)
+    if engine != "legacy":
+        yg, smg, sivg = _or_new_like(ya, handle, s.x), s.or_new(sm, handle), s.or_new(siv, handle)
+        if gl.attempt(engine, lambda auto: _graph_training(
+                handle, s, sc, bi, rm, rv, smg, sivg, eps, f, yg, za,
+                int(op) != 0 and _graph_relu("relu" if activation is None else activation), (alpha, beta), auto)):
+            return BatchNormTraining(yg, smg, sivg, rm, rv, None)
+        ya, sm, siv = yg, smg, sivg
     ws_size, _, rs_size = _ex_sizes(handle, s, op, act, za is not None)
     rsa = _reserve(handle, reserve, rs_size, "reserve")
     ya, sm, siv = _or_new_like(ya, handle, s.x), s.or_new(sm, handle), s.or_new(siv, handle)
@@ -406,7 +562,8 @@ class _FusedBackward(NamedTuple):
 def _fused_backward(handle, s: _Setup, op, sizes, y, dy, scale, bias, saved_mean, saved_inv_var, epsilon, dx, dz,
                     dscale, dbias, reserve, alphas) -> _FusedBackward:
     """Check and allocate a fused backward's arguments; ``sizes()`` gives (workspace, reserve) bytes, after the
-    checks; ``op`` 2 is the add+activation variant (the only one with z)."""
+    checks (None for the graph path, which needs neither: the reserve is then not read); ``op`` 2 is the
+    add+activation variant (the only one with z)."""
     ya = _data(y, "y", handle, like=s.x)
     dya = _data(dy, "dy", handle, like=s.x)
     sc, bi = s.param(scale, "scale", handle), s.param(bias, "bias", handle)
@@ -418,13 +575,13 @@ def _fused_backward(handle, s: _Setup, op, sizes, y, dy, scale, bias, saved_mean
     dxa = _out_data(dx, "dx", handle, s.x)
     dza = _out_data(dz, "dz", handle, s.x)
     ds, db = s.opt_param(dscale, "dscale", handle), s.opt_param(dbias, "dbias", handle)
-    ws_size, rs_size = sizes()
+    ws_size, rs_size = (0, 0) if sizes is None else sizes()
     if reserve is None and rs_size:
         raise ValueError(f"this backward needs the forward's reserve space ({rs_size} bytes); pass reserve=")
-    rsa = None if reserve is None else _reserve(handle, reserve, rs_size, "reserve")
+    rsa = None if reserve is None or sizes is None else _reserve(handle, reserve, rs_size, "reserve")
     dxa, ds, db = _or_new_like(dxa, handle, s.x), s.or_new(ds, handle), s.or_new(db, handle)
     dza = None if int(op) != 2 else _or_new_like(dza, handle, s.x)
-    ws = handle.workspace.get(ws_size, handle.stream)
+    ws = handle.workspace.get(ws_size, handle.stream) if ws_size else None
     return _FusedBackward(ya, dya, sc, bi, sm, siv, eps, dxa, dza, ds, db, rsa, 0 if rsa is None else rsa.nbytes,
                           ws or None, ws_size, scalars(s.x.dtype, *alphas[:2]) + scalars(s.x.dtype, *alphas[2:]),
                           desc(ya), desc(dya), desc(dxa), None if dza is None else desc(dza))
@@ -433,17 +590,25 @@ def _fused_backward(handle, s: _Setup, op, sizes, y, dy, scale, bias, saved_mean
 def batchnorm_backward_ex(handle, x, y, dy, scale, bias, saved_mean, saved_inv_var, reserve=None, *, ops="bn",
                           activation=None, mode="spatial_persistent", epsilon: float = 1e-5, dx=None, dz=None,
                           dscale=None, dbias=None, alpha_data: float = 1.0, beta_data: float = 0.0,
-                          alpha_param: float = 1.0, beta_param: float = 0.0) -> BatchNormGrads:
+                          alpha_param: float = 1.0, beta_param: float = 0.0, engine: str = "legacy") -> BatchNormGrads:
     """Gradients of ``y = act(bn(x) [+ z])`` (``cudnnBatchNormalizationBackwardEx``).
 
     ``y`` is the forward output (it gates the activation's gradient), ``reserve`` the forward's reserve.
-    ``dz`` (ops "bn_add_activation") is returned allocated when not given.
+    ``dz`` (ops "bn_add_activation") is returned allocated when not given. ``engine``: "legacy", "graph" (which
+    reads no reserve) or "auto".
     """
+    engine = gl.engine_arg(engine)
     s = _bn(handle, x, mode)
     op = enum_arg(ops, BATCHNORM_OPS, capi.cudnnBatchNormOps_t, "ops")
     act = None if int(op) == 0 else _activation("relu" if activation is None else activation)
     if int(op) == 0 and activation is not None:
         raise ValueError(f"ops={op.name} has no activation; pass activation=None")
+    if engine != "legacy":
+        g = _graph_fused_backward(handle, s, op, "relu" if activation is None else activation,
+                                  (y, dy, scale, bias, saved_mean, saved_inv_var, epsilon, dx, dz, dscale, dbias),
+                                  (alpha_data, beta_data, alpha_param, beta_param), engine)
+        if g is not None:
+            return g
     b = _fused_backward(handle, s, op, lambda: _ex_sizes(handle, s, op, act, int(op) == 2)[1:], y, dy, scale,
                         bias, saved_mean, saved_inv_var, epsilon, dx, dz, dscale, dbias, reserve,
                         (alpha_data, beta_data, alpha_param, beta_param))

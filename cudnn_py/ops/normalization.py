@@ -14,6 +14,11 @@ loaded version, layout and dtype); the others raise :class:`~cudnn_py.errors.Cud
 Parameters follow :mod:`cudnn_py.ops.batchnorm` (shapes, float32 unless the data are float64);
 the mean/variance tensors have the scale's shape (``cudnnDeriveNormTensorDescriptor`` with one group).
 
+``engine="graph"`` runs the same computation through cached backend-API graphs, as
+:mod:`cudnn_py.ops.batchnorm` describes (per-channel mode for training and backward, either mode for inference;
+ReLU as the fused activation; ``algo`` left "standard"; no reserve space). ``engine="auto"``: the graph where it
+accepts the call, the legacy call otherwise (docs/graph_paths.md).
+
 Raw C path::
 
     capi.cudnnDeriveNormTensorDescriptor(sb_desc, mv_desc, x_desc, capi.CUDNN_NORM_PER_CHANNEL, 1)
@@ -31,10 +36,12 @@ import numpy as np
 
 from cudnn_py import capi
 from cudnn_py.memory import DeviceArray
+from cudnn_py.graph import legacy as gl
 from cudnn_py.ops._common import desc, enum_arg, scalars, tensor_desc
 from cudnn_py.ops.batchnorm import (
-    BatchNormGrads, BatchNormTraining, _activation, _check_epsilon, _data, _derive, _ex_ops,
-    _fused_backward, _or_new_like, _out_data, _ptr, _reserve, _Setup, _training_params,
+    BatchNormGrads, BatchNormTraining, _activation, _check_epsilon, _data, _derive, _ex_ops, _fused_backward,
+    _graph_fused_backward, _graph_inference, _graph_relu, _graph_training, _or_new_like, _out_data, _ptr, _reserve,
+    _Setup, _training_params,
 )
 
 __all__ = [
@@ -77,6 +84,12 @@ def _sizes(handle, s: _Setup, op, algo, act, with_z: bool) -> tuple[int, int, in
     return fw.value, bw.value, rs.value
 
 
+def _graph_algo(algo) -> None:
+    if algo != capi.CUDNN_NORM_ALGO_STANDARD:
+        raise gl.GraphPathRefused("engine='graph' picks its own engine: leave algo 'standard' (or use "
+                                  "engine='legacy')")
+
+
 def _ops(ops, activation, z):
     return _ex_ops(ops, activation, z, "z", NORM_OPS, capi.cudnnNormOps_t)
 
@@ -94,12 +107,14 @@ def normalization_forward_training(handle, x, scale, bias, *, z=None, mode="per_
                                    algo="standard", activation=None, epsilon: float = 1e-5, factor: float = 1.0,
                                    running_mean=None, running_var=None, saved_mean=None, saved_inv_var=None,
                                    y=None, reserve=None, alpha: float = 1.0,
-                                   beta: float = 0.0) -> BatchNormTraining:
+                                   beta: float = 0.0, engine: str = "legacy") -> BatchNormTraining:
     """``y = alpha * act(norm(x) [+ z]) + beta * y`` with batch statistics (``cudnnNormalizationForwardTraining``).
 
     Running statistics (both or neither) are updated in place with ``factor``; saved mean / inverse
     variance and the reserve are returned (allocated when not given) for :func:`normalization_backward`.
+    ``engine``: "legacy", "graph" (no reserve: the result's ``reserve`` is None) or "auto".
     """
+    engine = gl.engine_arg(engine)
     s = _norm(handle, x, mode)
     op, act = _ops(ops, activation, z)
     al_ = _algo(algo)
@@ -107,6 +122,16 @@ def normalization_forward_training(handle, x, scale, bias, *, z=None, mode="per_
     sc, bi, rm, rv, sm, siv, eps, f = _training_params(handle, s, scale, bias, running_mean, running_var,
                                                         saved_mean, saved_inv_var, epsilon, factor)
     ya = _out_data(y, "y", handle, s.x)
+    if engine != "legacy":
+        yg, smg, sivg = _or_new_like(ya, handle, s.x), s.or_new(sm, handle), s.or_new(siv, handle)
+
+        def run(auto):
+            _graph_algo(al_)
+            relu = int(op) != 0 and _graph_relu("relu" if activation is None else activation)
+            return _graph_training(handle, s, sc, bi, rm, rv, smg, sivg, eps, f, yg, za, relu, (alpha, beta), auto)
+        if gl.attempt(engine, run):
+            return BatchNormTraining(yg, smg, sivg, rm, rv, None)
+        ya, sm, siv = yg, smg, sivg
     ws_size, _, rs_size = _sizes(handle, s, op, al_, act, za is not None)
     rsa = _reserve(handle, reserve, rs_size, "reserve")
     ya, sm, siv = _or_new_like(ya, handle, s.x), s.or_new(sm, handle), s.or_new(siv, handle)
@@ -122,9 +147,11 @@ def normalization_forward_training(handle, x, scale, bias, *, z=None, mode="per_
 
 def normalization_forward_inference(handle, x, scale, bias, mean, var, *, z=None, mode="per_channel",
                                     ops="norm", algo="standard", activation=None, epsilon: float = 1e-5, y=None,
-                                    alpha: float = 1.0, beta: float = 0.0) -> DeviceArray:
+                                    alpha: float = 1.0, beta: float = 0.0, engine: str = "legacy") -> DeviceArray:
     """``y = alpha * act(scale * (x - mean) / sqrt(var + eps) + bias [+ z]) + beta * y``
-    (``cudnnNormalizationForwardInference``); returns y (allocated if not given)."""
+    (``cudnnNormalizationForwardInference``); returns y (allocated if not given).
+    ``engine``: "legacy", "graph" or "auto"."""
+    engine = gl.engine_arg(engine)
     s = _norm(handle, x, mode)
     op, act = _ops(ops, activation, z)
     al_ = _algo(algo)
@@ -133,6 +160,13 @@ def normalization_forward_inference(handle, x, scale, bias, mean, var, *, z=None
     me, va = s.param(mean, "mean", handle), s.param(var, "var", handle)
     eps = _check_epsilon(epsilon)
     ya = _or_new_like(_out_data(y, "y", handle, s.x), handle, s.x)
+
+    def run(auto):
+        _graph_algo(al_)
+        relu = int(op) != 0 and _graph_relu("relu" if activation is None else activation)
+        return _graph_inference(handle, s, sc, bi, me, va, eps, ya, za, relu, alpha, beta, auto)
+    if gl.attempt(engine, run):
+        return ya
     a, b = scalars(s.x.dtype, alpha, beta)
     zd, yd = None if za is None else desc(za), desc(ya)
     capi.cudnnNormalizationForwardInference(
@@ -145,15 +179,24 @@ def normalization_backward(handle, x, y, dy, scale, bias, saved_mean, saved_inv_
                            mode="per_channel", ops="norm", algo="standard", activation=None,
                            epsilon: float = 1e-5, dx=None, dz=None, dscale=None, dbias=None,
                            alpha_data: float = 1.0, beta_data: float = 0.0, alpha_param: float = 1.0,
-                           beta_param: float = 0.0) -> BatchNormGrads:
+                           beta_param: float = 0.0, engine: str = "legacy") -> BatchNormGrads:
     """Gradients of ``y = act(norm(x) [+ z])`` (``cudnnNormalizationBackward``); ``y`` and ``reserve``
-    from the forward pass; ``dz`` returned for ops "norm_add_activation"."""
+    from the forward pass; ``dz`` returned for ops "norm_add_activation". ``engine``: "legacy", "graph"
+    (which reads no reserve) or "auto"."""
+    engine = gl.engine_arg(engine)
     s = _norm(handle, x, mode)
     op = enum_arg(ops, NORM_OPS, capi.cudnnNormOps_t, "ops")
     if int(op) == 0 and activation is not None:
         raise ValueError(f"ops={op.name} has no activation; pass activation=None")
     act = None if int(op) == 0 else _activation("relu" if activation is None else activation)
     al_ = _algo(algo)
+    if engine != "legacy":
+        g = _graph_fused_backward(handle, s, op, "relu" if activation is None else activation,
+                                  (y, dy, scale, bias, saved_mean, saved_inv_var, epsilon, dx, dz, dscale, dbias),
+                                  (alpha_data, beta_data, alpha_param, beta_param), engine,
+                                  lambda: _graph_algo(al_))
+        if g is not None:
+            return g
     b = _fused_backward(handle, s, op, lambda: _sizes(handle, s, op, al_, act, int(op) == 2)[1:], y, dy, scale,
                         bias, saved_mean, saved_inv_var, epsilon, dx, dz, dscale, dbias, reserve,
                         (alpha_data, beta_data, alpha_param, beta_param))

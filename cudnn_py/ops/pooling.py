@@ -10,6 +10,13 @@
 dimension. Output size per dimension: ``1 + (in + 2 * padding - window) // stride``. 1-D pooling
 runs as 2-D with a unit height.
 
+``engine="graph"`` runs the same pooling as a cached backend-API graph of one resample operation
+(``OPERATION_RESAMPLE_FWD/BWD``) instead of the deprecated ``cudnnPoolingForward/Backward``: float16, bfloat16 and
+float32, 1 to 3 spatial dims, alpha 1 and beta 0; max pooling's NaN handling is the resample operation's (a NaN
+in a window wins) whatever ``nan_propagation`` says, and an output allocated for it keeps x's memory layout
+(NHWC in, NHWC out). ``engine="auto"`` takes the graph where it accepts the call, the legacy call otherwise
+(docs/graph_paths.md).
+
 Raw C path (what these calls do)::
 
     d = capi.cudnnPoolingDescriptor_t(); capi.cudnnCreatePoolingDescriptor(byref(d))
@@ -22,7 +29,11 @@ import numpy as np
 
 from cudnn_py import capi
 from cudnn_py.descriptors import PoolingDescriptor, TensorDescriptor
-from cudnn_py.ops._common import check_array, desc, enum_arg, int_tuple, output, scalars, tensor_desc
+from cudnn_py.graph import legacy as gl
+from cudnn_py.memory import DeviceArray
+from cudnn_py.ops._common import (
+    check_array, desc, empty_strided, enum_arg, int_tuple, output, scalars, tensor_desc,
+)
 
 __all__ = ["Pooling", "pooling_forward", "pooling_backward", "POOLING_MODES"]
 
@@ -133,27 +144,106 @@ def _pdesc(a) -> TensorDescriptor:
     return desc(a)
 
 
-def pooling_forward(handle, pool, x, y=None, *, alpha: float = 1.0, beta: float = 0.0):
+# ---------------------------------------------------------------- engine="graph": resample operations
+
+#: legacy pooling mode -> resample mode of the graph path
+_GRAPH_MODES = {capi.CUDNN_POOLING_MAX: "max", capi.CUDNN_POOLING_MAX_DETERMINISTIC: "max",
+                capi.CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING: "avg",
+                capi.CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING: "avg_exclude_padding"}
+
+
+def _graph_params(pool, nd: int) -> tuple:
+    """(resample mode, window, padding, stride) for the graph path, 1-D as 2-D with a unit height."""
+    if isinstance(pool, Pooling):
+        mode, (win, pad, st) = pool.mode, pool.params(nd)
+    else:
+        mode, _, win, pad, st = pool._get()
+    if nd == 1:
+        win, pad, st = (1,) + tuple(win), (0,) + tuple(pad), (1,) + tuple(st)
+    return _GRAPH_MODES[capi.cudnnPoolingMode_t(int(mode))], tuple(win), tuple(pad), tuple(st)
+
+
+def _graph_view(a: DeviceArray) -> DeviceArray:
+    """An N, C, L array as N, C, 1, L (what the resample operation takes); others as they are."""
+    if a.ndim != 3:
+        return a
+    return DeviceArray._new(a.ptr, (a.shape[0], a.shape[1], 1, a.shape[2]), a.dtype,
+                            (a.strides[0], a.strides[1], a.shape[2] * a.strides[2], a.strides[2]), a.device_id, a,
+                            None)
+
+
+def _new_like(handle, x: DeviceArray, shape) -> DeviceArray:
+    """A new array of ``shape`` in x's memory order (NHWC x: NHWC)."""
+    return empty_strided(handle, tuple(shape), gl.strides_like(x, shape), x.dtype)
+
+
+def _check_blend(alpha: float, beta: float) -> None:
+    if alpha != 1.0 or beta != 0.0:
+        raise gl.GraphPathRefused("engine='graph' pools with alpha 1 and beta 0; use engine='legacy' to blend")
+
+
+def _graph_forward(handle, pool, xa, ya, alpha, beta, auto) -> bool:
+    _check_blend(alpha, beta)
+    mode, win, pad, st = _graph_params(pool, xa.ndim - 2)
+
+    def build(g, t, _):
+        return g.resample(t["x"], mode, win, stride=st, padding=pad, post_padding=pad)
+    return gl.run_graph(handle, "pooling_forward", (mode, win, pad, st), [("x", _graph_view(xa))],
+                        [("y", _graph_view(ya))], build, auto=auto, relabel=False)
+
+
+def _graph_backward(handle, pool, xa, ya, dya, dxa, alpha, beta, auto) -> bool:
+    _check_blend(alpha, beta)
+    mode, win, pad, st = _graph_params(pool, xa.ndim - 2)
+    xv, dxv = _graph_view(xa), _graph_view(dxa)
+    inputs = [("dy", _graph_view(dya))] + ([("x", xv), ("y", _graph_view(ya))] if mode == "max" else [])
+
+    def build(g, t, _):
+        return g.resample_backward(t["dy"], mode, win, x=t.get("x"), y=t.get("y"), x_shape=dxv.shape, stride=st,
+                                   padding=pad, post_padding=pad)
+    return gl.run_graph(handle, "pooling_backward", (mode, win, pad, st), inputs, [("dx", dxv)], build, auto=auto,
+                        relabel=False)
+
+
+def pooling_forward(handle, pool, x, y=None, *, alpha: float = 1.0, beta: float = 0.0, engine: str = "legacy"):
     """``y = alpha * pool(x) + beta * y`` (``cudnnPoolingForward``); returns y (allocated if not given).
 
-    ``pool``: a :class:`Pooling` or a :class:`cudnn_py.descriptors.PoolingDescriptor`.
+    ``pool``: a :class:`Pooling` or a :class:`cudnn_py.descriptors.PoolingDescriptor`. ``engine``: "legacy",
+    "graph" or "auto" (see the module doc).
     """
+    engine = gl.engine_arg(engine)
     xa = check_array(x, "x", handle, floating=True)
     pd, y_shape = _resolve(pool, xa.shape)
-    ya = output(y, "y", handle, y_shape, xa.dtype)
+    if engine != "legacy":
+        ya = _new_like(handle, xa, y_shape) if y is None else check_array(y, "y", handle, dtype=xa.dtype,
+                                                                          shape=y_shape)
+        if gl.attempt(engine, lambda auto: _graph_forward(handle, pool, xa, ya, alpha, beta, auto)):
+            return ya if y is None else y
+    else:
+        ya = output(y, "y", handle, y_shape, xa.dtype)
     al, be = scalars(xa.dtype, alpha, beta)
     xd, yd = _pdesc(xa), _pdesc(ya)
     capi.cudnnPoolingForward(handle.ptr, pd, al, xd.ptr, xa.ptr, be, yd.ptr, ya.ptr)
     return ya if y is None else y
 
 
-def pooling_backward(handle, pool, x, y, dy, dx=None, *, alpha: float = 1.0, beta: float = 0.0):
-    """``dx = alpha * dL/dx + beta * dx`` from the forward's x and y and the gradient dy (``cudnnPoolingBackward``)."""
+def pooling_backward(handle, pool, x, y, dy, dx=None, *, alpha: float = 1.0, beta: float = 0.0,
+                     engine: str = "legacy"):
+    """``dx = alpha * dL/dx + beta * dx`` from the forward's x and y and the gradient dy (``cudnnPoolingBackward``).
+
+    ``engine``: "legacy", "graph" or "auto" (see the module doc)."""
+    engine = gl.engine_arg(engine)
     xa = check_array(x, "x", handle, floating=True)
     pd, y_shape = _resolve(pool, xa.shape)
     ya = check_array(y, "y", handle, dtype=xa.dtype, shape=y_shape)
     dya = check_array(dy, "dy", handle, dtype=xa.dtype, shape=y_shape)
-    dxa = output(dx, "dx", handle, xa.shape, xa.dtype)
+    if engine != "legacy":
+        dxa = _new_like(handle, xa, xa.shape) if dx is None else check_array(dx, "dx", handle, dtype=xa.dtype,
+                                                                             shape=xa.shape)
+        if gl.attempt(engine, lambda auto: _graph_backward(handle, pool, xa, ya, dya, dxa, alpha, beta, auto)):
+            return dxa if dx is None else dx
+    else:
+        dxa = output(dx, "dx", handle, xa.shape, xa.dtype)
     al, be = scalars(xa.dtype, alpha, beta)
     xd, yd, dyd, dxd = _pdesc(xa), _pdesc(ya), _pdesc(dya), _pdesc(dxa)
     capi.cudnnPoolingBackward(handle.ptr, pd, al, yd.ptr, ya.ptr, dyd.ptr, dya.ptr, xd.ptr, xa.ptr, be, dxd.ptr,

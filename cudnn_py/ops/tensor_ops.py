@@ -9,6 +9,11 @@ memory layout cuDNN is told about. Every call validates shapes, dtypes and devic
     y = transform_tensor(h, x, memory_format="NHWC")          # same logical NCHW, channels-last memory
     s, idx = reduce_tensor(h, "max", a, axes=(2, 3), indices=True)
 
+``engine="graph"`` (add_tensor, op_tensor, scale_tensor, transform_tensor, reduce_tensor) runs the same function
+as a cached backend-API graph (pointwise operations, or a reduction) instead of the deprecated C call: float16,
+bfloat16 and float32 data of 1 to 5 dimensions, float32 compute, no NaN propagation, no reduction indices.
+``engine="auto"`` takes the graph where it accepts the call and the legacy call otherwise (docs/graph_paths.md
+has the defaults and the measurements behind them).
 """
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ import numpy as np
 from cudnn_py import capi
 from cudnn_py.descriptors import op_tensor_descriptor, reduce_tensor_descriptor
 from cudnn_py.dtypes import cudnn_dtype
+from cudnn_py.graph import legacy as gl
 from cudnn_py.memory import DeviceArray, as_array, empty
 from cudnn_py.ops._common import (
     check_array, desc, empty_strided, enum_arg, int_tuple, output, read_tensor_desc, scalars, tensor_desc,
@@ -49,13 +55,21 @@ def _broadcastable(b: DeviceArray, c: DeviceArray, bname: str, cname: str) -> No
                          f"{c.shape}, each equal or 1 (broadcast)")
 
 
-def add_tensor(handle, a, c, *, alpha: float = 1.0, beta: float = 1.0):
-    """``c = alpha * a + beta * c`` in place (``cudnnAddTensor``); ``a`` broadcasts over dimensions where it has 1."""
+def add_tensor(handle, a, c, *, alpha: float = 1.0, beta: float = 1.0, engine: str = "legacy"):
+    """``c = alpha * a + beta * c`` in place (``cudnnAddTensor``); ``a`` broadcasts over dimensions where it has 1.
+
+    ``engine``: "legacy", "graph" or "auto" (see the module doc)."""
+    engine = gl.engine_arg(engine)
     ca = check_array(c, "c", handle, floating=True)
     aa = check_array(a, "a", handle, dtype=ca.dtype)
     _broadcastable(aa, ca, "a", "c")
     if ca.ndim > 5:
         raise ValueError(f"cudnnAddTensor takes tensors of up to 5 dimensions; c has shape {ca.shape}")
+    inputs = [("a", aa)] + ([("prior", ca)] if beta else [])
+    if gl.attempt(engine, lambda auto: gl.run_graph(
+            handle, "add_tensor", (float(alpha), float(beta)), inputs, [("c", ca)],
+            lambda g, t, _: gl.blend(g, t["a"], t, alpha, beta), auto=auto)):
+        return c
     al, be = scalars(ca.dtype, alpha, beta)
     ad, cd = desc(aa), desc(ca)
     capi.cudnnAddTensor(handle.ptr, al, ad.ptr, aa.ptr, be, cd.ptr, ca.ptr)
@@ -68,14 +82,46 @@ def _compute(dtype, compute_dtype):
     return capi.CUDNN_DATA_DOUBLE if np.dtype(dtype) == np.float64 else capi.CUDNN_DATA_FLOAT
 
 
+#: op-tensor operation -> the pointwise mode of its graph path ("not" is ``a == 0``)
+_GRAPH_OPS = {capi.CUDNN_OP_TENSOR_ADD: "add", capi.CUDNN_OP_TENSOR_MUL: "mul", capi.CUDNN_OP_TENSOR_MIN: "min",
+              capi.CUDNN_OP_TENSOR_MAX: "max", capi.CUDNN_OP_TENSOR_SQRT: "sqrt", capi.CUDNN_OP_TENSOR_NOT: "cmp_eq"}
+
+
+def _graph_compute(compute_dtype, nan_propagation: bool) -> None:
+    if nan_propagation:
+        raise gl.GraphPathRefused("engine='graph' has no NaN-propagation setting; use engine='legacy'")
+    if compute_dtype is not None and cudnn_dtype(compute_dtype) != capi.CUDNN_DATA_FLOAT:
+        raise gl.GraphPathRefused(f"engine='graph' computes in float32; compute_dtype={compute_dtype!r} needs "
+                                  f"engine='legacy'")
+
+
+def _graph_op_tensor(handle, opv, aa, ba, ca, alpha1, alpha2, beta, compute_dtype, nan_propagation, unary, auto):
+    _graph_compute(compute_dtype, nan_propagation)
+    mode = _GRAPH_OPS[opv]
+    inputs = [("a", aa)] + ([] if unary else [("b", ba)]) + ([("prior", ca)] if beta else [])
+
+    def build(g, t, _):
+        a = g.scale(t["a"], float(alpha1)) if alpha1 != 1.0 else t["a"]
+        if mode == "cmp_eq":
+            r = g.pointwise("cmp_eq", a, 0.0)
+        elif unary:
+            r = g.pointwise(mode, a)
+        else:
+            r = g.pointwise(mode, a, g.scale(t["b"], float(alpha2)) if alpha2 != 1.0 else t["b"])
+        return gl.blend(g, r, t, 1.0, beta)
+    return gl.run_graph(handle, "op_tensor", (mode, float(alpha1), float(alpha2), float(beta)), inputs,
+                        [("c", ca)], build, auto=auto)
+
+
 def op_tensor(handle, op, a, b=None, c=None, *, alpha1: float = 1.0, alpha2: float = 1.0, beta: float = 0.0,
-              compute_dtype=None, nan_propagation: bool = False):
+              compute_dtype=None, nan_propagation: bool = False, engine: str = "legacy"):
     """``c = op(alpha1 * a, alpha2 * b) + beta * c`` (``cudnnOpTensor``); returns c (allocated like ``a`` if not given).
 
     ``op``: ``"add"``, ``"mul"``, ``"min"``, ``"max"`` (binary; ``b`` broadcasts over dimensions where it
     has 1) or ``"sqrt"``, ``"not"`` (unary; ``b`` unused). ``compute_dtype``: default float32
-    (float64 for float64 data).
+    (float64 for float64 data). ``engine``: "legacy", "graph" or "auto" (see the module doc).
     """
+    engine = gl.engine_arg(engine)
     opv = enum_arg(op, OP_TENSOR_OPS, capi.cudnnOpTensorOp_t, "op")
     aa = check_array(a, "a", handle, floating=True)
     unary = opv in (capi.CUDNN_OP_TENSOR_SQRT, capi.CUDNN_OP_TENSOR_NOT)
@@ -84,6 +130,9 @@ def op_tensor(handle, op, a, b=None, c=None, *, alpha1: float = 1.0, alpha2: flo
     ba = aa if b is None else check_array(b, "b", handle, dtype=aa.dtype)
     ca = output(c, "c", handle, aa.shape, aa.dtype)
     _broadcastable(ba, ca, "b", "c")
+    if gl.attempt(engine, lambda auto: _graph_op_tensor(handle, opv, aa, ba, ca, alpha1, alpha2, beta, compute_dtype,
+                                                        nan_propagation, unary, auto)):
+        return ca if c is None else c
     od = op_tensor_descriptor(opv, _compute(aa.dtype, compute_dtype), nan_propagation=nan_propagation)
     a1, a2, be = scalars(aa.dtype, alpha1, alpha2, beta)
     ad, bd, cd = desc(aa), desc(ba), desc(ca)
@@ -91,9 +140,14 @@ def op_tensor(handle, op, a, b=None, c=None, *, alpha1: float = 1.0, alpha2: flo
     return ca if c is None else c
 
 
-def scale_tensor(handle, y, alpha: float):
-    """``y = alpha * y`` in place (``cudnnScaleTensor``); returns y."""
+def scale_tensor(handle, y, alpha: float, *, engine: str = "legacy"):
+    """``y = alpha * y`` in place (``cudnnScaleTensor``); returns y. ``engine``: "legacy", "graph" or "auto"."""
+    engine = gl.engine_arg(engine)
     ya = check_array(y, "y", handle, floating=True)
+    if gl.attempt(engine, lambda auto: gl.run_graph(
+            handle, "scale_tensor", (float(alpha),), [("prior", ya)], [("y", ya)],
+            lambda g, t, _: g.scale(t["prior"], float(alpha)), auto=auto)):
+        return y
     (al,) = scalars(ya.dtype, alpha)
     yd = desc(ya)
     capi.cudnnScaleTensor(handle.ptr, yd.ptr, ya.ptr, al)
@@ -144,13 +198,15 @@ def _format_strides(shape: tuple[int, ...], memory_format: str) -> tuple[int, ..
 
 
 def transform_tensor(handle, x, y=None, *, dtype=None, memory_format: str = "NCHW", alpha: float = 1.0,
-                     beta: float = 0.0):
+                     beta: float = 0.0, engine: str = "legacy"):
     """``y = alpha * x + beta * y`` between layouts and dtypes (``cudnnTransformTensor``); returns y.
 
     ``y`` (same logical shape as x, any strides, any dtype) or, when not given, a new array of
     ``dtype`` (default x's) whose memory is ``memory_format``: ``"NCHW"`` (packed) or ``"NHWC"``
     (channels last; the logical shape stays N, C, *spatial and the strides say channels-last).
+    ``engine``: "legacy", "graph" (an identity pointwise graph; floating dtypes) or "auto".
     """
+    engine = gl.engine_arg(engine)
     xa = check_array(x, "x", handle)
     if y is None:
         out_dtype = xa.dtype if dtype is None else np.dtype(dtype)
@@ -161,6 +217,11 @@ def transform_tensor(handle, x, y=None, *, dtype=None, memory_format: str = "NCH
         ya = check_array(y, "y", handle, shape=xa.shape)
         if dtype is not None and ya.dtype != np.dtype(dtype):
             raise TypeError(f"y has dtype {ya.dtype} but dtype={np.dtype(dtype)} was asked for")
+    inputs = [("x", xa)] + ([("prior", ya)] if beta else [])
+    if gl.attempt(engine, lambda auto: gl.run_graph(
+            handle, "transform_tensor", (float(alpha), float(beta)), inputs, [("y", ya)],
+            lambda g, t, _: gl.blend(g, g.pointwise("identity", t["x"]), t, alpha, beta), auto=auto)):
+        return y
     scalar_dtype = np.float64 if np.float64 in (xa.dtype, ya.dtype) else np.float32
     al, be = scalars(scalar_dtype, alpha, beta)
     xd, yd = desc(xa), desc(ya)
@@ -232,15 +293,32 @@ def transform_tensor_ex(handle, x, *, dest_format: str = "NHWC", pad_before=0, p
 # ---------------------------------------------------------------- reduce
 
 
+#: reductions the graph path has (cuDNN's graph refuses MUL_NO_ZEROS)
+_GRAPH_REDUCE = frozenset(REDUCE_OPS) - {"mul_no_zeros"}
+
+
+def _graph_reduce(handle, opv, aa, ca, alpha, beta, compute_dtype, nan_propagation, indices, auto) -> bool:
+    _graph_compute(compute_dtype, nan_propagation)
+    name = opv.name[len("CUDNN_REDUCE_TENSOR_"):].lower()
+    if indices or name not in _GRAPH_REDUCE:
+        raise gl.GraphPathRefused(f"engine='graph' reduces with {', '.join(sorted(_GRAPH_REDUCE))} and gives no "
+                                  f"indices; use engine='legacy' for {name}" + (" with indices" if indices else ""))
+    inputs = [("a", aa)] + ([("prior", ca)] if beta else [])
+    return gl.run_graph(handle, "reduce_tensor", (name, float(alpha), float(beta)), inputs, [("c", ca)],
+                        lambda g, t, shape: gl.blend(g, g.reduction(t["a"], name, out_shape=shape), t, alpha, beta),
+                        auto=auto, layout_of=aa)
+
+
 def reduce_tensor(handle, op, a, c=None, *, axes=None, indices: bool = False, alpha: float = 1.0, beta: float = 0.0,
-                  compute_dtype=None, nan_propagation: bool = False):
+                  compute_dtype=None, nan_propagation: bool = False, engine: str = "legacy"):
     """``c = alpha * reduce_op(a) + beta * c`` (``cudnnReduceTensor``); returns c, or (c, indices) with ``indices=True``.
 
     The reduced dimensions are ``axes`` (an int or ints; default all) or, when ``c`` is given, those
     where c has 1 and a does not. ``op``: add, mul, min, max, amax, avg, norm1, norm2, mul_no_zeros.
     ``indices=True`` (min, max, amax only) also returns, as int32 shaped like c, the position of the
-    chosen element flattened over the reduced dimensions (row-major).
+    chosen element flattened over the reduced dimensions (row-major). ``engine``: "legacy", "graph" or "auto".
     """
+    engine = gl.engine_arg(engine)
     opv = enum_arg(op, REDUCE_OPS, capi.cudnnReduceTensorOp_t, "op")
     aa = check_array(a, "a", handle, floating=True)
     if indices and opv not in _INDEXED:
@@ -254,6 +332,9 @@ def reduce_tensor(handle, op, a, c=None, *, axes=None, indices: bool = False, al
         ca = check_array(c, "c", handle, floating=True)
         if ca.ndim != aa.ndim or any(cd not in (1, ad) for ad, cd in zip(aa.shape, ca.shape)):
             raise ValueError(f"c has shape {ca.shape}; each dimension must equal a's {aa.shape} or be 1")
+    if gl.attempt(engine, lambda auto: _graph_reduce(handle, opv, aa, ca, alpha, beta, compute_dtype,
+                                                     nan_propagation, indices, auto)):
+        return ca if c is None else c
     compute = _compute(aa.dtype, compute_dtype)
     rd = reduce_tensor_descriptor(opv, compute, nan_propagation=nan_propagation, indices=indices)
     ad, cd = desc(aa), desc(ca)

@@ -1,0 +1,292 @@
+"""Every Pythonic operation on a deprecated legacy entry point: device time through the legacy call, through
+the graph path (``engine="graph"``) and through torch's equivalent, in one table (asserts nothing).
+
+Each row times back-to-back calls between two CUDA events on the stream the work runs on (cudnn-py: the
+handle's; torch: its current stream, the same default stream), after a warm-up, and reports the median over
+``--repeats`` of the per-call time; "GB/s" counts the bytes each call must read and write once. A cell is "-"
+where that engine refuses the configuration (the reason is printed under the table).
+
+Run: python benchmarks/ops_vs_torch.py [--repeats 7] [--calls 20] [--quick] [--json PATH]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+import cudnn_py.ops.activation as A
+import cudnn_py.ops.batchnorm as BN
+import cudnn_py.ops.normalization as NM
+import cudnn_py.ops.pooling as P
+import cudnn_py.ops.tensor_ops as T
+from cudnn_py.handle import Handle
+from cudnn_py.memory import DeviceArray, to_device
+from cudnn_py.streams import timer
+
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError:  # pragma: no cover
+    torch = None
+
+
+@dataclass
+class Row:
+    op: str
+    config: str
+    gbytes: float                      # GB each call reads and writes
+    legacy_ms: float | None = None
+    graph_ms: float | None = None
+    torch_ms: float | None = None
+    notes: list = field(default_factory=list)
+
+    def ratio(self, a: str, b: str) -> float | None:
+        x, y = getattr(self, a), getattr(self, b)
+        return None if x is None or y is None else x / y
+
+
+def _median_ms(run, sync_timer, calls: int, repeats: int) -> float:
+    for _ in range(3):
+        run()
+    times = []
+    for _ in range(repeats):
+        times.append(sync_timer(run, calls) / calls)
+    return statistics.median(times)
+
+
+def _cudnn_timer(h):
+    def t(run, calls):
+        with timer(h.stream) as tm:
+            for _ in range(calls):
+                run()
+        return tm.ms
+    return t
+
+
+def _torch_timer(run, calls):
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    for _ in range(calls):
+        run()
+    e.record()
+    e.synchronize()
+    return s.elapsed_time(e)
+
+
+def _strides(shape, layout):
+    n = len(shape)
+    order = [0] + list(range(2, n)) + [1] if layout == "NHWC" else list(range(n))
+    st, acc = [0] * n, 1
+    for i in reversed(order):
+        st[i] = acc
+        acc *= shape[i]
+    return tuple(st)
+
+
+class Bench:
+    def __init__(self, h, calls: int, repeats: int):
+        self.h, self.calls, self.repeats = h, calls, repeats
+        self.rng = np.random.default_rng(0)
+        self.rows: list[Row] = []
+        self._keep = []
+
+    # -- data -------------------------------------------------------------------------------------------------
+    def dev(self, shape, dtype="float16", layout="NCHW", positive=False):
+        """A device array of logical ``shape`` in ``layout`` and the torch view of the same memory."""
+        a = self.rng.standard_normal(shape).astype(np.float32)
+        if positive:
+            a = np.abs(a) + 0.1
+        st = _strides(shape, layout)
+        order = sorted(range(len(shape)), key=lambda i: -st[i])
+        buf = to_device(np.ascontiguousarray(a.astype(dtype).transpose(order)), self.h.stream)
+        d = DeviceArray(buf.ptr, shape, np.dtype(dtype), st, device_id=buf.device_id, owner=buf)
+        t = torch.from_dlpack(buf).permute(*np.argsort(order).tolist()) if torch is not None else None
+        self._keep.append(buf)
+        return d, t
+
+    # -- one row ----------------------------------------------------------------------------------------------
+    def row(self, op: str, config: str, nbytes: float, legacy=None, graph=None, torch_fn=None):
+        r = Row(op, config, nbytes / 1e9)
+        ct = _cudnn_timer(self.h)
+        for name, fn, tm in (("legacy_ms", legacy, ct), ("graph_ms", graph, ct), ("torch_ms", torch_fn,
+                                                                                 _torch_timer)):
+            if fn is None or (name == "torch_ms" and torch is None):
+                continue
+            try:
+                setattr(r, name, _median_ms(fn, tm, self.calls, self.repeats))
+            except Exception as e:  # noqa: BLE001 - the table says which engine refused and why
+                r.notes.append(f"{name[:-3]}: {type(e).__name__}: {' '.join(str(e).split())[:300]}")
+        self.rows.append(r)
+        print(f"  {op:<34}{config:<44}" + "".join(f"{'-' if v is None else f'{v:.4f}':>10}"
+                                              for v in (r.legacy_ms, r.graph_ms, r.torch_ms)), file=sys.stderr)
+        return r
+
+
+def run_all(b: Bench, quick: bool) -> None:
+    h = b.h
+    N = 8 if quick else 32
+    # ---- activations: the issue's ReLU case, and a transcendental one
+    shp = (N, 256, 56, 56)
+    nb = 2 * np.prod(shp) * 2
+    for layout in ("NCHW", "NHWC"):
+        x, xt = b.dev(shp, "float16", layout)
+        y, yt = b.dev(shp, "float16", layout)
+        b.row("activation_forward relu", f"fp16 {layout} {shp}", nb,
+              lambda: A.activation_forward(h, "relu", x, y),
+              lambda: A.activation_forward(h, "relu", x, y, engine="graph"),
+              lambda: torch.relu(xt, out=yt) if layout == "NCHW" else torch.nn.functional.relu(xt))
+    x, xt = b.dev(shp, "float16", "NHWC")
+    y, yt = b.dev(shp, "float16", "NHWC")
+    dy, dyt = b.dev(shp, "float16", "NHWC")
+    dx, _ = b.dev(shp, "float16", "NHWC")
+    b.row("activation_forward sigmoid", f"fp16 NHWC {shp}", nb, lambda: A.activation_forward(h, "sigmoid", x, y),
+          lambda: A.activation_forward(h, "sigmoid", x, y, engine="graph"), lambda: torch.sigmoid(xt))
+    b.row("activation_backward relu", f"fp16 NHWC {shp}", 3 * np.prod(shp) * 2,
+          lambda: A.activation_backward(h, "relu", x, y, dy, dx),
+          lambda: A.activation_backward(h, "relu", x, y, dy, dx, engine="graph"),
+          lambda: torch.ops.aten.threshold_backward(dyt, xt, 0))
+    # ---- tensor ops
+    c, ct = b.dev(shp, "float16", "NHWC")
+    bias, biast = b.dev((1, 256, 1, 1), "float16")
+    b.row("add_tensor bias (1,C,1,1)", f"fp16 NHWC {shp}", nb, lambda: T.add_tensor(h, bias, c),
+          lambda: T.add_tensor(h, bias, c, engine="graph"), lambda: ct.add_(biast))
+    b.row("op_tensor add", f"fp16 NHWC {shp}", 3 * np.prod(shp) * 2, lambda: T.op_tensor(h, "add", x, dy, c),
+          lambda: T.op_tensor(h, "add", x, dy, c, engine="graph"), lambda: torch.add(xt, dyt, out=ct))
+    b.row("op_tensor mul", f"fp16 NHWC {shp}", 3 * np.prod(shp) * 2, lambda: T.op_tensor(h, "mul", x, dy, c),
+          lambda: T.op_tensor(h, "mul", x, dy, c, engine="graph"), lambda: torch.mul(xt, dyt, out=ct))
+    b.row("scale_tensor", f"fp16 NHWC {shp}", nb, lambda: T.scale_tensor(h, c, 1.0),
+          lambda: T.scale_tensor(h, c, 1.0, engine="graph"), lambda: ct.mul_(1.0))
+    xn, xnt = b.dev(shp, "float16", "NCHW")
+    b.row("transform_tensor NCHW->NHWC", f"fp16 {shp}", nb, lambda: T.transform_tensor(h, xn, y),
+          lambda: T.transform_tensor(h, xn, y, engine="graph"),
+          lambda: yt.copy_(xnt))
+    x32, x32t = b.dev(shp, "float32", "NHWC")
+    b.row("transform_tensor fp32->fp16", f"NHWC {shp}", np.prod(shp) * 6, lambda: T.transform_tensor(h, x32, y),
+          lambda: T.transform_tensor(h, x32, y, engine="graph"), lambda: yt.copy_(x32t))
+    red, redt = b.dev((1, 256, 1, 1), "float16")
+    b.row("reduce_tensor add over N,H,W", f"fp16 NHWC {shp}", np.prod(shp) * 2,
+          lambda: T.reduce_tensor(h, "add", x, red), lambda: T.reduce_tensor(h, "add", x, red, engine="graph"),
+          lambda: torch.sum(xt, dim=(0, 2, 3), keepdim=True))
+    # ---- pooling: the issue's max pooling case (ResNet stem: 3x3, stride 2, padding 1)
+    pshp = (N, 128, 112, 112)
+    pool = P.Pooling("max", 3, 1, 2)
+    px, pxt = b.dev(pshp, "float16", "NHWC")
+    yshape = pool.output_shape(pshp)
+    py, _ = b.dev(yshape, "float16", "NHWC")
+    pdy, pdyt = b.dev(yshape, "float16", "NHWC")
+    pdx, _ = b.dev(pshp, "float16", "NHWC")
+    pb = (np.prod(pshp) + np.prod(yshape)) * 2
+    b.row("pooling_forward max 3x3 s2 p1", f"fp16 NHWC {pshp}", pb, lambda: P.pooling_forward(h, pool, px, py),
+          lambda: P.pooling_forward(h, pool, px, py, engine="graph"), lambda: F.max_pool2d(pxt, 3, 2, 1))
+    if torch is not None:
+        _, idx = F.max_pool2d(pxt, 3, 2, 1, return_indices=True)
+    b.row("pooling_backward max 3x3 s2 p1", f"fp16 NHWC {pshp}", pb * 2,
+          lambda: P.pooling_backward(h, pool, px, py, pdy, pdx),
+          lambda: P.pooling_backward(h, pool, px, py, pdy, pdx, engine="graph"),
+          lambda: torch.ops.aten.max_pool2d_with_indices_backward(pdyt, pxt, [3, 3], [2, 2], [1, 1], [1, 1], False,
+                                                                  idx))
+    apool = P.Pooling("avg_include_padding", 3, 1, 2)
+    b.row("pooling_forward avg 3x3 s2 p1", f"fp16 NHWC {pshp}", pb, lambda: P.pooling_forward(h, apool, px, py),
+          lambda: P.pooling_forward(h, apool, px, py, engine="graph"), lambda: F.avg_pool2d(pxt, 3, 2, 1))
+    # ---- batch normalisation (the ResNet block's shape)
+    bshp = (N, 64, 56, 56)
+    bx, bxt = b.dev(bshp, "float16", "NHWC")
+    by, _ = b.dev(bshp, "float16", "NHWC")
+    bz, bzt = b.dev(bshp, "float16", "NHWC")
+    bdy, bdyt = b.dev(bshp, "float16", "NHWC")
+    bdx, _ = b.dev(bshp, "float16", "NHWC")
+    sc, sct = b.dev((64,), "float32", positive=True)
+    bi, bit = b.dev((64,), "float32")
+    rm, rmt = b.dev((64,), "float32")
+    rv, rvt = b.dev((64,), "float32", positive=True)
+    sm, smt = b.dev((64,), "float32")
+    siv, sivt = b.dev((64,), "float32", positive=True)
+    ds, _ = b.dev((64,), "float32")
+    db, _ = b.dev((64,), "float32")
+    bb = 2 * np.prod(bshp) * 2
+    b.row("batchnorm_forward_training", f"fp16 NHWC {bshp}", bb,
+          lambda: BN.batchnorm_forward_training(h, bx, sc, bi, factor=0.1, running_mean=rm, running_var=rv, y=by,
+                                                saved_mean=sm, saved_inv_var=siv),
+          lambda: BN.batchnorm_forward_training(h, bx, sc, bi, factor=0.1, running_mean=rm, running_var=rv, y=by,
+                                                saved_mean=sm, saved_inv_var=siv, engine="graph"),
+          lambda: F.batch_norm(bxt, rmt, rvt, sct, bit, training=True, momentum=0.1))
+    b.row("batchnorm_forward_inference", f"fp16 NHWC {bshp}", bb,
+          lambda: BN.batchnorm_forward_inference(h, bx, sc, bi, rm, rv, y=by),
+          lambda: BN.batchnorm_forward_inference(h, bx, sc, bi, rm, rv, y=by, engine="graph"),
+          lambda: F.batch_norm(bxt, rmt, rvt, sct, bit, training=False))
+    b.row("batchnorm_backward", f"fp16 NHWC {bshp}", 3 * np.prod(bshp) * 2,
+          lambda: BN.batchnorm_backward(h, bx, bdy, sc, sm, siv, dx=bdx, dscale=ds, dbias=db),
+          lambda: BN.batchnorm_backward(h, bx, bdy, sc, sm, siv, dx=bdx, dscale=ds, dbias=db, engine="graph"),
+          lambda: torch.ops.aten.native_batch_norm_backward(bdyt, bxt, sct, rmt, rvt, smt, sivt, True, 1e-5,
+                                                            [True, True, True]))
+    b.row("batchnorm_forward_training_ex add+relu", f"fp16 NHWC {bshp}", 3 * np.prod(bshp) * 2,
+          lambda: BN.batchnorm_forward_training_ex(h, bx, sc, bi, z=bz, ops="bn_add_activation", y=by,
+                                                   saved_mean=sm, saved_inv_var=siv),
+          lambda: BN.batchnorm_forward_training_ex(h, bx, sc, bi, z=bz, ops="bn_add_activation", y=by,
+                                                   saved_mean=sm, saved_inv_var=siv, engine="graph"),
+          lambda: torch.relu_(F.batch_norm(bxt, None, None, sct, bit, training=True).add_(bzt)))
+    r = BN.batchnorm_forward_training_ex(h, bx, sc, bi, z=bz, ops="bn_add_activation", y=by, saved_mean=sm,
+                                         saved_inv_var=siv)
+    b.row("batchnorm_backward_ex add+relu", f"fp16 NHWC {bshp}", 4 * np.prod(bshp) * 2,
+          lambda: BN.batchnorm_backward_ex(h, bx, by, bdy, sc, bi, sm, siv, r.reserve, ops="bn_add_activation",
+                                           dx=bdx, dz=bz, dscale=ds, dbias=db),
+          lambda: BN.batchnorm_backward_ex(h, bx, by, bdy, sc, bi, sm, siv, ops="bn_add_activation", dx=bdx, dz=bz,
+                                           dscale=ds, dbias=db, engine="graph"))
+    b.row("normalization_forward_training", f"fp16 NHWC {bshp}", bb,
+          lambda: NM.normalization_forward_training(h, bx, sc, bi, factor=0.1, running_mean=rm, running_var=rv, y=by,
+                                                    saved_mean=sm, saved_inv_var=siv),
+          lambda: NM.normalization_forward_training(h, bx, sc, bi, factor=0.1, running_mean=rm, running_var=rv, y=by,
+                                                    saved_mean=sm, saved_inv_var=siv, engine="graph"),
+          lambda: F.batch_norm(bxt, rmt, rvt, sct, bit, training=True, momentum=0.1))
+    b.row("normalization_forward_inference", f"fp16 NHWC {bshp}", bb,
+          lambda: NM.normalization_forward_inference(h, bx, sc, bi, rm, rv, y=by),
+          lambda: NM.normalization_forward_inference(h, bx, sc, bi, rm, rv, y=by, engine="graph"),
+          lambda: F.batch_norm(bxt, rmt, rvt, sct, bit, training=False))
+    b.row("normalization_backward", f"fp16 NHWC {bshp}", 3 * np.prod(bshp) * 2,
+          lambda: NM.normalization_backward(h, bx, by, bdy, sc, bi, sm, siv, dx=bdx, dscale=ds, dbias=db),
+          lambda: NM.normalization_backward(h, bx, by, bdy, sc, bi, sm, siv, dx=bdx, dscale=ds, dbias=db,
+                                            engine="graph"),
+          lambda: torch.ops.aten.native_batch_norm_backward(bdyt, bxt, sct, rmt, rvt, smt, sivt, True, 1e-5,
+                                                            [True, True, True]))
+
+
+def format_table(rows: list[Row]) -> str:
+    head = (f"{'operation':<40}{'configuration':<38}{'legacy ms':>10}{'graph ms':>10}{'torch ms':>10}"
+            f"{'graph/leg':>10}{'graph/torch':>12}{'graph GB/s':>11}")
+    lines = [head, "-" * len(head)]
+    f = (lambda v, spec: "-" if v is None else format(v, spec))
+    for r in rows:
+        gbs = None if r.graph_ms is None else r.gbytes / (r.graph_ms * 1e-3)
+        lines.append(f"{r.op:<40}{r.config:<38}{f(r.legacy_ms, '.4f'):>10}{f(r.graph_ms, '.4f'):>10}"
+                     f"{f(r.torch_ms, '.4f'):>10}{f(r.ratio('graph_ms', 'legacy_ms'), '.2f'):>10}"
+                     f"{f(r.ratio('graph_ms', 'torch_ms'), '.2f'):>12}{f(gbs, '.0f'):>11}")
+    notes = [f"  {r.op} ({r.config}): {n}" for r in rows for n in r.notes]
+    return "\n".join(lines + (["", "refusals:"] + notes if notes else []))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--calls", type=int, default=20, help="calls between two events (per-call time = total / calls)")
+    p.add_argument("--quick", action="store_true", help="batch 8 instead of 32")
+    p.add_argument("--json", metavar="PATH")
+    args = p.parse_args(argv)
+    with Handle() as h:
+        b = Bench(h, args.calls, args.repeats)
+        run_all(b, args.quick)
+    gpu = torch.cuda.get_device_name() if torch is not None else "?"
+    print(f"{gpu}; torch {torch.__version__ if torch is not None else '-'}; per-call device time, median of "
+          f"{args.repeats} x {args.calls} calls")
+    print(format_table(b.rows))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump([asdict(r) for r in b.rows], fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,204 @@
+"""Graph (backend-API) paths for the Pythonic operations whose C entry points cuDNN 9 marks deprecated.
+
+The operation modules (:mod:`cudnn_py.ops.activation`, ``tensor_ops``, ``pooling``, ``batchnorm``,
+``normalization``) take ``engine="legacy" | "graph" | "auto"``; ``"graph"`` comes here. Each call builds a small
+graph once per configuration (shapes, strides, dtypes, parameters), plans it through the handle's plan cache and
+keeps its :class:`~cudnn_py.graph.Executor` in the handle's cache (``handle_cache(handle, "graph.legacy")``, the
+mechanism :mod:`cudnn_py.graph.conv` uses), so a repeat call is a dict lookup and one ``cudnnBackendExecute``.
+With ``"auto"`` a configuration cuDNN has no engine for is remembered and runs on the legacy call instead.
+
+Layout. cuDNN's engines for graphs made of pointwise operations alone take channels-last strides (the
+channel dimension, dimension 1, innermost) and refuse the same data described as NCHW. Pointwise operations do
+not care which axis is called the channel, so every operand is described to cuDNN with its axes relabelled:
+the output's outermost axis first, its innermost (stride 1) second, the rest in decreasing stride order, with
+unit dimensions in front up to four dimensions. An NCHW array is then the channels-last array (N, W, C, H), an
+NHWC one itself; broadcast operands (a (1, C, 1, 1) bias) get the same relabelling.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+
+from cudnn_py.handle import handle_cache
+from cudnn_py.memory import DeviceArray
+
+from .conv import _build
+from .errors import GraphNotSupportedError
+from .graph import Graph, Tensor, _packed_strides
+from .ops.pointwise import Pointwise, pointwise_mode
+
+__all__ = ["ENGINES", "engine_arg", "legacy_cache_clear", "GraphPathRefused", "attempt", "cached", "run_graph", "blend",
+           "graph_dtype", "GRAPH_DTYPES", "strides_like"]
+
+#: what ``engine=`` takes: the legacy C call, a cached graph plan, or the graph where it has an engine
+ENGINES = ("legacy", "graph", "auto")
+#: names of the data types the pointwise graph paths take (cuDNN 9.19 has no float64 pointwise engine)
+GRAPH_DTYPES = ("float16", "bfloat16", "float32")
+_MAX_RANK = 5
+_CACHE = "graph.legacy"
+
+
+def engine_arg(engine) -> str:
+    """``engine`` checked: one of :data:`ENGINES`."""
+    if engine not in ENGINES:
+        raise ValueError(f"engine {engine!r}: expected 'legacy', 'graph' or 'auto'")
+    return engine
+
+
+def legacy_cache_clear(handle) -> None:
+    """Forget the graphs, plans and executors built for ``handle`` by the operation modules' graph paths."""
+    handle_cache(handle, _CACHE).clear()
+
+
+class GraphPathRefused(ValueError):
+    """A configuration the graph path refuses before cuDNN is asked (``engine="auto"`` runs legacy instead)."""
+
+
+def attempt(engine: str, run: Callable[[bool], bool]) -> bool:
+    """Whether ``run(auto)`` ran the graph path for ``engine`` ('graph' or 'auto'; 'legacy' never tries): with
+    'auto' a configuration the graph path refuses (:class:`GraphPathRefused`, or no engine) gives False."""
+    if engine == "legacy":
+        return False
+    auto = engine == "auto"
+    try:
+        return run(auto)
+    except GraphPathRefused:
+        if auto:
+            return False
+        raise
+
+
+def graph_dtype(dtype, what: str) -> None:
+    """Refuse data types the pointwise graph engines lack."""
+    if np.dtype(dtype).name not in GRAPH_DTYPES:
+        raise GraphPathRefused(f"engine='graph': {what} has dtype {np.dtype(dtype)}; the graph path takes float16, "
+                               f"bfloat16 and float32 (use engine='legacy' for float64)")
+
+
+# ---------------------------------------------------------------- layout: channels-last relabelling
+
+def _order(shape, strides) -> list[int]:
+    """Axes from outermost to innermost in memory; unit axes first (their stride means nothing)."""
+    return sorted(range(len(shape)), key=lambda i: (shape[i] > 1, -strides[i] if shape[i] > 1 else 0, i))
+
+
+def _relabel(out: DeviceArray) -> tuple[int, tuple[int, ...]]:
+    """(unit dims prepended, axis permutation) that present ``out`` with its innermost axis second."""
+    pad = max(0, 4 - out.ndim)
+    order = _order((1,) * pad + out.shape, (0,) * pad + out.strides)
+    return pad, (order[0], order[-1], *order[1:-1])
+
+
+def _view(a: DeviceArray, pad: int, perm) -> DeviceArray:
+    """``a`` with ``pad`` unit dims in front and its axes permuted (no copy; ``a`` itself when nothing moves or
+    ``perm`` is None)."""
+    if perm is None or (not pad and perm == tuple(range(a.ndim))):
+        return a
+    shape, strides = (1,) * pad + a.shape, (1,) * pad + a.strides
+    return DeviceArray._new(a.ptr, tuple(shape[p] for p in perm), a.dtype, tuple(strides[p] for p in perm),
+                            a.device_id, a, None)
+
+
+def strides_like(x: DeviceArray, shape) -> tuple[int, ...]:
+    """Packed strides for an array of ``shape`` (x's rank) that keeps x's axis order in memory (NHWC x: NHWC)."""
+    order = _order(x.shape, x.strides)
+    strides, acc = [0] * len(shape), 1
+    for i in reversed(order):
+        strides[i] = acc
+        acc *= shape[i]
+    return tuple(strides)
+
+
+def _graph_strides(a: DeviceArray) -> tuple[int, ...]:
+    """The strides a graph tensor gets for view ``a``: packed channels-last where ``a`` is (unit dims made
+    consistent), else ``a``'s own (cuDNN decides whether an engine takes them)."""
+    packed = _packed_strides(a.shape, "NHWC")
+    if all(p == s for p, s, n in zip(packed, a.strides, a.shape) if n > 1):
+        return packed
+    return a.strides
+
+
+# ---------------------------------------------------------------- the cached runner
+
+def cached(handle, key, make: Callable, auto: bool):
+    """What ``make()`` built for ``key`` on ``handle`` (made on the first call and kept in the handle's cache).
+    When cuDNN has no engine (``make`` raised :class:`GraphNotSupportedError`) or the graph builder refused the
+    configuration (:class:`GraphPathRefused`), the refusal is remembered: it is raised again, or with ``auto`` None
+    is returned (the caller runs the legacy call)."""
+    cache = handle_cache(handle, _CACHE)
+    ent = cache.get(key)
+    if ent is None:
+        try:
+            ent = make()
+        except (GraphNotSupportedError, GraphPathRefused) as e:
+            ent = e
+        cache[key] = ent
+    if isinstance(ent, (GraphNotSupportedError, GraphPathRefused)):
+        if auto:
+            return None
+        raise ent
+    return ent
+
+
+def run_graph(handle, name: str, params: tuple, inputs: Sequence[tuple[str, DeviceArray]],
+              outputs: Sequence[tuple[str, DeviceArray]], build: Callable, *, auto: bool = False,
+              relabel: bool = True, layout_of: DeviceArray | None = None) -> bool:
+    """Run ``build``'s graph on these arrays through a cached plan; False when ``auto`` and cuDNN has no engine for
+    it (nothing ran).
+
+    ``inputs`` / ``outputs``: (role, array) pairs (an input may also be an output: read, then written, as beta
+    blending and running statistics do); ``params``: the hashable settings ``build`` depends on.
+    ``build(graph, {role: tensor}, out_shape)`` adds the operations and returns the result, or a tuple of results
+    in ``outputs``' order (one that is an input, or of another shape than its array, is copied out by an identity
+    operation). ``relabel``: describe the arrays in the channels-last relabelled order of ``layout_of`` (default
+    the first output) - for graphs of pointwise operations and reductions, which do not care which axis is the
+    channel; tensors and ``out_shape`` are then in that order. Without it the arrays are described as they are.
+    """
+    for role, a in (*inputs, *outputs):
+        graph_dtype(a.dtype, role)
+    if relabel and (outputs[0][1] if layout_of is None else layout_of).ndim > _MAX_RANK:
+        raise GraphPathRefused(f"engine='graph' takes arrays of 1 to {_MAX_RANK} dimensions; got shape "
+                               f"{outputs[0][1].shape} (use engine='legacy')")
+    key = (name, params, tuple((r, a.shape, a.strides, a.dtype, tuple(a is o for _, o in outputs)) for r, a in inputs),
+           tuple((r, a.shape, a.strides, a.dtype) for r, a in outputs))
+
+    def make():
+        pad, perm = _relabel(outputs[0][1] if layout_of is None else layout_of) if relabel else (0, None)
+        g = Graph(io_dtype=outputs[0][1].dtype, compute_dtype="float32", name=name)
+        views = [_view(a, pad, perm) for _, a in inputs]
+        strides = _graph_strides if relabel else (lambda v: v.strides)
+        ts = {r: g.tensor(v.shape, dtype=v.dtype, strides=strides(v), name=r) for (r, _), v in zip(inputs, views)}
+        ovs = [_view(a, pad, perm) for _, a in outputs]
+        try:
+            res = build(g, ts, ovs[0].shape)
+        except (ValueError, TypeError) as e:  # the graph builder's own checks: a configuration it does not take
+            raise GraphPathRefused(f"engine='graph': {e}") from e
+        res = (res,) if isinstance(res, Tensor) else tuple(res)
+        outs = []
+        for (role, _), t, ov in zip(outputs, res, ovs):
+            if t.shape != ov.shape or not t.is_virtual:  # e.g. a broadcast input: written out at the output's shape
+                wide = g._virtual(ov.shape)
+                g._add_op(Pointwise({"x": t}, {"y": wide}, {"mode": pointwise_mode("identity"),
+                                                             "compute_dtype": g.compute_dtype}))
+                t = wide
+            t.set_output(True).set_dtype(ov.dtype).set_name(role)
+            t.strides = strides(ov)
+            outs.append(t)
+        return _build(g, handle, [*ts.values(), *outs], views, False), pad, perm
+
+    ent = cached(handle, key, make, auto)
+    if ent is None:
+        return False
+    ex, pad, perm = ent
+    ex(*(_view(a, pad, perm) for _, a in inputs), *(_view(a, pad, perm) for _, a in outputs))
+    return True
+
+
+def blend(g: Graph, res: Tensor, t: dict, alpha: float, beta: float, prior: str = "prior") -> Tensor:
+    """``alpha * res + beta * t[prior]`` with the multiplications and the add left out where they are no-ops."""
+    if alpha != 1.0:
+        res = g.scale(res, float(alpha))
+    if beta != 0.0:
+        res = g.add(t[prior] if beta == 1.0 else g.scale(t[prior], float(beta)), res)
+    return res
