@@ -7,6 +7,7 @@ and an SGD update. Prints the loss before and after a few steps (it should fall)
 from __future__ import annotations
 
 import argparse
+import sys
 
 import numpy as np
 
@@ -49,4 +50,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except cudnn.NoDeviceError as e:  # no GPU or driver here: one line, no traceback
+        sys.exit(f"{sys.argv[0]}: {e}")

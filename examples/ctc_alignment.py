@@ -7,6 +7,7 @@ gradient step updates them, and the greedy (best-path) decoding converges to the
 from __future__ import annotations
 
 import argparse
+import sys
 
 import numpy as np
 
@@ -57,4 +58,7 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except cudnn.NoDeviceError as e:  # no GPU or driver here: one line, no traceback
+        sys.exit(f"{sys.argv[0]}: {e}")

@@ -3,10 +3,12 @@
 Run: python examples/graph_matmul_bias_gelu.py
 """
 import math
+import sys
 
 import numpy as np
 
 import cudnn_py.graph as G
+from cudnn_py.errors import NoDeviceError
 from cudnn_py.handle import Handle
 from cudnn_py.memory import empty, to_device
 
@@ -36,4 +38,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except NoDeviceError as e:  # no GPU or driver here: one line, no traceback
+        sys.exit(f"{sys.argv[0]}: {e}")

@@ -10,6 +10,7 @@ under 1 within a few hundred steps as the model memorises the text.
 from __future__ import annotations
 
 import argparse
+import sys
 
 import numpy as np
 
@@ -71,4 +72,7 @@ if __name__ == "__main__":
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--dtype", default="float32", choices=["float32", "float16", "float64"])
     a = ap.parse_args()
-    main(a.steps, a.dtype)
+    try:
+        main(a.steps, a.dtype)
+    except cudnn.NoDeviceError as e:  # no GPU or driver here: one line, no traceback
+        sys.exit(f"{sys.argv[0]}: {e}")

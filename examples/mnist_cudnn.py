@@ -163,4 +163,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except cudnn.NoDeviceError as e:  # no GPU or driver here: one line, no traceback
+        sys.exit(f"{sys.argv[0]}: {e}")

@@ -253,4 +253,7 @@ def main(argv: list[str]) -> dict:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    try:
+        main(sys.argv[1:])
+    except (cudnn.NoDeviceError, cudnn.CudnnNotInitializedError) as e:  # no GPU here (cudnnCreate says so)
+        sys.exit(f"{sys.argv[0]}: {e}")

@@ -3,12 +3,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from conftest import gpu_missing_reason
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -111,3 +114,14 @@ def test_info_warns_when_the_pieces_do_not_fit(info, expected):
     assert len(got) == len(expected), got
     for g, e in zip(got, expected):
         assert e in g, (g, e)
+
+
+@pytest.mark.skipif(not gpu_missing_reason(), reason="only without a GPU: with one the examples run")
+@pytest.mark.parametrize("example", sorted(p.name for p in (ROOT / "examples").glob("*.py")))
+def test_every_example_without_a_gpu_ends_in_one_line(example):
+    """No traceback where no GPU is visible: one line saying why (the first program's port stops cleanly)."""
+    r = run("-W", "ignore::DeprecationWarning", str(ROOT / "examples" / example))
+    assert "Traceback" not in r.stderr + r.stdout, r.stderr
+    if r.returncode and "Usage:" not in r.stdout:  # a C sample's port without arguments prints its usage
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert re.search(r"CUDA device 0|cudnnCreate failed|a GPU is needed", r.stderr), r.stderr

@@ -165,3 +165,45 @@ def test_close_drops_the_handle_cache_and_nulls_the_pointer():
     assert h.cache == {} and ptr.value is None  # a holder of the old pointer object passes NULL, not a freed handle
     with pytest.raises(ClosedError):
         h.ptr
+
+
+def test_default_handle_runs_cudnn_work_and_is_per_thread(rng):
+    h = cudnn.default_handle()
+    assert isinstance(h, cudnn.Handle) and not h.closed and h.device == 0
+    assert cudnn.default_handle(0) is h and cudnn.default_handle() is h
+    x = rng.standard_normal((2, 3, 8, 8)).astype(np.float32)
+    y = cudnn.pooling_forward(h, cudnn.Pooling("max", window=2, stride=2), cudnn.to_device(x, h.stream))
+    ref = x.reshape(2, 3, 4, 2, 4, 2).max(axis=(3, 5))
+    np.testing.assert_array_equal(y.to_numpy(), ref)
+    other, errors = [], []
+
+    def work():
+        try:
+            mine = cudnn.default_handle()
+            a = cudnn.empty((1, 1, 4, 4), np.float32, stream=mine.stream)
+            _set_tensor(mine, a, 5.0)
+            other.append((mine, float(a.to_numpy().mean())))
+        except Exception as e:  # reported below
+            errors.append(e)
+    t = threading.Thread(target=work)
+    t.start()
+    t.join()
+    assert not errors and other[0][0] is not h and other[0][1] == 5.0
+    with cudnn.Handle() as explicit:  # explicit handles keep working beside the default one
+        assert explicit is not h and explicit.ptr.value != h.ptr.value
+
+
+def test_default_handle_after_close_is_new_and_exit_is_clean():
+    h = cudnn.default_handle()
+    h.close()
+    assert cudnn.default_handle() is not h and not cudnn.default_handle().closed
+    code = ("import numpy as np, cudnn_py as cudnn\n"
+            "h = cudnn.default_handle()\n"
+            "y = cudnn.softmax_forward(h, cudnn.to_device(np.ones((1, 4, 1, 1), np.float32)))\n"
+            "print(float(y.to_numpy().sum()))\n")
+    import os
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert r.returncode == 0 and r.stderr == "" and abs(float(r.stdout) - 1.0) < 1e-6, (r.stdout, r.stderr)
