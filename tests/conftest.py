@@ -9,23 +9,34 @@ import pytest
 
 
 @functools.cache
-def gpu_missing_reason() -> str:
-    """Why no GPU can be used here ('' when one can)."""
+def gpu_count() -> tuple[int, str]:
+    """(visible GPUs, why none can be used: '' when one can)."""
     try:
         from cuda.bindings import driver
         err, = driver.cuInit(0)
         if err != driver.CUresult.CUDA_SUCCESS:
-            return f"cuInit failed: {err.name}"
+            return 0, f"cuInit failed: {err.name}"
         _, count = driver.cuDeviceGetCount()
-        return "" if count else "the CUDA driver sees no GPU"
+        return count, "" if count else "the CUDA driver sees no GPU"
     except Exception:  # no driver library at all
-        return "no CUDA driver on this machine"
+        return 0, "no CUDA driver on this machine"
+
+
+def gpu_missing_reason() -> str:
+    """Why no GPU can be used here ('' when one can)."""
+    return gpu_count()[1]
 
 
 def pytest_collection_modifyitems(config, items):
-    if os.environ.get("CUDNN_PY_REQUIRE_GPU") == "1" or not gpu_missing_reason():
+    count, why = gpu_count()
+    if count < 2:
+        skip_multi = pytest.mark.skip(reason=f"needs two or more GPUs ({count} visible{': ' + why if why else ''})")
+        for item in items:
+            if "multi_gpu" in item.keywords:
+                item.add_marker(skip_multi)
+    if os.environ.get("CUDNN_PY_REQUIRE_GPU") == "1" or not why:
         return
-    skip = pytest.mark.skip(reason=f"needs a GPU ({gpu_missing_reason()})")
+    skip = pytest.mark.skip(reason=f"needs a GPU ({why})")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
