@@ -1,13 +1,59 @@
-"""Lazy ctypes binding for the generated C layer: symbols resolve on first call, statuses become exceptions."""
+"""Lazy ctypes binding for the generated C layer: symbols resolve on first call, arguments are checked before C
+sees them, statuses become exceptions.
+
+What a parameter takes, through a call of ``cudnn_py.capi.cudnnX(...)``:
+
+- a cuDNN handle type (``cudnnHandle_t``, ``cudnnTensorDescriptor_t``, ...): an instance of that type, ``None``
+  or ``0`` (NULL, as C's null pointer constant), or an object whose ``_as_parameter_`` or ``ptr`` is one (the
+  Pythonic descriptors and handles). Any other int is refused: as in C, an address becomes a handle only through
+  an explicit cast, ``cudnnTensorDescriptor_t(address)``, by which the caller vouches for it. str, bytes, and
+  handles of another type are refused.
+- a CUDA handle type (``cudaStream_t``, ``cudaGraph_t``): the same, and an int handle (what CUDA libraries give).
+- an enum type: a member of that enum or a plain int (as C would); a member of another enum is refused.
+- an integer type: an int within the C type's range (never wrapped silently).
+- ``void *``: an int address, ``None``, a ctypes object or ``byref()``; not str, bool, or a list (and no bytes
+  unless C only reads it, ``const void *``).
+- a typed pointer (``int *``, ``const int dimA[]``): a ctypes array or pointer of that type, ``byref()`` of
+  one, ``None``, or an int address (taken as is: device memory; the caller vouches for it); where C only reads
+  it (``const``), also a sequence, converted.
+- where another argument gives an array's length (the table in ``cudnn_py.codegen.lengths``), an array,
+  ``byref()`` or sequence shorter than what cuDNN will read or write is refused. An int address or a ctypes
+  pointer has no known length: the caller vouches for it. ``cudnnBackendSetAttribute`` also takes a sequence,
+  converted to the element type its ``attributeType`` names.
+
+A wrong argument raises :class:`CArgumentError` naming the function and the parameter.
+
+``fn.raw`` is the bound ctypes function itself, for hot loops: ctypes' own conversions only (a handle parameter
+still refuses str, bytes and other handle types but takes any int; ints wrap to the C type's width), the status
+still checked, no deprecation warning after the access.
+
+Calling a function the headers mark ``CUDNN_DEPRECATED`` from outside the ``cudnn_py`` package emits a
+:class:`DeprecationWarning` once per function (the warnings module filters it as usual); the Pythonic layer's own
+calls do not count. ``cudnn_py.nvtx`` can wrap every call in an NVTX range (:func:`set_range_wrapper`), and the
+environment variables ``CUDNN_PY_LOG`` and ``CUDNN_PY_NVTX`` are read when the first function is bound.
+"""
 from __future__ import annotations
 
 import ctypes
+import enum
 import functools
+import keyword
+import operator
+import os
+import re
+import reprlib
+import sys
+import warnings
 
 from . import _loader
-from .errors import CudnnError, CudnnNotInitializedError, FunctionNotAvailableError, error_class
+from .errors import CudnnError, CudnnNotInitializedError, CudnnPyError, FunctionNotAvailableError, error_class
 
 _LAST_ERROR_SIZE = 4096
+
+
+class CArgumentError(CudnnPyError, TypeError, ValueError):
+    """An argument a C function's parameter cannot take (wrong type, outside the C type's range, an array shorter
+    than the count given with it). The message names the function and the parameter."""
 
 
 def last_error_text() -> str:
@@ -51,29 +97,383 @@ def _gpu_hint() -> str:
     return "" if count else "no CUDA GPU was found (the driver sees 0 devices)"
 
 
-def _errcheck(status, func, args):
-    if status:
-        raise status_error(func.__name__, status)
-    return status
+def _errcheck(name: str):
+    """The ctypes ``errcheck`` of function ``name``: a status other than success raises."""
+    def check(status, func, args):
+        if status:
+            raise status_error(name, status)
+        return status
+    return check
+
+
+# ------------------------------------------------------------------------------------------ parameter types
+
+_GENERIC_FROM_PARAM = type(ctypes.c_void_p).__dict__["from_param"]  # ctypes' conversion for simple types
+_ADDRESS_MAX = (1 << 8 * ctypes.sizeof(ctypes.c_void_p)) - 1
+
+
+class Handle(ctypes.c_void_p):
+    """Base of cuDNN's opaque handle types in ``cudnn_py.capi`` (see the module docstring for what a parameter of
+    one takes). ``Type(address)`` is the explicit cast that makes an int address a handle."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        # ctypes' generic conversion (an instance, None or an int; never str, bytes or another handle type) in
+        # place of c_void_p's, which takes str and bytes too: what fn.raw and other ctypes prototypes get
+        cls.from_param = _GENERIC_FROM_PARAM.__get__(cls)
+
+
+class CudaHandle(Handle):
+    """Base of the CUDA handle types cuDNN takes (``cudaStream_t``, ``cudaGraph_t``): also an int handle."""
+
+
+class const_void_p(ctypes.c_void_p):
+    """The type of a ``const void *`` parameter (passed as ``void *``; marks that C only reads it)."""
+
+
+def _int_range(ctype) -> tuple[int, int]:
+    bits = 8 * ctypes.sizeof(ctype)
+    return (-(1 << bits - 1), (1 << bits - 1) - 1) if ctype(-1).value < 0 else (0, (1 << bits) - 1)
+
+
+_INT_RANGES = {t: _int_range(t) for t in (
+    ctypes.c_byte, ctypes.c_ubyte, ctypes.c_short, ctypes.c_ushort, ctypes.c_int, ctypes.c_uint, ctypes.c_long,
+    ctypes.c_ulong, ctypes.c_longlong, ctypes.c_ulonglong, ctypes.c_int8, ctypes.c_uint8, ctypes.c_int16,
+    ctypes.c_uint16, ctypes.c_int32, ctypes.c_uint32, ctypes.c_int64, ctypes.c_uint64, ctypes.c_size_t,
+    ctypes.c_ssize_t)}
+_C_INT = _INT_RANGES[ctypes.c_int]
+_CARG = type(ctypes.byref(ctypes.c_int()))
+_CARG_ADDRESS = re.compile(r"<cparam 'P' \(0x([0-9a-fA-F]+)\)>")
+
+
+def _show(value) -> str:
+    """A value for an error message: its type and a short repr."""
+    return f"{type(value).__name__} {reprlib.repr(value)}"
+
+
+def _ctype_name(ctype) -> str:
+    return getattr(ctype, "__name__", str(ctype))
+
+
+def _is_sequence(obj) -> bool:
+    return isinstance(obj, (list, tuple, range)) or (hasattr(obj, "__array__") and hasattr(obj, "__len__")
+                                                      and not isinstance(obj, ctypes.Array))
+
+
+def _element(target):
+    """A function converting one Python value to an element of a ``target`` array (for sequences)."""
+    if target in _INT_RANGES:
+        lo, hi = _INT_RANGES[target]
+
+        def integer(v):
+            if isinstance(v, float):
+                raise TypeError(f"{_show(v)} is not an integer")
+            i = operator.index(v)
+            if not lo <= i <= hi:
+                raise ValueError(f"{i} is outside the range of {_ctype_name(target)} ({lo} to {hi})")
+            return i
+        return integer
+    if target in (ctypes.c_float, ctypes.c_double):
+        def real(v):
+            if isinstance(v, (str, bytes, bool)) or not hasattr(v, "__float__"):
+                raise TypeError(f"{_show(v)} is not a real number")
+            return float(v)
+        return real
+    if isinstance(target, type) and issubclass(target, Handle):
+        return functools.partial(_handle, target)
+    if target in (ctypes.c_void_p, const_void_p):
+        return _address_element
+
+    def same(v):
+        if not isinstance(v, target):
+            raise TypeError(f"{_show(v)} is not a {_ctype_name(target)}")
+        return v
+    return same
+
+
+def _address_element(v):
+    """An element of a ``void *`` array: an int address, None, or a handle / object with one (its address)."""
+    if v is None or (type(v) is int and 0 <= v <= _ADDRESS_MAX):
+        return v
+    h = _handle_of(v)
+    if isinstance(h, ctypes.c_void_p):
+        return h.value
+    raise TypeError(f"{_show(v)} is not an address or a handle")
+
+
+def _to_array(target, seq):
+    convert = _element(target)
+    values = []
+    for i, v in enumerate(seq):
+        try:
+            values.append(convert(v))
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"element {i}: {e}") from None
+    return (target * len(values))(*values)
+
+
+@functools.cache
+def pointer(target, const: bool = False):
+    """The parameter type of a ``target *``: ``POINTER(target)`` that also takes an int address (taken as is) and,
+    with ``const`` (C only reads through it), a sequence converted to a ``target`` array.
+
+    Typed ctypes objects are still checked: a ``byref(c_float())`` where ``int *`` belongs is refused.
+    """
+    base = ctypes.POINTER(target)
+    convert = base.from_param
+
+    def from_param(obj):
+        if type(obj) is int:
+            if 0 <= obj <= _ADDRESS_MAX:
+                return ctypes.c_void_p(obj)
+            raise TypeError(f"{obj} is not an address")
+        try:
+            return convert(obj)
+        except TypeError:
+            pass
+        if const and _is_sequence(obj):
+            return _to_array(target, obj)
+        raise TypeError(f"expected a ctypes array or pointer of {_ctype_name(target)}, byref() of one, an int "
+                        f"address{', a sequence' if const else ''} or None")
+
+    return type(base.__name__, (base,), {"from_param": staticmethod(from_param), "target": target, "const": const})
+
+
+def array(target):
+    """The parameter type of a ``const target *`` (C reads it): :func:`pointer` with ``const``."""
+    return pointer(target, True)
+
+
+def _handle_of(obj):
+    """What ``obj`` stands for as a C handle: its ``_as_parameter_`` or ``ptr`` (None when it has neither)."""
+    for attr in ("_as_parameter_", "ptr"):
+        value = getattr(obj, attr, None)
+        if value is not None:
+            return value
+    return None
+
+
+def _handle(cls, value):
+    """``value`` as a ``cls`` parameter (see the module docstring); TypeError says what was wrong."""
+    if value is None or isinstance(value, cls):
+        return value
+    if isinstance(value, int) and not isinstance(value, (bool, enum.Enum)):
+        if value == 0:
+            return None
+        if issubclass(cls, CudaHandle) and 0 <= value <= _ADDRESS_MAX:
+            return value
+        raise TypeError(f"got the int {value:#x}: an address becomes a {cls.__name__} only by an explicit cast, "
+                        f"{cls.__name__}(address), by which you vouch for it (None is NULL)")
+    if isinstance(value, Handle):
+        raise TypeError(f"got a {type(value).__name__} where a {cls.__name__} belongs")
+    if not isinstance(value, (str, bytes, bytearray, ctypes._SimpleCData, ctypes.Array, _CARG)):
+        inner = _handle_of(value)  # the Pythonic objects: .ptr (ClosedError when closed passes through)
+        if isinstance(inner, cls):
+            return inner
+        if inner is not None:
+            raise TypeError(f"got a {type(value).__name__} whose handle is a {type(inner).__name__}, not a "
+                            f"{cls.__name__}")
+    raise TypeError(f"a {cls.__name__} (or None for NULL) expected, got {_show(value)}")
+
+
+def _enum(cls, value):
+    """``value`` as a ``cls`` parameter: a member of ``cls`` or a plain int in C int range."""
+    if isinstance(value, enum.Enum):
+        if isinstance(value, cls):
+            return value
+        from .removed import REMOVED_ENUMS
+        removed = REMOVED_ENUMS.get(type(value))
+        note = f", an enum removed in cuDNN {removed}" if removed else ""
+        raise TypeError(f"got {value.name}, a member of {type(value).__name__}{note}; this parameter takes a "
+                        f"{cls.__name__} (a member, or a plain int)")
+    return _integer(_C_INT, f"a {cls.__name__} member or an int", value)
+
+
+def _integer(bounds, what, value):
+    if isinstance(value, (float, str, bytes)):
+        raise TypeError(f"{what} expected, got {_show(value)}")
+    try:
+        i = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{what} expected, got {_show(value)}") from None
+    lo, hi = bounds
+    if not lo <= i <= hi:
+        raise ValueError(f"{i} is outside the C type's range ({lo} to {hi})")
+    return i
+
+
+def _scalar(ctype, value):
+    """``value`` as an integer parameter of ``ctype`` (a ctypes instance of that type also passes)."""
+    if isinstance(value, ctype):
+        return value
+    return _integer(_INT_RANGES[ctype], f"an int ({_ctype_name(ctype)})", value)
+
+
+def _void(const, value):
+    """``value`` as a ``void *`` parameter (ctypes' own conversion does the rest)."""
+    if isinstance(value, (str, bool)) or (isinstance(value, bytes) and not const):
+        raise TypeError(f"an address (int, ctypes object, byref() or None) expected, got {_show(value)}")
+    if _is_sequence(value):
+        raise TypeError(f"got {_show(value)}: a void * parameter takes an address; pass a ctypes array")
+    return value
+
+
+def _attribute_ctype(attribute_type):
+    """The element ctype of a ``cudnnBackendAttributeType_t`` value (None for a value cuDNN does not define)."""
+    from .capi.graph import cudnnBackendAttributeType_t as T, cudnnFraction_t
+    try:
+        name = T(int(attribute_type)).name[len("CUDNN_TYPE_"):]
+    except (TypeError, ValueError):
+        return None
+    return {"HANDLE": ctypes.c_void_p, "VOID_PTR": ctypes.c_void_p, "BACKEND_DESCRIPTOR": ctypes.c_void_p,
+            "BOOLEAN": ctypes.c_bool, "INT64": ctypes.c_int64, "INT32": ctypes.c_int32, "FLOAT": ctypes.c_float,
+            "DOUBLE": ctypes.c_double, "CHAR": ctypes.c_char, "FRACTION": cudnnFraction_t}.get(name, ctypes.c_int)
+
+
+def _capacity(obj) -> int | None:
+    """How many bytes ``obj`` gives C to read or write (None when it cannot be known: an address, a pointer)."""
+    if isinstance(obj, ctypes.Array):
+        return ctypes.sizeof(obj)
+    if type(obj) is _CARG:  # byref(x[, offset]): x's size less the offset
+        target = getattr(obj, "_obj", None)
+        m = _CARG_ADDRESS.fullmatch(repr(obj))
+        if target is None or m is None:
+            return None
+        return ctypes.sizeof(target) - (int(m.group(1), 16) - ctypes.addressof(target))
+    if isinstance(obj, (ctypes.Structure, ctypes._SimpleCData)) and not isinstance(obj, ctypes.c_void_p):
+        return ctypes.sizeof(obj)
+    if isinstance(obj, bytes):
+        return len(obj)
+    return None
+
+
+@functools.cache
+def _int_param(ctype):
+    """The ctypes parameter type of a C int (32 bits or fewer): an int in range passes as itself (cheaper than
+    ctypes' own ``c_int``, which wraps out-of-range values silently); anything else is converted or refused."""
+    lo, hi = _INT_RANGES[ctype]
+
+    def from_param(value):
+        if type(value) is int and lo <= value <= hi:
+            return value
+        return _scalar(ctype, value)
+    return type(f"{_ctype_name(ctype)}_param", (), {"from_param": staticmethod(from_param)})
+
+
+@functools.cache
+def _enum_param(cls):
+    """The ctypes parameter type of an enum: a member of ``cls`` or an int in C int range passes as itself."""
+    lo, hi = _C_INT
+
+    def from_param(value):
+        t = type(value)
+        if (t is cls or t is int) and lo <= value <= hi:
+            return value
+        return _enum(cls, value)
+    return type(f"{cls.__name__}_param", (), {"from_param": staticmethod(from_param)})
+
+
+def _kind(argtype):
+    """How the checked call tests a parameter of ``argtype`` before ctypes (None: ctypes' conversion suffices)."""
+    if isinstance(argtype, type):
+        if issubclass(argtype, Handle):
+            return "handle"
+        if argtype in _INT_RANGES and ctypes.sizeof(argtype) > 4:  # 32-bit ones: _int_param
+            return "int"
+        if argtype is const_void_p or argtype is ctypes.c_void_p:
+            return "void"
+    return None
+
+
+def _ctypes_argtype(argtype):
+    """What the ctypes function object itself gets for a parameter: enums and C ints of 32 bits or fewer through
+    the converters above, ``const void *`` as ``void *``, the rest as declared."""
+    if isinstance(argtype, type) and issubclass(argtype, enum.IntEnum):
+        return _enum_param(argtype)
+    if argtype in _INT_RANGES and ctypes.sizeof(argtype) <= 4:
+        return _int_param(argtype)
+    return ctypes.c_void_p if argtype is const_void_p else argtype
+
+
+def _declarations(prototype: str) -> list[str]:
+    """The parameter declarations of a one-line C prototype."""
+    inner = prototype[prototype.index("(") + 1:prototype.rindex(")")].strip()
+    return [] if inner in ("", "void") else [d.strip() for d in inner.split(",")]
+
+
+def _python_name(declaration: str, i: int) -> str:
+    names = re.findall(r"[A-Za-z_]\w*", declaration)
+    name = names[-1] if len(names) > 1 else f"arg{i}"
+    return name + "_" if keyword.iskeyword(name) else name
+
+
+# ------------------------------------------------------------------------------------------ functions
+
+_FUNCTIONS: list[CFunction] = []  # every declared function (NVTX toggling rebinds the bound ones)
+_range_wrapper = None  # cudnn_py.nvtx's wrapper while NVTX ranges are on
+_started = False
+
+
+def set_range_wrapper(wrapper) -> None:
+    """Wrap every C call from now on in ``wrapper(name, call)`` (None: no wrapper); used by :mod:`cudnn_py.nvtx`.
+
+    Calls through :attr:`CFunction.raw` get the wrapper when ``raw`` is read, so a ctypes function kept from
+    before is not wrapped.
+    """
+    global _range_wrapper
+    _range_wrapper = wrapper
+    for f in _FUNCTIONS:
+        if f._fn is not None:
+            f._route()
+
+
+def _startup() -> None:
+    """Once, when the first function is bound: the environment's CUDNN_PY_LOG and CUDNN_PY_NVTX."""
+    global _started
+    if _started:
+        return
+    _started = True
+    if os.environ.get("CUDNN_PY_LOG"):
+        from . import log
+        log.enable_from_environment()
+    if os.environ.get("CUDNN_PY_NVTX"):
+        from . import nvtx
+        nvtx.enable_from_environment()
+
+
+def _outside(frame) -> bool:
+    """Whether ``frame`` runs code of a module outside the cudnn_py package (the user's)."""
+    name = frame.f_globals.get("__name__") or ""
+    return not (name == "cudnn_py" or name.startswith("cudnn_py."))
 
 
 class CFunction:
-    """One C function of cuDNN, bound on first call. Call it with the C arguments."""
+    """One C function of cuDNN, bound on first call. Call it with the C arguments (checked as the module says)."""
 
-    __slots__ = ("__name__", "__qualname__", "__dict__", "prototype", "deprecated", "checked",
-                 "_restype", "_argtypes", "_call")
+    __slots__ = ("__name__", "__qualname__", "__dict__", "prototype", "deprecated", "checked", "lengths",
+                 "_restype", "_argtypes", "_call", "_inner", "_fn", "_checked", "_converters", "_length_checks",
+                 "_warned")
 
-    def __init__(self, name, restype, argtypes, prototype, doc, checked, deprecated):
+    def __init__(self, name, restype, argtypes, prototype, doc, checked, deprecated, lengths):
         self.__name__ = self.__qualname__ = name
         self.prototype = prototype
         self.deprecated = deprecated
         self.checked = checked
+        self.lengths = lengths
         self._restype, self._argtypes = restype, argtypes
         self.__doc__ = "\n\n".join(s for s in (prototype, doc, deprecated and f"Deprecated: {deprecated}") if s)
         self._call = self._first_call
+        self._fn = None
+        self._warned = False
+        _FUNCTIONS.append(self)
 
     def __call__(self, *args):
-        return self._call(*args)
+        try:
+            return self._call(*args)
+        except (ctypes.ArgumentError, TypeError) as e:
+            if isinstance(e, CudnnPyError):
+                raise
+            raise self._argument_error(e, args) from None
 
     def __repr__(self):
         return f"<cuDNN function {self.prototype}>"
@@ -85,27 +485,57 @@ class CFunction:
 
     @property
     def raw(self):
-        """The bound ctypes function itself (status still checked): one Python frame less, for hot loops."""
+        """The bound ctypes function itself (status still checked, ctypes' own argument conversion only): one
+        Python frame and the argument checks less, for hot loops. NVTX-wrapped if ranges are on now."""
         self._bind()
-        return self._call
+        if self.deprecated and not self._warned and _outside(sys._getframe(1)):
+            self._warn(3)
+        fn = self._fn
+        return fn if _range_wrapper is None or fn == self._missing else _range_wrapper(self.__name__, fn)
 
+    # --- binding ------------------------------------------------------------------------------------
     def _bind(self):
-        if self._call != self._first_call:  # already bound (bound methods compare equal, never identical)
+        if self._fn is not None:
             return
         lib = _loader.library()
+        _startup()
         try:
-            fn = getattr(lib.cdll, self.__name__)
+            fn = lib.cdll._FuncPtr((self.__name__, lib.cdll))  # our own function object: argtypes are ours
         except AttributeError:
-            self._call = self._missing
+            self._fn = self._checked = self._inner = self._call = self._missing
             return
-        fn.restype, fn.argtypes = self._restype, self._argtypes
+        fn.restype = self._restype
+        fn.argtypes = tuple(_ctypes_argtype(a) for a in self._argtypes)
         if self.checked:
-            fn.errcheck = _errcheck
-        self._call = fn
+            fn.errcheck = _errcheck(self.__name__)
+        self._compile(fn)
+        self._fn = fn
+        self._route()
+
+    def _route(self):
+        """Point ``_call`` at the checked call, NVTX-wrapped while ranges are on, behind the deprecation check."""
+        inner = self._checked
+        if _range_wrapper is not None and inner != self._missing:
+            inner = _range_wrapper(self.__name__, inner)
+        self._inner = inner
+        self._call = self._deprecated_call if self.deprecated and not self._warned else inner
 
     def _first_call(self, *args):
         self._bind()
-        return self._call(*args)
+        if self.deprecated and not self._warned and _outside(sys._getframe(2)):
+            self._warn(4)
+        return self._inner(*args)
+
+    def _deprecated_call(self, *args):
+        if _outside(sys._getframe(2)):  # 0: here, 1: __call__, 2: the caller
+            self._warn(4)
+        return self._inner(*args)
+
+    def _warn(self, stacklevel: int):
+        warnings.warn(f"{self.__name__} is deprecated in cuDNN 9: {self.deprecated}", DeprecationWarning,
+                      stacklevel=stacklevel)
+        self._warned = True  # after warn(): an 'error' filter keeps raising, as it would for a location
+        self._route()
 
     def _missing(self, *args):
         lib = _loader.library()
@@ -113,21 +543,116 @@ class CFunction:
             f"{self.__name__} is declared by the cuDNN headers these bindings were generated from, but the "
             f"loaded cuDNN {lib.version_string} ({lib.path}) does not export it; it needs a newer cuDNN")
 
+    # --- argument checks ----------------------------------------------------------------------------
+    def _compile(self, fn):
+        """Make the checked call: a function with the C parameters' names whose fast path is one type test per
+        typed parameter before the ctypes call; anything else goes to :meth:`_slow`, which converts or refuses."""
+        decls = _declarations(self.prototype)
+        names = [_python_name(d, i) for i, d in enumerate(decls)]
+        if len(names) != len(self._argtypes):  # a prototype this parser cannot split: positional names
+            names = [f"arg{i}" for i in range(len(self._argtypes))]
+        ns = {"_fn": fn, "_slow": self._slow, "_lengths": self._check_lengths, "_type": type, "_int": int}
+        tests, converters = [], []
+        for i, (p, a) in enumerate(zip(names, self._argtypes)):
+            kind = _kind(a)
+            if kind == "handle":
+                ns[f"_T{i}"] = a
+                test = f"_type({p}) is _T{i}"
+                if issubclass(a, CudaHandle):
+                    test = f"({test} or _type({p}) is _int and 0 <= {p} <= {_ADDRESS_MAX})"
+                converters.append((i, functools.partial(_handle, a)))
+            elif kind == "int":
+                lo, hi = _INT_RANGES[a]
+                test = f"_type({p}) is _int and {lo} <= {p} <= {hi}"
+                converters.append((i, functools.partial(_scalar, a)))
+            elif kind == "void":
+                const = a is const_void_p
+                ns[f"_R{i}"] = frozenset((str, bool, list, tuple) if const else (str, bool, list, tuple, bytes))
+                test = f"_type({p}) not in _R{i}"
+                converters.append((i, functools.partial(_void, const)))
+            else:
+                continue
+            tests.append(test)
+        index = {n: i for i, n in enumerate(names)}
+        self._length_checks = [(index[e[0]], index[e[1]], index[e[2]] if len(e) > 2 else None)
+                               for e in self.lengths]
+        self._converters = converters
+        params = ", ".join(names)
+        packed = f"({params}{',' if len(names) == 1 else ''})"
+        body = []
+        if tests:
+            body.append(f"    if not ({' and '.join(tests)}):\n        return _slow({packed})")
+        if self._length_checks:
+            body.append(f"    _lengths({packed})")
+        body.append(f"    return _fn({params})")
+        source = f"def {self.__name__}({params}):\n" + "\n".join(body) + "\n"
+        exec(compile(source, f"<cudnn_py checked call {self.__name__}>", "exec"), ns)
+        self._checked = ns[self.__name__]
 
-@functools.cache
-def pointer(target):
-    """``POINTER(target)`` for a parameter, also taking a plain int address (device arrays, ``labels[]``, ...).
+    def _param(self, i: int) -> str:
+        decls = _declarations(self.prototype)
+        return f"parameter {i + 1} ({decls[i]})" if i < len(decls) else f"parameter {i + 1}"
 
-    Typed ctypes objects are still checked: a ``byref(c_float())`` where ``int *`` belongs is refused.
-    """
-    base = ctypes.POINTER(target)
+    def _slow(self, args: tuple):
+        """Convert each typed argument (or refuse it, naming the parameter), check lengths, then call C."""
+        out = list(args)
+        sequence_for_attribute = {a for a, _, t in self._length_checks if t is not None}
+        for i, convert in self._converters:
+            if i in sequence_for_attribute and _is_sequence(args[i]):
+                continue  # converted below, once the element type is known
+            try:
+                out[i] = convert(args[i])
+            except (TypeError, ValueError) as e:
+                if isinstance(e, CudnnPyError):
+                    raise
+                raise CArgumentError(f"{self.__name__}: {self._param(i)}: {e}") from None
+        for a, count, t in self._length_checks:
+            if t is not None and _is_sequence(args[a]):
+                ctype = _attribute_ctype(out[t])
+                if ctype is None:
+                    raise CArgumentError(f"{self.__name__}: {self._param(t)}: {_show(args[t])} is not a "
+                                         f"cudnnBackendAttributeType_t, so a sequence cannot be converted")
+                try:
+                    out[a] = _to_array(ctype, args[a])
+                except TypeError as e:
+                    raise CArgumentError(f"{self.__name__}: {self._param(a)}: {e}") from None
+        if self._length_checks:
+            self._check_lengths(out)
+        return self._fn(*out)
 
-    def from_param(cls, obj):
-        return ctypes.c_void_p(obj) if isinstance(obj, int) else base.from_param(obj)
+    def _check_lengths(self, args):
+        """Refuse an array shorter than the count cuDNN is given for it (see cudnn_py.codegen.lengths)."""
+        for a, c, t in self._length_checks:
+            count = args[c]
+            count = getattr(count, "value", count)
+            if type(count) is not int or count <= 0:
+                continue  # cuDNN refuses a bad count itself; an unconvertible one is refused by ctypes
+            if t is None:
+                argtype = self._argtypes[a]
+                target = getattr(argtype, "target", None)
+                size = ctypes.sizeof(target) if target is not None else None
+            else:
+                ctype = _attribute_ctype(getattr(args[t], "value", args[t]))
+                size = ctypes.sizeof(ctype) if ctype is not None else None
+            value = args[a]
+            have = (len(value) * size if size and _is_sequence(value) else _capacity(value))
+            if size is None or have is None or have >= count * size:
+                continue
+            params = _declarations(self.prototype)
+            raise CArgumentError(
+                f"{self.__name__}: {self._param(a)} has room for {have // size} element(s) ({have} bytes) but "
+                f"{_python_name(params[c], c)}={count} lets cuDNN access {count} ({count * size} bytes)")
 
-    return type(base.__name__, (base,), {"from_param": classmethod(from_param)})
+    def _argument_error(self, e: Exception, args: tuple) -> CArgumentError:
+        """A ctypes ArgumentError or an arity TypeError, as a :class:`CArgumentError` naming the parameter."""
+        m = re.match(r"argument (\d+): ([\w.]+): (.*)", str(e), re.S)
+        if m and int(m.group(1)) <= len(args):
+            i = int(m.group(1)) - 1
+            return CArgumentError(f"{self.__name__}: {self._param(i)} cannot take {_show(args[i])}: {m.group(3)}")
+        text = str(e).removeprefix(f"{self.__name__}() ")
+        return CArgumentError(f"{self.__name__}: {text} (C: {self.prototype})")
 
 
-def function(name, restype, argtypes, prototype, doc="", checked=True, deprecated=""):
+def function(name, restype, argtypes, prototype, doc="", checked=True, deprecated="", lengths=()):
     """Declare a C function (used by the generated modules)."""
-    return CFunction(name, restype, argtypes, prototype, doc, checked, deprecated)
+    return CFunction(name, restype, argtypes, prototype, doc, checked, deprecated, lengths)

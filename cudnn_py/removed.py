@@ -1,9 +1,15 @@
-"""C functions that older cuDNN had and cuDNN 8/9 removed, with what replaces them.
+"""C functions, enums and handle types that older cuDNN had and cuDNN 8/9 removed, with what replaces them.
 
-``cudnn_py.capi`` holds a stand-in for each: calling it raises :class:`FunctionNotAvailableError` naming
-the replacement, so a ported C program fails on its first outdated line with the fix in the message.
+``cudnn_py.capi`` holds a stand-in for each function: calling it raises :class:`FunctionNotAvailableError`
+naming the replacement, so a ported C program fails on its first outdated line with the fix in the message.
+The removed enums (the ``*Preference_t`` of the removed algorithm selectors) and handle types are there too, with
+their old values, so that a line-by-line port reaches that error instead of a ``NameError``; passing a member of
+a removed enum to a C function that takes another enum is refused with a message saying it was removed.
 """
 from __future__ import annotations
+
+import ctypes
+import enum
 
 from .errors import FunctionNotAvailableError
 
@@ -76,6 +82,50 @@ REMOVED: dict[str, tuple[int, str]] = {
     "cudnnAdvInferVersionCheck": (9, "cudnnAdvVersionCheck"),
     "cudnnAdvTrainVersionCheck": (9, "cudnnAdvVersionCheck"),
 }
+# cuDNN 9 removed the algorithm descriptor API (deprecated in 8): nothing replaces it in C
+_ALGO_DESC = ("nothing: cuDNN 9 removed the algorithm descriptor API; keep the cudnnConvolution*AlgoPerf_t results of "
+              "cudnnFind*/cudnnGet*_v7 yourself (cudnn_py.algorithms.AlgorithmCache saves and reloads them)")
+REMOVED.update({name: (9, _ALGO_DESC) for name in (
+    "cudnnCreateAlgorithmDescriptor", "cudnnSetAlgorithmDescriptor", "cudnnGetAlgorithmDescriptor",
+    "cudnnCopyAlgorithmDescriptor", "cudnnDestroyAlgorithmDescriptor", "cudnnCreateAlgorithmPerformance",
+    "cudnnSetAlgorithmPerformance", "cudnnGetAlgorithmPerformance", "cudnnDestroyAlgorithmPerformance",
+    "cudnnGetAlgorithmSpaceSize", "cudnnSaveAlgorithm", "cudnnRestoreAlgorithm")})
+
+
+class cudnnConvolutionFwdPreference_t(enum.IntEnum):
+    """The preference of the removed ``cudnnGetConvolutionForwardAlgorithm`` (removed in cuDNN 8; old values)."""
+    CUDNN_CONVOLUTION_FWD_NO_WORKSPACE = 0
+    CUDNN_CONVOLUTION_FWD_PREFER_FASTEST = 1
+    CUDNN_CONVOLUTION_FWD_SPECIFY_WORKSPACE_LIMIT = 2
+
+
+class cudnnConvolutionBwdDataPreference_t(enum.IntEnum):
+    """The preference of the removed ``cudnnGetConvolutionBackwardDataAlgorithm`` (removed in cuDNN 8)."""
+    CUDNN_CONVOLUTION_BWD_DATA_NO_WORKSPACE = 0
+    CUDNN_CONVOLUTION_BWD_DATA_PREFER_FASTEST = 1
+    CUDNN_CONVOLUTION_BWD_DATA_SPECIFY_WORKSPACE_LIMIT = 2
+
+
+class cudnnConvolutionBwdFilterPreference_t(enum.IntEnum):
+    """The preference of the removed ``cudnnGetConvolutionBackwardFilterAlgorithm`` (removed in cuDNN 8)."""
+    CUDNN_CONVOLUTION_BWD_FILTER_NO_WORKSPACE = 0
+    CUDNN_CONVOLUTION_BWD_FILTER_PREFER_FASTEST = 1
+    CUDNN_CONVOLUTION_BWD_FILTER_SPECIFY_WORKSPACE_LIMIT = 2
+
+
+class cudnnAlgorithmDescriptor_t(ctypes.c_void_p):
+    """Handle of the algorithm descriptor API, removed in cuDNN 9 (its functions raise, naming what to do)."""
+
+
+class cudnnAlgorithmPerformance_t(ctypes.c_void_p):
+    """Handle of the algorithm descriptor API, removed in cuDNN 9 (its functions raise, naming what to do)."""
+
+
+#: removed enum type -> the cuDNN major that removed it (the C layer names it when a member is misused)
+REMOVED_ENUMS: dict[type[enum.IntEnum], int] = {
+    cudnnConvolutionFwdPreference_t: 8, cudnnConvolutionBwdDataPreference_t: 8,
+    cudnnConvolutionBwdFilterPreference_t: 8,
+}
 
 
 class RemovedFunction:
@@ -91,3 +141,13 @@ class RemovedFunction:
 
     def __repr__(self):
         return f"<cuDNN function {self.__name__}, removed in cuDNN {self.removed_in}>"
+
+
+def stand_ins(defined: dict) -> dict[str, object]:
+    """Every removed name not in ``defined`` (the names the headers declare), with its stand-in object."""
+    out: dict[str, object] = {name: RemovedFunction(name) for name in REMOVED}
+    for e in REMOVED_ENUMS:
+        out[e.__name__] = e
+        out.update(e.__members__)
+    out.update((t.__name__, t) for t in (cudnnAlgorithmDescriptor_t, cudnnAlgorithmPerformance_t))
+    return {name: obj for name, obj in out.items() if name not in defined}

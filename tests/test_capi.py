@@ -13,6 +13,7 @@ pytest.importorskip("pycparser", reason="the generator's tests need pycparser (p
 
 from cudnn_py import capi
 from cudnn_py import errors as capi_errors
+from cudnn_py._binding import CArgumentError
 from cudnn_py.capi import *  # noqa: F403  (the way C ports use it)
 from cudnn_py.codegen import STUBS
 from cudnn_py.codegen.parse import HEADERS, find_include_dir
@@ -89,7 +90,7 @@ def test_structs_callback_and_handles():
     assert capi.cudnnCallback_t._restype_ is None and len(capi.cudnnCallback_t._argtypes_) == 4
     # handle types are distinct: passing one where another is expected is a TypeError, not a crash
     assert issubclass(capi.cudnnTensorDescriptor_t, ctypes.c_void_p)
-    with pytest.raises(ctypes.ArgumentError):
+    with pytest.raises(CArgumentError, match="cudnnFilterDescriptor_t where a cudnnTensorDescriptor_t belongs"):
         capi.cudnnSetTensor4dDescriptor(capi.cudnnFilterDescriptor_t(), CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, 1, 1, 1)
 
 
@@ -134,7 +135,7 @@ def test_pointer_parameters_take_addresses_and_refuse_wrong_types():
         cudnnGetConvolutionNdDescriptor(d, 2, byref(n), got, (ctypes.c_int * 2)(), (ctypes.c_int * 2)(),
                                         byref(ctypes.c_int()), byref(ctypes.c_int()))
         assert tuple(got) == (1, 2)
-        with pytest.raises(ctypes.ArgumentError):
+        with pytest.raises(CArgumentError, match=r"parameter 3 \(int \*arrayLength\) cannot take CArgObject"):
             cudnnGetConvolutionNdDescriptor(d, 2, byref(ctypes.c_float()), got, got, got, None, None)
     finally:
         cudnnDestroyConvolutionDescriptor(d)

@@ -3,24 +3,24 @@
 import ctypes as _ct
 from enum import IntEnum as _IntEnum
 
-from .._binding import function as _function, pointer as _pointer
-from .ops import cudnnCTCLossDescriptor_t, cudnnDropoutDescriptor_t, cudnnTensorDescriptor_t
-from .graph import cudnnHandle_t
+from .._binding import function as _function, pointer as _pointer, array as _array, const_void_p as _const_void_p, Handle as _Handle
+from .graph import cudnnCTCGradMode_t, cudnnDataType_t, cudnnHandle_t, cudnnMathType_t, cudnnNanPropagation_t
+from .ops import cudnnCTCLossAlgo_t, cudnnCTCLossDescriptor_t, cudnnDropoutDescriptor_t, cudnnTensorDescriptor_t
 
 
-class cudnnRNNDescriptor_t(_ct.c_void_p):
+class cudnnRNNDescriptor_t(_Handle):
     """Opaque pointer to struct cudnnRNNStruct."""
 
 
-class cudnnRNNDataDescriptor_t(_ct.c_void_p):
+class cudnnRNNDataDescriptor_t(_Handle):
     """Opaque pointer to struct cudnnRNNDataStruct."""
 
 
-class cudnnSeqDataDescriptor_t(_ct.c_void_p):
+class cudnnSeqDataDescriptor_t(_Handle):
     """Opaque pointer to struct cudnnSeqDataStruct. Deprecated in cuDNN 9."""
 
 
-class cudnnAttnDescriptor_t(_ct.c_void_p):
+class cudnnAttnDescriptor_t(_Handle):
     """Opaque pointer to struct cudnnAttnStruct. Deprecated in cuDNN 9."""
 
 
@@ -187,7 +187,7 @@ cudnnDestroyRNNDescriptor = _function(
     'Destroys an RNN descriptor.')
 
 cudnnSetRNNDescriptor_v8 = _function(
-    'cudnnSetRNNDescriptor_v8', _ct.c_int, (cudnnRNNDescriptor_t, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int32, _ct.c_int32, _ct.c_int32, _ct.c_int32, cudnnDropoutDescriptor_t, _ct.c_uint32),
+    'cudnnSetRNNDescriptor_v8', _ct.c_int, (cudnnRNNDescriptor_t, cudnnRNNAlgo_t, cudnnRNNMode_t, cudnnRNNBiasMode_t, cudnnDirectionMode_t, cudnnRNNInputMode_t, cudnnDataType_t, cudnnDataType_t, cudnnMathType_t, _ct.c_int32, _ct.c_int32, _ct.c_int32, _ct.c_int32, cudnnDropoutDescriptor_t, _ct.c_uint32),
     'cudnnStatus_t cudnnSetRNNDescriptor_v8(cudnnRNNDescriptor_t rnnDesc, cudnnRNNAlgo_t algo, cudnnRNNMode_t cellMode, cudnnRNNBiasMode_t biasMode, cudnnDirectionMode_t dirMode, cudnnRNNInputMode_t inputMode, cudnnDataType_t dataType, cudnnDataType_t mathPrec, cudnnMathType_t mathType, int32_t inputSize, int32_t hiddenSize, int32_t projSize, int32_t numLayers, cudnnDropoutDescriptor_t dropoutDesc, uint32_t auxFlags)',
     'Configures an RNN descriptor with network parameters.')
 
@@ -197,12 +197,12 @@ cudnnGetRNNDescriptor_v8 = _function(
     'Retrieves RNN descriptor parameters.')
 
 cudnnRNNSetClip_v8 = _function(
-    'cudnnRNNSetClip_v8', _ct.c_int, (cudnnRNNDescriptor_t, _ct.c_int, _ct.c_int, _ct.c_double, _ct.c_double),
+    'cudnnRNNSetClip_v8', _ct.c_int, (cudnnRNNDescriptor_t, cudnnRNNClipMode_t, cudnnNanPropagation_t, _ct.c_double, _ct.c_double),
     'cudnnStatus_t cudnnRNNSetClip_v8(cudnnRNNDescriptor_t rnnDesc, cudnnRNNClipMode_t clipMode, cudnnNanPropagation_t clipNanOpt, double lclip, double rclip)',
     'Configures LSTM cell clipping parameters.', deprecated='Since cuDNN 9.0.0. Use cudnnRNNSetClip_v9 instead.')
 
 cudnnRNNSetClip_v9 = _function(
-    'cudnnRNNSetClip_v9', _ct.c_int, (cudnnRNNDescriptor_t, _ct.c_int, _ct.c_double, _ct.c_double),
+    'cudnnRNNSetClip_v9', _ct.c_int, (cudnnRNNDescriptor_t, cudnnRNNClipMode_t, _ct.c_double, _ct.c_double),
     'cudnnStatus_t cudnnRNNSetClip_v9(cudnnRNNDescriptor_t rnnDesc, cudnnRNNClipMode_t clipMode, double lclip, double rclip)',
     'Configures LSTM cell clipping parameters.')
 
@@ -222,7 +222,7 @@ cudnnBuildRNNDynamic = _function(
     'Compiles persistent RNN code using NVRTC for dynamic algorithm.')
 
 cudnnGetRNNTempSpaceSizes = _function(
-    'cudnnGetRNNTempSpaceSizes', _ct.c_int, (cudnnHandle_t, cudnnRNNDescriptor_t, _ct.c_int, cudnnRNNDataDescriptor_t, _pointer(_ct.c_size_t), _pointer(_ct.c_size_t)),
+    'cudnnGetRNNTempSpaceSizes', _ct.c_int, (cudnnHandle_t, cudnnRNNDescriptor_t, cudnnForwardMode_t, cudnnRNNDataDescriptor_t, _pointer(_ct.c_size_t), _pointer(_ct.c_size_t)),
     'cudnnStatus_t cudnnGetRNNTempSpaceSizes(cudnnHandle_t handle, cudnnRNNDescriptor_t rnnDesc, cudnnForwardMode_t fwdMode, cudnnRNNDataDescriptor_t xDesc, size_t *workSpaceSize, size_t *reserveSpaceSize)',
     'Computes workspace and reserve space buffer sizes for RNN.')
 
@@ -232,7 +232,7 @@ cudnnGetRNNWeightSpaceSize = _function(
     'Reports required GPU memory for all RNN weight parameters.')
 
 cudnnGetRNNWeightParams = _function(
-    'cudnnGetRNNWeightParams', _ct.c_int, (cudnnHandle_t, cudnnRNNDescriptor_t, _ct.c_int32, _ct.c_size_t, _ct.c_void_p, _ct.c_int32, cudnnTensorDescriptor_t, _pointer(_ct.c_void_p), cudnnTensorDescriptor_t, _pointer(_ct.c_void_p)),
+    'cudnnGetRNNWeightParams', _ct.c_int, (cudnnHandle_t, cudnnRNNDescriptor_t, _ct.c_int32, _ct.c_size_t, _const_void_p, _ct.c_int32, cudnnTensorDescriptor_t, _pointer(_ct.c_void_p), cudnnTensorDescriptor_t, _pointer(_ct.c_void_p)),
     'cudnnStatus_t cudnnGetRNNWeightParams(cudnnHandle_t handle, cudnnRNNDescriptor_t rnnDesc, int32_t pseudoLayer, size_t weightSpaceSize, const void *weightSpace, int32_t linLayerID, cudnnTensorDescriptor_t mDesc, void **mAddr, cudnnTensorDescriptor_t bDesc, void **bAddr)',
     'Obtains start address and shape of RNN weight matrices and bias vectors.')
 
@@ -247,17 +247,17 @@ cudnnDestroyRNNDataDescriptor = _function(
     'Destroys an RNN data descriptor.')
 
 cudnnSetRNNDataDescriptor = _function(
-    'cudnnSetRNNDataDescriptor', _ct.c_int, (cudnnRNNDataDescriptor_t, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _pointer(_ct.c_int), _ct.c_void_p),
+    'cudnnSetRNNDataDescriptor', _ct.c_int, (cudnnRNNDataDescriptor_t, cudnnDataType_t, cudnnRNNDataLayout_t, _ct.c_int, _ct.c_int, _ct.c_int, _array(_ct.c_int), _ct.c_void_p),
     'cudnnStatus_t cudnnSetRNNDataDescriptor(cudnnRNNDataDescriptor_t rnnDataDesc, cudnnDataType_t dataType, cudnnRNNDataLayout_t layout, int maxSeqLength, int batchSize, int vectorSize, const int seqLengthArray[], void *paddingFill)',
-    'Configures an RNN data descriptor with layout and sequence information.')
+    'Configures an RNN data descriptor with layout and sequence information.', lengths=(('seqLengthArray', 'batchSize'),))
 
 cudnnGetRNNDataDescriptor = _function(
     'cudnnGetRNNDataDescriptor', _ct.c_int, (cudnnRNNDataDescriptor_t, _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _ct.c_int, _pointer(_ct.c_int), _ct.c_void_p),
     'cudnnStatus_t cudnnGetRNNDataDescriptor(cudnnRNNDataDescriptor_t rnnDataDesc, cudnnDataType_t *dataType, cudnnRNNDataLayout_t *layout, int *maxSeqLength, int *batchSize, int *vectorSize, int arrayLengthRequested, int seqLengthArray[], void *paddingFill)',
-    'Retrieves RNN data descriptor parameters.')
+    'Retrieves RNN data descriptor parameters.', lengths=(('seqLengthArray', 'arrayLengthRequested'),))
 
 cudnnRNNForward = _function(
-    'cudnnRNNForward', _ct.c_int, (cudnnHandle_t, cudnnRNNDescriptor_t, _ct.c_int, _pointer(_ct.c_int32), cudnnRNNDataDescriptor_t, _ct.c_void_p, cudnnRNNDataDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p),
+    'cudnnRNNForward', _ct.c_int, (cudnnHandle_t, cudnnRNNDescriptor_t, cudnnForwardMode_t, _array(_ct.c_int32), cudnnRNNDataDescriptor_t, _const_void_p, cudnnRNNDataDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _const_void_p, _ct.c_void_p, cudnnTensorDescriptor_t, _const_void_p, _ct.c_void_p, _ct.c_size_t, _const_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p),
     'cudnnStatus_t cudnnRNNForward(cudnnHandle_t handle, cudnnRNNDescriptor_t rnnDesc, cudnnForwardMode_t fwdMode, const int32_t devSeqLengths[], cudnnRNNDataDescriptor_t xDesc, const void *x, cudnnRNNDataDescriptor_t yDesc, void *y, cudnnTensorDescriptor_t hDesc, const void *hx, void *hy, cudnnTensorDescriptor_t cDesc, const void *cx, void *cy, size_t weightSpaceSize, const void *weightSpace, size_t workSpaceSize, void *workSpace, size_t reserveSpaceSize, void *reserveSpace)',
     'Computes the forward pass of an RNN network.')
 
@@ -272,14 +272,14 @@ cudnnDestroySeqDataDescriptor = _function(
     'Destroys a sequence data descriptor.', deprecated='Since cuDNN 9.0.0.')
 
 cudnnSetSeqDataDescriptor = _function(
-    'cudnnSetSeqDataDescriptor', _ct.c_int, (cudnnSeqDataDescriptor_t, _ct.c_int, _ct.c_int, _pointer(_ct.c_int), _pointer(_ct.c_int), _ct.c_size_t, _pointer(_ct.c_int), _ct.c_void_p),
+    'cudnnSetSeqDataDescriptor', _ct.c_int, (cudnnSeqDataDescriptor_t, cudnnDataType_t, _ct.c_int, _array(_ct.c_int), _array(_ct.c_int), _ct.c_size_t, _array(_ct.c_int), _ct.c_void_p),
     'cudnnStatus_t cudnnSetSeqDataDescriptor(cudnnSeqDataDescriptor_t seqDataDesc, cudnnDataType_t dataType, int nbDims, const int dimA[], const cudnnSeqDataAxis_t axes[], size_t seqLengthArraySize, const int seqLengthArray[], void *paddingFill)',
-    'Configures a sequence data descriptor.', deprecated='Since cuDNN 9.0.0.')
+    'Configures a sequence data descriptor.', deprecated='Since cuDNN 9.0.0.', lengths=(('dimA', 'nbDims'), ('axes', 'nbDims'), ('seqLengthArray', 'seqLengthArraySize')))
 
 cudnnGetSeqDataDescriptor = _function(
     'cudnnGetSeqDataDescriptor', _ct.c_int, (cudnnSeqDataDescriptor_t, _pointer(_ct.c_int), _pointer(_ct.c_int), _ct.c_int, _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_size_t), _ct.c_size_t, _pointer(_ct.c_int), _ct.c_void_p),
     'cudnnStatus_t cudnnGetSeqDataDescriptor(const cudnnSeqDataDescriptor_t seqDataDesc, cudnnDataType_t *dataType, int *nbDims, int nbDimsRequested, int dimA[], cudnnSeqDataAxis_t axes[], size_t *seqLengthArraySize, size_t seqLengthSizeRequested, int seqLengthArray[], void *paddingFill)',
-    'Retrieves sequence data descriptor parameters.', deprecated='Since cuDNN 9.0.0.')
+    'Retrieves sequence data descriptor parameters.', deprecated='Since cuDNN 9.0.0.', lengths=(('dimA', 'nbDimsRequested'), ('axes', 'nbDimsRequested'), ('seqLengthArray', 'seqLengthSizeRequested')))
 
 cudnnCreateAttnDescriptor = _function(
     'cudnnCreateAttnDescriptor', _ct.c_int, (_pointer(cudnnAttnDescriptor_t),),
@@ -292,7 +292,7 @@ cudnnDestroyAttnDescriptor = _function(
     'Destroys a multi-head attention descriptor.', deprecated='Since cuDNN 9.0.0.')
 
 cudnnSetAttnDescriptor = _function(
-    'cudnnSetAttnDescriptor', _ct.c_int, (cudnnAttnDescriptor_t, _ct.c_uint, _ct.c_int, _ct.c_double, _ct.c_int, _ct.c_int, _ct.c_int, cudnnDropoutDescriptor_t, cudnnDropoutDescriptor_t, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int),
+    'cudnnSetAttnDescriptor', _ct.c_int, (cudnnAttnDescriptor_t, _ct.c_uint, _ct.c_int, _ct.c_double, cudnnDataType_t, cudnnDataType_t, cudnnMathType_t, cudnnDropoutDescriptor_t, cudnnDropoutDescriptor_t, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int),
     'cudnnStatus_t cudnnSetAttnDescriptor(cudnnAttnDescriptor_t attnDesc, unsigned attnMode, int nHeads, double smScaler, cudnnDataType_t dataType, cudnnDataType_t computePrec, cudnnMathType_t mathType, cudnnDropoutDescriptor_t attnDropoutDesc, cudnnDropoutDescriptor_t postDropoutDesc, int qSize, int kSize, int vSize, int qProjSize, int kProjSize, int vProjSize, int oProjSize, int qoMaxSeqLength, int kvMaxSeqLength, int maxBatchSize, int maxBeamSize)',
     'Configures a multi-head attention descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API SDPA operations instead.')
 
@@ -307,12 +307,12 @@ cudnnGetMultiHeadAttnBuffers = _function(
     'Computes weight, workspace, and reserve space sizes for multi-head attention.', deprecated='Since cuDNN 9.0.0.')
 
 cudnnGetMultiHeadAttnWeights = _function(
-    'cudnnGetMultiHeadAttnWeights', _ct.c_int, (cudnnHandle_t, cudnnAttnDescriptor_t, _ct.c_int, _ct.c_size_t, _ct.c_void_p, cudnnTensorDescriptor_t, _pointer(_ct.c_void_p)),
+    'cudnnGetMultiHeadAttnWeights', _ct.c_int, (cudnnHandle_t, cudnnAttnDescriptor_t, cudnnMultiHeadAttnWeightKind_t, _ct.c_size_t, _const_void_p, cudnnTensorDescriptor_t, _pointer(_ct.c_void_p)),
     'cudnnStatus_t cudnnGetMultiHeadAttnWeights(cudnnHandle_t handle, const cudnnAttnDescriptor_t attnDesc, cudnnMultiHeadAttnWeightKind_t wKind, size_t weightSizeInBytes, const void *weights, cudnnTensorDescriptor_t wDesc, void **wAddr)',
     'Obtains shape and start address of attention weight/bias tensors.', deprecated='Since cuDNN 9.0.0.')
 
 cudnnMultiHeadAttnForward = _function(
-    'cudnnMultiHeadAttnForward', _ct.c_int, (cudnnHandle_t, cudnnAttnDescriptor_t, _ct.c_int, _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), cudnnSeqDataDescriptor_t, _ct.c_void_p, _ct.c_void_p, cudnnSeqDataDescriptor_t, _ct.c_void_p, cudnnSeqDataDescriptor_t, _ct.c_void_p, cudnnSeqDataDescriptor_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p),
+    'cudnnMultiHeadAttnForward', _ct.c_int, (cudnnHandle_t, cudnnAttnDescriptor_t, _ct.c_int, _array(_ct.c_int), _array(_ct.c_int), _array(_ct.c_int), _array(_ct.c_int), cudnnSeqDataDescriptor_t, _const_void_p, _const_void_p, cudnnSeqDataDescriptor_t, _const_void_p, cudnnSeqDataDescriptor_t, _const_void_p, cudnnSeqDataDescriptor_t, _ct.c_void_p, _ct.c_size_t, _const_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p),
     'cudnnStatus_t cudnnMultiHeadAttnForward(cudnnHandle_t handle, const cudnnAttnDescriptor_t attnDesc, int currIdx, const int loWinIdx[], const int hiWinIdx[], const int devSeqLengthsQO[], const int devSeqLengthsKV[], const cudnnSeqDataDescriptor_t qDesc, const void *queries, const void *residuals, const cudnnSeqDataDescriptor_t kDesc, const void *keys, const cudnnSeqDataDescriptor_t vDesc, const void *values, const cudnnSeqDataDescriptor_t oDesc, void *out, size_t weightSizeInBytes, const void *weights, size_t workSpaceSizeInBytes, void *workSpace, size_t reserveSpaceSizeInBytes, void *reserveSpace)',
     'Computes multi-head attention forward pass.', deprecated='Since cuDNN 9.0.0. Use graph API SDPA operations instead.')
 
@@ -322,22 +322,22 @@ cudnnAdvVersionCheck = _function(
     '')
 
 cudnnRNNBackwardData_v8 = _function(
-    'cudnnRNNBackwardData_v8', _ct.c_int, (cudnnHandle_t, cudnnRNNDescriptor_t, _pointer(_ct.c_int32), cudnnRNNDataDescriptor_t, _ct.c_void_p, _ct.c_void_p, cudnnRNNDataDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p),
+    'cudnnRNNBackwardData_v8', _ct.c_int, (cudnnHandle_t, cudnnRNNDescriptor_t, _array(_ct.c_int32), cudnnRNNDataDescriptor_t, _const_void_p, _const_void_p, cudnnRNNDataDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, _ct.c_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, _ct.c_void_p, _ct.c_size_t, _const_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p),
     'cudnnStatus_t cudnnRNNBackwardData_v8(cudnnHandle_t handle, cudnnRNNDescriptor_t rnnDesc, const int32_t devSeqLengths[], cudnnRNNDataDescriptor_t yDesc, const void *y, const void *dy, cudnnRNNDataDescriptor_t xDesc, void *dx, cudnnTensorDescriptor_t hDesc, const void *hx, const void *dhy, void *dhx, cudnnTensorDescriptor_t cDesc, const void *cx, const void *dcy, void *dcx, size_t weightSpaceSize, const void *weightSpace, size_t workSpaceSize, void *workSpace, size_t reserveSpaceSize, void *reserveSpace)',
     'Computes RNN data gradients (backward pass with respect to inputs).')
 
 cudnnRNNBackwardWeights_v8 = _function(
-    'cudnnRNNBackwardWeights_v8', _ct.c_int, (cudnnHandle_t, cudnnRNNDescriptor_t, _ct.c_int, _pointer(_ct.c_int32), cudnnRNNDataDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnRNNDataDescriptor_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p),
+    'cudnnRNNBackwardWeights_v8', _ct.c_int, (cudnnHandle_t, cudnnRNNDescriptor_t, cudnnWgradMode_t, _array(_ct.c_int32), cudnnRNNDataDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnRNNDataDescriptor_t, _const_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p),
     'cudnnStatus_t cudnnRNNBackwardWeights_v8(cudnnHandle_t handle, cudnnRNNDescriptor_t rnnDesc, cudnnWgradMode_t addGrad, const int32_t devSeqLengths[], cudnnRNNDataDescriptor_t xDesc, const void *x, cudnnTensorDescriptor_t hDesc, const void *hx, cudnnRNNDataDescriptor_t yDesc, const void *y, size_t weightSpaceSize, void *dweightSpace, size_t workSpaceSize, void *workSpace, size_t reserveSpaceSize, void *reserveSpace)',
     'Computes RNN weight gradients (backward pass with respect to parameters).')
 
 cudnnMultiHeadAttnBackwardData = _function(
-    'cudnnMultiHeadAttnBackwardData', _ct.c_int, (cudnnHandle_t, cudnnAttnDescriptor_t, _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), cudnnSeqDataDescriptor_t, _ct.c_void_p, cudnnSeqDataDescriptor_t, _ct.c_void_p, _ct.c_void_p, cudnnSeqDataDescriptor_t, _ct.c_void_p, _ct.c_void_p, cudnnSeqDataDescriptor_t, _ct.c_void_p, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p),
+    'cudnnMultiHeadAttnBackwardData', _ct.c_int, (cudnnHandle_t, cudnnAttnDescriptor_t, _array(_ct.c_int), _array(_ct.c_int), _array(_ct.c_int), _array(_ct.c_int), cudnnSeqDataDescriptor_t, _const_void_p, cudnnSeqDataDescriptor_t, _ct.c_void_p, _const_void_p, cudnnSeqDataDescriptor_t, _ct.c_void_p, _const_void_p, cudnnSeqDataDescriptor_t, _ct.c_void_p, _const_void_p, _ct.c_size_t, _const_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p),
     'cudnnStatus_t cudnnMultiHeadAttnBackwardData(cudnnHandle_t handle, const cudnnAttnDescriptor_t attnDesc, const int loWinIdx[], const int hiWinIdx[], const int devSeqLengthsDQDO[], const int devSeqLengthsDKDV[], const cudnnSeqDataDescriptor_t doDesc, const void *dout, const cudnnSeqDataDescriptor_t dqDesc, void *dqueries, const void *queries, const cudnnSeqDataDescriptor_t dkDesc, void *dkeys, const void *keys, const cudnnSeqDataDescriptor_t dvDesc, void *dvalues, const void *values, size_t weightSizeInBytes, const void *weights, size_t workSpaceSizeInBytes, void *workSpace, size_t reserveSpaceSizeInBytes, void *reserveSpace)',
     'Computes multi-head attention data gradients.', deprecated='Since cuDNN 9.0.0. Use graph API SDPA operations instead.')
 
 cudnnMultiHeadAttnBackwardWeights = _function(
-    'cudnnMultiHeadAttnBackwardWeights', _ct.c_int, (cudnnHandle_t, cudnnAttnDescriptor_t, _ct.c_int, cudnnSeqDataDescriptor_t, _ct.c_void_p, cudnnSeqDataDescriptor_t, _ct.c_void_p, cudnnSeqDataDescriptor_t, _ct.c_void_p, cudnnSeqDataDescriptor_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p),
+    'cudnnMultiHeadAttnBackwardWeights', _ct.c_int, (cudnnHandle_t, cudnnAttnDescriptor_t, cudnnWgradMode_t, cudnnSeqDataDescriptor_t, _const_void_p, cudnnSeqDataDescriptor_t, _const_void_p, cudnnSeqDataDescriptor_t, _const_void_p, cudnnSeqDataDescriptor_t, _const_void_p, _ct.c_size_t, _const_void_p, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p),
     'cudnnStatus_t cudnnMultiHeadAttnBackwardWeights(cudnnHandle_t handle, const cudnnAttnDescriptor_t attnDesc, cudnnWgradMode_t addGrad, const cudnnSeqDataDescriptor_t qDesc, const void *queries, const cudnnSeqDataDescriptor_t kDesc, const void *keys, const cudnnSeqDataDescriptor_t vDesc, const void *values, const cudnnSeqDataDescriptor_t doDesc, const void *dout, size_t weightSizeInBytes, const void *weights, void *dweights, size_t workSpaceSizeInBytes, void *workSpace, size_t reserveSpaceSizeInBytes, void *reserveSpace)',
     'Computes multi-head attention weight gradients.', deprecated='Since cuDNN 9.0.0. Use graph API SDPA operations instead.')
 
@@ -347,22 +347,22 @@ cudnnCreateCTCLossDescriptor = _function(
     'Creates a CTC loss descriptor.')
 
 cudnnSetCTCLossDescriptor = _function(
-    'cudnnSetCTCLossDescriptor', _ct.c_int, (cudnnCTCLossDescriptor_t, _ct.c_int),
+    'cudnnSetCTCLossDescriptor', _ct.c_int, (cudnnCTCLossDescriptor_t, cudnnDataType_t),
     'cudnnStatus_t cudnnSetCTCLossDescriptor(cudnnCTCLossDescriptor_t ctcLossDesc, cudnnDataType_t compType)',
     'Configures a CTC loss descriptor with compute type.', deprecated='Since cuDNN 9.0.0. Use cudnnSetCTCLossDescriptor_v9 instead.')
 
 cudnnSetCTCLossDescriptorEx = _function(
-    'cudnnSetCTCLossDescriptorEx', _ct.c_int, (cudnnCTCLossDescriptor_t, _ct.c_int, _ct.c_int, _ct.c_int),
+    'cudnnSetCTCLossDescriptorEx', _ct.c_int, (cudnnCTCLossDescriptor_t, cudnnDataType_t, cudnnLossNormalizationMode_t, cudnnNanPropagation_t),
     'cudnnStatus_t cudnnSetCTCLossDescriptorEx(cudnnCTCLossDescriptor_t ctcLossDesc, cudnnDataType_t compType, cudnnLossNormalizationMode_t normMode, cudnnNanPropagation_t gradMode)',
     'Configures CTC loss with normalization mode.', deprecated='Since cuDNN 9.0.0. Use cudnnSetCTCLossDescriptor_v9 instead.')
 
 cudnnSetCTCLossDescriptor_v8 = _function(
-    'cudnnSetCTCLossDescriptor_v8', _ct.c_int, (cudnnCTCLossDescriptor_t, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int),
+    'cudnnSetCTCLossDescriptor_v8', _ct.c_int, (cudnnCTCLossDescriptor_t, cudnnDataType_t, cudnnLossNormalizationMode_t, cudnnNanPropagation_t, _ct.c_int),
     'cudnnStatus_t cudnnSetCTCLossDescriptor_v8(cudnnCTCLossDescriptor_t ctcLossDesc, cudnnDataType_t compType, cudnnLossNormalizationMode_t normMode, cudnnNanPropagation_t gradMode, int maxLabelLength)',
     'Configures CTC loss with normalization, gradient mode, and max label length.', deprecated='Since cuDNN 9.0.0. Use cudnnSetCTCLossDescriptor_v9 instead.')
 
 cudnnSetCTCLossDescriptor_v9 = _function(
-    'cudnnSetCTCLossDescriptor_v9', _ct.c_int, (cudnnCTCLossDescriptor_t, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int),
+    'cudnnSetCTCLossDescriptor_v9', _ct.c_int, (cudnnCTCLossDescriptor_t, cudnnDataType_t, cudnnLossNormalizationMode_t, cudnnCTCGradMode_t, _ct.c_int),
     'cudnnStatus_t cudnnSetCTCLossDescriptor_v9(cudnnCTCLossDescriptor_t ctcLossDesc, cudnnDataType_t compType, cudnnLossNormalizationMode_t normMode, cudnnCTCGradMode_t ctcGradMode, int maxLabelLength)',
     'Configures CTC loss with normalization, CTC gradient mode, and max label length.')
 
@@ -392,22 +392,22 @@ cudnnDestroyCTCLossDescriptor = _function(
     'Destroys a CTC loss descriptor.')
 
 cudnnCTCLoss = _function(
-    'cudnnCTCLoss', _ct.c_int, (cudnnHandle_t, cudnnTensorDescriptor_t, _ct.c_void_p, _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_int, cudnnCTCLossDescriptor_t, _ct.c_void_p, _ct.c_size_t),
+    'cudnnCTCLoss', _ct.c_int, (cudnnHandle_t, cudnnTensorDescriptor_t, _const_void_p, _array(_ct.c_int), _array(_ct.c_int), _array(_ct.c_int), _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnCTCLossAlgo_t, cudnnCTCLossDescriptor_t, _ct.c_void_p, _ct.c_size_t),
     'cudnnStatus_t cudnnCTCLoss(cudnnHandle_t handle, const cudnnTensorDescriptor_t probsDesc, const void *probs, const int hostLabels[], const int hostLabelLengths[], const int hostInputLengths[], void *costs, const cudnnTensorDescriptor_t gradientsDesc, void *gradients, cudnnCTCLossAlgo_t algo, cudnnCTCLossDescriptor_t ctcLossDesc, void *workspace, size_t workSpaceSizeInBytes)',
     'Computes CTC loss and gradients given probabilities and labels.')
 
 cudnnCTCLoss_v8 = _function(
-    'cudnnCTCLoss_v8', _ct.c_int, (cudnnHandle_t, _ct.c_int, cudnnCTCLossDescriptor_t, cudnnTensorDescriptor_t, _ct.c_void_p, _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p),
+    'cudnnCTCLoss_v8', _ct.c_int, (cudnnHandle_t, cudnnCTCLossAlgo_t, cudnnCTCLossDescriptor_t, cudnnTensorDescriptor_t, _const_void_p, _array(_ct.c_int), _array(_ct.c_int), _array(_ct.c_int), _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p),
     'cudnnStatus_t cudnnCTCLoss_v8(cudnnHandle_t handle, cudnnCTCLossAlgo_t algo, cudnnCTCLossDescriptor_t ctcLossDesc, const cudnnTensorDescriptor_t probsDesc, const void *probs, const int labels[], const int labelLengths[], const int inputLengths[], void *costs, const cudnnTensorDescriptor_t gradientsDesc, void *gradients, size_t workSpaceSizeInBytes, void *workspace)',
     'Computes CTC loss and gradients (v8, supports CUDA graphs with GPU memory labels).')
 
 cudnnGetCTCLossWorkspaceSize = _function(
-    'cudnnGetCTCLossWorkspaceSize', _ct.c_int, (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _ct.c_int, cudnnCTCLossDescriptor_t, _pointer(_ct.c_size_t)),
+    'cudnnGetCTCLossWorkspaceSize', _ct.c_int, (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, _array(_ct.c_int), _array(_ct.c_int), _array(_ct.c_int), cudnnCTCLossAlgo_t, cudnnCTCLossDescriptor_t, _pointer(_ct.c_size_t)),
     'cudnnStatus_t cudnnGetCTCLossWorkspaceSize(cudnnHandle_t handle, const cudnnTensorDescriptor_t probsDesc, const cudnnTensorDescriptor_t gradientsDesc, const int *labels, const int *labelLengths, const int *inputLengths, cudnnCTCLossAlgo_t algo, cudnnCTCLossDescriptor_t ctcLossDesc, size_t *sizeInBytes)',
     'Returns the GPU workspace size required for CTC loss computation.')
 
 cudnnGetCTCLossWorkspaceSize_v8 = _function(
-    'cudnnGetCTCLossWorkspaceSize_v8', _ct.c_int, (cudnnHandle_t, _ct.c_int, cudnnCTCLossDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, _pointer(_ct.c_size_t)),
+    'cudnnGetCTCLossWorkspaceSize_v8', _ct.c_int, (cudnnHandle_t, cudnnCTCLossAlgo_t, cudnnCTCLossDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, _pointer(_ct.c_size_t)),
     'cudnnStatus_t cudnnGetCTCLossWorkspaceSize_v8(cudnnHandle_t handle, cudnnCTCLossAlgo_t algo, cudnnCTCLossDescriptor_t ctcLossDesc, const cudnnTensorDescriptor_t probsDesc, const cudnnTensorDescriptor_t gradientsDesc, size_t *sizeInBytes)',
     'Returns the GPU workspace size required for CTC loss v8 computation.')
 

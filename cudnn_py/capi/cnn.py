@@ -3,24 +3,24 @@
 import ctypes as _ct
 from enum import IntEnum as _IntEnum
 
-from .._binding import function as _function, pointer as _pointer
-from .ops import cudnnActivationDescriptor_t, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorTransformDescriptor_t
-from .graph import cudnnHandle_t
+from .._binding import function as _function, pointer as _pointer, array as _array, const_void_p as _const_void_p, Handle as _Handle
+from .ops import cudnnActivationDescriptor_t, cudnnConvolutionBwdDataAlgo_t, cudnnConvolutionBwdFilterAlgo_t, cudnnConvolutionFwdAlgo_t, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorTransformDescriptor_t
+from .graph import cudnnConvolutionMode_t, cudnnDataType_t, cudnnHandle_t, cudnnMathType_t, cudnnReorderType_t, cudnnTensorFormat_t
 
 
-class cudnnConvolutionDescriptor_t(_ct.c_void_p):
+class cudnnConvolutionDescriptor_t(_Handle):
     """Opaque pointer to struct cudnnConvolutionStruct. Deprecated in cuDNN 9."""
 
 
-class cudnnFusedOpsConstParamPack_t(_ct.c_void_p):
+class cudnnFusedOpsConstParamPack_t(_Handle):
     """Opaque pointer to struct cudnnFusedOpsConstParamStruct. Deprecated in cuDNN 9."""
 
 
-class cudnnFusedOpsVariantParamPack_t(_ct.c_void_p):
+class cudnnFusedOpsVariantParamPack_t(_Handle):
     """Opaque pointer to struct cudnnFusedOpsVariantParamStruct. Deprecated in cuDNN 9."""
 
 
-class cudnnFusedOpsPlan_t(_ct.c_void_p):
+class cudnnFusedOpsPlan_t(_Handle):
     """Opaque pointer to struct cudnnFusedOpsPlanStruct. Deprecated in cuDNN 9."""
 
 
@@ -249,7 +249,7 @@ cudnnDestroyConvolutionDescriptor = _function(
     '', deprecated='Deprecated in cuDNN 9.')
 
 cudnnSetConvolutionMathType = _function(
-    'cudnnSetConvolutionMathType', _ct.c_int, (cudnnConvolutionDescriptor_t, _ct.c_int),
+    'cudnnSetConvolutionMathType', _ct.c_int, (cudnnConvolutionDescriptor_t, cudnnMathType_t),
     'cudnnStatus_t cudnnSetConvolutionMathType(cudnnConvolutionDescriptor_t convDesc, cudnnMathType_t mathType)',
     'Set the math type for a convolution descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
@@ -269,7 +269,7 @@ cudnnGetConvolutionGroupCount = _function(
     'Get the group count from a convolution descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnSetConvolutionReorderType = _function(
-    'cudnnSetConvolutionReorderType', _ct.c_int, (cudnnConvolutionDescriptor_t, _ct.c_int),
+    'cudnnSetConvolutionReorderType', _ct.c_int, (cudnnConvolutionDescriptor_t, cudnnReorderType_t),
     'cudnnStatus_t cudnnSetConvolutionReorderType(cudnnConvolutionDescriptor_t convDesc, cudnnReorderType_t reorderType)',
     'Set the reorder type for a convolution descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
@@ -279,7 +279,7 @@ cudnnGetConvolutionReorderType = _function(
     'Get the reorder type from a convolution descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnSetConvolution2dDescriptor = _function(
-    'cudnnSetConvolution2dDescriptor', _ct.c_int, (cudnnConvolutionDescriptor_t, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int),
+    'cudnnSetConvolution2dDescriptor', _ct.c_int, (cudnnConvolutionDescriptor_t, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, cudnnConvolutionMode_t, cudnnDataType_t),
     'cudnnStatus_t cudnnSetConvolution2dDescriptor(cudnnConvolutionDescriptor_t convDesc, int pad_h, int pad_w, int u, int v, int dilation_h, int dilation_w, cudnnConvolutionMode_t mode, cudnnDataType_t computeType)',
     'Set a 2D convolution descriptor with padding, stride, dilation, mode, and compute type.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
@@ -289,14 +289,14 @@ cudnnGetConvolution2dDescriptor = _function(
     'Get the parameters of a 2D convolution descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnSetConvolutionNdDescriptor = _function(
-    'cudnnSetConvolutionNdDescriptor', _ct.c_int, (cudnnConvolutionDescriptor_t, _ct.c_int, _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _ct.c_int, _ct.c_int),
+    'cudnnSetConvolutionNdDescriptor', _ct.c_int, (cudnnConvolutionDescriptor_t, _ct.c_int, _array(_ct.c_int), _array(_ct.c_int), _array(_ct.c_int), cudnnConvolutionMode_t, cudnnDataType_t),
     'cudnnStatus_t cudnnSetConvolutionNdDescriptor(cudnnConvolutionDescriptor_t convDesc, int arrayLength, const int padA[], const int filterStrideA[], const int dilationA[], cudnnConvolutionMode_t mode, cudnnDataType_t computeType)',
-    'Set an N-dimensional convolution descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Set an N-dimensional convolution descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', lengths=(('padA', 'arrayLength'), ('filterStrideA', 'arrayLength'), ('dilationA', 'arrayLength')))
 
 cudnnGetConvolutionNdDescriptor = _function(
     'cudnnGetConvolutionNdDescriptor', _ct.c_int, (cudnnConvolutionDescriptor_t, _ct.c_int, _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int)),
     'cudnnStatus_t cudnnGetConvolutionNdDescriptor(const cudnnConvolutionDescriptor_t convDesc, int arrayLengthRequested, int *arrayLength, int padA[], int strideA[], int dilationA[], cudnnConvolutionMode_t *mode, cudnnDataType_t *computeType)',
-    '', deprecated='Deprecated in cuDNN 9.')
+    '', deprecated='Deprecated in cuDNN 9.', lengths=(('padA', 'arrayLengthRequested'), ('strideA', 'arrayLengthRequested'), ('dilationA', 'arrayLengthRequested')))
 
 cudnnGetConvolution2dForwardOutputDim = _function(
     'cudnnGetConvolution2dForwardOutputDim', _ct.c_int, (cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int)),
@@ -306,7 +306,7 @@ cudnnGetConvolution2dForwardOutputDim = _function(
 cudnnGetConvolutionNdForwardOutputDim = _function(
     'cudnnGetConvolutionNdForwardOutputDim', _ct.c_int, (cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, _ct.c_int, _pointer(_ct.c_int)),
     'cudnnStatus_t cudnnGetConvolutionNdForwardOutputDim(const cudnnConvolutionDescriptor_t convDesc, const cudnnTensorDescriptor_t inputTensorDesc, const cudnnFilterDescriptor_t filterDesc, int nbDims, int tensorOuputDimA[])',
-    '', deprecated='Deprecated in cuDNN 9.')
+    '', deprecated='Deprecated in cuDNN 9.', lengths=(('tensorOuputDimA', 'nbDims'),))
 
 cudnnGetConvolutionForwardAlgorithmMaxCount = _function(
     'cudnnGetConvolutionForwardAlgorithmMaxCount', _ct.c_int, (cudnnHandle_t, _pointer(_ct.c_int)),
@@ -316,40 +316,40 @@ cudnnGetConvolutionForwardAlgorithmMaxCount = _function(
 cudnnGetConvolutionForwardAlgorithm_v7 = _function(
     'cudnnGetConvolutionForwardAlgorithm_v7', _ct.c_int, (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, _ct.c_int, _pointer(_ct.c_int), _pointer(cudnnConvolutionFwdAlgoPerf_t)),
     'cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(cudnnHandle_t handle, const cudnnTensorDescriptor_t srcDesc, const cudnnFilterDescriptor_t filterDesc, const cudnnConvolutionDescriptor_t convDesc, const cudnnTensorDescriptor_t destDesc, const int requestedAlgoCount, int *returnedAlgoCount, cudnnConvolutionFwdAlgoPerf_t *perfResults)',
-    'Get forward convolution algorithm recommendations without executing them.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Get forward convolution algorithm recommendations without executing them.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', lengths=(('perfResults', 'requestedAlgoCount'),))
 
 cudnnFindConvolutionForwardAlgorithm = _function(
     'cudnnFindConvolutionForwardAlgorithm', _ct.c_int, (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, _ct.c_int, _pointer(_ct.c_int), _pointer(cudnnConvolutionFwdAlgoPerf_t)),
     'cudnnStatus_t cudnnFindConvolutionForwardAlgorithm(cudnnHandle_t handle, const cudnnTensorDescriptor_t xDesc, const cudnnFilterDescriptor_t wDesc, const cudnnConvolutionDescriptor_t convDesc, const cudnnTensorDescriptor_t yDesc, const int requestedAlgoCount, int *returnedAlgoCount, cudnnConvolutionFwdAlgoPerf_t *perfResults)',
-    'Find the best forward convolution algorithm by running benchmarks.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Find the best forward convolution algorithm by running benchmarks.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', lengths=(('perfResults', 'requestedAlgoCount'),))
 
 cudnnFindConvolutionForwardAlgorithmEx = _function(
-    'cudnnFindConvolutionForwardAlgorithmEx', _ct.c_int, (cudnnHandle_t, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnFilterDescriptor_t, _ct.c_void_p, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_int, _pointer(_ct.c_int), _pointer(cudnnConvolutionFwdAlgoPerf_t), _ct.c_void_p, _ct.c_size_t),
+    'cudnnFindConvolutionForwardAlgorithmEx', _ct.c_int, (cudnnHandle_t, cudnnTensorDescriptor_t, _const_void_p, cudnnFilterDescriptor_t, _const_void_p, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_int, _pointer(_ct.c_int), _pointer(cudnnConvolutionFwdAlgoPerf_t), _ct.c_void_p, _ct.c_size_t),
     'cudnnStatus_t cudnnFindConvolutionForwardAlgorithmEx(cudnnHandle_t handle, const cudnnTensorDescriptor_t xDesc, const void *x, const cudnnFilterDescriptor_t wDesc, const void *w, const cudnnConvolutionDescriptor_t convDesc, const cudnnTensorDescriptor_t yDesc, void *y, const int requestedAlgoCount, int *returnedAlgoCount, cudnnConvolutionFwdAlgoPerf_t *perfResults, void *workSpace, size_t workSpaceSizeInBytes)',
-    'Find the best forward convolution algorithm by running benchmarks with user-provided buffers.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Find the best forward convolution algorithm by running benchmarks with user-provided buffers.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', lengths=(('perfResults', 'requestedAlgoCount'),))
 
 cudnnIm2Col = _function(
-    'cudnnIm2Col', _ct.c_int, (cudnnHandle_t, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnFilterDescriptor_t, cudnnConvolutionDescriptor_t, _ct.c_void_p),
+    'cudnnIm2Col', _ct.c_int, (cudnnHandle_t, cudnnTensorDescriptor_t, _const_void_p, cudnnFilterDescriptor_t, cudnnConvolutionDescriptor_t, _ct.c_void_p),
     'cudnnStatus_t cudnnIm2Col(cudnnHandle_t handle, const cudnnTensorDescriptor_t xDesc, const void *x, const cudnnFilterDescriptor_t wDesc, const cudnnConvolutionDescriptor_t convDesc, void *colBuffer)',
     'Perform the Im2Col transform for convolution.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnReorderFilterAndBias = _function(
-    'cudnnReorderFilterAndBias', _ct.c_int, (cudnnHandle_t, cudnnFilterDescriptor_t, _ct.c_int, _ct.c_void_p, _ct.c_void_p, _ct.c_int, _ct.c_void_p, _ct.c_void_p),
+    'cudnnReorderFilterAndBias', _ct.c_int, (cudnnHandle_t, cudnnFilterDescriptor_t, cudnnReorderType_t, _const_void_p, _ct.c_void_p, _ct.c_int, _const_void_p, _ct.c_void_p),
     'cudnnStatus_t cudnnReorderFilterAndBias(cudnnHandle_t handle, const cudnnFilterDescriptor_t filterDesc, cudnnReorderType_t reorderType, const void *filterData, void *reorderedFilterData, int reorderBias, const void *biasData, void *reorderedBiasData)',
     'Reorder filter and bias data for optimized convolution execution.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnGetConvolutionForwardWorkspaceSize = _function(
-    'cudnnGetConvolutionForwardWorkspaceSize', _ct.c_int, (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, _ct.c_int, _pointer(_ct.c_size_t)),
+    'cudnnGetConvolutionForwardWorkspaceSize', _ct.c_int, (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionFwdAlgo_t, _pointer(_ct.c_size_t)),
     'cudnnStatus_t cudnnGetConvolutionForwardWorkspaceSize(cudnnHandle_t handle, const cudnnTensorDescriptor_t xDesc, const cudnnFilterDescriptor_t wDesc, const cudnnConvolutionDescriptor_t convDesc, const cudnnTensorDescriptor_t yDesc, cudnnConvolutionFwdAlgo_t algo, size_t *sizeInBytes)',
     '', deprecated='Deprecated in cuDNN 9.')
 
 cudnnConvolutionForward = _function(
-    'cudnnConvolutionForward', _ct.c_int, (cudnnHandle_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnFilterDescriptor_t, _ct.c_void_p, cudnnConvolutionDescriptor_t, _ct.c_int, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p),
+    'cudnnConvolutionForward', _ct.c_int, (cudnnHandle_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnFilterDescriptor_t, _const_void_p, cudnnConvolutionDescriptor_t, cudnnConvolutionFwdAlgo_t, _ct.c_void_p, _ct.c_size_t, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p),
     'cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t handle, const void *alpha, const cudnnTensorDescriptor_t xDesc, const void *x, const cudnnFilterDescriptor_t wDesc, const void *w, const cudnnConvolutionDescriptor_t convDesc, cudnnConvolutionFwdAlgo_t algo, void *workSpace, size_t workSpaceSizeInBytes, const void *beta, const cudnnTensorDescriptor_t yDesc, void *y)',
     '', deprecated='Deprecated in cuDNN 9.')
 
 cudnnConvolutionBiasActivationForward = _function(
-    'cudnnConvolutionBiasActivationForward', _ct.c_int, (cudnnHandle_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnFilterDescriptor_t, _ct.c_void_p, cudnnConvolutionDescriptor_t, _ct.c_int, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, _ct.c_void_p),
+    'cudnnConvolutionBiasActivationForward', _ct.c_int, (cudnnHandle_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnFilterDescriptor_t, _const_void_p, cudnnConvolutionDescriptor_t, cudnnConvolutionFwdAlgo_t, _ct.c_void_p, _ct.c_size_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, _ct.c_void_p),
     'cudnnStatus_t cudnnConvolutionBiasActivationForward(cudnnHandle_t handle, const void *alpha1, const cudnnTensorDescriptor_t xDesc, const void *x, const cudnnFilterDescriptor_t wDesc, const void *w, const cudnnConvolutionDescriptor_t convDesc, cudnnConvolutionFwdAlgo_t algo, void *workSpace, size_t workSpaceSizeInBytes, const void *alpha2, const cudnnTensorDescriptor_t zDesc, const void *z, const cudnnTensorDescriptor_t biasDesc, const void *bias, const cudnnActivationDescriptor_t activationDesc, const cudnnTensorDescriptor_t yDesc, void *y)',
     '', deprecated='Deprecated in cuDNN 9.')
 
@@ -361,30 +361,30 @@ cudnnGetConvolutionBackwardDataAlgorithmMaxCount = _function(
 cudnnFindConvolutionBackwardDataAlgorithm = _function(
     'cudnnFindConvolutionBackwardDataAlgorithm', _ct.c_int, (cudnnHandle_t, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, _ct.c_int, _pointer(_ct.c_int), _pointer(cudnnConvolutionBwdDataAlgoPerf_t)),
     'cudnnStatus_t cudnnFindConvolutionBackwardDataAlgorithm(cudnnHandle_t handle, const cudnnFilterDescriptor_t wDesc, const cudnnTensorDescriptor_t dyDesc, const cudnnConvolutionDescriptor_t convDesc, const cudnnTensorDescriptor_t dxDesc, const int requestedAlgoCount, int *returnedAlgoCount, cudnnConvolutionBwdDataAlgoPerf_t *perfResults)',
-    'Find the best backward data convolution algorithm by running benchmarks.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Find the best backward data convolution algorithm by running benchmarks.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', lengths=(('perfResults', 'requestedAlgoCount'),))
 
 cudnnFindConvolutionBackwardDataAlgorithmEx = _function(
-    'cudnnFindConvolutionBackwardDataAlgorithmEx', _ct.c_int, (cudnnHandle_t, cudnnFilterDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_int, _pointer(_ct.c_int), _pointer(cudnnConvolutionBwdDataAlgoPerf_t), _ct.c_void_p, _ct.c_size_t),
+    'cudnnFindConvolutionBackwardDataAlgorithmEx', _ct.c_int, (cudnnHandle_t, cudnnFilterDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_int, _pointer(_ct.c_int), _pointer(cudnnConvolutionBwdDataAlgoPerf_t), _ct.c_void_p, _ct.c_size_t),
     'cudnnStatus_t cudnnFindConvolutionBackwardDataAlgorithmEx(cudnnHandle_t handle, const cudnnFilterDescriptor_t wDesc, const void *w, const cudnnTensorDescriptor_t dyDesc, const void *dy, const cudnnConvolutionDescriptor_t convDesc, const cudnnTensorDescriptor_t dxDesc, void *dx, const int requestedAlgoCount, int *returnedAlgoCount, cudnnConvolutionBwdDataAlgoPerf_t *perfResults, void *workSpace, size_t workSpaceSizeInBytes)',
-    'Find the best backward data convolution algorithm with user-provided buffers.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Find the best backward data convolution algorithm with user-provided buffers.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', lengths=(('perfResults', 'requestedAlgoCount'),))
 
 cudnnGetConvolutionBackwardDataAlgorithm_v7 = _function(
     'cudnnGetConvolutionBackwardDataAlgorithm_v7', _ct.c_int, (cudnnHandle_t, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, _ct.c_int, _pointer(_ct.c_int), _pointer(cudnnConvolutionBwdDataAlgoPerf_t)),
     'cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(cudnnHandle_t handle, const cudnnFilterDescriptor_t filterDesc, const cudnnTensorDescriptor_t diffDesc, const cudnnConvolutionDescriptor_t convDesc, const cudnnTensorDescriptor_t gradDesc, const int requestedAlgoCount, int *returnedAlgoCount, cudnnConvolutionBwdDataAlgoPerf_t *perfResults)',
-    'Get backward data convolution algorithm recommendations without executing them.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Get backward data convolution algorithm recommendations without executing them.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', lengths=(('perfResults', 'requestedAlgoCount'),))
 
 cudnnGetConvolutionBackwardDataWorkspaceSize = _function(
-    'cudnnGetConvolutionBackwardDataWorkspaceSize', _ct.c_int, (cudnnHandle_t, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, _ct.c_int, _pointer(_ct.c_size_t)),
+    'cudnnGetConvolutionBackwardDataWorkspaceSize', _ct.c_int, (cudnnHandle_t, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionBwdDataAlgo_t, _pointer(_ct.c_size_t)),
     'cudnnStatus_t cudnnGetConvolutionBackwardDataWorkspaceSize(cudnnHandle_t handle, const cudnnFilterDescriptor_t wDesc, const cudnnTensorDescriptor_t dyDesc, const cudnnConvolutionDescriptor_t convDesc, const cudnnTensorDescriptor_t dxDesc, cudnnConvolutionBwdDataAlgo_t algo, size_t *sizeInBytes)',
     '', deprecated='Deprecated in cuDNN 9.')
 
 cudnnConvolutionBackwardData = _function(
-    'cudnnConvolutionBackwardData', _ct.c_int, (cudnnHandle_t, _ct.c_void_p, cudnnFilterDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnConvolutionDescriptor_t, _ct.c_int, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p),
+    'cudnnConvolutionBackwardData', _ct.c_int, (cudnnHandle_t, _const_void_p, cudnnFilterDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnConvolutionDescriptor_t, cudnnConvolutionBwdDataAlgo_t, _ct.c_void_p, _ct.c_size_t, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p),
     'cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t handle, const void *alpha, const cudnnFilterDescriptor_t wDesc, const void *w, const cudnnTensorDescriptor_t dyDesc, const void *dy, const cudnnConvolutionDescriptor_t convDesc, cudnnConvolutionBwdDataAlgo_t algo, void *workSpace, size_t workSpaceSizeInBytes, const void *beta, const cudnnTensorDescriptor_t dxDesc, void *dx)',
     'Execute a backward data convolution (compute gradient with respect to input data).', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnGetFoldedConvBackwardDataDescriptors = _function(
-    'cudnnGetFoldedConvBackwardDataDescriptors', _ct.c_int, (cudnnHandle_t, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, _ct.c_int, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorTransformDescriptor_t, cudnnTensorTransformDescriptor_t, cudnnTensorTransformDescriptor_t, cudnnTensorTransformDescriptor_t),
+    'cudnnGetFoldedConvBackwardDataDescriptors', _ct.c_int, (cudnnHandle_t, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorFormat_t, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorTransformDescriptor_t, cudnnTensorTransformDescriptor_t, cudnnTensorTransformDescriptor_t, cudnnTensorTransformDescriptor_t),
     'cudnnStatus_t cudnnGetFoldedConvBackwardDataDescriptors(const cudnnHandle_t handle, const cudnnFilterDescriptor_t filterDesc, const cudnnTensorDescriptor_t diffDesc, const cudnnConvolutionDescriptor_t convDesc, const cudnnTensorDescriptor_t gradDesc, const cudnnTensorFormat_t transformFormat, cudnnFilterDescriptor_t foldedFilterDesc, cudnnTensorDescriptor_t paddedDiffDesc, cudnnConvolutionDescriptor_t foldedConvDesc, cudnnTensorDescriptor_t foldedGradDesc, cudnnTensorTransformDescriptor_t filterFoldTransDesc, cudnnTensorTransformDescriptor_t diffPadTransDesc, cudnnTensorTransformDescriptor_t gradFoldTransDesc, cudnnTensorTransformDescriptor_t gradUnfoldTransDesc)',
     '', deprecated='Deprecated in cuDNN 9.')
 
@@ -401,35 +401,35 @@ cudnnGetConvolutionBackwardFilterAlgorithmMaxCount = _function(
 cudnnFindConvolutionBackwardFilterAlgorithm = _function(
     'cudnnFindConvolutionBackwardFilterAlgorithm', _ct.c_int, (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnFilterDescriptor_t, _ct.c_int, _pointer(_ct.c_int), _pointer(cudnnConvolutionBwdFilterAlgoPerf_t)),
     'cudnnStatus_t cudnnFindConvolutionBackwardFilterAlgorithm(cudnnHandle_t handle, const cudnnTensorDescriptor_t xDesc, const cudnnTensorDescriptor_t dyDesc, const cudnnConvolutionDescriptor_t convDesc, const cudnnFilterDescriptor_t dwDesc, const int requestedAlgoCount, int *returnedAlgoCount, cudnnConvolutionBwdFilterAlgoPerf_t *perfResults)',
-    'Find the best backward filter convolution algorithm by running benchmarks.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Find the best backward filter convolution algorithm by running benchmarks.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', lengths=(('perfResults', 'requestedAlgoCount'),))
 
 cudnnFindConvolutionBackwardFilterAlgorithmEx = _function(
-    'cudnnFindConvolutionBackwardFilterAlgorithmEx', _ct.c_int, (cudnnHandle_t, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnConvolutionDescriptor_t, cudnnFilterDescriptor_t, _ct.c_void_p, _ct.c_int, _pointer(_ct.c_int), _pointer(cudnnConvolutionBwdFilterAlgoPerf_t), _ct.c_void_p, _ct.c_size_t),
+    'cudnnFindConvolutionBackwardFilterAlgorithmEx', _ct.c_int, (cudnnHandle_t, cudnnTensorDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnConvolutionDescriptor_t, cudnnFilterDescriptor_t, _ct.c_void_p, _ct.c_int, _pointer(_ct.c_int), _pointer(cudnnConvolutionBwdFilterAlgoPerf_t), _ct.c_void_p, _ct.c_size_t),
     'cudnnStatus_t cudnnFindConvolutionBackwardFilterAlgorithmEx(cudnnHandle_t handle, const cudnnTensorDescriptor_t xDesc, const void *x, const cudnnTensorDescriptor_t dyDesc, const void *y, const cudnnConvolutionDescriptor_t convDesc, const cudnnFilterDescriptor_t dwDesc, void *dw, const int requestedAlgoCount, int *returnedAlgoCount, cudnnConvolutionBwdFilterAlgoPerf_t *perfResults, void *workSpace, size_t workSpaceSizeInBytes)',
-    'Find the best backward filter convolution algorithm with user-provided buffers.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Find the best backward filter convolution algorithm with user-provided buffers.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', lengths=(('perfResults', 'requestedAlgoCount'),))
 
 cudnnGetConvolutionBackwardFilterAlgorithm_v7 = _function(
     'cudnnGetConvolutionBackwardFilterAlgorithm_v7', _ct.c_int, (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnFilterDescriptor_t, _ct.c_int, _pointer(_ct.c_int), _pointer(cudnnConvolutionBwdFilterAlgoPerf_t)),
     'cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnnHandle_t handle, const cudnnTensorDescriptor_t srcDesc, const cudnnTensorDescriptor_t diffDesc, const cudnnConvolutionDescriptor_t convDesc, const cudnnFilterDescriptor_t gradDesc, const int requestedAlgoCount, int *returnedAlgoCount, cudnnConvolutionBwdFilterAlgoPerf_t *perfResults)',
-    'Get backward filter convolution algorithm recommendations without executing them.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Get backward filter convolution algorithm recommendations without executing them.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', lengths=(('perfResults', 'requestedAlgoCount'),))
 
 cudnnGetConvolutionBackwardFilterWorkspaceSize = _function(
-    'cudnnGetConvolutionBackwardFilterWorkspaceSize', _ct.c_int, (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnFilterDescriptor_t, _ct.c_int, _pointer(_ct.c_size_t)),
+    'cudnnGetConvolutionBackwardFilterWorkspaceSize', _ct.c_int, (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnFilterDescriptor_t, cudnnConvolutionBwdFilterAlgo_t, _pointer(_ct.c_size_t)),
     'cudnnStatus_t cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnnHandle_t handle, const cudnnTensorDescriptor_t xDesc, const cudnnTensorDescriptor_t dyDesc, const cudnnConvolutionDescriptor_t convDesc, const cudnnFilterDescriptor_t gradDesc, cudnnConvolutionBwdFilterAlgo_t algo, size_t *sizeInBytes)',
     '', deprecated='Deprecated in cuDNN 9.')
 
 cudnnConvolutionBackwardFilter = _function(
-    'cudnnConvolutionBackwardFilter', _ct.c_int, (cudnnHandle_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnConvolutionDescriptor_t, _ct.c_int, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, cudnnFilterDescriptor_t, _ct.c_void_p),
+    'cudnnConvolutionBackwardFilter', _ct.c_int, (cudnnHandle_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnConvolutionDescriptor_t, cudnnConvolutionBwdFilterAlgo_t, _ct.c_void_p, _ct.c_size_t, _const_void_p, cudnnFilterDescriptor_t, _ct.c_void_p),
     'cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t handle, const void *alpha, const cudnnTensorDescriptor_t xDesc, const void *x, const cudnnTensorDescriptor_t dyDesc, const void *dy, const cudnnConvolutionDescriptor_t convDesc, cudnnConvolutionBwdFilterAlgo_t algo, void *workSpace, size_t workSpaceSizeInBytes, const void *beta, const cudnnFilterDescriptor_t dwDesc, void *dw)',
     'Execute a backward filter convolution (compute gradient with respect to filter weights).', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnConvolutionBackwardBias = _function(
-    'cudnnConvolutionBackwardBias', _ct.c_int, (cudnnHandle_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p),
+    'cudnnConvolutionBackwardBias', _ct.c_int, (cudnnHandle_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p),
     'cudnnStatus_t cudnnConvolutionBackwardBias(cudnnHandle_t handle, const void *alpha, const cudnnTensorDescriptor_t dyDesc, const void *dy, const void *beta, const cudnnTensorDescriptor_t dbDesc, void *db)',
     '', deprecated='Deprecated in cuDNN 9.')
 
 cudnnCreateFusedOpsConstParamPack = _function(
-    'cudnnCreateFusedOpsConstParamPack', _ct.c_int, (_pointer(cudnnFusedOpsConstParamPack_t), _ct.c_int),
+    'cudnnCreateFusedOpsConstParamPack', _ct.c_int, (_pointer(cudnnFusedOpsConstParamPack_t), cudnnFusedOps_t),
     'cudnnStatus_t cudnnCreateFusedOpsConstParamPack(cudnnFusedOpsConstParamPack_t *constPack, cudnnFusedOps_t ops)',
     'Create a fused operations constant parameter pack.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
@@ -439,17 +439,17 @@ cudnnDestroyFusedOpsConstParamPack = _function(
     'Destroy a fused operations constant parameter pack.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnSetFusedOpsConstParamPackAttribute = _function(
-    'cudnnSetFusedOpsConstParamPackAttribute', _ct.c_int, (cudnnFusedOpsConstParamPack_t, _ct.c_int, _ct.c_void_p),
+    'cudnnSetFusedOpsConstParamPackAttribute', _ct.c_int, (cudnnFusedOpsConstParamPack_t, cudnnFusedOpsConstParamLabel_t, _const_void_p),
     'cudnnStatus_t cudnnSetFusedOpsConstParamPackAttribute(cudnnFusedOpsConstParamPack_t constPack, cudnnFusedOpsConstParamLabel_t paramLabel, const void *param)',
     'Set an attribute on a fused operations constant parameter pack.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnGetFusedOpsConstParamPackAttribute = _function(
-    'cudnnGetFusedOpsConstParamPackAttribute', _ct.c_int, (cudnnFusedOpsConstParamPack_t, _ct.c_int, _ct.c_void_p, _pointer(_ct.c_int)),
+    'cudnnGetFusedOpsConstParamPackAttribute', _ct.c_int, (cudnnFusedOpsConstParamPack_t, cudnnFusedOpsConstParamLabel_t, _ct.c_void_p, _pointer(_ct.c_int)),
     'cudnnStatus_t cudnnGetFusedOpsConstParamPackAttribute(const cudnnFusedOpsConstParamPack_t constPack, cudnnFusedOpsConstParamLabel_t paramLabel, void *param, int *isNULL)',
     'Get an attribute from a fused operations constant parameter pack.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnCreateFusedOpsVariantParamPack = _function(
-    'cudnnCreateFusedOpsVariantParamPack', _ct.c_int, (_pointer(cudnnFusedOpsVariantParamPack_t), _ct.c_int),
+    'cudnnCreateFusedOpsVariantParamPack', _ct.c_int, (_pointer(cudnnFusedOpsVariantParamPack_t), cudnnFusedOps_t),
     'cudnnStatus_t cudnnCreateFusedOpsVariantParamPack(cudnnFusedOpsVariantParamPack_t *varPack, cudnnFusedOps_t ops)',
     'Create a fused operations variant parameter pack.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
@@ -459,17 +459,17 @@ cudnnDestroyFusedOpsVariantParamPack = _function(
     'Destroy a fused operations variant parameter pack.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnSetFusedOpsVariantParamPackAttribute = _function(
-    'cudnnSetFusedOpsVariantParamPackAttribute', _ct.c_int, (cudnnFusedOpsVariantParamPack_t, _ct.c_int, _ct.c_void_p),
+    'cudnnSetFusedOpsVariantParamPackAttribute', _ct.c_int, (cudnnFusedOpsVariantParamPack_t, cudnnFusedOpsVariantParamLabel_t, _ct.c_void_p),
     'cudnnStatus_t cudnnSetFusedOpsVariantParamPackAttribute(cudnnFusedOpsVariantParamPack_t varPack, cudnnFusedOpsVariantParamLabel_t paramLabel, void *ptr)',
     'Set an attribute on a fused operations variant parameter pack.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnGetFusedOpsVariantParamPackAttribute = _function(
-    'cudnnGetFusedOpsVariantParamPackAttribute', _ct.c_int, (cudnnFusedOpsVariantParamPack_t, _ct.c_int, _ct.c_void_p),
+    'cudnnGetFusedOpsVariantParamPackAttribute', _ct.c_int, (cudnnFusedOpsVariantParamPack_t, cudnnFusedOpsVariantParamLabel_t, _ct.c_void_p),
     'cudnnStatus_t cudnnGetFusedOpsVariantParamPackAttribute(const cudnnFusedOpsVariantParamPack_t varPack, cudnnFusedOpsVariantParamLabel_t paramLabel, void *ptr)',
     'Get an attribute from a fused operations variant parameter pack.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnCreateFusedOpsPlan = _function(
-    'cudnnCreateFusedOpsPlan', _ct.c_int, (_pointer(cudnnFusedOpsPlan_t), _ct.c_int),
+    'cudnnCreateFusedOpsPlan', _ct.c_int, (_pointer(cudnnFusedOpsPlan_t), cudnnFusedOps_t),
     'cudnnStatus_t cudnnCreateFusedOpsPlan(cudnnFusedOpsPlan_t *plan, cudnnFusedOps_t ops)',
     'Create a fused operations execution plan.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 

@@ -3,12 +3,14 @@
 import ctypes as _ct
 from enum import IntEnum as _IntEnum
 
+from .._binding import CudaHandle as _CudaHandle
 
-class cudaStream_t(_ct.c_void_p):
+
+class cudaStream_t(_CudaHandle):
     """Opaque pointer to struct CUstream_st."""
 
 
-class cudaGraph_t(_ct.c_void_p):
+class cudaGraph_t(_CudaHandle):
     """Opaque pointer to struct CUgraph_st."""
 
 

@@ -3,8 +3,9 @@
 import ctypes as _ct
 from enum import IntEnum as _IntEnum
 
-from .._binding import function as _function, pointer as _pointer
+from .._binding import function as _function, array as _array, const_void_p as _const_void_p
 from .cuda_types import cudaStream_t
+from .graph import cudnnDataType_t
 
 
 class cudnnGnnAggOp_t(_IntEnum):
@@ -62,32 +63,32 @@ class cudnnGnnMhaParams_t(_ct.Structure):
     ]
 
 cudnnGnnAggSimpleForward = _function(
-    'cudnnGnnAggSimpleForward', _ct.c_int, (cudaStream_t, _pointer(cudnnGnnCscGraph_t), _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int),
+    'cudnnGnnAggSimpleForward', _ct.c_int, (cudaStream_t, _array(cudnnGnnCscGraph_t), _const_void_p, _const_void_p, _const_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_int, _ct.c_int, _ct.c_int, cudnnDataType_t, cudnnGnnAggOp_t),
     'cudnnStatus_t cudnnGnnAggSimpleForward(cudaStream_t stream, const cudnnGnnCscGraph_t *graph, const void *nodeFeatures, const void *edgeFeatures, const void *concatFeatures, void *output, void *outPositions, int nodeFeatDim, int edgeFeatDim, int concatFeatDim, cudnnDataType_t dataType, cudnnGnnAggOp_t aggOp)',
     '')
 
 cudnnGnnAggSimpleBackward = _function(
-    'cudnnGnnAggSimpleBackward', _ct.c_int, (cudaStream_t, _pointer(cudnnGnnCscGraph_t), _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int),
+    'cudnnGnnAggSimpleBackward', _ct.c_int, (cudaStream_t, _array(cudnnGnnCscGraph_t), _const_void_p, _const_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_int, _ct.c_int, _ct.c_int, cudnnDataType_t, cudnnGnnAggOp_t),
     'cudnnStatus_t cudnnGnnAggSimpleBackward(cudaStream_t stream, const cudnnGnnCscGraph_t *graph, const void *gradOutput, const void *outPositions, void *gradNodeFeatures, void *gradEdgeFeatures, void *gradConcatFeatures, int nodeFeatDim, int edgeFeatDim, int concatFeatDim, cudnnDataType_t dataType, cudnnGnnAggOp_t aggOp)',
     '')
 
 cudnnGnnMhaGatForward = _function(
-    'cudnnGnnMhaGatForward', _ct.c_int, (cudaStream_t, _pointer(cudnnGnnCscGraph_t), _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _pointer(_ct.c_float), _ct.c_void_p, _ct.c_void_p, _ct.c_int, _ct.c_int, _pointer(cudnnGnnMhaParams_t), _ct.c_int),
+    'cudnnGnnMhaGatForward', _ct.c_int, (cudaStream_t, _array(cudnnGnnCscGraph_t), _const_void_p, _const_void_p, _const_void_p, _const_void_p, _array(_ct.c_float), _ct.c_void_p, _ct.c_void_p, _ct.c_int, _ct.c_int, _array(cudnnGnnMhaParams_t), cudnnDataType_t),
     'cudnnStatus_t cudnnGnnMhaGatForward(cudaStream_t stream, const cudnnGnnCscGraph_t *graph, const void *srcFeatures, const void *dstFeatures, const void *edgeFeatures, const void *attnWeights, const float *dropoutMask, void *output, void *smScores, int dimNode, int dimEdge, const cudnnGnnMhaParams_t *params, cudnnDataType_t dataType)',
     '')
 
 cudnnGnnMhaGatBackward = _function(
-    'cudnnGnnMhaGatBackward', _ct.c_int, (cudaStream_t, _pointer(cudnnGnnCscGraph_t), _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _pointer(_ct.c_float), _pointer(_ct.c_float), _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_int, _ct.c_int, _pointer(cudnnGnnMhaParams_t), _ct.c_int, _ct.c_int, _ct.c_int),
+    'cudnnGnnMhaGatBackward', _ct.c_int, (cudaStream_t, _array(cudnnGnnCscGraph_t), _const_void_p, _const_void_p, _const_void_p, _const_void_p, _const_void_p, _const_void_p, _array(_ct.c_float), _array(_ct.c_float), _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_int, _ct.c_int, _array(cudnnGnnMhaParams_t), cudnnDataType_t, cudnnDataType_t, cudnnDataType_t),
     'cudnnStatus_t cudnnGnnMhaGatBackward(cudaStream_t stream, const cudnnGnnCscGraph_t *graph, const void *gradOut, const void *srcFeatures, const void *dstFeatures, const void *edgeFeatures, const void *attnWeights, const void *smScores, const float *dropoutMask, const float *gradAttention, void *gradSrcFeatures, void *gradDstFeatures, void *gradEdgeFeatures, void *gradWeights, void *gradSmScores, void *gradWspaceFeat, void *gradWspaceWeights, int dimNode, int dimEdge, const cudnnGnnMhaParams_t *params, cudnnDataType_t dataType, cudnnDataType_t gradDataType, cudnnDataType_t gradWeightType)',
     '')
 
 cudnnGnnMhaGatV2Forward = _function(
-    'cudnnGnnMhaGatV2Forward', _ct.c_int, (cudaStream_t, _pointer(cudnnGnnCscGraph_t), _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _pointer(_ct.c_float), _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_int, _pointer(cudnnGnnMhaParams_t), _ct.c_int),
+    'cudnnGnnMhaGatV2Forward', _ct.c_int, (cudaStream_t, _array(cudnnGnnCscGraph_t), _const_void_p, _const_void_p, _const_void_p, _const_void_p, _array(_ct.c_float), _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_int, _array(cudnnGnnMhaParams_t), cudnnDataType_t),
     'cudnnStatus_t cudnnGnnMhaGatV2Forward(cudaStream_t stream, const cudnnGnnCscGraph_t *graph, const void *srcFeatures, const void *dstFeatures, const void *edgeFeatures, const void *attnWeights, const float *dropoutMask, void *output, void *smScores, void *actScores, int dimNode, const cudnnGnnMhaParams_t *params, cudnnDataType_t dataType)',
     '')
 
 cudnnGnnMhaGatV2Backward = _function(
-    'cudnnGnnMhaGatV2Backward', _ct.c_int, (cudaStream_t, _pointer(cudnnGnnCscGraph_t), _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _pointer(_ct.c_float), _pointer(_ct.c_float), _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_int, _pointer(cudnnGnnMhaParams_t), _ct.c_int, _ct.c_int),
+    'cudnnGnnMhaGatV2Backward', _ct.c_int, (cudaStream_t, _array(cudnnGnnCscGraph_t), _const_void_p, _const_void_p, _const_void_p, _const_void_p, _const_void_p, _const_void_p, _const_void_p, _array(_ct.c_float), _array(_ct.c_float), _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_int, _array(cudnnGnnMhaParams_t), cudnnDataType_t, cudnnDataType_t),
     'cudnnStatus_t cudnnGnnMhaGatV2Backward(cudaStream_t stream, const cudnnGnnCscGraph_t *graph, const void *gradOut, const void *srcFeatures, const void *dstFeatures, const void *edgeFeatures, const void *attnWeights, const void *smScores, const void *actScores, const float *dropoutMask, const float *gradAttention, void *gradSrcFeatures, void *gradDstFeatures, void *gradEdgeFeatures, void *gradWeights, void *gradSmScores, void *gradWspaceFeat, void *gradWspaceWeights, int dimNode, const cudnnGnnMhaParams_t *params, cudnnDataType_t dataType, cudnnDataType_t gradType)',
     '')
 

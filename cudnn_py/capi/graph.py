@@ -3,15 +3,15 @@
 import ctypes as _ct
 from enum import IntEnum as _IntEnum
 
-from .._binding import function as _function, pointer as _pointer
-from .cuda_types import cudaGraph_t, cudaStream_t
+from .._binding import function as _function, pointer as _pointer, const_void_p as _const_void_p, Handle as _Handle
+from .cuda_types import cudaGraph_t, cudaStream_t, libraryPropertyType
 
 
-class cudnnHandle_t(_ct.c_void_p):
+class cudnnHandle_t(_Handle):
     """Opaque pointer to struct cudnnContext."""
 
 
-class cudnnBackendDescriptor_t(_ct.c_void_p):
+class cudnnBackendDescriptor_t(_Handle):
     """Opaque pointer to void."""
 
 
@@ -1766,22 +1766,22 @@ cudnnGetCudartVersion = _function(
     '', checked=False)
 
 cudnnGetErrorString = _function(
-    'cudnnGetErrorString', _ct.c_char_p, (_ct.c_int,),
+    'cudnnGetErrorString', _ct.c_char_p, (cudnnStatus_t,),
     'const char *cudnnGetErrorString(cudnnStatus_t status)',
     '', checked=False)
 
 cudnnGetLastErrorString = _function(
     'cudnnGetLastErrorString', None, (_pointer(_ct.c_char), _ct.c_size_t),
     'void cudnnGetLastErrorString(char *message, size_t max_size)',
-    'Retrieves most recent error message. Thread-safe.', checked=False)
+    'Retrieves most recent error message. Thread-safe.', checked=False, lengths=(('message', 'max_size'),))
 
 cudnnQueryRuntimeError = _function(
-    'cudnnQueryRuntimeError', _ct.c_int, (cudnnHandle_t, _pointer(_ct.c_int), _ct.c_int, _pointer(cudnnRuntimeTag_t)),
+    'cudnnQueryRuntimeError', _ct.c_int, (cudnnHandle_t, _pointer(_ct.c_int), cudnnErrQueryMode_t, _pointer(cudnnRuntimeTag_t)),
     'cudnnStatus_t cudnnQueryRuntimeError(cudnnHandle_t handle, cudnnStatus_t *rstatus, cudnnErrQueryMode_t mode, cudnnRuntimeTag_t *tag)',
     'Queries remote kernel error state.', deprecated='Use cudnnGetLastErrorString instead.')
 
 cudnnGetProperty = _function(
-    'cudnnGetProperty', _ct.c_int, (_ct.c_int, _pointer(_ct.c_int)),
+    'cudnnGetProperty', _ct.c_int, (libraryPropertyType, _pointer(_ct.c_int)),
     'cudnnStatus_t cudnnGetProperty(libraryPropertyType type, int *value)',
     'Queries library property (major, minor, or patch version).')
 
@@ -1821,7 +1821,7 @@ cudnnGraphVersionCheck = _function(
     '')
 
 cudnnBackendCreateDescriptor = _function(
-    'cudnnBackendCreateDescriptor', _ct.c_int, (_ct.c_int, _pointer(cudnnBackendDescriptor_t)),
+    'cudnnBackendCreateDescriptor', _ct.c_int, (cudnnBackendDescriptorType_t, _pointer(cudnnBackendDescriptor_t)),
     'cudnnStatus_t cudnnBackendCreateDescriptor(cudnnBackendDescriptorType_t descriptorType, cudnnBackendDescriptor_t *descriptor)',
     'Allocates memory for a backend descriptor of the specified type.')
 
@@ -1841,14 +1841,14 @@ cudnnBackendFinalize = _function(
     'Validates and finalizes a descriptor. After finalization, attributes become read-only.')
 
 cudnnBackendSetAttribute = _function(
-    'cudnnBackendSetAttribute', _ct.c_int, (cudnnBackendDescriptor_t, _ct.c_int, _ct.c_int, _ct.c_int64, _ct.c_void_p),
+    'cudnnBackendSetAttribute', _ct.c_int, (cudnnBackendDescriptor_t, cudnnBackendAttributeName_t, cudnnBackendAttributeType_t, _ct.c_int64, _const_void_p),
     'cudnnStatus_t cudnnBackendSetAttribute(cudnnBackendDescriptor_t descriptor, cudnnBackendAttributeName_t attributeName, cudnnBackendAttributeType_t attributeType, int64_t elementCount, const void *arrayOfElements)',
-    'Sets an attribute on an unfinalized backend descriptor.')
+    'Sets an attribute on an unfinalized backend descriptor.', lengths=(('arrayOfElements', 'elementCount', 'attributeType'),))
 
 cudnnBackendGetAttribute = _function(
-    'cudnnBackendGetAttribute', _ct.c_int, (cudnnBackendDescriptor_t, _ct.c_int, _ct.c_int, _ct.c_int64, _pointer(_ct.c_int64), _ct.c_void_p),
+    'cudnnBackendGetAttribute', _ct.c_int, (cudnnBackendDescriptor_t, cudnnBackendAttributeName_t, cudnnBackendAttributeType_t, _ct.c_int64, _pointer(_ct.c_int64), _ct.c_void_p),
     'cudnnStatus_t cudnnBackendGetAttribute(const cudnnBackendDescriptor_t descriptor, cudnnBackendAttributeName_t attributeName, cudnnBackendAttributeType_t attributeType, int64_t requestedElementCount, int64_t *elementCount, void *arrayOfElements)',
-    'Retrieves an attribute from a finalized backend descriptor.')
+    'Retrieves an attribute from a finalized backend descriptor.', lengths=(('arrayOfElements', 'requestedElementCount', 'attributeType'),))
 
 cudnnGetExecutionPlanWorkspaceSize = _function(
     'cudnnGetExecutionPlanWorkspaceSize', _ct.c_int, (cudnnHandle_t, cudnnBackendDescriptor_t, cudnnBackendDescriptor_t, _pointer(_ct.c_size_t)),

@@ -3,51 +3,51 @@
 import ctypes as _ct
 from enum import IntEnum as _IntEnum
 
-from .._binding import function as _function, pointer as _pointer
-from .graph import cudnnHandle_t
+from .._binding import function as _function, pointer as _pointer, array as _array, const_void_p as _const_void_p, Handle as _Handle
+from .graph import cudnnActivationMode_t, cudnnDataType_t, cudnnHandle_t, cudnnNanPropagation_t, cudnnReduceTensorOp_t, cudnnTensorFormat_t
 
 
-class cudnnTensorDescriptor_t(_ct.c_void_p):
+class cudnnTensorDescriptor_t(_Handle):
     """Opaque pointer to struct cudnnTensorStruct."""
 
 
-class cudnnPoolingDescriptor_t(_ct.c_void_p):
+class cudnnPoolingDescriptor_t(_Handle):
     """Opaque pointer to struct cudnnPoolingStruct. Deprecated in cuDNN 9."""
 
 
-class cudnnFilterDescriptor_t(_ct.c_void_p):
+class cudnnFilterDescriptor_t(_Handle):
     """Opaque pointer to struct cudnnFilterStruct. Deprecated in cuDNN 9."""
 
 
-class cudnnLRNDescriptor_t(_ct.c_void_p):
+class cudnnLRNDescriptor_t(_Handle):
     """Opaque pointer to struct cudnnLRNStruct."""
 
 
-class cudnnActivationDescriptor_t(_ct.c_void_p):
+class cudnnActivationDescriptor_t(_Handle):
     """Opaque pointer to struct cudnnActivationStruct. Deprecated in cuDNN 9."""
 
 
-class cudnnSpatialTransformerDescriptor_t(_ct.c_void_p):
+class cudnnSpatialTransformerDescriptor_t(_Handle):
     """Opaque pointer to struct cudnnSpatialTransformerStruct."""
 
 
-class cudnnOpTensorDescriptor_t(_ct.c_void_p):
+class cudnnOpTensorDescriptor_t(_Handle):
     """Opaque pointer to struct cudnnOpTensorStruct. Deprecated in cuDNN 9."""
 
 
-class cudnnReduceTensorDescriptor_t(_ct.c_void_p):
+class cudnnReduceTensorDescriptor_t(_Handle):
     """Opaque pointer to struct cudnnReduceTensorStruct. Deprecated in cuDNN 9."""
 
 
-class cudnnCTCLossDescriptor_t(_ct.c_void_p):
+class cudnnCTCLossDescriptor_t(_Handle):
     """Opaque pointer to struct cudnnCTCLossStruct."""
 
 
-class cudnnTensorTransformDescriptor_t(_ct.c_void_p):
+class cudnnTensorTransformDescriptor_t(_Handle):
     """Opaque pointer to struct cudnnTensorTransformStruct. Deprecated in cuDNN 9."""
 
 
-class cudnnDropoutDescriptor_t(_ct.c_void_p):
+class cudnnDropoutDescriptor_t(_Handle):
     """Opaque pointer to struct cudnnDropoutStruct."""
 
 
@@ -300,12 +300,12 @@ cudnnCreateTensorDescriptor = _function(
     'Creates a tensor descriptor.')
 
 cudnnSetTensor4dDescriptor = _function(
-    'cudnnSetTensor4dDescriptor', _ct.c_int, (cudnnTensorDescriptor_t, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int),
+    'cudnnSetTensor4dDescriptor', _ct.c_int, (cudnnTensorDescriptor_t, cudnnTensorFormat_t, cudnnDataType_t, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int),
     'cudnnStatus_t cudnnSetTensor4dDescriptor(cudnnTensorDescriptor_t tensorDesc, cudnnTensorFormat_t format, cudnnDataType_t dataType, int n, int c, int h, int w)',
     'Sets a 4D tensor descriptor.')
 
 cudnnSetTensor4dDescriptorEx = _function(
-    'cudnnSetTensor4dDescriptorEx', _ct.c_int, (cudnnTensorDescriptor_t, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int),
+    'cudnnSetTensor4dDescriptorEx', _ct.c_int, (cudnnTensorDescriptor_t, cudnnDataType_t, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int),
     'cudnnStatus_t cudnnSetTensor4dDescriptorEx(cudnnTensorDescriptor_t tensorDesc, cudnnDataType_t dataType, int n, int c, int h, int w, int nStride, int cStride, int hStride, int wStride)',
     'Sets a 4D tensor descriptor with explicit strides.')
 
@@ -315,19 +315,19 @@ cudnnGetTensor4dDescriptor = _function(
     'Retrieves the settings of a previously initialized 4D tensor descriptor.')
 
 cudnnSetTensorNdDescriptor = _function(
-    'cudnnSetTensorNdDescriptor', _ct.c_int, (cudnnTensorDescriptor_t, _ct.c_int, _ct.c_int, _pointer(_ct.c_int), _pointer(_ct.c_int)),
+    'cudnnSetTensorNdDescriptor', _ct.c_int, (cudnnTensorDescriptor_t, cudnnDataType_t, _ct.c_int, _array(_ct.c_int), _array(_ct.c_int)),
     'cudnnStatus_t cudnnSetTensorNdDescriptor(cudnnTensorDescriptor_t tensorDesc, cudnnDataType_t dataType, int nbDims, const int dimA[], const int strideA[])',
-    'Sets an N-dimensional tensor descriptor.')
+    'Sets an N-dimensional tensor descriptor.', lengths=(('dimA', 'nbDims'), ('strideA', 'nbDims')))
 
 cudnnSetTensorNdDescriptorEx = _function(
-    'cudnnSetTensorNdDescriptorEx', _ct.c_int, (cudnnTensorDescriptor_t, _ct.c_int, _ct.c_int, _ct.c_int, _pointer(_ct.c_int)),
+    'cudnnSetTensorNdDescriptorEx', _ct.c_int, (cudnnTensorDescriptor_t, cudnnTensorFormat_t, cudnnDataType_t, _ct.c_int, _array(_ct.c_int)),
     'cudnnStatus_t cudnnSetTensorNdDescriptorEx(cudnnTensorDescriptor_t tensorDesc, cudnnTensorFormat_t format, cudnnDataType_t dataType, int nbDims, const int dimA[])',
-    'Sets an N-dimensional tensor descriptor with automatic stride computation.')
+    'Sets an N-dimensional tensor descriptor with automatic stride computation.', lengths=(('dimA', 'nbDims'),))
 
 cudnnGetTensorNdDescriptor = _function(
     'cudnnGetTensorNdDescriptor', _ct.c_int, (cudnnTensorDescriptor_t, _ct.c_int, _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int)),
     'cudnnStatus_t cudnnGetTensorNdDescriptor(const cudnnTensorDescriptor_t tensorDesc, int nbDimsRequested, cudnnDataType_t *dataType, int *nbDims, int dimA[], int strideA[])',
-    'Retrieves the settings of a previously initialized N-dimensional tensor descriptor.')
+    'Retrieves the settings of a previously initialized N-dimensional tensor descriptor.', lengths=(('dimA', 'nbDimsRequested'), ('strideA', 'nbDimsRequested')))
 
 cudnnGetTensorSizeInBytes = _function(
     'cudnnGetTensorSizeInBytes', _ct.c_int, (cudnnTensorDescriptor_t, _pointer(_ct.c_size_t)),
@@ -350,7 +350,7 @@ cudnnCreateTensorTransformDescriptor = _function(
     'Creates a tensor transform descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnSetTensorTransformDescriptor = _function(
-    'cudnnSetTensorTransformDescriptor', _ct.c_int, (cudnnTensorTransformDescriptor_t, _ct.c_uint32, _ct.c_int, _pointer(_ct.c_int32), _pointer(_ct.c_int32), _pointer(_ct.c_uint32), _ct.c_int),
+    'cudnnSetTensorTransformDescriptor', _ct.c_int, (cudnnTensorTransformDescriptor_t, _ct.c_uint32, cudnnTensorFormat_t, _array(_ct.c_int32), _array(_ct.c_int32), _array(_ct.c_uint32), cudnnFoldingDirection_t),
     'cudnnStatus_t cudnnSetTensorTransformDescriptor(cudnnTensorTransformDescriptor_t transformDesc, const uint32_t nbDims, const cudnnTensorFormat_t destFormat, const int32_t padBeforeA[], const int32_t padAfterA[], const uint32_t foldA[], const cudnnFoldingDirection_t direction)',
     'Configures a tensor transform descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
@@ -365,17 +365,17 @@ cudnnDestroyTensorTransformDescriptor = _function(
     'Destroys a tensor transform descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnTransformTensor = _function(
-    'cudnnTransformTensor', _ct.c_int, (cudnnHandle_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p),
+    'cudnnTransformTensor', _ct.c_int, (cudnnHandle_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p),
     'cudnnStatus_t cudnnTransformTensor(cudnnHandle_t handle, const void *alpha, const cudnnTensorDescriptor_t xDesc, const void *x, const void *beta, const cudnnTensorDescriptor_t yDesc, void *y)',
     'Copies and converts tensor data between layouts with alpha/beta blending.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnTransformTensorEx = _function(
-    'cudnnTransformTensorEx', _ct.c_int, (cudnnHandle_t, cudnnTensorTransformDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p),
+    'cudnnTransformTensorEx', _ct.c_int, (cudnnHandle_t, cudnnTensorTransformDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p),
     'cudnnStatus_t cudnnTransformTensorEx(cudnnHandle_t handle, const cudnnTensorTransformDescriptor_t transDesc, const void *alpha, const cudnnTensorDescriptor_t srcDesc, const void *srcData, const void *beta, const cudnnTensorDescriptor_t destDesc, void *destData)',
     'Extended tensor transform with folding/padding support.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnAddTensor = _function(
-    'cudnnAddTensor', _ct.c_int, (cudnnHandle_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p),
+    'cudnnAddTensor', _ct.c_int, (cudnnHandle_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p),
     'cudnnStatus_t cudnnAddTensor(cudnnHandle_t handle, const void *alpha, const cudnnTensorDescriptor_t aDesc, const void *A, const void *beta, const cudnnTensorDescriptor_t cDesc, void *C)',
     'Adds a scaled bias tensor to a destination tensor with broadcasting.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
@@ -385,7 +385,7 @@ cudnnCreateOpTensorDescriptor = _function(
     'Creates an op tensor descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnSetOpTensorDescriptor = _function(
-    'cudnnSetOpTensorDescriptor', _ct.c_int, (cudnnOpTensorDescriptor_t, _ct.c_int, _ct.c_int, _ct.c_int),
+    'cudnnSetOpTensorDescriptor', _ct.c_int, (cudnnOpTensorDescriptor_t, cudnnOpTensorOp_t, cudnnDataType_t, cudnnNanPropagation_t),
     'cudnnStatus_t cudnnSetOpTensorDescriptor(cudnnOpTensorDescriptor_t opTensorDesc, cudnnOpTensorOp_t opTensorOp, cudnnDataType_t opTensorCompType, cudnnNanPropagation_t opTensorNanOpt)',
     'Configures an op tensor descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
@@ -400,7 +400,7 @@ cudnnDestroyOpTensorDescriptor = _function(
     'Destroys an op tensor descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnOpTensor = _function(
-    'cudnnOpTensor', _ct.c_int, (cudnnHandle_t, cudnnOpTensorDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p),
+    'cudnnOpTensor', _ct.c_int, (cudnnHandle_t, cudnnOpTensorDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p),
     'cudnnStatus_t cudnnOpTensor(cudnnHandle_t handle, const cudnnOpTensorDescriptor_t opTensorDesc, const void *alpha1, const cudnnTensorDescriptor_t aDesc, const void *A, const void *alpha2, const cudnnTensorDescriptor_t bDesc, const void *B, const void *beta, const cudnnTensorDescriptor_t cDesc, void *C)',
     'Performs element-wise tensor operations.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
@@ -410,7 +410,7 @@ cudnnCreateReduceTensorDescriptor = _function(
     'Creates a reduce tensor descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnSetReduceTensorDescriptor = _function(
-    'cudnnSetReduceTensorDescriptor', _ct.c_int, (cudnnReduceTensorDescriptor_t, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int),
+    'cudnnSetReduceTensorDescriptor', _ct.c_int, (cudnnReduceTensorDescriptor_t, cudnnReduceTensorOp_t, cudnnDataType_t, cudnnNanPropagation_t, cudnnReduceTensorIndices_t, cudnnIndicesType_t),
     'cudnnStatus_t cudnnSetReduceTensorDescriptor(cudnnReduceTensorDescriptor_t reduceTensorDesc, cudnnReduceTensorOp_t reduceTensorOp, cudnnDataType_t reduceTensorCompType, cudnnNanPropagation_t reduceTensorNanOpt, cudnnReduceTensorIndices_t reduceTensorIndices, cudnnIndicesType_t reduceTensorIndicesType)',
     'Configures a reduce tensor descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
@@ -435,17 +435,17 @@ cudnnGetReductionWorkspaceSize = _function(
     'Returns the minimum workspace size required for a reduction operation.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnReduceTensor = _function(
-    'cudnnReduceTensor', _ct.c_int, (cudnnHandle_t, cudnnReduceTensorDescriptor_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p),
+    'cudnnReduceTensor', _ct.c_int, (cudnnHandle_t, cudnnReduceTensorDescriptor_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p),
     'cudnnStatus_t cudnnReduceTensor(cudnnHandle_t handle, const cudnnReduceTensorDescriptor_t reduceTensorDesc, void *indices, size_t indicesSizeInBytes, void *workspace, size_t workspaceSizeInBytes, const void *alpha, const cudnnTensorDescriptor_t aDesc, const void *A, const void *beta, const cudnnTensorDescriptor_t cDesc, void *C)',
     'Performs a tensor reduction operation.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnSetTensor = _function(
-    'cudnnSetTensor', _ct.c_int, (cudnnHandle_t, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p),
+    'cudnnSetTensor', _ct.c_int, (cudnnHandle_t, cudnnTensorDescriptor_t, _ct.c_void_p, _const_void_p),
     'cudnnStatus_t cudnnSetTensor(cudnnHandle_t handle, const cudnnTensorDescriptor_t yDesc, void *y, const void *valuePtr)',
     'Fills a tensor with a constant value.')
 
 cudnnScaleTensor = _function(
-    'cudnnScaleTensor', _ct.c_int, (cudnnHandle_t, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p),
+    'cudnnScaleTensor', _ct.c_int, (cudnnHandle_t, cudnnTensorDescriptor_t, _ct.c_void_p, _const_void_p),
     'cudnnStatus_t cudnnScaleTensor(cudnnHandle_t handle, const cudnnTensorDescriptor_t yDesc, void *y, const void *alpha)',
     'Scales all elements of a tensor by a constant factor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
@@ -455,7 +455,7 @@ cudnnCreateFilterDescriptor = _function(
     'Creates a filter descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnSetFilter4dDescriptor = _function(
-    'cudnnSetFilter4dDescriptor', _ct.c_int, (cudnnFilterDescriptor_t, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int),
+    'cudnnSetFilter4dDescriptor', _ct.c_int, (cudnnFilterDescriptor_t, cudnnDataType_t, cudnnTensorFormat_t, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int),
     'cudnnStatus_t cudnnSetFilter4dDescriptor(cudnnFilterDescriptor_t filterDesc, cudnnDataType_t dataType, cudnnTensorFormat_t format, int k, int c, int h, int w)',
     'Sets a 4D filter descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
@@ -465,14 +465,14 @@ cudnnGetFilter4dDescriptor = _function(
     'Retrieves the settings of a 4D filter descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnSetFilterNdDescriptor = _function(
-    'cudnnSetFilterNdDescriptor', _ct.c_int, (cudnnFilterDescriptor_t, _ct.c_int, _ct.c_int, _ct.c_int, _pointer(_ct.c_int)),
+    'cudnnSetFilterNdDescriptor', _ct.c_int, (cudnnFilterDescriptor_t, cudnnDataType_t, cudnnTensorFormat_t, _ct.c_int, _array(_ct.c_int)),
     'cudnnStatus_t cudnnSetFilterNdDescriptor(cudnnFilterDescriptor_t filterDesc, cudnnDataType_t dataType, cudnnTensorFormat_t format, int nbDims, const int filterDimA[])',
-    'Sets an N-dimensional filter descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Sets an N-dimensional filter descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', lengths=(('filterDimA', 'nbDims'),))
 
 cudnnGetFilterNdDescriptor = _function(
     'cudnnGetFilterNdDescriptor', _ct.c_int, (cudnnFilterDescriptor_t, _ct.c_int, _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int)),
     'cudnnStatus_t cudnnGetFilterNdDescriptor(const cudnnFilterDescriptor_t filterDesc, int nbDimsRequested, cudnnDataType_t *dataType, cudnnTensorFormat_t *format, int *nbDims, int filterDimA[])',
-    'Retrieves the settings of an N-dimensional filter descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Retrieves the settings of an N-dimensional filter descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', lengths=(('filterDimA', 'nbDimsRequested'),))
 
 cudnnGetFilterSizeInBytes = _function(
     'cudnnGetFilterSizeInBytes', _ct.c_int, (cudnnFilterDescriptor_t, _pointer(_ct.c_size_t)),
@@ -480,7 +480,7 @@ cudnnGetFilterSizeInBytes = _function(
     'Returns the memory size in bytes required by a filter.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnTransformFilter = _function(
-    'cudnnTransformFilter', _ct.c_int, (cudnnHandle_t, cudnnTensorTransformDescriptor_t, _ct.c_void_p, cudnnFilterDescriptor_t, _ct.c_void_p, _ct.c_void_p, cudnnFilterDescriptor_t, _ct.c_void_p),
+    'cudnnTransformFilter', _ct.c_int, (cudnnHandle_t, cudnnTensorTransformDescriptor_t, _const_void_p, cudnnFilterDescriptor_t, _const_void_p, _const_void_p, cudnnFilterDescriptor_t, _ct.c_void_p),
     'cudnnStatus_t cudnnTransformFilter(cudnnHandle_t handle, const cudnnTensorTransformDescriptor_t transDesc, const void *alpha, const cudnnFilterDescriptor_t srcDesc, const void *srcData, const void *beta, const cudnnFilterDescriptor_t destDesc, void *destData)',
     'Transforms filter data between layouts.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
@@ -490,7 +490,7 @@ cudnnDestroyFilterDescriptor = _function(
     'Destroys a filter descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnSoftmaxForward = _function(
-    'cudnnSoftmaxForward', _ct.c_int, (cudnnHandle_t, _ct.c_int, _ct.c_int, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p),
+    'cudnnSoftmaxForward', _ct.c_int, (cudnnHandle_t, cudnnSoftmaxAlgorithm_t, cudnnSoftmaxMode_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p),
     'cudnnStatus_t cudnnSoftmaxForward(cudnnHandle_t handle, cudnnSoftmaxAlgorithm_t algo, cudnnSoftmaxMode_t mode, const void *alpha, const cudnnTensorDescriptor_t xDesc, const void *x, const void *beta, const cudnnTensorDescriptor_t yDesc, void *y)',
     'Performs forward softmax computation.')
 
@@ -500,7 +500,7 @@ cudnnCreatePoolingDescriptor = _function(
     'Creates a pooling descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnSetPooling2dDescriptor = _function(
-    'cudnnSetPooling2dDescriptor', _ct.c_int, (cudnnPoolingDescriptor_t, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int),
+    'cudnnSetPooling2dDescriptor', _ct.c_int, (cudnnPoolingDescriptor_t, cudnnPoolingMode_t, cudnnNanPropagation_t, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int),
     'cudnnStatus_t cudnnSetPooling2dDescriptor(cudnnPoolingDescriptor_t poolingDesc, cudnnPoolingMode_t mode, cudnnNanPropagation_t maxpoolingNanOpt, int windowHeight, int windowWidth, int verticalPadding, int horizontalPadding, int verticalStride, int horizontalStride)',
     'Configures a 2D pooling descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
@@ -510,19 +510,19 @@ cudnnGetPooling2dDescriptor = _function(
     'Retrieves the settings of a 2D pooling descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnSetPoolingNdDescriptor = _function(
-    'cudnnSetPoolingNdDescriptor', _ct.c_int, (cudnnPoolingDescriptor_t, _ct.c_int, _ct.c_int, _ct.c_int, _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int)),
+    'cudnnSetPoolingNdDescriptor', _ct.c_int, (cudnnPoolingDescriptor_t, cudnnPoolingMode_t, cudnnNanPropagation_t, _ct.c_int, _array(_ct.c_int), _array(_ct.c_int), _array(_ct.c_int)),
     'cudnnStatus_t cudnnSetPoolingNdDescriptor(cudnnPoolingDescriptor_t poolingDesc, const cudnnPoolingMode_t mode, const cudnnNanPropagation_t maxpoolingNanOpt, int nbDims, const int windowDimA[], const int paddingA[], const int strideA[])',
-    'Configures an N-dimensional pooling descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Configures an N-dimensional pooling descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', lengths=(('windowDimA', 'nbDims'), ('paddingA', 'nbDims'), ('strideA', 'nbDims')))
 
 cudnnGetPoolingNdDescriptor = _function(
     'cudnnGetPoolingNdDescriptor', _ct.c_int, (cudnnPoolingDescriptor_t, _ct.c_int, _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int)),
     'cudnnStatus_t cudnnGetPoolingNdDescriptor(const cudnnPoolingDescriptor_t poolingDesc, int nbDimsRequested, cudnnPoolingMode_t *mode, cudnnNanPropagation_t *maxpoolingNanOpt, int *nbDims, int windowDimA[], int paddingA[], int strideA[])',
-    'Retrieves the settings of an N-dimensional pooling descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Retrieves the settings of an N-dimensional pooling descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', lengths=(('windowDimA', 'nbDimsRequested'), ('paddingA', 'nbDimsRequested'), ('strideA', 'nbDimsRequested')))
 
 cudnnGetPoolingNdForwardOutputDim = _function(
     'cudnnGetPoolingNdForwardOutputDim', _ct.c_int, (cudnnPoolingDescriptor_t, cudnnTensorDescriptor_t, _ct.c_int, _pointer(_ct.c_int)),
     'cudnnStatus_t cudnnGetPoolingNdForwardOutputDim(const cudnnPoolingDescriptor_t poolingDesc, const cudnnTensorDescriptor_t inputTensorDesc, int nbDims, int outputTensorDimA[])',
-    'Computes the output dimensions of an N-dimensional pooling operation.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Computes the output dimensions of an N-dimensional pooling operation.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', lengths=(('outputTensorDimA', 'nbDims'),))
 
 cudnnGetPooling2dForwardOutputDim = _function(
     'cudnnGetPooling2dForwardOutputDim', _ct.c_int, (cudnnPoolingDescriptor_t, cudnnTensorDescriptor_t, _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int)),
@@ -535,7 +535,7 @@ cudnnDestroyPoolingDescriptor = _function(
     'Destroys a pooling descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnPoolingForward = _function(
-    'cudnnPoolingForward', _ct.c_int, (cudnnHandle_t, cudnnPoolingDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p),
+    'cudnnPoolingForward', _ct.c_int, (cudnnHandle_t, cudnnPoolingDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p),
     'cudnnStatus_t cudnnPoolingForward(cudnnHandle_t handle, const cudnnPoolingDescriptor_t poolingDesc, const void *alpha, const cudnnTensorDescriptor_t xDesc, const void *x, const void *beta, const cudnnTensorDescriptor_t yDesc, void *y)',
     'Performs forward pooling.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
@@ -545,7 +545,7 @@ cudnnCreateActivationDescriptor = _function(
     'Creates an activation descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnSetActivationDescriptor = _function(
-    'cudnnSetActivationDescriptor', _ct.c_int, (cudnnActivationDescriptor_t, _ct.c_int, _ct.c_int, _ct.c_double),
+    'cudnnSetActivationDescriptor', _ct.c_int, (cudnnActivationDescriptor_t, cudnnActivationMode_t, cudnnNanPropagation_t, _ct.c_double),
     'cudnnStatus_t cudnnSetActivationDescriptor(cudnnActivationDescriptor_t activationDesc, cudnnActivationMode_t mode, cudnnNanPropagation_t reluNanOpt, double coef)',
     'Configures an activation descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
@@ -570,7 +570,7 @@ cudnnDestroyActivationDescriptor = _function(
     'Destroys an activation descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnActivationForward = _function(
-    'cudnnActivationForward', _ct.c_int, (cudnnHandle_t, cudnnActivationDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p),
+    'cudnnActivationForward', _ct.c_int, (cudnnHandle_t, cudnnActivationDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p),
     'cudnnStatus_t cudnnActivationForward(cudnnHandle_t handle, cudnnActivationDescriptor_t activationDesc, const void *alpha, const cudnnTensorDescriptor_t xDesc, const void *x, const void *beta, const cudnnTensorDescriptor_t yDesc, void *y)',
     'Performs forward activation.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
@@ -595,32 +595,32 @@ cudnnDestroyLRNDescriptor = _function(
     'Destroys an LRN descriptor.')
 
 cudnnLRNCrossChannelForward = _function(
-    'cudnnLRNCrossChannelForward', _ct.c_int, (cudnnHandle_t, cudnnLRNDescriptor_t, _ct.c_int, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p),
+    'cudnnLRNCrossChannelForward', _ct.c_int, (cudnnHandle_t, cudnnLRNDescriptor_t, cudnnLRNMode_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p),
     'cudnnStatus_t cudnnLRNCrossChannelForward(cudnnHandle_t handle, cudnnLRNDescriptor_t normDesc, cudnnLRNMode_t lrnMode, const void *alpha, const cudnnTensorDescriptor_t xDesc, const void *x, const void *beta, const cudnnTensorDescriptor_t yDesc, void *y)',
     'Performs forward LRN cross-channel normalization.')
 
 cudnnDivisiveNormalizationForward = _function(
-    'cudnnDivisiveNormalizationForward', _ct.c_int, (cudnnHandle_t, cudnnLRNDescriptor_t, _ct.c_int, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p),
+    'cudnnDivisiveNormalizationForward', _ct.c_int, (cudnnHandle_t, cudnnLRNDescriptor_t, cudnnDivNormMode_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, _ct.c_void_p, _ct.c_void_p, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p),
     'cudnnStatus_t cudnnDivisiveNormalizationForward(cudnnHandle_t handle, cudnnLRNDescriptor_t normDesc, cudnnDivNormMode_t mode, const void *alpha, const cudnnTensorDescriptor_t xDesc, const void *x, const void *means, void *temp, void *temp2, const void *beta, const cudnnTensorDescriptor_t yDesc, void *y)',
     'Performs forward divisive normalization.')
 
 cudnnDeriveBNTensorDescriptor = _function(
-    'cudnnDeriveBNTensorDescriptor', _ct.c_int, (cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, _ct.c_int),
+    'cudnnDeriveBNTensorDescriptor', _ct.c_int, (cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnBatchNormMode_t),
     'cudnnStatus_t cudnnDeriveBNTensorDescriptor(cudnnTensorDescriptor_t derivedBnDesc, const cudnnTensorDescriptor_t xDesc, cudnnBatchNormMode_t mode)',
     'Derives a tensor descriptor for batch normalization parameters.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnBatchNormalizationForwardInference = _function(
-    'cudnnBatchNormalizationForwardInference', _ct.c_int, (cudnnHandle_t, _ct.c_int, _ct.c_void_p, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_double),
+    'cudnnBatchNormalizationForwardInference', _ct.c_int, (cudnnHandle_t, cudnnBatchNormMode_t, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, _const_void_p, _const_void_p, _ct.c_double),
     'cudnnStatus_t cudnnBatchNormalizationForwardInference(cudnnHandle_t handle, cudnnBatchNormMode_t mode, const void *alpha, const void *beta, const cudnnTensorDescriptor_t xDesc, const void *x, const cudnnTensorDescriptor_t yDesc, void *y, const cudnnTensorDescriptor_t bnScaleBiasMeanVarDesc, const void *bnScale, const void *bnBias, const void *estimatedMean, const void *estimatedVariance, double epsilon)',
     'Performs batch normalization during inference.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnDeriveNormTensorDescriptor = _function(
-    'cudnnDeriveNormTensorDescriptor', _ct.c_int, (cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, _ct.c_int, _ct.c_int),
+    'cudnnDeriveNormTensorDescriptor', _ct.c_int, (cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnNormMode_t, _ct.c_int),
     'cudnnStatus_t cudnnDeriveNormTensorDescriptor(cudnnTensorDescriptor_t derivedNormScaleBiasDesc, cudnnTensorDescriptor_t derivedNormMeanVarDesc, const cudnnTensorDescriptor_t xDesc, cudnnNormMode_t mode, int groupCnt)',
     'Derives tensor descriptors for normalization parameters.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnNormalizationForwardInference = _function(
-    'cudnnNormalizationForwardInference', _ct.c_int, (cudnnHandle_t, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_void_p, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_double, _ct.c_int),
+    'cudnnNormalizationForwardInference', _ct.c_int, (cudnnHandle_t, cudnnNormMode_t, cudnnNormOps_t, cudnnNormAlgo_t, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_double, _ct.c_int),
     'cudnnStatus_t cudnnNormalizationForwardInference(cudnnHandle_t handle, cudnnNormMode_t mode, cudnnNormOps_t normOps, cudnnNormAlgo_t algo, const void *alpha, const void *beta, const cudnnTensorDescriptor_t xDesc, const void *x, const cudnnTensorDescriptor_t normScaleBiasDesc, const void *normScale, const void *normBias, const cudnnTensorDescriptor_t normMeanVarDesc, const void *estimatedMean, const void *estimatedVariance, const cudnnTensorDescriptor_t zDesc, const void *z, cudnnActivationDescriptor_t activationDesc, const cudnnTensorDescriptor_t yDesc, void *y, double epsilon, int groupCnt)',
     'Performs normalization during inference.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
@@ -630,9 +630,9 @@ cudnnCreateSpatialTransformerDescriptor = _function(
     'Creates a spatial transformer descriptor.')
 
 cudnnSetSpatialTransformerNdDescriptor = _function(
-    'cudnnSetSpatialTransformerNdDescriptor', _ct.c_int, (cudnnSpatialTransformerDescriptor_t, _ct.c_int, _ct.c_int, _ct.c_int, _pointer(_ct.c_int)),
+    'cudnnSetSpatialTransformerNdDescriptor', _ct.c_int, (cudnnSpatialTransformerDescriptor_t, cudnnSamplerType_t, cudnnDataType_t, _ct.c_int, _array(_ct.c_int)),
     'cudnnStatus_t cudnnSetSpatialTransformerNdDescriptor(cudnnSpatialTransformerDescriptor_t stDesc, cudnnSamplerType_t samplerType, cudnnDataType_t dataType, const int nbDims, const int dimA[])',
-    'Configures an N-dimensional spatial transformer descriptor.')
+    'Configures an N-dimensional spatial transformer descriptor.', lengths=(('dimA', 'nbDims'),))
 
 cudnnDestroySpatialTransformerDescriptor = _function(
     'cudnnDestroySpatialTransformerDescriptor', _ct.c_int, (cudnnSpatialTransformerDescriptor_t,),
@@ -640,12 +640,12 @@ cudnnDestroySpatialTransformerDescriptor = _function(
     'Destroys a spatial transformer descriptor.')
 
 cudnnSpatialTfGridGeneratorForward = _function(
-    'cudnnSpatialTfGridGeneratorForward', _ct.c_int, (cudnnHandle_t, cudnnSpatialTransformerDescriptor_t, _ct.c_void_p, _ct.c_void_p),
+    'cudnnSpatialTfGridGeneratorForward', _ct.c_int, (cudnnHandle_t, cudnnSpatialTransformerDescriptor_t, _const_void_p, _ct.c_void_p),
     'cudnnStatus_t cudnnSpatialTfGridGeneratorForward(cudnnHandle_t handle, const cudnnSpatialTransformerDescriptor_t stDesc, const void *theta, void *grid)',
     'Generates a sampling grid for a spatial transformer (forward).')
 
 cudnnSpatialTfSamplerForward = _function(
-    'cudnnSpatialTfSamplerForward', _ct.c_int, (cudnnHandle_t, cudnnSpatialTransformerDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p),
+    'cudnnSpatialTfSamplerForward', _ct.c_int, (cudnnHandle_t, cudnnSpatialTransformerDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p),
     'cudnnStatus_t cudnnSpatialTfSamplerForward(cudnnHandle_t handle, cudnnSpatialTransformerDescriptor_t stDesc, const void *alpha, const cudnnTensorDescriptor_t xDesc, const void *x, const void *grid, const void *beta, cudnnTensorDescriptor_t yDesc, void *y)',
     'Performs spatial transformer sampling (forward).')
 
@@ -685,7 +685,7 @@ cudnnGetDropoutDescriptor = _function(
     'Retrieves the settings of a dropout descriptor.')
 
 cudnnDropoutForward = _function(
-    'cudnnDropoutForward', _ct.c_int, (cudnnHandle_t, cudnnDropoutDescriptor_t, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p, _ct.c_size_t),
+    'cudnnDropoutForward', _ct.c_int, (cudnnHandle_t, cudnnDropoutDescriptor_t, cudnnTensorDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p, _ct.c_size_t),
     'cudnnStatus_t cudnnDropoutForward(cudnnHandle_t handle, const cudnnDropoutDescriptor_t dropoutDesc, const cudnnTensorDescriptor_t xdesc, const void *x, const cudnnTensorDescriptor_t ydesc, void *y, void *reserveSpace, size_t reserveSpaceSizeInBytes)',
     'Performs forward dropout.')
 
@@ -695,102 +695,102 @@ cudnnOpsVersionCheck = _function(
     'Cross-library version checker for the ops sub-library.')
 
 cudnnSoftmaxBackward = _function(
-    'cudnnSoftmaxBackward', _ct.c_int, (cudnnHandle_t, _ct.c_int, _ct.c_int, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p),
+    'cudnnSoftmaxBackward', _ct.c_int, (cudnnHandle_t, cudnnSoftmaxAlgorithm_t, cudnnSoftmaxMode_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p),
     'cudnnStatus_t cudnnSoftmaxBackward(cudnnHandle_t handle, cudnnSoftmaxAlgorithm_t algo, cudnnSoftmaxMode_t mode, const void *alpha, const cudnnTensorDescriptor_t yDesc, const void *y, const cudnnTensorDescriptor_t dyDesc, const void *dy, const void *beta, const cudnnTensorDescriptor_t dxDesc, void *dx)',
     'Performs backward softmax computation.')
 
 cudnnPoolingBackward = _function(
-    'cudnnPoolingBackward', _ct.c_int, (cudnnHandle_t, cudnnPoolingDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p),
+    'cudnnPoolingBackward', _ct.c_int, (cudnnHandle_t, cudnnPoolingDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p),
     'cudnnStatus_t cudnnPoolingBackward(cudnnHandle_t handle, const cudnnPoolingDescriptor_t poolingDesc, const void *alpha, const cudnnTensorDescriptor_t yDesc, const void *y, const cudnnTensorDescriptor_t dyDesc, const void *dy, const cudnnTensorDescriptor_t xDesc, const void *x, const void *beta, const cudnnTensorDescriptor_t dxDesc, void *dx)',
     'Performs backward pooling.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnActivationBackward = _function(
-    'cudnnActivationBackward', _ct.c_int, (cudnnHandle_t, cudnnActivationDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p),
+    'cudnnActivationBackward', _ct.c_int, (cudnnHandle_t, cudnnActivationDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p),
     'cudnnStatus_t cudnnActivationBackward(cudnnHandle_t handle, cudnnActivationDescriptor_t activationDesc, const void *alpha, const cudnnTensorDescriptor_t yDesc, const void *y, const cudnnTensorDescriptor_t dyDesc, const void *dy, const cudnnTensorDescriptor_t xDesc, const void *x, const void *beta, const cudnnTensorDescriptor_t dxDesc, void *dx)',
     'Performs backward activation.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnLRNCrossChannelBackward = _function(
-    'cudnnLRNCrossChannelBackward', _ct.c_int, (cudnnHandle_t, cudnnLRNDescriptor_t, _ct.c_int, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p),
+    'cudnnLRNCrossChannelBackward', _ct.c_int, (cudnnHandle_t, cudnnLRNDescriptor_t, cudnnLRNMode_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p),
     'cudnnStatus_t cudnnLRNCrossChannelBackward(cudnnHandle_t handle, cudnnLRNDescriptor_t normDesc, cudnnLRNMode_t lrnMode, const void *alpha, const cudnnTensorDescriptor_t yDesc, const void *y, const cudnnTensorDescriptor_t dyDesc, const void *dy, const cudnnTensorDescriptor_t xDesc, const void *x, const void *beta, const cudnnTensorDescriptor_t dxDesc, void *dx)',
     'Performs backward LRN cross-channel normalization.')
 
 cudnnDivisiveNormalizationBackward = _function(
-    'cudnnDivisiveNormalizationBackward', _ct.c_int, (cudnnHandle_t, cudnnLRNDescriptor_t, _ct.c_int, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p),
+    'cudnnDivisiveNormalizationBackward', _ct.c_int, (cudnnHandle_t, cudnnLRNDescriptor_t, cudnnDivNormMode_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, _const_void_p, _ct.c_void_p, _ct.c_void_p, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p),
     'cudnnStatus_t cudnnDivisiveNormalizationBackward(cudnnHandle_t handle, cudnnLRNDescriptor_t normDesc, cudnnDivNormMode_t mode, const void *alpha, const cudnnTensorDescriptor_t xDesc, const void *x, const void *means, const void *dy, void *temp, void *temp2, const void *beta, const cudnnTensorDescriptor_t dXdMeansDesc, void *dx, void *dMeans)',
     'Performs backward divisive normalization.')
 
 cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize = _function(
-    'cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize', _ct.c_int, (cudnnHandle_t, _ct.c_int, _ct.c_int, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnActivationDescriptor_t, _pointer(_ct.c_size_t)),
+    'cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize', _ct.c_int, (cudnnHandle_t, cudnnBatchNormMode_t, cudnnBatchNormOps_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnActivationDescriptor_t, _pointer(_ct.c_size_t)),
     'cudnnStatus_t cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(cudnnHandle_t handle, cudnnBatchNormMode_t mode, cudnnBatchNormOps_t bnOps, const cudnnTensorDescriptor_t xDesc, const cudnnTensorDescriptor_t zDesc, const cudnnTensorDescriptor_t yDesc, const cudnnTensorDescriptor_t bnScaleBiasMeanVarDesc, const cudnnActivationDescriptor_t activationDesc, size_t *sizeInBytes)',
     'Returns the workspace size for extended batch normalization forward training.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnGetBatchNormalizationBackwardExWorkspaceSize = _function(
-    'cudnnGetBatchNormalizationBackwardExWorkspaceSize', _ct.c_int, (cudnnHandle_t, _ct.c_int, _ct.c_int, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnActivationDescriptor_t, _pointer(_ct.c_size_t)),
+    'cudnnGetBatchNormalizationBackwardExWorkspaceSize', _ct.c_int, (cudnnHandle_t, cudnnBatchNormMode_t, cudnnBatchNormOps_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnActivationDescriptor_t, _pointer(_ct.c_size_t)),
     'cudnnStatus_t cudnnGetBatchNormalizationBackwardExWorkspaceSize(cudnnHandle_t handle, cudnnBatchNormMode_t mode, cudnnBatchNormOps_t bnOps, const cudnnTensorDescriptor_t xDesc, const cudnnTensorDescriptor_t yDesc, const cudnnTensorDescriptor_t dyDesc, const cudnnTensorDescriptor_t dzDesc, const cudnnTensorDescriptor_t dxDesc, const cudnnTensorDescriptor_t dBnScaleBiasDesc, const cudnnActivationDescriptor_t activationDesc, size_t *sizeInBytes)',
     'Returns the workspace size for extended batch normalization backward.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnGetBatchNormalizationTrainingExReserveSpaceSize = _function(
-    'cudnnGetBatchNormalizationTrainingExReserveSpaceSize', _ct.c_int, (cudnnHandle_t, _ct.c_int, _ct.c_int, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, _pointer(_ct.c_size_t)),
+    'cudnnGetBatchNormalizationTrainingExReserveSpaceSize', _ct.c_int, (cudnnHandle_t, cudnnBatchNormMode_t, cudnnBatchNormOps_t, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, _pointer(_ct.c_size_t)),
     'cudnnStatus_t cudnnGetBatchNormalizationTrainingExReserveSpaceSize(cudnnHandle_t handle, cudnnBatchNormMode_t mode, cudnnBatchNormOps_t bnOps, const cudnnActivationDescriptor_t activationDesc, const cudnnTensorDescriptor_t xDesc, size_t *sizeInBytes)',
     'Returns the reserve space size for extended batch normalization training.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnBatchNormalizationForwardTraining = _function(
-    'cudnnBatchNormalizationForwardTraining', _ct.c_int, (cudnnHandle_t, _ct.c_int, _ct.c_void_p, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p, _ct.c_double, _ct.c_void_p, _ct.c_void_p, _ct.c_double, _ct.c_void_p, _ct.c_void_p),
+    'cudnnBatchNormalizationForwardTraining', _ct.c_int, (cudnnHandle_t, cudnnBatchNormMode_t, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, _ct.c_double, _ct.c_void_p, _ct.c_void_p, _ct.c_double, _ct.c_void_p, _ct.c_void_p),
     'cudnnStatus_t cudnnBatchNormalizationForwardTraining(cudnnHandle_t handle, cudnnBatchNormMode_t mode, const void *alpha, const void *beta, const cudnnTensorDescriptor_t xDesc, const void *x, const cudnnTensorDescriptor_t yDesc, void *y, const cudnnTensorDescriptor_t bnScaleBiasMeanVarDesc, const void *bnScale, const void *bnBias, double exponentialAverageFactor, void *resultRunningMean, void *resultRunningVariance, double epsilon, void *resultSaveMean, void *resultSaveInvVariance)',
     'Performs batch normalization forward training.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnBatchNormalizationForwardTrainingEx = _function(
-    'cudnnBatchNormalizationForwardTrainingEx', _ct.c_int, (cudnnHandle_t, _ct.c_int, _ct.c_int, _ct.c_void_p, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p, _ct.c_double, _ct.c_void_p, _ct.c_void_p, _ct.c_double, _ct.c_void_p, _ct.c_void_p, cudnnActivationDescriptor_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t),
+    'cudnnBatchNormalizationForwardTrainingEx', _ct.c_int, (cudnnHandle_t, cudnnBatchNormMode_t, cudnnBatchNormOps_t, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, _ct.c_double, _ct.c_void_p, _ct.c_void_p, _ct.c_double, _ct.c_void_p, _ct.c_void_p, cudnnActivationDescriptor_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t),
     'cudnnStatus_t cudnnBatchNormalizationForwardTrainingEx(cudnnHandle_t handle, cudnnBatchNormMode_t mode, cudnnBatchNormOps_t bnOps, const void *alpha, const void *beta, const cudnnTensorDescriptor_t xDesc, const void *xData, const cudnnTensorDescriptor_t zDesc, const void *zData, const cudnnTensorDescriptor_t yDesc, void *yData, const cudnnTensorDescriptor_t bnScaleBiasMeanVarDesc, const void *bnScale, const void *bnBias, double exponentialAverageFactor, void *resultRunningMean, void *resultRunningVariance, double epsilon, void *resultSaveMean, void *resultSaveInvVariance, cudnnActivationDescriptor_t activationDesc, void *workspace, size_t workSpaceSizeInBytes, void *reserveSpace, size_t reserveSpaceSizeInBytes)',
     'Performs extended batch normalization forward training with optional activation.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnBatchNormalizationBackward = _function(
-    'cudnnBatchNormalizationBackward', _ct.c_int, (cudnnHandle_t, _ct.c_int, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_double, _ct.c_void_p, _ct.c_void_p),
+    'cudnnBatchNormalizationBackward', _ct.c_int, (cudnnHandle_t, cudnnBatchNormMode_t, _const_void_p, _const_void_p, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _const_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_double, _const_void_p, _const_void_p),
     'cudnnStatus_t cudnnBatchNormalizationBackward(cudnnHandle_t handle, cudnnBatchNormMode_t mode, const void *alphaDataDiff, const void *betaDataDiff, const void *alphaParamDiff, const void *betaParamDiff, const cudnnTensorDescriptor_t xDesc, const void *x, const cudnnTensorDescriptor_t dyDesc, const void *dy, const cudnnTensorDescriptor_t dxDesc, void *dx, const cudnnTensorDescriptor_t dBnScaleBiasDesc, const void *bnScale, void *dBnScaleResult, void *dBnBiasResult, double epsilon, const void *savedMean, const void *savedInvVariance)',
     'Performs backward batch normalization.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnBatchNormalizationBackwardEx = _function(
-    'cudnnBatchNormalizationBackwardEx', _ct.c_int, (cudnnHandle_t, _ct.c_int, _ct.c_int, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_double, _ct.c_void_p, _ct.c_void_p, cudnnActivationDescriptor_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t),
+    'cudnnBatchNormalizationBackwardEx', _ct.c_int, (cudnnHandle_t, cudnnBatchNormMode_t, cudnnBatchNormOps_t, _const_void_p, _const_void_p, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_double, _const_void_p, _const_void_p, cudnnActivationDescriptor_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t),
     'cudnnStatus_t cudnnBatchNormalizationBackwardEx(cudnnHandle_t handle, cudnnBatchNormMode_t mode, cudnnBatchNormOps_t bnOps, const void *alphaDataDiff, const void *betaDataDiff, const void *alphaParamDiff, const void *betaParamDiff, const cudnnTensorDescriptor_t xDesc, const void *xData, const cudnnTensorDescriptor_t yDesc, const void *yData, const cudnnTensorDescriptor_t dyDesc, const void *dyData, const cudnnTensorDescriptor_t dzDesc, void *dzData, const cudnnTensorDescriptor_t dxDesc, void *dxData, const cudnnTensorDescriptor_t dBnScaleBiasDesc, const void *bnScaleData, const void *bnBiasData, void *dBnScaleData, void *dBnBiasData, double epsilon, const void *savedMean, const void *savedInvVariance, cudnnActivationDescriptor_t activationDesc, void *workSpace, size_t workSpaceSizeInBytes, void *reserveSpace, size_t reserveSpaceSizeInBytes)',
     'Performs extended backward batch normalization with optional activation.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnGetNormalizationForwardTrainingWorkspaceSize = _function(
-    'cudnnGetNormalizationForwardTrainingWorkspaceSize', _ct.c_int, (cudnnHandle_t, _ct.c_int, _ct.c_int, _ct.c_int, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, _pointer(_ct.c_size_t), _ct.c_int),
+    'cudnnGetNormalizationForwardTrainingWorkspaceSize', _ct.c_int, (cudnnHandle_t, cudnnNormMode_t, cudnnNormOps_t, cudnnNormAlgo_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, _pointer(_ct.c_size_t), _ct.c_int),
     'cudnnStatus_t cudnnGetNormalizationForwardTrainingWorkspaceSize(cudnnHandle_t handle, cudnnNormMode_t mode, cudnnNormOps_t normOps, cudnnNormAlgo_t algo, const cudnnTensorDescriptor_t xDesc, const cudnnTensorDescriptor_t zDesc, const cudnnTensorDescriptor_t yDesc, const cudnnTensorDescriptor_t normScaleBiasDesc, const cudnnActivationDescriptor_t activationDesc, const cudnnTensorDescriptor_t normMeanVarDesc, size_t *sizeInBytes, int groupCnt)',
     'Returns the workspace size for normalization forward training.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnGetNormalizationBackwardWorkspaceSize = _function(
-    'cudnnGetNormalizationBackwardWorkspaceSize', _ct.c_int, (cudnnHandle_t, _ct.c_int, _ct.c_int, _ct.c_int, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, _pointer(_ct.c_size_t), _ct.c_int),
+    'cudnnGetNormalizationBackwardWorkspaceSize', _ct.c_int, (cudnnHandle_t, cudnnNormMode_t, cudnnNormOps_t, cudnnNormAlgo_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, _pointer(_ct.c_size_t), _ct.c_int),
     'cudnnStatus_t cudnnGetNormalizationBackwardWorkspaceSize(cudnnHandle_t handle, cudnnNormMode_t mode, cudnnNormOps_t normOps, cudnnNormAlgo_t algo, const cudnnTensorDescriptor_t xDesc, const cudnnTensorDescriptor_t yDesc, const cudnnTensorDescriptor_t dyDesc, const cudnnTensorDescriptor_t dzDesc, const cudnnTensorDescriptor_t dxDesc, const cudnnTensorDescriptor_t dNormScaleBiasDesc, const cudnnActivationDescriptor_t activationDesc, const cudnnTensorDescriptor_t normMeanVarDesc, size_t *sizeInBytes, int groupCnt)',
     'Returns the workspace size for normalization backward.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnGetNormalizationTrainingReserveSpaceSize = _function(
-    'cudnnGetNormalizationTrainingReserveSpaceSize', _ct.c_int, (cudnnHandle_t, _ct.c_int, _ct.c_int, _ct.c_int, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, _pointer(_ct.c_size_t), _ct.c_int),
+    'cudnnGetNormalizationTrainingReserveSpaceSize', _ct.c_int, (cudnnHandle_t, cudnnNormMode_t, cudnnNormOps_t, cudnnNormAlgo_t, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, _pointer(_ct.c_size_t), _ct.c_int),
     'cudnnStatus_t cudnnGetNormalizationTrainingReserveSpaceSize(cudnnHandle_t handle, cudnnNormMode_t mode, cudnnNormOps_t normOps, cudnnNormAlgo_t algo, const cudnnActivationDescriptor_t activationDesc, const cudnnTensorDescriptor_t xDesc, size_t *sizeInBytes, int groupCnt)',
     'Returns the reserve space size for normalization training.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnNormalizationForwardTraining = _function(
-    'cudnnNormalizationForwardTraining', _ct.c_int, (cudnnHandle_t, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_void_p, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p, _ct.c_double, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p, _ct.c_double, _ct.c_void_p, _ct.c_void_p, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t, _ct.c_int),
+    'cudnnNormalizationForwardTraining', _ct.c_int, (cudnnHandle_t, cudnnNormMode_t, cudnnNormOps_t, cudnnNormAlgo_t, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, _ct.c_double, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p, _ct.c_double, _ct.c_void_p, _ct.c_void_p, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t, _ct.c_int),
     'cudnnStatus_t cudnnNormalizationForwardTraining(cudnnHandle_t handle, cudnnNormMode_t mode, cudnnNormOps_t normOps, cudnnNormAlgo_t algo, const void *alpha, const void *beta, const cudnnTensorDescriptor_t xDesc, const void *xData, const cudnnTensorDescriptor_t normScaleBiasDesc, const void *normScale, const void *normBias, double exponentialAverageFactor, const cudnnTensorDescriptor_t normMeanVarDesc, void *resultRunningMean, void *resultRunningVariance, double epsilon, void *resultSaveMean, void *resultSaveInvVariance, cudnnActivationDescriptor_t activationDesc, const cudnnTensorDescriptor_t zDesc, const void *zData, const cudnnTensorDescriptor_t yDesc, void *yData, void *workspace, size_t workSpaceSizeInBytes, void *reserveSpace, size_t reserveSpaceSizeInBytes, int groupCnt)',
     'Performs normalization forward training with optional activation.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnNormalizationBackward = _function(
-    'cudnnNormalizationBackward', _ct.c_int, (cudnnHandle_t, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_double, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p, cudnnActivationDescriptor_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t, _ct.c_int),
+    'cudnnNormalizationBackward', _ct.c_int, (cudnnHandle_t, cudnnNormMode_t, cudnnNormOps_t, cudnnNormAlgo_t, _const_void_p, _const_void_p, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_double, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, cudnnActivationDescriptor_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t, _ct.c_int),
     'cudnnStatus_t cudnnNormalizationBackward(cudnnHandle_t handle, cudnnNormMode_t mode, cudnnNormOps_t normOps, cudnnNormAlgo_t algo, const void *alphaDataDiff, const void *betaDataDiff, const void *alphaParamDiff, const void *betaParamDiff, const cudnnTensorDescriptor_t xDesc, const void *xData, const cudnnTensorDescriptor_t yDesc, const void *yData, const cudnnTensorDescriptor_t dyDesc, const void *dyData, const cudnnTensorDescriptor_t dzDesc, void *dzData, const cudnnTensorDescriptor_t dxDesc, void *dxData, const cudnnTensorDescriptor_t dNormScaleBiasDesc, const void *normScaleData, const void *normBiasData, void *dNormScaleData, void *dNormBiasData, double epsilon, const cudnnTensorDescriptor_t normMeanVarDesc, const void *savedMean, const void *savedInvVariance, cudnnActivationDescriptor_t activationDesc, void *workSpace, size_t workSpaceSizeInBytes, void *reserveSpace, size_t reserveSpaceSizeInBytes, int groupCnt)',
     'Performs backward normalization.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
 
 cudnnSpatialTfGridGeneratorBackward = _function(
-    'cudnnSpatialTfGridGeneratorBackward', _ct.c_int, (cudnnHandle_t, cudnnSpatialTransformerDescriptor_t, _ct.c_void_p, _ct.c_void_p),
+    'cudnnSpatialTfGridGeneratorBackward', _ct.c_int, (cudnnHandle_t, cudnnSpatialTransformerDescriptor_t, _const_void_p, _ct.c_void_p),
     'cudnnStatus_t cudnnSpatialTfGridGeneratorBackward(cudnnHandle_t handle, const cudnnSpatialTransformerDescriptor_t stDesc, const void *dgrid, void *dtheta)',
     'Computes the gradient of the spatial transformer grid generator (backward).')
 
 cudnnSpatialTfSamplerBackward = _function(
-    'cudnnSpatialTfSamplerBackward', _ct.c_int, (cudnnHandle_t, cudnnSpatialTransformerDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p),
+    'cudnnSpatialTfSamplerBackward', _ct.c_int, (cudnnHandle_t, cudnnSpatialTransformerDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, _const_void_p, _ct.c_void_p),
     'cudnnStatus_t cudnnSpatialTfSamplerBackward(cudnnHandle_t handle, cudnnSpatialTransformerDescriptor_t stDesc, const void *alpha, const cudnnTensorDescriptor_t xDesc, const void *x, const void *beta, const cudnnTensorDescriptor_t dxDesc, void *dx, const void *alphaDgrid, const cudnnTensorDescriptor_t dyDesc, const void *dy, const void *grid, const void *betaDgrid, void *dgrid)',
     'Performs spatial transformer sampling backward.')
 
 cudnnDropoutBackward = _function(
-    'cudnnDropoutBackward', _ct.c_int, (cudnnHandle_t, cudnnDropoutDescriptor_t, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p, _ct.c_size_t),
+    'cudnnDropoutBackward', _ct.c_int, (cudnnHandle_t, cudnnDropoutDescriptor_t, cudnnTensorDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p, _ct.c_size_t),
     'cudnnStatus_t cudnnDropoutBackward(cudnnHandle_t handle, const cudnnDropoutDescriptor_t dropoutDesc, const cudnnTensorDescriptor_t dydesc, const void *dy, const cudnnTensorDescriptor_t dxdesc, void *dx, void *reserveSpace, size_t reserveSpaceSizeInBytes)',
     'Performs backward dropout.')
 

@@ -3,8 +3,9 @@
 import ctypes as _ct
 from enum import IntEnum as _IntEnum
 
-from .._binding import function as _function, pointer as _pointer
+from .._binding import function as _function, pointer as _pointer, const_void_p as _const_void_p
 from .cuda_types import cudaStream_t
+from .graph import cudnnDataType_t
 
 
 class cudnnCausalConv1dActivation_t(_IntEnum):
@@ -21,57 +22,57 @@ cudnnSubquadraticOpsVersionCheck = _function(
     'Check the version of the cuDNN SubquadraticOps library.')
 
 cudnnCausalConv1dForward = _function(
-    'cudnnCausalConv1dForward', _ct.c_int, (cudaStream_t, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int),
+    'cudnnCausalConv1dForward', _ct.c_int, (cudaStream_t, _const_void_p, _const_void_p, _const_void_p, _ct.c_void_p, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, cudnnDataType_t, cudnnCausalConv1dActivation_t),
     'cudnnStatus_t cudnnCausalConv1dForward(cudaStream_t stream, const void *x, const void *weight, const void *bias, void *y, int batch, int dim, int seqLen, int kernelSize, cudnnDataType_t dataType, cudnnCausalConv1dActivation_t activation)',
     'Compute a causal (left-padded) depthwise 1D convolution with optional SiLU activation.')
 
 cudnnCausalConv1dBackward = _function(
-    'cudnnCausalConv1dBackward', _ct.c_int, (cudaStream_t, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int),
+    'cudnnCausalConv1dBackward', _ct.c_int, (cudaStream_t, _const_void_p, _const_void_p, _const_void_p, _const_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, cudnnDataType_t, cudnnDataType_t, cudnnCausalConv1dActivation_t),
     'cudnnStatus_t cudnnCausalConv1dBackward(cudaStream_t stream, const void *x, const void *weight, const void *bias, const void *dy, void *dx, void *dweight, void *dbias, int batch, int dim, int seqLen, int kernelSize, cudnnDataType_t dataType, cudnnDataType_t dwDataType, cudnnCausalConv1dActivation_t activation)',
     'Compute gradients for causal depthwise 1D convolution.')
 
 cudnnCausalConv1dNwhForward = _function(
-    'cudnnCausalConv1dNwhForward', _ct.c_int, (cudaStream_t, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int),
+    'cudnnCausalConv1dNwhForward', _ct.c_int, (cudaStream_t, _const_void_p, _const_void_p, _const_void_p, _ct.c_void_p, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, cudnnDataType_t, cudnnCausalConv1dActivation_t),
     'cudnnStatus_t cudnnCausalConv1dNwhForward(cudaStream_t stream, const void *x, const void *weight, const void *bias, void *y, int batch, int dim, int seqLen, int kernelSize, cudnnDataType_t dataType, cudnnCausalConv1dActivation_t activation)',
     '')
 
 cudnnCausalConv1dNwhBackward = _function(
-    'cudnnCausalConv1dNwhBackward', _ct.c_int, (cudaStream_t, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int),
+    'cudnnCausalConv1dNwhBackward', _ct.c_int, (cudaStream_t, _const_void_p, _const_void_p, _const_void_p, _const_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, cudnnDataType_t, cudnnDataType_t, cudnnCausalConv1dActivation_t),
     'cudnnStatus_t cudnnCausalConv1dNwhBackward(cudaStream_t stream, const void *x, const void *weight, const void *bias, const void *dy, void *dx, void *dweight, void *dbias, int batch, int dim, int seqLen, int kernelSize, cudnnDataType_t dataType, cudnnDataType_t dwDataType, cudnnCausalConv1dActivation_t activation)',
     '')
 
 cudnnB2BCausalConv1dForward = _function(
-    'cudnnB2BCausalConv1dForward', _ct.c_int, (cudaStream_t, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int),
+    'cudnnB2BCausalConv1dForward', _ct.c_int, (cudaStream_t, _const_void_p, _const_void_p, _const_void_p, _const_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, cudnnDataType_t),
     'cudnnStatus_t cudnnB2BCausalConv1dForward(cudaStream_t stream, const void *x, const void *weightsProj, const void *weightsMixer, const void *skipBias, void *y, void *yGated, int batch, int dim, int seqLen, int kernelSizeProj, int kernelSizeMixer, cudnnDataType_t dataType)',
     '')
 
 cudnnB2BCausalConv1dBackward = _function(
-    'cudnnB2BCausalConv1dBackward', _ct.c_int, (cudaStream_t, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int),
+    'cudnnB2BCausalConv1dBackward', _ct.c_int, (cudaStream_t, _const_void_p, _const_void_p, _const_void_p, _const_void_p, _const_void_p, _const_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, cudnnDataType_t, cudnnDataType_t),
     'cudnnStatus_t cudnnB2BCausalConv1dBackward(cudaStream_t stream, const void *x, const void *weightsProj, const void *weightsMixer, const void *skipBias, const void *y, const void *dy, void *dx, void *dweightsProj, void *dweightsMixer, void *dskipBias, int batch, int dim, int seqLen, int kernelSizeProj, int kernelSizeMixer, cudnnDataType_t dataType, cudnnDataType_t dwDataType)',
     '')
 
 cudnnFFTCausalConv1dForward = _function(
-    'cudnnFFTCausalConv1dForward', _ct.c_int, (cudaStream_t, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int),
+    'cudnnFFTCausalConv1dForward', _ct.c_int, (cudaStream_t, _const_void_p, _const_void_p, _ct.c_void_p, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, cudnnDataType_t),
     'cudnnStatus_t cudnnFFTCausalConv1dForward(cudaStream_t stream, const void *x, const void *weight, void *y, int batch, int dim, int seqLen, int kernelSize, cudnnDataType_t dataType)',
     'Compute a causal depthwise 1D convolution using the medium FFT path.')
 
 cudnnFFTCausalConv1dBackward = _function(
-    'cudnnFFTCausalConv1dBackward', _ct.c_int, (cudaStream_t, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int),
+    'cudnnFFTCausalConv1dBackward', _ct.c_int, (cudaStream_t, _const_void_p, _const_void_p, _const_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, cudnnDataType_t),
     'cudnnStatus_t cudnnFFTCausalConv1dBackward(cudaStream_t stream, const void *x, const void *weight, const void *dy, void *dx, void *dweight, int batch, int dim, int seqLen, int kernelSize, cudnnDataType_t dataType)',
     'Compute gradients for medium FFT causal depthwise 1D convolution.')
 
 cudnnLongFFTCausalConv1dGetBufferSizes = _function(
-    'cudnnLongFFTCausalConv1dGetBufferSizes', _ct.c_int, (_ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _pointer(_ct.c_size_t), _pointer(_ct.c_size_t)),
+    'cudnnLongFFTCausalConv1dGetBufferSizes', _ct.c_int, (_ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, cudnnDataType_t, _pointer(_ct.c_size_t), _pointer(_ct.c_size_t)),
     'cudnnStatus_t cudnnLongFFTCausalConv1dGetBufferSizes(int batch, int dim, int seqLen, int kernelSize, cudnnDataType_t dataType, size_t *workspaceSizeInBytes, size_t *reserveSpaceSizeInBytes)',
     'Return workspace and reserve-space sizes for the long FFT causal conv1d path.')
 
 cudnnLongFFTCausalConv1dForward = _function(
-    'cudnnLongFFTCausalConv1dForward', _ct.c_int, (cudaStream_t, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t),
+    'cudnnLongFFTCausalConv1dForward', _ct.c_int, (cudaStream_t, _const_void_p, _const_void_p, _ct.c_void_p, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, cudnnDataType_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t),
     'cudnnStatus_t cudnnLongFFTCausalConv1dForward(cudaStream_t stream, const void *x, const void *weight, void *y, int batch, int dim, int seqLen, int kernelSize, cudnnDataType_t dataType, void *workspace, size_t workspaceSizeInBytes, void *reserveSpace, size_t reserveSpaceSizeInBytes)',
     'Compute a causal depthwise 1D convolution using the long FFT path.')
 
 cudnnLongFFTCausalConv1dBackward = _function(
-    'cudnnLongFFTCausalConv1dBackward', _ct.c_int, (cudaStream_t, _ct.c_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t),
+    'cudnnLongFFTCausalConv1dBackward', _ct.c_int, (cudaStream_t, _const_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_int, _ct.c_int, _ct.c_int, _ct.c_int, cudnnDataType_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t),
     'cudnnStatus_t cudnnLongFFTCausalConv1dBackward(cudaStream_t stream, const void *dy, void *dx, void *dweight, int batch, int dim, int seqLen, int kernelSize, cudnnDataType_t dataType, void *workspace, size_t workspaceSizeInBytes, void *reserveSpace, size_t reserveSpaceSizeInBytes)',
     'Compute gradients for long FFT causal depthwise 1D convolution.')
 

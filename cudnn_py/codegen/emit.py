@@ -22,12 +22,19 @@ def _used_names(h: model.Header) -> set[str]:
     exprs = [f.restype for f in h.functions] + [a for f in h.functions for a in f.argtypes]
     exprs += [t for s in h.structs for _, t in s.fields]
     exprs += [c.restype for c in h.callbacks] + [a for c in h.callbacks for a in c.argtypes]
-    return {n for e in exprs for n in _IDENT.findall(e) if n not in ("None", "POINTER")}
+    return {n for e in exprs for n in _IDENT.findall(e) if n not in ("None", "POINTER") and not n.startswith("_")}
 
 
-def _param(ctype: str) -> str:
-    """A parameter's ctypes type: pointers also take int addresses (see ``_binding.pointer``)."""
-    return "_pointer(" + ctype[len("_ct.POINTER("):] if ctype.startswith("_ct.POINTER(") else ctype
+def _binding_imports(h: model.Header) -> list[str]:
+    """What the module takes from ``cudnn_py._binding``, as ``name as _name`` import clauses."""
+    used = {n for f in h.functions for a in f.argtypes for n in _IDENT.findall(a)}
+    names = ["function"] if h.functions else []
+    names += [n for n in ("pointer", "array", "const_void_p") if "_" + n in used]
+    if any(not o.foreign for o in h.opaques):
+        names.append("Handle")
+    if any(o.foreign for o in h.opaques):
+        names.append("CudaHandle")
+    return [f"{n} as _{n}" for n in names]
 
 
 def _deprecated(h: model.Header) -> list[str]:
@@ -42,10 +49,9 @@ def module_source(version: str, h: model.Header, earlier: dict[str, str]) -> str
     out.append("import ctypes as _ct\n")
     if h.enums:
         out.append("from enum import IntEnum as _IntEnum\n")
-    if h.functions:
-        uses_pointer = any(_param(a) != a for f in h.functions for a in f.argtypes)
-        out.append("\nfrom .._binding import function as _function" +
-                   (", pointer as _pointer\n" if uses_pointer else "\n"))
+    binding = _binding_imports(h)
+    if binding:
+        out.append(f"\nfrom .._binding import {', '.join(binding)}\n")
     own = set(h.names())
     imports: dict[str, list[str]] = {}
     for name in sorted(_used_names(h) - own):
@@ -55,7 +61,8 @@ def module_source(version: str, h: model.Header, earlier: dict[str, str]) -> str
 
     for o in h.opaques:
         note = " Deprecated in cuDNN 9." if o.deprecated else ""
-        out.append(f'\n\nclass {o.name}(_ct.c_void_p):\n    """Opaque pointer to {o.target}.{note}"""\n')
+        base = "_CudaHandle" if o.foreign else "_Handle"
+        out.append(f'\n\nclass {o.name}({base}):\n    """Opaque pointer to {o.target}.{note}"""\n')
 
     for e in h.enums:
         out.append(f"\n\nclass {e.name}(_IntEnum):\n")
@@ -80,10 +87,10 @@ def module_source(version: str, h: model.Header, earlier: dict[str, str]) -> str
         out.extend(f"{d.name} = {d.value!r}\n" for d in h.defines)
 
     for f in h.functions:
-        argtypes = [_param(a) for a in f.argtypes]
-        args = ", ".join(argtypes) + ("," if len(argtypes) == 1 else "")
+        args = ", ".join(f.argtypes) + ("," if len(f.argtypes) == 1 else "")
         extra = (", checked=False" if not f.returns_status else "") + \
-                (f", deprecated={_q(f.deprecation or 'Deprecated in cuDNN 9.')}" if f.deprecated else "")
+                (f", deprecated={_q(f.deprecation or 'Deprecated in cuDNN 9.')}" if f.deprecated else "") + \
+                (f", lengths={tuple(f.lengths)!r}" if f.lengths else "")
         out.append(f"\n{f.name} = _function(\n    {_q(f.name)}, {f.restype}, ({args}),\n"
                    f"    {_q(f.prototype)},\n    {_q(f.brief)}{extra})\n")
 
@@ -117,9 +124,12 @@ Functions are bound on first call: one the loaded library lacks raises
     out.append(f"#: every object-like #define CUDNN_* constant\nDEFINES = {tuple(d.name for h in headers for d in h.defines)!r}\n")
     out.append("#: every name the headers mark CUDNN_DEPRECATED / CUDNN_DEPRECATED_ENUM\n")
     out.append(f"DEPRECATED = {' | '.join(f'_d{i}' for i in range(len(headers)))}\n")
-    out.append("\n# functions older cuDNN had: calling one raises an error that names its replacement\n")
-    out.append("from ..removed import REMOVED as _REMOVED, RemovedFunction as _RemovedFunction\n\n")
-    out.append("globals().update((_name, _RemovedFunction(_name)) for _name in _REMOVED if _name not in FUNCTIONS)\n")
+    out.append("\n# what older cuDNN had: functions (calling one raises an error that names its replacement), enums and\n"
+               "# handle types (so a port reaches that error); names the headers declare again are left alone\n")
+    out.append("from ..removed import stand_ins as _stand_ins\n\n")
+    out.append("_REMOVED = _stand_ins(globals())\nglobals().update(_REMOVED)\n")
+    names = sorted({n for h in headers for n in h.names()})
+    out.append(f"\n__all__ = {names!r} + sorted(_REMOVED)\n")
     return "".join(out)
 
 

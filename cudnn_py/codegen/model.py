@@ -23,6 +23,7 @@ class Opaque:
     name: str                           # e.g. cudnnTensorDescriptor_t
     target: str                         # what it points to, e.g. "struct cudnnTensorStruct"
     deprecated: bool = False
+    foreign: bool = False               # a CUDA type (cudaStream_t): its parameters also take int handles
 
 
 @dataclass
@@ -37,9 +38,11 @@ class Callback:
 class Function:
     name: str
     restype: str                        # ctypes expression
-    argtypes: list[str]                 # ctypes expressions
+    argtypes: list[str]                 # parameter types as the binding takes them (see parse._Reader.param_type)
     prototype: str                      # the C declaration, one line
     returns_status: bool
+    params: list[str] = field(default_factory=list)  # parameter names
+    lengths: list[tuple[str, ...]] = field(default_factory=list)  # (array, count[, attribute type]): see lengths.py
     deprecated: bool = False
     brief: str = ""
     deprecation: str = ""               # the header's @deprecated text

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from pycparser import c_ast, c_parser
 
-from . import model
+from . import lengths, model
 
 #: header file -> capi module, in include order (a module may use names of those before it)
 HEADERS = {
@@ -175,6 +175,24 @@ class _Reader:
             raise HeaderError(f"bare function type at {node.coord}")
         raise HeaderError(f"unsupported declarator {type(node).__name__} at {node.coord}")
 
+    def param_type(self, node) -> str:
+        """A parameter's type as the binding takes it (see ``cudnn_py._binding``): enum and handle types by name
+        (checked per type), ``_pointer(T)`` for a pointer C may write through, ``_array(T)`` for a pointer to
+        const (also takes a sequence), ``_const_void_p`` for ``const void *``; otherwise the ctypes type."""
+        if isinstance(node, c_ast.TypeDecl) and isinstance(node.type, c_ast.IdentifierType):
+            name = " ".join(n for n in node.type.names if n not in ("const", "volatile"))
+            if name in self.enum_names:
+                return name
+        ctype = self.ctype(node)
+        if isinstance(node, (c_ast.PtrDecl, c_ast.ArrayDecl)):
+            inner = node.type
+            const = isinstance(inner, c_ast.TypeDecl) and "const" in (inner.quals or [])
+            if ctype == "_ct.c_void_p":
+                return "_const_void_p" if const else ctype
+            if ctype.startswith("_ct.POINTER("):
+                return f"{'_array' if const else '_pointer'}({ctype[len('_ct.POINTER('):-1]})"
+        return ctype
+
     def field_ctype(self, node) -> str:
         if isinstance(node, c_ast.ArrayDecl) and node.dim is not None:
             return f"({self.ctype(node.type)} * {self.evaluate(node.dim)})"
@@ -220,7 +238,7 @@ class _Reader:
             else:
                 return
             self.opaque_names.add(node.name)
-            header.opaques.append(model.Opaque(node.name, target))
+            header.opaques.append(model.Opaque(node.name, target, foreign=header.module == "cuda_types"))
 
     def enum(self, name: str, node: c_ast.Enum, header: model.Header):
         members, value = [], -1
@@ -242,8 +260,10 @@ class _Reader:
         fd = node.type
         restype = self.ctype(fd.type)
         ret_name = _render_type(fd.type)
-        args = [self.ctype(p.type) for p in self.params(fd)]
-        return model.Function(node.name, restype, args, _render(node), ret_name == "cudnnStatus_t")
+        params = self.params(fd)
+        names = [p.name or f"arg{i}" for i, p in enumerate(params)]
+        args = [self.param_type(p.type) for p in params]
+        return model.Function(node.name, restype, args, _render(node), ret_name == "cudnnStatus_t", params=names)
 
 
 def _render_type(node) -> str:
@@ -303,6 +323,7 @@ def read_headers(include_dir: Path, stubs: Path) -> tuple[str, list[model.Header
         for e in h.enums:
             e.deprecated_members = {m for m, _ in e.members if m in dep_enums}
 
+    lengths.attach([fn for h in headers.values() for fn in h.functions])
     version = "{CUDNN_MAJOR}.{CUDNN_MINOR}.{CUDNN_PATCHLEVEL}".format(
         **{d.name: d.value for d in headers["cudnn_version.h"].defines})
     merged: dict[str, model.Header] = {}
