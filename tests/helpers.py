@@ -1,8 +1,11 @@
 """Stand-ins for CPU tests of validation: they fail the test if a call ever reaches cuDNN."""
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
+from cudnn_py import memory
 from cudnn_py.memory import DeviceArray
 
 
@@ -33,3 +36,42 @@ def numeric_gradient(loss, arr: np.ndarray, eps: float = 1e-6) -> np.ndarray:
         arr[i] = old
         g[i] = (up - down) / (2 * eps)
     return g
+
+
+def poison_byte(dtype) -> int:
+    """The byte a fresh allocation of ``dtype`` is filled with: 0xFF makes every float format NaN (float64/32/16,
+    bfloat16, fp8), 0x7F makes ints a large sentinel (int8 127, int32 0x7F7F7F7F) no test expects."""
+    return 0xFF if np.dtype(dtype).kind == "f" else 0x7F
+
+
+def poison(a: DeviceArray) -> DeviceArray:
+    """Fill the bytes ``a`` spans with :func:`poison_byte` on its stream; returns ``a``."""
+    if a.size:
+        span = 1 + sum((n - 1) * s for n, s in zip(a.shape, a.strides))  # non-negative strides (DeviceArray's rule)
+        raw = DeviceArray(a.ptr, (span * a.dtype.itemsize,), np.uint8, device_id=a.device_id, owner=a,
+                          stream=a.stream)
+        raw.fill_(poison_byte(a.dtype))
+    return a
+
+
+def poisoned(shape, dtype=np.float32, stream=None, *, device=None) -> DeviceArray:
+    """A new device array filled with NaN (floats) or the int sentinel: an output element the call under test
+    does not write fails the comparison instead of passing on stale memory."""
+    return poison(memory.empty(shape, dtype, stream, device=device))
+
+
+@contextlib.contextmanager
+def poisoned_allocations():
+    """Inside the block every device allocation of cudnn_py (``empty``, the outputs and scratch buffers the library
+    allocates itself, workspaces) is poisoned first, so that an output cuDNN never writes cannot pass by holding
+    stale values of an earlier run (the memory pool hands freed blocks back)."""
+    real = memory._allocate
+
+    def allocate(shape, dtype, stream, device):
+        return poison(real(shape, dtype, stream, device))
+
+    memory._allocate = allocate
+    try:
+        yield
+    finally:
+        memory._allocate = real

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from cudnn_py import capi
 from cudnn_py.descriptors import _ints
+from cudnn_py.dtypes import cudnn_dtype
 from cudnn_py.handle import handle_cache
 from cudnn_py.memory import DeviceArray, as_array, empty
 
@@ -18,10 +20,33 @@ from .execute import _handle_device
 from .errors import GraphNotSupportedError
 from .graph import Graph, _packed_strides
 
-__all__ = ["conv_forward", "conv_backward_data", "conv_backward_filter", "ACTIVATIONS", "conv_cache_clear"]
+__all__ = ["conv_forward", "conv_backward_data", "conv_backward_filter", "ACTIVATIONS", "DTYPES", "REFUSED_DTYPES",
+           "conv_cache_clear"]
 
 #: activation name -> Graph method applied after the (bias-added) convolution
 ACTIVATIONS = ("relu", "gelu", "silu", "tanh", "sigmoid")
+
+#: data dtypes these calls run, each checked against a float64 reference on the GPU (tests/matrix.py)
+DTYPES = ("float32", "float16", "bfloat16")
+#: dtypes refused before anything is built, with the reason
+REFUSED_DTYPES = {
+    "float64": "cuDNN's double convolution engines read the operation's alpha/beta as doubles while the graph "
+               "lowering sets them as floats, so a plan builds and executes but writes garbage (issue 13); use "
+               "engine='legacy' (cudnn_py.convolution_forward & co.) for float64",
+}
+
+
+def _check_dtypes(kind: str, dtypes, compute_dtype) -> None:
+    """Refuse data or compute dtypes these graph convolutions are not verified for, before any graph is built."""
+    for name, dt in dtypes:
+        dname = np.dtype(dt).name
+        if dname in REFUSED_DTYPES:
+            raise TypeError(f"{kind}: {name} is {dname}, which the graph convolution refuses: {REFUSED_DTYPES[dname]}")
+        if dname not in DTYPES:
+            raise TypeError(f"{kind}: {name} is {dname}; the graph convolution runs {', '.join(DTYPES)} data")
+    if compute_dtype is not None and cudnn_dtype(compute_dtype) != capi.CUDNN_DATA_FLOAT:
+        raise TypeError(f"{kind}: compute_dtype {compute_dtype!r} is not verified for graph convolutions; leave it None "
+                        f"(float32 accumulation)")
 
 
 def conv_cache_clear(handle) -> None:
@@ -105,6 +130,8 @@ def conv_forward(handle, x, w, *, padding=0, stride=1, dilation=1, bias=None, ac
            compute_dtype, None if ya is None else ya.strides, str(conv_mode), autotune)
 
     def make():
+        _check_dtypes("conv_forward", (("x", xa.dtype), ("w", wa.dtype)) + (() if ba is None else (("bias", ba.dtype),))
+                      + (() if ya is None else (("y", ya.dtype),)), compute_dtype)
         g = Graph(io_dtype=xa.dtype, compute_dtype=compute_dtype or _compute_dtype(xa.dtype), name="conv_fprop")
         tx, tw = g.tensor_like(xa, "x"), g.tensor_like(wa, "w")
         fused = ba is not None or activation is not None
@@ -149,6 +176,8 @@ def _backward(kind: str, handle, dy, other, out, out_shape, *, padding, stride, 
            compute_dtype, None if outa is None else outa.strides, str(conv_mode), autotune)
 
     def make():
+        _check_dtypes(f"conv_{kind}", (("dy", dya.dtype), (other_name, oa.dtype))
+                      + (() if outa is None else ((out_name, outa.dtype),)), compute_dtype)
         g = Graph(io_dtype=dya.dtype, compute_dtype=compute_dtype or _compute_dtype(dya.dtype), name=f"conv_{kind}")
         tdy, to = g.tensor_like(dya, "dy"), g.tensor_like(oa, other_name)
         res = getattr(g, f"conv_{kind}")(tdy, to, padding, stride, dilation, alpha=alpha, beta=beta,

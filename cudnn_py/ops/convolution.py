@@ -198,7 +198,14 @@ def _unit(shape, strides):
     return shape[:2] + (1,) + shape[2:], strides[:2] + (strides[2] * shape[2],) + strides[2:]
 
 
+#: data dtypes the legacy calls run, each checked against a float64 reference on the GPU (tests/matrix.py); int8
+#: runs cuDNN's INT8 configurations (int32 accumulation, y int8 or float32; cuDNN needs channels-last data)
+DTYPES = ("float32", "float16", "bfloat16", "float64", "int8")
+
+
 def _check_dtypes(xd, wd, yd):
+    if xd.name not in DTYPES:
+        raise TypeError(f"x is {xd}; the legacy convolution runs {', '.join(DTYPES)} data")
     if xd != wd:
         raise TypeError(f"x is {xd} but w is {wd}; they must have the same dtype")
     if yd != xd and not (xd == np.int8 and yd == np.float32):
@@ -424,10 +431,10 @@ def _find_records(handle, g: _Geometry, direction: str, limit, in_ptrs):
         except CudnnError:  # unsupported here; Find will say so in its records
             continue
     stream = handle.stream
-    scratch = empty((_c_nbytes(g, direction),), np.uint8, stream=stream)
+    scratch = empty((_c_nbytes(g, direction),), np.uint8, stream=stream, device=handle.device)
     a_ptr, b_ptr = in_ptrs
     if g.asym and direction != "backward_data":
-        pad_x = zeros((g.xp_size,), g.np_dtype, stream=stream)
+        pad_x = zeros((g.xp_size,), g.np_dtype, stream=stream, device=handle.device)
         a_ptr = pad_x.ptr
     ws_ptr, ws_bytes = _find_workspace(handle, needs, limit)
     return _alg.find_algorithms_ex(handle, direction, a, a_ptr, b, b_ptr, conv_desc, c, scratch.ptr,
@@ -478,6 +485,9 @@ def _geometry(handle, conv: Convolution, x, w, y) -> _Geometry:
 
 def _plan(handle, key, direction, conv, arrays, spec, deterministic, workspace_limit, in_ptrs):
     """Build (validate, describe, choose the algorithm) and remember the plan for ``key``."""
+    if direction != "forward" and arrays[0][2] == np.int8:
+        raise TypeError(f"int8 convolutions run forward only (cuDNN's INT8 configurations); {direction} needs "
+                        f"float16, bfloat16, float32 or float64 data")
     g = _geometry(handle, conv, *arrays)  # arrays: x, w, y signatures by forward roles (y may be None)
     p = _Plan()
     p.g = g
@@ -553,7 +563,7 @@ def _ready(handle, key, direction, conv, arrays, spec, deterministic, workspace_
 
 def _pad_input(handle, g: _Geometry, x_ptr: int):
     """A zero-padded device copy of x for asymmetric padding (keep it alive until the work is queued)."""
-    xp = zeros((g.xp_size,), g.np_dtype, stream=handle.stream)
+    xp = zeros((g.xp_size,), g.np_dtype, stream=handle.stream, device=handle.device)
     one, zero, _, _ = _scalars(g.dtype == capi.CUDNN_DATA_DOUBLE, 1.0, 0.0)
     capi.cudnnTransformTensor(handle.ptr, one, g.x_orig_desc.ptr, x_ptr, zero, g.interior_desc.ptr,
                               xp.ptr + g.interior_offset)
@@ -583,7 +593,7 @@ def convolution_forward(handle, conv: Convolution, x, w, y=None, *, algo: Any = 
         p = _plan(handle, key, "forward", conv, (xs, ws, ys), algo, deterministic, workspace_limit, (x_ptr, w_ptr))
         ws_ptr = handle.workspace.get(p.ws, handle.stream) if p.ws else None
     if y is None:
-        y = empty(p.g.out_shape, p.g.np_y_dtype, stream=handle.stream)
+        y = empty(p.g.out_shape, p.g.np_y_dtype, stream=handle.stream, device=handle.device)
         y_ptr = y.ptr
     xp = _pad_input(handle, p.g, x_ptr) if p.g.asym else None
     al, be = (p.one, p.zero) if alpha == 1.0 and beta == 0.0 else _scalars(p.double, alpha, beta)[:2]
@@ -636,10 +646,10 @@ def convolution_backward_data(handle, conv: Convolution, w, dy, dx=None, *, x_sh
                        (w_ptr, dy_ptr))
     g = p.g
     if dx is None:
-        dx = empty(xs[0], xs[2], stream=handle.stream)
+        dx = empty(xs[0], xs[2], stream=handle.stream, device=handle.device)
         dx_ptr = dx.ptr
     if g.asym:  # gradient of the padded x, then its interior blended into dx
-        dxp = empty((g.xp_size,), g.np_dtype, stream=handle.stream)
+        dxp = empty((g.xp_size,), g.np_dtype, stream=handle.stream, device=handle.device)
         one, zero, _, _ = _scalars(p.double, 1.0, 0.0)
         p.fn(handle.ptr, one, p.a, w_ptr, p.b, dy_ptr, p.conv_desc, p.algo, ws_ptr, p.ws, zero, p.c, dxp.ptr)
         al, be, _, _ = _scalars(g.dtype == capi.CUDNN_DATA_DOUBLE, alpha, beta)
@@ -677,7 +687,7 @@ def convolution_backward_filter(handle, conv: Convolution, x, dy, dw=None, *, w_
     p, ws_ptr = _ready(handle, key, "backward_filter", conv, (xs, ws, dys), algo, deterministic, workspace_limit,
                        (x_ptr, dy_ptr))
     if dw is None:
-        dw = empty(ws[0], ws[2], stream=handle.stream)
+        dw = empty(ws[0], ws[2], stream=handle.stream, device=handle.device)
         dw_ptr = dw.ptr
     xp = _pad_input(handle, p.g, x_ptr) if p.g.asym else None
     al, be, _, _ = _scalars(p.double, alpha, beta)
@@ -700,7 +710,7 @@ def convolution_backward_bias(handle, dy, db=None, *, alpha: float = 1.0, beta: 
         got = _remember(key, _bias_plan(handle, dys, dbs, layout, "db"))
     dy_desc, db_desc, db_shape, double, _ = got
     if db is None:
-        db = empty(db_shape, dys[2], stream=handle.stream)
+        db = empty(db_shape, dys[2], stream=handle.stream, device=handle.device)
         db_ptr = db.ptr
     al, be, _, _ = _scalars(double, alpha, beta)
     capi.cudnnConvolutionBackwardBias(handle.ptr, al, dy_desc, dy_ptr, be, db_desc, db_ptr)
@@ -775,7 +785,7 @@ def convolution_bias_activation_forward(handle, conv: Convolution, x, w, bias, *
     p, ws_ptr = _ready(handle, key, "forward", conv, (xs, ws, ys), algo, deterministic, workspace_limit,
                        (x_ptr, w_ptr))
     if y is None:
-        y = empty(p.g.out_shape, p.g.np_y_dtype, stream=handle.stream)
+        y = empty(p.g.out_shape, p.g.np_y_dtype, stream=handle.stream, device=handle.device)
         ys, y_ptr = _arg(y, "y")
     bkey = ("bias", ys, bs, conv.layout, handle.device)
     bplan = _PLANS.get(bkey)
