@@ -41,24 +41,30 @@ def alibi_slopes(heads: int) -> np.ndarray:
     return np.array([2.0 ** (-8.0 * e / n) for e in exps], np.float32)
 
 
-def _arr(obj, name: str) -> DeviceArray:
-    return obj if type(obj) is DeviceArray else as_array(obj, name)
+def _dev(obj, name: str):
+    """A device tensor argument and its (shape, strides, dtype name): a DeviceArray or a CUDA torch tensor as
+    itself (read without a DLPack round trip; the executor takes both), anything else as a DeviceArray view."""
+    if type(obj) is DeviceArray:
+        return obj, (obj.shape, obj.strides, obj.dtype.name)
+    if getattr(obj, "is_cuda", False) and callable(getattr(obj, "stride", None)):  # torch
+        return obj, (tuple(obj.shape), tuple(obj.stride()), str(obj.dtype).replace("torch.", ""))
+    a = as_array(obj, name)
+    return a, (a.shape, a.strides, a.dtype.name)
 
 
-def _opt(obj, name: str, shape4=None) -> DeviceArray | None:
-    """An optional device argument; 1-D per-batch vectors (seq lens) become (B, 1, 1, 1)."""
+def _opt(obj, name: str, per_batch: bool = False):
+    """An optional device argument (object, meta), or (None, None); ``per_batch``: a 1-D vector (sequence lengths)
+    becomes (B, 1, 1, 1)."""
     if obj is None:
-        return None
-    a = _arr(obj, name)
-    if shape4 is not None and a.ndim == 1:
+        return None, None
+    a, meta = _dev(obj, name)
+    if per_batch and len(meta[0]) == 1:
+        a = as_array(a, name)
         if not a.is_contiguous:
             raise ValueError(f"{name} must be packed")
         a = a.reshape(a.shape[0], 1, 1, 1)
-    return a
-
-
-def _sig(a: DeviceArray | None):
-    return None if a is None else (a.shape, a.strides, a.dtype)
+        meta = (a.shape, a.strides, a.dtype.name)
+    return a, meta
 
 
 def _new_out(handle, shape, dtype, strides) -> DeviceArray:
@@ -69,10 +75,15 @@ def _new_out(handle, shape, dtype, strides) -> DeviceArray:
     return DeviceArray(buf.ptr, shape, dtype, strides, device_id=buf.device_id, owner=buf)
 
 
-def _check_out(out, name, shape, dtype) -> DeviceArray:
-    a = _arr(out, name)
-    if a.shape != tuple(shape) or a.dtype != dtype:
-        raise ValueError(f"{name} must have shape {tuple(shape)} and dtype {dtype}, got {a.shape} {a.dtype}")
+def _out(handle, given, name, spec):
+    """The caller's output ``given`` ((object, meta) from :func:`_opt`) checked against the plan's output ``spec``
+    (shape, dtype, strides; the strides are in the cache key), or a new array for it."""
+    shape, dtype, strides = spec
+    a, meta = given
+    if a is None:
+        return _new_out(handle, shape, dtype, strides)
+    if meta[0] != shape or meta[2] != dtype.name:
+        raise ValueError(f"{name} must have shape {shape} and dtype {dtype}, got {meta[0]} {meta[2]}")
     return a
 
 
@@ -81,7 +92,7 @@ def _scalar_i64(handle, value, name) -> DeviceArray:
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         return to_device(np.array([[[[value]]]], np.int64), stream=getattr(handle, "stream", None),
                          device=_handle_device(handle))
-    a = _arr(value, name)
+    a = as_array(value, name)
     if a.size != 1 or a.dtype != np.int64:
         raise TypeError(f"{name} must be an int or a one-element int64 device tensor, got {a.shape} {a.dtype}")
     return a.reshape(1, 1, 1, 1) if a.shape != (1, 1, 1, 1) else a
@@ -92,10 +103,11 @@ class _Args:
 
     def __init__(self, handle, q, k, v, *, scale, causal, diagonal_alignment, left_bound, right_bound, bias,
                  seq_len_q, seq_len_kv, alibi, dropout, seed, offset, implementation, autotune):
-        self.q, self.k, self.v = _arr(q, "q"), _arr(k, "k"), _arr(v, "v")
-        self.bias = _opt(bias, "bias")
-        self.seq_len_q, self.seq_len_kv = _opt(seq_len_q, "seq_len_q", 4), _opt(seq_len_kv, "seq_len_kv", 4)
-        hq = self.q.shape[1] if self.q.ndim == 4 else 1
+        (self.q, mq), (self.k, mk), (self.v, mv) = _dev(q, "q"), _dev(k, "k"), _dev(v, "v")
+        self.bias, mb = _opt(bias, "bias")
+        (self.seq_len_q, msq), (self.seq_len_kv, mskv) = (_opt(seq_len_q, "seq_len_q", True),
+                                                           _opt(seq_len_kv, "seq_len_kv", True))
+        hq = mq[0][1] if len(mq[0]) == 4 else 1
         if alibi is True:
             self.alibi = ("standard", hq)
         elif alibi is None or alibi is False:
@@ -116,8 +128,8 @@ class _Args:
                             left_bound=left_bound, right_bound=right_bound, dropout=self.dropout,
                             implementation=implementation)
         self.autotune = bool(autotune)
-        self.key = (_sig(self.q), _sig(self.k), _sig(self.v), _sig(self.bias), _sig(self.seq_len_q),
-                    _sig(self.seq_len_kv), self.alibi, self.seed is not None,
+        self.hq = hq
+        self.key = (mq, mk, mv, mb, msq, mskv, self.alibi, self.seed is not None,
                     tuple(sorted((n, repr(x)) for n, x in self.options.items())), self.autotune)
 
     def graph_inputs(self, g: Graph, handle) -> tuple[dict, list, list]:
@@ -134,8 +146,7 @@ class _Args:
                 tensors.append(kw[n])
                 arrays.append(a)
         if self.alibi is not None:
-            slopes = alibi_slopes(self.q.shape[1]) if self.alibi[0] == "standard" else np.array(self.alibi[1],
-                                                                                                   np.float32)
+            slopes = alibi_slopes(self.hq) if self.alibi[0] == "standard" else np.array(self.alibi[1], np.float32)
             dev = to_device(slopes.reshape(1, -1, 1, 1), stream=getattr(handle, "stream", None),
                             device=_handle_device(handle))
             kw["alibi_slopes"] = g.tensor_like(dev, "alibi_slopes")
@@ -208,33 +219,28 @@ def sdpa(handle, q, k, v, *, scale: float | None = None, causal: bool = False,
                  left_bound=left_bound, right_bound=right_bound, bias=bias, seq_len_q=seq_len_q,
                  seq_len_kv=seq_len_kv, alibi=alibi, dropout=dropout, seed=seed, offset=offset,
                  implementation=implementation, autotune=autotune)
-    oa = None if o is None else _arr(o, "o")
+    given = [_opt(o, "o"), _opt(stats, "stats")]
     want_stats = return_stats = return_stats or stats is not None
-    key = ("fwd", args.key, want_stats, _sig(oa))
+    key = ("fwd", args.key, want_stats, given[0][1])
 
     def make():
         g = _graph(args, "sdpa")
         kw, tensors, arrays = args.graph_inputs(g, handle)
         to, ts = g.sdpa(*tensors[:3], generate_stats=want_stats, **kw, **args.options)
-        if oa is not None:
-            if oa.shape != to.shape:
-                raise ValueError(f"o must have shape {to.shape}, got {oa.shape}")
-            to.strides = oa.strides
+        if given[0][1] is not None:
+            if given[0][1][0] != to.shape:
+                raise ValueError(f"o must have shape {to.shape}, got {given[0][1][0]}")
+            to.strides = given[0][1][1]
         outs = [to.set_output(True).set_name("o")]
         if want_stats:
             outs.append(ts.set_output(True).set_name("stats"))
         ex = _plan(g, handle, tensors + outs, arrays, outs, args.autotune)
         return ex, arrays[len(args.call_arrays()):], [(t.shape, t.np_dtype, t.strides) for t in outs]
 
-    ex, consts, outs = _runner(handle, key, make)
-    (oshape, odt, ostr) = outs[0]
-    oa = _new_out(handle, oshape, odt, ostr) if oa is None else _check_out(oa, "o", oshape, odt)
-    res = [oa]
-    if want_stats:
-        sshape, sdt, sstr = outs[1]
-        res.append(_new_out(handle, sshape, sdt, sstr) if stats is None else _check_out(stats, "stats", sshape, sdt))
+    ex, consts, specs = _runner(handle, key, make)
+    res = [_out(handle, x, n, spec) for x, n, spec in zip(given, ("o", "stats"), specs)]
     ex(*args.call_arrays(), *consts, *res)
-    return (oa, res[1]) if return_stats else oa
+    return tuple(res) if return_stats else res[0]
 
 
 def sdpa_backward(handle, q, k, v, o, do, stats, *, scale: float | None = None, causal: bool = False,
@@ -257,20 +263,20 @@ def sdpa_backward(handle, q, k, v, o, do, stats, *, scale: float | None = None, 
                  left_bound=left_bound, right_bound=right_bound, bias=bias, seq_len_q=seq_len_q,
                  seq_len_kv=seq_len_kv, alibi=alibi, dropout=dropout, seed=seed, offset=offset,
                  implementation=implementation, autotune=autotune)
-    oa, doa, sa = _arr(o, "o"), _arr(do, "do"), _arr(stats, "stats")
-    given = [None if x is None else _arr(x, n) for x, n in ((dq, "dq"), (dk, "dk"), (dv, "dv"), (dbias, "dbias"))]
-    key = ("bwd", args.key, _sig(oa), _sig(doa), _sig(sa), bool(return_dbias), tuple(map(_sig, given)))
+    (oa, mo), (doa, mdo), (sa, ms) = _dev(o, "o"), _dev(do, "do"), _dev(stats, "stats")
+    given = [_opt(x, n) for x, n in ((dq, "dq"), (dk, "dk"), (dv, "dv"), (dbias, "dbias"))]
+    key = ("bwd", args.key, mo, mdo, ms, bool(return_dbias), tuple(m for _, m in given))
 
     def make():
         g = _graph(args, "sdpa_backward")
         kw, tensors, arrays = args.graph_inputs(g, handle)
         extra = [g.tensor_like(oa, "o"), g.tensor_like(doa, "do"), g.tensor_like(sa, "stats")]
         grads = g.sdpa_backward(*tensors[:3], *extra, dbias=return_dbias, name="sdpa_bwd", **kw, **args.options)
-        for t, a, n in zip(grads, given, ("dq", "dk", "dv", "dbias")):
-            if a is not None:
-                if a.shape != t.shape:
-                    raise ValueError(f"{n} must have shape {t.shape}, got {a.shape}")
-                t.strides = a.strides
+        for t, (_, meta), n in zip(grads, given, ("dq", "dk", "dv", "dbias")):
+            if meta is not None:
+                if meta[0] != t.shape:
+                    raise ValueError(f"{n} must have shape {t.shape}, got {meta[0]}")
+                t.strides = meta[1]
             t.set_output(True).set_name(n)
         scratch = sdpa_scratch(g)
         scratch_arrays = [_new_out(handle, t.shape, t.np_dtype, t.strides) for t in scratch]
@@ -279,9 +285,7 @@ def sdpa_backward(handle, q, k, v, o, do, stats, *, scale: float | None = None, 
                    args.autotune)
         return ex, arrays[len(args.call_arrays()):], scratch_arrays, [(t.shape, t.np_dtype, t.strides) for t in grads]
 
-    ex, consts, scratch_arrays, outs = _runner(handle, key, make)
-    res = []
-    for (shape, dt, strides), a, n in zip(outs, given, ("dq", "dk", "dv", "dbias")):
-        res.append(_new_out(handle, shape, dt, strides) if a is None else _check_out(a, n, shape, dt))
+    ex, consts, scratch_arrays, specs = _runner(handle, key, make)
+    res = [_out(handle, x, n, spec) for x, n, spec in zip(given, ("dq", "dk", "dv", "dbias"), specs)]
     ex(*args.call_arrays(), *consts, oa, doa, sa, *scratch_arrays, *res)
     return tuple(res)

@@ -28,7 +28,7 @@ def _fold_heads(g, h):
     return g.reshape(b, h, hq // h, *g.shape[2:]).sum(axis=2)
 
 
-def keep_mask(b, hq, sq, skv, *, causal=False, alignment="top_left", left_bound=None, right_bound=None,
+def keep_mask(b, hq, sq, skv, *, causal=False, diagonal_alignment="top_left", left_bound=None, right_bound=None,
               seq_len_q=None, seq_len_kv=None):
     """Boolean (B, 1, Sq, Skv): which scores survive the band and padding masks."""
     if causal:
@@ -37,7 +37,7 @@ def keep_mask(b, hq, sq, skv, *, causal=False, alignment="top_left", left_bound=
     lk = np.full(b, skv) if seq_len_kv is None else np.asarray(seq_len_kv).reshape(b)
     i = np.arange(sq)[None, :, None]
     j = np.arange(skv)[None, None, :]
-    shift = (lk - lq)[:, None, None] if alignment == "bottom_right" else np.zeros((b, 1, 1), int)
+    shift = (lk - lq)[:, None, None] if diagonal_alignment == "bottom_right" else np.zeros((b, 1, 1), int)
     keep = np.ones((b, sq, skv), bool)
     if right_bound is not None:
         keep &= j <= i + shift + right_bound

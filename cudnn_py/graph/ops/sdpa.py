@@ -3,9 +3,10 @@
 cuDNN runs attention as fused engines that recognise a pattern of backend operations (the "composite" form:
 ``Q @ K^T``, scale, bias/ALiBi, masks built from ``gen_index``/compare/``binary_select``, a softmax spelled as
 max/sub/exp/sum/div with the log-sum-exp statistics, Philox dropout through an RNG operation, ``P @ V``; the
-backward likewise). cuDNN 9.13+ also has one unified ``OPERATION_SDPA_FWD`` descriptor (9.17+ ``..._BWD``) that
-takes fewer options. :class:`SdpaForward` and :class:`SdpaBackward` lower to either form; which has engines for
-which option on which cuDNN is recorded in docs/attention.md.
+backward likewise). cuDNN 9.13+ also has one unified ``OPERATION_SDPA_FWD`` descriptor that takes fewer options.
+:class:`SdpaForward` lowers to either form, :class:`SdpaBackward` to the composite one (measured on cuDNN 9.19:
+the unified ``OPERATION_SDPA_BWD`` has no engines, its operation graph fails to finalize); docs/attention.md
+records which form has engines for which option.
 
 Shapes are logical ``(B, H, S, D)`` with any strides whose head dim is packed (stride 1): BHSD, BSHD and
 interleaved QKV are strides of the same logical tensors. K and V may have fewer heads than Q (grouped-query and
@@ -34,12 +35,11 @@ _FP8 = tuple(getattr(_DT, n) for n in ("CUDNN_DATA_FP8_E4M3", "CUDNN_DATA_FP8_E5
 #: diagonal alignments of the causal / sliding-window bands
 ALIGNMENTS = ("top_left", "bottom_right")
 #: ``implementation=`` values: 'composite' (the pattern of primitive operations), 'unified' (the one
-#: ``OPERATION_SDPA_*`` descriptor; fewer options), 'auto' (see :func:`_auto_implementation`)
+#: ``OPERATION_SDPA_FWD`` descriptor: scale, grouped-query heads and the statistics only), 'auto' (unified where
+#: it can, as cudnn-frontend does: the same speed, and its plan builds without runtime compilation)
 IMPLEMENTATIONS = ("auto", "composite", "unified")
-
-#: options the unified descriptors take on the loaded cuDNN, with the version that added them
-_UNIFIED_FWD = {"seq_len": (9, 15), "paged": (9, 15)}
-_UNIFIED_BWD = {"seq_len": (9, 17)}
+#: the first cuDNN whose unified forward cudnn-frontend uses
+_UNIFIED_SINCE = (9, 13, 1)
 
 
 def _version() -> tuple[int, int, int]:
@@ -234,10 +234,6 @@ class SdpaForward(Op):
                               scaledesc=ctx.tensor(ins["scale"]))
         if "stats" in outs:
             d.set("statsdesc", ctx.tensor(outs["stats"]))
-        for role, attr in (("seq_len_q", "seq_len_qdesc"), ("seq_len_kv", "seq_len_kvdesc"),
-                           ("page_table_k", "page_table_kdesc"), ("page_table_v", "page_table_vdesc")):
-            if role in ins:
-                d.set(attr, ctx.tensor(ins[role]))
         ctx.add(d.finalize())
 
     def _lower_composite(self, ctx: LowerContext) -> None:
@@ -253,8 +249,8 @@ class SdpaForward(Op):
         mx = _reduce(ctx, s, "max", shape=(b, hq, sq, 1))
         e = _pw(ctx, "exp", _pw(ctx, "sub", s, mx))
         z = _reduce(ctx, e, "add", shape=(b, hq, sq, 1))
-        if "stats" in outs:
-            _pw(ctx, "add", mx, _pw(ctx, "log", z), out=outs["stats"])
+        # the engines recognise the softmax with its statistics only: a virtual tensor when nobody reads them
+        _pw(ctx, "add", mx, _pw(ctx, "log", z), out=outs.get("stats") or ctx.virtual((b, hq, sq, 1), _F))
         dropout = p["dropout"] > 0
         prob = _pw(ctx, "div", e, z, dtype=_F if dropout else q.dtype)
         if dropout:
@@ -274,24 +270,6 @@ class SdpaBackward(Op):
     kind = "sdpa_bwd"
 
     def lower(self, ctx: LowerContext) -> None:
-        if self.params["implementation"] == "unified":
-            self._lower_unified(ctx)
-        else:
-            self._lower_composite(ctx)
-
-    def _lower_unified(self, ctx: LowerContext) -> None:
-        ins, outs = self.inputs, self.outputs
-        d = BackendDescriptor("OPERATION_SDPA_BWD", qdesc=ctx.tensor(ins["q"]), kdesc=ctx.tensor(ins["k"]),
-                              vdesc=ctx.tensor(ins["v"]), odesc=ctx.tensor(ins["o"]),
-                              doddesc=ctx.tensor(ins["do"]), statsdesc=ctx.tensor(ins["stats"]),
-                              scaledesc=ctx.tensor(ins["scale"]), dqdesc=ctx.tensor(outs["dq"]),
-                              dkdesc=ctx.tensor(outs["dk"]), dvdesc=ctx.tensor(outs["dv"]))
-        for role, attr in (("seq_len_q", "seq_len_qdesc"), ("seq_len_kv", "seq_len_kvdesc")):
-            if role in ins:
-                d.set(attr, ctx.tensor(ins[role]))
-        ctx.add(d.finalize())
-
-    def _lower_composite(self, ctx: LowerContext) -> None:
         ins, outs, p = self.inputs, self.outputs, self.params
         q, k, v, o, do, stats = (ins[r] for r in ("q", "k", "v", "o", "do", "stats"))
         b, hq, sq, d = q.shape
@@ -484,35 +462,37 @@ class SdpaBuilders:
                 ins["left_bound"] = self.scalar(left_bound, "int32")
         params = {"alignment": diagonal_alignment, "left_bound": left_bound, "right_bound": right_bound,
                   "dropout": dropout, "s_kv": skv, "batch": bq}
-        features = {"seq_len": padded, "paged": paged is not None, "bias": bias is not None,
+        features = {"padding mask (seq_len_q/seq_len_kv)": padded, "paged KV cache": paged is not None,
+                    "bias": bias is not None,
                     "alibi": alibi_slopes is not None, "dropout": dropout > 0,
                     "causal/sliding window": left_bound is not None or right_bound is not None}
         params["implementation"] = self._sdpa_implementation(what, implementation, features, backward)
         return ins, params
 
     def _sdpa_implementation(self, what, implementation, features, backward) -> str:
-        """'composite' or 'unified' for ``implementation`` and the features asked for; refuses what the unified
-        descriptor of the loaded cuDNN cannot express."""
+        """'composite' or 'unified' for ``implementation`` and the features asked for; refuses (naming the
+        option) what the unified descriptor cannot take, measured on cuDNN 9.19."""
         if implementation == "composite":
             return "composite"
-        table = _UNIFIED_BWD if backward else _UNIFIED_FWD
-        desc = "OPERATION_SDPA_BWD" if backward else "OPERATION_SDPA_FWD"
-        ver = _version()
-        first = (9, 17) if backward else (9, 13)
         why = None
-        if ver[:2] < first:
-            why = ("unified attention", f"{desc} needs cuDNN >= {_vstr(first)}; loaded {_vstr(ver)}")
-        for f, on in features.items():
-            if on and why is None:
-                if f not in table:
-                    why = (f, f"{desc} in cudnn-py takes no {f} (use implementation='composite')")
-                elif ver[:2] < table[f]:
-                    why = (f, f"{desc} takes {f} from cuDNN {_vstr(table[f])}; loaded {_vstr(ver)}")
+        ver = _version()
+        if backward:
+            why = ("unified attention backward", "cuDNN 9.19's OPERATION_SDPA_BWD has no engines (its operation "
+                   "graph does not finalize); cudnn-py lowers the backward to the composite form only")
+        elif ver < _UNIFIED_SINCE:
+            why = ("unified attention", f"OPERATION_SDPA_FWD needs cuDNN >= {_vstr(_UNIFIED_SINCE)}; loaded "
+                   f"{_vstr(ver)}")
+        else:
+            on = [f for f, x in features.items() if x]
+            if on:
+                why = (on[0], f"OPERATION_SDPA_FWD in cudnn-py takes no {on[0]} (on cuDNN 9.19 it takes no masks, "
+                       "bias or dropout, and its engine ignores the sequence-length tensors): use "
+                       "implementation='composite'")
         if implementation == "unified":
             if why:
                 raise GraphNotSupportedError(self.name, [what], [], [why])
             return "unified"
-        return _auto_implementation(backward, why is None)
+        return "composite" if why else "unified"
 
     def sdpa(self, q, k, v, *, scale: float | None = None, causal: bool = False,
              diagonal_alignment: str = "top_left", left_bound: int | None = None, right_bound: int | None = None,
@@ -574,8 +554,6 @@ class SdpaBuilders:
                 ins[n] = t
         if rng_dump and params["dropout"] == 0:
             raise ValueError(f"{what}: rng_dump needs dropout > 0")
-        if rng_dump and params["implementation"] == "unified":
-            raise GraphNotSupportedError(self.name, [what], [], [("rng_dump", "only the composite form has it")])
         o_shape = (b, hq, sq, v.shape[3])
         o = self._virtual(o_shape, strides=_strides_like(o_shape, q.strides), name=name and f"{name}.o")
         o.set_dtype(q.dtype)
@@ -623,13 +601,9 @@ class SdpaBuilders:
         ins["stats"] = stats
         if dbias and bias is None:
             raise ValueError(f"{what}: dbias needs the forward's bias")
-        unified = params["implementation"] == "unified"
-        if dbias and unified:
-            raise GraphNotSupportedError(self.name, [what], [], [("dbias", "OPERATION_SDPA_BWD takes dBias from "
-                                                                  f"cuDNN 9.28; loaded {_vstr(_version())}")])
         if params["dropout"] > 0:
             ins["dropout_scale_inv"] = self.scalar(1.0 - params["dropout"], "float32")
-        elif not unified:
+        else:
             ins["one"] = self.scalar(1.0, "float32")
         outs = {}
         for n, t in (("dq", q), ("dk", k), ("dv", v)):
@@ -638,16 +612,10 @@ class SdpaBuilders:
         if dbias:
             outs["dbias"] = self._virtual(ins["bias"].shape, name=name and f"{name}.dbias").set_dtype(
                 ins["bias"].dtype)
-        if not unified:
-            outs["softmax_sum"] = self.tensor((b, hq, sq, 1), "float32", name=f"{what}.softmax_sum")
-            if not dbias:
-                outs["dq_accum"] = self.tensor((b, hq, sq, d), "float32", name=f"{what}.dq_accum")
+        outs["softmax_sum"] = self.tensor((b, hq, sq, 1), "float32", name=f"{what}.softmax_sum")
+        if not dbias:
+            outs["dq_accum"] = self.tensor((b, hq, sq, d), "float32", name=f"{what}.dq_accum")
         self._add_op(SdpaBackward(ins, outs, params, name or what))
         res = (outs["dq"], outs["dk"], outs["dv"])
         return res + (outs["dbias"],) if dbias else res
 
-
-def _auto_implementation(backward: bool, unified_can: bool) -> str:
-    """What implementation='auto' picks: the composite form, which has engines for every option on 9.19 and
-    runs at least as fast (see docs/attention.md)."""
-    return "composite"
