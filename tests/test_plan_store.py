@@ -80,3 +80,14 @@ def test_environment_variable_turns_it_on(tmp_path, monkeypatch):
     assert plan_store.plan_cache_dir() == tmp_path / "plans"
     plan_store.save(("g",), (), None, ENTRY)
     assert plan_store.load(("g",), (), None) == ENTRY
+
+
+@pytest.mark.parametrize("text,match", [(b"\xff", "not UTF-8"), ("{truncated", "not valid JSON"),
+                                        ("[1, 2]", "JSON object"), ("[" * 100000, "not valid JSON"),
+                                        ("x" * (17 << 20), "far below")])
+def test_plan_json_is_checked_before_cudnn_sees_it(text, match):
+    from cudnn_py.graph import plan_from_json
+    with pytest.raises(ValueError, match=match):
+        plan_from_json(None, text, tag="plans/a.json")
+    with pytest.raises(TypeError, match="str or bytes"):
+        plan_from_json(None, 12345)

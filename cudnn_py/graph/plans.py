@@ -10,6 +10,7 @@
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -28,6 +29,7 @@ HEUR_MODES = {"A": capi.CUDNN_HEUR_MODE_A, "B": capi.CUDNN_HEUR_MODE_B, "FALLBAC
               "INSTANT": capi.CUDNN_HEUR_MODE_INSTANT}
 _KNOB_COUNT = int(capi.CUDNN_KNOB_TYPE_COUNTS)
 _NOTE_MAX = 16
+_JSON_MAX = 16 << 20
 
 
 def _mode_name(m) -> str:
@@ -210,12 +212,34 @@ class Plan:
 def plan_from_json(handle, text: str | bytes, graph=None, tag: str = "") -> Plan:
     """Load a plan serialised by :meth:`Plan.to_json` (same cuDNN version and GPU). ``graph`` names its tensors
     and is what arrays are checked against, so it must be the graph the plan was made from (cuDNN cannot tell);
-    ``tag`` names where it came from."""
+    ``tag`` names where it came from (a file, the plan store) in errors and :attr:`Plan.tag`.
+
+    Raises ValueError for text that is not a JSON object (checked before cuDNN sees it), and ValueError from
+    cuDNN's refusal (a plan made by another cuDNN or GPU)."""
+    where = f" ({tag})" if tag else ""
     if isinstance(text, bytes):
-        text = text.decode()
+        try:
+            text = text.decode()
+        except UnicodeDecodeError as e:
+            raise ValueError(f"plan JSON{where} is not UTF-8: {e}") from None
+    if not isinstance(text, str):
+        raise TypeError(f"plan JSON must be str or bytes, got {type(text).__name__}")
+    if len(text) > _JSON_MAX:
+        raise ValueError(f"plan JSON{where} is {len(text)} characters; a plan's is far below {_JSON_MAX}")
+    try:
+        parsed = json.loads(text)
+    except (ValueError, RecursionError) as e:
+        raise ValueError(f"plan JSON{where} is not valid JSON (truncated or corrupt?): {e}") from None
+    if not isinstance(parsed, dict):
+        raise ValueError(f"plan JSON{where} must be a JSON object, got {type(parsed).__name__}")
     d = BackendDescriptor("EXECUTION_PLAN", handle=handle)
-    d.set("json_representation", text)
-    d.finalize()
+    try:
+        d.set("json_representation", text)
+        d.finalize()
+    except (CudnnBadParamError, CudnnNotSupportedError) as e:
+        from cudnn_py import version
+        raise ValueError(f"plan JSON{where} was not accepted by cuDNN {'.'.join(map(str, version()))} (made by "
+                         f"another cuDNN version or GPU?): {_reason(e)}") from e
     return Plan(d, None, graph, tag)
 
 
@@ -226,7 +250,9 @@ def _stored(graph, handle, options: tuple) -> list[tuple[Plan, float | None]] | 
         return None
     try:
         return [(plan_from_json(handle, e["json"], graph, e["tag"] + " (stored)"), e.get("ms")) for e in entries]
-    except CudnnError:
+    except (CudnnError, ValueError) as e:
+        import warnings
+        warnings.warn(f"plan cache: a stored plan was refused ({e}); building anew", RuntimeWarning, stacklevel=3)
         return None
 
 

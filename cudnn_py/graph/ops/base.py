@@ -90,7 +90,7 @@ class LowerContext:
         if d is None:
             dims, st = backend_dims(_Shape(tuple(shape), tuple(strides)))
             d = BackendDescriptor("TENSOR", data_type=t.dtype, dimensions=dims, strides=st, unique_id=t.uid,
-                                  byte_alignment=16 if not t.is_by_value else 4, is_virtual=t.is_virtual)
+                                  byte_alignment=16 if not t.is_by_value else max(4, t.np_dtype.itemsize), is_virtual=t.is_virtual)
             if t.is_by_value:
                 d.set("is_by_value", True)
             d.finalize()

@@ -1,0 +1,1 @@
+"""Pythonic operations, one module per cuDNN operation family."""
