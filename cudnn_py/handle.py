@@ -13,7 +13,13 @@ A handle is created on ``device`` (made current in the calling thread) and destr
 :meth:`Handle.close`, the end of a ``with`` block, or, if you forget, the garbage collector. Using a
 closed handle raises :class:`~cudnn_py.errors.ClosedError`.
 
-Threads: cuDNN handles are not thread-safe. Use one handle per thread (and per device), e.g.::
+Devices: a handle belongs to the device it was created on (``Handle(device=1)`` makes device 1 current in the calling
+thread, then creates the cuDNN handle); its calls must run with that device current, which is the case unless the
+thread makes another device current afterwards (then make this one current again, or use one thread per device).
+Arrays on another device than the handle's are refused before C is called.
+
+Threads: cuDNN handles are not thread-safe, and sharing one between threads that run at once is not detected (that
+would cost every call): use one handle per thread (and per device), e.g.::
 
     _local = threading.local()
 
@@ -79,6 +85,7 @@ class Handle:
     def __init__(self, device: int | Device = 0, stream=None):
         self._ptr = None
         dev = get_device(device)
+        dev.set_current()  # cudnnCreate binds the handle to the current device, which may have changed since
         #: the :class:`cuda.core.Device` of this handle
         self.cuda_device: Device = dev
         #: the device ordinal

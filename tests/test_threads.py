@@ -1,0 +1,116 @@
+"""Threads: the shared caches under contention (CPU), and 8 threads each with its own Handle and stream running a
+mixed workload at once, results equal to a serial run (GPU). Sharing one Handle between threads that run at once is
+unsupported (cuDNN's rule, documented in cudnn_py.handle) and not detected."""
+from __future__ import annotations
+
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import cudnn_py.descriptors as D
+from cudnn_py.ops import ctc, spatial_transformer
+
+THREADS = 8
+
+
+def _hammer(work, n_threads: int = THREADS) -> list[BaseException]:
+    """Run ``work(thread_index)`` on ``n_threads`` threads at once with a 1 µs switch interval; their exceptions."""
+    errors: list[BaseException] = []
+    start = threading.Barrier(n_threads)
+
+    def body(i):
+        try:
+            start.wait()
+            work(i)
+        except BaseException as e:  # noqa: BLE001 - collected and asserted on
+            errors.append(e)
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        ts = [threading.Thread(target=body, args=(i,)) for i in range(n_threads)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+    finally:
+        sys.setswitchinterval(old)
+    return errors
+
+
+def test_descriptor_caches_under_8_threads_past_eviction():
+    """> 4096 distinct shapes per cache (so entries are evicted while other threads insert and look up): no
+    KeyError / 'dictionary changed size', and every descriptor handed out describes what was asked for."""
+    D.clear_cache()
+    per_thread = 700  # 8 * 700 = 5600 distinct shapes > the 4096-entry bound
+
+    def work(i):
+        for k in range(per_thread):
+            n = 1 + i * per_thread + k
+            shape = (n, 3, 4, 4)
+            t = D.tensor_descriptor(shape, np.float32)
+            assert t.shape == shape
+            f = D.filter_descriptor((n % 64 + 1, 3, 3, 3), np.float32)
+            assert f.shape[0] == n % 64 + 1
+            if k % 7 == 0:
+                c = D.convolution_descriptor(padding=n % 5, stride=1 + n % 3)
+                assert c.padding == (n % 5, n % 5)
+                assert spatial_transformer.spatial_transformer((1, 1, 1 + n % 300, 2)).shape[2] == 1 + n % 300
+                assert ctc._ctc_desc("softmax", "zero_oob", 1 + n % 255).max_label_length == 1 + n % 255
+            if k % 50 == 0 and i == 0:
+                D.clear_cache()
+    errors = _hammer(work)
+    assert not errors, f"{len(errors)} thread errors, first: {errors[0]!r}"
+    assert len(D._TENSORS) <= D._CACHE_MAX and len(spatial_transformer._CACHE) <= 256
+
+
+def test_shared_cache_insert_is_safe_without_the_gil_yielding_luck():
+    """The cache function itself: 8 threads inserting distinct keys into one small bounded cache."""
+    cache = D._cache()
+
+    class _Fake:
+        _shared = False
+
+    old = D._CACHE_MAX
+    D._CACHE_MAX = 64
+    try:
+        errors = _hammer(lambda i: [D._shared(cache, (i, k), _Fake) for k in range(3000)])
+    finally:
+        D._CACHE_MAX = old
+        D._CACHES.remove(cache)
+    assert not errors, errors[:1]
+    assert len(cache) <= 64
+
+
+# --------------------------------------------------------------------------- GPU
+
+@pytest.mark.gpu
+def test_eight_threads_each_with_a_handle_and_stream_match_serial():
+    import cudnn_py as cudnn
+    from helpers import poisoned_allocations
+    from workload import assert_same, inputs, run
+
+    host = inputs()
+    with poisoned_allocations():
+        with cudnn.Handle() as h:
+            want = run(h, host)
+        results: dict[int, list] = {}
+        deadline = time.monotonic() + 3.0
+
+        def work(i):
+            with cudnn.Handle(stream=cudnn.new_stream()) as hh:
+                results[i] = []
+                while True:
+                    results[i].append(run(hh, host))
+                    if time.monotonic() > deadline:
+                        break
+        errors = _hammer(work)
+    assert not errors, f"{len(errors)} thread errors, first: {errors[0]!r}"
+    rounds = sum(len(r) for r in results.values())
+    print(f"{THREADS} threads, {rounds} workload rounds in 3 s")
+    assert len(results) == THREADS and rounds >= THREADS
+    for i, rs in results.items():
+        for j, got in enumerate(rs):
+            assert_same(got, want, f"thread {i} round {j}")
