@@ -110,8 +110,11 @@ def main(argv=None) -> None:
             f = flops(b, hq, s, d, causal)
             peers = {}
             for tuned in (False, True) if args.autotune else (False,):
-                peers["cudnn-py" + (" autotuned" if tuned else "")] = cudnn_py_case(
-                    h, q, k, v, do, causal, tuned, args.warmup, args.reps)
+                who = "cudnn-py" + (" autotuned" if tuned else "")
+                try:
+                    peers[who] = cudnn_py_case(h, q, k, v, do, causal, tuned, args.warmup, args.reps)
+                except (RuntimeError, ValueError, TypeError) as e:  # a configuration this cuDNN refuses
+                    print(f"{who} {label}: {e}")
             if torch is not None:
                 from torch.nn.attention import SDPBackend
                 for name, be in (("torch cuDNN", SDPBackend.CUDNN_ATTENTION), ("torch flash",

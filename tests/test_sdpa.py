@@ -293,3 +293,26 @@ def test_pythonic_bad_input_never_reaches_cudnn():
         S.sdpa(h, q, q, q, seq_len_q=fake((1,), np.int64), seq_len_kv=fake((1,), np.int32))
     with pytest.raises(ValueError, match="stats must be"):
         S.sdpa_backward(h, q, q, q, q, q, fake((1, 2, 16), np.float32))
+
+
+class _TorchLike:
+    """What the entry points read of a CUDA torch tensor without a DLPack view: shape, stride(), dtype, is_cuda."""
+    is_cuda = True
+
+    def __init__(self, shape, dtype="bfloat16"):
+        self.shape = shape
+        self.dtype = type("dtype", (), {"__str__": lambda self: f"torch.{dtype}"})()
+
+    def stride(self):
+        return tuple(int(np.prod(self.shape[i + 1:])) for i in range(len(self.shape)))
+
+
+def test_pythonic_reads_torch_tensors_up_to_the_builder():
+    h = NoCallHandle()
+    h.cache = {}
+    t = _TorchLike((1, 2, 16, 64))
+    with pytest.raises(G.GraphNotSupportedError, match="causal"):  # the graph was made with bfloat16 I/O
+        S.sdpa(h, t, t, t, causal=True, implementation="unified")
+    with pytest.raises(TypeError, match="float16 or bfloat16"):
+        f = _TorchLike((1, 2, 16, 64), "float32")
+        S.sdpa(h, f, f, f)

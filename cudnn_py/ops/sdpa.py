@@ -128,7 +128,7 @@ class _Args:
                             left_bound=left_bound, right_bound=right_bound, dropout=self.dropout,
                             implementation=implementation)
         self.autotune = bool(autotune)
-        self.hq = hq
+        self.hq, self.dtype = hq, mq[2]
         self.key = (mq, mk, mv, mb, msq, mskv, self.alibi, self.seed is not None,
                     tuple(sorted((n, repr(x)) for n, x in self.options.items())), self.autotune)
 
@@ -161,7 +161,7 @@ class _Args:
 
 
 def _graph(args: _Args, name: str) -> Graph:
-    return Graph(io_dtype=args.q.dtype, compute_dtype="float32", intermediate_dtype="float32", name=name)
+    return Graph(io_dtype=args.dtype, compute_dtype="float32", intermediate_dtype="float32", name=name)
 
 
 def _plan(g: Graph, handle, tensors, arrays, outs, autotune: bool):
