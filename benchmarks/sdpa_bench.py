@@ -39,9 +39,16 @@ def flops(b, hq, s, d, causal) -> float:
 
 
 def cudnn_py_case(h, q, k, v, do, causal, autotune, warmup, reps) -> tuple[float, float]:
-    """(forward ms, backward ms) through the cached-plan entry points, outputs preallocated."""
+    """(forward ms, backward ms) through the cached-plan entry points, outputs preallocated. Prints the wall
+    time of each first call (graph, heuristics, plan build with any runtime compilation, autotuning)."""
+    t0 = time.perf_counter()
     o, st = S.sdpa(h, q, k, v, causal=causal, return_stats=True, autotune=autotune)
+    cudnn_py.synchronize()
+    t1 = time.perf_counter()
     grads = S.sdpa_backward(h, q, k, v, o, do, st, causal=causal, autotune=autotune)
+    cudnn_py.synchronize()
+    print(f"  first call{' (autotune)' if autotune else ''}{' causal' if causal else ''}: forward "
+          f"{(t1 - t0) * 1e3:.0f} ms, backward {(time.perf_counter() - t1) * 1e3:.0f} ms")
     fwd = median_ms(lambda: S.sdpa(h, q, k, v, causal=causal, o=o, stats=st, autotune=autotune), warmup, reps)
     bwd = median_ms(lambda: S.sdpa_backward(h, q, k, v, o, do, st, causal=causal, dq=grads[0], dk=grads[1],
                                             dv=grads[2], autotune=autotune), warmup, reps)

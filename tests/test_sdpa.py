@@ -248,6 +248,8 @@ def _g():
     (lambda g, q, k, v: g.sdpa_backward(q, k, v, g.tensor((2, 4, 64, 64), BF16), g.tensor((2, 4, 64, 64), BF16),
                                         g.tensor((2, 4, 64, 1), "float32"), dbias=True), ValueError,
      "dbias needs"),
+    (lambda g, q, k, v: g.sdpa_backward(*(g.tensor((1, 2, 1, 64), BF16) for _ in range(5)),
+                                        g.tensor((1, 2, 1, 1), "float32")), ValueError, "S_q = S_kv = 1"),
 ])
 def test_bad_graph_input_is_refused(build, err, match):
     g, (q, k, v) = _g()

@@ -134,8 +134,8 @@ def test_forward_padding_mask(handle, rng, s):
     lq = np.array([s, max(1, s // 2), max(1, s - 3)])
     lk = np.array([max(1, s - 1), s, max(1, s // 3)])
     qa, ka, va = _inputs(rng, b, 2, 2, s, s, 64)
-    (o, st), _ = _graph_fwd(handle, dt, qa, ka, va, seq_len_q=_i32(lq), seq_len_kv=_i32(lk))
-    ro, rs = R.forward(_q(qa, dt), _q(ka, dt), _q(va, dt), seq_len_q=lq, seq_len_kv=lk)
+    (o, st), _ = _graph_fwd(handle, dt, qa, ka, va, seq_len_q=_i32(lq), seq_len_kv=_i32(lk), scale=0.3)
+    ro, rs = R.forward(_q(qa, dt), _q(ka, dt), _q(va, dt), seq_len_q=lq, seq_len_kv=lk, scale=0.3)
     rows = R.valid_rows(b, s, lq)
     _close(o, ro, "bfloat16", rows)
     _close(st, rs, "bfloat16", rows)
@@ -251,6 +251,23 @@ def test_backward_alibi(handle, rng):
     got = _graph_bwd(handle, dt, qa, ka, va, doa, causal=True, alibi_slopes=slopes)
     ref = R.backward(_q(qa, dt), _q(ka, dt), _q(va, dt), _q(doa, dt), causal=True, alibi=R.alibi_slopes(4))
     _check_grads(got, ref, "bfloat16")
+
+
+def test_padding_with_bottom_right_window(handle, rng):
+    """Bottom-right alignment under a padding mask shifts the diagonal per batch by seq_len_kv - seq_len_q."""
+    dt, s = BF16, 100
+    lq, lk = np.array([60, 100, 7]), np.array([100, 100, 50])
+    opts = dict(causal=True, left_bound=16, diagonal_alignment="bottom_right")
+    qa, ka, va = _inputs(rng, 3, 2, 2, s, s, 64)
+    doa = rng.standard_normal(qa.shape)
+    (o, st), _ = _graph_fwd(handle, dt, qa, ka, va, seq_len_q=_i32(lq), seq_len_kv=_i32(lk), **opts)
+    rows_q, rows_kv = R.valid_rows(3, s, lq), R.valid_rows(3, s, lk)
+    ro, rs = R.forward(_q(qa, dt), _q(ka, dt), _q(va, dt), seq_len_q=lq, seq_len_kv=lk, **opts)
+    _close(o, ro, "bfloat16", rows_q)
+    _close(st, rs, "bfloat16", rows_q)
+    got = _graph_bwd(handle, dt, qa, ka, va, doa, seq_len_q=_i32(lq), seq_len_kv=_i32(lk), **opts)
+    ref = R.backward(_q(qa, dt), _q(ka, dt), _q(va, dt), _q(doa, dt) * rows_q, seq_len_q=lq, seq_len_kv=lk, **opts)
+    _check_grads(got, ref, "bfloat16", rows_q, rows_kv)
 
 
 # -- dropout -----------------------------------------------------------------------------------------------------
@@ -377,6 +394,21 @@ def test_pythonic_torch_tensors_padding_dbias_autotune(handle, rng):
     _check_grads([None, _host(dq), _host(dk), _host(dv)], (rdq, rdk, rdv, rds), "bfloat16", rows_q, rows_kv)
     # dBias over the padded region: the reference gradient is zero there too
     _close(_host(db), R.reduce_to(rds, (1, h, s, s)), "bfloat16", scale=2)
+
+
+def test_pythonic_alibi_scale_gqa(handle, rng):
+    dt = BF16
+    qa, ka, va = _inputs(rng, 2, 8, 2, 80, 80, 64)
+    doa = rng.standard_normal(qa.shape)
+    q, k, v, do = (_dev(a, dt) for a in (qa, ka, va, doa))
+    o, st = S.sdpa(handle, q, k, v, causal=True, alibi=True, scale=0.2, return_stats=True)
+    grads = S.sdpa_backward(handle, q, k, v, o, do, st, causal=True, alibi=True, scale=0.2)
+    kw = dict(causal=True, alibi=R.alibi_slopes(8), scale=0.2)
+    ro, rs = R.forward(_q(qa, dt), _q(ka, dt), _q(va, dt), **kw)
+    _close(_host(o), ro, "bfloat16")
+    _close(_host(st), rs, "bfloat16")
+    _check_grads([None, *map(_host, grads)], R.backward(_q(qa, dt), _q(ka, dt), _q(va, dt), _q(doa, dt), **kw),
+                 "bfloat16")
 
 
 # -- bad input the GPU path sees ----------------------------------------------------------------------------------

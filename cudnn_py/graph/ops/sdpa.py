@@ -587,6 +587,8 @@ class SdpaBuilders:
             backward=True)
         q, k, v = ins["q"], ins["k"], ins["v"]
         b, hq, sq, d = q.shape
+        if sq == 1 and k.shape[2] == 1:
+            raise ValueError(f"{what}: cuDNN's attention backward does not take S_q = S_kv = 1")
         o_shape = (b, hq, sq, v.shape[3])
         for t, n in ((o, "o"), (do, "do")):
             t = self._own(t, n)
