@@ -59,9 +59,9 @@ def _call(op: str, h, dtype: np.dtype, engine, arrays=None):
     if op == "softmax_forward":
         return cudnn.softmax_forward(h, a("x", X_SHAPE), a("y", X_SHAPE), **kw)
     if op == "add_tensor":
-        return cudnn.add_tensor(h, a("a", (1, 8, 1, 1)), a("c", X_SHAPE), **kw)
+        return cudnn.add_tensor(h, a("a", X_SHAPE), a("c", X_SHAPE), **kw)
     if op == "op_tensor":
-        return cudnn.op_tensor(h, "mul", a("a", X_SHAPE), a("b", (1, 8, 1, 1)), a("c", X_SHAPE), **kw)
+        return cudnn.op_tensor(h, "mul", a("a", X_SHAPE), a("b", X_SHAPE), a("c", X_SHAPE), **kw)
     raise AssertionError(op)
 
 
@@ -181,7 +181,7 @@ _INPUTS = {"convolution_forward": {"x": X_SHAPE, "w": W_SHAPE}, "convolution_bac
                                                                                              "dy": Y_SHAPE},
            "convolution_backward_filter": {"x": X_SHAPE, "dy": Y_SHAPE}, "pooling_forward": {"x": X_SHAPE},
            "activation_forward": {"x": X_SHAPE}, "softmax_forward": {"x": X_SHAPE},
-           "add_tensor": {"a": (1, 8, 1, 1), "c": X_SHAPE}, "op_tensor": {"a": X_SHAPE, "b": (1, 8, 1, 1)}}
+           "add_tensor": {"a": X_SHAPE, "c": X_SHAPE}, "op_tensor": {"a": X_SHAPE, "b": X_SHAPE}}
 _OUTPUT = {"convolution_forward": ("y", Y_SHAPE), "convolution_backward_data": ("dx", X_SHAPE),
            "convolution_backward_filter": ("dw", W_SHAPE), "pooling_forward": ("y", (2, 8, 3, 3)),
            "activation_forward": ("y", X_SHAPE), "softmax_forward": ("y", X_SHAPE), "add_tensor": None,
