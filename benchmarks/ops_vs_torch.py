@@ -88,8 +88,8 @@ def _strides(shape, layout):
 
 
 class Bench:
-    def __init__(self, h, calls: int, repeats: int):
-        self.h, self.calls, self.repeats = h, calls, repeats
+    def __init__(self, h, calls: int, repeats: int, json_path: str | None = None):
+        self.h, self.calls, self.repeats, self.json_path = h, calls, repeats, json_path
         self.rng = np.random.default_rng(0)
         self.rows: list[Row] = []
         self._keep = []
@@ -110,6 +110,7 @@ class Bench:
 
     # -- one row ----------------------------------------------------------------------------------------------
     def row(self, op: str, config: str, nbytes: float, legacy=None, graph=None, torch_fn=None):
+        """Time one operation through each engine given (None: not timed); appends and returns its row."""
         r = Row(op, config, nbytes / 1e9)
         ct = _cudnn_timer(self.h)
         for name, fn, tm in (("legacy_ms", legacy, ct), ("graph_ms", graph, ct), ("torch_ms", torch_fn,
@@ -121,6 +122,9 @@ class Bench:
             except Exception as e:  # noqa: BLE001 - the table says which engine refused and why
                 r.notes.append(f"{name[:-3]}: {type(e).__name__}: {' '.join(str(e).split())[:300]}")
         self.rows.append(r)
+        if self.json_path:  # written after every row: a crash keeps what was measured
+            with open(self.json_path, "w") as fh:
+                json.dump([asdict(x) for x in self.rows], fh, indent=1)
         print(f"  {op:<34}{config:<44}" + "".join(f"{'-' if v is None else f'{v:.4f}':>10}"
                                               for v in (r.legacy_ms, r.graph_ms, r.torch_ms)), file=sys.stderr)
         return r
@@ -182,13 +186,6 @@ def run_all(b: Bench, quick: bool) -> None:
     pb = (np.prod(pshp) + np.prod(yshape)) * 2
     b.row("pooling_forward max 3x3 s2 p1", f"fp16 NHWC {pshp}", pb, lambda: P.pooling_forward(h, pool, px, py),
           lambda: P.pooling_forward(h, pool, px, py, engine="graph"), lambda: F.max_pool2d(pxt, 3, 2, 1))
-    if torch is not None:
-        _, idx = F.max_pool2d(pxt, 3, 2, 1, return_indices=True)
-    b.row("pooling_backward max 3x3 s2 p1", f"fp16 NHWC {pshp}", pb * 2,
-          lambda: P.pooling_backward(h, pool, px, py, pdy, pdx),
-          lambda: P.pooling_backward(h, pool, px, py, pdy, pdx, engine="graph"),
-          lambda: torch.ops.aten.max_pool2d_with_indices_backward(pdyt, pxt, [3, 3], [2, 2], [1, 1], [1, 1], False,
-                                                                  idx))
     apool = P.Pooling("avg_include_padding", 3, 1, 2)
     b.row("pooling_forward avg 3x3 s2 p1", f"fp16 NHWC {pshp}", pb, lambda: P.pooling_forward(h, apool, px, py),
           lambda: P.pooling_forward(h, apool, px, py, engine="graph"), lambda: F.avg_pool2d(pxt, 3, 2, 1))
@@ -252,6 +249,34 @@ def run_all(b: Bench, quick: bool) -> None:
                                             engine="graph"),
           lambda: torch.ops.aten.native_batch_norm_backward(bdyt, bxt, sct, rmt, rvt, smt, sivt, True, 1e-5,
                                                             [True, True, True]))
+    if torch is not None:
+        _, idx = F.max_pool2d(pxt, 3, 2, 1, return_indices=True)
+    b.row("pooling_backward max 3x3 s2 p1", f"fp16 NHWC {pshp}", pb * 2,
+          lambda: P.pooling_backward(h, pool, px, py, pdy, pdx),
+          lambda: P.pooling_backward(h, pool, px, py, pdy, pdx, engine="graph"),
+          lambda: torch.ops.aten.max_pool2d_with_indices_backward(pdyt, pxt, [3, 3], [2, 2], [1, 1], [1, 1], False,
+                                                                  idx))
+
+
+def resnet_rows(b: Bench, quick: bool) -> None:
+    """The ResNet basic block training step of examples/graph_resnet_block.py: graphs vs legacy vs torch."""
+    import importlib.util
+    import os
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "graph_resnet_block.py")
+    spec = importlib.util.spec_from_file_location("graph_resnet_block", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    shape = (8 if quick else 32, 64, 56, 56)
+    r = Row("ResNet block train step (fwd+bwd+SGD)", f"fp16 NHWC {shape}", 0.0)
+    try:
+        t = mod.bench(b.h, shape, repeats=b.repeats)
+        r.legacy_ms, r.graph_ms, r.torch_ms = t.get("legacy"), t.get("graph"), t.get("torch")
+        r.notes.append("torch: channels_last, cudnn.benchmark, autocast float16, SGD")
+    except Exception as e:  # noqa: BLE001 - the table says why
+        r.notes.append(f"{type(e).__name__}: {' '.join(str(e).split())[:300]}")
+    b.rows.append(r)
+    print(f"  ResNet block step {shape}: legacy {r.legacy_ms} graph {r.graph_ms} torch {r.torch_ms}",
+          file=sys.stderr)
 
 
 def format_table(rows: list[Row]) -> str:
@@ -260,7 +285,7 @@ def format_table(rows: list[Row]) -> str:
     lines = [head, "-" * len(head)]
     f = (lambda v, spec: "-" if v is None else format(v, spec))
     for r in rows:
-        gbs = None if r.graph_ms is None else r.gbytes / (r.graph_ms * 1e-3)
+        gbs = None if r.graph_ms is None or not r.gbytes > 0 else r.gbytes / (r.graph_ms * 1e-3)
         lines.append(f"{r.op:<40}{r.config:<38}{f(r.legacy_ms, '.4f'):>10}{f(r.graph_ms, '.4f'):>10}"
                      f"{f(r.torch_ms, '.4f'):>10}{f(r.ratio('graph_ms', 'legacy_ms'), '.2f'):>10}"
                      f"{f(r.ratio('graph_ms', 'torch_ms'), '.2f'):>12}{f(gbs, '.0f'):>11}")
@@ -274,17 +299,17 @@ def main(argv=None) -> int:
     p.add_argument("--calls", type=int, default=20, help="calls between two events (per-call time = total / calls)")
     p.add_argument("--quick", action="store_true", help="batch 8 instead of 32")
     p.add_argument("--json", metavar="PATH")
+    p.add_argument("--resnet", action="store_true", help="also the ResNet block step (examples/graph_resnet_block.py)")
     args = p.parse_args(argv)
     with Handle() as h:
-        b = Bench(h, args.calls, args.repeats)
+        b = Bench(h, args.calls, args.repeats, args.json)
+        if args.resnet:
+            resnet_rows(b, args.quick)
         run_all(b, args.quick)
     gpu = torch.cuda.get_device_name() if torch is not None else "?"
     print(f"{gpu}; torch {torch.__version__ if torch is not None else '-'}; per-call device time, median of "
           f"{args.repeats} x {args.calls} calls")
     print(format_table(b.rows))
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump([asdict(r) for r in b.rows], fh, indent=1)
     return 0
 
 

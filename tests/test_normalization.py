@@ -201,8 +201,14 @@ def test_graph_training_inference_backward_match_reference(handle, rng, ops, dty
     for got, key in ((r.saved_mean, "mean"), (r.saved_inv_var, "inv_var"), (rm, "running_mean"),
                      (rv, "running_var")):
         E.assert_close(E.host(got), want[key], "float32", scale=50)
+    engine = "graph"
+    if layout == "NCHW":  # per-channel parameters of NCHW data: no pointwise engine
+        with pytest.raises(GraphPathRefused, match="per channel only"):
+            normalization_forward_inference(handle, xd, sd, bd, rm, rv, z=zd, ops=ops, epsilon=1e-4,
+                                            y=E.poisoned(shape, dtype, layout), engine="graph")
+        engine = "auto"
     yi = normalization_forward_inference(handle, xd, sd, bd, rm, rv, z=zd, ops=ops, epsilon=1e-4,
-                                         y=E.poisoned(shape, dtype, layout), engine="graph")
+                                         y=E.poisoned(shape, dtype, layout), engine=engine)
     E.assert_close(E.host(yi), ref.forward_inference(x, scale, bias, want["running_mean"], want["running_var"],
                                                      "per_channel", eps=1e-4, z=z, relu=relu), dtype, scale=2)
     dy = E.rounded(rng.standard_normal(shape), dtype)

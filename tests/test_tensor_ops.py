@@ -269,18 +269,34 @@ def test_graph_engine_refusals_before_c(call, words):
     assert "engine 'fast'" in words or isinstance(e.value, GraphPathRefused)
 
 
+def _graph_refuses(out_shape, b_shape, layout) -> bool:
+    """Whether the pointwise graph path refuses a broadcast operand: one of NCHW data of rank >= 3 (per-channel
+    there is not innermost in memory) or one varying along more than the channel."""
+    if b_shape == out_shape:
+        return False
+    varying = [i for i, (b, o) in enumerate(zip(b_shape, out_shape)) if b == o and o > 1]
+    return (layout == "NCHW" and len(out_shape) >= 3) or varying != [1 if len(out_shape) >= 3 else len(out_shape) - 1]
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 @pytest.mark.parametrize("dtype", E.GRAPH_DTYPES)
 @pytest.mark.parametrize("c_shape,a_shape", [((2, 3, 4, 5), (1, 3, 1, 1)), ((2, 3, 4, 5), (2, 3, 4, 5)),
                                              ((2, 3, 2, 4, 3), (1, 3, 1, 1, 1)), ((6, 7), (1, 7))])
 def test_graph_add_tensor(handle, rng, dtype, layout, c_shape, a_shape):
+    """c = alpha * a + beta * c with a per-channel or full-size a; a broadcast cuDNN's pointwise engines lack (a
+    bias of NCHW data) is refused by engine='graph' before cuDNN and answered by engine='auto' (legacy)."""
     a, c0 = E.rounded(rng.standard_normal(a_shape), dtype), E.rounded(rng.standard_normal(c_shape), dtype)
+    engine = "graph"
+    if _graph_refuses(c_shape, a_shape, layout):
+        with pytest.raises(GraphPathRefused, match="per channel only"):
+            T.add_tensor(handle, E.on_device(a, dtype, layout), E.on_device(c0, dtype, layout), engine="graph")
+        engine = "auto"
     c = E.on_device(c0, dtype, layout)
-    T.add_tensor(handle, E.on_device(a, dtype, layout), c, alpha=1.5, beta=-0.5, engine="graph")
+    T.add_tensor(handle, E.on_device(a, dtype, layout), c, alpha=1.5, beta=-0.5, engine=engine)
     E.assert_close(E.host(c), ref.add_tensor(a, c0, 1.5, -0.5), dtype)
     c = E.poisoned(c_shape, dtype, layout)  # beta 0: c is only written (a broadcast over it)
-    T.add_tensor(handle, E.on_device(a, dtype, layout), c, alpha=2.0, beta=0.0, engine="graph")
+    T.add_tensor(handle, E.on_device(a, dtype, layout), c, alpha=2.0, beta=0.0, engine=engine)
     E.assert_close(E.host(c), np.broadcast_to(2.0 * a, c_shape), dtype)
 
 
@@ -288,21 +304,30 @@ def test_graph_add_tensor(handle, rng, dtype, layout, c_shape, a_shape):
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 @pytest.mark.parametrize("dtype", E.GRAPH_DTYPES)
 @pytest.mark.parametrize("op", list(T.OP_TENSOR_OPS))
-def test_graph_op_tensor(handle, rng, dtype, layout, op):
-    shape, b_shape = (2, 3, 4, 5), (1, 3, 1, 5)
+@pytest.mark.parametrize("b_shape", [(2, 3, 4, 5), (1, 3, 1, 1), (1, 3, 1, 5)])
+def test_graph_op_tensor(handle, rng, dtype, layout, op, b_shape):
+    shape = (2, 3, 4, 5)
+    unary = op in ("sqrt", "not")
+    if unary and b_shape != shape:
+        pytest.skip("unary: b is not read")
     if op == "not":
         a, alpha1 = rng.integers(0, 2, shape).astype(np.float64), 1.0
     else:
         a, alpha1 = (np.abs(rng.standard_normal(shape)) + 0.1 if op == "sqrt" else rng.standard_normal(shape)), 0.75
     a, b = E.rounded(a, dtype), E.rounded(rng.standard_normal(b_shape), dtype)
-    unary = op in ("sqrt", "not")
     bd = None if unary else E.on_device(b, dtype, layout)
+    engine = "graph"
+    if not unary and _graph_refuses(shape, b_shape, layout):
+        with pytest.raises(GraphPathRefused, match="per channel only"):
+            T.op_tensor(handle, op, E.on_device(a, dtype, layout), bd, E.poisoned(shape, dtype, layout),
+                        engine="graph")
+        engine = "auto"
     c = T.op_tensor(handle, op, E.on_device(a, dtype, layout), bd, E.poisoned(shape, dtype, layout), alpha1=alpha1,
-                    alpha2=-1.25, engine="graph")
+                    alpha2=-1.25, engine=engine)
     E.assert_close(E.host(c), ref.op_tensor(op, a, None if unary else b, np.zeros(shape), alpha1, -1.25, 0.0), dtype)
     c0 = E.rounded(rng.standard_normal(shape), dtype)
     c2 = T.op_tensor(handle, op, E.on_device(a, dtype, layout), bd, E.on_device(c0, dtype, layout), alpha1=alpha1,
-                     alpha2=2.0, beta=0.5, engine="graph")
+                     alpha2=2.0, beta=0.5, engine=engine)
     E.assert_close(E.host(c2), ref.op_tensor(op, a, None if unary else b, c0, alpha1, 2.0, 0.5), dtype)
 
 
@@ -321,23 +346,21 @@ def test_graph_scale_tensor(handle, rng, dtype):
                                      ("float16", "float16")] + ([("bfloat16", "float32"), ("float32", "bfloat16")]
                                                                 if E.BF16 is not None else []))
 def test_graph_transform_tensor_layout_and_dtype(handle, rng, src, dst):
-    """NCHW -> NHWC and back with a dtype change, and the alpha/beta blend, through identity pointwise graphs."""
-    from cudnn_py.graph import GraphNotSupportedError
+    """A dtype change (and the alpha/beta blend) through an identity pointwise graph; a layout change, which
+    cuDNN's pointwise engines do not make, is refused by engine='graph' and made by engine='auto' (legacy)."""
     x = E.rounded(rng.standard_normal((2, 3, 4, 5)), src)
     tol = "bfloat16" if "bfloat16" in (src, dst) else "float16" if "float16" in (src, dst) else "float32"
-    for memory_format in ("NCHW", "NHWC"):
-        try:
-            y = T.transform_tensor(handle, E.on_device(x, src), dtype=E.np_dtype(dst), memory_format=memory_format,
-                                   engine="graph")
-        except GraphNotSupportedError as e:  # a layout change cuDNN's pointwise engines do not take: say so
-            assert memory_format == "NHWC" and "transform_tensor" in str(e)
-            y = T.transform_tensor(handle, E.on_device(x, src), dtype=E.np_dtype(dst), memory_format=memory_format,
-                                   engine="auto")
-        assert y.dtype == E.np_dtype(dst) and y.strides == E.layout_strides(x.shape, memory_format)
-        E.assert_close(E.host(y), x, tol)
+    y = T.transform_tensor(handle, E.on_device(x, src), dtype=E.np_dtype(dst), engine="graph")
+    assert y.dtype == E.np_dtype(dst) and y.is_contiguous
+    E.assert_close(E.host(y), x, tol)
+    with pytest.raises(GraphPathRefused, match="memory order"):
+        T.transform_tensor(handle, E.on_device(x, src), dtype=E.np_dtype(dst), memory_format="NHWC", engine="graph")
+    y = T.transform_tensor(handle, E.on_device(x, src), dtype=E.np_dtype(dst), memory_format="NHWC", engine="auto")
+    assert y.strides == E.layout_strides(x.shape, "NHWC")
+    E.assert_close(E.host(y), x, tol)
     y0 = E.rounded(rng.standard_normal(x.shape), dst)
-    blended = T.transform_tensor(handle, E.on_device(x, src), E.on_device(y0, dst), alpha=2.0, beta=-1.0,
-                                 engine="graph")
+    blended = T.transform_tensor(handle, E.on_device(x, src, "NHWC"), E.on_device(y0, dst, "NHWC"), alpha=2.0,
+                                 beta=-1.0, engine="graph")
     E.assert_close(E.host(blended), ref.transform(x, y0, 2.0, -1.0), tol)
 
 

@@ -119,6 +119,22 @@ def _graph_strides(a: DeviceArray) -> tuple[int, ...]:
     return a.strides
 
 
+def _pointwise_layouts(inputs, views, ov: DeviceArray) -> None:
+    """Refuse what cuDNN 9.19's pointwise engines have no engine for (measured on Hopper), before cuDNN is asked:
+    a full-size operand in another memory order than the output (a layout change), and a broadcast operand that
+    varies along another dim than the channel (the innermost, after relabelling; e.g. a (1, C, 1, 1) bias of NCHW
+    data, or a (1, C, 1, W) one)."""
+    want = _graph_strides(ov)
+    for (role, _), v in zip(inputs, views):
+        if v.shape == ov.shape and _graph_strides(v) != want:
+            raise GraphPathRefused(f"engine='graph': {role} is stored in another memory order than the output; "
+                                   f"cuDNN's pointwise engines do not change layouts (use engine='legacy')")
+        if any(a < b for a, b in zip(v.shape, ov.shape)) and (v.shape[0] != 1 or any(n != 1 for n in v.shape[2:])):
+            raise GraphPathRefused(f"engine='graph': {role} broadcasts along a dim other than the channel of "
+                                   f"channels-last memory; cuDNN's pointwise engines broadcast per channel only "
+                                   f"(use engine='legacy')")
+
+
 # ---------------------------------------------------------------- the cached runner
 
 def cached(handle, key, make: Callable, auto: bool):
@@ -170,6 +186,8 @@ def run_graph(handle, name: str, params: tuple, inputs: Sequence[tuple[str, Devi
         strides = _graph_strides if relabel else (lambda v: v.strides)
         ts = {r: g.tensor(v.shape, dtype=v.dtype, strides=strides(v), name=r) for (r, _), v in zip(inputs, views)}
         ovs = [_view(a, pad, perm) for _, a in outputs]
+        if relabel:
+            _pointwise_layouts(inputs, views, ovs[0])
         try:
             res = build(g, ts, ovs[0].shape)
         except (ValueError, TypeError) as e:  # the graph builder's own checks: a configuration it does not take

@@ -1,0 +1,460 @@
+"""``python -m cudnn_py algos --graph KIND``: sweep every engine configuration the graph heuristics offer.
+
+For one convolution (the same ``--preset`` / ``--input --filter`` options as the legacy sweep), matmul, layer
+norm or attention problem: the engine configs (engine and knob settings) that heuristics modes A, B and FALLBACK
+return, each built into a plan, run on fresh random data with NaN-poisoned outputs, timed with CUDA events (median
+of ``--repeats``) and checked against a float64 NumPy reference (``max|out - ref| / max|ref|``). The table marks
+heuristics mode A's first plan that builds (what ``Graph.build`` runs), and adds torch's time for the same
+problem; torch does not expose which cuDNN engine it runs, so its row has no engine tag.
+
+    python -m cudnn_py algos --graph conv --preset resnet50-conv2-3x3 --batch 32 --dtype float16 --layout NHWC
+    python -m cudnn_py algos --graph matmul --mnk 4096,4096,4096 --dtype bfloat16 --csv mm.csv --plot mm.png
+    python -m cudnn_py algos --graph norm --norm-shape 8192,4096 --dtype bfloat16
+    python -m cudnn_py algos --graph attention --sdpa 4,16,1024,128 --dtype bfloat16 --causal
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import statistics
+import sys
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+import numpy as np
+
+KINDS = ("conv", "matmul", "norm", "attention")
+MODES = ("A", "B", "FALLBACK")
+GRAPH_DTYPES = ("float32", "float16", "bfloat16")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The graph-sweep options (``--graph`` switches the legacy sweep to this one)."""
+    g = p.add_argument_group("graph engines (--graph)")
+    g.add_argument("--graph", choices=KINDS, help="sweep the graph API's engine configs for this problem instead")
+    g.add_argument("--modes", default="A,B,FALLBACK", help="heuristics modes to collect configs from")
+    g.add_argument("--mnk", help="matmul M,N,K (optionally B,M,N,K)")
+    g.add_argument("--norm-shape", help="layer norm rows,hidden (forward training)")
+    g.add_argument("--sdpa", help="attention B,H,S,D (forward)")
+    g.add_argument("--causal", action="store_true", help="attention with a causal mask")
+    g.add_argument("--no-torch", action="store_true", help="leave out the torch row")
+
+
+@dataclass
+class Row:
+    """One engine config: ``direction`` is the problem's operation, ``algo`` the config's tag, ``math_type`` the
+    heuristics modes that offered it; ``pick`` says 'A' for mode A's choice, 'torch' for torch's row."""
+    direction: str
+    math_type: str
+    algo: str
+    supported: bool
+    reason: str = ""
+    time_ms: float | None = None
+    tflops: float | None = None
+    workspace_bytes: int | None = None
+    deterministic: bool | None = None
+    max_rel_error: float | None = None
+    pick: str = ""
+    notes: list = field(default_factory=list)
+
+
+@dataclass
+class Problem:
+    """A graph ``make()`` returns with its I/O tensors, host inputs, float64 reference of the output, flops."""
+    kind: str
+    title: str
+    make: Callable        # () -> (graph, {tensor: host input}, output tensor)
+    reference: Callable   # ({name: host input}) -> float64 output
+    flops: float
+    torch_fn: Callable | None = None   # () -> callable running torch's equivalent on its own device data
+    extra: dict = field(default_factory=dict)  # name -> shape of host arrays the reference reads besides inputs
+
+
+def _ints(text: str | None, n: tuple[int, ...], what: str) -> tuple[int, ...]:
+    if not text:
+        raise SystemExit(f"algos --graph: give {what}")
+    try:
+        vals = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise SystemExit(f"algos --graph: {what} must be comma-separated integers, got {text!r}") from None
+    if len(vals) not in n or any(v < 1 for v in vals):
+        raise SystemExit(f"algos --graph: {what} needs {' or '.join(map(str, n))} positive integers, got {text!r}")
+    return vals
+
+
+def _np_dtype(name: str):
+    if name == "bfloat16":
+        import ml_dtypes
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
+def _torch_dtype(name: str):
+    import torch
+    return getattr(torch, name)
+
+
+def problem_from_args(args) -> Problem:
+    """The problem the command line names (SystemExit with the reason where it is incomplete)."""
+    if args.dtype not in GRAPH_DTYPES:
+        raise SystemExit(f"algos --graph: --dtype must be one of {', '.join(GRAPH_DTYPES)}, got {args.dtype}")
+    dt = args.dtype
+    if args.graph == "conv":
+        return _conv_problem(args)
+    if args.graph == "matmul":
+        v = _ints(args.mnk, (3, 4), "--mnk M,N,K")
+        b, m, n, k = (1,) + v if len(v) == 3 else v
+        return _matmul_problem(b, m, n, k, dt)
+    if args.graph == "norm":
+        rows, hidden = _ints(args.norm_shape, (2,), "--norm-shape rows,hidden")
+        return _norm_problem(rows, hidden, dt)
+    b, hh, s, d = _ints(args.sdpa, (4,), "--sdpa B,H,S,D")
+    if dt == "float32":
+        raise SystemExit("algos --graph attention: --dtype float16 or bfloat16 (cuDNN's attention engines)")
+    return _sdpa_problem(b, hh, s, d, dt, args.causal)
+
+
+def _conv_problem(args) -> Problem:
+    from cudnn_py.cli.algos import _reference, config_from_args
+    cfg = config_from_args(args)
+    direction = args.direction[0] if len(args.direction) == 1 else None
+    if direction is None:
+        raise SystemExit("algos --graph conv: give one --direction (fwd, bwd_data or bwd_filter)")
+    layout = "NHWC" if cfg.layout == "NHWC" else None
+    nd = cfg.nd
+    pads = [p if isinstance(p, tuple) else (p, p) for p in
+            ((cfg.padding,) * nd if isinstance(cfg.padding, int) else cfg.padding)]
+    stride = cfg.stride * nd if len(cfg.stride) == 1 else cfg.stride
+    dil = cfg.dilation * nd if len(cfg.dilation) == 1 else cfg.dilation
+    kw = dict(padding=tuple(p[0] for p in pads), post_padding=tuple(p[1] for p in pads), stride=stride,
+              dilation=dil, conv_mode=cfg.mode)
+    from cudnn_py.ops.convolution import Convolution
+    y_shape = Convolution(cfg.padding, cfg.per_dim(cfg.stride), cfg.per_dim(cfg.dilation),
+                          cfg.groups).output_shape(cfg.x_shape, cfg.w_shape)
+
+    def make():
+        import cudnn_py.graph as G
+        g = G.Graph(io_dtype=_np_dtype(cfg.dtype), compute_dtype="float32", name=f"conv_{direction}")
+        x, w, dy = (g.tensor(s, name=n, layout=layout) for s, n in ((cfg.x_shape, "x"), (cfg.w_shape, "w"),
+                                                                    (y_shape, "dy")))
+        if direction == "forward":
+            out, ins = g.conv_fprop(x, w, **kw), (x, w)
+        elif direction == "backward_data":
+            out, ins = g.conv_dgrad(dy, w, x_shape=cfg.x_shape, **kw), (dy, w)
+        else:
+            out, ins = g.conv_wgrad(dy, x, w_shape=cfg.w_shape, **kw), (dy, x)
+        out.set_output(True).set_name("out")
+        if layout:
+            from cudnn_py.graph.graph import _packed_strides
+            out.strides = _packed_strides(out.shape, "NHWC")
+        return g, ins, out
+
+    def reference(h):
+        return _reference(direction, cfg, h["x"], h["w"], h["dy"])
+    torch_fn = None
+    if nd == 2 and direction == "forward":
+        def torch_fn():
+            import torch
+            torch.backends.cudnn.benchmark = True
+            fmt = torch.channels_last if layout else torch.contiguous_format
+            xt = torch.randn(cfg.x_shape, device="cuda", dtype=_torch_dtype(cfg.dtype)).to(memory_format=fmt)
+            wt = torch.randn(cfg.w_shape, device="cuda", dtype=_torch_dtype(cfg.dtype)).to(memory_format=fmt)
+            pad = tuple(p[0] for p in pads)
+            return lambda: torch.nn.functional.conv2d(xt, wt, None, stride, pad, dil, cfg.groups)
+    return Problem("conv", f"conv {direction} x={cfg.x_shape} w={cfg.w_shape} pad={cfg.padding} "
+                           f"stride={cfg.stride} {cfg.dtype} {cfg.layout}", make, reference, cfg.flops(), torch_fn,
+                   {"x": cfg.x_shape, "w": cfg.w_shape, "dy": y_shape})
+
+
+def _matmul_problem(b, m, n, k, dt) -> Problem:
+    def make():
+        import cudnn_py.graph as G
+        g = G.Graph(io_dtype=_np_dtype(dt), compute_dtype="float32", name="matmul")
+        a, bb = g.tensor((b, m, k), name="a"), g.tensor((b, k, n), name="b")
+        c = g.matmul(a, bb).set_output(True).set_name("out")
+        return g, (a, bb), c
+
+    def torch_fn():
+        import torch
+        at = torch.randn((b, m, k), device="cuda", dtype=_torch_dtype(dt))
+        bt = torch.randn((b, k, n), device="cuda", dtype=_torch_dtype(dt))
+        return lambda: torch.matmul(at, bt)
+    return Problem("matmul", f"matmul B={b} M={m} N={n} K={k} {dt}", make, lambda h: h["a"] @ h["b"],
+                   2.0 * b * m * n * k, torch_fn)
+
+
+def _norm_problem(rows, hidden, dt) -> Problem:
+    def make():
+        import cudnn_py.graph as G
+        g = G.Graph(io_dtype=_np_dtype(dt), compute_dtype="float32", name="layer_norm")
+        x = g.tensor((rows, hidden, 1, 1), name="x")
+        s, bias = (g.tensor((1, hidden, 1, 1), name=nm, dtype="float32") for nm in ("scale", "bias"))
+        y, mean, inv = g.norm_forward(x, s, bias, mode="layer", training=True, epsilon=1e-5)
+        y.set_output(True).set_name("out")
+        for t in (mean, inv):
+            t.set_output(True)
+        return g, (x, s, bias), y
+
+    def reference(h):
+        x = h["x"]
+        mu = x.mean(axis=(1, 2, 3), keepdims=True)
+        var = ((x - mu) ** 2).mean(axis=(1, 2, 3), keepdims=True)
+        return (x - mu) / np.sqrt(var + 1e-5) * h["scale"] + h["bias"]
+
+    def torch_fn():
+        import torch
+        xt = torch.randn((rows, hidden), device="cuda", dtype=_torch_dtype(dt))
+        wt, bt = torch.randn(hidden, device="cuda", dtype=_torch_dtype(dt)), torch.randn(
+            hidden, device="cuda", dtype=_torch_dtype(dt))
+        return lambda: torch.nn.functional.layer_norm(xt, (hidden,), wt, bt)
+    # a norm is memory-bound: "TFLOP/s" counts ~8 flops per element, GB/s is what to read (bytes in notes)
+    return Problem("norm", f"layer norm forward rows={rows} hidden={hidden} {dt}", make, reference,
+                   8.0 * rows * hidden, torch_fn)
+
+
+def _sdpa_problem(b, hh, s, d, dt, causal) -> Problem:
+    def make():
+        import cudnn_py.graph as G
+        g = G.Graph(io_dtype=_np_dtype(dt), compute_dtype="float32", name="sdpa")
+        q, k, v = (g.tensor((b, hh, s, d), name=nm) for nm in ("q", "k", "v"))
+        o, stats = g.sdpa(q, k, v, causal=causal)
+        o.set_output(True).set_name("out")
+        if stats is not None:
+            stats.set_output(True).set_dtype("float32")
+        return g, (q, k, v), o
+
+    def reference(h):
+        sc = np.einsum("bhsd,bhtd->bhst", h["q"], h["k"]) / np.sqrt(d)
+        if causal:
+            sc = np.where(np.tril(np.ones((s, s), bool)), sc, -np.inf)
+        p = np.exp(sc - sc.max(-1, keepdims=True))
+        return np.einsum("bhst,bhtd->bhsd", p / p.sum(-1, keepdims=True), h["v"])
+
+    def torch_fn():
+        import torch
+        q, k, v = (torch.randn((b, hh, s, d), device="cuda", dtype=_torch_dtype(dt)) for _ in range(3))
+        return lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    flops = 4.0 * b * hh * s * s * d * (0.5 if causal else 1.0)
+    return Problem("attention", f"sdpa B={b} H={hh} S={s} D={d} causal={causal} {dt}", make, reference, flops,
+                   torch_fn)
+
+
+# ---------------------------------------------------------------- the sweep (needs a GPU)
+
+def _device(a: np.ndarray, t, stream):
+    from cudnn_py.memory import DeviceArray, to_device
+    order = sorted(range(len(t.shape)), key=lambda i: -t.strides[i])
+    buf = to_device(np.ascontiguousarray(a.astype(t.np_dtype).transpose(order)), stream)
+    return DeviceArray(buf.ptr, t.shape, t.np_dtype, t.strides, device_id=buf.device_id, owner=buf)
+
+
+def _host(d) -> np.ndarray:
+    return np.asarray(d.to_numpy(), np.float64)
+
+
+def collect_configs(g, h, modes) -> tuple[list, dict, list[str]]:
+    """(configs deduplicated by tag in first-seen order, {tag: modes that offered it}, notes on failed modes)."""
+    import cudnn_py.graph as G
+    from cudnn_py.errors import CudnnError
+    seen, sources, notes = [], {}, []
+    for m in modes:
+        try:
+            cfgs = G.heuristics(g, h, m)
+        except CudnnError as e:
+            notes.append(f"heuristics {m}: {e}")
+            continue
+        for c in cfgs:
+            if c.tag not in sources:
+                seen.append(c)
+                sources[c.tag] = []
+            sources[c.tag].append(m)
+    return seen, sources, notes
+
+
+def sweep(problem: Problem, modes=MODES, repeats: int = 10, warmup: int = 2, check: bool = True, seed: int = 0,
+          device: int = 0, torch_row: bool = True, progress=None) -> list[Row]:
+    """Build, run, check and time every config the heuristics ``modes`` offer; returns one row per config."""
+    import cudnn_py.graph as G
+    from cudnn_py.errors import CudnnError
+    from cudnn_py.handle import Handle
+    from cudnn_py.streams import timer
+    try:
+        handle = Handle(device)
+    except Exception as e:  # noqa: BLE001 - no GPU, no driver
+        raise SystemExit(f"algos --graph: cannot open a cuDNN handle on device {device} (a GPU is needed): {e}")
+    rng = np.random.default_rng(seed)
+    rows: list[Row] = []
+    with handle as h:
+        g, ins, out = problem.make()
+        shapes = {**{n: (s, out.np_dtype) for n, s in problem.extra.items()},
+                  **{t.name: (t.shape, t.np_dtype) for t in ins}}
+        host = {n: (rng.standard_normal(s) * (0.5 if problem.kind == "attention" else 1.0)).astype(dt).astype(
+            np.float64) for n, (s, dt) in shapes.items()}
+        ref = problem.reference(host) if check else None
+        pack = {t: _device(host[t.name], t, h.stream) for t in ins}
+        outs = [t for t in g.io_tensors() if not t.is_by_value and t not in ins]
+        for t in outs:
+            pack[t] = _device(np.full(t.shape, np.nan), t, h.stream)
+        cfgs, sources, notes = collect_configs(g, h, modes)
+        a_pick = None
+        for i, cfg in enumerate(cfgs):
+            if progress:
+                progress(f"[{i + 1}/{len(cfgs)}] {cfg.tag}")
+            row = Row(problem.kind, ",".join(sources[cfg.tag]), cfg.tag, False, deterministic=cfg.is_deterministic)
+            rows.append(row)
+            try:
+                plan = G.Plan.build(g, h, cfg)
+                row.workspace_bytes = plan.workspace_size
+                for t in outs:
+                    pack[t].fill_(float("nan"))
+                plan.execute(h, pack)
+                got = _host(pack[out])
+                for _ in range(warmup):
+                    plan.execute(h, pack)
+                times = []
+                for _ in range(repeats):
+                    with timer(h.stream) as tm:
+                        plan.execute(h, pack)
+                    times.append(tm.ms)
+            except CudnnError as e:
+                row.reason = " ".join(str(e).split())[:300]
+                continue
+            row.supported = True
+            row.time_ms = statistics.median(times)
+            row.tflops = problem.flops / (row.time_ms * 1e-3) / 1e12 if row.time_ms > 0 else None
+            if check:
+                scale = float(np.abs(ref).max()) or 1.0
+                row.max_rel_error = float(np.abs(got - ref).max() / scale) if np.isfinite(got).all() else float("inf")
+            if a_pick is None and "A" in sources[cfg.tag]:
+                a_pick = row
+        if a_pick is not None:
+            a_pick.pick = "A"
+        for n in notes:
+            rows.append(Row(problem.kind, "", "-", False, n))
+    if torch_row and problem.torch_fn is not None:
+        rows.append(_torch_row(problem, repeats, warmup))
+    return rows
+
+
+def _torch_row(problem: Problem, repeats: int, warmup: int) -> Row:
+    row = Row(problem.kind, "torch", "torch (engine not exposed)", False, pick="torch")
+    try:
+        import torch
+        fn = problem.torch_fn()
+        for _ in range(max(warmup, 3)):
+            fn()
+        times = []
+        for _ in range(repeats):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            fn()
+            e.record()
+            e.synchronize()
+            times.append(s.elapsed_time(e))
+    except Exception as e:  # noqa: BLE001 - torch missing or refusing: the row says so
+        row.reason = f"{type(e).__name__}: {e}"[:300]
+        return row
+    row.supported, row.time_ms = True, statistics.median(times)
+    row.tflops = problem.flops / (row.time_ms * 1e-3) / 1e12
+    return row
+
+
+# ---------------------------------------------------------------- output (the legacy sweep's formats)
+
+def format_table(rows: list[Row]) -> str:
+    head = (f"{'problem':<10}{'modes':<16}{'engine config':<44}{'ok':<4}{'time ms':>10}{'TFLOP/s':>9}"
+            f"{'workspace':>12}{'det':>5}{'max rel err':>13}{'pick':>7}  reason")
+    lines = [head, "-" * len(head)]
+    num = (lambda v, f: format(v, f) if v is not None else "-")
+    for r in rows:
+        det = "-" if r.deterministic is None else ("yes" if r.deterministic else "no")
+        lines.append(f"{r.direction:<10}{r.math_type:<16}{r.algo:<44}{'yes' if r.supported else 'no':<4}"
+                     f"{num(r.time_ms, '10.4f'):>10}{num(r.tflops, '9.2f'):>9}{num(r.workspace_bytes, 'd'):>12}"
+                     f"{det:>5}{num(r.max_rel_error, '13.2e'):>13}{r.pick:>7}  {r.reason}")
+    return "\n".join(lines)
+
+
+def write_csv(rows: list[Row], path: str) -> None:
+    with open(path, "w", newline="") as f:
+        wr = csv.DictWriter(f, fieldnames=[k for k in Row.__dataclass_fields__ if k != "notes"])
+        wr.writeheader()
+        for r in rows:
+            d = asdict(r)
+            d.pop("notes")
+            wr.writerow(d)
+
+
+def write_json(rows: list[Row], title: str, path: str) -> None:
+    with open(path, "w") as f:
+        json.dump({"problem": title, "rows": [asdict(r) for r in rows]}, f, indent=1)
+
+
+def plot(rows: list[Row], path: str, title: str) -> bool:
+    """Horizontal bars of the configs' times (mode A's pick and torch highlighted); False without matplotlib."""
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        return False
+    ok = [r for r in rows if r.supported]
+    fig = Figure(figsize=(9, 0.28 * len(ok) + 1.5))
+    ax = fig.subplots()
+    colours = ["C3" if r.pick == "A" else "C2" if r.pick == "torch" else "C0" for r in ok]
+    ax.barh(range(len(ok)), [r.time_ms for r in ok], color=colours)
+    ax.set_yticks(range(len(ok)), [f"{r.algo} ({r.math_type})" + (f" [{r.pick}]" if r.pick else "") for r in ok],
+                  fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("median time (ms)")
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return True
+
+
+def run(args) -> int:
+    """The ``algos --graph`` command."""
+    problem = problem_from_args(args)
+    modes = tuple(m.strip().upper() for m in args.modes.split(",") if m.strip())
+    bad = [m for m in modes if m not in MODES]
+    if bad or not modes:
+        raise SystemExit(f"algos --graph: --modes takes {', '.join(MODES)}, got {args.modes!r}")
+    if args.repeats < 1 or args.warmup < 0:
+        raise SystemExit("algos: --repeats must be >= 1 and --warmup >= 0")
+
+    def progress(msg):
+        print(msg, file=sys.stderr, flush=True)
+    rows = sweep(problem, modes, args.repeats, args.warmup, not args.no_check, args.seed, args.device,
+                 not args.no_torch, None if args.quiet else progress)
+    print(problem.title)
+    print(format_table(rows))
+    if args.csv:
+        write_csv(rows, args.csv)
+    if args.json:
+        write_json(rows, problem.title, args.json)
+    if args.plot and not plot(rows, args.plot, problem.title):
+        print("--plot: matplotlib is not installed; no chart written", file=sys.stderr)
+    return 0
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """The ``algos`` options plus the graph ones, parsed (stand-alone use, tests)."""
+    from cudnn_py.cli import algos
+    parser = argparse.ArgumentParser(prog="python -m cudnn_py.cli.algos_graph", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = algos.add_parser(sub)
+    if not any(a.dest == "graph" for a in p._actions):
+        add_arguments(p)
+    args = parser.parse_args(["algos", *argv])
+    if not args.graph:
+        parser.error("give --graph conv|matmul|norm|attention")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Stand-alone entry (``python -m cudnn_py.cli.algos_graph --graph ...``) until ``algos --graph`` is wired."""
+    return run(parse_args(sys.argv[1:] if argv is None else argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,264 @@
+"""A ResNet basic block trained one SGD step through cuDNN graphs, checked against float64 NumPy and the legacy API.
+
+    out = relu(bn2(conv2(relu(bn1(conv1(x))))) + x)      3x3 convolutions, padding 1, NHWC float16
+
+Forward, backward and the SGD update run as cached backend-API graphs (``engine="graph"``): each convolution
+direction one graph, batch norm + ReLU one graph, batch norm + residual add + ReLU one graph, their backward a
+ReLU-gradient graph and a norm-backward graph, the parameter updates pointwise graphs. The same step through the
+legacy C calls (``engine="legacy"``) and a float64 NumPy reference give the numbers to compare; ``--bench`` times
+a step of each (and torch's, channels_last with ``cudnn.benchmark``) on a 32x64x56x56 block.
+
+Run: python examples/graph_resnet_block.py [--bench] [--shape N,C,H,W]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+
+import numpy as np
+
+EPS, MOMENTUM, LR = 1e-5, 0.1, 0.05
+
+
+# ---------------------------------------------------------------- float64 NumPy reference (logical NCHW)
+
+def _conv(x, w):
+    """3x3 convolution, stride 1, padding 1."""
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    h, wd = x.shape[2:]
+    return sum(np.einsum("nchw,kc->nkhw", xp[:, :, i:i + h, j:j + wd], w[:, :, i, j])
+               for i in range(3) for j in range(3))
+
+
+def _conv_bwd(x, w, dy):
+    """(dx, dw) of :func:`_conv`."""
+    h, wd = x.shape[2:]
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    dxp = np.zeros_like(xp)
+    dw = np.zeros_like(w)
+    for i in range(3):
+        for j in range(3):
+            dxp[:, :, i:i + h, j:j + wd] += np.einsum("nkhw,kc->nchw", dy, w[:, :, i, j])
+            dw[:, :, i, j] = np.einsum("nkhw,nchw->kc", dy, xp[:, :, i:i + h, j:j + wd])
+    return dxp[:, :, 1:-1, 1:-1], dw
+
+
+def _bn(x, g, b):
+    mu = x.mean(axis=(0, 2, 3), keepdims=True)
+    inv = 1.0 / np.sqrt(x.var(axis=(0, 2, 3), keepdims=True) + EPS)
+    xh = (x - mu) * inv
+    return xh * g.reshape(mu.shape) + b.reshape(mu.shape), xh, inv
+
+
+def _bn_bwd(dy, xh, inv, g):
+    m = dy.size / dy.shape[1]
+    db = dy.sum(axis=(0, 2, 3))
+    dg = (dy * xh).sum(axis=(0, 2, 3))
+    dx = g.reshape(1, -1, 1, 1) * inv / m * (m * dy - db.reshape(1, -1, 1, 1) - xh * dg.reshape(1, -1, 1, 1))
+    return dx, dg, db
+
+
+def reference_step(x, dout, p):
+    """Forward, backward and the SGD update in float64; returns (out, dx, updated parameters)."""
+    y1 = _conv(x, p["w1"])
+    z1, xh1, inv1 = _bn(y1, p["s1"], p["b1"])
+    a1 = np.maximum(z1, 0)
+    y2 = _conv(a1, p["w2"])
+    z2, xh2, inv2 = _bn(y2, p["s2"], p["b2"])
+    out = np.maximum(z2 + x, 0)
+    d = dout * (out > 0)
+    dy2, ds2, db2 = _bn_bwd(d, xh2, inv2, p["s2"])
+    da1, dw2 = _conv_bwd(a1, p["w2"], dy2)
+    dy1, ds1, db1 = _bn_bwd(da1 * (a1 > 0), xh1, inv1, p["s1"])
+    dxm, dw1 = _conv_bwd(x, p["w1"], dy1)
+    grads = {"w1": dw1, "w2": dw2, "s1": ds1, "b1": db1, "s2": ds2, "b2": db2}
+    return out, dxm + d, {k: p[k] - LR * grads[k] for k in p}
+
+
+# ---------------------------------------------------------------- the block on the GPU
+
+def _nhwc_view(buf, shape):
+    """Logical (N, C, H, W) over a (N, H, W, C) buffer."""
+    from cudnn_py.memory import DeviceArray
+    n, c, h, w = shape
+    return DeviceArray(buf.ptr, shape, buf.dtype, (h * w * c, 1, w * c, c), device_id=buf.device_id, owner=buf)
+
+
+def _physical(a):
+    """The (N, H, W, C) buffer under a logical NHWC-strided (N, C, H, W) array (what the NHWC convolution takes)."""
+    from cudnn_py.memory import DeviceArray
+    n, c, h, w = a.shape
+    return DeviceArray(a.ptr, (n, h, w, c), a.dtype, device_id=a.device_id, owner=a)
+
+
+class Block:
+    """The block's device parameters (float16 NHWC weights, float32 batch-norm parameters and statistics)."""
+
+    def __init__(self, h, params: dict, c: int):
+        from cudnn_py.memory import to_device
+        from cudnn_py.ops.convolution import Convolution
+        self.h, self.c = h, c
+        self.conv = Convolution(padding=1, layout="NHWC")
+        self.w = {k: to_device(np.ascontiguousarray(params[k].transpose(0, 2, 3, 1)).astype(np.float16))
+                  for k in ("w1", "w2")}
+        pshape = (1, c, 1, 1)  # the shape batch norm's gradients come back in
+        self.p = {k: to_device(params[k].reshape(pshape).astype(np.float32)) for k in ("s1", "b1", "s2", "b2")}
+        self.stats = {k: to_device(np.full(pshape, 0.0 if k.startswith("m") else 1.0, np.float32))
+                      for k in ("m1", "v1", "m2", "v2")}
+
+    def host(self) -> dict:
+        """The parameters as float64 NumPy arrays in the reference's layout."""
+        out = {k: v.to_numpy().astype(np.float64).transpose(0, 3, 1, 2) for k, v in self.w.items()}
+        out.update({k: v.to_numpy().astype(np.float64).reshape(-1) for k, v in self.p.items()})
+        return out
+
+    def step(self, x, dout, engine: str):
+        """One forward + backward + SGD step; x and dout logical (N, C, H, W) NHWC float16. Returns (out, dx)."""
+        from cudnn_py.ops import batchnorm as bn
+        from cudnn_py.ops import convolution as cv
+        from cudnn_py.ops import tensor_ops as to
+        h, conv, w, p, s = self.h, self.conv, self.w, self.p, self.stats
+        y1 = _nhwc_view(cv.convolution_forward(h, conv, _physical(x), w["w1"], engine=engine), x.shape)
+        r1 = bn.batchnorm_forward_training_ex(h, y1, p["s1"], p["b1"], ops="bn_activation", epsilon=EPS,
+                                              factor=MOMENTUM, running_mean=s["m1"], running_var=s["v1"],
+                                              engine=engine)
+        y2 = _nhwc_view(cv.convolution_forward(h, conv, _physical(r1.y), w["w2"], engine=engine), x.shape)
+        r2 = bn.batchnorm_forward_training_ex(h, y2, p["s2"], p["b2"], z=x, ops="bn_add_activation", epsilon=EPS,
+                                              factor=MOMENTUM, running_mean=s["m2"], running_var=s["v2"],
+                                              engine=engine)
+        g2 = bn.batchnorm_backward_ex(h, y2, r2.y, dout, p["s2"], p["b2"], r2.saved_mean, r2.saved_inv_var,
+                                      r2.reserve, ops="bn_add_activation", epsilon=EPS, engine=engine)
+        dy2 = _physical(g2.dx)
+        da1 = _nhwc_view(cv.convolution_backward_data(h, conv, w["w2"], dy2, engine=engine), x.shape)
+        dw2 = cv.convolution_backward_filter(h, conv, _physical(r1.y), dy2, engine=engine)
+        g1 = bn.batchnorm_backward_ex(h, y1, r1.y, da1, p["s1"], p["b1"], r1.saved_mean, r1.saved_inv_var,
+                                      r1.reserve, ops="bn_activation", epsilon=EPS, engine=engine)
+        dy1 = _physical(g1.dx)
+        dxm = _nhwc_view(cv.convolution_backward_data(h, conv, w["w1"], dy1, engine=engine), x.shape)
+        dw1 = cv.convolution_backward_filter(h, conv, _physical(x), dy1, engine=engine)
+        dx = to.op_tensor(h, "add", dxm, g2.dz, engine=engine)
+        for param, grad in ((w["w1"], dw1), (w["w2"], dw2), (p["s1"], g1.dscale), (p["b1"], g1.dbias),
+                            (p["s2"], g2.dscale), (p["b2"], g2.dbias)):
+            to.add_tensor(h, grad, param, alpha=-LR, beta=1.0, engine=engine)
+        return r2.y, dx
+
+
+def init_params(rng, c: int) -> dict:
+    return {"w1": rng.standard_normal((c, c, 3, 3)) / np.sqrt(9 * c), "w2": rng.standard_normal((c, c, 3, 3)) /
+            np.sqrt(9 * c), "s1": 1 + 0.1 * rng.standard_normal(c), "b1": 0.1 * rng.standard_normal(c),
+            "s2": 1 + 0.1 * rng.standard_normal(c), "b2": 0.1 * rng.standard_normal(c)}
+
+
+def rel(a, b) -> float:
+    return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-12))
+
+
+def check(h, shape, rng) -> dict:
+    """One step through graphs and through legacy calls from the same start, each against float64 NumPy; returns
+    {what: (graph error, legacy error)} relative to the reference's largest magnitude."""
+    from cudnn_py.memory import to_device
+    n, c, hh, ww = shape
+    params = init_params(rng, c)
+    x = rng.standard_normal(shape).astype(np.float16).astype(np.float64)
+    dout = rng.standard_normal(shape).astype(np.float16).astype(np.float64)
+    q = {k: (v.astype(np.float16) if k.startswith("w") else v.astype(np.float32)).astype(np.float64)
+         for k, v in params.items()}
+    out_ref, dx_ref, new_ref = reference_step(x, dout, q)
+    errors = {}
+    results = {}
+    for engine in ("graph", "legacy"):
+        blk = Block(h, params, c)
+        xd = _nhwc_view(to_device(np.ascontiguousarray(x.transpose(0, 2, 3, 1)).astype(np.float16)), shape)
+        dd = _nhwc_view(to_device(np.ascontiguousarray(dout.transpose(0, 2, 3, 1)).astype(np.float16)), shape)
+        out, dx = blk.step(xd, dd, engine)
+        results[engine] = (out.to_numpy().astype(np.float64), dx.to_numpy().astype(np.float64), blk.host())
+    for what, ref, pick in (("out", out_ref, lambda r: r[0]), ("dx", dx_ref, lambda r: r[1]),
+                            *((k, new_ref[k], (lambda k: lambda r: r[2][k])(k)) for k in new_ref)):
+        errors[what] = tuple(rel(pick(results[e]), ref) for e in ("graph", "legacy"))
+    return errors
+
+
+def bench(h, shape, repeats: int = 10) -> dict:
+    """Median device ms of one training step: graphs, legacy calls, torch (channels_last, cudnn.benchmark)."""
+    from cudnn_py.memory import to_device
+    from cudnn_py.streams import timer
+    rng = np.random.default_rng(0)
+    n, c, hh, ww = shape
+    params = init_params(rng, c)
+    out = {}
+    xd = _nhwc_view(to_device(rng.standard_normal((n, hh, ww, c)).astype(np.float16)), shape)
+    dd = _nhwc_view(to_device(rng.standard_normal((n, hh, ww, c)).astype(np.float16)), shape)
+    for engine in ("graph", "legacy"):
+        blk = Block(h, params, c)
+        for _ in range(3):
+            blk.step(xd, dd, engine)
+        times = []
+        for _ in range(repeats):
+            with timer(h.stream) as t:
+                blk.step(xd, dd, engine)
+            times.append(t.ms)
+        out[engine] = statistics.median(times)
+    try:
+        import torch
+    except ImportError:
+        return out
+    torch.backends.cudnn.benchmark = True
+    cl = torch.channels_last
+    mods = torch.nn.ModuleDict({
+        "c1": torch.nn.Conv2d(c, c, 3, padding=1, bias=False), "n1": torch.nn.BatchNorm2d(c),
+        "c2": torch.nn.Conv2d(c, c, 3, padding=1, bias=False), "n2": torch.nn.BatchNorm2d(c)}).cuda()
+    mods = mods.to(memory_format=cl)
+    opt = torch.optim.SGD(mods.parameters(), lr=LR)
+    xt = torch.randn(shape, device="cuda").to(memory_format=cl)
+    gt = torch.randn(shape, device="cuda").to(memory_format=cl)
+
+    def tstep():
+        with torch.autocast("cuda", dtype=torch.float16):
+            y = torch.relu(mods["n2"](mods["c2"](torch.relu(mods["n1"](mods["c1"](xt))))) + xt)
+        opt.zero_grad(set_to_none=True)
+        y.backward(gt)
+        opt.step()
+    for _ in range(5):
+        tstep()
+    times = []
+    for _ in range(repeats):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        tstep()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e))
+    out["torch"] = statistics.median(times)
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shape", default="2,8,8,8", help="N,C,H,W of the checked step (default 2,8,8,8)")
+    ap.add_argument("--bench", action="store_true", help="also time a 32x64x56x56 step (graphs, legacy, torch)")
+    args = ap.parse_args(argv)
+    from cudnn_py.handle import Handle
+    try:
+        h = Handle()
+    except Exception as e:  # noqa: BLE001
+        print(f"graph_resnet_block: needs a GPU ({e})")
+        return 1
+    with h:
+        shape = tuple(int(v) for v in args.shape.split(","))
+        errors = check(h, shape, np.random.default_rng(0))
+        print(f"one SGD step of a ResNet basic block {shape} float16 NHWC, max |got - ref| / max |ref| against "
+              f"float64 NumPy:")
+        print(f"  {'tensor':<8}{'graphs':>12}{'legacy':>12}")
+        for k, (g, lg) in errors.items():
+            print(f"  {k:<8}{g:>12.2e}{lg:>12.2e}")
+        worst = max(g for g, _ in errors.values())
+        if args.bench:
+            t = bench(h, (32, 64, 56, 56))
+            print("training step 32x64x56x56 float16 NHWC, median device ms: "
+                  + ", ".join(f"{k} {v:.3f}" for k, v in t.items()))
+    return 0 if worst < 2e-2 else 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
