@@ -2,8 +2,10 @@
 cuDNN and flash backends, in one process on one GPU. Prints a table; asserts nothing.
 
 TFLOP/s count 4 * B * Hq * Sq * Skv * D for the forward (half of it under a causal mask) and 2.5 times that for the
-backward; times are the median of ``--reps`` runs between device events on the default stream, after warm-up.
-The host row is the wall time per call of a tiny problem (launch-bound: the binding's own cost).
+backward; a time is the median over ``--reps`` samples of the device time between events around ``--inner``
+back-to-back calls, divided by ``--inner`` (so each binding's host cost overlaps the queued kernels, as in a real
+training step), after warm-up. The host row is the wall time per call of a tiny problem (launch-bound: the
+binding's own cost).
 
     python benchmarks/sdpa_bench.py                   # bf16 B4 H16 S4096 D128, and the llama3.1 shape
     python benchmarks/sdpa_bench.py --autotune        # cudnn-py also with autotuned plans
@@ -23,14 +25,17 @@ from cudnn_py.ops import sdpa as S
 SHAPES = [("B4 H16 S4k D128", 4, 16, 16, 4096, 128), ("llama3.1 B1 H64/8 S4k D128", 1, 64, 8, 4096, 128)]
 
 
-def median_ms(fn, warmup: int, reps: int) -> float:
+def median_ms(fn, timing: tuple[int, int, int]) -> float:
+    """Median device ms per call of ``fn``; ``timing`` = (warm-up calls, samples, calls per sample)."""
+    warmup, reps, inner = timing
     for _ in range(warmup):
         fn()
     times = []
     for _ in range(reps):
         with cudnn_py.timer() as t:
-            fn()
-        times.append(t.ms)
+            for _ in range(inner):
+                fn()
+        times.append(t.ms / inner)
     return statistics.median(times)
 
 
@@ -38,7 +43,7 @@ def flops(b, hq, s, d, causal) -> float:
     return 4.0 * b * hq * s * s * d * (0.5 if causal else 1.0)
 
 
-def cudnn_py_case(h, q, k, v, do, causal, autotune, warmup, reps) -> tuple[float, float]:
+def cudnn_py_case(h, q, k, v, do, causal, autotune, timing) -> tuple[float, float]:
     """(forward ms, backward ms) through the cached-plan entry points, outputs preallocated. Prints the wall
     time of each first call (graph, heuristics, plan build with any runtime compilation, autotuning)."""
     t0 = time.perf_counter()
@@ -49,13 +54,13 @@ def cudnn_py_case(h, q, k, v, do, causal, autotune, warmup, reps) -> tuple[float
     cudnn_py.synchronize()
     print(f"  first call{' (autotune)' if autotune else ''}{' causal' if causal else ''}: forward "
           f"{(t1 - t0) * 1e3:.0f} ms, backward {(time.perf_counter() - t1) * 1e3:.0f} ms")
-    fwd = median_ms(lambda: S.sdpa(h, q, k, v, causal=causal, o=o, stats=st, autotune=autotune), warmup, reps)
+    fwd = median_ms(lambda: S.sdpa(h, q, k, v, causal=causal, o=o, stats=st, autotune=autotune), timing)
     bwd = median_ms(lambda: S.sdpa_backward(h, q, k, v, o, do, st, causal=causal, dq=grads[0], dk=grads[1],
-                                            dv=grads[2], autotune=autotune), warmup, reps)
+                                            dv=grads[2], autotune=autotune), timing)
     return fwd, bwd
 
 
-def torch_case(torch, backend, q, k, v, do, causal, warmup, reps) -> tuple[float, float]:
+def torch_case(torch, backend, q, k, v, do, causal, timing) -> tuple[float, float]:
     """(forward ms, backward ms) of torch's SDPA on one backend; grouped-query K/V through ``enable_gqa`` where
     the backend takes it, else repeated to Q's heads (same FLOPs, more K/V traffic)."""
     import torch.nn.functional as F
@@ -70,10 +75,10 @@ def torch_case(torch, backend, q, k, v, do, causal, warmup, reps) -> tuple[float
         except RuntimeError:
             k, v = k.repeat_interleave(hq // hk, 1), v.repeat_interleave(hq // hk, 1)
     with sdpa_kernel(backend):
-        fwd = median_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, **kw), warmup, reps)
+        fwd = median_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, **kw), timing)
         qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
         out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal, **kw)
-        bwd = median_ms(lambda: torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True), warmup, reps)
+        bwd = median_ms(lambda: torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True), timing)
     return fwd, bwd
 
 
@@ -92,9 +97,11 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--inner", type=int, default=10, help="calls per timed sample")
     ap.add_argument("--autotune", action="store_true", help="also time cudnn-py with autotuned plans")
     ap.add_argument("--no-torch", action="store_true", help="cudnn-py only")
     args = ap.parse_args(argv)
+    timing = (args.warmup, args.reps, max(1, args.inner))
     torch = None
     if not args.no_torch:
         try:
@@ -119,7 +126,7 @@ def main(argv=None) -> None:
             for tuned in (False, True) if args.autotune else (False,):
                 who = "cudnn-py" + (" autotuned" if tuned else "")
                 try:
-                    peers[who] = cudnn_py_case(h, q, k, v, do, causal, tuned, args.warmup, args.reps)
+                    peers[who] = cudnn_py_case(h, q, k, v, do, causal, tuned, timing)
                 except (RuntimeError, ValueError, TypeError) as e:  # a configuration this cuDNN refuses
                     print(f"{who} {label}: {e}")
             if torch is not None:
@@ -127,7 +134,7 @@ def main(argv=None) -> None:
                 for name, be in (("torch cuDNN", SDPBackend.CUDNN_ATTENTION), ("torch flash",
                                                                                 SDPBackend.FLASH_ATTENTION)):
                     try:
-                        peers[name] = torch_case(torch, be, q, k, v, do, causal, args.warmup, args.reps)
+                        peers[name] = torch_case(torch, be, q, k, v, do, causal, timing)
                     except RuntimeError as e:  # a backend that refuses this shape
                         print(f"{name} {label}: {str(e).splitlines()[0]}")
             for who, (fwd, bwd) in peers.items():

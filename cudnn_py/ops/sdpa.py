@@ -14,6 +14,7 @@ are interleaved QKV. Outputs get the layout of their inputs (o follows q, dq/dk/
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
 
@@ -124,13 +125,19 @@ class _Args:
             raise ValueError("dropout needs seed= and offset= (ints or int64 device tensors): the Philox state")
         self.seed = None if not self.dropout else _scalar_i64(handle, seed, "seed")
         self.offset = None if not self.dropout else _scalar_i64(handle, offset, "offset")
+        for val, n in ((scale, "scale"), (left_bound, "left_bound"), (right_bound, "right_bound")):
+            if val is not None and (isinstance(val, bool) or not isinstance(val, numbers.Real)):
+                raise TypeError(f"{n} must be a number or None, got {type(val).__name__}")
+        if not isinstance(diagonal_alignment, str) or not isinstance(implementation, str):
+            raise TypeError("diagonal_alignment and implementation must be strings")
         self.options = dict(scale=scale, causal=bool(causal), diagonal_alignment=diagonal_alignment,
                             left_bound=left_bound, right_bound=right_bound, dropout=self.dropout,
                             implementation=implementation)
         self.autotune = bool(autotune)
         self.hq, self.dtype = hq, mq[2]
         self.key = (mq, mk, mv, mb, msq, mskv, self.alibi, self.seed is not None,
-                    tuple(sorted((n, repr(x)) for n, x in self.options.items())), self.autotune)
+                    scale, bool(causal), diagonal_alignment, left_bound, right_bound, self.dropout, implementation,
+                    self.autotune)
 
     def graph_inputs(self, g: Graph, handle) -> tuple[dict, list, list]:
         """The graph tensors for this call's arrays: (builder kwargs, tensors, arrays) in binding order (the arrays
