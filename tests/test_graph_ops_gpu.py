@@ -163,20 +163,86 @@ def test_bn_add_relu_fused_forward(handle, rng, dtype):
     close(got[2], ir, "float32")
 
 
-def test_every_norm_plan_gives_the_same_answer(handle, rng):
-    mode, xs, ss, _ = NORM_CASES["layer"]
+def _plans_case(kind, rng):
+    """A small graph, its inputs, outputs, references and dtype, for checking every plan."""
+    if kind == "layer_norm":
+        mode, xs, ss, _ = NORM_CASES["layer"]
+        g = G.Graph(io_dtype="float16", compute_dtype="float32")
+        x, sc = g.tensor(xs, name="x"), g.tensor(ss, name="s", dtype="float32")
+        b = g.tensor(ss, name="b", dtype="float32")
+        y, mean, inv = g.norm_forward(x, sc, b)
+        xa, xq, sa, ba = _norm_data(rng, "float16", xs, ss)
+        return g, {x: xa, sc: sa, b: ba}, [y.set_output(True), mean.set_output(True), inv.set_output(True)], \
+            RN.norm_forward(xq, sa, ba, "layer", 1e-5, (1, 2, 3)), "float16"
+    if kind == "batch_norm_backward":
+        mode, xs, ss, layout = NORM_CASES["batch"]
+        g = G.Graph(io_dtype="float16", compute_dtype="float32")
+        x, dy = g.tensor(xs, name="x", layout=layout), g.tensor(xs, name="dy", layout=layout)
+        sc, m, iv = (g.tensor(ss, name=n, dtype="float32") for n in ("s", "m", "iv"))
+        xa, xq, sa, _ = _norm_data(rng, "float16", xs, ss)
+        dya = rng.standard_normal(xs)
+        _, mr, ir = RN.norm_forward(xq, sa, None, "batch", 1e-5, (0, 2, 3))
+        dx, ds, db = g.norm_backward(dy, x, sc, mean=m, inv_variance=iv, mode="batch")
+        return g, {x: xa, dy: dya, sc: sa, m: mr, iv: ir}, [t.set_output(True) for t in (dx, ds, db)], \
+            RN.norm_backward(quantize(dya, np.float16), xq, sa, mr, ir, "batch", (0, 2, 3)), "float16"
+    xs, win, st, pre, post = POOL_2D
     g = G.Graph(io_dtype="float16", compute_dtype="float32")
-    x, sc, b = g.tensor(xs, name="x"), g.tensor(ss, name="s", dtype="float32"), g.tensor(ss, name="b", dtype="float32")
-    y, mean, inv = g.norm_forward(x, sc, b)
-    outs = [y.set_output(True), mean.set_output(True), inv.set_output(True)]
+    x = g.tensor(xs, name="x", layout="NHWC")
+    y = g.avg_pool(x, win, st, pre, post_padding=post).set_output(True)
+    xa = RR.distinct(xs, rng)
+    return g, {x: xa}, [y], [RR.forward(quantize(xa, np.float16), "avg", win, st, pre, post)[0]], "float16"
+
+
+@pytest.mark.parametrize("kind", ["layer_norm", "batch_norm_backward", "avg_pool"])
+def test_every_plan_gives_the_same_answer(handle, rng, kind):
+    g, ins, outs, refs, dtype = _plans_case(kind, rng)
     g.build(handle, modes=("A", "B", "FALLBACK"), policy="all")
-    assert len(g.plans) >= 2, f"only {len(g.plans)} plan(s)"
-    xa, xq, sa, ba = _norm_data(rng, "float16", xs, ss)
-    refs = RN.norm_forward(xq, sa, ba, "layer", 1e-5, (1, 2, 3))
+    tags = [p.tag for p in g.plans]
+    assert tags and len(set(tags)) == len(tags)
     for plan in list(g.plans):
         g.plans = [plan]
-        for gv, rv in zip(run(handle, g, {x: xa, sc: sa, b: ba}, outs), refs):
-            close(gv, rv, "float16", scale=2, what=plan.tag)
+        for gv, rv in zip(run(handle, g, ins, outs), refs):
+            close(gv, rv, dtype, scale=2, what=plan.tag)
+
+
+def test_bn_finalize_statistics_and_running_update(handle, rng):
+    ps, count = (1, 16, 1, 1), 64
+    g = G.Graph(io_dtype="float32", compute_dtype="float32")
+    s, sq, sc, b, rm, rv = (g.tensor(ps, name=n) for n in ("sum", "sq", "scale", "bias", "rm", "rv"))
+    o = g.bn_finalize(s, sq, sc, b, accum_count=count, epsilon=1e-3, running_mean=rm, running_var=rv, momentum=0.25)
+    xs = rng.standard_normal((count, 16)) + 0.3
+    sa, sqa = xs.sum(0).reshape(ps), (xs * xs).sum(0).reshape(ps)
+    sca, ba, rma, rva = rng.standard_normal(ps), rng.standard_normal(ps), rng.standard_normal(ps), rng.random(ps) + .5
+    eqs, eqb, mr, ir, var = RN.bn_finalize(sa, sqa, sca, ba, count, 1e-3)
+    refs = [eqs, eqb, mr, ir, *RN.batch_norm_running(mr, var, count, rma, rva, 0.25)]
+    got = run(handle, g, {s: sa, sq: sqa, sc: sca, b: ba, rm: rma, rv: rva}, [t.set_output(True) for t in o])
+    for gv, r, what in zip(got, refs, o._fields):
+        close(gv, r, "float32", what=what)
+
+
+def test_dgrad_drelu_bn_backward_weights_fused(handle, rng):
+    """The fused training-step backward of conv -> BN -> ReLU: dgrad, ReLU backward against the recomputed BN
+    output, and the dBN weight gradients with the dx coefficients."""
+    n, k, c, hw = 4, 64, 32, 16
+    g = G.Graph(io_dtype="float16", compute_dtype="float32")
+    dy = g.tensor((n, k, hw, hw), name="dy", layout="NHWC")
+    w = g.tensor((k, c, 3, 3), name="w", layout="NHWC")
+    x = g.tensor((n, c, hw, hw), name="x", layout="NHWC")
+    m, iv, s, b = (g.tensor((1, c, 1, 1), name=nm, dtype="float32") for nm in ("m", "iv", "s", "b"))
+    bn = g.add(g.mul(g.mul(g.sub(x, m), iv), s), b)
+    dr = g.relu_backward(g.conv_dgrad(dy, w, 1, x_shape=x.shape), bn).set_output(True)
+    o = g.bn_backward_weights(dr, x, m, iv, s)
+    dya, wa, xa = rng.standard_normal(dy.shape), rng.standard_normal(w.shape) / 8, rng.standard_normal(x.shape)
+    ma, ia, sa, ba = (rng.standard_normal((1, c, 1, 1)), rng.random((1, c, 1, 1)) + 0.5,
+                      rng.standard_normal((1, c, 1, 1)), rng.standard_normal((1, c, 1, 1)))
+    xq = quantize(xa, np.float16)
+    dg = R.conv_dgrad(quantize(dya, np.float16), quantize(wa, np.float16), x.shape, (1, 1), (1, 1), (1, 1))
+    drr = dg * (((xq - ma) * ia * sa + ba) > 0)
+    refs = [drr, *RN.bn_backward_weights(quantize(drr, np.float16), xq, ma, ia, sa)]
+    got = run(handle, g, {dy: dya, w: wa, x: xa, m: ma, iv: ia, s: sa, b: ba},
+              [dr] + [t.set_output(True) for t in o])
+    for gv, r, what in zip(got, refs, ("drelu",) + o._fields):
+        close(gv, r, "float16", scale=2, what=what)
 
 
 # -- FP8 --------------------------------------------------------------------------------------------------------
@@ -228,11 +294,15 @@ POOL_ASYM = ((2, 8, 9, 7), (2, 3), (2, 1), (1, 0), (0, 2))
 POOL_3D = ((1, 4, 4, 6, 6), (2, 3, 3), (2, 2, 2), (0, 1, 1), (0, 1, 1))
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("mode", ["max", "avg", "avg_exclude_padding"])
-@pytest.mark.parametrize("geom,layout", [(POOL_2D, "NHWC"), (POOL_2D, None), (POOL_ASYM, "NHWC"), (POOL_3D, "NHWC"),
-                                         (POOL_3D, None)], ids=["2d-nhwc", "2d-nchw", "asym-nhwc", "3d-ndhwc",
-                                                                "3d-ncdhw"])
+POOL_FWD_CASES = [(mode, dt, geo, lay, gid) for dt in DTYPES for mode in ("max", "avg", "avg_exclude_padding")
+                  for geo, lay, gid in ((POOL_2D, "NHWC", "2d-nhwc"), (POOL_2D, None, "2d-nchw"),
+                                        (POOL_ASYM, "NHWC", "asym-nhwc"), (POOL_3D, "NHWC", "3d-ndhwc"),
+                                        (POOL_3D, None, "3d-ncdhw"))
+                  if not (dt == "bfloat16" and lay == "NHWC" and len(geo[0]) == 4)]  # refused: wrong values
+
+
+@pytest.mark.parametrize("mode,dtype,geom,layout", [c[:4] for c in POOL_FWD_CASES],
+                         ids=[f"{c[0]}-{c[1]}-{c[4]}" for c in POOL_FWD_CASES])
 def test_pool_forward(handle, rng, mode, dtype, geom, layout):
     xs, win, st, pre, post = geom
     g = G.Graph(io_dtype=NP[dtype], compute_dtype="float32")
@@ -284,9 +354,10 @@ def _concat_graph():
 
 def _layer_norm_relu_graph():
     g = G.Graph(io_dtype="float16")
-    y, _, _ = g.norm_forward(g.tensor((8, 64, 1, 1), name="x"), g.tensor((1, 64, 1, 1), name="s"),
-                             g.tensor((1, 64, 1, 1), name="b"))
-    g.relu(y).set_output(True)
+    y, mean, inv = g.norm_forward(g.tensor((8, 64, 1, 1), name="x"), g.tensor((1, 64, 1, 1), name="s"),
+                                  g.tensor((1, 64, 1, 1), name="b"))
+    for t in (g.relu(y), mean, inv):
+        t.set_output(True)
     return g
 
 
@@ -299,7 +370,15 @@ def _dbn_weights_graph():
     return g
 
 
-NO_ENGINE_919 = {"rng": (_rng_graph, "rng"), "dropout": (_dropout_graph, "rng"),
+def _max_pool_backward_nchw_index_graph():
+    g = G.Graph(io_dtype="float16")
+    idx = g.tensor((2, 8, 4, 4), name="index", dtype="int8")
+    g.max_pool_backward(g.tensor((2, 8, 4, 4), name="dy"), 2, index=idx, x_shape=(2, 8, 8, 8)).set_output(True)
+    return g
+
+
+NO_ENGINE_919 = {"max_pool_backward NCHW index": (_max_pool_backward_nchw_index_graph, "resample_backward"),
+                 "rng": (_rng_graph, "rng"), "dropout": (_dropout_graph, "rng"),
                  "reshape": (_reshape_graph, "reshape"), "concatenate": (_concat_graph, "concatenate"),
                  "layer_norm+relu": (_layer_norm_relu_graph, "norm_forward"),
                  "bn_backward_weights": (_dbn_weights_graph, "bn_backward_weights")}
@@ -377,9 +456,10 @@ def pool_backward_in_subprocess(mode, dtype, layout, how, geom, timeout=120):
     return p.returncode, (p.stdout + p.stderr)[-2000:]
 
 
-POOL_BWD_CASES = [(m, dt, lay, how, geom) for dt in DTYPES for lay in ("NHWC", None)
+POOL_BWD_CASES = [(m, dt, lay, ("index" if m == "max" else "none") if lay else "xy", geom)
+                  for dt in DTYPES for lay in ("NHWC", None)
                   for geom in ((POOL_2D, POOL_3D) if dt == "float16" else (POOL_2D,))
-                  for m, how in (("max", "xy"), ("max", "index"), ("avg", "none"), ("avg_exclude_padding", "none"))]
+                  for m in ("max", "avg", "avg_exclude_padding")]
 
 
 @pytest.mark.parametrize("mode,dtype,layout,how,geom", POOL_BWD_CASES,

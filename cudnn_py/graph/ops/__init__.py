@@ -5,7 +5,7 @@ from .conv import ConvBuilders, ConvDgrad, ConvFprop, ConvWgrad
 from .matmul import Matmul, MatmulBuilders
 from .norm import BNBackwardWeights, BNFinalize, GenStats, NormBackward, NormBuilders, NormForward
 from .pointwise import POINTWISE_ARITY, Pointwise, PointwiseBuilders, pointwise_mode
-from .quant import BlockScaleDequantize, BlockScaleQuantize, QuantBuilders
+from .quant import QuantBuilders
 from .reduction import Reduction, ReductionBuilders, reduction_mode
 from .resample import ResampleBackward, ResampleBuilders, ResampleForward
 from .reshape import Concatenate, Reshape, ReshapeBuilders, Slice, Transpose
@@ -20,4 +20,4 @@ __all__ = ["Op", "LowerContext", "backend_dims", "BUILDERS", "ConvFprop", "ConvD
            "Pointwise", "Reduction", "GenStats", "NormForward", "POINTWISE_ARITY", "pointwise_mode",
            "reduction_mode", "SdpaForward", "SdpaBackward",
            "NormBackward", "BNFinalize", "BNBackwardWeights", "ResampleForward", "ResampleBackward", "Rng", "Reshape",
-           "Transpose", "Slice", "Concatenate", "BlockScaleQuantize", "BlockScaleDequantize"]
+           "Transpose", "Slice", "Concatenate"]

@@ -62,13 +62,13 @@ class BatchNormOutputs(NamedTuple):
 
 
 class BNFinalizeOutputs(NamedTuple):
-    """:meth:`NormBuilders.bn_finalize` outputs (running statistics None unless given)."""
+    """:meth:`NormBuilders.bn_finalize` outputs."""
     eq_scale: object
     eq_bias: object
     mean: object
     inv_std: object
-    running_mean: object = None
-    running_var: object = None
+    running_mean: object
+    running_var: object
 
 
 class BNBackwardWeightsOutputs(NamedTuple):
@@ -295,8 +295,8 @@ class NormBuilders:
                    momentum: float = 0.1, name: str | None = None) -> BatchNormOutputs:
         """Batch-norm training forward over all dims but the channel (x (N, C, ...); scale, bias and statistics
         (1, C, 1, ...)). With ``running_mean`` and ``running_var`` (both or neither) the outputs include the
-        updated running statistics, ``(1 - momentum) * running + momentum * batch`` (0 < momentum <= 1; bind the
-        same arrays as input and output to update in place). Returns :class:`BatchNormOutputs`."""
+        updated running statistics, ``(1 - momentum) * running + momentum * batch`` with the batch variance
+        unbiased (0 < momentum <= 1; bind the same arrays as input and output to update in place). Returns :class:`BatchNormOutputs`."""
         x = self._norm_x(x, "batch_norm")
         scale = self._norm_param("batch", x, scale, "scale", "batch_norm")
         bias = self._norm_param("batch", x, bias, "bias", "batch_norm")
@@ -351,14 +351,14 @@ class NormBuilders:
         self._add_op(NormBackward(inputs, outputs, {"mode": m}, name))
         return outputs["dx"], outputs["dscale"], outputs.get("dbias")
 
-    def bn_finalize(self, sum, sqsum, scale, bias, *, accum_count: int, epsilon: float = 1e-5, running_mean=None,
-                    running_var=None, momentum: float = 0.1, compute_dtype=None,
+    def bn_finalize(self, sum, sqsum, scale, bias, *, accum_count: int, running_mean, running_var,
+                    momentum: float = 0.1, epsilon: float = 1e-5, compute_dtype=None,
                     name: str | None = None) -> BNFinalizeOutputs:
         """Batch-norm statistics from per-channel ``sum`` and ``sqsum`` (e.g. :meth:`genstats` of a convolution
-        output) over ``accum_count`` elements per channel: mean, inverse standard deviation, and the equivalent
-        ``eq_scale = scale * inv_std``, ``eq_bias = bias - mean * eq_scale`` (y = eq_scale * x + eq_bias). With
-        running statistics (both or neither), also their update with ``momentum``. All (1, C, 1, ...).
-        Returns :class:`BNFinalizeOutputs`."""
+        output) over ``accum_count`` elements per channel: mean, inverse standard deviation, the equivalent
+        ``eq_scale = scale * inv_std``, ``eq_bias = bias - mean * eq_scale`` (y = eq_scale * x + eq_bias), and the
+        running statistics updated with ``momentum`` (the batch variance unbiased, as in :meth:`batch_norm`).
+        All (1, C, 1, ...). Returns :class:`BNFinalizeOutputs`."""
         s = self._own(sum, "sum")
         if s.ndim < 3 or s.shape[0] != 1 or any(d != 1 for d in s.shape[2:]):
             raise ValueError(f"bn_finalize: sum must be (1, C, 1, ...), got {s.shape}")
@@ -371,20 +371,20 @@ class NormBuilders:
         ins["epsilon"] = self.scalar(self._positive(epsilon, "epsilon"), ndim=s.ndim)
         ins["accum_count"] = self.scalar(accum_count, dtype="int64", ndim=s.ndim)
         outs = {k: self._stat_out(shape, name, k) for k in ("eq_scale", "eq_bias", "mean", "inv_std")}
-        if (running_mean is None) != (running_var is None):
-            raise ValueError("bn_finalize: give both running_mean and running_var, or neither")
-        if running_mean is not None:
-            mom = self._positive(momentum, "momentum")
-            if mom > 1:
-                raise ValueError(f"momentum must be in (0, 1], got {momentum!r}")
-            ins["running_mean"] = self._stat(s, running_mean, "running_mean", shape, "bn_finalize")
-            ins["running_var"] = self._stat(s, running_var, "running_var", shape, "bn_finalize")
-            ins["momentum"] = self.scalar(mom, ndim=s.ndim)
-            outs["next_running_mean"] = self._stat_out(shape, name, "running_mean")
-            outs["next_running_var"] = self._stat_out(shape, name, "running_var")
+        if running_mean is None or running_var is None:
+            raise ValueError("bn_finalize needs running_mean= and running_var= (cuDNN does not finalize the "
+                             "operation without the running-average update)")
+        mom = self._positive(momentum, "momentum")
+        if mom > 1:
+            raise ValueError(f"momentum must be in (0, 1], got {momentum!r}")
+        ins["running_mean"] = self._stat(s, running_mean, "running_mean", shape, "bn_finalize")
+        ins["running_var"] = self._stat(s, running_var, "running_var", shape, "bn_finalize")
+        ins["momentum"] = self.scalar(mom, ndim=s.ndim)
+        outs["next_running_mean"] = self._stat_out(shape, name, "running_mean")
+        outs["next_running_var"] = self._stat_out(shape, name, "running_var")
         self._add_op(BNFinalize(ins, outs, {"compute_dtype": self._compute(compute_dtype)}, name))
-        return BNFinalizeOutputs(outs["eq_scale"], outs["eq_bias"], outs["mean"], outs["inv_std"],
-                                 outs.get("next_running_mean"), outs.get("next_running_var"))
+        return BNFinalizeOutputs(*(outs[k] for k in ("eq_scale", "eq_bias", "mean", "inv_std", "next_running_mean",
+                                                     "next_running_var")))
 
     def bn_backward_weights(self, dy, x, mean, inv_std, scale, *, compute_dtype=None,
                             name: str | None = None) -> BNBackwardWeightsOutputs:

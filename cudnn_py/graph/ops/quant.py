@@ -1,54 +1,25 @@
-"""FP8 graphs and block-scale quantization.
+"""FP8 graphs: :meth:`QuantBuilders.fp8_matmul` and :meth:`QuantBuilders.fp8_conv_fprop`.
 
-* :meth:`QuantBuilders.fp8_matmul` / :meth:`QuantBuilders.fp8_conv_fprop`: FP8 (e4m3/e5m2) operands, their
-  descale factors applied to the float32 product, an optional output scale (needed for an FP8 output) and an
-  optional amax (max |value| before the output scale, for the next step's scale): the pattern cuDNN's FP8 engines
-  recognise, built from matmul/convolution, pointwise and reduction operations.
-* :class:`BlockScaleQuantize` / :class:`BlockScaleDequantize` (``OPERATION_BLOCK_SCALE_(DE)QUANTIZE``, cuDNN >=
-  9.7): MX-style quantization with one scale per block of ``block_size`` elements along the last dim.
+FP8 (e4m3/e5m2) operands, their descale factors applied to the float32 product, an optional output scale (needed
+for an FP8 output) and an optional amax (max |value| before the output scale, for the next step's scale): the
+pattern cuDNN's FP8 engines recognise, built from matmul/convolution, pointwise and reduction operations.
+
+Block-scale (MX) quantize/dequantize operations are not offered: cuDNN 9.19 has no engine for them on Hopper
+(see docs/graph_operations.md), so nothing here could be checked.
 """
 from __future__ import annotations
 
 from cudnn_py import capi
 
-from ..descriptors import BackendDescriptor
-from .base import LowerContext, Op
-
-__all__ = ["BlockScaleQuantize", "BlockScaleDequantize", "QuantBuilders", "FP8_DTYPES"]
+__all__ = ["QuantBuilders", "FP8_DTYPES"]
 
 _DT = capi.cudnnDataType_t
 #: the FP8 operand types of the FP8 builders
 FP8_DTYPES = (_DT.CUDNN_DATA_FP8_E4M3, _DT.CUDNN_DATA_FP8_E5M2)
 
 
-class BlockScaleQuantize(Op):
-    """y, scale = block-scale quantize(x)."""
-
-    kind = "block_scale_quantize"
-
-    def lower(self, ctx: LowerContext) -> None:
-        d = BackendDescriptor("OPERATION_BLOCK_SCALE_QUANTIZE", xdesc=ctx.tensor(self.inputs["x"]),
-                              ydesc=ctx.tensor(self.outputs["y"]), scale_desc=ctx.tensor(self.outputs["scale"]),
-                              math_prec=self.params["compute_dtype"])
-        d.set("block_size", int(self.params["block_size"]), attr_type="INT32")
-        ctx.add(d.finalize())
-
-
-class BlockScaleDequantize(Op):
-    """y = x * scale (one scale per block)."""
-
-    kind = "block_scale_dequantize"
-
-    def lower(self, ctx: LowerContext) -> None:
-        d = BackendDescriptor("OPERATION_BLOCK_SCALE_DEQUANTIZE", xdesc=ctx.tensor(self.inputs["x"]),
-                              scale_desc=ctx.tensor(self.inputs["scale"]), ydesc=ctx.tensor(self.outputs["y"]),
-                              math_prec=self.params["compute_dtype"])
-        d.set("block_size", [int(self.params["block_size"])], attr_type="INT32")
-        ctx.add(d.finalize())
-
-
 class QuantBuilders:
-    """The :class:`~cudnn_py.graph.Graph` methods for FP8 and block-scale graphs."""
+    """The :class:`~cudnn_py.graph.Graph` methods for FP8 graphs."""
 
     def _fp8_operand(self, t, role: str, what: str):
         t = self._own(t, role)
@@ -107,40 +78,6 @@ class QuantBuilders:
         y, peak = self._fp8_epilogue(prod, [("descale_x", descale_x), ("descale_w", descale_w)], scale_y, out_dtype,
                                      amax, what, name)
         return (y, peak) if amax else y
-
-    def block_scale_quantize(self, x, *, block_size: int = 32, out_dtype="float8_e4m3fn",
-                             scale_dtype="float8_e8m0fnu", compute_dtype="float32", name: str | None = None):
-        """Quantize x with one scale per ``block_size`` elements of its last dim (cuDNN >= 9.7; MX formats).
-        Returns (y, scale): y like x in ``out_dtype``, scale with the last dim divided by ``block_size``."""
-        x = self._own(x, "x")
-        if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-            raise ValueError(f"block_size must be a positive int, got {block_size!r}")
-        if x.shape[-1] % block_size:
-            raise ValueError(f"block_scale_quantize: x's last dim {x.shape[-1]} is not a multiple of {block_size}")
-        y = self._virtual(x.shape, strides=x.strides, name=name and f"{name}.y").set_dtype(out_dtype)
-        s = self._virtual(x.shape[:-1] + (x.shape[-1] // block_size,), name=name and f"{name}.scale")
-        s.set_dtype(scale_dtype)
-        self._add_op(BlockScaleQuantize({"x": x}, {"y": y, "scale": s},
-                                        {"block_size": block_size, "compute_dtype": self._compute(compute_dtype)}, name))
-        return y, s
-
-    def block_scale_dequantize(self, x, scale, *, block_size: int = 32, compute_dtype="float32",
-                               name: str | None = None):
-        """x * scale with one scale per ``block_size`` elements of x's last dim (the inverse of
-        :meth:`block_scale_quantize`). Returns y (virtual; cuDNN wants it consumed inside the graph, e.g. by a
-        matmul)."""
-        x, scale = self._own(x, "x"), self._own(scale, "scale")
-        if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-            raise ValueError(f"block_size must be a positive int, got {block_size!r}")
-        want = x.shape[:-1] + (x.shape[-1] // block_size,)
-        if x.shape[-1] % block_size or scale.shape != want:
-            raise ValueError(f"block_scale_dequantize: x {x.shape} with block_size {block_size} needs scale {want}, "
-                             f"got {scale.shape}")
-        y = self._virtual(x.shape, strides=x.strides, name=name and f"{name}.y")
-        self._add_op(BlockScaleDequantize({"x": x, "scale": scale}, {"y": y},
-                                          {"block_size": block_size, "compute_dtype": self._compute(compute_dtype)},
-                                          name))
-        return y
 
 
 def _dtype(d) -> capi.cudnnDataType_t:

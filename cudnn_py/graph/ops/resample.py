@@ -12,6 +12,7 @@ from cudnn_py import capi
 from cudnn_py.descriptors import _ints
 
 from ..descriptors import BackendDescriptor
+from ..errors import GraphNotSupportedError
 from .base import LowerContext, Op
 
 __all__ = ["ResampleForward", "ResampleBackward", "ResampleBuilders", "RESAMPLE_MODES", "PADDING_MODES",
@@ -31,6 +32,14 @@ def resample_output_shape(x_shape, window, stride, pre, post) -> tuple[int, ...]
     """(N, C, *out) with out = (in + pre + post - window) // stride + 1 per spatial dim."""
     return tuple(x_shape[:2]) + tuple((n + a + b - w) // s + 1
                                       for n, a, b, w, s in zip(x_shape[2:], pre, post, window, stride))
+
+
+def _channels_last(t) -> bool:
+    return t.shape[1] > 1 and t.strides[1] == 1
+
+
+def _measured_broken(graph, what: str, why: str) -> GraphNotSupportedError:
+    return GraphNotSupportedError(graph.name, [what], [], [("cuDNN 9.19, measured on H100/H200", why)])
 
 
 def _resample_desc(p: dict) -> BackendDescriptor:
@@ -101,6 +110,10 @@ class ResampleBuilders:
         p = self._pool_params(x.ndim - 2, mode, window, stride, padding, post_padding, padding_mode, compute_dtype)
         if index and mode != "max":
             raise ValueError(f"index=True is for max pooling, not {mode!r}")
+        if x.dtype == capi.CUDNN_DATA_BFLOAT16 and x.ndim == 4 and _channels_last(x):
+            raise _measured_broken(self, f"resample[{mode}]({x.describe()} channels-last)",
+                                   "the channels-last bfloat16 2-D pooling engine returns wrong values; use NCHW, "
+                                   "float16 or float32 (3-D channels-last bfloat16 is right)")
         out = resample_output_shape(x.shape, p["window"], p["stride"], p["padding"], p["post_padding"])
         if any(o <= 0 for o in out[2:]):
             raise ValueError(f"resample: x {x.shape} with window {p['window']} gives output {out}")
@@ -113,17 +126,25 @@ class ResampleBuilders:
     def resample_backward(self, dy, mode: str = "max", window=2, *, x=None, y=None, index=None, x_shape=None,
                           stride=None, padding=0, post_padding=None, padding_mode: str | None = None,
                           compute_dtype=None, name: str | None = None):
-        """Pooling backward: dx from dy and the forward's parameters. Max pooling needs either the forward's
-        ``x`` and ``y`` or its ``index`` tensor; average pooling needs neither (give ``x_shape`` or ``x`` for dx's
-        shape when it is ambiguous). Returns dx (virtual)."""
+        """Pooling backward: dx from dy and the forward's parameters. Max pooling needs the forward's ``index``
+        tensor in channels-last layout and its ``x`` and ``y`` in NCHW; average pooling needs ``x`` and ``y`` in
+        NCHW and neither in channels-last (give ``x_shape`` or ``x`` for dx's shape when it is ambiguous).
+        Returns dx (virtual)."""
         dy = self._own(dy, "dy")
         p = self._pool_params(dy.ndim - 2, mode, window, stride, padding, post_padding, padding_mode, compute_dtype)
         inputs = {"dy": dy}
         if mode == "max":
             if index is None and (x is None or y is None):
                 raise ValueError("max pooling backward needs the forward's index= tensor, or its x= and y=")
+            if index is None and _channels_last(dy):
+                raise _measured_broken(self, f"resample_backward[max]({dy.describe()} channels-last, x and y)",
+                                       "channels-last max pooling backward from x and y crashes the process "
+                                       "(SIGSEGV); pass the forward's index= instead (resample(index=True))")
         elif index is not None:
             raise ValueError(f"index= is for max pooling, not {mode!r}")
+        elif not _channels_last(dy) and (x is None or y is None):
+            raise ValueError(f"{mode} pooling backward in NCHW layout needs the forward's x= and y= (cuDNN's engine "
+                             f"reads them; channels-last needs neither)")
         if x is not None:
             inputs["x"] = self._own(x, "x")
             if x_shape is not None and tuple(x_shape) != inputs["x"].shape:
