@@ -63,13 +63,14 @@ class Tensor:
     """A graph tensor: shape, strides (in elements), dtype, unique id, name, virtual/by-value flags."""
 
     __slots__ = ("graph", "uid", "name", "shape", "strides", "dtype", "is_virtual", "is_by_value", "value",
-                 "_dtype_set")
+                 "ragged_offset", "_dtype_set")
 
     def __init__(self, graph, uid, name, shape, strides, dtype, virtual, by_value=False, value=None,
                  dtype_set=True):
         self.graph, self.uid, self.name = graph, uid, name
         self.shape, self.strides, self.dtype = tuple(shape), tuple(strides), dtype
         self.is_virtual, self.is_by_value, self.value = virtual, by_value, value
+        self.ragged_offset: Tensor | None = None
         self._dtype_set = dtype_set
 
     def set_output(self, is_output: bool = True) -> "Tensor":
@@ -87,7 +88,21 @@ class Tensor:
         return self
 
     def set_name(self, name: str) -> "Tensor":
+        """Rename this tensor (names are unique in a graph); returns self."""
         self.graph._rename(self, name)
+        return self
+
+    def set_ragged_offset(self, offsets: "Tensor") -> "Tensor":
+        """Pack this (B, ...) tensor's batches back to back ("ragged", e.g. THD attention): ``offsets`` is an int32
+        or int64 graph input of shape (B + 1, 1, ...) holding each batch's start, in elements; returns self."""
+        self.graph._check_open()
+        o = self.graph._own(offsets, "offsets")
+        if o.is_virtual or o.is_by_value or o.np_dtype.kind != "i":
+            raise TypeError(f"ragged offsets must be an int32/int64 input tensor, got {o.describe()}")
+        if o.ndim != self.ndim or o.shape[0] != self.shape[0] + 1 or any(s != 1 for s in o.shape[1:]):
+            raise ValueError(f"ragged offsets of {self.name} {self.shape} must have shape "
+                             f"{(self.shape[0] + 1,) + (1,) * (self.ndim - 1)}, got {o.shape}")
+        self.ragged_offset = o
         return self
 
     @property
@@ -99,7 +114,9 @@ class Tensor:
         return numpy_dtype(self.dtype)
 
     def key(self) -> tuple:
-        return (self.uid, self.shape, self.strides, int(self.dtype), self.is_virtual, self.is_by_value, self.value)
+        """What identifies this tensor in a graph's structure (the plan-cache key)."""
+        return (self.uid, self.shape, self.strides, int(self.dtype), self.is_virtual, self.is_by_value, self.value,
+                None if self.ragged_offset is None else self.ragged_offset.uid)
 
     def describe(self) -> str:
         kind = "virtual " if self.is_virtual else ("scalar " if self.is_by_value else "")
@@ -290,7 +307,8 @@ class Graph(*BUILDERS):
 
     # -- structure ----------------------------------------------------------------------------------------------
     def _used_uids(self) -> set[int]:
-        return {t.uid for op in self.ops for t in (*op.inputs.values(), *op.outputs.values())}
+        ts = [t for op in self.ops for t in (*op.inputs.values(), *op.outputs.values())]
+        return {t.uid for t in ts} | {t.ragged_offset.uid for t in ts if t.ragged_offset is not None}
 
     def key(self) -> tuple:
         """The graph's structure, shapes and dtypes: equal keys lower to equal operation graphs."""

@@ -93,6 +93,8 @@ class LowerContext:
                                   byte_alignment=16 if not t.is_by_value else max(4, t.np_dtype.itemsize), is_virtual=t.is_virtual)
             if t.is_by_value:
                 d.set("is_by_value", True)
+            if t.ragged_offset is not None:
+                d.set("ragged_offset_desc", self.tensor(t.ragged_offset))
             d.finalize()
             self._tensors[key] = d
         return d
