@@ -119,8 +119,8 @@ def main():
             cb = device_ms(bwd, a.iters)
             rows_out = [("forward", cf, tf, 2 * nbytes), ("fwd+bwd", cf + cb, tfb, 5 * nbytes)]
             for name, c, t, moved in rows_out:
-                print(f"{mode + ' norm':14s} {name:12s} {c:8.4f} ({moved / c / 1e6:5.0f}) {t:8.4f} ({moved / t / 1e6:5.0f})"
-                      f" {t / c:7.2f}x  {ftag if name == 'forward' else btag}")
+                print(f"{mode + ' norm':14s} {name:12s} {c:8.4f} ({moved / c / 1e6:5.0f}) "
+                      f"{t:8.4f} ({moved / t / 1e6:5.0f}) {t / c:7.2f}x  {ftag if name == 'forward' else btag}")
             print(f"{'':14s} max |y - torch float32| = {err:.3g}")
 
 

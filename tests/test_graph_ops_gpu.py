@@ -193,6 +193,22 @@ def _plans_case(kind, rng):
     return g, {x: xa}, [y], [RR.forward(quantize(xa, np.float16), "avg", win, st, pre, post)[0]], "float16"
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_layer_norm_relu_epilogue(handle, rng, dtype):
+    """Layer norm with scale and bias in the io dtype, then ReLU, one graph (cuDNN 9.19 builds it; with float32
+    scale and bias it has no engine)."""
+    mode, xs, ss, _ = NORM_CASES["layer"]
+    g = G.Graph(io_dtype=NP[dtype], compute_dtype="float32")
+    x, sc, b = g.tensor(xs, name="x"), g.tensor(ss, name="s"), g.tensor(ss, name="b")
+    y, mean, inv = g.norm_forward(x, sc, b)
+    outs = [g.relu(y).set_output(True), mean.set_output(True), inv.set_output(True)]
+    xa, xq, sa, ba = _norm_data(rng, dtype, xs, ss)
+    yr, mr, ir = RN.norm_forward(xq, quantize(sa, NP[dtype]), quantize(ba, NP[dtype]), "layer", 1e-5, (1, 2, 3))
+    for gv, rv, what in zip(run(handle, g, {x: xa, sc: sa, b: ba}, outs), (np.maximum(yr, 0), mr, ir),
+                            ("y", "mean", "inv_variance")):
+        close(gv, rv, dtype if what == "y" else "float32", scale=2, what=what)
+
+
 @pytest.mark.parametrize("kind", ["layer_norm", "batch_norm_backward", "avg_pool"])
 def test_every_plan_gives_the_same_answer(handle, rng, kind):
     g, ins, outs, refs, dtype = _plans_case(kind, rng)
@@ -353,9 +369,11 @@ def _concat_graph():
 
 
 def _layer_norm_relu_graph():
+    """With float32 scale and bias (float16 ones build: see test_layer_norm_relu_epilogue)."""
     g = G.Graph(io_dtype="float16")
-    y, mean, inv = g.norm_forward(g.tensor((8, 64, 1, 1), name="x"), g.tensor((1, 64, 1, 1), name="s"),
-                                  g.tensor((1, 64, 1, 1), name="b"))
+    y, mean, inv = g.norm_forward(g.tensor((8, 64, 1, 1), name="x"),
+                                  g.tensor((1, 64, 1, 1), name="s", dtype="float32"),
+                                  g.tensor((1, 64, 1, 1), name="b", dtype="float32"))
     for t in (g.relu(y), mean, inv):
         t.set_output(True)
     return g

@@ -296,7 +296,8 @@ class NormBuilders:
         """Batch-norm training forward over all dims but the channel (x (N, C, ...); scale, bias and statistics
         (1, C, 1, ...)). With ``running_mean`` and ``running_var`` (both or neither) the outputs include the
         updated running statistics, ``(1 - momentum) * running + momentum * batch`` with the batch variance
-        unbiased (0 < momentum <= 1; bind the same arrays as input and output to update in place). Returns :class:`BatchNormOutputs`."""
+        unbiased (0 < momentum <= 1; bind the same arrays as input and output to update in place).
+        Returns :class:`BatchNormOutputs`."""
         x = self._norm_x(x, "batch_norm")
         scale = self._norm_param("batch", x, scale, "scale", "batch_norm")
         bias = self._norm_param("batch", x, bias, "bias", "batch_norm")

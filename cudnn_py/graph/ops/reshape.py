@@ -73,8 +73,9 @@ class Slice(Op):
 
     def lower(self, ctx: LowerContext) -> None:
         p = self.params
-        d = BackendDescriptor("OPERATION_SLICE", xdesc=ctx.tensor(self.inputs["x"]), ydesc=ctx.tensor(self.outputs["y"]),
-                              start_indices=list(p["start"]), limit_indices=list(p["limit"]), strides=list(p["step"]))
+        d = BackendDescriptor("OPERATION_SLICE", xdesc=ctx.tensor(self.inputs["x"]),
+                              ydesc=ctx.tensor(self.outputs["y"]), start_indices=list(p["start"]),
+                              limit_indices=list(p["limit"]), strides=list(p["step"]))
         ctx.add(d.finalize())
 
 
