@@ -127,15 +127,6 @@ def _set_roles(d: BackendDescriptor, ctx: LowerContext, table: dict, *roles: dic
             d.set(table[role], ctx.tensor(t))
 
 
-def _aligned_scalar(t) -> BackendDescriptor:
-    """The TENSOR descriptor of a by-value scalar aligned to its element size: cuDNN refuses an int64 scalar with
-    the 4-byte alignment :meth:`LowerContext.tensor` gives by-value tensors."""
-    d = BackendDescriptor("TENSOR", data_type=t.dtype, dimensions=list(t.shape), strides=list(t.strides),
-                          unique_id=t.uid, byte_alignment=max(4, t.np_dtype.itemsize), is_virtual=False)
-    d.set("is_by_value", True)
-    return d.finalize()
-
-
 class GenStats(Op):
     """Per-channel sum and sum of squares."""
 
@@ -181,11 +172,8 @@ class BNFinalize(Op):
     def lower(self, ctx: LowerContext) -> None:
         d = BackendDescriptor("OPERATION_BN_FINALIZE_STATISTICS", stats_mode=capi.CUDNN_BN_FINALIZE_STATISTICS_TRAINING,
                               math_prec=self.params["compute_dtype"])
-        ins = dict(self.inputs)
-        count = _aligned_scalar(ins.pop("accum_count"))
-        _set_roles(d, ctx, _FIN_ATTRS, ins, self.outputs)
-        d.set(_FIN_ATTRS["accum_count"], count)
-        ctx.add(d.finalize(), count)
+        _set_roles(d, ctx, _FIN_ATTRS, self.inputs, self.outputs)
+        ctx.add(d.finalize())
 
 
 class BNBackwardWeights(Op):
