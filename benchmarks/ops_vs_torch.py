@@ -1,10 +1,12 @@
 """Every Pythonic operation on a deprecated legacy entry point: device time through the legacy call, through
 the graph path (``engine="graph"``) and through torch's equivalent, in one table (asserts nothing).
 
-Each row times back-to-back calls between two CUDA events on the stream the work runs on (cudnn-py: the
-handle's; torch: its current stream, the same default stream), after a warm-up, and reports the median over
-``--repeats`` of the per-call time; "GB/s" counts the bytes each call must read and write once. A cell is "-"
-where that engine refuses the configuration (the reason is printed under the table).
+Device time: ``--calls`` calls queued behind a sleep kernel (``torch.cuda._sleep``) that holds the stream
+until the host has queued them all, between two CUDA events, so the time is the GPU's alone and not the Python
+call overhead; median over ``--repeats`` of the per-call time, after a warm-up. Every engine runs on the default
+stream (the handle's and torch's). The "call" columns time the same calls without the sleep: per-call time of a
+Python loop, which is the host overhead wherever it exceeds the device time. "GB/s" counts the bytes each call
+must read and write once. A cell is "-" where that engine refuses the configuration (reason under the table).
 
 Run: python benchmarks/ops_vs_torch.py [--repeats 7] [--calls 20] [--quick] [--json PATH]
 """
@@ -25,7 +27,6 @@ import cudnn_py.ops.pooling as P
 import cudnn_py.ops.tensor_ops as T
 from cudnn_py.handle import Handle
 from cudnn_py.memory import DeviceArray, to_device
-from cudnn_py.streams import timer
 
 try:
     import torch
@@ -42,6 +43,8 @@ class Row:
     legacy_ms: float | None = None
     graph_ms: float | None = None
     torch_ms: float | None = None
+    legacy_call_ms: float | None = None
+    graph_call_ms: float | None = None
     notes: list = field(default_factory=list)
 
     def ratio(self, a: str, b: str) -> float | None:
@@ -49,32 +52,27 @@ class Row:
         return None if x is None or y is None else x / y
 
 
-def _median_ms(run, sync_timer, calls: int, repeats: int) -> float:
+_SLEEP_CYCLES = int(1.5e9 * 0.006)  # ~6 ms at 1.5 GHz: longer than the host needs to queue the calls
+
+
+def _median_ms(run, calls: int, repeats: int, sleep: bool) -> float:
+    """Median per-call ms of ``calls`` calls between two events on the default stream (behind a sleep kernel
+    when ``sleep``: device time only)."""
     for _ in range(3):
         run()
     times = []
     for _ in range(repeats):
-        times.append(sync_timer(run, calls) / calls)
+        torch.cuda.synchronize()
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if sleep:
+            torch.cuda._sleep(_SLEEP_CYCLES)
+        s.record()
+        for _ in range(calls):
+            run()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e) / calls)
     return statistics.median(times)
-
-
-def _cudnn_timer(h):
-    def t(run, calls):
-        with timer(h.stream) as tm:
-            for _ in range(calls):
-                run()
-        return tm.ms
-    return t
-
-
-def _torch_timer(run, calls):
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record()
-    for _ in range(calls):
-        run()
-    e.record()
-    e.synchronize()
-    return s.elapsed_time(e)
 
 
 def _strides(shape, layout):
@@ -112,15 +110,15 @@ class Bench:
     def row(self, op: str, config: str, nbytes: float, legacy=None, graph=None, torch_fn=None):
         """Time one operation through each engine given (None: not timed); appends and returns its row."""
         r = Row(op, config, nbytes / 1e9)
-        ct = _cudnn_timer(self.h)
-        for name, fn, tm in (("legacy_ms", legacy, ct), ("graph_ms", graph, ct), ("torch_ms", torch_fn,
-                                                                                 _torch_timer)):
-            if fn is None or (name == "torch_ms" and torch is None):
+        for name, fn in (("legacy", legacy), ("graph", graph), ("torch", torch_fn)):
+            if fn is None:
                 continue
             try:
-                setattr(r, name, _median_ms(fn, tm, self.calls, self.repeats))
+                setattr(r, f"{name}_ms", _median_ms(fn, self.calls, self.repeats, True))
+                if name != "torch":
+                    setattr(r, f"{name}_call_ms", _median_ms(fn, self.calls, self.repeats, False))
             except Exception as e:  # noqa: BLE001 - the table says which engine refused and why
-                r.notes.append(f"{name[:-3]}: {type(e).__name__}: {' '.join(str(e).split())[:300]}")
+                r.notes.append(f"{name}: {type(e).__name__}: {' '.join(str(e).split())[:300]}")
         self.rows.append(r)
         if self.json_path:  # written after every row: a crash keeps what was measured
             with open(self.json_path, "w") as fh:
@@ -140,41 +138,51 @@ def run_all(b: Bench, quick: bool) -> None:
         x, xt = b.dev(shp, "float16", layout)
         y, yt = b.dev(shp, "float16", layout)
         b.row("activation_forward relu", f"fp16 {layout} {shp}", nb,
-              lambda: A.activation_forward(h, "relu", x, y),
+              lambda: A.activation_forward(h, "relu", x, y, engine="legacy"),
               lambda: A.activation_forward(h, "relu", x, y, engine="graph"),
-              lambda: torch.relu(xt, out=yt) if layout == "NCHW" else torch.nn.functional.relu(xt))
+              lambda: torch.relu(xt))
     x, xt = b.dev(shp, "float16", "NHWC")
     y, yt = b.dev(shp, "float16", "NHWC")
     dy, dyt = b.dev(shp, "float16", "NHWC")
     dx, _ = b.dev(shp, "float16", "NHWC")
-    b.row("activation_forward sigmoid", f"fp16 NHWC {shp}", nb, lambda: A.activation_forward(h, "sigmoid", x, y),
+    b.row("activation_forward sigmoid", f"fp16 NHWC {shp}", nb,
+          lambda: A.activation_forward(h, "sigmoid", x, y, engine="legacy"),
           lambda: A.activation_forward(h, "sigmoid", x, y, engine="graph"), lambda: torch.sigmoid(xt))
     b.row("activation_backward relu", f"fp16 NHWC {shp}", 3 * np.prod(shp) * 2,
-          lambda: A.activation_backward(h, "relu", x, y, dy, dx),
+          lambda: A.activation_backward(h, "relu", x, y, dy, dx, engine="legacy"),
           lambda: A.activation_backward(h, "relu", x, y, dy, dx, engine="graph"),
           lambda: torch.ops.aten.threshold_backward(dyt, xt, 0))
     # ---- tensor ops
     c, ct = b.dev(shp, "float16", "NHWC")
     bias, biast = b.dev((1, 256, 1, 1), "float16")
-    b.row("add_tensor bias (1,C,1,1)", f"fp16 NHWC {shp}", nb, lambda: T.add_tensor(h, bias, c),
+    b.row("add_tensor bias (1,C,1,1)", f"fp16 NHWC {shp}", nb, lambda: T.add_tensor(h, bias, c, engine="legacy"),
           lambda: T.add_tensor(h, bias, c, engine="graph"), lambda: ct.add_(biast))
-    b.row("op_tensor add", f"fp16 NHWC {shp}", 3 * np.prod(shp) * 2, lambda: T.op_tensor(h, "add", x, dy, c),
+    b.row("op_tensor add", f"fp16 NHWC {shp}", 3 * np.prod(shp) * 2,
+          lambda: T.op_tensor(h, "add", x, dy, c, engine="legacy"),
           lambda: T.op_tensor(h, "add", x, dy, c, engine="graph"), lambda: torch.add(xt, dyt, out=ct))
-    b.row("op_tensor mul", f"fp16 NHWC {shp}", 3 * np.prod(shp) * 2, lambda: T.op_tensor(h, "mul", x, dy, c),
+    b.row("op_tensor mul", f"fp16 NHWC {shp}", 3 * np.prod(shp) * 2,
+          lambda: T.op_tensor(h, "mul", x, dy, c, engine="legacy"),
           lambda: T.op_tensor(h, "mul", x, dy, c, engine="graph"), lambda: torch.mul(xt, dyt, out=ct))
-    b.row("scale_tensor", f"fp16 NHWC {shp}", nb, lambda: T.scale_tensor(h, c, 1.0),
+    b.row("scale_tensor", f"fp16 NHWC {shp}", nb, lambda: T.scale_tensor(h, c, 1.0, engine="legacy"),
           lambda: T.scale_tensor(h, c, 1.0, engine="graph"), lambda: ct.mul_(1.0))
     xn, xnt = b.dev(shp, "float16", "NCHW")
-    b.row("transform_tensor NCHW->NHWC", f"fp16 {shp}", nb, lambda: T.transform_tensor(h, xn, y),
+    b.row("transform_tensor NCHW->NHWC", f"fp16 {shp}", nb, lambda: T.transform_tensor(h, xn, y, engine="legacy"),
           lambda: T.transform_tensor(h, xn, y, engine="graph"),
           lambda: yt.copy_(xnt))
     x32, x32t = b.dev(shp, "float32", "NHWC")
-    b.row("transform_tensor fp32->fp16", f"NHWC {shp}", np.prod(shp) * 6, lambda: T.transform_tensor(h, x32, y),
+    b.row("transform_tensor fp32->fp16", f"NHWC {shp}", np.prod(shp) * 6,
+          lambda: T.transform_tensor(h, x32, y, engine="legacy"),
           lambda: T.transform_tensor(h, x32, y, engine="graph"), lambda: yt.copy_(x32t))
     red, redt = b.dev((1, 256, 1, 1), "float16")
     b.row("reduce_tensor add over N,H,W", f"fp16 NHWC {shp}", np.prod(shp) * 2,
-          lambda: T.reduce_tensor(h, "add", x, red), lambda: T.reduce_tensor(h, "add", x, red, engine="graph"),
+          lambda: T.reduce_tensor(h, "add", x, red, engine="legacy"),
+          lambda: T.reduce_tensor(h, "add", x, red, engine="graph"),
           lambda: torch.sum(xt, dim=(0, 2, 3), keepdim=True))
+    red32, _ = b.dev((1, 256, 1, 1), "float32")
+    b.row("reduce_tensor add -> float32", f"fp16 NHWC {shp}", np.prod(shp) * 2,
+          lambda: T.reduce_tensor(h, "add", x, red32, engine="legacy"),
+          lambda: T.reduce_tensor(h, "add", x, red32, engine="graph"),
+          lambda: torch.sum(xt, dim=(0, 2, 3), keepdim=True, dtype=torch.float32))
     # ---- pooling: the issue's max pooling case (ResNet stem: 3x3, stride 2, padding 1)
     pshp = (N, 128, 112, 112)
     pool = P.Pooling("max", 3, 1, 2)
@@ -184,10 +192,25 @@ def run_all(b: Bench, quick: bool) -> None:
     pdy, pdyt = b.dev(yshape, "float16", "NHWC")
     pdx, _ = b.dev(pshp, "float16", "NHWC")
     pb = (np.prod(pshp) + np.prod(yshape)) * 2
-    b.row("pooling_forward max 3x3 s2 p1", f"fp16 NHWC {pshp}", pb, lambda: P.pooling_forward(h, pool, px, py),
+    b.row("pooling_forward max 3x3 s2 p1", f"fp16 NHWC {pshp}", pb,
+          lambda: P.pooling_forward(h, pool, px, py, engine="legacy"),
           lambda: P.pooling_forward(h, pool, px, py, engine="graph"), lambda: F.max_pool2d(pxt, 3, 2, 1))
+    qx, qxt = b.dev(pshp, "float16", "NCHW")
+    qy, _ = b.dev(yshape, "float16", "NCHW")
+    qdy, qdyt = b.dev(yshape, "float16", "NCHW")
+    qdx, _ = b.dev(pshp, "float16", "NCHW")
+    b.row("pooling_forward max 3x3 s2 p1", f"fp16 NCHW {pshp}", pb, lambda: P.pooling_forward(h, pool, qx, qy,
+                                                                                              engine="legacy"),
+          lambda: P.pooling_forward(h, pool, qx, qy, engine="graph"), lambda: F.max_pool2d(qxt, 3, 2, 1))
+    _, qidx = F.max_pool2d(qxt, 3, 2, 1, return_indices=True)
+    b.row("pooling_backward max 3x3 s2 p1", f"fp16 NCHW {pshp}", pb * 2,
+          lambda: P.pooling_backward(h, pool, qx, qy, qdy, qdx, engine="legacy"),
+          lambda: P.pooling_backward(h, pool, qx, qy, qdy, qdx, engine="graph"),
+          lambda: torch.ops.aten.max_pool2d_with_indices_backward(qdyt, qxt, [3, 3], [2, 2], [1, 1], [1, 1], False,
+                                                                  qidx))
     apool = P.Pooling("avg_include_padding", 3, 1, 2)
-    b.row("pooling_forward avg 3x3 s2 p1", f"fp16 NHWC {pshp}", pb, lambda: P.pooling_forward(h, apool, px, py),
+    b.row("pooling_forward avg 3x3 s2 p1", f"fp16 NHWC {pshp}", pb,
+          lambda: P.pooling_forward(h, apool, px, py, engine="legacy"),
           lambda: P.pooling_forward(h, apool, px, py, engine="graph"), lambda: F.avg_pool2d(pxt, 3, 2, 1))
     # ---- batch normalisation (the ResNet block's shape)
     bshp = (N, 64, 56, 56)
@@ -207,44 +230,45 @@ def run_all(b: Bench, quick: bool) -> None:
     bb = 2 * np.prod(bshp) * 2
     b.row("batchnorm_forward_training", f"fp16 NHWC {bshp}", bb,
           lambda: BN.batchnorm_forward_training(h, bx, sc, bi, factor=0.1, running_mean=rm, running_var=rv, y=by,
-                                                saved_mean=sm, saved_inv_var=siv),
+                                                saved_mean=sm, saved_inv_var=siv, engine="legacy"),
           lambda: BN.batchnorm_forward_training(h, bx, sc, bi, factor=0.1, running_mean=rm, running_var=rv, y=by,
                                                 saved_mean=sm, saved_inv_var=siv, engine="graph"),
           lambda: F.batch_norm(bxt, rmt, rvt, sct, bit, training=True, momentum=0.1))
     b.row("batchnorm_forward_inference", f"fp16 NHWC {bshp}", bb,
-          lambda: BN.batchnorm_forward_inference(h, bx, sc, bi, rm, rv, y=by),
+          lambda: BN.batchnorm_forward_inference(h, bx, sc, bi, rm, rv, y=by, engine="legacy"),
           lambda: BN.batchnorm_forward_inference(h, bx, sc, bi, rm, rv, y=by, engine="graph"),
           lambda: F.batch_norm(bxt, rmt, rvt, sct, bit, training=False))
     b.row("batchnorm_backward", f"fp16 NHWC {bshp}", 3 * np.prod(bshp) * 2,
-          lambda: BN.batchnorm_backward(h, bx, bdy, sc, sm, siv, dx=bdx, dscale=ds, dbias=db),
+          lambda: BN.batchnorm_backward(h, bx, bdy, sc, sm, siv, dx=bdx, dscale=ds, dbias=db, engine="legacy"),
           lambda: BN.batchnorm_backward(h, bx, bdy, sc, sm, siv, dx=bdx, dscale=ds, dbias=db, engine="graph"),
           lambda: torch.ops.aten.native_batch_norm_backward(bdyt, bxt, sct, rmt, rvt, smt, sivt, True, 1e-5,
                                                             [True, True, True]))
     b.row("batchnorm_forward_training_ex add+relu", f"fp16 NHWC {bshp}", 3 * np.prod(bshp) * 2,
           lambda: BN.batchnorm_forward_training_ex(h, bx, sc, bi, z=bz, ops="bn_add_activation", y=by,
-                                                   saved_mean=sm, saved_inv_var=siv),
+                                                   saved_mean=sm, saved_inv_var=siv, engine="legacy"),
           lambda: BN.batchnorm_forward_training_ex(h, bx, sc, bi, z=bz, ops="bn_add_activation", y=by,
                                                    saved_mean=sm, saved_inv_var=siv, engine="graph"),
           lambda: torch.relu_(F.batch_norm(bxt, None, None, sct, bit, training=True).add_(bzt)))
     r = BN.batchnorm_forward_training_ex(h, bx, sc, bi, z=bz, ops="bn_add_activation", y=by, saved_mean=sm,
-                                         saved_inv_var=siv)
+                                         saved_inv_var=siv, engine="legacy")
     b.row("batchnorm_backward_ex add+relu", f"fp16 NHWC {bshp}", 4 * np.prod(bshp) * 2,
           lambda: BN.batchnorm_backward_ex(h, bx, by, bdy, sc, bi, sm, siv, r.reserve, ops="bn_add_activation",
-                                           dx=bdx, dz=bz, dscale=ds, dbias=db),
+                                           dx=bdx, dz=bz, dscale=ds, dbias=db, engine="legacy"),
           lambda: BN.batchnorm_backward_ex(h, bx, by, bdy, sc, bi, sm, siv, ops="bn_add_activation", dx=bdx, dz=bz,
                                            dscale=ds, dbias=db, engine="graph"))
     b.row("normalization_forward_training", f"fp16 NHWC {bshp}", bb,
           lambda: NM.normalization_forward_training(h, bx, sc, bi, factor=0.1, running_mean=rm, running_var=rv, y=by,
-                                                    saved_mean=sm, saved_inv_var=siv),
+                                                    saved_mean=sm, saved_inv_var=siv, engine="legacy"),
           lambda: NM.normalization_forward_training(h, bx, sc, bi, factor=0.1, running_mean=rm, running_var=rv, y=by,
                                                     saved_mean=sm, saved_inv_var=siv, engine="graph"),
           lambda: F.batch_norm(bxt, rmt, rvt, sct, bit, training=True, momentum=0.1))
     b.row("normalization_forward_inference", f"fp16 NHWC {bshp}", bb,
-          lambda: NM.normalization_forward_inference(h, bx, sc, bi, rm, rv, y=by),
+          lambda: NM.normalization_forward_inference(h, bx, sc, bi, rm, rv, y=by, engine="legacy"),
           lambda: NM.normalization_forward_inference(h, bx, sc, bi, rm, rv, y=by, engine="graph"),
           lambda: F.batch_norm(bxt, rmt, rvt, sct, bit, training=False))
     b.row("normalization_backward", f"fp16 NHWC {bshp}", 3 * np.prod(bshp) * 2,
-          lambda: NM.normalization_backward(h, bx, by, bdy, sc, bi, sm, siv, dx=bdx, dscale=ds, dbias=db),
+          lambda: NM.normalization_backward(h, bx, by, bdy, sc, bi, sm, siv, dx=bdx, dscale=ds, dbias=db,
+              engine="legacy"),
           lambda: NM.normalization_backward(h, bx, by, bdy, sc, bi, sm, siv, dx=bdx, dscale=ds, dbias=db,
                                             engine="graph"),
           lambda: torch.ops.aten.native_batch_norm_backward(bdyt, bxt, sct, rmt, rvt, smt, sivt, True, 1e-5,
@@ -252,7 +276,7 @@ def run_all(b: Bench, quick: bool) -> None:
     if torch is not None:
         _, idx = F.max_pool2d(pxt, 3, 2, 1, return_indices=True)
     b.row("pooling_backward max 3x3 s2 p1", f"fp16 NHWC {pshp}", pb * 2,
-          lambda: P.pooling_backward(h, pool, px, py, pdy, pdx),
+          lambda: P.pooling_backward(h, pool, px, py, pdy, pdx, engine="legacy"),
           lambda: P.pooling_backward(h, pool, px, py, pdy, pdx, engine="graph"),
           lambda: torch.ops.aten.max_pool2d_with_indices_backward(pdyt, pxt, [3, 3], [2, 2], [1, 1], [1, 1], False,
                                                                   idx))
@@ -279,16 +303,44 @@ def resnet_rows(b: Bench, quick: bool) -> None:
           file=sys.stderr)
 
 
+def plan_sweep(b: Bench) -> list[str]:
+    """Device time of every plan the heuristics (A, B, FALLBACK) offer for the issue's two memory-bound cases
+    through the graph API directly: ReLU fp16 NHWC 32x256x56x56 and max pooling 3x3 s2 p1 fp16 NHWC
+    32x128x112x112 (heuristics mode A's first plan is what an un-tuned graph runs)."""
+    import cudnn_py.graph as G
+    from cudnn_py.memory import empty
+    lines = []
+    for name, shape in (("relu", (32, 256, 56, 56)), ("max_pool", (32, 128, 112, 112))):
+        g = G.Graph(io_dtype="float16", name=name)
+        x = g.tensor(shape, layout="NHWC", name="x")
+        y = g.relu(x) if name == "relu" else g.resample(x, "max", 3, stride=2, padding=1)
+        y.set_output(True)
+        if name == "relu":
+            y.strides = x.strides
+        arrays = []
+        for t in (x, y):
+            order = sorted(range(4), key=lambda i: -t.strides[i])
+            buf = empty(tuple(t.shape[i] for i in order), np.float16)
+            buf.fill_(0.5)
+            arrays.append(DeviceArray(buf.ptr, t.shape, np.float16, t.strides, device_id=buf.device_id, owner=buf))
+        for plan in G.build_plans(g, b.h, ("A", "B", "FALLBACK"), policy="all", cache=False):
+            ex = plan.executor(b.h, x, y)
+            ms = _median_ms(lambda: ex(*arrays), b.calls, b.repeats, True)
+            lines.append(f"  {name:<9}{plan.tag:<28}{ms:.4f} ms")
+    return lines
+
+
 def format_table(rows: list[Row]) -> str:
     head = (f"{'operation':<40}{'configuration':<38}{'legacy ms':>10}{'graph ms':>10}{'torch ms':>10}"
-            f"{'graph/leg':>10}{'graph/torch':>12}{'graph GB/s':>11}")
+            f"{'graph/leg':>10}{'graph/torch':>12}{'graph GB/s':>11}{'leg call':>10}{'graph call':>11}")
     lines = [head, "-" * len(head)]
     f = (lambda v, spec: "-" if v is None else format(v, spec))
     for r in rows:
         gbs = None if r.graph_ms is None or not r.gbytes > 0 else r.gbytes / (r.graph_ms * 1e-3)
         lines.append(f"{r.op:<40}{r.config:<38}{f(r.legacy_ms, '.4f'):>10}{f(r.graph_ms, '.4f'):>10}"
                      f"{f(r.torch_ms, '.4f'):>10}{f(r.ratio('graph_ms', 'legacy_ms'), '.2f'):>10}"
-                     f"{f(r.ratio('graph_ms', 'torch_ms'), '.2f'):>12}{f(gbs, '.0f'):>11}")
+                     f"{f(r.ratio('graph_ms', 'torch_ms'), '.2f'):>12}{f(gbs, '.0f'):>11}"
+                     f"{f(r.legacy_call_ms, '.4f'):>10}{f(r.graph_call_ms, '.4f'):>11}")
     notes = [f"  {r.op} ({r.config}): {n}" for r in rows for n in r.notes]
     return "\n".join(lines + (["", "refusals:"] + notes if notes else []))
 
@@ -300,16 +352,23 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="batch 8 instead of 32")
     p.add_argument("--json", metavar="PATH")
     p.add_argument("--resnet", action="store_true", help="also the ResNet block step (examples/graph_resnet_block.py)")
+    p.add_argument("--plans", action="store_true", help="also every heuristics plan of the ReLU and pooling cases")
     args = p.parse_args(argv)
+    if torch is None:
+        raise SystemExit("ops_vs_torch: needs torch (its timings, and its sleep kernel for the device times)")
     with Handle() as h:
         b = Bench(h, args.calls, args.repeats, args.json)
         if args.resnet:
             resnet_rows(b, args.quick)
         run_all(b, args.quick)
+        plans = plan_sweep(b) if args.plans else []
     gpu = torch.cuda.get_device_name() if torch is not None else "?"
-    print(f"{gpu}; torch {torch.__version__ if torch is not None else '-'}; per-call device time, median of "
-          f"{args.repeats} x {args.calls} calls")
+    print(f"{gpu}; torch {torch.__version__}; per-call device time (calls queued behind a sleep kernel) and "
+          f"per-call time of a Python loop ('call'), median of {args.repeats} x {args.calls} calls")
     print(format_table(b.rows))
+    if plans:
+        print("\nevery heuristics plan (A, B, FALLBACK) through the graph API, device ms per call:")
+        print("\n".join(plans))
     return 0
 
 

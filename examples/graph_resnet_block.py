@@ -131,12 +131,12 @@ class Block:
                                       r2.reserve, ops="bn_add_activation", epsilon=EPS, engine=engine)
         dy2 = _physical(g2.dx)
         da1 = _nhwc_view(cv.convolution_backward_data(h, conv, w["w2"], dy2, engine=engine), x.shape)
-        dw2 = cv.convolution_backward_filter(h, conv, _physical(r1.y), dy2, engine=engine)
+        dw2 = cv.convolution_backward_filter(h, conv, _physical(r1.y), dy2, w_shape=w["w2"].shape, engine=engine)
         g1 = bn.batchnorm_backward_ex(h, y1, r1.y, da1, p["s1"], p["b1"], r1.saved_mean, r1.saved_inv_var,
                                       r1.reserve, ops="bn_activation", epsilon=EPS, engine=engine)
         dy1 = _physical(g1.dx)
         dxm = _nhwc_view(cv.convolution_backward_data(h, conv, w["w1"], dy1, engine=engine), x.shape)
-        dw1 = cv.convolution_backward_filter(h, conv, _physical(x), dy1, engine=engine)
+        dw1 = cv.convolution_backward_filter(h, conv, _physical(x), dy1, w_shape=w["w1"].shape, engine=engine)
         dx = to.op_tensor(h, "add", dxm, g2.dz, engine=engine)
         for param, grad in ((w["w1"], dw1), (w["w2"], dw2), (p["s1"], g1.dscale), (p["b1"], g1.dbias),
                             (p["s2"], g2.dscale), (p["b2"], g2.dbias)):

@@ -63,3 +63,17 @@ def assert_close(got, ref, dtype, scale: float = 1.0) -> None:
     assert np.isfinite(got).all(), "output has NaN/inf: an element was not written"
     tol = TOL[str(dtype)] * scale
     np.testing.assert_allclose(got, ref, rtol=tol, atol=tol * max(1.0, float(np.abs(ref).max())))
+
+
+def graph_or_unsupported(call, strict: bool):
+    """``call('graph')``; where cuDNN has no engine for it (:class:`GraphNotSupportedError`, which ``strict``
+    configurations must not raise) the refusal must name the graph, and ``call('auto')`` answers instead.
+    Returns (result, whether the graph ran)."""
+    from cudnn_py.graph import GraphNotSupportedError
+    try:
+        return call("graph"), True
+    except GraphNotSupportedError as e:
+        if strict:
+            raise
+        assert "no engine supports graph" in str(e)
+        return call("auto"), False

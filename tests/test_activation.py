@@ -78,10 +78,11 @@ def test_forward_backward_match_reference(handle, rng, dtype, mode):
     x = (rng.standard_normal((3, 5, 7, 6)) * 1.5).astype(dtype)
     dy = rng.standard_normal(x.shape).astype(dtype)
     xd = cudnn.to_device(x)
-    y = activation_forward(handle, act, xd, cudnn.to_device(np.full(x.shape, np.nan, dtype)))
+    y = activation_forward(handle, act, xd, cudnn.to_device(np.full(x.shape, np.nan, dtype)), engine="legacy")
     y_ref = ref.forward(x, mode, **_ref_kw(mode))
     assert_close(y.to_numpy(), y_ref, dtype)
-    dx = activation_backward(handle, act, xd, y, cudnn.to_device(dy), cudnn.to_device(np.full(x.shape, np.nan, dtype)))
+    dx = activation_backward(handle, act, xd, y, cudnn.to_device(dy), cudnn.to_device(np.full(x.shape, np.nan, dtype)),
+                             engine="legacy")
     keep = np.ones(x.shape, bool)
     if mode in ("relu", "clipped_relu"):  # the gradient jumps at the kinks; fp16 rounding may cross them
         keep = (np.abs(x.astype(np.float64)) > 1e-2) & (np.abs(x.astype(np.float64) - 0.8) > 1e-2)
@@ -95,15 +96,16 @@ def test_alpha_beta_allocation_strides_and_core_descriptor(handle, rng):
     x = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
     y0 = rng.standard_normal(x.shape).astype(np.float32)
     xd = cudnn.to_device(x)
-    y = activation_forward(handle, "sigmoid", xd)  # allocated
+    y = activation_forward(handle, "sigmoid", xd, engine="legacy")  # allocated
     assert_close(y.to_numpy(), ref.forward(x, "sigmoid"), np.float32)
-    y2 = activation_forward(handle, ActivationDescriptor("elu", 0.5), xd, cudnn.to_device(y0), alpha=2.0, beta=0.5)
+    y2 = activation_forward(handle, ActivationDescriptor("elu", 0.5), xd, cudnn.to_device(y0), alpha=2.0, beta=0.5,
+                            engine="legacy")
     assert_close(y2.to_numpy(), 2.0 * ref.forward(x, "elu", coef=0.5) + 0.5 * y0, np.float32)
     # a channels-last output (same logical shape, other strides)
     from cudnn_py.memory import DeviceArray
     base = cudnn.to_device(np.full(x.size, np.nan, np.float32))
     nhwc = DeviceArray(base.ptr, x.shape, np.float32, (60, 1, 15, 3), owner=base)
-    activation_forward(handle, "tanh", xd, nhwc)
+    activation_forward(handle, "tanh", xd, nhwc, engine="legacy")
     assert_close(nhwc.to_numpy(), np.tanh(x.astype(np.float64)), np.float32)
     assert_close(base.to_numpy().reshape(2, 4, 5, 3), np.tanh(x.astype(np.float64)).transpose(0, 2, 3, 1), np.float32)
 
@@ -114,7 +116,7 @@ def test_identity_alpha_beta(handle, rng):
     import cudnn_py as cudnn
     x, y0 = rng.standard_normal((2, 3, 4, 5)).astype(np.float32), rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
     y = activation_forward(handle, ActivationDescriptor("identity"), cudnn.to_device(x), cudnn.to_device(y0),
-                           alpha=1.5, beta=-0.5)
+                           alpha=1.5, beta=-0.5, engine="legacy")
     assert_close(y.to_numpy(), 1.5 * x.astype(np.float64) - 0.5 * y0, np.float32)
 
 

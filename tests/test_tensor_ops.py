@@ -107,7 +107,7 @@ def _nan(shape, dtype):
 def test_add_tensor(handle, rng, dtype, c_shape, a_shape):
     a, c0 = rng.standard_normal(a_shape).astype(dtype), rng.standard_normal(c_shape).astype(dtype)
     c = _dev(c0)
-    T.add_tensor(handle, _dev(a), c, alpha=1.5, beta=-0.5)
+    T.add_tensor(handle, _dev(a), c, alpha=1.5, beta=-0.5, engine="legacy")
     assert_close(c.to_numpy(), ref.add_tensor(a, c0, 1.5, -0.5), dtype)
 
 
@@ -124,21 +124,23 @@ def test_op_tensor(handle, rng, dtype, op):
         alpha1 = 0.75
     b = rng.standard_normal(b_shape).astype(dtype)
     unary = op in ("sqrt", "not")
-    c = T.op_tensor(handle, op, _dev(a), None if unary else _dev(b), _nan(shape, dtype), alpha1=alpha1, alpha2=-1.25)
+    c = T.op_tensor(handle, op, _dev(a), None if unary else _dev(b), _nan(shape, dtype), alpha1=alpha1, alpha2=-1.25,
+                    engine="legacy")
     assert_close(c.to_numpy(), ref.op_tensor(op, a, None if unary else b, np.zeros(shape), alpha1, -1.25, 0.0), dtype)
     c0 = rng.standard_normal(shape).astype(dtype)
-    c2 = T.op_tensor(handle, op, _dev(a), None if unary else _dev(b), _dev(c0), alpha1=alpha1, alpha2=2.0, beta=0.5)
+    c2 = T.op_tensor(handle, op, _dev(a), None if unary else _dev(b), _dev(c0), alpha1=alpha1, alpha2=2.0, beta=0.5,
+                     engine="legacy")
     assert_close(c2.to_numpy(), ref.op_tensor(op, a, None if unary else b, c0, alpha1, 2.0, 0.5), dtype)
 
 
 @pytest.mark.gpu
 def test_op_tensor_allocates_scale_and_set(handle, rng):
     a, b = rng.standard_normal((3, 4, 5)).astype(np.float32), rng.standard_normal((3, 4, 5)).astype(np.float32)
-    c = T.op_tensor(handle, "max", _dev(a), _dev(b))
+    c = T.op_tensor(handle, "max", _dev(a), _dev(b), engine="legacy")
     assert c.shape == a.shape and c.dtype == np.float32
     assert_close(c.to_numpy(), np.maximum(a, b).astype(np.float64), np.float32)
     y = _dev(a)
-    T.scale_tensor(handle, y, -2.5)
+    T.scale_tensor(handle, y, -2.5, engine="legacy")
     assert_close(y.to_numpy(), -2.5 * a.astype(np.float64), np.float32)
     T.set_tensor(handle, y, 3.25)
     assert (y.to_numpy() == np.float32(3.25)).all()
@@ -152,17 +154,17 @@ def test_op_tensor_allocates_scale_and_set(handle, rng):
 def test_transform_tensor_layout_and_dtype(handle, rng, src, dst):
     from cudnn_py.memory import DeviceArray
     x = rng.standard_normal((2, 3, 4, 5)).astype(src)
-    y = T.transform_tensor(handle, _dev(x), dtype=dst, memory_format="NHWC")
+    y = T.transform_tensor(handle, _dev(x), dtype=dst, memory_format="NHWC", engine="legacy")
     assert y.shape == x.shape and y.dtype == np.dtype(dst) and y.strides == (60, 1, 15, 3)
     assert_close(y.to_numpy(), x.astype(np.float64), np.float16 if np.float16 in (src, dst) else np.float32)
     physical = DeviceArray(y.ptr, (2, 4, 5, 3), dst, owner=y).to_numpy()  # the memory really is N, H, W, C
     assert_close(physical, x.astype(np.float64).transpose(0, 2, 3, 1), np.float16 if np.float16 in (src, dst) else
                  np.float32)
-    back = T.transform_tensor(handle, y, dtype=src)  # NHWC -> packed NCHW
+    back = T.transform_tensor(handle, y, dtype=src, engine="legacy")  # NHWC -> packed NCHW
     assert back.is_contiguous
     assert_close(back.to_numpy(), x.astype(np.float64), np.float16)
     y0 = rng.standard_normal(x.shape).astype(dst)
-    blended = T.transform_tensor(handle, _dev(x), _dev(y0), alpha=2.0, beta=-1.0)
+    blended = T.transform_tensor(handle, _dev(x), _dev(y0), alpha=2.0, beta=-1.0, engine="legacy")
     assert_close(blended.to_numpy(), ref.transform(x, y0, 2.0, -1.0), np.float16 if np.float16 in (src, dst) else
                  np.float32)
 
@@ -201,25 +203,25 @@ def test_reduce_tensor(handle, rng, dtype, op, c_shape):
     alpha = 1.0 if op in ("mul", "mul_no_zeros") else 0.5  # reduce(alpha * A) vs alpha * reduce(A) differ for mul
     want_idx = op in ("min", "max", "amax")
     r_ref, i_ref = ref.reduce(op, a, c_shape)
-    got = T.reduce_tensor(handle, op, _dev(a), _nan(c_shape, dtype), indices=want_idx, alpha=alpha)
+    got = T.reduce_tensor(handle, op, _dev(a), _nan(c_shape, dtype), indices=want_idx, alpha=alpha, engine="legacy")
     c, idx = got if want_idx else (got, None)
     assert_close(c.to_numpy(), alpha * r_ref, dtype, tol_scale=10)
     if want_idx:
         np.testing.assert_array_equal(idx.to_numpy(), i_ref)
     c0 = rng.standard_normal(c_shape).astype(dtype)
-    c2 = T.reduce_tensor(handle, op, _dev(a), _dev(c0), alpha=alpha, beta=2.0)
+    c2 = T.reduce_tensor(handle, op, _dev(a), _dev(c0), alpha=alpha, beta=2.0, engine="legacy")
     assert_close(c2.to_numpy(), alpha * r_ref + 2.0 * c0, dtype, tol_scale=10)
 
 
 @pytest.mark.gpu
 def test_reduce_tensor_axes_allocation_and_float16(handle, rng):
     a = rng.standard_normal((3, 4, 6, 2)).astype(np.float16)
-    c, idx = T.reduce_tensor(handle, "max", _dev(a), axes=(1, 3), indices=True)
+    c, idx = T.reduce_tensor(handle, "max", _dev(a), axes=(1, 3), indices=True, engine="legacy")
     assert c.shape == (3, 1, 6, 1) and c.dtype == np.float16 and idx.dtype == np.int32
     r_ref, i_ref = ref.reduce("max", a, (3, 1, 6, 1))
     assert_close(c.to_numpy(), r_ref, np.float16)
     np.testing.assert_array_equal(idx.to_numpy(), i_ref)
-    s = T.reduce_tensor(handle, "add", _dev(a))  # every axis
+    s = T.reduce_tensor(handle, "add", _dev(a), engine="legacy")  # every axis
     assert s.shape == (1, 1, 1, 1)
     assert_close(s.to_numpy(), ref.reduce("add", a, (1, 1, 1, 1))[0], np.float16, tol_scale=5)
 

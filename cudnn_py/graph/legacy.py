@@ -159,7 +159,7 @@ def cached(handle, key, make: Callable, auto: bool):
 
 def run_graph(handle, name: str, params: tuple, inputs: Sequence[tuple[str, DeviceArray]],
               outputs: Sequence[tuple[str, DeviceArray]], build: Callable, *, auto: bool = False,
-              relabel: bool = True, layout_of: DeviceArray | None = None) -> bool:
+              relabel: bool = True, layout_of: DeviceArray | None = None, autotune: bool = False) -> bool:
     """Run ``build``'s graph on these arrays through a cached plan; False when ``auto`` and cuDNN has no engine for
     it (nothing ran).
 
@@ -170,13 +170,16 @@ def run_graph(handle, name: str, params: tuple, inputs: Sequence[tuple[str, Devi
     operation). ``relabel``: describe the arrays in the channels-last relabelled order of ``layout_of`` (default
     the first output) - for graphs of pointwise operations and reductions, which do not care which axis is the
     channel; tensors and ``out_shape`` are then in that order. Without it the arrays are described as they are.
+    ``autotune``: on the first call, time the plans of heuristics modes A and B on these arrays and keep the
+    fastest (the outputs are written meanwhile) instead of mode A's first plan.
     """
     for role, a in (*inputs, *outputs):
-        graph_dtype(a.dtype, role)
+        if role != "index":  # pooling's int8 window index is the graph's own
+            graph_dtype(a.dtype, role)
     if relabel and (outputs[0][1] if layout_of is None else layout_of).ndim > _MAX_RANK:
         raise GraphPathRefused(f"engine='graph' takes arrays of 1 to {_MAX_RANK} dimensions; got shape "
                                f"{outputs[0][1].shape} (use engine='legacy')")
-    key = (name, params, tuple((r, a.shape, a.strides, a.dtype, tuple(a is o for _, o in outputs)) for r, a in inputs),
+    key = (name, params, autotune, tuple((r, a.shape, a.strides, a.dtype, tuple(a is o for _, o in outputs)) for r, a in inputs),
            tuple((r, a.shape, a.strides, a.dtype) for r, a in outputs))
 
     def make():
@@ -203,7 +206,15 @@ def run_graph(handle, name: str, params: tuple, inputs: Sequence[tuple[str, Devi
             t.set_output(True).set_dtype(ov.dtype).set_name(role)
             t.strides = strides(ov)
             outs.append(t)
-        return _build(g, handle, [*ts.values(), *outs], views, False), pad, perm
+        tensors = [*ts.values(), *outs]
+        if not autotune:
+            return _build(g, handle, tensors, views, False), pad, perm
+        pack = dict(zip(tensors, [*views, *ovs]))
+        try:  # the heuristics' candidates (what graph/conv.py's autotune times too)
+            g.autotune(handle, pack, modes=("A", "B"))
+        except GraphNotSupportedError:
+            g.autotune(handle, pack, modes=("FALLBACK",))
+        return g.executor(handle, *tensors, identity_cache=1), pad, perm
 
     ent = cached(handle, key, make, auto)
     if ent is None:

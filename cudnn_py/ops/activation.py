@@ -152,7 +152,7 @@ def _graph_backward(handle, activation, xa, dya, dxa, alpha, beta, auto) -> bool
 
 
 def activation_forward(handle, activation, x, y=None, *, alpha: float = 1.0, beta: float = 0.0,
-                       engine: str = "legacy"):
+                       engine: str = "auto"):
     """``y = alpha * act(x) + beta * y`` (``cudnnActivationForward``); returns y (allocated if not given).
 
     ``activation``: an :class:`Activation`, a :class:`cudnn_py.descriptors.ActivationDescriptor` or a
@@ -175,7 +175,7 @@ def activation_forward(handle, activation, x, y=None, *, alpha: float = 1.0, bet
 
 
 def activation_backward(handle, activation, x, y, dy, dx=None, *, alpha: float = 1.0, beta: float = 0.0,
-                        engine: str = "legacy"):
+                        engine: str = "auto"):
     """``dx = alpha * dL/dx + beta * dx`` from the forward's x and y and the gradient dy (``cudnnActivationBackward``).
 
     ``engine``: "legacy", "graph" (which computes the gradient from x; y is checked but not read) or "auto"."""

@@ -23,8 +23,9 @@ included) with the add and ReLU of the ``..._ex`` calls fused after it, inferenc
 backward as one ``OPERATION_NORM_BACKWARD`` (the ``..._ex`` ReLU gradient as a pointwise graph before it).
 It takes float16, bfloat16 and float32 data in spatial (and spatial-persistent) mode, ReLU as the only fused
 activation, the saved statistics for backward, alpha 1 and beta 0 (inference also blends); it needs no reserve
-space (it returns none, and its backward reads none). ``engine="auto"`` takes the graph where it accepts the
-call, the legacy call otherwise (docs/graph_paths.md).
+space (it returns none, and its backward reads none). ``engine="auto"`` (the default) takes the graph for forward
+training and backward where it accepts the call, the legacy call otherwise and for inference and the ``..._ex``
+calls, whose legacy kernels measured faster (docs/graph_paths.md).
 
 Raw C path::
 
@@ -260,6 +261,11 @@ def _graph_spatial(s: _Setup, what: str) -> None:
                                   f"mode needs engine='legacy'")
 
 
+def _legacy_if_auto(engine: str) -> str:
+    """``engine='auto'`` for the calls whose legacy path measured faster than the graph (docs/graph_paths.md)."""
+    return "legacy" if engine == "auto" else engine
+
+
 def _graph_plain(alphas, what: str) -> None:
     if tuple(float(a) for a in alphas) != (1.0, 0.0) * (len(alphas) // 2):
         raise gl.GraphPathRefused(f"engine='graph' {what} takes alpha 1 and beta 0; use engine='legacy' to blend")
@@ -363,13 +369,13 @@ def _training_params(handle, s: _Setup, scale, bias, running_mean, running_var, 
 def batchnorm_forward_training(handle, x, scale, bias, *, mode="spatial", epsilon: float = 1e-5,
                                factor: float = 1.0, running_mean=None, running_var=None, saved_mean=None,
                                saved_inv_var=None, y=None, alpha: float = 1.0,
-                               beta: float = 0.0, engine: str = "legacy") -> BatchNormTraining:
+                               beta: float = 0.0, engine: str = "auto") -> BatchNormTraining:
     """``y = alpha * bn(x) + beta * y`` with batch statistics (``cudnnBatchNormalizationForwardTraining``).
 
     ``running_mean``/``running_var`` (both or neither) are updated in place:
     ``running = factor * batch + (1 - factor) * running`` (use factor 1 on the first call).
     ``saved_mean``/``saved_inv_var`` are allocated when not given; pass them to :func:`batchnorm_backward`.
-    ``engine``: "legacy", "graph" or "auto" (see the module doc).
+    ``engine``: "legacy", "graph" or "auto" (the default: the graph where it takes the call; module doc).
     """
     engine = gl.engine_arg(engine)
     s = _bn(handle, x, mode)
@@ -389,11 +395,12 @@ def batchnorm_forward_training(handle, x, scale, bias, *, mode="spatial", epsilo
 
 
 def batchnorm_forward_inference(handle, x, scale, bias, mean, var, *, mode="spatial", epsilon: float = 1e-5,
-                                y=None, alpha: float = 1.0, beta: float = 0.0, engine: str = "legacy") -> DeviceArray:
+                                y=None, alpha: float = 1.0, beta: float = 0.0, engine: str = "auto") -> DeviceArray:
     """``y = alpha * (scale * (x - mean) / sqrt(var + epsilon) + bias) + beta * y``
     (``cudnnBatchNormalizationForwardInference``); returns y (allocated if not given).
-    ``engine``: "legacy", "graph" (either mode) or "auto"."""
-    engine = gl.engine_arg(engine)
+    ``engine``: "legacy", "graph" (either mode) or "auto" (the default: here the legacy call, measured faster).
+    """
+    engine = _legacy_if_auto(gl.engine_arg(engine))
     s = _bn(handle, x, mode)
     sc, bi = s.param(scale, "scale", handle), s.param(bias, "bias", handle)
     me, va = s.param(mean, "mean", handle), s.param(var, "var", handle)
@@ -413,12 +420,12 @@ def batchnorm_forward_inference(handle, x, scale, bias, mean, var, *, mode="spat
 def batchnorm_backward(handle, x, dy, scale, saved_mean=None, saved_inv_var=None, *, mode="spatial",
                        epsilon: float = 1e-5, dx=None, dscale=None, dbias=None, alpha_data: float = 1.0,
                        beta_data: float = 0.0, alpha_param: float = 1.0,
-                       beta_param: float = 0.0, engine: str = "legacy") -> BatchNormGrads:
+                       beta_param: float = 0.0, engine: str = "auto") -> BatchNormGrads:
     """Gradients of batch normalisation (``cudnnBatchNormalizationBackward``).
 
     ``dx = alpha_data * dL/dx + beta_data * dx``; ``dscale``/``dbias`` blend with alpha_param/beta_param.
     ``saved_mean``/``saved_inv_var`` from the forward pass (both or neither: cuDNN then recomputes them).
-    ``engine``: "legacy", "graph" or "auto" (see the module doc).
+    ``engine``: "legacy", "graph" or "auto" (the default: the graph where it takes the call; module doc).
     """
     engine = gl.engine_arg(engine)
     s = _bn(handle, x, mode)
@@ -485,7 +492,7 @@ def batchnorm_forward_training_ex(handle, x, scale, bias, *, z=None, ops="bn", a
                                   mode="spatial_persistent", epsilon: float = 1e-5, factor: float = 1.0,
                                   running_mean=None, running_var=None, saved_mean=None, saved_inv_var=None,
                                   y=None, reserve=None, alpha: float = 1.0, beta: float = 0.0,
-                                  engine: str = "legacy") -> BatchNormTraining:
+                                  engine: str = "auto") -> BatchNormTraining:
     """``y = act(bn(x) [+ z])`` with batch statistics (``cudnnBatchNormalizationForwardTrainingEx``).
 
     ``ops``: "bn", "bn_activation" or "bn_add_activation" (needs ``z``, shaped like x); ``activation``:
@@ -493,9 +500,9 @@ def batchnorm_forward_training_ex(handle, x, scale, bias, *, z=None, ops="bn", a
     The reserve space (returned, allocated when not given) must be passed to :func:`batchnorm_backward_ex`.
     cuDNN supports the fused ops only for some layouts and types (e.g. NHWC float16, spatial-persistent);
     elsewhere it raises :class:`~cudnn_py.errors.CudnnNotSupportedError`. ``engine``: "legacy", "graph" (no
-    reserve: the result's ``reserve`` is None) or "auto".
+    reserve: the result's ``reserve`` is None) or "auto" (the default: here the legacy call, measured faster).
     """
-    engine = gl.engine_arg(engine)
+    engine = _legacy_if_auto(gl.engine_arg(engine))
     s = _bn(handle, x, mode)
     op, act = _ex_ops(ops, activation, z, "z")
     za = None if z is None else _data(z, "z", handle, like=s.x)
@@ -590,14 +597,14 @@ def _fused_backward(handle, s: _Setup, op, sizes, y, dy, scale, bias, saved_mean
 def batchnorm_backward_ex(handle, x, y, dy, scale, bias, saved_mean, saved_inv_var, reserve=None, *, ops="bn",
                           activation=None, mode="spatial_persistent", epsilon: float = 1e-5, dx=None, dz=None,
                           dscale=None, dbias=None, alpha_data: float = 1.0, beta_data: float = 0.0,
-                          alpha_param: float = 1.0, beta_param: float = 0.0, engine: str = "legacy") -> BatchNormGrads:
+                          alpha_param: float = 1.0, beta_param: float = 0.0, engine: str = "auto") -> BatchNormGrads:
     """Gradients of ``y = act(bn(x) [+ z])`` (``cudnnBatchNormalizationBackwardEx``).
 
     ``y`` is the forward output (it gates the activation's gradient), ``reserve`` the forward's reserve.
     ``dz`` (ops "bn_add_activation") is returned allocated when not given. ``engine``: "legacy", "graph" (which
-    reads no reserve) or "auto".
+    reads no reserve) or "auto" (the default: here the legacy call, measured faster).
     """
-    engine = gl.engine_arg(engine)
+    engine = _legacy_if_auto(gl.engine_arg(engine))
     s = _bn(handle, x, mode)
     op = enum_arg(ops, BATCHNORM_OPS, capi.cudnnBatchNormOps_t, "ops")
     act = None if int(op) == 0 else _activation("relu" if activation is None else activation)

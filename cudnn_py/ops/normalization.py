@@ -16,8 +16,9 @@ the mean/variance tensors have the scale's shape (``cudnnDeriveNormTensorDescrip
 
 ``engine="graph"`` runs the same computation through cached backend-API graphs, as
 :mod:`cudnn_py.ops.batchnorm` describes (per-channel mode for training and backward, either mode for inference;
-ReLU as the fused activation; ``algo`` left "standard"; no reserve space). ``engine="auto"``: the graph where it
-accepts the call, the legacy call otherwise (docs/graph_paths.md).
+ReLU as the fused activation; ``algo`` left "standard"; no reserve space). ``engine="auto"`` (the default): the
+graph for plain ("norm") training and backward where it accepts the call, the legacy call otherwise and for
+inference and the fused-activation ops (docs/graph_paths.md).
 
 Raw C path::
 
@@ -84,6 +85,14 @@ def _sizes(handle, s: _Setup, op, algo, act, with_z: bool) -> tuple[int, int, in
     return fw.value, bw.value, rs.value
 
 
+def _auto(engine: str, ops) -> str:
+    """``engine='auto'``: the graph for plain normalisation (measured faster), the legacy call for the fused
+    activation ops (whose legacy kernels measured faster)."""
+    if engine != "auto":
+        return engine
+    return "auto" if ops in ("norm", capi.CUDNN_NORM_OPS_NORM) else "legacy"
+
+
 def _graph_algo(algo) -> None:
     if algo != capi.CUDNN_NORM_ALGO_STANDARD:
         raise gl.GraphPathRefused("engine='graph' picks its own engine: leave algo 'standard' (or use "
@@ -107,14 +116,15 @@ def normalization_forward_training(handle, x, scale, bias, *, z=None, mode="per_
                                    algo="standard", activation=None, epsilon: float = 1e-5, factor: float = 1.0,
                                    running_mean=None, running_var=None, saved_mean=None, saved_inv_var=None,
                                    y=None, reserve=None, alpha: float = 1.0,
-                                   beta: float = 0.0, engine: str = "legacy") -> BatchNormTraining:
+                                   beta: float = 0.0, engine: str = "auto") -> BatchNormTraining:
     """``y = alpha * act(norm(x) [+ z]) + beta * y`` with batch statistics (``cudnnNormalizationForwardTraining``).
 
     Running statistics (both or neither) are updated in place with ``factor``; saved mean / inverse
     variance and the reserve are returned (allocated when not given) for :func:`normalization_backward`.
-    ``engine``: "legacy", "graph" (no reserve: the result's ``reserve`` is None) or "auto".
+    ``engine``: "legacy", "graph" (no reserve: the result's ``reserve`` is None) or "auto" (the default: the
+    graph for ops "norm" where it takes the call, else the legacy call; docs/graph_paths.md).
     """
-    engine = gl.engine_arg(engine)
+    engine = _auto(gl.engine_arg(engine), ops)
     s = _norm(handle, x, mode)
     op, act = _ops(ops, activation, z)
     al_ = _algo(algo)
@@ -147,11 +157,11 @@ def normalization_forward_training(handle, x, scale, bias, *, z=None, mode="per_
 
 def normalization_forward_inference(handle, x, scale, bias, mean, var, *, z=None, mode="per_channel",
                                     ops="norm", algo="standard", activation=None, epsilon: float = 1e-5, y=None,
-                                    alpha: float = 1.0, beta: float = 0.0, engine: str = "legacy") -> DeviceArray:
+                                    alpha: float = 1.0, beta: float = 0.0, engine: str = "auto") -> DeviceArray:
     """``y = alpha * act(scale * (x - mean) / sqrt(var + eps) + bias [+ z]) + beta * y``
     (``cudnnNormalizationForwardInference``); returns y (allocated if not given).
-    ``engine``: "legacy", "graph" or "auto"."""
-    engine = gl.engine_arg(engine)
+    ``engine``: "legacy", "graph" or "auto" (the default: here the legacy call, measured faster)."""
+    engine = "legacy" if gl.engine_arg(engine) == "auto" else engine
     s = _norm(handle, x, mode)
     op, act = _ops(ops, activation, z)
     al_ = _algo(algo)
@@ -179,11 +189,11 @@ def normalization_backward(handle, x, y, dy, scale, bias, saved_mean, saved_inv_
                            mode="per_channel", ops="norm", algo="standard", activation=None,
                            epsilon: float = 1e-5, dx=None, dz=None, dscale=None, dbias=None,
                            alpha_data: float = 1.0, beta_data: float = 0.0, alpha_param: float = 1.0,
-                           beta_param: float = 0.0, engine: str = "legacy") -> BatchNormGrads:
+                           beta_param: float = 0.0, engine: str = "auto") -> BatchNormGrads:
     """Gradients of ``y = act(norm(x) [+ z])`` (``cudnnNormalizationBackward``); ``y`` and ``reserve``
     from the forward pass; ``dz`` returned for ops "norm_add_activation". ``engine``: "legacy", "graph"
-    (which reads no reserve) or "auto"."""
-    engine = gl.engine_arg(engine)
+    (which reads no reserve) or "auto" (the default: as for :func:`normalization_forward_training`)."""
+    engine = _auto(gl.engine_arg(engine), ops)
     s = _norm(handle, x, mode)
     op = enum_arg(ops, NORM_OPS, capi.cudnnNormOps_t, "ops")
     if int(op) == 0 and activation is not None:

@@ -10,12 +10,14 @@
 dimension. Output size per dimension: ``1 + (in + 2 * padding - window) // stride``. 1-D pooling
 runs as 2-D with a unit height.
 
-``engine="graph"`` runs the same pooling as a cached backend-API graph of one resample operation
-(``OPERATION_RESAMPLE_FWD/BWD``) instead of the deprecated ``cudnnPoolingForward/Backward``: float16, bfloat16 and
-float32, 1 to 3 spatial dims, alpha 1 and beta 0; max pooling's NaN handling is the resample operation's (a NaN
-in a window wins) whatever ``nan_propagation`` says, and an output allocated for it keeps x's memory layout
-(NHWC in, NHWC out). ``engine="auto"`` takes the graph where it accepts the call, the legacy call otherwise
-(docs/graph_paths.md).
+``engine="graph"`` runs the same pooling as cached backend-API graphs of resample operations
+(``OPERATION_RESAMPLE_FWD/BWD``, the fastest of the heuristics' plans timed on the first call) instead of the
+deprecated ``cudnnPoolingForward/Backward``: float16, bfloat16 and float32, 1 to 3 spatial dims, x, y, dy and dx
+in one memory order, alpha 1 and beta 0; max pooling's NaN handling is the resample operation's (a NaN in a window
+wins) whatever ``nan_propagation`` says, and an output allocated for it keeps x's memory layout (NHWC in, NHWC
+out). Where cuDNN 9.19 has no right engine (channels-last bfloat16 2-D pooling) it raises
+:class:`~cudnn_py.graph.GraphNotSupportedError`. ``engine="auto"`` (the default) runs the graph for channels-last
+data and the legacy call for NCHW data and wherever the graph refuses (docs/graph_paths.md has the measurements).
 
 Raw C path (what these calls do)::
 
@@ -182,37 +184,74 @@ def _check_blend(alpha: float, beta: float) -> None:
         raise gl.GraphPathRefused("engine='graph' pools with alpha 1 and beta 0; use engine='legacy' to blend")
 
 
+def _channels_last(a: DeviceArray) -> bool:
+    return a.shape[1] > 1 and a.strides[1] == 1
+
+
+def _same_layout(*arrays: DeviceArray) -> bool:
+    """Whether the arrays share a memory order (all channels-last or none); refuses mixed ones for the graph."""
+    cl = {_channels_last(a) for a in arrays if a.shape[1] > 1}
+    if len(cl) > 1:
+        raise gl.GraphPathRefused("engine='graph' pools arrays of one memory order (all NCHW or all channels-last); "
+                                  "use engine='legacy' to change layouts")
+    return cl == {True}
+
+
+def _auto(engine: str, x: DeviceArray) -> str:
+    """What ``engine='auto'`` runs: the graph for channels-last data (measured faster than the legacy call on an
+    H200), the legacy call for NCHW data (docs/graph_paths.md)."""
+    return ("graph" if _channels_last(x) else "legacy") if engine == "auto" else engine
+
+
 def _graph_forward(handle, pool, xa, ya, alpha, beta, auto) -> bool:
     _check_blend(alpha, beta)
     mode, win, pad, st = _graph_params(pool, xa.ndim - 2)
+    xv, yv = _graph_view(xa), _graph_view(ya)
+    _same_layout(xv, yv)
 
     def build(g, t, _):
         return g.resample(t["x"], mode, win, stride=st, padding=pad, post_padding=pad)
-    return gl.run_graph(handle, "pooling_forward", (mode, win, pad, st), [("x", _graph_view(xa))],
-                        [("y", _graph_view(ya))], build, auto=auto, relabel=False)
+    return gl.run_graph(handle, "pooling_forward", (mode, win, pad, st), [("x", xv)], [("y", yv)], build,
+                        auto=auto, relabel=False, autotune=True)
 
 
 def _graph_backward(handle, pool, xa, ya, dya, dxa, alpha, beta, auto) -> bool:
+    """Max pooling of channels-last data runs as two graphs (the forward again, writing its int8 window index,
+    then the backward from that index: cuDNN 9.19's backward from x and y crashes there); average pooling of
+    channels-last data needs only dy; NCHW data gives the backward x and y."""
     _check_blend(alpha, beta)
     mode, win, pad, st = _graph_params(pool, xa.ndim - 2)
-    xv, dxv = _graph_view(xa), _graph_view(dxa)
-    inputs = [("dy", _graph_view(dya))] + ([("x", xv), ("y", _graph_view(ya))] if mode == "max" else [])
+    xv, yv, dyv, dxv = (_graph_view(a) for a in (xa, ya, dya, dxa))
+    cl = _same_layout(xv, yv, dyv, dxv)
+    kw = dict(stride=st, padding=pad, post_padding=pad)
+    params = (mode, win, pad, st)
+    if mode == "max" and cl:
+        idx = empty_strided(handle, yv.shape, yv.strides, np.int8)
+        scratch = empty_strided(handle, yv.shape, yv.strides, yv.dtype)
+        if not gl.run_graph(handle, "pooling_index", params, [("x", xv)], [("y", scratch), ("index", idx)],
+                            lambda g, t, _: g.resample(t["x"], mode, win, index=True, **kw), auto=auto,
+                            relabel=False, autotune=True):
+            return False
+        inputs = [("dy", dyv), ("index", idx)]
+    else:
+        inputs = [("dy", dyv)] + ([] if cl else [("x", xv), ("y", yv)])
 
     def build(g, t, _):
-        return g.resample_backward(t["dy"], mode, win, x=t.get("x"), y=t.get("y"), x_shape=dxv.shape, stride=st,
-                                   padding=pad, post_padding=pad)
-    return gl.run_graph(handle, "pooling_backward", (mode, win, pad, st), inputs, [("dx", dxv)], build, auto=auto,
-                        relabel=False)
+        return g.resample_backward(t["dy"], mode, win, x=t.get("x"), y=t.get("y"), index=t.get("index"),
+                                   x_shape=dxv.shape, **kw)
+    return gl.run_graph(handle, "pooling_backward", params, inputs, [("dx", dxv)], build, auto=auto, relabel=False,
+                        autotune=True)
 
 
-def pooling_forward(handle, pool, x, y=None, *, alpha: float = 1.0, beta: float = 0.0, engine: str = "legacy"):
+def pooling_forward(handle, pool, x, y=None, *, alpha: float = 1.0, beta: float = 0.0, engine: str = "auto"):
     """``y = alpha * pool(x) + beta * y`` (``cudnnPoolingForward``); returns y (allocated if not given).
 
     ``pool``: a :class:`Pooling` or a :class:`cudnn_py.descriptors.PoolingDescriptor`. ``engine``: "legacy",
-    "graph" or "auto" (see the module doc).
+    "graph" or "auto" (the default: the graph for channels-last x, the legacy call for NCHW; see the module doc).
     """
     engine = gl.engine_arg(engine)
     xa = check_array(x, "x", handle, floating=True)
+    engine = _auto(engine, xa)
     pd, y_shape = _resolve(pool, xa.shape)
     if engine != "legacy":
         ya = _new_like(handle, xa, y_shape) if y is None else check_array(y, "y", handle, dtype=xa.dtype,
@@ -228,12 +267,13 @@ def pooling_forward(handle, pool, x, y=None, *, alpha: float = 1.0, beta: float 
 
 
 def pooling_backward(handle, pool, x, y, dy, dx=None, *, alpha: float = 1.0, beta: float = 0.0,
-                     engine: str = "legacy"):
+                     engine: str = "auto"):
     """``dx = alpha * dL/dx + beta * dx`` from the forward's x and y and the gradient dy (``cudnnPoolingBackward``).
 
-    ``engine``: "legacy", "graph" or "auto" (see the module doc)."""
+    ``engine``: "legacy", "graph" or "auto" (the default; as for :func:`pooling_forward`)."""
     engine = gl.engine_arg(engine)
     xa = check_array(x, "x", handle, floating=True)
+    engine = _auto(engine, xa)
     pd, y_shape = _resolve(pool, xa.shape)
     ya = check_array(y, "y", handle, dtype=xa.dtype, shape=y_shape)
     dya = check_array(dy, "dy", handle, dtype=xa.dtype, shape=y_shape)

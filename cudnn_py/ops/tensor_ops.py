@@ -55,7 +55,7 @@ def _broadcastable(b: DeviceArray, c: DeviceArray, bname: str, cname: str) -> No
                          f"{c.shape}, each equal or 1 (broadcast)")
 
 
-def add_tensor(handle, a, c, *, alpha: float = 1.0, beta: float = 1.0, engine: str = "legacy"):
+def add_tensor(handle, a, c, *, alpha: float = 1.0, beta: float = 1.0, engine: str = "auto"):
     """``c = alpha * a + beta * c`` in place (``cudnnAddTensor``); ``a`` broadcasts over dimensions where it has 1.
 
     ``engine``: "legacy", "graph" or "auto" (see the module doc)."""
@@ -114,7 +114,7 @@ def _graph_op_tensor(handle, opv, aa, ba, ca, alpha1, alpha2, beta, compute_dtyp
 
 
 def op_tensor(handle, op, a, b=None, c=None, *, alpha1: float = 1.0, alpha2: float = 1.0, beta: float = 0.0,
-              compute_dtype=None, nan_propagation: bool = False, engine: str = "legacy"):
+              compute_dtype=None, nan_propagation: bool = False, engine: str = "auto"):
     """``c = op(alpha1 * a, alpha2 * b) + beta * c`` (``cudnnOpTensor``); returns c (allocated like ``a`` if not given).
 
     ``op``: ``"add"``, ``"mul"``, ``"min"``, ``"max"`` (binary; ``b`` broadcasts over dimensions where it
@@ -140,7 +140,7 @@ def op_tensor(handle, op, a, b=None, c=None, *, alpha1: float = 1.0, alpha2: flo
     return ca if c is None else c
 
 
-def scale_tensor(handle, y, alpha: float, *, engine: str = "legacy"):
+def scale_tensor(handle, y, alpha: float, *, engine: str = "auto"):
     """``y = alpha * y`` in place (``cudnnScaleTensor``); returns y. ``engine``: "legacy", "graph" or "auto"."""
     engine = gl.engine_arg(engine)
     ya = check_array(y, "y", handle, floating=True)
@@ -198,7 +198,7 @@ def _format_strides(shape: tuple[int, ...], memory_format: str) -> tuple[int, ..
 
 
 def transform_tensor(handle, x, y=None, *, dtype=None, memory_format: str = "NCHW", alpha: float = 1.0,
-                     beta: float = 0.0, engine: str = "legacy"):
+                     beta: float = 0.0, engine: str = "auto"):
     """``y = alpha * x + beta * y`` between layouts and dtypes (``cudnnTransformTensor``); returns y.
 
     ``y`` (same logical shape as x, any strides, any dtype) or, when not given, a new array of
@@ -303,14 +303,22 @@ def _graph_reduce(handle, opv, aa, ca, alpha, beta, compute_dtype, nan_propagati
     if indices or name not in _GRAPH_REDUCE:
         raise gl.GraphPathRefused(f"engine='graph' reduces with {', '.join(sorted(_GRAPH_REDUCE))} and gives no "
                                   f"indices; use engine='legacy' for {name}" + (" with indices" if indices else ""))
-    inputs = [("a", aa)] + ([("prior", ca)] if beta else [])
-    return gl.run_graph(handle, "reduce_tensor", (name, float(alpha), float(beta)), inputs, [("c", ca)],
-                        lambda g, t, shape: gl.blend(g, g.reduction(t["a"], name, out_shape=shape), t, alpha, beta),
-                        auto=auto, layout_of=aa)
+    reduce = (lambda g, t, shape: g.reduction(t["a"], name, out_shape=shape))
+    if ca.dtype == np.float32 and alpha == 1.0 and beta == 0.0:
+        return gl.run_graph(handle, "reduce_tensor", (name,), [("a", aa)], [("c", ca)], reduce, auto=auto,
+                            layout_of=aa, autotune=True)
+    # cuDNN 9.19's reduction engines write float32 and take no epilogue: reduce into float32, then blend into c
+    acc = empty_strided(handle, ca.shape, ca.strides, np.float32)
+    if not gl.run_graph(handle, "reduce_tensor", (name,), [("a", aa)], [("c", acc)], reduce, auto=auto,
+                        layout_of=aa, autotune=True):
+        return False
+    return gl.run_graph(handle, "reduce_blend", (float(alpha), float(beta)), [("acc", acc)] + (
+        [("prior", ca)] if beta else []), [("c", ca)], lambda g, t, _: gl.blend(g, t["acc"], t, alpha, beta),
+        auto=auto)
 
 
 def reduce_tensor(handle, op, a, c=None, *, axes=None, indices: bool = False, alpha: float = 1.0, beta: float = 0.0,
-                  compute_dtype=None, nan_propagation: bool = False, engine: str = "legacy"):
+                  compute_dtype=None, nan_propagation: bool = False, engine: str = "auto"):
     """``c = alpha * reduce_op(a) + beta * c`` (``cudnnReduceTensor``); returns c, or (c, indices) with ``indices=True``.
 
     The reduced dimensions are ``axes`` (an int or ints; default all) or, when ``c`` is given, those
