@@ -68,6 +68,8 @@ def handle_cache(handle, name: str) -> dict:
     """
     cache = getattr(handle, "cache", None)
     if cache is None:
+        if not isinstance(handle, (capi.cudnnHandle_t, ctypes.c_void_p)):
+            raise TypeError(f"handle must be a cudnn_py.Handle or a cudnnHandle_t, got {type(handle).__name__}")
         return _RAW_CACHES.setdefault((ctypes.cast(handle, ctypes.c_void_p).value, name), {})
     got = cache.get(name)
     if got is None:

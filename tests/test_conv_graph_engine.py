@@ -20,7 +20,7 @@ CASES = {
     "true_conv": ((2, 3, 8, 8), (4, 3, 3, 3), dict(padding=1, mode="convolution")),
     "nhwc": ((2, 8, 9, 9), (16, 8, 3, 3), dict(padding=1, layout="NHWC")),
 }
-TOL = {"float32": 3e-3, "float16": 1e-2}  # TF32 tensor cores may run float32
+TOL = {"float32": 3e-3, "float16": 1e-2, "float64": 1e-12}  # TF32 tensor cores may run float32
 
 
 def _ref_kw(kw):
@@ -41,7 +41,7 @@ def _err(got, want):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "float64"])
 @pytest.mark.parametrize("algo", ["heuristic", "fastest"])
 @pytest.mark.parametrize("case", list(CASES))
 def test_three_directions_match_reference(handle, rng, case, algo, dtype):
@@ -90,6 +90,39 @@ def test_allocated_output_blending_and_repeat_calls(handle, rng):
     for _ in range(3):  # cached plan, new outputs
         again = cv.convolution_forward(handle, conv, xd, wd, engine="graph")
         assert again.ptr != first.ptr and np.array_equal(again.to_numpy(), first.to_numpy())
+
+
+@pytest.mark.gpu
+def test_float64_with_a_new_handle_each_call(rng):
+    """Issue 13's report: float64 through engine='graph' with a fresh Handle per call gave a growing error (as if y
+    were never written). Every output here starts as NaN (poisoned), three handles in a row, all three directions."""
+    import cudnn_py as cudnn
+    from cudnn_py.memory import to_device
+    from helpers import poisoned_allocations
+    conv = cv.Convolution(padding=1)
+    for _ in range(3):
+        x, w = rng.standard_normal((2, 4, 9, 9)), rng.standard_normal((5, 4, 3, 3))
+        dy = rng.standard_normal((2, 5, 9, 9))
+        with poisoned_allocations(), cudnn.Handle() as h:
+            xd, wd, dyd = (to_device(a, stream=h.stream) for a in (x, w, dy))
+            y = cv.convolution_forward(h, conv, xd, wd, engine="graph").to_numpy()
+            dx = cv.convolution_backward_data(h, conv, wd, dyd, x_shape=x.shape, engine="graph").to_numpy()
+            dw = cv.convolution_backward_filter(h, conv, xd, dyd, w_shape=w.shape, engine="graph").to_numpy()
+            legacy = cv.convolution_forward(h, conv, xd, wd).to_numpy()
+        assert _err(y, ref.conv_forward(x, w, pad=1)) < 1e-12 and _err(y, legacy) < 1e-12
+        assert _err(dx, ref.conv_backward_data(dy, w, x.shape, pad=1)) < 1e-12
+        assert _err(dw, ref.conv_backward_filter(x, dy, w.shape, pad=1)) < 1e-12
+
+
+def test_graph_engine_refuses_unverified_dtypes():
+    import types
+    from cudnn_py.graph import conv as gconv
+    stub = types.SimpleNamespace(cache={}, device=0, stream=None)  # the checks run before the handle is used
+    conv = cv.Convolution(padding=1)
+    with pytest.raises(TypeError, match="int8; the graph convolution runs"):
+        cv.convolution_forward(stub, conv, fake((1, 4, 5, 5), np.int8), fake((3, 4, 3, 3), np.int8), engine="graph")
+    with pytest.raises(TypeError, match="compute_dtype float64 with float32 data"):
+        gconv.conv_forward(stub, fake((1, 4, 5, 5)), fake((3, 4, 3, 3)), compute_dtype="float64")
 
 
 @pytest.mark.gpu

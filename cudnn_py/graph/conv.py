@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from cudnn_py import capi
 from cudnn_py.descriptors import _ints
-from cudnn_py.dtypes import cudnn_dtype
+from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.handle import handle_cache
 from cudnn_py.memory import DeviceArray, as_array, empty
 
@@ -20,33 +19,30 @@ from .execute import _handle_device
 from .errors import GraphNotSupportedError
 from .graph import Graph, _packed_strides
 
-__all__ = ["conv_forward", "conv_backward_data", "conv_backward_filter", "ACTIVATIONS", "DTYPES", "REFUSED_DTYPES",
-           "conv_cache_clear"]
+__all__ = ["conv_forward", "conv_backward_data", "conv_backward_filter", "ACTIVATIONS", "DTYPES", "conv_cache_clear"]
 
 #: activation name -> Graph method applied after the (bias-added) convolution
 ACTIVATIONS = ("relu", "gelu", "silu", "tanh", "sigmoid")
 
-#: data dtypes these calls run, each checked against a float64 reference on the GPU (tests/matrix.py)
-DTYPES = ("float32", "float16", "bfloat16")
-#: dtypes refused before anything is built, with the reason
-REFUSED_DTYPES = {
-    "float64": "cuDNN's double convolution engines read the operation's alpha/beta as doubles while the graph "
-               "lowering sets them as floats, so a plan builds and executes but writes garbage (issue 13); use "
-               "engine='legacy' (cudnn_py.convolution_forward & co.) for float64",
-}
+#: data dtypes these calls run, each checked against a float64 reference on the GPU (tests/matrix.py); anything else
+#: is refused before a graph is built
+DTYPES = ("float32", "float16", "bfloat16", "float64")
 
 
 def _check_dtypes(kind: str, dtypes, compute_dtype) -> None:
-    """Refuse data or compute dtypes these graph convolutions are not verified for, before any graph is built."""
-    for name, dt in dtypes:
-        dname = np.dtype(dt).name
-        if dname in REFUSED_DTYPES:
-            raise TypeError(f"{kind}: {name} is {dname}, which the graph convolution refuses: {REFUSED_DTYPES[dname]}")
+    """Refuse data or compute dtypes these graph convolutions are not verified for, before any graph is built:
+    one data dtype from :data:`DTYPES`; compute float32 (float64 for float64 data, cuDNN's only double engines)."""
+    names = {name: np.dtype(dt).name for name, dt in dtypes}
+    for name, dname in names.items():
         if dname not in DTYPES:
             raise TypeError(f"{kind}: {name} is {dname}; the graph convolution runs {', '.join(DTYPES)} data")
-    if compute_dtype is not None and cudnn_dtype(compute_dtype) != capi.CUDNN_DATA_FLOAT:
-        raise TypeError(f"{kind}: compute_dtype {compute_dtype!r} is not verified for graph convolutions; leave it None "
-                        f"(float32 accumulation)")
+    data = names[next(iter(names))]
+    if compute_dtype is not None:
+        allowed = ("float64",) if data == "float64" else ("float32",)
+        cname = numpy_dtype(cudnn_dtype(compute_dtype)).name
+        if cname not in allowed:
+            raise TypeError(f"{kind}: compute_dtype {cname} with {data} data has no verified engine; leave it None "
+                            f"({allowed[0]})")
 
 
 def conv_cache_clear(handle) -> None:
