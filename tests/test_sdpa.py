@@ -8,6 +8,7 @@ import cudnn_py.graph as G
 from cudnn_py.graph import BackendDescriptor, Graph
 from cudnn_py.graph.ops import sdpa as gsdpa
 from cudnn_py.graph.ops.pointwise import Pointwise
+from cudnn_py.memory import DeviceArray
 from cudnn_py.ops import sdpa as S
 from helpers import NoCallHandle, fake, numeric_gradient
 from reference import sdpa as R
@@ -260,7 +261,7 @@ def test_bad_graph_input_is_refused(build, err, match):
 def test_fp8_and_unified_gaps_are_refused_naming_the_option(monkeypatch):
     g, (q, k, v) = _g()
     f8 = g.tensor((2, 4, 64, 64), "float8_e4m3fn", name="q8")
-    with pytest.raises(G.GraphNotSupportedError, match="FP8"):
+    with pytest.raises(TypeError, match="use sdpa_fp8"):
         g.sdpa(f8, f8, f8)
     monkeypatch.setattr(gsdpa, "_version", lambda: (9, 19, 0))
     with pytest.raises(G.GraphNotSupportedError, match="takes no bias"):
@@ -318,3 +319,199 @@ def test_pythonic_reads_torch_tensors_up_to_the_builder():
     with pytest.raises(TypeError, match="float16 or bfloat16"):
         f = _TorchLike((1, 2, 16, 64), "float32")
         S.sdpa(h, f, f, f)
+
+
+# -- packed (ragged, "THD") batches ---------------------------------------------------------------------------------
+def _thd_graph(b=3, h=4, s=64, d=64, stats=True):
+    g = Graph(io_dtype=BF16)
+    st = (s * h * d, d, h * d, 1)  # token-major: a packed (T, H, D) buffer seen as (B, H, S_max, D)
+    q, k, v = (g.tensor((b, h, s, d), BF16, strides=st, name=n) for n in "qkv")
+    offs = {n: g.tensor((b + 1, 1, 1, 1), "int64", name=f"ro_{n}") for n in ("q", "k", "v", "o")}
+    if stats:
+        offs["stats"] = g.tensor((b + 1, 1, 1, 1), "int32", name="ro_stats")
+    sl = [g.tensor((b, 1, 1, 1), "int32", name=n) for n in ("slq", "slk")]
+    return g, (q, k, v), offs, sl
+
+
+def test_ragged_forward_backward_set_the_offsets(faked):
+    g, (q, k, v), offs, sl = _thd_graph()
+    o, st = g.sdpa(q, k, v, seq_len_q=sl[0], seq_len_kv=sl[1], causal=True,
+                   **{f"ragged_offset_{n}": t for n, t in offs.items()})
+    o.set_output(True), st.set_output(True)
+    assert (q.ragged_offset, k.ragged_offset, v.ragged_offset) == (offs["q"], offs["k"], offs["v"])
+    assert o.ragged_offset is offs["o"] and o.strides == q.strides
+    assert st.ragged_offset is offs["stats"] and st.strides == (64 * 4, 1, 4, 1)  # token-major like q
+    ops, _ = faked(g)
+    assert ops.count("MATMUL") == 2
+    assert {t.name for t in g.io_tensors()} >= {"ro_q", "ro_k", "ro_v", "ro_o", "ro_stats"}
+    g2, (q, k, v), offs, sl = _thd_graph(stats=False)
+    o, do = (g2.tensor(q.shape, BF16, strides=q.strides, name=n) for n in ("o", "do"))
+    st = g2.tensor((3, 4, 64, 1), "float32", name="st")
+    grads = g2.sdpa_backward(q, k, v, o, do, st, seq_len_q=sl[0], seq_len_kv=sl[1],
+                             **{f"ragged_offset_{n}": t for n, t in offs.items()})
+    for t in grads:
+        t.set_output(True)
+    assert [t.ragged_offset for t in grads] == [offs["q"], offs["k"], offs["v"]]
+    assert o.ragged_offset is do.ragged_offset is offs["o"] and st.ragged_offset is None
+    assert [t.ragged_offset for t in gsdpa.sdpa_scratch(g2)] == [None, None]  # padded scratch, as cuDNN's frontend
+    faked(g2)
+
+
+@pytest.mark.parametrize("kw,err,match", [
+    (dict(o=False), ValueError, "missing ragged_offset_o"),
+    (dict(padding=False), ValueError, "needs the padding mask"),
+    (dict(bias=True), ValueError, "with bias is not verified"),
+    (dict(offset_shape=(3, 1, 1, 1)), ValueError, r"must have shape \(4, 1, 1, 1\)"),
+    (dict(offset_dtype="float32"), TypeError, "int32/int64"),
+    (dict(implementation="unified"), G.GraphNotSupportedError, "takes no padding mask"),
+])
+def test_ragged_bad_input_is_refused(kw, err, match):
+    g, (q, k, v), offs, sl = _thd_graph(stats=False)
+    if "offset_shape" in kw or "offset_dtype" in kw:
+        offs["q"] = g.tensor(kw.get("offset_shape", (4, 1, 1, 1)), kw.get("offset_dtype", "int64"), name="bad")
+    if kw.get("o") is False:
+        del offs["o"]
+    extra = {}
+    if kw.get("bias"):
+        extra["bias"] = g.tensor((1, 4, 64, 64), BF16, name="b")
+    if "implementation" in kw:
+        extra["implementation"] = kw["implementation"]
+    pad = {} if kw.get("padding") is False else dict(seq_len_q=sl[0], seq_len_kv=sl[1])
+    with pytest.raises(err, match=match):
+        g.sdpa(q, k, v, **pad, **extra, **{f"ragged_offset_{n}": t for n, t in offs.items()})
+
+
+# -- FP8 ------------------------------------------------------------------------------------------------------------
+F8 = np.dtype(ml_dtypes.float8_e4m3fn)
+E5 = np.dtype(ml_dtypes.float8_e5m2)
+_FWD_SCALES = ("descale_q", "descale_k", "descale_v", "descale_s", "scale_s", "scale_o")
+_BWD_SCALES = ("descale_q", "descale_k", "descale_v", "descale_o", "descale_do", "descale_s", "descale_dp", "scale_s",
+               "scale_dq", "scale_dk", "scale_dv", "scale_dp")
+
+
+def _scales(g, names):
+    return {n: g.tensor((1, 1, 1, 1), "float32", name=n) for n in names}
+
+
+def test_fp8_forward_backward_lower_to_the_frontend_pattern(faked):
+    g = Graph(io_dtype=F8)
+    q, k, v = _qkv(g, hq=8, hk=2, d=128, dtype=F8)
+    outs = g.sdpa_fp8(q, k, v, causal=True, **_scales(g, _FWD_SCALES))
+    for t in outs:
+        t.set_output(True)
+    assert outs[0].dtype == q.dtype and outs[2].shape == outs[3].shape == (1, 1, 1, 1)
+    ops, modes = faked(g)
+    assert ops.count("MATMUL") == 2 and ops.count("REDUCTION") == 4  # max, sum, amax_s, amax_o
+    assert modes[:3] == ["MUL", "MUL", "MUL"]  # scale, descale_q, descale_k
+    assert modes[-4:] == ["MUL", "MUL", "MUL", "MUL"]  # scale_s ... descale_s, descale_v, scale_o
+    g2 = Graph(io_dtype=F8)
+    q, k, v = _qkv(g2, hq=8, hk=2, d=128, dtype=F8)
+    o, do = g2.tensor((2, 8, 64, 128), F8, name="o"), g2.tensor((2, 8, 64, 128), E5, name="do")
+    res = g2.sdpa_fp8_backward(q, k, v, o, do, g2.tensor((2, 8, 64, 1), "float32", name="st"), causal=True,
+                               **_scales(g2, _BWD_SCALES))
+    for t in res:
+        t.set_output(True)
+    assert [t.shape for t in res[:3]] == [q.shape, k.shape, v.shape] and all(t.dtype == q.dtype for t in res[:3])
+    ops, _ = faked(g2)
+    assert ops.count("MATMUL") == 5 and ops.count("RESHAPE") == 3
+    assert ops.count("REDUCTION") == 7  # rowsum(dO*O), dV and dK head groups, amax dv/dp/dq/dk
+    assert gsdpa.sdpa_scratch(g2) == []
+
+
+@pytest.mark.parametrize("build,err,match", [
+    (lambda g, q, s: g.sdpa_fp8(q, q, q, **{**s, "scale_o": None}), ValueError, "needs scale_o="),
+    (lambda g, q, s: g.sdpa_fp8(q, q, q, **{**s, "scale_o": g.tensor((1, 1, 1, 2), "float32")}), ValueError,
+     "scale_o must be a"),
+    (lambda g, q, s: g.sdpa_fp8(q, q, g.tensor((2, 4, 64, 64), BF16), **s), TypeError, "FP8 attention takes"),
+    (lambda g, q, s: g.sdpa_fp8(g.tensor((2, 4, 64, 72), F8), g.tensor((2, 4, 64, 72), F8),
+                                g.tensor((2, 4, 64, 72), F8), **s), ValueError, "multiple of 16"),
+])
+def test_fp8_bad_input_is_refused(build, err, match):
+    g = Graph(io_dtype=F8)
+    q = g.tensor((2, 4, 64, 64), F8, name="q")
+    with pytest.raises(err, match=match):
+        build(g, q, _scales(g, _FWD_SCALES))
+
+
+# -- the entry point's fast path ---------------------------------------------------------------------------------
+class _PlanHandle:
+    """A handle whose plans are built on the CPU with a fake plan; executions are recorded, never sent to C."""
+    device, stream, workspace = 0, None, None
+
+    def __init__(self):
+        import ctypes
+        self.cache, self.ptr = {}, ctypes.c_void_p(1)
+
+
+@pytest.fixture
+def fake_exec(monkeypatch):
+    """Plans built without a GPU and executions recorded as the variant packs they used."""
+    import ctypes
+    import types
+    packs, made = [], []
+
+    def plan(g, handle, tensors, arrays, outs, autotune):
+        return types.SimpleNamespace(graph=g, workspace_size=0, tag="fake",
+                                     descriptor=types.SimpleNamespace(ptr=ctypes.c_void_p(2)))
+
+    def pack(uids, ptrs, ws):
+        made.append(list(ptrs))
+        return types.SimpleNamespace(ptr=ctypes.c_void_p(1000 + len(made)))
+    monkeypatch.setattr(S, "_plan", plan)
+    monkeypatch.setattr(S, "make_variant_pack", pack)
+    monkeypatch.setattr(S, "_raw_execute", lambda: lambda h, p, vp: packs.append(vp.value) or 0)
+    addr = iter(range(0x10000000, 0x20000000, 0x100000))
+    monkeypatch.setattr(S, "_new_out", lambda handle, shape, dtype, strides: DeviceArray(next(addr), shape, dtype,
+                                                                                         strides))
+    return packs, made
+
+
+def test_repeat_calls_reuse_the_variant_pack_and_new_addresses_are_validated(fake_exec):
+    packs, made = fake_exec
+    h = _PlanHandle()
+    q, o = fake((1, 2, 64, 64), BF16), DeviceArray(0x20000, (1, 2, 64, 64), BF16)
+    for _ in range(3):
+        assert S.sdpa(h, q, q, q, o=o) is o
+    assert len(made) == 1 and packs == [1001] * 3  # one pack, three executions
+    o2 = DeviceArray(0x30000, (1, 2, 64, 64), BF16)
+    S.sdpa(h, q, q, q, o=o2)
+    assert len(made) == 2 and 0x30000 in made[1] and 0x20000 not in made[1]
+    with pytest.raises(ValueError, match="must have shape"):  # another shape is another key: validated again
+        S.sdpa(h, q, q, q, o=DeviceArray(0x30000, (1, 2, 64, 32), BF16))
+    with pytest.raises(TypeError, match="host memory"):
+        S.sdpa(h, q, q, np.zeros((1, 2, 64, 64), BF16), o=o)
+    assert len(handle_cache_of(h)) == 1 and len(made) == 2
+
+
+def handle_cache_of(h):
+    from cudnn_py.handle import handle_cache
+    return handle_cache(h, "ops.sdpa")
+
+
+def test_pythonic_packed_batches_bind_logical_views(fake_exec):
+    _, made = fake_exec
+    h = _PlanHandle()
+    b, hq, hk, d = 3, 4, 2, 64
+    q = DeviceArray(0x100000, (50, hq, d), BF16)
+    k, v = DeviceArray(0x200000, (70, hk, d), BF16), DeviceArray(0x300000, (70, hk, d), BF16)
+    off_q, off_kv = DeviceArray(0x400000, (b + 1,), np.int64), DeviceArray(0x500000, (b + 1,), np.int64)
+    sl = DeviceArray(0x600000, (b,), np.int32)
+    kw = dict(seq_len_q=sl, seq_len_kv=sl, ragged_offset_q=off_q, ragged_offset_kv=off_kv, max_seq_len_q=20,
+              max_seq_len_kv=30, causal=True)
+    o, st = S.sdpa(h, q, k, v, return_stats=True, **kw)
+    assert o.shape == (50, hq, d) and st.shape == (b, hq, 20, 1)
+    assert made[0][:3] == [0x100000, 0x200000, 0x300000]
+    # another total token count (T) builds no new plan
+    S.sdpa(h, DeviceArray(0x100000, (40, hq, d), BF16), k, v, return_stats=True, **kw)
+    assert len(handle_cache_of(h)) == 1
+    with pytest.raises(ValueError, match="max_seq_len_q= and max_seq_len_kv="):
+        S.sdpa(h, q, k, v, **{**kw, "max_seq_len_kv": None})
+    with pytest.raises(ValueError, match=r"packed \(T, H, D\)"):
+        S.sdpa(h, fake((b, hq, 20, d), BF16), k, v, **kw)
+    with pytest.raises(ValueError, match="both ragged_offset_q and ragged_offset_kv"):
+        S.sdpa(h, q, k, v, **{**kw, "ragged_offset_kv": None})
+    with pytest.raises(ValueError, match="only for packed"):
+        S.sdpa(h, fake((b, hq, 20, d), BF16), fake((b, hq, 20, d), BF16), fake((b, hq, 20, d), BF16),
+               max_seq_len_q=20)
+    with pytest.raises(ValueError, match="Dv == D"):
+        S.sdpa(h, q, k, DeviceArray(0x300000, (70, hk, 32), BF16), **kw)

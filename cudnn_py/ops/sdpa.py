@@ -2,37 +2,49 @@
 
 The first call with a new configuration (shapes, strides, dtypes, options) builds an attention graph and its
 plan for the handle; every later call with the same configuration is a dict lookup and one
-:class:`~cudnn_py.graph.Executor` call::
+``cudnnBackendExecute``::
 
     o, stats = cudnn_py.sdpa(h, q, k, v, causal=True, return_stats=True)     # torch tensors work too
     dq, dk, dv = cudnn_py.sdpa_backward(h, q, k, v, o, do, stats, causal=True)
 
 Tensors are logical ``(B, H, S, D)`` (torch's ``scaled_dot_product_attention`` order) with any strides whose head
 dim is packed: a (B, S, H, D) buffer passed as ``x.transpose(1, 2)`` is BSHD, slices of one packed QKV buffer
-are interleaved QKV. Outputs get the layout of their inputs (o follows q, dq/dk/dv follow q/k/v).
+are interleaved QKV. Outputs get the layout of their inputs (o follows q, dq/dk/dv follow q/k/v). Packed batches
+of different lengths ("THD", as flash-attention's varlen functions take them) are (T, H, D) tensors with
+per-batch element offsets (``ragged_offset_q``/``ragged_offset_kv``) and lengths (``seq_len_q``/``seq_len_kv``).
+
+A repeated call costs one dict lookup keyed by the arguments' shapes, strides and dtypes and the options, one
+keyed by their data pointers (the variant pack: a new set of addresses is validated once), and the C call.
 """
 from __future__ import annotations
 
+import ctypes
 import math
 import numbers
 
 import numpy as np
 
+from cudnn_py._binding import status_error
+from cudnn_py.errors import ClosedError
 from cudnn_py.graph import Graph
-from cudnn_py.graph.execute import _handle_device
 from cudnn_py.graph.errors import GraphNotSupportedError
+from cudnn_py.graph.execute import (_bindings, _check_array, _handle_device, _plan_pointer, _raw_execute,
+                                    make_variant_pack)
 from cudnn_py.graph.ops.sdpa import sdpa_scratch
 from cudnn_py.handle import handle_cache
 from cudnn_py.memory import DeviceArray, as_array, empty, to_device
 
 __all__ = ["sdpa", "sdpa_backward", "sdpa_cache_clear", "alibi_slopes"]
 
-_CACHE = "ops.sdpa"
+_CACHE = "ops.sdpa"        # canonical configuration -> _Runner
+_FAST = "ops.sdpa.fast"    # the raw arguments' key -> _Runner
+_MAX_PACKS = 256
 
 
 def sdpa_cache_clear(handle) -> None:
     """Forget the attention plans, executors and scratch buffers built for ``handle``."""
     handle_cache(handle, _CACHE).clear()
+    handle_cache(handle, _FAST).clear()
 
 
 def alibi_slopes(heads: int) -> np.ndarray:
@@ -42,9 +54,121 @@ def alibi_slopes(heads: int) -> np.ndarray:
     return np.array([2.0 ** (-8.0 * e / n) for e in exps], np.float32)
 
 
+# -- the fast path: a key and data pointers read without validation ----------------------------------------------
+_KINDS: dict = {}   # argument type -> 'array' (DeviceArray), 'torch', 'int', or 'other' (slow path only)
+
+
+def _kind(t, x) -> str:
+    k = _KINDS.get(t)
+    if k is None:
+        if t is DeviceArray:
+            k = "array"
+        elif t is int:
+            k = "int"
+        elif getattr(x, "is_cuda", None) is not None and callable(getattr(x, "data_ptr", None)) and callable(
+                getattr(x, "stride", None)):
+            k = "torch"
+        else:
+            k = "other"
+        _KINDS[t] = k
+    return k
+
+
+class _Slow(Exception):
+    """An argument the fast path cannot read (the validated path takes it)."""
+
+
+def _meta(x):
+    """The part of the fast key ``x`` gives: (shape, strides, dtype), its kind for an int, None for None."""
+    if x is None:
+        return None
+    t = type(x)
+    if t is DeviceArray:
+        return x.shape, x.strides, x.dtype
+    k = _kind(t, x)
+    if k == "torch":
+        return x.shape, x.stride(), x.dtype, x.is_cuda
+    if k == "int":
+        return "int"
+    raise _Slow
+
+
+def _ptr(x) -> int:
+    return x.ptr if type(x) is DeviceArray else x.data_ptr()
+
+
+class _Runner:
+    """One built configuration: its plan, the graph tensors in binding order (call inputs, cached constants,
+    outputs), the constants' arrays, and variant packs cached by the bound data pointers (+ workspace)."""
+
+    def __init__(self, plan, handle, tensors, consts, specs, n_inputs: int):
+        io, scalars = _bindings(plan)
+        if {t.uid for t in io} != {t.uid for t in tensors} or len(io) != len(tensors):
+            raise AssertionError("sdpa: the graph's I/O tensors and the bound tensors differ")
+        self.plan, self.handle, self.tensors = plan, handle, tuple(tensors)
+        self.uids = [t.uid for t in tensors] + [t.uid for t in scalars]
+        self.scalar_ptrs = [plan.graph.scalar_pointer(t) for t in scalars]
+        self.consts = consts                      # kept alive: their addresses are in every pack
+        self.const_ptrs = tuple(c.ptr for c in consts)
+        self.specs = specs                        # per output: (logical shape, dtype, strides, packed shape)
+        self.n_inputs = n_inputs
+        self.packs: dict = {}
+        self.keep: dict = {}
+        self.ws_size = plan.workspace_size
+        ws = getattr(handle, "workspace", None)
+        self.ws_get = None if ws is None else ws.get
+        self.stream = getattr(handle, "stream", None)
+        self.device = _handle_device(handle)
+        self.h = handle.ptr if hasattr(handle, "ptr") else ctypes.c_void_p(
+            ctypes.cast(handle, ctypes.c_void_p).value)
+        self.plan_ptr = _plan_pointer(plan)
+
+    def _workspace(self) -> int | None:
+        if not self.ws_size:
+            return None
+        if self.ws_get is None:
+            raise ValueError(f"the attention plan needs {self.ws_size} bytes of workspace and the handle has none")
+        return self.ws_get(self.ws_size, self.stream)
+
+    def _execute(self, vp) -> None:
+        status = _raw_execute()(self.h, self.plan_ptr, vp)
+        if status:
+            if getattr(self.handle, "closed", False):
+                raise ClosedError("the Handle of this attention plan is closed")
+            raise status_error("cudnnBackendExecute", status)
+
+    def try_run(self, ptrs: tuple) -> bool:
+        """Execute with the variant pack of these data pointers if one is cached (no validation: the fast key
+        fixed the arrays' shapes, strides and dtypes, and the pointers were validated when the pack was made)."""
+        wsp = self._workspace()
+        vp = self.packs.get(ptrs if wsp is None else ptrs + (wsp,))
+        if vp is None:
+            return False
+        self._execute(vp)
+        return True
+
+    def run(self, arrays) -> None:
+        """Validate ``arrays`` (call inputs, outputs; the constants are added here) against the graph, then
+        execute through the (cached or new) variant pack of their pointers."""
+        arrays = list(arrays[:self.n_inputs]) + list(self.consts) + list(arrays[self.n_inputs:])
+        ptrs = tuple(_check_array(t, a, self.device) for t, a in zip(self.tensors, arrays))
+        wsp = self._workspace()
+        key = ptrs if wsp is None else ptrs + (wsp,)
+        vp = self.packs.get(key)
+        if vp is None:
+            if len(self.packs) >= _MAX_PACKS:
+                self.packs.clear()
+                self.keep.clear()
+            desc = make_variant_pack(self.uids, list(ptrs) + self.scalar_ptrs, wsp)
+            vp = self.packs[key] = ctypes.c_void_p(desc.ptr.value)
+            self.keep[key] = desc
+        self._execute(vp)
+
+
+# -- the validated path ------------------------------------------------------------------------------------------
 def _dev(obj, name: str):
     """A device tensor argument and its (shape, strides, dtype name): a DeviceArray or a CUDA torch tensor as
-    itself (read without a DLPack round trip; the executor takes both), anything else as a DeviceArray view."""
+    itself (read without a DLPack round trip), anything else as a DeviceArray view."""
     if type(obj) is DeviceArray:
         return obj, (obj.shape, obj.strides, obj.dtype.name)
     if getattr(obj, "is_cuda", False) and callable(getattr(obj, "stride", None)):  # torch
@@ -53,19 +177,35 @@ def _dev(obj, name: str):
     return a, (a.shape, a.strides, a.dtype.name)
 
 
-def _opt(obj, name: str, per_batch: bool = False):
-    """An optional device argument (object, meta), or (None, None); ``per_batch``: a 1-D vector (sequence lengths)
-    becomes (B, 1, 1, 1)."""
+def _per_batch(obj, name: str):
+    """An optional per-batch device vector ((N,) or (N, 1, 1, 1)) as (N, 1, 1, 1), with its meta; or (None, None)."""
     if obj is None:
         return None, None
-    a, meta = _dev(obj, name)
-    if per_batch and len(meta[0]) == 1:
-        a = as_array(a, name)
+    a = as_array(obj, name)
+    if a.ndim == 1:
         if not a.is_contiguous:
             raise ValueError(f"{name} must be packed")
         a = a.reshape(a.shape[0], 1, 1, 1)
-        meta = (a.shape, a.strides, a.dtype.name)
-    return a, meta
+    return a, (a.shape, a.strides, a.dtype.name)
+
+
+def _opt(obj, name: str):
+    return (None, None) if obj is None else _dev(obj, name)
+
+
+def _thd(obj, name: str, b: int, s_max: int, heads: int | None = None) -> DeviceArray:
+    """A packed (T, H, D) device tensor seen as the logical (B, H, s_max, D) tensor the graph describes: token-major
+    strides, batches placed by the ragged offsets (so the batch stride is never used)."""
+    a = as_array(obj, name)
+    if a.ndim != 3:
+        raise ValueError(f"{name} must be a packed (T, H, D) tensor with ragged offsets, got shape {a.shape}")
+    if heads is not None and a.shape[1] != heads:
+        raise ValueError(f"{name} must have {heads} heads, got shape {a.shape}")
+    t_st, h_st, d_st = a.strides
+    if d_st != 1:
+        raise ValueError(f"{name}'s head dim must be packed (stride 1), got strides {a.strides}")
+    return DeviceArray(a.ptr, (b, a.shape[1], s_max, a.shape[2]), a.dtype, (s_max * t_st, h_st, t_st, 1),
+                       device_id=a.device_id, owner=a)
 
 
 def _new_out(handle, shape, dtype, strides) -> DeviceArray:
@@ -74,18 +214,6 @@ def _new_out(handle, shape, dtype, strides) -> DeviceArray:
     buf = empty(tuple(shape[i] for i in order), dtype, stream=getattr(handle, "stream", None),
                 device=_handle_device(handle))
     return DeviceArray(buf.ptr, shape, dtype, strides, device_id=buf.device_id, owner=buf)
-
-
-def _out(handle, given, name, spec):
-    """The caller's output ``given`` ((object, meta) from :func:`_opt`) checked against the plan's output ``spec``
-    (shape, dtype, strides; the strides are in the cache key), or a new array for it."""
-    shape, dtype, strides = spec
-    a, meta = given
-    if a is None:
-        return _new_out(handle, shape, dtype, strides)
-    if meta[0] != shape or meta[2] != dtype.name:
-        raise ValueError(f"{name} must have shape {shape} and dtype {dtype}, got {meta[0]} {meta[2]}")
-    return a
 
 
 def _scalar_i64(handle, value, name) -> DeviceArray:
@@ -99,15 +227,43 @@ def _scalar_i64(handle, value, name) -> DeviceArray:
     return a.reshape(1, 1, 1, 1) if a.shape != (1, 1, 1, 1) else a
 
 
+def _check_int(value, name) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1):
+        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+
+
 class _Args:
-    """The call's device arrays and options, checked; ``key`` is the cache key of the configuration."""
+    """The call's device arrays and options, checked; ``key`` is the cache key of the configuration. Packed
+    (ragged) tensors are replaced by their logical (B, H, S_max, D) views; ``packed`` keeps the (T, H, D) ones."""
 
     def __init__(self, handle, q, k, v, *, scale, causal, diagonal_alignment, left_bound, right_bound, bias,
-                 seq_len_q, seq_len_kv, alibi, dropout, seed, offset, implementation, autotune):
+                 seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_kv, max_seq_len_q, max_seq_len_kv, alibi,
+                 dropout, seed, offset, implementation, autotune):
+        (self.seq_len_q, msq), (self.seq_len_kv, mskv) = (_per_batch(seq_len_q, "seq_len_q"),
+                                                           _per_batch(seq_len_kv, "seq_len_kv"))
+        self.ragged_q, mrq = _per_batch(ragged_offset_q, "ragged_offset_q")
+        self.ragged_kv, mrkv = _per_batch(ragged_offset_kv, "ragged_offset_kv")
+        self.ragged = self.ragged_q is not None or self.ragged_kv is not None
+        if self.ragged:
+            if self.ragged_q is None or self.ragged_kv is None:
+                raise ValueError("packed (THD) attention needs both ragged_offset_q and ragged_offset_kv")
+            if max_seq_len_q is None or max_seq_len_kv is None:
+                raise ValueError("packed (THD) attention needs max_seq_len_q= and max_seq_len_kv= (the longest "
+                                 "sequences: the logical S of the attention)")
+            _check_int(max_seq_len_q, "max_seq_len_q")
+            _check_int(max_seq_len_kv, "max_seq_len_kv")
+            b = self.ragged_q.shape[0] - 1
+            self.packed = {"q": as_array(q, "q"), "k": as_array(k, "k"), "v": as_array(v, "v")}
+            q, k, v = (_thd(self.packed[n], n, b, s) for n, s in (("q", max_seq_len_q), ("k", max_seq_len_kv),
+                                                                    ("v", max_seq_len_kv)))
+            if v.shape[3] != q.shape[3] or k.shape[1] * k.shape[3] != v.shape[1] * v.shape[3]:
+                raise ValueError("packed attention here shares q's offsets with o and k's with v, so it needs "
+                                 "Dv == D and Hk * D == Hv * Dv; build the graph (g.sdpa's ragged_offset_o/_v) for "
+                                 "other shapes")
+        elif max_seq_len_q is not None or max_seq_len_kv is not None:
+            raise ValueError("max_seq_len_q/max_seq_len_kv are only for packed (THD) tensors with ragged offsets")
         (self.q, mq), (self.k, mk), (self.v, mv) = _dev(q, "q"), _dev(k, "k"), _dev(v, "v")
         self.bias, mb = _opt(bias, "bias")
-        (self.seq_len_q, msq), (self.seq_len_kv, mskv) = (_opt(seq_len_q, "seq_len_q", True),
-                                                           _opt(seq_len_kv, "seq_len_kv", True))
         hq = mq[0][1] if len(mq[0]) == 4 else 1
         if alibi is True:
             self.alibi = ("standard", hq)
@@ -135,7 +291,7 @@ class _Args:
                             implementation=implementation)
         self.autotune = bool(autotune)
         self.hq, self.dtype = hq, mq[2]
-        self.key = (mq, mk, mv, mb, msq, mskv, self.alibi, self.seed is not None,
+        self.key = (mq, mk, mv, mb, msq, mskv, mrq, mrkv, self.alibi, self.seed is not None,
                     scale, bool(causal), diagonal_alignment, left_bound, right_bound, self.dropout, implementation,
                     self.autotune)
 
@@ -146,11 +302,17 @@ class _Args:
         for n in ("q", "k", "v"):
             tensors.append(g.tensor_like(getattr(self, n), n))
             arrays.append(getattr(self, n))
-        for n in ("bias", "seq_len_q", "seq_len_kv", "seed", "offset"):
+        for n in ("bias", "seq_len_q", "seq_len_kv", "ragged_q", "ragged_kv", "seed", "offset"):
             a = getattr(self, n)
             if a is not None:
-                kw[n] = g.tensor_like(a, n)
-                tensors.append(kw[n])
+                t = g.tensor_like(a, n)
+                if n == "ragged_q":
+                    kw["ragged_offset_q"] = kw["ragged_offset_o"] = t
+                elif n == "ragged_kv":
+                    kw["ragged_offset_k"] = kw["ragged_offset_v"] = t
+                else:
+                    kw[n] = t
+                tensors.append(t)
                 arrays.append(a)
         if self.alibi is not None:
             slopes = alibi_slopes(self.hq) if self.alibi[0] == "standard" else np.array(self.alibi[1], np.float32)
@@ -163,8 +325,8 @@ class _Args:
 
     def call_arrays(self) -> list:
         """This call's input arrays in the order of :meth:`graph_inputs` (without the cached constants)."""
-        return [a for a in (self.q, self.k, self.v, self.bias, self.seq_len_q, self.seq_len_kv, self.seed,
-                            self.offset) if a is not None]
+        return [a for a in (self.q, self.k, self.v, self.bias, self.seq_len_q, self.seq_len_kv, self.ragged_q,
+                            self.ragged_kv, self.seed, self.offset) if a is not None]
 
 
 def _graph(args: _Args, name: str) -> Graph:
@@ -172,8 +334,7 @@ def _graph(args: _Args, name: str) -> Graph:
 
 
 def _plan(g: Graph, handle, tensors, arrays, outs, autotune: bool):
-    """Build ``g`` (or autotune it on the call's inputs and scratch outputs) and return its executor over
-    ``tensors``."""
+    """Build ``g`` (or autotune it on the call's inputs and scratch outputs); returns its selected plan."""
     if autotune:
         pack = dict(zip(tensors, arrays))
         for t in outs:
@@ -184,10 +345,48 @@ def _plan(g: Graph, handle, tensors, arrays, outs, autotune: bool):
             g.autotune(handle, pack, modes=("FALLBACK",))
     else:
         g.build(handle)
-    return g.executor(handle, *tensors, identity_cache=1)
+    return g.plan
 
 
-def _runner(handle, key, make):
+def _spec(t, src=None) -> tuple:
+    """What an output must be: (logical shape, dtype, strides, ``src``): for a packed output, the index of the
+    call input whose token count T it shares (it is then a packed (T, H, D) array)."""
+    return t.shape, t.np_dtype, t.strides, src
+
+
+def _packed(shape) -> tuple:
+    """Row-major strides of ``shape``."""
+    return tuple(int(x) for x in np.cumprod((1,) + tuple(shape[::-1]))[:-1][::-1])
+
+
+def _packed_shape(spec, inputs) -> tuple:
+    """The (T, H, D) shape of a packed output: T of the input it follows, H and D of its logical shape."""
+    shape, _, _, src = spec
+    return (inputs[src].shape[0], shape[1], shape[3])
+
+
+def _bind_out(handle, given, name, spec, inputs):
+    """(returned array, bound array) for an output: the caller's ``given`` checked against ``spec``, or new. A
+    packed output is a (T, H, D) array bound through its logical view (``inputs``: the call's packed inputs)."""
+    shape, dtype, strides, src = spec
+    if src is not None:
+        packed = _packed_shape(spec, inputs)
+        if given is None:
+            given = _new_out(handle, packed, dtype, _packed(packed))
+        a = as_array(given, name)
+        if a.shape != packed or a.dtype != dtype:
+            raise ValueError(f"{name} must have shape {packed} and dtype {dtype}, got {a.shape} {a.dtype}")
+        return given, _thd(a, name, shape[0], shape[2])
+    if given is None:
+        a = _new_out(handle, shape, dtype, strides)
+        return a, a
+    _, meta = _dev(given, name)
+    if tuple(meta[0]) != shape or meta[2] != dtype.name:
+        raise ValueError(f"{name} must have shape {shape} and dtype {dtype}, got {tuple(meta[0])} {meta[2]}")
+    return given, given
+
+
+def _runner(handle, key, make) -> _Runner:
     runners = handle_cache(handle, _CACHE)
     r = runners.get(key)
     if r is None:
@@ -195,16 +394,33 @@ def _runner(handle, key, make):
     return r
 
 
+def _fast_outs(handle, r: _Runner, given, inputs) -> list:
+    """The outputs of a fast call: the caller's, or new arrays (packed ones as (T, H, D) arrays)."""
+    outs = []
+    for x, spec in zip(given, r.specs):
+        if x is None:
+            if spec[3] is None:
+                x = _new_out(handle, spec[0], spec[1], spec[2])
+            else:
+                packed = _packed_shape(spec, inputs)
+                x = _new_out(handle, packed, spec[1], _packed(packed))
+        outs.append(x)
+    return outs
+
+
 def sdpa(handle, q, k, v, *, scale: float | None = None, causal: bool = False,
          diagonal_alignment: str = "top_left", left_bound: int | None = None, right_bound: int | None = None,
-         bias=None, seq_len_q=None, seq_len_kv=None, alibi=False, dropout: float = 0.0, seed=None, offset=None,
-         return_stats: bool = False, o=None, stats=None, implementation: str = "auto", autotune: bool = False):
+         bias=None, seq_len_q=None, seq_len_kv=None, ragged_offset_q=None, ragged_offset_kv=None,
+         max_seq_len_q: int | None = None, max_seq_len_kv: int | None = None, alibi=False, dropout: float = 0.0,
+         seed=None, offset=None, return_stats: bool = False, o=None, stats=None, implementation: str = "auto",
+         autotune: bool = False):
     """Attention forward: ``o = softmax(mask(scale * q k^T + bias)) v`` in one fused cuDNN kernel.
 
     :param handle: the :class:`~cudnn_py.Handle` (plans are cached on it).
     :param q, k, v: (B, Hq, Sq, D), (B, Hk, Skv, D), (B, Hv, Skv, Dv) float16/bfloat16 device tensors
         (DeviceArray, torch, anything with DLPack / ``__cuda_array_interface__``), head dim packed; Hq a
-        multiple of Hk and Hv (grouped-query / multi-query attention).
+        multiple of Hk and Hv (grouped-query / multi-query attention). Packed batches: (T_q, Hq, D), (T_kv, Hk,
+        D), (T_kv, Hv, D) with the ragged offsets below.
     :param scale: default 1/sqrt(D).
     :param causal: query i attends to keys <= i (relative to the aligned diagonal).
     :param diagonal_alignment: 'top_left' or 'bottom_right' (the diagonal ends at the last key).
@@ -212,6 +428,12 @@ def sdpa(handle, q, k, v, *, scale: float | None = None, causal: bool = False,
     :param bias: additive (B or 1, Hq or 1, Sq, Skv) device tensor of q's dtype.
     :param seq_len_q, seq_len_kv: per-batch int32 lengths ((B,) or (B, 1, 1, 1) device tensors): padding mask;
         output rows at or beyond seq_len_q are not written.
+    :param ragged_offset_q, ragged_offset_kv: packed ("THD") batches: (B + 1,) int32/int64 device tensors of each
+        sequence's first element in q (and o) and in k (and v), i.e. cumulative token counts times H * D; need
+        the padding mask and ``max_seq_len_q``/``max_seq_len_kv``. o is then (T_q, Hq, D); the statistics stay
+        (B, Hq, max_seq_len_q, 1). Needs Dv == D and Hk * D == Hv * Dv (one offset tensor for q and o, one for k
+        and v); the graph API takes four.
+    :param max_seq_len_q, max_seq_len_kv: the longest sequences of a packed batch.
     :param alibi: True for the standard ALiBi slopes, or Hq slopes (needs causal).
     :param dropout: drop probability; needs ``seed`` and ``offset`` (ints or int64 device tensors; the same
         pair gives the same mask, which :func:`sdpa_backward` regenerates).
@@ -222,43 +444,68 @@ def sdpa(handle, q, k, v, *, scale: float | None = None, causal: bool = False,
     :param autotune: on the first call of a configuration, time every plan and keep the fastest.
     :returns: o, or (o, stats) with ``return_stats``.
     """
+    return_stats = return_stats or stats is not None
+    fast = handle_cache(handle, _FAST)
+    try:
+        fkey = ("fwd", _meta(q), _meta(k), _meta(v),
+                *[None if x is None else _meta(x) for x in (o, stats, bias, seq_len_q, seq_len_kv, ragged_offset_q,
+                                                             ragged_offset_kv, seed, offset)],
+                scale, causal, diagonal_alignment, left_bound, right_bound, alibi, dropout, return_stats,
+                max_seq_len_q, max_seq_len_kv, implementation, autotune)
+        r = fast.get(fkey)
+    except (_Slow, TypeError):  # an argument only the validated path reads, or an unhashable option
+        fkey = r = None
+    if r is not None and type(seed) is not int:
+        outs = _fast_outs(handle, r, (o, stats), (q, k, v))
+        ins = (q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_kv, seed, offset)
+        if r.try_run(tuple(_ptr(x) for x in ins if x is not None) + r.const_ptrs + tuple(map(_ptr, outs))):
+            return tuple(outs) if return_stats else outs[0]
+
     args = _Args(handle, q, k, v, scale=scale, causal=causal, diagonal_alignment=diagonal_alignment,
                  left_bound=left_bound, right_bound=right_bound, bias=bias, seq_len_q=seq_len_q,
-                 seq_len_kv=seq_len_kv, alibi=alibi, dropout=dropout, seed=seed, offset=offset,
-                 implementation=implementation, autotune=autotune)
-    given = [_opt(o, "o"), _opt(stats, "stats")]
-    want_stats = return_stats = return_stats or stats is not None
-    key = ("fwd", args.key, want_stats, given[0][1])
+                 seq_len_kv=seq_len_kv, ragged_offset_q=ragged_offset_q, ragged_offset_kv=ragged_offset_kv,
+                 max_seq_len_q=max_seq_len_q, max_seq_len_kv=max_seq_len_kv, alibi=alibi, dropout=dropout,
+                 seed=seed, offset=offset, implementation=implementation, autotune=autotune)
+    given_o = None if o is None or args.ragged else _dev(o, "o")[1]
+    key = ("fwd", args.key, return_stats, given_o)
 
     def make():
         g = _graph(args, "sdpa")
         kw, tensors, arrays = args.graph_inputs(g, handle)
-        to, ts = g.sdpa(*tensors[:3], generate_stats=want_stats, **kw, **args.options)
-        if given[0][1] is not None:
-            if given[0][1][0] != to.shape:
-                raise ValueError(f"o must have shape {to.shape}, got {given[0][1][0]}")
-            to.strides = given[0][1][1]
+        to, ts = g.sdpa(*tensors[:3], generate_stats=return_stats, **kw, **args.options)
+        if given_o is not None:
+            if tuple(given_o[0]) != to.shape:
+                raise ValueError(f"o must have shape {to.shape}, got {tuple(given_o[0])}")
+            to.strides = tuple(given_o[1])
         outs = [to.set_output(True).set_name("o")]
-        if want_stats:
+        if return_stats:
             outs.append(ts.set_output(True).set_name("stats"))
-        ex = _plan(g, handle, tensors + outs, arrays, outs, args.autotune)
-        return ex, arrays[len(args.call_arrays()):], [(t.shape, t.np_dtype, t.strides) for t in outs]
+        plan = _plan(g, handle, tensors + outs, arrays, outs, args.autotune)
+        n = len(args.call_arrays())
+        specs = [_spec(to, 0 if args.ragged else None)] + ([_spec(ts)] if return_stats else [])
+        return _Runner(plan, handle, tensors + outs, arrays[n:], specs, n)
 
-    ex, consts, specs = _runner(handle, key, make)
-    res = [_out(handle, x, n, spec) for x, n, spec in zip(given, ("o", "stats"), specs)]
-    ex(*args.call_arrays(), *consts, *res)
+    r = _runner(handle, key, make)
+    packed = [args.packed[x] for x in ("q", "k", "v")] if args.ragged else None
+    bound = [_bind_out(handle, x, n, spec, packed) for x, n, spec in zip((o, stats), ("o", "stats"), r.specs)]
+    r.run(args.call_arrays() + [b for _, b in bound])
+    if fkey is not None:
+        fast[fkey] = r
+    res = [a for a, _ in bound]
     return tuple(res) if return_stats else res[0]
 
 
 def sdpa_backward(handle, q, k, v, o, do, stats, *, scale: float | None = None, causal: bool = False,
                   diagonal_alignment: str = "top_left", left_bound: int | None = None, right_bound: int | None = None,
-                  bias=None, return_dbias: bool = False, seq_len_q=None, seq_len_kv=None, alibi=False,
-                  dropout: float = 0.0, seed=None, offset=None, dq=None, dk=None, dv=None, dbias=None,
+                  bias=None, return_dbias: bool = False, seq_len_q=None, seq_len_kv=None, ragged_offset_q=None,
+                  ragged_offset_kv=None, max_seq_len_q: int | None = None, max_seq_len_kv: int | None = None,
+                  alibi=False, dropout: float = 0.0, seed=None, offset=None, dq=None, dk=None, dv=None, dbias=None,
                   implementation: str = "auto", autotune: bool = False):
     """Attention backward: the gradients of :func:`sdpa` for the output gradient ``do``.
 
-    Takes the forward's inputs and options (same scale, masks, bias, dropout with the same seed/offset), its
-    output ``o`` and statistics ``stats`` (``return_stats=True``), and ``do`` (o's shape and dtype).
+    Takes the forward's inputs and options (same scale, masks, bias, dropout with the same seed/offset, ragged
+    offsets), its output ``o`` and statistics ``stats`` (``return_stats=True``), and ``do`` (o's shape and dtype;
+    packed like o for packed batches).
 
     :param return_dbias: also return the gradient of ``bias`` (its shape).
     :param dq, dk, dv, dbias: outputs to write (default: new arrays in the layouts of q, k, v and bias); a
@@ -266,33 +513,65 @@ def sdpa_backward(handle, q, k, v, o, do, stats, *, scale: float | None = None, 
     :returns: (dq, dk, dv), plus dbias with ``return_dbias``.
     """
     return_dbias = return_dbias or dbias is not None
+    fast = handle_cache(handle, _FAST)
+    try:
+        fkey = ("bwd", _meta(q), _meta(k), _meta(v), _meta(o), _meta(do), _meta(stats),
+                *[None if x is None else _meta(x) for x in (dq, dk, dv, dbias, bias, seq_len_q, seq_len_kv,
+                                                             ragged_offset_q, ragged_offset_kv, seed, offset)],
+                scale, causal, diagonal_alignment, left_bound, right_bound, alibi, dropout, return_dbias,
+                max_seq_len_q, max_seq_len_kv, implementation, autotune)
+        r = fast.get(fkey)
+    except (_Slow, TypeError):
+        fkey = r = None
+    if r is not None and type(seed) is not int:
+        outs = _fast_outs(handle, r, (dq, dk, dv, dbias), (q, k, v))
+        ins = (q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_kv, seed, offset, o, do, stats)
+        if r.try_run(tuple(_ptr(x) for x in ins if x is not None) + r.const_ptrs + tuple(map(_ptr, outs))):
+            return tuple(outs)
+
     args = _Args(handle, q, k, v, scale=scale, causal=causal, diagonal_alignment=diagonal_alignment,
                  left_bound=left_bound, right_bound=right_bound, bias=bias, seq_len_q=seq_len_q,
-                 seq_len_kv=seq_len_kv, alibi=alibi, dropout=dropout, seed=seed, offset=offset,
-                 implementation=implementation, autotune=autotune)
-    (oa, mo), (doa, mdo), (sa, ms) = _dev(o, "o"), _dev(do, "do"), _dev(stats, "stats")
-    given = [_opt(x, n) for x, n in ((dq, "dq"), (dk, "dk"), (dv, "dv"), (dbias, "dbias"))]
-    key = ("bwd", args.key, mo, mdo, ms, bool(return_dbias), tuple(m for _, m in given))
+                 seq_len_kv=seq_len_kv, ragged_offset_q=ragged_offset_q, ragged_offset_kv=ragged_offset_kv,
+                 max_seq_len_q=max_seq_len_q, max_seq_len_kv=max_seq_len_kv, alibi=alibi, dropout=dropout,
+                 seed=seed, offset=offset, implementation=implementation, autotune=autotune)
+    if args.ragged:
+        b, smax = args.q.shape[0], args.q.shape[2]
+        (oa, mo), (doa, mdo) = ((x, (x.shape, x.strides, x.dtype.name)) for x in (
+            _thd(o, "o", b, smax, args.q.shape[1]), _thd(do, "do", b, smax, args.q.shape[1])))
+    else:
+        (oa, mo), (doa, mdo) = _dev(o, "o"), _dev(do, "do")
+    sa, ms = _dev(stats, "stats")
+    given = [None if x is None or (args.ragged and n != "dbias") else _dev(x, n)[1]
+             for x, n in ((dq, "dq"), (dk, "dk"), (dv, "dv"), (dbias, "dbias"))]
+    key = ("bwd", args.key, mo, mdo, ms, bool(return_dbias), tuple(given))
 
     def make():
         g = _graph(args, "sdpa_backward")
         kw, tensors, arrays = args.graph_inputs(g, handle)
         extra = [g.tensor_like(oa, "o"), g.tensor_like(doa, "do"), g.tensor_like(sa, "stats")]
         grads = g.sdpa_backward(*tensors[:3], *extra, dbias=return_dbias, name="sdpa_bwd", **kw, **args.options)
-        for t, (_, meta), n in zip(grads, given, ("dq", "dk", "dv", "dbias")):
+        for t, meta, n in zip(grads, given, ("dq", "dk", "dv", "dbias")):
             if meta is not None:
-                if meta[0] != t.shape:
-                    raise ValueError(f"{n} must have shape {t.shape}, got {meta[0]}")
-                t.strides = meta[1]
+                if tuple(meta[0]) != t.shape:
+                    raise ValueError(f"{n} must have shape {t.shape}, got {tuple(meta[0])}")
+                t.strides = tuple(meta[1])
             t.set_output(True).set_name(n)
         scratch = sdpa_scratch(g)
         scratch_arrays = [_new_out(handle, t.shape, t.np_dtype, t.strides) for t in scratch]
-        ins = tensors + extra
-        ex = _plan(g, handle, ins + scratch + list(grads), arrays + [oa, doa, sa] + scratch_arrays, list(grads),
-                   args.autotune)
-        return ex, arrays[len(args.call_arrays()):], scratch_arrays, [(t.shape, t.np_dtype, t.strides) for t in grads]
+        plan = _plan(g, handle, tensors + extra + scratch + list(grads), arrays + [oa, doa, sa] + scratch_arrays,
+                     list(grads), args.autotune)
+        n = len(args.call_arrays())
+        srcs = (0, 1, 2, None) if args.ragged else (None,) * 4
+        specs = [_spec(t, src) for t, src in zip(grads, srcs)]
+        # bound in the order: call inputs, o/do/stats, constants (ALiBi slopes, scratch), gradients
+        return _Runner(plan, handle, tensors[:n] + extra + tensors[n:] + scratch + list(grads),
+                       arrays[n:] + scratch_arrays, specs, n + 3)
 
-    ex, consts, scratch_arrays, specs = _runner(handle, key, make)
-    res = [_out(handle, x, n, spec) for x, n, spec in zip(given, ("dq", "dk", "dv", "dbias"), specs)]
-    ex(*args.call_arrays(), *consts, oa, doa, sa, *scratch_arrays, *res)
-    return tuple(res)
+    r = _runner(handle, key, make)
+    packed = [args.packed[x] for x in ("q", "k", "v")] if args.ragged else None
+    bound = [_bind_out(handle, x, n, spec, packed) for x, n, spec in
+             zip((dq, dk, dv, dbias), ("dq", "dk", "dv", "dbias"), r.specs)]
+    r.run(args.call_arrays() + [oa, doa, sa] + [b for _, b in bound])
+    if fkey is not None:
+        fast[fkey] = r
+    return tuple(a for a, _ in bound)

@@ -10,7 +10,13 @@ records which form has engines for which option.
 
 Shapes are logical ``(B, H, S, D)`` with any strides whose head dim is packed (stride 1): BHSD, BSHD and
 interleaved QKV are strides of the same logical tensors. K and V may have fewer heads than Q (grouped-query and
-multi-query attention: ``Hq % Hk == 0``).
+multi-query attention: ``Hq % Hk == 0``). Packed ("THD") batches are the same logical tensors with ragged offsets:
+(B + 1, 1, 1, 1) int32/int64 tensors of each batch's first element (:meth:`Tensor.set_ragged_offset`), which
+replace the batch stride, so sequences of different lengths lie back to back with no padding in memory.
+
+:class:`SdpaFp8Forward` / :class:`SdpaFp8Backward` are the FP8 (e4m3/e5m2) forms with per-tensor descale/scale
+inputs and amax outputs (cudnn-frontend's pattern: the float32 scores and gradients are descaled after each
+matmul, and the probabilities and dS are scaled back to FP8 before the next).
 """
 from __future__ import annotations
 
@@ -25,7 +31,8 @@ from .base import LowerContext, Op
 from .pointwise import Pointwise, pointwise_mode
 from .reduction import Reduction
 
-__all__ = ["SdpaForward", "SdpaBackward", "SdpaBuilders", "sdpa_scratch", "ALIGNMENTS", "IMPLEMENTATIONS"]
+__all__ = ["SdpaForward", "SdpaBackward", "SdpaFp8Forward", "SdpaFp8Backward", "SdpaBuilders", "sdpa_scratch",
+           "ALIGNMENTS", "IMPLEMENTATIONS"]
 
 _DT = capi.cudnnDataType_t
 _F, _I32, _I64, _BOOL = _DT.CUDNN_DATA_FLOAT, _DT.CUDNN_DATA_INT32, _DT.CUDNN_DATA_INT64, _DT.CUDNN_DATA_BOOLEAN
@@ -331,6 +338,98 @@ class SdpaBackward(Op):
         _reduce(ctx, full, "add", out=out)
 
 
+
+# -- FP8 ----------------------------------------------------------------------------------------------------------
+def _fp8_matmul(ctx, a, b, full_shape, out, amax, descale_a, descale_b, scale_c, *, b_view=None, m=None, n=None,
+                k=None, heads_out=None) -> None:
+    """cudnn-frontend's FP8 matmul: c = a @ b in float32 (summed over each head group when ``heads_out`` is fewer
+    heads), times ``descale_a * descale_b``; ``out`` = that times ``scale_c`` (FP8), ``amax`` = its max |.|."""
+    c = ctx.virtual(full_shape, _F)
+    _matmul(ctx, a, b, c, b_view=b_view, m=m, n=n, k=k)
+    if heads_out is not None and heads_out != full_shape[1]:
+        c = _reduce(ctx, c, "add", shape=(full_shape[0], heads_out, *full_shape[2:]))
+    c = _pw(ctx, "mul", _pw(ctx, "mul", c, descale_a), descale_b)
+    _pw(ctx, "mul", c, scale_c, out=out)
+    _reduce(ctx, c, "amax", out=amax)
+
+
+class SdpaFp8Forward(Op):
+    """FP8 attention forward: O (FP8) and the float32 statistics, with amax of the probabilities (amax_s) and of O
+    before its scaling (amax_o). ``inputs``: q, k, v (FP8), scale (by value), descale_q/k/v/s, scale_s, scale_o
+    ((1, 1, 1, 1) float32 device tensors) and the mask constants; ``params`` as :class:`SdpaForward`'s."""
+
+    kind = "sdpa_fp8_fwd"
+
+    def lower(self, ctx: LowerContext) -> None:
+        ins, outs, p = self.inputs, self.outputs, self.params
+        q, k, v, o = ins["q"], ins["k"], ins["v"], outs["o"]
+        b, hq, sq, _ = q.shape
+        skv = p["s_kv"]
+        s_raw = ctx.virtual((b, hq, sq, skv), _F)
+        _matmul(ctx, q, k, s_raw, b_view=(_swap_last(k.shape), _swap_last(k.strides)))
+        s = _pw(ctx, "mul", s_raw, ins["scale"])
+        s = _pw(ctx, "mul", _pw(ctx, "mul", s, ins["descale_q"]), ins["descale_k"])
+        s = _band_masks(ctx, s, ins, p)
+        mx = _reduce(ctx, s, "max", shape=(b, hq, sq, 1))
+        e = _pw(ctx, "exp", _pw(ctx, "sub", s, mx))
+        z = _reduce(ctx, e, "add", shape=(b, hq, sq, 1))
+        _pw(ctx, "add", mx, _pw(ctx, "log", z), out=outs.get("stats") or ctx.virtual((b, hq, sq, 1), _F))
+        prob = _pw(ctx, "div", e, z)
+        _reduce(ctx, prob, "amax", out=outs["amax_s"])
+        p8 = _pw(ctx, "mul", prob, ins["scale_s"], dtype=q.dtype)
+        _fp8_matmul(ctx, p8, v, (b, hq, sq, v.shape[3]), o, outs["amax_o"], ins["descale_s"], ins["descale_v"],
+                    ins["scale_o"])
+
+
+class SdpaFp8Backward(Op):
+    """FP8 attention backward: dQ, dK, dV (FP8) and the amax of each before its scaling, plus amax of dS (amax_dp),
+    from the forward's q, k, v, o, its statistics and dO (FP8). Inputs as cudnn-frontend's ``sdpa_fp8_backward``:
+    descale_q/k/v/o/do/s/dp and scale_s/dq/dk/dv/dp ((1, 1, 1, 1) float32 device tensors). No scratch tensors."""
+
+    kind = "sdpa_fp8_bwd"
+
+    def lower(self, ctx: LowerContext) -> None:
+        ins, outs, p = self.inputs, self.outputs, self.params
+        q, k, v, o, do, stats = (ins[r] for r in ("q", "k", "v", "o", "do", "stats"))
+        b, hq, sq, d = q.shape
+        hk, skv, hv, dv = k.shape[1], k.shape[2], v.shape[1], v.shape[3]
+        # softmax_sum = rowsum(dO * O) descaled
+        t = _reduce(ctx, _pw(ctx, "mul", do, o, out=ctx.virtual((b, hq, sq, dv), _F)), "add", shape=(b, hq, sq, 1))
+        softmax_sum = _pw(ctx, "mul", _pw(ctx, "mul", t, ins["descale_do"]), ins["descale_o"])
+        # P = exp(mask(scale * descaled Q K^T) - stats), scaled to FP8
+        s = ctx.virtual((b, hq, sq, skv), _F)
+        kt_view = (_swap_last(k.shape), _swap_last(k.strides))
+        _matmul(ctx, q, k, s, b_view=kt_view)
+        s = _pw(ctx, "mul", s, ins["scale"])
+        s = _pw(ctx, "mul", _pw(ctx, "mul", s, ins["descale_q"]), ins["descale_k"])
+        s = _band_masks(ctx, s, ins, p)
+        e = _pw(ctx, "exp", _pw(ctx, "sub", s, stats))
+        p8 = _pw(ctx, "mul", e, ins["scale_s"], dtype=q.dtype)
+        pt = ctx.virtual((b, hq, skv, sq), q.dtype, strides=(hq * sq * skv, sq * skv, 1, skv))
+        _reshape(ctx, ctx.tensor(p8), pt)
+        # dV = P^T dO
+        _fp8_matmul(ctx, pt, do, (b, hq, skv, dv), outs["dv"], outs["amax_dv"], ins["descale_s"], ins["descale_do"],
+                    ins["scale_dv"], heads_out=hv)
+        # dS = P * (descaled dO V^T - softmax_sum) * scale, scaled to FP8 (dO's type)
+        dp = ctx.virtual((b, hq, sq, skv), _F)
+        _matmul(ctx, do, v, dp, b_view=(_swap_last(v.shape), _swap_last(v.strides)))
+        dp = _pw(ctx, "mul", _pw(ctx, "mul", dp, ins["descale_do"]), ins["descale_v"])
+        dp = _pw(ctx, "mul", _pw(ctx, "sub", dp, softmax_sum), e)
+        dp = _pw(ctx, "mul", dp, ins["scale"])
+        _reduce(ctx, dp, "amax", out=outs["amax_dp"])
+        ds8 = _pw(ctx, "mul", dp, ins["scale_dp"], dtype=do.dtype)
+        # dQ = dS K
+        kk = ctx.virtual(k.shape, k.dtype, strides=k.strides)
+        _reshape(ctx, ctx.view(k, *kt_view), kk)
+        _fp8_matmul(ctx, ds8, kk, (b, hq, sq, d), outs["dq"], outs["amax_dq"], ins["descale_dp"], ins["descale_k"],
+                    ins["scale_dq"])
+        # dK = dS^T Q
+        dst = ctx.virtual((b, hq, skv, sq), do.dtype, strides=(hq * sq * skv, sq * skv, 1, skv))
+        _reshape(ctx, ctx.tensor(ds8), dst)
+        _fp8_matmul(ctx, dst, q, (b, hq, skv, d), outs["dk"], outs["amax_dk"], ins["descale_dp"], ins["descale_q"],
+                    ins["scale_dk"], heads_out=hk)
+
+
 def sdpa_scratch(graph) -> list:
     """The float32 scratch tensors the graph's composite attention backward operations need bound at execute
     (``<name>.softmax_sum``, ``<name>.dq_accum``): allocate each with its ``shape`` (any contents)."""
@@ -344,17 +443,21 @@ class SdpaBuilders:
 
     def _sdpa_common(self, what, q, k, v, *, scale, causal, diagonal_alignment, left_bound, right_bound, bias,
                      seq_len_q, seq_len_kv, alibi_slopes, dropout, seed, offset, implementation, paged=None,
-                     backward=False):
-        """Check the tensors and options shared by forward and backward; returns (inputs, params)."""
+                     backward=False, ragged=None, fp8=False):
+        """Check the tensors and options shared by forward and backward; returns (inputs, params).
+        ``ragged``: {'q', 'k', 'v', 'o', 'stats'} -> offset tensor or None (see :meth:`_sdpa_ragged`)."""
         q, k, v = self._own(q, "q"), self._own(k, "k"), self._own(v, "v")
         for t, n in ((q, "q"), (k, "k"), (v, "v")):
             if t.ndim != 4:
                 raise ValueError(f"{what}: {n} must be 4-D (B, H, S, D) in logical order (strides give the layout), "
                                  f"got shape {t.shape}")
-            if t.dtype in _FP8:
-                raise GraphNotSupportedError(self.name, [what], [], [(
-                    "FP8 attention", "not implemented in cudnn-py (float16 and bfloat16 only)")])
-            if t.dtype not in _IO_DTYPES:
+            if fp8 and t.dtype not in _FP8:
+                raise TypeError(f"{what}: {n} has dtype {t.dtype.name}; FP8 attention takes float8_e4m3fn or "
+                                f"float8_e5m2 tensors")
+            if not fp8 and t.dtype in _FP8:
+                raise TypeError(f"{what}: {n} is FP8 ({t.dtype.name}): use sdpa_fp8 / sdpa_fp8_backward, which take "
+                                f"the descale and scale tensors FP8 attention needs")
+            if not fp8 and t.dtype not in _IO_DTYPES:
                 raise TypeError(f"{what}: {n} has dtype {t.dtype.name}; attention takes float16 or bfloat16")
             if t.strides[3] != 1:
                 raise ValueError(f"{what}: {n}'s head dim must be packed (stride 1), got strides {t.strides}")
@@ -376,9 +479,10 @@ class SdpaBuilders:
             if hq % h:
                 raise ValueError(f"{what}: {n} has {h} heads, which does not divide q's {hq} (grouped-query "
                                  f"attention needs Hq % Hk == 0)")
+        mult = 16 if fp8 else 8
         for dim, n in ((d, "q/k"), (dv, "v")):
-            if dim % 8 or dim > 256:
-                raise ValueError(f"{what}: the {n} head dim must be a multiple of 8 and at most 256, got {dim}")
+            if dim % mult or dim > 256:
+                raise ValueError(f"{what}: the {n} head dim must be a multiple of {mult} and at most 256, got {dim}")
 
         ins = {"q": q, "k": k, "v": v}
         scale = 1.0 / math.sqrt(d) if scale is None else self._float(scale, "scale")
@@ -446,6 +550,16 @@ class SdpaBuilders:
         if br and (bias is not None or alibi_slopes is not None or dropout > 0):
             raise ValueError(f"{what}: bottom-right alignment does not combine with bias, ALiBi or dropout in "
                              f"cuDNN's attention engines")
+        rag = self._sdpa_ragged(what, ragged or {}, q, k, v, padded)
+        if rag:
+            extra = [n for n, on in (("bias", bias is not None), ("ALiBi", alibi_slopes is not None),
+                                     ("dropout", dropout > 0), ("a paged KV cache", paged is not None)) if on]
+            if extra:
+                raise ValueError(f"{what}: ragged (packed) attention with {extra[0]} is not verified in cudnn-py; "
+                                 f"pad the batch instead (seq_len_q/seq_len_kv without ragged offsets)")
+        if fp8 and rag:
+            raise GraphNotSupportedError(self.name, [what], [], [("FP8 attention with ragged offsets", (
+                "not verified in cudnn-py (cuDNN's FP8 backward has no ragged form on Hopper)"))])
         if padded or left_bound is not None or right_bound is not None:
             ins["neg_inf"] = self.scalar(-math.inf, "float32")
         if br and not padded:
@@ -465,9 +579,44 @@ class SdpaBuilders:
         features = {"padding mask (seq_len_q/seq_len_kv)": padded, "paged KV cache": paged is not None,
                     "bias": bias is not None,
                     "alibi": alibi_slopes is not None, "dropout": dropout > 0,
-                    "causal/sliding window": left_bound is not None or right_bound is not None}
-        params["implementation"] = self._sdpa_implementation(what, implementation, features, backward)
-        return ins, params
+                    "causal/sliding window": left_bound is not None or right_bound is not None,
+                    "ragged offsets": bool(rag)}
+        params["implementation"] = "composite" if fp8 else self._sdpa_implementation(what, implementation, features,
+                                                                                     backward)
+        return ins, params, rag
+
+    @staticmethod
+    def _sdpa_set_offset(what, t, off, n) -> None:
+        """Give input ``t`` the ragged offset ``off`` (refusing another one already set)."""
+        if t.ragged_offset is not None and t.ragged_offset is not off:
+            raise ValueError(f"{what}: {n} already has the ragged offset {t.ragged_offset.name}, not {off.name}")
+        t.set_ragged_offset(off)
+
+    def _sdpa_ragged(self, what, ragged: dict, q, k, v, padded: bool) -> dict:
+        """The ragged offsets of a packed ("THD") attention: ``ragged`` maps 'q', 'k', 'v', 'o', 'stats' to offset
+        tensors (or None); offsets already set on q/k/v with :meth:`Tensor.set_ragged_offset` count too. Sets them on
+        q, k and v (which checks each: an int32/int64 (B + 1, 1, 1, 1) graph input) and returns the complete dict
+        ({} when nothing is ragged). q, k, v and o must all be ragged, with the padding mask (cuDNN's rule)."""
+        own = {r: self._own(t, f"ragged_offset_{r}") for r, t in ragged.items() if t is not None}
+        for r, t in (("q", q), ("k", k), ("v", v)):
+            if t.ragged_offset is not None:
+                if r in own and own[r] is not t.ragged_offset:
+                    raise ValueError(f"{what}: {r} already has the ragged offset {t.ragged_offset.name}; "
+                                     f"ragged_offset_{r} gives another")
+                own[r] = t.ragged_offset
+        if not own:
+            return {}
+        missing = [r for r in ("q", "k", "v", "o") if r not in own]
+        if missing:
+            raise ValueError(f"{what}: packed (ragged) attention needs the offsets of q, k, v and o; missing "
+                             f"{', '.join('ragged_offset_' + r for r in missing)}")
+        if not padded:
+            raise ValueError(f"{what}: packed (ragged) attention needs the padding mask (seq_len_q and seq_len_kv): "
+                             f"cuDNN takes ragged offsets only with it")
+        for r, t in (("q", q), ("k", k), ("v", v)):
+            t.set_ragged_offset(own[r])
+        own.setdefault("stats", None)
+        return own
 
     def _sdpa_implementation(self, what, implementation, features, backward) -> str:
         """'composite' or 'unified' for ``implementation`` and the features asked for; refuses (naming the
@@ -498,8 +647,9 @@ class SdpaBuilders:
              diagonal_alignment: str = "top_left", left_bound: int | None = None, right_bound: int | None = None,
              bias=None, seq_len_q=None, seq_len_kv=None, alibi_slopes=None, dropout: float = 0.0, seed=None,
              offset=None, rng_dump: bool = False, page_table_k=None, page_table_v=None,
-             max_seq_len_kv: int | None = None, generate_stats: bool = True, implementation: str = "auto",
-             name: str | None = None):
+             max_seq_len_kv: int | None = None, ragged_offset_q=None, ragged_offset_k=None, ragged_offset_v=None,
+             ragged_offset_o=None, ragged_offset_stats=None, generate_stats: bool = True,
+             implementation: str = "auto", name: str | None = None):
         """Scaled dot-product attention forward. Returns ``(o, stats)`` (``stats`` None without
         ``generate_stats``), plus the dropout mask when ``rng_dump`` (all virtual until ``set_output(True)``).
 
@@ -521,6 +671,12 @@ class SdpaBuilders:
         :param rng_dump: also return the dropout keep-mask (B, Hq, Sq, Skv) as a float32 tensor (for testing).
         :param page_table_k, page_table_v: (B, 1, pages, 1) int32 page tables of a paged KV cache (needs the
             padding mask and ``max_seq_len_kv``).
+        :param ragged_offset_q, ragged_offset_k, ragged_offset_v, ragged_offset_o: packed ("THD") batches: (B + 1,
+            1, 1, 1) int32/int64 tensors of each batch's first element in q, k, v and o (all four, with the padding
+            mask); the tensors keep their logical (B, H, S_max, D) shapes with token-major (BSHD) strides, and o gets
+            q's layout and ``ragged_offset_o``.
+        :param ragged_offset_stats: optionally packs the statistics the same way (then (B, Hq, Sq, 1) with
+            token-major strides (Sq * Hq, 1, Hq, 1)); without it they stay padded (B, Hq, Sq, 1).
         :param generate_stats: also produce the (B, Hq, Sq, 1) float32 statistics the backward needs.
         :param implementation: 'auto', 'composite' or 'unified' (see module doc).
         """
@@ -537,11 +693,12 @@ class SdpaBuilders:
             paged = max_seq_len_kv
         elif max_seq_len_kv is not None:
             raise ValueError(f"{what}: max_seq_len_kv is only for a paged KV cache")
-        ins, params = self._sdpa_common(
+        ins, params, rag = self._sdpa_common(
             what, q, k, v, scale=scale, causal=causal, diagonal_alignment=diagonal_alignment, left_bound=left_bound,
             right_bound=right_bound, bias=bias, seq_len_q=seq_len_q, seq_len_kv=seq_len_kv,
             alibi_slopes=alibi_slopes, dropout=dropout, seed=seed, offset=offset, implementation=implementation,
-            paged=paged)
+            paged=paged, ragged=dict(q=ragged_offset_q, k=ragged_offset_k, v=ragged_offset_v, o=ragged_offset_o,
+                                     stats=ragged_offset_stats))
         q, k, v = ins["q"], ins["k"], ins["v"]
         b, hq, sq, _ = q.shape
         if paged is not None:
@@ -558,8 +715,17 @@ class SdpaBuilders:
         o = self._virtual(o_shape, strides=_strides_like(o_shape, q.strides), name=name and f"{name}.o")
         o.set_dtype(q.dtype)
         outs = {"o": o}
+        if rag:
+            o.set_ragged_offset(rag["o"])
+        if rag.get("stats") is not None and not generate_stats:
+            raise ValueError(f"{what}: ragged_offset_stats needs generate_stats=True")
         if generate_stats:
-            outs["stats"] = self._virtual((b, hq, sq, 1), name=name and f"{name}.stats").set_dtype("float32")
+            st_shape = (b, hq, sq, 1)
+            st = self._virtual(st_shape, strides=_strides_like(st_shape, q.strides) if rag.get("stats") else None,
+                               name=name and f"{name}.stats")
+            outs["stats"] = st.set_dtype("float32")
+            if rag.get("stats") is not None:
+                st.set_ragged_offset(rag["stats"])
         if rng_dump:
             outs["rng_dump"] = self._virtual((b, hq, sq, params["s_kv"]),
                                              name=name and f"{name}.dropout_mask").set_dtype("float32")
@@ -571,20 +737,24 @@ class SdpaBuilders:
                       diagonal_alignment: str = "top_left", left_bound: int | None = None,
                       right_bound: int | None = None, bias=None, dbias: bool = False, seq_len_q=None,
                       seq_len_kv=None, alibi_slopes=None, dropout: float = 0.0, seed=None, offset=None,
-                      implementation: str = "auto", name: str | None = None):
+                      ragged_offset_q=None, ragged_offset_k=None, ragged_offset_v=None, ragged_offset_o=None,
+                      ragged_offset_stats=None, implementation: str = "auto", name: str | None = None):
         """Attention backward: returns ``(dq, dk, dv)``, plus ``dbias`` (the bias's shape) when ``dbias``; all
         virtual until ``set_output(True)``, each with the layout of its input.
 
         Takes the forward's tensors and options (the same ``scale``, masks, bias, ``dropout`` with the same
         ``seed``/``offset``), its output ``o``, the output gradient ``do`` (o's shape) and its ``stats``
-        (B, Hq, Sq, 1) float32. The composite form adds float32 scratch tensors to the graph that must be bound
-        at execute: :func:`sdpa_scratch` lists them."""
+        (B, Hq, Sq, 1) float32. Packed batches take the forward's ragged offsets: dq, dk and dv get those of q, k
+        and v, ``do`` that of o, ``stats`` ``ragged_offset_stats`` (if the forward packed them). The composite form
+        adds float32 scratch tensors to the graph that must be bound at execute: :func:`sdpa_scratch` lists
+        them."""
         what = name or f"sdpa_bwd{len(self.ops)}"
-        ins, params = self._sdpa_common(
+        ins, params, rag = self._sdpa_common(
             what, q, k, v, scale=scale, causal=causal, diagonal_alignment=diagonal_alignment, left_bound=left_bound,
             right_bound=right_bound, bias=bias, seq_len_q=seq_len_q, seq_len_kv=seq_len_kv,
             alibi_slopes=alibi_slopes, dropout=dropout, seed=seed, offset=offset, implementation=implementation,
-            backward=True)
+            backward=True, ragged=dict(q=ragged_offset_q, k=ragged_offset_k, v=ragged_offset_v, o=ragged_offset_o,
+                                       stats=ragged_offset_stats))
         q, k, v = ins["q"], ins["k"], ins["v"]
         b, hq, sq, d = q.shape
         if sq == 1 and k.shape[2] == 1:
@@ -601,6 +771,11 @@ class SdpaBuilders:
             raise ValueError(f"{what}: stats must be (B, Hq, Sq, 1) = {(b, hq, sq, 1)} float32 (the forward's), got "
                              f"{stats.shape} {stats.dtype.name}")
         ins["stats"] = stats
+        if rag:
+            self._sdpa_set_offset(what, ins["o"], rag["o"], "o")
+            self._sdpa_set_offset(what, ins["do"], rag["o"], "do")
+            if rag["stats"] is not None:
+                self._sdpa_set_offset(what, stats, rag["stats"], "stats")
         if dbias and bias is None:
             raise ValueError(f"{what}: dbias needs the forward's bias")
         if params["dropout"] > 0:
@@ -611,6 +786,8 @@ class SdpaBuilders:
         for n, t in (("dq", q), ("dk", k), ("dv", v)):
             g = self._virtual(t.shape, strides=_strides_like(t.shape, t.strides), name=name and f"{name}.{n}")
             outs[n] = g.set_dtype(q.dtype)
+            if rag:
+                g.set_ragged_offset(t.ragged_offset)
         if dbias:
             outs["dbias"] = self._virtual(ins["bias"].shape, name=name and f"{name}.dbias").set_dtype(
                 ins["bias"].dtype)
@@ -621,3 +798,100 @@ class SdpaBuilders:
         res = (outs["dq"], outs["dk"], outs["dv"])
         return res + (outs["dbias"],) if dbias else res
 
+
+    # -- FP8 ----------------------------------------------------------------------------------------------------
+    def _fp8_scales(self, what, names, given: dict) -> dict:
+        """The descale/scale tensors ``names`` from ``given``: each a (1, 1, 1, 1) float32 device tensor."""
+        res = {}
+        for n in names:
+            t = given.get(n)
+            if t is None:
+                raise ValueError(f"{what}: FP8 attention needs {n}= (a (1, 1, 1, 1) float32 device tensor)")
+            t = self._own(t, n)
+            if t.shape != (1, 1, 1, 1) or t.dtype != _F or t.is_virtual or t.is_by_value:
+                raise ValueError(f"{what}: {n} must be a (1, 1, 1, 1) float32 device tensor, got {t.describe()}")
+            res[n] = t
+        return res
+
+    def _fp8_amax(self, name, role):
+        return self._virtual((1, 1, 1, 1), name=name and f"{name}.{role}").set_dtype("float32")
+
+    def sdpa_fp8(self, q, k, v, *, descale_q, descale_k, descale_v, descale_s, scale_s, scale_o,
+                 scale: float | None = None, causal: bool = False, generate_stats: bool = True,
+                 name: str | None = None):
+        """FP8 attention forward (Hopper and newer). Returns ``(o, stats, amax_s, amax_o)`` (``stats`` None without
+        ``generate_stats``), all virtual until ``set_output(True)``.
+
+        Computes ``P = softmax(scale * descale_q * descale_k * Q K^T)`` in float32, ``amax_s = max|P|``, rounds
+        ``P * scale_s`` to q's FP8 type, then ``O' = (P8 V) * descale_s * descale_v``, ``amax_o = max|O'|`` and
+        ``o = O' * scale_o`` in q's FP8 type.
+
+        :param q, k, v: (B, Hq, Sq, D), (B, Hk, Skv, D), (B, Hv, Skv, Dv) tensors of one FP8 type (float8_e4m3fn or
+            float8_e5m2), head dims multiples of 16 up to 256, head dim packed; Hq a multiple of Hk and Hv.
+        :param descale_q, descale_k, descale_v, descale_s, scale_s, scale_o: (1, 1, 1, 1) float32 device tensors.
+        :param scale: multiplies Q K^T (default 1/sqrt(D)).
+        :param causal: top-left causal mask (the only mask cudnn-py's FP8 attention takes).
+        :param generate_stats: also produce the (B, Hq, Sq, 1) float32 statistics the backward needs.
+        """
+        what = name or "sdpa_fp8"
+        ins, params, _ = self._sdpa_common(
+            what, q, k, v, scale=scale, causal=causal, diagonal_alignment="top_left", left_bound=None,
+            right_bound=None, bias=None, seq_len_q=None, seq_len_kv=None, alibi_slopes=None, dropout=0.0,
+            seed=None, offset=None, implementation="composite", fp8=True)
+        ins.update(self._fp8_scales(what, ("descale_q", "descale_k", "descale_v", "descale_s", "scale_s",
+                                           "scale_o"), locals()))
+        q, v = ins["q"], ins["v"]
+        b, hq, sq, _ = q.shape
+        o_shape = (b, hq, sq, v.shape[3])
+        o = self._virtual(o_shape, strides=_strides_like(o_shape, q.strides), name=name and f"{name}.o")
+        outs = {"o": o.set_dtype(q.dtype), "amax_s": self._fp8_amax(name, "amax_s"),
+                "amax_o": self._fp8_amax(name, "amax_o")}
+        if generate_stats:
+            outs["stats"] = self._virtual((b, hq, sq, 1), name=name and f"{name}.stats").set_dtype("float32")
+        self._add_op(SdpaFp8Forward(ins, outs, params, name))
+        return o, outs.get("stats"), outs["amax_s"], outs["amax_o"]
+
+    def sdpa_fp8_backward(self, q, k, v, o, do, stats, *, descale_q, descale_k, descale_v, descale_o, descale_do,
+                          descale_s, descale_dp, scale_s, scale_dq, scale_dk, scale_dv, scale_dp,
+                          scale: float | None = None, causal: bool = False, name: str | None = None):
+        """FP8 attention backward (Hopper: head dim 128). Returns ``(dq, dk, dv, amax_dq, amax_dk, amax_dv,
+        amax_dp)``, all virtual until ``set_output(True)``; dq, dk, dv have q's FP8 type and the layouts of q, k, v.
+
+        Takes the forward's FP8 q, k, v, o, its float32 ``stats`` and the FP8 output gradient ``do`` (either FP8
+        type); the descale of each FP8 input, ``descale_s``/``scale_s`` of the forward's probabilities, and the
+        scale of each FP8 result: dS (``scale_dp``, with ``descale_dp`` its inverse) in do's type, dq, dk, dv.
+        Each amax is the max |.| of that result before its scaling. ``scale``/``causal`` as in the forward."""
+        what = name or f"sdpa_fp8_bwd{len(self.ops)}"
+        ins, params, _ = self._sdpa_common(
+            what, q, k, v, scale=scale, causal=causal, diagonal_alignment="top_left", left_bound=None,
+            right_bound=None, bias=None, seq_len_q=None, seq_len_kv=None, alibi_slopes=None, dropout=0.0,
+            seed=None, offset=None, implementation="composite", fp8=True, backward=True)
+        q, k, v = ins["q"], ins["k"], ins["v"]
+        b, hq, sq, d = q.shape
+        if sq == 1 and k.shape[2] == 1:
+            raise ValueError(f"{what}: cuDNN's attention backward does not take S_q = S_kv = 1")
+        o_shape = (b, hq, sq, v.shape[3])
+        for t, n in ((o, "o"), (do, "do")):
+            t = self._own(t, n)
+            if t.shape != o_shape or t.dtype not in _FP8 or t.strides[3] != 1:
+                raise ValueError(f"{what}: {n} must be an FP8 {o_shape} tensor with its head dim packed, got "
+                                 f"{t.describe()} strides {t.strides}")
+            ins[n] = t
+        if ins["o"].dtype != q.dtype:
+            raise TypeError(f"{what}: o must have q's FP8 type {q.dtype.name}, got {ins['o'].dtype.name}")
+        stats = self._own(stats, "stats")
+        if stats.shape != (b, hq, sq, 1) or stats.dtype != _F:
+            raise ValueError(f"{what}: stats must be (B, Hq, Sq, 1) = {(b, hq, sq, 1)} float32 (the forward's), got "
+                             f"{stats.describe()}")
+        ins["stats"] = stats
+        ins.update(self._fp8_scales(what, ("descale_q", "descale_k", "descale_v", "descale_o", "descale_do",
+                                           "descale_s", "descale_dp", "scale_s", "scale_dq", "scale_dk", "scale_dv",
+                                           "scale_dp"), locals()))
+        outs = {}
+        for n, t in (("dq", q), ("dk", k), ("dv", v)):
+            g = self._virtual(t.shape, strides=_strides_like(t.shape, t.strides), name=name and f"{name}.{n}")
+            outs[n] = g.set_dtype(q.dtype)
+        for n in ("amax_dq", "amax_dk", "amax_dv", "amax_dp"):
+            outs[n] = self._fp8_amax(name, n)
+        self._add_op(SdpaFp8Backward(ins, outs, params, name or what))
+        return tuple(outs[n] for n in ("dq", "dk", "dv", "amax_dq", "amax_dk", "amax_dv", "amax_dp"))
