@@ -110,6 +110,9 @@ def _errcheck(name: str):
 
 _GENERIC_FROM_PARAM = type(ctypes.c_void_p).__dict__["from_param"]  # ctypes' conversion for simple types
 _ADDRESS_MAX = (1 << 8 * ctypes.sizeof(ctypes.c_void_p)) - 1
+# the lowest address Linux maps by default (vm.mmap_min_addr): a smaller nonzero int is a count or a value passed
+# where an address belongs, never an address
+_ADDRESS_MIN = 65536
 
 
 class Handle(ctypes.c_void_p):
@@ -224,15 +227,21 @@ def pointer(target, const: bool = False):
 
     def from_param(obj):
         if type(obj) is int:
-            if 0 <= obj <= _ADDRESS_MAX:
+            if _ADDRESS_MIN <= obj <= _ADDRESS_MAX or obj == 0:
                 return ctypes.c_void_p(obj)
-            raise TypeError(f"{obj} is not an address")
+            raise TypeError(f"got the int {obj}, which is not an address: pass a ctypes array, byref() of a ctypes "
+                            f"value{', a sequence' if const else ''} or an address")
         try:
             return convert(obj)
         except TypeError:
             pass
-        if const and _is_sequence(obj):
-            return _to_array(target, obj)
+        if type(obj) is _CARG and getattr(getattr(obj, "_obj", None), "_type_", None) is target:
+            return obj  # byref(array of target[, offset]): ctypes takes only byref(target) here
+        if _is_sequence(obj):
+            if const:
+                return _to_array(target, obj)
+            raise TypeError(f"got a {type(obj).__name__}: C writes through this pointer, so pass a ctypes array "
+                            f"({_ctype_name(target)} * n)() (a sequence would not receive what C writes)")
         raise TypeError(f"expected a ctypes array or pointer of {_ctype_name(target)}, byref() of one, an int "
                         f"address{', a sequence' if const else ''} or None")
 
@@ -313,6 +322,9 @@ def _void(const, value):
     """``value`` as a ``void *`` parameter (ctypes' own conversion does the rest)."""
     if isinstance(value, (str, bool)) or (isinstance(value, bytes) and not const):
         raise TypeError(f"an address (int, ctypes object, byref() or None) expected, got {_show(value)}")
+    if isinstance(value, int) and value and not _ADDRESS_MIN <= value <= _ADDRESS_MAX:
+        raise TypeError(f"got the int {value}, which is not an address (to pass a value, pass byref() of a "
+                        f"ctypes value)")
     if _is_sequence(value):
         raise TypeError(f"got {_show(value)}: a void * parameter takes an address; pass a ctypes array")
     return value
@@ -373,6 +385,16 @@ def _enum_param(cls):
     return type(f"{cls.__name__}_param", (), {"from_param": staticmethod(from_param)})
 
 
+@functools.cache
+def _callback_param(cls):
+    """The ctypes parameter type of a C function pointer: a ``cls`` instance, or None for NULL."""
+    convert = cls.from_param
+
+    def from_param(value):
+        return None if value is None else convert(value)
+    return type(f"{cls.__name__}_param", (), {"from_param": staticmethod(from_param)})
+
+
 def _kind(argtype):
     """How the checked call tests a parameter of ``argtype`` before ctypes (None: ctypes' conversion suffices)."""
     if isinstance(argtype, type):
@@ -387,11 +409,13 @@ def _kind(argtype):
 
 def _ctypes_argtype(argtype):
     """What the ctypes function object itself gets for a parameter: enums and C ints of 32 bits or fewer through
-    the converters above, ``const void *`` as ``void *``, the rest as declared."""
+    the converters above, a function pointer also as None, ``const void *`` as ``void *``, the rest as declared."""
     if isinstance(argtype, type) and issubclass(argtype, enum.IntEnum):
         return _enum_param(argtype)
     if argtype in _INT_RANGES and ctypes.sizeof(argtype) <= 4:
         return _int_param(argtype)
+    if isinstance(argtype, type) and issubclass(argtype, ctypes._CFuncPtr):
+        return _callback_param(argtype)
     return ctypes.c_void_p if argtype is const_void_p else argtype
 
 
@@ -450,16 +474,17 @@ def _outside(frame) -> bool:
 class CFunction:
     """One C function of cuDNN, bound on first call. Call it with the C arguments (checked as the module says)."""
 
-    __slots__ = ("__name__", "__qualname__", "__dict__", "prototype", "deprecated", "checked", "lengths",
+    __slots__ = ("__name__", "__qualname__", "__dict__", "prototype", "deprecated", "checked", "lengths", "nonnull",
                  "_restype", "_argtypes", "_call", "_inner", "_fn", "_checked", "_converters", "_length_checks",
-                 "_warned")
+                 "_nonnull", "_warned")
 
-    def __init__(self, name, restype, argtypes, prototype, doc, checked, deprecated, lengths):
+    def __init__(self, name, restype, argtypes, prototype, doc, checked, deprecated, lengths, nonnull):
         self.__name__ = self.__qualname__ = name
         self.prototype = prototype
         self.deprecated = deprecated
         self.checked = checked
         self.lengths = lengths
+        self.nonnull = nonnull
         self._restype, self._argtypes = restype, argtypes
         self.__doc__ = "\n\n".join(s for s in (prototype, doc, deprecated and f"Deprecated: {deprecated}") if s)
         self._call = self._first_call
@@ -477,6 +502,12 @@ class CFunction:
 
     def __repr__(self):
         return f"<cuDNN function {self.prototype}>"
+
+    @property
+    def params(self) -> tuple[tuple[str, object], ...]:
+        """(name, type) of each C parameter: a handle or enum class, a ctypes type, or a :func:`pointer` type."""
+        decls = _declarations(self.prototype)
+        return tuple((_python_name(d, i), a) for i, (d, a) in enumerate(zip(decls, self._argtypes)))
 
     @property
     def available(self) -> bool:
@@ -551,7 +582,7 @@ class CFunction:
         names = [_python_name(d, i) for i, d in enumerate(decls)]
         if len(names) != len(self._argtypes):  # a prototype this parser cannot split: positional names
             names = [f"arg{i}" for i in range(len(self._argtypes))]
-        ns = {"_fn": fn, "_slow": self._slow, "_lengths": self._check_lengths, "_type": type, "_int": int}
+        ns = {"_fn": fn, "_slow": self._slow, "_post": self._post_checks, "_type": type, "_int": int}
         tests, converters = [], []
         for i, (p, a) in enumerate(zip(names, self._argtypes)):
             kind = _kind(a)
@@ -568,7 +599,7 @@ class CFunction:
             elif kind == "void":
                 const = a is const_void_p
                 ns[f"_R{i}"] = frozenset((str, bool, list, tuple) if const else (str, bool, list, tuple, bytes))
-                test = f"_type({p}) not in _R{i}"
+                test = f"(_type({p}) is not _int or {p} >= {_ADDRESS_MIN} or not {p}) and _type({p}) not in _R{i}"
                 converters.append((i, functools.partial(_void, const)))
             else:
                 continue
@@ -576,14 +607,15 @@ class CFunction:
         index = {n: i for i, n in enumerate(names)}
         self._length_checks = [(index[e[0]], index[e[1]], index[e[2]] if len(e) > 2 else None)
                                for e in self.lengths]
+        self._nonnull = [index[p] for p in self.nonnull]
         self._converters = converters
         params = ", ".join(names)
         packed = f"({params}{',' if len(names) == 1 else ''})"
         body = []
         if tests:
             body.append(f"    if not ({' and '.join(tests)}):\n        return _slow({packed})")
-        if self._length_checks:
-            body.append(f"    _lengths({packed})")
+        if self._length_checks or self._nonnull:
+            body.append(f"    _post({packed})")
         body.append(f"    return _fn({params})")
         source = f"def {self.__name__}({params}):\n" + "\n".join(body) + "\n"
         exec(compile(source, f"<cudnn_py checked call {self.__name__}>", "exec"), ns)
@@ -616,17 +648,25 @@ class CFunction:
                     out[a] = _to_array(ctype, args[a])
                 except TypeError as e:
                     raise CArgumentError(f"{self.__name__}: {self._param(a)}: {e}") from None
-        if self._length_checks:
-            self._check_lengths(out)
+        self._post_checks(out)
         return self._fn(*out)
 
-    def _check_lengths(self, args):
-        """Refuse an array shorter than the count cuDNN is given for it (see cudnn_py.codegen.lengths)."""
+    def _post_checks(self, args):
+        """Refuse NULL where cuDNN would dereference it (cudnn_py.codegen.nonnull) and an array shorter than the
+        count cuDNN is given for it (cudnn_py.codegen.lengths)."""
+        for i in self._nonnull:
+            v = args[i]
+            if v is None or (type(v) is int and v == 0) or (isinstance(v, (ctypes.c_void_p, ctypes._Pointer))
+                                                            and not v):
+                raise CArgumentError(f"{self.__name__}: {self._param(i)} is NULL, which cuDNN dereferences "
+                                     f"unchecked (the process would crash); pass a valid one")
         for a, c, t in self._length_checks:
             count = args[c]
             count = getattr(count, "value", count)
-            if type(count) is not int or count <= 0:
-                continue  # cuDNN refuses a bad count itself; an unconvertible one is refused by ctypes
+            if type(count) is not int or count == 0:
+                continue  # nothing to read or write; an unconvertible count is refused by ctypes
+            if count < 0:  # cuDNN does not refuse all of them: some read or write with the negative count
+                raise CArgumentError(f"{self.__name__}: {self._param(c)} is {count}: a count cannot be negative")
             if t is None:
                 argtype = self._argtypes[a]
                 target = getattr(argtype, "target", None)
@@ -653,6 +693,6 @@ class CFunction:
         return CArgumentError(f"{self.__name__}: {text} (C: {self.prototype})")
 
 
-def function(name, restype, argtypes, prototype, doc="", checked=True, deprecated="", lengths=()):
+def function(name, restype, argtypes, prototype, doc="", checked=True, deprecated="", lengths=(), nonnull=()):
     """Declare a C function (used by the generated modules)."""
-    return CFunction(name, restype, argtypes, prototype, doc, checked, deprecated, lengths)
+    return CFunction(name, restype, argtypes, prototype, doc, checked, deprecated, lengths, nonnull)

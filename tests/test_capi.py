@@ -136,6 +136,7 @@ def test_pointer_parameters_take_addresses_and_refuse_wrong_types():
                                         byref(ctypes.c_int()), byref(ctypes.c_int()))
         assert tuple(got) == (1, 2)
         with pytest.raises(CArgumentError, match=r"parameter 3 \(int \*arrayLength\) cannot take CArgObject"):
-            cudnnGetConvolutionNdDescriptor(d, 2, byref(ctypes.c_float()), got, got, got, None, None)
+            cudnnGetConvolutionNdDescriptor(d, 2, byref(ctypes.c_float()), got, got, got, byref(ctypes.c_int()),
+                                            byref(ctypes.c_int()))
     finally:
         cudnnDestroyConvolutionDescriptor(d)

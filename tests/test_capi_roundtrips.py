@@ -8,6 +8,8 @@ import pytest
 
 from cudnn_py.capi import *  # noqa: F403
 
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # the legacy calls, on purpose
+
 
 def ints(*v):
     return (c_int * len(v))(*v)

@@ -49,3 +49,30 @@ def test_check_reports_stale(tmp_path):
     generate(find_include_dir(), tmp_path)
     (tmp_path / "ops.py").write_text("# edited by hand\n")
     assert codegen_main(["--check", "--out", str(tmp_path)]) == 1
+
+
+def test_parameter_types_and_tables():
+    """Parameters carry their C meaning (handle, enum, written/read pointer) and the lengths / non-NULL tables."""
+    from cudnn_py import _binding
+    params = dict(capi.cudnnSetTensorNdDescriptor.params)
+    assert params["tensorDesc"] is capi.cudnnTensorDescriptor_t and issubclass(params["tensorDesc"], _binding.Handle)
+    assert params["dataType"] is capi.cudnnDataType_t
+    assert params["dimA"].const and params["dimA"].target is __import__("ctypes").c_int
+    out = dict(capi.cudnnGetTensorNdDescriptor.params)["dimA"]
+    assert not out.const
+    assert dict(capi.cudnnAddTensor.params)["alpha"] is _binding.const_void_p
+    assert issubclass(capi.cudaStream_t, _binding.CudaHandle)
+    assert capi.cudnnSetTensorNdDescriptor.lengths == (("dimA", "nbDims"), ("strideA", "nbDims"))
+    assert capi.cudnnGetOpTensorDescriptor.nonnull == ("opTensorOp", "opTensorCompType", "opTensorNanOpt")
+
+
+def test_stale_table_entries_fail_the_generator():
+    from cudnn_py.codegen import lengths, model, nonnull
+    f = model.Function("cudnnX", "_ct.c_int", ["_ct.c_int"], "cudnnStatus_t cudnnX(int n)", True, params=["n"])
+    with pytest.MonkeyPatch.context() as m:
+        m.setitem(lengths.LENGTHS, "cudnnX", [("dimA", "n")])
+        with pytest.raises(lengths.LengthsError, match="cudnnX has no parameter dimA"):
+            lengths.attach([f])
+        m.setitem(nonnull.NONNULL, "cudnnX", ("ptr",))
+        with pytest.raises(nonnull.NonNullError, match="cudnnX has no parameter ptr"):
+            nonnull.attach([f])

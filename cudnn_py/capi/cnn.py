@@ -256,7 +256,7 @@ cudnnSetConvolutionMathType = _function(
 cudnnGetConvolutionMathType = _function(
     'cudnnGetConvolutionMathType', _ct.c_int, (cudnnConvolutionDescriptor_t, _pointer(_ct.c_int)),
     'cudnnStatus_t cudnnGetConvolutionMathType(cudnnConvolutionDescriptor_t convDesc, cudnnMathType_t *mathType)',
-    'Get the math type from a convolution descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Get the math type from a convolution descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', nonnull=('mathType',))
 
 cudnnSetConvolutionGroupCount = _function(
     'cudnnSetConvolutionGroupCount', _ct.c_int, (cudnnConvolutionDescriptor_t, _ct.c_int),
@@ -266,7 +266,7 @@ cudnnSetConvolutionGroupCount = _function(
 cudnnGetConvolutionGroupCount = _function(
     'cudnnGetConvolutionGroupCount', _ct.c_int, (cudnnConvolutionDescriptor_t, _pointer(_ct.c_int)),
     'cudnnStatus_t cudnnGetConvolutionGroupCount(cudnnConvolutionDescriptor_t convDesc, int *groupCount)',
-    'Get the group count from a convolution descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Get the group count from a convolution descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', nonnull=('groupCount',))
 
 cudnnSetConvolutionReorderType = _function(
     'cudnnSetConvolutionReorderType', _ct.c_int, (cudnnConvolutionDescriptor_t, cudnnReorderType_t),
@@ -286,22 +286,22 @@ cudnnSetConvolution2dDescriptor = _function(
 cudnnGetConvolution2dDescriptor = _function(
     'cudnnGetConvolution2dDescriptor', _ct.c_int, (cudnnConvolutionDescriptor_t, _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int)),
     'cudnnStatus_t cudnnGetConvolution2dDescriptor(const cudnnConvolutionDescriptor_t convDesc, int *pad_h, int *pad_w, int *u, int *v, int *dilation_h, int *dilation_w, cudnnConvolutionMode_t *mode, cudnnDataType_t *computeType)',
-    'Get the parameters of a 2D convolution descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Get the parameters of a 2D convolution descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', nonnull=('pad_h', 'pad_w', 'u', 'v', 'dilation_h', 'dilation_w', 'mode', 'computeType'))
 
 cudnnSetConvolutionNdDescriptor = _function(
     'cudnnSetConvolutionNdDescriptor', _ct.c_int, (cudnnConvolutionDescriptor_t, _ct.c_int, _array(_ct.c_int), _array(_ct.c_int), _array(_ct.c_int), cudnnConvolutionMode_t, cudnnDataType_t),
     'cudnnStatus_t cudnnSetConvolutionNdDescriptor(cudnnConvolutionDescriptor_t convDesc, int arrayLength, const int padA[], const int filterStrideA[], const int dilationA[], cudnnConvolutionMode_t mode, cudnnDataType_t computeType)',
-    'Set an N-dimensional convolution descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', lengths=(('padA', 'arrayLength'), ('filterStrideA', 'arrayLength'), ('dilationA', 'arrayLength')))
+    'Set an N-dimensional convolution descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', lengths=(('padA', 'arrayLength'), ('filterStrideA', 'arrayLength'), ('dilationA', 'arrayLength')), nonnull=('padA', 'filterStrideA', 'dilationA'))
 
 cudnnGetConvolutionNdDescriptor = _function(
     'cudnnGetConvolutionNdDescriptor', _ct.c_int, (cudnnConvolutionDescriptor_t, _ct.c_int, _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int)),
     'cudnnStatus_t cudnnGetConvolutionNdDescriptor(const cudnnConvolutionDescriptor_t convDesc, int arrayLengthRequested, int *arrayLength, int padA[], int strideA[], int dilationA[], cudnnConvolutionMode_t *mode, cudnnDataType_t *computeType)',
-    '', deprecated='Deprecated in cuDNN 9.', lengths=(('padA', 'arrayLengthRequested'), ('strideA', 'arrayLengthRequested'), ('dilationA', 'arrayLengthRequested')))
+    '', deprecated='Deprecated in cuDNN 9.', lengths=(('padA', 'arrayLengthRequested'), ('strideA', 'arrayLengthRequested'), ('dilationA', 'arrayLengthRequested')), nonnull=('arrayLength', 'padA', 'strideA', 'dilationA', 'mode', 'computeType'))
 
 cudnnGetConvolution2dForwardOutputDim = _function(
     'cudnnGetConvolution2dForwardOutputDim', _ct.c_int, (cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int)),
     'cudnnStatus_t cudnnGetConvolution2dForwardOutputDim(const cudnnConvolutionDescriptor_t convDesc, const cudnnTensorDescriptor_t inputTensorDesc, const cudnnFilterDescriptor_t filterDesc, int *n, int *c, int *h, int *w)',
-    'Compute the output dimensions of a 2D convolution.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Compute the output dimensions of a 2D convolution.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', nonnull=('n', 'c', 'h', 'w'))
 
 cudnnGetConvolutionNdForwardOutputDim = _function(
     'cudnnGetConvolutionNdForwardOutputDim', _ct.c_int, (cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, _ct.c_int, _pointer(_ct.c_int)),

@@ -1823,7 +1823,7 @@ cudnnGraphVersionCheck = _function(
 cudnnBackendCreateDescriptor = _function(
     'cudnnBackendCreateDescriptor', _ct.c_int, (cudnnBackendDescriptorType_t, _pointer(cudnnBackendDescriptor_t)),
     'cudnnStatus_t cudnnBackendCreateDescriptor(cudnnBackendDescriptorType_t descriptorType, cudnnBackendDescriptor_t *descriptor)',
-    'Allocates memory for a backend descriptor of the specified type.')
+    'Allocates memory for a backend descriptor of the specified type.', nonnull=('descriptor',))
 
 cudnnBackendDestroyDescriptor = _function(
     'cudnnBackendDestroyDescriptor', _ct.c_int, (cudnnBackendDescriptor_t,),

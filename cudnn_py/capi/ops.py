@@ -317,22 +317,22 @@ cudnnGetTensor4dDescriptor = _function(
 cudnnSetTensorNdDescriptor = _function(
     'cudnnSetTensorNdDescriptor', _ct.c_int, (cudnnTensorDescriptor_t, cudnnDataType_t, _ct.c_int, _array(_ct.c_int), _array(_ct.c_int)),
     'cudnnStatus_t cudnnSetTensorNdDescriptor(cudnnTensorDescriptor_t tensorDesc, cudnnDataType_t dataType, int nbDims, const int dimA[], const int strideA[])',
-    'Sets an N-dimensional tensor descriptor.', lengths=(('dimA', 'nbDims'), ('strideA', 'nbDims')))
+    'Sets an N-dimensional tensor descriptor.', lengths=(('dimA', 'nbDims'), ('strideA', 'nbDims')), nonnull=('dimA', 'strideA'))
 
 cudnnSetTensorNdDescriptorEx = _function(
     'cudnnSetTensorNdDescriptorEx', _ct.c_int, (cudnnTensorDescriptor_t, cudnnTensorFormat_t, cudnnDataType_t, _ct.c_int, _array(_ct.c_int)),
     'cudnnStatus_t cudnnSetTensorNdDescriptorEx(cudnnTensorDescriptor_t tensorDesc, cudnnTensorFormat_t format, cudnnDataType_t dataType, int nbDims, const int dimA[])',
-    'Sets an N-dimensional tensor descriptor with automatic stride computation.', lengths=(('dimA', 'nbDims'),))
+    'Sets an N-dimensional tensor descriptor with automatic stride computation.', lengths=(('dimA', 'nbDims'),), nonnull=('dimA',))
 
 cudnnGetTensorNdDescriptor = _function(
     'cudnnGetTensorNdDescriptor', _ct.c_int, (cudnnTensorDescriptor_t, _ct.c_int, _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int)),
     'cudnnStatus_t cudnnGetTensorNdDescriptor(const cudnnTensorDescriptor_t tensorDesc, int nbDimsRequested, cudnnDataType_t *dataType, int *nbDims, int dimA[], int strideA[])',
-    'Retrieves the settings of a previously initialized N-dimensional tensor descriptor.', lengths=(('dimA', 'nbDimsRequested'), ('strideA', 'nbDimsRequested')))
+    'Retrieves the settings of a previously initialized N-dimensional tensor descriptor.', lengths=(('dimA', 'nbDimsRequested'), ('strideA', 'nbDimsRequested')), nonnull=('dataType',))
 
 cudnnGetTensorSizeInBytes = _function(
     'cudnnGetTensorSizeInBytes', _ct.c_int, (cudnnTensorDescriptor_t, _pointer(_ct.c_size_t)),
     'cudnnStatus_t cudnnGetTensorSizeInBytes(const cudnnTensorDescriptor_t tensorDesc, size_t *size)',
-    'Returns the memory size in bytes required by a tensor.')
+    'Returns the memory size in bytes required by a tensor.', nonnull=('size',))
 
 cudnnDestroyTensorDescriptor = _function(
     'cudnnDestroyTensorDescriptor', _ct.c_int, (cudnnTensorDescriptor_t,),
@@ -352,12 +352,12 @@ cudnnCreateTensorTransformDescriptor = _function(
 cudnnSetTensorTransformDescriptor = _function(
     'cudnnSetTensorTransformDescriptor', _ct.c_int, (cudnnTensorTransformDescriptor_t, _ct.c_uint32, cudnnTensorFormat_t, _array(_ct.c_int32), _array(_ct.c_int32), _array(_ct.c_uint32), cudnnFoldingDirection_t),
     'cudnnStatus_t cudnnSetTensorTransformDescriptor(cudnnTensorTransformDescriptor_t transformDesc, const uint32_t nbDims, const cudnnTensorFormat_t destFormat, const int32_t padBeforeA[], const int32_t padAfterA[], const uint32_t foldA[], const cudnnFoldingDirection_t direction)',
-    'Configures a tensor transform descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Configures a tensor transform descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', lengths=(('padBeforeA', 'nbDims'), ('padAfterA', 'nbDims')))
 
 cudnnGetTensorTransformDescriptor = _function(
     'cudnnGetTensorTransformDescriptor', _ct.c_int, (cudnnTensorTransformDescriptor_t, _ct.c_uint32, _pointer(_ct.c_int), _pointer(_ct.c_int32), _pointer(_ct.c_int32), _pointer(_ct.c_uint32), _pointer(_ct.c_int)),
     'cudnnStatus_t cudnnGetTensorTransformDescriptor(cudnnTensorTransformDescriptor_t transformDesc, uint32_t nbDimsRequested, cudnnTensorFormat_t *destFormat, int32_t padBeforeA[], int32_t padAfterA[], uint32_t foldA[], cudnnFoldingDirection_t *direction)',
-    'Retrieves the settings of a previously initialized tensor transform descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Retrieves the settings of a previously initialized tensor transform descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', lengths=(('padBeforeA', 'nbDimsRequested'), ('padAfterA', 'nbDimsRequested')), nonnull=('direction',))
 
 cudnnDestroyTensorTransformDescriptor = _function(
     'cudnnDestroyTensorTransformDescriptor', _ct.c_int, (cudnnTensorTransformDescriptor_t,),
@@ -392,7 +392,7 @@ cudnnSetOpTensorDescriptor = _function(
 cudnnGetOpTensorDescriptor = _function(
     'cudnnGetOpTensorDescriptor', _ct.c_int, (cudnnOpTensorDescriptor_t, _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int)),
     'cudnnStatus_t cudnnGetOpTensorDescriptor(const cudnnOpTensorDescriptor_t opTensorDesc, cudnnOpTensorOp_t *opTensorOp, cudnnDataType_t *opTensorCompType, cudnnNanPropagation_t *opTensorNanOpt)',
-    'Retrieves the settings of an op tensor descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Retrieves the settings of an op tensor descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', nonnull=('opTensorOp', 'opTensorCompType', 'opTensorNanOpt'))
 
 cudnnDestroyOpTensorDescriptor = _function(
     'cudnnDestroyOpTensorDescriptor', _ct.c_int, (cudnnOpTensorDescriptor_t,),
@@ -417,7 +417,7 @@ cudnnSetReduceTensorDescriptor = _function(
 cudnnGetReduceTensorDescriptor = _function(
     'cudnnGetReduceTensorDescriptor', _ct.c_int, (cudnnReduceTensorDescriptor_t, _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int)),
     'cudnnStatus_t cudnnGetReduceTensorDescriptor(const cudnnReduceTensorDescriptor_t reduceTensorDesc, cudnnReduceTensorOp_t *reduceTensorOp, cudnnDataType_t *reduceTensorCompType, cudnnNanPropagation_t *reduceTensorNanOpt, cudnnReduceTensorIndices_t *reduceTensorIndices, cudnnIndicesType_t *reduceTensorIndicesType)',
-    'Retrieves the settings of a reduce tensor descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Retrieves the settings of a reduce tensor descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', nonnull=('reduceTensorOp', 'reduceTensorCompType', 'reduceTensorNanOpt', 'reduceTensorIndices', 'reduceTensorIndicesType'))
 
 cudnnDestroyReduceTensorDescriptor = _function(
     'cudnnDestroyReduceTensorDescriptor', _ct.c_int, (cudnnReduceTensorDescriptor_t,),
@@ -427,12 +427,12 @@ cudnnDestroyReduceTensorDescriptor = _function(
 cudnnGetReductionIndicesSize = _function(
     'cudnnGetReductionIndicesSize', _ct.c_int, (cudnnHandle_t, cudnnReduceTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, _pointer(_ct.c_size_t)),
     'cudnnStatus_t cudnnGetReductionIndicesSize(cudnnHandle_t handle, const cudnnReduceTensorDescriptor_t reduceTensorDesc, const cudnnTensorDescriptor_t aDesc, const cudnnTensorDescriptor_t cDesc, size_t *sizeInBytes)',
-    'Returns the minimum size of the index space for a reduction operation.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Returns the minimum size of the index space for a reduction operation.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', nonnull=('reduceTensorDesc', 'sizeInBytes'))
 
 cudnnGetReductionWorkspaceSize = _function(
     'cudnnGetReductionWorkspaceSize', _ct.c_int, (cudnnHandle_t, cudnnReduceTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, _pointer(_ct.c_size_t)),
     'cudnnStatus_t cudnnGetReductionWorkspaceSize(cudnnHandle_t handle, const cudnnReduceTensorDescriptor_t reduceTensorDesc, const cudnnTensorDescriptor_t aDesc, const cudnnTensorDescriptor_t cDesc, size_t *sizeInBytes)',
-    'Returns the minimum workspace size required for a reduction operation.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Returns the minimum workspace size required for a reduction operation.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', nonnull=('reduceTensorDesc', 'aDesc', 'cDesc', 'sizeInBytes'))
 
 cudnnReduceTensor = _function(
     'cudnnReduceTensor', _ct.c_int, (cudnnHandle_t, cudnnReduceTensorDescriptor_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p),
@@ -462,22 +462,22 @@ cudnnSetFilter4dDescriptor = _function(
 cudnnGetFilter4dDescriptor = _function(
     'cudnnGetFilter4dDescriptor', _ct.c_int, (cudnnFilterDescriptor_t, _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int)),
     'cudnnStatus_t cudnnGetFilter4dDescriptor(const cudnnFilterDescriptor_t filterDesc, cudnnDataType_t *dataType, cudnnTensorFormat_t *format, int *k, int *c, int *h, int *w)',
-    'Retrieves the settings of a 4D filter descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Retrieves the settings of a 4D filter descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', nonnull=('dataType', 'format', 'k', 'c', 'h', 'w'))
 
 cudnnSetFilterNdDescriptor = _function(
     'cudnnSetFilterNdDescriptor', _ct.c_int, (cudnnFilterDescriptor_t, cudnnDataType_t, cudnnTensorFormat_t, _ct.c_int, _array(_ct.c_int)),
     'cudnnStatus_t cudnnSetFilterNdDescriptor(cudnnFilterDescriptor_t filterDesc, cudnnDataType_t dataType, cudnnTensorFormat_t format, int nbDims, const int filterDimA[])',
-    'Sets an N-dimensional filter descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', lengths=(('filterDimA', 'nbDims'),))
+    'Sets an N-dimensional filter descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', lengths=(('filterDimA', 'nbDims'),), nonnull=('filterDimA',))
 
 cudnnGetFilterNdDescriptor = _function(
     'cudnnGetFilterNdDescriptor', _ct.c_int, (cudnnFilterDescriptor_t, _ct.c_int, _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int)),
     'cudnnStatus_t cudnnGetFilterNdDescriptor(const cudnnFilterDescriptor_t filterDesc, int nbDimsRequested, cudnnDataType_t *dataType, cudnnTensorFormat_t *format, int *nbDims, int filterDimA[])',
-    'Retrieves the settings of an N-dimensional filter descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', lengths=(('filterDimA', 'nbDimsRequested'),))
+    'Retrieves the settings of an N-dimensional filter descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', lengths=(('filterDimA', 'nbDimsRequested'),), nonnull=('dataType', 'format', 'nbDims', 'filterDimA'))
 
 cudnnGetFilterSizeInBytes = _function(
     'cudnnGetFilterSizeInBytes', _ct.c_int, (cudnnFilterDescriptor_t, _pointer(_ct.c_size_t)),
     'cudnnStatus_t cudnnGetFilterSizeInBytes(const cudnnFilterDescriptor_t filterDesc, size_t *size)',
-    'Returns the memory size in bytes required by a filter.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Returns the memory size in bytes required by a filter.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', nonnull=('size',))
 
 cudnnTransformFilter = _function(
     'cudnnTransformFilter', _ct.c_int, (cudnnHandle_t, cudnnTensorTransformDescriptor_t, _const_void_p, cudnnFilterDescriptor_t, _const_void_p, _const_void_p, cudnnFilterDescriptor_t, _ct.c_void_p),
@@ -507,17 +507,17 @@ cudnnSetPooling2dDescriptor = _function(
 cudnnGetPooling2dDescriptor = _function(
     'cudnnGetPooling2dDescriptor', _ct.c_int, (cudnnPoolingDescriptor_t, _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int)),
     'cudnnStatus_t cudnnGetPooling2dDescriptor(const cudnnPoolingDescriptor_t poolingDesc, cudnnPoolingMode_t *mode, cudnnNanPropagation_t *maxpoolingNanOpt, int *windowHeight, int *windowWidth, int *verticalPadding, int *horizontalPadding, int *verticalStride, int *horizontalStride)',
-    'Retrieves the settings of a 2D pooling descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Retrieves the settings of a 2D pooling descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', nonnull=('mode', 'maxpoolingNanOpt', 'windowHeight', 'windowWidth', 'verticalPadding', 'horizontalPadding', 'verticalStride', 'horizontalStride'))
 
 cudnnSetPoolingNdDescriptor = _function(
     'cudnnSetPoolingNdDescriptor', _ct.c_int, (cudnnPoolingDescriptor_t, cudnnPoolingMode_t, cudnnNanPropagation_t, _ct.c_int, _array(_ct.c_int), _array(_ct.c_int), _array(_ct.c_int)),
     'cudnnStatus_t cudnnSetPoolingNdDescriptor(cudnnPoolingDescriptor_t poolingDesc, const cudnnPoolingMode_t mode, const cudnnNanPropagation_t maxpoolingNanOpt, int nbDims, const int windowDimA[], const int paddingA[], const int strideA[])',
-    'Configures an N-dimensional pooling descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', lengths=(('windowDimA', 'nbDims'), ('paddingA', 'nbDims'), ('strideA', 'nbDims')))
+    'Configures an N-dimensional pooling descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', lengths=(('windowDimA', 'nbDims'), ('paddingA', 'nbDims'), ('strideA', 'nbDims')), nonnull=('windowDimA', 'paddingA', 'strideA'))
 
 cudnnGetPoolingNdDescriptor = _function(
     'cudnnGetPoolingNdDescriptor', _ct.c_int, (cudnnPoolingDescriptor_t, _ct.c_int, _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int)),
     'cudnnStatus_t cudnnGetPoolingNdDescriptor(const cudnnPoolingDescriptor_t poolingDesc, int nbDimsRequested, cudnnPoolingMode_t *mode, cudnnNanPropagation_t *maxpoolingNanOpt, int *nbDims, int windowDimA[], int paddingA[], int strideA[])',
-    'Retrieves the settings of an N-dimensional pooling descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', lengths=(('windowDimA', 'nbDimsRequested'), ('paddingA', 'nbDimsRequested'), ('strideA', 'nbDimsRequested')))
+    'Retrieves the settings of an N-dimensional pooling descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', lengths=(('windowDimA', 'nbDimsRequested'), ('paddingA', 'nbDimsRequested'), ('strideA', 'nbDimsRequested')), nonnull=('mode', 'maxpoolingNanOpt', 'nbDims', 'windowDimA', 'paddingA', 'strideA'))
 
 cudnnGetPoolingNdForwardOutputDim = _function(
     'cudnnGetPoolingNdForwardOutputDim', _ct.c_int, (cudnnPoolingDescriptor_t, cudnnTensorDescriptor_t, _ct.c_int, _pointer(_ct.c_int)),
@@ -527,7 +527,7 @@ cudnnGetPoolingNdForwardOutputDim = _function(
 cudnnGetPooling2dForwardOutputDim = _function(
     'cudnnGetPooling2dForwardOutputDim', _ct.c_int, (cudnnPoolingDescriptor_t, cudnnTensorDescriptor_t, _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_int)),
     'cudnnStatus_t cudnnGetPooling2dForwardOutputDim(const cudnnPoolingDescriptor_t poolingDesc, const cudnnTensorDescriptor_t inputTensorDesc, int *n, int *c, int *h, int *w)',
-    'Computes the output dimensions of a 2D pooling operation.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Computes the output dimensions of a 2D pooling operation.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', nonnull=('n', 'c', 'h', 'w'))
 
 cudnnDestroyPoolingDescriptor = _function(
     'cudnnDestroyPoolingDescriptor', _ct.c_int, (cudnnPoolingDescriptor_t,),
@@ -552,7 +552,7 @@ cudnnSetActivationDescriptor = _function(
 cudnnGetActivationDescriptor = _function(
     'cudnnGetActivationDescriptor', _ct.c_int, (cudnnActivationDescriptor_t, _pointer(_ct.c_int), _pointer(_ct.c_int), _pointer(_ct.c_double)),
     'cudnnStatus_t cudnnGetActivationDescriptor(const cudnnActivationDescriptor_t activationDesc, cudnnActivationMode_t *mode, cudnnNanPropagation_t *reluNanOpt, double *coef)',
-    'Retrieves the settings of an activation descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Retrieves the settings of an activation descriptor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', nonnull=('mode', 'reluNanOpt', 'coef'))
 
 cudnnSetActivationDescriptorSwishBeta = _function(
     'cudnnSetActivationDescriptorSwishBeta', _ct.c_int, (cudnnActivationDescriptor_t, _ct.c_double),
@@ -582,7 +582,7 @@ cudnnCreateLRNDescriptor = _function(
 cudnnSetLRNDescriptor = _function(
     'cudnnSetLRNDescriptor', _ct.c_int, (cudnnLRNDescriptor_t, _ct.c_uint, _ct.c_double, _ct.c_double, _ct.c_double),
     'cudnnStatus_t cudnnSetLRNDescriptor(cudnnLRNDescriptor_t normDesc, unsigned lrnN, double lrnAlpha, double lrnBeta, double lrnK)',
-    'Configures an LRN descriptor.')
+    'Configures an LRN descriptor.', nonnull=('normDesc',))
 
 cudnnGetLRNDescriptor = _function(
     'cudnnGetLRNDescriptor', _ct.c_int, (cudnnLRNDescriptor_t, _pointer(_ct.c_uint), _pointer(_ct.c_double), _pointer(_ct.c_double), _pointer(_ct.c_double)),
@@ -607,7 +607,7 @@ cudnnDivisiveNormalizationForward = _function(
 cudnnDeriveBNTensorDescriptor = _function(
     'cudnnDeriveBNTensorDescriptor', _ct.c_int, (cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnBatchNormMode_t),
     'cudnnStatus_t cudnnDeriveBNTensorDescriptor(cudnnTensorDescriptor_t derivedBnDesc, const cudnnTensorDescriptor_t xDesc, cudnnBatchNormMode_t mode)',
-    'Derives a tensor descriptor for batch normalization parameters.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Derives a tensor descriptor for batch normalization parameters.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', nonnull=('xDesc',))
 
 cudnnBatchNormalizationForwardInference = _function(
     'cudnnBatchNormalizationForwardInference', _ct.c_int, (cudnnHandle_t, cudnnBatchNormMode_t, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, _const_void_p, _const_void_p, _ct.c_double),
@@ -617,7 +617,7 @@ cudnnBatchNormalizationForwardInference = _function(
 cudnnDeriveNormTensorDescriptor = _function(
     'cudnnDeriveNormTensorDescriptor', _ct.c_int, (cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnNormMode_t, _ct.c_int),
     'cudnnStatus_t cudnnDeriveNormTensorDescriptor(cudnnTensorDescriptor_t derivedNormScaleBiasDesc, cudnnTensorDescriptor_t derivedNormMeanVarDesc, const cudnnTensorDescriptor_t xDesc, cudnnNormMode_t mode, int groupCnt)',
-    'Derives tensor descriptors for normalization parameters.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Derives tensor descriptors for normalization parameters.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', nonnull=('xDesc',))
 
 cudnnNormalizationForwardInference = _function(
     'cudnnNormalizationForwardInference', _ct.c_int, (cudnnHandle_t, cudnnNormMode_t, cudnnNormOps_t, cudnnNormAlgo_t, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_double, _ct.c_int),

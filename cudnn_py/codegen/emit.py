@@ -90,7 +90,8 @@ def module_source(version: str, h: model.Header, earlier: dict[str, str]) -> str
         args = ", ".join(f.argtypes) + ("," if len(f.argtypes) == 1 else "")
         extra = (", checked=False" if not f.returns_status else "") + \
                 (f", deprecated={_q(f.deprecation or 'Deprecated in cuDNN 9.')}" if f.deprecated else "") + \
-                (f", lengths={tuple(f.lengths)!r}" if f.lengths else "")
+                (f", lengths={tuple(f.lengths)!r}" if f.lengths else "") + \
+                (f", nonnull={tuple(f.nonnull)!r}" if f.nonnull else "")
         out.append(f"\n{f.name} = _function(\n    {_q(f.name)}, {f.restype}, ({args}),\n"
                    f"    {_q(f.prototype)},\n    {_q(f.brief)}{extra})\n")
 

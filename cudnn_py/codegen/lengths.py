@@ -25,6 +25,9 @@ LENGTHS: dict[str, list[tuple[str, ...]]] = {
     "cudnnSetTensorNdDescriptor": _each(("dimA", "strideA"), "nbDims"),
     "cudnnSetTensorNdDescriptorEx": _each(("dimA",), "nbDims"),
     "cudnnGetTensorNdDescriptor": _each(("dimA", "strideA"), "nbDimsRequested"),
+    # foldA (spatial dimensions only) is left out: whether cuDNN reads nbDims or nbDims - 2 entries is not stated
+    "cudnnSetTensorTransformDescriptor": _each(("padBeforeA", "padAfterA"), "nbDims"),
+    "cudnnGetTensorTransformDescriptor": _each(("padBeforeA", "padAfterA"), "nbDimsRequested"),
     "cudnnSetFilterNdDescriptor": _each(("filterDimA",), "nbDims"),
     "cudnnGetFilterNdDescriptor": _each(("filterDimA",), "nbDimsRequested"),
     "cudnnSetPoolingNdDescriptor": _each(("windowDimA", "paddingA", "strideA"), "nbDims"),

@@ -43,6 +43,7 @@ class Function:
     returns_status: bool
     params: list[str] = field(default_factory=list)  # parameter names
     lengths: list[tuple[str, ...]] = field(default_factory=list)  # (array, count[, attribute type]): see lengths.py
+    nonnull: list[str] = field(default_factory=list)  # parameters cuDNN dereferences unchecked: nonnull.py
     deprecated: bool = False
     brief: str = ""
     deprecation: str = ""               # the header's @deprecated text

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from pycparser import c_ast, c_parser
 
-from . import lengths, model
+from . import lengths, model, nonnull
 
 #: header file -> capi module, in include order (a module may use names of those before it)
 HEADERS = {
@@ -323,7 +323,9 @@ def read_headers(include_dir: Path, stubs: Path) -> tuple[str, list[model.Header
         for e in h.enums:
             e.deprecated_members = {m for m, _ in e.members if m in dep_enums}
 
-    lengths.attach([fn for h in headers.values() for fn in h.functions])
+    functions = [fn for h in headers.values() for fn in h.functions]
+    lengths.attach(functions)
+    nonnull.attach(functions)
     version = "{CUDNN_MAJOR}.{CUDNN_MINOR}.{CUDNN_PATCHLEVEL}".format(
         **{d.name: d.value for d in headers["cudnn_version.h"].defines})
     merged: dict[str, model.Header] = {}

@@ -1,0 +1,162 @@
+"""Parameters where cuDNN dereferences NULL instead of refusing it (the process dies), measured, so that the binding
+refuses ``None``/``0``/a NULL handle or pointer there before C runs (see ``cudnn_py._binding``).
+
+Measured with cuDNN 9.28 on a machine without a GPU, by ``python -m cudnn_py.codegen.nonnull``: every setter and
+getter that runs there is called with plausible arguments (fresh descriptors, generous buffers) and NULL in one
+handle or pointer parameter, each case in a forked child, first with fixed arguments and then 16 seeded variations
+of the others (enum members, small ints, array contents); a parameter is listed when a child died. The C-layer fuzz
+(tests/fuzz/test_fuzz_capi.py) looks for what this misses. Refusing NULL where cuDNN would crash cannot break a
+working program. Functions that need a GPU were not measured: there NULL is passed through, as in C, and cuDNN's
+own checks decide.
+"""
+from __future__ import annotations
+
+import sys
+
+from . import model
+
+#: function -> parameters that must not be NULL
+NONNULL: dict[str, tuple[str, ...]] = {
+    'cudnnBackendCreateDescriptor': ('descriptor',),
+    'cudnnSetTensorNdDescriptor': ('dimA', 'strideA'),
+    'cudnnSetTensorNdDescriptorEx': ('dimA',),
+    'cudnnGetTensorNdDescriptor': ('dataType',),
+    'cudnnGetTensorSizeInBytes': ('size',),
+    'cudnnGetTensorTransformDescriptor': ('direction',),
+    'cudnnGetOpTensorDescriptor': ('opTensorOp', 'opTensorCompType', 'opTensorNanOpt'),
+    'cudnnGetReduceTensorDescriptor': ('reduceTensorOp', 'reduceTensorCompType', 'reduceTensorNanOpt', 'reduceTensorIndices', 'reduceTensorIndicesType'),
+    'cudnnGetReductionIndicesSize': ('reduceTensorDesc', 'sizeInBytes'),
+    'cudnnGetReductionWorkspaceSize': ('reduceTensorDesc', 'aDesc', 'cDesc', 'sizeInBytes'),
+    'cudnnGetFilter4dDescriptor': ('dataType', 'format', 'k', 'c', 'h', 'w'),
+    'cudnnSetFilterNdDescriptor': ('filterDimA',),
+    'cudnnGetFilterNdDescriptor': ('dataType', 'format', 'nbDims', 'filterDimA'),
+    'cudnnGetFilterSizeInBytes': ('size',),
+    'cudnnGetPooling2dDescriptor': ('mode', 'maxpoolingNanOpt', 'windowHeight', 'windowWidth', 'verticalPadding', 'horizontalPadding', 'verticalStride', 'horizontalStride'),
+    'cudnnSetPoolingNdDescriptor': ('windowDimA', 'paddingA', 'strideA'),
+    'cudnnGetPoolingNdDescriptor': ('mode', 'maxpoolingNanOpt', 'nbDims', 'windowDimA', 'paddingA', 'strideA'),
+    'cudnnGetPooling2dForwardOutputDim': ('n', 'c', 'h', 'w'),
+    'cudnnGetActivationDescriptor': ('mode', 'reluNanOpt', 'coef'),
+    'cudnnSetLRNDescriptor': ('normDesc',),
+    'cudnnDeriveBNTensorDescriptor': ('xDesc',),
+    'cudnnDeriveNormTensorDescriptor': ('xDesc',),
+    'cudnnSetSeqDataDescriptor': ('dimA',),
+    'cudnnGetCTCLossWorkspaceSize': ('probsDesc',),
+    'cudnnGetCTCLossWorkspaceSize_v8': ('ctcLossDesc', 'probsDesc'),
+    'cudnnGetConvolutionMathType': ('mathType',),
+    'cudnnGetConvolutionGroupCount': ('groupCount',),
+    'cudnnGetConvolution2dDescriptor': ('pad_h', 'pad_w', 'u', 'v', 'dilation_h', 'dilation_w', 'mode', 'computeType'),
+    'cudnnSetConvolutionNdDescriptor': ('padA', 'filterStrideA', 'dilationA'),
+    'cudnnGetConvolutionNdDescriptor': ('arrayLength', 'padA', 'strideA', 'dilationA', 'mode', 'computeType'),
+    'cudnnGetConvolution2dForwardOutputDim': ('n', 'c', 'h', 'w'),
+}
+
+
+class NonNullError(ValueError):
+    """The table names a parameter the headers do not declare."""
+
+
+def attach(functions: list[model.Function]) -> None:
+    """Set ``nonnull`` on the functions the table lists; raises :class:`NonNullError` for a stale entry."""
+    by_name = {f.name: f for f in functions}
+    for name, params in NONNULL.items():
+        f = by_name.get(name)
+        if f is None:
+            continue
+        unknown = [p for p in params if p not in f.params]
+        if unknown:
+            raise NonNullError(f"nonnull table: {name} has no parameter {', '.join(unknown)} ({f.prototype})")
+        f.nonnull = list(params)
+
+
+def _plausible(argtype, rng=None):
+    """An argument cuDNN can work with for a parameter of ``argtype`` (None: leave NULL); ``rng`` (a
+    ``random.Random``) varies enum members, small ints and array contents, so that more of cuDNN's paths run."""
+    import ctypes
+    import enum
+
+    from cudnn_py import _binding, capi
+    if rng is not None and not (isinstance(argtype, type) and issubclass(argtype, _binding.Handle)):
+        if isinstance(argtype, type) and issubclass(argtype, enum.IntEnum):
+            return rng.choice(list(argtype))
+        target = getattr(argtype, "target", None)
+        if target is not None and target in _binding._INT_RANGES:
+            n = rng.randint(0, 10)
+            return (target * max(n, 1))(*[rng.randint(0, 9) for _ in range(max(n, 1))])
+        if argtype in _binding._INT_RANGES:
+            return rng.randint(0, 9)
+    if issubclass(argtype, _binding.Handle):
+        if argtype is capi.cudnnBackendDescriptor_t:
+            h = argtype()
+            capi.cudnnBackendCreateDescriptor(capi.CUDNN_BACKEND_TENSOR_DESCRIPTOR, ctypes.byref(h))
+            return h
+        create = getattr(capi, f"cudnnCreate{argtype.__name__[len('cudnn'):-len('_t')]}", None)
+        if not isinstance(create, _binding.CFunction) or len(create.params) != 1:
+            return None
+        h = argtype()
+        create(ctypes.byref(h))
+        return h
+    if issubclass(argtype, enum.IntEnum):
+        return list(argtype)[0]
+    target = getattr(argtype, "target", None)
+    if target is not None:
+        if issubclass(target, (ctypes.Structure, ctypes.c_void_p, ctypes._CFuncPtr)):
+            return (target * 64)()
+        if target is ctypes.c_char:
+            return ctypes.create_string_buffer(256)
+        return (target * 64)(*[1] * 64)
+    if argtype in (ctypes.c_void_p, _binding.const_void_p):
+        return ctypes.create_string_buffer(256)
+    if issubclass(argtype, ctypes._CFuncPtr):
+        return None
+    if argtype is ctypes.c_char_p:
+        return b""
+    return 1.0 if argtype in (ctypes.c_float, ctypes.c_double) else 4
+
+
+def probe(names: list[str] | None = None, variants: int = 16) -> dict[str, list[str]]:
+    """Measure the table: for each function, the handle/pointer parameters whose NULL kills a forked child, with
+    the other arguments plausible, first fixed, then varied ``variants`` times (seeded)."""
+    import ctypes
+    import os
+    import random
+    import re
+    import warnings
+
+    from cudnn_py import _binding, capi
+    warnings.simplefilter("ignore", DeprecationWarning)
+    skip = re.compile(r"FusedOps|^cudnnSetCallback$|^cudnnGetRNNWeightParams$|^cudnnGetMultiHeadAttn")
+    if names is None:
+        names = [f for f in capi.FUNCTIONS if re.match(r"cudnn(Set|Get|Derive|RNNSetClip|RNNGetClip|Backend)", f)
+                 and not skip.search(f) and isinstance(getattr(capi, f), _binding.CFunction)]
+
+    def dies(fn, args) -> bool:
+        pid = os.fork()
+        if pid == 0:
+            try:
+                fn.raw(*args)  # past the binding's own refusals: what cuDNN itself does
+            except Exception:
+                pass
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        return os.WIFSIGNALED(status)
+
+    rng = random.Random(20261123)
+    found: dict[str, list[str]] = {}
+    for name in names:
+        fn = getattr(capi, name)
+        for variant in range(variants + 1):
+            base = [_plausible(a, rng if variant else None) for _, a in fn.params]
+            if dies(fn, base):
+                continue  # this variant dies without any NULL (an out-of-range combination): no evidence
+            for i, (param, argtype) in enumerate(fn.params):
+                pointer_like = issubclass(argtype, _binding.Handle) or hasattr(argtype, "target") or \
+                    argtype in (ctypes.c_void_p, _binding.const_void_p)
+                if pointer_like and param not in found.get(name, ()) and \
+                        dies(fn, base[:i] + [None] + base[i + 1:]):
+                    found.setdefault(name, []).append(param)
+    return {name: [p for p, _ in getattr(capi, name).params if p in params] for name, params in found.items()}
+
+
+if __name__ == "__main__":
+    for name, params in probe(sys.argv[1:] or None).items():
+        print(f"    {name!r}: {tuple(params)!r},")

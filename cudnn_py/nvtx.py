@@ -1,0 +1,122 @@
+"""NVTX ranges named after the cuDNN call, so that Nsight Systems shows cudnn-py's work on its timeline.
+
+::
+
+    cudnn_py.nvtx.enable()      # or CUDNN_PY_NVTX=1 in the environment (read when cuDNN's first function is bound)
+    y = cudnn_py.convolution_forward(h, conv, x, w)   # a range "cudnnConvolutionForward" in domain "cudnn_py"
+    with cudnn_py.nvtx.scope("my step"):              # a range of your own, in the same domain
+        ...
+    cudnn_py.nvtx.disable()
+
+While enabled, every call of a C function through :mod:`cudnn_py.capi` (which is how the Pythonic operations,
+descriptors and the graph builder reach cuDNN) runs inside a range named after that function; hot paths that keep
+a bound ctypes function (a convolution plan's ``fn.raw``, a graph executor) get the range if they were made
+while ranges were on, so enable before the first operation (the environment variable does). Disabled, nothing
+is wrapped and nothing is paid.
+
+Needs the ``nvtx`` package (``pip install nvtx``), NVIDIA's maintained Python binding of NVTX; without a
+profiler attached its calls do nothing.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import warnings
+from collections.abc import Callable, Iterator
+
+from . import _binding
+
+__all__ = ["enable", "disable", "enabled", "scope", "wrap", "DOMAIN"]
+
+DOMAIN = "cudnn_py"
+_COLOR = 0x76B900
+_lock = threading.Lock()
+_state: dict = {"domain": None, "attributes": {}}
+
+
+def _domain():
+    try:
+        import nvtx
+    except ImportError as e:
+        raise ImportError("NVTX ranges need the nvtx package: pip install nvtx") from e
+    return nvtx.get_domain(DOMAIN)
+
+
+def _attributes(name: str):
+    attrs = _state["attributes"].get(name)
+    if attrs is None:
+        attrs = _state["attributes"][name] = _state["domain"].get_event_attributes(message=name, color=_COLOR)
+    return attrs
+
+
+def wrap(name: str, fn: Callable) -> Callable:
+    """``fn`` inside a range named ``name`` on every call while ranges are on; ``fn`` itself when they are off.
+
+    Parameters:
+        name: the range's name (the C function's, for cuDNN calls).
+        fn: the callable to wrap.
+
+    Returns the callable to use (decided now: a caller that keeps it does not see a later :func:`enable`).
+    """
+    domain = _state["domain"]
+    if domain is None:
+        return fn
+    attrs, push, pop = _attributes(name), domain.push_range, domain.pop_range
+
+    def ranged(*args):
+        push(attrs)
+        try:
+            return fn(*args)
+        finally:
+            pop()
+    ranged.__name__ = ranged.__qualname__ = name
+    return ranged
+
+
+def enable() -> None:
+    """Wrap every cuDNN call in a range from now on. Raises ImportError when the ``nvtx`` package is missing."""
+    with _lock:
+        if _state["domain"] is None:
+            _state["domain"] = _domain()
+            _state["attributes"] = {}
+        _binding.set_range_wrapper(wrap)
+
+
+def disable() -> None:
+    """Stop wrapping cuDNN calls (functions already wrapped by :func:`wrap` stay as they are)."""
+    with _lock:
+        _state["domain"] = None
+        _binding.set_range_wrapper(None)
+
+
+def enabled() -> bool:
+    """Whether cuDNN calls are being wrapped in ranges."""
+    return _state["domain"] is not None
+
+
+@contextlib.contextmanager
+def scope(name: str) -> Iterator[None]:
+    """A range named ``name`` in the ``cudnn_py`` domain around the block while ranges are on (else nothing)."""
+    domain = _state["domain"]
+    if domain is None:
+        yield
+        return
+    domain.push_range(_attributes(name))
+    try:
+        yield
+    finally:
+        domain.pop_range()
+
+
+def enable_from_environment() -> None:
+    """:func:`enable` when ``CUDNN_PY_NVTX`` is 1/on/true/yes; a missing ``nvtx`` package only warns."""
+    value = os.environ.get("CUDNN_PY_NVTX", "").strip().lower()
+    if value not in ("1", "on", "true", "yes"):
+        if value not in ("", "0", "off", "false", "no"):
+            warnings.warn(f"CUDNN_PY_NVTX={value!r} ignored: use 1 or 0", RuntimeWarning, stacklevel=2)
+        return
+    try:
+        enable()
+    except ImportError as e:  # the variable must never break the program it observes
+        warnings.warn(f"CUDNN_PY_NVTX=1 ignored: {e}", RuntimeWarning, stacklevel=2)
