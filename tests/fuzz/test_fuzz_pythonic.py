@@ -47,7 +47,7 @@ def _run(target: str, tmp_path: Path) -> dict:
 
 #: targets whose findings are in code another session owns (the graph package); reported in .notes/requests.md.
 #: strict: once they pass, the mark fails the test, so it is removed when the fix lands.
-_LEAD_OWNED = {"graph_ops", "graph_tensor", "backend_set"}
+_LEAD_OWNED = {"graph_ops", "backend_set"}
 
 
 @pytest.mark.parametrize("target", [pytest.param(t, marks=pytest.mark.xfail(
