@@ -422,3 +422,212 @@ def test_host_arrays_and_host_seq_lens_are_refused(handle, rng):
         S.sdpa(handle, q, q, q, seq_len_q=to_device(np.array([16], np.int64)), seq_len_kv=_i32([16]))
     with pytest.raises(ValueError, match="seed"):
         S.sdpa(handle, q, q, q, dropout=0.1)
+
+
+# -- packed (ragged, "THD") batches ---------------------------------------------------------------------------------
+def _thd_view(a, b, s_max):
+    """A (T, H, D) device array seen as the logical (B, H, s_max, D) tensor of its packed batches."""
+    _, h, d = a.shape
+    return DeviceArray(a.ptr, (b, h, s_max, d), a.dtype, (s_max * h * d, d, h * d, 1), device_id=a.device_id,
+                       owner=a)
+
+
+def _to_packed(host, dt, pad_tokens=64):
+    """Packed host (T, H, D) -> device buffer of T + pad_tokens rows (the pad rows NaN); returns (view, buffer)."""
+    full = np.full((host.shape[0] + pad_tokens,) + host.shape[1:], np.nan)
+    full[:host.shape[0]] = host
+    buf = to_device(full.astype(dt))
+    return DeviceArray(buf.ptr, host.shape, dt, device_id=buf.device_id, owner=buf), buf
+
+
+@pytest.mark.parametrize("stats_packed,offset_dtype", [(False, np.int64), (True, np.int32)])
+def test_packed_batches_forward_backward(handle, rng, stats_packed, offset_dtype):
+    """Sequences of different lengths back to back (THD) with per-tensor ragged offsets, GQA, causal: forward and
+    backward against the reference on the padded equivalent; the rows after the last token stay unwritten."""
+    dt = BF16
+    b, hq, hk, d, s = 3, 4, 2, 64, 100
+    lq, lk = np.array([17, 100, 1]), np.array([30, 100, 57])
+    qa, ka, va = _inputs(rng, b, hq, hk, s, s, d)
+    doa = rng.standard_normal(qa.shape)
+    opts = dict(causal=True, diagonal_alignment="bottom_right")
+    rows_q, rows_kv = R.valid_rows(b, s, lq), R.valid_rows(b, s, lk)
+    host = {"q": R.pack(qa, lq), "k": R.pack(ka, lk), "v": R.pack(va, lk)}
+    dev = {n: _to_packed(x, dt)[0] for n, x in host.items()}
+    offs = {"q": R.offsets(lq, hq * d), "k": R.offsets(lk, hk * d), "v": R.offsets(lk, hk * d),
+            "o": R.offsets(lq, hq * d), "stats": R.offsets(lq, hq)}
+    offs_dev = {n: to_device(x.astype(offset_dtype).reshape(-1, 1, 1, 1)) for n, x in offs.items()}
+    if not stats_packed:
+        del offs_dev["stats"]
+    g = G.Graph(io_dtype=dt, compute_dtype="float32", intermediate_dtype="float32")
+    ts = {n: g.tensor_like(_thd_view(dev[n], b, s), n) for n in ("q", "k", "v")}
+    ot = {n: g.tensor_like(a, f"off_{n}") for n, a in offs_dev.items()}
+    sl = [g.tensor_like(_i32(x), n) for x, n in ((lq, "slq"), (lk, "slk"))]
+    o, st = g.sdpa(ts["q"], ts["k"], ts["v"], seq_len_q=sl[0], seq_len_kv=sl[1], **opts,
+                   **{f"ragged_offset_{n}": t for n, t in ot.items()})
+    o.set_output(True), st.set_output(True)
+    g.build(handle)
+    o_dev, o_buf = _to_packed(np.full((lq.sum(), hq, d), np.nan), dt)
+    if stats_packed:
+        st_dev, st_buf = _to_packed(np.full((lq.sum(), hq, 1), np.nan), np.float32)
+        st_arr = DeviceArray(st_dev.ptr, (b, hq, s, 1), np.float32, (s * hq, 1, hq, 1), owner=st_buf)
+    else:
+        st_arr = _nan((b, hq, s, 1), np.float32)
+    pack = {ts[n]: _thd_view(dev[n], b, s) for n in ts}
+    pack.update({ot[n]: a for n, a in offs_dev.items()})
+    pack.update({sl[0]: _i32(lq), sl[1]: _i32(lk), o: _thd_view(o_dev, b, s), st: st_arr})
+    g.execute(handle, pack)
+    ro, rs = R.forward(_q(qa, dt), _q(ka, dt), _q(va, dt), seq_len_q=lq, seq_len_kv=lk, **opts)
+    o_all = _host(o_buf)
+    _close(R.unpack(o_all[:lq.sum()], lq, s), ro, "bfloat16", rows_q)
+    assert np.isnan(o_all[lq.sum():]).all(), "the packed output was written past its last token"
+    stats_host = R.unpack(_host(st_buf)[:lq.sum()], lq, s) if stats_packed else _host(st_arr)
+    _close(stats_host, rs, "bfloat16", rows_q)
+    # backward: dq/dk/dv packed like q/k/v, do like o
+    o_host = R.unpack(o_all[:lq.sum()], lq, s)
+    do_dev = _to_packed(R.pack(doa, lq), dt)[0]
+    st_in = to_device(np.asarray(st_arr.to_numpy(), np.float32)) if not stats_packed else st_arr
+    g2 = G.Graph(io_dtype=dt, compute_dtype="float32", intermediate_dtype="float32")
+    ins = {n: _thd_view(dev[n], b, s) for n in ("q", "k", "v")}
+    ins.update(o=_thd_view(o_dev, b, s), do=_thd_view(do_dev, b, s), stats=st_in)
+    t2 = {n: g2.tensor_like(a, n) for n, a in ins.items()}
+    ot2 = {n: g2.tensor_like(a, f"off_{n}") for n, a in offs_dev.items()}
+    sl2 = [g2.tensor_like(_i32(x), n) for x, n in ((lq, "slq"), (lk, "slk"))]
+    grads = g2.sdpa_backward(*(t2[n] for n in ("q", "k", "v", "o", "do", "stats")), seq_len_q=sl2[0],
+                             seq_len_kv=sl2[1], **opts, **{f"ragged_offset_{n}": t for n, t in ot2.items()})
+    for t in grads:
+        t.set_output(True)
+    g2.build(handle)
+    outs = [_to_packed(np.full((n_tok, h_, d), np.nan), dt) for n_tok, h_ in ((lq.sum(), hq), (lk.sum(), hk),
+                                                                               (lk.sum(), hk))]
+    pack2 = {t2[n]: a for n, a in ins.items()}
+    pack2.update({ot2[n]: a for n, a in offs_dev.items()})
+    pack2.update({sl2[0]: _i32(lq), sl2[1]: _i32(lk)})
+    for t, (view, _), sm in zip(grads, outs, (s, s, s)):
+        pack2[t] = _thd_view(view, b, sm)
+    for t in sdpa_scratch(g2):
+        pack2[t] = _nan(t.shape, t.np_dtype)
+    g2.execute(handle, pack2)
+    ref = R.backward(_q(qa, dt), _q(ka, dt), _q(va, dt), _q(doa, dt) * rows_q, seq_len_q=lq, seq_len_kv=lk,
+                     o=o_host * rows_q, **opts)
+    got = []
+    for (view, buf), lens in zip(outs, (lq, lk, lk)):
+        full = _host(buf)
+        assert np.isnan(full[lens.sum():]).all(), "a packed gradient was written past its last token"
+        got.append(R.unpack(full[:lens.sum()], lens, s))
+    _check_grads([None, *got], ref, "bfloat16", rows_q, rows_kv)
+
+
+def test_pythonic_packed_batches(handle, rng):
+    dt = BF16
+    b, h, d, s = 3, 2, 64, 80
+    lq, lk = np.array([80, 5, 33]), np.array([64, 80, 7])
+    qa, ka, va = _inputs(rng, b, h, h, s, s, d)
+    doa = rng.standard_normal(qa.shape)
+    q, k, v, do = (_to_packed(R.pack(x, n), dt)[0] for x, n in ((qa, lq), (ka, lk), (va, lk), (doa, lq)))
+    kw = dict(seq_len_q=_i32(lq).reshape(b), seq_len_kv=_i32(lk).reshape(b), max_seq_len_q=s, max_seq_len_kv=s,
+              ragged_offset_q=to_device(R.offsets(lq, h * d).astype(np.int64)),
+              ragged_offset_kv=to_device(R.offsets(lk, h * d).astype(np.int64)))
+    o, st = S.sdpa(handle, q, k, v, return_stats=True, **kw)
+    assert o.shape == (lq.sum(), h, d)
+    rows_q, rows_kv = R.valid_rows(b, s, lq), R.valid_rows(b, s, lk)
+    ro, rs = R.forward(_q(qa, dt), _q(ka, dt), _q(va, dt), seq_len_q=lq, seq_len_kv=lk)
+    o_host = R.unpack(_host(o), lq, s)
+    _close(o_host, ro, "bfloat16", rows_q)
+    _close(_host(st), rs, "bfloat16", rows_q)
+    dq, dk, dv = S.sdpa_backward(handle, q, k, v, o, do, st, **kw)
+    assert (dq.shape, dk.shape) == ((lq.sum(), h, d), (lk.sum(), h, d))
+    ref = R.backward(_q(qa, dt), _q(ka, dt), _q(va, dt), _q(doa, dt) * rows_q, seq_len_q=lq, seq_len_kv=lk,
+                     o=o_host * rows_q)
+    got = [R.unpack(_host(x), n, s) for x, n in ((dq, lq), (dk, lk), (dv, lk))]
+    _check_grads([None, *got], ref, "bfloat16", rows_q, rows_kv)
+
+
+# -- FP8 ------------------------------------------------------------------------------------------------------------
+F8 = {"e4m3": np.dtype(ml_dtypes.float8_e4m3fn), "e5m2": np.dtype(ml_dtypes.float8_e5m2)}
+FP8_TOL = {"e4m3": 0.05, "e5m2": 0.1}  # relative RMS error bound; max error bound 3x that (of max |ref|)
+
+
+def _f32(x):
+    return to_device(np.array(x, np.float32).reshape(1, 1, 1, 1))
+
+
+def _fp8_close(got, ref, tol, what):
+    rms, mx = R.rel_errors(got, ref)
+    print(f"{what}: relative RMS error {rms:.4f}, max error / max |ref| {mx:.4f}")
+    assert not np.isnan(got).any(), f"{what} has NaN: an element was not written"
+    assert rms <= tol and mx <= 3 * tol, f"{what}: relative RMS error {rms:.4f}, max {mx:.4f} (bound {tol})"
+
+
+def _fp8_forward(handle, rng, fmt, b, hq, hk, s, d, causal):
+    """Quantized inputs, the FP8 forward graph run on them; returns everything the tests compare."""
+    dt = F8[fmt]
+    qa, ka, va = _inputs(rng, b, hq, hk, s, s, d)
+    sc = {n: 16.0 for n in ("q", "k", "v")}
+    (q8, qd), (k8, kd), (v8, vd) = (R.quantize(x, dt, sc[n]) for x, n in ((qa, "q"), (ka, "k"), (va, "v")))
+    ro, rs = R.forward(qd, kd, vd, causal=causal)
+    scale_s, scale_o = 256.0 if fmt == "e4m3" else 4096.0, R.pow2_scale(np.abs(ro).max(), dt)
+    g = G.Graph(io_dtype=dt, compute_dtype="float32", intermediate_dtype="float32")
+    arrs = {"q": to_device(q8), "k": to_device(k8), "v": to_device(v8)}
+    scales = {"descale_q": 1 / sc["q"], "descale_k": 1 / sc["k"], "descale_v": 1 / sc["v"],
+              "descale_s": 1 / scale_s, "scale_s": scale_s, "scale_o": scale_o}
+    arrs.update({n: _f32(x) for n, x in scales.items()})
+    t = {n: g.tensor_like(a, n) for n, a in arrs.items()}
+    outs = g.sdpa_fp8(t["q"], t["k"], t["v"], causal=causal, **{n: t[n] for n in scales})
+    for x in outs:
+        x.set_output(True)
+    g.build(handle)
+    res = [_nan(x.shape, x.np_dtype, x.strides) for x in outs]
+    g.execute(handle, {**{t[n]: a for n, a in arrs.items()}, **dict(zip(outs, res))})
+    o8, st, amax_s, amax_o = (x.to_numpy() for x in res)
+    return dict(dt=dt, q=(q8, qd, sc["q"]), k=(k8, kd, sc["k"]), v=(v8, vd, sc["v"]), ro=ro, rs=rs, o8=o8,
+                stats=st, amax_s=float(amax_s.ravel()[0]), amax_o=float(amax_o.ravel()[0]), scale_s=scale_s,
+                scale_o=scale_o)
+
+
+@pytest.mark.parametrize("fmt,causal,d", [("e4m3", False, 128), ("e4m3", True, 64), ("e5m2", True, 128)])
+def test_fp8_forward(handle, rng, fmt, causal, d):
+    r = _fp8_forward(handle, rng, fmt, 2, 4, 2, 128, d, causal)
+    o = r["o8"].astype(np.float64) / r["scale_o"]
+    _fp8_close(o, r["ro"], FP8_TOL[fmt], f"FP8 {fmt} O")
+    _close(r["stats"], r["rs"], "float16")  # float32 statistics of exactly representable scores
+    # amax of the probabilities (max over rows of 1/rowsum-ish, <= 1) and of O before its scaling
+    s_all = np.exp(np.einsum("bhqd,bhkd->bhqk", r["q"][1], np.repeat(r["k"][1], 2, 1)) / np.sqrt(d) - r["rs"])
+    p_ref = np.where(R.keep_mask(2, 4, 128, 128, causal=causal), s_all, 0).max()
+    np.testing.assert_allclose(r["amax_s"], p_ref, rtol=0.02)
+    np.testing.assert_allclose(r["amax_o"], np.abs(r["ro"]).max(), rtol=2 * FP8_TOL[fmt])
+
+
+@pytest.mark.parametrize("fmt", ["e4m3", "e5m2"])
+def test_fp8_backward(handle, rng, fmt):
+    b, hq, hk, s, d = 2, 4, 2, 128, 128
+    r = _fp8_forward(handle, rng, fmt, b, hq, hk, s, d, True)
+    dt = r["dt"]
+    doa = rng.standard_normal(r["ro"].shape)
+    do8, dod = R.quantize(doa, dt, 16.0)
+    od = r["o8"].astype(np.float64) / r["scale_o"]
+    (q8, qd, sq_), (k8, kd, sk), (v8, vd, sv) = r["q"], r["k"], r["v"]
+    rdq, rdk, rdv, rds = R.backward(qd, kd, vd, dod, causal=True, o=od)
+    scale_dp = R.pow2_scale(np.abs(rds / np.sqrt(d)).max(), dt)
+    scale = {n: R.pow2_scale(np.abs(x).max(), dt) for n, x in (("dq", rdq), ("dk", rdk), ("dv", rdv))}
+    g = G.Graph(io_dtype=dt, compute_dtype="float32", intermediate_dtype="float32")
+    arrs = {"q": to_device(q8), "k": to_device(k8), "v": to_device(v8), "o": to_device(r["o8"]),
+            "do": to_device(do8), "stats": to_device(r["stats"])}
+    scales = {"descale_q": 1 / sq_, "descale_k": 1 / sk, "descale_v": 1 / sv, "descale_o": 1 / r["scale_o"],
+              "descale_do": 1 / 16.0, "descale_s": 1 / r["scale_s"], "descale_dp": 1 / scale_dp,
+              "scale_s": r["scale_s"], "scale_dq": scale["dq"], "scale_dk": scale["dk"], "scale_dv": scale["dv"],
+              "scale_dp": scale_dp}
+    arrs.update({n: _f32(x) for n, x in scales.items()})
+    t = {n: g.tensor_like(a, n) for n, a in arrs.items()}
+    outs = g.sdpa_fp8_backward(*(t[n] for n in ("q", "k", "v", "o", "do", "stats")), causal=True,
+                               **{n: t[n] for n in scales})
+    for x in outs:
+        x.set_output(True)
+    g.build(handle)
+    res = [_nan(x.shape, x.np_dtype, x.strides) for x in outs]
+    g.execute(handle, {**{t[n]: a for n, a in arrs.items()}, **dict(zip(outs, res))})
+    dq8, dk8, dv8, amax_dq, amax_dk, amax_dv, amax_dp = (x.to_numpy() for x in res)
+    tol = 2 * FP8_TOL[fmt]
+    for n, got, ref, am in (("dQ", dq8, rdq, amax_dq), ("dK", dk8, rdk, amax_dk), ("dV", dv8, rdv, amax_dv)):
+        _fp8_close(got.astype(np.float64) / scale[n.lower()], ref, tol, f"FP8 {fmt} {n}")
+        np.testing.assert_allclose(float(am.ravel()[0]), np.abs(ref).max(), rtol=tol)
+    np.testing.assert_allclose(float(amax_dp.ravel()[0]), np.abs(rds / np.sqrt(d)).max(), rtol=tol)

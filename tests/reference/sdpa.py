@@ -8,6 +8,7 @@ gradients are zero: compare only the valid region (:func:`valid_rows`).
 """
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 
@@ -86,10 +87,11 @@ def forward(q, k, v, *, scale=None, bias=None, alibi=None, dropout=0.0, dropout_
     return o, stats
 
 
-def backward(q, k, v, do, *, scale=None, bias=None, alibi=None, dropout=0.0, dropout_mask=None, **mask):
+def backward(q, k, v, do, *, scale=None, bias=None, alibi=None, dropout=0.0, dropout_mask=None, o=None, **mask):
     """(dq, dk, dv, dbias_full) of :func:`forward` for the output gradient ``do``; ``dbias_full`` is the
     (B, Hq, Sq, Skv) score gradient (sum it over the dims a broadcast bias lacks). Fully masked rows give zero
-    gradients."""
+    gradients. ``o``: the forward output to take the row term rowsum(dO * O) from (what flash-attention backward
+    kernels do; default: the exact one, which is the same without dropout)."""
     q, k, v, do = (np.asarray(a, np.float64) for a in (q, k, v, do))
     b, hq, sq, d = q.shape
     hk, hv = k.shape[1], v.shape[1]
@@ -102,7 +104,9 @@ def backward(q, k, v, do, *, scale=None, bias=None, alibi=None, dropout=0.0, dro
     kk, vv = _repeat_heads(k, hq), _repeat_heads(v, hq)
     dv = _fold_heads(np.einsum("bhqk,bhqd->bhkd", pd, do), hv)
     dp = np.einsum("bhqd,bhkd->bhqk", do, vv) * drop
-    ds = p * (dp - (dp * p).sum(axis=-1, keepdims=True))
+    delta = (dp * p).sum(axis=-1, keepdims=True) if o is None else (do * np.asarray(o, np.float64)).sum(
+        axis=-1, keepdims=True)
+    ds = p * (dp - delta)
     dq = np.einsum("bhqk,bhkd->bhqd", ds, kk) * scale
     dk = _fold_heads(np.einsum("bhqk,bhqd->bhkd", ds, q), hk) * scale
     return dq, dk, dv, ds
@@ -112,3 +116,44 @@ def reduce_to(g, shape):
     """Sum ``g`` over the dims where ``shape`` has 1 (a broadcast bias's gradient)."""
     axes = tuple(i for i, (n, m) in enumerate(zip(shape, g.shape)) if n == 1 and m != 1)
     return g.sum(axis=axes, keepdims=True)
+
+
+# -- packed batches and FP8 -------------------------------------------------------------------------------------
+def pack(x, lens):
+    """(B, H, S, D) -> the packed (T, H, D) tokens of each batch's first ``lens[b]`` rows."""
+    return np.concatenate([x[b, :, :n].transpose(1, 0, 2) for b, n in enumerate(lens)], axis=0)
+
+
+def unpack(t, lens, s_max):
+    """Packed (T, H, D) -> (B, H, s_max, D) with zeros beyond each batch's length."""
+    out = np.zeros((len(lens), t.shape[1], s_max, t.shape[2]))
+    start = 0
+    for b, n in enumerate(lens):
+        out[b, :, :n] = t[start:start + n].transpose(1, 0, 2)
+        start += n
+    return out
+
+
+def offsets(lens, per_token):
+    """Ragged offsets: each batch's first element, (B + 1,) = cumulative tokens times elements per token."""
+    return np.concatenate([[0], np.cumsum(lens)]) * per_token
+
+
+def quantize(x, dtype, scale):
+    """``x * scale`` rounded to FP8 ``dtype`` (saturating, as cuDNN does), and the value it stands for
+    (dequantized with 1/scale, float64)."""
+    big = float(ml_dtypes.finfo(dtype).max)
+    q = np.clip(np.asarray(x, np.float64) * scale, -big, big).astype(dtype)
+    return q, q.astype(np.float64) / scale
+
+
+def pow2_scale(amax, dtype, headroom=0.5):
+    """The power-of-two scale that maps ``amax`` to at most ``headroom`` times the FP8 type's largest value."""
+    return float(2.0 ** np.floor(np.log2(headroom * float(ml_dtypes.finfo(dtype).max) / max(float(amax), 1e-30))))
+
+
+def rel_errors(got, ref):
+    """(relative RMS error, max |error| / max |ref|)."""
+    got, ref = np.asarray(got, np.float64), np.asarray(ref, np.float64)
+    err = got - ref
+    return float(np.sqrt((err ** 2).mean() / (ref ** 2).mean())), float(np.abs(err).max() / np.abs(ref).max())
