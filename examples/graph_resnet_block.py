@@ -115,6 +115,7 @@ class Block:
 
     def step(self, x, dout, engine: str):
         """One forward + backward + SGD step; x and dout logical (N, C, H, W) NHWC float16. Returns (out, dx)."""
+        from cudnn_py.memory import empty
         from cudnn_py.ops import batchnorm as bn
         from cudnn_py.ops import convolution as cv
         from cudnn_py.ops import tensor_ops as to
@@ -137,7 +138,7 @@ class Block:
         dy1 = _physical(g1.dx)
         dxm = _nhwc_view(cv.convolution_backward_data(h, conv, w["w1"], dy1, engine=engine), x.shape)
         dw1 = cv.convolution_backward_filter(h, conv, _physical(x), dy1, w_shape=w["w1"].shape, engine=engine)
-        dx = to.op_tensor(h, "add", dxm, g2.dz, engine=engine)
+        dx = to.op_tensor(h, "add", dxm, g2.dz, _nhwc_view(empty(dy1.shape, np.float16), x.shape), engine=engine)
         for param, grad in ((w["w1"], dw1), (w["w2"], dw2), (p["s1"], g1.dscale), (p["b1"], g1.dbias),
                             (p["s2"], g2.dscale), (p["b2"], g2.dbias)):
             to.add_tensor(h, grad, param, alpha=-LR, beta=1.0, engine=engine)

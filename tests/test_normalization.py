@@ -220,11 +220,16 @@ def test_graph_training_inference_backward_match_reference(handle, rng, ops, dty
         with pytest.raises(GraphPathRefused, match="per channel only"):
             normalization_forward_inference(handle, xd, sd, bd, rm, rv, z=zd, ops=ops, epsilon=1e-4,
                                             y=E.poisoned(shape, dtype, layout), engine="graph")
-        engine = "auto"
-    yi = normalization_forward_inference(handle, xd, sd, bd, rm, rv, z=zd, ops=ops, epsilon=1e-4,
-                                         y=E.poisoned(shape, dtype, layout), engine=engine)
-    E.assert_close(E.host(yi), ref.forward_inference(x, scale, bias, want["running_mean"], want["running_var"],
-                                                     "per_channel", eps=1e-4, z=z, relu=relu), dtype, scale=2)
+        engine = "legacy"
+    if engine == "legacy" and relu:  # measured: the legacy call has no NCHW float32 kernel with an activation
+        with pytest.raises(CudnnNotSupportedError):
+            normalization_forward_inference(handle, xd, sd, bd, rm, rv, z=zd, ops=ops, epsilon=1e-4,
+                                            y=E.poisoned(shape, dtype, layout), engine="legacy")
+    else:
+        yi = normalization_forward_inference(handle, xd, sd, bd, rm, rv, z=zd, ops=ops, epsilon=1e-4,
+                                             y=E.poisoned(shape, dtype, layout), engine=engine)
+        E.assert_close(E.host(yi), ref.forward_inference(x, scale, bias, want["running_mean"], want["running_var"],
+                                                         "per_channel", eps=1e-4, z=z, relu=relu), dtype, scale=2)
     wg = ref.backward(x, dy, scale, "per_channel", eps=1e-4, y=y, relu=relu, with_z=z is not None)
     for got, key in ((g.dx, "dx"), (g.dscale, "dscale"), (g.dbias, "dbias")) + (((g.dz, "dz"),) if z is not None
                                                                               else ()):

@@ -24,8 +24,9 @@ backward as one ``OPERATION_NORM_BACKWARD`` (the ``..._ex`` ReLU gradient as a p
 It takes float16, bfloat16 and float32 data in spatial (and spatial-persistent) mode, ReLU as the only fused
 activation, the saved statistics for backward, alpha 1 and beta 0 (inference also blends); it needs no reserve
 space (it returns none, and its backward reads none). ``engine="auto"`` (the default) takes the graph for forward
-training and backward where it accepts the call, the legacy call otherwise and for inference and the ``..._ex``
-calls, whose legacy kernels measured faster (docs/graph_paths.md).
+training, inference and backward where it accepts the call, the legacy call otherwise and for the ``..._ex``
+calls (their legacy backward measured faster, and forward and backward must agree on the reserve space; see
+docs/graph_paths.md).
 
 Raw C path::
 
@@ -262,7 +263,8 @@ def _graph_spatial(s: _Setup, what: str) -> None:
 
 
 def _legacy_if_auto(engine: str) -> str:
-    """``engine='auto'`` for the calls whose legacy path measured faster than the graph (docs/graph_paths.md)."""
+    """``engine='auto'`` for the ``..._ex`` pair: legacy (its backward measured faster than the graph's, and the
+    forward must match the backward, which reads the legacy forward's reserve space; docs/graph_paths.md)."""
     return "legacy" if engine == "auto" else engine
 
 
@@ -398,9 +400,9 @@ def batchnorm_forward_inference(handle, x, scale, bias, mean, var, *, mode="spat
                                 y=None, alpha: float = 1.0, beta: float = 0.0, engine: str = "auto") -> DeviceArray:
     """``y = alpha * (scale * (x - mean) / sqrt(var + epsilon) + bias) + beta * y``
     (``cudnnBatchNormalizationForwardInference``); returns y (allocated if not given).
-    ``engine``: "legacy", "graph" (either mode) or "auto" (the default: here the legacy call, measured faster).
+    ``engine``: "legacy", "graph" (either mode) or "auto" (the default: the graph where it takes the call).
     """
-    engine = _legacy_if_auto(gl.engine_arg(engine))
+    engine = gl.engine_arg(engine)
     s = _bn(handle, x, mode)
     sc, bi = s.param(scale, "scale", handle), s.param(bias, "bias", handle)
     me, va = s.param(mean, "mean", handle), s.param(var, "var", handle)

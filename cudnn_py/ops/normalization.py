@@ -17,8 +17,8 @@ the mean/variance tensors have the scale's shape (``cudnnDeriveNormTensorDescrip
 ``engine="graph"`` runs the same computation through cached backend-API graphs, as
 :mod:`cudnn_py.ops.batchnorm` describes (per-channel mode for training and backward, either mode for inference;
 ReLU as the fused activation; ``algo`` left "standard"; no reserve space). ``engine="auto"`` (the default): the
-graph for plain ("norm") training and backward where it accepts the call, the legacy call otherwise and for
-inference and the fused-activation ops (docs/graph_paths.md).
+graph for plain ("norm") training, inference and backward where it accepts the call, the legacy call otherwise
+and for the fused-activation ops (docs/graph_paths.md).
 
 Raw C path::
 
@@ -87,7 +87,7 @@ def _sizes(handle, s: _Setup, op, algo, act, with_z: bool) -> tuple[int, int, in
 
 def _auto(engine: str, ops) -> str:
     """``engine='auto'``: the graph for plain normalisation (measured faster), the legacy call for the fused
-    activation ops (whose legacy kernels measured faster)."""
+    activation ops (as for batch norm's ``..._ex`` calls, whose legacy backward measured faster)."""
     if engine != "auto":
         return engine
     return "auto" if ops in ("norm", capi.CUDNN_NORM_OPS_NORM) else "legacy"
@@ -160,8 +160,8 @@ def normalization_forward_inference(handle, x, scale, bias, mean, var, *, z=None
                                     alpha: float = 1.0, beta: float = 0.0, engine: str = "auto") -> DeviceArray:
     """``y = alpha * act(scale * (x - mean) / sqrt(var + eps) + bias [+ z]) + beta * y``
     (``cudnnNormalizationForwardInference``); returns y (allocated if not given).
-    ``engine``: "legacy", "graph" or "auto" (the default: here the legacy call, measured faster)."""
-    engine = "legacy" if gl.engine_arg(engine) == "auto" else engine
+    ``engine``: "legacy", "graph" or "auto" (the default: as for :func:`normalization_forward_training`)."""
+    engine = _auto(gl.engine_arg(engine), ops)
     s = _norm(handle, x, mode)
     op, act = _ops(ops, activation, z)
     al_ = _algo(algo)

@@ -16,8 +16,9 @@ deprecated ``cudnnPoolingForward/Backward``: float16, bfloat16 and float32, 1 to
 in one memory order, alpha 1 and beta 0; max pooling's NaN handling is the resample operation's (a NaN in a window
 wins) whatever ``nan_propagation`` says, and an output allocated for it keeps x's memory layout (NHWC in, NHWC
 out). Where cuDNN 9.19 has no right engine (channels-last bfloat16 2-D pooling) it raises
-:class:`~cudnn_py.graph.GraphNotSupportedError`. ``engine="auto"`` (the default) runs the graph for channels-last
-data and the legacy call for NCHW data and wherever the graph refuses (docs/graph_paths.md has the measurements).
+:class:`~cudnn_py.graph.GraphNotSupportedError`. ``engine="auto"`` (the default) runs the graph for 2-D pooling of
+channels-last data (average pooling forward, both backward passes) and the legacy call for max pooling forward,
+NCHW data, 1-D and 3-D pooling and wherever the graph refuses (docs/graph_paths.md has the measurements).
 
 Raw C path (what these calls do)::
 
@@ -197,10 +198,17 @@ def _same_layout(*arrays: DeviceArray) -> bool:
     return cl == {True}
 
 
-def _auto(engine: str, x: DeviceArray) -> str:
-    """What ``engine='auto'`` runs: the graph for channels-last data (measured faster than the legacy call on an
-    H200), the legacy call for NCHW data (docs/graph_paths.md)."""
-    return ("graph" if _channels_last(x) else "legacy") if engine == "auto" else engine
+def _auto(engine: str, x: DeviceArray, direction: str, pool) -> str:
+    """What ``engine='auto'`` runs (measured on an H200, docs/graph_paths.md): the graph (falling back to the legacy
+    call where it refuses) for 2-D pooling of channels-last data, except max pooling forward, whose legacy kernel
+    is faster there; the legacy call for NCHW data (faster both ways) and for 1-D and 3-D pooling (not measured)."""
+    if engine != "auto":
+        return engine
+    if x.ndim != 4 or not _channels_last(x):
+        return "legacy"
+    if direction == "forward" and _graph_params(pool, 2)[0] == "max":
+        return "legacy"
+    return "auto"
 
 
 def _graph_forward(handle, pool, xa, ya, alpha, beta, auto) -> bool:
@@ -247,12 +255,12 @@ def pooling_forward(handle, pool, x, y=None, *, alpha: float = 1.0, beta: float 
     """``y = alpha * pool(x) + beta * y`` (``cudnnPoolingForward``); returns y (allocated if not given).
 
     ``pool``: a :class:`Pooling` or a :class:`cudnn_py.descriptors.PoolingDescriptor`. ``engine``: "legacy",
-    "graph" or "auto" (the default: the graph for channels-last x, the legacy call for NCHW; see the module doc).
+    "graph" or "auto" (the default: see the module doc).
     """
     engine = gl.engine_arg(engine)
     xa = check_array(x, "x", handle, floating=True)
-    engine = _auto(engine, xa)
     pd, y_shape = _resolve(pool, xa.shape)
+    engine = _auto(engine, xa, "forward", pool)
     if engine != "legacy":
         ya = _new_like(handle, xa, y_shape) if y is None else check_array(y, "y", handle, dtype=xa.dtype,
                                                                           shape=y_shape)
@@ -273,8 +281,8 @@ def pooling_backward(handle, pool, x, y, dy, dx=None, *, alpha: float = 1.0, bet
     ``engine``: "legacy", "graph" or "auto" (the default; as for :func:`pooling_forward`)."""
     engine = gl.engine_arg(engine)
     xa = check_array(x, "x", handle, floating=True)
-    engine = _auto(engine, xa)
     pd, y_shape = _resolve(pool, xa.shape)
+    engine = _auto(engine, xa, "backward", pool)
     ya = check_array(y, "y", handle, dtype=xa.dtype, shape=y_shape)
     dya = check_array(dy, "dy", handle, dtype=xa.dtype, shape=y_shape)
     if engine != "legacy":
