@@ -13,8 +13,8 @@ Arrays of any rank 1 to 8 and any strides (x and y may differ) are accepted.
 
 ``engine="graph"`` runs the same function as a cached backend-API graph of one pointwise operation (plus the
 alpha/beta blend) instead of the deprecated ``cudnnActivationForward/Backward``; float16, bfloat16 and float32
-data of 1 to 5 dimensions, NaN propagation off. ``engine="auto"`` takes the graph where it accepts the call and
-the legacy call otherwise (see docs/graph_paths.md for the default and the measurements behind it).
+data of 1 to 5 dimensions, NaN propagation off. ``engine="auto"`` (the default) takes the graph where it accepts
+the call and the legacy call otherwise (docs/graph_paths.md has the measurements behind it).
 
 Raw C path::
 

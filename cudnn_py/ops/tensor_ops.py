@@ -12,8 +12,8 @@ memory layout cuDNN is told about. Every call validates shapes, dtypes and devic
 ``engine="graph"`` (add_tensor, op_tensor, scale_tensor, transform_tensor, reduce_tensor) runs the same function
 as a cached backend-API graph (pointwise operations, or a reduction) instead of the deprecated C call: float16,
 bfloat16 and float32 data of 1 to 5 dimensions, float32 compute, no NaN propagation, no reduction indices.
-``engine="auto"`` takes the graph where it accepts the call and the legacy call otherwise (docs/graph_paths.md
-has the defaults and the measurements behind them).
+``engine="auto"`` (the default) takes the graph where it accepts the call and the legacy call otherwise
+(docs/graph_paths.md has the measurements behind it).
 """
 from __future__ import annotations
 
