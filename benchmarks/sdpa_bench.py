@@ -29,6 +29,9 @@ from cudnn_py.ops import sdpa as S
 SHAPES = [("B4 H16 S1k D128", 4, 16, 16, 1024, 128), ("B4 H16 S4k D128", 4, 16, 16, 4096, 128),
           ("B4 H16 S16k D128", 4, 16, 16, 16384, 128), ("llama3.1 B1 H64/8 S4k D128", 1, 64, 8, 4096, 128),
           ("llama3.1 B1 H64/8 S16k D128", 1, 64, 8, 16384, 128)]
+#: FP8 (e4m3) rows, through the graph API: (label, B, Hq, Hkv, S, D)
+FP8_SHAPES = [("llama3.1 B1 H64/8 S4k D128 FP8", 1, 64, 8, 4096, 128),
+              ("llama3.1 B1 H64/8 S16k D128 FP8", 1, 64, 8, 16384, 128)]
 #: decode: (label, B, Hq, Hkv, S_kv, D, block size)
 DECODE = ("decode B8 H32/8 Skv8k D128 paged", 8, 32, 8, 8192, 128, 64)
 SAMPLE_MS = 20.0
@@ -93,6 +96,53 @@ def torch_case(torch, backend, q, k, v, do, causal, timing) -> tuple[float, floa
         out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal, **kw)
         bwd = median_ms(lambda: torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True), timing)
     return fwd, bwd
+
+
+def fp8_case(h, torch, b, hq, hk, s, d, causal, timing) -> tuple[float, float]:
+    """(forward ms, backward ms) of cudnn-py's FP8 (e4m3) attention graphs through executors (the entry point
+    takes float16/bfloat16 only). Unit scales; random data made on the GPU."""
+    from cudnn_py.memory import DeviceArray
+    import ml_dtypes
+    f8 = np.dtype(ml_dtypes.float8_e4m3fn)
+
+    def dev(shape, dtype=f8, fill=None):
+        """A torch-made GPU tensor as a DeviceArray (the pointer: no DLPack for FP8)."""
+        t = (torch.randn(*shape, device="cuda") if fill is None else torch.full(shape, fill, device="cuda"))
+        t = t.to(torch.float8_e4m3fn) if dtype == f8 else t.float()
+        return DeviceArray(t.data_ptr(), tuple(shape), dtype, tuple(t.stride()), owner=t)
+    ones = (1, 1, 1, 1)
+    q, k, v, do = dev((b, hq, s, d)), dev((b, hk, s, d)), dev((b, hk, s, d)), dev((b, hq, s, d))
+    sc = {n: dev(ones, np.float32, 1.0) for n in ("descale_q", "descale_k", "descale_v", "descale_o", "descale_do",
+                                                     "descale_s", "descale_dp", "scale_s", "scale_o", "scale_dq",
+                                                     "scale_dk", "scale_dv", "scale_dp")}
+    g = G.Graph(io_dtype=f8, compute_dtype="float32", intermediate_dtype="float32", name="fp8_fwd")
+    t = {n: g.tensor_like(a, n) for n, a in (("q", q), ("k", k), ("v", v), *sc.items())}
+    fwd_names = ("descale_q", "descale_k", "descale_v", "descale_s", "scale_s", "scale_o")
+    outs = g.sdpa_fp8(t["q"], t["k"], t["v"], causal=causal, **{n: t[n] for n in fwd_names})
+    res = [dev(x.shape, x.np_dtype, 0.0) for x in outs]
+    for x in outs:
+        x.set_output(True)
+    g.build(h)
+    ins = ["q", "k", "v", *fwd_names]
+    fx = g.executor(h, *(t[n] for n in ins), *outs)
+    arrays = {"q": q, "k": k, "v": v, **sc}
+    fargs = [arrays[n] for n in ins] + res
+    fwd = median_ms(lambda: fx(*fargs), timing)
+    gb = G.Graph(io_dtype=f8, compute_dtype="float32", intermediate_dtype="float32", name="fp8_bwd")
+    o, stats = res[0], res[1]
+    arrays.update(o=o, do=do, stats=stats)
+    tb = {n: gb.tensor_like(a, n) for n, a in arrays.items() if n != "scale_o"}
+    bwd_names = [n for n in sc if n != "scale_o"]
+    grads = gb.sdpa_fp8_backward(*(tb[n] for n in ("q", "k", "v", "o", "do", "stats")), causal=causal,
+                                 **{n: tb[n] for n in bwd_names})
+    gres = [dev(x.shape, x.np_dtype, 0.0) for x in grads]
+    for x in grads:
+        x.set_output(True)
+    gb.build(h)
+    names = ["q", "k", "v", "o", "do", "stats", *bwd_names]
+    bx = gb.executor(h, *(tb[n] for n in names), *grads)
+    bargs = [arrays[n] for n in names] + gres
+    return fwd, median_ms(lambda: bx(*bargs), timing)
 
 
 # -- cudnn-frontend (NVIDIA's compiled Python binding) -----------------------------------------------------------
@@ -282,6 +332,19 @@ def main(argv=None) -> None:
             del peers
             torch.cuda.empty_cache()
         print(f"  done {label}", flush=True)
+    for label, b, hq, hk, s, d in FP8_SHAPES:
+        if not any(r in label for r in args.rows.split(",")):
+            continue
+        for causal in (False, True):
+            try:
+                fwd, bwd = fp8_case(h, torch, b, hq, hk, s, d, causal, timing)
+            except Exception as e:  # noqa: BLE001 - no FP8 engine for this case
+                print(f"cudnn-py {label}: {type(e).__name__}: {str(e).splitlines()[0]}")
+                continue
+            f = flops(b, hq, s, d, causal)
+            rows.append((label + (" causal" if causal else ""), "cudnn-py (graph)", fwd, f / fwd / 1e9, bwd,
+                         2.5 * f / bwd / 1e9, 3.5 * f / (fwd + bwd) / 1e9))
+            torch.cuda.empty_cache()
     print(f"\n{'case':36s} {'who':20s} {'fwd ms':>8s} {'TFLOP/s':>8s} {'bwd ms':>8s} {'TFLOP/s':>8s} "
           f"{'fwd+bwd TFLOP/s':>16s}")
     for case, who, fwd, tf, bwd, tb, tfb in rows:
