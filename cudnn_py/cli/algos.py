@@ -123,6 +123,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     out.add_argument("--json", metavar="PATH", help="also write the configuration and rows as JSON")
     out.add_argument("--plot", metavar="PNG", help="bar chart of the times (needs matplotlib: cudnn-py[plot])")
     out.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    from .algos_graph import add_arguments
+    add_arguments(p)
     return p
 
 
@@ -466,6 +468,9 @@ def run(args: argparse.Namespace) -> int:
     :param args: the parsed ``algos`` arguments.
     :returns: the exit status (0).
     """
+    if getattr(args, "graph", None):
+        from .algos_graph import run as run_graph
+        return run_graph(args)
     if args.list_presets:
         for name, (c, h, w, k, r, s, pad, stride) in sorted(PRESETS.items()):
             print(f"{name:<28} x=N,{c},{h},{w}  w={k},{c},{r},{s}  pad={pad} stride={stride}")

@@ -443,24 +443,11 @@ def run(args) -> int:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    """The ``algos`` options plus the graph ones, parsed (stand-alone use, tests)."""
+    """``algos --graph ...`` parsed (tests)."""
     from cudnn_py.cli import algos
-    parser = argparse.ArgumentParser(prog="python -m cudnn_py.cli.algos_graph", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = algos.add_parser(sub)
-    if not any(a.dest == "graph" for a in p._actions):
-        add_arguments(p)
+    parser = argparse.ArgumentParser(prog="cudnn-py", formatter_class=argparse.RawDescriptionHelpFormatter)
+    algos.add_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["algos", *argv])
     if not args.graph:
         parser.error("give --graph conv|matmul|norm|attention")
     return args
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Stand-alone entry (``python -m cudnn_py.cli.algos_graph --graph ...``) until ``algos --graph`` is wired."""
-    return run(parse_args(sys.argv[1:] if argv is None else argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())
