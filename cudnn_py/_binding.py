@@ -563,8 +563,9 @@ class CFunction:
         return self._inner(*args)
 
     def _warn(self, stacklevel: int):
-        warnings.warn(f"{self.__name__} is deprecated in cuDNN 9: {self.deprecated}", DeprecationWarning,
-                      stacklevel=stacklevel)
+        why = "" if self.deprecated.startswith("Deprecated in cuDNN") else f": {self.deprecated}"
+        warnings.warn(f"{self.__name__} is deprecated in cuDNN 9 (CUDNN_DEPRECATED in the headers){why}",
+                      DeprecationWarning, stacklevel=stacklevel)
         self._warned = True  # after warn(): an 'error' filter keeps raising, as it would for a location
         self._route()
 

@@ -338,7 +338,8 @@ def test_deprecation_warnings_once_per_function_for_users_only():
     inside, pythonic, first, second, plain, silenced, raw, error = json.loads(p.stdout)
     assert inside == [] and pythonic == [] and second == [] and plain == [] and silenced == 0
     assert len(first) == 1 and first[0][0] == "DeprecationWarning" and first[0][1] == "<string>"
-    assert first[0][2].startswith("cudnnSetActivationDescriptor is deprecated in cuDNN 9")
+    assert first[0][2].startswith("cudnnSetActivationDescriptor is deprecated in cuDNN 9 (CUDNN_DEPRECATED in the "
+                                  "headers): Since cuDNN 9.0.0. Use graph API instead.")
     assert len(raw) == 1 and "cudnnDestroyActivationDescriptor" in raw[0][2]
     assert error.startswith("error: cudnnSetActivationDescriptorSwishBeta is deprecated")
 
