@@ -5,11 +5,13 @@ process. Prints a table; asserts nothing.
 For each configuration (bf16, the benchmark shape: plain attention, whose forward takes the unified descriptor, and
 causal, whose forward and backward are composite graphs that cuDNN compiles at run time) it reports the wall time
 of the first ``sdpa`` and ``sdpa_backward`` call (graph, heuristics or the stored plan, plan finalization with any
-compilation, execution, synchronisation) and of the second one.
+compilation, execution, synchronisation) and of the second one. The driver's JIT cache is off
+(``CUDA_CACHE_DISABLE=1``) except in two runs that show what it saves: it keeps kernels cuDNN compiles at run time
+across processes, so with it a "cold" process on a used machine is not cold.
 
-``--kernel-cache`` adds an experiment with cuDNN's kernel cache (``CUDNN_BACKEND_KERNEL_CACHE_DESCRIPTOR``, whose
-JSON form since 9.10 holds compiled kernels): a first process finalizes the causal forward plan with an empty cache
-and saves it, a second loads it and finalizes the same plan again.
+``--kernel-cache`` adds an experiment with cuDNN's kernel cache (``CUDNN_BACKEND_KERNEL_CACHE_DESCRIPTOR``, with a
+JSON form since 9.10): a first process finalizes the causal forward plan with an empty cache and saves the cache's
+JSON, a second loads it and finalizes the same plan again (on 9.19 that saves nothing: see docs/attention.md).
 
     python benchmarks/sdpa_cold_start.py [--shape 4,16,4096,128] [--kernel-cache]
 """
@@ -199,7 +201,7 @@ def main(argv=None) -> None:
     with tempfile.TemporaryDirectory() as store, tempfile.TemporaryDirectory() as jit:
         env = dict(nojit, CUDNN_PY_PLAN_CACHE_DIR=store)
         jit_env = dict(base, CUDA_CACHE_PATH=jit)
-        runs = [("cudnn-py, no plan store, first process (libraries not yet in the page cache)",
+        runs = [("cudnn-py, no plan store, first process on the machine",
                  run_child(["cudnn-py"], nojit)),
                 ("cudnn-py, no plan store", run_child(["cudnn-py"], nojit)),
                 ("cudnn-py, empty plan store (cold)", run_child(["cudnn-py"], env)),
