@@ -583,9 +583,15 @@ class CFunction:
         names = [_python_name(d, i) for i, d in enumerate(decls)]
         if len(names) != len(self._argtypes):  # a prototype this parser cannot split: positional names
             names = [f"arg{i}" for i in range(len(self._argtypes))]
-        ns = {"_fn": fn, "_slow": self._slow, "_post": self._post_checks, "_type": type, "_int": int}
+        ns = {"_fn": fn, "_slow": self._slow, "_lengths": self._check_lengths, "_type": type, "_int": int,
+              "_isinstance": isinstance, "_CARG": _CARG, "_Array": ctypes.Array}
+        nonnull = {names.index(p) if p in names else -1 for p in self.nonnull}
         tests, converters = [], []
         for i, (p, a) in enumerate(zip(names, self._argtypes)):
+            if i in nonnull:  # the fast path takes only what cannot be NULL: a set handle, byref(), an array
+                ns[f"_T{i}"] = a
+                tests.append(f"_type({p}) is _T{i} and {p}.value" if _kind(a) == "handle" else
+                             f"(_type({p}) is _CARG or _isinstance({p}, _Array))" if hasattr(a, "target") else "False")
             kind = _kind(a)
             if kind == "handle":
                 ns[f"_T{i}"] = a
@@ -604,7 +610,8 @@ class CFunction:
                 converters.append((i, functools.partial(_void, const)))
             else:
                 continue
-            tests.append(test)
+            if i not in nonnull:
+                tests.append(test)
         index = {n: i for i, n in enumerate(names)}
         self._length_checks = [(index[e[0]], index[e[1]], index[e[2]] if len(e) > 2 else None)
                                for e in self.lengths]
@@ -615,8 +622,8 @@ class CFunction:
         body = []
         if tests:
             body.append(f"    if not ({' and '.join(tests)}):\n        return _slow({packed})")
-        if self._length_checks or self._nonnull:
-            body.append(f"    _post({packed})")
+        if self._length_checks:
+            body.append(f"    _lengths({packed})")
         body.append(f"    return _fn({params})")
         source = f"def {self.__name__}({params}):\n" + "\n".join(body) + "\n"
         exec(compile(source, f"<cudnn_py checked call {self.__name__}>", "exec"), ns)
@@ -649,18 +656,17 @@ class CFunction:
                     out[a] = _to_array(ctype, args[a])
                 except TypeError as e:
                     raise CArgumentError(f"{self.__name__}: {self._param(a)}: {e}") from None
-        self._post_checks(out)
-        return self._fn(*out)
-
-    def _post_checks(self, args):
-        """Refuse NULL where cuDNN would dereference it (cudnn_py.codegen.nonnull) and an array shorter than the
-        count cuDNN is given for it (cudnn_py.codegen.lengths)."""
         for i in self._nonnull:
-            v = args[i]
+            v = out[i]
             if v is None or (type(v) is int and v == 0) or (isinstance(v, (ctypes.c_void_p, ctypes._Pointer))
                                                             and not v):
                 raise CArgumentError(f"{self.__name__}: {self._param(i)} is NULL, which cuDNN dereferences "
                                      f"unchecked (the process would crash); pass a valid one")
+        self._check_lengths(out)
+        return self._fn(*out)
+
+    def _check_lengths(self, args):
+        """Refuse an array shorter than the count cuDNN is given for it (see cudnn_py.codegen.lengths)."""
         for a, c, t in self._length_checks:
             count = args[c]
             count = getattr(count, "value", count)
