@@ -1,6 +1,8 @@
 """Attention without a GPU: the float64 reference against finite differences and hand-made masks, the graph
 operations' lowering (every option through real backend descriptors, with only finalize faked: no driver here),
 the operation pattern the fused engines recognise, and every bad input refused before cuDNN is called."""
+import types
+
 import numpy as np
 import pytest
 
@@ -172,7 +174,7 @@ def test_backward_lowers_with_scratch_and_gqa_reductions(faked):
     dq, dk, dv = g.sdpa_backward(q, k, v, o, do, st, causal=True, name="bwd")
     for t in (dq, dk, dv):
         t.set_output(True)
-    assert [t.name for t in gsdpa.sdpa_scratch(g)] == ["bwd.softmax_sum", "bwd.dq_accum"]
+    assert [t.name for t in g.ops[-1].scratch_tensors()] == ["bwd.softmax_sum", "bwd.dq_accum"]
     assert dk.shape == k.shape and dq.strides == q.strides
     ops, modes = faked(g)
     assert ops.count("RESHAPE") == 3 and ops.count("MATMUL") == 5
@@ -191,7 +193,7 @@ def test_backward_dbias_dropout_lower(faked):
     for t in grads:
         t.set_output(True)
     assert grads[3].shape == (1, 4, 64, 80)
-    assert [t.name.split(".")[-1] for t in gsdpa.sdpa_scratch(g)] == ["softmax_sum"]  # dQ written directly
+    assert [t.name.split(".")[-1] for t in g.ops[-1].scratch_tensors()] == ["softmax_sum"]  # dQ written directly
     ops, _ = faked(g)
     assert ops.count("RNG") == 1 and ops.count("REDUCTION") == 2
 
@@ -353,7 +355,7 @@ def test_ragged_forward_backward_set_the_offsets(faked):
         t.set_output(True)
     assert [t.ragged_offset for t in grads] == [offs["q"], offs["k"], offs["v"]]
     assert o.ragged_offset is do.ragged_offset is offs["o"] and st.ragged_offset is None
-    assert [t.ragged_offset for t in gsdpa.sdpa_scratch(g2)] == [None, None]  # padded scratch, as cuDNN's frontend
+    assert [t.ragged_offset for t in g2.ops[-1].scratch_tensors()] == [None, None]  # padded, as cuDNN's frontend
     faked(g2)
 
 
@@ -415,7 +417,7 @@ def test_fp8_forward_backward_lower_to_the_frontend_pattern(faked):
     ops, _ = faked(g2)
     assert ops.count("MATMUL") == 5 and ops.count("RESHAPE") == 3
     assert ops.count("REDUCTION") == 7  # rowsum(dO*O), dV and dK head groups, amax dv/dp/dq/dk
-    assert gsdpa.sdpa_scratch(g2) == []
+    assert not hasattr(g2.ops[-1], "scratch_tensors")
 
 
 @pytest.mark.parametrize("build,err,match", [
@@ -515,3 +517,30 @@ def test_pythonic_packed_batches_bind_logical_views(fake_exec):
                max_seq_len_q=20)
     with pytest.raises(ValueError, match="Dv == D"):
         S.sdpa(h, q, k, DeviceArray(0x300000, (70, hk, 32), BF16), **kw)
+
+
+def test_backward_scratch_lives_in_the_plan_workspace(monkeypatch):
+    """The accumulators are placed after cuDNN's own workspace, 256-byte aligned; executors bind them there."""
+    from cudnn_py.graph import execute as gexec
+    from cudnn_py.graph.plans import scratch_layout
+    g = Graph(io_dtype=BF16)
+    q, k, v = _qkv(g, hk=4)
+    o, do = g.tensor((2, 4, 64, 64), name="o"), g.tensor((2, 4, 64, 64), name="do")
+    grads = g.sdpa_backward(q, k, v, o, do, g.tensor((2, 4, 64, 1), "float32", name="st"), name="bwd")
+    for t in grads:
+        t.set_output(True)
+    places, total = scratch_layout(g, 1000)
+    ss, acc = g.ops[-1].scratch_tensors()
+    assert places == ((ss.uid, 1024), (acc.uid, 1024 + 2048))  # softmax_sum: 2*4*64 floats; dq_accum after it
+    assert total == 1024 + 2048 + 2 * 4 * 64 * 64 * 4
+    assert scratch_layout(g, 0)[0][0] == (ss.uid, 0)
+    plan = types.SimpleNamespace(graph=g, scratch=places)
+    io, _ = gexec._bindings(plan)
+    assert {t.name for t in io} == {"q", "k", "v", "o", "do", "st", "bwd.dq", "bwd.dk", "bwd.dv"}
+    assert gexec.scratch_pointers(plan, 1 << 20) == ([ss.uid, acc.uid], [(1 << 20) + 1024, (1 << 20) + 3072])
+    monkeypatch.setattr(gsdpa, "_version", lambda: (9, 5, 1))
+    with pytest.raises(G.GraphNotSupportedError, match=r"zeroed before each call.*loaded 9\.5\.1"):
+        g2 = Graph(io_dtype=BF16)
+        q, k, v = _qkv(g2, hk=4)
+        g2.sdpa_backward(q, k, v, g2.tensor((2, 4, 64, 64)), g2.tensor((2, 4, 64, 64)),
+                         g2.tensor((2, 4, 64, 1), "float32"))

@@ -7,7 +7,6 @@ import pytest
 
 import cudnn_py
 import cudnn_py.graph as G
-from cudnn_py.graph.ops.sdpa import sdpa_scratch
 from cudnn_py.handle import handle_cache
 from cudnn_py.memory import DeviceArray, empty, to_device
 from cudnn_py.ops import sdpa as S
@@ -172,9 +171,10 @@ def _graph_bwd(h, dt, qa, ka, va, doa, layout="bhsd", dbias=False, **opts):
     pack = {ts[n]: a for n, a in arrs.items()}
     for t in grads:
         pack[t] = _nan(t.shape, t.np_dtype, t.strides)
-    for t in sdpa_scratch(g):
-        pack[t] = _nan(t.shape, t.np_dtype)
-    g.execute(h, pack)
+    # the scratch accumulators live in the plan's workspace: run on a NaN-poisoned one
+    ws = empty((g.plan.workspace_size,), np.uint8)
+    ws.fill_(0xFF)
+    g.execute(h, pack, workspace=ws)
     return [o] + [_host(pack[t]) for t in grads]
 
 
@@ -325,6 +325,28 @@ def test_paged_kv_cache_decode(handle, rng):
     vv = np.stack([np.concatenate([vc[table[i, 0, j, 0]] for j in range(pages)], axis=1) for i in range(b)])
     ro, _ = R.forward(_q(qa, dt), _q(kk, dt), _q(vv, dt), seq_len_q=lq, seq_len_kv=lk)
     _close(_host(out), ro, "bfloat16")
+
+
+def test_backward_scratch_is_in_the_workspace_not_bound(handle, rng):
+    """The accumulators are neither bound nor accepted in a variant pack; the plan's workspace holds them."""
+    dt = BF16
+    g = G.Graph(io_dtype=dt, compute_dtype="float32", intermediate_dtype="float32")
+    arrs = {n: _dev(rng.standard_normal((1, 2, 64, 64)), dt) for n in ("q", "k", "v", "o", "do")}
+    arrs["stats"] = to_device(np.zeros((1, 2, 64, 1), np.float32))
+    t = {n: g.tensor_like(a, n) for n, a in arrs.items()}
+    grads = g.sdpa_backward(*(t[n] for n in ("q", "k", "v", "o", "do", "stats")), name="bwd")
+    for x in grads:
+        x.set_output(True)
+    g.build(handle)
+    plan = g.plan
+    assert plan.workspace_size >= plan.cudnn_workspace_size + 2 * 64 * 4 + 2 * 64 * 64 * 4
+    assert [uid for uid, _ in plan.scratch] == [x.uid for x in g.ops[0].scratch_tensors()]
+    pack = {t[n]: a for n, a in arrs.items()}
+    pack.update({x: _nan(x.shape, dt) for x in grads})
+    with pytest.raises(ValueError, match="does not use"):
+        g.execute(handle, {**pack, g["bwd.softmax_sum"]: _nan((1, 2, 64, 1), np.float32)})
+    g.execute(handle, pack)
+    assert not np.isnan(_host(pack[grads[0]])).any()
 
 
 def test_unified_refuses_what_it_lacks(handle):
@@ -504,8 +526,6 @@ def test_packed_batches_forward_backward(handle, rng, stats_packed, offset_dtype
     pack2.update({sl2[0]: _i32(lq), sl2[1]: _i32(lk)})
     for t, (view, _), sm in zip(grads, outs, (s, s, s)):
         pack2[t] = _thd_view(view, b, sm)
-    for t in sdpa_scratch(g2):
-        pack2[t] = _nan(t.shape, t.np_dtype)
     g2.execute(handle, pack2)
     ref = R.backward(_q(qa, dt), _q(ka, dt), _q(va, dt), _q(doa, dt) * rows_q, seq_len_q=lq, seq_len_kv=lk,
                      o=o_host * rows_q, **opts)

@@ -17,7 +17,7 @@ from cudnn_py.memory import DeviceArray
 
 from .descriptors import BackendDescriptor
 
-__all__ = ["Executor", "execute", "CudaGraph", "execute_descriptors", "make_variant_pack"]
+__all__ = ["Executor", "execute", "CudaGraph", "execute_descriptors", "make_variant_pack", "scratch_pointers"]
 
 _MAX_PACKS = 256
 _RAW_EXEC = None
@@ -94,12 +94,21 @@ def _plan_pointer(plan) -> capi.cudnnBackendDescriptor_t:
 
 
 def _bindings(plan) -> tuple[list, list]:
-    """The graph tensors a variant pack binds to arrays, and its by-value scalars (bound to host buffers)."""
+    """The graph tensors a variant pack binds to arrays, and its by-value scalars (bound to host buffers); the
+    plan's scratch tensors are neither (they live in the workspace: :func:`scratch_pointers`)."""
     g = plan.graph
     if g is None:
         raise ValueError("this plan has no graph to name its tensors (load it with plan_from_json(..., graph=))")
     io = g.io_tensors()
-    return [t for t in io if not t.is_by_value], [t for t in io if t.is_by_value]
+    scratch = {uid for uid, _ in getattr(plan, "scratch", ())}
+    return [t for t in io if not t.is_by_value and t.uid not in scratch], [t for t in io if t.is_by_value]
+
+
+def scratch_pointers(plan, workspace: int | None) -> tuple[list, list]:
+    """(uids, device pointers) of the plan's scratch tensors in the workspace at ``workspace`` (a plan-like object
+    without ``scratch`` has none)."""
+    places = getattr(plan, "scratch", ())
+    return [uid for uid, _ in places], [workspace + off for _, off in places]
 
 
 def make_variant_pack(uids, pointers, workspace: int | None) -> BackendDescriptor:
@@ -135,7 +144,7 @@ class _ExecState:
                 raise ValueError("executor tensors must be the graph's I/O tensors, each once")
             io = resolved
         self.plan, self.tensors, self.handle = plan, tuple(io), handle
-        self._uids = [t.uid for t in io] + [t.uid for t in scalars]
+        self._uids = [t.uid for t in io] + [t.uid for t in scalars] + scratch_pointers(plan, 0)[0]
         self._scalar_ptrs = [g.scalar_pointer(t) for t in scalars]
         self._packs: dict = {}   # pointer tuple -> c_void_p of the variant pack (what C gets)
         self._keep: dict = {}    # pointer tuple -> the BackendDescriptor owning it
@@ -206,7 +215,7 @@ class _ExecState:
         vp = self._packs.get(key)
         if vp is None:
             ptrs = [_check_array(t, a, self._device) for t, a in zip(self.tensors, arrays)]
-            desc = make_variant_pack(self._uids, ptrs + self._scalar_ptrs, wsp)
+            desc = make_variant_pack(self._uids, ptrs + self._scalar_ptrs + scratch_pointers(self.plan, wsp)[1], wsp)
             if len(self._packs) >= _MAX_PACKS:
                 self._packs.clear()
                 self._keep.clear()
@@ -344,8 +353,9 @@ class CudaGraph:
                 from cudnn_py.memory import empty
                 self._own_ws = empty((size,), "uint8", stream=self.handle.stream, device=dev)
             ws = self._own_ws.ptr
-        vp = make_variant_pack([t.uid for t in io] + [t.uid for t in scalars],
-                               ptrs + [self.plan.graph.scalar_pointer(t) for t in scalars], ws)
+        s_uids, s_ptrs = scratch_pointers(self.plan, ws)
+        vp = make_variant_pack([t.uid for t in io] + [t.uid for t in scalars] + s_uids,
+                               ptrs + [self.plan.graph.scalar_pointer(t) for t in scalars] + s_ptrs, ws)
         self._bound = (vp, arrays, workspace)  # what the recorded kernels read and write
         return vp
 

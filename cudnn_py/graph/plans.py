@@ -23,7 +23,7 @@ from .descriptors import BackendDescriptor
 from .errors import GraphNotSupportedError
 
 __all__ = ["EngineConfig", "KnobInfo", "Plan", "heuristics", "engine_configs", "engine_config", "build_plans",
-           "autotune", "plan_from_json", "plan_cache_clear", "plan_cache_info", "HEUR_MODES"]
+           "autotune", "plan_from_json", "plan_cache_clear", "plan_cache_info", "scratch_layout", "HEUR_MODES"]
 
 HEUR_MODES = {"A": capi.CUDNN_HEUR_MODE_A, "B": capi.CUDNN_HEUR_MODE_B, "FALLBACK": capi.CUDNN_HEUR_MODE_FALLBACK,
               "INSTANT": capi.CUDNN_HEUR_MODE_INSTANT}
@@ -149,8 +149,29 @@ def engine_configs(graph, handle) -> tuple[list[EngineConfig], list[tuple[str, s
     return ok, bad
 
 
+_SCRATCH_ALIGN = 256
+
+
+def scratch_layout(graph, cudnn_bytes: int) -> tuple[tuple[tuple[int, int], ...], int]:
+    """Where a graph's scratch tensors go: real tensors an operation lists in ``scratch_tensors()`` (cuDNN reads and
+    writes them, their contents on entry do not matter, e.g. attention backward's float32 accumulators). They are
+    carved from the workspace after cuDNN's own ``cudnn_bytes``, each 256-byte aligned, so nobody binds them.
+    Returns (((uid, byte offset), ...), total workspace bytes)."""
+    places, end = [], cudnn_bytes
+    for op in getattr(graph, "ops", ()):
+        for t in getattr(op, "scratch_tensors", tuple)():
+            off = -(-end // _SCRATCH_ALIGN) * _SCRATCH_ALIGN
+            span = 1 + sum((n - 1) * st for n, st in zip(t.shape, t.strides))
+            places.append((t.uid, off))
+            end = off + span * t.np_dtype.itemsize
+    return tuple(places), end
+
+
 class Plan:
-    """A finalized execution plan (``CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR``) bound to the graph it runs."""
+    """A finalized execution plan (``CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR``) bound to the graph it runs.
+
+    ``workspace_size`` is what an execution needs: cuDNN's own workspace (``cudnn_workspace_size``) plus the graph's
+    scratch tensors, placed at ``scratch`` ((uid, byte offset), ...) in it (see :func:`scratch_layout`)."""
 
     def __init__(self, descriptor: BackendDescriptor, config: EngineConfig | None, graph=None, tag: str = ""):
         if not descriptor.finalized:
@@ -159,7 +180,8 @@ class Plan:
         self.config = config
         self._tag = tag
         self.graph = graph
-        self.workspace_size = int(descriptor.get("workspace_size"))
+        self.cudnn_workspace_size = int(descriptor.get("workspace_size"))
+        self.scratch, self.workspace_size = scratch_layout(graph, self.cudnn_workspace_size)
         self._executors: dict = {}
 
     @classmethod
@@ -170,8 +192,9 @@ class Plan:
     def bind(self, graph) -> "Plan":
         """This plan for another Graph object of the same structure (shares the cuDNN plan)."""
         p = Plan.__new__(Plan)
-        p.descriptor, p.config, p.graph, p.workspace_size, p._executors, p._tag = (
-            self.descriptor, self.config, graph, self.workspace_size, {}, self._tag)
+        p.descriptor, p.config, p.graph, p._executors, p._tag = self.descriptor, self.config, graph, {}, self._tag
+        p.cudnn_workspace_size, p.scratch, p.workspace_size = (self.cudnn_workspace_size, self.scratch,
+                                                               self.workspace_size)
         return p
 
     @property

@@ -29,8 +29,7 @@ from cudnn_py.errors import ClosedError
 from cudnn_py.graph import Graph
 from cudnn_py.graph.errors import GraphNotSupportedError
 from cudnn_py.graph.execute import (_bindings, _check_array, _handle_device, _plan_pointer, _raw_execute,
-                                    make_variant_pack)
-from cudnn_py.graph.ops.sdpa import sdpa_scratch
+                                    make_variant_pack, scratch_pointers)
 from cudnn_py.handle import handle_cache
 from cudnn_py.memory import DeviceArray, as_array, empty, to_device
 
@@ -106,7 +105,7 @@ class _Runner:
         if {t.uid for t in io} != {t.uid for t in tensors} or len(io) != len(tensors):
             raise AssertionError("sdpa: the graph's I/O tensors and the bound tensors differ")
         self.plan, self.handle, self.tensors = plan, handle, tuple(tensors)
-        self.uids = [t.uid for t in tensors] + [t.uid for t in scalars]
+        self.uids = [t.uid for t in tensors] + [t.uid for t in scalars] + scratch_pointers(plan, 0)[0]
         self.scalar_ptrs = [plan.graph.scalar_pointer(t) for t in scalars]
         self.consts = consts                      # kept alive: their addresses are in every pack
         self.const_ptrs = tuple(c.ptr for c in consts)
@@ -159,7 +158,8 @@ class _Runner:
             if len(self.packs) >= _MAX_PACKS:
                 self.packs.clear()
                 self.keep.clear()
-            desc = make_variant_pack(self.uids, list(ptrs) + self.scalar_ptrs, wsp)
+            desc = make_variant_pack(self.uids, list(ptrs) + self.scalar_ptrs + scratch_pointers(self.plan, wsp)[1],
+                                     wsp)
             vp = self.packs[key] = ctypes.c_void_p(desc.ptr.value)
             self.keep[key] = desc
         self._execute(vp)
@@ -556,16 +556,13 @@ def sdpa_backward(handle, q, k, v, o, do, stats, *, scale: float | None = None, 
                     raise ValueError(f"{n} must have shape {t.shape}, got {tuple(meta[0])}")
                 t.strides = tuple(meta[1])
             t.set_output(True).set_name(n)
-        scratch = sdpa_scratch(g)
-        scratch_arrays = [_new_out(handle, t.shape, t.np_dtype, t.strides) for t in scratch]
-        plan = _plan(g, handle, tensors + extra + scratch + list(grads), arrays + [oa, doa, sa] + scratch_arrays,
-                     list(grads), args.autotune)
+        plan = _plan(g, handle, tensors + extra + list(grads), arrays + [oa, doa, sa], list(grads), args.autotune)
         n = len(args.call_arrays())
         srcs = (0, 1, 2, None) if args.ragged else (None,) * 4
         specs = [_spec(t, src) for t, src in zip(grads, srcs)]
-        # bound in the order: call inputs, o/do/stats, constants (ALiBi slopes, scratch), gradients
-        return _Runner(plan, handle, tensors[:n] + extra + tensors[n:] + scratch + list(grads),
-                       arrays[n:] + scratch_arrays, specs, n + 3)
+        # bound in the order: call inputs, o/do/stats, constants (ALiBi slopes), gradients; the scratch tensors
+        # live in the plan's workspace
+        return _Runner(plan, handle, tensors[:n] + extra + tensors[n:] + list(grads), arrays[n:], specs, n + 3)
 
     r = _runner(handle, key, make)
     packed = [args.packed[x] for x in ("q", "k", "v")] if args.ragged else None

@@ -31,8 +31,8 @@ from .base import LowerContext, Op
 from .pointwise import Pointwise, pointwise_mode
 from .reduction import Reduction
 
-__all__ = ["SdpaForward", "SdpaBackward", "SdpaFp8Forward", "SdpaFp8Backward", "SdpaBuilders", "sdpa_scratch",
-           "ALIGNMENTS", "IMPLEMENTATIONS"]
+__all__ = ["SdpaForward", "SdpaBackward", "SdpaFp8Forward", "SdpaFp8Backward", "SdpaBuilders", "ALIGNMENTS",
+           "IMPLEMENTATIONS"]
 
 _DT = capi.cudnnDataType_t
 _F, _I32, _I64, _BOOL = _DT.CUDNN_DATA_FLOAT, _DT.CUDNN_DATA_INT32, _DT.CUDNN_DATA_INT64, _DT.CUDNN_DATA_BOOLEAN
@@ -47,6 +47,8 @@ ALIGNMENTS = ("top_left", "bottom_right")
 IMPLEMENTATIONS = ("auto", "composite", "unified")
 #: the first cuDNN whose unified forward cudnn-frontend uses
 _UNIFIED_SINCE = (9, 13, 1)
+#: from this cuDNN on, the backward's dQ accumulator needs no zeroing (cudnn-frontend memsets it before)
+_DQ_ACCUM_ANY_CONTENTS = (9, 6, 0)
 
 
 def _version() -> tuple[int, int, int]:
@@ -271,10 +273,14 @@ class SdpaBackward(Op):
     """dQ, dK, dV (and dBias) of :class:`SdpaForward` from dO, O and the forward's statistics.
 
     The composite form needs two float32 scratch tensors, ``softmax_sum`` (B, Hq, Sq, 1) and ``dq_accum``
-    (B, Hq, Sq, D) (no dq_accum with dBias): real graph tensors (see :func:`sdpa_scratch`) whose contents on entry
-    do not matter."""
+    (B, Hq, Sq, D) (no dq_accum with dBias): real tensors whose contents on entry do not matter (cuDNN >= 9.6), which
+    the plan carves from its workspace (:meth:`scratch_tensors`), so nobody binds them."""
 
     kind = "sdpa_bwd"
+
+    def scratch_tensors(self) -> list:
+        """The float32 accumulators cuDNN reads and writes (their contents on entry do not matter)."""
+        return [t for r, t in self.outputs.items() if r in ("softmax_sum", "dq_accum")]
 
     def lower(self, ctx: LowerContext) -> None:
         ins, outs, p = self.inputs, self.outputs, self.params
@@ -428,13 +434,6 @@ class SdpaFp8Backward(Op):
         _reshape(ctx, ctx.tensor(ds8), dst)
         _fp8_matmul(ctx, dst, q, (b, hq, skv, d), outs["dk"], outs["amax_dk"], ins["descale_dp"], ins["descale_q"],
                     ins["scale_dk"], heads_out=hk)
-
-
-def sdpa_scratch(graph) -> list:
-    """The float32 scratch tensors the graph's composite attention backward operations need bound at execute
-    (``<name>.softmax_sum``, ``<name>.dq_accum``): allocate each with its ``shape`` (any contents)."""
-    return [t for op in graph.ops if isinstance(op, SdpaBackward)
-            for r, t in op.outputs.items() if r in ("softmax_sum", "dq_accum")]
 
 
 # -- the builder methods -------------------------------------------------------------------------------------------
@@ -745,9 +744,8 @@ class SdpaBuilders:
         Takes the forward's tensors and options (the same ``scale``, masks, bias, ``dropout`` with the same
         ``seed``/``offset``), its output ``o``, the output gradient ``do`` (o's shape) and its ``stats``
         (B, Hq, Sq, 1) float32. Packed batches take the forward's ragged offsets: dq, dk and dv get those of q, k
-        and v, ``do`` that of o, ``stats`` ``ragged_offset_stats`` (if the forward packed them). The composite form
-        adds float32 scratch tensors to the graph that must be bound at execute: :func:`sdpa_scratch` lists
-        them."""
+        and v, ``do`` that of o, ``stats`` ``ragged_offset_stats`` (if the forward packed them). The composite form's
+        float32 scratch tensors live in the plan's workspace (:meth:`SdpaBackward.scratch_tensors`)."""
         what = name or f"sdpa_bwd{len(self.ops)}"
         ins, params, rag = self._sdpa_common(
             what, q, k, v, scale=scale, causal=causal, diagonal_alignment=diagonal_alignment, left_bound=left_bound,
@@ -793,6 +791,10 @@ class SdpaBuilders:
                 ins["bias"].dtype)
         outs["softmax_sum"] = self.tensor((b, hq, sq, 1), "float32", name=f"{what}.softmax_sum")
         if not dbias:
+            if _version() < _DQ_ACCUM_ANY_CONTENTS:
+                raise GraphNotSupportedError(self.name, [what], [], [("attention backward", (
+                    f"before cuDNN {_vstr(_DQ_ACCUM_ANY_CONTENTS)} its float32 dQ accumulator must be zeroed before "
+                    f"each call, which cudnn-py does not do; loaded {_vstr(_version())}"))])
             outs["dq_accum"] = self.tensor((b, hq, sq, d), "float32", name=f"{what}.dq_accum")
         self._add_op(SdpaBackward(ins, outs, params, name or what))
         res = (outs["dq"], outs["dk"], outs["dv"])
