@@ -12,6 +12,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from .errors import (
+    CArgumentError,
     ClosedError,
     CudaError,
     CudaOutOfMemoryError,
@@ -28,6 +29,7 @@ from .errors import (
     WorkspaceLimitError,
 )
 
+_ERRORS = tuple(n for n, v in list(globals().items()) if isinstance(v, type) and issubclass(v, Exception))
 __version__ = "0.1.0"
 
 # --- the Pythonic layer, imported on first use: module -> names (keep this section sorted) ---
@@ -72,8 +74,8 @@ _LAZY: dict[str, tuple[str, ...]] = {
     ".workspace": ("Workspace",),
 }
 #: subpackages and modules reachable as attributes without an explicit import
-_SUBMODULES = ("capi", "errors", "graph", "ops", "algorithms", "descriptors", "dtypes", "handle", "memory", "streams",
-               "workspace")
+_SUBMODULES = ("capi", "errors", "graph", "ops", "algorithms", "descriptors", "dtypes", "handle", "log", "memory",
+               "nvtx", "streams", "workspace")
 
 _WHERE = {name: module for module, names in _LAZY.items() for name in names}
 
@@ -146,31 +148,5 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__) | set(_SUBMODULES))
 
 
-#: every public name (the errors above, version(), and each name of _LAZY)
-__all__ = [
-    "__version__", "Activation", "activation_backward", "activation_forward", "ActivationDescriptor", "add_tensor",
-    "AlgoPerf", "algorithm_cache", "AlgorithmCache", "as_array", "attention_backward_data",
-    "attention_backward_weights", "attention_forward", "BackendDescriptor", "batchnorm_backward",
-    "batchnorm_backward_ex", "batchnorm_ex_sizes", "batchnorm_forward_inference", "batchnorm_forward_training",
-    "batchnorm_forward_training_ex", "batchnorm_param_shape", "check_ctc_labels", "choose_backward_data_algorithm",
-    "choose_backward_filter_algorithm", "choose_forward_algorithm", "ClosedError", "Convolution",
-    "convolution_algorithms", "convolution_backward_bias", "convolution_backward_data",
-    "convolution_backward_filter", "convolution_bias_activation_forward", "convolution_forward",
-    "convolution_output_shape", "convolution_workspace_size", "ConvolutionDescriptor", "ctc_loss",
-    "ctc_loss_workspace_size", "CTCLoss", "CudaError", "CudaOutOfMemoryError", "cudnn_dtype", "CudnnBadParamError",
-    "CudnnError", "CudnnExecutionFailedError", "CudnnInternalError", "CudnnNotInitializedError",
-    "CudnnNotSupportedError", "CudnnPyError", "default_handle", "DeviceArray", "DeviceArrayLike",
-    "divisive_normalization_backward", "divisive_normalization_forward", "Dropout", "dropout_backward",
-    "dropout_forward", "dropout_reserve_size", "dropout_states_size", "DropoutDescriptor", "empty", "empty_like",
-    "FilterDescriptor", "FunctionNotAvailableError", "Graph", "GraphNotSupportedError", "Handle", "library",
-    "LibraryNotFoundError", "load_attention_weights", "LRN", "lrn_backward", "lrn_forward", "LRNDescriptor",
-    "MultiHeadAttention", "new_stream", "NoDeviceError", "normalization_backward",
-    "normalization_forward_inference", "normalization_forward_training", "normalization_sizes", "numpy_dtype",
-    "op_tensor", "OpTensorDescriptor", "Pooling", "pooling_backward", "pooling_forward", "pooling_output_shape",
-    "PoolingDescriptor", "read_attention_weights", "reduce_tensor", "ReduceTensorDescriptor", "RNN",
-    "rnn_backward_data", "rnn_backward_weights", "rnn_forward", "rnn_weight_params", "RNNDataDescriptor",
-    "scale_tensor", "set_tensor", "softmax_backward", "softmax_forward", "spatial_tf_grid_backward",
-    "spatial_tf_grid_forward", "spatial_tf_sampler_backward", "spatial_tf_sampler_forward", "SpatialTransformer",
-    "StreamLike", "synchronize", "TensorDescriptor", "Timer", "timer", "to_device", "transform_tensor",
-    "transform_tensor_ex", "version", "Workspace", "WorkspaceLimitError", "zeros",
-]
+#: every public name: the errors above, __version__, version() and each name of _LAZY
+__all__ = sorted({"__version__", "version", *_ERRORS, *_WHERE}, key=str.lower)

@@ -46,14 +46,10 @@ import sys
 import warnings
 
 from . import _loader
-from .errors import CudnnError, CudnnNotInitializedError, CudnnPyError, FunctionNotAvailableError, error_class
+from .errors import (CArgumentError, CudnnError, CudnnNotInitializedError, CudnnPyError, FunctionNotAvailableError,
+                     error_class)
 
 _LAST_ERROR_SIZE = 4096
-
-
-class CArgumentError(CudnnPyError, TypeError, ValueError):
-    """An argument a C function's parameter cannot take (wrong type, outside the C type's range, an array shorter
-    than the count given with it). The message names the function and the parameter."""
 
 
 def last_error_text() -> str:

@@ -25,12 +25,18 @@ __all__ = [
     "CudnnPyError", "CudnnError", "CudnnNotInitializedError", "CudnnBadParamError", "CudnnNotSupportedError",
     "CudnnInternalError", "CudnnExecutionFailedError", "error_class", "CudaError", "CudaOutOfMemoryError",
     "NoDeviceError", "cuda_error", "cuda_error_from", "check_cuda", "FunctionNotAvailableError", "ClosedError",
-    "WorkspaceLimitError", "LibraryNotFoundError",
+    "WorkspaceLimitError", "LibraryNotFoundError", "CArgumentError",
 ]
 
 
 class CudnnPyError(Exception):
     """The root of every exception cudnn_py raises itself: ``except cudnn_py.CudnnPyError`` catches them all."""
+
+
+class CArgumentError(CudnnPyError, TypeError, ValueError):
+    """An argument a C function's parameter cannot take (wrong type, outside the C type's range, an array shorter
+    than the count given with it, NULL where cuDNN would dereference it). The message names the function and the
+    parameter."""
 
 
 class CudnnError(CudnnPyError, RuntimeError):
