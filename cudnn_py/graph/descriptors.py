@@ -54,7 +54,10 @@ def descriptor_type(t) -> capi.cudnnBackendDescriptorType_t:
                 return _DTYPE[cand]
         raise ValueError(f"unknown backend descriptor type {t!r}")
     if isinstance(t, int) and not isinstance(t, bool):
-        return _DTYPE(t)
+        try:
+            return _DTYPE(t)
+        except ValueError:
+            raise ValueError(f"descriptor type {t} is not a cudnnBackendDescriptorType_t value") from None
     raise TypeError(f"descriptor type must be a cudnnBackendDescriptorType_t or its name, not {type(t).__name__}")
 
 

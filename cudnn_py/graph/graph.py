@@ -41,6 +41,8 @@ def _dtype(d) -> capi.cudnnDataType_t:
 def _packed_strides(shape: Sequence[int], layout: str | None = None) -> tuple[int, ...]:
     """Row-major strides; ``layout='NHWC'`` (channels last) for 4-D/5-D shapes given in N, C, spatial order."""
     n = len(shape)
+    if layout is not None and not isinstance(layout, str):
+        raise TypeError(f"layout must be a string ('NCHW', 'NHWC') or None, got {type(layout).__name__}")
     if layout is None or layout.upper() in ("NCHW", "NCDHW", "ROW_MAJOR") or n < 3:
         order = list(range(n))
     elif layout.upper() in ("NHWC", "NDHWC", "CHANNELS_LAST"):
@@ -154,7 +156,13 @@ class Graph(*BUILDERS):
         self._next_uid += 1
         return uid
 
+    @staticmethod
+    def _check_name(name) -> None:
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"a tensor name must be a non-empty str, got {name!r}")
+
     def _add(self, t: Tensor) -> Tensor:
+        self._check_name(t.name)
         if t.name in self._names:
             raise ValueError(f"graph {self.name!r} already has a tensor named {t.name!r}")
         self._names[t.name] = t
@@ -162,6 +170,7 @@ class Graph(*BUILDERS):
         return t
 
     def _rename(self, t: Tensor, name: str):
+        self._check_name(name)
         if name in self._names and self._names[name] is not t:
             raise ValueError(f"graph {self.name!r} already has a tensor named {name!r}")
         self._names.pop(t.name, None)

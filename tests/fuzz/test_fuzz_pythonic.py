@@ -45,23 +45,12 @@ def _run(target: str, tmp_path: Path) -> dict:
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
-#: findings located here are in code another session owns (the graph package, being refactored) and are reported in
-#: .notes/requests.md: a target whose findings all lie there is marked xfail at run time; a finding anywhere else, or a
-#: crash, fails the test, and a target with no finding passes
-_OTHERS = ("cudnn_py/graph/graph.py", "cudnn_py/graph/ops/", "cudnn_py/graph/descriptors.py",
-           "cudnn_py/graph/attributes.py", "enum.py")
-
-
 @pytest.mark.parametrize("target", sorted(TARGETS))
 def test_fuzz(target, tmp_path):
     result = _run(target, tmp_path)
     stats, findings = result["stats"], result["findings"]
     print(f"{target}: {stats}")
     assert stats.get("examples", 0) >= min(EXAMPLES, 10), stats
-    ours = [f for f in findings if not any(o in f["why"] for o in _OTHERS)]
-    assert not ours, (f"{stats.get('findings')} of {stats['examples']} examples of {target!r} raised something "
-                      f"other than a cudnn_py error or an explicit TypeError/ValueError:\n"
-                      + "\n".join(f"- {f['example']}\n  {f['why']}" for f in ours[:8]))
-    if findings:
-        pytest.xfail(f"{stats['findings']} finding(s) in the graph package (requested in .notes/requests.md), e.g. "
-                     f"{findings[0]['why'][:300]}")
+    assert not findings, (f"{stats.get('findings')} of {stats['examples']} examples of {target!r} raised something "
+                          f"other than a cudnn_py error or an explicit TypeError/ValueError:\n"
+                          + "\n".join(f"- {f['example']}\n  {f['why']}" for f in findings[:8]))

@@ -116,7 +116,7 @@ def param_shape(mode: str, x_shape: tuple[int, ...], scale_shape: tuple[int, ...
 
 
 def _mode(mode: str) -> capi.cudnnBackendNormMode_t:
-    if mode not in NORM_MODES:
+    if not isinstance(mode, str) or mode not in NORM_MODES:
         raise ValueError(f"mode must be one of {', '.join(NORM_MODES)}, got {mode!r}")
     return capi.cudnnBackendNormMode_t[NORM_MODES[mode]]
 
