@@ -25,7 +25,7 @@ Raw C path::
 from __future__ import annotations
 
 from cudnn_py import capi
-from cudnn_py.descriptors import ActivationDescriptor
+from cudnn_py.descriptors import ActivationDescriptor, _bool, _float
 from cudnn_py.graph import legacy as gl
 from cudnn_py.ops._common import check_array, desc, enum_arg, output, scalars
 
@@ -50,10 +50,10 @@ class Activation:
 
     def __init__(self, mode="relu", coef: float = 0.0, swish_beta: float = 1.0, *, nan_propagation: bool = False):
         self.mode = enum_arg(mode, ACTIVATION_MODES, capi.cudnnActivationMode_t, "activation mode")
-        self.coef, self.swish_beta = float(coef), float(swish_beta)
+        self.coef, self.swish_beta = _float(coef, "coef"), _float(swish_beta, "swish_beta")
         if self.mode == capi.CUDNN_ACTIVATION_CLIPPED_RELU and not self.coef > 0:
             raise ValueError(f"clipped_relu needs its ceiling coef > 0, got {coef!r}")
-        self.nan_propagation = bool(nan_propagation)
+        self.nan_propagation = _bool(nan_propagation, "nan_propagation")
         self._desc = None
 
     @property

@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from cudnn_py import capi
-from cudnn_py.descriptors import PoolingDescriptor, TensorDescriptor
+from cudnn_py.descriptors import PoolingDescriptor, TensorDescriptor, _bool, _ints
 from cudnn_py.graph import legacy as gl
 from cudnn_py.memory import DeviceArray
 from cudnn_py.ops._common import (
@@ -45,21 +45,21 @@ POOLING_MODES = {
     "max_deterministic": capi.CUDNN_POOLING_MAX_DETERMINISTIC,
     "avg_include_padding": capi.CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING,
     "avg_exclude_padding": capi.CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING,
-    # the enum's own spellings, as cudnn_py.descriptors.PoolingDescriptor takes them
+    # the short spellings PoolingDescriptor takes too ('avg' excludes padding; torch's avg_pool2d includes it)
+    "avg": capi.CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING,
+    "average": capi.CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING,, as cudnn_py.descriptors.PoolingDescriptor takes them
     "average_count_include_padding": capi.CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING,
     "average_count_exclude_padding": capi.CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING,
 }
 _NAMES = {v: k for k, v in reversed(POOLING_MODES.items())}
 
 
-def _param(v, name: str) -> int | tuple[int, ...]:
-    """An int (every spatial dim) or a tuple of 1 to 3 ints; checked per dimension count at use."""
+def _param(v, name: str, minimum: int) -> int | tuple[int, ...]:
+    """An int (every spatial dim) or a tuple of 1 to 3 ints, each in ``[minimum, 2**31 - 1]``; the count is checked
+    against the spatial dims at use."""
     if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
-        return int(v)
-    try:
-        t = tuple(int(i) if isinstance(i, (int, np.integer)) and not isinstance(i, bool) else i for i in v)
-    except TypeError:
-        raise TypeError(f"{name} must be an int or a sequence of ints, got {v!r}") from None
+        return _ints(v, 1, name, minimum)[0]
+    t = _ints(v, None, name, minimum)
     if not 1 <= len(t) <= 3:
         raise ValueError(f"{name} needs 1 to 3 values (one per spatial dimension), got {v!r}")
     return t
@@ -77,10 +77,10 @@ class Pooling:
 
     def __init__(self, mode="max", window=2, padding=0, stride=None, *, nan_propagation: bool = False):
         self.mode = enum_arg(mode, POOLING_MODES, capi.cudnnPoolingMode_t, "pooling mode")
-        self.window = _param(window, "window")
-        self.padding = _param(padding, "padding")
-        self.stride = self.window if stride is None else _param(stride, "stride")
-        self.nan_propagation = bool(nan_propagation)
+        self.window = _param(window, "window", 1)
+        self.padding = _param(padding, "padding", 0)
+        self.stride = self.window if stride is None else _param(stride, "stride", 1)
+        self.nan_propagation = _bool(nan_propagation, "nan_propagation")
         self._descs: dict = {}
 
     def params(self, nd: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
