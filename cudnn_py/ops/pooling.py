@@ -47,7 +47,7 @@ POOLING_MODES = {
     "avg_exclude_padding": capi.CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING,
     # the short spellings PoolingDescriptor takes too ('avg' excludes padding; torch's avg_pool2d includes it)
     "avg": capi.CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING,
-    "average": capi.CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING,, as cudnn_py.descriptors.PoolingDescriptor takes them
+    "average": capi.CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING,
     "average_count_include_padding": capi.CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING,
     "average_count_exclude_padding": capi.CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING,
 }
