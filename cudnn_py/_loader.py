@@ -24,8 +24,9 @@ from pathlib import Path
 from .errors import LibraryNotFoundError
 
 SONAME = "libcudnn.so.9"
-INSTALL_HINT = ("install it with `pip install nvidia-cudnn-cu12` (CUDA 12) or `pip install nvidia-cudnn-cu13` "
-                "(CUDA 13), or point CUDNN_PY_LIBRARY at libcudnn.so.9")
+INSTALL_HINT = ("install cudnn-py with the extra for your driver: `pip install 'cudnn-py[cu12]'` (CUDA 12 driver, "
+                "525+) or `pip install 'cudnn-py[cu13]'` (CUDA 13 driver, 580+), or point CUDNN_PY_LIBRARY at "
+                "libcudnn.so.9")
 
 
 @dataclass(frozen=True)

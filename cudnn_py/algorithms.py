@@ -468,42 +468,16 @@ algorithm_cache = AlgorithmCache()
 
 # ---------------------------------------------------------------- port of the removed selectors
 
-class cudnnConvolutionFwdPreference_t(enum.IntEnum):
-    """cuDNN 7's forward preference (removed in cuDNN 8; values as they were)."""
-    CUDNN_CONVOLUTION_FWD_NO_WORKSPACE = 0
-    CUDNN_CONVOLUTION_FWD_PREFER_FASTEST = 1
-    CUDNN_CONVOLUTION_FWD_SPECIFY_WORKSPACE_LIMIT = 2
+# one definition of the removed preference enums, in removed.py (capi exports the same objects)
+from .removed import (  # noqa: E402
+    cudnnConvolutionBwdDataPreference_t, cudnnConvolutionBwdFilterPreference_t, cudnnConvolutionFwdPreference_t)
 
-
-class cudnnConvolutionBwdDataPreference_t(enum.IntEnum):
-    """cuDNN 7's backward-data preference (removed in cuDNN 8)."""
-    CUDNN_CONVOLUTION_BWD_DATA_NO_WORKSPACE = 0
-    CUDNN_CONVOLUTION_BWD_DATA_PREFER_FASTEST = 1
-    CUDNN_CONVOLUTION_BWD_DATA_SPECIFY_WORKSPACE_LIMIT = 2
-
-
-class cudnnConvolutionBwdFilterPreference_t(enum.IntEnum):
-    """cuDNN 7's backward-filter preference (removed in cuDNN 8)."""
-    CUDNN_CONVOLUTION_BWD_FILTER_NO_WORKSPACE = 0
-    CUDNN_CONVOLUTION_BWD_FILTER_PREFER_FASTEST = 1
-    CUDNN_CONVOLUTION_BWD_FILTER_SPECIFY_WORKSPACE_LIMIT = 2
-
-
-CUDNN_CONVOLUTION_FWD_NO_WORKSPACE = cudnnConvolutionFwdPreference_t.CUDNN_CONVOLUTION_FWD_NO_WORKSPACE
-CUDNN_CONVOLUTION_FWD_PREFER_FASTEST = cudnnConvolutionFwdPreference_t.CUDNN_CONVOLUTION_FWD_PREFER_FASTEST
-CUDNN_CONVOLUTION_FWD_SPECIFY_WORKSPACE_LIMIT = \
-    cudnnConvolutionFwdPreference_t.CUDNN_CONVOLUTION_FWD_SPECIFY_WORKSPACE_LIMIT
-CUDNN_CONVOLUTION_BWD_DATA_NO_WORKSPACE = cudnnConvolutionBwdDataPreference_t.CUDNN_CONVOLUTION_BWD_DATA_NO_WORKSPACE
-CUDNN_CONVOLUTION_BWD_DATA_PREFER_FASTEST = \
-    cudnnConvolutionBwdDataPreference_t.CUDNN_CONVOLUTION_BWD_DATA_PREFER_FASTEST
-CUDNN_CONVOLUTION_BWD_DATA_SPECIFY_WORKSPACE_LIMIT = \
-    cudnnConvolutionBwdDataPreference_t.CUDNN_CONVOLUTION_BWD_DATA_SPECIFY_WORKSPACE_LIMIT
-CUDNN_CONVOLUTION_BWD_FILTER_NO_WORKSPACE = \
-    cudnnConvolutionBwdFilterPreference_t.CUDNN_CONVOLUTION_BWD_FILTER_NO_WORKSPACE
-CUDNN_CONVOLUTION_BWD_FILTER_PREFER_FASTEST = \
-    cudnnConvolutionBwdFilterPreference_t.CUDNN_CONVOLUTION_BWD_FILTER_PREFER_FASTEST
-CUDNN_CONVOLUTION_BWD_FILTER_SPECIFY_WORKSPACE_LIMIT = \
-    cudnnConvolutionBwdFilterPreference_t.CUDNN_CONVOLUTION_BWD_FILTER_SPECIFY_WORKSPACE_LIMIT
+CUDNN_CONVOLUTION_FWD_NO_WORKSPACE, CUDNN_CONVOLUTION_FWD_PREFER_FASTEST, \
+    CUDNN_CONVOLUTION_FWD_SPECIFY_WORKSPACE_LIMIT = cudnnConvolutionFwdPreference_t
+CUDNN_CONVOLUTION_BWD_DATA_NO_WORKSPACE, CUDNN_CONVOLUTION_BWD_DATA_PREFER_FASTEST, \
+    CUDNN_CONVOLUTION_BWD_DATA_SPECIFY_WORKSPACE_LIMIT = cudnnConvolutionBwdDataPreference_t
+CUDNN_CONVOLUTION_BWD_FILTER_NO_WORKSPACE, CUDNN_CONVOLUTION_BWD_FILTER_PREFER_FASTEST, \
+    CUDNN_CONVOLUTION_BWD_FILTER_SPECIFY_WORKSPACE_LIMIT = cudnnConvolutionBwdFilterPreference_t
 
 _PREF_TYPES = {"forward": cudnnConvolutionFwdPreference_t, "backward_data": cudnnConvolutionBwdDataPreference_t,
                "backward_filter": cudnnConvolutionBwdFilterPreference_t}

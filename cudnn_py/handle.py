@@ -35,13 +35,15 @@ import contextlib
 import ctypes
 import weakref
 from collections.abc import Iterator
-
-from cuda.core import Device, Stream
+from typing import TYPE_CHECKING
 
 from cudnn_py import capi
 from cudnn_py.errors import ClosedError
 from cudnn_py.streams import as_stream, get_device
 from cudnn_py.workspace import Workspace
+
+if TYPE_CHECKING:  # annotations only: cuda.core is imported on first device use (streams.cuda_core)
+    from cuda.core import Device, Stream
 
 __all__ = ["Handle", "handle_cache"]
 

@@ -289,8 +289,6 @@ def test_nvtx_ranges_around_pythonic_operations(real_recorder, rng):
 
 
 @pytest.mark.gpu
-@pytest.mark.xfail(strict=True, reason="graph/execute.py calls cudnnBackendExecute through its own bare ctypes "
-                                       "function; requested in .notes/requests.md to go through cudnn_py.nvtx.wrap")
 def test_nvtx_range_around_graph_execute(real_recorder, rng):
     import cudnn_py.graph as G
     with cudnn_py.Handle() as h:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ctypes
 import functools
 
-from cudnn_py import _loader, capi
+from cudnn_py import _loader, capi, nvtx
 from cudnn_py._binding import status_error
 from cudnn_py.errors import ClosedError
 from cudnn_py.memory import DeviceArray
@@ -169,7 +169,7 @@ class _ExecState:
 
     def make_run(self):
         recent_get, lookup, error = self._recent.get, self._lookup, self._error
-        ex, h, plan = _raw_execute(), self._h, self._plan_ptr
+        ex, h, plan = nvtx.wrap("cudnnBackendExecute", _raw_execute()), self._h, self._plan_ptr
         if not self.workspace_size:
             def run(*arrays):
                 try:
@@ -232,7 +232,7 @@ class _ExecState:
         """Execute with an explicit workspace (a DeviceArray of at least :attr:`workspace_size` bytes, or a
         device pointer) instead of the handle's."""
         vp = self._lookup(arrays, _workspace_ptr(self.plan, workspace, self._device))
-        status = _raw_execute()(self._h, self._plan_ptr, vp)
+        status = nvtx.wrap("cudnnBackendExecute", _raw_execute())(self._h, self._plan_ptr, vp)
         if status:
             raise self._error(status)
 
