@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import cudnn_py
-from cudnn_py import _binding, capi
+from cudnn_py import capi
 from cudnn_py import log as cudnn_log
 from cudnn_py import nvtx as cudnn_nvtx
 from cudnn_py.errors import CudnnBadParamError

@@ -5,7 +5,6 @@ unified descriptors, the Pythonic entry point and its plan cache, torch tensors,
 import numpy as np
 import pytest
 
-import cudnn_py
 import cudnn_py.graph as G
 from cudnn_py.handle import handle_cache
 from cudnn_py.memory import DeviceArray, empty, to_device

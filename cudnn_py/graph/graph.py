@@ -22,7 +22,6 @@ from typing import Sequence
 import numpy as np
 
 from cudnn_py import capi
-from cudnn_py.descriptors import _ints
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import ClosedError
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import linecache
-import os
 import sys
 import traceback
 from collections import Counter

@@ -19,7 +19,7 @@ def reduction_mode(mode) -> capi.cudnnReduceTensorOp_t:
         return mode
     if isinstance(mode, str) and "CUDNN_REDUCE_TENSOR_" + mode.upper() in _RED.__members__:
         return _RED["CUDNN_REDUCE_TENSOR_" + mode.upper()]
-    raise ValueError(f"reduction mode must be a cudnnReduceTensorOp_t or one of "
+    raise ValueError("reduction mode must be a cudnnReduceTensorOp_t or one of "
                      + ", ".join(m.name[len('CUDNN_REDUCE_TENSOR_'):].lower() for m in _RED) + f", got {mode!r}")
 
 
