@@ -26,7 +26,7 @@ try:  # bfloat16 / fp8 / fp4 NumPy dtypes; optional
 except ImportError:  # pragma: no cover - depends on the environment
     _ml = None
 
-__all__ = ["cudnn_dtype", "numpy_dtype", "scalar_type", "scalar", "SUPPORTED_DTYPES"]
+__all__ = ["cudnn_dtype", "numpy_dtype", "as_numpy_dtype", "scalar_type", "scalar", "SUPPORTED_DTYPES", "ALIASES"]
 
 _DT = capi.cudnnDataType_t
 
@@ -60,6 +60,10 @@ for _vec, _elem in [("CUDNN_DATA_INT8x4", np.int8), ("CUDNN_DATA_INT8x32", np.in
                     ("CUDNN_DATA_UINT8x4", np.uint8)]:
     if hasattr(_DT, _vec):
         _TO_NUMPY[int(_DT[_vec])] = np.dtype(_elem)
+#: short names the ML world uses, case-insensitive, beside NumPy's own spellings
+ALIASES: dict[str, str] = {"fp64": "float64", "fp32": "float32", "fp16": "float16", "bf16": "bfloat16",
+                           "fp8_e4m3": "float8_e4m3fn", "e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2",
+                           "e5m2": "float8_e5m2"}
 # Fast path: remember every spelling we have resolved (np.float32, "float32", dtype objects, ...).
 _LOOKUP: dict = {}
 
@@ -69,7 +73,8 @@ def _supported_names() -> str:
 
 
 def cudnn_dtype(dtype) -> capi.cudnnDataType_t:
-    """The ``cudnnDataType_t`` for a NumPy dtype-like (``np.float32``, ``"float16"``, ``ml_dtypes.bfloat16``, an array's ``.dtype``).
+    """The ``cudnnDataType_t`` for a NumPy dtype-like (``np.float32``, ``"float16"``, ``ml_dtypes.bfloat16``, an array's ``.dtype``)
+    or a short name of :data:`ALIASES` (``"fp16"``, ``"bf16"``, ``"e4m3"``, any case).
 
     A ``cudnnDataType_t`` passes through unchanged. Raises :class:`TypeError` for a dtype cuDNN has no type for,
     and for ``None`` or a number (NumPy would read them as float64 or a type code)."""
@@ -83,7 +88,7 @@ def cudnn_dtype(dtype) -> capi.cudnnDataType_t:
         # np.dtype(None) is float64 and np.dtype(25) a type number: neither is a dtype a caller means
         raise TypeError(f"{dtype!r} is not a dtype; expected one of: {_supported_names()} (or a cudnnDataType_t)")
     try:
-        npd = np.dtype(dtype)
+        npd = as_numpy_dtype(dtype)
     except (TypeError, ValueError, SyntaxError, AttributeError, RecursionError) as e:
         raise TypeError(f"{dtype!r} is not a dtype; expected one of: {_supported_names()}") from e
     result = _TO_CUDNN.get(npd)
@@ -94,6 +99,16 @@ def cudnn_dtype(dtype) -> capi.cudnnDataType_t:
     except TypeError:  # unhashable spelling
         pass
     return result
+
+
+def as_numpy_dtype(dtype) -> np.dtype:
+    """``np.dtype(dtype)`` that also takes the short names of :data:`ALIASES` (any case) and the ml_dtypes names
+    (``"bfloat16"``, ``"float8_e4m3fn"``); NumPy's own errors otherwise."""
+    if isinstance(dtype, str):
+        dtype = ALIASES.get(dtype.lower(), dtype)
+        if _ml is not None and hasattr(_ml, dtype):  # ml_dtypes types are not NumPy names
+            dtype = getattr(_ml, dtype)
+    return np.dtype(dtype)
 
 
 def numpy_dtype(cudnn_dt) -> np.dtype:

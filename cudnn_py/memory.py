@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol, Union, cast
 import numpy as np
 import numpy.typing as npt
 
-from cudnn_py.dtypes import SUPPORTED_DTYPES
+from cudnn_py.dtypes import SUPPORTED_DTYPES, as_numpy_dtype
 from cudnn_py.errors import check_cuda as _check, cuda_error_from
 from cudnn_py.streams import StreamLike, as_stream, cuda_core, get_device
 
@@ -124,7 +124,7 @@ def _numpy_dtype(dtype) -> np.dtype:
     if type(dtype) is not type and dtype in _SUPPORTED:  # an np.dtype already (a type never hashes equal)
         return dtype
     try:
-        d = np.dtype(dtype)
+        d = as_numpy_dtype(dtype)
     except TypeError as e:
         raise TypeError(f"{dtype!r} is not a dtype") from e
     if d not in _SUPPORTED:

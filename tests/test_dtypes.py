@@ -71,3 +71,13 @@ def test_scalar_types():
     assert isinstance(s, ctypes.c_double) and s.value == 0.1
     f = scalar(capi.CUDNN_DATA_HALF, 2.5)
     assert isinstance(f, ctypes.c_float) and f.value == 2.5
+
+
+@pytest.mark.parametrize("name,want", [("fp16", "float16"), ("BF16", "bfloat16"), ("fp32", "float32"),
+                                       ("Fp64", "float64"), ("e4m3", "float8_e4m3fn"), ("fp8_e5m2", "float8_e5m2")])
+def test_short_dtype_names(name, want):
+    """One vocabulary (issue 10): the ML world's short names work wherever a dtype is taken."""
+    from cudnn_py.dtypes import as_numpy_dtype, cudnn_dtype
+    from cudnn_py.memory import _numpy_dtype
+    assert as_numpy_dtype(name).name == want == _numpy_dtype(name).name
+    assert cudnn_dtype(name) == cudnn_dtype(want)
