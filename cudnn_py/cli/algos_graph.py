@@ -24,6 +24,8 @@ from typing import Callable
 
 import numpy as np
 
+from cudnn_py.cli import algos
+
 KINDS = ("conv", "matmul", "norm", "attention")
 MODES = ("A", "B", "FALLBACK")
 GRAPH_DTYPES = ("float32", "float16", "bfloat16")
@@ -42,19 +44,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 @dataclass
-class Row:
-    """One engine config: ``direction`` is the problem's operation, ``algo`` the config's tag, ``math_type`` the
-    heuristics modes that offered it; ``pick`` says 'A' for mode A's choice, 'torch' for torch's row."""
-    direction: str
-    math_type: str
-    algo: str
-    supported: bool
-    reason: str = ""
-    time_ms: float | None = None
-    tflops: float | None = None
-    workspace_bytes: int | None = None
-    deterministic: bool | None = None
-    max_rel_error: float | None = None
+class Row(algos.Row):
+    """One engine config (``algo`` its tag, ``math_type`` the heuristics modes that offered it, ``direction`` the
+    problem's operation); ``pick`` says 'A' for mode A's choice, 'torch' for torch's row."""
     pick: str = ""
     notes: list = field(default_factory=list)
 
@@ -444,7 +436,6 @@ def run(args) -> int:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     """``algos --graph ...`` parsed (tests)."""
-    from cudnn_py.cli import algos
     parser = argparse.ArgumentParser(prog="cudnn-py", formatter_class=argparse.RawDescriptionHelpFormatter)
     algos.add_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["algos", *argv])
