@@ -539,8 +539,12 @@ def choose_forward_algorithm(handle, x_desc, w_desc, conv_desc, y_desc,
                              memory_limit: int = 0, *, measured: bool = False):
     """The forward algorithm cuDNN 7's ``cudnnGetConvolutionForwardAlgorithm`` would have chosen.
 
-    ``preference`` is a :class:`cudnnConvolutionFwdPreference_t`; ``memory_limit`` (bytes) is used with
-    ``..._SPECIFY_WORKSPACE_LIMIT``. Ranks with ``..._v7`` heuristics, or with ``Find`` timings if ``measured``.
+    :param handle: a :class:`~cudnn_py.Handle` (or its ``cudnnHandle_t``).
+    :param x_desc, w_desc, conv_desc, y_desc: the input, filter, convolution and output descriptors.
+    :param preference: a :class:`cudnnConvolutionFwdPreference_t` (no workspace, fastest, or under a limit).
+    :param memory_limit: bytes, used with ``..._SPECIFY_WORKSPACE_LIMIT``.
+    :param measured: rank with ``Find`` timings instead of the ``..._v7`` heuristics.
+    :returns: the chosen ``cudnnConvolutionFwdAlgo_t``.
     """
     return _choose("forward", handle, x_desc, w_desc, conv_desc, y_desc, preference, memory_limit, measured)
 
@@ -548,14 +552,26 @@ def choose_forward_algorithm(handle, x_desc, w_desc, conv_desc, y_desc,
 def choose_backward_data_algorithm(handle, w_desc, dy_desc, conv_desc, dx_desc,
                                    preference=cudnnConvolutionBwdDataPreference_t.CUDNN_CONVOLUTION_BWD_DATA_PREFER_FASTEST,
                                    memory_limit: int = 0, *, measured: bool = False):
-    """Backward-data counterpart of :func:`choose_forward_algorithm`."""
+    """Backward-data counterpart of :func:`choose_forward_algorithm`.
+
+    :param handle, w_desc, dy_desc, conv_desc, dx_desc: the handle and the filter, output-gradient, convolution
+        and input-gradient descriptors.
+    :param preference, memory_limit, measured: as for :func:`choose_forward_algorithm`.
+    :returns: the chosen ``cudnnConvolutionBwdDataAlgo_t``.
+    """
     return _choose("backward_data", handle, w_desc, dy_desc, conv_desc, dx_desc, preference, memory_limit, measured)
 
 
 def choose_backward_filter_algorithm(handle, x_desc, dy_desc, conv_desc, dw_desc,
                                      preference=cudnnConvolutionBwdFilterPreference_t.CUDNN_CONVOLUTION_BWD_FILTER_PREFER_FASTEST,
                                      memory_limit: int = 0, *, measured: bool = False):
-    """Backward-filter counterpart of :func:`choose_forward_algorithm`."""
+    """Backward-filter counterpart of :func:`choose_forward_algorithm`.
+
+    :param handle, x_desc, dy_desc, conv_desc, dw_desc: the handle and the input, output-gradient, convolution and
+        filter-gradient descriptors.
+    :param preference, memory_limit, measured: as for :func:`choose_forward_algorithm`.
+    :returns: the chosen ``cudnnConvolutionBwdFilterAlgo_t``.
+    """
     return _choose("backward_filter", handle, x_desc, dy_desc, conv_desc, dw_desc, preference, memory_limit,
                    measured)
 
