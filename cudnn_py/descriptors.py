@@ -161,8 +161,16 @@ def _ints(value, n: int | None, what: str, minimum: int, maximum: int = INT32_MA
     else:
         out = _int_tuple(value, what, "an int or a sequence of ints", minimum, maximum)
         if n is not None and len(out) != n:
-            raise ValueError(f"{what} has {len(out)} entries; expected {n} (one per spatial dimension)")
+            raise ValueError(f"{what} has {len(out)} entries; expected {n} (one per dimension it applies to)")
     return out
+
+
+def _int_or_ints(value, what: str, minimum: int) -> int | tuple[int, ...]:
+    """An int (kept as an int) or a sequence of ints (as a tuple, any length), each in ``[minimum, 2**31 - 1]``:
+    for parameters whose count is checked later, against the rank of the data they are used with."""
+    if _is_int(value):
+        return _int(value, what, minimum)
+    return _int_tuple(value, what, "an int or a sequence of ints", minimum)
 
 
 def _spatial_ndim(ndim, values) -> int:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from cudnn_py import capi
-from cudnn_py.descriptors import TensorDescriptor, _int, _int_tuple, _is_int, tensor_descriptor
+from cudnn_py.descriptors import TensorDescriptor, tensor_descriptor
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype, scalar
 from cudnn_py.memory import DeviceArray, as_array, empty
 
@@ -29,17 +29,6 @@ def enum_arg(value, table: dict, enum_type, what: str):
     if isinstance(value, str) and value.lower() in table:
         return table[value.lower()]
     raise ValueError(f"{what} {value!r}: expected one of {sorted(table)} or a {enum_type.__name__} member")
-
-
-def int_tuple(values, n: int, what: str, minimum: int) -> tuple[int, ...]:
-    """An int or a sequence of n ints, each in ``[minimum, 2**31 - 1]`` (the C int range), as an n-tuple;
-    :class:`TypeError` for a non-int (a float, a string), :class:`ValueError` for a wrong count or range."""
-    if _is_int(values):
-        return (_int(values, what, minimum),) * n
-    vals = _int_tuple(values, what, f"an int or {n} ints", minimum)
-    if len(vals) != n:
-        raise ValueError(f"{what} must be an int or {n} ints, each >= {minimum}; got {values!r}")
-    return vals
 
 
 def scalars(dtype, *values: float) -> tuple:

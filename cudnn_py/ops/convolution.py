@@ -51,13 +51,6 @@ _MODES = {"cross_correlation": capi.CUDNN_CROSS_CORRELATION, "convolution": capi
 _ALGO_WORDS = ("heuristic", "fastest")
 
 
-def _ints(v, what: str, minimum: int) -> tuple[int, ...] | int:
-    """An int, or a sequence of ints, each in ``[minimum, 2**31 - 1]`` (the C int range), kept in its form."""
-    if _d._is_int(v):
-        return _d._int(v, what, minimum)
-    return _d._int_tuple(v, what, "an int or a sequence of ints", minimum)
-
-
 class Convolution:
     """The parameters of a convolution (what ``cudnnConvolutionDescriptor_t`` holds), hashable.
 
@@ -78,16 +71,16 @@ class Convolution:
     def __init__(self, padding=0, stride=1, dilation=1, groups: int = 1, *, mode: str = "cross_correlation",
                  math_type: Any = "auto", compute_type=None, layout: str = "NCHW"):
         if _d._is_int(padding):
-            self.padding = _ints(padding, "padding", 0)
+            self.padding = _d._int_or_ints(padding, "padding", 0)
         else:
             if isinstance(padding, (str, bytes)) or not hasattr(padding, "__iter__"):
                 raise TypeError(f"padding must be an int, one int per spatial dimension or one (low, high) pair per "
                                 f"dimension, got {padding!r}")
-            self.padding = tuple(_ints(p, "padding", 0) for p in padding)
+            self.padding = tuple(_d._int_or_ints(p, "padding", 0) for p in padding)
             if any(isinstance(p, tuple) and len(p) != 2 for p in self.padding):
                 raise ValueError(f"padding pairs must be (low, high), got {padding!r}")
-        self.stride = _ints(stride, "stride", 1)
-        self.dilation = _ints(dilation, "dilation", 1)
+        self.stride = _d._int_or_ints(stride, "stride", 1)
+        self.dilation = _d._int_or_ints(dilation, "dilation", 1)
         self.groups = _d._int(groups, "groups", 1)
         self.mode = enum_arg(mode, _MODES, capi.cudnnConvolutionMode_t, "mode")
         self.math_type = None if isinstance(math_type, str) and math_type == "auto" else enum_arg(

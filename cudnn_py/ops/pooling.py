@@ -31,11 +31,11 @@ from __future__ import annotations
 import numpy as np
 
 from cudnn_py import capi
-from cudnn_py.descriptors import PoolingDescriptor, TensorDescriptor, _bool, _ints
+from cudnn_py.descriptors import PoolingDescriptor, TensorDescriptor, _bool, _int_or_ints, _ints
 from cudnn_py.graph import legacy as gl
 from cudnn_py.memory import DeviceArray
 from cudnn_py.ops._common import (
-    check_array, desc, empty_strided, enum_arg, int_tuple, output, scalars, tensor_desc,
+    check_array, desc, empty_strided, enum_arg, output, scalars, tensor_desc,
 )
 
 __all__ = ["Pooling", "pooling_forward", "pooling_backward", "POOLING_MODES"]
@@ -57,10 +57,8 @@ _NAMES = {v: k for k, v in reversed(POOLING_MODES.items())}
 def _param(v, name: str, minimum: int) -> int | tuple[int, ...]:
     """An int (every spatial dim) or a tuple of 1 to 3 ints, each in ``[minimum, 2**31 - 1]``; the count is checked
     against the spatial dims at use."""
-    if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
-        return _ints(v, 1, name, minimum)[0]
-    t = _ints(v, None, name, minimum)
-    if not 1 <= len(t) <= 3:
+    t = _int_or_ints(v, name, minimum)
+    if isinstance(t, tuple) and not 1 <= len(t) <= 3:
         raise ValueError(f"{name} needs 1 to 3 values (one per spatial dimension), got {v!r}")
     return t
 
@@ -85,8 +83,8 @@ class Pooling:
 
     def params(self, nd: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
         """(window, padding, stride) for ``nd`` spatial dimensions, validated."""
-        return (int_tuple(self.window, nd, "window", 1), int_tuple(self.padding, nd, "padding", 0),
-                int_tuple(self.stride, nd, "stride", 1))
+        return (_ints(self.window, nd, "window", 1), _ints(self.padding, nd, "padding", 0),
+                _ints(self.stride, nd, "stride", 1))
 
     def output_shape(self, x_shape) -> tuple[int, ...]:
         """The output shape for input ``x_shape`` (N, C, *spatial); ValueError if a window does not fit."""

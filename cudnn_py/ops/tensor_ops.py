@@ -22,12 +22,12 @@ import ctypes
 import numpy as np
 
 from cudnn_py import capi
-from cudnn_py.descriptors import op_tensor_descriptor, reduce_tensor_descriptor
+from cudnn_py.descriptors import _ints, op_tensor_descriptor, reduce_tensor_descriptor
 from cudnn_py.dtypes import cudnn_dtype
 from cudnn_py.graph import legacy as gl
 from cudnn_py.memory import DeviceArray, as_array, empty
 from cudnn_py.ops._common import (
-    check_array, desc, empty_strided, enum_arg, int_tuple, output, read_tensor_desc, scalars, tensor_desc,
+    check_array, desc, empty_strided, enum_arg, output, read_tensor_desc, scalars, tensor_desc,
 )
 
 __all__ = [
@@ -260,9 +260,9 @@ def transform_tensor_ex(handle, x, *, dest_format: str = "NHWC", pad_before=0, p
     if nd not in (4, 5):
         raise ValueError(f"transform_tensor_ex takes 4-D or 5-D tensors; x has shape {xa.shape}")
     fmt = enum_arg(dest_format, {k.lower(): v for k, v in _FORMATS.items()}, capi.cudnnTensorFormat_t, "dest_format")
-    before = int_tuple(pad_before, nd, "pad_before", 0)
-    after = int_tuple(pad_after, nd, "pad_after", 0)
-    folds = int_tuple(fold, nd, "fold", 1)
+    before = _ints(pad_before, nd, "pad_before", 0)
+    after = _ints(pad_after, nd, "pad_after", 0)
+    folds = _ints(fold, nd, "fold", 1)
     dirv = enum_arg(direction, _DIRECTIONS, capi.cudnnFoldingDirection_t, "direction")
     out_dtype = np.dtype(dtype) if dtype is not None else (xa.dtype if y is None else as_array(y, "y").dtype)
     tdesc = _transform_desc(nd, fmt, before, after, folds, dirv)
