@@ -3,6 +3,7 @@ no GPU; finalize needs the driver), the graph builder's shape inference and bad-
 checks that fire before cuDNN is called."""
 import ctypes
 import fractions
+import math
 import types
 
 import numpy as np
@@ -622,3 +623,20 @@ def test_graph_builder_refuses_truncation_and_overflow():
         g.conv_fprop(x, g.tensor((2, 3, 1)), conv_mode="bogus")
     with pytest.raises(ValueError, match="reduction mode"):
         g.reduction(x, "avgx", axes=[1])
+
+
+def test_scalars_and_parameters_that_do_not_fit_are_refused():
+    """A finite value that would round to inf/NaN in the scalar's dtype, an int beyond float64, a bool that is not
+    0/1: ValueError naming the value (never OverflowError, never a silently changed constant)."""
+    g = Graph()
+    for value, dtype in ((1e10, "float16"), (1e39, "bfloat16"), (1000.0, "float8_e4m3fn"), (10 ** 400, None),
+                         (5, "bool")):
+        with pytest.raises(ValueError, match="does not fit"):
+            g.scalar(value, dtype=dtype)
+    assert g.scalar(6e4, dtype="float16").value == 6e4
+    assert g.scalar(-math.inf).value == -math.inf  # non-finite constants (masks) stay as given
+    x = g.tensor((1, 2, 3, 3), name="x")
+    with pytest.raises(ValueError, match="alpha must be finite"):
+        g.conv_fprop(x, g.tensor((2, 2, 1, 1), name="w"), alpha=10 ** 400)
+    with pytest.raises(ValueError, match="relu_lower_clip_slope must be finite"):
+        g.relu(x, negative_slope=10 ** 400)

@@ -365,6 +365,7 @@ def test_ragged_forward_backward_set_the_offsets(faked):
     (dict(bias=True), ValueError, "with bias is not verified"),
     (dict(offset_shape=(3, 1, 1, 1)), ValueError, r"must have shape \(4, 1, 1, 1\)"),
     (dict(offset_dtype="float32"), TypeError, "int32/int64"),
+    (dict(offset_dtype="int8"), TypeError, "int32/int64"),
     (dict(implementation="unified"), G.GraphNotSupportedError, "takes no padding mask"),
 ])
 def test_ragged_bad_input_is_refused(kw, err, match):

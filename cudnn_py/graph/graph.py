@@ -98,7 +98,7 @@ class Tensor:
         or int64 graph input of shape (B + 1, 1, ...) holding each batch's start, in elements; returns self."""
         self.graph._check_open()
         o = self.graph._own(offsets, "offsets")
-        if o.is_virtual or o.is_by_value or o.np_dtype.kind != "i":
+        if o.is_virtual or o.is_by_value or o.dtype not in (_DT.CUDNN_DATA_INT32, _DT.CUDNN_DATA_INT64):
             raise TypeError(f"ragged offsets must be an int32/int64 input tensor, got {o.describe()}")
         if o.ndim != self.ndim or o.shape[0] != self.shape[0] + 1 or any(s != 1 for s in o.shape[1:]):
             raise ValueError(f"ragged offsets of {self.name} {self.shape} must have shape "
@@ -228,13 +228,22 @@ class Graph(*BUILDERS):
         npdt = numpy_dtype(dt)
         if npdt.kind in "iub":
             info = np.iinfo(npdt) if npdt.kind != "b" else None
-            if not math.isfinite(value) or float(value) != int(value) or (
-                    info is not None and not info.min <= int(value) <= info.max):
+            if (isinstance(value, (float, np.floating)) and (not math.isfinite(value) or value != int(value))) or (
+                    not (info.min <= int(value) <= info.max if info is not None else int(value) in (0, 1))):
                 raise ValueError(f"scalar {value!r} does not fit {npdt}")
+            buf = np.array([int(value)], dtype=npdt)
+        else:
+            try:
+                with np.errstate(over="ignore"):
+                    buf = np.array([float(value)], dtype=npdt)
+            except OverflowError:
+                raise ValueError(f"scalar {value!r} does not fit {npdt}") from None
+            if math.isfinite(value) and not np.isfinite(buf.astype(np.float64)[0]):
+                raise ValueError(f"scalar {value!r} does not fit {npdt} (it would become {buf[0]})")
         uid = self._new_uid()
         t = Tensor(self, uid, name or f"scalar{uid}", (1,) * ndim, (1,) * ndim, dt, False, True,
                    int(value) if npdt.kind in "iub" else float(value))
-        self._scalar_bufs[uid] = np.array([value], dtype=npdt)
+        self._scalar_bufs[uid] = buf
         return self._add(t)
 
     def _virtual(self, shape, strides=None, name=None, like: Tensor | None = None) -> Tensor:
@@ -285,7 +294,10 @@ class Graph(*BUILDERS):
         """A finite float parameter (a bool, a non-number or NaN/inf is refused naming ``what``)."""
         if isinstance(v, bool) or not isinstance(v, (int, float, np.floating, np.integer)):
             raise TypeError(f"{what} must be a number, got {type(v).__name__}")
-        f = float(v)
+        try:
+            f = float(v)
+        except OverflowError:
+            raise ValueError(f"{what} must be finite, got {v!r}") from None
         if not math.isfinite(f):
             raise ValueError(f"{what} must be finite, got {v!r}")
         return f
