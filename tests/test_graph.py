@@ -640,3 +640,29 @@ def test_scalars_and_parameters_that_do_not_fit_are_refused():
         g.conv_fprop(x, g.tensor((2, 2, 1, 1), name="w"), alpha=10 ** 400)
     with pytest.raises(ValueError, match="relu_lower_clip_slope must be finite"):
         g.relu(x, negative_slope=10 ** 400)
+
+
+def test_entry_point_autotuning_falls_back_only_when_a_and_b_have_no_plan():
+    """graph.conv._autotune (shared by convolution, the legacy-op graph paths and attention): modes A and B, then
+    FALLBACK only on GraphNotSupportedError; any other error propagates."""
+    from cudnn_py.graph.conv import _autotune
+
+    class Fake:
+        def __init__(self, fail):
+            self.calls, self.fail = [], fail
+
+        def autotune(self, handle, pack, modes):
+            self.calls.append(modes)
+            if modes in self.fail:
+                raise self.fail[modes]
+
+    ok = Fake({})
+    _autotune(ok, None, {})
+    assert ok.calls == [("A", "B")]
+    fb = Fake({("A", "B"): GraphNotSupportedError("g", [], ["A", "B"], [])})
+    _autotune(fb, None, {})
+    assert fb.calls == [("A", "B"), ("FALLBACK",)]
+    bad = Fake({("A", "B"): CudnnBadParamError("cudnnBackendFinalize", 2000)})
+    with pytest.raises(CudnnBadParamError):
+        _autotune(bad, None, {})
+    assert bad.calls == [("A", "B")]

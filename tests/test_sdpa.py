@@ -35,6 +35,14 @@ def test_reference_alibi_slopes():
     np.testing.assert_allclose(R.alibi_slopes(8), 2.0 ** -np.arange(1, 9))
     np.testing.assert_allclose(R.alibi_slopes(12)[8:], 2.0 ** (-8.0 * np.array([0.5, 1.5, 2.5, 3.5]) / 8))
     np.testing.assert_allclose(S.alibi_slopes(12), R.alibi_slopes(12), rtol=1e-7)
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="heads must be an int >= 1"):
+            S.alibi_slopes(bad)
+
+
+def test_seed_offset_ints_beyond_int64_are_refused():
+    with pytest.raises(ValueError, match="seed must fit int64"):
+        S._scalar_i64(None, 2 ** 63, "seed")
 
 
 def test_reference_softmax_and_stats(rng):

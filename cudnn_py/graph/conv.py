@@ -85,17 +85,23 @@ def _runner(handle, key, make):
     return r
 
 
+def _autotune(g: Graph, handle, pack: dict) -> None:
+    """Autotune ``g`` on ``pack`` over the plans of heuristics modes A and B (timing every fallback engine too
+    costs seconds and never wins), or over the fallback plans when A and B have none. The cached entry points'
+    autotuning (convolution, the operation modules' graph paths, attention) goes through here."""
+    try:
+        g.autotune(handle, pack, modes=("A", "B"))
+    except GraphNotSupportedError:
+        g.autotune(handle, pack, modes=("FALLBACK",))
+
+
 def _build(g: Graph, handle, tensors, arrays, autotune: bool):
     """Plan ``g`` (heuristics' first plan, or with ``autotune`` the fastest of all plans timed on the call's
     inputs and a scratch output) and return its executor over ``tensors`` (the output last)."""
     if autotune:
         out = tensors[-1]
         scratch = _out(handle, out.shape, out.np_dtype, out.strides, None, out.name)
-        pack = {**dict(zip(tensors[:-1], arrays)), out: scratch}
-        try:  # the heuristics' candidates; timing every fallback engine too costs seconds and never wins
-            g.autotune(handle, pack, modes=("A", "B"))
-        except GraphNotSupportedError:
-            g.autotune(handle, pack, modes=("FALLBACK",))
+        _autotune(g, handle, {**dict(zip(tensors[:-1], arrays)), out: scratch})
     else:
         g.build(handle)
     return g.executor(handle, *tensors, identity_cache=1)

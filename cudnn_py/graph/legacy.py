@@ -23,7 +23,7 @@ import numpy as np
 from cudnn_py.handle import handle_cache
 from cudnn_py.memory import DeviceArray
 
-from .conv import _build
+from .conv import _autotune, _build
 from .errors import GraphNotSupportedError
 from .graph import Graph, Tensor, _packed_strides
 from .ops.pointwise import Pointwise, pointwise_mode
@@ -176,14 +176,15 @@ def run_graph(handle, name: str, params: tuple, inputs: Sequence[tuple[str, Devi
     for role, a in (*inputs, *outputs):
         if role != "index":  # pooling's int8 window index is the graph's own
             graph_dtype(a.dtype, role)
-    if relabel and (outputs[0][1] if layout_of is None else layout_of).ndim > _MAX_RANK:
+    ref = outputs[0][1] if layout_of is None else layout_of
+    if relabel and ref.ndim > _MAX_RANK:
         raise GraphPathRefused(f"engine='graph' takes arrays of 1 to {_MAX_RANK} dimensions; got shape "
-                               f"{outputs[0][1].shape} (use engine='legacy')")
+                               f"{ref.shape} (use engine='legacy')")
     key = (name, params, autotune, tuple((r, a.shape, a.strides, a.dtype, tuple(a is o for _, o in outputs)) for r, a in inputs),
            tuple((r, a.shape, a.strides, a.dtype) for r, a in outputs))
 
     def make():
-        pad, perm = _relabel(outputs[0][1] if layout_of is None else layout_of) if relabel else (0, None)
+        pad, perm = _relabel(ref) if relabel else (0, None)
         g = Graph(io_dtype=outputs[0][1].dtype, compute_dtype="float32", name=name)
         views = [_view(a, pad, perm) for _, a in inputs]
         strides = _graph_strides if relabel else (lambda v: v.strides)
@@ -209,11 +210,7 @@ def run_graph(handle, name: str, params: tuple, inputs: Sequence[tuple[str, Devi
         tensors = [*ts.values(), *outs]
         if not autotune:
             return _build(g, handle, tensors, views, False), pad, perm
-        pack = dict(zip(tensors, [*views, *ovs]))
-        try:  # the heuristics' candidates (what graph/conv.py's autotune times too)
-            g.autotune(handle, pack, modes=("A", "B"))
-        except GraphNotSupportedError:
-            g.autotune(handle, pack, modes=("FALLBACK",))
+        _autotune(g, handle, dict(zip(tensors, [*views, *ovs])))
         return g.executor(handle, *tensors, identity_cache=1), pad, perm
 
     ent = cached(handle, key, make, auto)

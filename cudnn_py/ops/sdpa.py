@@ -27,7 +27,7 @@ import numpy as np
 from cudnn_py._binding import status_error
 from cudnn_py.errors import ClosedError
 from cudnn_py.graph import Graph
-from cudnn_py.graph.errors import GraphNotSupportedError
+from cudnn_py.graph.conv import _autotune
 from cudnn_py.graph.execute import (_bindings, _check_array, _handle_device, _plan_pointer, _raw_execute,
                                     make_variant_pack, scratch_pointers)
 from cudnn_py.handle import handle_cache
@@ -47,7 +47,11 @@ def sdpa_cache_clear(handle) -> None:
 
 
 def alibi_slopes(heads: int) -> np.ndarray:
-    """The standard ALiBi slopes for ``heads`` query heads (float32, as cuDNN's frontend computes them)."""
+    """The standard ALiBi slopes for ``heads`` query heads (an int >= 1; float32, as cuDNN's frontend computes
+    them)."""
+    if isinstance(heads, bool) or not isinstance(heads, (int, np.integer)) or heads < 1:
+        raise ValueError(f"heads must be an int >= 1, got {heads!r}")
+    heads = int(heads)
     n = 1 << int(math.floor(math.log2(heads)))
     exps = list(range(1, n + 1)) + [0.5 * (i + 1) for i in range(0, 2 * (heads - n), 2)]
     return np.array([2.0 ** (-8.0 * e / n) for e in exps], np.float32)
@@ -219,6 +223,8 @@ def _new_out(handle, shape, dtype, strides) -> DeviceArray:
 def _scalar_i64(handle, value, name) -> DeviceArray:
     """A seed/offset: a device int64 tensor passes through (as (1, 1, 1, 1)); an int is copied to the device."""
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        if not -2 ** 63 <= int(value) < 2 ** 63:
+            raise ValueError(f"{name} must fit int64, got {value}")
         return to_device(np.array([[[[value]]]], np.int64), stream=getattr(handle, "stream", None),
                          device=_handle_device(handle))
     a = as_array(value, name)
@@ -339,10 +345,7 @@ def _plan(g: Graph, handle, tensors, arrays, outs, autotune: bool):
         pack = dict(zip(tensors, arrays))
         for t in outs:
             pack[t] = _new_out(handle, t.shape, t.np_dtype, t.strides)
-        try:  # the heuristics' candidates; timing every fallback engine costs seconds and never wins
-            g.autotune(handle, pack, modes=("A", "B"))
-        except GraphNotSupportedError:
-            g.autotune(handle, pack, modes=("FALLBACK",))
+        _autotune(g, handle, pack)
     else:
         g.build(handle)
     return g.plan

@@ -188,7 +188,7 @@ def _band_masks(ctx, s, ins, p):
     return s
 
 
-def _scores(ctx, ins, p, q, s_raw):
+def _scores(ctx, ins, s_raw):
     """scale, bias, ALiBi and the padding mask applied to the raw scores (the order the engines recognise)."""
     s = _pw(ctx, "mul", s_raw, ins["scale"])
     if "bias" in ins:
@@ -253,7 +253,7 @@ class SdpaForward(Op):
         kt, kt_view = _k_transposed(ctx, ins, p)
         s_raw = ctx.virtual((b, hq, sq, skv), _F)
         _matmul(ctx, q, kt, s_raw, b_view=kt_view, m=ins.get("seq_len_q"), n=ins.get("seq_len_kv"))
-        s = _band_masks(ctx, _scores(ctx, ins, p, q, s_raw), ins, p)
+        s = _band_masks(ctx, _scores(ctx, ins, s_raw), ins, p)
         # softmax, with the statistics max + log(sum(exp(s - max)))
         mx = _reduce(ctx, s, "max", shape=(b, hq, sq, 1))
         e = _pw(ctx, "exp", _pw(ctx, "sub", s, mx))
@@ -297,7 +297,7 @@ class SdpaBackward(Op):
         s_raw = ctx.virtual((b, hq, sq, skv), _F)
         kt_view = (_swap_last(k.shape), _swap_last(k.strides))
         _matmul(ctx, q, k, s_raw, b_view=kt_view, m=slq, n=slkv)
-        s = _pw(ctx, "sub", _scores(ctx, ins, p, q, s_raw), stats)
+        s = _pw(ctx, "sub", _scores(ctx, ins, s_raw), stats)
         e = _pw(ctx, "exp", _band_masks(ctx, s, ins, p))
         pd = e
         mask = None
