@@ -132,6 +132,31 @@ def test_norm_statistics_and_running_arguments_checked(ln):
         g.norm_forward(x, c, c, mode="batch", training=False, mean=c, inv_variance=c)
 
 
+def test_refused_norm_calls_leave_the_graph_unchanged():
+    """A refused call makes no tensor, so a corrected retry with the same name works."""
+    g = Graph()
+    x, c = g.tensor((4, 8, 3, 5), name="x"), g.tensor((1, 8, 1, 1), name="c")
+    s = g.tensor((1, 8, 3, 5), name="s")
+    before = list(g.tensors)
+    with pytest.raises(ValueError, match="do not pass them"):
+        g.norm_forward(x, s, s, mean=c, name="ln")
+    with pytest.raises(ValueError, match="both running_mean and running_var"):
+        g.batch_norm(x, c, c, running_mean=c, name="bn")
+    with pytest.raises(ValueError, match="momentum"):
+        g.batch_norm(x, c, c, running_mean=c, running_var=c, momentum=2.0, name="bn")
+    with pytest.raises(ValueError, match="needs running_mean= and running_var="):
+        g.bn_finalize(c, c, c, c, accum_count=4, running_mean=c, running_var=None, name="fin")
+    with pytest.raises(ValueError, match="momentum"):
+        g.bn_finalize(c, c, c, c, accum_count=4, running_mean=c, running_var=c, momentum=0, name="fin")
+    assert g.tensors == before
+    g.norm_forward(x, s, s, name="ln")
+    g.batch_norm(x, c, c, running_mean=c, running_var=c, name="bn")
+    g.bn_finalize(c, c, c, c, accum_count=4, running_mean=c, running_var=c, name="fin")
+    assert [op.kind for op in g.ops] == ["norm_forward", "norm_forward", "bn_finalize"]
+    assert list(g.ops[2].inputs) == ["sum", "sqsum", "scale", "bias", "epsilon", "accum_count", "running_mean",
+                                     "running_var", "momentum"]
+
+
 # -- resampling -------------------------------------------------------------------------------------------------
 def test_resample_shapes():
     g = Graph(io_dtype="float16")

@@ -255,6 +255,8 @@ class NormBuilders:
         eps = self._positive(epsilon, "epsilon")
         if bias is None and mode != "rms":
             raise ValueError(f"{mode} norm needs a bias tensor")
+        if training and (mean is not None or inv_variance is not None):
+            raise ValueError("training computes mean and inv_variance: do not pass them")
         stat = stat_shape(mode, x.shape, scale.shape)
         inputs = {"x": x, "scale": scale}
         if bias is not None:
@@ -262,8 +264,6 @@ class NormBuilders:
         inputs["epsilon"] = self.scalar(eps, ndim=x.ndim)
         outputs = {"y": self._virtual(x.shape, strides=x.strides, like=x, name=name and f"{name}.y")}
         if training:
-            if mean is not None or inv_variance is not None:
-                raise ValueError("training computes mean and inv_variance: do not pass them")
             if mode != "rms":
                 outputs["mean"] = self._stat_out(stat, name, "mean")
             outputs["inv_variance"] = self._stat_out(stat, name, "inv_variance")
@@ -291,18 +291,21 @@ class NormBuilders:
         bias = self._norm_param("batch", x, bias, "bias", "batch_norm")
         eps = self._positive(epsilon, "epsilon")
         stat = stat_shape("batch", x.shape)
-        inputs = {"x": x, "scale": scale, "bias": bias, "epsilon": self.scalar(eps, ndim=x.ndim)}
-        outputs = {"y": self._virtual(x.shape, strides=x.strides, like=x, name=name and f"{name}.y"),
-                   "mean": self._stat_out(stat, name, "mean"),
-                   "inv_variance": self._stat_out(stat, name, "inv_variance")}
         if (running_mean is None) != (running_var is None):
             raise ValueError("batch_norm: give both running_mean and running_var, or neither")
+        running = {}
         if running_mean is not None:
             mom = self._positive(momentum, "momentum")
             if mom > 1:
                 raise ValueError(f"momentum must be in (0, 1], got {momentum!r}")
-            inputs["running_mean"] = self._stat(x, running_mean, "running_mean", stat, "batch_norm")
-            inputs["running_var"] = self._stat(x, running_var, "running_var", stat, "batch_norm")
+            running = {"running_mean": self._stat(x, running_mean, "running_mean", stat, "batch_norm"),
+                       "running_var": self._stat(x, running_var, "running_var", stat, "batch_norm")}
+        inputs = {"x": x, "scale": scale, "bias": bias, "epsilon": self.scalar(eps, ndim=x.ndim)}
+        outputs = {"y": self._virtual(x.shape, strides=x.strides, like=x, name=name and f"{name}.y"),
+                   "mean": self._stat_out(stat, name, "mean"),
+                   "inv_variance": self._stat_out(stat, name, "inv_variance")}
+        if running:
+            inputs.update(running)
             inputs["momentum"] = self.scalar(mom, ndim=x.ndim)
             outputs["next_running_mean"] = self._stat_out(stat, name, "running_mean")
             outputs["next_running_var"] = self._stat_out(stat, name, "running_var")
@@ -357,17 +360,20 @@ class NormBuilders:
             ins[role] = self._stat(s, t, role, shape, "bn_finalize")
         if isinstance(accum_count, bool) or not isinstance(accum_count, int) or accum_count < 1:
             raise ValueError(f"accum_count must be a positive int (elements per channel), got {accum_count!r}")
-        ins["epsilon"] = self.scalar(self._positive(epsilon, "epsilon"), ndim=s.ndim)
-        ins["accum_count"] = self.scalar(accum_count, dtype="int64", ndim=s.ndim)
-        outs = {k: self._stat_out(shape, name, k) for k in ("eq_scale", "eq_bias", "mean", "inv_std")}
+        eps = self._positive(epsilon, "epsilon")
         if running_mean is None or running_var is None:
             raise ValueError("bn_finalize needs running_mean= and running_var= (cuDNN does not finalize the "
                              "operation without the running-average update)")
         mom = self._positive(momentum, "momentum")
         if mom > 1:
             raise ValueError(f"momentum must be in (0, 1], got {momentum!r}")
-        ins["running_mean"] = self._stat(s, running_mean, "running_mean", shape, "bn_finalize")
-        ins["running_var"] = self._stat(s, running_var, "running_var", shape, "bn_finalize")
+        running = {"running_mean": self._stat(s, running_mean, "running_mean", shape, "bn_finalize"),
+                   "running_var": self._stat(s, running_var, "running_var", shape, "bn_finalize")}
+        # every check is done: make the tensors (in the order the operation's roles and uids always had)
+        ins["epsilon"] = self.scalar(eps, ndim=s.ndim)
+        ins["accum_count"] = self.scalar(accum_count, dtype="int64", ndim=s.ndim)
+        outs = {k: self._stat_out(shape, name, k) for k in ("eq_scale", "eq_bias", "mean", "inv_std")}
+        ins.update(running)
         ins["momentum"] = self.scalar(mom, ndim=s.ndim)
         outs["next_running_mean"] = self._stat_out(shape, name, "running_mean")
         outs["next_running_var"] = self._stat_out(shape, name, "running_var")
