@@ -123,6 +123,8 @@ _SUPPORTED = frozenset(SUPPORTED_DTYPES)
 def _numpy_dtype(dtype) -> np.dtype:
     if type(dtype) is not type and dtype in _SUPPORTED:  # an np.dtype already (a type never hashes equal)
         return dtype
+    if dtype is None:  # np.dtype(None) is float64: not what a caller who passed nothing means
+        raise TypeError("dtype None is not a dtype; expected one of: " + ", ".join(x.name for x in SUPPORTED_DTYPES))
     try:
         d = as_numpy_dtype(dtype)
     except TypeError as e:
@@ -531,6 +533,8 @@ def to_device(obj: npt.ArrayLike | DeviceArrayLike, stream: StreamLike = None, *
     :returns: the device array.
     :raises NoDeviceError: where no GPU can be used.
     """
+    if dtype is not None:
+        dtype = _numpy_dtype(dtype)  # the short names ("fp16", "bf16") too, which NumPy does not know
     if _is_device_like(obj):
         return as_array(cast(DeviceArrayLike, obj), "obj", dtype=dtype, device=device, stream=stream)
     host = np.ascontiguousarray(obj, dtype=dtype)
@@ -623,8 +627,8 @@ def as_array(obj: DeviceArrayLike, name: str = "x", *, dtype: npt.DTypeLike | No
     :returns: the view.
     """
     a = obj if type(obj) is DeviceArray else _view(obj, name, stream)
-    if dtype is not None and a.dtype != dtype:
-        raise TypeError(f"{name} has dtype {a.dtype}; expected {np.dtype(dtype)}")
+    if dtype is not None and a.dtype != dtype and a.dtype != _numpy_dtype(dtype):  # the second: "fp16", ...
+        raise TypeError(f"{name} has dtype {a.dtype}; expected {_numpy_dtype(dtype)}")
     if ndim is not None and a.ndim != ndim:
         raise ValueError(f"{name} has {a.ndim} dimensions (shape {a.shape}); expected {ndim}")
     if shape is not None and a.shape != tuple(shape):

@@ -69,6 +69,15 @@ def test_constructor_rejects_bad_input():
         DeviceArray(-5, (2,), np.float32)
     with pytest.raises(TypeError, match="ints"):
         DeviceArray(FAKE, (2.5,), np.float32)
+    with pytest.raises(TypeError, match="None is not a dtype"):  # np.dtype(None) would be float64
+        DeviceArray(FAKE, (2,), None)
+
+
+def test_dtype_checks_take_the_short_names():
+    a = DeviceArray(FAKE, (2,), np.float16)
+    assert as_array(a, dtype="fp16") is a and cudnn.to_device(a, dtype="FP16") is a
+    with pytest.raises(TypeError, match="x has dtype float16; expected bfloat16"):
+        as_array(a, dtype="bf16")
 
 
 def test_no_implicit_host_conversion():

@@ -23,7 +23,7 @@ import numpy as np
 
 from cudnn_py import capi
 from cudnn_py.descriptors import _ints, op_tensor_descriptor, reduce_tensor_descriptor
-from cudnn_py.dtypes import cudnn_dtype
+from cudnn_py.dtypes import as_numpy_dtype, cudnn_dtype
 from cudnn_py.graph import legacy as gl
 from cudnn_py.memory import DeviceArray, as_array, empty
 from cudnn_py.ops._common import (
@@ -209,14 +209,14 @@ def transform_tensor(handle, x, y=None, *, dtype=None, memory_format: str = "NCH
     engine = gl.engine_arg(engine)
     xa = check_array(x, "x", handle)
     if y is None:
-        out_dtype = xa.dtype if dtype is None else np.dtype(dtype)
+        out_dtype = xa.dtype if dtype is None else as_numpy_dtype(dtype)
         cudnn_dtype(out_dtype)
         ya = empty_strided(handle, xa.shape, _format_strides(xa.shape, memory_format), out_dtype)
         y = ya
     else:
         ya = check_array(y, "y", handle, shape=xa.shape)
-        if dtype is not None and ya.dtype != np.dtype(dtype):
-            raise TypeError(f"y has dtype {ya.dtype} but dtype={np.dtype(dtype)} was asked for")
+        if dtype is not None and ya.dtype != as_numpy_dtype(dtype):
+            raise TypeError(f"y has dtype {ya.dtype} but dtype={as_numpy_dtype(dtype)} was asked for")
     inputs = [("x", xa)] + ([("prior", ya)] if beta else [])
     if gl.attempt(engine, lambda auto: gl.run_graph(
             handle, "transform_tensor", (float(alpha), float(beta)), inputs, [("y", ya)],
@@ -264,7 +264,7 @@ def transform_tensor_ex(handle, x, *, dest_format: str = "NHWC", pad_before=0, p
     after = _ints(pad_after, nd, "pad_after", 0)
     folds = _ints(fold, nd, "fold", 1)
     dirv = enum_arg(direction, _DIRECTIONS, capi.cudnnFoldingDirection_t, "direction")
-    out_dtype = np.dtype(dtype) if dtype is not None else (xa.dtype if y is None else as_array(y, "y").dtype)
+    out_dtype = as_numpy_dtype(dtype) if dtype is not None else (xa.dtype if y is None else as_array(y, "y").dtype)
     tdesc = _transform_desc(nd, fmt, before, after, folds, dirv)
     # The source descriptor carries the destination dtype for InitTransformDest; x's own one is used for the call.
     probe = tensor_desc(xa.shape, out_dtype, xa.strides)
