@@ -91,3 +91,31 @@ def test_plan_json_is_checked_before_cudnn_sees_it(text, match):
         plan_from_json(None, text, tag="plans/a.json")
     with pytest.raises(TypeError, match="str or bytes"):
         plan_from_json(None, 12345)
+
+
+def test_a_store_that_cannot_be_made_or_written_says_so(tmp_path, monkeypatch):
+    monkeypatch.setattr(plan_store, "_device_tag", lambda handle: "Test GPU|sm_90")
+    f = tmp_path / "a_file"
+    f.write_text("x")
+    with pytest.raises(NotADirectoryError):
+        plan_store.set_plan_cache_dir(f)
+    plan_store.set_plan_cache_dir(tmp_path / "store")
+    try:
+        def refuse(*a, **k):
+            raise PermissionError("read-only file system")
+        monkeypatch.setattr(plan_store.tempfile, "mkstemp", refuse)
+        with pytest.warns(RuntimeWarning, match="cannot write.*read-only"):
+            plan_store.save(("g",), (), None, ENTRY)
+    finally:
+        plan_store.set_plan_cache_dir(None)
+
+
+def test_knob_and_autotune_arguments_are_checked_before_cudnn():
+    from cudnn_py.graph import plans
+    assert plans._knob_type("SPLIT_K") == plans._knob_type("CUDNN_KNOB_TYPE_SPLIT_K")
+    with pytest.raises(ValueError, match="unknown knob type"):
+        plans._knob_type("NOPE")
+    with pytest.raises(TypeError, match="int value"):
+        plans._knob_value(2.5, "SPLIT_K")
+    with pytest.raises(TypeError, match="no cache="):
+        plans.autotune(None, None, {}, cache=False)

@@ -553,3 +553,12 @@ def test_backward_scratch_lives_in_the_plan_workspace(monkeypatch):
         q, k, v = _qkv(g2, hk=4)
         g2.sdpa_backward(q, k, v, g2.tensor((2, 4, 64, 64)), g2.tensor((2, 4, 64, 64)),
                          g2.tensor((2, 4, 64, 1), "float32"))
+
+
+def test_fp8_backward_refuses_head_dims_other_than_128():
+    g = Graph(io_dtype=F8)
+    q, k, v = _qkv(g, hq=8, hk=2, d=64, dtype=F8)
+    o, do = g.tensor((2, 8, 64, 64), F8, name="o"), g.tensor((2, 8, 64, 64), E5, name="do")
+    with pytest.raises(G.GraphNotSupportedError, match="head dim 128 only"):
+        g.sdpa_fp8_backward(q, k, v, o, do, g.tensor((2, 8, 64, 1), "float32", name="st"),
+                            **_scales(g, _BWD_SCALES))

@@ -124,6 +124,7 @@ def conv_forward(handle, x, w, *, padding=0, stride=1, dilation=1, bias=None, ac
             ba = ba.reshape(1, ba.shape[0], *([1] * (xa.ndim - 2)))
     if activation is not None and activation not in ACTIVATIONS:
         raise ValueError(f"activation must be None or one of {ACTIVATIONS}, got {activation!r}")
+    alpha, beta = Graph._float(alpha, "alpha"), Graph._float(beta, "beta")
     if beta and y is None:
         raise ValueError("beta != 0 accumulates into y: pass y=")
     key = ("fprop", xa.shape, xa.strides, xa.dtype, wa.shape, wa.strides, wa.dtype,
@@ -172,7 +173,8 @@ def _backward(kind: str, handle, dy, other, out, out_shape, *, padding, stride, 
     outa = None if out is None else _arr(out, out_name)
     if out_shape is None and outa is not None:
         out_shape = outa.shape
-    out_shape = None if out_shape is None else tuple(int(s) for s in out_shape)
+    out_shape = None if out_shape is None else Graph._shape(out_shape, shape_arg)
+    alpha, beta = Graph._float(alpha, "alpha"), Graph._float(beta, "beta")
     key = (kind, dya.shape, dya.strides, dya.dtype, oa.shape, oa.strides, oa.dtype,
            _conv_key(dya.ndim - 2, padding, stride, dilation, post_padding), out_shape, float(alpha), float(beta),
            compute_dtype, None if outa is None else outa.strides, str(conv_mode), autotune)

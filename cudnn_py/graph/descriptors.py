@@ -210,6 +210,7 @@ class BackendDescriptor:
 
     @property
     def closed(self) -> bool:
+        """Whether :meth:`close` destroyed the descriptor."""
         return self.ptr is None
 
     def close(self) -> None:

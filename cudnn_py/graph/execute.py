@@ -374,12 +374,14 @@ class CudaGraph:
         self._instantiate()
 
     def launch(self, stream=None) -> None:
+        """Replay the recorded graph on ``stream`` (default: the handle's)."""
         from cudnn_py.streams import stream_ptr
         self._check_open()
         s = stream_ptr(stream) if stream is not None else self.handle.stream_ptr
         self._check(self._rt.cudaGraphLaunch(self._exec, s)[0], "cudaGraphLaunch")
 
     def close(self) -> None:
+        """Destroy the CUDA graph and its instantiation (idempotent)."""
         if self._exec is not None:
             self._rt.cudaGraphExecDestroy(self._exec)
             self._exec = None

@@ -365,6 +365,7 @@ class Graph(*BUILDERS):
             raise ValueError(f"graph {self.name!r} has no output: call .set_output(True) on a result")
 
     def scalar_pointer(self, t: Tensor) -> int:
+        """The host address of by-value scalar ``t``'s value (what a variant pack binds)."""
         return self._scalar_bufs[t.uid].ctypes.data
 
     # -- lowering -----------------------------------------------------------------------------------------------
@@ -420,6 +421,7 @@ class Graph(*BUILDERS):
         return self.plans[0]
 
     def workspace_size(self) -> int:
+        """Bytes of workspace the selected plan needs."""
         return self.plan.workspace_size
 
     def execute(self, handle, variant_pack: dict, workspace=None) -> None:

@@ -31,9 +31,9 @@ def set_plan_cache_dir(path: str | os.PathLike | None) -> None:
     with _lock:
         if path is not None:
             p = Path(path)
-            p.mkdir(parents=True, exist_ok=True)
-            if not p.is_dir():
+            if p.exists() and not p.is_dir():
                 raise NotADirectoryError(f"plan cache: {p} is not a directory")
+            p.mkdir(parents=True, exist_ok=True)
         _dir[:] = [None if path is None else Path(path), True]
 
 
@@ -102,7 +102,11 @@ def save(graph_key: tuple, options: tuple, handle, plans: list[dict]) -> None:
     ident = _identity(graph_key, options, handle)
     path = _path(ident)
     text = json.dumps({"format": _FORMAT, **ident, "plans": plans})
-    fd, tmp = tempfile.mkstemp(prefix=".plan-", suffix=".tmp", dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".plan-", suffix=".tmp", dir=path.parent)
+    except OSError as e:  # a store that cannot be written must not fail the call whose plans are built
+        warnings.warn(f"plan cache: cannot write in {path.parent}: {e}", RuntimeWarning, stacklevel=3)
+        return
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)

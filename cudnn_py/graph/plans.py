@@ -96,6 +96,7 @@ class EngineConfig:
 
     @property
     def is_deterministic(self) -> bool:
+        """Whether cuDNN does not note the engine as non-deterministic."""
         return capi.CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC not in self.numerical_notes
 
     @property
@@ -103,6 +104,7 @@ class EngineConfig:
         return capi.CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION in self.behavior_notes
 
     def notes(self) -> list[str]:
+        """The engine's numerical and behaviour notes as short lower-case names."""
         return [n.name.split("_NOTE_")[-1].lower() for n in (*self.numerical_notes, *self.behavior_notes)
                 if hasattr(n, "name")]
 
@@ -121,19 +123,39 @@ def heuristics(graph, handle, mode="A") -> list[EngineConfig]:
 
 def engine_config(graph, handle, global_index: int, knobs: dict | None = None) -> EngineConfig:
     """The config of engine ``global_index`` for ``graph`` with ``knobs`` ({knob type: value}; else defaults)."""
+    knobs = {_knob_type(k): _knob_value(v, k) for k, v in (knobs or {}).items()}
     op_graph = graph.lower(handle)
     eng = BackendDescriptor("ENGINE", operation_graph=op_graph, global_index=int(global_index)).finalize()
     cfg = BackendDescriptor("ENGINECFG", engine=eng)
     if knobs:
-        choices = [BackendDescriptor("KNOB_CHOICE", knob_type=k, knob_value=int(v)).finalize()
-                   for k, v in knobs.items()]
+        choices = [BackendDescriptor("KNOB_CHOICE", knob_type=k, knob_value=v).finalize() for k, v in knobs.items()]
         cfg.set("knob_choices", choices)
     cfg.finalize()
     ec = EngineConfig.from_descriptor(cfg, f"engine {global_index}")
-    if knobs:
-        ec.knobs.update({capi.cudnnBackendKnobType_t(int(k)) if not isinstance(k, str) else
-                         capi.cudnnBackendKnobType_t[k]: int(v) for k, v in knobs.items()})
+    ec.knobs.update(knobs)
     return ec
+
+
+def _knob_type(k) -> capi.cudnnBackendKnobType_t:
+    """A knob type from a member, its int value, or its name (``'CUDNN_KNOB_TYPE_SPLIT_K'`` or ``'SPLIT_K'``)."""
+    kt = capi.cudnnBackendKnobType_t
+    if isinstance(k, str):
+        for cand in (k, "CUDNN_KNOB_TYPE_" + k.upper()):
+            if cand in kt.__members__:
+                return kt[cand]
+        raise ValueError(f"unknown knob type {k!r}")
+    if isinstance(k, bool) or not isinstance(k, int):
+        raise TypeError(f"a knob type must be a cudnnBackendKnobType_t, its int value or its name, got {k!r}")
+    try:
+        return kt(k)
+    except ValueError:
+        raise ValueError(f"{k} is not a cudnnBackendKnobType_t value") from None
+
+
+def _knob_value(v, k) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TypeError(f"knob {k!r} takes an int value, got {v!r}")
+    return v
 
 
 def engine_configs(graph, handle) -> tuple[list[EngineConfig], list[tuple[str, str]]]:
@@ -206,6 +228,7 @@ class Plan:
         return self.descriptor.get("json_representation")
 
     def to_bytes(self) -> bytes:
+        """:meth:`to_json` as UTF-8 bytes."""
         return self.to_json().encode()
 
     def executor(self, handle, *tensors, identity_cache: int = 4):
@@ -389,6 +412,9 @@ def autotune(graph, handle, variant_pack: dict, *, modes=("A", "B", "FALLBACK"),
     """Time every buildable plan of ``modes`` on ``variant_pack`` (events on the handle's stream; median of
     ``iters``) and make the fastest ``graph.plans[0]``. Returns [(plan, ms)] fastest first."""
     from cudnn_py.streams import timer
+    if "cache" in filters:
+        raise TypeError("autotune always builds every plan anew (and keeps its timings in the plan store); "
+                        "it takes no cache=")
     options = ("autotune", tuple(_mode_name(m) for m in modes), tuple(sorted(filters.items())))
     stored = _stored(graph, handle, options)
     if stored:

@@ -24,6 +24,7 @@ import numbers
 
 import numpy as np
 
+from cudnn_py import nvtx
 from cudnn_py._binding import status_error
 from cudnn_py.errors import ClosedError
 from cudnn_py.graph import Graph
@@ -134,7 +135,7 @@ class _Runner:
         return self.ws_get(self.ws_size, self.stream)
 
     def _execute(self, vp) -> None:
-        status = _raw_execute()(self.h, self.plan_ptr, vp)
+        status = nvtx.wrap("cudnnBackendExecute", _raw_execute())(self.h, self.plan_ptr, vp)
         if status:
             if getattr(self.handle, "closed", False):
                 raise ClosedError("the Handle of this attention plan is closed")

@@ -41,6 +41,7 @@ class QuantBuilders:
         for role, t in factors:
             prod = self.mul(prod, self._fp8_factor(t, role, ndim, what, "the dequantization factor"),
                             name=name and f"{name}.{role}")
+        from ..graph import _dtype
         out_dt = self.io_dtype if out_dtype is None else _dtype(out_dtype)
         if out_dt in FP8_DTYPES and scale_out is None:
             raise ValueError(f"{what} with an FP8 output needs the output scale (scale_y=/scale_c=)")
@@ -79,7 +80,3 @@ class QuantBuilders:
                                      amax, what, name)
         return (y, peak) if amax else y
 
-
-def _dtype(d) -> capi.cudnnDataType_t:
-    from cudnn_py.dtypes import cudnn_dtype
-    return d if isinstance(d, _DT) else cudnn_dtype(d)

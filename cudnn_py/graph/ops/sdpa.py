@@ -872,6 +872,10 @@ class SdpaBuilders:
         b, hq, sq, d = q.shape
         if sq == 1 and k.shape[2] == 1:
             raise ValueError(f"{what}: cuDNN's attention backward does not take S_q = S_kv = 1")
+        if d != 128 or v.shape[3] != 128:
+            raise GraphNotSupportedError(what, [f"FP8 attention backward with head dims {d}/{v.shape[3]}"], [],
+                                         [("head dim", "cuDNN 9.19's FP8 attention backward on Hopper takes head "
+                                                       "dim 128 only (the one verified)")])
         o_shape = (b, hq, sq, v.shape[3])
         for t, n in ((o, "o"), (do, "do")):
             t = self._own(t, n)
