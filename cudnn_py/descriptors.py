@@ -132,8 +132,9 @@ def _nan(value) -> capi.cudnnNanPropagation_t:
 def _int_tuple(value, what: str, expected: str = "a sequence of ints", minimum: int | None = None,
                maximum: int = INT32_MAX) -> tuple[int, ...]:
     """A sequence of ints (each in ``[minimum, maximum]``) as a tuple of Python ints; :class:`TypeError` for
-    anything else (a string, a float entry), :class:`ValueError` for an entry out of range."""
-    if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__iter__"):
+    anything else (a string, a float entry, a set or dict, whose order is not the dimensions'), :class:`ValueError`
+    for an entry out of range."""
+    if isinstance(value, (str, bytes, dict, set, frozenset)) or not hasattr(value, "__iter__"):
         raise TypeError(f"{what} must be {expected}, got {value!r}")
     if hasattr(value, "__len__") and len(value) > _MAX_LEN:
         raise ValueError(f"{what} has {len(value)} entries; cuDNN takes at most {DIM_MAX}")

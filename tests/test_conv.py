@@ -45,6 +45,14 @@ def test_bad_parameters(kwargs, match):
         cv.Convolution(**kwargs)
 
 
+@pytest.mark.parametrize("kwargs", [dict(padding={1: 2}), dict(padding={1, 2}), dict(stride={2, 1}),
+                                    dict(dilation=frozenset((1, 2)))])
+def test_unordered_collections_are_refused(kwargs):
+    # a set's or dict's iteration order is not the dimensions' (a dict was read as its keys)
+    with pytest.raises(TypeError, match="padding|stride|dilation"):
+        cv.Convolution(**kwargs)
+
+
 @pytest.mark.parametrize("kwargs,match", [
     (dict(stride=1.5), "stride"), (dict(padding=2.0), "padding"), (dict(groups=1.0), "groups"),
     (dict(dilation="2"), "dilation"), (dict(padding=None), "padding"), (dict(compute_type=None), None),

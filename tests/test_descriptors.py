@@ -68,6 +68,7 @@ def test_tensor_dtypes(dtype, expected):
     ((2, -1, 3), ValueError, "zero or negative"),
     ((2, 3.0), TypeError, "only ints"),
     (5, TypeError, "sequence"),
+    ({1, 2, 3}, TypeError, "sequence"),
 ])
 def test_tensor_bad_shape(shape, exc, msg):
     with pytest.raises(exc, match=msg):

@@ -73,7 +73,7 @@ class Convolution:
         if _d._is_int(padding):
             self.padding = _d._int_or_ints(padding, "padding", 0)
         else:
-            if isinstance(padding, (str, bytes)) or not hasattr(padding, "__iter__"):
+            if isinstance(padding, (str, bytes, dict, set, frozenset)) or not hasattr(padding, "__iter__"):
                 raise TypeError(f"padding must be an int, one int per spatial dimension or one (low, high) pair per "
                                 f"dimension, got {padding!r}")
             self.padding = tuple(_d._int_or_ints(p, "padding", 0) for p in padding)
