@@ -61,18 +61,19 @@ def _identity(graph_key: tuple, options: tuple, handle) -> dict:
             "key": hashlib.sha256(repr((graph_key, options)).encode()).hexdigest()}
 
 
-def _path(ident: dict) -> Path:
+def _path(directory: Path, ident: dict) -> Path:
     h = hashlib.sha256(f"{ident['cudnn']}|{ident['device']}|{ident['key']}".encode()).hexdigest()[:32]
-    return plan_cache_dir() / f"plan-{h}.json"
+    return directory / f"plan-{h}.json"
 
 
 def load(graph_key: tuple, options: tuple, handle) -> list[dict] | None:
     """The stored entries [{'json': plan text, 'tag': engine tag, 'ms': time or None}] for this graph and these
     options, or None (no store, no entry, or an entry that is unusable, with a warning naming the file)."""
-    if plan_cache_dir() is None:
+    directory = plan_cache_dir()
+    if directory is None:
         return None
     ident = _identity(graph_key, options, handle)
-    path = _path(ident)
+    path = _path(directory, ident)
     try:
         if path.is_symlink() or not path.is_file():
             return None
@@ -97,10 +98,11 @@ def load(graph_key: tuple, options: tuple, handle) -> list[dict] | None:
 
 def save(graph_key: tuple, options: tuple, handle, plans: list[dict]) -> None:
     """Store ``plans`` ([{'json', 'tag', 'ms'}]) for this graph and these options (no-op without a store)."""
-    if plan_cache_dir() is None:
+    directory = plan_cache_dir()
+    if directory is None:
         return
     ident = _identity(graph_key, options, handle)
-    path = _path(ident)
+    path = _path(directory, ident)
     text = json.dumps({"format": _FORMAT, **ident, "plans": plans})
     try:
         fd, tmp = tempfile.mkstemp(prefix=".plan-", suffix=".tmp", dir=path.parent)

@@ -408,7 +408,7 @@ def build_plans(graph, handle, modes: Sequence[str] = ("A", "FALLBACK"), *, poli
 
 
 def autotune(graph, handle, variant_pack: dict, *, modes=("A", "B", "FALLBACK"), warmup: int = 2, iters: int = 5,
-             **filters) -> list[tuple[Plan, float]]:
+             **filters) -> list[tuple[Plan, float | None]]:
     """Time every buildable plan of ``modes`` on ``variant_pack`` (events on the handle's stream; median of
     ``iters``) and make the fastest ``graph.plans[0]``. Returns [(plan, ms)] fastest first."""
     from cudnn_py.streams import timer
@@ -422,7 +422,7 @@ def autotune(graph, handle, variant_pack: dict, *, modes=("A", "B", "FALLBACK"),
         graph.plans = [p for p, _ in stored]
         return stored
     plans = build_plans(graph, handle, modes, policy="all", cache=False, **filters)
-    results = []
+    results: list[tuple[Plan, float | None]] = []
     for plan in plans:
         try:
             for _ in range(warmup):
@@ -438,7 +438,7 @@ def autotune(graph, handle, variant_pack: dict, *, modes=("A", "B", "FALLBACK"),
         results.append((plan, times[len(times) // 2]))
     if not results:
         raise _unsupported(graph, modes, [("autotune", "every plan failed to execute")])
-    results.sort(key=lambda r: r[1])
+    results.sort(key=lambda r: r[1] or 0.0)
     graph.plans = [p for p, _ in results]
     _store(graph, handle, options, results[:4])  # the fastest few: loading a plan can cost a compilation
     return results

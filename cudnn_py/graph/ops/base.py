@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
+from cudnn_py import capi
+
 from ..descriptors import BackendDescriptor
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..graph import Graph, Tensor
 
-__all__ = ["Op", "LowerContext", "backend_dims"]
+__all__ = ["Op", "LowerContext", "Builder", "backend_dims"]
 
 
 def backend_dims(t: "Tensor") -> tuple[list[int], list[int]]:
@@ -66,6 +68,35 @@ class Op:
 
     def __repr__(self):
         return f"<{type(self).__name__} {self.describe()}>"
+
+
+class Builder:
+    """The base of the builder mixins. Their methods become :class:`~cudnn_py.graph.Graph`'s, and use the Graph
+    helpers declared here for type checkers (defined in graph.py)."""
+
+    if TYPE_CHECKING:  # pragma: no cover
+        name: str
+        ops: list[Op]
+        io_dtype: capi.cudnnDataType_t
+        # builder methods of other mixins that a builder composes
+        mul: Any
+        scale: Any
+        reduction: Any
+        matmul: Any
+        conv_fprop: Any
+
+        def _own(self, t: Any, what: str) -> "Tensor": ...
+        def _virtual(self, shape: Sequence[int], strides: Sequence[int] | None = None, name: str | None = None,
+                     like: "Tensor | None" = None) -> "Tensor": ...
+        def _add_op(self, op: Op) -> None: ...
+        def _compute(self, compute_dtype: Any) -> capi.cudnnDataType_t: ...
+        def _same_dtype(self, kind: str, *ts: "Tensor") -> None: ...
+        def _float(self, v: Any, what: str) -> float: ...
+        def _axis(self, a: Any, ndim: int, what: str) -> int: ...
+        def _shape(self, shape: Any, what: str) -> tuple[int, ...]: ...
+        def scalar(self, value: float, dtype: Any = None, name: str | None = None, ndim: int = 4) -> "Tensor": ...
+        def tensor(self, shape: Sequence[int], dtype: Any = None, strides: Sequence[int] | None = None,
+                   name: str | None = None, layout: str | None = None) -> "Tensor": ...
 
 
 class LowerContext:

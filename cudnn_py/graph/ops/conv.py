@@ -5,7 +5,7 @@ from cudnn_py import capi
 from cudnn_py.descriptors import _ints
 
 from ..descriptors import BackendDescriptor
-from .base import LowerContext, Op
+from .base import Builder, LowerContext, Op
 
 __all__ = ["ConvFprop", "ConvDgrad", "ConvWgrad", "ConvBuilders"]
 
@@ -55,7 +55,7 @@ class ConvWgrad(ConvDgrad):
     asymmetric_padding_bad_engines = (1, 18, 20)
 
 
-class ConvBuilders:
+class ConvBuilders(Builder):
     """The :class:`~cudnn_py.graph.Graph` methods that add convolutions."""
 
     def _conv_params(self, nsp, padding, stride, dilation, post_padding, compute_dtype, alpha, beta, conv_mode):

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..descriptors import BackendDescriptor
-from .base import LowerContext, Op
+from .base import Builder, LowerContext, Op
 
 __all__ = ["Matmul", "MatmulBuilders"]
 
@@ -35,7 +35,7 @@ class Matmul(Op):
         return c
 
 
-class MatmulBuilders:
+class MatmulBuilders(Builder):
     """The :class:`~cudnn_py.graph.Graph` method that adds a matmul."""
 
     def matmul(self, a, b, *, compute_dtype=None, name: str | None = None):

@@ -20,7 +20,7 @@ from typing import NamedTuple
 from cudnn_py import capi
 
 from ..descriptors import BackendDescriptor
-from .base import LowerContext, Op
+from .base import Builder, LowerContext, Op
 
 __all__ = ["GenStats", "NormForward", "NormBackward", "BNFinalize", "BNBackwardWeights", "NormBuilders",
            "NORM_MODES", "BatchNormOutputs", "BNFinalizeOutputs", "BNBackwardWeightsOutputs", "norm_axes",
@@ -190,7 +190,7 @@ class BNBackwardWeights(Op):
         ctx.add(d.finalize())
 
 
-class NormBuilders:
+class NormBuilders(Builder):
     """The :class:`~cudnn_py.graph.Graph` methods that add statistics and normalisations."""
 
     # -- checks shared by the builders ------------------------------------------------------------------------

@@ -6,7 +6,7 @@ import math
 from cudnn_py import capi
 
 from ..descriptors import BackendDescriptor
-from .base import LowerContext, Op
+from .base import Builder, LowerContext, Op
 
 __all__ = ["Pointwise", "PointwiseBuilders", "POINTWISE_ARITY", "pointwise_mode"]
 
@@ -102,7 +102,7 @@ class Pointwise(Op):
         return out
 
 
-class PointwiseBuilders:
+class PointwiseBuilders(Builder):
     """The :class:`~cudnn_py.graph.Graph` methods that add pointwise operations."""
 
     def pointwise(self, mode, x, b=None, t=None, *, compute_dtype=None, name: str | None = None, **params):

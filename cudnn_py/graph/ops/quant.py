@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from cudnn_py import capi
 
+from .base import Builder
+
 __all__ = ["QuantBuilders", "FP8_DTYPES"]
 
 _DT = capi.cudnnDataType_t
@@ -18,7 +20,7 @@ _DT = capi.cudnnDataType_t
 FP8_DTYPES = (_DT.CUDNN_DATA_FP8_E4M3, _DT.CUDNN_DATA_FP8_E5M2)
 
 
-class QuantBuilders:
+class QuantBuilders(Builder):
     """The :class:`~cudnn_py.graph.Graph` methods for FP8 graphs."""
 
     def _fp8_operand(self, t, role: str, what: str):

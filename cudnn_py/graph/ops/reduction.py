@@ -6,7 +6,7 @@ from typing import Sequence
 from cudnn_py import capi
 
 from ..descriptors import BackendDescriptor
-from .base import LowerContext, Op
+from .base import Builder, LowerContext, Op
 
 __all__ = ["Reduction", "ReductionBuilders", "reduction_mode"]
 
@@ -44,7 +44,7 @@ class Reduction(Op):
         return y
 
 
-class ReductionBuilders:
+class ReductionBuilders(Builder):
     """The :class:`~cudnn_py.graph.Graph` method that adds a reduction."""
 
     def reduction(self, x, mode="add", *, axes: Sequence[int] | None = None, out_shape=None, compute_dtype=None,

@@ -13,7 +13,7 @@ from cudnn_py.descriptors import _ints
 
 from ..descriptors import BackendDescriptor
 from ..errors import GraphNotSupportedError
-from .base import LowerContext, Op
+from .base import Builder, LowerContext, Op
 
 __all__ = ["ResampleForward", "ResampleBackward", "ResampleBuilders", "RESAMPLE_MODES", "PADDING_MODES",
            "resample_output_shape"]
@@ -75,7 +75,7 @@ class ResampleBackward(_Resample):
     kind, backend, roles = "resample_backward", "OPERATION_RESAMPLE_BWD", _BWD_ATTRS
 
 
-class ResampleBuilders:
+class ResampleBuilders(Builder):
     """The :class:`~cudnn_py.graph.Graph` methods that add pooling."""
 
     def _pool_params(self, nsp: int, mode, window, stride, padding, post_padding, padding_mode, compute_dtype):

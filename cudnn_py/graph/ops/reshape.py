@@ -14,7 +14,7 @@ from cudnn_py import capi
 
 from ..descriptors import BackendDescriptor
 from ..errors import GraphNotSupportedError
-from .base import LowerContext, Op
+from .base import Builder, LowerContext, Op
 
 __all__ = ["Reshape", "Transpose", "Slice", "Concatenate", "ReshapeBuilders", "NEEDS"]
 
@@ -94,7 +94,7 @@ class Concatenate(Op):
         ctx.add(d.finalize())
 
 
-class ReshapeBuilders:
+class ReshapeBuilders(Builder):
     """The :class:`~cudnn_py.graph.Graph` methods that move data."""
 
     def _needs(self, backend: str, what: str) -> None:

@@ -11,7 +11,7 @@ import ctypes
 from cudnn_py import capi
 
 from ..descriptors import BackendDescriptor
-from .base import LowerContext, Op
+from .base import Builder, LowerContext, Op
 
 __all__ = ["Rng", "RngBuilders", "RNG_DISTRIBUTIONS"]
 
@@ -41,7 +41,7 @@ class Rng(Op):
         ctx.add(d.finalize(), dist)
 
 
-class RngBuilders:
+class RngBuilders(Builder):
     """The :class:`~cudnn_py.graph.Graph` methods that add random numbers."""
 
     def _seed_offset(self, seed, offset, ndim: int) -> tuple[dict, int | None]:

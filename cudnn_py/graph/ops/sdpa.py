@@ -27,7 +27,7 @@ from cudnn_py import _loader, capi
 
 from ..descriptors import BackendDescriptor
 from ..errors import GraphNotSupportedError
-from .base import LowerContext, Op
+from .base import Builder, LowerContext, Op
 from .pointwise import Pointwise, pointwise_mode
 from .reduction import Reduction
 
@@ -437,7 +437,7 @@ class SdpaFp8Backward(Op):
 
 
 # -- the builder methods -------------------------------------------------------------------------------------------
-class SdpaBuilders:
+class SdpaBuilders(Builder):
     """The :class:`~cudnn_py.graph.Graph` methods that add attention."""
 
     def _sdpa_common(self, what, q, k, v, *, scale, causal, diagonal_alignment, left_bound, right_bound, bias,
