@@ -24,6 +24,8 @@ from .errors import (
     CudnnNotSupportedError,
     CudnnPyError,
     FunctionNotAvailableError,
+    InvalidTypeError,
+    InvalidValueError,
     LibraryNotFoundError,
     NoDeviceError,
     WorkspaceLimitError,

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Iterable
 
 from cudnn_py import capi
-from cudnn_py.errors import CudnnError, CudnnNotSupportedError, WorkspaceLimitError
+from cudnn_py.errors import CudnnError, CudnnNotSupportedError, InvalidTypeError, InvalidValueError, WorkspaceLimitError
 
 __all__ = [
     "DIRECTIONS", "AlgoPerf", "AlgorithmCache", "CacheFileError", "CONV_KEY_FIELDS", "algorithm_cache", "algorithm_enum", "parse_algo",
@@ -64,7 +64,7 @@ def _api(direction: str) -> _Api:
     try:
         return _APIS[direction]
     except KeyError:
-        raise ValueError(f"direction {direction!r}: expected one of {DIRECTIONS}") from None
+        raise InvalidValueError(f"direction {direction!r}: expected one of {DIRECTIONS}") from None
 
 
 class _Apis(dict):
@@ -110,22 +110,23 @@ def parse_algo(direction: str, algo: Any) -> enum.IntEnum:
     members = _real_members(direction)
     if isinstance(algo, enum.IntEnum):
         if type(algo) is not algorithm_enum(direction):
-            raise TypeError(f"{algo!r} is not a {direction} algorithm; expected a {algorithm_enum(direction).__name__}")
+            raise InvalidTypeError(f"{algo!r} is not a {direction} algorithm; expected a "
+                                   f"{algorithm_enum(direction).__name__}")
         return algo
     if isinstance(algo, int) and not isinstance(algo, bool):
         for m in members:
             if int(m) == algo:
                 return m
-        raise ValueError(f"{direction} algorithm {algo} does not exist; valid: {[int(m) for m in members]}")
+        raise InvalidValueError(f"{direction} algorithm {algo} does not exist; valid: {[int(m) for m in members]}")
     if isinstance(algo, str):
         want = algo.strip().upper()
         for m in members:
             tail = m.name.split("_ALGO_")[1]
             if want in (m.name, tail, "ALGO_" + tail):
                 return m
-        raise ValueError(f"{direction} algorithm {algo!r} does not exist; valid: "
+        raise InvalidValueError(f"{direction} algorithm {algo!r} does not exist; valid: "
                          f"{[m.name.split('_ALGO_')[1] for m in members]}")
-    raise TypeError(f"algo must be an enum member, int or name, got {type(algo).__name__}")
+    raise InvalidTypeError(f"algo must be an enum member, int or name, got {type(algo).__name__}")
 
 
 @dataclass(frozen=True)
@@ -164,21 +165,21 @@ class AlgoPerf:
         """The record :meth:`to_dict` wrote; :class:`ValueError` naming the field that is missing or wrong."""
         def field(name, kinds):
             if name not in d:
-                raise ValueError(f"field {name!r} is missing")
+                raise InvalidValueError(f"field {name!r} is missing")
             v = d[name]
             if isinstance(v, bool) or not isinstance(v, kinds):
-                raise ValueError(f"field {name!r} must be {' or '.join(k.__name__ for k in kinds)}, got {v!r}")
+                raise InvalidValueError(f"field {name!r} must be {' or '.join(k.__name__ for k in kinds)}, got {v!r}")
             return v
 
         def member(name, kind):
             v = field(name, (str,))
             if v not in kind.__members__:
-                raise ValueError(f"field {name!r}: {v!r} is not a {kind.__name__} name")
+                raise InvalidValueError(f"field {name!r}: {v!r} is not a {kind.__name__} name")
             return kind[v]
 
         direction = field("direction", (str,))
         if direction not in DIRECTIONS:
-            raise ValueError(f"field 'direction': {direction!r} is not one of {DIRECTIONS}")
+            raise InvalidValueError(f"field 'direction': {direction!r} is not one of {DIRECTIONS}")
         return cls(direction, parse_algo(direction, field("algo", (str,))), member("status", capi.cudnnStatus_t),
                    float(field("time_ms", (int, float))), field("memory_bytes", (int,)),
                    member("determinism", capi.cudnnDeterminism_t), member("math_type", capi.cudnnMathType_t))
@@ -298,26 +299,28 @@ def check_entry(key: tuple, perf: "AlgoPerf") -> None:
     non-finite time, a negative workspace, and, for the convolution module's keys, another direction, a math type
     the key did not allow, a non-deterministic algorithm for a deterministic key, or more workspace than its limit."""
     if not perf.supported:
-        raise ValueError(f"the record's status is {getattr(perf.status, 'name', perf.status)}, not CUDNN_STATUS_SUCCESS")
+        raise InvalidValueError(f"the record's status is {getattr(perf.status, 'name', perf.status)}, not "
+                                f"CUDNN_STATUS_SUCCESS")
     if not (isinstance(perf.time_ms, float) and 0.0 <= perf.time_ms < float("inf")):
-        raise ValueError(f"time_ms must be a finite number >= 0, got {perf.time_ms!r}")
+        raise InvalidValueError(f"time_ms must be a finite number >= 0, got {perf.time_ms!r}")
     if not (isinstance(perf.memory_bytes, int) and 0 <= perf.memory_bytes < 2 ** 63):
-        raise ValueError(f"memory_bytes must be an int in [0, 2**63), got {perf.memory_bytes!r}")
+        raise InvalidValueError(f"memory_bytes must be an int in [0, 2**63), got {perf.memory_bytes!r}")
     if len(key) != len(CONV_KEY_FIELDS) or key[0] not in DIRECTIONS:
         return
     k = dict(zip(CONV_KEY_FIELDS, key))
     if perf.direction != k["direction"]:
-        raise ValueError(f"a {perf.direction} record under a {k['direction']} key")
+        raise InvalidValueError(f"a {perf.direction} record under a {k['direction']} key")
     allowed = {k["math_type"]}
     if k["math_type"] == "CUDNN_DEFAULT_MATH":
         allowed.add("CUDNN_TENSOR_OP_MATH")
     if perf.math_type.name not in allowed:
-        raise ValueError(f"math type {perf.math_type.name} where the key asks for {k['math_type']}")
+        raise InvalidValueError(f"math type {perf.math_type.name} where the key asks for {k['math_type']}")
     if k["deterministic"] is True and not perf.deterministic:
-        raise ValueError(f"{perf.algo.name} is not deterministic but the key asks for a deterministic algorithm")
+        raise InvalidValueError(f"{perf.algo.name} is not deterministic but the key asks for a deterministic algorithm")
     limit = k["limit"]
     if isinstance(limit, int) and not isinstance(limit, bool) and perf.memory_bytes > limit:
-        raise ValueError(f"{perf.algo.name} needs {perf.memory_bytes} B of workspace; the key's limit is {limit} B")
+        raise InvalidValueError(f"{perf.algo.name} needs {perf.memory_bytes} B of workspace; the key's limit is "
+                                f"{limit} B")
 
 
 class AlgorithmCache:
@@ -342,9 +345,10 @@ class AlgorithmCache:
 
     def put(self, key: tuple, perf: AlgoPerf) -> None:
         if not isinstance(perf, AlgoPerf):
-            raise TypeError(f"cache values are AlgoPerf records, got {type(perf).__name__}")
+            raise InvalidTypeError(f"cache values are AlgoPerf records, got {type(perf).__name__}")
         if not isinstance(key, tuple) or not _json_value(key):
-            raise TypeError(f"cache keys are tuples of JSON values (numbers, strings, bools, None, lists), got {key!r}")
+            raise InvalidTypeError(f"cache keys are tuples of JSON values (numbers, strings, bools, None, lists), got "
+                                   f"{key!r}")
         check_entry(key, perf)
         with self._lock:
             self._data[key] = perf
@@ -521,10 +525,10 @@ def _choose(direction, handle, a, b, conv, c, preference, memory_limit, measured
     try:
         pref = pref_type(preference)
     except ValueError:
-        raise ValueError(f"preference {preference!r}: expected one of {[m.name for m in pref_type]}") from None
+        raise InvalidValueError(f"preference {preference!r}: expected one of {[m.name for m in pref_type]}") from None
     if pref.name.endswith("SPECIFY_WORKSPACE_LIMIT"):
         if int(memory_limit) < 0:
-            raise ValueError(f"memory_limit must be >= 0 bytes, got {memory_limit}")
+            raise InvalidValueError(f"memory_limit must be >= 0 bytes, got {memory_limit}")
         limit = int(memory_limit)
     else:
         limit = 0 if pref.name.endswith("NO_WORKSPACE") else None

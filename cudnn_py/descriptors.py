@@ -32,7 +32,7 @@ import numpy as np
 
 from cudnn_py import capi
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
-from cudnn_py.errors import ClosedError
+from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
 from cudnn_py.memory import DeviceArray, _c_strides, as_array, empty
 
 __all__ = [
@@ -64,12 +64,12 @@ def _int(value, what: str, minimum: int | None = None, maximum: int = INT32_MAX)
     """``value`` as a Python int in ``[minimum, maximum]``: :class:`TypeError` for anything but an int (a float,
     a bool, a string), :class:`ValueError` out of range; both name ``what``."""
     if not _is_int(value):
-        raise TypeError(f"{what} must be an int, got {value!r} ({type(value).__name__})")
+        raise InvalidTypeError(f"{what} must be an int, got {value!r} ({type(value).__name__})")
     v = int(value)
     if minimum is not None and v < minimum:
-        raise ValueError(f"{what} must be >= {minimum}, got {v}")
+        raise InvalidValueError(f"{what} must be >= {minimum}, got {v}")
     if v > maximum:
-        raise ValueError(f"{what} must be <= {maximum} (the C type's range), got {v}")
+        raise InvalidValueError(f"{what} must be <= {maximum} (the C type's range), got {v}")
     return v
 
 
@@ -77,18 +77,20 @@ def _float(value, what: str, minimum: float | None = None, maximum: float | None
     """``value`` as a finite Python float in ``[minimum, maximum]``: :class:`TypeError` for a non-number (a
     string, None, a bool), :class:`ValueError` for NaN, infinity or out of range; both name ``what``."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{what} must be a real number, got {value!r} ({type(value).__name__})")
+        raise InvalidTypeError(f"{what} must be a real number, got {value!r} ({type(value).__name__})")
     try:
         v = float(value)
     except OverflowError:
-        raise ValueError(f"{what} = {value} does not fit in a double") from None
+        raise InvalidValueError(f"{what} = {value} does not fit in a double") from None
     if not math.isfinite(v):
-        raise ValueError(f"{what} must be finite, got {v}")
+        raise InvalidValueError(f"{what} must be finite, got {v}")
     if minimum is not None and v < minimum:
-        raise ValueError(f"{what} must be >= {minimum:g}" + (f" (in [{minimum:g}, {maximum:g}])" if maximum is not None
+        raise InvalidValueError(f"{what} must be >= "
+                                f"{minimum:g}" + (f" (in [{minimum:g}, {maximum:g}])" if maximum is not None
                                                              else "") + f", got {v}")
     if maximum is not None and v > maximum:
-        raise ValueError(f"{what} must be <= {maximum:g}" + (f" (in [{minimum:g}, {maximum:g}])" if minimum is not None
+        raise InvalidValueError(f"{what} must be <= "
+                                f"{maximum:g}" + (f" (in [{minimum:g}, {maximum:g}])" if minimum is not None
                                                              else "") + f", got {v}")
     return v
 
@@ -98,7 +100,7 @@ def _bool(value, what: str) -> bool:
     string such as ``"no"`` would be true)."""
     if isinstance(value, (bool, np.bool_)) or (_is_int(value) and value in (0, 1)):
         return bool(value)
-    raise TypeError(f"{what} must be True or False, got {value!r}")
+    raise InvalidTypeError(f"{what} must be True or False, got {value!r}")
 
 
 def _enum(cls: type[IntEnum], value, prefix: str, what: str, aliases: dict | None = None) -> IntEnum:
@@ -119,7 +121,7 @@ def _enum(cls: type[IntEnum], value, prefix: str, what: str, aliases: dict | Non
         except ValueError:
             pass
     names = sorted({m.name[len(prefix):].lower() for m in cls if m.name.startswith(prefix)} | set(aliases or ()))
-    raise ValueError(f"{what} must be one of {names} (or a {cls.__name__} member), got {value!r}")
+    raise InvalidValueError(f"{what} must be one of {names} (or a {cls.__name__} member), got {value!r}")
 
 
 def _nan(value) -> capi.cudnnNanPropagation_t:
@@ -135,20 +137,20 @@ def _int_tuple(value, what: str, expected: str = "a sequence of ints", minimum: 
     anything else (a string, a float entry, a set or dict, whose order is not the dimensions'), :class:`ValueError`
     for an entry out of range."""
     if isinstance(value, (str, bytes, dict, set, frozenset)) or not hasattr(value, "__iter__"):
-        raise TypeError(f"{what} must be {expected}, got {value!r}")
+        raise InvalidTypeError(f"{what} must be {expected}, got {value!r}")
     if hasattr(value, "__len__") and len(value) > _MAX_LEN:
-        raise ValueError(f"{what} has {len(value)} entries; cuDNN takes at most {DIM_MAX}")
+        raise InvalidValueError(f"{what} has {len(value)} entries; cuDNN takes at most {DIM_MAX}")
     try:
         out = tuple(value)
     except TypeError:
-        raise TypeError(f"{what} must be {expected}, got {value!r}") from None
+        raise InvalidTypeError(f"{what} must be {expected}, got {value!r}") from None
     if not all(_is_int(v) for v in out):
-        raise TypeError(f"{what} must contain only ints, got {value!r}")
+        raise InvalidTypeError(f"{what} must contain only ints, got {value!r}")
     out = tuple(int(v) for v in out)
     if minimum is not None and any(v < minimum for v in out):
-        raise ValueError(f"{what} must be >= {minimum} in every dimension, got {out}")
+        raise InvalidValueError(f"{what} must be >= {minimum} in every dimension, got {out}")
     if any(v > maximum for v in out):
-        raise ValueError(f"{what} must be <= {maximum} (the C type's range) in every dimension, got {out}")
+        raise InvalidValueError(f"{what} must be <= {maximum} (the C type's range) in every dimension, got {out}")
     return out
 
 
@@ -157,12 +159,12 @@ def _ints(value, n: int | None, what: str, minimum: int, maximum: int = INT32_MA
     ``[minimum, maximum]`` (default: the C int's range)."""
     if _is_int(value):
         if n is None:
-            raise ValueError(f"{what}: cannot tell the number of dimensions from a single int")
+            raise InvalidValueError(f"{what}: cannot tell the number of dimensions from a single int")
         out = (_int(value, what, minimum, maximum),) * n
     else:
         out = _int_tuple(value, what, "an int or a sequence of ints", minimum, maximum)
         if n is not None and len(out) != n:
-            raise ValueError(f"{what} has {len(out)} entries; expected {n} (one per dimension it applies to)")
+            raise InvalidValueError(f"{what} has {len(out)} entries; expected {n} (one per dimension it applies to)")
     return out
 
 
@@ -181,17 +183,17 @@ def _spatial_ndim(ndim, values) -> int:
                      if v is not None and not _is_int(v) and not isinstance(v, (str, bytes)) and hasattr(v, "__len__")),
                     2)
     if not _is_int(ndim) or not 1 <= ndim <= DIM_MAX - 2:
-        raise ValueError(f"ndim (spatial dimensions) must be an int from 1 to {DIM_MAX - 2}, got {ndim!r}")
+        raise InvalidValueError(f"ndim (spatial dimensions) must be an int from 1 to {DIM_MAX - 2}, got {ndim!r}")
     return int(ndim)
 
 
 def _dims(shape, what: str, lo: int, hi: int = DIM_MAX) -> tuple[int, ...]:
     out = _int_tuple(shape, what)
     if not lo <= len(out) <= hi:
-        raise ValueError(f"{what} {out} has {len(out)} dimensions; cuDNN accepts {lo} to {hi} "
+        raise InvalidValueError(f"{what} {out} has {len(out)} dimensions; cuDNN accepts {lo} to {hi} "
                          f"(pad with 1s, e.g. (1, n, 1, 1) for a vector)")
     if any(v <= 0 for v in out):
-        raise ValueError(f"{what} {out} has a zero or negative dimension; every dimension must be >= 1")
+        raise InvalidValueError(f"{what} {out} has a zero or negative dimension; every dimension must be >= 1")
     return out
 
 
@@ -211,10 +213,11 @@ LEGACY_DTYPES = frozenset(int(getattr(capi.cudnnDataType_t, n)) for n in (
 def _legacy_dtype(dtype, what: str) -> capi.cudnnDataType_t:
     """The ``cudnnDataType_t`` of ``dtype``, refused with a reason where the legacy descriptors do not take it."""
     if dtype is None:
-        raise TypeError(f"{what} dtype must be given (None is not a dtype)")
+        raise InvalidTypeError(f"{what} dtype must be given (None is not a dtype)")
     dt = cudnn_dtype(dtype)
     if int(dt) not in LEGACY_DTYPES:
-        raise TypeError(f"{what} dtype {dt.name} is not available to cuDNN's legacy (descriptor) API, which takes "
+        raise InvalidTypeError(f"{what} dtype {dt.name} is not available to cuDNN's legacy (descriptor) API, which "
+                               f"takes "
                         f"float32, float64, float16, bfloat16, int8, uint8 and int32; use the graph API "
                         f"(cudnn_py.Graph) for it")
     return dt
@@ -225,7 +228,7 @@ def _handle_ptr(handle):
     property); :class:`TypeError` for anything else, arrays included."""
     ptr = handle.ptr if hasattr(type(handle), "ptr") and not isinstance(handle, DeviceArray) else None
     if not isinstance(ptr, capi.cudnnHandle_t):  # an int or another object's pointer would reach C as a handle
-        raise TypeError(f"handle must be a cudnn_py.Handle, got {type(handle).__name__}")
+        raise InvalidTypeError(f"handle must be a cudnn_py.Handle, got {type(handle).__name__}")
     return ptr
 
 
@@ -327,19 +330,21 @@ class TensorDescriptor(_Descriptor):
         fmt = None
         if format is not None:
             if strides is not None:
-                raise ValueError("give either strides or format, not both")
+                raise InvalidValueError("give either strides or format, not both")
             fmt = _format(format)
         elif strides is not None:
             strides = _ints(strides, None, "tensor strides", 0)
             if len(strides) != len(shape):
-                raise ValueError(f"tensor strides {strides} must have one entry per dimension of shape {shape}")
+                raise InvalidValueError(f"tensor strides {strides} must have one entry per dimension of shape {shape}")
             bad = [i for i, (n, s) in enumerate(zip(shape, strides)) if s == 0 and n > 1]
             if bad:
-                raise ValueError(f"tensor strides {strides} are 0 in dimension(s) {bad} of size > 1 (a broadcast "
+                raise InvalidValueError(f"tensor strides {strides} are 0 in dimension(s) {bad} of size > 1 (a "
+                                        f"broadcast "
                                  f"view); cuDNN needs real strides: make a packed copy")
         span = _span(shape, _c_strides(shape) if strides is None else strides)
         if span > INT32_MAX:
-            raise ValueError(f"tensor shape {shape} with strides {strides or 'packed'} spans {span} elements; cuDNN's "
+            raise InvalidValueError(f"tensor shape {shape} with strides {strides or 'packed'} spans {span} elements; "
+                                    f"cuDNN's "
                              f"legacy tensor descriptors address at most 2**31 - 1 (split the batch)")
         super().__init__()
         self._format = fmt
@@ -401,7 +406,7 @@ class FilterDescriptor(_Descriptor):
         dt = _legacy_dtype(dtype, "filter")
         fmt = _format(format)
         if math.prod(shape) > INT32_MAX:
-            raise ValueError(f"filter shape {shape} has {math.prod(shape)} elements; cuDNN's legacy filter "
+            raise InvalidValueError(f"filter shape {shape} has {math.prod(shape)} elements; cuDNN's legacy filter "
                              f"descriptors hold at most 2**31 - 1")
         super().__init__()
         capi.cudnnSetFilterNdDescriptor(self._ptr, dt, fmt, len(shape), _carray(shape))
@@ -513,22 +518,22 @@ class ConvolutionDescriptor(_Descriptor):
         wd = w if isinstance(w, FilterDescriptor) else filter_descriptor(_dims(w, "filter shape", 3), np.float32)
         nd = xd.ndim
         if wd.ndim != nd or nd != self.ndim + 2:
-            raise ValueError(f"input has {nd} dims and filter {wd.ndim}; this convolution needs both to have "
+            raise InvalidValueError(f"input has {nd} dims and filter {wd.ndim}; this convolution needs both to have "
                              f"{self.ndim + 2} (N/K, C, then {self.ndim} spatial)")
         pad, st, dil, _, _ = self._get()
         xs, ws, groups = xd.shape, wd.shape, self.groups
         if xd.format != capi.CUDNN_TENSOR_NCHW_VECT_C and xs[1] != ws[1] * groups:
-            raise ValueError(f"input {xs} has {xs[1]} channels but filter {ws} with {groups} group(s) "
+            raise InvalidValueError(f"input {xs} has {xs[1]} channels but filter {ws} with {groups} group(s) "
                              f"expects {ws[1] * groups}")
         if ws[0] % groups:
-            raise ValueError(f"filter {ws} has {ws[0]} output channels, which groups={groups} does not divide")
+            raise InvalidValueError(f"filter {ws} has {ws[0]} output channels, which groups={groups} does not divide")
         for i in range(self.ndim):
             padded, extent = xs[2 + i] + 2 * pad[i], (ws[2 + i] - 1) * dil[i] + 1
             if padded < extent:
-                raise ValueError(f"spatial dim {i}: the filter ({ws[2 + i]}, dilation {dil[i]}) is larger than "
+                raise InvalidValueError(f"spatial dim {i}: the filter ({ws[2 + i]}, dilation {dil[i]}) is larger than "
                                  f"the padded input ({xs[2 + i]} + 2*{pad[i]})")
             if max(padded, extent) > INT32_MAX:
-                raise ValueError(f"spatial dim {i}: the padded input ({xs[2 + i]} + 2*{pad[i]}) or the dilated "
+                raise InvalidValueError(f"spatial dim {i}: the padded input ({xs[2 + i]} + 2*{pad[i]}) or the dilated "
                                  f"filter ({ws[2 + i]}, dilation {dil[i]}) exceeds cuDNN's int range (2**31 - 1)")
         out = (c_int * nd)()
         capi.cudnnGetConvolutionNdForwardOutputDim(self.ptr, xd.ptr, wd.ptr, nd, out)
@@ -561,7 +566,7 @@ class PoolingDescriptor(_Descriptor):
         st = win if stride is None else _ints(stride, n, "stride", 1)
         for i, (w, p) in enumerate(zip(win, pad)):
             if w + 2 * p > INT32_MAX:
-                raise ValueError(f"window {win} and padding {pad} in spatial dim {i} exceed cuDNN's int range")
+                raise InvalidValueError(f"window {win} and padding {pad} in spatial dim {i} exceed cuDNN's int range")
         mode = _enum(capi.cudnnPoolingMode_t, mode, "CUDNN_POOLING_", "mode", _POOL_ALIASES)
         nan = _nan(nan_propagation)
         super().__init__()
@@ -592,15 +597,15 @@ class PoolingDescriptor(_Descriptor):
         xd = x if isinstance(x, TensorDescriptor) else tensor_descriptor(_dims(x, "input shape", 3), np.float32)
         nd = xd.ndim
         if nd != self.ndim + 2:
-            raise ValueError(f"input has {nd} dims; this pooling needs {self.ndim + 2} (N, C, then "
+            raise InvalidValueError(f"input has {nd} dims; this pooling needs {self.ndim + 2} (N, C, then "
                              f"{self.ndim} spatial)")
         _, _, win, pad, _ = self._get()
         for i, (n, w, p) in enumerate(zip(xd.shape[2:], win, pad)):
             if n + 2 * p < w:
-                raise ValueError(f"spatial dim {i}: the pooling window ({w}) is larger than the padded input "
+                raise InvalidValueError(f"spatial dim {i}: the pooling window ({w}) is larger than the padded input "
                                  f"({n} + 2*{p})")
             if n + 2 * p > INT32_MAX:
-                raise ValueError(f"spatial dim {i}: the padded input ({n} + 2*{p}) exceeds cuDNN's int range")
+                raise InvalidValueError(f"spatial dim {i}: the padded input ({n} + 2*{p}) exceeds cuDNN's int range")
         out = (c_int * nd)()
         capi.cudnnGetPoolingNdForwardOutputDim(self.ptr, xd.ptr, nd, out)
         return tuple(out)
@@ -939,7 +944,7 @@ def convolution_output_shape(x_shape, w_shape, padding=0, stride=1, dilation=1, 
     x_shape, w_shape = _dims(x_shape, "x_shape", 3), _dims(w_shape, "w_shape", 3)
     dt = _legacy_dtype(dtype, "convolution")
     if len(w_shape) != len(x_shape):
-        raise ValueError(f"input shape {x_shape} and filter shape {w_shape} must have the same number of dims")
+        raise InvalidValueError(f"input shape {x_shape} and filter shape {w_shape} must have the same number of dims")
     conv = convolution_descriptor(padding, stride, dilation, ndim=len(x_shape) - 2, mode=mode,
                                   compute_type=np.float64 if dt == capi.CUDNN_DATA_DOUBLE else np.float32,
                                   groups=groups)

@@ -20,6 +20,7 @@ import ctypes
 import numpy as np
 
 from cudnn_py import capi
+from cudnn_py.errors import InvalidTypeError
 
 try:  # bfloat16 / fp8 / fp4 NumPy dtypes; optional
     import ml_dtypes as _ml
@@ -86,14 +87,15 @@ def cudnn_dtype(dtype) -> capi.cudnnDataType_t:
         return dtype
     if dtype is None or isinstance(dtype, (bool, int, float, np.bool_, np.number)):
         # np.dtype(None) is float64 and np.dtype(25) a type number: neither is a dtype a caller means
-        raise TypeError(f"{dtype!r} is not a dtype; expected one of: {_supported_names()} (or a cudnnDataType_t)")
+        raise InvalidTypeError(f"{dtype!r} is not a dtype; expected one of: {_supported_names()} (or a "
+                               f"cudnnDataType_t)")
     try:
         npd = as_numpy_dtype(dtype)
     except (TypeError, ValueError, SyntaxError, AttributeError, RecursionError) as e:
-        raise TypeError(f"{dtype!r} is not a dtype; expected one of: {_supported_names()}") from e
+        raise InvalidTypeError(f"{dtype!r} is not a dtype; expected one of: {_supported_names()}") from e
     result = _TO_CUDNN.get(npd)
     if result is None:
-        raise TypeError(f"dtype {npd} ({dtype!r}) has no cuDNN data type; supported: {_supported_names()}")
+        raise InvalidTypeError(f"dtype {npd} ({dtype!r}) has no cuDNN data type; supported: {_supported_names()}")
     try:
         _LOOKUP[dtype] = result
     except TypeError:  # unhashable spelling
@@ -120,9 +122,9 @@ def numpy_dtype(cudnn_dt) -> np.dtype:
     try:
         name = _DT(int(cudnn_dt)).name
     except (ValueError, TypeError):
-        raise TypeError(f"{cudnn_dt!r} is not a cudnnDataType_t value") from None
+        raise InvalidTypeError(f"{cudnn_dt!r} is not a cudnnDataType_t value") from None
     hint = "" if _ml is not None else " (install ml_dtypes for bfloat16/fp8/fp4)"
-    raise TypeError(f"cuDNN data type {name} has no NumPy dtype{hint}")
+    raise InvalidTypeError(f"cuDNN data type {name} has no NumPy dtype{hint}")
 
 
 def scalar_type(cudnn_dt) -> type[ctypes.c_float] | type[ctypes.c_double]:

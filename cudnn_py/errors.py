@@ -25,12 +25,22 @@ __all__ = [
     "CudnnPyError", "CudnnError", "CudnnNotInitializedError", "CudnnBadParamError", "CudnnNotSupportedError",
     "CudnnInternalError", "CudnnExecutionFailedError", "error_class", "CudaError", "CudaOutOfMemoryError",
     "NoDeviceError", "cuda_error", "cuda_error_from", "check_cuda", "FunctionNotAvailableError", "ClosedError",
-    "WorkspaceLimitError", "LibraryNotFoundError", "CArgumentError",
+    "WorkspaceLimitError", "LibraryNotFoundError", "CArgumentError", "InvalidValueError", "InvalidTypeError",
 ]
 
 
 class CudnnPyError(Exception):
     """The root of every exception cudnn_py raises itself: ``except cudnn_py.CudnnPyError`` catches them all."""
+
+
+class InvalidValueError(CudnnPyError, ValueError):
+    """An argument's value refused by the Pythonic layer before cuDNN is called (out of range, a shape or option
+    that does not fit); the message names the parameter. A ``ValueError``, so ``except ValueError`` catches it."""
+
+
+class InvalidTypeError(CudnnPyError, TypeError):
+    """An argument of a type the Pythonic layer does not take, refused before cuDNN is called; the message names
+    the parameter. A ``TypeError``, so ``except TypeError`` catches it."""
 
 
 class CArgumentError(CudnnPyError, TypeError, ValueError):

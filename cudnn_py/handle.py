@@ -38,7 +38,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from cudnn_py import capi
-from cudnn_py.errors import ClosedError
+from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
 from cudnn_py.streams import as_stream, get_device
 from cudnn_py.workspace import Workspace
 
@@ -71,7 +71,7 @@ def handle_cache(handle, name: str) -> dict:
     cache = getattr(handle, "cache", None)
     if cache is None:
         if not isinstance(handle, (capi.cudnnHandle_t, ctypes.c_void_p)):
-            raise TypeError(f"handle must be a cudnn_py.Handle or a cudnnHandle_t, got {type(handle).__name__}")
+            raise InvalidTypeError(f"handle must be a cudnn_py.Handle or a cudnnHandle_t, got {type(handle).__name__}")
         return _RAW_CACHES.setdefault((ctypes.cast(handle, ctypes.c_void_p).value, name), {})
     got = cache.get(name)
     if got is None:
@@ -146,7 +146,7 @@ class Handle:
         except Exception:  # a foreign stream whose device cannot be queried: trust the caller
             sdev = self.device
         if sdev != self.device:
-            raise ValueError(f"stream is on device {sdev} but this handle is on device {self.device}")
+            raise InvalidValueError(f"stream is on device {sdev} but this handle is on device {self.device}")
         sptr = int(s.handle)
         capi.cudnnSetStream(self.ptr, sptr)
         self._stream, self._stream_ptr = s, sptr

@@ -27,6 +27,7 @@ import os
 import re
 import threading
 import warnings
+from cudnn_py.errors import InvalidValueError
 
 __all__ = ["enable", "disable", "level", "LEVELS"]
 
@@ -86,7 +87,8 @@ def _level_name(value) -> str:
         return "warning" if value <= logging.WARNING else "error"
     if isinstance(value, str) and value.strip().lower() in LEVELS:
         return value.strip().lower()
-    raise ValueError(f"level must be one of {sorted(LEVELS)} or a logging level (logging.INFO, ...), got {value!r}")
+    raise InvalidValueError(f"level must be one of {sorted(LEVELS)} or a logging level (logging.INFO, ...), got "
+                            f"{value!r}")
 
 
 def enable(level: str | int = "warning", logger: logging.Logger | None = None) -> None:

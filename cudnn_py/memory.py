@@ -34,7 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from cudnn_py.dtypes import SUPPORTED_DTYPES, as_numpy_dtype
-from cudnn_py.errors import check_cuda as _check, cuda_error_from
+from cudnn_py.errors import InvalidTypeError, InvalidValueError, check_cuda as _check, cuda_error_from
 from cudnn_py.streams import StreamLike, as_stream, cuda_core, get_device
 
 if TYPE_CHECKING:
@@ -111,9 +111,9 @@ def _normalize_shape(shape, what: str = "shape") -> tuple[int, ...]:
     except TypeError:
         ok = False
     if not ok:
-        raise TypeError(f"{what} must be an int or a sequence of ints, got {shape!r}")
+        raise InvalidTypeError(f"{what} must be an int or a sequence of ints, got {shape!r}")
     if any(n < 0 for n in out):
-        raise ValueError(f"{what} must not have negative dimensions, got {out}")
+        raise InvalidValueError(f"{what} must not have negative dimensions, got {out}")
     return out
 
 
@@ -124,14 +124,15 @@ def _numpy_dtype(dtype) -> np.dtype:
     if type(dtype) is not type and dtype in _SUPPORTED:  # an np.dtype already (a type never hashes equal)
         return dtype
     if dtype is None:  # np.dtype(None) is float64: not what a caller who passed nothing means
-        raise TypeError("dtype None is not a dtype; expected one of: " + ", ".join(x.name for x in SUPPORTED_DTYPES))
+        raise InvalidTypeError("dtype None is not a dtype; expected one of: "
+                               "" + ", ".join(x.name for x in SUPPORTED_DTYPES))
     try:
         d = as_numpy_dtype(dtype)
     except TypeError as e:
-        raise TypeError(f"{dtype!r} is not a dtype") from e
+        raise InvalidTypeError(f"{dtype!r} is not a dtype") from e
     if d not in _SUPPORTED:
         names = ", ".join(x.name for x in SUPPORTED_DTYPES)
-        raise TypeError(f"dtype {d} is not supported by cuDNN; expected one of: {names}")
+        raise InvalidTypeError(f"dtype {d} is not supported by cuDNN; expected one of: {names}")
     return d
 
 
@@ -263,9 +264,9 @@ class DeviceArray:
         else:
             strides = tuple(int(s) for s in strides)
             if len(strides) != len(shape):
-                raise ValueError(f"strides {strides} must have one entry per dimension of shape {shape}")
+                raise InvalidValueError(f"strides {strides} must have one entry per dimension of shape {shape}")
         if not isinstance(ptr, int) or ptr < 0:
-            raise TypeError(f"ptr must be a device address as a non-negative int, got {ptr!r}")
+            raise InvalidTypeError(f"ptr must be a device address as a non-negative int, got {ptr!r}")
         self._init(int(ptr), shape, dtype, strides, int(device_id), owner,
                    None if stream is None else as_stream(stream, device_id))
 
@@ -298,7 +299,7 @@ class DeviceArray:
 
     def __len__(self) -> int:
         if not self.shape:
-            raise TypeError("len() of a 0-d DeviceArray")
+            raise InvalidTypeError("len() of a 0-d DeviceArray")
         return self.shape[0]
 
     def __repr__(self) -> str:
@@ -306,7 +307,7 @@ class DeviceArray:
                 f"device={self.device_id}, ptr={self.ptr:#x})")
 
     def __array__(self, *args, **kwargs):
-        raise TypeError("a DeviceArray lives in device memory; call .to_numpy() to copy it to the host")
+        raise InvalidTypeError("a DeviceArray lives in device memory; call .to_numpy() to copy it to the host")
 
     def _span(self) -> tuple[int, int]:
         """(offset of the lowest element, number of elements from it to the highest), for any strides."""
@@ -318,7 +319,7 @@ class DeviceArray:
 
     def _require_contiguous(self, what: str) -> None:
         if not self.is_contiguous:
-            raise ValueError(f"{what} needs a C-contiguous array; this one has shape {self.shape} "
+            raise InvalidValueError(f"{what} needs a C-contiguous array; this one has shape {self.shape} "
                              f"and strides {self.strides} (elements)")
 
     # -- host transfers --
@@ -360,7 +361,7 @@ class DeviceArray:
         try:
             v = np.asarray(value).astype(self.dtype).reshape(1)
         except (TypeError, ValueError) as e:
-            raise TypeError(f"cannot fill a {self.dtype} array with {value!r}") from e
+            raise InvalidTypeError(f"cannot fill a {self.dtype} array with {value!r}") from e
         item = self.dtype.itemsize
         if item == 1:
             _check(_drv().cuMemsetD8Async(self.ptr, int(v.view(np.uint8)[0]), self.size, s.handle), "cuMemsetD8Async")
@@ -389,7 +390,7 @@ class DeviceArray:
         if _is_device_like(src):
             other = as_array(cast(DeviceArrayLike, src), "src")
             if other.shape != self.shape or other.dtype != self.dtype:
-                raise ValueError(f"copy_ source has shape {other.shape} and dtype {other.dtype}; "
+                raise InvalidValueError(f"copy_ source has shape {other.shape} and dtype {other.dtype}; "
                                  f"expected shape {self.shape} and dtype {self.dtype}")
             other._require_contiguous("copy_ (source)")
             if other._stream is not None and other._stream != s:
@@ -399,7 +400,7 @@ class DeviceArray:
             return self
         host = np.ascontiguousarray(src, dtype=self.dtype)
         if host.shape != self.shape:
-            raise ValueError(f"copy_ source has shape {host.shape}; expected {self.shape}")
+            raise InvalidValueError(f"copy_ source has shape {host.shape}; expected {self.shape}")
         if self.nbytes:
             _check(_drv().cuMemcpyHtoDAsync(self.ptr, host.ctypes.data, self.nbytes, s.handle), "cuMemcpyHtoDAsync")
         return self
@@ -413,15 +414,15 @@ class DeviceArray:
         if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
             shape = tuple(shape[0])
         if shape.count(-1) > 1:
-            raise ValueError(f"reshape: at most one dimension may be -1, got {shape}")
+            raise InvalidValueError(f"reshape: at most one dimension may be -1, got {shape}")
         if -1 in shape:
             known = math.prod(n for n in shape if n != -1)
             if known == 0 or self.size % known:
-                raise ValueError(f"reshape: cannot reshape an array of size {self.size} into {shape}")
+                raise InvalidValueError(f"reshape: cannot reshape an array of size {self.size} into {shape}")
             shape = tuple(self.size // known if n == -1 else n for n in shape)
         shape = _normalize_shape(shape, "reshape: the new shape")
         if math.prod(shape) != self.size:
-            raise ValueError(f"reshape: cannot reshape an array of size {self.size} into {shape}")
+            raise InvalidValueError(f"reshape: cannot reshape an array of size {self.size} into {shape}")
         self._require_contiguous("reshape")
         return DeviceArray._new(self.ptr, shape, self.dtype, _c_strides(shape), self.device_id, self,
                                 self._stream)
@@ -576,13 +577,13 @@ def _view(obj, name: str, stream) -> DeviceArray:
     has_dlpack = hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__")
     has_cai = hasattr(obj, "__cuda_array_interface__")
     if not has_dlpack and not has_cai:
-        raise TypeError(f"{name} must be a DeviceArray or a GPU tensor (DLPack or __cuda_array_interface__), "
+        raise InvalidTypeError(f"{name} must be a DeviceArray or a GPU tensor (DLPack or __cuda_array_interface__), "
                         f"got {type(obj).__module__}.{type(obj).__name__}")
     if has_dlpack:
         try:
             kind, _ = obj.__dlpack_device__()
         except Exception as e:
-            raise TypeError(f"{name}: __dlpack_device__() failed: {e}") from e
+            raise InvalidTypeError(f"{name}: __dlpack_device__() failed: {e}") from e
         if kind not in (_KDL_CUDA, _KDL_CUDA_MANAGED):
             if not has_cai:
                 raise _host_error(obj, name)
@@ -596,11 +597,11 @@ def _view(obj, name: str, stream) -> DeviceArray:
             view = StridedMemoryView.from_cuda_array_interface(obj, sptr)
         dtype = view.dtype
     except (BufferError, NotImplementedError, TypeError, ValueError) as e:
-        raise TypeError(f"{name}: cannot view {type(obj).__name__} as a device array: {e}") from e
+        raise InvalidTypeError(f"{name}: cannot view {type(obj).__name__} as a device array: {e}") from e
     if not view.is_device_accessible or view.device_id < 0:
         raise _host_error(obj, name)
     if dtype is None or dtype not in SUPPORTED_DTYPES:
-        raise TypeError(f"{name} has dtype {dtype}, which cuDNN does not support")
+        raise InvalidTypeError(f"{name} has dtype {dtype}, which cuDNN does not support")
     shape = tuple(view.shape)
     strides = view.strides
     strides = _c_strides(shape) if strides is None else tuple(strides)
@@ -628,16 +629,16 @@ def as_array(obj: DeviceArrayLike, name: str = "x", *, dtype: npt.DTypeLike | No
     """
     a = obj if type(obj) is DeviceArray else _view(obj, name, stream)
     if dtype is not None and a.dtype != dtype and a.dtype != _numpy_dtype(dtype):  # the second: "fp16", ...
-        raise TypeError(f"{name} has dtype {a.dtype}; expected {_numpy_dtype(dtype)}")
+        raise InvalidTypeError(f"{name} has dtype {a.dtype}; expected {_numpy_dtype(dtype)}")
     if ndim is not None and a.ndim != ndim:
-        raise ValueError(f"{name} has {a.ndim} dimensions (shape {a.shape}); expected {ndim}")
+        raise InvalidValueError(f"{name} has {a.ndim} dimensions (shape {a.shape}); expected {ndim}")
     if shape is not None and a.shape != tuple(shape):
-        raise ValueError(f"{name} has shape {a.shape}; expected {tuple(shape)}")
+        raise InvalidValueError(f"{name} has shape {a.shape}; expected {tuple(shape)}")
     if contiguous and not a.is_contiguous:
-        raise ValueError(f"{name} must be C-contiguous (packed); it has shape {a.shape} and strides "
+        raise InvalidValueError(f"{name} must be C-contiguous (packed); it has shape {a.shape} and strides "
                          f"{a.strides} (elements): make a packed copy first (e.g. torch .contiguous())")
     if device is not None and a.device_id != device:
-        raise ValueError(f"{name} is on device {a.device_id}; expected device {device} (the handle's)")
+        raise InvalidValueError(f"{name} is on device {a.device_id}; expected device {device} (the handle's)")
     return a
 
 

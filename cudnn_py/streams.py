@@ -23,7 +23,7 @@ import threading
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol, Union
 
-from cudnn_py.errors import CudaError, NoDeviceError, cuda_error
+from cudnn_py.errors import CudaError, InvalidTypeError, InvalidValueError, NoDeviceError, cuda_error
 
 if TYPE_CHECKING:
     from cuda.core import Device, Stream
@@ -121,13 +121,13 @@ def get_device(device: int | Device | None = None) -> Device:
         dev = device
     elif device is None or (isinstance(device, int) and not isinstance(device, bool)):
         if device is not None and device < 0:
-            raise ValueError(f"device ordinal must be >= 0, got {device}")
+            raise InvalidValueError(f"device ordinal must be >= 0, got {device}")
         try:
             dev = core.Device(device)
         except Exception as e:  # no driver, no GPU, ordinal out of range
             raise _no_device(device, e) from e
     else:
-        raise TypeError(f"device must be an int ordinal or a cuda.core.Device, got {type(device).__name__}")
+        raise InvalidTypeError(f"device must be an int ordinal or a cuda.core.Device, got {type(device).__name__}")
     try:
         dev.set_current()
     except Exception as e:
@@ -152,7 +152,7 @@ def as_stream(stream: StreamLike = None, device: int | Device | None = None) -> 
     if isinstance(stream, stream_type):
         return stream
     if isinstance(stream, bool):
-        raise TypeError("stream must be a cuda.core.Stream, a stream object or an int handle, not a bool")
+        raise InvalidTypeError("stream must be a cuda.core.Stream, a stream object or an int handle, not a bool")
     if isinstance(stream, int):
         get_device(device)
         return stream_type.from_handle(stream)
@@ -162,7 +162,7 @@ def as_stream(stream: StreamLike = None, device: int | Device | None = None) -> 
     if isinstance(handle, int):
         get_device(device)
         return stream_type.from_handle(handle)
-    raise TypeError(
+    raise InvalidTypeError(
         f"cannot use {type(stream).__name__} as a CUDA stream; pass None, a cuda.core.Stream, "
         "an object with __cuda_stream__ / cuda_stream (e.g. torch.cuda.Stream) or an int cudaStream_t"
     )

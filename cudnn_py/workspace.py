@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from cudnn_py.errors import WorkspaceLimitError, cuda_error_from
+from cudnn_py.errors import InvalidTypeError, InvalidValueError, WorkspaceLimitError, cuda_error_from
 from cudnn_py.streams import StreamLike, as_stream, get_device
 
 if TYPE_CHECKING:
@@ -58,9 +58,9 @@ class Workspace:
     def cap(self, value: int | None) -> None:
         if value is not None:
             if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(f"workspace cap must be an int number of bytes or None, got {value!r}")
+                raise InvalidTypeError(f"workspace cap must be an int number of bytes or None, got {value!r}")
             if value < 0:
-                raise ValueError(f"workspace cap must be >= 0 bytes, got {value}")
+                raise InvalidValueError(f"workspace cap must be >= 0 bytes, got {value}")
             if self._size > value:
                 self.release()
         self._cap = value
@@ -85,7 +85,7 @@ class Workspace:
         :raises CudaOutOfMemoryError: when the device has no room.
         """
         if nbytes < 0:
-            raise ValueError(f"workspace size must be >= 0 bytes, got {nbytes}")
+            raise InvalidValueError(f"workspace size must be >= 0 bytes, got {nbytes}")
         if nbytes > self.peak:
             self.peak = nbytes
         if nbytes == 0:

@@ -8,6 +8,7 @@ from ctypes import byref
 
 import pytest
 
+import cudnn_py
 from cudnn_py import capi, errors
 from cudnn_py._binding import function, status_error
 from cudnn_py.capi import *  # noqa: F403
@@ -128,3 +129,22 @@ def test_cuda_core_errors_keep_their_code():
     assert str(err) == "allocate failed: CUDA_ERROR_OUT_OF_MEMORY (2): 4096 bytes: out of memory"
     other = errors.cuda_error_from(ValueError("bad pool"), "allocate")
     assert type(other) is errors.CudaError and str(other) == "allocate failed: bad pool"
+
+
+@pytest.mark.parametrize("bad", [
+    lambda: cudnn_py.Pooling("max", window=0),
+    lambda: cudnn_py.Pooling("nope"),
+    lambda: cudnn_py.Activation("relu", coef="a"),
+    lambda: cudnn_py.Convolution(padding=-1),
+    lambda: cudnn_py.TensorDescriptor((2 ** 32 + 1, 3, 4, 4)),
+    lambda: cudnn_py.dtypes.cudnn_dtype("fp128"),
+    lambda: cudnn_py.Graph().tensor((1.7, 2.2)),
+    lambda: cudnn_py.Graph().scalar(-2, dtype="uint8"),
+    lambda: cudnn_py.BackendDescriptor("TENSOR", dimensions=[2 ** 64, 2]),
+])
+def test_validation_errors_are_cudnn_py_errors(bad):
+    """Issue 13: a refused argument raises the project's InvalidValueError/InvalidTypeError (still a ValueError or
+    TypeError), so ``except cudnn_py.CudnnPyError`` catches validation too."""
+    with pytest.raises((cudnn_py.InvalidValueError, cudnn_py.InvalidTypeError)) as e:
+        bad()
+    assert isinstance(e.value, cudnn_py.CudnnPyError) and isinstance(e.value, (ValueError, TypeError))

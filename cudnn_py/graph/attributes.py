@@ -17,6 +17,7 @@ import numpy as np
 from cudnn_py import capi
 
 from cudnn_py.capi.backend_attributes import OWNER, TABLE
+from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["AttrSpec", "attr_spec", "attr_enum", "attr_type_enum", "element_ctype", "ENUM_TYPES", "Fraction"]
 
@@ -80,13 +81,14 @@ def attr_enum(attr) -> capi.cudnnBackendAttributeName_t:
         try:
             return _ANAME[attr]
         except KeyError:
-            raise ValueError(f"unknown backend attribute {attr!r} (expected a CUDNN_ATTR_* name)") from None
+            raise InvalidValueError(f"unknown backend attribute {attr!r} (expected a CUDNN_ATTR_* name)") from None
     if isinstance(attr, int) and not isinstance(attr, bool):
         try:
             return _ANAME(attr)
         except ValueError:
-            raise ValueError(f"unknown backend attribute value {attr}") from None
-    raise TypeError(f"attribute must be a cudnnBackendAttributeName_t, its name or value, not {type(attr).__name__}")
+            raise InvalidValueError(f"unknown backend attribute value {attr}") from None
+    raise InvalidTypeError(f"attribute must be a cudnnBackendAttributeName_t, its name or value, not "
+                           f"{type(attr).__name__}")
 
 
 def attr_type_enum(type_name: str) -> capi.cudnnBackendAttributeType_t:
@@ -114,7 +116,7 @@ def type_name_of(attr_type) -> str:
         n = attr_type.upper()
         n = n[len("CUDNN_TYPE_"):] if n.startswith("CUDNN_TYPE_") else n
         if "CUDNN_TYPE_" + n not in _ATYPE.__members__:
-            raise ValueError(f"unknown attribute type {attr_type!r}")
+            raise InvalidValueError(f"unknown attribute type {attr_type!r}")
         return n
     return _ATYPE(int(attr_type)).name[len("CUDNN_TYPE_"):]
 
@@ -122,7 +124,7 @@ def type_name_of(attr_type) -> str:
 def _enum_value(cls, type_name: str, value, attr: str) -> int:
     if isinstance(value, enum.IntEnum):
         if cls is not None and not isinstance(value, cls):
-            raise TypeError(f"{attr} takes {cls.__name__} values, got {type(value).__name__}.{value.name}")
+            raise InvalidTypeError(f"{attr} takes {cls.__name__} values, got {type(value).__name__}.{value.name}")
         return int(value)
     if isinstance(value, str) and cls is not None:
         for cand in (value, value.upper()):
@@ -131,10 +133,10 @@ def _enum_value(cls, type_name: str, value, attr: str) -> int:
         hits = [m for m in cls.__members__ if m.endswith("_" + value.upper())]
         if len(hits) == 1:
             return int(cls[hits[0]])
-        raise ValueError(f"{attr}: {value!r} is not a {cls.__name__} member")
+        raise InvalidValueError(f"{attr}: {value!r} is not a {cls.__name__} member")
     if isinstance(value, int) and not isinstance(value, bool):
         return value
-    raise TypeError(f"{attr} takes {cls.__name__ if cls else type_name} values, got {type(value).__name__}")
+    raise InvalidTypeError(f"{attr} takes {cls.__name__ if cls else type_name} values, got {type(value).__name__}")
 
 
 def to_c_array(spec_name: str, type_name: str, values: list, keep: list):
@@ -147,25 +149,28 @@ def to_c_array(spec_name: str, type_name: str, values: list, keep: list):
     for v in values:
         if type_name in ("INT64", "INT32"):
             if isinstance(v, bool) or not isinstance(v, numbers.Integral):
-                raise TypeError(f"{spec_name} takes integers (CUDNN_TYPE_{type_name}), got {type(v).__name__} {v!r}")
+                raise InvalidTypeError(f"{spec_name} takes integers (CUDNN_TYPE_{type_name}), got {type(v).__name__} "
+                                       f"{v!r}")
             bits = 63 if type_name == "INT64" else 31
             if not -2 ** bits <= int(v) < 2 ** bits:
-                raise ValueError(f"{spec_name}: {v} does not fit CUDNN_TYPE_{type_name}")
+                raise InvalidValueError(f"{spec_name}: {v} does not fit CUDNN_TYPE_{type_name}")
             out.append(int(v))
         elif type_name in ("FLOAT", "DOUBLE"):
             if isinstance(v, bool) or not isinstance(v, numbers.Real):
-                raise TypeError(f"{spec_name} takes real numbers (CUDNN_TYPE_{type_name}), got {type(v).__name__}")
+                raise InvalidTypeError(f"{spec_name} takes real numbers (CUDNN_TYPE_{type_name}), got "
+                                       f"{type(v).__name__}")
             if v != v:
-                raise ValueError(f"{spec_name}: NaN is not a valid value")
+                raise InvalidValueError(f"{spec_name}: NaN is not a valid value")
             out.append(float(v))
         elif type_name == "BOOLEAN":
             if not isinstance(v, (bool, np.bool_)):
-                raise TypeError(f"{spec_name} takes True/False (CUDNN_TYPE_BOOLEAN), got {type(v).__name__} {v!r}")
+                raise InvalidTypeError(f"{spec_name} takes True/False (CUDNN_TYPE_BOOLEAN), got {type(v).__name__} "
+                                       f"{v!r}")
             out.append(bool(v))
         elif type_name == "BACKEND_DESCRIPTOR":
             ptr = getattr(v, "ptr", None)
             if not isinstance(ptr, capi.cudnnBackendDescriptor_t) or not ptr:
-                raise TypeError(f"{spec_name} takes open cudnn_py.graph.BackendDescriptor objects, got "
+                raise InvalidTypeError(f"{spec_name} takes open cudnn_py.graph.BackendDescriptor objects, got "
                                 f"{type(v).__name__} (a raw cudnnBackendDescriptor_t cannot be checked: set it "
                                 f"with capi.cudnnBackendSetAttribute)")
             keep.append(v)
@@ -173,13 +178,13 @@ def to_c_array(spec_name: str, type_name: str, values: list, keep: list):
         elif type_name == "HANDLE":
             ptr = getattr(v, "ptr", v)
             if not isinstance(ptr, capi.cudnnHandle_t):
-                raise TypeError(f"{spec_name} takes a cudnn_py.Handle or cudnnHandle_t, got {type(v).__name__}")
+                raise InvalidTypeError(f"{spec_name} takes a cudnn_py.Handle or cudnnHandle_t, got {type(v).__name__}")
             keep.append(v)
             out.append(ptr.value)
         elif type_name == "VOID_PTR":
             ptr = v if v is None or isinstance(v, int) else getattr(v, "ptr", v)
             if ptr is not None and (isinstance(ptr, bool) or not isinstance(ptr, int)):
-                raise TypeError(f"{spec_name} takes device pointers (int, None or an object with .ptr), "
+                raise InvalidTypeError(f"{spec_name} takes device pointers (int, None or an object with .ptr), "
                                 f"got {type(v).__name__}")
             out.append(ptr)
         elif type_name == "FRACTION":
@@ -188,9 +193,10 @@ def to_c_array(spec_name: str, type_name: str, values: list, keep: list):
             elif hasattr(v, "numerator") and hasattr(v, "denominator"):
                 out.append(Fraction(int(v.numerator), int(v.denominator)))
             else:
-                raise TypeError(f"{spec_name} takes fractions (int or fractions.Fraction), got {type(v).__name__}")
+                raise InvalidTypeError(f"{spec_name} takes fractions (int or fractions.Fraction), got "
+                                       f"{type(v).__name__}")
         elif type_name == "CHAR":
-            raise TypeError("CHAR attributes are set from one str/bytes value, not element by element")
+            raise InvalidTypeError("CHAR attributes are set from one str/bytes value, not element by element")
         else:
             out.append(_enum_value(enum_class(type_name), type_name, v, spec_name))
     return (ct * max(len(out), 1))(*out)

@@ -18,6 +18,7 @@ from cudnn_py.memory import DeviceArray, as_array, empty
 from .execute import _handle_device
 from .errors import GraphNotSupportedError
 from .graph import Graph, _packed_strides
+from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["conv_forward", "conv_backward_data", "conv_backward_filter", "ACTIVATIONS", "DTYPES", "conv_cache_clear"]
 
@@ -35,13 +36,14 @@ def _check_dtypes(kind: str, dtypes, compute_dtype) -> None:
     names = {name: np.dtype(dt).name for name, dt in dtypes}
     for name, dname in names.items():
         if dname not in DTYPES:
-            raise TypeError(f"{kind}: {name} is {dname}; the graph convolution runs {', '.join(DTYPES)} data")
+            raise InvalidTypeError(f"{kind}: {name} is {dname}; the graph convolution runs {', '.join(DTYPES)} data")
     data = names[next(iter(names))]
     if compute_dtype is not None:
         allowed = ("float64",) if data == "float64" else ("float32",)
         cname = numpy_dtype(cudnn_dtype(compute_dtype)).name
         if cname not in allowed:
-            raise TypeError(f"{kind}: compute_dtype {cname} with {data} data has no verified engine; leave it None "
+            raise InvalidTypeError(f"{kind}: compute_dtype {cname} with {data} data has no verified engine; leave it "
+                                   f"None "
                             f"({allowed[0]})")
 
 
@@ -69,7 +71,8 @@ def _out(handle, shape, dtype, strides, out: DeviceArray | None, name) -> Device
     or a new array with those strides on the handle's device."""
     if out is not None:
         if out.shape != tuple(shape) or out.dtype != dtype:
-            raise ValueError(f"{name} must have shape {tuple(shape)} and dtype {dtype}, got {out.shape} {out.dtype}")
+            raise InvalidValueError(f"{name} must have shape {tuple(shape)} and dtype {dtype}, got {out.shape} "
+                                    f"{out.dtype}")
         return out
     order = sorted(range(len(shape)), key=lambda i: -strides[i])
     buf = empty(tuple(shape[i] for i in order), dtype, stream=getattr(handle, "stream", None),
@@ -123,10 +126,10 @@ def conv_forward(handle, x, w, *, padding=0, stride=1, dilation=1, bias=None, ac
         if ba.ndim == 1:
             ba = ba.reshape(1, ba.shape[0], *([1] * (xa.ndim - 2)))
     if activation is not None and activation not in ACTIVATIONS:
-        raise ValueError(f"activation must be None or one of {ACTIVATIONS}, got {activation!r}")
+        raise InvalidValueError(f"activation must be None or one of {ACTIVATIONS}, got {activation!r}")
     alpha, beta = Graph._float(alpha, "alpha"), Graph._float(beta, "beta")
     if beta and y is None:
-        raise ValueError("beta != 0 accumulates into y: pass y=")
+        raise InvalidValueError("beta != 0 accumulates into y: pass y=")
     key = ("fprop", xa.shape, xa.strides, xa.dtype, wa.shape, wa.strides, wa.dtype,
            _conv_key(xa.ndim - 2, padding, stride, dilation, post_padding),
            None if ba is None else (ba.shape, ba.strides, ba.dtype), activation, float(alpha), float(beta),
@@ -150,7 +153,7 @@ def conv_forward(handle, x, w, *, padding=0, stride=1, dilation=1, bias=None, ac
             out = getattr(g, activation)(out)
         if ya is not None:
             if ya.shape != out.shape:
-                raise ValueError(f"y must have shape {out.shape}, got {ya.shape}")
+                raise InvalidValueError(f"y must have shape {out.shape}, got {ya.shape}")
             out.strides = ya.strides
         out.set_output(True).set_name("y")
         args.append(out)

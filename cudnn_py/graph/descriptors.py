@@ -17,7 +17,7 @@ from __future__ import annotations
 import ctypes
 
 from cudnn_py import capi
-from cudnn_py.errors import ClosedError
+from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
 
 from . import attributes as A
 
@@ -52,13 +52,14 @@ def descriptor_type(t) -> capi.cudnnBackendDescriptorType_t:
         for cand in (t, f"CUDNN_BACKEND_{t.upper()}_DESCRIPTOR"):
             if cand in _DTYPE.__members__:
                 return _DTYPE[cand]
-        raise ValueError(f"unknown backend descriptor type {t!r}")
+        raise InvalidValueError(f"unknown backend descriptor type {t!r}")
     if isinstance(t, int) and not isinstance(t, bool):
         try:
             return _DTYPE(t)
         except ValueError:
-            raise ValueError(f"descriptor type {t} is not a cudnnBackendDescriptorType_t value") from None
-    raise TypeError(f"descriptor type must be a cudnnBackendDescriptorType_t or its name, not {type(t).__name__}")
+            raise InvalidValueError(f"descriptor type {t} is not a cudnnBackendDescriptorType_t value") from None
+    raise InvalidTypeError(f"descriptor type must be a cudnnBackendDescriptorType_t or its name, not "
+                           f"{type(t).__name__}")
 
 
 def _short_type(t: capi.cudnnBackendDescriptorType_t) -> str:
@@ -96,7 +97,7 @@ class BackendDescriptor:
                 full = f"CUDNN_ATTR_{prefix}_{attr.upper()}"
                 if full in capi.cudnnBackendAttributeName_t.__members__:
                     return capi.cudnnBackendAttributeName_t[full]
-            raise ValueError(f"{self.short_type} descriptor has no attribute {attr!r} "
+            raise InvalidValueError(f"{self.short_type} descriptor has no attribute {attr!r} "
                              f"(tried CUDNN_ATTR_{short}_{attr.upper()})")
         return A.attr_enum(attr)
 
@@ -106,11 +107,11 @@ class BackendDescriptor:
         if attr_type is not None:
             tn = A.type_name_of(attr_type)
             if spec is not None and tn not in spec.types:
-                raise TypeError(f"{name.name} takes {' or '.join('CUDNN_TYPE_' + t for t in spec.types)}, "
+                raise InvalidTypeError(f"{name.name} takes {' or '.join('CUDNN_TYPE_' + t for t in spec.types)}, "
                                 f"not CUDNN_TYPE_{tn}")
             return name, spec, tn
         if spec is None:
-            raise TypeError(f"{name.name}: the attribute table does not know its element type; "
+            raise InvalidTypeError(f"{name.name}: the attribute table does not know its element type; "
                             f"pass attr_type= (a cudnnBackendAttributeType_t)")
         tn = spec.types[0]
         if value is not None and len(spec.types) > 1:  # INT64 or FRACTION: pick by the value
@@ -133,12 +134,14 @@ class BackendDescriptor:
                     if v.closed:
                         raise ClosedError(f"{name.name}: the {v.short_type} descriptor is closed")
                     if v.short_type != spec.nested:
-                        raise TypeError(f"{name.name} takes a {spec.nested} descriptor, got a {v.short_type} descriptor")
+                        raise InvalidTypeError(f"{name.name} takes a {spec.nested} descriptor, got a {v.short_type} "
+                                               f"descriptor")
                     if not v.finalized:
-                        raise ValueError(f"{name.name}: the {v.short_type} descriptor must be finalized before it is set")
+                        raise InvalidValueError(f"{name.name}: the {v.short_type} descriptor must be finalized before "
+                                                f"it is set")
         if tn == "CHAR":
             if not isinstance(value, (str, bytes)):
-                raise TypeError(f"{name.name} takes a str or bytes value, got {type(value).__name__}")
+                raise InvalidTypeError(f"{name.name} takes a str or bytes value, got {type(value).__name__}")
             data = value.encode() if isinstance(value, str) else value
             arr = ctypes.create_string_buffer(data)
             _C_SET(self.ptr, name, A.attr_type_enum(tn), len(data) + 1, arr)
@@ -146,13 +149,13 @@ class BackendDescriptor:
         if isinstance(value, (list, tuple)):
             vals = list(value)
             if spec is not None and spec.count == "1" and len(vals) != 1:
-                raise ValueError(f"{name.name} takes one element, got {len(vals)}")
+                raise InvalidValueError(f"{name.name} takes one element, got {len(vals)}")
         else:
             if spec is not None and spec.count == "n" and tn == "INT64":
-                raise TypeError(f"{name.name} takes a sequence of integers, got {type(value).__name__}")
+                raise InvalidTypeError(f"{name.name} takes a sequence of integers, got {type(value).__name__}")
             vals = [value]
         if spec is not None and spec.count == "1+" and not vals:
-            raise ValueError(f"{name.name} takes at least one element")
+            raise InvalidValueError(f"{name.name} takes at least one element")
         keep: list = []
         arr = A.to_c_array(name.name, tn, vals, keep)
         _C_SET(self.ptr, name, A.attr_type_enum(tn), len(vals), arr)
@@ -180,7 +183,8 @@ class BackendDescriptor:
             return buf.value.decode()
         if tn == "BACKEND_DESCRIPTOR":
             if spec is None or spec.nested is None:
-                raise TypeError(f"{name.name}: reading nested descriptors needs their type, which the table lacks")
+                raise InvalidTypeError(f"{name.name}: reading nested descriptors needs their type, which the table "
+                                       f"lacks")
             kids = [BackendDescriptor(spec.nested) for _ in range(count)]
             arr = (ctypes.c_void_p * max(count, 1))(*[k.ptr.value for k in kids])
             _C_GET(self.ptr, name, atype, count, ctypes.byref(n_out), arr)

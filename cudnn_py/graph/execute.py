@@ -12,7 +12,7 @@ import functools
 
 from cudnn_py import _loader, capi, nvtx
 from cudnn_py._binding import status_error
-from cudnn_py.errors import ClosedError
+from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
 from cudnn_py.memory import DeviceArray
 
 from .descriptors import BackendDescriptor
@@ -53,15 +53,15 @@ def _check_array(t, obj, device: int | None):
     from cudnn_py.memory import as_array
     a = as_array(obj, t.name)
     if a.dtype != t.np_dtype:
-        raise TypeError(f"tensor {t.name!r} expects dtype {t.np_dtype}, got an array of dtype {a.dtype}")
+        raise InvalidTypeError(f"tensor {t.name!r} expects dtype {t.np_dtype}, got an array of dtype {a.dtype}")
     if a.shape != t.shape:
-        raise ValueError(f"tensor {t.name!r} expects shape {t.shape}, got an array of shape {a.shape}")
+        raise InvalidValueError(f"tensor {t.name!r} expects shape {t.shape}, got an array of shape {a.shape}")
     bad = [i for i, (s, u, n) in enumerate(zip(a.strides, t.strides, t.shape)) if n > 1 and s != u]
     if bad:
-        raise ValueError(f"tensor {t.name!r} expects strides {t.strides} (elements), got {a.strides}: "
+        raise InvalidValueError(f"tensor {t.name!r} expects strides {t.strides} (elements), got {a.strides}: "
                          f"pass an array with the graph's layout or build the graph with tensor_like(array)")
     if device is not None and a.device_id != device:
-        raise ValueError(f"tensor {t.name!r}: array is on device {a.device_id}, the handle on device {device}")
+        raise InvalidValueError(f"tensor {t.name!r}: array is on device {a.device_id}, the handle on device {device}")
     return a.ptr
 
 
@@ -75,12 +75,12 @@ def _workspace_ptr(plan, workspace, device: int | None) -> int:
     handle's device, or an int device pointer (taken as is: its size cannot be checked)."""
     if isinstance(workspace, int) and not isinstance(workspace, bool):
         if not workspace and plan.workspace_size:
-            raise ValueError(f"the plan ({plan.tag}) needs {plan.workspace_size} bytes of workspace, not NULL")
+            raise InvalidValueError(f"the plan ({plan.tag}) needs {plan.workspace_size} bytes of workspace, not NULL")
         return workspace
     from cudnn_py.memory import as_array
     ws = as_array(workspace, "workspace", device=device)
     if ws.nbytes < plan.workspace_size:
-        raise ValueError(f"workspace has {ws.nbytes} bytes; the plan ({plan.tag}) needs {plan.workspace_size}")
+        raise InvalidValueError(f"workspace has {ws.nbytes} bytes; the plan ({plan.tag}) needs {plan.workspace_size}")
     return ws.ptr
 
 
@@ -98,7 +98,7 @@ def _bindings(plan) -> tuple[list, list]:
     plan's scratch tensors are neither (they live in the workspace: :func:`scratch_pointers`)."""
     g = plan.graph
     if g is None:
-        raise ValueError("this plan has no graph to name its tensors (load it with plan_from_json(..., graph=))")
+        raise InvalidValueError("this plan has no graph to name its tensors (load it with plan_from_json(..., graph=))")
     io = g.io_tensors()
     scratch = {uid for uid, _ in getattr(plan, "scratch", ())}
     return [t for t in io if not t.is_by_value and t.uid not in scratch], [t for t in io if t.is_by_value]
@@ -122,9 +122,9 @@ def execute_descriptors(handle, plan: BackendDescriptor, pack: BackendDescriptor
     """``cudnnBackendExecute`` on raw descriptors, refusing unfinalized ones with a clear error."""
     for what, d in (("execution plan", plan), ("variant pack", pack)):
         if not isinstance(d, BackendDescriptor):
-            raise TypeError(f"{what} must be a BackendDescriptor, got {type(d).__name__}")
+            raise InvalidTypeError(f"{what} must be a BackendDescriptor, got {type(d).__name__}")
         if not d.finalized:
-            raise ValueError(f"{what} ({d.short_type}) is not finalized; call .finalize() before executing")
+            raise InvalidValueError(f"{what} ({d.short_type}) is not finalized; call .finalize() before executing")
     capi.cudnnBackendExecute(getattr(handle, "ptr", handle), plan.ptr, pack.ptr)
 
 
@@ -139,9 +139,9 @@ class _ExecState:
             resolved = [g[t] if isinstance(t, str) else t if hasattr(t, "uid") else by_uid.get(t) for t in tensors]
             missing = [t.name for t in io if t not in resolved]
             if missing:
-                raise ValueError(f"executor must bind every I/O tensor; missing {', '.join(missing)}")
+                raise InvalidValueError(f"executor must bind every I/O tensor; missing {', '.join(missing)}")
             if len(resolved) != len(io):
-                raise ValueError("executor tensors must be the graph's I/O tensors, each once")
+                raise InvalidValueError("executor tensors must be the graph's I/O tensors, each once")
             io = resolved
         self.plan, self.tensors, self.handle = plan, tuple(io), handle
         self._uids = [t.uid for t in io] + [t.uid for t in scalars] + scratch_pointers(plan, 0)[0]
@@ -154,7 +154,7 @@ class _ExecState:
         self._h = handle.ptr if hasattr(handle, "ptr") else ctypes.c_void_p(ctypes.cast(handle, ctypes.c_void_p).value)
         self._plan_ptr = _plan_pointer(plan)
         if not isinstance(self._h, ctypes.c_void_p):  # the raw call has no argtypes: only pointer objects
-            raise TypeError(f"handle must be a cudnn_py.Handle or a cudnnHandle_t, got {type(handle).__name__}")
+            raise InvalidTypeError(f"handle must be a cudnn_py.Handle or a cudnnHandle_t, got {type(handle).__name__}")
         self.workspace_size = plan.workspace_size
         self._workspace = getattr(handle, "workspace", None)
         self._stream = getattr(handle, "stream", None)
@@ -200,14 +200,16 @@ class _ExecState:
     def _workspace_get(self):
         if self._workspace is None:
             def missing(size, stream):
-                raise ValueError(f"plan needs {size} bytes of workspace and the handle has none: pass workspace=")
+                raise InvalidValueError(f"plan needs {size} bytes of workspace and the handle has none: pass "
+                                        f"workspace=")
             return missing
         return self._workspace.get
 
     def _lookup(self, arrays: tuple, wsp) -> ctypes.c_void_p:
         """The slow path: pointer-keyed variant packs, validating and building one on a miss."""
         if len(arrays) != len(self.tensors):
-            raise TypeError(f"executor takes {len(self.tensors)} arrays ({', '.join(t.name for t in self.tensors)}), "
+            raise InvalidTypeError(f"executor takes {len(self.tensors)} arrays "
+                                   f"({', '.join(t.name for t in self.tensors)}), "
                             f"got {len(arrays)}")
         key = tuple(map(_pack_key, arrays))
         if wsp is not None:
@@ -280,7 +282,7 @@ class Executor(functools.partial):
         return f"<Executor {self.plan.tag}: {', '.join(t.name for t in self.tensors)}>"
 
     def __reduce__(self):
-        raise TypeError("an Executor holds cuDNN handles and cannot be pickled")
+        raise InvalidTypeError("an Executor holds cuDNN handles and cannot be pickled")
 
 
 def _ordered(plan, variant_pack: dict) -> tuple[list, list]:
@@ -292,15 +294,15 @@ def _ordered(plan, variant_pack: dict) -> tuple[list, list]:
         t = g[k] if isinstance(k, str) else k
         uid = getattr(t, "uid", t)
         if hasattr(t, "graph") and t.graph is not g and g[t.name].uid != uid:
-            raise ValueError(f"tensor {t.name!r} is not part of graph {g.name!r}")
+            raise InvalidValueError(f"tensor {t.name!r} is not part of graph {g.name!r}")
         by_uid[uid] = v
     missing = [t.name for t in io if t.uid not in by_uid]
     if missing:
-        raise ValueError(f"variant pack is missing {', '.join(missing)} (graph {g.name!r} needs "
+        raise InvalidValueError(f"variant pack is missing {', '.join(missing)} (graph {g.name!r} needs "
                          f"{', '.join(t.name for t in io)})")
     extra = set(by_uid) - {t.uid for t in io}
     if extra:
-        raise ValueError(f"variant pack has tensors the graph does not use: uids {sorted(extra)}")
+        raise InvalidValueError(f"variant pack has tensors the graph does not use: uids {sorted(extra)}")
     return io, [by_uid[t.uid] for t in io]
 
 

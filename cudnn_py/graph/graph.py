@@ -23,7 +23,7 @@ import numpy as np
 
 from cudnn_py import capi
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
-from cudnn_py.errors import ClosedError
+from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
 
 from .descriptors import BackendDescriptor
 from .ops import BUILDERS, LowerContext, Op
@@ -41,13 +41,13 @@ def _packed_strides(shape: Sequence[int], layout: str | None = None) -> tuple[in
     """Row-major strides; ``layout='NHWC'`` (channels last) for 4-D/5-D shapes given in N, C, spatial order."""
     n = len(shape)
     if layout is not None and not isinstance(layout, str):
-        raise TypeError(f"layout must be a string ('NCHW', 'NHWC') or None, got {type(layout).__name__}")
+        raise InvalidTypeError(f"layout must be a string ('NCHW', 'NHWC') or None, got {type(layout).__name__}")
     if layout is None or layout.upper() in ("NCHW", "NCDHW", "ROW_MAJOR") or n < 3:
         order = list(range(n))
     elif layout.upper() in ("NHWC", "NDHWC", "CHANNELS_LAST"):
         order = [0] + list(range(2, n)) + [1]
     else:
-        raise ValueError(f"layout must be 'NCHW' or 'NHWC' (or None), got {layout!r}")
+        raise InvalidValueError(f"layout must be 'NCHW' or 'NHWC' (or None), got {layout!r}")
     strides = [0] * n
     acc = 1
     for d in reversed(order):
@@ -99,9 +99,9 @@ class Tensor:
         self.graph._check_open()
         o = self.graph._own(offsets, "offsets")
         if o.is_virtual or o.is_by_value or o.dtype not in (_DT.CUDNN_DATA_INT32, _DT.CUDNN_DATA_INT64):
-            raise TypeError(f"ragged offsets must be an int32/int64 input tensor, got {o.describe()}")
+            raise InvalidTypeError(f"ragged offsets must be an int32/int64 input tensor, got {o.describe()}")
         if o.ndim != self.ndim or o.shape[0] != self.shape[0] + 1 or any(s != 1 for s in o.shape[1:]):
-            raise ValueError(f"ragged offsets of {self.name} {self.shape} must have shape "
+            raise InvalidValueError(f"ragged offsets of {self.name} {self.shape} must have shape "
                              f"{(self.shape[0] + 1,) + (1,) * (self.ndim - 1)}, got {o.shape}")
         self.ragged_offset = o
         return self
@@ -158,12 +158,12 @@ class Graph(*BUILDERS):
     @staticmethod
     def _check_name(name) -> None:
         if not isinstance(name, str) or not name:
-            raise TypeError(f"a tensor name must be a non-empty str, got {name!r}")
+            raise InvalidTypeError(f"a tensor name must be a non-empty str, got {name!r}")
 
     def _add(self, t: Tensor) -> Tensor:
         self._check_name(t.name)
         if t.name in self._names:
-            raise ValueError(f"graph {self.name!r} already has a tensor named {t.name!r}")
+            raise InvalidValueError(f"graph {self.name!r} already has a tensor named {t.name!r}")
         self._names[t.name] = t
         self.tensors.append(t)
         return t
@@ -171,7 +171,7 @@ class Graph(*BUILDERS):
     def _rename(self, t: Tensor, name: str):
         self._check_name(name)
         if name in self._names and self._names[name] is not t:
-            raise ValueError(f"graph {self.name!r} already has a tensor named {name!r}")
+            raise InvalidValueError(f"graph {self.name!r} already has a tensor named {name!r}")
         self._names.pop(t.name, None)
         t.name = name
         self._names[name] = t
@@ -183,21 +183,21 @@ class Graph(*BUILDERS):
         self._check_open()
         shape = self._shape(shape, "shape")
         if not 0 < len(shape) <= 8:
-            raise ValueError(f"tensor shape must have 1 to 8 dims, got {shape}")
+            raise InvalidValueError(f"tensor shape must have 1 to 8 dims, got {shape}")
         if strides is None:
             strides = _packed_strides(shape, layout)
         else:
             try:
                 strides = tuple(strides)
             except TypeError:
-                raise TypeError(f"strides must be a sequence of ints, got {strides!r}") from None
+                raise InvalidTypeError(f"strides must be a sequence of ints, got {strides!r}") from None
             if len(strides) != len(shape):
-                raise ValueError(f"strides {strides} do not match shape {shape} (need {len(shape)} values)")
+                raise InvalidValueError(f"strides {strides} do not match shape {shape} (need {len(shape)} values)")
             for st in strides:
                 if isinstance(st, bool) or not isinstance(st, (int, np.integer)):
-                    raise TypeError(f"strides must hold ints, got {st!r} in {strides}")
+                    raise InvalidTypeError(f"strides must hold ints, got {st!r} in {strides}")
                 if not 0 <= st < 2 ** 63:
-                    raise ValueError(f"strides must be non-negative and below 2**63, got {strides}")
+                    raise InvalidValueError(f"strides must be non-negative and below 2**63, got {strides}")
             strides = tuple(int(st) for st in strides)
         uid = self._new_uid()
         return self._add(Tensor(self, uid, name or f"t{uid}", shape, strides,
@@ -222,24 +222,24 @@ class Graph(*BUILDERS):
         self._check_open()
         dt = _dtype(dtype) if dtype is not None else _DT.CUDNN_DATA_FLOAT
         if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-            raise TypeError(f"scalar value must be a number, got {type(value).__name__}")
+            raise InvalidTypeError(f"scalar value must be a number, got {type(value).__name__}")
         if isinstance(ndim, bool) or not isinstance(ndim, int) or not 1 <= ndim <= 8:
-            raise ValueError(f"scalar ndim must be an int from 1 to 8, got {ndim!r}")
+            raise InvalidValueError(f"scalar ndim must be an int from 1 to 8, got {ndim!r}")
         npdt = numpy_dtype(dt)
         if npdt.kind in "iub":
             info = np.iinfo(npdt) if npdt.kind != "b" else None
             if (isinstance(value, (float, np.floating)) and (not math.isfinite(value) or value != int(value))) or (
                     not (info.min <= int(value) <= info.max if info is not None else int(value) in (0, 1))):
-                raise ValueError(f"scalar {value!r} does not fit {npdt}")
+                raise InvalidValueError(f"scalar {value!r} does not fit {npdt}")
             buf = np.array([int(value)], dtype=npdt)
         else:
             try:
                 with np.errstate(over="ignore"):
                     buf = np.array([float(value)], dtype=npdt)
             except OverflowError:
-                raise ValueError(f"scalar {value!r} does not fit {npdt}") from None
+                raise InvalidValueError(f"scalar {value!r} does not fit {npdt}") from None
             if math.isfinite(value) and not np.isfinite(buf.astype(np.float64)[0]):
-                raise ValueError(f"scalar {value!r} does not fit {npdt} (it would become {buf[0]})")
+                raise InvalidValueError(f"scalar {value!r} does not fit {npdt} (it would become {buf[0]})")
         uid = self._new_uid()
         t = Tensor(self, uid, name or f"scalar{uid}", (1,) * ndim, (1,) * ndim, dt, False, True,
                    int(value) if npdt.kind in "iub" else float(value))
@@ -263,11 +263,11 @@ class Graph(*BUILDERS):
 
     def _own(self, t, what: str) -> Tensor:
         if isinstance(t, (int, float)) and not isinstance(t, bool):
-            raise TypeError(f"{what}: use g.scalar(value) for a constant")
+            raise InvalidTypeError(f"{what}: use g.scalar(value) for a constant")
         if not isinstance(t, Tensor):
-            raise TypeError(f"{what} must be a Tensor of this graph, got {type(t).__name__}")
+            raise InvalidTypeError(f"{what} must be a Tensor of this graph, got {type(t).__name__}")
         if t.graph is not self:
-            raise ValueError(f"{what} ({t.name}) belongs to another graph")
+            raise InvalidValueError(f"{what} ({t.name}) belongs to another graph")
         return t
 
     @staticmethod
@@ -275,7 +275,7 @@ class Graph(*BUILDERS):
         """Non-virtual operands of a convolution or matmul must share one dtype (cuDNN has no mixed engines)."""
         real = [t for t in ts if not t.is_virtual]
         if len({int(t.dtype) for t in real}) > 1:
-            raise TypeError(f"{kind}: operands have different dtypes ("
+            raise InvalidTypeError(f"{kind}: operands have different dtypes ("
                             + ", ".join(f"{t.name}: {t.dtype.name}" for t in real) + "); give them one dtype")
 
     def _compute(self, compute_dtype) -> capi.cudnnDataType_t:
@@ -293,22 +293,22 @@ class Graph(*BUILDERS):
     def _float(v, what: str) -> float:
         """A finite float parameter (a bool, a non-number or NaN/inf is refused naming ``what``)."""
         if isinstance(v, bool) or not isinstance(v, (int, float, np.floating, np.integer)):
-            raise TypeError(f"{what} must be a number, got {type(v).__name__}")
+            raise InvalidTypeError(f"{what} must be a number, got {type(v).__name__}")
         try:
             f = float(v)
         except OverflowError:
-            raise ValueError(f"{what} must be finite, got {v!r}") from None
+            raise InvalidValueError(f"{what} must be finite, got {v!r}") from None
         if not math.isfinite(f):
-            raise ValueError(f"{what} must be finite, got {v!r}")
+            raise InvalidValueError(f"{what} must be finite, got {v!r}")
         return f
 
     @staticmethod
     def _axis(a, ndim: int, what: str) -> int:
         """An axis in ``[-ndim, ndim)`` as a non-negative int."""
         if isinstance(a, bool) or not isinstance(a, (int, np.integer)):
-            raise TypeError(f"{what} must hold ints, got {a!r}")
+            raise InvalidTypeError(f"{what} must hold ints, got {a!r}")
         if not -ndim <= a < ndim:
-            raise ValueError(f"{what}: axis {a} is out of range for rank {ndim}")
+            raise InvalidValueError(f"{what}: axis {a} is out of range for rank {ndim}")
         return int(a) % ndim
 
     @staticmethod
@@ -317,12 +317,12 @@ class Graph(*BUILDERS):
         try:
             dims = tuple(shape)
         except TypeError:
-            raise TypeError(f"{what} must be a sequence of ints, got {shape!r}") from None
+            raise InvalidTypeError(f"{what} must be a sequence of ints, got {shape!r}") from None
         for s in dims:
             if isinstance(s, bool) or not isinstance(s, (int, np.integer)):
-                raise TypeError(f"{what} must hold ints, got {s!r} in {dims}")
+                raise InvalidTypeError(f"{what} must hold ints, got {s!r} in {dims}")
             if not 0 < s < 2 ** 63:
-                raise ValueError(f"{what} sizes must be positive and below 2**63, got {dims}")
+                raise InvalidValueError(f"{what} sizes must be positive and below 2**63, got {dims}")
         return tuple(int(s) for s in dims)
 
     # -- structure ----------------------------------------------------------------------------------------------
@@ -350,19 +350,19 @@ class Graph(*BUILDERS):
     def validate(self) -> None:
         """Python-side checks before cuDNN sees the graph: at least one op and output; no dangling virtuals."""
         if not self.ops:
-            raise ValueError(f"graph {self.name!r} has no operations")
+            raise InvalidValueError(f"graph {self.name!r} has no operations")
         produced = {t.uid for op in self.ops for t in op.outputs.values()}
         consumed = {t.uid for op in self.ops for t in op.inputs.values()}
         for op in self.ops:
             for role, t in op.inputs.items():
                 if t.is_virtual and t.uid not in produced:
-                    raise ValueError(f"{op.describe()}: input {role} is virtual but no operation produces it")
+                    raise InvalidValueError(f"{op.describe()}: input {role} is virtual but no operation produces it")
         dangling = [t.name for t in self.tensors if t.is_virtual and t.uid in produced and t.uid not in consumed]
         if dangling:
-            raise ValueError(f"graph {self.name!r}: {', '.join(dangling)} is computed but neither used nor an "
+            raise InvalidValueError(f"graph {self.name!r}: {', '.join(dangling)} is computed but neither used nor an "
                              f"output; call .set_output(True) on it")
         if not any(not t.is_virtual for op in self.ops for t in op.outputs.values()):
-            raise ValueError(f"graph {self.name!r} has no output: call .set_output(True) on a result")
+            raise InvalidValueError(f"graph {self.name!r} has no output: call .set_output(True) on a result")
 
     def scalar_pointer(self, t: Tensor) -> int:
         """The host address of by-value scalar ``t``'s value (what a variant pack binds)."""

@@ -27,6 +27,7 @@ from .conv import _autotune, _build
 from .errors import GraphNotSupportedError
 from .graph import Graph, Tensor, _packed_strides
 from .ops.pointwise import Pointwise, pointwise_mode
+from cudnn_py.errors import InvalidValueError
 
 __all__ = ["ENGINES", "engine_arg", "legacy_cache_clear", "GraphPathRefused", "attempt", "cached", "run_graph", "blend",
            "graph_dtype", "GRAPH_DTYPES", "strides_like"]
@@ -42,7 +43,7 @@ _CACHE = "graph.legacy"
 def engine_arg(engine) -> str:
     """``engine`` checked: one of :data:`ENGINES`."""
     if engine not in ENGINES:
-        raise ValueError(f"engine {engine!r}: expected 'legacy', 'graph' or 'auto'")
+        raise InvalidValueError(f"engine {engine!r}: expected 'legacy', 'graph' or 'auto'")
     return engine
 
 

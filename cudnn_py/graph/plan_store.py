@@ -17,6 +17,7 @@ import tempfile
 import threading
 import warnings
 from pathlib import Path
+from cudnn_py.errors import InvalidValueError
 
 __all__ = ["set_plan_cache_dir", "plan_cache_dir", "load", "save"]
 
@@ -78,18 +79,18 @@ def load(graph_key: tuple, options: tuple, handle) -> list[dict] | None:
         if path.is_symlink() or not path.is_file():
             return None
         if path.stat().st_size > _MAX_BYTES:
-            raise ValueError(f"larger than {_MAX_BYTES} bytes")
+            raise InvalidValueError(f"larger than {_MAX_BYTES} bytes")
         data = json.loads(path.read_text())
         if not isinstance(data, dict) or data.get("format") != _FORMAT:
-            raise ValueError(f"not a format-{_FORMAT} plan file")
+            raise InvalidValueError(f"not a format-{_FORMAT} plan file")
         for k in ("cudnn", "device", "key"):
             if data.get(k) != ident[k]:
-                raise ValueError(f"{k} is {data.get(k)!r}, this process has {ident[k]!r}")
+                raise InvalidValueError(f"{k} is {data.get(k)!r}, this process has {ident[k]!r}")
         plans = data.get("plans")
         if not isinstance(plans, list) or not plans or not all(
                 isinstance(p, dict) and isinstance(p.get("json"), str) and isinstance(p.get("tag"), str)
                 and (p.get("ms") is None or isinstance(p.get("ms"), (int, float))) for p in plans):
-            raise ValueError("'plans' must be a non-empty list of {json, tag, ms}")
+            raise InvalidValueError("'plans' must be a non-empty list of {json, tag, ms}")
         return plans
     except (OSError, ValueError, UnicodeDecodeError) as e:  # json.JSONDecodeError is a ValueError
         warnings.warn(f"plan cache: ignoring {path}: {e}", RuntimeWarning, stacklevel=3)

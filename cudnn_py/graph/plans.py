@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from cudnn_py import capi
-from cudnn_py.errors import CudnnBadParamError, CudnnError, CudnnNotSupportedError
+from cudnn_py.errors import CudnnBadParamError, CudnnError, CudnnNotSupportedError, InvalidTypeError, InvalidValueError
 from cudnn_py.handle import handle_cache
 
 from . import plan_store
@@ -37,7 +37,7 @@ def _mode_name(m) -> str:
         return m.name[len("CUDNN_HEUR_MODE_"):]
     name = str(m).upper()
     if name not in HEUR_MODES:
-        raise ValueError(f"heuristic mode must be one of {', '.join(HEUR_MODES)}, got {m!r}")
+        raise InvalidValueError(f"heuristic mode must be one of {', '.join(HEUR_MODES)}, got {m!r}")
     return name
 
 
@@ -143,18 +143,18 @@ def _knob_type(k) -> capi.cudnnBackendKnobType_t:
         for cand in (k, "CUDNN_KNOB_TYPE_" + k.upper()):
             if cand in kt.__members__:
                 return kt[cand]
-        raise ValueError(f"unknown knob type {k!r}")
+        raise InvalidValueError(f"unknown knob type {k!r}")
     if isinstance(k, bool) or not isinstance(k, int):
-        raise TypeError(f"a knob type must be a cudnnBackendKnobType_t, its int value or its name, got {k!r}")
+        raise InvalidTypeError(f"a knob type must be a cudnnBackendKnobType_t, its int value or its name, got {k!r}")
     try:
         return kt(k)
     except ValueError:
-        raise ValueError(f"{k} is not a cudnnBackendKnobType_t value") from None
+        raise InvalidValueError(f"{k} is not a cudnnBackendKnobType_t value") from None
 
 
 def _knob_value(v, k) -> int:
     if isinstance(v, bool) or not isinstance(v, int):
-        raise TypeError(f"knob {k!r} takes an int value, got {v!r}")
+        raise InvalidTypeError(f"knob {k!r} takes an int value, got {v!r}")
     return v
 
 
@@ -197,7 +197,7 @@ class Plan:
 
     def __init__(self, descriptor: BackendDescriptor, config: EngineConfig | None, graph=None, tag: str = ""):
         if not descriptor.finalized:
-            raise ValueError("Plan needs a finalized EXECUTION_PLAN descriptor (call .finalize() first)")
+            raise InvalidValueError("Plan needs a finalized EXECUTION_PLAN descriptor (call .finalize() first)")
         self.descriptor = descriptor
         self.config = config
         self._tag = tag
@@ -267,24 +267,24 @@ def plan_from_json(handle, text: str | bytes, graph=None, tag: str = "") -> Plan
         try:
             text = text.decode()
         except UnicodeDecodeError as e:
-            raise ValueError(f"plan JSON{where} is not UTF-8: {e}") from None
+            raise InvalidValueError(f"plan JSON{where} is not UTF-8: {e}") from None
     if not isinstance(text, str):
-        raise TypeError(f"plan JSON must be str or bytes, got {type(text).__name__}")
+        raise InvalidTypeError(f"plan JSON must be str or bytes, got {type(text).__name__}")
     if len(text) > _JSON_MAX:
-        raise ValueError(f"plan JSON{where} is {len(text)} characters; a plan's is far below {_JSON_MAX}")
+        raise InvalidValueError(f"plan JSON{where} is {len(text)} characters; a plan's is far below {_JSON_MAX}")
     try:
         parsed = json.loads(text)
     except (ValueError, RecursionError) as e:
-        raise ValueError(f"plan JSON{where} is not valid JSON (truncated or corrupt?): {e}") from None
+        raise InvalidValueError(f"plan JSON{where} is not valid JSON (truncated or corrupt?): {e}") from None
     if not isinstance(parsed, dict):
-        raise ValueError(f"plan JSON{where} must be a JSON object, got {type(parsed).__name__}")
+        raise InvalidValueError(f"plan JSON{where} must be a JSON object, got {type(parsed).__name__}")
     d = BackendDescriptor("EXECUTION_PLAN", handle=handle)
     try:
         d.set("json_representation", text)
         d.finalize()
     except (CudnnBadParamError, CudnnNotSupportedError) as e:
         from cudnn_py import version
-        raise ValueError(f"plan JSON{where} was not accepted by cuDNN {'.'.join(map(str, version()))} (made by "
+        raise InvalidValueError(f"plan JSON{where} was not accepted by cuDNN {'.'.join(map(str, version()))} (made by "
                          f"another cuDNN version or GPU?): {_reason(e)}") from e
     return Plan(d, None, graph, tag)
 
@@ -366,7 +366,7 @@ def build_plans(graph, handle, modes: Sequence[str] = ("A", "FALLBACK"), *, poli
     """Plans for ``graph``: ``policy='first'`` stops at the first config that builds, ``'all'`` builds every
     candidate (deduplicated by engine tag). Raises :class:`GraphNotSupportedError` when none builds."""
     if policy not in ("first", "all"):
-        raise ValueError(f"policy must be 'first' or 'all', got {policy!r}")
+        raise InvalidValueError(f"policy must be 'first' or 'all', got {policy!r}")
     modes = tuple(_mode_name(m) for m in modes)
     key = (graph.key(), modes, policy, deterministic, runtime_compilation, max_plans)
     cached = _plan_cache(handle)
@@ -413,7 +413,7 @@ def autotune(graph, handle, variant_pack: dict, *, modes=("A", "B", "FALLBACK"),
     ``iters``) and make the fastest ``graph.plans[0]``. Returns [(plan, ms)] fastest first."""
     from cudnn_py.streams import timer
     if "cache" in filters:
-        raise TypeError("autotune always builds every plan anew (and keeps its timings in the plan store); "
+        raise InvalidTypeError("autotune always builds every plan anew (and keeps its timings in the plan store); "
                         "it takes no cache=")
     options = ("autotune", tuple(_mode_name(m) for m in modes), tuple(sorted(filters.items())))
     stored = _stored(graph, handle, options)

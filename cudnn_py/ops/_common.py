@@ -17,6 +17,7 @@ from cudnn_py import capi
 from cudnn_py.descriptors import TensorDescriptor, tensor_descriptor
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype, scalar
 from cudnn_py.memory import DeviceArray, as_array, empty
+from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 #: float16, float32, float64 (bfloat16 is accepted by ``check_array(..., floating=True)`` besides these)
 FLOATS = frozenset(np.dtype(d) for d in ("float16", "float32", "float64"))
@@ -28,7 +29,7 @@ def enum_arg(value, table: dict, enum_type, what: str):
         return value
     if isinstance(value, str) and value.lower() in table:
         return table[value.lower()]
-    raise ValueError(f"{what} {value!r}: expected one of {sorted(table)} or a {enum_type.__name__} member")
+    raise InvalidValueError(f"{what} {value!r}: expected one of {sorted(table)} or a {enum_type.__name__} member")
 
 
 def scalars(dtype, *values: float) -> tuple:
@@ -67,11 +68,12 @@ def check_array(obj, name: str, handle, *, dtype=None, shape=None, floating: boo
     """``obj`` as a non-empty DeviceArray of 1 to 8 dimensions on the handle's device, checked before any C call."""
     a = as_array(obj, name, dtype=dtype, shape=shape, contiguous=contiguous, device=handle.device)
     if floating and a.dtype not in FLOATS and a.dtype.name != "bfloat16":
-        raise TypeError(f"{name} has dtype {a.dtype}; this operation needs float16, bfloat16, float32 or float64")
+        raise InvalidTypeError(f"{name} has dtype {a.dtype}; this operation needs float16, bfloat16, float32 or "
+                               f"float64")
     if not 1 <= a.ndim <= 8:
-        raise ValueError(f"{name} has {a.ndim} dimensions (shape {a.shape}); cuDNN takes 1 to 8")
+        raise InvalidValueError(f"{name} has {a.ndim} dimensions (shape {a.shape}); cuDNN takes 1 to 8")
     if a.size == 0:
-        raise ValueError(f"{name} is empty (shape {a.shape}); cuDNN needs at least one element")
+        raise InvalidValueError(f"{name} is empty (shape {a.shape}); cuDNN needs at least one element")
     return a
 
 
@@ -104,5 +106,5 @@ def byte_buffer(obj, name: str, handle, nbytes: int, hint: str) -> DeviceArray:
     """A contiguous device buffer (reserve, RNG states) of at least ``nbytes`` bytes; ``hint``: where to get one."""
     b = check_array(obj, name, handle, contiguous=True)
     if b.nbytes < nbytes:
-        raise ValueError(f"{name} holds {b.nbytes} bytes but cuDNN needs {nbytes} for this call; {hint}")
+        raise InvalidValueError(f"{name} holds {b.nbytes} bytes but cuDNN needs {nbytes} for this call; {hint}")
     return b

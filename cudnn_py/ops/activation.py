@@ -28,6 +28,7 @@ from cudnn_py import capi
 from cudnn_py.descriptors import ActivationDescriptor, _bool, _float
 from cudnn_py.graph import legacy as gl
 from cudnn_py.ops._common import check_array, desc, enum_arg, output, scalars
+from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["Activation", "activation_forward", "activation_backward", "ACTIVATION_MODES"]
 
@@ -52,7 +53,7 @@ class Activation:
         self.mode = enum_arg(mode, ACTIVATION_MODES, capi.cudnnActivationMode_t, "activation mode")
         self.coef, self.swish_beta = _float(coef, "coef"), _float(swish_beta, "swish_beta")
         if self.mode == capi.CUDNN_ACTIVATION_CLIPPED_RELU and not self.coef > 0:
-            raise ValueError(f"clipped_relu needs its ceiling coef > 0, got {coef!r}")
+            raise InvalidValueError(f"clipped_relu needs its ceiling coef > 0, got {coef!r}")
         self.nan_propagation = _bool(nan_propagation, "nan_propagation")
         self._desc = None
 
@@ -95,7 +96,7 @@ def _activation_desc(act) -> capi.cudnnActivationDescriptor_t | None:
         return None if act.mode == capi.CUDNN_ACTIVATION_IDENTITY else act.descriptor
     if isinstance(act, ActivationDescriptor):
         return None if act.mode == capi.CUDNN_ACTIVATION_IDENTITY else act.ptr
-    raise TypeError(f"activation must be an Activation, an ActivationDescriptor, a mode name or a "
+    raise InvalidTypeError(f"activation must be an Activation, an ActivationDescriptor, a mode name or a "
                     f"cudnnActivationMode_t, got {act!r}")
 
 
@@ -118,7 +119,7 @@ def _graph_activation(act) -> tuple[str, str, tuple]:
         mode, coef, nan = act.mode, act.coef, act.nan_propagation == capi.CUDNN_PROPAGATE_NAN
         beta = act.swish_beta if mode == capi.CUDNN_ACTIVATION_SWISH else 1.0
     else:
-        raise TypeError(f"activation must be an Activation, an ActivationDescriptor, a mode name or a "
+        raise InvalidTypeError(f"activation must be an Activation, an ActivationDescriptor, a mode name or a "
                         f"cudnnActivationMode_t, got {act!r}")
     if nan:
         raise gl.GraphPathRefused("engine='graph' has no NaN-propagation setting; use engine='legacy'")

@@ -36,6 +36,7 @@ from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.memory import DeviceArray
 from cudnn_py.ops.rnn import (_MATH, _WeightedDescriptor, _check_lengths, _choice, _dropout_arg, _name_of,
                               _nd_layout, _positive_int, _training_ctx)
+from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["MultiHeadAttention", "AttentionParams", "SeqDataDescriptor", "AttentionForwardResult", "WEIGHT_KINDS",
            "seq_data_descriptor", "load_attention_weights", "read_attention_weights", "attention_forward",
@@ -97,18 +98,18 @@ class MultiHeadAttention(_WeightedDescriptor):
                               ("v_proj_size", v_proj_size, proj_size), ("o_proj_size", o_proj_size, q_size)):
             v = default if v is None else v
             if v is None:
-                raise ValueError(f"{n} is needed (or proj_size for the q/k/v projections)")
+                raise InvalidValueError(f"{n} is needed (or proj_size for the q/k/v projections)")
             proj[n] = _positive_int(v, n)
         if proj["q_proj_size"] != proj["k_proj_size"]:
-            raise ValueError(f"queries and keys must project to the same size, got q_proj_size="
+            raise InvalidValueError(f"queries and keys must project to the same size, got q_proj_size="
                              f"{proj['q_proj_size']} and k_proj_size={proj['k_proj_size']}")
         lens = {n: _positive_int(v, n) for n, v in (("max_seq_q", max_seq_q), ("max_seq_kv", max_seq_kv),
                                                     ("max_batch", max_batch))}
         if not isinstance(query_map, str) or query_map not in ("all_to_one", "one_to_one"):
-            raise ValueError(f"query_map must be 'all_to_one' or 'one_to_one', got {query_map!r}")
+            raise InvalidValueError(f"query_map must be 'all_to_one' or 'one_to_one', got {query_map!r}")
         dt = numpy_dtype(cudnn_dtype(dtype))
         if dt not in _DTYPES:
-            raise TypeError(f"attention dtype must be float16, float32 or float64, got {dt}")
+            raise InvalidTypeError(f"attention dtype must be float16, float32 or float64, got {dt}")
         cdt = (np.dtype(np.float64) if dt == np.float64 else np.dtype(np.float32)) if compute_dtype is None \
             else numpy_dtype(cudnn_dtype(compute_dtype))
         _, c_math = _choice(_MATH, math_type, "math_type")
@@ -261,12 +262,12 @@ def load_attention_weights(handle, attn: MultiHeadAttention, weights, arrays: di
     views = attn.weights(handle, w)
     unknown = set(arrays) - set(views)
     if unknown:
-        raise ValueError(f"unknown weight names {sorted(unknown)}; this attention has {sorted(views)}")
+        raise InvalidValueError(f"unknown weight names {sorted(unknown)}; this attention has {sorted(views)}")
     host = w.to_numpy()
     for name, a in arrays.items():
         a = np.asarray(a)
         if a.shape != views[name].shape:
-            raise ValueError(f"{name} has shape {a.shape}; expected {views[name].shape}")
+            raise InvalidValueError(f"{name} has shape {a.shape}; expected {views[name].shape}")
         _host_view(host, w.ptr, views[name])[...] = a
     w.copy_(host)
 
@@ -299,17 +300,17 @@ def attention_forward(handle, attn: MultiHeadAttention, q, k, v, weights, *, seq
     (default 0 and ``Tk``); ``residuals``: added to the output (shape of ``out``).
     """
     if not isinstance(attn, MultiHeadAttention):
-        raise TypeError(f"attn must be a MultiHeadAttention, got {type(attn).__name__}")
+        raise InvalidTypeError(f"attn must be a MultiHeadAttention, got {type(attn).__name__}")
     q = memory.as_array(q, "q", dtype=attn.dtype, ndim=3, contiguous=True, device=handle.device)
     B, Tq = q.shape[0], q.shape[1]
     if q.shape[2] != attn.q_size:
-        raise ValueError(f"q has shape {q.shape}; its last dimension must be q_size={attn.q_size}")
+        raise InvalidValueError(f"q has shape {q.shape}; its last dimension must be q_size={attn.q_size}")
     k = memory.as_array(k, "k", dtype=attn.dtype, ndim=3, contiguous=True, device=handle.device)
     Tk = k.shape[1]
     k = _data(handle, attn, k, "k", B, Tk, attn.k_size)
     v = _data(handle, attn, v, "v", B, Tk, attn.v_size)
     if B > attn.max_batch or Tq > attn.max_seq_q or Tk > attn.max_seq_kv:
-        raise ValueError(f"batch {B}, query length {Tq}, key length {Tk} exceed the descriptor's max_batch="
+        raise InvalidValueError(f"batch {B}, query length {Tq}, key length {Tk} exceed the descriptor's max_batch="
                          f"{attn.max_batch}, max_seq_q={attn.max_seq_q}, max_seq_kv={attn.max_seq_kv}")
     lq = _check_lengths(seq_lengths_q, Tq, B, "seq_lengths_q")
     lk = _check_lengths(seq_lengths_kv, Tk, B, "seq_lengths_kv")
@@ -317,14 +318,14 @@ def attention_forward(handle, attn: MultiHeadAttention, q, k, v, weights, *, seq
     hi = np.full(Tq, Tk, np.int64) if hi_win is None else np.asarray(hi_win)
     for name, a in (("lo_win", lo), ("hi_win", hi)):
         if a.shape != (Tq,) or not np.issubdtype(a.dtype, np.integer):
-            raise ValueError(f"{name} must be {Tq} ints (one per query step), got {a!r}")
+            raise InvalidValueError(f"{name} must be {Tq} ints (one per query step), got {a!r}")
     if np.any(lo < 0) or np.any(hi > Tk) or np.any(lo >= hi):
-        raise ValueError(f"attention windows need 0 <= lo_win < hi_win <= {Tk} at every step; got lo_win="
+        raise InvalidValueError(f"attention windows need 0 <= lo_win < hi_win <= {Tk} at every step; got lo_win="
                          f"{lo.tolist()}, hi_win={hi.tolist()}")
     if training and curr_idx != -1:
-        raise ValueError("training runs all query steps: use curr_idx=-1")
+        raise InvalidValueError("training runs all query steps: use curr_idx=-1")
     if not -1 <= curr_idx < Tq:
-        raise ValueError(f"curr_idx must be -1 (all steps) or a query step in [0, {Tq}), got {curr_idx}")
+        raise InvalidValueError(f"curr_idx must be -1 (all steps) or a query step in [0, {Tq}), got {curr_idx}")
     w = attn._check_weights(handle, weights)
     stream = handle.stream
     out = memory.output_array(out, (B, Tq, attn.o_proj_size), attn.dtype, "out", device=handle.device,

@@ -52,6 +52,7 @@ from cudnn_py.ops._common import (
     byte_buffer, check_array, desc, empty_like, enum_arg, read_tensor_desc, scalars, tensor_desc,
 )
 from cudnn_py.ops.activation import Activation, _activation_desc
+from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 __all__ = [
     "BATCHNORM_MODES", "BATCHNORM_OPS", "BatchNormTraining", "BatchNormGrads", "batchnorm_param_shape",
@@ -96,7 +97,7 @@ def _activation(act) -> capi.cudnnActivationDescriptor_t:
     """The activation descriptor of a fused op: a mode name, an ``Activation`` or an ``ActivationDescriptor``."""
     d = _activation_desc(act)
     if d is None:
-        raise ValueError("the identity activation cannot be fused; use ops without an activation instead")
+        raise InvalidValueError("the identity activation cannot be fused; use ops without an activation instead")
     return d
 
 
@@ -105,7 +106,7 @@ def batchnorm_param_shape(x_shape, mode="spatial") -> tuple[int, ...]:
     m = enum_arg(mode, BATCHNORM_MODES, capi.cudnnBatchNormMode_t, "batch-norm mode")
     shape = tuple(int(d) for d in x_shape)
     if not 4 <= len(shape) <= 5:
-        raise ValueError(f"batch normalisation takes 4-D or 5-D data (N, C, [D,] H, W); got shape {shape}")
+        raise InvalidValueError(f"batch normalisation takes 4-D or 5-D data (N, C, [D,] H, W); got shape {shape}")
     if m == capi.CUDNN_BATCHNORM_PER_ACTIVATION:
         return (1,) + shape[1:]
     return (1, shape[1]) + (1,) * (len(shape) - 2)
@@ -142,7 +143,7 @@ def _data(obj, name: str, handle, *, like: DeviceArray | None = None) -> DeviceA
     if like is None:
         a = check_array(obj, name, handle, floating=True)
         if not 4 <= a.ndim <= 5:
-            raise ValueError(f"{name} has shape {a.shape}; batch normalisation takes 4-D or 5-D data "
+            raise InvalidValueError(f"{name} has shape {a.shape}; batch normalisation takes 4-D or 5-D data "
                              f"(N, C, [D,] H, W)")
         return a
     return check_array(obj, name, handle, dtype=like.dtype, shape=like.shape)
@@ -153,12 +154,12 @@ def _param(obj, name: str, handle, pshape, pdtype, *, mode_name: str) -> DeviceA
     a = check_array(obj, name, handle)
     squeezed = tuple(d for d in pshape if d != 1)
     if a.shape != tuple(pshape) and tuple(d for d in a.shape if d != 1) != squeezed:
-        raise ValueError(f"{name} has shape {a.shape}; in {mode_name} mode it must be {tuple(pshape)} "
+        raise InvalidValueError(f"{name} has shape {a.shape}; in {mode_name} mode it must be {tuple(pshape)} "
                          f"(or {squeezed})")
     if a.dtype != pdtype:
-        raise TypeError(f"{name} has dtype {a.dtype}; batch-norm parameters must be {pdtype} for this data")
+        raise InvalidTypeError(f"{name} has dtype {a.dtype}; batch-norm parameters must be {pdtype} for this data")
     if not a.is_contiguous:
-        raise ValueError(f"{name} must be C-contiguous; it has strides {a.strides}")
+        raise InvalidValueError(f"{name} must be C-contiguous; it has strides {a.strides}")
     return a
 
 
@@ -175,20 +176,20 @@ def _or_new_like(a: DeviceArray | None, handle, x: DeviceArray) -> DeviceArray:
 def _check_epsilon(epsilon: float) -> float:
     eps = float(epsilon)
     if not eps >= capi.CUDNN_BN_MIN_EPSILON or math.isinf(eps):
-        raise ValueError(f"epsilon must be a finite number >= {capi.CUDNN_BN_MIN_EPSILON}, got {epsilon!r}")
+        raise InvalidValueError(f"epsilon must be a finite number >= {capi.CUDNN_BN_MIN_EPSILON}, got {epsilon!r}")
     return eps
 
 
 def _check_factor(factor: float) -> float:
     f = float(factor)
     if not 0.0 <= f <= 1.0:
-        raise ValueError(f"exponential average factor must be in [0, 1] (1 on the first call), got {factor!r}")
+        raise InvalidValueError(f"exponential average factor must be in [0, 1] (1 on the first call), got {factor!r}")
     return f
 
 
 def _pair(a, b, names: str):
     if (a is None) != (b is None):
-        raise ValueError(f"give both {names} or neither")
+        raise InvalidValueError(f"give both {names} or neither")
 
 
 def _ptr(a: DeviceArray | None):
@@ -460,11 +461,11 @@ def _ex_ops(ops, activation, z, zname: str, table=BATCHNORM_OPS, enum_type=capi.
     if int(op) != 0:
         act = _activation("relu" if activation is None else activation)
     elif activation is not None:
-        raise ValueError(f"ops={op.name} has no activation; pass activation=None or choose an ops with one")
+        raise InvalidValueError(f"ops={op.name} has no activation; pass activation=None or choose an ops with one")
     if int(op) == 2 and z is None:
-        raise ValueError(f"ops={op.name} adds {zname}: pass {zname}")
+        raise InvalidValueError(f"ops={op.name} adds {zname}: pass {zname}")
     if int(op) != 2 and z is not None:
-        raise ValueError(f"ops={op.name} takes no {zname}; use ops ending in _add_activation to add one")
+        raise InvalidValueError(f"ops={op.name} takes no {zname}; use ops ending in _add_activation to add one")
     return op, act
 
 
@@ -580,13 +581,13 @@ def _fused_backward(handle, s: _Setup, op, sizes, y, dy, scale, bias, saved_mean
     sm, siv = s.opt_param(saved_mean, "saved_mean", handle), s.opt_param(saved_inv_var, "saved_inv_var", handle)
     eps = _check_epsilon(epsilon)
     if int(op) != 2 and dz is not None:
-        raise ValueError(f"ops={op.name} has no z, so no dz; pass dz=None")
+        raise InvalidValueError(f"ops={op.name} has no z, so no dz; pass dz=None")
     dxa = _out_data(dx, "dx", handle, s.x)
     dza = _out_data(dz, "dz", handle, s.x)
     ds, db = s.opt_param(dscale, "dscale", handle), s.opt_param(dbias, "dbias", handle)
     ws_size, rs_size = (0, 0) if sizes is None else sizes()
     if reserve is None and rs_size:
-        raise ValueError(f"this backward needs the forward's reserve space ({rs_size} bytes); pass reserve=")
+        raise InvalidValueError(f"this backward needs the forward's reserve space ({rs_size} bytes); pass reserve=")
     rsa = None if reserve is None or sizes is None else _reserve(handle, reserve, rs_size, "reserve")
     dxa, ds, db = _or_new_like(dxa, handle, s.x), s.or_new(ds, handle), s.or_new(db, handle)
     dza = None if int(op) != 2 else _or_new_like(dza, handle, s.x)
@@ -611,7 +612,7 @@ def batchnorm_backward_ex(handle, x, y, dy, scale, bias, saved_mean, saved_inv_v
     op = enum_arg(ops, BATCHNORM_OPS, capi.cudnnBatchNormOps_t, "ops")
     act = None if int(op) == 0 else _activation("relu" if activation is None else activation)
     if int(op) == 0 and activation is not None:
-        raise ValueError(f"ops={op.name} has no activation; pass activation=None")
+        raise InvalidValueError(f"ops={op.name} has no activation; pass activation=None")
     if engine != "legacy":
         g = _graph_fused_backward(handle, s, op, "relu" if activation is None else activation,
                                   (y, dy, scale, bias, saved_mean, saved_inv_var, epsilon, dx, dz, dscale, dbias),

@@ -35,7 +35,7 @@ from cudnn_py import algorithms as _alg
 from cudnn_py import capi
 from cudnn_py import descriptors as _d
 from cudnn_py.dtypes import cudnn_dtype
-from cudnn_py.errors import CudnnError, WorkspaceLimitError
+from cudnn_py.errors import CudnnError, InvalidTypeError, InvalidValueError, WorkspaceLimitError
 from cudnn_py.memory import DeviceArray, as_array, empty, zeros
 from cudnn_py.ops._common import enum_arg
 
@@ -74,11 +74,12 @@ class Convolution:
             self.padding = _d._int_or_ints(padding, "padding", 0)
         else:
             if isinstance(padding, (str, bytes, dict, set, frozenset)) or not hasattr(padding, "__iter__"):
-                raise TypeError(f"padding must be an int, one int per spatial dimension or one (low, high) pair per "
+                raise InvalidTypeError(f"padding must be an int, one int per spatial dimension or one (low, high) "
+                                       f"pair per "
                                 f"dimension, got {padding!r}")
             self.padding = tuple(_d._int_or_ints(p, "padding", 0) for p in padding)
             if any(isinstance(p, tuple) and len(p) != 2 for p in self.padding):
-                raise ValueError(f"padding pairs must be (low, high), got {padding!r}")
+                raise InvalidValueError(f"padding pairs must be (low, high), got {padding!r}")
         self.stride = _d._int_or_ints(stride, "stride", 1)
         self.dilation = _d._int_or_ints(dilation, "dilation", 1)
         self.groups = _d._int(groups, "groups", 1)
@@ -87,7 +88,7 @@ class Convolution:
             math_type, MATH_TYPES, capi.cudnnMathType_t, "math_type")
         self.compute_type = None if compute_type is None else _d._legacy_dtype(compute_type, "compute_type")
         if not isinstance(layout, str) or layout not in ("NCHW", "NHWC"):
-            raise ValueError(f"layout {layout!r}: expected 'NCHW' or 'NHWC'")
+            raise InvalidValueError(f"layout {layout!r}: expected 'NCHW' or 'NHWC'")
         self.layout = layout
         self._key = (self.padding, self.stride, self.dilation, self.groups, self.mode.name, self._math_name,
                      None if self.compute_type is None else self.compute_type.name, layout)
@@ -126,7 +127,8 @@ class Convolution:
             def per_dim(v, what):
                 t = (v,) * nd if isinstance(v, int) else v
                 if len(t) != nd:
-                    raise ValueError(f"{what}={v!r} has {len(t)} entries but the data has {nd} spatial dimensions")
+                    raise InvalidValueError(f"{what}={v!r} has {len(t)} entries but the data has {nd} spatial "
+                                            f"dimensions")
                 return t
             pads = tuple(p if isinstance(p, tuple) else (p, p) for p in per_dim(self.padding, "padding"))
             got = self._per_nd[nd] = (pads, per_dim(self.stride, "stride"), per_dim(self.dilation, "dilation"))
@@ -169,19 +171,19 @@ def _packed(shape, channels_last: bool):
 
 def _out_logical(conv, xs, ws):
     if len(xs) != len(ws) or not 3 <= len(xs) <= 5:
-        raise ValueError(f"x {xs} and w {ws} must both have 3 (1-D), 4 (2-D) or 5 (3-D) dimensions")
+        raise InvalidValueError(f"x {xs} and w {ws} must both have 3 (1-D), 4 (2-D) or 5 (3-D) dimensions")
     nd = len(xs) - 2
     pads, st, dil = conv.params(nd)
     if xs[1] != ws[1] * conv.groups:
-        raise ValueError(f"x has {xs[1]} channels but w {ws} with groups={conv.groups} expects "
+        raise InvalidValueError(f"x has {xs[1]} channels but w {ws} with groups={conv.groups} expects "
                          f"w.shape[1] * groups = {ws[1] * conv.groups}")
     if ws[0] % conv.groups:
-        raise ValueError(f"w has {ws[0]} filters, which groups={conv.groups} does not divide")
+        raise InvalidValueError(f"w has {ws[0]} filters, which groups={conv.groups} does not divide")
     out = []
     for i in range(nd):
         span = xs[2 + i] + pads[i][0] + pads[i][1] - (ws[2 + i] - 1) * dil[i] - 1
         if span < 0:
-            raise ValueError(f"filter {ws} (dilation {dil}) is larger than input {xs} padded by {pads}")
+            raise InvalidValueError(f"filter {ws} (dilation {dil}) is larger than input {xs} padded by {pads}")
         out.append(span // st[i] + 1)
     return (xs[0], ws[0]) + tuple(out)
 
@@ -198,11 +200,12 @@ DTYPES = ("float32", "float16", "bfloat16", "float64", "int8")
 
 def _check_dtypes(xd, wd, yd):
     if xd.name not in DTYPES:
-        raise TypeError(f"x is {xd}; the legacy convolution runs {', '.join(DTYPES)} data")
+        raise InvalidTypeError(f"x is {xd}; the legacy convolution runs {', '.join(DTYPES)} data")
     if xd != wd:
-        raise TypeError(f"x is {xd} but w is {wd}; they must have the same dtype")
+        raise InvalidTypeError(f"x is {xd} but w is {wd}; they must have the same dtype")
     if yd != xd and not (xd == np.int8 and yd == np.float32):
-        raise TypeError(f"the output is {yd} but the inputs are {xd}; it must be {xd} (int8 may also give float32)")
+        raise InvalidTypeError(f"the output is {yd} but the inputs are {xd}; it must be {xd} (int8 may also give "
+                               f"float32)")
 
 
 class _Geometry:
@@ -217,7 +220,7 @@ class _Geometry:
         if y[0] is not None:
             given, _ = _logical(y[0], None, conv.layout)
             if given != ys:
-                raise ValueError(f"output shape {tuple(y[0])} does not match the convolution's "
+                raise InvalidValueError(f"output shape {tuple(y[0])} does not match the convolution's "
                                  f"{_physical(ys, conv.layout)} (x {tuple(x[0])}, w {tuple(w[0])}, {conv!r})")
         yst = _logical(y[0], y[1], conv.layout)[1] if y[1] is not None else _packed(ys, conv.layout == "NHWC")
         if wst == _packed(ws, False):
@@ -225,7 +228,7 @@ class _Geometry:
         elif wst == _packed(ws, True):
             self.w_nhwc = True
         else:
-            raise ValueError(f"w must be packed NCHW or channels-last: strides {_packed(ws, False)} or "
+            raise InvalidValueError(f"w must be packed NCHW or channels-last: strides {_packed(ws, False)} or "
                              f"{_packed(ws, True)} (elements, logical order), got {wst}")
         nd = len(xs) - 2
         pads, st, dil = conv.params(nd)
@@ -348,7 +351,7 @@ def _limit(handle, workspace_limit):
     if workspace_limit is None:
         return cap
     if workspace_limit < 0:
-        raise ValueError(f"workspace_limit must be >= 0 bytes, got {workspace_limit}")
+        raise InvalidValueError(f"workspace_limit must be >= 0 bytes, got {workspace_limit}")
     return workspace_limit if cap is None else min(cap, workspace_limit)
 
 
@@ -371,7 +374,8 @@ def _resolve(handle, g: _Geometry, direction: str, spec, deterministic: bool, li
         return chosen.algo, chosen.math_type, size(chosen)
     algo = _alg.parse_algo(direction, spec)
     if deterministic and algo.name in _NONDETERMINISTIC.get(direction, ()):
-        raise ValueError(f"{algo.name} is not deterministic; drop deterministic=True or choose another algorithm")
+        raise InvalidValueError(f"{algo.name} is not deterministic; drop deterministic=True or choose another "
+                                f"algorithm")
     try:
         need = _alg.workspace_size(handle, direction, a, b, g.conv_desc(requested), c, algo)
     except CudnnError as e:  # cuDNN's way of saying "this algorithm does not do this configuration"
@@ -470,7 +474,7 @@ def _geometry(handle, conv: Convolution, x, w, y) -> _Geometry:
     dev = _device_id(handle)
     for name, s in (("x", x), ("w", w), ("y", y)):
         if s is not None and s[3] != dev:
-            raise ValueError(f"{name} is on device {s[3]} but the handle is on device {dev}")
+            raise InvalidValueError(f"{name} is on device {s[3]} but the handle is on device {dev}")
     y_dtype = x[2] if y is None else y[2]
     _check_dtypes(x[2], w[2], y_dtype)
     return _Geometry(conv, x[:2], w[:2], (None, None) if y is None else y[:2], x[2], y_dtype)
@@ -479,7 +483,7 @@ def _geometry(handle, conv: Convolution, x, w, y) -> _Geometry:
 def _plan(handle, key, direction, conv, arrays, spec, deterministic, workspace_limit, in_ptrs):
     """Build (validate, describe, choose the algorithm) and remember the plan for ``key``."""
     if direction != "forward" and arrays[0][2] == np.int8:
-        raise TypeError(f"int8 convolutions run forward only (cuDNN's INT8 configurations); {direction} needs "
+        raise InvalidTypeError(f"int8 convolutions run forward only (cuDNN's INT8 configurations); {direction} needs "
                         f"float16, bfloat16, float32 or float64 data")
     g = _geometry(handle, conv, *arrays)  # arrays: x, w, y signatures by forward roles (y may be None)
     p = _Plan()
@@ -598,7 +602,7 @@ def convolution_forward(handle, conv: Convolution, x, w, y=None, *, algo: Any = 
 def _shape_sig(shape, like, what):
     shape = tuple(int(n) for n in shape)
     if any(n < 1 for n in shape):
-        raise ValueError(f"{what} {shape} must have positive dimensions")
+        raise InvalidValueError(f"{what} {shape} must have positive dimensions")
     return shape, _packed(shape, False), like[2], like[3]
 
 
@@ -607,7 +611,7 @@ def _input_shape(conv: Convolution, w_shape, dy_shape) -> tuple[int, ...]:
     ws, _ = _logical(tuple(w_shape), None, conv.layout)
     ys, _ = _logical(tuple(dy_shape), None, conv.layout)
     if len(ws) != len(ys) or not 3 <= len(ys) <= 5:
-        raise ValueError(f"w {tuple(w_shape)} and dy {tuple(dy_shape)} must both have 3, 4 or 5 dimensions")
+        raise InvalidValueError(f"w {tuple(w_shape)} and dy {tuple(dy_shape)} must both have 3, 4 or 5 dimensions")
     pads, st, dil = conv.params(len(ys) - 2)
     sp = tuple((ys[2 + i] - 1) * st[i] - pads[i][0] - pads[i][1] + (ws[2 + i] - 1) * dil[i] + 1
                for i in range(len(ys) - 2))
@@ -665,7 +669,7 @@ def convolution_backward_filter(handle, conv: Convolution, x, dy, dw=None, *, w_
     """
     if engine != "legacy":
         if dw is None and w_shape is None:
-            raise ValueError("convolution_backward_filter needs dw (an output array) or w_shape")
+            raise InvalidValueError("convolution_backward_filter needs dw (an output array) or w_shape")
         return _graph_call("backward_filter", handle, conv, dy, x, dw, engine, algo, deterministic,
                            workspace_limit, alpha=alpha, beta=beta, shape=w_shape)
     xs, x_ptr = _arg(x, "x")
@@ -673,7 +677,7 @@ def convolution_backward_filter(handle, conv: Convolution, x, dy, dw=None, *, w_
     if dw is not None:
         ws, dw_ptr = _arg(dw, "dw")
     elif w_shape is None:
-        raise ValueError("convolution_backward_filter needs dw (an output array) or w_shape")
+        raise InvalidValueError("convolution_backward_filter needs dw (an output array) or w_shape")
     else:
         ws = _shape_sig(w_shape, xs, "w_shape")
     key = ("backward_filter", conv, xs, ws, dys, dw is None, algo, deterministic, workspace_limit, handle.device)
@@ -713,23 +717,23 @@ def convolution_backward_bias(handle, dy, db=None, *, alpha: float = 1.0, beta: 
 def _bias_plan(handle, ysig, bsig, layout, name):
     """(y descriptor, bias descriptor, allocated bias shape, double?, objects) for a bias of y's channels."""
     if layout not in ("NCHW", "NHWC"):
-        raise ValueError(f"layout {layout!r}: expected 'NCHW' or 'NHWC'")
+        raise InvalidValueError(f"layout {layout!r}: expected 'NCHW' or 'NHWC'")
     shape, strides, dtype, device = ysig
     if device != _device_id(handle):
-        raise ValueError(f"the data is on device {device} but the handle is on device {_device_id(handle)}")
+        raise InvalidValueError(f"the data is on device {device} but the handle is on device {_device_id(handle)}")
     ys, yst = _logical(shape, strides, layout)
     if not 3 <= len(ys) <= 5:
-        raise ValueError(f"dy/y {tuple(shape)} must have 3, 4 or 5 dimensions")
+        raise InvalidValueError(f"dy/y {tuple(shape)} must have 3, 4 or 5 dimensions")
     if len(ys) == 3:
         ys, yst = _unit(ys, yst)
     k = ys[1]
     bshape = (1, k) + (1,) * (len(ys) - 2)
     if bsig is not None:
         if math.prod(bsig[0]) != k or tuple(bsig[1]) != _packed(bsig[0], False):
-            raise ValueError(f"{name} must be a contiguous array of {k} elements (one per channel), got shape "
+            raise InvalidValueError(f"{name} must be a contiguous array of {k} elements (one per channel), got shape "
                              f"{tuple(bsig[0])} strides {tuple(bsig[1])}")
         if bsig[3] != device:
-            raise ValueError(f"{name} is on device {bsig[3]} but the data is on device {device}")
+            raise InvalidValueError(f"{name} is on device {bsig[3]} but the data is on device {device}")
     dt = cudnn_dtype(dtype)
     physical = _physical((1, k) + (1,) * (len(shape) - 2), layout)
     y_desc = _tensor_desc(ys, yst, dt)
@@ -754,10 +758,11 @@ def convolution_bias_activation_forward(handle, conv: Convolution, x, w, bias, *
     act = enum_arg(activation, _ACTIVATIONS, capi.cudnnActivationMode_t, "activation")
     if engine != "legacy":
         if z is not None or alpha2 != 0.0:
-            raise ValueError("engine='graph' has no z input: use engine='legacy' for y = act(conv + alpha2*z + b)")
+            raise InvalidValueError("engine='graph' has no z input: use engine='legacy' for y = act(conv + alpha2*z + "
+                                    "b)")
         b, k, ones = as_array(bias, "bias"), as_array(w, "w").shape[0], [1] * (as_array(x, "x").ndim - 2)
         if b.size != k:
-            raise ValueError(f"bias must hold one value per output channel ({k}), got shape {b.shape}")
+            raise InvalidValueError(f"bias must hold one value per output channel ({k}), got shape {b.shape}")
         b = b.reshape(1, k, *ones) if conv.layout == "NCHW" else b.reshape(1, *ones, k)
         name = None if act == capi.CUDNN_ACTIVATION_IDENTITY else act.name[len("CUDNN_ACTIVATION_"):].lower()
         return _graph_call("forward", handle, conv, x, w, y, engine, algo, deterministic, workspace_limit,
@@ -767,9 +772,9 @@ def convolution_bias_activation_forward(handle, conv: Convolution, x, w, bias, *
         if isinstance(algo, str) and algo.lower() in _ALGO_WORDS:
             algo = precomp
         elif _alg.parse_algo("forward", algo) != precomp:
-            raise ValueError("cuDNN runs the identity activation only with IMPLICIT_PRECOMP_GEMM")
+            raise InvalidValueError("cuDNN runs the identity activation only with IMPLICIT_PRECOMP_GEMM")
     if z is None and alpha2 != 0.0:
-        raise ValueError("alpha2 scales z; pass z (it may be y itself) or leave alpha2 at 0")
+        raise InvalidValueError("alpha2 scales z; pass z (it may be y itself) or leave alpha2 at 0")
     xs, x_ptr = _arg(x, "x")
     ws, w_ptr = _arg(w, "w")
     bs, b_ptr = _arg(bias, "bias")
@@ -791,7 +796,7 @@ def convolution_bias_activation_forward(handle, conv: Convolution, x, w, bias, *
     else:
         zs, z_ptr = _arg(z, "z")
         if zs != ys:
-            raise ValueError(f"z must look like y (shape, strides, dtype, device {ys}), got {zs}")
+            raise InvalidValueError(f"z must look like y (shape, strides, dtype, device {ys}), got {zs}")
     xp = _pad_input(handle, p.g, x_ptr) if p.g.asym else None
     a1, a2, _, _ = _scalars(p.double, alpha1, alpha2)
     act_desc = _d.activation_descriptor(act, 0.0)  # held here: the shared cache may drop it during the call
@@ -830,7 +835,7 @@ def convolution_algorithms(handle, conv: Convolution, x, w, y=None, *, direction
     (``Find...Ex`` on the given inputs, a scratch output and a workspace of at most ``workspace_limit``).
     """
     if direction not in _alg.DIRECTIONS:
-        raise ValueError(f"direction {direction!r}: expected one of {_alg.DIRECTIONS}")
+        raise InvalidValueError(f"direction {direction!r}: expected one of {_alg.DIRECTIONS}")
     g = _query_geometry(handle, conv, x, w, y, direction)
     a, b, c = _descs(g, direction)
     cd = g.conv_desc(g.math_type)
@@ -842,10 +847,11 @@ def convolution_algorithms(handle, conv: Convolution, x, w, y=None, *, direction
         ins = {"forward": (x, w), "backward_data": (w, y), "backward_filter": (x, y)}[direction]
         for name, obj in zip(("first input", "second input"), ins):
             if obj is None or isinstance(obj, (tuple, list)):
-                raise ValueError(f"method='find_ex' runs on device data: the {direction} {name} must be an array")
+                raise InvalidValueError(f"method='find_ex' runs on device data: the {direction} {name} must be an "
+                                        f"array")
         ptrs = tuple(as_array(o, "input").ptr for o in ins)
         return _find_records(handle, g, direction, _limit(handle, workspace_limit), ptrs)
-    raise ValueError(f"method {method!r}: expected 'heuristic', 'find' or 'find_ex'")
+    raise InvalidValueError(f"method {method!r}: expected 'heuristic', 'find' or 'find_ex'")
 
 
 def convolution_workspace_size(handle, conv: Convolution, x, w, y=None, *, algo: Any,
@@ -898,7 +904,8 @@ def _graph_check(conv: Convolution, direction: str, a_shape, b_shape, out_shape)
         dy, x, w = a_shape, b_shape, out_shape
     y = conv.output_shape(x, w)
     if dy is not None and tuple(dy) != y:
-        raise ValueError(f"dy {tuple(dy)} does not match the convolution's output {y} (x {tuple(x)}, w {tuple(w)}, "
+        raise InvalidValueError(f"dy {tuple(dy)} does not match the convolution's output {y} (x {tuple(x)}, w "
+                                f"{tuple(w)}, "
                          f"{conv!r})")
 
 
@@ -915,12 +922,12 @@ def _graph_call(direction, handle, conv: Convolution, a, b, out, engine, algo, d
     """
     from cudnn_py.graph import conv as gconv
     if engine != "graph":
-        raise ValueError(f"engine {engine!r}: expected 'legacy' or 'graph'")
+        raise InvalidValueError(f"engine {engine!r}: expected 'legacy' or 'graph'")
     if not (isinstance(algo, str) and algo.lower() in _ALGO_WORDS):
-        raise ValueError(f"engine='graph' chooses among cuDNN's engines itself: algo must be 'heuristic' or "
+        raise InvalidValueError(f"engine='graph' chooses among cuDNN's engines itself: algo must be 'heuristic' or "
                          f"'fastest', got {algo!r}")
     if deterministic or workspace_limit is not None or conv.math_type is not None:
-        raise ValueError("deterministic=, workspace_limit= and math_type apply to engine='legacy'; with "
+        raise InvalidValueError("deterministic=, workspace_limit= and math_type apply to engine='legacy'; with "
                          "engine='graph' leave math_type 'auto' and cap the workspace with handle.workspace.cap")
     names = _GRAPH_ROLES[direction]
     a, b = as_array(a, names[0]), as_array(b, names[1])

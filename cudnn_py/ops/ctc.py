@@ -33,7 +33,7 @@ import numpy as np
 
 from cudnn_py import capi
 from cudnn_py.descriptors import _int, _key, tensor_descriptor
-from cudnn_py.errors import ClosedError
+from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
 from cudnn_py.memory import DeviceArray, as_array, empty, to_device
 from cudnn_py.ops._common import check_array, enum_arg
 
@@ -144,11 +144,12 @@ def _host_ints(obj, name: str) -> np.ndarray:
     try:
         a = np.asarray(obj)
     except (TypeError, ValueError, OverflowError) as e:
-        raise TypeError(f"{name} must be a sequence or array of integers, got {type(obj).__name__} ({e})") from None
+        raise InvalidTypeError(f"{name} must be a sequence or array of integers, got {type(obj).__name__} "
+                               f"({e})") from None
     if a.dtype.kind not in "iu" and not (a.dtype.kind == "f" and a.size == 0):
-        raise TypeError(f"{name} must hold integers, got dtype {a.dtype}")
+        raise InvalidTypeError(f"{name} must hold integers, got dtype {a.dtype}")
     if a.dtype == np.uint64 and a.size and a.max() > np.iinfo(np.int64).max:
-        raise ValueError(f"{name} holds {a.max()}, beyond any length or label cuDNN takes")
+        raise InvalidValueError(f"{name} holds {a.max()}, beyond any length or label cuDNN takes")
     return a.astype(np.int64)
 
 
@@ -164,35 +165,37 @@ def check_ctc_labels(labels, label_lengths, input_lengths, time_steps: int, alph
     il = _host_ints(input_lengths, "input_lengths")
     lab = _host_ints(labels, "labels")
     if ll.ndim != 1 or il.ndim != 1 or ll.shape != il.shape:
-        raise ValueError(f"label_lengths and input_lengths must be 1-D with one entry per sequence; got shapes "
+        raise InvalidValueError(f"label_lengths and input_lengths must be 1-D with one entry per sequence; got shapes "
                          f"{ll.shape} and {il.shape}")
     n = ll.shape[0]
     if alphabet_size < 2:
-        raise ValueError(f"the alphabet needs the blank (0) and at least one label; alphabet size is {alphabet_size}")
+        raise InvalidValueError(f"the alphabet needs the blank (0) and at least one label; alphabet size is "
+                                f"{alphabet_size}")
     for b in range(n):
         if not 1 <= il[b] <= time_steps:
-            raise ValueError(f"input_lengths[{b}] = {il[b]}; it must be in [1, {time_steps}] (the logits' T)")
+            raise InvalidValueError(f"input_lengths[{b}] = {il[b]}; it must be in [1, {time_steps}] (the logits' T)")
         if not 0 <= ll[b] <= max_label_length:
-            raise ValueError(f"label_lengths[{b}] = {ll[b]}; it must be in [0, {max_label_length}] "
+            raise InvalidValueError(f"label_lengths[{b}] = {ll[b]}; it must be in [0, {max_label_length}] "
                              f"(cuDNN's CTC limit / max_label_length)")
     if lab.ndim == 2:
         if lab.shape[0] != n or (n and lab.shape[1] < ll.max()):
-            raise ValueError(f"padded labels have shape {lab.shape}; expected ({n}, >= {int(ll.max(initial=0))})")
+            raise InvalidValueError(f"padded labels have shape {lab.shape}; expected ({n}, >= "
+                                    f"{int(ll.max(initial=0))})")
         lab = np.concatenate([lab[b, :ll[b]] for b in range(n)]) if n else lab.reshape(0)
     elif lab.ndim != 1:
-        raise ValueError(f"labels must be 1-D (concatenated) or 2-D (N, S) padded; got shape {lab.shape}")
+        raise InvalidValueError(f"labels must be 1-D (concatenated) or 2-D (N, S) padded; got shape {lab.shape}")
     if lab.shape[0] != ll.sum():
-        raise ValueError(f"labels holds {lab.shape[0]} labels but label_lengths sum to {int(ll.sum())}")
+        raise InvalidValueError(f"labels holds {lab.shape[0]} labels but label_lengths sum to {int(ll.sum())}")
     bad = np.flatnonzero((lab < 1) | (lab >= alphabet_size))
     if bad.size:
-        raise ValueError(f"labels[{bad[0]}] = {lab[bad[0]]}; labels must be in [1, {alphabet_size - 1}] "
+        raise InvalidValueError(f"labels[{bad[0]}] = {lab[bad[0]]}; labels must be in [1, {alphabet_size - 1}] "
                          f"(0 is the blank, alphabet size {alphabet_size})")
     offs = np.concatenate([[0], np.cumsum(ll)])
     for b in range(n):
         seq = lab[offs[b]:offs[b + 1]]
         need = int(ll[b]) + int(np.count_nonzero(seq[1:] == seq[:-1]))
         if need > il[b]:
-            raise ValueError(f"sequence {b}: its {ll[b]} labels need at least {need} time steps (one more per "
+            raise InvalidValueError(f"sequence {b}: its {ll[b]} labels need at least {need} time steps (one more per "
                              f"repeated neighbour) but input_lengths[{b}] = {il[b]}; the labels are longer than "
                              f"the input allows")
     return CTCLabels(lab.astype(np.int32), ll.astype(np.int32), il.astype(np.int32))
@@ -201,11 +204,11 @@ def check_ctc_labels(labels, label_lengths, input_lengths, time_steps: int, alph
 def _logits(handle, logits) -> DeviceArray:
     x = check_array(logits, "logits", handle)
     if x.dtype != np.float32:
-        raise TypeError(f"logits has dtype {x.dtype}; cuDNN's CTC loss takes float32")
+        raise InvalidTypeError(f"logits has dtype {x.dtype}; cuDNN's CTC loss takes float32")
     if x.ndim != 3:
-        raise ValueError(f"logits has shape {x.shape}; expected (T, N, A): time steps, batch, alphabet")
+        raise InvalidValueError(f"logits has shape {x.shape}; expected (T, N, A): time steps, batch, alphabet")
     if not x.is_contiguous:
-        raise ValueError("logits must be C-contiguous (T, N, A)")
+        raise InvalidValueError("logits must be C-contiguous (T, N, A)")
     return x
 
 
@@ -216,7 +219,7 @@ def ctc_loss_workspace_size(handle, logits_shape, *, algo="deterministic", norma
     al = enum_arg(algo, CTC_ALGOS, capi.cudnnCTCLossAlgo_t, "CTC algo")
     shape = tuple(int(d) for d in logits_shape)
     if len(shape) != 3:
-        raise ValueError(f"logits shape must be (T, N, A), got {shape}")
+        raise InvalidValueError(f"logits shape must be (T, N, A), got {shape}")
     desc = _ctc_desc(normalization, grad_mode, max_label_length)
     pd = tensor_descriptor(shape, np.float32)
     n = ctypes.c_size_t()
@@ -236,10 +239,10 @@ def ctc_loss(handle, logits, labels, label_lengths, input_lengths, *, algo="dete
     t, n, a = x.shape
     host = check_ctc_labels(labels, label_lengths, input_lengths, t, a, max_label_length)
     if host.label_lengths.shape[0] != n:
-        raise ValueError(f"{host.label_lengths.shape[0]} label/input lengths for a batch of {n} (logits' N)")
+        raise InvalidValueError(f"{host.label_lengths.shape[0]} label/input lengths for a batch of {n} (logits' N)")
     desc = _ctc_desc(normalization, grad_mode, max_label_length)
     if not compute_gradients and gradients is not None:
-        raise ValueError("gradients given but compute_gradients is False")
+        raise InvalidValueError("gradients given but compute_gradients is False")
     c = None if costs is None else check_array(costs, "costs", handle, dtype=np.float32, shape=(n,), contiguous=True)
     g = None if gradients is None else check_array(gradients, "gradients", handle, dtype=np.float32, shape=x.shape,
                                                    contiguous=True)

@@ -27,7 +27,7 @@ import numpy as np
 
 from cudnn_py import capi
 from cudnn_py.descriptors import DropoutDescriptor
-from cudnn_py.errors import ClosedError
+from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
 from cudnn_py.memory import DeviceArray, empty
 from cudnn_py.ops._common import byte_buffer, check_array, desc, output, tensor_desc
 
@@ -48,7 +48,7 @@ def dropout_reserve_size(shape, dtype=np.float32) -> int:
         shape, dtype = shape.shape, shape.dtype
     shape = tuple(int(d) for d in shape)
     if not shape or any(d <= 0 for d in shape):
-        raise ValueError(f"dropout needs a non-empty shape with positive dimensions, got {shape}")
+        raise InvalidValueError(f"dropout needs a non-empty shape with positive dimensions, got {shape}")
     n = ctypes.c_size_t()
     d = tensor_desc(shape, dtype)
     capi.cudnnDropoutGetReserveSpaceSize(d.ptr, ctypes.byref(n))
@@ -58,13 +58,13 @@ def dropout_reserve_size(shape, dtype=np.float32) -> int:
 def _check_p(p) -> float:
     p = float(p)
     if not 0.0 <= p <= 1.0:
-        raise ValueError(f"dropout probability must be in [0, 1], got {p}")
+        raise InvalidValueError(f"dropout probability must be in [0, 1], got {p}")
     return p
 
 
 def _check_seed(seed) -> int:
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2 ** 64:
-        raise ValueError(f"seed must be an int in [0, 2**64), got {seed!r}")
+        raise InvalidValueError(f"seed must be an int in [0, 2**64), got {seed!r}")
     return int(seed)
 
 
@@ -150,7 +150,7 @@ _RESERVE_HINT = "pass the reserve dropout_forward returned for this tensor (drop
 def _dropout_ptr(d):
     if isinstance(d, (Dropout, DropoutDescriptor)):
         return d.ptr
-    raise TypeError(f"dropout must be a Dropout or a DropoutDescriptor, got {type(d).__name__}")
+    raise InvalidTypeError(f"dropout must be a Dropout or a DropoutDescriptor, got {type(d).__name__}")
 
 
 def dropout_forward(handle, dropout, x, y=None, reserve=None) -> tuple[DeviceArray, DeviceArray]:

@@ -30,6 +30,7 @@ from cudnn_py import capi
 from cudnn_py.descriptors import LRNDescriptor, _float
 from cudnn_py.memory import DeviceArray
 from cudnn_py.ops._common import check_array, desc, empty_strided, output, scalars
+from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["LRN", "lrn_forward", "lrn_backward", "divisive_normalization_forward", "divisive_normalization_backward"]
 
@@ -46,7 +47,8 @@ class LRN:
     def __init__(self, n: int = 5, alpha: float = 1e-4, beta: float = 0.75, k: float = 2.0):
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not (
                 capi.CUDNN_LRN_MIN_N <= n <= capi.CUDNN_LRN_MAX_N):
-            raise ValueError(f"LRN n must be an int in [{capi.CUDNN_LRN_MIN_N}, {capi.CUDNN_LRN_MAX_N}], got {n!r}")
+            raise InvalidValueError(f"LRN n must be an int in [{capi.CUDNN_LRN_MIN_N}, {capi.CUDNN_LRN_MAX_N}], got "
+                                    f"{n!r}")
         self.n, self.alpha = int(n), _float(alpha, "LRN alpha")
         self.beta = _float(beta, "LRN beta", capi.CUDNN_LRN_MIN_BETA)
         self.k = _float(k, "LRN k", capi.CUDNN_LRN_MIN_K)
@@ -77,13 +79,14 @@ def _lrn_desc(lrn) -> capi.cudnnLRNDescriptor_t:
         return lrn.descriptor
     if isinstance(lrn, LRNDescriptor):
         return lrn.ptr
-    raise TypeError(f"lrn must be a cudnn_py LRN or LRNDescriptor, got {type(lrn).__name__}")
+    raise InvalidTypeError(f"lrn must be a cudnn_py LRN or LRNDescriptor, got {type(lrn).__name__}")
 
 
 def _input(x, handle) -> DeviceArray:
     xa = check_array(x, "x", handle, floating=True)
     if xa.ndim not in (4, 5):
-        raise ValueError(f"LRN and divisive normalisation take 4-D or 5-D tensors (N, C, *spatial); x has shape {xa.shape}")
+        raise InvalidValueError(f"LRN and divisive normalisation take 4-D or 5-D tensors (N, C, *spatial); x has "
+                                f"shape {xa.shape}")
     return xa
 
 
@@ -116,7 +119,8 @@ def lrn_backward(handle, lrn, x, y, dy, dx=None, *, alpha: float = 1.0, beta: fl
 def _same_desc(a, xa, name: str):
     """means/dy/outputs share x's descriptor in these calls: same shape, dtype and strides."""
     if a.strides != xa.strides:
-        raise ValueError(f"{name} must have x's strides {xa.strides} (cuDNN describes them with x's descriptor); "
+        raise InvalidValueError(f"{name} must have x's strides {xa.strides} (cuDNN describes them with x's "
+                                f"descriptor); "
                          f"it has {a.strides}")
     return a
 
@@ -163,7 +167,7 @@ def divisive_normalization_backward(handle, lrn, x, dy, means=None, dx=None, dme
     want_dm = means is not None or dmeans is not None
     dma = output(dmeans, "dmeans", handle, xa.shape, xa.dtype) if want_dm else None
     if dma is not None and dma.strides != dxa.strides:
-        raise ValueError(f"dmeans must have dx's strides {dxa.strides} (one descriptor describes both); "
+        raise InvalidValueError(f"dmeans must have dx's strides {dxa.strides} (one descriptor describes both); "
                          f"it has {dma.strides}")
     t1, t2 = _temps(handle, xa)
     al, be = scalars(xa.dtype, alpha, beta)

@@ -44,6 +44,7 @@ from cudnn_py.ops.batchnorm import (
     _graph_fused_backward, _graph_inference, _graph_relu, _graph_training, _or_new_like, _out_data, _ptr, _reserve,
     _Setup, _training_params,
 )
+from cudnn_py.errors import InvalidValueError
 
 __all__ = [
     "NORM_MODES", "NORM_OPS", "NORM_ALGOS", "derive_normalization_shapes", "normalization_sizes",
@@ -197,7 +198,7 @@ def normalization_backward(handle, x, y, dy, scale, bias, saved_mean, saved_inv_
     s = _norm(handle, x, mode)
     op = enum_arg(ops, NORM_OPS, capi.cudnnNormOps_t, "ops")
     if int(op) == 0 and activation is not None:
-        raise ValueError(f"ops={op.name} has no activation; pass activation=None")
+        raise InvalidValueError(f"ops={op.name} has no activation; pass activation=None")
     act = None if int(op) == 0 else _activation("relu" if activation is None else activation)
     al_ = _algo(algo)
     if engine != "legacy":

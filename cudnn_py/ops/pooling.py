@@ -37,6 +37,7 @@ from cudnn_py.memory import DeviceArray
 from cudnn_py.ops._common import (
     check_array, desc, empty_strided, enum_arg, output, scalars, tensor_desc,
 )
+from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["Pooling", "pooling_forward", "pooling_backward", "POOLING_MODES"]
 
@@ -59,7 +60,7 @@ def _param(v, name: str, minimum: int) -> int | tuple[int, ...]:
     against the spatial dims at use."""
     t = _int_or_ints(v, name, minimum)
     if isinstance(t, tuple) and not 1 <= len(t) <= 3:
-        raise ValueError(f"{name} needs 1 to 3 values (one per spatial dimension), got {v!r}")
+        raise InvalidValueError(f"{name} needs 1 to 3 values (one per spatial dimension), got {v!r}")
     return t
 
 
@@ -91,11 +92,11 @@ class Pooling:
         x_shape = tuple(x_shape)
         nd = len(x_shape) - 2
         if not 1 <= nd <= 3:
-            raise ValueError(f"pooling takes N, C and 1 to 3 spatial dimensions; got shape {x_shape}")
+            raise InvalidValueError(f"pooling takes N, C and 1 to 3 spatial dimensions; got shape {x_shape}")
         win, pad, st = self.params(nd)
         out = tuple(1 + (s + 2 * p - w) // t for s, w, p, t in zip(x_shape[2:], win, pad, st))
         if any(s + 2 * p < w for s, w, p in zip(x_shape[2:], win, pad)):
-            raise ValueError(f"pooling window {win} (padding {pad}) does not fit input of shape {x_shape}")
+            raise InvalidValueError(f"pooling window {win} (padding {pad}) does not fit input of shape {x_shape}")
         return x_shape[:2] + out
 
     def descriptor(self, nd: int) -> capi.cudnnPoolingDescriptor_t:
@@ -131,10 +132,11 @@ def _resolve(pool, x_shape) -> tuple[capi.cudnnPoolingDescriptor_t, tuple[int, .
     if isinstance(pool, PoolingDescriptor):
         _, _, win, pad, st = pool._get()
         if len(x_shape) != len(win) + 2 or len(win) == 1:
-            raise ValueError(f"x has shape {x_shape}; this PoolingDescriptor needs N, C and {len(win)} spatial dims "
+            raise InvalidValueError(f"x has shape {x_shape}; this PoolingDescriptor needs N, C and {len(win)} spatial "
+                                    f"dims "
                              f"(for 1-D pooling use cudnn_py.Pooling, which runs it as 2-D)")
         return pool.ptr, Pooling(pool.mode, win, pad, st).output_shape(x_shape)
-    raise TypeError(f"pool must be a cudnn_py Pooling or PoolingDescriptor, got {type(pool).__name__}")
+    raise InvalidTypeError(f"pool must be a cudnn_py Pooling or PoolingDescriptor, got {type(pool).__name__}")
 
 
 def _pdesc(a) -> TensorDescriptor:

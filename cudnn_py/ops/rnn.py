@@ -30,7 +30,7 @@ from cudnn_py import capi, memory
 from cudnn_py.descriptors import (INT32_MAX, _bool, _cache, _Descriptor, _float, _shared,
                                   tensor_descriptor)
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
-from cudnn_py.errors import ClosedError
+from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
 from cudnn_py.memory import DeviceArray
 
 __all__ = ["RNN", "RNNDataDescriptor", "RNNParams", "RNNWeight", "RNNForwardResult", "GATES",
@@ -76,7 +76,7 @@ def _choice(table: dict, value, what: str) -> tuple[str, int]:
             if int(v) == int(value):
                 return k, int(v)
     names = ", ".join(repr(k) for k in table)
-    raise ValueError(f"{what} must be one of {names} (or the matching cuDNN enum), got {value!r}")
+    raise InvalidValueError(f"{what} must be one of {names} (or the matching cuDNN enum), got {value!r}")
 
 
 def _name_of(table: dict, value: int) -> str:
@@ -86,7 +86,7 @@ def _name_of(table: dict, value: int) -> str:
 def _positive_int(value, what: str) -> int:
     """``value`` as an int in ``[1, 2**31 - 1]`` (the C int range); :class:`ValueError` naming ``what``."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value <= INT32_MAX:
-        raise ValueError(f"{what} must be a positive int (at most 2**31 - 1), got {value!r}")
+        raise InvalidValueError(f"{what} must be a positive int (at most 2**31 - 1), got {value!r}")
     return int(value)
 
 
@@ -98,7 +98,7 @@ def _dropout_arg(value, what: str):
         return None
     ptr = value.ptr if hasattr(type(value), "ptr") and not isinstance(value, DeviceArray) else None
     if not isinstance(ptr, capi.cudnnDropoutDescriptor_t):
-        raise TypeError(f"{what} must be a dropout descriptor (cudnn.Dropout or DropoutDescriptor) or None, "
+        raise InvalidTypeError(f"{what} must be a dropout descriptor (cudnn.Dropout or DropoutDescriptor) or None, "
                         f"got {type(value).__name__}")
     return value
 
@@ -112,16 +112,17 @@ def _check_lengths(seq_lengths, T: int, B: int, name: str = "seq_lengths", packe
     except (TypeError, ValueError, OverflowError):
         arr = None
     if arr is None or arr.ndim != 1 or arr.shape[0] != B or not np.issubdtype(arr.dtype, np.integer):
-        raise ValueError(f"{name} must be {B} ints (one per sequence), got {seq_lengths!r}")
+        raise InvalidValueError(f"{name} must be {B} ints (one per sequence), got {seq_lengths!r}")
     for i, n in enumerate(arr):
         if not 1 <= n <= T:
-            raise ValueError(f"{name}[{i}] = {int(n)}: each length must be between 1 and the max sequence length {T}")
+            raise InvalidValueError(f"{name}[{i}] = {int(n)}: each length must be between 1 and the max sequence "
+                                    f"length {T}")
     if packed:
         if np.any(np.diff(arr) > 0):
-            raise ValueError(f"the 'packed' layout needs non-increasing {name}, got {arr.tolist()}; "
+            raise InvalidValueError(f"the 'packed' layout needs non-increasing {name}, got {arr.tolist()}; "
                              f"sort the batch by length or use a padded layout")
         if arr.max() != T:
-            raise ValueError(f"the 'packed' layout needs max({name}) == max_seq_length ({T}), got {arr.max()}")
+            raise InvalidValueError(f"the 'packed' layout needs max({name}) == max_seq_length ({T}), got {arr.max()}")
     return tuple(int(n) for n in arr)
 
 
@@ -166,10 +167,10 @@ class _WeightedDescriptor(_Descriptor):
         w = memory.as_array(weights, name, contiguous=True, device=handle.device)
         what = type(self).__name__
         if w.dtype != self.dtype:
-            raise TypeError(f"{name} has dtype {w.dtype}; this {what}'s weights are {self.dtype}")
+            raise InvalidTypeError(f"{name} has dtype {w.dtype}; this {what}'s weights are {self.dtype}")
         need = self.weight_space_size(handle)
         if w.nbytes != need:
-            raise ValueError(f"{name} holds {w.nbytes} bytes but this {what}'s weight space is {need} bytes "
+            raise InvalidValueError(f"{name} holds {w.nbytes} bytes but this {what}'s weight space is {need} bytes "
                              f"({need // self.dtype.itemsize} {self.dtype.name} elements); "
                              f"use .new_weights(handle)")
         return w
@@ -178,9 +179,9 @@ class _WeightedDescriptor(_Descriptor):
 def _training_ctx(fwd, result_type: type, desc, forward_name: str) -> dict:
     """The saved state of a training-mode forward result, checked to belong to ``desc``."""
     if not isinstance(fwd, result_type) or fwd._ctx is None:
-        raise ValueError(f"backward calls need the result of {forward_name}(..., training=True)")
+        raise InvalidValueError(f"backward calls need the result of {forward_name}(..., training=True)")
     if fwd._ctx["desc"] is not desc:
-        raise ValueError(f"fwd was computed with a different {type(desc).__name__} descriptor")
+        raise InvalidValueError(f"fwd was computed with a different {type(desc).__name__} descriptor")
     return fwd._ctx
 
 
@@ -237,30 +238,31 @@ class RNN(_WeightedDescriptor):
         if proj_size is not None:
             proj_size = _positive_int(proj_size, "proj_size")
             if mode != "lstm" and proj_size != hidden_size:
-                raise ValueError(f"proj_size={proj_size}: a recurrent projection needs mode 'lstm' "
+                raise InvalidValueError(f"proj_size={proj_size}: a recurrent projection needs mode 'lstm' "
                                  f"(mode is {mode!r}); leave proj_size=None")
             if proj_size > hidden_size:
-                raise ValueError(f"proj_size={proj_size} must not exceed hidden_size={hidden_size}")
+                raise InvalidValueError(f"proj_size={proj_size} must not exceed hidden_size={hidden_size}")
         _, c_bias = _choice(_BIAS, bias_mode, "bias_mode")
         input_mode, c_input = _choice(_INPUT, input_mode, "input_mode")
         if input_mode == "skip" and input_size != hidden_size:
-            raise ValueError(f"input_mode='skip' needs input_size == hidden_size, got {input_size} and {hidden_size}")
+            raise InvalidValueError(f"input_mode='skip' needs input_size == hidden_size, got {input_size} and "
+                                    f"{hidden_size}")
         _, c_math = _choice(_MATH, math_type, "math_type")
         algo, c_algo = _choice(_ALGOS, algo, "algo")
         dt = numpy_dtype(cudnn_dtype(dtype))
         if dt not in _PRECISIONS:
-            raise TypeError(f"RNN dtype must be float16, float32 or float64, got {dt}")
+            raise InvalidTypeError(f"RNN dtype must be float16, float32 or float64, got {dt}")
         if algo in _NO_DOUBLE and dt == np.float64:
-            raise TypeError(f"algo={algo!r} runs float16 and float32 RNNs only (cuDNN answers NOT_SUPPORTED for "
+            raise InvalidTypeError(f"algo={algo!r} runs float16 and float32 RNNs only (cuDNN answers NOT_SUPPORTED for "
                             f"float64); use algo='standard' or 'persist_dynamic' for float64")
         prec = _PRECISIONS[dt][0] if math_precision is None else numpy_dtype(cudnn_dtype(math_precision))
         if prec not in _PRECISIONS[dt]:
             allowed = ", ".join(p.name for p in _PRECISIONS[dt])
-            raise ValueError(f"math_precision {prec} is not allowed with {dt} data; allowed: {allowed}")
+            raise InvalidValueError(f"math_precision {prec} is not allowed with {dt} data; allowed: {allowed}")
         dropout = _dropout_arg(dropout, "dropout")
         if clip is not None:
             if isinstance(clip, (str, bytes)) or not hasattr(clip, "__len__") or len(clip) != 2:
-                raise TypeError(f"clip must be a (lo, hi) pair of numbers or None, got {clip!r}")
+                raise InvalidTypeError(f"clip must be a (lo, hi) pair of numbers or None, got {clip!r}")
         self._dropouts = (dropout,)
         self.mode, self.dtype = mode, dt
         self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
@@ -333,12 +335,12 @@ class RNN(_WeightedDescriptor):
             capi.cudnnRNNSetClip_v9(self.ptr, capi.CUDNN_RNN_CLIP_NONE, 0.0, 0.0)
             return
         if self.mode != "lstm":
-            raise ValueError(f"cell clipping applies to LSTM only; this RNN is {self.mode!r}")
+            raise InvalidValueError(f"cell clipping applies to LSTM only; this RNN is {self.mode!r}")
         if hi is None:
-            raise ValueError(f"clip needs lo < hi, got ({lo!r}, {hi!r})")
+            raise InvalidValueError(f"clip needs lo < hi, got ({lo!r}, {hi!r})")
         lo, hi = _float(lo, "clip lo"), _float(hi, "clip hi")
         if not lo < hi:
-            raise ValueError(f"clip needs lo < hi, got ({lo!r}, {hi!r})")
+            raise InvalidValueError(f"clip needs lo < hi, got ({lo!r}, {hi!r})")
         capi.cudnnRNNSetClip_v9(self.ptr, capi.CUDNN_RNN_CLIP_MINMAX, lo, hi)
 
     # -- weights --
@@ -421,9 +423,9 @@ def rnn_weight_params(handle, rnn: RNN, weights, pseudo_layer: int, lin_id: int)
     """Views into ``weights`` of one matrix and its bias (``cudnnGetRNNWeightParams``); None where absent."""
     w = rnn._check_weights(handle, weights)
     if not 0 <= pseudo_layer < rnn.num_pseudo_layers:
-        raise ValueError(f"pseudo_layer must be in [0, {rnn.num_pseudo_layers}), got {pseudo_layer}")
+        raise InvalidValueError(f"pseudo_layer must be in [0, {rnn.num_pseudo_layers}), got {pseudo_layer}")
     if lin_id not in rnn.lin_ids:
-        raise ValueError(f"lin_id must be in {list(rnn.lin_ids)} for mode {rnn.mode!r}, got {lin_id}")
+        raise InvalidValueError(f"lin_id must be in {list(rnn.lin_ids)} for mode {rnn.mode!r}, got {lin_id}")
     m_desc, b_desc = capi.cudnnTensorDescriptor_t(), capi.cudnnTensorDescriptor_t()
     capi.cudnnCreateTensorDescriptor(byref(m_desc))
     capi.cudnnCreateTensorDescriptor(byref(b_desc))
@@ -489,31 +491,32 @@ def rnn_forward(handle, rnn: RNN, x, weights, *, seq_lengths=None, layout="seq_m
     :func:`rnn_backward_weights`. Outputs are allocated unless given.
     """
     if not isinstance(rnn, RNN):
-        raise TypeError(f"rnn must be a cudnn_py RNN, got {type(rnn).__name__}")
+        raise InvalidTypeError(f"rnn must be a cudnn_py RNN, got {type(rnn).__name__}")
     layout, _ = _choice(_LAYOUTS, layout, "layout")
     if layout != "packed" and not rnn.padded_io:
-        raise ValueError(f"layout {layout!r} needs an RNN made with padded_io=True; use layout='packed'")
+        raise InvalidValueError(f"layout {layout!r} needs an RNN made with padded_io=True; use layout='packed'")
     x = memory.as_array(x, "x", dtype=rnn.dtype, contiguous=True, device=handle.device)
     if layout == "packed":
         if seq_lengths is None:
-            raise ValueError("the 'packed' layout needs seq_lengths")
+            raise InvalidValueError("the 'packed' layout needs seq_lengths")
         if x.ndim != 2:
-            raise ValueError(f"x in the 'packed' layout must be [sum(seq_lengths), {rnn.input_size}], got {x.shape}")
+            raise InvalidValueError(f"x in the 'packed' layout must be [sum(seq_lengths), {rnn.input_size}], got "
+                                    f"{x.shape}")
         B = len(seq_lengths)
         T = int(np.max(seq_lengths)) if B else 0
     else:
         if x.ndim != 3:
-            raise ValueError(f"x in the {layout!r} layout must be 3-D, got shape {x.shape}")
+            raise InvalidValueError(f"x in the {layout!r} layout must be 3-D, got shape {x.shape}")
         T, B = (x.shape[0], x.shape[1]) if layout == "seq_major" else (x.shape[1], x.shape[0])
     lengths = _check_lengths(seq_lengths, _positive_int(T, "max sequence length"), _positive_int(B, "batch"),
                              packed=layout == "packed")
     if x.shape != _data_shape(layout, T, B, rnn.input_size, lengths):
-        raise ValueError(f"x has shape {x.shape}; expected {_data_shape(layout, T, B, rnn.input_size, lengths)} "
+        raise InvalidValueError(f"x has shape {x.shape}; expected {_data_shape(layout, T, B, rnn.input_size, lengths)} "
                          f"(layout {layout!r}, input_size {rnn.input_size})")
     w = rnn._check_weights(handle, weights)
     is_lstm = rnn.mode == "lstm"
     if not is_lstm and (cx is not None or cy is not None):
-        raise ValueError(f"cx/cy are LSTM cell states; this RNN is {rnn.mode!r}")
+        raise InvalidValueError(f"cx/cy are LSTM cell states; this RNN is {rnn.mode!r}")
     hx = _state(handle, rnn, hx, "hx", B, rnn.out_size)
     cx = _state(handle, rnn, cx, "cx", B, rnn.hidden_size)
     stream = handle.stream
@@ -557,7 +560,7 @@ def rnn_backward_data(handle, rnn: RNN, fwd: RNNForwardResult, dy, weights, *, d
     B, is_lstm, stream = ctx["batch"], rnn.mode == "lstm", handle.stream
     dy = memory.as_array(dy, "dy", dtype=rnn.dtype, shape=fwd.y.shape, contiguous=True, device=handle.device)
     if not is_lstm and (dcy is not None or dcx is not None):
-        raise ValueError(f"dcy/dcx are LSTM cell-state gradients; this RNN is {rnn.mode!r}")
+        raise InvalidValueError(f"dcy/dcx are LSTM cell-state gradients; this RNN is {rnn.mode!r}")
     dhy = _state(handle, rnn, dhy, "dhy", B, rnn.out_size)
     dcy = _state(handle, rnn, dcy, "dcy", B, rnn.hidden_size)
     w = rnn._check_weights(handle, weights)

@@ -26,7 +26,7 @@ import numpy as np
 
 from cudnn_py import nvtx
 from cudnn_py._binding import status_error
-from cudnn_py.errors import ClosedError
+from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
 from cudnn_py.graph import Graph
 from cudnn_py.graph.conv import _autotune
 from cudnn_py.graph.execute import (_bindings, _check_array, _handle_device, _plan_pointer, _raw_execute,
@@ -51,7 +51,7 @@ def alibi_slopes(heads: int) -> np.ndarray:
     """The standard ALiBi slopes for ``heads`` query heads (an int >= 1; float32, as cuDNN's frontend computes
     them)."""
     if isinstance(heads, bool) or not isinstance(heads, (int, np.integer)) or heads < 1:
-        raise ValueError(f"heads must be an int >= 1, got {heads!r}")
+        raise InvalidValueError(f"heads must be an int >= 1, got {heads!r}")
     heads = int(heads)
     n = 1 << int(math.floor(math.log2(heads)))
     exps = list(range(1, n + 1)) + [0.5 * (i + 1) for i in range(0, 2 * (heads - n), 2)]
@@ -131,7 +131,8 @@ class _Runner:
         if not self.ws_size:
             return None
         if self.ws_get is None:
-            raise ValueError(f"the attention plan needs {self.ws_size} bytes of workspace and the handle has none")
+            raise InvalidValueError(f"the attention plan needs {self.ws_size} bytes of workspace and the handle has "
+                                    f"none")
         return self.ws_get(self.ws_size, self.stream)
 
     def _execute(self, vp) -> None:
@@ -189,7 +190,7 @@ def _per_batch(obj, name: str):
     a = as_array(obj, name)
     if a.ndim == 1:
         if not a.is_contiguous:
-            raise ValueError(f"{name} must be packed")
+            raise InvalidValueError(f"{name} must be packed")
         a = a.reshape(a.shape[0], 1, 1, 1)
     return a, (a.shape, a.strides, a.dtype.name)
 
@@ -203,12 +204,12 @@ def _thd(obj, name: str, b: int, s_max: int, heads: int | None = None) -> Device
     strides, batches placed by the ragged offsets (so the batch stride is never used)."""
     a = as_array(obj, name)
     if a.ndim != 3:
-        raise ValueError(f"{name} must be a packed (T, H, D) tensor with ragged offsets, got shape {a.shape}")
+        raise InvalidValueError(f"{name} must be a packed (T, H, D) tensor with ragged offsets, got shape {a.shape}")
     if heads is not None and a.shape[1] != heads:
-        raise ValueError(f"{name} must have {heads} heads, got shape {a.shape}")
+        raise InvalidValueError(f"{name} must have {heads} heads, got shape {a.shape}")
     t_st, h_st, d_st = a.strides
     if d_st != 1:
-        raise ValueError(f"{name}'s head dim must be packed (stride 1), got strides {a.strides}")
+        raise InvalidValueError(f"{name}'s head dim must be packed (stride 1), got strides {a.strides}")
     return DeviceArray(a.ptr, (b, a.shape[1], s_max, a.shape[2]), a.dtype, (s_max * t_st, h_st, t_st, 1),
                        device_id=a.device_id, owner=a)
 
@@ -225,18 +226,18 @@ def _scalar_i64(handle, value, name) -> DeviceArray:
     """A seed/offset: a device int64 tensor passes through (as (1, 1, 1, 1)); an int is copied to the device."""
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         if not -2 ** 63 <= int(value) < 2 ** 63:
-            raise ValueError(f"{name} must fit int64, got {value}")
+            raise InvalidValueError(f"{name} must fit int64, got {value}")
         return to_device(np.array([[[[value]]]], np.int64), stream=getattr(handle, "stream", None),
                          device=_handle_device(handle))
     a = as_array(value, name)
     if a.size != 1 or a.dtype != np.int64:
-        raise TypeError(f"{name} must be an int or a one-element int64 device tensor, got {a.shape} {a.dtype}")
+        raise InvalidTypeError(f"{name} must be an int or a one-element int64 device tensor, got {a.shape} {a.dtype}")
     return a.reshape(1, 1, 1, 1) if a.shape != (1, 1, 1, 1) else a
 
 
 def _check_int(value, name) -> None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1):
-        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        raise InvalidValueError(f"{name} must be an int >= 1, got {value!r}")
 
 
 class _Args:
@@ -253,9 +254,9 @@ class _Args:
         self.ragged = self.ragged_q is not None or self.ragged_kv is not None
         if self.ragged:
             if self.ragged_q is None or self.ragged_kv is None:
-                raise ValueError("packed (THD) attention needs both ragged_offset_q and ragged_offset_kv")
+                raise InvalidValueError("packed (THD) attention needs both ragged_offset_q and ragged_offset_kv")
             if max_seq_len_q is None or max_seq_len_kv is None:
-                raise ValueError("packed (THD) attention needs max_seq_len_q= and max_seq_len_kv= (the longest "
+                raise InvalidValueError("packed (THD) attention needs max_seq_len_q= and max_seq_len_kv= (the longest "
                                  "sequences: the logical S of the attention)")
             _check_int(max_seq_len_q, "max_seq_len_q")
             _check_int(max_seq_len_kv, "max_seq_len_kv")
@@ -264,11 +265,12 @@ class _Args:
             q, k, v = (_thd(self.packed[n], n, b, s) for n, s in (("q", max_seq_len_q), ("k", max_seq_len_kv),
                                                                     ("v", max_seq_len_kv)))
             if v.shape[3] != q.shape[3] or k.shape[1] * k.shape[3] != v.shape[1] * v.shape[3]:
-                raise ValueError("packed attention here shares q's offsets with o and k's with v, so it needs "
+                raise InvalidValueError("packed attention here shares q's offsets with o and k's with v, so it needs "
                                  "Dv == D and Hk * D == Hv * Dv; build the graph (g.sdpa's ragged_offset_o/_v) for "
                                  "other shapes")
         elif max_seq_len_q is not None or max_seq_len_kv is not None:
-            raise ValueError("max_seq_len_q/max_seq_len_kv are only for packed (THD) tensors with ragged offsets")
+            raise InvalidValueError("max_seq_len_q/max_seq_len_kv are only for packed (THD) tensors with ragged "
+                                    "offsets")
         (self.q, mq), (self.k, mk), (self.v, mv) = _dev(q, "q"), _dev(k, "k"), _dev(v, "v")
         self.bias, mb = _opt(bias, "bias")
         hq = mq[0][1] if len(mq[0]) == 4 else 1
@@ -279,20 +281,20 @@ class _Args:
         else:
             a = np.asarray(alibi, np.float32).reshape(-1)
             if a.shape != (hq,):
-                raise ValueError(f"alibi must be True or {hq} per-head slopes, got shape {np.shape(alibi)}")
+                raise InvalidValueError(f"alibi must be True or {hq} per-head slopes, got shape {np.shape(alibi)}")
             self.alibi = ("custom", tuple(float(x) for x in a))
         if not isinstance(dropout, (int, float)) or isinstance(dropout, bool):
-            raise TypeError(f"dropout must be a number, got {type(dropout).__name__}")
+            raise InvalidTypeError(f"dropout must be a number, got {type(dropout).__name__}")
         self.dropout = float(dropout)
         if self.dropout and (seed is None or offset is None):
-            raise ValueError("dropout needs seed= and offset= (ints or int64 device tensors): the Philox state")
+            raise InvalidValueError("dropout needs seed= and offset= (ints or int64 device tensors): the Philox state")
         self.seed = None if not self.dropout else _scalar_i64(handle, seed, "seed")
         self.offset = None if not self.dropout else _scalar_i64(handle, offset, "offset")
         for val, n in ((scale, "scale"), (left_bound, "left_bound"), (right_bound, "right_bound")):
             if val is not None and (isinstance(val, bool) or not isinstance(val, numbers.Real)):
-                raise TypeError(f"{n} must be a number or None, got {type(val).__name__}")
+                raise InvalidTypeError(f"{n} must be a number or None, got {type(val).__name__}")
         if not isinstance(diagonal_alignment, str) or not isinstance(implementation, str):
-            raise TypeError("diagonal_alignment and implementation must be strings")
+            raise InvalidTypeError("diagonal_alignment and implementation must be strings")
         self.options = dict(scale=scale, causal=bool(causal), diagonal_alignment=diagonal_alignment,
                             left_bound=left_bound, right_bound=right_bound, dropout=self.dropout,
                             implementation=implementation)
@@ -379,14 +381,14 @@ def _bind_out(handle, given, name, spec, inputs):
             given = _new_out(handle, packed, dtype, _packed(packed))
         a = as_array(given, name)
         if a.shape != packed or a.dtype != dtype:
-            raise ValueError(f"{name} must have shape {packed} and dtype {dtype}, got {a.shape} {a.dtype}")
+            raise InvalidValueError(f"{name} must have shape {packed} and dtype {dtype}, got {a.shape} {a.dtype}")
         return given, _thd(a, name, shape[0], shape[2])
     if given is None:
         a = _new_out(handle, shape, dtype, strides)
         return a, a
     _, meta = _dev(given, name)
     if tuple(meta[0]) != shape or meta[2] != dtype.name:
-        raise ValueError(f"{name} must have shape {shape} and dtype {dtype}, got {tuple(meta[0])} {meta[2]}")
+        raise InvalidValueError(f"{name} must have shape {shape} and dtype {dtype}, got {tuple(meta[0])} {meta[2]}")
     return given, given
 
 
@@ -479,7 +481,7 @@ def sdpa(handle, q, k, v, *, scale: float | None = None, causal: bool = False,
         to, ts = g.sdpa(*tensors[:3], generate_stats=return_stats, **kw, **args.options)
         if given_o is not None:
             if tuple(given_o[0]) != to.shape:
-                raise ValueError(f"o must have shape {to.shape}, got {tuple(given_o[0])}")
+                raise InvalidValueError(f"o must have shape {to.shape}, got {tuple(given_o[0])}")
             to.strides = tuple(given_o[1])
         outs = [to.set_output(True).set_name("o")]
         if return_stats:
@@ -557,7 +559,7 @@ def sdpa_backward(handle, q, k, v, o, do, stats, *, scale: float | None = None, 
         for t, meta, n in zip(grads, given, ("dq", "dk", "dv", "dbias")):
             if meta is not None:
                 if tuple(meta[0]) != t.shape:
-                    raise ValueError(f"{n} must have shape {t.shape}, got {tuple(meta[0])}")
+                    raise InvalidValueError(f"{n} must have shape {t.shape}, got {tuple(meta[0])}")
                 t.strides = tuple(meta[1])
             t.set_output(True).set_name(n)
         plan = _plan(g, handle, tensors + extra + list(grads), arrays + [oa, doa, sa], list(grads), args.autotune)

@@ -23,6 +23,7 @@ import math
 from cudnn_py import capi
 from cudnn_py.descriptors import TensorDescriptor
 from cudnn_py.ops._common import check_array, desc, enum_arg, output, scalars, tensor_desc
+from cudnn_py.errors import InvalidValueError
 
 __all__ = ["softmax_forward", "softmax_backward", "SOFTMAX_ALGOS", "SOFTMAX_MODES"]
 
@@ -33,12 +34,13 @@ SOFTMAX_MODES = {"instance": capi.CUDNN_SOFTMAX_MODE_INSTANCE, "channel": capi.C
 def _desc4(a, name: str) -> TensorDescriptor:
     """A 4-D descriptor for an N, C, *spatial array: missing dims as 1, dims after the 4th merged into it."""
     if a.ndim < 2:
-        raise ValueError(f"softmax needs N and C dimensions (2 to 8 dims); {name} has shape {a.shape}")
+        raise InvalidValueError(f"softmax needs N and C dimensions (2 to 8 dims); {name} has shape {a.shape}")
     if a.ndim <= 4:
         return desc(a)
     tail = [(n, s) for n, s in zip(a.shape[3:], a.strides[3:]) if n != 1]
     if any(s0 != s1 * n1 for (_, s0), (n1, s1) in zip(tail, tail[1:])):
-        raise ValueError(f"{name} (shape {a.shape}, strides {a.strides}) has trailing spatial dimensions that are "
+        raise InvalidValueError(f"{name} (shape {a.shape}, strides {a.strides}) has trailing spatial dimensions that "
+                                f"are "
                          f"not packed together; softmax runs on a 4-D view: make it contiguous first")
     inner = tail[-1][1] if tail else 1
     return tensor_desc(a.shape[:3] + (math.prod(a.shape[3:]),), a.dtype, a.strides[:3] + (inner,))

@@ -28,7 +28,7 @@ import numpy as np
 from cudnn_py import capi
 from cudnn_py.descriptors import _dims
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
-from cudnn_py.errors import ClosedError
+from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
 from cudnn_py.memory import DeviceArray
 from cudnn_py.ops._common import FLOATS, check_array, desc, output, scalars
 
@@ -48,7 +48,7 @@ def _shape(shape) -> tuple[int, int, int, int]:
     try:
         out = _dims(shape, "spatial transformer output shape", 4, 4)
     except ValueError as e:
-        raise ValueError(f"spatial transformer output shape must be 4 positive ints (N, C, H, W): {e}") from None
+        raise InvalidValueError(f"spatial transformer output shape must be 4 positive ints (N, C, H, W): {e}") from None
     return out
 
 
@@ -60,7 +60,7 @@ class SpatialTransformer:
         shape = _shape(shape)
         dt = numpy_dtype(cudnn_dtype(dtype))
         if dt not in FLOATS:
-            raise TypeError(f"spatial transformer dtype must be float16, float32 or float64, got {dt}")
+            raise InvalidTypeError(f"spatial transformer dtype must be float16, float32 or float64, got {dt}")
         self.shape, self.dtype = tuple(int(d) for d in shape), dt
         ptr = capi.cudnnSpatialTransformerDescriptor_t()
         capi.cudnnCreateSpatialTransformerDescriptor(ctypes.byref(ptr))
@@ -113,14 +113,14 @@ def _float_array(obj, name, handle, **kw) -> DeviceArray:
     """A C-contiguous float16/32/64 array (cuDNN reads theta and the grid as packed memory)."""
     a = check_array(obj, name, handle, contiguous=True, **kw)
     if a.dtype not in FLOATS:
-        raise TypeError(f"{name} has dtype {a.dtype}; the spatial transformer needs float16, float32 or float64")
+        raise InvalidTypeError(f"{name} has dtype {a.dtype}; the spatial transformer needs float16, float32 or float64")
     return a
 
 
 def _grid(obj, name, handle, dtype=None) -> DeviceArray:
     g = _float_array(obj, name, handle, dtype=dtype)
     if g.ndim != 4 or g.shape[3] != 2:
-        raise ValueError(f"{name} has shape {g.shape}; expected (N, H_out, W_out, 2)")
+        raise InvalidValueError(f"{name} has shape {g.shape}; expected (N, H_out, W_out, 2)")
     return g
 
 
@@ -130,9 +130,9 @@ def spatial_tf_grid_forward(handle, theta, out_shape, grid=None) -> DeviceArray:
     th = _float_array(theta, "theta", handle)
     out_shape = tuple(out_shape)
     if th.ndim != 3 or th.shape[1:] != (2, 3):
-        raise ValueError(f"theta has shape {th.shape}; expected (N, 2, 3) affine matrices")
+        raise InvalidValueError(f"theta has shape {th.shape}; expected (N, 2, 3) affine matrices")
     if len(out_shape) != 4 or out_shape[0] != th.shape[0]:
-        raise ValueError(f"out_shape {out_shape} must be (N, C, H, W) with N = {th.shape[0]} (theta's batch)")
+        raise InvalidValueError(f"out_shape {out_shape} must be (N, C, H, W) with N = {th.shape[0]} (theta's batch)")
     st = spatial_transformer(out_shape, th.dtype)
     g = output(grid, "grid", handle, st.grid_shape, th.dtype, contiguous=True)
     capi.cudnnSpatialTfGridGeneratorForward(handle.ptr, st.ptr, th.ptr, g.ptr)
@@ -152,10 +152,10 @@ def spatial_tf_grid_backward(handle, dgrid, dtheta=None) -> DeviceArray:
 def _sampler_setup(handle, x, grid):
     xa = _float_array(x, "x", handle)
     if xa.ndim != 4:
-        raise ValueError(f"x has shape {xa.shape}; the spatial transformer samples 4-D (N, C, H, W) data")
+        raise InvalidValueError(f"x has shape {xa.shape}; the spatial transformer samples 4-D (N, C, H, W) data")
     g = _grid(grid, "grid", handle, dtype=xa.dtype)
     if g.shape[0] != xa.shape[0]:
-        raise ValueError(f"grid has batch {g.shape[0]} but x has batch {xa.shape[0]}")
+        raise InvalidValueError(f"grid has batch {g.shape[0]} but x has batch {xa.shape[0]}")
     y_shape = (xa.shape[0], xa.shape[1], g.shape[1], g.shape[2])
     return xa, g, y_shape, spatial_transformer(y_shape, xa.dtype)
 

@@ -29,6 +29,7 @@ from cudnn_py.memory import DeviceArray, as_array, empty
 from cudnn_py.ops._common import (
     check_array, desc, empty_strided, enum_arg, output, read_tensor_desc, scalars, tensor_desc,
 )
+from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 __all__ = [
     "add_tensor", "op_tensor", "scale_tensor", "set_tensor", "transform_tensor", "transform_tensor_ex",
@@ -51,7 +52,7 @@ _DIRECTIONS = {"fold": capi.CUDNN_TRANSFORM_FOLD, "unfold": capi.CUDNN_TRANSFORM
 
 def _broadcastable(b: DeviceArray, c: DeviceArray, bname: str, cname: str) -> None:
     if b.ndim != c.ndim or any(bd not in (1, cd) for bd, cd in zip(b.shape, c.shape)):
-        raise ValueError(f"{bname} has shape {b.shape}; it must have {cname}'s {c.ndim} dimensions "
+        raise InvalidValueError(f"{bname} has shape {b.shape}; it must have {cname}'s {c.ndim} dimensions "
                          f"{c.shape}, each equal or 1 (broadcast)")
 
 
@@ -64,7 +65,7 @@ def add_tensor(handle, a, c, *, alpha: float = 1.0, beta: float = 1.0, engine: s
     aa = check_array(a, "a", handle, dtype=ca.dtype)
     _broadcastable(aa, ca, "a", "c")
     if ca.ndim > 5:
-        raise ValueError(f"cudnnAddTensor takes tensors of up to 5 dimensions; c has shape {ca.shape}")
+        raise InvalidValueError(f"cudnnAddTensor takes tensors of up to 5 dimensions; c has shape {ca.shape}")
     inputs = [("a", aa)] + ([("prior", ca)] if beta else [])
     if gl.attempt(engine, lambda auto: gl.run_graph(
             handle, "add_tensor", (float(alpha), float(beta)), inputs, [("c", ca)],
@@ -126,7 +127,7 @@ def op_tensor(handle, op, a, b=None, c=None, *, alpha1: float = 1.0, alpha2: flo
     aa = check_array(a, "a", handle, floating=True)
     unary = opv in (capi.CUDNN_OP_TENSOR_SQRT, capi.CUDNN_OP_TENSOR_NOT)
     if b is None and not unary:
-        raise ValueError(f"op_tensor {opv.name} is binary: pass b")
+        raise InvalidValueError(f"op_tensor {opv.name} is binary: pass b")
     ba = aa if b is None else check_array(b, "b", handle, dtype=aa.dtype)
     ca = output(c, "c", handle, aa.shape, aa.dtype)
     _broadcastable(ba, ca, "b", "c")
@@ -170,7 +171,7 @@ def set_tensor(handle, y, value: float):
     try:
         host = np.asarray(value).astype(host_type).reshape(1)
     except (TypeError, ValueError) as e:
-        raise TypeError(f"cannot set a {ya.dtype} tensor to {value!r}") from e
+        raise InvalidTypeError(f"cannot set a {ya.dtype} tensor to {value!r}") from e
     yd = desc(ya)
     capi.cudnnSetTensor(handle.ptr, yd.ptr, ya.ptr, host.ctypes.data)
     return y
@@ -186,10 +187,11 @@ def _format_strides(shape: tuple[int, ...], memory_format: str) -> tuple[int, ..
         order = list(range(len(shape)))
     elif fmt == "NHWC":
         if len(shape) < 3:
-            raise ValueError(f"memory_format NHWC needs N, C and at least one spatial dimension; got shape {shape}")
+            raise InvalidValueError(f"memory_format NHWC needs N, C and at least one spatial dimension; got shape "
+                                    f"{shape}")
         order = [0] + list(range(2, len(shape))) + [1]
     else:
-        raise ValueError(f"memory_format {memory_format!r}: expected 'NCHW' or 'NHWC'")
+        raise InvalidValueError(f"memory_format {memory_format!r}: expected 'NCHW' or 'NHWC'")
     strides, acc = [0] * len(shape), 1
     for axis in reversed(order):
         strides[axis] = acc
@@ -216,7 +218,7 @@ def transform_tensor(handle, x, y=None, *, dtype=None, memory_format: str = "NCH
     else:
         ya = check_array(y, "y", handle, shape=xa.shape)
         if dtype is not None and ya.dtype != as_numpy_dtype(dtype):
-            raise TypeError(f"y has dtype {ya.dtype} but dtype={as_numpy_dtype(dtype)} was asked for")
+            raise InvalidTypeError(f"y has dtype {ya.dtype} but dtype={as_numpy_dtype(dtype)} was asked for")
     inputs = [("x", xa)] + ([("prior", ya)] if beta else [])
     if gl.attempt(engine, lambda auto: gl.run_graph(
             handle, "transform_tensor", (float(alpha), float(beta)), inputs, [("y", ya)],
@@ -258,7 +260,7 @@ def transform_tensor_ex(handle, x, *, dest_format: str = "NHWC", pad_before=0, p
     xa = check_array(x, "x", handle)
     nd = xa.ndim
     if nd not in (4, 5):
-        raise ValueError(f"transform_tensor_ex takes 4-D or 5-D tensors; x has shape {xa.shape}")
+        raise InvalidValueError(f"transform_tensor_ex takes 4-D or 5-D tensors; x has shape {xa.shape}")
     fmt = enum_arg(dest_format, {k.lower(): v for k, v in _FORMATS.items()}, capi.cudnnTensorFormat_t, "dest_format")
     before = _ints(pad_before, nd, "pad_before", 0)
     after = _ints(pad_after, nd, "pad_after", 0)
@@ -282,7 +284,7 @@ def transform_tensor_ex(handle, x, *, dest_format: str = "NHWC", pad_before=0, p
     else:
         ya = check_array(y, "y", handle, shape=shape, dtype=out_dtype)
         if ya.strides != strides:
-            raise ValueError(f"y has strides {ya.strides}; this transform writes strides {strides}")
+            raise InvalidValueError(f"y has strides {ya.strides}; this transform writes strides {strides}")
     scalar_dtype = np.float64 if np.float64 in (xa.dtype, ya.dtype) else np.float32
     al, be = scalars(scalar_dtype, alpha, beta)
     xd, yd = desc(xa), desc(ya)
@@ -330,16 +332,16 @@ def reduce_tensor(handle, op, a, c=None, *, axes=None, indices: bool = False, al
     opv = enum_arg(op, REDUCE_OPS, capi.cudnnReduceTensorOp_t, "op")
     aa = check_array(a, "a", handle, floating=True)
     if indices and opv not in _INDEXED:
-        raise ValueError(f"reduce_tensor gives indices only for min, max and amax, not {opv.name}")
+        raise InvalidValueError(f"reduce_tensor gives indices only for min, max and amax, not {opv.name}")
     if c is None:
         ax = _axes(axes, aa)
         ca = output(None, "c", handle, tuple(1 if i in ax else n for i, n in enumerate(aa.shape)), aa.dtype)
     else:
         if axes is not None:
-            raise ValueError("give either c (its unit dimensions are the reduced ones) or axes, not both")
+            raise InvalidValueError("give either c (its unit dimensions are the reduced ones) or axes, not both")
         ca = check_array(c, "c", handle, floating=True)
         if ca.ndim != aa.ndim or any(cd not in (1, ad) for ad, cd in zip(aa.shape, ca.shape)):
-            raise ValueError(f"c has shape {ca.shape}; each dimension must equal a's {aa.shape} or be 1")
+            raise InvalidValueError(f"c has shape {ca.shape}; each dimension must equal a's {aa.shape} or be 1")
     if gl.attempt(engine, lambda auto: _graph_reduce(handle, opv, aa, ca, alpha, beta, compute_dtype,
                                                      nan_propagation, indices, auto)):
         return ca if c is None else c
@@ -374,6 +376,7 @@ def _axes(axes, a: DeviceArray) -> set[int]:
     out = set()
     for i in ((axes,) if isinstance(axes, (int, np.integer)) else tuple(axes)):
         if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not -a.ndim <= i < a.ndim:
-            raise ValueError(f"axes {axes!r}: each must be an int in [{-a.ndim}, {a.ndim}) for a of shape {a.shape}")
+            raise InvalidValueError(f"axes {axes!r}: each must be an int in [{-a.ndim}, {a.ndim}) for a of shape "
+                                    f"{a.shape}")
         out.add(int(i) % a.ndim)
     return out

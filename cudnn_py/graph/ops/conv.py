@@ -6,6 +6,7 @@ from cudnn_py.descriptors import _ints
 
 from ..descriptors import BackendDescriptor
 from .base import Builder, LowerContext, Op
+from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["ConvFprop", "ConvDgrad", "ConvWgrad", "ConvBuilders"]
 
@@ -64,10 +65,11 @@ class ConvBuilders(Builder):
         if isinstance(conv_mode, str):
             key = "CUDNN_" + conv_mode.upper()
             if key not in capi.cudnnConvolutionMode_t.__members__:
-                raise ValueError(f"conv_mode must be 'cross_correlation' or 'convolution', got {conv_mode!r}")
+                raise InvalidValueError(f"conv_mode must be 'cross_correlation' or 'convolution', got {conv_mode!r}")
             conv_mode = capi.cudnnConvolutionMode_t[key]
         elif not isinstance(conv_mode, capi.cudnnConvolutionMode_t):
-            raise TypeError(f"conv_mode must be a string or cudnnConvolutionMode_t, got {type(conv_mode).__name__}")
+            raise InvalidTypeError(f"conv_mode must be a string or cudnnConvolutionMode_t, got "
+                                   f"{type(conv_mode).__name__}")
         return dict(padding=pad, post_padding=post, stride=_ints(stride, nsp, "stride", 1),
                     dilation=_ints(dilation, nsp, "dilation", 1), compute_dtype=self._compute(compute_dtype),
                     alpha=self._float(alpha, "alpha"), beta=self._float(beta, "beta"), conv_mode=conv_mode)
@@ -81,16 +83,16 @@ class ConvBuilders(Builder):
         x, w = self._own(x, "x"), self._own(w, "w")
         self._same_dtype("conv_fprop", x, w)
         if x.ndim < 3 or w.ndim != x.ndim:
-            raise ValueError(f"conv_fprop needs x and w of the same rank >= 3, got {x.shape} and {w.shape}")
+            raise InvalidValueError(f"conv_fprop needs x and w of the same rank >= 3, got {x.shape} and {w.shape}")
         p = self._conv_params(x.ndim - 2, padding, stride, dilation, post_padding, compute_dtype, alpha, beta,
                               conv_mode)
         if x.shape[1] % w.shape[1]:
-            raise ValueError(f"conv_fprop: x has {x.shape[1]} channels, not a multiple of w's {w.shape[1]}")
+            raise InvalidValueError(f"conv_fprop: x has {x.shape[1]} channels, not a multiple of w's {w.shape[1]}")
         out = []
         for i, (n, k) in enumerate(zip(x.shape[2:], w.shape[2:])):
             o = (n + p["padding"][i] + p["post_padding"][i] - p["dilation"][i] * (k - 1) - 1) // p["stride"][i] + 1
             if o <= 0:
-                raise ValueError(f"conv_fprop: spatial dim {i} gives output size {o} (input {n}, kernel {k})")
+                raise InvalidValueError(f"conv_fprop: spatial dim {i} gives output size {o} (input {n}, kernel {k})")
             out.append(o)
         y = self._virtual((x.shape[0], w.shape[0], *out), like=x, name=name and f"{name}.y")
         self._add_op(ConvFprop({"x": x, "w": w}, {"y": y}, p, name))
@@ -104,9 +106,9 @@ class ConvBuilders(Builder):
         dy, w = self._own(dy, "dy"), self._own(w, "w")
         self._same_dtype("conv_dgrad", dy, w)
         if dy.ndim < 3 or w.ndim != dy.ndim:
-            raise ValueError(f"conv_dgrad needs dy and w of the same rank >= 3, got {dy.shape} and {w.shape}")
+            raise InvalidValueError(f"conv_dgrad needs dy and w of the same rank >= 3, got {dy.shape} and {w.shape}")
         if dy.shape[1] != w.shape[0]:
-            raise ValueError(f"conv_dgrad: dy has {dy.shape[1]} channels but w has {w.shape[0]} filters")
+            raise InvalidValueError(f"conv_dgrad: dy has {dy.shape[1]} channels but w has {w.shape[0]} filters")
         p = self._conv_params(dy.ndim - 2, padding, stride, dilation, post_padding, compute_dtype, alpha, beta,
                               conv_mode)
         if x_shape is None:
@@ -125,7 +127,7 @@ class ConvBuilders(Builder):
         dy, x = self._own(dy, "dy"), self._own(x, "x")
         self._same_dtype("conv_wgrad", dy, x)
         if dy.ndim < 3 or x.ndim != dy.ndim:
-            raise ValueError(f"conv_wgrad needs dy and x of the same rank >= 3, got {dy.shape} and {x.shape}")
+            raise InvalidValueError(f"conv_wgrad needs dy and x of the same rank >= 3, got {dy.shape} and {x.shape}")
         p = self._conv_params(dy.ndim - 2, padding, stride, dilation, post_padding, compute_dtype, alpha, beta,
                               conv_mode)
         if w_shape is None:

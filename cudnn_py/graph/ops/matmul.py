@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from ..descriptors import BackendDescriptor
 from .base import Builder, LowerContext, Op
+from cudnn_py.errors import InvalidValueError
 
 __all__ = ["Matmul", "MatmulBuilders"]
 
@@ -44,13 +45,14 @@ class MatmulBuilders(Builder):
         a, b = self._own(a, "a"), self._own(b, "b")
         self._same_dtype("matmul", a, b)
         if a.ndim < 2 or a.ndim != b.ndim:
-            raise ValueError(f"matmul needs a and b of the same rank >= 2, got {a.shape} and {b.shape}")
+            raise InvalidValueError(f"matmul needs a and b of the same rank >= 2, got {a.shape} and {b.shape}")
         if a.shape[-1] != b.shape[-2]:
-            raise ValueError(f"matmul: a is {a.shape} and b is {b.shape}; a's last dim must equal b's second-last")
+            raise InvalidValueError(f"matmul: a is {a.shape} and b is {b.shape}; a's last dim must equal b's "
+                                    f"second-last")
         batch = []
         for i, (m, n) in enumerate(zip(a.shape[:-2], b.shape[:-2])):
             if m != n and 1 not in (m, n):
-                raise ValueError(f"matmul: batch dim {i} does not broadcast ({m} vs {n})")
+                raise InvalidValueError(f"matmul: batch dim {i} does not broadcast ({m} vs {n})")
             batch.append(max(m, n))
         c = self._virtual((*batch, a.shape[-2], b.shape[-1]), name=name and f"{name}.c")
         self._add_op(Matmul({"a": a, "b": b}, {"c": c}, {"compute_dtype": self._compute(compute_dtype)}, name))

@@ -21,6 +21,7 @@ from cudnn_py import capi
 
 from ..descriptors import BackendDescriptor
 from .base import Builder, LowerContext, Op
+from cudnn_py.errors import InvalidValueError
 
 __all__ = ["GenStats", "NormForward", "NormBackward", "BNFinalize", "BNBackwardWeights", "NormBuilders",
            "NORM_MODES", "BatchNormOutputs", "BNFinalizeOutputs", "BNBackwardWeightsOutputs", "norm_axes",
@@ -90,7 +91,8 @@ def norm_axes(mode: str, x_shape: tuple[int, ...], scale_shape: tuple[int, ...])
         return tuple(range(2, n))
     spanned = [i for i in range(1, n) if scale_shape[i] != 1]
     if not spanned:
-        raise ValueError(f"{mode} norm: scale {scale_shape} spans none of x's dims {x_shape} after the first; give "
+        raise InvalidValueError(f"{mode} norm: scale {scale_shape} spans none of x's dims {x_shape} after the first; "
+                                f"give "
                          f"it the sizes of the normalised dims")
     return tuple(range(spanned[0], n))
 
@@ -117,7 +119,7 @@ def param_shape(mode: str, x_shape: tuple[int, ...], scale_shape: tuple[int, ...
 
 def _mode(mode: str) -> capi.cudnnBackendNormMode_t:
     if not isinstance(mode, str) or mode not in NORM_MODES:
-        raise ValueError(f"mode must be one of {', '.join(NORM_MODES)}, got {mode!r}")
+        raise InvalidValueError(f"mode must be one of {', '.join(NORM_MODES)}, got {mode!r}")
     return capi.cudnnBackendNormMode_t[NORM_MODES[mode]]
 
 
@@ -197,29 +199,29 @@ class NormBuilders(Builder):
     def _norm_x(self, x, what: str):
         x = self._own(x, "x")
         if x.ndim < 3:
-            raise ValueError(f"{what} needs x with a batch, a channel and at least one more dim, got {x.shape}")
+            raise InvalidValueError(f"{what} needs x with a batch, a channel and at least one more dim, got {x.shape}")
         return x
 
     def _norm_param(self, mode: str, x, t, role: str, what: str, expected: tuple[int, ...] | None = None):
         """A scale/bias (or dscale-like) tensor of ``mode``'s parameter shape; returns it."""
         t = self._own(t, role)
         if t.ndim != x.ndim or any(a not in (1, b) for a, b in zip(t.shape, x.shape)):
-            raise ValueError(f"{what}: {role} {t.shape} does not broadcast to x {x.shape}")
+            raise InvalidValueError(f"{what}: {role} {t.shape} does not broadcast to x {x.shape}")
         want = expected or param_shape(mode, x.shape, t.shape)
         if t.shape != want:
-            raise ValueError(f"{what}: {mode} norm of x {x.shape} needs {role} of shape {want}, got {t.shape}")
+            raise InvalidValueError(f"{what}: {mode} norm of x {x.shape} needs {role} of shape {want}, got {t.shape}")
         return t
 
     def _stat(self, x, t, role: str, shape: tuple[int, ...], what: str):
         t = self._own(t, role)
         if t.shape != shape:
-            raise ValueError(f"{what}: {role} must have shape {shape} (x {x.shape}), got {t.shape}")
+            raise InvalidValueError(f"{what}: {role} must have shape {shape} (x {x.shape}), got {t.shape}")
         return t
 
     def _positive(self, v, what: str) -> float:
         f = self._float(v, what)
         if not f > 0:
-            raise ValueError(f"{what} must be > 0, got {v!r}")
+            raise InvalidValueError(f"{what} must be > 0, got {v!r}")
         return f
 
     def _stat_out(self, shape, name, suffix):
@@ -249,14 +251,14 @@ class NormBuilders(Builder):
         ``inv_variance``) and returns ``y``. Batch norm: see :meth:`batch_norm` for running statistics."""
         m = _mode(mode)
         if mode == "batch" and not training:
-            raise ValueError("cuDNN's norm forward has no batch-norm inference phase")
+            raise InvalidValueError("cuDNN's norm forward has no batch-norm inference phase")
         x = self._norm_x(x, "norm_forward")
         scale = self._norm_param(mode, x, scale, "scale", "norm_forward")
         eps = self._positive(epsilon, "epsilon")
         if bias is None and mode != "rms":
-            raise ValueError(f"{mode} norm needs a bias tensor")
+            raise InvalidValueError(f"{mode} norm needs a bias tensor")
         if training and (mean is not None or inv_variance is not None):
-            raise ValueError("training computes mean and inv_variance: do not pass them")
+            raise InvalidValueError("training computes mean and inv_variance: do not pass them")
         stat = stat_shape(mode, x.shape, scale.shape)
         inputs = {"x": x, "scale": scale}
         if bias is not None:
@@ -271,7 +273,7 @@ class NormBuilders(Builder):
             needed = {"inv_variance": inv_variance} if mode == "rms" else {"mean": mean, "inv_variance": inv_variance}
             for k, t in needed.items():
                 if t is None:
-                    raise ValueError(f"{mode} norm inference needs {k}= (a tensor of shape {stat})")
+                    raise InvalidValueError(f"{mode} norm inference needs {k}= (a tensor of shape {stat})")
                 inputs[k] = self._stat(x, t, k, stat, "norm_forward")
         self._add_op(NormForward(inputs, outputs, {"mode": m, "training": bool(training)}, name))
         y = outputs["y"]
@@ -292,12 +294,12 @@ class NormBuilders(Builder):
         eps = self._positive(epsilon, "epsilon")
         stat = stat_shape("batch", x.shape)
         if (running_mean is None) != (running_var is None):
-            raise ValueError("batch_norm: give both running_mean and running_var, or neither")
+            raise InvalidValueError("batch_norm: give both running_mean and running_var, or neither")
         running = {}
         if running_mean is not None:
             mom = self._positive(momentum, "momentum")
             if mom > 1:
-                raise ValueError(f"momentum must be in (0, 1], got {momentum!r}")
+                raise InvalidValueError(f"momentum must be in (0, 1], got {momentum!r}")
             running = {"running_mean": self._stat(x, running_mean, "running_mean", stat, "batch_norm"),
                        "running_var": self._stat(x, running_var, "running_var", stat, "batch_norm")}
         inputs = {"x": x, "scale": scale, "bias": bias, "epsilon": self.scalar(eps, ndim=x.ndim)}
@@ -322,20 +324,20 @@ class NormBuilders(Builder):
         x = self._norm_x(x, "norm_backward")
         dy = self._own(dy, "dy")
         if dy.shape != x.shape:
-            raise ValueError(f"norm_backward: dy {dy.shape} and x {x.shape} must have one shape")
+            raise InvalidValueError(f"norm_backward: dy {dy.shape} and x {x.shape} must have one shape")
         scale = self._norm_param(mode, x, scale, "scale", "norm_backward")
         stat = stat_shape(mode, x.shape, scale.shape)
         inputs = {"dy": dy, "x": x, "scale": scale,
                   "inv_variance": self._stat(x, inv_variance, "inv_variance", stat, "norm_backward")}
         if mode == "rms":
             if mean is not None:
-                raise ValueError("rms norm has no mean: do not pass one")
+                raise InvalidValueError("rms norm has no mean: do not pass one")
         else:
             if mean is None:
-                raise ValueError(f"{mode} norm backward needs mean= (a tensor of shape {stat})")
+                raise InvalidValueError(f"{mode} norm backward needs mean= (a tensor of shape {stat})")
             inputs["mean"] = self._stat(x, mean, "mean", stat, "norm_backward")
         if not has_bias and mode != "rms":
-            raise ValueError(f"has_bias=False is for rms norm; {mode} norm always has a bias")
+            raise InvalidValueError(f"has_bias=False is for rms norm; {mode} norm always has a bias")
         outputs = {"dx": self._virtual(x.shape, strides=x.strides, like=x, name=name and f"{name}.dx")}
         for k in ("dscale", "dbias") if has_bias else ("dscale",):
             t = self._virtual(scale.shape, strides=scale.strides, name=name and f"{name}.{k}")
@@ -353,20 +355,20 @@ class NormBuilders(Builder):
         All (1, C, 1, ...). Returns :class:`BNFinalizeOutputs`."""
         s = self._own(sum, "sum")
         if s.ndim < 3 or s.shape[0] != 1 or any(d != 1 for d in s.shape[2:]):
-            raise ValueError(f"bn_finalize: sum must be (1, C, 1, ...), got {s.shape}")
+            raise InvalidValueError(f"bn_finalize: sum must be (1, C, 1, ...), got {s.shape}")
         shape = s.shape
         ins = {"sum": s}
         for role, t in (("sqsum", sqsum), ("scale", scale), ("bias", bias)):
             ins[role] = self._stat(s, t, role, shape, "bn_finalize")
         if isinstance(accum_count, bool) or not isinstance(accum_count, int) or accum_count < 1:
-            raise ValueError(f"accum_count must be a positive int (elements per channel), got {accum_count!r}")
+            raise InvalidValueError(f"accum_count must be a positive int (elements per channel), got {accum_count!r}")
         eps = self._positive(epsilon, "epsilon")
         if running_mean is None or running_var is None:
-            raise ValueError("bn_finalize needs running_mean= and running_var= (cuDNN does not finalize the "
+            raise InvalidValueError("bn_finalize needs running_mean= and running_var= (cuDNN does not finalize the "
                              "operation without the running-average update)")
         mom = self._positive(momentum, "momentum")
         if mom > 1:
-            raise ValueError(f"momentum must be in (0, 1], got {momentum!r}")
+            raise InvalidValueError(f"momentum must be in (0, 1], got {momentum!r}")
         running = {"running_mean": self._stat(s, running_mean, "running_mean", shape, "bn_finalize"),
                    "running_var": self._stat(s, running_var, "running_var", shape, "bn_finalize")}
         # every check is done: make the tensors (in the order the operation's roles and uids always had)
@@ -389,7 +391,7 @@ class NormBuilders(Builder):
         x = self._norm_x(x, "bn_backward_weights")
         dy = self._own(dy, "dy")
         if dy.shape != x.shape:
-            raise ValueError(f"bn_backward_weights: dy {dy.shape} and x {x.shape} must have one shape")
+            raise InvalidValueError(f"bn_backward_weights: dy {dy.shape} and x {x.shape} must have one shape")
         stat = stat_shape("batch", x.shape)
         ins = {"x": x, "dy": dy}
         for role, t in (("mean", mean), ("inv_std", inv_std), ("scale", scale)):

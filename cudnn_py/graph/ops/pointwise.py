@@ -7,6 +7,7 @@ from cudnn_py import capi
 
 from ..descriptors import BackendDescriptor
 from .base import Builder, LowerContext, Op
+from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["Pointwise", "PointwiseBuilders", "POINTWISE_ARITY", "pointwise_mode"]
 
@@ -44,26 +45,26 @@ def pointwise_mode(mode) -> capi.cudnnPointwiseMode_t:
         for cand in (mode, "CUDNN_POINTWISE_" + mode.upper()):
             if cand in _PW.__members__:
                 return _PW[cand]
-        raise ValueError(f"unknown pointwise mode {mode!r}; known: "
+        raise InvalidValueError(f"unknown pointwise mode {mode!r}; known: "
                          + ", ".join(m.name[len('CUDNN_POINTWISE_'):].lower() for m in _PW))
     if isinstance(mode, int) and not isinstance(mode, bool):
         try:
             return _PW(mode)
         except ValueError:
-            raise ValueError(f"{mode} is not a cudnnPointwiseMode_t value") from None
-    raise TypeError(f"pointwise mode must be a cudnnPointwiseMode_t or its name, not {type(mode).__name__}")
+            raise InvalidValueError(f"{mode} is not a cudnnPointwiseMode_t value") from None
+    raise InvalidTypeError(f"pointwise mode must be a cudnnPointwiseMode_t or its name, not {type(mode).__name__}")
 
 
 def broadcast_shape(what: str, ins) -> tuple[int, ...]:
     """The shape tensors of one rank broadcast to (size-1 dims stretch); ``what`` names the operation in errors."""
     rank = ins[0].ndim
     if any(v.ndim != rank for v in ins):
-        raise ValueError(f"{what}: inputs need the same rank, got " + ", ".join(str(v.shape) for v in ins))
+        raise InvalidValueError(f"{what}: inputs need the same rank, got " + ", ".join(str(v.shape) for v in ins))
     shape = []
     for i in range(rank):
         sizes = {v.shape[i] for v in ins} - {1}
         if len(sizes) > 1:
-            raise ValueError(f"{what}: dim {i} does not broadcast: " + ", ".join(str(v.shape) for v in ins))
+            raise InvalidValueError(f"{what}: dim {i} does not broadcast: " + ", ".join(str(v.shape) for v in ins))
         shape.append(sizes.pop() if sizes else 1)
     return tuple(shape)
 
@@ -120,10 +121,11 @@ class PointwiseBuilders(Builder):
         need = {"nullary": 0, "unary": 0, "binary": 1, "ternary": 2, "backward": 1}[arity]
         given = (b is not None) + (t is not None)
         if given != need:
-            raise ValueError(f"pointwise {mode.name} is {arity} and takes {need} tensor(s) besides x, got {given}")
+            raise InvalidValueError(f"pointwise {mode.name} is {arity} and takes {need} tensor(s) besides x, got "
+                                    f"{given}")
         unknown = set(params) - set(_FLOAT_PARAMS) - {"axis"}
         if unknown:
-            raise TypeError(f"pointwise: unknown parameter(s) {', '.join(sorted(unknown))}; known: "
+            raise InvalidTypeError(f"pointwise: unknown parameter(s) {', '.join(sorted(unknown))}; known: "
                             + ", ".join((*_FLOAT_PARAMS, "axis")))
         clean = {}
         for k, v in params.items():
@@ -131,7 +133,7 @@ class PointwiseBuilders(Builder):
                 continue
             clean[k] = self._axis(v, x.ndim, k) if k == "axis" else self._float(v, k)
         if arity == "nullary" and "axis" not in clean:
-            raise ValueError(f"pointwise {mode.name} needs axis=")
+            raise InvalidValueError(f"pointwise {mode.name} needs axis=")
         ins = [x] + [self._own(v, n) for v, n in ((b, "b"), (t, "t")) if v is not None]
         shape = broadcast_shape(f"pointwise {mode.name}", ins)
         like = max(ins, key=lambda v: math.prod(v.shape))
@@ -176,7 +178,7 @@ class PointwiseBuilders(Builder):
     def gelu(self, x, *, approximate: str = "none", **kw):
         """GELU, exact (erf) or ``approximate='tanh'``."""
         if approximate not in ("none", "tanh"):
-            raise ValueError(f"approximate must be 'none' or 'tanh', got {approximate!r}")
+            raise InvalidValueError(f"approximate must be 'none' or 'tanh', got {approximate!r}")
         return self.pointwise("gelu_approx_tanh_fwd" if approximate == "tanh" else "gelu_fwd", x, **kw)
 
     def silu(self, x, **kw):

@@ -12,6 +12,7 @@ from __future__ import annotations
 from cudnn_py import capi
 
 from .base import Builder
+from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["QuantBuilders", "FP8_DTYPES"]
 
@@ -26,15 +27,16 @@ class QuantBuilders(Builder):
     def _fp8_operand(self, t, role: str, what: str):
         t = self._own(t, role)
         if t.dtype not in FP8_DTYPES:
-            raise TypeError(f"{what}: {role} must be FP8 (e4m3 or e5m2), got {t.dtype.name}")
+            raise InvalidTypeError(f"{what}: {role} must be FP8 (e4m3 or e5m2), got {t.dtype.name}")
         return t
 
     def _fp8_factor(self, t, role: str, ndim: int, what: str, need: str):
         if t is None:
-            raise ValueError(f"{what} needs {role}= ({need}: a float32 tensor of shape {(1,) * ndim})")
+            raise InvalidValueError(f"{what} needs {role}= ({need}: a float32 tensor of shape {(1,) * ndim})")
         t = self._own(t, role)
         if t.shape != (1,) * ndim or t.dtype != _DT.CUDNN_DATA_FLOAT:
-            raise TypeError(f"{what}: {role} must be a float32 tensor of shape {(1,) * ndim}, got {t.describe()}")
+            raise InvalidTypeError(f"{what}: {role} must be a float32 tensor of shape {(1,) * ndim}, got "
+                                   f"{t.describe()}")
         return t
 
     def _fp8_epilogue(self, prod, factors: list, scale_out, out_dtype, amax: bool, what: str, name):
@@ -46,7 +48,7 @@ class QuantBuilders(Builder):
         from ..graph import _dtype
         out_dt = self.io_dtype if out_dtype is None else _dtype(out_dtype)
         if out_dt in FP8_DTYPES and scale_out is None:
-            raise ValueError(f"{what} with an FP8 output needs the output scale (scale_y=/scale_c=)")
+            raise InvalidValueError(f"{what} with an FP8 output needs the output scale (scale_y=/scale_c=)")
         peak = None
         if amax:
             peak = self.reduction(prod, "amax", axes=range(ndim), name=name and f"{name}.amax").set_dtype("float32")

@@ -7,6 +7,7 @@ from cudnn_py import capi
 
 from ..descriptors import BackendDescriptor
 from .base import Builder, LowerContext, Op
+from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["Reduction", "ReductionBuilders", "reduction_mode"]
 
@@ -19,7 +20,7 @@ def reduction_mode(mode) -> capi.cudnnReduceTensorOp_t:
         return mode
     if isinstance(mode, str) and "CUDNN_REDUCE_TENSOR_" + mode.upper() in _RED.__members__:
         return _RED["CUDNN_REDUCE_TENSOR_" + mode.upper()]
-    raise ValueError("reduction mode must be a cudnnReduceTensorOp_t or one of "
+    raise InvalidValueError("reduction mode must be a cudnnReduceTensorOp_t or one of "
                      + ", ".join(m.name[len('CUDNN_REDUCE_TENSOR_'):].lower() for m in _RED) + f", got {mode!r}")
 
 
@@ -54,15 +55,16 @@ class ReductionBuilders(Builder):
         x = self._own(x, "x")
         op = reduction_mode(mode)
         if (axes is None) == (out_shape is None):
-            raise ValueError("reduction needs exactly one of axes= or out_shape=")
+            raise InvalidValueError("reduction needs exactly one of axes= or out_shape=")
         if out_shape is None:
             if isinstance(axes, (int, str, bytes)) or not hasattr(axes, "__iter__"):
-                raise TypeError(f"axes must be a sequence of ints, got {axes!r}")
+                raise InvalidTypeError(f"axes must be a sequence of ints, got {axes!r}")
             ax = {self._axis(a, x.ndim, "axes") for a in axes}
             out_shape = tuple(1 if i in ax else s for i, s in enumerate(x.shape))
         out_shape = self._shape(out_shape, "out_shape")
         if len(out_shape) != x.ndim or any(o not in (1, s) for o, s in zip(out_shape, x.shape)):
-            raise ValueError(f"reduction output shape {out_shape} must keep x's rank with dims 1 or x's {x.shape}")
+            raise InvalidValueError(f"reduction output shape {out_shape} must keep x's rank with dims 1 or x's "
+                                    f"{x.shape}")
         y = self._virtual(out_shape, name=name and f"{name}.y")
         self._add_op(Reduction({"x": x}, {"y": y}, {"mode": op, "compute_dtype": self._compute(compute_dtype)}, name))
         return y

@@ -14,6 +14,7 @@ from cudnn_py.descriptors import _ints
 from ..descriptors import BackendDescriptor
 from ..errors import GraphNotSupportedError
 from .base import Builder, LowerContext, Op
+from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["ResampleForward", "ResampleBackward", "ResampleBuilders", "RESAMPLE_MODES", "PADDING_MODES",
            "resample_output_shape"]
@@ -80,19 +81,19 @@ class ResampleBuilders(Builder):
 
     def _pool_params(self, nsp: int, mode, window, stride, padding, post_padding, padding_mode, compute_dtype):
         if mode not in RESAMPLE_MODES:
-            raise ValueError(f"resample mode must be one of {', '.join(RESAMPLE_MODES)}, got {mode!r}")
+            raise InvalidValueError(f"resample mode must be one of {', '.join(RESAMPLE_MODES)}, got {mode!r}")
         if nsp not in (2, 3):
-            raise ValueError(f"pooling is 2-D or 3-D: x needs rank 4 or 5, got rank {nsp + 2}")
+            raise InvalidValueError(f"pooling is 2-D or 3-D: x needs rank 4 or 5, got rank {nsp + 2}")
         win = _ints(window, nsp, "window", 1)
         pad = _ints(padding, nsp, "padding", 0)
         post = pad if post_padding is None else _ints(post_padding, nsp, "post_padding", 0)
         st = win if stride is None else _ints(stride, nsp, "stride", 1)
         pm = _DEFAULT_PAD[mode] if padding_mode is None else padding_mode
         if pm not in PADDING_MODES:
-            raise ValueError(f"padding_mode must be one of {', '.join(PADDING_MODES)}, got {pm!r}")
+            raise InvalidValueError(f"padding_mode must be one of {', '.join(PADDING_MODES)}, got {pm!r}")
         for i in range(nsp):
             if pad[i] >= win[i] or post[i] >= win[i]:
-                raise ValueError(f"padding {pad} / post_padding {post} must be smaller than the window {win}: a "
+                raise InvalidValueError(f"padding {pad} / post_padding {post} must be smaller than the window {win}: a "
                                  f"window would see only padding")
         return {"mode": mode, "window": win, "stride": st, "padding": pad, "post_padding": post,
                 "padding_mode": pm, "compute_dtype": self._compute(compute_dtype)}
@@ -109,14 +110,14 @@ class ResampleBuilders(Builder):
         x = self._own(x, "x")
         p = self._pool_params(x.ndim - 2, mode, window, stride, padding, post_padding, padding_mode, compute_dtype)
         if index and mode != "max":
-            raise ValueError(f"index=True is for max pooling, not {mode!r}")
+            raise InvalidValueError(f"index=True is for max pooling, not {mode!r}")
         if x.dtype == capi.CUDNN_DATA_BFLOAT16 and x.ndim == 4 and _channels_last(x):
             raise _measured_broken(self, f"resample[{mode}]({x.describe()} channels-last)",
                                    "the channels-last bfloat16 2-D pooling engine returns wrong values; use NCHW, "
                                    "float16 or float32 (3-D channels-last bfloat16 is right)")
         out = resample_output_shape(x.shape, p["window"], p["stride"], p["padding"], p["post_padding"])
         if any(o <= 0 for o in out[2:]):
-            raise ValueError(f"resample: x {x.shape} with window {p['window']} gives output {out}")
+            raise InvalidValueError(f"resample: x {x.shape} with window {p['window']} gives output {out}")
         outputs = {"y": self._virtual(out, like=x, name=name and f"{name}.y")}
         if index:
             outputs["index"] = self._virtual(out, like=x, name=name and f"{name}.index").set_dtype("int8")
@@ -135,20 +136,21 @@ class ResampleBuilders(Builder):
         inputs = {"dy": dy}
         if mode == "max":
             if index is None and (x is None or y is None):
-                raise ValueError("max pooling backward needs the forward's index= tensor, or its x= and y=")
+                raise InvalidValueError("max pooling backward needs the forward's index= tensor, or its x= and y=")
             if index is None and _channels_last(dy):
                 raise _measured_broken(self, f"resample_backward[max]({dy.describe()} channels-last, x and y)",
                                        "channels-last max pooling backward from x and y crashes the process "
                                        "(SIGSEGV); pass the forward's index= instead (resample(index=True))")
         elif index is not None:
-            raise ValueError(f"index= is for max pooling, not {mode!r}")
+            raise InvalidValueError(f"index= is for max pooling, not {mode!r}")
         elif not _channels_last(dy) and (x is None or y is None):
-            raise ValueError(f"{mode} pooling backward in NCHW layout needs the forward's x= and y= (cuDNN's engine "
+            raise InvalidValueError(f"{mode} pooling backward in NCHW layout needs the forward's x= and y= (cuDNN's "
+                                    f"engine "
                              f"reads them; channels-last needs neither)")
         if x is not None:
             inputs["x"] = self._own(x, "x")
             if x_shape is not None and tuple(x_shape) != inputs["x"].shape:
-                raise ValueError(f"x_shape {tuple(x_shape)} differs from x {inputs['x'].shape}")
+                raise InvalidValueError(f"x_shape {tuple(x_shape)} differs from x {inputs['x'].shape}")
             x_shape = inputs["x"].shape
         if x_shape is None:
             x_shape = dy.shape[:2] + tuple((o - 1) * s + w - a - b for o, s, w, a, b in zip(
@@ -156,14 +158,16 @@ class ResampleBuilders(Builder):
         x_shape = self._shape(x_shape, "x_shape")
         expect = resample_output_shape(x_shape, p["window"], p["stride"], p["padding"], p["post_padding"])
         if len(x_shape) != dy.ndim or expect != dy.shape:
-            raise ValueError(f"resample_backward: dy {dy.shape} is not the pooled shape of x {x_shape} ({expect})")
+            raise InvalidValueError(f"resample_backward: dy {dy.shape} is not the pooled shape of x {x_shape} "
+                                    f"({expect})")
         for role, t in (("y", y), ("index", index)):
             if t is not None:
                 inputs[role] = self._own(t, role)
                 if inputs[role].shape != dy.shape:
-                    raise ValueError(f"resample_backward: {role} {inputs[role].shape} must have dy's shape {dy.shape}")
+                    raise InvalidValueError(f"resample_backward: {role} {inputs[role].shape} must have dy's shape "
+                                            f"{dy.shape}")
         if "index" in inputs and inputs["index"].dtype != capi.CUDNN_DATA_INT8:
-            raise TypeError(f"resample_backward: index must be int8 (as resample(index=True) makes it), got "
+            raise InvalidTypeError(f"resample_backward: index must be int8 (as resample(index=True) makes it), got "
                             f"{inputs['index'].dtype.name}")
         ref = inputs.get("x", dy)
         dx = self._virtual(x_shape, like=ref, name=name and f"{name}.dx")

@@ -15,6 +15,7 @@ from cudnn_py import capi
 from ..descriptors import BackendDescriptor
 from ..errors import GraphNotSupportedError
 from .base import Builder, LowerContext, Op
+from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["Reshape", "Transpose", "Slice", "Concatenate", "ReshapeBuilders", "NEEDS"]
 
@@ -108,7 +109,7 @@ class ReshapeBuilders(Builder):
         x = self._own(x, "x")
         shape = self._shape(shape, "shape")
         if math.prod(shape) != math.prod(x.shape):
-            raise ValueError(f"reshape: x {x.shape} has {math.prod(x.shape)} elements, shape {shape} has "
+            raise InvalidValueError(f"reshape: x {x.shape} has {math.prod(x.shape)} elements, shape {shape} has "
                              f"{math.prod(shape)}")
         logical = _loaded() >= _RESHAPE_MODE_SINCE
         if not logical and not _packed(x.shape, x.strides):
@@ -125,9 +126,9 @@ class ReshapeBuilders(Builder):
         try:
             perm = tuple(self._axis(a, x.ndim, "perm") for a in perm)
         except TypeError:
-            raise TypeError(f"perm must be a sequence of ints, got {perm!r}") from None
+            raise InvalidTypeError(f"perm must be a sequence of ints, got {perm!r}") from None
         if sorted(perm) != list(range(x.ndim)):
-            raise ValueError(f"perm {perm} is not a permutation of 0..{x.ndim - 1}")
+            raise InvalidValueError(f"perm {perm} is not a permutation of 0..{x.ndim - 1}")
         self._needs("OPERATION_TRANSPOSE", f"transpose({x.describe()}, perm={list(perm)})")
         y = self._virtual(tuple(x.shape[a] for a in perm), name=name and f"{name}.y")
         self._add_op(Transpose({"x": x}, {"y": y}, {"perm": perm}, name))
@@ -142,20 +143,21 @@ class ReshapeBuilders(Builder):
             slices = (slices,)
         slices = tuple(slices)
         if len(slices) > x.ndim:
-            raise ValueError(f"slice: {len(slices)} slices for a rank-{x.ndim} tensor")
+            raise InvalidValueError(f"slice: {len(slices)} slices for a rank-{x.ndim} tensor")
         start, limit, step = [], [], []
         for i, n in enumerate(x.shape):
             s = slices[i] if i < len(slices) else slice(None)
             if not isinstance(s, slice):
-                raise TypeError(f"slice: dim {i} needs a slice object (a:b:c), got {s!r}")
+                raise InvalidTypeError(f"slice: dim {i} needs a slice object (a:b:c), got {s!r}")
             a = 0 if s.start is None else int(s.start)
             b = n if s.stop is None else int(s.stop)
             c = 1 if s.step is None else int(s.step)
             a, b = a + n if a < 0 else a, b + n if b < 0 else b
             if c < 1:
-                raise ValueError(f"slice: dim {i} step must be >= 1, got {c}")
+                raise InvalidValueError(f"slice: dim {i} step must be >= 1, got {c}")
             if not (0 <= a < b <= n):
-                raise ValueError(f"slice: dim {i} range {s.start}:{s.stop} is outside the tensor's 0:{n} or empty")
+                raise InvalidValueError(f"slice: dim {i} range {s.start}:{s.stop} is outside the tensor's 0:{n} or "
+                                        f"empty")
             start.append(a), limit.append(b), step.append(c)
         self._needs("OPERATION_SLICE", f"slice({x.describe()}, {start}:{limit}:{step})")
         shape = tuple(-(-(b - a) // c) for a, b, c in zip(start, limit, step))
@@ -169,18 +171,19 @@ class ReshapeBuilders(Builder):
         the input whose memory already is its part of the output (not copied). Returns y (virtual, packed in the
         first input's layout)."""
         if isinstance(tensors, (str, bytes)) or not hasattr(tensors, "__iter__"):
-            raise TypeError("concatenate takes a sequence of tensors")
+            raise InvalidTypeError("concatenate takes a sequence of tensors")
         ts = [self._own(t, f"tensors[{i}]") for i, t in enumerate(tensors)]
         if len(ts) < 2:
-            raise ValueError(f"concatenate needs at least two tensors, got {len(ts)}")
+            raise InvalidValueError(f"concatenate needs at least two tensors, got {len(ts)}")
         first = ts[0]
         ax = self._axis(axis, first.ndim, "axis")
         for i, t in enumerate(ts[1:], 1):
             if t.ndim != first.ndim or any(a != b for k, (a, b) in enumerate(zip(t.shape, first.shape)) if k != ax):
-                raise ValueError(f"concatenate: tensors[{i}] {t.shape} does not match tensors[0] {first.shape} off "
+                raise InvalidValueError(f"concatenate: tensors[{i}] {t.shape} does not match tensors[0] {first.shape} "
+                                        f"off "
                                  f"axis {ax}")
             if not (t.is_virtual or first.is_virtual) and t.dtype != first.dtype:
-                raise TypeError(f"concatenate: tensors[{i}] is {t.dtype.name}, tensors[0] {first.dtype.name}")
+                raise InvalidTypeError(f"concatenate: tensors[{i}] is {t.dtype.name}, tensors[0] {first.dtype.name}")
         if inplace_index is not None:
             inplace_index = self._axis(inplace_index, len(ts), "inplace_index")
         self._needs("OPERATION_CONCAT", f"concatenate(axis={ax})")

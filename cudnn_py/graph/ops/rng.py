@@ -12,6 +12,7 @@ from cudnn_py import capi
 
 from ..descriptors import BackendDescriptor
 from .base import Builder, LowerContext, Op
+from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["Rng", "RngBuilders", "RNG_DISTRIBUTIONS"]
 
@@ -46,20 +47,20 @@ class RngBuilders(Builder):
 
     def _seed_offset(self, seed, offset, ndim: int) -> tuple[dict, int | None]:
         if isinstance(seed, bool):
-            raise TypeError("seed must be an int or an int64 Tensor, not a bool")
+            raise InvalidTypeError("seed must be an int or an int64 Tensor, not a bool")
         if isinstance(seed, int):
             if offset is not None:
-                raise ValueError("offset= goes with a seed tensor; with an int seed the offset is 0")
+                raise InvalidValueError("offset= goes with a seed tensor; with an int seed the offset is 0")
             if not 0 <= seed < 2 ** 63:
-                raise ValueError(f"seed must be in [0, 2**63), got {seed}")
+                raise InvalidValueError(f"seed must be in [0, 2**63), got {seed}")
             return {}, seed
         ins = {}
         for role, t in (("seed", seed), ("offset", offset)):
             if t is None:
-                raise ValueError(f"rng: a seed tensor needs an offset tensor too (int64, shape (1,)*{ndim})")
+                raise InvalidValueError(f"rng: a seed tensor needs an offset tensor too (int64, shape (1,)*{ndim})")
             t = self._own(t, role)
             if t.dtype != capi.CUDNN_DATA_INT64 or t.shape != (1,) * ndim or t.is_by_value:
-                raise TypeError(f"rng: {role} must be a device int64 tensor of shape {(1,) * ndim}, got "
+                raise InvalidTypeError(f"rng: {role} must be a device int64 tensor of shape {(1,) * ndim}, got "
                                 f"{t.describe()}")
             ins[role] = t
         return ins, None
@@ -74,7 +75,7 @@ class RngBuilders(Builder):
         shape = self._shape(shape, "shape")
         prob = self._float(probability, "probability")
         if not 0 <= prob <= 1:
-            raise ValueError(f"probability must be in [0, 1], got {probability!r}")
+            raise InvalidValueError(f"probability must be in [0, 1], got {probability!r}")
         ins, fixed = self._seed_offset(seed, offset, len(shape))
         if like is not None:
             like = self._own(like, "like")
@@ -90,7 +91,7 @@ class RngBuilders(Builder):
         x = self._own(x, "x")
         rate = self._float(p, "p")
         if not 0 <= rate < 1:
-            raise ValueError(f"dropout rate p must be in [0, 1), got {p!r}")
+            raise InvalidValueError(f"dropout rate p must be in [0, 1), got {p!r}")
         mask = self.bernoulli(x.shape, 1 - rate, seed=seed, offset=offset, like=x, name=name and f"{name}.rng")
         scaled = self.mul(x, mask, name=name and f"{name}.mask")
         y = self.scale(scaled, 1 / (1 - rate), name=name and f"{name}.scale") if rate else scaled

@@ -30,6 +30,7 @@ from ..errors import GraphNotSupportedError
 from .base import Builder, LowerContext, Op
 from .pointwise import Pointwise, pointwise_mode
 from .reduction import Reduction
+from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["SdpaForward", "SdpaBackward", "SdpaFp8Forward", "SdpaFp8Backward", "SdpaBuilders", "ALIGNMENTS",
            "IMPLEMENTATIONS"]
@@ -448,113 +449,118 @@ class SdpaBuilders(Builder):
         q, k, v = self._own(q, "q"), self._own(k, "k"), self._own(v, "v")
         for t, n in ((q, "q"), (k, "k"), (v, "v")):
             if t.ndim != 4:
-                raise ValueError(f"{what}: {n} must be 4-D (B, H, S, D) in logical order (strides give the layout), "
+                raise InvalidValueError(f"{what}: {n} must be 4-D (B, H, S, D) in logical order (strides give the "
+                                        f"layout), "
                                  f"got shape {t.shape}")
             if fp8 and t.dtype not in _FP8:
-                raise TypeError(f"{what}: {n} has dtype {t.dtype.name}; FP8 attention takes float8_e4m3fn or "
+                raise InvalidTypeError(f"{what}: {n} has dtype {t.dtype.name}; FP8 attention takes float8_e4m3fn or "
                                 f"float8_e5m2 tensors")
             if not fp8 and t.dtype in _FP8:
-                raise TypeError(f"{what}: {n} is FP8 ({t.dtype.name}): use sdpa_fp8 / sdpa_fp8_backward, which take "
+                raise InvalidTypeError(f"{what}: {n} is FP8 ({t.dtype.name}): use sdpa_fp8 / sdpa_fp8_backward, which "
+                                       f"take "
                                 f"the descale and scale tensors FP8 attention needs")
             if not fp8 and t.dtype not in _IO_DTYPES:
-                raise TypeError(f"{what}: {n} has dtype {t.dtype.name}; attention takes float16 or bfloat16")
+                raise InvalidTypeError(f"{what}: {n} has dtype {t.dtype.name}; attention takes float16 or bfloat16")
             if t.strides[3] != 1:
-                raise ValueError(f"{what}: {n}'s head dim must be packed (stride 1), got strides {t.strides}")
+                raise InvalidValueError(f"{what}: {n}'s head dim must be packed (stride 1), got strides {t.strides}")
         self._same_dtype(what, q, k, v)
         bq, hq, sq, d = q.shape
         if paged is None:
             bk, hk, skv, dk = k.shape
             bv, hv, skv_v, dv = v.shape
             if bk != bq or bv != bq:
-                raise ValueError(f"{what}: batch sizes differ: q {bq}, k {bk}, v {bv}")
+                raise InvalidValueError(f"{what}: batch sizes differ: q {bq}, k {bk}, v {bv}")
             if skv != skv_v:
-                raise ValueError(f"{what}: k has {skv} keys and v {skv_v} values; they must match")
+                raise InvalidValueError(f"{what}: k has {skv} keys and v {skv_v} values; they must match")
         else:
             hk, dk, hv, dv = k.shape[1], k.shape[3], v.shape[1], v.shape[3]
             skv = paged
         if dk != d:
-            raise ValueError(f"{what}: q's head dim is {d} and k's {dk}; they must match")
+            raise InvalidValueError(f"{what}: q's head dim is {d} and k's {dk}; they must match")
         for h, n in ((hk, "k"), (hv, "v")):
             if hq % h:
-                raise ValueError(f"{what}: {n} has {h} heads, which does not divide q's {hq} (grouped-query "
+                raise InvalidValueError(f"{what}: {n} has {h} heads, which does not divide q's {hq} (grouped-query "
                                  f"attention needs Hq % Hk == 0)")
         mult = 16 if fp8 else 8
         for dim, n in ((d, "q/k"), (dv, "v")):
             if dim % mult or dim > 256:
-                raise ValueError(f"{what}: the {n} head dim must be a multiple of {mult} and at most 256, got {dim}")
+                raise InvalidValueError(f"{what}: the {n} head dim must be a multiple of {mult} and at most 256, got "
+                                        f"{dim}")
 
         ins = {"q": q, "k": k, "v": v}
         scale = 1.0 / math.sqrt(d) if scale is None else self._float(scale, "scale")
         ins["scale"] = self.scalar(scale, "float32")
         if implementation not in IMPLEMENTATIONS:
-            raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}")
+            raise InvalidValueError(f"implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}")
         if diagonal_alignment not in ALIGNMENTS:
-            raise ValueError(f"diagonal_alignment must be one of {ALIGNMENTS}, got {diagonal_alignment!r}")
+            raise InvalidValueError(f"diagonal_alignment must be one of {ALIGNMENTS}, got {diagonal_alignment!r}")
         if causal:
             if right_bound not in (None, 0):
-                raise ValueError(f"causal=True means right_bound=0; got right_bound={right_bound}")
+                raise InvalidValueError(f"causal=True means right_bound=0; got right_bound={right_bound}")
             right_bound = 0
         for val, n, lo in ((left_bound, "left_bound", 1), (right_bound, "right_bound", 0)):
             if val is not None and (isinstance(val, bool) or not isinstance(val, int) or val < lo):
-                raise ValueError(f"{what}: {n} must be an int >= {lo} (or None), got {val!r}")
+                raise InvalidValueError(f"{what}: {n} must be an int >= {lo} (or None), got {val!r}")
         br = diagonal_alignment == "bottom_right"
         if br and left_bound is None and right_bound is None:
-            raise ValueError("diagonal_alignment='bottom_right' needs causal=True, right_bound or left_bound")
+            raise InvalidValueError("diagonal_alignment='bottom_right' needs causal=True, right_bound or left_bound")
         if (seq_len_q is None) != (seq_len_kv is None):
-            raise ValueError(f"{what}: a padding mask needs both seq_len_q and seq_len_kv")
+            raise InvalidValueError(f"{what}: a padding mask needs both seq_len_q and seq_len_kv")
         padded = seq_len_q is not None
         if padded:
             for t, n in ((seq_len_q, "seq_len_q"), (seq_len_kv, "seq_len_kv")):
                 t = self._own(t, n)
                 if t.is_virtual or t.is_by_value:
-                    raise ValueError(f"{what}: {n} must be a device tensor (B, 1, 1, 1) of int32")
+                    raise InvalidValueError(f"{what}: {n} must be a device tensor (B, 1, 1, 1) of int32")
                 if t.shape != (bq, 1, 1, 1) or t.dtype != _I32:
-                    raise ValueError(f"{what}: {n} must be (B, 1, 1, 1) = {(bq, 1, 1, 1)} int32, got {t.shape} "
+                    raise InvalidValueError(f"{what}: {n} must be (B, 1, 1, 1) = {(bq, 1, 1, 1)} int32, got {t.shape} "
                                      f"{t.dtype.name}")
                 ins[n] = t
         elif br and sq > skv:
-            raise ValueError(f"{what}: bottom-right alignment needs S_q <= S_kv without a padding mask "
+            raise InvalidValueError(f"{what}: bottom-right alignment needs S_q <= S_kv without a padding mask "
                              f"(got {sq} > {skv})")
         if bias is not None:
             bias = self._own(bias, "bias")
             full = (bq, hq, sq, skv)
             if bias.ndim != 4 or any(x not in (1, f) for x, f in zip(bias.shape, full)) or bias.shape[2:] != full[2:]:
-                raise ValueError(f"{what}: bias must be (B or 1, Hq or 1, S_q, S_kv) = {full}, got {bias.shape}")
+                raise InvalidValueError(f"{what}: bias must be (B or 1, Hq or 1, S_q, S_kv) = {full}, got {bias.shape}")
             if bias.dtype == _BOOL:
-                raise TypeError(f"{what}: bias must be a float tensor (a boolean mask is not a bias)")
+                raise InvalidTypeError(f"{what}: bias must be a float tensor (a boolean mask is not a bias)")
             ins["bias"] = bias
         if alibi_slopes is not None:
             a = self._own(alibi_slopes, "alibi_slopes")
             if a.shape != (1, hq, 1, 1) or a.dtype != _F:
-                raise ValueError(f"{what}: alibi_slopes must be (1, Hq, 1, 1) float32, got {a.shape} {a.dtype.name}")
+                raise InvalidValueError(f"{what}: alibi_slopes must be (1, Hq, 1, 1) float32, got {a.shape} "
+                                        f"{a.dtype.name}")
             if right_bound != 0:
-                raise ValueError(f"{what}: ALiBi needs causal=True (right_bound=0), as in cuDNN")
+                raise InvalidValueError(f"{what}: ALiBi needs causal=True (right_bound=0), as in cuDNN")
             ins["alibi_slopes"] = a
         dropout = self._float(dropout, "dropout")
         if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"{what}: dropout must be in [0, 1), got {dropout}")
+            raise InvalidValueError(f"{what}: dropout must be in [0, 1), got {dropout}")
         if dropout > 0:
             if seed is None or offset is None:
-                raise ValueError(f"{what}: dropout needs seed= and offset= (int64 device tensors of shape "
+                raise InvalidValueError(f"{what}: dropout needs seed= and offset= (int64 device tensors of shape "
                                  f"(1, 1, 1, 1); the Philox seed and offset)")
             for t, n in ((seed, "seed"), (offset, "offset")):
                 t = self._own(t, n)
                 if t.shape != (1, 1, 1, 1) or t.dtype != _I64 or t.is_virtual or t.is_by_value:
-                    raise ValueError(f"{what}: {n} must be a (1, 1, 1, 1) int64 device tensor, got {t.shape} "
+                    raise InvalidValueError(f"{what}: {n} must be a (1, 1, 1, 1) int64 device tensor, got {t.shape} "
                                      f"{t.dtype.name}")
                 ins[n] = t
             ins["dropout_scale"] = self.scalar(1.0 / (1.0 - dropout), "float32")
         elif seed is not None or offset is not None:
-            raise ValueError(f"{what}: seed/offset given but dropout is 0")
+            raise InvalidValueError(f"{what}: seed/offset given but dropout is 0")
         if br and (bias is not None or alibi_slopes is not None or dropout > 0):
-            raise ValueError(f"{what}: bottom-right alignment does not combine with bias, ALiBi or dropout in "
+            raise InvalidValueError(f"{what}: bottom-right alignment does not combine with bias, ALiBi or dropout in "
                              f"cuDNN's attention engines")
         rag = self._sdpa_ragged(what, ragged or {}, q, k, v, padded)
         if rag:
             extra = [n for n, on in (("bias", bias is not None), ("ALiBi", alibi_slopes is not None),
                                      ("dropout", dropout > 0), ("a paged KV cache", paged is not None)) if on]
             if extra:
-                raise ValueError(f"{what}: ragged (packed) attention with {extra[0]} is not verified in cudnn-py; "
+                raise InvalidValueError(f"{what}: ragged (packed) attention with {extra[0]} is not verified in "
+                                        f"cudnn-py; "
                                  f"pad the batch instead (seq_len_q/seq_len_kv without ragged offsets)")
         if fp8 and rag:
             raise GraphNotSupportedError(self.name, [what], [], [("FP8 attention with ragged offsets", (
@@ -588,7 +594,7 @@ class SdpaBuilders(Builder):
     def _sdpa_set_offset(what, t, off, n) -> None:
         """Give input ``t`` the ragged offset ``off`` (refusing another one already set)."""
         if t.ragged_offset is not None and t.ragged_offset is not off:
-            raise ValueError(f"{what}: {n} already has the ragged offset {t.ragged_offset.name}, not {off.name}")
+            raise InvalidValueError(f"{what}: {n} already has the ragged offset {t.ragged_offset.name}, not {off.name}")
         t.set_ragged_offset(off)
 
     def _sdpa_ragged(self, what, ragged: dict, q, k, v, padded: bool) -> dict:
@@ -600,17 +606,18 @@ class SdpaBuilders(Builder):
         for r, t in (("q", q), ("k", k), ("v", v)):
             if t.ragged_offset is not None:
                 if r in own and own[r] is not t.ragged_offset:
-                    raise ValueError(f"{what}: {r} already has the ragged offset {t.ragged_offset.name}; "
+                    raise InvalidValueError(f"{what}: {r} already has the ragged offset {t.ragged_offset.name}; "
                                      f"ragged_offset_{r} gives another")
                 own[r] = t.ragged_offset
         if not own:
             return {}
         missing = [r for r in ("q", "k", "v", "o") if r not in own]
         if missing:
-            raise ValueError(f"{what}: packed (ragged) attention needs the offsets of q, k, v and o; missing "
+            raise InvalidValueError(f"{what}: packed (ragged) attention needs the offsets of q, k, v and o; missing "
                              f"{', '.join('ragged_offset_' + r for r in missing)}")
         if not padded:
-            raise ValueError(f"{what}: packed (ragged) attention needs the padding mask (seq_len_q and seq_len_kv): "
+            raise InvalidValueError(f"{what}: packed (ragged) attention needs the padding mask (seq_len_q and "
+                                    f"seq_len_kv): "
                              f"cuDNN takes ragged offsets only with it")
         for r, t in (("q", q), ("k", k), ("v", v)):
             t.set_ragged_offset(own[r])
@@ -682,16 +689,16 @@ class SdpaBuilders(Builder):
         what = name or "sdpa"
         paged = None
         if (page_table_k is None) != (page_table_v is None):
-            raise ValueError(f"{what}: a paged KV cache needs both page_table_k and page_table_v")
+            raise InvalidValueError(f"{what}: a paged KV cache needs both page_table_k and page_table_v")
         if page_table_k is not None:
             if seq_len_q is None:
-                raise ValueError(f"{what}: a paged KV cache needs seq_len_q and seq_len_kv (the padding mask)")
+                raise InvalidValueError(f"{what}: a paged KV cache needs seq_len_q and seq_len_kv (the padding mask)")
             if max_seq_len_kv is None or isinstance(max_seq_len_kv, bool) or not isinstance(max_seq_len_kv, int) \
                     or max_seq_len_kv < 1:
-                raise ValueError(f"{what}: a paged KV cache needs max_seq_len_kv= (an int >= 1)")
+                raise InvalidValueError(f"{what}: a paged KV cache needs max_seq_len_kv= (an int >= 1)")
             paged = max_seq_len_kv
         elif max_seq_len_kv is not None:
-            raise ValueError(f"{what}: max_seq_len_kv is only for a paged KV cache")
+            raise InvalidValueError(f"{what}: max_seq_len_kv is only for a paged KV cache")
         ins, params, rag = self._sdpa_common(
             what, q, k, v, scale=scale, causal=causal, diagonal_alignment=diagonal_alignment, left_bound=left_bound,
             right_bound=right_bound, bias=bias, seq_len_q=seq_len_q, seq_len_kv=seq_len_kv,
@@ -705,11 +712,11 @@ class SdpaBuilders(Builder):
                 t = self._own(t, n)
                 pages = -(-paged // c.shape[2])
                 if t.shape != (b, 1, pages, 1) or t.dtype != _I32:
-                    raise ValueError(f"{what}: {n} must be (B, 1, ceil(max_seq_len_kv / block_size), 1) = "
+                    raise InvalidValueError(f"{what}: {n} must be (B, 1, ceil(max_seq_len_kv / block_size), 1) = "
                                      f"{(b, 1, pages, 1)} int32, got {t.shape} {t.dtype.name}")
                 ins[n] = t
         if rng_dump and params["dropout"] == 0:
-            raise ValueError(f"{what}: rng_dump needs dropout > 0")
+            raise InvalidValueError(f"{what}: rng_dump needs dropout > 0")
         o_shape = (b, hq, sq, v.shape[3])
         o = self._virtual(o_shape, strides=_strides_like(o_shape, q.strides), name=name and f"{name}.o")
         o.set_dtype(q.dtype)
@@ -717,7 +724,7 @@ class SdpaBuilders(Builder):
         if rag:
             o.set_ragged_offset(rag["o"])
         if rag.get("stats") is not None and not generate_stats:
-            raise ValueError(f"{what}: ragged_offset_stats needs generate_stats=True")
+            raise InvalidValueError(f"{what}: ragged_offset_stats needs generate_stats=True")
         if generate_stats:
             st_shape = (b, hq, sq, 1)
             st = self._virtual(st_shape, strides=_strides_like(st_shape, q.strides) if rag.get("stats") else None,
@@ -756,17 +763,18 @@ class SdpaBuilders(Builder):
         q, k, v = ins["q"], ins["k"], ins["v"]
         b, hq, sq, d = q.shape
         if sq == 1 and k.shape[2] == 1:
-            raise ValueError(f"{what}: cuDNN's attention backward does not take S_q = S_kv = 1")
+            raise InvalidValueError(f"{what}: cuDNN's attention backward does not take S_q = S_kv = 1")
         o_shape = (b, hq, sq, v.shape[3])
         for t, n in ((o, "o"), (do, "do")):
             t = self._own(t, n)
             if t.shape != o_shape or t.dtype != q.dtype or t.strides[3] != 1:
-                raise ValueError(f"{what}: {n} must be {o_shape} {q.dtype.name} with its head dim packed, got "
+                raise InvalidValueError(f"{what}: {n} must be {o_shape} {q.dtype.name} with its head dim packed, got "
                                  f"{t.shape} {t.dtype.name} strides {t.strides}")
             ins[n] = t
         stats = self._own(stats, "stats")
         if stats.shape != (b, hq, sq, 1) or stats.dtype != _F:
-            raise ValueError(f"{what}: stats must be (B, Hq, Sq, 1) = {(b, hq, sq, 1)} float32 (the forward's), got "
+            raise InvalidValueError(f"{what}: stats must be (B, Hq, Sq, 1) = {(b, hq, sq, 1)} float32 (the "
+                                    f"forward's), got "
                              f"{stats.shape} {stats.dtype.name}")
         ins["stats"] = stats
         if rag:
@@ -775,7 +783,7 @@ class SdpaBuilders(Builder):
             if rag["stats"] is not None:
                 self._sdpa_set_offset(what, stats, rag["stats"], "stats")
         if dbias and bias is None:
-            raise ValueError(f"{what}: dbias needs the forward's bias")
+            raise InvalidValueError(f"{what}: dbias needs the forward's bias")
         if params["dropout"] > 0:
             ins["dropout_scale_inv"] = self.scalar(1.0 - params["dropout"], "float32")
         else:
@@ -808,10 +816,10 @@ class SdpaBuilders(Builder):
         for n in names:
             t = given.get(n)
             if t is None:
-                raise ValueError(f"{what}: FP8 attention needs {n}= (a (1, 1, 1, 1) float32 device tensor)")
+                raise InvalidValueError(f"{what}: FP8 attention needs {n}= (a (1, 1, 1, 1) float32 device tensor)")
             t = self._own(t, n)
             if t.shape != (1, 1, 1, 1) or t.dtype != _F or t.is_virtual or t.is_by_value:
-                raise ValueError(f"{what}: {n} must be a (1, 1, 1, 1) float32 device tensor, got {t.describe()}")
+                raise InvalidValueError(f"{what}: {n} must be a (1, 1, 1, 1) float32 device tensor, got {t.describe()}")
             res[n] = t
         return res
 
@@ -871,7 +879,7 @@ class SdpaBuilders(Builder):
         q, k, v = ins["q"], ins["k"], ins["v"]
         b, hq, sq, d = q.shape
         if sq == 1 and k.shape[2] == 1:
-            raise ValueError(f"{what}: cuDNN's attention backward does not take S_q = S_kv = 1")
+            raise InvalidValueError(f"{what}: cuDNN's attention backward does not take S_q = S_kv = 1")
         if d != 128 or v.shape[3] != 128:
             raise GraphNotSupportedError(what, [f"FP8 attention backward with head dims {d}/{v.shape[3]}"], [],
                                          [("head dim", "cuDNN 9.19's FP8 attention backward on Hopper takes head "
@@ -880,14 +888,15 @@ class SdpaBuilders(Builder):
         for t, n in ((o, "o"), (do, "do")):
             t = self._own(t, n)
             if t.shape != o_shape or t.dtype not in _FP8 or t.strides[3] != 1:
-                raise ValueError(f"{what}: {n} must be an FP8 {o_shape} tensor with its head dim packed, got "
+                raise InvalidValueError(f"{what}: {n} must be an FP8 {o_shape} tensor with its head dim packed, got "
                                  f"{t.describe()} strides {t.strides}")
             ins[n] = t
         if ins["o"].dtype != q.dtype:
-            raise TypeError(f"{what}: o must have q's FP8 type {q.dtype.name}, got {ins['o'].dtype.name}")
+            raise InvalidTypeError(f"{what}: o must have q's FP8 type {q.dtype.name}, got {ins['o'].dtype.name}")
         stats = self._own(stats, "stats")
         if stats.shape != (b, hq, sq, 1) or stats.dtype != _F:
-            raise ValueError(f"{what}: stats must be (B, Hq, Sq, 1) = {(b, hq, sq, 1)} float32 (the forward's), got "
+            raise InvalidValueError(f"{what}: stats must be (B, Hq, Sq, 1) = {(b, hq, sq, 1)} float32 (the "
+                                    f"forward's), got "
                              f"{stats.describe()}")
         ins["stats"] = stats
         ins.update(self._fp8_scales(what, ("descale_q", "descale_k", "descale_v", "descale_o", "descale_do",
