@@ -168,6 +168,15 @@ class Handle:
         self._stream.sync()
 
     # -- lifetime --
+    def cache_info(self) -> dict[str, int]:
+        """How many entries each of this handle's caches holds (``'graph.plans'``, ``'graph.conv'``,
+        ``'graph.legacy'``, the attention plans, ...), by cache name."""
+        return {name: len(entries) for name, entries in self.cache.items()}
+
+    def clear_caches(self) -> None:
+        """Forget every plan, executor and graph built for this handle; they are built again on next use."""
+        self.cache.clear()
+
     def close(self) -> None:
         """Release the workspace and destroy the cuDNN handle. Idempotent."""
         if self._ptr is None:

@@ -73,3 +73,15 @@ def test_default_handle_is_exported():
     import cudnn_py
     from cudnn_py._defaults import default_handle
     assert cudnn_py.default_handle is default_handle
+
+
+def test_per_handle_caches_are_inspectable_and_clearable():
+    """Issue 10 point 3: what modules cache for a handle is listed and cleared through the handle."""
+    import types
+    from cudnn_py.handle import Handle, handle_cache
+    h = types.SimpleNamespace(cache={})
+    handle_cache(h, "graph.plans")["k"] = 1
+    handle_cache(h, "graph.conv").update(a=1, b=2)
+    assert Handle.cache_info(h) == {"graph.plans": 1, "graph.conv": 2}
+    Handle.clear_caches(h)
+    assert Handle.cache_info(h) == {} and handle_cache(h, "graph.plans") == {}
