@@ -14,11 +14,11 @@ from cudnn_py.descriptors import _ints
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.handle import handle_cache
 from cudnn_py.memory import DeviceArray, as_array, empty
+from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 from .execute import _handle_device
 from .errors import GraphNotSupportedError
 from .graph import Graph, _packed_strides
-from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["conv_forward", "conv_backward_data", "conv_backward_filter", "ACTIVATIONS", "DTYPES", "conv_cache_clear"]
 

@@ -20,6 +20,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from cudnn_py.errors import InvalidValueError
 from cudnn_py.handle import handle_cache
 from cudnn_py.memory import DeviceArray
 
@@ -27,7 +28,6 @@ from .conv import _autotune, _build
 from .errors import GraphNotSupportedError
 from .graph import Graph, Tensor, _packed_strides
 from .ops.pointwise import Pointwise, pointwise_mode
-from cudnn_py.errors import InvalidValueError
 
 __all__ = ["ENGINES", "engine_arg", "legacy_cache_clear", "GraphPathRefused", "attempt", "cached", "run_graph", "blend",
            "graph_dtype", "GRAPH_DTYPES", "strides_like"]
@@ -52,7 +52,7 @@ def legacy_cache_clear(handle) -> None:
     handle_cache(handle, _CACHE).clear()
 
 
-class GraphPathRefused(ValueError):
+class GraphPathRefused(InvalidValueError):
     """A configuration the graph path refuses before cuDNN is asked (``engine="auto"`` runs legacy instead)."""
 
 

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from cudnn_py import capi
 from cudnn_py.descriptors import _ints
+from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 from ..descriptors import BackendDescriptor
 from .base import Builder, LowerContext, Op
-from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["ConvFprop", "ConvDgrad", "ConvWgrad", "ConvBuilders"]
 

@@ -1,9 +1,9 @@
 """Matrix multiplication as a graph operation."""
 from __future__ import annotations
+from cudnn_py.errors import InvalidValueError
 
 from ..descriptors import BackendDescriptor
 from .base import Builder, LowerContext, Op
-from cudnn_py.errors import InvalidValueError
 
 __all__ = ["Matmul", "MatmulBuilders"]
 

@@ -18,10 +18,10 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from cudnn_py import capi
+from cudnn_py.errors import InvalidValueError
 
 from ..descriptors import BackendDescriptor
 from .base import Builder, LowerContext, Op
-from cudnn_py.errors import InvalidValueError
 
 __all__ = ["GenStats", "NormForward", "NormBackward", "BNFinalize", "BNBackwardWeights", "NormBuilders",
            "NORM_MODES", "BatchNormOutputs", "BNFinalizeOutputs", "BNBackwardWeightsOutputs", "norm_axes",

@@ -10,9 +10,9 @@ Block-scale (MX) quantize/dequantize operations are not offered: cuDNN 9.19 has 
 from __future__ import annotations
 
 from cudnn_py import capi
+from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 from .base import Builder
-from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["QuantBuilders", "FP8_DTYPES"]
 

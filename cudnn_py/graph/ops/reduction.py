@@ -4,10 +4,10 @@ from __future__ import annotations
 from typing import Sequence
 
 from cudnn_py import capi
+from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 from ..descriptors import BackendDescriptor
 from .base import Builder, LowerContext, Op
-from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["Reduction", "ReductionBuilders", "reduction_mode"]
 

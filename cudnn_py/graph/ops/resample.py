@@ -10,11 +10,11 @@ import fractions
 
 from cudnn_py import capi
 from cudnn_py.descriptors import _ints
+from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 from ..descriptors import BackendDescriptor
 from ..errors import GraphNotSupportedError
 from .base import Builder, LowerContext, Op
-from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["ResampleForward", "ResampleBackward", "ResampleBuilders", "RESAMPLE_MODES", "PADDING_MODES",
            "resample_output_shape"]

@@ -11,11 +11,11 @@ from __future__ import annotations
 import math
 
 from cudnn_py import capi
+from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 from ..descriptors import BackendDescriptor
 from ..errors import GraphNotSupportedError
 from .base import Builder, LowerContext, Op
-from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["Reshape", "Transpose", "Slice", "Concatenate", "ReshapeBuilders", "NEEDS"]
 

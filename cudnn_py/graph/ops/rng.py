@@ -9,10 +9,10 @@ from __future__ import annotations
 import ctypes
 
 from cudnn_py import capi
+from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 from ..descriptors import BackendDescriptor
 from .base import Builder, LowerContext, Op
-from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["Rng", "RngBuilders", "RNG_DISTRIBUTIONS"]
 

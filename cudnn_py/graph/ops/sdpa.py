@@ -24,13 +24,13 @@ import ctypes
 import math
 
 from cudnn_py import _loader, capi
+from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 from ..descriptors import BackendDescriptor
 from ..errors import GraphNotSupportedError
 from .base import Builder, LowerContext, Op
 from .pointwise import Pointwise, pointwise_mode
 from .reduction import Reduction
-from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["SdpaForward", "SdpaBackward", "SdpaFp8Forward", "SdpaFp8Backward", "SdpaBuilders", "ALIGNMENTS",
            "IMPLEMENTATIONS"]
