@@ -33,9 +33,9 @@ import numpy as np
 from cudnn_py import capi, memory
 from cudnn_py.descriptors import _bool, _cache, _Descriptor, _float, _shared
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
+from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.memory import DeviceArray
 from cudnn_py.ops.rnn import (_MATH, _WeightedDescriptor, _check_lengths, _choice, _dropout_arg, _name_of,
-from cudnn_py.errors import InvalidTypeError, InvalidValueError
                               _nd_layout, _positive_int, _training_ctx)
 
 __all__ = ["MultiHeadAttention", "AttentionParams", "SeqDataDescriptor", "AttentionForwardResult", "WEIGHT_KINDS",

@@ -1,5 +1,6 @@
 """Matrix multiplication as a graph operation."""
 from __future__ import annotations
+
 from cudnn_py.errors import InvalidValueError
 
 from ..descriptors import BackendDescriptor
