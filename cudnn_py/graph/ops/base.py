@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["Op", "LowerContext", "Builder", "backend_dims"]
 
 
-def backend_dims(t: "Tensor") -> tuple[list[int], list[int]]:
+def backend_dims(t: "Tensor | _Shape") -> tuple[list[int], list[int]]:
     """Dims/strides as cuDNN sees them: padded with leading 1s to at least 3 dims (matmul needs a batch)."""
     shape, strides = list(t.shape), list(t.strides)
     while len(shape) < 3:
@@ -38,7 +38,7 @@ class Op:
     kind: ClassVar[str] = ""
 
     def __init__(self, inputs: dict[str, "Tensor"], outputs: dict[str, "Tensor"], params: dict[str, Any] | None = None,
-                 name: str = ""):
+                 name: str | None = ""):
         self.inputs, self.outputs = dict(inputs), dict(outputs)
         self.params = dict(params or {})
         self.name = name or self.kind
