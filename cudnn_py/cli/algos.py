@@ -17,7 +17,7 @@ import json
 import statistics
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import MISSING, asdict, dataclass, fields
 
 import numpy as np
 
@@ -412,16 +412,19 @@ def format_table(rows: list[Row]) -> str:
 
 
 def write_csv(rows: list[Row], path: str) -> None:
-    """Write the rows as CSV with a header line (the :class:`Row` field names).
+    """Write the rows as CSV with a header line (the field names of the rows' :class:`Row` class, or subclass; list
+    fields such as notes are left out).
 
-    :param rows: what :func:`sweep` returned.
+    :param rows: what :func:`sweep` (or the graph sweep) returned.
     :param path: the file to write.
     """
+    row_type = type(rows[0]) if rows else Row
+    names = [f.name for f in fields(row_type) if f.default_factory is MISSING]
     with open(path, "w", newline="") as f:
-        wr = csv.DictWriter(f, fieldnames=list(Row.__dataclass_fields__))
+        wr = csv.DictWriter(f, fieldnames=names)
         wr.writeheader()
         for r in rows:
-            wr.writerow(asdict(r))
+            wr.writerow({n: getattr(r, n) for n in names})
 
 
 def write_json(rows: list[Row], cfg: Config, path: str) -> None:

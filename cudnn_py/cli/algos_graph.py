@@ -15,7 +15,6 @@ problem; torch does not expose which cuDNN engine it runs, so its row has no eng
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import statistics
 import sys
@@ -25,6 +24,7 @@ from typing import Callable
 import numpy as np
 
 from cudnn_py.cli import algos
+from cudnn_py.cli.algos import write_csv  # the legacy sweep's CSV writer serves this Row too
 
 KINDS = ("conv", "matmul", "norm", "attention")
 MODES = ("A", "B", "FALLBACK")
@@ -144,18 +144,18 @@ def _conv_problem(args) -> Problem:
 
     def reference(h):
         return _reference(direction, cfg, h["x"], h["w"], h["dy"])
-    torch_fn = None
-    if nd == 2 and direction == "forward":
-        def torch_fn():
-            import torch
-            torch.backends.cudnn.benchmark = True
-            fmt = torch.channels_last if layout else torch.contiguous_format
-            xt = torch.randn(cfg.x_shape, device="cuda", dtype=_torch_dtype(cfg.dtype)).to(memory_format=fmt)
-            wt = torch.randn(cfg.w_shape, device="cuda", dtype=_torch_dtype(cfg.dtype)).to(memory_format=fmt)
-            pad = tuple(p[0] for p in pads)
-            return lambda: torch.nn.functional.conv2d(xt, wt, None, stride, pad, dil, cfg.groups)
+
+    def torch_conv():
+        import torch
+        torch.backends.cudnn.benchmark = True
+        fmt = torch.channels_last if layout else torch.contiguous_format
+        xt = torch.randn(cfg.x_shape, device="cuda", dtype=_torch_dtype(cfg.dtype)).to(memory_format=fmt)
+        wt = torch.randn(cfg.w_shape, device="cuda", dtype=_torch_dtype(cfg.dtype)).to(memory_format=fmt)
+        pad = tuple(p[0] for p in pads)
+        return lambda: torch.nn.functional.conv2d(xt, wt, None, stride, pad, dil, cfg.groups)
     return Problem("conv", f"conv {direction} x={cfg.x_shape} w={cfg.w_shape} pad={cfg.padding} "
-                           f"stride={cfg.stride} {cfg.dtype} {cfg.layout}", make, reference, cfg.flops(), torch_fn,
+                           f"stride={cfg.stride} {cfg.dtype} {cfg.layout}", make, reference, cfg.flops(),
+                   torch_conv if nd == 2 and direction == "forward" else None,
                    {"x": cfg.x_shape, "w": cfg.w_shape, "dy": y_shape})
 
 
@@ -276,7 +276,6 @@ def sweep(problem: Problem, modes=MODES, repeats: int = 10, warmup: int = 2, che
     import cudnn_py.graph as G
     from cudnn_py.errors import CudnnError
     from cudnn_py.handle import Handle
-    from cudnn_py.streams import timer
     try:
         handle = Handle(device)
     except Exception as e:  # noqa: BLE001 - no GPU, no driver
@@ -308,18 +307,11 @@ def sweep(problem: Problem, modes=MODES, repeats: int = 10, warmup: int = 2, che
                     _poison(pack[t])
                 plan.execute(h, pack)
                 got = _host(pack[out])
-                for _ in range(warmup):
-                    plan.execute(h, pack)
-                times = []
-                for _ in range(repeats):
-                    with timer(h.stream) as tm:
-                        plan.execute(h, pack)
-                    times.append(tm.ms)
+                row.time_ms = G.time_plan(plan, h, pack, warmup=warmup, iters=repeats)
             except CudnnError as e:
                 row.reason = " ".join(str(e).split())[:300]
                 continue
             row.supported = True
-            row.time_ms = statistics.median(times)
             row.tflops = problem.flops / (row.time_ms * 1e-3) / 1e12 if row.time_ms > 0 else None
             if check:
                 scale = float(np.abs(ref).max()) or 1.0
@@ -371,16 +363,6 @@ def format_table(rows: list[Row]) -> str:
                      f"{num(r.time_ms, '10.4f'):>10}{num(r.tflops, '9.2f'):>9}{num(r.workspace_bytes, 'd'):>12}"
                      f"{det:>5}{num(r.max_rel_error, '13.2e'):>13}{r.pick:>7}  {r.reason}")
     return "\n".join(lines)
-
-
-def write_csv(rows: list[Row], path: str) -> None:
-    with open(path, "w", newline="") as f:
-        wr = csv.DictWriter(f, fieldnames=[k for k in Row.__dataclass_fields__ if k != "notes"])
-        wr.writeheader()
-        for r in rows:
-            d = asdict(r)
-            d.pop("notes")
-            wr.writerow(d)
 
 
 def write_json(rows: list[Row], title: str, path: str) -> None:

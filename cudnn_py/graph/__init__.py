@@ -18,10 +18,10 @@ from .graph import Graph, Tensor
 from .ops import POINTWISE_ARITY
 from .plan_store import plan_cache_dir, set_plan_cache_dir
 from .plans import (EngineConfig, KnobInfo, Plan, autotune, build_plans, engine_config, engine_configs, heuristics,
-                    plan_cache_clear, plan_cache_info, plan_from_json)
+                    plan_cache_clear, plan_cache_info, plan_from_json, time_plan)
 
 __all__ = ["AttrSpec", "attr_spec", "BackendDescriptor", "GraphNotSupportedError", "CudaGraph", "Executor",
            "Graph", "Tensor", "POINTWISE_ARITY", "EngineConfig", "KnobInfo", "Plan", "autotune", "build_plans",
            "engine_config", "engine_configs", "heuristics", "plan_cache_clear", "plan_cache_info", "plan_from_json",
-           "set_plan_cache_dir", "plan_cache_dir",
+           "time_plan", "set_plan_cache_dir", "plan_cache_dir",
            "conv_forward", "conv_backward_data", "conv_backward_filter"]

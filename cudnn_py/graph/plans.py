@@ -23,7 +23,8 @@ from .descriptors import BackendDescriptor
 from .errors import GraphNotSupportedError
 
 __all__ = ["EngineConfig", "KnobInfo", "Plan", "heuristics", "engine_configs", "engine_config", "build_plans",
-           "autotune", "plan_from_json", "plan_cache_clear", "plan_cache_info", "scratch_layout", "HEUR_MODES"]
+           "autotune", "time_plan", "plan_from_json", "plan_cache_clear", "plan_cache_info", "scratch_layout",
+           "HEUR_MODES"]
 
 HEUR_MODES = {"A": capi.CUDNN_HEUR_MODE_A, "B": capi.CUDNN_HEUR_MODE_B, "FALLBACK": capi.CUDNN_HEUR_MODE_FALLBACK,
               "INSTANT": capi.CUDNN_HEUR_MODE_INSTANT}
@@ -407,14 +408,28 @@ def build_plans(graph, handle, modes: Sequence[str] = ("A", "FALLBACK"), *, poli
     return plans
 
 
+def time_plan(plan: Plan, handle, variant_pack: dict, *, warmup: int = 2, iters: int = 5) -> float:
+    """Median milliseconds of ``iters`` executions of ``plan`` after ``warmup`` untimed ones (CUDA events on the
+    handle's stream)."""
+    from cudnn_py.streams import timer
+    for _ in range(warmup):
+        plan.execute(handle, variant_pack)
+    times = []
+    for _ in range(iters):
+        with timer(handle.stream) as t:
+            plan.execute(handle, variant_pack)
+        times.append(t.ms)
+    times.sort()
+    return times[len(times) // 2]
+
+
 def autotune(graph, handle, variant_pack: dict, *, modes=("A", "B", "FALLBACK"), warmup: int = 2, iters: int = 5,
              **filters) -> list[tuple[Plan, float | None]]:
     """Time every buildable plan of ``modes`` on ``variant_pack`` (events on the handle's stream; median of
     ``iters``) and make the fastest ``graph.plans[0]``. Returns [(plan, ms)] fastest first."""
-    from cudnn_py.streams import timer
     if "cache" in filters:
         raise InvalidTypeError("autotune always builds every plan anew (and keeps its timings in the plan store); "
-                        "it takes no cache=")
+                               "it takes no cache=")
     options = ("autotune", tuple(_mode_name(m) for m in modes), tuple(sorted(filters.items())))
     stored = _stored(graph, handle, options)
     if stored:
@@ -425,17 +440,9 @@ def autotune(graph, handle, variant_pack: dict, *, modes=("A", "B", "FALLBACK"),
     results: list[tuple[Plan, float | None]] = []
     for plan in plans:
         try:
-            for _ in range(warmup):
-                plan.execute(handle, variant_pack)
-            times = []
-            for _ in range(iters):
-                with timer(handle.stream) as t:
-                    plan.execute(handle, variant_pack)
-                times.append(t.ms)
+            results.append((plan, time_plan(plan, handle, variant_pack, warmup=warmup, iters=iters)))
         except CudnnError:
             continue
-        times.sort()
-        results.append((plan, times[len(times) // 2]))
     if not results:
         raise _unsupported(graph, modes, [("autotune", "every plan failed to execute")])
     results.sort(key=lambda r: r[1] or 0.0)
