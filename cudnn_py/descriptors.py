@@ -104,24 +104,28 @@ def _bool(value, what: str) -> bool:
 
 
 def _enum(cls: type[IntEnum], value, prefix: str, what: str, aliases: dict | None = None) -> IntEnum:
-    """An enum member from a member, its int value or its short name (``prefix`` dropped, any case)."""
+    """An enum member from a member, its int value, its full name or its short name (``prefix`` dropped, any
+    case); :class:`InvalidValueError` naming ``what`` and the choices otherwise (:class:`InvalidTypeError` for a
+    value that is none of these kinds)."""
     if isinstance(value, cls):
         return value
     if isinstance(value, str):
         key = value.strip().lower()
         if aliases and key in aliases:
             return cls[aliases[key]]
-        try:
-            return cls[prefix + key.upper()]
-        except KeyError:
-            pass
+        for name in (value.strip(), prefix + key.upper()):
+            if name in cls.__members__:
+                return cls[name]
     elif _is_int(value):
         try:
             return cls(int(value))
         except ValueError:
             pass
+    else:
+        raise InvalidTypeError(f"{what} must be a {cls.__name__} member, its value or its name, got "
+                               f"{type(value).__name__}")
     names = sorted({m.name[len(prefix):].lower() for m in cls if m.name.startswith(prefix)} | set(aliases or ()))
-    raise InvalidValueError(f"{what} must be one of {names} (or a {cls.__name__} member), got {value!r}")
+    raise InvalidValueError(f"unknown {what} {value!r}: {what} must be one of {names} (or a {cls.__name__} member)")
 
 
 def _nan(value) -> capi.cudnnNanPropagation_t:

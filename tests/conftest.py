@@ -60,3 +60,14 @@ def rng():
     seed = int.from_bytes(os.urandom(4), "little")
     print(f"rng seed: {seed}")
     return np.random.default_rng(seed)
+
+
+@pytest.fixture
+def tensor():
+    """A raw C tensor descriptor (``cudnnTensorDescriptor_t``), destroyed after the test."""
+    from ctypes import byref
+    from cudnn_py import capi
+    d = capi.cudnnTensorDescriptor_t()
+    capi.cudnnCreateTensorDescriptor(byref(d))
+    yield d
+    capi.cudnnDestroyTensorDescriptor(d)

@@ -32,14 +32,6 @@ def _run_script(source: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture
-def tensor():
-    d = capi.cudnnTensorDescriptor_t()
-    capi.cudnnCreateTensorDescriptor(byref(d))
-    yield d
-    capi.cudnnDestroyTensorDescriptor(d)
-
-
-@pytest.fixture
 def conv():
     d = capi.cudnnConvolutionDescriptor_t()
     capi.cudnnCreateConvolutionDescriptor(byref(d))

@@ -46,14 +46,6 @@ def records():
         logger.setLevel(old_level)
 
 
-@pytest.fixture
-def tensor():
-    d = capi.cudnnTensorDescriptor_t()
-    capi.cudnnCreateTensorDescriptor(byref(d))
-    yield d
-    capi.cudnnDestroyTensorDescriptor(d)
-
-
 def _bad_param(d):
     with pytest.raises(CudnnBadParamError):
         capi.cudnnSetTensor4dDescriptor(d, capi.CUDNN_TENSOR_NCHW, capi.CUDNN_DATA_FLOAT, -1, 3, 4, 4)

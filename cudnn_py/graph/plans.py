@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from cudnn_py import capi
+from cudnn_py.descriptors import _enum
 from cudnn_py.errors import CudnnBadParamError, CudnnError, CudnnNotSupportedError, InvalidTypeError, InvalidValueError
 from cudnn_py.handle import handle_cache
 
@@ -139,18 +140,7 @@ def engine_config(graph, handle, global_index: int, knobs: dict | None = None) -
 
 def _knob_type(k) -> capi.cudnnBackendKnobType_t:
     """A knob type from a member, its int value, or its name (``'CUDNN_KNOB_TYPE_SPLIT_K'`` or ``'SPLIT_K'``)."""
-    kt = capi.cudnnBackendKnobType_t
-    if isinstance(k, str):
-        for cand in (k, "CUDNN_KNOB_TYPE_" + k.upper()):
-            if cand in kt.__members__:
-                return kt[cand]
-        raise InvalidValueError(f"unknown knob type {k!r}")
-    if isinstance(k, bool) or not isinstance(k, int):
-        raise InvalidTypeError(f"a knob type must be a cudnnBackendKnobType_t, its int value or its name, got {k!r}")
-    try:
-        return kt(k)
-    except ValueError:
-        raise InvalidValueError(f"{k} is not a cudnnBackendKnobType_t value") from None
+    return _enum(capi.cudnnBackendKnobType_t, k, "CUDNN_KNOB_TYPE_", "knob type")
 
 
 def _knob_value(v, k) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 
 from cudnn_py import capi
+from cudnn_py.descriptors import _enum
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 from ..descriptors import BackendDescriptor
@@ -38,21 +39,8 @@ POINTWISE_ARITY: dict[capi.cudnnPointwiseMode_t, str] = {m: _arity(m.name) for m
 
 
 def pointwise_mode(mode) -> capi.cudnnPointwiseMode_t:
-    """A ``cudnnPointwiseMode_t`` from a member, a full name or a short one (``'relu_fwd'``, ``'add'``)."""
-    if isinstance(mode, _PW):
-        return mode
-    if isinstance(mode, str):
-        for cand in (mode, "CUDNN_POINTWISE_" + mode.upper()):
-            if cand in _PW.__members__:
-                return _PW[cand]
-        raise InvalidValueError(f"unknown pointwise mode {mode!r}; known: "
-                         + ", ".join(m.name[len('CUDNN_POINTWISE_'):].lower() for m in _PW))
-    if isinstance(mode, int) and not isinstance(mode, bool):
-        try:
-            return _PW(mode)
-        except ValueError:
-            raise InvalidValueError(f"{mode} is not a cudnnPointwiseMode_t value") from None
-    raise InvalidTypeError(f"pointwise mode must be a cudnnPointwiseMode_t or its name, not {type(mode).__name__}")
+    """A ``cudnnPointwiseMode_t`` from a member, its value, a full name or a short one (``'relu_fwd'``, ``'add'``)."""
+    return _enum(_PW, mode, "CUDNN_POINTWISE_", "pointwise mode")
 
 
 def broadcast_shape(what: str, ins) -> tuple[int, ...]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from cudnn_py import capi
+from cudnn_py.descriptors import _enum
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 from ..descriptors import BackendDescriptor
@@ -15,13 +16,8 @@ _RED = capi.cudnnReduceTensorOp_t
 
 
 def reduction_mode(mode) -> capi.cudnnReduceTensorOp_t:
-    """A ``cudnnReduceTensorOp_t`` from a member or a short name ('add', 'max', 'avg', ...)."""
-    if isinstance(mode, _RED):
-        return mode
-    if isinstance(mode, str) and "CUDNN_REDUCE_TENSOR_" + mode.upper() in _RED.__members__:
-        return _RED["CUDNN_REDUCE_TENSOR_" + mode.upper()]
-    raise InvalidValueError("reduction mode must be a cudnnReduceTensorOp_t or one of "
-                     + ", ".join(m.name[len('CUDNN_REDUCE_TENSOR_'):].lower() for m in _RED) + f", got {mode!r}")
+    """A ``cudnnReduceTensorOp_t`` from a member, its value or a name ('add', 'max', 'avg', ...)."""
+    return _enum(_RED, mode, "CUDNN_REDUCE_TENSOR_", "reduction mode")
 
 
 class Reduction(Op):
