@@ -181,7 +181,8 @@ def run_graph(handle, name: str, params: tuple, inputs: Sequence[tuple[str, Devi
     if relabel and ref.ndim > _MAX_RANK:
         raise GraphPathRefused(f"engine='graph' takes arrays of 1 to {_MAX_RANK} dimensions; got shape "
                                f"{ref.shape} (use engine='legacy')")
-    key = (name, params, autotune, tuple((r, a.shape, a.strides, a.dtype, tuple(a is o for _, o in outputs)) for r, a in inputs),
+    key = (name, params, autotune,
+           tuple((r, a.shape, a.strides, a.dtype, tuple(a is o for _, o in outputs)) for r, a in inputs),
            tuple((r, a.shape, a.strides, a.dtype) for r, a in outputs))
 
     def make():
