@@ -38,14 +38,15 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from cudnn_py import capi
-from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
+from cudnn_py.caches import Cache
+from cudnn_py.errors import ClosedError, InvalidValueError
 from cudnn_py.streams import as_stream, get_device
 from cudnn_py.workspace import Workspace
 
 if TYPE_CHECKING:  # annotations only: cuda.core is imported on first device use (streams.cuda_core)
     from cuda.core import Device, Stream
 
-__all__ = ["Handle", "handle_cache"]
+__all__ = ["Handle"]
 
 
 def _destroy(ptr: capi.cudnnHandle_t, state: list) -> None:
@@ -56,27 +57,6 @@ def _destroy(ptr: capi.cudnnHandle_t, state: list) -> None:
         pass
     ptr.value = None  # whoever still holds this ctypes object now passes NULL (an error), never a freed handle
     state.clear()
-
-
-_RAW_CACHES: dict[tuple[int, str], dict] = {}
-
-
-def handle_cache(handle, name: str) -> dict:
-    """A dict for what a module builds for ``handle`` (plans, executors): dropped when the handle closes.
-
-    Anything bound to a cuDNN handle must live here rather than in a module-level cache keyed by the
-    handle's address, which a new handle can reuse. A raw ``cudnnHandle_t`` (not a :class:`Handle`) gets
-    a process-wide dict keyed by its address; its owner manages its lifetime.
-    """
-    cache = getattr(handle, "cache", None)
-    if cache is None:
-        if not isinstance(handle, (capi.cudnnHandle_t, ctypes.c_void_p)):
-            raise InvalidTypeError(f"handle must be a cudnn_py.Handle or a cudnnHandle_t, got {type(handle).__name__}")
-        return _RAW_CACHES.setdefault((ctypes.cast(handle, ctypes.c_void_p).value, name), {})
-    got = cache.get(name)
-    if got is None:
-        got = cache[name] = {}
-    return got
 
 
 class Handle:
@@ -105,7 +85,7 @@ class Handle:
         #: the scratch buffer execute calls draw from (see :class:`~cudnn_py.workspace.Workspace`)
         self.workspace = Workspace(device=self.device)
         #: what other modules built for this handle, by module (see :func:`handle_cache`); dropped by close()
-        self.cache: dict[str, dict] = {}
+        self.cache: dict[str, Cache] = {}
         self.set_stream(s)
 
     # -- state --

@@ -6,7 +6,7 @@ import weakref
 import pytest
 
 from cudnn_py import capi
-from cudnn_py.handle import handle_cache
+from cudnn_py.caches import handle_cache
 
 
 def test_handle_cache_for_a_raw_handle_pointer_is_keyed_by_address():
@@ -78,7 +78,8 @@ def test_default_handle_is_exported():
 def test_per_handle_caches_are_inspectable_and_clearable():
     """Issue 10 point 3: what modules cache for a handle is listed and cleared through the handle."""
     import types
-    from cudnn_py.handle import Handle, handle_cache
+    from cudnn_py.caches import handle_cache
+    from cudnn_py.handle import Handle
     h = types.SimpleNamespace(cache={})
     handle_cache(h, "graph.plans")["k"] = 1
     handle_cache(h, "graph.conv").update(a=1, b=2)

@@ -156,7 +156,7 @@ def test_dropout_descriptor(handle):
 
 
 def test_close_drops_the_handle_cache_and_nulls_the_pointer():
-    from cudnn_py.handle import handle_cache
+    from cudnn_py.caches import handle_cache
     h = cudnn.Handle()
     ptr = h.ptr
     handle_cache(h, "mine")["k"] = "built for h"

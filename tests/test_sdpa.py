@@ -495,7 +495,7 @@ def test_repeat_calls_reuse_the_variant_pack_and_new_addresses_are_validated(fak
 
 
 def handle_cache_of(h):
-    from cudnn_py.handle import handle_cache
+    from cudnn_py.caches import handle_cache
     return handle_cache(h, "ops.sdpa")
 
 

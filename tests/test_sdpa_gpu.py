@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import cudnn_py.graph as G
-from cudnn_py.handle import handle_cache
+from cudnn_py.caches import handle_cache
 from cudnn_py.memory import DeviceArray, empty, to_device
 from cudnn_py.ops import sdpa as S
 from reference import sdpa as R

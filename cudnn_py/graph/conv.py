@@ -13,7 +13,7 @@ import numpy as np
 from cudnn_py.descriptors import _ints
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
-from cudnn_py.handle import handle_cache
+from cudnn_py.caches import handle_cache
 from cudnn_py.memory import DeviceArray, as_array, empty
 
 from .execute import _handle_device

@@ -21,7 +21,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from cudnn_py.errors import InvalidValueError
-from cudnn_py.handle import handle_cache
+from cudnn_py.caches import handle_cache
 from cudnn_py.memory import DeviceArray
 
 from .conv import _autotune, _build

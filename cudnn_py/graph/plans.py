@@ -17,7 +17,7 @@ from typing import Sequence
 from cudnn_py import capi
 from cudnn_py.descriptors import _enum
 from cudnn_py.errors import CudnnBadParamError, CudnnError, CudnnNotSupportedError, InvalidTypeError, InvalidValueError
-from cudnn_py.handle import handle_cache
+from cudnn_py.caches import handle_cache
 
 from . import plan_store
 from .descriptors import BackendDescriptor

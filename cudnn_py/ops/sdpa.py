@@ -31,7 +31,7 @@ from cudnn_py.graph import Graph
 from cudnn_py.graph.conv import _autotune
 from cudnn_py.graph.execute import (_bindings, _check_array, _handle_device, _plan_pointer, _raw_execute,
                                     make_variant_pack, scratch_pointers)
-from cudnn_py.handle import handle_cache
+from cudnn_py.caches import handle_cache
 from cudnn_py.memory import DeviceArray, as_array, empty, to_device
 
 __all__ = ["sdpa", "sdpa_backward", "sdpa_cache_clear", "alibi_slopes"]

@@ -1,0 +1,138 @@
+"""The one cache mechanism: bounded, thread-safe mappings, each either bound to a handle or shared by the process.
+
+What cudnn-py remembers between calls (descriptors, plans, executors, algorithm choices) lives in a :class:`Cache`:
+
+- **per handle**, :func:`handle_cache` (``handle.cache``): anything bound to a cuDNN handle (plans, executors), dropped
+  when the handle closes, listed by :meth:`Handle.cache_info` and cleared by :meth:`Handle.clear_caches`;
+- **per process**, :func:`shared`: what no handle owns (C descriptors of settings, which any handle may use), listed by
+  :func:`info` and cleared by :func:`clear`.
+
+A :class:`Cache` is a ``dict`` (a lookup is one C-level ``dict.get``, so hot paths stay fast) whose insertions hold a
+lock and evict the oldest entry once ``maxsize`` is reached. Keys hold everything that changes the answer.
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+
+from cudnn_py.errors import InvalidTypeError, InvalidValueError
+
+__all__ = ["Cache", "handle_cache", "shared", "info", "clear"]
+
+#: entries a cache keeps unless it is made with another bound
+DEFAULT_MAXSIZE = 4096
+
+_MISSING = object()
+
+
+class Cache(dict):
+    """A bounded, thread-safe ``dict``: inserting into a full cache drops its oldest entry first.
+
+    ``name``: what the cache holds (shown by :func:`info` and :meth:`Handle.cache_info`); ``maxsize``: the bound.
+    Reads are plain ``dict`` reads; ``__setitem__``, ``setdefault``, ``pop`` and ``clear`` take the cache's lock.
+    """
+
+    __slots__ = ("name", "maxsize", "_lock")
+
+    def __init__(self, name: str, maxsize: int = DEFAULT_MAXSIZE):
+        super().__init__()
+        if not isinstance(maxsize, int) or isinstance(maxsize, bool) or maxsize < 1:
+            raise InvalidValueError(f"maxsize must be a positive int, got {maxsize!r}")
+        self.name = name
+        self.maxsize = maxsize
+        self._lock = threading.Lock()
+
+    def __setitem__(self, key, value) -> None:
+        with self._lock:
+            if key not in self:
+                while len(self) >= self.maxsize:
+                    dict.__delitem__(self, next(iter(self)))
+            dict.__setitem__(self, key, value)
+
+    def setdefault(self, key, default=None):
+        """The value for ``key``, inserting ``default`` first if it is missing (atomically)."""
+        got = self.get(key, _MISSING)
+        if got is not _MISSING:
+            return got
+        with self._lock:
+            got = dict.get(self, key, _MISSING)
+            if got is not _MISSING:
+                return got
+            while len(self) >= self.maxsize:
+                dict.__delitem__(self, next(iter(self)))
+            dict.__setitem__(self, key, default)
+            return default
+
+    def pop(self, key, default=None):
+        """Remove ``key`` and return its value (``default`` when missing)."""
+        with self._lock:
+            return dict.pop(self, key, default)
+
+    def clear(self) -> None:
+        """Drop every entry."""
+        with self._lock:
+            dict.clear(self)
+
+    def update(self, *args, **kwargs) -> None:
+        """Insert several entries, each as by ``cache[key] = value``."""
+        for key, value in dict(*args, **kwargs).items():
+            self[key] = value
+
+    def __delitem__(self, key) -> None:
+        with self._lock:
+            dict.__delitem__(self, key)
+
+    def __repr__(self) -> str:
+        return f"<cudnn_py.caches.Cache {self.name!r} {len(self)}/{self.maxsize}>"
+
+
+_SHARED: dict[str, Cache] = {}
+_RAW: dict[tuple[int, str], Cache] = {}
+_REGISTRY_LOCK = threading.Lock()
+
+
+def shared(name: str, maxsize: int = DEFAULT_MAXSIZE) -> Cache:
+    """The process-wide cache called ``name`` (made on first use), for what no handle owns."""
+    got = _SHARED.get(name)
+    if got is None:
+        with _REGISTRY_LOCK:
+            got = _SHARED.get(name)
+            if got is None:
+                got = _SHARED[name] = Cache(name, maxsize)
+    return got
+
+
+def handle_cache(handle, name: str, maxsize: int = DEFAULT_MAXSIZE) -> Cache:
+    """The cache called ``name`` of ``handle`` (made on first use): for what is bound to the handle (plans,
+    executors), dropped when the handle closes.
+
+    Anything bound to a cuDNN handle must live here rather than in a process-wide cache keyed by the handle's
+    address, which a new handle can reuse. A raw ``cudnnHandle_t`` (not a :class:`~cudnn_py.Handle`) gets a
+    process-wide cache keyed by its address; its owner manages its lifetime (and :func:`clear` drops it).
+    """
+    caches = getattr(handle, "cache", None)
+    if caches is None:
+        from cudnn_py import capi
+        if not isinstance(handle, (capi.cudnnHandle_t, ctypes.c_void_p)):
+            raise InvalidTypeError(f"handle must be a cudnn_py.Handle or a cudnnHandle_t, got {type(handle).__name__}")
+        caches, name = _RAW, (ctypes.cast(handle, ctypes.c_void_p).value, name)
+    got = caches.get(name)
+    if got is None:
+        with _REGISTRY_LOCK:
+            got = caches.get(name)
+            if got is None:
+                got = caches[name] = Cache(str(name), maxsize)
+    return got
+
+
+def info() -> dict[str, int]:
+    """Entries in each process-wide cache, by name (a handle's own caches: :meth:`Handle.cache_info`)."""
+    return {name: len(c) for name, c in sorted(_SHARED.items())}
+
+
+def clear() -> None:
+    """Empty every process-wide cache and forget raw handles' caches (the C objects are freed once unreferenced)."""
+    for c in list(_SHARED.values()):
+        c.clear()
+    with _REGISTRY_LOCK:
+        _RAW.clear()
