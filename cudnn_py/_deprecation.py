@@ -1,0 +1,53 @@
+"""Old spellings of the Pythonic layer kept working with a :class:`DeprecationWarning` (docs/design.md lists them).
+
+- :func:`renamed_kwargs` maps an old keyword argument to its new name inside a call;
+- :func:`alias` makes an old public name (a class or function) that warns, then does what the new one does.
+"""
+from __future__ import annotations
+
+import functools
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from cudnn_py.errors import InvalidTypeError
+
+__all__ = ["renamed_kwargs", "alias", "warn"]
+
+
+def warn(message: str, stacklevel: int = 3) -> None:
+    """Issue a :class:`DeprecationWarning` pointing at the caller's caller (the user's line by default)."""
+    warnings.warn(message, DeprecationWarning, stacklevel=stacklevel)
+
+
+def renamed_kwargs(where: str, kwargs: dict[str, Any], renames: dict[str, str], values: dict[str, Any]) -> dict[str, Any]:
+    """Move old keyword arguments to their new names, with a warning each.
+
+    ``where``: the function's name (for messages); ``kwargs``: the old keywords the call received (a ``**old``
+    catch-all); ``renames``: old name -> new name; ``values``: the new names' values as passed (None when not).
+    Returns ``values`` updated. An unknown keyword raises :class:`InvalidTypeError` as Python would; an old and a
+    new spelling of one argument together are refused.
+    """
+    for old, value in kwargs.items():
+        new = renames.get(old)
+        if new is None:
+            raise InvalidTypeError(f"{where}() got an unexpected keyword argument {old!r}")
+        if values.get(new) is not None:
+            raise InvalidTypeError(f"{where}() got both {new}= and its old spelling {old}=; pass {new}= only")
+        warn(f"{where}(): {old}= is deprecated, use {new}=", stacklevel=4)
+        values[new] = value
+    return values
+
+
+def alias(old: str, new: Callable, note: str = "") -> Callable:
+    """A callable named ``old`` that warns once per call site and calls ``new`` (a class or function)."""
+    target = getattr(new, "__qualname__", repr(new))
+
+    @functools.wraps(new)
+    def call(*args, **kwargs):
+        warn(f"{old} is deprecated, use {target}{' (' + note + ')' if note else ''}")
+        return new(*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = old
+    call.__doc__ = f"Deprecated alias of :class:`{target}`{'; ' + note if note else ''}."
+    return call
