@@ -289,11 +289,20 @@ def _brief(comment: str) -> tuple[str, str]:
     return tag("brief"), tag("deprecated")
 
 
+def _header_text(name: str, include_dir: Path, stubs: Path) -> str:
+    """The text of header ``name`` from the cuDNN include folder, else our stubs; a header an older cuDNN lacks
+    (``cudnn_subquadratic_ops.h`` before 9.2x) reads as empty, giving an empty module, so capi's modules are the
+    same whichever headers it is generated from."""
+    for folder in (include_dir, stubs):
+        if (folder / name).exists():
+            return (folder / name).read_text()
+    return ""
+
+
 def read_headers(include_dir: Path, stubs: Path) -> tuple[str, list[model.Header]]:
     """Parse ``cudnn.h`` and everything it includes; returns (version string, headers in module order)."""
     include_dir, stubs = Path(include_dir), Path(stubs)
-    raw = {f: (include_dir / f).read_text() if (include_dir / f).exists() else (stubs / f).read_text()
-           for f in HEADERS}
+    raw = {f: _header_text(f, include_dir, stubs) for f in HEADERS}
     headers = {f: model.Header(f, HEADERS[f]) for f in HEADERS}
     ast = c_parser.CParser().parse(_preprocess('#include "cudnn.h"\n', include_dir, stubs), "cudnn.h")
     reader = _Reader(headers)
