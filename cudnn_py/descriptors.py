@@ -30,7 +30,8 @@ from enum import IntEnum
 
 import numpy as np
 
-from cudnn_py import capi
+from cudnn_py import caches, capi
+from cudnn_py._deprecation import alias
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
 from cudnn_py.memory import DeviceArray, _c_strides, as_array, empty
@@ -128,11 +129,16 @@ def _enum(cls: type[IntEnum], value, prefix: str, what: str, aliases: dict | Non
     raise InvalidValueError(f"unknown {what} {value!r}: {what} must be one of {names} (or a {cls.__name__} member)")
 
 
-def _nan(value) -> capi.cudnnNanPropagation_t:
+def _nan(value) -> bool:
+    """``nan_propagation`` as a bool: True/False (or 0/1), a ``cudnnNanPropagation_t`` member or its name."""
     if isinstance(value, (bool, np.bool_)):
-        return capi.CUDNN_PROPAGATE_NAN if value else capi.CUDNN_NOT_PROPAGATE_NAN
-    return _enum(capi.cudnnNanPropagation_t, value, "CUDNN_", "nan_propagation",
-                 {"propagate": "CUDNN_PROPAGATE_NAN", "not_propagate": "CUDNN_NOT_PROPAGATE_NAN"})
+        return bool(value)
+    return bool(_enum(capi.cudnnNanPropagation_t, value, "CUDNN_", "nan_propagation",
+                      {"propagate": "CUDNN_PROPAGATE_NAN", "not_propagate": "CUDNN_NOT_PROPAGATE_NAN"}))
+
+
+def _c_nan(propagate: bool) -> capi.cudnnNanPropagation_t:
+    return capi.CUDNN_PROPAGATE_NAN if propagate else capi.CUDNN_NOT_PROPAGATE_NAN
 
 
 def _int_tuple(value, what: str, expected: str = "a sequence of ints", minimum: int | None = None,
@@ -262,6 +268,7 @@ class _Descriptor:
     _create_fn: str = ""
     _destroy_fn: str = ""
     _shown: tuple[str, ...] = ()  # the properties repr() shows (None values are left out)
+    _cache_name: str = ""  # the process-wide cache of shared instances (cudnn_py.caches.shared), for shared()
 
     def __init__(self):
         self._ptr = None
@@ -270,6 +277,12 @@ class _Descriptor:
         getattr(capi, self._create_fn)(byref(ptr))
         self._finalizer = weakref.finalize(self, _destroy, getattr(capi, self._destroy_fn), ptr)
         self._ptr = ptr
+
+    @classmethod
+    def shared(cls, *settings):
+        """The process-wide instance made by ``cls(*settings)`` (validated, hashable settings), made once and kept in
+        the cache ``cls._cache_name`` of :func:`cudnn_py.caches.shared`; its ``close()`` does nothing."""
+        return _shared(caches.shared(cls._cache_name), settings, lambda: cls(*settings))
 
     @property
     def ptr(self):
@@ -547,34 +560,20 @@ class ConvolutionDescriptor(_Descriptor):
 
 # --- pooling, activation, LRN -------------------------------------------------------------------------
 
-_POOL_ALIASES = {"avg": "CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING",
-                 "average": "CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING",
-                 "avg_include_padding": "CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING",
-                 "avg_exclude_padding": "CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING"}
-
-
-class PoolingDescriptor(_Descriptor):
-    """Nd pooling: ``mode`` ("max", "max_deterministic", "average_count_include_padding",
-    "average_count_exclude_padding"; "avg" = exclude padding), ``window``, ``padding``, ``stride``
-    (default: the window) as ints or per-spatial-dim tuples, ``nan_propagation`` (bool)."""
+class _PoolingDescriptor(_Descriptor):
+    """A ``cudnnPoolingDescriptor_t`` of settings :class:`cudnn_py.Pooling` validated: ``mode``, ``nan_propagation``
+    (bool) and ``window``, ``padding``, ``stride`` (one int per spatial dimension); read back from cuDNN."""
 
     _handle_type = capi.cudnnPoolingDescriptor_t
     _create_fn, _destroy_fn = "cudnnCreatePoolingDescriptor", "cudnnDestroyPoolingDescriptor"
     _shown = ("mode", "window", "padding", "stride", "nan_propagation")
+    _cache_name = "descriptors.pooling"
 
-    def __init__(self, mode="max", window=2, padding=0, stride=None, *, ndim: int | None = None,
-                 nan_propagation=False):
-        n = _spatial_ndim(ndim, (window, padding, stride))
-        win = _ints(window, n, "window", 1)
-        pad = _ints(padding, n, "padding", 0)
-        st = win if stride is None else _ints(stride, n, "stride", 1)
-        for i, (w, p) in enumerate(zip(win, pad)):
-            if w + 2 * p > INT32_MAX:
-                raise InvalidValueError(f"window {win} and padding {pad} in spatial dim {i} exceed cuDNN's int range")
-        mode = _enum(capi.cudnnPoolingMode_t, mode, "CUDNN_POOLING_", "mode", _POOL_ALIASES)
-        nan = _nan(nan_propagation)
+    def __init__(self, mode: capi.cudnnPoolingMode_t, nan_propagation: bool, window: tuple[int, ...],
+                 padding: tuple[int, ...], stride: tuple[int, ...]):
         super().__init__()
-        capi.cudnnSetPoolingNdDescriptor(self._ptr, mode, nan, n, _carray(win), _carray(pad), _carray(st))
+        capi.cudnnSetPoolingNdDescriptor(self._ptr, mode, _c_nan(nan_propagation), len(window), _carray(window),
+                                         _carray(padding), _carray(stride))
 
     def _get(self):
         mode, nan, n = c_int(), c_int(), c_int()
@@ -626,7 +625,7 @@ class ActivationDescriptor(_Descriptor):
 
     def __init__(self, mode="relu", coef: float = 0.0, *, nan_propagation=False, swish_beta: float | None = None):
         mode = _enum(capi.cudnnActivationMode_t, mode, "CUDNN_ACTIVATION_", "mode")
-        nan = _nan(nan_propagation)
+        nan = _c_nan(_nan(nan_propagation))
         coef = _float(coef, "coef")
         if swish_beta is not None:
             swish_beta = _float(swish_beta, "swish_beta")
@@ -727,7 +726,7 @@ class OpTensorDescriptor(_Descriptor):
     def __init__(self, op="add", compute_type=np.float32, *, nan_propagation=False):
         op = _enum(capi.cudnnOpTensorOp_t, op, "CUDNN_OP_TENSOR_", "op")
         ct = _legacy_dtype(compute_type, "compute_type")
-        nan = _nan(nan_propagation)
+        nan = _c_nan(_nan(nan_propagation))
         super().__init__()
         capi.cudnnSetOpTensorDescriptor(self._ptr, op, ct, nan)
 
@@ -764,7 +763,7 @@ class ReduceTensorDescriptor(_Descriptor):
                  indices_type="uint32"):
         op = _enum(capi.cudnnReduceTensorOp_t, op, "CUDNN_REDUCE_TENSOR_", "op")
         ct = _legacy_dtype(compute_type, "compute_type")
-        nan = _nan(nan_propagation)
+        nan = _c_nan(_nan(nan_propagation))
         if isinstance(indices, bool):
             indices = "flattened" if indices else "none"
         ind = _enum(capi.cudnnReduceTensorIndices_t, indices, "CUDNN_REDUCE_TENSOR_", "indices", _INDICES_ALIASES)
@@ -890,17 +889,6 @@ def convolution_descriptor(padding=0, stride=1, dilation=1, *, ndim=None, mode="
         math_type=math_type, reorder=reorder))
 
 
-_POOLS = _cache()
-
-
-def pooling_descriptor(mode="max", window=2, padding=0, stride=None, *, ndim=None,
-                       nan_propagation=False) -> PoolingDescriptor:
-    """A shared :class:`PoolingDescriptor`."""
-    key = _key(mode, window, padding, stride, ndim, nan_propagation)
-    return _shared(_POOLS, key, lambda: PoolingDescriptor(mode, window, padding, stride, ndim=ndim,
-                                                          nan_propagation=nan_propagation))
-
-
 _ACTS = _cache()
 
 
@@ -959,5 +947,33 @@ def pooling_output_shape(x_shape, mode="max", window=2, padding=0, stride=None, 
                          dtype=np.float32) -> tuple[int, ...]:
     """The forward output shape of pooling input ``x_shape`` (N, C, spatial...), as cuDNN computes it."""
     x_shape = _dims(x_shape, "x_shape", 3)
-    pool = pooling_descriptor(mode, window, padding, stride, ndim=len(x_shape) - 2)
+    pool = _PoolingDescriptor.shared(*_pooling_settings(mode, window, padding, stride, len(x_shape) - 2, False))
     return pool.output_shape(tensor_descriptor(x_shape, _legacy_dtype(dtype, "pooling")))
+
+
+# --- deprecated names: each warns, then makes what it made before -----------------------------------------------
+
+def _deprecated(old: str, make, use: str):
+    """``old`` as a deprecated alias of ``make`` (which builds what ``old`` built); its warning says to use ``use``."""
+    make.__qualname__ = use
+    return alias(old, make)
+
+
+def _pooling_settings(mode, window, padding, stride, ndim, nan_propagation) -> tuple:
+    """(mode, nan_propagation, window, padding, stride) for ``ndim`` spatial dims (None: from the tuples, else 2)."""
+    from cudnn_py.ops.pooling import Pooling
+    n = _spatial_ndim(ndim, (window, padding, stride))
+    pool = Pooling(mode, window, padding, stride, nan_propagation=nan_propagation)
+    return (pool.mode, pool.nan_propagation) + pool.params(n)
+
+
+def _new_pooling(mode="max", window=2, padding=0, stride=None, *, ndim=None, nan_propagation=False):
+    return _PoolingDescriptor(*_pooling_settings(mode, window, padding, stride, ndim, nan_propagation))
+
+
+def _shared_pooling(mode="max", window=2, padding=0, stride=None, *, ndim=None, nan_propagation=False):
+    return _PoolingDescriptor.shared(*_pooling_settings(mode, window, padding, stride, ndim, nan_propagation))
+
+
+PoolingDescriptor = _deprecated("PoolingDescriptor", _new_pooling, "cudnn_py.Pooling")
+pooling_descriptor = _deprecated("pooling_descriptor", _shared_pooling, "cudnn_py.Pooling")

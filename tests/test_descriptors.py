@@ -11,6 +11,12 @@ from cudnn_py.errors import ClosedError, CudnnBadParamError
 from cudnn_py.memory import DeviceArray
 
 
+def old(name, *args, **kw):
+    """Call the deprecated name ``name`` of cudnn_py.descriptors: it must warn, then work as before."""
+    with pytest.warns(DeprecationWarning, match=f"{name} is deprecated, use "):
+        return getattr(D, name)(*args, **kw)
+
+
 # --- tensor -------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("shape", [(7, 5), (2, 3, 4), (8, 3, 32, 32), (2, 3, 4, 5, 6), (1, 2, 1, 2, 1, 2, 1, 2)])
@@ -180,16 +186,19 @@ def test_convolution_bad(kw, exc, msg):
 
 # --- pooling ------------------------------------------------------------------------------------------
 
-def test_pooling_read_back():
-    p = D.PoolingDescriptor("avg", 3, 1, 2)
+def test_old_pooling_descriptor_warns_and_reads_back():
+    p = old("PoolingDescriptor", "avg", 3, 1, 2)
     assert p.mode is capi.cudnnPoolingMode_t.CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING
     assert p.window == (3, 3) and p.padding == (1, 1) and p.stride == (2, 2)
     assert p.nan_propagation is capi.cudnnNanPropagation_t.CUDNN_NOT_PROPAGATE_NAN
-    q = D.PoolingDescriptor("max", (2, 3, 4), nan_propagation=True)
+    q = old("PoolingDescriptor", "max", (2, 3, 4), nan_propagation=True)
     assert q.stride == (2, 3, 4) and q.ndim == 3  # stride defaults to the window
     assert q.nan_propagation is capi.cudnnNanPropagation_t.CUDNN_PROPAGATE_NAN
-    r = D.PoolingDescriptor("average_count_include_padding", 2)
+    r = old("PoolingDescriptor", "average_count_include_padding", 2)
     assert r.mode is capi.cudnnPoolingMode_t.CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING
+    assert isinstance(r.ptr, capi.cudnnPoolingDescriptor_t) and r.ptr.value
+    r.close()
+    assert r.closed  # its own descriptor, as before
 
 
 @pytest.mark.parametrize("x,kw,expected", [
@@ -202,12 +211,12 @@ def test_pooling_output_shape_from_cudnn(x, kw, expected):
 
 
 def test_pooling_bad():
-    with pytest.raises(ValueError, match="mode must be one of"):
+    with pytest.raises(ValueError, match="mode must be one of"), pytest.warns(DeprecationWarning):
         D.PoolingDescriptor("maxx")
-    with pytest.raises(ValueError, match="window must be >= 1"):
+    with pytest.raises(ValueError, match="window must be >= 1"), pytest.warns(DeprecationWarning):
         D.PoolingDescriptor("max", 0)
     with pytest.raises(ValueError, match="needs 4"):
-        D.PoolingDescriptor("max", 2).output_shape((1, 1, 8))
+        old("PoolingDescriptor", "max", 2).output_shape((1, 1, 8))
 
 
 # --- activation, LRN, op-tensor, reduce-tensor -----------------------------------------------------------
@@ -268,7 +277,7 @@ def test_dropout_needs_an_open_handle():
 
 ALL = [
     lambda: D.TensorDescriptor((2, 3)), lambda: D.FilterDescriptor((2, 3, 3)), lambda: D.ConvolutionDescriptor(),
-    lambda: D.PoolingDescriptor(), lambda: D.ActivationDescriptor(), lambda: D.LRNDescriptor(),
+    lambda: D._PoolingDescriptor(capi.CUDNN_POOLING_MAX, False, (2, 2), (0, 0), (2, 2)), lambda: D.ActivationDescriptor(), lambda: D.LRNDescriptor(),
     lambda: D.OpTensorDescriptor(), lambda: D.ReduceTensorDescriptor(),
 ]
 
@@ -327,9 +336,9 @@ def test_repr_shows_the_settings_read_back(make):
 
 def test_ndim_comes_from_the_first_sequence_argument():
     assert D.ConvolutionDescriptor(1, (2, 2, 2)).ndim == 3
-    assert D.PoolingDescriptor("max", 2, (0, 0, 0)).ndim == 3
-    assert D.PoolingDescriptor("max", 2, ndim=np.int64(1)).window == (2,)
-    with pytest.raises(ValueError, match="ndim"):
+    assert old("PoolingDescriptor", "max", 2, (0, 0, 0)).ndim == 3
+    assert old("PoolingDescriptor", "max", 2, ndim=np.int64(1)).window == (2,)
+    with pytest.raises(ValueError, match="ndim"), pytest.warns(DeprecationWarning):
         D.PoolingDescriptor("max", 2, ndim=True)
 
 
@@ -343,7 +352,7 @@ def test_cached_factories_share_and_ignore_close():
     assert D.filter_descriptor((4, 3, 3, 3)) is D.filter_descriptor((4, 3, 3, 3))
     assert D.convolution_descriptor(1, 2) is D.convolution_descriptor(1, 2)
     assert D.convolution_descriptor(1, 2) is not D.convolution_descriptor(1, 1)
-    assert D.pooling_descriptor("max", 2) is D.pooling_descriptor("max", 2)
+    assert old("pooling_descriptor", "max", 2) is old("pooling_descriptor", "max", 2)
     assert D.activation_descriptor("relu") is D.activation_descriptor("relu")
     assert D.lrn_descriptor() is D.lrn_descriptor()
     assert D.op_tensor_descriptor("add") is D.op_tensor_descriptor("add")

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from cudnn_py import capi
-from cudnn_py.descriptors import PoolingDescriptor
+from cudnn_py import descriptors
+from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.ops.pooling import Pooling, pooling_backward, pooling_forward
 from reference import pooling as ref
 from reference.tensor_ops import assert_close
@@ -20,6 +21,12 @@ CASES = [((2, 3, 8, 9), (2, 2), (0, 0), (2, 2)),
          ((2, 4, 7, 6), (3, 3), (1, 1), (2, 1)),
          ((1, 3, 5, 6, 7), (2, 3, 2), (1, 1, 0), (2, 2, 1)),
          ((2, 3, 11), (3,), (1,), (2,))]
+
+
+def PoolingDescriptor(*args, **kw):
+    """The deprecated cudnn_py.descriptors.PoolingDescriptor: it warns, then makes its own descriptor as before."""
+    with pytest.warns(DeprecationWarning, match="PoolingDescriptor is deprecated, use cudnn_py.Pooling"):
+        return descriptors.PoolingDescriptor(*args, **kw)
 
 
 # ---------------------------------------------------------------- CPU
@@ -64,6 +71,58 @@ def test_pooling_is_hashable_and_stride_defaults_to_window():
     assert Pooling("max", 3) == Pooling(capi.CUDNN_POOLING_MAX, 3, 0, 3)
     assert len({Pooling("max", 2), Pooling("max", 2), Pooling("avg_exclude_padding", 2)}) == 2
     assert "avg_exclude_padding" in repr(Pooling("avg_exclude_padding", 2))
+
+
+def test_settings_read_back_and_spellings():
+    p = Pooling("AVG", (3, 2), 1, nan_propagation=True)
+    assert p.mode is capi.CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING
+    assert (p.window, p.padding, p.stride, p.nan_propagation) == ((3, 2), 1, (3, 2), True)
+    assert p.params(2) == ((3, 2), (1, 1), (3, 2))
+    assert repr(p) == "Pooling('avg_exclude_padding', window=(3, 2), padding=1, stride=(3, 2), nan_propagation=True)"
+    for spelling in ("max", "MAX", "CUDNN_POOLING_MAX", capi.CUDNN_POOLING_MAX, int(capi.CUDNN_POOLING_MAX)):
+        assert Pooling(spelling).mode is capi.CUDNN_POOLING_MAX
+    assert Pooling("avg_include_padding").mode is capi.CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING
+    assert Pooling().nan_propagation is False and Pooling(nan_propagation=capi.CUDNN_PROPAGATE_NAN).nan_propagation
+    with pytest.raises(AttributeError):
+        p.window = 5  # the settings are fixed: the shared descriptors were made from them
+
+
+def test_equal_poolings_share_one_c_descriptor_per_rank():
+    a, b = Pooling("max", 2), Pooling("max", (2, 2), 0, 2)
+    assert a.descriptor(2).value == b.descriptor(2).value
+    assert a.descriptor(3).value != a.descriptor(2).value
+    assert Pooling("max", 3).descriptor(2).value != a.descriptor(2).value
+    assert Pooling("max", 2, nan_propagation=True).descriptor(2).value != a.descriptor(2).value
+
+
+@pytest.mark.parametrize("kw,exc,words", [
+    (dict(mode="mean"), InvalidValueError, "pooling mode must be one of"),
+    (dict(mode=1.0), InvalidTypeError, "pooling mode"),
+    (dict(window=0), InvalidValueError, "window must be >= 1"),
+    (dict(window=2.0), InvalidTypeError, "window"),
+    (dict(padding=-1), InvalidValueError, "padding must be >= 0"),
+    (dict(stride=(1, 2, 3, 4)), InvalidValueError, "stride needs 1 to 3 values"),
+    (dict(window=2 ** 31), InvalidValueError, "window must be <= 2147483647"),
+    (dict(nan_propagation="yes"), InvalidValueError, "nan_propagation"),
+    (dict(nan_propagation=0.5), InvalidTypeError, "nan_propagation"),
+])
+def test_validation_names_the_parameter(kw, exc, words):
+    with pytest.raises(exc, match=words):
+        Pooling(**kw)
+
+
+def test_window_and_padding_beyond_the_c_int_range():
+    with pytest.raises(InvalidValueError, match="exceed cuDNN's int range"):
+        Pooling("max", 2 ** 31 - 2, 2 ** 30).params(2)
+
+
+def test_old_names_warn_and_still_work():
+    d = PoolingDescriptor("avg", 3, 1, 2)
+    assert d.window == (3, 3) and isinstance(d.ptr, capi.cudnnPoolingDescriptor_t)
+    with pytest.warns(DeprecationWarning, match="pooling_descriptor is deprecated"):
+        shared = descriptors.pooling_descriptor("max", 2)
+    assert shared.ptr.value == Pooling("max", 2).descriptor(2).value  # the one shared descriptor
+    assert descriptors.pooling_output_shape((2, 3, 9, 9), "avg", 3, 1, 2) == (2, 3, 5, 5)
 
 
 @pytest.mark.parametrize("call,exc,words", [

@@ -31,27 +31,29 @@ from __future__ import annotations
 import numpy as np
 
 from cudnn_py import capi
-from cudnn_py.descriptors import PoolingDescriptor, TensorDescriptor, _bool, _int_or_ints, _ints
+from cudnn_py.descriptors import (
+    INT32_MAX, TensorDescriptor, _enum, _int_or_ints, _ints, _nan, _PoolingDescriptor,
+)
 from cudnn_py.graph import legacy as gl
 from cudnn_py.memory import DeviceArray
-from cudnn_py.ops._common import (
-    check_array, desc, empty_strided, enum_arg, output, scalars, tensor_desc,
-)
+from cudnn_py.ops._common import check_array, desc, empty_strided, output, scalars, tensor_desc
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["Pooling", "pooling_forward", "pooling_backward", "POOLING_MODES"]
 
+#: the mode names :class:`Pooling` takes (any case; also a ``cudnnPoolingMode_t`` member, its value or full name)
 POOLING_MODES = {
     "max": capi.CUDNN_POOLING_MAX,
     "max_deterministic": capi.CUDNN_POOLING_MAX_DETERMINISTIC,
     "avg_include_padding": capi.CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING,
     "avg_exclude_padding": capi.CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING,
-    # the short spellings PoolingDescriptor takes too ('avg' excludes padding; torch's avg_pool2d includes it)
+    # 'avg' excludes padding (torch's avg_pool2d includes it by default)
     "avg": capi.CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING,
     "average": capi.CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING,
     "average_count_include_padding": capi.CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING,
     "average_count_exclude_padding": capi.CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING,
 }
+_ALIASES = {name: mode.name for name, mode in POOLING_MODES.items()}
 _NAMES = {v: k for k, v in reversed(POOLING_MODES.items())}
 
 
@@ -65,27 +67,52 @@ def _param(v, name: str, minimum: int) -> int | tuple[int, ...]:
 
 
 class Pooling:
-    """What a ``cudnnPoolingDescriptor_t`` holds; hashable, one cached descriptor per spatial rank.
+    """Pooling settings: validated once, hashable, with one shared ``cudnnPoolingDescriptor_t`` per spatial rank.
 
-    ``mode``: ``"max"``, ``"max_deterministic"``, ``"avg_include_padding"``, ``"avg_exclude_padding"``
-    (or a ``cudnnPoolingMode_t``). ``stride`` defaults to the window. ``nan_propagation``: whether a NaN
-    in a max window wins.
+    ``mode``: a key of :data:`POOLING_MODES` (``"max"``, ``"max_deterministic"``, ``"avg"`` = ``"avg_exclude_padding"``,
+    ``"avg_include_padding"``; any case) or a ``cudnnPoolingMode_t``. ``window``, ``padding``, ``stride``: an int (every
+    spatial dimension) or 1 to 3 ints; ``stride`` defaults to the window. ``nan_propagation``: whether a NaN in a max
+    window wins (default False). The settings read back as properties.
     """
 
-    __slots__ = ("mode", "window", "padding", "stride", "nan_propagation", "_descs")
+    __slots__ = ("_mode", "_window", "_padding", "_stride", "_nan", "_descs")
 
     def __init__(self, mode="max", window=2, padding=0, stride=None, *, nan_propagation: bool = False):
-        self.mode = enum_arg(mode, POOLING_MODES, capi.cudnnPoolingMode_t, "pooling mode")
-        self.window = _param(window, "window", 1)
-        self.padding = _param(padding, "padding", 0)
-        self.stride = self.window if stride is None else _param(stride, "stride", 1)
-        self.nan_propagation = _bool(nan_propagation, "nan_propagation")
-        self._descs: dict = {}
+        self._mode = _enum(capi.cudnnPoolingMode_t, mode, "CUDNN_POOLING_", "pooling mode", _ALIASES)
+        self._window = _param(window, "window", 1)
+        self._padding = _param(padding, "padding", 0)
+        self._stride = self._window if stride is None else _param(stride, "stride", 1)
+        self._nan = _nan(nan_propagation)
+        self._descs: dict[int, _PoolingDescriptor] = {}
+
+    @property
+    def mode(self) -> capi.cudnnPoolingMode_t:
+        return self._mode
+
+    @property
+    def window(self) -> int | tuple[int, ...]:
+        """As given: an int (every spatial dimension) or one int per spatial dimension."""
+        return self._window
+
+    @property
+    def padding(self) -> int | tuple[int, ...]:
+        return self._padding
+
+    @property
+    def stride(self) -> int | tuple[int, ...]:
+        return self._stride
+
+    @property
+    def nan_propagation(self) -> bool:
+        return self._nan
 
     def params(self, nd: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
         """(window, padding, stride) for ``nd`` spatial dimensions, validated."""
-        return (_ints(self.window, nd, "window", 1), _ints(self.padding, nd, "padding", 0),
-                _ints(self.stride, nd, "stride", 1))
+        win, pad = _ints(self._window, nd, "window", 1), _ints(self._padding, nd, "padding", 0)
+        for i, (w, p) in enumerate(zip(win, pad)):
+            if w + 2 * p > INT32_MAX:
+                raise InvalidValueError(f"window {win} and padding {pad} in spatial dim {i} exceed cuDNN's int range")
+        return win, pad, _ints(self._stride, nd, "stride", 1)
 
     def output_shape(self, x_shape) -> tuple[int, ...]:
         """The output shape for input ``x_shape`` (N, C, *spatial); ValueError if a window does not fit."""
@@ -100,18 +127,17 @@ class Pooling:
         return x_shape[:2] + out
 
     def descriptor(self, nd: int) -> capi.cudnnPoolingDescriptor_t:
-        """The cached ``cudnnPoolingDescriptor_t`` for ``nd`` (1 to 3) spatial dimensions (1-D is set as 2-D)."""
+        """The shared ``cudnnPoolingDescriptor_t`` for ``nd`` (1 to 3) spatial dimensions (1-D is set as 2-D)."""
         d = self._descs.get(nd)
         if d is None:
             win, pad, st = self.params(nd)
             if nd == 1:
                 win, pad, st = (1,) + win, (0,) + pad, (1,) + st
-            d = self._descs[nd] = PoolingDescriptor(self.mode, win, pad, st, ndim=len(win),
-                                                    nan_propagation=self.nan_propagation)
+            d = self._descs[nd] = _PoolingDescriptor.shared(self._mode, self._nan, win, pad, st)
         return d.ptr
 
     def _key(self):
-        return (int(self.mode), self.window, self.padding, self.stride, self.nan_propagation)
+        return (int(self._mode), self._window, self._padding, self._stride, self._nan)
 
     def __eq__(self, other):
         return isinstance(other, Pooling) and self._key() == other._key()
@@ -120,23 +146,23 @@ class Pooling:
         return hash(self._key())
 
     def __repr__(self):
-        return (f"Pooling({_NAMES[self.mode]!r}, window={self.window}, "
-                f"padding={self.padding}, stride={self.stride})")
+        nan = ", nan_propagation=True" if self._nan else ""
+        return (f"Pooling({_NAMES[self._mode]!r}, window={self._window}, padding={self._padding}, "
+                f"stride={self._stride}{nan})")
 
 
 def _resolve(pool, x_shape) -> tuple[capi.cudnnPoolingDescriptor_t, tuple[int, ...]]:
-    """(descriptor handle, output shape) for a :class:`Pooling` or a core ``PoolingDescriptor``."""
+    """(descriptor handle, output shape) for a :class:`Pooling` (or what the deprecated PoolingDescriptor made)."""
     if isinstance(pool, Pooling):
         y_shape = pool.output_shape(x_shape)
         return pool.descriptor(len(x_shape) - 2), y_shape
-    if isinstance(pool, PoolingDescriptor):
-        _, _, win, pad, st = pool._get()
+    if isinstance(pool, _PoolingDescriptor):
+        mode, nan, win, pad, st = pool._get()
         if len(x_shape) != len(win) + 2 or len(win) == 1:
             raise InvalidValueError(f"x has shape {x_shape}; this PoolingDescriptor needs N, C and {len(win)} spatial "
-                                    f"dims "
-                             f"(for 1-D pooling use cudnn_py.Pooling, which runs it as 2-D)")
-        return pool.ptr, Pooling(pool.mode, win, pad, st).output_shape(x_shape)
-    raise InvalidTypeError(f"pool must be a cudnn_py Pooling or PoolingDescriptor, got {type(pool).__name__}")
+                                    f"dims (for 1-D pooling use cudnn_py.Pooling, which runs it as 2-D)")
+        return pool.ptr, Pooling(mode, win, pad, st).output_shape(x_shape)
+    raise InvalidTypeError(f"pool must be a cudnn_py.Pooling, got {type(pool).__name__}")
 
 
 def _pdesc(a) -> TensorDescriptor:
@@ -254,7 +280,7 @@ def _graph_backward(handle, pool, xa, ya, dya, dxa, alpha, beta, auto) -> bool:
 def pooling_forward(handle, pool, x, y=None, *, alpha: float = 1.0, beta: float = 0.0, engine: str = "auto"):
     """``y = alpha * pool(x) + beta * y`` (``cudnnPoolingForward``); returns y (allocated if not given).
 
-    ``pool``: a :class:`Pooling` or a :class:`cudnn_py.descriptors.PoolingDescriptor`. ``engine``: "legacy",
+    ``pool``: a :class:`Pooling`. ``engine``: "legacy",
     "graph" or "auto" (the default: see the module doc).
     """
     engine = gl.engine_arg(engine)
