@@ -54,9 +54,10 @@ _LAZY: dict[str, tuple[str, ...]] = {
     ".ops.batchnorm": ("batchnorm_backward", "batchnorm_backward_ex", "batchnorm_ex_sizes",
                        "batchnorm_forward_inference", "batchnorm_forward_training", "batchnorm_forward_training_ex",
                        "batchnorm_param_shape"),
-    ".ops.convolution": ("Convolution", "convolution_algorithms", "convolution_backward_bias",
-                         "convolution_backward_data", "convolution_backward_filter",
-                         "convolution_bias_activation_forward", "convolution_forward", "convolution_workspace_size"),
+    ".ops.conv_calls": ("convolution_algorithms", "convolution_backward_bias", "convolution_backward_data",
+                        "convolution_backward_filter", "convolution_bias_activation_forward", "convolution_forward",
+                        "convolution_workspace_size"),
+    ".ops.convolution": ("Convolution",),
     ".ops.ctc": ("CTCLoss", "check_ctc_labels", "ctc_loss", "ctc_loss_workspace_size"),
     ".ops.dropout": ("Dropout", "dropout_backward", "dropout_forward", "dropout_reserve_size", "dropout_states_size"),
     ".ops.lrn": ("LRN", "divisive_normalization_backward", "divisive_normalization_forward", "lrn_backward",
@@ -100,10 +101,10 @@ if TYPE_CHECKING:
     from .ops.batchnorm import (batchnorm_backward, batchnorm_backward_ex, batchnorm_ex_sizes,
                                 batchnorm_forward_inference, batchnorm_forward_training,
                                 batchnorm_forward_training_ex, batchnorm_param_shape)
-    from .ops.convolution import (Convolution, convolution_algorithms, convolution_backward_bias,
-                                  convolution_backward_data, convolution_backward_filter,
-                                  convolution_bias_activation_forward, convolution_forward,
-                                  convolution_workspace_size)
+    from .ops.conv_calls import (convolution_algorithms, convolution_backward_bias, convolution_backward_data,
+                                 convolution_backward_filter, convolution_bias_activation_forward, convolution_forward,
+                                 convolution_workspace_size)
+    from .ops.convolution import Convolution
     from .ops.ctc import CTCLoss, check_ctc_labels, ctc_loss, ctc_loss_workspace_size
     from .ops.dropout import Dropout, dropout_backward, dropout_forward, dropout_reserve_size, dropout_states_size
     from .ops.lrn import (LRN, divisive_normalization_backward, divisive_normalization_forward, lrn_backward,

@@ -26,8 +26,9 @@ import json
 import os
 import tempfile
 import threading
-from dataclasses import asdict, dataclass
-from typing import Any, Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 from cudnn_py import capi
 from cudnn_py.errors import CudnnError, CudnnNotSupportedError, InvalidTypeError, InvalidValueError, WorkspaceLimitError
@@ -43,6 +44,8 @@ __all__ = [
     "CUDNN_CONVOLUTION_BWD_FILTER_SPECIFY_WORKSPACE_LIMIT", "choose_forward_algorithm",
     "choose_backward_data_algorithm", "choose_backward_filter_algorithm", "cudnnGetConvolutionForwardAlgorithm",
     "cudnnGetConvolutionBackwardDataAlgorithm", "cudnnGetConvolutionBackwardFilterAlgorithm",
+    "ALGO_CHOICES", "NONDETERMINISTIC", "is_choice", "allowed_by_math_type", "find_workspace",
+    "measure_algorithms", "resolve_algorithm",
 ]
 
 DIRECTIONS = ("forward", "backward_data", "backward_filter")
@@ -606,3 +609,105 @@ def cudnnGetConvolutionBackwardFilterAlgorithm(handle, xDesc, dyDesc, convDesc, 
     """The C signature of the function removed in cuDNN 8, on :func:`choose_backward_filter_algorithm`."""
     return _store(algo, choose_backward_filter_algorithm(handle, xDesc, dyDesc, convDesc, dwDesc, preference,
                                                          memoryLimitInBytes))
+
+
+# ---------------------------------------------------------------- choosing the algorithm of a call
+
+#: the words ``algo=`` takes besides an algorithm: the first suitable heuristic record, or the fastest measured one
+ALGO_CHOICES = ("heuristic", "fastest")
+
+#: the algorithms cuDNN documents as non-deterministic, by direction (refused with ``deterministic=True``)
+NONDETERMINISTIC = {"backward_data": frozenset({"CUDNN_CONVOLUTION_BWD_DATA_ALGO_0"}),
+                    "backward_filter": frozenset({"CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0",
+                                                  "CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3"})}
+
+
+def is_choice(spec: Any) -> bool:
+    """Whether ``algo=spec`` asks for a choice (:data:`ALGO_CHOICES`, any case) rather than naming an algorithm."""
+    return isinstance(spec, str) and spec.lower() in ALGO_CHOICES
+
+
+def allowed_by_math_type(records: Iterable[AlgoPerf], math_type) -> list[AlgoPerf]:
+    """The records whose math type the requested ``math_type`` allows (DEFAULT also allows TENSOR_OP; FMA and the
+    conversion mode only themselves); all records, relabelled ``math_type``, if cuDNN labelled none of them so."""
+    records = list(records)
+    allowed = {int(math_type)}
+    if math_type == capi.CUDNN_DEFAULT_MATH:
+        allowed.add(int(capi.CUDNN_TENSOR_OP_MATH))
+    kept = [r for r in records if int(r.math_type) in allowed]
+    return kept or [replace(r, math_type=math_type) for r in records]
+
+
+def find_workspace(handle, needs: Iterable[int], limit: int | None) -> tuple[int | None, int]:
+    """(pointer, bytes) of the workspace for ``Find...Ex``: the largest of the algorithms' ``needs``, capped at
+    ``limit``, from ``handle.workspace``. When that much device memory cannot be had, the next smaller need is tried,
+    down to none (cuDNN then reports the algorithms needing more as failing, and the choice falls on the others)."""
+    for nbytes in sorted({n if limit is None else min(n, limit) for n in needs}, reverse=True):
+        if nbytes == 0:
+            break
+        try:
+            return handle.workspace.get(nbytes, handle.stream), nbytes
+        except Exception:  # noqa: BLE001 - cuda.core's CUDAError (out of device memory): try a smaller need
+            continue
+    return None, 0
+
+
+def measure_algorithms(handle, direction: str, a, a_ptr: int, b, b_ptr: int, conv, c, c_nbytes: int,
+                       limit: int | None) -> list[AlgoPerf]:
+    """``Find...Ex`` on the inputs at ``a_ptr``/``b_ptr``, a scratch output of ``c_nbytes`` bytes (on the handle's
+    device and stream) and the workspace :func:`find_workspace` gets under ``limit``; descriptors in cuDNN's order."""
+    from cudnn_py.memory import empty
+    needs = []
+    for algo in _real_members(direction):
+        try:
+            needs.append(workspace_size(handle, direction, a, b, conv, c, algo))
+        except CudnnError:  # unsupported here; Find will say so in its records
+            continue
+    scratch = empty((c_nbytes,), "uint8", stream=handle.stream, device=handle.device)
+    ws_ptr, ws_bytes = find_workspace(handle, needs, limit)
+    return find_algorithms_ex(handle, direction, a, a_ptr, b, b_ptr, conv, c, scratch.ptr, ws_ptr, ws_bytes)
+
+
+def resolve_algorithm(handle, direction: str, spec: Any, descs: tuple, conv_desc: Callable[[Any], Any], math_type, *,
+                      deterministic: bool = False, limit: int | None = None, cache_key: tuple | None = None,
+                      measure: Callable[[], list[AlgoPerf]] | None = None, problem: str = "") -> tuple[Any, Any, int]:
+    """The algorithm, math type and workspace bytes a call of ``direction`` runs with.
+
+    :param spec: an algorithm (enum member, int or name), ``"heuristic"`` (the first suitable ``..._v7`` record) or
+        ``"fastest"`` (the best record of ``measure()``, remembered in :data:`algorithm_cache` under ``cache_key``).
+    :param descs: the (a, b, c) descriptors in cuDNN's argument order.
+    :param conv_desc: the convolution descriptor for a math type (``conv_desc(math_type)``).
+    :param math_type: the requested ``cudnnMathType_t``; records of other math types are used only as
+        :func:`allowed_by_math_type` allows.
+    :param deterministic: refuse non-deterministic algorithms.
+    :param limit: the most workspace bytes allowed (None: any).
+    :param problem: the configuration in words, for the error an unsupported explicit algorithm raises.
+    :raises WorkspaceLimitError: when only the limit stands in the way.
+    """
+    a, b, c = descs
+    if is_choice(spec):
+        def size(r):
+            return workspace_size(handle, direction, a, b, conv_desc(r.math_type), c, r.algo)
+        if spec.lower() == "heuristic":
+            records = heuristic_algorithms(handle, direction, a, b, conv_desc(math_type), c)
+            chosen = select_algorithm(allowed_by_math_type(records, math_type), limit, size, deterministic)
+            return chosen.algo, chosen.math_type, size(chosen)
+        if measure is None or cache_key is None:
+            raise InvalidValueError("algo='fastest' needs a measure() and a cache_key")
+        chosen = algorithm_cache.get(cache_key)
+        if chosen is None:
+            chosen = select_algorithm(allowed_by_math_type(measure(), math_type), limit, None, deterministic)
+            algorithm_cache.put(cache_key, chosen)
+        return chosen.algo, chosen.math_type, size(chosen)
+    algo = parse_algo(direction, spec)
+    if deterministic and algo.name in NONDETERMINISTIC.get(direction, ()):
+        raise InvalidValueError(f"{algo.name} is not deterministic; drop deterministic=True or choose another "
+                                f"algorithm")
+    try:
+        need = workspace_size(handle, direction, a, b, conv_desc(math_type), c, algo)
+    except CudnnError as e:  # cuDNN's way of saying "this algorithm does not do this configuration"
+        raise type(e)(e.function, e.status, f"{algo.name} does not support this {direction} configuration "
+                      f"({problem}, math {math_type.name}); cuDNN says: {e.reason or 'no reason given'}") from None
+    if limit is not None and need > limit:
+        raise WorkspaceLimitError(f"{algo.name} needs {need} B of workspace; the limit is {limit} B")
+    return algo, math_type, need

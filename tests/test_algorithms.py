@@ -261,3 +261,58 @@ def test_cache_save_failure_leaves_the_old_file(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="disk full"):
         cache.save(path)
     assert path.read_text() == before and [p.name for p in tmp_path.iterdir()] == ["algos.json"]
+
+
+def test_allowed_by_math_type():
+    default, tensor, fma = capi.CUDNN_DEFAULT_MATH, capi.CUDNN_TENSOR_OP_MATH, capi.CUDNN_FMA_MATH
+    recs = [_rec(algo=1, math=int(tensor)), _rec(algo=2, math=int(default)), _rec(algo=3, math=int(fma))]
+    assert [r.algo for r in alg.allowed_by_math_type(recs, default)] == [1, 2]  # DEFAULT also allows TENSOR_OP
+    assert [r.algo for r in alg.allowed_by_math_type(recs, fma)] == [3]
+    relabelled = alg.allowed_by_math_type(recs[:2], capi.CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION)
+    assert [r.math_type for r in relabelled] == [capi.CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION] * 2
+
+
+def test_is_choice():
+    assert alg.is_choice("heuristic") and alg.is_choice("FASTEST")
+    assert not alg.is_choice("IMPLICIT_GEMM") and not alg.is_choice(capi.CUDNN_CONVOLUTION_FWD_ALGO_GEMM)
+
+
+@pytest.fixture
+def no_c(monkeypatch):
+    """resolve_algorithm's C queries replaced: algorithm n needs n KiB of workspace; the heuristics rank 2, 0, 1."""
+    monkeypatch.setattr(alg, "workspace_size", lambda h, d, a, b, conv, c, algo: int(alg.parse_algo(d, algo)) << 10)
+    monkeypatch.setattr(alg, "heuristic_algorithms", lambda h, d, a, b, conv, c: [
+        _rec(d, algo=2, memory=2048), _rec(d, algo=0, memory=0), _rec(d, algo=1, memory=1024, det=0)])
+    alg.algorithm_cache.clear()
+    yield
+    alg.algorithm_cache.clear()
+
+
+def _resolve(spec, **kw):
+    return alg.resolve_algorithm(None, kw.pop("direction", "forward"), spec, (None, None, None), lambda m: None,
+                                 capi.CUDNN_DEFAULT_MATH, problem="the test's", **kw)
+
+
+def test_resolve_algorithm_heuristic_and_named(no_c):
+    assert _resolve("heuristic")[0] == 2 and _resolve("heuristic")[2] == 2048
+    assert _resolve("heuristic", limit=1500)[0] == 0
+    assert _resolve("IMPLICIT_PRECOMP_GEMM") == (capi.CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM,
+                                                 capi.CUDNN_DEFAULT_MATH, 1024)
+    with pytest.raises(WorkspaceLimitError, match="limit is 100 B"):
+        _resolve(1, limit=100)
+    with pytest.raises(ValueError, match="not deterministic"):
+        _resolve("ALGO_0", direction="backward_data", deterministic=True)
+
+
+def test_resolve_algorithm_fastest_measures_once(no_c):
+    measured = []
+
+    def measure():
+        measured.append(1)
+        return [_rec(algo=1, memory=1024, det=0), _rec(algo=0, memory=0)]
+    key = ("forward", "a key")
+    assert _resolve("fastest", cache_key=key, measure=measure)[0] == 1
+    assert _resolve("fastest", cache_key=key, measure=measure)[0] == 1 and len(measured) == 1  # remembered
+    assert _resolve("fastest", cache_key=key + ("det",), measure=measure, deterministic=True)[0] == 0
+    with pytest.raises(ValueError, match="measure"):
+        _resolve("fastest")

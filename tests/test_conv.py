@@ -7,9 +7,11 @@ import types
 import numpy as np
 import pytest
 
+from cudnn_py import algorithms as alg
 from cudnn_py import capi
 from cudnn_py.errors import WorkspaceLimitError
 from cudnn_py.memory import DeviceArray
+from cudnn_py.ops import conv_calls as cc
 from cudnn_py.ops import convolution as cv
 from helpers import NoCallHandle
 
@@ -82,8 +84,8 @@ def test_output_shape_matches_cudnn(conv, x, w, y):
 
 def test_geometry_descriptors_read_back():
     conv = cv.Convolution(padding=1, stride=2, groups=2, math_type="tensor_op")
-    g = cv._Geometry(conv, ((2, 4, 9, 9), (324, 81, 9, 1)), ((6, 2, 3, 3), (18, 9, 3, 1)), (None, None),
-                     np.float16, np.float16)
+    g = cv.Geometry(conv, ((2, 4, 9, 9), (324, 81, 9, 1)), ((6, 2, 3, 3), (18, 9, 3, 1)), (None, None),
+                    np.float16, np.float16)
     assert g.x_desc.shape == (2, 4, 9, 9) and g.x_desc.strides == (324, 81, 9, 1)
     assert g.y_desc.shape == (2, 6, 5, 5) and g.y_desc.dtype is capi.CUDNN_DATA_HALF
     assert g.w_desc.shape == (6, 2, 3, 3) and g.w_desc.format is capi.CUDNN_TENSOR_NCHW
@@ -94,14 +96,14 @@ def test_geometry_descriptors_read_back():
 
 def test_geometry_nhwc_1d_and_asymmetric():
     conv = cv.Convolution(padding=((1, 2), (0, 1)), layout="NHWC")
-    g = cv._Geometry(conv, ((2, 7, 6, 4), (168, 24, 4, 1)), ((5, 3, 3, 4), (36, 12, 4, 1)), (None, None),
-                     np.float32, np.float32)
+    g = cv.Geometry(conv, ((2, 7, 6, 4), (168, 24, 4, 1)), ((5, 3, 3, 4), (36, 12, 4, 1)), (None, None),
+                    np.float32, np.float32)
     assert g.w_nhwc and g.w_desc.format is capi.CUDNN_TENSOR_NHWC
     assert g.asym and g.xp_shape == (2, 4, 10, 7) and g.x_desc.shape == (2, 4, 10, 7)
     assert g.xp_strides == (280, 1, 28, 4) and g.interior_offset == 28 * 4
     assert g.conv_desc(g.math_type).padding == (0, 0) and g.out_shape == (2, 8, 5, 5)
     c1 = cv.Convolution(padding=2, dilation=2, stride=3)
-    g1 = cv._Geometry(c1, ((2, 3, 10), (30, 10, 1)), ((4, 3, 3), (9, 3, 1)), (None, None), np.float64, np.float64)
+    g1 = cv.Geometry(c1, ((2, 3, 10), (30, 10, 1)), ((4, 3, 3), (9, 3, 1)), (None, None), np.float64, np.float64)
     assert g1.x_desc.shape == (2, 3, 1, 10) and g1.y_desc.shape == (2, 4, 1, 4) and g1.out_shape == (2, 4, 4)
     cd = g1.conv_desc(g1.math_type)
     assert cd.padding == (0, 2) and cd.stride == (1, 3) and cd.dilation == (1, 2)
@@ -111,12 +113,12 @@ def test_geometry_nhwc_1d_and_asymmetric():
 def test_channels_last_strides_are_nhwc():
     """A torch channels_last tensor: logical NCHW shape, NHWC strides."""
     conv = cv.Convolution(padding=1)
-    g = cv._Geometry(conv, ((2, 8, 5, 5), (200, 1, 40, 8)), ((4, 8, 3, 3), (72, 1, 24, 8)), (None, None),
-                     np.float32, np.float32)
+    g = cv.Geometry(conv, ((2, 8, 5, 5), (200, 1, 40, 8)), ((4, 8, 3, 3), (72, 1, 24, 8)), (None, None),
+                    np.float32, np.float32)
     assert g.w_nhwc and g.x_desc.strides == (200, 1, 40, 8)
     with pytest.raises(ValueError, match="packed NCHW or channels-last"):
-        cv._Geometry(conv, ((2, 8, 5, 5), (200, 25, 5, 1)), ((4, 8, 3, 3), (144, 9, 3, 1)), (None, None),
-                     np.float32, np.float32)
+        cv.Geometry(conv, ((2, 8, 5, 5), (200, 25, 5, 1)), ((4, 8, 3, 3), (144, 9, 3, 1)), (None, None),
+                    np.float32, np.float32)
 
 
 BAD = [
@@ -184,10 +186,10 @@ def test_host_array_is_rejected():
 
 def test_input_shape_inference():
     conv = cv.Convolution(padding=1, stride=2)
-    assert cv._input_shape(conv, (4, 3, 3, 3), (2, 4, 5, 5)) == (2, 3, 9, 9)
-    assert conv.output_shape(cv._input_shape(conv, (4, 3, 3, 3), (2, 4, 5, 5)), (4, 3, 3, 3)) == (2, 4, 5, 5)
+    assert conv.input_shape((4, 3, 3, 3), (2, 4, 5, 5)) == (2, 3, 9, 9)
+    assert conv.output_shape(conv.input_shape((4, 3, 3, 3), (2, 4, 5, 5)), (4, 3, 3, 3)) == (2, 4, 5, 5)
     nhwc = cv.Convolution(padding=((0, 1), (1, 0)), layout="NHWC")
-    assert nhwc.output_shape(cv._input_shape(nhwc, (4, 3, 3, 6), (2, 7, 7, 4)), (4, 3, 3, 6)) == (2, 7, 7, 4)
+    assert nhwc.output_shape(nhwc.input_shape((4, 3, 3, 6), (2, 7, 7, 4)), (4, 3, 3, 6)) == (2, 7, 7, 4)
 
 
 @pytest.mark.parametrize("dtype,want", [(np.float16, "CUDNN_TENSOR_OP_MATH"), (np.float32, "CUDNN_DEFAULT_MATH"),
@@ -195,21 +197,21 @@ def test_input_shape_inference():
 def test_auto_math_type(dtype, want):
     conv = cv.Convolution(padding=1)
     assert conv.math_type is None and "auto" in repr(conv)
-    g = cv._Geometry(conv, ((1, 2, 5, 5), (50, 25, 5, 1)), ((2, 2, 3, 3), (18, 9, 3, 1)), (None, None), dtype, dtype)
+    g = cv.Geometry(conv, ((1, 2, 5, 5), (50, 25, 5, 1)), ((2, 2, 3, 3), (18, 9, 3, 1)), (None, None), dtype, dtype)
     assert g.math_type.name == want and g.conv_desc(g.math_type).math_type.name == want
     fma = cv.Convolution(padding=1, math_type="fma")
-    g = cv._Geometry(fma, ((1, 2, 5, 5), (50, 25, 5, 1)), ((2, 2, 3, 3), (18, 9, 3, 1)), (None, None), dtype, dtype)
+    g = cv.Geometry(fma, ((1, 2, 5, 5), (50, 25, 5, 1)), ((2, 2, 3, 3), (18, 9, 3, 1)), (None, None), dtype, dtype)
     assert g.math_type is capi.CUDNN_FMA_MATH
 
 
 def test_plan_table_is_bounded(monkeypatch):
-    monkeypatch.setattr(cv, "_PLANS", {})
-    monkeypatch.setattr(cv, "_PLANS_MAX", 3)
+    monkeypatch.setattr(cc, "_PLANS", {})
+    monkeypatch.setattr(cc, "_PLANS_MAX", 3)
     for i in range(5):
-        assert cv._remember(("k", i), i) == i
-    assert list(cv._PLANS) == [("k", 2), ("k", 3), ("k", 4)]  # the oldest went first
-    cv._remember(("k", 3), "new")  # replacing an entry drops nothing
-    assert cv._PLANS == {("k", 2): 2, ("k", 3): "new", ("k", 4): 4}
+        assert cc._remember(("k", i), i) == i
+    assert list(cc._PLANS) == [("k", 2), ("k", 3), ("k", 4)]  # the oldest went first
+    cc._remember(("k", 3), "new")  # replacing an entry drops nothing
+    assert cc._PLANS == {("k", 2): 2, ("k", 3): "new", ("k", 4): 4}
 
 
 class _Workspace:
@@ -229,13 +231,13 @@ class _Workspace:
 
 def test_find_workspace_falls_back_to_smaller_needs():
     h = types.SimpleNamespace(stream=None, workspace=_Workspace(free=5000))
-    assert cv._find_workspace(h, [0, 8000, 4096, 6000], None) == (0x1000, 4096)
+    assert alg.find_workspace(h, [0, 8000, 4096, 6000], None) == (0x1000, 4096)
     assert h.workspace.asked == [8000, 6000, 4096]  # largest first, each distinct need once
     h.workspace = _Workspace(free=100)
-    assert cv._find_workspace(h, [0, 8000, 4096], None) == (None, 0)  # nothing fits: Find runs without
+    assert alg.find_workspace(h, [0, 8000, 4096], None) == (None, 0)  # nothing fits: Find runs without
     h.workspace = _Workspace(free=None)
-    assert cv._find_workspace(h, [8000, 4096], 5000) == (0x1000, 5000)  # the limit caps the request
-    assert cv._find_workspace(h, [0], None) == (None, 0) and cv._find_workspace(h, [], 100) == (None, 0)
+    assert alg.find_workspace(h, [8000, 4096], 5000) == (0x1000, 5000)  # the limit caps the request
+    assert alg.find_workspace(h, [0], None) == (None, 0) and alg.find_workspace(h, [], 100) == (None, 0)
 
 
 def test_lowered_workspace_cap_chooses_again(monkeypatch):
@@ -244,9 +246,9 @@ def test_lowered_workspace_cap_chooses_again(monkeypatch):
 
     def resolve(handle, g, direction, spec, deterministic, limit, in_ptrs):  # algorithm 1 needs 1 MiB, 0 none
         chosen.append(limit)
-        return cv._alg.algorithm_enum(direction)(limit is None), capi.CUDNN_DEFAULT_MATH, (limit is None) << 20
-    monkeypatch.setattr(cv, "_resolve", resolve)
-    monkeypatch.setattr(cv, "_PLANS", {})
+        return alg.algorithm_enum(direction)(limit is None), capi.CUDNN_DEFAULT_MATH, (limit is None) << 20
+    monkeypatch.setattr(cc, "_choose", resolve)
+    monkeypatch.setattr(cc, "_PLANS", {})
     h = _NoC()
     h.workspace = _Workspace()
     conv, x, w, y = cv.Convolution(padding=1), _arr((1, 3, 5, 5)), _arr((4, 3, 3, 3)), _arr((1, 4, 5, 5))
@@ -261,5 +263,5 @@ def test_lowered_workspace_cap_chooses_again(monkeypatch):
         with pytest.raises(AssertionError, match="cuDNN call"):  # chose again under the cap
             call()
         assert chosen == [None, 1000]
-    assert sorted(p.ws for p in cv._PLANS.values()) == [0, 0, 0]
+    assert sorted(p.ws for p in cc._PLANS.values()) == [0, 0, 0]
     assert h.workspace.asked == [1 << 20, 1 << 20] * 3  # the refused 1 MiB, then no workspace needed

@@ -11,6 +11,7 @@ import cudnn_py.algorithms as alg
 from cudnn_py import capi
 from cudnn_py.errors import ClosedError, CudnnError, WorkspaceLimitError
 from cudnn_py.memory import empty, to_device
+from cudnn_py.ops import conv_calls as cc
 from cudnn_py.ops import convolution as cv
 from reference import conv as ref
 
@@ -113,7 +114,7 @@ def test_every_supported_algorithm_matches_reference(handle, rng, case, directio
     roles = {"forward": (x_d, w_d, None), "backward_data": (x.shape if layout == "NCHW" else _phys(x, layout).shape,
                                                             w_d, dy_d),
              "backward_filter": (x_d, w.shape if layout == "NCHW" else _phys(w, layout).shape, dy_d)}[direction]
-    g = cv._query_geometry(handle, conv, *roles, direction)
+    g = cc._query_geometry(handle, conv, *roles, direction)
     reported = {r.algo.name for r in cv.convolution_algorithms(handle, conv, *roles, direction=direction,
                                                                method="find")
                 if r.supported and r.math_type == g.math_type}
@@ -306,7 +307,7 @@ def test_fastest_deterministic_and_limit(handle, rng):
 def test_removed_selector_port(handle, rng):
     x, w, dy, layout, kw = _data(rng, "2d", "float32")
     conv = cv.Convolution(**kw)
-    g = cv._query_geometry(handle, conv, to_device(x), to_device(w), None, "forward")
+    g = cc._query_geometry(handle, conv, to_device(x), to_device(w), None, "forward")
     cd = g.conv_desc(g.math_type)
     args = (handle, g.x_desc, g.w_desc, cd, g.y_desc)
     fast = alg.choose_forward_algorithm(*args, alg.CUDNN_CONVOLUTION_FWD_PREFER_FASTEST)
@@ -400,15 +401,15 @@ def test_lowered_workspace_cap_chooses_again(rng, monkeypatch, direction):
     want = {"forward": lambda: ref.conv_forward(x, w, **rk),
             "backward_data": lambda: ref.conv_backward_data(dy, w, x.shape, **rk),
             "backward_filter": lambda: ref.conv_backward_filter(x, dy, w.shape, **rk)}[direction]()
-    monkeypatch.setattr(cv, "_PLANS", {})  # this test's plan is the only one
+    monkeypatch.setattr(cc, "_PLANS", {})  # this test's plan is the only one
     with Handle() as h:
         x_d, w_d, dy_d = (to_device(a, h.stream) for a in (x, w, dy))
         _run(h, direction, conv, x_d, w_d, dy_d, _poisoned(want.shape, np.float32, "NCHW", h.stream), "fastest")
-        (plan,) = cv._PLANS.values()
+        (plan,) = cc._PLANS.values()
         h.workspace.cap = 0
         out = _poisoned(want.shape, np.float32, "NCHW", h.stream)
         _run(h, direction, conv, x_d, w_d, dy_d, out, "fastest")
-        (again,) = cv._PLANS.values()
+        (again,) = cc._PLANS.values()
         assert again.ws == 0 and (again is not plan or plan.ws == 0)
         assert _err(out.to_numpy(), want) <= 3e-5
         print(direction, f"first plan: {plan.algo.name}, {plan.ws} B; under cap 0: {again.algo.name}")

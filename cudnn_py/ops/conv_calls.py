@@ -1,0 +1,478 @@
+"""The convolution calls: forward, backward data, backward filter, backward bias, fused bias+activation, and the
+algorithm queries on arrays (:func:`convolution_algorithms`, :func:`convolution_workspace_size`).
+
+Each call reads its arrays' signatures (shape, strides, dtype, device), looks its plan up (descriptors, algorithm,
+workspace size: everything derived from the configuration), and makes one C call. A plan is made once per
+configuration: :class:`~cudnn_py.ops.convolution.Geometry` resolves the configuration and
+:func:`cudnn_py.algorithms.resolve_algorithm` chooses the algorithm. ``engine="graph"`` hands the call to
+:func:`cudnn_py.graph.conv.convolution`. See :mod:`cudnn_py.ops.convolution` for the conventions.
+"""
+from __future__ import annotations
+
+import ctypes
+import math
+import sys
+import threading
+from typing import Any, Sequence
+
+import numpy as np
+
+from cudnn_py import algorithms as _alg
+from cudnn_py import capi
+from cudnn_py import descriptors as _d
+from cudnn_py.dtypes import cudnn_dtype
+from cudnn_py.errors import InvalidTypeError, InvalidValueError, WorkspaceLimitError
+from cudnn_py.memory import DeviceArray, as_array, empty, zeros
+from cudnn_py.ops._common import enum_arg
+from cudnn_py.ops.convolution import Convolution, Geometry, logical, packed_strides, physical, unit_height
+
+__all__ = ["convolution_forward", "convolution_backward_data", "convolution_backward_filter",
+           "convolution_backward_bias", "convolution_bias_activation_forward", "convolution_algorithms",
+           "convolution_workspace_size"]
+
+
+def _graph():
+    """:mod:`cudnn_py.graph.conv`, imported on the first ``engine="graph"`` call (it brings in the graph package)."""
+    from cudnn_py.graph import conv
+    return conv
+
+
+_SCALARS: dict = {}
+
+
+def _scalars(double: bool, alpha: float, beta: float):
+    """(byref alpha, byref beta) for the data type, cached for the common values."""
+    key = (double, alpha, beta)
+    got = _SCALARS.get(key)
+    if got is None:
+        t = ctypes.c_double if double else ctypes.c_float
+        a, b = t(alpha), t(beta)
+        got = (ctypes.byref(a), ctypes.byref(b), a, b)
+        if len(_SCALARS) < 256:
+            _SCALARS[key] = got
+    return got
+
+
+def _device_id(handle) -> int:
+    d = handle.device
+    return int(getattr(d, "device_id", d))
+
+
+def _limit(handle, workspace_limit):
+    cap = handle.workspace.cap
+    if workspace_limit is None:
+        return cap
+    if workspace_limit < 0:
+        raise InvalidValueError(f"workspace_limit must be >= 0 bytes, got {workspace_limit}")
+    return workspace_limit if cap is None else min(cap, workspace_limit)
+
+
+def _measure(handle, g: Geometry, direction: str, limit, in_ptrs):
+    """``Find...Ex`` records of a direction on the inputs at ``in_ptrs`` (a zero-padded scratch x where the padding
+    is asymmetric), a scratch output and the largest workspace that can be had under ``limit``."""
+    a, b, c = g.descs(direction)
+    a_ptr, b_ptr = in_ptrs
+    pad_x = None
+    if g.asym and direction != "backward_data":
+        pad_x = zeros((g.xp_size,), g.np_dtype, stream=handle.stream, device=handle.device)
+        a_ptr = pad_x.ptr
+    return _alg.measure_algorithms(handle, direction, a, a_ptr, b, b_ptr, g.conv_desc(g.math_type), c,
+                                   g.out_nbytes(direction), limit)
+
+
+def _choose(handle, g: Geometry, direction: str, spec, deterministic: bool, limit, in_ptrs):
+    """(algo, math type, workspace bytes) for ``spec``: an algorithm, "heuristic" or "fastest"."""
+    return _alg.resolve_algorithm(
+        handle, direction, spec, g.descs(direction), g.conv_desc, g.math_type, deterministic=deterministic,
+        limit=limit, cache_key=g.cache_key(direction, _device_id(handle), deterministic, limit),
+        measure=lambda: _measure(handle, g, direction, limit, in_ptrs), problem=g.describe())
+
+
+# ---------------------------------------------------------------- plans: everything a call derives from its config
+
+class _Plan:
+    """What one call needs: raw descriptor handles (their objects kept alive), algorithm, workspace bytes."""
+    __slots__ = ("g", "a", "b", "c", "conv_desc", "keep", "algo", "ws", "fn", "double", "gen", "one", "zero")
+
+
+_PLANS: dict = {}  # call signature -> what calls derive from it (_Plan, bias plan), bounded
+_PLANS_MAX = 4096
+_FUNCS = {"forward": "cudnnConvolutionForward", "backward_data": "cudnnConvolutionBackwardData",
+          "backward_filter": "cudnnConvolutionBackwardFilter"}
+
+
+_PLANS_LOCK = threading.Lock()  # every change to _PLANS; lookups read without it (a dict read is atomic)
+
+
+def _remember(key, value):
+    """Store ``value`` in :data:`_PLANS`, dropping the oldest entry when the table is full (thread-safe)."""
+    with _PLANS_LOCK:
+        while len(_PLANS) >= _PLANS_MAX and key not in _PLANS:
+            del _PLANS[next(iter(_PLANS))]
+        _PLANS[key] = value
+    return value
+
+
+def _plan(handle, key, direction, conv, arrays, spec, deterministic, workspace_limit, in_ptrs):
+    """Build (validate, describe, choose the algorithm) and remember the plan for ``key``."""
+    if direction != "forward" and arrays[0][2] == np.int8:
+        raise InvalidTypeError(f"int8 convolutions run forward only (cuDNN's INT8 configurations); {direction} needs "
+                               f"float16, bfloat16, float32 or float64 data")
+    g = Geometry.of(conv, *arrays, _device_id(handle))  # arrays: x, w, y signatures by forward roles (y may be None)
+    p = _Plan()
+    p.g = g
+    limit = _limit(handle, workspace_limit)
+    algo, math_type, p.ws = _choose(handle, g, direction, spec, deterministic, limit, in_ptrs)
+    p.keep = g.descs(direction) + (g.conv_desc(math_type),)
+    p.a, p.b, p.c, p.conv_desc = (d.ptr for d in p.keep)
+    p.algo = algo
+    p.fn = getattr(capi, _FUNCS[direction]).raw  # the bound ctypes function (status still checked)
+    p.double = g.compute == capi.CUDNN_DATA_DOUBLE
+    p.one, p.zero, _, _ = _scalars(p.double, 1.0, 0.0)
+    p.gen = _alg.algorithm_cache.generation if isinstance(spec, str) and spec.lower() == "fastest" else None
+    return _remember(key, p)
+
+
+def _sig(arr):
+    return arr.shape, arr.strides, arr.dtype, arr.device_id
+
+
+_TORCH_TYPES: set = set()
+_TORCH_DTYPES: dict = {}
+
+
+def _learn_torch() -> bool:
+    """Once torch is imported by the program: its tensor types and dtypes, for :func:`_arg`'s fast path."""
+    torch = sys.modules.get("torch")
+    if torch is None or not hasattr(torch, "Tensor"):
+        return False
+    pairs = {"float32": np.float32, "float64": np.float64, "float16": np.float16, "int8": np.int8,
+             "uint8": np.uint8, "int32": np.int32, "int64": np.int64}
+    _TORCH_DTYPES.update({getattr(torch, k): np.dtype(v) for k, v in pairs.items()})
+    try:
+        import ml_dtypes
+        _TORCH_DTYPES[torch.bfloat16] = np.dtype(ml_dtypes.bfloat16)
+    except ImportError:
+        pass
+    _TORCH_TYPES.update({torch.Tensor, torch.nn.Parameter})
+    return True
+
+
+def _arg(obj, name: str):
+    """(signature, device address) of an array argument; signature = (shape, strides, dtype, device).
+
+    DeviceArrays and CUDA torch tensors are read directly (a few attribute reads: this is the hot
+    path); anything else goes through :func:`cudnn_py.memory.as_array` (DLPack / CUDA array interface).
+    """
+    t = type(obj)
+    if t is DeviceArray:
+        return (obj.shape, obj.strides, obj.dtype, obj.device_id), obj.ptr
+    if t in _TORCH_TYPES or (not _TORCH_TYPES and _learn_torch() and t in _TORCH_TYPES):
+        dt = _TORCH_DTYPES.get(obj.dtype)
+        if dt is not None and obj.is_cuda:
+            return (tuple(obj.shape), obj.stride(), dt, obj.get_device()), obj.data_ptr()
+    a = as_array(obj, name)
+    return (a.shape, a.strides, a.dtype, a.device_id), a.ptr
+
+
+def _ready(handle, key, direction, conv, arrays, spec, deterministic, workspace_limit, in_ptrs):
+    """(plan, workspace pointer) for a call: the remembered plan (unless "fastest" choices were cleared or
+    reloaded since), else a new one. A plan whose workspace the handle's cap no longer admits (the cap was
+    lowered, or a handle with a larger cap made the plan) is made again under this cap; an explicit
+    algorithm that needs more then raises :class:`WorkspaceLimitError`. :func:`convolution_forward`
+    inlines this."""
+    p = _PLANS.get(key)
+    if p is None or (p.gen is not None and p.gen != _alg.algorithm_cache.generation):
+        p = _plan(handle, key, direction, conv, arrays, spec, deterministic, workspace_limit, in_ptrs)
+    try:
+        return p, (handle.workspace.get(p.ws, handle.stream) if p.ws else None)
+    except WorkspaceLimitError:
+        p = _plan(handle, key, direction, conv, arrays, spec, deterministic, workspace_limit, in_ptrs)
+        return p, (handle.workspace.get(p.ws, handle.stream) if p.ws else None)
+
+
+def _pad_input(handle, g: Geometry, x_ptr: int):
+    """A zero-padded device copy of x for asymmetric padding (keep it alive until the work is queued)."""
+    xp = zeros((g.xp_size,), g.np_dtype, stream=handle.stream, device=handle.device)
+    one, zero, _, _ = _scalars(g.dtype == capi.CUDNN_DATA_DOUBLE, 1.0, 0.0)
+    capi.cudnnTransformTensor(handle.ptr, one, g.x_orig_desc.ptr, x_ptr, zero, g.interior_desc.ptr,
+                              xp.ptr + g.interior_offset)
+    return xp
+
+
+# ---------------------------------------------------------------- the calls
+
+def convolution_forward(handle, conv: Convolution, x, w, y=None, *, algo: Any = "heuristic", alpha: float = 1.0,
+                        beta: float = 0.0, deterministic: bool = False, workspace_limit: int | None = None,
+                        engine: str = "legacy"):
+    """``y = alpha * conv(x, w) + beta * y`` (``cudnnConvolutionForward``); returns y (allocated if not given).
+
+    ``engine="graph"`` runs it as a cached backend-API plan instead (see :func:`cudnn_py.graph.conv.convolution`).
+    """
+    if engine != "legacy":
+        return _graph().convolution("forward", handle, conv, x, w, y, engine=engine, algo=algo,
+                                    deterministic=deterministic, workspace_limit=workspace_limit, alpha=alpha,
+                                    beta=beta)
+    xs, x_ptr = _arg(x, "x")
+    ws, w_ptr = _arg(w, "w")
+    ys, y_ptr = (None, 0) if y is None else _arg(y, "y")
+    key = ("forward", conv, xs, ws, ys, algo, deterministic, workspace_limit, handle.device)
+    p = _PLANS.get(key)  # the hot path: _ready inlined
+    if p is None or (p.gen is not None and p.gen != _alg.algorithm_cache.generation):
+        p = _plan(handle, key, "forward", conv, (xs, ws, ys), algo, deterministic, workspace_limit, (x_ptr, w_ptr))
+    try:
+        ws_ptr = handle.workspace.get(p.ws, handle.stream) if p.ws else None
+    except WorkspaceLimitError:  # the cap no longer admits this plan's workspace: see _ready
+        p = _plan(handle, key, "forward", conv, (xs, ws, ys), algo, deterministic, workspace_limit, (x_ptr, w_ptr))
+        ws_ptr = handle.workspace.get(p.ws, handle.stream) if p.ws else None
+    if y is None:
+        y = empty(p.g.out_shape, p.g.np_y_dtype, stream=handle.stream, device=handle.device)
+        y_ptr = y.ptr
+    xp = _pad_input(handle, p.g, x_ptr) if p.g.asym else None
+    al, be = (p.one, p.zero) if alpha == 1.0 and beta == 0.0 else _scalars(p.double, alpha, beta)[:2]
+    p.fn(handle.ptr, al, p.a, x_ptr if xp is None else xp.ptr, p.b, w_ptr, p.conv_desc, p.algo, ws_ptr, p.ws, be,
+         p.c, y_ptr)
+    return y
+
+
+def _shape_sig(shape, like, what):
+    shape = tuple(int(n) for n in shape)
+    if any(n < 1 for n in shape):
+        raise InvalidValueError(f"{what} {shape} must have positive dimensions")
+    return shape, packed_strides(shape, False), like[2], like[3]
+
+
+def convolution_backward_data(handle, conv: Convolution, w, dy, dx=None, *, x_shape: Sequence[int] | None = None,
+                              algo: Any = "heuristic", alpha: float = 1.0, beta: float = 0.0,
+                              deterministic: bool = False, workspace_limit: int | None = None,
+                              engine: str = "legacy"):
+    """``dx = alpha * conv_transpose(dy, w) + beta * dx`` (``cudnnConvolutionBackwardData``); returns dx.
+
+    Without ``dx``, one of shape ``x_shape`` is allocated (default: the smallest input giving dy's shape).
+    ``engine="graph"``: a cached backend-API plan instead (see :func:`cudnn_py.graph.conv.convolution`).
+    """
+    if engine != "legacy":
+        return _graph().convolution("backward_data", handle, conv, dy, w, dx, engine=engine, algo=algo,
+                                    deterministic=deterministic, workspace_limit=workspace_limit, alpha=alpha,
+                                    beta=beta, shape=x_shape)
+    ws, w_ptr = _arg(w, "w")
+    dys, dy_ptr = _arg(dy, "dy")
+    if dx is not None:
+        xs, dx_ptr = _arg(dx, "dx")
+    else:
+        xs = _shape_sig(x_shape if x_shape is not None else conv.input_shape(ws[0], dys[0]), ws, "x_shape")
+    key = ("backward_data", conv, xs, ws, dys, dx is None, algo, deterministic, workspace_limit, handle.device)
+    p, ws_ptr = _ready(handle, key, "backward_data", conv, (xs, ws, dys), algo, deterministic, workspace_limit,
+                       (w_ptr, dy_ptr))
+    g = p.g
+    if dx is None:
+        dx = empty(xs[0], xs[2], stream=handle.stream, device=handle.device)
+        dx_ptr = dx.ptr
+    if g.asym:  # gradient of the padded x, then its interior blended into dx
+        dxp = empty((g.xp_size,), g.np_dtype, stream=handle.stream, device=handle.device)
+        one, zero, _, _ = _scalars(p.double, 1.0, 0.0)
+        p.fn(handle.ptr, one, p.a, w_ptr, p.b, dy_ptr, p.conv_desc, p.algo, ws_ptr, p.ws, zero, p.c, dxp.ptr)
+        al, be, _, _ = _scalars(g.dtype == capi.CUDNN_DATA_DOUBLE, alpha, beta)
+        capi.cudnnTransformTensor(handle.ptr, al, g.interior_desc.ptr, dxp.ptr + g.interior_offset, be,
+                                  g.x_orig_desc.ptr, dx_ptr)
+        return dx
+    al, be, _, _ = _scalars(p.double, alpha, beta)
+    p.fn(handle.ptr, al, p.a, w_ptr, p.b, dy_ptr, p.conv_desc, p.algo, ws_ptr, p.ws, be, p.c, dx_ptr)
+    return dx
+
+
+def convolution_backward_filter(handle, conv: Convolution, x, dy, dw=None, *, w_shape: Sequence[int] | None = None,
+                                algo: Any = "heuristic", alpha: float = 1.0, beta: float = 0.0,
+                                deterministic: bool = False, workspace_limit: int | None = None,
+                                engine: str = "legacy"):
+    """``dw = alpha * dL/dw + beta * dw`` (``cudnnConvolutionBackwardFilter``); returns dw.
+
+    Pass ``dw`` or ``w_shape`` (the filter shape cannot be inferred when the stride is above 1).
+    ``engine="graph"``: a cached backend-API plan instead (see :func:`cudnn_py.graph.conv.convolution`).
+    """
+    if engine != "legacy":
+        return _graph().convolution("backward_filter", handle, conv, dy, x, dw, engine=engine, algo=algo,
+                                    deterministic=deterministic, workspace_limit=workspace_limit, alpha=alpha,
+                                    beta=beta, shape=w_shape)
+    xs, x_ptr = _arg(x, "x")
+    dys, dy_ptr = _arg(dy, "dy")
+    if dw is not None:
+        ws, dw_ptr = _arg(dw, "dw")
+    elif w_shape is None:
+        raise InvalidValueError("convolution_backward_filter needs dw (an output array) or w_shape")
+    else:
+        ws = _shape_sig(w_shape, xs, "w_shape")
+    key = ("backward_filter", conv, xs, ws, dys, dw is None, algo, deterministic, workspace_limit, handle.device)
+    p, ws_ptr = _ready(handle, key, "backward_filter", conv, (xs, ws, dys), algo, deterministic, workspace_limit,
+                       (x_ptr, dy_ptr))
+    if dw is None:
+        dw = empty(ws[0], ws[2], stream=handle.stream, device=handle.device)
+        dw_ptr = dw.ptr
+    xp = _pad_input(handle, p.g, x_ptr) if p.g.asym else None
+    al, be, _, _ = _scalars(p.double, alpha, beta)
+    p.fn(handle.ptr, al, p.a, x_ptr if xp is None else xp.ptr, p.b, dy_ptr, p.conv_desc, p.algo, ws_ptr, p.ws, be,
+         p.c, dw_ptr)
+    return dw
+
+
+def convolution_backward_bias(handle, dy, db=None, *, alpha: float = 1.0, beta: float = 0.0,
+                              layout: str = "NCHW"):
+    """``db = alpha * sum(dy over all but channels) + beta * db`` (``cudnnConvolutionBackwardBias``).
+
+    db (allocated if not given) has shape ``(1, K, 1, ...)`` (``(1, ..., 1, K)`` for ``layout="NHWC"``).
+    """
+    dys, dy_ptr = _arg(dy, "dy")
+    dbs, db_ptr = (None, 0) if db is None else _arg(db, "db")
+    key = ("backward_bias", dys, dbs, layout, handle.device)
+    got = _PLANS.get(key)
+    if got is None:
+        got = _remember(key, _bias_plan(handle, dys, dbs, layout, "db"))
+    dy_desc, db_desc, db_shape, double, _ = got
+    if db is None:
+        db = empty(db_shape, dys[2], stream=handle.stream, device=handle.device)
+        db_ptr = db.ptr
+    al, be, _, _ = _scalars(double, alpha, beta)
+    capi.cudnnConvolutionBackwardBias(handle.ptr, al, dy_desc, dy_ptr, be, db_desc, db_ptr)
+    return db
+
+
+def _bias_plan(handle, ysig, bsig, layout, name):
+    """(y descriptor, bias descriptor, allocated bias shape, double?, objects) for a bias of y's channels."""
+    if layout not in ("NCHW", "NHWC"):
+        raise InvalidValueError(f"layout {layout!r}: expected 'NCHW' or 'NHWC'")
+    shape, strides, dtype, device = ysig
+    if device != _device_id(handle):
+        raise InvalidValueError(f"the data is on device {device} but the handle is on device {_device_id(handle)}")
+    ys, yst = logical(shape, strides, layout)
+    if not 3 <= len(ys) <= 5:
+        raise InvalidValueError(f"dy/y {tuple(shape)} must have 3, 4 or 5 dimensions")
+    if len(ys) == 3:
+        ys, yst = unit_height(ys, yst)
+    k = ys[1]
+    bshape = (1, k) + (1,) * (len(ys) - 2)
+    if bsig is not None:
+        if math.prod(bsig[0]) != k or tuple(bsig[1]) != packed_strides(bsig[0], False):
+            raise InvalidValueError(f"{name} must be a contiguous array of {k} elements (one per channel), got shape "
+                                    f"{tuple(bsig[0])} strides {tuple(bsig[1])}")
+        if bsig[3] != device:
+            raise InvalidValueError(f"{name} is on device {bsig[3]} but the data is on device {device}")
+    dt = cudnn_dtype(dtype)
+    y_desc = _d.tensor_descriptor(tuple(ys), dt, tuple(yst))
+    b_desc = _d.tensor_descriptor(bshape, dt if bsig is None else cudnn_dtype(bsig[2]), packed_strides(bshape, False))
+    allocated = physical((1, k) + (1,) * (len(shape) - 2), layout)
+    return y_desc.ptr, b_desc.ptr, allocated, dt == capi.CUDNN_DATA_DOUBLE, (y_desc, b_desc)
+
+
+_ACTIVATIONS = {"relu": capi.CUDNN_ACTIVATION_RELU, "identity": capi.CUDNN_ACTIVATION_IDENTITY}
+
+
+def convolution_bias_activation_forward(handle, conv: Convolution, x, w, bias, *, z=None, activation: str = "relu",
+                                        alpha1: float = 1.0, alpha2: float = 0.0, y=None, algo: Any = "heuristic",
+                                        deterministic: bool = False, workspace_limit: int | None = None,
+                                        engine: str = "legacy"):
+    """``y = act(alpha1 * conv(x, w) + alpha2 * z + bias)`` (``cudnnConvolutionBiasActivationForward``).
+
+    ``activation``: ``"relu"`` or ``"identity"`` (cuDNN runs identity only with IMPLICIT_PRECOMP_GEMM,
+    which is then chosen for you). Without ``z`` (then ``alpha2`` must be 0) y is zeroed first and
+    used as z; pass ``z=y`` to add y's current values instead. ``bias`` holds one value per channel.
+    ``engine="graph"`` fuses conv, bias and activation into one backend-API graph (no ``z``).
+    """
+    act = enum_arg(activation, _ACTIVATIONS, capi.cudnnActivationMode_t, "activation")
+    if engine != "legacy":
+        return _graph().convolution("forward", handle, conv, x, w, y, engine=engine, algo=algo,
+                                    deterministic=deterministic, workspace_limit=workspace_limit, alpha=alpha1,
+                                    bias=bias, activation=None if act == capi.CUDNN_ACTIVATION_IDENTITY else "relu",
+                                    z=z, alpha2=alpha2)
+    if act == capi.CUDNN_ACTIVATION_IDENTITY:
+        precomp = capi.CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM
+        if _alg.is_choice(algo):
+            algo = precomp
+        elif _alg.parse_algo("forward", algo) != precomp:
+            raise InvalidValueError("cuDNN runs the identity activation only with IMPLICIT_PRECOMP_GEMM")
+    if z is None and alpha2 != 0.0:
+        raise InvalidValueError("alpha2 scales z; pass z (it may be y itself) or leave alpha2 at 0")
+    xs, x_ptr = _arg(x, "x")
+    ws, w_ptr = _arg(w, "w")
+    bs, b_ptr = _arg(bias, "bias")
+    ys, y_ptr = (None, 0) if y is None else _arg(y, "y")
+    key = ("forward", conv, xs, ws, ys, algo, deterministic, workspace_limit, handle.device)
+    p, ws_ptr = _ready(handle, key, "forward", conv, (xs, ws, ys), algo, deterministic, workspace_limit,
+                       (x_ptr, w_ptr))
+    if y is None:
+        y = empty(p.g.out_shape, p.g.np_y_dtype, stream=handle.stream, device=handle.device)
+        ys, y_ptr = _arg(y, "y")
+    bkey = ("bias", ys, bs, conv.layout, handle.device)
+    bplan = _PLANS.get(bkey)
+    if bplan is None:
+        bplan = _remember(bkey, _bias_plan(handle, ys, bs, conv.layout, "bias"))
+    if z is None:  # z aliases y: clear y so that no stale value (or NaN) can leak in through z
+        # cuDNN reads the value as y's data type; a double 0.0 is all zero bytes, so it reads 0 in any type
+        capi.cudnnSetTensor(handle.ptr, p.c, y_ptr, _scalars(True, 0.0, 0.0)[0])
+        z_ptr = y_ptr
+    else:
+        zs, z_ptr = _arg(z, "z")
+        if zs != ys:
+            raise InvalidValueError(f"z must look like y (shape, strides, dtype, device {ys}), got {zs}")
+    xp = _pad_input(handle, p.g, x_ptr) if p.g.asym else None
+    a1, a2, _, _ = _scalars(p.double, alpha1, alpha2)
+    act_desc = _d.activation_descriptor(act, 0.0)  # held here: the shared cache may drop it during the call
+    capi.cudnnConvolutionBiasActivationForward(
+        handle.ptr, a1, p.a, x_ptr if xp is None else xp.ptr, p.b, w_ptr, p.conv_desc, p.algo, ws_ptr, p.ws, a2,
+        p.c, z_ptr, bplan[1], b_ptr, act_desc.ptr, p.c, y_ptr)
+    return y
+
+
+# ---------------------------------------------------------------- algorithm queries on arrays
+
+def _query_geometry(handle, conv, x, w, y, direction) -> Geometry:
+    """Geometry for a query: x, w, y are arrays or shapes (an output-only role may be a shape)."""
+    def sig(obj, name, like):
+        if isinstance(obj, (tuple, list)):
+            return _shape_sig(obj, like, name)
+        return _sig(as_array(obj, name))
+    if direction == "backward_data":
+        ws = sig(w, "w", None)
+        ys = sig(y, "dy", ws)
+        xs = sig(x if x is not None else conv.input_shape(ws[0], ys[0]), "x", ws)
+    else:
+        xs = sig(x, "x", None)
+        ws = sig(w, "w", xs)
+        ys = None if y is None else sig(y, "y", xs)
+    return Geometry.of(conv, xs, ws, ys, _device_id(handle))
+
+
+def convolution_algorithms(handle, conv: Convolution, x, w, y=None, *, direction: str = "forward",
+                           method: str = "heuristic", workspace_limit: int | None = None) -> list[_alg.AlgoPerf]:
+    """cuDNN's ranked algorithm records for one direction of this convolution.
+
+    ``x``, ``w``, ``y`` keep their forward roles (for backward_data ``y`` is dy and ``x`` dx; for
+    backward_filter ``w`` is dw); the direction's output may be given as a shape. ``method``:
+    ``"heuristic"`` (``..._v7``), ``"find"`` (``Find...``, cuDNN's own buffers) or ``"find_ex"``
+    (``Find...Ex`` on the given inputs, a scratch output and a workspace of at most ``workspace_limit``).
+    """
+    if direction not in _alg.DIRECTIONS:
+        raise InvalidValueError(f"direction {direction!r}: expected one of {_alg.DIRECTIONS}")
+    g = _query_geometry(handle, conv, x, w, y, direction)
+    a, b, c = g.descs(direction)
+    cd = g.conv_desc(g.math_type)
+    if method == "heuristic":
+        return _alg.heuristic_algorithms(handle, direction, a, b, cd, c)
+    if method == "find":
+        return _alg.find_algorithms(handle, direction, a, b, cd, c)
+    if method == "find_ex":
+        ins = {"forward": (x, w), "backward_data": (w, y), "backward_filter": (x, y)}[direction]
+        for name, obj in zip(("first input", "second input"), ins):
+            if obj is None or isinstance(obj, (tuple, list)):
+                raise InvalidValueError(f"method='find_ex' runs on device data: the {direction} {name} must be an "
+                                        f"array")
+        ptrs = tuple(as_array(o, "input").ptr for o in ins)
+        return _measure(handle, g, direction, _limit(handle, workspace_limit), ptrs)
+    raise InvalidValueError(f"method {method!r}: expected 'heuristic', 'find' or 'find_ex'")
+
+
+def convolution_workspace_size(handle, conv: Convolution, x, w, y=None, *, algo: Any,
+                               direction: str = "forward") -> int:
+    """Workspace bytes that ``algo`` needs (``cudnnGetConvolution*WorkspaceSize``); raises if unsupported."""
+    g = _query_geometry(handle, conv, x, w, y, direction)
+    a, b, c = g.descs(direction)
+    return _alg.workspace_size(handle, direction, a, b, g.conv_desc(g.math_type), c, algo)
