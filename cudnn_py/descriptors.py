@@ -651,18 +651,16 @@ class ActivationDescriptor(_Descriptor):
 
 
 
-class LRNDescriptor(_Descriptor):
-    """Local response normalisation: window ``n`` (1..16), ``alpha``, ``beta``, ``k`` (cuDNN's defaults)."""
+class _LRNDescriptor(_Descriptor):
+    """A ``cudnnLRNDescriptor_t`` of settings :class:`cudnn_py.LRN` validated: window ``n``, ``alpha``, ``beta``,
+    ``k``; read back from cuDNN."""
 
     _handle_type = capi.cudnnLRNDescriptor_t
     _create_fn, _destroy_fn = "cudnnCreateLRNDescriptor", "cudnnDestroyLRNDescriptor"
     _shown = ("n", "alpha", "beta", "k")
+    _cache_name = "descriptors.lrn"
 
-    def __init__(self, n: int = 5, alpha: float = 1e-4, beta: float = 0.75, k: float = 2.0):
-        n = _int(n, "LRN window n", capi.CUDNN_LRN_MIN_N, capi.CUDNN_LRN_MAX_N)
-        alpha = _float(alpha, "LRN alpha")
-        beta = _float(beta, "LRN beta", capi.CUDNN_LRN_MIN_BETA)
-        k = _float(k, "LRN k", capi.CUDNN_LRN_MIN_K)
+    def __init__(self, n: int, alpha: float, beta: float, k: float):
         super().__init__()
         capi.cudnnSetLRNDescriptor(self._ptr, n, alpha, beta, k)
 
@@ -899,14 +897,6 @@ def activation_descriptor(mode="relu", coef=0.0, *, nan_propagation=False, swish
                                                             swish_beta=swish_beta))
 
 
-_LRNS = _cache()
-
-
-def lrn_descriptor(n=5, alpha=1e-4, beta=0.75, k=2.0) -> LRNDescriptor:
-    """A shared :class:`LRNDescriptor`."""
-    return _shared(_LRNS, _key(n, alpha, beta, k), lambda: LRNDescriptor(n, alpha, beta, k))
-
-
 _OPS = _cache()
 
 
@@ -977,3 +967,22 @@ def _shared_pooling(mode="max", window=2, padding=0, stride=None, *, ndim=None, 
 
 PoolingDescriptor = _deprecated("PoolingDescriptor", _new_pooling, "cudnn_py.Pooling")
 pooling_descriptor = _deprecated("pooling_descriptor", _shared_pooling, "cudnn_py.Pooling")
+
+
+def _lrn_settings(n, alpha, beta, k) -> tuple:
+    """(n, alpha, beta, k) validated by :class:`cudnn_py.LRN`."""
+    from cudnn_py.ops.lrn import LRN
+    lrn = LRN(n, alpha, beta, k)
+    return lrn.n, lrn.alpha, lrn.beta, lrn.k
+
+
+def _new_lrn(n=5, alpha=1e-4, beta=0.75, k=2.0):
+    return _LRNDescriptor(*_lrn_settings(n, alpha, beta, k))
+
+
+def _shared_lrn(n=5, alpha=1e-4, beta=0.75, k=2.0):
+    return _LRNDescriptor.shared(*_lrn_settings(n, alpha, beta, k))
+
+
+LRNDescriptor = _deprecated("LRNDescriptor", _new_lrn, "cudnn_py.LRN")
+lrn_descriptor = _deprecated("lrn_descriptor", _shared_lrn, "cudnn_py.LRN")

@@ -232,12 +232,12 @@ def test_activation_read_back():
         D.ActivationDescriptor("gelu")
 
 
-def test_lrn_read_back_and_bounds():
-    d = D.LRNDescriptor(7, 2e-4, 0.5, 1.5)
+def test_old_lrn_descriptor_warns_reads_back_and_bounds():
+    d = old("LRNDescriptor", 7, 2e-4, 0.5, 1.5)
     assert (d.n, d.alpha, d.beta, d.k) == (7, 2e-4, 0.5, 1.5)
-    with pytest.raises(ValueError, match="window n"):
+    with pytest.raises(ValueError, match="window n"), pytest.warns(DeprecationWarning):
         D.LRNDescriptor(n=17)
-    with pytest.raises(ValueError, match="k must be"):
+    with pytest.raises(ValueError, match="k must be"), pytest.warns(DeprecationWarning):
         D.LRNDescriptor(k=1e-9)
 
 
@@ -277,7 +277,7 @@ def test_dropout_needs_an_open_handle():
 
 ALL = [
     lambda: D.TensorDescriptor((2, 3)), lambda: D.FilterDescriptor((2, 3, 3)), lambda: D.ConvolutionDescriptor(),
-    lambda: D._PoolingDescriptor(capi.CUDNN_POOLING_MAX, False, (2, 2), (0, 0), (2, 2)), lambda: D.ActivationDescriptor(), lambda: D.LRNDescriptor(),
+    lambda: D._PoolingDescriptor(capi.CUDNN_POOLING_MAX, False, (2, 2), (0, 0), (2, 2)), lambda: D.ActivationDescriptor(), lambda: D._LRNDescriptor(5, 1e-4, 0.75, 2.0),
     lambda: D.OpTensorDescriptor(), lambda: D.ReduceTensorDescriptor(),
 ]
 
@@ -354,7 +354,7 @@ def test_cached_factories_share_and_ignore_close():
     assert D.convolution_descriptor(1, 2) is not D.convolution_descriptor(1, 1)
     assert old("pooling_descriptor", "max", 2) is old("pooling_descriptor", "max", 2)
     assert D.activation_descriptor("relu") is D.activation_descriptor("relu")
-    assert D.lrn_descriptor() is D.lrn_descriptor()
+    assert old("lrn_descriptor") is old("lrn_descriptor")
     assert D.op_tensor_descriptor("add") is D.op_tensor_descriptor("add")
     assert D.reduce_tensor_descriptor("max") is D.reduce_tensor_descriptor("max")
 

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from cudnn_py import capi
-from cudnn_py.descriptors import LRNDescriptor
+from cudnn_py import descriptors
+from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.ops.lrn import (LRN, divisive_normalization_backward, divisive_normalization_forward, lrn_backward,
                               lrn_forward)
 from reference import lrn as ref
@@ -16,6 +17,14 @@ from helpers import NoCallHandle, fake, numeric_gradient
 
 PARAMS = [dict(n=5, alpha=1e-4, beta=0.75, k=2.0), dict(n=3, alpha=0.8, beta=0.6, k=1.5),
           dict(n=4, alpha=2.0, beta=1.1, k=1.0), dict(n=1, alpha=0.5, beta=0.5, k=3.0)]
+
+
+
+
+def LRNDescriptor(*args, **kw):
+    """The deprecated cudnn_py.descriptors.LRNDescriptor: it warns, then makes its own descriptor as before."""
+    with pytest.warns(DeprecationWarning, match="LRNDescriptor is deprecated, use cudnn_py.LRN"):
+        return descriptors.LRNDescriptor(*args, **kw)
 
 
 # ---------------------------------------------------------------- CPU
@@ -52,10 +61,37 @@ def test_descriptor_round_trip(p):
     assert LRN(**p) == lrn and hash(LRN(**p)) == hash(lrn)
 
 
-@pytest.mark.parametrize("bad", [dict(n=0), dict(n=17), dict(n=2.0), dict(k=0.0), dict(beta=0.001)])
-def test_lrn_parameters_outside_cudnn_limits(bad):
-    with pytest.raises(ValueError):
+@pytest.mark.parametrize("bad,exc,words", [
+    (dict(n=0), InvalidValueError, "LRN window n must be >= 1"),
+    (dict(n=17), InvalidValueError, "LRN window n must be <= 16"),
+    (dict(n=2.0), InvalidTypeError, "LRN window n must be an int"),
+    (dict(k=0.0), InvalidValueError, "LRN k must be >= 1e-05"),
+    (dict(beta=0.001), InvalidValueError, "LRN beta must be >= 0.01"),
+    (dict(alpha="1"), InvalidTypeError, "LRN alpha"),
+])
+def test_lrn_parameters_outside_cudnn_limits(bad, exc, words):
+    with pytest.raises(exc, match=words):
         LRN(**bad)
+
+
+def test_settings_read_back_and_shared_descriptor():
+    lrn = LRN(7, 2e-4, 0.5, 1)
+    assert (lrn.n, lrn.alpha, lrn.beta, lrn.k) == (7, 2e-4, 0.5, 1.0) and type(lrn.k) is float
+    assert repr(lrn) == "LRN(n=7, alpha=0.0002, beta=0.5, k=1.0)"
+    assert LRN(7, 2e-4, 0.5, 1.0).descriptor.value == lrn.descriptor.value
+    assert LRN().descriptor.value != lrn.descriptor.value
+    with pytest.raises(AttributeError):
+        lrn.n = 3
+
+
+def test_old_names_warn_and_still_work():
+    d = LRNDescriptor(7, 2e-4, 0.5, 1.5)
+    assert (d.n, d.alpha, d.beta, d.k) == (7, 2e-4, 0.5, 1.5) and d.ptr.value
+    with pytest.warns(DeprecationWarning, match="lrn_descriptor is deprecated"):
+        shared = descriptors.lrn_descriptor()
+    assert shared.ptr.value == LRN().descriptor.value  # the one shared descriptor
+    with pytest.raises(ValueError, match="4-D or 5-D"):  # still taken by the calls
+        lrn_forward(NoCallHandle(), d, fake((2, 3, 4)))
 
 
 @pytest.mark.parametrize("call,exc,words", [

@@ -24,45 +24,60 @@ Raw C path::
 """
 from __future__ import annotations
 
-import numpy as np
+from typing import NamedTuple
 
 from cudnn_py import capi
-from cudnn_py.descriptors import LRNDescriptor, _float
+from cudnn_py.descriptors import _float, _int, _LRNDescriptor
 from cudnn_py.memory import DeviceArray
 from cudnn_py.ops._common import check_array, desc, empty_strided, output, scalars
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
-__all__ = ["LRN", "lrn_forward", "lrn_backward", "divisive_normalization_forward", "divisive_normalization_backward"]
+__all__ = ["LRN", "lrn_forward", "lrn_backward", "divisive_normalization_forward", "divisive_normalization_backward",
+           "DivisiveNormalizationGrads"]
 
 
 class LRN:
-    """What a ``cudnnLRNDescriptor_t`` holds, checked against cuDNN's limits; hashable, descriptor cached.
+    """LRN settings, checked against cuDNN's limits once: hashable, with one shared ``cudnnLRNDescriptor_t``.
 
-    ``n`` in [CUDNN_LRN_MIN_N, CUDNN_LRN_MAX_N] (1..16), ``k >= CUDNN_LRN_MIN_K`` (1e-5),
-    ``beta >= CUDNN_LRN_MIN_BETA`` (0.01).
+    ``n`` (the window) an int in [CUDNN_LRN_MIN_N, CUDNN_LRN_MAX_N] (1..16), ``alpha``, ``beta >= CUDNN_LRN_MIN_BETA``
+    (0.01), ``k >= CUDNN_LRN_MIN_K`` (1e-5); the defaults are cuDNN's. The settings read back as properties.
     """
 
-    __slots__ = ("n", "alpha", "beta", "k", "_desc")
+    __slots__ = ("_n", "_alpha", "_beta", "_k", "_desc")
 
     def __init__(self, n: int = 5, alpha: float = 1e-4, beta: float = 0.75, k: float = 2.0):
-        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not (
-                capi.CUDNN_LRN_MIN_N <= n <= capi.CUDNN_LRN_MAX_N):
-            raise InvalidValueError(f"LRN n must be an int in [{capi.CUDNN_LRN_MIN_N}, {capi.CUDNN_LRN_MAX_N}], got "
-                                    f"{n!r}")
-        self.n, self.alpha = int(n), _float(alpha, "LRN alpha")
-        self.beta = _float(beta, "LRN beta", capi.CUDNN_LRN_MIN_BETA)
-        self.k = _float(k, "LRN k", capi.CUDNN_LRN_MIN_K)
-        self._desc = None
+        self._n = _int(n, "LRN window n", capi.CUDNN_LRN_MIN_N, capi.CUDNN_LRN_MAX_N)
+        self._alpha = _float(alpha, "LRN alpha")
+        self._beta = _float(beta, "LRN beta", capi.CUDNN_LRN_MIN_BETA)
+        self._k = _float(k, "LRN k", capi.CUDNN_LRN_MIN_K)
+        self._desc: _LRNDescriptor | None = None
+
+    @property
+    def n(self) -> int:
+        return self._n
+
+    @property
+    def alpha(self) -> float:
+        return self._alpha
+
+    @property
+    def beta(self) -> float:
+        return self._beta
+
+    @property
+    def k(self) -> float:
+        return self._k
 
     @property
     def descriptor(self) -> capi.cudnnLRNDescriptor_t:
-        """The ``cudnnLRNDescriptor_t`` (made on first use, destroyed with this object)."""
-        if self._desc is None:
-            self._desc = LRNDescriptor(self.n, self.alpha, self.beta, self.k)
-        return self._desc.ptr
+        """The shared ``cudnnLRNDescriptor_t`` of these settings (made on first use)."""
+        d = self._desc
+        if d is None:
+            d = self._desc = _LRNDescriptor.shared(*self._key())
+        return d.ptr
 
     def _key(self):
-        return (self.n, self.alpha, self.beta, self.k)
+        return (self._n, self._alpha, self._beta, self._k)
 
     def __eq__(self, other):
         return isinstance(other, LRN) and self._key() == other._key()
@@ -71,15 +86,21 @@ class LRN:
         return hash(self._key())
 
     def __repr__(self):
-        return f"LRN(n={self.n}, alpha={self.alpha}, beta={self.beta}, k={self.k})"
+        return f"LRN(n={self._n}, alpha={self._alpha}, beta={self._beta}, k={self._k})"
+
+
+class DivisiveNormalizationGrads(NamedTuple):
+    """What :func:`divisive_normalization_backward` returns."""
+    dx: DeviceArray
+    dmeans: DeviceArray | None
 
 
 def _lrn_desc(lrn) -> capi.cudnnLRNDescriptor_t:
     if isinstance(lrn, LRN):
         return lrn.descriptor
-    if isinstance(lrn, LRNDescriptor):
+    if isinstance(lrn, _LRNDescriptor):  # what the deprecated LRNDescriptor made
         return lrn.ptr
-    raise InvalidTypeError(f"lrn must be a cudnn_py LRN or LRNDescriptor, got {type(lrn).__name__}")
+    raise InvalidTypeError(f"lrn must be a cudnn_py.LRN, got {type(lrn).__name__}")
 
 
 def _input(x, handle) -> DeviceArray:
@@ -151,8 +172,9 @@ def divisive_normalization_forward(handle, lrn, x, means=None, y=None, *, alpha:
 
 
 def divisive_normalization_backward(handle, lrn, x, dy, means=None, dx=None, dmeans=None, *,
-                                    alpha: float = 1.0, beta: float = 0.0):
-    """(dx, dmeans) of divisive normalisation (``cudnnDivisiveNormalizationBackward``).
+                                    alpha: float = 1.0, beta: float = 0.0) -> DivisiveNormalizationGrads:
+    """:class:`DivisiveNormalizationGrads` ``(dx, dmeans)`` of divisive normalisation
+    (``cudnnDivisiveNormalizationBackward``).
 
     dmeans is computed (and allocated if not given) when ``means`` or ``dmeans`` is given, else None.
     The means are treated as an independent input. For an even window size cuDNN's dx is not the
@@ -175,4 +197,5 @@ def divisive_normalization_backward(handle, lrn, x, dy, means=None, dx=None, dme
     capi.cudnnDivisiveNormalizationBackward(handle.ptr, ld, capi.CUDNN_DIVNORM_PRECOMPUTED_MEANS, al, xd.ptr,
                                             xa.ptr, None if ma is None else ma.ptr, dya.ptr, t1.ptr, t2.ptr, be,
                                             dxd.ptr, dxa.ptr, None if dma is None else dma.ptr)
-    return (dxa if dx is None else dx), (None if dma is None else (dma if dmeans is None else dmeans))
+    return DivisiveNormalizationGrads(dxa if dx is None else dx,
+                                      None if dma is None else (dma if dmeans is None else dmeans))
