@@ -61,9 +61,9 @@ def test_reference_reduce_indices_point_at_the_values(rng):
 
 
 @pytest.mark.parametrize("call,exc,words", [
-    (lambda h: T.add_tensor(h, fake((1, 3, 1, 2)), fake((2, 3, 4, 5))), ValueError, "broadcast"),
-    (lambda h: T.add_tensor(h, fake((1, 3, 1, 1), np.float16), fake((2, 3, 4, 5))), TypeError, "dtype"),
-    (lambda h: T.add_tensor(h, fake((1,) * 6), fake((2,) * 6)), ValueError, "5 dimensions"),
+    (lambda h: T.add_tensor(h, fake((1, 3, 1, 2)), fake((2, 3, 4, 5)), beta=1.0), ValueError, "broadcast"),
+    (lambda h: T.add_tensor(h, fake((1, 3, 1, 1), np.float16), fake((2, 3, 4, 5)), beta=1.0), TypeError, "dtype"),
+    (lambda h: T.add_tensor(h, fake((1,) * 6), fake((2,) * 6), beta=1.0), ValueError, "5 dimensions"),
     (lambda h: T.op_tensor(h, "add", fake((2, 3))), ValueError, "binary"),
     (lambda h: T.op_tensor(h, "pow", fake((2, 3)), fake((2, 3))), ValueError, "op"),
     (lambda h: T.op_tensor(h, "mul", fake((2, 3)), fake((2, 3)), fake((3, 2))), ValueError,
@@ -75,18 +75,109 @@ def test_reference_reduce_indices_point_at_the_values(rng):
     (lambda h: T.reduce_tensor(h, "max", fake((2, 3)), fake((2, 2))), ValueError, "c has shape"),
     (lambda h: T.reduce_tensor(h, "sum", fake((2, 3))), ValueError, "op"),
     (lambda h: T.transform_tensor(h, fake((2, 3, 4, 5)), fake((2, 3, 5, 4))), ValueError, "y has shape"),
-    (lambda h: T.transform_tensor(h, fake((2, 3, 4, 5)), memory_format="CHWN"), ValueError, "memory_format"),
+    (lambda h: T.transform_tensor(h, fake((2, 3, 4, 5)), layout="CHWN"), ValueError, "layout"),
     (lambda h: T.transform_tensor(h, fake((2, 3, 4, 5)), fake((2, 3, 4, 5)), dtype=np.float16),
      TypeError, "dtype"),
     (lambda h: T.transform_tensor_ex(h, fake((2, 3, 4))), ValueError, "4-D or 5-D"),
     (lambda h: T.transform_tensor_ex(h, fake((2, 3, 4, 4)), pad_before=(0, 1)), ValueError, "pad_before"),
-    (lambda h: T.transform_tensor_ex(h, fake((2, 3, 4, 4)), dest_format="CHWN"), ValueError, "dest_format"),
+    (lambda h: T.transform_tensor_ex(h, fake((2, 3, 4, 4)), layout="CHWN"), ValueError, "layout"),
     (lambda h: T.set_tensor(h, fake((2, 3)), "one"), TypeError, "cannot set"),
-    (lambda h: T.scale_tensor(h, fake((0, 3)), 2.0), ValueError, "empty"),
+    (lambda h: T.scale_tensor(h, fake((0, 3)), alpha=2.0), ValueError, "empty"),
 ])
 def test_bad_input_is_rejected_before_c(call, exc, words):
     with pytest.raises(exc, match=words):
         call(NoCallHandle())
+
+
+class _Reached(Exception):
+    """The call got past validation to the step a test intercepts."""
+
+
+def _stop(seen: list):
+    def record(*args, **kwargs):
+        seen.append(args)
+        raise _Reached
+    return record
+
+
+def test_add_tensor_without_beta_warns_and_still_accumulates(monkeypatch):
+    seen: list = []
+    monkeypatch.setattr(T, "scalars", _stop(seen))
+    with pytest.warns(DeprecationWarning, match="pass beta=1.0 to accumulate; the default becomes 0.0"), \
+            pytest.raises(_Reached):
+        T.add_tensor(NoCallHandle(), fake((1, 3, 1, 1)), fake((2, 3, 4, 5)), alpha=2.0, engine="legacy")
+    assert seen == [(np.dtype(np.float32), 2.0, 1.0)]  # today's result: c = 2 a + 1 c
+
+
+def test_scale_tensor_positional_alpha_warns_and_is_alpha(monkeypatch):
+    seen: list = []
+    monkeypatch.setattr(T, "scalars", _stop(seen))
+    with pytest.warns(DeprecationWarning, match="pass alpha= as a keyword"), pytest.raises(_Reached):
+        T.scale_tensor(NoCallHandle(), fake((2, 3)), -2.5, engine="legacy")
+    with pytest.raises(_Reached):
+        T.scale_tensor(NoCallHandle(), fake((2, 3)), alpha=-2.5, engine="legacy")
+    assert seen == [(np.dtype(np.float32), -2.5)] * 2
+    with pytest.raises(TypeError, match="alpha once"):
+        T.scale_tensor(NoCallHandle(), fake((2, 3)), 2.0, alpha=3.0)
+    with pytest.raises(TypeError, match="alpha once"):
+        T.scale_tensor(NoCallHandle(), fake((2, 3)), 2.0, 3.0)
+
+
+def test_transform_tensor_memory_format_is_the_old_layout(monkeypatch):
+    seen: list = []
+    monkeypatch.setattr(T, "empty_strided", _stop(seen))
+    with pytest.warns(DeprecationWarning, match="memory_format= is deprecated, use layout="), pytest.raises(_Reached):
+        T.transform_tensor(NoCallHandle(), fake((2, 3, 4, 5)), memory_format="NHWC")
+    with pytest.raises(_Reached):
+        T.transform_tensor(NoCallHandle(), fake((2, 3, 4, 5)), layout="nhwc")
+    assert [args[2] for args in seen] == [(60, 1, 15, 3)] * 2
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="layout 'CHWN'"):
+        T.transform_tensor(NoCallHandle(), fake((2, 3, 4, 5)), memory_format="CHWN")
+    with pytest.raises(TypeError, match="both layout= and its old spelling memory_format="):
+        T.transform_tensor(NoCallHandle(), fake((2, 3, 4, 5)), layout="NHWC", memory_format="NHWC")
+    with pytest.raises(TypeError, match="unexpected keyword argument 'format'"):
+        T.transform_tensor(NoCallHandle(), fake((2, 3, 4, 5)), format="NHWC")
+
+
+def test_transform_tensor_ex_dest_format_is_the_old_layout(monkeypatch):
+    seen: list = []
+    monkeypatch.setattr(T, "tensor_transform_descriptor", _stop(seen))
+    with pytest.warns(DeprecationWarning, match="dest_format= is deprecated, use layout="), pytest.raises(_Reached):
+        T.transform_tensor_ex(NoCallHandle(), fake((2, 3, 4, 5)), dest_format="NCHW")
+    for layout in ("nchw", "NCHW", capi.CUDNN_TENSOR_NCHW):
+        with pytest.raises(_Reached):
+            T.transform_tensor_ex(NoCallHandle(), fake((2, 3, 4, 5)), layout=layout)
+    with pytest.raises(_Reached):
+        T.transform_tensor_ex(NoCallHandle(), fake((2, 3, 4, 5)))  # default NHWC
+    assert [args[1] for args in seen] == [capi.CUDNN_TENSOR_NCHW] * 4 + [capi.CUDNN_TENSOR_NHWC]
+
+
+def test_reduce_result_is_a_named_tuple():
+    r = T.ReduceResult(c=1, indices=2)
+    c, idx = r
+    assert (c, idx) == (r.c, r.indices) == (1, 2)
+
+
+@pytest.mark.gpu  # cudnnSetTensorTransformDescriptor loads a sub-library that needs the driver
+def test_tensor_transform_descriptors_are_shared_and_destroyed_when_dropped():
+    import gc
+    import weakref
+    from cudnn_py import caches
+    args = (4, capi.CUDNN_TENSOR_NHWC, (0, 0, 1, 1), (0, 0, 1, 1), (1, 1, 1, 1), capi.CUDNN_TRANSFORM_FOLD)
+    d = T.tensor_transform_descriptor(*args)
+    assert T.tensor_transform_descriptor(*args) is d and "ops.tensor_transform" in caches.info()
+    nb, fmt = ctypes.c_uint32(), ctypes.c_int()
+    before, after = (ctypes.c_int32 * 4)(), (ctypes.c_int32 * 4)()
+    fold, direction = (ctypes.c_uint32 * 4)(), ctypes.c_int()
+    capi.cudnnGetTensorTransformDescriptor(d.ptr, 4, ctypes.byref(fmt), before, after, fold, ctypes.byref(direction))
+    assert (fmt.value, tuple(before), tuple(after)) == (int(capi.CUDNN_TENSOR_NHWC), (0, 0, 1, 1), (0, 0, 1, 1))
+    d.close()  # shared: close() leaves it to the cache
+    assert not d.closed and "layout=CUDNN_TENSOR_NHWC" in repr(d)
+    raw, gone = d._ptr, weakref.ref(d)
+    caches.shared("ops.tensor_transform").clear()
+    del d
+    gc.collect()
+    assert gone() is None and raw.value is None  # the finalizer destroyed the C descriptor
 
 
 # ---------------------------------------------------------------- GPU
@@ -140,7 +231,7 @@ def test_op_tensor_allocates_scale_and_set(handle, rng):
     assert c.shape == a.shape and c.dtype == np.float32
     assert_close(c.to_numpy(), np.maximum(a, b).astype(np.float64), np.float32)
     y = _dev(a)
-    T.scale_tensor(handle, y, -2.5, engine="legacy")
+    T.scale_tensor(handle, y, alpha=-2.5, engine="legacy")
     assert_close(y.to_numpy(), -2.5 * a.astype(np.float64), np.float32)
     T.set_tensor(handle, y, 3.25)
     assert (y.to_numpy() == np.float32(3.25)).all()
@@ -154,7 +245,7 @@ def test_op_tensor_allocates_scale_and_set(handle, rng):
 def test_transform_tensor_layout_and_dtype(handle, rng, src, dst):
     from cudnn_py.memory import DeviceArray
     x = rng.standard_normal((2, 3, 4, 5)).astype(src)
-    y = T.transform_tensor(handle, _dev(x), dtype=dst, memory_format="NHWC", engine="legacy")
+    y = T.transform_tensor(handle, _dev(x), dtype=dst, layout="NHWC", engine="legacy")
     assert y.shape == x.shape and y.dtype == np.dtype(dst) and y.strides == (60, 1, 15, 3)
     assert_close(y.to_numpy(), x.astype(np.float64), np.float16 if np.float16 in (src, dst) else np.float32)
     physical = DeviceArray(y.ptr, (2, 4, 5, 3), dst, owner=y).to_numpy()  # the memory really is N, H, W, C
@@ -173,7 +264,7 @@ def test_transform_tensor_layout_and_dtype(handle, rng, src, dst):
 def test_transform_tensor_ex_to_nhwc(handle, rng):
     from cudnn_py.memory import DeviceArray
     x = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
-    y = T.transform_tensor_ex(handle, _dev(x), dest_format="NHWC")
+    y = T.transform_tensor_ex(handle, _dev(x), layout="NHWC")
     assert y.shape == x.shape and y.strides == (60, 1, 15, 3)
     assert_close(y.to_numpy(), x.astype(np.float64), np.float32)
     assert_close(DeviceArray(y.ptr, (2, 4, 5, 3), np.float32, owner=y).to_numpy(),
@@ -183,7 +274,7 @@ def test_transform_tensor_ex_to_nhwc(handle, rng):
 @pytest.mark.gpu
 def test_transform_tensor_ex_pads_channels(handle, rng):
     x = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
-    y = T.transform_tensor_ex(handle, _dev(x), dest_format="NCHW", pad_after=(0, 1, 0, 0))
+    y = T.transform_tensor_ex(handle, _dev(x), layout="NCHW", pad_after=(0, 1, 0, 0))
     assert y.shape == (2, 4, 4, 5)
     assert_close(y.to_numpy(), np.pad(x.astype(np.float64), [(0, 0), (0, 1), (0, 0), (0, 0)]), np.float32)
 
@@ -258,12 +349,13 @@ import engine_helpers as E  # noqa: E402
                            engine="graph"), "NaN"),
     (lambda h: T.op_tensor(h, "add", fake((2, 3)), fake((2, 3)), fake((2, 3)), compute_dtype="float64",
                            engine="graph"), "float32"),
-    (lambda h: T.add_tensor(h, fake((2, 3), np.float64), fake((2, 3), np.float64), engine="graph"), "float64"),
+    (lambda h: T.add_tensor(h, fake((2, 3), np.float64), fake((2, 3), np.float64), beta=1.0, engine="graph"),
+     "float64"),
     (lambda h: T.transform_tensor(h, fake((2, 3), np.int8), fake((2, 3)), engine="graph"), "int8"),
     (lambda h: T.reduce_tensor(h, "max", fake((2, 3)), fake((2, 1)), indices=True, engine="graph"), "indices"),
     (lambda h: T.reduce_tensor(h, "mul_no_zeros", fake((2, 3)), fake((2, 1)), engine="graph"), "mul_no_zeros"),
-    (lambda h: T.scale_tensor(h, fake((1,) * 6), 2.0, engine="graph"), "1 to 5 dimensions"),
-    (lambda h: T.add_tensor(h, fake((2, 3)), fake((2, 3)), engine="fast"), "engine 'fast'"),
+    (lambda h: T.scale_tensor(h, fake((1,) * 6), alpha=2.0, engine="graph"), "1 to 5 dimensions"),
+    (lambda h: T.add_tensor(h, fake((2, 3)), fake((2, 3)), beta=1.0, engine="fast"), "engine 'fast'"),
 ])
 def test_graph_engine_refusals_before_c(call, words):
     with pytest.raises(ValueError, match=words) as e:
@@ -292,7 +384,8 @@ def test_graph_add_tensor(handle, rng, dtype, layout, c_shape, a_shape):
     engine = "graph"
     if _graph_refuses(c_shape, a_shape, layout):
         with pytest.raises(GraphPathRefused, match="per channel only"):
-            T.add_tensor(handle, E.on_device(a, dtype, layout), E.on_device(c0, dtype, layout), engine="graph")
+            T.add_tensor(handle, E.on_device(a, dtype, layout), E.on_device(c0, dtype, layout), beta=1.0,
+                         engine="graph")
         engine = "auto"
     c = E.on_device(c0, dtype, layout)
     T.add_tensor(handle, E.on_device(a, dtype, layout), c, alpha=1.5, beta=-0.5, engine=engine)
@@ -339,7 +432,7 @@ def test_graph_scale_tensor(handle, rng, dtype):
     for shape, layout in (((2, 3, 4, 5), "NHWC"), ((7,), "NCHW"), ((3, 4, 5), "NCHW")):
         a = E.rounded(rng.standard_normal(shape), dtype)
         y = E.on_device(a, dtype, layout)
-        T.scale_tensor(handle, y, -2.5, engine="graph")
+        T.scale_tensor(handle, y, alpha=-2.5, engine="graph")
         E.assert_close(E.host(y), -2.5 * a, dtype)
 
 
@@ -356,8 +449,8 @@ def test_graph_transform_tensor_layout_and_dtype(handle, rng, src, dst):
     assert y.dtype == E.np_dtype(dst) and y.is_contiguous
     E.assert_close(E.host(y), x, tol)
     with pytest.raises(GraphPathRefused, match="memory order"):
-        T.transform_tensor(handle, E.on_device(x, src), dtype=E.np_dtype(dst), memory_format="NHWC", engine="graph")
-    y = T.transform_tensor(handle, E.on_device(x, src), dtype=E.np_dtype(dst), memory_format="NHWC", engine="auto")
+        T.transform_tensor(handle, E.on_device(x, src), dtype=E.np_dtype(dst), layout="NHWC", engine="graph")
+    y = T.transform_tensor(handle, E.on_device(x, src), dtype=E.np_dtype(dst), layout="NHWC", engine="auto")
     assert y.strides == E.layout_strides(x.shape, "NHWC")
     E.assert_close(E.host(y), x, tol)
     y0 = E.rounded(rng.standard_normal(x.shape), dst)

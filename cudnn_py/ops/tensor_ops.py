@@ -3,11 +3,16 @@
 Arrays are any device arrays (:class:`~cudnn_py.DeviceArray`, torch, CuPy); their strides are the
 memory layout cuDNN is told about. Every call validates shapes, dtypes and devices before C::
 
-    c = add_tensor(h, bias, c)                                # c = bias (broadcast) + c
+    c = add_tensor(h, bias, c, beta=1.0)                      # c = bias (broadcast) + c
     c = op_tensor(h, "max", a, b)                             # c = max(a, b), allocated
     y16 = transform_tensor(h, x32, dtype=np.float16)          # dtype conversion
-    y = transform_tensor(h, x, memory_format="NHWC")          # same logical NCHW, channels-last memory
+    y = transform_tensor(h, x, layout="NHWC")                 # same logical NCHW, channels-last memory
     s, idx = reduce_tensor(h, "max", a, axes=(2, 3), indices=True)
+
+Scaling factors are keyword-only ``alpha``/``beta`` (defaults 1 and 0); :func:`op_tensor` keeps cuDNN's
+``alpha1``/``alpha2``/``beta``. Old spellings still work with a :class:`DeprecationWarning`: ``add_tensor`` without
+``beta`` (it accumulates, ``beta=1.0``; the default becomes 0.0), ``scale_tensor``'s positional alpha,
+``transform_tensor(memory_format=)`` and ``transform_tensor_ex(dest_format=)`` (now ``layout=``).
 
 ``engine="graph"`` (add_tensor, op_tensor, scale_tensor, transform_tensor, reduce_tensor) runs the same function
 as a cached backend-API graph (pointwise operations, or a reduction) instead of the deprecated C call: float16,
@@ -18,11 +23,14 @@ bfloat16 and float32 data of 1 to 5 dimensions, float32 compute, no NaN propagat
 from __future__ import annotations
 
 import ctypes
+from typing import NamedTuple
 
 import numpy as np
 
 from cudnn_py import capi
-from cudnn_py.descriptors import _ints, op_tensor_descriptor, reduce_tensor_descriptor
+from cudnn_py._deprecation import renamed_kwargs, warn
+from cudnn_py.caches import shared
+from cudnn_py.descriptors import _Descriptor, _ints, op_tensor_descriptor, reduce_tensor_descriptor
 from cudnn_py.dtypes import as_numpy_dtype, cudnn_dtype
 from cudnn_py.graph import legacy as gl
 from cudnn_py.memory import DeviceArray, as_array, empty
@@ -33,7 +41,8 @@ from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 __all__ = [
     "add_tensor", "op_tensor", "scale_tensor", "set_tensor", "transform_tensor", "transform_tensor_ex",
-    "reduce_tensor", "OP_TENSOR_OPS", "REDUCE_OPS",
+    "reduce_tensor", "ReduceResult", "TensorTransformDescriptor", "tensor_transform_descriptor", "OP_TENSOR_OPS",
+    "REDUCE_OPS",
 ]
 
 OP_TENSOR_OPS = {"add": capi.CUDNN_OP_TENSOR_ADD, "mul": capi.CUDNN_OP_TENSOR_MUL, "min": capi.CUDNN_OP_TENSOR_MIN,
@@ -44,7 +53,8 @@ REDUCE_OPS = {"add": capi.CUDNN_REDUCE_TENSOR_ADD, "mul": capi.CUDNN_REDUCE_TENS
               "norm1": capi.CUDNN_REDUCE_TENSOR_NORM1, "norm2": capi.CUDNN_REDUCE_TENSOR_NORM2,
               "mul_no_zeros": capi.CUDNN_REDUCE_TENSOR_MUL_NO_ZEROS}
 _INDEXED = {capi.CUDNN_REDUCE_TENSOR_MIN, capi.CUDNN_REDUCE_TENSOR_MAX, capi.CUDNN_REDUCE_TENSOR_AMAX}
-_FORMATS = {"NCHW": capi.CUDNN_TENSOR_NCHW, "NHWC": capi.CUDNN_TENSOR_NHWC, "NCHW_VECT_C": capi.CUDNN_TENSOR_NCHW_VECT_C}
+_FORMATS = {"NCHW": capi.CUDNN_TENSOR_NCHW, "NHWC": capi.CUDNN_TENSOR_NHWC, "NCHW_VECT_C": capi.CUDNN_TENSOR_NCHW_VECT_C,
+            "NCDHW": capi.CUDNN_TENSOR_NCHW, "NDHWC": capi.CUDNN_TENSOR_NHWC}
 _DIRECTIONS = {"fold": capi.CUDNN_TRANSFORM_FOLD, "unfold": capi.CUDNN_TRANSFORM_UNFOLD}
 
 # ---------------------------------------------------------------- add, op-tensor, scale, set
@@ -56,10 +66,15 @@ def _broadcastable(b: DeviceArray, c: DeviceArray, bname: str, cname: str) -> No
                          f"{c.shape}, each equal or 1 (broadcast)")
 
 
-def add_tensor(handle, a, c, *, alpha: float = 1.0, beta: float = 1.0, engine: str = "auto"):
+def add_tensor(handle, a, c, *, alpha: float = 1.0, beta: float | None = None, engine: str = "auto"):
     """``c = alpha * a + beta * c`` in place (``cudnnAddTensor``); ``a`` broadcasts over dimensions where it has 1.
 
-    ``engine``: "legacy", "graph" or "auto" (see the module doc)."""
+    ``beta``: pass ``beta=1.0`` to accumulate into c. Leaving it out still accumulates (beta 1.0, as before) but
+    warns: the default becomes 0.0, as everywhere else. ``engine``: "legacy", "graph" or "auto" (see the module
+    doc). Returns c."""
+    if beta is None:
+        warn("add_tensor(): pass beta=1.0 to accumulate; the default becomes 0.0")
+        beta = 1.0
     engine = gl.engine_arg(engine)
     ca = check_array(c, "c", handle, floating=True)
     aa = check_array(a, "a", handle, dtype=ca.dtype)
@@ -141,8 +156,17 @@ def op_tensor(handle, op, a, b=None, c=None, *, alpha1: float = 1.0, alpha2: flo
     return ca if c is None else c
 
 
-def scale_tensor(handle, y, alpha: float, *, engine: str = "auto"):
-    """``y = alpha * y`` in place (``cudnnScaleTensor``); returns y. ``engine``: "legacy", "graph" or "auto"."""
+def scale_tensor(handle, y, *args, alpha: float = 1.0, engine: str = "auto"):
+    """``y = alpha * y`` in place (``cudnnScaleTensor``); returns y. ``engine``: "legacy", "graph" or "auto".
+
+    ``alpha`` is keyword-only; ``scale_tensor(h, y, 2.0)`` (positional alpha) still works with a
+    :class:`DeprecationWarning`."""
+    if args:
+        if len(args) > 1 or alpha != 1.0:
+            raise InvalidTypeError(f"scale_tensor() takes alpha once, as a keyword (got {len(args)} positional "
+                                   f"argument{'s' * (len(args) > 1)} after y{' and alpha=' if alpha != 1.0 else ''})")
+        warn("scale_tensor(): pass alpha= as a keyword; positional alpha is deprecated")
+        alpha = args[0]
     engine = gl.engine_arg(engine)
     ya = check_array(y, "y", handle, floating=True)
     if gl.attempt(engine, lambda auto: gl.run_graph(
@@ -180,18 +204,18 @@ def set_tensor(handle, y, value: float):
 # ---------------------------------------------------------------- transform
 
 
-def _format_strides(shape: tuple[int, ...], memory_format: str) -> tuple[int, ...]:
-    """Element strides of a packed array of logical N, C, *spatial shape stored in ``memory_format``."""
-    fmt = str(memory_format).upper()
-    if fmt in ("NCHW", "C", "CONTIGUOUS"):
+def _format_strides(shape: tuple[int, ...], layout: str) -> tuple[int, ...]:
+    """Element strides of a packed array of logical N, C, *spatial shape stored in ``layout`` (any case)."""
+    fmt = layout.upper() if isinstance(layout, str) else None
+    if fmt in ("NCHW", "NCDHW", "C", "CONTIGUOUS"):
         order = list(range(len(shape)))
-    elif fmt == "NHWC":
+    elif fmt in ("NHWC", "NDHWC"):
         if len(shape) < 3:
-            raise InvalidValueError(f"memory_format NHWC needs N, C and at least one spatial dimension; got shape "
+            raise InvalidValueError(f"layout {layout} needs N, C and at least one spatial dimension; got shape "
                                     f"{shape}")
         order = [0] + list(range(2, len(shape))) + [1]
     else:
-        raise InvalidValueError(f"memory_format {memory_format!r}: expected 'NCHW' or 'NHWC'")
+        raise InvalidValueError(f"layout {layout!r}: expected 'NCHW' or 'NHWC' (any case)")
     strides, acc = [0] * len(shape), 1
     for axis in reversed(order):
         strides[axis] = acc
@@ -199,21 +223,25 @@ def _format_strides(shape: tuple[int, ...], memory_format: str) -> tuple[int, ..
     return tuple(strides)
 
 
-def transform_tensor(handle, x, y=None, *, dtype=None, memory_format: str = "NCHW", alpha: float = 1.0,
-                     beta: float = 0.0, engine: str = "auto"):
+def transform_tensor(handle, x, y=None, *, dtype=None, layout: str | None = None, alpha: float = 1.0,
+                     beta: float = 0.0, engine: str = "auto", **old):
     """``y = alpha * x + beta * y`` between layouts and dtypes (``cudnnTransformTensor``); returns y.
 
     ``y`` (same logical shape as x, any strides, any dtype) or, when not given, a new array of
-    ``dtype`` (default x's) whose memory is ``memory_format``: ``"NCHW"`` (packed) or ``"NHWC"``
-    (channels last; the logical shape stays N, C, *spatial and the strides say channels-last).
+    ``dtype`` (default x's) whose memory is ``layout``: ``"NCHW"`` (packed, the default) or ``"NHWC"``
+    (channels last; the logical shape stays N, C, *spatial and the strides say channels-last); any case.
     ``engine``: "legacy", "graph" (an identity pointwise graph; floating dtypes) or "auto".
+    ``memory_format=`` is the deprecated spelling of ``layout=``.
     """
+    if old:
+        layout = renamed_kwargs("transform_tensor", old, {"memory_format": "layout"}, {"layout": layout})["layout"]
     engine = gl.engine_arg(engine)
     xa = check_array(x, "x", handle)
     if y is None:
         out_dtype = xa.dtype if dtype is None else as_numpy_dtype(dtype)
         cudnn_dtype(out_dtype)
-        ya = empty_strided(handle, xa.shape, _format_strides(xa.shape, memory_format), out_dtype)
+        ya = empty_strided(handle, xa.shape, _format_strides(xa.shape, "NCHW" if layout is None else layout),
+                           out_dtype)
         y = ya
     else:
         ya = check_array(y, "y", handle, shape=xa.shape)
@@ -231,50 +259,74 @@ def transform_tensor(handle, x, y=None, *, dtype=None, memory_format: str = "NCH
     return y
 
 
-_TRANSFORMS: dict = {}  # cudnnTensorTransformDescriptor_t by settings (the core has no factory for them)
+class TensorTransformDescriptor(_Descriptor):
+    """A ``cudnnTensorTransformDescriptor_t`` (``cudnnSetTensorTransformDescriptor``): the destination ``layout``
+    (a ``cudnnTensorFormat_t``) of an ``nd``-dimensional transform, zeros added ``pad_before``/``pad_after`` each
+    dimension, ``fold`` factors and the folding ``direction``, all already parsed (see :func:`transform_tensor_ex`,
+    which takes the friendly spellings). Destroyed when closed or garbage-collected."""
+
+    _handle_type = capi.cudnnTensorTransformDescriptor_t
+    _create_fn, _destroy_fn = "cudnnCreateTensorTransformDescriptor", "cudnnDestroyTensorTransformDescriptor"
+    _shown = ("layout", "pad_before", "pad_after", "fold", "direction")
+
+    def __init__(self, nd: int, layout: capi.cudnnTensorFormat_t, pad_before: tuple[int, ...],
+                 pad_after: tuple[int, ...], fold: tuple[int, ...], direction: capi.cudnnFoldingDirection_t):
+        self.nd, self.layout, self.direction = nd, layout, direction
+        self.pad_before, self.pad_after, self.fold = tuple(pad_before), tuple(pad_after), tuple(fold)
+        super().__init__()
+        capi.cudnnSetTensorTransformDescriptor(self._ptr, nd, layout, (ctypes.c_int32 * nd)(*pad_before),
+                                               (ctypes.c_int32 * nd)(*pad_after), (ctypes.c_uint32 * nd)(*fold),
+                                               direction)
 
 
-def _transform_desc(nd: int, fmt, before, after, fold, direction) -> capi.cudnnTensorTransformDescriptor_t:
-    key = (nd, int(fmt), before, after, fold, int(direction))
+#: transform descriptors by settings, shared by every handle (they hold no handle)
+_TRANSFORMS = shared("ops.tensor_transform", maxsize=256)
+
+
+def tensor_transform_descriptor(nd: int, layout, pad_before, pad_after, fold, direction) -> TensorTransformDescriptor:
+    """The shared :class:`TensorTransformDescriptor` for these (parsed) settings: made once, then a cache lookup;
+    ``close()`` leaves it alone and it is destroyed once evicted and unreferenced."""
+    key = (nd, int(layout), tuple(pad_before), tuple(pad_after), tuple(fold), int(direction))
     d = _TRANSFORMS.get(key)
     if d is None:
-        d = capi.cudnnTensorTransformDescriptor_t()
-        capi.cudnnCreateTensorTransformDescriptor(ctypes.byref(d))
-        capi.cudnnSetTensorTransformDescriptor(d, nd, fmt, (ctypes.c_int32 * nd)(*before),
-                                               (ctypes.c_int32 * nd)(*after), (ctypes.c_uint32 * nd)(*fold),
-                                               direction)
-        _TRANSFORMS[key] = d
+        d = TensorTransformDescriptor(nd, layout, pad_before, pad_after, fold, direction)
+        d._shared = True
+        d = _TRANSFORMS.setdefault(key, d)
     return d
 
 
-def transform_tensor_ex(handle, x, *, dest_format: str = "NHWC", pad_before=0, pad_after=0, fold=1,
-                        direction: str = "fold", y=None, dtype=None, alpha: float = 1.0, beta: float = 0.0):
+def transform_tensor_ex(handle, x, *, layout: str | None = None, pad_before=0, pad_after=0, fold=1,
+                        direction: str = "fold", y=None, dtype=None, alpha: float = 1.0, beta: float = 0.0, **old):
     """Layout change with zero padding / folding (``cudnnTransformTensorEx``); returns y.
 
-    ``x`` is 4-D or 5-D (logical N, C, *spatial). ``dest_format``: ``"NCHW"``, ``"NHWC"`` or
-    ``"NCHW_VECT_C"``; ``pad_before`` / ``pad_after``: zeros added before / after each dimension (an int
-    or one per dimension); ``fold``: fold factors per dimension (1 = none) and ``direction``
+    ``x`` is 4-D or 5-D (logical N, C, *spatial). ``layout``: the destination's, ``"NHWC"`` (default), ``"NCHW"``
+    or ``"NCHW_VECT_C"``, any case; ``pad_before`` / ``pad_after``: zeros added before / after each dimension (an
+    int or one per dimension); ``fold``: fold factors per dimension (1 = none) and ``direction``
     ``"fold"``/``"unfold"``. cuDNN derives the destination (``cudnnInitTransformDest``); a new ``y`` is
     allocated with that shape and layout (logical N, C, *spatial; strides give the format) unless given.
+    ``dest_format=`` is the deprecated spelling of ``layout=``.
     """
+    if old:
+        layout = renamed_kwargs("transform_tensor_ex", old, {"dest_format": "layout"}, {"layout": layout})["layout"]
     xa = check_array(x, "x", handle)
     nd = xa.ndim
     if nd not in (4, 5):
         raise InvalidValueError(f"transform_tensor_ex takes 4-D or 5-D tensors; x has shape {xa.shape}")
-    fmt = enum_arg(dest_format, {k.lower(): v for k, v in _FORMATS.items()}, capi.cudnnTensorFormat_t, "dest_format")
+    fmt = enum_arg("NHWC" if layout is None else layout, {k.lower(): v for k, v in _FORMATS.items()},
+                   capi.cudnnTensorFormat_t, "layout")
     before = _ints(pad_before, nd, "pad_before", 0)
     after = _ints(pad_after, nd, "pad_after", 0)
     folds = _ints(fold, nd, "fold", 1)
     dirv = enum_arg(direction, _DIRECTIONS, capi.cudnnFoldingDirection_t, "direction")
     out_dtype = as_numpy_dtype(dtype) if dtype is not None else (xa.dtype if y is None else as_array(y, "y").dtype)
-    tdesc = _transform_desc(nd, fmt, before, after, folds, dirv)
+    tdesc = tensor_transform_descriptor(nd, fmt, before, after, folds, dirv)
     # The source descriptor carries the destination dtype for InitTransformDest; x's own one is used for the call.
     probe = tensor_desc(xa.shape, out_dtype, xa.strides)
     dest = capi.cudnnTensorDescriptor_t()
     capi.cudnnCreateTensorDescriptor(ctypes.byref(dest))
     try:
         nbytes = ctypes.c_size_t()
-        capi.cudnnInitTransformDest(tdesc, probe.ptr, dest, ctypes.byref(nbytes))
+        capi.cudnnInitTransformDest(tdesc.ptr, probe.ptr, dest, ctypes.byref(nbytes))
         shape, strides, _ = read_tensor_desc(dest)
     finally:
         capi.cudnnDestroyTensorDescriptor(dest)
@@ -288,11 +340,17 @@ def transform_tensor_ex(handle, x, *, dest_format: str = "NHWC", pad_before=0, p
     scalar_dtype = np.float64 if np.float64 in (xa.dtype, ya.dtype) else np.float32
     al, be = scalars(scalar_dtype, alpha, beta)
     xd, yd = desc(xa), desc(ya)
-    capi.cudnnTransformTensorEx(handle.ptr, tdesc, al, xd.ptr, xa.ptr, be, yd.ptr, ya.ptr)
+    capi.cudnnTransformTensorEx(handle.ptr, tdesc.ptr, al, xd.ptr, xa.ptr, be, yd.ptr, ya.ptr)
     return y
 
 
 # ---------------------------------------------------------------- reduce
+
+
+class ReduceResult(NamedTuple):
+    """What :func:`reduce_tensor` returns with ``indices=True``."""
+    c: DeviceArray
+    indices: DeviceArray
 
 
 #: reductions the graph path has (cuDNN's graph refuses MUL_NO_ZEROS)
@@ -321,7 +379,8 @@ def _graph_reduce(handle, opv, aa, ca, alpha, beta, compute_dtype, nan_propagati
 
 def reduce_tensor(handle, op, a, c=None, *, axes=None, indices: bool = False, alpha: float = 1.0, beta: float = 0.0,
                   compute_dtype=None, nan_propagation: bool = False, engine: str = "auto"):
-    """``c = alpha * reduce_op(a) + beta * c`` (``cudnnReduceTensor``); returns c, or (c, indices) with ``indices=True``.
+    """``c = alpha * reduce_op(a) + beta * c`` (``cudnnReduceTensor``); returns c, or a :class:`ReduceResult`
+    ``(c, indices)`` with ``indices=True``.
 
     The reduced dimensions are ``axes`` (an int or ints; default all) or, when ``c`` is given, those
     where c has 1 and a does not. ``op``: add, mul, min, max, amax, avg, norm1, norm2, mul_no_zeros.
@@ -366,7 +425,7 @@ def reduce_tensor(handle, op, a, c=None, *, axes=None, indices: bool = False, al
     capi.cudnnReduceTensor(handle.ptr, rd.ptr, idx_ptr, idx_bytes, ws, ws_size.value, al, ad.ptr, aa.ptr, be, cd.ptr,
                            ca.ptr)
     out = ca if c is None else c
-    return (out, idx) if indices else out
+    return ReduceResult(out, idx) if indices else out
 
 
 def _axes(axes, a: DeviceArray) -> set[int]:
