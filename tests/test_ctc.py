@@ -18,7 +18,7 @@ from helpers import NoCallHandle, fake
                                            ("softmax", "skip_oob", 17)])
 def test_descriptor_round_trip(norm, grad, mll):
     d = CTCLoss(norm, grad, mll)
-    assert d.compute_type == capi.CUDNN_DATA_FLOAT
+    assert d.compute_dtype == capi.CUDNN_DATA_FLOAT
     assert d.normalization == {"softmax": capi.CUDNN_LOSS_NORMALIZATION_SOFTMAX,
                                "none": capi.CUDNN_LOSS_NORMALIZATION_NONE}[norm]
     assert d.grad_mode == {"zero_oob": capi.CUDNN_CTC_ZERO_OOB_GRADIENTS,
@@ -27,6 +27,35 @@ def test_descriptor_round_trip(norm, grad, mll):
     assert "CTCLoss(" in repr(d)
     d.close()
     assert repr(d) == "<CTCLoss closed>"
+
+
+def test_compute_type_is_the_deprecated_compute_dtype():
+    d = CTCLoss()
+    with pytest.warns(DeprecationWarning, match="compute_type is deprecated, use compute_dtype"):
+        assert d.compute_type == d.compute_dtype == capi.CUDNN_DATA_FLOAT
+
+
+def test_shared_descriptors_live_in_the_process_cache_and_die_when_dropped():
+    import gc
+    import weakref
+    from cudnn_py import caches
+    from cudnn_py.ops import ctc
+    d = ctc._ctc_desc("none", "skip_oob", 33)
+    assert ctc._ctc_desc("none", "skip_oob", 33) is d and caches.shared("ops.ctc") is ctc._DESCS
+    d.close()  # shared: close() leaves it to the cache
+    assert not d.closed and d.max_label_length == 33
+    raw, gone = d._ptr, weakref.ref(d)
+    ctc._DESCS.clear()
+    del d
+    gc.collect()
+    assert gone() is None and raw.value is None  # destroyed by its finalizer
+
+
+def test_ctc_loss_result_is_a_named_tuple():
+    from cudnn_py.ops.ctc import CTCLossResult
+    r = CTCLossResult(1, None)
+    costs, grads = r
+    assert (costs, grads) == (r.costs, r.gradients) == (1, None)
 
 
 @pytest.mark.parametrize("kw,words", [({"normalization": "log_softmax"}, "normalization"),

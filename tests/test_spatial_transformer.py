@@ -27,6 +27,31 @@ def test_descriptor_created_and_cached(dtype):
     own.close()
     with pytest.raises(Exception, match="closed"):
         own.ptr
+    assert repr(own) == "<SpatialTransformer closed>"
+
+
+def test_shared_descriptors_live_in_the_process_cache_and_die_when_dropped():
+    import gc
+    import weakref
+    from cudnn_py import caches
+    from cudnn_py.ops import spatial_transformer as S
+    st = spatial_transformer((3, 1, 7, 9), np.float32)
+    assert caches.shared("ops.spatial_transformer") is S._CACHE and caches.info()["ops.spatial_transformer"] >= 1
+    st.close()  # shared: close() leaves it to the cache
+    assert not st.closed and repr(st) == "SpatialTransformer(shape=(3, 1, 7, 9), dtype=float32)"
+    raw, gone = st._ptr, weakref.ref(st)
+    S._CACHE.clear()
+    assert spatial_transformer((3, 1, 7, 9), np.float32) is not st  # made anew
+    del st
+    gc.collect()
+    assert gone() is None and raw.value is None  # destroyed by its finalizer, never used again
+
+
+def test_sampler_grads_is_a_named_tuple():
+    from cudnn_py.ops.spatial_transformer import SamplerGrads
+    g = SamplerGrads(1, 2)
+    dx, dgrid = g
+    assert (dx, dgrid) == (g.dx, g.dgrid) == (1, 2)
 
 
 @pytest.mark.parametrize("args,exc,words", [

@@ -3,7 +3,7 @@
 ::
 
     costs, grads = ctc_loss(h, logits, labels, label_lengths, input_lengths)   # logits (T, N, A) float32
-    costs, grads = ctc_loss(h, logits, labels, label_lengths, input_lengths, algo="non_deterministic")
+    r = ctc_loss(h, logits, labels, label_lengths, input_lengths, algo="non_deterministic")  # r.costs, r.gradients
 
 ``labels``: every sequence's labels concatenated (1-D), or padded rows (N, S); values in [1, A - 1]
 (0 is the blank). Host sequences or device int32 arrays; either way they are checked on the host
@@ -26,19 +26,20 @@ Raw C path::
 from __future__ import annotations
 
 import ctypes
-import weakref
 from typing import NamedTuple
 
 import numpy as np
 
 from cudnn_py import capi
-from cudnn_py.descriptors import _int, _key, tensor_descriptor
-from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
+from cudnn_py._deprecation import warn
+from cudnn_py.caches import shared
+from cudnn_py.descriptors import _Descriptor, _int, _key, tensor_descriptor
+from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.memory import DeviceArray, as_array, empty, to_device
 from cudnn_py.ops._common import check_array, enum_arg
 
 __all__ = ["CTC_ALGOS", "CTC_NORMALIZATIONS", "CTC_GRAD_MODES", "MAX_LABEL_LENGTH", "CTCLoss", "CTCLabels",
-           "check_ctc_labels", "ctc_loss_workspace_size", "ctc_loss"]
+           "CTCLossResult", "check_ctc_labels", "ctc_loss_workspace_size", "ctc_loss"]
 
 CTC_ALGOS = {"deterministic": capi.CUDNN_CTC_LOSS_ALGO_DETERMINISTIC,
              "non_deterministic": capi.CUDNN_CTC_LOSS_ALGO_NON_DETERMINISTIC}
@@ -48,33 +49,21 @@ CTC_GRAD_MODES = {"zero_oob": capi.CUDNN_CTC_ZERO_OOB_GRADIENTS, "skip_oob": cap
 MAX_LABEL_LENGTH = 255
 
 
-def _destroy(ptr) -> None:
-    try:
-        capi.cudnnDestroyCTCLossDescriptor(ptr)
-    except Exception:  # interpreter shutdown
-        pass
-
-
-class CTCLoss:
+class CTCLoss(_Descriptor):
     """A ``cudnnCTCLossDescriptor_t`` (v9 setter): float32 compute, ``normalization`` "softmax" or "none",
     ``grad_mode`` "zero_oob" or "skip_oob" (gradients of sequences whose labels cannot fit), and
-    ``max_label_length``. Works without a GPU; properties read the settings back from cuDNN."""
+    ``max_label_length``. Works without a GPU; properties read the settings back from cuDNN. ``close()`` (or
+    the garbage collector) destroys it; a closed one raises :class:`~cudnn_py.errors.ClosedError`."""
+
+    _handle_type = capi.cudnnCTCLossDescriptor_t
+    _create_fn, _destroy_fn = "cudnnCreateCTCLossDescriptor", "cudnnDestroyCTCLossDescriptor"
 
     def __init__(self, normalization="softmax", grad_mode="zero_oob", max_label_length: int = MAX_LABEL_LENGTH):
         norm = enum_arg(normalization, CTC_NORMALIZATIONS, capi.cudnnLossNormalizationMode_t, "CTC normalization")
         gm = enum_arg(grad_mode, CTC_GRAD_MODES, capi.cudnnCTCGradMode_t, "CTC grad_mode")
         max_label_length = _int(max_label_length, "max_label_length", 1, MAX_LABEL_LENGTH)
-        ptr = capi.cudnnCTCLossDescriptor_t()
-        capi.cudnnCreateCTCLossDescriptor(ctypes.byref(ptr))
-        self._finalizer = weakref.finalize(self, _destroy, ptr)
-        self._ptr = ptr
-        capi.cudnnSetCTCLossDescriptor_v9(ptr, capi.CUDNN_DATA_FLOAT, norm, gm, int(max_label_length))
-
-    @property
-    def ptr(self) -> capi.cudnnCTCLossDescriptor_t:
-        if self._ptr is None:
-            raise ClosedError("this CTCLoss descriptor is closed")
-        return self._ptr
+        super().__init__()
+        capi.cudnnSetCTCLossDescriptor_v9(self._ptr, capi.CUDNN_DATA_FLOAT, norm, gm, int(max_label_length))
 
     def _get(self):
         ct, norm, gm, mll = ctypes.c_int(), ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
@@ -84,8 +73,15 @@ class CTCLoss:
                 capi.cudnnCTCGradMode_t(gm.value), mll.value)
 
     @property
-    def compute_type(self) -> capi.cudnnDataType_t:
+    def compute_dtype(self) -> capi.cudnnDataType_t:
+        """The compute type (always ``CUDNN_DATA_FLOAT``)."""
         return self._get()[0]
+
+    @property
+    def compute_type(self) -> capi.cudnnDataType_t:
+        """Deprecated spelling of :attr:`compute_dtype`."""
+        warn("CTCLoss.compute_type is deprecated, use compute_dtype", stacklevel=3)
+        return self.compute_dtype
 
     @property
     def normalization(self) -> capi.cudnnLossNormalizationMode_t:
@@ -99,29 +95,31 @@ class CTCLoss:
     def max_label_length(self) -> int:
         return self._get()[3]
 
-    def close(self) -> None:
-        if self._ptr is not None:
-            self._ptr = None
-            self._finalizer()
-
-    def __repr__(self) -> str:
-        if self._ptr is None:
-            return "<CTCLoss closed>"
-        ct, norm, gm, mll = self._get()
-        return f"CTCLoss(normalization={norm.name}, grad_mode={gm.name}, max_label_length={mll})"
+    def _fields(self) -> str:
+        _, norm, gm, mll = self._get()
+        return f"normalization={norm.name}, grad_mode={gm.name}, max_label_length={mll}"
 
 
-_DESCS: dict = {}
+#: CTC loss descriptors by settings, shared by every handle (they hold no handle)
+_DESCS = shared("ops.ctc", maxsize=256)
 
 
 def _ctc_desc(normalization, grad_mode, max_label_length) -> CTCLoss:
-    """A shared :class:`CTCLoss` for these settings (built once; thread-safe)."""
+    """The shared :class:`CTCLoss` for these settings (made once, thread-safe; ``close()`` leaves it alone and it
+    is destroyed once evicted and unreferenced)."""
     key = _key(normalization, grad_mode, max_label_length)
     d = _DESCS.get(key)
     if d is None:
         d = CTCLoss(normalization, grad_mode, max_label_length)  # validates; the key is then one of few values
+        d._shared = True
         d = _DESCS.setdefault(key, d)
     return d
+
+
+class CTCLossResult(NamedTuple):
+    """What :func:`ctc_loss` returns: ``costs`` (N,) and ``gradients`` (T, N, A), None without gradients."""
+    costs: DeviceArray
+    gradients: DeviceArray | None
 
 
 class CTCLabels(NamedTuple):
@@ -230,10 +228,10 @@ def ctc_loss_workspace_size(handle, logits_shape, *, algo="deterministic", norma
 
 def ctc_loss(handle, logits, labels, label_lengths, input_lengths, *, algo="deterministic",
              normalization="softmax", grad_mode="zero_oob", max_label_length: int = MAX_LABEL_LENGTH,
-             compute_gradients: bool = True, costs=None,
-             gradients=None) -> tuple[DeviceArray, DeviceArray | None]:
-    """CTC costs (N,) and gradients (T, N, A) (None when ``compute_gradients`` is False), float32
-    (``cudnnCTCLoss_v8``). ``algo``: "deterministic" or "non_deterministic". Outputs allocated when not given."""
+             compute_gradients: bool = True, costs=None, gradients=None) -> CTCLossResult:
+    """A :class:`CTCLossResult`: CTC ``costs`` (N,) and ``gradients`` (T, N, A) (None when ``compute_gradients``
+    is False), float32 (``cudnnCTCLoss_v8``). ``algo``: "deterministic" or "non_deterministic". Outputs
+    allocated when not given."""
     al = enum_arg(algo, CTC_ALGOS, capi.cudnnCTCLossAlgo_t, "CTC algo")
     x = _logits(handle, logits)
     t, n, a = x.shape
@@ -262,4 +260,4 @@ def ctc_loss(handle, logits, labels, label_lengths, input_lengths, *, algo="dete
     ws = handle.workspace.get(ws_size.value, handle.stream)
     capi.cudnnCTCLoss_v8(handle.ptr, al, desc.ptr, pd.ptr, x.ptr, lab_d.ptr, ll_d.ptr, il_d.ptr, c.ptr, gd,
                          None if g is None else g.ptr, ws_size.value, ws or None)
-    return c, g
+    return CTCLossResult(c, g)

@@ -4,8 +4,11 @@
 
     grid = spatial_tf_grid_forward(h, theta, (n, c, ho, wo))      # theta (N, 2, 3) -> grid (N, Ho, Wo, 2)
     y = spatial_tf_sampler_forward(h, x, grid)                     # x (N, C, H, W) -> y (N, C, Ho, Wo)
-    dx, dgrid = spatial_tf_sampler_backward(h, x, grid, dy)
+    dx, dgrid = spatial_tf_sampler_backward(h, x, grid, dy)       # a SamplerGrads named tuple
     dtheta = spatial_tf_grid_backward(h, dgrid)
+
+Scaling factors are keyword-only: ``alpha``/``beta`` for y or dx, and cuDNN's ``alpha_dgrid``/``beta_dgrid``
+(``alphaDgrid``/``betaDgrid``) for the grid gradient.
 
 The grid holds (x, y) sampling positions in [-1, 1] (-1 and 1 are the centres of the first and last
 pixels); positions outside read zeros. cuDNN supports 2-D (4-D tensors) with a bilinear sampler.
@@ -20,27 +23,26 @@ Raw C path::
 from __future__ import annotations
 
 import ctypes
-import threading
-import weakref
+from typing import NamedTuple
 
 import numpy as np
 
 from cudnn_py import capi
-from cudnn_py.descriptors import _dims
+from cudnn_py.caches import shared
+from cudnn_py.descriptors import _Descriptor, _dims
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
-from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
+from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.memory import DeviceArray
 from cudnn_py.ops._common import FLOATS, check_array, desc, output, scalars
 
-__all__ = ["SpatialTransformer", "spatial_transformer", "spatial_tf_grid_forward", "spatial_tf_grid_backward",
-           "spatial_tf_sampler_forward", "spatial_tf_sampler_backward"]
+__all__ = ["SpatialTransformer", "SamplerGrads", "spatial_transformer", "spatial_tf_grid_forward",
+           "spatial_tf_grid_backward", "spatial_tf_sampler_forward", "spatial_tf_sampler_backward"]
 
 
-def _destroy(ptr) -> None:
-    try:
-        capi.cudnnDestroySpatialTransformerDescriptor(ptr)
-    except Exception:  # interpreter shutdown
-        pass
+class SamplerGrads(NamedTuple):
+    """What :func:`spatial_tf_sampler_backward` returns."""
+    dx: DeviceArray
+    dgrid: DeviceArray
 
 
 def _shape(shape) -> tuple[int, int, int, int]:
@@ -52,9 +54,14 @@ def _shape(shape) -> tuple[int, int, int, int]:
     return out
 
 
-class SpatialTransformer:
+class SpatialTransformer(_Descriptor):
     """A ``cudnnSpatialTransformerDescriptor_t`` for output ``shape`` (N, C, H, W) and ``dtype``
-    (bilinear sampler). Works without a GPU; :func:`spatial_transformer` caches them."""
+    (bilinear sampler). Works without a GPU; :func:`spatial_transformer` shares them. ``close()`` (or the
+    garbage collector) destroys it; a closed one raises :class:`~cudnn_py.errors.ClosedError`."""
+
+    _handle_type = capi.cudnnSpatialTransformerDescriptor_t
+    _create_fn, _destroy_fn = "cudnnCreateSpatialTransformerDescriptor", "cudnnDestroySpatialTransformerDescriptor"
+    _shown = ("shape", "dtype")
 
     def __init__(self, shape, dtype=np.float32):
         shape = _shape(shape)
@@ -62,50 +69,29 @@ class SpatialTransformer:
         if dt not in FLOATS:
             raise InvalidTypeError(f"spatial transformer dtype must be float16, float32 or float64, got {dt}")
         self.shape, self.dtype = tuple(int(d) for d in shape), dt
-        ptr = capi.cudnnSpatialTransformerDescriptor_t()
-        capi.cudnnCreateSpatialTransformerDescriptor(ctypes.byref(ptr))
-        self._finalizer = weakref.finalize(self, _destroy, ptr)
-        self._ptr = ptr
-        capi.cudnnSetSpatialTransformerNdDescriptor(ptr, capi.CUDNN_SAMPLER_BILINEAR, cudnn_dtype(dt), 4,
+        super().__init__()
+        capi.cudnnSetSpatialTransformerNdDescriptor(self._ptr, capi.CUDNN_SAMPLER_BILINEAR, cudnn_dtype(dt), 4,
                                                     (ctypes.c_int * 4)(*self.shape))
-
-    @property
-    def ptr(self) -> capi.cudnnSpatialTransformerDescriptor_t:
-        if self._ptr is None:
-            raise ClosedError("this SpatialTransformer is closed")
-        return self._ptr
 
     @property
     def grid_shape(self) -> tuple[int, int, int, int]:
         n, _, h, w = self.shape
         return (n, h, w, 2)
 
-    def close(self) -> None:
-        if self._ptr is not None:
-            self._ptr = None
-            self._finalizer()
 
-    def __repr__(self) -> str:
-        return f"SpatialTransformer(shape={self.shape}, dtype={self.dtype.name})"
-
-
-_CACHE: dict = {}
-_CACHE_LOCK = threading.Lock()
+#: spatial transformer descriptors by (shape, dtype), shared by every handle (they hold no handle)
+_CACHE = shared("ops.spatial_transformer", maxsize=256)
 
 
 def spatial_transformer(shape, dtype=np.float32) -> SpatialTransformer:
-    """A cached :class:`SpatialTransformer` for output ``shape`` and ``dtype`` (thread-safe)."""
+    """The shared :class:`SpatialTransformer` for output ``shape`` and ``dtype`` (made once, thread-safe);
+    ``close()`` leaves it alone and it is destroyed once evicted and unreferenced."""
     key = (_shape(shape), numpy_dtype(cudnn_dtype(dtype)))
     st = _CACHE.get(key)
     if st is None:
         st = SpatialTransformer(*key)
-        with _CACHE_LOCK:
-            got = _CACHE.get(key)
-            if got is not None:
-                return got
-            while len(_CACHE) >= 256:
-                del _CACHE[next(iter(_CACHE))]
-            _CACHE[key] = st
+        st._shared = True
+        st = _CACHE.setdefault(key, st)
     return st
 
 
@@ -172,8 +158,10 @@ def spatial_tf_sampler_forward(handle, x, grid, y=None, *, alpha: float = 1.0, b
 
 def spatial_tf_sampler_backward(handle, x, grid, dy, dx=None, dgrid=None, *, alpha: float = 1.0,
                                 beta: float = 0.0, alpha_dgrid: float = 1.0,
-                                beta_dgrid: float = 0.0) -> tuple[DeviceArray, DeviceArray]:
-    """(dx, dgrid) of the sampler (``cudnnSpatialTfSamplerBackward``), each blended with its alpha/beta."""
+                                beta_dgrid: float = 0.0) -> SamplerGrads:
+    """:class:`SamplerGrads` ``(dx, dgrid)`` of the sampler (``cudnnSpatialTfSamplerBackward``):
+    ``dx = alpha * dL/dx + beta * dx`` and ``dgrid = alpha_dgrid * dL/dgrid + beta_dgrid * dgrid`` (cuDNN's
+    names); each allocated when not given."""
     xa, g, y_shape, st = _sampler_setup(handle, x, grid)
     dya = _float_array(dy, "dy", handle, dtype=xa.dtype, shape=y_shape)
     dxa = output(dx, "dx", handle, xa.shape, xa.dtype, contiguous=True)
@@ -182,4 +170,4 @@ def spatial_tf_sampler_backward(handle, x, grid, dy, dx=None, dgrid=None, *, alp
     xd, dxd, dyd = desc(xa), desc(dxa), desc(dya)
     capi.cudnnSpatialTfSamplerBackward(handle.ptr, st.ptr, al, xd.ptr, xa.ptr, be, dxd.ptr, dxa.ptr, ag, dyd.ptr,
                                        dya.ptr, g.ptr, bg, dga.ptr)
-    return dxa, dga
+    return SamplerGrads(dxa, dga)
