@@ -102,16 +102,18 @@ def _no_device(device: int | None, cause: BaseException | None) -> CudaError:
 
 
 def get_device(device: int | Device | None = None) -> Device:
-    """The :class:`cuda.core.Device` for an ordinal, made current in this thread once.
+    """The :class:`cuda.core.Device` for an ordinal, made current in this thread the first time it is asked for.
 
-    :param device: an ordinal, a :class:`cuda.core.Device`, or ``None`` for the current device (0 where
-        none was made current).
+    :param device: an ordinal, a :class:`cuda.core.Device`, or ``None`` for this thread's current device at the
+        time of the call (0 where none is current; asked of the driver each call, which is cheap).
     :returns: the device.
     :raises NoDeviceError: no driver, no GPU, or no such ordinal.
     """
     cache = getattr(_tls, "devices", None)
     if cache is None:
         cache = _tls.devices = {}
+    if device is None:
+        device = _current_ordinal()
     try:
         return cache[device]
     except (KeyError, TypeError):
@@ -119,8 +121,8 @@ def get_device(device: int | Device | None = None) -> Device:
     core = cuda_core()
     if isinstance(device, core.Device):
         dev = device
-    elif device is None or (isinstance(device, int) and not isinstance(device, bool)):
-        if device is not None and device < 0:
+    elif isinstance(device, int) and not isinstance(device, bool):
+        if device < 0:
             raise InvalidValueError(f"device ordinal must be >= 0, got {device}")
         try:
             dev = core.Device(device)
@@ -134,6 +136,17 @@ def get_device(device: int | Device | None = None) -> Device:
         raise _no_device(dev.device_id, e) from e
     cache[device] = cache[dev.device_id] = dev
     return dev
+
+
+def _current_ordinal() -> int:
+    """The ordinal of this thread's current device: that of its current CUDA context, 0 where it has none
+    (``cuda.core.Device()`` asks the driver, ``cuCtxGetDevice``)."""
+    try:
+        return cuda_core().Device().device_id
+    except NoDeviceError:
+        raise
+    except Exception as e:  # no driver, no GPU
+        raise _no_device(None, e) from e
 
 
 def as_stream(stream: StreamLike = None, device: int | Device | None = None) -> Stream:

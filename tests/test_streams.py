@@ -1,0 +1,85 @@
+"""streams.get_device: ``None`` is this thread's current device at each call (CPU, with a stand-in cuda.core)."""
+from __future__ import annotations
+
+import threading
+import types
+
+import pytest
+
+from cudnn_py import streams
+
+
+class _FakeCore:
+    """Stands in for cuda.core: ``Device()`` answers the 'current' device (as cuCtxGetDevice would) and
+    ``set_current`` makes a device current; calls are counted."""
+
+    def __init__(self):
+        self.current = None  # no context current yet: Device() answers 0
+        self.made = []
+        core = self
+
+        class Device:
+            def __init__(self, device_id=None):
+                self.device_id = (0 if core.current is None else core.current) if device_id is None else device_id
+                core.made.append(device_id)
+
+            def set_current(self):
+                core.current = self.device_id
+
+        self.Device = Device
+
+
+@pytest.fixture
+def core(monkeypatch):
+    fake = _FakeCore()
+    monkeypatch.setattr(streams, "_core", fake)
+    monkeypatch.setattr(streams, "_tls", threading.local())
+    return fake
+
+
+def test_none_follows_the_current_device_each_call(core):
+    assert streams.get_device(None).device_id == 0  # none current: device 0, made current
+    assert core.current == 0
+    assert streams.get_device(1).device_id == 1 and core.current == 1
+    assert streams.get_device(None).device_id == 1  # the old code answered its first answer, 0, here
+    core.current = 0  # another library (torch.cuda.set_device) switched the thread back
+    assert streams.get_device(None).device_id == 0
+    assert streams.get_device(None) is streams.get_device(0)  # one Device object per ordinal and thread
+
+
+def test_known_ordinals_are_a_lookup(core):
+    dev = streams.get_device(2)
+    n = len(core.made)
+    assert streams.get_device(2) is dev and len(core.made) == n  # no new cuda.core call
+    core.current = 2
+    assert streams.get_device(None) is dev and core.made[n:] == [None]  # one query of the current device
+
+
+def test_each_thread_has_its_own_current_device(core):
+    streams.get_device(1)
+    seen = []
+    t = threading.Thread(target=lambda: seen.append(streams.get_device(None).device_id))
+    core.current = None  # the new thread has no context current
+    t.start()
+    t.join()
+    assert seen == [0]
+
+
+def test_bad_devices_are_refused(core):
+    with pytest.raises(ValueError, match=">= 0"):
+        streams.get_device(-1)
+    with pytest.raises(TypeError, match="int ordinal"):
+        streams.get_device("0")
+    with pytest.raises(TypeError, match="int ordinal"):
+        streams.get_device(True)
+
+
+def test_a_failing_driver_query_is_a_no_device_error(monkeypatch):
+    def broken(device_id=None):
+        raise RuntimeError("cuInit failed")
+    monkeypatch.setattr(streams, "_core", types.SimpleNamespace(Device=broken))
+    monkeypatch.setattr(streams, "_tls", threading.local())
+    monkeypatch.setattr(streams, "_no_device", lambda device, cause: streams.NoDeviceError(
+        "cannot use CUDA device 0", 0, "", str(cause)))
+    with pytest.raises(streams.NoDeviceError, match="cuInit failed"):
+        streams.get_device(None)
