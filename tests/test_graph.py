@@ -528,6 +528,45 @@ def test_a_plan_cache_hit_freezes_the_graph():
         g["y"].set_dtype("float16")
 
 
+def test_plan_cache_counts_hits_and_misses_per_handle():
+    from cudnn_py.caches import handle_cache
+    from cudnn_py.graph import build_plans, plan_cache_clear, plan_cache_info
+
+    def graph():
+        g = Graph()
+        g.relu(g.tensor((1, 4, 4), name="x")).set_output(True).set_name("y")
+        return g
+    plan = types.SimpleNamespace(bind=lambda g: ("bound", g))
+    key = (graph().key(), ("A", "FALLBACK"), "first", False, True, None)
+    h1, h2 = types.SimpleNamespace(cache={}), types.SimpleNamespace(cache={})
+    for h in (h1, h2):
+        handle_cache(h, "graph.plans")[key] = [plan]
+    build_plans(graph(), h1)
+    build_plans(graph(), h1)
+    assert plan_cache_info(h1) == {"entries": 1, "hits": 2, "misses": 0}
+    assert plan_cache_info(h2) == {"entries": 1, "hits": 0, "misses": 0}  # counts belong to the handle
+    plan_cache_clear(h1)
+    assert plan_cache_info(h1) == {"entries": 0, "hits": 0, "misses": 0}
+
+
+def test_backend_descriptors_are_destroyed_by_a_finalizer():
+    import gc
+    import weakref
+    d = BackendDescriptor("VARIANT_PACK")
+    raw, gone = d.ptr, weakref.ref(d)
+    assert raw.value
+    del d
+    gc.collect()
+    assert gone() is None and raw.value is None  # destroyed, and the pointer object now says NULL
+    borrowed = BackendDescriptor("VARIANT_PACK")
+    view = BackendDescriptor("VARIANT_PACK", _ptr=borrowed.ptr)  # wraps a pointer it does not own
+    view.close()
+    assert view.closed and borrowed.ptr.value  # closing the view leaves the owner's descriptor alone
+    borrowed.close()
+    borrowed.close()
+    assert borrowed.closed
+
+
 def _fake_plan(g, workspace_size=0, descriptor=None):
     return types.SimpleNamespace(graph=g, workspace_size=workspace_size, tag="fake",
                                  descriptor=descriptor or types.SimpleNamespace(ptr=ctypes.c_void_p(7), closed=False))

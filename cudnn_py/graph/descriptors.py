@@ -15,6 +15,7 @@ in every :class:`cudnn_py.errors.CudnnError` raised.
 from __future__ import annotations
 
 import ctypes
+import weakref
 
 from cudnn_py import capi
 from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
@@ -66,19 +67,34 @@ def _short_type(t: capi.cudnnBackendDescriptorType_t) -> str:
     return t.name[len("CUDNN_BACKEND_"):-len("_DESCRIPTOR")]
 
 
-class BackendDescriptor:
-    """A cuDNN backend descriptor of one ``cudnnBackendDescriptorType_t``: set/get attributes, finalize, close."""
+def _destroy(ptr: capi.cudnnBackendDescriptor_t) -> None:
+    """Destroy a backend descriptor (the finalizer of the descriptor that owns it); whoever still holds the pointer
+    object then passes cuDNN NULL, an error, never a freed descriptor."""
+    if ptr.value:
+        try:
+            _C_DESTROY(ptr)
+        except Exception:  # noqa: BLE001 - never raise from teardown (at exit the library may be unloading)
+            pass
+        ptr.value = None
 
-    __slots__ = ("type", "ptr", "finalized", "_refs", "_owned")
+
+class BackendDescriptor:
+    """A cuDNN backend descriptor of one ``cudnnBackendDescriptorType_t``: set/get attributes, finalize, close.
+
+    One it created is destroyed by :meth:`close` or, when forgotten, by the garbage collector (a finalizer); one
+    wrapping a pointer it was given (``_ptr``) is never destroyed by it."""
+
+    __slots__ = ("type", "ptr", "finalized", "_refs", "_finalizer", "__weakref__")
 
     def __init__(self, desc_type, _ptr: capi.cudnnBackendDescriptor_t | None = None, **attrs):
         self.type = descriptor_type(desc_type)
         self.finalized = False
         self._refs: dict = {}
-        self._owned = _ptr is None
+        self._finalizer = None
         if _ptr is None:
             _ptr = capi.cudnnBackendDescriptor_t()
             _C_CREATE(self.type, ctypes.byref(_ptr))
+            self._finalizer = weakref.finalize(self, _destroy, _ptr)
         self.ptr = _ptr
         for k, v in attrs.items():
             self.set(k, v)
@@ -220,18 +236,10 @@ class BackendDescriptor:
     def close(self) -> None:
         """Destroy the descriptor (idempotent). Whoever still holds its pointer object (an executor) then passes
         cuDNN NULL, an error, never a freed descriptor."""
-        ptr, self.ptr = self.ptr, None
-        if ptr is not None and self._owned and ptr.value:
-            try:
-                _C_DESTROY(ptr)
-            except Exception:  # noqa: BLE001 - never raise from teardown
-                pass
-            ptr.value = None
+        self.ptr = None
+        if self._finalizer is not None:
+            self._finalizer()
         self._refs = {}
-
-    def __del__(self):
-        if getattr(self, "ptr", None) is not None:
-            self.close()
 
     def __enter__(self):
         return self

@@ -302,7 +302,6 @@ def _store(graph, handle, options: tuple, timed: list[tuple[Plan, float | None]]
 
 
 # -- building, with the cache -------------------------------------------------------------------------------------
-_STATS = {"hits": 0, "misses": 0}
 
 
 def _plan_cache(handle) -> dict:
@@ -310,15 +309,27 @@ def _plan_cache(handle) -> dict:
     return handle_cache(handle, "graph.plans")
 
 
+def _plan_counts(handle) -> dict:
+    """The handle's plan-cache lookups that hit and missed (``"hits"``, ``"misses"``), kept beside its plans."""
+    return handle_cache(handle, "graph.plans.lookups", maxsize=2)
+
+
+def _count(handle, outcome: str) -> None:
+    counts = _plan_counts(handle)
+    counts[outcome] = counts.get(outcome, 0) + 1  # a diagnostic: two threads may now and then count once
+
+
 def plan_cache_clear(handle) -> None:
-    """Forget ``handle``'s cached plans and reset the hit/miss counts."""
+    """Forget ``handle``'s cached plans and reset its hit/miss counts."""
     _plan_cache(handle).clear()
-    _STATS.update(hits=0, misses=0)
+    _plan_counts(handle).clear()
 
 
 def plan_cache_info(handle) -> dict:
-    """How many plan lists ``handle`` has cached, and the process's hit/miss counts."""
-    return {"entries": len(_plan_cache(handle)), **_STATS}
+    """``{"entries", "hits", "misses"}``: how many plan lists ``handle`` has cached, and how many of its
+    :func:`build_plans` lookups hit and missed since it was made or last cleared."""
+    counts = _plan_counts(handle)
+    return {"entries": len(_plan_cache(handle)), "hits": counts.get("hits", 0), "misses": counts.get("misses", 0)}
 
 
 def _keep(cfg: EngineConfig, deterministic: bool, runtime_compilation: bool) -> str | None:
@@ -362,10 +373,10 @@ def build_plans(graph, handle, modes: Sequence[str] = ("A", "FALLBACK"), *, poli
     key = (graph.key(), modes, policy, deterministic, runtime_compilation, max_plans)
     cached = _plan_cache(handle)
     if cache and key in cached:
-        _STATS["hits"] += 1
+        _count(handle, "hits")
         graph._frozen = True  # as lowering would: the plans fit this structure, so it must not change under them
         return [p.bind(graph) for p in cached[key]]
-    _STATS["misses"] += 1
+    _count(handle, "misses")
     options = ("build", modes, policy, deterministic, runtime_compilation, max_plans)
     stored = _stored(graph, handle, options) if cache else None
     if stored:
