@@ -33,7 +33,7 @@ import numpy as np
 from cudnn_py import capi
 from cudnn_py._deprecation import warn
 from cudnn_py.caches import shared
-from cudnn_py.descriptors import _Descriptor, _int, _key, tensor_descriptor
+from cudnn_py.descriptors import _Descriptor, _int, tensor_descriptor
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.memory import DeviceArray, as_array, empty, to_device
 from cudnn_py.ops._common import check_array, enum_arg
@@ -57,6 +57,7 @@ class CTCLoss(_Descriptor):
 
     _handle_type = capi.cudnnCTCLossDescriptor_t
     _create_fn, _destroy_fn = "cudnnCreateCTCLossDescriptor", "cudnnDestroyCTCLossDescriptor"
+    _cache_name = "ops.ctc"
 
     def __init__(self, normalization="softmax", grad_mode="zero_oob", max_label_length: int = MAX_LABEL_LENGTH):
         norm = enum_arg(normalization, CTC_NORMALIZATIONS, capi.cudnnLossNormalizationMode_t, "CTC normalization")
@@ -100,20 +101,17 @@ class CTCLoss(_Descriptor):
         return f"normalization={norm.name}, grad_mode={gm.name}, max_label_length={mll}"
 
 
-#: CTC loss descriptors by settings, shared by every handle (they hold no handle)
-_DESCS = shared("ops.ctc", maxsize=256)
+#: the shared CTC loss descriptors (:meth:`CTCLoss.shared`), by settings; no handle owns them
+_DESCS = shared(CTCLoss._cache_name, maxsize=256)
 
 
 def _ctc_desc(normalization, grad_mode, max_label_length) -> CTCLoss:
     """The shared :class:`CTCLoss` for these settings (made once, thread-safe; ``close()`` leaves it alone and it
     is destroyed once evicted and unreferenced)."""
-    key = _key(normalization, grad_mode, max_label_length)
-    d = _DESCS.get(key)
-    if d is None:
-        d = CTCLoss(normalization, grad_mode, max_label_length)  # validates; the key is then one of few values
-        d._shared = True
-        d = _DESCS.setdefault(key, d)
-    return d
+    return CTCLoss.shared(
+        enum_arg(normalization, CTC_NORMALIZATIONS, capi.cudnnLossNormalizationMode_t, "CTC normalization"),
+        enum_arg(grad_mode, CTC_GRAD_MODES, capi.cudnnCTCGradMode_t, "CTC grad_mode"),
+        _int(max_label_length, "max_label_length", 1, MAX_LABEL_LENGTH))
 
 
 class CTCLossResult(NamedTuple):

@@ -62,6 +62,7 @@ class SpatialTransformer(_Descriptor):
     _handle_type = capi.cudnnSpatialTransformerDescriptor_t
     _create_fn, _destroy_fn = "cudnnCreateSpatialTransformerDescriptor", "cudnnDestroySpatialTransformerDescriptor"
     _shown = ("shape", "dtype")
+    _cache_name = "ops.spatial_transformer"
 
     def __init__(self, shape, dtype=np.float32):
         shape = _shape(shape)
@@ -79,20 +80,14 @@ class SpatialTransformer(_Descriptor):
         return (n, h, w, 2)
 
 
-#: spatial transformer descriptors by (shape, dtype), shared by every handle (they hold no handle)
-_CACHE = shared("ops.spatial_transformer", maxsize=256)
+#: the shared spatial transformer descriptors (:meth:`SpatialTransformer.shared`), by (shape, dtype)
+_CACHE = shared(SpatialTransformer._cache_name, maxsize=256)
 
 
 def spatial_transformer(shape, dtype=np.float32) -> SpatialTransformer:
     """The shared :class:`SpatialTransformer` for output ``shape`` and ``dtype`` (made once, thread-safe);
     ``close()`` leaves it alone and it is destroyed once evicted and unreferenced."""
-    key = (_shape(shape), numpy_dtype(cudnn_dtype(dtype)))
-    st = _CACHE.get(key)
-    if st is None:
-        st = SpatialTransformer(*key)
-        st._shared = True
-        st = _CACHE.setdefault(key, st)
-    return st
+    return SpatialTransformer.shared(_shape(shape), numpy_dtype(cudnn_dtype(dtype)))
 
 
 def _float_array(obj, name, handle, **kw) -> DeviceArray:

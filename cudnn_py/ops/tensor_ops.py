@@ -29,7 +29,6 @@ import numpy as np
 
 from cudnn_py import capi
 from cudnn_py._deprecation import renamed_kwargs, warn
-from cudnn_py.caches import shared
 from cudnn_py.descriptors import _Descriptor, _ints, op_tensor_descriptor, reduce_tensor_descriptor
 from cudnn_py.dtypes import as_numpy_dtype, cudnn_dtype
 from cudnn_py.graph import legacy as gl
@@ -268,6 +267,7 @@ class TensorTransformDescriptor(_Descriptor):
     _handle_type = capi.cudnnTensorTransformDescriptor_t
     _create_fn, _destroy_fn = "cudnnCreateTensorTransformDescriptor", "cudnnDestroyTensorTransformDescriptor"
     _shown = ("layout", "pad_before", "pad_after", "fold", "direction")
+    _cache_name = "ops.tensor_transform"
 
     def __init__(self, nd: int, layout: capi.cudnnTensorFormat_t, pad_before: tuple[int, ...],
                  pad_after: tuple[int, ...], fold: tuple[int, ...], direction: capi.cudnnFoldingDirection_t):
@@ -279,20 +279,11 @@ class TensorTransformDescriptor(_Descriptor):
                                                direction)
 
 
-#: transform descriptors by settings, shared by every handle (they hold no handle)
-_TRANSFORMS = shared("ops.tensor_transform", maxsize=256)
-
-
 def tensor_transform_descriptor(nd: int, layout, pad_before, pad_after, fold, direction) -> TensorTransformDescriptor:
-    """The shared :class:`TensorTransformDescriptor` for these (parsed) settings: made once, then a cache lookup;
-    ``close()`` leaves it alone and it is destroyed once evicted and unreferenced."""
-    key = (nd, int(layout), tuple(pad_before), tuple(pad_after), tuple(fold), int(direction))
-    d = _TRANSFORMS.get(key)
-    if d is None:
-        d = TensorTransformDescriptor(nd, layout, pad_before, pad_after, fold, direction)
-        d._shared = True
-        d = _TRANSFORMS.setdefault(key, d)
-    return d
+    """The shared :class:`TensorTransformDescriptor` for these (parsed) settings: made once, then a cache lookup
+    (:meth:`TensorTransformDescriptor.shared`); ``close()`` leaves it alone and it is destroyed once evicted and
+    unreferenced."""
+    return TensorTransformDescriptor.shared(nd, layout, tuple(pad_before), tuple(pad_after), tuple(fold), direction)
 
 
 def transform_tensor_ex(handle, x, *, layout: str | None = None, pad_before=0, pad_after=0, fold=1,
