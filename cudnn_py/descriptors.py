@@ -25,7 +25,7 @@ import ctypes
 import math
 import threading
 import weakref
-from ctypes import byref, c_double, c_float, c_int, c_size_t, c_uint, c_ulonglong, c_void_p
+from ctypes import byref, c_double, c_int, c_size_t, c_uint, c_void_p
 from enum import IntEnum
 
 import numpy as np
@@ -34,7 +34,7 @@ from cudnn_py import caches, capi
 from cudnn_py._deprecation import alias
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
-from cudnn_py.memory import DeviceArray, _c_strides, as_array, empty
+from cudnn_py.memory import DeviceArray, _c_strides, as_array
 
 __all__ = [
     "TensorDescriptor", "FilterDescriptor", "ConvolutionDescriptor", "PoolingDescriptor",
@@ -675,43 +675,7 @@ class _LRNDescriptor(_Descriptor):
     k = _field(3, "The bias.")
 
 
-# --- dropout, op-tensor, reduce-tensor ----------------------------------------------------------------
-
-class DropoutDescriptor(_Descriptor):
-    """Dropout with probability ``dropout`` and RNG ``seed``, bound to ``handle``.
-
-    cuDNN keeps its RNG state in device memory: it is allocated here (``cudnnDropoutGetStatesSize``
-    bytes, on the handle's stream) and initialised by cuDNN; :attr:`states` keeps it alive.
-    """
-
-    _handle_type = capi.cudnnDropoutDescriptor_t
-    _create_fn, _destroy_fn = "cudnnCreateDropoutDescriptor", "cudnnDestroyDropoutDescriptor"
-    _shown = ("dropout", "seed", "states_size")
-
-    def __init__(self, handle, dropout: float = 0.5, seed: int = 0):
-        dropout = _float(dropout, "dropout probability", 0.0, 1.0)
-        seed = _int(seed, "seed", 0, 2 ** 64 - 1)
-        hptr = _handle_ptr(handle)
-        size = c_size_t()
-        capi.cudnnDropoutGetStatesSize(hptr, byref(size))
-        super().__init__()
-        self._handle = handle
-        self.states = empty((size.value,), np.uint8, stream=handle.stream, device=handle.device)
-        capi.cudnnSetDropoutDescriptor(self._ptr, hptr, dropout, self.states.ptr or None, size.value, int(seed))
-        self._seed = int(seed)
-
-    def _get(self):
-        p, states, seed = c_float(), c_void_p(), c_ulonglong()
-        capi.cudnnGetDropoutDescriptor(self.ptr, self._handle.ptr, byref(p), byref(states), byref(seed))
-        return p.value, seed.value
-
-    dropout = _field(0, "The dropout probability, as cuDNN stores it (float32).")
-    seed = _field(1, "The RNG seed.")
-
-    @property
-    def states_size(self) -> int:
-        return self.states.nbytes
-
+# --- op-tensor, reduce-tensor -------------------------------------------------------------------------
 
 class OpTensorDescriptor(_Descriptor):
     """Element-wise op for ``cudnnOpTensor``: ``op`` "add", "mul", "min", "max", "sqrt", "not";
@@ -986,3 +950,11 @@ def _shared_lrn(n=5, alpha=1e-4, beta=0.75, k=2.0):
 
 LRNDescriptor = _deprecated("LRNDescriptor", _new_lrn, "cudnn_py.LRN")
 lrn_descriptor = _deprecated("lrn_descriptor", _shared_lrn, "cudnn_py.LRN")
+
+
+def _new_dropout(handle, dropout=0.5, seed=0):
+    from cudnn_py.ops.dropout import Dropout
+    return Dropout(handle, dropout, seed)
+
+
+DropoutDescriptor = _deprecated("DropoutDescriptor", _new_dropout, "cudnn_py.Dropout")

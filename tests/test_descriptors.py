@@ -268,9 +268,9 @@ def test_dropout_needs_an_open_handle():
         def ptr(self):
             raise ClosedError("closed handle")
     with pytest.raises(ClosedError):
-        D.DropoutDescriptor(Closed(), 0.5)
+        old("DropoutDescriptor", Closed(), 0.5)
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
-        D.DropoutDescriptor(Closed(), 1.5)
+        old("DropoutDescriptor", Closed(), 1.5)
 
 
 # --- lifetime & caching ----------------------------------------------------------------------------------

@@ -7,9 +7,11 @@ import ctypes
 import numpy as np
 import pytest
 
-from cudnn_py import capi
+from cudnn_py import capi, descriptors
+from cudnn_py.descriptors import _Descriptor
+from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
 from cudnn_py.ops.dropout import (
-    Dropout, dropout_backward, dropout_forward, dropout_reserve_size, dropout_states_size,
+    Dropout, DropoutOutputs, dropout_backward, dropout_forward, dropout_reserve_size, dropout_states_size,
 )
 from helpers import NoCallHandle, fake
 
@@ -17,11 +19,16 @@ from helpers import NoCallHandle, fake
 def cpu_dropout() -> Dropout:
     """A Dropout whose descriptor exists but was never set (no GPU needed): enough to test validation."""
     d = object.__new__(Dropout)
-    ptr = capi.cudnnDropoutDescriptor_t()
-    capi.cudnnCreateDropoutDescriptor(ctypes.byref(ptr))
-    d._ptr, d._handle = ptr, NoCallHandle()
-    d._finalizer = lambda: capi.cudnnDestroyDropoutDescriptor(ptr)
+    _Descriptor.__init__(d)  # creates the C descriptor (and its finalizer) only
+    d._handle = NoCallHandle()
     return d
+
+
+class ClosedHandle:
+    """A closed Handle: reading its ``ptr`` raises, as Handle's does."""
+    @property
+    def ptr(self):
+        raise ClosedError("this Handle is closed")
 
 
 # ---------------------------------------------------------------- CPU
@@ -37,6 +44,50 @@ def test_reserve_size_from_cudnn_grows_with_the_tensor():
 
 
 H = NoCallHandle()
+
+
+def test_lifetime_is_the_descriptors_one():
+    d = cpu_dropout()
+    ptr = d.ptr
+    assert ptr.value and not d.closed
+    with d:
+        pass
+    assert d.closed and ptr.value is None  # destroyed by the shared finalizer; a stale holder passes NULL
+    with pytest.raises(ClosedError):
+        d.ptr
+    assert repr(d) == "<Dropout closed>"
+    finalizer = cpu_dropout()._finalizer  # dropped at once: the garbage collector destroyed it
+    assert not finalizer.alive
+
+
+@pytest.mark.parametrize("kw,exc,words", [
+    (dict(p="0.5"), InvalidTypeError, "dropout probability p must be a real number"),
+    (dict(p=float("nan")), InvalidValueError, "dropout probability p must be finite"),
+    (dict(seed=1.0), InvalidTypeError, "seed must be an int"),
+    (dict(seed=True), InvalidTypeError, "seed"),
+])
+def test_validation_names_the_parameter(kw, exc, words):
+    with pytest.raises(exc, match=words):
+        Dropout(H, **kw)
+
+
+def test_handle_checked_after_the_settings():
+    with pytest.raises(InvalidTypeError, match="handle must be a cudnn_py.Handle"):
+        Dropout(fake((4,)), 0.5)
+    with pytest.raises(ClosedError):
+        Dropout(ClosedHandle(), 0.5)
+
+
+def test_old_spellings_warn_and_still_work():
+    with pytest.warns(DeprecationWarning, match="dropout= is deprecated, use p="):
+        with pytest.raises(InvalidValueError, match="dropout probability p"):
+            Dropout(H, dropout=1.5)
+    with pytest.raises(InvalidTypeError, match="both p= and its old spelling dropout="):
+        Dropout(H, 0.5, dropout=0.5)
+    with pytest.warns(DeprecationWarning, match="DropoutDescriptor is deprecated, use cudnn_py.Dropout"):
+        with pytest.raises(ClosedError):
+            descriptors.DropoutDescriptor(ClosedHandle(), 0.5, seed=3)
+    assert DropoutOutputs._fields == ("y", "reserve")
 
 
 @pytest.mark.parametrize("call,exc,words", [

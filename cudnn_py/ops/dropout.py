@@ -3,13 +3,12 @@
 ::
 
     d = Dropout(h, p=0.25, seed=1234)             # states allocated and initialised on the device
-    y, reserve = dropout_forward(h, d, x)          # reserve holds the mask
+    y, reserve = dropout_forward(h, d, x)          # a DropoutOutputs NamedTuple; reserve holds the mask
     dx = dropout_backward(h, d, dy, reserve)       # the same mask, applied to dy
     d2 = Dropout(h, p=0.25, seed=1234, states=saved_states)   # restore saved states without re-initialising
 
 Each forward call draws a new mask from the states (and advances them); the same seed (or restored
 states) gives the same masks. Kept elements are scaled by ``1 / (1 - p)``.
-A :class:`cudnn_py.DropoutDescriptor` (core) works wherever a :class:`Dropout` does.
 
 Raw C path::
 
@@ -21,17 +20,19 @@ Raw C path::
 from __future__ import annotations
 
 import ctypes
-import weakref
+from typing import NamedTuple
 
 import numpy as np
 
 from cudnn_py import capi
-from cudnn_py.descriptors import DropoutDescriptor
-from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
+from cudnn_py._deprecation import renamed_kwargs, warn
+from cudnn_py.descriptors import _Descriptor, _float, _handle_ptr, _int
+from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.memory import DeviceArray, empty
 from cudnn_py.ops._common import byte_buffer, check_array, desc, output, tensor_desc
 
-__all__ = ["Dropout", "dropout_states_size", "dropout_reserve_size", "dropout_forward", "dropout_backward"]
+__all__ = ["Dropout", "DropoutOutputs", "dropout_states_size", "dropout_reserve_size", "dropout_forward",
+           "dropout_backward"]
 
 
 def dropout_states_size(handle) -> int:
@@ -55,63 +56,44 @@ def dropout_reserve_size(shape, dtype=np.float32) -> int:
     return n.value
 
 
-def _check_p(p) -> float:
-    p = float(p)
-    if not 0.0 <= p <= 1.0:
-        raise InvalidValueError(f"dropout probability must be in [0, 1], got {p}")
-    return p
-
-
-def _check_seed(seed) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2 ** 64:
-        raise InvalidValueError(f"seed must be an int in [0, 2**64), got {seed!r}")
-    return int(seed)
-
-
-def _destroy(ptr) -> None:
-    try:
-        capi.cudnnDestroyDropoutDescriptor(ptr)
-    except Exception:  # interpreter shutdown
-        pass
-
-
-class Dropout:
-    """A dropout descriptor with probability ``p``, bound to ``handle``, and its device RNG ``states``.
+class Dropout(_Descriptor):
+    """A ``cudnnDropoutDescriptor_t`` with probability ``p`` (default 0.5) and RNG ``seed``, bound to ``handle``, and
+    its device RNG :attr:`states`; ``close()``, a context manager or the garbage collector destroys it.
 
     Without ``states``: states of :func:`dropout_states_size` bytes are allocated and initialised from
     ``seed`` (``cudnnSetDropoutDescriptor``; this launches a kernel). With ``states`` (a device uint8
     buffer saved from another Dropout, e.g. a copy of its :attr:`states`): they are used as they are
     (``cudnnRestoreDropoutDescriptor``), so the masks continue from where they were saved.
+    ``dropout=`` is the deprecated spelling of ``p``.
     """
 
-    def __init__(self, handle, p: float = 0.5, seed: int = 0, *, states=None):
-        p, seed = _check_p(p), _check_seed(seed)
+    _handle_type = capi.cudnnDropoutDescriptor_t
+    _create_fn, _destroy_fn = "cudnnCreateDropoutDescriptor", "cudnnDestroyDropoutDescriptor"
+    _shown = ("p", "seed", "states_size")
+
+    def __init__(self, handle, p: float | None = None, seed: int = 0, *, states=None, **old):
+        if old:
+            p = renamed_kwargs("Dropout", old, {"dropout": "p"}, {"p": p})["p"]
+        p = _float(0.5 if p is None else p, "dropout probability p", 0.0, 1.0)
+        seed = _int(seed, "seed", 0, 2 ** 64 - 1)
+        hptr = _handle_ptr(handle)
         need = dropout_states_size(handle)
-        if states is not None:
-            st = byte_buffer(states, "states", handle, need, "pass the states of a Dropout on this device")
-        ptr = capi.cudnnDropoutDescriptor_t()
-        capi.cudnnCreateDropoutDescriptor(ctypes.byref(ptr))
-        self._finalizer = weakref.finalize(self, _destroy, ptr)
-        self._ptr = ptr
+        st = None if states is None else byte_buffer(states, "states", handle, need,
+                                                      "pass the states of a Dropout on this device")
+        super().__init__()
         self._handle = handle
-        if states is None:
+        if st is None:
             self.states = empty((need,), np.uint8, stream=handle.stream, device=handle.device)
-            capi.cudnnSetDropoutDescriptor(ptr, handle.ptr, p, self.states.ptr, need, seed)
+            capi.cudnnSetDropoutDescriptor(self._ptr, hptr, p, self.states.ptr, need, seed)
         else:
             self.states = st
-            capi.cudnnRestoreDropoutDescriptor(ptr, handle.ptr, p, st.ptr, st.nbytes, seed)
-
-    @property
-    def ptr(self) -> capi.cudnnDropoutDescriptor_t:
-        if self._ptr is None:
-            raise ClosedError("this Dropout is closed")
-        return self._ptr
+            capi.cudnnRestoreDropoutDescriptor(self._ptr, hptr, p, st.ptr, st.nbytes, seed)
 
     def _get(self):
         p, states, seed = ctypes.c_float(), ctypes.c_void_p(), ctypes.c_ulonglong()
         capi.cudnnGetDropoutDescriptor(self.ptr, self._handle.ptr, ctypes.byref(p), ctypes.byref(states),
                                        ctypes.byref(seed))
-        return p.value, states.value or 0, seed.value
+        return p.value, seed.value
 
     @property
     def p(self) -> float:
@@ -120,41 +102,39 @@ class Dropout:
 
     @property
     def seed(self) -> int:
-        return self._get()[2]
+        """The RNG seed."""
+        return self._get()[1]
 
     @property
     def states_size(self) -> int:
+        """Bytes of :attr:`states`."""
         return self.states.nbytes
 
-    def close(self) -> None:
-        if self._ptr is not None:
-            self._ptr = None
-            self._finalizer()
+    @property
+    def dropout(self) -> float:
+        """Deprecated: :attr:`p`."""
+        warn("Dropout.dropout is deprecated, use Dropout.p")
+        return self.p
 
-    def __enter__(self) -> Dropout:
-        return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        if self._ptr is None:
-            return "<Dropout closed>"
-        p, _, seed = self._get()
-        return f"Dropout(p={p}, seed={seed}, states_size={self.states.nbytes})"
+class DropoutOutputs(NamedTuple):
+    """What :func:`dropout_forward` returns."""
+    y: DeviceArray
+    reserve: DeviceArray
 
 
 _RESERVE_HINT = "pass the reserve dropout_forward returned for this tensor (dropout_reserve_size bytes)"
 
 
 def _dropout_ptr(d):
-    if isinstance(d, (Dropout, DropoutDescriptor)):
+    if isinstance(d, Dropout):
         return d.ptr
-    raise InvalidTypeError(f"dropout must be a Dropout or a DropoutDescriptor, got {type(d).__name__}")
+    raise InvalidTypeError(f"dropout must be a cudnn_py.Dropout, got {type(d).__name__}")
 
 
-def dropout_forward(handle, dropout, x, y=None, reserve=None) -> tuple[DeviceArray, DeviceArray]:
-    """``y = x * mask / (1 - p)`` with a fresh mask (``cudnnDropoutForward``); returns (y, reserve).
+def dropout_forward(handle, dropout, x, y=None, reserve=None) -> DropoutOutputs:
+    """``y = x * mask / (1 - p)`` with a fresh mask (``cudnnDropoutForward``); returns :class:`DropoutOutputs`
+    ``(y, reserve)``.
 
     ``y`` and ``reserve`` (uint8, :func:`dropout_reserve_size` bytes, holds the mask) are allocated
     when not given. ``x`` and ``y`` must have the same shape and dtype.
@@ -168,7 +148,7 @@ def dropout_forward(handle, dropout, x, y=None, reserve=None) -> tuple[DeviceArr
     ra = (empty((need.value,), np.uint8, stream=handle.stream, device=handle.device) if reserve is None
           else byte_buffer(reserve, "reserve", handle, need.value, _RESERVE_HINT))
     capi.cudnnDropoutForward(handle.ptr, dp, xd.ptr, xa.ptr, yd.ptr, ya.ptr, ra.ptr, ra.nbytes)
-    return ya, ra
+    return DropoutOutputs(ya, ra)
 
 
 def dropout_backward(handle, dropout, dy, reserve, dx=None) -> DeviceArray:
