@@ -307,8 +307,8 @@ def test_deprecation_warnings_once_per_function_for_users_only():
         ns = {"__name__": "cudnn_py.somewhere", "capi": capi, "byref": byref, "a": a}
         exec("def inside():\\n    capi.cudnnCreateActivationDescriptor(byref(a))\\n", ns)
         log.append(calls(ns["inside"]))
-        from cudnn_py.descriptors import ActivationDescriptor
-        log.append(calls(ActivationDescriptor, "relu"))
+        from cudnn_py.ops.activation import Activation
+        log.append(calls(lambda: Activation("relu").descriptor))
         log.append(calls(capi.cudnnSetActivationDescriptor, a, 1, 0, 0.0))  # the user's first call: warns
         log.append(calls(capi.cudnnSetActivationDescriptor, a, 1, 0, 0.0))  # once per function
         log.append(calls(capi.cudnnCreateTensorDescriptor, byref(capi.cudnnTensorDescriptor_t())))  # not deprecated

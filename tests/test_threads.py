@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import cudnn_py.descriptors as D
+from cudnn_py import caches
 from cudnn_py.ops import ctc, spatial_transformer
 
 THREADS = 8
@@ -43,7 +44,7 @@ def _hammer(work, n_threads: int = THREADS) -> list[BaseException]:
 def test_descriptor_caches_under_8_threads_past_eviction():
     """> 4096 distinct shapes per cache (so entries are evicted while other threads insert and look up): no
     KeyError / 'dictionary changed size', and every descriptor handed out describes what was asked for."""
-    D.clear_cache()
+    caches.clear()
     per_thread = 700  # 8 * 700 = 5600 distinct shapes > the 4096-entry bound
 
     def work(i):
@@ -60,26 +61,20 @@ def test_descriptor_caches_under_8_threads_past_eviction():
                 assert spatial_transformer.spatial_transformer((1, 1, 1 + n % 300, 2)).shape[2] == 1 + n % 300
                 assert ctc._ctc_desc("softmax", "zero_oob", 1 + n % 255).max_label_length == 1 + n % 255
             if k % 50 == 0 and i == 0:
-                D.clear_cache()
+                caches.clear()
     errors = _hammer(work)
     assert not errors, f"{len(errors)} thread errors, first: {errors[0]!r}"
-    assert len(D._TENSORS) <= D._CACHE_MAX and len(spatial_transformer._CACHE) <= 256
+    assert all(n <= caches.DEFAULT_MAXSIZE for n in caches.info().values()) and len(spatial_transformer._CACHE) <= 256
 
 
 def test_shared_cache_insert_is_safe_without_the_gil_yielding_luck():
     """The cache function itself: 8 threads inserting distinct keys into one small bounded cache."""
-    cache = D._cache()
+    cache = caches.Cache("test.descriptors", 64)
 
     class _Fake:
         _shared = False
 
-    old = D._CACHE_MAX
-    D._CACHE_MAX = 64
-    try:
-        errors = _hammer(lambda i: [D._shared(cache, (i, k), _Fake) for k in range(3000)])
-    finally:
-        D._CACHE_MAX = old
-        D._CACHES.remove(cache)
+    errors = _hammer(lambda i: [D._shared(cache, (i, k), _Fake) for k in range(3000)])
     assert not errors, errors[:1]
     assert len(cache) <= 64
 

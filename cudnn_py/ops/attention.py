@@ -30,8 +30,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from cudnn_py import capi, memory
-from cudnn_py.descriptors import _bool, _cache, _Descriptor, _float, _shared
+from cudnn_py import caches, capi, memory
+from cudnn_py.descriptors import _bool, _Descriptor, _float, _shared
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.memory import DeviceArray
@@ -241,7 +241,7 @@ class SeqDataDescriptor(_Descriptor):
         return f"{self.dtype.name}, batch={B}, time={T}, vector={V}"
 
 
-_SEQ_DATA = _cache()
+_SEQ_DATA = caches.shared("descriptors.seq_data")
 
 
 def seq_data_descriptor(dtype, batch: int, time: int, vector: int, seq_lengths: tuple[int, ...]) -> SeqDataDescriptor:

@@ -45,7 +45,7 @@ from typing import NamedTuple
 import numpy as np
 
 from cudnn_py import capi
-from cudnn_py.descriptors import ActivationDescriptor, TensorDescriptor
+from cudnn_py.descriptors import TensorDescriptor
 from cudnn_py.graph import legacy as gl
 from cudnn_py.memory import DeviceArray, empty
 from cudnn_py.ops._common import (
@@ -250,8 +250,7 @@ def _graph_relu(act) -> bool:
     """Whether a fused op's activation is plain ReLU (the only one the graph paths fuse); None means no activation."""
     if act is None:
         return False
-    mode = act.mode if isinstance(act, (Activation, ActivationDescriptor)) else \
-        Activation(act).mode if isinstance(act, (str, capi.cudnnActivationMode_t)) else None
+    mode = Activation(act).mode if isinstance(act, (str, capi.cudnnActivationMode_t)) else getattr(act, "mode", None)
     if mode != capi.CUDNN_ACTIVATION_RELU:
         raise gl.GraphPathRefused(f"engine='graph' fuses ReLU only; activation {act!r} needs engine='legacy'")
     return True

@@ -26,8 +26,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from cudnn_py import capi, memory
-from cudnn_py.descriptors import (INT32_MAX, _bool, _cache, _Descriptor, _float, _shared,
+from cudnn_py import caches, capi, memory
+from cudnn_py.descriptors import (INT32_MAX, _bool, _Descriptor, _float, _shared,
                                   tensor_descriptor)
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
@@ -409,7 +409,7 @@ class RNNDataDescriptor(_Descriptor):
                 f"batch_size={self.batch_size}, vector_size={self.vector_size}")
 
 
-_RNN_DATA = _cache()
+_RNN_DATA = caches.shared("descriptors.rnn_data")
 
 
 def rnn_data_descriptor(dtype, layout: str, max_seq_length: int, batch_size: int, vector_size: int,
