@@ -139,14 +139,31 @@ def get_device(device: int | Device | None = None) -> Device:
 
 
 def _current_ordinal() -> int:
-    """The ordinal of this thread's current device: that of its current CUDA context, 0 where it has none
-    (``cuda.core.Device()`` asks the driver, ``cuCtxGetDevice``)."""
+    """The ordinal of this thread's current device: that of its current CUDA context, 0 where it has none.
+
+    Whether a context is current is asked first (``cuCtxGetCurrent``, which answers NULL without failing):
+    ``cuda.core.Device()`` probes with ``cuCtxGetDevice``, which fails with ``CUDA_ERROR_INVALID_CONTEXT`` in a
+    thread without a context; cuda.core then answers 0, but compute-sanitizer reports the failed call (issue 13)."""
     try:
+        if not _has_context():
+            return 0
         return cuda_core().Device().device_id
     except NoDeviceError:
         raise
     except Exception as e:  # no driver, no GPU
         raise _no_device(None, e) from e
+
+
+def _has_context() -> bool:
+    """Whether this thread has a current CUDA context (initialising the driver first where needed)."""
+    from cuda.bindings import driver
+    err, ctx = driver.cuCtxGetCurrent()
+    if err == driver.CUresult.CUDA_ERROR_NOT_INITIALIZED:
+        driver.cuInit(0)
+        err, ctx = driver.cuCtxGetCurrent()
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"cuCtxGetCurrent failed: {err.name}")
+    return bool(int(ctx))
 
 
 def as_stream(stream: StreamLike = None, device: int | Device | None = None) -> Stream:

@@ -33,6 +33,7 @@ class _FakeCore:
 def core(monkeypatch):
     fake = _FakeCore()
     monkeypatch.setattr(streams, "_core", fake)
+    monkeypatch.setattr(streams, "_has_context", lambda: fake.current is not None)
     monkeypatch.setattr(streams, "_tls", threading.local())
     return fake
 
@@ -74,10 +75,19 @@ def test_bad_devices_are_refused(core):
         streams.get_device(True)
 
 
+def test_no_current_context_is_device_0_without_asking_cuda_core(core):
+    """cuda.core's Device() would probe with cuCtxGetDevice, which fails (and is reported by compute-sanitizer)
+    where no context is current: that case is answered before cuda.core is asked."""
+    assert streams._current_ordinal() == 0 and core.made == []
+    core.current = 1
+    assert streams._current_ordinal() == 1 and core.made == [None]
+
+
 def test_a_failing_driver_query_is_a_no_device_error(monkeypatch):
     def broken(device_id=None):
         raise RuntimeError("cuInit failed")
     monkeypatch.setattr(streams, "_core", types.SimpleNamespace(Device=broken))
+    monkeypatch.setattr(streams, "_has_context", lambda: True)
     monkeypatch.setattr(streams, "_tls", threading.local())
     monkeypatch.setattr(streams, "_no_device", lambda device, cause: streams.NoDeviceError(
         "cannot use CUDA device 0", 0, "", str(cause)))
