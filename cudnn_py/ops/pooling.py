@@ -36,7 +36,7 @@ from cudnn_py.descriptors import (
 )
 from cudnn_py.graph import legacy as gl
 from cudnn_py.memory import DeviceArray
-from cudnn_py.ops._common import check_array, desc, empty_strided, output, scalars, tensor_desc
+from cudnn_py.ops._common import check_array, desc, empty_strided, scalars, tensor_desc
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["Pooling", "pooling_forward", "pooling_backward", "POOLING_MODES"]
@@ -287,13 +287,11 @@ def pooling_forward(handle, pool, x, y=None, *, alpha: float = 1.0, beta: float 
     xa = check_array(x, "x", handle, floating=True)
     pd, y_shape = _resolve(pool, xa.shape)
     engine = _auto(engine, xa, "forward", pool)
-    if engine != "legacy":
-        ya = _new_like(handle, xa, y_shape) if y is None else check_array(y, "y", handle, dtype=xa.dtype,
-                                                                          shape=y_shape)
-        if gl.attempt(engine, lambda auto: _graph_forward(handle, pool, xa, ya, alpha, beta, auto)):
-            return ya if y is None else y
-    else:
-        ya = output(y, "y", handle, y_shape, xa.dtype)
+    # a new y keeps x's memory order whichever engine runs (the legacy call takes any strides)
+    ya = _new_like(handle, xa, y_shape) if y is None else check_array(y, "y", handle, dtype=xa.dtype, shape=y_shape)
+    if engine != "legacy" and gl.attempt(engine, lambda auto: _graph_forward(handle, pool, xa, ya, alpha, beta,
+                                                                             auto)):
+        return ya if y is None else y
     al, be = scalars(xa.dtype, alpha, beta)
     xd, yd = _pdesc(xa), _pdesc(ya)
     capi.cudnnPoolingForward(handle.ptr, pd, al, xd.ptr, xa.ptr, be, yd.ptr, ya.ptr)
@@ -311,13 +309,11 @@ def pooling_backward(handle, pool, x, y, dy, dx=None, *, alpha: float = 1.0, bet
     engine = _auto(engine, xa, "backward", pool)
     ya = check_array(y, "y", handle, dtype=xa.dtype, shape=y_shape)
     dya = check_array(dy, "dy", handle, dtype=xa.dtype, shape=y_shape)
-    if engine != "legacy":
-        dxa = _new_like(handle, xa, xa.shape) if dx is None else check_array(dx, "dx", handle, dtype=xa.dtype,
-                                                                             shape=xa.shape)
-        if gl.attempt(engine, lambda auto: _graph_backward(handle, pool, xa, ya, dya, dxa, alpha, beta, auto)):
-            return dxa if dx is None else dx
-    else:
-        dxa = output(dx, "dx", handle, xa.shape, xa.dtype)
+    dxa = _new_like(handle, xa, xa.shape) if dx is None else check_array(dx, "dx", handle, dtype=xa.dtype,
+                                                                         shape=xa.shape)
+    if engine != "legacy" and gl.attempt(engine, lambda auto: _graph_backward(handle, pool, xa, ya, dya, dxa, alpha,
+                                                                              beta, auto)):
+        return dxa if dx is None else dx
     al, be = scalars(xa.dtype, alpha, beta)
     xd, yd, dyd, dxd = _pdesc(xa), _pdesc(ya), _pdesc(dya), _pdesc(dxa)
     capi.cudnnPoolingBackward(handle.ptr, pd, al, yd.ptr, ya.ptr, dyd.ptr, dya.ptr, xd.ptr, xa.ptr, be, dxd.ptr,
