@@ -166,7 +166,7 @@ def test_tensor_transform_descriptors_are_shared_and_destroyed_when_dropped():
     args = (4, capi.CUDNN_TENSOR_NHWC, (0, 0, 1, 1), (0, 0, 1, 1), (1, 1, 1, 1), capi.CUDNN_TRANSFORM_FOLD)
     d = T.tensor_transform_descriptor(*args)
     assert T.tensor_transform_descriptor(*args) is d and "ops.tensor_transform" in caches.info()
-    nb, fmt = ctypes.c_uint32(), ctypes.c_int()
+    fmt = ctypes.c_int()
     before, after = (ctypes.c_int32 * 4)(), (ctypes.c_int32 * 4)()
     fold, direction = (ctypes.c_uint32 * 4)(), ctypes.c_int()
     capi.cudnnGetTensorTransformDescriptor(d.ptr, 4, ctypes.byref(fmt), before, after, fold, ctypes.byref(direction))

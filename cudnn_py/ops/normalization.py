@@ -36,15 +36,13 @@ import ctypes
 import numpy as np
 
 from cudnn_py import capi
-from cudnn_py.memory import DeviceArray
-from cudnn_py.graph import legacy as gl
-from cudnn_py.ops._common import desc, enum_arg, scalars, tensor_desc
-from cudnn_py.ops.batchnorm import (
-    BatchNormGrads, BatchNormTraining, _activation, _check_epsilon, _data, _derive, _ex_ops, _fused_backward,
-    _graph_fused_backward, _graph_inference, _graph_relu, _graph_training, _or_new_like, _out_data, _ptr, _reserve,
-    _Setup, _training_params,
-)
 from cudnn_py.errors import InvalidValueError
+from cudnn_py.graph import legacy as gl
+from cudnn_py.memory import DeviceArray
+from cudnn_py.ops import norm_args as na
+from cudnn_py.ops import norm_graphs as ng
+from cudnn_py.ops._common import desc, enum_arg, scalars, tensor_desc
+from cudnn_py.ops.batchnorm import BatchNormGrads, BatchNormTraining
 
 __all__ = [
     "NORM_MODES", "NORM_OPS", "NORM_ALGOS", "derive_normalization_shapes", "normalization_sizes",
@@ -61,19 +59,20 @@ def derive_normalization_shapes(x_shape, dtype=np.float32, mode="per_channel"):
     """((scale/bias shape, dtype), (mean/var shape, dtype)) as ``cudnnDeriveNormTensorDescriptor`` gives; CPU only."""
     m = enum_arg(mode, NORM_MODES, capi.cudnnNormMode_t, "normalization mode")
     x_desc = tensor_desc(tuple(int(d) for d in x_shape), dtype)
-    sb, mv = _derive(lambda d1, d2: capi.cudnnDeriveNormTensorDescriptor(d1, d2, x_desc.ptr, m, 1), 2)
+    sb, mv = na.derive_descriptors(lambda d1, d2: capi.cudnnDeriveNormTensorDescriptor(d1, d2, x_desc.ptr, m, 1),
+                                   2)
     return sb, mv
 
 
-def _norm(handle, x, mode) -> _Setup:
-    return _Setup(handle, x, mode, NORM_MODES, capi.cudnnNormMode_t, "normalization mode")
+def _norm(handle, x, mode) -> na.NormSetup:
+    return na.NormSetup(handle, x, mode, NORM_MODES, capi.cudnnNormMode_t, "normalization mode")
 
 
 def _algo(algo):
     return enum_arg(algo, NORM_ALGOS, capi.cudnnNormAlgo_t, "normalization algo")
 
 
-def _sizes(handle, s: _Setup, op, algo, act, with_z: bool) -> tuple[int, int, int]:
+def _sizes(handle, s: na.NormSetup, op, algo, act, with_z: bool) -> tuple[int, int, int]:
     xd, pd = s.xdesc.ptr, s.pdesc.ptr
     zd = xd if with_z else None
     fw, bw, rs = ctypes.c_size_t(), ctypes.c_size_t(), ctypes.c_size_t()
@@ -101,7 +100,7 @@ def _graph_algo(algo) -> None:
 
 
 def _ops(ops, activation, z):
-    return _ex_ops(ops, activation, z, "z", NORM_OPS, capi.cudnnNormOps_t)
+    return na.fused_ops(ops, activation, z, "z", NORM_OPS, capi.cudnnNormOps_t)
 
 
 def normalization_sizes(handle, x, *, mode="per_channel", ops="norm", algo="standard", activation=None,
@@ -109,7 +108,7 @@ def normalization_sizes(handle, x, *, mode="per_channel", ops="norm", algo="stan
     """(forward-training workspace, backward workspace, training reserve) bytes for this x."""
     s = _norm(handle, x, mode)
     op = enum_arg(ops, NORM_OPS, capi.cudnnNormOps_t, "ops")
-    act = None if int(op) == 0 else _activation("relu" if activation is None else activation)
+    act = None if int(op) == 0 else na.fused_activation("relu" if activation is None else activation)
     return _sizes(handle, s, op, _algo(algo), act, int(op) == 2 if with_z is None else with_z)
 
 
@@ -129,30 +128,30 @@ def normalization_forward_training(handle, x, scale, bias, *, z=None, mode="per_
     s = _norm(handle, x, mode)
     op, act = _ops(ops, activation, z)
     al_ = _algo(algo)
-    za = None if z is None else _data(z, "z", handle, like=s.x)
-    sc, bi, rm, rv, sm, siv, eps, f = _training_params(handle, s, scale, bias, running_mean, running_var,
-                                                        saved_mean, saved_inv_var, epsilon, factor)
-    ya = _out_data(y, "y", handle, s.x)
+    za = None if z is None else na.data_array(z, "z", handle, like=s.x)
+    sc, bi, rm, rv, sm, siv, eps, f = na.training_params(handle, s, scale, bias, running_mean, running_var,
+                                                         saved_mean, saved_inv_var, epsilon, factor)
+    ya = na.given_output(y, "y", handle, s.x)
     if engine != "legacy":
-        yg, smg, sivg = _or_new_like(ya, handle, s.x), s.or_new(sm, handle), s.or_new(siv, handle)
+        yg, smg, sivg = na.or_new_like(ya, handle, s.x), s.or_new(sm, handle), s.or_new(siv, handle)
 
         def run(auto):
             _graph_algo(al_)
-            relu = int(op) != 0 and _graph_relu("relu" if activation is None else activation)
-            return _graph_training(handle, s, sc, bi, rm, rv, smg, sivg, eps, f, yg, za, relu, (alpha, beta), auto)
+            relu = int(op) != 0 and ng.is_relu("relu" if activation is None else activation)
+            return ng.training(handle, s, sc, bi, rm, rv, smg, sivg, eps, f, yg, za, relu, (alpha, beta), auto)
         if gl.attempt(engine, run):
             return BatchNormTraining(yg, smg, sivg, rm, rv, None)
         ya, sm, siv = yg, smg, sivg
     ws_size, _, rs_size = _sizes(handle, s, op, al_, act, za is not None)
-    rsa = _reserve(handle, reserve, rs_size, "reserve")
-    ya, sm, siv = _or_new_like(ya, handle, s.x), s.or_new(sm, handle), s.or_new(siv, handle)
+    rsa = na.reserve_buffer(handle, reserve, rs_size, "reserve")
+    ya, sm, siv = na.or_new_like(ya, handle, s.x), s.or_new(sm, handle), s.or_new(siv, handle)
     ws = handle.workspace.get(ws_size, handle.stream)
     a, b = scalars(s.x.dtype, alpha, beta)
     zd, yd = None if za is None else desc(za), desc(ya)
     capi.cudnnNormalizationForwardTraining(
         handle.ptr, s.mode, op, al_, a, b, s.xdesc.ptr, s.x.ptr, s.pdesc.ptr, sc.ptr, bi.ptr, f, s.pdesc.ptr,
-        _ptr(rm), _ptr(rv), eps, sm.ptr, siv.ptr, act, None if zd is None else zd.ptr, _ptr(za), yd.ptr,
-        ya.ptr, ws or None, ws_size, _ptr(rsa), 0 if rsa is None else rsa.nbytes, 1)
+        na.ptr(rm), na.ptr(rv), eps, sm.ptr, siv.ptr, act, None if zd is None else zd.ptr, na.ptr(za), yd.ptr,
+        ya.ptr, ws or None, ws_size, na.ptr(rsa), 0 if rsa is None else rsa.nbytes, 1)
     return BatchNormTraining(ya, sm, siv, rm, rv, rsa)
 
 
@@ -166,23 +165,23 @@ def normalization_forward_inference(handle, x, scale, bias, mean, var, *, z=None
     s = _norm(handle, x, mode)
     op, act = _ops(ops, activation, z)
     al_ = _algo(algo)
-    za = None if z is None else _data(z, "z", handle, like=s.x)
+    za = None if z is None else na.data_array(z, "z", handle, like=s.x)
     sc, bi = s.param(scale, "scale", handle), s.param(bias, "bias", handle)
     me, va = s.param(mean, "mean", handle), s.param(var, "var", handle)
-    eps = _check_epsilon(epsilon)
-    ya = _or_new_like(_out_data(y, "y", handle, s.x), handle, s.x)
+    eps = na.check_epsilon(epsilon)
+    ya = na.or_new_like(na.given_output(y, "y", handle, s.x), handle, s.x)
 
     def run(auto):
         _graph_algo(al_)
-        relu = int(op) != 0 and _graph_relu("relu" if activation is None else activation)
-        return _graph_inference(handle, s, sc, bi, me, va, eps, ya, za, relu, alpha, beta, auto)
+        relu = int(op) != 0 and ng.is_relu("relu" if activation is None else activation)
+        return ng.inference(handle, s, sc, bi, me, va, eps, ya, za, relu, alpha, beta, auto)
     if gl.attempt(engine, run):
         return ya
     a, b = scalars(s.x.dtype, alpha, beta)
     zd, yd = None if za is None else desc(za), desc(ya)
     capi.cudnnNormalizationForwardInference(
         handle.ptr, s.mode, op, al_, a, b, s.xdesc.ptr, s.x.ptr, s.pdesc.ptr, sc.ptr, bi.ptr, s.pdesc.ptr, me.ptr,
-        va.ptr, None if zd is None else zd.ptr, _ptr(za), act, yd.ptr, ya.ptr, eps, 1)
+        va.ptr, None if zd is None else zd.ptr, na.ptr(za), act, yd.ptr, ya.ptr, eps, 1)
     return ya
 
 
@@ -199,21 +198,20 @@ def normalization_backward(handle, x, y, dy, scale, bias, saved_mean, saved_inv_
     op = enum_arg(ops, NORM_OPS, capi.cudnnNormOps_t, "ops")
     if int(op) == 0 and activation is not None:
         raise InvalidValueError(f"ops={op.name} has no activation; pass activation=None")
-    act = None if int(op) == 0 else _activation("relu" if activation is None else activation)
+    act = None if int(op) == 0 else na.fused_activation("relu" if activation is None else activation)
     al_ = _algo(algo)
     if engine != "legacy":
-        g = _graph_fused_backward(handle, s, op, "relu" if activation is None else activation,
-                                  (y, dy, scale, bias, saved_mean, saved_inv_var, epsilon, dx, dz, dscale, dbias),
-                                  (alpha_data, beta_data, alpha_param, beta_param), engine,
-                                  lambda: _graph_algo(al_))
+        g = ng.fused_backward(handle, s, op, "relu" if activation is None else activation,
+                              (y, dy, scale, bias, saved_mean, saved_inv_var, epsilon, dx, dz, dscale, dbias),
+                              (alpha_data, beta_data, alpha_param, beta_param), engine, lambda: _graph_algo(al_))
         if g is not None:
-            return g
-    b = _fused_backward(handle, s, op, lambda: _sizes(handle, s, op, al_, act, int(op) == 2)[1:], y, dy, scale,
-                        bias, saved_mean, saved_inv_var, epsilon, dx, dz, dscale, dbias, reserve,
-                        (alpha_data, beta_data, alpha_param, beta_param))
+            return BatchNormGrads(*g)
+    b = na.fused_backward_args(handle, s, op, lambda: _sizes(handle, s, op, al_, act, int(op) == 2)[1:], y, dy,
+                               scale, bias, saved_mean, saved_inv_var, epsilon, dx, dz, dscale, dbias, reserve,
+                               (alpha_data, beta_data, alpha_param, beta_param))
     capi.cudnnNormalizationBackward(
         handle.ptr, s.mode, op, al_, *b.scalars, s.xdesc.ptr, s.x.ptr, b.y_desc.ptr, b.y.ptr, b.dy_desc.ptr,
-        b.dy.ptr, b.dz_desc_ptr, _ptr(b.dz), b.dx_desc.ptr, b.dx.ptr, s.pdesc.ptr, b.scale.ptr, b.bias.ptr,
-        b.dscale.ptr, b.dbias.ptr, b.epsilon, s.pdesc.ptr, _ptr(b.saved_mean), _ptr(b.saved_inv_var), act,
-        b.workspace, b.workspace_size, _ptr(b.reserve), b.reserve_size, 1)
+        b.dy.ptr, b.dz_desc_ptr, na.ptr(b.dz), b.dx_desc.ptr, b.dx.ptr, s.pdesc.ptr, b.scale.ptr, b.bias.ptr,
+        b.dscale.ptr, b.dbias.ptr, b.epsilon, s.pdesc.ptr, na.ptr(b.saved_mean), na.ptr(b.saved_inv_var), act,
+        b.workspace, b.workspace_size, na.ptr(b.reserve), b.reserve_size, 1)
     return BatchNormGrads(b.dx, b.dscale, b.dbias, b.dz)

@@ -1,0 +1,240 @@
+"""What the batch-norm calls (:mod:`cudnn_py.ops.batchnorm`) and the normalisation API
+(:mod:`cudnn_py.ops.normalization`) share: argument checks, parameter shapes, output and reserve buffers, and the
+checked arguments of their fused backward calls.
+
+Parameters (scale, bias, means, variances) have the shape :func:`param_shape_for` gives (1, C, 1, 1... per channel,
+1, C, H, W... per activation) or the same without its unit dimensions; their dtype is float32, float64 for float64
+data. Every check runs before C and raises :class:`~cudnn_py.errors.InvalidValueError` /
+:class:`~cudnn_py.errors.InvalidTypeError` naming the argument.
+"""
+from __future__ import annotations
+
+import ctypes
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+from cudnn_py import capi
+from cudnn_py.descriptors import TensorDescriptor
+from cudnn_py.errors import InvalidTypeError, InvalidValueError
+from cudnn_py.memory import DeviceArray, empty
+from cudnn_py.ops._common import (
+    byte_buffer, check_array, desc, empty_like, enum_arg, read_tensor_desc, scalars, tensor_desc,
+)
+from cudnn_py.ops.activation import _activation_desc
+
+
+def fused_activation(act) -> capi.cudnnActivationDescriptor_t:
+    """The activation descriptor of a fused op: a mode name, an ``Activation`` or an ``ActivationDescriptor``."""
+    d = _activation_desc(act)
+    if d is None:
+        raise InvalidValueError("the identity activation cannot be fused; use ops without an activation instead")
+    return d
+
+
+def derive_descriptors(fill, count: int = 1) -> list[tuple[tuple[int, ...], np.dtype]]:
+    """Create ``count`` tensor descriptors, let ``fill(*descs)`` derive them, read them back, destroy them."""
+    descs = []
+    try:
+        for _ in range(count):
+            d = capi.cudnnTensorDescriptor_t()
+            capi.cudnnCreateTensorDescriptor(ctypes.byref(d))
+            descs.append(d)
+        fill(*descs)
+        return [(shape, dtype) for shape, _, dtype in map(read_tensor_desc, descs)]
+    finally:
+        for d in descs:
+            capi.cudnnDestroyTensorDescriptor(d)
+
+
+def param_dtype(x_dtype) -> np.dtype:
+    """The parameters' dtype for data of ``x_dtype``: float64 for float64 data, else float32."""
+    return np.dtype(np.float64) if np.dtype(x_dtype) == np.float64 else np.dtype(np.float32)
+
+
+def data_array(obj, name: str, handle, *, like: DeviceArray | None = None) -> DeviceArray:
+    """A 4-D/5-D floating data array (checked against ``like``'s shape and dtype when given)."""
+    if like is None:
+        a = check_array(obj, name, handle, floating=True)
+        if not 4 <= a.ndim <= 5:
+            raise InvalidValueError(f"{name} has shape {a.shape}; batch normalisation takes 4-D or 5-D data "
+                             f"(N, C, [D,] H, W)")
+        return a
+    return check_array(obj, name, handle, dtype=like.dtype, shape=like.shape)
+
+
+def param_array(obj, name: str, handle, pshape, pdtype, *, mode_name: str) -> DeviceArray:
+    """A parameter array: ``pshape`` exactly, or ``pshape`` without its unit dims; contiguous; ``pdtype``."""
+    a = check_array(obj, name, handle)
+    squeezed = tuple(d for d in pshape if d != 1)
+    if a.shape != tuple(pshape) and tuple(d for d in a.shape if d != 1) != squeezed:
+        raise InvalidValueError(f"{name} has shape {a.shape}; in {mode_name} mode it must be {tuple(pshape)} "
+                         f"(or {squeezed})")
+    if a.dtype != pdtype:
+        raise InvalidTypeError(f"{name} has dtype {a.dtype}; batch-norm parameters must be {pdtype} for this data")
+    if not a.is_contiguous:
+        raise InvalidValueError(f"{name} must be C-contiguous; it has strides {a.strides}")
+    return a
+
+
+def given_output(out, name: str, handle, x: DeviceArray) -> DeviceArray | None:
+    """A given output validated against x (None when not given: allocate it after every check passed)."""
+    return None if out is None else check_array(out, name, handle, dtype=x.dtype, shape=x.shape)
+
+
+def or_new_like(a: DeviceArray | None, handle, x: DeviceArray) -> DeviceArray:
+    """``a``, or a new array with x's shape and layout (NHWC data gives NHWC outputs)."""
+    return empty_like(handle, x) if a is None else a
+
+
+def check_epsilon(epsilon: float) -> float:
+    """``epsilon`` as a finite float of at least ``CUDNN_BN_MIN_EPSILON``."""
+    eps = float(epsilon)
+    if not eps >= capi.CUDNN_BN_MIN_EPSILON or math.isinf(eps):
+        raise InvalidValueError(f"epsilon must be a finite number >= {capi.CUDNN_BN_MIN_EPSILON}, got {epsilon!r}")
+    return eps
+
+
+def check_factor(factor: float) -> float:
+    """The running-average ``factor`` as a float in [0, 1]."""
+    f = float(factor)
+    if not 0.0 <= f <= 1.0:
+        raise InvalidValueError(f"exponential average factor must be in [0, 1] (1 on the first call), got {factor!r}")
+    return f
+
+
+def check_pair(a, b, names: str) -> None:
+    """Refuse one of two arrays that go together (``names`` says which) without the other."""
+    if (a is None) != (b is None):
+        raise InvalidValueError(f"give both {names} or neither")
+
+
+def ptr(a: DeviceArray | None) -> int | None:
+    """An optional array's device address for C (None: NULL)."""
+    return None if a is None else a.ptr
+
+
+class NormSetup:
+    """The checked data ``x`` of a call, its ``mode`` (a key of ``table`` or a member of ``enum_type``; ``what``
+    names it in errors) and the parameter shape, dtype and descriptors that follow from them."""
+
+    def __init__(self, handle, x, mode, table: dict, enum_type, what: str):
+        self.mode = enum_arg(mode, table, enum_type, what)
+        self.mode_name = self.mode.name
+        self.x = data_array(x, "x", handle)
+        self.xdesc = desc(self.x)
+        self.pshape = param_shape_for(self.x.shape, self.mode)
+        self.pdtype = param_dtype(self.x.dtype)
+        self.pdesc = tensor_desc(self.pshape, self.pdtype)
+
+    def param(self, obj, name: str, handle) -> DeviceArray:
+        """``obj`` checked as a parameter array of this setup."""
+        return param_array(obj, name, handle, self.pshape, self.pdtype, mode_name=self.mode_name)
+
+    def opt_param(self, obj, name: str, handle) -> DeviceArray | None:
+        """As :meth:`param`, None passing through."""
+        return None if obj is None else self.param(obj, name, handle)
+
+    def or_new(self, a: DeviceArray | None, handle) -> DeviceArray:
+        """``a``, or a new parameter-shaped array when it is None."""
+        return empty(self.pshape, self.pdtype, stream=handle.stream, device=handle.device) if a is None else a
+
+
+def param_shape_for(x_shape, mode) -> tuple[int, ...]:
+    """The full parameter shape for data of ``x_shape`` in a batch-norm or normalisation ``mode``."""
+    per_act = int(mode) == 0  # CUDNN_BATCHNORM_PER_ACTIVATION == CUDNN_NORM_PER_ACTIVATION == 0
+    return (1,) + tuple(x_shape[1:]) if per_act else (1, x_shape[1]) + (1,) * (len(x_shape) - 2)
+
+
+def training_params(handle, s: NormSetup, scale, bias, running_mean, running_var, saved_mean, saved_inv_var,
+                     epsilon, factor):
+    """The checked parameter arrays and scalars every forward-training call takes:
+    (scale, bias, running mean, running var, saved mean, saved inverse variance, epsilon, factor)."""
+    check_pair(running_mean, running_var, "running_mean and running_var")
+    return (s.param(scale, "scale", handle), s.param(bias, "bias", handle),
+            s.opt_param(running_mean, "running_mean", handle), s.opt_param(running_var, "running_var", handle),
+            s.opt_param(saved_mean, "saved_mean", handle), s.opt_param(saved_inv_var, "saved_inv_var", handle),
+            check_epsilon(epsilon), check_factor(factor))
+
+
+def fused_ops(ops, activation, z, zname: str, table: dict, enum_type) -> tuple:
+    """(ops enum member, activation descriptor or None) of a fused call, checked against ``activation`` and the
+    added input ``z`` (named ``zname``): ops 0 has no activation, ops 2 (add + activation) needs z, the others
+    take none. ``table``/``enum_type``: the family's ops names and enum."""
+    op = enum_arg(ops, table, enum_type, "ops")
+    act = None
+    if int(op) != 0:
+        act = fused_activation("relu" if activation is None else activation)
+    elif activation is not None:
+        raise InvalidValueError(f"ops={op.name} has no activation; pass activation=None or choose an ops with one")
+    if int(op) == 2 and z is None:
+        raise InvalidValueError(f"ops={op.name} adds {zname}: pass {zname}")
+    if int(op) != 2 and z is not None:
+        raise InvalidValueError(f"ops={op.name} takes no {zname}; use ops ending in _add_activation to add one")
+    return op, act
+
+
+def reserve_buffer(handle, reserve, nbytes: int, name: str) -> DeviceArray | None:
+    """The reserve buffer: allocated (uint8) when not given, else checked to hold ``nbytes``."""
+    if reserve is None:
+        return empty((nbytes,), np.uint8, stream=handle.stream, device=handle.device) if nbytes else None
+    return byte_buffer(reserve, name, handle, nbytes,
+                       "pass the reserve returned by the forward call on the same inputs")
+
+
+class FusedBackward(NamedTuple):
+    """The checked and allocated arguments the fused backward calls share (``cudnnBatchNormalizationBackwardEx``,
+    ``cudnnNormalizationBackward``); descriptors are held here while C runs."""
+    y: DeviceArray
+    dy: DeviceArray
+    scale: DeviceArray
+    bias: DeviceArray
+    saved_mean: DeviceArray | None
+    saved_inv_var: DeviceArray | None
+    epsilon: float
+    dx: DeviceArray
+    dz: DeviceArray | None
+    dscale: DeviceArray
+    dbias: DeviceArray
+    reserve: DeviceArray | None
+    reserve_size: int
+    workspace: int | None
+    workspace_size: int
+    scalars: tuple  # alpha_data, beta_data, alpha_param, beta_param as C scalars
+    y_desc: TensorDescriptor
+    dy_desc: TensorDescriptor
+    dx_desc: TensorDescriptor
+    dz_desc: TensorDescriptor | None
+
+    @property
+    def dz_desc_ptr(self):
+        return None if self.dz_desc is None else self.dz_desc.ptr
+
+
+def fused_backward_args(handle, s: NormSetup, op, sizes, y, dy, scale, bias, saved_mean, saved_inv_var, epsilon,
+                        dx, dz, dscale, dbias, reserve, alphas) -> FusedBackward:
+    """Check and allocate a fused backward's arguments; ``sizes()`` gives (workspace, reserve) bytes, after the
+    checks (None for the graph path, which needs neither: the reserve is then not read); ``op`` 2 is the
+    add+activation variant (the only one with z)."""
+    ya = data_array(y, "y", handle, like=s.x)
+    dya = data_array(dy, "dy", handle, like=s.x)
+    sc, bi = s.param(scale, "scale", handle), s.param(bias, "bias", handle)
+    check_pair(saved_mean, saved_inv_var, "saved_mean and saved_inv_var")
+    sm, siv = s.opt_param(saved_mean, "saved_mean", handle), s.opt_param(saved_inv_var, "saved_inv_var", handle)
+    eps = check_epsilon(epsilon)
+    if int(op) != 2 and dz is not None:
+        raise InvalidValueError(f"ops={op.name} has no z, so no dz; pass dz=None")
+    dxa = given_output(dx, "dx", handle, s.x)
+    dza = given_output(dz, "dz", handle, s.x)
+    ds, db = s.opt_param(dscale, "dscale", handle), s.opt_param(dbias, "dbias", handle)
+    ws_size, rs_size = (0, 0) if sizes is None else sizes()
+    if reserve is None and rs_size:
+        raise InvalidValueError(f"this backward needs the forward's reserve space ({rs_size} bytes); pass reserve=")
+    rsa = None if reserve is None or sizes is None else reserve_buffer(handle, reserve, rs_size, "reserve")
+    dxa, ds, db = or_new_like(dxa, handle, s.x), s.or_new(ds, handle), s.or_new(db, handle)
+    dza = None if int(op) != 2 else or_new_like(dza, handle, s.x)
+    ws = handle.workspace.get(ws_size, handle.stream) if ws_size else None
+    return FusedBackward(ya, dya, sc, bi, sm, siv, eps, dxa, dza, ds, db, rsa, 0 if rsa is None else rsa.nbytes,
+                         ws or None, ws_size, scalars(s.x.dtype, *alphas[:2]) + scalars(s.x.dtype, *alphas[2:]),
+                         desc(ya), desc(dya), desc(dxa), None if dza is None else desc(dza))
