@@ -32,6 +32,7 @@ def gpu_missing_reason() -> str:
 
 
 def pytest_collection_modifyitems(config, items):
+    _keep_shard(config, items)
     count, why = gpu_count()
     if count < 2:
         skip_multi = pytest.mark.skip(reason=f"needs two or more GPUs ({count} visible{': ' + why if why else ''})")
@@ -44,6 +45,16 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def _keep_shard(config, items) -> None:
+    """CUDNN_PY_SHARD=i/n keeps every n-th collected test starting at the i-th (tools/gpu_suite.py runs n at once)."""
+    shard = os.environ.get("CUDNN_PY_SHARD")
+    if not shard:
+        return
+    i, n = (int(v) for v in shard.split("/"))
+    config.hook.pytest_deselected(items=[it for k, it in enumerate(items) if k % n != i])
+    items[:] = [it for k, it in enumerate(items) if k % n == i]
 
 
 @pytest.fixture(scope="session")

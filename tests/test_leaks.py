@@ -81,6 +81,7 @@ def test_20k_backend_descriptors_keep_rss_flat(how):
 
 
 @pytest.mark.gpu
+@pytest.mark.serial
 def test_10k_op_cycles_keep_device_memory_flat():
     """10,000 cycles of a legacy convolution, a graph executor run and an RNN forward: device memory in use (driver's
     total - free) is the same after as after the first 100 (the stream-ordered pool reuses its blocks)."""
