@@ -26,6 +26,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import cudnn_py as cudnn  # noqa: E402
 from cudnn_py import capi  # noqa: E402
+from cudnn_py.caches import handle_cache  # noqa: E402
 from cudnn_py.ops import conv_calls as cc  # noqa: E402
 from cudnn_py.ops import convolution as cv  # noqa: E402
 
@@ -82,8 +83,7 @@ def main(argv=None) -> int:
         sync = h.synchronize
         # (a) raw capi with prepared arguments (the same descriptors the Pythonic layer uses)
         cv.convolution_forward(h, conv, x, w, y, algo=algo)
-        key = next(k for k in cc._PLANS if k[0] == "forward")
-        p = cc._PLANS[key]
+        (p,) = handle_cache(h, cc.PLANS).values()  # the plan that call made (a new handle: the only one)
         one, zero = ctypes.byref(ctypes.c_float(1.0)), ctypes.byref(ctypes.c_float(0.0))
         hp, f, fr = h.ptr, capi.cudnnConvolutionForward, capi.cudnnConvolutionForward.raw
         xp, wp, yp = x.ptr, w.ptr, y.ptr

@@ -54,7 +54,7 @@ DIRECTIONS = ("forward", "backward_data", "backward_filter")
 @dataclass(frozen=True)
 class _Api:
     algo_enum: type
-    perf: type
+    perf: Any  # the ctypes struct of a record
     max_count: Any
     heuristic: Any
     find: Any
@@ -447,14 +447,15 @@ def _read_cache_file(path: str) -> dict[tuple, AlgoPerf]:
     if not isinstance(entries, list):
         raise bad("\"entries\" must be a list")
     out: dict[tuple, AlgoPerf] = {}
-    for i, e in enumerate(entries):
-        if not isinstance(e, dict) or not isinstance(e.get("key"), list) or not isinstance(e.get("perf"), dict):
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict) or not isinstance(entry.get("key"), list) or \
+                not isinstance(entry.get("perf"), dict):
             raise bad(f"entry {i} must be an object with a \"key\" list and a \"perf\" object")
-        if not _json_value(e["key"]):
+        if not _json_value(entry["key"]):
             raise bad(f"entry {i}: the key holds values other than numbers, strings, bools, None and short lists")
-        key = _tuplify(e["key"])
+        key = _tuplify(entry["key"])
         try:
-            perf = AlgoPerf.from_dict(e["perf"])
+            perf = AlgoPerf.from_dict(entry["perf"])
             check_entry(key, perf)
         except (TypeError, ValueError, OverflowError) as err:
             raise bad(f"entry {i} (key {str(key)[:120]}): {err}") from None
@@ -694,11 +695,11 @@ def resolve_algorithm(handle, direction: str, spec: Any, descs: tuple, conv_desc
             return chosen.algo, chosen.math_type, size(chosen)
         if measure is None or cache_key is None:
             raise InvalidValueError("algo='fastest' needs a measure() and a cache_key")
-        chosen = algorithm_cache.get(cache_key)
-        if chosen is None:
-            chosen = select_algorithm(allowed_by_math_type(measure(), math_type), limit, None, deterministic)
-            algorithm_cache.put(cache_key, chosen)
-        return chosen.algo, chosen.math_type, size(chosen)
+        best = algorithm_cache.get(cache_key)
+        if best is None:
+            best = select_algorithm(allowed_by_math_type(measure(), math_type), limit, None, deterministic)
+            algorithm_cache.put(cache_key, best)
+        return best.algo, best.math_type, size(best)
     algo = parse_algo(direction, spec)
     if deterministic and algo.name in NONDETERMINISTIC.get(direction, ()):
         raise InvalidValueError(f"{algo.name} is not deterministic; drop deterministic=True or choose another "

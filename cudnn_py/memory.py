@@ -26,6 +26,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import math
+import sys
 from collections.abc import Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol, Union, cast
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
     from cuda.core import Device, Stream
 
 __all__ = ["DeviceArray", "DeviceArrayLike", "Shape", "to_device", "empty", "empty_like", "zeros", "as_array",
-           "output_array"]
+           "output_array", "array_signature"]
 
 _KDL_CPU, _KDL_CUDA, _KDL_CUDA_HOST, _KDL_CUDA_MANAGED = 1, 2, 3, 13
 
@@ -640,6 +641,53 @@ def as_array(obj: DeviceArrayLike, name: str = "x", *, dtype: npt.DTypeLike | No
     if device is not None and a.device_id != device:
         raise InvalidValueError(f"{name} is on device {a.device_id}; expected device {device} (the handle's)")
     return a
+
+
+# --- array arguments on the hot path -------------------------------------------------------------------
+
+#: torch's tensor types and its dtype -> NumPy dtype table (:data:`~cudnn_py.dtypes.SUPPORTED_DTYPES` by name), filled
+#: once torch has been imported by the program (replaced, never mutated, so readers need no lock)
+_TORCH_TYPES: frozenset = frozenset()
+_TORCH_DTYPES: dict = {}
+
+
+def _learn_torch() -> bool:
+    """Fill the torch tables once torch is imported (cudnn_py never imports it); whether it is."""
+    global _TORCH_TYPES, _TORCH_DTYPES
+    torch = sys.modules.get("torch")
+    if torch is None or not hasattr(torch, "Tensor") or not hasattr(torch, "dtype"):
+        return False
+    table = {}
+    for d in SUPPORTED_DTYPES:
+        t = getattr(torch, d.name, None)
+        if isinstance(t, torch.dtype):
+            table[t] = d
+    _TORCH_DTYPES = table
+    parameter = getattr(getattr(torch, "nn", None), "Parameter", torch.Tensor)
+    _TORCH_TYPES = frozenset({torch.Tensor, parameter})  # after the dtypes: a reader that sees these sees both
+    return True
+
+
+#: what a cached call keys an array argument on: (shape, strides in elements, dtype, device ordinal)
+Signature = tuple[tuple[int, ...], tuple[int, ...], np.dtype, int]
+
+
+def array_signature(obj: DeviceArrayLike, name: str = "x") -> tuple[Signature, int]:
+    """``((shape, strides, dtype, device_id), data pointer)`` of a device-array argument: what a cached call keys on.
+
+    A :class:`DeviceArray` and a CUDA torch tensor (of a dtype cuDNN has) are read in a few attribute reads (the hot
+    path of the convolution calls and the graph executors); anything else goes through :func:`as_array` (DLPack /
+    CUDA array interface), which raises naming ``name`` where ``obj`` is not device memory. Strides are in elements.
+    """
+    t = type(obj)
+    if t is DeviceArray:
+        return (obj.shape, obj.strides, obj.dtype, obj.device_id), obj.ptr  # type: ignore[union-attr]
+    if t in _TORCH_TYPES or (not _TORCH_TYPES and _learn_torch() and t in _TORCH_TYPES):
+        dt = _TORCH_DTYPES.get(obj.dtype)  # type: ignore[union-attr]
+        if dt is not None and obj.is_cuda:  # type: ignore[union-attr]
+            return (tuple(obj.shape), obj.stride(), dt, obj.get_device()), obj.data_ptr()  # type: ignore[union-attr]
+    a = as_array(obj, name)
+    return (a.shape, a.strides, a.dtype, a.device_id), a.ptr
 
 
 def output_array(out: DeviceArrayLike | None, shape: Shape, dtype: npt.DTypeLike, name: str = "y", *,

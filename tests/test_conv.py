@@ -21,8 +21,12 @@ def _arr(shape, dtype=np.float32, strides=None, device_id=0):
 
 
 class _NoC(NoCallHandle):
-    """A NoCallHandle with an uncapped workspace (the algorithm choice reads the cap)."""
+    """A NoCallHandle with an uncapped workspace (the algorithm choice reads the cap) and the per-handle caches a
+    Handle has."""
     workspace = types.SimpleNamespace(cap=None)
+
+    def __init__(self):
+        self.cache = {}
 
 
 def test_parameters_normalise_and_hash():
@@ -204,14 +208,43 @@ def test_auto_math_type(dtype, want):
     assert g.math_type is capi.CUDNN_FMA_MATH
 
 
-def test_plan_table_is_bounded(monkeypatch):
-    monkeypatch.setattr(cc, "_PLANS", {})
-    monkeypatch.setattr(cc, "_PLANS_MAX", 3)
-    for i in range(5):
-        assert cc._remember(("k", i), i) == i
-    assert list(cc._PLANS) == [("k", 2), ("k", 3), ("k", 4)]  # the oldest went first
-    cc._remember(("k", 3), "new")  # replacing an entry drops nothing
-    assert cc._PLANS == {("k", 2): 2, ("k", 3): "new", ("k", 4): 4}
+def test_plans_live_in_the_handles_cache(monkeypatch):
+    """Plans are the handle's (listed and cleared through it, bounded like every Cache), keyed without the device;
+    another handle makes its own."""
+    from cudnn_py.caches import Cache
+    from cudnn_py.handle import Handle
+    monkeypatch.setattr(cc, "_choose", lambda *a: (capi.CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
+                                                   capi.CUDNN_DEFAULT_MATH, 0))
+    h, other = _NoC(), _NoC()
+    conv, x, w, y = cv.Convolution(padding=1), _arr((1, 3, 5, 5)), _arr((4, 3, 3, 3)), _arr((1, 4, 5, 5))
+    for handle in (h, h, other):
+        with pytest.raises(AssertionError, match="cuDNN call"):  # planned, then reached the C call
+            cc.convolution_forward(handle, conv, x, w, y)
+    assert Handle.cache_info(h) == {cc.PLANS: 1} and Handle.cache_info(other) == {cc.PLANS: 1}
+    plans = h.cache[cc.PLANS]
+    assert isinstance(plans, Cache) and plans.maxsize >= 1
+    (key, plan), = plans.items()
+    assert key == ("forward", conv, (x.shape, x.strides, x.dtype, 0), (w.shape, w.strides, w.dtype, 0),
+                   (y.shape, y.strides, y.dtype, 0), "heuristic", False, None)
+    assert plan.algo is capi.CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM and plan.ws == 0
+    Handle.clear_caches(h)
+    assert Handle.cache_info(h) == {} and Handle.cache_info(other) == {cc.PLANS: 1}
+
+
+def test_scaling_factors_follow_the_compute_type(monkeypatch):
+    """alpha/beta are double for double compute, float otherwise; 1 and 0 are the plan's own."""
+    monkeypatch.setattr(cc, "_choose", lambda *a: (capi.CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
+                                                   capi.CUDNN_DEFAULT_MATH, 0))
+    for dtype, ctype in ((np.float64, "c_double"), (np.float32, "c_float"), (np.float16, "c_float")):
+        h = _NoC()
+        with pytest.raises(AssertionError):
+            cc.convolution_forward(h, cv.Convolution(), _arr((1, 3, 5, 5), dtype), _arr((4, 3, 3, 3), dtype),
+                                   _arr((1, 4, 3, 3), dtype))
+        (p,) = h.cache[cc.PLANS].values()
+        assert type(p.one._obj).__name__ == ctype and p.one._obj.value == 1.0 and p.zero._obj.value == 0.0
+        assert cc._scaling(p, 1.0, 0.0) == (p.one, p.zero)
+        al, be = cc._scaling(p, 0.5, 2.0)
+        assert type(al._obj).__name__ == ctype and (al._obj.value, be._obj.value) == (0.5, 2.0)
 
 
 class _Workspace:
@@ -248,7 +281,6 @@ def test_lowered_workspace_cap_chooses_again(monkeypatch):
         chosen.append(limit)
         return alg.algorithm_enum(direction)(limit is None), capi.CUDNN_DEFAULT_MATH, (limit is None) << 20
     monkeypatch.setattr(cc, "_choose", resolve)
-    monkeypatch.setattr(cc, "_PLANS", {})
     h = _NoC()
     h.workspace = _Workspace()
     conv, x, w, y = cv.Convolution(padding=1), _arr((1, 3, 5, 5)), _arr((4, 3, 3, 3)), _arr((1, 4, 5, 5))
@@ -263,5 +295,5 @@ def test_lowered_workspace_cap_chooses_again(monkeypatch):
         with pytest.raises(AssertionError, match="cuDNN call"):  # chose again under the cap
             call()
         assert chosen == [None, 1000]
-    assert sorted(p.ws for p in cc._PLANS.values()) == [0, 0, 0]
+    assert sorted(p.ws for p in h.cache[cc.PLANS].values()) == [0, 0, 0]
     assert h.workspace.asked == [1 << 20, 1 << 20] * 3  # the refused 1 MiB, then no workspace needed

@@ -9,6 +9,7 @@ import pytest
 
 import cudnn_py.algorithms as alg
 from cudnn_py import capi
+from cudnn_py.caches import handle_cache
 from cudnn_py.errors import ClosedError, CudnnError, WorkspaceLimitError
 from cudnn_py.memory import empty, to_device
 from cudnn_py.ops import conv_calls as cc
@@ -392,7 +393,7 @@ def test_torch_tensors(handle, rng):
 
 
 @pytest.mark.parametrize("direction", alg.DIRECTIONS)
-def test_lowered_workspace_cap_chooses_again(rng, monkeypatch, direction):
+def test_lowered_workspace_cap_chooses_again(rng, direction):
     """A plan made under no cap is made again (not refused) once the cap is lowered below its workspace."""
     from cudnn_py.handle import Handle
     x, w, dy, layout, kw = _data(rng, "2d", "float32")
@@ -401,15 +402,34 @@ def test_lowered_workspace_cap_chooses_again(rng, monkeypatch, direction):
     want = {"forward": lambda: ref.conv_forward(x, w, **rk),
             "backward_data": lambda: ref.conv_backward_data(dy, w, x.shape, **rk),
             "backward_filter": lambda: ref.conv_backward_filter(x, dy, w.shape, **rk)}[direction]()
-    monkeypatch.setattr(cc, "_PLANS", {})  # this test's plan is the only one
-    with Handle() as h:
+    with Handle() as h:  # a new handle: this test's plan is the only one in its cache
         x_d, w_d, dy_d = (to_device(a, h.stream) for a in (x, w, dy))
         _run(h, direction, conv, x_d, w_d, dy_d, _poisoned(want.shape, np.float32, "NCHW", h.stream), "fastest")
-        (plan,) = cc._PLANS.values()
+        assert h.cache_info() == {cc.PLANS: 1}
+        (plan,) = handle_cache(h, cc.PLANS).values()
         h.workspace.cap = 0
         out = _poisoned(want.shape, np.float32, "NCHW", h.stream)
         _run(h, direction, conv, x_d, w_d, dy_d, out, "fastest")
-        (again,) = cc._PLANS.values()
+        (again,) = handle_cache(h, cc.PLANS).values()
         assert again.ws == 0 and (again is not plan or plan.ws == 0)
         assert _err(out.to_numpy(), want) <= 3e-5
         print(direction, f"first plan: {plan.algo.name}, {plan.ws} B; under cap 0: {again.algo.name}")
+
+
+def test_plans_are_per_handle_and_cleared_with_it(rng):
+    """Two handles on one device each plan their own call; clear_caches() plans again; results stay right."""
+    from cudnn_py.handle import Handle
+    from helpers import poisoned_allocations
+    x, w, dy, layout, kw = _data(rng, "2d", "float32")
+    conv = cv.Convolution(**kw, math_type="fma")
+    want = ref.conv_forward(x, w, **_ref_kw(kw))
+    with poisoned_allocations(), Handle() as a, Handle() as b:  # allocated outputs start as NaN
+        for h in (a, b, a):
+            x_d, w_d = to_device(x, h.stream), to_device(w, h.stream)
+            y = cv.convolution_forward(h, conv, x_d, w_d, algo="fastest")
+            assert _err(y.to_numpy(), want) <= 3e-5
+        assert a.cache_info() == {cc.PLANS: 1} and b.cache_info() == {cc.PLANS: 1}
+        a.clear_caches()
+        assert a.cache_info() == {}
+        y = cv.convolution_forward(a, conv, to_device(x, a.stream), to_device(w, a.stream), algo="fastest")
+        assert _err(y.to_numpy(), want) <= 3e-5 and a.cache_info() == {cc.PLANS: 1}

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import weakref
 
 from cudnn_py import _loader, capi, nvtx
 from cudnn_py._binding import status_error
-from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
-from cudnn_py.memory import DeviceArray
+from cudnn_py.errors import ClosedError, CudaError, InvalidTypeError, InvalidValueError
+from cudnn_py.memory import DeviceArray, array_signature, as_array, empty
 
 from .descriptors import BackendDescriptor
 
@@ -35,22 +36,8 @@ def _raw_execute():
     return _RAW_EXEC
 
 
-def _pack_key(obj) -> tuple:
-    """What a variant pack is cached under for one argument: its address, shape, strides and dtype, so that
-    another array at a reused address is validated again."""
-    if type(obj) is DeviceArray:
-        return obj.ptr, obj.shape, obj.strides, obj.dtype
-    dp = getattr(obj, "data_ptr", None)
-    if callable(dp):  # torch: no DLPack round trip on the hot path
-        return dp(), tuple(obj.shape), tuple(obj.stride()), obj.dtype
-    from cudnn_py.memory import as_array
-    a = as_array(obj)
-    return a.ptr, a.shape, a.strides, a.dtype
-
-
 def _check_array(t, obj, device: int | None):
     """Validate ``obj`` against graph tensor ``t``; returns its device pointer. Errors name the tensor."""
-    from cudnn_py.memory import as_array
     a = as_array(obj, t.name)
     if a.dtype != t.np_dtype:
         raise InvalidTypeError(f"tensor {t.name!r} expects dtype {t.np_dtype}, got an array of dtype {a.dtype}")
@@ -77,7 +64,6 @@ def _workspace_ptr(plan, workspace, device: int | None) -> int:
         if not workspace and plan.workspace_size:
             raise InvalidValueError(f"the plan ({plan.tag}) needs {plan.workspace_size} bytes of workspace, not NULL")
         return workspace
-    from cudnn_py.memory import as_array
     ws = as_array(workspace, "workspace", device=device)
     if ws.nbytes < plan.workspace_size:
         raise InvalidValueError(f"workspace has {ws.nbytes} bytes; the plan ({plan.tag}) needs {plan.workspace_size}")
@@ -144,6 +130,7 @@ class _ExecState:
                 raise InvalidValueError("executor tensors must be the graph's I/O tensors, each once")
             io = resolved
         self.plan, self.tensors, self.handle = plan, tuple(io), handle
+        self._names = tuple(t.name for t in io)
         self._uids = [t.uid for t in io] + [t.uid for t in scalars] + scratch_pointers(plan, 0)[0]
         self._scalar_ptrs = [g.scalar_pointer(t) for t in scalars]
         self._packs: dict = {}   # pointer tuple -> c_void_p of the variant pack (what C gets)
@@ -211,7 +198,8 @@ class _ExecState:
             raise InvalidTypeError(f"executor takes {len(self.tensors)} arrays "
                                    f"({', '.join(t.name for t in self.tensors)}), "
                             f"got {len(arrays)}")
-        key = tuple(map(_pack_key, arrays))
+        # each array's (signature, address): another array at a reused address is validated again
+        key = tuple(map(array_signature, arrays, self._names))
         if wsp is not None:
             key += (wsp,)
         vp = self._packs.get(key)
@@ -247,8 +235,9 @@ class Executor(functools.partial):
 
     Two caches make a repeat call one dict lookup and one ctypes call:
 
-    * variant packs keyed by each array's (data pointer, shape, strides, dtype) (+ the workspace pointer when the
-      plan needs one); a new key validates every array and finalizes one new pack (at most 256 kept);
+    * variant packs keyed by each array's signature and data pointer (:func:`cudnn_py.memory.array_signature`: shape,
+      strides, dtype, device; + the workspace pointer when the plan needs one); a new key validates every array and
+      finalizes one new pack (at most 256 kept);
     * in front of it, the last few argument tuples themselves (``identity_cache``, default 4; DeviceArray
       arguments only): a call with the very same array objects skips reading their pointers. Those arrays are
       kept alive until they drop out of this small cache.
@@ -257,6 +246,8 @@ class Executor(functools.partial):
     stream its handle had when it was made (workspace ordering included): after ``handle.on_stream(s)``, make a
     new executor.
     """
+
+    _st: _ExecState
 
     def __new__(cls, plan, handle, tensors=(), identity_cache: int = 4):
         st = _ExecState(plan, handle, tensors, identity_cache)
@@ -316,30 +307,48 @@ def execute(plan, handle, variant_pack: dict, workspace=None) -> None:
         ex.with_workspace(workspace, *arrays)
 
 
+def _destroy_cuda_graph(rt, state: list) -> None:
+    """Destroy the instantiation and the graph of ``state`` (``[cudaGraph_t, cudaGraphExec_t]``, None where there
+    is none); the finalizer of :class:`CudaGraph` (close() and garbage collection)."""
+    graph, exe = state
+    state[:] = [None, None]
+    try:
+        if exe is not None:
+            rt.cudaGraphExecDestroy(exe)
+        if graph is not None:
+            rt.cudaGraphDestroy(graph)
+    except Exception:  # noqa: BLE001 - at interpreter exit the driver may already be gone; nothing left to free
+        pass
+
+
+def _check_cuda(err, what: str) -> None:
+    if int(err) != 0:
+        raise CudaError(what, int(err), getattr(err, "name", str(err)))
+
+
 class CudaGraph:
     """A CUDA graph recorded from a plan by ``cudnnBackendPopulateCudaGraph``; ``update(variant_pack)`` rebinds
     pointers with ``cudnnBackendUpdateCudaGraph``; ``launch(stream=None)`` replays it (handle's stream default).
 
     The recorded addresses must stay valid for every launch, so the graph keeps the bound arrays alive and, unless
-    a ``workspace`` is given, owns a workspace of its own (the handle's may be reallocated by later calls)."""
+    a ``workspace`` is given, owns a workspace of its own (the handle's may be reallocated by later calls).
+    :meth:`close` (or garbage collection) destroys the CUDA objects."""
 
     def __init__(self, plan, handle, variant_pack: dict, workspace=None):
         from cuda.bindings import runtime as rt
         self._rt, self.plan, self.handle = rt, plan, handle
-        self._graph = self._exec = self._own_ws = None
+        self._own_ws: DeviceArray | None = None
+        self._state: list = [None, None]  # [cudaGraph_t, cudaGraphExec_t]: what the finalizer destroys
+        self._finalizer = weakref.finalize(self, _destroy_cuda_graph, rt, self._state)
         vp = self._pack(variant_pack, workspace)
-        err, self._graph = rt.cudaGraphCreate(0)
-        self._check(err, "cudaGraphCreate")
-        capi.cudnnBackendPopulateCudaGraph(handle.ptr, _plan_pointer(plan), vp.ptr, capi.cudaGraph_t(int(self._graph)))
+        err, graph = rt.cudaGraphCreate(0)
+        _check_cuda(err, "cudaGraphCreate")
+        self._state[0] = graph
+        capi.cudnnBackendPopulateCudaGraph(handle.ptr, _plan_pointer(plan), vp.ptr, capi.cudaGraph_t(int(graph)))
         self._instantiate()
 
-    def _check(self, err, what):
-        if int(err) != 0:
-            from cudnn_py.errors import CudaError
-            raise CudaError(what, int(err), getattr(err, "name", str(err)))
-
     def _check_open(self):
-        if self._exec is None:
+        if self._state[1] is None:
             raise ClosedError("this CudaGraph is closed")
 
     def _pack(self, variant_pack, workspace) -> BackendDescriptor:
@@ -352,7 +361,6 @@ class CudaGraph:
             ws = _workspace_ptr(self.plan, workspace, dev)
         elif size:
             if self._own_ws is None:
-                from cudnn_py.memory import empty
                 self._own_ws = empty((size,), "uint8", stream=self.handle.stream, device=dev)
             ws = self._own_ws.ptr
         s_uids, s_ptrs = scratch_pointers(self.plan, ws)
@@ -362,17 +370,19 @@ class CudaGraph:
         return vp
 
     def _instantiate(self):
-        if self._exec is not None:
-            self._rt.cudaGraphExecDestroy(self._exec)
-        err, self._exec = self._rt.cudaGraphInstantiate(self._graph, 0)
-        self._check(err, "cudaGraphInstantiate")
+        old, self._state[1] = self._state[1], None
+        if old is not None:
+            self._rt.cudaGraphExecDestroy(old)
+        err, exe = self._rt.cudaGraphInstantiate(self._state[0], 0)
+        _check_cuda(err, "cudaGraphInstantiate")
+        self._state[1] = exe
 
     def update(self, variant_pack: dict, workspace=None) -> None:
         """Rebind the graph's pointers to another variant pack (same shapes, validated like the first)."""
         self._check_open()
         vp = self._pack(variant_pack, workspace)
         capi.cudnnBackendUpdateCudaGraph(self.handle.ptr, _plan_pointer(self.plan), vp.ptr,
-                                         capi.cudaGraph_t(int(self._graph)))
+                                         capi.cudaGraph_t(int(self._state[0])))
         self._instantiate()
 
     def launch(self, stream=None) -> None:
@@ -380,25 +390,14 @@ class CudaGraph:
         from cudnn_py.streams import stream_ptr
         self._check_open()
         s = stream_ptr(stream) if stream is not None else self.handle.stream_ptr
-        self._check(self._rt.cudaGraphLaunch(self._exec, s)[0], "cudaGraphLaunch")
+        _check_cuda(self._rt.cudaGraphLaunch(self._state[1], s)[0], "cudaGraphLaunch")
 
     def close(self) -> None:
         """Destroy the CUDA graph and its instantiation (idempotent)."""
-        if self._exec is not None:
-            self._rt.cudaGraphExecDestroy(self._exec)
-            self._exec = None
-        if self._graph is not None:
-            self._rt.cudaGraphDestroy(self._graph)
-            self._graph = None
+        self._finalizer()
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
         self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001
-            pass

@@ -9,10 +9,7 @@ configuration: :class:`~cudnn_py.ops.convolution.Geometry` resolves the configur
 """
 from __future__ import annotations
 
-import ctypes
 import math
-import sys
-import threading
 from typing import Any, Sequence
 
 import numpy as np
@@ -20,10 +17,11 @@ import numpy as np
 from cudnn_py import algorithms as _alg
 from cudnn_py import capi
 from cudnn_py import descriptors as _d
+from cudnn_py.caches import handle_cache
 from cudnn_py.dtypes import cudnn_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError, WorkspaceLimitError
-from cudnn_py.memory import DeviceArray, as_array, empty, zeros
-from cudnn_py.ops._common import enum_arg
+from cudnn_py.memory import array_signature, empty, zeros
+from cudnn_py.ops._common import enum_arg, scalars
 from cudnn_py.ops.convolution import Convolution, Geometry, logical, packed_strides, physical, unit_height
 
 __all__ = ["convolution_forward", "convolution_backward_data", "convolution_backward_filter",
@@ -35,22 +33,6 @@ def _graph():
     """:mod:`cudnn_py.graph.conv`, imported on the first ``engine="graph"`` call (it brings in the graph package)."""
     from cudnn_py.graph import conv
     return conv
-
-
-_SCALARS: dict = {}
-
-
-def _scalars(double: bool, alpha: float, beta: float):
-    """(byref alpha, byref beta) for the data type, cached for the common values."""
-    key = (double, alpha, beta)
-    got = _SCALARS.get(key)
-    if got is None:
-        t = ctypes.c_double if double else ctypes.c_float
-        a, b = t(alpha), t(beta)
-        got = (ctypes.byref(a), ctypes.byref(b), a, b)
-        if len(_SCALARS) < 256:
-            _SCALARS[key] = got
-    return got
 
 
 def _device_id(handle) -> int:
@@ -91,30 +73,33 @@ def _choose(handle, g: Geometry, direction: str, spec, deterministic: bool, limi
 # ---------------------------------------------------------------- plans: everything a call derives from its config
 
 class _Plan:
-    """What one call needs: raw descriptor handles (their objects kept alive), algorithm, workspace bytes."""
-    __slots__ = ("g", "a", "b", "c", "conv_desc", "keep", "algo", "ws", "fn", "double", "gen", "one", "zero")
+    """What one call needs: raw descriptor handles (their objects kept alive), algorithm, workspace bytes, and the
+    scaling factors' type (``scaling``: double for double compute, else float; ``one``, ``zero``: 1 and 0 in it)."""
+    __slots__ = ("g", "a", "b", "c", "conv_desc", "keep", "algo", "ws", "fn", "scaling", "gen", "one", "zero")
+    g: Geometry
+    a: Any  # the raw descriptor handles in cuDNN's argument order, and the convolution's
+    b: Any
+    c: Any
+    conv_desc: Any
+    keep: tuple  # the descriptor objects those handles belong to
+    algo: Any
+    ws: int
+    fn: Any  # the bound ctypes function of the direction
+    scaling: np.dtype
+    gen: int | None  # algorithm_cache.generation a "fastest" choice was made under
+    one: Any
+    zero: Any
 
 
-_PLANS: dict = {}  # call signature -> what calls derive from it (_Plan, bias plan), bounded
-_PLANS_MAX = 4096
+#: the name of the handle's cache of plans: call signature (convolution, the arrays' signatures, algo, determinism,
+#: workspace limit, whether the output is allocated) -> :class:`_Plan` or bias plan
+PLANS = "conv.plans"
 _FUNCS = {"forward": "cudnnConvolutionForward", "backward_data": "cudnnConvolutionBackwardData",
           "backward_filter": "cudnnConvolutionBackwardFilter"}
 
 
-_PLANS_LOCK = threading.Lock()  # every change to _PLANS; lookups read without it (a dict read is atomic)
-
-
-def _remember(key, value):
-    """Store ``value`` in :data:`_PLANS`, dropping the oldest entry when the table is full (thread-safe)."""
-    with _PLANS_LOCK:
-        while len(_PLANS) >= _PLANS_MAX and key not in _PLANS:
-            del _PLANS[next(iter(_PLANS))]
-        _PLANS[key] = value
-    return value
-
-
 def _plan(handle, key, direction, conv, arrays, spec, deterministic, workspace_limit, in_ptrs):
-    """Build (validate, describe, choose the algorithm) and remember the plan for ``key``."""
+    """Build (validate, describe, choose the algorithm) and remember the plan for ``key`` in the handle's cache."""
     if direction != "forward" and arrays[0][2] == np.int8:
         raise InvalidTypeError(f"int8 convolutions run forward only (cuDNN's INT8 configurations); {direction} needs "
                                f"float16, bfloat16, float32 or float64 data")
@@ -127,52 +112,16 @@ def _plan(handle, key, direction, conv, arrays, spec, deterministic, workspace_l
     p.a, p.b, p.c, p.conv_desc = (d.ptr for d in p.keep)
     p.algo = algo
     p.fn = getattr(capi, _FUNCS[direction]).raw  # the bound ctypes function (status still checked)
-    p.double = g.compute == capi.CUDNN_DATA_DOUBLE
-    p.one, p.zero, _, _ = _scalars(p.double, 1.0, 0.0)
+    p.scaling = np.dtype(np.float64 if g.compute == capi.CUDNN_DATA_DOUBLE else np.float32)
+    p.one, p.zero = scalars(p.scaling, 1.0, 0.0)
     p.gen = _alg.algorithm_cache.generation if isinstance(spec, str) and spec.lower() == "fastest" else None
-    return _remember(key, p)
+    handle_cache(handle, PLANS)[key] = p
+    return p
 
 
-def _sig(arr):
-    return arr.shape, arr.strides, arr.dtype, arr.device_id
-
-
-_TORCH_TYPES: set = set()
-_TORCH_DTYPES: dict = {}
-
-
-def _learn_torch() -> bool:
-    """Once torch is imported by the program: its tensor types and dtypes, for :func:`_arg`'s fast path."""
-    torch = sys.modules.get("torch")
-    if torch is None or not hasattr(torch, "Tensor"):
-        return False
-    pairs = {"float32": np.float32, "float64": np.float64, "float16": np.float16, "int8": np.int8,
-             "uint8": np.uint8, "int32": np.int32, "int64": np.int64}
-    _TORCH_DTYPES.update({getattr(torch, k): np.dtype(v) for k, v in pairs.items()})
-    try:
-        import ml_dtypes
-        _TORCH_DTYPES[torch.bfloat16] = np.dtype(ml_dtypes.bfloat16)
-    except ImportError:
-        pass
-    _TORCH_TYPES.update({torch.Tensor, torch.nn.Parameter})
-    return True
-
-
-def _arg(obj, name: str):
-    """(signature, device address) of an array argument; signature = (shape, strides, dtype, device).
-
-    DeviceArrays and CUDA torch tensors are read directly (a few attribute reads: this is the hot
-    path); anything else goes through :func:`cudnn_py.memory.as_array` (DLPack / CUDA array interface).
-    """
-    t = type(obj)
-    if t is DeviceArray:
-        return (obj.shape, obj.strides, obj.dtype, obj.device_id), obj.ptr
-    if t in _TORCH_TYPES or (not _TORCH_TYPES and _learn_torch() and t in _TORCH_TYPES):
-        dt = _TORCH_DTYPES.get(obj.dtype)
-        if dt is not None and obj.is_cuda:
-            return (tuple(obj.shape), obj.stride(), dt, obj.get_device()), obj.data_ptr()
-    a = as_array(obj, name)
-    return (a.shape, a.strides, a.dtype, a.device_id), a.ptr
+def _scaling(p: _Plan, alpha: float, beta: float) -> tuple:
+    """(byref alpha, byref beta) for a plan's call: its own for 1 and 0."""
+    return (p.one, p.zero) if alpha == 1.0 and beta == 0.0 else scalars(p.scaling, alpha, beta)
 
 
 def _ready(handle, key, direction, conv, arrays, spec, deterministic, workspace_limit, in_ptrs):
@@ -181,7 +130,7 @@ def _ready(handle, key, direction, conv, arrays, spec, deterministic, workspace_
     lowered, or a handle with a larger cap made the plan) is made again under this cap; an explicit
     algorithm that needs more then raises :class:`WorkspaceLimitError`. :func:`convolution_forward`
     inlines this."""
-    p = _PLANS.get(key)
+    p = handle_cache(handle, PLANS).get(key)
     if p is None or (p.gen is not None and p.gen != _alg.algorithm_cache.generation):
         p = _plan(handle, key, direction, conv, arrays, spec, deterministic, workspace_limit, in_ptrs)
     try:
@@ -194,7 +143,7 @@ def _ready(handle, key, direction, conv, arrays, spec, deterministic, workspace_
 def _pad_input(handle, g: Geometry, x_ptr: int):
     """A zero-padded device copy of x for asymmetric padding (keep it alive until the work is queued)."""
     xp = zeros((g.xp_size,), g.np_dtype, stream=handle.stream, device=handle.device)
-    one, zero, _, _ = _scalars(g.dtype == capi.CUDNN_DATA_DOUBLE, 1.0, 0.0)
+    one, zero = scalars(g.dtype, 1.0, 0.0)
     capi.cudnnTransformTensor(handle.ptr, one, g.x_orig_desc.ptr, x_ptr, zero, g.interior_desc.ptr,
                               xp.ptr + g.interior_offset)
     return xp
@@ -213,11 +162,11 @@ def convolution_forward(handle, conv: Convolution, x, w, y=None, *, algo: Any = 
         return _graph().convolution("forward", handle, conv, x, w, y, engine=engine, algo=algo,
                                     deterministic=deterministic, workspace_limit=workspace_limit, alpha=alpha,
                                     beta=beta)
-    xs, x_ptr = _arg(x, "x")
-    ws, w_ptr = _arg(w, "w")
-    ys, y_ptr = (None, 0) if y is None else _arg(y, "y")
-    key = ("forward", conv, xs, ws, ys, algo, deterministic, workspace_limit, handle.device)
-    p = _PLANS.get(key)  # the hot path: _ready inlined
+    xs, x_ptr = array_signature(x, "x")
+    ws, w_ptr = array_signature(w, "w")
+    ys, y_ptr = (None, 0) if y is None else array_signature(y, "y")
+    key = ("forward", conv, xs, ws, ys, algo, deterministic, workspace_limit)
+    p = handle_cache(handle, PLANS).get(key)  # the hot path: _ready inlined
     if p is None or (p.gen is not None and p.gen != _alg.algorithm_cache.generation):
         p = _plan(handle, key, "forward", conv, (xs, ws, ys), algo, deterministic, workspace_limit, (x_ptr, w_ptr))
     try:
@@ -229,7 +178,7 @@ def convolution_forward(handle, conv: Convolution, x, w, y=None, *, algo: Any = 
         y = empty(p.g.out_shape, p.g.np_y_dtype, stream=handle.stream, device=handle.device)
         y_ptr = y.ptr
     xp = _pad_input(handle, p.g, x_ptr) if p.g.asym else None
-    al, be = (p.one, p.zero) if alpha == 1.0 and beta == 0.0 else _scalars(p.double, alpha, beta)[:2]
+    al, be = (p.one, p.zero) if alpha == 1.0 and beta == 0.0 else scalars(p.scaling, alpha, beta)
     p.fn(handle.ptr, al, p.a, x_ptr if xp is None else xp.ptr, p.b, w_ptr, p.conv_desc, p.algo, ws_ptr, p.ws, be,
          p.c, y_ptr)
     return y
@@ -255,13 +204,13 @@ def convolution_backward_data(handle, conv: Convolution, w, dy, dx=None, *, x_sh
         return _graph().convolution("backward_data", handle, conv, dy, w, dx, engine=engine, algo=algo,
                                     deterministic=deterministic, workspace_limit=workspace_limit, alpha=alpha,
                                     beta=beta, shape=x_shape)
-    ws, w_ptr = _arg(w, "w")
-    dys, dy_ptr = _arg(dy, "dy")
+    ws, w_ptr = array_signature(w, "w")
+    dys, dy_ptr = array_signature(dy, "dy")
     if dx is not None:
-        xs, dx_ptr = _arg(dx, "dx")
+        xs, dx_ptr = array_signature(dx, "dx")
     else:
         xs = _shape_sig(x_shape if x_shape is not None else conv.input_shape(ws[0], dys[0]), ws, "x_shape")
-    key = ("backward_data", conv, xs, ws, dys, dx is None, algo, deterministic, workspace_limit, handle.device)
+    key = ("backward_data", conv, xs, ws, dys, dx is None, algo, deterministic, workspace_limit)
     p, ws_ptr = _ready(handle, key, "backward_data", conv, (xs, ws, dys), algo, deterministic, workspace_limit,
                        (w_ptr, dy_ptr))
     g = p.g
@@ -270,13 +219,12 @@ def convolution_backward_data(handle, conv: Convolution, w, dy, dx=None, *, x_sh
         dx_ptr = dx.ptr
     if g.asym:  # gradient of the padded x, then its interior blended into dx
         dxp = empty((g.xp_size,), g.np_dtype, stream=handle.stream, device=handle.device)
-        one, zero, _, _ = _scalars(p.double, 1.0, 0.0)
-        p.fn(handle.ptr, one, p.a, w_ptr, p.b, dy_ptr, p.conv_desc, p.algo, ws_ptr, p.ws, zero, p.c, dxp.ptr)
-        al, be, _, _ = _scalars(g.dtype == capi.CUDNN_DATA_DOUBLE, alpha, beta)
+        p.fn(handle.ptr, p.one, p.a, w_ptr, p.b, dy_ptr, p.conv_desc, p.algo, ws_ptr, p.ws, p.zero, p.c, dxp.ptr)
+        al, be = scalars(g.dtype, alpha, beta)
         capi.cudnnTransformTensor(handle.ptr, al, g.interior_desc.ptr, dxp.ptr + g.interior_offset, be,
                                   g.x_orig_desc.ptr, dx_ptr)
         return dx
-    al, be, _, _ = _scalars(p.double, alpha, beta)
+    al, be = _scaling(p, alpha, beta)
     p.fn(handle.ptr, al, p.a, w_ptr, p.b, dy_ptr, p.conv_desc, p.algo, ws_ptr, p.ws, be, p.c, dx_ptr)
     return dx
 
@@ -294,22 +242,22 @@ def convolution_backward_filter(handle, conv: Convolution, x, dy, dw=None, *, w_
         return _graph().convolution("backward_filter", handle, conv, dy, x, dw, engine=engine, algo=algo,
                                     deterministic=deterministic, workspace_limit=workspace_limit, alpha=alpha,
                                     beta=beta, shape=w_shape)
-    xs, x_ptr = _arg(x, "x")
-    dys, dy_ptr = _arg(dy, "dy")
+    xs, x_ptr = array_signature(x, "x")
+    dys, dy_ptr = array_signature(dy, "dy")
     if dw is not None:
-        ws, dw_ptr = _arg(dw, "dw")
+        ws, dw_ptr = array_signature(dw, "dw")
     elif w_shape is None:
         raise InvalidValueError("convolution_backward_filter needs dw (an output array) or w_shape")
     else:
         ws = _shape_sig(w_shape, xs, "w_shape")
-    key = ("backward_filter", conv, xs, ws, dys, dw is None, algo, deterministic, workspace_limit, handle.device)
+    key = ("backward_filter", conv, xs, ws, dys, dw is None, algo, deterministic, workspace_limit)
     p, ws_ptr = _ready(handle, key, "backward_filter", conv, (xs, ws, dys), algo, deterministic, workspace_limit,
                        (x_ptr, dy_ptr))
     if dw is None:
         dw = empty(ws[0], ws[2], stream=handle.stream, device=handle.device)
         dw_ptr = dw.ptr
     xp = _pad_input(handle, p.g, x_ptr) if p.g.asym else None
-    al, be, _, _ = _scalars(p.double, alpha, beta)
+    al, be = _scaling(p, alpha, beta)
     p.fn(handle.ptr, al, p.a, x_ptr if xp is None else xp.ptr, p.b, dy_ptr, p.conv_desc, p.algo, ws_ptr, p.ws, be,
          p.c, dw_ptr)
     return dw
@@ -321,23 +269,24 @@ def convolution_backward_bias(handle, dy, db=None, *, alpha: float = 1.0, beta: 
 
     db (allocated if not given) has shape ``(1, K, 1, ...)`` (``(1, ..., 1, K)`` for ``layout="NHWC"``).
     """
-    dys, dy_ptr = _arg(dy, "dy")
-    dbs, db_ptr = (None, 0) if db is None else _arg(db, "db")
-    key = ("backward_bias", dys, dbs, layout, handle.device)
-    got = _PLANS.get(key)
+    dys, dy_ptr = array_signature(dy, "dy")
+    dbs, db_ptr = (None, 0) if db is None else array_signature(db, "db")
+    key = ("backward_bias", dys, dbs, layout)
+    plans = handle_cache(handle, PLANS)
+    got = plans.get(key)
     if got is None:
-        got = _remember(key, _bias_plan(handle, dys, dbs, layout, "db"))
-    dy_desc, db_desc, db_shape, double, _ = got
+        got = plans[key] = _bias_plan(handle, dys, dbs, layout, "db")
+    dy_desc, db_desc, db_shape, _ = got
     if db is None:
         db = empty(db_shape, dys[2], stream=handle.stream, device=handle.device)
         db_ptr = db.ptr
-    al, be, _, _ = _scalars(double, alpha, beta)
+    al, be = scalars(dys[2], alpha, beta)
     capi.cudnnConvolutionBackwardBias(handle.ptr, al, dy_desc, dy_ptr, be, db_desc, db_ptr)
     return db
 
 
 def _bias_plan(handle, ysig, bsig, layout, name):
-    """(y descriptor, bias descriptor, allocated bias shape, double?, objects) for a bias of y's channels."""
+    """(y descriptor, bias descriptor, allocated bias shape, objects) for a bias of y's channels."""
     if layout not in ("NCHW", "NHWC"):
         raise InvalidValueError(f"layout {layout!r}: expected 'NCHW' or 'NHWC'")
     shape, strides, dtype, device = ysig
@@ -360,7 +309,7 @@ def _bias_plan(handle, ysig, bsig, layout, name):
     y_desc = _d.tensor_descriptor(tuple(ys), dt, tuple(yst))
     b_desc = _d.tensor_descriptor(bshape, dt if bsig is None else cudnn_dtype(bsig[2]), packed_strides(bshape, False))
     allocated = physical((1, k) + (1,) * (len(shape) - 2), layout)
-    return y_desc.ptr, b_desc.ptr, allocated, dt == capi.CUDNN_DATA_DOUBLE, (y_desc, b_desc)
+    return y_desc.ptr, b_desc.ptr, allocated, (y_desc, b_desc)
 
 
 _ACTIVATIONS = {"relu": capi.CUDNN_ACTIVATION_RELU, "identity": capi.CUDNN_ACTIVATION_IDENTITY}
@@ -391,30 +340,31 @@ def convolution_bias_activation_forward(handle, conv: Convolution, x, w, bias, *
             raise InvalidValueError("cuDNN runs the identity activation only with IMPLICIT_PRECOMP_GEMM")
     if z is None and alpha2 != 0.0:
         raise InvalidValueError("alpha2 scales z; pass z (it may be y itself) or leave alpha2 at 0")
-    xs, x_ptr = _arg(x, "x")
-    ws, w_ptr = _arg(w, "w")
-    bs, b_ptr = _arg(bias, "bias")
-    ys, y_ptr = (None, 0) if y is None else _arg(y, "y")
-    key = ("forward", conv, xs, ws, ys, algo, deterministic, workspace_limit, handle.device)
+    xs, x_ptr = array_signature(x, "x")
+    ws, w_ptr = array_signature(w, "w")
+    bs, b_ptr = array_signature(bias, "bias")
+    ys, y_ptr = (None, 0) if y is None else array_signature(y, "y")
+    key = ("forward", conv, xs, ws, ys, algo, deterministic, workspace_limit)
     p, ws_ptr = _ready(handle, key, "forward", conv, (xs, ws, ys), algo, deterministic, workspace_limit,
                        (x_ptr, w_ptr))
     if y is None:
         y = empty(p.g.out_shape, p.g.np_y_dtype, stream=handle.stream, device=handle.device)
-        ys, y_ptr = _arg(y, "y")
-    bkey = ("bias", ys, bs, conv.layout, handle.device)
-    bplan = _PLANS.get(bkey)
+        ys, y_ptr = array_signature(y, "y")
+    bkey = ("bias", ys, bs, conv.layout)
+    plans = handle_cache(handle, PLANS)
+    bplan = plans.get(bkey)
     if bplan is None:
-        bplan = _remember(bkey, _bias_plan(handle, ys, bs, conv.layout, "bias"))
+        bplan = plans[bkey] = _bias_plan(handle, ys, bs, conv.layout, "bias")
     if z is None:  # z aliases y: clear y so that no stale value (or NaN) can leak in through z
         # cuDNN reads the value as y's data type; a double 0.0 is all zero bytes, so it reads 0 in any type
-        capi.cudnnSetTensor(handle.ptr, p.c, y_ptr, _scalars(True, 0.0, 0.0)[0])
+        capi.cudnnSetTensor(handle.ptr, p.c, y_ptr, scalars(np.float64, 0.0)[0])
         z_ptr = y_ptr
     else:
-        zs, z_ptr = _arg(z, "z")
+        zs, z_ptr = array_signature(z, "z")
         if zs != ys:
             raise InvalidValueError(f"z must look like y (shape, strides, dtype, device {ys}), got {zs}")
     xp = _pad_input(handle, p.g, x_ptr) if p.g.asym else None
-    a1, a2, _, _ = _scalars(p.double, alpha1, alpha2)
+    a1, a2 = scalars(p.scaling, alpha1, alpha2)
     act_desc = _d.activation_descriptor(act, 0.0)  # held here: the shared cache may drop it during the call
     capi.cudnnConvolutionBiasActivationForward(
         handle.ptr, a1, p.a, x_ptr if xp is None else xp.ptr, p.b, w_ptr, p.conv_desc, p.algo, ws_ptr, p.ws, a2,
@@ -429,7 +379,7 @@ def _query_geometry(handle, conv, x, w, y, direction) -> Geometry:
     def sig(obj, name, like):
         if isinstance(obj, (tuple, list)):
             return _shape_sig(obj, like, name)
-        return _sig(as_array(obj, name))
+        return array_signature(obj, name)[0]
     if direction == "backward_data":
         ws = sig(w, "w", None)
         ys = sig(y, "dy", ws)
@@ -465,7 +415,7 @@ def convolution_algorithms(handle, conv: Convolution, x, w, y=None, *, direction
             if obj is None or isinstance(obj, (tuple, list)):
                 raise InvalidValueError(f"method='find_ex' runs on device data: the {direction} {name} must be an "
                                         f"array")
-        ptrs = tuple(as_array(o, "input").ptr for o in ins)
+        ptrs = tuple(array_signature(o, "input")[1] for o in ins)
         return _measure(handle, g, direction, _limit(handle, workspace_limit), ptrs)
     raise InvalidValueError(f"method {method!r}: expected 'heuristic', 'find' or 'find_ex'")
 

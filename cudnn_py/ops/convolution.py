@@ -86,6 +86,7 @@ class Convolution:
 
     __slots__ = ("padding", "stride", "dilation", "groups", "mode", "math_type", "compute_type", "layout", "_key",
                  "_hash", "_per_nd")
+    padding: int | tuple  # an int, or per dimension an int or a (low, high) pair
 
     def __init__(self, padding=0, stride=1, dilation=1, groups: int = 1, *, mode: str = "cross_correlation",
                  math_type: Any = "auto", compute_type=None, layout: str = "NCHW"):
@@ -173,7 +174,7 @@ def _perm(ndim: int, layout: str):
     return None if layout == "NCHW" else (0, ndim - 1) + tuple(range(1, ndim - 1))
 
 
-def logical(shape, strides, layout: str) -> tuple[tuple, tuple | None]:
+def logical(shape, strides, layout: str) -> tuple[tuple, Any]:
     """(shape, strides) of an array given in ``layout`` in logical ``N, C, *spatial`` order (strides may be None)."""
     p = _perm(len(shape), layout)
     if p is None:
