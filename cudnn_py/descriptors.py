@@ -31,7 +31,7 @@ from enum import IntEnum
 import numpy as np
 
 from cudnn_py import caches, capi
-from cudnn_py._deprecation import alias
+from cudnn_py._deprecation import alias, renamed_kwargs
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
 from cudnn_py.memory import DeviceArray, _c_strides, as_array
@@ -224,7 +224,10 @@ def _legacy_dtype(dtype, what: str) -> capi.cudnnDataType_t:
     """The ``cudnnDataType_t`` of ``dtype``, refused with a reason where the legacy descriptors do not take it."""
     if dtype is None:
         raise InvalidTypeError(f"{what} dtype must be given (None is not a dtype)")
-    dt = cudnn_dtype(dtype)
+    try:
+        dt = cudnn_dtype(dtype)
+    except InvalidTypeError as e:
+        raise InvalidTypeError(f"{what}: {e}") from None
     if int(dt) not in LEGACY_DTYPES:
         raise InvalidTypeError(f"{what} dtype {dt.name} is not available to cuDNN's legacy (descriptor) API, which "
                                f"takes "
@@ -677,20 +680,17 @@ class _LRNDescriptor(_Descriptor):
 
 # --- op-tensor, reduce-tensor -------------------------------------------------------------------------
 
-class OpTensorDescriptor(_Descriptor):
-    """Element-wise op for ``cudnnOpTensor``: ``op`` "add", "mul", "min", "max", "sqrt", "not";
-    ``compute_type`` (float32 default; float64 for double data); ``nan_propagation`` (bool)."""
+class _OpTensorDescriptor(_Descriptor):
+    """A ``cudnnOpTensorDescriptor_t`` of settings :class:`OpTensor` validated; read back from cuDNN."""
 
     _handle_type = capi.cudnnOpTensorDescriptor_t
     _create_fn, _destroy_fn = "cudnnCreateOpTensorDescriptor", "cudnnDestroyOpTensorDescriptor"
     _shown = ("op", "compute_type", "nan_propagation")
+    _cache_name = "descriptors.op_tensor"
 
-    def __init__(self, op="add", compute_type=np.float32, *, nan_propagation=False):
-        op = _enum(capi.cudnnOpTensorOp_t, op, "CUDNN_OP_TENSOR_", "op")
-        ct = _legacy_dtype(compute_type, "compute_type")
-        nan = _c_nan(_nan(nan_propagation))
+    def __init__(self, op: capi.cudnnOpTensorOp_t, compute_dtype: capi.cudnnDataType_t, nan_propagation: bool):
         super().__init__()
-        capi.cudnnSetOpTensorDescriptor(self._ptr, op, ct, nan)
+        capi.cudnnSetOpTensorDescriptor(self._ptr, op, compute_dtype, _c_nan(nan_propagation))
 
     def _get(self):
         op, ct, nan = c_int(), c_int(), c_int()
@@ -703,6 +703,61 @@ class OpTensorDescriptor(_Descriptor):
     nan_propagation = _field(2, "The ``cudnnNanPropagation_t``.")
 
 
+class OpTensor:
+    """The element-wise operation of ``cudnnOpTensor``: validated once, hashable, with one shared
+    ``cudnnOpTensorDescriptor_t``.
+
+    ``op``: "add", "mul", "min", "max", "sqrt" or "not" (any case; or a ``cudnnOpTensorOp_t``). ``compute_dtype``: the
+    dtype it computes in (float32 by default; float64 for double data; names such as ``"fp32"`` too).
+    ``nan_propagation``: default False. ``compute_type=`` is the deprecated spelling of ``compute_dtype``. The
+    settings read back as properties.
+    """
+
+    __slots__ = ("_op", "_compute", "_nan", "_desc")
+
+    def __init__(self, op="add", compute_dtype=None, *, nan_propagation=False, **old):
+        if old:
+            compute_dtype = renamed_kwargs("OpTensor", old, {"compute_type": "compute_dtype"},
+                                           {"compute_dtype": compute_dtype})["compute_dtype"]
+        self._op = _enum(capi.cudnnOpTensorOp_t, op, "CUDNN_OP_TENSOR_", "op")
+        self._compute = _legacy_dtype(np.float32 if compute_dtype is None else compute_dtype, "compute_dtype")
+        self._nan = _nan(nan_propagation)
+        self._desc: _OpTensorDescriptor | None = None
+
+    @property
+    def op(self) -> capi.cudnnOpTensorOp_t:
+        return self._op
+
+    @property
+    def compute_dtype(self) -> capi.cudnnDataType_t:
+        return self._compute
+
+    @property
+    def nan_propagation(self) -> bool:
+        return self._nan
+
+    @property
+    def descriptor(self) -> capi.cudnnOpTensorDescriptor_t:
+        """The shared ``cudnnOpTensorDescriptor_t`` of these settings (made on first use)."""
+        d = self._desc
+        if d is None:
+            d = self._desc = _OpTensorDescriptor.shared(*self._key())
+        return d.ptr
+
+    def _key(self):
+        return (self._op, self._compute, self._nan)
+
+    def __eq__(self, other):
+        return isinstance(other, OpTensor) and self._key() == other._key()
+
+    def __hash__(self):
+        return hash(self._key())
+
+    def __repr__(self):
+        return (f"OpTensor({self._op.name.removeprefix('CUDNN_OP_TENSOR_').lower()!r}, "
+                f"compute_dtype={self._compute.name}, nan_propagation={self._nan})")
+
+
 _INDICES_ALIASES = {"none": "CUDNN_REDUCE_TENSOR_NO_INDICES", "no_indices": "CUDNN_REDUCE_TENSOR_NO_INDICES",
                     "flattened": "CUDNN_REDUCE_TENSOR_FLATTENED_INDICES",
                     "flattened_indices": "CUDNN_REDUCE_TENSOR_FLATTENED_INDICES"}
@@ -712,26 +767,19 @@ _INDICES_TYPE_ALIASES = {"uint8": "CUDNN_8BIT_INDICES", "uint16": "CUDNN_16BIT_I
                          "32bit": "CUDNN_32BIT_INDICES", "64bit": "CUDNN_64BIT_INDICES"}
 
 
-class ReduceTensorDescriptor(_Descriptor):
-    """Reduction for ``cudnnReduceTensor``: ``op`` "add", "mul", "min", "max", "amax", "avg", "norm1",
-    "norm2", "mul_no_zeros"; ``compute_type``; ``nan_propagation``; ``indices`` ("none" or "flattened";
-    only min/max/amax return indices) and ``indices_type`` ("uint32" default, "uint8", "uint16", "uint64")."""
+class _ReduceTensorDescriptor(_Descriptor):
+    """A ``cudnnReduceTensorDescriptor_t`` of settings :class:`ReduceTensor` validated; read back from cuDNN."""
 
     _handle_type = capi.cudnnReduceTensorDescriptor_t
     _create_fn, _destroy_fn = "cudnnCreateReduceTensorDescriptor", "cudnnDestroyReduceTensorDescriptor"
     _shown = ("op", "compute_type", "nan_propagation", "indices", "indices_type")
+    _cache_name = "descriptors.reduce_tensor"
 
-    def __init__(self, op="add", compute_type=np.float32, *, nan_propagation=False, indices="none",
-                 indices_type="uint32"):
-        op = _enum(capi.cudnnReduceTensorOp_t, op, "CUDNN_REDUCE_TENSOR_", "op")
-        ct = _legacy_dtype(compute_type, "compute_type")
-        nan = _c_nan(_nan(nan_propagation))
-        if isinstance(indices, bool):
-            indices = "flattened" if indices else "none"
-        ind = _enum(capi.cudnnReduceTensorIndices_t, indices, "CUDNN_REDUCE_TENSOR_", "indices", _INDICES_ALIASES)
-        it = _enum(capi.cudnnIndicesType_t, indices_type, "CUDNN_", "indices_type", _INDICES_TYPE_ALIASES)
+    def __init__(self, op: capi.cudnnReduceTensorOp_t, compute_dtype: capi.cudnnDataType_t, nan_propagation: bool,
+                 indices: capi.cudnnReduceTensorIndices_t, indices_type: capi.cudnnIndicesType_t):
         super().__init__()
-        capi.cudnnSetReduceTensorDescriptor(self._ptr, op, ct, nan, ind, it)
+        capi.cudnnSetReduceTensorDescriptor(self._ptr, op, compute_dtype, _c_nan(nan_propagation), indices,
+                                            indices_type)
 
     def _get(self):
         op, ct, nan, ind, it = c_int(), c_int(), c_int(), c_int(), c_int()
@@ -745,6 +793,78 @@ class ReduceTensorDescriptor(_Descriptor):
     nan_propagation = _field(2, "The ``cudnnNanPropagation_t``.")
     indices = _field(3, "The ``cudnnReduceTensorIndices_t``.")
     indices_type = _field(4, "The ``cudnnIndicesType_t``.")
+
+
+class ReduceTensor:
+    """The reduction of ``cudnnReduceTensor``: validated once, hashable, with one shared
+    ``cudnnReduceTensorDescriptor_t``.
+
+    ``op``: "add", "mul", "min", "max", "amax", "avg", "norm1", "norm2" or "mul_no_zeros" (any case; or a
+    ``cudnnReduceTensorOp_t``). ``compute_dtype``: float32 by default. ``nan_propagation``: default False.
+    ``indices``: "none" (default) or "flattened" (only min, max and amax return indices; True/False too);
+    ``indices_type``: "uint32" (default), "uint8", "uint16" or "uint64". ``compute_type=`` is the deprecated
+    spelling of ``compute_dtype``. The settings read back as properties.
+    """
+
+    __slots__ = ("_op", "_compute", "_nan", "_indices", "_indices_type", "_desc")
+
+    def __init__(self, op="add", compute_dtype=None, *, nan_propagation=False, indices="none",
+                 indices_type="uint32", **old):
+        if old:
+            compute_dtype = renamed_kwargs("ReduceTensor", old, {"compute_type": "compute_dtype"},
+                                           {"compute_dtype": compute_dtype})["compute_dtype"]
+        self._op = _enum(capi.cudnnReduceTensorOp_t, op, "CUDNN_REDUCE_TENSOR_", "op")
+        self._compute = _legacy_dtype(np.float32 if compute_dtype is None else compute_dtype, "compute_dtype")
+        self._nan = _nan(nan_propagation)
+        if isinstance(indices, (bool, np.bool_)):
+            indices = "flattened" if indices else "none"
+        self._indices = _enum(capi.cudnnReduceTensorIndices_t, indices, "CUDNN_REDUCE_TENSOR_", "indices",
+                              _INDICES_ALIASES)
+        self._indices_type = _enum(capi.cudnnIndicesType_t, indices_type, "CUDNN_", "indices_type",
+                                   _INDICES_TYPE_ALIASES)
+        self._desc: _ReduceTensorDescriptor | None = None
+
+    @property
+    def op(self) -> capi.cudnnReduceTensorOp_t:
+        return self._op
+
+    @property
+    def compute_dtype(self) -> capi.cudnnDataType_t:
+        return self._compute
+
+    @property
+    def nan_propagation(self) -> bool:
+        return self._nan
+
+    @property
+    def indices(self) -> capi.cudnnReduceTensorIndices_t:
+        return self._indices
+
+    @property
+    def indices_type(self) -> capi.cudnnIndicesType_t:
+        return self._indices_type
+
+    @property
+    def descriptor(self) -> capi.cudnnReduceTensorDescriptor_t:
+        """The shared ``cudnnReduceTensorDescriptor_t`` of these settings (made on first use)."""
+        d = self._desc
+        if d is None:
+            d = self._desc = _ReduceTensorDescriptor.shared(*self._key())
+        return d.ptr
+
+    def _key(self):
+        return (self._op, self._compute, self._nan, self._indices, self._indices_type)
+
+    def __eq__(self, other):
+        return isinstance(other, ReduceTensor) and self._key() == other._key()
+
+    def __hash__(self):
+        return hash(self._key())
+
+    def __repr__(self):
+        return (f"ReduceTensor({self._op.name.removeprefix('CUDNN_REDUCE_TENSOR_').lower()!r}, "
+                f"compute_dtype={self._compute.name}, nan_propagation={self._nan}, indices={self._indices.name}, "
+                f"indices_type={self._indices_type.name})")
 
 
 # --- cached factories ---------------------------------------------------------------------------------
@@ -861,26 +981,6 @@ def activation_descriptor(mode="relu", coef=0.0, *, nan_propagation=False, swish
                                                             swish_beta=swish_beta))
 
 
-_OPS = _cache()
-
-
-def op_tensor_descriptor(op="add", compute_type=np.float32, *, nan_propagation=False) -> OpTensorDescriptor:
-    """A shared :class:`OpTensorDescriptor`."""
-    key = _key(op, compute_type, nan_propagation)
-    return _shared(_OPS, key, lambda: OpTensorDescriptor(op, compute_type, nan_propagation=nan_propagation))
-
-
-_REDUCES = _cache()
-
-
-def reduce_tensor_descriptor(op="add", compute_type=np.float32, *, nan_propagation=False, indices="none",
-                             indices_type="uint32") -> ReduceTensorDescriptor:
-    """A shared :class:`ReduceTensorDescriptor`."""
-    key = _key(op, compute_type, nan_propagation, indices, indices_type)
-    return _shared(_REDUCES, key, lambda: ReduceTensorDescriptor(
-        op, compute_type, nan_propagation=nan_propagation, indices=indices, indices_type=indices_type))
-
-
 # --- shape helpers ------------------------------------------------------------------------------------
 
 def convolution_output_shape(x_shape, w_shape, padding=0, stride=1, dilation=1, *, groups: int = 1,
@@ -958,3 +1058,31 @@ def _new_dropout(handle, dropout=0.5, seed=0):
 
 
 DropoutDescriptor = _deprecated("DropoutDescriptor", _new_dropout, "cudnn_py.Dropout")
+
+
+def _new_op_tensor(op="add", compute_type=np.float32, *, nan_propagation=False):
+    return _OpTensorDescriptor(*OpTensor(op, compute_type, nan_propagation=nan_propagation)._key())
+
+
+def _shared_op_tensor(op="add", compute_type=np.float32, *, nan_propagation=False):
+    return _OpTensorDescriptor.shared(*OpTensor(op, compute_type, nan_propagation=nan_propagation)._key())
+
+
+def _new_reduce_tensor(op="add", compute_type=np.float32, *, nan_propagation=False, indices="none",
+                       indices_type="uint32"):
+    return _ReduceTensorDescriptor(*ReduceTensor(op, compute_type, nan_propagation=nan_propagation, indices=indices,
+                                                 indices_type=indices_type)._key())
+
+
+def _shared_reduce_tensor(op="add", compute_type=np.float32, *, nan_propagation=False, indices="none",
+                          indices_type="uint32"):
+    return _ReduceTensorDescriptor.shared(*ReduceTensor(op, compute_type, nan_propagation=nan_propagation,
+                                                        indices=indices, indices_type=indices_type)._key())
+
+
+OpTensorDescriptor = _deprecated("OpTensorDescriptor", _new_op_tensor, "cudnn_py.descriptors.OpTensor")
+op_tensor_descriptor = _deprecated("op_tensor_descriptor", _shared_op_tensor, "cudnn_py.descriptors.OpTensor")
+ReduceTensorDescriptor = _deprecated("ReduceTensorDescriptor", _new_reduce_tensor,
+                                     "cudnn_py.descriptors.ReduceTensor")
+reduce_tensor_descriptor = _deprecated("reduce_tensor_descriptor", _shared_reduce_tensor,
+                                       "cudnn_py.descriptors.ReduceTensor")

@@ -241,25 +241,65 @@ def test_old_lrn_descriptor_warns_reads_back_and_bounds():
         D.LRNDescriptor(k=1e-9)
 
 
-def test_op_tensor_read_back():
-    d = D.OpTensorDescriptor("mul", np.float64, nan_propagation=True)
+def test_op_tensor_settings_read_back():
+    d = D.OpTensor("MUL", "fp64", nan_propagation=True)
     assert d.op is capi.cudnnOpTensorOp_t.CUDNN_OP_TENSOR_MUL
-    assert d.compute_type is capi.cudnnDataType_t.CUDNN_DATA_DOUBLE
-    assert d.nan_propagation is capi.cudnnNanPropagation_t.CUDNN_PROPAGATE_NAN
+    assert d.compute_dtype is capi.cudnnDataType_t.CUDNN_DATA_DOUBLE
+    assert d.nan_propagation is True
+    assert repr(d) == "OpTensor('mul', compute_dtype=CUDNN_DATA_DOUBLE, nan_propagation=True)"
+    e = D.OpTensor()
+    assert (e.op, e.compute_dtype, e.nan_propagation) == (capi.CUDNN_OP_TENSOR_ADD, capi.CUDNN_DATA_FLOAT, False)
+    assert D.OpTensor("add", np.float32) == e and hash(D.OpTensor("add", np.float32)) == hash(e)
+    assert e.descriptor.value == D.OpTensor().descriptor.value != d.descriptor.value  # shared by settings
+    got = (ctypes.c_int(), ctypes.c_int(), ctypes.c_int())
+    capi.cudnnGetOpTensorDescriptor(d.descriptor, *(ctypes.byref(v) for v in got))
+    assert [v.value for v in got] == [capi.CUDNN_OP_TENSOR_MUL, capi.CUDNN_DATA_DOUBLE, capi.CUDNN_PROPAGATE_NAN]
     with pytest.raises(ValueError, match="op must be one of"):
-        D.OpTensorDescriptor("sub")
+        D.OpTensor("sub")
+    with pytest.raises(TypeError, match="compute_dtype: dtype complex64"):
+        D.OpTensor("add", np.complex64)
+    with pytest.raises(AttributeError):
+        e.op = "mul"
 
 
-def test_reduce_tensor_read_back():
-    d = D.ReduceTensorDescriptor("amax", indices="flattened", indices_type="uint16")
+def test_reduce_tensor_settings_read_back():
+    d = D.ReduceTensor("amax", indices="flattened", indices_type="uint16")
     assert d.op is capi.cudnnReduceTensorOp_t.CUDNN_REDUCE_TENSOR_AMAX
     assert d.indices is capi.cudnnReduceTensorIndices_t.CUDNN_REDUCE_TENSOR_FLATTENED_INDICES
     assert d.indices_type is capi.cudnnIndicesType_t.CUDNN_16BIT_INDICES
-    assert d.compute_type is capi.cudnnDataType_t.CUDNN_DATA_FLOAT
-    e = D.ReduceTensorDescriptor("norm2", np.float64)
+    assert d.compute_dtype is capi.cudnnDataType_t.CUDNN_DATA_FLOAT and d.nan_propagation is False
+    assert "ReduceTensor('amax'" in repr(d) and "indices_type=CUDNN_16BIT_INDICES" in repr(d)
+    e = D.ReduceTensor("norm2", np.float64, indices=False)
     assert e.indices is capi.cudnnReduceTensorIndices_t.CUDNN_REDUCE_TENSOR_NO_INDICES
+    assert D.ReduceTensor("norm2", "float64").descriptor.value == e.descriptor.value != d.descriptor.value
     with pytest.raises(ValueError, match="indices_type must be one of"):
-        D.ReduceTensorDescriptor(indices_type="int32")
+        D.ReduceTensor(indices_type="int32")
+    with pytest.raises(TypeError, match="op must be"):
+        D.ReduceTensor(op=2.5)
+
+
+def test_compute_type_is_the_old_spelling_of_compute_dtype():
+    with pytest.warns(DeprecationWarning, match="compute_type= is deprecated, use compute_dtype="):
+        assert D.OpTensor("add", compute_type=np.float64).compute_dtype is capi.CUDNN_DATA_DOUBLE
+    with pytest.warns(DeprecationWarning, match="compute_type= is deprecated, use compute_dtype="):
+        assert D.ReduceTensor("add", compute_type="fp64").compute_dtype is capi.CUDNN_DATA_DOUBLE
+    with pytest.raises(TypeError, match="both compute_dtype= and its old spelling compute_type="):
+        D.OpTensor("add", np.float32, compute_type=np.float64)
+
+
+def test_old_op_and_reduce_tensor_descriptors_warn_and_read_back():
+    d = old("OpTensorDescriptor", "mul", np.float64, nan_propagation=True)
+    assert d.op is capi.cudnnOpTensorOp_t.CUDNN_OP_TENSOR_MUL
+    assert d.compute_type is capi.cudnnDataType_t.CUDNN_DATA_DOUBLE
+    assert d.nan_propagation is capi.cudnnNanPropagation_t.CUDNN_PROPAGATE_NAN
+    with pytest.raises(ValueError, match="op must be one of"), pytest.warns(DeprecationWarning):
+        D.OpTensorDescriptor("sub")
+    r = old("ReduceTensorDescriptor", "amax", indices="flattened", indices_type="uint16")
+    assert r.indices is capi.cudnnReduceTensorIndices_t.CUDNN_REDUCE_TENSOR_FLATTENED_INDICES
+    assert r.indices_type is capi.cudnnIndicesType_t.CUDNN_16BIT_INDICES
+    assert r.compute_type is capi.cudnnDataType_t.CUDNN_DATA_FLOAT
+    assert old("op_tensor_descriptor", "mul").ptr.value == D.OpTensor("mul").descriptor.value
+    assert old("reduce_tensor_descriptor", "max").ptr.value == D.ReduceTensor("max").descriptor.value
 
 
 def test_dropout_needs_an_open_handle():
@@ -278,7 +318,9 @@ def test_dropout_needs_an_open_handle():
 ALL = [
     lambda: D.TensorDescriptor((2, 3)), lambda: D.FilterDescriptor((2, 3, 3)), lambda: D.ConvolutionDescriptor(),
     lambda: D._PoolingDescriptor(capi.CUDNN_POOLING_MAX, False, (2, 2), (0, 0), (2, 2)), lambda: D.ActivationDescriptor(), lambda: D._LRNDescriptor(5, 1e-4, 0.75, 2.0),
-    lambda: D.OpTensorDescriptor(), lambda: D.ReduceTensorDescriptor(),
+    lambda: D._OpTensorDescriptor(capi.CUDNN_OP_TENSOR_ADD, capi.CUDNN_DATA_FLOAT, False),
+    lambda: D._ReduceTensorDescriptor(capi.CUDNN_REDUCE_TENSOR_ADD, capi.CUDNN_DATA_FLOAT, False,
+                                      capi.CUDNN_REDUCE_TENSOR_NO_INDICES, capi.CUDNN_32BIT_INDICES),
 ]
 
 
@@ -355,8 +397,8 @@ def test_cached_factories_share_and_ignore_close():
     assert old("pooling_descriptor", "max", 2) is old("pooling_descriptor", "max", 2)
     assert D.activation_descriptor("relu") is D.activation_descriptor("relu")
     assert old("lrn_descriptor") is old("lrn_descriptor")
-    assert D.op_tensor_descriptor("add") is D.op_tensor_descriptor("add")
-    assert D.reduce_tensor_descriptor("max") is D.reduce_tensor_descriptor("max")
+    assert old("op_tensor_descriptor", "add") is old("op_tensor_descriptor", "add")
+    assert old("reduce_tensor_descriptor", "max") is old("reduce_tensor_descriptor", "max")
 
 
 def test_tensor_descriptor_for_array():
