@@ -618,24 +618,19 @@ class _PoolingDescriptor(_Descriptor):
 
 
 
-class ActivationDescriptor(_Descriptor):
-    """``mode``: "relu", "sigmoid", "tanh", "clipped_relu", "elu", "identity", "swish"; ``coef``: the
-    clipping threshold (clipped_relu) or alpha (elu); ``swish_beta`` for swish; ``nan_propagation``."""
+class _ActivationDescriptor(_Descriptor):
+    """A ``cudnnActivationDescriptor_t`` of settings :class:`cudnn_py.Activation` validated: ``mode``,
+    ``nan_propagation`` (bool), ``coef`` and ``swish_beta``; read back from cuDNN."""
 
     _handle_type = capi.cudnnActivationDescriptor_t
     _create_fn, _destroy_fn = "cudnnCreateActivationDescriptor", "cudnnDestroyActivationDescriptor"
     _shown = ("mode", "coef", "nan_propagation")
+    _cache_name = "descriptors.activation"
 
-    def __init__(self, mode="relu", coef: float = 0.0, *, nan_propagation=False, swish_beta: float | None = None):
-        mode = _enum(capi.cudnnActivationMode_t, mode, "CUDNN_ACTIVATION_", "mode")
-        nan = _c_nan(_nan(nan_propagation))
-        coef = _float(coef, "coef")
-        if swish_beta is not None:
-            swish_beta = _float(swish_beta, "swish_beta")
+    def __init__(self, mode: capi.cudnnActivationMode_t, nan_propagation: bool, coef: float, swish_beta: float):
         super().__init__()
-        capi.cudnnSetActivationDescriptor(self._ptr, mode, nan, coef)
-        if swish_beta is not None:
-            capi.cudnnSetActivationDescriptorSwishBeta(self._ptr, swish_beta)
+        capi.cudnnSetActivationDescriptor(self._ptr, mode, _c_nan(nan_propagation), coef)
+        capi.cudnnSetActivationDescriptorSwishBeta(self._ptr, swish_beta)
 
     def _get(self):
         mode, nan, coef = c_int(), c_int(), c_double()
@@ -971,16 +966,6 @@ def convolution_descriptor(padding=0, stride=1, dilation=1, *, ndim=None, mode="
         math_type=math_type, reorder=reorder))
 
 
-_ACTS = _cache()
-
-
-def activation_descriptor(mode="relu", coef=0.0, *, nan_propagation=False, swish_beta=None) -> ActivationDescriptor:
-    """A shared :class:`ActivationDescriptor`."""
-    key = _key(mode, coef, nan_propagation, swish_beta)
-    return _shared(_ACTS, key, lambda: ActivationDescriptor(mode, coef, nan_propagation=nan_propagation,
-                                                            swish_beta=swish_beta))
-
-
 # --- shape helpers ------------------------------------------------------------------------------------
 
 def convolution_output_shape(x_shape, w_shape, padding=0, stride=1, dilation=1, *, groups: int = 1,
@@ -1031,6 +1016,25 @@ def _shared_pooling(mode="max", window=2, padding=0, stride=None, *, ndim=None, 
 
 PoolingDescriptor = _deprecated("PoolingDescriptor", _new_pooling, "cudnn_py.Pooling")
 pooling_descriptor = _deprecated("pooling_descriptor", _shared_pooling, "cudnn_py.Pooling")
+
+
+def _activation_settings(mode, coef, nan_propagation, swish_beta) -> tuple:
+    """(mode, nan_propagation, coef, swish_beta) validated by :class:`cudnn_py.Activation`."""
+    from cudnn_py.ops.activation import Activation
+    act = Activation(mode, coef, 1.0 if swish_beta is None else swish_beta, nan_propagation=nan_propagation)
+    return act.mode, act.nan_propagation, act.coef, act.swish_beta
+
+
+def _new_activation(mode="relu", coef=0.0, *, nan_propagation=False, swish_beta=None):
+    return _ActivationDescriptor(*_activation_settings(mode, coef, nan_propagation, swish_beta))
+
+
+def _shared_activation(mode="relu", coef=0.0, *, nan_propagation=False, swish_beta=None):
+    return _ActivationDescriptor.shared(*_activation_settings(mode, coef, nan_propagation, swish_beta))
+
+
+ActivationDescriptor = _deprecated("ActivationDescriptor", _new_activation, "cudnn_py.Activation")
+activation_descriptor = _deprecated("activation_descriptor", _shared_activation, "cudnn_py.Activation")
 
 
 def _lrn_settings(n, alpha, beta, k) -> tuple:

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from cudnn_py import capi
-from cudnn_py.descriptors import ActivationDescriptor
+from cudnn_py import descriptors
+from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.ops.activation import ACTIVATION_MODES, Activation, activation_backward, activation_forward
 from reference import activation as ref
 from reference.tensor_ops import assert_close
@@ -15,6 +16,12 @@ from helpers import NoCallHandle, fake
 
 PARAMS = {"sigmoid": {}, "relu": {}, "tanh": {}, "clipped_relu": {"coef": 0.8}, "elu": {"coef": 0.7},
           "identity": {}, "swish": {"swish_beta": 1.7}}
+
+
+def ActivationDescriptor(*args, **kw):
+    """The deprecated cudnn_py.descriptors.ActivationDescriptor: it warns, then makes its own descriptor as before."""
+    with pytest.warns(DeprecationWarning, match="ActivationDescriptor is deprecated, use cudnn_py.Activation"):
+        return descriptors.ActivationDescriptor(*args, **kw)
 
 
 def _ref_kw(mode):
@@ -46,6 +53,47 @@ def test_descriptor_round_trip(mode):
         capi.cudnnGetActivationDescriptorSwishBeta(act.descriptor, ctypes.byref(b))
         assert b.value == 1.7
     assert Activation(mode, **PARAMS[mode]) == act and hash(Activation(mode, **PARAMS[mode])) == hash(act)
+
+
+def test_settings_read_back_and_spellings():
+    a = Activation("Clipped_ReLU", 6, nan_propagation=True)
+    assert a.mode is capi.CUDNN_ACTIVATION_CLIPPED_RELU
+    assert (a.coef, a.swish_beta, a.nan_propagation) == (6.0, 1.0, True) and type(a.coef) is float
+    assert repr(a) == "Activation('clipped_relu', coef=6.0, swish_beta=1.0, nan_propagation=True)"
+    for spelling in ("relu", "RELU", "CUDNN_ACTIVATION_RELU", capi.CUDNN_ACTIVATION_RELU, int(capi.CUDNN_ACTIVATION_RELU)):
+        assert Activation(spelling) == Activation()
+    assert Activation().nan_propagation is False
+
+
+def test_equal_activations_share_one_c_descriptor():
+    assert Activation("elu", 0.5).descriptor.value == Activation("elu", 0.5).descriptor.value
+    assert Activation("elu", 0.5).descriptor.value != Activation("elu", 0.25).descriptor.value
+    assert Activation("swish", swish_beta=2.0).descriptor.value != Activation("swish").descriptor.value
+
+
+@pytest.mark.parametrize("kw,exc,words", [
+    (dict(mode="gelu"), InvalidValueError, "activation mode must be one of"),
+    (dict(mode=None), InvalidTypeError, "activation mode"),
+    (dict(coef="1"), InvalidTypeError, "coef"),
+    (dict(coef=float("nan")), InvalidValueError, "coef must be finite"),
+    (dict(swish_beta=None), InvalidTypeError, "swish_beta"),
+    (dict(nan_propagation="maybe"), InvalidValueError, "nan_propagation"),
+])
+def test_validation_names_the_parameter(kw, exc, words):
+    with pytest.raises(exc, match=words):
+        Activation(**kw)
+
+
+def test_old_names_warn_and_still_work():
+    d = ActivationDescriptor("clipped_relu", 6.0, nan_propagation=True)
+    assert d.mode is capi.CUDNN_ACTIVATION_CLIPPED_RELU and d.coef == 6.0
+    assert isinstance(d.ptr, capi.cudnnActivationDescriptor_t) and d.ptr.value
+    with pytest.warns(DeprecationWarning, match="activation_descriptor is deprecated"):
+        shared = descriptors.activation_descriptor("elu", 0.5)
+    assert shared.ptr.value == Activation("elu", 0.5).descriptor.value  # the one shared descriptor
+    # what the old class made is still taken by the calls (validation runs before C)
+    with pytest.raises(ValueError, match="y has shape"):
+        activation_forward(NoCallHandle(), d, fake((2, 3)), fake((2, 4)))
 
 
 @pytest.mark.parametrize("call,exc,words", [

@@ -221,14 +221,14 @@ def test_pooling_bad():
 
 # --- activation, LRN, op-tensor, reduce-tensor -----------------------------------------------------------
 
-def test_activation_read_back():
-    a = D.ActivationDescriptor("clipped_relu", 6.0, nan_propagation=True)
+def test_old_activation_descriptor_warns_and_reads_back():
+    a = old("ActivationDescriptor", "clipped_relu", 6.0, nan_propagation=True)
     assert a.mode is capi.cudnnActivationMode_t.CUDNN_ACTIVATION_CLIPPED_RELU
     assert a.coef == 6.0
     assert a.nan_propagation is capi.cudnnNanPropagation_t.CUDNN_PROPAGATE_NAN
-    s = D.ActivationDescriptor("swish", swish_beta=1.5)
+    s = old("ActivationDescriptor", "swish", swish_beta=1.5)
     assert s.swish_beta == 1.5
-    with pytest.raises(ValueError, match="mode must be one of"):
+    with pytest.raises(ValueError, match="mode must be one of"), pytest.warns(DeprecationWarning):
         D.ActivationDescriptor("gelu")
 
 
@@ -317,7 +317,7 @@ def test_dropout_needs_an_open_handle():
 
 ALL = [
     lambda: D.TensorDescriptor((2, 3)), lambda: D.FilterDescriptor((2, 3, 3)), lambda: D.ConvolutionDescriptor(),
-    lambda: D._PoolingDescriptor(capi.CUDNN_POOLING_MAX, False, (2, 2), (0, 0), (2, 2)), lambda: D.ActivationDescriptor(), lambda: D._LRNDescriptor(5, 1e-4, 0.75, 2.0),
+    lambda: D._PoolingDescriptor(capi.CUDNN_POOLING_MAX, False, (2, 2), (0, 0), (2, 2)), lambda: D._ActivationDescriptor(capi.CUDNN_ACTIVATION_RELU, False, 0.0, 1.0), lambda: D._LRNDescriptor(5, 1e-4, 0.75, 2.0),
     lambda: D._OpTensorDescriptor(capi.CUDNN_OP_TENSOR_ADD, capi.CUDNN_DATA_FLOAT, False),
     lambda: D._ReduceTensorDescriptor(capi.CUDNN_REDUCE_TENSOR_ADD, capi.CUDNN_DATA_FLOAT, False,
                                       capi.CUDNN_REDUCE_TENSOR_NO_INDICES, capi.CUDNN_32BIT_INDICES),
@@ -395,7 +395,7 @@ def test_cached_factories_share_and_ignore_close():
     assert D.convolution_descriptor(1, 2) is D.convolution_descriptor(1, 2)
     assert D.convolution_descriptor(1, 2) is not D.convolution_descriptor(1, 1)
     assert old("pooling_descriptor", "max", 2) is old("pooling_descriptor", "max", 2)
-    assert D.activation_descriptor("relu") is D.activation_descriptor("relu")
+    assert old("activation_descriptor", "relu") is old("activation_descriptor", "relu")
     assert old("lrn_descriptor") is old("lrn_descriptor")
     assert old("op_tensor_descriptor", "add") is old("op_tensor_descriptor", "add")
     assert old("reduce_tensor_descriptor", "max") is old("reduce_tensor_descriptor", "max")

@@ -24,14 +24,15 @@ Raw C path::
 """
 from __future__ import annotations
 
-from cudnn_py import capi
-from cudnn_py.descriptors import ActivationDescriptor, _bool, _float
+from cudnn_py import caches, capi
+from cudnn_py.descriptors import _ActivationDescriptor, _enum, _float, _nan
 from cudnn_py.graph import legacy as gl
-from cudnn_py.ops._common import check_array, desc, enum_arg, output, scalars
+from cudnn_py.ops._common import check_array, desc, output, scalars
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["Activation", "activation_forward", "activation_backward", "ACTIVATION_MODES"]
 
+#: the mode names :class:`Activation` takes (any case; also a ``cudnnActivationMode_t`` member, its value or full name)
 ACTIVATION_MODES = {
     "sigmoid": capi.CUDNN_ACTIVATION_SIGMOID, "relu": capi.CUDNN_ACTIVATION_RELU, "tanh": capi.CUDNN_ACTIVATION_TANH,
     "clipped_relu": capi.CUDNN_ACTIVATION_CLIPPED_RELU, "elu": capi.CUDNN_ACTIVATION_ELU,
@@ -40,34 +41,49 @@ ACTIVATION_MODES = {
 
 
 class Activation:
-    """What a ``cudnnActivationDescriptor_t`` holds; hashable, its descriptor made once and cached.
+    """Activation settings: validated once, hashable, with one shared ``cudnnActivationDescriptor_t``.
 
-    ``mode``: a key of :data:`ACTIVATION_MODES` or a ``cudnnActivationMode_t``. ``coef``: clipped ReLU's
-    ceiling (must be > 0 for it) or ELU's alpha. ``swish_beta``: swish's beta. ``nan_propagation``:
-    whether ReLU passes NaN through.
+    ``mode``: a key of :data:`ACTIVATION_MODES` (any case) or a ``cudnnActivationMode_t``. ``coef``: clipped ReLU's
+    ceiling (must be > 0 for it) or ELU's alpha. ``swish_beta``: swish's beta. ``nan_propagation``: whether ReLU
+    passes NaN through (default False). The settings read back as properties.
     """
 
-    __slots__ = ("mode", "coef", "swish_beta", "nan_propagation", "_desc")
+    __slots__ = ("_mode", "_coef", "_swish_beta", "_nan", "_desc")
 
     def __init__(self, mode="relu", coef: float = 0.0, swish_beta: float = 1.0, *, nan_propagation: bool = False):
-        self.mode = enum_arg(mode, ACTIVATION_MODES, capi.cudnnActivationMode_t, "activation mode")
-        self.coef, self.swish_beta = _float(coef, "coef"), _float(swish_beta, "swish_beta")
-        if self.mode == capi.CUDNN_ACTIVATION_CLIPPED_RELU and not self.coef > 0:
+        self._mode = _enum(capi.cudnnActivationMode_t, mode, "CUDNN_ACTIVATION_", "activation mode")
+        self._coef, self._swish_beta = _float(coef, "coef"), _float(swish_beta, "swish_beta")
+        if self._mode == capi.CUDNN_ACTIVATION_CLIPPED_RELU and not self._coef > 0:
             raise InvalidValueError(f"clipped_relu needs its ceiling coef > 0, got {coef!r}")
-        self.nan_propagation = _bool(nan_propagation, "nan_propagation")
-        self._desc = None
+        self._nan = _nan(nan_propagation)
+        self._desc: _ActivationDescriptor | None = None
+
+    @property
+    def mode(self) -> capi.cudnnActivationMode_t:
+        return self._mode
+
+    @property
+    def coef(self) -> float:
+        return self._coef
+
+    @property
+    def swish_beta(self) -> float:
+        return self._swish_beta
+
+    @property
+    def nan_propagation(self) -> bool:
+        return self._nan
 
     @property
     def descriptor(self) -> capi.cudnnActivationDescriptor_t:
-        """The ``cudnnActivationDescriptor_t`` (made on first use, destroyed with this object)."""
-        if self._desc is None:
-            swish = self.swish_beta if self.mode == capi.CUDNN_ACTIVATION_SWISH else None
-            self._desc = ActivationDescriptor(self.mode, self.coef, nan_propagation=self.nan_propagation,
-                                              swish_beta=swish)
-        return self._desc.ptr
+        """The shared ``cudnnActivationDescriptor_t`` of these settings (made on first use)."""
+        d = self._desc
+        if d is None:
+            d = self._desc = _ActivationDescriptor.shared(self._mode, self._nan, self._coef, self._swish_beta)
+        return d.ptr
 
     def _key(self):
-        return (int(self.mode), self.coef, self.swish_beta, self.nan_propagation)
+        return (int(self._mode), self._coef, self._swish_beta, self._nan)
 
     def __eq__(self, other):
         return isinstance(other, Activation) and self._key() == other._key()
@@ -76,28 +92,36 @@ class Activation:
         return hash(self._key())
 
     def __repr__(self):
-        name = self.mode.name.removeprefix("CUDNN_ACTIVATION_").lower()
-        return f"Activation({name!r}, coef={self.coef}, swish_beta={self.swish_beta})"
+        name = self._mode.name.removeprefix("CUDNN_ACTIVATION_").lower()
+        nan = ", nan_propagation=True" if self._nan else ""
+        return f"Activation({name!r}, coef={self._coef}, swish_beta={self._swish_beta}{nan})"
 
 
-_BY_MODE: dict = {}
+#: the Activation of each mode name or member passed instead of an Activation
+_BY_MODE = caches.shared("activation.by_mode")
 
 
-def _activation_desc(act) -> capi.cudnnActivationDescriptor_t | None:
-    """The descriptor handle for an Activation, a core ActivationDescriptor, a mode name or enum member;
-    None for identity, which cuDNN refuses in cudnnActivationForward/Backward (it is meant for the fused
-    convolution-bias-activation call) and which the calls here do as a plain scaled copy instead."""
+def _as_activation(act) -> Activation:
+    """An :class:`Activation` from itself, a mode name or ``cudnnActivationMode_t`` member (then coef 0, swish_beta 1),
+    or what the deprecated ActivationDescriptor made."""
+    if isinstance(act, Activation):
+        return act
     if isinstance(act, (str, capi.cudnnActivationMode_t)):
         got = _BY_MODE.get(act)
         if got is None:
-            got = _BY_MODE[act] = Activation(act)
-        act = got
-    if isinstance(act, Activation):
-        return None if act.mode == capi.CUDNN_ACTIVATION_IDENTITY else act.descriptor
-    if isinstance(act, ActivationDescriptor):
-        return None if act.mode == capi.CUDNN_ACTIVATION_IDENTITY else act.ptr
-    raise InvalidTypeError(f"activation must be an Activation, an ActivationDescriptor, a mode name or a "
-                    f"cudnnActivationMode_t, got {act!r}")
+            got = _BY_MODE.setdefault(act, Activation(act))
+        return got
+    if isinstance(act, _ActivationDescriptor):
+        return Activation(act.mode, act.coef, act.swish_beta, nan_propagation=act.nan_propagation)
+    raise InvalidTypeError(f"activation must be an Activation, a mode name or a cudnnActivationMode_t, got {act!r}")
+
+
+def _activation_desc(act) -> capi.cudnnActivationDescriptor_t | None:
+    """The descriptor handle of an activation (as :func:`_as_activation` takes it); None for identity, which cuDNN
+    refuses in cudnnActivationForward/Backward (it is meant for the fused convolution-bias-activation call) and which
+    the calls here do as a plain scaled copy instead."""
+    a = _as_activation(act)
+    return None if a.mode == capi.CUDNN_ACTIVATION_IDENTITY else a.descriptor
 
 
 #: legacy mode -> (graph forward mode, graph backward mode)
@@ -111,16 +135,8 @@ _GRAPH_MODES = {
 
 def _graph_activation(act) -> tuple[str, str, tuple]:
     """(forward mode, backward mode, pointwise settings) of an activation for the graph path."""
-    if isinstance(act, (str, capi.cudnnActivationMode_t)):
-        act = Activation(act)
-    if isinstance(act, Activation):
-        mode, coef, beta, nan = act.mode, act.coef, act.swish_beta, act.nan_propagation
-    elif isinstance(act, ActivationDescriptor):
-        mode, coef, nan = act.mode, act.coef, act.nan_propagation == capi.CUDNN_PROPAGATE_NAN
-        beta = act.swish_beta if mode == capi.CUDNN_ACTIVATION_SWISH else 1.0
-    else:
-        raise InvalidTypeError(f"activation must be an Activation, an ActivationDescriptor, a mode name or a "
-                        f"cudnnActivationMode_t, got {act!r}")
+    a = _as_activation(act)
+    mode, coef, beta, nan = a.mode, a.coef, a.swish_beta, a.nan_propagation
     if nan:
         raise gl.GraphPathRefused("engine='graph' has no NaN-propagation setting; use engine='legacy'")
     fwd, bwd = _GRAPH_MODES[mode]
@@ -156,8 +172,7 @@ def activation_forward(handle, activation, x, y=None, *, alpha: float = 1.0, bet
                        engine: str = "auto"):
     """``y = alpha * act(x) + beta * y`` (``cudnnActivationForward``); returns y (allocated if not given).
 
-    ``activation``: an :class:`Activation`, a :class:`cudnn_py.descriptors.ActivationDescriptor` or a
-    mode name (then coef 0, swish_beta 1).
+    ``activation``: an :class:`Activation`, or a mode name or ``cudnnActivationMode_t`` (then coef 0, swish_beta 1).
     ``y`` may be ``x`` itself (in place). ``engine``: "legacy", "graph" or "auto" (see the module doc).
     """
     engine = gl.engine_arg(engine)
