@@ -57,7 +57,8 @@ def test_seq_data_descriptor_round_trip():
     (dict(dtype=np.int32), TypeError, "float16, float32 or float64"),
     (dict(query_map="many"), ValueError, "query_map"),
     (dict(math_type="tf32"), ValueError, "math_type must be one of"),
-    (dict(attn_dropout=0.1), TypeError, "dropout descriptor"),
+    (dict(attn_dropout="0.1"), TypeError, "attn_dropout must be a dropout probability, a cudnn_py.Dropout or None"),
+    (dict(post_dropout=-0.1), ValueError, "post_dropout probability must be >= 0"),
 ])
 def test_attention_bad_arguments(kw, exc, match):
     with pytest.raises(exc, match=match):
@@ -77,7 +78,27 @@ def test_host_arrays_rejected_before_c():
     with pytest.raises(TypeError, match="MultiHeadAttention"):
         A.attention_forward(NoCallHandle(), object(), None, None, None, None)
     with pytest.raises(ValueError, match="training=True"):
-        A.attention_backward_data(NoCallHandle(), _attn(), A.AttentionForwardResult(out=None), None, None)
+        A.attention_backward_data(NoCallHandle(), _attn(), A.AttentionForwardResult(o=None), None, None)
+
+
+def test_results_are_named_tuples_and_out_is_the_deprecated_o():
+    fwd = A.AttentionForwardResult(1, 2)
+    o, reserve = fwd
+    assert (o, reserve) == (fwd.o, fwd.reserve) == (1, 2) and fwd._ctx is None
+    with pytest.warns(DeprecationWarning, match="AttentionForwardResult.out is deprecated, use .o"):
+        assert fwd.out == 1
+    dq, dk, dv = A.AttentionDataGrads(1, 2, 3)
+    assert (dq, dk, dv) == (1, 2, 3)
+    assert _attn(attn_dropout=0.0, post_dropout=None)._dropouts == (None, None)  # 0: no dropout, no GPU needed
+
+
+def test_out_is_the_deprecated_spelling_of_o():
+    a = _attn()
+    with pytest.warns(DeprecationWarning, match="out= is deprecated, use o="), \
+            pytest.raises(TypeError, match="host memory"):  # the same checks follow
+        A.attention_forward(NoCallHandle(), a, np.zeros((1, 2, 6), np.float32), None, None, None, out=None)
+    with pytest.raises(TypeError, match="both o= and its old spelling out="):
+        A.attention_forward(NoCallHandle(), a, None, None, None, None, o=fake((1, 2, 6)), out=fake((1, 2, 6)))
 
 
 def test_math_type_takes_enum_and_reads_back():
@@ -142,8 +163,8 @@ def _case(handle, rng, dtype=np.float64, biases=True, residual=False, window=Tru
     out.fill_(np.nan)
     fwd = A.attention_forward(handle, attn, qd, dev(k), dev(v), w, seq_lengths_q=lq, seq_lengths_kv=lk,
                               lo_win=lo if window else None, hi_win=hi if window else None,
-                              residuals=qd if residual else None, out=out, training=True)
-    assert fwd.out is out
+                              residuals=qd if residual else None, o=out, training=True)
+    assert fwd.o is out
     valid = (np.arange(Tq)[None, :] < lq[:, None])[..., None]
     rtol, atol = _tol(dtype, math_type)
 
@@ -201,25 +222,25 @@ def test_attention_output_bias_grad_includes_padded_rows(handle, rng):
 @pytest.mark.gpu
 def test_attention_inference_and_dropout(handle, rng):
     from cudnn_py import memory
-    from cudnn_py.descriptors import DropoutDescriptor
+    from cudnn_py.ops.dropout import Dropout
     attn, w, fwd = _case(handle, rng, np.float32, True, False, False)
     q, k, v = fwd._ctx["q"], fwd._ctx["k"], fwd._ctx["v"]
     lq, lk = [4, 2, 3], [5, 3, 4]
     inf = A.attention_forward(handle, attn, q, k, v, w, seq_lengths_q=lq, seq_lengths_kv=lk)
     assert inf.reserve is None
     valid = (np.arange(4)[None, :] < np.array(lq)[:, None])[..., None]
-    np.testing.assert_allclose(np.where(valid, inf.out.to_numpy(), 0), np.where(valid, fwd.out.to_numpy(), 0),
+    np.testing.assert_allclose(np.where(valid, inf.o.to_numpy(), 0), np.where(valid, fwd.o.to_numpy(), 0),
                                rtol=1e-3, atol=1e-3)
-    drop = DropoutDescriptor(handle, 0.5, seed=7)
+    drop = Dropout(handle, p=0.5, seed=7)
     dattn = A.MultiHeadAttention(2, 6, 5, 7, q_proj_size=3, k_proj_size=3, v_proj_size=4, max_seq_q=4,
                                  max_seq_kv=5, max_batch=3, biases=True, scale=0.6, attn_dropout=drop)
     wd = dattn.new_weights(handle)
     A.load_attention_weights(handle, dattn, wd, A.read_attention_weights(handle, attn, w))
     on = A.attention_forward(handle, dattn, q, k, v, wd, seq_lengths_q=lq, seq_lengths_kv=lk, training=True)
     off = A.attention_forward(handle, dattn, q, k, v, wd, seq_lengths_q=lq, seq_lengths_kv=lk)
-    on_, off_ = np.where(valid, on.out.to_numpy(), 0), np.where(valid, off.out.to_numpy(), 0)
+    on_, off_ = np.where(valid, on.o.to_numpy(), 0), np.where(valid, off.o.to_numpy(), 0)
     assert np.all(np.isfinite(on_))
-    np.testing.assert_allclose(off_, np.where(valid, fwd.out.to_numpy(), 0), rtol=1e-3, atol=1e-3)
+    np.testing.assert_allclose(off_, np.where(valid, fwd.o.to_numpy(), 0), rtol=1e-3, atol=1e-3)
     assert np.abs(on_ - off_).max() > 0.05, "attention dropout 0.5 in training changed nothing"
     dq, dk, dv = A.attention_backward_data(handle, dattn, on, memory.to_device(np.ones((3, 4, 6), np.float32)), wd)
     assert np.all(np.isfinite(dk.to_numpy()))
@@ -247,7 +268,7 @@ def test_attention_bad_input_on_device(handle):
         A.attention_forward(handle, attn, q, k, v, w, residuals=k)
     fwd = A.attention_forward(handle, attn, q, k, v, w, training=True)
     with pytest.raises(RuntimeError, match="attention_backward_data"):
-        A.attention_backward_weights(handle, attn, fwd, fwd.out, w)
+        A.attention_backward_weights(handle, attn, fwd, fwd.o, w)
     with pytest.raises(ValueError, match="unknown weight names"):
         A.load_attention_weights(handle, attn, w, {"wx": np.zeros(3)})
     with pytest.raises(ValueError, match="wq has shape"):
@@ -259,7 +280,7 @@ def test_attention_closed_handle_and_dropout_raise(handle):
     """A closed Handle or a closed dropout descriptor gives ClosedError, never a C call with a dead pointer."""
     import cudnn_py as cudnn
     from cudnn_py import memory
-    from cudnn_py.descriptors import DropoutDescriptor
+    from cudnn_py.ops.dropout import Dropout
     q, k, v = (memory.zeros(s, np.float32) for s in ((2, 5, 6), (2, 6, 5), (2, 6, 7)))
     h2 = cudnn.Handle()
     attn = _attn()
@@ -269,7 +290,7 @@ def test_attention_closed_handle_and_dropout_raise(handle):
                  lambda: A.attention_forward(h2, attn, q, k, v, w)):
         with pytest.raises(ClosedError, match="Handle is closed"):
             call()
-    drop = DropoutDescriptor(handle, 0.5, seed=2)
+    drop = Dropout(handle, p=0.5, seed=2)
     dattn = _attn(attn_dropout=drop)
     dw = dattn.new_weights(handle)
     A.attention_forward(handle, dattn, q, k, v, dw, training=True)

@@ -20,7 +20,7 @@ from reference import rnn as ref
 @pytest.mark.parametrize("kw", [
     dict(mode="lstm", input_size=10, hidden_size=20, num_layers=2, bidirectional=True, proj_size=15),
     dict(mode="gru", input_size=7, hidden_size=7, input_mode="skip", bias_mode="recurrent", dtype=np.float64),
-    dict(mode="relu", input_size=3, hidden_size=5, bias_mode="none", dtype=np.float16, math_precision=np.float16,
+    dict(mode="relu", input_size=3, hidden_size=5, bias_mode="none", dtype=np.float16, compute_dtype=np.float16,
          math_type="tensor_op", padded_io=False),
     dict(mode=capi.CUDNN_RNN_TANH, input_size=4, hidden_size=6, bias_mode=capi.CUDNN_RNN_SINGLE_INP_BIAS,
          math_type="tensor_op_allow_conversion"),
@@ -40,8 +40,8 @@ def test_rnn_descriptor_round_trip(kw):
         bias = kw.get("bias_mode", "double")
         assert p.bias_mode == (bias if isinstance(bias, str) else "input")
         assert p.dtype == np.dtype(kw.get("dtype", np.float32))
-        assert p.math_precision == np.dtype(kw.get("math_precision", np.float64 if p.dtype == np.float64
-                                                   else np.float32))
+        assert p.compute_dtype == np.dtype(kw.get("compute_dtype", np.float64 if p.dtype == np.float64
+                                                  else np.float32))
         assert p.math_type == kw.get("math_type", "default")
         assert p.algo == {capi.CUDNN_RNN_ALGO_PERSIST_STATIC: "persist_static"}.get(kw.get("algo"),
                                                                                   kw.get("algo", "standard"))
@@ -50,6 +50,34 @@ def test_rnn_descriptor_round_trip(kw):
     assert repr(rnn) == "<RNN closed>"
     with pytest.raises(ClosedError):
         rnn.params
+
+
+def test_math_precision_is_the_deprecated_compute_dtype():
+    with pytest.warns(DeprecationWarning, match="math_precision= is deprecated, use compute_dtype="):
+        rnn = R.RNN("relu", 3, 5, dtype=np.float16, math_precision=np.float16)
+    p = rnn.params
+    assert p.compute_dtype == np.float16
+    with pytest.warns(DeprecationWarning, match="RNNParams.math_precision is deprecated, use compute_dtype"):
+        assert p.math_precision == np.float16
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="compute_dtype float16 is not allowed"):
+        R.RNN("lstm", 4, 8, math_precision=np.float16)
+    with pytest.raises(TypeError, match="both compute_dtype= and its old spelling math_precision="):
+        R.RNN("lstm", 4, 8, compute_dtype=np.float32, math_precision=np.float32)
+
+
+def test_dropout_probability_zero_is_no_dropout():
+    """A probability other than 0 makes a Dropout on the default handle (GPU test below); 0 needs none."""
+    rnn = R.RNN("lstm", 4, 8, num_layers=2, dropout=0.0)
+    assert rnn._dropouts == (None,) and rnn.params.num_layers == 2
+
+
+def test_forward_result_and_data_grads_are_named_tuples():
+    fwd = R.RNNForwardResult(1, 2, 3, 4)
+    y, hy, cy, reserve = fwd
+    assert (y, hy, cy, reserve) == (fwd.y, fwd.hy, fwd.cy, fwd.reserve) == (1, 2, 3, 4) and fwd._ctx is None
+    g = R.RNNDataGrads(1, 2, None)
+    dx, dhx, dcx = g
+    assert (g.dx, g.dhx, g.dcx) == (1, 2, None)
 
 
 def test_unsupported_combination_raises_cudnn_error():
@@ -91,9 +119,12 @@ def test_clip_round_trip():
     (dict(mode="lstm", hidden_size=0), ValueError, "hidden_size must be a positive int"),
     (dict(mode="lstm", num_layers=1.5), ValueError, "num_layers must be a positive int"),
     (dict(mode="lstm", dtype=np.int8), TypeError, "float16, float32 or float64"),
-    (dict(mode="lstm", dtype=np.float32, math_precision=np.float16), ValueError, "not allowed with float32"),
-    (dict(mode="lstm", dtype=np.float64, math_precision=np.float32), ValueError, "not allowed with float64"),
-    (dict(mode="lstm", dropout=0.5), TypeError, "dropout descriptor"),
+    (dict(mode="lstm", dtype=np.float32, compute_dtype=np.float16), ValueError, "not allowed with float32"),
+    (dict(mode="lstm", dtype=np.float64, compute_dtype=np.float32), ValueError, "not allowed with float64"),
+    (dict(mode="lstm", dropout="0.5"), TypeError, "dropout probability, a cudnn_py.Dropout or None"),
+    (dict(mode="lstm", dropout=fake((4,))), TypeError, "dropout probability, a cudnn_py.Dropout or None"),
+    (dict(mode="lstm", dropout=1.5), ValueError, "dropout probability must be <= 1"),
+    (dict(mode="lstm", dropout=True), TypeError, "dropout"),
     (dict(mode="lstm", math_type="tf32"), ValueError, "math_type must be one of"),
     (dict(mode="lstm", algo="fast"), ValueError, "algo must be one of"),
 ])
@@ -576,9 +607,9 @@ def test_lstm_lm_example_learns():
 def test_rnn_dropout_between_layers(handle, rng):
     """Dropout acts between layers in training only; inference matches the dropout-free reference."""
     from cudnn_py import memory
-    from cudnn_py.descriptors import DropoutDescriptor
+    from cudnn_py.ops.dropout import Dropout
     cfg = ref.RNNConfig("lstm", 5, 6, num_layers=2)
-    drop = DropoutDescriptor(handle, 0.5, seed=3)
+    drop = Dropout(handle, p=0.5, seed=3)
     rnn = _make(cfg, np.float64, dropout=drop)
     w = rnn.new_weights(handle)
     mats, biases = ref.random_params(cfg, rng)
@@ -592,6 +623,27 @@ def test_rnn_dropout_between_layers(handle, rng):
     dx, dhx, dcx = R.rnn_backward_data(handle, rnn, tr, memory.to_device(np.ones(want.y.shape)), w)
     assert np.all(np.isfinite(dx.to_numpy()))
     assert np.all(np.isfinite(R.rnn_backward_weights(handle, rnn, tr).to_numpy()))
+
+
+@pytest.mark.gpu
+def test_rnn_dropout_probability_makes_a_dropout_on_the_default_handle(handle, rng):
+    """dropout=0.5 (a probability) equals a Dropout(default_handle(), p=0.5, seed=0) made by the caller."""
+    import cudnn_py as cudnn
+    from cudnn_py import memory
+    from cudnn_py.ops.dropout import Dropout
+    cfg = ref.RNNConfig("lstm", 5, 6, num_layers=2)
+    rnn = _make(cfg, np.float64, dropout=0.5)
+    made = rnn._dropouts[0]
+    assert isinstance(made, Dropout) and made.p == 0.5 and made.seed == 0
+    assert made._handle is cudnn.default_handle()
+    twin = _make(cfg, np.float64, dropout=Dropout(cudnn.default_handle(), p=0.5, seed=0))
+    w = rnn.new_weights(handle)
+    mats, biases = ref.random_params(cfg, rng)
+    _load(handle, rnn, w, mats, biases)
+    x = memory.to_device(rng.standard_normal((6, 3, 5)))
+    a = R.rnn_forward(handle, rnn, x, w, training=True).y.to_numpy()
+    b = R.rnn_forward(handle, twin, x, w, training=True).y.to_numpy()
+    np.testing.assert_array_equal(a, b)  # same seed, same states: the same masks
 
 
 @pytest.mark.parametrize("name,replacement", [
@@ -615,7 +667,7 @@ def test_rnn_closed_handle_and_dropout_raise(handle, rng):
     """A closed Handle or a closed dropout descriptor gives ClosedError, never a C call with a dead pointer."""
     import cudnn_py as cudnn
     from cudnn_py import memory
-    from cudnn_py.descriptors import DropoutDescriptor
+    from cudnn_py.ops.dropout import Dropout
     x = memory.to_device(rng.standard_normal((3, 2, 4)).astype(np.float32))
     h2 = cudnn.Handle()
     rnn = R.RNN("lstm", 4, 8, num_layers=2)
@@ -625,7 +677,7 @@ def test_rnn_closed_handle_and_dropout_raise(handle, rng):
                  lambda: R.rnn_forward(h2, rnn, x, w)):
         with pytest.raises(ClosedError, match="Handle is closed"):
             call()
-    drop = DropoutDescriptor(handle, 0.5, seed=1)
+    drop = Dropout(handle, p=0.5, seed=1)
     drnn = R.RNN("lstm", 4, 8, num_layers=2, dropout=drop)
     dw = drnn.new_weights(handle)
     fwd = R.rnn_forward(handle, drnn, x, dw, training=True)

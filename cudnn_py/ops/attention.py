@@ -2,15 +2,15 @@
 
 NVIDIA points new code to the graph API's scaled-dot-product attention; these calls keep working and
 are what older code ports to. Beam size 1: queries ``q[B, Tq, q_size]``, keys ``k[B, Tk, k_size]``,
-values ``v[B, Tk, v_size]``, output ``out[B, Tq, o_proj_size]``::
+values ``v[B, Tk, v_size]``, output ``o[B, Tq, o_proj_size]`` (``dout``: its gradient, cuDNN's name)::
 
     attn = cudnn.MultiHeadAttention(heads=4, q_size=64, k_size=64, v_size=64, proj_size=16,
                                     max_seq_q=10, max_seq_kv=12, max_batch=8, biases=True)
     w = attn.new_weights(h)
     cudnn.load_attention_weights(h, attn, w, {"wq": wq, "bq": bq, ...})      # [heads, proj, size] ...
     fwd = cudnn.attention_forward(h, attn, q, k, v, w, seq_lengths_q=lq, seq_lengths_kv=lk,
-                                  lo_win=lo, hi_win=hi, residuals=q, training=True)
-    dq, dk, dv = cudnn.attention_backward_data(h, attn, fwd, dout, w)
+                                  lo_win=lo, hi_win=hi, residuals=q, training=True)   # (o, reserve)
+    dq, dk, dv = cudnn.attention_backward_data(h, attn, fwd, dout, w)                 # an AttentionDataGrads
     dw = cudnn.attention_backward_weights(h, attn, fwd, dout, w)
 
 Weights (``cudnnGetMultiHeadAttnWeights``): ``wq [heads, q_proj, q_size]``, ``wk [heads, k_proj, k_size]``,
@@ -25,20 +25,22 @@ from __future__ import annotations
 import ctypes
 import math
 from ctypes import byref
-from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 
-from cudnn_py import caches, capi, memory
-from cudnn_py.descriptors import _bool, _Descriptor, _float, _shared
+from cudnn_py import capi, memory
+from cudnn_py._deprecation import renamed_kwargs, warn
+from cudnn_py.descriptors import _bool, _Descriptor, _float
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.memory import DeviceArray
-from cudnn_py.ops.rnn import (_MATH, _WeightedDescriptor, _check_lengths, _choice, _dropout_arg, _name_of,
-                              _nd_layout, _positive_int, _training_ctx)
+from cudnn_py.ops.sequence_models import (
+    MATH_TYPES, WeightedDescriptor, check_lengths, choice, dropout_arg, name_of, nd_layout, positive_int, training_ctx,
+)
 
-__all__ = ["MultiHeadAttention", "AttentionParams", "SeqDataDescriptor", "AttentionForwardResult", "WEIGHT_KINDS",
+__all__ = ["MultiHeadAttention", "AttentionParams", "SeqDataDescriptor", "AttentionForwardResult",
+           "AttentionDataGrads", "WEIGHT_KINDS",
            "seq_data_descriptor", "load_attention_weights", "read_attention_weights", "attention_forward",
            "attention_backward_data", "attention_backward_weights"]
 
@@ -72,15 +74,16 @@ class AttentionParams(NamedTuple):
     max_beam: int
 
 
-class MultiHeadAttention(_WeightedDescriptor):
+class MultiHeadAttention(WeightedDescriptor):
     """A multi-head attention descriptor (``cudnnSetAttnDescriptor``).
 
     ``proj_size`` sets ``q_proj_size``/``k_proj_size``/``v_proj_size`` not given (queries and keys must
     project to the same size); ``o_proj_size`` defaults to ``q_size`` (so residuals fit); ``scale``
     defaults to ``1/sqrt(q_proj_size)``; ``biases`` adds projection biases; ``dtype`` float16/32/64 and
     ``compute_dtype`` (default float32, float64 for double data); ``math_type`` as for :class:`RNN`;
-    ``attn_dropout``/``post_dropout``: dropout descriptors applied in training to the attention weights /
-    the output, kept alive here (closing one first makes this raise :class:`ClosedError`).
+    ``attn_dropout``/``post_dropout`` (cuDNN's two dropouts): applied in training to the attention weights /
+    the output, each a probability or a ``cudnn.Dropout`` as for :class:`RNN`'s ``dropout``, kept alive here
+    (closing one first makes this raise :class:`ClosedError`).
     """
 
     _handle_type = capi.cudnnAttnDescriptor_t
@@ -91,19 +94,19 @@ class MultiHeadAttention(_WeightedDescriptor):
                  o_proj_size: int | None = None, max_seq_q: int, max_seq_kv: int, max_batch: int,
                  scale: float | None = None, biases: bool = False, query_map: str = "all_to_one",
                  dtype=np.float32, compute_dtype=None, math_type="default", attn_dropout=None, post_dropout=None):
-        heads = _positive_int(heads, "heads")
-        sizes = {n: _positive_int(v, n) for n, v in (("q_size", q_size), ("k_size", k_size), ("v_size", v_size))}
+        heads = positive_int(heads, "heads")
+        sizes = {n: positive_int(v, n) for n, v in (("q_size", q_size), ("k_size", k_size), ("v_size", v_size))}
         proj = {}
         for n, v, default in (("q_proj_size", q_proj_size, proj_size), ("k_proj_size", k_proj_size, proj_size),
                               ("v_proj_size", v_proj_size, proj_size), ("o_proj_size", o_proj_size, q_size)):
             v = default if v is None else v
             if v is None:
                 raise InvalidValueError(f"{n} is needed (or proj_size for the q/k/v projections)")
-            proj[n] = _positive_int(v, n)
+            proj[n] = positive_int(v, n)
         if proj["q_proj_size"] != proj["k_proj_size"]:
             raise InvalidValueError(f"queries and keys must project to the same size, got q_proj_size="
                              f"{proj['q_proj_size']} and k_proj_size={proj['k_proj_size']}")
-        lens = {n: _positive_int(v, n) for n, v in (("max_seq_q", max_seq_q), ("max_seq_kv", max_seq_kv),
+        lens = {n: positive_int(v, n) for n, v in (("max_seq_q", max_seq_q), ("max_seq_kv", max_seq_kv),
                                                     ("max_batch", max_batch))}
         if not isinstance(query_map, str) or query_map not in ("all_to_one", "one_to_one"):
             raise InvalidValueError(f"query_map must be 'all_to_one' or 'one_to_one', got {query_map!r}")
@@ -112,12 +115,13 @@ class MultiHeadAttention(_WeightedDescriptor):
             raise InvalidTypeError(f"attention dtype must be float16, float32 or float64, got {dt}")
         cdt = (np.dtype(np.float64) if dt == np.float64 else np.dtype(np.float32)) if compute_dtype is None \
             else numpy_dtype(cudnn_dtype(compute_dtype))
-        _, c_math = _choice(_MATH, math_type, "math_type")
-        attn_dropout, post_dropout = _dropout_arg(attn_dropout, "attn_dropout"), _dropout_arg(post_dropout,
-                                                                                             "post_dropout")
-        self._dropouts = (attn_dropout, post_dropout)
+        _, c_math = choice(MATH_TYPES, math_type, "math_type")
         scale = 1.0 / math.sqrt(proj["q_proj_size"]) if scale is None else _float(scale, "scale")
         biases = _bool(biases, "biases")
+        # last: a probability makes a Dropout (device memory)
+        attn_dropout, post_dropout = dropout_arg(attn_dropout, "attn_dropout"), dropout_arg(post_dropout,
+                                                                                             "post_dropout")
+        self._dropouts = (attn_dropout, post_dropout)
         mode = (capi.CUDNN_ATTN_ENABLE_PROJ_BIASES if biases else capi.CUDNN_ATTN_DISABLE_PROJ_BIASES) | \
             (capi.CUDNN_ATTN_QUERYMAP_ONE_TO_ONE if query_map == "one_to_one" else capi.CUDNN_ATTN_QUERYMAP_ALL_TO_ONE)
         self.heads, self.dtype, self.biases = heads, dt, bool(biases)
@@ -146,7 +150,7 @@ class MultiHeadAttention(_WeightedDescriptor):
         return AttentionParams(
             heads.value, scale.value, bool(mode.value & capi.CUDNN_ATTN_ENABLE_PROJ_BIASES),
             "one_to_one" if mode.value & capi.CUDNN_ATTN_QUERYMAP_ONE_TO_ONE else "all_to_one",
-            numpy_dtype(dt.value), numpy_dtype(cdt.value), _name_of(_MATH, math_t.value), *(i.value for i in ints))
+            numpy_dtype(dt.value), numpy_dtype(cdt.value), name_of(MATH_TYPES, math_t.value), *(i.value for i in ints))
 
     def buffer_sizes(self, handle, training: bool = True) -> tuple[int, int, int]:
         """``(weight_bytes, workspace_bytes, reserve_bytes)`` (``cudnnGetMultiHeadAttnBuffers``; no reserve in
@@ -177,7 +181,7 @@ class MultiHeadAttention(_WeightedDescriptor):
                     continue
                 addr = ctypes.c_void_p()
                 capi.cudnnGetMultiHeadAttnWeights(handle.ptr, self.ptr, kind, w.nbytes, w.ptr, desc, byref(addr))
-                shape, st = map(list, _nd_layout(desc))
+                shape, st = map(list, nd_layout(desc))
                 ndim = len(expected[name])
                 while len(shape) > ndim and 1 in shape:  # biases come as [heads, proj, 1] / [1, o_proj, 1]
                     i = shape.index(1) if shape[-1] != 1 else len(shape) - 1
@@ -209,12 +213,13 @@ class SeqDataDescriptor(_Descriptor):
 
     _handle_type = capi.cudnnSeqDataDescriptor_t
     _create_fn, _destroy_fn = "cudnnCreateSeqDataDescriptor", "cudnnDestroySeqDataDescriptor"
+    _cache_name = "descriptors.seq_data"
     _AXES = (capi.CUDNN_SEQDATA_BATCH_DIM, capi.CUDNN_SEQDATA_BEAM_DIM, capi.CUDNN_SEQDATA_TIME_DIM,
              capi.CUDNN_SEQDATA_VECT_DIM)
 
     def __init__(self, dtype, batch: int, time: int, vector: int, seq_lengths=None):
-        B, T, V = _positive_int(batch, "batch"), _positive_int(time, "time"), _positive_int(vector, "vector")
-        self.seq_lengths = _check_lengths(seq_lengths, T, B)
+        B, T, V = positive_int(batch, "batch"), positive_int(time, "time"), positive_int(vector, "vector")
+        self.seq_lengths = check_lengths(seq_lengths, T, B)
         self.dtype, self.shape = numpy_dtype(cudnn_dtype(dtype)), (B, T, V)
         dims = (ctypes.c_int * 4)()
         dims[capi.CUDNN_SEQDATA_TIME_DIM], dims[capi.CUDNN_SEQDATA_BATCH_DIM] = T, B
@@ -241,13 +246,10 @@ class SeqDataDescriptor(_Descriptor):
         return f"{self.dtype.name}, batch={B}, time={T}, vector={V}"
 
 
-_SEQ_DATA = caches.shared("descriptors.seq_data")
-
-
 def seq_data_descriptor(dtype, batch: int, time: int, vector: int, seq_lengths: tuple[int, ...]) -> SeqDataDescriptor:
-    """A shared :class:`SeqDataDescriptor` from the descriptor cache; ``close()`` ignores it."""
-    key = (dtype, batch, time, vector, seq_lengths)
-    return _shared(_SEQ_DATA, key, lambda: SeqDataDescriptor(*key))
+    """The shared :class:`SeqDataDescriptor` for these settings (:meth:`SeqDataDescriptor.shared`); ``close()``
+    ignores it."""
+    return SeqDataDescriptor.shared(dtype, batch, time, vector, seq_lengths)
 
 
 def _host_view(host: np.ndarray, base: int, view) -> np.ndarray:
@@ -279,12 +281,28 @@ def read_attention_weights(handle, attn: MultiHeadAttention, weights) -> dict:
     return {name: _host_view(host, w.ptr, v).copy() for name, v in attn.weights(handle, w).items()}
 
 
-@dataclass
-class AttentionForwardResult:
-    """Output of :func:`attention_forward`; in training mode also what the backward calls need."""
-    out: DeviceArray
+class _AttentionOutputs(NamedTuple):
+    o: DeviceArray
     reserve: DeviceArray | None = None
-    _ctx: dict | None = None
+
+
+class AttentionForwardResult(_AttentionOutputs):
+    """What :func:`attention_forward` returns: the named tuple ``(o, reserve)`` (``reserve`` in training); a
+    training-mode result also holds what the backward calls need."""
+    _ctx: dict | None = None  # set by attention_forward(training=True)
+
+    @property
+    def out(self) -> DeviceArray:
+        """Deprecated spelling of :attr:`o`."""
+        warn("AttentionForwardResult.out is deprecated, use .o")
+        return self.o
+
+
+class AttentionDataGrads(NamedTuple):
+    """What :func:`attention_backward_data` returns."""
+    dq: DeviceArray
+    dk: DeviceArray
+    dv: DeviceArray
 
 
 def _data(handle, attn, a, name, B, T, V) -> DeviceArray:
@@ -292,13 +310,17 @@ def _data(handle, attn, a, name, B, T, V) -> DeviceArray:
 
 
 def attention_forward(handle, attn: MultiHeadAttention, q, k, v, weights, *, seq_lengths_q=None, seq_lengths_kv=None,
-                      lo_win=None, hi_win=None, residuals=None, out=None, training: bool = False,
-                      curr_idx: int = -1) -> AttentionForwardResult:
-    """``cudnnMultiHeadAttnForward`` over all query steps (``curr_idx=-1``) or one (inference only).
+                      lo_win=None, hi_win=None, residuals=None, o=None, training: bool = False,
+                      curr_idx: int = -1, **old) -> AttentionForwardResult:
+    """``cudnnMultiHeadAttnForward`` over all query steps (``curr_idx=-1``) or one (inference only); returns an
+    :class:`AttentionForwardResult` ``(o, reserve)``.
 
     ``lo_win``/``hi_win``: per query step, the first and one-past-last key index it may attend
-    (default 0 and ``Tk``); ``residuals``: added to the output (shape of ``out``).
+    (default 0 and ``Tk``); ``residuals``: added to the output (shape of ``o``); ``o``: the output
+    ``[B, Tq, o_proj_size]``, allocated when not given (``out=`` is its deprecated spelling).
     """
+    if old:
+        o = renamed_kwargs("attention_forward", old, {"out": "o"}, {"o": o})["o"]
     if not isinstance(attn, MultiHeadAttention):
         raise InvalidTypeError(f"attn must be a MultiHeadAttention, got {type(attn).__name__}")
     q = memory.as_array(q, "q", dtype=attn.dtype, ndim=3, contiguous=True, device=handle.device)
@@ -312,8 +334,8 @@ def attention_forward(handle, attn: MultiHeadAttention, q, k, v, weights, *, seq
     if B > attn.max_batch or Tq > attn.max_seq_q or Tk > attn.max_seq_kv:
         raise InvalidValueError(f"batch {B}, query length {Tq}, key length {Tk} exceed the descriptor's max_batch="
                          f"{attn.max_batch}, max_seq_q={attn.max_seq_q}, max_seq_kv={attn.max_seq_kv}")
-    lq = _check_lengths(seq_lengths_q, Tq, B, "seq_lengths_q")
-    lk = _check_lengths(seq_lengths_kv, Tk, B, "seq_lengths_kv")
+    lq = check_lengths(seq_lengths_q, Tq, B, "seq_lengths_q")
+    lk = check_lengths(seq_lengths_kv, Tk, B, "seq_lengths_kv")
     lo = np.zeros(Tq, np.int64) if lo_win is None else np.asarray(lo_win)
     hi = np.full(Tq, Tk, np.int64) if hi_win is None else np.asarray(hi_win)
     for name, a in (("lo_win", lo), ("hi_win", hi)):
@@ -328,8 +350,8 @@ def attention_forward(handle, attn: MultiHeadAttention, q, k, v, weights, *, seq
         raise InvalidValueError(f"curr_idx must be -1 (all steps) or a query step in [0, {Tq}), got {curr_idx}")
     w = attn._check_weights(handle, weights)
     stream = handle.stream
-    out = memory.output_array(out, (B, Tq, attn.o_proj_size), attn.dtype, "out", device=handle.device,
-                              stream=stream, contiguous=True)
+    o = memory.output_array(o, (B, Tq, attn.o_proj_size), attn.dtype, "o", device=handle.device, stream=stream,
+                            contiguous=True)
     if residuals is not None:
         residuals = _data(handle, attn, residuals, "residuals", B, Tq, attn.o_proj_size)
     q_desc = seq_data_descriptor(attn.dtype, B, Tq, attn.q_size, lq)
@@ -344,22 +366,25 @@ def attention_forward(handle, attn: MultiHeadAttention, q, k, v, weights, *, seq
     work = handle.workspace.get(work_n, stream)
     capi.cudnnMultiHeadAttnForward(
         handle.ptr, attn.ptr, curr_idx, lo_c, hi_c, dev_lq.ptr, dev_lk.ptr, q_desc.ptr, q.ptr,
-        None if residuals is None else residuals.ptr, k_desc.ptr, k.ptr, v_desc.ptr, v.ptr, o_desc.ptr, out.ptr,
+        None if residuals is None else residuals.ptr, k_desc.ptr, k.ptr, v_desc.ptr, v.ptr, o_desc.ptr, o.ptr,
         w.nbytes, w.ptr, work_n, work or None, reserve_n if training else 0,
         (reserve.ptr or None) if training else None)
     ctx = None
     if training:
         ctx = {"desc": attn, "q": q, "k": k, "v": v, "descs": (q_desc, k_desc, v_desc, o_desc),
                "lengths": (dev_lq, dev_lk), "win": (lo_c, hi_c), "data_done": False}
-    return AttentionForwardResult(out, reserve, ctx)
+    result = AttentionForwardResult(o, reserve)
+    result._ctx = ctx
+    return result
 
 
 def attention_backward_data(handle, attn: MultiHeadAttention, fwd: AttentionForwardResult, dout, weights, *,
-                            dq=None, dk=None, dv=None) -> tuple[DeviceArray, DeviceArray, DeviceArray]:
-    """``cudnnMultiHeadAttnBackwardData``: ``(dq, dk, dv)``; ``dq`` leaves out the residual path (add ``dout``)."""
-    ctx = _training_ctx(fwd, AttentionForwardResult, attn, "attention_forward")
+                            dq=None, dk=None, dv=None) -> AttentionDataGrads:
+    """``cudnnMultiHeadAttnBackwardData``: :class:`AttentionDataGrads` ``(dq, dk, dv)`` for ``dout``, the gradient
+    of ``fwd.o``; ``dq`` leaves out the residual path (add ``dout``)."""
+    ctx = training_ctx(fwd, AttentionForwardResult, attn, "attention_forward")
     q, k, v = ctx["q"], ctx["k"], ctx["v"]
-    dout = memory.as_array(dout, "dout", dtype=attn.dtype, shape=fwd.out.shape, contiguous=True, device=handle.device)
+    dout = memory.as_array(dout, "dout", dtype=attn.dtype, shape=fwd.o.shape, contiguous=True, device=handle.device)
     w = attn._check_weights(handle, weights)
     stream = handle.stream
     dq = memory.output_array(dq, q.shape, attn.dtype, "dq", device=handle.device, stream=stream, contiguous=True)
@@ -374,7 +399,7 @@ def attention_backward_data(handle, attn: MultiHeadAttention, fwd: AttentionForw
         q_desc.ptr, dq.ptr, q.ptr, k_desc.ptr, dk.ptr, k.ptr, v_desc.ptr, dv.ptr, v.ptr,
         w.nbytes, w.ptr, work_n, work or None, fwd.reserve.nbytes, fwd.reserve.ptr or None)
     ctx["data_done"] = True
-    return dq, dk, dv
+    return AttentionDataGrads(dq, dk, dv)
 
 
 def attention_backward_weights(handle, attn: MultiHeadAttention, fwd: AttentionForwardResult, dout, weights,
@@ -383,10 +408,10 @@ def attention_backward_weights(handle, attn: MultiHeadAttention, fwd: AttentionF
 
     Needs :func:`attention_backward_data` on the same ``fwd`` first.
     """
-    ctx = _training_ctx(fwd, AttentionForwardResult, attn, "attention_forward")
+    ctx = training_ctx(fwd, AttentionForwardResult, attn, "attention_forward")
     if not ctx["data_done"]:
         raise RuntimeError("call attention_backward_data(...) on this forward result before attention_backward_weights")
-    dout = memory.as_array(dout, "dout", dtype=attn.dtype, shape=fwd.out.shape, contiguous=True, device=handle.device)
+    dout = memory.as_array(dout, "dout", dtype=attn.dtype, shape=fwd.o.shape, contiguous=True, device=handle.device)
     w = attn._check_weights(handle, weights)
     dw = attn.new_weights(handle) if dweights is None else attn._check_weights(handle, dweights, "dweights")
     q_desc, k_desc, v_desc, o_desc = ctx["descs"]

@@ -6,8 +6,8 @@
     w = rnn.new_weights(h)                              # the flat weight space (zeros)
     for (pseudo, lin), p in rnn.weights(h, w).items():  # per layer / direction / gate views
         p.matrix.copy_(...)                             # [rows, cols] view, None where absent
-    fwd = cudnn.rnn_forward(h, rnn, x, w, seq_lengths=lengths, training=True)
-    dx, dhx, dcx = cudnn.rnn_backward_data(h, rnn, fwd, dy, w)
+    fwd = cudnn.rnn_forward(h, rnn, x, w, seq_lengths=lengths, training=True)   # (y, hy, cy, reserve)
+    dx, dhx, dcx = cudnn.rnn_backward_data(h, rnn, fwd, dy, w)                  # an RNNDataGrads
     dw = cudnn.rnn_backward_weights(h, rnn, fwd)        # adds into dw (zeros when not given)
 
 Layouts of ``x``/``y``: ``"seq_major"`` ``[T, B, V]`` and ``"batch_major"`` ``[B, T, V]`` (padded; positions
@@ -21,19 +21,21 @@ from __future__ import annotations
 
 import ctypes
 from ctypes import byref
-from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 
-from cudnn_py import caches, capi, memory
-from cudnn_py.descriptors import (INT32_MAX, _bool, _Descriptor, _float, _shared,
-                                  tensor_descriptor)
+from cudnn_py import capi, memory
+from cudnn_py._deprecation import renamed_kwargs, warn
+from cudnn_py.descriptors import _bool, _Descriptor, _float, tensor_descriptor
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
-from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
+from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.memory import DeviceArray
+from cudnn_py.ops.sequence_models import (
+    MATH_TYPES, WeightedDescriptor, check_lengths, choice, dropout_arg, name_of, nd_layout, positive_int, training_ctx,
+)
 
-__all__ = ["RNN", "RNNDataDescriptor", "RNNParams", "RNNWeight", "RNNForwardResult", "GATES",
+__all__ = ["RNN", "RNNDataDescriptor", "RNNParams", "RNNWeight", "RNNForwardResult", "RNNDataGrads", "GATES",
            "rnn_data_descriptor", "rnn_weight_params", "rnn_forward", "rnn_backward_data",
            "rnn_backward_weights"]
 
@@ -44,8 +46,6 @@ _INPUT = {"linear": capi.CUDNN_LINEAR_INPUT, "skip": capi.CUDNN_SKIP_INPUT}
 _ALGOS = {"standard": capi.CUDNN_RNN_ALGO_STANDARD, "persist_static": capi.CUDNN_RNN_ALGO_PERSIST_STATIC,
           "persist_dynamic": capi.CUDNN_RNN_ALGO_PERSIST_DYNAMIC,
           "persist_static_small_h": capi.CUDNN_RNN_ALGO_PERSIST_STATIC_SMALL_H}
-_MATH = {"default": capi.CUDNN_DEFAULT_MATH, "tensor_op": capi.CUDNN_TENSOR_OP_MATH,
-         "tensor_op_allow_conversion": capi.CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION, "fma": capi.CUDNN_FMA_MATH}
 _LAYOUTS = {"seq_major": capi.CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED,
             "packed": capi.CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_PACKED,
             "batch_major": capi.CUDNN_RNN_DATA_LAYOUT_BATCH_MAJOR_UNPACKED}
@@ -65,126 +65,6 @@ GATES = {
 }
 
 
-def _choice(table: dict, value, what: str) -> tuple[str, int]:
-    """(name, C value) for a string name or a C enum value of ``table``."""
-    if isinstance(value, str):
-        key = value.lower()
-        if key in table:
-            return key, int(table[key])
-    elif isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-        for k, v in table.items():
-            if int(v) == int(value):
-                return k, int(v)
-    names = ", ".join(repr(k) for k in table)
-    raise InvalidValueError(f"{what} must be one of {names} (or the matching cuDNN enum), got {value!r}")
-
-
-def _name_of(table: dict, value: int) -> str:
-    return next(k for k, v in table.items() if int(v) == int(value))
-
-
-def _positive_int(value, what: str) -> int:
-    """``value`` as an int in ``[1, 2**31 - 1]`` (the C int range); :class:`ValueError` naming ``what``."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value <= INT32_MAX:
-        raise InvalidValueError(f"{what} must be a positive int (at most 2**31 - 1), got {value!r}")
-    return int(value)
-
-
-def _dropout_arg(value, what: str):
-    """A dropout descriptor (``cudnn.Dropout``, ``DropoutDescriptor``, anything whose ``.ptr`` is a
-    ``cudnnDropoutDescriptor_t``) or None; :class:`TypeError` for anything else (an array's ``.ptr`` is a device
-    address, which cuDNN would take for a descriptor)."""
-    if value is None:
-        return None
-    ptr = value.ptr if hasattr(type(value), "ptr") and not isinstance(value, DeviceArray) else None
-    if not isinstance(ptr, capi.cudnnDropoutDescriptor_t):
-        raise InvalidTypeError(f"{what} must be a dropout descriptor (cudnn.Dropout or DropoutDescriptor) or None, "
-                        f"got {type(value).__name__}")
-    return value
-
-
-def _check_lengths(seq_lengths, T: int, B: int, name: str = "seq_lengths", packed: bool = False) -> tuple[int, ...]:
-    """``B`` per-sequence lengths in ``[1, T]`` as a tuple (all ``T`` when None); ``packed``: non-increasing, max T."""
-    if seq_lengths is None:
-        return (T,) * B
-    try:
-        arr = np.asarray(seq_lengths)
-    except (TypeError, ValueError, OverflowError):
-        arr = None
-    if arr is None or arr.ndim != 1 or arr.shape[0] != B or not np.issubdtype(arr.dtype, np.integer):
-        raise InvalidValueError(f"{name} must be {B} ints (one per sequence), got {seq_lengths!r}")
-    for i, n in enumerate(arr):
-        if not 1 <= n <= T:
-            raise InvalidValueError(f"{name}[{i}] = {int(n)}: each length must be between 1 and the max sequence "
-                                    f"length {T}")
-    if packed:
-        if np.any(np.diff(arr) > 0):
-            raise InvalidValueError(f"the 'packed' layout needs non-increasing {name}, got {arr.tolist()}; "
-                             f"sort the batch by length or use a padded layout")
-        if arr.max() != T:
-            raise InvalidValueError(f"the 'packed' layout needs max({name}) == max_seq_length ({T}), got {arr.max()}")
-    return tuple(int(n) for n in arr)
-
-
-def _nd_layout(desc) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(dims, strides) of a raw ``cudnnTensorDescriptor_t`` that cuDNN filled in."""
-    dt, nb = ctypes.c_int(), ctypes.c_int()
-    dims, strides = (ctypes.c_int * 8)(), (ctypes.c_int * 8)()
-    capi.cudnnGetTensorNdDescriptor(desc, 8, byref(dt), byref(nb), dims, strides)
-    return tuple(dims[:nb.value]), tuple(strides[:nb.value])
-
-
-class _WeightedDescriptor(_Descriptor):
-    """What RNN and attention descriptors share: a flat weight space of :attr:`dtype` and the dropout
-    descriptors they point to (kept alive here; :attr:`ptr` raises :class:`ClosedError` once one is closed,
-    since cuDNN keeps the dropout descriptor's address)."""
-
-    _dropouts: tuple = ()
-    dtype: np.dtype
-
-    @property
-    def ptr(self):
-        p = super().ptr
-        for d in self._dropouts:
-            if d is not None:
-                try:
-                    d.ptr
-                except ClosedError:
-                    raise ClosedError(f"the dropout descriptor this {type(self).__name__} uses is closed") from None
-        return p
-
-    def weight_space_size(self, handle) -> int:
-        raise NotImplementedError
-
-    def new_weights(self, handle, *, zero: bool = True) -> DeviceArray:
-        """A 1-D device array of :attr:`dtype` holding the whole weight space (zeros unless ``zero=False``)."""
-        n = self.weight_space_size(handle) // self.dtype.itemsize
-        make = memory.zeros if zero else memory.empty
-        return make((n,), self.dtype, stream=handle.stream, device=handle.device)
-
-    def _check_weights(self, handle, weights, name: str = "weights") -> DeviceArray:
-        """``weights`` validated as this descriptor's weight space (packed, on the handle's device)."""
-        w = memory.as_array(weights, name, contiguous=True, device=handle.device)
-        what = type(self).__name__
-        if w.dtype != self.dtype:
-            raise InvalidTypeError(f"{name} has dtype {w.dtype}; this {what}'s weights are {self.dtype}")
-        need = self.weight_space_size(handle)
-        if w.nbytes != need:
-            raise InvalidValueError(f"{name} holds {w.nbytes} bytes but this {what}'s weight space is {need} bytes "
-                             f"({need // self.dtype.itemsize} {self.dtype.name} elements); "
-                             f"use .new_weights(handle)")
-        return w
-
-
-def _training_ctx(fwd, result_type: type, desc, forward_name: str) -> dict:
-    """The saved state of a training-mode forward result, checked to belong to ``desc``."""
-    if not isinstance(fwd, result_type) or fwd._ctx is None:
-        raise InvalidValueError(f"backward calls need the result of {forward_name}(..., training=True)")
-    if fwd._ctx["desc"] is not desc:
-        raise InvalidValueError(f"fwd was computed with a different {type(desc).__name__} descriptor")
-    return fwd._ctx
-
-
 class RNNParams(NamedTuple):
     """What ``cudnnGetRNNDescriptor_v8`` reports (names, not enums; dtypes as NumPy dtypes)."""
     algo: str
@@ -193,13 +73,19 @@ class RNNParams(NamedTuple):
     bidirectional: bool
     input_mode: str
     dtype: np.dtype
-    math_precision: np.dtype
+    compute_dtype: np.dtype
     math_type: str
     input_size: int
     hidden_size: int
     proj_size: int
     num_layers: int
     padded_io: bool
+
+    @property
+    def math_precision(self) -> np.dtype:
+        """Deprecated spelling of :attr:`compute_dtype`."""
+        warn("RNNParams.math_precision is deprecated, use compute_dtype")
+        return self.compute_dtype
 
 
 class RNNWeight(NamedTuple):
@@ -208,20 +94,21 @@ class RNNWeight(NamedTuple):
     bias: DeviceArray | None
 
 
-class RNN(_WeightedDescriptor):
+class RNN(WeightedDescriptor):
     """An RNN descriptor (``cudnnSetRNNDescriptor_v8``).
 
     ``mode``: ``"relu"``, ``"tanh"``, ``"lstm"``, ``"gru"``; ``proj_size``: LSTM recurrent projection
     (None: none); ``bias_mode``: ``"double"`` (input and recurrent biases), ``"input"``, ``"recurrent"``,
     ``"none"``; ``input_mode``: ``"linear"`` or ``"skip"`` (first layer has no input matrices; needs
-    ``input_size == hidden_size``); ``dtype``: float16/32/64; ``math_precision``: compute type (float16
-    data may use float16 or float32, default float32); ``math_type``: ``"default"``, ``"tensor_op"``,
+    ``input_size == hidden_size``); ``dtype``: float16/32/64; ``compute_dtype``: the precision it computes in
+    (float16 data may use float16 or float32, default float32); ``math_type``: ``"default"``, ``"tensor_op"``,
     ``"tensor_op_allow_conversion"``, ``"fma"``; ``algo``: ``"standard"``, ``"persist_static"``,
-    ``"persist_dynamic"`` (call :meth:`build_dynamic`), ``"persist_static_small_h"``; ``dropout``: a
-    dropout descriptor (``cudnn.Dropout``/``DropoutDescriptor``) applied between layers in training, kept
-    alive by the RNN (closing it first makes the RNN raise :class:`ClosedError`; None: no dropout);
-    ``padded_io``: allow the padded layouts; ``clip``: LSTM cell clipping ``(lo, hi)``.
-    Enum values of the C layer are accepted wherever a name is.
+    ``"persist_dynamic"`` (call :meth:`build_dynamic`), ``"persist_static_small_h"``; ``dropout``: applied
+    between layers in training: a probability (a ``cudnn.Dropout`` on :func:`cudnn_py.default_handle` with seed
+    0 is made; 0 or None: no dropout) or a ``cudnn.Dropout`` (choose its handle and seed), kept alive by the
+    RNN (closing it first makes the RNN raise :class:`ClosedError`); ``padded_io``: allow the padded layouts;
+    ``clip``: LSTM cell clipping ``(lo, hi)``. Enum values of the C layer are accepted wherever a name is.
+    ``math_precision=`` is the deprecated spelling of ``compute_dtype=``.
     """
 
     _handle_type = capi.cudnnRNNDescriptor_t
@@ -229,40 +116,44 @@ class RNN(_WeightedDescriptor):
 
     def __init__(self, mode, input_size: int, hidden_size: int, num_layers: int = 1, *,
                  bidirectional: bool = False, proj_size: int | None = None, bias_mode="double",
-                 input_mode="linear", dtype=np.float32, math_precision=None, math_type="default",
-                 algo="standard", dropout=None, padded_io: bool = True, clip: tuple[float, float] | None = None):
-        mode, c_mode = _choice(_MODES, mode, "mode")
-        input_size = _positive_int(input_size, "input_size")
-        hidden_size = _positive_int(hidden_size, "hidden_size")
-        num_layers = _positive_int(num_layers, "num_layers")
+                 input_mode="linear", dtype=np.float32, compute_dtype=None, math_type="default",
+                 algo="standard", dropout=None, padded_io: bool = True, clip: tuple[float, float] | None = None,
+                 **old):
+        if old:
+            compute_dtype = renamed_kwargs("RNN", old, {"math_precision": "compute_dtype"},
+                                           {"compute_dtype": compute_dtype})["compute_dtype"]
+        mode, c_mode = choice(_MODES, mode, "mode")
+        input_size = positive_int(input_size, "input_size")
+        hidden_size = positive_int(hidden_size, "hidden_size")
+        num_layers = positive_int(num_layers, "num_layers")
         if proj_size is not None:
-            proj_size = _positive_int(proj_size, "proj_size")
+            proj_size = positive_int(proj_size, "proj_size")
             if mode != "lstm" and proj_size != hidden_size:
                 raise InvalidValueError(f"proj_size={proj_size}: a recurrent projection needs mode 'lstm' "
                                  f"(mode is {mode!r}); leave proj_size=None")
             if proj_size > hidden_size:
                 raise InvalidValueError(f"proj_size={proj_size} must not exceed hidden_size={hidden_size}")
-        _, c_bias = _choice(_BIAS, bias_mode, "bias_mode")
-        input_mode, c_input = _choice(_INPUT, input_mode, "input_mode")
+        _, c_bias = choice(_BIAS, bias_mode, "bias_mode")
+        input_mode, c_input = choice(_INPUT, input_mode, "input_mode")
         if input_mode == "skip" and input_size != hidden_size:
             raise InvalidValueError(f"input_mode='skip' needs input_size == hidden_size, got {input_size} and "
                                     f"{hidden_size}")
-        _, c_math = _choice(_MATH, math_type, "math_type")
-        algo, c_algo = _choice(_ALGOS, algo, "algo")
+        _, c_math = choice(MATH_TYPES, math_type, "math_type")
+        algo, c_algo = choice(_ALGOS, algo, "algo")
         dt = numpy_dtype(cudnn_dtype(dtype))
         if dt not in _PRECISIONS:
             raise InvalidTypeError(f"RNN dtype must be float16, float32 or float64, got {dt}")
         if algo in _NO_DOUBLE and dt == np.float64:
             raise InvalidTypeError(f"algo={algo!r} runs float16 and float32 RNNs only (cuDNN answers NOT_SUPPORTED for "
                             f"float64); use algo='standard' or 'persist_dynamic' for float64")
-        prec = _PRECISIONS[dt][0] if math_precision is None else numpy_dtype(cudnn_dtype(math_precision))
+        prec = _PRECISIONS[dt][0] if compute_dtype is None else numpy_dtype(cudnn_dtype(compute_dtype))
         if prec not in _PRECISIONS[dt]:
             allowed = ", ".join(p.name for p in _PRECISIONS[dt])
-            raise InvalidValueError(f"math_precision {prec} is not allowed with {dt} data; allowed: {allowed}")
-        dropout = _dropout_arg(dropout, "dropout")
+            raise InvalidValueError(f"compute_dtype {prec} is not allowed with {dt} data; allowed: {allowed}")
         if clip is not None:
             if isinstance(clip, (str, bytes)) or not hasattr(clip, "__len__") or len(clip) != 2:
                 raise InvalidTypeError(f"clip must be a (lo, hi) pair of numbers or None, got {clip!r}")
+        dropout = dropout_arg(dropout, "dropout")  # last: a probability makes a Dropout (device memory)
         self._dropouts = (dropout,)
         self.mode, self.dtype = mode, dt
         self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
@@ -317,9 +208,9 @@ class RNN(_WeightedDescriptor):
         capi.cudnnGetRNNDescriptor_v8(self.ptr, *(byref(e) for e in enums), *(byref(s) for s in sizes),
                                       byref(drop), byref(aux))
         algo, mode, bias, direction, inp, dt, prec, math = (e.value for e in enums)
-        return RNNParams(_name_of(_ALGOS, algo), _name_of(_MODES, mode), _name_of(_BIAS, bias),
-                         direction == capi.CUDNN_BIDIRECTIONAL, _name_of(_INPUT, inp), numpy_dtype(dt),
-                         numpy_dtype(prec), _name_of(_MATH, math), *(s.value for s in sizes),
+        return RNNParams(name_of(_ALGOS, algo), name_of(_MODES, mode), name_of(_BIAS, bias),
+                         direction == capi.CUDNN_BIDIRECTIONAL, name_of(_INPUT, inp), numpy_dtype(dt),
+                         numpy_dtype(prec), name_of(MATH_TYPES, math), *(s.value for s in sizes),
                          bool(aux.value & capi.CUDNN_RNN_PADDED_IO_ENABLED))
 
     @property
@@ -364,7 +255,7 @@ class RNN(_WeightedDescriptor):
 
     def build_dynamic(self, handle, mini_batch: int) -> None:
         """Compile the persistent kernels for ``algo="persist_dynamic"`` (``cudnnBuildRNNDynamic``)."""
-        capi.cudnnBuildRNNDynamic(handle.ptr, self.ptr, _positive_int(mini_batch, "mini_batch"))
+        capi.cudnnBuildRNNDynamic(handle.ptr, self.ptr, positive_int(mini_batch, "mini_batch"))
 
     def _fields(self) -> str:
         proj = f", proj_size={self.proj_size}" if self.proj_size != self.hidden_size else ""
@@ -377,14 +268,15 @@ class RNNDataDescriptor(_Descriptor):
 
     _handle_type = capi.cudnnRNNDataDescriptor_t
     _create_fn, _destroy_fn = "cudnnCreateRNNDataDescriptor", "cudnnDestroyRNNDataDescriptor"
+    _cache_name = "descriptors.rnn_data"
 
     def __init__(self, dtype, layout, max_seq_length: int, batch_size: int, vector_size: int,
                  seq_lengths=None, padding_fill: float = 0.0):
-        layout, c_layout = _choice(_LAYOUTS, layout, "layout")
-        T = _positive_int(max_seq_length, "max_seq_length")
-        B = _positive_int(batch_size, "batch_size")
-        V = _positive_int(vector_size, "vector_size")
-        lengths = _check_lengths(seq_lengths, T, B, packed=layout == "packed")
+        layout, c_layout = choice(_LAYOUTS, layout, "layout")
+        T = positive_int(max_seq_length, "max_seq_length")
+        B = positive_int(batch_size, "batch_size")
+        V = positive_int(vector_size, "vector_size")
+        lengths = check_lengths(seq_lengths, T, B, packed=layout == "packed")
         self.dtype = numpy_dtype(cudnn_dtype(dtype))
         fill = (ctypes.c_double if self.dtype == np.float64 else ctypes.c_float)(padding_fill)
         super().__init__()
@@ -400,7 +292,7 @@ class RNNDataDescriptor(_Descriptor):
         fill = (ctypes.c_double if self.dtype == np.float64 else ctypes.c_float)()
         capi.cudnnGetRNNDataDescriptor(self.ptr, byref(dt), byref(layout), byref(T), byref(B), byref(V),
                                        self.batch_size, lengths, byref(fill))
-        return {"dtype": numpy_dtype(dt.value), "layout": _name_of(_LAYOUTS, layout.value),
+        return {"dtype": numpy_dtype(dt.value), "layout": name_of(_LAYOUTS, layout.value),
                 "max_seq_length": T.value, "batch_size": B.value, "vector_size": V.value,
                 "seq_lengths": tuple(lengths), "padding_fill": fill.value}
 
@@ -409,14 +301,11 @@ class RNNDataDescriptor(_Descriptor):
                 f"batch_size={self.batch_size}, vector_size={self.vector_size}")
 
 
-_RNN_DATA = caches.shared("descriptors.rnn_data")
-
-
 def rnn_data_descriptor(dtype, layout: str, max_seq_length: int, batch_size: int, vector_size: int,
                         seq_lengths: tuple[int, ...]) -> RNNDataDescriptor:
-    """A shared :class:`RNNDataDescriptor` (padding fill 0) from the descriptor cache; ``close()`` ignores it."""
-    key = (dtype, layout, max_seq_length, batch_size, vector_size, seq_lengths)
-    return _shared(_RNN_DATA, key, lambda: RNNDataDescriptor(*key))
+    """The shared :class:`RNNDataDescriptor` (padding fill 0) for these settings (:meth:`RNNDataDescriptor.shared`);
+    ``close()`` ignores it."""
+    return RNNDataDescriptor.shared(dtype, layout, max_seq_length, batch_size, vector_size, seq_lengths)
 
 
 def rnn_weight_params(handle, rnn: RNN, weights, pseudo_layer: int, lin_id: int) -> RNNWeight:
@@ -438,7 +327,7 @@ def rnn_weight_params(handle, rnn: RNN, weights, pseudo_layer: int, lin_id: int)
             if not addr.value:
                 views.append(None)
                 continue
-            dims, _ = _nd_layout(desc)
+            dims, _ = nd_layout(desc)
             shape = dims[-2:] if ndim == 2 else (int(np.prod(dims)),)
             views.append(DeviceArray(addr.value, shape, rnn.dtype, device_id=w.device_id, owner=w, stream=w.stream))
         return RNNWeight(*views)
@@ -455,14 +344,24 @@ def _data_shape(layout: str, T: int, B: int, V: int, lengths) -> tuple[int, ...]
     return (sum(lengths), V)
 
 
-@dataclass
-class RNNForwardResult:
-    """Outputs of :func:`rnn_forward`; in training mode also what the backward calls need."""
+class _RNNOutputs(NamedTuple):
     y: DeviceArray
     hy: DeviceArray
     cy: DeviceArray | None
     reserve: DeviceArray | None = None
-    _ctx: dict | None = None
+
+
+class RNNForwardResult(_RNNOutputs):
+    """What :func:`rnn_forward` returns: the named tuple ``(y, hy, cy, reserve)`` (``cy`` for LSTM, ``reserve`` in
+    training); a training-mode result also holds what the backward calls need."""
+    _ctx: dict | None = None  # set by rnn_forward(training=True)
+
+
+class RNNDataGrads(NamedTuple):
+    """What :func:`rnn_backward_data` returns; ``dcx`` is None unless the RNN is an LSTM."""
+    dx: DeviceArray
+    dhx: DeviceArray
+    dcx: DeviceArray | None
 
 
 def _state(handle, rnn: RNN, a, name: str, B: int, width: int):
@@ -492,7 +391,7 @@ def rnn_forward(handle, rnn: RNN, x, weights, *, seq_lengths=None, layout="seq_m
     """
     if not isinstance(rnn, RNN):
         raise InvalidTypeError(f"rnn must be a cudnn_py RNN, got {type(rnn).__name__}")
-    layout, _ = _choice(_LAYOUTS, layout, "layout")
+    layout, _ = choice(_LAYOUTS, layout, "layout")
     if layout != "packed" and not rnn.padded_io:
         raise InvalidValueError(f"layout {layout!r} needs an RNN made with padded_io=True; use layout='packed'")
     x = memory.as_array(x, "x", dtype=rnn.dtype, contiguous=True, device=handle.device)
@@ -508,7 +407,7 @@ def rnn_forward(handle, rnn: RNN, x, weights, *, seq_lengths=None, layout="seq_m
         if x.ndim != 3:
             raise InvalidValueError(f"x in the {layout!r} layout must be 3-D, got shape {x.shape}")
         T, B = (x.shape[0], x.shape[1]) if layout == "seq_major" else (x.shape[1], x.shape[0])
-    lengths = _check_lengths(seq_lengths, _positive_int(T, "max sequence length"), _positive_int(B, "batch"),
+    lengths = check_lengths(seq_lengths, positive_int(T, "max sequence length"), positive_int(B, "batch"),
                              packed=layout == "packed")
     if x.shape != _data_shape(layout, T, B, rnn.input_size, lengths):
         raise InvalidValueError(f"x has shape {x.shape}; expected {_data_shape(layout, T, B, rnn.input_size, lengths)} "
@@ -546,17 +445,19 @@ def rnn_forward(handle, rnn: RNN, x, weights, *, seq_lengths=None, layout="seq_m
         ctx = {"desc": rnn, "x": x, "hx": hx, "cx": cx, "dev_lengths": dev_lengths, "x_desc": x_desc,
                "y_desc": y_desc, "h_desc": h_desc, "c_desc": c_desc, "work_size": work_n.value,
                "batch": B, "data_done": False}
-    return RNNForwardResult(y, hy, cy, reserve, ctx)
+    result = RNNForwardResult(y, hy, cy, reserve)
+    result._ctx = ctx
+    return result
 
 
 def rnn_backward_data(handle, rnn: RNN, fwd: RNNForwardResult, dy, weights, *, dhy=None, dcy=None,
-                      dx=None, dhx=None, dcx=None) -> tuple[DeviceArray, DeviceArray, DeviceArray | None]:
-    """``cudnnRNNBackwardData_v8``: ``(dx, dhx, dcx)`` (``dcx`` None unless LSTM).
+                      dx=None, dhx=None, dcx=None) -> RNNDataGrads:
+    """``cudnnRNNBackwardData_v8``: :class:`RNNDataGrads` ``(dx, dhx, dcx)`` (``dcx`` None unless LSTM).
 
     ``dy`` has ``fwd.y``'s shape; ``dhy``/``dcy`` (gradients of the final states) default to zeros.
     Call it before :func:`rnn_backward_weights` (cuDNN updates the reserve space here).
     """
-    ctx = _training_ctx(fwd, RNNForwardResult, rnn, "rnn_forward")
+    ctx = training_ctx(fwd, RNNForwardResult, rnn, "rnn_forward")
     B, is_lstm, stream = ctx["batch"], rnn.mode == "lstm", handle.stream
     dy = memory.as_array(dy, "dy", dtype=rnn.dtype, shape=fwd.y.shape, contiguous=True, device=handle.device)
     if not is_lstm and (dcy is not None or dcx is not None):
@@ -579,7 +480,7 @@ def rnn_backward_data(handle, rnn: RNN, fwd: RNNForwardResult, dy, weights, *, d
         ctx["c_desc"].ptr, _ptr(ctx["cx"]), _ptr(dcy), _ptr(dcx),
         w.nbytes, w.ptr, work_n, work or None, fwd.reserve.nbytes, _ptr(fwd.reserve))
     ctx["data_done"] = True
-    return dx, dhx, dcx
+    return RNNDataGrads(dx, dhx, dcx)
 
 
 def rnn_backward_weights(handle, rnn: RNN, fwd: RNNForwardResult, dweights=None) -> DeviceArray:
@@ -587,7 +488,7 @@ def rnn_backward_weights(handle, rnn: RNN, fwd: RNNForwardResult, dweights=None)
 
     Needs :func:`rnn_backward_data` on the same ``fwd`` first. Returns ``dweights``.
     """
-    ctx = _training_ctx(fwd, RNNForwardResult, rnn, "rnn_forward")
+    ctx = training_ctx(fwd, RNNForwardResult, rnn, "rnn_forward")
     if not ctx["data_done"]:
         raise RuntimeError("call rnn_backward_data(...) on this forward result before rnn_backward_weights(...)")
     dw = rnn.new_weights(handle) if dweights is None else rnn._check_weights(handle, dweights, "dweights")

@@ -1,0 +1,154 @@
+"""What the sequence-model descriptors share, :class:`~cudnn_py.ops.rnn.RNN` and
+:class:`~cudnn_py.ops.attention.MultiHeadAttention`: a descriptor base owning a flat weight space and the dropout
+descriptors it points to, the dropout argument (a probability or a :class:`~cudnn_py.Dropout`), per-sequence
+lengths, enum-name tables (``choice``/``name_of``; :data:`MATH_TYPES`) and the saved state of a training-mode
+forward result that the backward calls check.
+"""
+from __future__ import annotations
+
+import ctypes
+from ctypes import byref
+
+import numpy as np
+
+from cudnn_py import capi, memory
+from cudnn_py.descriptors import INT32_MAX, _Descriptor, _float
+from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
+from cudnn_py.memory import DeviceArray
+
+__all__ = ["MATH_TYPES", "WeightedDescriptor", "choice", "name_of", "positive_int", "dropout_arg", "check_lengths",
+           "nd_layout", "training_ctx"]
+
+#: ``math_type`` names of the RNN and attention descriptors -> ``cudnnMathType_t``
+MATH_TYPES = {"default": capi.CUDNN_DEFAULT_MATH, "tensor_op": capi.CUDNN_TENSOR_OP_MATH,
+              "tensor_op_allow_conversion": capi.CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION, "fma": capi.CUDNN_FMA_MATH}
+
+
+def choice(table: dict, value, what: str) -> tuple[str, int]:
+    """(name, C value) for a string name or a C enum value of ``table``."""
+    if isinstance(value, str):
+        key = value.lower()
+        if key in table:
+            return key, int(table[key])
+    elif isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        for k, v in table.items():
+            if int(v) == int(value):
+                return k, int(v)
+    names = ", ".join(repr(k) for k in table)
+    raise InvalidValueError(f"{what} must be one of {names} (or the matching cuDNN enum), got {value!r}")
+
+
+def name_of(table: dict, value: int) -> str:
+    return next(k for k, v in table.items() if int(v) == int(value))
+
+
+def positive_int(value, what: str) -> int:
+    """``value`` as an int in ``[1, 2**31 - 1]`` (the C int range); :class:`ValueError` naming ``what``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value <= INT32_MAX:
+        raise InvalidValueError(f"{what} must be a positive int (at most 2**31 - 1), got {value!r}")
+    return int(value)
+
+
+def dropout_arg(value, what: str):
+    """A dropout setting as the descriptor cuDNN is given, or None (no dropout).
+
+    ``value``: a :class:`~cudnn_py.Dropout` (anything whose ``.ptr`` is a ``cudnnDropoutDescriptor_t``), a
+    probability (a new ``Dropout(cudnn_py.default_handle(), p=value)``, seed 0: its RNG states live on this
+    thread's current device; 0 means no dropout) or None. :class:`InvalidTypeError` for anything else (an array's
+    ``.ptr`` is a device address, which cuDNN would take for a descriptor)."""
+    if value is None:
+        return None
+    if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_)):
+        p = _float(value, f"{what} probability", 0.0, 1.0)
+        if p == 0.0:
+            return None
+        from cudnn_py._defaults import default_handle
+        from cudnn_py.ops.dropout import Dropout
+        return Dropout(default_handle(), p=p)
+    ptr = value.ptr if hasattr(type(value), "ptr") and not isinstance(value, DeviceArray) else None
+    if not isinstance(ptr, capi.cudnnDropoutDescriptor_t):
+        raise InvalidTypeError(f"{what} must be a dropout probability, a cudnn_py.Dropout or None, got "
+                               f"{type(value).__name__}")
+    return value
+
+
+def check_lengths(seq_lengths, T: int, B: int, name: str = "seq_lengths", packed: bool = False) -> tuple[int, ...]:
+    """``B`` per-sequence lengths in ``[1, T]`` as a tuple (all ``T`` when None); ``packed``: non-increasing, max T."""
+    if seq_lengths is None:
+        return (T,) * B
+    try:
+        arr = np.asarray(seq_lengths)
+    except (TypeError, ValueError, OverflowError):
+        arr = None
+    if arr is None or arr.ndim != 1 or arr.shape[0] != B or not np.issubdtype(arr.dtype, np.integer):
+        raise InvalidValueError(f"{name} must be {B} ints (one per sequence), got {seq_lengths!r}")
+    for i, n in enumerate(arr):
+        if not 1 <= n <= T:
+            raise InvalidValueError(f"{name}[{i}] = {int(n)}: each length must be between 1 and the max sequence "
+                                    f"length {T}")
+    if packed:
+        if np.any(np.diff(arr) > 0):
+            raise InvalidValueError(f"the 'packed' layout needs non-increasing {name}, got {arr.tolist()}; "
+                             f"sort the batch by length or use a padded layout")
+        if arr.max() != T:
+            raise InvalidValueError(f"the 'packed' layout needs max({name}) == max_seq_length ({T}), got {arr.max()}")
+    return tuple(int(n) for n in arr)
+
+
+def nd_layout(desc) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(dims, strides) of a raw ``cudnnTensorDescriptor_t`` that cuDNN filled in."""
+    dt, nb = ctypes.c_int(), ctypes.c_int()
+    dims, strides = (ctypes.c_int * 8)(), (ctypes.c_int * 8)()
+    capi.cudnnGetTensorNdDescriptor(desc, 8, byref(dt), byref(nb), dims, strides)
+    return tuple(dims[:nb.value]), tuple(strides[:nb.value])
+
+
+class WeightedDescriptor(_Descriptor):
+    """What RNN and attention descriptors share: a flat weight space of :attr:`dtype` and the dropout
+    descriptors they point to (kept alive here; :attr:`ptr` raises :class:`ClosedError` once one is closed,
+    since cuDNN keeps the dropout descriptor's address)."""
+
+    _dropouts: tuple = ()
+    dtype: np.dtype
+
+    @property
+    def ptr(self):
+        p = super().ptr
+        for d in self._dropouts:
+            if d is not None:
+                try:
+                    d.ptr
+                except ClosedError:
+                    raise ClosedError(f"the dropout descriptor this {type(self).__name__} uses is closed") from None
+        return p
+
+    def weight_space_size(self, handle) -> int:
+        raise NotImplementedError
+
+    def new_weights(self, handle, *, zero: bool = True) -> DeviceArray:
+        """A 1-D device array of :attr:`dtype` holding the whole weight space (zeros unless ``zero=False``)."""
+        n = self.weight_space_size(handle) // self.dtype.itemsize
+        make = memory.zeros if zero else memory.empty
+        return make((n,), self.dtype, stream=handle.stream, device=handle.device)
+
+    def _check_weights(self, handle, weights, name: str = "weights") -> DeviceArray:
+        """``weights`` validated as this descriptor's weight space (packed, on the handle's device)."""
+        w = memory.as_array(weights, name, contiguous=True, device=handle.device)
+        what = type(self).__name__
+        if w.dtype != self.dtype:
+            raise InvalidTypeError(f"{name} has dtype {w.dtype}; this {what}'s weights are {self.dtype}")
+        need = self.weight_space_size(handle)
+        if w.nbytes != need:
+            raise InvalidValueError(f"{name} holds {w.nbytes} bytes but this {what}'s weight space is {need} bytes "
+                             f"({need // self.dtype.itemsize} {self.dtype.name} elements); "
+                             f"use .new_weights(handle)")
+        return w
+
+
+def training_ctx(fwd, result_type: type, desc, forward_name: str) -> dict:
+    """The saved state of a training-mode forward result, checked to belong to ``desc``."""
+    if not isinstance(fwd, result_type) or fwd._ctx is None:
+        raise InvalidValueError(f"backward calls need the result of {forward_name}(..., training=True)")
+    if fwd._ctx["desc"] is not desc:
+        raise InvalidValueError(f"fwd was computed with a different {type(desc).__name__} descriptor")
+    return fwd._ctx
