@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import ctypes
 import math
-import threading
 import weakref
 from ctypes import byref, c_double, c_int, c_size_t, c_uint, c_void_p
 from enum import IntEnum
@@ -460,37 +459,25 @@ _MATH_ALIASES = {"default": "CUDNN_DEFAULT_MATH", "tensor_op": "CUDNN_TENSOR_OP_
                  "tensor_op_allow_conversion": "CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION", "fma": "CUDNN_FMA_MATH"}
 
 
-class ConvolutionDescriptor(_Descriptor):
-    """An Nd convolution: ``padding``, ``stride``, ``dilation`` as ints or per-spatial-dim tuples.
-
-    ``ndim``: spatial dims (default: from the tuples, else 2). ``mode``: "cross_correlation" (what
-    deep learning calls convolution; default) or "convolution". ``compute_type``: the accumulation
-    dtype (float32 by default; use float64 for double data). ``math_type``: "default",
-    "tensor_op", "tensor_op_allow_conversion" or "fma" (no tensor cores, full fp32).
-    """
+class _ConvolutionDescriptor(_Descriptor):
+    """A ``cudnnConvolutionDescriptor_t`` of validated settings (what :class:`cudnn_py.Convolution` hands cuDNN):
+    ``padding``, ``stride``, ``dilation`` (one int per spatial dimension), ``mode``, ``compute_type`` (the
+    accumulation ``cudnnDataType_t``), ``groups``, ``math_type`` and ``reorder`` (None: cuDNN's default); read back
+    from cuDNN."""
 
     _handle_type = capi.cudnnConvolutionDescriptor_t
     _create_fn, _destroy_fn = "cudnnCreateConvolutionDescriptor", "cudnnDestroyConvolutionDescriptor"
     _shown = ("padding", "stride", "dilation", "mode", "compute_type", "groups", "math_type")
+    _cache_name = "descriptors.convolution"
 
-    def __init__(self, padding=0, stride=1, dilation=1, *, ndim: int | None = None,
-                 mode="cross_correlation", compute_type=np.float32, groups: int = 1, math_type="default",
-                 reorder=None):
-        n = _spatial_ndim(ndim, (padding, stride, dilation))
-        pad = _ints(padding, n, "padding", 0)
-        st = _ints(stride, n, "stride", 1)
-        dil = _ints(dilation, n, "dilation", 1)
-        mode = _enum(capi.cudnnConvolutionMode_t, mode, "CUDNN_", "mode")
-        ct = _legacy_dtype(compute_type, "compute_type")
-        groups = _int(groups, "groups", 1)
-        math = _enum(capi.cudnnMathType_t, math_type, "CUDNN_", "math_type", _MATH_ALIASES)
-        if reorder is not None:
-            reorder = _enum(capi.cudnnReorderType_t, reorder, "CUDNN_", "reorder",
-                            {"default": "CUDNN_DEFAULT_REORDER", "none": "CUDNN_NO_REORDER"})
+    def __init__(self, padding: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...],
+                 mode: capi.cudnnConvolutionMode_t, compute_type: capi.cudnnDataType_t, groups: int,
+                 math_type: capi.cudnnMathType_t, reorder: capi.cudnnReorderType_t | None = None):
         super().__init__()
-        capi.cudnnSetConvolutionNdDescriptor(self._ptr, n, _carray(pad), _carray(st), _carray(dil), mode, ct)
+        capi.cudnnSetConvolutionNdDescriptor(self._ptr, len(padding), _carray(padding), _carray(stride),
+                                             _carray(dilation), mode, compute_type)
         capi.cudnnSetConvolutionGroupCount(self._ptr, groups)
-        capi.cudnnSetConvolutionMathType(self._ptr, math)
+        capi.cudnnSetConvolutionMathType(self._ptr, math_type)
         if reorder is not None:
             capi.cudnnSetConvolutionReorderType(self._ptr, reorder)
 
@@ -507,6 +494,7 @@ class ConvolutionDescriptor(_Descriptor):
     dilation = _field(2, "Dilation per spatial dimension.")
     mode = _field(3, "The ``cudnnConvolutionMode_t``.")
     compute_type = _field(4, "The accumulation ``cudnnDataType_t``.")
+    compute_dtype = _field(4, "The accumulation ``cudnnDataType_t`` (the same as :attr:`compute_type`).")
 
     @property
     def ndim(self) -> int:
@@ -862,36 +850,16 @@ class ReduceTensor:
                 f"indices_type={self._indices_type.name})")
 
 
-# --- cached factories ---------------------------------------------------------------------------------
+# --- shared descriptors -------------------------------------------------------------------------------
 
-_CACHE_MAX = 4096
-_CACHES: list[dict] = []
-#: guards every change to the shared caches (lookups read without it: a dict read is atomic in CPython)
-_CACHE_LOCK = threading.Lock()
-
-
-def _cache() -> dict:
-    d: dict = {}
-    _CACHES.append(d)
-    return d
-
-
-def _shared(cache: dict, key, make):
-    """``cache[key]``, made by ``make()`` and stored (the oldest entry dropped when full) on a miss. Thread-safe:
-    two threads missing at once each make one, and the first stored is the one both return."""
-    try:
-        return cache[key]
-    except KeyError:
-        pass
-    d = make()  # outside the lock: it calls cuDNN and may raise
-    d._shared = True
-    with _CACHE_LOCK:
-        got = cache.get(key)
-        if got is not None:
-            return got
-        while len(cache) >= _CACHE_MAX:
-            del cache[next(iter(cache))]
-        cache[key] = d
+def _shared(cache: caches.Cache, key, make):
+    """``cache[key]``, made by ``make()`` on a miss and marked shared (its ``close()`` does nothing). Thread-safe: two
+    threads missing at once each make one, and the first stored is the one both return."""
+    d = cache.get(key)
+    if d is None:
+        d = make()  # outside the cache's lock: it calls cuDNN and may raise
+        d._shared = True
+        d = cache.setdefault(key, d)
     return d
 
 
@@ -917,14 +885,7 @@ def _all_ints(values) -> bool:
     return type(values) is tuple and all(type(v) is int for v in values)
 
 
-def clear_cache() -> None:
-    """Forget every shared descriptor (each is destroyed once nothing else references it)."""
-    with _CACHE_LOCK:
-        for c in _CACHES:
-            c.clear()
-
-
-_TENSORS = _cache()
+_TENSORS = caches.shared("descriptors.tensor")
 
 
 def tensor_descriptor(shape, dtype=np.float32, strides=None, format=None) -> TensorDescriptor:
@@ -944,7 +905,7 @@ def tensor_descriptor_for(array) -> TensorDescriptor:
     return tensor_descriptor(a.shape, a.dtype, None if a.is_contiguous else a.strides)
 
 
-_FILTERS = _cache()
+_FILTERS = caches.shared("descriptors.filter")
 
 
 def filter_descriptor(shape, dtype=np.float32, format="NCHW") -> FilterDescriptor:
@@ -953,17 +914,32 @@ def filter_descriptor(shape, dtype=np.float32, format="NCHW") -> FilterDescripto
     return _shared(_FILTERS, key, lambda: FilterDescriptor(shape, dtype, format=format))
 
 
-_CONVS = _cache()
+def _convolution_settings(padding=0, stride=1, dilation=1, *, ndim=None, mode="cross_correlation",
+                          compute_type=np.float32, groups=1, math_type="default", reorder=None) -> tuple:
+    """The settings of :class:`_ConvolutionDescriptor` from the keywords the deprecated ConvolutionDescriptor and
+    convolution_descriptor took (their defaults and checks: float32 accumulation, default math, ``ndim`` from the
+    tuples, else 2)."""
+    n = _spatial_ndim(ndim, (padding, stride, dilation))
+    reorder = None if reorder is None else _enum(capi.cudnnReorderType_t, reorder, "CUDNN_", "reorder",
+                                                 {"default": "CUDNN_DEFAULT_REORDER", "none": "CUDNN_NO_REORDER"})
+    return (_ints(padding, n, "padding", 0), _ints(stride, n, "stride", 1), _ints(dilation, n, "dilation", 1),
+            _enum(capi.cudnnConvolutionMode_t, mode, "CUDNN_", "mode"), _legacy_dtype(compute_type, "compute_type"),
+            _int(groups, "groups", 1), _enum(capi.cudnnMathType_t, math_type, "CUDNN_", "math_type", _MATH_ALIASES),
+            reorder)
 
 
-def convolution_descriptor(padding=0, stride=1, dilation=1, *, ndim=None, mode="cross_correlation",
-                           compute_type=np.float32, groups=1, math_type="default", reorder=None
-                           ) -> ConvolutionDescriptor:
-    """A shared :class:`ConvolutionDescriptor`."""
-    key = _key(padding, stride, dilation, ndim, mode, compute_type, groups, math_type, reorder)
-    return _shared(_CONVS, key, lambda: ConvolutionDescriptor(
-        padding, stride, dilation, ndim=ndim, mode=mode, compute_type=compute_type, groups=groups,
-        math_type=math_type, reorder=reorder))
+def _new_convolution(padding=0, stride=1, dilation=1, **kwargs) -> _ConvolutionDescriptor:
+    return _ConvolutionDescriptor(*_convolution_settings(padding, stride, dilation, **kwargs))
+
+
+def _shared_convolution(padding=0, stride=1, dilation=1, **kwargs) -> _ConvolutionDescriptor:
+    return _ConvolutionDescriptor.shared(*_convolution_settings(padding, stride, dilation, **kwargs))
+
+
+# deprecated: each warns, then makes what it made before (a new descriptor, or the shared one of those settings)
+_new_convolution.__qualname__ = _shared_convolution.__qualname__ = "cudnn_py.Convolution"
+ConvolutionDescriptor = alias("ConvolutionDescriptor", _new_convolution, "its .descriptor() is the C descriptor")
+convolution_descriptor = alias("convolution_descriptor", _shared_convolution, "its .descriptor() is the C descriptor")
 
 
 # --- shape helpers ------------------------------------------------------------------------------------
@@ -976,9 +952,8 @@ def convolution_output_shape(x_shape, w_shape, padding=0, stride=1, dilation=1, 
     dt = _legacy_dtype(dtype, "convolution")
     if len(w_shape) != len(x_shape):
         raise InvalidValueError(f"input shape {x_shape} and filter shape {w_shape} must have the same number of dims")
-    conv = convolution_descriptor(padding, stride, dilation, ndim=len(x_shape) - 2, mode=mode,
-                                  compute_type=np.float64 if dt == capi.CUDNN_DATA_DOUBLE else np.float32,
-                                  groups=groups)
+    conv = _shared_convolution(padding, stride, dilation, ndim=len(x_shape) - 2, mode=mode,
+                               compute_type=np.float64 if dt == capi.CUDNN_DATA_DOUBLE else np.float32, groups=groups)
     return conv.output_shape(tensor_descriptor(x_shape, dt), filter_descriptor(w_shape, dt))
 
 
@@ -1062,6 +1037,13 @@ def _new_dropout(handle, dropout=0.5, seed=0):
 
 
 DropoutDescriptor = _deprecated("DropoutDescriptor", _new_dropout, "cudnn_py.Dropout")
+
+
+def _clear_caches() -> None:
+    caches.clear()
+
+
+clear_cache = _deprecated("clear_cache", _clear_caches, "cudnn_py.caches.clear")
 
 
 def _new_op_tensor(op="add", compute_type=np.float32, *, nan_propagation=False):

@@ -5,8 +5,9 @@ import gc
 import numpy as np
 import pytest
 
-from cudnn_py import capi
+from cudnn_py import caches, capi
 from cudnn_py import descriptors as D
+from cudnn_py.ops.pooling import Pooling
 from cudnn_py.errors import ClosedError, CudnnBadParamError
 from cudnn_py.memory import DeviceArray
 
@@ -408,16 +409,28 @@ def test_tensor_descriptor_for_array():
     assert D.tensor_descriptor_for(strided).strides == (1, 2)
 
 
-def test_clear_cache():
+def test_shared_descriptors_live_in_the_process_wide_caches():
     a = D.tensor_descriptor((3, 3), np.float32)
-    D.clear_cache()
+    pool = Pooling("max", 3)
+    pool.descriptor(2)
+    listed = caches.info()
+    for name in ("descriptors.tensor", "descriptors.pooling"):
+        assert listed[name] >= 1
+    caches.clear()
     assert D.tensor_descriptor((3, 3), np.float32) is not a
     assert not a.closed  # still referenced here, so still alive
+    assert pool.descriptor(2).value  # a Pooling keeps the descriptors it uses
+
+
+def test_old_clear_cache_warns_and_clears():
+    a = D.tensor_descriptor((3, 3), np.float32)
+    old("clear_cache")
+    assert D.tensor_descriptor((3, 3), np.float32) is not a
 
 
 def test_cache_is_bounded(monkeypatch):
-    monkeypatch.setattr(D, "_CACHE_MAX", 4)
-    D.clear_cache()
+    monkeypatch.setattr(D._TENSORS, "maxsize", 4)
+    caches.clear()
     for n in range(2, 12):
         D.tensor_descriptor((n, n), np.float32)
     assert len(D._TENSORS) == 4
