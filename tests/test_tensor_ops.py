@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from cudnn_py import capi
-from cudnn_py.descriptors import op_tensor_descriptor, reduce_tensor_descriptor
+from cudnn_py.descriptors import OpTensor, ReduceTensor
 from cudnn_py.ops import _common as C
 from cudnn_py.ops import tensor_ops as T
 from reference import tensor_ops as ref
@@ -19,7 +19,7 @@ from helpers import NoCallHandle, fake
 
 @pytest.mark.parametrize("op", list(T.OP_TENSOR_OPS))
 def test_op_tensor_descriptor_round_trip(op):
-    d = op_tensor_descriptor(T.OP_TENSOR_OPS[op], capi.CUDNN_DATA_FLOAT, nan_propagation=True).ptr  # as op_tensor
+    d = OpTensor(T.OP_TENSOR_OPS[op], capi.CUDNN_DATA_FLOAT, nan_propagation=True).descriptor  # as op_tensor
     o, c, nan = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
     capi.cudnnGetOpTensorDescriptor(d, ctypes.byref(o), ctypes.byref(c), ctypes.byref(nan))
     assert (o.value, c.value, nan.value) == (int(T.OP_TENSOR_OPS[op]), int(capi.CUDNN_DATA_FLOAT),
@@ -29,7 +29,7 @@ def test_op_tensor_descriptor_round_trip(op):
 @pytest.mark.parametrize("op", list(T.REDUCE_OPS))
 def test_reduce_descriptor_round_trip(op):
     indices = op in ("min", "max", "amax")
-    d = reduce_tensor_descriptor(T.REDUCE_OPS[op], capi.CUDNN_DATA_DOUBLE, indices=indices).ptr  # as reduce_tensor
+    d = ReduceTensor(T.REDUCE_OPS[op], capi.CUDNN_DATA_DOUBLE, indices=indices).descriptor  # as reduce_tensor
     vals = [ctypes.c_int() for _ in range(5)]
     capi.cudnnGetReduceTensorDescriptor(d, *(ctypes.byref(v) for v in vals))
     assert [v.value for v in vals] == [int(T.REDUCE_OPS[op]), int(capi.CUDNN_DATA_DOUBLE),

@@ -29,7 +29,7 @@ import numpy as np
 
 from cudnn_py import capi
 from cudnn_py._deprecation import renamed_kwargs, warn
-from cudnn_py.descriptors import _Descriptor, _ints, op_tensor_descriptor, reduce_tensor_descriptor
+from cudnn_py.descriptors import OpTensor, ReduceTensor, _Descriptor, _ints
 from cudnn_py.dtypes import as_numpy_dtype, cudnn_dtype
 from cudnn_py.graph import legacy as gl
 from cudnn_py.memory import DeviceArray, as_array, empty
@@ -148,10 +148,10 @@ def op_tensor(handle, op, a, b=None, c=None, *, alpha1: float = 1.0, alpha2: flo
     if gl.attempt(engine, lambda auto: _graph_op_tensor(handle, opv, aa, ba, ca, alpha1, alpha2, beta, compute_dtype,
                                                         nan_propagation, unary, auto)):
         return ca if c is None else c
-    od = op_tensor_descriptor(opv, _compute(aa.dtype, compute_dtype), nan_propagation=nan_propagation)
+    od = OpTensor(opv, _compute(aa.dtype, compute_dtype), nan_propagation=nan_propagation)  # holds the descriptor
     a1, a2, be = scalars(aa.dtype, alpha1, alpha2, beta)
     ad, bd, cd = desc(aa), desc(ba), desc(ca)
-    capi.cudnnOpTensor(handle.ptr, od.ptr, a1, ad.ptr, aa.ptr, a2, bd.ptr, ba.ptr, be, cd.ptr, ca.ptr)
+    capi.cudnnOpTensor(handle.ptr, od.descriptor, a1, ad.ptr, aa.ptr, a2, bd.ptr, ba.ptr, be, cd.ptr, ca.ptr)
     return ca if c is None else c
 
 
@@ -396,13 +396,14 @@ def reduce_tensor(handle, op, a, c=None, *, axes=None, indices: bool = False, al
                                                      nan_propagation, indices, auto)):
         return ca if c is None else c
     compute = _compute(aa.dtype, compute_dtype)
-    rd = reduce_tensor_descriptor(opv, compute, nan_propagation=nan_propagation, indices=indices)
+    reduction = ReduceTensor(opv, compute, nan_propagation=nan_propagation, indices=indices)  # holds the descriptor
+    rd = reduction.descriptor
     ad, cd = desc(aa), desc(ca)
     ws_size, idx_size = ctypes.c_size_t(), ctypes.c_size_t()
-    capi.cudnnGetReductionWorkspaceSize(handle.ptr, rd.ptr, ad.ptr, cd.ptr, ctypes.byref(ws_size))
+    capi.cudnnGetReductionWorkspaceSize(handle.ptr, rd, ad.ptr, cd.ptr, ctypes.byref(ws_size))
     idx = None
     if indices:
-        capi.cudnnGetReductionIndicesSize(handle.ptr, rd.ptr, ad.ptr, cd.ptr, ctypes.byref(idx_size))
+        capi.cudnnGetReductionIndicesSize(handle.ptr, rd, ad.ptr, cd.ptr, ctypes.byref(idx_size))
         words = max(ca.size, -(-idx_size.value // 4))
         idx_buf = empty((words,), np.int32, stream=handle.stream, device=handle.device)
         idx = DeviceArray(idx_buf.ptr, ca.shape, np.int32, device_id=idx_buf.device_id, owner=idx_buf,
@@ -413,7 +414,7 @@ def reduce_tensor(handle, op, a, c=None, *, axes=None, indices: bool = False, al
     ws = handle.workspace.get(ws_size.value, handle.stream) if ws_size.value else None
     scalar_dtype = np.float64 if compute == capi.CUDNN_DATA_DOUBLE else np.float32
     al, be = scalars(scalar_dtype, alpha, beta)
-    capi.cudnnReduceTensor(handle.ptr, rd.ptr, idx_ptr, idx_bytes, ws, ws_size.value, al, ad.ptr, aa.ptr, be, cd.ptr,
+    capi.cudnnReduceTensor(handle.ptr, rd, idx_ptr, idx_bytes, ws, ws_size.value, al, ad.ptr, aa.ptr, be, cd.ptr,
                            ca.ptr)
     out = ca if c is None else c
     return ReduceResult(out, idx) if indices else out
