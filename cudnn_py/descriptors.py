@@ -1,23 +1,35 @@
-"""cuDNN descriptors as Python objects, cached factories for hot loops, and output-shape helpers.
+"""cuDNN descriptors as Python objects: tensors and filters, the settings of element-wise and reduction operations,
+the process-wide sharing of C descriptors, and output-shape helpers.
 
-Each descriptor class creates its cuDNN descriptor from keyword arguments with Python defaults,
-reads its settings back from cuDNN through properties, has ``.ptr`` (the ``capi`` handle to pass to
-C), ``close()`` (idempotent; a closed descriptor raises :class:`~cudnn_py.errors.ClosedError`), a
-context manager and a ``repr``; the garbage collector destroys a forgotten one::
+Two kinds of object:
 
-    x = TensorDescriptor((8, 3, 32, 32), np.float32)               # packed NCHW
-    x = TensorDescriptor((8, 3, 32, 32), np.float16, format="NHWC") # logical NCHW dims, NHWC memory
-    w = FilterDescriptor((16, 3, 3, 3), np.float32)
-    conv = ConvolutionDescriptor(padding=1, stride=2)
-    conv.output_shape(x, w)                                         # (8, 16, 16, 16), asked of cuDNN
+- :class:`TensorDescriptor` and :class:`FilterDescriptor` *are* a C descriptor: built from keyword arguments with
+  Python defaults, their settings read back from cuDNN through properties, ``.ptr`` (the ``capi`` handle to pass to
+  C), ``close()`` (idempotent; a closed descriptor raises :class:`~cudnn_py.errors.ClosedError`), a context manager
+  and a ``repr``; the garbage collector destroys a forgotten one::
 
-Enum-valued arguments take the enum member (``capi.CUDNN_POOLING_MAX``) or its short name, case
-insensitive (``"max"``); dtypes take anything :func:`cudnn_py.dtypes.cudnn_dtype` does.
+      x = TensorDescriptor((8, 3, 32, 32), np.float32)                # packed NCHW
+      x = TensorDescriptor((8, 3, 32, 32), np.float16, layout="NHWC") # logical NCHW dims, NHWC memory
+      w = FilterDescriptor((16, 3, 3, 3), np.float32)
 
-The lower-case factories (:func:`tensor_descriptor`, :func:`filter_descriptor`,
-:func:`convolution_descriptor`, ...) return a descriptor shared through a cache keyed by their
-arguments, so an execute call in a loop builds each descriptor once. Shared descriptors ignore
-``close()``; they live until evicted from the cache (and unreferenced) or :func:`clear_cache`.
+  (``cudnn_py.Dropout``, bound to a handle and its RNG states, is one too.)
+- one settings class per operation concept (:class:`OpTensor` and :class:`ReduceTensor` here; ``cudnn_py.Pooling``,
+  ``Activation``, ``LRN`` and ``Convolution`` beside their operations) validates its keyword arguments once, reads
+  them back as properties, is hashable, and hands cuDNN a C descriptor shared by every equal object::
+
+      add = OpTensor("add", compute_dtype="fp32")
+      capi.cudnnOpTensor(h.ptr, add.descriptor, ...)
+
+Enum-valued arguments take the enum member (``capi.CUDNN_POOLING_MAX``), its value, its full name or its short name
+in any case (``"max"``); dtypes take anything :func:`cudnn_py.dtypes.cudnn_dtype` does (``"fp16"``, ``"bf16"``, ...).
+
+Shared C descriptors live in the process-wide caches of :func:`cudnn_py.caches.shared` (named ``"descriptors.*"``),
+keyed by their validated settings, so a call in a loop builds each once; :func:`tensor_descriptor` and
+:func:`filter_descriptor` return the shared one of a shape and dtype. Shared descriptors ignore ``close()``; they live
+until evicted or :func:`cudnn_py.caches.clear`, and while referenced.
+
+The names these replace (``PoolingDescriptor``, ``pooling_descriptor``, ``ActivationDescriptor``, ``clear_cache``,
+..., the ``format=`` and ``compute_type=`` keywords) still work, with a ``DeprecationWarning``.
 """
 from __future__ import annotations
 
@@ -30,7 +42,7 @@ from enum import IntEnum
 import numpy as np
 
 from cudnn_py import caches, capi
-from cudnn_py._deprecation import alias, renamed_kwargs
+from cudnn_py._deprecation import alias, renamed_kwargs, warn
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
 from cudnn_py.memory import DeviceArray, _c_strides, as_array
@@ -38,7 +50,7 @@ from cudnn_py.memory import DeviceArray, _c_strides, as_array
 __all__ = [
     "TensorDescriptor", "FilterDescriptor", "ConvolutionDescriptor", "PoolingDescriptor",
     "ActivationDescriptor", "LRNDescriptor", "DropoutDescriptor", "OpTensorDescriptor",
-    "ReduceTensorDescriptor",
+    "ReduceTensorDescriptor", "OpTensor", "ReduceTensor",
     "tensor_descriptor", "tensor_descriptor_for", "filter_descriptor", "convolution_descriptor",
     "pooling_descriptor", "activation_descriptor", "lrn_descriptor", "op_tensor_descriptor",
     "reduce_tensor_descriptor", "clear_cache",
@@ -328,29 +340,31 @@ _FORMAT_ALIASES = {"nchw": "CUDNN_TENSOR_NCHW", "nhwc": "CUDNN_TENSOR_NHWC", "nc
                    "ncdhw": "CUDNN_TENSOR_NCHW", "ndhwc": "CUDNN_TENSOR_NHWC"}
 
 
-def _format(value) -> capi.cudnnTensorFormat_t:
-    return _enum(capi.cudnnTensorFormat_t, value, "CUDNN_TENSOR_", "format", _FORMAT_ALIASES)
+def _layout(value) -> capi.cudnnTensorFormat_t:
+    return _enum(capi.cudnnTensorFormat_t, value, "CUDNN_TENSOR_", "layout", _FORMAT_ALIASES)
 
 
 class TensorDescriptor(_Descriptor):
     """An n-d tensor (2 to 8 dims) of ``dtype``.
 
-    Layout: packed C order by default; explicit ``strides`` (in elements); or a ``format``
+    Layout: packed C order by default; explicit ``strides`` (in elements); or a ``layout``
     ("NCHW", "NHWC", "NCHW_VECT_C") with ``shape`` always given in logical N, C, spatial... order.
     """
 
     _handle_type = capi.cudnnTensorDescriptor_t
     _create_fn, _destroy_fn = "cudnnCreateTensorDescriptor", "cudnnDestroyTensorDescriptor"
-    _shown = ("shape", "dtype", "strides", "format")
+    _shown = ("shape", "dtype", "strides", "layout")
 
-    def __init__(self, shape, dtype=np.float32, strides=None, *, format=None):
+    def __init__(self, shape, dtype=np.float32, strides=None, *, layout=None, **old):
+        if old:
+            layout = renamed_kwargs("TensorDescriptor", old, {"format": "layout"}, {"layout": layout})["layout"]
         shape = _dims(shape, "tensor shape", 2)
         dt = _legacy_dtype(dtype, "tensor")
         fmt = None
-        if format is not None:
+        if layout is not None:
             if strides is not None:
-                raise InvalidValueError("give either strides or format, not both")
-            fmt = _format(format)
+                raise InvalidValueError("give either strides or layout, not both")
+            fmt = _layout(layout)
         elif strides is not None:
             strides = _ints(strides, None, "tensor strides", 0)
             if len(strides) != len(shape):
@@ -366,7 +380,7 @@ class TensorDescriptor(_Descriptor):
                                     f"cuDNN's "
                              f"legacy tensor descriptors address at most 2**31 - 1 (split the batch)")
         super().__init__()
-        self._format = fmt
+        self._layout = fmt
         if fmt is not None:
             capi.cudnnSetTensorNdDescriptorEx(self._ptr, fmt, dt, len(shape), _carray(shape))
         else:
@@ -399,9 +413,15 @@ class TensorDescriptor(_Descriptor):
         return len(self._get()[1])
 
     @property
+    def layout(self) -> capi.cudnnTensorFormat_t | None:
+        """The layout it was built with (None when built from shape and strides)."""
+        return self._layout
+
+    @property
     def format(self) -> capi.cudnnTensorFormat_t | None:
-        """The format it was built with (None when built from shape and strides)."""
-        return self._format
+        """Deprecated: :attr:`layout`."""
+        warn("TensorDescriptor.format is deprecated, use TensorDescriptor.layout")
+        return self._layout
 
     @property
     def nbytes(self) -> int:
@@ -413,17 +433,19 @@ class TensorDescriptor(_Descriptor):
 
 
 class FilterDescriptor(_Descriptor):
-    """Convolution weights: ``shape`` (K, C/groups, spatial...) (3 to 8 dims), ``dtype``, ``format``
-    ("NCHW": KCRS memory, "NHWC": KRSC memory; dims are always given as K, C, spatial...)."""
+    """Convolution weights: ``shape`` (K, C/groups, spatial...) (3 to 8 dims), ``dtype``, ``layout``
+    ("NCHW", the default: KCRS memory, "NHWC": KRSC memory; dims are always given as K, C, spatial...)."""
 
     _handle_type = capi.cudnnFilterDescriptor_t
     _create_fn, _destroy_fn = "cudnnCreateFilterDescriptor", "cudnnDestroyFilterDescriptor"
-    _shown = ("shape", "dtype", "format")
+    _shown = ("shape", "dtype", "layout")
 
-    def __init__(self, shape, dtype=np.float32, *, format="NCHW"):
+    def __init__(self, shape, dtype=np.float32, *, layout=None, **old):
+        if old:
+            layout = renamed_kwargs("FilterDescriptor", old, {"format": "layout"}, {"layout": layout})["layout"]
         shape = _dims(shape, "filter shape", 3)
         dt = _legacy_dtype(dtype, "filter")
-        fmt = _format(format)
+        fmt = _layout("NCHW" if layout is None else layout)
         if math.prod(shape) > INT32_MAX:
             raise InvalidValueError(f"filter shape {shape} has {math.prod(shape)} elements; cuDNN's legacy filter "
                              f"descriptors hold at most 2**31 - 1")
@@ -437,8 +459,14 @@ class FilterDescriptor(_Descriptor):
         return capi.cudnnDataType_t(dt.value), capi.cudnnTensorFormat_t(fmt.value), tuple(dims[:nb.value])
 
     dtype = _field(0, "The ``cudnnDataType_t``.")
-    format = _field(1, "The ``cudnnTensorFormat_t`` (memory order of the weights).")
+    layout = _field(1, "The ``cudnnTensorFormat_t`` (memory order of the weights).")
     shape = _field(2, "The dimensions (K, C/groups, spatial...).")
+
+    @property
+    def format(self) -> capi.cudnnTensorFormat_t:
+        """Deprecated: :attr:`layout`."""
+        warn("FilterDescriptor.format is deprecated, use FilterDescriptor.layout")
+        return self.layout
 
     @property
     def ndim(self) -> int:
@@ -888,15 +916,18 @@ def _all_ints(values) -> bool:
 _TENSORS = caches.shared("descriptors.tensor")
 
 
-def tensor_descriptor(shape, dtype=np.float32, strides=None, format=None) -> TensorDescriptor:
-    """A shared :class:`TensorDescriptor` for these arguments (built once, then a dict lookup)."""
+def tensor_descriptor(shape, dtype=np.float32, strides=None, layout=None, **old) -> TensorDescriptor:
+    """The shared :class:`TensorDescriptor` of these arguments (built once, then a dict lookup); ``format=`` is the
+    deprecated spelling of ``layout``."""
+    if old:
+        layout = renamed_kwargs("tensor_descriptor", old, {"format": "layout"}, {"layout": layout})["layout"]
     if _all_ints(shape) and (strides is None or _all_ints(strides)):  # the hot path: shapes of arrays
         try:
-            return _TENSORS[(shape, dtype, strides, format)]
+            return _TENSORS[(shape, dtype, strides, layout)]
         except (KeyError, TypeError):
             pass
-    return _shared(_TENSORS, _key(shape, dtype, strides, format),
-                   lambda: TensorDescriptor(shape, dtype, strides, format=format))
+    return _shared(_TENSORS, _key(shape, dtype, strides, layout),
+                   lambda: TensorDescriptor(shape, dtype, strides, layout=layout))
 
 
 def tensor_descriptor_for(array) -> TensorDescriptor:
@@ -908,10 +939,13 @@ def tensor_descriptor_for(array) -> TensorDescriptor:
 _FILTERS = caches.shared("descriptors.filter")
 
 
-def filter_descriptor(shape, dtype=np.float32, format="NCHW") -> FilterDescriptor:
-    """A shared :class:`FilterDescriptor`."""
-    key = _key(shape, dtype, format)
-    return _shared(_FILTERS, key, lambda: FilterDescriptor(shape, dtype, format=format))
+def filter_descriptor(shape, dtype=np.float32, layout=None, **old) -> FilterDescriptor:
+    """The shared :class:`FilterDescriptor` of these arguments (``layout`` "NCHW" by default); ``format=`` is the
+    deprecated spelling of ``layout``."""
+    if old:
+        layout = renamed_kwargs("filter_descriptor", old, {"format": "layout"}, {"layout": layout})["layout"]
+    layout = "NCHW" if layout is None else layout
+    return _shared(_FILTERS, _key(shape, dtype, layout), lambda: FilterDescriptor(shape, dtype, layout=layout))
 
 
 def _convolution_settings(padding=0, stride=1, dilation=1, *, ndim=None, mode="cross_correlation",

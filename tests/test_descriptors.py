@@ -36,19 +36,40 @@ def test_tensor_explicit_strides_read_back():
     d = D.TensorDescriptor((2, 3, 4, 5), np.float16, strides=(60, 1, 15, 3))
     assert d.strides == (60, 1, 15, 3)
     assert d.dtype is capi.cudnnDataType_t.CUDNN_DATA_HALF
-    assert d.format is None
+    assert d.layout is None
 
 
-def test_tensor_nhwc_format_gives_nhwc_strides():
-    d = D.TensorDescriptor((2, 3, 4, 5), np.float32, format="NHWC")
+def test_tensor_nhwc_layout_gives_nhwc_strides():
+    d = D.TensorDescriptor((2, 3, 4, 5), np.float32, layout="NHWC")
     assert d.shape == (2, 3, 4, 5)
     assert d.strides == (60, 1, 15, 3)
-    assert d.format is capi.cudnnTensorFormat_t.CUDNN_TENSOR_NHWC
-    assert "NHWC" in repr(d)
+    assert d.layout is capi.cudnnTensorFormat_t.CUDNN_TENSOR_NHWC
+    assert "layout=CUDNN_TENSOR_NHWC" in repr(d)
+    assert D.TensorDescriptor((2, 3, 4, 5), "fp16", layout="nhwc").layout is capi.CUDNN_TENSOR_NHWC
+
+
+def test_format_is_the_old_spelling_of_layout():
+    with pytest.warns(DeprecationWarning, match="TensorDescriptor\\(\\): format= is deprecated, use layout="):
+        d = D.TensorDescriptor((2, 3, 4, 5), np.float32, format="NHWC")
+    assert d.layout is capi.CUDNN_TENSOR_NHWC
+    with pytest.warns(DeprecationWarning, match="TensorDescriptor.format is deprecated"):
+        assert d.format is capi.CUDNN_TENSOR_NHWC
+    with pytest.warns(DeprecationWarning, match="FilterDescriptor\\(\\): format= is deprecated"):
+        w = D.FilterDescriptor((4, 3, 3, 3), format="NHWC")
+    with pytest.warns(DeprecationWarning, match="FilterDescriptor.format is deprecated"):
+        assert w.format is capi.CUDNN_TENSOR_NHWC
+    with pytest.warns(DeprecationWarning, match="tensor_descriptor\\(\\): format= is deprecated"):
+        assert D.tensor_descriptor((2, 3, 4, 5), format="NHWC") is D.tensor_descriptor((2, 3, 4, 5), layout="NHWC")
+    with pytest.warns(DeprecationWarning, match="filter_descriptor\\(\\): format= is deprecated"):
+        assert D.filter_descriptor((4, 3, 3, 3), format="NHWC") is D.filter_descriptor((4, 3, 3, 3), layout="NHWC")
+    with pytest.raises(TypeError, match="both layout= and its old spelling format="):
+        D.TensorDescriptor((2, 3, 4, 5), layout="NHWC", format="NHWC")
+    with pytest.raises(TypeError, match="unexpected keyword argument 'fmt'"):
+        D.FilterDescriptor((4, 3, 3, 3), fmt="NHWC")
 
 
 def test_tensor_nchw_vect_c():
-    d = D.TensorDescriptor((2, 8, 4, 5), capi.CUDNN_DATA_INT8x4, format="nchw_vect_c")
+    d = D.TensorDescriptor((2, 8, 4, 5), capi.CUDNN_DATA_INT8x4, layout="nchw_vect_c")
     assert d.dtype is capi.cudnnDataType_t.CUDNN_DATA_INT8x4
     assert d.nbytes == 2 * 8 * 4 * 5
 
@@ -89,10 +110,10 @@ def test_tensor_bad_strides_and_dtype():
         D.TensorDescriptor((2, 3), np.float32, strides=(0, 1))
     with pytest.raises(ValueError, match=">= 0"):
         D.TensorDescriptor((2, 3), np.float32, strides=(-3, 1))
-    with pytest.raises(ValueError, match="either strides or format"):
-        D.TensorDescriptor((2, 3, 4, 5), np.float32, strides=(60, 20, 5, 1), format="NCHW")
-    with pytest.raises(ValueError, match="format must be one of"):
-        D.TensorDescriptor((2, 3, 4, 5), np.float32, format="NWHC")
+    with pytest.raises(ValueError, match="either strides or layout"):
+        D.TensorDescriptor((2, 3, 4, 5), np.float32, strides=(60, 20, 5, 1), layout="NCHW")
+    with pytest.raises(ValueError, match="layout must be one of"):
+        D.TensorDescriptor((2, 3, 4, 5), np.float32, layout="NWHC")
     with pytest.raises(TypeError, match="complex64"):
         D.TensorDescriptor((2, 3), np.complex64)
 
@@ -103,10 +124,10 @@ def test_filter_read_back():
     w = D.FilterDescriptor((16, 3, 3, 3), np.float32)
     assert w.shape == (16, 3, 3, 3)
     assert w.dtype is capi.cudnnDataType_t.CUDNN_DATA_FLOAT
-    assert w.format is capi.cudnnTensorFormat_t.CUDNN_TENSOR_NCHW
+    assert w.layout is capi.cudnnTensorFormat_t.CUDNN_TENSOR_NCHW
     assert w.nbytes == 16 * 27 * 4
-    w2 = D.FilterDescriptor((8, 4, 3, 3, 3), np.float16, format="NHWC")
-    assert w2.shape == (8, 4, 3, 3, 3) and w2.format is capi.cudnnTensorFormat_t.CUDNN_TENSOR_NHWC
+    w2 = D.FilterDescriptor((8, 4, 3, 3, 3), np.float16, layout="NHWC")
+    assert w2.shape == (8, 4, 3, 3, 3) and w2.layout is capi.cudnnTensorFormat_t.CUDNN_TENSOR_NHWC
     assert w2.ndim == 5
 
 
@@ -120,7 +141,7 @@ def test_filter_bad():
 # --- convolution --------------------------------------------------------------------------------------
 
 def test_convolution_defaults_and_read_back():
-    c = D.ConvolutionDescriptor()
+    c = old("ConvolutionDescriptor")
     assert c.padding == (0, 0) and c.stride == (1, 1) and c.dilation == (1, 1)
     assert c.mode is capi.cudnnConvolutionMode_t.CUDNN_CROSS_CORRELATION
     assert c.compute_type is capi.cudnnDataType_t.CUDNN_DATA_FLOAT
@@ -129,8 +150,8 @@ def test_convolution_defaults_and_read_back():
 
 
 def test_convolution_3d_tuples_and_options():
-    c = D.ConvolutionDescriptor((1, 2, 3), (2, 1, 1), 2, mode="convolution", compute_type=np.float64,
-                                groups=4, math_type="fma", reorder="none")
+    c = old("ConvolutionDescriptor", (1, 2, 3), (2, 1, 1), 2, mode="convolution", compute_type=np.float64,
+            groups=4, math_type="fma", reorder="none")
     assert c.padding == (1, 2, 3) and c.stride == (2, 1, 1) and c.dilation == (2, 2, 2)
     assert c.mode is capi.cudnnConvolutionMode_t.CUDNN_CONVOLUTION
     assert c.compute_type is capi.cudnnDataType_t.CUDNN_DATA_DOUBLE
@@ -140,7 +161,7 @@ def test_convolution_3d_tuples_and_options():
 
 
 def test_convolution_enum_members_accepted():
-    c = D.ConvolutionDescriptor(1, math_type=capi.CUDNN_TENSOR_OP_MATH, mode=capi.CUDNN_CONVOLUTION)
+    c = old("ConvolutionDescriptor", 1, math_type=capi.CUDNN_TENSOR_OP_MATH, mode=capi.CUDNN_CONVOLUTION)
     assert c.math_type is capi.cudnnMathType_t.CUDNN_TENSOR_OP_MATH
 
 
@@ -154,12 +175,12 @@ def test_convolution_enum_members_accepted():
 def test_convolution_output_shape_from_cudnn(x, w, kw, expected):
     # the expected values are the textbook formula, worked out by hand for these cases
     assert D.convolution_output_shape(x, w, **kw) == expected
-    conv = D.ConvolutionDescriptor(**{k: v for k, v in kw.items()}, ndim=len(x) - 2)
+    conv = old("ConvolutionDescriptor", **{k: v for k, v in kw.items()}, ndim=len(x) - 2)
     assert conv.output_shape(D.TensorDescriptor(x), D.FilterDescriptor(w)) == expected
 
 
 def test_convolution_output_shape_bad():
-    c = D.ConvolutionDescriptor()
+    c = old("ConvolutionDescriptor")
     with pytest.raises(ValueError, match="channels"):
         c.output_shape((1, 3, 8, 8), (4, 2, 3, 3))
     with pytest.raises(ValueError, match="larger than the padded input"):
@@ -181,7 +202,7 @@ def test_convolution_output_shape_bad():
     (dict(compute_type=np.complex64), TypeError, "complex64"),
 ])
 def test_convolution_bad(kw, exc, msg):
-    with pytest.raises(exc, match=msg):
+    with pytest.raises(exc, match=msg), pytest.warns(DeprecationWarning):
         D.ConvolutionDescriptor(**kw)
 
 
@@ -316,9 +337,13 @@ def test_dropout_needs_an_open_handle():
 
 # --- lifetime & caching ----------------------------------------------------------------------------------
 
-ALL = [
-    lambda: D.TensorDescriptor((2, 3)), lambda: D.FilterDescriptor((2, 3, 3)), lambda: D.ConvolutionDescriptor(),
-    lambda: D._PoolingDescriptor(capi.CUDNN_POOLING_MAX, False, (2, 2), (0, 0), (2, 2)), lambda: D._ActivationDescriptor(capi.CUDNN_ACTIVATION_RELU, False, 0.0, 1.0), lambda: D._LRNDescriptor(5, 1e-4, 0.75, 2.0),
+ALL = [  # the C descriptor classes (the settings classes share these; the deprecated names make them)
+    lambda: D.TensorDescriptor((2, 3)), lambda: D.FilterDescriptor((2, 3, 3)),
+    lambda: D._ConvolutionDescriptor((0, 0), (1, 1), (1, 1), capi.CUDNN_CROSS_CORRELATION, capi.CUDNN_DATA_FLOAT, 1,
+                                     capi.CUDNN_DEFAULT_MATH),
+    lambda: D._PoolingDescriptor(capi.CUDNN_POOLING_MAX, False, (2, 2), (0, 0), (2, 2)),
+    lambda: D._ActivationDescriptor(capi.CUDNN_ACTIVATION_RELU, False, 0.0, 1.0),
+    lambda: D._LRNDescriptor(5, 1e-4, 0.75, 2.0),
     lambda: D._OpTensorDescriptor(capi.CUDNN_OP_TENSOR_ADD, capi.CUDNN_DATA_FLOAT, False),
     lambda: D._ReduceTensorDescriptor(capi.CUDNN_REDUCE_TENSOR_ADD, capi.CUDNN_DATA_FLOAT, False,
                                       capi.CUDNN_REDUCE_TENSOR_NO_INDICES, capi.CUDNN_32BIT_INDICES),
@@ -378,7 +403,7 @@ def test_repr_shows_the_settings_read_back(make):
 
 
 def test_ndim_comes_from_the_first_sequence_argument():
-    assert D.ConvolutionDescriptor(1, (2, 2, 2)).ndim == 3
+    assert old("ConvolutionDescriptor", 1, (2, 2, 2)).ndim == 3
     assert old("PoolingDescriptor", "max", 2, (0, 0, 0)).ndim == 3
     assert old("PoolingDescriptor", "max", 2, ndim=np.int64(1)).window == (2,)
     with pytest.raises(ValueError, match="ndim"), pytest.warns(DeprecationWarning):
@@ -393,8 +418,8 @@ def test_cached_factories_share_and_ignore_close():
     a.close()
     assert not a.closed  # shared descriptors outlive close()
     assert D.filter_descriptor((4, 3, 3, 3)) is D.filter_descriptor((4, 3, 3, 3))
-    assert D.convolution_descriptor(1, 2) is D.convolution_descriptor(1, 2)
-    assert D.convolution_descriptor(1, 2) is not D.convolution_descriptor(1, 1)
+    assert old("convolution_descriptor", 1, 2) is old("convolution_descriptor", 1, 2)
+    assert old("convolution_descriptor", 1, 2) is not old("convolution_descriptor", 1, 1)
     assert old("pooling_descriptor", "max", 2) is old("pooling_descriptor", "max", 2)
     assert old("activation_descriptor", "relu") is old("activation_descriptor", "relu")
     assert old("lrn_descriptor") is old("lrn_descriptor")
@@ -446,4 +471,4 @@ def test_cached_lookup_is_cheap():
 def test_cudnn_status_errors_still_surface():
     # a combination only cuDNN rejects: NCHW_VECT_C needs a vectorised dtype
     with pytest.raises(CudnnBadParamError):
-        D.TensorDescriptor((2, 3, 4, 5), np.float32, format="NCHW_VECT_C")
+        D.TensorDescriptor((2, 3, 4, 5), np.float32, layout="NCHW_VECT_C")
