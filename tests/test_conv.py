@@ -61,10 +61,10 @@ def test_unordered_collections_are_refused(kwargs):
 
 @pytest.mark.parametrize("kwargs,match", [
     (dict(stride=1.5), "stride"), (dict(padding=2.0), "padding"), (dict(groups=1.0), "groups"),
-    (dict(dilation="2"), "dilation"), (dict(padding=None), "padding"), (dict(compute_type=None), None),
+    (dict(dilation="2"), "dilation"), (dict(padding=None), "padding"), (dict(compute_dtype=None), None),
 ])
 def test_non_int_parameters_are_type_errors(kwargs, match):
-    if kwargs.get("compute_type", 0) is None:  # None means "default for the data": allowed
+    if kwargs.get("compute_dtype", 0) is None:  # None means "default for the data": allowed
         cv.Convolution(**kwargs)
         return
     with pytest.raises(TypeError, match=match):
@@ -297,3 +297,104 @@ def test_lowered_workspace_cap_chooses_again(monkeypatch):
         assert chosen == [None, 1000]
     assert sorted(p.ws for p in h.cache[cc.PLANS].values()) == [0, 0, 0]
     assert h.workspace.asked == [1 << 20, 1 << 20] * 3  # the refused 1 MiB, then no workspace needed
+
+
+# ---------------------------------------------------------------- Convolution: the one class of the concept
+
+def test_settings_read_back_and_cannot_be_reassigned():
+    conv = cv.Convolution(((1, 2), 0), (2, 1), 2, 3, mode="CONVOLUTION", math_type="tensor_op",
+                          compute_dtype="float32", layout="nhwc")
+    assert conv.padding == ((1, 2), 0) and conv.stride == (2, 1) and conv.dilation == 2 and conv.groups == 3
+    assert conv.mode is capi.CUDNN_CONVOLUTION and conv.math_type is capi.CUDNN_TENSOR_OP_MATH
+    assert conv.compute_dtype is capi.CUDNN_DATA_FLOAT and conv.layout == "NHWC"
+    assert "compute_dtype=CUDNN_DATA_FLOAT" in repr(conv) and "layout=NHWC" in repr(conv)
+    with pytest.raises(AttributeError):
+        conv.padding = 3
+    auto = cv.Convolution(math_type="AUTO")
+    assert auto.math_type is None and auto == cv.Convolution(math_type=None) == cv.Convolution()
+    assert cv.Convolution(layout="nchw") == cv.Convolution()  # layouts in any case, one canonical spelling
+
+
+def test_compute_type_is_the_deprecated_compute_dtype():
+    with pytest.warns(DeprecationWarning, match="compute_type= is deprecated, use compute_dtype="):
+        conv = cv.Convolution(compute_type=np.float64)
+    assert conv == cv.Convolution(compute_dtype="float64") and conv.compute_dtype is capi.CUDNN_DATA_DOUBLE
+    with pytest.warns(DeprecationWarning, match="Convolution.compute_type is deprecated, use compute_dtype"):
+        assert conv.compute_type is capi.CUDNN_DATA_DOUBLE
+    with pytest.raises(TypeError, match="both compute_dtype= and its old spelling compute_type="):
+        cv.Convolution(compute_type="float64", compute_dtype="float64")
+    with pytest.raises(TypeError, match="unexpected keyword argument 'format'"):
+        cv.Convolution(format="NHWC")
+
+
+@pytest.mark.parametrize("dtype,compute,math", [
+    ("float32", "CUDNN_DATA_FLOAT", "CUDNN_DEFAULT_MATH"), ("float16", "CUDNN_DATA_FLOAT", "CUDNN_TENSOR_OP_MATH"),
+    ("bf16", "CUDNN_DATA_FLOAT", "CUDNN_TENSOR_OP_MATH"), ("float64", "CUDNN_DATA_DOUBLE", "CUDNN_DEFAULT_MATH"),
+    ("int8", "CUDNN_DATA_INT32", "CUDNN_DEFAULT_MATH")])
+def test_what_the_settings_give_for_data(dtype, compute, math):
+    conv = cv.Convolution()
+    assert conv.compute_for(dtype).name == compute and conv.math_for(dtype).name == math
+    fixed = cv.Convolution(math_type="fma", compute_dtype="float32")
+    assert fixed.compute_for(dtype) is capi.CUDNN_DATA_FLOAT and fixed.math_for(dtype) is capi.CUDNN_FMA_MATH
+
+
+def test_descriptor_is_shared_per_dimensions_accumulation_and_math():
+    from cudnn_py import caches
+    conv = cv.Convolution(padding=(1, 2), stride=2, dilation=(1, 3), groups=2, mode="convolution")
+    d = conv.descriptor(2)
+    assert d is conv.descriptor(2) and d is cv.Convolution(padding=(1, 2), stride=2, dilation=(1, 3), groups=2,
+                                                            mode="convolution").descriptor(2)
+    assert d.padding == (1, 2) and d.stride == (2, 2) and d.dilation == (1, 3) and d.groups == 2
+    assert d.mode is capi.CUDNN_CONVOLUTION and d.compute_dtype is capi.CUDNN_DATA_FLOAT
+    assert d.math_type is capi.CUDNN_DEFAULT_MATH and isinstance(d.ptr, capi.cudnnConvolutionDescriptor_t)
+    assert any(v is d for v in caches.shared("descriptors.convolution").values())
+    d.close()  # shared: a no-op
+    assert not d.closed
+    half = conv.descriptor(2, dtype="float16")
+    assert half is not d and half.math_type is capi.CUDNN_TENSOR_OP_MATH
+    assert conv.descriptor(2, dtype="float64").compute_dtype is capi.CUDNN_DATA_DOUBLE
+    assert conv.descriptor(2, math_type="fma").math_type is capi.CUDNN_FMA_MATH
+    one_d = cv.Convolution(padding=2, stride=3, dilation=2).descriptor(1)  # 1-D runs as 2-D with a unit height
+    assert one_d.padding == (0, 2) and one_d.stride == (1, 3) and one_d.dilation == (1, 2)
+    assert cv.Convolution(padding=((1, 2), 1)).descriptor(2).padding == (0, 0)  # asymmetric: x is padded instead
+    with pytest.raises(ValueError, match="entries but the data has 3"):
+        conv.descriptor(3)
+    with pytest.raises(ValueError, match="nd must be 1, 2 or 3"):
+        conv.descriptor(4)
+
+
+def test_old_descriptor_names_warn_and_make_what_they_made():
+    from cudnn_py import descriptors as D
+    with pytest.warns(DeprecationWarning, match="ConvolutionDescriptor is deprecated, use cudnn_py.Convolution"):
+        c = D.ConvolutionDescriptor((1, 2, 3), (2, 1, 1), 2, mode="convolution", compute_type=np.float64,
+                                    groups=4, math_type="fma", reorder="none")
+    assert c.padding == (1, 2, 3) and c.dilation == (2, 2, 2) and c.compute_type is capi.CUDNN_DATA_DOUBLE
+    assert c.groups == 4 and c.math_type is capi.CUDNN_FMA_MATH and c.reorder is capi.CUDNN_NO_REORDER
+    with pytest.warns(DeprecationWarning):
+        again = D.ConvolutionDescriptor((1, 2, 3), (2, 1, 1), 2, mode="convolution", compute_type=np.float64,
+                                        groups=4, math_type="fma", reorder="none")
+    assert again is not c  # the class made a new descriptor each time
+    c.close()
+    assert c.closed
+    with pytest.warns(DeprecationWarning, match="convolution_descriptor is deprecated"):
+        s = D.convolution_descriptor(1, 2)
+    with pytest.warns(DeprecationWarning):
+        assert D.convolution_descriptor(1, 2) is s and s.math_type is capi.CUDNN_DEFAULT_MATH  # shared, as before
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="padding must be >= 0"):
+        D.ConvolutionDescriptor(padding=-1)
+    # the shape helper is not deprecated and does not warn
+    import warnings
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*onvolution")
+        assert D.convolution_output_shape((1, 3, 8, 8), (4, 3, 3, 3), padding=1) == (1, 4, 8, 8)
+
+
+def test_bias_activation_takes_alpha_and_beta():
+    conv, x, w, b = cv.Convolution(padding=1), _arr((1, 3, 5, 5)), _arr((4, 3, 3, 3)), _arr((4,))
+    with pytest.raises(ValueError, match="beta scales z"):
+        cv.convolution_bias_activation_forward(_NoC(), conv, x, w, b, beta=0.5)
+    with pytest.warns(DeprecationWarning, match="alpha2= is deprecated, use beta="), \
+            pytest.raises(ValueError, match="beta scales z"):
+        cv.convolution_bias_activation_forward(_NoC(), conv, x, w, b, alpha2=0.5)
+    with pytest.raises(TypeError, match="both alpha= and its old spelling alpha1="):
+        cv.convolution_bias_activation_forward(_NoC(), conv, x, w, b, alpha=2.0, alpha1=2.0)

@@ -205,8 +205,8 @@ def test_bias_activation_forward(handle, rng, activation, with_z):
     z = rng.standard_normal(dy.shape).astype(np.float32)
     y = _poisoned(dy.shape, np.float32, "NCHW", handle.stream)
     cv.convolution_bias_activation_forward(handle, conv, to_device(x), to_device(w), to_device(bias),
-                                           z=to_device(z) if with_z else None, alpha1=1.5,
-                                           alpha2=0.5 if with_z else 0.0, activation=activation, y=y)
+                                           z=to_device(z) if with_z else None, alpha=1.5,
+                                           beta=0.5 if with_z else 0.0, activation=activation, y=y)
     want = ref.conv_bias_activation(x, w, bias, z if with_z else None, alpha1=1.5, alpha2=0.5,
                                     activation=activation, **_ref_kw(kw))
     assert _err(y.to_numpy(), want) <= 3e-5

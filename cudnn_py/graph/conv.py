@@ -276,12 +276,12 @@ def _params(conv, direction: str, a_shape, b_shape, out_shape) -> dict:
     if len(a_shape) == 3:
         pads, stride, dil = ((0, 0),) + pads, (1,) + stride, (1,) + dil
     return dict(padding=tuple(p[0] for p in pads), post_padding=tuple(p[1] for p in pads), stride=stride,
-                dilation=dil, conv_mode=conv.mode.name[len("CUDNN_"):].lower(), compute_dtype=conv.compute_type)
+                dilation=dil, conv_mode=conv.mode.name[len("CUDNN_"):].lower(), compute_dtype=conv.compute_dtype)
 
 
 def convolution(direction: str, handle, conv, a, b, out=None, *, engine: str = "graph", algo="heuristic",
                 deterministic: bool = False, workspace_limit: int | None = None, alpha: float = 1.0,
-                beta: float = 0.0, shape=None, bias=None, activation: str | None = None, z=None, alpha2: float = 0.0):
+                beta: float = 0.0, shape=None, bias=None, activation: str | None = None):
     """One direction of a :class:`~cudnn_py.ops.convolution.Convolution` through a cached graph plan: what the
     :mod:`cudnn_py.ops.conv_calls` calls run with ``engine="graph"``; returns the output.
 
@@ -295,7 +295,6 @@ def convolution(direction: str, handle, conv, a, b, out=None, *, engine: str = "
     :param shape: the output's shape when ``out`` is None (backward_data: default the smallest input giving dy's
         shape; backward_filter: required).
     :param bias, activation: forward only: one bias value per output channel and ``"relu"`` (or None), fused.
-    :param z, alpha2: refused (the graph has no z input); present so that the fused call passes them on.
 
     Plans are cached per configuration in the handle's ``"graph.conv"`` cache, so a repeated call is a lookup and
     one ``cudnnBackendExecute`` (about 6 us of host time for a tiny convolution against about 27 us for the legacy
@@ -310,8 +309,6 @@ def convolution(direction: str, handle, conv, a, b, out=None, *, engine: str = "
     if deterministic or workspace_limit is not None or conv.math_type is not None:
         raise InvalidValueError("deterministic=, workspace_limit= and math_type apply to engine='legacy'; with "
                                 "engine='graph' leave math_type 'auto' and cap the workspace with handle.workspace.cap")
-    if z is not None or alpha2 != 0.0:
-        raise InvalidValueError("engine='graph' has no z input: use engine='legacy' for y = act(conv + alpha2*z + b)")
     names = _ROLES[direction]
     a, b = _arr(a, names[0]), _arr(b, names[1])
     o = None if out is None else _arr(out, names[2])

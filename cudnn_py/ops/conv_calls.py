@@ -17,6 +17,7 @@ import numpy as np
 from cudnn_py import algorithms as _alg
 from cudnn_py import capi
 from cudnn_py import descriptors as _d
+from cudnn_py._deprecation import renamed_kwargs
 from cudnn_py.caches import handle_cache
 from cudnn_py.dtypes import cudnn_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError, WorkspaceLimitError
@@ -316,30 +317,37 @@ _ACTIVATIONS = {"relu": capi.CUDNN_ACTIVATION_RELU, "identity": capi.CUDNN_ACTIV
 
 
 def convolution_bias_activation_forward(handle, conv: Convolution, x, w, bias, *, z=None, activation: str = "relu",
-                                        alpha1: float = 1.0, alpha2: float = 0.0, y=None, algo: Any = "heuristic",
+                                        alpha: float = 1.0, beta: float = 0.0, y=None, algo: Any = "heuristic",
                                         deterministic: bool = False, workspace_limit: int | None = None,
-                                        engine: str = "legacy"):
-    """``y = act(alpha1 * conv(x, w) + alpha2 * z + bias)`` (``cudnnConvolutionBiasActivationForward``).
+                                        engine: str = "legacy", **old: Any):
+    """``y = act(alpha * conv(x, w) + beta * z + bias)`` (``cudnnConvolutionBiasActivationForward``, whose
+    ``alpha1``/``alpha2`` are ``alpha``/``beta``; those old keywords still work with a DeprecationWarning).
 
     ``activation``: ``"relu"`` or ``"identity"`` (cuDNN runs identity only with IMPLICIT_PRECOMP_GEMM,
-    which is then chosen for you). Without ``z`` (then ``alpha2`` must be 0) y is zeroed first and
+    which is then chosen for you). Without ``z`` (then ``beta`` must be 0) y is zeroed first and
     used as z; pass ``z=y`` to add y's current values instead. ``bias`` holds one value per channel.
     ``engine="graph"`` fuses conv, bias and activation into one backend-API graph (no ``z``).
     """
+    if old:
+        got = renamed_kwargs("convolution_bias_activation_forward", old, {"alpha1": "alpha", "alpha2": "beta"},
+                             {"alpha": None if alpha == 1.0 else alpha, "beta": None if beta == 0.0 else beta})
+        alpha, beta = (1.0 if got["alpha"] is None else got["alpha"]), (0.0 if got["beta"] is None else got["beta"])
     act = enum_arg(activation, _ACTIVATIONS, capi.cudnnActivationMode_t, "activation")
     if engine != "legacy":
+        if z is not None or beta != 0.0:
+            raise InvalidValueError("engine='graph' has no z input: use engine='legacy' for y = act(alpha * conv + "
+                                    "beta * z + bias)")
         return _graph().convolution("forward", handle, conv, x, w, y, engine=engine, algo=algo,
-                                    deterministic=deterministic, workspace_limit=workspace_limit, alpha=alpha1,
-                                    bias=bias, activation=None if act == capi.CUDNN_ACTIVATION_IDENTITY else "relu",
-                                    z=z, alpha2=alpha2)
+                                    deterministic=deterministic, workspace_limit=workspace_limit, alpha=alpha,
+                                    bias=bias, activation=None if act == capi.CUDNN_ACTIVATION_IDENTITY else "relu")
     if act == capi.CUDNN_ACTIVATION_IDENTITY:
         precomp = capi.CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM
         if _alg.is_choice(algo):
             algo = precomp
         elif _alg.parse_algo("forward", algo) != precomp:
             raise InvalidValueError("cuDNN runs the identity activation only with IMPLICIT_PRECOMP_GEMM")
-    if z is None and alpha2 != 0.0:
-        raise InvalidValueError("alpha2 scales z; pass z (it may be y itself) or leave alpha2 at 0")
+    if z is None and beta != 0.0:
+        raise InvalidValueError("beta scales z; pass z (it may be y itself) or leave beta at 0")
     xs, x_ptr = array_signature(x, "x")
     ws, w_ptr = array_signature(w, "w")
     bs, b_ptr = array_signature(bias, "bias")
@@ -364,7 +372,7 @@ def convolution_bias_activation_forward(handle, conv: Convolution, x, w, bias, *
         if zs != ys:
             raise InvalidValueError(f"z must look like y (shape, strides, dtype, device {ys}), got {zs}")
     xp = _pad_input(handle, p.g, x_ptr) if p.g.asym else None
-    a1, a2 = scalars(p.scaling, alpha1, alpha2)
+    a1, a2 = scalars(p.scaling, alpha, beta)
     act_desc = _d.activation_descriptor(act, 0.0)  # held here: the shared cache may drop it during the call
     capi.cudnnConvolutionBiasActivationForward(
         handle.ptr, a1, p.a, x_ptr if xp is None else xp.ptr, p.b, w_ptr, p.conv_desc, p.algo, ws_ptr, p.ws, a2,

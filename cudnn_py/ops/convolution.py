@@ -38,7 +38,8 @@ import numpy as np
 
 from cudnn_py import capi
 from cudnn_py import descriptors as _d
-from cudnn_py.dtypes import cudnn_dtype
+from cudnn_py._deprecation import renamed_kwargs, warn
+from cudnn_py.dtypes import as_numpy_dtype, cudnn_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.ops._common import enum_arg
 
@@ -71,48 +72,101 @@ def __getattr__(name: str) -> Any:
 
 
 class Convolution:
-    """The parameters of a convolution (what ``cudnnConvolutionDescriptor_t`` holds), hashable.
+    """A convolution's settings (what a ``cudnnConvolutionDescriptor_t`` holds, plus the layout): validated once,
+    hashable, read back as properties, with its shared C descriptors (:meth:`descriptor`).
 
-    ``padding``: an int, one int per spatial dimension, or one ``(low, high)`` pair per dimension.
-    ``stride`` / ``dilation``: an int or one per dimension. ``mode``: ``"cross_correlation"`` (what deep
-    learning calls convolution; default) or ``"convolution"`` (kernel flipped). ``math_type``:
-    ``"auto"`` (default: tensor-op math for float16/bfloat16 data, whose ``"default"`` math would keep
-    cuDNN off the tensor cores; default math otherwise, which on A100+ allows TF32 for float32),
-    ``"default"``, ``"tensor_op"``, ``"tensor_op_allow_conversion"``, ``"fma"`` (exact float32), or the enum.
-    ``compute_type``: the accumulation dtype; default double for float64, int32 for int8, else float32.
-    ``layout``: ``"NCHW"`` (arrays are ``N, C, *spatial`` and their strides say the memory order) or
-    ``"NHWC"`` (arrays are given as ``N, *spatial, C``; filters as ``K, *R, C``).
+    :param padding: an int, one int per spatial dimension, or one ``(low, high)`` pair per dimension (asymmetric
+        padding runs on an explicitly zero-padded copy of x).
+    :param stride, dilation: an int or one per spatial dimension.
+    :param groups: the number of filter groups (the input channels are ``w.shape[1] * groups``).
+    :param mode: ``"cross_correlation"`` (what deep learning calls convolution; default) or ``"convolution"``
+        (kernel flipped), any case, or the ``cudnnConvolutionMode_t``.
+    :param math_type: ``"auto"`` (default; or None: chosen per call, tensor-op math for float16/bfloat16 data,
+        whose ``"default"`` math would keep cuDNN off the tensor cores, default math otherwise, which on A100+
+        allows TF32 for float32), ``"default"``, ``"tensor_op"``, ``"tensor_op_allow_conversion"``, ``"fma"``
+        (exact float32), or the ``cudnnMathType_t``.
+    :param compute_dtype: the accumulation dtype (None: double for float64 data, int32 for int8, else float32).
+        ``compute_type=`` is its deprecated spelling.
+    :param layout: ``"NCHW"`` (arrays are ``N, C, *spatial`` and their strides say the memory order) or ``"NHWC"``
+        (arrays are given as ``N, *spatial, C``; filters as ``K, *R, C``); any case.
     """
 
-    __slots__ = ("padding", "stride", "dilation", "groups", "mode", "math_type", "compute_type", "layout", "_key",
-                 "_hash", "_per_nd")
-    padding: int | tuple  # an int, or per dimension an int or a (low, high) pair
+    __slots__ = ("_padding", "_stride", "_dilation", "_groups", "_mode", "_math_type", "_compute_dtype", "_layout",
+                 "_key", "_hash", "_per_nd", "_descs")
 
-    def __init__(self, padding=0, stride=1, dilation=1, groups: int = 1, *, mode: str = "cross_correlation",
-                 math_type: Any = "auto", compute_type=None, layout: str = "NCHW"):
+    def __init__(self, padding=0, stride=1, dilation=1, groups: int = 1, *, mode: Any = "cross_correlation",
+                 math_type: Any = "auto", compute_dtype: Any = None, layout: str = "NCHW", **old: Any):
+        compute_dtype = renamed_kwargs("Convolution", old, {"compute_type": "compute_dtype"},
+                                       {"compute_dtype": compute_dtype})["compute_dtype"]
         if _d._is_int(padding):
-            self.padding = _d._int_or_ints(padding, "padding", 0)
+            self._padding: int | tuple = _d._int_or_ints(padding, "padding", 0)
         else:
             if isinstance(padding, (str, bytes, dict, set, frozenset)) or not hasattr(padding, "__iter__"):
                 raise InvalidTypeError(f"padding must be an int, one int per spatial dimension or one (low, high) "
                                        f"pair per dimension, got {padding!r}")
-            self.padding = tuple(_d._int_or_ints(p, "padding", 0) for p in padding)
-            if any(isinstance(p, tuple) and len(p) != 2 for p in self.padding):
+            self._padding = tuple(_d._int_or_ints(p, "padding", 0) for p in padding)
+            if any(isinstance(p, tuple) and len(p) != 2 for p in self._padding):
                 raise InvalidValueError(f"padding pairs must be (low, high), got {padding!r}")
-        self.stride = _d._int_or_ints(stride, "stride", 1)
-        self.dilation = _d._int_or_ints(dilation, "dilation", 1)
-        self.groups = _d._int(groups, "groups", 1)
-        self.mode = enum_arg(mode, _MODES, capi.cudnnConvolutionMode_t, "mode")
-        self.math_type = None if isinstance(math_type, str) and math_type == "auto" else enum_arg(
-            math_type, MATH_TYPES, capi.cudnnMathType_t, "math_type")
-        self.compute_type = None if compute_type is None else _d._legacy_dtype(compute_type, "compute_type")
-        if not isinstance(layout, str) or layout not in ("NCHW", "NHWC"):
-            raise InvalidValueError(f"layout {layout!r}: expected 'NCHW' or 'NHWC'")
-        self.layout = layout
-        self._key = (self.padding, self.stride, self.dilation, self.groups, self.mode.name, self._math_name,
-                     None if self.compute_type is None else self.compute_type.name, layout)
+        self._stride = _d._int_or_ints(stride, "stride", 1)
+        self._dilation = _d._int_or_ints(dilation, "dilation", 1)
+        self._groups = _d._int(groups, "groups", 1)
+        self._mode = enum_arg(mode, _MODES, capi.cudnnConvolutionMode_t, "mode")
+        auto = math_type is None or (isinstance(math_type, str) and math_type.lower() == "auto")
+        self._math_type = None if auto else enum_arg(math_type, MATH_TYPES, capi.cudnnMathType_t, "math_type")
+        self._compute_dtype = None if compute_dtype is None else _d._legacy_dtype(compute_dtype, "compute_dtype")
+        if not isinstance(layout, str) or layout.upper() not in ("NCHW", "NHWC"):
+            raise InvalidValueError(f"layout {layout!r}: expected 'NCHW' or 'NHWC' (any case)")
+        self._layout = layout.upper()
+        self._key = (self._padding, self._stride, self._dilation, self._groups, self._mode.name, self._math_name,
+                     None if self._compute_dtype is None else self._compute_dtype.name, self._layout)
         self._hash = hash(self._key)
         self._per_nd: dict[int, tuple] = {}
+        self._descs: dict[tuple, _d._ConvolutionDescriptor] = {}
+
+    # -- settings, read back --
+    @property
+    def padding(self) -> int | tuple:
+        """As given: an int, or per spatial dimension an int or a ``(low, high)`` pair."""
+        return self._padding
+
+    @property
+    def stride(self) -> int | tuple[int, ...]:
+        """As given: an int or one per spatial dimension."""
+        return self._stride
+
+    @property
+    def dilation(self) -> int | tuple[int, ...]:
+        """As given: an int or one per spatial dimension."""
+        return self._dilation
+
+    @property
+    def groups(self) -> int:
+        return self._groups
+
+    @property
+    def mode(self) -> capi.cudnnConvolutionMode_t:
+        return self._mode
+
+    @property
+    def math_type(self) -> capi.cudnnMathType_t | None:
+        """The ``cudnnMathType_t``, or None for ``"auto"`` (see :meth:`math_for`)."""
+        return self._math_type
+
+    @property
+    def compute_dtype(self) -> capi.cudnnDataType_t | None:
+        """The accumulation ``cudnnDataType_t``, or None for the data's default (see :meth:`compute_for`)."""
+        return self._compute_dtype
+
+    @property
+    def compute_type(self) -> capi.cudnnDataType_t | None:
+        """Deprecated spelling of :attr:`compute_dtype`."""
+        warn("Convolution.compute_type is deprecated, use compute_dtype", stacklevel=3)
+        return self._compute_dtype
+
+    @property
+    def layout(self) -> str:
+        """``"NCHW"`` or ``"NHWC"``."""
+        return self._layout
 
     def __hash__(self):
         return self._hash
@@ -121,36 +175,58 @@ class Convolution:
         return isinstance(other, Convolution) and other._key == self._key
 
     def __repr__(self):
-        return (f"Convolution(padding={self.padding}, stride={self.stride}, dilation={self.dilation}, "
-                f"groups={self.groups}, mode={self.mode.name}, math_type={self._math_name}, layout={self.layout})")
+        compute = "" if self._compute_dtype is None else f", compute_dtype={self._compute_dtype.name}"
+        return (f"Convolution(padding={self._padding}, stride={self._stride}, dilation={self._dilation}, "
+                f"groups={self._groups}, mode={self._mode.name}, math_type={self._math_name}{compute}, "
+                f"layout={self._layout})")
 
     @property
     def _math_name(self) -> str:
-        return "auto" if self.math_type is None else self.math_type.name
+        return "auto" if self._math_type is None else self._math_type.name
 
     @property
     def key(self) -> tuple:
-        """A JSON-representable tuple that identifies these parameters."""
+        """A JSON-representable tuple that identifies these settings."""
         return self._key
+
+    # -- what the settings give for data --
+    def compute_for(self, dtype) -> capi.cudnnDataType_t:
+        """The accumulation type for data of ``dtype``: :attr:`compute_dtype` if set, else double for float64, int32
+        for int8, float32 otherwise."""
+        if self._compute_dtype is not None:
+            return self._compute_dtype
+        dt = as_numpy_dtype(dtype)
+        if dt == np.float64:
+            return capi.CUDNN_DATA_DOUBLE
+        if dt == np.int8:
+            return capi.CUDNN_DATA_INT32
+        return capi.CUDNN_DATA_FLOAT
+
+    def math_for(self, dtype) -> capi.cudnnMathType_t:
+        """The math type for data of ``dtype``: :attr:`math_type` if set, else (``"auto"``) tensor-op math for
+        2-byte data (float16, bfloat16) and default math otherwise."""
+        if self._math_type is not None:
+            return self._math_type
+        return capi.CUDNN_TENSOR_OP_MATH if as_numpy_dtype(dtype).itemsize == 2 else capi.CUDNN_DEFAULT_MATH
 
     def output_shape(self, x_shape: Sequence[int], w_shape: Sequence[int]) -> tuple[int, ...]:
         """The output shape for input and filter shapes (all in this convolution's layout)."""
-        xs, _ = logical(_d._dims(x_shape, "x_shape", 3, 5), None, self.layout)
-        ws, _ = logical(_d._dims(w_shape, "w_shape", 3, 5), None, self.layout)
-        return physical(_out_logical(self, xs, ws), self.layout)
+        xs, _ = logical(_d._dims(x_shape, "x_shape", 3, 5), None, self._layout)
+        ws, _ = logical(_d._dims(w_shape, "w_shape", 3, 5), None, self._layout)
+        return physical(_out_logical(self, xs, ws), self._layout)
 
     def input_shape(self, w_shape: Sequence[int], y_shape: Sequence[int]) -> tuple[int, ...]:
         """The smallest input shape whose output has ``y_shape`` with filters of ``w_shape`` (all in this
         convolution's layout): what ``convolution_backward_data`` allocates when no ``x_shape`` is given."""
-        ws, _ = logical(tuple(w_shape), None, self.layout)
-        ys, _ = logical(tuple(y_shape), None, self.layout)
+        ws, _ = logical(tuple(w_shape), None, self._layout)
+        ys, _ = logical(tuple(y_shape), None, self._layout)
         if len(ws) != len(ys) or not 3 <= len(ys) <= 5:
             raise InvalidValueError(f"w {tuple(w_shape)} and dy {tuple(y_shape)} must both have 3, 4 or 5 "
                                     f"dimensions")
         pads, st, dil = self.params(len(ys) - 2)
         sp = tuple((ys[2 + i] - 1) * st[i] - pads[i][0] - pads[i][1] + (ws[2 + i] - 1) * dil[i] + 1
                    for i in range(len(ys) - 2))
-        return physical((ys[0], ws[1] * self.groups) + sp, self.layout)
+        return physical((ys[0], ws[1] * self._groups) + sp, self._layout)
 
     def params(self, nd: int) -> tuple[tuple[tuple[int, int], ...], tuple[int, ...], tuple[int, ...]]:
         """((low, high) pads, strides, dilations) for ``nd`` spatial dimensions."""
@@ -162,8 +238,36 @@ class Convolution:
                     raise InvalidValueError(f"{what}={v!r} has {len(t)} entries but the data has {nd} spatial "
                                             f"dimensions")
                 return t
-            pads = tuple(p if isinstance(p, tuple) else (p, p) for p in per_dim(self.padding, "padding"))
-            got = self._per_nd[nd] = (pads, per_dim(self.stride, "stride"), per_dim(self.dilation, "dilation"))
+            pads = tuple(p if isinstance(p, tuple) else (p, p) for p in per_dim(self._padding, "padding"))
+            got = self._per_nd[nd] = (pads, per_dim(self._stride, "stride"), per_dim(self._dilation, "dilation"))
+        return got
+
+    def cudnn_params(self, nd: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+        """(pads, strides, dilations) as cuDNN gets them for data of ``nd`` spatial dimensions: 1-D as 2-D with a
+        unit height in front, and no padding at all where it is asymmetric (x is then padded explicitly)."""
+        pairs, st, dil = self.params(nd)
+        pads = (0,) * nd if any(lo != hi for lo, hi in pairs) else tuple(lo for lo, _ in pairs)
+        if nd == 1:
+            pads, st, dil = (0,) + pads, (1,) + st, (1,) + dil
+        return pads, st, dil
+
+    def descriptor(self, nd: int = 2, *, dtype: Any = "float32", math_type: Any = None) -> _d._ConvolutionDescriptor:
+        """The shared C descriptor for data of ``nd`` (1 to 3) spatial dimensions and ``dtype`` (see
+        :meth:`cudnn_params`, :meth:`compute_for`, :meth:`math_for`; ``math_type`` overrides the latter).
+
+        One descriptor per (dimensions, accumulation type, math type), kept in the process-wide cache
+        ``caches.shared("descriptors.convolution")`` and held by this object; its ``close()`` does nothing. Pass
+        ``.ptr`` to C calls (``cudnnConvolutionForward`` and the other ``capi`` functions).
+        """
+        key = (nd, dtype, math_type)
+        got = self._descs.get(key)
+        if got is None:
+            if not isinstance(nd, int) or not 1 <= nd <= 3:
+                raise InvalidValueError(f"nd must be 1, 2 or 3 spatial dimensions, got {nd!r}")
+            math = self.math_for(dtype) if math_type is None else enum_arg(math_type, MATH_TYPES, capi.cudnnMathType_t,
+                                                                           "math_type")
+            got = self._descs[key] = _d._ConvolutionDescriptor.shared(
+                *self.cudnn_params(nd), self._mode, self.compute_for(dtype), self._groups, math, None)
         return got
 
 
@@ -244,14 +348,6 @@ def _check_dtypes(xd, wd, yd) -> None:
                                f"float32)")
 
 
-def _default_compute(dtype: np.dtype):
-    if dtype == np.float64:
-        return capi.CUDNN_DATA_DOUBLE
-    if dtype == np.int8:
-        return capi.CUDNN_DATA_INT32
-    return capi.CUDNN_DATA_FLOAT
-
-
 def _tensor_desc(shape, strides, dtype):
     return _d.tensor_descriptor(tuple(shape), dtype, tuple(strides))
 
@@ -278,26 +374,23 @@ class Geometry:
         else:
             raise InvalidValueError(f"w must be packed NCHW or channels-last: strides {packed_strides(ws, False)} or "
                                     f"{packed_strides(ws, True)} (elements, logical order), got {wst}")
-        nd = len(xs) - 2
-        pads, st, dil = conv.params(nd)
+        self.data_nd = nd = len(xs) - 2  # spatial dimensions as given
+        pads, _, _ = conv.params(nd)
         self.out_shape = physical(ys, conv.layout)  # what a caller-facing output looks like
         self.unit = nd == 1
         if self.unit:
             xs, xst = unit_height(xs, xst)
             ws, _ = unit_height(ws, packed_strides(ws, self.w_nhwc))
             ys, yst = unit_height(ys, yst)
-            pads, st, dil = ((0, 0),) + pads, (1,) + st, (1,) + dil
-        self.nd = len(xs) - 2
+            pads = ((0, 0),) + pads
+        self.nd = len(xs) - 2  # as cuDNN sees them
         self.dtype, self.y_dtype = cudnn_dtype(dtype), cudnn_dtype(y_dtype)
         self.np_dtype, self.np_y_dtype = np.dtype(dtype), np.dtype(y_dtype)
-        self.compute = conv.compute_type if conv.compute_type is not None else _default_compute(self.np_dtype)
-        self.math_type = conv.math_type if conv.math_type is not None else (
-            capi.CUDNN_TENSOR_OP_MATH if self.np_dtype.itemsize == 2 else capi.CUDNN_DEFAULT_MATH)
-        self.stride, self.dilation = st, dil
+        self.compute, self.math_type = conv.compute_for(self.np_dtype), conv.math_for(self.np_dtype)
+        self.pads, self.stride, self.dilation = conv.cudnn_params(nd)
         self.x_shape, self.x_strides, self.w_shape, self.y_shape, self.y_strides = xs, xst, ws, ys, yst
         self.asym = any(lo != hi for lo, hi in pads)
         if self.asym:  # cuDNN sees an explicitly zero-padded copy of x and no padding
-            self.pads = (0,) * self.nd
             self.lo_pads = tuple(lo for lo, _ in pads)
             self.xp_shape = xs[:2] + tuple(xs[2 + i] + pads[i][0] + pads[i][1] for i in range(self.nd))
             self.xp_strides = packed_strides(self.xp_shape, conv.layout == "NHWC")
@@ -310,7 +403,6 @@ class Geometry:
                 self.np_dtype.itemsize
             self.x_desc = self.xp_desc
         else:
-            self.pads = tuple(lo for lo, _ in pads)
             self.x_desc = _tensor_desc(xs, xst, self.dtype)
         self.w_desc = _d.filter_descriptor(tuple(ws), self.dtype, "NHWC" if self.w_nhwc else "NCHW")
         self.y_desc = _tensor_desc(ys, yst, self.y_dtype)
@@ -326,11 +418,9 @@ class Geometry:
         _check_dtypes(x[2], w[2], y_dtype)
         return cls(conv, x[:2], w[:2], (None, None) if y is None else y[:2], x[2], y_dtype)
 
-    def conv_desc(self, math_type):
-        """The shared convolution descriptor of this geometry with ``math_type``."""
-        return _d.convolution_descriptor(self.pads, self.stride, self.dilation, ndim=len(self.pads),
-                                         mode=self.conv.mode, compute_type=self.compute, groups=self.conv.groups,
-                                         math_type=math_type)
+    def conv_desc(self, math_type) -> _d._ConvolutionDescriptor:
+        """The convolution's shared C descriptor for this geometry with ``math_type``."""
+        return self.conv.descriptor(self.data_nd, dtype=self.np_dtype, math_type=math_type)
 
     def descs(self, direction: str) -> tuple:
         """(A, B, C) descriptors of a direction in cuDNN's argument order."""
