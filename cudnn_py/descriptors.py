@@ -38,6 +38,7 @@ import math
 import weakref
 from ctypes import byref, c_double, c_int, c_size_t, c_uint, c_void_p
 from enum import IntEnum
+from typing import TypeVar
 
 import numpy as np
 
@@ -115,7 +116,10 @@ def _bool(value, what: str) -> bool:
     raise InvalidTypeError(f"{what} must be True or False, got {value!r}")
 
 
-def _enum(cls: type[IntEnum], value, prefix: str, what: str, aliases: dict | None = None) -> IntEnum:
+_E = TypeVar("_E", bound=IntEnum)
+
+
+def _enum(cls: type[_E], value, prefix: str, what: str, aliases: dict | None = None) -> _E:
     """An enum member from a member, its int value, its full name or its short name (``prefix`` dropped, any
     case); :class:`InvalidValueError` naming ``what`` and the choices otherwise (:class:`InvalidTypeError` for a
     value that is none of these kinds)."""
