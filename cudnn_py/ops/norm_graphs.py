@@ -58,8 +58,8 @@ def training(handle, s: na.NormSetup, sc, bi, rm, rv, sm, siv, eps, f, ya, za, r
     require_spatial(s, "training")
     require_plain(alphas, "training")
     update = rm is not None and f > 0
-    inputs = [("x", s.x), ("scale", param_view(sc, s)), ("bias", param_view(bi, s))]
-    inputs += [("z", za)] if za is not None else []
+    inputs = ([("x", s.x), ("scale", param_view(sc, s)), ("bias", param_view(bi, s))]
+              + ([("z", za)] if za is not None else []))
     outputs = [("y", ya), ("mean", param_view(sm, s)), ("inv_variance", param_view(siv, s))]
     if update:
         inputs += [("running_mean", param_view(rm, s)), ("running_var", param_view(rv, s))]

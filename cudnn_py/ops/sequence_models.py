@@ -147,8 +147,9 @@ class WeightedDescriptor(_Descriptor):
 
 def training_ctx(fwd, result_type: type, desc, forward_name: str) -> dict:
     """The saved state of a training-mode forward result, checked to belong to ``desc``."""
-    if not isinstance(fwd, result_type) or fwd._ctx is None:
+    ctx = getattr(fwd, "_ctx", None) if isinstance(fwd, result_type) else None
+    if ctx is None:
         raise InvalidValueError(f"backward calls need the result of {forward_name}(..., training=True)")
-    if fwd._ctx["desc"] is not desc:
+    if ctx["desc"] is not desc:
         raise InvalidValueError(f"fwd was computed with a different {type(desc).__name__} descriptor")
-    return fwd._ctx
+    return ctx

@@ -417,7 +417,7 @@ def reduce_tensor(handle, op, a, c=None, *, axes=None, indices: bool = False, al
     capi.cudnnReduceTensor(handle.ptr, rd, idx_ptr, idx_bytes, ws, ws_size.value, al, ad.ptr, aa.ptr, be, cd.ptr,
                            ca.ptr)
     out = ca if c is None else c
-    return ReduceResult(out, idx) if indices else out
+    return out if idx is None else ReduceResult(out, idx)
 
 
 def _axes(axes, a: DeviceArray) -> set[int]:
