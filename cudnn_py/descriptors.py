@@ -562,7 +562,7 @@ class _ConvolutionDescriptor(_Descriptor):
                              f"{self.ndim + 2} (N/K, C, then {self.ndim} spatial)")
         pad, st, dil, _, _ = self._get()
         xs, ws, groups = xd.shape, wd.shape, self.groups
-        if xd.format != capi.CUDNN_TENSOR_NCHW_VECT_C and xs[1] != ws[1] * groups:
+        if xd.layout != capi.CUDNN_TENSOR_NCHW_VECT_C and xs[1] != ws[1] * groups:
             raise InvalidValueError(f"input {xs} has {xs[1]} channels but filter {ws} with {groups} group(s) "
                              f"expects {ws[1] * groups}")
         if ws[0] % groups:
