@@ -89,6 +89,8 @@ def test_results_are_named_tuples_and_out_is_the_deprecated_o():
         assert fwd.out == 1
     dq, dk, dv = A.AttentionDataGrads(1, 2, 3)
     assert (dq, dk, dv) == (1, 2, 3)
+    sizes = A.AttentionBufferSizes(10, 20, 0)
+    assert tuple(sizes) == (sizes.weights, sizes.workspace, sizes.reserve) == (10, 20, 0)
     assert _attn(attn_dropout=0.0, post_dropout=None)._dropouts == (None, None)  # 0: no dropout, no GPU needed
 
 

@@ -19,6 +19,12 @@ from helpers import NoCallHandle, fake
 # ---------------------------------------------------------------- CPU
 
 
+def test_sizes_are_a_named_tuple():
+    from cudnn_py.ops.batchnorm import NormSizes
+    fw, bw, rs = s = NormSizes(1, 2, 3)
+    assert (s.forward_workspace, s.backward_workspace, s.reserve) == (fw, bw, rs) == (1, 2, 3)
+
+
 @pytest.mark.parametrize("mode", list(BATCHNORM_MODES))
 @pytest.mark.parametrize("shape", [(2, 3, 4, 5), (2, 6, 3, 4, 5)])
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])

@@ -40,7 +40,7 @@ from cudnn_py.ops.sequence_models import (
 )
 
 __all__ = ["MultiHeadAttention", "AttentionParams", "SeqDataDescriptor", "AttentionForwardResult",
-           "AttentionDataGrads", "WEIGHT_KINDS",
+           "AttentionDataGrads", "AttentionBufferSizes", "WEIGHT_KINDS",
            "seq_data_descriptor", "load_attention_weights", "read_attention_weights", "attention_forward",
            "attention_backward_data", "attention_backward_weights"]
 
@@ -72,6 +72,13 @@ class AttentionParams(NamedTuple):
     max_seq_kv: int
     max_batch: int
     max_beam: int
+
+
+class AttentionBufferSizes(NamedTuple):
+    """Bytes of :meth:`MultiHeadAttention.buffer_sizes`."""
+    weights: int
+    workspace: int
+    reserve: int
 
 
 class MultiHeadAttention(WeightedDescriptor):
@@ -129,7 +136,7 @@ class MultiHeadAttention(WeightedDescriptor):
         self.q_proj_size, self.k_proj_size = proj["q_proj_size"], proj["k_proj_size"]
         self.v_proj_size, self.o_proj_size = proj["v_proj_size"], proj["o_proj_size"]
         self.max_seq_q, self.max_seq_kv, self.max_batch = lens["max_seq_q"], lens["max_seq_kv"], lens["max_batch"]
-        self._sizes: dict[tuple[int, bool], tuple[int, int, int]] = {}  # by (device, training)
+        self._sizes: dict[tuple[int, bool], AttentionBufferSizes] = {}  # by (device, training)
         super().__init__()
         capi.cudnnSetAttnDescriptor(
             self._ptr, int(mode), heads, scale, cudnn_dtype(dt), cudnn_dtype(cdt), c_math,
@@ -152,16 +159,16 @@ class MultiHeadAttention(WeightedDescriptor):
             "one_to_one" if mode.value & capi.CUDNN_ATTN_QUERYMAP_ONE_TO_ONE else "all_to_one",
             numpy_dtype(dt.value), numpy_dtype(cdt.value), name_of(MATH_TYPES, math_t.value), *(i.value for i in ints))
 
-    def buffer_sizes(self, handle, training: bool = True) -> tuple[int, int, int]:
-        """``(weight_bytes, workspace_bytes, reserve_bytes)`` (``cudnnGetMultiHeadAttnBuffers``; no reserve in
-        inference; asked once per device)."""
+    def buffer_sizes(self, handle, training: bool = True) -> AttentionBufferSizes:
+        """:class:`AttentionBufferSizes` ``(weights, workspace, reserve)`` in bytes (``cudnnGetMultiHeadAttnBuffers``;
+        no reserve in inference; asked once per device)."""
         hptr = handle.ptr  # a closed handle raises ClosedError here, even once the sizes are known
         key = (handle.device, bool(training))
         sizes = self._sizes.get(key)
         if sizes is None:
             w, ws, r = ctypes.c_size_t(), ctypes.c_size_t(), ctypes.c_size_t()
             capi.cudnnGetMultiHeadAttnBuffers(hptr, self.ptr, byref(w), byref(ws), byref(r) if training else None)
-            sizes = self._sizes[key] = (w.value, ws.value, r.value if training else 0)
+            sizes = self._sizes[key] = AttentionBufferSizes(w.value, ws.value, r.value if training else 0)
         return sizes
 
     def weight_space_size(self, handle) -> int:

@@ -52,7 +52,7 @@ from cudnn_py.ops import norm_graphs as ng
 from cudnn_py.ops._common import desc, enum_arg, scalars, tensor_desc
 
 __all__ = [
-    "BATCHNORM_MODES", "BATCHNORM_OPS", "BatchNormTraining", "BatchNormGrads", "batchnorm_param_shape",
+    "BATCHNORM_MODES", "BATCHNORM_OPS", "BatchNormTraining", "BatchNormGrads", "NormSizes", "batchnorm_param_shape",
     "derive_batchnorm_shape", "batchnorm_forward_training", "batchnorm_forward_inference", "batchnorm_backward",
     "batchnorm_ex_sizes", "batchnorm_forward_training_ex", "batchnorm_backward_ex",
 ]
@@ -85,6 +85,13 @@ class BatchNormGrads(NamedTuple):
     dscale: DeviceArray
     dbias: DeviceArray
     dz: DeviceArray | None = None
+
+
+class NormSizes(NamedTuple):
+    """Bytes the fused training calls need (:func:`batchnorm_ex_sizes`, ``normalization_sizes``)."""
+    forward_workspace: int
+    backward_workspace: int
+    reserve: int
 
 
 def batchnorm_param_shape(x_shape, mode="spatial") -> tuple[int, ...]:
@@ -205,12 +212,13 @@ def batchnorm_backward(handle, x, dy, scale, saved_mean=None, saved_inv_var=None
 
 
 def batchnorm_ex_sizes(handle, x, *, mode="spatial_persistent", ops="bn", activation=None,
-                       with_z: bool | None = None) -> tuple[int, int, int]:
-    """(forward-training workspace, backward workspace, reserve) bytes for the ``..._ex`` calls with this x."""
+                       with_z: bool | None = None) -> NormSizes:
+    """:class:`NormSizes` ``(forward_workspace, backward_workspace, reserve)``: bytes the ``..._ex`` calls need
+    with this x."""
     s = _bn(handle, x, mode)
     op = enum_arg(ops, BATCHNORM_OPS, capi.cudnnBatchNormOps_t, "ops")
     act = None if int(op) == 0 else na.fused_activation("relu" if activation is None else activation)
-    return _ex_sizes(handle, s, op, act, int(op) == 2 if with_z is None else with_z)
+    return NormSizes(*_ex_sizes(handle, s, op, act, int(op) == 2 if with_z is None else with_z))
 
 
 def _ex_sizes(handle, s: na.NormSetup, op, act, with_z: bool) -> tuple[int, int, int]:

@@ -42,7 +42,7 @@ from cudnn_py.memory import DeviceArray
 from cudnn_py.ops import norm_args as na
 from cudnn_py.ops import norm_graphs as ng
 from cudnn_py.ops._common import desc, enum_arg, scalars, tensor_desc
-from cudnn_py.ops.batchnorm import BatchNormGrads, BatchNormTraining
+from cudnn_py.ops.batchnorm import BatchNormGrads, BatchNormTraining, NormSizes
 
 __all__ = [
     "NORM_MODES", "NORM_OPS", "NORM_ALGOS", "derive_normalization_shapes", "normalization_sizes",
@@ -104,12 +104,13 @@ def _ops(ops, activation, z):
 
 
 def normalization_sizes(handle, x, *, mode="per_channel", ops="norm", algo="standard", activation=None,
-                        with_z: bool | None = None) -> tuple[int, int, int]:
-    """(forward-training workspace, backward workspace, training reserve) bytes for this x."""
+                        with_z: bool | None = None) -> NormSizes:
+    """:class:`~cudnn_py.ops.batchnorm.NormSizes` ``(forward_workspace, backward_workspace, reserve)``: bytes the
+    training calls need with this x."""
     s = _norm(handle, x, mode)
     op = enum_arg(ops, NORM_OPS, capi.cudnnNormOps_t, "ops")
     act = None if int(op) == 0 else na.fused_activation("relu" if activation is None else activation)
-    return _sizes(handle, s, op, _algo(algo), act, int(op) == 2 if with_z is None else with_z)
+    return NormSizes(*_sizes(handle, s, op, _algo(algo), act, int(op) == 2 if with_z is None else with_z))
 
 
 def normalization_forward_training(handle, x, scale, bias, *, z=None, mode="per_channel", ops="norm",
