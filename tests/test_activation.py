@@ -60,7 +60,8 @@ def test_settings_read_back_and_spellings():
     assert a.mode is capi.CUDNN_ACTIVATION_CLIPPED_RELU
     assert (a.coef, a.swish_beta, a.nan_propagation) == (6.0, 1.0, True) and type(a.coef) is float
     assert repr(a) == "Activation('clipped_relu', coef=6.0, swish_beta=1.0, nan_propagation=True)"
-    for spelling in ("relu", "RELU", "CUDNN_ACTIVATION_RELU", capi.CUDNN_ACTIVATION_RELU, int(capi.CUDNN_ACTIVATION_RELU)):
+    relu = capi.CUDNN_ACTIVATION_RELU
+    for spelling in ("relu", "RELU", "CUDNN_ACTIVATION_RELU", relu, int(relu)):
         assert Activation(spelling) == Activation()
     assert Activation().nan_propagation is False
 

@@ -124,7 +124,8 @@ def lrn_forward(handle, lrn, x, y=None, *, alpha: float = 1.0, beta: float = 0.0
 
 
 def lrn_backward(handle, lrn, x, y, dy, dx=None, *, alpha: float = 1.0, beta: float = 0.0):
-    """``dx = alpha * dL/dx + beta * dx`` from the forward's x and y and the gradient dy (``cudnnLRNCrossChannelBackward``)."""
+    """``dx = alpha * dL/dx + beta * dx`` from the forward's x and y and the gradient dy
+    (``cudnnLRNCrossChannelBackward``)."""
     ld = _lrn_desc(lrn)
     xa = _input(x, handle)
     ya = check_array(y, "y", handle, dtype=xa.dtype, shape=xa.shape)
