@@ -141,7 +141,7 @@ def test_transform_tensor_memory_format_is_the_old_layout(monkeypatch):
 
 def test_transform_tensor_ex_dest_format_is_the_old_layout(monkeypatch):
     seen: list = []
-    monkeypatch.setattr(T, "tensor_transform_descriptor", _stop(seen))
+    monkeypatch.setattr(T.TensorTransformDescriptor, "shared", _stop(seen))
     with pytest.warns(DeprecationWarning, match="dest_format= is deprecated, use layout="), pytest.raises(_Reached):
         T.transform_tensor_ex(NoCallHandle(), fake((2, 3, 4, 5)), dest_format="NCHW")
     for layout in ("nchw", "NCHW", capi.CUDNN_TENSOR_NCHW):
@@ -164,8 +164,8 @@ def test_tensor_transform_descriptors_are_shared_and_destroyed_when_dropped():
     import weakref
     from cudnn_py import caches
     args = (4, capi.CUDNN_TENSOR_NHWC, (0, 0, 1, 1), (0, 0, 1, 1), (1, 1, 1, 1), capi.CUDNN_TRANSFORM_FOLD)
-    d = T.tensor_transform_descriptor(*args)
-    assert T.tensor_transform_descriptor(*args) is d and "ops.tensor_transform" in caches.info()
+    d = T.TensorTransformDescriptor.shared(*args)
+    assert T.TensorTransformDescriptor.shared(*args) is d and "ops.tensor_transform" in caches.info()
     fmt = ctypes.c_int()
     before, after = (ctypes.c_int32 * 4)(), (ctypes.c_int32 * 4)()
     fold, direction = (ctypes.c_uint32 * 4)(), ctypes.c_int()

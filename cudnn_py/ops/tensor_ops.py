@@ -40,8 +40,7 @@ from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 __all__ = [
     "add_tensor", "op_tensor", "scale_tensor", "set_tensor", "transform_tensor", "transform_tensor_ex",
-    "reduce_tensor", "ReduceResult", "TensorTransformDescriptor", "tensor_transform_descriptor", "OP_TENSOR_OPS",
-    "REDUCE_OPS",
+    "reduce_tensor", "ReduceResult", "TensorTransformDescriptor", "OP_TENSOR_OPS", "REDUCE_OPS",
 ]
 
 OP_TENSOR_OPS = {"add": capi.CUDNN_OP_TENSOR_ADD, "mul": capi.CUDNN_OP_TENSOR_MUL, "min": capi.CUDNN_OP_TENSOR_MIN,
@@ -262,7 +261,8 @@ class TensorTransformDescriptor(_Descriptor):
     """A ``cudnnTensorTransformDescriptor_t`` (``cudnnSetTensorTransformDescriptor``): the destination ``layout``
     (a ``cudnnTensorFormat_t``) of an ``nd``-dimensional transform, zeros added ``pad_before``/``pad_after`` each
     dimension, ``fold`` factors and the folding ``direction``, all already parsed (see :func:`transform_tensor_ex`,
-    which takes the friendly spellings). Destroyed when closed or garbage-collected."""
+    which takes the friendly spellings). Destroyed when closed or garbage-collected; ``shared(...)`` gives the one
+    process-wide instance for these settings (its ``close()`` does nothing)."""
 
     _handle_type = capi.cudnnTensorTransformDescriptor_t
     _create_fn, _destroy_fn = "cudnnCreateTensorTransformDescriptor", "cudnnDestroyTensorTransformDescriptor"
@@ -277,13 +277,6 @@ class TensorTransformDescriptor(_Descriptor):
         capi.cudnnSetTensorTransformDescriptor(self._ptr, nd, layout, (ctypes.c_int32 * nd)(*pad_before),
                                                (ctypes.c_int32 * nd)(*pad_after), (ctypes.c_uint32 * nd)(*fold),
                                                direction)
-
-
-def tensor_transform_descriptor(nd: int, layout, pad_before, pad_after, fold, direction) -> TensorTransformDescriptor:
-    """The shared :class:`TensorTransformDescriptor` for these (parsed) settings: made once, then a cache lookup
-    (:meth:`TensorTransformDescriptor.shared`); ``close()`` leaves it alone and it is destroyed once evicted and
-    unreferenced."""
-    return TensorTransformDescriptor.shared(nd, layout, tuple(pad_before), tuple(pad_after), tuple(fold), direction)
 
 
 def transform_tensor_ex(handle, x, *, layout: str | None = None, pad_before=0, pad_after=0, fold=1,
@@ -310,7 +303,7 @@ def transform_tensor_ex(handle, x, *, layout: str | None = None, pad_before=0, p
     folds = _ints(fold, nd, "fold", 1)
     dirv = enum_arg(direction, _DIRECTIONS, capi.cudnnFoldingDirection_t, "direction")
     out_dtype = as_numpy_dtype(dtype) if dtype is not None else (xa.dtype if y is None else as_array(y, "y").dtype)
-    tdesc = tensor_transform_descriptor(nd, fmt, before, after, folds, dirv)
+    tdesc = TensorTransformDescriptor.shared(nd, fmt, before, after, folds, dirv)
     # The source descriptor carries the destination dtype for InitTransformDest; x's own one is used for the call.
     probe = tensor_desc(xa.shape, out_dtype, xa.strides)
     dest = capi.cudnnTensorDescriptor_t()
