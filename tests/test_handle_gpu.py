@@ -8,7 +8,7 @@ import pytest
 
 import cudnn_py as cudnn
 from cudnn_py import capi
-from cudnn_py.descriptors import DropoutDescriptor, TensorDescriptor
+from cudnn_py.descriptors import TensorDescriptor
 from cudnn_py.errors import ClosedError, WorkspaceLimitError
 from cudnn_py.memory import DeviceArray
 from cudnn_py.streams import new_stream
@@ -146,10 +146,10 @@ def test_handle_workspace_is_released_on_close():
 
 
 def test_dropout_descriptor(handle):
-    d = DropoutDescriptor(handle, 0.25, seed=1234)
-    assert d.dropout == pytest.approx(0.25) and d.seed == 1234
+    d = cudnn.Dropout(handle, 0.25, seed=1234)
+    assert d.p == pytest.approx(0.25) and d.seed == 1234
     assert d.states_size > 0 and d.states.ptr
-    assert "dropout=0.25" in repr(d)
+    assert "p=0.25" in repr(d)
     d.close()
     with pytest.raises(ClosedError):
         d.ptr

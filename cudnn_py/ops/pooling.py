@@ -32,7 +32,7 @@ import numpy as np
 
 from cudnn_py import capi
 from cudnn_py.descriptors import (
-    INT32_MAX, TensorDescriptor, _enum, _int_or_ints, _ints, _nan, _PoolingDescriptor,
+    INT32_MAX, TensorDescriptor, _enum, _int_or_ints, _int_tuple, _ints, _nan, _PoolingDescriptor,
 )
 from cudnn_py.graph import legacy as gl
 from cudnn_py.memory import DeviceArray
@@ -116,7 +116,7 @@ class Pooling:
 
     def output_shape(self, x_shape) -> tuple[int, ...]:
         """The output shape for input ``x_shape`` (N, C, *spatial); ValueError if a window does not fit."""
-        x_shape = tuple(x_shape)
+        x_shape = _int_tuple(x_shape, "x_shape", minimum=1)
         nd = len(x_shape) - 2
         if not 1 <= nd <= 3:
             raise InvalidValueError(f"pooling takes N, C and 1 to 3 spatial dimensions; got shape {x_shape}")

@@ -116,9 +116,9 @@ def t_tensor_descriptor(draw):
         if factory:
             d = D.tensor_descriptor(shape, dtype, strides, fmt)
         else:
-            d = D.TensorDescriptor(shape, dtype, strides, format=fmt)
+            d = D.TensorDescriptor(shape, dtype, strides, layout=fmt)
         repr(d), d.shape, d.strides, d.nbytes
-    return call, _label("tensor_descriptor" if factory else "TensorDescriptor", shape, dtype, strides, format=fmt)
+    return call, _label("tensor_descriptor" if factory else "TensorDescriptor", shape, dtype, strides, layout=fmt)
 
 
 def t_filter_descriptor(draw):
@@ -128,9 +128,9 @@ def t_filter_descriptor(draw):
     fmt = draw(maybe(hostile, st.sampled_from(["NCHW", "NHWC", "nchw_vect_c"])))
 
     def call():
-        d = D.FilterDescriptor(shape, dtype, format=fmt)
+        d = D.FilterDescriptor(shape, dtype, layout=fmt)
         repr(d), d.shape, d.nbytes
-    return call, _label("FilterDescriptor", shape, dtype, format=fmt)
+    return call, _label("FilterDescriptor", shape, dtype, layout=fmt)
 
 
 def t_convolution_descriptor(draw):
@@ -151,47 +151,48 @@ def t_convolution_descriptor(draw):
 
 
 def t_pooling_descriptor(draw):
-    import cudnn_py.descriptors as D
+    from cudnn_py import Pooling
     kw = dict(mode=draw(maybe(hostile, st.sampled_from(["max", "avg", "average_count_include_padding"]))),
               window=draw(maybe(hostile, small_int)), padding=draw(maybe(hostile, st.integers(0, 2))),
-              stride=draw(opt(st.one_of(small_int, hostile))), ndim=draw(opt(st.one_of(hostile_int))),
-              nan_propagation=draw(maybe(hostile, st.booleans())))
+              stride=draw(opt(st.one_of(small_int, hostile))), nan_propagation=draw(maybe(hostile, st.booleans())))
     x = draw(shape_like)
 
     def call():
-        p = D.PoolingDescriptor(**kw)
+        p = Pooling(**kw)
         repr(p)
         p.output_shape(x)
-    return call, _label("PoolingDescriptor", **kw) + f".output_shape({x!r})"
+        p.descriptor(len(x) - 2)
+    return call, _label("Pooling", **kw) + f".output_shape({x!r}).descriptor(len(x) - 2)"
 
 
 def t_small_descriptors(draw):
+    import cudnn_py as cudnn
     import cudnn_py.descriptors as D
     which = draw(st.sampled_from(["activation", "lrn", "op", "reduce", "dropout"]))
     if which == "activation":
         kw = dict(mode=draw(maybe(hostile, st.sampled_from(["relu", "elu", "swish", "clipped_relu"]))),
                   coef=draw(maybe(hostile, st.floats(-10, 10))), nan_propagation=draw(maybe(hostile, st.booleans())),
                   swish_beta=draw(opt(st.one_of(hostile_float, hostile))))
-        make = D.ActivationDescriptor
+        make = cudnn.Activation
     elif which == "lrn":
         kw = dict(n=draw(maybe(hostile, st.integers(1, 16))), alpha=draw(maybe(hostile, st.floats(0, 1))),
                   beta=draw(maybe(hostile, st.floats(0.01, 2))), k=draw(maybe(hostile, st.floats(1e-5, 4))))
-        make = D.LRNDescriptor
+        make = cudnn.LRN
     elif which == "op":
         kw = dict(op=draw(maybe(hostile, st.sampled_from(["add", "mul", "sqrt", "not"]))),
-                  compute_type=draw(maybe(dtype_like, st.just("float32"))),
+                  compute_dtype=draw(maybe(dtype_like, st.just("float32"))),
                   nan_propagation=draw(maybe(hostile, st.booleans())))
-        make = D.OpTensorDescriptor
+        make = D.OpTensor
     elif which == "reduce":
         kw = dict(op=draw(maybe(hostile, st.sampled_from(["add", "amax", "norm2"]))),
-                  compute_type=draw(maybe(dtype_like, st.just("float32"))),
+                  compute_dtype=draw(maybe(dtype_like, st.just("float32"))),
                   indices=draw(maybe(hostile, st.sampled_from(["none", "flattened"]))),
                   indices_type=draw(maybe(hostile, st.sampled_from(["uint32", "64bit"]))))
-        make = D.ReduceTensorDescriptor
+        make = D.ReduceTensor
     else:
         kw = dict(handle=draw(st.one_of(st.builds(StubHandle), hostile)),
-                  dropout=draw(maybe(hostile, st.floats(0, 1))), seed=draw(maybe(hostile, st.integers(0, 2 ** 64 - 1))))
-        make = D.DropoutDescriptor
+                  p=draw(maybe(hostile, st.floats(0, 1))), seed=draw(maybe(hostile, st.integers(0, 2 ** 64 - 1))))
+        make = cudnn.Dropout
 
     def call():
         d = make(**kw)
@@ -246,7 +247,7 @@ def t_rnn(draw):
               bias_mode=draw(maybe(hostile, st.just("double"))),
               input_mode=draw(maybe(hostile, st.sampled_from(["linear", "skip"]))),
               dtype=draw(maybe(dtype_like, st.sampled_from(["float32", "float16", "float64"]))),
-              math_precision=draw(opt(st.one_of(dtype_like))),
+              compute_dtype=draw(opt(st.one_of(dtype_like))),
               math_type=draw(maybe(hostile, st.just("default"))),
               algo=draw(maybe(hostile, st.sampled_from(["standard", "persist_static", "persist_dynamic",
                                                    "persist_static_small_h"]))),
