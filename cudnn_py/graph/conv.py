@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from cudnn_py.algorithms import is_choice
+from cudnn_py.caches import handle_cache
 from cudnn_py.descriptors import _ints
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
-from cudnn_py.caches import handle_cache
 from cudnn_py.memory import DeviceArray, as_array, empty
+from cudnn_py.ops.convolution import logical, physical, unit_height
 
 from .execute import _handle_device
 from .errors import GraphNotSupportedError
@@ -232,7 +234,6 @@ _ROLES = {"forward": ("x", "w", "y"), "backward_data": ("dy", "w", "dx"), "backw
 def _view(conv, a: DeviceArray) -> DeviceArray:
     """``a`` (in ``conv``'s layout) as the graph API sees it: logical (N, C, *spatial) order; 1-D as 2-D with a unit
     height."""
-    from cudnn_py.ops.convolution import logical, unit_height
     shape, strides = logical(a.shape, a.strides, conv.layout)
     if len(shape) == 3:
         shape, strides = unit_height(shape, strides)
@@ -242,14 +243,12 @@ def _view(conv, a: DeviceArray) -> DeviceArray:
 
 
 def _view_shape(conv, shape) -> tuple[int, ...]:
-    from cudnn_py.ops.convolution import logical
     shape, _ = logical(tuple(shape), None, conv.layout)
     return shape[:2] + (1,) + shape[2:] if len(shape) == 3 else shape
 
 
 def _result(conv, r: DeviceArray, ndim: int) -> DeviceArray:
     """A graph output in the caller's convention: ``ndim`` dimensions, in the convolution's layout."""
-    from cudnn_py.ops.convolution import physical
     shape, strides = r.shape, r.strides
     if ndim == 3:
         shape, strides = shape[:2] + shape[3:], strides[:2] + strides[3:]
@@ -300,7 +299,6 @@ def convolution(direction: str, handle, conv, a, b, out=None, *, engine: str = "
     one ``cudnnBackendExecute`` (about 6 us of host time for a tiny convolution against about 27 us for the legacy
     call, on an H200).
     """
-    from cudnn_py.algorithms import is_choice
     if engine != "graph":
         raise InvalidValueError(f"engine {engine!r}: expected 'legacy' or 'graph'")
     if not is_choice(algo):

@@ -128,9 +128,9 @@ def _scaling(p: _Plan, alpha: float, beta: float) -> tuple:
 def _ready(handle, key, direction, conv, arrays, spec, deterministic, workspace_limit, in_ptrs):
     """(plan, workspace pointer) for a call: the remembered plan (unless "fastest" choices were cleared or
     reloaded since), else a new one. A plan whose workspace the handle's cap no longer admits (the cap was
-    lowered, or a handle with a larger cap made the plan) is made again under this cap; an explicit
-    algorithm that needs more then raises :class:`WorkspaceLimitError`. :func:`convolution_forward`
-    inlines this."""
+    lowered since) is made again under this cap; an explicit algorithm that needs more then raises
+    :class:`WorkspaceLimitError`. (A raised cap keeps the plans made under the lower one; ``clear_caches()``
+    chooses again.) :func:`convolution_forward` inlines this."""
     p = handle_cache(handle, PLANS).get(key)
     if p is None or (p.gen is not None and p.gen != _alg.algorithm_cache.generation):
         p = _plan(handle, key, direction, conv, arrays, spec, deterministic, workspace_limit, in_ptrs)
