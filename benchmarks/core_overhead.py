@@ -15,7 +15,7 @@ import numpy as np
 
 import cudnn_py as cudnn
 from cudnn_py import capi
-from cudnn_py.descriptors import convolution_descriptor, tensor_descriptor, tensor_descriptor_for
+from cudnn_py.descriptors import tensor_descriptor, tensor_descriptor_for
 from cudnn_py.memory import as_array
 
 
@@ -42,7 +42,7 @@ def main() -> None:
         ("as_array(DeviceArray)", lambda: as_array(x, "x")),
         ("tensor_descriptor(shape, dtype) (cached)", lambda: tensor_descriptor(x.shape, x.dtype)),
         ("tensor_descriptor_for(array) (cached)", lambda: tensor_descriptor_for(x)),
-        ("convolution_descriptor(1, 1) (cached)", lambda: convolution_descriptor(1, 1)),
+        ("Convolution(1, 1).descriptor() (cached)", lambda: cudnn.Convolution(1, 1).descriptor()),
         ("empty((8, 16, 32, 32), float32)", lambda: cudnn.empty((8, 16, 32, 32), np.float32)),
         ("workspace.get(1 MiB) (reused)", lambda: h.workspace.get(1 << 20, h.stream)),
         ("TensorDescriptor(...) uncached create+destroy", lambda: cudnn.TensorDescriptor(x.shape, x.dtype).close()),

@@ -155,8 +155,8 @@ def run_all(b: Bench, quick: bool) -> None:
     # ---- tensor ops
     c, ct = b.dev(shp, "float16", "NHWC")
     bias, biast = b.dev((1, 256, 1, 1), "float16")
-    b.row("add_tensor bias (1,C,1,1)", f"fp16 NHWC {shp}", nb, lambda: T.add_tensor(h, bias, c, engine="legacy"),
-          lambda: T.add_tensor(h, bias, c, engine="graph"), lambda: ct.add_(biast))
+    b.row("add_tensor bias (1,C,1,1)", f"fp16 NHWC {shp}", nb, lambda: T.add_tensor(h, bias, c, beta=1.0, engine="legacy"),
+          lambda: T.add_tensor(h, bias, c, beta=1.0, engine="graph"), lambda: ct.add_(biast))
     b.row("op_tensor add", f"fp16 NHWC {shp}", 3 * np.prod(shp) * 2,
           lambda: T.op_tensor(h, "add", x, dy, c, engine="legacy"),
           lambda: T.op_tensor(h, "add", x, dy, c, engine="graph"), lambda: torch.add(xt, dyt, out=ct))

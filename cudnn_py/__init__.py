@@ -42,8 +42,8 @@ _LAZY: dict[str, tuple[str, ...]] = {
     ".algorithms": ("AlgoPerf", "AlgorithmCache", "algorithm_cache", "choose_backward_data_algorithm",
                     "choose_backward_filter_algorithm", "choose_forward_algorithm"),
     ".descriptors": ("ActivationDescriptor", "ConvolutionDescriptor", "DropoutDescriptor", "FilterDescriptor",
-                     "LRNDescriptor", "OpTensorDescriptor", "PoolingDescriptor", "ReduceTensorDescriptor",
-                     "TensorDescriptor", "convolution_output_shape", "pooling_output_shape"),
+                     "LRNDescriptor", "OpTensor", "OpTensorDescriptor", "PoolingDescriptor", "ReduceTensor",
+                     "ReduceTensorDescriptor", "TensorDescriptor", "convolution_output_shape", "pooling_output_shape"),
     ".dtypes": ("cudnn_dtype", "numpy_dtype"),
     ".graph": ("BackendDescriptor", "Graph", "GraphNotSupportedError"),
     ".handle": ("Handle",),
@@ -89,8 +89,9 @@ if TYPE_CHECKING:
     from .algorithms import (AlgoPerf, AlgorithmCache, algorithm_cache, choose_backward_data_algorithm,
                              choose_backward_filter_algorithm, choose_forward_algorithm)
     from .descriptors import (ActivationDescriptor, ConvolutionDescriptor, DropoutDescriptor, FilterDescriptor,
-                              LRNDescriptor, OpTensorDescriptor, PoolingDescriptor, ReduceTensorDescriptor,
-                              TensorDescriptor, convolution_output_shape, pooling_output_shape)
+                              LRNDescriptor, OpTensor, OpTensorDescriptor, PoolingDescriptor, ReduceTensor,
+                              ReduceTensorDescriptor, TensorDescriptor, convolution_output_shape,
+                              pooling_output_shape)
     from .dtypes import cudnn_dtype, numpy_dtype
     from .graph import BackendDescriptor, Graph, GraphNotSupportedError
     from .handle import Handle

@@ -484,10 +484,10 @@ class Test:
         dt = self.dtype
         x_desc = cudnn.TensorDescriptor(self.dims, dt, self.strides)
         y_desc = cudnn.TensorDescriptor(self.odims, dt, self.ostrides)
-        w_desc = cudnn.FilterDescriptor(self.fdims, dt, format="NHWC" if self.fmt == capi.CUDNN_TENSOR_NHWC else "NCHW")
-        conv_desc = cudnn.ConvolutionDescriptor(
-            tuple(o.pad), tuple(o.stride), 1, mode=o.mode, compute_type=np.float32,
-            math_type="tensor_op" if o.math_type == 1 else "default")
+        w_desc = cudnn.FilterDescriptor(self.fdims, dt, layout="NHWC" if self.fmt == capi.CUDNN_TENSOR_NHWC else "NCHW")
+        conv_desc = cudnn.Convolution(tuple(o.pad), tuple(o.stride), 1, mode=capi.cudnnConvolutionMode_t(o.mode)
+                                      ).descriptor(2, dtype=np.float32,
+                                                   math_type="tensor_op" if o.math_type == 1 else "default")
         algo = capi.CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING
         one, zero = ctypes.c_float(1.0), ctypes.c_float(0.0)
         alpha, beta = ctypes.c_float(ALPHA), ctypes.c_float(BETA)
@@ -509,7 +509,7 @@ class Test:
             filter_fold, diff_pad, grad_fold, grad_unfold = (
                 create("TensorTransform", capi.cudnnTensorTransformDescriptor_t) for _ in range(4))
             capi.cudnnGetFoldedConvBackwardDataDescriptors(
-                h.ptr, w_desc.ptr, y_desc.ptr, conv_desc.ptr, x_desc.ptr, self.fmt, f_filter, padded_diff, f_conv,
+                h.ptr, w_desc.ptr, y_desc.ptr, conv_desc, x_desc.ptr, self.fmt, f_filter, padded_diff, f_conv,
                 f_grad, filter_fold, diff_pad, grad_fold, grad_unfold)
             n = ctypes.c_size_t()
             capi.cudnnGetFilterSizeInBytes(f_filter, byref(n))

@@ -10,9 +10,12 @@ from cudnn_py.memory import DeviceArray
 
 
 class NoCallHandle:
-    """Stands in for a Handle on CPU: reaching C (``.ptr``) fails the test."""
+    """Stands in for a Handle on CPU: reaching C (``.ptr``) fails the test; it has a Handle's per-handle caches."""
     device = 0
     stream = None
+
+    def __init__(self):
+        self.cache: dict = {}
 
     @property
     def ptr(self):

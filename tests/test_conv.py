@@ -21,12 +21,8 @@ def _arr(shape, dtype=np.float32, strides=None, device_id=0):
 
 
 class _NoC(NoCallHandle):
-    """A NoCallHandle with an uncapped workspace (the algorithm choice reads the cap) and the per-handle caches a
-    Handle has."""
+    """A NoCallHandle with an uncapped workspace (the algorithm choice reads the cap)."""
     workspace = types.SimpleNamespace(cap=None)
-
-    def __init__(self):
-        self.cache = {}
 
 
 def test_parameters_normalise_and_hash():
@@ -341,22 +337,24 @@ def test_what_the_settings_give_for_data(dtype, compute, math):
 def test_descriptor_is_shared_per_dimensions_accumulation_and_math():
     from cudnn_py import caches
     conv = cv.Convolution(padding=(1, 2), stride=2, dilation=(1, 3), groups=2, mode="convolution")
-    d = conv.descriptor(2)
-    assert d is conv.descriptor(2) and d is cv.Convolution(padding=(1, 2), stride=2, dilation=(1, 3), groups=2,
-                                                            mode="convolution").descriptor(2)
+    ptr = conv.descriptor(2)
+    d = conv._shared_descriptor(2, "float32", None)  # the object behind it, which reads the settings back
+    assert isinstance(ptr, capi.cudnnConvolutionDescriptor_t) and ptr is d.ptr and conv.descriptor(2) is ptr
+    assert cv.Convolution(padding=(1, 2), stride=2, dilation=(1, 3), groups=2, mode="convolution").descriptor(2) is ptr
     assert d.padding == (1, 2) and d.stride == (2, 2) and d.dilation == (1, 3) and d.groups == 2
     assert d.mode is capi.CUDNN_CONVOLUTION and d.compute_dtype is capi.CUDNN_DATA_FLOAT
-    assert d.math_type is capi.CUDNN_DEFAULT_MATH and isinstance(d.ptr, capi.cudnnConvolutionDescriptor_t)
+    assert d.math_type is capi.CUDNN_DEFAULT_MATH
     assert any(v is d for v in caches.shared("descriptors.convolution").values())
     d.close()  # shared: a no-op
     assert not d.closed
-    half = conv.descriptor(2, dtype="float16")
+    half = conv._shared_descriptor(2, "float16", None)
     assert half is not d and half.math_type is capi.CUDNN_TENSOR_OP_MATH
-    assert conv.descriptor(2, dtype="float64").compute_dtype is capi.CUDNN_DATA_DOUBLE
-    assert conv.descriptor(2, math_type="fma").math_type is capi.CUDNN_FMA_MATH
-    one_d = cv.Convolution(padding=2, stride=3, dilation=2).descriptor(1)  # 1-D runs as 2-D with a unit height
+    assert conv._shared_descriptor(2, "float64", None).compute_dtype is capi.CUDNN_DATA_DOUBLE
+    assert conv._shared_descriptor(2, "float32", "fma").math_type is capi.CUDNN_FMA_MATH
+    one_d = cv.Convolution(padding=2, stride=3, dilation=2)._shared_descriptor(1, "float32", None)  # run as 2-D
     assert one_d.padding == (0, 2) and one_d.stride == (1, 3) and one_d.dilation == (1, 2)
-    assert cv.Convolution(padding=((1, 2), 1)).descriptor(2).padding == (0, 0)  # asymmetric: x is padded instead
+    asym = cv.Convolution(padding=((1, 2), 1))._shared_descriptor(2, "float32", None)
+    assert asym.padding == (0, 0)  # asymmetric: x is padded instead
     with pytest.raises(ValueError, match="entries but the data has 3"):
         conv.descriptor(3)
     with pytest.raises(ValueError, match="nd must be 1, 2 or 3"):

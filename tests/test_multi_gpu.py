@@ -101,7 +101,7 @@ def _wrong_device_calls(cudnn, h, dev0):
         ("pooling_forward", lambda: cudnn.pooling_forward(h, cudnn.Pooling("max", window=2), x4)),
         ("activation_forward", lambda: cudnn.activation_forward(h, cudnn.Activation("relu"), x4)),
         ("softmax_forward", lambda: cudnn.softmax_forward(h, x4)),
-        ("add_tensor", lambda: cudnn.add_tensor(h, dev0((1, 4, 1, 1)), x4)),
+        ("add_tensor", lambda: cudnn.add_tensor(h, dev0((1, 4, 1, 1)), x4, beta=1.0)),
         ("op_tensor", lambda: cudnn.op_tensor(h, "mul", x4, x4)),
         ("lrn_forward", lambda: cudnn.lrn_forward(h, cudnn.LRN(), x4)),
         ("rnn_forward", lambda: cudnn.rnn_forward(h, rnn, dev0((3, 2, 8)), rnn.new_weights(h))),

@@ -210,14 +210,14 @@ def test_channels_last_arrays(handle, rng, mode):
     x = ref.distinct_values((2, 4, 7, 6), rng)
     y_ref = ref.forward(x, MODES[mode], (3, 3), (1, 1), (2, 2))
     dy = rng.standard_normal(y_ref.shape).astype(np.float32)
-    xn = transform_tensor(handle, cudnn.to_device(x), memory_format="NHWC", engine="legacy")
-    yn = transform_tensor(handle, cudnn.to_device(np.full(y_ref.shape, np.nan, np.float32)), memory_format="NHWC",
+    xn = transform_tensor(handle, cudnn.to_device(x), layout="NHWC", engine="legacy")
+    yn = transform_tensor(handle, cudnn.to_device(np.full(y_ref.shape, np.nan, np.float32)), layout="NHWC",
                           engine="legacy")
     assert not xn.is_contiguous and xn.strides[1] == 1
     pooling_forward(handle, pool, xn, yn, engine="legacy")
     assert_close(yn.to_numpy(), y_ref, np.float32)
-    dyn = transform_tensor(handle, cudnn.to_device(dy), memory_format="NHWC", engine="legacy")
-    dxn = transform_tensor(handle, cudnn.to_device(np.full(x.shape, np.nan, np.float32)), memory_format="NHWC",
+    dyn = transform_tensor(handle, cudnn.to_device(dy), layout="NHWC", engine="legacy")
+    dxn = transform_tensor(handle, cudnn.to_device(np.full(x.shape, np.nan, np.float32)), layout="NHWC",
                            engine="legacy")
     pooling_backward(handle, pool, xn, yn, dyn, dxn, engine="legacy")
     assert_close(dxn.to_numpy(), ref.backward(x, dy, MODES[mode], (3, 3), (1, 1), (2, 2)), np.float32)

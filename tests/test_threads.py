@@ -12,6 +12,7 @@ import pytest
 
 import cudnn_py.descriptors as D
 from cudnn_py import caches
+from cudnn_py.ops.convolution import Convolution
 from cudnn_py.ops import ctc, spatial_transformer
 
 THREADS = 8
@@ -56,7 +57,7 @@ def test_descriptor_caches_under_8_threads_past_eviction():
             f = D.filter_descriptor((n % 64 + 1, 3, 3, 3), np.float32)
             assert f.shape[0] == n % 64 + 1
             if k % 7 == 0:
-                c = D.convolution_descriptor(padding=n % 5, stride=1 + n % 3)
+                c = Convolution(padding=n % 5, stride=1 + n % 3)._shared_descriptor(2, "float32", None)
                 assert c.padding == (n % 5, n % 5)
                 assert spatial_transformer.spatial_transformer((1, 1, 1 + n % 300, 2)).shape[2] == 1 + n % 300
                 assert ctc._ctc_desc("softmax", "zero_oob", 1 + n % 255).max_label_length == 1 + n % 255

@@ -242,7 +242,7 @@ def batchnorm_forward_training_ex(handle, x, scale, bias, *, z=None, ops="bn", a
     """``y = act(bn(x) [+ z])`` with batch statistics (``cudnnBatchNormalizationForwardTrainingEx``).
 
     ``ops``: "bn", "bn_activation" or "bn_add_activation" (needs ``z``, shaped like x); ``activation``:
-    a mode name (default "relu"; cuDNN fuses ReLU), an ActivationDescriptor or an ``ops.activation.Activation``.
+    a mode name (default "relu"; cuDNN fuses ReLU) or an :class:`~cudnn_py.ops.activation.Activation`.
     The reserve space (returned, allocated when not given) must be passed to :func:`batchnorm_backward_ex`.
     cuDNN supports the fused ops only for some layouts and types (e.g. NHWC float16, spatial-persistent);
     elsewhere it raises :class:`~cudnn_py.errors.CudnnNotSupportedError`. ``engine``: "legacy", "graph" (no

@@ -251,14 +251,19 @@ class Convolution:
             pads, st, dil = (0,) + pads, (1,) + st, (1,) + dil
         return pads, st, dil
 
-    def descriptor(self, nd: int = 2, *, dtype: Any = "float32", math_type: Any = None) -> _d._ConvolutionDescriptor:
-        """The shared C descriptor for data of ``nd`` (1 to 3) spatial dimensions and ``dtype`` (see
-        :meth:`cudnn_params`, :meth:`compute_for`, :meth:`math_for`; ``math_type`` overrides the latter).
+    def descriptor(self, nd: int = 2, *, dtype: Any = "float32", math_type: Any = None
+                   ) -> capi.cudnnConvolutionDescriptor_t:
+        """The shared ``cudnnConvolutionDescriptor_t`` for data of ``nd`` (1 to 3) spatial dimensions and ``dtype``
+        (see :meth:`cudnn_params`, :meth:`compute_for`, :meth:`math_for`; ``math_type`` overrides the latter), for
+        ``capi`` calls such as ``cudnnConvolutionForward``.
 
         One descriptor per (dimensions, accumulation type, math type), kept in the process-wide cache
-        ``caches.shared("descriptors.convolution")`` and held by this object; its ``close()`` does nothing. Pass
-        ``.ptr`` to C calls (``cudnnConvolutionForward`` and the other ``capi`` functions).
+        ``caches.shared("descriptors.convolution")`` and held by this object (made on first use).
         """
+        return self._shared_descriptor(nd, dtype, math_type).ptr
+
+    def _shared_descriptor(self, nd: int, dtype: Any, math_type: Any) -> _d._ConvolutionDescriptor:
+        """The descriptor object behind :meth:`descriptor` (it reads its settings back from cuDNN)."""
         key = (nd, dtype, math_type)
         got = self._descs.get(key)
         if got is None:
@@ -420,7 +425,7 @@ class Geometry:
 
     def conv_desc(self, math_type) -> _d._ConvolutionDescriptor:
         """The convolution's shared C descriptor for this geometry with ``math_type``."""
-        return self.conv.descriptor(self.data_nd, dtype=self.np_dtype, math_type=math_type)
+        return self.conv._shared_descriptor(self.data_nd, self.np_dtype, math_type)
 
     def descs(self, direction: str) -> tuple:
         """(A, B, C) descriptors of a direction in cuDNN's argument order."""

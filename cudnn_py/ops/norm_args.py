@@ -26,7 +26,7 @@ from cudnn_py.ops.activation import _activation_desc
 
 
 def fused_activation(act) -> capi.cudnnActivationDescriptor_t:
-    """The activation descriptor of a fused op: a mode name, an ``Activation`` or an ``ActivationDescriptor``."""
+    """The activation descriptor of a fused op: a mode name or an ``Activation``."""
     d = _activation_desc(act)
     if d is None:
         raise InvalidValueError("the identity activation cannot be fused; use ops without an activation instead")

@@ -19,7 +19,8 @@ MODULES = ["cudnn_py", "cudnn_py.capi", "cudnn_py.errors", "cudnn_py.handle", "c
            "cudnn_py.streams", "cudnn_py.workspace", "cudnn_py.descriptors", "cudnn_py.algorithms",
            "cudnn_py.dtypes", "cudnn_py.ops", "cudnn_py.graph", "cudnn_py.cli"]
 #: private helpers are not part of the reference
-EXCLUDE = [r"!cudnn_py\.ops\._common", r"!cudnn_py\.graph\.ops\.base"]
+EXCLUDE = [r"!cudnn_py\.ops\._common", r"!cudnn_py\.graph\.ops\.base", r"!cudnn_py\.ops\.norm_args",
+           r"!cudnn_py\.ops\.norm_graphs", r"!cudnn_py\.ops\.sequence_models"]
 
 
 def _namedtuple_modules() -> None:
