@@ -20,6 +20,7 @@ import ctypes
 import numpy as np
 
 from cudnn_py import capi
+from cudnn_py.caches import shared
 from cudnn_py.errors import InvalidTypeError
 
 try:  # bfloat16 / fp8 / fp4 NumPy dtypes; optional
@@ -65,8 +66,8 @@ for _vec, _elem in [("CUDNN_DATA_INT8x4", np.int8), ("CUDNN_DATA_INT8x32", np.in
 ALIASES: dict[str, str] = {"fp64": "float64", "fp32": "float32", "fp16": "float16", "bf16": "bfloat16",
                            "fp8_e4m3": "float8_e4m3fn", "e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2",
                            "e5m2": "float8_e5m2"}
-# Fast path: remember every spelling we have resolved (np.float32, "float32", dtype objects, ...).
-_LOOKUP: dict = {}
+# Fast path: the spellings resolved so far (np.float32, "float32", dtype objects, ...).
+_LOOKUP = shared("dtypes.spellings", maxsize=256)
 
 
 def _supported_names() -> str:

@@ -31,7 +31,7 @@ from cudnn_py.graph import Graph
 from cudnn_py.graph.conv import _autotune
 from cudnn_py.graph.execute import (_bindings, _check_array, _handle_device, _plan_pointer, _raw_execute,
                                     make_variant_pack, scratch_pointers)
-from cudnn_py.caches import handle_cache
+from cudnn_py.caches import handle_cache, shared
 from cudnn_py.memory import DeviceArray, as_array, empty, to_device
 
 __all__ = ["sdpa", "sdpa_backward", "sdpa_cache_clear", "alibi_slopes"]
@@ -59,7 +59,7 @@ def alibi_slopes(heads: int) -> np.ndarray:
 
 
 # -- the fast path: a key and data pointers read without validation ----------------------------------------------
-_KINDS: dict = {}   # argument type -> 'array' (DeviceArray), 'torch', 'int', or 'other' (slow path only)
+_KINDS = shared("sdpa.argument_kinds", maxsize=64)  # type -> 'array' (DeviceArray), 'torch', 'int' or 'other'
 
 
 def _kind(t, x) -> str:
