@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from cudnn_py import capi
+from cudnn_py.caches import shared
 from cudnn_py.descriptors import TensorDescriptor, tensor_descriptor
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype, scalar
 from cudnn_py.memory import DeviceArray, as_array, empty
@@ -32,10 +33,23 @@ def enum_arg(value, table: dict, enum_type, what: str):
     raise InvalidValueError(f"{what} {value!r}: expected one of {sorted(table)} or a {enum_type.__name__} member")
 
 
+_SCALARS = shared("ops.scalars", maxsize=256)
+
+
 def scalars(dtype, *values: float) -> tuple:
-    """``byref`` host scalars (alpha/beta) for data of ``dtype``: double for float64, else float."""
+    """``byref`` host scalars (alpha/beta) for data of ``dtype``: double for float64, else float. Made once per
+    (dtype, values) and shared: cuDNN only reads them."""
+    try:
+        return _SCALARS[dtype, values]
+    except (KeyError, TypeError):  # not made yet, or an unhashable dtype spelling
+        pass
     dt = cudnn_dtype(dtype)
-    return tuple(ctypes.byref(scalar(dt, float(v))) for v in values)
+    got = tuple(ctypes.byref(scalar(dt, float(v))) for v in values)
+    try:
+        _SCALARS[dtype, values] = got
+    except TypeError:
+        pass
+    return got
 
 
 def tensor_desc(shape: Sequence[int], dtype, strides: Sequence[int] | None = None) -> TensorDescriptor:
