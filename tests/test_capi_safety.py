@@ -18,6 +18,10 @@ from cudnn_py import _binding, capi
 from cudnn_py._binding import CArgumentError
 from cudnn_py.codegen.lengths import LENGTHS
 from cudnn_py.codegen.nonnull import NONNULL, _plausible
+
+#: a cudnnHandle_t that is not NULL, for calls these tests expect refused before C for another reason (every
+#: cudnnHandle_t parameter refuses NULL; no GPU is needed to make this one, and it is never dereferenced)
+NOT_NULL_HANDLE = capi.cudnnHandle_t(0x10)
 from cudnn_py.errors import ClosedError, CudnnBadParamError, CudnnError, CudnnPyError, FunctionNotAvailableError
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -116,7 +120,8 @@ def test_objects_carrying_a_handle(tensor):
 
 
 def test_cuda_handles_take_int_handles():
-    with pytest.raises(CudnnBadParamError):  # reached cuDNN: the NULL cudnnHandle_t is what it refuses
+    # the int stream is taken; what stops the call is the NULL cudnnHandle_t (refused for every function)
+    with pytest.raises(CArgumentError, match=r"parameter 1 \(cudnnHandle_t handle\) is NULL"):
         capi.cudnnSetStream(None, 0x1234)
     with pytest.raises(CArgumentError, match="cudaStream_t"):
         capi.cudnnSetStream(None, "stream")
@@ -205,7 +210,7 @@ def test_short_outputs_refused_before_c(conv):
     perf = (capi.cudnnConvolutionFwdAlgoPerf_t * 2)()
     n = c_int()
     with pytest.raises(CArgumentError, match=r"perfResults\) has room for 2"):
-        capi.cudnnFindConvolutionForwardAlgorithm(None, None, None, conv, None, 8, byref(n), perf)
+        capi.cudnnFindConvolutionForwardAlgorithm(NOT_NULL_HANDLE, None, None, conv, None, 8, byref(n), perf)
     with pytest.raises(CArgumentError, match="max_size=64"):
         capi.cudnnGetLastErrorString(ctypes.create_string_buffer(16), 64)
     pads = (c_int * 2)()
@@ -237,7 +242,7 @@ def test_backend_attributes_by_element_type():
 def test_null_refused_where_cudnn_would_dereference_it(name, param):
     fn = getattr(capi, name)
     params = [p for p, _ in fn.params]
-    args = [_plausible(a) for _, a in fn.params]
+    args = [NOT_NULL_HANDLE if a is capi.cudnnHandle_t else _plausible(a) for _, a in fn.params]
     i = params.index(param)
     argtype = fn.params[i][1]
     nulls = [None, 0] + ([argtype()] if isinstance(argtype, type) and issubclass(argtype, _binding.Handle) else [])
@@ -247,13 +252,26 @@ def test_null_refused_where_cudnn_would_dereference_it(name, param):
             fn(*args)
 
 
+def test_every_handle_parameter_refuses_null():
+    """No cuDNN function takes a NULL cudnnHandle_t, and some dereference it (cudnnLRNCrossChannelForward
+    segfaulted on one): refused before C in every function."""
+    takers = [f for f in capi.FUNCTIONS if any(a is capi.cudnnHandle_t for _, a in getattr(capi, f).params)]
+    assert len(takers) > 90  # 93 in cuDNN 9.28
+    for name in takers:
+        fn = getattr(capi, name)
+        i = [a for _, a in fn.params].index(capi.cudnnHandle_t)
+        assert fn.params[i][0] in fn.nonnull, name
+    with pytest.raises(CArgumentError, match=r"cudnnLRNCrossChannelForward: parameter 1 .* is NULL"):
+        capi.cudnnLRNCrossChannelForward(None, None, 0, None, None, None, None, None, None)
+
+
 def test_errors_name_function_and_parameter(tensor):
     assert issubclass(CArgumentError, TypeError) and issubclass(CArgumentError, ValueError)
     assert issubclass(CArgumentError, CudnnPyError)
     with pytest.raises(CArgumentError, match=r"cudnnAddTensor: parameter 2 \(const void \*alpha\) cannot take float"):
-        capi.cudnnAddTensor(None, 1.0, tensor, 0, None, tensor, 0)
+        capi.cudnnAddTensor(NOT_NULL_HANDLE, 1.0, tensor, 0, None, tensor, 0)
     with pytest.raises(CArgumentError, match=r"cudnnAddTensor: parameter 4 \(const void \*A\).*str"):
-        capi.cudnnAddTensor(None, None, tensor, "x", None, tensor, 0)
+        capi.cudnnAddTensor(NOT_NULL_HANDLE, None, tensor, "x", None, tensor, 0)
     with pytest.raises(CArgumentError, match="cudnnSetTensor4dDescriptor: missing 2 required positional arguments"):
         capi.cudnnSetTensor4dDescriptor(tensor, 0, 0, 1, 3)
     with pytest.raises(CArgumentError, match="takes 7 positional arguments but 8"):

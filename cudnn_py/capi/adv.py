@@ -219,22 +219,22 @@ cudnnRNNGetClip_v9 = _function(
 cudnnBuildRNNDynamic = _function(
     'cudnnBuildRNNDynamic', _ct.c_int, (cudnnHandle_t, cudnnRNNDescriptor_t, _ct.c_int),
     'cudnnStatus_t cudnnBuildRNNDynamic(cudnnHandle_t handle, cudnnRNNDescriptor_t rnnDesc, int miniBatch)',
-    'Compiles persistent RNN code using NVRTC for dynamic algorithm.')
+    'Compiles persistent RNN code using NVRTC for dynamic algorithm.', nonnull=('handle',))
 
 cudnnGetRNNTempSpaceSizes = _function(
     'cudnnGetRNNTempSpaceSizes', _ct.c_int, (cudnnHandle_t, cudnnRNNDescriptor_t, cudnnForwardMode_t, cudnnRNNDataDescriptor_t, _pointer(_ct.c_size_t), _pointer(_ct.c_size_t)),
     'cudnnStatus_t cudnnGetRNNTempSpaceSizes(cudnnHandle_t handle, cudnnRNNDescriptor_t rnnDesc, cudnnForwardMode_t fwdMode, cudnnRNNDataDescriptor_t xDesc, size_t *workSpaceSize, size_t *reserveSpaceSize)',
-    'Computes workspace and reserve space buffer sizes for RNN.')
+    'Computes workspace and reserve space buffer sizes for RNN.', nonnull=('handle',))
 
 cudnnGetRNNWeightSpaceSize = _function(
     'cudnnGetRNNWeightSpaceSize', _ct.c_int, (cudnnHandle_t, cudnnRNNDescriptor_t, _pointer(_ct.c_size_t)),
     'cudnnStatus_t cudnnGetRNNWeightSpaceSize(cudnnHandle_t handle, cudnnRNNDescriptor_t rnnDesc, size_t *weightSpaceSize)',
-    'Reports required GPU memory for all RNN weight parameters.')
+    'Reports required GPU memory for all RNN weight parameters.', nonnull=('handle',))
 
 cudnnGetRNNWeightParams = _function(
     'cudnnGetRNNWeightParams', _ct.c_int, (cudnnHandle_t, cudnnRNNDescriptor_t, _ct.c_int32, _ct.c_size_t, _const_void_p, _ct.c_int32, cudnnTensorDescriptor_t, _pointer(_ct.c_void_p), cudnnTensorDescriptor_t, _pointer(_ct.c_void_p)),
     'cudnnStatus_t cudnnGetRNNWeightParams(cudnnHandle_t handle, cudnnRNNDescriptor_t rnnDesc, int32_t pseudoLayer, size_t weightSpaceSize, const void *weightSpace, int32_t linLayerID, cudnnTensorDescriptor_t mDesc, void **mAddr, cudnnTensorDescriptor_t bDesc, void **bAddr)',
-    'Obtains start address and shape of RNN weight matrices and bias vectors.')
+    'Obtains start address and shape of RNN weight matrices and bias vectors.', nonnull=('handle',))
 
 cudnnCreateRNNDataDescriptor = _function(
     'cudnnCreateRNNDataDescriptor', _ct.c_int, (_pointer(cudnnRNNDataDescriptor_t),),
@@ -259,7 +259,7 @@ cudnnGetRNNDataDescriptor = _function(
 cudnnRNNForward = _function(
     'cudnnRNNForward', _ct.c_int, (cudnnHandle_t, cudnnRNNDescriptor_t, cudnnForwardMode_t, _array(_ct.c_int32), cudnnRNNDataDescriptor_t, _const_void_p, cudnnRNNDataDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _const_void_p, _ct.c_void_p, cudnnTensorDescriptor_t, _const_void_p, _ct.c_void_p, _ct.c_size_t, _const_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p),
     'cudnnStatus_t cudnnRNNForward(cudnnHandle_t handle, cudnnRNNDescriptor_t rnnDesc, cudnnForwardMode_t fwdMode, const int32_t devSeqLengths[], cudnnRNNDataDescriptor_t xDesc, const void *x, cudnnRNNDataDescriptor_t yDesc, void *y, cudnnTensorDescriptor_t hDesc, const void *hx, void *hy, cudnnTensorDescriptor_t cDesc, const void *cx, void *cy, size_t weightSpaceSize, const void *weightSpace, size_t workSpaceSize, void *workSpace, size_t reserveSpaceSize, void *reserveSpace)',
-    'Computes the forward pass of an RNN network.')
+    'Computes the forward pass of an RNN network.', nonnull=('handle',))
 
 cudnnCreateSeqDataDescriptor = _function(
     'cudnnCreateSeqDataDescriptor', _ct.c_int, (_pointer(cudnnSeqDataDescriptor_t),),
@@ -304,17 +304,17 @@ cudnnGetAttnDescriptor = _function(
 cudnnGetMultiHeadAttnBuffers = _function(
     'cudnnGetMultiHeadAttnBuffers', _ct.c_int, (cudnnHandle_t, cudnnAttnDescriptor_t, _pointer(_ct.c_size_t), _pointer(_ct.c_size_t), _pointer(_ct.c_size_t)),
     'cudnnStatus_t cudnnGetMultiHeadAttnBuffers(cudnnHandle_t handle, const cudnnAttnDescriptor_t attnDesc, size_t *weightSizeInBytes, size_t *workSpaceSizeInBytes, size_t *reserveSpaceSizeInBytes)',
-    'Computes weight, workspace, and reserve space sizes for multi-head attention.', deprecated='Since cuDNN 9.0.0.')
+    'Computes weight, workspace, and reserve space sizes for multi-head attention.', deprecated='Since cuDNN 9.0.0.', nonnull=('handle',))
 
 cudnnGetMultiHeadAttnWeights = _function(
     'cudnnGetMultiHeadAttnWeights', _ct.c_int, (cudnnHandle_t, cudnnAttnDescriptor_t, cudnnMultiHeadAttnWeightKind_t, _ct.c_size_t, _const_void_p, cudnnTensorDescriptor_t, _pointer(_ct.c_void_p)),
     'cudnnStatus_t cudnnGetMultiHeadAttnWeights(cudnnHandle_t handle, const cudnnAttnDescriptor_t attnDesc, cudnnMultiHeadAttnWeightKind_t wKind, size_t weightSizeInBytes, const void *weights, cudnnTensorDescriptor_t wDesc, void **wAddr)',
-    'Obtains shape and start address of attention weight/bias tensors.', deprecated='Since cuDNN 9.0.0.')
+    'Obtains shape and start address of attention weight/bias tensors.', deprecated='Since cuDNN 9.0.0.', nonnull=('handle',))
 
 cudnnMultiHeadAttnForward = _function(
     'cudnnMultiHeadAttnForward', _ct.c_int, (cudnnHandle_t, cudnnAttnDescriptor_t, _ct.c_int, _array(_ct.c_int), _array(_ct.c_int), _array(_ct.c_int), _array(_ct.c_int), cudnnSeqDataDescriptor_t, _const_void_p, _const_void_p, cudnnSeqDataDescriptor_t, _const_void_p, cudnnSeqDataDescriptor_t, _const_void_p, cudnnSeqDataDescriptor_t, _ct.c_void_p, _ct.c_size_t, _const_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p),
     'cudnnStatus_t cudnnMultiHeadAttnForward(cudnnHandle_t handle, const cudnnAttnDescriptor_t attnDesc, int currIdx, const int loWinIdx[], const int hiWinIdx[], const int devSeqLengthsQO[], const int devSeqLengthsKV[], const cudnnSeqDataDescriptor_t qDesc, const void *queries, const void *residuals, const cudnnSeqDataDescriptor_t kDesc, const void *keys, const cudnnSeqDataDescriptor_t vDesc, const void *values, const cudnnSeqDataDescriptor_t oDesc, void *out, size_t weightSizeInBytes, const void *weights, size_t workSpaceSizeInBytes, void *workSpace, size_t reserveSpaceSizeInBytes, void *reserveSpace)',
-    'Computes multi-head attention forward pass.', deprecated='Since cuDNN 9.0.0. Use graph API SDPA operations instead.')
+    'Computes multi-head attention forward pass.', deprecated='Since cuDNN 9.0.0. Use graph API SDPA operations instead.', nonnull=('handle',))
 
 cudnnAdvVersionCheck = _function(
     'cudnnAdvVersionCheck', _ct.c_int, (),
@@ -324,22 +324,22 @@ cudnnAdvVersionCheck = _function(
 cudnnRNNBackwardData_v8 = _function(
     'cudnnRNNBackwardData_v8', _ct.c_int, (cudnnHandle_t, cudnnRNNDescriptor_t, _array(_ct.c_int32), cudnnRNNDataDescriptor_t, _const_void_p, _const_void_p, cudnnRNNDataDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, _ct.c_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, _ct.c_void_p, _ct.c_size_t, _const_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p),
     'cudnnStatus_t cudnnRNNBackwardData_v8(cudnnHandle_t handle, cudnnRNNDescriptor_t rnnDesc, const int32_t devSeqLengths[], cudnnRNNDataDescriptor_t yDesc, const void *y, const void *dy, cudnnRNNDataDescriptor_t xDesc, void *dx, cudnnTensorDescriptor_t hDesc, const void *hx, const void *dhy, void *dhx, cudnnTensorDescriptor_t cDesc, const void *cx, const void *dcy, void *dcx, size_t weightSpaceSize, const void *weightSpace, size_t workSpaceSize, void *workSpace, size_t reserveSpaceSize, void *reserveSpace)',
-    'Computes RNN data gradients (backward pass with respect to inputs).')
+    'Computes RNN data gradients (backward pass with respect to inputs).', nonnull=('handle',))
 
 cudnnRNNBackwardWeights_v8 = _function(
     'cudnnRNNBackwardWeights_v8', _ct.c_int, (cudnnHandle_t, cudnnRNNDescriptor_t, cudnnWgradMode_t, _array(_ct.c_int32), cudnnRNNDataDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnRNNDataDescriptor_t, _const_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p),
     'cudnnStatus_t cudnnRNNBackwardWeights_v8(cudnnHandle_t handle, cudnnRNNDescriptor_t rnnDesc, cudnnWgradMode_t addGrad, const int32_t devSeqLengths[], cudnnRNNDataDescriptor_t xDesc, const void *x, cudnnTensorDescriptor_t hDesc, const void *hx, cudnnRNNDataDescriptor_t yDesc, const void *y, size_t weightSpaceSize, void *dweightSpace, size_t workSpaceSize, void *workSpace, size_t reserveSpaceSize, void *reserveSpace)',
-    'Computes RNN weight gradients (backward pass with respect to parameters).')
+    'Computes RNN weight gradients (backward pass with respect to parameters).', nonnull=('handle',))
 
 cudnnMultiHeadAttnBackwardData = _function(
     'cudnnMultiHeadAttnBackwardData', _ct.c_int, (cudnnHandle_t, cudnnAttnDescriptor_t, _array(_ct.c_int), _array(_ct.c_int), _array(_ct.c_int), _array(_ct.c_int), cudnnSeqDataDescriptor_t, _const_void_p, cudnnSeqDataDescriptor_t, _ct.c_void_p, _const_void_p, cudnnSeqDataDescriptor_t, _ct.c_void_p, _const_void_p, cudnnSeqDataDescriptor_t, _ct.c_void_p, _const_void_p, _ct.c_size_t, _const_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p),
     'cudnnStatus_t cudnnMultiHeadAttnBackwardData(cudnnHandle_t handle, const cudnnAttnDescriptor_t attnDesc, const int loWinIdx[], const int hiWinIdx[], const int devSeqLengthsDQDO[], const int devSeqLengthsDKDV[], const cudnnSeqDataDescriptor_t doDesc, const void *dout, const cudnnSeqDataDescriptor_t dqDesc, void *dqueries, const void *queries, const cudnnSeqDataDescriptor_t dkDesc, void *dkeys, const void *keys, const cudnnSeqDataDescriptor_t dvDesc, void *dvalues, const void *values, size_t weightSizeInBytes, const void *weights, size_t workSpaceSizeInBytes, void *workSpace, size_t reserveSpaceSizeInBytes, void *reserveSpace)',
-    'Computes multi-head attention data gradients.', deprecated='Since cuDNN 9.0.0. Use graph API SDPA operations instead.')
+    'Computes multi-head attention data gradients.', deprecated='Since cuDNN 9.0.0. Use graph API SDPA operations instead.', nonnull=('handle',))
 
 cudnnMultiHeadAttnBackwardWeights = _function(
     'cudnnMultiHeadAttnBackwardWeights', _ct.c_int, (cudnnHandle_t, cudnnAttnDescriptor_t, cudnnWgradMode_t, cudnnSeqDataDescriptor_t, _const_void_p, cudnnSeqDataDescriptor_t, _const_void_p, cudnnSeqDataDescriptor_t, _const_void_p, cudnnSeqDataDescriptor_t, _const_void_p, _ct.c_size_t, _const_void_p, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p),
     'cudnnStatus_t cudnnMultiHeadAttnBackwardWeights(cudnnHandle_t handle, const cudnnAttnDescriptor_t attnDesc, cudnnWgradMode_t addGrad, const cudnnSeqDataDescriptor_t qDesc, const void *queries, const cudnnSeqDataDescriptor_t kDesc, const void *keys, const cudnnSeqDataDescriptor_t vDesc, const void *values, const cudnnSeqDataDescriptor_t doDesc, const void *dout, size_t weightSizeInBytes, const void *weights, void *dweights, size_t workSpaceSizeInBytes, void *workSpace, size_t reserveSpaceSizeInBytes, void *reserveSpace)',
-    'Computes multi-head attention weight gradients.', deprecated='Since cuDNN 9.0.0. Use graph API SDPA operations instead.')
+    'Computes multi-head attention weight gradients.', deprecated='Since cuDNN 9.0.0. Use graph API SDPA operations instead.', nonnull=('handle',))
 
 cudnnCreateCTCLossDescriptor = _function(
     'cudnnCreateCTCLossDescriptor', _ct.c_int, (_pointer(cudnnCTCLossDescriptor_t),),
@@ -394,22 +394,22 @@ cudnnDestroyCTCLossDescriptor = _function(
 cudnnCTCLoss = _function(
     'cudnnCTCLoss', _ct.c_int, (cudnnHandle_t, cudnnTensorDescriptor_t, _const_void_p, _array(_ct.c_int), _array(_ct.c_int), _array(_ct.c_int), _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnCTCLossAlgo_t, cudnnCTCLossDescriptor_t, _ct.c_void_p, _ct.c_size_t),
     'cudnnStatus_t cudnnCTCLoss(cudnnHandle_t handle, const cudnnTensorDescriptor_t probsDesc, const void *probs, const int hostLabels[], const int hostLabelLengths[], const int hostInputLengths[], void *costs, const cudnnTensorDescriptor_t gradientsDesc, void *gradients, cudnnCTCLossAlgo_t algo, cudnnCTCLossDescriptor_t ctcLossDesc, void *workspace, size_t workSpaceSizeInBytes)',
-    'Computes CTC loss and gradients given probabilities and labels.')
+    'Computes CTC loss and gradients given probabilities and labels.', nonnull=('handle',))
 
 cudnnCTCLoss_v8 = _function(
     'cudnnCTCLoss_v8', _ct.c_int, (cudnnHandle_t, cudnnCTCLossAlgo_t, cudnnCTCLossDescriptor_t, cudnnTensorDescriptor_t, _const_void_p, _array(_ct.c_int), _array(_ct.c_int), _array(_ct.c_int), _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p),
     'cudnnStatus_t cudnnCTCLoss_v8(cudnnHandle_t handle, cudnnCTCLossAlgo_t algo, cudnnCTCLossDescriptor_t ctcLossDesc, const cudnnTensorDescriptor_t probsDesc, const void *probs, const int labels[], const int labelLengths[], const int inputLengths[], void *costs, const cudnnTensorDescriptor_t gradientsDesc, void *gradients, size_t workSpaceSizeInBytes, void *workspace)',
-    'Computes CTC loss and gradients (v8, supports CUDA graphs with GPU memory labels).')
+    'Computes CTC loss and gradients (v8, supports CUDA graphs with GPU memory labels).', nonnull=('handle',))
 
 cudnnGetCTCLossWorkspaceSize = _function(
     'cudnnGetCTCLossWorkspaceSize', _ct.c_int, (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, _array(_ct.c_int), _array(_ct.c_int), _array(_ct.c_int), cudnnCTCLossAlgo_t, cudnnCTCLossDescriptor_t, _pointer(_ct.c_size_t)),
     'cudnnStatus_t cudnnGetCTCLossWorkspaceSize(cudnnHandle_t handle, const cudnnTensorDescriptor_t probsDesc, const cudnnTensorDescriptor_t gradientsDesc, const int *labels, const int *labelLengths, const int *inputLengths, cudnnCTCLossAlgo_t algo, cudnnCTCLossDescriptor_t ctcLossDesc, size_t *sizeInBytes)',
-    'Returns the GPU workspace size required for CTC loss computation.', nonnull=('probsDesc',))
+    'Returns the GPU workspace size required for CTC loss computation.', nonnull=('handle', 'probsDesc'))
 
 cudnnGetCTCLossWorkspaceSize_v8 = _function(
     'cudnnGetCTCLossWorkspaceSize_v8', _ct.c_int, (cudnnHandle_t, cudnnCTCLossAlgo_t, cudnnCTCLossDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, _pointer(_ct.c_size_t)),
     'cudnnStatus_t cudnnGetCTCLossWorkspaceSize_v8(cudnnHandle_t handle, cudnnCTCLossAlgo_t algo, cudnnCTCLossDescriptor_t ctcLossDesc, const cudnnTensorDescriptor_t probsDesc, const cudnnTensorDescriptor_t gradientsDesc, size_t *sizeInBytes)',
-    'Returns the GPU workspace size required for CTC loss v8 computation.', nonnull=('ctcLossDesc', 'probsDesc'))
+    'Returns the GPU workspace size required for CTC loss v8 computation.', nonnull=('handle', 'ctcLossDesc', 'probsDesc'))
 
 DEPRECATED = frozenset(['cudnnAttnDescriptor_t', 'cudnnCreateAttnDescriptor', 'cudnnCreateSeqDataDescriptor', 'cudnnDestroyAttnDescriptor', 'cudnnDestroySeqDataDescriptor', 'cudnnGetAttnDescriptor', 'cudnnGetCTCLossDescriptor', 'cudnnGetCTCLossDescriptorEx', 'cudnnGetCTCLossDescriptor_v8', 'cudnnGetMultiHeadAttnBuffers', 'cudnnGetMultiHeadAttnWeights', 'cudnnGetSeqDataDescriptor', 'cudnnMultiHeadAttnBackwardData', 'cudnnMultiHeadAttnBackwardWeights', 'cudnnMultiHeadAttnForward', 'cudnnRNNGetClip_v8', 'cudnnRNNSetClip_v8', 'cudnnSeqDataDescriptor_t', 'cudnnSetAttnDescriptor', 'cudnnSetCTCLossDescriptor', 'cudnnSetCTCLossDescriptorEx', 'cudnnSetCTCLossDescriptor_v8', 'cudnnSetSeqDataDescriptor'])
 __all__ = ['CUDNN_ADV_MAJOR', 'CUDNN_ADV_MINOR', 'CUDNN_ADV_PATCH', 'CUDNN_ATTN_DISABLE_PROJ_BIASES', 'CUDNN_ATTN_ENABLE_PROJ_BIASES', 'CUDNN_ATTN_QUERYMAP_ALL_TO_ONE', 'CUDNN_ATTN_QUERYMAP_ONE_TO_ONE', 'CUDNN_ATTN_WKIND_COUNT', 'CUDNN_BIDIRECTIONAL', 'CUDNN_FWD_MODE_INFERENCE', 'CUDNN_FWD_MODE_TRAINING', 'CUDNN_GRU', 'CUDNN_LINEAR_INPUT', 'CUDNN_LOSS_NORMALIZATION_NONE', 'CUDNN_LOSS_NORMALIZATION_SOFTMAX', 'CUDNN_LSTM', 'CUDNN_MH_ATTN_K_BIASES', 'CUDNN_MH_ATTN_K_WEIGHTS', 'CUDNN_MH_ATTN_O_BIASES', 'CUDNN_MH_ATTN_O_WEIGHTS', 'CUDNN_MH_ATTN_Q_BIASES', 'CUDNN_MH_ATTN_Q_WEIGHTS', 'CUDNN_MH_ATTN_V_BIASES', 'CUDNN_MH_ATTN_V_WEIGHTS', 'CUDNN_RNN_ALGO_COUNT', 'CUDNN_RNN_ALGO_PERSIST_DYNAMIC', 'CUDNN_RNN_ALGO_PERSIST_STATIC', 'CUDNN_RNN_ALGO_PERSIST_STATIC_SMALL_H', 'CUDNN_RNN_ALGO_STANDARD', 'CUDNN_RNN_CLIP_MINMAX', 'CUDNN_RNN_CLIP_NONE', 'CUDNN_RNN_DATA_LAYOUT_BATCH_MAJOR_UNPACKED', 'CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_PACKED', 'CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED', 'CUDNN_RNN_DOUBLE_BIAS', 'CUDNN_RNN_NO_BIAS', 'CUDNN_RNN_PADDED_IO_DISABLED', 'CUDNN_RNN_PADDED_IO_ENABLED', 'CUDNN_RNN_RELU', 'CUDNN_RNN_SINGLE_INP_BIAS', 'CUDNN_RNN_SINGLE_REC_BIAS', 'CUDNN_RNN_TANH', 'CUDNN_SEQDATA_BATCH_DIM', 'CUDNN_SEQDATA_BEAM_DIM', 'CUDNN_SEQDATA_DIM_COUNT', 'CUDNN_SEQDATA_TIME_DIM', 'CUDNN_SEQDATA_VECT_DIM', 'CUDNN_SKIP_INPUT', 'CUDNN_UNIDIRECTIONAL', 'CUDNN_WGRAD_MODE_ADD', 'CUDNN_WGRAD_MODE_SET', 'cudnnAdvVersionCheck', 'cudnnAttnDescriptor_t', 'cudnnBuildRNNDynamic', 'cudnnCTCLoss', 'cudnnCTCLoss_v8', 'cudnnCreateAttnDescriptor', 'cudnnCreateCTCLossDescriptor', 'cudnnCreateRNNDataDescriptor', 'cudnnCreateRNNDescriptor', 'cudnnCreateSeqDataDescriptor', 'cudnnDestroyAttnDescriptor', 'cudnnDestroyCTCLossDescriptor', 'cudnnDestroyRNNDataDescriptor', 'cudnnDestroyRNNDescriptor', 'cudnnDestroySeqDataDescriptor', 'cudnnDirectionMode_t', 'cudnnForwardMode_t', 'cudnnGetAttnDescriptor', 'cudnnGetCTCLossDescriptor', 'cudnnGetCTCLossDescriptorEx', 'cudnnGetCTCLossDescriptor_v8', 'cudnnGetCTCLossDescriptor_v9', 'cudnnGetCTCLossWorkspaceSize', 'cudnnGetCTCLossWorkspaceSize_v8', 'cudnnGetMultiHeadAttnBuffers', 'cudnnGetMultiHeadAttnWeights', 'cudnnGetRNNDataDescriptor', 'cudnnGetRNNDescriptor_v8', 'cudnnGetRNNTempSpaceSizes', 'cudnnGetRNNWeightParams', 'cudnnGetRNNWeightSpaceSize', 'cudnnGetSeqDataDescriptor', 'cudnnLossNormalizationMode_t', 'cudnnMultiHeadAttnBackwardData', 'cudnnMultiHeadAttnBackwardWeights', 'cudnnMultiHeadAttnForward', 'cudnnMultiHeadAttnWeightKind_t', 'cudnnRNNAlgo_t', 'cudnnRNNBackwardData_v8', 'cudnnRNNBackwardWeights_v8', 'cudnnRNNBiasMode_t', 'cudnnRNNClipMode_t', 'cudnnRNNDataDescriptor_t', 'cudnnRNNDataLayout_t', 'cudnnRNNDescriptor_t', 'cudnnRNNForward', 'cudnnRNNGetClip_v8', 'cudnnRNNGetClip_v9', 'cudnnRNNInputMode_t', 'cudnnRNNMode_t', 'cudnnRNNSetClip_v8', 'cudnnRNNSetClip_v9', 'cudnnSeqDataAxis_t', 'cudnnSeqDataDescriptor_t', 'cudnnSetAttnDescriptor', 'cudnnSetCTCLossDescriptor', 'cudnnSetCTCLossDescriptorEx', 'cudnnSetCTCLossDescriptor_v8', 'cudnnSetCTCLossDescriptor_v9', 'cudnnSetRNNDataDescriptor', 'cudnnSetRNNDescriptor_v8', 'cudnnSetSeqDataDescriptor', 'cudnnWgradMode_t']

@@ -311,82 +311,82 @@ cudnnGetConvolutionNdForwardOutputDim = _function(
 cudnnGetConvolutionForwardAlgorithmMaxCount = _function(
     'cudnnGetConvolutionForwardAlgorithmMaxCount', _ct.c_int, (cudnnHandle_t, _pointer(_ct.c_int)),
     'cudnnStatus_t cudnnGetConvolutionForwardAlgorithmMaxCount(cudnnHandle_t handle, int *count)',
-    '', deprecated='Deprecated in cuDNN 9.')
+    '', deprecated='Deprecated in cuDNN 9.', nonnull=('handle',))
 
 cudnnGetConvolutionForwardAlgorithm_v7 = _function(
     'cudnnGetConvolutionForwardAlgorithm_v7', _ct.c_int, (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, _ct.c_int, _pointer(_ct.c_int), _pointer(cudnnConvolutionFwdAlgoPerf_t)),
     'cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(cudnnHandle_t handle, const cudnnTensorDescriptor_t srcDesc, const cudnnFilterDescriptor_t filterDesc, const cudnnConvolutionDescriptor_t convDesc, const cudnnTensorDescriptor_t destDesc, const int requestedAlgoCount, int *returnedAlgoCount, cudnnConvolutionFwdAlgoPerf_t *perfResults)',
-    'Get forward convolution algorithm recommendations without executing them.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', lengths=(('perfResults', 'requestedAlgoCount'),))
+    'Get forward convolution algorithm recommendations without executing them.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', lengths=(('perfResults', 'requestedAlgoCount'),), nonnull=('handle',))
 
 cudnnFindConvolutionForwardAlgorithm = _function(
     'cudnnFindConvolutionForwardAlgorithm', _ct.c_int, (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, _ct.c_int, _pointer(_ct.c_int), _pointer(cudnnConvolutionFwdAlgoPerf_t)),
     'cudnnStatus_t cudnnFindConvolutionForwardAlgorithm(cudnnHandle_t handle, const cudnnTensorDescriptor_t xDesc, const cudnnFilterDescriptor_t wDesc, const cudnnConvolutionDescriptor_t convDesc, const cudnnTensorDescriptor_t yDesc, const int requestedAlgoCount, int *returnedAlgoCount, cudnnConvolutionFwdAlgoPerf_t *perfResults)',
-    'Find the best forward convolution algorithm by running benchmarks.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', lengths=(('perfResults', 'requestedAlgoCount'),))
+    'Find the best forward convolution algorithm by running benchmarks.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', lengths=(('perfResults', 'requestedAlgoCount'),), nonnull=('handle',))
 
 cudnnFindConvolutionForwardAlgorithmEx = _function(
     'cudnnFindConvolutionForwardAlgorithmEx', _ct.c_int, (cudnnHandle_t, cudnnTensorDescriptor_t, _const_void_p, cudnnFilterDescriptor_t, _const_void_p, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_int, _pointer(_ct.c_int), _pointer(cudnnConvolutionFwdAlgoPerf_t), _ct.c_void_p, _ct.c_size_t),
     'cudnnStatus_t cudnnFindConvolutionForwardAlgorithmEx(cudnnHandle_t handle, const cudnnTensorDescriptor_t xDesc, const void *x, const cudnnFilterDescriptor_t wDesc, const void *w, const cudnnConvolutionDescriptor_t convDesc, const cudnnTensorDescriptor_t yDesc, void *y, const int requestedAlgoCount, int *returnedAlgoCount, cudnnConvolutionFwdAlgoPerf_t *perfResults, void *workSpace, size_t workSpaceSizeInBytes)',
-    'Find the best forward convolution algorithm by running benchmarks with user-provided buffers.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', lengths=(('perfResults', 'requestedAlgoCount'),))
+    'Find the best forward convolution algorithm by running benchmarks with user-provided buffers.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', lengths=(('perfResults', 'requestedAlgoCount'),), nonnull=('handle',))
 
 cudnnIm2Col = _function(
     'cudnnIm2Col', _ct.c_int, (cudnnHandle_t, cudnnTensorDescriptor_t, _const_void_p, cudnnFilterDescriptor_t, cudnnConvolutionDescriptor_t, _ct.c_void_p),
     'cudnnStatus_t cudnnIm2Col(cudnnHandle_t handle, const cudnnTensorDescriptor_t xDesc, const void *x, const cudnnFilterDescriptor_t wDesc, const cudnnConvolutionDescriptor_t convDesc, void *colBuffer)',
-    'Perform the Im2Col transform for convolution.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Perform the Im2Col transform for convolution.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', nonnull=('handle',))
 
 cudnnReorderFilterAndBias = _function(
     'cudnnReorderFilterAndBias', _ct.c_int, (cudnnHandle_t, cudnnFilterDescriptor_t, cudnnReorderType_t, _const_void_p, _ct.c_void_p, _ct.c_int, _const_void_p, _ct.c_void_p),
     'cudnnStatus_t cudnnReorderFilterAndBias(cudnnHandle_t handle, const cudnnFilterDescriptor_t filterDesc, cudnnReorderType_t reorderType, const void *filterData, void *reorderedFilterData, int reorderBias, const void *biasData, void *reorderedBiasData)',
-    'Reorder filter and bias data for optimized convolution execution.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Reorder filter and bias data for optimized convolution execution.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', nonnull=('handle',))
 
 cudnnGetConvolutionForwardWorkspaceSize = _function(
     'cudnnGetConvolutionForwardWorkspaceSize', _ct.c_int, (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionFwdAlgo_t, _pointer(_ct.c_size_t)),
     'cudnnStatus_t cudnnGetConvolutionForwardWorkspaceSize(cudnnHandle_t handle, const cudnnTensorDescriptor_t xDesc, const cudnnFilterDescriptor_t wDesc, const cudnnConvolutionDescriptor_t convDesc, const cudnnTensorDescriptor_t yDesc, cudnnConvolutionFwdAlgo_t algo, size_t *sizeInBytes)',
-    '', deprecated='Deprecated in cuDNN 9.')
+    '', deprecated='Deprecated in cuDNN 9.', nonnull=('handle',))
 
 cudnnConvolutionForward = _function(
     'cudnnConvolutionForward', _ct.c_int, (cudnnHandle_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnFilterDescriptor_t, _const_void_p, cudnnConvolutionDescriptor_t, cudnnConvolutionFwdAlgo_t, _ct.c_void_p, _ct.c_size_t, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p),
     'cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t handle, const void *alpha, const cudnnTensorDescriptor_t xDesc, const void *x, const cudnnFilterDescriptor_t wDesc, const void *w, const cudnnConvolutionDescriptor_t convDesc, cudnnConvolutionFwdAlgo_t algo, void *workSpace, size_t workSpaceSizeInBytes, const void *beta, const cudnnTensorDescriptor_t yDesc, void *y)',
-    '', deprecated='Deprecated in cuDNN 9.')
+    '', deprecated='Deprecated in cuDNN 9.', nonnull=('handle',))
 
 cudnnConvolutionBiasActivationForward = _function(
     'cudnnConvolutionBiasActivationForward', _ct.c_int, (cudnnHandle_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnFilterDescriptor_t, _const_void_p, cudnnConvolutionDescriptor_t, cudnnConvolutionFwdAlgo_t, _ct.c_void_p, _ct.c_size_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, _ct.c_void_p),
     'cudnnStatus_t cudnnConvolutionBiasActivationForward(cudnnHandle_t handle, const void *alpha1, const cudnnTensorDescriptor_t xDesc, const void *x, const cudnnFilterDescriptor_t wDesc, const void *w, const cudnnConvolutionDescriptor_t convDesc, cudnnConvolutionFwdAlgo_t algo, void *workSpace, size_t workSpaceSizeInBytes, const void *alpha2, const cudnnTensorDescriptor_t zDesc, const void *z, const cudnnTensorDescriptor_t biasDesc, const void *bias, const cudnnActivationDescriptor_t activationDesc, const cudnnTensorDescriptor_t yDesc, void *y)',
-    '', deprecated='Deprecated in cuDNN 9.')
+    '', deprecated='Deprecated in cuDNN 9.', nonnull=('handle',))
 
 cudnnGetConvolutionBackwardDataAlgorithmMaxCount = _function(
     'cudnnGetConvolutionBackwardDataAlgorithmMaxCount', _ct.c_int, (cudnnHandle_t, _pointer(_ct.c_int)),
     'cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithmMaxCount(cudnnHandle_t handle, int *count)',
-    'Get the maximum number of backward data convolution algorithms available.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Get the maximum number of backward data convolution algorithms available.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', nonnull=('handle',))
 
 cudnnFindConvolutionBackwardDataAlgorithm = _function(
     'cudnnFindConvolutionBackwardDataAlgorithm', _ct.c_int, (cudnnHandle_t, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, _ct.c_int, _pointer(_ct.c_int), _pointer(cudnnConvolutionBwdDataAlgoPerf_t)),
     'cudnnStatus_t cudnnFindConvolutionBackwardDataAlgorithm(cudnnHandle_t handle, const cudnnFilterDescriptor_t wDesc, const cudnnTensorDescriptor_t dyDesc, const cudnnConvolutionDescriptor_t convDesc, const cudnnTensorDescriptor_t dxDesc, const int requestedAlgoCount, int *returnedAlgoCount, cudnnConvolutionBwdDataAlgoPerf_t *perfResults)',
-    'Find the best backward data convolution algorithm by running benchmarks.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', lengths=(('perfResults', 'requestedAlgoCount'),))
+    'Find the best backward data convolution algorithm by running benchmarks.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', lengths=(('perfResults', 'requestedAlgoCount'),), nonnull=('handle',))
 
 cudnnFindConvolutionBackwardDataAlgorithmEx = _function(
     'cudnnFindConvolutionBackwardDataAlgorithmEx', _ct.c_int, (cudnnHandle_t, cudnnFilterDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_int, _pointer(_ct.c_int), _pointer(cudnnConvolutionBwdDataAlgoPerf_t), _ct.c_void_p, _ct.c_size_t),
     'cudnnStatus_t cudnnFindConvolutionBackwardDataAlgorithmEx(cudnnHandle_t handle, const cudnnFilterDescriptor_t wDesc, const void *w, const cudnnTensorDescriptor_t dyDesc, const void *dy, const cudnnConvolutionDescriptor_t convDesc, const cudnnTensorDescriptor_t dxDesc, void *dx, const int requestedAlgoCount, int *returnedAlgoCount, cudnnConvolutionBwdDataAlgoPerf_t *perfResults, void *workSpace, size_t workSpaceSizeInBytes)',
-    'Find the best backward data convolution algorithm with user-provided buffers.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', lengths=(('perfResults', 'requestedAlgoCount'),))
+    'Find the best backward data convolution algorithm with user-provided buffers.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', lengths=(('perfResults', 'requestedAlgoCount'),), nonnull=('handle',))
 
 cudnnGetConvolutionBackwardDataAlgorithm_v7 = _function(
     'cudnnGetConvolutionBackwardDataAlgorithm_v7', _ct.c_int, (cudnnHandle_t, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, _ct.c_int, _pointer(_ct.c_int), _pointer(cudnnConvolutionBwdDataAlgoPerf_t)),
     'cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(cudnnHandle_t handle, const cudnnFilterDescriptor_t filterDesc, const cudnnTensorDescriptor_t diffDesc, const cudnnConvolutionDescriptor_t convDesc, const cudnnTensorDescriptor_t gradDesc, const int requestedAlgoCount, int *returnedAlgoCount, cudnnConvolutionBwdDataAlgoPerf_t *perfResults)',
-    'Get backward data convolution algorithm recommendations without executing them.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', lengths=(('perfResults', 'requestedAlgoCount'),))
+    'Get backward data convolution algorithm recommendations without executing them.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', lengths=(('perfResults', 'requestedAlgoCount'),), nonnull=('handle',))
 
 cudnnGetConvolutionBackwardDataWorkspaceSize = _function(
     'cudnnGetConvolutionBackwardDataWorkspaceSize', _ct.c_int, (cudnnHandle_t, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionBwdDataAlgo_t, _pointer(_ct.c_size_t)),
     'cudnnStatus_t cudnnGetConvolutionBackwardDataWorkspaceSize(cudnnHandle_t handle, const cudnnFilterDescriptor_t wDesc, const cudnnTensorDescriptor_t dyDesc, const cudnnConvolutionDescriptor_t convDesc, const cudnnTensorDescriptor_t dxDesc, cudnnConvolutionBwdDataAlgo_t algo, size_t *sizeInBytes)',
-    '', deprecated='Deprecated in cuDNN 9.')
+    '', deprecated='Deprecated in cuDNN 9.', nonnull=('handle',))
 
 cudnnConvolutionBackwardData = _function(
     'cudnnConvolutionBackwardData', _ct.c_int, (cudnnHandle_t, _const_void_p, cudnnFilterDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnConvolutionDescriptor_t, cudnnConvolutionBwdDataAlgo_t, _ct.c_void_p, _ct.c_size_t, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p),
     'cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t handle, const void *alpha, const cudnnFilterDescriptor_t wDesc, const void *w, const cudnnTensorDescriptor_t dyDesc, const void *dy, const cudnnConvolutionDescriptor_t convDesc, cudnnConvolutionBwdDataAlgo_t algo, void *workSpace, size_t workSpaceSizeInBytes, const void *beta, const cudnnTensorDescriptor_t dxDesc, void *dx)',
-    'Execute a backward data convolution (compute gradient with respect to input data).', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Execute a backward data convolution (compute gradient with respect to input data).', deprecated='Since cuDNN 9.0.0. Use graph API instead.', nonnull=('handle',))
 
 cudnnGetFoldedConvBackwardDataDescriptors = _function(
     'cudnnGetFoldedConvBackwardDataDescriptors', _ct.c_int, (cudnnHandle_t, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorFormat_t, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorTransformDescriptor_t, cudnnTensorTransformDescriptor_t, cudnnTensorTransformDescriptor_t, cudnnTensorTransformDescriptor_t),
     'cudnnStatus_t cudnnGetFoldedConvBackwardDataDescriptors(const cudnnHandle_t handle, const cudnnFilterDescriptor_t filterDesc, const cudnnTensorDescriptor_t diffDesc, const cudnnConvolutionDescriptor_t convDesc, const cudnnTensorDescriptor_t gradDesc, const cudnnTensorFormat_t transformFormat, cudnnFilterDescriptor_t foldedFilterDesc, cudnnTensorDescriptor_t paddedDiffDesc, cudnnConvolutionDescriptor_t foldedConvDesc, cudnnTensorDescriptor_t foldedGradDesc, cudnnTensorTransformDescriptor_t filterFoldTransDesc, cudnnTensorTransformDescriptor_t diffPadTransDesc, cudnnTensorTransformDescriptor_t gradFoldTransDesc, cudnnTensorTransformDescriptor_t gradUnfoldTransDesc)',
-    '', deprecated='Deprecated in cuDNN 9.')
+    '', deprecated='Deprecated in cuDNN 9.', nonnull=('handle',))
 
 cudnnCnnVersionCheck = _function(
     'cudnnCnnVersionCheck', _ct.c_int, (),
@@ -396,37 +396,37 @@ cudnnCnnVersionCheck = _function(
 cudnnGetConvolutionBackwardFilterAlgorithmMaxCount = _function(
     'cudnnGetConvolutionBackwardFilterAlgorithmMaxCount', _ct.c_int, (cudnnHandle_t, _pointer(_ct.c_int)),
     'cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(cudnnHandle_t handle, int *count)',
-    'Get the maximum number of backward filter convolution algorithms available.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Get the maximum number of backward filter convolution algorithms available.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', nonnull=('handle',))
 
 cudnnFindConvolutionBackwardFilterAlgorithm = _function(
     'cudnnFindConvolutionBackwardFilterAlgorithm', _ct.c_int, (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnFilterDescriptor_t, _ct.c_int, _pointer(_ct.c_int), _pointer(cudnnConvolutionBwdFilterAlgoPerf_t)),
     'cudnnStatus_t cudnnFindConvolutionBackwardFilterAlgorithm(cudnnHandle_t handle, const cudnnTensorDescriptor_t xDesc, const cudnnTensorDescriptor_t dyDesc, const cudnnConvolutionDescriptor_t convDesc, const cudnnFilterDescriptor_t dwDesc, const int requestedAlgoCount, int *returnedAlgoCount, cudnnConvolutionBwdFilterAlgoPerf_t *perfResults)',
-    'Find the best backward filter convolution algorithm by running benchmarks.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', lengths=(('perfResults', 'requestedAlgoCount'),))
+    'Find the best backward filter convolution algorithm by running benchmarks.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', lengths=(('perfResults', 'requestedAlgoCount'),), nonnull=('handle',))
 
 cudnnFindConvolutionBackwardFilterAlgorithmEx = _function(
     'cudnnFindConvolutionBackwardFilterAlgorithmEx', _ct.c_int, (cudnnHandle_t, cudnnTensorDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnConvolutionDescriptor_t, cudnnFilterDescriptor_t, _ct.c_void_p, _ct.c_int, _pointer(_ct.c_int), _pointer(cudnnConvolutionBwdFilterAlgoPerf_t), _ct.c_void_p, _ct.c_size_t),
     'cudnnStatus_t cudnnFindConvolutionBackwardFilterAlgorithmEx(cudnnHandle_t handle, const cudnnTensorDescriptor_t xDesc, const void *x, const cudnnTensorDescriptor_t dyDesc, const void *y, const cudnnConvolutionDescriptor_t convDesc, const cudnnFilterDescriptor_t dwDesc, void *dw, const int requestedAlgoCount, int *returnedAlgoCount, cudnnConvolutionBwdFilterAlgoPerf_t *perfResults, void *workSpace, size_t workSpaceSizeInBytes)',
-    'Find the best backward filter convolution algorithm with user-provided buffers.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', lengths=(('perfResults', 'requestedAlgoCount'),))
+    'Find the best backward filter convolution algorithm with user-provided buffers.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', lengths=(('perfResults', 'requestedAlgoCount'),), nonnull=('handle',))
 
 cudnnGetConvolutionBackwardFilterAlgorithm_v7 = _function(
     'cudnnGetConvolutionBackwardFilterAlgorithm_v7', _ct.c_int, (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnFilterDescriptor_t, _ct.c_int, _pointer(_ct.c_int), _pointer(cudnnConvolutionBwdFilterAlgoPerf_t)),
     'cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnnHandle_t handle, const cudnnTensorDescriptor_t srcDesc, const cudnnTensorDescriptor_t diffDesc, const cudnnConvolutionDescriptor_t convDesc, const cudnnFilterDescriptor_t gradDesc, const int requestedAlgoCount, int *returnedAlgoCount, cudnnConvolutionBwdFilterAlgoPerf_t *perfResults)',
-    'Get backward filter convolution algorithm recommendations without executing them.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', lengths=(('perfResults', 'requestedAlgoCount'),))
+    'Get backward filter convolution algorithm recommendations without executing them.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', lengths=(('perfResults', 'requestedAlgoCount'),), nonnull=('handle',))
 
 cudnnGetConvolutionBackwardFilterWorkspaceSize = _function(
     'cudnnGetConvolutionBackwardFilterWorkspaceSize', _ct.c_int, (cudnnHandle_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t, cudnnFilterDescriptor_t, cudnnConvolutionBwdFilterAlgo_t, _pointer(_ct.c_size_t)),
     'cudnnStatus_t cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnnHandle_t handle, const cudnnTensorDescriptor_t xDesc, const cudnnTensorDescriptor_t dyDesc, const cudnnConvolutionDescriptor_t convDesc, const cudnnFilterDescriptor_t gradDesc, cudnnConvolutionBwdFilterAlgo_t algo, size_t *sizeInBytes)',
-    '', deprecated='Deprecated in cuDNN 9.')
+    '', deprecated='Deprecated in cuDNN 9.', nonnull=('handle',))
 
 cudnnConvolutionBackwardFilter = _function(
     'cudnnConvolutionBackwardFilter', _ct.c_int, (cudnnHandle_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnConvolutionDescriptor_t, cudnnConvolutionBwdFilterAlgo_t, _ct.c_void_p, _ct.c_size_t, _const_void_p, cudnnFilterDescriptor_t, _ct.c_void_p),
     'cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t handle, const void *alpha, const cudnnTensorDescriptor_t xDesc, const void *x, const cudnnTensorDescriptor_t dyDesc, const void *dy, const cudnnConvolutionDescriptor_t convDesc, cudnnConvolutionBwdFilterAlgo_t algo, void *workSpace, size_t workSpaceSizeInBytes, const void *beta, const cudnnFilterDescriptor_t dwDesc, void *dw)',
-    'Execute a backward filter convolution (compute gradient with respect to filter weights).', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Execute a backward filter convolution (compute gradient with respect to filter weights).', deprecated='Since cuDNN 9.0.0. Use graph API instead.', nonnull=('handle',))
 
 cudnnConvolutionBackwardBias = _function(
     'cudnnConvolutionBackwardBias', _ct.c_int, (cudnnHandle_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p),
     'cudnnStatus_t cudnnConvolutionBackwardBias(cudnnHandle_t handle, const void *alpha, const cudnnTensorDescriptor_t dyDesc, const void *dy, const void *beta, const cudnnTensorDescriptor_t dbDesc, void *db)',
-    '', deprecated='Deprecated in cuDNN 9.')
+    '', deprecated='Deprecated in cuDNN 9.', nonnull=('handle',))
 
 cudnnCreateFusedOpsConstParamPack = _function(
     'cudnnCreateFusedOpsConstParamPack', _ct.c_int, (_pointer(cudnnFusedOpsConstParamPack_t), cudnnFusedOps_t),
@@ -481,12 +481,12 @@ cudnnDestroyFusedOpsPlan = _function(
 cudnnMakeFusedOpsPlan = _function(
     'cudnnMakeFusedOpsPlan', _ct.c_int, (cudnnHandle_t, cudnnFusedOpsPlan_t, cudnnFusedOpsConstParamPack_t, _pointer(_ct.c_size_t)),
     'cudnnStatus_t cudnnMakeFusedOpsPlan(cudnnHandle_t handle, cudnnFusedOpsPlan_t plan, const cudnnFusedOpsConstParamPack_t constPack, size_t *workspaceSizeInBytes)',
-    'Build a fused operations execution plan from constant parameters.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Build a fused operations execution plan from constant parameters.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', nonnull=('handle',))
 
 cudnnFusedOpsExecute = _function(
     'cudnnFusedOpsExecute', _ct.c_int, (cudnnHandle_t, cudnnFusedOpsPlan_t, cudnnFusedOpsVariantParamPack_t),
     'cudnnStatus_t cudnnFusedOpsExecute(cudnnHandle_t handle, const cudnnFusedOpsPlan_t plan, cudnnFusedOpsVariantParamPack_t varPack)',
-    'Execute a fused operations plan.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Execute a fused operations plan.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', nonnull=('handle',))
 
 DEPRECATED = frozenset(['cudnnConvolutionBackwardBias', 'cudnnConvolutionBackwardData', 'cudnnConvolutionBackwardFilter', 'cudnnConvolutionBiasActivationForward', 'cudnnConvolutionDescriptor_t', 'cudnnConvolutionForward', 'cudnnCreateConvolutionDescriptor', 'cudnnCreateFusedOpsConstParamPack', 'cudnnCreateFusedOpsPlan', 'cudnnCreateFusedOpsVariantParamPack', 'cudnnDestroyConvolutionDescriptor', 'cudnnDestroyFusedOpsConstParamPack', 'cudnnDestroyFusedOpsPlan', 'cudnnDestroyFusedOpsVariantParamPack', 'cudnnFindConvolutionBackwardDataAlgorithm', 'cudnnFindConvolutionBackwardDataAlgorithmEx', 'cudnnFindConvolutionBackwardFilterAlgorithm', 'cudnnFindConvolutionBackwardFilterAlgorithmEx', 'cudnnFindConvolutionForwardAlgorithm', 'cudnnFindConvolutionForwardAlgorithmEx', 'cudnnFusedOpsConstParamPack_t', 'cudnnFusedOpsExecute', 'cudnnFusedOpsPlan_t', 'cudnnFusedOpsVariantParamPack_t', 'cudnnGetConvolution2dDescriptor', 'cudnnGetConvolution2dForwardOutputDim', 'cudnnGetConvolutionBackwardDataAlgorithmMaxCount', 'cudnnGetConvolutionBackwardDataAlgorithm_v7', 'cudnnGetConvolutionBackwardDataWorkspaceSize', 'cudnnGetConvolutionBackwardFilterAlgorithmMaxCount', 'cudnnGetConvolutionBackwardFilterAlgorithm_v7', 'cudnnGetConvolutionBackwardFilterWorkspaceSize', 'cudnnGetConvolutionForwardAlgorithmMaxCount', 'cudnnGetConvolutionForwardAlgorithm_v7', 'cudnnGetConvolutionForwardWorkspaceSize', 'cudnnGetConvolutionGroupCount', 'cudnnGetConvolutionMathType', 'cudnnGetConvolutionNdDescriptor', 'cudnnGetConvolutionNdForwardOutputDim', 'cudnnGetConvolutionReorderType', 'cudnnGetFoldedConvBackwardDataDescriptors', 'cudnnGetFusedOpsConstParamPackAttribute', 'cudnnGetFusedOpsVariantParamPackAttribute', 'cudnnIm2Col', 'cudnnMakeFusedOpsPlan', 'cudnnReorderFilterAndBias', 'cudnnSetConvolution2dDescriptor', 'cudnnSetConvolutionGroupCount', 'cudnnSetConvolutionMathType', 'cudnnSetConvolutionNdDescriptor', 'cudnnSetConvolutionReorderType', 'cudnnSetFusedOpsConstParamPackAttribute', 'cudnnSetFusedOpsVariantParamPackAttribute'])
 __all__ = ['CUDNN_CNN_MAJOR', 'CUDNN_CNN_MINOR', 'CUDNN_CNN_PATCH', 'CUDNN_FUSED_BN_FINALIZE_STATISTICS_INFERENCE', 'CUDNN_FUSED_BN_FINALIZE_STATISTICS_TRAINING', 'CUDNN_FUSED_CONV_SCALE_BIAS_ADD_ACTIVATION', 'CUDNN_FUSED_DACTIVATION_FORK_DBATCHNORM', 'CUDNN_FUSED_SCALE_BIAS_ACTIVATION_CONV_BNSTATS', 'CUDNN_FUSED_SCALE_BIAS_ACTIVATION_WGRAD', 'CUDNN_FUSED_SCALE_BIAS_ADD_ACTIVATION_GEN_BITMASK', 'CUDNN_PARAM_ACTIVATION_BITMASK_DESC', 'CUDNN_PARAM_ACTIVATION_BITMASK_PLACEHOLDER', 'CUDNN_PARAM_ACTIVATION_DESC', 'CUDNN_PARAM_BN_BIAS_PLACEHOLDER', 'CUDNN_PARAM_BN_DBIAS_PLACEHOLDER', 'CUDNN_PARAM_BN_DSCALE_PLACEHOLDER', 'CUDNN_PARAM_BN_EQBIAS_PLACEHOLDER', 'CUDNN_PARAM_BN_EQSCALEBIAS_DESC', 'CUDNN_PARAM_BN_EQSCALE_PLACEHOLDER', 'CUDNN_PARAM_BN_MODE', 'CUDNN_PARAM_BN_RUNNING_MEAN_PLACEHOLDER', 'CUDNN_PARAM_BN_RUNNING_VAR_PLACEHOLDER', 'CUDNN_PARAM_BN_SAVED_INVSTD_PLACEHOLDER', 'CUDNN_PARAM_BN_SAVED_MEAN_PLACEHOLDER', 'CUDNN_PARAM_BN_SCALEBIAS_MEANVAR_DESC', 'CUDNN_PARAM_BN_SCALE_PLACEHOLDER', 'CUDNN_PARAM_BN_Z_EQBIAS_PLACEHOLDER', 'CUDNN_PARAM_BN_Z_EQSCALEBIAS_DESC', 'CUDNN_PARAM_BN_Z_EQSCALE_PLACEHOLDER', 'CUDNN_PARAM_CONV_DESC', 'CUDNN_PARAM_DWDATA_PLACEHOLDER', 'CUDNN_PARAM_DWDESC', 'CUDNN_PARAM_DXDATA_PLACEHOLDER', 'CUDNN_PARAM_DXDESC', 'CUDNN_PARAM_DYDATA_PLACEHOLDER', 'CUDNN_PARAM_DYDESC', 'CUDNN_PARAM_DZDATA_PLACEHOLDER', 'CUDNN_PARAM_DZDESC', 'CUDNN_PARAM_WDATA_PLACEHOLDER', 'CUDNN_PARAM_WDESC', 'CUDNN_PARAM_XDATA_PLACEHOLDER', 'CUDNN_PARAM_XDESC', 'CUDNN_PARAM_YDATA_PLACEHOLDER', 'CUDNN_PARAM_YDESC', 'CUDNN_PARAM_YSQSUM_PLACEHOLDER', 'CUDNN_PARAM_YSTATS_DESC', 'CUDNN_PARAM_YSUM_PLACEHOLDER', 'CUDNN_PARAM_ZDATA_PLACEHOLDER', 'CUDNN_PARAM_ZDESC', 'CUDNN_PTR_16B_ALIGNED', 'CUDNN_PTR_ACTIVATION_BITMASK', 'CUDNN_PTR_BN_BIAS', 'CUDNN_PTR_BN_DBIAS', 'CUDNN_PTR_BN_DSCALE', 'CUDNN_PTR_BN_EQBIAS', 'CUDNN_PTR_BN_EQSCALE', 'CUDNN_PTR_BN_RUNNING_MEAN', 'CUDNN_PTR_BN_RUNNING_VAR', 'CUDNN_PTR_BN_SAVED_INVSTD', 'CUDNN_PTR_BN_SAVED_MEAN', 'CUDNN_PTR_BN_SCALE', 'CUDNN_PTR_BN_Z_EQBIAS', 'CUDNN_PTR_BN_Z_EQSCALE', 'CUDNN_PTR_DWDATA', 'CUDNN_PTR_DXDATA', 'CUDNN_PTR_DYDATA', 'CUDNN_PTR_DZDATA', 'CUDNN_PTR_ELEM_ALIGNED', 'CUDNN_PTR_NULL', 'CUDNN_PTR_WDATA', 'CUDNN_PTR_WORKSPACE', 'CUDNN_PTR_XDATA', 'CUDNN_PTR_YDATA', 'CUDNN_PTR_YSQSUM', 'CUDNN_PTR_YSUM', 'CUDNN_PTR_ZDATA', 'CUDNN_SCALAR_DOUBLE_BN_EPSILON', 'CUDNN_SCALAR_DOUBLE_BN_EXP_AVG_FACTOR', 'CUDNN_SCALAR_INT64_T_BN_ACCUMULATION_COUNT', 'CUDNN_SCALAR_SIZE_T_WORKSPACE_SIZE_IN_BYTES', 'cudnnCnnVersionCheck', 'cudnnConvolutionBackwardBias', 'cudnnConvolutionBackwardData', 'cudnnConvolutionBackwardFilter', 'cudnnConvolutionBiasActivationForward', 'cudnnConvolutionBwdDataAlgoPerf_t', 'cudnnConvolutionBwdFilterAlgoPerf_t', 'cudnnConvolutionDescriptor_t', 'cudnnConvolutionForward', 'cudnnConvolutionFwdAlgoPerf_t', 'cudnnCreateConvolutionDescriptor', 'cudnnCreateFusedOpsConstParamPack', 'cudnnCreateFusedOpsPlan', 'cudnnCreateFusedOpsVariantParamPack', 'cudnnDestroyConvolutionDescriptor', 'cudnnDestroyFusedOpsConstParamPack', 'cudnnDestroyFusedOpsPlan', 'cudnnDestroyFusedOpsVariantParamPack', 'cudnnFindConvolutionBackwardDataAlgorithm', 'cudnnFindConvolutionBackwardDataAlgorithmEx', 'cudnnFindConvolutionBackwardFilterAlgorithm', 'cudnnFindConvolutionBackwardFilterAlgorithmEx', 'cudnnFindConvolutionForwardAlgorithm', 'cudnnFindConvolutionForwardAlgorithmEx', 'cudnnFusedOpsConstParamLabel_t', 'cudnnFusedOpsConstParamPack_t', 'cudnnFusedOpsExecute', 'cudnnFusedOpsPlan_t', 'cudnnFusedOpsPointerPlaceHolder_t', 'cudnnFusedOpsVariantParamLabel_t', 'cudnnFusedOpsVariantParamPack_t', 'cudnnFusedOps_t', 'cudnnGetConvolution2dDescriptor', 'cudnnGetConvolution2dForwardOutputDim', 'cudnnGetConvolutionBackwardDataAlgorithmMaxCount', 'cudnnGetConvolutionBackwardDataAlgorithm_v7', 'cudnnGetConvolutionBackwardDataWorkspaceSize', 'cudnnGetConvolutionBackwardFilterAlgorithmMaxCount', 'cudnnGetConvolutionBackwardFilterAlgorithm_v7', 'cudnnGetConvolutionBackwardFilterWorkspaceSize', 'cudnnGetConvolutionForwardAlgorithmMaxCount', 'cudnnGetConvolutionForwardAlgorithm_v7', 'cudnnGetConvolutionForwardWorkspaceSize', 'cudnnGetConvolutionGroupCount', 'cudnnGetConvolutionMathType', 'cudnnGetConvolutionNdDescriptor', 'cudnnGetConvolutionNdForwardOutputDim', 'cudnnGetConvolutionReorderType', 'cudnnGetFoldedConvBackwardDataDescriptors', 'cudnnGetFusedOpsConstParamPackAttribute', 'cudnnGetFusedOpsVariantParamPackAttribute', 'cudnnIm2Col', 'cudnnMakeFusedOpsPlan', 'cudnnReorderFilterAndBias', 'cudnnSetConvolution2dDescriptor', 'cudnnSetConvolutionGroupCount', 'cudnnSetConvolutionMathType', 'cudnnSetConvolutionNdDescriptor', 'cudnnSetConvolutionReorderType', 'cudnnSetFusedOpsConstParamPackAttribute', 'cudnnSetFusedOpsVariantParamPackAttribute']

@@ -367,17 +367,17 @@ cudnnDestroyTensorTransformDescriptor = _function(
 cudnnTransformTensor = _function(
     'cudnnTransformTensor', _ct.c_int, (cudnnHandle_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p),
     'cudnnStatus_t cudnnTransformTensor(cudnnHandle_t handle, const void *alpha, const cudnnTensorDescriptor_t xDesc, const void *x, const void *beta, const cudnnTensorDescriptor_t yDesc, void *y)',
-    'Copies and converts tensor data between layouts with alpha/beta blending.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Copies and converts tensor data between layouts with alpha/beta blending.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', nonnull=('handle',))
 
 cudnnTransformTensorEx = _function(
     'cudnnTransformTensorEx', _ct.c_int, (cudnnHandle_t, cudnnTensorTransformDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p),
     'cudnnStatus_t cudnnTransformTensorEx(cudnnHandle_t handle, const cudnnTensorTransformDescriptor_t transDesc, const void *alpha, const cudnnTensorDescriptor_t srcDesc, const void *srcData, const void *beta, const cudnnTensorDescriptor_t destDesc, void *destData)',
-    'Extended tensor transform with folding/padding support.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Extended tensor transform with folding/padding support.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', nonnull=('handle',))
 
 cudnnAddTensor = _function(
     'cudnnAddTensor', _ct.c_int, (cudnnHandle_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p),
     'cudnnStatus_t cudnnAddTensor(cudnnHandle_t handle, const void *alpha, const cudnnTensorDescriptor_t aDesc, const void *A, const void *beta, const cudnnTensorDescriptor_t cDesc, void *C)',
-    'Adds a scaled bias tensor to a destination tensor with broadcasting.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Adds a scaled bias tensor to a destination tensor with broadcasting.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', nonnull=('handle',))
 
 cudnnCreateOpTensorDescriptor = _function(
     'cudnnCreateOpTensorDescriptor', _ct.c_int, (_pointer(cudnnOpTensorDescriptor_t),),
@@ -402,7 +402,7 @@ cudnnDestroyOpTensorDescriptor = _function(
 cudnnOpTensor = _function(
     'cudnnOpTensor', _ct.c_int, (cudnnHandle_t, cudnnOpTensorDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p),
     'cudnnStatus_t cudnnOpTensor(cudnnHandle_t handle, const cudnnOpTensorDescriptor_t opTensorDesc, const void *alpha1, const cudnnTensorDescriptor_t aDesc, const void *A, const void *alpha2, const cudnnTensorDescriptor_t bDesc, const void *B, const void *beta, const cudnnTensorDescriptor_t cDesc, void *C)',
-    'Performs element-wise tensor operations.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Performs element-wise tensor operations.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', nonnull=('handle',))
 
 cudnnCreateReduceTensorDescriptor = _function(
     'cudnnCreateReduceTensorDescriptor', _ct.c_int, (_pointer(cudnnReduceTensorDescriptor_t),),
@@ -427,27 +427,27 @@ cudnnDestroyReduceTensorDescriptor = _function(
 cudnnGetReductionIndicesSize = _function(
     'cudnnGetReductionIndicesSize', _ct.c_int, (cudnnHandle_t, cudnnReduceTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, _pointer(_ct.c_size_t)),
     'cudnnStatus_t cudnnGetReductionIndicesSize(cudnnHandle_t handle, const cudnnReduceTensorDescriptor_t reduceTensorDesc, const cudnnTensorDescriptor_t aDesc, const cudnnTensorDescriptor_t cDesc, size_t *sizeInBytes)',
-    'Returns the minimum size of the index space for a reduction operation.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', nonnull=('reduceTensorDesc', 'sizeInBytes'))
+    'Returns the minimum size of the index space for a reduction operation.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', nonnull=('handle', 'reduceTensorDesc', 'sizeInBytes'))
 
 cudnnGetReductionWorkspaceSize = _function(
     'cudnnGetReductionWorkspaceSize', _ct.c_int, (cudnnHandle_t, cudnnReduceTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, _pointer(_ct.c_size_t)),
     'cudnnStatus_t cudnnGetReductionWorkspaceSize(cudnnHandle_t handle, const cudnnReduceTensorDescriptor_t reduceTensorDesc, const cudnnTensorDescriptor_t aDesc, const cudnnTensorDescriptor_t cDesc, size_t *sizeInBytes)',
-    'Returns the minimum workspace size required for a reduction operation.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', nonnull=('reduceTensorDesc', 'aDesc', 'cDesc', 'sizeInBytes'))
+    'Returns the minimum workspace size required for a reduction operation.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', nonnull=('handle', 'reduceTensorDesc', 'aDesc', 'cDesc', 'sizeInBytes'))
 
 cudnnReduceTensor = _function(
     'cudnnReduceTensor', _ct.c_int, (cudnnHandle_t, cudnnReduceTensorDescriptor_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p),
     'cudnnStatus_t cudnnReduceTensor(cudnnHandle_t handle, const cudnnReduceTensorDescriptor_t reduceTensorDesc, void *indices, size_t indicesSizeInBytes, void *workspace, size_t workspaceSizeInBytes, const void *alpha, const cudnnTensorDescriptor_t aDesc, const void *A, const void *beta, const cudnnTensorDescriptor_t cDesc, void *C)',
-    'Performs a tensor reduction operation.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Performs a tensor reduction operation.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', nonnull=('handle',))
 
 cudnnSetTensor = _function(
     'cudnnSetTensor', _ct.c_int, (cudnnHandle_t, cudnnTensorDescriptor_t, _ct.c_void_p, _const_void_p),
     'cudnnStatus_t cudnnSetTensor(cudnnHandle_t handle, const cudnnTensorDescriptor_t yDesc, void *y, const void *valuePtr)',
-    'Fills a tensor with a constant value.')
+    'Fills a tensor with a constant value.', nonnull=('handle',))
 
 cudnnScaleTensor = _function(
     'cudnnScaleTensor', _ct.c_int, (cudnnHandle_t, cudnnTensorDescriptor_t, _ct.c_void_p, _const_void_p),
     'cudnnStatus_t cudnnScaleTensor(cudnnHandle_t handle, const cudnnTensorDescriptor_t yDesc, void *y, const void *alpha)',
-    'Scales all elements of a tensor by a constant factor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Scales all elements of a tensor by a constant factor.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', nonnull=('handle',))
 
 cudnnCreateFilterDescriptor = _function(
     'cudnnCreateFilterDescriptor', _ct.c_int, (_pointer(cudnnFilterDescriptor_t),),
@@ -482,7 +482,7 @@ cudnnGetFilterSizeInBytes = _function(
 cudnnTransformFilter = _function(
     'cudnnTransformFilter', _ct.c_int, (cudnnHandle_t, cudnnTensorTransformDescriptor_t, _const_void_p, cudnnFilterDescriptor_t, _const_void_p, _const_void_p, cudnnFilterDescriptor_t, _ct.c_void_p),
     'cudnnStatus_t cudnnTransformFilter(cudnnHandle_t handle, const cudnnTensorTransformDescriptor_t transDesc, const void *alpha, const cudnnFilterDescriptor_t srcDesc, const void *srcData, const void *beta, const cudnnFilterDescriptor_t destDesc, void *destData)',
-    'Transforms filter data between layouts.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Transforms filter data between layouts.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', nonnull=('handle',))
 
 cudnnDestroyFilterDescriptor = _function(
     'cudnnDestroyFilterDescriptor', _ct.c_int, (cudnnFilterDescriptor_t,),
@@ -492,7 +492,7 @@ cudnnDestroyFilterDescriptor = _function(
 cudnnSoftmaxForward = _function(
     'cudnnSoftmaxForward', _ct.c_int, (cudnnHandle_t, cudnnSoftmaxAlgorithm_t, cudnnSoftmaxMode_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p),
     'cudnnStatus_t cudnnSoftmaxForward(cudnnHandle_t handle, cudnnSoftmaxAlgorithm_t algo, cudnnSoftmaxMode_t mode, const void *alpha, const cudnnTensorDescriptor_t xDesc, const void *x, const void *beta, const cudnnTensorDescriptor_t yDesc, void *y)',
-    'Performs forward softmax computation.')
+    'Performs forward softmax computation.', nonnull=('handle',))
 
 cudnnCreatePoolingDescriptor = _function(
     'cudnnCreatePoolingDescriptor', _ct.c_int, (_pointer(cudnnPoolingDescriptor_t),),
@@ -537,7 +537,7 @@ cudnnDestroyPoolingDescriptor = _function(
 cudnnPoolingForward = _function(
     'cudnnPoolingForward', _ct.c_int, (cudnnHandle_t, cudnnPoolingDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p),
     'cudnnStatus_t cudnnPoolingForward(cudnnHandle_t handle, const cudnnPoolingDescriptor_t poolingDesc, const void *alpha, const cudnnTensorDescriptor_t xDesc, const void *x, const void *beta, const cudnnTensorDescriptor_t yDesc, void *y)',
-    'Performs forward pooling.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Performs forward pooling.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', nonnull=('handle',))
 
 cudnnCreateActivationDescriptor = _function(
     'cudnnCreateActivationDescriptor', _ct.c_int, (_pointer(cudnnActivationDescriptor_t),),
@@ -572,7 +572,7 @@ cudnnDestroyActivationDescriptor = _function(
 cudnnActivationForward = _function(
     'cudnnActivationForward', _ct.c_int, (cudnnHandle_t, cudnnActivationDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p),
     'cudnnStatus_t cudnnActivationForward(cudnnHandle_t handle, cudnnActivationDescriptor_t activationDesc, const void *alpha, const cudnnTensorDescriptor_t xDesc, const void *x, const void *beta, const cudnnTensorDescriptor_t yDesc, void *y)',
-    'Performs forward activation.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Performs forward activation.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', nonnull=('handle',))
 
 cudnnCreateLRNDescriptor = _function(
     'cudnnCreateLRNDescriptor', _ct.c_int, (_pointer(cudnnLRNDescriptor_t),),
@@ -597,12 +597,12 @@ cudnnDestroyLRNDescriptor = _function(
 cudnnLRNCrossChannelForward = _function(
     'cudnnLRNCrossChannelForward', _ct.c_int, (cudnnHandle_t, cudnnLRNDescriptor_t, cudnnLRNMode_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p),
     'cudnnStatus_t cudnnLRNCrossChannelForward(cudnnHandle_t handle, cudnnLRNDescriptor_t normDesc, cudnnLRNMode_t lrnMode, const void *alpha, const cudnnTensorDescriptor_t xDesc, const void *x, const void *beta, const cudnnTensorDescriptor_t yDesc, void *y)',
-    'Performs forward LRN cross-channel normalization.')
+    'Performs forward LRN cross-channel normalization.', nonnull=('handle',))
 
 cudnnDivisiveNormalizationForward = _function(
     'cudnnDivisiveNormalizationForward', _ct.c_int, (cudnnHandle_t, cudnnLRNDescriptor_t, cudnnDivNormMode_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, _ct.c_void_p, _ct.c_void_p, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p),
     'cudnnStatus_t cudnnDivisiveNormalizationForward(cudnnHandle_t handle, cudnnLRNDescriptor_t normDesc, cudnnDivNormMode_t mode, const void *alpha, const cudnnTensorDescriptor_t xDesc, const void *x, const void *means, void *temp, void *temp2, const void *beta, const cudnnTensorDescriptor_t yDesc, void *y)',
-    'Performs forward divisive normalization.')
+    'Performs forward divisive normalization.', nonnull=('handle',))
 
 cudnnDeriveBNTensorDescriptor = _function(
     'cudnnDeriveBNTensorDescriptor', _ct.c_int, (cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnBatchNormMode_t),
@@ -612,7 +612,7 @@ cudnnDeriveBNTensorDescriptor = _function(
 cudnnBatchNormalizationForwardInference = _function(
     'cudnnBatchNormalizationForwardInference', _ct.c_int, (cudnnHandle_t, cudnnBatchNormMode_t, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, _const_void_p, _const_void_p, _ct.c_double),
     'cudnnStatus_t cudnnBatchNormalizationForwardInference(cudnnHandle_t handle, cudnnBatchNormMode_t mode, const void *alpha, const void *beta, const cudnnTensorDescriptor_t xDesc, const void *x, const cudnnTensorDescriptor_t yDesc, void *y, const cudnnTensorDescriptor_t bnScaleBiasMeanVarDesc, const void *bnScale, const void *bnBias, const void *estimatedMean, const void *estimatedVariance, double epsilon)',
-    'Performs batch normalization during inference.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Performs batch normalization during inference.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', nonnull=('handle',))
 
 cudnnDeriveNormTensorDescriptor = _function(
     'cudnnDeriveNormTensorDescriptor', _ct.c_int, (cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnNormMode_t, _ct.c_int),
@@ -622,7 +622,7 @@ cudnnDeriveNormTensorDescriptor = _function(
 cudnnNormalizationForwardInference = _function(
     'cudnnNormalizationForwardInference', _ct.c_int, (cudnnHandle_t, cudnnNormMode_t, cudnnNormOps_t, cudnnNormAlgo_t, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_double, _ct.c_int),
     'cudnnStatus_t cudnnNormalizationForwardInference(cudnnHandle_t handle, cudnnNormMode_t mode, cudnnNormOps_t normOps, cudnnNormAlgo_t algo, const void *alpha, const void *beta, const cudnnTensorDescriptor_t xDesc, const void *x, const cudnnTensorDescriptor_t normScaleBiasDesc, const void *normScale, const void *normBias, const cudnnTensorDescriptor_t normMeanVarDesc, const void *estimatedMean, const void *estimatedVariance, const cudnnTensorDescriptor_t zDesc, const void *z, cudnnActivationDescriptor_t activationDesc, const cudnnTensorDescriptor_t yDesc, void *y, double epsilon, int groupCnt)',
-    'Performs normalization during inference.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Performs normalization during inference.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', nonnull=('handle',))
 
 cudnnCreateSpatialTransformerDescriptor = _function(
     'cudnnCreateSpatialTransformerDescriptor', _ct.c_int, (_pointer(cudnnSpatialTransformerDescriptor_t),),
@@ -642,12 +642,12 @@ cudnnDestroySpatialTransformerDescriptor = _function(
 cudnnSpatialTfGridGeneratorForward = _function(
     'cudnnSpatialTfGridGeneratorForward', _ct.c_int, (cudnnHandle_t, cudnnSpatialTransformerDescriptor_t, _const_void_p, _ct.c_void_p),
     'cudnnStatus_t cudnnSpatialTfGridGeneratorForward(cudnnHandle_t handle, const cudnnSpatialTransformerDescriptor_t stDesc, const void *theta, void *grid)',
-    'Generates a sampling grid for a spatial transformer (forward).')
+    'Generates a sampling grid for a spatial transformer (forward).', nonnull=('handle',))
 
 cudnnSpatialTfSamplerForward = _function(
     'cudnnSpatialTfSamplerForward', _ct.c_int, (cudnnHandle_t, cudnnSpatialTransformerDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p),
     'cudnnStatus_t cudnnSpatialTfSamplerForward(cudnnHandle_t handle, cudnnSpatialTransformerDescriptor_t stDesc, const void *alpha, const cudnnTensorDescriptor_t xDesc, const void *x, const void *grid, const void *beta, cudnnTensorDescriptor_t yDesc, void *y)',
-    'Performs spatial transformer sampling (forward).')
+    'Performs spatial transformer sampling (forward).', nonnull=('handle',))
 
 cudnnCreateDropoutDescriptor = _function(
     'cudnnCreateDropoutDescriptor', _ct.c_int, (_pointer(cudnnDropoutDescriptor_t),),
@@ -662,7 +662,7 @@ cudnnDestroyDropoutDescriptor = _function(
 cudnnDropoutGetStatesSize = _function(
     'cudnnDropoutGetStatesSize', _ct.c_int, (cudnnHandle_t, _pointer(_ct.c_size_t)),
     'cudnnStatus_t cudnnDropoutGetStatesSize(cudnnHandle_t handle, size_t *sizeInBytes)',
-    'Returns the size of the states buffer required for dropout.')
+    'Returns the size of the states buffer required for dropout.', nonnull=('handle',))
 
 cudnnDropoutGetReserveSpaceSize = _function(
     'cudnnDropoutGetReserveSpaceSize', _ct.c_int, (cudnnTensorDescriptor_t, _pointer(_ct.c_size_t)),
@@ -672,22 +672,22 @@ cudnnDropoutGetReserveSpaceSize = _function(
 cudnnSetDropoutDescriptor = _function(
     'cudnnSetDropoutDescriptor', _ct.c_int, (cudnnDropoutDescriptor_t, cudnnHandle_t, _ct.c_float, _ct.c_void_p, _ct.c_size_t, _ct.c_ulonglong),
     'cudnnStatus_t cudnnSetDropoutDescriptor(cudnnDropoutDescriptor_t dropoutDesc, cudnnHandle_t handle, float dropout, void *states, size_t stateSizeInBytes, unsigned long long seed)',
-    'Configures a dropout descriptor and initializes random state.')
+    'Configures a dropout descriptor and initializes random state.', nonnull=('handle',))
 
 cudnnRestoreDropoutDescriptor = _function(
     'cudnnRestoreDropoutDescriptor', _ct.c_int, (cudnnDropoutDescriptor_t, cudnnHandle_t, _ct.c_float, _ct.c_void_p, _ct.c_size_t, _ct.c_ulonglong),
     'cudnnStatus_t cudnnRestoreDropoutDescriptor(cudnnDropoutDescriptor_t dropoutDesc, cudnnHandle_t handle, float dropout, void *states, size_t stateSizeInBytes, unsigned long long seed)',
-    'Restores a dropout descriptor to a previously saved state.')
+    'Restores a dropout descriptor to a previously saved state.', nonnull=('handle',))
 
 cudnnGetDropoutDescriptor = _function(
     'cudnnGetDropoutDescriptor', _ct.c_int, (cudnnDropoutDescriptor_t, cudnnHandle_t, _pointer(_ct.c_float), _pointer(_ct.c_void_p), _pointer(_ct.c_ulonglong)),
     'cudnnStatus_t cudnnGetDropoutDescriptor(cudnnDropoutDescriptor_t dropoutDesc, cudnnHandle_t handle, float *dropout, void **states, unsigned long long *seed)',
-    'Retrieves the settings of a dropout descriptor.')
+    'Retrieves the settings of a dropout descriptor.', nonnull=('handle',))
 
 cudnnDropoutForward = _function(
     'cudnnDropoutForward', _ct.c_int, (cudnnHandle_t, cudnnDropoutDescriptor_t, cudnnTensorDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p, _ct.c_size_t),
     'cudnnStatus_t cudnnDropoutForward(cudnnHandle_t handle, const cudnnDropoutDescriptor_t dropoutDesc, const cudnnTensorDescriptor_t xdesc, const void *x, const cudnnTensorDescriptor_t ydesc, void *y, void *reserveSpace, size_t reserveSpaceSizeInBytes)',
-    'Performs forward dropout.')
+    'Performs forward dropout.', nonnull=('handle',))
 
 cudnnOpsVersionCheck = _function(
     'cudnnOpsVersionCheck', _ct.c_int, (),
@@ -697,102 +697,102 @@ cudnnOpsVersionCheck = _function(
 cudnnSoftmaxBackward = _function(
     'cudnnSoftmaxBackward', _ct.c_int, (cudnnHandle_t, cudnnSoftmaxAlgorithm_t, cudnnSoftmaxMode_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p),
     'cudnnStatus_t cudnnSoftmaxBackward(cudnnHandle_t handle, cudnnSoftmaxAlgorithm_t algo, cudnnSoftmaxMode_t mode, const void *alpha, const cudnnTensorDescriptor_t yDesc, const void *y, const cudnnTensorDescriptor_t dyDesc, const void *dy, const void *beta, const cudnnTensorDescriptor_t dxDesc, void *dx)',
-    'Performs backward softmax computation.')
+    'Performs backward softmax computation.', nonnull=('handle',))
 
 cudnnPoolingBackward = _function(
     'cudnnPoolingBackward', _ct.c_int, (cudnnHandle_t, cudnnPoolingDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p),
     'cudnnStatus_t cudnnPoolingBackward(cudnnHandle_t handle, const cudnnPoolingDescriptor_t poolingDesc, const void *alpha, const cudnnTensorDescriptor_t yDesc, const void *y, const cudnnTensorDescriptor_t dyDesc, const void *dy, const cudnnTensorDescriptor_t xDesc, const void *x, const void *beta, const cudnnTensorDescriptor_t dxDesc, void *dx)',
-    'Performs backward pooling.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Performs backward pooling.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', nonnull=('handle',))
 
 cudnnActivationBackward = _function(
     'cudnnActivationBackward', _ct.c_int, (cudnnHandle_t, cudnnActivationDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p),
     'cudnnStatus_t cudnnActivationBackward(cudnnHandle_t handle, cudnnActivationDescriptor_t activationDesc, const void *alpha, const cudnnTensorDescriptor_t yDesc, const void *y, const cudnnTensorDescriptor_t dyDesc, const void *dy, const cudnnTensorDescriptor_t xDesc, const void *x, const void *beta, const cudnnTensorDescriptor_t dxDesc, void *dx)',
-    'Performs backward activation.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Performs backward activation.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', nonnull=('handle',))
 
 cudnnLRNCrossChannelBackward = _function(
     'cudnnLRNCrossChannelBackward', _ct.c_int, (cudnnHandle_t, cudnnLRNDescriptor_t, cudnnLRNMode_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p),
     'cudnnStatus_t cudnnLRNCrossChannelBackward(cudnnHandle_t handle, cudnnLRNDescriptor_t normDesc, cudnnLRNMode_t lrnMode, const void *alpha, const cudnnTensorDescriptor_t yDesc, const void *y, const cudnnTensorDescriptor_t dyDesc, const void *dy, const cudnnTensorDescriptor_t xDesc, const void *x, const void *beta, const cudnnTensorDescriptor_t dxDesc, void *dx)',
-    'Performs backward LRN cross-channel normalization.')
+    'Performs backward LRN cross-channel normalization.', nonnull=('handle',))
 
 cudnnDivisiveNormalizationBackward = _function(
     'cudnnDivisiveNormalizationBackward', _ct.c_int, (cudnnHandle_t, cudnnLRNDescriptor_t, cudnnDivNormMode_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, _const_void_p, _ct.c_void_p, _ct.c_void_p, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p),
     'cudnnStatus_t cudnnDivisiveNormalizationBackward(cudnnHandle_t handle, cudnnLRNDescriptor_t normDesc, cudnnDivNormMode_t mode, const void *alpha, const cudnnTensorDescriptor_t xDesc, const void *x, const void *means, const void *dy, void *temp, void *temp2, const void *beta, const cudnnTensorDescriptor_t dXdMeansDesc, void *dx, void *dMeans)',
-    'Performs backward divisive normalization.')
+    'Performs backward divisive normalization.', nonnull=('handle',))
 
 cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize = _function(
     'cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize', _ct.c_int, (cudnnHandle_t, cudnnBatchNormMode_t, cudnnBatchNormOps_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnActivationDescriptor_t, _pointer(_ct.c_size_t)),
     'cudnnStatus_t cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(cudnnHandle_t handle, cudnnBatchNormMode_t mode, cudnnBatchNormOps_t bnOps, const cudnnTensorDescriptor_t xDesc, const cudnnTensorDescriptor_t zDesc, const cudnnTensorDescriptor_t yDesc, const cudnnTensorDescriptor_t bnScaleBiasMeanVarDesc, const cudnnActivationDescriptor_t activationDesc, size_t *sizeInBytes)',
-    'Returns the workspace size for extended batch normalization forward training.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Returns the workspace size for extended batch normalization forward training.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', nonnull=('handle',))
 
 cudnnGetBatchNormalizationBackwardExWorkspaceSize = _function(
     'cudnnGetBatchNormalizationBackwardExWorkspaceSize', _ct.c_int, (cudnnHandle_t, cudnnBatchNormMode_t, cudnnBatchNormOps_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnActivationDescriptor_t, _pointer(_ct.c_size_t)),
     'cudnnStatus_t cudnnGetBatchNormalizationBackwardExWorkspaceSize(cudnnHandle_t handle, cudnnBatchNormMode_t mode, cudnnBatchNormOps_t bnOps, const cudnnTensorDescriptor_t xDesc, const cudnnTensorDescriptor_t yDesc, const cudnnTensorDescriptor_t dyDesc, const cudnnTensorDescriptor_t dzDesc, const cudnnTensorDescriptor_t dxDesc, const cudnnTensorDescriptor_t dBnScaleBiasDesc, const cudnnActivationDescriptor_t activationDesc, size_t *sizeInBytes)',
-    'Returns the workspace size for extended batch normalization backward.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Returns the workspace size for extended batch normalization backward.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', nonnull=('handle',))
 
 cudnnGetBatchNormalizationTrainingExReserveSpaceSize = _function(
     'cudnnGetBatchNormalizationTrainingExReserveSpaceSize', _ct.c_int, (cudnnHandle_t, cudnnBatchNormMode_t, cudnnBatchNormOps_t, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, _pointer(_ct.c_size_t)),
     'cudnnStatus_t cudnnGetBatchNormalizationTrainingExReserveSpaceSize(cudnnHandle_t handle, cudnnBatchNormMode_t mode, cudnnBatchNormOps_t bnOps, const cudnnActivationDescriptor_t activationDesc, const cudnnTensorDescriptor_t xDesc, size_t *sizeInBytes)',
-    'Returns the reserve space size for extended batch normalization training.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Returns the reserve space size for extended batch normalization training.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', nonnull=('handle',))
 
 cudnnBatchNormalizationForwardTraining = _function(
     'cudnnBatchNormalizationForwardTraining', _ct.c_int, (cudnnHandle_t, cudnnBatchNormMode_t, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, _ct.c_double, _ct.c_void_p, _ct.c_void_p, _ct.c_double, _ct.c_void_p, _ct.c_void_p),
     'cudnnStatus_t cudnnBatchNormalizationForwardTraining(cudnnHandle_t handle, cudnnBatchNormMode_t mode, const void *alpha, const void *beta, const cudnnTensorDescriptor_t xDesc, const void *x, const cudnnTensorDescriptor_t yDesc, void *y, const cudnnTensorDescriptor_t bnScaleBiasMeanVarDesc, const void *bnScale, const void *bnBias, double exponentialAverageFactor, void *resultRunningMean, void *resultRunningVariance, double epsilon, void *resultSaveMean, void *resultSaveInvVariance)',
-    'Performs batch normalization forward training.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Performs batch normalization forward training.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', nonnull=('handle',))
 
 cudnnBatchNormalizationForwardTrainingEx = _function(
     'cudnnBatchNormalizationForwardTrainingEx', _ct.c_int, (cudnnHandle_t, cudnnBatchNormMode_t, cudnnBatchNormOps_t, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, _ct.c_double, _ct.c_void_p, _ct.c_void_p, _ct.c_double, _ct.c_void_p, _ct.c_void_p, cudnnActivationDescriptor_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t),
     'cudnnStatus_t cudnnBatchNormalizationForwardTrainingEx(cudnnHandle_t handle, cudnnBatchNormMode_t mode, cudnnBatchNormOps_t bnOps, const void *alpha, const void *beta, const cudnnTensorDescriptor_t xDesc, const void *xData, const cudnnTensorDescriptor_t zDesc, const void *zData, const cudnnTensorDescriptor_t yDesc, void *yData, const cudnnTensorDescriptor_t bnScaleBiasMeanVarDesc, const void *bnScale, const void *bnBias, double exponentialAverageFactor, void *resultRunningMean, void *resultRunningVariance, double epsilon, void *resultSaveMean, void *resultSaveInvVariance, cudnnActivationDescriptor_t activationDesc, void *workspace, size_t workSpaceSizeInBytes, void *reserveSpace, size_t reserveSpaceSizeInBytes)',
-    'Performs extended batch normalization forward training with optional activation.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Performs extended batch normalization forward training with optional activation.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', nonnull=('handle',))
 
 cudnnBatchNormalizationBackward = _function(
     'cudnnBatchNormalizationBackward', _ct.c_int, (cudnnHandle_t, cudnnBatchNormMode_t, _const_void_p, _const_void_p, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _const_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_double, _const_void_p, _const_void_p),
     'cudnnStatus_t cudnnBatchNormalizationBackward(cudnnHandle_t handle, cudnnBatchNormMode_t mode, const void *alphaDataDiff, const void *betaDataDiff, const void *alphaParamDiff, const void *betaParamDiff, const cudnnTensorDescriptor_t xDesc, const void *x, const cudnnTensorDescriptor_t dyDesc, const void *dy, const cudnnTensorDescriptor_t dxDesc, void *dx, const cudnnTensorDescriptor_t dBnScaleBiasDesc, const void *bnScale, void *dBnScaleResult, void *dBnBiasResult, double epsilon, const void *savedMean, const void *savedInvVariance)',
-    'Performs backward batch normalization.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Performs backward batch normalization.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', nonnull=('handle',))
 
 cudnnBatchNormalizationBackwardEx = _function(
     'cudnnBatchNormalizationBackwardEx', _ct.c_int, (cudnnHandle_t, cudnnBatchNormMode_t, cudnnBatchNormOps_t, _const_void_p, _const_void_p, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_double, _const_void_p, _const_void_p, cudnnActivationDescriptor_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t),
     'cudnnStatus_t cudnnBatchNormalizationBackwardEx(cudnnHandle_t handle, cudnnBatchNormMode_t mode, cudnnBatchNormOps_t bnOps, const void *alphaDataDiff, const void *betaDataDiff, const void *alphaParamDiff, const void *betaParamDiff, const cudnnTensorDescriptor_t xDesc, const void *xData, const cudnnTensorDescriptor_t yDesc, const void *yData, const cudnnTensorDescriptor_t dyDesc, const void *dyData, const cudnnTensorDescriptor_t dzDesc, void *dzData, const cudnnTensorDescriptor_t dxDesc, void *dxData, const cudnnTensorDescriptor_t dBnScaleBiasDesc, const void *bnScaleData, const void *bnBiasData, void *dBnScaleData, void *dBnBiasData, double epsilon, const void *savedMean, const void *savedInvVariance, cudnnActivationDescriptor_t activationDesc, void *workSpace, size_t workSpaceSizeInBytes, void *reserveSpace, size_t reserveSpaceSizeInBytes)',
-    'Performs extended backward batch normalization with optional activation.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Performs extended backward batch normalization with optional activation.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', nonnull=('handle',))
 
 cudnnGetNormalizationForwardTrainingWorkspaceSize = _function(
     'cudnnGetNormalizationForwardTrainingWorkspaceSize', _ct.c_int, (cudnnHandle_t, cudnnNormMode_t, cudnnNormOps_t, cudnnNormAlgo_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, _pointer(_ct.c_size_t), _ct.c_int),
     'cudnnStatus_t cudnnGetNormalizationForwardTrainingWorkspaceSize(cudnnHandle_t handle, cudnnNormMode_t mode, cudnnNormOps_t normOps, cudnnNormAlgo_t algo, const cudnnTensorDescriptor_t xDesc, const cudnnTensorDescriptor_t zDesc, const cudnnTensorDescriptor_t yDesc, const cudnnTensorDescriptor_t normScaleBiasDesc, const cudnnActivationDescriptor_t activationDesc, const cudnnTensorDescriptor_t normMeanVarDesc, size_t *sizeInBytes, int groupCnt)',
-    'Returns the workspace size for normalization forward training.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Returns the workspace size for normalization forward training.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', nonnull=('handle',))
 
 cudnnGetNormalizationBackwardWorkspaceSize = _function(
     'cudnnGetNormalizationBackwardWorkspaceSize', _ct.c_int, (cudnnHandle_t, cudnnNormMode_t, cudnnNormOps_t, cudnnNormAlgo_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, _pointer(_ct.c_size_t), _ct.c_int),
     'cudnnStatus_t cudnnGetNormalizationBackwardWorkspaceSize(cudnnHandle_t handle, cudnnNormMode_t mode, cudnnNormOps_t normOps, cudnnNormAlgo_t algo, const cudnnTensorDescriptor_t xDesc, const cudnnTensorDescriptor_t yDesc, const cudnnTensorDescriptor_t dyDesc, const cudnnTensorDescriptor_t dzDesc, const cudnnTensorDescriptor_t dxDesc, const cudnnTensorDescriptor_t dNormScaleBiasDesc, const cudnnActivationDescriptor_t activationDesc, const cudnnTensorDescriptor_t normMeanVarDesc, size_t *sizeInBytes, int groupCnt)',
-    'Returns the workspace size for normalization backward.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Returns the workspace size for normalization backward.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', nonnull=('handle',))
 
 cudnnGetNormalizationTrainingReserveSpaceSize = _function(
     'cudnnGetNormalizationTrainingReserveSpaceSize', _ct.c_int, (cudnnHandle_t, cudnnNormMode_t, cudnnNormOps_t, cudnnNormAlgo_t, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, _pointer(_ct.c_size_t), _ct.c_int),
     'cudnnStatus_t cudnnGetNormalizationTrainingReserveSpaceSize(cudnnHandle_t handle, cudnnNormMode_t mode, cudnnNormOps_t normOps, cudnnNormAlgo_t algo, const cudnnActivationDescriptor_t activationDesc, const cudnnTensorDescriptor_t xDesc, size_t *sizeInBytes, int groupCnt)',
-    'Returns the reserve space size for normalization training.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Returns the reserve space size for normalization training.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', nonnull=('handle',))
 
 cudnnNormalizationForwardTraining = _function(
     'cudnnNormalizationForwardTraining', _ct.c_int, (cudnnHandle_t, cudnnNormMode_t, cudnnNormOps_t, cudnnNormAlgo_t, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, _ct.c_double, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p, _ct.c_double, _ct.c_void_p, _ct.c_void_p, cudnnActivationDescriptor_t, cudnnTensorDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t, _ct.c_int),
     'cudnnStatus_t cudnnNormalizationForwardTraining(cudnnHandle_t handle, cudnnNormMode_t mode, cudnnNormOps_t normOps, cudnnNormAlgo_t algo, const void *alpha, const void *beta, const cudnnTensorDescriptor_t xDesc, const void *xData, const cudnnTensorDescriptor_t normScaleBiasDesc, const void *normScale, const void *normBias, double exponentialAverageFactor, const cudnnTensorDescriptor_t normMeanVarDesc, void *resultRunningMean, void *resultRunningVariance, double epsilon, void *resultSaveMean, void *resultSaveInvVariance, cudnnActivationDescriptor_t activationDesc, const cudnnTensorDescriptor_t zDesc, const void *zData, const cudnnTensorDescriptor_t yDesc, void *yData, void *workspace, size_t workSpaceSizeInBytes, void *reserveSpace, size_t reserveSpaceSizeInBytes, int groupCnt)',
-    'Performs normalization forward training with optional activation.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Performs normalization forward training with optional activation.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', nonnull=('handle',))
 
 cudnnNormalizationBackward = _function(
     'cudnnNormalizationBackward', _ct.c_int, (cudnnHandle_t, cudnnNormMode_t, cudnnNormOps_t, cudnnNormAlgo_t, _const_void_p, _const_void_p, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, _ct.c_void_p, _ct.c_void_p, _ct.c_double, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, cudnnActivationDescriptor_t, _ct.c_void_p, _ct.c_size_t, _ct.c_void_p, _ct.c_size_t, _ct.c_int),
     'cudnnStatus_t cudnnNormalizationBackward(cudnnHandle_t handle, cudnnNormMode_t mode, cudnnNormOps_t normOps, cudnnNormAlgo_t algo, const void *alphaDataDiff, const void *betaDataDiff, const void *alphaParamDiff, const void *betaParamDiff, const cudnnTensorDescriptor_t xDesc, const void *xData, const cudnnTensorDescriptor_t yDesc, const void *yData, const cudnnTensorDescriptor_t dyDesc, const void *dyData, const cudnnTensorDescriptor_t dzDesc, void *dzData, const cudnnTensorDescriptor_t dxDesc, void *dxData, const cudnnTensorDescriptor_t dNormScaleBiasDesc, const void *normScaleData, const void *normBiasData, void *dNormScaleData, void *dNormBiasData, double epsilon, const cudnnTensorDescriptor_t normMeanVarDesc, const void *savedMean, const void *savedInvVariance, cudnnActivationDescriptor_t activationDesc, void *workSpace, size_t workSpaceSizeInBytes, void *reserveSpace, size_t reserveSpaceSizeInBytes, int groupCnt)',
-    'Performs backward normalization.', deprecated='Since cuDNN 9.0.0. Use graph API instead.')
+    'Performs backward normalization.', deprecated='Since cuDNN 9.0.0. Use graph API instead.', nonnull=('handle',))
 
 cudnnSpatialTfGridGeneratorBackward = _function(
     'cudnnSpatialTfGridGeneratorBackward', _ct.c_int, (cudnnHandle_t, cudnnSpatialTransformerDescriptor_t, _const_void_p, _ct.c_void_p),
     'cudnnStatus_t cudnnSpatialTfGridGeneratorBackward(cudnnHandle_t handle, const cudnnSpatialTransformerDescriptor_t stDesc, const void *dgrid, void *dtheta)',
-    'Computes the gradient of the spatial transformer grid generator (backward).')
+    'Computes the gradient of the spatial transformer grid generator (backward).', nonnull=('handle',))
 
 cudnnSpatialTfSamplerBackward = _function(
     'cudnnSpatialTfSamplerBackward', _ct.c_int, (cudnnHandle_t, cudnnSpatialTransformerDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _const_void_p, cudnnTensorDescriptor_t, _const_void_p, _const_void_p, _const_void_p, _ct.c_void_p),
     'cudnnStatus_t cudnnSpatialTfSamplerBackward(cudnnHandle_t handle, cudnnSpatialTransformerDescriptor_t stDesc, const void *alpha, const cudnnTensorDescriptor_t xDesc, const void *x, const void *beta, const cudnnTensorDescriptor_t dxDesc, void *dx, const void *alphaDgrid, const cudnnTensorDescriptor_t dyDesc, const void *dy, const void *grid, const void *betaDgrid, void *dgrid)',
-    'Performs spatial transformer sampling backward.')
+    'Performs spatial transformer sampling backward.', nonnull=('handle',))
 
 cudnnDropoutBackward = _function(
     'cudnnDropoutBackward', _ct.c_int, (cudnnHandle_t, cudnnDropoutDescriptor_t, cudnnTensorDescriptor_t, _const_void_p, cudnnTensorDescriptor_t, _ct.c_void_p, _ct.c_void_p, _ct.c_size_t),
     'cudnnStatus_t cudnnDropoutBackward(cudnnHandle_t handle, const cudnnDropoutDescriptor_t dropoutDesc, const cudnnTensorDescriptor_t dydesc, const void *dy, const cudnnTensorDescriptor_t dxdesc, void *dx, void *reserveSpace, size_t reserveSpaceSizeInBytes)',
-    'Performs backward dropout.')
+    'Performs backward dropout.', nonnull=('handle',))
 
 DEPRECATED = frozenset(['cudnnActivationBackward', 'cudnnActivationDescriptor_t', 'cudnnActivationForward', 'cudnnAddTensor', 'cudnnBatchNormalizationBackward', 'cudnnBatchNormalizationBackwardEx', 'cudnnBatchNormalizationForwardInference', 'cudnnBatchNormalizationForwardTraining', 'cudnnBatchNormalizationForwardTrainingEx', 'cudnnCreateActivationDescriptor', 'cudnnCreateFilterDescriptor', 'cudnnCreateOpTensorDescriptor', 'cudnnCreatePoolingDescriptor', 'cudnnCreateReduceTensorDescriptor', 'cudnnCreateTensorTransformDescriptor', 'cudnnDeriveBNTensorDescriptor', 'cudnnDeriveNormTensorDescriptor', 'cudnnDestroyActivationDescriptor', 'cudnnDestroyFilterDescriptor', 'cudnnDestroyOpTensorDescriptor', 'cudnnDestroyPoolingDescriptor', 'cudnnDestroyReduceTensorDescriptor', 'cudnnDestroyTensorTransformDescriptor', 'cudnnFilterDescriptor_t', 'cudnnGetActivationDescriptor', 'cudnnGetActivationDescriptorSwishBeta', 'cudnnGetBatchNormalizationBackwardExWorkspaceSize', 'cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize', 'cudnnGetBatchNormalizationTrainingExReserveSpaceSize', 'cudnnGetFilter4dDescriptor', 'cudnnGetFilterNdDescriptor', 'cudnnGetFilterSizeInBytes', 'cudnnGetNormalizationBackwardWorkspaceSize', 'cudnnGetNormalizationForwardTrainingWorkspaceSize', 'cudnnGetNormalizationTrainingReserveSpaceSize', 'cudnnGetOpTensorDescriptor', 'cudnnGetPooling2dDescriptor', 'cudnnGetPooling2dForwardOutputDim', 'cudnnGetPoolingNdDescriptor', 'cudnnGetPoolingNdForwardOutputDim', 'cudnnGetReduceTensorDescriptor', 'cudnnGetReductionIndicesSize', 'cudnnGetReductionWorkspaceSize', 'cudnnGetTensorTransformDescriptor', 'cudnnInitTransformDest', 'cudnnNormalizationBackward', 'cudnnNormalizationForwardInference', 'cudnnNormalizationForwardTraining', 'cudnnOpTensor', 'cudnnOpTensorDescriptor_t', 'cudnnPoolingBackward', 'cudnnPoolingDescriptor_t', 'cudnnPoolingForward', 'cudnnReduceTensor', 'cudnnReduceTensorDescriptor_t', 'cudnnScaleTensor', 'cudnnSetActivationDescriptor', 'cudnnSetActivationDescriptorSwishBeta', 'cudnnSetFilter4dDescriptor', 'cudnnSetFilterNdDescriptor', 'cudnnSetOpTensorDescriptor', 'cudnnSetPooling2dDescriptor', 'cudnnSetPoolingNdDescriptor', 'cudnnSetReduceTensorDescriptor', 'cudnnSetTensorTransformDescriptor', 'cudnnTensorTransformDescriptor_t', 'cudnnTransformFilter', 'cudnnTransformTensor', 'cudnnTransformTensorEx'])
 __all__ = ['CUDNN_16BIT_INDICES', 'CUDNN_32BIT_INDICES', 'CUDNN_64BIT_INDICES', 'CUDNN_8BIT_INDICES', 'CUDNN_BATCHNORM_OPS_BN', 'CUDNN_BATCHNORM_OPS_BN_ACTIVATION', 'CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION', 'CUDNN_BATCHNORM_PER_ACTIVATION', 'CUDNN_BATCHNORM_SPATIAL', 'CUDNN_BATCHNORM_SPATIAL_PERSISTENT', 'CUDNN_BN_MIN_EPSILON', 'CUDNN_CONVOLUTION_BWD_DATA_ALGO_0', 'CUDNN_CONVOLUTION_BWD_DATA_ALGO_1', 'CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT', 'CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT', 'CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING', 'CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD', 'CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED', 'CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0', 'CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1', 'CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3', 'CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT', 'CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT', 'CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING', 'CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD', 'CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED', 'CUDNN_CONVOLUTION_FWD_ALGO_COUNT', 'CUDNN_CONVOLUTION_FWD_ALGO_DIRECT', 'CUDNN_CONVOLUTION_FWD_ALGO_FFT', 'CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING', 'CUDNN_CONVOLUTION_FWD_ALGO_GEMM', 'CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM', 'CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM', 'CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD', 'CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED', 'CUDNN_CTC_LOSS_ALGO_DETERMINISTIC', 'CUDNN_CTC_LOSS_ALGO_NON_DETERMINISTIC', 'CUDNN_DETERMINISTIC', 'CUDNN_DIVNORM_PRECOMPUTED_MEANS', 'CUDNN_LRN_CROSS_CHANNEL_DIM1', 'CUDNN_LRN_MAX_N', 'CUDNN_LRN_MIN_BETA', 'CUDNN_LRN_MIN_K', 'CUDNN_LRN_MIN_N', 'CUDNN_NON_DETERMINISTIC', 'CUDNN_NORM_ALGO_PERSIST', 'CUDNN_NORM_ALGO_STANDARD', 'CUDNN_NORM_OPS_NORM', 'CUDNN_NORM_OPS_NORM_ACTIVATION', 'CUDNN_NORM_OPS_NORM_ADD_ACTIVATION', 'CUDNN_NORM_PER_ACTIVATION', 'CUDNN_NORM_PER_CHANNEL', 'CUDNN_OPS_MAJOR', 'CUDNN_OPS_MINOR', 'CUDNN_OPS_PATCH', 'CUDNN_OP_TENSOR_ADD', 'CUDNN_OP_TENSOR_MAX', 'CUDNN_OP_TENSOR_MIN', 'CUDNN_OP_TENSOR_MUL', 'CUDNN_OP_TENSOR_NOT', 'CUDNN_OP_TENSOR_SQRT', 'CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING', 'CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING', 'CUDNN_POOLING_MAX', 'CUDNN_POOLING_MAX_DETERMINISTIC', 'CUDNN_REDUCE_TENSOR_FLATTENED_INDICES', 'CUDNN_REDUCE_TENSOR_NO_INDICES', 'CUDNN_SAMPLER_BILINEAR', 'CUDNN_SOFTMAX_ACCURATE', 'CUDNN_SOFTMAX_FAST', 'CUDNN_SOFTMAX_LOG', 'CUDNN_SOFTMAX_MODE_CHANNEL', 'CUDNN_SOFTMAX_MODE_INSTANCE', 'CUDNN_TRANSFORM_FOLD', 'CUDNN_TRANSFORM_UNFOLD', 'cudnnActivationBackward', 'cudnnActivationDescriptor_t', 'cudnnActivationForward', 'cudnnAddTensor', 'cudnnBatchNormMode_t', 'cudnnBatchNormOps_t', 'cudnnBatchNormalizationBackward', 'cudnnBatchNormalizationBackwardEx', 'cudnnBatchNormalizationForwardInference', 'cudnnBatchNormalizationForwardTraining', 'cudnnBatchNormalizationForwardTrainingEx', 'cudnnCTCLossAlgo_t', 'cudnnCTCLossDescriptor_t', 'cudnnConvolutionBwdDataAlgo_t', 'cudnnConvolutionBwdFilterAlgo_t', 'cudnnConvolutionFwdAlgo_t', 'cudnnCreateActivationDescriptor', 'cudnnCreateDropoutDescriptor', 'cudnnCreateFilterDescriptor', 'cudnnCreateLRNDescriptor', 'cudnnCreateOpTensorDescriptor', 'cudnnCreatePoolingDescriptor', 'cudnnCreateReduceTensorDescriptor', 'cudnnCreateSpatialTransformerDescriptor', 'cudnnCreateTensorDescriptor', 'cudnnCreateTensorTransformDescriptor', 'cudnnDeriveBNTensorDescriptor', 'cudnnDeriveNormTensorDescriptor', 'cudnnDestroyActivationDescriptor', 'cudnnDestroyDropoutDescriptor', 'cudnnDestroyFilterDescriptor', 'cudnnDestroyLRNDescriptor', 'cudnnDestroyOpTensorDescriptor', 'cudnnDestroyPoolingDescriptor', 'cudnnDestroyReduceTensorDescriptor', 'cudnnDestroySpatialTransformerDescriptor', 'cudnnDestroyTensorDescriptor', 'cudnnDestroyTensorTransformDescriptor', 'cudnnDeterminism_t', 'cudnnDivNormMode_t', 'cudnnDivisiveNormalizationBackward', 'cudnnDivisiveNormalizationForward', 'cudnnDropoutBackward', 'cudnnDropoutDescriptor_t', 'cudnnDropoutForward', 'cudnnDropoutGetReserveSpaceSize', 'cudnnDropoutGetStatesSize', 'cudnnFilterDescriptor_t', 'cudnnFoldingDirection_t', 'cudnnGetActivationDescriptor', 'cudnnGetActivationDescriptorSwishBeta', 'cudnnGetBatchNormalizationBackwardExWorkspaceSize', 'cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize', 'cudnnGetBatchNormalizationTrainingExReserveSpaceSize', 'cudnnGetDropoutDescriptor', 'cudnnGetFilter4dDescriptor', 'cudnnGetFilterNdDescriptor', 'cudnnGetFilterSizeInBytes', 'cudnnGetLRNDescriptor', 'cudnnGetNormalizationBackwardWorkspaceSize', 'cudnnGetNormalizationForwardTrainingWorkspaceSize', 'cudnnGetNormalizationTrainingReserveSpaceSize', 'cudnnGetOpTensorDescriptor', 'cudnnGetPooling2dDescriptor', 'cudnnGetPooling2dForwardOutputDim', 'cudnnGetPoolingNdDescriptor', 'cudnnGetPoolingNdForwardOutputDim', 'cudnnGetReduceTensorDescriptor', 'cudnnGetReductionIndicesSize', 'cudnnGetReductionWorkspaceSize', 'cudnnGetTensor4dDescriptor', 'cudnnGetTensorNdDescriptor', 'cudnnGetTensorSizeInBytes', 'cudnnGetTensorTransformDescriptor', 'cudnnIndicesType_t', 'cudnnInitTransformDest', 'cudnnLRNCrossChannelBackward', 'cudnnLRNCrossChannelForward', 'cudnnLRNDescriptor_t', 'cudnnLRNMode_t', 'cudnnNormAlgo_t', 'cudnnNormMode_t', 'cudnnNormOps_t', 'cudnnNormalizationBackward', 'cudnnNormalizationForwardInference', 'cudnnNormalizationForwardTraining', 'cudnnOpTensor', 'cudnnOpTensorDescriptor_t', 'cudnnOpTensorOp_t', 'cudnnOpsVersionCheck', 'cudnnPoolingBackward', 'cudnnPoolingDescriptor_t', 'cudnnPoolingForward', 'cudnnPoolingMode_t', 'cudnnReduceTensor', 'cudnnReduceTensorDescriptor_t', 'cudnnReduceTensorIndices_t', 'cudnnRestoreDropoutDescriptor', 'cudnnSamplerType_t', 'cudnnScaleTensor', 'cudnnSetActivationDescriptor', 'cudnnSetActivationDescriptorSwishBeta', 'cudnnSetDropoutDescriptor', 'cudnnSetFilter4dDescriptor', 'cudnnSetFilterNdDescriptor', 'cudnnSetLRNDescriptor', 'cudnnSetOpTensorDescriptor', 'cudnnSetPooling2dDescriptor', 'cudnnSetPoolingNdDescriptor', 'cudnnSetReduceTensorDescriptor', 'cudnnSetSpatialTransformerNdDescriptor', 'cudnnSetTensor', 'cudnnSetTensor4dDescriptor', 'cudnnSetTensor4dDescriptorEx', 'cudnnSetTensorNdDescriptor', 'cudnnSetTensorNdDescriptorEx', 'cudnnSetTensorTransformDescriptor', 'cudnnSoftmaxAlgorithm_t', 'cudnnSoftmaxBackward', 'cudnnSoftmaxForward', 'cudnnSoftmaxMode_t', 'cudnnSpatialTfGridGeneratorBackward', 'cudnnSpatialTfGridGeneratorForward', 'cudnnSpatialTfSamplerBackward', 'cudnnSpatialTfSamplerForward', 'cudnnSpatialTransformerDescriptor_t', 'cudnnTensorDescriptor_t', 'cudnnTensorTransformDescriptor_t', 'cudnnTransformFilter', 'cudnnTransformTensor', 'cudnnTransformTensorEx']

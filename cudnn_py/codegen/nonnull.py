@@ -7,7 +7,8 @@ handle or pointer parameter, each case in a forked child, first with fixed argum
 of the others (enum members, small ints, array contents); a parameter is listed when a child died. The C-layer fuzz
 (tests/fuzz/test_fuzz_capi.py) looks for what this misses. Refusing NULL where cuDNN would crash cannot break a
 working program. Functions that need a GPU were not measured: there NULL is passed through, as in C, and cuDNN's
-own checks decide.
+own checks decide, except for the handle: every ``cudnnHandle_t`` parameter is refused NULL (no cuDNN function
+takes a NULL handle, and some dereference it, e.g. ``cudnnLRNCrossChannelForward``, found by a CPU fuzz run).
 """
 from __future__ import annotations
 
@@ -58,6 +59,8 @@ class NonNullError(ValueError):
 def attach(functions: list[model.Function]) -> None:
     """Set ``nonnull`` on the functions the table lists; raises :class:`NonNullError` for a stale entry."""
     by_name = {f.name: f for f in functions}
+    for f in functions:
+        f.nonnull = [p for p, a in zip(f.params, f.argtypes) if a == "cudnnHandle_t"]
     for name, params in NONNULL.items():
         f = by_name.get(name)
         if f is None:
@@ -65,7 +68,7 @@ def attach(functions: list[model.Function]) -> None:
         unknown = [p for p in params if p not in f.params]
         if unknown:
             raise NonNullError(f"nonnull table: {name} has no parameter {', '.join(unknown)} ({f.prototype})")
-        f.nonnull = list(params)
+        f.nonnull = list(dict.fromkeys(f.nonnull + list(params)))
 
 
 def _plausible(argtype, rng=None):
