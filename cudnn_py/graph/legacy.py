@@ -22,6 +22,7 @@ import numpy as np
 
 from cudnn_py.errors import InvalidValueError
 from cudnn_py.caches import handle_cache
+from cudnn_py.dtypes import as_numpy_dtype
 from cudnn_py.memory import DeviceArray
 
 from .conv import _autotune, _build
@@ -36,6 +37,7 @@ __all__ = ["ENGINES", "engine_arg", "legacy_cache_clear", "GraphPathRefused", "a
 ENGINES = ("legacy", "graph", "auto")
 #: names of the data types the pointwise graph paths take (cuDNN 9.19 has no float64 pointwise engine)
 GRAPH_DTYPES = ("float16", "bfloat16", "float32")
+_GRAPH_NP = frozenset(as_numpy_dtype(n) for n in GRAPH_DTYPES)  # the same as NumPy dtypes: one set lookup per array
 _MAX_RANK = 5
 _CACHE = "graph.legacy"
 
@@ -72,6 +74,8 @@ def attempt(engine: str, run: Callable[[bool], bool]) -> bool:
 
 def graph_dtype(dtype, what: str) -> None:
     """Refuse data types the pointwise graph engines lack."""
+    if dtype in _GRAPH_NP:
+        return
     if np.dtype(dtype).name not in GRAPH_DTYPES:
         raise GraphPathRefused(f"engine='graph': {what} has dtype {np.dtype(dtype)}; the graph path takes float16, "
                                f"bfloat16 and float32 (use engine='legacy' for float64)")

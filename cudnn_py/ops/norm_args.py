@@ -10,6 +10,7 @@ data. Every check runs before C and raises :class:`~cudnn_py.errors.InvalidValue
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 from typing import NamedTuple
 
@@ -123,10 +124,18 @@ class NormSetup:
         self.mode = enum_arg(mode, table, enum_type, what)
         self.mode_name = self.mode.name
         self.x = data_array(x, "x", handle)
-        self.xdesc = desc(self.x)
         self.pshape = param_shape_for(self.x.shape, self.mode)
         self.pdtype = param_dtype(self.x.dtype)
-        self.pdesc = tensor_desc(self.pshape, self.pdtype)
+
+    @functools.cached_property
+    def xdesc(self) -> TensorDescriptor:
+        """x's tensor descriptor (made when a legacy call needs it; the graph paths do not)."""
+        return desc(self.x)
+
+    @functools.cached_property
+    def pdesc(self) -> TensorDescriptor:
+        """The parameters' tensor descriptor (made when a legacy call needs it)."""
+        return tensor_desc(self.pshape, self.pdtype)
 
     def param(self, obj, name: str, handle) -> DeviceArray:
         """``obj`` checked as a parameter array of this setup."""
