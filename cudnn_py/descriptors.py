@@ -38,7 +38,6 @@ import math
 import weakref
 from ctypes import byref, c_double, c_int, c_size_t, c_uint, c_void_p
 from enum import IntEnum
-from typing import TypeVar
 
 import numpy as np
 
@@ -46,10 +45,11 @@ from cudnn_py import caches, capi
 from cudnn_py._deprecation import alias, renamed_kwargs, warn
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
+from cudnn_py.args import DIM_MAX, INT32_MAX, dims, enum_member, int_arg, ints, nan_flag, spatial_ndim
 from cudnn_py.memory import DeviceArray, _c_strides, as_array
 
 __all__ = [
-    "TensorDescriptor", "FilterDescriptor", "ConvolutionDescriptor", "PoolingDescriptor",
+    "Descriptor", "legacy_dtype", "TensorDescriptor", "FilterDescriptor", "ConvolutionDescriptor", "PoolingDescriptor",
     "ActivationDescriptor", "LRNDescriptor", "DropoutDescriptor", "OpTensorDescriptor",
     "ReduceTensorDescriptor", "OpTensor", "ReduceTensor",
     "tensor_descriptor", "tensor_descriptor_for", "filter_descriptor", "convolution_descriptor",
@@ -58,168 +58,8 @@ __all__ = [
     "convolution_output_shape", "pooling_output_shape",
 ]
 
-DIM_MAX = 8  # CUDNN_DIM_MAX
-
-
-# --- argument helpers ---------------------------------------------------------------------------------
-
-#: the range of the C ``int`` every legacy size, stride, padding and count is passed as
-INT32_MAX = 2 ** 31 - 1
-INT64_MAX = 2 ** 63 - 1
-_MAX_LEN = 64  # longer sequences are refused before they are converted (no rank is near it)
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-
-
-def _int(value, what: str, minimum: int | None = None, maximum: int = INT32_MAX) -> int:
-    """``value`` as a Python int in ``[minimum, maximum]``: :class:`TypeError` for anything but an int (a float,
-    a bool, a string), :class:`ValueError` out of range; both name ``what``."""
-    if not _is_int(value):
-        raise InvalidTypeError(f"{what} must be an int, got {value!r} ({type(value).__name__})")
-    v = int(value)
-    if minimum is not None and v < minimum:
-        raise InvalidValueError(f"{what} must be >= {minimum}, got {v}")
-    if v > maximum:
-        raise InvalidValueError(f"{what} must be <= {maximum} (the C type's range), got {v}")
-    return v
-
-
-def _float(value, what: str, minimum: float | None = None, maximum: float | None = None) -> float:
-    """``value`` as a finite Python float in ``[minimum, maximum]``: :class:`TypeError` for a non-number (a
-    string, None, a bool), :class:`ValueError` for NaN, infinity or out of range; both name ``what``."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise InvalidTypeError(f"{what} must be a real number, got {value!r} ({type(value).__name__})")
-    try:
-        v = float(value)
-    except OverflowError:
-        raise InvalidValueError(f"{what} = {value} does not fit in a double") from None
-    if not math.isfinite(v):
-        raise InvalidValueError(f"{what} must be finite, got {v}")
-    if minimum is not None and v < minimum:
-        raise InvalidValueError(f"{what} must be >= "
-                                f"{minimum:g}" + (f" (in [{minimum:g}, {maximum:g}])" if maximum is not None
-                                                             else "") + f", got {v}")
-    if maximum is not None and v > maximum:
-        raise InvalidValueError(f"{what} must be <= "
-                                f"{maximum:g}" + (f" (in [{minimum:g}, {maximum:g}])" if minimum is not None
-                                                             else "") + f", got {v}")
-    return v
-
-
-def _bool(value, what: str) -> bool:
-    """A flag: ``True``/``False`` (NumPy's too) or the ints 0 and 1; :class:`TypeError` for anything else (a
-    string such as ``"no"`` would be true)."""
-    if isinstance(value, (bool, np.bool_)) or (_is_int(value) and value in (0, 1)):
-        return bool(value)
-    raise InvalidTypeError(f"{what} must be True or False, got {value!r}")
-
-
-_E = TypeVar("_E", bound=IntEnum)
-
-
-def _enum(cls: type[_E], value, prefix: str, what: str, aliases: dict | None = None) -> _E:
-    """An enum member from a member, its int value, its full name or its short name (``prefix`` dropped, any
-    case); :class:`InvalidValueError` naming ``what`` and the choices otherwise (:class:`InvalidTypeError` for a
-    value that is none of these kinds)."""
-    if isinstance(value, cls):
-        return value
-    if isinstance(value, str):
-        key = value.strip().lower()
-        if aliases and key in aliases:
-            return cls[aliases[key]]
-        for name in (value.strip(), prefix + key.upper()):
-            if name in cls.__members__:
-                return cls[name]
-    elif _is_int(value):
-        try:
-            return cls(int(value))
-        except ValueError:
-            pass
-    else:
-        raise InvalidTypeError(f"{what} must be a {cls.__name__} member, its value or its name, got "
-                               f"{type(value).__name__}")
-    names = sorted({m.name[len(prefix):].lower() for m in cls if m.name.startswith(prefix)} | set(aliases or ()))
-    raise InvalidValueError(f"unknown {what} {value!r}: {what} must be one of {names} (or a {cls.__name__} member)")
-
-
-def _nan(value) -> bool:
-    """``nan_propagation`` as a bool: True/False (or 0/1), a ``cudnnNanPropagation_t`` member or its name."""
-    if isinstance(value, (bool, np.bool_)):
-        return bool(value)
-    return bool(_enum(capi.cudnnNanPropagation_t, value, "CUDNN_", "nan_propagation",
-                      {"propagate": "CUDNN_PROPAGATE_NAN", "not_propagate": "CUDNN_NOT_PROPAGATE_NAN"}))
-
-
 def _c_nan(propagate: bool) -> capi.cudnnNanPropagation_t:
     return capi.CUDNN_PROPAGATE_NAN if propagate else capi.CUDNN_NOT_PROPAGATE_NAN
-
-
-def _int_tuple(value, what: str, expected: str = "a sequence of ints", minimum: int | None = None,
-               maximum: int = INT32_MAX) -> tuple[int, ...]:
-    """A sequence of ints (each in ``[minimum, maximum]``) as a tuple of Python ints; :class:`TypeError` for
-    anything else (a string, a float entry, a set or dict, whose order is not the dimensions'), :class:`ValueError`
-    for an entry out of range."""
-    if isinstance(value, (str, bytes, dict, set, frozenset)) or not hasattr(value, "__iter__"):
-        raise InvalidTypeError(f"{what} must be {expected}, got {value!r}")
-    if hasattr(value, "__len__") and len(value) > _MAX_LEN:
-        raise InvalidValueError(f"{what} has {len(value)} entries; cuDNN takes at most {DIM_MAX}")
-    try:
-        out = tuple(value)
-    except TypeError:
-        raise InvalidTypeError(f"{what} must be {expected}, got {value!r}") from None
-    if not all(_is_int(v) for v in out):
-        raise InvalidTypeError(f"{what} must contain only ints, got {value!r}")
-    out = tuple(int(v) for v in out)
-    if minimum is not None and any(v < minimum for v in out):
-        raise InvalidValueError(f"{what} must be >= {minimum} in every dimension, got {out}")
-    if any(v > maximum for v in out):
-        raise InvalidValueError(f"{what} must be <= {maximum} (the C type's range) in every dimension, got {out}")
-    return out
-
-
-def _ints(value, n: int | None, what: str, minimum: int, maximum: int = INT32_MAX) -> tuple[int, ...]:
-    """An int or a sequence of ints as an n-tuple (n=None: keep the sequence's length), each in
-    ``[minimum, maximum]`` (default: the C int's range)."""
-    if _is_int(value):
-        if n is None:
-            raise InvalidValueError(f"{what}: cannot tell the number of dimensions from a single int")
-        out = (_int(value, what, minimum, maximum),) * n
-    else:
-        out = _int_tuple(value, what, "an int or a sequence of ints", minimum, maximum)
-        if n is not None and len(out) != n:
-            raise InvalidValueError(f"{what} has {len(out)} entries; expected {n} (one per dimension it applies to)")
-    return out
-
-
-def _int_or_ints(value, what: str, minimum: int) -> int | tuple[int, ...]:
-    """An int (kept as an int) or a sequence of ints (as a tuple, any length), each in ``[minimum, 2**31 - 1]``:
-    for parameters whose count is checked later, against the rank of the data they are used with."""
-    if _is_int(value):
-        return _int(value, what, minimum)
-    return _int_tuple(value, what, "an int or a sequence of ints", minimum)
-
-
-def _spatial_ndim(ndim, values) -> int:
-    """``ndim`` if given, else the length of the first sequence in ``values`` (2 when all are ints); checked."""
-    if ndim is None:
-        ndim = next((len(v) for v in values
-                     if v is not None and not _is_int(v) and not isinstance(v, (str, bytes)) and hasattr(v, "__len__")),
-                    2)
-    if not _is_int(ndim) or not 1 <= ndim <= DIM_MAX - 2:
-        raise InvalidValueError(f"ndim (spatial dimensions) must be an int from 1 to {DIM_MAX - 2}, got {ndim!r}")
-    return int(ndim)
-
-
-def _dims(shape, what: str, lo: int, hi: int = DIM_MAX) -> tuple[int, ...]:
-    out = _int_tuple(shape, what)
-    if not lo <= len(out) <= hi:
-        raise InvalidValueError(f"{what} {out} has {len(out)} dimensions; cuDNN accepts {lo} to {hi} "
-                         f"(pad with 1s, e.g. (1, n, 1, 1) for a vector)")
-    if any(v <= 0 for v in out):
-        raise InvalidValueError(f"{what} {out} has a zero or negative dimension; every dimension must be >= 1")
-    return out
 
 
 def _span(shape, strides) -> int:
@@ -235,7 +75,7 @@ LEGACY_DTYPES = frozenset(int(getattr(capi.cudnnDataType_t, n)) for n in (
     if hasattr(capi.cudnnDataType_t, n))
 
 
-def _legacy_dtype(dtype, what: str) -> capi.cudnnDataType_t:
+def legacy_dtype(dtype, what: str) -> capi.cudnnDataType_t:
     """The ``cudnnDataType_t`` of ``dtype``, refused with a reason where the legacy descriptors do not take it."""
     if dtype is None:
         raise InvalidTypeError(f"{what} dtype must be given (None is not a dtype)")
@@ -249,15 +89,6 @@ def _legacy_dtype(dtype, what: str) -> capi.cudnnDataType_t:
                         f"float32, float64, float16, bfloat16, int8, uint8 and int32; use the graph API "
                         f"(cudnn_py.Graph) for it")
     return dt
-
-
-def _handle_ptr(handle):
-    """``handle.ptr`` of a :class:`cudnn_py.Handle` (or an object that stands in for one with a ``ptr``
-    property); :class:`TypeError` for anything else, arrays included."""
-    ptr = handle.ptr if hasattr(type(handle), "ptr") and not isinstance(handle, DeviceArray) else None
-    if not isinstance(ptr, capi.cudnnHandle_t):  # an int or another object's pointer would reach C as a handle
-        raise InvalidTypeError(f"handle must be a cudnn_py.Handle, got {type(handle).__name__}")
-    return ptr
 
 
 def _carray(values) -> ctypes.Array:
@@ -279,8 +110,10 @@ def _destroy(fn, ptr) -> None:
     ptr.value = None  # whoever still holds this ctypes object now passes NULL (an error), never a freed descriptor
 
 
-class _Descriptor:
-    """Common lifetime handling: create on construction, destroy on close()/GC."""
+class Descriptor:
+    """The base of every object that owns a C descriptor: created on construction, destroyed by ``close()`` or the
+    garbage collector (``weakref.finalize``); :meth:`shared` hands out one instance per settings from the class's
+    process-wide cache. Subclasses name their C type, create/destroy functions and the properties ``repr`` shows."""
 
     _handle_type: type = c_void_p
     _create_fn: str = ""
@@ -345,10 +178,10 @@ _FORMAT_ALIASES = {"nchw": "CUDNN_TENSOR_NCHW", "nhwc": "CUDNN_TENSOR_NHWC", "nc
 
 
 def _layout(value) -> capi.cudnnTensorFormat_t:
-    return _enum(capi.cudnnTensorFormat_t, value, "CUDNN_TENSOR_", "layout", _FORMAT_ALIASES)
+    return enum_member(capi.cudnnTensorFormat_t, value, "CUDNN_TENSOR_", "layout", _FORMAT_ALIASES)
 
 
-class TensorDescriptor(_Descriptor):
+class TensorDescriptor(Descriptor):
     """An n-d tensor (2 to 8 dims) of ``dtype``.
 
     Layout: packed C order by default; explicit ``strides`` (in elements); or a ``layout``
@@ -362,15 +195,15 @@ class TensorDescriptor(_Descriptor):
     def __init__(self, shape, dtype=np.float32, strides=None, *, layout=None, **old):
         if old:
             layout = renamed_kwargs("TensorDescriptor", old, {"format": "layout"}, {"layout": layout})["layout"]
-        shape = _dims(shape, "tensor shape", 2)
-        dt = _legacy_dtype(dtype, "tensor")
+        shape = dims(shape, "tensor shape", 2)
+        dt = legacy_dtype(dtype, "tensor")
         fmt = None
         if layout is not None:
             if strides is not None:
                 raise InvalidValueError("give either strides or layout, not both")
             fmt = _layout(layout)
         elif strides is not None:
-            strides = _ints(strides, None, "tensor strides", 0)
+            strides = ints(strides, None, "tensor strides", 0)
             if len(strides) != len(shape):
                 raise InvalidValueError(f"tensor strides {strides} must have one entry per dimension of shape {shape}")
             bad = [i for i, (n, s) in enumerate(zip(shape, strides)) if s == 0 and n > 1]
@@ -436,7 +269,7 @@ class TensorDescriptor(_Descriptor):
 
 
 
-class FilterDescriptor(_Descriptor):
+class FilterDescriptor(Descriptor):
     """Convolution weights: ``shape`` (K, C/groups, spatial...) (3 to 8 dims), ``dtype``, ``layout``
     ("NCHW", the default: KCRS memory, "NHWC": KRSC memory; dims are always given as K, C, spatial...)."""
 
@@ -447,8 +280,8 @@ class FilterDescriptor(_Descriptor):
     def __init__(self, shape, dtype=np.float32, *, layout=None, **old):
         if old:
             layout = renamed_kwargs("FilterDescriptor", old, {"format": "layout"}, {"layout": layout})["layout"]
-        shape = _dims(shape, "filter shape", 3)
-        dt = _legacy_dtype(dtype, "filter")
+        shape = dims(shape, "filter shape", 3)
+        dt = legacy_dtype(dtype, "filter")
         fmt = _layout("NCHW" if layout is None else layout)
         if math.prod(shape) > INT32_MAX:
             raise InvalidValueError(f"filter shape {shape} has {math.prod(shape)} elements; cuDNN's legacy filter "
@@ -491,7 +324,7 @@ _MATH_ALIASES = {"default": "CUDNN_DEFAULT_MATH", "tensor_op": "CUDNN_TENSOR_OP_
                  "tensor_op_allow_conversion": "CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION", "fma": "CUDNN_FMA_MATH"}
 
 
-class _ConvolutionDescriptor(_Descriptor):
+class _ConvolutionDescriptor(Descriptor):
     """A ``cudnnConvolutionDescriptor_t`` of validated settings (what :class:`cudnn_py.Convolution` hands cuDNN):
     ``padding``, ``stride``, ``dilation`` (one int per spatial dimension), ``mode``, ``compute_type`` (the
     accumulation ``cudnnDataType_t``), ``groups``, ``math_type`` and ``reorder`` (None: cuDNN's default); read back
@@ -554,8 +387,8 @@ class _ConvolutionDescriptor(_Descriptor):
     def output_shape(self, x, w) -> tuple[int, ...]:
         """The forward output shape for input ``x`` and filter ``w``, computed by cuDNN
         (``cudnnGetConvolutionNdForwardOutputDim``). ``x``/``w``: descriptors, or shapes (float32)."""
-        xd = x if isinstance(x, TensorDescriptor) else tensor_descriptor(_dims(x, "input shape", 3), np.float32)
-        wd = w if isinstance(w, FilterDescriptor) else filter_descriptor(_dims(w, "filter shape", 3), np.float32)
+        xd = x if isinstance(x, TensorDescriptor) else tensor_descriptor(dims(x, "input shape", 3), np.float32)
+        wd = w if isinstance(w, FilterDescriptor) else filter_descriptor(dims(w, "filter shape", 3), np.float32)
         nd = xd.ndim
         if wd.ndim != nd or nd != self.ndim + 2:
             raise InvalidValueError(f"input has {nd} dims and filter {wd.ndim}; this convolution needs both to have "
@@ -583,7 +416,7 @@ class _ConvolutionDescriptor(_Descriptor):
 
 # --- pooling, activation, LRN -------------------------------------------------------------------------
 
-class _PoolingDescriptor(_Descriptor):
+class _PoolingDescriptor(Descriptor):
     """A ``cudnnPoolingDescriptor_t`` of settings :class:`cudnn_py.Pooling` validated: ``mode``, ``nan_propagation``
     (bool) and ``window``, ``padding``, ``stride`` (one int per spatial dimension); read back from cuDNN."""
 
@@ -620,7 +453,7 @@ class _PoolingDescriptor(_Descriptor):
     def output_shape(self, x) -> tuple[int, ...]:
         """The forward output shape for input ``x`` (a TensorDescriptor, or a shape: float32), computed by
         cuDNN (``cudnnGetPoolingNdForwardOutputDim``)."""
-        xd = x if isinstance(x, TensorDescriptor) else tensor_descriptor(_dims(x, "input shape", 3), np.float32)
+        xd = x if isinstance(x, TensorDescriptor) else tensor_descriptor(dims(x, "input shape", 3), np.float32)
         nd = xd.ndim
         if nd != self.ndim + 2:
             raise InvalidValueError(f"input has {nd} dims; this pooling needs {self.ndim + 2} (N, C, then "
@@ -638,7 +471,7 @@ class _PoolingDescriptor(_Descriptor):
 
 
 
-class _ActivationDescriptor(_Descriptor):
+class _ActivationDescriptor(Descriptor):
     """A ``cudnnActivationDescriptor_t`` of settings :class:`cudnn_py.Activation` validated: ``mode``,
     ``nan_propagation`` (bool), ``coef`` and ``swish_beta``; read back from cuDNN."""
 
@@ -669,7 +502,7 @@ class _ActivationDescriptor(_Descriptor):
 
 
 
-class _LRNDescriptor(_Descriptor):
+class _LRNDescriptor(Descriptor):
     """A ``cudnnLRNDescriptor_t`` of settings :class:`cudnn_py.LRN` validated: window ``n``, ``alpha``, ``beta``,
     ``k``; read back from cuDNN."""
 
@@ -695,7 +528,7 @@ class _LRNDescriptor(_Descriptor):
 
 # --- op-tensor, reduce-tensor -------------------------------------------------------------------------
 
-class _OpTensorDescriptor(_Descriptor):
+class _OpTensorDescriptor(Descriptor):
     """A ``cudnnOpTensorDescriptor_t`` of settings :class:`OpTensor` validated; read back from cuDNN."""
 
     _handle_type = capi.cudnnOpTensorDescriptor_t
@@ -734,9 +567,9 @@ class OpTensor:
         if old:
             compute_dtype = renamed_kwargs("OpTensor", old, {"compute_type": "compute_dtype"},
                                            {"compute_dtype": compute_dtype})["compute_dtype"]
-        self._op = _enum(capi.cudnnOpTensorOp_t, op, "CUDNN_OP_TENSOR_", "op")
-        self._compute = _legacy_dtype(np.float32 if compute_dtype is None else compute_dtype, "compute_dtype")
-        self._nan = _nan(nan_propagation)
+        self._op = enum_member(capi.cudnnOpTensorOp_t, op, "CUDNN_OP_TENSOR_", "op")
+        self._compute = legacy_dtype(np.float32 if compute_dtype is None else compute_dtype, "compute_dtype")
+        self._nan = nan_flag(nan_propagation)
         self._desc: _OpTensorDescriptor | None = None
 
     @property
@@ -782,7 +615,7 @@ _INDICES_TYPE_ALIASES = {"uint8": "CUDNN_8BIT_INDICES", "uint16": "CUDNN_16BIT_I
                          "32bit": "CUDNN_32BIT_INDICES", "64bit": "CUDNN_64BIT_INDICES"}
 
 
-class _ReduceTensorDescriptor(_Descriptor):
+class _ReduceTensorDescriptor(Descriptor):
     """A ``cudnnReduceTensorDescriptor_t`` of settings :class:`ReduceTensor` validated; read back from cuDNN."""
 
     _handle_type = capi.cudnnReduceTensorDescriptor_t
@@ -828,14 +661,14 @@ class ReduceTensor:
         if old:
             compute_dtype = renamed_kwargs("ReduceTensor", old, {"compute_type": "compute_dtype"},
                                            {"compute_dtype": compute_dtype})["compute_dtype"]
-        self._op = _enum(capi.cudnnReduceTensorOp_t, op, "CUDNN_REDUCE_TENSOR_", "op")
-        self._compute = _legacy_dtype(np.float32 if compute_dtype is None else compute_dtype, "compute_dtype")
-        self._nan = _nan(nan_propagation)
+        self._op = enum_member(capi.cudnnReduceTensorOp_t, op, "CUDNN_REDUCE_TENSOR_", "op")
+        self._compute = legacy_dtype(np.float32 if compute_dtype is None else compute_dtype, "compute_dtype")
+        self._nan = nan_flag(nan_propagation)
         if isinstance(indices, (bool, np.bool_)):
             indices = "flattened" if indices else "none"
-        self._indices = _enum(capi.cudnnReduceTensorIndices_t, indices, "CUDNN_REDUCE_TENSOR_", "indices",
+        self._indices = enum_member(capi.cudnnReduceTensorIndices_t, indices, "CUDNN_REDUCE_TENSOR_", "indices",
                               _INDICES_ALIASES)
-        self._indices_type = _enum(capi.cudnnIndicesType_t, indices_type, "CUDNN_", "indices_type",
+        self._indices_type = enum_member(capi.cudnnIndicesType_t, indices_type, "CUDNN_", "indices_type",
                                    _INDICES_TYPE_ALIASES)
         self._desc: _ReduceTensorDescriptor | None = None
 
@@ -957,12 +790,12 @@ def _convolution_settings(padding=0, stride=1, dilation=1, *, ndim=None, mode="c
     """The settings of :class:`_ConvolutionDescriptor` from the keywords the deprecated ConvolutionDescriptor and
     convolution_descriptor took (their defaults and checks: float32 accumulation, default math, ``ndim`` from the
     tuples, else 2)."""
-    n = _spatial_ndim(ndim, (padding, stride, dilation))
-    reorder = None if reorder is None else _enum(capi.cudnnReorderType_t, reorder, "CUDNN_", "reorder",
+    n = spatial_ndim(ndim, (padding, stride, dilation))
+    reorder = None if reorder is None else enum_member(capi.cudnnReorderType_t, reorder, "CUDNN_", "reorder",
                                                  {"default": "CUDNN_DEFAULT_REORDER", "none": "CUDNN_NO_REORDER"})
-    return (_ints(padding, n, "padding", 0), _ints(stride, n, "stride", 1), _ints(dilation, n, "dilation", 1),
-            _enum(capi.cudnnConvolutionMode_t, mode, "CUDNN_", "mode"), _legacy_dtype(compute_type, "compute_type"),
-            _int(groups, "groups", 1), _enum(capi.cudnnMathType_t, math_type, "CUDNN_", "math_type", _MATH_ALIASES),
+    return (ints(padding, n, "padding", 0), ints(stride, n, "stride", 1), ints(dilation, n, "dilation", 1),
+            enum_member(capi.cudnnConvolutionMode_t, mode, "CUDNN_", "mode"), legacy_dtype(compute_type, "compute_type"),
+            int_arg(groups, "groups", 1), enum_member(capi.cudnnMathType_t, math_type, "CUDNN_", "math_type", _MATH_ALIASES),
             reorder)
 
 
@@ -986,8 +819,8 @@ def convolution_output_shape(x_shape, w_shape, padding=0, stride=1, dilation=1, 
                              mode="cross_correlation", dtype=np.float32) -> tuple[int, ...]:
     """The forward output shape of a convolution of input ``x_shape`` (N, C, spatial...) with filter
     ``w_shape`` (K, C/groups, spatial...), as cuDNN computes it."""
-    x_shape, w_shape = _dims(x_shape, "x_shape", 3), _dims(w_shape, "w_shape", 3)
-    dt = _legacy_dtype(dtype, "convolution")
+    x_shape, w_shape = dims(x_shape, "x_shape", 3), dims(w_shape, "w_shape", 3)
+    dt = legacy_dtype(dtype, "convolution")
     if len(w_shape) != len(x_shape):
         raise InvalidValueError(f"input shape {x_shape} and filter shape {w_shape} must have the same number of dims")
     conv = _shared_convolution(padding, stride, dilation, ndim=len(x_shape) - 2, mode=mode,
@@ -998,9 +831,9 @@ def convolution_output_shape(x_shape, w_shape, padding=0, stride=1, dilation=1, 
 def pooling_output_shape(x_shape, mode="max", window=2, padding=0, stride=None, *,
                          dtype=np.float32) -> tuple[int, ...]:
     """The forward output shape of pooling input ``x_shape`` (N, C, spatial...), as cuDNN computes it."""
-    x_shape = _dims(x_shape, "x_shape", 3)
+    x_shape = dims(x_shape, "x_shape", 3)
     pool = _PoolingDescriptor.shared(*_pooling_settings(mode, window, padding, stride, len(x_shape) - 2, False))
-    return pool.output_shape(tensor_descriptor(x_shape, _legacy_dtype(dtype, "pooling")))
+    return pool.output_shape(tensor_descriptor(x_shape, legacy_dtype(dtype, "pooling")))
 
 
 # --- deprecated names: each warns, then makes what it made before -----------------------------------------------
@@ -1014,7 +847,7 @@ def _deprecated(old: str, make, use: str):
 def _pooling_settings(mode, window, padding, stride, ndim, nan_propagation) -> tuple:
     """(mode, nan_propagation, window, padding, stride) for ``ndim`` spatial dims (None: from the tuples, else 2)."""
     from cudnn_py.ops.pooling import Pooling
-    n = _spatial_ndim(ndim, (window, padding, stride))
+    n = spatial_ndim(ndim, (window, padding, stride))
     pool = Pooling(mode, window, padding, stride, nan_propagation=nan_propagation)
     return (pool.mode, pool.nan_propagation) + pool.params(n)
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from cudnn_py import capi, descriptors
-from cudnn_py.descriptors import _Descriptor
+from cudnn_py.descriptors import Descriptor
 from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
 from cudnn_py.ops.dropout import (
     Dropout, DropoutOutputs, dropout_backward, dropout_forward, dropout_reserve_size, dropout_states_size,
@@ -19,7 +19,7 @@ from helpers import NoCallHandle, fake
 def cpu_dropout() -> Dropout:
     """A Dropout whose descriptor exists but was never set (no GPU needed): enough to test validation."""
     d = object.__new__(Dropout)
-    _Descriptor.__init__(d)  # creates the C descriptor (and its finalizer) only
+    Descriptor.__init__(d)  # creates the C descriptor (and its finalizer) only
     d._handle = NoCallHandle()
     return d
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from cudnn_py.algorithms import is_choice
 from cudnn_py.caches import handle_cache
-from cudnn_py.descriptors import _ints
+from cudnn_py.args import ints
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.memory import DeviceArray, as_array, empty
@@ -68,8 +68,8 @@ def _compute_dtype(dt: np.dtype):
 
 def _conv_key(nsp: int, padding, stride, dilation, post_padding) -> tuple:
     """The convolution parameters checked and as tuples (part of every cache key)."""
-    return (_ints(padding, nsp, "padding", 0), _ints(stride, nsp, "stride", 1), _ints(dilation, nsp, "dilation", 1),
-            None if post_padding is None else _ints(post_padding, nsp, "post_padding", 0))
+    return (ints(padding, nsp, "padding", 0), ints(stride, nsp, "stride", 1), ints(dilation, nsp, "dilation", 1),
+            None if post_padding is None else ints(post_padding, nsp, "post_padding", 0))
 
 
 def _out(handle, shape, dtype, strides, out: DeviceArray | None, name) -> DeviceArray:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from cudnn_py import capi
-from cudnn_py.descriptors import _enum
+from cudnn_py.args import enum_member
 from cudnn_py.errors import CudnnBadParamError, CudnnError, CudnnNotSupportedError, InvalidTypeError, InvalidValueError
 from cudnn_py.caches import handle_cache
 
@@ -140,7 +140,7 @@ def engine_config(graph, handle, global_index: int, knobs: dict | None = None) -
 
 def _knob_type(k) -> capi.cudnnBackendKnobType_t:
     """A knob type from a member, its int value, or its name (``'CUDNN_KNOB_TYPE_SPLIT_K'`` or ``'SPLIT_K'``)."""
-    return _enum(capi.cudnnBackendKnobType_t, k, "CUDNN_KNOB_TYPE_", "knob type")
+    return enum_member(capi.cudnnBackendKnobType_t, k, "CUDNN_KNOB_TYPE_", "knob type")
 
 
 def _knob_value(v, k) -> int:

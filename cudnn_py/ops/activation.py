@@ -25,7 +25,8 @@ Raw C path::
 from __future__ import annotations
 
 from cudnn_py import caches, capi
-from cudnn_py.descriptors import _ActivationDescriptor, _enum, _float, _nan
+from cudnn_py.args import enum_member, float_arg, nan_flag
+from cudnn_py.descriptors import _ActivationDescriptor
 from cudnn_py.graph import legacy as gl
 from cudnn_py.ops._common import check_array, desc, output, scalars
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
@@ -51,11 +52,11 @@ class Activation:
     __slots__ = ("_mode", "_coef", "_swish_beta", "_nan", "_desc")
 
     def __init__(self, mode="relu", coef: float = 0.0, swish_beta: float = 1.0, *, nan_propagation: bool = False):
-        self._mode = _enum(capi.cudnnActivationMode_t, mode, "CUDNN_ACTIVATION_", "activation mode")
-        self._coef, self._swish_beta = _float(coef, "coef"), _float(swish_beta, "swish_beta")
+        self._mode = enum_member(capi.cudnnActivationMode_t, mode, "CUDNN_ACTIVATION_", "activation mode")
+        self._coef, self._swish_beta = float_arg(coef, "coef"), float_arg(swish_beta, "swish_beta")
         if self._mode == capi.CUDNN_ACTIVATION_CLIPPED_RELU and not self._coef > 0:
             raise InvalidValueError(f"clipped_relu needs its ceiling coef > 0, got {coef!r}")
-        self._nan = _nan(nan_propagation)
+        self._nan = nan_flag(nan_propagation)
         self._desc: _ActivationDescriptor | None = None
 
     @property

@@ -31,7 +31,8 @@ import numpy as np
 
 from cudnn_py import capi, memory
 from cudnn_py._deprecation import renamed_kwargs, warn
-from cudnn_py.descriptors import _bool, _Descriptor, _float
+from cudnn_py.args import bool_arg, float_arg
+from cudnn_py.descriptors import Descriptor
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.memory import DeviceArray
@@ -123,8 +124,8 @@ class MultiHeadAttention(WeightedDescriptor):
         cdt = (np.dtype(np.float64) if dt == np.float64 else np.dtype(np.float32)) if compute_dtype is None \
             else numpy_dtype(cudnn_dtype(compute_dtype))
         _, c_math = choice(MATH_TYPES, math_type, "math_type")
-        scale = 1.0 / math.sqrt(proj["q_proj_size"]) if scale is None else _float(scale, "scale")
-        biases = _bool(biases, "biases")
+        scale = 1.0 / math.sqrt(proj["q_proj_size"]) if scale is None else float_arg(scale, "scale")
+        biases = bool_arg(biases, "biases")
         # last: a probability makes a Dropout (device memory)
         attn_dropout, post_dropout = dropout_arg(attn_dropout, "attn_dropout"), dropout_arg(post_dropout,
                                                                                              "post_dropout")
@@ -215,7 +216,7 @@ class MultiHeadAttention(WeightedDescriptor):
                 f"biases={self.biases}, dtype={self.dtype.name}")
 
 
-class SeqDataDescriptor(_Descriptor):
+class SeqDataDescriptor(Descriptor):
     """``cudnnSeqDataDescriptor_t`` for a ``[batch, time, vector]`` array (beam 1) with per-sequence lengths."""
 
     _handle_type = capi.cudnnSeqDataDescriptor_t

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from cudnn_py import capi
+from cudnn_py import args, capi
 from cudnn_py import descriptors as _d
 from cudnn_py._deprecation import renamed_kwargs, warn
 from cudnn_py.dtypes import as_numpy_dtype, cudnn_dtype
@@ -98,22 +98,22 @@ class Convolution:
                  math_type: Any = "auto", compute_dtype: Any = None, layout: str = "NCHW", **old: Any):
         compute_dtype = renamed_kwargs("Convolution", old, {"compute_type": "compute_dtype"},
                                        {"compute_dtype": compute_dtype})["compute_dtype"]
-        if _d._is_int(padding):
-            self._padding: int | tuple = _d._int_or_ints(padding, "padding", 0)
+        if args.is_int(padding):
+            self._padding: int | tuple = args.int_or_ints(padding, "padding", 0)
         else:
             if isinstance(padding, (str, bytes, dict, set, frozenset)) or not hasattr(padding, "__iter__"):
                 raise InvalidTypeError(f"padding must be an int, one int per spatial dimension or one (low, high) "
                                        f"pair per dimension, got {padding!r}")
-            self._padding = tuple(_d._int_or_ints(p, "padding", 0) for p in padding)
+            self._padding = tuple(args.int_or_ints(p, "padding", 0) for p in padding)
             if any(isinstance(p, tuple) and len(p) != 2 for p in self._padding):
                 raise InvalidValueError(f"padding pairs must be (low, high), got {padding!r}")
-        self._stride = _d._int_or_ints(stride, "stride", 1)
-        self._dilation = _d._int_or_ints(dilation, "dilation", 1)
-        self._groups = _d._int(groups, "groups", 1)
+        self._stride = args.int_or_ints(stride, "stride", 1)
+        self._dilation = args.int_or_ints(dilation, "dilation", 1)
+        self._groups = args.int_arg(groups, "groups", 1)
         self._mode = enum_arg(mode, _MODES, capi.cudnnConvolutionMode_t, "mode")
         auto = math_type is None or (isinstance(math_type, str) and math_type.lower() == "auto")
         self._math_type = None if auto else enum_arg(math_type, MATH_TYPES, capi.cudnnMathType_t, "math_type")
-        self._compute_dtype = None if compute_dtype is None else _d._legacy_dtype(compute_dtype, "compute_dtype")
+        self._compute_dtype = None if compute_dtype is None else _d.legacy_dtype(compute_dtype, "compute_dtype")
         if not isinstance(layout, str) or layout.upper() not in ("NCHW", "NHWC"):
             raise InvalidValueError(f"layout {layout!r}: expected 'NCHW' or 'NHWC' (any case)")
         self._layout = layout.upper()
@@ -211,8 +211,8 @@ class Convolution:
 
     def output_shape(self, x_shape: Sequence[int], w_shape: Sequence[int]) -> tuple[int, ...]:
         """The output shape for input and filter shapes (all in this convolution's layout)."""
-        xs, _ = logical(_d._dims(x_shape, "x_shape", 3, 5), None, self._layout)
-        ws, _ = logical(_d._dims(w_shape, "w_shape", 3, 5), None, self._layout)
+        xs, _ = logical(args.dims(x_shape, "x_shape", 3, 5), None, self._layout)
+        ws, _ = logical(args.dims(w_shape, "w_shape", 3, 5), None, self._layout)
         return physical(_out_logical(self, xs, ws), self._layout)
 
     def input_shape(self, w_shape: Sequence[int], y_shape: Sequence[int]) -> tuple[int, ...]:

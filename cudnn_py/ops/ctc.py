@@ -33,7 +33,8 @@ import numpy as np
 from cudnn_py import capi
 from cudnn_py._deprecation import warn
 from cudnn_py.caches import shared
-from cudnn_py.descriptors import _Descriptor, _int, tensor_descriptor
+from cudnn_py.args import int_arg
+from cudnn_py.descriptors import Descriptor, tensor_descriptor
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.memory import DeviceArray, as_array, empty, to_device
 from cudnn_py.ops._common import check_array, enum_arg
@@ -49,7 +50,7 @@ CTC_GRAD_MODES = {"zero_oob": capi.CUDNN_CTC_ZERO_OOB_GRADIENTS, "skip_oob": cap
 MAX_LABEL_LENGTH = 255
 
 
-class CTCLoss(_Descriptor):
+class CTCLoss(Descriptor):
     """A ``cudnnCTCLossDescriptor_t`` (v9 setter): float32 compute, ``normalization`` "softmax" or "none",
     ``grad_mode`` "zero_oob" or "skip_oob" (gradients of sequences whose labels cannot fit), and
     ``max_label_length``. Works without a GPU; properties read the settings back from cuDNN. ``close()`` (or
@@ -62,7 +63,7 @@ class CTCLoss(_Descriptor):
     def __init__(self, normalization="softmax", grad_mode="zero_oob", max_label_length: int = MAX_LABEL_LENGTH):
         norm = enum_arg(normalization, CTC_NORMALIZATIONS, capi.cudnnLossNormalizationMode_t, "CTC normalization")
         gm = enum_arg(grad_mode, CTC_GRAD_MODES, capi.cudnnCTCGradMode_t, "CTC grad_mode")
-        max_label_length = _int(max_label_length, "max_label_length", 1, MAX_LABEL_LENGTH)
+        max_label_length = int_arg(max_label_length, "max_label_length", 1, MAX_LABEL_LENGTH)
         super().__init__()
         capi.cudnnSetCTCLossDescriptor_v9(self._ptr, capi.CUDNN_DATA_FLOAT, norm, gm, int(max_label_length))
 
@@ -111,7 +112,7 @@ def _ctc_desc(normalization, grad_mode, max_label_length) -> CTCLoss:
     return CTCLoss.shared(
         enum_arg(normalization, CTC_NORMALIZATIONS, capi.cudnnLossNormalizationMode_t, "CTC normalization"),
         enum_arg(grad_mode, CTC_GRAD_MODES, capi.cudnnCTCGradMode_t, "CTC grad_mode"),
-        _int(max_label_length, "max_label_length", 1, MAX_LABEL_LENGTH))
+        int_arg(max_label_length, "max_label_length", 1, MAX_LABEL_LENGTH))
 
 
 class CTCLossResult(NamedTuple):

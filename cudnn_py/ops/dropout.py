@@ -26,7 +26,8 @@ import numpy as np
 
 from cudnn_py import capi
 from cudnn_py._deprecation import renamed_kwargs, warn
-from cudnn_py.descriptors import _Descriptor, _float, _handle_ptr, _int
+from cudnn_py.args import float_arg, handle_ptr, int_arg
+from cudnn_py.descriptors import Descriptor
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.memory import DeviceArray, empty
 from cudnn_py.ops._common import byte_buffer, check_array, desc, output, tensor_desc
@@ -56,7 +57,7 @@ def dropout_reserve_size(shape, dtype=np.float32) -> int:
     return n.value
 
 
-class Dropout(_Descriptor):
+class Dropout(Descriptor):
     """A ``cudnnDropoutDescriptor_t`` with probability ``p`` (default 0.5) and RNG ``seed``, bound to ``handle``, and
     its device RNG :attr:`states`; ``close()``, a context manager or the garbage collector destroys it.
 
@@ -74,9 +75,9 @@ class Dropout(_Descriptor):
     def __init__(self, handle, p: float | None = None, seed: int = 0, *, states=None, **old):
         if old:
             p = renamed_kwargs("Dropout", old, {"dropout": "p"}, {"p": p})["p"]
-        p = _float(0.5 if p is None else p, "dropout probability p", 0.0, 1.0)
-        seed = _int(seed, "seed", 0, 2 ** 64 - 1)
-        hptr = _handle_ptr(handle)
+        p = float_arg(0.5 if p is None else p, "dropout probability p", 0.0, 1.0)
+        seed = int_arg(seed, "seed", 0, 2 ** 64 - 1)
+        hptr = handle_ptr(handle)
         need = dropout_states_size(handle)
         st = None if states is None else byte_buffer(states, "states", handle, need,
                                                       "pass the states of a Dropout on this device")

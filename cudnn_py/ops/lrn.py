@@ -27,7 +27,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from cudnn_py import capi
-from cudnn_py.descriptors import _float, _int, _LRNDescriptor
+from cudnn_py.args import float_arg, int_arg
+from cudnn_py.descriptors import _LRNDescriptor
 from cudnn_py.memory import DeviceArray
 from cudnn_py.ops._common import check_array, desc, empty_strided, output, scalars
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
@@ -46,10 +47,10 @@ class LRN:
     __slots__ = ("_n", "_alpha", "_beta", "_k", "_desc")
 
     def __init__(self, n: int = 5, alpha: float = 1e-4, beta: float = 0.75, k: float = 2.0):
-        self._n = _int(n, "LRN window n", capi.CUDNN_LRN_MIN_N, capi.CUDNN_LRN_MAX_N)
-        self._alpha = _float(alpha, "LRN alpha")
-        self._beta = _float(beta, "LRN beta", capi.CUDNN_LRN_MIN_BETA)
-        self._k = _float(k, "LRN k", capi.CUDNN_LRN_MIN_K)
+        self._n = int_arg(n, "LRN window n", capi.CUDNN_LRN_MIN_N, capi.CUDNN_LRN_MAX_N)
+        self._alpha = float_arg(alpha, "LRN alpha")
+        self._beta = float_arg(beta, "LRN beta", capi.CUDNN_LRN_MIN_BETA)
+        self._k = float_arg(k, "LRN k", capi.CUDNN_LRN_MIN_K)
         self._desc: _LRNDescriptor | None = None
 
     @property

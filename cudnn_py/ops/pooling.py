@@ -31,9 +31,8 @@ from __future__ import annotations
 import numpy as np
 
 from cudnn_py import capi
-from cudnn_py.descriptors import (
-    INT32_MAX, TensorDescriptor, _enum, _int_or_ints, _int_tuple, _ints, _nan, _PoolingDescriptor,
-)
+from cudnn_py.args import INT32_MAX, enum_member, int_or_ints, int_tuple, ints, nan_flag
+from cudnn_py.descriptors import TensorDescriptor, _PoolingDescriptor
 from cudnn_py.graph import legacy as gl
 from cudnn_py.memory import DeviceArray
 from cudnn_py.ops._common import check_array, desc, empty_strided, scalars, tensor_desc
@@ -60,7 +59,7 @@ _NAMES = {v: k for k, v in reversed(POOLING_MODES.items())}
 def _param(v, name: str, minimum: int) -> int | tuple[int, ...]:
     """An int (every spatial dim) or a tuple of 1 to 3 ints, each in ``[minimum, 2**31 - 1]``; the count is checked
     against the spatial dims at use."""
-    t = _int_or_ints(v, name, minimum)
+    t = int_or_ints(v, name, minimum)
     if isinstance(t, tuple) and not 1 <= len(t) <= 3:
         raise InvalidValueError(f"{name} needs 1 to 3 values (one per spatial dimension), got {v!r}")
     return t
@@ -78,11 +77,11 @@ class Pooling:
     __slots__ = ("_mode", "_window", "_padding", "_stride", "_nan", "_descs")
 
     def __init__(self, mode="max", window=2, padding=0, stride=None, *, nan_propagation: bool = False):
-        self._mode = _enum(capi.cudnnPoolingMode_t, mode, "CUDNN_POOLING_", "pooling mode", _ALIASES)
+        self._mode = enum_member(capi.cudnnPoolingMode_t, mode, "CUDNN_POOLING_", "pooling mode", _ALIASES)
         self._window = _param(window, "window", 1)
         self._padding = _param(padding, "padding", 0)
         self._stride = self._window if stride is None else _param(stride, "stride", 1)
-        self._nan = _nan(nan_propagation)
+        self._nan = nan_flag(nan_propagation)
         self._descs: dict[int, _PoolingDescriptor] = {}
 
     @property
@@ -108,15 +107,15 @@ class Pooling:
 
     def params(self, nd: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
         """(window, padding, stride) for ``nd`` spatial dimensions, validated."""
-        win, pad = _ints(self._window, nd, "window", 1), _ints(self._padding, nd, "padding", 0)
+        win, pad = ints(self._window, nd, "window", 1), ints(self._padding, nd, "padding", 0)
         for i, (w, p) in enumerate(zip(win, pad)):
             if w + 2 * p > INT32_MAX:
                 raise InvalidValueError(f"window {win} and padding {pad} in spatial dim {i} exceed cuDNN's int range")
-        return win, pad, _ints(self._stride, nd, "stride", 1)
+        return win, pad, ints(self._stride, nd, "stride", 1)
 
     def output_shape(self, x_shape) -> tuple[int, ...]:
         """The output shape for input ``x_shape`` (N, C, *spatial); ValueError if a window does not fit."""
-        x_shape = _int_tuple(x_shape, "x_shape", minimum=1)
+        x_shape = int_tuple(x_shape, "x_shape", minimum=1)
         nd = len(x_shape) - 2
         if not 1 <= nd <= 3:
             raise InvalidValueError(f"pooling takes N, C and 1 to 3 spatial dimensions; got shape {x_shape}")

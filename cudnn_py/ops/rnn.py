@@ -27,7 +27,8 @@ import numpy as np
 
 from cudnn_py import capi, memory
 from cudnn_py._deprecation import renamed_kwargs, warn
-from cudnn_py.descriptors import _bool, _Descriptor, _float, tensor_descriptor
+from cudnn_py.args import bool_arg, float_arg
+from cudnn_py.descriptors import Descriptor, tensor_descriptor
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.memory import DeviceArray
@@ -158,8 +159,8 @@ class RNN(WeightedDescriptor):
         self.mode, self.dtype = mode, dt
         self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
         self.proj_size = proj_size or hidden_size
-        self.bidirectional = _bool(bidirectional, "bidirectional")
-        self.padded_io = _bool(padded_io, "padded_io")
+        self.bidirectional = bool_arg(bidirectional, "bidirectional")
+        self.padded_io = bool_arg(padded_io, "padded_io")
         self._wsize: dict[int, int] = {}  # by device
         super().__init__()
         aux = capi.CUDNN_RNN_PADDED_IO_ENABLED if padded_io else capi.CUDNN_RNN_PADDED_IO_DISABLED
@@ -229,7 +230,7 @@ class RNN(WeightedDescriptor):
             raise InvalidValueError(f"cell clipping applies to LSTM only; this RNN is {self.mode!r}")
         if hi is None:
             raise InvalidValueError(f"clip needs lo < hi, got ({lo!r}, {hi!r})")
-        lo, hi = _float(lo, "clip lo"), _float(hi, "clip hi")
+        lo, hi = float_arg(lo, "clip lo"), float_arg(hi, "clip hi")
         if not lo < hi:
             raise InvalidValueError(f"clip needs lo < hi, got ({lo!r}, {hi!r})")
         capi.cudnnRNNSetClip_v9(self.ptr, capi.CUDNN_RNN_CLIP_MINMAX, lo, hi)
@@ -263,7 +264,7 @@ class RNN(WeightedDescriptor):
                 f"num_layers={self.num_layers}, bidirectional={self.bidirectional}{proj}, dtype={self.dtype.name}")
 
 
-class RNNDataDescriptor(_Descriptor):
+class RNNDataDescriptor(Descriptor):
     """``cudnnRNNDataDescriptor_t``: a batch of sequences with their lengths and layout."""
 
     _handle_type = capi.cudnnRNNDataDescriptor_t

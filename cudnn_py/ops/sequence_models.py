@@ -12,7 +12,8 @@ from ctypes import byref
 import numpy as np
 
 from cudnn_py import capi, memory
-from cudnn_py.descriptors import INT32_MAX, _Descriptor, _float
+from cudnn_py.args import INT32_MAX, float_arg
+from cudnn_py.descriptors import Descriptor
 from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
 from cudnn_py.memory import DeviceArray
 
@@ -59,7 +60,7 @@ def dropout_arg(value, what: str):
     if value is None:
         return None
     if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_)):
-        p = _float(value, f"{what} probability", 0.0, 1.0)
+        p = float_arg(value, f"{what} probability", 0.0, 1.0)
         if p == 0.0:
             return None
         from cudnn_py._defaults import default_handle
@@ -103,7 +104,7 @@ def nd_layout(desc) -> tuple[tuple[int, ...], tuple[int, ...]]:
     return tuple(dims[:nb.value]), tuple(strides[:nb.value])
 
 
-class WeightedDescriptor(_Descriptor):
+class WeightedDescriptor(Descriptor):
     """What RNN and attention descriptors share: a flat weight space of :attr:`dtype` and the dropout
     descriptors they point to (kept alive here; :attr:`ptr` raises :class:`ClosedError` once one is closed,
     since cuDNN keeps the dropout descriptor's address)."""

@@ -29,7 +29,8 @@ import numpy as np
 
 from cudnn_py import capi
 from cudnn_py.caches import shared
-from cudnn_py.descriptors import _Descriptor, _dims
+from cudnn_py.args import dims
+from cudnn_py.descriptors import Descriptor
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.memory import DeviceArray
@@ -48,13 +49,13 @@ class SamplerGrads(NamedTuple):
 def _shape(shape) -> tuple[int, int, int, int]:
     """The output shape checked: 4 positive ints in the C int range."""
     try:
-        out = _dims(shape, "spatial transformer output shape", 4, 4)
+        out = dims(shape, "spatial transformer output shape", 4, 4)
     except ValueError as e:
         raise InvalidValueError(f"spatial transformer output shape must be 4 positive ints (N, C, H, W): {e}") from None
     return out
 
 
-class SpatialTransformer(_Descriptor):
+class SpatialTransformer(Descriptor):
     """A ``cudnnSpatialTransformerDescriptor_t`` for output ``shape`` (N, C, H, W) and ``dtype``
     (bilinear sampler). Works without a GPU; :func:`spatial_transformer` shares them. ``close()`` (or the
     garbage collector) destroys it; a closed one raises :class:`~cudnn_py.errors.ClosedError`."""

@@ -29,7 +29,8 @@ import numpy as np
 
 from cudnn_py import capi
 from cudnn_py._deprecation import renamed_kwargs, warn
-from cudnn_py.descriptors import OpTensor, ReduceTensor, _Descriptor, _ints
+from cudnn_py.args import ints
+from cudnn_py.descriptors import OpTensor, ReduceTensor, Descriptor
 from cudnn_py.dtypes import as_numpy_dtype, cudnn_dtype
 from cudnn_py.graph import legacy as gl
 from cudnn_py.memory import DeviceArray, as_array, empty
@@ -257,7 +258,7 @@ def transform_tensor(handle, x, y=None, *, dtype=None, layout: str | None = None
     return y
 
 
-class TensorTransformDescriptor(_Descriptor):
+class TensorTransformDescriptor(Descriptor):
     """A ``cudnnTensorTransformDescriptor_t`` (``cudnnSetTensorTransformDescriptor``): the destination ``layout``
     (a ``cudnnTensorFormat_t``) of an ``nd``-dimensional transform, zeros added ``pad_before``/``pad_after`` each
     dimension, ``fold`` factors and the folding ``direction``, all already parsed (see :func:`transform_tensor_ex`,
@@ -298,9 +299,9 @@ def transform_tensor_ex(handle, x, *, layout: str | None = None, pad_before=0, p
         raise InvalidValueError(f"transform_tensor_ex takes 4-D or 5-D tensors; x has shape {xa.shape}")
     fmt = enum_arg("NHWC" if layout is None else layout, {k.lower(): v for k, v in _FORMATS.items()},
                    capi.cudnnTensorFormat_t, "layout")
-    before = _ints(pad_before, nd, "pad_before", 0)
-    after = _ints(pad_after, nd, "pad_after", 0)
-    folds = _ints(fold, nd, "fold", 1)
+    before = ints(pad_before, nd, "pad_before", 0)
+    after = ints(pad_after, nd, "pad_after", 0)
+    folds = ints(fold, nd, "fold", 1)
     dirv = enum_arg(direction, _DIRECTIONS, capi.cudnnFoldingDirection_t, "direction")
     out_dtype = as_numpy_dtype(dtype) if dtype is not None else (xa.dtype if y is None else as_array(y, "y").dtype)
     tdesc = TensorTransformDescriptor.shared(nd, fmt, before, after, folds, dirv)

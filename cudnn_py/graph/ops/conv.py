@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from cudnn_py import capi
-from cudnn_py.descriptors import _ints
+from cudnn_py.args import ints
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 from ..descriptors import BackendDescriptor
@@ -60,8 +60,8 @@ class ConvBuilders(Builder):
     """The :class:`~cudnn_py.graph.Graph` methods that add convolutions."""
 
     def _conv_params(self, nsp, padding, stride, dilation, post_padding, compute_dtype, alpha, beta, conv_mode):
-        pad = _ints(padding, nsp, "padding", 0)
-        post = pad if post_padding is None else _ints(post_padding, nsp, "post_padding", 0)
+        pad = ints(padding, nsp, "padding", 0)
+        post = pad if post_padding is None else ints(post_padding, nsp, "post_padding", 0)
         if isinstance(conv_mode, str):
             key = "CUDNN_" + conv_mode.upper()
             if key not in capi.cudnnConvolutionMode_t.__members__:
@@ -70,8 +70,8 @@ class ConvBuilders(Builder):
         elif not isinstance(conv_mode, capi.cudnnConvolutionMode_t):
             raise InvalidTypeError(f"conv_mode must be a string or cudnnConvolutionMode_t, got "
                                    f"{type(conv_mode).__name__}")
-        return dict(padding=pad, post_padding=post, stride=_ints(stride, nsp, "stride", 1),
-                    dilation=_ints(dilation, nsp, "dilation", 1), compute_dtype=self._compute(compute_dtype),
+        return dict(padding=pad, post_padding=post, stride=ints(stride, nsp, "stride", 1),
+                    dilation=ints(dilation, nsp, "dilation", 1), compute_dtype=self._compute(compute_dtype),
                     alpha=self._float(alpha, "alpha"), beta=self._float(beta, "beta"), conv_mode=conv_mode)
 
     def conv_fprop(self, x, w, padding=0, stride=1, dilation=1, *, post_padding=None, compute_dtype=None,

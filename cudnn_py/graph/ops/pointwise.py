@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 
 from cudnn_py import capi
-from cudnn_py.descriptors import _enum
+from cudnn_py.args import enum_member
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 from ..descriptors import BackendDescriptor
@@ -40,7 +40,7 @@ POINTWISE_ARITY: dict[capi.cudnnPointwiseMode_t, str] = {m: _arity(m.name) for m
 
 def pointwise_mode(mode) -> capi.cudnnPointwiseMode_t:
     """A ``cudnnPointwiseMode_t`` from a member, its value, a full name or a short one (``'relu_fwd'``, ``'add'``)."""
-    return _enum(_PW, mode, "CUDNN_POINTWISE_", "pointwise mode")
+    return enum_member(_PW, mode, "CUDNN_POINTWISE_", "pointwise mode")
 
 
 def broadcast_shape(what: str, ins) -> tuple[int, ...]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from cudnn_py import capi
-from cudnn_py.descriptors import _enum
+from cudnn_py.args import enum_member
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 from ..descriptors import BackendDescriptor
@@ -17,7 +17,7 @@ _RED = capi.cudnnReduceTensorOp_t
 
 def reduction_mode(mode) -> capi.cudnnReduceTensorOp_t:
     """A ``cudnnReduceTensorOp_t`` from a member, its value or a name ('add', 'max', 'avg', ...)."""
-    return _enum(_RED, mode, "CUDNN_REDUCE_TENSOR_", "reduction mode")
+    return enum_member(_RED, mode, "CUDNN_REDUCE_TENSOR_", "reduction mode")
 
 
 class Reduction(Op):

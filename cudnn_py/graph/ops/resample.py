@@ -9,7 +9,7 @@ from __future__ import annotations
 import fractions
 
 from cudnn_py import capi
-from cudnn_py.descriptors import _ints
+from cudnn_py.args import ints
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 from ..descriptors import BackendDescriptor
@@ -84,10 +84,10 @@ class ResampleBuilders(Builder):
             raise InvalidValueError(f"resample mode must be one of {', '.join(RESAMPLE_MODES)}, got {mode!r}")
         if nsp not in (2, 3):
             raise InvalidValueError(f"pooling is 2-D or 3-D: x needs rank 4 or 5, got rank {nsp + 2}")
-        win = _ints(window, nsp, "window", 1)
-        pad = _ints(padding, nsp, "padding", 0)
-        post = pad if post_padding is None else _ints(post_padding, nsp, "post_padding", 0)
-        st = win if stride is None else _ints(stride, nsp, "stride", 1)
+        win = ints(window, nsp, "window", 1)
+        pad = ints(padding, nsp, "padding", 0)
+        post = pad if post_padding is None else ints(post_padding, nsp, "post_padding", 0)
+        st = win if stride is None else ints(stride, nsp, "stride", 1)
         pm = _DEFAULT_PAD[mode] if padding_mode is None else padding_mode
         if pm not in PADDING_MODES:
             raise InvalidValueError(f"padding_mode must be one of {', '.join(PADDING_MODES)}, got {pm!r}")
