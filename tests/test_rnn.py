@@ -8,7 +8,8 @@ import pytest
 from helpers import NoCallHandle, fake
 
 from cudnn_py import capi
-from cudnn_py.errors import ClosedError, CudnnError
+from cudnn_py.errors import ClosedError, CudnnError, InvalidValueError
+from cudnn_py.memory import DeviceArray
 from cudnn_py.ops import rnn as R
 from reference import rnn as ref
 
@@ -686,3 +687,15 @@ def test_rnn_closed_handle_and_dropout_raise(handle, rng):
         R.rnn_forward(handle, drnn, x, dw, training=True)
     with pytest.raises(ClosedError, match="dropout descriptor this RNN uses is closed"):
         R.rnn_backward_data(handle, drnn, fwd, fwd.y, dw)
+
+
+def test_dropout_states_on_another_device_than_the_handle_are_refused():
+    """A dropout probability makes its Dropout on the thread's current device when the RNN is made; a call on a
+    handle of another device is refused before C (cuDNN would read the states across devices)."""
+    import types
+    from cudnn_py.ops.sequence_models import WeightedDescriptor
+    stand_in = types.SimpleNamespace(_dropouts=(types.SimpleNamespace(states=types.SimpleNamespace(device_id=1)),))
+    handle = types.SimpleNamespace(device=0)
+    weights = DeviceArray(1 << 30, (8,), np.float32, device_id=0)
+    with pytest.raises(InvalidValueError, match="dropout states are on device 1 but the handle is on device 0"):
+        WeightedDescriptor._check_weights(stand_in, handle, weights)

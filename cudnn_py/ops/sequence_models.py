@@ -133,9 +133,17 @@ class WeightedDescriptor(Descriptor):
         return make((n,), self.dtype, stream=handle.stream, device=handle.device)
 
     def _check_weights(self, handle, weights, name: str = "weights") -> DeviceArray:
-        """``weights`` validated as this descriptor's weight space (packed, on the handle's device)."""
+        """``weights`` validated as this descriptor's weight space (packed, on the handle's device); the dropout
+        states this descriptor uses must be on that device too (a probability made them on the thread's current
+        device when the descriptor was made)."""
         w = memory.as_array(weights, name, contiguous=True, device=handle.device)
         what = type(self).__name__
+        for d in self._dropouts:
+            states = getattr(d, "states", None)
+            if states is not None and states.device_id != handle.device:
+                raise InvalidValueError(f"this {what}'s dropout states are on device {states.device_id} but the handle "
+                                        f"is on device {handle.device}: make the {what} (or its Dropout) with that "
+                                        f"device current")
         if w.dtype != self.dtype:
             raise InvalidTypeError(f"{name} has dtype {w.dtype}; this {what}'s weights are {self.dtype}")
         need = self.weight_space_size(handle)
