@@ -48,14 +48,12 @@ if TYPE_CHECKING:
                                          convolution_backward_filter, convolution_bias_activation_forward,
                                          convolution_forward, convolution_workspace_size)
 
-__all__ = [
-    "Convolution", "convolution_forward", "convolution_backward_data", "convolution_backward_filter",
-    "convolution_backward_bias", "convolution_bias_activation_forward", "convolution_algorithms",
-    "convolution_workspace_size", "MATH_TYPES",
-]
+__all__ = ["Convolution", "MATH_TYPES"]
 
-#: the calls, defined in :mod:`cudnn_py.ops.conv_calls` and importable from here
-_CALLS = frozenset(__all__) - {"Convolution", "MATH_TYPES"}
+#: the calls, defined (and documented) in :mod:`cudnn_py.ops.conv_calls` and still importable from here
+_CALLS = frozenset({"convolution_forward", "convolution_backward_data", "convolution_backward_filter",
+                    "convolution_backward_bias", "convolution_bias_activation_forward", "convolution_algorithms",
+                    "convolution_workspace_size"})
 
 MATH_TYPES = {"default": capi.CUDNN_DEFAULT_MATH, "tensor_op": capi.CUDNN_TENSOR_OP_MATH,
               "tensor_op_allow_conversion": capi.CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION, "fma": capi.CUDNN_FMA_MATH}
