@@ -330,14 +330,14 @@ def sweep(cfg: Config, directions: Sequence[str], maths: Sequence[str], repeats:
     except Exception as e:  # noqa: BLE001 - no GPU, no driver, cuDNN cannot start
         raise SystemExit(f"algos: cannot open a cuDNN handle on device {device} (a GPU is needed): {e}") from None
     with handle as h:
-        x, w, dy = (to_device(_to_layout(a, cfg.layout), h.stream) for a in (x_h, w_h, dy_h))
+        x, w, dy = (to_device(_to_layout(a, cfg.layout), h.stream, device=h.device) for a in (x_h, w_h, dy_h))
         out_dtype = np.float32 if dt == np.int8 else dt
         for direction, math in itertools.product(directions, maths):
             conv = cv.Convolution(base.padding, base.stride, base.dilation, base.groups, mode=cfg.mode,
                                   math_type=math, layout=cfg.layout)
             phys = {"forward": y_shape_logical, "backward_data": cfg.x_shape, "backward_filter": cfg.w_shape}[direction]
             shape = phys if cfg.layout == "NCHW" else phys[:1] + phys[2:] + phys[1:2]
-            out = empty(shape, out_dtype if direction == "forward" else dt, stream=h.stream)
+            out = empty(shape, out_dtype if direction == "forward" else dt, stream=h.stream, device=h.device)
             try:
                 records = {r.algo: r for r in cv.convolution_algorithms(
                     h, conv, x if direction != "backward_data" else out, w if direction != "backward_filter" else out,

@@ -234,10 +234,10 @@ def _sdpa_problem(b, hh, s, d, dt, causal) -> Problem:
 
 # ---------------------------------------------------------------- the sweep (needs a GPU)
 
-def _device(a: np.ndarray, t, stream):
+def _device(a: np.ndarray, t, h):
     from cudnn_py.memory import DeviceArray, to_device
     order = sorted(range(len(t.shape)), key=lambda i: -t.strides[i])
-    buf = to_device(np.ascontiguousarray(a.astype(t.np_dtype).transpose(order)), stream)
+    buf = to_device(np.ascontiguousarray(a.astype(t.np_dtype).transpose(order)), h.stream, device=h.device)
     return DeviceArray(buf.ptr, t.shape, t.np_dtype, t.strides, device_id=buf.device_id, owner=buf)
 
 
@@ -289,10 +289,10 @@ def sweep(problem: Problem, modes=MODES, repeats: int = 10, warmup: int = 2, che
         host = {n: (rng.standard_normal(s) * (0.5 if problem.kind == "attention" else 1.0)).astype(dt).astype(
             np.float64) for n, (s, dt) in shapes.items()}
         ref = problem.reference(host) if check else None
-        pack = {t: _device(host[t.name], t, h.stream) for t in ins}
+        pack = {t: _device(host[t.name], t, h) for t in ins}
         outs = [t for t in g.io_tensors() if not t.is_by_value and t not in ins]
         for t in outs:
-            pack[t] = _device(np.full(t.shape, np.nan), t, h.stream)
+            pack[t] = _device(np.full(t.shape, np.nan), t, h)
         cfgs, sources, notes = collect_configs(g, h, modes)
         a_pick = None
         for i, cfg in enumerate(cfgs):
