@@ -49,7 +49,7 @@ from cudnn_py.args import DIM_MAX, INT32_MAX, dims, enum_member, int_arg, ints, 
 from cudnn_py.memory import DeviceArray, _c_strides, as_array
 
 __all__ = [
-    "Descriptor", "legacy_dtype", "TensorDescriptor", "FilterDescriptor", "ConvolutionDescriptor", "PoolingDescriptor",
+    "Descriptor", "Settings", "legacy_dtype", "TensorDescriptor", "FilterDescriptor", "ConvolutionDescriptor", "PoolingDescriptor",
     "ActivationDescriptor", "LRNDescriptor", "DropoutDescriptor", "OpTensorDescriptor",
     "ReduceTensorDescriptor", "OpTensor", "ReduceTensor",
     "tensor_descriptor", "tensor_descriptor_for", "filter_descriptor", "convolution_descriptor",
@@ -179,6 +179,24 @@ _FORMAT_ALIASES = {"nchw": "CUDNN_TENSOR_NCHW", "nhwc": "CUDNN_TENSOR_NHWC", "nc
 
 def _layout(value) -> capi.cudnnTensorFormat_t:
     return enum_member(capi.cudnnTensorFormat_t, value, "CUDNN_TENSOR_", "layout", _FORMAT_ALIASES)
+
+
+class Settings:
+    """The base of the configuration classes (``Pooling``, ``Activation``, ``LRN``, :class:`OpTensor`,
+    :class:`ReduceTensor`): validated once, read-only, equal and hashable by their settings (``_key()``), so that
+    equal objects share one C descriptor. (``Convolution`` keeps a precomputed key and hash: it is part of every
+    convolution call's plan key.)"""
+
+    __slots__ = ()
+
+    def _key(self) -> tuple:
+        raise NotImplementedError
+
+    def __eq__(self, other) -> bool:
+        return type(other) is type(self) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
 
 
 class TensorDescriptor(Descriptor):
@@ -551,7 +569,7 @@ class _OpTensorDescriptor(Descriptor):
     nan_propagation = _field(2, "The ``cudnnNanPropagation_t``.")
 
 
-class OpTensor:
+class OpTensor(Settings):
     """The element-wise operation of ``cudnnOpTensor``: validated once, hashable, with one shared
     ``cudnnOpTensorDescriptor_t``.
 
@@ -595,12 +613,6 @@ class OpTensor:
     def _key(self):
         return (self._op, self._compute, self._nan)
 
-    def __eq__(self, other):
-        return isinstance(other, OpTensor) and self._key() == other._key()
-
-    def __hash__(self):
-        return hash(self._key())
-
     def __repr__(self):
         return (f"OpTensor({self._op.name.removeprefix('CUDNN_OP_TENSOR_').lower()!r}, "
                 f"compute_dtype={self._compute.name}, nan_propagation={self._nan})")
@@ -643,7 +655,7 @@ class _ReduceTensorDescriptor(Descriptor):
     indices_type = _field(4, "The ``cudnnIndicesType_t``.")
 
 
-class ReduceTensor:
+class ReduceTensor(Settings):
     """The reduction of ``cudnnReduceTensor``: validated once, hashable, with one shared
     ``cudnnReduceTensorDescriptor_t``.
 
@@ -702,12 +714,6 @@ class ReduceTensor:
 
     def _key(self):
         return (self._op, self._compute, self._nan, self._indices, self._indices_type)
-
-    def __eq__(self, other):
-        return isinstance(other, ReduceTensor) and self._key() == other._key()
-
-    def __hash__(self):
-        return hash(self._key())
 
     def __repr__(self):
         return (f"ReduceTensor({self._op.name.removeprefix('CUDNN_REDUCE_TENSOR_').lower()!r}, "

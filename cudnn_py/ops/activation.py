@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from cudnn_py import caches, capi
 from cudnn_py.args import enum_member, float_arg, nan_flag
-from cudnn_py.descriptors import _ActivationDescriptor
+from cudnn_py.descriptors import Settings, _ActivationDescriptor
 from cudnn_py.graph import legacy as gl
 from cudnn_py.ops._common import check_array, desc, output, scalars
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
@@ -41,7 +41,7 @@ ACTIVATION_MODES = {
 }
 
 
-class Activation:
+class Activation(Settings):
     """Activation settings: validated once, hashable, with one shared ``cudnnActivationDescriptor_t``.
 
     ``mode``: a key of :data:`ACTIVATION_MODES` (any case) or a ``cudnnActivationMode_t``. ``coef``: clipped ReLU's
@@ -85,12 +85,6 @@ class Activation:
 
     def _key(self):
         return (int(self._mode), self._coef, self._swish_beta, self._nan)
-
-    def __eq__(self, other):
-        return isinstance(other, Activation) and self._key() == other._key()
-
-    def __hash__(self):
-        return hash(self._key())
 
     def __repr__(self):
         name = self._mode.name.removeprefix("CUDNN_ACTIVATION_").lower()

@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 from cudnn_py import capi
 from cudnn_py.args import float_arg, int_arg
-from cudnn_py.descriptors import _LRNDescriptor
+from cudnn_py.descriptors import Settings, _LRNDescriptor
 from cudnn_py.memory import DeviceArray
 from cudnn_py.ops._common import check_array, desc, empty_strided, output, scalars
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
@@ -37,7 +37,7 @@ __all__ = ["LRN", "lrn_forward", "lrn_backward", "divisive_normalization_forward
            "DivisiveNormalizationGrads"]
 
 
-class LRN:
+class LRN(Settings):
     """LRN settings, checked against cuDNN's limits once: hashable, with one shared ``cudnnLRNDescriptor_t``.
 
     ``n`` (the window) an int in [CUDNN_LRN_MIN_N, CUDNN_LRN_MAX_N] (1..16), ``alpha``, ``beta >= CUDNN_LRN_MIN_BETA``
@@ -79,12 +79,6 @@ class LRN:
 
     def _key(self):
         return (self._n, self._alpha, self._beta, self._k)
-
-    def __eq__(self, other):
-        return isinstance(other, LRN) and self._key() == other._key()
-
-    def __hash__(self):
-        return hash(self._key())
 
     def __repr__(self):
         return f"LRN(n={self._n}, alpha={self._alpha}, beta={self._beta}, k={self._k})"

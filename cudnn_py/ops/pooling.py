@@ -32,7 +32,7 @@ import numpy as np
 
 from cudnn_py import capi
 from cudnn_py.args import INT32_MAX, enum_member, int_or_ints, int_tuple, ints, nan_flag
-from cudnn_py.descriptors import TensorDescriptor, _PoolingDescriptor
+from cudnn_py.descriptors import Settings, TensorDescriptor, _PoolingDescriptor
 from cudnn_py.graph import legacy as gl
 from cudnn_py.memory import DeviceArray
 from cudnn_py.ops._common import check_array, desc, empty_strided, scalars, tensor_desc
@@ -65,7 +65,7 @@ def _param(v, name: str, minimum: int) -> int | tuple[int, ...]:
     return t
 
 
-class Pooling:
+class Pooling(Settings):
     """Pooling settings: validated once, hashable, with one shared ``cudnnPoolingDescriptor_t`` per spatial rank.
 
     ``mode``: a key of :data:`POOLING_MODES` (``"max"``, ``"max_deterministic"``, ``"avg"`` = ``"avg_exclude_padding"``,
@@ -137,12 +137,6 @@ class Pooling:
 
     def _key(self):
         return (int(self._mode), self._window, self._padding, self._stride, self._nan)
-
-    def __eq__(self, other):
-        return isinstance(other, Pooling) and self._key() == other._key()
-
-    def __hash__(self):
-        return hash(self._key())
 
     def __repr__(self):
         nan = ", nan_propagation=True" if self._nan else ""
