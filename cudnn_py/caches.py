@@ -87,19 +87,24 @@ class Cache(dict):
 
 
 _SHARED: dict[str, Cache] = {}
-_RAW: dict[tuple[int, str], Cache] = {}
+_RAW: dict[tuple[int | None, str], Cache] = {}
 _REGISTRY_LOCK = threading.Lock()
+
+
+def _cache_in(table: dict, key, name: str, maxsize: int) -> Cache:
+    """``table[key]``, a :class:`Cache` called ``name`` made on first use (atomically)."""
+    got = table.get(key)
+    if got is None:
+        with _REGISTRY_LOCK:
+            got = table.get(key)
+            if got is None:
+                got = table[key] = Cache(name, maxsize)
+    return got
 
 
 def shared(name: str, maxsize: int = DEFAULT_MAXSIZE) -> Cache:
     """The process-wide cache called ``name`` (made on first use), for what no handle owns."""
-    got = _SHARED.get(name)
-    if got is None:
-        with _REGISTRY_LOCK:
-            got = _SHARED.get(name)
-            if got is None:
-                got = _SHARED[name] = Cache(name, maxsize)
-    return got
+    return _cache_in(_SHARED, name, name, maxsize)
 
 
 def handle_cache(handle, name: str, maxsize: int = DEFAULT_MAXSIZE) -> Cache:
@@ -111,18 +116,12 @@ def handle_cache(handle, name: str, maxsize: int = DEFAULT_MAXSIZE) -> Cache:
     process-wide cache keyed by its address; its owner manages its lifetime (and :func:`clear` drops it).
     """
     caches = getattr(handle, "cache", None)
-    if caches is None:
-        from cudnn_py import capi
-        if not isinstance(handle, (capi.cudnnHandle_t, ctypes.c_void_p)):
-            raise InvalidTypeError(f"handle must be a cudnn_py.Handle or a cudnnHandle_t, got {type(handle).__name__}")
-        caches, name = _RAW, (ctypes.cast(handle, ctypes.c_void_p).value, name)
-    got = caches.get(name)
-    if got is None:
-        with _REGISTRY_LOCK:
-            got = caches.get(name)
-            if got is None:
-                got = caches[name] = Cache(str(name), maxsize)
-    return got
+    if caches is not None:
+        return _cache_in(caches, name, name, maxsize)
+    from cudnn_py import capi
+    if not isinstance(handle, (capi.cudnnHandle_t, ctypes.c_void_p)):
+        raise InvalidTypeError(f"handle must be a cudnn_py.Handle or a cudnnHandle_t, got {type(handle).__name__}")
+    return _cache_in(_RAW, (ctypes.cast(handle, ctypes.c_void_p).value, name), name, maxsize)
 
 
 def info() -> dict[str, int]:

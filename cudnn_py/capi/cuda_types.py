@@ -24,5 +24,5 @@ MAJOR_VERSION = libraryPropertyType.MAJOR_VERSION
 MINOR_VERSION = libraryPropertyType.MINOR_VERSION
 PATCH_LEVEL = libraryPropertyType.PATCH_LEVEL
 
-DEPRECATED = frozenset([])
+DEPRECATED: frozenset[str] = frozenset([])
 __all__ = ['MAJOR_VERSION', 'MINOR_VERSION', 'PATCH_LEVEL', 'cudaGraph_t', 'cudaStream_t', 'libraryPropertyType']

@@ -92,5 +92,5 @@ cudnnGnnMhaGatV2Backward = _function(
     'cudnnStatus_t cudnnGnnMhaGatV2Backward(cudaStream_t stream, const cudnnGnnCscGraph_t *graph, const void *gradOut, const void *srcFeatures, const void *dstFeatures, const void *edgeFeatures, const void *attnWeights, const void *smScores, const void *actScores, const float *dropoutMask, const float *gradAttention, void *gradSrcFeatures, void *gradDstFeatures, void *gradEdgeFeatures, void *gradWeights, void *gradSmScores, void *gradWspaceFeat, void *gradWspaceWeights, int dimNode, const cudnnGnnMhaParams_t *params, cudnnDataType_t dataType, cudnnDataType_t gradType)',
     '')
 
-DEPRECATED = frozenset([])
+DEPRECATED: frozenset[str] = frozenset([])
 __all__ = ['CUDNN_GNN_ACT_ELU', 'CUDNN_GNN_ACT_LEAKY_RELU', 'CUDNN_GNN_ACT_LINEAR', 'CUDNN_GNN_ACT_RELU', 'CUDNN_GNN_ACT_SCALAR', 'CUDNN_GNN_ACT_SIGMOID', 'CUDNN_GNN_ACT_TANH', 'CUDNN_GNN_AGG_MAX', 'CUDNN_GNN_AGG_MEAN', 'CUDNN_GNN_AGG_MIN', 'CUDNN_GNN_AGG_SUM', 'cudnnGnnActivationOp_t', 'cudnnGnnAggOp_t', 'cudnnGnnAggSimpleBackward', 'cudnnGnnAggSimpleForward', 'cudnnGnnCscGraph_t', 'cudnnGnnMhaGatBackward', 'cudnnGnnMhaGatForward', 'cudnnGnnMhaGatV2Backward', 'cudnnGnnMhaGatV2Forward', 'cudnnGnnMhaParams_t']

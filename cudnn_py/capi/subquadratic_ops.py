@@ -76,5 +76,5 @@ cudnnLongFFTCausalConv1dBackward = _function(
     'cudnnStatus_t cudnnLongFFTCausalConv1dBackward(cudaStream_t stream, const void *dy, void *dx, void *dweight, int batch, int dim, int seqLen, int kernelSize, cudnnDataType_t dataType, void *workspace, size_t workspaceSizeInBytes, void *reserveSpace, size_t reserveSpaceSizeInBytes)',
     'Compute gradients for long FFT causal depthwise 1D convolution.')
 
-DEPRECATED = frozenset([])
+DEPRECATED: frozenset[str] = frozenset([])
 __all__ = ['CUDNN_CAUSAL_CONV1D_ACTIVATION_IDENTITY', 'CUDNN_CAUSAL_CONV1D_ACTIVATION_SILU', 'cudnnB2BCausalConv1dBackward', 'cudnnB2BCausalConv1dForward', 'cudnnCausalConv1dActivation_t', 'cudnnCausalConv1dBackward', 'cudnnCausalConv1dForward', 'cudnnCausalConv1dNwhBackward', 'cudnnCausalConv1dNwhForward', 'cudnnFFTCausalConv1dBackward', 'cudnnFFTCausalConv1dForward', 'cudnnLongFFTCausalConv1dBackward', 'cudnnLongFFTCausalConv1dForward', 'cudnnLongFFTCausalConv1dGetBufferSizes', 'cudnnSubquadraticOpsVersionCheck']

@@ -95,7 +95,7 @@ def module_source(version: str, h: model.Header, earlier: dict[str, str]) -> str
         out.append(f"\n{f.name} = _function(\n    {_q(f.name)}, {f.restype}, ({args}),\n"
                    f"    {_q(f.prototype)},\n    {_q(f.brief)}{extra})\n")
 
-    out.append(f"\nDEPRECATED = frozenset({sorted(_deprecated(h))!r})\n")
+    out.append(f"\nDEPRECATED: frozenset[str] = frozenset({sorted(_deprecated(h))!r})\n")
     out.append(f"__all__ = {sorted(h.names())!r}\n")
     return "".join(out)
 
