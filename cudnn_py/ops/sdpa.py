@@ -21,6 +21,7 @@ from __future__ import annotations
 import ctypes
 import math
 import numbers
+from typing import NamedTuple
 
 import numpy as np
 
@@ -34,7 +35,32 @@ from cudnn_py.graph.execute import (_bindings, _check_array, _handle_device, _pl
 from cudnn_py.caches import handle_cache, shared
 from cudnn_py.memory import DeviceArray, as_array, empty, to_device
 
-__all__ = ["sdpa", "sdpa_backward", "sdpa_cache_clear", "alibi_slopes"]
+__all__ = ["sdpa", "sdpa_backward", "sdpa_cache_clear", "alibi_slopes", "SdpaOutputs", "SdpaGrads", "SdpaGradsWithBias"]
+
+
+class SdpaOutputs(NamedTuple):
+    """What :func:`sdpa` returns with ``return_stats=True``."""
+    o: DeviceArray       #: the attention output
+    stats: DeviceArray   #: the softmax statistics (log-sum-exp per query row) the backward takes
+
+
+class SdpaGrads(NamedTuple):
+    """What :func:`sdpa_backward` returns."""
+    dq: DeviceArray
+    dk: DeviceArray
+    dv: DeviceArray
+
+
+class SdpaGradsWithBias(NamedTuple):
+    """What :func:`sdpa_backward` returns with ``return_dbias=True`` (or ``dbias`` given)."""
+    dq: DeviceArray
+    dk: DeviceArray
+    dv: DeviceArray
+    dbias: DeviceArray
+
+
+def _grads(outs) -> SdpaGrads | SdpaGradsWithBias:
+    return SdpaGrads(*outs) if len(outs) == 3 else SdpaGradsWithBias(*outs)
 
 _CACHE = "ops.sdpa"        # canonical configuration -> _Runner
 _FAST = "ops.sdpa.fast"    # the raw arguments' key -> _Runner
@@ -448,7 +474,7 @@ def sdpa(handle, q, k, v, *, scale: float | None = None, causal: bool = False,
         ``return_stats``.
     :param implementation: 'auto', 'composite' or 'unified' (see :mod:`cudnn_py.graph.ops.sdpa`).
     :param autotune: on the first call of a configuration, time every plan and keep the fastest.
-    :returns: o, or (o, stats) with ``return_stats``.
+    :returns: o, or with ``return_stats`` an :class:`SdpaOutputs` (o, stats), which unpacks like a tuple.
     """
     return_stats = return_stats or stats is not None
     fast = handle_cache(handle, _FAST)
@@ -465,7 +491,7 @@ def sdpa(handle, q, k, v, *, scale: float | None = None, causal: bool = False,
         outs = _fast_outs(handle, r, (o, stats), (q, k, v))
         ins = (q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_kv, seed, offset)
         if r.try_run(tuple(_ptr(x) for x in ins if x is not None) + r.const_ptrs + tuple(map(_ptr, outs))):
-            return tuple(outs) if return_stats else outs[0]
+            return SdpaOutputs(*outs) if return_stats else outs[0]
 
     args = _Args(handle, q, k, v, scale=scale, causal=causal, diagonal_alignment=diagonal_alignment,
                  left_bound=left_bound, right_bound=right_bound, bias=bias, seq_len_q=seq_len_q,
@@ -498,7 +524,7 @@ def sdpa(handle, q, k, v, *, scale: float | None = None, causal: bool = False,
     if fkey is not None:
         fast[fkey] = r
     res = [a for a, _ in bound]
-    return tuple(res) if return_stats else res[0]
+    return SdpaOutputs(*res) if return_stats else res[0]
 
 
 def sdpa_backward(handle, q, k, v, o, do, stats, *, scale: float | None = None, causal: bool = False,
@@ -516,7 +542,8 @@ def sdpa_backward(handle, q, k, v, o, do, stats, *, scale: float | None = None, 
     :param return_dbias: also return the gradient of ``bias`` (its shape).
     :param dq, dk, dv, dbias: outputs to write (default: new arrays in the layouts of q, k, v and bias); a
         ``dbias`` array implies ``return_dbias``.
-    :returns: (dq, dk, dv), plus dbias with ``return_dbias``.
+    :returns: a :class:`SdpaGrads` (dq, dk, dv), or with ``return_dbias`` a :class:`SdpaGradsWithBias` (dq, dk, dv,
+        dbias); both unpack like tuples.
     """
     return_dbias = return_dbias or dbias is not None
     fast = handle_cache(handle, _FAST)
@@ -533,7 +560,7 @@ def sdpa_backward(handle, q, k, v, o, do, stats, *, scale: float | None = None, 
         outs = _fast_outs(handle, r, (dq, dk, dv, dbias), (q, k, v))
         ins = (q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_kv, seed, offset, o, do, stats)
         if r.try_run(tuple(_ptr(x) for x in ins if x is not None) + r.const_ptrs + tuple(map(_ptr, outs))):
-            return tuple(outs)
+            return _grads(outs)
 
     args = _Args(handle, q, k, v, scale=scale, causal=causal, diagonal_alignment=diagonal_alignment,
                  left_bound=left_bound, right_bound=right_bound, bias=bias, seq_len_q=seq_len_q,
@@ -577,4 +604,4 @@ def sdpa_backward(handle, q, k, v, o, do, stats, *, scale: float | None = None, 
     r.run(args.call_arrays() + [oa, doa, sa] + [b for _, b in bound])
     if fkey is not None:
         fast[fkey] = r
-    return tuple(a for a, _ in bound)
+    return _grads([a for a, _ in bound])
