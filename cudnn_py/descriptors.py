@@ -46,7 +46,7 @@ from cudnn_py._deprecation import alias, renamed_kwargs, warn
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
 from cudnn_py.args import DIM_MAX, INT32_MAX, dims, enum_member, int_arg, ints, nan_flag, spatial_ndim
-from cudnn_py.memory import DeviceArray, _c_strides, as_array
+from cudnn_py.memory import DeviceArray, c_strides, as_array
 
 __all__ = [
     "Descriptor", "Settings", "legacy_dtype", "TensorDescriptor", "FilterDescriptor", "ConvolutionDescriptor", "PoolingDescriptor",
@@ -229,7 +229,7 @@ class TensorDescriptor(Descriptor):
                 raise InvalidValueError(f"tensor strides {strides} are 0 in dimension(s) {bad} of size > 1 (a "
                                         f"broadcast "
                                  f"view); cuDNN needs real strides: make a packed copy")
-        span = _span(shape, _c_strides(shape) if strides is None else strides)
+        span = _span(shape, c_strides(shape) if strides is None else strides)
         if span > INT32_MAX:
             raise InvalidValueError(f"tensor shape {shape} with strides {strides or 'packed'} spans {span} elements; "
                                     f"cuDNN's "
@@ -240,7 +240,7 @@ class TensorDescriptor(Descriptor):
             capi.cudnnSetTensorNdDescriptorEx(self._ptr, fmt, dt, len(shape), _carray(shape))
         else:
             capi.cudnnSetTensorNdDescriptor(self._ptr, dt, len(shape), _carray(shape),
-                                            _carray(_c_strides(shape) if strides is None else strides))
+                                            _carray(c_strides(shape) if strides is None else strides))
 
     @classmethod
     def like(cls, array, dtype=None) -> TensorDescriptor:

@@ -78,7 +78,8 @@ def _drv() -> ModuleType:
 
 
 @functools.lru_cache(maxsize=4096)
-def _c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+def c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Packed (C-order) element strides of ``shape``."""
     strides, acc = [], 1
     for n in reversed(shape):
         strides.append(acc)
@@ -261,7 +262,7 @@ class DeviceArray:
         shape = _normalize_shape(shape)
         dtype = _numpy_dtype(dtype)
         if strides is None:
-            strides = _c_strides(shape)
+            strides = c_strides(shape)
         else:
             strides = tuple(int(s) for s in strides)
             if len(strides) != len(shape):
@@ -425,7 +426,7 @@ class DeviceArray:
         if math.prod(shape) != self.size:
             raise InvalidValueError(f"reshape: cannot reshape an array of size {self.size} into {shape}")
         self._require_contiguous("reshape")
-        return DeviceArray._new(self.ptr, shape, self.dtype, _c_strides(shape), self.device_id, self,
+        return DeviceArray._new(self.ptr, shape, self.dtype, c_strides(shape), self.device_id, self,
                                 self._stream)
 
     # -- exchange protocols --
@@ -473,12 +474,12 @@ def _allocate(shape: Shape, dtype: npt.DTypeLike, stream: StreamLike, device: in
     s = as_stream(stream, device)
     nbytes = math.prod(shape) * dtype.itemsize
     if nbytes == 0:
-        return DeviceArray._new(0, shape, dtype, _c_strides(shape), dev.device_id, None, s, True)
+        return DeviceArray._new(0, shape, dtype, c_strides(shape), dev.device_id, None, s, True)
     try:
         buf = dev.allocate(nbytes, stream=s)
     except Exception as e:  # noqa: BLE001 - cuda.core's CUDAError: out of memory, mostly
         raise cuda_error_from(e, "allocate", f"{nbytes} bytes on device {dev.device_id}") from e
-    return DeviceArray._new(int(buf.handle), shape, dtype, _c_strides(shape), dev.device_id, buf, s, True)
+    return DeviceArray._new(int(buf.handle), shape, dtype, c_strides(shape), dev.device_id, buf, s, True)
 
 
 def empty(shape: Shape, dtype: npt.DTypeLike = np.float32, stream: StreamLike = None, *,
@@ -605,7 +606,7 @@ def _view(obj, name: str, stream) -> DeviceArray:
         raise InvalidTypeError(f"{name} has dtype {dtype}, which cuDNN does not support")
     shape = tuple(view.shape)
     strides = view.strides
-    strides = _c_strides(shape) if strides is None else tuple(strides)
+    strides = c_strides(shape) if strides is None else tuple(strides)
     return DeviceArray._new(int(view.ptr), shape, np.dtype(dtype), strides, int(view.device_id), view,
                             None if stream is None else as_stream(stream))
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from cudnn_py import capi
 from cudnn_py.graph import legacy as gl
-from cudnn_py.memory import DeviceArray
+from cudnn_py.memory import DeviceArray, c_strides
 from cudnn_py.ops import norm_args as na
 from cudnn_py.ops.activation import Activation
 
@@ -17,16 +17,7 @@ def param_view(a: DeviceArray | None, s: na.NormSetup) -> DeviceArray | None:
     """A parameter array seen with the full parameter shape (a (C,) array as (1, C, 1, 1)); no copy."""
     if a is None or a.shape == s.pshape:
         return a
-    return DeviceArray._new(a.ptr, s.pshape, a.dtype, _c_strides(s.pshape), a.device_id, a, None)
-
-
-def _c_strides(shape) -> tuple[int, ...]:
-    """Packed (C-order) element strides of ``shape``."""
-    out, acc = [], 1
-    for n in reversed(shape):
-        out.append(acc)
-        acc *= n
-    return tuple(reversed(out))
+    return DeviceArray._new(a.ptr, s.pshape, a.dtype, c_strides(s.pshape), a.device_id, a, None)
 
 
 def is_relu(act) -> bool:
