@@ -79,7 +79,7 @@ def test_epsilon_must_be_positive_and_finite(ln, eps):
 
 def test_epsilon_type_checked(ln):
     g, x, s, b = ln
-    with pytest.raises(TypeError, match="epsilon must be a number"):
+    with pytest.raises(TypeError, match="epsilon must be a real number"):
         g.norm_forward(x, s, b, epsilon=True)
 
 

@@ -22,6 +22,7 @@ from typing import Sequence
 import numpy as np
 
 from cudnn_py import capi
+from cudnn_py.args import float_arg
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
 
@@ -289,18 +290,8 @@ class Graph(*BUILDERS):
         self.ops.append(op)
 
     # -- argument checks shared by the builder methods ----------------------------------------------------------
-    @staticmethod
-    def _float(v, what: str) -> float:
-        """A finite float parameter (a bool, a non-number or NaN/inf is refused naming ``what``)."""
-        if isinstance(v, bool) or not isinstance(v, (int, float, np.floating, np.integer)):
-            raise InvalidTypeError(f"{what} must be a number, got {type(v).__name__}")
-        try:
-            f = float(v)
-        except OverflowError:
-            raise InvalidValueError(f"{what} must be finite, got {v!r}") from None
-        if not math.isfinite(f):
-            raise InvalidValueError(f"{what} must be finite, got {v!r}")
-        return f
+    #: a finite float parameter (a bool, a non-number or NaN/inf is refused naming it): :func:`cudnn_py.args.float_arg`
+    _float = staticmethod(float_arg)
 
     @staticmethod
     def _axis(a, ndim: int, what: str) -> int:
