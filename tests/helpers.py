@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import contextlib
+import sys
+import threading
 
 import numpy as np
 
@@ -78,3 +80,27 @@ def poisoned_allocations():
         yield
     finally:
         memory._allocate = real
+
+
+def hammer(work, n_threads: int = 8) -> list[BaseException]:
+    """Run ``work(thread_index)`` on ``n_threads`` threads at once with a 1 µs switch interval; their exceptions."""
+    errors: list[BaseException] = []
+    start = threading.Barrier(n_threads)
+
+    def body(i):
+        try:
+            start.wait()
+            work(i)
+        except BaseException as e:  # noqa: BLE001 - collected and asserted on
+            errors.append(e)
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        ts = [threading.Thread(target=body, args=(i,)) for i in range(n_threads)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+    finally:
+        sys.setswitchinterval(old)
+    return errors

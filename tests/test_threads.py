@@ -3,8 +3,6 @@ mixed workload at once, results equal to a serial run (GPU). Sharing one Handle 
 unsupported (cuDNN's rule, documented in cudnn_py.handle) and not detected."""
 from __future__ import annotations
 
-import sys
-import threading
 import time
 
 import numpy as np
@@ -14,32 +12,9 @@ import cudnn_py.descriptors as D
 from cudnn_py import caches
 from cudnn_py.ops.convolution import Convolution
 from cudnn_py.ops import ctc, spatial_transformer
+from helpers import hammer
 
 THREADS = 8
-
-
-def _hammer(work, n_threads: int = THREADS) -> list[BaseException]:
-    """Run ``work(thread_index)`` on ``n_threads`` threads at once with a 1 µs switch interval; their exceptions."""
-    errors: list[BaseException] = []
-    start = threading.Barrier(n_threads)
-
-    def body(i):
-        try:
-            start.wait()
-            work(i)
-        except BaseException as e:  # noqa: BLE001 - collected and asserted on
-            errors.append(e)
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        ts = [threading.Thread(target=body, args=(i,)) for i in range(n_threads)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
-    finally:
-        sys.setswitchinterval(old)
-    return errors
 
 
 def test_descriptor_caches_under_8_threads_past_eviction():
@@ -63,7 +38,7 @@ def test_descriptor_caches_under_8_threads_past_eviction():
                 assert ctc._ctc_desc("softmax", "zero_oob", 1 + n % 255).max_label_length == 1 + n % 255
             if k % 50 == 0 and i == 0:
                 caches.clear()
-    errors = _hammer(work)
+    errors = hammer(work)
     assert not errors, f"{len(errors)} thread errors, first: {errors[0]!r}"
     assert all(n <= caches.DEFAULT_MAXSIZE for n in caches.info().values()) and len(spatial_transformer._CACHE) <= 256
 
@@ -75,7 +50,7 @@ def test_shared_cache_insert_is_safe_without_the_gil_yielding_luck():
     class _Fake:
         _shared = False
 
-    errors = _hammer(lambda i: [D._shared(cache, (i, k), _Fake) for k in range(3000)])
+    errors = hammer(lambda i: [D._shared(cache, (i, k), _Fake) for k in range(3000)])
     assert not errors, errors[:1]
     assert len(cache) <= 64
 
@@ -102,7 +77,7 @@ def test_eight_threads_each_with_a_handle_and_stream_match_serial():
                     results[i].append(run(hh, host))
                     if time.monotonic() > deadline:
                         break
-        errors = _hammer(work)
+        errors = hammer(work)
     assert not errors, f"{len(errors)} thread errors, first: {errors[0]!r}"
     rounds = sum(len(r) for r in results.values())
     print(f"{THREADS} threads, {rounds} workload rounds in 3 s")

@@ -20,12 +20,11 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from child import run_child
 
 EXAMPLES = int(os.environ.get("CUDNN_PY_FUZZ_EXAMPLES", "300"))
 SEED = int(os.environ.get("CUDNN_PY_FUZZ_SEED", "20261123"))
@@ -337,19 +336,7 @@ def _child(target: str, examples: int, seed: int, logfile: str) -> int:
 @pytest.mark.parametrize("target", TARGETS)
 def test_fuzz_capi(target, tmp_path):
     pytest.importorskip("hypothesis")
-    log = tmp_path / f"{target}.last"
-    import cudnn_py
-    root = str(Path(cudnn_py.__file__).resolve().parent.parent)  # the child imports the cudnn_py we test
-    env = {**os.environ, "PYTHONFAULTHANDLER": "1",
-           "PYTHONPATH": os.pathsep.join([root] + [p for p in [os.environ.get("PYTHONPATH")] if p])}
-    p = subprocess.run([sys.executable, __file__, target, str(EXAMPLES), str(SEED), str(log)],
-                       capture_output=True, text=True, timeout=TIMEOUT, env=env)
-    if p.returncode != 0:
-        last = log.read_text().strip() if log.exists() else "(none logged)"
-        sig = f" (signal {signal.Signals(-p.returncode).name})" if p.returncode < 0 else ""
-        pytest.fail(f"C-layer fuzz target {target!r} died with exit status {p.returncode}{sig} on:\n  {last}\n"
-                    f"stderr tail:\n{p.stderr[-3000:]}")
-    result = json.loads(p.stdout.strip().splitlines()[-1])
+    result = run_child(Path(__file__), target, EXAMPLES, SEED, TIMEOUT, tmp_path, "C-layer fuzz target")
     stats, findings = result["stats"], result["findings"]
     print(f"{target}: {stats}")
     assert stats.get("examples", 0) >= min(EXAMPLES, 10), stats

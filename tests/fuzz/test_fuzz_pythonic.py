@@ -10,17 +10,14 @@ CI runs a bounded, seeded count; more on demand:
 """
 from __future__ import annotations
 
-import json
 import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("hypothesis")
 
+from child import run_child  # noqa: E402
 from targets import TARGETS  # noqa: E402
 
 _HERE = Path(__file__).resolve().parent
@@ -30,19 +27,7 @@ TIMEOUT = float(os.environ.get("CUDNN_PY_FUZZ_TIMEOUT", str(60 + EXAMPLES * 0.2)
 
 
 def _run(target: str, tmp_path: Path) -> dict:
-    log = tmp_path / f"{target}.last"
-    import cudnn_py
-    root = str(Path(cudnn_py.__file__).resolve().parent.parent)  # the child imports the same cudnn_py as we do
-    env = {**os.environ, "PYTHONFAULTHANDLER": "1",
-           "PYTHONPATH": os.pathsep.join([root] + [p for p in [os.environ.get("PYTHONPATH")] if p])}
-    p = subprocess.run([sys.executable, str(_HERE / "runner.py"), target, str(EXAMPLES), str(SEED), str(log)],
-                       capture_output=True, text=True, timeout=TIMEOUT, env=env)
-    if p.returncode != 0:
-        last = log.read_text().strip() if log.exists() else "(none logged)"
-        sig = f" (signal {signal.Signals(-p.returncode).name})" if p.returncode < 0 else ""
-        pytest.fail(f"fuzz target {target!r} died with exit status {p.returncode}{sig} on example:\n  {last}\n"
-                    f"stderr tail:\n{p.stderr[-3000:]}")
-    return json.loads(p.stdout.strip().splitlines()[-1])
+    return run_child(_HERE / "runner.py", target, EXAMPLES, SEED, TIMEOUT, tmp_path, "fuzz target")
 
 
 @pytest.mark.parametrize("target", sorted(TARGETS))
