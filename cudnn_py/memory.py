@@ -87,7 +87,8 @@ def c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-def _is_c_contiguous(shape, strides) -> bool:
+def is_c_contiguous(shape, strides) -> bool:
+    """Whether element ``strides`` lay ``shape`` out packed in row-major order (unit dims' strides ignored)."""
     if 0 in shape:
         return True
     acc = 1
@@ -281,7 +282,7 @@ class DeviceArray:
         self.ndim = len(shape)
         self.size = size = math.prod(shape)
         self.nbytes = size * dtype.itemsize
-        self.is_contiguous = _is_c_contiguous(shape, strides) if contiguous is None else contiguous
+        self.is_contiguous = is_c_contiguous(shape, strides) if contiguous is None else contiguous
         self._owner = owner
         self._stream = stream
 

@@ -33,7 +33,7 @@ from cudnn_py.graph.conv import _autotune
 from cudnn_py.graph.execute import (_bindings, _check_array, _handle_device, _plan_pointer, _raw_execute,
                                     make_variant_pack, scratch_pointers)
 from cudnn_py.caches import handle_cache, shared
-from cudnn_py.memory import DeviceArray, as_array, empty, to_device
+from cudnn_py.memory import DeviceArray, as_array, c_strides, empty, to_device
 
 __all__ = ["sdpa", "sdpa_backward", "sdpa_cache_clear", "alibi_slopes", "SdpaOutputs", "SdpaGrads", "SdpaGradsWithBias"]
 
@@ -386,11 +386,6 @@ def _spec(t, src=None) -> tuple:
     return t.shape, t.np_dtype, t.strides, src
 
 
-def _packed(shape) -> tuple:
-    """Row-major strides of ``shape``."""
-    return tuple(int(x) for x in np.cumprod((1,) + tuple(shape[::-1]))[:-1][::-1])
-
-
 def _packed_shape(spec, inputs) -> tuple:
     """The (T, H, D) shape of a packed output: T of the input it follows, H and D of its logical shape."""
     shape, _, _, src = spec
@@ -404,7 +399,7 @@ def _bind_out(handle, given, name, spec, inputs):
     if src is not None:
         packed = _packed_shape(spec, inputs)
         if given is None:
-            given = _new_out(handle, packed, dtype, _packed(packed))
+            given = _new_out(handle, packed, dtype, c_strides(packed))
         a = as_array(given, name)
         if a.shape != packed or a.dtype != dtype:
             raise InvalidValueError(f"{name} must have shape {packed} and dtype {dtype}, got {a.shape} {a.dtype}")
@@ -435,7 +430,7 @@ def _fast_outs(handle, r: _Runner, given, inputs) -> list:
                 x = _new_out(handle, spec[0], spec[1], spec[2])
             else:
                 packed = _packed_shape(spec, inputs)
-                x = _new_out(handle, packed, spec[1], _packed(packed))
+                x = _new_out(handle, packed, spec[1], c_strides(packed))
         outs.append(x)
     return outs
 

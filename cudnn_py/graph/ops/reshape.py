@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 from cudnn_py import capi
+from cudnn_py.memory import is_c_contiguous
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 from ..descriptors import BackendDescriptor
@@ -32,15 +33,6 @@ def _loaded() -> tuple[int, int, int]:
 
 def _v(t: tuple) -> str:
     return ".".join(map(str, t))
-
-
-def _packed(shape, strides) -> bool:
-    acc = 1
-    for n, s in zip(reversed(shape), reversed(strides)):
-        if n != 1 and s != acc:
-            return False
-        acc *= n
-    return True
 
 
 class Reshape(Op):
@@ -112,7 +104,7 @@ class ReshapeBuilders(Builder):
             raise InvalidValueError(f"reshape: x {x.shape} has {math.prod(x.shape)} elements, shape {shape} has "
                              f"{math.prod(shape)}")
         logical = _loaded() >= _RESHAPE_MODE_SINCE
-        if not logical and not _packed(x.shape, x.strides):
+        if not logical and not is_c_contiguous(x.shape, x.strides):
             raise GraphNotSupportedError(self.name, [f"reshape({x.describe()} strides {list(x.strides)})"], [], [(
                 f"cuDNN {_v(_loaded())} (loaded)", f"before cuDNN {_v(_RESHAPE_MODE_SINCE)} a reshape is a view of "
                 f"x's memory: x must be packed row-major")])
