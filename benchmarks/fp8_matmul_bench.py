@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 
 import ml_dtypes
@@ -25,25 +24,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import cudnn_py.graph as G  # noqa: E402
 from cudnn_py.handle import Handle  # noqa: E402
 from cudnn_py.memory import DeviceArray  # noqa: E402
+from timing import event_ms  # noqa: E402
 
 E4M3 = np.dtype(ml_dtypes.float8_e4m3fn)
-
-
-def device_ms(fn, iters: int, repeats: int) -> float:
-    """Median over ``repeats`` of the per-call device time of ``iters`` back-to-back calls (after a warm-up)."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(iters):
-            fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop) / iters)
-    return statistics.median(times)
 
 
 def wrap(t: torch.Tensor, dtype) -> DeviceArray:
@@ -93,8 +76,8 @@ def main() -> None:
     err = [float(np.linalg.norm(t[:256, :256].double().cpu().numpy() - corner) / np.linalg.norm(corner))
            for t in (c_ours, c_torch)]
     flop = 2.0 * n ** 3
-    rows = [(f"cudnn-py graph fp8_matmul ({g.plan.tag})", device_ms(ours, args.iters, args.repeats)),
-            ("torch._scaled_mm", device_ms(theirs, args.iters, args.repeats))]
+    rows = [(f"cudnn-py graph fp8_matmul ({g.plan.tag})", event_ms(ours, args.iters, args.repeats)),
+            ("torch._scaled_mm", event_ms(theirs, args.iters, args.repeats))]
     print(f"FP8 e4m3 matmul {n}x{n}x{n}, bf16 out; {torch.cuda.get_device_name()}; torch {torch.__version__}")
     print(f"cudnn-py vs torch relative difference {diff:.2e}; vs float64 on a 256x256 corner: "
           f"cudnn-py {err[0]:.2e}, torch {err[1]:.2e}")

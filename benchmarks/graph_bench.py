@@ -29,6 +29,7 @@ from cudnn_py.streams import timer
 
 try:
     import torch
+    from timing import event_ms
 except ImportError:  # pragma: no cover
     torch = None
 
@@ -58,21 +59,6 @@ def device_ms(fn, h, n: int = 20) -> float:
             for _ in range(n):
                 fn()
         times.append(t.ms / n)
-    return statistics.median(times)
-
-
-def torch_ms(fn, n: int = 20) -> float:
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(5):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(n):
-            fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) / n)
     return statistics.median(times)
 
 
@@ -229,7 +215,7 @@ def fusion(h, rng):
         wt = torch.randn(128, 128, 3, 3, device="cuda", dtype=torch.half).to(memory_format=torch.channels_last)
         bt = torch.randn(128, device="cuda", dtype=torch.half)
         F = torch.nn.functional
-        t = torch_ms(lambda: F.relu(F.conv2d(xt, wt, bt, padding=1)))
+        t = event_ms(lambda: F.relu(F.conv2d(xt, wt, bt, padding=1)), 20, repeats=5)
         print(f"{'torch relu(conv2d(x, w, b)) channels_last, cudnn.benchmark':<64} {t:8.3f} ms")
 
 
@@ -254,7 +240,7 @@ def throughput(h, rng):
         xt = torch.randn(64, 256, 56, 56, device="cuda", dtype=torch.half).to(memory_format=torch.channels_last)
         wt = torch.randn(256, 256, 3, 3, device="cuda", dtype=torch.half).to(memory_format=torch.channels_last)
         F = torch.nn.functional
-        t = torch_ms(lambda: F.conv2d(xt, wt, padding=1), n=10)
+        t = event_ms(lambda: F.conv2d(xt, wt, padding=1), 10, repeats=5)
         print(f"{'torch conv2d channels_last, cudnn.benchmark=True':<64} {t:8.3f} ms {flops / t / 1e9:8.1f} TFLOP/s")
 
 

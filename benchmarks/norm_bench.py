@@ -12,32 +12,15 @@ Run: python benchmarks/norm_bench.py [--rows 8192] [--hidden 4096] [--iters 20]
 from __future__ import annotations
 
 import argparse
-import statistics
 
 import torch
 import torch.nn.functional as F
 
 import cudnn_py.graph as G
 from cudnn_py.handle import Handle
+from timing import event_ms
 
 EPS = 1e-5
-
-
-def device_ms(fn, iters: int, repeats: int = 7) -> float:
-    """Median over ``repeats`` of the per-call device time of ``iters`` back-to-back calls."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(iters):
-            fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop) / iters)
-    return statistics.median(times)
 
 
 def graphs(h, mode: str, rows: int, hidden: int, x, w, b, dy, out):
@@ -113,10 +96,10 @@ def main():
             ref = (F.layer_norm(xf, (hidden,), wf, b.float().view(-1), EPS) if mode == "layer"
                    else F.rms_norm(xf, (hidden,), wf, EPS))
             err = (out["y"].float() - ref).abs().max().item()
-            tf = device_ms(t_fwd, a.iters)
-            tfb = device_ms(t_fwd_bwd, a.iters)
-            cf = device_ms(fwd, a.iters)
-            cb = device_ms(bwd, a.iters)
+            tf = event_ms(t_fwd, a.iters)
+            tfb = event_ms(t_fwd_bwd, a.iters)
+            cf = event_ms(fwd, a.iters)
+            cb = event_ms(bwd, a.iters)
             rows_out = [("forward", cf, tf, 2 * nbytes), ("fwd+bwd", cf + cb, tfb, 5 * nbytes)]
             for name, c, t, moved in rows_out:
                 print(f"{mode + ' norm':14s} {name:12s} {c:8.4f} ({moved / c / 1e6:5.0f}) "
