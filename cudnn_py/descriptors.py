@@ -184,13 +184,25 @@ def _layout(value) -> capi.cudnnTensorFormat_t:
 class Settings:
     """The base of the configuration classes (``Pooling``, ``Activation``, ``LRN``, :class:`OpTensor`,
     :class:`ReduceTensor`): validated once, read-only, equal and hashable by their settings (``_key()``), so that
-    equal objects share one C descriptor. (``Convolution`` keeps a precomputed key and hash: it is part of every
-    convolution call's plan key.)"""
+    equal objects share one C descriptor: :attr:`descriptor`, the shared instance of ``_c_class`` for ``_key()``
+    (``Pooling`` has one per spatial rank instead). (``Convolution`` keeps a precomputed key and hash: it is part
+    of every convolution call's plan key.)"""
 
     __slots__ = ()
+    _c_class: type[Descriptor]  # the C descriptor class, made from the settings as _c_class.shared(*_key())
+    _desc: Descriptor | None
 
     def _key(self) -> tuple:
         raise NotImplementedError
+
+    @property
+    def descriptor(self):
+        """The shared C descriptor of these settings (a ``cudnn*Descriptor_t``, made on first use), for ``capi``
+        calls."""
+        d = self._desc
+        if d is None:
+            d = self._desc = self._c_class.shared(*self._key())
+        return d.ptr
 
     def __eq__(self, other) -> bool:
         return type(other) is type(self) and self._key() == other._key()
@@ -580,6 +592,7 @@ class OpTensor(Settings):
     """
 
     __slots__ = ("_op", "_compute", "_nan", "_desc")
+    _c_class = _OpTensorDescriptor
 
     def __init__(self, op="add", compute_dtype=None, *, nan_propagation=False, **old):
         if old:
@@ -601,14 +614,6 @@ class OpTensor(Settings):
     @property
     def nan_propagation(self) -> bool:
         return self._nan
-
-    @property
-    def descriptor(self) -> capi.cudnnOpTensorDescriptor_t:
-        """The shared ``cudnnOpTensorDescriptor_t`` of these settings (made on first use)."""
-        d = self._desc
-        if d is None:
-            d = self._desc = _OpTensorDescriptor.shared(*self._key())
-        return d.ptr
 
     def _key(self):
         return (self._op, self._compute, self._nan)
@@ -667,6 +672,7 @@ class ReduceTensor(Settings):
     """
 
     __slots__ = ("_op", "_compute", "_nan", "_indices", "_indices_type", "_desc")
+    _c_class = _ReduceTensorDescriptor
 
     def __init__(self, op="add", compute_dtype=None, *, nan_propagation=False, indices="none",
                  indices_type="uint32", **old):
@@ -703,14 +709,6 @@ class ReduceTensor(Settings):
     @property
     def indices_type(self) -> capi.cudnnIndicesType_t:
         return self._indices_type
-
-    @property
-    def descriptor(self) -> capi.cudnnReduceTensorDescriptor_t:
-        """The shared ``cudnnReduceTensorDescriptor_t`` of these settings (made on first use)."""
-        d = self._desc
-        if d is None:
-            d = self._desc = _ReduceTensorDescriptor.shared(*self._key())
-        return d.ptr
 
     def _key(self):
         return (self._op, self._compute, self._nan, self._indices, self._indices_type)

@@ -50,6 +50,7 @@ class Activation(Settings):
     """
 
     __slots__ = ("_mode", "_coef", "_swish_beta", "_nan", "_desc")
+    _c_class = _ActivationDescriptor
 
     def __init__(self, mode="relu", coef: float = 0.0, swish_beta: float = 1.0, *, nan_propagation: bool = False):
         self._mode = enum_member(capi.cudnnActivationMode_t, mode, "CUDNN_ACTIVATION_", "activation mode")
@@ -75,16 +76,8 @@ class Activation(Settings):
     def nan_propagation(self) -> bool:
         return self._nan
 
-    @property
-    def descriptor(self) -> capi.cudnnActivationDescriptor_t:
-        """The shared ``cudnnActivationDescriptor_t`` of these settings (made on first use)."""
-        d = self._desc
-        if d is None:
-            d = self._desc = _ActivationDescriptor.shared(self._mode, self._nan, self._coef, self._swish_beta)
-        return d.ptr
-
     def _key(self):
-        return (int(self._mode), self._coef, self._swish_beta, self._nan)
+        return (self._mode, self._nan, self._coef, self._swish_beta)
 
     def __repr__(self):
         name = self._mode.name.removeprefix("CUDNN_ACTIVATION_").lower()

@@ -45,6 +45,7 @@ class LRN(Settings):
     """
 
     __slots__ = ("_n", "_alpha", "_beta", "_k", "_desc")
+    _c_class = _LRNDescriptor
 
     def __init__(self, n: int = 5, alpha: float = 1e-4, beta: float = 0.75, k: float = 2.0):
         self._n = int_arg(n, "LRN window n", capi.CUDNN_LRN_MIN_N, capi.CUDNN_LRN_MAX_N)
@@ -68,14 +69,6 @@ class LRN(Settings):
     @property
     def k(self) -> float:
         return self._k
-
-    @property
-    def descriptor(self) -> capi.cudnnLRNDescriptor_t:
-        """The shared ``cudnnLRNDescriptor_t`` of these settings (made on first use)."""
-        d = self._desc
-        if d is None:
-            d = self._desc = _LRNDescriptor.shared(*self._key())
-        return d.ptr
 
     def _key(self):
         return (self._n, self._alpha, self._beta, self._k)
