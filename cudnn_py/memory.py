@@ -670,6 +670,13 @@ def _learn_torch() -> bool:
     return True
 
 
+def is_torch_tensor(obj) -> bool:
+    """Whether ``obj`` is a torch tensor: of the types :func:`array_signature` reads without DLPack (``torch.Tensor``,
+    ``torch.nn.Parameter``; subclasses are not); False while the program has not imported torch."""
+    t = type(obj)
+    return t in _TORCH_TYPES or (not _TORCH_TYPES and _learn_torch() and t in _TORCH_TYPES)
+
+
 #: what a cached call keys an array argument on: (shape, strides in elements, dtype, device ordinal)
 Signature = tuple[tuple[int, ...], tuple[int, ...], np.dtype, int]
 

@@ -411,7 +411,7 @@ def test_variant_pack_missing_or_extra_tensors():
 
 
 def test_raw_execute_is_a_bare_ctypes_function():
-    fn = gexec._raw_execute()
+    fn = gexec.raw_execute()
     assert fn.restype is ctypes.c_int and fn.errcheck is not gexec.status_error
     assert fn(None, None, None) != 0  # a status, not an exception
 
@@ -684,9 +684,9 @@ def test_scalars_and_parameters_that_do_not_fit_are_refused():
 
 
 def test_entry_point_autotuning_falls_back_only_when_a_and_b_have_no_plan():
-    """graph.conv._autotune (shared by convolution, the legacy-op graph paths and attention): modes A and B, then
+    """graph.conv.autotune_graph (shared by convolution, the legacy-op graph paths and attention): modes A and B, then
     FALLBACK only on GraphNotSupportedError; any other error propagates."""
-    from cudnn_py.graph.conv import _autotune
+    from cudnn_py.graph.conv import autotune_graph
 
     class Fake:
         def __init__(self, fail):
@@ -698,12 +698,12 @@ def test_entry_point_autotuning_falls_back_only_when_a_and_b_have_no_plan():
                 raise self.fail[modes]
 
     ok = Fake({})
-    _autotune(ok, None, {})
+    autotune_graph(ok, None, {})
     assert ok.calls == [("A", "B")]
     fb = Fake({("A", "B"): GraphNotSupportedError("g", [], ["A", "B"], [])})
-    _autotune(fb, None, {})
+    autotune_graph(fb, None, {})
     assert fb.calls == [("A", "B"), ("FALLBACK",)]
     bad = Fake({("A", "B"): CudnnBadParamError("cudnnBackendFinalize", 2000)})
     with pytest.raises(CudnnBadParamError):
-        _autotune(bad, None, {})
+        autotune_graph(bad, None, {})
     assert bad.calls == [("A", "B")]

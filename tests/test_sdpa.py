@@ -1,16 +1,18 @@
 """Attention without a GPU: the float64 reference against finite differences and hand-made masks, the graph
 operations' lowering (every option through real backend descriptors, with only finalize faked: no driver here),
 the operation pattern the fused engines recognise, and every bad input refused before cuDNN is called."""
+import sys
 import types
 
 import numpy as np
 import pytest
 
 import cudnn_py.graph as G
+from cudnn_py import memory as M
 from cudnn_py.graph import BackendDescriptor, Graph
 from cudnn_py.graph.ops import sdpa as gsdpa
 from cudnn_py.graph.ops.pointwise import Pointwise
-from cudnn_py.memory import DeviceArray
+from cudnn_py.memory import DeviceArray, c_strides
 from cudnn_py.ops import sdpa as S
 from helpers import NoCallHandle, fake, numeric_gradient
 from reference import sdpa as R
@@ -308,26 +310,57 @@ def test_pythonic_bad_input_never_reaches_cudnn():
         S.sdpa_backward(h, q, q, q, q, q, fake((1, 2, 16), np.float32))
 
 
-class _TorchLike:
-    """What the entry points read of a CUDA torch tensor without a DLPack view: shape, stride(), dtype, is_cuda."""
-    is_cuda = True
+class _TorchDtype:
+    """A torch dtype: ``str()`` gives ``torch.<name>``."""
 
-    def __init__(self, shape, dtype="bfloat16"):
-        self.shape = shape
-        self.dtype = type("dtype", (), {"__str__": lambda self: f"torch.{dtype}"})()
+    def __init__(self, name):
+        self.name = name
+
+    def __str__(self):
+        return f"torch.{self.name}"
+
+
+class _TorchLike:
+    """What cudnn_py reads of a torch tensor without a DLPack view (memory.array_signature, Graph.tensor_like):
+    shape, stride(), dtype, is_cuda, get_device(), data_ptr(); device -1 is the CPU."""
+
+    def __init__(self, shape, dtype, ptr=0x10000, strides=None, device=0):
+        self.shape, self.dtype, self._ptr, self._device = tuple(shape), dtype, ptr, device
+        self._strides = c_strides(self.shape) if strides is None else tuple(strides)
+        self.is_cuda = device >= 0
 
     def stride(self):
-        return tuple(int(np.prod(self.shape[i + 1:])) for i in range(len(self.shape)))
+        return self._strides
+
+    def get_device(self):
+        return self._device
+
+    def data_ptr(self):
+        return self._ptr
 
 
-def test_pythonic_reads_torch_tensors_up_to_the_builder():
+@pytest.fixture
+def torch_like(monkeypatch):
+    """A stand-in torch module, imported by 'the program', whose Tensor is :class:`_TorchLike` (memory learns its
+    tables from it); returns the module (its dtypes: ``torch_like.bfloat16``, ...)."""
+    torch = types.ModuleType("torch")
+    torch.Tensor, torch.dtype = _TorchLike, _TorchDtype
+    for name in ("float32", "float16", "bfloat16", "int32", "int64"):
+        setattr(torch, name, _TorchDtype(name))
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setattr(M, "_TORCH_TYPES", frozenset())
+    monkeypatch.setattr(M, "_TORCH_DTYPES", {})
+    return torch
+
+
+def test_pythonic_reads_torch_tensors_up_to_the_builder(torch_like):
     h = NoCallHandle()
     h.cache = {}
-    t = _TorchLike((1, 2, 16, 64))
+    t = _TorchLike((1, 2, 16, 64), torch_like.bfloat16)
     with pytest.raises(G.GraphNotSupportedError, match="causal"):  # the graph was made with bfloat16 I/O
         S.sdpa(h, t, t, t, causal=True, implementation="unified")
     with pytest.raises(TypeError, match="float16 or bfloat16"):
-        f = _TorchLike((1, 2, 16, 64), "float32")
+        f = _TorchLike((1, 2, 16, 64), torch_like.float32)
         S.sdpa(h, f, f, f)
 
 
@@ -470,7 +503,7 @@ def fake_exec(monkeypatch):
         return types.SimpleNamespace(ptr=ctypes.c_void_p(1000 + len(made)))
     monkeypatch.setattr(S, "_plan", plan)
     monkeypatch.setattr(S, "make_variant_pack", pack)
-    monkeypatch.setattr(S, "_raw_execute", lambda: lambda h, p, vp: packs.append(vp.value) or 0)
+    monkeypatch.setattr(S, "raw_execute", lambda: lambda h, p, vp: packs.append(vp.value) or 0)
     addr = iter(range(0x10000000, 0x20000000, 0x100000))
     monkeypatch.setattr(S, "_new_out", lambda handle, shape, dtype, strides: DeviceArray(next(addr), shape, dtype,
                                                                                          strides))
@@ -497,6 +530,33 @@ def test_repeat_calls_reuse_the_variant_pack_and_new_addresses_are_validated(fak
 def handle_cache_of(h):
     from cudnn_py.caches import handle_cache
     return handle_cache(h, "ops.sdpa")
+
+
+def test_fast_key_is_each_arguments_signature(fake_exec, torch_like):
+    """The fast path keys each tensor on its memory.array_signature (shape, strides, dtype, device) and binds the
+    pointers read with it: a torch tensor and a DeviceArray of one signature share the runner and the variant pack;
+    another layout, dtype or device at the same addresses is validated again (a new runner, or the error)."""
+    packs, made = fake_exec
+    h = _PlanHandle()
+    shape, bf16, f16 = (1, 2, 64, 64), torch_like.bfloat16, torch_like.float16
+    o = DeviceArray(0x200000, shape, BF16)
+    q = _TorchLike(shape, bf16, 0x100000)
+    for _ in range(2):
+        assert S.sdpa(h, q, q, q, o=o) is o
+    assert len(made) == 1 and packs == [1001, 1001] and made[0][:4] == [0x100000] * 3 + [0x200000]
+    qa = DeviceArray(0x100000, shape, BF16)
+    S.sdpa(h, qa, qa, qa, o=o)
+    assert len(handle_cache_of(h)) == 1 and len(made) == 1 and packs[-1] == 1001
+    bshd = _TorchLike(shape, bf16, 0x100000, strides=(64 * 2 * 64, 64, 2 * 64, 1))  # (B, S, H, D) seen as BHSD
+    S.sdpa(h, bshd, bshd, bshd, o=o)
+    assert len(handle_cache_of(h)) == 2 and len(made) == 2
+    S.sdpa(h, *[_TorchLike(shape, f16, 0x100000)] * 3, o=DeviceArray(0x200000, shape, np.float16))
+    assert len(handle_cache_of(h)) == 3 and len(made) == 3
+    with pytest.raises(ValueError, match="on device 1, the handle on device 0"):
+        S.sdpa(h, *[_TorchLike(shape, bf16, 0x100000, device=1)] * 3, o=o)
+    with pytest.raises(TypeError, match="q must be a DeviceArray or a GPU tensor"):  # a CPU tensor: validated
+        S.sdpa(h, *[_TorchLike(shape, bf16, 0x100000, device=-1)] * 3, o=o)
+    assert len(made) == 3 and packs == [1001] * 3 + [1002, 1003]
 
 
 def test_pythonic_packed_batches_bind_logical_views(fake_exec):
@@ -544,7 +604,7 @@ def test_backward_scratch_lives_in_the_plan_workspace(monkeypatch):
     assert total == 1024 + 2048 + 2 * 4 * 64 * 64 * 4
     assert scratch_layout(g, 0)[0][0] == (ss.uid, 0)
     plan = types.SimpleNamespace(graph=g, scratch=places)
-    io, _ = gexec._bindings(plan)
+    io, _ = gexec.plan_bindings(plan)
     assert {t.name for t in io} == {"q", "k", "v", "o", "do", "st", "bwd.dq", "bwd.dk", "bwd.dv"}
     assert gexec.scratch_pointers(plan, 1 << 20) == ([ss.uid, acc.uid], [(1 << 20) + 1024, (1 << 20) + 3072])
     monkeypatch.setattr(gsdpa, "_version", lambda: (9, 5, 1))

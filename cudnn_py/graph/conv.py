@@ -21,12 +21,12 @@ from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.memory import DeviceArray, as_array, empty
 from cudnn_py.ops.convolution import logical, physical, unit_height
 
-from .execute import _handle_device
+from .execute import Executor, handle_device
 from .errors import GraphNotSupportedError
 from .graph import Graph, _packed_strides
 
 __all__ = ["conv_forward", "conv_backward_data", "conv_backward_filter", "convolution", "ACTIVATIONS", "DTYPES",
-           "conv_cache_clear"]
+           "conv_cache_clear", "autotune_graph", "build_executor"]
 
 #: activation name -> Graph method applied after the (bias-added) convolution
 ACTIVATIONS = ("relu", "gelu", "silu", "tanh", "sigmoid")
@@ -82,7 +82,7 @@ def _out(handle, shape, dtype, strides, out: DeviceArray | None, name) -> Device
         return out
     order = sorted(range(len(shape)), key=lambda i: -strides[i])
     buf = empty(tuple(shape[i] for i in order), dtype, stream=getattr(handle, "stream", None),
-                device=_handle_device(handle))
+                device=handle_device(handle))
     return DeviceArray(buf.ptr, shape, dtype, strides, device_id=buf.device_id, owner=buf)
 
 
@@ -94,23 +94,35 @@ def _runner(handle, key, make):
     return r
 
 
-def _autotune(g: Graph, handle, pack: dict) -> None:
+def autotune_graph(g: Graph, handle, pack: dict) -> None:
     """Autotune ``g`` on ``pack`` over the plans of heuristics modes A and B (timing every fallback engine too
     costs seconds and never wins), or over the fallback plans when A and B have none. The cached entry points'
-    autotuning (convolution, the operation modules' graph paths, attention) goes through here."""
+    autotuning (convolution, the operation modules' graph paths, attention) goes through here.
+
+    :param g: the graph (its plan is the fastest afterwards).
+    :param handle: the :class:`~cudnn_py.Handle` to time on.
+    :param pack: graph tensor -> array for every I/O tensor (outputs are overwritten).
+    :raises GraphNotSupportedError: no plan of any mode runs the graph.
+    """
     try:
         g.autotune(handle, pack, modes=("A", "B"))
     except GraphNotSupportedError:
         g.autotune(handle, pack, modes=("FALLBACK",))
 
 
-def _build(g: Graph, handle, tensors, arrays, autotune: bool):
+def build_executor(g: Graph, handle, tensors, arrays, autotune: bool) -> Executor:
     """Plan ``g`` (heuristics' first plan, or with ``autotune`` the fastest of all plans timed on the call's
-    inputs and a scratch output) and return its executor over ``tensors`` (the output last)."""
+    inputs and a scratch output) and make its executor.
+
+    :param tensors: the graph tensors the executor binds, in order: the inputs, then the one output.
+    :param arrays: the call's arrays of the inputs (timed on with ``autotune``).
+    :param autotune: time every plan (:func:`autotune_graph`) instead of taking the heuristics' first.
+    :returns: the :class:`~cudnn_py.graph.Executor` over ``tensors`` (identity cache of one).
+    """
     if autotune:
         out = tensors[-1]
         scratch = _out(handle, out.shape, out.np_dtype, out.strides, None, out.name)
-        _autotune(g, handle, {**dict(zip(tensors[:-1], arrays)), out: scratch})
+        autotune_graph(g, handle, {**dict(zip(tensors[:-1], arrays)), out: scratch})
     else:
         g.build(handle)
     return g.executor(handle, *tensors, identity_cache=1)
@@ -163,7 +175,7 @@ def conv_forward(handle, x, w, *, padding=0, stride=1, dilation=1, bias=None, ac
             out.strides = ya.strides
         out.set_output(True).set_name("y")
         args.append(out)
-        return _build(g, handle, args, arrays, autotune), out.shape, out.strides, xa.dtype
+        return build_executor(g, handle, args, arrays, autotune), out.shape, out.strides, xa.dtype
 
     ex, shape, strides, dt = _runner(handle, key, make)
     ya = _out(handle, shape, dt, strides, ya, "y")
@@ -200,7 +212,7 @@ def _backward(kind: str, handle, dy, other, out, out_shape, *, padding, stride, 
         elif kind == "wgrad" and oa.ndim >= 4 and _packed_strides(oa.shape, "NHWC") == oa.strides:
             res.strides = _packed_strides(res.shape, "NHWC")  # channels-last x: channels-last dw
         res.set_output(True).set_name(out_name)
-        return _build(g, handle, [tdy, to, res], [dya, oa], autotune), res.shape, res.strides, dya.dtype
+        return build_executor(g, handle, [tdy, to, res], [dya, oa], autotune), res.shape, res.strides, dya.dtype
 
     ex, shape, strides, dt = _runner(handle, key, make)
     outa = _out(handle, shape, dt, strides, outa, out_name)

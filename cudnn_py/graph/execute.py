@@ -18,15 +18,19 @@ from cudnn_py.memory import DeviceArray, array_signature, as_array, empty
 
 from .descriptors import BackendDescriptor
 
-__all__ = ["Executor", "execute", "CudaGraph", "execute_descriptors", "make_variant_pack", "scratch_pointers"]
+__all__ = ["Executor", "execute", "CudaGraph", "execute_descriptors", "make_variant_pack", "scratch_pointers",
+           "plan_bindings", "plan_pointer", "handle_device", "tensor_pointer", "raw_execute"]
 
 _MAX_PACKS = 256
 _RAW_EXEC = None
 
 
-def _raw_execute():
+def raw_execute():
     """``cudnnBackendExecute`` as a bare ctypes function: no errcheck (the caller checks the status) and no
-    argtypes (about 0.1 us less per call), so it must only ever get ``c_void_p`` objects (or None)."""
+    argtypes (about 0.1 us less per call), so it must only ever get ``c_void_p`` objects (or None).
+
+    :returns: the function ``(handle, plan, variant_pack) -> status`` (an int, 0 for success), loaded once.
+    """
     global _RAW_EXEC
     if _RAW_EXEC is None:
         cdll = _loader.library().cdll
@@ -36,23 +40,34 @@ def _raw_execute():
     return _RAW_EXEC
 
 
-def _check_array(t, obj, device: int | None):
-    """Validate ``obj`` against graph tensor ``t``; returns its device pointer. Errors name the tensor."""
-    a = as_array(obj, t.name)
-    if a.dtype != t.np_dtype:
-        raise InvalidTypeError(f"tensor {t.name!r} expects dtype {t.np_dtype}, got an array of dtype {a.dtype}")
-    if a.shape != t.shape:
-        raise InvalidValueError(f"tensor {t.name!r} expects shape {t.shape}, got an array of shape {a.shape}")
-    bad = [i for i, (s, u, n) in enumerate(zip(a.strides, t.strides, t.shape)) if n > 1 and s != u]
+def tensor_pointer(t, obj, device: int | None) -> int:
+    """The device pointer of ``obj`` bound to graph tensor ``t``, after checking them against each other.
+
+    :param t: the graph :class:`~cudnn_py.graph.Tensor`.
+    :param obj: the array (read by :func:`cudnn_py.memory.array_signature`: a DeviceArray, a CUDA torch tensor, any
+        DLPack / CUDA-array-interface device array).
+    :param device: the handle's device ordinal the array must be on (None: not checked).
+    :returns: the data pointer.
+    :raises InvalidTypeError: another dtype, or not device memory; :class:`InvalidValueError`: another shape,
+        strides or device (the message names the tensor).
+    """
+    (shape, strides, dtype, device_id), ptr = array_signature(obj, t.name)
+    if dtype != t.np_dtype:
+        raise InvalidTypeError(f"tensor {t.name!r} expects dtype {t.np_dtype}, got an array of dtype {dtype}")
+    if shape != t.shape:
+        raise InvalidValueError(f"tensor {t.name!r} expects shape {t.shape}, got an array of shape {shape}")
+    bad = [i for i, (s, u, n) in enumerate(zip(strides, t.strides, t.shape)) if n > 1 and s != u]
     if bad:
-        raise InvalidValueError(f"tensor {t.name!r} expects strides {t.strides} (elements), got {a.strides}: "
+        raise InvalidValueError(f"tensor {t.name!r} expects strides {t.strides} (elements), got {strides}: "
                          f"pass an array with the graph's layout or build the graph with tensor_like(array)")
-    if device is not None and a.device_id != device:
-        raise InvalidValueError(f"tensor {t.name!r}: array is on device {a.device_id}, the handle on device {device}")
-    return a.ptr
+    if device is not None and device_id != device:
+        raise InvalidValueError(f"tensor {t.name!r}: array is on device {device_id}, the handle on device {device}")
+    return ptr
 
 
-def _handle_device(handle) -> int | None:
+def handle_device(handle) -> int | None:
+    """The device ordinal of ``handle`` (a :class:`~cudnn_py.Handle` or anything with ``device``: an int or an object
+    with ``device_id``); None for a raw ``cudnnHandle_t``, whose device is not known."""
     dev = getattr(handle, "device", None)
     return None if dev is None else int(getattr(dev, "device_id", dev))
 
@@ -70,18 +85,27 @@ def _workspace_ptr(plan, workspace, device: int | None) -> int:
     return ws.ptr
 
 
-def _plan_pointer(plan) -> capi.cudnnBackendDescriptor_t:
+def plan_pointer(plan) -> capi.cudnnBackendDescriptor_t:
     """The plan descriptor's own pointer object: closing the descriptor sets it to NULL, so a holder of it passes
-    cuDNN NULL (an error status), never a freed plan."""
+    cuDNN NULL (an error status), never a freed plan.
+
+    :param plan: a :class:`~cudnn_py.graph.Plan` (anything with ``descriptor`` and ``tag``).
+    :raises ClosedError: the plan's descriptor is closed.
+    """
     ptr = plan.descriptor.ptr
     if ptr is None:
         raise ClosedError(f"the execution plan ({plan.tag}) is closed")
     return ptr
 
 
-def _bindings(plan) -> tuple[list, list]:
-    """The graph tensors a variant pack binds to arrays, and its by-value scalars (bound to host buffers); the
-    plan's scratch tensors are neither (they live in the workspace: :func:`scratch_pointers`)."""
+def plan_bindings(plan) -> tuple[list, list]:
+    """What a variant pack of ``plan`` binds: (the graph tensors bound to arrays, the by-value scalars bound to host
+    buffers), each in the graph's order; the plan's scratch tensors are neither (they live in the workspace:
+    :func:`scratch_pointers`).
+
+    :param plan: a :class:`~cudnn_py.graph.Plan` with its graph.
+    :raises InvalidValueError: the plan has no graph.
+    """
     g = plan.graph
     if g is None:
         raise InvalidValueError("this plan has no graph to name its tensors (load it with plan_from_json(..., graph=))")
@@ -119,7 +143,7 @@ class _ExecState:
 
     def __init__(self, plan, handle, tensors, identity_cache):
         g = plan.graph
-        io, scalars = _bindings(plan)
+        io, scalars = plan_bindings(plan)
         if tensors:
             by_uid = {v.uid: v for v in io}
             resolved = [g[t] if isinstance(t, str) else t if hasattr(t, "uid") else by_uid.get(t) for t in tensors]
@@ -139,13 +163,13 @@ class _ExecState:
         self._recent_max = int(identity_cache)
         # the Handle's own pointer object: destroying the handle sets it to NULL, so a late call fails cleanly
         self._h = handle.ptr if hasattr(handle, "ptr") else ctypes.c_void_p(ctypes.cast(handle, ctypes.c_void_p).value)
-        self._plan_ptr = _plan_pointer(plan)
+        self._plan_ptr = plan_pointer(plan)
         if not isinstance(self._h, ctypes.c_void_p):  # the raw call has no argtypes: only pointer objects
             raise InvalidTypeError(f"handle must be a cudnn_py.Handle or a cudnnHandle_t, got {type(handle).__name__}")
         self.workspace_size = plan.workspace_size
         self._workspace = getattr(handle, "workspace", None)
         self._stream = getattr(handle, "stream", None)
-        self._device = _handle_device(handle)
+        self._device = handle_device(handle)
 
     def _error(self, status: int) -> Exception:
         if getattr(self.handle, "closed", False):
@@ -156,7 +180,7 @@ class _ExecState:
 
     def make_run(self):
         recent_get, lookup, error = self._recent.get, self._lookup, self._error
-        ex, h, plan = nvtx.wrap("cudnnBackendExecute", _raw_execute()), self._h, self._plan_ptr
+        ex, h, plan = nvtx.wrap("cudnnBackendExecute", raw_execute()), self._h, self._plan_ptr
         if not self.workspace_size:
             def run(*arrays):
                 try:
@@ -204,7 +228,7 @@ class _ExecState:
             key += (wsp,)
         vp = self._packs.get(key)
         if vp is None:
-            ptrs = [_check_array(t, a, self._device) for t, a in zip(self.tensors, arrays)]
+            ptrs = [tensor_pointer(t, a, self._device) for t, a in zip(self.tensors, arrays)]
             desc = make_variant_pack(self._uids, ptrs + self._scalar_ptrs + scratch_pointers(self.plan, wsp)[1], wsp)
             if len(self._packs) >= _MAX_PACKS:
                 self._packs.clear()
@@ -222,7 +246,7 @@ class _ExecState:
         """Execute with an explicit workspace (a DeviceArray of at least :attr:`workspace_size` bytes, or a
         device pointer) instead of the handle's."""
         vp = self._lookup(arrays, _workspace_ptr(self.plan, workspace, self._device))
-        status = nvtx.wrap("cudnnBackendExecute", _raw_execute())(self._h, self._plan_ptr, vp)
+        status = nvtx.wrap("cudnnBackendExecute", raw_execute())(self._h, self._plan_ptr, vp)
         if status:
             raise self._error(status)
 
@@ -278,7 +302,7 @@ class Executor(functools.partial):
 
 def _ordered(plan, variant_pack: dict) -> tuple[list, list]:
     """The graph's I/O tensors and the arrays ``variant_pack`` binds to them, in that order."""
-    io, _ = _bindings(plan)
+    io, _ = plan_bindings(plan)
     g = plan.graph
     by_uid = {}
     for k, v in variant_pack.items():
@@ -344,7 +368,7 @@ class CudaGraph:
         err, graph = rt.cudaGraphCreate(0)
         _check_cuda(err, "cudaGraphCreate")
         self._state[0] = graph
-        capi.cudnnBackendPopulateCudaGraph(handle.ptr, _plan_pointer(plan), vp.ptr, capi.cudaGraph_t(int(graph)))
+        capi.cudnnBackendPopulateCudaGraph(handle.ptr, plan_pointer(plan), vp.ptr, capi.cudaGraph_t(int(graph)))
         self._instantiate()
 
     def _check_open(self):
@@ -353,9 +377,9 @@ class CudaGraph:
 
     def _pack(self, variant_pack, workspace) -> BackendDescriptor:
         io, arrays = _ordered(self.plan, variant_pack)
-        dev = _handle_device(self.handle)
-        ptrs = [_check_array(t, a, dev) for t, a in zip(io, arrays)]
-        _, scalars = _bindings(self.plan)
+        dev = handle_device(self.handle)
+        ptrs = [tensor_pointer(t, a, dev) for t, a in zip(io, arrays)]
+        _, scalars = plan_bindings(self.plan)
         size, ws = self.plan.workspace_size, None
         if workspace is not None:
             ws = _workspace_ptr(self.plan, workspace, dev)
@@ -381,7 +405,7 @@ class CudaGraph:
         """Rebind the graph's pointers to another variant pack (same shapes, validated like the first)."""
         self._check_open()
         vp = self._pack(variant_pack, workspace)
-        capi.cudnnBackendUpdateCudaGraph(self.handle.ptr, _plan_pointer(self.plan), vp.ptr,
+        capi.cudnnBackendUpdateCudaGraph(self.handle.ptr, plan_pointer(self.plan), vp.ptr,
                                          capi.cudaGraph_t(int(self._state[0])))
         self._instantiate()
 

@@ -25,7 +25,7 @@ from cudnn_py.caches import handle_cache
 from cudnn_py.dtypes import as_numpy_dtype
 from cudnn_py.memory import DeviceArray
 
-from .conv import _autotune, _build
+from .conv import autotune_graph, build_executor
 from .errors import GraphNotSupportedError
 from .graph import Graph, Tensor, _packed_strides
 from .ops.pointwise import Pointwise, pointwise_mode
@@ -215,8 +215,8 @@ def run_graph(handle, name: str, params: tuple, inputs: Sequence[tuple[str, Devi
             outs.append(t)
         tensors = [*ts.values(), *outs]
         if not autotune:
-            return _build(g, handle, tensors, views, False), pad, perm
-        _autotune(g, handle, dict(zip(tensors, [*views, *ovs])))
+            return build_executor(g, handle, tensors, views, False), pad, perm
+        autotune_graph(g, handle, dict(zip(tensors, [*views, *ovs])))
         return g.executor(handle, *tensors, identity_cache=1), pad, perm
 
     ent = cached(handle, key, make, auto)

@@ -104,10 +104,16 @@ def _as_activation(act) -> Activation:
     raise InvalidTypeError(f"activation must be an Activation, a mode name or a cudnnActivationMode_t, got {act!r}")
 
 
-def _activation_desc(act) -> capi.cudnnActivationDescriptor_t | None:
-    """The descriptor handle of an activation (as :func:`_as_activation` takes it); None for identity, which cuDNN
-    refuses in cudnnActivationForward/Backward (it is meant for the fused convolution-bias-activation call) and which
-    the calls here do as a plain scaled copy instead."""
+def activation_descriptor(act) -> capi.cudnnActivationDescriptor_t | None:
+    """The C descriptor of an activation (equal settings share one: :attr:`Activation.descriptor`).
+
+    :param act: an :class:`Activation`, a mode name or a ``cudnnActivationMode_t`` member (then coef 0, swish_beta 1),
+        or a deprecated ``ActivationDescriptor``.
+    :returns: its ``cudnnActivationDescriptor_t``; None for identity, which cuDNN refuses in
+        cudnnActivationForward/Backward (it is meant for the fused convolution-bias-activation call) and which the
+        calls here do as a plain scaled copy instead.
+    :raises InvalidTypeError: ``act`` is none of these.
+    """
     a = _as_activation(act)
     return None if a.mode == capi.CUDNN_ACTIVATION_IDENTITY else a.descriptor
 
@@ -164,7 +170,7 @@ def activation_forward(handle, activation, x, y=None, *, alpha: float = 1.0, bet
     ``y`` may be ``x`` itself (in place). ``engine``: "legacy", "graph" or "auto" (see the module doc).
     """
     engine = gl.engine_arg(engine)
-    act = _activation_desc(activation)
+    act = activation_descriptor(activation)
     xa = check_array(x, "x", handle, floating=True)
     ya = output(y, "y", handle, xa.shape, xa.dtype)
     if gl.attempt(engine, lambda auto: _graph_forward(handle, activation, xa, ya, alpha, beta, auto)):
@@ -184,7 +190,7 @@ def activation_backward(handle, activation, x, y, dy, dx=None, *, alpha: float =
 
     ``engine``: "legacy", "graph" (which computes the gradient from x; y is checked but not read) or "auto"."""
     engine = gl.engine_arg(engine)
-    act = _activation_desc(activation)
+    act = activation_descriptor(activation)
     xa = check_array(x, "x", handle, floating=True)
     ya = check_array(y, "y", handle, dtype=xa.dtype, shape=xa.shape)
     dya = check_array(dy, "dy", handle, dtype=xa.dtype, shape=xa.shape)

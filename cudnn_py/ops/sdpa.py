@@ -29,11 +29,11 @@ from cudnn_py import nvtx
 from cudnn_py._binding import status_error
 from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
 from cudnn_py.graph import Graph
-from cudnn_py.graph.conv import _autotune
-from cudnn_py.graph.execute import (_bindings, _check_array, _handle_device, _plan_pointer, _raw_execute,
-                                    make_variant_pack, scratch_pointers)
-from cudnn_py.caches import handle_cache, shared
-from cudnn_py.memory import DeviceArray, as_array, c_strides, empty, to_device
+from cudnn_py.graph.conv import autotune_graph
+from cudnn_py.graph.execute import (handle_device, make_variant_pack, plan_bindings, plan_pointer, raw_execute,
+                                    scratch_pointers, tensor_pointer)
+from cudnn_py.caches import handle_cache
+from cudnn_py.memory import DeviceArray, array_signature, as_array, c_strides, empty, is_torch_tensor, to_device
 
 __all__ = ["sdpa", "sdpa_backward", "sdpa_cache_clear", "alibi_slopes", "SdpaOutputs", "SdpaGrads", "SdpaGradsWithBias"]
 
@@ -85,46 +85,13 @@ def alibi_slopes(heads: int) -> np.ndarray:
 
 
 # -- the fast path: a key and data pointers read without validation ----------------------------------------------
-_KINDS = shared("sdpa.argument_kinds", maxsize=64)  # type -> 'array' (DeviceArray), 'torch', 'int' or 'other'
+def _signatures(xs) -> tuple[tuple, tuple]:
+    """Tensor arguments ``xs`` read once each (:func:`~cudnn_py.memory.array_signature`): (their signatures, the
+    fast key's part; their data pointers), None for None.
 
-
-def _kind(t, x) -> str:
-    k = _KINDS.get(t)
-    if k is None:
-        if t is DeviceArray:
-            k = "array"
-        elif t is int:
-            k = "int"
-        elif getattr(x, "is_cuda", None) is not None and callable(getattr(x, "data_ptr", None)) and callable(
-                getattr(x, "stride", None)):
-            k = "torch"
-        else:
-            k = "other"
-        _KINDS[t] = k
-    return k
-
-
-class _Slow(Exception):
-    """An argument the fast path cannot read (the validated path takes it)."""
-
-
-def _meta(x):
-    """The part of the fast key ``x`` gives: (shape, strides, dtype), its kind for an int, None for None."""
-    if x is None:
-        return None
-    t = type(x)
-    if t is DeviceArray:
-        return x.shape, x.strides, x.dtype
-    k = _kind(t, x)
-    if k == "torch":
-        return x.shape, x.stride(), x.dtype, x.is_cuda
-    if k == "int":
-        return "int"
-    raise _Slow
-
-
-def _ptr(x) -> int:
-    return x.ptr if type(x) is DeviceArray else x.data_ptr()
+    :raises TypeError: an argument that is not device memory (the validated path says what is wrong with it).
+    """
+    return tuple(zip(*[(None, None) if x is None else array_signature(x) for x in xs]))
 
 
 class _Runner:
@@ -132,7 +99,7 @@ class _Runner:
     outputs), the constants' arrays, and variant packs cached by the bound data pointers (+ workspace)."""
 
     def __init__(self, plan, handle, tensors, consts, specs, n_inputs: int):
-        io, scalars = _bindings(plan)
+        io, scalars = plan_bindings(plan)
         if {t.uid for t in io} != {t.uid for t in tensors} or len(io) != len(tensors):
             raise AssertionError("sdpa: the graph's I/O tensors and the bound tensors differ")
         self.plan, self.handle, self.tensors = plan, handle, tuple(tensors)
@@ -148,10 +115,10 @@ class _Runner:
         ws = getattr(handle, "workspace", None)
         self.ws_get = None if ws is None else ws.get
         self.stream = getattr(handle, "stream", None)
-        self.device = _handle_device(handle)
+        self.device = handle_device(handle)
         self.h = handle.ptr if hasattr(handle, "ptr") else ctypes.c_void_p(
             ctypes.cast(handle, ctypes.c_void_p).value)
-        self.plan_ptr = _plan_pointer(plan)
+        self.plan_ptr = plan_pointer(plan)
 
     def _workspace(self) -> int | None:
         if not self.ws_size:
@@ -162,7 +129,7 @@ class _Runner:
         return self.ws_get(self.ws_size, self.stream)
 
     def _execute(self, vp) -> None:
-        status = nvtx.wrap("cudnnBackendExecute", _raw_execute())(self.h, self.plan_ptr, vp)
+        status = nvtx.wrap("cudnnBackendExecute", raw_execute())(self.h, self.plan_ptr, vp)
         if status:
             if getattr(self.handle, "closed", False):
                 raise ClosedError("the Handle of this attention plan is closed")
@@ -182,7 +149,7 @@ class _Runner:
         """Validate ``arrays`` (call inputs, outputs; the constants are added here) against the graph, then
         execute through the (cached or new) variant pack of their pointers."""
         arrays = list(arrays[:self.n_inputs]) + list(self.consts) + list(arrays[self.n_inputs:])
-        ptrs = tuple(_check_array(t, a, self.device) for t, a in zip(self.tensors, arrays))
+        ptrs = tuple(tensor_pointer(t, a, self.device) for t, a in zip(self.tensors, arrays))
         wsp = self._workspace()
         key = ptrs if wsp is None else ptrs + (wsp,)
         vp = self.packs.get(key)
@@ -199,14 +166,13 @@ class _Runner:
 
 # -- the validated path ------------------------------------------------------------------------------------------
 def _dev(obj, name: str):
-    """A device tensor argument and its (shape, strides, dtype name): a DeviceArray or a CUDA torch tensor as
-    itself (read without a DLPack round trip), anything else as a DeviceArray view."""
-    if type(obj) is DeviceArray:
-        return obj, (obj.shape, obj.strides, obj.dtype.name)
-    if getattr(obj, "is_cuda", False) and callable(getattr(obj, "stride", None)):  # torch
-        return obj, (tuple(obj.shape), tuple(obj.stride()), str(obj.dtype).replace("torch.", ""))
-    a = as_array(obj, name)
-    return a, (a.shape, a.strides, a.dtype.name)
+    """A device tensor argument and its meta (shape, strides, NumPy dtype): a DeviceArray or a torch tensor as itself
+    (read by :func:`~cudnn_py.memory.array_signature`, without a DLPack round trip), anything else as a DeviceArray
+    view."""
+    if type(obj) is not DeviceArray and not is_torch_tensor(obj):
+        obj = as_array(obj, name)
+    (shape, strides, dtype, _), _ = array_signature(obj, name)
+    return obj, (shape, strides, dtype)
 
 
 def _per_batch(obj, name: str):
@@ -218,7 +184,7 @@ def _per_batch(obj, name: str):
         if not a.is_contiguous:
             raise InvalidValueError(f"{name} must be packed")
         a = a.reshape(a.shape[0], 1, 1, 1)
-    return a, (a.shape, a.strides, a.dtype.name)
+    return a, (a.shape, a.strides, a.dtype)
 
 
 def _opt(obj, name: str):
@@ -244,7 +210,7 @@ def _new_out(handle, shape, dtype, strides) -> DeviceArray:
     """An uninitialised device array of ``shape`` laid out with ``strides`` on the handle's device."""
     order = sorted(range(len(shape)), key=lambda i: -strides[i])
     buf = empty(tuple(shape[i] for i in order), dtype, stream=getattr(handle, "stream", None),
-                device=_handle_device(handle))
+                device=handle_device(handle))
     return DeviceArray(buf.ptr, shape, dtype, strides, device_id=buf.device_id, owner=buf)
 
 
@@ -254,7 +220,7 @@ def _scalar_i64(handle, value, name) -> DeviceArray:
         if not -2 ** 63 <= int(value) < 2 ** 63:
             raise InvalidValueError(f"{name} must fit int64, got {value}")
         return to_device(np.array([[[[value]]]], np.int64), stream=getattr(handle, "stream", None),
-                         device=_handle_device(handle))
+                         device=handle_device(handle))
     a = as_array(value, name)
     if a.size != 1 or a.dtype != np.int64:
         raise InvalidTypeError(f"{name} must be an int or a one-element int64 device tensor, got {a.shape} {a.dtype}")
@@ -352,7 +318,7 @@ class _Args:
         if self.alibi is not None:
             slopes = alibi_slopes(self.hq) if self.alibi[0] == "standard" else np.array(self.alibi[1], np.float32)
             dev = to_device(slopes.reshape(1, -1, 1, 1), stream=getattr(handle, "stream", None),
-                            device=_handle_device(handle))
+                            device=handle_device(handle))
             kw["alibi_slopes"] = g.tensor_like(dev, "alibi_slopes")
             tensors.append(kw["alibi_slopes"])
             arrays.append(dev)
@@ -374,7 +340,7 @@ def _plan(g: Graph, handle, tensors, arrays, outs, autotune: bool):
         pack = dict(zip(tensors, arrays))
         for t in outs:
             pack[t] = _new_out(handle, t.shape, t.np_dtype, t.strides)
-        _autotune(g, handle, pack)
+        autotune_graph(g, handle, pack)
     else:
         g.build(handle)
     return g.plan
@@ -386,18 +352,20 @@ def _spec(t, src=None) -> tuple:
     return t.shape, t.np_dtype, t.strides, src
 
 
-def _packed_shape(spec, inputs) -> tuple:
-    """The (T, H, D) shape of a packed output: T of the input it follows, H and D of its logical shape."""
+def _packed_shape(spec, shapes) -> tuple:
+    """The (T, H, D) shape of a packed output: T of the input it follows (``shapes``: the packed q, k, v shapes), H
+    and D of its logical shape."""
     shape, _, _, src = spec
-    return (inputs[src].shape[0], shape[1], shape[3])
+    return (shapes[src][0], shape[1], shape[3])
 
 
-def _bind_out(handle, given, name, spec, inputs):
+def _bind_out(handle, given, name, spec, shapes):
     """(returned array, bound array) for an output: the caller's ``given`` checked against ``spec``, or new. A
-    packed output is a (T, H, D) array bound through its logical view (``inputs``: the call's packed inputs)."""
+    packed output is a (T, H, D) array bound through its logical view (``shapes``: the call's packed q, k, v
+    shapes)."""
     shape, dtype, strides, src = spec
     if src is not None:
-        packed = _packed_shape(spec, inputs)
+        packed = _packed_shape(spec, shapes)
         if given is None:
             given = _new_out(handle, packed, dtype, c_strides(packed))
         a = as_array(given, name)
@@ -408,7 +376,7 @@ def _bind_out(handle, given, name, spec, inputs):
         a = _new_out(handle, shape, dtype, strides)
         return a, a
     _, meta = _dev(given, name)
-    if tuple(meta[0]) != shape or meta[2] != dtype.name:
+    if tuple(meta[0]) != shape or meta[2] != dtype:
         raise InvalidValueError(f"{name} must have shape {shape} and dtype {dtype}, got {tuple(meta[0])} {meta[2]}")
     return given, given
 
@@ -421,18 +389,21 @@ def _runner(handle, key, make) -> _Runner:
     return r
 
 
-def _fast_outs(handle, r: _Runner, given, inputs) -> list:
-    """The outputs of a fast call: the caller's, or new arrays (packed ones as (T, H, D) arrays)."""
-    outs = []
-    for x, spec in zip(given, r.specs):
+def _fast_outs(handle, r: _Runner, given, ptrs, sigs) -> tuple[list, tuple]:
+    """The outputs of a fast call and their data pointers: the caller's (``given``, ``ptrs``), or new arrays (packed
+    ones as (T, H, D) arrays; ``sigs``: the signatures of q, k, v)."""
+    outs, out_ptrs = [], []
+    for x, p, spec in zip(given, ptrs, r.specs):
         if x is None:
             if spec[3] is None:
                 x = _new_out(handle, spec[0], spec[1], spec[2])
             else:
-                packed = _packed_shape(spec, inputs)
+                packed = _packed_shape(spec, [s[0] for s in sigs])
                 x = _new_out(handle, packed, spec[1], c_strides(packed))
+            p = x.ptr
         outs.append(x)
-    return outs
+        out_ptrs.append(p)
+    return outs, tuple(out_ptrs)
 
 
 def sdpa(handle, q, k, v, *, scale: float | None = None, causal: bool = False,
@@ -473,20 +444,21 @@ def sdpa(handle, q, k, v, *, scale: float | None = None, causal: bool = False,
     """
     return_stats = return_stats or stats is not None
     fast = handle_cache(handle, _FAST)
-    try:
-        fkey = ("fwd", _meta(q), _meta(k), _meta(v),
-                *[None if x is None else _meta(x) for x in (o, stats, bias, seq_len_q, seq_len_kv, ragged_offset_q,
-                                                             ragged_offset_kv, seed, offset)],
-                scale, causal, diagonal_alignment, left_bound, right_bound, alibi, dropout, return_stats,
-                max_seq_len_q, max_seq_len_kv, implementation, autotune)
-        r = fast.get(fkey)
-    except (_Slow, TypeError):  # an argument only the validated path reads, or an unhashable option
-        fkey = r = None
-    if r is not None and type(seed) is not int:
-        outs = _fast_outs(handle, r, (o, stats), (q, k, v))
-        ins = (q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_kv, seed, offset)
-        if r.try_run(tuple(_ptr(x) for x in ins if x is not None) + r.const_ptrs + tuple(map(_ptr, outs))):
-            return SdpaOutputs(*outs) if return_stats else outs[0]
+    fkey = None
+    if type(seed) is not int and type(offset) is not int:  # an int seed/offset is copied to the device: validated
+        try:
+            ins, in_ptrs = _signatures((q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_kv, seed,
+                                        offset))
+            gs, g_ptrs = _signatures((o, stats))
+            fkey = ("fwd", ins, gs, scale, causal, diagonal_alignment, left_bound, right_bound, alibi, dropout,
+                    return_stats, max_seq_len_q, max_seq_len_kv, implementation, autotune)
+            r = fast.get(fkey)
+        except (InvalidValueError, TypeError):  # not device memory (InvalidTypeError), or an unhashable option
+            fkey = r = None
+        if r is not None:
+            outs, out_ptrs = _fast_outs(handle, r, (o, stats), g_ptrs, ins[:3])
+            if r.try_run(tuple(p for p in in_ptrs if p is not None) + r.const_ptrs + out_ptrs):
+                return SdpaOutputs(*outs) if return_stats else outs[0]
 
     args = _Args(handle, q, k, v, scale=scale, causal=causal, diagonal_alignment=diagonal_alignment,
                  left_bound=left_bound, right_bound=right_bound, bias=bias, seq_len_q=seq_len_q,
@@ -513,7 +485,7 @@ def sdpa(handle, q, k, v, *, scale: float | None = None, causal: bool = False,
         return _Runner(plan, handle, tensors + outs, arrays[n:], specs, n)
 
     r = _runner(handle, key, make)
-    packed = [args.packed[x] for x in ("q", "k", "v")] if args.ragged else None
+    packed = [args.packed[x].shape for x in ("q", "k", "v")] if args.ragged else None
     bound = [_bind_out(handle, x, n, spec, packed) for x, n, spec in zip((o, stats), ("o", "stats"), r.specs)]
     r.run(args.call_arrays() + [b for _, b in bound])
     if fkey is not None:
@@ -542,20 +514,21 @@ def sdpa_backward(handle, q, k, v, o, do, stats, *, scale: float | None = None, 
     """
     return_dbias = return_dbias or dbias is not None
     fast = handle_cache(handle, _FAST)
-    try:
-        fkey = ("bwd", _meta(q), _meta(k), _meta(v), _meta(o), _meta(do), _meta(stats),
-                *[None if x is None else _meta(x) for x in (dq, dk, dv, dbias, bias, seq_len_q, seq_len_kv,
-                                                             ragged_offset_q, ragged_offset_kv, seed, offset)],
-                scale, causal, diagonal_alignment, left_bound, right_bound, alibi, dropout, return_dbias,
-                max_seq_len_q, max_seq_len_kv, implementation, autotune)
-        r = fast.get(fkey)
-    except (_Slow, TypeError):
-        fkey = r = None
-    if r is not None and type(seed) is not int:
-        outs = _fast_outs(handle, r, (dq, dk, dv, dbias), (q, k, v))
-        ins = (q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_kv, seed, offset, o, do, stats)
-        if r.try_run(tuple(_ptr(x) for x in ins if x is not None) + r.const_ptrs + tuple(map(_ptr, outs))):
-            return _grads(outs)
+    fkey = None
+    if type(seed) is not int and type(offset) is not int:
+        try:
+            ins, in_ptrs = _signatures((q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_kv, seed,
+                                        offset, o, do, stats))
+            gs, g_ptrs = _signatures((dq, dk, dv, dbias))
+            fkey = ("bwd", ins, gs, scale, causal, diagonal_alignment, left_bound, right_bound, alibi, dropout,
+                    return_dbias, max_seq_len_q, max_seq_len_kv, implementation, autotune)
+            r = fast.get(fkey)
+        except (InvalidValueError, TypeError):
+            fkey = r = None
+        if r is not None:
+            outs, out_ptrs = _fast_outs(handle, r, (dq, dk, dv, dbias), g_ptrs, ins[:3])
+            if r.try_run(tuple(p for p in in_ptrs if p is not None) + r.const_ptrs + out_ptrs):
+                return _grads(outs)
 
     args = _Args(handle, q, k, v, scale=scale, causal=causal, diagonal_alignment=diagonal_alignment,
                  left_bound=left_bound, right_bound=right_bound, bias=bias, seq_len_q=seq_len_q,
@@ -564,7 +537,7 @@ def sdpa_backward(handle, q, k, v, o, do, stats, *, scale: float | None = None, 
                  seed=seed, offset=offset, implementation=implementation, autotune=autotune)
     if args.ragged:
         b, smax = args.q.shape[0], args.q.shape[2]
-        (oa, mo), (doa, mdo) = ((x, (x.shape, x.strides, x.dtype.name)) for x in (
+        (oa, mo), (doa, mdo) = ((x, (x.shape, x.strides, x.dtype)) for x in (
             _thd(o, "o", b, smax, args.q.shape[1]), _thd(do, "do", b, smax, args.q.shape[1])))
     else:
         (oa, mo), (doa, mdo) = _dev(o, "o"), _dev(do, "do")
@@ -593,7 +566,7 @@ def sdpa_backward(handle, q, k, v, o, do, stats, *, scale: float | None = None, 
         return _Runner(plan, handle, tensors[:n] + extra + tensors[n:] + list(grads), arrays[n:], specs, n + 3)
 
     r = _runner(handle, key, make)
-    packed = [args.packed[x] for x in ("q", "k", "v")] if args.ragged else None
+    packed = [args.packed[x].shape for x in ("q", "k", "v")] if args.ragged else None
     bound = [_bind_out(handle, x, n, spec, packed) for x, n, spec in
              zip((dq, dk, dv, dbias), ("dq", "dk", "dv", "dbias"), r.specs)]
     r.run(args.call_arrays() + [oa, doa, sa] + [b for _, b in bound])
