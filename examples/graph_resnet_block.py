@@ -2,17 +2,22 @@
 
     out = relu(bn2(conv2(relu(bn1(conv1(x))))) + x)      3x3 convolutions, padding 1, NHWC float16
 
-Forward, backward and the SGD update run as cached backend-API graphs (``engine="graph"``): each convolution
-direction one graph, batch norm + ReLU one graph, batch norm + residual add + ReLU one graph, their backward a
-ReLU-gradient graph and a norm-backward graph, the parameter updates pointwise graphs. The same step through the
-legacy C calls (``engine="legacy"``) and a float64 NumPy reference give the numbers to compare; ``--bench`` times
-a step of each (and torch's, channels_last with ``cudnn.benchmark``) on a 32x64x56x56 block.
+The step runs three ways from the same start, each checked against a float64 NumPy reference:
+
+* ``fused``: :class:`FusedBlock`, fused backend graphs over preallocated buffers (batch-norm statistics from the
+  convolutions' genstats epilogue and bn_finalize, ReLU backward and the dBN weights fused into the data gradient,
+  the residual add into the last data gradient, one SGD graph per parameter dtype): 13 graphs and 2 updates;
+* ``graph``: :class:`Block` with ``engine="graph"``, the Pythonic calls one cached graph each;
+* ``legacy``: :class:`Block` with ``engine="legacy"``, the deprecated C calls.
+
+``--bench`` times a step of each (and torch's, channels_last with ``cudnn.benchmark``) on a 32x64x56x56 block.
 
 Run: python examples/graph_resnet_block.py [--bench] [--shape N,C,H,W]
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import sys
 
@@ -145,19 +150,139 @@ class Block:
         return r2.y, dx
 
 
+def _at(buf, offset: int, shape, strides=None):
+    """A view of ``shape`` (and ``strides``, elements) into device buffer ``buf`` starting ``offset`` elements in."""
+    from cudnn_py.memory import DeviceArray
+    return DeviceArray(buf.ptr + offset * buf.dtype.itemsize, shape, buf.dtype, strides, device_id=buf.device_id,
+                       owner=buf)
+
+
+class FusedBlock:
+    """The block as fused backend graphs over preallocated buffers, the way a training loop uses the graph API:
+
+    forward   conv1 + genstats | bn_finalize1 | scale-bias-ReLU | conv2 + genstats | bn_finalize2 |
+              scale-bias + residual add + ReLU
+    backward  ReLU backward | batch-norm backward (bn2) | dgrad2 + ReLU backward (bn1 recomputed) + dBN1 weights |
+              wgrad2 | dx coefficients of bn1 | dgrad1 + residual add | wgrad1
+    update    one SGD graph per dtype over flat parameter / gradient buffers
+
+    Batch-norm statistics come from the convolutions' epilogues (genstats) instead of a separate pass over their
+    outputs. Every intermediate lives at a fixed address, so each execute is a variant-pack lookup and one
+    ``cudnnBackendExecute``. The fusions are those cuDNN 9.19 has engines for on Hopper (measured); e.g. a
+    scale-bias-ReLU prologue on the convolution and ReLU backward fused into the batch-norm backward have none.
+    """
+
+    def __init__(self, h, params: dict, shape):
+        import cudnn_py.graph as G
+        from cudnn_py.memory import empty, to_device
+        n, c, hh, ww = shape
+        self.h, self.shape, self.c = h, shape, c
+        act = (hh * ww * c, 1, ww * c, c)  # NHWC strides of a logical (N, C, H, W) activation
+        wst = (9 * c, 1, 3 * c, c)         # the same for (K, C, 3, 3) weights
+        wsize = 9 * c * c
+        self.wflat = to_device(np.concatenate([params[k].transpose(0, 2, 3, 1).ravel() for k in ("w1", "w2")])
+                               .astype(np.float16))
+        self.pflat = to_device(np.concatenate([params[k] for k in ("s1", "b1", "s2", "b2")]).astype(np.float32))
+        self.gw, self.gp = empty(self.wflat.shape, np.float16), empty(self.pflat.shape, np.float32)
+        a = {"w1": _at(self.wflat, 0, (c, c, 3, 3), wst), "w2": _at(self.wflat, wsize, (c, c, 3, 3), wst),
+             "dw1": _at(self.gw, 0, (c, c, 3, 3), wst), "dw2": _at(self.gw, wsize, (c, c, 3, 3), wst)}
+        for i, k in enumerate(("s1", "b1", "s2", "b2")):
+            a[k], a["d" + k] = _at(self.pflat, i * c, (1, c, 1, 1)), _at(self.gp, i * c, (1, c, 1, 1))
+        for k in ("y1", "a1", "y2", "out", "d", "dy2", "dr1", "dy1", "dx"):
+            a[k] = _at(empty((n, hh, ww, c), np.float16), 0, shape, act)
+        for k in ("sum1", "sq1", "eqs1", "eqb1", "mean1", "inv1", "sum2", "sq2", "eqs2", "eqb2", "mean2", "inv2",
+                  "edy1", "ex1", "eb1"):
+            a[k] = empty((1, c, 1, 1), np.float32)
+        for k in ("rm1", "rm2"):
+            a[k] = to_device(np.zeros((1, c, 1, 1), np.float32))
+        for k in ("rv1", "rv2"):
+            a[k] = to_device(np.ones((1, c, 1, 1), np.float32))
+        a["x"] = a["dout"] = _at(a["y1"], 0, shape, act)  # stand-ins with the callers' strides while building
+        self.a, self.runs = a, []
+
+        def graph(inputs: str, build, outputs: str, io="float16"):
+            """Build ``build(g, *input tensors)`` -> output tensors, bound by role name to the arrays in ``a``."""
+            g = G.Graph(io_dtype=io, compute_dtype="float32")
+            ins = [g.tensor_like(a[r], name=r) for r in inputs.split()]
+            res = build(g, *ins)
+            res = res if isinstance(res, (tuple, list)) else (res,)
+            roles = outputs.split()
+            for t, r in zip(res, roles):  # an output updating an input in place (running statistics) is renamed
+                t.set_output(True).set_name(r + "_next" if r in inputs.split() else r).set_dtype(a[r].dtype)
+                t.strides = a[r].strides
+            g.build(h)
+            self.runs.append((g.executor(h, *ins, *res[:len(roles)]), tuple(inputs.split() + roles)))
+
+        count = n * hh * ww
+
+        def conv_stats(g, x, w):
+            y = g.conv_fprop(x, w, padding=1)
+            return (y, *g.genstats(y))
+
+        def finalize(g, s, q, sc, b, rm, rv):
+            return g.bn_finalize(s, q, sc, b, accum_count=count, running_mean=rm, running_var=rv, momentum=MOMENTUM,
+                                 epsilon=EPS)
+
+        graph("x w1", conv_stats, "y1 sum1 sq1")
+        graph("sum1 sq1 s1 b1 rm1 rv1", finalize, "eqs1 eqb1 mean1 inv1 rm1 rv1", io="float32")
+        graph("y1 eqs1 eqb1", lambda g, y, s, b: g.relu(g.add(g.mul(y, s), b)), "a1")
+        graph("a1 w2", conv_stats, "y2 sum2 sq2")
+        graph("sum2 sq2 s2 b2 rm2 rv2", finalize, "eqs2 eqb2 mean2 inv2 rm2 rv2", io="float32")
+        graph("y2 eqs2 eqb2 x", lambda g, y, s, b, x: g.relu(g.add(g.add(g.mul(y, s), b), x)), "out")
+        graph("dout out", lambda g, dy, o: g.relu_backward(dy, o), "d")
+        graph("d y2 s2 mean2 inv2", lambda g, d, y, s, m, iv: g.norm_backward(d, y, s, mean=m, inv_variance=iv,
+                                                                             mode="batch"), "dy2 ds2 db2")
+
+        def dgrad_drelu_dbn(g, dy, w, y, m, iv, s, b):
+            dr = g.relu_backward(g.conv_dgrad(dy, w, 1, x_shape=shape), g.add(g.mul(g.mul(g.sub(y, m), iv), s), b))
+            return (dr, *g.bn_backward_weights(dr, y, m, iv, s))
+        graph("dy2 w2 y1 mean1 inv1 s1 b1", dgrad_drelu_dbn, "dr1 ds1 db1 edy1 ex1 eb1")
+        graph("dy2 a1", lambda g, dy, x: g.conv_wgrad(dy, x, 1, w_shape=(c, c, 3, 3)), "dw2")
+        graph("dr1 y1 edy1 ex1 eb1", lambda g, d, y, p, q, r: g.add(g.add(g.mul(d, p), g.mul(y, q)), r), "dy1")
+        graph("dy1 w1 d", lambda g, dy, w, d: g.add(g.conv_dgrad(dy, w, 1, x_shape=shape), d), "dx")
+        graph("dy1 x", lambda g, dy, x: g.conv_wgrad(dy, x, 1, w_shape=(c, c, 3, 3)), "dw1")
+
+    def host(self) -> dict:
+        """The parameters as float64 NumPy arrays in the reference's layout."""
+        c = self.c
+        w = self.wflat.to_numpy().astype(np.float64).reshape(2, c, 3, 3, c).transpose(0, 1, 4, 2, 3)
+        p = self.pflat.to_numpy().astype(np.float64).reshape(4, c)
+        return {"w1": w[0], "w2": w[1], **dict(zip(("s1", "b1", "s2", "b2"), p))}
+
+    def step(self, x, dout):
+        """One forward + backward + SGD step; x and dout logical (N, C, H, W) NHWC float16. Returns (out, dx), the
+        block's own buffers (overwritten by the next step)."""
+        from cudnn_py.ops import tensor_ops as to
+        a = {**self.a, "x": x, "dout": dout}
+        for ex, roles in self.runs:
+            ex(*[a[r] for r in roles])
+        to.add_tensor(self.h, self.gw, self.wflat, alpha=-LR, beta=1.0, engine="graph")
+        to.add_tensor(self.h, self.gp, self.pflat, alpha=-LR, beta=1.0, engine="graph")
+        return a["out"], a["dx"]
+
+
 def init_params(rng, c: int) -> dict:
     return {"w1": rng.standard_normal((c, c, 3, 3)) / np.sqrt(9 * c), "w2": rng.standard_normal((c, c, 3, 3)) /
             np.sqrt(9 * c), "s1": 1 + 0.1 * rng.standard_normal(c), "b1": 0.1 * rng.standard_normal(c),
             "s2": 1 + 0.1 * rng.standard_normal(c), "b2": 0.1 * rng.standard_normal(c)}
 
 
-def rel(a, b) -> float:
-    return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-12))
+def rel(a, b, keep: float = 1.0) -> float:
+    """``max |a - b| / max |b|``; with ``keep`` < 1 the ``keep`` quantile of ``|a - b|`` instead of its maximum (for
+    ReLU gradients: where a pre-activation rounds across zero in float16 the mask flips, and that element's
+    gradient differs by the whole incoming gradient; a few such elements are expected, not an error)."""
+    d = np.abs(a - b)
+    return float((d.max() if keep >= 1 else np.quantile(d, keep)) / max(np.abs(b).max(), 1e-12))
+
+
+#: dx's error is taken over all but its 0.5 % largest differences (ReLU-mask flips: see :func:`rel`)
+DX_KEEP = 0.995
+ENGINES = ("fused", "graph", "legacy")  # FusedBlock; Block with engine="graph"; Block with engine="legacy"
 
 
 def check(h, shape, rng) -> dict:
-    """One step through graphs and through legacy calls from the same start, each against float64 NumPy; returns
-    {what: (graph error, legacy error)} relative to the reference's largest magnitude."""
+    """One step of each of :data:`ENGINES` from the same start, each against float64 NumPy; returns
+    {what: (error per engine)} relative to the reference's largest magnitude."""
     from cudnn_py.memory import to_device
     n, c, hh, ww = shape
     params = init_params(rng, c)
@@ -168,20 +293,22 @@ def check(h, shape, rng) -> dict:
     out_ref, dx_ref, new_ref = reference_step(x, dout, q)
     errors = {}
     results = {}
-    for engine in ("graph", "legacy"):
-        blk = Block(h, params, c)
-        xd = _nhwc_view(to_device(np.ascontiguousarray(x.transpose(0, 2, 3, 1)).astype(np.float16)), shape)
-        dd = _nhwc_view(to_device(np.ascontiguousarray(dout.transpose(0, 2, 3, 1)).astype(np.float16)), shape)
-        out, dx = blk.step(xd, dd, engine)
+    xd = _nhwc_view(to_device(np.ascontiguousarray(x.transpose(0, 2, 3, 1)).astype(np.float16)), shape)
+    dd = _nhwc_view(to_device(np.ascontiguousarray(dout.transpose(0, 2, 3, 1)).astype(np.float16)), shape)
+    for engine in ENGINES:
+        blk = FusedBlock(h, params, shape) if engine == "fused" else Block(h, params, c)
+        out, dx = blk.step(xd, dd) if engine == "fused" else blk.step(xd, dd, engine)
         results[engine] = (out.to_numpy().astype(np.float64), dx.to_numpy().astype(np.float64), blk.host())
     for what, ref, pick in (("out", out_ref, lambda r: r[0]), ("dx", dx_ref, lambda r: r[1]),
                             *((k, new_ref[k], (lambda k: lambda r: r[2][k])(k)) for k in new_ref)):
-        errors[what] = tuple(rel(pick(results[e]), ref) for e in ("graph", "legacy"))
+        keep = DX_KEEP if what == "dx" else 1.0
+        errors[what] = tuple(rel(pick(results[e]), ref, keep) for e in ENGINES)
     return errors
 
 
 def bench(h, shape, repeats: int = 10) -> dict:
-    """Median device ms of one training step: graphs, legacy calls, torch (channels_last, cudnn.benchmark)."""
+    """Median ms of one training step (events on the handle's stream around the whole step, host time included) per
+    :data:`ENGINES` and torch (channels_last, cudnn.benchmark, autocast float16)."""
     from cudnn_py.memory import to_device
     from cudnn_py.streams import timer
     rng = np.random.default_rng(0)
@@ -190,14 +317,18 @@ def bench(h, shape, repeats: int = 10) -> dict:
     out = {}
     xd = _nhwc_view(to_device(rng.standard_normal((n, hh, ww, c)).astype(np.float16)), shape)
     dd = _nhwc_view(to_device(rng.standard_normal((n, hh, ww, c)).astype(np.float16)), shape)
-    for engine in ("graph", "legacy"):
-        blk = Block(h, params, c)
+    for engine in ENGINES:
+        if engine == "fused":
+            blk = FusedBlock(h, params, shape)
+            step = functools.partial(blk.step, xd, dd)
+        else:
+            step = functools.partial(Block(h, params, c).step, xd, dd, engine)
         for _ in range(3):
-            blk.step(xd, dd, engine)
+            step()
         times = []
         for _ in range(repeats):
             with timer(h.stream) as t:
-                blk.step(xd, dd, engine)
+                step()
             times.append(t.ms)
         out[engine] = statistics.median(times)
     try:
@@ -237,7 +368,8 @@ def bench(h, shape, repeats: int = 10) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", default="2,8,8,8", help="N,C,H,W of the checked step (default 2,8,8,8)")
-    ap.add_argument("--bench", action="store_true", help="also time a 32x64x56x56 step (graphs, legacy, torch)")
+    ap.add_argument("--bench", action="store_true", help="also time a 32x64x56x56 step (fused graphs, graph "
+                    "calls, legacy calls, torch)")
     args = ap.parse_args(argv)
     from cudnn_py.handle import Handle
     try:
@@ -250,10 +382,10 @@ def main(argv=None) -> int:
         errors = check(h, shape, np.random.default_rng(0))
         print(f"one SGD step of a ResNet basic block {shape} float16 NHWC, max |got - ref| / max |ref| against "
               f"float64 NumPy:")
-        print(f"  {'tensor':<8}{'graphs':>12}{'legacy':>12}")
-        for k, (g, lg) in errors.items():
-            print(f"  {k:<8}{g:>12.2e}{lg:>12.2e}")
-        worst = max(g for g, _ in errors.values())
+        print(f"  {'tensor':<8}" + "".join(f"{e:>12}" for e in ENGINES))
+        for k, errs in errors.items():
+            print(f"  {k:<8}" + "".join(f"{v:>12.2e}" for v in errs))
+        worst = max(max(errs[:2]) for errs in errors.values())
         if args.bench:
             t = bench(h, (32, 64, 56, 56))
             print("training step 32x64x56x56 float16 NHWC, median device ms: "

@@ -51,18 +51,23 @@ def tensor_pointer(t, obj, device: int | None) -> int:
     :raises InvalidTypeError: another dtype, or not device memory; :class:`InvalidValueError`: another shape,
         strides or device (the message names the tensor).
     """
-    (shape, strides, dtype, device_id), ptr = array_signature(obj, t.name)
+    sig, ptr = array_signature(obj, t.name)
+    _check_signature(t, sig, device)
+    return ptr
+
+
+def _check_signature(t, sig, device: int | None) -> None:
+    """Refuse an array signature (shape, strides, dtype, device) that does not fit graph tensor ``t``."""
+    shape, strides, dtype, device_id = sig
     if dtype != t.np_dtype:
         raise InvalidTypeError(f"tensor {t.name!r} expects dtype {t.np_dtype}, got an array of dtype {dtype}")
     if shape != t.shape:
         raise InvalidValueError(f"tensor {t.name!r} expects shape {t.shape}, got an array of shape {shape}")
-    bad = [i for i, (s, u, n) in enumerate(zip(strides, t.strides, t.shape)) if n > 1 and s != u]
-    if bad:
+    if strides != t.strides and any(n > 1 and s != u for s, u, n in zip(strides, t.strides, t.shape)):
         raise InvalidValueError(f"tensor {t.name!r} expects strides {t.strides} (elements), got {strides}: "
-                         f"pass an array with the graph's layout or build the graph with tensor_like(array)")
+                                f"pass an array with the graph's layout or build the graph with tensor_like(array)")
     if device is not None and device_id != device:
         raise InvalidValueError(f"tensor {t.name!r}: array is on device {device_id}, the handle on device {device}")
-    return ptr
 
 
 def handle_device(handle) -> int | None:
@@ -121,10 +126,28 @@ def scratch_pointers(plan, workspace: int | None) -> tuple[list, list]:
     return [uid for uid, _ in places], [workspace + off for _, off in places]
 
 
+_VARIANT_PACK = capi.CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR
+_UIDS, _POINTERS, _WORKSPACE = (capi.CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, capi.CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS,
+                                capi.CUDNN_ATTR_VARIANT_PACK_WORKSPACE)
+
+
 def make_variant_pack(uids, pointers, workspace: int | None) -> BackendDescriptor:
-    """A finalized ``VARIANT_PACK`` descriptor."""
-    vp = BackendDescriptor("VARIANT_PACK", unique_ids=list(uids), data_pointers=list(pointers))
-    vp.set("workspace", workspace or None)
+    """A finalized ``VARIANT_PACK`` descriptor, set in three calls (an executor builds one for every new set of
+    addresses, e.g. each call with freshly allocated outputs, so this is on the per-call path).
+
+    :param uids: the tensors' unique ids.
+    :param pointers: their device (or, for by-value scalars, host) addresses, ints, in the same order.
+    :param workspace: the workspace's device address (None or 0: none).
+    :returns: the finalized descriptor (destroyed when closed or collected).
+    """
+    n = len(uids)
+    if len(pointers) != n:
+        raise InvalidValueError(f"variant pack: {n} unique ids but {len(pointers)} data pointers")
+    vp = BackendDescriptor(_VARIANT_PACK)
+    set_attr = capi.cudnnBackendSetAttribute
+    set_attr(vp.ptr, _UIDS, capi.CUDNN_TYPE_INT64, n, (ctypes.c_int64 * n)(*uids))
+    set_attr(vp.ptr, _POINTERS, capi.CUDNN_TYPE_VOID_PTR, n, (ctypes.c_void_p * n)(*pointers))
+    set_attr(vp.ptr, _WORKSPACE, capi.CUDNN_TYPE_VOID_PTR, 1, (ctypes.c_void_p * 1)(workspace or None))
     return vp.finalize()
 
 
@@ -228,7 +251,9 @@ class _ExecState:
             key += (wsp,)
         vp = self._packs.get(key)
         if vp is None:
-            ptrs = [tensor_pointer(t, a, self._device) for t, a in zip(self.tensors, arrays)]
+            for t, (sig, _) in zip(self.tensors, key):
+                _check_signature(t, sig, self._device)
+            ptrs = [p for _, p in key[:len(self.tensors)]]
             desc = make_variant_pack(self._uids, ptrs + self._scalar_ptrs + scratch_pointers(self.plan, wsp)[1], wsp)
             if len(self._packs) >= _MAX_PACKS:
                 self._packs.clear()
