@@ -7,8 +7,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.gpu
-
 _PATH = Path(__file__).resolve().parent.parent / "examples" / "graph_resnet_block.py"
 
 
@@ -19,6 +17,7 @@ def _example():
     return mod
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("shape", [(2, 8, 8, 8), (3, 16, 7, 9)])
 def test_every_engine_matches_the_float64_step(handle, rng, shape):
     mod = _example()
@@ -30,9 +29,10 @@ def test_every_engine_matches_the_float64_step(handle, rng, shape):
             assert np.isfinite(err) and err < 2e-2, (what, engine, err)
 
 
+@pytest.mark.gpu
 def test_fused_block_keeps_training(handle, rng):
     """Three steps of the fused block, each against a reference step from the block's own parameters: the reused
-    buffers and the in-place updates stay right (dx as in the example: all but ReLU-mask flips)."""
+    buffers and the in-place updates stay right."""
     mod = _example()
     shape = (2, 8, 6, 6)
     params = mod.init_params(rng, shape[1])
@@ -43,12 +43,32 @@ def test_fused_block_keeps_training(handle, rng):
         dout = rng.standard_normal(shape).astype(np.float16).astype(np.float64)
         xd = mod._nhwc_view(to_device(np.ascontiguousarray(x.transpose(0, 2, 3, 1)).astype(np.float16)), shape)
         dd = mod._nhwc_view(to_device(np.ascontiguousarray(dout.transpose(0, 2, 3, 1)).astype(np.float16)), shape)
+        start = blk.host()
         out, dx = blk.step(xd, dd)
-        out_ref, dx_ref, ref = mod.reference_step(x, dout, blk.host())
-        got_dx = dx.to_numpy().astype(np.float64)
-        assert np.isfinite(got_dx).all()
-        assert mod.rel(out.to_numpy().astype(np.float64), out_ref) < 2e-2
-        assert mod.rel(got_dx, dx_ref, mod.DX_KEEP) < 2e-2
+        got_out = out.to_numpy().astype(np.float64)
+        out_ref, dx_ref, ref = mod.reference_step(x, dout, start, (blk.a1.to_numpy() > 0, got_out > 0))
+        assert mod.rel(got_out, out_ref) < 2e-2
+        assert mod.rel(dx.to_numpy().astype(np.float64), dx_ref) < 2e-2
         got = blk.host()
         for k in ref:
             assert mod.rel(got[k], ref[k]) < 2e-2, k
+
+
+def test_reference_takes_the_device_mask_only_at_the_kink():
+    """reference_step's masks: the device's side of the ReLU is taken where the pre-activation is within KINK of
+    zero, never elsewhere (a wrong device mask away from zero must still show as an error)."""
+    mod = _example()
+    rng = np.random.default_rng(1)
+    shape = (2, 4, 5, 5)
+    p = mod.init_params(rng, 4)
+    x, dout = rng.standard_normal(shape), rng.standard_normal(shape)
+    plain = mod.reference_step(x, dout, p)
+    kink = mod._relu_mask(np.array([1e-4, -1e-4, 0.5, -0.5, 1.0]), np.array([False, True, False, True, True]))
+    assert kink.tolist() == [False, True, True, False, True]
+    z = np.zeros(shape, bool)
+    off = mod.reference_step(x, dout, p, (z, z))  # a device that zeroed every activation
+    assert off[0].max() > 0.5  # away from the kink the reference keeps its own side: such a device fails the check
+    assert mod.rel(off[0], plain[0]) <= 2 * mod.KINK  # and the forward output moves only by the kink's values
+    own = mod.reference_step(x, dout, p, (None, plain[0] > 0))  # the reference's own side: nothing changes
+    for a, b in zip(plain[:2], own[:2]):
+        assert mod.rel(b, a) == 0

@@ -144,11 +144,13 @@ def make_variant_pack(uids, pointers, workspace: int | None) -> BackendDescripto
     if len(pointers) != n:
         raise InvalidValueError(f"variant pack: {n} unique ids but {len(pointers)} data pointers")
     vp = BackendDescriptor(_VARIANT_PACK)
-    set_attr = capi.cudnnBackendSetAttribute
+    set_attr = capi.cudnnBackendSetAttribute.raw  # the bare ctypes call (errcheck kept): the arrays are built here
     set_attr(vp.ptr, _UIDS, capi.CUDNN_TYPE_INT64, n, (ctypes.c_int64 * n)(*uids))
     set_attr(vp.ptr, _POINTERS, capi.CUDNN_TYPE_VOID_PTR, n, (ctypes.c_void_p * n)(*pointers))
     set_attr(vp.ptr, _WORKSPACE, capi.CUDNN_TYPE_VOID_PTR, 1, (ctypes.c_void_p * 1)(workspace or None))
-    return vp.finalize()
+    capi.cudnnBackendFinalize.raw(vp.ptr)
+    vp.finalized = True
+    return vp
 
 
 def execute_descriptors(handle, plan: BackendDescriptor, pack: BackendDescriptor) -> None:
