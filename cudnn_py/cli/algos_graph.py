@@ -138,8 +138,8 @@ def _conv_problem(args) -> Problem:
             out, ins = g.conv_wgrad(dy, x, w_shape=cfg.w_shape, **kw), (dy, x)
         out.set_output(True).set_name("out")
         if layout:
-            from cudnn_py.graph.graph import _packed_strides
-            out.strides = _packed_strides(out.shape, "NHWC")
+            from cudnn_py.graph.graph import packed_strides
+            out.strides = packed_strides(out.shape, "NHWC")
         return g, ins, out
 
     def reference(h):

@@ -23,7 +23,7 @@ from cudnn_py.ops.convolution import logical, physical, unit_height
 
 from .execute import Executor, handle_device
 from .errors import GraphNotSupportedError
-from .graph import Graph, _packed_strides
+from .graph import Graph, packed_strides
 
 __all__ = ["conv_forward", "conv_backward_data", "conv_backward_filter", "convolution", "ACTIVATIONS", "DTYPES",
            "conv_cache_clear", "autotune_graph", "build_executor"]
@@ -209,8 +209,8 @@ def _backward(kind: str, handle, dy, other, out, out_shape, *, padding, stride, 
                                          post_padding=post_padding, conv_mode=conv_mode, **{shape_arg: out_shape})
         if outa is not None:
             res.strides = outa.strides
-        elif kind == "wgrad" and oa.ndim >= 4 and _packed_strides(oa.shape, "NHWC") == oa.strides:
-            res.strides = _packed_strides(res.shape, "NHWC")  # channels-last x: channels-last dw
+        elif kind == "wgrad" and oa.ndim >= 4 and packed_strides(oa.shape, "NHWC") == oa.strides:
+            res.strides = packed_strides(res.shape, "NHWC")  # channels-last x: channels-last dw
         res.set_output(True).set_name(out_name)
         return build_executor(g, handle, [tdy, to, res], [dya, oa], autotune), res.shape, res.strides, dya.dtype
 

@@ -34,11 +34,12 @@ __all__ = ["Graph", "Tensor"]
 _DT = capi.cudnnDataType_t
 
 
-def _dtype(d) -> capi.cudnnDataType_t:
+def data_type(d) -> capi.cudnnDataType_t:
+    """``d`` (a cudnnDataType_t, NumPy dtype or name) as a cudnnDataType_t."""
     return d if isinstance(d, _DT) else cudnn_dtype(d)
 
 
-def _packed_strides(shape: Sequence[int], layout: str | None = None) -> tuple[int, ...]:
+def packed_strides(shape: Sequence[int], layout: str | None = None) -> tuple[int, ...]:
     """Row-major strides; ``layout='NHWC'`` (channels last) for 4-D/5-D shapes given in N, C, spatial order."""
     n = len(shape)
     if layout is not None and not isinstance(layout, str):
@@ -58,7 +59,7 @@ def _packed_strides(shape: Sequence[int], layout: str | None = None) -> tuple[in
 
 
 def _is_channels_last(shape, strides) -> bool:
-    return len(shape) >= 4 and tuple(strides) == _packed_strides(shape, "NHWC") and shape[1] > 1
+    return len(shape) >= 4 and tuple(strides) == packed_strides(shape, "NHWC") and shape[1] > 1
 
 
 class Tensor:
@@ -86,7 +87,7 @@ class Tensor:
     def set_dtype(self, dtype) -> "Tensor":
         """Give this tensor its own dtype (before the graph is built); returns self."""
         self.graph._check_open()
-        self.dtype, self._dtype_set = _dtype(dtype), True
+        self.dtype, self._dtype_set = data_type(dtype), True
         return self
 
     def set_name(self, name: str) -> "Tensor":
@@ -133,9 +134,9 @@ class Graph(*BUILDERS):
     and outputs, ``compute_dtype`` of operations, ``intermediate_dtype`` of virtual tensors."""
 
     def __init__(self, io_dtype="float32", compute_dtype="float32", intermediate_dtype=None, name: str = "graph"):
-        self.io_dtype = _dtype(io_dtype)
-        self.compute_dtype = _dtype(compute_dtype)
-        self.intermediate_dtype = _dtype(intermediate_dtype) if intermediate_dtype is not None else self.compute_dtype
+        self.io_dtype = data_type(io_dtype)
+        self.compute_dtype = data_type(compute_dtype)
+        self.intermediate_dtype = data_type(intermediate_dtype) if intermediate_dtype is not None else self.compute_dtype
         self.name = name
         self.tensors: list[Tensor] = []
         self.ops: list[Op] = []
@@ -186,7 +187,7 @@ class Graph(*BUILDERS):
         if not 0 < len(shape) <= 8:
             raise InvalidValueError(f"tensor shape must have 1 to 8 dims, got {shape}")
         if strides is None:
-            strides = _packed_strides(shape, layout)
+            strides = packed_strides(shape, layout)
         else:
             try:
                 strides = tuple(strides)
@@ -202,7 +203,7 @@ class Graph(*BUILDERS):
             strides = tuple(int(st) for st in strides)
         uid = self._new_uid()
         return self._add(Tensor(self, uid, name or f"t{uid}", shape, strides,
-                                _dtype(dtype) if dtype is not None else self.io_dtype, False))
+                                data_type(dtype) if dtype is not None else self.io_dtype, False))
 
     def tensor_like(self, array, name: str | None = None) -> Tensor:
         """A tensor with the shape, strides and dtype of an array (DeviceArray, NumPy, torch, anything with
@@ -221,7 +222,7 @@ class Graph(*BUILDERS):
     def scalar(self, value: float, dtype=None, name: str | None = None, ndim: int = 4) -> Tensor:
         """A by-value scalar (a host constant baked into the graph), broadcastable against ``ndim``-D tensors."""
         self._check_open()
-        dt = _dtype(dtype) if dtype is not None else _DT.CUDNN_DATA_FLOAT
+        dt = data_type(dtype) if dtype is not None else _DT.CUDNN_DATA_FLOAT
         if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
             raise InvalidTypeError(f"scalar value must be a number, got {type(value).__name__}")
         if isinstance(ndim, bool) or not isinstance(ndim, int) or not 1 <= ndim <= 8:
@@ -250,7 +251,7 @@ class Graph(*BUILDERS):
     def _virtual(self, shape, strides=None, name=None, like: Tensor | None = None) -> Tensor:
         if strides is None:
             cl = like is not None and _is_channels_last(like.shape, like.strides) and len(shape) == like.ndim
-            strides = _packed_strides(shape, "NHWC" if cl else None)
+            strides = packed_strides(shape, "NHWC" if cl else None)
         uid = self._new_uid()
         return self._add(Tensor(self, uid, name or f"v{uid}", shape, strides, self.intermediate_dtype, True,
                                 dtype_set=False))
@@ -280,7 +281,7 @@ class Graph(*BUILDERS):
                             + ", ".join(f"{t.name}: {t.dtype.name}" for t in real) + "); give them one dtype")
 
     def _compute(self, compute_dtype) -> capi.cudnnDataType_t:
-        return _dtype(compute_dtype) if compute_dtype is not None else self.compute_dtype
+        return data_type(compute_dtype) if compute_dtype is not None else self.compute_dtype
 
     def _add_op(self, op: Op) -> None:
         """Append an operation (named ``kind<index>`` unless it has a name)."""

@@ -27,7 +27,7 @@ from cudnn_py.memory import DeviceArray
 
 from .conv import autotune_graph, build_executor
 from .errors import GraphNotSupportedError
-from .graph import Graph, Tensor, _packed_strides
+from .graph import Graph, Tensor, packed_strides
 from .ops.pointwise import Pointwise, pointwise_mode
 
 __all__ = ["ENGINES", "engine_arg", "legacy_cache_clear", "GraphPathRefused", "attempt", "cached", "run_graph", "blend",
@@ -118,7 +118,7 @@ def strides_like(x: DeviceArray, shape) -> tuple[int, ...]:
 def _graph_strides(a: DeviceArray) -> tuple[int, ...]:
     """The strides a graph tensor gets for view ``a``: packed channels-last where ``a`` is (unit dims made
     consistent), else ``a``'s own (cuDNN decides whether an engine takes them)."""
-    packed = _packed_strides(a.shape, "NHWC")
+    packed = packed_strides(a.shape, "NHWC")
     if all(p == s for p, s, n in zip(packed, a.strides, a.shape) if n > 1):
         return packed
     return a.strides

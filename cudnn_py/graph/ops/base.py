@@ -134,12 +134,12 @@ class LowerContext:
                 name: str = "") -> "Tensor":
         """A new virtual tensor private to a composite operation's subgraph (``dtype`` defaults to the graph's
         intermediate dtype, strides to packed row-major)."""
-        from ..graph import Tensor, _packed_strides
+        from ..graph import Tensor, packed_strides
         g = self.graph
         uid = g._new_uid()
         dt = g.intermediate_dtype if dtype is None else dtype
         return Tensor(g, uid, name or f"sub{uid}", tuple(shape),
-                      tuple(strides) if strides is not None else _packed_strides(shape), dt, True)
+                      tuple(strides) if strides is not None else packed_strides(shape), dt, True)
 
     def add(self, op_desc: BackendDescriptor, *helpers: BackendDescriptor) -> None:
         """Append a finalized operation descriptor (and keep the helper descriptors it references alive)."""

@@ -45,8 +45,8 @@ class QuantBuilders(Builder):
         for role, t in factors:
             prod = self.mul(prod, self._fp8_factor(t, role, ndim, what, "the dequantization factor"),
                             name=name and f"{name}.{role}")
-        from ..graph import _dtype
-        out_dt = self.io_dtype if out_dtype is None else _dtype(out_dtype)
+        from ..graph import data_type
+        out_dt = self.io_dtype if out_dtype is None else data_type(out_dtype)
         if out_dt in FP8_DTYPES and scale_out is None:
             raise InvalidValueError(f"{what} with an FP8 output needs the output scale (scale_y=/scale_c=)")
         peak = None
