@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from dataclasses import asdict, dataclass, field
 
@@ -31,6 +30,7 @@ from cudnn_py.memory import DeviceArray, to_device
 try:
     import torch
     import torch.nn.functional as F
+    from timing import event_ms  # this folder's CUDA-event timer (it needs torch)
 except ImportError:  # pragma: no cover
     torch = None
 
@@ -50,29 +50,6 @@ class Row:
     def ratio(self, a: str, b: str) -> float | None:
         x, y = getattr(self, a), getattr(self, b)
         return None if x is None or y is None else x / y
-
-
-_SLEEP_CYCLES = int(1.5e9 * 0.006)  # ~6 ms at 1.5 GHz: longer than the host needs to queue the calls
-
-
-def _median_ms(run, calls: int, repeats: int, sleep: bool) -> float:
-    """Median per-call ms of ``calls`` calls between two events on the default stream (behind a sleep kernel
-    when ``sleep``: device time only)."""
-    for _ in range(3):
-        run()
-    times = []
-    for _ in range(repeats):
-        torch.cuda.synchronize()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        if sleep:
-            torch.cuda._sleep(_SLEEP_CYCLES)
-        s.record()
-        for _ in range(calls):
-            run()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e) / calls)
-    return statistics.median(times)
 
 
 def _strides(shape, layout):
@@ -114,9 +91,9 @@ class Bench:
             if fn is None:
                 continue
             try:
-                setattr(r, f"{name}_ms", _median_ms(fn, self.calls, self.repeats, True))
+                setattr(r, f"{name}_ms", event_ms(fn, self.calls, self.repeats, sleep=True))
                 if name != "torch":
-                    setattr(r, f"{name}_call_ms", _median_ms(fn, self.calls, self.repeats, False))
+                    setattr(r, f"{name}_call_ms", event_ms(fn, self.calls, self.repeats))
             except Exception as e:  # noqa: BLE001 - the table says which engine refused and why
                 r.notes.append(f"{name}: {type(e).__name__}: {' '.join(str(e).split())[:300]}")
         self.rows.append(r)
@@ -326,7 +303,7 @@ def plan_sweep(b: Bench) -> list[str]:
             arrays.append(DeviceArray(buf.ptr, t.shape, np.float16, t.strides, device_id=buf.device_id, owner=buf))
         for plan in G.build_plans(g, b.h, ("A", "B", "FALLBACK"), policy="all", cache=False):
             ex = plan.executor(b.h, x, y)
-            ms = _median_ms(lambda: ex(*arrays), b.calls, b.repeats, True)
+            ms = event_ms(lambda: ex(*arrays), b.calls, b.repeats, sleep=True)
             lines.append(f"  {name:<9}{plan.tag:<28}{ms:.4f} ms")
     return lines
 

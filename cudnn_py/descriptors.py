@@ -34,6 +34,7 @@ The names these replace (``PoolingDescriptor``, ``pooling_descriptor``, ``Activa
 from __future__ import annotations
 
 import ctypes
+import enum
 import math
 import weakref
 from ctypes import byref, c_double, c_int, c_size_t, c_uint, c_void_p
@@ -581,30 +582,27 @@ class _OpTensorDescriptor(Descriptor):
     nan_propagation = _field(2, "The ``cudnnNanPropagation_t``.")
 
 
-class OpTensor(Settings):
-    """The element-wise operation of ``cudnnOpTensor``: validated once, hashable, with one shared
-    ``cudnnOpTensorDescriptor_t``.
-
-    ``op``: "add", "mul", "min", "max", "sqrt" or "not" (any case; or a ``cudnnOpTensorOp_t``). ``compute_dtype``: the
-    dtype it computes in (float32 by default; float64 for double data; names such as ``"fp32"`` too).
-    ``nan_propagation``: default False. ``compute_type=`` is the deprecated spelling of ``compute_dtype``. The
-    settings read back as properties.
-    """
+class _TensorOpSettings(Settings):
+    """What :class:`OpTensor` and :class:`ReduceTensor` share: an operation of ``_op_enum`` (names after
+    ``_op_prefix``, any case), the compute dtype (float32 by default; ``compute_type=`` its deprecated spelling) and
+    NaN propagation, validated once and read back as properties."""
 
     __slots__ = ("_op", "_compute", "_nan", "_desc")
-    _c_class = _OpTensorDescriptor
+    _op_enum: type[enum.IntEnum]
+    _op_prefix: str
 
-    def __init__(self, op="add", compute_dtype=None, *, nan_propagation=False, **old):
+    def __init__(self, op, compute_dtype, nan_propagation, old: dict):
         if old:
-            compute_dtype = renamed_kwargs("OpTensor", old, {"compute_type": "compute_dtype"},
+            compute_dtype = renamed_kwargs(type(self).__name__, old, {"compute_type": "compute_dtype"},
                                            {"compute_dtype": compute_dtype})["compute_dtype"]
-        self._op = enum_member(capi.cudnnOpTensorOp_t, op, "CUDNN_OP_TENSOR_", "op")
+        self._op: enum.IntEnum = enum_member(self._op_enum, op, self._op_prefix, "op")
         self._compute = legacy_dtype(np.float32 if compute_dtype is None else compute_dtype, "compute_dtype")
         self._nan = nan_flag(nan_propagation)
-        self._desc: _OpTensorDescriptor | None = None
+        self._desc = None
 
     @property
-    def op(self) -> capi.cudnnOpTensorOp_t:
+    def op(self) -> enum.IntEnum:
+        """The operation (a member of the C enum: ``cudnnOpTensorOp_t``, ``cudnnReduceTensorOp_t``)."""
         return self._op
 
     @property
@@ -615,12 +613,32 @@ class OpTensor(Settings):
     def nan_propagation(self) -> bool:
         return self._nan
 
+    def _op_name(self) -> str:
+        return self._op.name.removeprefix(self._op_prefix).lower()
+
+
+class OpTensor(_TensorOpSettings):
+    """The element-wise operation of ``cudnnOpTensor``: validated once, hashable, with one shared
+    ``cudnnOpTensorDescriptor_t``.
+
+    ``op``: "add", "mul", "min", "max", "sqrt" or "not" (any case; or a ``cudnnOpTensorOp_t``). ``compute_dtype``: the
+    dtype it computes in (float32 by default; float64 for double data; names such as ``"fp32"`` too).
+    ``nan_propagation``: default False. ``compute_type=`` is the deprecated spelling of ``compute_dtype``. The
+    settings read back as properties.
+    """
+
+    __slots__ = ()
+    _c_class = _OpTensorDescriptor
+    _op_enum, _op_prefix = capi.cudnnOpTensorOp_t, "CUDNN_OP_TENSOR_"
+
+    def __init__(self, op="add", compute_dtype=None, *, nan_propagation=False, **old):
+        super().__init__(op, compute_dtype, nan_propagation, old)
+
     def _key(self):
         return (self._op, self._compute, self._nan)
 
     def __repr__(self):
-        return (f"OpTensor({self._op.name.removeprefix('CUDNN_OP_TENSOR_').lower()!r}, "
-                f"compute_dtype={self._compute.name}, nan_propagation={self._nan})")
+        return f"OpTensor({self._op_name()!r}, compute_dtype={self._compute.name}, nan_propagation={self._nan})"
 
 
 _INDICES_ALIASES = {"none": "CUDNN_REDUCE_TENSOR_NO_INDICES", "no_indices": "CUDNN_REDUCE_TENSOR_NO_INDICES",
@@ -660,7 +678,7 @@ class _ReduceTensorDescriptor(Descriptor):
     indices_type = _field(4, "The ``cudnnIndicesType_t``.")
 
 
-class ReduceTensor(Settings):
+class ReduceTensor(_TensorOpSettings):
     """The reduction of ``cudnnReduceTensor``: validated once, hashable, with one shared
     ``cudnnReduceTensorDescriptor_t``.
 
@@ -671,36 +689,19 @@ class ReduceTensor(Settings):
     spelling of ``compute_dtype``. The settings read back as properties.
     """
 
-    __slots__ = ("_op", "_compute", "_nan", "_indices", "_indices_type", "_desc")
+    __slots__ = ("_indices", "_indices_type")
     _c_class = _ReduceTensorDescriptor
+    _op_enum, _op_prefix = capi.cudnnReduceTensorOp_t, "CUDNN_REDUCE_TENSOR_"
 
     def __init__(self, op="add", compute_dtype=None, *, nan_propagation=False, indices="none",
                  indices_type="uint32", **old):
-        if old:
-            compute_dtype = renamed_kwargs("ReduceTensor", old, {"compute_type": "compute_dtype"},
-                                           {"compute_dtype": compute_dtype})["compute_dtype"]
-        self._op = enum_member(capi.cudnnReduceTensorOp_t, op, "CUDNN_REDUCE_TENSOR_", "op")
-        self._compute = legacy_dtype(np.float32 if compute_dtype is None else compute_dtype, "compute_dtype")
-        self._nan = nan_flag(nan_propagation)
+        super().__init__(op, compute_dtype, nan_propagation, old)
         if isinstance(indices, (bool, np.bool_)):
             indices = "flattened" if indices else "none"
         self._indices = enum_member(capi.cudnnReduceTensorIndices_t, indices, "CUDNN_REDUCE_TENSOR_", "indices",
                               _INDICES_ALIASES)
         self._indices_type = enum_member(capi.cudnnIndicesType_t, indices_type, "CUDNN_", "indices_type",
                                    _INDICES_TYPE_ALIASES)
-        self._desc: _ReduceTensorDescriptor | None = None
-
-    @property
-    def op(self) -> capi.cudnnReduceTensorOp_t:
-        return self._op
-
-    @property
-    def compute_dtype(self) -> capi.cudnnDataType_t:
-        return self._compute
-
-    @property
-    def nan_propagation(self) -> bool:
-        return self._nan
 
     @property
     def indices(self) -> capi.cudnnReduceTensorIndices_t:
@@ -714,7 +715,7 @@ class ReduceTensor(Settings):
         return (self._op, self._compute, self._nan, self._indices, self._indices_type)
 
     def __repr__(self):
-        return (f"ReduceTensor({self._op.name.removeprefix('CUDNN_REDUCE_TENSOR_').lower()!r}, "
+        return (f"ReduceTensor({self._op_name()!r}, "
                 f"compute_dtype={self._compute.name}, nan_propagation={self._nan}, indices={self._indices.name}, "
                 f"indices_type={self._indices_type.name})")
 

@@ -104,3 +104,48 @@ def hammer(work, n_threads: int = 8) -> list[BaseException]:
     finally:
         sys.setswitchinterval(old)
     return errors
+
+
+class FakeTorchDtype:
+    """A torch dtype: ``str()`` gives ``torch.<name>``."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __str__(self):
+        return f"torch.{self.name}"
+
+
+class FakeTorchTensor:
+    """What cudnn_py reads of a torch tensor without a DLPack view (memory.array_signature, Graph.tensor_like):
+    shape, stride(), dtype, is_cuda, get_device(), data_ptr(); device -1 is the CPU."""
+
+    def __init__(self, shape, dtype, ptr=0x10000, strides=None, device=0):
+        self.shape, self.dtype, self._ptr, self._device = tuple(shape), dtype, ptr, device
+        self._strides = memory.c_strides(self.shape) if strides is None else tuple(strides)
+        self.is_cuda = device >= 0
+
+    def stride(self):
+        return self._strides
+
+    def get_device(self):
+        return self._device
+
+    def data_ptr(self):
+        return self._ptr
+
+
+def fake_torch(monkeypatch):
+    """Install a stand-in torch module as if the program had imported torch (memory learns its tables from it
+    afresh): ``Tensor`` is :class:`FakeTorchTensor` (``nn.Parameter`` a subclass), dtypes as torch spells them
+    (``float32`` ... ``complex64``, which cuDNN has no type for). Returns the module."""
+    import types
+    torch = types.ModuleType("torch")
+    torch.Tensor, torch.dtype = FakeTorchTensor, FakeTorchDtype
+    torch.nn = types.SimpleNamespace(Parameter=type("Parameter", (FakeTorchTensor,), {}))
+    for name in ("float32", "float16", "bfloat16", "int8", "int32", "int64", "bool", "complex64"):
+        setattr(torch, name, FakeTorchDtype(name))
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setattr(memory, "_TORCH_TYPES", frozenset())
+    monkeypatch.setattr(memory, "_TORCH_DTYPES", {})
+    return torch

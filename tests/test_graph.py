@@ -514,15 +514,10 @@ def test_a_lowered_graph_is_frozen_and_lowered_once_per_handle(monkeypatch):
 
 def test_a_plan_cache_hit_freezes_the_graph():
     from cudnn_py.graph import build_plans
-
-    def graph():
-        g = Graph()
-        g.relu(g.tensor((1, 4, 4), name="x")).set_output(True).set_name("y")
-        return g
     plan = types.SimpleNamespace(bind=lambda g: ("bound", g))
-    h = types.SimpleNamespace(cache={"graph.plans": {(graph().key(), ("A", "FALLBACK"), "first", False, True, None):
-                                                     [plan]}})
-    g = graph()
+    key = (_relu_graph().key(), ("A", "FALLBACK"), "first", False, True, None)
+    h = types.SimpleNamespace(cache={"graph.plans": {key: [plan]}})
+    g = _relu_graph()
     assert build_plans(g, h) == [("bound", g)]
     with pytest.raises(RuntimeError, match="is built"):
         g["y"].set_dtype("float16")
@@ -531,18 +526,13 @@ def test_a_plan_cache_hit_freezes_the_graph():
 def test_plan_cache_counts_hits_and_misses_per_handle():
     from cudnn_py.caches import handle_cache
     from cudnn_py.graph import build_plans, plan_cache_clear, plan_cache_info
-
-    def graph():
-        g = Graph()
-        g.relu(g.tensor((1, 4, 4), name="x")).set_output(True).set_name("y")
-        return g
     plan = types.SimpleNamespace(bind=lambda g: ("bound", g))
-    key = (graph().key(), ("A", "FALLBACK"), "first", False, True, None)
+    key = (_relu_graph().key(), ("A", "FALLBACK"), "first", False, True, None)
     h1, h2 = types.SimpleNamespace(cache={}), types.SimpleNamespace(cache={})
     for h in (h1, h2):
         handle_cache(h, "graph.plans")[key] = [plan]
-    build_plans(graph(), h1)
-    build_plans(graph(), h1)
+    build_plans(_relu_graph(), h1)
+    build_plans(_relu_graph(), h1)
     assert plan_cache_info(h1) == {"entries": 1, "hits": 2, "misses": 0}
     assert plan_cache_info(h2) == {"entries": 1, "hits": 0, "misses": 0}  # counts belong to the handle
     plan_cache_clear(h1)

@@ -11,6 +11,7 @@ from cudnn_py import memory as M
 from cudnn_py.memory import DeviceArray, as_array, output_array
 
 from conftest import gpu_missing_reason
+from helpers import fake_torch
 
 FAKE = 0x7F0000000000  # a plausible device address; nothing here reads or writes it
 
@@ -332,56 +333,24 @@ def test_a_failed_driver_call_is_a_cuda_error():
     assert isinstance(e.value, MemoryError)
 
 
-def _fake_torch():
-    """A stand-in for the torch module: tensor types, dtypes (as torch spells them) and a CUDA/CPU tensor class."""
-    torch = types.ModuleType("torch")
-
-    class dtype:  # noqa: N801 - torch's spelling
-        def __init__(self, name):
-            self.name = name
-
-    class Tensor:
-        def __init__(self, shape, strides, dt, ptr, device=0):
-            self.shape, self._strides, self.dtype, self._ptr, self._device = shape, strides, dt, ptr, device
-            self.is_cuda = device >= 0
-
-        def stride(self):
-            return self._strides
-
-        def get_device(self):
-            return self._device
-
-        def data_ptr(self):
-            return self._ptr
-
-    torch.dtype, torch.Tensor = dtype, Tensor
-    torch.nn = types.SimpleNamespace(Parameter=type("Parameter", (Tensor,), {}))
-    for name in ("float32", "float16", "bfloat16", "int8", "bool", "complex64"):
-        setattr(torch, name, dtype(name))
-    return torch
-
-
 def test_array_signature_reads_device_arrays_and_torch_tensors(monkeypatch):
     """The one fast path (convolution calls, graph executors): DeviceArrays and CUDA torch tensors are read
     directly, with torch's dtypes mapped through the table of cuDNN's dtypes; anything else goes through as_array."""
     a = DeviceArray(0x1000, (2, 3), np.float16, (1, 2), device_id=1)
     assert M.array_signature(a) == (((2, 3), (1, 2), np.dtype(np.float16), 1), 0x1000)
-    torch = _fake_torch()
-    monkeypatch.setitem(__import__("sys").modules, "torch", torch)
-    monkeypatch.setattr(M, "_TORCH_TYPES", frozenset())
-    monkeypatch.setattr(M, "_TORCH_DTYPES", {})
-    t = torch.Tensor([4, 5], (5, 1), torch.float16, 0x2000)
+    torch = fake_torch(monkeypatch)
+    t = torch.Tensor([4, 5], torch.float16, 0x2000, (5, 1))
     assert M.array_signature(t) == (((4, 5), (5, 1), np.dtype(np.float16), 0), 0x2000)
-    p = torch.nn.Parameter((3,), (1,), torch.bool, 0x3000, device=2)
+    p = torch.nn.Parameter((3,), torch.bool, 0x3000, (1,), device=2)
     assert M.array_signature(p) == (((3,), (1,), np.dtype(np.bool_), 2), 0x3000)
     assert M._TORCH_DTYPES[torch.int8] == np.int8 and torch.complex64 not in M._TORCH_DTYPES
     if "bfloat16" in {d.name for d in M.SUPPORTED_DTYPES}:
         assert M._TORCH_DTYPES[torch.bfloat16].name == "bfloat16"
     # a CPU tensor, or a dtype cuDNN has no type for, takes the general path, which says what is wrong
     with pytest.raises(TypeError, match="weights"):
-        M.array_signature(torch.Tensor((4,), (1,), torch.float32, 0x4000, device=-1), "weights")
+        M.array_signature(torch.Tensor((4,), torch.float32, 0x4000, device=-1), "weights")
     with pytest.raises(TypeError, match="weights"):
-        M.array_signature(torch.Tensor((4,), (1,), torch.complex64, 0x4000), "weights")
+        M.array_signature(torch.Tensor((4,), torch.complex64, 0x4000), "weights")
 
 
 def test_array_signature_without_torch(monkeypatch):

@@ -1,20 +1,18 @@
 """Attention without a GPU: the float64 reference against finite differences and hand-made masks, the graph
 operations' lowering (every option through real backend descriptors, with only finalize faked: no driver here),
 the operation pattern the fused engines recognise, and every bad input refused before cuDNN is called."""
-import sys
 import types
 
 import numpy as np
 import pytest
 
 import cudnn_py.graph as G
-from cudnn_py import memory as M
 from cudnn_py.graph import BackendDescriptor, Graph
 from cudnn_py.graph.ops import sdpa as gsdpa
 from cudnn_py.graph.ops.pointwise import Pointwise
-from cudnn_py.memory import DeviceArray, c_strides
+from cudnn_py.memory import DeviceArray
 from cudnn_py.ops import sdpa as S
-from helpers import NoCallHandle, fake, numeric_gradient
+from helpers import FakeTorchTensor, NoCallHandle, fake, fake_torch, numeric_gradient
 from reference import sdpa as R
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
@@ -310,57 +308,20 @@ def test_pythonic_bad_input_never_reaches_cudnn():
         S.sdpa_backward(h, q, q, q, q, q, fake((1, 2, 16), np.float32))
 
 
-class _TorchDtype:
-    """A torch dtype: ``str()`` gives ``torch.<name>``."""
-
-    def __init__(self, name):
-        self.name = name
-
-    def __str__(self):
-        return f"torch.{self.name}"
-
-
-class _TorchLike:
-    """What cudnn_py reads of a torch tensor without a DLPack view (memory.array_signature, Graph.tensor_like):
-    shape, stride(), dtype, is_cuda, get_device(), data_ptr(); device -1 is the CPU."""
-
-    def __init__(self, shape, dtype, ptr=0x10000, strides=None, device=0):
-        self.shape, self.dtype, self._ptr, self._device = tuple(shape), dtype, ptr, device
-        self._strides = c_strides(self.shape) if strides is None else tuple(strides)
-        self.is_cuda = device >= 0
-
-    def stride(self):
-        return self._strides
-
-    def get_device(self):
-        return self._device
-
-    def data_ptr(self):
-        return self._ptr
-
-
 @pytest.fixture
 def torch_like(monkeypatch):
-    """A stand-in torch module, imported by 'the program', whose Tensor is :class:`_TorchLike` (memory learns its
-    tables from it); returns the module (its dtypes: ``torch_like.bfloat16``, ...)."""
-    torch = types.ModuleType("torch")
-    torch.Tensor, torch.dtype = _TorchLike, _TorchDtype
-    for name in ("float32", "float16", "bfloat16", "int32", "int64"):
-        setattr(torch, name, _TorchDtype(name))
-    monkeypatch.setitem(sys.modules, "torch", torch)
-    monkeypatch.setattr(M, "_TORCH_TYPES", frozenset())
-    monkeypatch.setattr(M, "_TORCH_DTYPES", {})
-    return torch
+    """The stand-in torch module (:func:`helpers.fake_torch`), as if the program had imported torch."""
+    return fake_torch(monkeypatch)
 
 
 def test_pythonic_reads_torch_tensors_up_to_the_builder(torch_like):
     h = NoCallHandle()
     h.cache = {}
-    t = _TorchLike((1, 2, 16, 64), torch_like.bfloat16)
+    t = FakeTorchTensor((1, 2, 16, 64), torch_like.bfloat16)
     with pytest.raises(G.GraphNotSupportedError, match="causal"):  # the graph was made with bfloat16 I/O
         S.sdpa(h, t, t, t, causal=True, implementation="unified")
     with pytest.raises(TypeError, match="float16 or bfloat16"):
-        f = _TorchLike((1, 2, 16, 64), torch_like.float32)
+        f = FakeTorchTensor((1, 2, 16, 64), torch_like.float32)
         S.sdpa(h, f, f, f)
 
 
@@ -540,22 +501,22 @@ def test_fast_key_is_each_arguments_signature(fake_exec, torch_like):
     h = _PlanHandle()
     shape, bf16, f16 = (1, 2, 64, 64), torch_like.bfloat16, torch_like.float16
     o = DeviceArray(0x200000, shape, BF16)
-    q = _TorchLike(shape, bf16, 0x100000)
+    q = FakeTorchTensor(shape, bf16, 0x100000)
     for _ in range(2):
         assert S.sdpa(h, q, q, q, o=o) is o
     assert len(made) == 1 and packs == [1001, 1001] and made[0][:4] == [0x100000] * 3 + [0x200000]
     qa = DeviceArray(0x100000, shape, BF16)
     S.sdpa(h, qa, qa, qa, o=o)
     assert len(handle_cache_of(h)) == 1 and len(made) == 1 and packs[-1] == 1001
-    bshd = _TorchLike(shape, bf16, 0x100000, strides=(64 * 2 * 64, 64, 2 * 64, 1))  # (B, S, H, D) seen as BHSD
+    bshd = FakeTorchTensor(shape, bf16, 0x100000, strides=(64 * 2 * 64, 64, 2 * 64, 1))  # (B, S, H, D) seen as BHSD
     S.sdpa(h, bshd, bshd, bshd, o=o)
     assert len(handle_cache_of(h)) == 2 and len(made) == 2
-    S.sdpa(h, *[_TorchLike(shape, f16, 0x100000)] * 3, o=DeviceArray(0x200000, shape, np.float16))
+    S.sdpa(h, *[FakeTorchTensor(shape, f16, 0x100000)] * 3, o=DeviceArray(0x200000, shape, np.float16))
     assert len(handle_cache_of(h)) == 3 and len(made) == 3
     with pytest.raises(ValueError, match="on device 1, the handle on device 0"):
-        S.sdpa(h, *[_TorchLike(shape, bf16, 0x100000, device=1)] * 3, o=o)
+        S.sdpa(h, *[FakeTorchTensor(shape, bf16, 0x100000, device=1)] * 3, o=o)
     with pytest.raises(TypeError, match="q must be a DeviceArray or a GPU tensor"):  # a CPU tensor: validated
-        S.sdpa(h, *[_TorchLike(shape, bf16, 0x100000, device=-1)] * 3, o=o)
+        S.sdpa(h, *[FakeTorchTensor(shape, bf16, 0x100000, device=-1)] * 3, o=o)
     assert len(made) == 3 and packs == [1001] * 3 + [1002, 1003]
 
 

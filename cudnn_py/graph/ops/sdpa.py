@@ -590,6 +590,14 @@ class SdpaBuilders(Builder):
                                                                                      backward)
         return ins, params, rag
 
+    def _sdpa_stats(self, what, stats, shape):
+        """The backward's ``stats`` input: the forward's float32 softmax statistics of ``shape`` (B, Hq, Sq, 1)."""
+        stats = self._own(stats, "stats")
+        if stats.shape != shape or stats.dtype != _F:
+            raise InvalidValueError(f"{what}: stats must be (B, Hq, Sq, 1) = {shape} float32 (the forward's), got "
+                                    f"{stats.describe()}")
+        return stats
+
     @staticmethod
     def _sdpa_set_offset(what, t, off, n) -> None:
         """Give input ``t`` the ragged offset ``off`` (refusing another one already set)."""
@@ -771,12 +779,7 @@ class SdpaBuilders(Builder):
                 raise InvalidValueError(f"{what}: {n} must be {o_shape} {q.dtype.name} with its head dim packed, got "
                                  f"{t.shape} {t.dtype.name} strides {t.strides}")
             ins[n] = t
-        stats = self._own(stats, "stats")
-        if stats.shape != (b, hq, sq, 1) or stats.dtype != _F:
-            raise InvalidValueError(f"{what}: stats must be (B, Hq, Sq, 1) = {(b, hq, sq, 1)} float32 (the "
-                                    f"forward's), got "
-                             f"{stats.shape} {stats.dtype.name}")
-        ins["stats"] = stats
+        ins["stats"] = self._sdpa_stats(what, stats, (b, hq, sq, 1))
         if rag:
             self._sdpa_set_offset(what, ins["o"], rag["o"], "o")
             self._sdpa_set_offset(what, ins["do"], rag["o"], "do")
@@ -893,12 +896,7 @@ class SdpaBuilders(Builder):
             ins[n] = t
         if ins["o"].dtype != q.dtype:
             raise InvalidTypeError(f"{what}: o must have q's FP8 type {q.dtype.name}, got {ins['o'].dtype.name}")
-        stats = self._own(stats, "stats")
-        if stats.shape != (b, hq, sq, 1) or stats.dtype != _F:
-            raise InvalidValueError(f"{what}: stats must be (B, Hq, Sq, 1) = {(b, hq, sq, 1)} float32 (the "
-                                    f"forward's), got "
-                             f"{stats.describe()}")
-        ins["stats"] = stats
+        ins["stats"] = self._sdpa_stats(what, stats, (b, hq, sq, 1))
         ins.update(self._fp8_scales(what, ("descale_q", "descale_k", "descale_v", "descale_o", "descale_do",
                                            "descale_s", "descale_dp", "scale_s", "scale_dq", "scale_dk", "scale_dv",
                                            "scale_dp"), locals()))
