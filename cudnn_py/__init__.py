@@ -67,7 +67,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
     ".ops.pooling": ("Pooling", "pooling_backward", "pooling_forward"),
     ".ops.rnn": ("RNN", "RNNDataDescriptor", "rnn_backward_data", "rnn_backward_weights", "rnn_forward",
                  "rnn_weight_params"),
-    ".ops.sdpa": ("sdpa", "sdpa_backward", "sdpa_cache_clear"),
+    ".ops.sdpa": ("sdpa", "sdpa_backward", "sdpa_cache_clear", "sdpa_fp8", "sdpa_fp8_backward"),
     ".ops.softmax": ("softmax_backward", "softmax_forward"),
     ".ops.spatial_transformer": ("SpatialTransformer", "spatial_tf_grid_backward", "spatial_tf_grid_forward",
                                  "spatial_tf_sampler_backward", "spatial_tf_sampler_forward"),
@@ -115,7 +115,7 @@ if TYPE_CHECKING:
     from .ops.pooling import Pooling, pooling_backward, pooling_forward
     from .ops.rnn import (RNN, RNNDataDescriptor, rnn_backward_data, rnn_backward_weights, rnn_forward,
                           rnn_weight_params)
-    from .ops.sdpa import sdpa, sdpa_backward, sdpa_cache_clear
+    from .ops.sdpa import sdpa, sdpa_backward, sdpa_cache_clear, sdpa_fp8, sdpa_fp8_backward
     from .ops.softmax import softmax_backward, softmax_forward
     from .ops.spatial_transformer import (SpatialTransformer, spatial_tf_grid_backward, spatial_tf_grid_forward,
                                           spatial_tf_sampler_backward, spatial_tf_sampler_forward)

@@ -583,3 +583,67 @@ def test_fp8_backward_refuses_head_dims_other_than_128():
     with pytest.raises(G.GraphNotSupportedError, match="head dim 128 only"):
         g.sdpa_fp8_backward(q, k, v, o, do, g.tensor((2, 8, 64, 1), "float32", name="st"),
                             **_scales(g, _BWD_SCALES))
+
+
+# -- the FP8 entry points ----------------------------------------------------------------------------------------
+def _dev_scales(names, base=0x700000, shape=(1, 1, 1, 1)):
+    """Device float32 scale arrays at distinct dummy addresses."""
+    return {n: DeviceArray(base + 0x100 * i, shape, np.float32) for i, n in enumerate(names)}
+
+
+def test_fp8_entry_points_cache_their_plans_and_bind_every_scale(fake_exec):
+    packs, made = fake_exec
+    h = _PlanHandle()
+    shape = (1, 8, 64, 128)
+    q, k, v = (DeviceArray(0x100000 * (i + 1), shape, F8) for i in range(3))
+    sc = _dev_scales(_FWD_SCALES, shape=(1,))  # one-element tensors of any shape, seen as (1, 1, 1, 1)
+    for _ in range(2):
+        out = S.sdpa_fp8(h, q, k, v, causal=True, **sc)
+    assert isinstance(out, S.SdpaFp8Outputs) and out.stats is None
+    assert out.o.shape == shape and out.o.dtype == F8
+    assert out.amax_s.shape == out.amax_o.shape == (1, 1, 1, 1) and out.amax_o.dtype == np.float32
+    assert len(made) == 2 and len(handle_cache_of(h)) == 1  # fresh outputs: a pack each; one plan
+    assert made[0][:9] == [0x100000, 0x200000, 0x300000] + [0x700000 + 0x100 * i for i in range(6)]
+    o, st, am_s, am_o = S.sdpa_fp8(h, q, k, v, causal=True, return_stats=True, **sc)
+    assert st.shape == (1, 8, 64, 1) and st.dtype == np.float32 and len(handle_cache_of(h)) == 2
+    n = len(made)
+    for _ in range(2):
+        again = S.sdpa_fp8(h, q, k, v, causal=True, o=o, stats=st, amax_s=am_s, amax_o=am_o, **sc)
+    assert again.o is o and again.stats is st
+    assert len(made) == n + 1 and packs[-1] == packs[-2]  # given outputs: one pack, then the fast path
+    do = DeviceArray(0x900000, shape, E5)
+    bsc = _dev_scales(_BWD_SCALES, base=0xA00000)
+    grads = S.sdpa_fp8_backward(h, q, k, v, o, do, st, causal=True, **bsc)
+    assert isinstance(grads, S.SdpaFp8Grads) and len(grads) == 7
+    assert [g.shape for g in grads[:3]] == [shape] * 3 and all(g.dtype == F8 for g in grads[:3])
+    assert all(g.shape == (1, 1, 1, 1) and g.dtype == np.float32 for g in grads[3:])
+
+
+def test_fp8_entry_points_refuse_bad_input_before_cudnn(fake_exec):
+    _, made = fake_exec
+    h = _PlanHandle()
+    shape = (1, 8, 64, 128)
+    q = DeviceArray(0x100000, shape, F8)
+    sc = _dev_scales(_FWD_SCALES)
+    with pytest.raises(TypeError, match="FP8 attention takes"):
+        b = DeviceArray(0x100000, shape, BF16)
+        S.sdpa_fp8(h, b, b, b, **sc)
+    for bad, err, match in ((None, ValueError, "scale_o is required"), (-2.0, ValueError, "finite number > 0"),
+                            (float("inf"), ValueError, "finite number > 0"),
+                            (DeviceArray(0x800000, (1, 1, 1, 1), np.float16), TypeError, "float32 device tensor"),
+                            (DeviceArray(0x800000, (2,), np.float32), TypeError, "one-element"),
+                            (np.ones((1,), np.float32), TypeError, "host memory")):
+        with pytest.raises(err, match=match):
+            S.sdpa_fp8(h, q, q, q, **{**sc, "scale_o": bad})
+    with pytest.raises(TypeError, match="scale must be a number"):
+        S.sdpa_fp8(h, q, q, q, scale="0.1", **sc)
+    bsc = _dev_scales(_BWD_SCALES)
+    st = DeviceArray(0x900000, (1, 8, 64, 1), np.float32)
+    with pytest.raises(ValueError, match="stats must be"):
+        S.sdpa_fp8_backward(h, q, q, q, q, q, DeviceArray(0x900000, (1, 8, 64), np.float32), **bsc)
+    small = DeviceArray(0x100000, (1, 8, 64, 64), F8)
+    with pytest.raises(G.GraphNotSupportedError, match="head dim 128 only"):
+        S.sdpa_fp8_backward(h, small, small, small, small, small, st, **bsc)
+    with pytest.raises(ValueError, match="dq must have shape"):
+        S.sdpa_fp8_backward(h, q, q, q, q, q, st, dq=DeviceArray(0x990000, (1, 8, 64, 64), F8), **bsc)
+    assert made == []

@@ -650,3 +650,81 @@ def test_fp8_backward(handle, rng, fmt):
         _fp8_close(got.astype(np.float64) / scale[n.lower()], ref, tol, f"FP8 {fmt} {n}")
         np.testing.assert_allclose(float(am.ravel()[0]), np.abs(ref).max(), rtol=tol)
     np.testing.assert_allclose(float(amax_dp.ravel()[0]), np.abs(rds / np.sqrt(d)).max(), rtol=tol)
+
+
+def _fp8_pythonic_case(rng, fmt, b, hq, hk, s, d):
+    """Quantized random inputs and their float64 forward/backward references, with the scales a delayed-scaling
+    recipe would pick (powers of two from the reference's amax)."""
+    dt = F8[fmt]
+    qa, ka, va = _inputs(rng, b, hq, hk, s, s, d)
+    (q8, qd), (k8, kd), (v8, vd) = (R.quantize(x, dt, 16.0) for x in (qa, ka, va))
+    ro, rs = R.forward(qd, kd, vd, causal=True)
+    return dict(dt=dt, q8=q8, k8=k8, v8=v8, qd=qd, kd=kd, vd=vd, ro=ro, rs=rs,
+                scale_s=256.0 if fmt == "e4m3" else 4096.0, scale_o=R.pow2_scale(np.abs(ro).max(), dt))
+
+
+@pytest.mark.parametrize("fmt,s", [("e4m3", 128), ("e5m2", 128), ("e4m3", 100)])
+def test_pythonic_fp8_forward_backward(handle, rng, fmt, s):
+    """cudnn_py.sdpa_fp8 / sdpa_fp8_backward with scales given as numbers and as device tensors, into poisoned
+    outputs, twice each (the second call reuses the plan), against the float64 reference."""
+    b, hq, hk, d = 2, 4, 2, 128
+    r = _fp8_pythonic_case(rng, fmt, b, hq, hk, s, d)
+    dt = r["dt"]
+    q, k, v = to_device(r["q8"]), to_device(r["k8"]), to_device(r["v8"])
+    fwd = dict(descale_q=1 / 16, descale_k=_f32(1 / 16), descale_v=1 / 16, descale_s=_f32(1 / r["scale_s"]),
+               scale_s=r["scale_s"], scale_o=_f32(r["scale_o"]))
+    runners = handle_cache(handle, "ops.sdpa")
+    before = len(runners)
+    for _ in range(2):
+        outs = (_nan((b, hq, s, d), dt), _nan((b, hq, s, 1), np.float32), _nan((1, 1, 1, 1), np.float32),
+                _nan((1, 1, 1, 1), np.float32))
+        res = S.sdpa_fp8(handle, q, k, v, causal=True, o=outs[0], stats=outs[1], amax_s=outs[2], amax_o=outs[3],
+                         **fwd)
+        assert all(x is y for x, y in zip(res, outs))
+        o8, st = res.o.to_numpy(), res.stats.to_numpy()
+        _fp8_close(o8.astype(np.float64) / r["scale_o"], r["ro"], FP8_TOL[fmt], f"sdpa_fp8 {fmt} O")
+        _close(st, r["rs"], "float16")
+        np.testing.assert_allclose(float(res.amax_o.to_numpy().ravel()[0]), np.abs(r["ro"]).max(),
+                                   rtol=2 * FP8_TOL[fmt])
+        assert 0 < float(res.amax_s.to_numpy().ravel()[0]) <= 1.0  # the largest softmax probability
+    assert len(runners) == before + 1
+
+    doa = rng.standard_normal(r["ro"].shape)
+    do8, dod = R.quantize(doa, dt, 16.0)
+    od = o8.astype(np.float64) / r["scale_o"]
+    rdq, rdk, rdv, rds = R.backward(r["qd"], r["kd"], r["vd"], dod, causal=True, o=od)
+    scale_dp = R.pow2_scale(np.abs(rds / np.sqrt(d)).max(), dt)
+    sc = {n: R.pow2_scale(np.abs(x).max(), dt) for n, x in (("dq", rdq), ("dk", rdk), ("dv", rdv))}
+    bwd = dict(descale_q=1 / 16, descale_k=1 / 16, descale_v=_f32(1 / 16), descale_o=1 / r["scale_o"],
+               descale_do=_f32(1 / 16), descale_s=1 / r["scale_s"], descale_dp=1 / scale_dp, scale_s=r["scale_s"],
+               scale_dq=_f32(sc["dq"]), scale_dk=sc["dk"], scale_dv=sc["dv"], scale_dp=scale_dp)
+    o_dev, st_dev, do_dev = res.o, res.stats, to_device(do8)
+    for _ in range(2):
+        given = (_nan((b, hq, s, d), dt), _nan((b, hk, s, d), dt), _nan((b, hk, s, d), dt))
+        g = S.sdpa_fp8_backward(handle, q, k, v, o_dev, do_dev, st_dev, causal=True, dq=given[0], dk=given[1],
+                                dv=given[2], **bwd)
+        assert all(x is y for x, y in zip(g, given))
+        tol = 2 * FP8_TOL[fmt]
+        for n, got, ref, am in (("dq", g.dq, rdq, g.amax_dq), ("dk", g.dk, rdk, g.amax_dk), ("dv", g.dv, rdv,
+                                                                                             g.amax_dv)):
+            _fp8_close(got.to_numpy().astype(np.float64) / sc[n], ref, tol, f"sdpa_fp8_backward {fmt} {n}")
+            np.testing.assert_allclose(float(am.to_numpy().ravel()[0]), np.abs(ref).max(), rtol=tol)
+        np.testing.assert_allclose(float(g.amax_dp.to_numpy().ravel()[0]), np.abs(rds / np.sqrt(d)).max(), rtol=tol)
+    assert len(runners) == before + 2
+
+
+def test_pythonic_fp8_takes_torch_tensors(handle, rng):
+    """torch float8 tensors (read without DLPack) give the same bits as DeviceArrays of the same data."""
+    torch = pytest.importorskip("torch")
+    b, hq, hk, s, d = 1, 4, 1, 128, 128
+    r = _fp8_pythonic_case(rng, "e4m3", b, hq, hk, s, d)
+    scales = {n: _f32(x) for n, x in (("descale_q", 1 / 16), ("descale_k", 1 / 16), ("descale_v", 1 / 16),
+                                      ("descale_s", 1 / r["scale_s"]), ("scale_s", r["scale_s"]),
+                                      ("scale_o", r["scale_o"]))}
+    want = S.sdpa_fp8(handle, to_device(r["q8"]), to_device(r["k8"]), to_device(r["v8"]), causal=True, **scales)
+    tq, tk, tv = (torch.from_numpy(np.ascontiguousarray(r[n]).view(np.uint8)).cuda().view(torch.float8_e4m3fn)
+                  for n in ("q8", "k8", "v8"))
+    got = S.sdpa_fp8(handle, tq, tk, tv, causal=True, **scales)
+    torch.cuda.synchronize()
+    assert np.array_equal(got.o.to_numpy().view(np.uint8), want.o.to_numpy().view(np.uint8))
+    _fp8_close(got.o.to_numpy().astype(np.float64) / r["scale_o"], r["ro"], FP8_TOL["e4m3"], "torch FP8 O")

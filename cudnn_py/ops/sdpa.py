@@ -35,7 +35,8 @@ from cudnn_py.graph.execute import (handle_device, make_variant_pack, plan_bindi
 from cudnn_py.caches import handle_cache
 from cudnn_py.memory import DeviceArray, array_signature, as_array, c_strides, empty, is_torch_tensor, to_device
 
-__all__ = ["sdpa", "sdpa_backward", "sdpa_cache_clear", "alibi_slopes", "SdpaOutputs", "SdpaGrads", "SdpaGradsWithBias"]
+__all__ = ["sdpa", "sdpa_backward", "sdpa_fp8", "sdpa_fp8_backward", "sdpa_cache_clear", "alibi_slopes", "SdpaOutputs",
+           "SdpaGrads", "SdpaGradsWithBias", "SdpaFp8Outputs", "SdpaFp8Grads"]
 
 
 class SdpaOutputs(NamedTuple):
@@ -573,3 +574,190 @@ def sdpa_backward(handle, q, k, v, o, do, stats, *, scale: float | None = None, 
     if fkey is not None:
         fast[fkey] = r
     return _grads([a for a, _ in bound])
+
+
+# -- FP8 -----------------------------------------------------------------------------------------------------------
+class SdpaFp8Outputs(NamedTuple):
+    """What :func:`sdpa_fp8` returns."""
+    o: DeviceArray              #: the output in q's FP8 type (the float32 result times ``scale_o``)
+    stats: DeviceArray | None   #: the float32 softmax statistics (``return_stats=True``), else None
+    amax_s: DeviceArray         #: (1, 1, 1, 1) float32: max |softmax probability| (before ``scale_s``)
+    amax_o: DeviceArray         #: (1, 1, 1, 1) float32: max |o| before ``scale_o``
+
+
+class SdpaFp8Grads(NamedTuple):
+    """What :func:`sdpa_fp8_backward` returns: the FP8 gradients and the (1, 1, 1, 1) float32 max |.| of each
+    before its scaling (``amax_dp``: of dS, the gradient of the scores)."""
+    dq: DeviceArray
+    dk: DeviceArray
+    dv: DeviceArray
+    amax_dq: DeviceArray
+    amax_dk: DeviceArray
+    amax_dv: DeviceArray
+    amax_dp: DeviceArray
+
+
+_FP8_FWD_SCALES = ("descale_q", "descale_k", "descale_v", "descale_s", "scale_s", "scale_o")
+_FP8_BWD_SCALES = ("descale_q", "descale_k", "descale_v", "descale_o", "descale_do", "descale_s", "descale_dp",
+                   "scale_s", "scale_dq", "scale_dk", "scale_dv", "scale_dp")
+
+
+def _scale_f32(handle, value, name: str) -> DeviceArray:
+    """An FP8 scale factor: a one-element float32 device tensor passes through (as (1, 1, 1, 1)); a finite number
+    > 0 is copied to the device."""
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        if not math.isfinite(value) or value <= 0:
+            raise InvalidValueError(f"{name} must be a finite number > 0 or a float32 device tensor, got {value!r}")
+        return to_device(np.full((1, 1, 1, 1), value, np.float32), stream=getattr(handle, "stream", None),
+                         device=handle_device(handle))
+    if value is None:
+        raise InvalidValueError(f"{name} is required: a number or a one-element float32 device tensor")
+    a = as_array(value, name)
+    if a.size != 1 or a.dtype != np.float32:
+        raise InvalidTypeError(f"{name} must be a number or a one-element float32 device tensor, got {a.shape} "
+                               f"{a.dtype}")
+    return a if a.shape == (1, 1, 1, 1) else a.reshape(1, 1, 1, 1)
+
+
+def _fp8_call(handle, kind: str, tensors: dict, scales: dict, given: dict, options: tuple, build):
+    """Run an FP8 attention graph through the plan cache; returns its outputs in the order of ``given``.
+
+    :param kind: 'fp8_fwd' or 'fp8_bwd' (part of the cache keys).
+    :param tensors: the call's tensor inputs by graph-builder name (q, k, v, ...).
+    :param scales: the descale/scale arguments by name (numbers or device tensors).
+    :param given: the outputs by name, each the caller's array or None (a new one).
+    :param options: (scale, causal, autotune, ...) as hashed into the keys.
+    :param build: ``build(g, inputs)`` adds the operation to graph ``g`` (``inputs``: graph tensors by name) and
+        returns its output tensors by name, for the names of ``given``.
+    """
+    fast = handle_cache(handle, _FAST)
+    fkey = None
+    if not any(isinstance(x, numbers.Real) for x in scales.values()):  # a number is copied: validated path
+        try:
+            ins, in_ptrs = _signatures((*tensors.values(), *scales.values()))
+            gs, g_ptrs = _signatures(given.values())
+            fkey = (kind, ins, gs, options)
+            r = fast.get(fkey)
+        except (InvalidValueError, TypeError):
+            fkey = r = None
+        if r is not None:
+            outs, out_ptrs = _fast_outs(handle, r, given.values(), g_ptrs, ())
+            if r.try_run(tuple(in_ptrs) + out_ptrs):
+                return outs
+
+    arrays, metas = [], []
+    for n, x in tensors.items():
+        a, meta = _dev(x, n)
+        arrays.append(a)
+        metas.append(meta)
+    for n, x in scales.items():
+        a = _scale_f32(handle, x, n)
+        arrays.append(a)
+        metas.append((a.shape, a.strides, a.dtype))
+    out_metas = {n: None if x is None else _dev(x, n)[1] for n, x in given.items()}
+    key = (kind, tuple(metas), tuple(out_metas.values()), options)
+    names = (*tensors, *scales)
+
+    def make():
+        g = Graph(io_dtype=metas[0][2], compute_dtype="float32", intermediate_dtype="float32", name=f"sdpa_{kind}")
+        ins = [g.tensor_like(a, n) for n, a in zip(names, arrays)]
+        res = build(g, dict(zip(names, ins)))
+        outs = []
+        for n, meta in out_metas.items():
+            t = res[n]
+            if meta is not None:
+                if tuple(meta[0]) != t.shape:
+                    raise InvalidValueError(f"{n} must have shape {t.shape}, got {tuple(meta[0])}")
+                t.strides = tuple(meta[1])
+            outs.append(t.set_output(True).set_name(n))
+        plan = _plan(g, handle, ins + outs, arrays, outs, options[2])
+        return _Runner(plan, handle, ins + outs, [], [_spec(t) for t in outs], len(ins))
+
+    r = _runner(handle, key, make)
+    bound = [_bind_out(handle, x, n, spec, None) for (n, x), spec in zip(given.items(), r.specs)]
+    r.run(arrays + [b for _, b in bound])
+    if fkey is not None:
+        fast[fkey] = r
+    return [a for a, _ in bound]
+
+
+def _fp8_options(scale, causal, autotune) -> tuple:
+    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, numbers.Real)):
+        raise InvalidTypeError(f"scale must be a number or None, got {type(scale).__name__}")
+    return scale, bool(causal), bool(autotune)
+
+
+def sdpa_fp8(handle, q, k, v, *, descale_q, descale_k, descale_v, descale_s, scale_s, scale_o,
+             scale: float | None = None, causal: bool = False, return_stats: bool = False, o=None, stats=None,
+             amax_s=None, amax_o=None, autotune: bool = False) -> SdpaFp8Outputs:
+    """FP8 attention forward (Hopper and newer) through a cached plan, as :func:`sdpa`.
+
+    Computes ``P = softmax(scale * descale_q * descale_k * q k^T)`` in float32, rounds ``P * scale_s`` to q's FP8
+    type, and returns ``o = (P8 v) * descale_s * descale_v * scale_o`` in q's FP8 type, with the amax of P and of o
+    before ``scale_o`` (what a delayed-scaling recipe feeds its next scales).
+
+    :param handle: the :class:`~cudnn_py.Handle` (plans are cached on it).
+    :param q, k, v: (B, Hq, Sq, D), (B, Hk, Skv, D), (B, Hv, Skv, Dv) device tensors of one FP8 type
+        (float8_e4m3fn or float8_e5m2: ml_dtypes on DeviceArrays, or torch's), head dims multiples of 16 up to
+        256 and packed; Hq a multiple of Hk and Hv.
+    :param descale_q, descale_k, descale_v, descale_s, scale_s, scale_o: each a one-element float32 device tensor
+        or a number > 0 (copied to the device on each call: pass device tensors for the fast path).
+    :param scale: multiplies q k^T (default 1/sqrt(D)).
+    :param causal: top-left causal mask (the only mask FP8 attention takes here).
+    :param return_stats: also return the (B, Hq, Sq, 1) float32 statistics :func:`sdpa_fp8_backward` needs.
+    :param o, stats, amax_s, amax_o: outputs to write (default: new arrays; o gets q's layout); ``stats`` implies
+        ``return_stats``.
+    :param autotune: on the first call of a configuration, time every plan and keep the fastest.
+    :returns: an :class:`SdpaFp8Outputs` (o, stats or None, amax_s, amax_o).
+    """
+    return_stats = return_stats or stats is not None
+    given = {"o": o, "stats": stats, "amax_s": amax_s, "amax_o": amax_o}
+    if not return_stats:
+        del given["stats"]
+    options = _fp8_options(scale, causal, autotune) + (return_stats,)
+
+    def build(g, t):
+        outs = g.sdpa_fp8(t["q"], t["k"], t["v"], scale=scale, causal=causal, generate_stats=return_stats,
+                          **{n: t[n] for n in _FP8_FWD_SCALES})
+        return dict(zip(("o", "stats", "amax_s", "amax_o"), outs))
+
+    scales = {n: x for n, x in zip(_FP8_FWD_SCALES, (descale_q, descale_k, descale_v, descale_s, scale_s, scale_o))}
+    outs = _fp8_call(handle, "fp8_fwd", {"q": q, "k": k, "v": v}, scales, given, options, build)
+    if not return_stats:
+        outs.insert(1, None)
+    return SdpaFp8Outputs(*outs)
+
+
+def sdpa_fp8_backward(handle, q, k, v, o, do, stats, *, descale_q, descale_k, descale_v, descale_o, descale_do,
+                      descale_s, descale_dp, scale_s, scale_dq, scale_dk, scale_dv, scale_dp,
+                      scale: float | None = None, causal: bool = False, dq=None, dk=None, dv=None, amax_dq=None,
+                      amax_dk=None, amax_dv=None, amax_dp=None, autotune: bool = False) -> SdpaFp8Grads:
+    """FP8 attention backward (Hopper: head dim 128) through a cached plan: the gradients of :func:`sdpa_fp8`.
+
+    :param q, k, v, o, stats: the forward's FP8 inputs, its FP8 output and its float32 statistics
+        (``return_stats=True``).
+    :param do: the output gradient (o's shape, either FP8 type).
+    :param descale_q, descale_k, descale_v, descale_o, descale_do: the inverse scales of the FP8 inputs.
+    :param descale_s, scale_s: the forward's probability scale and its inverse.
+    :param scale_dp, descale_dp: the scale of dS (rounded to do's FP8 type inside the kernel) and its inverse.
+    :param scale_dq, scale_dk, scale_dv: the scales of the FP8 results. Each scale is a one-element float32 device
+        tensor or a number > 0 (copied to the device on each call).
+    :param scale, causal: as in the forward.
+    :param dq, dk, dv, amax_dq, amax_dk, amax_dv, amax_dp: outputs to write (default: new arrays; dq, dk, dv in the
+        layouts of q, k, v and q's FP8 type).
+    :param autotune: on the first call of a configuration, time every plan and keep the fastest.
+    :returns: an :class:`SdpaFp8Grads` (dq, dk, dv, amax_dq, amax_dk, amax_dv, amax_dp).
+    """
+    given = {"dq": dq, "dk": dk, "dv": dv, "amax_dq": amax_dq, "amax_dk": amax_dk, "amax_dv": amax_dv,
+             "amax_dp": amax_dp}
+    options = _fp8_options(scale, causal, autotune)
+
+    def build(g, t):
+        outs = g.sdpa_fp8_backward(*(t[n] for n in ("q", "k", "v", "o", "do", "stats")), scale=scale, causal=causal,
+                                   **{n: t[n] for n in _FP8_BWD_SCALES})
+        return dict(zip(given, outs))
+
+    scales = dict(zip(_FP8_BWD_SCALES, (descale_q, descale_k, descale_v, descale_o, descale_do, descale_s,
+                                         descale_dp, scale_s, scale_dq, scale_dk, scale_dv, scale_dp)))
+    tensors = {"q": q, "k": k, "v": v, "o": o, "do": do, "stats": stats}
+    return SdpaFp8Grads(*_fp8_call(handle, "fp8_bwd", tensors, scales, given, options, build))
