@@ -3,21 +3,31 @@ cuDNN and flash backends and NVIDIA's cudnn-frontend (Python API, where it impor
 Prints tables; asserts nothing.
 
 TFLOP/s count 4 * B * Hq * Sq * Skv * D for the forward (half of it under a causal mask) and 2.5 times that for the
-backward; a time is the median over ``--reps`` samples of the device time between events around ``--inner``
-back-to-back calls, divided by the number of calls (fewer for the long rows, so each sample stays near 20 ms), after
-warm-up. The decode row (S_q = 1 against a paged KV cache of 8192 tokens) reports microseconds and the K/V bytes
-read per second; torch has no paged attention, so its rows read a contiguous cache of the same size. The host row
-is the wall time per call of a tiny problem (launch-bound: the binding's own cost).
+backward. A sample is the device time between events around up to ``--inner`` back-to-back calls, divided by the
+number of calls (fewer for the long rows, so each sample stays near 20 ms). Per row, every peer's forward and
+backward are set up and warmed up first, then timed in ``--rounds`` interleaved rounds: each round takes one
+sample of every callable, the peers' order rotated by one each round, so clock and thermal drift spreads over all
+peers alike. A time is the median of a callable's samples; the spread column is the forward's (max - min) / median
+over the rounds. After the table, the llama3.1 rows stand beside NVIDIA's published cuDNN 9.19 H200 figures.
+The FP8 rows (graph API) and the decode row (S_q = 1 against a paged KV cache of 8192 tokens, microseconds and the
+K/V bytes read per second; torch has no paged attention, so its rows read a contiguous cache of the same size) take
+the same warm-up and samples, one callable after another instead of in rounds. The host row is the wall time per
+call of a tiny problem (launch-bound: the binding's own cost). The GPU's power limit and maximum clocks are printed
+first where ``nvidia-smi`` runs.
 
     python benchmarks/sdpa_bench.py                   # every row
     python benchmarks/sdpa_bench.py --rows llama,decode   # rows whose label contains 'llama' or 'decode'
     python benchmarks/sdpa_bench.py --autotune        # cudnn-py also with autotuned plans
+    python benchmarks/sdpa_bench.py --rounds 30       # more interleaved rounds per row
 """
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
+import subprocess
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -34,33 +44,62 @@ FP8_SHAPES = [("llama3.1 B1 H64/8 S4k D128 FP8", 1, 64, 8, 4096, 128),
               ("llama3.1 B1 H64/8 S16k D128 FP8", 1, 64, 8, 16384, 128)]
 #: decode: (label, B, Hq, Hkv, S_kv, D, block size)
 DECODE = ("decode B8 H32/8 Skv8k D128 paged", 8, 32, 8, 8192, 128, 64)
+#: NVIDIA's published cuDNN 9.19 H200 TFLOP/s, (forward, backward or None), by row label
+PUBLISHED = {"llama3.1 B1 H64/8 S4k D128": (671, 560), "llama3.1 B1 H64/8 S16k D128": (702, 612),
+             "llama3.1 B1 H64/8 S4k D128 causal": (591, 474), "llama3.1 B1 H64/8 S4k D128 FP8": (973, None),
+             "llama3.1 B1 H64/8 S16k D128 FP8": (1055, None)}
 SAMPLE_MS = 20.0
+Sampler = Callable[[Callable[[], object], int], float]
 
 
-def median_ms(fn, timing: tuple[int, int, int]) -> float:
-    """Median device ms per call of ``fn``; ``timing`` = (warm-up calls, samples, calls per sample at most)."""
-    warmup, reps, inner = timing
-    fn()
+def sample_ms(fn: Callable[[], object], inner: int) -> float:
+    """Device ms per call of ``fn`` over one sample of ``inner`` back-to-back calls between CUDA events."""
     with cudnn_py.timer() as t:
-        fn()
-    inner = max(1, min(inner, int(SAMPLE_MS / max(t.ms, 1e-3))))
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        with cudnn_py.timer() as t:
-            for _ in range(inner):
-                fn()
-        times.append(t.ms / inner)
-    return statistics.median(times)
+        for _ in range(inner):
+            fn()
+    return t.ms / inner
+
+
+def rounds_ms(peers: dict[str, tuple], timing: tuple[int, int, int],
+              sample: Sampler = sample_ms) -> dict[str, list[list[float]]]:
+    """Samples of every peer's callables, taken in interleaved rounds.
+
+    :param peers: name -> callables (e.g. forward, backward).
+    :param timing: (warm-up calls, rounds, calls per sample at most).
+    :param sample: ``sample(fn, calls) -> ms per call``.
+    :returns: name -> one list of per-call ms per callable, one entry per round. Each callable is first warmed up
+        and given the calls per sample (``inner`` at most) that make a sample about ``SAMPLE_MS``; round ``r``
+        then samples the peers in their order rotated by ``r``, each peer's callables in turn.
+    """
+    warmup, rounds, inner = timing
+
+    def calls_per_sample(fn) -> int:
+        for _ in range(warmup):
+            fn()
+        return max(1, min(inner, int(SAMPLE_MS / max(sample(fn, 1), 1e-3))))
+
+    calls = {name: [calls_per_sample(fn) for fn in fns] for name, fns in peers.items()}
+    times = {name: [[] for _ in fns] for name, fns in peers.items()}
+    names = list(peers)
+    for r in range(rounds if names else 0):
+        k = r % len(names)
+        for name in names[k:] + names[:k]:
+            for fn, n, out in zip(peers[name], calls[name], times[name]):
+                out.append(sample(fn, n))
+    return times
+
+
+def median_ms(fn: Callable[[], object], timing: tuple[int, int, int]) -> float:
+    """Median device ms per call of ``fn`` alone; ``timing`` = (warm-up calls, samples, calls per sample at most)."""
+    return statistics.median(rounds_ms({"": (fn,)}, timing)[""][0])
 
 
 def flops(b, hq, s, d, causal) -> float:
     return 4.0 * b * hq * s * s * d * (0.5 if causal else 1.0)
 
 
-def cudnn_py_case(h, q, k, v, do, causal, autotune, timing) -> tuple[float, float]:
-    """(forward ms, backward ms) through the cached-plan entry points, outputs preallocated. Prints the wall
+def cudnn_py_case(h, q, k, v, do, causal, autotune) -> tuple[Callable, Callable]:
+    """(forward, backward) callables through the cached-plan entry points, outputs preallocated. Prints the wall
     time of each first call (graph, heuristics, plan build with any runtime compilation, autotuning)."""
     t0 = time.perf_counter()
     o, st = S.sdpa(h, q, k, v, causal=causal, return_stats=True, autotune=autotune)
@@ -70,15 +109,16 @@ def cudnn_py_case(h, q, k, v, do, causal, autotune, timing) -> tuple[float, floa
     cudnn_py.synchronize()
     print(f"  cudnn-py first call{' (autotune)' if autotune else ''}{' causal' if causal else ''}: forward "
           f"{(t1 - t0) * 1e3:.0f} ms, backward {(time.perf_counter() - t1) * 1e3:.0f} ms", flush=True)
-    fwd = median_ms(lambda: S.sdpa(h, q, k, v, causal=causal, o=o, stats=st, autotune=autotune), timing)
-    bwd = median_ms(lambda: S.sdpa_backward(h, q, k, v, o, do, st, causal=causal, dq=grads[0], dk=grads[1],
-                                            dv=grads[2], autotune=autotune), timing)
-    return fwd, bwd
+    return (lambda: S.sdpa(h, q, k, v, causal=causal, o=o, stats=st, autotune=autotune),
+            lambda: S.sdpa_backward(h, q, k, v, o, do, st, causal=causal, dq=grads[0], dk=grads[1], dv=grads[2],
+                                    autotune=autotune))
 
 
-def torch_case(torch, backend, q, k, v, do, causal, timing) -> tuple[float, float]:
-    """(forward ms, backward ms) of torch's SDPA on one backend; grouped-query K/V through ``enable_gqa`` where
-    the backend takes it, else repeated to Q's heads (same FLOPs, more K/V traffic)."""
+def torch_case(torch, backend, q, k, v, do, causal) -> tuple[Callable, Callable]:
+    """(forward, backward) callables of torch's SDPA on one backend, each called once (a backend that refuses
+    the shape raises here); grouped-query K/V through ``enable_gqa`` where the backend takes it, else repeated to
+    Q's heads (same FLOPs, more K/V traffic). The forward enters the backend's ``sdpa_kernel`` on each call (the
+    peers' calls interleave); the backward is autograd's through one retained forward."""
     import torch.nn.functional as F
     from torch.nn.attention import sdpa_kernel
     hq, hk = q.shape[1], k.shape[1]
@@ -90,11 +130,19 @@ def torch_case(torch, backend, q, k, v, do, causal, timing) -> tuple[float, floa
             kw = {"enable_gqa": True}
         except RuntimeError:
             k, v = k.repeat_interleave(hq // hk, 1), v.repeat_interleave(hq // hk, 1)
+
+    def fwd():
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, **kw)
+
+    qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
     with sdpa_kernel(backend):
-        fwd = median_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, **kw), timing)
-        qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
         out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal, **kw)
-        bwd = median_ms(lambda: torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True), timing)
+
+    def bwd():
+        return torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True)
+    fwd()
+    bwd()
     return fwd, bwd
 
 
@@ -211,13 +259,14 @@ class Frontend:
         return lambda: g.execute(pack, w, handle=self.handle)
 
 
-def frontend_case(fe, q, k, v, do, causal, timing) -> tuple[float, float]:
+def frontend_case(fe, q, k, v, do, causal) -> tuple[Callable, Callable]:
+    """(forward, backward) callables of cudnn-frontend's graphs, each called once; prints the build times."""
     fwd, bwd, tf, tb = fe.sdpa(q, k, v, do, causal)
     fwd()
     bwd()
     print(f"  cudnn-frontend build{' causal' if causal else ''}: forward {tf * 1e3:.0f} ms, backward {tb * 1e3:.0f} ms",
           flush=True)
-    return median_ms(fwd, timing), median_ms(bwd, timing)
+    return fwd, bwd
 
 
 # -- decode ------------------------------------------------------------------------------------------------------
@@ -278,17 +327,69 @@ def host_us(fn, calls: int = 3000) -> float:
     return (time.perf_counter() - t0) / calls * 1e6
 
 
+def print_gpu() -> None:
+    """Print the GPU's power limits and maximum clocks as ``nvidia-smi`` reports them, where it runs."""
+    query = "name,power.limit,power.max_limit,clocks.max.sm,clocks.max.mem"
+    if shutil.which("nvidia-smi") is None:
+        return
+    try:
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return
+    for line in out.strip().splitlines():
+        print(f"nvidia-smi ({query}): {line}")
+
+
+def summary(samples: list[float]) -> tuple[float, float, float]:
+    """(median, min, max) of a callable's samples."""
+    return statistics.median(samples), min(samples), max(samples)
+
+
+def print_table(rows: list[tuple]) -> None:
+    """The attention table; ``rows`` = (case, who, forward FLOPs, forward (median, min, max) ms, backward ditto),
+    min and max None where not measured in rounds."""
+    print(f"\n{'case':38s} {'who':20s} {'fwd ms':>8s} {'TFLOP/s':>8s} {'bwd ms':>8s} {'TFLOP/s':>8s} "
+          f"{'fwd+bwd TFLOP/s':>16s} {'fwd spread':>10s}")
+    for case, who, f, (fwd, lo, hi), (bwd, _, _) in rows:
+        spread = "-" if lo is None else f"{(hi - lo) / fwd * 100:.1f} %"
+        print(f"{case:38s} {who:20s} {fwd:8.3f} {f / fwd / 1e9:8.1f} {bwd:8.3f} {2.5 * f / bwd / 1e9:8.1f} "
+              f"{3.5 * f / (fwd + bwd) / 1e9:16.1f} {spread:>10s}")
+
+
+def print_published(rows: list[tuple]) -> None:
+    """NVIDIA's published figures (``PUBLISHED``) beside the best cudnn-py TFLOP/s of the same rows in ``rows``."""
+    best = {}
+    for case, who, f, fwd, bwd in rows:
+        if case in PUBLISHED and who.startswith("cudnn-py"):
+            bf, bb = best.get(case, (0.0, 0.0))
+            best[case] = max(bf, f / fwd[0] / 1e9), max(bb, 2.5 * f / bwd[0] / 1e9)
+    if not best:
+        return
+
+    def cells(measured, published):
+        if published is None:
+            return f"{measured:8.1f} {'-':>9s} {'-':>7s}"
+        return f"{measured:8.1f} {published:9d} {measured / published * 100:6.1f}%"
+    print("\nNVIDIA's published cuDNN 9.19 H200 TFLOP/s beside cudnn-py's best here (% = measured / published)")
+    print(f"{'case':38s} {'fwd':>8s} {'published':>9s} {'%':>7s} {'bwd':>8s} {'published':>9s} {'%':>7s}")
+    for case, (pf, pb) in PUBLISHED.items():
+        if case in best:
+            print(f"{case:38s} {cells(best[case][0], pf)} {cells(best[case][1], pb)}")
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--rounds", type=int, default=15, help="interleaved timing rounds per row (samples per figure)")
     ap.add_argument("--inner", type=int, default=10, help="calls per timed sample (at most)")
     ap.add_argument("--rows", default="", help="only rows whose label contains one of these (comma-separated; "
                     "'decode' for the decode row, 'host' for the host-time row alone)")
     ap.add_argument("--autotune", action="store_true", help="also time cudnn-py with autotuned plans")
     ap.add_argument("--no-frontend", action="store_true", help="without cudnn-frontend")
     args = ap.parse_args(argv)
-    timing = (args.warmup, args.reps, max(1, args.inner))
+    timing = (args.warmup, max(1, args.rounds), max(1, args.inner))
+    print_gpu()
     import torch
     fe = None
     if not args.no_frontend:
@@ -307,28 +408,27 @@ def main(argv=None) -> None:
         mk = lambda *sh: torch.randn(*sh, device="cuda", dtype=torch.bfloat16)  # noqa: E731
         q, k, v, do = mk(b, hq, s, d), mk(b, hk, s, d), mk(b, hk, s, d), mk(b, hq, s, d)
         for causal in (False, True):
-            f = flops(b, hq, s, d, causal)
             peers = {}
             for tuned in (False, True) if args.autotune else (False,):
                 who = "cudnn-py" + (" autotuned" if tuned else "")
                 try:
-                    peers[who] = cudnn_py_case(h, q, k, v, do, causal, tuned, timing)
+                    peers[who] = cudnn_py_case(h, q, k, v, do, causal, tuned)
                 except (RuntimeError, ValueError, TypeError) as e:  # a configuration this cuDNN refuses
                     print(f"{who} {label}: {e}")
             if fe is not None:
                 try:
-                    peers["cudnn-frontend"] = frontend_case(fe, q, k, v, do, causal, timing)
+                    peers["cudnn-frontend"] = frontend_case(fe, q, k, v, do, causal)
                 except Exception as e:  # noqa: BLE001
                     print(f"cudnn-frontend {label}: {type(e).__name__}: {str(e).splitlines()[0]}")
             from torch.nn.attention import SDPBackend
             for name, be in (("torch cuDNN", SDPBackend.CUDNN_ATTENTION), ("torch flash", SDPBackend.FLASH_ATTENTION)):
                 try:
-                    peers[name] = torch_case(torch, be, q, k, v, do, causal, timing)
+                    peers[name] = torch_case(torch, be, q, k, v, do, causal)
                 except RuntimeError as e:  # a backend that refuses this shape
                     print(f"{name} {label}: {str(e).splitlines()[0]}")
-            for who, (fwd, bwd) in peers.items():
-                rows.append((label + (" causal" if causal else ""), who, fwd, f / fwd / 1e9, bwd,
-                             2.5 * f / bwd / 1e9, 3.5 * f / (fwd + bwd) / 1e9))
+            f = flops(b, hq, s, d, causal)
+            for who, (fwd, bwd) in rounds_ms(peers, timing).items():
+                rows.append((label + (" causal" if causal else ""), who, f, summary(fwd), summary(bwd)))
             del peers
             torch.cuda.empty_cache()
         print(f"  done {label}", flush=True)
@@ -341,14 +441,11 @@ def main(argv=None) -> None:
             except Exception as e:  # noqa: BLE001 - no FP8 engine for this case
                 print(f"cudnn-py {label}: {type(e).__name__}: {str(e).splitlines()[0]}")
                 continue
-            f = flops(b, hq, s, d, causal)
-            rows.append((label + (" causal" if causal else ""), "cudnn-py (graph)", fwd, f / fwd / 1e9, bwd,
-                         2.5 * f / bwd / 1e9, 3.5 * f / (fwd + bwd) / 1e9))
+            rows.append((label + (" causal" if causal else ""), "cudnn-py (graph)", flops(b, hq, s, d, causal),
+                         (fwd, None, None), (bwd, None, None)))
             torch.cuda.empty_cache()
-    print(f"\n{'case':36s} {'who':20s} {'fwd ms':>8s} {'TFLOP/s':>8s} {'bwd ms':>8s} {'TFLOP/s':>8s} "
-          f"{'fwd+bwd TFLOP/s':>16s}")
-    for case, who, fwd, tf, bwd, tb, tfb in rows:
-        print(f"{case:36s} {who:20s} {fwd:8.3f} {tf:8.1f} {bwd:8.3f} {tb:8.1f} {tfb:16.1f}")
+    print_table(rows)
+    print_published(rows)
 
     if any(r in DECODE[0] for r in args.rows.split(",")):
         print(f"\n{DECODE[0]}: forward")
