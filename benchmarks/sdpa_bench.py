@@ -6,10 +6,11 @@ TFLOP/s count 4 * B * Hq * Sq * Skv * D for the forward (half of it under a caus
 backward. A sample is the device time between events around up to ``--inner`` back-to-back calls, divided by the
 number of calls (fewer for the long rows, so each sample stays near 20 ms). Per row, every peer's forward and
 backward are set up and warmed up first, then timed in ``--rounds`` interleaved rounds: each round takes one
-sample of every callable, the peers' order rotated by one each round, so clock and thermal drift spreads over all
-peers alike. A time is the median of a callable's samples; the spread column is the forward's (max - min) / median
+sample of every callable in a new random order, each timed sample right after an untimed one of the same callable
+(the GPU's clocks under its power limit follow the load: a peer timed right after a lighter kernel would run at
+higher clocks), so clock and thermal drift spreads over all peers alike. A time is the median of a callable's samples; the spread column is the forward's (max - min) / median
 over the rounds. After the table, the llama3.1 rows stand beside NVIDIA's published cuDNN 9.19 H200 figures.
-The FP8 rows (graph API) and the decode row (S_q = 1 against a paged KV cache of 8192 tokens, microseconds and the
+The FP8 rows (`sdpa_fp8`) and the decode row (S_q = 1 against a paged KV cache of 8192 tokens, microseconds and the
 K/V bytes read per second; torch has no paged attention, so its rows read a contiguous cache of the same size) take
 the same warm-up and samples, one callable after another instead of in rounds. The host row is the wall time per
 call of a tiny problem (launch-bound: the binding's own cost). The GPU's power limit and maximum clocks are printed
@@ -23,13 +24,12 @@ first where ``nvidia-smi`` runs.
 from __future__ import annotations
 
 import argparse
+import random
 import shutil
 import statistics
 import subprocess
 import time
 from collections.abc import Callable
-
-import numpy as np
 
 import cudnn_py
 import cudnn_py.graph as G
@@ -39,7 +39,7 @@ from cudnn_py.ops import sdpa as S
 SHAPES = [("B4 H16 S1k D128", 4, 16, 16, 1024, 128), ("B4 H16 S4k D128", 4, 16, 16, 4096, 128),
           ("B4 H16 S16k D128", 4, 16, 16, 16384, 128), ("llama3.1 B1 H64/8 S4k D128", 1, 64, 8, 4096, 128),
           ("llama3.1 B1 H64/8 S16k D128", 1, 64, 8, 16384, 128)]
-#: FP8 (e4m3) rows, through the graph API: (label, B, Hq, Hkv, S, D)
+#: FP8 (e4m3) rows, through cudnn_py.sdpa_fp8 / sdpa_fp8_backward: (label, B, Hq, Hkv, S, D)
 FP8_SHAPES = [("llama3.1 B1 H64/8 S4k D128 FP8", 1, 64, 8, 4096, 128),
               ("llama3.1 B1 H64/8 S16k D128 FP8", 1, 64, 8, 16384, 128)]
 #: decode: (label, B, Hq, Hkv, S_kv, D, block size)
@@ -68,8 +68,9 @@ def rounds_ms(peers: dict[str, tuple], timing: tuple[int, int, int],
     :param timing: (warm-up calls, rounds, calls per sample at most).
     :param sample: ``sample(fn, calls) -> ms per call``.
     :returns: name -> one list of per-call ms per callable, one entry per round. Each callable is first warmed up
-        and given the calls per sample (``inner`` at most) that make a sample about ``SAMPLE_MS``; round ``r``
-        then samples the peers in their order rotated by ``r``, each peer's callables in turn.
+        and given the calls per sample (``inner`` at most) that make a sample about ``SAMPLE_MS``; each round then
+        samples the peers in a new random order (seeded), each peer's callables in turn, every timed sample right
+        after an untimed one of the same callable.
     """
     warmup, rounds, inner = timing
 
@@ -81,10 +82,12 @@ def rounds_ms(peers: dict[str, tuple], timing: tuple[int, int, int],
     calls = {name: [calls_per_sample(fn) for fn in fns] for name, fns in peers.items()}
     times = {name: [[] for _ in fns] for name, fns in peers.items()}
     names = list(peers)
-    for r in range(rounds if names else 0):
-        k = r % len(names)
-        for name in names[k:] + names[:k]:
+    order = random.Random(0)
+    for _ in range(rounds if names else 0):
+        order.shuffle(names)
+        for name in names:
             for fn, n, out in zip(peers[name], calls[name], times[name]):
+                sample(fn, n)  # untimed: the GPU's clocks settle on this callable, not on the one before it
                 out.append(sample(fn, n))
     return times
 
@@ -147,50 +150,22 @@ def torch_case(torch, backend, q, k, v, do, causal) -> tuple[Callable, Callable]
 
 
 def fp8_case(h, torch, b, hq, hk, s, d, causal, timing) -> tuple[float, float]:
-    """(forward ms, backward ms) of cudnn-py's FP8 (e4m3) attention graphs through executors (the entry point
-    takes float16/bfloat16 only). Unit scales; random data made on the GPU."""
-    from cudnn_py.memory import DeviceArray
-    import ml_dtypes
-    f8 = np.dtype(ml_dtypes.float8_e4m3fn)
-
-    def dev(shape, dtype=f8, fill=None):
-        """A torch-made GPU tensor as a DeviceArray (the pointer: no DLPack for FP8)."""
-        t = (torch.randn(*shape, device="cuda") if fill is None else torch.full(shape, fill, device="cuda"))
-        t = t.to(torch.float8_e4m3fn) if dtype == f8 else t.float()
-        return DeviceArray(t.data_ptr(), tuple(shape), dtype, tuple(t.stride()), owner=t)
-    ones = (1, 1, 1, 1)
-    q, k, v, do = dev((b, hq, s, d)), dev((b, hk, s, d)), dev((b, hk, s, d)), dev((b, hq, s, d))
-    sc = {n: dev(ones, np.float32, 1.0) for n in ("descale_q", "descale_k", "descale_v", "descale_o", "descale_do",
-                                                     "descale_s", "descale_dp", "scale_s", "scale_o", "scale_dq",
-                                                     "scale_dk", "scale_dv", "scale_dp")}
-    g = G.Graph(io_dtype=f8, compute_dtype="float32", intermediate_dtype="float32", name="fp8_fwd")
-    t = {n: g.tensor_like(a, n) for n, a in (("q", q), ("k", k), ("v", v), *sc.items())}
-    fwd_names = ("descale_q", "descale_k", "descale_v", "descale_s", "scale_s", "scale_o")
-    outs = g.sdpa_fp8(t["q"], t["k"], t["v"], causal=causal, **{n: t[n] for n in fwd_names})
-    res = [dev(x.shape, x.np_dtype, 0.0) for x in outs]
-    for x in outs:
-        x.set_output(True)
-    g.build(h)
-    ins = ["q", "k", "v", *fwd_names]
-    fx = g.executor(h, *(t[n] for n in ins), *outs)
-    arrays = {"q": q, "k": k, "v": v, **sc}
-    fargs = [arrays[n] for n in ins] + res
-    fwd = median_ms(lambda: fx(*fargs), timing)
-    gb = G.Graph(io_dtype=f8, compute_dtype="float32", intermediate_dtype="float32", name="fp8_bwd")
-    o, stats = res[0], res[1]
-    arrays.update(o=o, do=do, stats=stats)
-    tb = {n: gb.tensor_like(a, n) for n, a in arrays.items() if n != "scale_o"}
-    bwd_names = [n for n in sc if n != "scale_o"]
-    grads = gb.sdpa_fp8_backward(*(tb[n] for n in ("q", "k", "v", "o", "do", "stats")), causal=causal,
-                                 **{n: tb[n] for n in bwd_names})
-    gres = [dev(x.shape, x.np_dtype, 0.0) for x in grads]
-    for x in grads:
-        x.set_output(True)
-    gb.build(h)
-    names = ["q", "k", "v", "o", "do", "stats", *bwd_names]
-    bx = gb.executor(h, *(tb[n] for n in names), *grads)
-    bargs = [arrays[n] for n in names] + gres
-    return fwd, median_ms(lambda: bx(*bargs), timing)
+    """(forward ms, backward ms) of ``cudnn_py.sdpa_fp8`` / ``sdpa_fp8_backward`` (e4m3) on torch float8 tensors with
+    outputs preallocated; unit scales as device tensors; random data made on the GPU."""
+    e4m3 = torch.float8_e4m3fn
+    q, k, v, do = (torch.randn(*sh, device="cuda").to(e4m3) for sh in ((b, hq, s, d), (b, hk, s, d), (b, hk, s, d),
+                                                                        (b, hq, s, d)))
+    one = torch.ones(1, device="cuda")
+    fwd_sc = dict.fromkeys(("descale_q", "descale_k", "descale_v", "descale_s", "scale_s", "scale_o"), one)
+    bwd_sc = dict.fromkeys(("descale_q", "descale_k", "descale_v", "descale_o", "descale_do", "descale_s", "descale_dp",
+                            "scale_s", "scale_dq", "scale_dk", "scale_dv", "scale_dp"), one)
+    o, st, am_s, am_o = S.sdpa_fp8(h, q, k, v, causal=causal, return_stats=True, **fwd_sc)
+    grads = S.sdpa_fp8_backward(h, q, k, v, o, do, st, causal=causal, **bwd_sc)
+    out = dict(zip(("dq", "dk", "dv", "amax_dq", "amax_dk", "amax_dv", "amax_dp"), grads))
+    fwd = median_ms(lambda: S.sdpa_fp8(h, q, k, v, causal=causal, o=o, stats=st, amax_s=am_s, amax_o=am_o,
+                                       **fwd_sc), timing)
+    return fwd, median_ms(lambda: S.sdpa_fp8_backward(h, q, k, v, o, do, st, causal=causal, **out, **bwd_sc),
+                          timing)
 
 
 # -- cudnn-frontend (NVIDIA's compiled Python binding) -----------------------------------------------------------
