@@ -8,15 +8,14 @@ number of calls (fewer for the long rows, so each sample stays near 20 ms). Per 
 backward are set up and warmed up first, then timed in ``--rounds`` interleaved rounds: each round takes one
 sample of every callable in a new random order, each timed sample right after an untimed one of the same callable
 (the GPU's clocks under its power limit follow the load: a peer timed right after a lighter kernel would run at
-higher clocks), so clock and thermal drift spreads over all peers alike. A time is the median of a callable's samples; the spread column is the forward's (max - min) / median
-over the rounds: the GPU's clocks under sustained load. After the table, the llama3.1 rows stand beside NVIDIA's
-published cuDNN 9.19 H200 figures, measured also the way those were (a fresh process per case, no warm-up, the
-median kernel time of a few iterations): for each engine peer, 20 single calls after 2 s of idle GPU.
-The FP8 rows (`sdpa_fp8`) and the decode row (S_q = 1 against a paged KV cache of 8192 tokens, microseconds and the
-K/V bytes read per second; torch has no paged attention, so its rows read a contiguous cache of the same size) take
-the same warm-up and samples, one callable after another instead of in rounds. The host row is the wall time per
-call of a tiny problem (launch-bound: the binding's own cost). The GPU's power limit and maximum clocks are printed
-first where ``nvidia-smi`` runs.
+higher clocks), so clock and thermal drift spreads over all peers alike. A time is the median of a callable's
+samples; the spread column is the forward's (max - min) / median over the rounds. The FP8 rows (``sdpa_fp8``) are
+timed the same way, cudnn-py alone. After the table, the llama3.1 rows stand beside NVIDIA's published cuDNN 9.19
+H200 figures (measured there with a fresh process per case and no warm-up). The decode row (S_q = 1 against a
+paged KV cache of 8192 tokens, microseconds and the K/V bytes read per second; torch has no paged attention, so its
+rows read a contiguous cache of the same size) takes the same warm-up and samples, one callable after another
+instead of in rounds. The host row is the wall time per call of a tiny problem (launch-bound: the binding's own
+cost). The GPU's power limit and maximum clocks are printed first where ``nvidia-smi`` runs.
 
     python benchmarks/sdpa_bench.py                   # every row
     python benchmarks/sdpa_bench.py --rows llama,decode   # rows whose label contains 'llama' or 'decode'
@@ -51,9 +50,6 @@ PUBLISHED = {"llama3.1 B1 H64/8 S4k D128": (671, 560), "llama3.1 B1 H64/8 S16k D
              "llama3.1 B1 H64/8 S4k D128 causal": (591, 474), "llama3.1 B1 H64/8 S4k D128 FP8": (973, None),
              "llama3.1 B1 H64/8 S16k D128 FP8": (1055, None)}
 SAMPLE_MS = 20.0
-#: the published-figure method (:func:`burst_ms`): idle seconds before a burst, calls per burst, who is timed
-IDLE_S, BURST_CALLS = 2.0, 20
-BURST_PEERS = ("cudnn-py", "cudnn-frontend", "torch cuDNN")
 Sampler = Callable[[Callable[[], object], int], float]
 
 
@@ -100,31 +96,6 @@ def rounds_ms(peers: dict[str, tuple], timing: tuple[int, int, int],
 def median_ms(fn: Callable[[], object], timing: tuple[int, int, int]) -> float:
     """Median device ms per call of ``fn`` alone; ``timing`` = (warm-up calls, samples, calls per sample at most)."""
     return statistics.median(rounds_ms({"": (fn,)}, timing)[""][0])
-
-
-def burst_ms(fn: Callable[[], object], calls: int = BURST_CALLS) -> float:
-    """Median device ms of ``calls`` single calls of ``fn``, each between its own events, right after the GPU idled
-    ``IDLE_S`` seconds: clocks and temperature at rest, as in NVIDIA's published-figure runs (a fresh process per
-    case, no warm-up, the median kernel time of a few iterations)."""
-    cudnn_py.synchronize()
-    time.sleep(IDLE_S)
-    times = []
-    for _ in range(calls):
-        with cudnn_py.timer() as t:
-            fn()
-        times.append(t.ms)
-    return statistics.median(times)
-
-
-def bursts(peers: dict[str, tuple]) -> dict[str, tuple[float, ...]]:
-    """:func:`burst_ms` of every callable of the peers that run cuDNN's engines (cudnn-py, cudnn-frontend, torch
-    cuDNN), in a seeded random order; name -> one figure per callable."""
-    jobs = [(who, i) for who, fns in peers.items() if who in BURST_PEERS for i in range(len(fns))]
-    random.Random(1).shuffle(jobs)
-    res = {who: [0.0] * len(peers[who]) for who, _ in jobs}
-    for who, i in jobs:
-        res[who][i] = burst_ms(peers[who][i])
-    return {who: tuple(v) for who, v in res.items()}
 
 
 def flops(b, hq, s, d, causal) -> float:
@@ -360,10 +331,8 @@ def print_table(rows: list[tuple]) -> None:
               f"{3.5 * f / (fwd + bwd) / 1e9:16.1f} {spread:>10s}")
 
 
-def print_published(rows: list[tuple], burst: dict) -> None:
-    """NVIDIA's published figures (``PUBLISHED``) beside the best cudnn-py TFLOP/s of the same rows in ``rows``
-    (sustained: the rounds' medians) and every engine peer's figure by the published method (``burst``: case ->
-    (forward FLOPs, :func:`bursts`' result))."""
+def print_published(rows: list[tuple]) -> None:
+    """NVIDIA's published figures (``PUBLISHED``) beside the best cudnn-py TFLOP/s of the same rows in ``rows``."""
     best = {}
     for case, who, f, fwd, bwd in rows:
         if case in PUBLISHED and who.startswith("cudnn-py"):
@@ -371,23 +340,16 @@ def print_published(rows: list[tuple], burst: dict) -> None:
                                                                                        2.5 * f / bwd[0] / 1e9)))
     if not best:
         return
-    print("\nNVIDIA's published cuDNN 9.19 H200 TFLOP/s beside this run's: cudnn-py's best sustained figure (rounds) and"
-          f"\nevery engine peer after {IDLE_S:g} s idle (median of {BURST_CALLS} single calls: the published method); "
-          "% = of published")
-    peers = [p for p in BURST_PEERS if any(p in by for _, by in burst.values())]
 
-    def cell(x, published) -> str:
-        return f"{'-':>18s}" if x is None else f"{x:8.1f} ({x / published * 100:5.1f} %)".rjust(18)
-    print(f"{'case':38s} {'pass':4s} {'published':>9s} {'cudnn-py sustained':>18s}" + "".join(f" {p:>18s}"
-                                                                                                for p in peers))
-    for case, pub in PUBLISHED.items():
-        if case not in best:
-            continue
-        f, by = burst.get(case, (None, {}))
-        for k, (name, mult) in enumerate((("fwd", 1.0), ("bwd", 2.5))):
-            if pub[k] is not None:
-                cells = [best[case][k]] + [mult * f / by[p][k] / 1e9 if p in by else None for p in peers]
-                print(f"{case:38s} {name:4s} {pub[k]:9d} " + " ".join(cell(x, pub[k]) for x in cells))
+    def cells(measured, published):
+        if published is None:
+            return f"{measured:8.1f} {'-':>9s} {'-':>7s}"
+        return f"{measured:8.1f} {published:9d} {measured / published * 100:6.1f}%"
+    print("\nNVIDIA's published cuDNN 9.19 H200 TFLOP/s beside cudnn-py's best here (% = measured / published)")
+    print(f"{'case':38s} {'fwd':>8s} {'published':>9s} {'%':>7s} {'bwd':>8s} {'published':>9s} {'%':>7s}")
+    for case, (pf, pb) in PUBLISHED.items():
+        if case in best:
+            print(f"{case:38s} {cells(best[case][0], pf)} {cells(best[case][1], pb)}")
 
 
 def main(argv=None) -> None:
@@ -413,7 +375,7 @@ def main(argv=None) -> None:
             print(f"cudnn-frontend not used: {type(e).__name__}: {e}")
     h = cudnn_py.Handle()
     print(f"cuDNN {cudnn_py.version()}, {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
-    rows, burst = [], {}
+    rows = []
     for label, b, hq, hk, s, d in SHAPES:
         if not any(r in label for r in args.rows.split(",")):
             continue
@@ -441,8 +403,6 @@ def main(argv=None) -> None:
             case, f = label + (" causal" if causal else ""), flops(b, hq, s, d, causal)
             for who, (fwd, bwd) in rounds_ms(peers, timing).items():
                 rows.append((case, who, f, summary(fwd), summary(bwd)))
-            if case in PUBLISHED:
-                burst[case] = (f, bursts(peers))
             del peers
             torch.cuda.empty_cache()
         print(f"  done {label}", flush=True)
@@ -458,12 +418,10 @@ def main(argv=None) -> None:
             case, f = label + (" causal" if causal else ""), flops(b, hq, s, d, causal)
             fwd, bwd = rounds_ms(peers, timing)["cudnn-py"]
             rows.append((case, "cudnn-py", f, summary(fwd), summary(bwd)))
-            if case in PUBLISHED:
-                burst[case] = (f, bursts(peers))
             del peers
             torch.cuda.empty_cache()
     print_table(rows)
-    print_published(rows, burst)
+    print_published(rows)
 
     if any(r in DECODE[0] for r in args.rows.split(",")):
         print(f"\n{DECODE[0]}: forward")
