@@ -647,3 +647,30 @@ def test_fp8_entry_points_refuse_bad_input_before_cudnn(fake_exec):
     with pytest.raises(ValueError, match="dq must have shape"):
         S.sdpa_fp8_backward(h, q, q, q, q, q, st, dq=DeviceArray(0x990000, (1, 8, 64, 64), F8), **bsc)
     assert made == []
+
+
+def test_pythonic_paged_kv_cache_binds_the_page_tables(fake_exec):
+    packs, made = fake_exec
+    h = _PlanHandle()
+    b, hq, hk, d, block, pages = 2, 8, 2, 64, 16, 4
+    q = DeviceArray(0x100000, (b, hq, 1, d), BF16)
+    kc, vc = (DeviceArray(a, (b * pages, hk, block, d), BF16) for a in (0x200000, 0x300000))
+    sl = DeviceArray(0x400000, (b,), np.int32)
+    table = DeviceArray(0x500000, (b, pages), np.int32)  # (B, pages): seen as (B, 1, pages, 1)
+    o = DeviceArray(0x600000, (b, hq, 1, d), BF16)
+    kw = dict(seq_len_q=sl, seq_len_kv=sl, page_table_k=table, page_table_v=table, max_seq_len_kv=block * pages)
+    for _ in range(2):
+        assert S.sdpa(h, q, kc, vc, o=o, **kw) is o
+    assert len(made) == 1 and packs == [1001, 1001]  # the second call: the fast path, same pack
+    assert made[0][:7] == [0x100000, 0x200000, 0x300000, 0x400000, 0x400000, 0x500000, 0x500000]
+    with pytest.raises(ValueError, match="a paged KV cache needs max_seq_len_kv="):
+        S.sdpa(h, q, kc, vc, **{**kw, "max_seq_len_kv": None})
+    with pytest.raises(ValueError, match=r"page_table_k must be \(B, 1, ceil"):
+        S.sdpa(h, q, kc, vc, **{**kw, "page_table_k": DeviceArray(0x500000, (b, pages), np.int64)})
+    with pytest.raises(ValueError, match="needs both page_table_k and page_table_v"):
+        S.sdpa(h, q, kc, vc, **{**kw, "page_table_v": None})
+    with pytest.raises(ValueError, match="needs seq_len_q and seq_len_kv"):
+        S.sdpa(h, q, kc, vc, **{**kw, "seq_len_q": None, "seq_len_kv": None})
+    with pytest.raises(ValueError, match="only for packed"):
+        S.sdpa(h, q, kc, vc, max_seq_len_kv=64)
+    assert len(made) == 1

@@ -326,6 +326,37 @@ def test_paged_kv_cache_decode(handle, rng):
     _close(_host(out), ro, "bfloat16")
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_pythonic_paged_kv_cache(handle, rng, dtype):
+    """cudnn_py.sdpa with page tables ((B, pages) int32): grouped-query decode and a short prefill over cached
+    lengths that are not block multiples, into poisoned outputs; a second table (other pages) reuses the plan."""
+    dt = DTYPES[dtype]
+    b, hq, hk, d, block, pages = 3, 8, 2, 128, 16, 5
+    nblocks = b * pages + 3
+    kc, vc = rng.standard_normal((nblocks, hk, block, d)), rng.standard_normal((nblocks, hk, block, d))
+    kd, vd = _dev(kc, dt), _dev(vc, dt)
+    lk = np.array([block * pages, 17, 1])
+    runners = handle_cache(handle, "ops.sdpa")
+    for sq in (1, 7):
+        lq = np.minimum(sq, lk)
+        qa = rng.standard_normal((b, hq, sq, d))
+        mask = dict(causal=True, diagonal_alignment="bottom_right") if sq > 1 else {}
+        before = len(runners)
+        for _ in range(2):
+            table = rng.permutation(nblocks)[:b * pages].reshape(b, pages).astype(np.int32)
+            o = _nan((b, hq, sq, d), dt)
+            got = S.sdpa(handle, _dev(qa, dt), kd, vd, seq_len_q=_i32(lq), seq_len_kv=_i32(lk),
+                         page_table_k=to_device(table), page_table_v=to_device(table), max_seq_len_kv=block * pages,
+                         o=o, **mask)
+            assert got is o
+            kk = np.stack([np.concatenate([kc[table[i, j]] for j in range(pages)], axis=1) for i in range(b)])
+            vv = np.stack([np.concatenate([vc[table[i, j]] for j in range(pages)], axis=1) for i in range(b)])
+            ro, _ = R.forward(_q(qa, dt), _q(kk, dt), _q(vv, dt), seq_len_q=lq, seq_len_kv=lk, **mask)
+            rows = (np.arange(sq)[None, None, :, None] < lq[:, None, None, None])
+            _close(_host(o), ro, dtype, rows=rows)
+        assert len(runners) == before + 1
+
+
 def test_backward_scratch_is_in_the_workspace_not_bound(handle, rng):
     """The accumulators are neither bound nor accepted in a variant pack; the plan's workspace holds them."""
     dt = BF16

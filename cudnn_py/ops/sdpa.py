@@ -188,6 +188,19 @@ def _per_batch(obj, name: str):
     return a, (a.shape, a.strides, a.dtype)
 
 
+def _page_table(obj, name: str):
+    """An optional page table ((B, pages) or (B, 1, pages, 1) int32 device tensor) as (B, 1, pages, 1), with its
+    meta; or (None, None)."""
+    if obj is None:
+        return None, None
+    a = as_array(obj, name)
+    if a.ndim == 2:
+        if not a.is_contiguous:
+            raise InvalidValueError(f"{name} must be packed")
+        a = a.reshape(a.shape[0], 1, a.shape[1], 1)
+    return a, (a.shape, a.strides, a.dtype)
+
+
 def _opt(obj, name: str):
     return (None, None) if obj is None else _dev(obj, name)
 
@@ -239,7 +252,7 @@ class _Args:
 
     def __init__(self, handle, q, k, v, *, scale, causal, diagonal_alignment, left_bound, right_bound, bias,
                  seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_kv, max_seq_len_q, max_seq_len_kv, alibi,
-                 dropout, seed, offset, implementation, autotune):
+                 dropout, seed, offset, implementation, autotune, page_table_k=None, page_table_v=None):
         (self.seq_len_q, msq), (self.seq_len_kv, mskv) = (_per_batch(seq_len_q, "seq_len_q"),
                                                            _per_batch(seq_len_kv, "seq_len_kv"))
         self.ragged_q, mrq = _per_batch(ragged_offset_q, "ragged_offset_q")
@@ -261,9 +274,17 @@ class _Args:
                 raise InvalidValueError("packed attention here shares q's offsets with o and k's with v, so it needs "
                                  "Dv == D and Hk * D == Hv * Dv; build the graph (g.sdpa's ragged_offset_o/_v) for "
                                  "other shapes")
-        elif max_seq_len_q is not None or max_seq_len_kv is not None:
+        self.page_table_k, mptk = _page_table(page_table_k, "page_table_k")
+        self.page_table_v, mptv = _page_table(page_table_v, "page_table_v")
+        self.paged = None
+        if self.page_table_k is not None or self.page_table_v is not None:
+            if self.ragged:
+                raise InvalidValueError("a paged KV cache does not combine with packed (THD) tensors here")
+            _check_int(max_seq_len_kv, "max_seq_len_kv")
+            self.paged = max_seq_len_kv
+        elif not self.ragged and (max_seq_len_q is not None or max_seq_len_kv is not None):
             raise InvalidValueError("max_seq_len_q/max_seq_len_kv are only for packed (THD) tensors with ragged "
-                                    "offsets")
+                                    "offsets (and max_seq_len_kv for a paged KV cache)")
         (self.q, mq), (self.k, mk), (self.v, mv) = _dev(q, "q"), _dev(k, "k"), _dev(v, "v")
         self.bias, mb = _opt(bias, "bias")
         hq = mq[0][1] if len(mq[0]) == 4 else 1
@@ -291,11 +312,13 @@ class _Args:
         self.options = dict(scale=scale, causal=bool(causal), diagonal_alignment=diagonal_alignment,
                             left_bound=left_bound, right_bound=right_bound, dropout=self.dropout,
                             implementation=implementation)
+        if self.paged is not None:
+            self.options["max_seq_len_kv"] = self.paged
         self.autotune = bool(autotune)
         self.hq, self.dtype = hq, mq[2]
         self.key = (mq, mk, mv, mb, msq, mskv, mrq, mrkv, self.alibi, self.seed is not None,
                     scale, bool(causal), diagonal_alignment, left_bound, right_bound, self.dropout, implementation,
-                    self.autotune)
+                    self.autotune, mptk, mptv, self.paged)
 
     def graph_inputs(self, g: Graph, handle) -> tuple[dict, list, list]:
         """The graph tensors for this call's arrays: (builder kwargs, tensors, arrays) in binding order (the arrays
@@ -304,7 +327,8 @@ class _Args:
         for n in ("q", "k", "v"):
             tensors.append(g.tensor_like(getattr(self, n), n))
             arrays.append(getattr(self, n))
-        for n in ("bias", "seq_len_q", "seq_len_kv", "ragged_q", "ragged_kv", "seed", "offset"):
+        for n in ("bias", "seq_len_q", "seq_len_kv", "ragged_q", "ragged_kv", "seed", "offset", "page_table_k",
+                  "page_table_v"):
             a = getattr(self, n)
             if a is not None:
                 t = g.tensor_like(a, n)
@@ -328,7 +352,8 @@ class _Args:
     def call_arrays(self) -> list:
         """This call's input arrays in the order of :meth:`graph_inputs` (without the cached constants)."""
         return [a for a in (self.q, self.k, self.v, self.bias, self.seq_len_q, self.seq_len_kv, self.ragged_q,
-                            self.ragged_kv, self.seed, self.offset) if a is not None]
+                            self.ragged_kv, self.seed, self.offset, self.page_table_k, self.page_table_v)
+                if a is not None]
 
 
 def _graph(args: _Args, name: str) -> Graph:
@@ -411,8 +436,8 @@ def sdpa(handle, q, k, v, *, scale: float | None = None, causal: bool = False,
          diagonal_alignment: str = "top_left", left_bound: int | None = None, right_bound: int | None = None,
          bias=None, seq_len_q=None, seq_len_kv=None, ragged_offset_q=None, ragged_offset_kv=None,
          max_seq_len_q: int | None = None, max_seq_len_kv: int | None = None, alibi=False, dropout: float = 0.0,
-         seed=None, offset=None, return_stats: bool = False, o=None, stats=None, implementation: str = "auto",
-         autotune: bool = False):
+         seed=None, offset=None, page_table_k=None, page_table_v=None, return_stats: bool = False, o=None,
+         stats=None, implementation: str = "auto", autotune: bool = False):
     """Attention forward: ``o = softmax(mask(scale * q k^T + bias)) v`` in one fused cuDNN kernel.
 
     :param handle: the :class:`~cudnn_py.Handle` (plans are cached on it).
@@ -432,7 +457,12 @@ def sdpa(handle, q, k, v, *, scale: float | None = None, causal: bool = False,
         the padding mask and ``max_seq_len_q``/``max_seq_len_kv``. o is then (T_q, Hq, D); the statistics stay
         (B, Hq, max_seq_len_q, 1). Needs Dv == D and Hk * D == Hv * Dv (one offset tensor for q and o, one for k
         and v); the graph API takes four.
-    :param max_seq_len_q, max_seq_len_kv: the longest sequences of a packed batch.
+    :param max_seq_len_q, max_seq_len_kv: the longest sequences of a packed batch (``max_seq_len_kv`` also: the
+        longest cached sequence of a paged KV cache).
+    :param page_table_k, page_table_v: a paged KV cache (inference): k and v are then the page containers
+        (blocks, Hk, block_size, D) and (blocks, Hv, block_size, Dv), and each table a (B, pages) or (B, 1, pages,
+        1) int32 device tensor of the block index of each page of each sequence, pages = ceil(max_seq_len_kv /
+        block_size); needs ``seq_len_q``/``seq_len_kv`` and ``max_seq_len_kv``.
     :param alibi: True for the standard ALiBi slopes, or Hq slopes (needs causal).
     :param dropout: drop probability; needs ``seed`` and ``offset`` (ints or int64 device tensors; the same
         pair gives the same mask, which :func:`sdpa_backward` regenerates).
@@ -449,7 +479,7 @@ def sdpa(handle, q, k, v, *, scale: float | None = None, causal: bool = False,
     if type(seed) is not int and type(offset) is not int:  # an int seed/offset is copied to the device: validated
         try:
             ins, in_ptrs = _signatures((q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_kv, seed,
-                                        offset))
+                                        offset, page_table_k, page_table_v))
             gs, g_ptrs = _signatures((o, stats))
             fkey = ("fwd", ins, gs, scale, causal, diagonal_alignment, left_bound, right_bound, alibi, dropout,
                     return_stats, max_seq_len_q, max_seq_len_kv, implementation, autotune)
@@ -465,7 +495,8 @@ def sdpa(handle, q, k, v, *, scale: float | None = None, causal: bool = False,
                  left_bound=left_bound, right_bound=right_bound, bias=bias, seq_len_q=seq_len_q,
                  seq_len_kv=seq_len_kv, ragged_offset_q=ragged_offset_q, ragged_offset_kv=ragged_offset_kv,
                  max_seq_len_q=max_seq_len_q, max_seq_len_kv=max_seq_len_kv, alibi=alibi, dropout=dropout,
-                 seed=seed, offset=offset, implementation=implementation, autotune=autotune)
+                 seed=seed, offset=offset, implementation=implementation, autotune=autotune,
+                 page_table_k=page_table_k, page_table_v=page_table_v)
     given_o = None if o is None or args.ragged else _dev(o, "o")[1]
     key = ("fwd", args.key, return_stats, given_o)
 
