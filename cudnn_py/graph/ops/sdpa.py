@@ -887,6 +887,12 @@ class SdpaBuilders(Builder):
             raise GraphNotSupportedError(what, [f"FP8 attention backward with head dims {d}/{v.shape[3]}"], [],
                                          [("head dim", "cuDNN 9.19's FP8 attention backward on Hopper takes head "
                                                        "dim 128 only (the one verified)")])
+        if sq % 32 or k.shape[2] % 32:
+            raise GraphNotSupportedError(what, [f"FP8 attention backward with S_q = {sq}, S_kv = {k.shape[2]}"], [],
+                                         [("sequence length", (
+                                             "cuDNN 9.19's FP8 attention backward on Hopper gives wrong dQ rows in a "
+                                             "last partial tile of 32 queries (measured: S = 100 and 130 wrong; 64, "
+                                             "96, 128, 160, 192 right); cudnn-py takes multiples of 32 only"))])
         o_shape = (b, hq, sq, v.shape[3])
         for t, n in ((o, "o"), (do, "do")):
             t = self._own(t, n)
