@@ -215,12 +215,13 @@ def test_engine_argument_checked_and_auto_falls_back_to_legacy():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(3, 5, 7, 6), (4, 16, 6, 8)])  # the second: a multiple of 64, run as a flat array
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 @pytest.mark.parametrize("dtype", E.GRAPH_DTYPES)
 @pytest.mark.parametrize("mode", list(ACTIVATION_MODES))
-def test_graph_engine_forward_backward_match_reference(handle, rng, mode, dtype, layout):
+def test_graph_engine_forward_backward_match_reference(handle, rng, mode, dtype, layout, shape):
     act = Activation(mode, **PARAMS[mode])
-    x = E.rounded(rng.standard_normal((3, 5, 7, 6)) * 1.5, dtype)
+    x = E.rounded(rng.standard_normal(shape) * 1.5, dtype)
     dy = E.rounded(rng.standard_normal(x.shape), dtype)
     xd = E.on_device(x, dtype, layout)
     y = activation_forward(handle, act, xd, E.poisoned(x.shape, dtype, layout), engine="graph")

@@ -478,3 +478,49 @@ def test_graph_reduce_tensor(handle, rng, op, c_shape, layout):
             assert engine == "graph" and "reduction" in str(e) and "no engine supports graph" in str(e)
             continue
         E.assert_close(E.host(c), r_ref, "float32", scale=10)
+
+
+def test_flat_view_only_for_dense_arrays_of_one_layout():
+    """The pointwise graph path describes operands as one flat (1, 64, n / 64, 1) channels-last array only where
+    that is the same elementwise computation: every array of the output's shape and strides, filling its memory."""
+    from cudnn_py.graph import legacy as gl
+    from cudnn_py.memory import DeviceArray
+    nhwc = DeviceArray(0x1000, (4, 8, 4, 6), np.float16, E.layout_strides((4, 8, 4, 6), "NHWC"))
+    view = gl._flat(nhwc, [nhwc, nhwc])
+    v = view(nhwc)
+    assert v.shape == (1, 64, 12, 1) and v.strides == (768, 1, 64, 64) and v.ptr == nhwc.ptr
+    assert gl._flat(nhwc, [nhwc, DeviceArray(0x1000, (4, 8, 4, 6), np.float16)]) is None  # another memory order
+    assert gl._flat(nhwc, [DeviceArray(0x1000, (1, 8, 1, 1), np.float16)]) is None  # a broadcast operand
+    gapped = DeviceArray(0x1000, (4, 8, 4, 6), np.float16, (384, 48, 12, 2))  # every other element
+    assert gl._flat(gapped, [gapped]) is None
+    odd = DeviceArray(0x1000, (3, 5, 7, 6), np.float16)  # 630 elements: not a multiple of 64
+    assert gl._flat(odd, [odd]) is None
+    unit = DeviceArray(0x1000, (2, 1, 32), np.float32, (32, 7, 1))  # a unit dim's stride means nothing
+    assert gl._flat(unit, [unit])(unit).shape == (1, 64, 1, 1)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("dtype", E.GRAPH_DTYPES)
+def test_graph_flat_view_elementwise(handle, rng, dtype, layout):
+    """Operands that fill their memory in one layout run as one flat array: every op_tensor operation, add, scale
+    and a dtype change, against the float64 references, into poisoned outputs; shapes of rank 1 to 5."""
+    for shape in ((4, 8, 4, 6), (2, 16, 2, 3, 4), (3 * 64,), (6, 32)):
+        a = E.rounded(rng.standard_normal(shape), dtype)
+        b = E.rounded(rng.standard_normal(shape), dtype)
+        for op in T.OP_TENSOR_OPS:
+            unary, alpha1 = op in ("sqrt", "not"), 1.0 if op == "not" else 0.75
+            x = E.rounded(np.abs(a) + 0.1, dtype) if op == "sqrt" else (a > 0).astype(np.float64) if op == "not" \
+                else a
+            c = T.op_tensor(handle, op, E.on_device(x, dtype, layout), None if unary else E.on_device(b, dtype, layout),
+                            E.poisoned(shape, dtype, layout), alpha1=alpha1, alpha2=-1.25, engine="graph")
+            want = ref.op_tensor(op, x, None if unary else b, np.zeros(shape), alpha1, -1.25, 0.0)
+            E.assert_close(E.host(c), want, dtype)
+        c = E.on_device(b, dtype, layout)
+        T.add_tensor(handle, E.on_device(a, dtype, layout), c, alpha=1.5, beta=-0.5, engine="graph")
+        E.assert_close(E.host(c), ref.add_tensor(a, b, 1.5, -0.5), dtype)
+        T.scale_tensor(handle, c, alpha=-2.0, engine="graph")
+        E.assert_close(E.host(c), -2.0 * ref.add_tensor(a, b, 1.5, -0.5), dtype, scale=2.0)
+        y = T.transform_tensor(handle, E.on_device(a, dtype, layout), E.poisoned(shape, "float32", layout),
+                               engine="graph")
+        E.assert_close(E.host(y), a, "float32")

@@ -12,7 +12,10 @@ channel dimension, dimension 1, innermost) and refuse the same data described as
 not care which axis is called the channel, so every operand is described to cuDNN with its axes relabelled:
 the output's outermost axis first, its innermost (stride 1) second, the rest in decreasing stride order, with
 unit dimensions in front up to four dimensions. An NCHW array is then the channels-last array (N, W, C, H), an
-NHWC one itself; broadcast operands (a (1, C, 1, 1) bias) get the same relabelling.
+NHWC one itself; broadcast operands (a (1, C, 1, 1) bias) get the same relabelling. Where every operand has the
+output's shape and strides and fills its memory, the graph is elementwise over that memory, and every operand is
+described as one flat channels-last (1, 64, n / 64, 1) array instead: on the H200 cuDNN 9.19's pointwise engine
+runs ReLU there 7 % faster than on NHWC (N, 256, H, W) data.
 """
 from __future__ import annotations
 
@@ -105,6 +108,29 @@ def _view(a: DeviceArray, pad: int, perm) -> DeviceArray:
                             a.device_id, a, None)
 
 
+#: the channel count of the flat view (:func:`_flat`): cuDNN 9.19's pointwise engine on the H200 runs fastest with 64
+#: channels innermost (ReLU fp16 over 25.7M elements: 0.0285 ms, against 0.0306 ms for C = 256 and 0.063 for C = 8)
+_FLAT_C = 64
+
+
+def _flat(ref: DeviceArray, arrays) -> Callable[[DeviceArray], DeviceArray] | None:
+    """A view function presenting every array as one flat channels-last (1, _FLAT_C, n / _FLAT_C, 1) array, or None.
+
+    Possible when every array has ``ref``'s shape and strides and ``ref`` is dense (its elements fill its memory:
+    no broadcast, no gaps), so that an elementwise graph on the arrays is the same graph on their memory in order."""
+    n = ref.size
+    if n % _FLAT_C or any(a.shape != ref.shape or a.strides != ref.strides for a in arrays):
+        return None
+    acc = 1
+    for i in reversed(_order(ref.shape, ref.strides)):
+        if ref.shape[i] > 1 and ref.strides[i] != acc:
+            return None
+        acc *= ref.shape[i]
+    shape = (1, _FLAT_C, n // _FLAT_C, 1)
+    strides = packed_strides(shape, "NHWC")
+    return lambda a: DeviceArray._new(a.ptr, shape, a.dtype, strides, a.device_id, a, None)
+
+
 def strides_like(x: DeviceArray, shape) -> tuple[int, ...]:
     """Packed strides for an array of ``shape`` (x's rank) that keeps x's axis order in memory (NHWC x: NHWC)."""
     order = _order(x.shape, x.strides)
@@ -174,7 +200,10 @@ def run_graph(handle, name: str, params: tuple, inputs: Sequence[tuple[str, Devi
     in ``outputs``' order (one that is an input, or of another shape than its array, is copied out by an identity
     operation). ``relabel``: describe the arrays in the channels-last relabelled order of ``layout_of`` (default
     the first output) - for graphs of pointwise operations and reductions, which do not care which axis is the
-    channel; tensors and ``out_shape`` are then in that order. Without it the arrays are described as they are.
+    channel; tensors and ``out_shape`` are then in that order. Where every array has the output's shape and
+    strides and is dense, they are instead all described as one flat channels-last (1, 64, n / 64, 1) array (cuDNN
+    9.19's pointwise engine runs fastest so); ``build`` must then be elementwise, as pointwise graphs and
+    reductions to the same shape are. Without ``relabel`` the arrays are described as they are.
     ``autotune``: on the first call, time the plans of heuristics modes A and B on these arrays and keep the
     fastest (the outputs are written meanwhile) instead of mode A's first plan.
     """
@@ -190,12 +219,15 @@ def run_graph(handle, name: str, params: tuple, inputs: Sequence[tuple[str, Devi
            tuple((r, a.shape, a.strides, a.dtype) for r, a in outputs))
 
     def make():
-        pad, perm = _relabel(ref) if relabel else (0, None)
+        view = _flat(ref, [a for _, a in (*inputs, *outputs)]) if relabel else None
+        if view is None:
+            pad, perm = _relabel(ref) if relabel else (0, None)
+            view = lambda a: _view(a, pad, perm)  # noqa: E731
         g = Graph(io_dtype=outputs[0][1].dtype, compute_dtype="float32", name=name)
-        views = [_view(a, pad, perm) for _, a in inputs]
+        views = [view(a) for _, a in inputs]
         strides = _graph_strides if relabel else (lambda v: v.strides)
         ts = {r: g.tensor(v.shape, dtype=v.dtype, strides=strides(v), name=r) for (r, _), v in zip(inputs, views)}
-        ovs = [_view(a, pad, perm) for _, a in outputs]
+        ovs = [view(a) for _, a in outputs]
         if relabel:
             _pointwise_layouts(inputs, views, ovs[0])
         try:
@@ -215,15 +247,15 @@ def run_graph(handle, name: str, params: tuple, inputs: Sequence[tuple[str, Devi
             outs.append(t)
         tensors = [*ts.values(), *outs]
         if not autotune:
-            return build_executor(g, handle, tensors, views, False), pad, perm
+            return build_executor(g, handle, tensors, views, False), view
         autotune_graph(g, handle, dict(zip(tensors, [*views, *ovs])))
-        return g.executor(handle, *tensors, identity_cache=1), pad, perm
+        return g.executor(handle, *tensors, identity_cache=1), view
 
     ent = cached(handle, key, make, auto)
     if ent is None:
         return False
-    ex, pad, perm = ent
-    ex(*(_view(a, pad, perm) for _, a in inputs), *(_view(a, pad, perm) for _, a in outputs))
+    ex, view = ent
+    ex(*(view(a) for _, a in inputs), *(view(a) for _, a in outputs))
     return True
 
 
