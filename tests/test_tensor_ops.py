@@ -493,6 +493,7 @@ def test_flat_view_only_for_dense_arrays_of_one_layout():
     assert gl._flat(nhwc, [DeviceArray(0x1000, (1, 8, 1, 1), np.float16)]) is None  # a broadcast operand
     gapped = DeviceArray(0x1000, (4, 8, 4, 6), np.float16, (384, 48, 12, 2))  # every other element
     assert gl._flat(gapped, [gapped]) is None
+    assert gl._flat(nhwc, [nhwc, DeviceArray(0x1000, nhwc.shape, np.float32, nhwc.strides)]) is None  # a dtype change
     odd = DeviceArray(0x1000, (3, 5, 7, 6), np.float16)  # 630 elements: not a multiple of 64
     assert gl._flat(odd, [odd]) is None
     unit = DeviceArray(0x1000, (2, 1, 32), np.float32, (32, 7, 1))  # a unit dim's stride means nothing
@@ -503,8 +504,9 @@ def test_flat_view_only_for_dense_arrays_of_one_layout():
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 @pytest.mark.parametrize("dtype", E.GRAPH_DTYPES)
 def test_graph_flat_view_elementwise(handle, rng, dtype, layout):
-    """Operands that fill their memory in one layout run as one flat array: every op_tensor operation, add, scale
-    and a dtype change, against the float64 references, into poisoned outputs; shapes of rank 1 to 5."""
+    """Operands that fill their memory in one layout run as one flat array: every op_tensor operation, add and
+    scale (and a dtype change, which keeps the relabelled layout), against the float64 references, into poisoned
+    outputs; shapes of rank 1 to 5."""
     for shape in ((4, 8, 4, 6), (2, 16, 2, 3, 4), (3 * 64,), (6, 32)):
         a = E.rounded(rng.standard_normal(shape), dtype)
         b = E.rounded(rng.standard_normal(shape), dtype)

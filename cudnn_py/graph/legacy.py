@@ -117,9 +117,11 @@ def _flat(ref: DeviceArray, arrays) -> Callable[[DeviceArray], DeviceArray] | No
     """A view function presenting every array as one flat channels-last (1, _FLAT_C, n / _FLAT_C, 1) array, or None.
 
     Possible when every array has ``ref``'s shape and strides and ``ref`` is dense (its elements fill its memory:
-    no broadcast, no gaps), so that an elementwise graph on the arrays is the same graph on their memory in order."""
+    no broadcast, no gaps), so that an elementwise graph on the arrays is the same graph on their memory in order.
+    Taken only where all have ``ref``'s dtype: a float32 -> float16 conversion ran 10 % slower so (0.0476 against
+    0.0433 ms at 32x256x56x56 on the H200)."""
     n = ref.size
-    if n % _FLAT_C or any(a.shape != ref.shape or a.strides != ref.strides for a in arrays):
+    if n % _FLAT_C or any(a.shape != ref.shape or a.strides != ref.strides or a.dtype != ref.dtype for a in arrays):
         return None
     acc = 1
     for i in reversed(_order(ref.shape, ref.strides)):
