@@ -176,28 +176,16 @@ def _dev(obj, name: str):
     return obj, (shape, strides, dtype)
 
 
-def _per_batch(obj, name: str):
-    """An optional per-batch device vector ((N,) or (N, 1, 1, 1)) as (N, 1, 1, 1), with its meta; or (None, None)."""
+def _per_batch(obj, name: str, pages: bool = False):
+    """An optional per-batch device tensor with its meta, or (None, None): a vector ((N,) or (N, 1, 1, 1)) as (N, 1,
+    1, 1), or with ``pages`` a page table ((B, pages) or (B, 1, pages, 1)) as (B, 1, pages, 1)."""
     if obj is None:
         return None, None
     a = as_array(obj, name)
-    if a.ndim == 1:
+    if a.ndim == 1 + pages:
         if not a.is_contiguous:
             raise InvalidValueError(f"{name} must be packed")
-        a = a.reshape(a.shape[0], 1, 1, 1)
-    return a, (a.shape, a.strides, a.dtype)
-
-
-def _page_table(obj, name: str):
-    """An optional page table ((B, pages) or (B, 1, pages, 1) int32 device tensor) as (B, 1, pages, 1), with its
-    meta; or (None, None)."""
-    if obj is None:
-        return None, None
-    a = as_array(obj, name)
-    if a.ndim == 2:
-        if not a.is_contiguous:
-            raise InvalidValueError(f"{name} must be packed")
-        a = a.reshape(a.shape[0], 1, a.shape[1], 1)
+        a = a.reshape(a.shape[0], 1, a.shape[1], 1) if pages else a.reshape(a.shape[0], 1, 1, 1)
     return a, (a.shape, a.strides, a.dtype)
 
 
@@ -274,8 +262,8 @@ class _Args:
                 raise InvalidValueError("packed attention here shares q's offsets with o and k's with v, so it needs "
                                  "Dv == D and Hk * D == Hv * Dv; build the graph (g.sdpa's ragged_offset_o/_v) for "
                                  "other shapes")
-        self.page_table_k, mptk = _page_table(page_table_k, "page_table_k")
-        self.page_table_v, mptv = _page_table(page_table_v, "page_table_v")
+        self.page_table_k, mptk = _per_batch(page_table_k, "page_table_k", pages=True)
+        self.page_table_v, mptv = _per_batch(page_table_v, "page_table_v", pages=True)
         self.paged = None
         if self.page_table_k is not None or self.page_table_v is not None:
             if self.ragged:
