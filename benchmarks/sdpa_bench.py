@@ -314,12 +314,11 @@ def summary(samples: list[float]) -> tuple[float, float, float]:
 
 
 def print_table(rows: list[tuple]) -> None:
-    """The attention table; ``rows`` = (case, who, forward FLOPs, forward (median, min, max) ms, backward ditto),
-    min and max None where not measured in rounds."""
+    """The attention table; ``rows`` = (case, who, forward FLOPs, forward (median, min, max) ms, backward ditto)."""
     print(f"\n{'case':38s} {'who':20s} {'fwd ms':>8s} {'TFLOP/s':>8s} {'bwd ms':>8s} {'TFLOP/s':>8s} "
           f"{'fwd+bwd TFLOP/s':>16s} {'fwd spread':>10s}")
     for case, who, f, (fwd, lo, hi), (bwd, _, _) in rows:
-        spread = "-" if lo is None else f"{(hi - lo) / fwd * 100:.1f} %"
+        spread = f"{(hi - lo) / fwd * 100:.1f} %"
         print(f"{case:38s} {who:20s} {fwd:8.3f} {f / fwd / 1e9:8.1f} {bwd:8.3f} {2.5 * f / bwd / 1e9:8.1f} "
               f"{3.5 * f / (fwd + bwd) / 1e9:16.1f} {spread:>10s}")
 
