@@ -27,6 +27,7 @@ import numpy as np
 
 from cudnn_py import nvtx
 from cudnn_py._binding import status_error
+from cudnn_py.args import bool_arg
 from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
 from cudnn_py.graph import Graph
 from cudnn_py.graph.conv import autotune_graph
@@ -281,7 +282,10 @@ class _Args:
         elif alibi is None or alibi is False:
             self.alibi = None
         else:
-            a = np.asarray(alibi, np.float32).reshape(-1)
+            try:
+                a = np.asarray(alibi, np.float32).reshape(-1)
+            except (TypeError, ValueError):
+                raise InvalidTypeError(f"alibi must be True, False or {hq} per-head slopes, got {alibi!r}") from None
             if a.shape != (hq,):
                 raise InvalidValueError(f"alibi must be True or {hq} per-head slopes, got shape {np.shape(alibi)}")
             self.alibi = ("custom", tuple(float(x) for x in a))
@@ -297,15 +301,16 @@ class _Args:
                 raise InvalidTypeError(f"{n} must be a number or None, got {type(val).__name__}")
         if not isinstance(diagonal_alignment, str) or not isinstance(implementation, str):
             raise InvalidTypeError("diagonal_alignment and implementation must be strings")
-        self.options = dict(scale=scale, causal=bool(causal), diagonal_alignment=diagonal_alignment,
+        causal = bool_arg(causal, "causal")
+        self.options = dict(scale=scale, causal=causal, diagonal_alignment=diagonal_alignment,
                             left_bound=left_bound, right_bound=right_bound, dropout=self.dropout,
                             implementation=implementation)
         if self.paged is not None:
             self.options["max_seq_len_kv"] = self.paged
-        self.autotune = bool(autotune)
+        self.autotune = bool_arg(autotune, "autotune")
         self.hq, self.dtype = hq, mq[2]
         self.key = (mq, mk, mv, mb, msq, mskv, mrq, mrkv, self.alibi, self.seed is not None,
-                    scale, bool(causal), diagonal_alignment, left_bound, right_bound, self.dropout, implementation,
+                    scale, causal, diagonal_alignment, left_bound, right_bound, self.dropout, implementation,
                     self.autotune, mptk, mptv, self.paged)
 
     def graph_inputs(self, g: Graph, handle) -> tuple[dict, list, list]:
@@ -485,6 +490,7 @@ def sdpa(handle, q, k, v, *, scale: float | None = None, causal: bool = False,
                  max_seq_len_q=max_seq_len_q, max_seq_len_kv=max_seq_len_kv, alibi=alibi, dropout=dropout,
                  seed=seed, offset=offset, implementation=implementation, autotune=autotune,
                  page_table_k=page_table_k, page_table_v=page_table_v)
+    return_stats = bool_arg(return_stats, "return_stats")
     given_o = None if o is None or args.ragged else _dev(o, "o")[1]
     key = ("fwd", args.key, return_stats, given_o)
 
@@ -555,6 +561,7 @@ def sdpa_backward(handle, q, k, v, o, do, stats, *, scale: float | None = None, 
                  seq_len_kv=seq_len_kv, ragged_offset_q=ragged_offset_q, ragged_offset_kv=ragged_offset_kv,
                  max_seq_len_q=max_seq_len_q, max_seq_len_kv=max_seq_len_kv, alibi=alibi, dropout=dropout,
                  seed=seed, offset=offset, implementation=implementation, autotune=autotune)
+    return_dbias = bool_arg(return_dbias, "return_dbias")
     if args.ragged:
         b, smax = args.q.shape[0], args.q.shape[2]
         (oa, mo), (doa, mdo) = ((x, (x.shape, x.strides, x.dtype)) for x in (
@@ -703,7 +710,7 @@ def _fp8_call(handle, kind: str, tensors: dict, scales: dict, given: dict, optio
 def _fp8_options(scale, causal, autotune) -> tuple:
     if scale is not None and (isinstance(scale, bool) or not isinstance(scale, numbers.Real)):
         raise InvalidTypeError(f"scale must be a number or None, got {type(scale).__name__}")
-    return scale, bool(causal), bool(autotune)
+    return scale, bool_arg(causal, "causal"), bool_arg(autotune, "autotune")
 
 
 def sdpa_fp8(handle, q, k, v, *, descale_q, descale_k, descale_v, descale_s, scale_s, scale_o,
@@ -729,7 +736,7 @@ def sdpa_fp8(handle, q, k, v, *, descale_q, descale_k, descale_v, descale_s, sca
     :param autotune: on the first call of a configuration, time every plan and keep the fastest.
     :returns: an :class:`SdpaFp8Outputs` (o, stats or None, amax_s, amax_o).
     """
-    return_stats = return_stats or stats is not None
+    return_stats = bool_arg(return_stats, "return_stats") or stats is not None
     given = {"o": o, "stats": stats, "amax_s": amax_s, "amax_o": amax_o}
     if not return_stats:
         del given["stats"]

@@ -312,6 +312,58 @@ def t_misc_ops(draw):
     return call, _label(name, **kw)
 
 
+# --- attention ---------------------------------------------------------------------------------------------------
+
+_ATTN_DTYPES = ["bfloat16", "float16", "float8_e4m3fn", "float8_e5m2", "float32", "int8"]
+_FP8_SCALES = ("descale_q", "descale_k", "descale_v", "descale_o", "descale_do", "descale_s", "descale_dp", "scale_s",
+               "scale_o", "scale_dq", "scale_dk", "scale_dv", "scale_dp")
+
+
+def t_attention(draw):
+    """The attention entry points (bf16/fp16 and FP8, forward and backward) with hostile shapes, dtypes, options,
+    per-batch tensors, page tables and scales."""
+    import ml_dtypes
+    from cudnn_py.ops import sdpa as S
+    which = draw(st.sampled_from(["sdpa", "sdpa_backward", "sdpa_fp8", "sdpa_fp8_backward"]))
+    name = draw(st.sampled_from(_ATTN_DTYPES))
+    dt = np.dtype(getattr(ml_dtypes, name)) if name.startswith(("bfloat", "float8")) else np.dtype(name)
+    b, hk, groups = draw(st.integers(1, 3)), draw(st.integers(1, 4)), draw(st.integers(1, 3))
+    sq, skv = draw(st.sampled_from([1, 17, 64, 100, 128])), draw(st.sampled_from([1, 17, 64, 100, 128]))
+    d = draw(st.sampled_from([8, 16, 64, 72, 128, 256, 264]))
+    hq = draw(maybe(st.integers(1, 9), st.just(hk * groups)))
+
+    def arr(shape, dtype=dt):
+        return draw(maybe(hostile, st.just(fake(shape, dtype))))
+    q, k, v = arr((b, hq, sq, d)), arr((b, hk, skv, d)), arr((b, hk, skv, d))
+    kw = dict(scale=draw(opt(st.one_of(hostile_float, hostile))), causal=draw(maybe(hostile, st.booleans())))
+    if which in ("sdpa", "sdpa_backward"):
+        kw.update(diagonal_alignment=draw(maybe(hostile, st.sampled_from(["top_left", "bottom_right"]))),
+                  left_bound=draw(opt(hostile_int)), right_bound=draw(opt(hostile_int)),
+                  bias=draw(opt(st.just(fake((1, hq, sq, skv), dt)))),
+                  seq_len_q=draw(opt(st.sampled_from([fake((b,), np.int32), fake((b,), np.int64), fake((b, 2),
+                                                                                                      np.int32)]))),
+                  seq_len_kv=draw(opt(st.just(fake((b,), np.int32)))),
+                  alibi=draw(maybe(hostile, st.booleans())), dropout=draw(maybe(hostile, st.just(0.0))),
+                  seed=draw(opt(hostile)), offset=draw(opt(hostile)),
+                  implementation=draw(maybe(hostile, st.sampled_from(["auto", "composite", "unified"]))))
+        if which == "sdpa":
+            kw.update(page_table_k=draw(opt(st.sampled_from([fake((b, 4), np.int32), fake((b, 4), np.int64)]))),
+                      page_table_v=draw(opt(st.just(fake((b, 4), np.int32)))),
+                      max_seq_len_kv=draw(opt(hostile_int)), return_stats=draw(maybe(hostile, st.booleans())))
+    else:
+        kw.update({n: draw(maybe(st.one_of(hostile_float, hostile, st.just(fake((1,), np.float16)),
+                                           st.just(fake((2,), np.float32))), st.just(fake((1,), np.float32))))
+                   for n in _FP8_SCALES if n in (S._FP8_FWD_SCALES if which == "sdpa_fp8" else S._FP8_BWD_SCALES)})
+    args = (q, k, v)
+    if which.endswith("backward"):
+        args += (arr((b, hq, sq, d)), arr((b, hq, sq, d)), arr((b, hq, sq, 1), np.float32))
+    fn = getattr(S, which)
+
+    def call():
+        fn(StubHandle(), *args, **kw)
+    return call, _label(which, *args, **kw)
+
+
 # --- the graph builder and backend descriptors ----------------------------------------------------------------------
 
 def t_graph_tensor(draw):
