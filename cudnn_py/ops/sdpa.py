@@ -93,7 +93,8 @@ def _signatures(xs) -> tuple[tuple, tuple]:
 
     :raises TypeError: an argument that is not device memory (the validated path says what is wrong with it).
     """
-    return tuple(zip(*[(None, None) if x is None else array_signature(x) for x in xs]))
+    sigs, ptrs = zip(*[(None, None) if x is None else array_signature(x) for x in xs])
+    return sigs, ptrs
 
 
 class _Runner:

@@ -52,7 +52,8 @@ def _shape(shape) -> tuple[int, int, int, int]:
         out = dims(shape, "spatial transformer output shape", 4, 4)
     except ValueError as e:
         raise InvalidValueError(f"spatial transformer output shape must be 4 positive ints (N, C, H, W): {e}") from None
-    return out
+    n, c, h, w = out
+    return n, c, h, w
 
 
 class SpatialTransformer(Descriptor):

@@ -53,7 +53,8 @@ def _resample_desc(p: dict) -> BackendDescriptor:
 
 
 class _Resample(Op):
-    backend, roles = "", {}
+    backend: str = ""
+    roles: dict[str, str] = {}
 
     def lower(self, ctx: LowerContext) -> None:
         rs = _resample_desc(self.params)

@@ -150,7 +150,9 @@ class ReshapeBuilders(Builder):
             if not (0 <= a < b <= n):
                 raise InvalidValueError(f"slice: dim {i} range {s.start}:{s.stop} is outside the tensor's 0:{n} or "
                                         f"empty")
-            start.append(a), limit.append(b), step.append(c)
+            start.append(a)
+            limit.append(b)
+            step.append(c)
         self._needs("OPERATION_SLICE", f"slice({x.describe()}, {start}:{limit}:{step})")
         shape = tuple(-(-(b - a) // c) for a, b, c in zip(start, limit, step))
         y = self._virtual(shape, name=name and f"{name}.y")

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+from typing import TYPE_CHECKING
 
 from cudnn_py import _loader, capi
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
@@ -31,6 +32,9 @@ from ..errors import GraphNotSupportedError
 from .base import Builder, LowerContext, Op
 from .pointwise import Pointwise, pointwise_mode
 from .reduction import Reduction
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..graph import Tensor
 
 __all__ = ["SdpaForward", "SdpaBackward", "SdpaFp8Forward", "SdpaFp8Backward", "SdpaBuilders", "ALIGNMENTS",
            "IMPLEMENTATIONS"]
@@ -610,7 +614,8 @@ class SdpaBuilders(Builder):
         tensors (or None); offsets already set on q/k/v with :meth:`Tensor.set_ragged_offset` count too. Sets them on
         q, k and v (which checks each: an int32/int64 (B + 1, 1, 1, 1) graph input) and returns the complete dict
         ({} when nothing is ragged). q, k, v and o must all be ragged, with the padding mask (cuDNN's rule)."""
-        own = {r: self._own(t, f"ragged_offset_{r}") for r, t in ragged.items() if t is not None}
+        own: dict[str, Tensor | None] = {r: self._own(t, f"ragged_offset_{r}") for r, t in ragged.items()
+                                          if t is not None}
         for r, t in (("q", q), ("k", k), ("v", v)):
             if t.ragged_offset is not None:
                 if r in own and own[r] is not t.ragged_offset:
