@@ -26,7 +26,7 @@ from cudnn_py.errors import InvalidTypeError
 try:  # bfloat16 / fp8 / fp4 NumPy dtypes; optional
     import ml_dtypes as _ml
 except ImportError:  # pragma: no cover - depends on the environment
-    _ml = None
+    _ml = None  # type: ignore[assignment]
 
 __all__ = ["cudnn_dtype", "numpy_dtype", "as_numpy_dtype", "scalar_type", "scalar", "SUPPORTED_DTYPES", "ALIASES"]
 

@@ -114,8 +114,8 @@ def parse(header: str) -> tuple[dict, dict, str]:
     text = pathlib.Path(header).read_text()
     version = re.search(r"@since cuDNN (\d+\.\d+\.\d+)", text)
     names: list[str] = []
-    for m in re.finditer(r"^\s*(CUDNN_ATTR_\w+)\s*(?:CUDNN_DEPRECATED_ENUM)?\s*=", text, re.M):
-        names.append(m.group(1))
+    names.extend(a.group(1) for a in re.finditer(r"^\s*(CUDNN_ATTR_\w+)\s*(?:CUDNN_DEPRECATED_ENUM)?\s*=", text,
+                                                  re.M))
     table: dict[str, tuple] = {}
     owner: dict[str, str] = {}  # attribute -> descriptor type whose doc block lists it
     start = text.index("cudnnBackendAttributeType_t;")

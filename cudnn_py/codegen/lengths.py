@@ -11,11 +11,11 @@ from __future__ import annotations
 from . import model
 
 
-def _each(array_names: tuple[str, ...], count: str) -> list[tuple[str, str]]:
+def _each(array_names: tuple[str, ...], count: str) -> list[tuple[str, ...]]:
     return [(a, count) for a in array_names]
 
 
-_PERF = [("perfResults", "requestedAlgoCount")]
+_PERF: list[tuple[str, ...]] = [("perfResults", "requestedAlgoCount")]
 
 #: function -> [(array parameter, count parameter[, attribute type parameter])]
 LENGTHS: dict[str, list[tuple[str, ...]]] = {

@@ -62,13 +62,13 @@ def attach(functions: list[model.Function]) -> None:
     for f in functions:
         f.nonnull = [p for p, a in zip(f.params, f.argtypes) if a == "cudnnHandle_t"]
     for name, params in NONNULL.items():
-        f = by_name.get(name)
-        if f is None:
+        fn = by_name.get(name)
+        if fn is None:
             continue
-        unknown = [p for p in params if p not in f.params]
+        unknown = [p for p in params if p not in fn.params]
         if unknown:
-            raise NonNullError(f"nonnull table: {name} has no parameter {', '.join(unknown)} ({f.prototype})")
-        f.nonnull = list(dict.fromkeys(f.nonnull + list(params)))
+            raise NonNullError(f"nonnull table: {name} has no parameter {', '.join(unknown)} ({fn.prototype})")
+        fn.nonnull = list(dict.fromkeys(fn.nonnull + list(params)))
 
 
 def _plausible(argtype, rng=None):

@@ -145,7 +145,7 @@ def to_c_array(spec_name: str, type_name: str, values: list, keep: list):
     ``keep`` collects Python objects the C side will reference (nested descriptors) so the caller can hold them.
     """
     ct = element_ctype(type_name)
-    out = []
+    out: list = []
     for v in values:
         if type_name in ("INT64", "INT32"):
             if isinstance(v, bool) or not isinstance(v, numbers.Integral):
