@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable
 
 import cudnn_py
+from cudnn_py.graph.ops.sdpa import FP8_BACKWARD_SCALES, FP8_FORWARD_SCALES
 from cudnn_py.ops import sdpa as S
 
 #: (label, B, Hq, Hkv, S, D)
@@ -156,9 +157,7 @@ def fp8_case(h, torch, b, hq, hk, s, d, causal) -> tuple[Callable, Callable]:
     q, k, v, do = (torch.randn(*sh, device="cuda").to(e4m3) for sh in ((b, hq, s, d), (b, hk, s, d), (b, hk, s, d),
                                                                         (b, hq, s, d)))
     one = torch.ones(1, device="cuda")
-    fwd_sc = dict.fromkeys(("descale_q", "descale_k", "descale_v", "descale_s", "scale_s", "scale_o"), one)
-    bwd_sc = dict.fromkeys(("descale_q", "descale_k", "descale_v", "descale_o", "descale_do", "descale_s", "descale_dp",
-                            "scale_s", "scale_dq", "scale_dk", "scale_dv", "scale_dp"), one)
+    fwd_sc, bwd_sc = dict.fromkeys(FP8_FORWARD_SCALES, one), dict.fromkeys(FP8_BACKWARD_SCALES, one)
     o, st, am_s, am_o = S.sdpa_fp8(h, q, k, v, causal=causal, return_stats=True, **fwd_sc)
     grads = S.sdpa_fp8_backward(h, q, k, v, o, do, st, causal=causal, **bwd_sc)
     out = dict(zip(("dq", "dk", "dv", "amax_dq", "amax_dk", "amax_dv", "amax_dp"), grads))

@@ -42,7 +42,7 @@ def test_reference_alibi_slopes():
 
 def test_seed_offset_ints_beyond_int64_are_refused():
     with pytest.raises(ValueError, match="seed must fit int64"):
-        S._scalar_i64(None, 2 ** 63, "seed")
+        S._device_scalar(None, 2 ** 63, "seed", np.int64)
 
 
 def test_reference_softmax_and_stats(rng):

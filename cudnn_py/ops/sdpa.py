@@ -31,6 +31,7 @@ from cudnn_py.args import bool_arg
 from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
 from cudnn_py.graph import Graph
 from cudnn_py.graph.conv import autotune_graph
+from cudnn_py.graph.ops.sdpa import FP8_BACKWARD_SCALES, FP8_FORWARD_SCALES
 from cudnn_py.graph.execute import (handle_device, make_variant_pack, plan_bindings, plan_pointer, raw_execute,
                                     scratch_pointers, tensor_pointer)
 from cudnn_py.caches import handle_cache
@@ -218,17 +219,28 @@ def _new_out(handle, shape, dtype, strides) -> DeviceArray:
     return DeviceArray(buf.ptr, shape, dtype, strides, device_id=buf.device_id, owner=buf)
 
 
-def _scalar_i64(handle, value, name) -> DeviceArray:
-    """A seed/offset: a device int64 tensor passes through (as (1, 1, 1, 1)); an int is copied to the device."""
-    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+def _device_scalar(handle, value, name: str, dtype) -> DeviceArray:
+    """A (1, 1, 1, 1) device tensor of ``dtype`` (int64: a Philox seed/offset; float32: an FP8 scale factor): a
+    one-element device tensor of that dtype passes through; a number (an int for int64, a finite number > 0 for
+    float32) is copied to the device."""
+    dtype = np.dtype(dtype)
+    kind = "an int" if dtype == np.int64 else "a finite number > 0"
+    if dtype == np.int64 and isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         if not -2 ** 63 <= int(value) < 2 ** 63:
             raise InvalidValueError(f"{name} must fit int64, got {value}")
-        return to_device(np.array([[[[value]]]], np.int64), stream=getattr(handle, "stream", None),
-                         device=handle_device(handle))
-    a = as_array(value, name)
-    if a.size != 1 or a.dtype != np.int64:
-        raise InvalidTypeError(f"{name} must be an int or a one-element int64 device tensor, got {a.shape} {a.dtype}")
-    return a.reshape(1, 1, 1, 1) if a.shape != (1, 1, 1, 1) else a
+    elif dtype == np.float32 and isinstance(value, numbers.Real) and not isinstance(value, bool):
+        if not math.isfinite(value) or value <= 0:
+            raise InvalidValueError(f"{name} must be {kind} or a float32 device tensor, got {value!r}")
+    else:
+        if value is None:
+            raise InvalidValueError(f"{name} is required: {kind} or a one-element {dtype} device tensor")
+        a = as_array(value, name)
+        if a.size != 1 or a.dtype != dtype:
+            raise InvalidTypeError(f"{name} must be {kind} or a one-element {dtype} device tensor, got {a.shape} "
+                                   f"{a.dtype}")
+        return a if a.shape == (1, 1, 1, 1) else a.reshape(1, 1, 1, 1)
+    return to_device(np.full((1, 1, 1, 1), value, dtype), stream=getattr(handle, "stream", None),
+                     device=handle_device(handle))
 
 
 def _check_int(value, name) -> None:
@@ -295,8 +307,8 @@ class _Args:
         self.dropout = float(dropout)
         if self.dropout and (seed is None or offset is None):
             raise InvalidValueError("dropout needs seed= and offset= (ints or int64 device tensors): the Philox state")
-        self.seed = None if not self.dropout else _scalar_i64(handle, seed, "seed")
-        self.offset = None if not self.dropout else _scalar_i64(handle, offset, "offset")
+        self.seed = None if not self.dropout else _device_scalar(handle, seed, "seed", np.int64)
+        self.offset = None if not self.dropout else _device_scalar(handle, offset, "offset", np.int64)
         for val, n in ((scale, "scale"), (left_bound, "left_bound"), (right_bound, "right_bound")):
             if val is not None and (isinstance(val, bool) or not isinstance(val, numbers.Real)):
                 raise InvalidTypeError(f"{n} must be a number or None, got {type(val).__name__}")
@@ -624,28 +636,6 @@ class SdpaFp8Grads(NamedTuple):
     amax_dp: DeviceArray
 
 
-_FP8_FWD_SCALES = ("descale_q", "descale_k", "descale_v", "descale_s", "scale_s", "scale_o")
-_FP8_BWD_SCALES = ("descale_q", "descale_k", "descale_v", "descale_o", "descale_do", "descale_s", "descale_dp",
-                   "scale_s", "scale_dq", "scale_dk", "scale_dv", "scale_dp")
-
-
-def _scale_f32(handle, value, name: str) -> DeviceArray:
-    """An FP8 scale factor: a one-element float32 device tensor passes through (as (1, 1, 1, 1)); a finite number
-    > 0 is copied to the device."""
-    if isinstance(value, numbers.Real) and not isinstance(value, bool):
-        if not math.isfinite(value) or value <= 0:
-            raise InvalidValueError(f"{name} must be a finite number > 0 or a float32 device tensor, got {value!r}")
-        return to_device(np.full((1, 1, 1, 1), value, np.float32), stream=getattr(handle, "stream", None),
-                         device=handle_device(handle))
-    if value is None:
-        raise InvalidValueError(f"{name} is required: a number or a one-element float32 device tensor")
-    a = as_array(value, name)
-    if a.size != 1 or a.dtype != np.float32:
-        raise InvalidTypeError(f"{name} must be a number or a one-element float32 device tensor, got {a.shape} "
-                               f"{a.dtype}")
-    return a if a.shape == (1, 1, 1, 1) else a.reshape(1, 1, 1, 1)
-
-
 def _fp8_call(handle, kind: str, tensors: dict, scales: dict, given: dict, options: tuple, build):
     """Run an FP8 attention graph through the plan cache; returns its outputs in the order of ``given``.
 
@@ -678,7 +668,7 @@ def _fp8_call(handle, kind: str, tensors: dict, scales: dict, given: dict, optio
         arrays.append(a)
         metas.append(meta)
     for n, x in scales.items():
-        a = _scale_f32(handle, x, n)
+        a = _device_scalar(handle, x, n, np.float32)
         arrays.append(a)
         metas.append((a.shape, a.strides, a.dtype))
     out_metas = {n: None if x is None else _dev(x, n)[1] for n, x in given.items()}
@@ -745,10 +735,10 @@ def sdpa_fp8(handle, q, k, v, *, descale_q, descale_k, descale_v, descale_s, sca
 
     def build(g, t):
         outs = g.sdpa_fp8(t["q"], t["k"], t["v"], scale=scale, causal=causal, generate_stats=return_stats,
-                          **{n: t[n] for n in _FP8_FWD_SCALES})
+                          **{n: t[n] for n in FP8_FORWARD_SCALES})
         return dict(zip(("o", "stats", "amax_s", "amax_o"), outs))
 
-    scales = {n: x for n, x in zip(_FP8_FWD_SCALES, (descale_q, descale_k, descale_v, descale_s, scale_s, scale_o))}
+    scales = {n: x for n, x in zip(FP8_FORWARD_SCALES, (descale_q, descale_k, descale_v, descale_s, scale_s, scale_o))}
     outs = _fp8_call(handle, "fp8_fwd", {"q": q, "k": k, "v": v}, scales, given, options, build)
     if not return_stats:
         outs.insert(1, None)
@@ -781,10 +771,10 @@ def sdpa_fp8_backward(handle, q, k, v, o, do, stats, *, descale_q, descale_k, de
 
     def build(g, t):
         outs = g.sdpa_fp8_backward(*(t[n] for n in ("q", "k", "v", "o", "do", "stats")), scale=scale, causal=causal,
-                                   **{n: t[n] for n in _FP8_BWD_SCALES})
+                                   **{n: t[n] for n in FP8_BACKWARD_SCALES})
         return dict(zip(given, outs))
 
-    scales = dict(zip(_FP8_BWD_SCALES, (descale_q, descale_k, descale_v, descale_o, descale_do, descale_s,
+    scales = dict(zip(FP8_BACKWARD_SCALES, (descale_q, descale_k, descale_v, descale_o, descale_do, descale_s,
                                          descale_dp, scale_s, scale_dq, scale_dk, scale_dv, scale_dp)))
     tensors = {"q": q, "k": k, "v": v, "o": o, "do": do, "stats": stats}
     return SdpaFp8Grads(*_fp8_call(handle, "fp8_bwd", tensors, scales, given, options, build))

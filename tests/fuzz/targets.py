@@ -315,14 +315,13 @@ def t_misc_ops(draw):
 # --- attention ---------------------------------------------------------------------------------------------------
 
 _ATTN_DTYPES = ["bfloat16", "float16", "float8_e4m3fn", "float8_e5m2", "float32", "int8"]
-_FP8_SCALES = ("descale_q", "descale_k", "descale_v", "descale_o", "descale_do", "descale_s", "descale_dp", "scale_s",
-               "scale_o", "scale_dq", "scale_dk", "scale_dv", "scale_dp")
 
 
 def t_attention(draw):
     """The attention entry points (bf16/fp16 and FP8, forward and backward) with hostile shapes, dtypes, options,
     per-batch tensors, page tables and scales."""
     import ml_dtypes
+    from cudnn_py.graph.ops.sdpa import FP8_BACKWARD_SCALES, FP8_FORWARD_SCALES
     from cudnn_py.ops import sdpa as S
     which = draw(st.sampled_from(["sdpa", "sdpa_backward", "sdpa_fp8", "sdpa_fp8_backward"]))
     name = draw(st.sampled_from(_ATTN_DTYPES))
@@ -353,7 +352,7 @@ def t_attention(draw):
     else:
         kw.update({n: draw(maybe(st.one_of(hostile_float, hostile, st.just(fake((1,), np.float16)),
                                            st.just(fake((2,), np.float32))), st.just(fake((1,), np.float32))))
-                   for n in _FP8_SCALES if n in (S._FP8_FWD_SCALES if which == "sdpa_fp8" else S._FP8_BWD_SCALES)})
+                   for n in (FP8_FORWARD_SCALES if which == "sdpa_fp8" else FP8_BACKWARD_SCALES)})
     args = (q, k, v)
     if which.endswith("backward"):
         args += (arr((b, hq, sq, d)), arr((b, hq, sq, d)), arr((b, hq, sq, 1), np.float32))

@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..graph import Tensor
 
 __all__ = ["SdpaForward", "SdpaBackward", "SdpaFp8Forward", "SdpaFp8Backward", "SdpaBuilders", "ALIGNMENTS",
-           "IMPLEMENTATIONS"]
+           "IMPLEMENTATIONS", "FP8_FORWARD_SCALES", "FP8_BACKWARD_SCALES"]
 
 _DT = capi.cudnnDataType_t
 _F, _I32, _I64, _BOOL = _DT.CUDNN_DATA_FLOAT, _DT.CUDNN_DATA_INT32, _DT.CUDNN_DATA_INT64, _DT.CUDNN_DATA_BOOLEAN
@@ -50,6 +50,10 @@ ALIGNMENTS = ("top_left", "bottom_right")
 #: ``OPERATION_SDPA_FWD`` descriptor: scale, grouped-query heads and the statistics only), 'auto' (unified where
 #: it can, as cudnn-frontend does: the same speed, and its plan builds without runtime compilation)
 IMPLEMENTATIONS = ("auto", "composite", "unified")
+#: the (1, 1, 1, 1) float32 descale/scale inputs of the FP8 forward and backward, by keyword
+FP8_FORWARD_SCALES = ("descale_q", "descale_k", "descale_v", "descale_s", "scale_s", "scale_o")
+FP8_BACKWARD_SCALES = ("descale_q", "descale_k", "descale_v", "descale_o", "descale_do", "descale_s", "descale_dp",
+                       "scale_s", "scale_dq", "scale_dk", "scale_dv", "scale_dp")
 #: the first cuDNN whose unified forward cudnn-frontend uses
 _UNIFIED_SINCE = (9, 13, 1)
 #: from this cuDNN on, the backward's dQ accumulator needs no zeroing (cudnn-frontend memsets it before)
@@ -856,8 +860,7 @@ class SdpaBuilders(Builder):
             what, q, k, v, scale=scale, causal=causal, diagonal_alignment="top_left", left_bound=None,
             right_bound=None, bias=None, seq_len_q=None, seq_len_kv=None, alibi_slopes=None, dropout=0.0,
             seed=None, offset=None, implementation="composite", fp8=True)
-        ins.update(self._fp8_scales(what, ("descale_q", "descale_k", "descale_v", "descale_s", "scale_s",
-                                           "scale_o"), locals()))
+        ins.update(self._fp8_scales(what, FP8_FORWARD_SCALES, locals()))
         q, v = ins["q"], ins["v"]
         b, hq, sq, _ = q.shape
         o_shape = (b, hq, sq, v.shape[3])
@@ -908,9 +911,7 @@ class SdpaBuilders(Builder):
         if ins["o"].dtype != q.dtype:
             raise InvalidTypeError(f"{what}: o must have q's FP8 type {q.dtype.name}, got {ins['o'].dtype.name}")
         ins["stats"] = self._sdpa_stats(what, stats, (b, hq, sq, 1))
-        ins.update(self._fp8_scales(what, ("descale_q", "descale_k", "descale_v", "descale_o", "descale_do",
-                                           "descale_s", "descale_dp", "scale_s", "scale_dq", "scale_dk", "scale_dv",
-                                           "scale_dp"), locals()))
+        ins.update(self._fp8_scales(what, FP8_BACKWARD_SCALES, locals()))
         outs = {}
         for n, t in (("dq", q), ("dk", k), ("dv", v)):
             g = self._virtual(t.shape, strides=_strides_like(t.shape, t.strides), name=name and f"{name}.{n}")
