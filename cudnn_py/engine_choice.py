@@ -1,0 +1,253 @@
+"""``engine="auto"`` by measurement: the first call of a configuration times the legacy call and the graph path on
+its own arrays and keeps the faster engine, per handle and across processes (as ``torch.backends.cudnn.benchmark``
+does for algorithms).
+
+An operation module hands its ``engine="auto"`` calls to :func:`run` at one point, with both engines as callables::
+
+    key = ("activation_forward", engine_choice.signature(x, y, params=(mode, alpha, beta)))
+    engine_choice.run(handle, key, legacy=lambda: _legacy(...), graph=lambda: _graph(..., auto=True),
+                      mutated=(y,) if beta else (), static="graph")
+
+For each key (operation name first, then everything the answer depends on: shapes, strides, dtypes, parameters):
+
+1. the handle's remembered choice (its cache ``"engine.choice"``: counted by :meth:`Handle.cache_info`, listed by
+   :func:`choices`) runs: a dict lookup;
+2. else the tuning database's ``"engine_choice"`` record for the key on this GPU and cuDNN version
+   (:mod:`cudnn_py.tuning`, where it exists; without it choices live in memory only);
+3. else both engines are measured on the call's arrays: each runs once (building its plan; an engine that refuses -
+   :class:`~cudnn_py.graph.legacy.GraphPathRefused`, :class:`~cudnn_py.graph.GraphNotSupportedError`, ``graph()``
+   answering False - or fails with any :class:`~cudnn_py.errors.CudnnPyError` is left out), then :data:`ROUNDS`
+   rounds time each (device time between CUDA events on the handle's stream), and the lower best time wins. The
+   winner runs last, so the outputs are its own. Arrays the call reads and writes (``mutated``: running statistics,
+   a ``beta`` blend, an in-place output) are copied first and restored before every run, so the call's effect is
+   that of one call. The choice is kept (handle, database) only once measured in full: an interrupt leaves none.
+   Where both engines fail the legacy engine's error is raised.
+
+Each choice is logged at DEBUG on ``logging.getLogger("cudnn_py.engine_choice")``. ``engine="legacy"`` or
+``"graph"`` on the call bypasses all this; ``CUDNN_PY_AUTO_ENGINE=static`` in the environment (or
+:func:`set_mode` ``("static")``) turns measuring off: each call then runs its operation's static rule (``static=``),
+the graph falling back to the legacy call where it refuses.
+"""
+from __future__ import annotations
+
+import enum
+import json
+import logging
+import math
+import os
+from typing import Callable, Hashable, NamedTuple, Sequence, cast
+
+import numpy as np
+
+from cudnn_py.caches import handle_cache
+from cudnn_py.errors import CudnnPyError, InvalidValueError
+
+__all__ = ["Choice", "run", "choices", "signature", "set_mode", "mode", "ROUNDS", "MODES", "ENV"]
+
+#: timed runs per engine when measuring (after one untimed run each); the best counts
+ROUNDS = 3
+#: what :func:`set_mode` and :data:`ENV` take: measure the first call of each configuration, or the static rules
+MODES = ("measure", "static")
+#: the environment variable read when no mode was set
+ENV = "CUDNN_PY_AUTO_ENGINE"
+#: the tuning database's kind for these records
+KIND = "engine_choice"
+_CACHE = "engine.choice"
+
+_log = logging.getLogger("cudnn_py.engine_choice")
+_mode: list[str | None] = [None]
+
+
+class Choice(NamedTuple):
+    """The engine ``"auto"`` runs for one configuration, and why."""
+    engine: str                 #: "legacy" or "graph"
+    legacy_ms: float | None     #: best device time of the legacy call, None where it was left out
+    graph_ms: float | None      #: best device time of the graph path, None where it was left out
+    source: str                 #: "measured" (this process) or "database"
+
+
+def set_mode(m: str | None) -> None:
+    """``"measure"`` (the default) or ``"static"`` for every handle from now on; None: read :data:`ENV` again."""
+    if m is not None and m not in MODES:
+        raise InvalidValueError(f"engine choice mode {m!r}: expected one of {MODES} or None")
+    _mode[0] = m
+
+
+def mode() -> str:
+    """The mode in force: what :func:`set_mode` set, else :data:`ENV`, else ``"measure"``."""
+    m = _mode[0] or os.environ.get(ENV, "measure")
+    if m not in MODES:
+        raise InvalidValueError(f"{ENV}={m!r}: expected one of {MODES}")
+    return m
+
+
+def signature(*arrays, params: tuple = ()) -> tuple:
+    """A key part for these arrays (shape, strides, dtype each) and hashable ``params``."""
+    return (*((a.shape, a.strides, a.dtype.name) for a in arrays), params)
+
+
+def choices(handle) -> dict[Hashable, Choice]:
+    """The choices ``handle`` holds, by key."""
+    return dict(handle_cache(handle, _CACHE))
+
+
+def run(handle, key: Hashable, legacy: Callable[[], object], graph: Callable[[], object], *,
+        mutated: Sequence = (), static: str = "graph") -> str:
+    """Run one ``engine="auto"`` call and answer the engine that ran it ("legacy" or "graph"); see the module doc.
+
+    :param key: the operation's name and signature (hashable; :func:`signature` builds the usual part).
+    :param legacy: runs the call through the legacy C entry point.
+    :param graph: runs it through the graph path; False (or a refusal raised) where the graph path does not take it.
+    :param mutated: arrays the call reads and then writes (restored between measured runs).
+    :param static: the engine the static rule picks (``"static"`` mode, or until a measurement exists).
+    """
+    cache = handle_cache(handle, _CACHE)
+    got = cache.get(key)
+    if got is None:
+        if mode() == "static":
+            return _run_one(static, legacy, graph)
+        got = _stored(handle, key)
+        if got is None:
+            return _measure(handle, cache, key, legacy, graph, mutated)
+        cache[key] = got
+        _log.debug("engine_choice %s: %s (database: legacy %s ms, graph %s ms)", key, got.engine, got.legacy_ms,
+                   got.graph_ms)
+    return _run_one(got.engine, legacy, graph)
+
+
+def _run_one(engine: str, legacy, graph) -> str:
+    """Run ``engine``; the graph falls back to the legacy call where it refuses."""
+    if engine == "graph":
+        try:
+            if graph() is not False:
+                return "graph"
+        except _refusals()[:2]:
+            pass
+    legacy()
+    return "legacy"
+
+
+# ---------------------------------------------------------------- measuring
+
+def _refusals() -> tuple[type[BaseException], ...]:
+    from cudnn_py.graph.errors import GraphNotSupportedError
+    from cudnn_py.graph.legacy import GraphPathRefused
+    return (GraphPathRefused, GraphNotSupportedError, CudnnPyError)
+
+
+def _clock(handle, fn: Callable[[], object]) -> tuple[object, float]:
+    """(what ``fn()`` answered, device ms between events around it on the handle's stream)."""
+    from cudnn_py.streams import timer
+    with timer(handle.stream) as t:
+        out = fn()
+    return out, cast(float, t.ms)
+
+
+def _snapshot(handle, arrays: Sequence) -> Callable[[], None]:
+    """A function restoring ``arrays``' memory (their whole span) to what it holds now."""
+    if not arrays:
+        return lambda: None
+    from cudnn_py.memory import DeviceArray, empty
+    pairs = []
+    for a in arrays:
+        lo, count = a._span()
+        nbytes = count * a.dtype.itemsize
+        if not nbytes:
+            continue
+        view = DeviceArray._new(a.ptr + lo * a.dtype.itemsize, (nbytes,), np.dtype(np.uint8), (1,), a.device_id, a,
+                                handle.stream)
+        pairs.append((view, empty((nbytes,), np.uint8, handle.stream).copy_(view, handle.stream)))
+
+    def restore() -> None:
+        for view, saved in pairs:
+            view.copy_(saved, handle.stream)
+    return restore
+
+
+def _measure(handle, cache, key, legacy, graph, mutated) -> str:
+    refused = _refusals()
+    restore = _snapshot(handle, mutated)
+    engines = {"legacy": legacy, "graph": graph}
+    errors: dict[str, BaseException | None] = {}
+    best = {name: math.inf for name in engines}
+    for timed in (False,) + (True,) * ROUNDS:  # the first round untimed: plans are built, refusals found
+        for name, fn in engines.items():
+            if name in errors:
+                continue
+            restore()
+            try:
+                out, ms = _clock(handle, fn) if timed else (fn(), math.inf)
+            except refused as e:
+                errors[name] = e
+                continue
+            if out is False and name == "graph":
+                errors[name] = None
+            else:
+                best[name] = min(best[name], ms)
+    live = {name: ms for name, ms in best.items() if name not in errors}
+    if not live:
+        raise errors["legacy"] or errors["graph"]  # type: ignore[misc]
+    winner = min(live, key=live.__getitem__)
+    restore()
+    engines[winner]()
+    got = Choice(winner, live.get("legacy"), live.get("graph"), "measured")
+    cache[key] = got
+    _log.debug("engine_choice %s: %s (measured: legacy %s ms, graph %s ms%s)", key, winner, got.legacy_ms,
+               got.graph_ms, "".join(f"; {n} left out: {e!r}" for n, e in errors.items()))
+    if all(e is None or isinstance(e, refused[:2]) for e in errors.values()):  # a passing failure is not kept
+        _store(handle, key, got)
+    return winner
+
+
+# ---------------------------------------------------------------- the tuning database
+
+def _database():
+    """The tuning database, or None where :mod:`cudnn_py.tuning` does not exist (choices stay in memory)."""
+    try:
+        from cudnn_py.tuning import default_database  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    return default_database()
+
+
+def _scope(handle) -> list:
+    """What else the answer depends on: the GPU (name, compute capability) and the loaded cuDNN version."""
+    from cudnn_py import version
+    from cudnn_py.streams import get_device
+    d = get_device(handle.device_id)
+    cc = d.compute_capability
+    return [d.name, f"sm_{cc.major}{cc.minor}", list(version())]
+
+
+def _plain(v):
+    """``v`` as JSON-able values (tuples as lists, dtypes and enums by name, anything else by ``repr``)."""
+    if isinstance(v, (tuple, list)):
+        return [_plain(x) for x in v]
+    if isinstance(v, enum.Enum):
+        return v.name
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    if isinstance(v, np.dtype):
+        return v.name
+    return getattr(v, "name", None) or repr(v)
+
+
+def _db_key(handle, key) -> str:
+    return json.dumps([_plain(key), _scope(handle)], separators=(",", ":"))
+
+
+def _stored(handle, key) -> Choice | None:
+    db = _database()
+    if db is None:
+        return None
+    rec = db.lookup(KIND, _db_key(handle, key))
+    if not isinstance(rec, dict) or rec.get("engine") not in ("legacy", "graph"):
+        return None
+    return Choice(rec["engine"], rec.get("legacy_ms"), rec.get("graph_ms"), "database")
+
+
+def _store(handle, key, got: Choice) -> None:
+    db = _database()
+    if db is not None:
+        db.record(KIND, _db_key(handle, key), {"engine": got.engine, "legacy_ms": got.legacy_ms,
+                                                "graph_ms": got.graph_ms})

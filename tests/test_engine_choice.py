@@ -1,0 +1,293 @@
+"""engine="auto" by measurement (cudnn_py.engine_choice): the choice logic on CPU with stubbed device times and a
+stand-in tuning database; on the GPU, measured choices whose outputs and running statistics match one call."""
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+from cudnn_py import engine_choice as ec
+from cudnn_py.errors import CudaError, InvalidValueError
+from cudnn_py.graph import GraphNotSupportedError
+from cudnn_py.graph.legacy import GraphPathRefused
+from cudnn_py.handle import Handle
+from helpers import NoCallHandle, fake
+from reference import batchnorm as ref
+
+
+class FakeDatabase:
+    """The tuning database's interface (record / lookup by kind and key), in a dict."""
+
+    def __init__(self):
+        self.records: dict = {}
+
+    def record(self, kind, key, value):
+        assert isinstance(key, str)
+        self.records[kind, key] = dict(value)
+
+    def lookup(self, kind, key):
+        return self.records.get((kind, key))
+
+
+class Engines:
+    """A legacy and a graph callable with stubbed device times; ``calls`` lists what ran, in order."""
+
+    def __init__(self, legacy_ms=2.0, graph_ms=1.0, graph=None, legacy=None):
+        self.ms = {"legacy": legacy_ms, "graph": graph_ms}
+        self.calls: list[str] = []
+        self.behaviour = {"legacy": legacy, "graph": graph}
+        self.timed: list[str] = []
+
+    def _run(self, name):
+        self.calls.append(name)
+        how = self.behaviour[name]
+        if isinstance(how, BaseException):
+            raise how
+        return how
+
+    def legacy(self):
+        return self._run("legacy")
+
+    def graph(self):
+        return self._run("graph")
+
+    def clock(self, handle, fn):
+        name = fn.__name__
+        self.timed.append(name)
+        return fn(), self.ms[name]
+
+
+@pytest.fixture
+def db(monkeypatch):
+    d = FakeDatabase()
+    monkeypatch.setattr(ec, "_database", lambda: d)
+    monkeypatch.setattr(ec, "_scope", lambda handle: ["GPU", "sm_90", [9, 19, 0]])
+    monkeypatch.setattr(ec, "_mode", [None])
+    monkeypatch.delenv(ec.ENV, raising=False)
+    return d
+
+
+def engines(monkeypatch, **kw) -> Engines:
+    e = Engines(**kw)
+    monkeypatch.setattr(ec, "_clock", e.clock)
+    return e
+
+
+KEY = ("activation_forward", (((8, 3), (3, 1), "float16"), ("relu", 1.0, 0.0)))
+
+
+def run(h, e, key=KEY, **kw):
+    return ec.run(h, key, e.legacy, e.graph, **kw)
+
+
+@pytest.mark.parametrize("legacy_ms, graph_ms, winner", [(2.0, 1.0, "graph"), (1.0, 2.0, "legacy")])
+def test_faster_engine_wins_and_runs_last(db, monkeypatch, legacy_ms, graph_ms, winner):
+    h, e = NoCallHandle(), engines(monkeypatch, legacy_ms=legacy_ms, graph_ms=graph_ms)
+    assert run(h, e) == winner
+    # one untimed run each (plans built), ROUNDS timed runs each, then the winner once more: its outputs stay
+    assert e.calls.count("legacy") + e.calls.count("graph") == 2 * (1 + ec.ROUNDS) + 1
+    assert e.timed.count("legacy") == e.timed.count("graph") == ec.ROUNDS
+    assert e.calls[-1] == winner
+    assert ec.choices(h) == {KEY: ec.Choice(winner, legacy_ms, graph_ms, "measured")}
+
+
+def test_choice_remembered_per_handle_and_shown_by_cache_info(db, monkeypatch):
+    monkeypatch.setattr(ec, "_database", lambda: None)  # in memory only: no tuning database
+    h, e = NoCallHandle(), engines(monkeypatch)
+    run(h, e)
+    e.calls.clear()
+    assert run(h, e) == "graph" and e.calls == ["graph"]
+    assert Handle.cache_info(h) == {"engine.choice": 1}
+    other = NoCallHandle()
+    run(other, e)
+    assert len(e.calls) == 1 + 2 * (1 + ec.ROUNDS) + 1, "another handle measures again"
+    other_key = (KEY[0], (((8, 4), (4, 1), "float16"), ("relu", 1.0, 0.0)))
+    run(h, e, other_key)
+    assert set(ec.choices(h)) == {KEY, other_key}
+
+
+def test_choice_persisted_and_reloaded_by_a_new_handle(db, monkeypatch):
+    e = engines(monkeypatch, legacy_ms=0.5, graph_ms=0.7)
+    run(NoCallHandle(), e)
+    ((kind, key), rec), = db.records.items()
+    assert kind == "engine_choice" and rec == {"engine": "legacy", "legacy_ms": 0.5, "graph_ms": 0.7}
+    assert "activation_forward" in key and "sm_90" in key
+    e.calls.clear()
+    e.timed.clear()
+    h = NoCallHandle()  # a new process: empty handle caches, the same database
+    assert run(h, e) == "legacy" and e.calls == ["legacy"] and e.timed == []
+    assert ec.choices(h)[KEY] == ec.Choice("legacy", 0.5, 0.7, "database")
+
+
+def test_unreadable_record_is_measured_again(db, monkeypatch):
+    e = engines(monkeypatch)
+    run(NoCallHandle(), e)
+    (k, rec), = db.records.items()
+    db.records[k] = {"engine": "fastest"}
+    e.calls.clear()
+    assert run(NoCallHandle(), e) == "graph" and len(e.calls) == 2 * (1 + ec.ROUNDS) + 1
+    assert db.records[k]["engine"] == "graph"
+
+
+@pytest.mark.parametrize("how", ["set_mode", "env"])
+@pytest.mark.parametrize("static", ["legacy", "graph"])
+def test_static_mode_runs_the_static_rule_without_measuring(db, monkeypatch, how, static):
+    if how == "env":
+        monkeypatch.setenv(ec.ENV, "static")
+    else:
+        ec.set_mode("static")
+    h, e = NoCallHandle(), engines(monkeypatch)
+    assert ec.mode() == "static"
+    assert run(h, e, static=static) == static and e.calls == [static] and e.timed == []
+    assert ec.choices(h) == {} and db.records == {}
+    ec.set_mode(None)
+
+
+def test_static_graph_falls_back_to_legacy_where_it_refuses(db, monkeypatch):
+    ec.set_mode("static")
+    for refusal in (False, GraphPathRefused("no"), GraphNotSupportedError("g", ["relu"], ["A"], [])):
+        e = engines(monkeypatch, graph=refusal)
+        assert run(NoCallHandle(), e, static="graph") == "legacy" and e.calls == ["graph", "legacy"]
+    ec.set_mode(None)
+
+
+def test_mode_values_checked(db, monkeypatch):
+    with pytest.raises(InvalidValueError, match="'fast'"):
+        ec.set_mode("fast")
+    monkeypatch.setenv(ec.ENV, "sometimes")
+    with pytest.raises(InvalidValueError, match="CUDNN_PY_AUTO_ENGINE='sometimes'"):
+        ec.mode()
+
+
+@pytest.mark.parametrize("graph", [False, GraphPathRefused("layout"), GraphNotSupportedError("g", ["relu"], ["A"], [])])
+def test_refusing_graph_is_left_out_and_the_choice_kept(db, monkeypatch, graph):
+    h, e = NoCallHandle(), engines(monkeypatch, legacy_ms=9.0, graph_ms=1.0, graph=graph)
+    assert run(h, e) == "legacy"
+    assert e.calls.count("graph") == 1 and e.calls[-1] == "legacy"
+    assert ec.choices(h)[KEY] == ec.Choice("legacy", 9.0, None, "measured")
+    assert [r["engine"] for r in db.records.values()] == ["legacy"]
+
+
+def test_failing_engine_is_left_out_but_not_persisted(db, monkeypatch):
+    h, e = NoCallHandle(), engines(monkeypatch, legacy_ms=1.0, legacy=CudaError("cudnnFoo", 2, "X", "busy"))
+    assert run(h, e) == "graph"
+    assert ec.choices(h)[KEY].engine == "graph" and db.records == {}, "a passing failure is not written down"
+
+
+def test_both_engines_failing_raise_the_legacy_error_and_keep_nothing(db, monkeypatch):
+    h = NoCallHandle()
+    e = engines(monkeypatch, legacy=CudaError("cudnnFoo", 2, "X", "legacy failed"), graph=GraphPathRefused("no"))
+    with pytest.raises(CudaError, match="legacy failed"):
+        run(h, e)
+    assert ec.choices(h) == {} and db.records == {}
+
+
+def test_keyboard_interrupt_mid_measure_leaves_no_record(db, monkeypatch):
+    h, e = NoCallHandle(), engines(monkeypatch)
+    clock = e.clock
+
+    def interrupted(handle, fn):
+        if len(e.timed) == 3:
+            raise KeyboardInterrupt
+        return clock(handle, fn)
+    monkeypatch.setattr(ec, "_clock", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run(h, e)
+    assert ec.choices(h) == {} and db.records == {}
+    monkeypatch.setattr(ec, "_clock", clock)
+    assert run(h, e) == "graph" and len(db.records) == 1
+
+
+def test_mutated_arrays_restored_before_every_run(db, monkeypatch):
+    h, e = NoCallHandle(), engines(monkeypatch)
+    events: list[str] = []
+    snapped = []
+
+    def snapshot(handle, arrays):
+        snapped.append(tuple(arrays))
+        return lambda: events.append("restore")
+    monkeypatch.setattr(ec, "_snapshot", snapshot)
+    legacy, graph = e.legacy, e.graph
+    e.legacy = lambda: (events.append("legacy"), legacy())[1]
+    e.graph = lambda: (events.append("graph"), graph())[1]
+    e.legacy.__name__, e.graph.__name__ = "legacy", "graph"
+    y = fake((4,))
+    run(h, e, mutated=(y,))
+    assert snapped == [(y,)]
+    assert events[0::2] == ["restore"] * (2 * (1 + ec.ROUNDS) + 1) and events[-1] == "graph"
+
+
+def test_choice_logged_at_debug(db, monkeypatch, caplog):
+    e = engines(monkeypatch)
+    with caplog.at_level(logging.DEBUG, logger="cudnn_py.engine_choice"):
+        run(NoCallHandle(), e)
+        run(NoCallHandle(), e)
+    measured, loaded = (r.getMessage() for r in caplog.records)
+    assert "activation_forward" in measured and ": graph (measured: legacy 2.0 ms, graph 1.0 ms)" in measured
+    assert ": graph (database" in loaded
+
+
+def test_signature_and_database_key():
+    x, y = fake((2, 3, 4, 5), np.float16), fake((2, 3, 4, 5), np.float32)
+    sig = ec.signature(x, y, params=("relu", 0.5))
+    assert sig == (((2, 3, 4, 5), (60, 20, 5, 1), "float16"), ((2, 3, 4, 5), (60, 20, 5, 1), "float32"),
+                   ("relu", 0.5))
+    hash(sig)
+    from cudnn_py.capi import CUDNN_ACTIVATION_RELU
+    assert ec._plain(("op", np.dtype(np.float16), CUDNN_ACTIVATION_RELU, None, 1.5)) == \
+        ["op", "float16", "CUDNN_ACTIVATION_RELU", None, 1.5]
+
+
+def test_without_the_tuning_module_choices_stay_in_memory(monkeypatch):
+    import builtins
+    real_import = builtins.__import__
+
+    def no_tuning(name, *args, **kw):
+        if name == "cudnn_py.tuning":
+            raise ImportError("no module named cudnn_py.tuning")
+        return real_import(name, *args, **kw)
+    monkeypatch.setattr(builtins, "__import__", no_tuning)
+    assert ec._database() is None
+
+
+# ---------------------------------------------------------------- on the GPU
+
+@pytest.mark.gpu
+def test_measured_activation_writes_the_winners_output(handle, rng):
+    from cudnn_py.memory import to_device
+    from cudnn_py.ops.activation import activation_forward
+    handle.clear_caches()
+    x_host = rng.standard_normal((8, 64, 32, 32)).astype(np.float32)
+    x, y = to_device(x_host), to_device(np.full(x_host.shape, np.nan, np.float32))
+    key = ("test.relu", ec.signature(x, y))
+    got = ec.run(handle, key, lambda: activation_forward(handle, "relu", x, y, engine="legacy"),
+                 lambda: activation_forward(handle, "relu", x, y, engine="graph"))
+    np.testing.assert_array_equal(y.to_numpy(), np.maximum(x_host, 0))
+    choice = ec.choices(handle)[key]
+    assert choice.engine == got and choice.legacy_ms > 0 and choice.graph_ms > 0
+    assert handle.cache_info()["engine.choice"] == 1
+
+
+@pytest.mark.gpu
+def test_measured_batchnorm_training_updates_running_statistics_once(handle, rng):
+    """Measuring runs the call 2 * (1 + ROUNDS) + 1 times; restoring the running statistics before each run leaves
+    them as one call leaves them (float64 reference)."""
+    from cudnn_py.memory import to_device
+    from cudnn_py.ops.batchnorm import batchnorm_forward_training
+    handle.clear_caches()
+    shape, c = (4, 16, 8, 8), 16
+    xh = rng.standard_normal(shape).astype(np.float32)
+    sc, bi = rng.uniform(0.5, 1.5, c).astype(np.float32), rng.standard_normal(c).astype(np.float32)
+    rm_h, rv_h = rng.standard_normal(c).astype(np.float32), rng.uniform(0.5, 2, c).astype(np.float32)
+    x, s, b = to_device(xh), to_device(sc), to_device(bi)
+    rm, rv, y = to_device(rm_h), to_device(rv_h), to_device(np.full(shape, np.nan, np.float32))
+
+    def call(engine):
+        return lambda: batchnorm_forward_training(handle, x, s, b, factor=0.1, running_mean=rm, running_var=rv,
+                                                  y=y, engine=engine)
+    ec.run(handle, ("test.bn", ec.signature(x, rm)), call("legacy"), call("graph"), mutated=(rm, rv))
+    want = ref.forward_training(xh, sc, bi, "spatial", factor=0.1, running_mean=rm_h, running_var=rv_h)
+    np.testing.assert_allclose(rm.to_numpy(), want["running_mean"].ravel(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(rv.to_numpy(), want["running_var"].ravel(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(y.to_numpy(), want["y"], rtol=1e-4, atol=1e-4)
