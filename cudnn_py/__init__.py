@@ -24,6 +24,7 @@ from .errors import (
     CudnnNotSupportedError,
     CudnnPyError,
     FunctionNotAvailableError,
+    InvalidStateError,
     InvalidTypeError,
     InvalidValueError,
     LibraryNotFoundError,

@@ -26,6 +26,7 @@ __all__ = [
     "CudnnInternalError", "CudnnExecutionFailedError", "error_class", "CudaError", "CudaOutOfMemoryError",
     "NoDeviceError", "cuda_error", "cuda_error_from", "check_cuda", "FunctionNotAvailableError", "ClosedError",
     "WorkspaceLimitError", "LibraryNotFoundError", "CArgumentError", "InvalidValueError", "InvalidTypeError",
+    "InvalidStateError",
 ]
 
 
@@ -41,6 +42,12 @@ class InvalidValueError(CudnnPyError, ValueError):
 class InvalidTypeError(CudnnPyError, TypeError):
     """An argument of a type the Pythonic layer does not take, refused before cuDNN is called; the message names
     the parameter. A ``TypeError``, so ``except TypeError`` catches it."""
+
+
+class InvalidStateError(CudnnPyError, RuntimeError):
+    """A call that the object's state does not allow yet or any more (a finalized descriptor set again, a built
+    graph changed, a graph executed before it has a plan, a backward step called out of order); the message says
+    what to call first. A ``RuntimeError``, so ``except RuntimeError`` catches it."""
 
 
 class CArgumentError(CudnnPyError, TypeError, ValueError):

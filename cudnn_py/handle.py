@@ -39,14 +39,14 @@ from typing import TYPE_CHECKING
 
 from cudnn_py import capi
 from cudnn_py.caches import Cache
-from cudnn_py.errors import ClosedError, InvalidValueError
+from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
 from cudnn_py.streams import as_stream, get_device
 from cudnn_py.workspace import Workspace
 
 if TYPE_CHECKING:  # annotations only: cuda.core is imported on first device use (streams.cuda_core)
     from cuda.core import Device, Stream
 
-__all__ = ["Handle"]
+__all__ = ["Handle", "handle_arg"]
 
 
 def _destroy(ptr: capi.cudnnHandle_t, state: list) -> None:
@@ -178,3 +178,22 @@ class Handle:
         if self._ptr is None:
             return f"<cudnn_py.Handle device={self.device} closed>"
         return f"<cudnn_py.Handle device={self.device} stream={self._stream_ptr:#x} {self.workspace!r}>"
+
+
+def handle_arg(handle: Handle, name: str = "handle") -> Handle:
+    """``handle`` checked to be an open :class:`Handle`, first thing in every call that takes one.
+
+    An object that stands in for a handle (an int ``device``, as tests use) passes as it is.
+
+    :raises InvalidTypeError: for None, an array or anything else that is no handle (naming ``name``).
+    :raises ClosedError: for a handle that was closed.
+    """
+    if type(handle) is Handle or isinstance(handle, Handle):
+        if handle._ptr is None:
+            raise ClosedError(f"{name} is a closed cudnn_py.Handle; create a new Handle()")
+        return handle
+    if isinstance(getattr(handle, "device", None), int) and not hasattr(handle, "__cuda_array_interface__") \
+            and not hasattr(handle, "__dlpack__"):
+        return handle
+    raise InvalidTypeError(f"{name} must be a cudnn_py.Handle, got {type(handle).__name__}"
+                           + (" (pass cudnn_py.Handle() or cudnn_py.default_handle())" if handle is None else ""))

@@ -15,6 +15,7 @@ from typing import NamedTuple
 import numpy as np
 
 from cudnn_py import capi
+from cudnn_py.args import enum_member
 
 from cudnn_py.capi.backend_attributes import OWNER, TABLE
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
@@ -112,13 +113,7 @@ def enum_class(type_name: str) -> type[enum.IntEnum] | None:
 
 def type_name_of(attr_type) -> str:
     """``'INT64'`` for ``CUDNN_TYPE_INT64`` (member, int or name with or without the prefix)."""
-    if isinstance(attr_type, str):
-        n = attr_type.upper()
-        n = n[len("CUDNN_TYPE_"):] if n.startswith("CUDNN_TYPE_") else n
-        if "CUDNN_TYPE_" + n not in _ATYPE.__members__:
-            raise InvalidValueError(f"unknown attribute type {attr_type!r}")
-        return n
-    return _ATYPE(int(attr_type)).name[len("CUDNN_TYPE_"):]
+    return enum_member(_ATYPE, attr_type, "CUDNN_TYPE_", "attr_type").name[len("CUDNN_TYPE_"):]
 
 
 def _enum_value(cls, type_name: str, value, attr: str) -> int:

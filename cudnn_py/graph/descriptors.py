@@ -18,7 +18,7 @@ import ctypes
 import weakref
 
 from cudnn_py import capi
-from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
+from cudnn_py.errors import ClosedError, InvalidStateError, InvalidTypeError, InvalidValueError
 
 from . import attributes as A
 
@@ -142,7 +142,7 @@ class BackendDescriptor:
         self._check_open()
         name, spec, tn = self._spec_and_type(attr, attr_type, value)
         if self.finalized:
-            raise RuntimeError(f"{self.short_type} descriptor is finalized; {name.name} can no longer be set")
+            raise InvalidStateError(f"{self.short_type} descriptor is finalized; {name.name} can no longer be set")
         if spec is not None and spec.nested and tn == "BACKEND_DESCRIPTOR":
             vals = value if isinstance(value, (list, tuple)) else [value]
             for v in vals:

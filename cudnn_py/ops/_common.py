@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from cudnn_py import capi
+from cudnn_py.args import scaling
 from cudnn_py.caches import shared
 from cudnn_py.descriptors import TensorDescriptor, tensor_descriptor
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype, scalar
@@ -30,6 +31,8 @@ def enum_arg(value, table: dict, enum_type, what: str):
         return value
     if isinstance(value, str) and value.lower() in table:
         return table[value.lower()]
+    if not isinstance(value, (str, int, np.integer)):
+        raise InvalidTypeError(f"{what} must be a name or a {enum_type.__name__} member, got {type(value).__name__}")
     raise InvalidValueError(f"{what} {value!r}: expected one of {sorted(table)} or a {enum_type.__name__} member")
 
 
@@ -44,7 +47,11 @@ def scalars(dtype, *values: float) -> tuple:
     except (KeyError, TypeError):  # not made yet, or an unhashable dtype spelling
         pass
     dt = cudnn_dtype(dtype)
-    got = tuple(ctypes.byref(scalar(dt, float(v))) for v in values)
+    host = tuple(scalar(dt, v) for v in scaling(**{f"scaling factor {i}": v for i, v in enumerate(values, 1)}))
+    if not all(math.isfinite(h.value) for h in host):
+        raise InvalidValueError(f"scaling factors {values} overflow the single-precision float cuDNN reads them as "
+                                f"for {np.dtype(dtype)} data (at most 3.4e38 in magnitude)")
+    got = tuple(ctypes.byref(h) for h in host)
     try:
         _SCALARS[dtype, values] = got
     except TypeError:

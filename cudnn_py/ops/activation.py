@@ -25,9 +25,10 @@ Raw C path::
 from __future__ import annotations
 
 from cudnn_py import caches, capi
-from cudnn_py.args import enum_member, float_arg, nan_flag
+from cudnn_py.args import enum_member, float_arg, nan_flag, scaling
 from cudnn_py.descriptors import Settings, _ActivationDescriptor
 from cudnn_py.graph import legacy as gl
+from cudnn_py.handle import handle_arg
 from cudnn_py.ops._common import check_array, desc, output, scalars
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
@@ -169,6 +170,8 @@ def activation_forward(handle, activation, x, y=None, *, alpha: float = 1.0, bet
     ``activation``: an :class:`Activation`, or a mode name or ``cudnnActivationMode_t`` (then coef 0, swish_beta 1).
     ``y`` may be ``x`` itself (in place). ``engine``: "legacy", "graph" or "auto" (see the module doc).
     """
+    alpha, beta = scaling(alpha=alpha, beta=beta)
+    handle = handle_arg(handle)
     engine = gl.engine_arg(engine)
     act = activation_descriptor(activation)
     xa = check_array(x, "x", handle, floating=True)
@@ -189,6 +192,8 @@ def activation_backward(handle, activation, x, y, dy, dx=None, *, alpha: float =
     """``dx = alpha * dL/dx + beta * dx`` from the forward's x and y and the gradient dy (``cudnnActivationBackward``).
 
     ``engine``: "legacy", "graph" (which computes the gradient from x; y is checked but not read) or "auto"."""
+    alpha, beta = scaling(alpha=alpha, beta=beta)
+    handle = handle_arg(handle)
     engine = gl.engine_arg(engine)
     act = activation_descriptor(activation)
     xa = check_array(x, "x", handle, floating=True)

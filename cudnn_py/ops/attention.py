@@ -34,7 +34,8 @@ from cudnn_py._deprecation import renamed_kwargs, warn
 from cudnn_py.args import bool_arg, float_arg
 from cudnn_py.descriptors import Descriptor
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
-from cudnn_py.errors import InvalidTypeError, InvalidValueError
+from cudnn_py.errors import InvalidStateError, InvalidTypeError, InvalidValueError
+from cudnn_py.handle import handle_arg
 from cudnn_py.memory import DeviceArray
 from cudnn_py.ops.sequence_models import (
     MATH_TYPES, WeightedDescriptor, check_lengths, choice, dropout_arg, name_of, nd_layout, positive_int, training_ctx,
@@ -163,6 +164,7 @@ class MultiHeadAttention(WeightedDescriptor):
     def buffer_sizes(self, handle, training: bool = True) -> AttentionBufferSizes:
         """:class:`AttentionBufferSizes` ``(weights, workspace, reserve)`` in bytes (``cudnnGetMultiHeadAttnBuffers``;
         no reserve in inference; asked once per device)."""
+        handle = handle_arg(handle)
         hptr = handle.ptr  # a closed handle raises ClosedError here, even once the sizes are known
         key = (handle.device, bool(training))
         sizes = self._sizes.get(key)
@@ -174,10 +176,12 @@ class MultiHeadAttention(WeightedDescriptor):
 
     def weight_space_size(self, handle) -> int:
         """Bytes of the flat weight space holding every projection."""
+        handle = handle_arg(handle)
         return self.buffer_sizes(handle, False)[0]
 
     def weights(self, handle, weights) -> dict[str, DeviceArray]:
         """Strided device views ``{"wq": [heads, q_proj, q_size], ..., "bo": [o_proj]}`` (biases if enabled)."""
+        handle = handle_arg(handle)
         w = self._check_weights(handle, weights)
         expected = self.expected_shapes()
         desc = capi.cudnnTensorDescriptor_t()
@@ -266,8 +270,15 @@ def _host_view(host: np.ndarray, base: int, view) -> np.ndarray:
     return np.lib.stride_tricks.as_strided(host[offset:], view.shape, tuple(s * item for s in view.strides))
 
 
+def _check_attn(attn) -> None:
+    if not isinstance(attn, MultiHeadAttention):
+        raise InvalidTypeError(f"attn must be a cudnn_py.MultiHeadAttention, got {type(attn).__name__}")
+
+
 def load_attention_weights(handle, attn: MultiHeadAttention, weights, arrays: dict) -> None:
     """Write host arrays (``{"wq": [heads, q_proj, q_size], ...}``, see the module doc) into the weight space."""
+    handle = handle_arg(handle)
+    _check_attn(attn)
     w = attn._check_weights(handle, weights)
     views = attn.weights(handle, w)
     unknown = set(arrays) - set(views)
@@ -284,6 +295,8 @@ def load_attention_weights(handle, attn: MultiHeadAttention, weights, arrays: di
 
 def read_attention_weights(handle, attn: MultiHeadAttention, weights) -> dict:
     """The weight space as host arrays ``{"wq": ..., "bo": ...}`` (works for weight gradients too)."""
+    handle = handle_arg(handle)
+    _check_attn(attn)
     w = attn._check_weights(handle, weights)
     host = w.to_numpy()
     return {name: _host_view(host, w.ptr, v).copy() for name, v in attn.weights(handle, w).items()}
@@ -327,10 +340,10 @@ def attention_forward(handle, attn: MultiHeadAttention, q, k, v, weights, *, seq
     (default 0 and ``Tk``); ``residuals``: added to the output (shape of ``o``); ``o``: the output
     ``[B, Tq, o_proj_size]``, allocated when not given (``out=`` is its deprecated spelling).
     """
+    handle = handle_arg(handle)
     if old:
         o = renamed_kwargs("attention_forward", old, {"out": "o"}, {"o": o})["o"]
-    if not isinstance(attn, MultiHeadAttention):
-        raise InvalidTypeError(f"attn must be a MultiHeadAttention, got {type(attn).__name__}")
+    _check_attn(attn)
     q = memory.as_array(q, "q", dtype=attn.dtype, ndim=3, contiguous=True, device=handle.device)
     B, Tq = q.shape[0], q.shape[1]
     if q.shape[2] != attn.q_size:
@@ -390,6 +403,7 @@ def attention_backward_data(handle, attn: MultiHeadAttention, fwd: AttentionForw
                             dq=None, dk=None, dv=None) -> AttentionDataGrads:
     """``cudnnMultiHeadAttnBackwardData``: :class:`AttentionDataGrads` ``(dq, dk, dv)`` for ``dout``, the gradient
     of ``fwd.o``; ``dq`` leaves out the residual path (add ``dout``)."""
+    handle = handle_arg(handle)
     ctx = training_ctx(fwd, AttentionForwardResult, attn, "attention_forward")
     q, k, v = ctx["q"], ctx["k"], ctx["v"]
     dout = memory.as_array(dout, "dout", dtype=attn.dtype, shape=fwd.o.shape, contiguous=True, device=handle.device)
@@ -416,9 +430,10 @@ def attention_backward_weights(handle, attn: MultiHeadAttention, fwd: AttentionF
 
     Needs :func:`attention_backward_data` on the same ``fwd`` first.
     """
+    handle = handle_arg(handle)
     ctx = training_ctx(fwd, AttentionForwardResult, attn, "attention_forward")
     if not ctx["data_done"]:
-        raise RuntimeError("call attention_backward_data(...) on this forward result before attention_backward_weights")
+        raise InvalidStateError("call attention_backward_data(...) on this forward result before attention_backward_weights")
     dout = memory.as_array(dout, "dout", dtype=attn.dtype, shape=fwd.o.shape, contiguous=True, device=handle.device)
     w = attn._check_weights(handle, weights)
     dw = attn.new_weights(handle) if dweights is None else attn._check_weights(handle, dweights, "dweights")

@@ -44,8 +44,10 @@ from typing import NamedTuple
 import numpy as np
 
 from cudnn_py import capi
+from cudnn_py.args import scaling
 from cudnn_py.errors import InvalidValueError
 from cudnn_py.graph import legacy as gl
+from cudnn_py.handle import handle_arg
 from cudnn_py.memory import DeviceArray
 from cudnn_py.ops import norm_args as na
 from cudnn_py.ops import norm_graphs as ng
@@ -136,6 +138,8 @@ def batchnorm_forward_training(handle, x, scale, bias, *, mode="spatial", epsilo
     ``saved_mean``/``saved_inv_var`` are allocated when not given; pass them to :func:`batchnorm_backward`.
     ``engine``: "legacy", "graph" or "auto" (the default: the graph where it takes the call; module doc).
     """
+    alpha, beta = scaling(alpha=alpha, beta=beta)
+    handle = handle_arg(handle)
     engine = gl.engine_arg(engine)
     s = _bn(handle, x, mode)
     sc, bi, rm, rv, sm, siv, eps, f = na.training_params(handle, s, scale, bias, running_mean, running_var,
@@ -159,6 +163,8 @@ def batchnorm_forward_inference(handle, x, scale, bias, mean, var, *, mode="spat
     (``cudnnBatchNormalizationForwardInference``); returns y (allocated if not given).
     ``engine``: "legacy", "graph" (either mode) or "auto" (the default: the graph where it takes the call).
     """
+    alpha, beta = scaling(alpha=alpha, beta=beta)
+    handle = handle_arg(handle)
     engine = gl.engine_arg(engine)
     s = _bn(handle, x, mode)
     sc, bi = s.param(scale, "scale", handle), s.param(bias, "bias", handle)
@@ -186,6 +192,9 @@ def batchnorm_backward(handle, x, dy, scale, saved_mean=None, saved_inv_var=None
     ``saved_mean``/``saved_inv_var`` from the forward pass (both or neither: cuDNN then recomputes them).
     ``engine``: "legacy", "graph" or "auto" (the default: the graph where it takes the call; module doc).
     """
+    alpha_data, beta_data, alpha_param, beta_param = scaling(alpha_data=alpha_data, beta_data=beta_data,
+                                                             alpha_param=alpha_param, beta_param=beta_param)
+    handle = handle_arg(handle)
     engine = gl.engine_arg(engine)
     s = _bn(handle, x, mode)
     dya = na.data_array(dy, "dy", handle, like=s.x)
@@ -215,6 +224,7 @@ def batchnorm_ex_sizes(handle, x, *, mode="spatial_persistent", ops="bn", activa
                        with_z: bool | None = None) -> NormSizes:
     """:class:`NormSizes` ``(forward_workspace, backward_workspace, reserve)``: bytes the ``..._ex`` calls need
     with this x."""
+    handle = handle_arg(handle)
     s = _bn(handle, x, mode)
     op = enum_arg(ops, BATCHNORM_OPS, capi.cudnnBatchNormOps_t, "ops")
     act = None if int(op) == 0 else na.fused_activation("relu" if activation is None else activation)
@@ -248,6 +258,8 @@ def batchnorm_forward_training_ex(handle, x, scale, bias, *, z=None, ops="bn", a
     elsewhere it raises :class:`~cudnn_py.errors.CudnnNotSupportedError`. ``engine``: "legacy", "graph" (no
     reserve: the result's ``reserve`` is None) or "auto" (the default: here the legacy call, measured faster).
     """
+    alpha, beta = scaling(alpha=alpha, beta=beta)
+    handle = handle_arg(handle)
     engine = _legacy_if_auto(gl.engine_arg(engine))
     s = _bn(handle, x, mode)
     op, act = na.fused_ops(ops, activation, z, "z", BATCHNORM_OPS, capi.cudnnBatchNormOps_t)
@@ -285,6 +297,9 @@ def batchnorm_backward_ex(handle, x, y, dy, scale, bias, saved_mean, saved_inv_v
     ``dz`` (ops "bn_add_activation") is returned allocated when not given. ``engine``: "legacy", "graph" (which
     reads no reserve) or "auto" (the default: here the legacy call, measured faster).
     """
+    alpha_data, beta_data, alpha_param, beta_param = scaling(alpha_data=alpha_data, beta_data=beta_data,
+                                                             alpha_param=alpha_param, beta_param=beta_param)
+    handle = handle_arg(handle)
     engine = _legacy_if_auto(gl.engine_arg(engine))
     s = _bn(handle, x, mode)
     op = enum_arg(ops, BATCHNORM_OPS, capi.cudnnBatchNormOps_t, "ops")

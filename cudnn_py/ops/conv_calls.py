@@ -18,9 +18,11 @@ from cudnn_py import algorithms as _alg
 from cudnn_py import capi
 from cudnn_py import descriptors as _d
 from cudnn_py._deprecation import renamed_kwargs
+from cudnn_py.args import scaling
 from cudnn_py.caches import handle_cache
 from cudnn_py.dtypes import cudnn_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError, WorkspaceLimitError
+from cudnn_py.handle import handle_arg
 from cudnn_py.memory import array_signature, empty, zeros
 from cudnn_py.ops._common import enum_arg, scalars
 from cudnn_py.ops.convolution import Convolution, Geometry, logical, packed_strides, physical, unit_height
@@ -159,6 +161,8 @@ def convolution_forward(handle, conv: Convolution, x, w, y=None, *, algo: Any = 
 
     ``engine="graph"`` runs it as a cached backend-API plan instead (see :func:`cudnn_py.graph.conv.convolution`).
     """
+    alpha, beta = scaling(alpha=alpha, beta=beta)
+    handle = handle_arg(handle)
     if engine != "legacy":
         return _graph().convolution("forward", handle, conv, x, w, y, engine=engine, algo=algo,
                                     deterministic=deterministic, workspace_limit=workspace_limit, alpha=alpha,
@@ -201,6 +205,8 @@ def convolution_backward_data(handle, conv: Convolution, w, dy, dx=None, *, x_sh
     Without ``dx``, one of shape ``x_shape`` is allocated (default: the smallest input giving dy's shape).
     ``engine="graph"``: a cached backend-API plan instead (see :func:`cudnn_py.graph.conv.convolution`).
     """
+    alpha, beta = scaling(alpha=alpha, beta=beta)
+    handle = handle_arg(handle)
     if engine != "legacy":
         return _graph().convolution("backward_data", handle, conv, dy, w, dx, engine=engine, algo=algo,
                                     deterministic=deterministic, workspace_limit=workspace_limit, alpha=alpha,
@@ -239,6 +245,8 @@ def convolution_backward_filter(handle, conv: Convolution, x, dy, dw=None, *, w_
     Pass ``dw`` or ``w_shape`` (the filter shape cannot be inferred when the stride is above 1).
     ``engine="graph"``: a cached backend-API plan instead (see :func:`cudnn_py.graph.conv.convolution`).
     """
+    alpha, beta = scaling(alpha=alpha, beta=beta)
+    handle = handle_arg(handle)
     if engine != "legacy":
         return _graph().convolution("backward_filter", handle, conv, dy, x, dw, engine=engine, algo=algo,
                                     deterministic=deterministic, workspace_limit=workspace_limit, alpha=alpha,
@@ -270,6 +278,8 @@ def convolution_backward_bias(handle, dy, db=None, *, alpha: float = 1.0, beta: 
 
     db (allocated if not given) has shape ``(1, K, 1, ...)`` (``(1, ..., 1, K)`` for ``layout="NHWC"``).
     """
+    alpha, beta = scaling(alpha=alpha, beta=beta)
+    handle = handle_arg(handle)
     dys, dy_ptr = array_signature(dy, "dy")
     dbs, db_ptr = (None, 0) if db is None else array_signature(db, "db")
     key = ("backward_bias", dys, dbs, layout)
@@ -328,6 +338,8 @@ def convolution_bias_activation_forward(handle, conv: Convolution, x, w, bias, *
     used as z; pass ``z=y`` to add y's current values instead. ``bias`` holds one value per channel.
     ``engine="graph"`` fuses conv, bias and activation into one backend-API graph (no ``z``).
     """
+    alpha, beta = scaling(alpha=alpha, beta=beta)
+    handle = handle_arg(handle)
     if old:
         got = renamed_kwargs("convolution_bias_activation_forward", old, {"alpha1": "alpha", "alpha2": "beta"},
                              {"alpha": None if alpha == 1.0 else alpha, "beta": None if beta == 0.0 else beta})
@@ -408,6 +420,7 @@ def convolution_algorithms(handle, conv: Convolution, x, w, y=None, *, direction
     ``"heuristic"`` (``..._v7``), ``"find"`` (``Find...``, cuDNN's own buffers) or ``"find_ex"``
     (``Find...Ex`` on the given inputs, a scratch output and a workspace of at most ``workspace_limit``).
     """
+    handle = handle_arg(handle)
     if direction not in _alg.DIRECTIONS:
         raise InvalidValueError(f"direction {direction!r}: expected one of {_alg.DIRECTIONS}")
     g = _query_geometry(handle, conv, x, w, y, direction)
@@ -431,6 +444,7 @@ def convolution_algorithms(handle, conv: Convolution, x, w, y=None, *, direction
 def convolution_workspace_size(handle, conv: Convolution, x, w, y=None, *, algo: Any,
                                direction: str = "forward") -> int:
     """Workspace bytes that ``algo`` needs (``cudnnGetConvolution*WorkspaceSize``); raises if unsupported."""
+    handle = handle_arg(handle)
     g = _query_geometry(handle, conv, x, w, y, direction)
     a, b, c = g.descs(direction)
     return _alg.workspace_size(handle, direction, a, b, g.conv_desc(g.math_type), c, algo)

@@ -33,9 +33,10 @@ import numpy as np
 from cudnn_py import capi
 from cudnn_py._deprecation import warn
 from cudnn_py.caches import shared
-from cudnn_py.args import int_arg
+from cudnn_py.args import dims, int_arg
 from cudnn_py.descriptors import Descriptor, tensor_descriptor
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
+from cudnn_py.handle import handle_arg
 from cudnn_py.memory import DeviceArray, as_array, empty, to_device
 from cudnn_py.ops._common import check_array, enum_arg
 
@@ -106,9 +107,13 @@ class CTCLoss(Descriptor):
 _DESCS = shared(CTCLoss._cache_name, maxsize=256)
 
 
-def _ctc_desc(normalization, grad_mode, max_label_length) -> CTCLoss:
-    """The shared :class:`CTCLoss` for these settings (made once, thread-safe; ``close()`` leaves it alone and it
-    is destroyed once evicted and unreferenced)."""
+def _ctc_desc(normalization, grad_mode, max_label_length, ctc=None) -> CTCLoss:
+    """``ctc`` when given (a :class:`CTCLoss`), else the shared :class:`CTCLoss` for these settings (made once,
+    thread-safe; ``close()`` leaves it alone and it is destroyed once evicted and unreferenced)."""
+    if ctc is not None:
+        if not isinstance(ctc, CTCLoss):
+            raise InvalidTypeError(f"ctc must be a cudnn_py.CTCLoss, got {type(ctc).__name__}")
+        return ctc
     return CTCLoss.shared(
         enum_arg(normalization, CTC_NORMALIZATIONS, capi.cudnnLossNormalizationMode_t, "CTC normalization"),
         enum_arg(grad_mode, CTC_GRAD_MODES, capi.cudnnCTCGradMode_t, "CTC grad_mode"),
@@ -211,13 +216,13 @@ def _logits(handle, logits) -> DeviceArray:
 
 def ctc_loss_workspace_size(handle, logits_shape, *, algo="deterministic", normalization="softmax",
                             grad_mode="zero_oob", max_label_length: int = MAX_LABEL_LENGTH,
-                            compute_gradients: bool = True) -> int:
-    """Workspace bytes ``cudnnCTCLoss_v8`` needs for logits of shape (T, N, A) (``cudnnGetCTCLossWorkspaceSize_v8``)."""
+                            compute_gradients: bool = True, ctc: CTCLoss | None = None) -> int:
+    """Workspace bytes ``cudnnCTCLoss_v8`` needs for logits of shape (T, N, A) (``cudnnGetCTCLossWorkspaceSize_v8``);
+    ``ctc``: a :class:`CTCLoss` instead of ``normalization``, ``grad_mode`` and ``max_label_length``."""
+    handle = handle_arg(handle)
     al = enum_arg(algo, CTC_ALGOS, capi.cudnnCTCLossAlgo_t, "CTC algo")
-    shape = tuple(int(d) for d in logits_shape)
-    if len(shape) != 3:
-        raise InvalidValueError(f"logits shape must be (T, N, A), got {shape}")
-    desc = _ctc_desc(normalization, grad_mode, max_label_length)
+    shape = dims(logits_shape, "logits_shape", 3, 3)
+    desc = _ctc_desc(normalization, grad_mode, max_label_length, ctc)
     pd = tensor_descriptor(shape, np.float32)
     n = ctypes.c_size_t()
     capi.cudnnGetCTCLossWorkspaceSize_v8(handle.ptr, al, desc.ptr, pd.ptr, pd.ptr if compute_gradients else None,
@@ -227,17 +232,20 @@ def ctc_loss_workspace_size(handle, logits_shape, *, algo="deterministic", norma
 
 def ctc_loss(handle, logits, labels, label_lengths, input_lengths, *, algo="deterministic",
              normalization="softmax", grad_mode="zero_oob", max_label_length: int = MAX_LABEL_LENGTH,
-             compute_gradients: bool = True, costs=None, gradients=None) -> CTCLossResult:
+             compute_gradients: bool = True, costs=None, gradients=None,
+             ctc: CTCLoss | None = None) -> CTCLossResult:
     """A :class:`CTCLossResult`: CTC ``costs`` (N,) and ``gradients`` (T, N, A) (None when ``compute_gradients``
-    is False), float32 (``cudnnCTCLoss_v8``). ``algo``: "deterministic" or "non_deterministic". Outputs
-    allocated when not given."""
+    is False), float32 (``cudnnCTCLoss_v8``). ``algo``: "deterministic" or "non_deterministic". ``ctc``: a
+    :class:`CTCLoss` instead of ``normalization``, ``grad_mode`` and ``max_label_length``. Outputs allocated when
+    not given."""
+    handle = handle_arg(handle)
     al = enum_arg(algo, CTC_ALGOS, capi.cudnnCTCLossAlgo_t, "CTC algo")
+    desc = _ctc_desc(normalization, grad_mode, max_label_length, ctc)
     x = _logits(handle, logits)
     t, n, a = x.shape
-    host = check_ctc_labels(labels, label_lengths, input_lengths, t, a, max_label_length)
+    host = check_ctc_labels(labels, label_lengths, input_lengths, t, a, desc.max_label_length)
     if host.label_lengths.shape[0] != n:
         raise InvalidValueError(f"{host.label_lengths.shape[0]} label/input lengths for a batch of {n} (logits' N)")
-    desc = _ctc_desc(normalization, grad_mode, max_label_length)
     if not compute_gradients and gradients is not None:
         raise InvalidValueError("gradients given but compute_gradients is False")
     c = None if costs is None else check_array(costs, "costs", handle, dtype=np.float32, shape=(n,), contiguous=True)

@@ -29,6 +29,7 @@ from cudnn_py._deprecation import renamed_kwargs, warn
 from cudnn_py.args import float_arg, handle_ptr, int_arg
 from cudnn_py.descriptors import Descriptor
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
+from cudnn_py.handle import handle_arg
 from cudnn_py.memory import DeviceArray, empty
 from cudnn_py.ops._common import byte_buffer, check_array, desc, output, tensor_desc
 
@@ -38,6 +39,7 @@ __all__ = ["Dropout", "DropoutOutputs", "dropout_states_size", "dropout_reserve_
 
 def dropout_states_size(handle) -> int:
     """Bytes of RNG state cuDNN needs for dropout on this handle's device (``cudnnDropoutGetStatesSize``)."""
+    handle = handle_arg(handle)
     n = ctypes.c_size_t()
     capi.cudnnDropoutGetStatesSize(handle.ptr, ctypes.byref(n))
     return n.value
@@ -140,6 +142,7 @@ def dropout_forward(handle, dropout, x, y=None, reserve=None) -> DropoutOutputs:
     ``y`` and ``reserve`` (uint8, :func:`dropout_reserve_size` bytes, holds the mask) are allocated
     when not given. ``x`` and ``y`` must have the same shape and dtype.
     """
+    handle = handle_arg(handle)
     dp = _dropout_ptr(dropout)
     xa = check_array(x, "x", handle)
     ya = output(y, "y", handle, xa.shape, xa.dtype)
@@ -154,6 +157,7 @@ def dropout_forward(handle, dropout, x, y=None, reserve=None) -> DropoutOutputs:
 
 def dropout_backward(handle, dropout, dy, reserve, dx=None) -> DeviceArray:
     """``dx = dy * mask / (1 - p)`` with the mask the forward stored in ``reserve`` (``cudnnDropoutBackward``)."""
+    handle = handle_arg(handle)
     dp = _dropout_ptr(dropout)
     dya = check_array(dy, "dy", handle)
     dxa = output(dx, "dx", handle, dya.shape, dya.dtype)

@@ -27,8 +27,9 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from cudnn_py import capi
-from cudnn_py.args import float_arg, int_arg
+from cudnn_py.args import float_arg, int_arg, scaling
 from cudnn_py.descriptors import Settings, _LRNDescriptor
+from cudnn_py.handle import handle_arg
 from cudnn_py.memory import DeviceArray
 from cudnn_py.ops._common import check_array, desc, empty_strided, output, scalars
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
@@ -101,6 +102,8 @@ def _input(x, handle) -> DeviceArray:
 
 def lrn_forward(handle, lrn, x, y=None, *, alpha: float = 1.0, beta: float = 0.0):
     """``y = alpha * lrn(x) + beta * y`` (``cudnnLRNCrossChannelForward``); returns y (allocated if not given)."""
+    alpha, beta = scaling(alpha=alpha, beta=beta)
+    handle = handle_arg(handle)
     ld = _lrn_desc(lrn)
     xa = _input(x, handle)
     ya = output(y, "y", handle, xa.shape, xa.dtype)
@@ -114,6 +117,8 @@ def lrn_forward(handle, lrn, x, y=None, *, alpha: float = 1.0, beta: float = 0.0
 def lrn_backward(handle, lrn, x, y, dy, dx=None, *, alpha: float = 1.0, beta: float = 0.0):
     """``dx = alpha * dL/dx + beta * dx`` from the forward's x and y and the gradient dy
     (``cudnnLRNCrossChannelBackward``)."""
+    alpha, beta = scaling(alpha=alpha, beta=beta)
+    handle = handle_arg(handle)
     ld = _lrn_desc(lrn)
     xa = _input(x, handle)
     ya = check_array(y, "y", handle, dtype=xa.dtype, shape=xa.shape)
@@ -147,6 +152,8 @@ def divisive_normalization_forward(handle, lrn, x, means=None, y=None, *, alpha:
 
     ``means`` (x's shape) defaults to zeros; the two temporaries cuDNN needs are allocated here.
     """
+    alpha, beta = scaling(alpha=alpha, beta=beta)
+    handle = handle_arg(handle)
     ld = _lrn_desc(lrn)
     xa = _input(x, handle)
     ma = None if means is None else _same_desc(check_array(means, "means", handle, dtype=xa.dtype, shape=xa.shape),
@@ -169,6 +176,8 @@ def divisive_normalization_backward(handle, lrn, x, dy, means=None, dx=None, dme
     The means are treated as an independent input. For an even window size cuDNN's dx is not the
     exact gradient of its forward (it sums over the forward window, not its mirror image).
     """
+    alpha, beta = scaling(alpha=alpha, beta=beta)
+    handle = handle_arg(handle)
     ld = _lrn_desc(lrn)
     xa = _input(x, handle)
     ma = None if means is None else _same_desc(check_array(means, "means", handle, dtype=xa.dtype, shape=xa.shape),

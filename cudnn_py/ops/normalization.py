@@ -36,8 +36,10 @@ import ctypes
 import numpy as np
 
 from cudnn_py import capi
+from cudnn_py.args import scaling
 from cudnn_py.errors import InvalidValueError
 from cudnn_py.graph import legacy as gl
+from cudnn_py.handle import handle_arg
 from cudnn_py.memory import DeviceArray
 from cudnn_py.ops import norm_args as na
 from cudnn_py.ops import norm_graphs as ng
@@ -107,6 +109,7 @@ def normalization_sizes(handle, x, *, mode="per_channel", ops="norm", algo="stan
                         with_z: bool | None = None) -> NormSizes:
     """:class:`~cudnn_py.ops.batchnorm.NormSizes` ``(forward_workspace, backward_workspace, reserve)``: bytes the
     training calls need with this x."""
+    handle = handle_arg(handle)
     s = _norm(handle, x, mode)
     op = enum_arg(ops, NORM_OPS, capi.cudnnNormOps_t, "ops")
     act = None if int(op) == 0 else na.fused_activation("relu" if activation is None else activation)
@@ -125,6 +128,8 @@ def normalization_forward_training(handle, x, scale, bias, *, z=None, mode="per_
     ``engine``: "legacy", "graph" (no reserve: the result's ``reserve`` is None) or "auto" (the default: the
     graph for ops "norm" where it takes the call, else the legacy call; docs/graph_paths.md).
     """
+    alpha, beta = scaling(alpha=alpha, beta=beta)
+    handle = handle_arg(handle)
     engine = _auto(gl.engine_arg(engine), ops)
     s = _norm(handle, x, mode)
     op, act = _ops(ops, activation, z)
@@ -162,6 +167,8 @@ def normalization_forward_inference(handle, x, scale, bias, mean, var, *, z=None
     """``y = alpha * act(scale * (x - mean) / sqrt(var + eps) + bias [+ z]) + beta * y``
     (``cudnnNormalizationForwardInference``); returns y (allocated if not given).
     ``engine``: "legacy", "graph" or "auto" (the default: as for :func:`normalization_forward_training`)."""
+    alpha, beta = scaling(alpha=alpha, beta=beta)
+    handle = handle_arg(handle)
     engine = _auto(gl.engine_arg(engine), ops)
     s = _norm(handle, x, mode)
     op, act = _ops(ops, activation, z)
@@ -194,6 +201,9 @@ def normalization_backward(handle, x, y, dy, scale, bias, saved_mean, saved_inv_
     """Gradients of ``y = act(norm(x) [+ z])`` (``cudnnNormalizationBackward``); ``y`` and ``reserve``
     from the forward pass; ``dz`` returned for ops "norm_add_activation". ``engine``: "legacy", "graph"
     (which reads no reserve) or "auto" (the default: as for :func:`normalization_forward_training`)."""
+    alpha_data, beta_data, alpha_param, beta_param = scaling(alpha_data=alpha_data, beta_data=beta_data,
+                                                             alpha_param=alpha_param, beta_param=beta_param)
+    handle = handle_arg(handle)
     engine = _auto(gl.engine_arg(engine), ops)
     s = _norm(handle, x, mode)
     op = enum_arg(ops, NORM_OPS, capi.cudnnNormOps_t, "ops")

@@ -31,9 +31,10 @@ from __future__ import annotations
 import numpy as np
 
 from cudnn_py import capi
-from cudnn_py.args import INT32_MAX, enum_member, int_or_ints, int_tuple, ints, nan_flag
+from cudnn_py.args import INT32_MAX, enum_member, int_or_ints, int_tuple, ints, nan_flag, scaling
 from cudnn_py.descriptors import Settings, TensorDescriptor, _PoolingDescriptor
 from cudnn_py.graph import legacy as gl
+from cudnn_py.handle import handle_arg
 from cudnn_py.memory import DeviceArray
 from cudnn_py.ops._common import check_array, desc, empty_strided, scalars, tensor_desc
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
@@ -276,6 +277,8 @@ def pooling_forward(handle, pool, x, y=None, *, alpha: float = 1.0, beta: float 
     ``pool``: a :class:`Pooling`. ``engine``: "legacy",
     "graph" or "auto" (the default: see the module doc).
     """
+    alpha, beta = scaling(alpha=alpha, beta=beta)
+    handle = handle_arg(handle)
     engine = gl.engine_arg(engine)
     xa = check_array(x, "x", handle, floating=True)
     pd, y_shape = _resolve(pool, xa.shape)
@@ -296,6 +299,8 @@ def pooling_backward(handle, pool, x, y, dy, dx=None, *, alpha: float = 1.0, bet
     """``dx = alpha * dL/dx + beta * dx`` from the forward's x and y and the gradient dy (``cudnnPoolingBackward``).
 
     ``engine``: "legacy", "graph" or "auto" (the default; as for :func:`pooling_forward`)."""
+    alpha, beta = scaling(alpha=alpha, beta=beta)
+    handle = handle_arg(handle)
     engine = gl.engine_arg(engine)
     xa = check_array(x, "x", handle, floating=True)
     pd, y_shape = _resolve(pool, xa.shape)

@@ -30,7 +30,8 @@ from cudnn_py._deprecation import renamed_kwargs, warn
 from cudnn_py.args import bool_arg, float_arg
 from cudnn_py.descriptors import Descriptor, tensor_descriptor
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
-from cudnn_py.errors import InvalidTypeError, InvalidValueError
+from cudnn_py.errors import InvalidStateError, InvalidTypeError, InvalidValueError
+from cudnn_py.handle import handle_arg
 from cudnn_py.memory import DeviceArray
 from cudnn_py.ops.sequence_models import (
     MATH_TYPES, WeightedDescriptor, check_lengths, choice, dropout_arg, name_of, nd_layout, positive_int, training_ctx,
@@ -238,6 +239,7 @@ class RNN(WeightedDescriptor):
     # -- weights --
     def weight_space_size(self, handle) -> int:
         """Bytes of the flat weight space (``cudnnGetRNNWeightSpaceSize``; asked once per device)."""
+        handle = handle_arg(handle)
         hptr = handle.ptr  # a closed handle raises ClosedError here, even once the size is known
         size = self._wsize.get(handle.device)
         if size is None:
@@ -251,11 +253,13 @@ class RNN(WeightedDescriptor):
 
         ``pseudo_layer = layer * dirs + direction``; ``lin_id`` as in :data:`GATES`.
         """
+        handle = handle_arg(handle)
         return {(p, k): rnn_weight_params(handle, self, weights, p, k)
                 for p in range(self.num_pseudo_layers) for k in self.lin_ids}
 
     def build_dynamic(self, handle, mini_batch: int) -> None:
         """Compile the persistent kernels for ``algo="persist_dynamic"`` (``cudnnBuildRNNDynamic``)."""
+        handle = handle_arg(handle)
         capi.cudnnBuildRNNDynamic(handle.ptr, self.ptr, positive_int(mini_batch, "mini_batch"))
 
     def _fields(self) -> str:
@@ -311,6 +315,9 @@ def rnn_data_descriptor(dtype, layout: str, max_seq_length: int, batch_size: int
 
 def rnn_weight_params(handle, rnn: RNN, weights, pseudo_layer: int, lin_id: int) -> RNNWeight:
     """Views into ``weights`` of one matrix and its bias (``cudnnGetRNNWeightParams``); None where absent."""
+    handle = handle_arg(handle)
+    if not isinstance(rnn, RNN):
+        raise InvalidTypeError(f"rnn must be a cudnn_py.RNN, got {type(rnn).__name__}")
     w = rnn._check_weights(handle, weights)
     if not 0 <= pseudo_layer < rnn.num_pseudo_layers:
         raise InvalidValueError(f"pseudo_layer must be in [0, {rnn.num_pseudo_layers}), got {pseudo_layer}")
@@ -390,8 +397,9 @@ def rnn_forward(handle, rnn: RNN, x, weights, *, seq_lengths=None, layout="seq_m
     required for packed). ``training=True`` keeps the reserve space for :func:`rnn_backward_data` /
     :func:`rnn_backward_weights`. Outputs are allocated unless given.
     """
+    handle = handle_arg(handle)
     if not isinstance(rnn, RNN):
-        raise InvalidTypeError(f"rnn must be a cudnn_py RNN, got {type(rnn).__name__}")
+        raise InvalidTypeError(f"rnn must be a cudnn_py.RNN, got {type(rnn).__name__}")
     layout, _ = choice(_LAYOUTS, layout, "layout")
     if layout != "packed" and not rnn.padded_io:
         raise InvalidValueError(f"layout {layout!r} needs an RNN made with padded_io=True; use layout='packed'")
@@ -458,6 +466,7 @@ def rnn_backward_data(handle, rnn: RNN, fwd: RNNForwardResult, dy, weights, *, d
     ``dy`` has ``fwd.y``'s shape; ``dhy``/``dcy`` (gradients of the final states) default to zeros.
     Call it before :func:`rnn_backward_weights` (cuDNN updates the reserve space here).
     """
+    handle = handle_arg(handle)
     ctx = training_ctx(fwd, RNNForwardResult, rnn, "rnn_forward")
     B, is_lstm, stream = ctx["batch"], rnn.mode == "lstm", handle.stream
     dy = memory.as_array(dy, "dy", dtype=rnn.dtype, shape=fwd.y.shape, contiguous=True, device=handle.device)
@@ -489,9 +498,10 @@ def rnn_backward_weights(handle, rnn: RNN, fwd: RNNForwardResult, dweights=None)
 
     Needs :func:`rnn_backward_data` on the same ``fwd`` first. Returns ``dweights``.
     """
+    handle = handle_arg(handle)
     ctx = training_ctx(fwd, RNNForwardResult, rnn, "rnn_forward")
     if not ctx["data_done"]:
-        raise RuntimeError("call rnn_backward_data(...) on this forward result before rnn_backward_weights(...)")
+        raise InvalidStateError("call rnn_backward_data(...) on this forward result before rnn_backward_weights(...)")
     dw = rnn.new_weights(handle) if dweights is None else rnn._check_weights(handle, dweights, "dweights")
     work_n = ctx["work_size"]
     work = handle.workspace.get(work_n, handle.stream)

@@ -15,6 +15,7 @@ from cudnn_py import capi, memory
 from cudnn_py.args import INT32_MAX, float_arg
 from cudnn_py.descriptors import Descriptor
 from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
+from cudnn_py.handle import handle_arg
 from cudnn_py.memory import DeviceArray
 
 __all__ = ["MATH_TYPES", "WeightedDescriptor", "choice", "name_of", "positive_int", "dropout_arg", "check_lengths",
@@ -128,6 +129,7 @@ class WeightedDescriptor(Descriptor):
 
     def new_weights(self, handle, *, zero: bool = True) -> DeviceArray:
         """A 1-D device array of :attr:`dtype` holding the whole weight space (zeros unless ``zero=False``)."""
+        handle = handle_arg(handle)
         n = self.weight_space_size(handle) // self.dtype.itemsize
         make = memory.zeros if zero else memory.empty
         return make((n,), self.dtype, stream=handle.stream, device=handle.device)
@@ -156,7 +158,12 @@ class WeightedDescriptor(Descriptor):
 
 def training_ctx(fwd, result_type: type, desc, forward_name: str) -> dict:
     """The saved state of a training-mode forward result, checked to belong to ``desc``."""
-    ctx = getattr(fwd, "_ctx", None) if isinstance(fwd, result_type) else None
+    if not isinstance(desc, WeightedDescriptor):
+        raise InvalidTypeError(f"the descriptor must be a cudnn_py.RNN or MultiHeadAttention, got {type(desc).__name__}")
+    if not isinstance(fwd, result_type):
+        raise InvalidTypeError(f"fwd must be the {result_type.__name__} {forward_name}(..., training=True) returned, "
+                               f"got {type(fwd).__name__}")
+    ctx = fwd._ctx
     if ctx is None:
         raise InvalidValueError(f"backward calls need the result of {forward_name}(..., training=True)")
     if ctx["desc"] is not desc:

@@ -21,7 +21,9 @@ from __future__ import annotations
 import math
 
 from cudnn_py import capi
+from cudnn_py.args import scaling
 from cudnn_py.descriptors import TensorDescriptor
+from cudnn_py.handle import handle_arg
 from cudnn_py.ops._common import check_array, desc, enum_arg, output, scalars, tensor_desc
 from cudnn_py.errors import InvalidValueError
 
@@ -53,6 +55,8 @@ def _algo_mode(algo, mode):
 
 def softmax_forward(handle, x, y=None, *, algo="accurate", mode="channel", alpha: float = 1.0, beta: float = 0.0):
     """``y = alpha * softmax(x) + beta * y`` (``cudnnSoftmaxForward``); returns y (allocated if not given)."""
+    alpha, beta = scaling(alpha=alpha, beta=beta)
+    handle = handle_arg(handle)
     a, m = _algo_mode(algo, mode)
     xa = check_array(x, "x", handle, floating=True)
     xd = _desc4(xa, "x")
@@ -69,6 +73,8 @@ def softmax_backward(handle, y, dy, dx=None, *, algo="accurate", mode="channel",
 
     ``algo`` and ``mode`` must be the forward's (for ``"log"``, y is the log-probabilities).
     """
+    alpha, beta = scaling(alpha=alpha, beta=beta)
+    handle = handle_arg(handle)
     a, m = _algo_mode(algo, mode)
     ya = check_array(y, "y", handle, floating=True)
     dya = check_array(dy, "dy", handle, dtype=ya.dtype, shape=ya.shape)

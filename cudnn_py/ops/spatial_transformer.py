@@ -29,10 +29,11 @@ import numpy as np
 
 from cudnn_py import capi
 from cudnn_py.caches import shared
-from cudnn_py.args import dims
+from cudnn_py.args import dims, scaling
 from cudnn_py.descriptors import Descriptor
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
+from cudnn_py.handle import handle_arg
 from cudnn_py.memory import DeviceArray
 from cudnn_py.ops._common import FLOATS, check_array, desc, output, scalars
 
@@ -110,6 +111,7 @@ def _grid(obj, name, handle, dtype=None) -> DeviceArray:
 def spatial_tf_grid_forward(handle, theta, out_shape, grid=None) -> DeviceArray:
     """Sampling grid (N, H, W, 2) from affine matrices ``theta`` (N, 2, 3) for output ``out_shape``
     (N, C, H, W) (``cudnnSpatialTfGridGeneratorForward``)."""
+    handle = handle_arg(handle)
     th = _float_array(theta, "theta", handle)
     out_shape = tuple(out_shape)
     if th.ndim != 3 or th.shape[1:] != (2, 3):
@@ -124,6 +126,7 @@ def spatial_tf_grid_forward(handle, theta, out_shape, grid=None) -> DeviceArray:
 
 def spatial_tf_grid_backward(handle, dgrid, dtheta=None) -> DeviceArray:
     """Gradient w.r.t. theta (N, 2, 3) from the grid gradient (N, H, W, 2) (``cudnnSpatialTfGridGeneratorBackward``)."""
+    handle = handle_arg(handle)
     dg = _grid(dgrid, "dgrid", handle)
     n, h, w, _ = dg.shape
     st = spatial_transformer((n, 1, h, w), dg.dtype)
@@ -145,6 +148,8 @@ def _sampler_setup(handle, x, grid):
 
 def spatial_tf_sampler_forward(handle, x, grid, y=None, *, alpha: float = 1.0, beta: float = 0.0) -> DeviceArray:
     """``y = alpha * bilinear(x, grid) + beta * y`` (``cudnnSpatialTfSamplerForward``); y is (N, C, H_out, W_out)."""
+    alpha, beta = scaling(alpha=alpha, beta=beta)
+    handle = handle_arg(handle)
     xa, g, y_shape, st = _sampler_setup(handle, x, grid)
     ya = output(y, "y", handle, y_shape, xa.dtype, contiguous=True)
     al, be = scalars(xa.dtype, alpha, beta)
@@ -159,6 +164,9 @@ def spatial_tf_sampler_backward(handle, x, grid, dy, dx=None, dgrid=None, *, alp
     """:class:`SamplerGrads` ``(dx, dgrid)`` of the sampler (``cudnnSpatialTfSamplerBackward``):
     ``dx = alpha * dL/dx + beta * dx`` and ``dgrid = alpha_dgrid * dL/dgrid + beta_dgrid * dgrid`` (cuDNN's
     names); each allocated when not given."""
+    alpha, beta, alpha_dgrid, beta_dgrid = scaling(alpha=alpha, beta=beta, alpha_dgrid=alpha_dgrid,
+                                                   beta_dgrid=beta_dgrid)
+    handle = handle_arg(handle)
     xa, g, y_shape, st = _sampler_setup(handle, x, grid)
     dya = _float_array(dy, "dy", handle, dtype=xa.dtype, shape=y_shape)
     dxa = output(dx, "dx", handle, xa.shape, xa.dtype, contiguous=True)

@@ -29,10 +29,11 @@ import numpy as np
 
 from cudnn_py import capi
 from cudnn_py._deprecation import renamed_kwargs, warn
-from cudnn_py.args import ints
+from cudnn_py.args import element_value, ints, scaling
 from cudnn_py.descriptors import OpTensor, ReduceTensor, Descriptor
 from cudnn_py.dtypes import as_numpy_dtype, cudnn_dtype
 from cudnn_py.graph import legacy as gl
+from cudnn_py.handle import handle_arg
 from cudnn_py.memory import DeviceArray, as_array, empty
 from cudnn_py.ops._common import (
     check_array, desc, empty_strided, enum_arg, output, read_tensor_desc, scalars, tensor_desc,
@@ -71,9 +72,11 @@ def add_tensor(handle, a, c, *, alpha: float = 1.0, beta: float | None = None, e
     ``beta``: pass ``beta=1.0`` to accumulate into c. Leaving it out still accumulates (beta 1.0, as before) but
     warns: the default becomes 0.0, as everywhere else. ``engine``: "legacy", "graph" or "auto" (see the module
     doc). Returns c."""
+    handle = handle_arg(handle)
     if beta is None:
         warn("add_tensor(): pass beta=1.0 to accumulate; the default becomes 0.0")
         beta = 1.0
+    alpha, beta = scaling(alpha=alpha, beta=beta)
     engine = gl.engine_arg(engine)
     ca = check_array(c, "c", handle, floating=True)
     aa = check_array(a, "a", handle, dtype=ca.dtype)
@@ -89,6 +92,17 @@ def add_tensor(handle, a, c, *, alpha: float = 1.0, beta: float | None = None, e
     ad, cd = desc(aa), desc(ca)
     capi.cudnnAddTensor(handle.ptr, al, ad.ptr, aa.ptr, be, cd.ptr, ca.ptr)
     return c
+
+
+def _settings(op, cls: type, table: dict, enum_type, compute_dtype, nan_propagation) -> tuple:
+    """(operation, compute_dtype, nan_propagation) from ``op``: an :class:`OpTensor` / :class:`ReduceTensor` (``cls``)
+    holding all three, or an operation name or member with the other two given as keywords."""
+    if isinstance(op, cls):
+        if compute_dtype is not None or nan_propagation:
+            raise InvalidValueError(f"op is a {cls.__name__}: give compute_dtype and nan_propagation in it, not as "
+                                    f"keywords too")
+        return op.op, op.compute_dtype, op.nan_propagation
+    return enum_arg(op, table, enum_type, "op"), compute_dtype, nan_propagation
 
 
 def _compute(dtype, compute_dtype):
@@ -136,8 +150,11 @@ def op_tensor(handle, op, a, b=None, c=None, *, alpha1: float = 1.0, alpha2: flo
     has 1) or ``"sqrt"``, ``"not"`` (unary; ``b`` unused). ``compute_dtype``: default float32
     (float64 for float64 data). ``engine``: "legacy", "graph" or "auto" (see the module doc).
     """
+    alpha1, alpha2, beta = scaling(alpha1=alpha1, alpha2=alpha2, beta=beta)
+    handle = handle_arg(handle)
     engine = gl.engine_arg(engine)
-    opv = enum_arg(op, OP_TENSOR_OPS, capi.cudnnOpTensorOp_t, "op")
+    opv, compute_dtype, nan_propagation = _settings(op, OpTensor, OP_TENSOR_OPS, capi.cudnnOpTensorOp_t,
+                                                    compute_dtype, nan_propagation)
     aa = check_array(a, "a", handle, floating=True)
     unary = opv in (capi.CUDNN_OP_TENSOR_SQRT, capi.CUDNN_OP_TENSOR_NOT)
     if b is None and not unary:
@@ -160,12 +177,14 @@ def scale_tensor(handle, y, *args, alpha: float = 1.0, engine: str = "auto"):
 
     ``alpha`` is keyword-only; ``scale_tensor(h, y, 2.0)`` (positional alpha) still works with a
     :class:`DeprecationWarning`."""
+    handle = handle_arg(handle)
     if args:
         if len(args) > 1 or alpha != 1.0:
             raise InvalidTypeError(f"scale_tensor() takes alpha once, as a keyword (got {len(args)} positional "
                                    f"argument{'s' * (len(args) > 1)} after y{' and alpha=' if alpha != 1.0 else ''})")
         warn("scale_tensor(): pass alpha= as a keyword; positional alpha is deprecated")
         alpha = args[0]
+    (alpha,) = scaling(alpha=alpha)
     engine = gl.engine_arg(engine)
     ya = check_array(y, "y", handle, floating=True)
     if gl.attempt(engine, lambda auto: gl.run_graph(
@@ -184,6 +203,7 @@ def set_tensor(handle, y, value: float):
     cuDNN reads the value as float for float16/bfloat16/float32 tensors, double for float64 and the
     element type for integer tensors.
     """
+    handle = handle_arg(handle)
     ya = check_array(y, "y", handle)
     if ya.dtype == np.float64:
         host_type = np.float64
@@ -191,10 +211,9 @@ def set_tensor(handle, y, value: float):
         host_type = np.float32
     else:
         host_type = ya.dtype
-    try:
-        host = np.asarray(value).astype(host_type).reshape(1)
-    except (TypeError, ValueError) as e:
-        raise InvalidTypeError(f"cannot set a {ya.dtype} tensor to {value!r}") from e
+    # checked against y's own dtype (300 into int8, NaN into int32 and 1e40 into float32 are refused), then
+    # passed as the host type cuDNN reads
+    host = element_value(value, ya.dtype, "value").astype(host_type)
     yd = desc(ya)
     capi.cudnnSetTensor(handle.ptr, yd.ptr, ya.ptr, host.ctypes.data)
     return y
@@ -232,6 +251,8 @@ def transform_tensor(handle, x, y=None, *, dtype=None, layout: str | None = None
     ``engine``: "legacy", "graph" (an identity pointwise graph; floating dtypes) or "auto".
     ``memory_format=`` is the deprecated spelling of ``layout=``.
     """
+    alpha, beta = scaling(alpha=alpha, beta=beta)
+    handle = handle_arg(handle)
     if old:
         layout = renamed_kwargs("transform_tensor", old, {"memory_format": "layout"}, {"layout": layout})["layout"]
     engine = gl.engine_arg(engine)
@@ -291,6 +312,8 @@ def transform_tensor_ex(handle, x, *, layout: str | None = None, pad_before=0, p
     allocated with that shape and layout (logical N, C, *spatial; strides give the format) unless given.
     ``dest_format=`` is the deprecated spelling of ``layout=``.
     """
+    alpha, beta = scaling(alpha=alpha, beta=beta)
+    handle = handle_arg(handle)
     if old:
         layout = renamed_kwargs("transform_tensor_ex", old, {"dest_format": "layout"}, {"layout": layout})["layout"]
     xa = check_array(x, "x", handle)
@@ -372,8 +395,16 @@ def reduce_tensor(handle, op, a, c=None, *, axes=None, indices: bool = False, al
     ``indices=True`` (min, max, amax only) also returns, as int32 shaped like c, the position of the
     chosen element flattened over the reduced dimensions (row-major). ``engine``: "legacy", "graph" or "auto".
     """
+    alpha, beta = scaling(alpha=alpha, beta=beta)
+    handle = handle_arg(handle)
     engine = gl.engine_arg(engine)
-    opv = enum_arg(op, REDUCE_OPS, capi.cudnnReduceTensorOp_t, "op")
+    if isinstance(op, ReduceTensor):
+        if op.indices_type != capi.CUDNN_32BIT_INDICES:
+            raise InvalidValueError(f"reduce_tensor returns int32 indices; this ReduceTensor asks for "
+                                    f"{op.indices_type.name}")
+        indices = indices or op.indices != capi.CUDNN_REDUCE_TENSOR_NO_INDICES
+    opv, compute_dtype, nan_propagation = _settings(op, ReduceTensor, REDUCE_OPS, capi.cudnnReduceTensorOp_t,
+                                                    compute_dtype, nan_propagation)
     aa = check_array(a, "a", handle, floating=True)
     if indices and opv not in _INDEXED:
         raise InvalidValueError(f"reduce_tensor gives indices only for min, max and amax, not {opv.name}")

@@ -1,0 +1,244 @@
+"""The public contract, checked over ``cudnn_py.__all__`` by introspection (a new public name is checked without being
+listed here): the exception promise (bad input raises a :class:`cudnn_py.CudnnPyError` subclass before anything needs
+a device, never a builtin or third-party exception) and the call shape (handle first, configuration second, outputs
+keyword-only, annotated, one spelling per concept). Everything here runs without a GPU.
+
+Where a rule cannot hold for an existing function yet, the exemption lists below name it with the reason; an entry
+that no longer needs its exemption fails the test, so the lists only shrink.
+"""
+from __future__ import annotations
+
+import inspect
+import typing
+import warnings
+
+import numpy as np
+import pytest
+
+import cudnn_py
+from cudnn_py import capi
+from cudnn_py.errors import ClosedError, CudnnPyError, InvalidTypeError
+from cudnn_py.handle import Handle
+
+
+def _public() -> dict[str, object]:
+    return {n: getattr(cudnn_py, n) for n in cudnn_py.__all__
+            if callable(getattr(cudnn_py, n)) and not (isinstance(getattr(cudnn_py, n), type)
+                                                       and issubclass(getattr(cudnn_py, n), BaseException))}
+
+
+PUBLIC = _public()
+FUNCTIONS = {n: f for n, f in PUBLIC.items() if inspect.isfunction(f)}
+CLASSES = {n: c for n, c in PUBLIC.items() if isinstance(c, type)}
+
+
+def _takes_handle(f) -> bool:
+    try:
+        params = list(inspect.signature(f).parameters)
+    except (TypeError, ValueError):
+        return False
+    return "handle" in params
+
+
+HANDLED = {n: f for n, f in FUNCTIONS.items() if _takes_handle(f)}
+
+#: a value for each configuration parameter name the public calls use (a new call reusing a name is covered)
+_CONFIGS = {
+    "pool": lambda: cudnn_py.Pooling(), "activation": lambda: cudnn_py.Activation(), "lrn": lambda: cudnn_py.LRN(),
+    "conv": lambda: cudnn_py.Convolution(), "op": lambda: "add", "rnn": lambda: cudnn_py.RNN("lstm", 4, 4),
+    "attn": lambda: cudnn_py.MultiHeadAttention(1, 4, 4, 4, proj_size=4, max_seq_q=2, max_seq_kv=2, max_batch=1), "value": lambda: 1.0, "time_steps": lambda: 2,
+    "alphabet_size": lambda: 3, "pseudo_layer": lambda: 0, "lin_id": lambda: 0, "out_shape": lambda: (1, 1, 2, 2),
+    "logits_shape": lambda: (2, 1, 3), "arrays": lambda: {}, "p": lambda: 0.5,
+}
+
+
+def _host(shape=(2, 4, 4, 4)) -> np.ndarray:
+    return np.zeros(shape, np.float32)
+
+
+def _closed_handle() -> Handle:
+    """A Handle in the state ``close()`` leaves it (made without a GPU: cudnnCreate never ran)."""
+    h = object.__new__(Handle)
+    h._ptr, h.device, h.cache = None, 0, {}
+    return h
+
+
+def _open_handle() -> Handle:
+    """A Handle whose cuDNN pointer is NULL: enough for the checks that must run before C (C would refuse it)."""
+    h = _closed_handle()
+    h._ptr = capi.cudnnHandle_t()
+    h._stream_ptr = 0
+    return h
+
+
+def _args(f, handle, fill) -> tuple[list, dict]:
+    """Positional values for ``f``'s required parameters: ``handle`` for ``handle``, ``fill(name)`` for the rest."""
+    args, kwargs = [], {}
+    for p in inspect.signature(f).parameters.values():
+        if p.default is not p.empty or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        value = handle if p.name == "handle" else fill(p.name)
+        if p.kind == p.KEYWORD_ONLY:
+            kwargs[p.name] = value
+        else:
+            args.append(value)
+    return args, kwargs
+
+
+def _config_or_host(name: str):
+    make = _CONFIGS.get(name)
+    return make() if make else _host()
+
+
+def _raised(f, *args, **kwargs) -> BaseException | None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        try:
+            f(*args, **kwargs)
+        except BaseException as e:  # noqa: BLE001 - what escaped is what is checked
+            return e
+    return None
+
+
+def _assert_ours(e: BaseException | None, what: str) -> BaseException:
+    assert e is not None, f"{what}: nothing was raised"
+    assert isinstance(e, CudnnPyError), f"{what}: raised {type(e).__module__}.{type(e).__name__}: {e}"
+    return e
+
+
+def test_the_enumeration_finds_the_public_api():
+    assert len(HANDLED) >= 60 and len(CLASSES) >= 20
+    assert {"pooling_forward", "sdpa", "rnn_forward", "convolution_forward"} <= set(HANDLED)
+
+
+# --- point 6: the exception contract --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", sorted(HANDLED))
+def test_handle_none_is_refused_first(name):
+    f = HANDLED[name]
+    args, kwargs = _args(f, None, _config_or_host)
+    e = _assert_ours(_raised(f, *args, **kwargs), name)
+    assert isinstance(e, TypeError) and "handle" in str(e), f"{name}: {e}"
+
+
+@pytest.mark.parametrize("name", sorted(HANDLED))
+def test_a_closed_handle_is_refused_first(name):
+    f = HANDLED[name]
+    args, kwargs = _args(f, _closed_handle(), _config_or_host)
+    e = _assert_ours(_raised(f, *args, **kwargs), name)
+    assert isinstance(e, ClosedError), f"{name}: {type(e).__name__}: {e}"
+
+
+#: calls without an array parameter: they take shapes or C descriptors (the numpy case has nothing to pass them)
+_NO_ARRAY_PARAMETER = {"dropout_states_size", "sdpa_cache_clear", "ctc_loss_workspace_size",
+                       "choose_forward_algorithm", "choose_backward_data_algorithm",
+                       "choose_backward_filter_algorithm"}
+
+
+@pytest.mark.parametrize("name", sorted(set(HANDLED) - _NO_ARRAY_PARAMETER))
+def test_host_arrays_are_refused_before_c(name):
+    f = HANDLED[name]
+    args, kwargs = _args(f, _open_handle(), _config_or_host)
+    e = _assert_ours(_raised(f, *args, **kwargs), name)
+    assert isinstance(e, TypeError) and ("host memory" in str(e) or "must be" in str(e)), f"{name}: {e}"
+
+
+def _second(f) -> str | None:
+    params = [p for p in inspect.signature(f).parameters.values() if p.name != "handle"]
+    return params[0].name if params and params[0].name in _CONFIGS else None
+
+
+@pytest.mark.parametrize("name", sorted(n for n, f in HANDLED.items() if _second(f)))
+def test_a_wrong_type_configuration_is_refused(name):
+    f = HANDLED[name]
+    config = _second(f)
+    args, kwargs = _args(f, _open_handle(), lambda n: object() if n == config else _config_or_host(n))
+    e = _assert_ours(_raised(f, *args, **kwargs), name)
+    assert isinstance(e, TypeError), f"{name}: {type(e).__name__}: {e}"
+
+
+def _enum_keywords(f) -> list[str]:
+    """Keyword parameters whose default is a choice name (a str): ``mode``, ``algo``, ``layout``, ``engine``, ..."""
+    try:
+        params = inspect.signature(f).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in params if isinstance(p.default, str) and p.name != "name"]
+
+
+_ENUM_CASES = sorted((n, k) for n, f in {**HANDLED, **CLASSES}.items() for k in _enum_keywords(f))
+
+
+@pytest.mark.parametrize("name, keyword", _ENUM_CASES)
+def test_a_wrong_enum_is_refused(name, keyword):
+    f = PUBLIC[name]
+    handle = _open_handle()
+    args, kwargs = _args(f, handle, _config_or_host)
+    e = _assert_ours(_raised(f, *args, **kwargs, **{keyword: "no_such_choice"}), f"{name}({keyword}=...)")
+    assert isinstance(e, (ValueError, TypeError)), f"{name}: {type(e).__name__}: {e}"
+
+
+@pytest.mark.parametrize("name", sorted(CLASSES))
+def test_configuration_classes_refuse_junk_with_our_errors(name):
+    """Every keyword of a public class's constructor, given an object of no meaning, raises our error (or is
+    accepted: an ``owner=`` or a ``name`` takes anything)."""
+    cls = CLASSES[name]
+    try:
+        params = inspect.signature(cls).parameters.values()
+    except (TypeError, ValueError):
+        return
+    for p in params:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) or p.name in ("owner", "name", "handle"):
+            continue
+        args, kwargs = _args(cls, _open_handle(), lambda n: _CONFIGS.get(n, lambda: 1)())
+        if p.default is p.empty:
+            i = [q.name for q in params if q.default is q.empty and q.kind != q.KEYWORD_ONLY].index(p.name) \
+                if p.kind != p.KEYWORD_ONLY else None
+            if i is None:
+                kwargs[p.name] = object()
+            else:
+                args[i] = object()
+        else:
+            kwargs[p.name] = object()
+        e = _raised(cls, *args, **kwargs)
+        if e is not None:
+            _assert_ours(e, f"{name}({p.name}=object())")
+
+
+@pytest.mark.parametrize("name", sorted(CLASSES))
+def test_public_methods_taking_a_handle_refuse_none(name):
+    cls = CLASSES[name]
+    for method, f in inspect.getmembers(cls, inspect.isfunction):
+        if method.startswith("_") or not _takes_handle(f):
+            continue
+        instance = _SAMPLES[name]()
+        bound = getattr(instance, method)
+        args, kwargs = _args(bound, None, _config_or_host)
+        e = _assert_ours(_raised(bound, *args, **kwargs), f"{name}.{method}")
+        assert "handle" in str(e), f"{name}.{method}: {e}"
+
+
+_SAMPLES = {
+    "Graph": lambda: cudnn_py.Graph(),
+    "MultiHeadAttention": _CONFIGS["attn"],
+    "RNN": _CONFIGS["rnn"],
+}
+
+
+def test_backend_descriptor_set_refuses_junk_attribute_types():
+    d = cudnn_py.BackendDescriptor("CUDNN_BACKEND_TENSOR_DESCRIPTOR")  # creating one needs cuDNN, not a GPU
+    for junk in (b"", "no_such_type", object(), 1.5, -1):
+        e = _raised(cudnn_py.BackendDescriptor.set, d, "CUDNN_ATTR_TENSOR_DIMENSIONS", [1], attr_type=junk)
+        _assert_ours(e, f"BackendDescriptor.set(attr_type={junk!r})")
+
+
+# --- point 7: every public callable is annotated ---------------------------------------------------------------
+
+def _unannotated(f) -> list[str]:
+    hints = typing.get_type_hints(f)
+    sig = inspect.signature(f)
+    missing = [p for p in sig.parameters if p not in hints and p not in ("self", "cls")
+               and sig.parameters[p].kind not in (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL)]
+    if "return" not in hints and not isinstance(f, type):
+        missing.append("return")
+    return missing
