@@ -5,6 +5,7 @@ naming the parameter (never a builtin error from inside); ranges are the C types
 from __future__ import annotations
 
 import math
+import sys
 from enum import IntEnum
 from typing import TypeVar
 
@@ -14,8 +15,9 @@ from cudnn_py import capi
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.memory import DeviceArray
 
-__all__ = ["INT32_MAX", "INT64_MAX", "DIM_MAX", "is_int", "int_arg", "float_arg", "bool_arg", "enum_member",
-           "nan_flag", "int_tuple", "ints", "int_or_ints", "spatial_ndim", "dims", "handle_ptr"]
+__all__ = ["INT32_MAX", "INT64_MAX", "DIM_MAX", "is_int", "int_arg", "float_arg", "bool_arg", "scaling",
+           "element_value", "enum_member", "nan_flag", "int_tuple", "ints", "int_or_ints", "spatial_ndim", "dims",
+           "handle_ptr"]
 
 DIM_MAX = 8  # CUDNN_DIM_MAX
 #: the range of the C ``int`` every legacy size, stride, padding and count is passed as
@@ -62,6 +64,68 @@ def float_arg(value, what: str, minimum: float | None = None, maximum: float | N
                                 f"{maximum:g}" + (f" (in [{minimum:g}, {maximum:g}])" if minimum is not None
                                                              else "") + f", got {v}")
     return v
+
+
+_DOUBLE_MAX = sys.float_info.max
+
+
+def scaling(**factors) -> tuple[float, ...]:
+    """The scaling factors of a call (cuDNN's host ``alpha``/``beta`` blend scalars, by their parameter names) as
+    floats, in the order given: each a finite real number. NaN or infinity would blend NaN into every output
+    element (``0 * inf``), so they are refused naming the parameter, as the graph builder refuses them::
+
+        alpha, beta = scaling(alpha=alpha, beta=beta)
+    """
+    out = []
+    for what, v in factors.items():
+        if type(v) is float and -_DOUBLE_MAX <= v <= _DOUBLE_MAX:  # the common case, NaN failing the comparison
+            out.append(v)
+        else:
+            out.append(float_arg(v, f"{what} (a scaling factor)"))
+    return tuple(out)
+
+
+def element_value(value, dtype, what: str) -> np.ndarray:
+    """``value`` as a one-element array of ``dtype`` (what a fill or ``cudnnSetTensor`` writes to every element),
+    refused where the conversion would change it: out of an integer type's range (300 into int8 wraps to 44), not
+    a whole number for an integer type (NaN, infinity, 2.5), beyond a float type's range (1e40 into float32
+    becomes infinity), or a NaN/infinity the float type cannot hold (float8_e4m3fn has no infinity). NaN and
+    infinity themselves are kept for float types that have them (NaN poisons outputs)."""
+    dtype = np.dtype(dtype)
+    if isinstance(value, np.ndarray) and value.shape in ((), (1,)):
+        value = value.reshape(()).item()
+    if dtype == np.bool_:
+        if isinstance(value, (bool, np.bool_)) or (is_int(value) and value in (0, 1)):
+            return np.array([bool(value)])
+        raise InvalidValueError(f"{what} {value!r} does not fit a bool tensor: pass True/False or 0/1")
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise InvalidTypeError(f"{what} must be a real number, got {value!r} ({type(value).__name__})")
+    if dtype.kind in "iu":
+        if not is_int(value):
+            v = float(value)
+            if not v.is_integer():
+                raise InvalidValueError(f"{what} {v} is not a whole number; a {dtype} tensor holds integers")
+            value = int(v)
+        info = np.iinfo(dtype)
+        if not info.min <= int(value) <= info.max:
+            raise InvalidValueError(f"{what} {int(value)} is out of range for {dtype}: [{info.min}, {info.max}]")
+        return np.array([int(value)], dtype)
+    try:
+        v = float(value)
+    except OverflowError:
+        raise InvalidValueError(f"{what} {value} does not fit in a double, let alone {dtype}") from None
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = np.array([v]).astype(dtype)
+    back = float(out.astype(np.float64)[0])
+    if math.isnan(v):
+        if not math.isnan(back):
+            raise InvalidValueError(f"{what} NaN: {dtype} has no NaN")
+    elif math.isinf(v):
+        if back != v:
+            raise InvalidValueError(f"{what} {v}: {dtype} has no {'-' * (v < 0)}infinity")
+    elif not math.isfinite(back):
+        raise InvalidValueError(f"{what} {v} is out of range for {dtype} (it would be stored as {back})")
+    return out
 
 
 def bool_arg(value, what: str) -> bool:

@@ -35,7 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from cudnn_py.dtypes import SUPPORTED_DTYPES, as_numpy_dtype
-from cudnn_py.errors import InvalidTypeError, InvalidValueError, check_cuda as _check, cuda_error_from
+from cudnn_py.errors import CudnnPyError, InvalidTypeError, InvalidValueError, check_cuda as _check, cuda_error_from
 from cudnn_py.streams import StreamLike, as_stream, cuda_core, get_device
 
 if TYPE_CHECKING:
@@ -75,6 +75,41 @@ def _drv() -> ModuleType:
         from cuda.bindings import driver
         _driver_module = driver
     return _driver_module
+
+
+#: device ordinal -> its primary CUcontext (retained once for the process, as cuda.core does)
+_PRIMARY: dict[int, Any] = {}
+
+
+class _on_device:  # noqa: N801 - used as a with-statement, like a function
+    """``with _on_device(i):`` device ``i``'s primary context is current for the driver calls in the block.
+
+    Fills, copies and frees are queued on the array's stream, which may be the legacy default stream: that one
+    is the *current* context's, and a driver call on another device's memory fails (CUDA_ERROR_INVALID_VALUE).
+    The context is pushed only where another (or none) is current, and popped after: the thread's current
+    device is left as it was."""
+
+    __slots__ = ("device_id", "pushed")
+
+    def __init__(self, device_id: int):
+        self.device_id = device_id
+        self.pushed = False
+
+    def __enter__(self) -> None:
+        drv = _drv()
+        ctx = _PRIMARY.get(self.device_id)
+        if ctx is None:
+            dev = _check(drv.cuDeviceGet(self.device_id), "cuDeviceGet")
+            ctx = _PRIMARY.setdefault(self.device_id,
+                                      _check(drv.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain"))
+        if int(_check(drv.cuCtxGetCurrent(), "cuCtxGetCurrent")) != int(ctx):
+            _check(drv.cuCtxPushCurrent(ctx), "cuCtxPushCurrent")
+            self.pushed = True
+
+    def __exit__(self, *exc: object) -> None:
+        if self.pushed:
+            self.pushed = False
+            _check(_drv().cuCtxPopCurrent(), "cuCtxPopCurrent")
 
 
 @functools.lru_cache(maxsize=4096)
@@ -121,6 +156,26 @@ def _normalize_shape(shape, what: str = "shape") -> tuple[int, ...]:
 
 
 _SUPPORTED = frozenset(SUPPORTED_DTYPES)
+#: the largest byte count (and byte offset) an array may span: what a signed 64-bit size can hold
+_MAX_BYTES = 2 ** 63 - 1
+
+
+def _check_extent(ptr: int, shape: tuple[int, ...], strides: tuple[int, ...], dtype: np.dtype, what: str) -> None:
+    """Refuse an array whose size in bytes, or whose addressed bytes from ``ptr``, do not fit in 64 bits (a NULL
+    ``ptr`` only for an empty array): size_t arithmetic in the driver and in cuDNN would wrap."""
+    size = math.prod(shape)
+    if size * dtype.itemsize > _MAX_BYTES:
+        raise InvalidValueError(f"{what} of shape {shape} and dtype {dtype} would hold {size * dtype.itemsize} "
+                                f"bytes; at most 2**63 - 1 can be addressed")
+    if size == 0:
+        return
+    if ptr == 0:
+        raise InvalidValueError(f"{what}: the data pointer is NULL for a non-empty array of shape {shape}")
+    lo = sum((n - 1) * s for n, s in zip(shape, strides) if s < 0) * dtype.itemsize
+    hi = sum((n - 1) * s for n, s in zip(shape, strides) if s > 0) * dtype.itemsize + dtype.itemsize
+    if ptr + lo < 0 or ptr + hi > 2 ** 64 or hi - lo > _MAX_BYTES:
+        raise InvalidValueError(f"{what}: shape {shape} with strides {strides} (elements) from address {ptr:#x} "
+                                f"addresses bytes outside the 64-bit address space")
 
 
 def _numpy_dtype(dtype) -> np.dtype:
@@ -270,6 +325,7 @@ class DeviceArray:
                 raise InvalidValueError(f"strides {strides} must have one entry per dimension of shape {shape}")
         if not isinstance(ptr, int) or ptr < 0:
             raise InvalidTypeError(f"ptr must be a device address as a non-negative int, got {ptr!r}")
+        _check_extent(int(ptr), shape, strides, dtype, "DeviceArray")
         self._init(int(ptr), shape, dtype, strides, int(device_id), owner,
                    None if stream is None else as_stream(stream, device_id))
 
@@ -295,7 +351,8 @@ class DeviceArray:
     # -- basics --
     @property
     def stream(self) -> Stream:
-        """The stream this array is ordered on: where it was allocated (or given at construction; default stream otherwise)."""
+        """The stream this array is ordered on: where it was allocated (or given at construction; default stream
+        otherwise)."""
         if self._stream is None:
             self._stream = get_device(self.device_id).default_stream
         return self._stream
@@ -337,15 +394,18 @@ class DeviceArray:
         if self.size == 0:
             return out
         if self.is_contiguous:
-            _check(_drv().cuMemcpyDtoHAsync(out.ctypes.data, self.ptr, self.nbytes, s.handle), "cuMemcpyDtoHAsync")
-            s.sync()
+            with _on_device(self.device_id):
+                _check(_drv().cuMemcpyDtoHAsync(out.ctypes.data, self.ptr, self.nbytes, s.handle),
+                       "cuMemcpyDtoHAsync")
+                s.sync()
             return out
         lo, count = self._span()
         host = np.empty(count, self.dtype)
         item = self.dtype.itemsize
-        _check(_drv().cuMemcpyDtoHAsync(host.ctypes.data, self.ptr + lo * item, count * item, s.handle),
-               "cuMemcpyDtoHAsync")
-        s.sync()
+        with _on_device(self.device_id):
+            _check(_drv().cuMemcpyDtoHAsync(host.ctypes.data, self.ptr + lo * item, count * item, s.handle),
+                   "cuMemcpyDtoHAsync")
+            s.sync()
         view = np.lib.stride_tricks.as_strided(host[-lo:], self.shape, tuple(x * item for x in self.strides))
         out[...] = view
         return out
@@ -361,23 +421,24 @@ class DeviceArray:
         s = self.stream if stream is None else as_stream(stream, self.device_id)
         if self.size == 0:
             return self
-        try:
-            v = np.asarray(value).astype(self.dtype).reshape(1)
-        except (TypeError, ValueError) as e:
-            raise InvalidTypeError(f"cannot fill a {self.dtype} array with {value!r}") from e
+        from cudnn_py.args import element_value  # args imports this module
+        v = element_value(value, self.dtype, "fill_ value").reshape(1)
         item = self.dtype.itemsize
-        if item == 1:
-            _check(_drv().cuMemsetD8Async(self.ptr, int(v.view(np.uint8)[0]), self.size, s.handle), "cuMemsetD8Async")
-        elif item == 2:
-            _check(_drv().cuMemsetD16Async(self.ptr, int(v.view(np.uint16)[0]), self.size, s.handle),
-                   "cuMemsetD16Async")
-        elif item == 4 or (item == 8 and v.view(np.uint32)[0] == v.view(np.uint32)[1]):
-            word = int(v.view(np.uint32)[0])
-            _check(_drv().cuMemsetD32Async(self.ptr, word, self.nbytes // 4, s.handle), "cuMemsetD32Async")
-        else:
-            host = np.full(self.shape, v[0], self.dtype)
-            _check(_drv().cuMemcpyHtoDAsync(self.ptr, host.ctypes.data, self.nbytes, s.handle), "cuMemcpyHtoDAsync")
-            s.sync()
+        with _on_device(self.device_id):
+            if item == 1:
+                _check(_drv().cuMemsetD8Async(self.ptr, int(v.view(np.uint8)[0]), self.size, s.handle),
+                       "cuMemsetD8Async")
+            elif item == 2:
+                _check(_drv().cuMemsetD16Async(self.ptr, int(v.view(np.uint16)[0]), self.size, s.handle),
+                       "cuMemsetD16Async")
+            elif item == 4 or (item == 8 and v.view(np.uint32)[0] == v.view(np.uint32)[1]):
+                word = int(v.view(np.uint32)[0])
+                _check(_drv().cuMemsetD32Async(self.ptr, word, self.nbytes // 4, s.handle), "cuMemsetD32Async")
+            else:
+                host = np.full(self.shape, v[0], self.dtype)
+                _check(_drv().cuMemcpyHtoDAsync(self.ptr, host.ctypes.data, self.nbytes, s.handle),
+                       "cuMemcpyHtoDAsync")
+                s.sync()
         return self
 
     def copy_(self, src: DeviceArrayLike | npt.ArrayLike, stream: StreamLike = None) -> DeviceArray:
@@ -399,13 +460,16 @@ class DeviceArray:
             if other._stream is not None and other._stream != s:
                 s.wait(other._stream)
             if self.nbytes:
-                _check(_drv().cuMemcpyDtoDAsync(self.ptr, other.ptr, self.nbytes, s.handle), "cuMemcpyDtoDAsync")
+                with _on_device(self.device_id):
+                    _check(_drv().cuMemcpyDtoDAsync(self.ptr, other.ptr, self.nbytes, s.handle), "cuMemcpyDtoDAsync")
             return self
         host = np.ascontiguousarray(src, dtype=self.dtype)
         if host.shape != self.shape:
             raise InvalidValueError(f"copy_ source has shape {host.shape}; expected {self.shape}")
         if self.nbytes:
-            _check(_drv().cuMemcpyHtoDAsync(self.ptr, host.ctypes.data, self.nbytes, s.handle), "cuMemcpyHtoDAsync")
+            with _on_device(self.device_id):
+                _check(_drv().cuMemcpyHtoDAsync(self.ptr, host.ctypes.data, self.nbytes, s.handle),
+                       "cuMemcpyHtoDAsync")
         return self
 
     def reshape(self, *shape: Any) -> DeviceArray:
@@ -471,16 +535,37 @@ class DeviceArray:
 def _allocate(shape: Shape, dtype: npt.DTypeLike, stream: StreamLike, device: int | Device | None) -> DeviceArray:
     shape = _normalize_shape(shape)
     dtype = _numpy_dtype(dtype)
+    nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes > _MAX_BYTES:  # before any driver call: cuda.core would fail converting it to a size_t
+        raise InvalidValueError(f"an array of shape {shape} and dtype {dtype} would take {nbytes} bytes; at most "
+                                f"2**63 - 1 can be addressed")
     dev = get_device(device)
     s = as_stream(stream, device)
-    nbytes = math.prod(shape) * dtype.itemsize
     if nbytes == 0:
         return DeviceArray._new(0, shape, dtype, c_strides(shape), dev.device_id, None, s, True)
     try:
-        buf = dev.allocate(nbytes, stream=s)
+        with _on_device(dev.device_id):
+            buf = dev.allocate(nbytes, stream=s)
+    except CudnnPyError:
+        raise
     except Exception as e:  # noqa: BLE001 - cuda.core's CUDAError: out of memory, mostly
         raise cuda_error_from(e, "allocate", f"{nbytes} bytes on device {dev.device_id}") from e
-    return DeviceArray._new(int(buf.handle), shape, dtype, c_strides(shape), dev.device_id, buf, s, True)
+    return DeviceArray._new(int(buf.handle), shape, dtype, c_strides(shape), dev.device_id,
+                            _Allocation(buf, dev.device_id), s, True)
+
+
+class _Allocation:
+    """Owns one cuda.core buffer and frees it, ordered on its stream, with its device's context current: the
+    legacy default stream is the current context's, and the last reference may go in any thread, on any device."""
+
+    __slots__ = ("buffer", "device_id")
+
+    def __init__(self, buffer: Any, device_id: int):
+        self.buffer, self.device_id = buffer, device_id
+
+    def __del__(self) -> None:
+        with _on_device(self.device_id):
+            self.buffer.close()
 
 
 def empty(shape: Shape, dtype: npt.DTypeLike = np.float32, stream: StreamLike = None, *,
@@ -506,7 +591,8 @@ def zeros(shape: Shape, dtype: npt.DTypeLike = np.float32, stream: StreamLike = 
     """
     a = _allocate(shape, dtype, stream, device)
     if a.nbytes:
-        _check(_drv().cuMemsetD8Async(a.ptr, 0, a.nbytes, a.stream.handle), "cuMemsetD8Async")
+        with _on_device(a.device_id):
+            _check(_drv().cuMemsetD8Async(a.ptr, 0, a.nbytes, a.stream.handle), "cuMemsetD8Async")
     return a
 
 
@@ -544,7 +630,8 @@ def to_device(obj: npt.ArrayLike | DeviceArrayLike, stream: StreamLike = None, *
     host = np.ascontiguousarray(obj, dtype=dtype)
     a = _allocate(host.shape, host.dtype, stream, device)
     if a.nbytes:
-        _check(_drv().cuMemcpyHtoDAsync(a.ptr, host.ctypes.data, a.nbytes, a.stream.handle), "cuMemcpyHtoDAsync")
+        with _on_device(a.device_id):
+            _check(_drv().cuMemcpyHtoDAsync(a.ptr, host.ctypes.data, a.nbytes, a.stream.handle), "cuMemcpyHtoDAsync")
     return a
 
 
@@ -566,11 +653,67 @@ def _is_device_like(obj) -> bool:
         return False
 
 
-def _host_error(obj, name: str) -> TypeError:
-    return TypeError(
+def _host_error(obj, name: str) -> InvalidTypeError:
+    return InvalidTypeError(
         f"{name} is a {type(obj).__module__}.{type(obj).__name__} in host memory, but cuDNN needs device memory; "
         f"copy it with cudnn_py.to_device({name}) (or pass a GPU tensor, e.g. torch's {name}.cuda())"
     )
+
+
+def non_overlapping(shape: Sequence[int], strides: Sequence[int]) -> bool:
+    """Whether no two indices of ``shape`` reach the same element through non-negative ``strides``: taken in
+    increasing stride order, each dimension (size 1 ignored) steps past everything the smaller ones reach."""
+    reach = 0
+    for s, n in sorted((s, n) for n, s in zip(shape, strides) if n > 1):
+        if s <= reach:
+            return False
+        reach += (n - 1) * s
+    return True
+
+
+def _check_cai(obj, name: str) -> None:
+    """Refuse a malformed ``__cuda_array_interface__`` before cuda.core reads it (and asks the driver about its
+    pointer): a dict of ``shape``, a native ``typestr``, ``data`` (a non-NULL address unless empty, a flag), no
+    ``mask``, and ``strides`` None or non-negative, whole elements and not overlapping."""
+    try:
+        cai = obj.__cuda_array_interface__
+    except Exception as e:  # noqa: BLE001 - a producer's property may raise anything
+        raise InvalidTypeError(f"{name}: reading __cuda_array_interface__ failed: {e!r}") from e
+    if not isinstance(cai, dict):
+        raise InvalidTypeError(f"{name}.__cuda_array_interface__ must be a dict, got {type(cai).__name__}")
+    shape, typestr, data = cai.get("shape"), cai.get("typestr"), cai.get("data")
+    if not isinstance(shape, (tuple, list)) or not all(type(n) is int and n >= 0 for n in shape):
+        raise InvalidValueError(f"{name}: __cuda_array_interface__ shape must be a tuple of non-negative ints, got "
+                                f"{shape!r}")
+    try:
+        dtype = np.dtype(typestr) if isinstance(typestr, str) else None
+    except (TypeError, ValueError):
+        dtype = None
+    if dtype is None or dtype.itemsize == 0 or (dtype.itemsize > 1 and not dtype.isnative):
+        raise InvalidTypeError(f"{name}: __cuda_array_interface__ typestr {typestr!r} is not a native-endian array "
+                               f"type string (such as '<f4')")
+    if (not isinstance(data, tuple) or len(data) != 2 or type(data[0]) is not int or data[0] < 0
+            or not isinstance(data[1], bool)):
+        raise InvalidValueError(f"{name}: __cuda_array_interface__ data must be (address, read_only), got {data!r}")
+    if cai.get("mask") is not None:
+        raise InvalidValueError(f"{name}: masked arrays (__cuda_array_interface__ mask) are not supported")
+    strides = cai.get("strides")
+    if strides is None:
+        strides = c_strides(tuple(shape))
+    else:
+        item = dtype.itemsize
+        if (not isinstance(strides, (tuple, list)) or len(strides) != len(shape)
+                or not all(type(b) is int for b in strides)):
+            raise InvalidValueError(f"{name}: __cuda_array_interface__ strides must be None or one int per "
+                                    f"dimension of {tuple(shape)}, got {strides!r}")
+        if any(b < 0 or b % item for b in strides):
+            raise InvalidValueError(f"{name}: __cuda_array_interface__ strides {tuple(strides)} (bytes) must be "
+                                    f"non-negative multiples of the item size {item}")
+        strides = tuple(b // item for b in strides)
+        if not non_overlapping(shape, strides):
+            raise InvalidValueError(f"{name}: __cuda_array_interface__ strides {tuple(cai['strides'])} (bytes) make "
+                                    f"elements of shape {tuple(shape)} overlap")
+    _check_extent(data[0], tuple(shape), tuple(strides), dtype, name)
 
 
 def _view(obj, name: str, stream) -> DeviceArray:
@@ -591,6 +734,8 @@ def _view(obj, name: str, stream) -> DeviceArray:
             if not has_cai:
                 raise _host_error(obj, name)
             has_dlpack = False
+    if not has_dlpack:
+        _check_cai(obj, name)
     sptr = -1 if stream is None else int(as_stream(stream).handle)
     StridedMemoryView = cuda_core().utils.StridedMemoryView
     try:
@@ -601,6 +746,12 @@ def _view(obj, name: str, stream) -> DeviceArray:
         dtype = view.dtype
     except (BufferError, NotImplementedError, TypeError, ValueError) as e:
         raise InvalidTypeError(f"{name}: cannot view {type(obj).__name__} as a device array: {e}") from e
+    except CudnnPyError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the driver could not be asked about the pointer (none on this machine)
+        get_device(None)  # NoDeviceError where no driver or GPU can be used
+        raise InvalidValueError(f"{name}: the CUDA driver could not tell where {type(obj).__name__}'s memory "
+                                f"lives: {e!r}") from e
     if not view.is_device_accessible or view.device_id < 0:
         raise _host_error(obj, name)
     if dtype is None or dtype not in SUPPORTED_DTYPES:
