@@ -21,12 +21,11 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from ._install import driver_extras
 from .errors import LibraryNotFoundError
 
 SONAME = "libcudnn.so.9"
-INSTALL_HINT = ("install cudnn-py with the extra for your driver: `pip install 'cudnn-py[cu12]'` (CUDA 12 driver, "
-                "525+) or `pip install 'cudnn-py[cu13]'` (CUDA 13 driver, 580+), or point CUDNN_PY_LIBRARY at "
-                "libcudnn.so.9")
+INSTALL_HINT = f"install cudnn-py with the extra for your driver: {driver_extras()}; or point CUDNN_PY_LIBRARY at {SONAME}"
 
 
 @dataclass(frozen=True)

@@ -23,13 +23,14 @@ import threading
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol, Union
 
+from cudnn_py._install import driver_extras
 from cudnn_py.errors import CudaError, InvalidTypeError, InvalidValueError, NoDeviceError, cuda_error
 
 if TYPE_CHECKING:
     from cuda.core import Device, Stream
 
 __all__ = ["StreamLike", "get_device", "as_stream", "stream_ptr", "new_stream", "synchronize", "timer", "Timer",
-           "cuda_core"]
+           "cuda_core", "missing_device"]
 
 
 class _HasCudaStream(Protocol):
@@ -68,8 +69,8 @@ def cuda_core() -> ModuleType:
             import cuda.core as core
         except ImportError as e:
             raise NoDeviceError(
-                "import cuda.core", 0, "", f"{e}; install cudnn-py with the extra for your driver: "
-                "pip install 'cudnn-py[cu12]' (CUDA 12 driver) or 'cudnn-py[cu13]' (CUDA 13 driver, 580+)") from e
+                "import cuda.core", 0, "", f"{e}; install cudnn-py with the extra for your driver: {driver_extras()}"
+            ) from e
         _core, _StreamType = core, core.Stream
     return _core
 
@@ -99,6 +100,13 @@ def _no_device(device: int | None, cause: BaseException | None) -> CudaError:
         return NoDeviceError(what, 101, "CUDA_ERROR_INVALID_DEVICE",
                              f"there {'is' if count == 1 else 'are'} only {count} visible GPU{'s' * (count != 1)}")
     return CudaError(what, 0, "", str(cause) if cause else "unknown cause")
+
+
+def missing_device(device: int = 0) -> NoDeviceError | None:
+    """Why CUDA device ``device`` cannot be used, as the :class:`NoDeviceError` using it would raise; ``None`` when it
+    can. Asks the driver only (milliseconds: no context, no cuda.core, no cuDNN), so a program can refuse first."""
+    err = _no_device(device, None)
+    return err if isinstance(err, NoDeviceError) else None
 
 
 def get_device(device: int | Device | None = None) -> Device:

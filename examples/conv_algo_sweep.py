@@ -9,6 +9,7 @@ import argparse
 
 import cudnn_py as cudnn
 from cudnn_py.cli import algos
+from cudnn_py.cli.prerequisites import require_gpu
 
 
 def main() -> None:
@@ -18,6 +19,7 @@ def main() -> None:
     ap.add_argument("--dtype", default="float16", choices=algos.DTYPES)
     ap.add_argument("--layout", default="NHWC", choices=("NCHW", "NHWC"))
     args = ap.parse_args()
+    require_gpu(ap.prog)  # before any other work
     c, hw, _, k, r, s, pad, stride = algos.PRESETS[args.preset]
     cfg = algos.Config((args.batch, c, hw, hw), (k, c, r, s), pad, (stride,), (1,), 1, "cross_correlation",
                        args.dtype, args.layout)

@@ -36,6 +36,7 @@ import importlib.util
 import re
 import sys
 import time
+import warnings
 from ctypes import byref
 from pathlib import Path
 
@@ -47,6 +48,7 @@ if importlib.util.find_spec("cudnn_py") is None:  # run from a checkout without 
 import cudnn_py as cudnn  # noqa: E402
 from cudnn_py import capi  # noqa: E402
 from cudnn_py.errors import CudnnError  # noqa: E402
+from cudnn_py.streams import missing_device  # noqa: E402
 
 THRESHOLD = 2.0e-2
 ALPHA, BETA = 0.8, 0.0
@@ -622,6 +624,14 @@ def device_version() -> int:
     return major * 10 + minor
 
 
+def no_gpu() -> bool:
+    """Whether no GPU can be used, said in one line on stderr: checked before any GPU work."""
+    err = missing_device()
+    if err is not None:
+        print(f"{PROGRAM}: {err}", file=sys.stderr)
+    return err is not None
+
+
 def main(argv: list[str]) -> int:
     """Run the sample; returns its exit status (0, or -1 when a test failed)."""
     print("Executing: " + PROGRAM + "".join(" " + a for a in argv))
@@ -640,6 +650,8 @@ def main(argv: list[str]) -> int:
             if fmt is None:
                 print("This sample only supports CUDNN_TENSOR_NCHW, CUDNN_TENSOR_NHWC, and CUDNN_TENSOR_NCHW_VECT_C!")
                 return 0
+            if no_gpu():
+                return 1
             print(f"Using format {fmt.name} (for INT8x4 and INT8x32 tests use CUDNN_TENSOR_NCHW_VECT_C)")
             print("Testing single precision")
             ret += Test(o, fmt, capi.CUDNN_DATA_FLOAT, gens).run()
@@ -649,6 +661,8 @@ def main(argv: list[str]) -> int:
         print("Using format CUDNN_TENSOR_NCHW_VECT_C (for single and double precision tests use a different format)")
         k, c = o.filter_dims[0], o.filter_dims[1]
         if o.algo == 0 and k % 32 == 0 and c % 32 == 0:
+            if no_gpu():
+                return 1
             sm = device_version()
             if sm < 61:
                 print(f"Device version {sm} does not support int8x4!")
@@ -677,4 +691,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    # a line-for-line port calls the C functions cuDNN 9 deprecates on purpose, as the C program does: no warning each
+    warnings.filterwarnings("ignore", r"cudnn\w+ is deprecated in cuDNN 9", DeprecationWarning)
     sys.exit(main(sys.argv[1:]))

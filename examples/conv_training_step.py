@@ -7,11 +7,11 @@ and an SGD update. Prints the loss before and after a few steps (it should fall)
 from __future__ import annotations
 
 import argparse
-import sys
 
 import numpy as np
 
 import cudnn_py as cudnn
+from cudnn_py.cli.prerequisites import require_gpu
 
 
 def main() -> None:
@@ -19,6 +19,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--lr", type=float, default=0.01)
     args = ap.parse_args()
+    require_gpu(ap.prog)  # before any other work
     rng = np.random.default_rng(0)
     n, c, hw, k1, k2 = 16, 3, 16, 8, 4
     x_h = rng.standard_normal((n, c, hw, hw)).astype(np.float32)
@@ -50,7 +51,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except cudnn.NoDeviceError as e:  # no GPU or driver here: one line, no traceback
-        sys.exit(f"{sys.argv[0]}: {e}")
+    main()

@@ -7,11 +7,11 @@ gradient step updates them, and the greedy (best-path) decoding converges to the
 from __future__ import annotations
 
 import argparse
-import sys
 
 import numpy as np
 
 import cudnn_py as cudnn
+from cudnn_py.cli.prerequisites import require_gpu
 
 ALPHABET = "_abcdefg"  # index 0 is the CTC blank
 TARGETS = ["bad", "cafe", "egg", "dab"]
@@ -30,6 +30,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--lr", type=float, default=1.0)
     ap.add_argument("--algo", default="deterministic", choices=["deterministic", "non_deterministic"])
     args = ap.parse_args(argv)
+    require_gpu(ap.prog)  # before any other work
     rng = np.random.default_rng(0)
     t, n, a = 12, len(TARGETS), len(ALPHABET)
     labels = [ALPHABET.index(ch) for word in TARGETS for ch in word]
@@ -58,7 +59,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except cudnn.NoDeviceError as e:  # no GPU or driver here: one line, no traceback
-        sys.exit(f"{sys.argv[0]}: {e}")
+    main()

@@ -2,12 +2,10 @@
 
 Run: python examples/graph_conv_bias_relu.py
 """
-import sys
-
 import numpy as np
 
 import cudnn_py.graph as G
-from cudnn_py.errors import NoDeviceError
+from cudnn_py.cli.prerequisites import require_gpu
 from cudnn_py.handle import Handle
 from cudnn_py.memory import DeviceArray, empty, to_device
 
@@ -50,7 +48,5 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except NoDeviceError as e:  # no GPU or driver here: one line, no traceback
-        sys.exit(f"{sys.argv[0]}: {e}")
+    require_gpu()  # one line and exit where no GPU can be used, before any other work
+    main()

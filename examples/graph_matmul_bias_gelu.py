@@ -3,12 +3,11 @@
 Run: python examples/graph_matmul_bias_gelu.py
 """
 import math
-import sys
 
 import numpy as np
 
 import cudnn_py.graph as G
-from cudnn_py.errors import NoDeviceError
+from cudnn_py.cli.prerequisites import require_gpu
 from cudnn_py.handle import Handle
 from cudnn_py.memory import empty, to_device
 
@@ -38,7 +37,5 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except NoDeviceError as e:  # no GPU or driver here: one line, no traceback
-        sys.exit(f"{sys.argv[0]}: {e}")
+    require_gpu()  # one line and exit where no GPU can be used, before any other work
+    main()

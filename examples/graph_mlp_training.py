@@ -7,12 +7,10 @@ is the same memory seen through transposed strides. The loss gradient dy = 2 (y 
 
 Run: python examples/graph_mlp_training.py
 """
-import sys
-
 import numpy as np
 
 import cudnn_py.graph as G
-from cudnn_py.errors import NoDeviceError
+from cudnn_py.cli.prerequisites import require_gpu
 from cudnn_py.handle import Handle
 from cudnn_py.memory import DeviceArray, empty, to_device
 
@@ -92,7 +90,5 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except NoDeviceError as e:  # no GPU or driver here: one line, no traceback
-        sys.exit(f"{sys.argv[0]}: {e}")
+    require_gpu()  # one line and exit where no GPU can be used, before any other work
+    main()

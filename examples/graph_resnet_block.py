@@ -23,6 +23,8 @@ import sys
 
 import numpy as np
 
+from cudnn_py.cli.prerequisites import require_gpu
+
 EPS, MOMENTUM, LR = 1e-5, 0.1, 0.05
 
 
@@ -384,13 +386,9 @@ def main(argv=None) -> int:
     ap.add_argument("--bench", action="store_true", help="also time a 32x64x56x56 step (fused graphs, graph "
                     "calls, legacy calls, torch)")
     args = ap.parse_args(argv)
+    require_gpu(ap.prog)  # before any other work
     from cudnn_py.handle import Handle
-    try:
-        h = Handle()
-    except Exception as e:  # noqa: BLE001
-        print(f"graph_resnet_block: needs a GPU ({e})")
-        return 1
-    with h:
+    with Handle() as h:
         shape = tuple(int(v) for v in args.shape.split(","))
         errors = check(h, shape, np.random.default_rng(0))
         print(f"one SGD step of a ResNet basic block {shape} float16 NHWC, max |got - ref| / max |ref| against "

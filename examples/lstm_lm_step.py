@@ -10,11 +10,11 @@ under 1 within a few hundred steps as the model memorises the text.
 from __future__ import annotations
 
 import argparse
-import sys
 
 import numpy as np
 
 import cudnn_py as cudnn
+from cudnn_py.cli.prerequisites import require_gpu
 
 TEXT = ("the quick brown fox jumps over the lazy dog. pack my box with five dozen liquor jugs. "
         "how vexingly quick daft zebras jump! sphinx of black quartz, judge my vow. ") * 4
@@ -72,7 +72,5 @@ if __name__ == "__main__":
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--dtype", default="float32", choices=["float32", "float16", "float64"])
     a = ap.parse_args()
-    try:
-        main(a.steps, a.dtype)
-    except cudnn.NoDeviceError as e:  # no GPU or driver here: one line, no traceback
-        sys.exit(f"{sys.argv[0]}: {e}")
+    require_gpu(ap.prog)  # before any other work
+    main(a.steps, a.dtype)

@@ -8,8 +8,8 @@ filter covers the whole input (no cuBLAS), biases are added with ``add_tensor``.
     python examples/mnist_cudnn.py [DATA_DIR] [--dtype float32|float16]
 
 DATA_DIR holds the sample's files (conv1.bin, conv1.bias.bin, conv2*, ip1*, ip2*: raw little-endian
-float32; one_28x28.pgm, three_28x28.pgm, five_28x28.pgm). It defaults to ../shared/data/mnistCUDNN
-(then .data/mnistCUDNN) next to the repository.
+float32; one_28x28.pgm, three_28x28.pgm, five_28x28.pgm). It defaults to .data/mnistCUDNN in the checkout,
+then the folder the libcudnn9-samples package installs.
 
 What changed from the C sample: ``cudnnGetConvolutionForwardAlgorithm`` (removed in cuDNN 8) is
 replaced by the heuristic query ``cudnnGetConvolutionForwardAlgorithm_v7`` behind
@@ -29,16 +29,18 @@ REPO = Path(__file__).resolve().parents[1]
 if importlib.util.find_spec("cudnn_py") is None:  # run from a checkout without installing
     sys.path.insert(0, str(REPO))
 import cudnn_py as cudnn  # noqa: E402
+from cudnn_py.cli.prerequisites import require_gpu  # noqa: E402
 
-DATA_CANDIDATES = (REPO.parent / "shared" / "data" / "mnistCUDNN", REPO / ".data" / "mnistCUDNN")
+SAMPLES_DATA = Path("/usr/src/cudnn_samples_v9/mnistCUDNN/data")  # where the libcudnn9-samples package puts it
+DATA_CANDIDATES = (REPO / ".data" / "mnistCUDNN", SAMPLES_DATA)
 IMAGES = (("one_28x28.pgm", 1), ("three_28x28.pgm", 3), ("five_28x28.pgm", 5))
 #: (file stem, weight shape): the fully connected layers' weights are stored (outputs, inputs).
 LAYERS = (("conv1", (20, 1, 5, 5)), ("conv2", (50, 20, 5, 5)), ("ip1", (500, 50, 4, 4)), ("ip2", (10, 500, 1, 1)))
 MISSING_DATA = (
     "mnistCUDNN data not found (looked in: {where}).\n"
     "It ships with NVIDIA's cuDNN samples: install the libcudnn9-samples package (or the cuDNN samples\n"
-    "archive from developer.nvidia.com/cudnn) and pass its mnistCUDNN/data folder, e.g.\n"
-    "    python examples/mnist_cudnn.py /usr/src/cudnn_samples_v9/mnistCUDNN/data"
+    f"archive from developer.nvidia.com/cudnn) and pass its mnistCUDNN/data folder ({SAMPLES_DATA} for the\n"
+    "package), or copy that folder to .data/mnistCUDNN in this checkout"
 )
 
 
@@ -152,6 +154,7 @@ def main(argv=None) -> int:
         where = args.data if args.data else ", ".join(str(p) for p in DATA_CANDIDATES)
         print(MISSING_DATA.format(where=where), file=sys.stderr)
         return 2
+    require_gpu(ap.prog)
     expected = [cls for _, cls in IMAGES]
     ok = True
     for dt in (("float32", "float16") if args.dtype == "both" else (args.dtype,)):
@@ -163,7 +166,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except cudnn.NoDeviceError as e:  # no GPU or driver here: one line, no traceback
-        sys.exit(f"{sys.argv[0]}: {e}")
+    sys.exit(main())

@@ -36,6 +36,7 @@ import math
 import re
 import sys
 import time
+import warnings
 from ctypes import byref
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +49,7 @@ if importlib.util.find_spec("cudnn_py") is None:  # run from a checkout without 
 import cudnn_py as cudnn  # noqa: E402
 from cudnn_py import capi  # noqa: E402
 from cudnn_py.errors import CudnnError  # noqa: E402
+from cudnn_py.streams import missing_device  # noqa: E402
 
 PROGRAM = "multi_head_attention.py"
 INIT_MEAN, INIT_VAR = 0.0, 0.5
@@ -627,6 +629,8 @@ def run(argv: list[str], path: str = "auto") -> dict:
         print(usage())
         raise SampleExit("", -1)
     c = Config.from_options(parse(argv))
+    if (err := missing_device()) is not None:
+        raise SampleExit(f"{PROGRAM}: {err}", 1)
     rng = np.random.default_rng(c.rand_seed)
     with cudnn.Handle() as h:
         testgen(c, rng)
@@ -662,4 +666,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    # a line-for-line port calls the C functions cuDNN 9 deprecates on purpose, as the C program does: no warning each
+    warnings.filterwarnings("ignore", r"cudnn\w+ is deprecated in cuDNN 9", DeprecationWarning)
     sys.exit(main(sys.argv[1:]))

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import ctypes
 import sys
+import warnings
 from ctypes import byref
 
 import numpy as np
 
 import cudnn_py as cudnn
 from cudnn_py.capi import *  # noqa: F403 - the point of the port: C names verbatim
+from cudnn_py.cli.prerequisites import require_gpu
 
 FLAGS = {  # name: (default, description) - the C sample's table and defaults
     "dataType": (1, "selects data format (0-FP16, 1-FP32, 2-FP64)"),
@@ -71,6 +73,7 @@ def enum_pick(value: int, members: list, what: str):
 def main(argv: list[str]) -> dict:
     print("Executing: rnn_sample_v8.py" + "".join(" " + a for a in argv))
     o = parse(argv)
+    require_gpu("rnn_sample_v8.py")  # before any other work
     inputMode = enum_pick(o["inputMode"], [CUDNN_SKIP_INPUT, CUDNN_LINEAR_INPUT], "inputMode")
     dirMode = enum_pick(o["dirMode"], [CUDNN_UNIDIRECTIONAL, CUDNN_BIDIRECTIONAL], "dirMode")
     cellMode = enum_pick(o["cellMode"], [CUDNN_RNN_RELU, CUDNN_RNN_TANH, CUDNN_LSTM, CUDNN_GRU], "cellMode")
@@ -253,6 +256,8 @@ def main(argv: list[str]) -> dict:
 
 
 if __name__ == "__main__":
+    # a line-for-line port calls the C functions cuDNN 9 deprecates on purpose, as the C program does: no warning each
+    warnings.filterwarnings("ignore", r"cudnn\w+ is deprecated in cuDNN 9", DeprecationWarning)
     try:
         main(sys.argv[1:])
     except (cudnn.NoDeviceError, cudnn.CudnnNotInitializedError) as e:  # no GPU here (cudnnCreate says so)

@@ -1,6 +1,7 @@
 """Shared fixtures. Tests marked ``gpu`` skip where no GPU is visible, unless CUDNN_PY_REQUIRE_GPU=1 (then they run and fail)."""
 from __future__ import annotations
 
+import collections
 import functools
 import os
 
@@ -13,38 +14,47 @@ pytest_plugins = ["poison_plugin"]
 
 
 @functools.cache
-def gpu_count() -> tuple[int, str]:
-    """(visible GPUs, why none can be used: '' when one can)."""
-    try:
-        from cuda.bindings import driver
-        err, = driver.cuInit(0)
-        if err != driver.CUresult.CUDA_SUCCESS:
-            return 0, f"cuInit failed: {err.name}"
-        _, count = driver.cuDeviceGetCount()
-        return count, "" if count else "the CUDA driver sees no GPU"
-    except Exception:  # no driver library at all
-        return 0, "no CUDA driver on this machine"
-
-
-def gpu_missing_reason() -> str:
-    """Why no GPU can be used here ('' when one can)."""
-    return gpu_count()[1]
+def gpu_missing_reason(device: int = 0) -> str:
+    """Why CUDA device ``device`` cannot be used here ('' when it can): the library's own check."""
+    from cudnn_py.streams import missing_device
+    err = missing_device(device)
+    return "" if err is None else err.text.split(";")[0]  # the reason, without the advice after it
 
 
 def pytest_collection_modifyitems(config, items):
     _keep_shard(config, items)
-    count, why = gpu_count()
-    if count < 2:
-        skip_multi = pytest.mark.skip(reason=f"needs two or more GPUs ({count} visible{': ' + why if why else ''})")
+    why_not_two = gpu_missing_reason(1)
+    if why_not_two:
+        skip_multi = pytest.mark.skip(reason=f"needs two or more GPUs ({why_not_two})")
         for item in items:
             if "multi_gpu" in item.keywords:
                 item.add_marker(skip_multi)
+    why = gpu_missing_reason()
     if os.environ.get("CUDNN_PY_REQUIRE_GPU") == "1" or not why:
         return
     skip = pytest.mark.skip(reason=f"needs a GPU ({why})")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def pytest_report_teststatus(report, config):
+    """A skipped test prints no letter in the progress line (the summary below counts them by reason)."""
+    if report.skipped and not hasattr(report, "wasxfail") and config.get_verbosity() <= 0:
+        return "skipped", "", "SKIPPED"
+    return None
+
+
+def pytest_terminal_summary(terminalreporter):
+    """One line for every skip: how many, by reason (``-rs`` still lists them one by one)."""
+    reasons: collections.Counter[str] = collections.Counter()
+    for rep in terminalreporter.stats.get("skipped", []):
+        if not hasattr(rep, "wasxfail"):
+            reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
+            reasons[reason.removeprefix("Skipped: ")] += 1
+    if reasons:
+        terminalreporter.write_line(f"skipped {sum(reasons.values())}: "
+                                    + "; ".join(f"{n} {why}" for why, n in reasons.most_common()))
 
 
 def _keep_shard(config, items) -> None:

@@ -141,7 +141,7 @@ def test_plot_without_matplotlib_fails_before_the_sweep(monkeypatch):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
     monkeypatch.setattr(algos, "sweep", lambda *a, **k: pytest.fail("the sweep ran before --plot was checked"))
-    with pytest.raises(SystemExit, match=r"--plot needs matplotlib.*cudnn-py\[plot\]"):
+    with pytest.raises(SystemExit, match=r"--plot needs matplotlib.*pip install.*\[plot\]"):
         algos.run(_parse("--input", "1,3,8,8", "--filter", "4,3,3,3", "--plot", "x.png"))
 
 

@@ -21,6 +21,10 @@ from dataclasses import MISSING, asdict, dataclass, fields
 
 import numpy as np
 
+from cudnn_py._install import pip_install
+
+from .prerequisites import require_gpu
+
 DIRECTIONS = ("forward", "backward_data", "backward_filter")
 _DIR_ALIASES = {"fwd": "forward", "forward": "forward", "bwd_data": "backward_data", "backward_data": "backward_data",
                 "bwd_filter": "backward_filter", "backward_filter": "backward_filter"}
@@ -308,6 +312,7 @@ def sweep(cfg: Config, directions: Sequence[str], maths: Sequence[str], repeats:
     from cudnn_py.ops import convolution as cv
     from cudnn_py.streams import timer
 
+    require_gpu("algos", device)  # before the float64 references, which take minutes for a large layer
     rng = np.random.default_rng(seed)
     dt, make = _host_data(cfg, rng)
     x_h, w_h = make(cfg.x_shape), make(cfg.w_shape)
@@ -480,7 +485,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     cfg = config_from_args(args)
     if args.plot and importlib.util.find_spec("matplotlib") is None:
-        raise SystemExit("algos: --plot needs matplotlib, which is not installed: pip install 'cudnn-py[plot]' "
+        raise SystemExit(f"algos: --plot needs matplotlib, which is not installed: {pip_install('plot')} "
                          "(or leave --plot out)")
     terminal = sys.stderr.isatty()
     rows = sweep(cfg, args.direction, args.math, args.repeats, args.warmup, args.workspace_limit,

@@ -25,6 +25,7 @@ import numpy as np
 
 from cudnn_py.cli import algos
 from cudnn_py.cli.algos import write_csv  # the legacy sweep's CSV writer serves this Row too
+from cudnn_py.cli.prerequisites import require_gpu
 
 KINDS = ("conv", "matmul", "norm", "attention")
 MODES = ("A", "B", "FALLBACK")
@@ -400,6 +401,8 @@ def run(args) -> int:
         raise SystemExit(f"algos --graph: --modes takes {', '.join(MODES)}, got {args.modes!r}")
     if args.repeats < 1 or args.warmup < 0:
         raise SystemExit("algos: --repeats must be >= 1 and --warmup >= 0")
+
+    require_gpu("algos --graph", args.device)
 
     def progress(msg):
         print(msg, file=sys.stderr, flush=True)

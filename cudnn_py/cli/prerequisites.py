@@ -1,0 +1,66 @@
+"""What a command, example, benchmark or tool needs (a GPU, optional packages), checked before any other work, so a
+missing piece is refused in one line within milliseconds instead of after minutes of set-up or in a traceback.
+
+The GPU check is :func:`cudnn_py.streams.missing_device` (the driver only). A script that uses
+:func:`script_args` also takes ``--smoke``: it imports, parses its arguments, checks what it needs, prints one line
+and exits 0 without running (CI runs every benchmark that way on a machine without a GPU).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sys
+from collections.abc import Sequence
+
+from cudnn_py._install import pip_install
+
+__all__ = ["require_gpu", "missing", "script_args"]
+
+
+def require_gpu(prog: str | None = None, device: int = 0) -> None:
+    """Exit with one line (``prog: why``; ``prog`` defaults to the script's file name) where CUDA device ``device``
+    cannot be used.
+
+    :raises SystemExit: with the message, where there is no usable GPU.
+    """
+    from cudnn_py.streams import missing_device
+    err = missing_device(device)
+    if err is not None:
+        raise SystemExit(f"{prog or os.path.basename(sys.argv[0])}: {err}")
+
+
+def missing(gpu: bool = True, modules: Sequence[str] = (), extra: str = "bench", device: int = 0) -> list[str]:
+    """What is missing to run: the GPU's reason, then one entry per absent module with the pip command that
+    installs it (the extra ``extra`` of cudnn-py)."""
+    from cudnn_py.streams import missing_device
+    out = [str(err) for err in [missing_device(device) if gpu else None] if err is not None]
+    absent = [m for m in modules if importlib.util.find_spec(m) is None]
+    if absent:
+        out.append(f"needs {', '.join(absent)}: {pip_install(extra)}")
+    return out
+
+
+def script_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None, *, gpu: bool = True,
+                modules: Sequence[str] = (), extra: str = "bench") -> argparse.Namespace:
+    """Parse a script's arguments (adding ``--smoke``), then check what it needs before it does anything else.
+
+    :param parser: the script's parser.
+    :param argv: the arguments (default ``sys.argv[1:]``).
+    :param gpu: whether the script needs a GPU (device ``args.device`` where the parser has ``--device``, else 0).
+    :param modules: packages it cannot run without (torch for a benchmark that times through torch's events).
+    :param extra: the cudnn-py extra that installs them.
+    :returns: the parsed arguments, where everything needed is there.
+    :raises SystemExit: 0 after ``--smoke``'s one line; with a one-line message where something is missing.
+    """
+    parser.add_argument("--smoke", action="store_true",
+                        help="check imports, arguments, the GPU and the packages needed, print one line, exit")
+    args = parser.parse_args(argv)
+    problems = missing(gpu, modules, extra, getattr(args, "device", 0) or 0)
+    if args.smoke:
+        print(f"{parser.prog}: smoke: imports and arguments fine; "
+              + (f"a run would stop: {'; '.join(problems)}" if problems else "ready to run"))
+        raise SystemExit(0)
+    if problems:
+        raise SystemExit(f"{parser.prog}: {'; '.join(problems)}")
+    return args
