@@ -26,6 +26,8 @@ import json
 import os
 import tempfile
 import threading
+import time
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
@@ -326,27 +328,93 @@ def check_entry(key: tuple, perf: "AlgoPerf") -> None:
                                 f"{limit} B")
 
 
-class AlgorithmCache:
-    """Benchmarked algorithm choices, keyed by configuration (thread-safe).
+#: the tuning database's kind for legacy algorithm choices
+KIND = "legacy_algorithm"
 
-    A key is a tuple of JSON-representable values (the convolution module builds it from direction,
-    shapes, strides, dtypes, convolution parameters, math type, determinism, workspace cap and device:
-    :data:`CONV_KEY_FIELDS`). ``entries()`` lists the contents; ``save(path)`` / ``load(path)`` round-trip
-    through JSON: the file is written atomically (a private temporary file in the same folder, then a rename,
-    so a symlink at ``path`` is replaced, never followed), and a file that is corrupt, truncated, from another
-    format or cuDNN version, or holds a record that cannot answer its key raises :class:`CacheFileError` naming
-    the file and the problem.
+
+def _key_text(key: tuple) -> str:
+    return json.dumps(list(key), separators=(",", ":"))
+
+
+def _key_device(key: tuple) -> int | None:
+    """The device ordinal a convolution module key names (its last field), else None (the current device)."""
+    if len(key) == len(CONV_KEY_FIELDS) and key[0] in DIRECTIONS and isinstance(key[-1], int) \
+            and not isinstance(key[-1], bool):
+        return key[-1]
+    return None
+
+
+class AlgorithmCache:
+    """Measured algorithm choices, keyed by configuration (thread-safe): a view on a tuning database.
+
+    A key is a tuple of JSON-representable values (the convolution module builds it from direction, shapes,
+    strides, dtypes, convolution parameters, math type, determinism, workspace cap and device:
+    :data:`CONV_KEY_FIELDS`). Each choice is kept in the database as a record of kind :data:`KIND` under the
+    device's environment (cuDNN version, GPU, driver), so another process on the same machine finds it without
+    measuring; a stored record that cannot answer its key is dropped with a warning and measured again.
+    ``entries()`` lists the choices of this environment; ``save(path)`` / ``load(path)`` export to and import from
+    the earlier JSON file format (written atomically; a file that is corrupt, truncated, from another format or
+    cuDNN version, or holds a record that cannot answer its key raises :class:`CacheFileError`).
+
+    :param database: where the choices are kept: a :class:`~cudnn_py.tuning.TuningDatabase`, a callable giving one
+        when first needed (the process-wide :data:`algorithm_cache` uses
+        :func:`~cudnn_py.tuning.default_database`), or None for a private database in memory.
     """
 
-    def __init__(self):
-        self._data: dict[tuple, AlgoPerf] = {}
+    def __init__(self, database=None):
+        self._source = database
+        self._db = None
+        self._data: dict[tuple, AlgoPerf] = {}  # the choices this process read or made: lookups stay a dict read
         self._lock = threading.Lock()
         self.generation = 0  # bumped by clear()/load() so callers can drop choices derived from old entries
 
+    def database(self):
+        """The :class:`~cudnn_py.tuning.TuningDatabase` behind this cache (opened on first use)."""
+        if self._db is None:
+            from cudnn_py.tuning import TuningDatabase
+            src = self._source
+            self._db = src if isinstance(src, TuningDatabase) else TuningDatabase() if src is None else src()
+        return self._db
+
+    def use_database(self, database) -> None:
+        """Keep the choices in ``database`` from now on (a TuningDatabase; None: a private one in memory)."""
+        with self._lock:
+            self._source, self._db = database, None
+            self._data.clear()
+            self.generation += 1
+
+    def _stored(self, key: tuple) -> AlgoPerf | None:
+        from cudnn_py.tuning import TuningDatabaseError, TuningWarning
+        if not isinstance(key, tuple) or not _json_value(key):
+            return None
+        try:
+            db = self.database()
+            value = db.lookup(KIND, _key_text(key), device=_key_device(key))
+        except TuningDatabaseError as e:
+            warnings.warn(f"algorithm cache: {e}", TuningWarning, stacklevel=3)
+            return None
+        if value is None:
+            return None
+        try:
+            perf = AlgoPerf.from_dict(value.get("perf") if isinstance(value.get("perf"), dict) else {})
+            check_entry(key, perf)
+        except (TypeError, ValueError, OverflowError) as e:
+            warnings.warn(f"algorithm cache: ignoring the stored choice for {str(key)[:120]}: {e}; it will be "
+                          f"measured again", TuningWarning, stacklevel=3)
+            db.discard(KIND, _key_text(key), device=_key_device(key))
+            return None
+        with self._lock:
+            self._data[key] = perf
+        return perf
+
     def get(self, key: tuple) -> AlgoPerf | None:
-        return self._data.get(key)
+        """The choice stored for ``key`` (this process's, else the database's), or None."""
+        got = self._data.get(key)
+        return got if got is not None else self._stored(key)
 
     def put(self, key: tuple, perf: AlgoPerf) -> None:
+        """Remember ``perf`` as the choice for ``key``, here and in the database."""
+        from cudnn_py.tuning import TuningDatabaseError, TuningWarning
         if not isinstance(perf, AlgoPerf):
             raise InvalidTypeError(f"cache values are AlgoPerf records, got {type(perf).__name__}")
         if not isinstance(key, tuple) or not _json_value(key):
@@ -355,22 +423,42 @@ class AlgorithmCache:
         check_entry(key, perf)
         with self._lock:
             self._data[key] = perf
+        try:
+            self.database().record(KIND, _key_text(key), {"perf": perf.to_dict()}, device=_key_device(key))
+        except TuningDatabaseError as e:
+            warnings.warn(f"algorithm cache: the choice stays in this process only: {e}", TuningWarning,
+                          stacklevel=2)
 
     def __len__(self) -> int:
-        return len(self._data)
+        return len(self.entries())
 
     def __contains__(self, key) -> bool:
-        return key in self._data
+        return self.get(key) is not None
 
     def clear(self) -> None:
+        """Forget every choice, in this process and in the database (every environment)."""
         with self._lock:
             self._data.clear()
             self.generation += 1
+        self.database().clear(KIND)
 
     def entries(self) -> list[tuple[tuple, AlgoPerf]]:
-        """Snapshot of (key, record) pairs in insertion order."""
+        """Snapshot of (key, record) pairs: this process's in insertion order, then the database's other records of
+        this environment (records that cannot answer their keys are left out)."""
         with self._lock:
-            return list(self._data.items())
+            out = dict(self._data)
+        db = self.database()
+        for rec in db.records(KIND, db.environment()):
+            try:
+                key = _tuplify(json.loads(rec.key))
+                if isinstance(key, tuple) and key not in out:
+                    perf = AlgoPerf.from_dict(rec.value.get("perf") if isinstance(rec.value.get("perf"), dict)
+                                              else {})
+                    check_entry(key, perf)
+                    out[key] = perf
+            except (TypeError, ValueError, OverflowError):
+                continue
+        return list(out.items())
 
     def to_json(self) -> dict:
         return {"format": "cudnn_py.algorithm_cache", "version": 1,
@@ -378,8 +466,9 @@ class AlgorithmCache:
                 "entries": [{"key": list(k), "perf": p.to_dict()} for k, p in self.entries()]}
 
     def save(self, path: str | os.PathLike) -> None:
-        """Write the cache to ``path`` atomically: a private temporary file in the same folder (``mkstemp``, mode
-        0600), flushed to disk, then renamed over ``path`` (a symlink there is replaced, not followed)."""
+        """Export the choices to a JSON file at ``path``, atomically: a private temporary file in the same folder
+        (``mkstemp``, mode 0600), flushed to disk, then renamed over ``path`` (a symlink there is replaced, not
+        followed). The database itself is the store; this is for reading or sharing the choices as text."""
         path = os.fspath(path)
         folder = os.path.dirname(os.path.abspath(path))
         text = json.dumps(self.to_json(), indent=1)
@@ -398,19 +487,31 @@ class AlgorithmCache:
             raise
 
     def load(self, path: str | os.PathLike, merge: bool = True) -> int:
-        """Read a file written by :meth:`save`; returns the number of entries read. Nothing is changed unless every
-        entry is valid (:class:`CacheFileError` names the file, the entry and what is wrong)."""
+        """Import a JSON file written by :meth:`save` (or an earlier cudnn-py) into this cache and its database;
+        returns the number of entries read. Nothing is changed unless every entry is valid
+        (:class:`CacheFileError` names the file, the entry and what is wrong); ``merge=False`` forgets every other
+        choice first."""
+        from cudnn_py.tuning import Record, TuningDatabaseError, TuningWarning
         path = os.fspath(path)
         loaded = _read_cache_file(path)
+        if not merge:
+            self.clear()
         with self._lock:
-            if not merge:
-                self._data.clear()
             self._data.update(loaded)
             self.generation += 1
+        db = self.database()
+        now, records = time.time(), []
+        for key, perf in loaded.items():
+            records.append(Record(KIND, _key_text(key), db.environment(_key_device(key)), {"perf": perf.to_dict()},
+                                  now, "import"))
+        try:
+            db.put_records(records, newer_only=False)
+        except TuningDatabaseError as e:
+            warnings.warn(f"algorithm cache: {path} stays in this process only: {e}", TuningWarning, stacklevel=2)
         return len(loaded)
 
     def __repr__(self) -> str:
-        return f"<AlgorithmCache {len(self)} entries>"
+        return f"<AlgorithmCache {len(self._data)} entries in this process, database {self._db!r}>"
 
 
 def _read_cache_file(path: str) -> dict[tuple, AlgoPerf]:
@@ -470,8 +571,13 @@ def _cudnn_version() -> int | None:
         return None
 
 
-algorithm_cache = AlgorithmCache()
-"""The process-wide cache that ``algo="fastest"`` fills."""
+def _default_database():
+    from cudnn_py.tuning import default_database
+    return default_database()
+
+
+algorithm_cache = AlgorithmCache(_default_database)
+"""The process-wide cache that ``algo="fastest"`` fills, kept in :func:`cudnn_py.tuning.default_database`."""
 
 
 # ---------------------------------------------------------------- port of the removed selectors

@@ -9,6 +9,7 @@ import pytest
 import cudnn_py.algorithms as alg
 from cudnn_py import capi
 from cudnn_py.errors import CudnnNotSupportedError, WorkspaceLimitError
+from cudnn_py.tuning import Environment, TuningDatabase, TuningWarning
 
 
 def _rec(direction="forward", algo=0, status=0, time_ms=1.0, memory=0, det=1, math=0):
@@ -277,6 +278,15 @@ def test_is_choice():
     assert not alg.is_choice("IMPLICIT_GEMM") and not alg.is_choice(capi.CUDNN_CONVOLUTION_FWD_ALGO_GEMM)
 
 
+@pytest.fixture(autouse=True)
+def private_database():
+    """The process-wide cache keeps its choices in a database of this test's own (in memory)."""
+    from cudnn_py.tuning import TuningDatabase
+    alg.algorithm_cache.use_database(TuningDatabase(environment=ENV))
+    yield
+    alg.algorithm_cache.use_database(alg._default_database)
+
+
 @pytest.fixture
 def no_c(monkeypatch):
     """resolve_algorithm's C queries replaced: algorithm n needs n KiB of workspace; the heuristics rank 2, 0, 1."""
@@ -316,3 +326,47 @@ def test_resolve_algorithm_fastest_measures_once(no_c):
     assert _resolve("fastest", cache_key=key + ("det",), measure=measure, deterministic=True)[0] == 0
     with pytest.raises(ValueError, match="measure"):
         _resolve("fastest")
+
+
+ENV = Environment("9.19.0", "Test GPU", "9.0", "13.0")
+CONV_KEY = ("forward", (8, 3, 32, 32), (3072, 1024, 32, 1), (16, 3, 3, 3), False, (8, 16, 30, 30),
+            (14400, 900, 30, 1), "float32", "float32", "float32", ((0, 0), (0, 0)), (1, 1), (1, 1), 1,
+            "cross_correlation", "CUDNN_DEFAULT_MATH", False, None, 0)
+
+
+def test_choices_live_in_the_tuning_database(tmp_path):
+    """Another process (here: another cache on the same file) finds a choice without measuring; another
+    environment does not; clear() forgets it everywhere."""
+    path = tmp_path / "tuning.sqlite"
+    first = alg.AlgorithmCache(TuningDatabase(path, environment=ENV))
+    first.put(CONV_KEY, _rec(algo=1, time_ms=0.25, memory=64))
+    fresh = alg.AlgorithmCache(lambda: TuningDatabase(path, environment=ENV))
+    assert fresh.get(CONV_KEY) == first.get(CONV_KEY) and CONV_KEY in fresh and len(fresh) == 1
+    assert fresh.entries() == [(CONV_KEY, _rec(algo=1, time_ms=0.25, memory=64))]
+    elsewhere = alg.AlgorithmCache(TuningDatabase(path, environment=Environment("9.14.0", "Test GPU", "9.0", "13.0")))
+    assert elsewhere.get(CONV_KEY) is None and len(elsewhere) == 0
+    fresh.clear()
+    assert alg.AlgorithmCache(TuningDatabase(path, environment=ENV)).get(CONV_KEY) is None
+
+
+def test_a_stored_choice_that_cannot_answer_its_key_is_measured_again(tmp_path):
+    db = TuningDatabase(tmp_path / "t.sqlite", environment=ENV)
+    key_text = json.dumps(list(CONV_KEY), separators=(",", ":"))
+    # a backward-data record under a forward key: well-formed, digest right, but not an answer to the key
+    db.record(alg.KIND, key_text, {"perf": _rec("backward_data", algo=1).to_dict()})
+    cache = alg.AlgorithmCache(db)
+    with pytest.warns(TuningWarning, match="measured again"):
+        assert cache.get(CONV_KEY) is None
+    assert db.count(alg.KIND) == 0
+    db.record(alg.KIND, key_text, {"perf": "junk"})
+    with pytest.warns(TuningWarning, match="missing"):
+        assert cache.get(CONV_KEY) is None
+
+
+def test_loading_a_json_file_imports_it_into_the_database(tmp_path):
+    src = alg.AlgorithmCache()
+    src.put(CONV_KEY, _rec(algo=1))
+    src.save(tmp_path / "old.json")
+    db = TuningDatabase(tmp_path / "t.sqlite", environment=ENV)
+    assert alg.AlgorithmCache(db).load(tmp_path / "old.json") == 1
+    assert alg.AlgorithmCache(TuningDatabase(tmp_path / "t.sqlite", environment=ENV)).get(CONV_KEY) == _rec(algo=1)

@@ -1,23 +1,39 @@
-"""The on-disk plan store without a GPU: keys, atomic writes, and hostile or foreign files ignored with a warning."""
+"""The plan store without a GPU: records in the tuning database, keys, environments, hostile records, damaged or
+read-only databases, and the one-time import of the earlier one-file-per-plan format."""
 from __future__ import annotations
 
+import hashlib
 import json
-import os
+import sqlite3
 
 import pytest
 
 from cudnn_py.graph import plan_store
+from cudnn_py.tuning import FILE_NAME, Environment, TuningDatabase, TuningWarning
+from cudnn_py.tuning import fingerprint
+
+ENV = Environment("9.19.0", "Test GPU", "9.0", "13.0")
+ENTRY = [{"json": "{}", "tag": "eng0", "ms": 0.5}]
 
 
 @pytest.fixture
-def store(tmp_path, monkeypatch):
-    monkeypatch.setattr(plan_store, "_device_tag", lambda handle: "Test GPU|sm_90")
+def fixed_env(monkeypatch):
+    """This process's device 0 (the current one without a GPU) reads as ENV."""
+    monkeypatch.setitem(fingerprint._cache, 0, ENV)
+    monkeypatch.setattr(plan_store, "_imported", set())
+    for name in ("CUDNN_PY_PLAN_CACHE_DIR", "CUDNN_PY_TUNING_DB"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def store(tmp_path, fixed_env):
     plan_store.set_plan_cache_dir(tmp_path)
     yield tmp_path
     plan_store.set_plan_cache_dir(None)
 
 
-ENTRY = [{"json": "{}", "tag": "eng0", "ms": 0.5}]
+def _key(graph_key, options):
+    return hashlib.sha256(repr((graph_key, options)).encode()).hexdigest()
 
 
 def test_round_trip_and_key(store):
@@ -26,60 +42,127 @@ def test_round_trip_and_key(store):
     assert plan_store.load(("g",), ("build",), None) == ENTRY
     assert plan_store.load(("g2",), ("build",), None) is None          # another graph
     assert plan_store.load(("g",), ("autotune",), None) is None        # other options
-    assert [p.name for p in store.iterdir()] == [next(store.glob("plan-*.json")).name]  # no temporary left
+    assert {p.name for p in store.iterdir()} <= {FILE_NAME, FILE_NAME + "-wal", FILE_NAME + "-shm"}
+    db = plan_store.database()
+    assert db.path == store / FILE_NAME and db.count(plan_store.KIND) == 1
+    (rec,) = db.records(plan_store.KIND)
+    assert rec.environment == ENV and rec.key == _key(("g",), ("build",)) and rec.value == {"plans": ENTRY}
 
 
-def test_disabled_reads_and_writes_nothing(tmp_path, monkeypatch):
-    monkeypatch.delenv("CUDNN_PY_PLAN_CACHE_DIR", raising=False)
+def test_disabled_reads_and_writes_nothing(fixed_env):
     plan_store.set_plan_cache_dir(None)
     plan_store.save(("g",), (), None, ENTRY)
     assert plan_store.load(("g",), (), None) is None
-    assert plan_store.plan_cache_dir() is None
+    assert plan_store.plan_cache_dir() is None and plan_store.database() is None
 
 
-@pytest.mark.parametrize("content", [b"", b"{not json", b"\xff\xfe", json.dumps([1, 2]).encode(),
-                                     json.dumps({"format": 99}).encode()])
-def test_corrupt_files_are_ignored_with_a_warning(store, content):
-    plan_store.save(("g",), (), None, ENTRY)
-    path = next(store.glob("plan-*.json"))
-    path.write_bytes(content)
-    with pytest.warns(RuntimeWarning, match=str(path.name)):
-        assert plan_store.load(("g",), (), None) is None
-
-
-@pytest.mark.parametrize("field,value", [("cudnn", "1.0.0"), ("device", "Other|sm_80"), ("key", "0" * 64),
-                                         ("plans", []), ("plans", [{"json": 1, "tag": "x", "ms": None}]),
-                                         ("plans", [{"json": "{}", "tag": "x", "ms": "fast"}])])
-def test_foreign_or_malformed_entries_are_ignored(store, field, value):
-    plan_store.save(("g",), (), None, ENTRY)
-    path = next(store.glob("plan-*.json"))
-    data = json.loads(path.read_text())
-    data[field] = value
-    path.write_text(json.dumps(data))
-    with pytest.warns(RuntimeWarning, match="ignoring"):
-        assert plan_store.load(("g",), (), None) is None
-
-
-def test_symlinks_are_neither_followed_nor_written_through(store, tmp_path_factory):
-    plan_store.save(("g",), (), None, ENTRY)
-    path = next(store.glob("plan-*.json"))
-    target = tmp_path_factory.mktemp("elsewhere") / "victim"
-    target.write_text("precious")
-    path.unlink()
-    os.symlink(target, path)
+def test_plans_of_another_environment_are_not_used(store):
+    other = TuningDatabase(store / FILE_NAME, environment=Environment("9.14.0", "Test GPU", "9.0", "13.0"))
+    other.record(plan_store.KIND, _key(("g",), ()), {"plans": ENTRY})
     assert plan_store.load(("g",), (), None) is None
     plan_store.save(("g",), (), None, ENTRY)
-    assert target.read_text() == "precious"
-    assert not path.is_symlink() and plan_store.load(("g",), (), None) == ENTRY
+    assert plan_store.load(("g",), (), None) == ENTRY and other.lookup(plan_store.KIND, _key(("g",), ())) == \
+        {"plans": ENTRY}
+    other.close()
 
 
-def test_environment_variable_turns_it_on(tmp_path, monkeypatch):
-    monkeypatch.setattr(plan_store, "_device_tag", lambda handle: "Test GPU|sm_90")
+@pytest.mark.parametrize("value", [{}, {"plans": []}, {"plans": [{"json": 1, "tag": "x", "ms": None}]},
+                                   {"plans": [{"json": "{}", "tag": "x", "ms": "fast"}]},
+                                   {"plans": [{"json": "{}", "tag": "x", "ms": -1.0}]}])
+def test_malformed_records_are_ignored_and_dropped(store, value):
+    db = plan_store.database()
+    db.record(plan_store.KIND, _key(("g",), ()), value)
+    with pytest.warns(RuntimeWarning, match="ignoring"):
+        assert plan_store.load(("g",), (), None) is None
+    assert db.count(plan_store.KIND) == 0
+
+
+def test_a_tampered_record_is_ignored_with_a_warning(store):
+    plan_store.save(("g",), (), None, ENTRY)
+    with sqlite3.connect(store / FILE_NAME) as c:
+        c.execute("UPDATE records SET value = ?", (json.dumps({"plans": [{"json": "{}", "tag": "evil", "ms": 0}]}),))
+    with pytest.warns(TuningWarning, match="digest does not match"):
+        assert plan_store.load(("g",), (), None) is None
+    plan_store.save(("g",), (), None, ENTRY)   # measured again, stored again
+    assert plan_store.load(("g",), (), None) == ENTRY
+
+
+def test_save_refuses_what_is_not_a_plan_list(store):
+    for bad in ([], [{"json": "{}"}], "plans"):
+        with pytest.raises(ValueError, match="non-empty list"):
+            plan_store.save(("g",), (), None, bad)
+
+
+def test_environment_variables_turn_it_on(tmp_path, fixed_env, monkeypatch):
+    from cudnn_py.tuning import database as dbm
     monkeypatch.setattr(plan_store, "_dir", [None, False])
     monkeypatch.setenv("CUDNN_PY_PLAN_CACHE_DIR", str(tmp_path / "plans"))
     assert plan_store.plan_cache_dir() == tmp_path / "plans"
     plan_store.save(("g",), (), None, ENTRY)
     assert plan_store.load(("g",), (), None) == ENTRY
+    assert (tmp_path / "plans" / FILE_NAME).is_file()
+    # CUDNN_PY_TUNING_DB alone: the default database holds the plans
+    monkeypatch.setattr(plan_store, "_dir", [None, False])
+    monkeypatch.delenv("CUDNN_PY_PLAN_CACHE_DIR")
+    monkeypatch.setenv("CUDNN_PY_TUNING_DB", str(tmp_path / "all.sqlite"))
+    monkeypatch.setattr(dbm, "_default", [None])
+    assert plan_store.plan_cache_dir() is None and plan_store.database().path == tmp_path / "all.sqlite"
+    plan_store.save(("g",), (), None, ENTRY)
+    assert plan_store.load(("g",), (), None) == ENTRY
+    monkeypatch.setattr(plan_store, "_dir", [None, False])
+
+
+def test_use_database(fixed_env):
+    db = TuningDatabase(environment=ENV)
+    plan_store.use_database(db)
+    try:
+        plan_store.save(("g",), (), None, ENTRY)
+        assert db.lookup(plan_store.KIND, _key(("g",), ())) == {"plans": ENTRY}
+        with pytest.raises(TypeError, match="TuningDatabase"):
+            plan_store.use_database("a path")
+    finally:
+        plan_store.use_database(None)
+    assert plan_store.database() is not db
+
+
+def test_a_damaged_database_warns_and_the_call_goes_on(tmp_path, fixed_env):
+    (tmp_path / FILE_NAME).write_bytes(b"SQLite format 3\0" + b"\x07" * 5000)
+    plan_store.set_plan_cache_dir(tmp_path)
+    try:
+        with pytest.warns(RuntimeWarning, match="damaged"):
+            assert plan_store.load(("g",), (), None) is None
+        with pytest.warns(RuntimeWarning, match="cannot write.*damaged"):
+            plan_store.save(("g",), (), None, ENTRY)
+    finally:
+        plan_store.set_plan_cache_dir(None)
+
+
+def _old_file(directory, graph_key, options, **changes):
+    doc = {"format": 1, "cudnn": "9.19.0", "device": "Test GPU|sm_90", "key": _key(graph_key, options),
+           "plans": ENTRY, **changes}
+    name = hashlib.sha256(repr(sorted(doc.items())).encode()).hexdigest()[:32]
+    (directory / f"plan-{name}.json").write_text(json.dumps(doc))
+
+
+def test_plan_files_of_the_earlier_format_are_imported_once(tmp_path, fixed_env):
+    _old_file(tmp_path, ("g",), ())
+    _old_file(tmp_path, ("h",), (), cudnn="9.14.0")        # another cuDNN: imported, not used here
+    _old_file(tmp_path, ("k",), (), plans=[])                # malformed: skipped
+    (tmp_path / "plan-junk.json").write_text("{trunc")
+    plan_store.set_plan_cache_dir(tmp_path)
+    try:
+        with pytest.warns(RuntimeWarning, match="2 of 4 plan files"):
+            assert plan_store.load(("g",), (), None) == ENTRY
+        assert plan_store.load(("h",), (), None) is None
+        db = plan_store.database()
+        envs = sorted(r.environment for r in db.records(plan_store.KIND))
+        assert envs == [Environment("9.14.0", "Test GPU", "9.0", "unknown"), ENV]
+        # a later process does not import again: what was deleted stays deleted
+        db.clear(plan_store.KIND)
+        plan_store._imported.clear()
+        assert plan_store.load(("g",), (), None) is None
+    finally:
+        plan_store.set_plan_cache_dir(None)
 
 
 @pytest.mark.parametrize("text,match", [(b"\xff", "not UTF-8"), ("{truncated", "not valid JSON"),
@@ -93,21 +176,11 @@ def test_plan_json_is_checked_before_cudnn_sees_it(text, match):
         plan_from_json(None, 12345)
 
 
-def test_a_store_that_cannot_be_made_or_written_says_so(tmp_path, monkeypatch):
-    monkeypatch.setattr(plan_store, "_device_tag", lambda handle: "Test GPU|sm_90")
+def test_a_store_directory_that_is_a_file_is_refused(tmp_path):
     f = tmp_path / "a_file"
     f.write_text("x")
     with pytest.raises(NotADirectoryError):
         plan_store.set_plan_cache_dir(f)
-    plan_store.set_plan_cache_dir(tmp_path / "store")
-    try:
-        def refuse(*a, **k):
-            raise PermissionError("read-only file system")
-        monkeypatch.setattr(plan_store.tempfile, "mkstemp", refuse)
-        with pytest.warns(RuntimeWarning, match="cannot write.*read-only"):
-            plan_store.save(("g",), (), None, ENTRY)
-    finally:
-        plan_store.set_plan_cache_dir(None)
 
 
 def test_knob_and_autotune_arguments_are_checked_before_cudnn():

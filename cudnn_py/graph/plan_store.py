@@ -1,34 +1,43 @@
-"""An opt-in on-disk store of execution plans, so a restarted program skips heuristics and autotuning.
+"""The plan store: built and autotuned execution plans kept in the tuning database, so a restarted program skips
+heuristics and autotuning.
 
-``set_plan_cache_dir(path)`` (or the environment variable ``CUDNN_PY_PLAN_CACHE_DIR``) turns it on. Each entry is
-one JSON file named by a hash of everything that changes the answer: the graph's structure, shapes, strides and
-dtypes, the build options, the loaded cuDNN version and the GPU (name and compute capability). It holds cuDNN's own
-serialisation of each plan (``CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION``) and, for autotuned entries, the
-measured times. A file that is unreadable, of another format, or made for another cuDNN or GPU is ignored with a
-warning and written again; files are written atomically (a private temporary file in the same directory, then
-renamed), never through a symbolic link.
+It is opt-in. :func:`set_plan_cache_dir` (or ``CUDNN_PY_PLAN_CACHE_DIR``) keeps plans in ``tuning.sqlite`` in that
+directory; :func:`use_database` in any :class:`~cudnn_py.tuning.TuningDatabase`; with neither, setting
+``CUDNN_PY_TUNING_DB`` puts them in :func:`~cudnn_py.tuning.default_database`. A record (kind ``"plan"``) is keyed
+by a hash of the graph's structure, shapes, strides and dtypes and of the build options, under the environment
+of the handle's device (cuDNN version, GPU, compute capability, driver); it holds cuDNN's own serialisation of
+each plan (``CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION``) and, for autotuned entries, the measured times. A
+malformed record is ignored with a warning and written again; a plan cuDNN refuses is rebuilt by the caller.
+
+Plan files of the store's earlier format (one ``plan-*.json`` per entry in the directory) are imported into the
+database once, the first time the directory is used; the files are left in place.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
-import tempfile
 import threading
 import warnings
 from pathlib import Path
-from cudnn_py.errors import InvalidValueError
 
-__all__ = ["set_plan_cache_dir", "plan_cache_dir", "load", "save"]
+from cudnn_py.errors import InvalidTypeError, InvalidValueError
+from cudnn_py.tuning import database as _db
+from cudnn_py.tuning.fingerprint import Environment
 
-_FORMAT = 1
+__all__ = ["set_plan_cache_dir", "plan_cache_dir", "use_database", "database", "load", "save", "KIND"]
+
+#: the tuning database's kind for stored plans
+KIND = "plan"
+_OLD_FORMAT = 1
 _MAX_BYTES = 64 << 20
 _lock = threading.Lock()
 _dir: list = [None, False]   # [path or None, explicitly set]
+_explicit: list = [None]     # a database given to use_database()
 
 
 def set_plan_cache_dir(path: str | os.PathLike | None) -> None:
-    """Keep plans under ``path`` (created if missing), or stop with ``None``."""
+    """Keep plans in ``tuning.sqlite`` under ``path`` (created if missing), or stop with ``None``."""
     with _lock:
         if path is not None:
             p = Path(path)
@@ -36,10 +45,12 @@ def set_plan_cache_dir(path: str | os.PathLike | None) -> None:
                 raise NotADirectoryError(f"plan cache: {p} is not a directory")
             p.mkdir(parents=True, exist_ok=True)
         _dir[:] = [None if path is None else Path(path), True]
+        _explicit[0] = None
 
 
 def plan_cache_dir() -> Path | None:
-    """The directory plans are kept in, or None (then nothing is read or written)."""
+    """The directory whose database holds the plans (:func:`set_plan_cache_dir` or ``CUDNN_PY_PLAN_CACHE_DIR``), or
+    None."""
     if not _dir[1]:
         env = os.environ.get("CUDNN_PY_PLAN_CACHE_DIR")
         if env:
@@ -49,71 +60,129 @@ def plan_cache_dir() -> Path | None:
     return _dir[0]
 
 
-def _device_tag(handle) -> str:
-    from cuda.core import Device
-    d = Device(handle.device_id)
-    cc = d.compute_capability
-    return f"{d.name}|sm_{cc.major}{cc.minor}"
+def use_database(db: _db.TuningDatabase | None) -> None:
+    """Keep plans in ``db`` (None: back to :func:`plan_cache_dir` / the environment variables)."""
+    if db is not None and not isinstance(db, _db.TuningDatabase):
+        raise InvalidTypeError(f"use_database takes a TuningDatabase or None, got {type(db).__name__}")
+    _explicit[0] = db
 
 
-def _identity(graph_key: tuple, options: tuple, handle) -> dict:
-    from cudnn_py import version
-    return {"cudnn": ".".join(map(str, version())), "device": _device_tag(handle),
-            "key": hashlib.sha256(repr((graph_key, options)).encode()).hexdigest()}
+def database() -> _db.TuningDatabase | None:
+    """The database plans go to, or None when the store is off (then nothing is read or written)."""
+    if _explicit[0] is not None:
+        return _explicit[0]
+    directory = plan_cache_dir()
+    if directory is not None:
+        return _db.open_database(directory / _db.FILE_NAME)
+    if os.environ.get("CUDNN_PY_TUNING_DB"):
+        return _db.default_database()
+    return None
 
 
-def _path(directory: Path, ident: dict) -> Path:
-    h = hashlib.sha256(f"{ident['cudnn']}|{ident['device']}|{ident['key']}".encode()).hexdigest()[:32]
-    return directory / f"plan-{h}.json"
+def _key(graph_key: tuple, options: tuple) -> str:
+    return hashlib.sha256(repr((graph_key, options)).encode()).hexdigest()
+
+
+def _device(handle) -> int | None:
+    return getattr(handle, "device_id", None)
+
+
+def _valid(plans) -> bool:
+    return isinstance(plans, list) and bool(plans) and all(
+        isinstance(p, dict) and isinstance(p.get("json"), str) and isinstance(p.get("tag"), str)
+        and (p.get("ms") is None or _db.finite(p.get("ms"))) for p in plans)
+
+
+def _store(handle) -> _db.TuningDatabase | None:
+    """:func:`database`, after importing the directory's plan files of the earlier format (once)."""
+    db = database()
+    directory = plan_cache_dir()
+    if db is not None and _explicit[0] is None and directory is not None:
+        _import_plan_files(db, directory, db.environment(_device(handle)))
+    return db
 
 
 def load(graph_key: tuple, options: tuple, handle) -> list[dict] | None:
     """The stored entries [{'json': plan text, 'tag': engine tag, 'ms': time or None}] for this graph and these
-    options, or None (no store, no entry, or an entry that is unusable, with a warning naming the file)."""
-    directory = plan_cache_dir()
-    if directory is None:
-        return None
-    ident = _identity(graph_key, options, handle)
-    path = _path(directory, ident)
+    options, or None (no store, no entry, or an unusable entry, dropped with a warning)."""
     try:
-        if path.is_symlink() or not path.is_file():
+        db = _store(handle)
+        if db is None:
             return None
-        if path.stat().st_size > _MAX_BYTES:
-            raise InvalidValueError(f"larger than {_MAX_BYTES} bytes")
-        data = json.loads(path.read_text())
-        if not isinstance(data, dict) or data.get("format") != _FORMAT:
-            raise InvalidValueError(f"not a format-{_FORMAT} plan file")
-        for k in ("cudnn", "device", "key"):
-            if data.get(k) != ident[k]:
-                raise InvalidValueError(f"{k} is {data.get(k)!r}, this process has {ident[k]!r}")
-        plans = data.get("plans")
-        if not isinstance(plans, list) or not plans or not all(
-                isinstance(p, dict) and isinstance(p.get("json"), str) and isinstance(p.get("tag"), str)
-                and (p.get("ms") is None or isinstance(p.get("ms"), (int, float))) for p in plans):
-            raise InvalidValueError("'plans' must be a non-empty list of {json, tag, ms}")
-        return plans
-    except (OSError, ValueError, UnicodeDecodeError) as e:  # json.JSONDecodeError is a ValueError
-        warnings.warn(f"plan cache: ignoring {path}: {e}", RuntimeWarning, stacklevel=3)
+        key = _key(graph_key, options)
+        value = db.lookup(KIND, key, device=_device(handle))
+    except _db.TuningDatabaseError as e:
+        warnings.warn(f"plan cache: {e}", RuntimeWarning, stacklevel=3)
         return None
+    if value is None:
+        return None
+    plans = value.get("plans")
+    if not _valid(plans):
+        warnings.warn(f"plan cache: ignoring the record {key[:16]} in {db.path or '(memory)'}: 'plans' must be a "
+                      f"non-empty list of {{json, tag, ms}}", RuntimeWarning, stacklevel=3)
+        db.discard(KIND, key, device=_device(handle))
+        return None
+    return plans
 
 
 def save(graph_key: tuple, options: tuple, handle, plans: list[dict]) -> None:
-    """Store ``plans`` ([{'json', 'tag', 'ms'}]) for this graph and these options (no-op without a store)."""
-    directory = plan_cache_dir()
-    if directory is None:
-        return
-    ident = _identity(graph_key, options, handle)
-    path = _path(directory, ident)
-    text = json.dumps({"format": _FORMAT, **ident, "plans": plans})
+    """Store ``plans`` ([{'json', 'tag', 'ms'}]) for this graph and these options (no-op without a store; a store
+    that cannot be written warns and does not fail the call)."""
+    if not _valid(plans):
+        raise InvalidValueError("plans must be a non-empty list of {json: str, tag: str, ms: finite number or None}")
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".plan-", suffix=".tmp", dir=path.parent)
-    except OSError as e:  # a store that cannot be written must not fail the call whose plans are built
-        warnings.warn(f"plan cache: cannot write in {path.parent}: {e}", RuntimeWarning, stacklevel=3)
-        return
+        db = _store(handle)
+        if db is not None:
+            db.record(KIND, _key(graph_key, options), {"plans": plans}, device=_device(handle))
+    except _db.TuningDatabaseError as e:
+        warnings.warn(f"plan cache: cannot write: {e}", RuntimeWarning, stacklevel=3)
+
+
+# -- the earlier format: one JSON file per entry ----------------------------------------------------------------
+
+_imported: set = set()
+
+
+def _old_file(path: Path) -> tuple[Environment, str, list] | None:
+    """(environment without driver, key, plans) of one earlier-format plan file, or None if it is unusable."""
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+        if path.is_symlink() or not path.is_file() or path.stat().st_size > _MAX_BYTES:
+            return None
+        data = json.loads(path.read_text())
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    if not isinstance(data, dict) or data.get("format") != _OLD_FORMAT or not _valid(data.get("plans")):
+        return None
+    cudnn, device, key = data.get("cudnn"), data.get("device"), data.get("key")
+    if not (isinstance(cudnn, str) and isinstance(device, str) and isinstance(key, str) and len(key) == 64):
+        return None
+    name, _, sm = device.rpartition("|sm_")
+    if not (name and sm.isdigit() and len(sm) >= 2):
+        return None
+    return Environment(cudnn, name, f"{sm[:-1]}.{sm[-1]}", "unknown"), key, data["plans"]
+
+
+def _import_plan_files(db: _db.TuningDatabase, directory: Path, current: Environment) -> None:
+    """Copy the directory's ``plan-*.json`` files into ``db`` once; a file made under this process's cuDNN and GPU
+    is filed under its driver too (the old files did not record one)."""
+    source = f"plan files in {directory.absolute()}"
+    if source in _imported:
+        return
+    _imported.add(source)
+    files = sorted(directory.glob("plan-*.json"))
+    if not files or db.imported(source):
+        return
+    records, skipped = [], 0
+    for path in files:
+        got = _old_file(path)
+        if got is None:
+            skipped += 1
+            continue
+        env, key, plans = got
+        if env.fields()[:3] == current.fields()[:3]:
+            env = current
+        records.append(_db.Record(KIND, key, env, {"plans": plans}, path.stat().st_mtime, "import"))
+    db.put_records(records, source=source)
+    if skipped:
+        warnings.warn(f"plan cache: {skipped} of {len(files)} plan files in {directory} were unreadable or of "
+                      f"another format and were not imported", RuntimeWarning, stacklevel=4)
