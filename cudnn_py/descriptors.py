@@ -47,7 +47,7 @@ from cudnn_py._deprecation import alias, renamed_kwargs, warn
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
 from cudnn_py.args import DIM_MAX, INT32_MAX, dims, enum_member, int_arg, ints, nan_flag, spatial_ndim
-from cudnn_py.memory import DeviceArray, c_strides, as_array
+from cudnn_py.memory import DeviceArray, as_array, c_strides, non_overlapping
 
 __all__ = [
     "Descriptor", "Settings", "legacy_dtype", "TensorDescriptor", "FilterDescriptor", "ConvolutionDescriptor", "PoolingDescriptor",
@@ -90,6 +90,26 @@ def legacy_dtype(dtype, what: str) -> capi.cudnnDataType_t:
                         f"float32, float64, float16, bfloat16, int8, uint8 and int32; use the graph API "
                         f"(cudnn_py.Graph) for it")
     return dt
+
+
+#: vector dtype -> values per vector along C (the NCHW_VECT_C layout's)
+_VECTOR_WIDTH = {int(getattr(capi.cudnnDataType_t, n)): w for n, w in (
+    ("CUDNN_DATA_INT8x4", 4), ("CUDNN_DATA_UINT8x4", 4), ("CUDNN_DATA_INT8x32", 32))
+    if hasattr(capi.cudnnDataType_t, n)}
+
+
+def _check_vect_c(shape: tuple[int, ...], dt, fmt, what: str) -> None:
+    """NCHW_VECT_C stores C in vectors of 4 or 32 int8/uint8 values: it takes only a vector dtype, whose width must
+    divide C (cuDNN rounds C down otherwise: a filter of C 6 in INT8x4 reads back C 4, one of INT8x32 C 0)."""
+    if fmt != capi.CUDNN_TENSOR_NCHW_VECT_C:
+        return
+    width = _VECTOR_WIDTH.get(int(dt))
+    if width is None:
+        raise InvalidTypeError(f"{what} layout NCHW_VECT_C holds C in vectors of int8/uint8 values: its dtype must "
+                               f"be CUDNN_DATA_INT8x4, CUDNN_DATA_UINT8x4 or CUDNN_DATA_INT8x32, got {dt.name}")
+    if shape[1] % width:
+        raise InvalidValueError(f"{what} layout NCHW_VECT_C with {dt.name} needs C (shape[1], here {shape[1]}) to be "
+                                f"a multiple of {width}: pad C to {-(-shape[1] // width) * width}")
 
 
 def _carray(values) -> ctypes.Array:
@@ -233,6 +253,7 @@ class TensorDescriptor(Descriptor):
             if strides is not None:
                 raise InvalidValueError("give either strides or layout, not both")
             fmt = _layout(layout)
+            _check_vect_c(shape, dt, fmt, "tensor")
         elif strides is not None:
             strides = ints(strides, None, "tensor strides", 0)
             if len(strides) != len(shape):
@@ -242,6 +263,10 @@ class TensorDescriptor(Descriptor):
                 raise InvalidValueError(f"tensor strides {strides} are 0 in dimension(s) {bad} of size > 1 (a "
                                         f"broadcast "
                                  f"view); cuDNN needs real strides: make a packed copy")
+            if not non_overlapping(shape, strides):
+                raise InvalidValueError(f"tensor strides {strides} make elements of shape {shape} overlap (two "
+                                        f"indices address one element); give strides of a layout (e.g. packed "
+                                        f"{c_strides(shape)})")
         span = _span(shape, c_strides(shape) if strides is None else strides)
         if span > INT32_MAX:
             raise InvalidValueError(f"tensor shape {shape} with strides {strides or 'packed'} spans {span} elements; "
@@ -314,6 +339,7 @@ class FilterDescriptor(Descriptor):
         shape = dims(shape, "filter shape", 3)
         dt = legacy_dtype(dtype, "filter")
         fmt = _layout("NCHW" if layout is None else layout)
+        _check_vect_c(shape, dt, fmt, "filter")
         if math.prod(shape) > INT32_MAX:
             raise InvalidValueError(f"filter shape {shape} has {math.prod(shape)} elements; cuDNN's legacy filter "
                              f"descriptors hold at most 2**31 - 1")
@@ -702,6 +728,10 @@ class ReduceTensor(_TensorOpSettings):
                               _INDICES_ALIASES)
         self._indices_type = enum_member(capi.cudnnIndicesType_t, indices_type, "CUDNN_", "indices_type",
                                    _INDICES_TYPE_ALIASES)
+        if self._indices != capi.CUDNN_REDUCE_TENSOR_NO_INDICES and self._op not in (
+                capi.CUDNN_REDUCE_TENSOR_MIN, capi.CUDNN_REDUCE_TENSOR_MAX, capi.CUDNN_REDUCE_TENSOR_AMAX):
+            raise InvalidValueError(f"indices: only the min, max and amax reductions have indices (the position of "
+                                    f"the chosen element), not {self._op_name()!r}")
 
     @property
     def indices(self) -> capi.cudnnReduceTensorIndices_t:

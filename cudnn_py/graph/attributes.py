@@ -130,6 +130,11 @@ def _enum_value(cls, type_name: str, value, attr: str) -> int:
             return int(cls[hits[0]])
         raise InvalidValueError(f"{attr}: {value!r} is not a {cls.__name__} member")
     if isinstance(value, int) and not isinstance(value, bool):
+        if cls is not None and value not in cls._value2member_map_:  # 9999 would reach cuDNN as a data type
+            raise InvalidValueError(f"{attr}: {value} is not a {cls.__name__} value (one of "
+                                    f"{sorted(int(m) for m in cls)})")
+        if not -2 ** 31 <= value < 2 ** 31:
+            raise InvalidValueError(f"{attr}: {value} does not fit a C enum (32 bits)")
         return value
     raise InvalidTypeError(f"{attr} takes {cls.__name__ if cls else type_name} values, got {type(value).__name__}")
 
