@@ -21,6 +21,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import cudnn_py as cudnn  # noqa: E402
 from cudnn_py import algorithms as alg  # noqa: E402
+from cudnn_py.cli.prerequisites import script_args  # noqa: E402
 from cudnn_py.ops import convolution as cv  # noqa: E402
 
 
@@ -41,7 +42,7 @@ def main(argv=None) -> int:
     ap.add_argument("--calls", type=int, default=20)
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--rounds", type=int, default=3)
-    args = ap.parse_args(argv)
+    args = script_args(ap, argv)
     n, c, hw, k = args.batch, 256, 56, 256
     flops = 2.0 * n * k * hw * hw * c * 9
     rng = np.random.default_rng(0)

@@ -7,14 +7,17 @@ Each row times a callable over many calls (after a warm-up) and prints the media
 """
 from __future__ import annotations
 
+import argparse
 import ctypes
 import statistics
 import time
+import warnings
 
 import numpy as np
 
 import cudnn_py as cudnn
 from cudnn_py import capi
+from cudnn_py.cli.prerequisites import script_args
 from cudnn_py.descriptors import tensor_descriptor, tensor_descriptor_for
 from cudnn_py.memory import as_array
 
@@ -31,7 +34,8 @@ def per_call_us(fn, calls: int = 2000, repeats: int = 7) -> float:
     return statistics.median(samples)
 
 
-def main() -> None:
+def main(argv=None) -> None:
+    script_args(argparse.ArgumentParser(description=__doc__.splitlines()[0]), argv)
     h = cudnn.Handle()
     x = cudnn.to_device(np.random.default_rng(0).standard_normal((8, 3, 32, 32)).astype(np.float32))
     desc = tensor_descriptor(x.shape, x.dtype)
@@ -63,4 +67,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    # the raw-capi rows call C functions cuDNN 9 deprecates on purpose (the yardstick): no warning each
+    warnings.filterwarnings("ignore", r"cudnn\w+ is deprecated in cuDNN 9", DeprecationWarning)
     main()

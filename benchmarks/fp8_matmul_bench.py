@@ -17,19 +17,24 @@ import sys
 
 import ml_dtypes
 import numpy as np
-import torch
+
+try:
+    import torch
+except ImportError:  # said by script_args, in one line
+    torch = None
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import cudnn_py.graph as G  # noqa: E402
 from cudnn_py.handle import Handle  # noqa: E402
+from cudnn_py.cli.prerequisites import script_args  # noqa: E402
 from cudnn_py.memory import DeviceArray  # noqa: E402
 from timing import event_ms  # noqa: E402
 
 E4M3 = np.dtype(ml_dtypes.float8_e4m3fn)
 
 
-def wrap(t: torch.Tensor, dtype) -> DeviceArray:
+def wrap(t, dtype) -> DeviceArray:
     """A DeviceArray over torch tensor ``t``'s memory, read as ``dtype`` (torch's FP8 tensors have no CAI)."""
     return DeviceArray(t.data_ptr(), tuple(t.shape), dtype, t.stride(), device_id=t.get_device(), owner=t)
 
@@ -39,7 +44,7 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=8192, help="M = N = K")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--repeats", type=int, default=7)
-    args = ap.parse_args()
+    args = script_args(ap, modules=("torch",))
     n = args.size
     dev = torch.device("cuda")
     torch.manual_seed(0)

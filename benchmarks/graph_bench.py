@@ -18,11 +18,13 @@ import os
 import statistics
 import subprocess
 import time
+import warnings
 
 import numpy as np
 
 import cudnn_py.graph as G
 from cudnn_py import capi
+from cudnn_py.cli.prerequisites import script_args
 from cudnn_py.handle import Handle
 from cudnn_py.memory import DeviceArray, empty, to_device
 from cudnn_py.streams import timer
@@ -280,7 +282,7 @@ def main():
     ap.add_argument("--floor-bin", default=None)
     ap.add_argument("--iters", type=int, default=20000)
     ap.add_argument("--only", default="1,2,3,4")
-    args = ap.parse_args()
+    args = script_args(ap)
     rng = np.random.default_rng(0)
     with Handle() as h:
         from cudnn_py import library
@@ -298,4 +300,6 @@ def main():
 
 
 if __name__ == "__main__":
+    # the raw-capi rows call C functions cuDNN 9 deprecates on purpose (the yardstick): no warning each
+    warnings.filterwarnings("ignore", r"cudnn\w+ is deprecated in cuDNN 9", DeprecationWarning)
     main()

@@ -19,6 +19,8 @@ import sys
 import time
 from collections import defaultdict
 
+from cudnn_py.cli.prerequisites import script_args
+
 DEFAULT_TARGETS = ("cudnn_py", "cudnn_py.capi", "cudnn_py:to_device", "cudnn_py:Graph")
 _LINE = re.compile(r"import time:\s+(\d+) \|\s+(\d+) \|\s*(\S+)")
 
@@ -72,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("targets", nargs="*", default=DEFAULT_TARGETS, help="module or module:name (default: %(default)s)")
     p.add_argument("--repeats", type=int, default=10, help="fresh interpreters per target (default 10)")
     p.add_argument("--top", type=int, default=6, help="packages listed per target (default 6)")
-    args = p.parse_args(argv)
+    args = script_args(p, argv, gpu=False)
     baseline = statistics.median(measure("sys")[1] for _ in range(args.repeats))
     print(f"interpreter start-up alone: {baseline:.0f} ms wall (median of {args.repeats})\n")
     print(f"{'target':<24}{'import ms':>10}{'process ms':>12}  most costly packages (self ms, one run's median)")

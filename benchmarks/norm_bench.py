@@ -13,10 +13,14 @@ from __future__ import annotations
 
 import argparse
 
-import torch
-import torch.nn.functional as F
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError:  # said by script_args, in one line
+    torch = None
 
 import cudnn_py.graph as G
+from cudnn_py.cli.prerequisites import script_args
 from cudnn_py.handle import Handle
 from timing import event_ms
 
@@ -59,7 +63,7 @@ def main():
     ap.add_argument("--rows", type=int, default=8192)
     ap.add_argument("--hidden", type=int, default=4096)
     ap.add_argument("--iters", type=int, default=20)
-    a = ap.parse_args()
+    a = script_args(ap, modules=("torch",))
     rows, hidden = a.rows, a.hidden
     dev = torch.device("cuda")
     torch.manual_seed(0)

@@ -24,6 +24,7 @@ import cudnn_py.ops.batchnorm as BN
 import cudnn_py.ops.normalization as NM
 import cudnn_py.ops.pooling as P
 import cudnn_py.ops.tensor_ops as T
+from cudnn_py.cli.prerequisites import script_args
 from cudnn_py.handle import Handle
 from cudnn_py.memory import DeviceArray, to_device
 
@@ -331,9 +332,7 @@ def main(argv=None) -> int:
     p.add_argument("--json", metavar="PATH")
     p.add_argument("--resnet", action="store_true", help="also the ResNet block step (examples/graph_resnet_block.py)")
     p.add_argument("--plans", action="store_true", help="also every heuristics plan of the ReLU and pooling cases")
-    args = p.parse_args(argv)
-    if torch is None:
-        raise SystemExit("ops_vs_torch: needs torch (its timings, and its sleep kernel for the device times)")
+    args = script_args(p, argv, modules=("torch",))  # torch: its timings, and its sleep kernel for device times
     with Handle() as h:
         b = Bench(h, args.calls, args.repeats, args.json)
         if args.resnet:

@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable
 
 import cudnn_py
+from cudnn_py.cli.prerequisites import script_args
 from cudnn_py.graph.ops.sdpa import FP8_BACKWARD_SCALES, FP8_FORWARD_SCALES
 from cudnn_py.ops import sdpa as S
 
@@ -352,7 +353,7 @@ def main(argv=None) -> None:
                     "'decode' for the decode row, 'host' for the host-time row alone)")
     ap.add_argument("--autotune", action="store_true", help="also time cudnn-py with autotuned plans")
     ap.add_argument("--no-frontend", action="store_true", help="without cudnn-frontend")
-    args = ap.parse_args(argv)
+    args = script_args(ap, argv, modules=("torch",))
     timing = (args.warmup, max(1, args.rounds), max(1, args.inner))
     print_gpu()
     import torch

@@ -1,9 +1,11 @@
-"""Device time of a callable from CUDA events (torch's), for the benchmark scripts beside this file."""
+"""Device time of a callable from CUDA events (torch's), for the benchmark scripts beside this file.
+
+torch is imported on the first call: a benchmark imports this module even where torch is missing, and says so in
+one line (``cudnn_py.cli.prerequisites.script_args``) instead of failing on the import.
+"""
 from __future__ import annotations
 
 import statistics
-
-import torch
 
 
 #: a sleep kernel of about 6 ms at 1.5 GHz: longer than the host needs to queue a timed batch of calls
@@ -17,6 +19,7 @@ def event_ms(fn, iters: int = 20, repeats: int = 7, *, sleep: bool = False) -> f
     :param sleep: queue the calls behind a sleep kernel that holds the stream until the host has queued them all,
         so the time is the GPU's alone (without it, a host-bound call measures its host time).
     """
+    import torch
     for _ in range(3):
         fn()
     torch.cuda.synchronize()

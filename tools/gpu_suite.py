@@ -1,6 +1,6 @@
 """Run the test suite on a GPU machine as several pytest processes at once, then the tests marked ``serial`` alone.
 
-    python tools/gpu_suite.py                      # 12 shards, logs under ./gpu_suite_logs
+    python tools/gpu_suite.py                      # 12 shards, logs in a new temporary folder (printed)
     python tools/gpu_suite.py --shards 8 --logs $OUT/suite tests/test_graph_gpu.py
 
 The suite is mostly plan building and small kernels, so one GPU serves many processes: on an H200 with 16 cores, 12
@@ -8,7 +8,8 @@ shards ran the whole suite in about 3 minutes (one process: over half an hour). 
 ``CUDNN_PY_SHARD=i/n`` (tests/conftest.py keeps every n-th test) and ``CUDNN_PY_REQUIRE_GPU=1``, so a missing GPU
 fails instead of skipping. Tests marked ``serial`` measure device-wide state (free device memory) that other
 processes would disturb: they run afterwards, alone. Prints each shard's result line, the failures and the
-skip reasons; exits 0 only when every process passed.
+skip reasons; exits 0 only when every process passed. Without a GPU it refuses at once, in one line
+(``--no-gpu-check`` runs anyway: the sharding itself, on CPU-only tests).
 """
 from __future__ import annotations
 
@@ -18,19 +19,25 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # run from a checkout
+from cudnn_py.cli.prerequisites import require_gpu  # noqa: E402
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shards", type=int, default=12, help="pytest processes at once (default 12)")
     ap.add_argument("--timeout", type=float, default=540.0, help="seconds before a shard is stopped")
-    ap.add_argument("--logs", default="gpu_suite_logs", help="folder for one log per process")
+    ap.add_argument("--logs", help="folder for one log per process (default: a new temporary folder)")
+    ap.add_argument("--no-gpu-check", action="store_true", help="run even where no GPU is visible")
     ap.add_argument("tests", nargs="*", default=["tests"], help="what pytest runs (default: tests)")
     args = ap.parse_args(argv)
-    logs = Path(args.logs)
+    if not args.no_gpu_check:
+        require_gpu("gpu_suite")
+    logs = Path(args.logs or tempfile.mkdtemp(prefix="gpu_suite_"))
     logs.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, CUDNN_PY_REQUIRE_GPU="1", PYTHONUNBUFFERED="1",
                PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
@@ -55,6 +62,7 @@ def main(argv=None) -> int:
         print(line)
     for reason, count in skips.most_common():
         print(f"skipped {count}x: {reason}")
+    print(f"logs: {logs}")
     return 0 if all(c in (0, 5) for c in codes.values()) else 1  # 5: nothing collected (no serial test selected)
 
 

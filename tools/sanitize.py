@@ -24,6 +24,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # run from a checkout
+from cudnn_py.cli.prerequisites import require_gpu  # noqa: E402
 #: what fits in a few minutes under memcheck on an H200 (autotuning, which times every engine, is left out)
 DEFAULT_TESTS = ["tests/test_matrix.py", "tests/test_handle_gpu.py", "tests/test_memory_gpu.py",
                  "tests/test_conv_graph_engine.py", "tests/test_threads.py", "-k", "not fastest"]
@@ -72,6 +74,7 @@ def main(argv=None) -> int:
     ap.add_argument("--snippet", help="run this Python code instead of pytest")
     ap.add_argument("--log", help="write the sanitizer's full output here")
     args, rest = ap.parse_known_args(argv)
+    require_gpu("sanitize")  # before looking for the sanitizer or starting anything
     exe = find_sanitizer()
     if exe is None:
         print("compute-sanitizer not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin, nvidia-cuda-sanitizer-api "
