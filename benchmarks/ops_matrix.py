@@ -1,0 +1,603 @@
+"""Every Pythonic operation family, forward and backward, in every dtype, layout and two sizes: device time through
+the legacy call, the graph path, the call's default engine and ``engine_choice`` (the measured ``"auto"``), beside
+torch's same work in the same process (prints a table, writes JSON; asserts nothing).
+
+Rows: (operation, dtype, layout, size). "small" is a host-bound size (a few thousand elements), "large" a
+bandwidth-bound one (tens of millions; the convolutions: compute-bound). Peers per row:
+
+* ``legacy`` / ``graph``: the call with ``engine="legacy"`` / ``"graph"``;
+* ``default``: the call without ``engine=`` (what a user gets);
+* ``auto``: :func:`cudnn_py.engine_choice.run` over the legacy and graph calls (its first call measures both and
+  keeps the faster; the "auto" column names the engine it kept);
+* ``torch``: torch's function for the same work on the same memory (torch.backends.cudnn.benchmark on).
+
+Device time: a sample is ``n`` back-to-back calls between CUDA events, queued behind a sleep kernel (torch's) long
+enough for the host to queue them all, so it is the GPU's time, not the host's; ``n`` makes a sample about
+``--sample-ms``. Every peer of a row is warmed up, then timed in ``--rounds`` rounds, each taking the peers in a new
+seeded random order, each timed sample right after an untimed one of the same callable (``sdpa_bench.rounds_ms``,
+the project's method); a figure is the median. Host time per call: wall time of ``n`` calls in a Python loop,
+without synchronising (the launch cost). GB/s counts the bytes a call must read and write once; TFLOP/s the
+convolution's 2 * N * K * C * R * S * P * Q. A cell is "-" where the peer refuses the configuration (why, under
+the table). Without torch the device times are taken without the sleep kernel (host-bound rows then show host
+time) and the torch column is empty.
+
+    python benchmarks/ops_matrix.py --ops activation,pooling --dtypes float16 --sizes large --json out.json
+    python benchmarks/ops_matrix.py --smoke          # seconds: a few small rows (without a GPU: one line, exit 0)
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+#: operation families and the rows (operations) of each; ``--ops`` takes either
+FAMILIES: dict[str, tuple[str, ...]] = {
+    "convolution": ("conv_fwd", "conv_dgrad", "conv_wgrad"),
+    "pooling": ("pool_max_fwd", "pool_max_bwd", "pool_avg_fwd", "pool_avg_bwd"),
+    "activation": ("relu_fwd", "relu_bwd"),
+    "softmax": ("softmax_fwd", "softmax_bwd"),
+    "batchnorm": ("bn_train", "bn_infer", "bn_bwd", "bn_train_ex", "bn_bwd_ex"),
+    "normalization": ("norm_train", "norm_infer", "norm_bwd"),
+    "layer_norm": ("layer_norm_fwd", "layer_norm_bwd", "rms_norm_fwd", "rms_norm_bwd"),
+    "lrn": ("lrn_fwd", "lrn_bwd"),
+    "tensor_ops": ("op_tensor_add", "add_tensor_bias", "scale_tensor", "set_tensor", "reduce_add",
+                   "transform_dtype", "transform_layout"),
+    "dropout": ("dropout_fwd", "dropout_bwd"),
+}
+DTYPES = ("float16", "bfloat16", "float32", "float64")
+LAYOUTS = ("NCHW", "NHWC")
+SIZES = ("small", "large")
+#: families whose arrays have no NCHW/NHWC layout (rows x hidden): their rows run under NCHW only
+NO_LAYOUT = frozenset({"layer_norm"})
+PEERS = ("legacy", "graph", "default", "auto", "torch")
+#: clock rate the sleep kernel's cycle count assumes (at or above the GPU's, so a sleep is never too short)
+_SLEEP_HZ = 2.0e9
+
+#: shapes per family and size: (x shape, extra) - NCHW logical order; the layout gives the strides
+SHAPES = {
+    "elementwise": {"small": (2, 32, 8, 8), "large": (32, 256, 56, 56)},
+    "pooling": {"small": (2, 16, 16, 16), "large": (32, 128, 112, 112)},
+    "conv": {"small": ((1, 8, 8, 8), (8, 8, 3, 3)), "large": ((32, 64, 56, 56), (64, 64, 3, 3))},
+    "rows": {"small": (16, 64), "large": (8192, 4096)},
+}
+
+
+@dataclass
+class Case:
+    """One row's callables (None: the peer has no such call) and the work one call does."""
+    nbytes: float
+    flops: float = 0.0
+    fns: dict[str, Callable[[], object] | None] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    mutated: tuple = ()                 # arrays a call reads and writes (engine_choice restores them)
+
+
+@dataclass
+class Row:
+    op: str
+    dtype: str
+    layout: str
+    size: str
+    shape: str
+    gbytes: float
+    gflop: float
+    ms: dict[str, float | None] = field(default_factory=dict)        # device ms per call, by peer
+    host_us: dict[str, float | None] = field(default_factory=dict)   # host µs per call, by peer
+    auto_engine: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def rate(self, peer: str) -> str:
+        ms = self.ms.get(peer)
+        if not ms:
+            return "-"
+        return f"{self.gflop / ms:.1f}T" if self.gflop else f"{self.gbytes / ms * 1e3:.0f}"
+
+
+def selected(ops: list[str] | None, dtypes, layouts, sizes) -> list[tuple[str, str, str, str, str]]:
+    """(family, op, dtype, layout, size) of every row the filters keep; ``ops``: family or op names."""
+    out = []
+    for fam, names in FAMILIES.items():
+        for op in names:
+            if ops and fam not in ops and op not in ops:
+                continue
+            for dt in dtypes:
+                for lay in (("NCHW",) if fam in NO_LAYOUT else layouts):
+                    if fam in NO_LAYOUT and "NCHW" not in layouts:
+                        continue
+                    out.extend((fam, op, dt, lay, sz) for sz in sizes)
+    return out
+
+
+def gpu_present() -> bool:
+    """Whether the CUDA driver sees a GPU (libcuda through ctypes: no cuda.core or torch import)."""
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    n = ctypes.c_int(0)
+    return cuda.cuInit(0) == 0 and cuda.cuDeviceGetCount(ctypes.byref(n)) == 0 and n.value > 0
+
+
+def parse(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+
+    def names(allowed):
+        def check(text: str) -> list[str]:
+            got = [t.strip() for t in text.split(",") if t.strip()]
+            bad = [t for t in got if t not in allowed]
+            if bad or not got:
+                raise argparse.ArgumentTypeError(f"{','.join(bad) or text!r}: expected some of {', '.join(allowed)}")
+            return got
+        return check
+    ops = tuple(FAMILIES) + tuple(op for names_ in FAMILIES.values() for op in names_)
+    p.add_argument("--ops", type=names(ops), help="families or operations, comma-separated (default: all)")
+    p.add_argument("--dtypes", type=names(DTYPES), default=list(DTYPES))
+    p.add_argument("--layouts", type=names(LAYOUTS), default=list(LAYOUTS))
+    p.add_argument("--sizes", type=names(SIZES), default=list(SIZES))
+    p.add_argument("--rounds", type=int, default=7, help="interleaved rounds per row (median of them)")
+    p.add_argument("--sample-ms", type=float, default=4.0, help="device time a sample aims at")
+    p.add_argument("--json", metavar="PATH", help="write the rows here (after every row)")
+    p.add_argument("--no-torch", action="store_true", help="leave torch out even where it imports")
+    p.add_argument("--smoke", action="store_true", help="a few small rows, 2 rounds (no GPU: one line, exit 0)")
+    a = p.parse_args(argv)
+    if a.rounds < 1 or a.sample_ms <= 0:
+        p.error("--rounds must be >= 1 and --sample-ms > 0")
+    if a.smoke:
+        a.ops = a.ops or ["relu_fwd", "pool_max_bwd", "bn_train", "conv_fwd", "op_tensor_add"]
+        a.dtypes, a.layouts, a.sizes, a.rounds = ["float16"], ["NHWC"], ["small"], 2
+    return a
+
+
+# ---------------------------------------------------------------- arrays and timing
+
+class Bench:
+    """The handle, the arrays a row needs (a cudnn-py view and a torch view of the same memory) and the timers."""
+
+    def __init__(self, h, torch, sample_ms: float, rounds: int):
+        import numpy as np
+        import cudnn_py
+        from cudnn_py import engine_choice
+        from cudnn_py.dtypes import as_numpy_dtype
+        self.dt = as_numpy_dtype
+        self.h, self.torch, self.np, self.cudnn, self.ec = h, torch, np, cudnn_py, engine_choice
+        self.rng = np.random.default_rng(0)
+        self.rounds, self.sample_ms = rounds, sample_ms
+        self._host: dict[int, float] = {}
+
+    def arr(self, shape, dtype, layout="NCHW", positive=False):
+        """(DeviceArray of logical ``shape`` stored in ``layout``, torch view of it or None)."""
+        np = self.np
+        a = self.rng.standard_normal(shape).astype(np.float32)
+        a = np.abs(a) + 0.1 if positive else a
+        order = list(range(len(shape)))
+        if layout == "NHWC" and len(shape) > 2:
+            order = [0, *range(2, len(shape)), 1]
+        buf = self.cudnn.to_device(np.ascontiguousarray(a.transpose(order)).astype(self.dt(dtype)), self.h.stream)
+        inv = np.argsort(order).tolist()
+        strides = tuple(buf.strides[i] for i in inv)
+        d = self.cudnn.DeviceArray(buf.ptr, shape, self.dt(dtype), strides, device_id=buf.device_id, owner=buf)
+        t = self.torch.from_dlpack(buf).permute(*inv) if self.torch is not None else None
+        return d, t
+
+    def host_us(self, fn, calls: int = 20, samples: int = 5) -> float:
+        """Median wall µs per call of ``fn`` in a Python loop (not synchronised: the launch cost)."""
+        out = []
+        for _ in range(samples):
+            self.cudnn.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            out.append((time.perf_counter() - t0) / calls * 1e6)
+        self.cudnn.synchronize()
+        us = statistics.median(out)
+        self._host[id(fn)] = us
+        return us
+
+    def sample(self, fn, n: int) -> float:
+        """Device ms per call over ``n`` calls between events, queued behind a sleep kernel that outlasts the host's
+        queueing of them (at most as many calls as fit ``sample_ms`` of host time)."""
+        host_ms = self._host.get(id(fn), 0.05) * 1e-3
+        n = max(1, min(n, int(self.sample_ms / host_ms)))
+        if self.torch is not None:
+            self.torch.cuda._sleep(int((n * host_ms * 1.5 + 0.05) * 1e-3 * _SLEEP_HZ))
+        with self.cudnn.timer() as t:
+            for _ in range(n):
+                fn()
+        return t.ms / n
+
+    def device_ms(self, fns: dict[str, Callable]) -> dict[str, float]:
+        """Median device ms per call of each peer, sampled in interleaved rounds (sdpa_bench's method)."""
+        import sdpa_bench
+        sdpa_bench.SAMPLE_MS = self.sample_ms
+        got = sdpa_bench.rounds_ms({k: (f,) for k, f in fns.items()}, (3, self.rounds, 1000), self.sample)
+        return {k: statistics.median(v[0]) for k, v in got.items()}
+
+
+# ---------------------------------------------------------------- the rows
+
+def _engines(call: Callable[..., object]) -> dict[str, Callable]:
+    """legacy / graph / default callables of ``call(engine=...)`` (``call()`` for the default)."""
+    return {"legacy": lambda: call(engine="legacy"), "graph": lambda: call(engine="graph"), "default": call}
+
+
+def build(b: Bench, fam: str, op: str, dtype: str, layout: str, size: str) -> tuple[str, Case]:
+    """(shape text, the row's Case); no torch peer without torch."""
+    shape, case = _build(b, fam, op, dtype, layout, size)
+    if b.torch is None:
+        case.fns["torch"] = None
+    return shape, case
+
+
+def _build(b: Bench, fam: str, op: str, dtype: str, layout: str, size: str) -> tuple[str, Case]:
+    import cudnn_py as C
+    np, h, torch = b.np, b.h, b.torch
+    F = torch.nn.functional if torch is not None else None
+    item = b.dt(dtype).itemsize
+    pdt = "float64" if dtype == "float64" else "float32"  # batch-norm parameters
+    if fam == "convolution":
+        xs, ws = SHAPES["conv"][size]
+        conv = C.Convolution(padding=1)
+        x, xt = b.arr(xs, dtype, layout)
+        w, wt = b.arr(ws, dtype, layout)
+        y, yt = b.arr((xs[0], ws[0], *xs[2:]), dtype, layout)
+        flops = 2.0 * xs[0] * ws[0] * xs[1] * ws[2] * ws[3] * xs[2] * xs[3]
+        nbytes = (x.size + w.size + y.size) * item
+        mask = {"conv_fwd": None, "conv_dgrad": [True, False, False], "conv_wgrad": [False, True, False]}[op]
+        t = None
+        if op == "conv_fwd":
+            def call(**kw):
+                return C.convolution_forward(h, conv, x, w, y, **kw)
+            t = (lambda: F.conv2d(xt, wt, padding=1)) if torch is not None else None
+        elif op == "conv_dgrad":
+            def call(**kw):
+                return C.convolution_backward_data(h, conv, w, y, x, **kw)
+        else:
+            def call(**kw):
+                return C.convolution_backward_filter(h, conv, x, y, w, **kw)
+        if mask and torch is not None:
+            t = lambda: torch.ops.aten.convolution_backward(yt, xt, wt, None, [1, 1], [1, 1], [1, 1], False,  # noqa
+                                                            [0, 0], 1, mask)
+        return f"x{xs} w{ws}", Case(nbytes, flops, {**_engines(call), "torch": t})
+    if fam == "pooling":
+        xs = SHAPES["pooling"][size]
+        mode = "max" if "max" in op else "avg_include_padding"
+        pool = C.Pooling(mode, 3, 1, 2)
+        ys = pool.output_shape(xs)
+        x, xt = b.arr(xs, dtype, layout)
+        y, yt = b.arr(ys, dtype, layout)
+        dy, dyt = b.arr(ys, dtype, layout)
+        dx, _ = b.arr(xs, dtype, layout)
+        C.pooling_forward(h, pool, x, y, engine="legacy")
+        nbytes = (x.size + y.size) * item
+        if op.endswith("fwd"):
+            def call(**kw):
+                return C.pooling_forward(h, pool, x, y, **kw)
+            tf = (lambda: F.max_pool2d(xt, 3, 2, 1)) if mode == "max" else (lambda: F.avg_pool2d(xt, 3, 2, 1))
+        else:
+            def call(**kw):
+                return C.pooling_backward(h, pool, x, y, dy, dx, **kw)
+            nbytes *= 2
+            if torch is None:
+                tf = None
+            elif mode == "max":
+                _, idx = F.max_pool2d(xt, 3, 2, 1, return_indices=True)
+                tf = lambda: torch.ops.aten.max_pool2d_with_indices_backward(  # noqa: E731
+                    dyt, xt, [3, 3], [2, 2], [1, 1], [1, 1], False, idx)
+            else:
+                tf = lambda: torch.ops.aten.avg_pool2d_backward(dyt, xt, [3, 3], [2, 2], [1, 1], False,  # noqa
+                                                                True, None)
+        return f"{xs} 3x3/2", Case(nbytes, 0.0, {**_engines(call), "torch": tf})
+    xs = SHAPES["rows" if fam in NO_LAYOUT else "elementwise"][size]
+    if fam == "layer_norm":
+        return f"{xs[0]}x{xs[1]}", _norm_case(b, op, dtype, xs)
+    n = int(np.prod(xs))
+    x, xt = b.arr(xs, dtype, layout)
+    y, yt = b.arr(xs, dtype, layout)
+    dy, dyt = b.arr(xs, dtype, layout)
+    dx, _ = b.arr(xs, dtype, layout)
+    shape = str(xs)
+    tf = None
+    fns: dict[str, Callable | None] = {}
+    mutated: tuple = ()
+    if fam == "activation":
+        act = C.Activation("relu")
+        if op == "relu_fwd":
+            def call(**kw):
+                return C.activation_forward(h, act, x, y, **kw)
+            tf, nb = (lambda: torch.relu(xt)) if torch else None, 2 * n * item
+        else:
+            def call(**kw):
+                return C.activation_backward(h, act, x, y, dy, dx, **kw)
+            tf = (lambda: torch.ops.aten.threshold_backward(dyt, xt, 0)) if torch else None
+            nb = 3 * n * item
+        fns = _engines(call)
+    elif fam == "softmax":
+        if op == "softmax_fwd":
+            fns, nb = {"legacy": lambda: C.softmax_forward(h, x, y)}, 2 * n * item
+            tf = (lambda: torch.softmax(xt, 1)) if torch else None
+        else:
+            fns, nb = {"legacy": lambda: C.softmax_backward(h, y, dy, dx)}, 3 * n * item
+            tf = (lambda: torch.ops.aten._softmax_backward_data(dyt, yt, 1, yt.dtype)) if torch else None
+    elif fam == "lrn":
+        lrn = C.LRN()
+        if op == "lrn_fwd":
+            fns, nb = {"legacy": lambda: C.lrn_forward(h, lrn, x, y)}, 2 * n * item
+            tf = (lambda: F.local_response_norm(xt, 5, 1e-4, 0.75, 2.0)) if torch else None
+        else:
+            fns, nb = {"legacy": lambda: C.lrn_backward(h, lrn, x, y, dy, dx)}, 4 * n * item
+    elif fam == "dropout":
+        d = C.Dropout(h, 0.1, seed=1)
+        out = C.dropout_forward(h, d, x, y)
+        if op == "dropout_fwd":
+            fns, nb = {"legacy": lambda: C.dropout_forward(h, d, x, y, out.reserve)}, 2 * n * item
+            tf = (lambda: torch.ops.aten.native_dropout(xt, 0.1, True)) if torch else None
+        else:
+            fns, nb = {"legacy": lambda: C.dropout_backward(h, d, dy, out.reserve, dx)}, 2 * n * item
+            if torch:
+                mask = torch.ops.aten.native_dropout(xt, 0.1, True)[1]
+                tf = lambda: torch.ops.aten.native_dropout_backward(dyt, mask, 1 / 0.9)  # noqa: E731
+    elif fam == "tensor_ops":
+        fns, nb, tf, mutated = _tensor_op(b, op, dtype, layout, xs, x, xt, y, yt, dy, dyt)
+    else:  # batchnorm, normalization
+        fns, nb, tf, mutated, shape = _norm_api_case(b, fam, op, dtype, pdt, layout, xs, x, xt, y, dy, dyt, dx)
+    return shape, Case(nb, 0.0, {**fns, "torch": tf}, mutated=mutated)
+
+
+def _tensor_op(b, op, dtype, layout, xs, x, xt, y, yt, dy, dyt):
+    import cudnn_py as C
+    np, h, torch = b.np, b.h, b.torch
+    n, item = int(np.prod(xs)), b.dt(dtype).itemsize
+    mutated: tuple = ()
+    tf = None
+    if op == "op_tensor_add":
+        def call(**kw):
+            return C.op_tensor(h, "add", x, dy, y, **kw)
+        tf, nb = (lambda: torch.add(xt, dyt, out=yt)) if torch else None, 3 * n * item
+    elif op == "add_tensor_bias":
+        bias, bt = b.arr((1, xs[1], 1, 1), dtype)
+
+        def call(**kw):
+            return C.add_tensor(h, bias, y, beta=1.0, **kw)
+        tf, nb, mutated = (lambda: yt.add_(bt)) if torch else None, 2 * n * item, (y,)
+    elif op == "scale_tensor":
+        def call(**kw):
+            return C.scale_tensor(h, y, alpha=1.0, **kw)
+        tf, nb, mutated = (lambda: yt.mul_(1.0)) if torch else None, 2 * n * item, (y,)
+    elif op == "set_tensor":
+        return {"legacy": lambda: C.set_tensor(h, y, 0.5)}, n * item, (lambda: yt.fill_(0.5)) if torch else None, ()
+    elif op == "reduce_add":
+        red, _ = b.arr((1, xs[1], 1, 1), "float32" if dtype != "float64" else dtype)
+
+        def call(**kw):
+            return C.reduce_tensor(h, "add", x, red, **kw)
+        tf, nb = (lambda: torch.sum(xt, dim=(0, 2, 3), keepdim=True, dtype=torch.float32)) if torch else None, n * item
+    elif op == "transform_dtype":
+        src, st = b.arr(xs, "float32", layout)
+
+        def call(**kw):
+            return C.transform_tensor(h, src, y, **kw)
+        tf, nb = (lambda: yt.copy_(st)) if torch else None, n * (4 + item)
+    else:  # transform_layout: from the other layout into this one
+        src, st = b.arr(xs, dtype, "NCHW" if layout == "NHWC" else "NHWC")
+
+        def call(**kw):
+            return C.transform_tensor(h, src, y, **kw)
+        tf, nb = (lambda: yt.copy_(st)) if torch else None, 2 * n * item
+    return _engines(call), nb, tf, mutated
+
+
+def _norm_api_case(b, fam, op, dtype, pdt, layout, xs, x, xt, y, dy, dyt, dx):
+    """Batch norm and the normalization API: training (running statistics), inference, backward, the _ex pair."""
+    import cudnn_py as C
+    np, h, torch = b.np, b.h, b.torch
+    F = torch.nn.functional if torch is not None else None
+    c, n, item = xs[1], int(np.prod(xs)), b.dt(dtype).itemsize
+    sc, sct = b.arr((c,), pdt, positive=True)
+    bi, bit = b.arr((c,), pdt)
+    rm, rmt = b.arr((c,), pdt)
+    rv, rvt = b.arr((c,), pdt, positive=True)
+    sm, smt = b.arr((c,), pdt)
+    siv, sivt = b.arr((c,), pdt, positive=True)
+    ds, _ = b.arr((c,), pdt)
+    db, _ = b.arr((c,), pdt)
+    z, zt = b.arr(xs, dtype, layout)
+    tf, mutated = None, ()
+    bwd_t = (lambda: torch.ops.aten.native_batch_norm_backward(dyt, xt, sct, rmt, rvt, smt, sivt, True, 1e-5,
+                                                                [True, True, True])) if torch else None
+    if fam == "batchnorm":
+        train, infer, bwd = C.batchnorm_forward_training, C.batchnorm_forward_inference, C.batchnorm_backward
+    else:
+        train, infer, bwd = (C.normalization_forward_training, C.normalization_forward_inference,
+                             C.normalization_backward)
+    if op in ("bn_train", "norm_train"):
+        def call(**kw):
+            return train(h, x, sc, bi, factor=0.1, running_mean=rm, running_var=rv, y=y, saved_mean=sm,
+                         saved_inv_var=siv, **kw)
+        tf = (lambda: F.batch_norm(xt, rmt, rvt, sct, bit, training=True, momentum=0.1)) if torch else None
+        nb, mutated = 2 * n * item, (rm, rv)
+    elif op in ("bn_infer", "norm_infer"):
+        def call(**kw):
+            return infer(h, x, sc, bi, rm, rv, y=y, **kw)
+        tf, nb = (lambda: F.batch_norm(xt, rmt, rvt, sct, bit, training=False)) if torch else None, 2 * n * item
+    elif op == "bn_bwd":
+        def call(**kw):
+            return bwd(h, x, dy, sc, sm, siv, dx=dx, dscale=ds, dbias=db, **kw)
+        tf, nb = bwd_t, 3 * n * item
+    elif op == "norm_bwd":
+        def call(**kw):
+            return bwd(h, x, y, dy, sc, bi, sm, siv, dx=dx, dscale=ds, dbias=db, **kw)
+        tf, nb = bwd_t, 3 * n * item
+    elif op == "bn_train_ex":
+        def call(**kw):
+            return C.batchnorm_forward_training_ex(h, x, sc, bi, z=z, ops="bn_add_activation", activation="relu",
+                                                   y=y, saved_mean=sm, saved_inv_var=siv, **kw)
+        tf = (lambda: torch.relu_(F.batch_norm(xt, None, None, sct, bit, training=True).add_(zt))) if torch else None
+        nb = 3 * n * item
+    else:  # bn_bwd_ex: the legacy backward reads the legacy forward's reserve; the graph's reads none
+        r = C.batchnorm_forward_training_ex(h, x, sc, bi, z=z, ops="bn_add_activation", activation="relu", y=y,
+                                            saved_mean=sm, saved_inv_var=siv, engine="legacy")
+
+        def call(engine="auto"):
+            reserve = r.reserve if engine in ("legacy", "auto") else None
+            return C.batchnorm_backward_ex(h, x, y, dy, sc, bi, sm, siv, reserve, ops="bn_add_activation",
+                                           activation="relu", dx=dx, dz=z, dscale=ds, dbias=db, engine=engine)
+        nb = 4 * n * item
+    fns = _engines(call)
+    if op in ("bn_train_ex", "bn_bwd_ex"):
+        fns["auto"] = None  # the _ex pair stays on one engine (reserve space): no per-call measurement
+    return fns, nb, tf, mutated, str(xs)
+
+
+def _norm_case(b, op, dtype, xs) -> Case:
+    """Layer / RMS norm over the hidden dim of (rows, hidden): a cudnn-py graph (autotuned) beside torch; no
+    legacy call exists."""
+    import cudnn_py.graph as G
+    h, torch = b.h, b.torch
+    rows, hidden = xs
+    mode = "layer" if op.startswith("layer") else "rms"
+    x, xt = b.arr((rows, hidden, 1, 1), dtype)
+    dy, dyt = b.arr((rows, hidden, 1, 1), dtype)
+    y, _ = b.arr((rows, hidden, 1, 1), dtype)
+    dx, _ = b.arr((rows, hidden, 1, 1), dtype)
+    w, wt = b.arr((1, hidden, 1, 1), dtype, positive=True)
+    bb, bt = b.arr((1, hidden, 1, 1), dtype)
+    dw, _ = b.arr((1, hidden, 1, 1), dtype)
+    dbb, _ = b.arr((1, hidden, 1, 1), dtype)
+    mean, _ = b.arr((rows, 1, 1, 1), "float32")
+    inv, _ = b.arr((rows, 1, 1, 1), "float32")
+    layer = mode == "layer"
+    item = b.dt(dtype).itemsize
+    g = G.Graph(io_dtype=dtype, compute_dtype="float32", name=op)
+    if op.endswith("fwd"):
+        gx, gw = g.tensor(x.shape, name="x"), g.tensor(w.shape, name="w")
+        gb = g.tensor(w.shape, name="b") if layer else None
+        gy, gm, gi = g.norm_forward(gx, gw, gb, mode=mode, epsilon=1e-5)
+        pack = {gx: x, gw: w, gy.set_output(True): y, gi.set_output(True): inv}
+        if layer:
+            pack.update({gb: bb, gm.set_output(True): mean})
+        nb = 2 * rows * hidden * item
+    else:
+        gx, gdy, gw = g.tensor(x.shape, name="x"), g.tensor(x.shape, name="dy"), g.tensor(w.shape, name="w")
+        gm = g.tensor(mean.shape, name="mean", dtype="float32") if layer else None
+        gi = g.tensor(inv.shape, name="inv", dtype="float32")
+        gdx, gdw, gdb = g.norm_backward(gdy, gx, gw, mean=gm, inv_variance=gi, mode=mode, has_bias=layer)
+        pack = {gx: x, gdy: dy, gw: w, gi: inv, gdx.set_output(True): dx, gdw.set_output(True): dw}
+        if layer:
+            pack.update({gm: mean, gdb.set_output(True): dbb})
+        nb = 3 * rows * hidden * item
+    g.autotune(h, pack)
+    run, args = g.executor(h, *pack), tuple(pack.values())
+    tf = None
+    if torch is not None:
+        F = torch.nn.functional
+        xt2, wt1, bt1, dyt2 = xt.view(rows, hidden), wt.view(hidden), bt.view(hidden), dyt.view(rows, hidden)
+        if op.endswith("fwd"):
+            tf = (lambda: F.layer_norm(xt2, (hidden,), wt1, bt1)) if layer else (lambda: F.rms_norm(xt2, (hidden,),
+                                                                                                  wt1))
+        else:
+            xr, wr = xt2.detach().requires_grad_(), wt1.detach().requires_grad_()
+            br = bt1.detach().requires_grad_() if layer else None
+            out = F.layer_norm(xr, (hidden,), wr, br) if layer else F.rms_norm(xr, (hidden,), wr)
+            tf = lambda: torch.autograd.grad(out, [t for t in (xr, wr, br) if t is not None], dyt2,  # noqa: E731
+                                             retain_graph=True)
+    case = Case(nb, 0.0, {"graph": lambda: run(*args), "default": None, "torch": tf})
+    case.notes.append(f"{mode} norm: graph API only (no legacy call); torch "
+                      f"{'backward through autograd' if op.endswith('bwd') else 'forward'}")
+    return case
+
+
+# ---------------------------------------------------------------- running
+
+def measure(b: Bench, sel, json_path: str | None, out=sys.stderr) -> list[Row]:
+    rows: list[Row] = []
+    for fam, op, dtype, layout, size in sel:
+        row = Row(op, dtype, layout, size, "", 0.0, 0.0)
+        try:
+            b.h.clear_caches()
+            row.shape, case = build(b, fam, op, dtype, layout, size)
+            row.gbytes, row.gflop, row.notes = case.nbytes / 1e9, case.flops / 1e9, list(case.notes)
+            fns = {k: f for k, f in case.fns.items() if f is not None}
+            if "legacy" in fns and "graph" in fns and case.fns.get("auto", True) is not None:
+                key = (op, dtype, layout, size)
+                lg, gr, mut = fns["legacy"], fns["graph"], case.mutated
+                fns["auto"] = lambda: b.ec.run(b.h, key, lg, gr, mutated=mut)
+            live = {}
+            for name in PEERS:
+                if name not in fns:
+                    continue
+                try:
+                    fns[name]()
+                    b.cudnn.synchronize()
+                except Exception as e:  # noqa: BLE001 - the table says which peer refused and why
+                    row.notes.append(f"{name}: {type(e).__name__}: {' '.join(str(e).split())[:200]}")
+                    continue
+                live[name] = fns[name]
+                row.host_us[name] = b.host_us(fns[name])
+            row.ms.update(b.device_ms(live))
+            got = b.ec.choices(b.h).get((op, dtype, layout, size))
+            row.auto_engine = got.engine if got is not None else None
+        except Exception as e:  # noqa: BLE001 - a row that cannot be set up says why and the run goes on
+            row.notes.append(f"setup: {type(e).__name__}: {' '.join(str(e).split())[:200]}")
+        rows.append(row)
+        print("  " + _line(row), file=out, flush=True)
+        if json_path:
+            with open(json_path, "w") as fh:
+                json.dump([asdict(r) for r in rows], fh, indent=1)
+    return rows
+
+
+def _f(v, spec=".4f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def _line(r: Row) -> str:
+    ms = [_f(r.ms.get(p)) for p in PEERS]
+    t = r.ms.get("torch")
+    best = min((r.ms[p] for p in ("auto", "default", "graph", "legacy") if r.ms.get(p)), default=None)
+    ratio = _f(best / t, ".2f") if best and t else "-"
+    return (f"{r.op:<16}{r.dtype:<9}{r.layout:<5}{r.size:<6}" + "".join(f"{m:>9}" for m in ms) +
+            f"{ratio:>7}{r.auto_engine or '-':>7}{r.rate('auto') if r.ms.get('auto') else r.rate('default'):>8}"
+            f"{_f(r.host_us.get('default'), '.1f'):>8}{_f(r.host_us.get('torch'), '.1f'):>8}  {r.shape}")
+
+
+def table(rows: list[Row]) -> str:
+    head = (f"{'operation':<16}{'dtype':<9}{'lay':<5}{'size':<6}" + "".join(f"{p + ' ms':>9}" for p in PEERS) +
+            f"{'/torch':>7}{'auto':>7}{'GB/s':>8}{'host us':>8}{'torch us':>8}  shape")
+    notes = [f"  {r.op} {r.dtype} {r.layout} {r.size}: {n}" for r in rows for n in r.notes]
+    return "\n".join([head, "-" * len(head), *(_line(r) for r in rows)] + (["", "notes:", *notes] if notes else []))
+
+
+def main(argv=None) -> int:
+    args = parse(argv)
+    sel = selected(args.ops, args.dtypes, args.layouts, args.sizes)
+    if not gpu_present():
+        print(f"ops_matrix: {len(sel)} rows selected; no GPU, nothing timed")
+        return 0 if args.smoke else 1
+    torch = None
+    if not args.no_torch:
+        try:
+            import torch
+            torch.backends.cudnn.benchmark = True
+        except ImportError:
+            torch = None
+    from cudnn_py.handle import Handle
+    with Handle() as h:
+        b = Bench(h, torch, args.sample_ms, args.rounds)
+        rows = measure(b, sel, args.json)
+    gpu = torch.cuda.get_device_name() if torch is not None else "GPU"
+    import cudnn_py
+    print(f"{gpu}; cuDNN {'.'.join(map(str, cudnn_py.version()))}; torch "
+          f"{torch.__version__ if torch is not None else 'absent (no torch column, no sleep kernel)'}; device ms per "
+          f"call, median of {args.rounds} interleaved rounds; '/torch': the best cudnn-py engine over torch; "
+          f"'auto': the engine engine_choice kept; GB/s (T: TFLOP/s) of 'auto' (else 'default')")
+    print(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

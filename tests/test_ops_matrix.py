@@ -1,0 +1,188 @@
+"""benchmarks/ops_matrix.py on CPU: its arguments, its smoke mode, and that every row it builds calls the real API
+with arguments the real signatures take (the calls themselves replaced by stand-ins)."""
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import cudnn_py
+from helpers import NoCallHandle, fake
+
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "ops_matrix.py"
+
+
+@pytest.fixture(scope="module")
+def om():
+    spec = importlib.util.spec_from_file_location("ops_matrix", BENCH)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["ops_matrix"] = mod  # dataclasses look their module up there
+    try:
+        spec.loader.exec_module(mod)
+        yield mod
+    finally:
+        del sys.modules["ops_matrix"]
+
+
+def test_defaults_select_every_row(om):
+    a = om.parse([])
+    rows = om.selected(a.ops, a.dtypes, a.layouts, a.sizes)
+    per_layout = sum(len(v) for f, v in om.FAMILIES.items() if f not in om.NO_LAYOUT)
+    no_layout = sum(len(v) for f, v in om.FAMILIES.items() if f in om.NO_LAYOUT)
+    assert len(rows) == (2 * per_layout + no_layout) * len(om.DTYPES) * len(om.SIZES)
+    assert len(set(rows)) == len(rows)
+    assert {r[1] for r in rows} == {op for v in om.FAMILIES.values() for op in v}
+
+
+def test_filters_take_families_or_operations(om):
+    a = om.parse(["--ops", "pooling,relu_bwd", "--dtypes", "float16,float32", "--layouts", "NHWC", "--sizes",
+                  "large", "--rounds", "3", "--json", "x.json"])
+    rows = om.selected(a.ops, a.dtypes, a.layouts, a.sizes)
+    assert {r[1] for r in rows} == {*om.FAMILIES["pooling"], "relu_bwd"}
+    assert {r[2] for r in rows} == {"float16", "float32"} and {(r[3], r[4]) for r in rows} == {("NHWC", "large")}
+    assert len(rows) == 5 * 2 and a.rounds == 3 and a.json == "x.json"
+    # rows x hidden families run under NCHW only, and not at all when NCHW is filtered out
+    assert {r[3] for r in om.selected(["layer_norm"], ["bfloat16"], ["NCHW", "NHWC"], ["small"])} == {"NCHW"}
+    assert om.selected(["layer_norm"], ["bfloat16"], ["NHWC"], ["small"]) == []
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--ops", "conv"], "'conv'"), (["--dtypes", "float8"], "float8"), (["--layouts", "CHWN"], "CHWN"),
+    (["--sizes", "huge"], "huge"), (["--rounds", "0"], "--rounds"), (["--sample-ms", "-1"], "--sample-ms"),
+    (["--dtypes", ","], "expected some of")])
+def test_bad_arguments_refused(om, capsys, argv, words):
+    with pytest.raises(SystemExit) as e:
+        om.parse(argv)
+    assert e.value.code == 2 and words in capsys.readouterr().err
+
+
+def test_smoke_selects_a_few_small_rows(om):
+    a = om.parse(["--smoke"])
+    rows = om.selected(a.ops, a.dtypes, a.layouts, a.sizes)
+    assert 1 <= len(rows) <= 8 and {r[4] for r in rows} == {"small"} and a.rounds == 2
+
+
+@pytest.mark.skipif(subprocess.run([sys.executable, "-c", "import ctypes; ctypes.CDLL('libcuda.so.1')"],
+                                   capture_output=True).returncode == 0, reason="a CUDA driver is present")
+def test_smoke_without_a_gpu_is_one_line_in_under_a_second():
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, str(BENCH), "--smoke"], capture_output=True, text=True, timeout=30)
+    took = time.perf_counter() - t0
+    assert r.returncode == 0 and r.stderr == "" and len(r.stdout.splitlines()) == 1, r
+    assert "no GPU" in r.stdout and took < 1.0
+    assert subprocess.run([sys.executable, str(BENCH)], capture_output=True).returncode == 1
+
+
+# ---------------------------------------------------------------- every row's calls bind to the real API
+
+class Stub:
+    """A call of the real function ``name`` replaced: its arguments bound to the real signature (a TypeError for a
+    keyword or argument count it does not take), nothing run."""
+
+    def __init__(self, name, real, calls):
+        self.name, self.sig, self.calls = name, inspect.signature(real), calls
+
+    def __call__(self, *args, **kw):
+        self.sig.bind(*args, **kw)
+        self.calls.append((self.name, kw.get("engine")))
+        return type("Out", (), {"reserve": fake((16,), np.uint8)})()
+
+
+class FakeBench:
+    """om.Bench's array factory without a GPU: fake device arrays, no torch."""
+
+    def __init__(self, om):
+        from cudnn_py import engine_choice
+        from cudnn_py.dtypes import as_numpy_dtype
+        self.h, self.torch, self.np, self.ec = NoCallHandle(), None, np, engine_choice
+        self.h.clear_caches = self.h.cache.clear
+        self.dt = lambda d: np.dtype(np.float16) if d == "bfloat16" else as_numpy_dtype(d)
+
+    def arr(self, shape, dtype, layout="NCHW", positive=False):
+        order = [0, *range(2, len(shape)), 1] if layout == "NHWC" and len(shape) > 2 else list(range(len(shape)))
+        st, acc = [0] * len(shape), 1
+        for i in reversed(order):
+            st[i], acc = acc, acc * shape[i]
+        return fake(shape, self.dt(dtype), tuple(st)), None
+
+
+CALLS = ("convolution_forward", "convolution_backward_data", "convolution_backward_filter", "pooling_forward",
+         "pooling_backward", "activation_forward", "activation_backward", "softmax_forward", "softmax_backward",
+         "lrn_forward", "lrn_backward", "dropout_forward", "dropout_backward", "op_tensor", "add_tensor",
+         "scale_tensor", "set_tensor", "reduce_tensor", "transform_tensor", "batchnorm_forward_training",
+         "batchnorm_forward_inference", "batchnorm_backward", "batchnorm_forward_training_ex",
+         "batchnorm_backward_ex", "normalization_forward_training", "normalization_forward_inference",
+         "normalization_backward")
+
+
+def test_every_row_binds_to_the_real_signatures(om, monkeypatch):
+    import cudnn_py.graph as G
+    calls: list = []
+    for name in CALLS:
+        monkeypatch.setattr(cudnn_py, name, Stub(name, getattr(cudnn_py, name), calls))
+    monkeypatch.setattr(cudnn_py, "Dropout", lambda h, p, seed=0: object())
+    monkeypatch.setattr(G.Graph, "autotune", lambda self, h, pack: None)
+    monkeypatch.setattr(G.Graph, "executor", lambda self, h, *ts: Stub("graph executor", lambda *a: None, calls))
+    b = FakeBench(om)
+    for fam, op, dtype, layout, size in om.selected(None, ["float16", "float64"], list(om.LAYOUTS), ["small"]):
+        shape, case = om.build(b, fam, op, dtype, layout, size)
+        assert shape and case.nbytes > 0 and case.fns["torch"] is None, op
+        assert (case.flops > 0) == (fam == "convolution")
+        for peer, fn in case.fns.items():
+            if fn is not None:
+                calls.clear()
+                fn()
+                assert calls, (op, peer)
+                if peer in ("legacy", "graph") and case.fns.get("default") is not None:  # the engine= families
+                    assert calls[-1][1] == peer, (op, peer, calls)
+        engines = {p for p, f in case.fns.items() if f is not None}
+        assert engines >= ({"graph"} if fam == "layer_norm" else {"legacy"}), op
+        if op in ("bn_train", "norm_train", "add_tensor_bias", "scale_tensor"):
+            assert case.mutated, op
+
+
+def test_table_and_rates(om):
+    r = om.Row("conv_fwd", "float16", "NHWC", "large", "x(32, 64, 56, 56)", 0.2, 14.8,
+               ms={"legacy": 0.03, "graph": 0.02, "auto": 0.02, "default": 0.03, "torch": 0.021}, auto_engine="graph",
+               host_us={"default": 20.0, "torch": 15.0}, notes=["graph: x"])
+    e = om.Row("relu_fwd", "float64", "NHWC", "small", "(2, 32, 8, 8)", 0.001, 0.0, ms={"legacy": 0.002})
+    text = om.table([r, e])
+    assert "740.0T" in text and "0.95" in text and "graph: x" in text
+    assert r.rate("torch") == "704.8T" and e.rate("legacy") == "500" and e.rate("auto") == "-"
+
+
+def test_measure_rows_auto_choice_and_json(om, monkeypatch, tmp_path):
+    """measure(): every peer probed, timed, the engine engine_choice kept named, JSON written after each row."""
+    import io
+    import json
+    import types
+    from cudnn_py import engine_choice as ec
+    calls: list = []
+    for name in CALLS:
+        monkeypatch.setattr(cudnn_py, name, Stub(name, getattr(cudnn_py, name), calls))
+    monkeypatch.setattr(cudnn_py, "set_tensor", lambda h, y, v: 1 / 0)  # a peer that fails
+    monkeypatch.setattr(ec, "_database", lambda: None)
+    monkeypatch.setattr(ec, "_mode", ["measure"])
+
+    def clock(handle, fn):  # the graph path 'measures' faster
+        out = fn()
+        return out, {"graph": 1.0, "legacy": 2.0}[calls[-1][1]]
+    monkeypatch.setattr(ec, "_clock", clock)
+    b = FakeBench(om)
+    b.cudnn = types.SimpleNamespace(synchronize=lambda: None)
+    b.host_us = lambda fn: 3.0
+    b.device_ms = lambda fns: {k: 0.5 for k in fns}
+    out = tmp_path / "rows.json"
+    rows = om.measure(b, om.selected(["relu_fwd", "set_tensor"], ["float16"], ["NHWC"], ["small"]), str(out),
+                      out=io.StringIO())
+    relu, st = rows
+    assert relu.auto_engine == "graph" and set(relu.ms) == {"legacy", "graph", "default", "auto"}
+    assert relu.host_us["auto"] == 3.0 and not relu.notes
+    assert st.ms == {} and st.auto_engine is None and "ZeroDivisionError" in st.notes[0]
+    assert [r["op"] for r in json.loads(out.read_text())] == ["relu_fwd", "set_tensor"]
