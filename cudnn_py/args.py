@@ -16,8 +16,8 @@ from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.memory import DeviceArray
 
 __all__ = ["INT32_MAX", "INT64_MAX", "DIM_MAX", "is_int", "int_arg", "float_arg", "bool_arg", "scaling",
-           "element_value", "enum_member", "nan_flag", "int_tuple", "ints", "int_or_ints", "spatial_ndim", "dims",
-           "handle_ptr"]
+           "element_value", "no_partial_alias", "enum_member", "nan_flag", "int_tuple", "ints", "int_or_ints",
+           "spatial_ndim", "dims", "handle_ptr"]
 
 DIM_MAX = 8  # CUDNN_DIM_MAX
 #: the range of the C ``int`` every legacy size, stride, padding and count is passed as
@@ -236,6 +236,31 @@ def dims(shape, what: str, lo: int, hi: int = DIM_MAX) -> tuple[int, ...]:
     if any(v <= 0 for v in out):
         raise InvalidValueError(f"{what} {out} has a zero or negative dimension; every dimension must be >= 1")
     return out
+
+
+def _byte_range(a: DeviceArray) -> tuple[int, int]:
+    item = a.dtype.itemsize
+    lo = sum((n - 1) * st for n, st in zip(a.shape, a.strides) if st < 0)
+    hi = sum((n - 1) * st for n, st in zip(a.shape, a.strides) if st > 0)
+    return a.ptr + lo * item, a.ptr + (hi + 1) * item
+
+
+def no_partial_alias(out: DeviceArray, out_name: str, *inputs: tuple[DeviceArray, str]) -> None:
+    """Refuse an output whose memory overlaps an input's unless both are the same view (one address, shape, strides
+    and dtype: in place, which cuDNN's elementwise calls allow). Reading memory that the call writes through other
+    strides or at another offset gives results that depend on the order cuDNN's kernels run in."""
+    if out.size == 0:
+        return
+    o_lo, o_hi = _byte_range(out)
+    for a, name in inputs:
+        if a.size == 0 or a.device_id != out.device_id or (
+                a.ptr == out.ptr and a.shape == out.shape and a.strides == out.strides and a.dtype == out.dtype):
+            continue
+        lo, hi = _byte_range(a)
+        if lo < o_hi and o_lo < hi:
+            raise InvalidValueError(f"{out_name} shares memory with {name} but is not the same view (shape "
+                                    f"{out.shape}, strides {out.strides}, address {out.ptr:#x} against {a.shape}, "
+                                    f"{a.strides}, {a.ptr:#x}): pass {name} itself for in place, or separate memory")
 
 
 def handle_ptr(handle):

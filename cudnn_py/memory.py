@@ -413,16 +413,17 @@ class DeviceArray:
     def fill_(self, value: Any, stream: StreamLike = None) -> DeviceArray:
         """Set every element to ``value`` (converted to :attr:`dtype`), asynchronously on ``stream``.
 
-        :param value: a scalar (``float("nan")`` poisons an output before a call).
+        :param value: a scalar that :attr:`dtype` holds exactly (``float("nan")`` poisons an output before a call;
+            300 for int8 or 1e40 for float32 is refused, not wrapped or made infinite).
         :param stream: the stream to queue the fill on (default: :attr:`stream`).
         :returns: this array.
         """
+        from cudnn_py.args import element_value  # args imports this module
+        v = element_value(value, self.dtype, "fill_ value").reshape(1)
         self._require_contiguous("fill_")
         s = self.stream if stream is None else as_stream(stream, self.device_id)
         if self.size == 0:
             return self
-        from cudnn_py.args import element_value  # args imports this module
-        v = element_value(value, self.dtype, "fill_ value").reshape(1)
         item = self.dtype.itemsize
         with _on_device(self.device_id):
             if item == 1:

@@ -59,8 +59,8 @@ class Workspace:
         if value is not None:
             if isinstance(value, bool) or not isinstance(value, int):
                 raise InvalidTypeError(f"workspace cap must be an int number of bytes or None, got {value!r}")
-            if value < 0:
-                raise InvalidValueError(f"workspace cap must be >= 0 bytes, got {value}")
+            if not 0 <= value < 2 ** 63:  # compared with and passed as a size_t
+                raise InvalidValueError(f"workspace cap must be >= 0 and below 2**63 bytes, got {value}")
             if self._size > value:
                 self.release()
         self._cap = value

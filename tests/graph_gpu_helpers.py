@@ -34,7 +34,8 @@ def out(t, keep: list) -> DeviceArray:
     """A poisoned device array for output ``t`` (NaN; -1 for integer dtypes)."""
     order = _order(t)
     buf = empty(tuple(t.shape[i] for i in order), t.np_dtype)
-    buf.fill_(-1 if np.dtype(t.np_dtype).kind in "iu" else np.nan)
+    kind = np.dtype(t.np_dtype).kind
+    buf.fill_(-1 if kind == "i" else np.iinfo(t.np_dtype).max if kind == "u" else True if kind == "b" else np.nan)
     keep.append(buf)
     return DeviceArray(buf.ptr, t.shape, t.np_dtype, t.strides, device_id=buf.device_id, owner=buf)
 

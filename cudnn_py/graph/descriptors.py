@@ -15,6 +15,7 @@ in every :class:`cudnn_py.errors.CudnnError` raised.
 from __future__ import annotations
 
 import ctypes
+import math
 import weakref
 
 from cudnn_py import capi
@@ -172,6 +173,10 @@ class BackendDescriptor:
             vals = [value]
         if spec is not None and spec.count == "1+" and not vals:
             raise InvalidValueError(f"{name.name} takes at least one element")
+        if name == capi.CUDNN_ATTR_TENSOR_DIMENSIONS and all(isinstance(v, int) for v in vals) and (
+                math.prod(vals) >= 2 ** 63):  # every size and offset cuDNN computes from them is an int64
+            raise InvalidValueError(f"{name.name} {vals} make {math.prod(vals)} elements; a tensor holds fewer "
+                                    f"than 2**63")
         keep: list = []
         arr = A.to_c_array(name.name, tn, vals, keep)
         _C_SET(self.ptr, name, A.attr_type_enum(tn), len(vals), arr)

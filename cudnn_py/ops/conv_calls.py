@@ -18,7 +18,7 @@ from cudnn_py import algorithms as _alg
 from cudnn_py import capi
 from cudnn_py import descriptors as _d
 from cudnn_py._deprecation import renamed_kwargs
-from cudnn_py.args import scaling
+from cudnn_py.args import INT64_MAX, int_arg, scaling
 from cudnn_py.caches import handle_cache
 from cudnn_py.dtypes import cudnn_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError, WorkspaceLimitError
@@ -47,8 +47,7 @@ def _limit(handle, workspace_limit):
     cap = handle.workspace.cap
     if workspace_limit is None:
         return cap
-    if workspace_limit < 0:
-        raise InvalidValueError(f"workspace_limit must be >= 0 bytes, got {workspace_limit}")
+    workspace_limit = int_arg(workspace_limit, "workspace_limit (bytes)", 0, INT64_MAX)  # C takes a size_t
     return workspace_limit if cap is None else min(cap, workspace_limit)
 
 

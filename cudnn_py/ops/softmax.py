@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 
 from cudnn_py import capi
-from cudnn_py.args import scaling
+from cudnn_py.args import no_partial_alias, scaling
 from cudnn_py.descriptors import TensorDescriptor
 from cudnn_py.handle import handle_arg
 from cudnn_py.ops._common import check_array, desc, enum_arg, output, scalars, tensor_desc
@@ -61,6 +61,7 @@ def softmax_forward(handle, x, y=None, *, algo="accurate", mode="channel", alpha
     xa = check_array(x, "x", handle, floating=True)
     xd = _desc4(xa, "x")
     ya = output(y, "y", handle, xa.shape, xa.dtype)
+    no_partial_alias(ya, "y", (xa, "x"))
     yd = _desc4(ya, "y")
     al, be = scalars(xa.dtype, alpha, beta)
     capi.cudnnSoftmaxForward(handle.ptr, a, m, al, xd.ptr, xa.ptr, be, yd.ptr, ya.ptr)
@@ -80,6 +81,7 @@ def softmax_backward(handle, y, dy, dx=None, *, algo="accurate", mode="channel",
     dya = check_array(dy, "dy", handle, dtype=ya.dtype, shape=ya.shape)
     yd, dyd = _desc4(ya, "y"), _desc4(dya, "dy")
     dxa = output(dx, "dx", handle, ya.shape, ya.dtype)
+    no_partial_alias(dxa, "dx", (ya, "y"), (dya, "dy"))
     dxd = _desc4(dxa, "dx")
     al, be = scalars(ya.dtype, alpha, beta)
     capi.cudnnSoftmaxBackward(handle.ptr, a, m, al, yd.ptr, ya.ptr, dyd.ptr, dya.ptr, be, dxd.ptr, dxa.ptr)

@@ -160,6 +160,7 @@ def op_tensor(handle, op, a, b=None, c=None, *, alpha1: float = 1.0, alpha2: flo
     if b is None and not unary:
         raise InvalidValueError(f"op_tensor {opv.name} is binary: pass b")
     ba = aa if b is None else check_array(b, "b", handle, dtype=aa.dtype)
+    _broadcastable(ba, aa, "b", "c")  # c has a's shape (output() checks a given c): refused before c is allocated
     ca = output(c, "c", handle, aa.shape, aa.dtype)
     _broadcastable(ba, ca, "b", "c")
     if gl.attempt(engine, lambda auto: _graph_op_tensor(handle, opv, aa, ba, ca, alpha1, alpha2, beta, compute_dtype,
