@@ -449,4 +449,228 @@ def t_backend_set(draw):
     return call, f"BackendDescriptor({kind!r}) sets={sets!r} finalize={finalize}"
 
 
+# --- oracles: the issue-21 families, where acceptance itself is checked -----------------------------------------
+# In these targets an example that is accepted must be right: an AssertionError (a finding) names a value written
+# other than asked, a NaN scaling factor that reached C, a descriptor that reads back other than it was set, ...
+
+class Reached(Exception):
+    """A stand-in handle's ``ptr`` was read: the call passed validation and would call cuDNN now."""
+
+
+class ReachHandle(StubHandle):
+    class workspace:  # noqa: N801 - a Handle's attribute: no cap
+        cap = None
+
+    @property
+    def ptr(self):
+        raise Reached
+
+
+def _holds(value, dtype) -> bool:
+    """Whether ``dtype`` stores ``value`` as it is (NaN and infinity where the type has them; rounding allowed)."""
+    dtype = np.dtype(dtype)
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        return False
+    if dtype.kind in "iu":
+        try:
+            return float(value) == int(value) and np.iinfo(dtype).min <= int(value) <= np.iinfo(dtype).max
+        except (OverflowError, ValueError):
+            return False
+    try:
+        v = float(value)
+    except OverflowError:
+        return False
+    with np.errstate(all="ignore"):
+        back = float(np.array([v]).astype(dtype).astype(np.float64)[0])
+    return (np.isnan(v) and np.isnan(back)) or back == v or (np.isfinite(v) and np.isfinite(back))
+
+
+_VALUE_DTYPES = ["int8", "uint8", "int32", "int64", "float16", "float32", "float64", "bfloat16", "float8_e4m3fn"]
+
+
+def t_element_values(draw):
+    """set_tensor / fill_: a value the destination dtype cannot hold is refused, never wrapped or made infinite."""
+    import ml_dtypes
+    from cudnn_py.errors import InvalidTypeError, InvalidValueError
+    from cudnn_py.ops import tensor_ops as T
+    name = draw(st.sampled_from(_VALUE_DTYPES))
+    dt = np.dtype(getattr(ml_dtypes, name)) if name.startswith(("bfloat", "float8")) else np.dtype(name)
+    value = draw(st.one_of(hostile_scalar, st.integers(-300, 300), st.sampled_from([127, 128, -129, 255, 256, 65504,
+                                                                                    65520.0, 3.4e38, 3.5e38, 1e40])))
+    fill = draw(st.booleans())
+
+    def call():
+        try:
+            if fill:
+                fake((2, 3), dt).fill_(value)
+            else:
+                T.set_tensor(ReachHandle(), fake((2, 3), dt), value)
+        except (InvalidTypeError, InvalidValueError):
+            return
+        except Reached:
+            pass
+        except Exception as e:  # fill_ reaches the driver, absent here: a NoDeviceError after validation
+            from cudnn_py.errors import NoDeviceError
+            if not isinstance(e, NoDeviceError):
+                raise
+        assert _holds(value, dt), f"{value!r} accepted for {dt} (it would be stored changed)"
+    return call, _label("fill_" if fill else "set_tensor", name, value)
+
+
+def _scaling_calls(h, x, kw):
+    import cudnn_py as cudnn
+    w = fake((3, 4, 3, 3))
+    return {
+        "scale_tensor": lambda: cudnn.scale_tensor(h, x, **{k: v for k, v in kw.items() if k == "alpha"}),
+        "add_tensor": lambda: cudnn.add_tensor(h, fake((1, 4, 1, 1)), x, **kw),
+        "op_tensor": lambda: cudnn.op_tensor(h, "add", x, x, x, alpha1=kw["alpha"], alpha2=kw["beta"]),
+        "activation_forward": lambda: cudnn.activation_forward(h, cudnn.Activation("relu"), x, x, **kw),
+        "softmax_forward": lambda: cudnn.softmax_forward(h, x, x, **kw),
+        "pooling_forward": lambda: cudnn.pooling_forward(h, cudnn.Pooling("max", window=1), x, x, **kw),
+        "lrn_forward": lambda: cudnn.lrn_forward(h, cudnn.LRN(), x, x, **kw),
+        "transform_tensor": lambda: cudnn.transform_tensor(h, x, x, **kw),
+        "convolution_forward": lambda: cudnn.convolution_forward(h, cudnn.Convolution(padding=1), x, w, **kw),
+        "convolution_backward_bias": lambda: cudnn.convolution_backward_bias(h, x, fake((1, 4, 1, 1)), **kw),
+    }
+
+
+def t_scaling_factors(draw):
+    """A scaling factor that is not a finite real number never gets past validation (any engine)."""
+    import math
+    from cudnn_py.errors import InvalidTypeError, InvalidValueError
+    which = draw(st.sampled_from(sorted(_scaling_calls(None, None, {"alpha": 1.0, "beta": 0.0}))))
+    kw = {"alpha": draw(maybe(hostile_scalar, st.sampled_from([1.0, 2.0]))),
+          "beta": draw(maybe(hostile_scalar, st.sampled_from([0.0, 1.0])))}
+
+    def finite(v):
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+            return False
+        try:
+            return math.isfinite(float(v))
+        except OverflowError:
+            return False
+
+    def call():
+        used = {"alpha": kw["alpha"]} if which == "scale_tensor" else kw
+        try:
+            _scaling_calls(ReachHandle(), fake((2, 4, 5, 5)), kw)[which]()
+        except (InvalidTypeError, InvalidValueError) as e:
+            if all(finite(v) for v in used.values()):
+                return  # refused for another reason (a shape this engine does not take): fine
+            assert "scaling factor" in str(e) or "scale" in str(e), f"refused without naming the factor: {e}"
+            return
+        except Reached:
+            pass
+        except Exception as e:  # an allocation needs a GPU: fine once the factors were checked
+            from cudnn_py.errors import CudnnPyError
+            if not isinstance(e, CudnnPyError):
+                raise
+        assert all(finite(v) for v in used.values()), f"{which} let {used} through"
+    return call, _label(which, **kw)
+
+
+def _overlap(shape, strides) -> bool:
+    """Brute force: whether two indices of ``shape`` reach one element through ``strides``."""
+    seen = set()
+    for idx in np.ndindex(*shape):
+        off = sum(i * s for i, s in zip(idx, strides))
+        if off in seen:
+            return True
+        seen.add(off)
+    return False
+
+
+def t_descriptor_oracles(draw):
+    """Tensor strides that overlap, NCHW_VECT_C settings that cuDNN would round, reductions with indices, backend
+    enum and dimension attributes: accepted only when right."""
+    from cudnn_py import capi, graph
+    import cudnn_py.descriptors as D
+    which = draw(st.sampled_from(["strides", "vect_c", "reduce", "backend_enum", "backend_dims"]))
+    if which == "strides":
+        shape = tuple(draw(st.lists(st.integers(1, 4), min_size=2, max_size=4)))
+        strides = tuple(draw(st.lists(st.integers(0, 12), min_size=len(shape), max_size=len(shape))))
+
+        def call():
+            D.TensorDescriptor(shape, np.float32, strides=strides)
+            assert not _overlap(shape, strides), f"overlapping strides {strides} accepted for {shape}"
+        return call, _label("TensorDescriptor", shape, strides=strides)
+    if which == "vect_c":
+        dt = draw(st.sampled_from([capi.CUDNN_DATA_INT8x4, capi.CUDNN_DATA_UINT8x4, capi.CUDNN_DATA_INT8x32,
+                                   capi.CUDNN_DATA_FLOAT, capi.CUDNN_DATA_INT8, capi.CUDNN_DATA_HALF]))
+        shape = (draw(st.integers(1, 4)), draw(st.integers(1, 70)), draw(st.integers(1, 4)), draw(st.integers(1, 4)))
+        filt = draw(st.booleans())
+
+        def call():
+            d = (D.FilterDescriptor if filt else D.TensorDescriptor)(shape, dt, layout="NCHW_VECT_C")
+            assert d.shape == shape, f"NCHW_VECT_C {dt.name} {shape} reads back {d.shape}"
+            assert dt.name.endswith(("x4", "x32")), f"NCHW_VECT_C accepted {dt.name}"
+        return call, _label("FilterDescriptor" if filt else "TensorDescriptor", shape, dt, layout="NCHW_VECT_C")
+    if which == "reduce":
+        op = draw(st.sampled_from(["add", "mul", "min", "max", "amax", "avg", "norm1", "norm2", "mul_no_zeros"]))
+        indices = draw(st.sampled_from([True, False, "flattened", "none"]))
+
+        def call():
+            r = D.ReduceTensor(op, indices=indices)
+            if r.indices != capi.CUDNN_REDUCE_TENSOR_NO_INDICES:
+                assert op in ("min", "max", "amax"), f"ReduceTensor({op!r}) accepted indices"
+        return call, _label("ReduceTensor", op, indices=indices)
+    if which == "backend_enum":
+        attr = draw(st.sampled_from(["data_type", "CUDNN_ATTR_TENSOR_DATA_TYPE"]))
+        value = draw(st.one_of(st.integers(-3, 40), st.sampled_from([9999, 2 ** 31, -2 ** 31 - 1, 2 ** 63])))
+
+        def call():
+            graph.BackendDescriptor("TENSOR").set(attr, value)
+            assert value in capi.cudnnDataType_t._value2member_map_, f"data_type {value} accepted"
+        return call, f"BackendDescriptor('TENSOR').set({attr!r}, {value!r})"
+    dims_ = draw(st.lists(st.one_of(st.integers(1, 2 ** 40), st.sampled_from([2 ** 22, 2 ** 31, 2 ** 62])),
+                          min_size=1, max_size=5))
+
+    def call():
+        graph.BackendDescriptor("TENSOR").set("dimensions", dims_)
+        assert int(np.prod([float(d) for d in dims_])) < 2 ** 63, f"dimensions {dims_} accepted"
+    return call, f"BackendDescriptor('TENSOR').set('dimensions', {dims_!r})"
+
+
+def t_array_extents(draw):
+    """DeviceArray sizes and foreign arrays' interfaces: what is accepted fits 64-bit byte arithmetic, is not NULL,
+    and (for __cuda_array_interface__) has non-negative, non-overlapping strides of whole elements."""
+    from cudnn_py.errors import InvalidTypeError, InvalidValueError, NoDeviceError
+    from cudnn_py.memory import DeviceArray, as_array
+    shape = tuple(draw(st.lists(st.one_of(st.integers(0, 6), st.sampled_from([2 ** 31, 2 ** 62, 2 ** 63, 2 ** 64])),
+                                min_size=1, max_size=3)))
+    dtype = draw(st.sampled_from(["uint8", "float32", "float64"]))
+    ptr = draw(st.sampled_from([0, 0x1000, 2 ** 64 - 64]))
+    if draw(st.booleans()):
+        def call():
+            try:
+                a = DeviceArray(ptr, shape, dtype)
+            except (InvalidTypeError, InvalidValueError):
+                return
+            assert a.nbytes < 2 ** 63 and (a.size == 0 or (ptr and ptr + a.nbytes <= 2 ** 64)), repr(a)
+        return call, _label("DeviceArray", ptr, shape, dtype)
+    item = np.dtype(dtype).itemsize
+    strides = draw(opt(st.lists(st.integers(-2, 6).map(lambda k: k * item + draw(st.sampled_from([0, 0, 1]))),
+                                min_size=len(shape), max_size=len(shape)).map(tuple)))
+    typestr = draw(maybe(st.sampled_from([">f4", "xyz", "<V0", 3]), st.just(np.dtype(dtype).str)))
+
+    class Foreign:
+        __cuda_array_interface__ = {"shape": shape, "typestr": typestr, "data": (ptr, False), "strides": strides,
+                                    "version": 3}
+
+    def call():
+        try:
+            as_array(Foreign())
+        except (InvalidTypeError, InvalidValueError):
+            return
+        except NoDeviceError:  # validation passed; the driver (absent here) would be asked about the pointer next
+            pass
+        el = None if strides is None else [b // item for b in strides]
+        assert typestr == np.dtype(dtype).str, f"typestr {typestr!r} accepted"
+        assert ptr or 0 in shape, "NULL data accepted"
+        if el is not None:
+            assert all(b >= 0 and b % item == 0 for b in strides), f"strides {strides} accepted"
+            assert 0 in shape or max(shape) > 8 or not _overlap(shape, el), f"overlapping strides {strides} accepted"
+    return call, f"as_array(__cuda_array_interface__ shape={shape} typestr={typestr!r} ptr={ptr:#x} strides={strides})"
+
+
 TARGETS = {name[2:]: fn for name, fn in sorted(globals().items()) if name.startswith("t_") and callable(fn)}
