@@ -11,25 +11,25 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .errors import (
-    CArgumentError,
-    ClosedError,
-    CudaError,
-    CudaOutOfMemoryError,
-    CudnnBadParamError,
-    CudnnError,
-    CudnnExecutionFailedError,
-    CudnnInternalError,
-    CudnnNotInitializedError,
-    CudnnNotSupportedError,
-    CudnnPyError,
-    FunctionNotAvailableError,
-    InvalidStateError,
-    InvalidTypeError,
-    InvalidValueError,
-    LibraryNotFoundError,
-    NoDeviceError,
-    WorkspaceLimitError,
+from .errors import (  # ``name as name``: explicit re-exports (mypy --strict)
+    CArgumentError as CArgumentError,
+    ClosedError as ClosedError,
+    CudaError as CudaError,
+    CudaOutOfMemoryError as CudaOutOfMemoryError,
+    CudnnBadParamError as CudnnBadParamError,
+    CudnnError as CudnnError,
+    CudnnExecutionFailedError as CudnnExecutionFailedError,
+    CudnnInternalError as CudnnInternalError,
+    CudnnNotInitializedError as CudnnNotInitializedError,
+    CudnnNotSupportedError as CudnnNotSupportedError,
+    CudnnPyError as CudnnPyError,
+    FunctionNotAvailableError as FunctionNotAvailableError,
+    InvalidStateError as InvalidStateError,
+    InvalidTypeError as InvalidTypeError,
+    InvalidValueError as InvalidValueError,
+    LibraryNotFoundError as LibraryNotFoundError,
+    NoDeviceError as NoDeviceError,
+    WorkspaceLimitError as WorkspaceLimitError,
 )
 
 _ERRORS = tuple(n for n, v in list(globals().items()) if isinstance(v, type) and issubclass(v, Exception))
@@ -42,9 +42,8 @@ _LAZY: dict[str, tuple[str, ...]] = {
     "._loader": ("library",),
     ".algorithms": ("AlgoPerf", "AlgorithmCache", "algorithm_cache", "choose_backward_data_algorithm",
                     "choose_backward_filter_algorithm", "choose_forward_algorithm"),
-    ".descriptors": ("ActivationDescriptor", "ConvolutionDescriptor", "DropoutDescriptor", "FilterDescriptor",
-                     "LRNDescriptor", "OpTensor", "OpTensorDescriptor", "PoolingDescriptor", "ReduceTensor",
-                     "ReduceTensorDescriptor", "TensorDescriptor", "convolution_output_shape", "pooling_output_shape"),
+    ".descriptors": ("FilterDescriptor", "OpTensor", "ReduceTensor", "TensorDescriptor", "convolution_output_shape",
+                     "pooling_output_shape"),
     ".dtypes": ("cudnn_dtype", "numpy_dtype"),
     ".graph": ("BackendDescriptor", "Graph", "GraphNotSupportedError"),
     ".handle": ("Handle",),
@@ -77,53 +76,94 @@ _LAZY: dict[str, tuple[str, ...]] = {
     ".streams": ("StreamLike", "Timer", "new_stream", "synchronize", "timer"),
     ".workspace": ("Workspace",),
 }
+#: deprecated names: still importable (each warns and builds its replacement), not in __all__
+_DEPRECATED: dict[str, tuple[str, ...]] = {
+    ".descriptors": ("ActivationDescriptor", "ConvolutionDescriptor", "DropoutDescriptor", "LRNDescriptor",
+                     "OpTensorDescriptor", "PoolingDescriptor", "ReduceTensorDescriptor"),
+}
 #: subpackages and modules reachable as attributes without an explicit import
 _SUBMODULES = ("capi", "errors", "graph", "ops", "algorithms", "descriptors", "dtypes", "handle", "log", "memory",
                "nvtx", "streams", "workspace")
 
-_WHERE = {name: module for module, names in _LAZY.items() for name in names}
+_WHERE = {name: module for table in (_LAZY, _DEPRECATED) for module, names in table.items() for name in names}
 
-if TYPE_CHECKING:
-    from . import algorithms, capi, descriptors, dtypes, graph, handle, memory, ops, streams, workspace
-    from ._defaults import default_handle
-    from ._loader import library
-    from .algorithms import (AlgoPerf, AlgorithmCache, algorithm_cache, choose_backward_data_algorithm,
-                             choose_backward_filter_algorithm, choose_forward_algorithm)
-    from .descriptors import (ActivationDescriptor, ConvolutionDescriptor, DropoutDescriptor, FilterDescriptor,
-                              LRNDescriptor, OpTensor, OpTensorDescriptor, PoolingDescriptor, ReduceTensor,
-                              ReduceTensorDescriptor, TensorDescriptor, convolution_output_shape,
-                              pooling_output_shape)
-    from .dtypes import cudnn_dtype, numpy_dtype
-    from .graph import BackendDescriptor, Graph, GraphNotSupportedError
-    from .handle import Handle
-    from .memory import DeviceArray, DeviceArrayLike, as_array, empty, empty_like, to_device, zeros
-    from .ops.activation import Activation, activation_backward, activation_forward
-    from .ops.attention import (MultiHeadAttention, attention_backward_data, attention_backward_weights,
-                                attention_forward, load_attention_weights, read_attention_weights)
-    from .ops.batchnorm import (batchnorm_backward, batchnorm_backward_ex, batchnorm_ex_sizes,
-                                batchnorm_forward_inference, batchnorm_forward_training,
-                                batchnorm_forward_training_ex, batchnorm_param_shape)
-    from .ops.conv_calls import (convolution_algorithms, convolution_backward_bias, convolution_backward_data,
-                                 convolution_backward_filter, convolution_bias_activation_forward, convolution_forward,
-                                 convolution_workspace_size)
-    from .ops.convolution import Convolution
-    from .ops.ctc import CTCLoss, check_ctc_labels, ctc_loss, ctc_loss_workspace_size
-    from .ops.dropout import Dropout, dropout_backward, dropout_forward, dropout_reserve_size, dropout_states_size
-    from .ops.lrn import (LRN, divisive_normalization_backward, divisive_normalization_forward, lrn_backward,
-                          lrn_forward)
-    from .ops.normalization import (normalization_backward, normalization_forward_inference,
-                                    normalization_forward_training, normalization_sizes)
-    from .ops.pooling import Pooling, pooling_backward, pooling_forward
-    from .ops.rnn import (RNN, RNNDataDescriptor, rnn_backward_data, rnn_backward_weights, rnn_forward,
-                          rnn_weight_params)
-    from .ops.sdpa import sdpa, sdpa_backward, sdpa_cache_clear, sdpa_fp8, sdpa_fp8_backward
-    from .ops.softmax import softmax_backward, softmax_forward
-    from .ops.spatial_transformer import (SpatialTransformer, spatial_tf_grid_backward, spatial_tf_grid_forward,
-                                          spatial_tf_sampler_backward, spatial_tf_sampler_forward)
-    from .ops.tensor_ops import (add_tensor, op_tensor, reduce_tensor, scale_tensor, set_tensor, transform_tensor,
-                                 transform_tensor_ex)
-    from .streams import StreamLike, Timer, new_stream, synchronize, timer
-    from .workspace import Workspace
+if TYPE_CHECKING:  # what mypy sees: each name re-exported explicitly (``name as name``)
+    from . import (algorithms as algorithms, capi as capi, descriptors as descriptors, dtypes as dtypes,
+                   graph as graph, handle as handle, memory as memory, ops as ops, streams as streams,
+                   workspace as workspace)
+    from ._defaults import default_handle as default_handle
+    from ._loader import library as library
+    from .algorithms import (
+        AlgoPerf as AlgoPerf, AlgorithmCache as AlgorithmCache, algorithm_cache as algorithm_cache,
+        choose_backward_data_algorithm as choose_backward_data_algorithm,
+        choose_backward_filter_algorithm as choose_backward_filter_algorithm,
+        choose_forward_algorithm as choose_forward_algorithm)
+    from .descriptors import (
+        ActivationDescriptor as ActivationDescriptor, ConvolutionDescriptor as ConvolutionDescriptor,
+        DropoutDescriptor as DropoutDescriptor, FilterDescriptor as FilterDescriptor, LRNDescriptor as LRNDescriptor,
+        OpTensor as OpTensor, OpTensorDescriptor as OpTensorDescriptor, PoolingDescriptor as PoolingDescriptor,
+        ReduceTensor as ReduceTensor, ReduceTensorDescriptor as ReduceTensorDescriptor,
+        TensorDescriptor as TensorDescriptor, convolution_output_shape as convolution_output_shape,
+        pooling_output_shape as pooling_output_shape)
+    from .dtypes import cudnn_dtype as cudnn_dtype, numpy_dtype as numpy_dtype
+    from .graph import (
+        BackendDescriptor as BackendDescriptor, Graph as Graph, GraphNotSupportedError as GraphNotSupportedError)
+    from .handle import Handle as Handle
+    from .memory import (
+        DeviceArray as DeviceArray, DeviceArrayLike as DeviceArrayLike, as_array as as_array, empty as empty,
+        empty_like as empty_like, to_device as to_device, zeros as zeros)
+    from .ops.activation import (
+        Activation as Activation, activation_backward as activation_backward, activation_forward as activation_forward)
+    from .ops.attention import (
+        MultiHeadAttention as MultiHeadAttention, attention_backward_data as attention_backward_data,
+        attention_backward_weights as attention_backward_weights, attention_forward as attention_forward,
+        load_attention_weights as load_attention_weights, read_attention_weights as read_attention_weights)
+    from .ops.batchnorm import (
+        batchnorm_backward as batchnorm_backward, batchnorm_backward_ex as batchnorm_backward_ex,
+        batchnorm_ex_sizes as batchnorm_ex_sizes, batchnorm_forward_inference as batchnorm_forward_inference,
+        batchnorm_forward_training as batchnorm_forward_training,
+        batchnorm_forward_training_ex as batchnorm_forward_training_ex, batchnorm_param_shape as batchnorm_param_shape)
+    from .ops.conv_calls import (
+        convolution_algorithms as convolution_algorithms, convolution_backward_bias as convolution_backward_bias,
+        convolution_backward_data as convolution_backward_data,
+        convolution_backward_filter as convolution_backward_filter,
+        convolution_bias_activation_forward as convolution_bias_activation_forward,
+        convolution_forward as convolution_forward, convolution_workspace_size as convolution_workspace_size)
+    from .ops.convolution import Convolution as Convolution
+    from .ops.ctc import (
+        CTCLoss as CTCLoss, check_ctc_labels as check_ctc_labels, ctc_loss as ctc_loss,
+        ctc_loss_workspace_size as ctc_loss_workspace_size)
+    from .ops.dropout import (
+        Dropout as Dropout, dropout_backward as dropout_backward, dropout_forward as dropout_forward,
+        dropout_reserve_size as dropout_reserve_size, dropout_states_size as dropout_states_size)
+    from .ops.lrn import (
+        LRN as LRN, divisive_normalization_backward as divisive_normalization_backward,
+        divisive_normalization_forward as divisive_normalization_forward, lrn_backward as lrn_backward,
+        lrn_forward as lrn_forward)
+    from .ops.normalization import (
+        normalization_backward as normalization_backward,
+        normalization_forward_inference as normalization_forward_inference,
+        normalization_forward_training as normalization_forward_training, normalization_sizes as normalization_sizes)
+    from .ops.pooling import (
+        Pooling as Pooling, pooling_backward as pooling_backward, pooling_forward as pooling_forward)
+    from .ops.rnn import (
+        RNN as RNN, RNNDataDescriptor as RNNDataDescriptor, rnn_backward_data as rnn_backward_data,
+        rnn_backward_weights as rnn_backward_weights, rnn_forward as rnn_forward,
+        rnn_weight_params as rnn_weight_params)
+    from .ops.sdpa import (
+        sdpa as sdpa, sdpa_backward as sdpa_backward, sdpa_cache_clear as sdpa_cache_clear, sdpa_fp8 as sdpa_fp8,
+        sdpa_fp8_backward as sdpa_fp8_backward)
+    from .ops.softmax import softmax_backward as softmax_backward, softmax_forward as softmax_forward
+    from .ops.spatial_transformer import (
+        SpatialTransformer as SpatialTransformer, spatial_tf_grid_backward as spatial_tf_grid_backward,
+        spatial_tf_grid_forward as spatial_tf_grid_forward, spatial_tf_sampler_backward as spatial_tf_sampler_backward,
+        spatial_tf_sampler_forward as spatial_tf_sampler_forward)
+    from .ops.tensor_ops import (
+        add_tensor as add_tensor, op_tensor as op_tensor, reduce_tensor as reduce_tensor, scale_tensor as scale_tensor,
+        set_tensor as set_tensor, transform_tensor as transform_tensor, transform_tensor_ex as transform_tensor_ex)
+    from .streams import (
+        StreamLike as StreamLike, Timer as Timer, new_stream as new_stream, synchronize as synchronize, timer as timer)
+    from .workspace import Workspace as Workspace
 
 
 def version() -> tuple[int, int, int]:
@@ -154,4 +194,4 @@ def __dir__() -> list[str]:
 
 
 #: every public name: the errors above, __version__, version() and each name of _LAZY
-__all__ = sorted({"__version__", "version", *_ERRORS, *_WHERE}, key=str.lower)
+__all__ = sorted({"__version__", "version", *_ERRORS, *(n for names in _LAZY.values() for n in names)}, key=str.lower)

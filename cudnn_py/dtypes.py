@@ -51,7 +51,7 @@ if _ml is not None:
         ("float4_e2m1fn", "CUDNN_DATA_FP4_E2M1"),
     ]:
         if hasattr(_ml, _name) and hasattr(_DT, _member):
-            _PAIRS.append((np.dtype(getattr(_ml, _name)), _DT[_member]))
+            _PAIRS.append((np.dtype(getattr(_ml, _name)), _DT.__members__[_member]))
 
 #: The NumPy dtypes that have a cuDNN data type, in table order.
 SUPPORTED_DTYPES: tuple[np.dtype, ...] = tuple(d for d, _ in _PAIRS)
@@ -61,7 +61,7 @@ _TO_NUMPY: dict = {int(c): d for d, c in _PAIRS}
 for _vec, _elem in [("CUDNN_DATA_INT8x4", np.int8), ("CUDNN_DATA_INT8x32", np.int8),
                     ("CUDNN_DATA_UINT8x4", np.uint8)]:
     if hasattr(_DT, _vec):
-        _TO_NUMPY[int(_DT[_vec])] = np.dtype(_elem)
+        _TO_NUMPY[int(_DT.__members__[_vec])] = np.dtype(_elem)
 #: short names the ML world uses, case-insensitive, beside NumPy's own spellings
 ALIASES: dict[str, str] = {"fp64": "float64", "fp32": "float32", "fp16": "float16", "bf16": "bfloat16",
                            "fp8_e4m3": "float8_e4m3fn", "e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2",

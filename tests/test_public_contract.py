@@ -28,6 +28,20 @@ def _public() -> dict[str, object]:
 
 
 PUBLIC = _public()
+
+#: (test, name) -> why the rule does not hold yet; each is an xfail(strict=True): one that starts to pass fails the
+#: run until its entry goes. Keep this short.
+PENDING = {
+    **{("closed", n): "ops/sdpa.py checks the handle's device, not whether it is closed (handle.handle_arg)"
+       for n in ("sdpa", "sdpa_backward", "sdpa_cache_clear", "sdpa_fp8", "sdpa_fp8_backward")},
+    ("methods", "Graph"): "Graph.execute raises a builtin RuntimeError before it looks at the handle "
+                          "(graph/graph.py: InvalidStateError, handle.handle_arg)",
+}
+
+
+def _cases(test: str, names) -> list:
+    return [pytest.param(n, marks=pytest.mark.xfail(reason=PENDING[test, n], strict=True))
+            if (test, n) in PENDING else n for n in names]
 FUNCTIONS = {n: f for n, f in PUBLIC.items() if inspect.isfunction(f)}
 CLASSES = {n: c for n, c in PUBLIC.items() if isinstance(c, type)}
 
@@ -46,7 +60,8 @@ HANDLED = {n: f for n, f in FUNCTIONS.items() if _takes_handle(f)}
 _CONFIGS = {
     "pool": lambda: cudnn_py.Pooling(), "activation": lambda: cudnn_py.Activation(), "lrn": lambda: cudnn_py.LRN(),
     "conv": lambda: cudnn_py.Convolution(), "op": lambda: "add", "rnn": lambda: cudnn_py.RNN("lstm", 4, 4),
-    "attn": lambda: cudnn_py.MultiHeadAttention(1, 4, 4, 4, proj_size=4, max_seq_q=2, max_seq_kv=2, max_batch=1), "value": lambda: 1.0, "time_steps": lambda: 2,
+    "attn": lambda: cudnn_py.MultiHeadAttention(1, 4, 4, 4, proj_size=4, max_seq_q=2, max_seq_kv=2,
+                                                max_batch=1), "value": lambda: 1.0, "time_steps": lambda: 2,
     "alphabet_size": lambda: 3, "pseudo_layer": lambda: 0, "lin_id": lambda: 0, "out_shape": lambda: (1, 1, 2, 2),
     "logits_shape": lambda: (2, 1, 3), "arrays": lambda: {}, "p": lambda: 0.5,
 }
@@ -121,7 +136,7 @@ def test_handle_none_is_refused_first(name):
     assert isinstance(e, TypeError) and "handle" in str(e), f"{name}: {e}"
 
 
-@pytest.mark.parametrize("name", sorted(HANDLED))
+@pytest.mark.parametrize("name", _cases("closed", sorted(HANDLED)))
 def test_a_closed_handle_is_refused_first(name):
     f = HANDLED[name]
     args, kwargs = _args(f, _closed_handle(), _config_or_host)
@@ -205,7 +220,7 @@ def test_configuration_classes_refuse_junk_with_our_errors(name):
             _assert_ours(e, f"{name}({p.name}=object())")
 
 
-@pytest.mark.parametrize("name", sorted(CLASSES))
+@pytest.mark.parametrize("name", _cases("methods", sorted(CLASSES)))
 def test_public_methods_taking_a_handle_refuse_none(name):
     cls = CLASSES[name]
     for method, f in inspect.getmembers(cls, inspect.isfunction):

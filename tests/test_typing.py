@@ -12,15 +12,34 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "tests" / "typing"
 
 
+def _every_public_name() -> str:
+    """A user script that imports every name of ``cudnn_py.__all__`` by name and uses it (generated, so a new public
+    name is checked without being listed): under ``--strict`` each must be an explicit re-export."""
+    import cudnn_py
+    names = [n for n in cudnn_py.__all__ if n != "__version__"]
+    return "\n".join([
+        "from __future__ import annotations",
+        "import cudnn_py",
+        "from cudnn_py import __version__",
+        *(f"from cudnn_py import {n}" for n in names),
+        "",
+        "def use() -> list[object]:",
+        "    return [__version__, cudnn_py.version(), " + ", ".join(names) + "]",
+        "",
+    ])
+
+
 @pytest.fixture(scope="module")
 def mypy_output(tmp_path_factory) -> str:
     pytest.importorskip("mypy", reason="mypy is in the test extra: pip install -e '.[test]'")
+    every = tmp_path_factory.mktemp("typing") / "every_public_name.py"
+    every.write_text(_every_public_name())
     # --follow-imports=silent: the package is checked as the user's script sees it; errors inside the
-    # package are CI's separate count, not this test's
-    r = subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"),
+    # package are CI's separate count (mypy cudnn_py), not this test's. --strict as a strict user would run it.
+    r = subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"), "--strict",
                         "--follow-imports=silent", "--cache-dir", str(tmp_path_factory.mktemp("mypy")),
                         "--no-error-summary", "--show-error-codes", str(SCRIPTS / "user_script.py"),
-                        str(SCRIPTS / "misuse.py")], capture_output=True, text=True, cwd=ROOT, timeout=600)
+                        str(SCRIPTS / "misuse.py"), str(every)], capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert r.returncode in (0, 1), r.stderr  # 1: errors found (misuse.py has them); anything else: mypy failed
     return r.stdout
 
@@ -36,6 +55,10 @@ def _errors(output: str, name: str) -> dict[int, str]:
 
 def test_user_script_has_no_type_errors(mypy_output):
     assert _errors(mypy_output, "user_script.py") == {}, mypy_output
+
+
+def test_every_public_name_is_an_explicit_typed_export(mypy_output):
+    assert _errors(mypy_output, "every_public_name.py") == {}, mypy_output
 
 
 def test_misuse_is_caught_line_by_line(mypy_output):

@@ -64,7 +64,7 @@ class AttrSpec(NamedTuple):
     from (``header``, ``header+fix``, ``known``, ``rule``)."""
     name: str
     types: tuple[str, ...]
-    count: str
+    count: str  # type: ignore[assignment]  # the field shadows tuple.count, as the table names it
     nested: str | None
     owner: str | None
     source: str
@@ -80,7 +80,7 @@ def attr_enum(attr) -> capi.cudnnBackendAttributeName_t:
         return attr
     if isinstance(attr, str):
         try:
-            return _ANAME[attr]
+            return _ANAME.__members__[attr]
         except KeyError:
             raise InvalidValueError(f"unknown backend attribute {attr!r} (expected a CUDNN_ATTR_* name)") from None
     if isinstance(attr, int) and not isinstance(attr, bool):
@@ -93,7 +93,7 @@ def attr_enum(attr) -> capi.cudnnBackendAttributeName_t:
 
 
 def attr_type_enum(type_name: str) -> capi.cudnnBackendAttributeType_t:
-    return _ATYPE["CUDNN_TYPE_" + type_name]
+    return _ATYPE.__members__["CUDNN_TYPE_" + type_name]
 
 
 def attr_spec(attr) -> AttrSpec | None:

@@ -53,7 +53,7 @@ def descriptor_type(t) -> capi.cudnnBackendDescriptorType_t:
     if isinstance(t, str):
         for cand in (t, f"CUDNN_BACKEND_{t.upper()}_DESCRIPTOR"):
             if cand in _DTYPE.__members__:
-                return _DTYPE[cand]
+                return _DTYPE.__members__[cand]
         raise InvalidValueError(f"unknown backend descriptor type {t!r}")
     if isinstance(t, int) and not isinstance(t, bool):
         try:
@@ -96,7 +96,7 @@ class BackendDescriptor:
             _ptr = capi.cudnnBackendDescriptor_t()
             _C_CREATE(self.type, ctypes.byref(_ptr))
             self._finalizer = weakref.finalize(self, _destroy, _ptr)
-        self.ptr = _ptr
+        self.ptr: capi.cudnnBackendDescriptor_t | None = _ptr
         for k, v in attrs.items():
             self.set(k, v)
 
@@ -207,7 +207,7 @@ class BackendDescriptor:
                 raise InvalidTypeError(f"{name.name}: reading nested descriptors needs their type, which the table "
                                        f"lacks")
             kids = [BackendDescriptor(spec.nested) for _ in range(count)]
-            arr = (ctypes.c_void_p * max(count, 1))(*[k.ptr.value for k in kids])
+            arr = (ctypes.c_void_p * max(count, 1))(*[getattr(k.ptr, "value", None) for k in kids])
             _C_GET(self.ptr, name, atype, count, ctypes.byref(n_out), arr)
             for k in kids[n_out.value:]:
                 k.close()

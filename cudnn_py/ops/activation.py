@@ -28,7 +28,7 @@ from cudnn_py import caches, capi
 from cudnn_py.args import enum_member, float_arg, nan_flag, scaling
 from cudnn_py.descriptors import Settings, _ActivationDescriptor
 from cudnn_py.graph import legacy as gl
-from cudnn_py.handle import handle_arg
+from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.ops._common import check_array, desc, output, scalars
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
@@ -141,7 +141,7 @@ def _graph_activation(act) -> tuple[str, str, tuple]:
     return fwd, bwd, params
 
 
-def _graph_forward(handle, activation, xa, ya, alpha, beta, auto) -> bool:
+def _graph_forward(handle: Handle, activation, xa, ya, alpha, beta, auto) -> bool:
     fwd, _, params = _graph_activation(activation)
     inputs = [("x", xa)] + ([("prior", ya)] if beta else [])
 
@@ -151,7 +151,7 @@ def _graph_forward(handle, activation, xa, ya, alpha, beta, auto) -> bool:
                         build, auto=auto)
 
 
-def _graph_backward(handle, activation, xa, dya, dxa, alpha, beta, auto) -> bool:
+def _graph_backward(handle: Handle, activation, xa, dya, dxa, alpha, beta, auto) -> bool:
     _, bwd, params = _graph_activation(activation)
     inputs = [("dy", dya)] + ([("x", xa)] if bwd != "identity" else []) + ([("prior", dxa)] if beta else [])
 
@@ -163,7 +163,7 @@ def _graph_backward(handle, activation, xa, dya, dxa, alpha, beta, auto) -> bool
                         [("dx", dxa)], build, auto=auto)
 
 
-def activation_forward(handle, activation, x, y=None, *, alpha: float = 1.0, beta: float = 0.0,
+def activation_forward(handle: Handle, activation, x, y=None, *, alpha: float = 1.0, beta: float = 0.0,
                        engine: str = "auto"):
     """``y = alpha * act(x) + beta * y`` (``cudnnActivationForward``); returns y (allocated if not given).
 
@@ -187,7 +187,7 @@ def activation_forward(handle, activation, x, y=None, *, alpha: float = 1.0, bet
     return ya if y is None else y
 
 
-def activation_backward(handle, activation, x, y, dy, dx=None, *, alpha: float = 1.0, beta: float = 0.0,
+def activation_backward(handle: Handle, activation, x, y, dy, dx=None, *, alpha: float = 1.0, beta: float = 0.0,
                         engine: str = "auto"):
     """``dx = alpha * dL/dx + beta * dx`` from the forward's x and y and the gradient dy (``cudnnActivationBackward``).
 

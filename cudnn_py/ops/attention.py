@@ -35,10 +35,11 @@ from cudnn_py.args import bool_arg, float_arg
 from cudnn_py.descriptors import Descriptor
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import InvalidStateError, InvalidTypeError, InvalidValueError
-from cudnn_py.handle import handle_arg
+from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray
 from cudnn_py.ops.sequence_models import (
-    MATH_TYPES, WeightedDescriptor, check_lengths, choice, dropout_arg, name_of, nd_layout, positive_int, training_ctx,
+    MATH_TYPES, WeightedDescriptor, c_nbytes, c_ptr, check_lengths, choice, dropout_arg, name_of, nd_layout,
+    positive_int, training_ctx,
 )
 
 __all__ = ["MultiHeadAttention", "AttentionParams", "SeqDataDescriptor", "AttentionForwardResult",
@@ -161,7 +162,7 @@ class MultiHeadAttention(WeightedDescriptor):
             "one_to_one" if mode.value & capi.CUDNN_ATTN_QUERYMAP_ONE_TO_ONE else "all_to_one",
             numpy_dtype(dt.value), numpy_dtype(cdt.value), name_of(MATH_TYPES, math_t.value), *(i.value for i in ints))
 
-    def buffer_sizes(self, handle, training: bool = True) -> AttentionBufferSizes:
+    def buffer_sizes(self, handle: Handle, training: bool = True) -> AttentionBufferSizes:
         """:class:`AttentionBufferSizes` ``(weights, workspace, reserve)`` in bytes (``cudnnGetMultiHeadAttnBuffers``;
         no reserve in inference; asked once per device)."""
         handle = handle_arg(handle)
@@ -174,12 +175,12 @@ class MultiHeadAttention(WeightedDescriptor):
             sizes = self._sizes[key] = AttentionBufferSizes(w.value, ws.value, r.value if training else 0)
         return sizes
 
-    def weight_space_size(self, handle) -> int:
+    def weight_space_size(self, handle: Handle) -> int:
         """Bytes of the flat weight space holding every projection."""
         handle = handle_arg(handle)
         return self.buffer_sizes(handle, False)[0]
 
-    def weights(self, handle, weights) -> dict[str, DeviceArray]:
+    def weights(self, handle: Handle, weights) -> dict[str, DeviceArray]:
         """Strided device views ``{"wq": [heads, q_proj, q_size], ..., "bo": [o_proj]}`` (biases if enabled)."""
         handle = handle_arg(handle)
         w = self._check_weights(handle, weights)
@@ -198,7 +199,7 @@ class MultiHeadAttention(WeightedDescriptor):
                 while len(shape) > ndim and 1 in shape:  # biases come as [heads, proj, 1] / [1, o_proj, 1]
                     i = shape.index(1) if shape[-1] != 1 else len(shape) - 1
                     del shape[i], st[i]
-                views[name] = DeviceArray(addr.value, tuple(shape), self.dtype, tuple(st), device_id=w.device_id,
+                views[name] = DeviceArray(addr.value or 0, tuple(shape), self.dtype, tuple(st), device_id=w.device_id,
                                           owner=w, stream=w.stream)
         finally:
             capi.cudnnDestroyTensorDescriptor(desc)
@@ -207,7 +208,7 @@ class MultiHeadAttention(WeightedDescriptor):
     def expected_shapes(self) -> dict[str, tuple[int, ...]]:
         """The shape of every weight view (what :func:`load_attention_weights` expects)."""
         H = self.heads
-        shapes = {"wq": (H, self.q_proj_size, self.q_size), "wk": (H, self.k_proj_size, self.k_size),
+        shapes: dict[str, tuple[int, ...]] = {"wq": (H, self.q_proj_size, self.q_size), "wk": (H, self.k_proj_size, self.k_size),
                   "wv": (H, self.v_proj_size, self.v_size), "wo": (H, self.o_proj_size, self.v_proj_size)}
         if self.biases:
             shapes.update(bq=(H, self.q_proj_size), bk=(H, self.k_proj_size), bv=(H, self.v_proj_size),
@@ -250,8 +251,9 @@ class SeqDataDescriptor(Descriptor):
                                        lengths, None)
         names = {capi.CUDNN_SEQDATA_TIME_DIM: "time", capi.CUDNN_SEQDATA_BATCH_DIM: "batch",
                  capi.CUDNN_SEQDATA_BEAM_DIM: "beam", capi.CUDNN_SEQDATA_VECT_DIM: "vector"}
-        return {"dtype": numpy_dtype(dt.value), "dims": {names[i]: dims[i] for i in range(4)},
-                "axes": tuple(names[a] for a in axes), "seq_lengths": tuple(lengths[:n.value])}
+        return {"dtype": numpy_dtype(dt.value),
+                "dims": {names[capi.cudnnSeqDataAxis_t(i)]: dims[i] for i in range(4)},
+                "axes": tuple(names[capi.cudnnSeqDataAxis_t(a)] for a in axes), "seq_lengths": tuple(lengths[:n.value])}
 
     def _fields(self) -> str:
         B, T, V = self.shape
@@ -275,7 +277,7 @@ def _check_attn(attn) -> None:
         raise InvalidTypeError(f"attn must be a cudnn_py.MultiHeadAttention, got {type(attn).__name__}")
 
 
-def load_attention_weights(handle, attn: MultiHeadAttention, weights, arrays: dict) -> None:
+def load_attention_weights(handle: Handle, attn: MultiHeadAttention, weights, arrays: dict) -> None:
     """Write host arrays (``{"wq": [heads, q_proj, q_size], ...}``, see the module doc) into the weight space."""
     handle = handle_arg(handle)
     _check_attn(attn)
@@ -293,7 +295,7 @@ def load_attention_weights(handle, attn: MultiHeadAttention, weights, arrays: di
     w.copy_(host)
 
 
-def read_attention_weights(handle, attn: MultiHeadAttention, weights) -> dict:
+def read_attention_weights(handle: Handle, attn: MultiHeadAttention, weights) -> dict:
     """The weight space as host arrays ``{"wq": ..., "bo": ...}`` (works for weight gradients too)."""
     handle = handle_arg(handle)
     _check_attn(attn)
@@ -326,11 +328,11 @@ class AttentionDataGrads(NamedTuple):
     dv: DeviceArray
 
 
-def _data(handle, attn, a, name, B, T, V) -> DeviceArray:
+def _data(handle: Handle, attn, a, name, B, T, V) -> DeviceArray:
     return memory.as_array(a, name, dtype=attn.dtype, shape=(B, T, V), contiguous=True, device=handle.device)
 
 
-def attention_forward(handle, attn: MultiHeadAttention, q, k, v, weights, *, seq_lengths_q=None, seq_lengths_kv=None,
+def attention_forward(handle: Handle, attn: MultiHeadAttention, q, k, v, weights, *, seq_lengths_q=None, seq_lengths_kv=None,
                       lo_win=None, hi_win=None, residuals=None, o=None, training: bool = False,
                       curr_idx: int = -1, **old) -> AttentionForwardResult:
     """``cudnnMultiHeadAttnForward`` over all query steps (``curr_idx=-1``) or one (inference only); returns an
@@ -388,8 +390,7 @@ def attention_forward(handle, attn: MultiHeadAttention, q, k, v, weights, *, seq
     capi.cudnnMultiHeadAttnForward(
         handle.ptr, attn.ptr, curr_idx, lo_c, hi_c, dev_lq.ptr, dev_lk.ptr, q_desc.ptr, q.ptr,
         None if residuals is None else residuals.ptr, k_desc.ptr, k.ptr, v_desc.ptr, v.ptr, o_desc.ptr, o.ptr,
-        w.nbytes, w.ptr, work_n, work or None, reserve_n if training else 0,
-        (reserve.ptr or None) if training else None)
+        w.nbytes, w.ptr, work_n, work or None, c_nbytes(reserve), c_ptr(reserve))
     ctx = None
     if training:
         ctx = {"desc": attn, "q": q, "k": k, "v": v, "descs": (q_desc, k_desc, v_desc, o_desc),
@@ -399,7 +400,7 @@ def attention_forward(handle, attn: MultiHeadAttention, q, k, v, weights, *, seq
     return result
 
 
-def attention_backward_data(handle, attn: MultiHeadAttention, fwd: AttentionForwardResult, dout, weights, *,
+def attention_backward_data(handle: Handle, attn: MultiHeadAttention, fwd: AttentionForwardResult, dout, weights, *,
                             dq=None, dk=None, dv=None) -> AttentionDataGrads:
     """``cudnnMultiHeadAttnBackwardData``: :class:`AttentionDataGrads` ``(dq, dk, dv)`` for ``dout``, the gradient
     of ``fwd.o``; ``dq`` leaves out the residual path (add ``dout``)."""
@@ -419,12 +420,12 @@ def attention_backward_data(handle, attn: MultiHeadAttention, fwd: AttentionForw
     capi.cudnnMultiHeadAttnBackwardData(
         handle.ptr, attn.ptr, *ctx["win"], dev_lq.ptr, dev_lk.ptr, o_desc.ptr, dout.ptr,
         q_desc.ptr, dq.ptr, q.ptr, k_desc.ptr, dk.ptr, k.ptr, v_desc.ptr, dv.ptr, v.ptr,
-        w.nbytes, w.ptr, work_n, work or None, fwd.reserve.nbytes, fwd.reserve.ptr or None)
+        w.nbytes, w.ptr, work_n, work or None, c_nbytes(fwd.reserve), c_ptr(fwd.reserve))
     ctx["data_done"] = True
     return AttentionDataGrads(dq, dk, dv)
 
 
-def attention_backward_weights(handle, attn: MultiHeadAttention, fwd: AttentionForwardResult, dout, weights,
+def attention_backward_weights(handle: Handle, attn: MultiHeadAttention, fwd: AttentionForwardResult, dout, weights,
                                dweights=None) -> DeviceArray:
     """``cudnnMultiHeadAttnBackwardWeights``: gradients ADDED into ``dweights`` (new zeroed buffer if None).
 
@@ -443,5 +444,5 @@ def attention_backward_weights(handle, attn: MultiHeadAttention, fwd: AttentionF
     capi.cudnnMultiHeadAttnBackwardWeights(
         handle.ptr, attn.ptr, capi.CUDNN_WGRAD_MODE_ADD, q_desc.ptr, ctx["q"].ptr, k_desc.ptr, ctx["k"].ptr,
         v_desc.ptr, ctx["v"].ptr, o_desc.ptr, dout.ptr, w.nbytes, w.ptr, dw.ptr, work_n, work or None,
-        fwd.reserve.nbytes, fwd.reserve.ptr or None)
+        c_nbytes(fwd.reserve), c_ptr(fwd.reserve))
     return dw

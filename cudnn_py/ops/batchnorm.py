@@ -47,7 +47,7 @@ from cudnn_py import capi
 from cudnn_py.args import scaling
 from cudnn_py.errors import InvalidValueError
 from cudnn_py.graph import legacy as gl
-from cudnn_py.handle import handle_arg
+from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray
 from cudnn_py.ops import norm_args as na
 from cudnn_py.ops import norm_graphs as ng
@@ -114,7 +114,7 @@ def derive_batchnorm_shape(x_shape, dtype=np.float32, mode="spatial") -> tuple[t
     return na.derive_descriptors(lambda d: capi.cudnnDeriveBNTensorDescriptor(d, x_desc.ptr, m))[0]
 
 
-def _bn(handle, x, mode) -> na.NormSetup:
+def _bn(handle: Handle, x, mode) -> na.NormSetup:
     return na.NormSetup(handle, x, mode, BATCHNORM_MODES, capi.cudnnBatchNormMode_t, "batch-norm mode")
 
 
@@ -127,7 +127,7 @@ def _legacy_if_auto(engine: str) -> str:
 # ---------------------------------------------------------------- plain calls
 
 
-def batchnorm_forward_training(handle, x, scale, bias, *, mode="spatial", epsilon: float = 1e-5,
+def batchnorm_forward_training(handle: Handle, x, scale, bias, *, mode="spatial", epsilon: float = 1e-5,
                                factor: float = 1.0, running_mean=None, running_var=None, saved_mean=None,
                                saved_inv_var=None, y=None, alpha: float = 1.0,
                                beta: float = 0.0, engine: str = "auto") -> BatchNormTraining:
@@ -157,7 +157,7 @@ def batchnorm_forward_training(handle, x, scale, bias, *, mode="spatial", epsilo
     return BatchNormTraining(ya, sm, siv, rm, rv)
 
 
-def batchnorm_forward_inference(handle, x, scale, bias, mean, var, *, mode="spatial", epsilon: float = 1e-5,
+def batchnorm_forward_inference(handle: Handle, x, scale, bias, mean, var, *, mode="spatial", epsilon: float = 1e-5,
                                 y=None, alpha: float = 1.0, beta: float = 0.0, engine: str = "auto") -> DeviceArray:
     """``y = alpha * (scale * (x - mean) / sqrt(var + epsilon) + bias) + beta * y``
     (``cudnnBatchNormalizationForwardInference``); returns y (allocated if not given).
@@ -182,7 +182,7 @@ def batchnorm_forward_inference(handle, x, scale, bias, mean, var, *, mode="spat
     return ya
 
 
-def batchnorm_backward(handle, x, dy, scale, saved_mean=None, saved_inv_var=None, *, mode="spatial",
+def batchnorm_backward(handle: Handle, x, dy, scale, saved_mean=None, saved_inv_var=None, *, mode="spatial",
                        epsilon: float = 1e-5, dx=None, dscale=None, dbias=None, alpha_data: float = 1.0,
                        beta_data: float = 0.0, alpha_param: float = 1.0,
                        beta_param: float = 0.0, engine: str = "auto") -> BatchNormGrads:
@@ -220,7 +220,7 @@ def batchnorm_backward(handle, x, dy, scale, saved_mean=None, saved_inv_var=None
 # ---------------------------------------------------------------- Ex calls (fused add + activation)
 
 
-def batchnorm_ex_sizes(handle, x, *, mode="spatial_persistent", ops="bn", activation=None,
+def batchnorm_ex_sizes(handle: Handle, x, *, mode="spatial_persistent", ops="bn", activation=None,
                        with_z: bool | None = None) -> NormSizes:
     """:class:`NormSizes` ``(forward_workspace, backward_workspace, reserve)``: bytes the ``..._ex`` calls need
     with this x."""
@@ -231,7 +231,7 @@ def batchnorm_ex_sizes(handle, x, *, mode="spatial_persistent", ops="bn", activa
     return NormSizes(*_ex_sizes(handle, s, op, act, int(op) == 2 if with_z is None else with_z))
 
 
-def _ex_sizes(handle, s: na.NormSetup, op, act, with_z: bool) -> tuple[int, int, int]:
+def _ex_sizes(handle: Handle, s: na.NormSetup, op, act, with_z: bool) -> tuple[int, int, int]:
     xd, pd = s.xdesc.ptr, s.pdesc.ptr
     zd = xd if with_z else None
     fw, bw, rs = ctypes.c_size_t(), ctypes.c_size_t(), ctypes.c_size_t()
@@ -244,7 +244,7 @@ def _ex_sizes(handle, s: na.NormSetup, op, act, with_z: bool) -> tuple[int, int,
     return fw.value, bw.value, rs.value
 
 
-def batchnorm_forward_training_ex(handle, x, scale, bias, *, z=None, ops="bn", activation=None,
+def batchnorm_forward_training_ex(handle: Handle, x, scale, bias, *, z=None, ops="bn", activation=None,
                                   mode="spatial_persistent", epsilon: float = 1e-5, factor: float = 1.0,
                                   running_mean=None, running_var=None, saved_mean=None, saved_inv_var=None,
                                   y=None, reserve=None, alpha: float = 1.0, beta: float = 0.0,
@@ -287,7 +287,7 @@ def batchnorm_forward_training_ex(handle, x, scale, bias, *, z=None, ops="bn", a
     return BatchNormTraining(ya, sm, siv, rm, rv, rsa)
 
 
-def batchnorm_backward_ex(handle, x, y, dy, scale, bias, saved_mean, saved_inv_var, reserve=None, *, ops="bn",
+def batchnorm_backward_ex(handle: Handle, x, y, dy, scale, bias, saved_mean, saved_inv_var, reserve=None, *, ops="bn",
                           activation=None, mode="spatial_persistent", epsilon: float = 1e-5, dx=None, dz=None,
                           dscale=None, dbias=None, alpha_data: float = 1.0, beta_data: float = 0.0,
                           alpha_param: float = 1.0, beta_param: float = 0.0, engine: str = "auto") -> BatchNormGrads:

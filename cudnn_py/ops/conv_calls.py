@@ -22,7 +22,7 @@ from cudnn_py.args import INT64_MAX, int_arg, scaling
 from cudnn_py.caches import handle_cache
 from cudnn_py.dtypes import cudnn_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError, WorkspaceLimitError
-from cudnn_py.handle import handle_arg
+from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import array_signature, empty, zeros
 from cudnn_py.ops._common import enum_arg, scalars
 from cudnn_py.ops.convolution import Convolution, Geometry, logical, packed_strides, physical, unit_height
@@ -38,12 +38,12 @@ def _graph():
     return conv
 
 
-def _device_id(handle) -> int:
+def _device_id(handle: Handle) -> int:
     d = handle.device
     return int(getattr(d, "device_id", d))
 
 
-def _limit(handle, workspace_limit):
+def _limit(handle: Handle, workspace_limit):
     cap = handle.workspace.cap
     if workspace_limit is None:
         return cap
@@ -51,7 +51,7 @@ def _limit(handle, workspace_limit):
     return workspace_limit if cap is None else min(cap, workspace_limit)
 
 
-def _measure(handle, g: Geometry, direction: str, limit, in_ptrs):
+def _measure(handle: Handle, g: Geometry, direction: str, limit, in_ptrs):
     """``Find...Ex`` records of a direction on the inputs at ``in_ptrs`` (a zero-padded scratch x where the padding
     is asymmetric), a scratch output and the largest workspace that can be had under ``limit``."""
     a, b, c = g.descs(direction)
@@ -64,7 +64,7 @@ def _measure(handle, g: Geometry, direction: str, limit, in_ptrs):
                                    g.out_nbytes(direction), limit)
 
 
-def _choose(handle, g: Geometry, direction: str, spec, deterministic: bool, limit, in_ptrs):
+def _choose(handle: Handle, g: Geometry, direction: str, spec, deterministic: bool, limit, in_ptrs):
     """(algo, math type, workspace bytes) for ``spec``: an algorithm, "heuristic" or "fastest"."""
     return _alg.resolve_algorithm(
         handle, direction, spec, g.descs(direction), g.conv_desc, g.math_type, deterministic=deterministic,
@@ -100,12 +100,12 @@ _FUNCS = {"forward": "cudnnConvolutionForward", "backward_data": "cudnnConvoluti
           "backward_filter": "cudnnConvolutionBackwardFilter"}
 
 
-def _plan(handle, key, direction, conv, arrays, spec, deterministic, workspace_limit, in_ptrs):
+def _plan(handle: Handle, key, direction, conv, arrays, spec, deterministic, workspace_limit, in_ptrs):
     """Build (validate, describe, choose the algorithm) and remember the plan for ``key`` in the handle's cache."""
     if direction != "forward" and arrays[0][2] == np.int8:
         raise InvalidTypeError(f"int8 convolutions run forward only (cuDNN's INT8 configurations); {direction} needs "
                                f"float16, bfloat16, float32 or float64 data")
-    g = Geometry.of(conv, *arrays, _device_id(handle))  # arrays: x, w, y signatures by forward roles (y may be None)
+    g = Geometry.of(conv, arrays[0], arrays[1], arrays[2], _device_id(handle))  # arrays: x, w, y signatures by forward roles (y may be None)
     p = _Plan()
     p.g = g
     limit = _limit(handle, workspace_limit)
@@ -126,7 +126,7 @@ def _scaling(p: _Plan, alpha: float, beta: float) -> tuple:
     return (p.one, p.zero) if alpha == 1.0 and beta == 0.0 else scalars(p.scaling, alpha, beta)
 
 
-def _ready(handle, key, direction, conv, arrays, spec, deterministic, workspace_limit, in_ptrs):
+def _ready(handle: Handle, key, direction, conv, arrays, spec, deterministic, workspace_limit, in_ptrs):
     """(plan, workspace pointer) for a call: the remembered plan (unless "fastest" choices were cleared or
     reloaded since), else a new one. A plan whose workspace the handle's cap no longer admits (the cap was
     lowered since) is made again under this cap; an explicit algorithm that needs more then raises
@@ -142,7 +142,7 @@ def _ready(handle, key, direction, conv, arrays, spec, deterministic, workspace_
         return p, (handle.workspace.get(p.ws, handle.stream) if p.ws else None)
 
 
-def _pad_input(handle, g: Geometry, x_ptr: int):
+def _pad_input(handle: Handle, g: Geometry, x_ptr: int):
     """A zero-padded device copy of x for asymmetric padding (keep it alive until the work is queued)."""
     xp = zeros((g.xp_size,), g.np_dtype, stream=handle.stream, device=handle.device)
     one, zero = scalars(g.dtype, 1.0, 0.0)
@@ -153,7 +153,7 @@ def _pad_input(handle, g: Geometry, x_ptr: int):
 
 # ---------------------------------------------------------------- the calls
 
-def convolution_forward(handle, conv: Convolution, x, w, y=None, *, algo: Any = "heuristic", alpha: float = 1.0,
+def convolution_forward(handle: Handle, conv: Convolution, x, w, y=None, *, algo: Any = "heuristic", alpha: float = 1.0,
                         beta: float = 0.0, deterministic: bool = False, workspace_limit: int | None = None,
                         engine: str = "legacy"):
     """``y = alpha * conv(x, w) + beta * y`` (``cudnnConvolutionForward``); returns y (allocated if not given).
@@ -195,7 +195,7 @@ def _shape_sig(shape, like, what):
     return shape, packed_strides(shape, False), like[2], like[3]
 
 
-def convolution_backward_data(handle, conv: Convolution, w, dy, dx=None, *, x_shape: Sequence[int] | None = None,
+def convolution_backward_data(handle: Handle, conv: Convolution, w, dy, dx=None, *, x_shape: Sequence[int] | None = None,
                               algo: Any = "heuristic", alpha: float = 1.0, beta: float = 0.0,
                               deterministic: bool = False, workspace_limit: int | None = None,
                               engine: str = "legacy"):
@@ -235,7 +235,7 @@ def convolution_backward_data(handle, conv: Convolution, w, dy, dx=None, *, x_sh
     return dx
 
 
-def convolution_backward_filter(handle, conv: Convolution, x, dy, dw=None, *, w_shape: Sequence[int] | None = None,
+def convolution_backward_filter(handle: Handle, conv: Convolution, x, dy, dw=None, *, w_shape: Sequence[int] | None = None,
                                 algo: Any = "heuristic", alpha: float = 1.0, beta: float = 0.0,
                                 deterministic: bool = False, workspace_limit: int | None = None,
                                 engine: str = "legacy"):
@@ -271,7 +271,7 @@ def convolution_backward_filter(handle, conv: Convolution, x, dy, dw=None, *, w_
     return dw
 
 
-def convolution_backward_bias(handle, dy, db=None, *, alpha: float = 1.0, beta: float = 0.0,
+def convolution_backward_bias(handle: Handle, dy, db=None, *, alpha: float = 1.0, beta: float = 0.0,
                               layout: str = "NCHW"):
     """``db = alpha * sum(dy over all but channels) + beta * db`` (``cudnnConvolutionBackwardBias``).
 
@@ -295,7 +295,7 @@ def convolution_backward_bias(handle, dy, db=None, *, alpha: float = 1.0, beta: 
     return db
 
 
-def _bias_plan(handle, ysig, bsig, layout, name):
+def _bias_plan(handle: Handle, ysig, bsig, layout, name):
     """(y descriptor, bias descriptor, allocated bias shape, objects) for a bias of y's channels."""
     if layout not in ("NCHW", "NHWC"):
         raise InvalidValueError(f"layout {layout!r}: expected 'NCHW' or 'NHWC'")
@@ -325,7 +325,7 @@ def _bias_plan(handle, ysig, bsig, layout, name):
 _ACTIVATIONS = {"relu": capi.CUDNN_ACTIVATION_RELU, "identity": capi.CUDNN_ACTIVATION_IDENTITY}
 
 
-def convolution_bias_activation_forward(handle, conv: Convolution, x, w, bias, *, z=None, activation: str = "relu",
+def convolution_bias_activation_forward(handle: Handle, conv: Convolution, x, w, bias, *, z=None, activation: str = "relu",
                                         alpha: float = 1.0, beta: float = 0.0, y=None, algo: Any = "heuristic",
                                         deterministic: bool = False, workspace_limit: int | None = None,
                                         engine: str = "legacy", **old: Any):
@@ -393,7 +393,7 @@ def convolution_bias_activation_forward(handle, conv: Convolution, x, w, bias, *
 
 # ---------------------------------------------------------------- algorithm queries on arrays
 
-def _query_geometry(handle, conv, x, w, y, direction) -> Geometry:
+def _query_geometry(handle: Handle, conv, x, w, y, direction) -> Geometry:
     """Geometry for a query: x, w, y are arrays or shapes (an output-only role may be a shape)."""
     def sig(obj, name, like):
         if isinstance(obj, (tuple, list)):
@@ -410,7 +410,7 @@ def _query_geometry(handle, conv, x, w, y, direction) -> Geometry:
     return Geometry.of(conv, xs, ws, ys, _device_id(handle))
 
 
-def convolution_algorithms(handle, conv: Convolution, x, w, y=None, *, direction: str = "forward",
+def convolution_algorithms(handle: Handle, conv: Convolution, x, w, y=None, *, direction: str = "forward",
                            method: str = "heuristic", workspace_limit: int | None = None) -> list[_alg.AlgoPerf]:
     """cuDNN's ranked algorithm records for one direction of this convolution.
 
@@ -440,7 +440,7 @@ def convolution_algorithms(handle, conv: Convolution, x, w, y=None, *, direction
     raise InvalidValueError(f"method {method!r}: expected 'heuristic', 'find' or 'find_ex'")
 
 
-def convolution_workspace_size(handle, conv: Convolution, x, w, y=None, *, algo: Any,
+def convolution_workspace_size(handle: Handle, conv: Convolution, x, w, y=None, *, algo: Any,
                                direction: str = "forward") -> int:
     """Workspace bytes that ``algo`` needs (``cudnnGetConvolution*WorkspaceSize``); raises if unsupported."""
     handle = handle_arg(handle)

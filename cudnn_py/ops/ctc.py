@@ -36,7 +36,7 @@ from cudnn_py.caches import shared
 from cudnn_py.args import dims, int_arg
 from cudnn_py.descriptors import Descriptor, tensor_descriptor
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
-from cudnn_py.handle import handle_arg
+from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray, as_array, empty, to_device
 from cudnn_py.ops._common import check_array, enum_arg
 
@@ -203,7 +203,7 @@ def check_ctc_labels(labels, label_lengths, input_lengths, time_steps: int, alph
     return CTCLabels(lab.astype(np.int32), ll.astype(np.int32), il.astype(np.int32))
 
 
-def _logits(handle, logits) -> DeviceArray:
+def _logits(handle: Handle, logits) -> DeviceArray:
     x = check_array(logits, "logits", handle)
     if x.dtype != np.float32:
         raise InvalidTypeError(f"logits has dtype {x.dtype}; cuDNN's CTC loss takes float32")
@@ -214,7 +214,7 @@ def _logits(handle, logits) -> DeviceArray:
     return x
 
 
-def ctc_loss_workspace_size(handle, logits_shape, *, algo="deterministic", normalization="softmax",
+def ctc_loss_workspace_size(handle: Handle, logits_shape, *, algo="deterministic", normalization="softmax",
                             grad_mode="zero_oob", max_label_length: int = MAX_LABEL_LENGTH,
                             compute_gradients: bool = True, ctc: CTCLoss | None = None) -> int:
     """Workspace bytes ``cudnnCTCLoss_v8`` needs for logits of shape (T, N, A) (``cudnnGetCTCLossWorkspaceSize_v8``);
@@ -230,7 +230,7 @@ def ctc_loss_workspace_size(handle, logits_shape, *, algo="deterministic", norma
     return n.value
 
 
-def ctc_loss(handle, logits, labels, label_lengths, input_lengths, *, algo="deterministic",
+def ctc_loss(handle: Handle, logits, labels, label_lengths, input_lengths, *, algo="deterministic",
              normalization="softmax", grad_mode="zero_oob", max_label_length: int = MAX_LABEL_LENGTH,
              compute_gradients: bool = True, costs=None, gradients=None,
              ctc: CTCLoss | None = None) -> CTCLossResult:

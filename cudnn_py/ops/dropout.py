@@ -29,7 +29,7 @@ from cudnn_py._deprecation import renamed_kwargs, warn
 from cudnn_py.args import float_arg, handle_ptr, int_arg
 from cudnn_py.descriptors import Descriptor
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
-from cudnn_py.handle import handle_arg
+from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray, empty
 from cudnn_py.ops._common import byte_buffer, check_array, desc, output, tensor_desc
 
@@ -37,7 +37,7 @@ __all__ = ["Dropout", "DropoutOutputs", "dropout_states_size", "dropout_reserve_
            "dropout_backward"]
 
 
-def dropout_states_size(handle) -> int:
+def dropout_states_size(handle: Handle) -> int:
     """Bytes of RNG state cuDNN needs for dropout on this handle's device (``cudnnDropoutGetStatesSize``)."""
     handle = handle_arg(handle)
     n = ctypes.c_size_t()
@@ -74,7 +74,7 @@ class Dropout(Descriptor):
     _create_fn, _destroy_fn = "cudnnCreateDropoutDescriptor", "cudnnDestroyDropoutDescriptor"
     _shown = ("p", "seed", "states_size")
 
-    def __init__(self, handle, p: float | None = None, seed: int = 0, *, states=None, **old):
+    def __init__(self, handle: Handle, p: float | None = None, seed: int = 0, *, states=None, **old):
         if old:
             p = renamed_kwargs("Dropout", old, {"dropout": "p"}, {"p": p})["p"]
         p = float_arg(0.5 if p is None else p, "dropout probability p", 0.0, 1.0)
@@ -135,7 +135,7 @@ def _dropout_ptr(d):
     raise InvalidTypeError(f"dropout must be a cudnn_py.Dropout, got {type(d).__name__}")
 
 
-def dropout_forward(handle, dropout, x, y=None, reserve=None) -> DropoutOutputs:
+def dropout_forward(handle: Handle, dropout, x, y=None, reserve=None) -> DropoutOutputs:
     """``y = x * mask / (1 - p)`` with a fresh mask (``cudnnDropoutForward``); returns :class:`DropoutOutputs`
     ``(y, reserve)``.
 
@@ -155,7 +155,7 @@ def dropout_forward(handle, dropout, x, y=None, reserve=None) -> DropoutOutputs:
     return DropoutOutputs(ya, ra)
 
 
-def dropout_backward(handle, dropout, dy, reserve, dx=None) -> DeviceArray:
+def dropout_backward(handle: Handle, dropout, dy, reserve, dx=None) -> DeviceArray:
     """``dx = dy * mask / (1 - p)`` with the mask the forward stored in ``reserve`` (``cudnnDropoutBackward``)."""
     handle = handle_arg(handle)
     dp = _dropout_ptr(dropout)

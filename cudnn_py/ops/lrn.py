@@ -29,7 +29,7 @@ from typing import NamedTuple
 from cudnn_py import capi
 from cudnn_py.args import float_arg, int_arg, scaling
 from cudnn_py.descriptors import Settings, _LRNDescriptor
-from cudnn_py.handle import handle_arg
+from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray
 from cudnn_py.ops._common import check_array, desc, empty_strided, output, scalars
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
@@ -92,7 +92,7 @@ def _lrn_desc(lrn) -> capi.cudnnLRNDescriptor_t:
     raise InvalidTypeError(f"lrn must be a cudnn_py.LRN, got {type(lrn).__name__}")
 
 
-def _input(x, handle) -> DeviceArray:
+def _input(x, handle: Handle) -> DeviceArray:
     xa = check_array(x, "x", handle, floating=True)
     if xa.ndim not in (4, 5):
         raise InvalidValueError(f"LRN and divisive normalisation take 4-D or 5-D tensors (N, C, *spatial); x has "
@@ -100,7 +100,7 @@ def _input(x, handle) -> DeviceArray:
     return xa
 
 
-def lrn_forward(handle, lrn, x, y=None, *, alpha: float = 1.0, beta: float = 0.0):
+def lrn_forward(handle: Handle, lrn, x, y=None, *, alpha: float = 1.0, beta: float = 0.0):
     """``y = alpha * lrn(x) + beta * y`` (``cudnnLRNCrossChannelForward``); returns y (allocated if not given)."""
     alpha, beta = scaling(alpha=alpha, beta=beta)
     handle = handle_arg(handle)
@@ -114,7 +114,7 @@ def lrn_forward(handle, lrn, x, y=None, *, alpha: float = 1.0, beta: float = 0.0
     return ya if y is None else y
 
 
-def lrn_backward(handle, lrn, x, y, dy, dx=None, *, alpha: float = 1.0, beta: float = 0.0):
+def lrn_backward(handle: Handle, lrn, x, y, dy, dx=None, *, alpha: float = 1.0, beta: float = 0.0):
     """``dx = alpha * dL/dx + beta * dx`` from the forward's x and y and the gradient dy
     (``cudnnLRNCrossChannelBackward``)."""
     alpha, beta = scaling(alpha=alpha, beta=beta)
@@ -140,13 +140,13 @@ def _same_desc(a, xa, name: str):
     return a
 
 
-def _temps(handle, xa: DeviceArray) -> tuple[DeviceArray, DeviceArray]:
+def _temps(handle: Handle, xa: DeviceArray) -> tuple[DeviceArray, DeviceArray]:
     """The two scratch tensors; cuDNN addresses them with x's descriptor, so they get x's strides and span."""
     return (empty_strided(handle, xa.shape, xa.strides, xa.dtype),
             empty_strided(handle, xa.shape, xa.strides, xa.dtype))
 
 
-def divisive_normalization_forward(handle, lrn, x, means=None, y=None, *, alpha: float = 1.0,
+def divisive_normalization_forward(handle: Handle, lrn, x, means=None, y=None, *, alpha: float = 1.0,
                                    beta: float = 0.0):
     """``y = alpha * divnorm(x, means) + beta * y`` (``cudnnDivisiveNormalizationForward``); returns y.
 
@@ -167,7 +167,7 @@ def divisive_normalization_forward(handle, lrn, x, means=None, y=None, *, alpha:
     return ya if y is None else y
 
 
-def divisive_normalization_backward(handle, lrn, x, dy, means=None, dx=None, dmeans=None, *,
+def divisive_normalization_backward(handle: Handle, lrn, x, dy, means=None, dx=None, dmeans=None, *,
                                     alpha: float = 1.0, beta: float = 0.0) -> DivisiveNormalizationGrads:
     """:class:`DivisiveNormalizationGrads` ``(dx, dmeans)`` of divisive normalisation
     (``cudnnDivisiveNormalizationBackward``).

@@ -110,6 +110,8 @@ def fused_backward(handle, s: na.NormSetup, op, act, args: tuple, alphas, engine
     """The graph path of the fused backward calls (``args``: y, dy, scale, bias, saved_mean, saved_inv_var,
     epsilon, dx, dz, dscale, dbias): ``(dx, dscale, dbias, dz)``, or None when it did not run (``engine`` 'auto'
     and refused). ``check()``: a caller's own refusals (raising :class:`GraphPathRefused`)."""
+    grads: list[tuple[DeviceArray, DeviceArray, DeviceArray, DeviceArray | None]] = []
+
     def run(auto):
         if check is not None:
             check()
@@ -120,6 +122,7 @@ def fused_backward(handle, s: na.NormSetup, op, act, args: tuple, alphas, engine
             gate = (b.y, b.dz if b.dz is not None else na.or_new_like(None, handle, s.x))
         done = backward(handle, s, b.dy, b.scale, b.saved_mean, b.saved_inv_var, b.dx, b.dscale, b.dbias, alphas,
                         auto, gate)
-        run.grads = (b.dx, b.dscale, b.dbias, b.dz) if done else None
+        if done:
+            grads.append((b.dx, b.dscale, b.dbias, b.dz))
         return done
-    return run.grads if gl.attempt(engine, run) else None
+    return grads[-1] if gl.attempt(engine, run) else None

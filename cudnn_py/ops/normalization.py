@@ -39,7 +39,7 @@ from cudnn_py import capi
 from cudnn_py.args import scaling
 from cudnn_py.errors import InvalidValueError
 from cudnn_py.graph import legacy as gl
-from cudnn_py.handle import handle_arg
+from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray
 from cudnn_py.ops import norm_args as na
 from cudnn_py.ops import norm_graphs as ng
@@ -66,7 +66,7 @@ def derive_normalization_shapes(x_shape, dtype=np.float32, mode="per_channel"):
     return sb, mv
 
 
-def _norm(handle, x, mode) -> na.NormSetup:
+def _norm(handle: Handle, x, mode) -> na.NormSetup:
     return na.NormSetup(handle, x, mode, NORM_MODES, capi.cudnnNormMode_t, "normalization mode")
 
 
@@ -74,7 +74,7 @@ def _algo(algo):
     return enum_arg(algo, NORM_ALGOS, capi.cudnnNormAlgo_t, "normalization algo")
 
 
-def _sizes(handle, s: na.NormSetup, op, algo, act, with_z: bool) -> tuple[int, int, int]:
+def _sizes(handle: Handle, s: na.NormSetup, op, algo, act, with_z: bool) -> tuple[int, int, int]:
     xd, pd = s.xdesc.ptr, s.pdesc.ptr
     zd = xd if with_z else None
     fw, bw, rs = ctypes.c_size_t(), ctypes.c_size_t(), ctypes.c_size_t()
@@ -105,7 +105,7 @@ def _ops(ops, activation, z):
     return na.fused_ops(ops, activation, z, "z", NORM_OPS, capi.cudnnNormOps_t)
 
 
-def normalization_sizes(handle, x, *, mode="per_channel", ops="norm", algo="standard", activation=None,
+def normalization_sizes(handle: Handle, x, *, mode="per_channel", ops="norm", algo="standard", activation=None,
                         with_z: bool | None = None) -> NormSizes:
     """:class:`~cudnn_py.ops.batchnorm.NormSizes` ``(forward_workspace, backward_workspace, reserve)``: bytes the
     training calls need with this x."""
@@ -116,7 +116,7 @@ def normalization_sizes(handle, x, *, mode="per_channel", ops="norm", algo="stan
     return NormSizes(*_sizes(handle, s, op, _algo(algo), act, int(op) == 2 if with_z is None else with_z))
 
 
-def normalization_forward_training(handle, x, scale, bias, *, z=None, mode="per_channel", ops="norm",
+def normalization_forward_training(handle: Handle, x, scale, bias, *, z=None, mode="per_channel", ops="norm",
                                    algo="standard", activation=None, epsilon: float = 1e-5, factor: float = 1.0,
                                    running_mean=None, running_var=None, saved_mean=None, saved_inv_var=None,
                                    y=None, reserve=None, alpha: float = 1.0,
@@ -161,7 +161,7 @@ def normalization_forward_training(handle, x, scale, bias, *, z=None, mode="per_
     return BatchNormTraining(ya, sm, siv, rm, rv, rsa)
 
 
-def normalization_forward_inference(handle, x, scale, bias, mean, var, *, z=None, mode="per_channel",
+def normalization_forward_inference(handle: Handle, x, scale, bias, mean, var, *, z=None, mode="per_channel",
                                     ops="norm", algo="standard", activation=None, epsilon: float = 1e-5, y=None,
                                     alpha: float = 1.0, beta: float = 0.0, engine: str = "auto") -> DeviceArray:
     """``y = alpha * act(scale * (x - mean) / sqrt(var + eps) + bias [+ z]) + beta * y``
@@ -193,7 +193,7 @@ def normalization_forward_inference(handle, x, scale, bias, mean, var, *, z=None
     return ya
 
 
-def normalization_backward(handle, x, y, dy, scale, bias, saved_mean, saved_inv_var, reserve=None, *,
+def normalization_backward(handle: Handle, x, y, dy, scale, bias, saved_mean, saved_inv_var, reserve=None, *,
                            mode="per_channel", ops="norm", algo="standard", activation=None,
                            epsilon: float = 1e-5, dx=None, dz=None, dscale=None, dbias=None,
                            alpha_data: float = 1.0, beta_data: float = 0.0, alpha_param: float = 1.0,

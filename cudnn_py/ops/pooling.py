@@ -34,7 +34,7 @@ from cudnn_py import capi
 from cudnn_py.args import INT32_MAX, enum_member, int_or_ints, int_tuple, ints, nan_flag, scaling
 from cudnn_py.descriptors import Settings, TensorDescriptor, _PoolingDescriptor
 from cudnn_py.graph import legacy as gl
-from cudnn_py.handle import handle_arg
+from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray
 from cudnn_py.ops._common import check_array, desc, empty_strided, scalars, tensor_desc
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
@@ -195,7 +195,7 @@ def _graph_view(a: DeviceArray) -> DeviceArray:
                             None)
 
 
-def _new_like(handle, x: DeviceArray, shape) -> DeviceArray:
+def _new_like(handle: Handle, x: DeviceArray, shape) -> DeviceArray:
     """A new array of ``shape`` in x's memory order (NHWC x: NHWC)."""
     return empty_strided(handle, tuple(shape), gl.strides_like(x, shape), x.dtype)
 
@@ -231,7 +231,7 @@ def _auto(engine: str, x: DeviceArray, direction: str, pool) -> str:
     return "auto"
 
 
-def _graph_forward(handle, pool, xa, ya, alpha, beta, auto) -> bool:
+def _graph_forward(handle: Handle, pool, xa, ya, alpha, beta, auto) -> bool:
     _check_blend(alpha, beta)
     mode, win, pad, st = _graph_params(pool, xa.ndim - 2)
     xv, yv = _graph_view(xa), _graph_view(ya)
@@ -243,7 +243,7 @@ def _graph_forward(handle, pool, xa, ya, alpha, beta, auto) -> bool:
                         auto=auto, relabel=False, autotune=True)
 
 
-def _graph_backward(handle, pool, xa, ya, dya, dxa, alpha, beta, auto) -> bool:
+def _graph_backward(handle: Handle, pool, xa, ya, dya, dxa, alpha, beta, auto) -> bool:
     """Max pooling of channels-last data runs as two graphs (the forward again, writing its int8 window index,
     then the backward from that index: cuDNN 9.19's backward from x and y crashes there); average pooling of
     channels-last data needs only dy; NCHW data gives the backward x and y."""
@@ -271,7 +271,7 @@ def _graph_backward(handle, pool, xa, ya, dya, dxa, alpha, beta, auto) -> bool:
                         autotune=True)
 
 
-def pooling_forward(handle, pool, x, y=None, *, alpha: float = 1.0, beta: float = 0.0, engine: str = "auto"):
+def pooling_forward(handle: Handle, pool, x, y=None, *, alpha: float = 1.0, beta: float = 0.0, engine: str = "auto"):
     """``y = alpha * pool(x) + beta * y`` (``cudnnPoolingForward``); returns y (allocated if not given).
 
     ``pool``: a :class:`Pooling`. ``engine``: "legacy",
@@ -294,7 +294,7 @@ def pooling_forward(handle, pool, x, y=None, *, alpha: float = 1.0, beta: float 
     return ya if y is None else y
 
 
-def pooling_backward(handle, pool, x, y, dy, dx=None, *, alpha: float = 1.0, beta: float = 0.0,
+def pooling_backward(handle: Handle, pool, x, y, dy, dx=None, *, alpha: float = 1.0, beta: float = 0.0,
                      engine: str = "auto"):
     """``dx = alpha * dL/dx + beta * dx`` from the forward's x and y and the gradient dy (``cudnnPoolingBackward``).
 

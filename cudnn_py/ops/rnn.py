@@ -31,10 +31,11 @@ from cudnn_py.args import bool_arg, float_arg
 from cudnn_py.descriptors import Descriptor, tensor_descriptor
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import InvalidStateError, InvalidTypeError, InvalidValueError
-from cudnn_py.handle import handle_arg
+from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray
 from cudnn_py.ops.sequence_models import (
-    MATH_TYPES, WeightedDescriptor, check_lengths, choice, dropout_arg, name_of, nd_layout, positive_int, training_ctx,
+    MATH_TYPES, WeightedDescriptor, c_nbytes, c_ptr, check_lengths, choice, dropout_arg, name_of, nd_layout,
+    positive_int, training_ctx,
 )
 
 __all__ = ["RNN", "RNNDataDescriptor", "RNNParams", "RNNWeight", "RNNForwardResult", "RNNDataGrads", "GATES",
@@ -212,7 +213,8 @@ class RNN(WeightedDescriptor):
         algo, mode, bias, direction, inp, dt, prec, math = (e.value for e in enums)
         return RNNParams(name_of(_ALGOS, algo), name_of(_MODES, mode), name_of(_BIAS, bias),
                          direction == capi.CUDNN_BIDIRECTIONAL, name_of(_INPUT, inp), numpy_dtype(dt),
-                         numpy_dtype(prec), name_of(MATH_TYPES, math), *(s.value for s in sizes),
+                         numpy_dtype(prec), name_of(MATH_TYPES, math), sizes[0].value, sizes[1].value,
+                         sizes[2].value, sizes[3].value,
                          bool(aux.value & capi.CUDNN_RNN_PADDED_IO_ENABLED))
 
     @property
@@ -237,7 +239,7 @@ class RNN(WeightedDescriptor):
         capi.cudnnRNNSetClip_v9(self.ptr, capi.CUDNN_RNN_CLIP_MINMAX, lo, hi)
 
     # -- weights --
-    def weight_space_size(self, handle) -> int:
+    def weight_space_size(self, handle: Handle) -> int:
         """Bytes of the flat weight space (``cudnnGetRNNWeightSpaceSize``; asked once per device)."""
         handle = handle_arg(handle)
         hptr = handle.ptr  # a closed handle raises ClosedError here, even once the size is known
@@ -248,7 +250,7 @@ class RNN(WeightedDescriptor):
             size = self._wsize[handle.device] = n.value
         return size
 
-    def weights(self, handle, weights) -> dict[tuple[int, int], RNNWeight]:
+    def weights(self, handle: Handle, weights) -> dict[tuple[int, int], RNNWeight]:
         """Views of every matrix and bias: ``{(pseudo_layer, lin_id): RNNWeight(matrix, bias)}``.
 
         ``pseudo_layer = layer * dirs + direction``; ``lin_id`` as in :data:`GATES`.
@@ -257,7 +259,7 @@ class RNN(WeightedDescriptor):
         return {(p, k): rnn_weight_params(handle, self, weights, p, k)
                 for p in range(self.num_pseudo_layers) for k in self.lin_ids}
 
-    def build_dynamic(self, handle, mini_batch: int) -> None:
+    def build_dynamic(self, handle: Handle, mini_batch: int) -> None:
         """Compile the persistent kernels for ``algo="persist_dynamic"`` (``cudnnBuildRNNDynamic``)."""
         handle = handle_arg(handle)
         capi.cudnnBuildRNNDynamic(handle.ptr, self.ptr, positive_int(mini_batch, "mini_batch"))
@@ -313,7 +315,7 @@ def rnn_data_descriptor(dtype, layout: str, max_seq_length: int, batch_size: int
     return RNNDataDescriptor.shared(dtype, layout, max_seq_length, batch_size, vector_size, seq_lengths)
 
 
-def rnn_weight_params(handle, rnn: RNN, weights, pseudo_layer: int, lin_id: int) -> RNNWeight:
+def rnn_weight_params(handle: Handle, rnn: RNN, weights, pseudo_layer: int, lin_id: int) -> RNNWeight:
     """Views into ``weights`` of one matrix and its bias (``cudnnGetRNNWeightParams``); None where absent."""
     handle = handle_arg(handle)
     if not isinstance(rnn, RNN):
@@ -330,7 +332,7 @@ def rnn_weight_params(handle, rnn: RNN, weights, pseudo_layer: int, lin_id: int)
         m_addr, b_addr = ctypes.c_void_p(), ctypes.c_void_p()
         capi.cudnnGetRNNWeightParams(handle.ptr, rnn.ptr, pseudo_layer, w.nbytes, w.ptr, lin_id,
                                      m_desc, byref(m_addr), b_desc, byref(b_addr))
-        views = []
+        views: list[DeviceArray | None] = []
         for desc, addr, ndim in ((m_desc, m_addr, 2), (b_desc, b_addr, 1)):
             if not addr.value:
                 views.append(None)
@@ -372,7 +374,7 @@ class RNNDataGrads(NamedTuple):
     dcx: DeviceArray | None
 
 
-def _state(handle, rnn: RNN, a, name: str, B: int, width: int):
+def _state(handle: Handle, rnn: RNN, a, name: str, B: int, width: int):
     if a is None:
         return None
     return memory.as_array(a, name, dtype=rnn.dtype, shape=(rnn.num_pseudo_layers, B, width), contiguous=True,
@@ -383,12 +385,7 @@ def _state_desc(rnn: RNN, B: int, width: int):
     return tensor_descriptor((rnn.num_pseudo_layers, B, width), rnn.dtype)
 
 
-def _ptr(a) -> int | None:
-    """A device address for C, or NULL (None) for an array that is not given (or has no bytes)."""
-    return None if a is None else a.ptr or None
-
-
-def rnn_forward(handle, rnn: RNN, x, weights, *, seq_lengths=None, layout="seq_major", hx=None, cx=None,
+def rnn_forward(handle: Handle, rnn: RNN, x, weights, *, seq_lengths=None, layout="seq_major", hx=None, cx=None,
                 y=None, hy=None, cy=None, training: bool = False) -> RNNForwardResult:
     """``cudnnRNNForward``: outputs ``y`` and final states ``hy`` (and ``cy`` for LSTM).
 
@@ -446,9 +443,9 @@ def rnn_forward(handle, rnn: RNN, x, weights, *, seq_lengths=None, layout="seq_m
     reserve = memory.empty((reserve_n.value,), np.uint8, stream=stream, device=handle.device) if training else None
     work = handle.workspace.get(work_n.value, stream)
     capi.cudnnRNNForward(handle.ptr, rnn.ptr, mode, dev_lengths.ptr, x_desc.ptr, x.ptr, y_desc.ptr, y.ptr,
-                         h_desc.ptr, _ptr(hx), hy.ptr, c_desc.ptr, _ptr(cx), _ptr(cy),
+                         h_desc.ptr, c_ptr(hx), hy.ptr, c_desc.ptr, c_ptr(cx), c_ptr(cy),
                          w.nbytes, w.ptr, work_n.value, work or None,
-                         reserve.nbytes if training else 0, _ptr(reserve))
+                         c_nbytes(reserve), c_ptr(reserve))
     ctx = None
     if training:  # the backward calls take the same descriptors, lengths and (training) workspace size
         ctx = {"desc": rnn, "x": x, "hx": hx, "cx": cx, "dev_lengths": dev_lengths, "x_desc": x_desc,
@@ -459,7 +456,7 @@ def rnn_forward(handle, rnn: RNN, x, weights, *, seq_lengths=None, layout="seq_m
     return result
 
 
-def rnn_backward_data(handle, rnn: RNN, fwd: RNNForwardResult, dy, weights, *, dhy=None, dcy=None,
+def rnn_backward_data(handle: Handle, rnn: RNN, fwd: RNNForwardResult, dy, weights, *, dhy=None, dcy=None,
                       dx=None, dhx=None, dcx=None) -> RNNDataGrads:
     """``cudnnRNNBackwardData_v8``: :class:`RNNDataGrads` ``(dx, dhx, dcx)`` (``dcx`` None unless LSTM).
 
@@ -479,21 +476,21 @@ def rnn_backward_data(handle, rnn: RNN, fwd: RNNForwardResult, dy, weights, *, d
     dx = memory.output_array(dx, x.shape, rnn.dtype, "dx", device=handle.device, stream=stream, contiguous=True)
     dhx = memory.output_array(dhx, fwd.hy.shape, rnn.dtype, "dhx", device=handle.device, stream=stream,
                               contiguous=True)
-    if is_lstm:
+    if is_lstm and fwd.cy is not None:  # an LSTM's result always has cy
         dcx = memory.output_array(dcx, fwd.cy.shape, rnn.dtype, "dcx", device=handle.device, stream=stream,
                                   contiguous=True)
     work_n = ctx["work_size"]
     work = handle.workspace.get(work_n, stream)
     capi.cudnnRNNBackwardData_v8(
         handle.ptr, rnn.ptr, ctx["dev_lengths"].ptr, ctx["y_desc"].ptr, fwd.y.ptr, dy.ptr, ctx["x_desc"].ptr, dx.ptr,
-        ctx["h_desc"].ptr, _ptr(ctx["hx"]), _ptr(dhy), dhx.ptr,
-        ctx["c_desc"].ptr, _ptr(ctx["cx"]), _ptr(dcy), _ptr(dcx),
-        w.nbytes, w.ptr, work_n, work or None, fwd.reserve.nbytes, _ptr(fwd.reserve))
+        ctx["h_desc"].ptr, c_ptr(ctx["hx"]), c_ptr(dhy), dhx.ptr,
+        ctx["c_desc"].ptr, c_ptr(ctx["cx"]), c_ptr(dcy), c_ptr(dcx),
+        w.nbytes, w.ptr, work_n, work or None, c_nbytes(fwd.reserve), c_ptr(fwd.reserve))
     ctx["data_done"] = True
     return RNNDataGrads(dx, dhx, dcx)
 
 
-def rnn_backward_weights(handle, rnn: RNN, fwd: RNNForwardResult, dweights=None) -> DeviceArray:
+def rnn_backward_weights(handle: Handle, rnn: RNN, fwd: RNNForwardResult, dweights=None) -> DeviceArray:
     """``cudnnRNNBackwardWeights_v8``: weight gradients ADDED into ``dweights`` (a new zeroed weight space if None).
 
     Needs :func:`rnn_backward_data` on the same ``fwd`` first. Returns ``dweights``.
@@ -507,6 +504,6 @@ def rnn_backward_weights(handle, rnn: RNN, fwd: RNNForwardResult, dweights=None)
     work = handle.workspace.get(work_n, handle.stream)
     capi.cudnnRNNBackwardWeights_v8(
         handle.ptr, rnn.ptr, capi.CUDNN_WGRAD_MODE_ADD, ctx["dev_lengths"].ptr, ctx["x_desc"].ptr, ctx["x"].ptr,
-        ctx["h_desc"].ptr, _ptr(ctx["hx"]), ctx["y_desc"].ptr, fwd.y.ptr, dw.nbytes, dw.ptr,
-        work_n, work or None, fwd.reserve.nbytes, _ptr(fwd.reserve))
+        ctx["h_desc"].ptr, c_ptr(ctx["hx"]), ctx["y_desc"].ptr, fwd.y.ptr, dw.nbytes, dw.ptr,
+        work_n, work or None, c_nbytes(fwd.reserve), c_ptr(fwd.reserve))
     return dw

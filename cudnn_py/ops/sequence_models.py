@@ -15,7 +15,7 @@ from cudnn_py import capi, memory
 from cudnn_py.args import INT32_MAX, float_arg
 from cudnn_py.descriptors import Descriptor
 from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
-from cudnn_py.handle import handle_arg
+from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray
 
 __all__ = ["MATH_TYPES", "WeightedDescriptor", "choice", "name_of", "positive_int", "dropout_arg", "check_lengths",
@@ -124,17 +124,17 @@ class WeightedDescriptor(Descriptor):
                     raise ClosedError(f"the dropout descriptor this {type(self).__name__} uses is closed") from None
         return p
 
-    def weight_space_size(self, handle) -> int:
+    def weight_space_size(self, handle: Handle) -> int:
         raise NotImplementedError
 
-    def new_weights(self, handle, *, zero: bool = True) -> DeviceArray:
+    def new_weights(self, handle: Handle, *, zero: bool = True) -> DeviceArray:
         """A 1-D device array of :attr:`dtype` holding the whole weight space (zeros unless ``zero=False``)."""
         handle = handle_arg(handle)
         n = self.weight_space_size(handle) // self.dtype.itemsize
         make = memory.zeros if zero else memory.empty
         return make((n,), self.dtype, stream=handle.stream, device=handle.device)
 
-    def _check_weights(self, handle, weights, name: str = "weights") -> DeviceArray:
+    def _check_weights(self, handle: Handle, weights, name: str = "weights") -> DeviceArray:
         """``weights`` validated as this descriptor's weight space (packed, on the handle's device); the dropout
         states this descriptor uses must be on that device too (a probability made them on the thread's current
         device when the descriptor was made)."""
@@ -156,6 +156,16 @@ class WeightedDescriptor(Descriptor):
         return w
 
 
+def c_ptr(a: DeviceArray | None) -> int | None:
+    """A device address for C, or NULL (None) for an array that is not given (or has no bytes)."""
+    return None if a is None else a.ptr or None
+
+
+def c_nbytes(a: DeviceArray | None) -> int:
+    """An array's size in bytes for C, 0 for an array that is not given."""
+    return 0 if a is None else a.nbytes
+
+
 def training_ctx(fwd, result_type: type, desc, forward_name: str) -> dict:
     """The saved state of a training-mode forward result, checked to belong to ``desc``."""
     if not isinstance(desc, WeightedDescriptor):
@@ -163,7 +173,7 @@ def training_ctx(fwd, result_type: type, desc, forward_name: str) -> dict:
     if not isinstance(fwd, result_type):
         raise InvalidTypeError(f"fwd must be the {result_type.__name__} {forward_name}(..., training=True) returned, "
                                f"got {type(fwd).__name__}")
-    ctx = fwd._ctx
+    ctx = getattr(fwd, "_ctx", None)
     if ctx is None:
         raise InvalidValueError(f"backward calls need the result of {forward_name}(..., training=True)")
     if ctx["desc"] is not desc:

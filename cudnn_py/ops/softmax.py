@@ -23,7 +23,7 @@ import math
 from cudnn_py import capi
 from cudnn_py.args import no_partial_alias, scaling
 from cudnn_py.descriptors import TensorDescriptor
-from cudnn_py.handle import handle_arg
+from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.ops._common import check_array, desc, enum_arg, output, scalars, tensor_desc
 from cudnn_py.errors import InvalidValueError
 
@@ -53,7 +53,7 @@ def _algo_mode(algo, mode):
             enum_arg(mode, SOFTMAX_MODES, capi.cudnnSoftmaxMode_t, "softmax mode"))
 
 
-def softmax_forward(handle, x, y=None, *, algo="accurate", mode="channel", alpha: float = 1.0, beta: float = 0.0):
+def softmax_forward(handle: Handle, x, y=None, *, algo="accurate", mode="channel", alpha: float = 1.0, beta: float = 0.0):
     """``y = alpha * softmax(x) + beta * y`` (``cudnnSoftmaxForward``); returns y (allocated if not given)."""
     alpha, beta = scaling(alpha=alpha, beta=beta)
     handle = handle_arg(handle)
@@ -68,7 +68,7 @@ def softmax_forward(handle, x, y=None, *, algo="accurate", mode="channel", alpha
     return ya if y is None else y
 
 
-def softmax_backward(handle, y, dy, dx=None, *, algo="accurate", mode="channel", alpha: float = 1.0,
+def softmax_backward(handle: Handle, y, dy, dx=None, *, algo="accurate", mode="channel", alpha: float = 1.0,
                      beta: float = 0.0):
     """``dx = alpha * dL/dx + beta * dx`` from the forward's output y and its gradient dy (``cudnnSoftmaxBackward``).
 

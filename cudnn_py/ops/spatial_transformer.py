@@ -33,7 +33,7 @@ from cudnn_py.args import dims, scaling
 from cudnn_py.descriptors import Descriptor
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
-from cudnn_py.handle import handle_arg
+from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray
 from cudnn_py.ops._common import FLOATS, check_array, desc, output, scalars
 
@@ -93,7 +93,7 @@ def spatial_transformer(shape, dtype=np.float32) -> SpatialTransformer:
     return SpatialTransformer.shared(_shape(shape), numpy_dtype(cudnn_dtype(dtype)))
 
 
-def _float_array(obj, name, handle, **kw) -> DeviceArray:
+def _float_array(obj, name, handle: Handle, **kw) -> DeviceArray:
     """A C-contiguous float16/32/64 array (cuDNN reads theta and the grid as packed memory)."""
     a = check_array(obj, name, handle, contiguous=True, **kw)
     if a.dtype not in FLOATS:
@@ -101,14 +101,14 @@ def _float_array(obj, name, handle, **kw) -> DeviceArray:
     return a
 
 
-def _grid(obj, name, handle, dtype=None) -> DeviceArray:
+def _grid(obj, name, handle: Handle, dtype=None) -> DeviceArray:
     g = _float_array(obj, name, handle, dtype=dtype)
     if g.ndim != 4 or g.shape[3] != 2:
         raise InvalidValueError(f"{name} has shape {g.shape}; expected (N, H_out, W_out, 2)")
     return g
 
 
-def spatial_tf_grid_forward(handle, theta, out_shape, grid=None) -> DeviceArray:
+def spatial_tf_grid_forward(handle: Handle, theta, out_shape, grid=None) -> DeviceArray:
     """Sampling grid (N, H, W, 2) from affine matrices ``theta`` (N, 2, 3) for output ``out_shape``
     (N, C, H, W) (``cudnnSpatialTfGridGeneratorForward``)."""
     handle = handle_arg(handle)
@@ -124,7 +124,7 @@ def spatial_tf_grid_forward(handle, theta, out_shape, grid=None) -> DeviceArray:
     return g
 
 
-def spatial_tf_grid_backward(handle, dgrid, dtheta=None) -> DeviceArray:
+def spatial_tf_grid_backward(handle: Handle, dgrid, dtheta=None) -> DeviceArray:
     """Gradient w.r.t. theta (N, 2, 3) from the grid gradient (N, H, W, 2) (``cudnnSpatialTfGridGeneratorBackward``)."""
     handle = handle_arg(handle)
     dg = _grid(dgrid, "dgrid", handle)
@@ -135,7 +135,7 @@ def spatial_tf_grid_backward(handle, dgrid, dtheta=None) -> DeviceArray:
     return dt
 
 
-def _sampler_setup(handle, x, grid):
+def _sampler_setup(handle: Handle, x, grid):
     xa = _float_array(x, "x", handle)
     if xa.ndim != 4:
         raise InvalidValueError(f"x has shape {xa.shape}; the spatial transformer samples 4-D (N, C, H, W) data")
@@ -146,7 +146,7 @@ def _sampler_setup(handle, x, grid):
     return xa, g, y_shape, spatial_transformer(y_shape, xa.dtype)
 
 
-def spatial_tf_sampler_forward(handle, x, grid, y=None, *, alpha: float = 1.0, beta: float = 0.0) -> DeviceArray:
+def spatial_tf_sampler_forward(handle: Handle, x, grid, y=None, *, alpha: float = 1.0, beta: float = 0.0) -> DeviceArray:
     """``y = alpha * bilinear(x, grid) + beta * y`` (``cudnnSpatialTfSamplerForward``); y is (N, C, H_out, W_out)."""
     alpha, beta = scaling(alpha=alpha, beta=beta)
     handle = handle_arg(handle)
@@ -158,7 +158,7 @@ def spatial_tf_sampler_forward(handle, x, grid, y=None, *, alpha: float = 1.0, b
     return ya
 
 
-def spatial_tf_sampler_backward(handle, x, grid, dy, dx=None, dgrid=None, *, alpha: float = 1.0,
+def spatial_tf_sampler_backward(handle: Handle, x, grid, dy, dx=None, dgrid=None, *, alpha: float = 1.0,
                                 beta: float = 0.0, alpha_dgrid: float = 1.0,
                                 beta_dgrid: float = 0.0) -> SamplerGrads:
     """:class:`SamplerGrads` ``(dx, dgrid)`` of the sampler (``cudnnSpatialTfSamplerBackward``):

@@ -33,7 +33,7 @@ from cudnn_py.args import element_value, ints, scaling
 from cudnn_py.descriptors import OpTensor, ReduceTensor, Descriptor
 from cudnn_py.dtypes import as_numpy_dtype, cudnn_dtype
 from cudnn_py.graph import legacy as gl
-from cudnn_py.handle import handle_arg
+from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray, as_array, empty
 from cudnn_py.ops._common import (
     check_array, desc, empty_strided, enum_arg, output, read_tensor_desc, scalars, tensor_desc,
@@ -66,7 +66,7 @@ def _broadcastable(b: DeviceArray, c: DeviceArray, bname: str, cname: str) -> No
                          f"{c.shape}, each equal or 1 (broadcast)")
 
 
-def add_tensor(handle, a, c, *, alpha: float = 1.0, beta: float | None = None, engine: str = "auto"):
+def add_tensor(handle: Handle, a, c, *, alpha: float = 1.0, beta: float | None = None, engine: str = "auto"):
     """``c = alpha * a + beta * c`` in place (``cudnnAddTensor``); ``a`` broadcasts over dimensions where it has 1.
 
     ``beta``: pass ``beta=1.0`` to accumulate into c. Leaving it out still accumulates (beta 1.0, as before) but
@@ -94,7 +94,7 @@ def add_tensor(handle, a, c, *, alpha: float = 1.0, beta: float | None = None, e
     return c
 
 
-def _settings(op, cls: type, table: dict, enum_type, compute_dtype, nan_propagation) -> tuple:
+def _settings(op, cls: type[OpTensor] | type[ReduceTensor], table: dict, enum_type, compute_dtype, nan_propagation) -> tuple:
     """(operation, compute_dtype, nan_propagation) from ``op``: an :class:`OpTensor` / :class:`ReduceTensor` (``cls``)
     holding all three, or an operation name or member with the other two given as keywords."""
     if isinstance(op, cls):
@@ -124,7 +124,7 @@ def _graph_compute(compute_dtype, nan_propagation: bool) -> None:
                                   f"engine='legacy'")
 
 
-def _graph_op_tensor(handle, opv, aa, ba, ca, alpha1, alpha2, beta, compute_dtype, nan_propagation, unary, auto):
+def _graph_op_tensor(handle: Handle, opv, aa, ba, ca, alpha1, alpha2, beta, compute_dtype, nan_propagation, unary, auto):
     _graph_compute(compute_dtype, nan_propagation)
     mode = _GRAPH_OPS[opv]
     inputs = [("a", aa)] + ([] if unary else [("b", ba)]) + ([("prior", ca)] if beta else [])
@@ -142,7 +142,7 @@ def _graph_op_tensor(handle, opv, aa, ba, ca, alpha1, alpha2, beta, compute_dtyp
                         [("c", ca)], build, auto=auto)
 
 
-def op_tensor(handle, op, a, b=None, c=None, *, alpha1: float = 1.0, alpha2: float = 1.0, beta: float = 0.0,
+def op_tensor(handle: Handle, op, a, b=None, c=None, *, alpha1: float = 1.0, alpha2: float = 1.0, beta: float = 0.0,
               compute_dtype=None, nan_propagation: bool = False, engine: str = "auto"):
     """``c = op(alpha1 * a, alpha2 * b) + beta * c`` (``cudnnOpTensor``); returns c (allocated like ``a`` if not given).
 
@@ -162,7 +162,6 @@ def op_tensor(handle, op, a, b=None, c=None, *, alpha1: float = 1.0, alpha2: flo
     ba = aa if b is None else check_array(b, "b", handle, dtype=aa.dtype)
     _broadcastable(ba, aa, "b", "c")  # c has a's shape (output() checks a given c): refused before c is allocated
     ca = output(c, "c", handle, aa.shape, aa.dtype)
-    _broadcastable(ba, ca, "b", "c")
     if gl.attempt(engine, lambda auto: _graph_op_tensor(handle, opv, aa, ba, ca, alpha1, alpha2, beta, compute_dtype,
                                                         nan_propagation, unary, auto)):
         return ca if c is None else c
@@ -173,7 +172,7 @@ def op_tensor(handle, op, a, b=None, c=None, *, alpha1: float = 1.0, alpha2: flo
     return ca if c is None else c
 
 
-def scale_tensor(handle, y, *args, alpha: float = 1.0, engine: str = "auto"):
+def scale_tensor(handle: Handle, y, *args, alpha: float = 1.0, engine: str = "auto"):
     """``y = alpha * y`` in place (``cudnnScaleTensor``); returns y. ``engine``: "legacy", "graph" or "auto".
 
     ``alpha`` is keyword-only; ``scale_tensor(h, y, 2.0)`` (positional alpha) still works with a
@@ -198,7 +197,7 @@ def scale_tensor(handle, y, *args, alpha: float = 1.0, engine: str = "auto"):
     return y
 
 
-def set_tensor(handle, y, value: float):
+def set_tensor(handle: Handle, y, value: float):
     """Every element of ``y`` = value (``cudnnSetTensor``); returns y.
 
     cuDNN reads the value as float for float16/bfloat16/float32 tensors, double for float64 and the
@@ -206,6 +205,7 @@ def set_tensor(handle, y, value: float):
     """
     handle = handle_arg(handle)
     ya = check_array(y, "y", handle)
+    host_type: type | np.dtype
     if ya.dtype == np.float64:
         host_type = np.float64
     elif ya.dtype.kind == "f" or ya.dtype.name == "bfloat16":
@@ -242,7 +242,7 @@ def _format_strides(shape: tuple[int, ...], layout: str) -> tuple[int, ...]:
     return tuple(strides)
 
 
-def transform_tensor(handle, x, y=None, *, dtype=None, layout: str | None = None, alpha: float = 1.0,
+def transform_tensor(handle: Handle, x, y=None, *, dtype=None, layout: str | None = None, alpha: float = 1.0,
                      beta: float = 0.0, engine: str = "auto", **old):
     """``y = alpha * x + beta * y`` between layouts and dtypes (``cudnnTransformTensor``); returns y.
 
@@ -302,7 +302,7 @@ class TensorTransformDescriptor(Descriptor):
                                                direction)
 
 
-def transform_tensor_ex(handle, x, *, layout: str | None = None, pad_before=0, pad_after=0, fold=1,
+def transform_tensor_ex(handle: Handle, x, *, layout: str | None = None, pad_before=0, pad_after=0, fold=1,
                         direction: str = "fold", y=None, dtype=None, alpha: float = 1.0, beta: float = 0.0, **old):
     """Layout change with zero padding / folding (``cudnnTransformTensorEx``); returns y.
 
@@ -366,7 +366,7 @@ class ReduceResult(NamedTuple):
 _GRAPH_REDUCE = frozenset(REDUCE_OPS) - {"mul_no_zeros"}
 
 
-def _graph_reduce(handle, opv, aa, ca, alpha, beta, compute_dtype, nan_propagation, indices, auto) -> bool:
+def _graph_reduce(handle: Handle, opv, aa, ca, alpha, beta, compute_dtype, nan_propagation, indices, auto) -> bool:
     _graph_compute(compute_dtype, nan_propagation)
     name = opv.name[len("CUDNN_REDUCE_TENSOR_"):].lower()
     if indices or name not in _GRAPH_REDUCE:
@@ -386,7 +386,7 @@ def _graph_reduce(handle, opv, aa, ca, alpha, beta, compute_dtype, nan_propagati
         auto=auto)
 
 
-def reduce_tensor(handle, op, a, c=None, *, axes=None, indices: bool = False, alpha: float = 1.0, beta: float = 0.0,
+def reduce_tensor(handle: Handle, op, a, c=None, *, axes=None, indices: bool = False, alpha: float = 1.0, beta: float = 0.0,
                   compute_dtype=None, nan_propagation: bool = False, engine: str = "auto"):
     """``c = alpha * reduce_op(a) + beta * c`` (``cudnnReduceTensor``); returns c, or a :class:`ReduceResult`
     ``(c, indices)`` with ``indices=True``.
