@@ -3,10 +3,12 @@ with the real library (the log) and a recording stand-in for the nvtx package; o
 from __future__ import annotations
 
 import ctypes
+import gc
 import logging
 import subprocess
 import sys
 import textwrap
+import threading
 import types
 from ctypes import byref
 from pathlib import Path
@@ -137,22 +139,28 @@ def test_disable_leaves_cudnn_silent():
 # ------------------------------------------------------------------------------------------------ NVTX
 
 class Domain:
-    """Records pushes and pops; forwards them to a real nvtx domain when given one."""
+    """Records pushes and pops of the thread that made it; forwards them to a real nvtx domain when given one.
+
+    Ranges are process-wide: while enabled, a cuDNN call from another thread (a handle or autotune thread left by
+    an earlier test) is ranged too, so only this thread's events count."""
 
     def __init__(self, real=None):
         self.events: list[tuple] = []
         self.real = real
+        self.thread = threading.get_ident()
 
     def get_event_attributes(self, message=None, color=None):
         return (message, self.real.get_event_attributes(message=message, color=color) if self.real else None)
 
     def push_range(self, attributes):
-        self.events.append(("push", attributes[0]))
+        if threading.get_ident() == self.thread:
+            self.events.append(("push", attributes[0]))
         if self.real:
             self.real.push_range(attributes[1])
 
     def pop_range(self):
-        self.events.append(("pop",))
+        if threading.get_ident() == self.thread:
+            self.events.append(("pop",))
         if self.real:
             self.real.pop_range()
 
@@ -170,10 +178,19 @@ class Domain:
 
 @pytest.fixture
 def recorder(monkeypatch):
+    """A recording domain; the garbage collector is paused meanwhile: a collection would run the finalizers of
+    descriptors that earlier tests left (cudnnDestroy... calls, ranged in this thread) at a moment that depends on
+    everything the process did before, i.e. on which tests share the shard."""
+    cudnn_nvtx.disable()  # ranges left on by anything before would go to that domain, not this one
     domain = Domain()
     monkeypatch.setitem(sys.modules, "nvtx", types.SimpleNamespace(get_domain=lambda name: domain))
-    yield domain
-    cudnn_nvtx.disable()
+    gc.collect()
+    gc.disable()
+    try:
+        yield domain
+    finally:
+        cudnn_nvtx.disable()
+        gc.enable()
 
 
 def test_ranges_around_c_calls(recorder, tensor):
@@ -194,6 +211,32 @@ def test_ranges_around_c_calls(recorder, tensor):
     fn(tensor, 0, 0, 1, 3, 4, 4)
     assert len(recorder.pushed()) == 5
     assert fn._call is fn._checked and not isinstance(capi.cudnnGetTensorSizeInBytes.raw, type(lambda: 0))
+
+
+def test_ranges_are_this_threads_whatever_else_runs(recorder, tensor):
+    """What made test_ranges_around_c_calls fail once in a parallel run: cuDNN calls of another thread, and garbage
+    of earlier tests (a descriptor in a reference cycle, destroyed by a collection) while ranges are on."""
+    from cudnn_py.descriptors import TensorDescriptor
+    cycle: list = [TensorDescriptor((1, 2, 3, 4), "float32")]
+    cycle.append(cycle)
+    del cycle
+    stop = threading.Event()
+
+    def other():
+        size = ctypes.c_size_t()
+        while not stop.is_set():
+            capi.cudnnGetTensorSizeInBytes(tensor, byref(size))
+    t = threading.Thread(target=other)
+    t.start()
+    try:
+        cudnn_nvtx.enable()
+        for _ in range(200):
+            [object() for _ in range(50)]  # allocations that would trigger a collection
+            capi.cudnnSetTensor4dDescriptor(tensor, 0, 0, 1, 3, 4, 4)
+    finally:
+        stop.set()
+        t.join()
+    assert recorder.pushed() == ["cudnnSetTensor4dDescriptor"] * 200 and recorder.balanced()
 
 
 def test_pythonic_operations_get_ranges(recorder):
