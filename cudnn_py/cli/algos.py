@@ -129,6 +129,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     out.add_argument("--quiet", action="store_true", help="no progress on stderr")
     from .algos_graph import add_arguments
     add_arguments(p)
+    from .models import add_arguments as add_model_arguments
+    add_model_arguments(p)
     return p
 
 
@@ -476,6 +478,9 @@ def run(args: argparse.Namespace) -> int:
     :param args: the parsed ``algos`` arguments.
     :returns: the exit status (0).
     """
+    from . import models
+    if models.wanted(args):
+        return models.run(args)
     if getattr(args, "graph", None):
         from .algos_graph import run as run_graph
         return run_graph(args)

@@ -1,0 +1,195 @@
+"""``python -m cudnn_py algos --model NAME``: every engine configuration of every layer of a known network, the
+heuristics' picks and their regret, whole-model totals; measurements kept in the tuning database.
+
+    python -m cudnn_py algos --model resnet50 --batch 32 --dtype float16 --layout NHWC
+    python -m cudnn_py algos --model resnet50 --batch 32 --dtype float16 --layout NHWC --quick      # 4 operations
+    python -m cudnn_py algos --model llama3-8b --batch 1 --seq 4096 --dtype bfloat16 --devices all --plot l.png
+    python -m cudnn_py algos --model vit-b16 --shard 0/4 --db part0.sqlite        # one job of a scheduler's array
+    python -m cudnn_py algos --merge all.sqlite part0.sqlite part1.sqlite part2.sqlite part3.sqlite
+    python -m cudnn_py algos --compare h100.sqlite h200.sqlite --threshold 0.05
+
+A second run with the same database measures nothing and reports from the stored records (``--remeasure`` to
+measure again); the filters (``--deterministic``, ``--no-tf32``, ``--no-reduced-precision``,
+``--workspace-limit``) apply when reporting, so they need no new measurement.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import subprocess
+import sys
+import time
+
+#: --quick: this many operations, repeats and warm-up runs
+QUICK = (4, 3, 1)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The model-sweep options (``--model``, ``--compare`` or ``--merge`` switch ``algos`` to this command)."""
+    from cudnn_py.tuning.models import MODELS
+    g = p.add_argument_group("model sweeps (--model), comparisons (--compare) and merges (--merge)")
+    g.add_argument("--model", choices=sorted(MODELS), help="sweep every layer of this network (forward and backward)")
+    g.add_argument("--list-models", action="store_true", help="print the models' operation counts and exit")
+    g.add_argument("--seq", type=int, default=None, help="llama3-8b's sequence length (default 2048)")
+    g.add_argument("--layers", type=int, default=None, metavar="N", help="only the first N distinct operations")
+    g.add_argument("--quick", action="store_true", help=f"a short check: --layers {QUICK[0]} --repeats {QUICK[1]} "
+                   f"--warmup {QUICK[2]}")
+    g.add_argument("--devices", default=None, help="'all' or a list like 0,1: one worker process per GPU")
+    g.add_argument("--shard", default=None, metavar="I/N", help="measure only operations i, i+N, ... (0-based)")
+    g.add_argument("--db", default=None, metavar="PATH", help="the tuning database (default: $CUDNN_PY_TUNING_DB, "
+                   "else the per-user cache)")
+    g.add_argument("--remeasure", action="store_true", help="measure even what the database holds")
+    g.add_argument("--deterministic", action="store_true", help="pick only deterministic configurations")
+    g.add_argument("--no-tf32", action="store_true", help="no tensor-core (TF32) configurations on float32 data")
+    g.add_argument("--no-reduced-precision", action="store_true", help="no reduced-precision reductions")
+    g.add_argument("--compare", nargs=2, metavar=("DB_A", "DB_B"), help="list operations whose best configuration "
+                   "or time changed between two databases")
+    g.add_argument("--threshold", type=float, default=0.05, help="--compare: a relative time change (default 0.05)")
+    g.add_argument("--merge", nargs="+", metavar="DB", help="INTO FROM...: copy the records of FROM databases into "
+                   "INTO (the newer of two records of one key wins)")
+
+
+def wanted(args: argparse.Namespace) -> bool:
+    """Whether the ``algos`` arguments ask for this command."""
+    return bool(getattr(args, "model", None) or getattr(args, "list_models", False) or getattr(args, "compare", None)
+                or getattr(args, "merge", None))
+
+
+def _filters(args):
+    from cudnn_py.tuning.report import Filters
+    return Filters(args.deterministic, args.no_tf32, args.no_reduced_precision, args.workspace_limit)
+
+
+def _shard(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    try:
+        i, n = (int(v) for v in text.split("/"))
+    except ValueError:
+        raise SystemExit(f"algos: --shard takes I/N, e.g. 0/4, got {text!r}") from None
+    if not 0 <= i < n:
+        raise SystemExit(f"algos: --shard {text}: need 0 <= I < N")
+    return i, n
+
+
+def _devices(text: str) -> list[int]:
+    if text == "all":
+        from cudnn_py.cli.info import driver_and_gpus
+        found = driver_and_gpus()
+        if not found["gpus"]:
+            raise SystemExit(f"algos: --devices all: {found['why_none'] or 'no GPU'}")
+        return [g["index"] for g in found["gpus"]]
+    try:
+        return [int(v) for v in text.split(",")]
+    except ValueError:
+        raise SystemExit(f"algos: --devices takes 'all' or ordinals like 0,1, got {text!r}") from None
+
+
+def _database(args):
+    from cudnn_py.tuning import TuningDatabase, default_database
+    return TuningDatabase(args.db) if args.db else default_database()
+
+
+def _worker_argv(args, shard: str, device: int, db_path: str) -> list[str]:
+    argv = [sys.executable, "-m", "cudnn_py", "algos", "--model", args.model, "--batch", str(args.batch), "--dtype",
+            args.dtype, "--layout", args.layout, "--repeats", str(args.repeats), "--warmup", str(args.warmup),
+            "--modes", args.modes, "--shard", shard, "--device", str(device), "--db", db_path, "--quiet"]
+    for flag, value in (("--seq", args.seq), ("--layers", args.layers)):
+        if value is not None:
+            argv += [flag, str(value)]
+    return argv + (["--remeasure"] if args.remeasure else [])
+
+
+def _run_workers(args, devices: list[int], db) -> None:
+    """One ``algos --model ... --shard i/n --device d`` process per device, writing into one database file."""
+    if db.in_memory:
+        raise SystemExit("algos: --devices needs a database file the workers share (give --db PATH)")
+    n = len(devices)
+    procs = [subprocess.Popen(_worker_argv(args, f"{i}/{n}", d, str(db.path)), stdout=subprocess.DEVNULL)
+             for i, d in enumerate(devices)]
+    failed = [d for d, p in zip(devices, procs) if p.wait() != 0]
+    if failed:
+        print(f"algos: the workers on devices {failed} failed; what they left unmeasured is measured here",
+              file=sys.stderr)
+
+
+def run(args: argparse.Namespace) -> int:
+    """The ``algos --model / --compare / --merge / --list-models`` command."""
+    from cudnn_py.tuning import TuningDatabase
+    from cudnn_py.tuning import report as rp
+    if args.list_models:
+        from cudnn_py.tuning.models import MODELS
+        for name, make in MODELS.items():
+            m = make()
+            print(f"{name:<10} {m.parameters():>14,} parameters  conv {m.count('conv'):>3}  linear "
+                  f"{m.count('linear'):>3}  norm {m.count('norm'):>3}  attention {m.count('attention'):>3}  "
+                  f"{len(m.problems(1, 'float16'))} distinct operations per step  ({m.description})")
+        return 0
+    if args.compare:
+        a, b = (TuningDatabase(p) for p in args.compare)
+        changes, info = rp.compare(a, b, args.threshold, _filters(args))
+        print(rp.format_compare(changes, info, args.threshold))
+        return 0
+    if args.merge:
+        if len(args.merge) < 2:
+            raise SystemExit("algos: --merge INTO FROM [FROM ...]")
+        into = TuningDatabase(args.merge[0])
+        for src in args.merge[1:]:
+            print(f"{src}: {into.merge(src)} records merged into {args.merge[0]}")
+        return 0
+    return _sweep(args, rp)
+
+
+def _sweep(args, rp) -> int:
+    from cudnn_py.tuning.models import model
+    from cudnn_py.tuning.sweep import sweep
+    if args.dtype not in ("float32", "float16", "bfloat16"):
+        raise SystemExit(f"algos --model: --dtype float32, float16 or bfloat16, got {args.dtype}")
+    if args.plot and importlib.util.find_spec("matplotlib") is None:
+        raise SystemExit("algos: --plot needs matplotlib: pip install 'cudnn-py[plot]' (or leave --plot out)")
+    if args.quick:
+        args.layers, args.repeats, args.warmup = args.layers or QUICK[0], QUICK[1], QUICK[2]
+    modes = tuple(m.strip().upper() for m in args.modes.split(",") if m.strip())
+    if not modes or set(modes) - {"A", "B", "FALLBACK"}:
+        raise SystemExit(f"algos: --modes takes A, B, FALLBACK, got {args.modes!r}")
+    if args.repeats < 1 or args.warmup < 0 or (args.layers is not None and args.layers < 1):
+        raise SystemExit("algos: --repeats and --layers must be >= 1, --warmup >= 0")
+    m = model(args.model, args.seq)
+    try:
+        problems = m.problems(args.batch, args.dtype, args.layout)
+    except ValueError as e:
+        raise SystemExit(f"algos: {e}") from None
+    problems = problems[:args.layers] if args.layers else problems
+    shard = _shard(args.shard)
+    mine = problems[shard[0]::shard[1]] if shard else problems
+    db = _database(args)
+    start = time.monotonic()
+    devices = _devices(args.devices) if args.devices else None
+    if devices:
+        _run_workers(args, devices, db)
+    from cudnn_py.cli.algos import progress_writer
+    progress = None if args.quiet else progress_writer(sys.stderr.isatty())
+    records, measured = sweep(mine, db, device=args.device, modes=modes, repeats=args.repeats, warmup=args.warmup,
+                              remeasure=args.remeasure and not devices, progress=progress)
+    if progress and sys.stderr.isatty():
+        sys.stderr.write("\r\033[K")
+    elapsed = time.monotonic() - start
+    results = rp.analyse(mine, records, _filters(args))
+    summary = rp.totals(results)
+    title = (f"{m.description}: batch {args.batch}, {args.dtype}, {args.layout}; filters: {_filters(args).text()}")
+    print(title)
+    print(f"{len(mine)} operations{f' (shard {args.shard})' if shard else ''}: {measured} measured"
+          f"{f' on devices {devices} and {args.device}' if devices else f' on device {args.device}'}, "
+          f"{len(mine) - measured} from {db.path or 'memory'}; {elapsed:.1f} s")
+    print(rp.format_table(results))
+    print(rp.format_totals(summary))
+    meta = {"model": m.name, "description": m.description, "batch": args.batch, "dtype": args.dtype,
+            "layout": args.layout, "filters": _filters(args).text(), "database": str(db.path or "memory"),
+            "environment": db.environment(args.device).text(), "elapsed_s": elapsed, "notes": list(m.notes)}
+    if args.csv:
+        rp.write_csv(results, args.csv)
+    if args.json:
+        rp.write_json(results, summary, meta, args.json)
+    if args.plot:
+        rp.plot(results, args.plot, title)
+    return 0

@@ -1,0 +1,262 @@
+"""Measure every engine configuration of a model's operations and keep the results in the tuning database.
+
+For each :class:`~cudnn_py.tuning.models.Problem` (one layer's forward or backward pass at a batch size, dtype
+and layout) a cuDNN graph is built, the engine configurations that heuristics modes A, B and FALLBACK offer are
+collected (each mode's order kept), and each is built into a plan and timed on the device (CUDA events, median of
+``repeats`` after ``warmup``) on random data. The record (kind :data:`KIND`, key :attr:`Problem.key`) holds every
+configuration's time, workspace, notes and build time, and each mode's order, so the picks and regrets of any
+filter can be computed later (:mod:`cudnn_py.tuning.report`) without measuring again. Problems whose record is in
+the database are not measured again (unless ``remeasure``).
+"""
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from .database import TuningDatabase
+from .models import Attention, Conv, Linear, Norm, Problem
+
+__all__ = ["KIND", "MODES", "build_graph", "measure", "sweep", "valid_record"]
+
+#: the tuning database's kind for model-sweep records
+KIND = "layer_sweep"
+#: the heuristics modes whose configurations a sweep collects
+MODES = ("A", "B", "FALLBACK")
+
+
+def _np_dtype(name: str) -> np.dtype:
+    if name == "bfloat16":
+        import ml_dtypes
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
+def _outputs(*tensors, layout: str | None = None) -> None:
+    from cudnn_py.graph.graph import packed_strides
+    for t in tensors:
+        if t is None:
+            continue
+        t.set_output(True)
+        if layout and len(t.shape) == 4:
+            t.strides = packed_strides(t.shape, layout)
+
+
+def build_graph(p: Problem):
+    """The cuDNN graph of problem ``p`` (built in Python; nothing reaches cuDNN until it is lowered).
+
+    Convolutions run as conv_fprop / conv_dgrad / conv_wgrad; a linear layer's passes are the matmuls
+    ``x W^T``, ``dy W`` and ``dy^T x`` (``dy^T`` a transposed view); batch norm over (N, C, H, W) in the
+    problem's layout, layer and RMS norm over (tokens, features), group norm as a layer norm over
+    (N * groups, C / groups * H * W); attention as cuDNN's SDPA forward and backward.
+    """
+    import cudnn_py.graph as G
+    op, dt = p.op, _np_dtype(p.dtype)
+    g = G.Graph(io_dtype=dt, compute_dtype="float32", name=p.key.split("|")[0])
+    if isinstance(op, Conv):
+        layout = "NHWC" if p.layout == "NHWC" else None
+        oh, ow = op.out_hw
+        xs, ws, ys = (p.batch, op.c, op.h, op.w), (op.k, op.c, op.r, op.s), (p.batch, op.k, oh, ow)
+        kw = dict(padding=op.pad, stride=op.stride)
+        if p.pass_ == "fprop":
+            out = g.conv_fprop(g.tensor(xs, name="x", layout=layout), g.tensor(ws, name="w", layout=layout), **kw)
+        elif p.pass_ == "dgrad":
+            out = g.conv_dgrad(g.tensor(ys, name="dy", layout=layout), g.tensor(ws, name="w", layout=layout),
+                               x_shape=xs, **kw)
+        else:
+            out = g.conv_wgrad(g.tensor(ys, name="dy", layout=layout), g.tensor(xs, name="x", layout=layout),
+                               w_shape=ws, **kw)
+        _outputs(out, layout=layout)
+    elif isinstance(op, Linear):
+        m, k, n = p.batch * op.tokens, op.k, op.n
+        if p.pass_ == "fprop":
+            out = g.matmul(g.tensor((1, m, k), name="x"), g.tensor((1, k, n), name="w_t"))
+        elif p.pass_ == "dgrad":
+            out = g.matmul(g.tensor((1, m, n), name="dy"), g.tensor((1, n, k), name="w"))
+        else:
+            out = g.matmul(g.tensor((1, n, m), strides=(m * n, 1, n), name="dy_t"), g.tensor((1, m, k), name="x"))
+        _outputs(out)
+    elif isinstance(op, Norm):
+        _norm(g, p, op)
+    elif isinstance(op, Attention):
+        q = g.tensor((p.batch, op.heads, op.seq_q, op.d), name="q")
+        k = g.tensor((p.batch, op.kv_heads, op.seq_kv, op.d), name="k")
+        v = g.tensor((p.batch, op.kv_heads, op.seq_kv, op.d), name="v")
+        if p.pass_ == "forward":
+            o, stats = g.sdpa(q, k, v, causal=op.causal)
+            _outputs(o, stats.set_dtype("float32"))
+        else:
+            o, do = (g.tensor((p.batch, op.heads, op.seq_q, op.d), name=nm) for nm in ("o", "do"))
+            stats = g.tensor((p.batch, op.heads, op.seq_q, 1), dtype="float32", name="stats")
+            _outputs(*g.sdpa_backward(q, k, v, o, do, stats, causal=op.causal))
+    else:
+        raise TypeError(f"no graph for {type(op).__name__}")
+    return g
+
+
+def _norm(g, p: Problem, op: Norm) -> None:
+    if op.mode == "batch":
+        layout = "NHWC" if p.layout == "NHWC" else None
+        shape, param, stat = (p.batch, op.c, op.h, op.w), (1, op.c, 1, 1), (1, op.c, 1, 1)
+        mode = "batch"
+    else:
+        rows, feats = (p.batch * op.groups, op.c // op.groups * op.h * op.w) if op.mode == "group" else \
+            (p.batch * op.h * op.w, op.c)
+        layout, shape, param, stat = None, (rows, feats, 1, 1), (1, feats, 1, 1), (rows, 1, 1, 1)
+        mode = "layer" if op.mode == "group" else op.mode
+    x = g.tensor(shape, name="x", layout=layout)
+    scale = g.tensor(param, dtype="float32", name="scale")
+    rms = mode == "rms"
+    if p.pass_ == "forward":
+        bias = g.tensor(param, dtype="float32", name="bias") if not rms or op.bias else None
+        if mode == "batch":
+            outs = g.batch_norm(x, scale, bias)
+            _outputs(outs.y, outs.mean, outs.inv_variance, layout=layout)
+        else:
+            y, mean, inv = g.norm_forward(x, scale, bias, mode=mode, training=True)
+            _outputs(y, mean, inv, layout=layout)
+    else:
+        dy = g.tensor(shape, name="dy", layout=layout)
+        mean = None if rms else g.tensor(stat, dtype="float32", name="mean")
+        inv = g.tensor(stat, dtype="float32", name="inv_variance")
+        _outputs(*g.norm_backward(dy, x, scale, mean=mean, inv_variance=inv, mode=mode,
+                                  has_bias=op.bias or not rms), layout=layout)
+
+
+#: the names build_graph gives the tensors it reads (the others are outputs)
+_INPUTS = frozenset({"x", "w", "w_t", "dy", "dy_t", "q", "k", "v", "o", "do", "stats", "scale", "bias", "mean",
+                     "inv_variance"})
+
+
+def _bind(g, h, block: np.ndarray) -> dict:
+    """Device arrays for every tensor of ``g``: inputs filled with the random ``block`` tiled (statistics with
+    plausible values), outputs left as allocated."""
+    from cudnn_py.memory import DeviceArray, empty, to_device
+    pack = {}
+    for t in g.io_tensors():
+        if t.is_by_value:
+            continue
+        extent = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.strides))
+        if t.name not in _INPUTS:   # an output
+            buf = empty((extent,), t.np_dtype, stream=h.stream, device=h.device)
+        elif t.name == "inv_variance":
+            buf = to_device(np.ones(extent, t.np_dtype), h.stream, device=h.device)
+        else:
+            data = np.abs(block) + 1.0 if t.name == "stats" else block
+            buf = to_device(np.resize(data.astype(t.np_dtype), extent), h.stream, device=h.device)
+        pack[t] = DeviceArray(buf.ptr, t.shape, t.np_dtype, t.strides, device_id=buf.device_id, owner=buf)
+    return pack
+
+
+def _knobs(cfg) -> dict:
+    return {getattr(k, "name", str(k)).replace("CUDNN_KNOB_TYPE_", ""): int(v) for k, v in cfg.knobs.items()}
+
+
+def measure(p: Problem, h, modes: Sequence[str] = MODES, repeats: int = 10, warmup: int = 2,
+            progress: Callable[[str], None] | None = None) -> dict:
+    """Build and time every configuration the heuristics ``modes`` offer for ``p`` on handle ``h``; the record
+    :func:`sweep` stores (see the module doc)."""
+    import cudnn_py.graph as G
+    from cudnn_py.errors import CudnnPyError
+    rec: dict = {"key": p.key, "op": p.kind, "pass": p.pass_, "dtype": p.dtype, "repeats": repeats,
+                 "warmup": warmup, "order": {}, "configs": [], "problem": ""}
+    try:
+        g = build_graph(p)
+        g.lower(h)
+    except CudnnPyError as e:
+        rec["problem"] = " ".join(str(e).split())[:400]
+        return rec
+    configs: dict = {}
+    for m in modes:
+        try:
+            found = G.heuristics(g, h, m)
+        except CudnnPyError as e:
+            rec["order"][m] = []
+            rec.setdefault("mode_errors", {})[m] = " ".join(str(e).split())[:300]
+            continue
+        rec["order"][m] = [c.tag for c in found]
+        for c in found:
+            configs.setdefault(c.tag, c)
+    block = np.random.default_rng(0).standard_normal(1 << 20).astype(np.float32) * 0.5
+    pack = _bind(g, h, block)
+    for i, (tag, cfg) in enumerate(configs.items()):
+        if progress:
+            progress(f"{p.key} [{i + 1}/{len(configs)}] {tag}")
+        row = {"tag": tag, "engine": cfg.global_index, "knobs": _knobs(cfg), "notes": cfg.notes(),
+               "deterministic": cfg.is_deterministic, "ok": False, "ms": None, "workspace": None, "build_ms": None,
+               "reason": ""}
+        try:
+            t0 = time.perf_counter()
+            plan = G.Plan.build(g, h, cfg)
+            row["build_ms"] = (time.perf_counter() - t0) * 1e3
+            row["workspace"] = int(plan.workspace_size)
+            ms = G.time_plan(plan, h, pack, warmup=warmup, iters=repeats)
+        except CudnnPyError as e:
+            row["reason"] = " ".join(str(e).split())[:300]
+        else:
+            if ms is not None and math.isfinite(ms) and ms >= 0:
+                row["ok"], row["ms"] = True, float(ms)
+            else:
+                row["reason"] = f"timing gave {ms!r}"
+        rec["configs"].append(row)
+    return rec
+
+
+def valid_record(rec) -> bool:
+    """Whether ``rec`` has the shape :func:`measure` writes (a stored record that has not is measured again)."""
+    if not isinstance(rec, dict) or not isinstance(rec.get("configs"), list) or not isinstance(rec.get("order"), dict):
+        return False
+    for c in rec["configs"]:
+        if not isinstance(c, dict) or not isinstance(c.get("tag"), str) or not isinstance(c.get("ok"), bool):
+            return False
+        ms = c.get("ms")
+        if c["ok"] and not (isinstance(ms, (int, float)) and math.isfinite(ms) and ms >= 0):
+            return False
+    return all(isinstance(v, list) and all(isinstance(t, str) for t in v) for v in rec["order"].values())
+
+
+def sweep(problems: Sequence[Problem], db: TuningDatabase, *, device: int = 0, modes: Sequence[str] = MODES,
+          repeats: int = 10, warmup: int = 2, remeasure: bool = False,
+          progress: Callable[[str], None] | None = None) -> tuple[dict[str, dict], int]:
+    """The record of every problem: from ``db`` where it has one, else measured on ``device`` and stored.
+
+    :returns: ({problem key: record}, how many were measured).
+    :raises SystemExit: when something must be measured and no cuDNN handle opens on ``device``.
+    """
+    import warnings
+
+    from .database import TuningWarning
+    out, todo = {}, []
+    for p in problems:
+        rec = None if remeasure else db.lookup(KIND, p.key, device=device)
+        if rec is not None and not valid_record(rec):
+            warnings.warn(f"tuning database: the {KIND} record of {p.key} is malformed; measuring again",
+                          TuningWarning, stacklevel=2)
+            rec = None
+        if rec is None:
+            todo.append(p)
+        else:
+            out[p.key] = rec
+    if not todo:
+        return out, 0
+    from cudnn_py.handle import Handle
+    try:
+        handle = Handle(device)
+    except Exception as e:  # noqa: BLE001 - no GPU, no driver
+        raise SystemExit(f"algos --model: cannot open a cuDNN handle on device {device} (a GPU is needed to measure "
+                         f"{len(todo)} operations): {e}") from None
+    start = time.monotonic()
+    with handle as h:
+        for i, p in enumerate(todo):
+            def step(msg, i=i):
+                if progress:
+                    done = time.monotonic() - start
+                    eta = f" eta {done / i * (len(todo) - i):.0f}s" if i else ""
+                    progress(f"[{i + 1}/{len(todo)}{eta}] {msg}")
+            step(p.key)
+            rec = measure(p, h, modes, repeats, warmup, step)
+            db.record(KIND, p.key, rec, device=device)
+            out[p.key] = rec
+    return out, len(todo)
