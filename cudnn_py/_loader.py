@@ -96,16 +96,46 @@ def check_elf(path: str) -> None:
         raise OSError(f"{path} is a corrupt ELF file ({e})") from None
 
 
+#: the oldest cuDNN cudnn_py supports: the oldest its GPU suite runs against (the system cuDNN of the test machine);
+#: features that came later are gated on the loaded library's version where they are used
+MIN_VERSION = (9, 14, 0)
+
+
+def newest_version() -> tuple[int, int, int]:
+    """The newest cuDNN the C layer knows: the version of the headers it was generated from."""
+    from .capi import version as v
+    return v.CUDNN_MAJOR, v.CUDNN_MINOR, v.CUDNN_PATCHLEVEL
+
+
+def supported_range() -> str:
+    """The supported cuDNN versions in words, e.g. ``'9.14.0 to 9.28 (the headers the C layer was generated
+    from; newer 9.x loads, without bindings for what it adds)'``."""
+    newest = newest_version()
+    return (f"{'.'.join(map(str, MIN_VERSION))} to {newest[0]}.{newest[1]} (the headers the C layer was generated "
+            f"from; a newer 9.x loads, without bindings for what it adds)")
+
+
+def check_version(v: int, path: str) -> None:
+    """Refuse, with :class:`OSError` saying why, a ``cudnnGetVersion()`` value outside cuDNN 9 or below
+    :data:`MIN_VERSION`."""
+    got = (v // 10000, v // 100 % 100, v % 100)
+    if got[0] != 9:
+        raise OSError(f"{path} is cuDNN {'.'.join(map(str, got))}; cudnn_py needs cuDNN 9")
+    if got < MIN_VERSION:
+        raise OSError(f"{path} is cuDNN {'.'.join(map(str, got))}, older than the oldest cudnn_py supports "
+                      f"({'.'.join(map(str, MIN_VERSION))}): install a newer cuDNN (the nvidia-cudnn wheels) or "
+                      f"point CUDNN_PY_LIBRARY at one")
+
+
 def _check_cudnn(cdll: ctypes.CDLL, path: str) -> None:
-    """Refuse a loaded library that is not cuDNN 9 (no ``cudnnGetVersion``, or another major version)."""
+    """Refuse a loaded library that is not a supported cuDNN 9 (no ``cudnnGetVersion``, another major version, or
+    older than :data:`MIN_VERSION`)."""
     try:
         fn = cdll.cudnnGetVersion
     except AttributeError:
         raise OSError(f"{path} loaded but is not cuDNN: it has no cudnnGetVersion symbol") from None
     fn.restype = ctypes.c_size_t
-    v = fn()
-    if v // 10000 != 9:
-        raise OSError(f"{path} is cuDNN {v // 10000}.{v // 100 % 100}.{v % 100}; cudnn_py needs cuDNN 9")
+    check_version(fn(), path)
 
 
 def _open(path: str, found_via: str) -> Library:

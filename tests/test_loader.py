@@ -101,3 +101,49 @@ def test_override_refuses_files_that_are_not_a_complete_cudnn(tmp_path):
     assert "not an ELF" in got["empty"] and "not an ELF" in got["text"]
     if "libz" in got:
         assert "not cuDNN" in got["libz"] and "cudnnGetVersion" in got["libz"]
+
+
+class _FakeVersion:
+    """Stands in for a loaded library's ``cudnnGetVersion`` (the loader sets ``restype``, then calls it)."""
+
+    def __init__(self, value: int):
+        self.value, self.restype = value, None
+
+    def __call__(self) -> int:
+        return self.value
+
+
+@pytest.mark.parametrize("value,why", [(91000, "older than the oldest cudnn_py supports (9.14.0)"),
+                                       (91399, "9.13.99, older"), (90000, "9.0.0, older"),
+                                       (80907, "cuDNN 8.9.7; cudnn_py needs cuDNN 9"),
+                                       (100100, "cuDNN 10.1.0; cudnn_py needs cuDNN 9")])
+def test_library_outside_the_supported_range_is_refused_at_load(value, why):
+    import types
+    with pytest.raises(OSError, match=why.replace("(", r"\(").replace(")", r"\)")) as e:
+        _loader._check_cudnn(types.SimpleNamespace(cudnnGetVersion=_FakeVersion(value)), "/x/libcudnn.so.9")
+    assert "/x/libcudnn.so.9" in str(e.value)
+
+
+def test_refused_old_library_is_reported_with_what_was_tried(monkeypatch, tmp_path):
+    """Through CUDNN_PY_LIBRARY: the report names the file and why it was refused, and nothing else is tried."""
+    real = library().path
+    monkeypatch.setattr(_loader, "MIN_VERSION", (9, library().version[1] + 1, 0))
+    with pytest.raises(LibraryNotFoundError) as e:
+        _loader.locate({"CUDNN_PY_LIBRARY": real})
+    assert real in str(e.value) and "older than the oldest cudnn_py supports" in str(e.value)
+
+
+def test_supported_range_names_the_oldest_and_the_headers():
+    assert _loader.MIN_VERSION <= library().version
+    assert _loader.newest_version() == (capi.CUDNN_MAJOR, capi.CUDNN_MINOR, capi.CUDNN_PATCHLEVEL)
+    text = _loader.supported_range()
+    assert text.startswith("9.14.0 to 9.%d" % capi.CUDNN_MINOR)
+    for v in ((9, 14, 0), (9, 19, 0), (9, 28, 0), (9, 99, 0)):  # the GPU machine's, the wheel's, newer ones
+        _loader.check_version(v[0] * 10000 + v[1] * 100 + v[2], "x")
+
+
+def test_info_states_the_supported_range():
+    from cudnn_py.cli import info
+    collected = info.collect()
+    assert collected["supported_cudnn"] == _loader.supported_range()
+    assert f"supported     cuDNN {_loader.supported_range()}" in info.format_text(collected)

@@ -495,11 +495,14 @@ def test_rnn_persist_dynamic(handle, rng):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("mode", ["lstm", "gru"])
-def test_rnn_torch_second_opinion(handle, rng, mode):
+def test_rnn_torch_second_opinion(handle, rng, mode, monkeypatch):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("torch has no CUDA here")
     T, B, I, H, layers = 5, 3, 4, 6, 2
+    # torch's own CUDA kernels, not its cuDNN path: a second opinion that is not cuDNN's, and one that works whatever
+    # libcudnn this process loaded (torch raises RuntimeError on one older than it was built with, e.g. 9.14)
+    monkeypatch.setattr(torch.backends.cudnn, "enabled", False)
     net = (torch.nn.LSTM if mode == "lstm" else torch.nn.GRU)(I, H, layers, bidirectional=True).double().cuda()
     rnn = R.RNN(mode, I, H, layers, bidirectional=True, dtype=np.float64)
     w = rnn.new_weights(handle)

@@ -119,14 +119,15 @@ def fit_warnings(info: dict[str, Any]) -> list[str]:
 def collect() -> dict[str, Any]:
     """Everything ``info`` reports.
 
-    :returns: ``{"python", "cudnn" (None when not found), "cudnn_error", "packages", "driver", "warnings"}``.
+    :returns: ``{"python", "cudnn" (None when not found), "cudnn_error", "supported_cudnn" (the range, in words),
+        "packages", "driver", "warnings"}``.
     """
     from .. import capi
-    from .._loader import library
+    from .._loader import library, supported_range
     from ..errors import CudnnError, CudnnPyError, LibraryNotFoundError
 
     info: dict[str, Any] = {"python": f"{platform.python_version()} ({platform.machine()})", "cudnn": None,
-                            "cudnn_error": ""}
+                            "cudnn_error": "", "supported_cudnn": supported_range()}
     try:
         lib = library()
     except LibraryNotFoundError as e:
@@ -168,6 +169,8 @@ def format_text(info: dict[str, Any]) -> str:
                   f"  found via   {c['found_via']}",
                   f"  built with  CUDA runtime {c['cuda_runtime']}; GPUs up to sm_{c['max_sm']}",
                   f"  sublibs     {subs}"]
+    if info.get("supported_cudnn"):
+        lines.append(f"supported     cuDNN {info['supported_cudnn']}")
     lines.append("packages      " + ", ".join(f"{p} {v}" for p, v in info["packages"].items()))
     d = info["driver"]
     lines.append(f"driver        {'CUDA ' + d['cuda_version'] if d['cuda_version'] else 'none'}")
