@@ -12,6 +12,10 @@ import pytest
 # never writes, or scratch the library wrongly assumes zeroed, fails the comparison instead of passing on stale data
 pytest_plugins = ["poison_plugin"]
 
+# what the tests measure (algo="fastest", engine="auto") stays in each test process: cudnn_py.tuning's default
+# database in memory, never the user's tuning database nor shared between parallel shards
+os.environ.setdefault("CUDNN_PY_TUNING_DB", ":memory:")
+
 
 @functools.cache
 def gpu_missing_reason(device: int = 0) -> str:

@@ -36,7 +36,8 @@ def test_resnet18_vit_llama_unet_shapes():
         Conv(512, 7, 7, 512, 3, 3, 1, 1)
     vit = {layer.name: layer.op for layer in model("vit-b16").layers}
     assert vit["patch_embed.proj"] == Conv(3, 224, 224, 768, 16, 16, 0, 16, bias=True, dgrad=False)
-    assert vit["blocks.11.attn"] == Attention(12, 12, 197, 197, 64) and vit["blocks.0.attn.qkv"] == Linear(197, 768, 2304)
+    assert vit["blocks.11.attn"] == Attention(12, 12, 197, 197, 64)
+    assert vit["blocks.0.attn.qkv"] == Linear(197, 768, 2304)
     llama = model("llama3-8b", seq=4096)
     ops = {layer.name: layer.op for layer in llama.layers}
     assert ops["layers.31.attention"] == Attention(32, 8, 4096, 4096, 128, causal=True)

@@ -3,11 +3,12 @@ heuristics and autotuning.
 
 It is opt-in. :func:`set_plan_cache_dir` (or ``CUDNN_PY_PLAN_CACHE_DIR``) keeps plans in ``tuning.sqlite`` in that
 directory; :func:`use_database` in any :class:`~cudnn_py.tuning.TuningDatabase`; with neither, setting
-``CUDNN_PY_TUNING_DB`` puts them in :func:`~cudnn_py.tuning.default_database`. A record (kind ``"plan"``) is keyed
-by a hash of the graph's structure, shapes, strides and dtypes and of the build options, under the environment
-of the handle's device (cuDNN version, GPU, compute capability, driver); it holds cuDNN's own serialisation of
-each plan (``CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION``) and, for autotuned entries, the measured times. A
-malformed record is ignored with a warning and written again; a plan cuDNN refuses is rebuilt by the caller.
+``CUDNN_PY_TUNING_DB`` to a file puts them in :func:`~cudnn_py.tuning.default_database`. A record (kind
+``"plan"``) is keyed by a hash of the graph's structure, shapes, strides and dtypes and of the build options,
+under the environment of the handle's device (cuDNN version, GPU, compute capability, driver); it holds cuDNN's own
+serialisation of each plan (``CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION``) and, for autotuned entries, the
+measured times. A malformed record is ignored with a warning and written again; a plan cuDNN refuses is rebuilt by
+the caller.
 
 Plan files of the store's earlier format (one ``plan-*.json`` per entry in the directory) are imported into the
 database once, the first time the directory is used; the files are left in place.
@@ -74,7 +75,7 @@ def database() -> _db.TuningDatabase | None:
     directory = plan_cache_dir()
     if directory is not None:
         return _db.open_database(directory / _db.FILE_NAME)
-    if os.environ.get("CUDNN_PY_TUNING_DB"):
+    if os.environ.get("CUDNN_PY_TUNING_DB", ":memory:") != ":memory:":   # plans held in memory help no later process
         return _db.default_database()
     return None
 

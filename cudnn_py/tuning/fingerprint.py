@@ -63,7 +63,8 @@ def _gpu(device: int) -> tuple[str, str, str]:
         _, minor = driver.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev)
     except Exception:  # noqa: BLE001 - no driver library, no cuda-bindings
         return "none", "none", "none"
-    return name.split(b"\0")[0].decode(errors="replace"), f"{major}.{minor}", f"{version // 1000}.{version % 1000 // 10}"
+    driver_text = f"{version // 1000}.{version % 1000 // 10}"
+    return name.split(b"\0")[0].decode(errors="replace"), f"{major}.{minor}", driver_text
 
 
 def environment(device: int = 0) -> Environment:

@@ -32,7 +32,8 @@ class Conv:
 
     @property
     def out_hw(self) -> tuple[int, int]:
-        return ((self.h + 2 * self.pad - self.r) // self.stride + 1, (self.w + 2 * self.pad - self.s) // self.stride + 1)
+        return ((self.h + 2 * self.pad - self.r) // self.stride + 1,
+                (self.w + 2 * self.pad - self.s) // self.stride + 1)
 
     def params(self) -> int:
         return self.k * self.c * self.r * self.s + (self.k if self.bias else 0)
@@ -218,7 +219,8 @@ def vit_b16() -> Model:
     layers = [Layer("patch_embed.proj", Conv(3, 224, 224, dim, 16, 16, 0, 16, bias=True, dgrad=False))]
     for i in range(12):
         p = f"blocks.{i}"
-        layers += [Layer(f"{p}.norm1", Norm("layer", dim, tokens)), Layer(f"{p}.attn.qkv", Linear(tokens, dim, 3 * dim)),
+        layers += [Layer(f"{p}.norm1", Norm("layer", dim, tokens)),
+                   Layer(f"{p}.attn.qkv", Linear(tokens, dim, 3 * dim)),
                    Layer(f"{p}.attn", Attention(heads, heads, tokens, tokens, dim // heads)),
                    Layer(f"{p}.attn.proj", Linear(tokens, dim, dim)), Layer(f"{p}.norm2", Norm("layer", dim, tokens)),
                    Layer(f"{p}.mlp.fc1", Linear(tokens, dim, mlp)), Layer(f"{p}.mlp.fc2", Linear(tokens, mlp, dim))]
