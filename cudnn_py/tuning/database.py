@@ -469,7 +469,7 @@ class TuningDatabase:
         return self._run(lambda c: c.execute("SELECT 1 FROM imports WHERE source = ?", (source,)).fetchone()) \
             is not None
 
-    def merge(self, other: str | os.PathLike | "TuningDatabase") -> int:
+    def merge(self, other: str | os.PathLike | TuningDatabase) -> int:
         """Copy every verified record of another database (a path or an open one) in, the newer of two records of
         one key winning; returns how many records were written."""
         src = other if isinstance(other, TuningDatabase) else TuningDatabase(other)

@@ -1,7 +1,7 @@
 """Build the API reference (HTML, from the docstrings) with pdoc, and fail on any warning.
 
     pip install -e ".[docs]"
-    python docs/api/build.py [OUTPUT_DIR]      # default: docs/api/html (not checked in)
+    python docs/api/build.py [OUTPUT_DIR]      # default: docs/api/html (not checked in); open its index.html
 
 Docstrings are reStructuredText field lists (``:param x:``, ``:returns:``, ``:raises E:``). Every warning
 pdoc emits (an annotation it cannot resolve, a module that fails to import, a bad docstring) is printed
@@ -14,10 +14,16 @@ import time
 import warnings
 from pathlib import Path
 
-#: what the reference covers: the package face, the C layer, and each Pythonic module
-MODULES = ["cudnn_py", "cudnn_py.capi", "cudnn_py.errors", "cudnn_py.handle", "cudnn_py.memory",
-           "cudnn_py.streams", "cudnn_py.workspace", "cudnn_py.descriptors", "cudnn_py.algorithms",
-           "cudnn_py.dtypes", "cudnn_py.ops", "cudnn_py.graph", "cudnn_py.cli"]
+PACKAGE = Path(__file__).resolve().parents[2] / "cudnn_py"
+#: not in the reference: the generator (a tool for maintainers, needing pycparser; README "Regenerating") and the
+#: torch custom ops (they need torch, an optional dependency: docs/torch.md)
+NOT_PUBLIC = {"codegen", "torch"}
+#: what the reference covers: the package face and every public module or package in it (a new one is included
+#: without being listed here); pdoc documents each package's submodules
+MODULES = ["cudnn_py"] + sorted(
+    f"cudnn_py.{p.stem}" for p in PACKAGE.iterdir()
+    if not p.name.startswith(("_", ".")) and p.stem not in NOT_PUBLIC
+    and (p.suffix == ".py" or (p.is_dir() and any(p.glob("*.py")))))
 #: private helpers are not part of the reference
 EXCLUDE = [r"!cudnn_py\.ops\._common", r"!cudnn_py\.graph\.ops\.base", r"!cudnn_py\.ops\.norm_args",
            r"!cudnn_py\.ops\.norm_graphs", r"!cudnn_py\.ops\.sequence_models"]
@@ -36,7 +42,8 @@ def _namedtuple_modules() -> None:
     root = Path(cudnn_py.__file__).parent
     names = {".".join(("cudnn_py", *p.relative_to(root).with_suffix("").parts)).removesuffix(".__init__")
              for p in root.rglob("*.py")}  # cudnn_py.ops has no __init__.py: pkgutil would not walk it
-    for name in sorted(n for n in names if ".codegen" not in n and not n.endswith("__main__")):
+    for name in sorted(n for n in names if ".codegen" not in n and not n.endswith("__main__")
+                       and not n.startswith("cudnn_py.torch")):
         module = importlib.import_module(name)
         for obj in vars(module).values():
             if isinstance(obj, type) and issubclass(obj, tuple) and hasattr(obj, "_fields"):
@@ -49,8 +56,12 @@ def build(output: Path) -> list[str]:
     :param output: the folder to write (created if missing).
     :returns: the text of every warning pdoc emitted.
     """
-    import pdoc
-    import pdoc.render
+    try:
+        import pdoc
+        import pdoc.render
+    except ImportError:
+        from cudnn_py._install import pip_install
+        raise SystemExit(f"docs/api/build.py: needs pdoc, which is not installed: {pip_install('docs')}") from None
 
     _namedtuple_modules()
 
