@@ -9,6 +9,9 @@ What cudnn-py remembers between calls (descriptors, plans, executors, algorithm 
 
 A :class:`Cache` is a ``dict`` (a lookup is one C-level ``dict.get``, so hot paths stay fast) whose insertions hold a
 lock and evict the oldest entry once ``maxsize`` is reached. Keys hold everything that changes the answer.
+
+What outlives the process (measured algorithm and engine choices, serialised plans) is kept in the tuning database,
+:mod:`cudnn_py.tuning`, not here.
 """
 from __future__ import annotations
 
