@@ -1,0 +1,23 @@
+"""cudnn-py inside PyTorch: cuDNN operations registered as torch custom ops (``torch.ops.cudnn_py.*``).
+
+Each op has a fake (meta) implementation and an autograd formula, so it runs eagerly, under autograd, under
+``torch.compile(fullgraph=True)`` without graph breaks and in CUDA graphs; it queues its work on
+``torch.cuda.current_stream()`` of its tensors' device and takes outputs and workspace from torch's caching
+allocator (:mod:`cudnn_py.torch.runtime`). torch is imported here and only here: the rest of cudnn-py never needs
+it. See docs/torch.md.
+
+* attention: :func:`sdpa`, :func:`scaled_dot_product_attention` (:mod:`cudnn_py.torch.attention`)
+* normalisation: :func:`layer_norm`, :func:`rms_norm` (:mod:`cudnn_py.torch.norms`)
+"""
+from __future__ import annotations
+
+try:
+    import torch  # noqa: F401  (the real torch: this package's absolute imports never see cudnn_py.torch)
+except ImportError as e:  # pragma: no cover - exercised where torch is absent
+    raise ImportError("cudnn_py.torch needs PyTorch (pip install torch); the rest of cudnn_py works without it") from e
+
+from .attention import scaled_dot_product_attention, sdpa
+from .norms import layer_norm, rms_norm
+from .runtime import cache_clear
+
+__all__ = ["sdpa", "scaled_dot_product_attention", "layer_norm", "rms_norm", "cache_clear"]

@@ -1,0 +1,161 @@
+"""Layer norm and RMS norm as torch custom ops: ``cudnn_py::norm_fwd`` and ``cudnn_py::norm_bwd``, with autograd.
+
+Both normalise over the last dim of x (any leading dims, float16/bfloat16/float32, made contiguous), as
+``torch.nn.functional.layer_norm(x, (D,), weight, bias, eps)`` and ``rms_norm(x, (D,), weight, eps)`` do; cuDNN sees
+x as (N, D, 1, 1) with per-row float32 statistics. The weight and bias are (D,) tensors of x's dtype or float32.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from cudnn_py.errors import InvalidTypeError, InvalidValueError
+from cudnn_py.graph import Graph
+
+from .attention import dtype_name
+from .runtime import Prepared, handle, prepared
+
+__all__ = ["layer_norm", "rms_norm", "norm_fwd", "norm_bwd"]
+
+_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def _rows(x: Tensor) -> tuple[int, int]:
+    d = x.shape[-1]
+    return x.numel() // d, d
+
+
+def _tensor(g: Graph, t: Tensor, name: str, rows: int, d: int):
+    """x-like tensors as (N, D, 1, 1), parameters as (1, D, 1, 1), statistics as (N, 1, 1, 1)."""
+    return g.tensor((rows, d, 1, 1), dtype=dtype_name(t.dtype), strides=(d, 1, d, d), name=name)
+
+
+def _stats(n: int, device, rms: bool) -> tuple[Tensor, Tensor]:
+    """The (N,) float32 mean (empty for RMS norm) and inverse standard deviation."""
+    return (torch.empty((0 if rms else n,), dtype=torch.float32, device=device),
+            torch.empty((n,), dtype=torch.float32, device=device))
+
+
+def _build_fwd(h, x, w, b, eps: float, rms: bool) -> Prepared:
+    n, d = _rows(x)
+    g = Graph(io_dtype=dtype_name(x.dtype), compute_dtype="float32", name="torch.norm_fwd")
+    tx, tw = _tensor(g, x, "x", n, d), _tensor(g, w, "scale", 1, d)
+    tb = None if b is None else _tensor(g, b, "bias", 1, d)
+    y, mean, inv_var = g.norm_forward(tx, tw, tb, mode="rms" if rms else "layer", training=True, epsilon=eps)
+    y.strides = (d, 1, d, d)
+    outs = [y.set_output(True).set_name("y")] + ([] if rms else [mean.set_output(True).set_name("mean")])
+    outs.append(inv_var.set_output(True).set_name("inv_variance"))
+    for t in outs[1:]:
+        t.strides = (1, 1, 1, 1)
+    g.build(h)
+    return Prepared(h, g, [tx, tw] + ([] if tb is None else [tb]) + outs)
+
+
+@torch.library.custom_op("cudnn_py::norm_fwd", mutates_args=(), device_types="cuda")
+def norm_fwd(x: Tensor, weight: Tensor, bias: Optional[Tensor], eps: float, rms: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """Normalisation forward over the last dim of contiguous x: (y, mean (N,) float32 - empty for RMS - and the
+    inverse standard deviation (N,) float32)."""
+    x, weight = x.contiguous(), weight.contiguous()
+    n, _ = _rows(x)
+    y = torch.empty_like(x)
+    mean, inv = _stats(n, x.device, rms)
+    h = handle(x.device.index)
+    key = ("norm_fwd", x.shape, x.dtype, weight.dtype, None if bias is None else bias.dtype, eps, rms)
+    p = prepared(h, key, lambda: _build_fwd(h, x, weight, bias, eps, rms))
+    ptrs = [x.data_ptr(), weight.data_ptr()] + ([] if bias is None else [bias.data_ptr()])
+    p.run(tuple(ptrs + [y.data_ptr()] + ([] if rms else [mean.data_ptr()]) + [inv.data_ptr()]))
+    return y, mean, inv
+
+
+@norm_fwd.register_fake
+def _(x, weight, bias, eps, rms):
+    return (torch.empty_like(x, memory_format=torch.contiguous_format),) + _stats(_rows(x)[0], x.device, rms)
+
+
+def _build_bwd(h, dy, x, w, mean, inv, rms: bool, has_bias: bool) -> Prepared:
+    n, d = _rows(x)
+    g = Graph(io_dtype=dtype_name(x.dtype), compute_dtype="float32", name="torch.norm_bwd")
+    tdy, tx, tw = _tensor(g, dy, "dy", n, d), _tensor(g, x, "x", n, d), _tensor(g, w, "scale", 1, d)
+    stat = dict(shape=(n, 1, 1, 1), dtype="float32", strides=(1, 1, 1, 1))
+    tm = None if rms else g.tensor(name="mean", **stat)
+    ti = g.tensor(name="inv_variance", **stat)
+    dx, dw, db = g.norm_backward(tdy, tx, tw, mean=tm, inv_variance=ti, mode="rms" if rms else "layer",
+                                 has_bias=has_bias)
+    dx.strides = (d, 1, d, d)
+    outs = [t.set_output(True).set_name(nm) for t, nm in ((dx, "dx"), (dw, "dscale"), (db, "dbias")) if t is not None]
+    g.build(h)
+    return Prepared(h, g, [tdy, tx, tw] + ([] if tm is None else [tm]) + [ti] + outs)
+
+
+@torch.library.custom_op("cudnn_py::norm_bwd", mutates_args=(), device_types="cuda")
+def norm_bwd(dy: Tensor, x: Tensor, weight: Tensor, mean: Tensor, inv_std: Tensor, rms: bool,
+             has_bias: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """Normalisation backward: (dx, dweight, dbias); dbias is empty without ``has_bias``."""
+    dy, x = dy.contiguous(), x.contiguous()
+    dx, dw = torch.empty_like(x, memory_format=torch.contiguous_format), torch.empty_like(weight)
+    db = torch.empty_like(weight) if has_bias else weight.new_empty((0,))
+    h = handle(x.device.index)
+    key = ("norm_bwd", x.shape, x.dtype, dy.dtype, weight.dtype, rms, has_bias)
+    p = prepared(h, key, lambda: _build_bwd(h, dy, x, weight, mean, inv_std, rms, has_bias))
+    ptrs = [dy.data_ptr(), x.data_ptr(), weight.data_ptr()] + ([] if rms else [mean.data_ptr()])
+    ptrs += [inv_std.data_ptr(), dx.data_ptr(), dw.data_ptr()] + ([db.data_ptr()] if has_bias else [])
+    p.run(tuple(ptrs))
+    return dx, dw, db
+
+
+@norm_bwd.register_fake
+def _(dy, x, weight, mean, inv_std, rms, has_bias):
+    dw = torch.empty_like(weight)
+    return (torch.empty_like(x, memory_format=torch.contiguous_format), dw,
+            torch.empty_like(weight) if has_bias else weight.new_empty((0,)))
+
+
+def _setup(ctx, inputs, output):
+    x, weight, bias, _, rms = inputs
+    ctx.save_for_backward(x, weight, output[1], output[2])
+    ctx.rms, ctx.has_bias = rms, bias is not None
+
+
+def _backward(ctx, dy, dmean, dinv):
+    x, weight, mean, inv = ctx.saved_tensors
+    dx, dw, db = norm_bwd(dy, x, weight, mean, inv, ctx.rms, ctx.has_bias)
+    return dx, dw, db if ctx.has_bias else None, None, None
+
+
+norm_fwd.register_autograd(_backward, setup_context=_setup)
+
+
+def _check(x, weight, bias, eps, what: str) -> Tensor:
+    if not isinstance(x, Tensor) or x.device.type != "cuda" or x.dtype not in _DTYPES:
+        raise InvalidTypeError(f"{what}: x must be a float16, bfloat16 or float32 CUDA tensor")
+    d = x.shape[-1] if x.dim() else 0
+    for t, n in ((weight, "weight"), (bias, "bias")):
+        if t is not None and (not isinstance(t, Tensor) or t.shape != (d,) or t.dtype not in (x.dtype, torch.float32)
+                              or t.device != x.device):
+            raise InvalidValueError(f"{what}: {n} must be a ({d},) tensor of x's dtype or float32 on x's device")
+    if not (isinstance(eps, (int, float)) and eps > 0):
+        raise InvalidValueError(f"{what}: eps must be a number > 0, got {eps!r}")
+    return x.contiguous()
+
+
+def layer_norm(x: Tensor, weight: Tensor | None = None, bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
+    """Layer norm of ``x`` over its last dim (as ``F.layer_norm(x, x.shape[-1:], weight, bias, eps)``);
+    differentiable in x, weight and bias (missing ones are ones and zeros)."""
+    x = _check(x, weight, bias, eps, "layer_norm")
+    d = x.shape[-1]
+    if weight is None:
+        weight = torch.ones(d, dtype=x.dtype, device=x.device)
+    if bias is None:
+        bias = torch.zeros(d, dtype=weight.dtype, device=x.device)
+    return norm_fwd(x, weight, bias, float(eps), False)[0]
+
+
+def rms_norm(x: Tensor, weight: Tensor | None = None, eps: float = 1e-6) -> Tensor:
+    """RMS norm of ``x`` over its last dim (as ``F.rms_norm(x, x.shape[-1:], weight, eps)``); differentiable in x
+    and weight (missing: ones)."""
+    x = _check(x, weight, None, eps, "rms_norm")
+    if weight is None:
+        weight = torch.ones(x.shape[-1], dtype=x.dtype, device=x.device)
+    return norm_fwd(x, weight, None, float(eps), True)[0]

@@ -1,0 +1,101 @@
+"""cuDNN plans run from torch: on torch's current stream, with memory from torch's caching allocator.
+
+* :func:`handle` - this thread's :class:`~cudnn_py.Handle` on a device, its stream set to
+  ``torch.cuda.current_stream()`` of that device (``cudnnSetStream`` only when the stream changed), as torch keeps
+  one cuDNN handle per thread and device and sets its stream on each call.
+* :class:`Prepared` - a built graph plan (a :class:`~cudnn_py.graph.runner.Runner`) bound positionally;
+  :meth:`Prepared.run` executes it with the data pointers of torch tensors: one dict lookup (the variant pack by
+  addresses), the workspace as a ``torch.uint8`` tensor from the caching allocator (freed after the launch: the
+  allocator hands the block out again only to work queued after it on the same stream, or later in the same
+  CUDA-graph capture), one ``cudnnBackendExecute``.
+* :func:`prepared` - the :class:`Prepared` call of a configuration key, cached on the handle
+  (:func:`cudnn_py.caches.handle_cache`), so ``handle.clear_caches()`` forgets them.
+
+A stream change costs no new plan (plans belong to the handle, the stream is only set), so the plans built in eager
+warm-up calls are the ones a CUDA-graph capture on torch's capture stream records.
+"""
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+
+import torch
+
+from cudnn_py.caches import handle_cache
+from cudnn_py.graph import Graph
+from cudnn_py.graph.runner import Runner
+from cudnn_py.handle import Handle
+
+__all__ = ["handle", "Prepared", "prepared", "current_stream", "cache_clear"]
+
+_CACHE = "torch.ops"
+_local = threading.local()
+
+try:  # the raw cudaStream_t as an int, without making a torch.cuda.Stream object (what compiled code uses)
+    _raw_stream: Callable[[int], int] = torch._C._cuda_getCurrentRawStream
+except AttributeError:  # pragma: no cover - torch built without CUDA
+    def _raw_stream(device: int) -> int:
+        return torch.cuda.current_stream(device).cuda_stream
+
+
+def current_stream(device: int) -> int:
+    """``torch.cuda.current_stream(device)`` as an int ``cudaStream_t``."""
+    return _raw_stream(device)
+
+
+def handle(device: int) -> Handle:
+    """This thread's handle on ``device``, bound to torch's current stream of that device."""
+    hs = getattr(_local, "handles", None)
+    if hs is None:
+        hs = _local.handles = {}
+    entry = hs.get(device)
+    stream = _raw_stream(device)
+    if entry is None:
+        with torch.cuda.device(device):
+            entry = hs[device] = [Handle(device, stream=stream), stream]
+    elif entry[1] != stream:
+        entry[0].set_stream(stream)
+        entry[1] = stream
+    return entry[0]
+
+
+class Prepared:
+    """A built plan of ``graph`` on handle ``h``, bound positionally: :meth:`run` takes the data pointers of
+    ``tensors`` (the call's inputs, then its outputs); ``consts`` are (graph tensor, torch tensor) pairs bound after
+    them on every call and kept alive here (attention's ALiBi slopes)."""
+
+    __slots__ = ("runner", "consts", "const_ptrs", "device")
+
+    def __init__(self, h: Handle, graph: Graph, tensors: Sequence, consts: Sequence = ()):
+        self.runner = Runner(graph.plan, h, [*tensors, *(t for t, _ in consts)])
+        self.consts = [c for _, c in consts]
+        self.const_ptrs = tuple(c.data_ptr() for c in self.consts)
+        self.device = torch.device("cuda", h.device)
+
+    def run(self, ptrs: tuple) -> None:
+        """Execute on the handle's (torch's current) stream with these data pointers and a workspace from torch."""
+        r = self.runner
+        ptrs += self.const_ptrs
+        if r.workspace_size:
+            ws = torch.empty(r.workspace_size, dtype=torch.uint8, device=self.device)
+            wsp = ws.data_ptr()
+            key = ptrs + (wsp,)
+        else:
+            wsp, key = None, ptrs
+        vp = r.packs.get(key)
+        r.execute(vp if vp is not None else r.pack(key, ptrs, wsp))
+
+
+def prepared(h: Handle, key: tuple, make: Callable[[], Prepared]) -> Prepared:
+    """The :class:`Prepared` call of ``key`` on ``h``, made by ``make()`` on first use."""
+    cache = handle_cache(h, _CACHE)
+    p = cache.get(key)
+    if p is None:
+        p = cache[key] = make()
+    return p
+
+
+def cache_clear() -> None:
+    """Forget the prepared calls of this thread's handles (their plans are built again on next use)."""
+    for h, _ in getattr(_local, "handles", {}).values():
+        handle_cache(h, _CACHE).clear()

@@ -1,0 +1,184 @@
+"""Train a small decoder-only transformer whose attention and norms are cudnn-py custom ops, beside the same model on
+torch's own SDPA and norms: loss curves and tokens/s of each, eager and torch.compile'd.
+
+The model: token + position embeddings, ``--layers`` pre-norm blocks (RMS norm, causal multi-head attention, RMS
+norm, GELU MLP), a final layer norm, a head tied to the embedding. Weights in float32, the step under
+``torch.autocast(bfloat16)`` (attention in bfloat16, norms in float32), AdamW. Every variant starts from the same
+weights (``--seed``) and sees the same batches: synthetic sequences of a fixed random Markov chain (each token is
+followed by one of 4 successors), so the loss falls from ln(vocab) towards ln(4) = 1.39.
+
+Variants: ``cudnn-py`` (``cudnn_py.torch.scaled_dot_product_attention``, ``rms_norm``, ``layer_norm``) and ``torch``
+(``F.scaled_dot_product_attention`` on its cuDNN backend, ``F.rms_norm``, ``F.layer_norm``), each eager and
+compiled with ``torch.compile(fullgraph=True)`` (a graph break is an error; ``--mode reduce-overhead`` also replays
+the step's kernels as CUDA graphs). The curves agree when the mean loss of the last ``--window`` steps of each
+variant is within ``--tolerance`` (default 0.05 nats, bfloat16 noise at seed 0) of the torch eager run's.
+
+Run: python examples/torch_transformer_training.py [--layers 4 --d-model 512 --heads 8 --seq 1024 --batch 8
+     --steps 300] [--variants cudnn-py,torch] [--no-eager] [--no-compile] [--mode default|reduce-overhead]
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import time
+
+try:
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    import cudnn_py.torch as ct
+except ImportError:  # said by script_args, in one line
+    torch = None
+    nn = None
+
+from cudnn_py.cli.prerequisites import script_args
+
+SUCCESSORS = 4
+
+
+def ops(kind: str):
+    """(attention, rms_norm, layer_norm) of a variant."""
+    if kind == "cudnn-py":
+        return (lambda q, k, v: ct.scaled_dot_product_attention(q, k, v, is_causal=True),
+                lambda x, w: ct.rms_norm(x, w, eps=1e-6), lambda x, w, b: ct.layer_norm(x, w, b, eps=1e-5))
+
+    def attention(q, k, v):
+        with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.CUDNN_ATTENTION):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return (attention, lambda x, w: F.rms_norm(x, x.shape[-1:], w, eps=1e-6),
+            lambda x, w, b: F.layer_norm(x, x.shape[-1:], w, b, eps=1e-5))
+
+
+def model_class():
+    class Block(nn.Module):
+        def __init__(self, d: int, heads: int, impl):
+            super().__init__()
+            self.heads, (self.attend, self.rms, _) = heads, impl
+            self.n1, self.n2 = nn.Parameter(torch.ones(d)), nn.Parameter(torch.ones(d))
+            self.qkv, self.proj = nn.Linear(d, 3 * d, bias=False), nn.Linear(d, d, bias=False)
+            self.up, self.down = nn.Linear(d, 4 * d, bias=False), nn.Linear(4 * d, d, bias=False)
+
+        def forward(self, x):
+            b, s, d = x.shape
+            q, k, v = self.qkv(self.rms(x, self.n1)).view(b, s, 3, self.heads, d // self.heads).unbind(2)
+            o = self.attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))  # BSHD views, no copies
+            x = x + self.proj(o.transpose(1, 2).reshape(b, s, d))
+            return x + self.down(F.gelu(self.up(self.rms(x, self.n2))))
+
+    class Decoder(nn.Module):
+        def __init__(self, vocab: int, seq: int, d: int, heads: int, layers: int, impl):
+            super().__init__()
+            self.tok, self.pos = nn.Embedding(vocab, d), nn.Parameter(torch.randn(seq, d) * 0.02)
+            self.blocks = nn.ModuleList(Block(d, heads, impl) for _ in range(layers))
+            self.norm_w, self.norm_b = nn.Parameter(torch.ones(d)), nn.Parameter(torch.zeros(d))
+            self.layer_norm = impl[2]
+            nn.init.normal_(self.tok.weight, std=0.02)
+
+        def forward(self, tokens):
+            x = self.tok(tokens) + self.pos[:tokens.shape[1]]
+            for blk in self.blocks:
+                x = blk(x)
+            return self.layer_norm(x, self.norm_w, self.norm_b) @ self.tok.weight.t()
+    return Decoder
+
+
+def batches(args, device) -> list:
+    """``args.steps`` batches of (B, seq + 1) tokens from one fixed Markov chain (seeded)."""
+    g = torch.Generator(device=device).manual_seed(args.seed)
+    succ = torch.randint(0, args.vocab, (args.vocab, SUCCESSORS), generator=g, device=device)
+    rows = args.steps * args.batch
+    t = torch.empty(rows, args.seq + 1, dtype=torch.long, device=device)
+    t[:, 0] = torch.randint(0, args.vocab, (rows,), generator=g, device=device)
+    pick = torch.randint(0, SUCCESSORS, (rows, args.seq), generator=g, device=device)
+    for i in range(args.seq):
+        t[:, i + 1] = succ[t[:, i], pick[:, i]]
+    return list(t.split(args.batch))
+
+
+def train(args, kind: str, compiled: bool, data, init: dict) -> tuple[list[float], float, int]:
+    """(losses, tokens/s after the first ``args.warmup`` steps, graph breaks)."""
+    torch._dynamo.reset()
+    model = model_class()(args.vocab, args.seq, args.d_model, args.heads, args.layers, ops(kind)).cuda()
+    model.load_state_dict(init)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0, fused=True)
+
+    def loss_fn(tokens):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            logits = model(tokens[:, :-1])
+        return F.cross_entropy(logits.float().flatten(0, 1), tokens[:, 1:].flatten())
+
+    if compiled:
+        loss_fn = torch.compile(loss_fn, fullgraph=True, mode=args.mode)
+    breaks = 0
+    losses, start = [], None
+    for i, tokens in enumerate(data):
+        if i == args.warmup:
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+        loss = loss_fn(tokens)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(loss.detach())
+    torch.cuda.synchronize()
+    tps = (len(data) - args.warmup) * args.batch * args.seq / (time.perf_counter() - start)
+    if compiled:
+        breaks = sum(torch._dynamo.utils.counters["graph_break"].values())
+    return [float(x) for x in losses], tps, breaks
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(prog="torch_transformer_training.py", description=__doc__.splitlines()[0])
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--d-model", type=int, default=512)
+    p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--seq", type=int, default=1024)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--vocab", type=int, default=2048)
+    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--warmup", type=int, default=20, help="steps left out of tokens/s (compilation, plans)")
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--window", type=int, default=30, help="last steps whose mean loss is compared")
+    p.add_argument("--tolerance", type=float, default=0.05, help="nats the mean losses may differ by")
+    p.add_argument("--variants", default="cudnn-py,torch")
+    p.add_argument("--no-eager", action="store_true")
+    p.add_argument("--no-compile", action="store_true")
+    p.add_argument("--mode", default="default", choices=["default", "reduce-overhead", "max-autotune-no-cudagraphs"])
+    args = script_args(p, modules=("torch",), extra="bench")
+    if args.d_model % args.heads or (args.d_model // args.heads) % 8 or args.warmup >= args.steps:
+        raise SystemExit(f"{p.prog}: d_model / heads must be a multiple of 8 and warmup < steps")
+    torch.manual_seed(args.seed)
+    init = model_class()(args.vocab, args.seq, args.d_model, args.heads, args.layers, ops("torch")).state_dict()
+    data = batches(args, "cuda")
+    print(f"{torch.cuda.get_device_name()}: {args.layers} layers, d_model {args.d_model}, {args.heads} heads, "
+          f"seq {args.seq}, batch {args.batch}, {args.steps} steps, seed {args.seed}; floor ln({SUCCESSORS}) = "
+          f"{math.log(SUCCESSORS):.3f}, start ln({args.vocab}) = {math.log(args.vocab):.3f}")
+    runs = {}
+    for kind in args.variants.split(","):
+        for compiled in [c for c, skip in ((False, args.no_eager), (True, args.no_compile)) if not skip]:
+            name = f"{kind} {'compiled' + ('' if args.mode == 'default' else f' ({args.mode})') if compiled else 'eager'}"
+            runs[name] = train(args, kind, compiled, data, init)
+    names = list(runs)
+    print("step  " + "  ".join(f"{n:>26}" for n in names))
+    for i in sorted({0, *range(args.steps // 10 - 1, args.steps, args.steps // 10)}):
+        print(f"{i + 1:4d}  " + "  ".join(f"{runs[n][0][i]:26.4f}" for n in names))
+    ref_name = next((n for n in names if n.startswith("torch eager")), names[0])
+    ref = sum(runs[ref_name][0][-args.window:]) / args.window
+    worst = 0.0
+    for n in names:
+        losses, tps, breaks = runs[n]
+        mean = sum(losses[-args.window:]) / args.window
+        worst = max(worst, abs(mean - ref))
+        extra = f", {breaks} graph breaks" if "compiled" in n else ""
+        print(f"{n:>32}: mean loss of the last {args.window} steps {mean:.4f} ({mean - ref:+.4f} vs {ref_name}), "
+              f"{tps:,.0f} tokens/s{extra}")
+    verdict = "agree" if worst <= args.tolerance else "DISAGREE"
+    print(f"loss curves {verdict}: largest difference {worst:.4f} nats, tolerance {args.tolerance} (seed {args.seed})")
+    if worst > args.tolerance:
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,402 @@
+"""cudnn_py.torch: the custom ops against float64 references, under autograd, opcheck, torch.compile, CUDA graphs
+and torch's streams; the import refusal where torch is absent; the example's and benchmark's smoke modes.
+
+GPU tests fill torch's caching allocator with NaN before each test, so an output element an op never writes
+fails the comparison.
+"""
+from __future__ import annotations
+
+import importlib.util
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from reference import sdpa as R
+
+ROOT = Path(__file__).resolve().parents[1]
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+TOL = {"float16": 1e-2, "bfloat16": 2e-2}
+
+
+# -- CPU: no torch needed ------------------------------------------------------------------------------------------
+@pytest.mark.skipif(HAS_TORCH, reason="torch is installed: the refusal only shows where it is absent")
+def test_import_without_torch_says_what_is_missing():
+    with pytest.raises(ImportError, match="cudnn_py.torch needs PyTorch"):
+        import cudnn_py.torch  # noqa: F401
+
+
+def test_example_smoke_mode_is_one_line():
+    """(benchmarks/torch_ops_bench.py's smoke mode is run by test_benchmarks_smoke.py with the others.)"""
+    r = subprocess.run([sys.executable, "-W", "error", str(ROOT / "examples/torch_transformer_training.py"), "--smoke"],
+                       capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert len(r.stdout.strip().splitlines()) == 1 and not r.stderr, (r.stdout, r.stderr)
+
+
+# -- with torch (any machine) --------------------------------------------------------------------------------------
+def test_ops_are_registered_with_their_schemas():
+    torch = pytest.importorskip("torch")
+    import cudnn_py.torch  # noqa: F401
+    for name in ("sdpa_fwd", "sdpa_bwd", "norm_fwd", "norm_bwd"):
+        schema = str(getattr(torch.ops.cudnn_py, name).default._schema)
+        assert schema.startswith(f"cudnn_py::{name}("), schema
+    assert "Tensor? seq_len_q" in str(torch.ops.cudnn_py.sdpa_fwd.default._schema)
+
+
+def test_fake_implementations_give_output_shapes_and_layouts():
+    torch = pytest.importorskip("torch")
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    import cudnn_py.torch  # noqa: F401
+    ops = torch.ops.cudnn_py
+    with FakeTensorMode(allow_non_fake_inputs=False):
+        q = torch.empty(2, 7, 4, 64, dtype=torch.bfloat16, device="cuda").transpose(1, 2)  # BSHD
+        k = torch.empty(2, 2, 9, 64, dtype=torch.bfloat16, device="cuda")
+        v = torch.empty(2, 2, 9, 32, dtype=torch.bfloat16, device="cuda")
+        o, stats = ops.sdpa_fwd(q, k, v, None, None, None, None, None, None, None, 0.125, True, False, None, None,
+                                False, 0.0, None, None)
+        assert o.shape == (2, 4, 7, 32) and o.stride(1) < o.stride(2)  # o follows q's BSHD layout
+        assert stats.shape == (2, 4, 7, 1) and stats.dtype == torch.float32
+        x = torch.empty(3, 5, 96, dtype=torch.float16, device="cuda")
+        w = torch.empty(96, dtype=torch.float32, device="cuda")
+        y, mean, inv = ops.norm_fwd(x, w, None, 1e-6, True)
+        assert y.shape == x.shape and mean.shape == (0,) and inv.shape == (15,)
+        cu = torch.empty(4, dtype=torch.int32, device="cuda")
+        qp = torch.empty(50, 4, 64, dtype=torch.float16, device="cuda")
+        kp = torch.empty(60, 4, 64, dtype=torch.float16, device="cuda")
+        o, stats = ops.sdpa_fwd(qp, kp, kp, None, cu[1:], cu[1:], cu, cu, None, None, 0.125, False, False, None,
+                                None, False, 0.0, 30, 40)
+        assert o.shape == (50, 4, 64) and stats.shape == (3, 4, 30, 1)
+
+
+# -- GPU -----------------------------------------------------------------------------------------------------------
+def _torch_gpu():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch sees no CUDA device")
+    import cudnn_py.torch as ct
+    return torch, ct
+
+
+@pytest.fixture
+def tg():
+    """(torch, cudnn_py.torch), with torch's cached device memory poisoned (NaN) first."""
+    torch, ct = _torch_gpu()
+    big = torch.full((64 << 20,), float("nan"), dtype=torch.float32, device="cuda")
+    small = [torch.full((1 << 18,), float("nan"), dtype=torch.float32, device="cuda") for _ in range(32)]
+    del big, small
+    return torch, ct
+
+
+def _t(torch, a, dtype, layout="bhsd"):
+    """A CUDA tensor of host ``a`` (B, H, S, D) in ``dtype``, stored BHSD or BSHD; leaf requiring grad."""
+    x = torch.tensor(np.asarray(a), dtype=torch.float64)
+    if layout == "bshd":
+        x = x.transpose(1, 2).contiguous().to("cuda", getattr(torch, dtype)).transpose(1, 2)
+    else:
+        x = x.to("cuda", getattr(torch, dtype))
+    return x.detach().requires_grad_(True)
+
+
+def _h(x):
+    return x.detach().double().cpu().numpy()
+
+
+def _close(got, ref, dtype, rows=None):
+    got = np.asarray(got, np.float64)
+    if rows is not None:
+        rows = np.broadcast_to(rows, got.shape)
+        got, ref = got[rows], np.asarray(ref)[rows]
+    assert not np.isnan(got).any(), "NaN in the result: an element was not written"
+    tol = TOL[dtype]
+    np.testing.assert_allclose(got, ref, rtol=tol, atol=tol * max(1.0, float(np.abs(ref).max())))
+
+
+CASES = {
+    "plain": {},
+    "causal": dict(causal=True),
+    "bottom_right_causal": dict(causal=True, diagonal_alignment="bottom_right"),
+    "window": dict(left_bound=9, right_bound=3),
+    "bottom_right_window": dict(left_bound=16, right_bound=0, diagonal_alignment="bottom_right"),
+    "alibi": dict(causal=True, alibi=True),
+    "scale": dict(scale=0.3),
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_sdpa_forward_backward_against_float64(tg, rng, dtype, case):
+    torch, ct = tg
+    opts = CASES[case]
+    b, hq, hk, sq, skv, d = 2, 4, 2, 48, 80, 64
+    qa, ka, va = rng.standard_normal((b, hq, sq, d)), rng.standard_normal((b, hk, skv, d)), \
+        rng.standard_normal((b, hk, skv, d))
+    doa = rng.standard_normal((b, hq, sq, d))
+    q, k, v = _t(torch, qa, dtype, "bshd"), _t(torch, ka, dtype), _t(torch, va, dtype)
+    o, stats = ct.sdpa(q, k, v, return_stats=True, **opts)
+    o.backward(_t(torch, doa, dtype).detach())
+    ref_opts = {n: x for n, x in opts.items() if n != "alibi"}
+    if opts.get("alibi"):
+        ref_opts["alibi"] = R.alibi_slopes(hq)
+    qd, kd, vd, dod = (_h(x) for x in (q, k, v, _t(torch, doa, dtype)))
+    ro, rs = R.forward(qd, kd, vd, **ref_opts)
+    _close(_h(o), ro, dtype)
+    _close(_h(stats), rs, dtype)
+    assert o.stride(1) < o.stride(2)  # o follows q's BSHD layout
+    dq, dk, dv, _ = R.backward(qd, kd, vd, dod, **ref_opts)
+    for got, ref in ((q.grad, dq), (k.grad, dk), (v.grad, dv)):
+        _close(_h(got), ref, dtype)
+
+
+@pytest.mark.gpu
+def test_sdpa_bias_gradient_and_padding_mask(tg, rng):
+    torch, ct = tg
+    dtype = "bfloat16"
+    b, h, s, d = 3, 2, 40, 64
+    qa, ka, va, doa = (rng.standard_normal((b, h, s, d)) for _ in range(4))
+    ba = rng.standard_normal((1, h, s, s))
+    q, k, v, bias = (_t(torch, a, dtype) for a in (qa, ka, va, ba))
+    o = ct.sdpa(q, k, v, bias=bias)
+    o.backward(_t(torch, doa, dtype).detach())
+    qd, kd, vd, bd, dod = (_h(x) for x in (q, k, v, bias, _t(torch, doa, dtype)))
+    _close(_h(o), R.forward(qd, kd, vd, bias=bd)[0], dtype)
+    dq, dk, dv, ds = R.backward(qd, kd, vd, dod, bias=bd)
+    _close(_h(bias.grad), R.reduce_to(ds, bd.shape), dtype)
+    _close(_h(q.grad), dq, dtype)
+
+    lq, lk = np.array([40, 17, 1], np.int32), np.array([33, 40, 5], np.int32)
+    q, k, v = (_t(torch, a, dtype) for a in (qa, ka, va))
+    slq, slk = torch.tensor(lq, device="cuda"), torch.tensor(lk, device="cuda")
+    o = ct.sdpa(q, k, v, seq_len_q=slq, seq_len_kv=slk)
+    o.backward(_t(torch, doa, dtype).detach())
+    rows = R.valid_rows(b, s, lq)
+    ro, _ = R.forward(qd, kd, vd, seq_len_q=lq, seq_len_kv=lk)
+    _close(_h(o), ro, dtype, rows)
+    assert not _h(o)[~np.broadcast_to(rows, o.shape)].any(), "padded rows of o must be zero"
+    dq, dk, dv, _ = R.backward(qd, kd, vd, dod, seq_len_q=lq, seq_len_kv=lk)
+    _close(_h(q.grad), dq, dtype, rows)
+    kv_rows = (np.arange(s)[None, :] < lk[:, None])[:, None, :, None]
+    for got, ref in ((k.grad, dk), (v.grad, dv)):
+        _close(_h(got), ref, dtype, kv_rows)
+    assert not _h(q.grad)[~np.broadcast_to(rows, q.shape)].any(), "padded rows of dq must be zero"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
+def test_sdpa_packed_batches_by_cu_seqlens(tg, rng, causal):
+    torch, ct = tg
+    dtype = "float16"
+    lq, lk = [17, 100, 1], [30, 100, 57]
+    hq, hk, d, smq, smk = 4, 2, 64, max(lq), max(lk)
+    qa, ka, va, doa = (rng.standard_normal((3, h, s, d)) for h, s in ((hq, smq), (hk, smk), (hk, smk), (hq, smq)))
+    qp, kp, vp, dop = (torch.tensor(R.pack(a, ln), device="cuda", dtype=torch.float16).requires_grad_(True)
+                       for a, ln in ((qa, lq), (ka, lk), (va, lk), (doa, lq)))
+    cq = torch.tensor(np.concatenate([[0], np.cumsum(lq)]), dtype=torch.int32, device="cuda")
+    ck = torch.tensor(np.concatenate([[0], np.cumsum(lk)]), dtype=torch.int32, device="cuda")
+    opts = dict(causal=True, diagonal_alignment="bottom_right") if causal else {}
+    o = ct.sdpa(qp, kp, vp, cu_seqlens_q=cq, cu_seqlens_kv=ck, max_seq_len_q=smq, max_seq_len_kv=smk, **opts)
+    assert o.shape == (sum(lq), hq, d)
+    o.backward(dop.detach())
+    qd, kd, vd, dod = (R.unpack(_h(x), ln, s) for x, ln, s in ((qp, lq, smq), (kp, lk, smk), (vp, lk, smk),
+                                                               (dop, lq, smq)))
+    mask = dict(seq_len_q=np.array(lq), seq_len_kv=np.array(lk), **opts)
+    ro, _ = R.forward(qd, kd, vd, **mask)
+    _close(_h(o), R.pack(ro, lq), dtype)
+    dq, dk, dv, _ = R.backward(qd, kd, vd, dod, **mask)
+    _close(_h(qp.grad), R.pack(dq, lq), dtype)
+    _close(_h(kp.grad), R.pack(dk, lk), dtype)
+    _close(_h(vp.grad), R.pack(dv, lk), dtype)
+
+
+@pytest.mark.gpu
+def test_dropout_is_seeded_and_unbiased(tg, rng):
+    torch, ct = tg
+    q, k, v = (_t(torch, rng.standard_normal((2, 2, 64, 64)), "bfloat16") for _ in range(3))
+    seed, off = torch.tensor([7], device="cuda"), torch.tensor([0], device="cuda")
+    a = ct.sdpa(q, k, v, dropout_p=0.25, seed=seed, offset=off)
+    b = ct.sdpa(q, k, v, dropout_p=0.25, seed=seed, offset=off)
+    plain = ct.sdpa(q, k, v)
+    assert torch.equal(a, b) and not torch.equal(a, plain)
+    mean = torch.stack([ct.sdpa(q, k, v, dropout_p=0.25) for _ in range(200)]).double().mean(0)
+    err = (mean - plain.double()).abs().max().item()
+    assert err < 0.1 * plain.double().abs().max().item(), err  # E[dropout(P)] V = P V
+    a.sum().backward()  # the backward replays the same mask (checked against the reference by the core's tests)
+    assert torch.isfinite(q.grad).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_drop_in_matches_torch_in_float64(tg, rng, dtype):
+    torch, ct = tg
+    F = torch.nn.functional
+    b, h, lq, lk, d = 2, 4, 33, 70, 64
+    q, k, v = (_t(torch, rng.standard_normal((b, h, s, d)), dtype) for s in (lq, lk, lk))
+    mask = torch.tensor(rng.random((lq, lk)) > 0.3, device="cuda")
+    mask[:, 0] = True
+    fmask = _t(torch, rng.standard_normal((b, 1, lq, lk)), dtype)
+    do = _t(torch, rng.standard_normal((b, h, lq, d)), dtype).detach()
+    for kw in (dict(is_causal=True), dict(attn_mask=mask), dict(attn_mask=fmask), dict(scale=0.2)):
+        for x in (q, k, v, fmask):
+            x.grad = None
+        o = ct.scaled_dot_product_attention(q, k, v, **kw)
+        o.backward(do)
+        got = [o] + [x.grad for x in (q, k, v)] + ([fmask.grad] if kw.get("attn_mask") is fmask else [])
+        xs = [x.detach().double().requires_grad_(True) for x in (q, k, v)]
+        m = kw.get("attn_mask")
+        m64 = None if m is None else (m if m.dtype == torch.bool else m.detach().double().requires_grad_(True))
+        ro = F.scaled_dot_product_attention(*xs, **{**kw, **({"attn_mask": m64} if m is not None else {})})
+        ro.backward(do.double())
+        ref = [ro] + [x.grad for x in xs] + ([m64.grad] if kw.get("attn_mask") is fmask else [])
+        for g, r in zip(got, ref):
+            _close(_h(g), _h(r), dtype)
+    o3 = ct.scaled_dot_product_attention(q[0], k[0], v[0])  # (H, L, E)
+    _close(_h(o3), _h(F.scaled_dot_product_attention(*(x[0].detach().double() for x in (q, k, v)))), dtype)
+    kg, vg = k[:, :2], v[:, :2]
+    og = ct.scaled_dot_product_attention(q, kg, vg, enable_gqa=True)
+    rg = F.scaled_dot_product_attention(*(x.detach().double() for x in (q, kg, vg)), enable_gqa=True)
+    _close(_h(og), _h(rg), dtype)
+
+
+@pytest.mark.gpu
+def test_drop_in_refuses_what_it_cannot_express(tg):
+    torch, ct = tg
+    from cudnn_py.errors import InvalidTypeError, InvalidValueError
+    q = torch.randn(1, 2, 8, 64, device="cuda", dtype=torch.float16)
+    with pytest.raises(InvalidTypeError, match="float16 or bfloat16"):
+        ct.scaled_dot_product_attention(q.float(), q.float(), q.float())
+    with pytest.raises(InvalidValueError, match="enable_gqa"):
+        ct.scaled_dot_product_attention(q, q[:, :1], q[:, :1])
+    with pytest.raises(InvalidValueError, match="is_causal"):
+        ct.scaled_dot_product_attention(q, q, q, attn_mask=torch.ones(8, 8, dtype=torch.bool, device="cuda"),
+                                        is_causal=True)
+    with pytest.raises(InvalidValueError, match=r"\(B, H, S, D\)"):
+        ct.scaled_dot_product_attention(q[None], q[None], q[None])
+    with pytest.raises(InvalidValueError, match="max_seq_len"):
+        ct.sdpa(q[0], q[0], q[0], cu_seqlens_q=torch.zeros(2, dtype=torch.int32, device="cuda"),
+                cu_seqlens_kv=torch.zeros(2, dtype=torch.int32, device="cuda"))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("rms", [False, True])
+def test_norms_forward_backward_against_float64(tg, rng, dtype, rms):
+    torch, ct = tg
+    F = torch.nn.functional
+    x = _t(torch, rng.standard_normal((3, 7, 256)) * 2 + 0.5, dtype)
+    w = torch.tensor(rng.standard_normal(256) * 0.5 + 1, device="cuda", dtype=torch.float32).requires_grad_(True)
+    bias = torch.tensor(rng.standard_normal(256), device="cuda", dtype=torch.float32).requires_grad_(True)
+    dy = _t(torch, rng.standard_normal((3, 7, 256)), dtype).detach()
+    y = ct.rms_norm(x, w, eps=1e-5) if rms else ct.layer_norm(x, w, bias, eps=1e-5)
+    y.backward(dy)
+    xs, ws, bs = (t.detach().double().requires_grad_(True) for t in (x, w, bias))
+    ry = F.rms_norm(xs, (256,), ws, eps=1e-5) if rms else F.layer_norm(xs, (256,), ws, bs, eps=1e-5)
+    ry.backward(dy.double())
+    tol = dtype if dtype != "float32" else "float16"
+    pairs = [(y, ry), (x.grad, xs.grad), (w.grad, ws.grad)] + ([] if rms else [(bias.grad, bs.grad)])
+    for got, ref in pairs:
+        _close(_h(got), _h(ref), tol)
+
+
+@pytest.mark.gpu
+def test_opcheck_every_op(tg, rng):
+    torch, ct = tg
+    q, k, v = (torch.randn(2, 4, 64, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    fwd = (q, k, v, None, None, None, None, None, None, None, 0.125, True, False, None, None, False, 0.0, None, None)
+    torch.library.opcheck(torch.ops.cudnn_py.sdpa_fwd.default, fwd)
+    o, stats = torch.ops.cudnn_py.sdpa_fwd(*fwd)
+    bwd = (torch.randn_like(o), q.detach(), k.detach(), v.detach(), o.detach(), stats.detach(), None, None, None,
+           None, None, None, None, 0.125, True, False, None, None, False, 0.0, None, None, False)
+    torch.library.opcheck(torch.ops.cudnn_py.sdpa_bwd.default, bwd)
+    x = torch.randn(4, 8, 128, device="cuda", dtype=torch.float16, requires_grad=True)
+    w = torch.randn(128, device="cuda", dtype=torch.float32, requires_grad=True)
+    bias = torch.randn(128, device="cuda", dtype=torch.float32, requires_grad=True)
+    for args in ((x, w, bias, 1e-5, False), (x, w, None, 1e-6, True)):
+        torch.library.opcheck(torch.ops.cudnn_py.norm_fwd.default, args)
+        y, mean, inv = torch.ops.cudnn_py.norm_fwd(*args)
+        torch.library.opcheck(torch.ops.cudnn_py.norm_bwd.default,
+                              (torch.randn_like(y), x.detach(), w.detach(), mean, inv, args[4], args[2] is not None))
+
+
+def _block(ct, x, w, qkv_w):
+    b, s, dm = x.shape
+    h = ct.rms_norm(x, w)
+    q, k, v = (h @ qkv_w).view(b, s, 3, 4, dm // 4).unbind(2)
+    o = ct.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
+    return x + o.transpose(1, 2).reshape(b, s, dm)
+
+
+@pytest.mark.gpu
+def test_compile_fullgraph_and_cuda_graph_match_eager(tg):
+    torch, ct = tg
+    torch.manual_seed(0)
+    x = torch.randn(2, 128, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    w = torch.ones(256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    qkv = (torch.randn(256, 768, device="cuda", dtype=torch.bfloat16) / 16).requires_grad_(True)
+
+    def loss(x, w, qkv):
+        return _block(ct, x, w, qkv).float().square().mean()
+
+    def step(x, w, qkv, f=loss):
+        return torch.autograd.grad(f(x, w, qkv), (x, w, qkv))
+
+    eager = step(x, w, qkv)
+    torch._dynamo.reset()
+    compiled = step(x, w, qkv, torch.compile(loss, fullgraph=True))  # fullgraph: a graph break is an error
+    for a, b in zip(eager, compiled):
+        torch.testing.assert_close(a, b, rtol=2e-2, atol=2e-2)
+
+    static_x = x.detach().clone().requires_grad_(True)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # warm-up on a side stream, as torch's CUDA-graph recipe does
+        for _ in range(2):
+            step(static_x, w, qkv)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = step(static_x, w, qkv)
+    new_x = torch.randn_like(x)
+    with torch.no_grad():
+        static_x.copy_(new_x)
+    g.replay()
+    ref = step(new_x.requires_grad_(True), w, qkv)
+    for a, b in zip(out, ref):
+        torch.testing.assert_close(a, b, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.gpu
+def test_every_op_runs_on_the_current_stream(tg):
+    """Work queued on s before the op (a long sleep, then writing the inputs) must precede it: an op on another
+    stream would read the old inputs (torch's streams do not synchronise with the NULL stream)."""
+    torch, ct = tg
+    F = torch.nn.functional
+    q0, k0, v0 = (torch.randn(2, 4, 256, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    x0 = torch.randn(64, 512, device="cuda", dtype=torch.bfloat16)
+    w = torch.ones(512, device="cuda", dtype=torch.bfloat16)
+    ct.sdpa(q0, k0, v0)  # plans built (and the handle made) before the timed part
+    ct.layer_norm(x0, w, w)
+    s = torch.cuda.Stream()
+    for _ in range(3):
+        q, k, v, x = (torch.zeros_like(t) for t in (q0, k0, v0, x0))
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            torch.cuda._sleep(50_000_000)  # ~20 ms of GPU time on s
+            for dst, src in ((q, q0), (k, k0), (v, v0), (x, x0)):
+                dst.copy_(src)
+            q.requires_grad_(True)
+            o = ct.sdpa(q, k, v)
+            o.sum().backward()
+            y = ct.layer_norm(x, w, w)
+            o2, y2, gq = o.clone(), y.clone(), q.grad.clone()
+        torch.cuda.synchronize()
+        ref_q = q0.detach().double().requires_grad_(True)
+        ref = F.scaled_dot_product_attention(ref_q, k0.double(), v0.double())
+        ref.sum().backward()
+        torch.testing.assert_close(o2.double(), ref, rtol=2e-2, atol=2e-2)
+        torch.testing.assert_close(gq.double(), ref_q.grad, rtol=2e-2, atol=5e-2)
+        torch.testing.assert_close(y2.double(), F.layer_norm(x0.double(), (512,)), rtol=2e-2, atol=2e-2)
