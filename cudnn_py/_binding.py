@@ -431,6 +431,38 @@ def _python_name(declaration: str, i: int) -> str:
 
 _FUNCTIONS: list[CFunction] = []  # every declared function (NVTX toggling rebinds the bound ones)
 _range_wrapper = None  # cudnn_py.nvtx's wrapper while NVTX ranges are on
+
+#: address of a handle or descriptor -> the Pythonic object type that owns it (it destroys it itself, once)
+_OWNED: dict[int, str] = {}
+#: the C functions that destroy what an owner holds; through capi they refuse an owned address
+_DESTROYERS = re.compile(r"cudnnDestroy\w*|cudnnBackendDestroyDescriptor")
+
+
+def own(ptr, owner: str) -> None:
+    """Record that a Pythonic ``owner`` (its type name) destroys the handle or descriptor ``ptr``: a capi destroy
+    function then refuses it (a second destroy of a descriptor aborts the process inside cuDNN)."""
+    if ptr.value:
+        _OWNED[ptr.value] = owner
+
+
+def disown(ptr) -> None:
+    """Forget ``ptr``'s owner: called by the owner right before it destroys it."""
+    if ptr.value:
+        _OWNED.pop(ptr.value, None)
+
+
+def _guard_owned(name: str, inner):
+    """``inner`` (a destroy function) refusing an address a Pythonic object owns."""
+    def destroy(*args):
+        ptr = args[0] if args else None
+        owner = _OWNED.get(getattr(ptr, "value", ptr)) if ptr is not None else None
+        if owner is not None:
+            raise CArgumentError(f"{name}: this one belongs to a cudnn_py {owner}, which destroys it when it is "
+                                 f"closed or collected; call its close() instead (a second destroy would abort the "
+                                 f"process inside cuDNN)")
+        return inner(*args)
+    destroy.__name__ = destroy.__qualname__ = name
+    return destroy
 _started = False
 
 
@@ -544,6 +576,8 @@ class CFunction:
         inner = self._checked
         if _range_wrapper is not None and inner != self._missing:
             inner = _range_wrapper(self.__name__, inner)
+        if inner != self._missing and _DESTROYERS.fullmatch(self.__name__):
+            inner = _guard_owned(self.__name__, inner)
         self._inner = inner
         self._call = self._deprecated_call if self.deprecated and not self._warned else inner
 

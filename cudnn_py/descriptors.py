@@ -42,7 +42,7 @@ from enum import IntEnum
 
 import numpy as np
 
-from cudnn_py import caches, capi
+from cudnn_py import _binding, caches, capi
 from cudnn_py._deprecation import alias, renamed_kwargs, warn
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
@@ -124,6 +124,7 @@ def _field(index: int, doc: str) -> property:
 
 
 def _destroy(fn, ptr) -> None:
+    _binding.disown(ptr)
     try:
         fn(ptr)
     except Exception:  # at interpreter exit the library may be unloading; nothing left to free
@@ -148,6 +149,7 @@ class Descriptor:
         ptr = self._handle_type()
         getattr(capi, self._create_fn)(byref(ptr))
         self._finalizer = weakref.finalize(self, _destroy, getattr(capi, self._destroy_fn), ptr)
+        _binding.own(ptr, type(self).__name__)
         self._ptr = ptr
 
     @classmethod

@@ -37,7 +37,7 @@ import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from cudnn_py import capi
+from cudnn_py import _binding, capi
 from cudnn_py.caches import Cache
 from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
 from cudnn_py.streams import as_stream, get_device
@@ -51,6 +51,7 @@ __all__ = ["Handle", "handle_arg"]
 
 def _destroy(ptr: capi.cudnnHandle_t, state: list) -> None:
     # ``state`` holds the stream so that it outlives the handle bound to it.
+    _binding.disown(ptr)
     try:
         capi.cudnnDestroy(ptr)
     except Exception:  # at interpreter exit the driver may already be gone; nothing left to free
@@ -79,6 +80,7 @@ class Handle:
         capi.cudnnCreate(ctypes.byref(ptr))
         self._state = [s]
         self._finalizer = weakref.finalize(self, _destroy, ptr, self._state)
+        _binding.own(ptr, "Handle")
         self._ptr = ptr
         self._stream: Stream = s
         self._stream_ptr = 0

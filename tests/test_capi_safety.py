@@ -392,3 +392,67 @@ def test_backend_list_attributes_read_back():
             assert n.value == 2 and list(got) == values, attr
     finally:
         capi.cudnnBackendDestroyDescriptor(b)
+
+
+def test_pythonic_owners_make_a_double_destroy_impossible():
+    """A descriptor (legacy or backend) owned by a Pythonic object: close() twice is a no-op; destroying it through
+    capi behind its owner's back is refused (it would be destroyed again by close() or the collector, and a second
+    destroy aborts inside cuDNN); once closed, its stale pointer object is NULL. In a child process: a regression
+    aborts the child, not the test run."""
+    p = _run_script("""
+        import gc, json, warnings
+        warnings.simplefilter("ignore")
+        from cudnn_py import _binding, capi, graph
+        from cudnn_py.descriptors import FilterDescriptor, TensorDescriptor
+        out = {}
+        for label, make, destroy in [
+                ("tensor", lambda: TensorDescriptor((1, 2, 3, 4), "float32"), capi.cudnnDestroyTensorDescriptor),
+                ("filter", lambda: FilterDescriptor((2, 2, 3, 3), "float32"), capi.cudnnDestroyFilterDescriptor),
+                ("backend", lambda: graph.BackendDescriptor("TENSOR"), capi.cudnnBackendDestroyDescriptor)]:
+            d = make()
+            ptr = d.ptr
+            try:
+                destroy(ptr)
+                out[label] = "destroyed behind its owner's back"
+            except Exception as e:
+                out[label] = type(e).__name__ + ": " + str(e)
+            d.close()
+            d.close()
+            out[label + " after close"] = [ptr.value, d.closed]
+            try:
+                destroy(ptr)  # NULL now: cuDNN's status, or a refusal; never a second destroy
+            except Exception:
+                pass
+        made = [TensorDescriptor((1, 2, 3, 4), "float32") for _ in range(3)]
+        del made
+        gc.collect()
+        out["owned left"] = len(_binding._OWNED)
+        print(json.dumps(out))
+    """)
+    assert p.returncode == 0, p.stderr[-2000:]
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    for label, owner in (("tensor", "TensorDescriptor"), ("filter", "FilterDescriptor"),
+                         ("backend", "graph.BackendDescriptor")):
+        assert out[label].startswith("CArgumentError") and f"belongs to a cudnn_py {owner}" in out[label], out[label]
+        assert out[label + " after close"] == [None, True]
+    assert out["owned left"] == 0  # owners forget what they destroyed (collected ones too)
+
+
+def test_a_backend_descriptor_set_into_an_open_one_outlives_its_close():
+    """Closing a tensor that an operation still holds only marks it closed; the C descriptor goes with the holder."""
+    from cudnn_py import graph
+    t = graph.BackendDescriptor("TENSOR")
+    ptr = t.ptr
+    holder = graph.BackendDescriptor("VARIANT_PACK")
+    t._holders.add(holder)  # as set() records it (setting needs a finalized tensor, which needs a GPU)
+    holder._refs[0] = [t]
+    address = ptr.value
+    t.close()
+    assert t.closed and ptr.value == address  # not destroyed: the holder is open and cuDNN reads it through it
+    del t
+    import gc
+    gc.collect()
+    assert ptr.value == address
+    holder.close()  # lets the tensor go: now it is destroyed, once
+    gc.collect()
+    assert ptr.value is None and address not in _binding._OWNED

@@ -18,7 +18,7 @@ import ctypes
 import math
 import weakref
 
-from cudnn_py import capi
+from cudnn_py import _binding, capi
 from cudnn_py.errors import ClosedError, InvalidStateError, InvalidTypeError, InvalidValueError
 
 from . import attributes as A
@@ -72,6 +72,7 @@ def _destroy(ptr: capi.cudnnBackendDescriptor_t) -> None:
     """Destroy a backend descriptor (the finalizer of the descriptor that owns it); whoever still holds the pointer
     object then passes cuDNN NULL, an error, never a freed descriptor."""
     if ptr.value:
+        _binding.disown(ptr)
         try:
             _C_DESTROY(ptr)
         except Exception:  # noqa: BLE001 - never raise from teardown (at exit the library may be unloading)
@@ -85,18 +86,20 @@ class BackendDescriptor:
     One it created is destroyed by :meth:`close` or, when forgotten, by the garbage collector (a finalizer); one
     wrapping a pointer it was given (``_ptr``) is never destroyed by it."""
 
-    __slots__ = ("type", "ptr", "finalized", "_refs", "_finalizer", "__weakref__")
+    __slots__ = ("type", "ptr", "finalized", "_refs", "_finalizer", "_holders", "__weakref__")
 
     def __init__(self, desc_type, _ptr: capi.cudnnBackendDescriptor_t | None = None, **attrs):
         self.type = descriptor_type(desc_type)
         self.finalized = False
         self._refs: dict = {}
         self._finalizer = None
+        self._holders: weakref.WeakSet = weakref.WeakSet()  # the descriptors this one was set into
         if _ptr is None:
             _ptr = capi.cudnnBackendDescriptor_t()
             _C_CREATE(self.type, ctypes.byref(_ptr))
             self._finalizer = weakref.finalize(self, _destroy, _ptr)
-        self.ptr: capi.cudnnBackendDescriptor_t | None = _ptr
+            _binding.own(_ptr, "graph.BackendDescriptor")
+        self.ptr = _ptr
         for k, v in attrs.items():
             self.set(k, v)
 
@@ -173,14 +176,17 @@ class BackendDescriptor:
             vals = [value]
         if spec is not None and spec.count == "1+" and not vals:
             raise InvalidValueError(f"{name.name} takes at least one element")
-        if name == capi.CUDNN_ATTR_TENSOR_DIMENSIONS and all(isinstance(v, int) for v in vals) and (
-                math.prod(vals) >= 2 ** 63):  # every size and offset cuDNN computes from them is an int64
-            raise InvalidValueError(f"{name.name} {vals} make {math.prod(vals)} elements; a tensor holds fewer "
-                                    f"than 2**63")
         keep: list = []
         arr = A.to_c_array(name.name, tn, vals, keep)
+        if name == capi.CUDNN_ATTR_TENSOR_DIMENSIONS and math.prod(int(v) for v in vals) >= 2 ** 63:
+            # each fits an int64 (checked above); every size and offset cuDNN computes from them is one too
+            raise InvalidValueError(f"{name.name} {vals} make {math.prod(int(v) for v in vals)} elements; a tensor "
+                                    f"holds fewer than 2**63")
         _C_SET(self.ptr, name, A.attr_type_enum(tn), len(vals), arr)
         self._refs[int(name)] = keep
+        for v in keep:
+            if isinstance(v, BackendDescriptor):
+                v._holders.add(self)
         return self
 
     def get(self, attr, attr_type=None, count: int | None = None):
@@ -240,9 +246,10 @@ class BackendDescriptor:
 
     def close(self) -> None:
         """Destroy the descriptor (idempotent). Whoever still holds its pointer object (an executor) then passes
-        cuDNN NULL, an error, never a freed descriptor."""
-        self.ptr = None
-        if self._finalizer is not None:
+        cuDNN NULL, an error, never a freed descriptor. One still set in an open descriptor is only marked closed:
+        its C descriptor goes when the last of those lets it go (cuDNN reads it through them)."""
+        self.ptr = None  # type: ignore[assignment]  # closed reads as None; holders of the pointer pass NULL
+        if self._finalizer is not None and not any(not h.closed for h in self._holders):
             self._finalizer()
         self._refs = {}
 
