@@ -67,7 +67,8 @@ _LAZY: dict[str, tuple[str, ...]] = {
     ".ops.pooling": ("Pooling", "pooling_backward", "pooling_forward"),
     ".ops.rnn": ("RNN", "RNNDataDescriptor", "rnn_backward_data", "rnn_backward_weights", "rnn_forward",
                  "rnn_weight_params"),
-    ".ops.sdpa": ("sdpa", "sdpa_backward", "sdpa_cache_clear", "sdpa_fp8", "sdpa_fp8_backward"),
+    ".ops.sdpa": ("Sdpa", "SdpaOptions", "sdpa", "sdpa_backward", "sdpa_cache_clear", "sdpa_fp8",
+                  "sdpa_fp8_backward"),
     ".ops.softmax": ("softmax_backward", "softmax_forward"),
     ".ops.spatial_transformer": ("SpatialTransformer", "spatial_tf_grid_backward", "spatial_tf_grid_forward",
                                  "spatial_tf_sampler_backward", "spatial_tf_sampler_forward"),
@@ -151,8 +152,8 @@ if TYPE_CHECKING:  # what mypy sees: each name re-exported explicitly (``name as
         rnn_backward_weights as rnn_backward_weights, rnn_forward as rnn_forward,
         rnn_weight_params as rnn_weight_params)
     from .ops.sdpa import (
-        sdpa as sdpa, sdpa_backward as sdpa_backward, sdpa_cache_clear as sdpa_cache_clear, sdpa_fp8 as sdpa_fp8,
-        sdpa_fp8_backward as sdpa_fp8_backward)
+        Sdpa as Sdpa, SdpaOptions as SdpaOptions, sdpa as sdpa, sdpa_backward as sdpa_backward,
+        sdpa_cache_clear as sdpa_cache_clear, sdpa_fp8 as sdpa_fp8, sdpa_fp8_backward as sdpa_fp8_backward)
     from .ops.softmax import softmax_backward as softmax_backward, softmax_forward as softmax_forward
     from .ops.spatial_transformer import (
         SpatialTransformer as SpatialTransformer, spatial_tf_grid_backward as spatial_tf_grid_backward,

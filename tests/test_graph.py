@@ -13,6 +13,7 @@ from cudnn_py import capi
 from cudnn_py.errors import ClosedError, CudnnBadParamError, CudnnError
 from cudnn_py.graph import BackendDescriptor, Graph, GraphNotSupportedError, POINTWISE_ARITY, attr_spec
 from cudnn_py.graph import execute as gexec
+from cudnn_py.graph import runner as grunner
 from cudnn_py.capi.backend_attributes import TABLE
 from cudnn_py.graph.plans import Plan
 from cudnn_py.memory import DeviceArray
@@ -411,8 +412,8 @@ def test_variant_pack_missing_or_extra_tensors():
 
 
 def test_raw_execute_is_a_bare_ctypes_function():
-    fn = gexec.raw_execute()
-    assert fn.restype is ctypes.c_int and fn.errcheck is not gexec.status_error
+    fn = grunner.raw_execute()
+    assert fn.restype is ctypes.c_int and fn.errcheck is not grunner.status_error
     assert fn(None, None, None) != 0  # a status, not an exception
 
 
@@ -450,8 +451,8 @@ def test_executor_hot_path_and_validation(monkeypatch):
         calls.append(vp.value)
         return 0
 
-    monkeypatch.setattr(gexec, "_RAW_EXEC", fake_exec)
-    monkeypatch.setattr(gexec, "make_variant_pack",
+    monkeypatch.setattr(grunner, "_RAW_EXEC", fake_exec)
+    monkeypatch.setattr(grunner, "make_variant_pack",
                         lambda uids, ptrs, ws: packs.append((uids, ptrs, ws)) or
                         types.SimpleNamespace(ptr=ctypes.c_void_p(1000 + len(packs))))
     g = Graph()
@@ -572,8 +573,8 @@ def _relu_graph():
 def test_executor_of_a_closed_plan_never_passes_the_freed_plan(monkeypatch):
     from helpers import fake
     seen = []
-    monkeypatch.setattr(gexec, "_RAW_EXEC", lambda h, plan, vp: seen.append(plan.value) or (0 if plan.value else 2000))
-    monkeypatch.setattr(gexec, "make_variant_pack", lambda uids, ptrs, ws: types.SimpleNamespace(
+    monkeypatch.setattr(grunner, "_RAW_EXEC", lambda h, plan, vp: seen.append(plan.value) or (0 if plan.value else 2000))
+    monkeypatch.setattr(grunner, "make_variant_pack", lambda uids, ptrs, ws: types.SimpleNamespace(
         ptr=ctypes.c_void_p(1000)))
     g = _relu_graph()
     d = BackendDescriptor("EXECUTION_PLAN")
@@ -602,7 +603,7 @@ def _closed(kind):
 
 def test_caller_workspaces_are_checked_before_c(monkeypatch):
     from helpers import NoCallHandle, fake
-    monkeypatch.setattr(gexec, "_RAW_EXEC", lambda h, plan, vp: pytest.fail("reached cudnnBackendExecute"))
+    monkeypatch.setattr(grunner, "_RAW_EXEC", lambda h, plan, vp: pytest.fail("reached cudnnBackendExecute"))
     g = _relu_graph()
     plan = _fake_plan(g, workspace_size=4096)
     h = types.SimpleNamespace(ptr=capi.cudnnHandle_t(), device=0, stream=None, workspace=None)
@@ -674,9 +675,9 @@ def test_scalars_and_parameters_that_do_not_fit_are_refused():
 
 
 def test_entry_point_autotuning_falls_back_only_when_a_and_b_have_no_plan():
-    """graph.conv.autotune_graph (shared by convolution, the legacy-op graph paths and attention): modes A and B, then
+    """graph.runner.autotune_graph (shared by convolution, the legacy-op graph paths and attention): modes A and B, then
     FALLBACK only on GraphNotSupportedError; any other error propagates."""
-    from cudnn_py.graph.conv import autotune_graph
+    from cudnn_py.graph.runner import autotune_graph
 
     class Fake:
         def __init__(self, fail):

@@ -32,8 +32,6 @@ PUBLIC = _public()
 #: (test, name) -> why the rule does not hold yet; each is an xfail(strict=True): one that starts to pass fails the
 #: run until its entry goes. Keep this short.
 PENDING = {
-    **{("closed", n): "ops/sdpa.py checks the handle's device, not whether it is closed (handle.handle_arg)"
-       for n in ("sdpa", "sdpa_backward", "sdpa_cache_clear", "sdpa_fp8", "sdpa_fp8_backward")},
     ("methods", "Graph"): "Graph.execute raises a builtin RuntimeError before it looks at the handle "
                           "(graph/graph.py: InvalidStateError, handle.handle_arg)",
 }

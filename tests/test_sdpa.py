@@ -8,10 +8,13 @@ import pytest
 
 import cudnn_py.graph as G
 from cudnn_py.graph import BackendDescriptor, Graph
+from cudnn_py.graph import runner as grunner
 from cudnn_py.graph.ops import sdpa as gsdpa
+from cudnn_py.graph.ops import sdpa_builders as gsb
 from cudnn_py.graph.ops.pointwise import Pointwise
 from cudnn_py.memory import DeviceArray
 from cudnn_py.ops import sdpa as S
+from cudnn_py.ops import sdpa_args as A
 from helpers import FakeTorchTensor, NoCallHandle, fake, fake_torch, numeric_gradient
 from reference import sdpa as R
 
@@ -42,7 +45,7 @@ def test_reference_alibi_slopes():
 
 def test_seed_offset_ints_beyond_int64_are_refused():
     with pytest.raises(ValueError, match="seed must fit int64"):
-        S._device_scalar(None, 2 ** 63, "seed", np.int64)
+        A.device_scalar(None, 2 ** 63, "seed", np.int64)
 
 
 def test_reference_softmax_and_stats(rng):
@@ -117,7 +120,7 @@ def _qkv(g, b=2, hq=4, hk=2, sq=64, skv=80, d=64, dtype=BF16):
 
 def test_forward_lowers_to_the_attention_pattern(faked):
     g = Graph(io_dtype=BF16)
-    o, _ = g.sdpa(*_qkv(g), implementation="composite", generate_stats=False)
+    o, _ = g.sdpa(*_qkv(g), implementation="composite", return_stats=False)
     o.set_output(True)
     ops, modes = faked(g)
     # the statistics are computed (into a virtual tensor) even when not asked for: the engines need the pattern
@@ -127,13 +130,13 @@ def test_forward_lowers_to_the_attention_pattern(faked):
 
 
 def test_auto_picks_unified_only_for_plain_forward(faked, monkeypatch):
-    monkeypatch.setattr(gsdpa, "_version", lambda: (9, 19, 0))
+    monkeypatch.setattr(gsb, "_version", lambda: (9, 19, 0))
     g = Graph(io_dtype=BF16)
     q, k, v = _qkv(g)
     o, st = g.sdpa(q, k, v)
     o2, _ = g.sdpa(q, k, v, causal=True)
     assert [op.params["implementation"] for op in g.ops] == ["unified", "composite"]
-    monkeypatch.setattr(gsdpa, "_version", lambda: (9, 13, 0))
+    monkeypatch.setattr(gsb, "_version", lambda: (9, 13, 0))
     g.sdpa(q, k, v)
     assert g.ops[-1].params["implementation"] == "composite"
 
@@ -144,7 +147,7 @@ def test_forward_options_lower(faked):
     i32 = lambda n: g.tensor((2, 1, 1, 1), "int32", name=n)  # noqa: E731
     i64 = lambda n: g.tensor((1, 1, 1, 1), "int64", name=n)  # noqa: E731
     o, st, mask = g.sdpa(q, k, v, scale=0.3, causal=True, left_bound=8, bias=g.tensor((1, 4, 64, 64), name="b"),
-                         alibi_slopes=g.tensor((1, 4, 1, 1), "float32", name="al"), seq_len_q=i32("sq"),
+                         alibi=g.tensor((1, 4, 1, 1), "float32", name="al"), seq_len_q=i32("sq"),
                          seq_len_kv=i32("skv"), dropout=0.1, seed=i64("seed"), offset=i64("off"), rng_dump=True)
     for t in (o, st, mask):
         t.set_output(True)
@@ -158,7 +161,7 @@ def test_forward_options_lower(faked):
 def test_bottom_right_and_paged_lower(faked):
     g = Graph(io_dtype=BF16)
     q, k, v = _qkv(g, hq=4, hk=4, sq=32, skv=80)
-    o, _ = g.sdpa(q, k, v, causal=True, left_bound=4, diagonal_alignment="bottom_right", generate_stats=False)
+    o, _ = g.sdpa(q, k, v, causal=True, left_bound=4, diagonal_alignment="bottom_right", return_stats=False)
     o.set_output(True)
     ops, modes = faked(g)
     assert modes.count("GEN_INDEX") == 4 and modes.count("CMP_GE") == 1 and modes.count("CMP_GT") == 1
@@ -168,7 +171,7 @@ def test_bottom_right_and_paged_lower(faked):
     pt = [g2.tensor((2, 1, 4, 1), "int32", name=n) for n in ("ptk", "ptv")]
     sl = [g2.tensor((2, 1, 1, 1), "int32", name=n) for n in ("sq", "skv")]
     o2, _ = g2.sdpa(q2, kc, vc, seq_len_q=sl[0], seq_len_kv=sl[1], page_table_k=pt[0], page_table_v=pt[1],
-                    max_seq_len_kv=64, generate_stats=False)
+                    max_seq_len_kv=64, return_stats=False)
     o2.set_output(True)
     ops, _ = faked(g2)
     assert ops[:2] == ["PAGED_CACHE_LOAD", "MATMUL"] and ops.count("PAGED_CACHE_LOAD") == 2
@@ -207,7 +210,7 @@ def test_backward_dbias_dropout_lower(faked):
 
 
 def test_unified_lowering(faked, monkeypatch):
-    monkeypatch.setattr(gsdpa, "_version", lambda: (9, 19, 0))
+    monkeypatch.setattr(gsb, "_version", lambda: (9, 19, 0))
     g = Graph(io_dtype=BF16)
     q, k, v = _qkv(g)
     o, st = g.sdpa(q, k, v, implementation="unified")
@@ -239,14 +242,14 @@ def _g():
     (lambda g, q, k, v: g.sdpa(q, k, v, seq_len_q=g.tensor((3, 1, 1, 1), "int32"),
                                seq_len_kv=g.tensor((3, 1, 1, 1), "int32")), ValueError, r"\(2, 1, 1, 1\)"),
     (lambda g, q, k, v: g.sdpa(q, k, v, bias=g.tensor((2, 4, 64, 64), BF16)), ValueError, "bias must be"),
-    (lambda g, q, k, v: g.sdpa(q, k, v, alibi_slopes=g.tensor((1, 4, 1, 1), "float32")), ValueError,
+    (lambda g, q, k, v: g.sdpa(q, k, v, alibi=g.tensor((1, 4, 1, 1), "float32")), ValueError,
      "ALiBi needs causal"),
     (lambda g, q, k, v: g.sdpa(q, k, v, implementation="fast"), ValueError, "implementation"),
     (lambda g, q, k, v: g.sdpa(q, k, v, bias=g.tensor((1, 4, 64, 80), BF16), causal=True,
                                diagonal_alignment="bottom_right"), ValueError, "does not combine"),
     (lambda g, q, k, v: g.sdpa(q, k, v, page_table_k=g.tensor((2, 1, 5, 1), "int32")), ValueError,
      "both page_table_k"),
-    (lambda g, q, k, v: g.sdpa(q, k, v, max_seq_len_kv=80), ValueError, "only for a paged"),
+    (lambda g, q, k, v: g.sdpa(q, k, v, max_seq_len_kv=64), ValueError, "logical sequence length is 80"),
     (lambda g, q, k, v: g.sdpa(q, k, v, rng_dump=True), ValueError, "rng_dump needs dropout"),
     (lambda g, q, k, v: g.sdpa(g.tensor((2, 4, 64, 64), BF16, strides=(16384, 4096, 1, 64)), k, v), ValueError,
      "packed"),
@@ -273,7 +276,7 @@ def test_fp8_and_unified_gaps_are_refused_naming_the_option(monkeypatch):
     f8 = g.tensor((2, 4, 64, 64), "float8_e4m3fn", name="q8")
     with pytest.raises(TypeError, match="use sdpa_fp8"):
         g.sdpa(f8, f8, f8)
-    monkeypatch.setattr(gsdpa, "_version", lambda: (9, 19, 0))
+    monkeypatch.setattr(gsb, "_version", lambda: (9, 19, 0))
     with pytest.raises(G.GraphNotSupportedError, match="takes no bias"):
         g.sdpa(q, k, v, bias=g.tensor((1, 4, 64, 80), BF16), implementation="unified")
     i32 = [g.tensor((2, 1, 1, 1), "int32") for _ in range(2)]
@@ -282,7 +285,7 @@ def test_fp8_and_unified_gaps_are_refused_naming_the_option(monkeypatch):
     o, do = g.tensor((2, 4, 64, 64), BF16), g.tensor((2, 4, 64, 64), BF16)
     with pytest.raises(G.GraphNotSupportedError, match="OPERATION_SDPA_BWD has no engines"):
         g.sdpa_backward(q, k, v, o, do, g.tensor((2, 4, 64, 1), "float32"), implementation="unified")
-    monkeypatch.setattr(gsdpa, "_version", lambda: (9, 13, 0))
+    monkeypatch.setattr(gsb, "_version", lambda: (9, 13, 0))
     with pytest.raises(G.GraphNotSupportedError, match=r"needs cuDNN >= 9\.13\.1; loaded 9\.13\.0"):
         g.sdpa(q, k, v, implementation="unified")
 
@@ -455,18 +458,18 @@ def fake_exec(monkeypatch):
     import types
     packs, made = [], []
 
-    def plan(g, handle, tensors, arrays, outs, autotune):
+    def plan(g, handle, inputs, outputs, autotune):
         return types.SimpleNamespace(graph=g, workspace_size=0, tag="fake",
                                      descriptor=types.SimpleNamespace(ptr=ctypes.c_void_p(2)))
 
     def pack(uids, ptrs, ws):
         made.append(list(ptrs))
         return types.SimpleNamespace(ptr=ctypes.c_void_p(1000 + len(made)))
-    monkeypatch.setattr(S, "_plan", plan)
-    monkeypatch.setattr(S, "make_variant_pack", pack)
-    monkeypatch.setattr(S, "raw_execute", lambda: lambda h, p, vp: packs.append(vp.value) or 0)
+    monkeypatch.setattr(A, "plan_graph", plan)
+    monkeypatch.setattr(grunner, "make_variant_pack", pack)
+    monkeypatch.setattr(grunner, "_RAW_EXEC", lambda h, p, vp: packs.append(vp.value) or 0)
     addr = iter(range(0x10000000, 0x20000000, 0x100000))
-    monkeypatch.setattr(S, "_new_out", lambda handle, shape, dtype, strides: DeviceArray(next(addr), shape, dtype,
+    monkeypatch.setattr(A, "new_output", lambda handle, shape, dtype, strides: DeviceArray(next(addr), shape, dtype,
                                                                                          strides))
     return packs, made
 
@@ -528,7 +531,7 @@ def test_pythonic_packed_batches_bind_logical_views(fake_exec):
     k, v = DeviceArray(0x200000, (70, hk, d), BF16), DeviceArray(0x300000, (70, hk, d), BF16)
     off_q, off_kv = DeviceArray(0x400000, (b + 1,), np.int64), DeviceArray(0x500000, (b + 1,), np.int64)
     sl = DeviceArray(0x600000, (b,), np.int32)
-    kw = dict(seq_len_q=sl, seq_len_kv=sl, ragged_offset_q=off_q, ragged_offset_kv=off_kv, max_seq_len_q=20,
+    kw = dict(seq_len_q=sl, seq_len_kv=sl, ragged_offset_q=off_q, ragged_offset_k=off_kv, max_seq_len_q=20,
               max_seq_len_kv=30, causal=True)
     o, st = S.sdpa(h, q, k, v, return_stats=True, **kw)
     assert o.shape == (50, hq, d) and st.shape == (b, hq, 20, 1)
@@ -536,12 +539,12 @@ def test_pythonic_packed_batches_bind_logical_views(fake_exec):
     # another total token count (T) builds no new plan
     S.sdpa(h, DeviceArray(0x100000, (40, hq, d), BF16), k, v, return_stats=True, **kw)
     assert len(handle_cache_of(h)) == 1
-    with pytest.raises(ValueError, match="max_seq_len_q= and max_seq_len_kv="):
+    with pytest.raises(ValueError, match="options max_seq_len_q and max_seq_len_kv"):
         S.sdpa(h, q, k, v, **{**kw, "max_seq_len_kv": None})
     with pytest.raises(ValueError, match=r"packed \(T, H, D\)"):
         S.sdpa(h, fake((b, hq, 20, d), BF16), k, v, **kw)
-    with pytest.raises(ValueError, match="both ragged_offset_q and ragged_offset_kv"):
-        S.sdpa(h, q, k, v, **{**kw, "ragged_offset_kv": None})
+    with pytest.raises(ValueError, match="both ragged_offset_q and ragged_offset_k"):
+        S.sdpa(h, q, k, v, **{**kw, "ragged_offset_k": None})
     with pytest.raises(ValueError, match="only for packed"):
         S.sdpa(h, fake((b, hq, 20, d), BF16), fake((b, hq, 20, d), BF16), fake((b, hq, 20, d), BF16),
                max_seq_len_q=20)
@@ -565,10 +568,10 @@ def test_backward_scratch_lives_in_the_plan_workspace(monkeypatch):
     assert total == 1024 + 2048 + 2 * 4 * 64 * 64 * 4
     assert scratch_layout(g, 0)[0][0] == (ss.uid, 0)
     plan = types.SimpleNamespace(graph=g, scratch=places)
-    io, _ = gexec.plan_bindings(plan)
+    io, _ = grunner.plan_bindings(plan)
     assert {t.name for t in io} == {"q", "k", "v", "o", "do", "st", "bwd.dq", "bwd.dk", "bwd.dv"}
-    assert gexec.scratch_pointers(plan, 1 << 20) == ([ss.uid, acc.uid], [(1 << 20) + 1024, (1 << 20) + 3072])
-    monkeypatch.setattr(gsdpa, "_version", lambda: (9, 5, 1))
+    assert grunner.scratch_pointers(plan, 1 << 20) == ([ss.uid, acc.uid], [(1 << 20) + 1024, (1 << 20) + 3072])
+    monkeypatch.setattr(gsb, "_version", lambda: (9, 5, 1))
     with pytest.raises(G.GraphNotSupportedError, match=r"zeroed before each call.*loaded 9\.5\.1"):
         g2 = Graph(io_dtype=BF16)
         q, k, v = _qkv(g2, hk=4)
@@ -666,7 +669,7 @@ def test_pythonic_paged_kv_cache_binds_the_page_tables(fake_exec):
         assert S.sdpa(h, q, kc, vc, o=o, **kw) is o
     assert len(made) == 1 and packs == [1001, 1001]  # the second call: the fast path, same pack
     assert made[0][:7] == [0x100000, 0x200000, 0x300000, 0x400000, 0x400000, 0x500000, 0x500000]
-    with pytest.raises(ValueError, match="a paged KV cache needs max_seq_len_kv="):
+    with pytest.raises(ValueError, match="a paged KV cache needs the option max_seq_len_kv"):
         S.sdpa(h, q, kc, vc, **{**kw, "max_seq_len_kv": None})
     with pytest.raises(ValueError, match=r"page_table_k must be \(B, 1, ceil"):
         S.sdpa(h, q, kc, vc, **{**kw, "page_table_k": DeviceArray(0x500000, (b, pages), np.int64)})

@@ -77,7 +77,7 @@ def _graph_fwd(h, dt, qa, ka, va, layout="bhsd", **opts):
     g = G.Graph(io_dtype=dt, compute_dtype="float32", intermediate_dtype="float32")
     arrs = {n: _dev(a, dt, layout) for n, a in (("q", qa), ("k", ka), ("v", va))}
     ts = {n: g.tensor_like(a, n) for n, a in arrs.items()}
-    for n in ("bias", "seq_len_q", "seq_len_kv", "seed", "offset", "alibi_slopes"):
+    for n in ("bias", "seq_len_q", "seq_len_kv", "seed", "offset", "alibi"):
         if n in opts:
             arrs[n] = opts[n]
             opts[n] = ts[n] = g.tensor_like(opts[n], n)
@@ -145,7 +145,7 @@ def test_forward_bias_alibi_gqa_layouts(handle, rng):
     qa, ka, va = _inputs(rng, b, hq, hk, s, s, 64)
     ba = rng.standard_normal((1, hq, s, s))
     (o, st), _ = _graph_fwd(handle, dt, qa, ka, va, layout="bshd", bias=_dev(ba, dt), causal=True,
-                            alibi_slopes=to_device(R.alibi_slopes(hq).astype(np.float32).reshape(1, hq, 1, 1)))
+                            alibi=to_device(R.alibi_slopes(hq).astype(np.float32).reshape(1, hq, 1, 1)))
     ro, rs = R.forward(_q(qa, dt), _q(ka, dt), _q(va, dt), bias=_q(ba, dt), alibi=R.alibi_slopes(hq), causal=True)
     _close(o, ro, "float16")
     _close(st, rs, "float16")
@@ -159,7 +159,7 @@ def _graph_bwd(h, dt, qa, ka, va, doa, layout="bhsd", dbias=False, **opts):
     arrs = {n: _dev(a, dt, layout) for n, a in (("q", qa), ("k", ka), ("v", va), ("o", o), ("do", doa))}
     arrs["stats"] = to_device(st.astype(np.float32))
     ts = {n: g.tensor_like(a, n) for n, a in arrs.items()}
-    for n in ("bias", "seq_len_q", "seq_len_kv", "seed", "offset", "alibi_slopes"):
+    for n in ("bias", "seq_len_q", "seq_len_kv", "seed", "offset", "alibi"):
         if n in opts:
             arrs[n] = opts[n]
             opts[n] = ts[n] = g.tensor_like(opts[n], n)
@@ -247,7 +247,7 @@ def test_backward_alibi(handle, rng):
     qa, ka, va = _inputs(rng, 2, 4, 4, 64, 64, 64)
     doa = rng.standard_normal(qa.shape)
     slopes = to_device(R.alibi_slopes(4).astype(np.float32).reshape(1, 4, 1, 1))
-    got = _graph_bwd(handle, dt, qa, ka, va, doa, causal=True, alibi_slopes=slopes)
+    got = _graph_bwd(handle, dt, qa, ka, va, doa, causal=True, alibi=slopes)
     ref = R.backward(_q(qa, dt), _q(ka, dt), _q(va, dt), _q(doa, dt), causal=True, alibi=R.alibi_slopes(4))
     _check_grads(got, ref, "bfloat16")
 
@@ -314,7 +314,7 @@ def test_paged_kv_cache_decode(handle, rng):
             "ptk": to_device(table), "ptv": to_device(table)}
     t = {n: g.tensor_like(a, n) for n, a in arrs.items()}
     o, _ = g.sdpa(t["q"], t["k"], t["v"], seq_len_q=t["slq"], seq_len_kv=t["slk"], page_table_k=t["ptk"],
-                  page_table_v=t["ptv"], max_seq_len_kv=skv, generate_stats=False)
+                  page_table_v=t["ptv"], max_seq_len_kv=skv, return_stats=False)
     o.set_output(True)
     g.build(handle)
     out = _nan(o.shape, dt, o.strides)
@@ -406,9 +406,9 @@ def test_pythonic_forward_backward_interleaved_qkv_and_cache(handle, rng):
     bshd = (s * h * d, d, h * d, 1)
     S.sdpa_cache_clear(handle)
     assert S.sdpa(handle, q, k, v, causal=True).strides == bshd  # o follows q's (BSHD) order, packed
-    o, stats = S.sdpa(handle, q, k, v, causal=True, o=_nan((b, h, s, d), dt, bshd),
+    o, stats = S.sdpa(handle, q, k, v, causal=True, return_stats=True, o=_nan((b, h, s, d), dt, bshd),
                       stats=_nan((b, h, s, 1), np.float32))
-    o2, _ = S.sdpa(handle, q, k, v, causal=True, o=_nan((b, h, s, d), dt, bshd),
+    o2, _ = S.sdpa(handle, q, k, v, causal=True, return_stats=True, o=_nan((b, h, s, d), dt, bshd),
                    stats=_nan((b, h, s, 1), np.float32))
     assert sdpa_cache_size() == 2  # the default-output configuration and the given-output one
     ro, rs = R.forward(*(_q(x, dt) for x in host), causal=True)
@@ -435,7 +435,7 @@ def test_pythonic_torch_tensors_padding_dbias_autotune(handle, rng):
                    o=_nan((b, h, s, d), BF16), stats=_nan((b, h, s, 1), np.float32))
     dq, dk, dv, db = S.sdpa_backward(handle, q, k, v, o, do, st, bias=bias, seq_len_q=lq, seq_len_kv=lk,
                                      dq=_nan(q.shape, BF16), dk=_nan(k.shape, BF16), dv=_nan(v.shape, BF16),
-                                     dbias=_nan(bias.shape, BF16))
+                                     dbias=_nan(bias.shape, BF16), return_dbias=True)
     torch.cuda.synchronize()
     f = lambda t: t.float().cpu().double().numpy()  # noqa: E731
     kw = dict(bias=f(bias), seq_len_q=lq.cpu().numpy(), seq_len_kv=lk.cpu().numpy())
@@ -576,7 +576,7 @@ def test_pythonic_packed_batches(handle, rng):
     q, k, v, do = (_to_packed(R.pack(x, n), dt)[0] for x, n in ((qa, lq), (ka, lk), (va, lk), (doa, lq)))
     kw = dict(seq_len_q=_i32(lq).reshape(b), seq_len_kv=_i32(lk).reshape(b), max_seq_len_q=s, max_seq_len_kv=s,
               ragged_offset_q=to_device(R.offsets(lq, h * d).astype(np.int64)),
-              ragged_offset_kv=to_device(R.offsets(lk, h * d).astype(np.int64)))
+              ragged_offset_k=to_device(R.offsets(lk, h * d).astype(np.int64)))
     o, st = S.sdpa(handle, q, k, v, return_stats=True, **kw)
     assert o.shape == (lq.sum(), h, d)
     rows_q, rows_kv = R.valid_rows(b, s, lq), R.valid_rows(b, s, lk)

@@ -14,19 +14,18 @@ from __future__ import annotations
 import numpy as np
 
 from cudnn_py.algorithms import is_choice
-from cudnn_py.caches import handle_cache
 from cudnn_py.args import ints
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
-from cudnn_py.memory import DeviceArray, as_array, empty
+from cudnn_py.memory import DeviceArray, as_array
 from cudnn_py.ops.convolution import logical, physical, unit_height
 
-from .execute import Executor, handle_device
-from .errors import GraphNotSupportedError
+from .execute import Executor
 from .graph import Graph, packed_strides
+from .runner import cache_clear, cached, new_output, plan_graph
 
 __all__ = ["conv_forward", "conv_backward_data", "conv_backward_filter", "convolution", "ACTIVATIONS", "DTYPES",
-           "conv_cache_clear", "autotune_graph", "build_executor"]
+           "conv_cache_clear"]
 
 #: activation name -> Graph method applied after the (bias-added) convolution
 ACTIVATIONS = ("relu", "gelu", "silu", "tanh", "sigmoid")
@@ -53,9 +52,12 @@ def _check_dtypes(kind: str, dtypes, compute_dtype) -> None:
                             f"({allowed[0]})")
 
 
+_CACHE = "graph.conv"
+
+
 def conv_cache_clear(handle) -> None:
     """Forget the convolution plans and executors built for ``handle``."""
-    handle_cache(handle, "graph.conv").clear()
+    cache_clear(handle, _CACHE)
 
 
 def _arr(obj, name) -> DeviceArray:
@@ -75,56 +77,17 @@ def _conv_key(nsp: int, padding, stride, dilation, post_padding) -> tuple:
 def _out(handle, shape, dtype, strides, out: DeviceArray | None, name) -> DeviceArray:
     """``out`` checked against the plan's output (its strides are in the cache key; the executor checks the rest),
     or a new array with those strides on the handle's device."""
-    if out is not None:
-        if out.shape != tuple(shape) or out.dtype != dtype:
-            raise InvalidValueError(f"{name} must have shape {tuple(shape)} and dtype {dtype}, got {out.shape} "
-                                    f"{out.dtype}")
-        return out
-    order = sorted(range(len(shape)), key=lambda i: -strides[i])
-    buf = empty(tuple(shape[i] for i in order), dtype, stream=getattr(handle, "stream", None),
-                device=handle_device(handle))
-    return DeviceArray(buf.ptr, shape, dtype, strides, device_id=buf.device_id, owner=buf)
+    if out is None:
+        return new_output(handle, shape, dtype, strides)
+    if out.shape != tuple(shape) or out.dtype != dtype:
+        raise InvalidValueError(f"{name} must have shape {tuple(shape)} and dtype {dtype}, got {out.shape} {out.dtype}")
+    return out
 
 
-def _runner(handle, key, make):
-    runners = handle_cache(handle, "graph.conv")
-    r = runners.get(key)
-    if r is None:
-        r = runners[key] = make()
-    return r
-
-
-def autotune_graph(g: Graph, handle, pack: dict) -> None:
-    """Autotune ``g`` on ``pack`` over the plans of heuristics modes A and B (timing every fallback engine too
-    costs seconds and never wins), or over the fallback plans when A and B have none. The cached entry points'
-    autotuning (convolution, the operation modules' graph paths, attention) goes through here.
-
-    :param g: the graph (its plan is the fastest afterwards).
-    :param handle: the :class:`~cudnn_py.Handle` to time on.
-    :param pack: graph tensor -> array for every I/O tensor (outputs are overwritten).
-    :raises GraphNotSupportedError: no plan of any mode runs the graph.
-    """
-    try:
-        g.autotune(handle, pack, modes=("A", "B"))
-    except GraphNotSupportedError:
-        g.autotune(handle, pack, modes=("FALLBACK",))
-
-
-def build_executor(g: Graph, handle, tensors, arrays, autotune: bool) -> Executor:
-    """Plan ``g`` (heuristics' first plan, or with ``autotune`` the fastest of all plans timed on the call's
-    inputs and a scratch output) and make its executor.
-
-    :param tensors: the graph tensors the executor binds, in order: the inputs, then the one output.
-    :param arrays: the call's arrays of the inputs (timed on with ``autotune``).
-    :param autotune: time every plan (:func:`autotune_graph`) instead of taking the heuristics' first.
-    :returns: the :class:`~cudnn_py.graph.Executor` over ``tensors`` (identity cache of one).
-    """
-    if autotune:
-        out = tensors[-1]
-        scratch = _out(handle, out.shape, out.np_dtype, out.strides, None, out.name)
-        autotune_graph(g, handle, {**dict(zip(tensors[:-1], arrays)), out: scratch})
-    else:
-        g.build(handle)
+def _executor(g: Graph, handle, tensors, arrays, autotune: bool) -> Executor:
+    """Plan ``g`` (with ``autotune``: timed on the call's inputs ``arrays`` and a scratch output) and make the
+    executor of ``tensors`` (the inputs, then the output; identity cache of one)."""
+    plan_graph(g, handle, dict(zip(tensors, arrays)), tensors[len(arrays):], autotune)
     return g.executor(handle, *tensors, identity_cache=1)
 
 
@@ -175,9 +138,9 @@ def conv_forward(handle, x, w, *, padding=0, stride=1, dilation=1, bias=None, ac
             out.strides = ya.strides
         out.set_output(True).set_name("y")
         args.append(out)
-        return build_executor(g, handle, args, arrays, autotune), out.shape, out.strides, xa.dtype
+        return _executor(g, handle, args, arrays, autotune), out.shape, out.strides, xa.dtype
 
-    ex, shape, strides, dt = _runner(handle, key, make)
+    ex, shape, strides, dt = cached(handle, _CACHE, key, make)
     ya = _out(handle, shape, dt, strides, ya, "y")
     if ba is None:
         ex(xa, wa, ya)
@@ -212,9 +175,9 @@ def _backward(kind: str, handle, dy, other, out, out_shape, *, padding, stride, 
         elif kind == "wgrad" and oa.ndim >= 4 and packed_strides(oa.shape, "NHWC") == oa.strides:
             res.strides = packed_strides(res.shape, "NHWC")  # channels-last x: channels-last dw
         res.set_output(True).set_name(out_name)
-        return build_executor(g, handle, [tdy, to, res], [dya, oa], autotune), res.shape, res.strides, dya.dtype
+        return _executor(g, handle, [tdy, to, res], [dya, oa], autotune), res.shape, res.strides, dya.dtype
 
-    ex, shape, strides, dt = _runner(handle, key, make)
+    ex, shape, strides, dt = cached(handle, _CACHE, key, make)
     outa = _out(handle, shape, dt, strides, outa, out_name)
     ex(dya, oa, outa)
     return outa if out is None else out
@@ -336,10 +299,7 @@ def convolution(direction: str, handle, conv, a, b, out=None, *, engine: str = "
     ndim = a.ndim
     key = ("convolution", direction, conv, a.shape, b.shape, o.shape if o is not None else
            None if shape is None else tuple(shape))
-    cache = handle_cache(handle, "graph.conv")
-    params = cache.get(key)
-    if params is None:  # checked and derived once per configuration
-        params = cache[key] = _params(conv, direction, a.shape, b.shape, key[-1])
+    params = cached(handle, _CACHE, key, lambda: _params(conv, direction, a.shape, b.shape, key[-1]))  # once
     kw = dict(params, alpha=alpha, beta=beta, autotune=algo.lower() == "fastest")
     av, bv = _view(conv, a), _view(conv, b)
     ov = None if o is None else _view(conv, o)

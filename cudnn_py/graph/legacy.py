@@ -3,8 +3,8 @@
 The operation modules (:mod:`cudnn_py.ops.activation`, ``tensor_ops``, ``pooling``, ``batchnorm``,
 ``normalization``) take ``engine="legacy" | "graph" | "auto"``; ``"graph"`` comes here. Each call builds a small
 graph once per configuration (shapes, strides, dtypes, parameters), plans it through the handle's plan cache and
-keeps its :class:`~cudnn_py.graph.Executor` in the handle's cache (``handle_cache(handle, "graph.legacy")``, the
-mechanism :mod:`cudnn_py.graph.conv` uses), so a repeat call is a dict lookup and one ``cudnnBackendExecute``.
+keeps its :class:`~cudnn_py.graph.Executor` in the handle's cache (:func:`cudnn_py.graph.runner.cached`, the
+mechanism every cached graph call uses), so a repeat call is a dict lookup and one ``cudnnBackendExecute``.
 With ``"auto"`` a configuration cuDNN has no engine for is remembered and runs on the legacy call instead.
 
 Layout. cuDNN's engines for graphs made of pointwise operations alone take channels-last strides (the
@@ -24,16 +24,15 @@ from typing import Callable, Sequence
 import numpy as np
 
 from cudnn_py.errors import InvalidValueError
-from cudnn_py.caches import handle_cache
 from cudnn_py.dtypes import as_numpy_dtype
 from cudnn_py.memory import DeviceArray
 
-from .conv import autotune_graph, build_executor
+from . import runner
 from .errors import GraphNotSupportedError
 from .graph import Graph, Tensor, packed_strides
 from .ops.pointwise import Pointwise, pointwise_mode
 
-__all__ = ["ENGINES", "engine_arg", "legacy_cache_clear", "GraphPathRefused", "attempt", "cached", "run_graph", "blend",
+__all__ = ["ENGINES", "engine_arg", "legacy_cache_clear", "GraphPathRefused", "attempt", "run_graph", "blend",
            "graph_dtype", "GRAPH_DTYPES", "strides_like"]
 
 #: what ``engine=`` takes: the legacy C call, a cached graph plan, or the graph where it has an engine
@@ -54,7 +53,7 @@ def engine_arg(engine) -> str:
 
 def legacy_cache_clear(handle) -> None:
     """Forget the graphs, plans and executors built for ``handle`` by the operation modules' graph paths."""
-    handle_cache(handle, _CACHE).clear()
+    runner.cache_clear(handle, _CACHE)
 
 
 class GraphPathRefused(InvalidValueError):
@@ -170,26 +169,6 @@ def _pointwise_layouts(inputs, views, ov: DeviceArray) -> None:
 
 # ---------------------------------------------------------------- the cached runner
 
-def cached(handle, key, make: Callable, auto: bool):
-    """What ``make()`` built for ``key`` on ``handle`` (made on the first call and kept in the handle's cache).
-    When cuDNN has no engine (``make`` raised :class:`GraphNotSupportedError`) or the graph builder refused the
-    configuration (:class:`GraphPathRefused`), the refusal is remembered: it is raised again, or with ``auto`` None
-    is returned (the caller runs the legacy call)."""
-    cache = handle_cache(handle, _CACHE)
-    ent = cache.get(key)
-    if ent is None:
-        try:
-            ent = make()
-        except (GraphNotSupportedError, GraphPathRefused) as e:
-            ent = e
-        cache[key] = ent
-    if isinstance(ent, (GraphNotSupportedError, GraphPathRefused)):
-        if auto:
-            return None
-        raise ent
-    return ent
-
-
 def run_graph(handle, name: str, params: tuple, inputs: Sequence[tuple[str, DeviceArray]],
               outputs: Sequence[tuple[str, DeviceArray]], build: Callable, *, auto: bool = False,
               relabel: bool = True, layout_of: DeviceArray | None = None, autotune: bool = False) -> bool:
@@ -207,7 +186,8 @@ def run_graph(handle, name: str, params: tuple, inputs: Sequence[tuple[str, Devi
     9.19's pointwise engine runs fastest so); ``build`` must then be elementwise, as pointwise graphs and
     reductions to the same shape are. Without ``relabel`` the arrays are described as they are.
     ``autotune``: on the first call, time the plans of heuristics modes A and B on these arrays and keep the
-    fastest (the outputs are written meanwhile) instead of mode A's first plan.
+    fastest (the outputs are written meanwhile) instead of mode A's first plan. cuDNN's "no engine" and the
+    builder's refusal are remembered per configuration (:func:`cudnn_py.graph.runner.cached`).
     """
     for role, a in (*inputs, *outputs):
         if role != "index":  # pooling's int8 window index is the graph's own
@@ -248,12 +228,10 @@ def run_graph(handle, name: str, params: tuple, inputs: Sequence[tuple[str, Devi
             t.strides = strides(ov)
             outs.append(t)
         tensors = [*ts.values(), *outs]
-        if not autotune:
-            return build_executor(g, handle, tensors, views, False), view
-        autotune_graph(g, handle, dict(zip(tensors, [*views, *ovs])))
+        runner.plan_graph(g, handle, dict(zip(ts.values(), views)), dict(zip(outs, ovs)), autotune)
         return g.executor(handle, *tensors, identity_cache=1), view
 
-    ent = cached(handle, key, make, auto)
+    ent = runner.cached(handle, _CACHE, key, make, refusals=(GraphNotSupportedError, GraphPathRefused), auto=auto)
     if ent is None:
         return False
     ex, view = ent

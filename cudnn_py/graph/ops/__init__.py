@@ -10,7 +10,9 @@ from .reduction import Reduction, ReductionBuilders, reduction_mode
 from .resample import ResampleBackward, ResampleBuilders, ResampleForward
 from .reshape import Concatenate, Reshape, ReshapeBuilders, Slice, Transpose
 from .rng import Rng, RngBuilders
-from .sdpa import SdpaBackward, SdpaBuilders, SdpaForward, SdpaFp8Backward, SdpaFp8Forward
+from .sdpa import SdpaBackward, SdpaForward, SdpaFp8Backward, SdpaFp8Forward
+from .sdpa_builders import SdpaBuilders
+from .sdpa_options import SdpaOptions
 
 #: the builder mixins :class:`~cudnn_py.graph.Graph` inherits, one per operation module
 BUILDERS = (ConvBuilders, MatmulBuilders, PointwiseBuilders, ReductionBuilders, NormBuilders, SdpaBuilders,
@@ -18,6 +20,6 @@ BUILDERS = (ConvBuilders, MatmulBuilders, PointwiseBuilders, ReductionBuilders, 
 
 __all__ = ["Op", "LowerContext", "backend_dims", "BUILDERS", "ConvFprop", "ConvDgrad", "ConvWgrad", "Matmul",
            "Pointwise", "Reduction", "GenStats", "NormForward", "POINTWISE_ARITY", "pointwise_mode",
-           "reduction_mode", "SdpaForward", "SdpaBackward", "SdpaFp8Forward", "SdpaFp8Backward",
+           "reduction_mode", "SdpaOptions", "SdpaForward", "SdpaBackward", "SdpaFp8Forward", "SdpaFp8Backward",
            "NormBackward", "BNFinalize", "BNBackwardWeights", "ResampleForward", "ResampleBackward", "Rng", "Reshape",
            "Transpose", "Slice", "Concatenate"]

@@ -1,0 +1,150 @@
+"""The options of scaled dot-product attention: one frozen, hashable :class:`SdpaOptions`, checked once.
+
+``cudnn_py.sdpa``, ``sdpa_backward``, ``sdpa_fp8``, ``sdpa_fp8_backward``, :class:`cudnn_py.Sdpa` and the graph
+builder's ``Graph.sdpa*`` take the same object (or the same names as keywords), so each option has one name, one
+set of accepted values and one error message. The tensors of an attention call (bias, per-batch lengths, ragged
+offsets, page tables, the dropout seed and offset) are arguments beside it, not options.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+from typing import Any
+
+import numpy as np
+
+from cudnn_py.args import bool_arg
+from cudnn_py.errors import InvalidTypeError, InvalidValueError
+
+__all__ = ["SdpaOptions", "ALIGNMENTS", "IMPLEMENTATIONS"]
+
+#: diagonal alignments of the causal / sliding-window bands
+ALIGNMENTS = ("top_left", "bottom_right")
+#: ``implementation=`` values: 'composite' (the pattern of primitive operations), 'unified' (the one
+#: ``OPERATION_SDPA_FWD`` descriptor: scale, grouped-query heads and the statistics only), 'auto' (unified where
+#: it can, as cudnn-frontend does: the same speed, and its plan builds without runtime compilation)
+IMPLEMENTATIONS = ("auto", "composite", "unified")
+
+
+def _int(value: Any, name: str, minimum: int) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise InvalidTypeError(f"{name} must be an int >= {minimum} or None, got {value!r}")
+    if value < minimum:
+        raise InvalidValueError(f"{name} must be an int >= {minimum} or None, got {value!r}")
+    return int(value)
+
+
+def _real(value: Any, name: str) -> float:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise InvalidTypeError(f"{name} must be a number, got {type(value).__name__}")
+    if not math.isfinite(value):
+        raise InvalidValueError(f"{name} must be finite, got {value!r}")
+    return float(value)
+
+
+def _choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
+    if not isinstance(value, str):
+        raise InvalidTypeError(f"{name} must be one of {choices}, got {type(value).__name__}")
+    if value not in choices:
+        raise InvalidValueError(f"{name} must be one of {choices}, got {value!r}")
+    return value
+
+
+def _alibi(value: Any) -> bool | tuple[float, ...]:
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    try:
+        slopes = tuple(float(x) for x in np.asarray(value, np.float64).reshape(-1))
+    except (TypeError, ValueError):
+        raise InvalidTypeError(f"alibi must be True, False or per-head slopes, got {value!r}") from None
+    if not slopes or not all(math.isfinite(x) for x in slopes):
+        raise InvalidValueError(f"alibi slopes must be finite numbers, one per query head, got {value!r}")
+    return slopes
+
+
+@dataclasses.dataclass(frozen=True)
+class SdpaOptions:
+    """How attention is computed; checked when made, hashable (the plan caches key on it).
+
+    :param scale: multiplies q k^T (default 1/sqrt(D)).
+    :param causal: query i attends to keys <= i (relative to the aligned diagonal); means ``right_bound=0``.
+    :param diagonal_alignment: 'top_left' or 'bottom_right' (the diagonal ends at the last key; needs causal or
+        a bound).
+    :param left_bound, right_bound: sliding window: keys in (i - left_bound, i + right_bound].
+    :param alibi: True for the standard ALiBi slopes, or one slope per query head (needs causal). The graph
+        builder takes the slopes as a tensor instead (``Graph.sdpa(..., alibi=tensor)``).
+    :param dropout: drop probability of the attention weights, in [0, 1) (needs a seed and an offset).
+    :param max_seq_len_q, max_seq_len_kv: the longest sequences of a packed (ragged) batch; ``max_seq_len_kv``
+        also the longest cached sequence of a paged KV cache.
+    :param implementation: 'auto', 'composite' or 'unified' (see :data:`IMPLEMENTATIONS`).
+    """
+
+    scale: float | None = None
+    causal: bool = False
+    diagonal_alignment: str = "top_left"
+    left_bound: int | None = None
+    right_bound: int | None = None
+    alibi: bool | tuple[float, ...] = False
+    dropout: float = 0.0
+    max_seq_len_q: int | None = None
+    max_seq_len_kv: int | None = None
+    implementation: str = "auto"
+
+    def __post_init__(self) -> None:
+        fix = {"scale": None if self.scale is None else _real(self.scale, "scale"),
+               "causal": bool_arg(self.causal, "causal"),
+               "diagonal_alignment": _choice(self.diagonal_alignment, "diagonal_alignment", ALIGNMENTS),
+               "left_bound": _int(self.left_bound, "left_bound", 1),
+               "right_bound": _int(self.right_bound, "right_bound", 0),
+               "alibi": _alibi(self.alibi), "dropout": _real(self.dropout, "dropout"),
+               "max_seq_len_q": _int(self.max_seq_len_q, "max_seq_len_q", 1),
+               "max_seq_len_kv": _int(self.max_seq_len_kv, "max_seq_len_kv", 1),
+               "implementation": _choice(self.implementation, "implementation", IMPLEMENTATIONS)}
+        for name, value in fix.items():
+            object.__setattr__(self, name, value)
+        if not 0.0 <= self.dropout < 1.0:
+            raise InvalidValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.causal and self.right_bound not in (None, 0):
+            raise InvalidValueError(f"causal=True means right_bound=0; got right_bound={self.right_bound}")
+        band = self.left_bound is not None or self.band_right is not None
+        if self.diagonal_alignment == "bottom_right":
+            if not band:
+                raise InvalidValueError("diagonal_alignment='bottom_right' needs causal=True, right_bound or "
+                                        "left_bound")
+            if self.alibi is not False or self.dropout:
+                raise InvalidValueError("bottom-right alignment does not combine with ALiBi or dropout in cuDNN's "
+                                        "attention engines")
+        if self.alibi is not False and self.band_right != 0:
+            raise InvalidValueError("ALiBi needs causal=True (right_bound=0), as in cuDNN")
+
+    @property
+    def band_right(self) -> int | None:
+        """The right bound of the band (0 under ``causal``), None without one."""
+        return 0 if self.causal else self.right_bound
+
+    @classmethod
+    def of(cls, options: "SdpaOptions | dict | None", keywords: dict[str, Any] | None = None,
+           where: str = "sdpa") -> "SdpaOptions":
+        """``options`` (an SdpaOptions, a dict of its fields, or None) or, without it, the option ``keywords`` of a
+        call; both together only where every keyword has its default (else :class:`InvalidTypeError`)."""
+        keywords = keywords or {}
+        unknown = sorted(set(keywords) - set(_DEFAULTS))
+        if unknown:
+            raise InvalidTypeError(f"{where}() got an unexpected keyword argument {unknown[0]!r}")
+        if options is None:
+            return cls(**keywords)
+        if isinstance(options, dict):
+            options = cls.of(None, options, where)
+        if not isinstance(options, cls):
+            raise InvalidTypeError(f"{where}: options must be an SdpaOptions (or a dict of its fields), got "
+                                   f"{type(options).__name__}")
+        given = [n for n, v in keywords.items() if not (type(v) is type(_DEFAULTS[n]) and v == _DEFAULTS[n])]
+        if given:
+            raise InvalidTypeError(f"{where}: pass {', '.join(given)} in options= or as keywords, not both")
+        return options
+
+
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(SdpaOptions)}

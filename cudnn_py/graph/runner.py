@@ -1,0 +1,418 @@
+"""The one runner behind every cached graph call: plan, binding order, constants, variant packs, workspace, caches.
+
+:class:`Runner` holds a built plan with the graph tensors it binds in order (the call's inputs, then cached
+constants such as attention's ALiBi slopes, then the outputs; by-value scalars and the plan's scratch tensors are
+bound by the runner itself), the workspace it takes from the handle, and its variant packs cached by the bound
+data pointers: a call with addresses seen before sets no attribute and builds nothing. This module is the only one
+that builds ``VARIANT_PACK`` descriptors (:func:`make_variant_pack`).
+
+Its users: :class:`~cudnn_py.graph.execute.Executor` (``Graph.executor``, and through it ``graph.conv_*`` and the
+operation modules' graph paths), :class:`~cudnn_py.graph.execute.CudaGraph`, and attention
+(:mod:`cudnn_py.ops.sdpa`). :func:`cached` is the per-handle cache of what the entry points build per
+configuration (refusals included, where asked); :func:`plan_graph` builds or autotunes a graph for them, through
+the handle's plan cache and the on-disk store of :mod:`cudnn_py.graph.plan_store`.
+"""
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+from cudnn_py import _loader, capi, nvtx
+from cudnn_py._binding import status_error
+from cudnn_py.caches import handle_cache
+from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
+from cudnn_py.memory import DeviceArray, array_signature, as_array, empty
+
+from .descriptors import BackendDescriptor
+from .errors import GraphNotSupportedError
+
+__all__ = ["Runner", "cached", "cache_clear", "plan_graph", "autotune_graph", "make_variant_pack", "raw_execute",
+           "tensor_pointer", "check_signature", "handle_device", "workspace_pointer", "plan_pointer", "plan_bindings",
+           "scratch_pointers", "new_output"]
+
+#: variant packs a runner keeps (a new set of addresses beyond it starts the cache afresh)
+MAX_PACKS = 256
+_RAW_EXEC = None
+_VARIANT_PACK = capi.CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR
+_UIDS, _POINTERS, _WORKSPACE = (capi.CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, capi.CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS,
+                                capi.CUDNN_ATTR_VARIANT_PACK_WORKSPACE)
+
+
+def raw_execute() -> Callable[..., int]:
+    """``cudnnBackendExecute`` as a bare ctypes function: no errcheck (the caller checks the status) and no
+    argtypes (about 0.1 us less per call), so it must only ever get ``c_void_p`` objects (or None).
+
+    :returns: the function ``(handle, plan, variant_pack) -> status`` (an int, 0 for success), loaded once.
+    """
+    global _RAW_EXEC
+    if _RAW_EXEC is None:
+        cdll = _loader.library().cdll
+        fn = cdll._FuncPtr(("cudnnBackendExecute", cdll))
+        fn.restype = ctypes.c_int
+        _RAW_EXEC = fn
+    return _RAW_EXEC
+
+
+def make_variant_pack(uids: Sequence[int], pointers: Sequence[int | None], workspace: int | None
+                      ) -> BackendDescriptor:
+    """A finalized ``VARIANT_PACK`` descriptor, set in three calls (on the path of every call with new addresses).
+
+    :param uids: the tensors' unique ids.
+    :param pointers: their device (or, for by-value scalars, host) addresses, ints, in the same order.
+    :param workspace: the workspace's device address (None or 0: none).
+    :returns: the finalized descriptor (destroyed when closed or collected).
+    """
+    n = len(uids)
+    if len(pointers) != n:
+        raise InvalidValueError(f"variant pack: {n} unique ids but {len(pointers)} data pointers")
+    vp = BackendDescriptor(_VARIANT_PACK)
+    set_attr = capi.cudnnBackendSetAttribute.raw  # the bare ctypes call (errcheck kept): the arrays are built here
+    set_attr(vp.ptr, _UIDS, capi.CUDNN_TYPE_INT64, n, (ctypes.c_int64 * n)(*uids))
+    set_attr(vp.ptr, _POINTERS, capi.CUDNN_TYPE_VOID_PTR, n, (ctypes.c_void_p * n)(*pointers))
+    set_attr(vp.ptr, _WORKSPACE, capi.CUDNN_TYPE_VOID_PTR, 1, (ctypes.c_void_p * 1)(workspace or None))
+    capi.cudnnBackendFinalize.raw(vp.ptr)
+    vp.finalized = True
+    return vp
+
+
+def handle_device(handle: Any) -> int | None:
+    """The device ordinal of ``handle`` (a :class:`~cudnn_py.Handle` or anything with ``device``: an int or an object
+    with ``device_id``); None for a raw ``cudnnHandle_t``, whose device is not known."""
+    dev = getattr(handle, "device", None)
+    return None if dev is None else int(getattr(dev, "device_id", dev))
+
+
+def check_signature(t: Any, sig: tuple, device: int | None) -> None:
+    """Refuse an array signature (shape, strides, dtype, device) that does not fit graph tensor ``t``."""
+    shape, strides, dtype, device_id = sig
+    if dtype != t.np_dtype:
+        raise InvalidTypeError(f"tensor {t.name!r} expects dtype {t.np_dtype}, got an array of dtype {dtype}")
+    if shape != t.shape:
+        raise InvalidValueError(f"tensor {t.name!r} expects shape {t.shape}, got an array of shape {shape}")
+    if strides != t.strides and any(n > 1 and s != u for s, u, n in zip(strides, t.strides, t.shape)):
+        raise InvalidValueError(f"tensor {t.name!r} expects strides {t.strides} (elements), got {strides}: "
+                                f"pass an array with the graph's layout or build the graph with tensor_like(array)")
+    if device is not None and device_id != device:
+        raise InvalidValueError(f"tensor {t.name!r}: array is on device {device_id}, the handle on device {device}")
+
+
+def tensor_pointer(t: Any, obj: Any, device: int | None) -> int:
+    """The device pointer of ``obj`` bound to graph tensor ``t``, after checking them against each other.
+
+    :param t: the graph :class:`~cudnn_py.graph.Tensor`.
+    :param obj: the array (read by :func:`cudnn_py.memory.array_signature`).
+    :param device: the handle's device ordinal the array must be on (None: not checked).
+    :raises InvalidTypeError: another dtype, or not device memory; :class:`InvalidValueError`: another shape,
+        strides or device (the message names the tensor).
+    """
+    sig, ptr = array_signature(obj, t.name)
+    check_signature(t, sig, device)
+    return ptr
+
+
+def workspace_pointer(plan: Any, workspace: Any, device: int | None) -> int:
+    """The device pointer of a caller's workspace: a device array of at least the plan's workspace size on the
+    handle's device, or an int device pointer (taken as is: its size cannot be checked)."""
+    if isinstance(workspace, int) and not isinstance(workspace, bool):
+        if not workspace and plan.workspace_size:
+            raise InvalidValueError(f"the plan ({plan.tag}) needs {plan.workspace_size} bytes of workspace, not NULL")
+        return workspace
+    ws = as_array(workspace, "workspace", device=device)
+    if ws.nbytes < plan.workspace_size:
+        raise InvalidValueError(f"workspace has {ws.nbytes} bytes; the plan ({plan.tag}) needs {plan.workspace_size}")
+    return ws.ptr
+
+
+def plan_pointer(plan: Any) -> capi.cudnnBackendDescriptor_t:
+    """The plan descriptor's own pointer object: closing the descriptor sets it to NULL, so a holder of it passes
+    cuDNN NULL (an error status), never a freed plan.
+
+    :raises ClosedError: the plan's descriptor is closed.
+    """
+    ptr = plan.descriptor.ptr
+    if ptr is None:
+        raise ClosedError(f"the execution plan ({plan.tag}) is closed")
+    return ptr
+
+
+def plan_bindings(plan: Any) -> tuple[list, list]:
+    """What a variant pack of ``plan`` binds: (the graph tensors bound to arrays, the by-value scalars bound to host
+    buffers), each in the graph's order; the plan's scratch tensors are neither (:func:`scratch_pointers`).
+
+    :raises InvalidValueError: the plan has no graph.
+    """
+    g = plan.graph
+    if g is None:
+        raise InvalidValueError("this plan has no graph to name its tensors (load it with plan_from_json(..., graph=))")
+    io = g.io_tensors()
+    scratch = {uid for uid, _ in getattr(plan, "scratch", ())}
+    return [t for t in io if not t.is_by_value and t.uid not in scratch], [t for t in io if t.is_by_value]
+
+
+def scratch_pointers(plan: Any, workspace: int | None) -> tuple[list, list]:
+    """(uids, device pointers) of the plan's scratch tensors in the workspace at ``workspace`` (a plan-like object
+    without ``scratch`` has none)."""
+    places = getattr(plan, "scratch", ())
+    return [uid for uid, _ in places], [workspace + off for _, off in places]
+
+
+def new_output(handle: Any, shape: Sequence[int], dtype: Any, strides: Sequence[int]) -> DeviceArray:
+    """An uninitialised device array of ``shape`` laid out with ``strides`` on the handle's device and stream."""
+    order = sorted(range(len(shape)), key=lambda i: -strides[i])
+    buf = empty(tuple(shape[i] for i in order), dtype, stream=getattr(handle, "stream", None),
+                device=handle_device(handle))
+    return DeviceArray(buf.ptr, tuple(shape), dtype, tuple(strides), device_id=buf.device_id, owner=buf)
+
+
+def _resolve(g: Any, io: list, tensors: Sequence) -> list:
+    """``tensors`` (Tensor objects, names or uids) as the graph's I/O tensors, each once and all of them."""
+    by_uid = {v.uid: v for v in io}
+    resolved = [g[t] if isinstance(t, str) else t if hasattr(t, "uid") else by_uid.get(t) for t in tensors]
+    missing = [t.name for t in io if t not in resolved]
+    if missing:
+        raise InvalidValueError(f"executor must bind every I/O tensor; missing {', '.join(missing)}")
+    if len(resolved) != len(io):
+        raise InvalidValueError("executor tensors must be the graph's I/O tensors, each once")
+    return resolved
+
+
+class Runner:
+    """A plan, the graph tensors it binds in order, and its variant packs cached by the bound addresses.
+
+    :param plan: a :class:`~cudnn_py.graph.Plan` (anything with ``graph``, ``descriptor``, ``workspace_size``,
+        ``tag``).
+    :param handle: the :class:`~cudnn_py.Handle` (or a raw ``cudnnHandle_t``) it runs on: its stream and workspace.
+    :param tensors: the graph's I/O tensors in binding order (Tensors, names or uids; default the graph's order).
+    :param consts: arrays bound after the first ``n_inputs`` tensors on every call (kept alive here).
+    :param n_inputs: how many call inputs come before the constants (default: all tensors but the constants).
+    :param specs: what the caller keeps with the runner (attention: its outputs' shapes and layouts).
+    """
+
+    def __init__(self, plan: Any, handle: Any, tensors: Sequence = (), consts: Sequence = (),
+                 n_inputs: int | None = None, specs: Sequence = ()):
+        io, scalars = plan_bindings(plan)
+        if tensors:
+            io = _resolve(plan.graph, io, tensors)
+        self.plan, self.handle, self.tensors = plan, handle, tuple(io)
+        self.names = tuple(t.name for t in io)
+        self.uids = [t.uid for t in io] + [t.uid for t in scalars] + scratch_pointers(plan, 0)[0]
+        self.scalar_ptrs = [plan.graph.scalar_pointer(t) for t in scalars]
+        self.consts = tuple(consts)
+        self.const_ptrs = tuple(c.ptr for c in self.consts)
+        self.n_inputs = len(io) - len(self.consts) if n_inputs is None else n_inputs
+        self.specs = tuple(specs)
+        self.packs: dict = {}    # key -> c_void_p of the variant pack (what C gets)
+        self._keep: dict = {}    # key -> the BackendDescriptor owning it
+        self.recent: dict = {}   # argument tuple (the same objects) -> c_void_p (Executor's identity cache)
+        # the Handle's own pointer object: destroying the handle sets it to NULL, so a late call fails cleanly
+        self.h = handle.ptr if hasattr(handle, "ptr") else ctypes.c_void_p(ctypes.cast(handle, ctypes.c_void_p).value)
+        if not isinstance(self.h, ctypes.c_void_p):  # the raw call has no argtypes: only pointer objects
+            raise InvalidTypeError(f"handle must be a cudnn_py.Handle or a cudnnHandle_t, got {type(handle).__name__}")
+        self.plan_ptr = plan_pointer(plan)
+        self.workspace_size = plan.workspace_size
+        ws = getattr(handle, "workspace", None)
+        self.ws_get = None if ws is None else ws.get
+        self.stream = getattr(handle, "stream", None)
+        self.device = handle_device(handle)
+
+    # -- workspace, errors, the C call ----------------------------------------------------------------------------
+    def workspace(self) -> int | None:
+        """The handle's workspace pointer for this plan (None when the plan needs none)."""
+        if not self.workspace_size:
+            return None
+        if self.ws_get is None:
+            raise InvalidValueError(f"plan ({self.plan.tag}) needs {self.workspace_size} bytes of workspace and the "
+                                    f"handle has none: pass workspace=")
+        return self.ws_get(self.workspace_size, self.stream)
+
+    def error(self, status: int) -> Exception:
+        """The exception for a failed ``cudnnBackendExecute`` (a closed handle or plan named as such)."""
+        if getattr(self.handle, "closed", False):
+            return ClosedError("the Handle this plan runs on is closed; build a new plan on an open one")
+        if self.plan.descriptor.closed:
+            return ClosedError(f"the execution plan ({self.plan.tag}) is closed")
+        return status_error("cudnnBackendExecute", status)
+
+    def execute(self, vp: ctypes.c_void_p) -> None:
+        """``cudnnBackendExecute`` with variant pack ``vp`` on the handle's stream."""
+        status = nvtx.wrap("cudnnBackendExecute", raw_execute())(self.h, self.plan_ptr, vp)
+        if status:
+            raise self.error(status)
+
+    # -- variant packs ----------------------------------------------------------------------------------------------
+    def pack(self, key: Hashable, ptrs: Sequence[int], wsp: int | None) -> ctypes.c_void_p:
+        """The cached variant pack of ``key``, made from the bound tensors' ``ptrs`` and workspace ``wsp`` on a miss
+        (no validation: the caller checked the arrays)."""
+        vp = self.packs.get(key)
+        if vp is None:
+            desc = make_variant_pack(self.uids, [*ptrs, *self.scalar_ptrs, *scratch_pointers(self.plan, wsp)[1]], wsp)
+            if len(self.packs) >= MAX_PACKS:
+                self.packs.clear()
+                self._keep.clear()
+                self.recent.clear()
+            vp = self.packs[key] = ctypes.c_void_p(desc.ptr.value)
+            self._keep[key] = desc
+        return vp
+
+    def checked_pack(self, arrays: tuple, wsp: int | None) -> ctypes.c_void_p:
+        """The variant pack of ``arrays`` (one per bound tensor), keyed by each array's signature and address: a new
+        key validates every array against its tensor first (another array at a reused address is validated again)."""
+        if len(arrays) != len(self.tensors):
+            raise InvalidTypeError(f"executor takes {len(self.tensors)} arrays ({', '.join(self.names)}), got "
+                                   f"{len(arrays)}")
+        key = tuple(map(array_signature, arrays, self.names))
+        if wsp is not None:
+            key += (wsp,)
+        vp = self.packs.get(key)
+        if vp is None:
+            for t, (sig, _) in zip(self.tensors, key):
+                check_signature(t, sig, self.device)
+            vp = self.pack(key, [p for _, p in key[:len(self.tensors)]], wsp)
+        return vp
+
+    def bind(self, arrays: Sequence) -> ctypes.c_void_p:
+        """The variant pack of the call's ``arrays`` (inputs, then outputs; the constants are added here) with the
+        handle's workspace, keyed by their addresses after validating each against its tensor."""
+        n = self.n_inputs
+        arrays = [*arrays[:n], *self.consts, *arrays[n:]]
+        ptrs = tuple(tensor_pointer(t, a, self.device) for t, a in zip(self.tensors, arrays))
+        wsp = self.workspace()
+        return self.pack(ptrs if wsp is None else ptrs + (wsp,), ptrs, wsp)
+
+    def run(self, arrays: Sequence) -> None:
+        """Validate ``arrays`` (call inputs, outputs) and execute (see :meth:`bind`)."""
+        self.execute(self.bind(arrays))
+
+    def try_run(self, ptrs: tuple) -> bool:
+        """Execute with the cached variant pack of these addresses (the constants' included), if there is one: the
+        caller's key fixed the arrays' shapes, strides and dtypes, and the addresses were validated when the pack
+        was made. False (nothing ran) on a miss."""
+        wsp = self.workspace()
+        vp = self.packs.get(ptrs if wsp is None else ptrs + (wsp,))
+        if vp is None:
+            return False
+        self.execute(vp)
+        return True
+
+    def variant_pack(self, arrays: Sequence, wsp: int | None) -> BackendDescriptor:
+        """A new (uncached) variant pack of ``arrays`` (one per bound tensor, validated) and workspace ``wsp``: for a
+        holder that keeps it (a recorded CUDA graph)."""
+        ptrs = [tensor_pointer(t, a, self.device) for t, a in zip(self.tensors, arrays)]
+        return make_variant_pack(self.uids, [*ptrs, *self.scalar_ptrs, *scratch_pointers(self.plan, wsp)[1]], wsp)
+
+    # -- the executor's hot call ------------------------------------------------------------------------------------
+    def caller(self, identity_cache: int = 4) -> Callable[..., None]:
+        """``run(*arrays)``: one dict lookup (the last ``identity_cache`` argument tuples of DeviceArrays, by
+        identity) and one ctypes call when the arrays were seen before; :meth:`checked_pack` otherwise."""
+        recent, keep = self.recent, max(0, int(identity_cache))
+        recent_get, checked, error = recent.get, self.checked_pack, self.error
+        ex, h, plan = nvtx.wrap("cudnnBackendExecute", raw_execute()), self.h, self.plan_ptr
+
+        def lookup(arrays: tuple, key: tuple, wsp: int | None) -> ctypes.c_void_p:
+            vp = checked(arrays, wsp)
+            if keep and all(type(a) is DeviceArray for a in arrays):
+                if len(recent) >= keep:
+                    del recent[next(iter(recent))]
+                recent[key] = vp
+            return vp
+
+        if not self.workspace_size:
+            def run(*arrays):
+                try:
+                    vp = recent_get(arrays)
+                except TypeError:  # an unhashable argument: the slow path says what is wrong with it
+                    vp = None
+                if vp is None:
+                    vp = lookup(arrays, arrays, None)
+                status = ex(h, plan, vp)
+                if status:
+                    raise error(status)
+            return run
+        ws_get, size, stream = self._workspace_get(), self.workspace_size, self.stream
+
+        def run_ws(*arrays):
+            wsp = ws_get(size, stream)
+            key = arrays + (wsp,)
+            try:
+                vp = recent_get(key)
+            except TypeError:
+                vp = None
+            if vp is None:
+                vp = lookup(arrays, key, wsp)
+            status = ex(h, plan, vp)
+            if status:
+                raise error(status)
+        return run_ws
+
+    def _workspace_get(self) -> Callable[[int, Any], int]:
+        if self.ws_get is not None:
+            return self.ws_get
+
+        def missing(size: int, stream: Any) -> int:
+            raise InvalidValueError(f"plan needs {size} bytes of workspace and the handle has none: pass workspace=")
+        return missing
+
+    def with_workspace(self, workspace: Any, *arrays: Any) -> None:
+        """Execute with an explicit workspace (a DeviceArray of at least :attr:`workspace_size` bytes, or a device
+        pointer) instead of the handle's."""
+        self.execute(self.checked_pack(arrays, workspace_pointer(self.plan, workspace, self.device)))
+
+
+# -- what the entry points build per configuration ----------------------------------------------------------------
+def cached(handle: Any, namespace: str, key: Hashable, make: Callable[[], Any], *,
+           refusals: tuple[type[Exception], ...] = (), auto: bool = False) -> Any:
+    """What ``make()`` built for ``key`` in ``handle``'s cache ``namespace`` (made on the first call). An exception
+    of a type in ``refusals`` that ``make`` raised is remembered too: raised again on each call, or, with ``auto``,
+    None is returned (the caller runs another path)."""
+    cache = handle_cache(handle, namespace)
+    ent = cache.get(key)
+    if ent is None:
+        try:
+            ent = make()
+        except refusals as e:
+            ent = e
+        cache[key] = ent
+    if refusals and isinstance(ent, refusals):
+        if auto:
+            return None
+        raise ent
+    return ent
+
+
+def cache_clear(handle: Any, *namespaces: str) -> None:
+    """Forget what was built for ``handle`` in these caches."""
+    for ns in namespaces:
+        handle_cache(handle, ns).clear()
+
+
+def autotune_graph(g: Any, handle: Any, pack: dict) -> None:
+    """Autotune ``g`` on ``pack`` over the plans of heuristics modes A and B (timing every fallback engine too
+    costs seconds and never wins), or over the fallback plans when A and B have none.
+
+    :param g: the graph (its plan is the fastest afterwards).
+    :param handle: the :class:`~cudnn_py.Handle` to time on.
+    :param pack: graph tensor -> array for every I/O tensor (outputs are overwritten).
+    :raises GraphNotSupportedError: no plan of any mode runs the graph.
+    """
+    try:
+        g.autotune(handle, pack, modes=("A", "B"))
+    except GraphNotSupportedError:
+        g.autotune(handle, pack, modes=("FALLBACK",))
+
+
+def plan_graph(g: Any, handle: Any, inputs: dict, outputs: dict | Sequence, autotune: bool) -> Any:
+    """Build ``g`` (the heuristics' first plan, through the handle's plan cache and the plan store) or, with
+    ``autotune``, time every plan on the call's arrays (:func:`autotune_graph`); returns the selected plan.
+
+    :param inputs: graph tensor -> array of the inputs (timed on with ``autotune``).
+    :param outputs: graph tensor -> array of the outputs, or the output tensors alone (scratch arrays are made
+        for timing).
+    """
+    if autotune:
+        outs = outputs if isinstance(outputs, dict) else {
+            t: new_output(handle, t.shape, t.np_dtype, t.strides) for t in outputs}
+        autotune_graph(g, handle, {**inputs, **outs})
+    else:
+        g.build(handle)
+    return g.plan

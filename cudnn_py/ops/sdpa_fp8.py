@@ -1,0 +1,188 @@
+"""FP8 scaled dot-product attention (Hopper and newer) through cached graph plans: :func:`sdpa_fp8` and
+:func:`sdpa_fp8_backward`, with per-tensor descale/scale factors and amax outputs (see
+:mod:`cudnn_py.graph.ops.sdpa`), on the runner and argument handling of :mod:`cudnn_py.ops.sdpa`. Of the
+:class:`~cudnn_py.graph.ops.sdpa_options.SdpaOptions`, FP8 attention takes ``scale`` and ``causal``.
+"""
+from __future__ import annotations
+
+import numbers
+from typing import Any, Callable, NamedTuple
+
+import numpy as np
+
+from cudnn_py.args import bool_arg
+from cudnn_py.errors import InvalidValueError
+from cudnn_py.graph import Graph
+from cudnn_py.graph.ops.sdpa import FP8_BACKWARD_SCALES, FP8_FORWARD_SCALES
+from cudnn_py.graph.ops.sdpa_options import SdpaOptions
+from cudnn_py.handle import handle_arg
+from cudnn_py.memory import DeviceArrayLike
+
+from .sdpa_args import (bind_output, device_scalar, device_tensor, fast_outputs, fast_runner, graph_runner,
+                        output_spec, remember_fast, signatures)
+
+__all__ = ["sdpa_fp8", "sdpa_fp8_backward", "SdpaFp8Outputs", "SdpaFp8Grads"]
+
+
+class SdpaFp8Outputs(NamedTuple):
+    """What :func:`sdpa_fp8` returns."""
+    o: Any              #: the output in q's FP8 type (the float32 result times ``scale_o``)
+    stats: Any | None   #: the float32 softmax statistics (``return_stats=True``), else None
+    amax_s: Any         #: (1, 1, 1, 1) float32: max |softmax probability| (before ``scale_s``)
+    amax_o: Any         #: (1, 1, 1, 1) float32: max |o| before ``scale_o``
+
+
+class SdpaFp8Grads(NamedTuple):
+    """What :func:`sdpa_fp8_backward` returns: the FP8 gradients and the (1, 1, 1, 1) float32 max |.| of each
+    before its scaling (``amax_dp``: of dS, the gradient of the scores)."""
+    dq: Any
+    dk: Any
+    dv: Any
+    amax_dq: Any
+    amax_dk: Any
+    amax_dv: Any
+    amax_dp: Any
+
+
+def _fp8_call(handle: Any, kind: str, tensors: dict, scales: dict, given: dict, opts: SdpaOptions,
+              autotune: bool, fkey_options: tuple, build: Callable) -> list:
+    """Run an FP8 attention graph through the runner cache; returns its outputs in the order of ``given``.
+
+    :param kind: 'fp8_fwd' or 'fp8_bwd' (part of the cache keys).
+    :param tensors: the call's tensor inputs by graph-builder name (q, k, v, ...).
+    :param scales: the descale/scale arguments by name (numbers or device tensors).
+    :param given: the outputs by name, each the caller's array or None (a new one).
+    :param opts: the checked options; ``fkey_options``: the raw option arguments (the fast key's part).
+    :param build: ``build(g, inputs, opts)`` adds the operation to graph ``g`` (``inputs``: graph tensors by name)
+        and returns its output tensors by name, for the names of ``given``.
+    """
+    fkey = None
+    if not any(isinstance(x, numbers.Real) for x in scales.values()):  # a number is copied: validated path
+        try:
+            ins, in_ptrs = signatures((*tensors.values(), *scales.values()))
+            gs, g_ptrs = signatures(list(given.values()))
+            fkey = (kind, ins, gs, fkey_options)
+            r = fast_runner(handle, fkey)
+        except (InvalidValueError, TypeError):
+            fkey = r = None
+        if r is not None:
+            outs, out_ptrs = fast_outputs(handle, r, list(given.values()), g_ptrs, ())
+            if r.try_run(tuple(in_ptrs) + out_ptrs):
+                return outs
+
+    handle = handle_arg(handle)
+    arrays, metas = [], []
+    for n, x in tensors.items():
+        a, meta = device_tensor(x, n)
+        arrays.append(a)
+        metas.append(meta)
+    for n, x in scales.items():
+        a = device_scalar(handle, x, n, np.float32)
+        arrays.append(a)
+        metas.append((a.shape, a.strides, a.dtype))
+    out_metas = {n: None if x is None else device_tensor(x, n)[1] for n, x in given.items()}
+    names = (*tensors, *scales)
+
+    def make() -> tuple:
+        g = Graph(io_dtype=metas[0][2], compute_dtype="float32", intermediate_dtype="float32", name=f"sdpa_{kind}")
+        ins = [g.tensor_like(a, n) for n, a in zip(names, arrays)]
+        res = build(g, dict(zip(names, ins)), opts)
+        outs = []
+        for n, meta in out_metas.items():
+            t = res[n]
+            if meta is not None:
+                if tuple(meta[0]) != t.shape:
+                    raise InvalidValueError(f"{n} must have shape {t.shape}, got {tuple(meta[0])}")
+                t.strides = tuple(meta[1])
+            outs.append(t.set_output(True).set_name(n))
+        return g, ins + outs, dict(zip(ins, arrays)), outs, (), len(ins), [output_spec(t) for t in outs]
+
+    r = graph_runner(handle, (kind, tuple(metas), tuple(out_metas.values()), opts), make, autotune)
+    bound = [bind_output(handle, x, n, spec, None) for (n, x), spec in zip(given.items(), r.specs)]
+    r.run(arrays + [b for _, b in bound])
+    if fkey is not None:
+        remember_fast(handle, fkey, r)
+    return [a for a, _ in bound]
+
+
+def sdpa_fp8(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayLike,
+             options: SdpaOptions | None = None, *, descale_q: Any, descale_k: Any, descale_v: Any, descale_s: Any,
+             scale_s: Any, scale_o: Any, return_stats: bool = False, o: Any = None, stats: Any = None,
+             amax_s: Any = None, amax_o: Any = None, autotune: bool = False, scale: float | None = None,
+             causal: bool = False) -> SdpaFp8Outputs:
+    """FP8 attention forward (Hopper and newer) through a cached plan, as :func:`sdpa`.
+
+    Computes ``P = softmax(scale * descale_q * descale_k * q k^T)`` in float32, rounds ``P * scale_s`` to q's FP8
+    type, and returns ``o = (P8 v) * descale_s * descale_v * scale_o`` in q's FP8 type, with the amax of P and of o
+    before ``scale_o`` (what a delayed-scaling recipe feeds its next scales).
+
+    :param handle: the :class:`~cudnn_py.Handle` (plans are cached on it).
+    :param q, k, v: (B, Hq, Sq, D), (B, Hk, Skv, D), (B, Hv, Skv, Dv) device tensors of one FP8 type
+        (float8_e4m3fn or float8_e5m2: ml_dtypes on DeviceArrays, or torch's), head dims multiples of 16 up to
+        256 and packed; Hq a multiple of Hk and Hv.
+    :param descale_q, descale_k, descale_v, descale_s, scale_s, scale_o: each a one-element float32 device tensor
+        or a number > 0 (copied to the device on each call: pass device tensors for the fast path).
+    :param options: an :class:`SdpaOptions` of ``scale`` (multiplies q k^T; default 1/sqrt(D)) and ``causal``
+        (top-left causal mask, the only mask FP8 attention takes here), or those two as keywords.
+    :param return_stats: also return the (B, Hq, Sq, 1) float32 statistics :func:`sdpa_fp8_backward` needs.
+    :param o, stats, amax_s, amax_o: outputs to write (default: new arrays; o gets q's layout); ``stats`` implies
+        ``return_stats``.
+    :param autotune: on the first call of a configuration, time every plan and keep the fastest.
+    :returns: an :class:`SdpaFp8Outputs` (o, stats or None, amax_s, amax_o).
+    """
+    return_stats = bool_arg(return_stats, "return_stats") or stats is not None
+    given = {"o": o, "stats": stats, "amax_s": amax_s, "amax_o": amax_o}
+    if not return_stats:
+        del given["stats"]
+    opts = SdpaOptions.of(options, {"scale": scale, "causal": causal}, "sdpa_fp8")
+
+    def build(g: Graph, t: dict, opts: SdpaOptions) -> dict:
+        outs = g.sdpa_fp8(t["q"], t["k"], t["v"], opts, return_stats=return_stats,
+                          **{n: t[n] for n in FP8_FORWARD_SCALES})
+        return dict(zip(("o", "stats", "amax_s", "amax_o"), outs))
+
+    scales = {n: x for n, x in zip(FP8_FORWARD_SCALES, (descale_q, descale_k, descale_v, descale_s, scale_s, scale_o))}
+    outs = _fp8_call(handle, "fp8_fwd", {"q": q, "k": k, "v": v}, scales, given, opts, bool_arg(autotune, "autotune"),
+                     (options, scale, causal, autotune, return_stats), build)
+    if not return_stats:
+        outs.insert(1, None)
+    return SdpaFp8Outputs(*outs)
+
+
+def sdpa_fp8_backward(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayLike, o: DeviceArrayLike,
+                      do: DeviceArrayLike, stats: DeviceArrayLike, options: SdpaOptions | None = None, *,
+                      descale_q: Any, descale_k: Any, descale_v: Any, descale_o: Any, descale_do: Any,
+                      descale_s: Any, descale_dp: Any, scale_s: Any, scale_dq: Any, scale_dk: Any, scale_dv: Any,
+                      scale_dp: Any, dq: Any = None, dk: Any = None, dv: Any = None, amax_dq: Any = None,
+                      amax_dk: Any = None, amax_dv: Any = None, amax_dp: Any = None, autotune: bool = False,
+                      scale: float | None = None, causal: bool = False) -> SdpaFp8Grads:
+    """FP8 attention backward (Hopper: head dim 128) through a cached plan: the gradients of :func:`sdpa_fp8`.
+
+    :param q, k, v, o, stats: the forward's FP8 inputs, its FP8 output and its float32 statistics
+        (``return_stats=True``).
+    :param do: the output gradient (o's shape, either FP8 type).
+    :param descale_q, descale_k, descale_v, descale_o, descale_do: the inverse scales of the FP8 inputs.
+    :param descale_s, scale_s: the forward's probability scale and its inverse.
+    :param scale_dp, descale_dp: the scale of dS (rounded to do's FP8 type inside the kernel) and its inverse.
+    :param scale_dq, scale_dk, scale_dv: the scales of the FP8 results. Each scale is a one-element float32 device
+        tensor or a number > 0 (copied to the device on each call).
+    :param options: as in the forward (``scale`` and ``causal``, or those two as keywords).
+    :param dq, dk, dv, amax_dq, amax_dk, amax_dv, amax_dp: outputs to write (default: new arrays; dq, dk, dv in the
+        layouts of q, k, v and q's FP8 type).
+    :param autotune: on the first call of a configuration, time every plan and keep the fastest.
+    :returns: an :class:`SdpaFp8Grads` (dq, dk, dv, amax_dq, amax_dk, amax_dv, amax_dp).
+    """
+    given = {"dq": dq, "dk": dk, "dv": dv, "amax_dq": amax_dq, "amax_dk": amax_dk, "amax_dv": amax_dv,
+             "amax_dp": amax_dp}
+    opts = SdpaOptions.of(options, {"scale": scale, "causal": causal}, "sdpa_fp8_backward")
+
+    def build(g: Graph, t: dict, opts: SdpaOptions) -> dict:
+        outs = g.sdpa_fp8_backward(*(t[n] for n in ("q", "k", "v", "o", "do", "stats")), opts,
+                                   **{n: t[n] for n in FP8_BACKWARD_SCALES})
+        return dict(zip(given, outs))
+
+    scales = dict(zip(FP8_BACKWARD_SCALES, (descale_q, descale_k, descale_v, descale_o, descale_do, descale_s,
+                                         descale_dp, scale_s, scale_dq, scale_dk, scale_dv, scale_dp)))
+    tensors = {"q": q, "k": k, "v": v, "o": o, "do": do, "stats": stats}
+    return SdpaFp8Grads(*_fp8_call(handle, "fp8_bwd", tensors, scales, given, opts, bool_arg(autotune, "autotune"),
+                                   (options, scale, causal, autotune), build))
