@@ -383,16 +383,20 @@ class AlgorithmCache:
             self._data.clear()
             self.generation += 1
 
-    def _stored(self, key: tuple) -> AlgoPerf | None:
+    def _with_db(self, fn: Callable[[Any], Any], default: Any = None) -> Any:
+        """``fn(database)``; a database that cannot be used warns and gives ``default`` (choices stay in memory)."""
         from cudnn_py.tuning import TuningDatabaseError, TuningWarning
+        try:
+            return fn(self.database())
+        except TuningDatabaseError as e:
+            warnings.warn(f"algorithm cache: choices stay in this process: {e}", TuningWarning, stacklevel=4)
+            return default
+
+    def _stored(self, key: tuple) -> AlgoPerf | None:
+        from cudnn_py.tuning import TuningWarning
         if not isinstance(key, tuple) or not _json_value(key):
             return None
-        try:
-            db = self.database()
-            value = db.lookup(KIND, _key_text(key), device=_key_device(key))
-        except TuningDatabaseError as e:
-            warnings.warn(f"algorithm cache: {e}", TuningWarning, stacklevel=3)
-            return None
+        value = self._with_db(lambda db: db.lookup(KIND, _key_text(key), device=_key_device(key)))
         if value is None:
             return None
         try:
@@ -401,7 +405,7 @@ class AlgorithmCache:
         except (TypeError, ValueError, OverflowError) as e:
             warnings.warn(f"algorithm cache: ignoring the stored choice for {str(key)[:120]}: {e}; it will be "
                           f"measured again", TuningWarning, stacklevel=3)
-            db.discard(KIND, _key_text(key), device=_key_device(key))
+            self._with_db(lambda db: db.discard(KIND, _key_text(key), device=_key_device(key)))
             return None
         with self._lock:
             self._data[key] = perf
@@ -414,7 +418,6 @@ class AlgorithmCache:
 
     def put(self, key: tuple, perf: AlgoPerf) -> None:
         """Remember ``perf`` as the choice for ``key``, here and in the database."""
-        from cudnn_py.tuning import TuningDatabaseError, TuningWarning
         if not isinstance(perf, AlgoPerf):
             raise InvalidTypeError(f"cache values are AlgoPerf records, got {type(perf).__name__}")
         if not isinstance(key, tuple) or not _json_value(key):
@@ -423,11 +426,7 @@ class AlgorithmCache:
         check_entry(key, perf)
         with self._lock:
             self._data[key] = perf
-        try:
-            self.database().record(KIND, _key_text(key), {"perf": perf.to_dict()}, device=_key_device(key))
-        except TuningDatabaseError as e:
-            warnings.warn(f"algorithm cache: the choice stays in this process only: {e}", TuningWarning,
-                          stacklevel=2)
+        self._with_db(lambda db: db.record(KIND, _key_text(key), {"perf": perf.to_dict()}, device=_key_device(key)))
 
     def __len__(self) -> int:
         return len(self.entries())
@@ -440,15 +439,14 @@ class AlgorithmCache:
         with self._lock:
             self._data.clear()
             self.generation += 1
-        self.database().clear(KIND)
+        self._with_db(lambda db: db.clear(KIND))
 
     def entries(self) -> list[tuple[tuple, AlgoPerf]]:
         """Snapshot of (key, record) pairs: this process's in insertion order, then the database's other records of
         this environment (records that cannot answer their keys are left out)."""
         with self._lock:
             out = dict(self._data)
-        db = self.database()
-        for rec in db.records(KIND, db.environment()):
+        for rec in self._with_db(lambda db: db.records(KIND, db.environment()), []):
             try:
                 key = _tuplify(json.loads(rec.key))
                 if isinstance(key, tuple) and key not in out:
@@ -491,7 +489,7 @@ class AlgorithmCache:
         returns the number of entries read. Nothing is changed unless every entry is valid
         (:class:`CacheFileError` names the file, the entry and what is wrong); ``merge=False`` forgets every other
         choice first."""
-        from cudnn_py.tuning import Record, TuningDatabaseError, TuningWarning
+        from cudnn_py.tuning import Record
         path = os.fspath(path)
         loaded = _read_cache_file(path)
         if not merge:
@@ -499,15 +497,10 @@ class AlgorithmCache:
         with self._lock:
             self._data.update(loaded)
             self.generation += 1
-        db = self.database()
-        now, records = time.time(), []
-        for key, perf in loaded.items():
-            records.append(Record(KIND, _key_text(key), db.environment(_key_device(key)), {"perf": perf.to_dict()},
-                                  now, "import"))
-        try:
-            db.put_records(records, newer_only=False)
-        except TuningDatabaseError as e:
-            warnings.warn(f"algorithm cache: {path} stays in this process only: {e}", TuningWarning, stacklevel=2)
+        now = time.time()
+        self._with_db(lambda db: db.put_records([Record(KIND, _key_text(k), db.environment(_key_device(k)),
+                                                        {"perf": p.to_dict()}, now, "import")
+                                                 for k, p in loaded.items()], newer_only=False))
         return len(loaded)
 
     def __repr__(self) -> str:

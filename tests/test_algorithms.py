@@ -370,3 +370,15 @@ def test_loading_a_json_file_imports_it_into_the_database(tmp_path):
     db = TuningDatabase(tmp_path / "t.sqlite", environment=ENV)
     assert alg.AlgorithmCache(db).load(tmp_path / "old.json") == 1
     assert alg.AlgorithmCache(TuningDatabase(tmp_path / "t.sqlite", environment=ENV)).get(CONV_KEY) == _rec(algo=1)
+
+
+def test_a_database_that_cannot_be_opened_leaves_the_choices_in_memory(tmp_path):
+    bad = tmp_path / "bad.sqlite"
+    bad.write_bytes(b"not a database" * 100)
+    cache = alg.AlgorithmCache(lambda: TuningDatabase(bad, environment=ENV))
+    with pytest.warns(TuningWarning, match="stay in this process.*not an SQLite file"):
+        assert cache.get(CONV_KEY) is None
+        cache.put(CONV_KEY, _rec(algo=1))
+        assert cache.get(CONV_KEY) == _rec(algo=1) and cache.entries() == [(CONV_KEY, _rec(algo=1))]
+        cache.clear()
+    assert cache._data == {}

@@ -164,5 +164,8 @@ def test_cli_reports_from_the_database_and_merges_and_compares(problems, tmp_pat
         == 2.5
     with pytest.raises(SystemExit, match="--shard"):
         main(argv[:-5] + ["--shard", "3/3"])
+    (tmp_path / "junk.sqlite").write_text("junk" * 100)
+    with pytest.raises(SystemExit, match="algos: tuning database .*junk.sqlite: damaged"):
+        main(["algos", "--compare", str(path), str(tmp_path / "junk.sqlite")])
     with pytest.raises(SystemExit, match="database file"):
         main(["algos", "--model", "resnet18", "--db", ":memory:", "--devices", "0"])

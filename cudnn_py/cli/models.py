@@ -115,6 +115,14 @@ def _run_workers(args, devices: list[int], db) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """The ``algos --model / --compare / --merge / --list-models`` command."""
+    from cudnn_py.tuning import TuningDatabaseError
+    try:
+        return _run(args)
+    except TuningDatabaseError as e:
+        raise SystemExit(f"algos: {e}") from None
+
+
+def _run(args: argparse.Namespace) -> int:
     from cudnn_py.tuning import TuningDatabase
     from cudnn_py.tuning import report as rp
     if args.list_models:

@@ -157,15 +157,15 @@ class TuningDatabase:
                  timeout: float = 30.0):
         if environment is not None and not isinstance(environment, Environment):
             raise InvalidTypeError(f"environment must be an Environment, got {type(environment).__name__}")
-        memory = path is None or os.fspath(path) == ":memory:"
-        self._path: Path | None = None if memory else Path(os.fspath(path)).expanduser().absolute()
+        where = None if path is None else os.fspath(path)
+        self._path: Path | None = None if where in (None, ":memory:") else Path(str(where)).expanduser().absolute()
         self._fixed_env = environment
         self._timeout = float(timeout)
         self._lock = threading.RLock()
         self._env_ids: dict[Environment, int] = {}
         #: why the database is kept in memory instead of its file ('' when it is not)
         self.degraded = ""
-        self._conn = self._connect()
+        self._conn: sqlite3.Connection | None = self._connect()
         self._pid = os.getpid()
 
     # -- opening ---------------------------------------------------------------------------------------------

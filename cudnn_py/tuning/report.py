@@ -127,7 +127,7 @@ def totals(results: Sequence[LayerResult]) -> dict:
     had nothing usable."""
     both = [r for r in results if r.best_ms is not None and r.picks.get("heuristic")]
     heuristic = sum(r.picks["heuristic"][1] * r.count for r in both)
-    tuned = sum(r.best_ms * r.count for r in both)
+    tuned = sum((r.best_ms or 0.0) * r.count for r in both)
     return {"operations": len(results), "compared": len(both), "heuristic_ms": heuristic, "tuned_ms": tuned,
             "gain": heuristic / tuned - 1.0 if tuned else None, "misses": sum(1 for r in both if r.missed),
             "miss_threshold": MISS, "no_heuristic_pick": sum(1 for r in results if r.best_ms is not None and

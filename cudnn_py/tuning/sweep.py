@@ -82,15 +82,15 @@ def build_graph(p: Problem):
         _norm(g, p, op)
     elif isinstance(op, Attention):
         q = g.tensor((p.batch, op.heads, op.seq_q, op.d), name="q")
-        k = g.tensor((p.batch, op.kv_heads, op.seq_kv, op.d), name="k")
-        v = g.tensor((p.batch, op.kv_heads, op.seq_kv, op.d), name="v")
+        kt = g.tensor((p.batch, op.kv_heads, op.seq_kv, op.d), name="k")
+        vt = g.tensor((p.batch, op.kv_heads, op.seq_kv, op.d), name="v")
         if p.pass_ == "forward":
-            o, stats = g.sdpa(q, k, v, causal=op.causal)
+            o, stats = g.sdpa(q, kt, vt, causal=op.causal)
             _outputs(o, stats.set_dtype("float32"))
         else:
             o, do = (g.tensor((p.batch, op.heads, op.seq_q, op.d), name=nm) for nm in ("o", "do"))
             stats = g.tensor((p.batch, op.heads, op.seq_q, 1), dtype="float32", name="stats")
-            _outputs(*g.sdpa_backward(q, k, v, o, do, stats, causal=op.causal))
+            _outputs(*g.sdpa_backward(q, kt, vt, o, do, stats, causal=op.causal))
     else:
         raise TypeError(f"no graph for {type(op).__name__}")
     return g
