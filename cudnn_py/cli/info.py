@@ -10,6 +10,8 @@ import platform
 from importlib import metadata
 from typing import Any
 
+from cudnn_py._install import driver_extras, pip_install
+
 _PACKAGES = ("cudnn-py", "cuda-bindings", "cuda-core", "cuda-pathfinder", "cuda-python", "numpy", "ml_dtypes",
              "nvidia-cudnn-cu12", "nvidia-cudnn-cu13", "nvidia-cuda-runtime-cu12", "nvidia-cuda-runtime")
 _SUBLIBRARIES = ("cudnnGraphVersionCheck", "cudnnOpsVersionCheck", "cudnnCnnVersionCheck", "cudnnAdvVersionCheck")
@@ -48,7 +50,7 @@ def driver_and_gpus() -> dict[str, Any]:
     try:
         from cuda.bindings import driver
     except ImportError as e:
-        out["why_none"] = f"cuda-bindings is not installed ({e}); install cudnn-py[cu12] or cudnn-py[cu13]"
+        out["why_none"] = f"cuda-bindings is not installed ({e}); install it with cudnn-py: {driver_extras()}"
         return out
     try:
         err, = driver.cuInit(0)
@@ -97,17 +99,17 @@ def fit_warnings(info: dict[str, Any]) -> list[str]:
     cudnn_major = _major(cudnn.get("cuda_runtime"))
     if pk.get("nvidia-cudnn-cu12") and pk.get("nvidia-cudnn-cu13"):
         warnings.append("both nvidia-cudnn-cu12 and nvidia-cudnn-cu13 are installed; keep the one that matches "
-                        "your driver (the cudnn-py[cu12] / [cu13] extras install one set)")
+                        f"your driver ({driver_extras()} installs one set)")
     if bindings_major and cudnn_major and bindings_major != cudnn_major:
         warnings.append(f"mixed CUDA majors: cuda-bindings {pk['cuda-bindings']} is CUDA {bindings_major} but this "
-                        f"cuDNN was built for CUDA {cudnn_major}; install one set: pip install "
-                        f"'cudnn-py[cu{cudnn_major}]' in a fresh environment")
+                        f"cuDNN was built for CUDA {cudnn_major}; install one set: {pip_install(f'cu{cudnn_major}')} "
+                        "in a fresh environment")
     for what, major in ((f"cuda-bindings {pk.get('cuda-bindings')}", bindings_major),
                         (f"cuDNN {cudnn.get('version')} (CUDA {cudnn.get('cuda_runtime')})", cudnn_major)):
         if driver_major and major and major > driver_major:
             warnings.append(f"{what} needs a CUDA {major} driver ({_MIN_DRIVER.get(major, 'newer')} or newer) but "
                             f"the driver supports CUDA {info['driver']['cuda_version']}: update the driver or "
-                            f"install cudnn-py[cu{driver_major}]")
+                            f"install {pip_install(f'cu{driver_major}')}")
     max_sm = cudnn.get("max_sm")
     for gpu in info["driver"]["gpus"]:
         if max_sm and gpu["sm"] > max_sm:
