@@ -81,8 +81,9 @@ def _drv() -> ModuleType:
 _PRIMARY: dict[int, Any] = {}
 
 
-class _on_device:  # noqa: N801 - used as a with-statement, like a function
-    """``with _on_device(i):`` device ``i``'s primary context is current for the driver calls in the block.
+class on_device:  # noqa: N801 - used as a with-statement, like a function
+    """``with on_device(i):`` device ``i``'s primary context is current for the driver calls in the block (the
+    allocations, fills, copies and frees of this module and of :mod:`cudnn_py.workspace`).
 
     Fills, copies and frees are queued on the array's stream, which may be the legacy default stream: that one
     is the *current* context's, and a driver call on another device's memory fails (CUDA_ERROR_INVALID_VALUE).
@@ -394,7 +395,7 @@ class DeviceArray:
         if self.size == 0:
             return out
         if self.is_contiguous:
-            with _on_device(self.device_id):
+            with on_device(self.device_id):
                 _check(_drv().cuMemcpyDtoHAsync(out.ctypes.data, self.ptr, self.nbytes, s.handle),
                        "cuMemcpyDtoHAsync")
                 s.sync()
@@ -402,7 +403,7 @@ class DeviceArray:
         lo, count = self._span()
         host = np.empty(count, self.dtype)
         item = self.dtype.itemsize
-        with _on_device(self.device_id):
+        with on_device(self.device_id):
             _check(_drv().cuMemcpyDtoHAsync(host.ctypes.data, self.ptr + lo * item, count * item, s.handle),
                    "cuMemcpyDtoHAsync")
             s.sync()
@@ -425,7 +426,7 @@ class DeviceArray:
         if self.size == 0:
             return self
         item = self.dtype.itemsize
-        with _on_device(self.device_id):
+        with on_device(self.device_id):
             if item == 1:
                 _check(_drv().cuMemsetD8Async(self.ptr, int(v.view(np.uint8)[0]), self.size, s.handle),
                        "cuMemsetD8Async")
@@ -461,14 +462,14 @@ class DeviceArray:
             if other._stream is not None and other._stream != s:
                 s.wait(other._stream)
             if self.nbytes:
-                with _on_device(self.device_id):
+                with on_device(self.device_id):
                     _check(_drv().cuMemcpyDtoDAsync(self.ptr, other.ptr, self.nbytes, s.handle), "cuMemcpyDtoDAsync")
             return self
         host = np.ascontiguousarray(src, dtype=self.dtype)
         if host.shape != self.shape:
             raise InvalidValueError(f"copy_ source has shape {host.shape}; expected {self.shape}")
         if self.nbytes:
-            with _on_device(self.device_id):
+            with on_device(self.device_id):
                 _check(_drv().cuMemcpyHtoDAsync(self.ptr, host.ctypes.data, self.nbytes, s.handle),
                        "cuMemcpyHtoDAsync")
         return self
@@ -545,7 +546,7 @@ def _allocate(shape: Shape, dtype: npt.DTypeLike, stream: StreamLike, device: in
     if nbytes == 0:
         return DeviceArray._new(0, shape, dtype, c_strides(shape), dev.device_id, None, s, True)
     try:
-        with _on_device(dev.device_id):
+        with on_device(dev.device_id):
             buf = dev.allocate(nbytes, stream=s)
     except CudnnPyError:
         raise
@@ -565,8 +566,11 @@ class _Allocation:
         self.buffer, self.device_id = buffer, device_id
 
     def __del__(self) -> None:
-        with _on_device(self.device_id):
-            self.buffer.close()
+        try:
+            with on_device(self.device_id):
+                self.buffer.close()
+        except Exception:  # noqa: BLE001 - at interpreter exit the driver may be gone; cuda.core frees the rest
+            pass
 
 
 def empty(shape: Shape, dtype: npt.DTypeLike = np.float32, stream: StreamLike = None, *,
@@ -592,7 +596,7 @@ def zeros(shape: Shape, dtype: npt.DTypeLike = np.float32, stream: StreamLike = 
     """
     a = _allocate(shape, dtype, stream, device)
     if a.nbytes:
-        with _on_device(a.device_id):
+        with on_device(a.device_id):
             _check(_drv().cuMemsetD8Async(a.ptr, 0, a.nbytes, a.stream.handle), "cuMemsetD8Async")
     return a
 
@@ -631,7 +635,7 @@ def to_device(obj: npt.ArrayLike | DeviceArrayLike, stream: StreamLike = None, *
     host = np.ascontiguousarray(obj, dtype=dtype)
     a = _allocate(host.shape, host.dtype, stream, device)
     if a.nbytes:
-        with _on_device(a.device_id):
+        with on_device(a.device_id):
             _check(_drv().cuMemcpyHtoDAsync(a.ptr, host.ctypes.data, a.nbytes, a.stream.handle), "cuMemcpyHtoDAsync")
     return a
 

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from cudnn_py.errors import InvalidTypeError, InvalidValueError, WorkspaceLimitError, cuda_error_from
+from cudnn_py.errors import CudnnPyError, InvalidTypeError, InvalidValueError, WorkspaceLimitError, cuda_error_from
+from cudnn_py.memory import on_device
 from cudnn_py.streams import StreamLike, as_stream, get_device
 
 if TYPE_CHECKING:
@@ -105,11 +106,15 @@ class Workspace:
             if self._cap is not None:
                 size = min(size, self._cap)
             if self._buffer is not None:
-                self._buffer.close(s)
+                with on_device(self._buffer.device_id):
+                    self._buffer.close(s)
                 self._buffer, self._ptr, self._size = None, 0, 0
             dev = get_device(self._device)
             try:
-                self._buffer = dev.allocate(size, stream=s)
+                with on_device(dev.device_id):
+                    self._buffer = dev.allocate(size, stream=s)
+            except CudnnPyError:
+                raise
             except Exception as e:  # noqa: BLE001 - cuda.core's CUDAError: out of memory, mostly
                 raise cuda_error_from(e, "allocate", f"a {size}-byte workspace on device {dev.device_id}") from e
             self._ptr, self._size = int(self._buffer.handle), size
@@ -118,7 +123,8 @@ class Workspace:
     def release(self) -> None:
         """Give the buffer back (stream-ordered on the stream that last used it); the next :meth:`get` allocates again."""
         if self._buffer is not None:
-            self._buffer.close(self._stream)
+            with on_device(self._buffer.device_id):
+                self._buffer.close(self._stream)
             self._buffer, self._ptr, self._size = None, 0, 0
 
     close = release

@@ -15,7 +15,6 @@ from cudnn_py import capi
 from cudnn_py import descriptors as D
 from cudnn_py.errors import CudnnPyError, InvalidTypeError, InvalidValueError, NoDeviceError
 from cudnn_py.memory import DeviceArray
-from cudnn_py.ops import tensor_ops as T
 from helpers import fake
 
 

@@ -220,3 +220,52 @@ def test_export_to_torch_on_another_stream():
         total = float(t.sum())
     assert t.data_ptr() == a.ptr
     assert total == 5.0 * (1 << 22)
+
+
+# --- out of memory -----------------------------------------------------------------------------------------
+
+def _device_bytes() -> tuple[int, int]:
+    """(free, total) bytes of the current device."""
+    from cuda.bindings import driver
+    err, free, total = driver.cuMemGetInfo()
+    assert int(err) == 0
+    return free, total
+
+
+def _relu_check(h, rng):
+    """A small call on ``h`` that must still be right."""
+    x = rng.standard_normal((2, 3, 8, 8)).astype(np.float32)
+    y = cudnn.activation_forward(h, cudnn.Activation("relu"), cudnn.to_device(x, stream=h.stream), engine="legacy")
+    np.testing.assert_array_equal(y.to_numpy(), np.maximum(x, 0))
+
+
+def test_out_of_memory_is_an_error_and_leaves_everything_usable(handle, rng):
+    """Asking for more than the card has: CudaOutOfMemoryError (a MemoryError), from an array, from the handle's
+    workspace and from an output a call allocates; afterwards the handle, its workspace and allocation still work."""
+    from cudnn_py.errors import CudaOutOfMemoryError
+    _, total = _device_bytes()
+    with pytest.raises(CudaOutOfMemoryError) as e:
+        cudnn.empty((2 * total,), np.uint8)
+    assert isinstance(e.value, MemoryError) and "bytes on device" in str(e.value)
+    size = handle.workspace.size
+    with pytest.raises(CudaOutOfMemoryError):
+        handle.workspace.get(2 * total, handle.stream)
+    assert handle.workspace.size in (0, size)
+    _relu_check(handle, rng)
+    assert handle.workspace.get(1 << 20, handle.stream) != 0
+
+    # an output allocated inside a call: fill the device first, keep a quarter of a big input's size free
+    x = cudnn.to_device(rng.standard_normal((64, 1024, 1024)).astype(np.float32), stream=handle.stream)  # 256 MiB
+    handle.synchronize()
+    free, _ = _device_bytes()
+    hog = []
+    try:
+        hog.append(cudnn.empty((max(free - x.nbytes // 4, 1),), np.uint8))
+        with pytest.raises(CudaOutOfMemoryError):
+            cudnn.activation_forward(handle, cudnn.Activation("relu"), x, engine="legacy")
+    finally:
+        hog.clear()
+    handle.synchronize()
+    y = cudnn.activation_forward(handle, cudnn.Activation("relu"), x, engine="legacy")
+    np.testing.assert_array_equal(y.to_numpy()[:2], np.maximum(x.to_numpy()[:2], 0))
+    _relu_check(handle, rng)

@@ -138,3 +138,103 @@ def test_arrays_on_another_device_are_refused_before_c():
             else:
                 problems.append(f"{name}: accepted arrays on device 0 with a handle on device 1")
     assert not problems, "\n".join(problems)
+
+
+def _current_context() -> int:
+    from cuda.bindings import driver
+    err, ctx = driver.cuCtxGetCurrent()
+    assert int(err) == 0
+    return int(ctx)
+
+
+def _memory_round(cudnn, device: int, rng) -> None:
+    """Every memory operation on arrays of ``device``, whatever device is current (or none): values exact, the
+    thread's current context unchanged by each."""
+    import gc
+    before = _current_context()  # (each device was used in this thread before: a first use makes it current)
+    host = rng.standard_normal((5, 7)).astype(np.float32)
+    a = cudnn.to_device(host, device=device)
+    assert a.device_id == device and _current_context() == before
+    np.testing.assert_array_equal(a.to_numpy(), host)
+    z = cudnn.zeros((5, 7), np.float32, device=device)
+    np.testing.assert_array_equal(z.to_numpy(), np.zeros((5, 7), np.float32))
+    z.fill_(np.nan).fill_(2.5)
+    np.testing.assert_array_equal(z.to_numpy(), np.full((5, 7), 2.5, np.float32))
+    for dtype, value in ((np.float64, -0.5), (np.int8, -7), (np.float16, 3.0), (np.int64, 2 ** 40 + 1)):
+        b = cudnn.empty((3, 33), dtype, device=device).fill_(value)
+        np.testing.assert_array_equal(b.to_numpy(), np.full((3, 33), value, dtype))
+    z.copy_(a)
+    np.testing.assert_array_equal(z.to_numpy(), host)
+    z.copy_(host * 2)
+    np.testing.assert_array_equal(z.to_numpy(), host * 2)
+    t = cudnn.DeviceArray(a.ptr, (7, 5), np.float32, strides=(1, 7), device_id=device, owner=a)
+    np.testing.assert_array_equal(t.to_numpy(), host.T)
+    e = cudnn.empty_like(a)
+    assert e.device_id == device
+    del a, z, e, t, b
+    gc.collect()  # frees, ordered on each array's stream on its device
+    assert _current_context() == before
+
+
+@pytest.mark.multi_gpu
+def test_memory_operations_on_an_array_of_another_device(rng):
+    """Fill, copy, to_numpy, zeros, to_device and free of arrays on device 1 while device 0 is current, and the
+    other way round (issue 21: filling an array of the other device raised CUDA_ERROR_INVALID_VALUE)."""
+    import cudnn_py as cudnn
+    from cuda.core import Device
+    for d in (0, 1):
+        cudnn.empty((1,), np.float32, device=d)
+    for current, other in ((0, 1), (1, 0)):
+        Device(current).set_current()
+        _memory_round(cudnn, other, rng)
+        _memory_round(cudnn, current, rng)
+    # a copy between the devices (unified addressing), each side non-current in turn
+    src = cudnn.to_device(rng.standard_normal((64,)).astype(np.float32), device=0)
+    dst = cudnn.empty((64,), np.float32, device=1).fill_(np.nan)
+    dst.copy_(src)
+    np.testing.assert_array_equal(dst.to_numpy(), src.to_numpy())
+
+
+@pytest.mark.multi_gpu
+def test_a_thread_per_gpu_with_no_current_device(rng):
+    """A thread per GPU, each with its own GPU current: its arrays, then its neighbour's (not current there)."""
+    import cudnn_py as cudnn
+    n = min(_gpu_count(), 4)
+    seeds = {d: int(rng.integers(1 << 31)) for d in range(n)}
+
+    def work(d):
+        r = np.random.default_rng(seeds[d])
+        for k in (d + 1, d):  # first uses: this thread's current device is then d
+            cudnn.empty((1,), np.float32, device=k % n)
+        for _ in range(3):
+            _memory_round(cudnn, d, r)
+            _memory_round(cudnn, (d + 1) % n, r)
+    _threads(work, list(range(n)))
+
+
+@pytest.mark.multi_gpu
+def test_handles_and_graph_plans_on_the_second_device(rng):
+    """A Handle, a legacy call with a library-allocated output and a graph plan (build, execute, executor cache)
+    on device 1 while device 0 is current, checked against NumPy; nothing of it lands on device 0."""
+    import cudnn_py as cudnn
+    from cuda.core import Device
+    from cudnn_py import graph as G
+    Device(0).set_current()
+    a_host = rng.integers(-3, 4, (2, 8, 16)).astype(np.float32)  # small ints: exact under TF32 too
+    b_host = rng.integers(-3, 4, (2, 16, 4)).astype(np.float32)
+    with cudnn.Handle(device=1) as h:
+        assert h.device == 1
+        x = cudnn.to_device(a_host, stream=h.stream, device=1)
+        y = cudnn.activation_forward(h, cudnn.Activation("relu"), x)
+        assert y.device_id == 1
+        np.testing.assert_array_equal(y.to_numpy(), np.maximum(a_host, 0))
+        g = G.Graph()
+        ta, tb = g.tensor(a_host.shape, name="a"), g.tensor(b_host.shape, name="b")
+        tc = g.matmul(ta, tb).set_output(True).set_name("c")
+        g.build(h)
+        for _ in range(2):  # the second execute goes through the cached plan
+            out = cudnn.empty((2, 8, 4), np.float32, stream=h.stream, device=1).fill_(np.nan)
+            g.execute(h, {ta: x, tb: cudnn.to_device(b_host, stream=h.stream, device=1), tc: out})
+            h.synchronize()
+            np.testing.assert_array_equal(out.to_numpy(), a_host @ b_host)
+        assert h.workspace.size == 0 or h.workspace.ptr != 0
