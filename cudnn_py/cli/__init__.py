@@ -1,4 +1,5 @@
-"""``cudnn-py <command>`` (or ``python -m cudnn_py <command>``): each command is a module here with ``add_parser`` and ``run``."""
+"""``cudnn-py <command>`` (or ``python -m cudnn_py <command>``): each command is a module here with ``add_parser`` and
+``run``; :mod:`cudnn_py.cli.prerequisites` holds the checks every command, example, benchmark and tool makes first."""
 from __future__ import annotations
 
 import argparse

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from cudnn_py._install import pip_install
+from cudnn_py.streams import missing_device
 
 __all__ = ["require_gpu", "missing", "script_args"]
 
@@ -24,7 +25,6 @@ def require_gpu(prog: str | None = None, device: int = 0) -> None:
 
     :raises SystemExit: with the message, where there is no usable GPU.
     """
-    from cudnn_py.streams import missing_device
     err = missing_device(device)
     if err is not None:
         raise SystemExit(f"{prog or os.path.basename(sys.argv[0])}: {err}")
@@ -33,8 +33,8 @@ def require_gpu(prog: str | None = None, device: int = 0) -> None:
 def missing(gpu: bool = True, modules: Sequence[str] = (), extra: str = "bench", device: int = 0) -> list[str]:
     """What is missing to run: the GPU's reason, then one entry per absent module with the pip command that
     installs it (the extra ``extra`` of cudnn-py)."""
-    from cudnn_py.streams import missing_device
-    out = [str(err) for err in [missing_device(device) if gpu else None] if err is not None]
+    err = missing_device(device) if gpu else None
+    out = [] if err is None else [str(err)]
     absent = [m for m in modules if importlib.util.find_spec(m) is None]
     if absent:
         out.append(f"needs {', '.join(absent)}: {pip_install(extra)}")
