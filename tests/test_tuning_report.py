@@ -16,9 +16,10 @@ from cudnn_py.tuning.sweep import KIND, sweep
 ENV = Environment("9.19.0", "Test GPU", "9.0", "13.0")
 
 
-def cfg(tag, ms, *, ok=True, notes=(), det=True, ws=0):
+def cfg(tag, ms, *, ok=True, notes=(), det=True, ws=0, agrees=True):
     return {"tag": tag, "engine": int(tag[3:].split("_")[0]), "knobs": {}, "notes": list(notes), "deterministic": det,
-            "ok": ok, "ms": ms if ok else None, "workspace": ws, "build_ms": 1.0, "reason": "" if ok else "no"}
+            "ok": ok, "ms": ms if ok else None, "workspace": ws, "build_ms": 1.0, "diff": 0.0 if agrees else 1.0,
+            "agrees": agrees if ok else None, "reason": "" if ok else "no"}
 
 
 def record(p, configs, order, dtype="float16"):
@@ -72,6 +73,13 @@ def test_filters_change_the_best_and_the_picks(problems):
                                                       "workspace <= 5 B")
     nothing = rp.analyse(problems, recs, rp.Filters(workspace_limit=-1))
     assert all(r.best is None for r in nothing) and rp.totals(nothing)["nothing_usable"] == 3
+
+
+def test_a_configuration_that_disagrees_is_never_picked(problems):
+    recs = synthetic(problems)
+    recs[problems[0].key]["configs"][1] = cfg("eng2", 0.5, agrees=False)     # fastest, and wrong
+    first = rp.analyse(problems, recs)[0]
+    assert first.best == "eng3" and first.disagree == 1 and "1 disagree" in rp.format_table([first])
 
 
 def test_unmeasured_and_unsupported_operations_are_listed(problems):

@@ -36,6 +36,8 @@ def test_measured_records_have_every_config_and_each_modes_order(handle):
         assert ok, (p.key, [c["reason"] for c in rec["configs"]])
         assert rec["order"]["A"], p.key
         assert all(c["ms"] > 0 and c["workspace"] >= 0 and c["build_ms"] > 0 for c in ok)
+        # every configuration's output matches the others' (NaN-poisoned first: an unwritten output disagrees)
+        assert all(c["agrees"] for c in ok), (p.key, [(c["tag"], c["diff"]) for c in ok if not c["agrees"]])
         (res,) = rp.analyse([p], {p.key: rec})
         assert res.best_ms == min(c["ms"] for c in ok) and res.picks["heuristic"] is not None
         assert res.regret["heuristic"] >= 0

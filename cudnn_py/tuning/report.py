@@ -30,7 +30,8 @@ PICKS = ("heuristic", "A", "B", "FALLBACK")
 @dataclass(frozen=True)
 class Filters:
     """Which configurations may be picked: deterministic only, no TF32 (tensor cores or down-converted inputs on
-    float32 data), no reduced-precision reduction, at most ``workspace_limit`` bytes of workspace."""
+    float32 data), no reduced-precision reduction, at most ``workspace_limit`` bytes of workspace. A configuration
+    whose output disagreed with the others' (see :mod:`cudnn_py.tuning.sweep`) is never allowed."""
 
     deterministic: bool = False
     no_tf32: bool = False
@@ -39,7 +40,7 @@ class Filters:
 
     def allows(self, cfg: dict, dtype: str) -> bool:
         """Whether a measured configuration (a record's ``configs`` entry) ran and passes the filters."""
-        if not cfg.get("ok"):
+        if not cfg.get("ok") or cfg.get("agrees") is False:
             return False
         notes = set(cfg.get("notes") or ())
         if self.deterministic and (not cfg.get("deterministic", True) or "nondeterministic" in notes):
@@ -70,6 +71,7 @@ class LayerResult:
     count: int
     configs: int = 0
     ran: int = 0
+    disagree: int = 0    #: configurations whose output differed from the others' (never picked)
     best: str | None = None
     best_ms: float | None = None
     best_workspace: int | None = None
@@ -111,6 +113,7 @@ def analyse(problems: Sequence[Problem], records: dict, filters: Filters = Filte
         res.problem = rec.get("problem", "")
         usable, best, picks = analyse_record(rec, p.dtype, filters)
         res.configs, res.ran = len(rec["configs"]), sum(1 for c in rec["configs"] if c["ok"])
+        res.disagree = sum(1 for c in rec["configs"] if c.get("agrees") is False)
         if best is not None:
             res.best, res.best_ms, res.best_workspace = best, usable[best]["ms"], usable[best].get("workspace")
         for name in PICKS:
@@ -151,7 +154,8 @@ def format_table(results: Sequence[LayerResult]) -> str:
     for r in results:
         name = (r.layers[0] if r.layers else "") + (f" x{r.count}" if r.count > 1 else "")
         heur = r.picks.get("heuristic")
-        note = r.problem[:80] if r.problem else ("MISS" if r.missed else "")
+        note = r.problem[:80] if r.problem else " ".join(
+            w for w in ("MISS" if r.missed else "", f"{r.disagree} disagree" if r.disagree else "") if w)
         lines.append(f"{r.kind + '.' + r.pass_:<16}{name[:39]:<40}{f'{r.ran}/{r.configs}':>8}{(r.best or '-')[:33]:>34}"
                      f"{_ms(r.best_ms):>10}{_ms(heur[1] if heur else None):>10}{_pct(r.regret.get('heuristic')):>8}"
                      f"{_pct(r.regret.get('A')):>8}{_pct(r.regret.get('B')):>8}{_pct(r.regret.get('FALLBACK')):>8}"
@@ -170,7 +174,7 @@ def format_totals(t: dict) -> str:
 
 def _flat(r: LayerResult) -> dict:
     row = {"key": r.key, "kind": r.kind, "pass": r.pass_, "layers": " ".join(r.layers), "count": r.count,
-           "configs": r.configs, "ran": r.ran, "best": r.best, "best_ms": r.best_ms,
+           "configs": r.configs, "ran": r.ran, "disagree": r.disagree, "best": r.best, "best_ms": r.best_ms,
            "best_workspace": r.best_workspace, "missed": r.missed, "problem": r.problem}
     for name in PICKS:
         pick = r.picks.get(name)

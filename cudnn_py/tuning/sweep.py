@@ -3,7 +3,9 @@
 For each :class:`~cudnn_py.tuning.models.Problem` (one layer's forward or backward pass at a batch size, dtype
 and layout) a cuDNN graph is built, the engine configurations that heuristics modes A, B and FALLBACK offer are
 collected (each mode's order kept), and each is built into a plan and timed on the device (CUDA events, median of
-``repeats`` after ``warmup``) on random data. The record (kind :data:`KIND`, key :attr:`Problem.key`) holds every
+``repeats`` after ``warmup``) on random data; each one's outputs (NaN-poisoned before its first run) are compared with
+the element-wise median of all configurations' outputs, and one that differs by more than :data:`AGREEMENT` (a
+wrong or unwritten result) is marked as disagreeing and never picked as the best. The record (kind :data:`KIND`, key :attr:`Problem.key`) holds every
 configuration's time, workspace, notes and build time, and each mode's order, so the picks and regrets of any
 filter can be computed later (:mod:`cudnn_py.tuning.report`) without measuring again. Problems whose record is in
 the database are not measured again (unless ``remeasure``).
@@ -130,24 +132,60 @@ _INPUTS = frozenset({"x", "w", "w_t", "dy", "dy_t", "q", "k", "v", "o", "do", "s
                      "inv_variance"})
 
 
-def _bind(g, h, block: np.ndarray) -> dict:
-    """Device arrays for every tensor of ``g``: inputs filled with the random ``block`` tiled (statistics with
-    plausible values), outputs left as allocated."""
+def _bind(g, h, block: np.ndarray) -> tuple[dict, dict]:
+    """(variant pack, {output tensor: its dense buffer}) for ``g``: inputs filled with the random ``block`` tiled
+    (statistics with plausible values), outputs left as allocated."""
     from cudnn_py.memory import DeviceArray, empty, to_device
-    pack = {}
+    pack, outputs = {}, {}
     for t in g.io_tensors():
         if t.is_by_value:
             continue
         extent = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.strides))
         if t.name not in _INPUTS:   # an output
-            buf = empty((extent,), t.np_dtype, stream=h.stream, device=h.device)
+            buf = outputs[t] = empty((extent,), t.np_dtype, stream=h.stream, device=h.device)
         elif t.name == "inv_variance":
             buf = to_device(np.ones(extent, t.np_dtype), h.stream, device=h.device)
         else:
             data = np.abs(block) + 1.0 if t.name == "stats" else block
             buf = to_device(np.resize(data.astype(t.np_dtype), extent), h.stream, device=h.device)
         pack[t] = DeviceArray(buf.ptr, t.shape, t.np_dtype, t.strides, device_id=buf.device_id, owner=buf)
-    return pack
+    return pack, outputs
+
+
+#: relative difference from the configurations' median output above which a configuration is marked as disagreeing
+#: (a sanity bound that catches wrong or unwritten results, not a precision test): by data type
+AGREEMENT = {"float32": 1e-2, "float16": 5e-2, "bfloat16": 5e-2}
+_SAMPLE = 1 << 18
+
+
+def _sample(outputs: dict) -> list[np.ndarray]:
+    """Up to :data:`_SAMPLE` evenly spaced values of each output (float32, on the host)."""
+    out = []
+    for buf in outputs.values():
+        host = np.asarray(buf.to_numpy()).reshape(-1)
+        out.append(host[::max(1, host.size // _SAMPLE)].astype(np.float32))
+    return out
+
+
+def _agreement(samples: dict[str, list[np.ndarray]], rows: dict[str, dict], dtype: str) -> None:
+    """Each configuration's largest relative difference from the element-wise median of all of them ('diff') and
+    whether it is within :data:`AGREEMENT` ('agrees'): a minority of wrong configurations cannot hide."""
+    if not samples:
+        return
+    tags = list(samples)
+    for i in range(len(samples[tags[0]])):
+        stack = np.stack([samples[t][i] for t in tags])
+        with np.errstate(invalid="ignore"):
+            median = np.median(stack, axis=0)
+            scale = float(np.nanmax(np.abs(median))) if np.isfinite(median).any() else 0.0
+            for t, values in zip(tags, stack):
+                diff = float(np.max(np.abs(values - median))) / (scale or 1.0)
+                diff = diff if math.isfinite(diff) else float("inf")
+                rows[t]["diff"] = max(rows[t].get("diff") or 0.0, diff)
+    for t in tags:
+        rows[t]["agrees"] = rows[t]["diff"] <= AGREEMENT.get(dtype, 5e-2)
+        if not rows[t]["agrees"]:
+            rows[t]["diff"] = min(rows[t]["diff"], 1e300)   # JSON has no infinity
 
 
 def _knobs(cfg) -> dict:
@@ -180,27 +218,35 @@ def measure(p: Problem, h, modes: Sequence[str] = MODES, repeats: int = 10, warm
         for c in found:
             configs.setdefault(c.tag, c)
     block = np.random.default_rng(0).standard_normal(1 << 20).astype(np.float32) * 0.5
-    pack = _bind(g, h, block)
+    pack, outputs = _bind(g, h, block)
+    samples: dict[str, list[np.ndarray]] = {}
+    rows: dict[str, dict] = {}
     for i, (tag, cfg) in enumerate(configs.items()):
         if progress:
             progress(f"{p.key} [{i + 1}/{len(configs)}] {tag}")
         row = {"tag": tag, "engine": cfg.global_index, "knobs": _knobs(cfg), "notes": cfg.notes(),
                "deterministic": cfg.is_deterministic, "ok": False, "ms": None, "workspace": None, "build_ms": None,
-               "reason": ""}
+               "diff": None, "agrees": None, "reason": ""}
         try:
             t0 = time.perf_counter()
             plan = G.Plan.build(g, h, cfg)
             row["build_ms"] = (time.perf_counter() - t0) * 1e3
             row["workspace"] = int(plan.workspace_size)
+            for buf in outputs.values():
+                buf.fill_(float("nan") if buf.dtype.kind == "f" or buf.dtype.name == "bfloat16" else 0)
+            plan.execute(h, pack)
+            got = _sample(outputs)
             ms = G.time_plan(plan, h, pack, warmup=warmup, iters=repeats)
         except CudnnPyError as e:
             row["reason"] = " ".join(str(e).split())[:300]
         else:
             if ms is not None and math.isfinite(ms) and ms >= 0:
                 row["ok"], row["ms"] = True, float(ms)
+                samples[tag], rows[tag] = got, row
             else:
                 row["reason"] = f"timing gave {ms!r}"
         rec["configs"].append(row)
+    _agreement(samples, rows, p.dtype)
     return rec
 
 
