@@ -12,8 +12,8 @@ For each key (operation name first, then everything the answer depends on: shape
 
 1. the handle's remembered choice (its cache ``"engine.choice"``: counted by :meth:`Handle.cache_info`, listed by
    :func:`choices`) runs: a dict lookup;
-2. else the tuning database's ``"engine_choice"`` record for the key on this GPU and cuDNN version
-   (:mod:`cudnn_py.tuning`, where it exists; without it choices live in memory only);
+2. else the tuning database's ``"engine_choice"`` record for the key on this GPU, cuDNN and driver
+   (:func:`cudnn_py.tuning.default_database`; where it cannot be used choices live in memory only);
 3. else both engines are measured on the call's arrays: each runs once (building its plan; an engine that refuses -
    :class:`~cudnn_py.graph.legacy.GraphPathRefused`, :class:`~cudnn_py.graph.GraphNotSupportedError`, ``graph()``
    answering False - or fails with any :class:`~cudnn_py.errors.CudnnPyError` is left out), then :data:`ROUNDS`
@@ -35,6 +35,7 @@ import json
 import logging
 import math
 import os
+import warnings
 from typing import Callable, Hashable, NamedTuple, Sequence, cast
 
 import numpy as np
@@ -204,19 +205,24 @@ def _measure(handle, cache, key, legacy, graph, mutated) -> str:
 def _database():
     """The tuning database, or None where :mod:`cudnn_py.tuning` does not exist (choices stay in memory)."""
     try:
-        from cudnn_py.tuning import default_database  # type: ignore[import-not-found]
+        from cudnn_py.tuning import default_database
     except ImportError:
         return None
     return default_database()
 
 
-def _scope(handle) -> list:
-    """What else the answer depends on: the GPU (name, compute capability) and the loaded cuDNN version."""
-    from cudnn_py import version
-    from cudnn_py.streams import get_device
-    d = get_device(handle.device_id)
-    cc = d.compute_capability
-    return [d.name, f"sm_{cc.major}{cc.minor}", list(version())]
+def _with_db(fn: Callable, default=None):
+    """``fn(database)``; without a database, or one that cannot be used (which warns), ``default``."""
+    try:
+        from cudnn_py.tuning import TuningDatabaseError, TuningWarning
+    except ImportError:
+        return default
+    try:
+        db = _database()
+        return default if db is None else fn(db)
+    except TuningDatabaseError as e:
+        warnings.warn(f"engine choice: choices stay in this process: {e}", TuningWarning, stacklevel=4)
+        return default
 
 
 def _plain(v):
@@ -232,22 +238,18 @@ def _plain(v):
     return getattr(v, "name", None) or repr(v)
 
 
-def _db_key(handle, key) -> str:
-    return json.dumps([_plain(key), _scope(handle)], separators=(",", ":"))
+def _db_key(key) -> str:
+    """The key as the database's text (it adds the GPU, cuDNN and driver itself)."""
+    return json.dumps(_plain(key), separators=(",", ":"))
 
 
 def _stored(handle, key) -> Choice | None:
-    db = _database()
-    if db is None:
-        return None
-    rec = db.lookup(KIND, _db_key(handle, key))
+    rec = _with_db(lambda db: db.lookup(KIND, _db_key(key), device=handle.device_id))
     if not isinstance(rec, dict) or rec.get("engine") not in ("legacy", "graph"):
         return None
     return Choice(rec["engine"], rec.get("legacy_ms"), rec.get("graph_ms"), "database")
 
 
 def _store(handle, key, got: Choice) -> None:
-    db = _database()
-    if db is not None:
-        db.record(KIND, _db_key(handle, key), {"engine": got.engine, "legacy_ms": got.legacy_ms,
-                                                "graph_ms": got.graph_ms})
+    _with_db(lambda db: db.record(KIND, _db_key(key), {"engine": got.engine, "legacy_ms": got.legacy_ms,
+                                                        "graph_ms": got.graph_ms}, device=handle.device_id))

@@ -2,6 +2,7 @@
 stand-in tuning database; on the GPU, measured choices whose outputs and running statistics match one call."""
 from __future__ import annotations
 
+import json
 import logging
 
 import numpy as np
@@ -12,22 +13,13 @@ from cudnn_py.errors import CudaError, InvalidValueError
 from cudnn_py.graph import GraphNotSupportedError
 from cudnn_py.graph.legacy import GraphPathRefused
 from cudnn_py.handle import Handle
+from cudnn_py.tuning import TuningDatabase
 from helpers import NoCallHandle, fake
 from reference import batchnorm as ref
 
 
-class FakeDatabase:
-    """The tuning database's interface (record / lookup by kind and key), in a dict."""
-
-    def __init__(self):
-        self.records: dict = {}
-
-    def record(self, kind, key, value):
-        assert isinstance(key, str)
-        self.records[kind, key] = dict(value)
-
-    def lookup(self, kind, key):
-        return self.records.get((kind, key))
+class StubHandle(NoCallHandle):
+    device_id = 0
 
 
 class Engines:
@@ -59,13 +51,19 @@ class Engines:
 
 
 @pytest.fixture
-def db(monkeypatch):
-    d = FakeDatabase()
+def db(monkeypatch, tmp_path):
+    """A tuning database file of its own (cudnn_py.tuning), measuring mode, no environment setting."""
+    d = TuningDatabase(tmp_path / "tuning.sqlite")
     monkeypatch.setattr(ec, "_database", lambda: d)
-    monkeypatch.setattr(ec, "_scope", lambda handle: ["GPU", "sm_90", [9, 19, 0]])
     monkeypatch.setattr(ec, "_mode", [None])
     monkeypatch.delenv(ec.ENV, raising=False)
-    return d
+    yield d
+    d.close()
+
+
+def stored(d) -> dict:
+    """key -> value of the database's engine_choice records."""
+    return {r.key: r.value for r in d.records("engine_choice")}
 
 
 def engines(monkeypatch, **kw) -> Engines:
@@ -83,7 +81,7 @@ def run(h, e, key=KEY, **kw):
 
 @pytest.mark.parametrize("legacy_ms, graph_ms, winner", [(2.0, 1.0, "graph"), (1.0, 2.0, "legacy")])
 def test_faster_engine_wins_and_runs_last(db, monkeypatch, legacy_ms, graph_ms, winner):
-    h, e = NoCallHandle(), engines(monkeypatch, legacy_ms=legacy_ms, graph_ms=graph_ms)
+    h, e = StubHandle(), engines(monkeypatch, legacy_ms=legacy_ms, graph_ms=graph_ms)
     assert run(h, e) == winner
     # one untimed run each (plans built), ROUNDS timed runs each, then the winner once more: its outputs stay
     assert e.calls.count("legacy") + e.calls.count("graph") == 2 * (1 + ec.ROUNDS) + 1
@@ -94,12 +92,12 @@ def test_faster_engine_wins_and_runs_last(db, monkeypatch, legacy_ms, graph_ms, 
 
 def test_choice_remembered_per_handle_and_shown_by_cache_info(db, monkeypatch):
     monkeypatch.setattr(ec, "_database", lambda: None)  # in memory only: no tuning database
-    h, e = NoCallHandle(), engines(monkeypatch)
+    h, e = StubHandle(), engines(monkeypatch)
     run(h, e)
     e.calls.clear()
     assert run(h, e) == "graph" and e.calls == ["graph"]
     assert Handle.cache_info(h) == {"engine.choice": 1}
-    other = NoCallHandle()
+    other = StubHandle()
     run(other, e)
     assert len(e.calls) == 1 + 2 * (1 + ec.ROUNDS) + 1, "another handle measures again"
     other_key = (KEY[0], (((8, 4), (4, 1), "float16"), ("relu", 1.0, 0.0)))
@@ -107,27 +105,42 @@ def test_choice_remembered_per_handle_and_shown_by_cache_info(db, monkeypatch):
     assert set(ec.choices(h)) == {KEY, other_key}
 
 
-def test_choice_persisted_and_reloaded_by_a_new_handle(db, monkeypatch):
+def test_choice_persisted_and_reloaded_by_a_new_process(db, monkeypatch, tmp_path):
     e = engines(monkeypatch, legacy_ms=0.5, graph_ms=0.7)
-    run(NoCallHandle(), e)
-    ((kind, key), rec), = db.records.items()
-    assert kind == "engine_choice" and rec == {"engine": "legacy", "legacy_ms": 0.5, "graph_ms": 0.7}
-    assert "activation_forward" in key and "sm_90" in key
+    run(StubHandle(), e)
+    (key, rec), = stored(db).items()
+    assert rec == {"engine": "legacy", "legacy_ms": 0.5, "graph_ms": 0.7}
+    assert json.loads(key) == ec._plain(KEY)
     e.calls.clear()
     e.timed.clear()
-    h = NoCallHandle()  # a new process: empty handle caches, the same database
+    again = TuningDatabase(tmp_path / "tuning.sqlite")  # a new process: the same file, empty handle caches
+    monkeypatch.setattr(ec, "_database", lambda: again)
+    h = StubHandle()
     assert run(h, e) == "legacy" and e.calls == ["legacy"] and e.timed == []
     assert ec.choices(h)[KEY] == ec.Choice("legacy", 0.5, 0.7, "database")
+    again.close()
 
 
-def test_unreadable_record_is_measured_again(db, monkeypatch):
+def test_unusable_record_is_measured_again(db, monkeypatch):
     e = engines(monkeypatch)
-    run(NoCallHandle(), e)
-    (k, rec), = db.records.items()
-    db.records[k] = {"engine": "fastest"}
+    run(StubHandle(), e)
+    (k, rec), = stored(db).items()
+    db.record("engine_choice", k, {"engine": "fastest"}, device=0)
     e.calls.clear()
-    assert run(NoCallHandle(), e) == "graph" and len(e.calls) == 2 * (1 + ec.ROUNDS) + 1
-    assert db.records[k]["engine"] == "graph"
+    assert run(StubHandle(), e) == "graph" and len(e.calls) == 2 * (1 + ec.ROUNDS) + 1
+    assert stored(db)[k]["engine"] == "graph"
+
+
+def test_unusable_database_warns_and_keeps_choices_in_memory(db, monkeypatch):
+    from cudnn_py.tuning import TuningDatabaseError, TuningWarning
+
+    def broken():
+        raise TuningDatabaseError("open", 0, "", "/x/tuning.sqlite is not a database")
+    monkeypatch.setattr(ec, "_database", broken)
+    h, e = StubHandle(), engines(monkeypatch)
+    with pytest.warns(TuningWarning, match="choices stay in this process.*not a database"):
+        assert run(h, e) == "graph"
+    assert ec.choices(h)[KEY].engine == "graph"
 
 
 @pytest.mark.parametrize("how", ["set_mode", "env"])
@@ -137,10 +150,10 @@ def test_static_mode_runs_the_static_rule_without_measuring(db, monkeypatch, how
         monkeypatch.setenv(ec.ENV, "static")
     else:
         ec.set_mode("static")
-    h, e = NoCallHandle(), engines(monkeypatch)
+    h, e = StubHandle(), engines(monkeypatch)
     assert ec.mode() == "static"
     assert run(h, e, static=static) == static and e.calls == [static] and e.timed == []
-    assert ec.choices(h) == {} and db.records == {}
+    assert ec.choices(h) == {} and stored(db) == {}
     ec.set_mode(None)
 
 
@@ -148,7 +161,7 @@ def test_static_graph_falls_back_to_legacy_where_it_refuses(db, monkeypatch):
     ec.set_mode("static")
     for refusal in (False, GraphPathRefused("no"), GraphNotSupportedError("g", ["relu"], ["A"], [])):
         e = engines(monkeypatch, graph=refusal)
-        assert run(NoCallHandle(), e, static="graph") == "legacy" and e.calls == ["graph", "legacy"]
+        assert run(StubHandle(), e, static="graph") == "legacy" and e.calls == ["graph", "legacy"]
     ec.set_mode(None)
 
 
@@ -162,29 +175,29 @@ def test_mode_values_checked(db, monkeypatch):
 
 @pytest.mark.parametrize("graph", [False, GraphPathRefused("layout"), GraphNotSupportedError("g", ["relu"], ["A"], [])])
 def test_refusing_graph_is_left_out_and_the_choice_kept(db, monkeypatch, graph):
-    h, e = NoCallHandle(), engines(monkeypatch, legacy_ms=9.0, graph_ms=1.0, graph=graph)
+    h, e = StubHandle(), engines(monkeypatch, legacy_ms=9.0, graph_ms=1.0, graph=graph)
     assert run(h, e) == "legacy"
     assert e.calls.count("graph") == 1 and e.calls[-1] == "legacy"
     assert ec.choices(h)[KEY] == ec.Choice("legacy", 9.0, None, "measured")
-    assert [r["engine"] for r in db.records.values()] == ["legacy"]
+    assert [r["engine"] for r in stored(db).values()] == ["legacy"]
 
 
 def test_failing_engine_is_left_out_but_not_persisted(db, monkeypatch):
-    h, e = NoCallHandle(), engines(monkeypatch, legacy_ms=1.0, legacy=CudaError("cudnnFoo", 2, "X", "busy"))
+    h, e = StubHandle(), engines(monkeypatch, legacy_ms=1.0, legacy=CudaError("cudnnFoo", 2, "X", "busy"))
     assert run(h, e) == "graph"
-    assert ec.choices(h)[KEY].engine == "graph" and db.records == {}, "a passing failure is not written down"
+    assert ec.choices(h)[KEY].engine == "graph" and stored(db) == {}, "a passing failure is not written down"
 
 
 def test_both_engines_failing_raise_the_legacy_error_and_keep_nothing(db, monkeypatch):
-    h = NoCallHandle()
+    h = StubHandle()
     e = engines(monkeypatch, legacy=CudaError("cudnnFoo", 2, "X", "legacy failed"), graph=GraphPathRefused("no"))
     with pytest.raises(CudaError, match="legacy failed"):
         run(h, e)
-    assert ec.choices(h) == {} and db.records == {}
+    assert ec.choices(h) == {} and stored(db) == {}
 
 
 def test_keyboard_interrupt_mid_measure_leaves_no_record(db, monkeypatch):
-    h, e = NoCallHandle(), engines(monkeypatch)
+    h, e = StubHandle(), engines(monkeypatch)
     clock = e.clock
 
     def interrupted(handle, fn):
@@ -194,13 +207,13 @@ def test_keyboard_interrupt_mid_measure_leaves_no_record(db, monkeypatch):
     monkeypatch.setattr(ec, "_clock", interrupted)
     with pytest.raises(KeyboardInterrupt):
         run(h, e)
-    assert ec.choices(h) == {} and db.records == {}
+    assert ec.choices(h) == {} and stored(db) == {}
     monkeypatch.setattr(ec, "_clock", clock)
-    assert run(h, e) == "graph" and len(db.records) == 1
+    assert run(h, e) == "graph" and len(stored(db)) == 1
 
 
 def test_mutated_arrays_restored_before_every_run(db, monkeypatch):
-    h, e = NoCallHandle(), engines(monkeypatch)
+    h, e = StubHandle(), engines(monkeypatch)
     events: list[str] = []
     snapped = []
 
@@ -221,8 +234,8 @@ def test_mutated_arrays_restored_before_every_run(db, monkeypatch):
 def test_choice_logged_at_debug(db, monkeypatch, caplog):
     e = engines(monkeypatch)
     with caplog.at_level(logging.DEBUG, logger="cudnn_py.engine_choice"):
-        run(NoCallHandle(), e)
-        run(NoCallHandle(), e)
+        run(StubHandle(), e)
+        run(StubHandle(), e)
     measured, loaded = (r.getMessage() for r in caplog.records)
     assert "activation_forward" in measured and ": graph (measured: legacy 2.0 ms, graph 1.0 ms)" in measured
     assert ": graph (database" in loaded
