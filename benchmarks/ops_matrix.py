@@ -168,11 +168,16 @@ class Bench:
         self.rng = np.random.default_rng(0)
         self.rounds, self.sample_ms = rounds, sample_ms
         self._host: dict[int, float] = {}
+        self._data: dict[tuple, object] = {}
+        import sdpa_bench  # the project's interleaved-rounds sampler (benchmarks/ is on sys.path)
+        self._rounds = sdpa_bench
 
     def arr(self, shape, dtype, layout="NCHW", positive=False):
         """(DeviceArray of logical ``shape`` stored in ``layout``, torch view of it or None)."""
         np = self.np
-        a = self.rng.standard_normal(shape).astype(np.float32)
+        a = self._data.get(shape)
+        if a is None:  # drawn once per shape: drawing tens of millions of numbers per array would dominate a run
+            a = self._data[shape] = self.rng.standard_normal(shape).astype(np.float32)
         a = np.abs(a) + 0.1 if positive else a
         order = list(range(len(shape)))
         if layout == "NHWC" and len(shape) > 2:
@@ -212,9 +217,8 @@ class Bench:
 
     def device_ms(self, fns: dict[str, Callable]) -> dict[str, float]:
         """Median device ms per call of each peer, sampled in interleaved rounds (sdpa_bench's method)."""
-        import sdpa_bench
-        sdpa_bench.SAMPLE_MS = self.sample_ms
-        got = sdpa_bench.rounds_ms({k: (f,) for k, f in fns.items()}, (3, self.rounds, 1000), self.sample)
+        self._rounds.SAMPLE_MS = self.sample_ms
+        got = self._rounds.rounds_ms({k: (f,) for k, f in fns.items()}, (3, self.rounds, 1000), self.sample)
         return {k: statistics.median(v[0]) for k, v in got.items()}
 
 
