@@ -17,10 +17,12 @@ For each key (operation name first, then everything the answer depends on: shape
 3. else both engines are measured on the call's arrays: each runs once (building its plan; an engine that refuses -
    :class:`~cudnn_py.graph.legacy.GraphPathRefused`, :class:`~cudnn_py.graph.GraphNotSupportedError`, ``graph()``
    answering False - or fails with any :class:`~cudnn_py.errors.CudnnPyError` is left out), then :data:`ROUNDS`
-   rounds time each (device time between CUDA events on the handle's stream), and the lower best time wins. The
-   winner runs last, so the outputs are its own. Arrays the call reads and writes (``mutated``: running statistics,
-   a ``beta`` blend, an in-place output) are copied first and restored before every run, so the call's effect is
-   that of one call. The choice is kept (handle, database) only once measured in full: an interrupt leaves none.
+   rounds time each (device time between CUDA events on the handle's stream), and the lower best time wins (an
+   engine left alone is not timed). The winner runs last, so the outputs are its own. Arrays the call writes and
+   may read (``mutated``: running statistics, a ``beta`` blend, an in-place output) are copied first and restored
+   before every run, so the call's effect is that of one call. The choice is kept (handle, database) only once
+   measured in full: an interrupt leaves none; it is written to the database only where every engine left out
+   refused (a passing failure is not written down).
    Where both engines fail the legacy engine's error is raised.
 
 Each choice is logged at DEBUG on ``logging.getLogger("cudnn_py.engine_choice")``. ``engine="legacy"`` or
@@ -62,8 +64,8 @@ _mode: list[str | None] = [None]
 class Choice(NamedTuple):
     """The engine ``"auto"`` runs for one configuration, and why."""
     engine: str                 #: "legacy" or "graph"
-    legacy_ms: float | None     #: best device time of the legacy call, None where it was left out
-    graph_ms: float | None      #: best device time of the graph path, None where it was left out
+    legacy_ms: float | None     #: best device time of the legacy call, None where it was left out or ran alone
+    graph_ms: float | None      #: best device time of the graph path, None where it was left out or ran alone
     source: str                 #: "measured" (this process) or "database"
 
 
@@ -172,6 +174,8 @@ def _measure(handle, cache, key, legacy, graph, mutated) -> str:
     errors: dict[str, BaseException | None] = {}
     best = {name: math.inf for name in engines}
     for timed in (False,) + (True,) * ROUNDS:  # the first round untimed: plans are built, refusals found
+        if timed and len(errors) == 1:
+            break  # one engine left: nothing to compare
         for name, fn in engines.items():
             if name in errors:
                 continue
@@ -185,10 +189,10 @@ def _measure(handle, cache, key, legacy, graph, mutated) -> str:
                 errors[name] = None
             else:
                 best[name] = min(best[name], ms)
-    live = {name: ms for name, ms in best.items() if name not in errors}
+    live = {name: (None if ms == math.inf else ms) for name, ms in best.items() if name not in errors}
     if not live:
         raise errors["legacy"] or errors["graph"]  # type: ignore[misc]
-    winner = min(live, key=live.__getitem__)
+    winner = min(live, key=lambda n: best[n])
     restore()
     engines[winner]()
     got = Choice(winner, live.get("legacy"), live.get("graph"), "measured")

@@ -177,8 +177,8 @@ def test_mode_values_checked(db, monkeypatch):
 def test_refusing_graph_is_left_out_and_the_choice_kept(db, monkeypatch, graph):
     h, e = StubHandle(), engines(monkeypatch, legacy_ms=9.0, graph_ms=1.0, graph=graph)
     assert run(h, e) == "legacy"
-    assert e.calls.count("graph") == 1 and e.calls[-1] == "legacy"
-    assert ec.choices(h)[KEY] == ec.Choice("legacy", 9.0, None, "measured")
+    assert e.calls == ["legacy", "graph", "legacy"] and e.timed == [], "an engine left alone is not timed"
+    assert ec.choices(h)[KEY] == ec.Choice("legacy", None, None, "measured")
     assert [r["engine"] for r in stored(db).values()] == ["legacy"]
 
 
