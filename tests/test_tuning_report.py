@@ -82,6 +82,24 @@ def test_a_configuration_that_disagrees_is_never_picked(problems):
     assert first.best == "eng3" and first.disagree == 1 and "1 disagree" in rp.format_table([first])
 
 
+def test_agreement_marks_the_configurations_that_differ_from_the_median():
+    import numpy as np
+
+    from cudnn_py.tuning.sweep import _agreement
+    rng = np.random.default_rng(0)
+    good = rng.standard_normal(1000).astype(np.float32)
+    samples = {f"eng{i}": [good + rng.standard_normal(1000).astype(np.float32) * 1e-4, good[:10]] for i in range(4)}
+    samples["eng7"] = [rng.standard_normal(1000).astype(np.float32), good[:10]]           # garbage
+    samples["eng8"] = [good.copy(), np.full(10, np.nan, np.float32)]                      # one output unwritten
+    rows = {t: {} for t in samples}
+    _agreement(samples, rows, "float16")
+    assert [t for t in rows if not rows[t]["agrees"]] == ["eng7", "eng8"]
+    assert rows["eng0"]["diff"] < 1e-3 and rows["eng8"]["diff"] == 1e300 and json.dumps(rows)
+    lone = {"eng1": {}}
+    _agreement({"eng1": [np.full(4, np.nan, np.float32)]}, lone, "float32")
+    assert lone["eng1"]["agrees"] is False
+
+
 def test_unmeasured_and_unsupported_operations_are_listed(problems):
     recs = synthetic(problems)
     del recs[problems[1].key]
@@ -100,6 +118,11 @@ def test_csv_json_and_plot(problems, tmp_path):
     rp.write_json(rows, rp.totals(rows), {"model": "resnet50"}, tmp_path / "r.json")
     doc = json.loads((tmp_path / "r.json").read_text())
     assert doc["meta"]["model"] == "resnet50" and doc["totals"]["misses"] == 2 and len(doc["operations"]) == 3
+    assert doc["records"] == {}
+    details = rp.format_details(rows[0], synthetic(problems)[problems[0].key], rp.Filters(deterministic=True))
+    lines = details.splitlines()
+    assert lines[1].split()[:3] == ["eng2", "1.0000", "ms"] and "(filtered)" in lines[1] and "A#1 B#" not in lines[1]
+    assert "A#0 B#1" in lines[3] and "eng1" in lines[3]
     pytest.importorskip("matplotlib")
     assert rp.plot(rows, tmp_path / "r.png", "title")
     assert (tmp_path / "r.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -159,9 +182,11 @@ def test_cli_reports_from_the_database_and_merges_and_compares(problems, tmp_pat
     assert main(argv) == 0
     text = capsys.readouterr().out
     assert "3 operations: 0 measured" in text and "misses by > 5%: 2" in text
+    assert json.loads(open(f"{out}.json").read())["records"][problems[0].key]["configs"][0]["tag"] == "eng1"
     assert json.loads(open(f"{out}.json").read())["meta"]["environment"] == ENV.text()
-    assert main(argv[:-5] + ["--shard", "1/3", "--deterministic", "--quiet"]) == 0
-    assert "1 operations (shard 1/3): 0 measured" in capsys.readouterr().out
+    assert main(argv[:-5] + ["--shard", "1/3", "--deterministic", "--details", "--quiet"]) == 0
+    text = capsys.readouterr().out
+    assert "1 operations (shard 1/3): 0 measured" in text and "  eng4" in text and "A#0" in text
     other = tmp_path / "b.sqlite"
     _filled(other, problems, ENV, 2.0, keep=2).close()
     assert main(["algos", "--compare", str(path), str(other)]) == 0

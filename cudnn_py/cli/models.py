@@ -39,6 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--db", default=None, metavar="PATH", help="the tuning database (default: $CUDNN_PY_TUNING_DB, "
                    "else the per-user cache)")
     g.add_argument("--remeasure", action="store_true", help="measure even what the database holds")
+    g.add_argument("--details", action="store_true", help="also print every configuration of every operation")
     g.add_argument("--deterministic", action="store_true", help="pick only deterministic configurations")
     g.add_argument("--no-tf32", action="store_true", help="no tensor-core (TF32) configurations on float32 data")
     g.add_argument("--no-reduced-precision", action="store_true", help="no reduced-precision reductions")
@@ -191,13 +192,17 @@ def _sweep(args, rp) -> int:
           f"{len(mine) - measured} from {db.path or 'memory'}; {elapsed:.1f} s")
     print(rp.format_table(results))
     print(rp.format_totals(summary))
+    if args.details:
+        for r in results:
+            if r.key in records:
+                print(rp.format_details(r, records[r.key], _filters(args)))
     meta = {"model": m.name, "description": m.description, "batch": args.batch, "dtype": args.dtype,
             "layout": args.layout, "filters": _filters(args).text(), "database": str(db.path or "memory"),
             "environment": db.environment(args.device).text(), "elapsed_s": elapsed, "notes": list(m.notes)}
     if args.csv:
         rp.write_csv(results, args.csv)
     if args.json:
-        rp.write_json(results, summary, meta, args.json)
+        rp.write_json(results, summary, meta, args.json, records)
     if args.plot:
         rp.plot(results, args.plot, title)
     return 0

@@ -18,8 +18,8 @@ from .database import TuningDatabase
 from .models import Problem
 from .sweep import KIND, valid_record
 
-__all__ = ["Filters", "LayerResult", "analyse", "totals", "format_table", "format_totals", "write_csv", "write_json",
-           "plot", "Change", "compare", "format_compare", "MISS"]
+__all__ = ["Filters", "LayerResult", "analyse", "totals", "format_table", "format_totals", "format_details",
+           "write_csv", "write_json", "plot", "Change", "compare", "format_compare", "MISS"]
 
 #: a heuristic pick slower than the best by more than this fraction counts as a miss
 MISS = 0.05
@@ -192,10 +192,29 @@ def write_csv(results: Sequence[LayerResult], path: str) -> None:
         w.writerows(rows)
 
 
-def write_json(results: Sequence[LayerResult], summary: dict, meta: dict, path: str) -> None:
-    """``{"meta": ..., "totals": ..., "operations": [...]}`` as JSON."""
+def write_json(results: Sequence[LayerResult], summary: dict, meta: dict, path: str,
+               records: dict | None = None) -> None:
+    """``{"meta": ..., "totals": ..., "operations": [...], "records": {key: sweep record}}`` as JSON (the records
+    hold every configuration's time, workspace, notes and agreement, and each mode's order)."""
     with open(path, "w") as f:
-        json.dump({"meta": meta, "totals": summary, "operations": [asdict(r) for r in results]}, f, indent=1)
+        json.dump({"meta": meta, "totals": summary, "operations": [asdict(r) for r in results],
+                   "records": records or {}}, f, indent=1)
+
+
+def format_details(result: LayerResult, rec: dict, filters: Filters = Filters()) -> str:
+    """Every configuration of one operation, fastest first: time, workspace, notes, agreement, which modes offered
+    it at which rank, and whether the filters allow it."""
+    ranks = {m: {t: i for i, t in enumerate(order)} for m, order in rec.get("order", {}).items()}
+    lines = [f"{result.kind}.{result.pass_} {result.key}  ({', '.join(result.layers[:3])}"
+             f"{' ...' if len(result.layers) > 3 else ''})"]
+    for c in sorted(rec["configs"], key=lambda c: (not c["ok"], c["ms"] or 0.0)):
+        modes = " ".join(f"{m}#{ranks[m][c['tag']]}" for m in ranks if c["tag"] in ranks[m])
+        state = (f"{c['ms']:.4f} ms" if c["ok"] else "failed") + ("" if filters.allows(c, rec.get("dtype", ""))
+                                                                  or not c["ok"] else " (filtered)")
+        agree = "" if c.get("agrees") is not False else f" DISAGREES by {c.get('diff'):.2g}"
+        lines.append(f"  {c['tag'][:44]:<45}{state:<22}{str(c.get('workspace') or 0):>12} B  {modes:<22}"
+                     f"{','.join(c.get('notes') or ())}{agree}{'  ' + c['reason'][:100] if c.get('reason') else ''}")
+    return "\n".join(lines)
 
 
 def plot(results: Sequence[LayerResult], path: str, title: str) -> bool:
