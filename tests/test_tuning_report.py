@@ -23,8 +23,9 @@ def cfg(tag, ms, *, ok=True, notes=(), det=True, ws=0, agrees=True):
 
 
 def record(p, configs, order, dtype="float16"):
-    return {"key": p.key, "op": p.kind, "pass": p.pass_, "dtype": dtype, "repeats": 3, "warmup": 1, "problem": "",
-            "order": order, "configs": configs}
+    return {"key": p.key, "op": p.kind, "pass": p.pass_, "dtype": dtype, "problem": "", "order": order,
+            "configs": configs, "settings": {"modes": ["A", "B", "FALLBACK"], "repeats": 10, "warmup": 2,
+                                             "max_configs": None, "runtime_compilation": True}}
 
 
 @pytest.fixture
@@ -169,6 +170,19 @@ def test_sweep_uses_stored_records_without_a_gpu(problems, tmp_path, monkeypatch
         sweep(problems, db)
     with pytest.raises(SystemExit, match="3 operations"):
         sweep(problems, db, remeasure=True)
+
+
+def test_a_record_is_reused_only_when_measured_as_thoroughly(problems):
+    from cudnn_py.tuning.sweep import Settings, covers
+    rec = synthetic(problems)[problems[0].key]
+    assert covers(rec, Settings()) and covers(rec, Settings(repeats=3, modes=("A",), max_configs=5))
+    assert not covers(rec, Settings(repeats=11))
+    quick = dict(rec, settings=dict(rec["settings"], repeats=3, max_configs=4, runtime_compilation=False))
+    assert covers(quick, Settings(repeats=3, max_configs=2, runtime_compilation=False))
+    for finer in (Settings(repeats=3, runtime_compilation=False), Settings(repeats=3, max_configs=8),
+                  Settings(repeats=3, max_configs=2), Settings(repeats=10)):
+        assert not covers(quick, finer), finer
+    assert not covers(dict(rec, settings=None), Settings())
 
 
 def test_cli_reports_from_the_database_and_merges_and_compares(problems, tmp_path, monkeypatch, capsys):

@@ -14,7 +14,7 @@ import pytest
 from cudnn_py.tuning import TuningDatabase
 from cudnn_py.tuning import report as rp
 from cudnn_py.tuning.models import model
-from cudnn_py.tuning.sweep import KIND, measure, sweep, valid_record
+from cudnn_py.tuning.sweep import KIND, Settings, measure, sweep, valid_record
 
 pytestmark = pytest.mark.gpu
 
@@ -30,7 +30,7 @@ def _problems():
 
 def test_measured_records_have_every_config_and_each_modes_order(handle):
     for p in _problems():
-        rec = measure(p, handle, repeats=2, warmup=1)
+        rec = measure(p, handle, Settings(repeats=2, warmup=1))
         assert valid_record(rec) and rec["key"] == p.key and rec["problem"] == "", (p.key, rec["problem"])
         ok = [c for c in rec["configs"] if c["ok"]]
         assert ok, (p.key, [c["reason"] for c in rec["configs"]])
@@ -46,10 +46,13 @@ def test_measured_records_have_every_config_and_each_modes_order(handle):
 def test_a_stored_sweep_is_not_measured_again(handle, tmp_path):
     problems = _problems()[:2]
     db = TuningDatabase(tmp_path / "t.sqlite")
-    first, measured = sweep(problems, db, repeats=2, warmup=1)
+    first, measured = sweep(problems, db, settings=Settings(repeats=2, warmup=1))
     assert measured == 2 and db.count(KIND) == 2
-    again, measured = sweep(problems, TuningDatabase(tmp_path / "t.sqlite"), repeats=2, warmup=1)
+    again, measured = sweep(problems, TuningDatabase(tmp_path / "t.sqlite"),
+                            settings=Settings(repeats=2, warmup=1))
     assert measured == 0 and again == first
+    # asking for more repeats than were made measures again
+    assert sweep(problems[:1], db, settings=Settings(repeats=3, warmup=1))[1] == 1
 
 
 def test_cli_quick_check_and_a_fresh_process_reads_the_database(tmp_path):

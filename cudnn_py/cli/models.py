@@ -40,6 +40,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "else the per-user cache)")
     g.add_argument("--remeasure", action="store_true", help="measure even what the database holds")
     g.add_argument("--details", action="store_true", help="also print every configuration of every operation")
+    g.add_argument("--max-configs", type=int, default=None, metavar="N", help="measure at most N configurations "
+                   "of each heuristics mode (default: all)")
+    g.add_argument("--no-runtime-compilation", action="store_true", help="do not measure engines that compile at "
+                   "run time (their builds take seconds)")
     g.add_argument("--deterministic", action="store_true", help="pick only deterministic configurations")
     g.add_argument("--no-tf32", action="store_true", help="no tensor-core (TF32) configurations on float32 data")
     g.add_argument("--no-reduced-precision", action="store_true", help="no reduced-precision reductions")
@@ -98,7 +102,9 @@ def _worker_argv(args, shard: str, device: int, db_path: str) -> list[str]:
     for flag, value in (("--seq", args.seq), ("--layers", args.layers)):
         if value is not None:
             argv += [flag, str(value)]
-    return argv + (["--remeasure"] if args.remeasure else [])
+    if args.max_configs is not None:
+        argv += ["--max-configs", str(args.max_configs)]
+    return argv + ["--remeasure"] * args.remeasure + ["--no-runtime-compilation"] * args.no_runtime_compilation
 
 
 def _run_workers(args, devices: list[int], db) -> None:
@@ -151,7 +157,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def _sweep(args, rp) -> int:
     from cudnn_py.tuning.models import model
-    from cudnn_py.tuning.sweep import sweep
+    from cudnn_py.tuning.sweep import Settings, sweep
     if args.dtype not in ("float32", "float16", "bfloat16"):
         raise SystemExit(f"algos --model: --dtype float32, float16 or bfloat16, got {args.dtype}")
     if args.plot and importlib.util.find_spec("matplotlib") is None:
@@ -161,8 +167,9 @@ def _sweep(args, rp) -> int:
     modes = tuple(m.strip().upper() for m in args.modes.split(",") if m.strip())
     if not modes or set(modes) - {"A", "B", "FALLBACK"}:
         raise SystemExit(f"algos: --modes takes A, B, FALLBACK, got {args.modes!r}")
-    if args.repeats < 1 or args.warmup < 0 or (args.layers is not None and args.layers < 1):
-        raise SystemExit("algos: --repeats and --layers must be >= 1, --warmup >= 0")
+    if args.repeats < 1 or args.warmup < 0 or any(v is not None and v < 1 for v in (args.layers, args.max_configs)):
+        raise SystemExit("algos: --repeats, --layers and --max-configs must be >= 1, --warmup >= 0")
+    settings = Settings(modes, args.repeats, args.warmup, args.max_configs, not args.no_runtime_compilation)
     m = model(args.model, args.seq)
     try:
         problems = m.problems(args.batch, args.dtype, args.layout)
@@ -178,8 +185,8 @@ def _sweep(args, rp) -> int:
         _run_workers(args, devices, db)
     from cudnn_py.cli.algos import progress_writer
     progress = None if args.quiet else progress_writer(sys.stderr.isatty())
-    records, measured = sweep(mine, db, device=args.device, modes=modes, repeats=args.repeats, warmup=args.warmup,
-                              remeasure=args.remeasure and not devices, progress=progress)
+    records, measured = sweep(mine, db, device=args.device, settings=settings, remeasure=args.remeasure and not devices,
+                              progress=progress)
     if progress and sys.stderr.isatty():
         sys.stderr.write("\r\033[K")
     elapsed = time.monotonic() - start

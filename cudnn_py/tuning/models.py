@@ -142,8 +142,8 @@ class Problem:
     @property
     def key(self) -> str:
         """The tuning database's key: what changes the answer, in words (the layout only where data has one)."""
-        layout = f"|{self.layout}" if isinstance(self.op, Conv) or (isinstance(self.op, Norm) and self.op.mode == "batch") \
-            else ""
+        has_layout = isinstance(self.op, Conv) or (isinstance(self.op, Norm) and self.op.mode == "batch")
+        layout = f"|{self.layout}" if has_layout else ""
         return f"{self.kind}.{self.pass_}|{self.op.signature(self.batch)}|{self.dtype}{layout}"
 
 

@@ -3,12 +3,13 @@
 For each :class:`~cudnn_py.tuning.models.Problem` (one layer's forward or backward pass at a batch size, dtype
 and layout) a cuDNN graph is built, the engine configurations that heuristics modes A, B and FALLBACK offer are
 collected (each mode's order kept), and each is built into a plan and timed on the device (CUDA events, median of
-``repeats`` after ``warmup``) on random data; each one's outputs (NaN-poisoned before its first run) are compared with
-the element-wise median of all configurations' outputs, and one that differs by more than :data:`AGREEMENT` (a
-wrong or unwritten result) is marked as disagreeing and never picked as the best. The record (kind :data:`KIND`, key :attr:`Problem.key`) holds every
-configuration's time, workspace, notes and build time, and each mode's order, so the picks and regrets of any
-filter can be computed later (:mod:`cudnn_py.tuning.report`) without measuring again. Problems whose record is in
-the database are not measured again (unless ``remeasure``).
+``repeats`` after ``warmup``) on random data. Each one's outputs (NaN-poisoned before its first run) are compared
+with the element-wise median of all configurations' outputs; one that differs by more than :data:`AGREEMENT` (a
+wrong or unwritten result) is marked as disagreeing and never picked as the best. The record (kind :data:`KIND`,
+key :attr:`Problem.key`) holds every configuration's time, workspace, notes, agreement and build time, each mode's
+order and the :class:`Settings` it was measured with, so the picks and regrets of any filter can be computed later
+(:mod:`cudnn_py.tuning.report`) without measuring again. A problem whose stored record :func:`covers` the settings
+asked for is not measured again (unless ``remeasure``).
 """
 from __future__ import annotations
 
@@ -16,18 +17,44 @@ import math
 import time
 import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from .database import TuningDatabase
 from .models import Attention, Conv, Linear, Norm, Problem
 
-__all__ = ["KIND", "MODES", "build_graph", "measure", "sweep", "valid_record"]
+__all__ = ["KIND", "MODES", "Settings", "build_graph", "measure", "sweep", "valid_record", "covers"]
 
 #: the tuning database's kind for model-sweep records
 KIND = "layer_sweep"
 #: the heuristics modes whose configurations a sweep collects
 MODES = ("A", "B", "FALLBACK")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How a sweep measures: the heuristics ``modes`` collected, timed runs (``repeats``, after ``warmup``), at most
+    ``max_configs`` configurations of each mode (None: all), and whether engines that compile at run time (slow to
+    build) are measured."""
+
+    modes: tuple[str, ...] = MODES
+    repeats: int = 10
+    warmup: int = 2
+    max_configs: int | None = None
+    runtime_compilation: bool = True
+
+
+def covers(rec: dict, settings: Settings) -> bool:
+    """Whether a stored record was measured at least as thoroughly as ``settings`` ask (then it is reused)."""
+    got = rec.get("settings")
+    if not isinstance(got, dict):
+        return False
+    cap = got.get("max_configs")
+    return (isinstance(got.get("repeats"), int) and got["repeats"] >= settings.repeats
+            and set(settings.modes) <= set(got.get("modes") or ())
+            and (cap is None or (settings.max_configs is not None and cap >= settings.max_configs))
+            and (got.get("runtime_compilation") is True or not settings.runtime_compilation))
 
 
 def _np_dtype(name: str) -> np.dtype:
@@ -199,14 +226,15 @@ def _knobs(cfg) -> dict:
     return {getattr(k, "name", str(k)).replace("CUDNN_KNOB_TYPE_", ""): int(v) for k, v in cfg.knobs.items()}
 
 
-def measure(p: Problem, h, modes: Sequence[str] = MODES, repeats: int = 10, warmup: int = 2,
-            progress: Callable[[str], None] | None = None) -> dict:
-    """Build and time every configuration the heuristics ``modes`` offer for ``p`` on handle ``h``; the record
-    :func:`sweep` stores (see the module doc)."""
+def measure(p: Problem, h, settings: Settings = Settings(), progress: Callable[[str], None] | None = None) -> dict:
+    """Build and time every configuration the heuristics modes offer for ``p`` on handle ``h`` (as ``settings``
+    say); the record :func:`sweep` stores (see the module doc)."""
     import cudnn_py.graph as G
     from cudnn_py.errors import CudnnPyError
-    rec: dict = {"key": p.key, "op": p.kind, "pass": p.pass_, "dtype": p.dtype, "repeats": repeats,
-                 "warmup": warmup, "order": {}, "configs": [], "problem": ""}
+    settings_dict = asdict(settings)
+    settings_dict["modes"] = list(settings.modes)
+    rec: dict = {"key": p.key, "op": p.kind, "pass": p.pass_, "dtype": p.dtype, "settings": settings_dict,
+                 "order": {}, "configs": [], "problem": ""}
     try:
         g = build_graph(p)
         g.lower(h)
@@ -214,9 +242,9 @@ def measure(p: Problem, h, modes: Sequence[str] = MODES, repeats: int = 10, warm
         rec["problem"] = " ".join(str(e).split())[:400]
         return rec
     configs: dict = {}
-    for m in modes:
+    for m in settings.modes:
         try:
-            found = G.heuristics(g, h, m)
+            found = G.heuristics(g, h, m)[:settings.max_configs]
         except CudnnPyError as e:
             rec["order"][m] = []
             rec.setdefault("mode_errors", {})[m] = " ".join(str(e).split())[:300]
@@ -234,6 +262,10 @@ def measure(p: Problem, h, modes: Sequence[str] = MODES, repeats: int = 10, warm
         row = {"tag": tag, "engine": cfg.global_index, "knobs": _knobs(cfg), "notes": cfg.notes(),
                "deterministic": cfg.is_deterministic, "ok": False, "ms": None, "workspace": None, "build_ms": None,
                "diff": None, "agrees": None, "reason": ""}
+        if cfg.needs_runtime_compilation and not settings.runtime_compilation:
+            row["reason"] = "not measured: compiles at run time (--no-runtime-compilation)"
+            rec["configs"].append(row)
+            continue
         try:
             t0 = time.perf_counter()
             plan = G.Plan.build(g, h, cfg)
@@ -243,7 +275,7 @@ def measure(p: Problem, h, modes: Sequence[str] = MODES, repeats: int = 10, warm
                 buf.fill_(float("nan") if buf.dtype.kind == "f" or buf.dtype.name == "bfloat16" else 0)
             plan.execute(h, pack)
             got = _sample(outputs, h.stream)
-            ms = G.time_plan(plan, h, pack, warmup=warmup, iters=repeats)
+            ms = G.time_plan(plan, h, pack, warmup=settings.warmup, iters=settings.repeats)
         except CudnnPyError as e:
             row["reason"] = " ".join(str(e).split())[:300]
         else:
@@ -270,10 +302,10 @@ def valid_record(rec) -> bool:
     return all(isinstance(v, list) and all(isinstance(t, str) for t in v) for v in rec["order"].values())
 
 
-def sweep(problems: Sequence[Problem], db: TuningDatabase, *, device: int = 0, modes: Sequence[str] = MODES,
-          repeats: int = 10, warmup: int = 2, remeasure: bool = False,
-          progress: Callable[[str], None] | None = None) -> tuple[dict[str, dict], int]:
-    """The record of every problem: from ``db`` where it has one, else measured on ``device`` and stored.
+def sweep(problems: Sequence[Problem], db: TuningDatabase, *, device: int = 0, settings: Settings = Settings(),
+          remeasure: bool = False, progress: Callable[[str], None] | None = None) -> tuple[dict[str, dict], int]:
+    """The record of every problem: from ``db`` where it has one that :func:`covers` ``settings``, else measured on
+    ``device`` and stored.
 
     :returns: ({problem key: record}, how many were measured).
     :raises SystemExit: when something must be measured and no cuDNN handle opens on ``device``.
@@ -286,7 +318,7 @@ def sweep(problems: Sequence[Problem], db: TuningDatabase, *, device: int = 0, m
             warnings.warn(f"tuning database: the {KIND} record of {p.key} is malformed; measuring again",
                           TuningWarning, stacklevel=2)
             rec = None
-        if rec is None:
+        if rec is None or not covers(rec, settings):
             todo.append(p)
         else:
             out[p.key] = rec
@@ -307,7 +339,7 @@ def sweep(problems: Sequence[Problem], db: TuningDatabase, *, device: int = 0, m
                     eta = f" eta {done / i * (len(todo) - i):.0f}s" if i else ""
                     progress(f"[{i + 1}/{len(todo)}{eta}] {msg}")
             step(p.key)
-            rec = measure(p, h, modes, repeats, warmup, step)
+            rec = measure(p, h, settings, step)
             db.record(KIND, p.key, rec, device=device)
             out[p.key] = rec
     return out, len(todo)
