@@ -158,7 +158,8 @@ def main() -> None:
     runs = {}
     for kind in args.variants.split(","):
         for compiled in [c for c, skip in ((False, args.no_eager), (True, args.no_compile)) if not skip]:
-            name = f"{kind} {'compiled' + ('' if args.mode == 'default' else f' ({args.mode})') if compiled else 'eager'}"
+            mode = "" if args.mode == "default" else f" ({args.mode})"
+            name = f"{kind} {'compiled' + mode if compiled else 'eager'}"
             runs[name] = train(args, kind, compiled, data, init)
     names = list(runs)
     print("step  " + "  ".join(f"{n:>26}" for n in names))

@@ -378,21 +378,25 @@ def test_every_op_runs_on_the_current_stream(tg):
     q0, k0, v0 = (torch.randn(2, 4, 256, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     x0 = torch.randn(64, 512, device="cuda", dtype=torch.bfloat16)
     w = torch.ones(512, device="cuda", dtype=torch.bfloat16)
+    c0 = torch.randn(4, 32, 16, 16, device="cuda", dtype=torch.bfloat16)
+    cw = torch.randn(32, 32, 3, 3, device="cuda", dtype=torch.bfloat16) / 16
     ct.sdpa(q0, k0, v0)  # plans built (and the handle made) before the timed part
     ct.layer_norm(x0, w, w)
+    ct.conv(c0, cw, padding=1)
     s = torch.cuda.Stream()
     for _ in range(3):
-        q, k, v, x = (torch.zeros_like(t) for t in (q0, k0, v0, x0))
+        q, k, v, x, c = (torch.zeros_like(t) for t in (q0, k0, v0, x0, c0))
         s.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(s):
             torch.cuda._sleep(50_000_000)  # ~20 ms of GPU time on s
-            for dst, src in ((q, q0), (k, k0), (v, v0), (x, x0)):
+            for dst, src in ((q, q0), (k, k0), (v, v0), (x, x0), (c, c0)):
                 dst.copy_(src)
             q.requires_grad_(True)
             o = ct.sdpa(q, k, v)
             o.sum().backward()
             y = ct.layer_norm(x, w, w)
-            o2, y2, gq = o.clone(), y.clone(), q.grad.clone()
+            yc = ct.conv(c, cw, padding=1)
+            o2, y2, gq, yc2 = o.clone(), y.clone(), q.grad.clone(), yc.clone()
         torch.cuda.synchronize()
         ref_q = q0.detach().double().requires_grad_(True)
         ref = F.scaled_dot_product_attention(ref_q, k0.double(), v0.double())
@@ -400,3 +404,105 @@ def test_every_op_runs_on_the_current_stream(tg):
         torch.testing.assert_close(o2.double(), ref, rtol=2e-2, atol=2e-2)
         torch.testing.assert_close(gq.double(), ref_q.grad, rtol=2e-2, atol=5e-2)
         torch.testing.assert_close(y2.double(), F.layer_norm(x0.double(), (512,)), rtol=2e-2, atol=2e-2)
+        torch.testing.assert_close(yc2.double(), F.conv2d(c0.double(), cw.double(), padding=1), rtol=2e-2, atol=5e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+@pytest.mark.parametrize("activation", [None, "relu"])
+def test_conv_forward_backward_against_float64(tg, rng, dtype, layout, activation):
+    torch, ct = tg
+    F = torch.nn.functional
+    dt = getattr(torch, dtype)
+    fmt = torch.channels_last if layout == "nhwc" else torch.contiguous_format
+    x = torch.tensor(rng.standard_normal((2, 8, 15, 13)), device="cuda").to(dt).contiguous(memory_format=fmt)
+    w = torch.tensor(rng.standard_normal((16, 4, 3, 3)) / 4, device="cuda").to(dt)  # 2 groups
+    b = torch.tensor(rng.standard_normal(16), device="cuda").to(dt)
+    x, w, b = (t.detach().requires_grad_(True) for t in (x, w, b))
+    y = ct.conv(x, w, b, stride=(2, 1), padding=1, dilation=(1, 2), activation=activation)
+    dy = torch.tensor(rng.standard_normal(tuple(y.shape)), device="cuda").to(dt)
+    y.backward(dy)
+    xs, ws, bs = (t.detach().double().requires_grad_(True) for t in (x, w, b))
+    ry = F.conv2d(xs, ws, bs, stride=(2, 1), padding=1, dilation=(1, 2), groups=2)
+    ry = F.relu(ry) if activation else ry
+    ry.backward(dy.double())
+    assert y.is_contiguous(memory_format=fmt)
+    tol = dtype if dtype != "float32" else "float16"  # TF32
+    for got, ref in ((y, ry), (x.grad, xs.grad), (w.grad, ws.grad), (b.grad, bs.grad)):
+        _close(_h(got), _h(ref), tol)
+
+
+@pytest.mark.gpu
+def test_conv_fused_activation_forward_and_opcheck(tg, rng):
+    torch, ct = tg
+    F = torch.nn.functional
+    x = torch.randn(2, 16, 9, 9, device="cuda", dtype=torch.float16)
+    w = torch.randn(32, 16, 3, 3, device="cuda", dtype=torch.float16) / 8
+    b = torch.randn(32, device="cuda", dtype=torch.float16)
+    ref = F.conv2d(x.double(), w.double(), b.double(), padding=1)
+    for act, f in (("gelu", F.gelu), ("silu", F.silu), ("tanh", torch.tanh), ("sigmoid", torch.sigmoid)):
+        _close(_h(ct.conv(x, w, b, padding=1, activation=act)), _h(f(ref)), "float16")
+    from cudnn_py.errors import InvalidValueError
+    with pytest.raises(InvalidValueError, match="no gradient"):
+        ct.conv(x.requires_grad_(True), w, b, activation="gelu")
+    xg, wg, bg = (t.detach().requires_grad_(True) for t in (x, w, b))
+    torch.library.opcheck(torch.ops.cudnn_py.conv_fwd.default, (xg, wg, bg, [1, 1], [1, 1], [1, 1], "relu"))
+    y = ct.conv(x, w, padding=1).detach()
+    torch.library.opcheck(torch.ops.cudnn_py.conv_dgrad.default, (y, w, list(x.shape), [1, 1], [1, 1], [1, 1]))
+    torch.library.opcheck(torch.ops.cudnn_py.conv_wgrad.default, (y, x.detach(), list(w.shape), [1, 1], [1, 1],
+                                                                    [1, 1]))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+def test_batch_norm_training_against_float64(tg, rng, dtype, layout):
+    torch, ct = tg
+    F = torch.nn.functional
+    fmt = torch.channels_last if layout == "nhwc" else torch.contiguous_format
+    x = torch.tensor(rng.standard_normal((4, 16, 7, 9)) * 3 + 1, device="cuda").to(getattr(torch, dtype))
+    x = x.contiguous(memory_format=fmt).requires_grad_(True)
+    w = torch.tensor(rng.standard_normal(16) * 0.5 + 1, device="cuda", dtype=torch.float32).requires_grad_(True)
+    b = torch.tensor(rng.standard_normal(16), device="cuda", dtype=torch.float32).requires_grad_(True)
+    rm, rv = torch.tensor(rng.standard_normal(16), device="cuda", dtype=torch.float32), \
+        torch.tensor(rng.random(16) + 0.5, device="cuda", dtype=torch.float32)
+    rm64, rv64 = rm.double(), rv.double()
+    y = ct.batch_norm(x, w, b, rm, rv, momentum=0.2, eps=1e-5)
+    dy = torch.tensor(rng.standard_normal(tuple(x.shape)), device="cuda").to(x.dtype)
+    y.backward(dy)
+    xs, ws, bs = (t.detach().double().requires_grad_(True) for t in (x, w, b))
+    ry = F.batch_norm(xs, rm64, rv64, ws, bs, training=True, momentum=0.2, eps=1e-5)
+    ry.backward(dy.double())
+    tol = dtype if dtype != "float32" else "float16"
+    assert y.is_contiguous(memory_format=fmt)
+    for got, ref in ((y, ry), (x.grad, xs.grad), (w.grad, ws.grad), (b.grad, bs.grad), (rm, rm64), (rv, rv64)):
+        _close(_h(got), _h(ref), tol)
+    args = (x.detach(), w.detach(), b.detach(), rm, rv, 0.2, 1e-5)
+    torch.library.opcheck(torch.ops.cudnn_py.batch_norm_fwd.default, args)
+    _, mean, inv, _, _ = torch.ops.cudnn_py.batch_norm_fwd(*args)
+    torch.library.opcheck(torch.ops.cudnn_py.batch_norm_bwd.default, (dy, x.detach(), w.detach(), mean, inv))
+
+
+def _gelu_linear(g, a, b, bias):
+    return g.gelu(g.bias(g.matmul(a, b), bias))
+
+
+@pytest.mark.gpu
+def test_graph_op_runs_a_user_graph_eager_compiled_and_under_opcheck(tg, rng):
+    torch, ct = tg
+    F = torch.nn.functional
+    op = ct.graph_op("test_gelu_linear", _gelu_linear)
+    a = torch.tensor(rng.standard_normal((2, 64, 96)), device="cuda", dtype=torch.bfloat16)
+    b = torch.tensor(rng.standard_normal((2, 96, 80)) / 8, device="cuda", dtype=torch.bfloat16)
+    bias = torch.tensor(rng.standard_normal((1, 1, 80)), device="cuda", dtype=torch.bfloat16)
+    y = op(a, b, bias)
+    ref = F.gelu(a.double() @ b.double() + bias.double())
+    assert y.shape == (2, 64, 80)
+    _close(_h(y), _h(ref), "bfloat16")
+    torch._dynamo.reset()
+    yc = torch.compile(lambda a, b, c: op(a, b, c) * 2, fullgraph=True)(a, b, bias)
+    _close(_h(yc), 2 * _h(ref), "bfloat16")
+    torch.library.opcheck(op.op, ([a, b, bias],))
+    a2 = a[:, :32].contiguous()  # a new shape: a new plan
+    _close(_h(op(a2, b, bias)), _h(F.gelu(a2.double() @ b.double() + bias.double())), "bfloat16")

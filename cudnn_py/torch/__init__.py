@@ -7,7 +7,9 @@ allocator (:mod:`cudnn_py.torch.runtime`). torch is imported here and only here:
 it. See docs/torch.md.
 
 * attention: :func:`sdpa`, :func:`scaled_dot_product_attention` (:mod:`cudnn_py.torch.attention`)
-* normalisation: :func:`layer_norm`, :func:`rms_norm` (:mod:`cudnn_py.torch.norms`)
+* normalisation: :func:`layer_norm`, :func:`rms_norm`, :func:`batch_norm` (:mod:`cudnn_py.torch.norms`)
+* convolution with a fused bias and activation: :func:`conv` (:mod:`cudnn_py.torch.conv`)
+* any graph you build: :func:`graph_op` (:mod:`cudnn_py.torch.graphs`)
 """
 from __future__ import annotations
 
@@ -17,7 +19,9 @@ except ImportError as e:  # pragma: no cover - exercised where torch is absent
     raise ImportError("cudnn_py.torch needs PyTorch (pip install torch); the rest of cudnn_py works without it") from e
 
 from .attention import scaled_dot_product_attention, sdpa
-from .norms import layer_norm, rms_norm
+from .conv import conv
+from .graphs import graph_op
+from .norms import batch_norm, layer_norm, rms_norm
 from .runtime import cache_clear
 
-__all__ = ["sdpa", "scaled_dot_product_attention", "layer_norm", "rms_norm", "cache_clear"]
+__all__ = ["sdpa", "scaled_dot_product_attention", "layer_norm", "rms_norm", "batch_norm", "conv", "graph_op", "cache_clear"]

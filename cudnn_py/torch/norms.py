@@ -1,8 +1,10 @@
-"""Layer norm and RMS norm as torch custom ops: ``cudnn_py::norm_fwd`` and ``cudnn_py::norm_bwd``, with autograd.
+"""Layer norm, RMS norm and batch norm as torch custom ops (``cudnn_py::norm_fwd``/``norm_bwd``,
+``batch_norm_fwd``/``batch_norm_bwd``), with autograd.
 
 Both normalise over the last dim of x (any leading dims, float16/bfloat16/float32, made contiguous), as
 ``torch.nn.functional.layer_norm(x, (D,), weight, bias, eps)`` and ``rms_norm(x, (D,), weight, eps)`` do; cuDNN sees
 x as (N, D, 1, 1) with per-row float32 statistics. The weight and bias are (D,) tensors of x's dtype or float32.
+:func:`batch_norm` is training-mode batch norm (per-channel statistics, running averages updated in place).
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from cudnn_py.graph import Graph
 from .attention import dtype_name
 from .runtime import Prepared, handle, prepared
 
-__all__ = ["layer_norm", "rms_norm", "norm_fwd", "norm_bwd"]
+__all__ = ["layer_norm", "rms_norm", "batch_norm", "norm_fwd", "norm_bwd", "batch_norm_fwd", "batch_norm_bwd"]
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -159,3 +161,134 @@ def rms_norm(x: Tensor, weight: Tensor | None = None, eps: float = 1e-6) -> Tens
     if weight is None:
         weight = torch.ones(x.shape[-1], dtype=x.dtype, device=x.device)
     return norm_fwd(x, weight, None, float(eps), True)[0]
+
+
+# -- batch norm ----------------------------------------------------------------------------------------------------
+def _channel(g: Graph, c: int, dtype: torch.dtype, name: str, nd: int):
+    """A (C,) tensor as the (1, C, 1, ...) parameter / statistic the batch-norm graph takes."""
+    return g.tensor((1, c) + (1,) * (nd - 2), dtype=dtype_name(dtype), strides=(c,) + (1,) * (nd - 1), name=name)
+
+
+def _x(g: Graph, t: Tensor, name: str):
+    return g.tensor(tuple(t.shape), dtype=dtype_name(t.dtype), strides=tuple(t.stride()), name=name)
+
+
+def _build_bn_fwd(h, x, w, b, running: bool, y, eps, momentum) -> Prepared:
+    nd = x.dim()
+    g = Graph(io_dtype=dtype_name(x.dtype), compute_dtype="float32", name="torch.batch_norm_fwd")
+    c = w.shape[0]
+    tx, tw, tb = _x(g, x, "x"), _channel(g, c, w.dtype, "scale", nd), _channel(g, c, b.dtype, "bias", nd)
+    run = {n: _channel(g, c, torch.float32, n, nd) for n in ("running_mean", "running_var")} if running else {}
+    r = g.batch_norm(tx, tw, tb, epsilon=eps, momentum=momentum, **run)
+    r.y.strides = tuple(y.stride())
+    outs = [r.y.set_output(True).set_name("y"), r.mean.set_output(True).set_name("mean"),
+            r.inv_variance.set_output(True).set_name("inv_variance")]
+    if running:
+        outs += [r.running_mean.set_output(True).set_name("next_running_mean"),
+                 r.running_var.set_output(True).set_name("next_running_var")]
+    for t in outs[1:]:
+        t.strides = (w.shape[0],) + (1,) * (nd - 1)
+    g.build(h)
+    return Prepared(h, g, [tx, tw, tb, *run.values(), *outs])
+
+
+def _bn_outputs(x: Tensor, c: int, running: bool) -> tuple[Tensor, ...]:
+    """y (x's layout, NCHW or channels-last), the batch mean and inverse standard deviation, the updated running
+    statistics ((0,) without running statistics), all (C,) float32."""
+    stats = [torch.empty((c if i < 2 or running else 0,), dtype=torch.float32, device=x.device) for i in range(4)]
+    return (torch.empty_like(x), *stats)
+
+
+@torch.library.custom_op("cudnn_py::batch_norm_fwd", mutates_args=(), device_types="cuda")
+def batch_norm_fwd(x: Tensor, weight: Tensor, bias: Tensor, running_mean: Optional[Tensor],
+                   running_var: Optional[Tensor], momentum: float,
+                   eps: float) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """Batch-norm training forward over all dims but the channel: (y, batch mean (C,), inverse standard deviation
+    (C,), the updated running mean and variance (unbiased batch variance; empty without running statistics))."""
+    running = running_mean is not None
+    y, mean, inv, new_mean, new_var = outs = _bn_outputs(x, weight.shape[0], running)
+    h = handle(x.device.index)
+    key = ("batch_norm_fwd", x.shape, x.stride(), x.dtype, weight.dtype, running, momentum, eps)
+    p = prepared(h, key, lambda: _build_bn_fwd(h, x, weight, bias, running, y, eps, momentum))
+    run = (running_mean.data_ptr(), running_var.data_ptr()) if running else ()
+    new = (new_mean.data_ptr(), new_var.data_ptr()) if running else ()
+    p.run((x.data_ptr(), weight.data_ptr(), bias.data_ptr(), *run, y.data_ptr(), mean.data_ptr(), inv.data_ptr(),
+           *new))
+    return outs
+
+
+@batch_norm_fwd.register_fake
+def _(x, weight, bias, running_mean, running_var, momentum, eps):
+    return _bn_outputs(x, weight.shape[0], running_mean is not None)
+
+
+@torch.library.custom_op("cudnn_py::batch_norm_bwd", mutates_args=(), device_types="cuda")
+def batch_norm_bwd(dy: Tensor, x: Tensor, weight: Tensor, mean: Tensor, inv_std: Tensor) -> tuple[Tensor, Tensor,
+                                                                                                   Tensor]:
+    """Batch-norm backward from the forward's saved statistics: (dx in x's layout, dweight, dbias)."""
+    dx, dw, db = torch.empty_like(x), torch.empty_like(weight), torch.empty_like(weight)
+    h = handle(x.device.index)
+    key = ("batch_norm_bwd", x.shape, x.stride(), dy.stride(), x.dtype, weight.dtype)
+
+    def make():
+        nd = x.dim()
+        g = Graph(io_dtype=dtype_name(x.dtype), compute_dtype="float32", name="torch.batch_norm_bwd")
+        c = weight.shape[0]
+        tdy, tx, tw = _x(g, dy, "dy"), _x(g, x, "x"), _channel(g, c, weight.dtype, "scale", nd)
+        tm, ti = _channel(g, c, torch.float32, "mean", nd), _channel(g, c, torch.float32, "inv_variance", nd)
+        gdx, gdw, gdb = g.norm_backward(tdy, tx, tw, mean=tm, inv_variance=ti, mode="batch")
+        gdx.strides = tuple(dx.stride())
+        outs = [t.set_output(True).set_name(n) for t, n in ((gdx, "dx"), (gdw, "dscale"), (gdb, "dbias"))]
+        g.build(h)
+        return Prepared(h, g, [tdy, tx, tw, tm, ti, *outs])
+    prepared(h, key, make).run((dy.data_ptr(), x.data_ptr(), weight.data_ptr(), mean.data_ptr(), inv_std.data_ptr(),
+                                dx.data_ptr(), dw.data_ptr(), db.data_ptr()))
+    return dx, dw, db
+
+
+@batch_norm_bwd.register_fake
+def _(dy, x, weight, mean, inv_std):
+    return torch.empty_like(x), torch.empty_like(weight), torch.empty_like(weight)
+
+
+def _bn_setup(ctx, inputs, output):
+    ctx.save_for_backward(inputs[0], inputs[1], output[1], output[2])
+
+
+def _bn_backward(ctx, dy, dmean, dinv, dnew_mean, dnew_var):
+    x, weight, mean, inv = ctx.saved_tensors
+    if dy.stride() != x.stride():
+        dy = dy.contiguous(memory_format=torch.channels_last if x.dim() == 4 and not x.is_contiguous()
+                           else torch.contiguous_format)
+    dx, dw, db = batch_norm_bwd(dy, x, weight, mean, inv)
+    return dx, dw, db, None, None, None, None
+
+
+batch_norm_fwd.register_autograd(_bn_backward, setup_context=_bn_setup)
+
+
+def batch_norm(x: Tensor, weight: Tensor, bias: Tensor, running_mean: Tensor | None = None,
+               running_var: Tensor | None = None, momentum: float = 0.1, eps: float = 1e-5) -> Tensor:
+    """Batch-norm training (``F.batch_norm(x, running_mean, running_var, weight, bias, training=True, momentum,
+    eps)``): x (N, C, ...) float16/bfloat16/float32 (NCHW or channels-last), weight and bias (C,) float32,
+    running statistics (C,) float32 updated in place (``copy_`` of the op's outputs); differentiable in x, weight and bias."""
+    if not isinstance(x, Tensor) or x.device.type != "cuda" or x.dtype not in _DTYPES or x.dim() < 3:
+        raise InvalidTypeError("batch_norm: x must be a float16, bfloat16 or float32 CUDA tensor (N, C, ...)")
+    c = x.shape[1]
+    for t, n in ((weight, "weight"), (bias, "bias"), (running_mean, "running_mean"), (running_var, "running_var")):
+        if (t is not None or n in ("weight", "bias")) and (not isinstance(t, Tensor) or t.shape != (c,)
+                                                           or t.dtype != torch.float32 or not t.is_contiguous()):
+            raise InvalidValueError(f"batch_norm: {n} must be a contiguous ({c},) float32 tensor")
+    if (running_mean is None) != (running_var is None):
+        raise InvalidValueError("batch_norm: give both running_mean and running_var, or neither")
+    if not 0 < momentum <= 1 or not eps > 0:
+        raise InvalidValueError(f"batch_norm: momentum must be in (0, 1] and eps > 0, got {momentum}, {eps}")
+    if 0 in x.stride():
+        x = x.contiguous()
+    y, _, _, new_mean, new_var = batch_norm_fwd(x, weight, bias, running_mean, running_var, float(momentum),
+                                                float(eps))
+    if running_mean is not None:
+        with torch.no_grad():
+            running_mean.copy_(new_mean)
+            running_var.copy_(new_var)
+    return y

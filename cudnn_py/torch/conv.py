@@ -1,0 +1,187 @@
+"""Convolution as torch custom ops: ``cudnn_py::conv_fwd`` (with a fused bias and activation), ``conv_dgrad`` and
+``conv_wgrad``, with autograd.
+
+:func:`conv` is ``F.conv1d/2d/3d`` (any groups, padding, stride, dilation) plus a fused activation; x and w in
+float16, bfloat16 or float32 (TF32 tensor-op math), NCHW or channels-last (the output follows x's layout, dx
+follows dy's, dw x's). Gradients flow for no activation and ReLU (its gradient is taken from the output); other
+fused activations are forward-only and refused when an input requires a gradient.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from cudnn_py.errors import InvalidTypeError, InvalidValueError
+from cudnn_py.graph import Graph
+
+from .attention import dtype_name, empty_like_layout
+from .runtime import Prepared, handle, prepared
+
+__all__ = ["conv", "conv_fwd", "conv_dgrad", "conv_wgrad", "ACTIVATIONS"]
+
+#: the activations :func:`conv` fuses (graph pointwise builders); gradients for 'none' and 'relu'
+ACTIVATIONS = ("none", "relu", "gelu", "silu", "tanh", "sigmoid")
+_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def _out_size(n: int, k: int, pad: int, stride: int, dil: int) -> int:
+    return (n + 2 * pad - dil * (k - 1) - 1) // stride + 1
+
+
+def _graph(x: Tensor, name: str) -> Graph:
+    return Graph(io_dtype=dtype_name(x.dtype), compute_dtype="float32", intermediate_dtype="float32", name=name)
+
+
+def _t(g: Graph, t: Tensor, name: str):
+    return g.tensor(tuple(t.shape), dtype=dtype_name(t.dtype), strides=tuple(t.stride()), name=name)
+
+
+def _output(t, like: Tensor, name: str):
+    t.strides = tuple(like.stride())
+    return t.set_output(True).set_name(name)
+
+
+def _y(x: Tensor, w: Tensor, padding, stride, dilation) -> Tensor:
+    sp = [_out_size(n, k, p, s, d) for n, k, p, s, d in zip(x.shape[2:], w.shape[2:], padding, stride, dilation)]
+    return empty_like_layout(x, (x.shape[0], w.shape[0], *sp))
+
+
+def _build_fwd(h, x, w, bias, y, padding, stride, dilation, activation) -> Prepared:
+    g = _graph(x, "torch.conv_fwd")
+    tx, tw = _t(g, x, "x"), _t(g, w, "w")
+    out = g.conv_fprop(tx, tw, padding, stride, dilation)
+    ins = [tx, tw]
+    if bias is not None:
+        tb = g.tensor((1, bias.shape[0]) + (1,) * (x.dim() - 2), dtype=dtype_name(bias.dtype),
+                      strides=(bias.shape[0],) + (1,) * (x.dim() - 1), name="bias")
+        ins.append(tb)
+        out = g.bias(out, tb)
+    if activation != "none":
+        out = getattr(g, activation)(out)
+    g.build(h)
+    return Prepared(h, g, ins + [_output(out, y, "y")])
+
+
+@torch.library.custom_op("cudnn_py::conv_fwd", mutates_args=(), device_types="cuda")
+def conv_fwd(x: Tensor, w: Tensor, bias: Optional[Tensor], padding: list[int], stride: list[int],
+             dilation: list[int], activation: str) -> Tensor:
+    """y = activation(conv(x, w) + bias), one cuDNN graph. See :func:`conv`."""
+    y = _y(x, w, padding, stride, dilation)
+    h = handle(x.device.index)
+    key = ("conv_fwd", x.shape, x.stride(), w.shape, w.stride(), x.dtype, bias is not None, tuple(padding),
+           tuple(stride), tuple(dilation), activation)
+    p = prepared(h, key, lambda: _build_fwd(h, x, w, bias, y, padding, stride, dilation, activation))
+    p.run((x.data_ptr(), w.data_ptr()) + (() if bias is None else (bias.data_ptr(),)) + (y.data_ptr(),))
+    return y
+
+
+@conv_fwd.register_fake
+def _(x, w, bias, padding, stride, dilation, activation):
+    return _y(x, w, padding, stride, dilation)
+
+
+@torch.library.custom_op("cudnn_py::conv_dgrad", mutates_args=(), device_types="cuda")
+def conv_dgrad(dy: Tensor, w: Tensor, x_shape: list[int], padding: list[int], stride: list[int],
+               dilation: list[int]) -> Tensor:
+    """dx of the convolution for output gradient ``dy`` (dx in dy's layout)."""
+    dx = empty_like_layout(dy, x_shape)
+    h = handle(dy.device.index)
+    key = ("conv_dgrad", dy.shape, dy.stride(), w.shape, w.stride(), dy.dtype, tuple(x_shape), tuple(padding),
+           tuple(stride), tuple(dilation))
+
+    def make():
+        g = _graph(dy, "torch.conv_dgrad")
+        tdy, tw = _t(g, dy, "dy"), _t(g, w, "w")
+        out = g.conv_dgrad(tdy, tw, padding, stride, dilation, x_shape=tuple(x_shape))
+        g.build(h)
+        return Prepared(h, g, [tdy, tw, _output(out, dx, "dx")])
+    prepared(h, key, make).run((dy.data_ptr(), w.data_ptr(), dx.data_ptr()))
+    return dx
+
+
+@conv_dgrad.register_fake
+def _(dy, w, x_shape, padding, stride, dilation):
+    return empty_like_layout(dy, x_shape)
+
+
+@torch.library.custom_op("cudnn_py::conv_wgrad", mutates_args=(), device_types="cuda")
+def conv_wgrad(dy: Tensor, x: Tensor, w_shape: list[int], padding: list[int], stride: list[int],
+               dilation: list[int]) -> Tensor:
+    """dw of the convolution for output gradient ``dy`` (dw in x's layout)."""
+    dw = empty_like_layout(x, w_shape)
+    h = handle(x.device.index)
+    key = ("conv_wgrad", dy.shape, dy.stride(), x.shape, x.stride(), x.dtype, tuple(w_shape), tuple(padding),
+           tuple(stride), tuple(dilation))
+
+    def make():
+        g = _graph(x, "torch.conv_wgrad")
+        tdy, tx = _t(g, dy, "dy"), _t(g, x, "x")
+        out = g.conv_wgrad(tdy, tx, padding, stride, dilation, w_shape=tuple(w_shape))
+        g.build(h)
+        return Prepared(h, g, [tdy, tx, _output(out, dw, "dw")])
+    prepared(h, key, make).run((dy.data_ptr(), x.data_ptr(), dw.data_ptr()))
+    return dw
+
+
+@conv_wgrad.register_fake
+def _(dy, x, w_shape, padding, stride, dilation):
+    return empty_like_layout(x, w_shape)
+
+
+def _setup(ctx, inputs, output):
+    x, w, bias, padding, stride, dilation, activation = inputs
+    ctx.save_for_backward(x, w, output if activation == "relu" else None)
+    ctx.conv = (padding, stride, dilation)
+    ctx.has_bias = bias is not None
+
+
+def _backward(ctx, dy):
+    x, w, y = ctx.saved_tensors
+    if y is not None:
+        dy = torch.where(y > 0, dy, torch.zeros((), dtype=dy.dtype, device=dy.device))
+    if 0 in dy.stride():
+        dy = dy.contiguous()
+    dx = conv_dgrad(dy, w, list(x.shape), *ctx.conv) if ctx.needs_input_grad[0] else None
+    dw = conv_wgrad(dy, x, list(w.shape), *ctx.conv) if ctx.needs_input_grad[1] else None
+    db = dy.sum([0, *range(2, dy.dim())], dtype=torch.float32).to(dy.dtype) if ctx.has_bias and ctx.needs_input_grad[2] else None
+    return dx, dw, db, None, None, None, None
+
+
+conv_fwd.register_autograd(_backward, setup_context=_setup)
+
+
+def _ints(v, n: int, name: str) -> list[int]:
+    vals = [v] * n if isinstance(v, int) else list(v)
+    if len(vals) != n or not all(isinstance(i, int) and not isinstance(i, bool) for i in vals):
+        raise InvalidValueError(f"{name} must be an int or {n} ints, got {v!r}")
+    return vals
+
+
+def conv(x: Tensor, w: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1,
+         activation: str | None = None) -> Tensor:
+    """``F.conv{1,2,3}d(x, w, bias, stride, padding, dilation, groups=x.shape[1] // w.shape[1])`` followed by
+    ``activation`` (one of :data:`ACTIVATIONS`, None for none), as one cuDNN graph; differentiable in x, w and bias
+    for no activation and ReLU. ``padding`` is symmetric (ints; no 'same'/'valid' strings)."""
+    for t, n in ((x, "x"), (w, "w")):
+        if not isinstance(t, Tensor) or t.device.type != "cuda" or t.dtype not in _DTYPES:
+            raise InvalidTypeError(f"conv: {n} must be a float16, bfloat16 or float32 CUDA tensor")
+    if w.dtype != x.dtype or w.dim() != x.dim() or x.dim() < 3 or x.shape[1] % w.shape[1]:
+        raise InvalidValueError(f"conv: x {tuple(x.shape)} {x.dtype} and w {tuple(w.shape)} {w.dtype} must share a "
+                                f"dtype and rank >= 3, x's channels a multiple of w's")
+    if bias is not None and (not isinstance(bias, Tensor) or bias.shape != (w.shape[0],) or bias.dtype != x.dtype):
+        raise InvalidValueError(f"conv: bias must be a ({w.shape[0]},) tensor of x's dtype")
+    act = "none" if activation is None else activation
+    if act not in ACTIVATIONS:
+        raise InvalidValueError(f"conv: activation must be None or one of {', '.join(ACTIVATIONS)}, got "
+                                f"{activation!r}")
+    if act not in ("none", "relu") and torch.is_grad_enabled() and any(
+            t is not None and t.requires_grad for t in (x, w, bias)):
+        raise InvalidValueError(f"conv: a fused {act} has no gradient here; use activation=None and torch's {act}")
+    n = x.dim() - 2
+    sp = (_ints(padding, n, "padding"), _ints(stride, n, "stride"), _ints(dilation, n, "dilation"))
+    if 0 in x.stride():
+        x = x.contiguous()
+    return conv_fwd(x, w.contiguous(memory_format=torch.channels_last) if x.dim() == 4 and not x.is_contiguous()
+                    else w.contiguous(), bias, *sp, act)

@@ -1,0 +1,98 @@
+"""A user-built cuDNN graph as a torch custom op: :func:`graph_op`.
+
+::
+
+    def gelu_linear(g, a, b, bias):                 # graph tensors, described from the call's torch tensors
+        return g.gelu(g.bias(g.matmul(a, b), bias))
+
+    op = cudnn_py.torch.graph_op("gelu_linear", gelu_linear)
+    y = op(a, b, bias)                              # torch tensors in, torch tensors out
+
+The op (``torch.ops.cudnn_py.<name>``, taking and returning lists of tensors) builds the graph and its plan for each
+new set of input shapes, strides and dtypes (as any torch op is specialised, and ``torch.compile`` recompiles per
+shape), runs on torch's current stream with outputs and workspace from torch's allocator, and has a fake
+implementation (the graph's output shapes, strides and dtypes, from building the graph without a plan), so it works
+under ``torch.compile(fullgraph=True)`` and in CUDA graphs. It has no autograd formula: build the backward as
+another graph op and tie them with ``torch.autograd.Function`` where you need one.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from cudnn_py.errors import InvalidTypeError, InvalidValueError
+from cudnn_py.graph import Graph
+
+from .attention import dtype_name
+from .runtime import Prepared, handle, prepared
+
+__all__ = ["graph_op"]
+
+
+def _describe(name: str, build: Callable, xs: Sequence[Tensor], compute_dtype: str,
+              intermediate_dtype: str) -> tuple[Graph, list, list]:
+    """The graph of ``build`` for inputs like ``xs``: (graph, input tensors, output tensors)."""
+    g = Graph(io_dtype=dtype_name(xs[0].dtype), compute_dtype=compute_dtype, intermediate_dtype=intermediate_dtype,
+              name=name)
+    ins = [g.tensor([int(s) for s in x.shape], dtype=dtype_name(x.dtype), strides=[int(s) for s in x.stride()],
+                    name=f"in{i}") for i, x in enumerate(xs)]
+    outs = build(g, *ins)
+    outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+    if not outs or any(getattr(t, "graph", None) is not g for t in outs):
+        raise InvalidTypeError(f"graph_op {name!r}: build must return this graph's output tensor(s)")
+    for i, t in enumerate(outs):
+        if t in ins:
+            raise InvalidValueError(f"graph_op {name!r}: output {i} is an input; return computed tensors")
+        t.set_output(True).set_name(f"out{i}")
+    return g, ins, outs
+
+
+def graph_op(name: str, build: Callable[..., Any], *, compute_dtype: str = "float32",
+             intermediate_dtype: str = "float32") -> Callable[..., Any]:
+    """Register ``build`` (``build(g, *input_tensors) -> output tensor(s)`` on a :class:`~cudnn_py.graph.Graph`
+    whose io dtype is the first input's) as the custom op ``cudnn_py::<name>``; returns ``op(*tensors)`` giving
+    the output tensor (one output) or a tuple of them. Outputs take the strides and dtypes the graph gives them
+    (``set_dtype`` on an output changes its dtype)."""
+    if not isinstance(name, str) or not name.isidentifier():
+        raise InvalidValueError(f"graph_op: name must be an identifier, got {name!r}")
+    specs: dict = {}
+
+    def spec(xs) -> tuple:
+        key = tuple((tuple(map(int, x.shape)), tuple(map(int, x.stride())), x.dtype) for x in xs)
+        got = specs.get(key)
+        if got is None:
+            _, _, outs = _describe(name, build, xs, compute_dtype, intermediate_dtype)
+            got = specs[key] = (key, [(t.shape, t.strides, getattr(torch, t.np_dtype.name)) for t in outs])
+        return got
+
+    def new_outputs(xs, out_specs) -> list[Tensor]:
+        return [torch.empty_strided(shape, strides, dtype=dtype, device=xs[0].device)
+                for shape, strides, dtype in out_specs]
+
+    @torch.library.custom_op(f"cudnn_py::{name}", mutates_args=(), device_types="cuda")
+    def op(xs: list[Tensor]) -> list[Tensor]:
+        key, out_specs = spec(xs)
+        outs = new_outputs(xs, out_specs)
+        h = handle(xs[0].device.index)
+
+        def make():
+            g, ins, gouts = _describe(name, build, xs, compute_dtype, intermediate_dtype)
+            g.build(h)
+            return Prepared(h, g, ins + gouts)
+        prepared(h, ("graph_op", name, key), make).run(tuple(x.data_ptr() for x in xs + outs))
+        return outs
+
+    @op.register_fake
+    def _(xs):
+        return new_outputs(xs, spec(xs)[1])
+
+    def call(*xs: Tensor):
+        if not xs or not all(isinstance(x, Tensor) and x.device.type == "cuda" for x in xs):
+            raise InvalidTypeError(f"graph_op {name!r} takes CUDA tensors")
+        outs = op(list(xs))
+        return outs[0] if len(outs) == 1 else tuple(outs)
+    call.op = op  # type: ignore[attr-defined]
+    return call
