@@ -132,11 +132,12 @@ def _writer() -> str:
 
 
 def _current_device() -> int:
-    """The ordinal of the calling thread's current CUDA device (0 when none is current or there is no driver)."""
+    """The ordinal of the calling thread's current CUDA context's device (0 when none is current or there is no
+    driver)."""
     try:
-        from cuda.bindings import runtime
-        err, dev = runtime.cudaGetDevice()
-        return int(dev) if int(err) == 0 else 0
+        from cuda.bindings import driver
+        err, dev = driver.cuCtxGetDevice()
+        return int(dev) if err == driver.CUresult.CUDA_SUCCESS else 0
     except Exception:  # noqa: BLE001 - no CUDA here
         return 0
 
@@ -285,7 +286,7 @@ class TuningDatabase:
     # -- environments ----------------------------------------------------------------------------------------
 
     def environment(self, device: int | None = None) -> Environment:
-        """The fingerprint records are made under on ``device`` (default: the current CUDA device)."""
+        """The fingerprint records are made under on ``device`` (default: the current context's device)."""
         if self._fixed_env is not None:
             return self._fixed_env
         return environment(_current_device() if device is None else int(device))
