@@ -1,6 +1,8 @@
 """Old spellings keep working with a DeprecationWarning (cudnn_py._deprecation)."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from cudnn_py._deprecation import alias, renamed_kwargs
@@ -27,3 +29,35 @@ def test_alias_warns_and_calls_the_new_name():
     with pytest.warns(DeprecationWarning, match="old_name is deprecated, use .*new"):
         assert old(1, b=5) == 6
     assert old.__name__ == "old_name"
+
+
+def test_one_filter_quiets_a_ports_c_calls_and_nothing_else():
+    """The deprecation policy: a user's own call of a deprecated C function warns (once); a port of C code that
+    calls them on purpose silences exactly those with the one filter the examples, benchmarks and pyproject use,
+    and the Pythonic layer's old spellings still warn. In a fresh interpreter: each C function warns once per
+    process."""
+    import subprocess
+    import sys
+    code = """if True:
+        import ctypes, json, warnings
+        from cudnn_py import capi
+        from cudnn_py._deprecation import alias
+        def caught(fn):
+            with warnings.catch_warnings(record=True) as w:
+                warnings.simplefilter("always")
+                warnings.filterwarnings("ignore", r"cudnn\\w+ is deprecated in cuDNN 9", DeprecationWarning)
+                fn()
+            return [str(x.message) for x in w]
+        d = capi.cudnnActivationDescriptor_t()
+        ported = caught(lambda: capi.cudnnCreateActivationDescriptor(ctypes.byref(d)))
+        pythonic = caught(alias("old_name", lambda: None))
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            capi.cudnnSetActivationDescriptor(d, 1, 0, 0.0)
+        print(json.dumps([ported, pythonic, [str(x.message) for x in w]]))
+    """
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    ported, pythonic, user = json.loads(r.stdout)
+    assert ported == [] and len(pythonic) == 1 and "old_name is deprecated" in pythonic[0]
+    assert len(user) == 1 and user[0].startswith("cudnnSetActivationDescriptor is deprecated in cuDNN 9")
