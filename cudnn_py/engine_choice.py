@@ -20,9 +20,9 @@ For each key (operation name first, then everything the answer depends on: shape
    rounds time each (device time between CUDA events on the handle's stream), and the lower best time wins (an
    engine left alone is not timed). The winner runs last, so the outputs are its own. Arrays the call writes and
    may read (``mutated``: running statistics, a ``beta`` blend, an in-place output) are copied first and restored
-   before every run, so the call's effect is that of one call. The choice is kept (handle, database) only once
-   measured in full: an interrupt leaves none; it is written to the database only where every engine left out
-   refused (a passing failure is not written down).
+   before every run, so the call's effect is that of one call; where they cannot be copied, the static rule runs
+   unmeasured. The choice is kept (handle, database) only once measured in full: an interrupt leaves none; it is
+   written to the database only where every engine left out refused (a passing failure is not written down).
    Where both engines fail the legacy engine's error is raised.
 
 Each choice is logged at DEBUG on ``logging.getLogger("cudnn_py.engine_choice")``. ``engine="legacy"`` or
@@ -111,7 +111,7 @@ def run(handle, key: Hashable, legacy: Callable[[], object], graph: Callable[[],
             return _run_one(static, legacy, graph)
         got = _stored(handle, key)
         if got is None:
-            return _measure(handle, cache, key, legacy, graph, mutated)
+            return _measure(handle, cache, key, legacy, graph, mutated, static)
         cache[key] = got
         _log.debug("engine_choice %s: %s (database: legacy %s ms, graph %s ms)", key, got.engine, got.legacy_ms,
                    got.graph_ms)
@@ -167,9 +167,13 @@ def _snapshot(handle, arrays: Sequence) -> Callable[[], None]:
     return restore
 
 
-def _measure(handle, cache, key, legacy, graph, mutated) -> str:
+def _measure(handle, cache, key, legacy, graph, mutated, static: str) -> str:
     refused = _refusals()
-    restore = _snapshot(handle, mutated)
+    try:
+        restore = _snapshot(handle, mutated)
+    except CudnnPyError as e:  # no room for the copies (or no device): no measurement this time
+        _log.debug("engine_choice %s: not measured (%s); the static rule runs", key, e)
+        return _run_one(static, legacy, graph)
     engines = {"legacy": legacy, "graph": graph}
     errors: dict[str, BaseException | None] = {}
     best = {name: math.inf for name in engines}
@@ -248,7 +252,7 @@ def _db_key(key) -> str:
 
 
 def _stored(handle, key) -> Choice | None:
-    rec = _with_db(lambda db: db.lookup(KIND, _db_key(key), device=handle.device_id))
+    rec = _with_db(lambda db: db.lookup(KIND, _db_key(key), device=handle.device))
     if not isinstance(rec, dict) or rec.get("engine") not in ("legacy", "graph"):
         return None
     return Choice(rec["engine"], rec.get("legacy_ms"), rec.get("graph_ms"), "database")
@@ -256,4 +260,4 @@ def _stored(handle, key) -> Choice | None:
 
 def _store(handle, key, got: Choice) -> None:
     _with_db(lambda db: db.record(KIND, _db_key(key), {"engine": got.engine, "legacy_ms": got.legacy_ms,
-                                                        "graph_ms": got.graph_ms}, device=handle.device_id))
+                                                        "graph_ms": got.graph_ms}, device=handle.device))

@@ -18,10 +18,6 @@ from helpers import NoCallHandle, fake
 from reference import batchnorm as ref
 
 
-class StubHandle(NoCallHandle):
-    device_id = 0
-
-
 class Engines:
     """A legacy and a graph callable with stubbed device times; ``calls`` lists what ran, in order."""
 
@@ -81,7 +77,7 @@ def run(h, e, key=KEY, **kw):
 
 @pytest.mark.parametrize("legacy_ms, graph_ms, winner", [(2.0, 1.0, "graph"), (1.0, 2.0, "legacy")])
 def test_faster_engine_wins_and_runs_last(db, monkeypatch, legacy_ms, graph_ms, winner):
-    h, e = StubHandle(), engines(monkeypatch, legacy_ms=legacy_ms, graph_ms=graph_ms)
+    h, e = NoCallHandle(), engines(monkeypatch, legacy_ms=legacy_ms, graph_ms=graph_ms)
     assert run(h, e) == winner
     # one untimed run each (plans built), ROUNDS timed runs each, then the winner once more: its outputs stay
     assert e.calls.count("legacy") + e.calls.count("graph") == 2 * (1 + ec.ROUNDS) + 1
@@ -92,12 +88,12 @@ def test_faster_engine_wins_and_runs_last(db, monkeypatch, legacy_ms, graph_ms, 
 
 def test_choice_remembered_per_handle_and_shown_by_cache_info(db, monkeypatch):
     monkeypatch.setattr(ec, "_database", lambda: None)  # in memory only: no tuning database
-    h, e = StubHandle(), engines(monkeypatch)
+    h, e = NoCallHandle(), engines(monkeypatch)
     run(h, e)
     e.calls.clear()
     assert run(h, e) == "graph" and e.calls == ["graph"]
     assert Handle.cache_info(h) == {"engine.choice": 1}
-    other = StubHandle()
+    other = NoCallHandle()
     run(other, e)
     assert len(e.calls) == 1 + 2 * (1 + ec.ROUNDS) + 1, "another handle measures again"
     other_key = (KEY[0], (((8, 4), (4, 1), "float16"), ("relu", 1.0, 0.0)))
@@ -107,7 +103,7 @@ def test_choice_remembered_per_handle_and_shown_by_cache_info(db, monkeypatch):
 
 def test_choice_persisted_and_reloaded_by_a_new_process(db, monkeypatch, tmp_path):
     e = engines(monkeypatch, legacy_ms=0.5, graph_ms=0.7)
-    run(StubHandle(), e)
+    run(NoCallHandle(), e)
     (key, rec), = stored(db).items()
     assert rec == {"engine": "legacy", "legacy_ms": 0.5, "graph_ms": 0.7}
     assert json.loads(key) == ec._plain(KEY)
@@ -115,7 +111,7 @@ def test_choice_persisted_and_reloaded_by_a_new_process(db, monkeypatch, tmp_pat
     e.timed.clear()
     again = TuningDatabase(tmp_path / "tuning.sqlite")  # a new process: the same file, empty handle caches
     monkeypatch.setattr(ec, "_database", lambda: again)
-    h = StubHandle()
+    h = NoCallHandle()
     assert run(h, e) == "legacy" and e.calls == ["legacy"] and e.timed == []
     assert ec.choices(h)[KEY] == ec.Choice("legacy", 0.5, 0.7, "database")
     again.close()
@@ -123,11 +119,11 @@ def test_choice_persisted_and_reloaded_by_a_new_process(db, monkeypatch, tmp_pat
 
 def test_unusable_record_is_measured_again(db, monkeypatch):
     e = engines(monkeypatch)
-    run(StubHandle(), e)
+    run(NoCallHandle(), e)
     (k, rec), = stored(db).items()
     db.record("engine_choice", k, {"engine": "fastest"}, device=0)
     e.calls.clear()
-    assert run(StubHandle(), e) == "graph" and len(e.calls) == 2 * (1 + ec.ROUNDS) + 1
+    assert run(NoCallHandle(), e) == "graph" and len(e.calls) == 2 * (1 + ec.ROUNDS) + 1
     assert stored(db)[k]["engine"] == "graph"
 
 
@@ -137,7 +133,7 @@ def test_unusable_database_warns_and_keeps_choices_in_memory(db, monkeypatch):
     def broken():
         raise TuningDatabaseError("open", 0, "", "/x/tuning.sqlite is not a database")
     monkeypatch.setattr(ec, "_database", broken)
-    h, e = StubHandle(), engines(monkeypatch)
+    h, e = NoCallHandle(), engines(monkeypatch)
     with pytest.warns(TuningWarning, match="choices stay in this process.*not a database"):
         assert run(h, e) == "graph"
     assert ec.choices(h)[KEY].engine == "graph"
@@ -150,7 +146,7 @@ def test_static_mode_runs_the_static_rule_without_measuring(db, monkeypatch, how
         monkeypatch.setenv(ec.ENV, "static")
     else:
         ec.set_mode("static")
-    h, e = StubHandle(), engines(monkeypatch)
+    h, e = NoCallHandle(), engines(monkeypatch)
     assert ec.mode() == "static"
     assert run(h, e, static=static) == static and e.calls == [static] and e.timed == []
     assert ec.choices(h) == {} and stored(db) == {}
@@ -161,7 +157,7 @@ def test_static_graph_falls_back_to_legacy_where_it_refuses(db, monkeypatch):
     ec.set_mode("static")
     for refusal in (False, GraphPathRefused("no"), GraphNotSupportedError("g", ["relu"], ["A"], [])):
         e = engines(monkeypatch, graph=refusal)
-        assert run(StubHandle(), e, static="graph") == "legacy" and e.calls == ["graph", "legacy"]
+        assert run(NoCallHandle(), e, static="graph") == "legacy" and e.calls == ["graph", "legacy"]
     ec.set_mode(None)
 
 
@@ -175,7 +171,7 @@ def test_mode_values_checked(db, monkeypatch):
 
 @pytest.mark.parametrize("graph", [False, GraphPathRefused("layout"), GraphNotSupportedError("g", ["relu"], ["A"], [])])
 def test_refusing_graph_is_left_out_and_the_choice_kept(db, monkeypatch, graph):
-    h, e = StubHandle(), engines(monkeypatch, legacy_ms=9.0, graph_ms=1.0, graph=graph)
+    h, e = NoCallHandle(), engines(monkeypatch, legacy_ms=9.0, graph_ms=1.0, graph=graph)
     assert run(h, e) == "legacy"
     assert e.calls == ["legacy", "graph", "legacy"] and e.timed == [], "an engine left alone is not timed"
     assert ec.choices(h)[KEY] == ec.Choice("legacy", None, None, "measured")
@@ -183,13 +179,13 @@ def test_refusing_graph_is_left_out_and_the_choice_kept(db, monkeypatch, graph):
 
 
 def test_failing_engine_is_left_out_but_not_persisted(db, monkeypatch):
-    h, e = StubHandle(), engines(monkeypatch, legacy_ms=1.0, legacy=CudaError("cudnnFoo", 2, "X", "busy"))
+    h, e = NoCallHandle(), engines(monkeypatch, legacy_ms=1.0, legacy=CudaError("cudnnFoo", 2, "X", "busy"))
     assert run(h, e) == "graph"
     assert ec.choices(h)[KEY].engine == "graph" and stored(db) == {}, "a passing failure is not written down"
 
 
 def test_both_engines_failing_raise_the_legacy_error_and_keep_nothing(db, monkeypatch):
-    h = StubHandle()
+    h = NoCallHandle()
     e = engines(monkeypatch, legacy=CudaError("cudnnFoo", 2, "X", "legacy failed"), graph=GraphPathRefused("no"))
     with pytest.raises(CudaError, match="legacy failed"):
         run(h, e)
@@ -197,7 +193,7 @@ def test_both_engines_failing_raise_the_legacy_error_and_keep_nothing(db, monkey
 
 
 def test_keyboard_interrupt_mid_measure_leaves_no_record(db, monkeypatch):
-    h, e = StubHandle(), engines(monkeypatch)
+    h, e = NoCallHandle(), engines(monkeypatch)
     clock = e.clock
 
     def interrupted(handle, fn):
@@ -213,7 +209,7 @@ def test_keyboard_interrupt_mid_measure_leaves_no_record(db, monkeypatch):
 
 
 def test_mutated_arrays_restored_before_every_run(db, monkeypatch):
-    h, e = StubHandle(), engines(monkeypatch)
+    h, e = NoCallHandle(), engines(monkeypatch)
     events: list[str] = []
     snapped = []
 
@@ -231,11 +227,22 @@ def test_mutated_arrays_restored_before_every_run(db, monkeypatch):
     assert events[0::2] == ["restore"] * (2 * (1 + ec.ROUNDS) + 1) and events[-1] == "graph"
 
 
+def test_no_room_for_the_copies_runs_the_static_rule_unmeasured(db, monkeypatch):
+    from cudnn_py.errors import CudaOutOfMemoryError
+    h, e = NoCallHandle(), engines(monkeypatch)
+
+    def no_room(handle, arrays):
+        raise CudaOutOfMemoryError("allocate", 2, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory")
+    monkeypatch.setattr(ec, "_snapshot", no_room)
+    assert run(h, e, mutated=(fake((4,)),), static="legacy") == "legacy" and e.calls == ["legacy"]
+    assert ec.choices(h) == {} and stored(db) == {}
+
+
 def test_choice_logged_at_debug(db, monkeypatch, caplog):
     e = engines(monkeypatch)
     with caplog.at_level(logging.DEBUG, logger="cudnn_py.engine_choice"):
-        run(StubHandle(), e)
-        run(StubHandle(), e)
+        run(NoCallHandle(), e)
+        run(NoCallHandle(), e)
     measured, loaded = (r.getMessage() for r in caplog.records)
     assert "activation_forward" in measured and ": graph (measured: legacy 2.0 ms, graph 1.0 ms)" in measured
     assert ": graph (database" in loaded
