@@ -168,6 +168,9 @@ def test_sweep_uses_stored_records_without_a_gpu(problems, tmp_path, monkeypatch
     db.record(KIND, problems[0].key, {"configs": "junk"})
     with pytest.warns(TuningWarning, match="malformed"), pytest.raises(SystemExit, match="1 operations"):
         sweep(problems, db)
+    db.record(KIND, problems[0].key, synthetic(problems)[problems[1].key])     # well-formed, another operation's
+    with pytest.warns(TuningWarning, match="another operation"), pytest.raises(SystemExit, match="1 operations"):
+        sweep(problems, db)
     with pytest.raises(SystemExit, match="3 operations"):
         sweep(problems, db, remeasure=True)
 

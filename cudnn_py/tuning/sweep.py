@@ -314,9 +314,9 @@ def sweep(problems: Sequence[Problem], db: TuningDatabase, *, device: int = 0, s
     out, todo = {}, []
     for p in problems:
         rec = None if remeasure else db.lookup(KIND, p.key, device=device)
-        if rec is not None and not valid_record(rec):
-            warnings.warn(f"tuning database: the {KIND} record of {p.key} is malformed; measuring again",
-                          TuningWarning, stacklevel=2)
+        if rec is not None and (not valid_record(rec) or rec.get("key") != p.key):
+            warnings.warn(f"tuning database: the {KIND} record of {p.key} is malformed or made for another "
+                          f"operation; measuring again", TuningWarning, stacklevel=2)
             rec = None
         if rec is None or not covers(rec, settings):
             todo.append(p)
