@@ -37,10 +37,12 @@ import ctypes
 import enum
 import math
 import weakref
+from collections.abc import Sequence
 from ctypes import byref, c_double, c_int, c_size_t, c_uint, c_void_p
 from enum import IntEnum
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from cudnn_py import _binding, caches, capi
 from cudnn_py._deprecation import alias, renamed_kwargs, warn
@@ -245,7 +247,8 @@ class TensorDescriptor(Descriptor):
     _create_fn, _destroy_fn = "cudnnCreateTensorDescriptor", "cudnnDestroyTensorDescriptor"
     _shown = ("shape", "dtype", "strides", "layout")
 
-    def __init__(self, shape, dtype=np.float32, strides=None, *, layout=None, **old):
+    def __init__(self, shape: Sequence[int], dtype: DTypeLike = np.float32, strides: Sequence[int] | None = None, *,
+                 layout: str | None = None, **old) -> None:
         if old:
             layout = renamed_kwargs("TensorDescriptor", old, {"format": "layout"}, {"layout": layout})["layout"]
         shape = dims(shape, "tensor shape", 2)
@@ -335,7 +338,8 @@ class FilterDescriptor(Descriptor):
     _create_fn, _destroy_fn = "cudnnCreateFilterDescriptor", "cudnnDestroyFilterDescriptor"
     _shown = ("shape", "dtype", "layout")
 
-    def __init__(self, shape, dtype=np.float32, *, layout=None, **old):
+    def __init__(self, shape: Sequence[int], dtype: DTypeLike = np.float32, *, layout: str | None = None,
+                 **old) -> None:
         if old:
             layout = renamed_kwargs("FilterDescriptor", old, {"format": "layout"}, {"layout": layout})["layout"]
         shape = dims(shape, "filter shape", 3)
@@ -659,7 +663,8 @@ class OpTensor(_TensorOpSettings):
     _c_class = _OpTensorDescriptor
     _op_enum, _op_prefix = capi.cudnnOpTensorOp_t, "CUDNN_OP_TENSOR_"
 
-    def __init__(self, op="add", compute_dtype=None, *, nan_propagation=False, **old):
+    def __init__(self, op: str | int = "add", compute_dtype: DTypeLike | int | None = None, *,
+                 nan_propagation: bool | str | int = False, **old) -> None:
         super().__init__(op, compute_dtype, nan_propagation, old)
 
     def _key(self):
@@ -721,8 +726,9 @@ class ReduceTensor(_TensorOpSettings):
     _c_class = _ReduceTensorDescriptor
     _op_enum, _op_prefix = capi.cudnnReduceTensorOp_t, "CUDNN_REDUCE_TENSOR_"
 
-    def __init__(self, op="add", compute_dtype=None, *, nan_propagation=False, indices="none",
-                 indices_type="uint32", **old):
+    def __init__(self, op: str | int = "add", compute_dtype: DTypeLike | int | None = None, *,
+                 nan_propagation: bool | str | int = False, indices: bool | str | int = "none",
+                 indices_type: str | int = "uint32", **old) -> None:
         super().__init__(op, compute_dtype, nan_propagation, old)
         if isinstance(indices, (bool, np.bool_)):
             indices = "flattened" if indices else "none"
@@ -852,8 +858,9 @@ convolution_descriptor = alias("convolution_descriptor", _shared_convolution, "i
 
 # --- shape helpers ------------------------------------------------------------------------------------
 
-def convolution_output_shape(x_shape, w_shape, padding=0, stride=1, dilation=1, *, groups: int = 1,
-                             mode="cross_correlation", dtype=np.float32) -> tuple[int, ...]:
+def convolution_output_shape(x_shape: Sequence[int], w_shape: Sequence[int], padding: int | Sequence[int] = 0,
+                             stride: int | Sequence[int] = 1, dilation: int | Sequence[int] = 1, *, groups: int = 1,
+                             mode: str | int = "cross_correlation", dtype: DTypeLike = np.float32) -> tuple[int, ...]:
     """The forward output shape of a convolution of input ``x_shape`` (N, C, spatial...) with filter
     ``w_shape`` (K, C/groups, spatial...), as cuDNN computes it."""
     x_shape, w_shape = dims(x_shape, "x_shape", 3), dims(w_shape, "w_shape", 3)
@@ -865,8 +872,9 @@ def convolution_output_shape(x_shape, w_shape, padding=0, stride=1, dilation=1, 
     return conv.output_shape(tensor_descriptor(x_shape, dt), filter_descriptor(w_shape, dt))
 
 
-def pooling_output_shape(x_shape, mode="max", window=2, padding=0, stride=None, *,
-                         dtype=np.float32) -> tuple[int, ...]:
+def pooling_output_shape(x_shape: Sequence[int], mode: str | int = "max", window: int | Sequence[int] = 2,
+                         padding: int | Sequence[int] = 0, stride: int | Sequence[int] | None = None, *,
+                         dtype: DTypeLike = np.float32) -> tuple[int, ...]:
     """The forward output shape of pooling input ``x_shape`` (N, C, spatial...), as cuDNN computes it."""
     x_shape = dims(x_shape, "x_shape", 3)
     pool = _PoolingDescriptor.shared(*_pooling_settings(mode, window, padding, stride, len(x_shape) - 2, False))

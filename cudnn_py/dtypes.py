@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from cudnn_py import capi
 from cudnn_py.caches import shared
@@ -74,7 +75,7 @@ def _supported_names() -> str:
     return ", ".join(d.name for d in SUPPORTED_DTYPES)
 
 
-def cudnn_dtype(dtype) -> capi.cudnnDataType_t:
+def cudnn_dtype(dtype: DTypeLike | int) -> capi.cudnnDataType_t:
     """The ``cudnnDataType_t`` for a NumPy dtype-like (``np.float32``, ``"float16"``, ``ml_dtypes.bfloat16``, an array's ``.dtype``)
     or a short name of :data:`ALIASES` (``"fp16"``, ``"bf16"``, ``"e4m3"``, any case).
 
@@ -114,7 +115,7 @@ def as_numpy_dtype(dtype) -> np.dtype:
     return np.dtype(dtype)
 
 
-def numpy_dtype(cudnn_dt) -> np.dtype:
+def numpy_dtype(cudnn_dt: int) -> np.dtype:
     """The NumPy dtype for a ``cudnnDataType_t`` (or its int value); :class:`TypeError` if there is none."""
     try:
         return _TO_NUMPY[int(cudnn_dt)]

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 from cudnn_py import _binding, capi
 from cudnn_py.caches import Cache
 from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
-from cudnn_py.streams import as_stream, get_device
+from cudnn_py.streams import StreamLike, as_stream, get_device
 from cudnn_py.workspace import Workspace
 
 if TYPE_CHECKING:  # annotations only: cuda.core is imported on first device use (streams.cuda_core)
@@ -67,7 +67,7 @@ class Handle:
     a :class:`cuda.core.Stream`, a ``torch.cuda.Stream`` or an int ``cudaStream_t``.
     """
 
-    def __init__(self, device: int | Device = 0, stream=None):
+    def __init__(self, device: int | Device = 0, stream: StreamLike | None = None) -> None:
         self._ptr = None
         dev = get_device(device)
         dev.set_current()  # cudnnCreate binds the handle to the current device, which may have changed since

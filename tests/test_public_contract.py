@@ -9,7 +9,6 @@ that no longer needs its exemption fails the test, so the lists only shrink.
 from __future__ import annotations
 
 import inspect
-import typing
 import warnings
 
 import numpy as np
@@ -40,6 +39,8 @@ PENDING = {
 def _cases(test: str, names) -> list:
     return [pytest.param(n, marks=pytest.mark.xfail(reason=PENDING[test, n], strict=True))
             if (test, n) in PENDING else n for n in names]
+
+
 FUNCTIONS = {n: f for n, f in PUBLIC.items() if inspect.isfunction(f)}
 CLASSES = {n: c for n, c in PUBLIC.items() if isinstance(c, type)}
 
@@ -247,11 +248,33 @@ def test_backend_descriptor_set_refuses_junk_attribute_types():
 
 # --- point 7: every public callable is annotated ---------------------------------------------------------------
 
+#: public callables whose annotations are not complete yet, with what is missing and why (each an xfail(strict=True))
+UNANNOTATED = {
+    "BackendDescriptor": "desc_type (graph/descriptors.py: the attribute/descriptor-type conventions are helper-owned)",
+    "Graph": "io_dtype, compute_dtype, intermediate_dtype (graph/graph.py, another owner's file)",
+    "AlgorithmCache": "database (algorithms.py, another owner's file)",
+    **{n: "handle and the C descriptors (algorithms.py, another owner's file)" for n in (
+        "choose_forward_algorithm", "choose_backward_data_algorithm", "choose_backward_filter_algorithm")},
+}
+
+
 def _unannotated(f) -> list[str]:
-    hints = typing.get_type_hints(f)
-    sig = inspect.signature(f)
-    missing = [p for p in sig.parameters if p not in hints and p not in ("self", "cls")
-               and sig.parameters[p].kind not in (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL)]
-    if "return" not in hints and not isinstance(f, type):
+    """The parameters (and ``return``) of ``f`` without an annotation (mypy checks that they resolve)."""
+    target = f.__init__ if isinstance(f, type) else f
+    hints = getattr(target, "__annotations__", {})
+    sig = inspect.signature(target)
+    missing = [p for p, v in sig.parameters.items() if p not in hints and p not in ("self", "cls")
+               and v.kind not in (v.VAR_KEYWORD, v.VAR_POSITIONAL)]
+    if "return" not in hints and not isinstance(f, type):  # mypy takes an annotated __init__ as returning None
         missing.append("return")
     return missing
+
+
+_ANNOTATED = sorted(n for n, f in PUBLIC.items() if inspect.isfunction(f) or isinstance(f, type))
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(reason=UNANNOTATED[n], strict=True))
+                                  if n in UNANNOTATED else n for n in _ANNOTATED])
+def test_every_public_callable_is_annotated(name):
+    """Parameters (``handle`` too) and the return: what a user's type checker sees is never an implicit ``Any``."""
+    assert _unannotated(PUBLIC[name]) == [], name

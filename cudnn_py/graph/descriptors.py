@@ -213,7 +213,7 @@ class BackendDescriptor:
                 raise InvalidTypeError(f"{name.name}: reading nested descriptors needs their type, which the table "
                                        f"lacks")
             kids = [BackendDescriptor(spec.nested) for _ in range(count)]
-            arr = (ctypes.c_void_p * max(count, 1))(*[getattr(k.ptr, "value", None) for k in kids])
+            arr = (ctypes.c_void_p * max(count, 1))(*[k.ptr.value for k in kids])
             _C_GET(self.ptr, name, atype, count, ctypes.byref(n_out), arr)
             for k in kids[n_out.value:]:
                 k.close()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import math
 from collections.abc import Sequence
+from typing import TypeVar
 
 import numpy as np
 
@@ -18,8 +19,11 @@ from cudnn_py.args import scaling
 from cudnn_py.caches import shared
 from cudnn_py.descriptors import TensorDescriptor, tensor_descriptor
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype, scalar
-from cudnn_py.memory import DeviceArray, as_array, empty
+from cudnn_py.memory import DeviceArray, DeviceArrayLike, as_array, empty
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
+
+#: an output array the caller passes, returned as given (a torch tensor in, the same tensor out)
+Out = TypeVar("Out", bound=DeviceArrayLike)
 
 #: float16, float32, float64 (bfloat16 is accepted by ``check_array(..., floating=True)`` besides these)
 FLOATS = frozenset(np.dtype(d) for d in ("float16", "float32", "float64"))

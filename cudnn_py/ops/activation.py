@@ -24,12 +24,13 @@ Raw C path::
 """
 from __future__ import annotations
 
+from cudnn_py.memory import DeviceArray, DeviceArrayLike
 from cudnn_py import caches, capi
 from cudnn_py.args import enum_member, float_arg, nan_flag, scaling
 from cudnn_py.descriptors import Settings, _ActivationDescriptor
 from cudnn_py.graph import legacy as gl
 from cudnn_py.handle import Handle, handle_arg
-from cudnn_py.ops._common import check_array, desc, output, scalars
+from cudnn_py.ops._common import Out, check_array, desc, output, scalars
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["Activation", "activation_forward", "activation_backward", "ACTIVATION_MODES"]
@@ -53,7 +54,8 @@ class Activation(Settings):
     __slots__ = ("_mode", "_coef", "_swish_beta", "_nan", "_desc")
     _c_class = _ActivationDescriptor
 
-    def __init__(self, mode="relu", coef: float = 0.0, swish_beta: float = 1.0, *, nan_propagation: bool = False):
+    def __init__(self, mode: str | int = "relu", coef: float = 0.0, swish_beta: float = 1.0, *,
+                 nan_propagation: bool = False) -> None:
         self._mode = enum_member(capi.cudnnActivationMode_t, mode, "CUDNN_ACTIVATION_", "activation mode")
         self._coef, self._swish_beta = float_arg(coef, "coef"), float_arg(swish_beta, "swish_beta")
         if self._mode == capi.CUDNN_ACTIVATION_CLIPPED_RELU and not self._coef > 0:
@@ -163,8 +165,8 @@ def _graph_backward(handle: Handle, activation, xa, dya, dxa, alpha, beta, auto)
                         [("dx", dxa)], build, auto=auto)
 
 
-def activation_forward(handle: Handle, activation, x, y=None, *, alpha: float = 1.0, beta: float = 0.0,
-                       engine: str = "auto"):
+def activation_forward(handle: Handle, activation: Activation | str | int, x: DeviceArrayLike, y: Out | None = None, *,
+                       alpha: float = 1.0, beta: float = 0.0, engine: str = "auto") -> DeviceArray | Out:
     """``y = alpha * act(x) + beta * y`` (``cudnnActivationForward``); returns y (allocated if not given).
 
     ``activation``: an :class:`Activation`, or a mode name or ``cudnnActivationMode_t`` (then coef 0, swish_beta 1).
@@ -187,8 +189,9 @@ def activation_forward(handle: Handle, activation, x, y=None, *, alpha: float = 
     return ya if y is None else y
 
 
-def activation_backward(handle: Handle, activation, x, y, dy, dx=None, *, alpha: float = 1.0, beta: float = 0.0,
-                        engine: str = "auto"):
+def activation_backward(handle: Handle, activation: Activation | str | int, x: DeviceArrayLike, y: DeviceArrayLike,
+                        dy: DeviceArrayLike, dx: Out | None = None, *, alpha: float = 1.0, beta: float = 0.0,
+                        engine: str = "auto") -> DeviceArray | Out:
     """``dx = alpha * dL/dx + beta * dx`` from the forward's x and y and the gradient dy (``cudnnActivationBackward``).
 
     ``engine``: "legacy", "graph" (which computes the gradient from x; y is checked but not read) or "auto"."""

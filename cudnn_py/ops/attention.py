@@ -25,9 +25,12 @@ from __future__ import annotations
 import ctypes
 import math
 from ctypes import byref
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
+import numpy.typing as npt
+from numpy.typing import DTypeLike
 
 from cudnn_py import capi, memory
 from cudnn_py._deprecation import renamed_kwargs, warn
@@ -36,7 +39,8 @@ from cudnn_py.descriptors import Descriptor
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import InvalidStateError, InvalidTypeError, InvalidValueError
 from cudnn_py.handle import Handle, handle_arg
-from cudnn_py.memory import DeviceArray
+from cudnn_py.memory import DeviceArray, DeviceArrayLike
+from cudnn_py.ops.dropout import Dropout
 from cudnn_py.ops.sequence_models import (
     MATH_TYPES, WeightedDescriptor, c_nbytes, c_ptr, check_lengths, choice, dropout_arg, name_of, nd_layout,
     positive_int, training_ctx,
@@ -103,7 +107,9 @@ class MultiHeadAttention(WeightedDescriptor):
                  q_proj_size: int | None = None, k_proj_size: int | None = None, v_proj_size: int | None = None,
                  o_proj_size: int | None = None, max_seq_q: int, max_seq_kv: int, max_batch: int,
                  scale: float | None = None, biases: bool = False, query_map: str = "all_to_one",
-                 dtype=np.float32, compute_dtype=None, math_type="default", attn_dropout=None, post_dropout=None):
+                 dtype: DTypeLike = np.float32, compute_dtype: DTypeLike | int | None = None,
+                 math_type: str | int = "default", attn_dropout: float | Dropout | None = None,
+                 post_dropout: float | Dropout | None = None) -> None:
         heads = positive_int(heads, "heads")
         sizes = {n: positive_int(v, n) for n, v in (("q_size", q_size), ("k_size", k_size), ("v_size", v_size))}
         proj = {}
@@ -129,9 +135,8 @@ class MultiHeadAttention(WeightedDescriptor):
         scale = 1.0 / math.sqrt(proj["q_proj_size"]) if scale is None else float_arg(scale, "scale")
         biases = bool_arg(biases, "biases")
         # last: a probability makes a Dropout (device memory)
-        attn_dropout, post_dropout = dropout_arg(attn_dropout, "attn_dropout"), dropout_arg(post_dropout,
-                                                                                             "post_dropout")
-        self._dropouts = (attn_dropout, post_dropout)
+        attn_d, post_d = dropout_arg(attn_dropout, "attn_dropout"), dropout_arg(post_dropout, "post_dropout")
+        self._dropouts = (attn_d, post_d)
         mode = (capi.CUDNN_ATTN_ENABLE_PROJ_BIASES if biases else capi.CUDNN_ATTN_DISABLE_PROJ_BIASES) | \
             (capi.CUDNN_ATTN_QUERYMAP_ONE_TO_ONE if query_map == "one_to_one" else capi.CUDNN_ATTN_QUERYMAP_ALL_TO_ONE)
         self.heads, self.dtype, self.biases = heads, dt, bool(biases)
@@ -143,7 +148,7 @@ class MultiHeadAttention(WeightedDescriptor):
         super().__init__()
         capi.cudnnSetAttnDescriptor(
             self._ptr, int(mode), heads, scale, cudnn_dtype(dt), cudnn_dtype(cdt), c_math,
-            None if attn_dropout is None else attn_dropout.ptr, None if post_dropout is None else post_dropout.ptr,
+            None if attn_d is None else attn_d.ptr, None if post_d is None else post_d.ptr,
             self.q_size, self.k_size, self.v_size, self.q_proj_size, self.k_proj_size, self.v_proj_size,
             self.o_proj_size, self.max_seq_q, self.max_seq_kv, self.max_batch, 1)
 
@@ -208,8 +213,9 @@ class MultiHeadAttention(WeightedDescriptor):
     def expected_shapes(self) -> dict[str, tuple[int, ...]]:
         """The shape of every weight view (what :func:`load_attention_weights` expects)."""
         H = self.heads
-        shapes: dict[str, tuple[int, ...]] = {"wq": (H, self.q_proj_size, self.q_size), "wk": (H, self.k_proj_size, self.k_size),
-                  "wv": (H, self.v_proj_size, self.v_size), "wo": (H, self.o_proj_size, self.v_proj_size)}
+        shapes: dict[str, tuple[int, ...]] = {
+            "wq": (H, self.q_proj_size, self.q_size), "wk": (H, self.k_proj_size, self.k_size),
+            "wv": (H, self.v_proj_size, self.v_size), "wo": (H, self.o_proj_size, self.v_proj_size)}
         if self.biases:
             shapes.update(bq=(H, self.q_proj_size), bk=(H, self.k_proj_size), bv=(H, self.v_proj_size),
                           bo=(self.o_proj_size,))
@@ -277,7 +283,7 @@ def _check_attn(attn) -> None:
         raise InvalidTypeError(f"attn must be a cudnn_py.MultiHeadAttention, got {type(attn).__name__}")
 
 
-def load_attention_weights(handle: Handle, attn: MultiHeadAttention, weights, arrays: dict) -> None:
+def load_attention_weights(handle: Handle, attn: MultiHeadAttention, weights: DeviceArrayLike, arrays: dict) -> None:
     """Write host arrays (``{"wq": [heads, q_proj, q_size], ...}``, see the module doc) into the weight space."""
     handle = handle_arg(handle)
     _check_attn(attn)
@@ -295,7 +301,7 @@ def load_attention_weights(handle: Handle, attn: MultiHeadAttention, weights, ar
     w.copy_(host)
 
 
-def read_attention_weights(handle: Handle, attn: MultiHeadAttention, weights) -> dict:
+def read_attention_weights(handle: Handle, attn: MultiHeadAttention, weights: DeviceArrayLike) -> dict:
     """The weight space as host arrays ``{"wq": ..., "bo": ...}`` (works for weight gradients too)."""
     handle = handle_arg(handle)
     _check_attn(attn)
@@ -332,9 +338,13 @@ def _data(handle: Handle, attn, a, name, B, T, V) -> DeviceArray:
     return memory.as_array(a, name, dtype=attn.dtype, shape=(B, T, V), contiguous=True, device=handle.device)
 
 
-def attention_forward(handle: Handle, attn: MultiHeadAttention, q, k, v, weights, *, seq_lengths_q=None, seq_lengths_kv=None,
-                      lo_win=None, hi_win=None, residuals=None, o=None, training: bool = False,
-                      curr_idx: int = -1, **old) -> AttentionForwardResult:
+def attention_forward(handle: Handle, attn: MultiHeadAttention, q: DeviceArrayLike, k: DeviceArrayLike,
+                      v: DeviceArrayLike, weights: DeviceArrayLike, *,
+                      seq_lengths_q: Sequence[int] | npt.NDArray[np.integer] | None = None,
+                      seq_lengths_kv: Sequence[int] | npt.NDArray[np.integer] | None = None,
+                      lo_win: int | Sequence[int] | None = None, hi_win: int | Sequence[int] | None = None,
+                      residuals: DeviceArrayLike | None = None, o: DeviceArrayLike | None = None,
+                      training: bool = False, curr_idx: int = -1, **old) -> AttentionForwardResult:
     """``cudnnMultiHeadAttnForward`` over all query steps (``curr_idx=-1``) or one (inference only); returns an
     :class:`AttentionForwardResult` ``(o, reserve)``.
 
@@ -400,8 +410,9 @@ def attention_forward(handle: Handle, attn: MultiHeadAttention, q, k, v, weights
     return result
 
 
-def attention_backward_data(handle: Handle, attn: MultiHeadAttention, fwd: AttentionForwardResult, dout, weights, *,
-                            dq=None, dk=None, dv=None) -> AttentionDataGrads:
+def attention_backward_data(handle: Handle, attn: MultiHeadAttention, fwd: AttentionForwardResult,
+                            dout: DeviceArrayLike, weights: DeviceArrayLike, *, dq: DeviceArrayLike | None = None,
+                            dk: DeviceArrayLike | None = None, dv: DeviceArrayLike | None = None) -> AttentionDataGrads:
     """``cudnnMultiHeadAttnBackwardData``: :class:`AttentionDataGrads` ``(dq, dk, dv)`` for ``dout``, the gradient
     of ``fwd.o``; ``dq`` leaves out the residual path (add ``dout``)."""
     handle = handle_arg(handle)
@@ -425,8 +436,9 @@ def attention_backward_data(handle: Handle, attn: MultiHeadAttention, fwd: Atten
     return AttentionDataGrads(dq, dk, dv)
 
 
-def attention_backward_weights(handle: Handle, attn: MultiHeadAttention, fwd: AttentionForwardResult, dout, weights,
-                               dweights=None) -> DeviceArray:
+def attention_backward_weights(handle: Handle, attn: MultiHeadAttention, fwd: AttentionForwardResult,
+                               dout: DeviceArrayLike, weights: DeviceArrayLike,
+                               dweights: DeviceArrayLike | None = None) -> DeviceArray:
     """``cudnnMultiHeadAttnBackwardWeights``: gradients ADDED into ``dweights`` (new zeroed buffer if None).
 
     Needs :func:`attention_backward_data` on the same ``fwd`` first.
@@ -434,7 +446,8 @@ def attention_backward_weights(handle: Handle, attn: MultiHeadAttention, fwd: At
     handle = handle_arg(handle)
     ctx = training_ctx(fwd, AttentionForwardResult, attn, "attention_forward")
     if not ctx["data_done"]:
-        raise InvalidStateError("call attention_backward_data(...) on this forward result before attention_backward_weights")
+        raise InvalidStateError("call attention_backward_data(...) on this forward result before "
+                                "attention_backward_weights")
     dout = memory.as_array(dout, "dout", dtype=attn.dtype, shape=fwd.o.shape, contiguous=True, device=handle.device)
     w = attn._check_weights(handle, weights)
     dw = attn.new_weights(handle) if dweights is None else attn._check_weights(handle, dweights, "dweights")

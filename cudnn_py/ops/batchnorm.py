@@ -39,6 +39,7 @@ Raw C path::
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -48,7 +49,8 @@ from cudnn_py.args import scaling
 from cudnn_py.errors import InvalidValueError
 from cudnn_py.graph import legacy as gl
 from cudnn_py.handle import Handle, handle_arg
-from cudnn_py.memory import DeviceArray
+from cudnn_py.ops.activation import Activation
+from cudnn_py.memory import DeviceArray, DeviceArrayLike
 from cudnn_py.ops import norm_args as na
 from cudnn_py.ops import norm_graphs as ng
 from cudnn_py.ops._common import desc, enum_arg, scalars, tensor_desc
@@ -96,7 +98,7 @@ class NormSizes(NamedTuple):
     reserve: int
 
 
-def batchnorm_param_shape(x_shape, mode="spatial") -> tuple[int, ...]:
+def batchnorm_param_shape(x_shape: Sequence[int], mode: str | int = "spatial") -> tuple[int, ...]:
     """Shape of scale/bias/mean/variance for data of ``x_shape`` (N, C, spatial...) in ``mode``."""
     m = enum_arg(mode, BATCHNORM_MODES, capi.cudnnBatchNormMode_t, "batch-norm mode")
     shape = tuple(int(d) for d in x_shape)
@@ -127,10 +129,12 @@ def _legacy_if_auto(engine: str) -> str:
 # ---------------------------------------------------------------- plain calls
 
 
-def batchnorm_forward_training(handle: Handle, x, scale, bias, *, mode="spatial", epsilon: float = 1e-5,
-                               factor: float = 1.0, running_mean=None, running_var=None, saved_mean=None,
-                               saved_inv_var=None, y=None, alpha: float = 1.0,
-                               beta: float = 0.0, engine: str = "auto") -> BatchNormTraining:
+def batchnorm_forward_training(handle: Handle, x: DeviceArrayLike, scale: DeviceArrayLike, bias: DeviceArrayLike, *,
+                               mode: str | int = "spatial", epsilon: float = 1e-5, factor: float = 1.0,
+                               running_mean: DeviceArrayLike | None = None, running_var: DeviceArrayLike | None = None,
+                               saved_mean: DeviceArrayLike | None = None, saved_inv_var: DeviceArrayLike | None = None,
+                               y: DeviceArrayLike | None = None, alpha: float = 1.0, beta: float = 0.0,
+                               engine: str = "auto") -> BatchNormTraining:
     """``y = alpha * bn(x) + beta * y`` with batch statistics (``cudnnBatchNormalizationForwardTraining``).
 
     ``running_mean``/``running_var`` (both or neither) are updated in place:
@@ -157,8 +161,10 @@ def batchnorm_forward_training(handle: Handle, x, scale, bias, *, mode="spatial"
     return BatchNormTraining(ya, sm, siv, rm, rv)
 
 
-def batchnorm_forward_inference(handle: Handle, x, scale, bias, mean, var, *, mode="spatial", epsilon: float = 1e-5,
-                                y=None, alpha: float = 1.0, beta: float = 0.0, engine: str = "auto") -> DeviceArray:
+def batchnorm_forward_inference(handle: Handle, x: DeviceArrayLike, scale: DeviceArrayLike, bias: DeviceArrayLike,
+                                mean: DeviceArrayLike, var: DeviceArrayLike, *, mode: str | int = "spatial",
+                                epsilon: float = 1e-5, y: DeviceArrayLike | None = None, alpha: float = 1.0,
+                                beta: float = 0.0, engine: str = "auto") -> DeviceArray:
     """``y = alpha * (scale * (x - mean) / sqrt(var + epsilon) + bias) + beta * y``
     (``cudnnBatchNormalizationForwardInference``); returns y (allocated if not given).
     ``engine``: "legacy", "graph" (either mode) or "auto" (the default: the graph where it takes the call).
@@ -182,9 +188,11 @@ def batchnorm_forward_inference(handle: Handle, x, scale, bias, mean, var, *, mo
     return ya
 
 
-def batchnorm_backward(handle: Handle, x, dy, scale, saved_mean=None, saved_inv_var=None, *, mode="spatial",
-                       epsilon: float = 1e-5, dx=None, dscale=None, dbias=None, alpha_data: float = 1.0,
-                       beta_data: float = 0.0, alpha_param: float = 1.0,
+def batchnorm_backward(handle: Handle, x: DeviceArrayLike, dy: DeviceArrayLike, scale: DeviceArrayLike,
+                       saved_mean: DeviceArrayLike | None = None, saved_inv_var: DeviceArrayLike | None = None, *,
+                       mode: str | int = "spatial", epsilon: float = 1e-5, dx: DeviceArrayLike | None = None,
+                       dscale: DeviceArrayLike | None = None, dbias: DeviceArrayLike | None = None,
+                       alpha_data: float = 1.0, beta_data: float = 0.0, alpha_param: float = 1.0,
                        beta_param: float = 0.0, engine: str = "auto") -> BatchNormGrads:
     """Gradients of batch normalisation (``cudnnBatchNormalizationBackward``).
 
@@ -220,7 +228,8 @@ def batchnorm_backward(handle: Handle, x, dy, scale, saved_mean=None, saved_inv_
 # ---------------------------------------------------------------- Ex calls (fused add + activation)
 
 
-def batchnorm_ex_sizes(handle: Handle, x, *, mode="spatial_persistent", ops="bn", activation=None,
+def batchnorm_ex_sizes(handle: Handle, x: DeviceArrayLike, *, mode: str | int = "spatial_persistent",
+                       ops: str | int = "bn", activation: Activation | str | int | None = None,
                        with_z: bool | None = None) -> NormSizes:
     """:class:`NormSizes` ``(forward_workspace, backward_workspace, reserve)``: bytes the ``..._ex`` calls need
     with this x."""
@@ -244,10 +253,14 @@ def _ex_sizes(handle: Handle, s: na.NormSetup, op, act, with_z: bool) -> tuple[i
     return fw.value, bw.value, rs.value
 
 
-def batchnorm_forward_training_ex(handle: Handle, x, scale, bias, *, z=None, ops="bn", activation=None,
-                                  mode="spatial_persistent", epsilon: float = 1e-5, factor: float = 1.0,
-                                  running_mean=None, running_var=None, saved_mean=None, saved_inv_var=None,
-                                  y=None, reserve=None, alpha: float = 1.0, beta: float = 0.0,
+def batchnorm_forward_training_ex(handle: Handle, x: DeviceArrayLike, scale: DeviceArrayLike, bias: DeviceArrayLike, *,
+                                  z: DeviceArrayLike | None = None, ops: str | int = "bn",
+                                  activation: Activation | str | int | None = None,
+                                  mode: str | int = "spatial_persistent", epsilon: float = 1e-5, factor: float = 1.0,
+                                  running_mean: DeviceArrayLike | None = None,
+                                  running_var: DeviceArrayLike | None = None, saved_mean: DeviceArrayLike | None = None,
+                                  saved_inv_var: DeviceArrayLike | None = None, y: DeviceArrayLike | None = None,
+                                  reserve: DeviceArrayLike | None = None, alpha: float = 1.0, beta: float = 0.0,
                                   engine: str = "auto") -> BatchNormTraining:
     """``y = act(bn(x) [+ z])`` with batch statistics (``cudnnBatchNormalizationForwardTrainingEx``).
 
@@ -287,10 +300,15 @@ def batchnorm_forward_training_ex(handle: Handle, x, scale, bias, *, z=None, ops
     return BatchNormTraining(ya, sm, siv, rm, rv, rsa)
 
 
-def batchnorm_backward_ex(handle: Handle, x, y, dy, scale, bias, saved_mean, saved_inv_var, reserve=None, *, ops="bn",
-                          activation=None, mode="spatial_persistent", epsilon: float = 1e-5, dx=None, dz=None,
-                          dscale=None, dbias=None, alpha_data: float = 1.0, beta_data: float = 0.0,
-                          alpha_param: float = 1.0, beta_param: float = 0.0, engine: str = "auto") -> BatchNormGrads:
+def batchnorm_backward_ex(handle: Handle, x: DeviceArrayLike, y: DeviceArrayLike, dy: DeviceArrayLike,
+                          scale: DeviceArrayLike, bias: DeviceArrayLike, saved_mean: DeviceArrayLike,
+                          saved_inv_var: DeviceArrayLike, reserve: DeviceArrayLike | None = None, *,
+                          ops: str | int = "bn", activation: Activation | str | int | None = None,
+                          mode: str | int = "spatial_persistent", epsilon: float = 1e-5,
+                          dx: DeviceArrayLike | None = None, dz: DeviceArrayLike | None = None,
+                          dscale: DeviceArrayLike | None = None, dbias: DeviceArrayLike | None = None,
+                          alpha_data: float = 1.0, beta_data: float = 0.0, alpha_param: float = 1.0,
+                          beta_param: float = 0.0, engine: str = "auto") -> BatchNormGrads:
     """Gradients of ``y = act(bn(x) [+ z])`` (``cudnnBatchNormalizationBackwardEx``).
 
     ``y`` is the forward output (it gates the activation's gradient), ``reserve`` the forward's reserve.

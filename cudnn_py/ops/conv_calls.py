@@ -10,7 +10,8 @@ configuration: :class:`~cudnn_py.ops.convolution.Geometry` resolves the configur
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -23,8 +24,8 @@ from cudnn_py.caches import handle_cache
 from cudnn_py.dtypes import cudnn_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError, WorkspaceLimitError
 from cudnn_py.handle import Handle, handle_arg
-from cudnn_py.memory import array_signature, empty, zeros
-from cudnn_py.ops._common import enum_arg, scalars
+from cudnn_py.memory import DeviceArray, DeviceArrayLike, array_signature, empty, zeros
+from cudnn_py.ops._common import Out, enum_arg, scalars
 from cudnn_py.ops.convolution import Convolution, Geometry, logical, packed_strides, physical, unit_height
 
 __all__ = ["convolution_forward", "convolution_backward_data", "convolution_backward_filter",
@@ -105,7 +106,8 @@ def _plan(handle: Handle, key, direction, conv, arrays, spec, deterministic, wor
     if direction != "forward" and arrays[0][2] == np.int8:
         raise InvalidTypeError(f"int8 convolutions run forward only (cuDNN's INT8 configurations); {direction} needs "
                                f"float16, bfloat16, float32 or float64 data")
-    g = Geometry.of(conv, arrays[0], arrays[1], arrays[2], _device_id(handle))  # arrays: x, w, y signatures by forward roles (y may be None)
+    # arrays: x, w, y signatures by forward roles (y may be None)
+    g = Geometry.of(conv, arrays[0], arrays[1], arrays[2], _device_id(handle))
     p = _Plan()
     p.g = g
     limit = _limit(handle, workspace_limit)
@@ -153,9 +155,9 @@ def _pad_input(handle: Handle, g: Geometry, x_ptr: int):
 
 # ---------------------------------------------------------------- the calls
 
-def convolution_forward(handle: Handle, conv: Convolution, x, w, y=None, *, algo: Any = "heuristic", alpha: float = 1.0,
-                        beta: float = 0.0, deterministic: bool = False, workspace_limit: int | None = None,
-                        engine: str = "legacy"):
+def convolution_forward(handle: Handle, conv: Convolution, x: DeviceArrayLike, w: DeviceArrayLike, y: Out | None = None,
+                        *, algo: Any = "heuristic", alpha: float = 1.0, beta: float = 0.0, deterministic: bool = False,
+                        workspace_limit: int | None = None, engine: str = "legacy") -> DeviceArray | Out:
     """``y = alpha * conv(x, w) + beta * y`` (``cudnnConvolutionForward``); returns y (allocated if not given).
 
     ``engine="graph"`` runs it as a cached backend-API plan instead (see :func:`cudnn_py.graph.conv.convolution`).
@@ -178,14 +180,17 @@ def convolution_forward(handle: Handle, conv: Convolution, x, w, y=None, *, algo
     except WorkspaceLimitError:  # the cap no longer admits this plan's workspace: see _ready
         p = _plan(handle, key, "forward", conv, (xs, ws, ys), algo, deterministic, workspace_limit, (x_ptr, w_ptr))
         ws_ptr = handle.workspace.get(p.ws, handle.stream) if p.ws else None
+    out: DeviceArray | Out
     if y is None:
-        y = empty(p.g.out_shape, p.g.np_y_dtype, stream=handle.stream, device=handle.device)
-        y_ptr = y.ptr
+        out = empty(p.g.out_shape, p.g.np_y_dtype, stream=handle.stream, device=handle.device)
+        y_ptr = out.ptr
+    else:
+        out = y
     xp = _pad_input(handle, p.g, x_ptr) if p.g.asym else None
     al, be = (p.one, p.zero) if alpha == 1.0 and beta == 0.0 else scalars(p.scaling, alpha, beta)
     p.fn(handle.ptr, al, p.a, x_ptr if xp is None else xp.ptr, p.b, w_ptr, p.conv_desc, p.algo, ws_ptr, p.ws, be,
          p.c, y_ptr)
-    return y
+    return out
 
 
 def _shape_sig(shape, like, what):
@@ -195,10 +200,10 @@ def _shape_sig(shape, like, what):
     return shape, packed_strides(shape, False), like[2], like[3]
 
 
-def convolution_backward_data(handle: Handle, conv: Convolution, w, dy, dx=None, *, x_shape: Sequence[int] | None = None,
-                              algo: Any = "heuristic", alpha: float = 1.0, beta: float = 0.0,
-                              deterministic: bool = False, workspace_limit: int | None = None,
-                              engine: str = "legacy"):
+def convolution_backward_data(handle: Handle, conv: Convolution, w: DeviceArrayLike, dy: DeviceArrayLike,
+                              dx: Out | None = None, *, x_shape: Sequence[int] | None = None, algo: Any = "heuristic",
+                              alpha: float = 1.0, beta: float = 0.0, deterministic: bool = False,
+                              workspace_limit: int | None = None, engine: str = "legacy") -> DeviceArray | Out:
     """``dx = alpha * conv_transpose(dy, w) + beta * dx`` (``cudnnConvolutionBackwardData``); returns dx.
 
     Without ``dx``, one of shape ``x_shape`` is allocated (default: the smallest input giving dy's shape).
@@ -220,25 +225,28 @@ def convolution_backward_data(handle: Handle, conv: Convolution, w, dy, dx=None,
     p, ws_ptr = _ready(handle, key, "backward_data", conv, (xs, ws, dys), algo, deterministic, workspace_limit,
                        (w_ptr, dy_ptr))
     g = p.g
+    out: DeviceArray | Out
     if dx is None:
-        dx = empty(xs[0], xs[2], stream=handle.stream, device=handle.device)
-        dx_ptr = dx.ptr
+        out = empty(xs[0], xs[2], stream=handle.stream, device=handle.device)
+        dx_ptr = out.ptr
+    else:
+        out = dx
     if g.asym:  # gradient of the padded x, then its interior blended into dx
         dxp = empty((g.xp_size,), g.np_dtype, stream=handle.stream, device=handle.device)
         p.fn(handle.ptr, p.one, p.a, w_ptr, p.b, dy_ptr, p.conv_desc, p.algo, ws_ptr, p.ws, p.zero, p.c, dxp.ptr)
         al, be = scalars(g.dtype, alpha, beta)
         capi.cudnnTransformTensor(handle.ptr, al, g.interior_desc.ptr, dxp.ptr + g.interior_offset, be,
                                   g.x_orig_desc.ptr, dx_ptr)
-        return dx
+        return out
     al, be = _scaling(p, alpha, beta)
     p.fn(handle.ptr, al, p.a, w_ptr, p.b, dy_ptr, p.conv_desc, p.algo, ws_ptr, p.ws, be, p.c, dx_ptr)
-    return dx
+    return out
 
 
-def convolution_backward_filter(handle: Handle, conv: Convolution, x, dy, dw=None, *, w_shape: Sequence[int] | None = None,
-                                algo: Any = "heuristic", alpha: float = 1.0, beta: float = 0.0,
-                                deterministic: bool = False, workspace_limit: int | None = None,
-                                engine: str = "legacy"):
+def convolution_backward_filter(handle: Handle, conv: Convolution, x: DeviceArrayLike, dy: DeviceArrayLike,
+                                dw: Out | None = None, *, w_shape: Sequence[int] | None = None, algo: Any = "heuristic",
+                                alpha: float = 1.0, beta: float = 0.0, deterministic: bool = False,
+                                workspace_limit: int | None = None, engine: str = "legacy") -> DeviceArray | Out:
     """``dw = alpha * dL/dw + beta * dw`` (``cudnnConvolutionBackwardFilter``); returns dw.
 
     Pass ``dw`` or ``w_shape`` (the filter shape cannot be inferred when the stride is above 1).
@@ -261,18 +269,21 @@ def convolution_backward_filter(handle: Handle, conv: Convolution, x, dy, dw=Non
     key = ("backward_filter", conv, xs, ws, dys, dw is None, algo, deterministic, workspace_limit)
     p, ws_ptr = _ready(handle, key, "backward_filter", conv, (xs, ws, dys), algo, deterministic, workspace_limit,
                        (x_ptr, dy_ptr))
+    out: DeviceArray | Out
     if dw is None:
-        dw = empty(ws[0], ws[2], stream=handle.stream, device=handle.device)
-        dw_ptr = dw.ptr
+        out = empty(ws[0], ws[2], stream=handle.stream, device=handle.device)
+        dw_ptr = out.ptr
+    else:
+        out = dw
     xp = _pad_input(handle, p.g, x_ptr) if p.g.asym else None
     al, be = _scaling(p, alpha, beta)
     p.fn(handle.ptr, al, p.a, x_ptr if xp is None else xp.ptr, p.b, dy_ptr, p.conv_desc, p.algo, ws_ptr, p.ws, be,
          p.c, dw_ptr)
-    return dw
+    return out
 
 
-def convolution_backward_bias(handle: Handle, dy, db=None, *, alpha: float = 1.0, beta: float = 0.0,
-                              layout: str = "NCHW"):
+def convolution_backward_bias(handle: Handle, dy: DeviceArrayLike, db: Out | None = None, *, alpha: float = 1.0,
+                              beta: float = 0.0, layout: str = "NCHW") -> DeviceArray | Out:
     """``db = alpha * sum(dy over all but channels) + beta * db`` (``cudnnConvolutionBackwardBias``).
 
     db (allocated if not given) has shape ``(1, K, 1, ...)`` (``(1, ..., 1, K)`` for ``layout="NHWC"``).
@@ -287,12 +298,15 @@ def convolution_backward_bias(handle: Handle, dy, db=None, *, alpha: float = 1.0
     if got is None:
         got = plans[key] = _bias_plan(handle, dys, dbs, layout, "db")
     dy_desc, db_desc, db_shape, _ = got
+    out: DeviceArray | Out
     if db is None:
-        db = empty(db_shape, dys[2], stream=handle.stream, device=handle.device)
-        db_ptr = db.ptr
+        out = empty(db_shape, dys[2], stream=handle.stream, device=handle.device)
+        db_ptr = out.ptr
+    else:
+        out = db
     al, be = scalars(dys[2], alpha, beta)
     capi.cudnnConvolutionBackwardBias(handle.ptr, al, dy_desc, dy_ptr, be, db_desc, db_ptr)
-    return db
+    return out
 
 
 def _bias_plan(handle: Handle, ysig, bsig, layout, name):
@@ -325,10 +339,12 @@ def _bias_plan(handle: Handle, ysig, bsig, layout, name):
 _ACTIVATIONS = {"relu": capi.CUDNN_ACTIVATION_RELU, "identity": capi.CUDNN_ACTIVATION_IDENTITY}
 
 
-def convolution_bias_activation_forward(handle: Handle, conv: Convolution, x, w, bias, *, z=None, activation: str = "relu",
-                                        alpha: float = 1.0, beta: float = 0.0, y=None, algo: Any = "heuristic",
-                                        deterministic: bool = False, workspace_limit: int | None = None,
-                                        engine: str = "legacy", **old: Any):
+def convolution_bias_activation_forward(handle: Handle, conv: Convolution, x: DeviceArrayLike, w: DeviceArrayLike,
+                                        bias: DeviceArrayLike, *, z: DeviceArrayLike | None = None,
+                                        activation: str = "relu", alpha: float = 1.0, beta: float = 0.0,
+                                        y: Out | None = None, algo: Any = "heuristic", deterministic: bool = False,
+                                        workspace_limit: int | None = None, engine: str = "legacy",
+                                        **old: Any) -> DeviceArray | Out:
     """``y = act(alpha * conv(x, w) + beta * z + bias)`` (``cudnnConvolutionBiasActivationForward``, whose
     ``alpha1``/``alpha2`` are ``alpha``/``beta``; those old keywords still work with a DeprecationWarning).
 
@@ -366,9 +382,12 @@ def convolution_bias_activation_forward(handle: Handle, conv: Convolution, x, w,
     key = ("forward", conv, xs, ws, ys, algo, deterministic, workspace_limit)
     p, ws_ptr = _ready(handle, key, "forward", conv, (xs, ws, ys), algo, deterministic, workspace_limit,
                        (x_ptr, w_ptr))
+    out: DeviceArray | Out
     if y is None:
-        y = empty(p.g.out_shape, p.g.np_y_dtype, stream=handle.stream, device=handle.device)
-        ys, y_ptr = array_signature(y, "y")
+        out = empty(p.g.out_shape, p.g.np_y_dtype, stream=handle.stream, device=handle.device)
+        ys, y_ptr = array_signature(out, "y")
+    else:
+        out = y
     bkey = ("bias", ys, bs, conv.layout)
     plans = handle_cache(handle, PLANS)
     bplan = plans.get(bkey)
@@ -388,7 +407,7 @@ def convolution_bias_activation_forward(handle: Handle, conv: Convolution, x, w,
     capi.cudnnConvolutionBiasActivationForward(
         handle.ptr, a1, p.a, x_ptr if xp is None else xp.ptr, p.b, w_ptr, p.conv_desc, p.algo, ws_ptr, p.ws, a2,
         p.c, z_ptr, bplan[1], b_ptr, act_desc.ptr, p.c, y_ptr)
-    return y
+    return out
 
 
 # ---------------------------------------------------------------- algorithm queries on arrays
@@ -410,8 +429,9 @@ def _query_geometry(handle: Handle, conv, x, w, y, direction) -> Geometry:
     return Geometry.of(conv, xs, ws, ys, _device_id(handle))
 
 
-def convolution_algorithms(handle: Handle, conv: Convolution, x, w, y=None, *, direction: str = "forward",
-                           method: str = "heuristic", workspace_limit: int | None = None) -> list[_alg.AlgoPerf]:
+def convolution_algorithms(handle: Handle, conv: Convolution, x: DeviceArrayLike, w: DeviceArrayLike,
+                           y: DeviceArrayLike | None = None, *, direction: str = "forward", method: str = "heuristic",
+                           workspace_limit: int | None = None) -> list[_alg.AlgoPerf]:
     """cuDNN's ranked algorithm records for one direction of this convolution.
 
     ``x``, ``w``, ``y`` keep their forward roles (for backward_data ``y`` is dy and ``x`` dx; for
@@ -435,13 +455,13 @@ def convolution_algorithms(handle: Handle, conv: Convolution, x, w, y=None, *, d
             if obj is None or isinstance(obj, (tuple, list)):
                 raise InvalidValueError(f"method='find_ex' runs on device data: the {direction} {name} must be an "
                                         f"array")
-        ptrs = tuple(array_signature(o, "input")[1] for o in ins)
+        ptrs = tuple(array_signature(o, "input")[1] for o in ins if o is not None)
         return _measure(handle, g, direction, _limit(handle, workspace_limit), ptrs)
     raise InvalidValueError(f"method {method!r}: expected 'heuristic', 'find' or 'find_ex'")
 
 
-def convolution_workspace_size(handle: Handle, conv: Convolution, x, w, y=None, *, algo: Any,
-                               direction: str = "forward") -> int:
+def convolution_workspace_size(handle: Handle, conv: Convolution, x: DeviceArrayLike, w: DeviceArrayLike,
+                               y: DeviceArrayLike | None = None, *, algo: Any, direction: str = "forward") -> int:
     """Workspace bytes that ``algo`` needs (``cudnnGetConvolution*WorkspaceSize``); raises if unsupported."""
     handle = handle_arg(handle)
     g = _query_geometry(handle, conv, x, w, y, direction)

@@ -32,6 +32,7 @@ Where the parts live:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
@@ -92,8 +93,9 @@ class Convolution:
     __slots__ = ("_padding", "_stride", "_dilation", "_groups", "_mode", "_math_type", "_compute_dtype", "_layout",
                  "_key", "_hash", "_per_nd", "_descs")
 
-    def __init__(self, padding=0, stride=1, dilation=1, groups: int = 1, *, mode: Any = "cross_correlation",
-                 math_type: Any = "auto", compute_dtype: Any = None, layout: str = "NCHW", **old: Any):
+    def __init__(self, padding: int | Sequence[int] = 0, stride: int | Sequence[int] = 1,
+                 dilation: int | Sequence[int] = 1, groups: int = 1, *, mode: Any = "cross_correlation",
+                 math_type: Any = "auto", compute_dtype: Any = None, layout: str = "NCHW", **old: Any) -> None:
         compute_dtype = renamed_kwargs("Convolution", old, {"compute_type": "compute_dtype"},
                                        {"compute_dtype": compute_dtype})["compute_dtype"]
         if args.is_int(padding):

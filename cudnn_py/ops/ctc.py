@@ -26,9 +26,11 @@ Raw C path::
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
+import numpy.typing as npt
 
 from cudnn_py import capi
 from cudnn_py._deprecation import warn
@@ -37,7 +39,7 @@ from cudnn_py.args import dims, int_arg
 from cudnn_py.descriptors import Descriptor, tensor_descriptor
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.handle import Handle, handle_arg
-from cudnn_py.memory import DeviceArray, as_array, empty, to_device
+from cudnn_py.memory import DeviceArray, DeviceArrayLike, as_array, empty, to_device
 from cudnn_py.ops._common import check_array, enum_arg
 
 __all__ = ["CTC_ALGOS", "CTC_NORMALIZATIONS", "CTC_GRAD_MODES", "MAX_LABEL_LENGTH", "CTCLoss", "CTCLabels",
@@ -61,7 +63,8 @@ class CTCLoss(Descriptor):
     _create_fn, _destroy_fn = "cudnnCreateCTCLossDescriptor", "cudnnDestroyCTCLossDescriptor"
     _cache_name = "ops.ctc"
 
-    def __init__(self, normalization="softmax", grad_mode="zero_oob", max_label_length: int = MAX_LABEL_LENGTH):
+    def __init__(self, normalization: str | int = "softmax", grad_mode: str | int = "zero_oob",
+                 max_label_length: int = MAX_LABEL_LENGTH) -> None:
         norm = enum_arg(normalization, CTC_NORMALIZATIONS, capi.cudnnLossNormalizationMode_t, "CTC normalization")
         gm = enum_arg(grad_mode, CTC_GRAD_MODES, capi.cudnnCTCGradMode_t, "CTC grad_mode")
         max_label_length = int_arg(max_label_length, "max_label_length", 1, MAX_LABEL_LENGTH)
@@ -155,8 +158,8 @@ def _host_ints(obj, name: str) -> np.ndarray:
     return a.astype(np.int64)
 
 
-def check_ctc_labels(labels, label_lengths, input_lengths, time_steps: int, alphabet_size: int,
-                     max_label_length: int = MAX_LABEL_LENGTH) -> CTCLabels:
+def check_ctc_labels(labels: npt.ArrayLike, label_lengths: npt.ArrayLike, input_lengths: npt.ArrayLike, time_steps: int,
+                     alphabet_size: int, max_label_length: int = MAX_LABEL_LENGTH) -> CTCLabels:
     """Validate CTC labels on the host (no GPU needed) and return them as int32 arrays.
 
     Raises ValueError naming the first sequence that is wrong: a length out of range, a label outside
@@ -214,9 +217,10 @@ def _logits(handle: Handle, logits) -> DeviceArray:
     return x
 
 
-def ctc_loss_workspace_size(handle: Handle, logits_shape, *, algo="deterministic", normalization="softmax",
-                            grad_mode="zero_oob", max_label_length: int = MAX_LABEL_LENGTH,
-                            compute_gradients: bool = True, ctc: CTCLoss | None = None) -> int:
+def ctc_loss_workspace_size(handle: Handle, logits_shape: Sequence[int], *, algo: str | int = "deterministic",
+                            normalization: str | int = "softmax", grad_mode: str | int = "zero_oob",
+                            max_label_length: int = MAX_LABEL_LENGTH, compute_gradients: bool = True,
+                            ctc: CTCLoss | None = None) -> int:
     """Workspace bytes ``cudnnCTCLoss_v8`` needs for logits of shape (T, N, A) (``cudnnGetCTCLossWorkspaceSize_v8``);
     ``ctc``: a :class:`CTCLoss` instead of ``normalization``, ``grad_mode`` and ``max_label_length``."""
     handle = handle_arg(handle)
@@ -230,10 +234,11 @@ def ctc_loss_workspace_size(handle: Handle, logits_shape, *, algo="deterministic
     return n.value
 
 
-def ctc_loss(handle: Handle, logits, labels, label_lengths, input_lengths, *, algo="deterministic",
-             normalization="softmax", grad_mode="zero_oob", max_label_length: int = MAX_LABEL_LENGTH,
-             compute_gradients: bool = True, costs=None, gradients=None,
-             ctc: CTCLoss | None = None) -> CTCLossResult:
+def ctc_loss(handle: Handle, logits: DeviceArrayLike, labels: npt.ArrayLike, label_lengths: npt.ArrayLike,
+             input_lengths: npt.ArrayLike, *, algo: str | int = "deterministic", normalization: str | int = "softmax",
+             grad_mode: str | int = "zero_oob", max_label_length: int = MAX_LABEL_LENGTH,
+             compute_gradients: bool = True, costs: DeviceArrayLike | None = None,
+             gradients: DeviceArrayLike | None = None, ctc: CTCLoss | None = None) -> CTCLossResult:
     """A :class:`CTCLossResult`: CTC ``costs`` (N,) and ``gradients`` (T, N, A) (None when ``compute_gradients``
     is False), float32 (``cudnnCTCLoss_v8``). ``algo``: "deterministic" or "non_deterministic". ``ctc``: a
     :class:`CTCLoss` instead of ``normalization``, ``grad_mode`` and ``max_label_length``. Outputs allocated when

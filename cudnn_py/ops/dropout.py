@@ -20,17 +20,19 @@ Raw C path::
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from cudnn_py import capi
 from cudnn_py._deprecation import renamed_kwargs, warn
-from cudnn_py.args import float_arg, handle_ptr, int_arg
+from cudnn_py.args import float_arg, handle_ptr, int_arg, int_tuple
 from cudnn_py.descriptors import Descriptor
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.handle import Handle, handle_arg
-from cudnn_py.memory import DeviceArray, empty
+from cudnn_py.memory import DeviceArray, DeviceArrayLike, empty
 from cudnn_py.ops._common import byte_buffer, check_array, desc, output, tensor_desc
 
 __all__ = ["Dropout", "DropoutOutputs", "dropout_states_size", "dropout_reserve_size", "dropout_forward",
@@ -45,16 +47,16 @@ def dropout_states_size(handle: Handle) -> int:
     return n.value
 
 
-def dropout_reserve_size(shape, dtype=np.float32) -> int:
+def dropout_reserve_size(shape: Sequence[int] | DeviceArrayLike | np.ndarray, dtype: DTypeLike = np.float32) -> int:
     """Bytes of reserve space (the mask) for dropout on a packed tensor (``cudnnDropoutGetReserveSpaceSize``);
     ``shape`` may also be an array. Runs without a GPU."""
     if hasattr(shape, "shape") and hasattr(shape, "dtype"):
-        shape, dtype = shape.shape, shape.dtype
-    shape = tuple(int(d) for d in shape)
-    if not shape or any(d <= 0 for d in shape):
-        raise InvalidValueError(f"dropout needs a non-empty shape with positive dimensions, got {shape}")
+        shape, dtype = getattr(shape, "shape"), getattr(shape, "dtype")
+    dims = int_tuple(shape, "shape")
+    if not dims or any(d <= 0 for d in dims):
+        raise InvalidValueError(f"dropout needs a non-empty shape with positive dimensions, got {dims}")
     n = ctypes.c_size_t()
-    d = tensor_desc(shape, dtype)
+    d = tensor_desc(dims, dtype)
     capi.cudnnDropoutGetReserveSpaceSize(d.ptr, ctypes.byref(n))
     return n.value
 
@@ -74,7 +76,8 @@ class Dropout(Descriptor):
     _create_fn, _destroy_fn = "cudnnCreateDropoutDescriptor", "cudnnDestroyDropoutDescriptor"
     _shown = ("p", "seed", "states_size")
 
-    def __init__(self, handle: Handle, p: float | None = None, seed: int = 0, *, states=None, **old):
+    def __init__(self, handle: Handle, p: float | None = None, seed: int = 0, *, states: DeviceArrayLike | None = None,
+                 **old) -> None:
         if old:
             p = renamed_kwargs("Dropout", old, {"dropout": "p"}, {"p": p})["p"]
         p = float_arg(0.5 if p is None else p, "dropout probability p", 0.0, 1.0)
@@ -135,7 +138,8 @@ def _dropout_ptr(d):
     raise InvalidTypeError(f"dropout must be a cudnn_py.Dropout, got {type(d).__name__}")
 
 
-def dropout_forward(handle: Handle, dropout, x, y=None, reserve=None) -> DropoutOutputs:
+def dropout_forward(handle: Handle, dropout: Dropout, x: DeviceArrayLike, y: DeviceArrayLike | None = None,
+                    reserve: DeviceArrayLike | None = None) -> DropoutOutputs:
     """``y = x * mask / (1 - p)`` with a fresh mask (``cudnnDropoutForward``); returns :class:`DropoutOutputs`
     ``(y, reserve)``.
 
@@ -155,7 +159,8 @@ def dropout_forward(handle: Handle, dropout, x, y=None, reserve=None) -> Dropout
     return DropoutOutputs(ya, ra)
 
 
-def dropout_backward(handle: Handle, dropout, dy, reserve, dx=None) -> DeviceArray:
+def dropout_backward(handle: Handle, dropout: Dropout, dy: DeviceArrayLike, reserve: DeviceArrayLike,
+                     dx: DeviceArrayLike | None = None) -> DeviceArray:
     """``dx = dy * mask / (1 - p)`` with the mask the forward stored in ``reserve`` (``cudnnDropoutBackward``)."""
     handle = handle_arg(handle)
     dp = _dropout_ptr(dropout)

@@ -30,8 +30,8 @@ from cudnn_py import capi
 from cudnn_py.args import float_arg, int_arg, scaling
 from cudnn_py.descriptors import Settings, _LRNDescriptor
 from cudnn_py.handle import Handle, handle_arg
-from cudnn_py.memory import DeviceArray
-from cudnn_py.ops._common import check_array, desc, empty_strided, output, scalars
+from cudnn_py.memory import DeviceArray, DeviceArrayLike
+from cudnn_py.ops._common import Out, check_array, desc, empty_strided, output, scalars
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["LRN", "lrn_forward", "lrn_backward", "divisive_normalization_forward", "divisive_normalization_backward",
@@ -48,7 +48,7 @@ class LRN(Settings):
     __slots__ = ("_n", "_alpha", "_beta", "_k", "_desc")
     _c_class = _LRNDescriptor
 
-    def __init__(self, n: int = 5, alpha: float = 1e-4, beta: float = 0.75, k: float = 2.0):
+    def __init__(self, n: int = 5, alpha: float = 1e-4, beta: float = 0.75, k: float = 2.0) -> None:
         self._n = int_arg(n, "LRN window n", capi.CUDNN_LRN_MIN_N, capi.CUDNN_LRN_MAX_N)
         self._alpha = float_arg(alpha, "LRN alpha")
         self._beta = float_arg(beta, "LRN beta", capi.CUDNN_LRN_MIN_BETA)
@@ -100,7 +100,8 @@ def _input(x, handle: Handle) -> DeviceArray:
     return xa
 
 
-def lrn_forward(handle: Handle, lrn, x, y=None, *, alpha: float = 1.0, beta: float = 0.0):
+def lrn_forward(handle: Handle, lrn: LRN, x: DeviceArrayLike, y: Out | None = None, *, alpha: float = 1.0,
+                beta: float = 0.0) -> DeviceArray | Out:
     """``y = alpha * lrn(x) + beta * y`` (``cudnnLRNCrossChannelForward``); returns y (allocated if not given)."""
     alpha, beta = scaling(alpha=alpha, beta=beta)
     handle = handle_arg(handle)
@@ -114,7 +115,8 @@ def lrn_forward(handle: Handle, lrn, x, y=None, *, alpha: float = 1.0, beta: flo
     return ya if y is None else y
 
 
-def lrn_backward(handle: Handle, lrn, x, y, dy, dx=None, *, alpha: float = 1.0, beta: float = 0.0):
+def lrn_backward(handle: Handle, lrn: LRN, x: DeviceArrayLike, y: DeviceArrayLike, dy: DeviceArrayLike,
+                 dx: Out | None = None, *, alpha: float = 1.0, beta: float = 0.0) -> DeviceArray | Out:
     """``dx = alpha * dL/dx + beta * dx`` from the forward's x and y and the gradient dy
     (``cudnnLRNCrossChannelBackward``)."""
     alpha, beta = scaling(alpha=alpha, beta=beta)
@@ -146,8 +148,8 @@ def _temps(handle: Handle, xa: DeviceArray) -> tuple[DeviceArray, DeviceArray]:
             empty_strided(handle, xa.shape, xa.strides, xa.dtype))
 
 
-def divisive_normalization_forward(handle: Handle, lrn, x, means=None, y=None, *, alpha: float = 1.0,
-                                   beta: float = 0.0):
+def divisive_normalization_forward(handle: Handle, lrn: LRN, x: DeviceArrayLike, means: DeviceArrayLike | None = None,
+                                   y: Out | None = None, *, alpha: float = 1.0, beta: float = 0.0) -> DeviceArray | Out:
     """``y = alpha * divnorm(x, means) + beta * y`` (``cudnnDivisiveNormalizationForward``); returns y.
 
     ``means`` (x's shape) defaults to zeros; the two temporaries cuDNN needs are allocated here.
@@ -167,8 +169,10 @@ def divisive_normalization_forward(handle: Handle, lrn, x, means=None, y=None, *
     return ya if y is None else y
 
 
-def divisive_normalization_backward(handle: Handle, lrn, x, dy, means=None, dx=None, dmeans=None, *,
-                                    alpha: float = 1.0, beta: float = 0.0) -> DivisiveNormalizationGrads:
+def divisive_normalization_backward(handle: Handle, lrn: LRN, x: DeviceArrayLike, dy: DeviceArrayLike,
+                                    means: DeviceArrayLike | None = None, dx: DeviceArrayLike | None = None,
+                                    dmeans: DeviceArrayLike | None = None, *, alpha: float = 1.0,
+                                    beta: float = 0.0) -> DivisiveNormalizationGrads:
     """:class:`DivisiveNormalizationGrads` ``(dx, dmeans)`` of divisive normalisation
     (``cudnnDivisiveNormalizationBackward``).
 
@@ -195,5 +199,4 @@ def divisive_normalization_backward(handle: Handle, lrn, x, dy, means=None, dx=N
     capi.cudnnDivisiveNormalizationBackward(handle.ptr, ld, capi.CUDNN_DIVNORM_PRECOMPUTED_MEANS, al, xd.ptr,
                                             xa.ptr, None if ma is None else ma.ptr, dya.ptr, t1.ptr, t2.ptr, be,
                                             dxd.ptr, dxa.ptr, None if dma is None else dma.ptr)
-    return DivisiveNormalizationGrads(dxa if dx is None else dx,
-                                      None if dma is None else (dma if dmeans is None else dmeans))
+    return DivisiveNormalizationGrads(dxa, dma)

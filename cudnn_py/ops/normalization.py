@@ -40,7 +40,8 @@ from cudnn_py.args import scaling
 from cudnn_py.errors import InvalidValueError
 from cudnn_py.graph import legacy as gl
 from cudnn_py.handle import Handle, handle_arg
-from cudnn_py.memory import DeviceArray
+from cudnn_py.ops.activation import Activation
+from cudnn_py.memory import DeviceArray, DeviceArrayLike
 from cudnn_py.ops import norm_args as na
 from cudnn_py.ops import norm_graphs as ng
 from cudnn_py.ops._common import desc, enum_arg, scalars, tensor_desc
@@ -105,7 +106,8 @@ def _ops(ops, activation, z):
     return na.fused_ops(ops, activation, z, "z", NORM_OPS, capi.cudnnNormOps_t)
 
 
-def normalization_sizes(handle: Handle, x, *, mode="per_channel", ops="norm", algo="standard", activation=None,
+def normalization_sizes(handle: Handle, x: DeviceArrayLike, *, mode: str | int = "per_channel", ops: str | int = "norm",
+                        algo: str | int = "standard", activation: Activation | str | int | None = None,
                         with_z: bool | None = None) -> NormSizes:
     """:class:`~cudnn_py.ops.batchnorm.NormSizes` ``(forward_workspace, backward_workspace, reserve)``: bytes the
     training calls need with this x."""
@@ -116,11 +118,16 @@ def normalization_sizes(handle: Handle, x, *, mode="per_channel", ops="norm", al
     return NormSizes(*_sizes(handle, s, op, _algo(algo), act, int(op) == 2 if with_z is None else with_z))
 
 
-def normalization_forward_training(handle: Handle, x, scale, bias, *, z=None, mode="per_channel", ops="norm",
-                                   algo="standard", activation=None, epsilon: float = 1e-5, factor: float = 1.0,
-                                   running_mean=None, running_var=None, saved_mean=None, saved_inv_var=None,
-                                   y=None, reserve=None, alpha: float = 1.0,
-                                   beta: float = 0.0, engine: str = "auto") -> BatchNormTraining:
+def normalization_forward_training(handle: Handle, x: DeviceArrayLike, scale: DeviceArrayLike, bias: DeviceArrayLike, *,
+                                   z: DeviceArrayLike | None = None, mode: str | int = "per_channel",
+                                   ops: str | int = "norm", algo: str | int = "standard",
+                                   activation: Activation | str | int | None = None, epsilon: float = 1e-5,
+                                   factor: float = 1.0, running_mean: DeviceArrayLike | None = None,
+                                   running_var: DeviceArrayLike | None = None,
+                                   saved_mean: DeviceArrayLike | None = None,
+                                   saved_inv_var: DeviceArrayLike | None = None, y: DeviceArrayLike | None = None,
+                                   reserve: DeviceArrayLike | None = None, alpha: float = 1.0, beta: float = 0.0,
+                                   engine: str = "auto") -> BatchNormTraining:
     """``y = alpha * act(norm(x) [+ z]) + beta * y`` with batch statistics (``cudnnNormalizationForwardTraining``).
 
     Running statistics (both or neither) are updated in place with ``factor``; saved mean / inverse
@@ -161,9 +168,12 @@ def normalization_forward_training(handle: Handle, x, scale, bias, *, z=None, mo
     return BatchNormTraining(ya, sm, siv, rm, rv, rsa)
 
 
-def normalization_forward_inference(handle: Handle, x, scale, bias, mean, var, *, z=None, mode="per_channel",
-                                    ops="norm", algo="standard", activation=None, epsilon: float = 1e-5, y=None,
-                                    alpha: float = 1.0, beta: float = 0.0, engine: str = "auto") -> DeviceArray:
+def normalization_forward_inference(handle: Handle, x: DeviceArrayLike, scale: DeviceArrayLike, bias: DeviceArrayLike,
+                                    mean: DeviceArrayLike, var: DeviceArrayLike, *, z: DeviceArrayLike | None = None,
+                                    mode: str | int = "per_channel", ops: str | int = "norm",
+                                    algo: str | int = "standard", activation: Activation | str | int | None = None,
+                                    epsilon: float = 1e-5, y: DeviceArrayLike | None = None, alpha: float = 1.0,
+                                    beta: float = 0.0, engine: str = "auto") -> DeviceArray:
     """``y = alpha * act(scale * (x - mean) / sqrt(var + eps) + bias [+ z]) + beta * y``
     (``cudnnNormalizationForwardInference``); returns y (allocated if not given).
     ``engine``: "legacy", "graph" or "auto" (the default: as for :func:`normalization_forward_training`)."""
@@ -193,9 +203,13 @@ def normalization_forward_inference(handle: Handle, x, scale, bias, mean, var, *
     return ya
 
 
-def normalization_backward(handle: Handle, x, y, dy, scale, bias, saved_mean, saved_inv_var, reserve=None, *,
-                           mode="per_channel", ops="norm", algo="standard", activation=None,
-                           epsilon: float = 1e-5, dx=None, dz=None, dscale=None, dbias=None,
+def normalization_backward(handle: Handle, x: DeviceArrayLike, y: DeviceArrayLike, dy: DeviceArrayLike,
+                           scale: DeviceArrayLike, bias: DeviceArrayLike, saved_mean: DeviceArrayLike,
+                           saved_inv_var: DeviceArrayLike, reserve: DeviceArrayLike | None = None, *,
+                           mode: str | int = "per_channel", ops: str | int = "norm", algo: str | int = "standard",
+                           activation: Activation | str | int | None = None, epsilon: float = 1e-5,
+                           dx: DeviceArrayLike | None = None, dz: DeviceArrayLike | None = None,
+                           dscale: DeviceArrayLike | None = None, dbias: DeviceArrayLike | None = None,
                            alpha_data: float = 1.0, beta_data: float = 0.0, alpha_param: float = 1.0,
                            beta_param: float = 0.0, engine: str = "auto") -> BatchNormGrads:
     """Gradients of ``y = act(norm(x) [+ z])`` (``cudnnNormalizationBackward``); ``y`` and ``reserve``

@@ -28,6 +28,8 @@ Raw C path (what these calls do)::
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from cudnn_py import capi
@@ -35,8 +37,8 @@ from cudnn_py.args import INT32_MAX, enum_member, int_or_ints, int_tuple, ints, 
 from cudnn_py.descriptors import Settings, TensorDescriptor, _PoolingDescriptor
 from cudnn_py.graph import legacy as gl
 from cudnn_py.handle import Handle, handle_arg
-from cudnn_py.memory import DeviceArray
-from cudnn_py.ops._common import check_array, desc, empty_strided, scalars, tensor_desc
+from cudnn_py.memory import DeviceArray, DeviceArrayLike
+from cudnn_py.ops._common import Out, check_array, desc, empty_strided, scalars, tensor_desc
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["Pooling", "pooling_forward", "pooling_backward", "POOLING_MODES"]
@@ -77,7 +79,8 @@ class Pooling(Settings):
 
     __slots__ = ("_mode", "_window", "_padding", "_stride", "_nan", "_descs")
 
-    def __init__(self, mode="max", window=2, padding=0, stride=None, *, nan_propagation: bool = False):
+    def __init__(self, mode: str | int = "max", window: int | Sequence[int] = 2, padding: int | Sequence[int] = 0,
+                 stride: int | Sequence[int] | None = None, *, nan_propagation: bool = False) -> None:
         self._mode = enum_member(capi.cudnnPoolingMode_t, mode, "CUDNN_POOLING_", "pooling mode", _ALIASES)
         self._window = _param(window, "window", 1)
         self._padding = _param(padding, "padding", 0)
@@ -271,7 +274,8 @@ def _graph_backward(handle: Handle, pool, xa, ya, dya, dxa, alpha, beta, auto) -
                         autotune=True)
 
 
-def pooling_forward(handle: Handle, pool, x, y=None, *, alpha: float = 1.0, beta: float = 0.0, engine: str = "auto"):
+def pooling_forward(handle: Handle, pool: Pooling, x: DeviceArrayLike, y: Out | None = None, *, alpha: float = 1.0,
+                    beta: float = 0.0, engine: str = "auto") -> DeviceArray | Out:
     """``y = alpha * pool(x) + beta * y`` (``cudnnPoolingForward``); returns y (allocated if not given).
 
     ``pool``: a :class:`Pooling`. ``engine``: "legacy",
@@ -294,8 +298,9 @@ def pooling_forward(handle: Handle, pool, x, y=None, *, alpha: float = 1.0, beta
     return ya if y is None else y
 
 
-def pooling_backward(handle: Handle, pool, x, y, dy, dx=None, *, alpha: float = 1.0, beta: float = 0.0,
-                     engine: str = "auto"):
+def pooling_backward(handle: Handle, pool: Pooling, x: DeviceArrayLike, y: DeviceArrayLike, dy: DeviceArrayLike,
+                     dx: Out | None = None, *, alpha: float = 1.0, beta: float = 0.0,
+                     engine: str = "auto") -> DeviceArray | Out:
     """``dx = alpha * dL/dx + beta * dx`` from the forward's x and y and the gradient dy (``cudnnPoolingBackward``).
 
     ``engine``: "legacy", "graph" or "auto" (the default; as for :func:`pooling_forward`)."""

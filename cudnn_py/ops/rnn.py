@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import ctypes
 from ctypes import byref
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
+import numpy.typing as npt
+from numpy.typing import DTypeLike
 
 from cudnn_py import capi, memory
 from cudnn_py._deprecation import renamed_kwargs, warn
@@ -32,7 +35,8 @@ from cudnn_py.descriptors import Descriptor, tensor_descriptor
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import InvalidStateError, InvalidTypeError, InvalidValueError
 from cudnn_py.handle import Handle, handle_arg
-from cudnn_py.memory import DeviceArray
+from cudnn_py.memory import DeviceArray, DeviceArrayLike
+from cudnn_py.ops.dropout import Dropout
 from cudnn_py.ops.sequence_models import (
     MATH_TYPES, WeightedDescriptor, c_nbytes, c_ptr, check_lengths, choice, dropout_arg, name_of, nd_layout,
     positive_int, training_ctx,
@@ -117,11 +121,12 @@ class RNN(WeightedDescriptor):
     _handle_type = capi.cudnnRNNDescriptor_t
     _create_fn, _destroy_fn = "cudnnCreateRNNDescriptor", "cudnnDestroyRNNDescriptor"
 
-    def __init__(self, mode, input_size: int, hidden_size: int, num_layers: int = 1, *,
-                 bidirectional: bool = False, proj_size: int | None = None, bias_mode="double",
-                 input_mode="linear", dtype=np.float32, compute_dtype=None, math_type="default",
-                 algo="standard", dropout=None, padded_io: bool = True, clip: tuple[float, float] | None = None,
-                 **old):
+    def __init__(self, mode: str | int, input_size: int, hidden_size: int, num_layers: int = 1, *,
+                 bidirectional: bool = False, proj_size: int | None = None, bias_mode: str | int = "double",
+                 input_mode: str | int = "linear", dtype: DTypeLike = np.float32,
+                 compute_dtype: DTypeLike | int | None = None, math_type: str | int = "default",
+                 algo: str | int = "standard", dropout: Dropout | None = None, padded_io: bool = True,
+                 clip: tuple[float, float] | None = None, **old) -> None:
         if old:
             compute_dtype = renamed_kwargs("RNN", old, {"math_precision": "compute_dtype"},
                                            {"compute_dtype": compute_dtype})["compute_dtype"]
@@ -277,8 +282,8 @@ class RNNDataDescriptor(Descriptor):
     _create_fn, _destroy_fn = "cudnnCreateRNNDataDescriptor", "cudnnDestroyRNNDataDescriptor"
     _cache_name = "descriptors.rnn_data"
 
-    def __init__(self, dtype, layout, max_seq_length: int, batch_size: int, vector_size: int,
-                 seq_lengths=None, padding_fill: float = 0.0):
+    def __init__(self, dtype: DTypeLike, layout: str, max_seq_length: int, batch_size: int, vector_size: int,
+                 seq_lengths: Sequence[int] | npt.NDArray[np.integer] | None = None, padding_fill: float = 0.0) -> None:
         layout, c_layout = choice(_LAYOUTS, layout, "layout")
         T = positive_int(max_seq_length, "max_seq_length")
         B = positive_int(batch_size, "batch_size")
@@ -315,7 +320,7 @@ def rnn_data_descriptor(dtype, layout: str, max_seq_length: int, batch_size: int
     return RNNDataDescriptor.shared(dtype, layout, max_seq_length, batch_size, vector_size, seq_lengths)
 
 
-def rnn_weight_params(handle: Handle, rnn: RNN, weights, pseudo_layer: int, lin_id: int) -> RNNWeight:
+def rnn_weight_params(handle: Handle, rnn: RNN, weights: DeviceArrayLike, pseudo_layer: int, lin_id: int) -> RNNWeight:
     """Views into ``weights`` of one matrix and its bias (``cudnnGetRNNWeightParams``); None where absent."""
     handle = handle_arg(handle)
     if not isinstance(rnn, RNN):
@@ -374,7 +379,7 @@ class RNNDataGrads(NamedTuple):
     dcx: DeviceArray | None
 
 
-def _state(handle: Handle, rnn: RNN, a, name: str, B: int, width: int):
+def _state(handle: Handle, rnn: RNN, a: DeviceArrayLike | None, name: str, B: int, width: int) -> DeviceArray | None:
     if a is None:
         return None
     return memory.as_array(a, name, dtype=rnn.dtype, shape=(rnn.num_pseudo_layers, B, width), contiguous=True,
@@ -385,8 +390,11 @@ def _state_desc(rnn: RNN, B: int, width: int):
     return tensor_descriptor((rnn.num_pseudo_layers, B, width), rnn.dtype)
 
 
-def rnn_forward(handle: Handle, rnn: RNN, x, weights, *, seq_lengths=None, layout="seq_major", hx=None, cx=None,
-                y=None, hy=None, cy=None, training: bool = False) -> RNNForwardResult:
+def rnn_forward(handle: Handle, rnn: RNN, x: DeviceArrayLike, weights: DeviceArrayLike, *,
+                seq_lengths: Sequence[int] | npt.NDArray[np.integer] | None = None, layout: str = "seq_major",
+                hx: DeviceArrayLike | None = None, cx: DeviceArrayLike | None = None, y: DeviceArrayLike | None = None,
+                hy: DeviceArrayLike | None = None, cy: DeviceArrayLike | None = None,
+                training: bool = False) -> RNNForwardResult:
     """``cudnnRNNForward``: outputs ``y`` and final states ``hy`` (and ``cy`` for LSTM).
 
     ``x``: ``[T, B, input_size]`` (seq_major), ``[B, T, input_size]`` (batch_major) or
@@ -422,16 +430,15 @@ def rnn_forward(handle: Handle, rnn: RNN, x, weights, *, seq_lengths=None, layou
     is_lstm = rnn.mode == "lstm"
     if not is_lstm and (cx is not None or cy is not None):
         raise InvalidValueError(f"cx/cy are LSTM cell states; this RNN is {rnn.mode!r}")
-    hx = _state(handle, rnn, hx, "hx", B, rnn.out_size)
-    cx = _state(handle, rnn, cx, "cx", B, rnn.hidden_size)
+    hxa = _state(handle, rnn, hx, "hx", B, rnn.out_size)
+    cxa = _state(handle, rnn, cx, "cx", B, rnn.hidden_size)
     stream = handle.stream
-    y = memory.output_array(y, _data_shape(layout, T, B, rnn.dirs * rnn.out_size, lengths), rnn.dtype, "y",
-                            device=handle.device, stream=stream, contiguous=True)
-    hy = memory.output_array(hy, (rnn.num_pseudo_layers, B, rnn.out_size), rnn.dtype, "hy",
+    ya = memory.output_array(y, _data_shape(layout, T, B, rnn.dirs * rnn.out_size, lengths), rnn.dtype, "y",
                              device=handle.device, stream=stream, contiguous=True)
-    if is_lstm:
-        cy = memory.output_array(cy, (rnn.num_pseudo_layers, B, rnn.hidden_size), rnn.dtype, "cy",
-                                 device=handle.device, stream=stream, contiguous=True)
+    hya = memory.output_array(hy, (rnn.num_pseudo_layers, B, rnn.out_size), rnn.dtype, "hy",
+                              device=handle.device, stream=stream, contiguous=True)
+    cya = memory.output_array(cy, (rnn.num_pseudo_layers, B, rnn.hidden_size), rnn.dtype, "cy",
+                              device=handle.device, stream=stream, contiguous=True) if is_lstm else None
     x_desc = rnn_data_descriptor(rnn.dtype, layout, T, B, rnn.input_size, lengths)
     y_desc = rnn_data_descriptor(rnn.dtype, layout, T, B, rnn.dirs * rnn.out_size, lengths)
     h_desc = _state_desc(rnn, B, rnn.out_size)
@@ -442,22 +449,24 @@ def rnn_forward(handle: Handle, rnn: RNN, x, weights, *, seq_lengths=None, layou
     capi.cudnnGetRNNTempSpaceSizes(handle.ptr, rnn.ptr, mode, x_desc.ptr, byref(work_n), byref(reserve_n))
     reserve = memory.empty((reserve_n.value,), np.uint8, stream=stream, device=handle.device) if training else None
     work = handle.workspace.get(work_n.value, stream)
-    capi.cudnnRNNForward(handle.ptr, rnn.ptr, mode, dev_lengths.ptr, x_desc.ptr, x.ptr, y_desc.ptr, y.ptr,
-                         h_desc.ptr, c_ptr(hx), hy.ptr, c_desc.ptr, c_ptr(cx), c_ptr(cy),
+    capi.cudnnRNNForward(handle.ptr, rnn.ptr, mode, dev_lengths.ptr, x_desc.ptr, x.ptr, y_desc.ptr, ya.ptr,
+                         h_desc.ptr, c_ptr(hxa), hya.ptr, c_desc.ptr, c_ptr(cxa), c_ptr(cya),
                          w.nbytes, w.ptr, work_n.value, work or None,
                          c_nbytes(reserve), c_ptr(reserve))
     ctx = None
     if training:  # the backward calls take the same descriptors, lengths and (training) workspace size
-        ctx = {"desc": rnn, "x": x, "hx": hx, "cx": cx, "dev_lengths": dev_lengths, "x_desc": x_desc,
+        ctx = {"desc": rnn, "x": x, "hx": hxa, "cx": cxa, "dev_lengths": dev_lengths, "x_desc": x_desc,
                "y_desc": y_desc, "h_desc": h_desc, "c_desc": c_desc, "work_size": work_n.value,
                "batch": B, "data_done": False}
-    result = RNNForwardResult(y, hy, cy, reserve)
+    result = RNNForwardResult(ya, hya, cya, reserve)
     result._ctx = ctx
     return result
 
 
-def rnn_backward_data(handle: Handle, rnn: RNN, fwd: RNNForwardResult, dy, weights, *, dhy=None, dcy=None,
-                      dx=None, dhx=None, dcx=None) -> RNNDataGrads:
+def rnn_backward_data(handle: Handle, rnn: RNN, fwd: RNNForwardResult, dy: DeviceArrayLike, weights: DeviceArrayLike, *,
+                      dhy: DeviceArrayLike | None = None, dcy: DeviceArrayLike | None = None,
+                      dx: DeviceArrayLike | None = None, dhx: DeviceArrayLike | None = None,
+                      dcx: DeviceArrayLike | None = None) -> RNNDataGrads:
     """``cudnnRNNBackwardData_v8``: :class:`RNNDataGrads` ``(dx, dhx, dcx)`` (``dcx`` None unless LSTM).
 
     ``dy`` has ``fwd.y``'s shape; ``dhy``/``dcy`` (gradients of the final states) default to zeros.
@@ -466,31 +475,33 @@ def rnn_backward_data(handle: Handle, rnn: RNN, fwd: RNNForwardResult, dy, weigh
     handle = handle_arg(handle)
     ctx = training_ctx(fwd, RNNForwardResult, rnn, "rnn_forward")
     B, is_lstm, stream = ctx["batch"], rnn.mode == "lstm", handle.stream
-    dy = memory.as_array(dy, "dy", dtype=rnn.dtype, shape=fwd.y.shape, contiguous=True, device=handle.device)
+    dya = memory.as_array(dy, "dy", dtype=rnn.dtype, shape=fwd.y.shape, contiguous=True, device=handle.device)
     if not is_lstm and (dcy is not None or dcx is not None):
         raise InvalidValueError(f"dcy/dcx are LSTM cell-state gradients; this RNN is {rnn.mode!r}")
-    dhy = _state(handle, rnn, dhy, "dhy", B, rnn.out_size)
-    dcy = _state(handle, rnn, dcy, "dcy", B, rnn.hidden_size)
+    dhya = _state(handle, rnn, dhy, "dhy", B, rnn.out_size)
+    dcya = _state(handle, rnn, dcy, "dcy", B, rnn.hidden_size)
     w = rnn._check_weights(handle, weights)
     x = ctx["x"]
-    dx = memory.output_array(dx, x.shape, rnn.dtype, "dx", device=handle.device, stream=stream, contiguous=True)
-    dhx = memory.output_array(dhx, fwd.hy.shape, rnn.dtype, "dhx", device=handle.device, stream=stream,
-                              contiguous=True)
+    dxa = memory.output_array(dx, x.shape, rnn.dtype, "dx", device=handle.device, stream=stream, contiguous=True)
+    dhxa = memory.output_array(dhx, fwd.hy.shape, rnn.dtype, "dhx", device=handle.device, stream=stream,
+                               contiguous=True)
+    dcxa = None
     if is_lstm and fwd.cy is not None:  # an LSTM's result always has cy
-        dcx = memory.output_array(dcx, fwd.cy.shape, rnn.dtype, "dcx", device=handle.device, stream=stream,
-                                  contiguous=True)
+        dcxa = memory.output_array(dcx, fwd.cy.shape, rnn.dtype, "dcx", device=handle.device, stream=stream,
+                                   contiguous=True)
     work_n = ctx["work_size"]
     work = handle.workspace.get(work_n, stream)
     capi.cudnnRNNBackwardData_v8(
-        handle.ptr, rnn.ptr, ctx["dev_lengths"].ptr, ctx["y_desc"].ptr, fwd.y.ptr, dy.ptr, ctx["x_desc"].ptr, dx.ptr,
-        ctx["h_desc"].ptr, c_ptr(ctx["hx"]), c_ptr(dhy), dhx.ptr,
-        ctx["c_desc"].ptr, c_ptr(ctx["cx"]), c_ptr(dcy), c_ptr(dcx),
+        handle.ptr, rnn.ptr, ctx["dev_lengths"].ptr, ctx["y_desc"].ptr, fwd.y.ptr, dya.ptr, ctx["x_desc"].ptr, dxa.ptr,
+        ctx["h_desc"].ptr, c_ptr(ctx["hx"]), c_ptr(dhya), dhxa.ptr,
+        ctx["c_desc"].ptr, c_ptr(ctx["cx"]), c_ptr(dcya), c_ptr(dcxa),
         w.nbytes, w.ptr, work_n, work or None, c_nbytes(fwd.reserve), c_ptr(fwd.reserve))
     ctx["data_done"] = True
-    return RNNDataGrads(dx, dhx, dcx)
+    return RNNDataGrads(dxa, dhxa, dcxa)
 
 
-def rnn_backward_weights(handle: Handle, rnn: RNN, fwd: RNNForwardResult, dweights=None) -> DeviceArray:
+def rnn_backward_weights(handle: Handle, rnn: RNN, fwd: RNNForwardResult,
+                         dweights: DeviceArrayLike | None = None) -> DeviceArray:
     """``cudnnRNNBackwardWeights_v8``: weight gradients ADDED into ``dweights`` (a new zeroed weight space if None).
 
     Needs :func:`rnn_backward_data` on the same ``fwd`` first. Returns ``dweights``.

@@ -169,7 +169,8 @@ def c_nbytes(a: DeviceArray | None) -> int:
 def training_ctx(fwd, result_type: type, desc, forward_name: str) -> dict:
     """The saved state of a training-mode forward result, checked to belong to ``desc``."""
     if not isinstance(desc, WeightedDescriptor):
-        raise InvalidTypeError(f"the descriptor must be a cudnn_py.RNN or MultiHeadAttention, got {type(desc).__name__}")
+        raise InvalidTypeError(f"the descriptor must be a cudnn_py.RNN or MultiHeadAttention, got "
+                               f"{type(desc).__name__}")
     if not isinstance(fwd, result_type):
         raise InvalidTypeError(f"fwd must be the {result_type.__name__} {forward_name}(..., training=True) returned, "
                                f"got {type(fwd).__name__}")

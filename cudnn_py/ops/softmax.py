@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import math
 
+from cudnn_py.memory import DeviceArray, DeviceArrayLike
 from cudnn_py import capi
 from cudnn_py.args import no_partial_alias, scaling
 from cudnn_py.descriptors import TensorDescriptor
 from cudnn_py.handle import Handle, handle_arg
-from cudnn_py.ops._common import check_array, desc, enum_arg, output, scalars, tensor_desc
+from cudnn_py.ops._common import Out, check_array, desc, enum_arg, output, scalars, tensor_desc
 from cudnn_py.errors import InvalidValueError
 
 __all__ = ["softmax_forward", "softmax_backward", "SOFTMAX_ALGOS", "SOFTMAX_MODES"]
@@ -53,7 +54,8 @@ def _algo_mode(algo, mode):
             enum_arg(mode, SOFTMAX_MODES, capi.cudnnSoftmaxMode_t, "softmax mode"))
 
 
-def softmax_forward(handle: Handle, x, y=None, *, algo="accurate", mode="channel", alpha: float = 1.0, beta: float = 0.0):
+def softmax_forward(handle: Handle, x: DeviceArrayLike, y: Out | None = None, *, algo: str | int = "accurate",
+                    mode: str | int = "channel", alpha: float = 1.0, beta: float = 0.0) -> DeviceArray | Out:
     """``y = alpha * softmax(x) + beta * y`` (``cudnnSoftmaxForward``); returns y (allocated if not given)."""
     alpha, beta = scaling(alpha=alpha, beta=beta)
     handle = handle_arg(handle)
@@ -68,8 +70,9 @@ def softmax_forward(handle: Handle, x, y=None, *, algo="accurate", mode="channel
     return ya if y is None else y
 
 
-def softmax_backward(handle: Handle, y, dy, dx=None, *, algo="accurate", mode="channel", alpha: float = 1.0,
-                     beta: float = 0.0):
+def softmax_backward(handle: Handle, y: DeviceArrayLike, dy: DeviceArrayLike, dx: Out | None = None, *,
+                     algo: str | int = "accurate", mode: str | int = "channel", alpha: float = 1.0,
+                     beta: float = 0.0) -> DeviceArray | Out:
     """``dx = alpha * dL/dx + beta * dx`` from the forward's output y and its gradient dy (``cudnnSoftmaxBackward``).
 
     ``algo`` and ``mode`` must be the forward's (for ``"log"``, y is the log-probabilities).

@@ -23,9 +23,11 @@ Raw C path::
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from cudnn_py import capi
 from cudnn_py.caches import shared
@@ -34,7 +36,7 @@ from cudnn_py.descriptors import Descriptor
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.handle import Handle, handle_arg
-from cudnn_py.memory import DeviceArray
+from cudnn_py.memory import DeviceArray, DeviceArrayLike
 from cudnn_py.ops._common import FLOATS, check_array, desc, output, scalars
 
 __all__ = ["SpatialTransformer", "SamplerGrads", "spatial_transformer", "spatial_tf_grid_forward",
@@ -67,7 +69,7 @@ class SpatialTransformer(Descriptor):
     _shown = ("shape", "dtype")
     _cache_name = "ops.spatial_transformer"
 
-    def __init__(self, shape, dtype=np.float32):
+    def __init__(self, shape: Sequence[int], dtype: DTypeLike = np.float32) -> None:
         shape = _shape(shape)
         dt = numpy_dtype(cudnn_dtype(dtype))
         if dt not in FLOATS:
@@ -108,7 +110,8 @@ def _grid(obj, name, handle: Handle, dtype=None) -> DeviceArray:
     return g
 
 
-def spatial_tf_grid_forward(handle: Handle, theta, out_shape, grid=None) -> DeviceArray:
+def spatial_tf_grid_forward(handle: Handle, theta: DeviceArrayLike, out_shape: Sequence[int],
+                            grid: DeviceArrayLike | None = None) -> DeviceArray:
     """Sampling grid (N, H, W, 2) from affine matrices ``theta`` (N, 2, 3) for output ``out_shape``
     (N, C, H, W) (``cudnnSpatialTfGridGeneratorForward``)."""
     handle = handle_arg(handle)
@@ -124,7 +127,8 @@ def spatial_tf_grid_forward(handle: Handle, theta, out_shape, grid=None) -> Devi
     return g
 
 
-def spatial_tf_grid_backward(handle: Handle, dgrid, dtheta=None) -> DeviceArray:
+def spatial_tf_grid_backward(handle: Handle, dgrid: DeviceArrayLike,
+                             dtheta: DeviceArrayLike | None = None) -> DeviceArray:
     """Gradient w.r.t. theta (N, 2, 3) from the grid gradient (N, H, W, 2) (``cudnnSpatialTfGridGeneratorBackward``)."""
     handle = handle_arg(handle)
     dg = _grid(dgrid, "dgrid", handle)
@@ -146,7 +150,9 @@ def _sampler_setup(handle: Handle, x, grid):
     return xa, g, y_shape, spatial_transformer(y_shape, xa.dtype)
 
 
-def spatial_tf_sampler_forward(handle: Handle, x, grid, y=None, *, alpha: float = 1.0, beta: float = 0.0) -> DeviceArray:
+def spatial_tf_sampler_forward(handle: Handle, x: DeviceArrayLike, grid: DeviceArrayLike,
+                               y: DeviceArrayLike | None = None, *, alpha: float = 1.0,
+                               beta: float = 0.0) -> DeviceArray:
     """``y = alpha * bilinear(x, grid) + beta * y`` (``cudnnSpatialTfSamplerForward``); y is (N, C, H_out, W_out)."""
     alpha, beta = scaling(alpha=alpha, beta=beta)
     handle = handle_arg(handle)
@@ -158,8 +164,9 @@ def spatial_tf_sampler_forward(handle: Handle, x, grid, y=None, *, alpha: float 
     return ya
 
 
-def spatial_tf_sampler_backward(handle: Handle, x, grid, dy, dx=None, dgrid=None, *, alpha: float = 1.0,
-                                beta: float = 0.0, alpha_dgrid: float = 1.0,
+def spatial_tf_sampler_backward(handle: Handle, x: DeviceArrayLike, grid: DeviceArrayLike, dy: DeviceArrayLike,
+                                dx: DeviceArrayLike | None = None, dgrid: DeviceArrayLike | None = None, *,
+                                alpha: float = 1.0, beta: float = 0.0, alpha_dgrid: float = 1.0,
                                 beta_dgrid: float = 0.0) -> SamplerGrads:
     """:class:`SamplerGrads` ``(dx, dgrid)`` of the sampler (``cudnnSpatialTfSamplerBackward``):
     ``dx = alpha * dL/dx + beta * dx`` and ``dgrid = alpha_dgrid * dL/dgrid + beta_dgrid * dgrid`` (cuDNN's

@@ -23,9 +23,11 @@ bfloat16 and float32 data of 1 to 5 dimensions, float32 compute, no NaN propagat
 from __future__ import annotations
 
 import ctypes
-from typing import NamedTuple
+from collections.abc import Sequence
+from typing import Literal, NamedTuple, overload
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from cudnn_py import capi
 from cudnn_py._deprecation import renamed_kwargs, warn
@@ -34,9 +36,9 @@ from cudnn_py.descriptors import OpTensor, ReduceTensor, Descriptor
 from cudnn_py.dtypes import as_numpy_dtype, cudnn_dtype
 from cudnn_py.graph import legacy as gl
 from cudnn_py.handle import Handle, handle_arg
-from cudnn_py.memory import DeviceArray, as_array, empty
+from cudnn_py.memory import DeviceArray, DeviceArrayLike, as_array, empty
 from cudnn_py.ops._common import (
-    check_array, desc, empty_strided, enum_arg, output, read_tensor_desc, scalars, tensor_desc,
+    Out, check_array, desc, empty_strided, enum_arg, output, read_tensor_desc, scalars, tensor_desc,
 )
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
@@ -66,7 +68,8 @@ def _broadcastable(b: DeviceArray, c: DeviceArray, bname: str, cname: str) -> No
                          f"{c.shape}, each equal or 1 (broadcast)")
 
 
-def add_tensor(handle: Handle, a, c, *, alpha: float = 1.0, beta: float | None = None, engine: str = "auto"):
+def add_tensor(handle: Handle, a: DeviceArrayLike, c: Out, *, alpha: float = 1.0, beta: float | None = None,
+               engine: str = "auto") -> Out:
     """``c = alpha * a + beta * c`` in place (``cudnnAddTensor``); ``a`` broadcasts over dimensions where it has 1.
 
     ``beta``: pass ``beta=1.0`` to accumulate into c. Leaving it out still accumulates (beta 1.0, as before) but
@@ -94,7 +97,8 @@ def add_tensor(handle: Handle, a, c, *, alpha: float = 1.0, beta: float | None =
     return c
 
 
-def _settings(op, cls: type[OpTensor] | type[ReduceTensor], table: dict, enum_type, compute_dtype, nan_propagation) -> tuple:
+def _settings(op, cls: type[OpTensor] | type[ReduceTensor], table: dict, enum_type, compute_dtype,
+              nan_propagation) -> tuple:
     """(operation, compute_dtype, nan_propagation) from ``op``: an :class:`OpTensor` / :class:`ReduceTensor` (``cls``)
     holding all three, or an operation name or member with the other two given as keywords."""
     if isinstance(op, cls):
@@ -124,7 +128,8 @@ def _graph_compute(compute_dtype, nan_propagation: bool) -> None:
                                   f"engine='legacy'")
 
 
-def _graph_op_tensor(handle: Handle, opv, aa, ba, ca, alpha1, alpha2, beta, compute_dtype, nan_propagation, unary, auto):
+def _graph_op_tensor(handle: Handle, opv, aa, ba, ca, alpha1, alpha2, beta, compute_dtype, nan_propagation, unary,
+                     auto):
     _graph_compute(compute_dtype, nan_propagation)
     mode = _GRAPH_OPS[opv]
     inputs = [("a", aa)] + ([] if unary else [("b", ba)]) + ([("prior", ca)] if beta else [])
@@ -142,8 +147,10 @@ def _graph_op_tensor(handle: Handle, opv, aa, ba, ca, alpha1, alpha2, beta, comp
                         [("c", ca)], build, auto=auto)
 
 
-def op_tensor(handle: Handle, op, a, b=None, c=None, *, alpha1: float = 1.0, alpha2: float = 1.0, beta: float = 0.0,
-              compute_dtype=None, nan_propagation: bool = False, engine: str = "auto"):
+def op_tensor(handle: Handle, op: str | int | OpTensor, a: DeviceArrayLike, b: DeviceArrayLike | None = None,
+              c: Out | None = None, *, alpha1: float = 1.0, alpha2: float = 1.0, beta: float = 0.0,
+              compute_dtype: DTypeLike | int | None = None, nan_propagation: bool = False,
+              engine: str = "auto") -> DeviceArray | Out:
     """``c = op(alpha1 * a, alpha2 * b) + beta * c`` (``cudnnOpTensor``); returns c (allocated like ``a`` if not given).
 
     ``op``: ``"add"``, ``"mul"``, ``"min"``, ``"max"`` (binary; ``b`` broadcasts over dimensions where it
@@ -172,7 +179,7 @@ def op_tensor(handle: Handle, op, a, b=None, c=None, *, alpha1: float = 1.0, alp
     return ca if c is None else c
 
 
-def scale_tensor(handle: Handle, y, *args, alpha: float = 1.0, engine: str = "auto"):
+def scale_tensor(handle: Handle, y: Out, *args, alpha: float = 1.0, engine: str = "auto") -> Out:
     """``y = alpha * y`` in place (``cudnnScaleTensor``); returns y. ``engine``: "legacy", "graph" or "auto".
 
     ``alpha`` is keyword-only; ``scale_tensor(h, y, 2.0)`` (positional alpha) still works with a
@@ -197,7 +204,7 @@ def scale_tensor(handle: Handle, y, *args, alpha: float = 1.0, engine: str = "au
     return y
 
 
-def set_tensor(handle: Handle, y, value: float):
+def set_tensor(handle: Handle, y: Out, value: float) -> Out:
     """Every element of ``y`` = value (``cudnnSetTensor``); returns y.
 
     cuDNN reads the value as float for float16/bfloat16/float32 tensors, double for float64 and the
@@ -242,8 +249,9 @@ def _format_strides(shape: tuple[int, ...], layout: str) -> tuple[int, ...]:
     return tuple(strides)
 
 
-def transform_tensor(handle: Handle, x, y=None, *, dtype=None, layout: str | None = None, alpha: float = 1.0,
-                     beta: float = 0.0, engine: str = "auto", **old):
+def transform_tensor(handle: Handle, x: DeviceArrayLike, y: Out | None = None, *, dtype: DTypeLike | None = None,
+                     layout: str | None = None, alpha: float = 1.0, beta: float = 0.0, engine: str = "auto",
+                     **old) -> DeviceArray | Out:
     """``y = alpha * x + beta * y`` between layouts and dtypes (``cudnnTransformTensor``); returns y.
 
     ``y`` (same logical shape as x, any strides, any dtype) or, when not given, a new array of
@@ -263,7 +271,6 @@ def transform_tensor(handle: Handle, x, y=None, *, dtype=None, layout: str | Non
         cudnn_dtype(out_dtype)
         ya = empty_strided(handle, xa.shape, _format_strides(xa.shape, "NCHW" if layout is None else layout),
                            out_dtype)
-        y = ya
     else:
         ya = check_array(y, "y", handle, shape=xa.shape)
         if dtype is not None and ya.dtype != as_numpy_dtype(dtype):
@@ -272,12 +279,12 @@ def transform_tensor(handle: Handle, x, y=None, *, dtype=None, layout: str | Non
     if gl.attempt(engine, lambda auto: gl.run_graph(
             handle, "transform_tensor", (float(alpha), float(beta)), inputs, [("y", ya)],
             lambda g, t, _: gl.blend(g, g.pointwise("identity", t["x"]), t, alpha, beta), auto=auto)):
-        return y
+        return ya if y is None else y
     scalar_dtype = np.float64 if np.float64 in (xa.dtype, ya.dtype) else np.float32
     al, be = scalars(scalar_dtype, alpha, beta)
     xd, yd = desc(xa), desc(ya)
     capi.cudnnTransformTensor(handle.ptr, al, xd.ptr, xa.ptr, be, yd.ptr, ya.ptr)
-    return y
+    return ya if y is None else y
 
 
 class TensorTransformDescriptor(Descriptor):
@@ -302,8 +309,11 @@ class TensorTransformDescriptor(Descriptor):
                                                direction)
 
 
-def transform_tensor_ex(handle: Handle, x, *, layout: str | None = None, pad_before=0, pad_after=0, fold=1,
-                        direction: str = "fold", y=None, dtype=None, alpha: float = 1.0, beta: float = 0.0, **old):
+def transform_tensor_ex(handle: Handle, x: DeviceArrayLike, *, layout: str | None = None,
+                        pad_before: int | Sequence[int] = 0, pad_after: int | Sequence[int] = 0,
+                        fold: int | Sequence[int] = 1, direction: str = "fold", y: Out | None = None,
+                        dtype: DTypeLike | None = None, alpha: float = 1.0, beta: float = 0.0,
+                        **old) -> DeviceArray | Out:
     """Layout change with zero padding / folding (``cudnnTransformTensorEx``); returns y.
 
     ``x`` is 4-D or 5-D (logical N, C, *spatial). ``layout``: the destination's, ``"NHWC"`` (default), ``"NCHW"``
@@ -341,7 +351,6 @@ def transform_tensor_ex(handle: Handle, x, *, layout: str | None = None, pad_bef
         capi.cudnnDestroyTensorDescriptor(dest)
     if y is None:
         ya = empty_strided(handle, shape, strides, out_dtype)
-        y = ya
     else:
         ya = check_array(y, "y", handle, shape=shape, dtype=out_dtype)
         if ya.strides != strides:
@@ -350,7 +359,7 @@ def transform_tensor_ex(handle: Handle, x, *, layout: str | None = None, pad_bef
     al, be = scalars(scalar_dtype, alpha, beta)
     xd, yd = desc(xa), desc(ya)
     capi.cudnnTransformTensorEx(handle.ptr, tdesc.ptr, al, xd.ptr, xa.ptr, be, yd.ptr, ya.ptr)
-    return y
+    return ya if y is None else y
 
 
 # ---------------------------------------------------------------- reduce
@@ -386,8 +395,31 @@ def _graph_reduce(handle: Handle, opv, aa, ca, alpha, beta, compute_dtype, nan_p
         auto=auto)
 
 
-def reduce_tensor(handle: Handle, op, a, c=None, *, axes=None, indices: bool = False, alpha: float = 1.0, beta: float = 0.0,
-                  compute_dtype=None, nan_propagation: bool = False, engine: str = "auto"):
+@overload
+def reduce_tensor(handle: Handle, op: str | int | ReduceTensor, a: DeviceArrayLike, c: Out | None = None, *,
+                  axes: int | Sequence[int] | None = None, indices: Literal[False] = False, alpha: float = 1.0,
+                  beta: float = 0.0, compute_dtype: DTypeLike | int | None = None, nan_propagation: bool = False,
+                  engine: str = "auto") -> DeviceArray | Out: ...
+
+
+@overload
+def reduce_tensor(handle: Handle, op: str | int | ReduceTensor, a: DeviceArrayLike, c: DeviceArrayLike | None = None,
+                  *, axes: int | Sequence[int] | None = None, indices: Literal[True], alpha: float = 1.0,
+                  beta: float = 0.0, compute_dtype: DTypeLike | int | None = None, nan_propagation: bool = False,
+                  engine: str = "auto") -> ReduceResult: ...
+
+
+@overload
+def reduce_tensor(handle: Handle, op: str | int | ReduceTensor, a: DeviceArrayLike, c: Out | None = None, *,
+                  axes: int | Sequence[int] | None = None, indices: bool = False, alpha: float = 1.0,
+                  beta: float = 0.0, compute_dtype: DTypeLike | int | None = None, nan_propagation: bool = False,
+                  engine: str = "auto") -> DeviceArray | Out | ReduceResult: ...
+
+
+def reduce_tensor(handle: Handle, op: str | int | ReduceTensor, a: DeviceArrayLike, c: Out | None = None, *,
+                  axes: int | Sequence[int] | None = None, indices: bool = False, alpha: float = 1.0, beta: float = 0.0,
+                  compute_dtype: DTypeLike | int | None = None, nan_propagation: bool = False,
+                  engine: str = "auto") -> DeviceArray | Out | ReduceResult:
     """``c = alpha * reduce_op(a) + beta * c`` (``cudnnReduceTensor``); returns c, or a :class:`ReduceResult`
     ``(c, indices)`` with ``indices=True``.
 
@@ -403,7 +435,9 @@ def reduce_tensor(handle: Handle, op, a, c=None, *, axes=None, indices: bool = F
         if op.indices_type != capi.CUDNN_32BIT_INDICES:
             raise InvalidValueError(f"reduce_tensor returns int32 indices; this ReduceTensor asks for "
                                     f"{op.indices_type.name}")
-        indices = indices or op.indices != capi.CUDNN_REDUCE_TENSOR_NO_INDICES
+        if (op.indices != capi.CUDNN_REDUCE_TENSOR_NO_INDICES) != bool(indices):
+            raise InvalidValueError(f"indices={bool(indices)} but the ReduceTensor says {op.indices.name}: the "
+                                    f"indices= flag decides what reduce_tensor returns, pass the same in both")
     opv, compute_dtype, nan_propagation = _settings(op, ReduceTensor, REDUCE_OPS, capi.cudnnReduceTensorOp_t,
                                                     compute_dtype, nan_propagation)
     aa = check_array(a, "a", handle, floating=True)
@@ -442,8 +476,9 @@ def reduce_tensor(handle: Handle, op, a, c=None, *, axes=None, indices: bool = F
     al, be = scalars(scalar_dtype, alpha, beta)
     capi.cudnnReduceTensor(handle.ptr, rd, idx_ptr, idx_bytes, ws, ws_size.value, al, ad.ptr, aa.ptr, be, cd.ptr,
                            ca.ptr)
-    out = ca if c is None else c
-    return out if idx is None else ReduceResult(out, idx)
+    if idx is not None:
+        return ReduceResult(ca, idx)
+    return ca if c is None else c
 
 
 def _axes(axes, a: DeviceArray) -> set[int]:
