@@ -45,7 +45,7 @@ import numpy as np
 from cudnn_py.caches import handle_cache
 from cudnn_py.errors import CudnnPyError, InvalidValueError
 
-__all__ = ["Choice", "run", "choices", "signature", "set_mode", "mode", "ROUNDS", "MODES", "ENV"]
+__all__ = ["Choice", "run", "chosen", "choices", "signature", "set_mode", "mode", "ROUNDS", "MODES", "ENV"]
 
 #: timed runs per engine when measuring (after one untimed run each); the best counts
 ROUNDS = 3
@@ -94,6 +94,25 @@ def choices(handle) -> dict[Hashable, Choice]:
     return dict(handle_cache(handle, _CACHE))
 
 
+def chosen(handle, key: Hashable, static: str = "graph") -> str | None:
+    """The engine ``"auto"`` runs for ``key`` on ``handle`` without measuring: the handle's choice, else the
+    database's (kept on the handle), else ``static`` in static mode; None where :func:`run` must measure first.
+
+    For dispatchers with the legacy call inline: a repeat call costs one dict lookup."""
+    got = handle_cache(handle, _CACHE).get(key)
+    if got is not None:
+        return got.engine
+    if mode() == "static":
+        return static
+    got = _stored(handle, key)
+    if got is None:
+        return None
+    handle_cache(handle, _CACHE)[key] = got
+    _log.debug("engine_choice %s: %s (database: legacy %s ms, graph %s ms)", key, got.engine, got.legacy_ms,
+               got.graph_ms)
+    return got.engine
+
+
 def run(handle, key: Hashable, legacy: Callable[[], object], graph: Callable[[], object], *,
         mutated: Sequence = (), static: str = "graph") -> str:
     """Run one ``engine="auto"`` call and answer the engine that ran it ("legacy" or "graph"); see the module doc.
@@ -101,21 +120,13 @@ def run(handle, key: Hashable, legacy: Callable[[], object], graph: Callable[[],
     :param key: the operation's name and signature (hashable; :func:`signature` builds the usual part).
     :param legacy: runs the call through the legacy C entry point.
     :param graph: runs it through the graph path; False (or a refusal raised) where the graph path does not take it.
-    :param mutated: arrays the call reads and then writes (restored between measured runs).
-    :param static: the engine the static rule picks (``"static"`` mode, or until a measurement exists).
+    :param mutated: arrays the call writes and may read (restored between measured runs).
+    :param static: the engine the static rule picks (``"static"`` mode).
     """
-    cache = handle_cache(handle, _CACHE)
-    got = cache.get(key)
-    if got is None:
-        if mode() == "static":
-            return _run_one(static, legacy, graph)
-        got = _stored(handle, key)
-        if got is None:
-            return _measure(handle, cache, key, legacy, graph, mutated, static)
-        cache[key] = got
-        _log.debug("engine_choice %s: %s (database: legacy %s ms, graph %s ms)", key, got.engine, got.legacy_ms,
-                   got.graph_ms)
-    return _run_one(got.engine, legacy, graph)
+    engine = chosen(handle, key, static)
+    if engine is None:
+        return _measure(handle, handle_cache(handle, _CACHE), key, legacy, graph, mutated, static)
+    return _run_one(engine, legacy, graph)
 
 
 def _run_one(engine: str, legacy, graph) -> str:

@@ -101,6 +101,19 @@ def test_choice_remembered_per_handle_and_shown_by_cache_info(db, monkeypatch):
     assert set(ec.choices(h)) == {KEY, other_key}
 
 
+def test_chosen_answers_without_measuring(db, monkeypatch):
+    h, e = NoCallHandle(), engines(monkeypatch, legacy_ms=1.0, graph_ms=2.0)
+    assert ec.chosen(h, KEY) is None and e.calls == []
+    run(h, e)
+    assert ec.chosen(h, KEY) == "legacy"
+    assert ec.chosen(NoCallHandle(), KEY) == "legacy", "another handle: from the database"
+    ec.set_mode("static")
+    assert ec.chosen(NoCallHandle(), KEY, static="graph") == "graph"
+    assert ec.chosen(h, KEY, static="graph") == "legacy", "a handle's measured choice stands"
+    ec.set_mode(None)
+    assert e.calls.count("legacy") + e.calls.count("graph") == 2 * (1 + ec.ROUNDS) + 1
+
+
 def test_choice_persisted_and_reloaded_by_a_new_process(db, monkeypatch, tmp_path):
     e = engines(monkeypatch, legacy_ms=0.5, graph_ms=0.7)
     run(NoCallHandle(), e)
