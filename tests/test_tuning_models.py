@@ -67,6 +67,10 @@ def test_problems_are_the_distinct_passes_with_counts():
     llama = model("llama3-8b").problems(2, "bfloat16")
     assert sum(p.count for p in llama if p.kind == "linear") == 225 * 3 and len(llama) == 19
     assert "|NHWC" not in next(p.key for p in llama if p.kind == "linear")   # no layout where data has none
+    legacy = m.problems(32, "float16", "NHWC", legacy=True)
+    assert len(legacy) == 68 and all(p.kind == "conv" and p.legacy for p in legacy)
+    assert legacy[0].key == "legacy:" + first.key and sum(p.count for p in legacy) == 53 * 3 - 1
+    assert model("llama3-8b").problems(1, "bfloat16", legacy=True) == []
     with pytest.raises(ValueError, match="positive int"):
         m.problems(0, "float16")
     with pytest.raises(ValueError, match="unknown model"):

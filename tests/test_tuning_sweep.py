@@ -43,6 +43,17 @@ def test_measured_records_have_every_config_and_each_modes_order(handle):
         assert res.regret["heuristic"] >= 0
 
 
+def test_legacy_records_time_every_algorithm_beside_the_v7_order(handle):
+    from cudnn_py.tuning.legacy import measure_legacy
+    for p in model("resnet18").problems(2, "float16", "NHWC", legacy=True)[:3]:
+        rec = measure_legacy(p, handle, Settings(repeats=2, warmup=1))
+        assert valid_record(rec) and rec["problem"] == "" and rec["order"]["A"], p.key
+        ok = [c for c in rec["configs"] if c["ok"]]
+        assert ok and all(c["agrees"] for c in ok), (p.key, [(c["tag"], c["diff"]) for c in ok])
+        (res,) = rp.analyse([p], {p.key: rec})
+        assert res.picks["heuristic"] is not None and res.regret["heuristic"] >= 0
+
+
 def test_a_stored_sweep_is_not_measured_again(handle, tmp_path):
     problems = _problems()[:2]
     db = TuningDatabase(tmp_path / "t.sqlite")

@@ -40,6 +40,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "else the per-user cache)")
     g.add_argument("--remeasure", action="store_true", help="measure even what the database holds")
     g.add_argument("--details", action="store_true", help="also print every configuration of every operation")
+    g.add_argument("--legacy", action="store_true", help="the convolutions through the legacy API's algorithms "
+                   "(the _v7 heuristic as mode A) instead of the graph API's engines")
     g.add_argument("--max-configs", type=int, default=None, metavar="N", help="measure at most N configurations "
                    "of each heuristics mode (default: all)")
     g.add_argument("--no-runtime-compilation", action="store_true", help="do not measure engines that compile at "
@@ -99,11 +101,10 @@ def _worker_argv(args, shard: str, device: int, db_path: str) -> list[str]:
     argv = [sys.executable, "-m", "cudnn_py", "algos", "--model", args.model, "--batch", str(args.batch), "--dtype",
             args.dtype, "--layout", args.layout, "--repeats", str(args.repeats), "--warmup", str(args.warmup),
             "--modes", args.modes, "--shard", shard, "--device", str(device), "--db", db_path, "--quiet"]
-    for flag, value in (("--seq", args.seq), ("--layers", args.layers)):
+    for flag, value in (("--seq", args.seq), ("--layers", args.layers), ("--max-configs", args.max_configs)):
         if value is not None:
             argv += [flag, str(value)]
-    if args.max_configs is not None:
-        argv += ["--max-configs", str(args.max_configs)]
+    argv += ["--legacy"] * args.legacy
     return argv + ["--remeasure"] * args.remeasure + ["--no-runtime-compilation"] * args.no_runtime_compilation
 
 
@@ -172,9 +173,11 @@ def _sweep(args, rp) -> int:
     settings = Settings(modes, args.repeats, args.warmup, args.max_configs, not args.no_runtime_compilation)
     m = model(args.model, args.seq)
     try:
-        problems = m.problems(args.batch, args.dtype, args.layout)
+        problems = m.problems(args.batch, args.dtype, args.layout, legacy=args.legacy)
     except ValueError as e:
         raise SystemExit(f"algos: {e}") from None
+    if not problems:
+        raise SystemExit(f"algos: {m.name} has no convolutions for --legacy to sweep")
     problems = problems[:args.layers] if args.layers else problems
     shard = _shard(args.shard)
     mine = problems[shard[0]::shard[1]] if shard else problems

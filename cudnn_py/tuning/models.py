@@ -125,7 +125,8 @@ class Layer:
 @dataclass(frozen=True)
 class Problem:
     """One distinct operation of a training step: ``op``'s ``pass`` at a batch size, dtype and layout, run ``count``
-    times per step (by the layers named in ``layers``)."""
+    times per step (by the layers named in ``layers``); ``legacy``: through the legacy API's algorithms (convolutions)
+    instead of the graph API's engines."""
 
     op: Conv | Linear | Norm | Attention
     pass_: str
@@ -134,6 +135,7 @@ class Problem:
     layout: str
     count: int
     layers: tuple[str, ...]
+    legacy: bool = False
 
     @property
     def kind(self) -> str:
@@ -144,7 +146,8 @@ class Problem:
         """The tuning database's key: what changes the answer, in words (the layout only where data has one)."""
         has_layout = isinstance(self.op, Conv) or (isinstance(self.op, Norm) and self.op.mode == "batch")
         layout = f"|{self.layout}" if has_layout else ""
-        return f"{self.kind}.{self.pass_}|{self.op.signature(self.batch)}|{self.dtype}{layout}"
+        api = "legacy:" if self.legacy else ""
+        return f"{api}{self.kind}.{self.pass_}|{self.op.signature(self.batch)}|{self.dtype}{layout}"
 
 
 @dataclass(frozen=True)
@@ -166,15 +169,19 @@ class Model:
         """How many layers of ``kind`` ('conv', 'linear', 'norm', 'attention') the model has."""
         return sum(1 for layer in self.layers if OPS[type(layer.op)] == kind)
 
-    def problems(self, batch: int, dtype: str, layout: str = "NHWC") -> list[Problem]:
-        """The distinct operations of one training step (forward and backward), first-occurrence order."""
+    def problems(self, batch: int, dtype: str, layout: str = "NHWC", legacy: bool = False) -> list[Problem]:
+        """The distinct operations of one training step (forward and backward), first-occurrence order; ``legacy``:
+        only the convolutions, through the legacy API."""
         if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
             raise ValueError(f"batch must be a positive int, got {batch!r}")
         found: dict[tuple, list[str]] = {}
         for layer in self.layers:
+            if legacy and not isinstance(layer.op, Conv):
+                continue
             for p in layer.op.passes():
                 found.setdefault((layer.op, p), []).append(layer.name)
-        return [Problem(op, p, batch, dtype, layout, len(names), tuple(names)) for (op, p), names in found.items()]
+        return [Problem(op, p, batch, dtype, layout, len(names), tuple(names), legacy)
+                for (op, p), names in found.items()]
 
 
 # -- ResNet (torchvision, v1.5: the stride on the 3x3 convolution) -------------------------------------------------

@@ -89,15 +89,16 @@ def build_graph(p: Problem):
         layout = "NHWC" if p.layout == "NHWC" else None
         oh, ow = op.out_hw
         xs, ws, ys = (p.batch, op.c, op.h, op.w), (op.k, op.c, op.r, op.s), (p.batch, op.k, oh, ow)
-        kw = dict(padding=op.pad, stride=op.stride)
+        pad, stride = op.pad, op.stride
         if p.pass_ == "fprop":
-            out = g.conv_fprop(g.tensor(xs, name="x", layout=layout), g.tensor(ws, name="w", layout=layout), **kw)
+            out = g.conv_fprop(g.tensor(xs, name="x", layout=layout), g.tensor(ws, name="w", layout=layout), pad,
+                               stride)
         elif p.pass_ == "dgrad":
-            out = g.conv_dgrad(g.tensor(ys, name="dy", layout=layout), g.tensor(ws, name="w", layout=layout),
-                               x_shape=xs, **kw)
+            out = g.conv_dgrad(g.tensor(ys, name="dy", layout=layout), g.tensor(ws, name="w", layout=layout), pad,
+                               stride, x_shape=xs)
         else:
-            out = g.conv_wgrad(g.tensor(ys, name="dy", layout=layout), g.tensor(xs, name="x", layout=layout),
-                               w_shape=ws, **kw)
+            out = g.conv_wgrad(g.tensor(ys, name="dy", layout=layout), g.tensor(xs, name="x", layout=layout), pad,
+                               stride, w_shape=ws)
         _outputs(out, layout=layout)
     elif isinstance(op, Linear):
         m, k, n = p.batch * op.tokens, op.k, op.n
@@ -339,7 +340,11 @@ def sweep(problems: Sequence[Problem], db: TuningDatabase, *, device: int = 0, s
                     eta = f" eta {done / i * (len(todo) - i):.0f}s" if i else ""
                     progress(f"[{i + 1}/{len(todo)}{eta}] {msg}")
             step(p.key)
-            rec = measure(p, h, settings, step)
+            if p.legacy:
+                from .legacy import measure_legacy
+                rec = measure_legacy(p, h, settings, step)
+            else:
+                rec = measure(p, h, settings, step)
             db.record(KIND, p.key, rec, device=device)
             out[p.key] = rec
     return out, len(todo)

@@ -1,0 +1,108 @@
+"""The model sweep of a convolution through the legacy API: every ``cudnnConvolution*Algo_t`` timed, beside the
+``..._v7`` heuristic's order (``algos --model NAME --legacy``).
+
+The record has the shape of the graph sweep's (:mod:`cudnn_py.tuning.sweep`), so the same reports read it: each
+algorithm is a configuration (tag: the algorithm's name), and the heuristic's order (the ``_v7`` records cuDNN
+marks supported, of the math types the convolution's math type allows, as ``algo="heuristic"`` picks) stands as
+mode ``A``. The math type is the convolution's ``"auto"`` one: tensor-op math for float16/bfloat16 data, the
+default for float32.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict
+
+import numpy as np
+
+from .models import Conv, Problem
+
+__all__ = ["measure_legacy", "DIRECTION"]
+
+#: a convolution problem's pass -> the legacy API's direction
+DIRECTION = {"fprop": "forward", "dgrad": "backward_data", "wgrad": "backward_filter"}
+
+
+def _physical(shape: tuple, layout: str) -> tuple:
+    return shape if layout != "NHWC" else (shape[0], *shape[2:], shape[1])
+
+
+def measure_legacy(p: Problem, h, settings, progress: Callable[[str], None] | None = None) -> dict:
+    """Time every legacy algorithm of convolution problem ``p`` on handle ``h`` (``settings``: a
+    :class:`~cudnn_py.tuning.sweep.Settings`, of which repeats and warm-up apply); the record to store."""
+    import cudnn_py.algorithms as alg
+    from cudnn_py.errors import CudnnPyError
+    from cudnn_py.memory import empty, to_device
+    from cudnn_py.ops import convolution as cv
+    from cudnn_py.streams import timer
+
+    from .sweep import _agreement, _np_dtype, _sample
+    if not isinstance(p.op, Conv):
+        raise TypeError(f"the legacy sweep takes convolutions, not {p.kind}")
+    op, direction, dt = p.op, DIRECTION[p.pass_], _np_dtype(p.dtype)
+    stored = asdict(settings)
+    stored["modes"] = list(settings.modes)
+    rec: dict = {"key": p.key, "op": p.kind, "pass": p.pass_, "dtype": p.dtype, "settings": stored, "api": "legacy",
+                 "order": {"A": []}, "configs": [], "problem": ""}
+    oh, ow = op.out_hw
+    shapes = {"x": (p.batch, op.c, op.h, op.w), "w": (op.k, op.c, op.r, op.s), "y": (p.batch, op.k, oh, ow)}
+    block = np.random.default_rng(0).standard_normal(1 << 20).astype(np.float32) * 0.5
+    arrays = {n: to_device(np.resize(block.astype(dt), math.prod(s)).reshape(_physical(s, p.layout)), h.stream,
+                           device=h.device) for n, s in shapes.items()}
+    out_name = {"forward": "y", "backward_data": "x", "backward_filter": "w"}[direction]
+    out = arrays[out_name] = empty(_physical(shapes[out_name], p.layout), dt, stream=h.stream, device=h.device)
+    x, w, y = arrays["x"], arrays["w"], arrays["y"]
+    conv = cv.Convolution(op.pad, op.stride, layout=p.layout)
+    try:
+        records = cv.convolution_algorithms(h, conv, x, w, y, direction=direction, method="heuristic")
+    except CudnnPyError as e:
+        rec["problem"] = " ".join(str(e).split())[:400]
+        return rec
+    math_type = conv.math_for(dt)
+    heur = {r.algo: r for r in records}
+    rec["order"]["A"] = [r.algo.name.split("_ALGO_")[1] for r in alg.allowed_by_math_type(records, math_type)
+                         if r.supported]
+
+    def call(algo):
+        if direction == "forward":
+            return cv.convolution_forward(h, conv, x, w, out, algo=algo)
+        if direction == "backward_data":
+            return cv.convolution_backward_data(h, conv, w, y, out, algo=algo)
+        return cv.convolution_backward_filter(h, conv, x, y, out, algo=algo)
+
+    samples: dict[str, list[np.ndarray]] = {}
+    rows: dict[str, dict] = {}
+    members = alg._real_members(direction)
+    for i, algo in enumerate(members):
+        tag = algo.name.split("_ALGO_")[1]
+        if progress:
+            progress(f"{p.key} [{i + 1}/{len(members)}] {tag}")
+        r = heur.get(algo)
+        nondet = algo.name in alg.NONDETERMINISTIC.get(direction, ()) or (r is not None and not r.deterministic)
+        tensor_op = r is not None and int(r.math_type) != int(alg.capi.CUDNN_FMA_MATH) and \
+            int(r.math_type) != int(alg.capi.CUDNN_DEFAULT_MATH)
+        row = {"tag": tag, "engine": int(algo), "knobs": {}, "deterministic": not nondet, "ok": False, "ms": None,
+               "notes": (["nondeterministic"] if nondet else []) + (["tensor_core"] if tensor_op else []),
+               "workspace": None, "build_ms": None, "diff": None, "agrees": None, "reason": ""}
+        rec["configs"].append(row)
+        try:
+            row["workspace"] = cv.convolution_workspace_size(h, conv, x, w, y, algo=algo, direction=direction)
+            out.fill_(float("nan"))
+            call(algo)
+            got = _sample({out_name: out}, h.stream)
+            for _ in range(settings.warmup):
+                call(algo)
+            times = []
+            for _ in range(settings.repeats):
+                with timer(h.stream) as t:
+                    call(algo)
+                times.append(t.ms)
+        except (CudnnPyError, MemoryError) as e:
+            row["reason"] = " ".join(str(e).split())[:300]
+            continue
+        ms = float(np.median([t for t in times if t is not None]))
+        if math.isfinite(ms) and ms >= 0:
+            row["ok"], row["ms"] = True, ms
+            samples[tag], rows[tag] = got, row
+    _agreement(samples, rows, p.dtype)
+    return rec
