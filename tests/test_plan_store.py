@@ -87,6 +87,11 @@ def test_a_tampered_record_is_ignored_with_a_warning(store):
     assert plan_store.load(("g",), (), None) == ENTRY
 
 
+def test_a_time_that_is_not_finite_is_stored_as_none(store):
+    plan_store.save(("g",), (), None, [{"json": "{}", "tag": "eng0", "ms": float("nan")}])
+    assert plan_store.load(("g",), (), None) == [{"json": "{}", "tag": "eng0", "ms": None}]
+
+
 def test_save_refuses_what_is_not_a_plan_list(store):
     for bad in ([], [{"json": "{}"}], "plans"):
         with pytest.raises(ValueError, match="non-empty list"):

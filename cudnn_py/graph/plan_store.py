@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import threading
 import warnings
@@ -128,7 +129,10 @@ def load(graph_key: tuple, options: tuple, handle) -> list[dict] | None:
 
 def save(graph_key: tuple, options: tuple, handle, plans: list[dict]) -> None:
     """Store ``plans`` ([{'json', 'tag', 'ms'}]) for this graph and these options (no-op without a store; a store
-    that cannot be written warns and does not fail the call)."""
+    that cannot be written warns and does not fail the call). A time that is not a finite number is stored as None."""
+    if isinstance(plans, list):
+        plans = [dict(p, ms=None) if isinstance(p, dict) and isinstance(p.get("ms"), float)
+                 and not math.isfinite(p["ms"]) else p for p in plans]
     if not _valid(plans):
         raise InvalidValueError("plans must be a non-empty list of {json: str, tag: str, ms: finite number or None}")
     try:

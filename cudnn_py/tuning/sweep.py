@@ -277,7 +277,7 @@ def measure(p: Problem, h, settings: Settings = Settings(), progress: Callable[[
             plan.execute(h, pack)
             got = _sample(outputs, h.stream)
             ms = G.time_plan(plan, h, pack, warmup=settings.warmup, iters=settings.repeats)
-        except CudnnPyError as e:
+        except (CudnnPyError, MemoryError) as e:
             row["reason"] = " ".join(str(e).split())[:300]
         else:
             if ms is not None and math.isfinite(ms) and ms >= 0:
