@@ -381,7 +381,7 @@ def test_build_without_a_driver_fails_clearly():
     g = Graph()
     g.relu(g.tensor((1, 4, 4))).set_output(True)
     with pytest.raises(CudnnError) as e:
-        g.lower()
+        g.lower(capi.cudnnHandle_t())
     assert e.value.function == "cudnnBackendFinalize"
 
 
@@ -438,7 +438,7 @@ def test_lowering_sets_every_attribute(monkeypatch):
     for t in (y, s, sq, dx, dw, r, e, ln, mean, inv, rms):
         t.set_output(True)
     with pytest.raises(CudnnBadParamError, match="NOT_FINALIZED"):
-        g.lower()
+        g.lower(capi.cudnnHandle_t())
 
 
 def test_executor_hot_path_and_validation(monkeypatch):
@@ -501,7 +501,7 @@ def test_a_lowered_graph_is_frozen_and_lowered_once_per_handle(monkeypatch):
     g = Graph()
     x = g.tensor((1, 4, 4), name="x")
     y = g.relu(x).set_output(True)
-    h1, h2 = types.SimpleNamespace(closed=False), types.SimpleNamespace(closed=False)
+    h1, h2 = types.SimpleNamespace(closed=False, device=0), types.SimpleNamespace(closed=False, device=0)
     op_graph = g.lower(h1)
     assert g.lower(h1) is op_graph and g.lower(h2) is not op_graph  # the operation graph holds its handle
     with pytest.raises(RuntimeError, match="is built"):

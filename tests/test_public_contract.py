@@ -30,10 +30,7 @@ PUBLIC = _public()
 
 #: (test, name) -> why the rule does not hold yet; each is an xfail(strict=True): one that starts to pass fails the
 #: run until its entry goes. Keep this short.
-PENDING = {
-    ("methods", "Graph"): "Graph.execute raises a builtin RuntimeError before it looks at the handle "
-                          "(graph/graph.py: InvalidStateError, handle.handle_arg)",
-}
+PENDING: dict[tuple[str, str], str] = {}
 
 
 def _cases(test: str, names) -> list:

@@ -107,7 +107,7 @@ def faked(monkeypatch):
 
     def lower(g):
         modes.clear()
-        g.lower()
+        g.lower(NoCallHandle())
         ctx = g._lowered[2]
         return [d.short_type[len("OPERATION_"):] for d in ctx.operations], list(modes)
     return lower

@@ -24,10 +24,12 @@ import numpy as np
 from cudnn_py import capi
 from cudnn_py.args import float_arg
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
-from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
+from cudnn_py.errors import ClosedError, InvalidStateError, InvalidTypeError, InvalidValueError
+from cudnn_py.handle import handle_arg
 
 from .descriptors import BackendDescriptor
-from .ops import BUILDERS, LowerContext, Op
+from .ops import (ConvBuilders, LowerContext, MatmulBuilders, NormBuilders, Op, PointwiseBuilders, QuantBuilders,
+                  ReductionBuilders, ResampleBuilders, ReshapeBuilders, RngBuilders, SdpaBuilders)
 
 __all__ = ["Graph", "Tensor"]
 
@@ -37,6 +39,17 @@ _DT = capi.cudnnDataType_t
 def data_type(d) -> capi.cudnnDataType_t:
     """``d`` (a cudnnDataType_t, NumPy dtype or name) as a cudnnDataType_t."""
     return d if isinstance(d, _DT) else cudnn_dtype(d)
+
+
+def graph_handle(handle):
+    """``handle`` checked first thing in the Graph calls that take one: an open :class:`~cudnn_py.Handle` (or a raw
+    ``cudnnHandle_t``, whose owner manages it); :class:`InvalidTypeError` naming it otherwise."""
+    if isinstance(handle, (capi.cudnnHandle_t, ctypes.c_void_p)):
+        return handle
+    handle = handle_arg(handle)
+    if getattr(handle, "closed", False):
+        raise ClosedError("the Handle is closed; use an open one")
+    return handle
 
 
 def packed_strides(shape: Sequence[int], layout: str | None = None) -> tuple[int, ...]:
@@ -129,7 +142,8 @@ class Tensor:
         return f"<Tensor {self.describe()} uid={self.uid} strides={list(self.strides)}>"
 
 
-class Graph(*BUILDERS):
+class Graph(ConvBuilders, MatmulBuilders, PointwiseBuilders, ReductionBuilders, NormBuilders, SdpaBuilders,
+            ResampleBuilders, RngBuilders, ReshapeBuilders, QuantBuilders):  # the builder methods: one mixin per module
     """An operation graph under construction (see the module doc). ``io_dtype`` is the default dtype of tensors
     and outputs, ``compute_dtype`` of operations, ``intermediate_dtype`` of virtual tensors."""
 
@@ -142,15 +156,15 @@ class Graph(*BUILDERS):
         self.ops: list[Op] = []
         self._names: dict[str, Tensor] = {}
         self._next_uid = 1
-        self._scalar_bufs: dict[int, ctypes.Array] = {}
+        self._scalar_bufs: dict[int, np.ndarray] = {}
         self._frozen = False
         self.plans: list = []        # filled by build(); plans[0] is the one execute() uses
-        self._lowered = None
+        self._lowered: tuple | None = None
 
     # -- tensors ------------------------------------------------------------------------------------------------
     def _check_open(self):
         if self._frozen:
-            raise RuntimeError(f"graph {self.name!r} is built; build a new Graph to change it")
+            raise InvalidStateError(f"graph {self.name!r} is built; build a new Graph to change it")
 
     def _new_uid(self) -> int:
         uid = self._next_uid
@@ -292,7 +306,7 @@ class Graph(*BUILDERS):
 
     # -- argument checks shared by the builder methods ----------------------------------------------------------
     #: a finite float parameter (a bool, a non-number or NaN/inf is refused naming it): :func:`cudnn_py.args.float_arg`
-    _float = staticmethod(float_arg)
+    _float = staticmethod(float_arg)  # type: ignore[assignment]  # Builder declares the narrower (v, what) form
 
     @staticmethod
     def _axis(a, ndim: int, what: str) -> int:
@@ -361,21 +375,18 @@ class Graph(*BUILDERS):
         return self._scalar_bufs[t.uid].ctypes.data
 
     # -- lowering -----------------------------------------------------------------------------------------------
-    def lower(self, handle=None) -> BackendDescriptor:
+    def lower(self, handle) -> BackendDescriptor:
         """The finalized ``OPERATIONGRAPH`` descriptor for ``handle`` (cached for the last handle given; needs the
         cuDNN engines library, i.e. a CUDA driver). Each operation lowers itself (see :mod:`.ops`). Freezes the
         graph."""
-        if getattr(handle, "closed", False):
-            raise ClosedError(f"graph {self.name!r}: the Handle is closed; use an open one")
+        handle = graph_handle(handle)
         if self._lowered is not None and self._lowered[0] is handle:
             return self._lowered[1]
         self.validate()
         ctx = LowerContext(self, handle)
         for op in self.ops:
             op.lower(ctx)
-        g = BackendDescriptor("OPERATIONGRAPH", ops=ctx.operations)
-        if handle is not None:
-            g.set("handle", handle)
+        g = BackendDescriptor("OPERATIONGRAPH", ops=ctx.operations, handle=handle)
         g.finalize()
         self._frozen = True
         self._lowered = (handle, g, ctx)  # the operation graph holds the handle: one per handle
@@ -386,6 +397,7 @@ class Graph(*BUILDERS):
         """Build plans (``policy='first'``: the first heuristic config that builds; ``'all'``: every one), using
         the handle's plan cache; returns self. Raises :class:`GraphNotSupportedError` naming the operations,
         the modes tried and cuDNN's reasons when no engine supports the graph."""
+        handle = graph_handle(handle)
         from .plans import build_plans
         self.plans = build_plans(self, handle, modes=modes, policy=policy, **filters)
         return self
@@ -403,13 +415,14 @@ class Graph(*BUILDERS):
                  warmup: int = 2, iters: int = 5, **filters):
         """Build every plan of ``modes``, time each on ``variant_pack`` with events, keep the fastest first.
         Returns the list of (plan, milliseconds) sorted fastest first."""
+        handle = graph_handle(handle)
         from .plans import autotune
         return autotune(self, handle, variant_pack, modes=modes, warmup=warmup, iters=iters, **filters)
 
     @property
     def plan(self):
         if not self.plans:
-            raise RuntimeError(f"graph {self.name!r} has no plan: call build(handle) or autotune(...) first")
+            raise InvalidStateError(f"graph {self.name!r} has no plan: call build(handle) or autotune(...) first")
         return self.plans[0]
 
     def workspace_size(self) -> int:
@@ -420,9 +433,11 @@ class Graph(*BUILDERS):
         """Run the selected plan on ``handle``'s stream. ``variant_pack`` maps tensors (or their names) to device
         arrays (DeviceArray or any DLPack/CAI tensor); the workspace comes from ``handle.workspace`` unless a
         device pointer/array is given."""
+        handle = graph_handle(handle)
         self.plan.execute(handle, variant_pack, workspace)
 
     def executor(self, handle, *tensors, identity_cache: int = 4):
         """A fast callable ``run(*arrays)`` binding arrays to ``tensors`` (or names) positionally; see
         :class:`cudnn_py.graph.execute.Executor`."""
+        handle = graph_handle(handle)
         return self.plan.executor(handle, *tensors, identity_cache=identity_cache)

@@ -415,11 +415,11 @@ def time_plan(plan: Plan, handle, variant_pack: dict, *, warmup: int = 2, iters:
     from cudnn_py.streams import timer
     for _ in range(warmup):
         plan.execute(handle, variant_pack)
-    times = []
+    times: list[float] = []
     for _ in range(iters):
         with timer(handle.stream) as t:
             plan.execute(handle, variant_pack)
-        times.append(t.ms)
+        times.append(t.ms if t.ms is not None else float("nan"))  # set when the block exits
     times.sort()
     return times[len(times) // 2]
 

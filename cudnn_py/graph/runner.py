@@ -261,7 +261,7 @@ class Runner:
         if len(arrays) != len(self.tensors):
             raise InvalidTypeError(f"executor takes {len(self.tensors)} arrays ({', '.join(self.names)}), got "
                                    f"{len(arrays)}")
-        key = tuple(map(array_signature, arrays, self.names))
+        key: tuple = tuple(map(array_signature, arrays, self.names))
         if wsp is not None:
             key += (wsp,)
         vp = self.packs.get(key)

@@ -28,6 +28,7 @@ from typing import Any, Literal, NamedTuple, overload
 
 from cudnn_py._deprecation import renamed_kwargs, warn
 from cudnn_py.args import bool_arg
+from cudnn_py.caches import handle_cache
 from cudnn_py.errors import InvalidValueError
 from cudnn_py.graph.ops.sdpa_options import SdpaOptions
 from cudnn_py.graph.plans import Plan
@@ -35,8 +36,8 @@ from cudnn_py.graph.runner import Runner, cache_clear
 from cudnn_py.handle import handle_arg
 from cudnn_py.memory import DeviceArrayLike
 
-from .sdpa_args import (CACHE, FAST, SdpaArgs, alibi_slopes, bind_output, device_tensor, fast_outputs, fast_runner,
-                        graph_runner, output_spec, remember_fast, signatures, thd)
+from .sdpa_args import (CACHE, FAST, SdpaArgs, alibi_slopes, bind_output, device_tensor, fast_outputs, graph_runner,
+                        output_spec, signatures, thd)
 from .sdpa_fp8 import SdpaFp8Grads, SdpaFp8Outputs, sdpa_fp8, sdpa_fp8_backward
 
 __all__ = ["Sdpa", "SdpaOptions", "sdpa", "sdpa_backward", "sdpa_fp8", "sdpa_fp8_backward", "sdpa_cache_clear",
@@ -114,7 +115,8 @@ class Sdpa:
         def build() -> tuple:
             g = args.graph("sdpa")
             kw, tensors, arrays = args.graph_inputs(g, handle)
-            to, ts = g.sdpa(*tensors[:3], args.graph_options(), return_stats=return_stats, **kw)
+            to, ts = g.sdpa(tensors[0], tensors[1], tensors[2], args.graph_options(), return_stats=return_stats,
+                            **kw)
             if given_o is not None:
                 if tuple(given_o[0]) != to.shape:
                     raise InvalidValueError(f"o must have shape {to.shape}, got {tuple(given_o[0])}")
@@ -212,7 +214,7 @@ def sdpa(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayLike
             gs, g_ptrs = signatures((o, stats))
             fkey = ("fwd", ins, gs, options, scale, causal, diagonal_alignment, left_bound, right_bound, alibi,
                     dropout, return_stats, max_seq_len_q, max_seq_len_kv, implementation, autotune)
-            r = fast_runner(handle, fkey)
+            r = handle_cache(handle, FAST).get(fkey)
         except (InvalidValueError, TypeError):  # not device memory (InvalidTypeError), or an unhashable option
             fkey = r = None
         if r is not None:
@@ -231,7 +233,7 @@ def sdpa(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayLike
         a.autotune()
     res = a.execute()
     if fkey is not None:
-        remember_fast(handle, fkey, a.runner)
+        handle_cache(handle, FAST)[fkey] = a.runner
     return res if return_stats else res.o
 
 
@@ -278,7 +280,7 @@ def sdpa_backward(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: Device
             gs, g_ptrs = signatures((dq, dk, dv, dbias))
             fkey = ("bwd", ins, gs, options, scale, causal, diagonal_alignment, left_bound, right_bound, alibi,
                     dropout, return_dbias, max_seq_len_q, max_seq_len_kv, implementation, autotune)
-            r = fast_runner(handle, fkey)
+            r = handle_cache(handle, FAST).get(fkey)
         except (InvalidValueError, TypeError):
             fkey = r = None
         if r is not None:
@@ -308,14 +310,14 @@ def sdpa_backward(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: Device
         g = args.graph("sdpa_backward")
         kw, tensors, arrays = args.graph_inputs(g, handle)
         extra = [g.tensor_like(oa, "o"), g.tensor_like(doa, "do"), g.tensor_like(sa, "stats")]
-        grads = g.sdpa_backward(*tensors[:3], *extra, args.graph_options(), dbias=return_dbias, name="sdpa_bwd",
-                                **kw)
-        for t, meta, n in zip(grads, given, ("dq", "dk", "dv", "dbias")):
+        grads = g.sdpa_backward(tensors[0], tensors[1], tensors[2], extra[0], extra[1], extra[2],
+                                args.graph_options(), dbias=return_dbias, name="sdpa_bwd", **kw)
+        for t, meta, name in zip(grads, given, ("dq", "dk", "dv", "dbias")):
             if meta is not None:
                 if tuple(meta[0]) != t.shape:
-                    raise InvalidValueError(f"{n} must have shape {t.shape}, got {tuple(meta[0])}")
+                    raise InvalidValueError(f"{name} must have shape {t.shape}, got {tuple(meta[0])}")
                 t.strides = tuple(meta[1])
-            t.set_output(True).set_name(n)
+            t.set_output(True).set_name(name)
         n = len(args.call_arrays())
         srcs = (0, 1, 2, None) if args.ragged else (None,) * 4
         specs = [output_spec(t, src) for t, src in zip(grads, srcs)]
@@ -331,7 +333,7 @@ def sdpa_backward(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: Device
              zip((dq, dk, dv, dbias), ("dq", "dk", "dv", "dbias"), r.specs)]
     r.run(args.call_arrays() + [oa, doa, sa] + [b for _, b in bound])
     if fkey is not None:
-        remember_fast(handle, fkey, r)
+        handle_cache(handle, FAST)[fkey] = r
     return _grads([a for a, _ in bound])
 
 

@@ -14,7 +14,6 @@ from typing import Any, Callable, Hashable, Sequence
 
 import numpy as np
 
-from cudnn_py.caches import handle_cache
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.graph import Graph
 from cudnn_py.graph.ops.sdpa_options import SdpaOptions
@@ -22,7 +21,7 @@ from cudnn_py.graph.runner import Runner, cached, handle_device, new_output, pla
 from cudnn_py.memory import DeviceArray, array_signature, as_array, c_strides, is_torch_tensor, to_device
 
 __all__ = ["CACHE", "FAST", "SdpaArgs", "alibi_slopes", "signatures", "device_tensor", "device_scalar", "thd",
-           "output_spec", "bind_output", "fast_outputs", "graph_runner", "fast_runner", "remember_fast"]
+           "output_spec", "bind_output", "fast_outputs", "graph_runner"]
 
 CACHE = "ops.sdpa"        #: canonical configuration -> Runner
 FAST = "ops.sdpa.fast"    #: the raw arguments' key -> Runner (the entry points' fast path)
@@ -47,16 +46,6 @@ def signatures(xs: Sequence[Any]) -> tuple[tuple, tuple]:
     """
     sigs, ptrs = zip(*[(None, None) if x is None else array_signature(x) for x in xs])
     return sigs, ptrs
-
-
-def fast_runner(handle: Any, fkey: Hashable) -> Runner | None:
-    """The runner a validated call of these raw arguments made (None before one did)."""
-    return handle_cache(handle, FAST).get(fkey)
-
-
-def remember_fast(handle: Any, fkey: Hashable, r: Runner) -> None:
-    """Let later calls of these raw arguments find runner ``r`` (:func:`fast_runner`)."""
-    handle_cache(handle, FAST)[fkey] = r
 
 
 def device_tensor(obj: Any, name: str) -> tuple[Any, tuple]:
@@ -168,7 +157,8 @@ class SdpaArgs:
                                     "offsets (and max_seq_len_kv for a paged KV cache)")
         (self.q, mq), (self.k, mk), (self.v, mv) = (device_tensor(q, "q"), device_tensor(k, "k"),
                                                     device_tensor(v, "v"))
-        self.bias, mb = (None, None) if bias is None else device_tensor(bias, "bias")
+        self.bias: Any
+        self.bias, mb = device_tensor(bias, "bias") if bias is not None else (None, None)
         self.hq = mq[0][1] if len(mq[0]) == 4 else 1
         if isinstance(opts.alibi, tuple) and len(opts.alibi) != self.hq:
             raise InvalidValueError(f"alibi must be True or {self.hq} per-head slopes, got {len(opts.alibi)}")
@@ -273,7 +263,7 @@ def fast_outputs(handle: Any, r: Runner, given: Sequence, ptrs: Sequence, sigs: 
     return outs, tuple(out_ptrs)
 
 
-def graph_runner(handle: Any, key: Hashable, build: Callable[[], tuple], autotune: bool) -> Runner:
+def graph_runner(handle: Any, key: tuple, build: Callable[[], tuple], autotune: bool) -> Runner:
     """The runner of ``key`` on ``handle`` (built on the first call): ``build()`` returns (graph, tensors in binding
     order, {input tensor: array} to time on, output tensors, constants, n_inputs, specs)."""
     def make() -> Runner:

@@ -11,6 +11,7 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 from cudnn_py.args import bool_arg
+from cudnn_py.caches import handle_cache
 from cudnn_py.errors import InvalidValueError
 from cudnn_py.graph import Graph
 from cudnn_py.graph.ops.sdpa import FP8_BACKWARD_SCALES, FP8_FORWARD_SCALES
@@ -18,8 +19,8 @@ from cudnn_py.graph.ops.sdpa_options import SdpaOptions
 from cudnn_py.handle import handle_arg
 from cudnn_py.memory import DeviceArrayLike
 
-from .sdpa_args import (bind_output, device_scalar, device_tensor, fast_outputs, fast_runner, graph_runner,
-                        output_spec, remember_fast, signatures)
+from .sdpa_args import (FAST, bind_output, device_scalar, device_tensor, fast_outputs, graph_runner, output_spec,
+                        signatures)
 
 __all__ = ["sdpa_fp8", "sdpa_fp8_backward", "SdpaFp8Outputs", "SdpaFp8Grads"]
 
@@ -62,7 +63,7 @@ def _fp8_call(handle: Any, kind: str, tensors: dict, scales: dict, given: dict, 
             ins, in_ptrs = signatures((*tensors.values(), *scales.values()))
             gs, g_ptrs = signatures(list(given.values()))
             fkey = (kind, ins, gs, fkey_options)
-            r = fast_runner(handle, fkey)
+            r = handle_cache(handle, FAST).get(fkey)
         except (InvalidValueError, TypeError):
             fkey = r = None
         if r is not None:
@@ -101,7 +102,7 @@ def _fp8_call(handle: Any, kind: str, tensors: dict, scales: dict, given: dict, 
     bound = [bind_output(handle, x, n, spec, None) for (n, x), spec in zip(given.items(), r.specs)]
     r.run(arrays + [b for _, b in bound])
     if fkey is not None:
-        remember_fast(handle, fkey, r)
+        handle_cache(handle, FAST)[fkey] = r
     return [a for a, _ in bound]
 
 
@@ -177,7 +178,7 @@ def sdpa_fp8_backward(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: De
     opts = SdpaOptions.of(options, {"scale": scale, "causal": causal}, "sdpa_fp8_backward")
 
     def build(g: Graph, t: dict, opts: SdpaOptions) -> dict:
-        outs = g.sdpa_fp8_backward(*(t[n] for n in ("q", "k", "v", "o", "do", "stats")), opts,
+        outs = g.sdpa_fp8_backward(t["q"], t["k"], t["v"], t["o"], t["do"], t["stats"], opts,
                                    **{n: t[n] for n in FP8_BACKWARD_SCALES})
         return dict(zip(given, outs))
 

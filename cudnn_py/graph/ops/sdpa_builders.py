@@ -325,7 +325,7 @@ class SdpaBuilders(Builder):
         :param return_stats: also produce the (B, Hq, Sq, 1) float32 statistics the backward needs (default True).
         """
         what = name or "sdpa"
-        values = {"alibi": alibi, "return_stats": return_stats}
+        values: dict[str, Any] = {"alibi": alibi, "return_stats": return_stats}
         opts = _options("Graph.sdpa", options, kwargs, values)
         alibi, return_stats = values["alibi"], values["return_stats"] is not False
         max_seq_len_kv, paged = opts.max_seq_len_kv, None
@@ -425,7 +425,7 @@ class SdpaBuilders(Builder):
         for n, t in (("dq", q), ("dk", k), ("dv", v)):
             g = self._virtual(t.shape, strides=_strides_like(t.shape, t.strides), name=name and f"{name}.{n}")
             outs[n] = g.set_dtype(q.dtype)
-            if rag:
+            if rag and t.ragged_offset is not None:
                 g.set_ragged_offset(t.ragged_offset)
         if dbias:
             outs["dbias"] = self._virtual(ins["bias"].shape, name=name and f"{name}.dbias").set_dtype(

@@ -1,0 +1,128 @@
+"""graph/runner.py on CPU (cuDNN's execute and pack finalization stubbed): the per-handle cache with remembered
+refusals, the binding order with constants, variant-pack reuse by address, the workspace in the key."""
+from __future__ import annotations
+
+import ctypes
+import types
+
+import numpy as np
+import pytest
+
+from cudnn_py import capi
+from cudnn_py.errors import InvalidValueError
+from cudnn_py.graph import Graph, GraphNotSupportedError
+from cudnn_py.graph import runner as R
+from cudnn_py.memory import DeviceArray
+
+
+class _Handle:
+    device, stream = 0, None
+
+    def __init__(self, workspace=None):
+        self.cache, self.ptr, self.workspace = {}, capi.cudnnHandle_t(), workspace
+
+
+@pytest.fixture
+def stubbed(monkeypatch):
+    """Packs made and executions run, recorded: (made: [(uids, ptrs, ws)], ran: [pack address])."""
+    made, ran = [], []
+    monkeypatch.setattr(R, "make_variant_pack", lambda uids, ptrs, ws: made.append((list(uids), list(ptrs), ws))
+                        or types.SimpleNamespace(ptr=ctypes.c_void_p(1000 + len(made))))
+    monkeypatch.setattr(R, "_RAW_EXEC", lambda h, plan, vp: ran.append(vp.value) or 0)
+    return made, ran
+
+
+def _plan(workspace_size=0):
+    """A relu graph with a by-value scalar (y = relu(x) * 2 + c) and a plan object for it."""
+    g = Graph()
+    x, c = g.tensor((1, 4, 4), name="x"), g.tensor((1, 4, 4), name="c")
+    g.add(g.scale(g.relu(x), 2.0), c).set_output(True).set_name("y")
+    return g, types.SimpleNamespace(graph=g, descriptor=types.SimpleNamespace(ptr=ctypes.c_void_p(7), closed=False),
+                                    workspace_size=workspace_size, tag="fake")
+
+
+def _a(addr, shape=(1, 4, 4)):
+    return DeviceArray(addr, shape, np.float32)
+
+
+def test_cached_builds_once_per_key_and_remembers_refusals():
+    h, calls = _Handle(), []
+
+    def make(value):
+        calls.append(value)
+        if isinstance(value, Exception):
+            raise value
+        return value
+
+    assert R.cached(h, "t", "k", lambda: make("built")) == "built"
+    assert R.cached(h, "t", "k", lambda: make("other")) == "built" and calls == ["built"]
+    no = GraphNotSupportedError("g", [], ["A"], [("engine", "none")])
+    for _ in range(2):  # made once, raised on each call
+        with pytest.raises(GraphNotSupportedError):
+            R.cached(h, "t", "no", lambda: make(no), refusals=(GraphNotSupportedError,))
+    assert R.cached(h, "t", "no", lambda: make("x"), refusals=(GraphNotSupportedError,), auto=True) is None
+    assert calls == ["built", no]
+    with pytest.raises(InvalidValueError):  # not a refusal: raised, not remembered
+        R.cached(h, "t", "bad", lambda: make(InvalidValueError("bad")), refusals=(GraphNotSupportedError,))
+    assert R.cached(h, "t", "bad", lambda: make("fixed")) == "fixed"
+    R.cache_clear(h, "t")
+    assert R.cached(h, "t", "k", lambda: make("again")) == "again"
+
+
+def test_binding_order_puts_constants_after_the_inputs(stubbed):
+    made, ran = stubbed
+    g, plan = _plan()
+    x, c, y = g["x"], g["c"], g["y"]
+    const = _a(0x9000)
+    r = R.Runner(plan, _Handle(), (x, c, y), consts=(const,), n_inputs=1)
+    scalar = next(t for t in g.tensors if t.is_by_value)
+    r.run([_a(0x1000), _a(0x3000)])  # x, then y: c is the constant
+    assert made == [([x.uid, c.uid, y.uid, scalar.uid], [0x1000, 0x9000, 0x3000, g.scalar_pointer(scalar)], None)]
+    assert r.const_ptrs == (0x9000,) and ran == [1001]
+    with pytest.raises(InvalidValueError, match="must bind every I/O tensor"):
+        R.Runner(plan, _Handle(), (x, y))
+    with pytest.raises(ValueError, match="'c' expects shape"):  # each array checked against its tensor
+        R.Runner(plan, _Handle(), (x, c, y)).run([_a(0x1000), _a(0x2000, (1, 4, 5)), _a(0x3000)])
+
+
+def test_variant_packs_are_reused_by_address(stubbed, monkeypatch):
+    made, ran = stubbed
+    g, plan = _plan()
+    r = R.Runner(plan, _Handle())
+    arrays = [_a(0x1000), _a(0x2000), _a(0x3000)]
+    for _ in range(3):
+        r.run(arrays)
+    assert len(made) == 1 and ran == [1001] * 3
+    assert r.try_run((0x1000, 0x2000, 0x3000)) and not r.try_run((0x1000, 0x2000, 0x4000))
+    r.run([_a(0x1000), _a(0x2000), _a(0x4000)])
+    assert len(made) == 2 and made[1][1][:3] == [0x1000, 0x2000, 0x4000]
+    monkeypatch.setattr(R, "MAX_PACKS", 2)
+    r.run([_a(0x1000), _a(0x2000), _a(0x5000)])  # the cache is full: it starts afresh
+    assert len(r.packs) == 1 and len(made) == 3
+
+
+def test_the_workspace_is_part_of_the_key(stubbed):
+    made, ran = stubbed
+    _, plan = _plan(workspace_size=512)
+    with pytest.raises(InvalidValueError, match="512 bytes of workspace"):
+        R.Runner(plan, _Handle()).run([_a(0x1000), _a(0x2000), _a(0x3000)])
+    where = iter([0x80000, 0x80000, 0x90000])
+    r = R.Runner(plan, _Handle(types.SimpleNamespace(get=lambda size, stream: next(where))))
+    for _ in range(3):
+        r.run([_a(0x1000), _a(0x2000), _a(0x3000)])
+    assert [m[2] for m in made] == [0x80000, 0x90000] and len(ran) == 3
+
+
+def test_executor_and_cuda_graph_packs_come_from_the_runner(stubbed):
+    """The Executor is the runner's hot closure; a CUDA graph's pack is the runner's uncached one."""
+    from cudnn_py.graph.execute import Executor
+    made, ran = stubbed
+    g, plan = _plan()
+    ex = Executor(plan, _Handle(), identity_cache=2)
+    arrays = (_a(0x1000), _a(0x2000), _a(0x3000))
+    ex(*arrays)
+    ex(*arrays)
+    assert isinstance(ex.runner, R.Runner) and ex.cache_info == {"packs": 1, "recent": 1} and len(ran) == 2
+    ex.runner.variant_pack(arrays, None)
+    ex.runner.variant_pack(arrays, None)
+    assert len(made) == 3  # uncached: a CUDA graph keeps its own
