@@ -115,7 +115,7 @@ def tiny_conv(h, rng, iters, args):
         from cudnn_py.ops.convolution import Convolution, convolution_forward
         conv = Convolution(padding=1)
         rows.append(("legacy convolution_forward(h, conv, x, w, y=y)",
-                     host_us(lambda: convolution_forward(h, conv, x, w, y=y), iters, sync)))
+                     host_us(lambda: convolution_forward(h, conv, x, w, y=y, engine="legacy"), iters, sync)))
     except Exception as e:  # noqa: BLE001 - report, do not fail the benchmark
         rows.append((f"legacy convolution_forward: unavailable ({type(e).__name__}: {e})"[:110], float("nan")))
     if torch is not None:

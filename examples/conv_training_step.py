@@ -33,12 +33,12 @@ def main() -> None:
         x, w1, b1, w2 = (cudnn.to_device(a) for a in (x_h, w1_h, b1_h, w2_h))
         for step in range(args.steps):
             a1 = cudnn.convolution_bias_activation_forward(h, conv1, x, w1, b1, activation="relu")
-            y = cudnn.convolution_forward(h, conv2, a1, w2, algo="fastest")
+            y = cudnn.convolution_forward(h, conv2, a1, w2, autotune=True, engine="legacy")
             diff = y.to_numpy() - target_h                       # loss = mean(diff^2) / 2
             loss = float((diff ** 2).mean() / 2)
             dy = cudnn.to_device((diff / diff.size).astype(np.float32))
-            dw2 = cudnn.convolution_backward_filter(h, conv2, a1, dy, w_shape=w2.shape, algo="fastest")
-            da1 = cudnn.convolution_backward_data(h, conv2, w2, dy, x_shape=a1.shape, algo="fastest")
+            dw2 = cudnn.convolution_backward_filter(h, conv2, a1, dy, w_shape=w2.shape, autotune=True, engine="legacy")
+            da1 = cudnn.convolution_backward_data(h, conv2, w2, dy, x_shape=a1.shape, autotune=True, engine="legacy")
             dz1 = da1.to_numpy() * (a1.to_numpy() > 0)           # ReLU gradient on the host (small)
             dz1_d = cudnn.to_device(dz1)
             dw1 = cudnn.convolution_backward_filter(h, conv1, x, dz1_d, w_shape=w1.shape)

@@ -129,7 +129,8 @@ BAD = [
     ("dtype", lambda h: cv.convolution_forward(h, cv.Convolution(), _arr((1, 3, 5, 5)),
                                                _arr((4, 3, 3, 3), np.float16)), TypeError, "same dtype"),
     ("y dtype", lambda h: cv.convolution_forward(h, cv.Convolution(), _arr((1, 3, 5, 5)), _arr((4, 3, 3, 3)),
-                                                 _arr((1, 4, 3, 3), np.float16)), TypeError, "output"),
+                                                 _arr((1, 4, 3, 3), np.float16), engine="legacy"),
+     TypeError, "output"),
     ("y shape", lambda h: cv.convolution_forward(h, cv.Convolution(), _arr((1, 3, 5, 5)), _arr((4, 3, 3, 3)),
                                                  _arr((1, 4, 5, 5))), ValueError, "does not match"),
     ("rank", lambda h: cv.convolution_forward(h, cv.Convolution(), _arr((1, 3, 5, 5)), _arr((4, 3, 3))),
@@ -137,7 +138,7 @@ BAD = [
     ("too small", lambda h: cv.convolution_forward(h, cv.Convolution(), _arr((1, 3, 2, 2)), _arr((4, 3, 3, 3))),
      ValueError, "larger than input"),
     ("device", lambda h: cv.convolution_forward(h, cv.Convolution(), _arr((1, 3, 5, 5), device_id=1),
-                                                _arr((4, 3, 3, 3))), ValueError, "device 1"),
+                                                _arr((4, 3, 3, 3)), engine="legacy"), ValueError, "device 1"),
     ("algo name", lambda h: cv.convolution_forward(h, cv.Convolution(), _arr((1, 3, 5, 5)), _arr((4, 3, 3, 3)),
                                                    algo="QUANTUM"), ValueError, "does not exist"),
     ("algo direction", lambda h: cv.convolution_forward(h, cv.Convolution(), _arr((1, 3, 5, 5)),
@@ -153,7 +154,8 @@ BAD = [
     ("dw shape", lambda h: cv.convolution_backward_filter(h, cv.Convolution(), _arr((1, 3, 5, 5)), _arr((1, 4, 3, 3)),
                                                           w_shape=(4, 3, 2, 2)), ValueError, "does not match"),
     ("strided w", lambda h: cv.convolution_forward(h, cv.Convolution(), _arr((1, 3, 5, 5)),
-                                                   _arr((4, 3, 3, 3), strides=(54, 9, 3, 1))), ValueError, "packed"),
+                                                   _arr((4, 3, 3, 3), strides=(54, 9, 3, 1)), engine="legacy"),
+     ValueError, "packed"),
     ("negative limit", lambda h: cv.convolution_forward(h, cv.Convolution(), _arr((1, 3, 5, 5)), _arr((4, 3, 3, 3)),
                                                         workspace_limit=-1), ValueError, "workspace_limit"),
     ("bias size", lambda h: cv.convolution_backward_bias(h, _arr((2, 4, 3, 3)), _arr((1, 5, 1, 1))), ValueError,
@@ -215,7 +217,7 @@ def test_plans_live_in_the_handles_cache(monkeypatch):
     conv, x, w, y = cv.Convolution(padding=1), _arr((1, 3, 5, 5)), _arr((4, 3, 3, 3)), _arr((1, 4, 5, 5))
     for handle in (h, h, other):
         with pytest.raises(AssertionError, match="cuDNN call"):  # planned, then reached the C call
-            cc.convolution_forward(handle, conv, x, w, y)
+            cc.convolution_forward(handle, conv, x, w, y, engine="legacy")
     assert Handle.cache_info(h) == {cc.PLANS: 1} and Handle.cache_info(other) == {cc.PLANS: 1}
     plans = h.cache[cc.PLANS]
     assert isinstance(plans, Cache) and plans.maxsize >= 1
@@ -235,7 +237,7 @@ def test_scaling_factors_follow_the_compute_type(monkeypatch):
         h = _NoC()
         with pytest.raises(AssertionError):
             cc.convolution_forward(h, cv.Convolution(), _arr((1, 3, 5, 5), dtype), _arr((4, 3, 3, 3), dtype),
-                                   _arr((1, 4, 3, 3), dtype))
+                                   _arr((1, 4, 3, 3), dtype), engine="legacy")
         (p,) = h.cache[cc.PLANS].values()
         assert type(p.one._obj).__name__ == ctype and p.one._obj.value == 1.0 and p.zero._obj.value == 0.0
         assert cc._scaling(p, 1.0, 0.0) == (p.one, p.zero)
@@ -280,9 +282,9 @@ def test_lowered_workspace_cap_chooses_again(monkeypatch):
     h = _NoC()
     h.workspace = _Workspace()
     conv, x, w, y = cv.Convolution(padding=1), _arr((1, 3, 5, 5)), _arr((4, 3, 3, 3)), _arr((1, 4, 5, 5))
-    for call in (lambda: cv.convolution_forward(h, conv, x, w, y),
-                 lambda: cv.convolution_backward_data(h, conv, w, y, x),
-                 lambda: cv.convolution_backward_filter(h, conv, x, y, w)):
+    for call in (lambda: cv.convolution_forward(h, conv, x, w, y, engine="legacy"),
+                 lambda: cv.convolution_backward_data(h, conv, w, y, x, engine="legacy"),
+                 lambda: cv.convolution_backward_filter(h, conv, x, y, w, engine="legacy")):
         h.workspace.cap = None
         chosen.clear()
         with pytest.raises(AssertionError, match="cuDNN call"):  # reached the C call with a 1 MiB workspace
@@ -396,3 +398,38 @@ def test_bias_activation_takes_alpha_and_beta():
         cv.convolution_bias_activation_forward(_NoC(), conv, x, w, b, alpha2=0.5)
     with pytest.raises(TypeError, match="both alpha= and its old spelling alpha1="):
         cv.convolution_bias_activation_forward(_NoC(), conv, x, w, b, alpha=2.0, alpha1=2.0)
+
+
+def test_auto_engine_takes_the_graph_where_it_can_and_autotune_is_one_spelling(monkeypatch):
+    """engine="auto" (the default) hands the call to the graph path unless an option only the legacy call has is
+    set; autotune=True is the one spelling of "measure and keep the fastest" (algo="fastest" warns)."""
+    conv, fma = cv.Convolution(padding=1), cv.Convolution(padding=1, math_type="fma")
+    route = cc._route
+    assert route("f", "auto", "heuristic", False, False, None, conv) == ("graph", "heuristic", True)
+    assert route("f", "auto", "heuristic", True, False, None, conv) == ("graph", "fastest", True)
+    for args in (("IMPLICIT_GEMM", False, False, None, conv), ("heuristic", False, True, None, conv),
+                 ("heuristic", False, False, 1 << 20, conv), ("heuristic", False, False, None, fma)):
+        assert route("f", "auto", *args)[0] == "legacy", args
+    assert route("f", "legacy", "heuristic", True, False, None, conv) == ("legacy", "fastest", False)
+    with pytest.warns(DeprecationWarning, match=r"f\(algo='fastest'\) is deprecated, use autotune=True"):
+        assert route("f", "auto", "fastest", False, False, None, conv) == ("graph", "fastest", True)
+    with pytest.raises(ValueError, match="autotune=True measures the algorithms itself"):
+        route("f", "auto", "IMPLICIT_GEMM", True, False, None, conv)
+    with pytest.raises(ValueError, match="expected 'legacy', 'graph' or 'auto'"):
+        route("f", "backend", "heuristic", False, False, None, conv)
+    with pytest.raises(TypeError, match="autotune must be True or False"):
+        route("f", "auto", "heuristic", "yes", False, None, conv)
+    # the graph path refusing a call under "auto" means the legacy call runs; under "graph" the refusal is raised
+    from cudnn_py.errors import InvalidTypeError
+
+    def refuse():
+        raise InvalidTypeError("int8; the graph convolution runs ...")
+    assert cc._on_graph(True, refuse) is cc._NOT_TAKEN
+    with pytest.raises(InvalidTypeError):
+        cc._on_graph(False, refuse)
+    calls = []
+    monkeypatch.setattr(cc, "_graph", lambda: types.SimpleNamespace(
+        convolution=lambda *a, **k: calls.append((a[0], k["engine"], k["algo"])) or "ran on the graph"))
+    x, w = DeviceArray(1 << 30, (1, 2, 5, 5), np.float32), DeviceArray(1 << 31, (3, 2, 3, 3), np.float32)
+    assert cv.convolution_forward(_NoC(), conv, x, w, autotune=True) == "ran on the graph"
+    assert calls == [("forward", "graph", "fastest")]

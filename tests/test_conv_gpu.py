@@ -79,11 +79,13 @@ def _data(rng, case, dtype):
 
 
 def _run(handle, direction, conv, x_d, w_d, dy_d, out, algo):
+    """One direction with a named algorithm, or ``"fastest"``: autotune=True on the legacy engine."""
+    kw = dict(autotune=True, engine="legacy") if algo == "fastest" else dict(algo=algo)
     if direction == "forward":
-        return cv.convolution_forward(handle, conv, x_d, w_d, out, algo=algo)
+        return cv.convolution_forward(handle, conv, x_d, w_d, out, **kw)
     if direction == "backward_data":
-        return cv.convolution_backward_data(handle, conv, w_d, dy_d, out, algo=algo)
-    return cv.convolution_backward_filter(handle, conv, x_d, dy_d, out, algo=algo)
+        return cv.convolution_backward_data(handle, conv, w_d, dy_d, out, **kw)
+    return cv.convolution_backward_filter(handle, conv, x_d, dy_d, out, **kw)
 
 
 @pytest.mark.parametrize("dtype,math", [("float32", "fma"), ("float16", "default"), ("float16", "auto")])
@@ -276,8 +278,8 @@ def test_fastest_is_cached_and_persisted(handle, rng, tmp_path, monkeypatch):
     calls = []
     real = alg.find_algorithms_ex
     monkeypatch.setattr(alg, "find_algorithms_ex", lambda *a, **k: calls.append(1) or real(*a, **k))
-    y1 = cv.convolution_forward(handle, conv, x_d, w_d, algo="fastest")
-    y2 = cv.convolution_forward(handle, conv, x_d, w_d, algo="fastest")
+    y1 = cv.convolution_forward(handle, conv, x_d, w_d, autotune=True)
+    y2 = cv.convolution_forward(handle, conv, x_d, w_d, autotune=True)
     assert len(calls) == 1 and len(alg.algorithm_cache) == 1
     want = ref.conv_forward(x, w, **_ref_kw(kw))
     assert _err(y1.to_numpy(), want) <= 3e-5 and _err(y2.to_numpy(), want) <= 3e-5
@@ -286,11 +288,11 @@ def test_fastest_is_cached_and_persisted(handle, rng, tmp_path, monkeypatch):
     path = tmp_path / "algos.json"
     alg.algorithm_cache.save(path)
     alg.algorithm_cache.clear()
-    cv.convolution_forward(handle, conv, x_d, w_d, algo="fastest")  # cleared: measured again
+    cv.convolution_forward(handle, conv, x_d, w_d, autotune=True)  # cleared: measured again
     assert len(calls) == 2
     alg.algorithm_cache.clear()
     assert alg.algorithm_cache.load(path) == 1
-    cv.convolution_forward(handle, conv, x_d, w_d, algo="fastest")  # loaded: no measuring
+    cv.convolution_forward(handle, conv, x_d, w_d, autotune=True)  # loaded: no measuring
     assert len(calls) == 2 and alg.algorithm_cache.get(key) == rec
 
 
@@ -299,7 +301,7 @@ def test_fastest_deterministic_and_limit(handle, rng):
     conv = cv.Convolution(**kw, math_type="fma")
     x_d, dy_d = to_device(x), to_device(dy)
     alg.algorithm_cache.clear()
-    cv.convolution_backward_filter(handle, conv, x_d, dy_d, w_shape=w.shape, algo="fastest", deterministic=True,
+    cv.convolution_backward_filter(handle, conv, x_d, dy_d, w_shape=w.shape, autotune=True, deterministic=True,
                                    workspace_limit=0)
     (key, rec), = alg.algorithm_cache.entries()
     assert rec.deterministic and rec.memory_bytes == 0
@@ -426,10 +428,10 @@ def test_plans_are_per_handle_and_cleared_with_it(rng):
     with poisoned_allocations(), Handle() as a, Handle() as b:  # allocated outputs start as NaN
         for h in (a, b, a):
             x_d, w_d = to_device(x, h.stream), to_device(w, h.stream)
-            y = cv.convolution_forward(h, conv, x_d, w_d, algo="fastest")
+            y = cv.convolution_forward(h, conv, x_d, w_d, autotune=True)
             assert _err(y.to_numpy(), want) <= 3e-5
         assert a.cache_info() == {cc.PLANS: 1} and b.cache_info() == {cc.PLANS: 1}
         a.clear_caches()
         assert a.cache_info() == {}
-        y = cv.convolution_forward(a, conv, to_device(x, a.stream), to_device(w, a.stream), algo="fastest")
+        y = cv.convolution_forward(a, conv, to_device(x, a.stream), to_device(w, a.stream), autotune=True)
         assert _err(y.to_numpy(), want) <= 3e-5 and a.cache_info() == {cc.PLANS: 1}

@@ -149,7 +149,7 @@ def test_graph_engine_refuses_what_it_does_not_take():
         cv.convolution_forward(h, conv, x, w, algo="IMPLICIT_GEMM", engine="graph")
     with pytest.raises(ValueError, match="apply to engine='legacy'"):
         cv.convolution_forward(h, conv, x, w, deterministic=True, engine="graph")
-    with pytest.raises(ValueError, match="expected 'legacy' or 'graph'"):
+    with pytest.raises(ValueError, match="expected 'legacy', 'graph' or 'auto'"):
         cv.convolution_forward(h, conv, x, w, engine="backend")
     with pytest.raises(ValueError, match="no z input"):
         cv.convolution_bias_activation_forward(h, conv, x, w, fake((3,)), z=fake((1, 3, 5, 5)), engine="graph")

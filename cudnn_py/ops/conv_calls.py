@@ -5,7 +5,11 @@ Each call reads its arrays' signatures (shape, strides, dtype, device), looks it
 workspace size: everything derived from the configuration), and makes one C call. A plan is made once per
 configuration: :class:`~cudnn_py.ops.convolution.Geometry` resolves the configuration and
 :func:`cudnn_py.algorithms.resolve_algorithm` chooses the algorithm. ``engine="graph"`` hands the call to
-:func:`cudnn_py.graph.conv.convolution`. See :mod:`cudnn_py.ops.convolution` for the conventions.
+:func:`cudnn_py.graph.conv.convolution`; ``engine="auto"`` (the default) does so where the graph path takes the call
+(``algo`` a choice, no ``deterministic``/``workspace_limit``, math type "auto", a dtype the graph convolution runs,
+an engine on this GPU) and runs the legacy call otherwise. ``autotune=True`` measures the candidates once per
+configuration (legacy: ``Find...Ex`` under the workspace cap; graph: every plan) and keeps the fastest;
+``algo="fastest"`` is its deprecated spelling. See :mod:`cudnn_py.ops.convolution` for the conventions.
 """
 from __future__ import annotations
 
@@ -18,8 +22,8 @@ import numpy as np
 from cudnn_py import algorithms as _alg
 from cudnn_py import capi
 from cudnn_py import descriptors as _d
-from cudnn_py._deprecation import renamed_kwargs
-from cudnn_py.args import INT64_MAX, int_arg, scaling
+from cudnn_py._deprecation import renamed_kwargs, warn
+from cudnn_py.args import INT64_MAX, bool_arg, int_arg, scaling
 from cudnn_py.caches import handle_cache
 from cudnn_py.dtypes import cudnn_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError, WorkspaceLimitError
@@ -153,21 +157,68 @@ def _pad_input(handle: Handle, g: Geometry, x_ptr: int):
     return xp
 
 
+# ---------------------------------------------------------------- engine and autotune
+
+_ENGINES = ("legacy", "graph", "auto")
+
+
+def _route(where: str, engine: str, algo: Any, autotune: bool, deterministic: bool, workspace_limit: int | None,
+           conv: Convolution, graph_ok: bool = True) -> tuple[str, Any, bool]:
+    """(``"legacy"`` or ``"graph"``, the algorithm spec the engines take, whether ``engine`` was ``"auto"``).
+
+    ``autotune=True`` is the spec ``"fastest"`` (its old spelling ``algo="fastest"`` warns); ``"auto"`` takes the
+    graph where it can take the call (``graph_ok`` and the options above), else the legacy call."""
+    if engine not in _ENGINES:
+        raise InvalidValueError(f"engine {engine!r}: expected 'legacy', 'graph' or 'auto'")
+    autotune = bool_arg(autotune, "autotune")
+    if isinstance(algo, str) and algo.lower() == "fastest":
+        warn(f"{where}(algo='fastest') is deprecated, use autotune=True", stacklevel=4)
+        autotune = True
+    elif autotune:
+        if not (isinstance(algo, str) and algo.lower() == "heuristic"):
+            raise InvalidValueError(f"autotune=True measures the algorithms itself; algo={algo!r} names one")
+        algo = "fastest"
+    if engine != "auto":
+        return engine, algo, False
+    takes = (graph_ok and _alg.is_choice(algo) and not deterministic and workspace_limit is None
+             and isinstance(conv, Convolution) and conv.math_type is None)
+    return ("graph" if takes else "legacy"), algo, True
+
+
+_NOT_TAKEN = object()
+
+
+def _on_graph(auto: bool, run) -> Any:
+    """``run()`` (a graph-path call); with ``engine="auto"`` a call the graph refuses (an option or dtype it does not
+    take, no engine on this GPU) gives ``_NOT_TAKEN``: the legacy call runs (and names any real mistake)."""
+    if not auto:
+        return run()
+    from cudnn_py.graph.errors import GraphNotSupportedError
+    try:
+        return run()
+    except (InvalidValueError, InvalidTypeError, GraphNotSupportedError):
+        return _NOT_TAKEN
+
+
 # ---------------------------------------------------------------- the calls
 
 def convolution_forward(handle: Handle, conv: Convolution, x: DeviceArrayLike, w: DeviceArrayLike, y: Out | None = None,
                         *, algo: Any = "heuristic", alpha: float = 1.0, beta: float = 0.0, deterministic: bool = False,
-                        workspace_limit: int | None = None, engine: str = "legacy") -> DeviceArray | Out:
+                        workspace_limit: int | None = None, autotune: bool = False,
+                        engine: str = "auto") -> DeviceArray | Out:
     """``y = alpha * conv(x, w) + beta * y`` (``cudnnConvolutionForward``); returns y (allocated if not given).
 
     ``engine="graph"`` runs it as a cached backend-API plan instead (see :func:`cudnn_py.graph.conv.convolution`).
     """
     alpha, beta = scaling(alpha=alpha, beta=beta)
     handle = handle_arg(handle)
-    if engine != "legacy":
-        return _graph().convolution("forward", handle, conv, x, w, y, engine=engine, algo=algo,
-                                    deterministic=deterministic, workspace_limit=workspace_limit, alpha=alpha,
-                                    beta=beta)
+    route, algo, auto = _route("convolution_forward", engine, algo, autotune, deterministic, workspace_limit, conv)
+    if route == "graph":
+        got = _on_graph(auto, lambda: _graph().convolution(
+            "forward", handle, conv, x, w, y, engine="graph", algo=algo, deterministic=deterministic,
+            workspace_limit=workspace_limit, alpha=alpha, beta=beta))
+        if got is not _NOT_TAKEN:
+            return got
     xs, x_ptr = array_signature(x, "x")
     ws, w_ptr = array_signature(w, "w")
     ys, y_ptr = (None, 0) if y is None else array_signature(y, "y")
@@ -203,7 +254,8 @@ def _shape_sig(shape, like, what):
 def convolution_backward_data(handle: Handle, conv: Convolution, w: DeviceArrayLike, dy: DeviceArrayLike,
                               dx: Out | None = None, *, x_shape: Sequence[int] | None = None, algo: Any = "heuristic",
                               alpha: float = 1.0, beta: float = 0.0, deterministic: bool = False,
-                              workspace_limit: int | None = None, engine: str = "legacy") -> DeviceArray | Out:
+                              workspace_limit: int | None = None, autotune: bool = False,
+                              engine: str = "auto") -> DeviceArray | Out:
     """``dx = alpha * conv_transpose(dy, w) + beta * dx`` (``cudnnConvolutionBackwardData``); returns dx.
 
     Without ``dx``, one of shape ``x_shape`` is allocated (default: the smallest input giving dy's shape).
@@ -211,10 +263,14 @@ def convolution_backward_data(handle: Handle, conv: Convolution, w: DeviceArrayL
     """
     alpha, beta = scaling(alpha=alpha, beta=beta)
     handle = handle_arg(handle)
-    if engine != "legacy":
-        return _graph().convolution("backward_data", handle, conv, dy, w, dx, engine=engine, algo=algo,
-                                    deterministic=deterministic, workspace_limit=workspace_limit, alpha=alpha,
-                                    beta=beta, shape=x_shape)
+    route, algo, auto = _route("convolution_backward_data", engine, algo, autotune, deterministic, workspace_limit,
+                               conv)
+    if route == "graph":
+        got = _on_graph(auto, lambda: _graph().convolution(
+            "backward_data", handle, conv, dy, w, dx, engine="graph", algo=algo, deterministic=deterministic,
+            workspace_limit=workspace_limit, alpha=alpha, beta=beta, shape=x_shape))
+        if got is not _NOT_TAKEN:
+            return got
     ws, w_ptr = array_signature(w, "w")
     dys, dy_ptr = array_signature(dy, "dy")
     if dx is not None:
@@ -246,7 +302,8 @@ def convolution_backward_data(handle: Handle, conv: Convolution, w: DeviceArrayL
 def convolution_backward_filter(handle: Handle, conv: Convolution, x: DeviceArrayLike, dy: DeviceArrayLike,
                                 dw: Out | None = None, *, w_shape: Sequence[int] | None = None, algo: Any = "heuristic",
                                 alpha: float = 1.0, beta: float = 0.0, deterministic: bool = False,
-                                workspace_limit: int | None = None, engine: str = "legacy") -> DeviceArray | Out:
+                                workspace_limit: int | None = None, autotune: bool = False,
+                                engine: str = "auto") -> DeviceArray | Out:
     """``dw = alpha * dL/dw + beta * dw`` (``cudnnConvolutionBackwardFilter``); returns dw.
 
     Pass ``dw`` or ``w_shape`` (the filter shape cannot be inferred when the stride is above 1).
@@ -254,10 +311,14 @@ def convolution_backward_filter(handle: Handle, conv: Convolution, x: DeviceArra
     """
     alpha, beta = scaling(alpha=alpha, beta=beta)
     handle = handle_arg(handle)
-    if engine != "legacy":
-        return _graph().convolution("backward_filter", handle, conv, dy, x, dw, engine=engine, algo=algo,
-                                    deterministic=deterministic, workspace_limit=workspace_limit, alpha=alpha,
-                                    beta=beta, shape=w_shape)
+    route, algo, auto = _route("convolution_backward_filter", engine, algo, autotune, deterministic,
+                               workspace_limit, conv)
+    if route == "graph":
+        got = _on_graph(auto, lambda: _graph().convolution(
+            "backward_filter", handle, conv, dy, x, dw, engine="graph", algo=algo, deterministic=deterministic,
+            workspace_limit=workspace_limit, alpha=alpha, beta=beta, shape=w_shape))
+        if got is not _NOT_TAKEN:
+            return got
     xs, x_ptr = array_signature(x, "x")
     dys, dy_ptr = array_signature(dy, "dy")
     if dw is not None:
@@ -343,8 +404,8 @@ def convolution_bias_activation_forward(handle: Handle, conv: Convolution, x: De
                                         bias: DeviceArrayLike, *, z: DeviceArrayLike | None = None,
                                         activation: str = "relu", alpha: float = 1.0, beta: float = 0.0,
                                         y: Out | None = None, algo: Any = "heuristic", deterministic: bool = False,
-                                        workspace_limit: int | None = None, engine: str = "legacy",
-                                        **old: Any) -> DeviceArray | Out:
+                                        workspace_limit: int | None = None, autotune: bool = False,
+                                        engine: str = "auto", **old: Any) -> DeviceArray | Out:
     """``y = act(alpha * conv(x, w) + beta * z + bias)`` (``cudnnConvolutionBiasActivationForward``, whose
     ``alpha1``/``alpha2`` are ``alpha``/``beta``; those old keywords still work with a DeprecationWarning).
 
@@ -360,13 +421,18 @@ def convolution_bias_activation_forward(handle: Handle, conv: Convolution, x: De
                              {"alpha": None if alpha == 1.0 else alpha, "beta": None if beta == 0.0 else beta})
         alpha, beta = (1.0 if got["alpha"] is None else got["alpha"]), (0.0 if got["beta"] is None else got["beta"])
     act = enum_arg(activation, _ACTIVATIONS, capi.cudnnActivationMode_t, "activation")
-    if engine != "legacy":
+    route, algo, auto = _route("convolution_bias_activation_forward", engine, algo, autotune, deterministic,
+                               workspace_limit, conv, graph_ok=z is None and beta == 0.0)
+    if route == "graph":
         if z is not None or beta != 0.0:
             raise InvalidValueError("engine='graph' has no z input: use engine='legacy' for y = act(alpha * conv + "
                                     "beta * z + bias)")
-        return _graph().convolution("forward", handle, conv, x, w, y, engine=engine, algo=algo,
-                                    deterministic=deterministic, workspace_limit=workspace_limit, alpha=alpha,
-                                    bias=bias, activation=None if act == capi.CUDNN_ACTIVATION_IDENTITY else "relu")
+        got = _on_graph(auto, lambda: _graph().convolution(
+            "forward", handle, conv, x, w, y, engine="graph", algo=algo, deterministic=deterministic,
+            workspace_limit=workspace_limit, alpha=alpha, bias=bias,
+            activation=None if act == capi.CUDNN_ACTIVATION_IDENTITY else "relu"))
+        if got is not _NOT_TAKEN:
+            return got
     if act == capi.CUDNN_ACTIVATION_IDENTITY:
         precomp = capi.CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM
         if _alg.is_choice(algo):
