@@ -570,7 +570,8 @@ def _default_database():
 
 
 algorithm_cache = AlgorithmCache(_default_database)
-"""The process-wide cache that ``algo="fastest"`` fills, kept in :func:`cudnn_py.tuning.default_database`."""
+"""The process-wide cache that the legacy calls' ``autotune=True`` (``algo="fastest"``) fills, kept in
+:func:`cudnn_py.tuning.default_database`."""
 
 
 # ---------------------------------------------------------------- port of the removed selectors
