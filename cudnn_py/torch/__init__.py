@@ -24,4 +24,5 @@ from .graphs import graph_op
 from .norms import batch_norm, layer_norm, rms_norm
 from .runtime import cache_clear
 
-__all__ = ["sdpa", "scaled_dot_product_attention", "layer_norm", "rms_norm", "batch_norm", "conv", "graph_op", "cache_clear"]
+__all__ = ["sdpa", "scaled_dot_product_attention", "layer_norm", "rms_norm", "batch_norm", "conv", "graph_op",
+           "cache_clear"]

@@ -22,7 +22,7 @@ from torch import Tensor
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.graph import Graph
 
-from .runtime import Prepared, handle, prepared
+from .runtime import Prepared, call, eager, function, handle, prepared
 
 __all__ = ["sdpa", "scaled_dot_product_attention", "sdpa_fwd", "sdpa_bwd"]
 
@@ -134,8 +134,7 @@ def _build_fwd(h, args, o, stats, opts) -> Prepared:
     return Prepared(h, g, [tq, tk, tv] + extra + outs, consts)
 
 
-@torch.library.custom_op("cudnn_py::sdpa_fwd", mutates_args=(), device_types="cuda")
-def sdpa_fwd(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], seq_len_q: Optional[Tensor],
+def _sdpa_fwd(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], seq_len_q: Optional[Tensor],
              seq_len_kv: Optional[Tensor], ragged_offset_q: Optional[Tensor], ragged_offset_kv: Optional[Tensor],
              seed: Optional[Tensor], offset: Optional[Tensor], scale: float, causal: bool, bottom_right: bool,
              left_bound: Optional[int], right_bound: Optional[int], alibi: bool, dropout_p: float,
@@ -148,6 +147,9 @@ def sdpa_fwd(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], seq_len_q:
     p = prepared(h, ("sdpa_fwd", opts) + tuple(map(_meta, args)), lambda: _build_fwd(h, args, o, stats, opts))
     p.run(tuple([a.data_ptr() for a in args if a is not None] + [o.data_ptr(), stats.data_ptr()]))
     return o, stats
+
+
+sdpa_fwd = torch.library.custom_op("cudnn_py::sdpa_fwd", _sdpa_fwd, mutates_args=(), device_types="cuda")
 
 
 @sdpa_fwd.register_fake
@@ -183,8 +185,7 @@ def _build_bwd(h, args, grads, opts) -> Prepared:
     return Prepared(h, g, [tdo, tq, tk, tv, to, ts] + extra + outs, consts)
 
 
-@torch.library.custom_op("cudnn_py::sdpa_bwd", mutates_args=(), device_types="cuda")
-def sdpa_bwd(do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, stats: Tensor, bias: Optional[Tensor],
+def _sdpa_bwd(do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, stats: Tensor, bias: Optional[Tensor],
              seq_len_q: Optional[Tensor], seq_len_kv: Optional[Tensor], ragged_offset_q: Optional[Tensor],
              ragged_offset_kv: Optional[Tensor], seed: Optional[Tensor], offset: Optional[Tensor], scale: float,
              causal: bool, bottom_right: bool, left_bound: Optional[int], right_bound: Optional[int], alibi: bool,
@@ -199,6 +200,9 @@ def sdpa_bwd(do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, stats: Tens
     p = prepared(h, ("sdpa_bwd", opts) + tuple(map(_meta, args)), lambda: _build_bwd(h, args, grads, opts))
     p.run(tuple([a.data_ptr() for a in args if a is not None] + [x.data_ptr() for x in grads[:3 + want_dbias]]))
     return tuple(grads)
+
+
+sdpa_bwd = torch.library.custom_op("cudnn_py::sdpa_bwd", _sdpa_bwd, mutates_args=(), device_types="cuda")
 
 
 @sdpa_bwd.register_fake
@@ -217,12 +221,13 @@ def _backward(ctx, do, dstats):
     want_dbias = bias is not None and ctx.needs_input_grad[3]
     if do.stride(-1) != 1 or 0 in do.stride() or (roq is not None and not do.is_contiguous()):
         do = do.contiguous()
-    dq, dk, dv, db = sdpa_bwd(do, q, k, v, o, stats, bias, slq, slkv, roq, rokv, seed, offset, *ctx.opts,
-                              want_dbias)
+    bwd = _sdpa_bwd if eager(q) else sdpa_bwd
+    dq, dk, dv, db = bwd(do, q, k, v, o, stats, bias, slq, slkv, roq, rokv, seed, offset, *ctx.opts, want_dbias)
     return (dq, dk, dv, db if want_dbias else None) + (None,) * (_N_TENSORS - 4 + len(ctx.opts))
 
 
 sdpa_fwd.register_autograd(_backward, setup_context=_setup)
+_SdpaFunction = function("_SdpaFunction", _sdpa_fwd, _setup, _backward)
 
 
 # -- the Python face -----------------------------------------------------------------------------------------------
@@ -326,9 +331,10 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, *, scale: float | None = None, causal:
     elif seed is not None or offset is not None:
         seed = offset = None
     s = float(scale) if scale is not None else 1.0 / math.sqrt(q.shape[-1])
-    o, stats = sdpa_fwd(q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_kv, seed, offset, s,
-                        bool(causal), diagonal_alignment == "bottom_right", left_bound, right_bound, bool(alibi),
-                        float(dropout_p), max_seq_len_q, max_seq_len_kv)
+    args = (q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_kv, seed, offset, s, bool(causal),
+            diagonal_alignment == "bottom_right", left_bound, right_bound, bool(alibi), float(dropout_p),
+            max_seq_len_q, max_seq_len_kv)
+    o, stats = call(sdpa_fwd, _sdpa_fwd, _SdpaFunction, args, (q, k, v, bias))
     return (o, stats) if return_stats else o
 
 

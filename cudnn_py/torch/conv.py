@@ -17,7 +17,7 @@ from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.graph import Graph
 
 from .attention import dtype_name, empty_like_layout
-from .runtime import Prepared, handle, prepared
+from .runtime import Prepared, call, eager, function, handle, prepared
 
 __all__ = ["conv", "conv_fwd", "conv_dgrad", "conv_wgrad", "ACTIVATIONS"]
 
@@ -60,12 +60,12 @@ def _build_fwd(h, x, w, bias, y, padding, stride, dilation, activation) -> Prepa
         out = g.bias(out, tb)
     if activation != "none":
         out = getattr(g, activation)(out)
+    outs = [_output(out, y, "y")]
     g.build(h)
-    return Prepared(h, g, ins + [_output(out, y, "y")])
+    return Prepared(h, g, ins + outs)
 
 
-@torch.library.custom_op("cudnn_py::conv_fwd", mutates_args=(), device_types="cuda")
-def conv_fwd(x: Tensor, w: Tensor, bias: Optional[Tensor], padding: list[int], stride: list[int],
+def _conv_fwd(x: Tensor, w: Tensor, bias: Optional[Tensor], padding: list[int], stride: list[int],
              dilation: list[int], activation: str) -> Tensor:
     """y = activation(conv(x, w) + bias), one cuDNN graph. See :func:`conv`."""
     y = _y(x, w, padding, stride, dilation)
@@ -77,13 +77,15 @@ def conv_fwd(x: Tensor, w: Tensor, bias: Optional[Tensor], padding: list[int], s
     return y
 
 
+conv_fwd = torch.library.custom_op("cudnn_py::conv_fwd", _conv_fwd, mutates_args=(), device_types="cuda")
+
+
 @conv_fwd.register_fake
 def _(x, w, bias, padding, stride, dilation, activation):
     return _y(x, w, padding, stride, dilation)
 
 
-@torch.library.custom_op("cudnn_py::conv_dgrad", mutates_args=(), device_types="cuda")
-def conv_dgrad(dy: Tensor, w: Tensor, x_shape: list[int], padding: list[int], stride: list[int],
+def _conv_dgrad(dy: Tensor, w: Tensor, x_shape: list[int], padding: list[int], stride: list[int],
                dilation: list[int]) -> Tensor:
     """dx of the convolution for output gradient ``dy`` (dx in dy's layout)."""
     dx = empty_like_layout(dy, x_shape)
@@ -94,11 +96,15 @@ def conv_dgrad(dy: Tensor, w: Tensor, x_shape: list[int], padding: list[int], st
     def make():
         g = _graph(dy, "torch.conv_dgrad")
         tdy, tw = _t(g, dy, "dy"), _t(g, w, "w")
-        out = g.conv_dgrad(tdy, tw, padding, stride, dilation, x_shape=tuple(x_shape))
+        outs = [_output(g.conv_dgrad(tdy, tw, padding, stride, dilation, x_shape=tuple(x_shape)), dx, "dx")]
         g.build(h)
-        return Prepared(h, g, [tdy, tw, _output(out, dx, "dx")])
+        return Prepared(h, g, [tdy, tw, *outs])
     prepared(h, key, make).run((dy.data_ptr(), w.data_ptr(), dx.data_ptr()))
     return dx
+
+
+conv_dgrad = torch.library.custom_op("cudnn_py::conv_dgrad", _conv_dgrad, mutates_args=(),
+                                     device_types="cuda")
 
 
 @conv_dgrad.register_fake
@@ -106,8 +112,7 @@ def _(dy, w, x_shape, padding, stride, dilation):
     return empty_like_layout(dy, x_shape)
 
 
-@torch.library.custom_op("cudnn_py::conv_wgrad", mutates_args=(), device_types="cuda")
-def conv_wgrad(dy: Tensor, x: Tensor, w_shape: list[int], padding: list[int], stride: list[int],
+def _conv_wgrad(dy: Tensor, x: Tensor, w_shape: list[int], padding: list[int], stride: list[int],
                dilation: list[int]) -> Tensor:
     """dw of the convolution for output gradient ``dy`` (dw in x's layout)."""
     dw = empty_like_layout(x, w_shape)
@@ -118,11 +123,15 @@ def conv_wgrad(dy: Tensor, x: Tensor, w_shape: list[int], padding: list[int], st
     def make():
         g = _graph(x, "torch.conv_wgrad")
         tdy, tx = _t(g, dy, "dy"), _t(g, x, "x")
-        out = g.conv_wgrad(tdy, tx, padding, stride, dilation, w_shape=tuple(w_shape))
+        outs = [_output(g.conv_wgrad(tdy, tx, padding, stride, dilation, w_shape=tuple(w_shape)), dw, "dw")]
         g.build(h)
-        return Prepared(h, g, [tdy, tx, _output(out, dw, "dw")])
+        return Prepared(h, g, [tdy, tx, *outs])
     prepared(h, key, make).run((dy.data_ptr(), x.data_ptr(), dw.data_ptr()))
     return dw
+
+
+conv_wgrad = torch.library.custom_op("cudnn_py::conv_wgrad", _conv_wgrad, mutates_args=(),
+                                     device_types="cuda")
 
 
 @conv_wgrad.register_fake
@@ -143,13 +152,17 @@ def _backward(ctx, dy):
         dy = torch.where(y > 0, dy, torch.zeros((), dtype=dy.dtype, device=dy.device))
     if 0 in dy.stride():
         dy = dy.contiguous()
-    dx = conv_dgrad(dy, w, list(x.shape), *ctx.conv) if ctx.needs_input_grad[0] else None
-    dw = conv_wgrad(dy, x, list(w.shape), *ctx.conv) if ctx.needs_input_grad[1] else None
-    db = dy.sum([0, *range(2, dy.dim())], dtype=torch.float32).to(dy.dtype) if ctx.has_bias and ctx.needs_input_grad[2] else None
+    traced = not eager(x)
+    dx = (conv_dgrad if traced else _conv_dgrad)(dy, w, list(x.shape), *ctx.conv) if ctx.needs_input_grad[0] else None
+    dw = (conv_wgrad if traced else _conv_wgrad)(dy, x, list(w.shape), *ctx.conv) if ctx.needs_input_grad[1] else None
+    db = None
+    if ctx.has_bias and ctx.needs_input_grad[2]:
+        db = dy.sum([0, *range(2, dy.dim())], dtype=torch.float32).to(dy.dtype)
     return dx, dw, db, None, None, None, None
 
 
 conv_fwd.register_autograd(_backward, setup_context=_setup)
+_ConvFunction = function("_ConvFunction", _conv_fwd, _setup, _backward)
 
 
 def _ints(v, n: int, name: str) -> list[int]:
@@ -183,5 +196,5 @@ def conv(x: Tensor, w: Tensor, bias: Tensor | None = None, stride=1, padding=0, 
     sp = (_ints(padding, n, "padding"), _ints(stride, n, "stride"), _ints(dilation, n, "dilation"))
     if 0 in x.stride():
         x = x.contiguous()
-    return conv_fwd(x, w.contiguous(memory_format=torch.channels_last) if x.dim() == 4 and not x.is_contiguous()
-                    else w.contiguous(), bias, *sp, act)
+    w = w.contiguous(memory_format=torch.channels_last) if x.dim() == 4 and not x.is_contiguous() else w.contiguous()
+    return call(conv_fwd, _conv_fwd, _ConvFunction, (x, w, bias, *sp, act), (x, w, bias))

@@ -17,7 +17,7 @@ from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.graph import Graph
 
 from .attention import dtype_name
-from .runtime import Prepared, handle, prepared
+from .runtime import Prepared, call, eager, function, handle, prepared
 
 __all__ = ["layer_norm", "rms_norm", "batch_norm", "norm_fwd", "norm_bwd", "batch_norm_fwd", "batch_norm_bwd"]
 
@@ -55,8 +55,8 @@ def _build_fwd(h, x, w, b, eps: float, rms: bool) -> Prepared:
     return Prepared(h, g, [tx, tw] + ([] if tb is None else [tb]) + outs)
 
 
-@torch.library.custom_op("cudnn_py::norm_fwd", mutates_args=(), device_types="cuda")
-def norm_fwd(x: Tensor, weight: Tensor, bias: Optional[Tensor], eps: float, rms: bool) -> tuple[Tensor, Tensor, Tensor]:
+def _norm_fwd(x: Tensor, weight: Tensor, bias: Optional[Tensor], eps: float,
+              rms: bool) -> tuple[Tensor, Tensor, Tensor]:
     """Normalisation forward over the last dim of contiguous x: (y, mean (N,) float32 - empty for RMS - and the
     inverse standard deviation (N,) float32)."""
     x, weight = x.contiguous(), weight.contiguous()
@@ -69,6 +69,9 @@ def norm_fwd(x: Tensor, weight: Tensor, bias: Optional[Tensor], eps: float, rms:
     ptrs = [x.data_ptr(), weight.data_ptr()] + ([] if bias is None else [bias.data_ptr()])
     p.run(tuple(ptrs + [y.data_ptr()] + ([] if rms else [mean.data_ptr()]) + [inv.data_ptr()]))
     return y, mean, inv
+
+
+norm_fwd = torch.library.custom_op("cudnn_py::norm_fwd", _norm_fwd, mutates_args=(), device_types="cuda")
 
 
 @norm_fwd.register_fake
@@ -91,8 +94,7 @@ def _build_bwd(h, dy, x, w, mean, inv, rms: bool, has_bias: bool) -> Prepared:
     return Prepared(h, g, [tdy, tx, tw] + ([] if tm is None else [tm]) + [ti] + outs)
 
 
-@torch.library.custom_op("cudnn_py::norm_bwd", mutates_args=(), device_types="cuda")
-def norm_bwd(dy: Tensor, x: Tensor, weight: Tensor, mean: Tensor, inv_std: Tensor, rms: bool,
+def _norm_bwd(dy: Tensor, x: Tensor, weight: Tensor, mean: Tensor, inv_std: Tensor, rms: bool,
              has_bias: bool) -> tuple[Tensor, Tensor, Tensor]:
     """Normalisation backward: (dx, dweight, dbias); dbias is empty without ``has_bias``."""
     dy, x = dy.contiguous(), x.contiguous()
@@ -105,6 +107,9 @@ def norm_bwd(dy: Tensor, x: Tensor, weight: Tensor, mean: Tensor, inv_std: Tenso
     ptrs += [inv_std.data_ptr(), dx.data_ptr(), dw.data_ptr()] + ([db.data_ptr()] if has_bias else [])
     p.run(tuple(ptrs))
     return dx, dw, db
+
+
+norm_bwd = torch.library.custom_op("cudnn_py::norm_bwd", _norm_bwd, mutates_args=(), device_types="cuda")
 
 
 @norm_bwd.register_fake
@@ -122,11 +127,12 @@ def _setup(ctx, inputs, output):
 
 def _backward(ctx, dy, dmean, dinv):
     x, weight, mean, inv = ctx.saved_tensors
-    dx, dw, db = norm_bwd(dy, x, weight, mean, inv, ctx.rms, ctx.has_bias)
+    dx, dw, db = (_norm_bwd if eager(x) else norm_bwd)(dy, x, weight, mean, inv, ctx.rms, ctx.has_bias)
     return dx, dw, db if ctx.has_bias else None, None, None
 
 
 norm_fwd.register_autograd(_backward, setup_context=_setup)
+_NormFunction = function("_NormFunction", _norm_fwd, _setup, _backward)
 
 
 def _check(x, weight, bias, eps, what: str) -> Tensor:
@@ -151,7 +157,7 @@ def layer_norm(x: Tensor, weight: Tensor | None = None, bias: Tensor | None = No
         weight = torch.ones(d, dtype=x.dtype, device=x.device)
     if bias is None:
         bias = torch.zeros(d, dtype=weight.dtype, device=x.device)
-    return norm_fwd(x, weight, bias, float(eps), False)[0]
+    return call(norm_fwd, _norm_fwd, _NormFunction, (x, weight, bias, float(eps), False), (x, weight, bias))[0]
 
 
 def rms_norm(x: Tensor, weight: Tensor | None = None, eps: float = 1e-6) -> Tensor:
@@ -160,7 +166,7 @@ def rms_norm(x: Tensor, weight: Tensor | None = None, eps: float = 1e-6) -> Tens
     x = _check(x, weight, None, eps, "rms_norm")
     if weight is None:
         weight = torch.ones(x.shape[-1], dtype=x.dtype, device=x.device)
-    return norm_fwd(x, weight, None, float(eps), True)[0]
+    return call(norm_fwd, _norm_fwd, _NormFunction, (x, weight, None, float(eps), True), (x, weight))[0]
 
 
 # -- batch norm ----------------------------------------------------------------------------------------------------
@@ -199,8 +205,7 @@ def _bn_outputs(x: Tensor, c: int, running: bool) -> tuple[Tensor, ...]:
     return (torch.empty_like(x), *stats)
 
 
-@torch.library.custom_op("cudnn_py::batch_norm_fwd", mutates_args=(), device_types="cuda")
-def batch_norm_fwd(x: Tensor, weight: Tensor, bias: Tensor, running_mean: Optional[Tensor],
+def _batch_norm_fwd(x: Tensor, weight: Tensor, bias: Tensor, running_mean: Optional[Tensor],
                    running_var: Optional[Tensor], momentum: float,
                    eps: float) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """Batch-norm training forward over all dims but the channel: (y, batch mean (C,), inverse standard deviation
@@ -217,18 +222,23 @@ def batch_norm_fwd(x: Tensor, weight: Tensor, bias: Tensor, running_mean: Option
     return outs
 
 
+batch_norm_fwd = torch.library.custom_op("cudnn_py::batch_norm_fwd", _batch_norm_fwd, mutates_args=(),
+                                         device_types="cuda")
+
+
 @batch_norm_fwd.register_fake
 def _(x, weight, bias, running_mean, running_var, momentum, eps):
     return _bn_outputs(x, weight.shape[0], running_mean is not None)
 
 
-@torch.library.custom_op("cudnn_py::batch_norm_bwd", mutates_args=(), device_types="cuda")
-def batch_norm_bwd(dy: Tensor, x: Tensor, weight: Tensor, mean: Tensor, inv_std: Tensor) -> tuple[Tensor, Tensor,
-                                                                                                   Tensor]:
+def _batch_norm_bwd(dy: Tensor, x: Tensor, weight: Tensor, mean: Tensor,
+                    inv_std: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """Batch-norm backward from the forward's saved statistics: (dx in x's layout, dweight, dbias)."""
+    if dy.stride() != x.stride():
+        dy = torch.empty_like(x).copy_(dy)  # cuDNN takes dy in x's layout
     dx, dw, db = torch.empty_like(x), torch.empty_like(weight), torch.empty_like(weight)
     h = handle(x.device.index)
-    key = ("batch_norm_bwd", x.shape, x.stride(), dy.stride(), x.dtype, weight.dtype)
+    key = ("batch_norm_bwd", x.shape, x.stride(), x.dtype, weight.dtype)
 
     def make():
         nd = x.dim()
@@ -246,6 +256,10 @@ def batch_norm_bwd(dy: Tensor, x: Tensor, weight: Tensor, mean: Tensor, inv_std:
     return dx, dw, db
 
 
+batch_norm_bwd = torch.library.custom_op("cudnn_py::batch_norm_bwd", _batch_norm_bwd, mutates_args=(),
+                                         device_types="cuda")
+
+
 @batch_norm_bwd.register_fake
 def _(dy, x, weight, mean, inv_std):
     return torch.empty_like(x), torch.empty_like(weight), torch.empty_like(weight)
@@ -257,21 +271,20 @@ def _bn_setup(ctx, inputs, output):
 
 def _bn_backward(ctx, dy, dmean, dinv, dnew_mean, dnew_var):
     x, weight, mean, inv = ctx.saved_tensors
-    if dy.stride() != x.stride():
-        dy = dy.contiguous(memory_format=torch.channels_last if x.dim() == 4 and not x.is_contiguous()
-                           else torch.contiguous_format)
-    dx, dw, db = batch_norm_bwd(dy, x, weight, mean, inv)
+    dx, dw, db = (_batch_norm_bwd if eager(x) else batch_norm_bwd)(dy, x, weight, mean, inv)
     return dx, dw, db, None, None, None, None
 
 
 batch_norm_fwd.register_autograd(_bn_backward, setup_context=_bn_setup)
+_BatchNormFunction = function("_BatchNormFunction", _batch_norm_fwd, _bn_setup, _bn_backward)
 
 
 def batch_norm(x: Tensor, weight: Tensor, bias: Tensor, running_mean: Tensor | None = None,
                running_var: Tensor | None = None, momentum: float = 0.1, eps: float = 1e-5) -> Tensor:
     """Batch-norm training (``F.batch_norm(x, running_mean, running_var, weight, bias, training=True, momentum,
     eps)``): x (N, C, ...) float16/bfloat16/float32 (NCHW or channels-last), weight and bias (C,) float32,
-    running statistics (C,) float32 updated in place (``copy_`` of the op's outputs); differentiable in x, weight and bias."""
+    running statistics (C,) float32 updated in place (``copy_`` of the op's outputs); differentiable in x, weight and
+    bias."""
     if not isinstance(x, Tensor) or x.device.type != "cuda" or x.dtype not in _DTYPES or x.dim() < 3:
         raise InvalidTypeError("batch_norm: x must be a float16, bfloat16 or float32 CUDA tensor (N, C, ...)")
     c = x.shape[1]
@@ -285,8 +298,8 @@ def batch_norm(x: Tensor, weight: Tensor, bias: Tensor, running_mean: Tensor | N
         raise InvalidValueError(f"batch_norm: momentum must be in (0, 1] and eps > 0, got {momentum}, {eps}")
     if 0 in x.stride():
         x = x.contiguous()
-    y, _, _, new_mean, new_var = batch_norm_fwd(x, weight, bias, running_mean, running_var, float(momentum),
-                                                float(eps))
+    args = (x, weight, bias, running_mean, running_var, float(momentum), float(eps))
+    y, _, _, new_mean, new_var = call(batch_norm_fwd, _batch_norm_fwd, _BatchNormFunction, args, (x, weight, bias))
     if running_mean is not None:
         with torch.no_grad():
             running_mean.copy_(new_mean)

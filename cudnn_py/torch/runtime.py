@@ -10,6 +10,11 @@
   CUDA-graph capture), one ``cudnnBackendExecute``.
 * :func:`prepared` - the :class:`Prepared` call of a configuration key, cached on the handle
   (:func:`cudnn_py.caches.handle_cache`), so ``handle.clear_caches()`` forgets them.
+* :func:`call` - how the Python faces reach an op: eagerly (plain tensors, not under ``torch.compile``) its
+  implementation is called directly, inside a ``torch.autograd.Function`` made by :func:`function` from the op's
+  own autograd formula when a gradient is needed; traced, the registered op itself, so ``torch.compile`` and
+  ``opcheck`` see it. The dispatcher's Python custom-op layers cost more host time than the whole cuDNN call
+  (measured in benchmarks/torch_ops_bench.py), so the eager path skips them.
 
 A stream change costs no new plan (plans belong to the handle, the stream is only set), so the plans built in eager
 warm-up calls are the ones a CUDA-graph capture on torch's capture stream records.
@@ -18,18 +23,23 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
+from torch import Tensor
 
+from cudnn_py import nvtx
 from cudnn_py.caches import handle_cache
 from cudnn_py.graph import Graph
-from cudnn_py.graph.runner import Runner
+from cudnn_py.graph.runner import Runner, raw_execute
 from cudnn_py.handle import Handle
 
-__all__ = ["handle", "Prepared", "prepared", "current_stream", "cache_clear"]
+__all__ = ["handle", "Prepared", "prepared", "current_stream", "cache_clear", "eager", "function", "call"]
 
 _CACHE = "torch.ops"
 _local = threading.local()
+
+_is_compiling = torch.compiler.is_compiling
 
 try:  # the raw cudaStream_t as an int, without making a torch.cuda.Stream object (what compiled code uses)
     _raw_stream: Callable[[int], int] = torch._C._cuda_getCurrentRawStream
@@ -64,26 +74,31 @@ class Prepared:
     ``tensors`` (the call's inputs, then its outputs); ``consts`` are (graph tensor, torch tensor) pairs bound after
     them on every call and kept alive here (attention's ALiBi slopes)."""
 
-    __slots__ = ("runner", "consts", "const_ptrs", "device")
+    __slots__ = ("runner", "consts", "const_ptrs", "device", "ws", "packs", "execute", "h", "plan")
 
     def __init__(self, h: Handle, graph: Graph, tensors: Sequence, consts: Sequence = ()):
-        self.runner = Runner(graph.plan, h, [*tensors, *(t for t, _ in consts)])
+        self.runner = r = Runner(graph.plan, h, [*tensors, *(t for t, _ in consts)])
         self.consts = [c for _, c in consts]
         self.const_ptrs = tuple(c.data_ptr() for c in self.consts)
         self.device = torch.device("cuda", h.device)
+        self.ws, self.packs, self.h, self.plan = r.workspace_size, r.packs, r.h, r.plan_ptr
+        self.execute = nvtx.wrap("cudnnBackendExecute", raw_execute())
 
     def run(self, ptrs: tuple) -> None:
         """Execute on the handle's (torch's current) stream with these data pointers and a workspace from torch."""
-        r = self.runner
         ptrs += self.const_ptrs
-        if r.workspace_size:
-            ws = torch.empty(r.workspace_size, dtype=torch.uint8, device=self.device)
+        if self.ws:
+            ws = torch.empty(self.ws, dtype=torch.uint8, device=self.device)
             wsp = ws.data_ptr()
             key = ptrs + (wsp,)
         else:
             wsp, key = None, ptrs
-        vp = r.packs.get(key)
-        r.execute(vp if vp is not None else r.pack(key, ptrs, wsp))
+        vp = self.packs.get(key)
+        if vp is None:
+            vp = self.runner.pack(key, ptrs, wsp)
+        status = self.execute(self.h, self.plan, vp)
+        if status:
+            raise self.runner.error(status)
 
 
 def prepared(h: Handle, key: tuple, make: Callable[[], Prepared]) -> Prepared:
@@ -99,3 +114,29 @@ def cache_clear() -> None:
     """Forget the prepared calls of this thread's handles (their plans are built again on next use)."""
     for h, _ in getattr(_local, "handles", {}).values():
         handle_cache(h, _CACHE).clear()
+
+
+def eager(t: Any) -> bool:
+    """Whether a call with ``t`` among its tensors runs eagerly: a plain torch tensor (not a fake or functional
+    one) outside ``torch.compile``'s tracing."""
+    return type(t) is Tensor and not _is_compiling()
+
+
+def function(name: str, impl: Callable, setup: Callable, backward: Callable) -> type[torch.autograd.Function]:
+    """A ``torch.autograd.Function`` running ``impl`` with an op's ``setup_context`` and backward formula."""
+    def forward(ctx, *args):
+        out = impl(*args)
+        setup(ctx, args, out)
+        return out
+    return type(name, (torch.autograd.Function,), {"forward": staticmethod(forward),
+                                                    "backward": staticmethod(backward)})
+
+
+def call(op: Callable, impl: Callable, fn: type[torch.autograd.Function], args: tuple, grads: Sequence) -> Any:
+    """``op(*args)``, or eagerly (:func:`eager` of ``args[0]``) ``impl(*args)`` - through ``fn`` when grad mode is on
+    and a tensor in ``grads`` requires a gradient."""
+    if not eager(args[0]):
+        return op(*args)
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in grads):
+        return fn.apply(*args)
+    return impl(*args)
