@@ -158,7 +158,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def _sweep(args, rp) -> int:
     from cudnn_py.tuning.models import model
-    from cudnn_py.tuning.sweep import Settings, sweep
+    from cudnn_py.tuning.sweep import Settings, stored, sweep
     if args.dtype not in ("float32", "float16", "bfloat16"):
         raise SystemExit(f"algos --model: --dtype float32, float16 or bfloat16, got {args.dtype}")
     if args.plot and importlib.util.find_spec("matplotlib") is None:
@@ -184,7 +184,9 @@ def _sweep(args, rp) -> int:
     db = _database(args)
     start = time.monotonic()
     devices = _devices(args.devices) if args.devices else None
+    by_workers = 0
     if devices:
+        by_workers = len(stored(mine, db, device=args.device, settings=settings, remeasure=args.remeasure)[1])
         _run_workers(args, devices, db)
     from cudnn_py.cli.algos import progress_writer
     progress = None if args.quiet else progress_writer(sys.stderr.isatty())
@@ -197,9 +199,10 @@ def _sweep(args, rp) -> int:
     summary = rp.totals(results)
     title = (f"{m.description}: batch {args.batch}, {args.dtype}, {args.layout}; filters: {_filters(args).text()}")
     print(title)
-    print(f"{len(mine)} operations{f' (shard {args.shard})' if shard else ''}: {measured} measured"
-          f"{f' on devices {devices} and {args.device}' if devices else f' on device {args.device}'}, "
-          f"{len(mine) - measured} from {db.path or 'memory'}; {elapsed:.1f} s")
+    where = f"{by_workers} measured by workers on devices {devices}" + (f", {measured} here" if measured else "") \
+        if devices else f"{measured} measured on device {args.device}"
+    print(f"{len(mine)} operations{f' (shard {args.shard})' if shard else ''}: {where}, "
+          f"{len(mine) - measured - by_workers} from {db.path or 'memory'}; {elapsed:.1f} s")
     print(rp.format_table(results))
     print(rp.format_totals(summary))
     if args.details:

@@ -24,7 +24,7 @@ import numpy as np
 from .database import TuningDatabase
 from .models import Attention, Conv, Linear, Norm, Problem
 
-__all__ = ["KIND", "MODES", "Settings", "build_graph", "measure", "sweep", "valid_record", "covers"]
+__all__ = ["KIND", "MODES", "Settings", "build_graph", "measure", "stored", "sweep", "valid_record", "covers"]
 
 #: the tuning database's kind for model-sweep records
 KIND = "layer_sweep"
@@ -303,6 +303,25 @@ def valid_record(rec) -> bool:
     return all(isinstance(v, list) and all(isinstance(t, str) for t in v) for v in rec["order"].values())
 
 
+def stored(problems: Sequence[Problem], db: TuningDatabase, *, device: int = 0, settings: Settings = Settings(),
+           remeasure: bool = False) -> tuple[dict[str, dict], list[Problem]]:
+    """({key: record} of the problems whose stored record :func:`covers` ``settings``, the problems left to measure);
+    a malformed record, or one made for another operation, is left to measure with a warning."""
+    from .database import TuningWarning
+    out, todo = {}, []
+    for p in problems:
+        rec = None if remeasure else db.lookup(KIND, p.key, device=device)
+        if rec is not None and (not valid_record(rec) or rec.get("key") != p.key):
+            warnings.warn(f"tuning database: the {KIND} record of {p.key} is malformed or made for another "
+                          f"operation; measuring again", TuningWarning, stacklevel=3)
+            rec = None
+        if rec is None or not covers(rec, settings):
+            todo.append(p)
+        else:
+            out[p.key] = rec
+    return out, todo
+
+
 def sweep(problems: Sequence[Problem], db: TuningDatabase, *, device: int = 0, settings: Settings = Settings(),
           remeasure: bool = False, progress: Callable[[str], None] | None = None) -> tuple[dict[str, dict], int]:
     """The record of every problem: from ``db`` where it has one that :func:`covers` ``settings``, else measured on
@@ -311,18 +330,7 @@ def sweep(problems: Sequence[Problem], db: TuningDatabase, *, device: int = 0, s
     :returns: ({problem key: record}, how many were measured).
     :raises SystemExit: when something must be measured and no cuDNN handle opens on ``device``.
     """
-    from .database import TuningWarning
-    out, todo = {}, []
-    for p in problems:
-        rec = None if remeasure else db.lookup(KIND, p.key, device=device)
-        if rec is not None and (not valid_record(rec) or rec.get("key") != p.key):
-            warnings.warn(f"tuning database: the {KIND} record of {p.key} is malformed or made for another "
-                          f"operation; measuring again", TuningWarning, stacklevel=2)
-            rec = None
-        if rec is None or not covers(rec, settings):
-            todo.append(p)
-        else:
-            out[p.key] = rec
+    out, todo = stored(problems, db, device=device, settings=settings, remeasure=remeasure)
     if not todo:
         return out, 0
     from cudnn_py.handle import Handle
