@@ -42,8 +42,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
     "._loader": ("library",),
     ".algorithms": ("AlgoPerf", "AlgorithmCache", "algorithm_cache", "choose_backward_data_algorithm",
                     "choose_backward_filter_algorithm", "choose_forward_algorithm"),
-    ".descriptors": ("FilterDescriptor", "OpTensor", "ReduceTensor", "TensorDescriptor", "convolution_output_shape",
-                     "pooling_output_shape"),
+    ".descriptors": ("FilterDescriptor", "OpTensor", "ReduceTensor", "TensorDescriptor", "convolution_output_shape"),
     ".dtypes": ("cudnn_dtype", "numpy_dtype"),
     ".graph": ("BackendDescriptor", "Graph", "GraphNotSupportedError"),
     ".handle": ("Handle",),
@@ -64,7 +63,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
                  "lrn_forward"),
     ".ops.normalization": ("normalization_backward", "normalization_forward_inference",
                            "normalization_forward_training", "normalization_sizes"),
-    ".ops.pooling": ("Pooling", "pooling_backward", "pooling_forward"),
+    ".ops.pooling": ("Pooling", "pooling_backward", "pooling_forward", "pooling_output_shape"),
     ".ops.rnn": ("RNN", "RNNDataDescriptor", "rnn_backward_data", "rnn_backward_weights", "rnn_forward",
                  "rnn_weight_params"),
     ".ops.sdpa": ("Sdpa", "SdpaOptions", "sdpa", "sdpa_backward", "sdpa_cache_clear", "sdpa_fp8",
@@ -79,8 +78,11 @@ _LAZY: dict[str, tuple[str, ...]] = {
 }
 #: deprecated names: still importable (each warns and builds its replacement), not in __all__
 _DEPRECATED: dict[str, tuple[str, ...]] = {
-    ".descriptors": ("ActivationDescriptor", "ConvolutionDescriptor", "DropoutDescriptor", "LRNDescriptor",
-                     "OpTensorDescriptor", "PoolingDescriptor", "ReduceTensorDescriptor"),
+    ".descriptors": ("ConvolutionDescriptor", "OpTensorDescriptor", "ReduceTensorDescriptor"),
+    ".ops.activation": ("ActivationDescriptor",),
+    ".ops.dropout": ("DropoutDescriptor",),
+    ".ops.lrn": ("LRNDescriptor",),
+    ".ops.pooling": ("PoolingDescriptor",),
 }
 #: subpackages and modules reachable as attributes without an explicit import
 _SUBMODULES = ("capi", "errors", "graph", "ops", "algorithms", "descriptors", "dtypes", "handle", "log", "memory",
@@ -100,12 +102,10 @@ if TYPE_CHECKING:  # what mypy sees: each name re-exported explicitly (``name as
         choose_backward_filter_algorithm as choose_backward_filter_algorithm,
         choose_forward_algorithm as choose_forward_algorithm)
     from .descriptors import (
-        ActivationDescriptor as ActivationDescriptor, ConvolutionDescriptor as ConvolutionDescriptor,
-        DropoutDescriptor as DropoutDescriptor, FilterDescriptor as FilterDescriptor, LRNDescriptor as LRNDescriptor,
-        OpTensor as OpTensor, OpTensorDescriptor as OpTensorDescriptor, PoolingDescriptor as PoolingDescriptor,
-        ReduceTensor as ReduceTensor, ReduceTensorDescriptor as ReduceTensorDescriptor,
-        TensorDescriptor as TensorDescriptor, convolution_output_shape as convolution_output_shape,
-        pooling_output_shape as pooling_output_shape)
+        ConvolutionDescriptor as ConvolutionDescriptor, FilterDescriptor as FilterDescriptor, OpTensor as OpTensor,
+        OpTensorDescriptor as OpTensorDescriptor, ReduceTensor as ReduceTensor,
+        ReduceTensorDescriptor as ReduceTensorDescriptor, TensorDescriptor as TensorDescriptor,
+        convolution_output_shape as convolution_output_shape)
     from .dtypes import cudnn_dtype as cudnn_dtype, numpy_dtype as numpy_dtype
     from .graph import (
         BackendDescriptor as BackendDescriptor, Graph as Graph, GraphNotSupportedError as GraphNotSupportedError)
@@ -114,7 +114,8 @@ if TYPE_CHECKING:  # what mypy sees: each name re-exported explicitly (``name as
         DeviceArray as DeviceArray, DeviceArrayLike as DeviceArrayLike, as_array as as_array, empty as empty,
         empty_like as empty_like, to_device as to_device, zeros as zeros)
     from .ops.activation import (
-        Activation as Activation, activation_backward as activation_backward, activation_forward as activation_forward)
+        Activation as Activation, ActivationDescriptor as ActivationDescriptor,
+        activation_backward as activation_backward, activation_forward as activation_forward)
     from .ops.attention import (
         MultiHeadAttention as MultiHeadAttention, attention_backward_data as attention_backward_data,
         attention_backward_weights as attention_backward_weights, attention_forward as attention_forward,
@@ -135,10 +136,11 @@ if TYPE_CHECKING:  # what mypy sees: each name re-exported explicitly (``name as
         CTCLoss as CTCLoss, check_ctc_labels as check_ctc_labels, ctc_loss as ctc_loss,
         ctc_loss_workspace_size as ctc_loss_workspace_size)
     from .ops.dropout import (
-        Dropout as Dropout, dropout_backward as dropout_backward, dropout_forward as dropout_forward,
-        dropout_reserve_size as dropout_reserve_size, dropout_states_size as dropout_states_size)
+        Dropout as Dropout, DropoutDescriptor as DropoutDescriptor, dropout_backward as dropout_backward,
+        dropout_forward as dropout_forward, dropout_reserve_size as dropout_reserve_size,
+        dropout_states_size as dropout_states_size)
     from .ops.lrn import (
-        LRN as LRN, divisive_normalization_backward as divisive_normalization_backward,
+        LRN as LRN, LRNDescriptor as LRNDescriptor, divisive_normalization_backward as divisive_normalization_backward,
         divisive_normalization_forward as divisive_normalization_forward, lrn_backward as lrn_backward,
         lrn_forward as lrn_forward)
     from .ops.normalization import (
@@ -146,7 +148,8 @@ if TYPE_CHECKING:  # what mypy sees: each name re-exported explicitly (``name as
         normalization_forward_inference as normalization_forward_inference,
         normalization_forward_training as normalization_forward_training, normalization_sizes as normalization_sizes)
     from .ops.pooling import (
-        Pooling as Pooling, pooling_backward as pooling_backward, pooling_forward as pooling_forward)
+        Pooling as Pooling, PoolingDescriptor as PoolingDescriptor, pooling_backward as pooling_backward,
+        pooling_forward as pooling_forward, pooling_output_shape as pooling_output_shape)
     from .ops.rnn import (
         RNN as RNN, RNNDataDescriptor as RNNDataDescriptor, rnn_backward_data as rnn_backward_data,
         rnn_backward_weights as rnn_backward_weights, rnn_forward as rnn_forward,

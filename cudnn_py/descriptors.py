@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import ctypes
 import enum
+import importlib
 import math
 import weakref
 from collections.abc import Sequence
@@ -52,16 +53,29 @@ from cudnn_py.args import DIM_MAX, INT32_MAX, dims, enum_member, int_arg, ints, 
 from cudnn_py.memory import DeviceArray, as_array, c_strides, non_overlapping
 
 __all__ = [
-    "Descriptor", "Settings", "legacy_dtype", "TensorDescriptor", "FilterDescriptor", "ConvolutionDescriptor", "PoolingDescriptor",
-    "ActivationDescriptor", "LRNDescriptor", "DropoutDescriptor", "OpTensorDescriptor",
-    "ReduceTensorDescriptor", "OpTensor", "ReduceTensor",
-    "tensor_descriptor", "tensor_descriptor_for", "filter_descriptor", "convolution_descriptor",
-    "pooling_descriptor", "activation_descriptor", "lrn_descriptor", "op_tensor_descriptor",
-    "reduce_tensor_descriptor", "clear_cache",
-    "convolution_output_shape", "pooling_output_shape",
+    "Descriptor", "Settings", "legacy_dtype", "read_back", "c_nan", "c_ints", "TensorDescriptor", "FilterDescriptor",
+    "ConvolutionDescriptor", "OpTensorDescriptor", "ReduceTensorDescriptor", "OpTensor", "ReduceTensor",
+    "tensor_descriptor", "tensor_descriptor_for", "filter_descriptor", "convolution_descriptor", "op_tensor_descriptor",
+    "reduce_tensor_descriptor", "clear_cache", "convolution_output_shape",
 ]
 
-def _c_nan(propagate: bool) -> capi.cudnnNanPropagation_t:
+#: names that moved to their operation family (``cudnn_py.ops.<family>``); the old import path still works
+_MOVED = {"PoolingDescriptor": "pooling", "pooling_descriptor": "pooling", "pooling_output_shape": "pooling",
+          "ActivationDescriptor": "activation", "activation_descriptor": "activation", "LRNDescriptor": "lrn",
+          "lrn_descriptor": "lrn", "DropoutDescriptor": "dropout"}
+
+
+def __getattr__(name: str):
+    """The old import path of a name in :data:`_MOVED` (PEP 562): the family module's, found by name at first use
+    (this module sits below the families and imports none of them)."""
+    family = _MOVED.get(name)
+    if family is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"cudnn_py.ops.{family}"), name)
+
+
+def c_nan(propagate: bool) -> capi.cudnnNanPropagation_t:
+    """The ``cudnnNanPropagation_t`` of a NaN-propagation flag (for the families' descriptor classes too)."""
     return capi.CUDNN_PROPAGATE_NAN if propagate else capi.CUDNN_NOT_PROPAGATE_NAN
 
 
@@ -114,14 +128,16 @@ def _check_vect_c(shape: tuple[int, ...], dt, fmt, what: str) -> None:
                                 f"a multiple of {width}: pad C to {-(-shape[1] // width) * width}")
 
 
-def _carray(values) -> ctypes.Array:
+def c_ints(values) -> ctypes.Array:
+    """A C ``int`` array of ``values`` (at least one element: cuDNN may read one)."""
     return (c_int * max(len(values), 1))(*values)
 
 
 # --- base ---------------------------------------------------------------------------------------------
 
-def _field(index: int, doc: str) -> property:
-    """A read-only property: item ``index`` of what the class's ``_get()`` reads back from cuDNN."""
+def read_back(index: int, doc: str) -> property:
+    """A read-only property of a :class:`Descriptor` subclass: item ``index`` of what its ``_get()`` reads back from
+    cuDNN (for the descriptor classes of the operation families too)."""
     return property(lambda self: self._get()[index], doc=doc)
 
 
@@ -280,10 +296,10 @@ class TensorDescriptor(Descriptor):
         super().__init__()
         self._layout = fmt
         if fmt is not None:
-            capi.cudnnSetTensorNdDescriptorEx(self._ptr, fmt, dt, len(shape), _carray(shape))
+            capi.cudnnSetTensorNdDescriptorEx(self._ptr, fmt, dt, len(shape), c_ints(shape))
         else:
-            capi.cudnnSetTensorNdDescriptor(self._ptr, dt, len(shape), _carray(shape),
-                                            _carray(c_strides(shape) if strides is None else strides))
+            capi.cudnnSetTensorNdDescriptor(self._ptr, dt, len(shape), c_ints(shape),
+                                            c_ints(c_strides(shape) if strides is None else strides))
 
     @classmethod
     def like(cls, array, dtype=None) -> TensorDescriptor:
@@ -298,9 +314,9 @@ class TensorDescriptor(Descriptor):
         n = nb.value
         return capi.cudnnDataType_t(dt.value), tuple(dims[:n]), tuple(strides[:n])
 
-    dtype = _field(0, "The ``cudnnDataType_t``.")
-    shape = _field(1, "The dimensions (``tuple[int, ...]``).")
-    strides = _field(2, "Strides in elements, as cuDNN stores them.")
+    dtype = read_back(0, "The ``cudnnDataType_t``.")
+    shape = read_back(1, "The dimensions (``tuple[int, ...]``).")
+    strides = read_back(2, "Strides in elements, as cuDNN stores them.")
 
     @property
     def numpy_dtype(self) -> np.dtype:
@@ -350,7 +366,7 @@ class FilterDescriptor(Descriptor):
             raise InvalidValueError(f"filter shape {shape} has {math.prod(shape)} elements; cuDNN's legacy filter "
                              f"descriptors hold at most 2**31 - 1")
         super().__init__()
-        capi.cudnnSetFilterNdDescriptor(self._ptr, dt, fmt, len(shape), _carray(shape))
+        capi.cudnnSetFilterNdDescriptor(self._ptr, dt, fmt, len(shape), c_ints(shape))
 
     def _get(self):
         dt, fmt, nb = c_int(), c_int(), c_int()
@@ -358,9 +374,9 @@ class FilterDescriptor(Descriptor):
         capi.cudnnGetFilterNdDescriptor(self.ptr, DIM_MAX, byref(dt), byref(fmt), byref(nb), dims)
         return capi.cudnnDataType_t(dt.value), capi.cudnnTensorFormat_t(fmt.value), tuple(dims[:nb.value])
 
-    dtype = _field(0, "The ``cudnnDataType_t``.")
-    layout = _field(1, "The ``cudnnTensorFormat_t`` (memory order of the weights).")
-    shape = _field(2, "The dimensions (K, C/groups, spatial...).")
+    dtype = read_back(0, "The ``cudnnDataType_t``.")
+    layout = read_back(1, "The ``cudnnTensorFormat_t`` (memory order of the weights).")
+    shape = read_back(2, "The dimensions (K, C/groups, spatial...).")
 
     @property
     def format(self) -> capi.cudnnTensorFormat_t:
@@ -402,8 +418,8 @@ class _ConvolutionDescriptor(Descriptor):
                  mode: capi.cudnnConvolutionMode_t, compute_type: capi.cudnnDataType_t, groups: int,
                  math_type: capi.cudnnMathType_t, reorder: capi.cudnnReorderType_t | None = None):
         super().__init__()
-        capi.cudnnSetConvolutionNdDescriptor(self._ptr, len(padding), _carray(padding), _carray(stride),
-                                             _carray(dilation), mode, compute_type)
+        capi.cudnnSetConvolutionNdDescriptor(self._ptr, len(padding), c_ints(padding), c_ints(stride),
+                                             c_ints(dilation), mode, compute_type)
         capi.cudnnSetConvolutionGroupCount(self._ptr, groups)
         capi.cudnnSetConvolutionMathType(self._ptr, math_type)
         if reorder is not None:
@@ -417,12 +433,12 @@ class _ConvolutionDescriptor(Descriptor):
         return (tuple(pad[:k]), tuple(st[:k]), tuple(dil[:k]), capi.cudnnConvolutionMode_t(mode.value),
                 capi.cudnnDataType_t(ct.value))
 
-    padding = _field(0, "Padding per spatial dimension.")
-    stride = _field(1, "Stride per spatial dimension.")
-    dilation = _field(2, "Dilation per spatial dimension.")
-    mode = _field(3, "The ``cudnnConvolutionMode_t``.")
-    compute_type = _field(4, "The accumulation ``cudnnDataType_t``.")
-    compute_dtype = _field(4, "The accumulation ``cudnnDataType_t`` (the same as :attr:`compute_type`).")
+    padding = read_back(0, "Padding per spatial dimension.")
+    stride = read_back(1, "Stride per spatial dimension.")
+    dilation = read_back(2, "Dilation per spatial dimension.")
+    mode = read_back(3, "The ``cudnnConvolutionMode_t``.")
+    compute_type = read_back(4, "The accumulation ``cudnnDataType_t``.")
+    compute_dtype = read_back(4, "The accumulation ``cudnnDataType_t`` (the same as :attr:`compute_type`).")
 
     @property
     def ndim(self) -> int:
@@ -477,118 +493,6 @@ class _ConvolutionDescriptor(Descriptor):
 
 
 
-# --- pooling, activation, LRN -------------------------------------------------------------------------
-
-class _PoolingDescriptor(Descriptor):
-    """A ``cudnnPoolingDescriptor_t`` of settings :class:`cudnn_py.Pooling` validated: ``mode``, ``nan_propagation``
-    (bool) and ``window``, ``padding``, ``stride`` (one int per spatial dimension); read back from cuDNN."""
-
-    _handle_type = capi.cudnnPoolingDescriptor_t
-    _create_fn, _destroy_fn = "cudnnCreatePoolingDescriptor", "cudnnDestroyPoolingDescriptor"
-    _shown = ("mode", "window", "padding", "stride", "nan_propagation")
-    _cache_name = "descriptors.pooling"
-
-    def __init__(self, mode: capi.cudnnPoolingMode_t, nan_propagation: bool, window: tuple[int, ...],
-                 padding: tuple[int, ...], stride: tuple[int, ...]):
-        super().__init__()
-        capi.cudnnSetPoolingNdDescriptor(self._ptr, mode, _c_nan(nan_propagation), len(window), _carray(window),
-                                         _carray(padding), _carray(stride))
-
-    def _get(self):
-        mode, nan, n = c_int(), c_int(), c_int()
-        win, pad, st = (c_int * DIM_MAX)(), (c_int * DIM_MAX)(), (c_int * DIM_MAX)()
-        capi.cudnnGetPoolingNdDescriptor(self.ptr, DIM_MAX - 2, byref(mode), byref(nan), byref(n), win, pad, st)
-        k = n.value
-        return (capi.cudnnPoolingMode_t(mode.value), capi.cudnnNanPropagation_t(nan.value),
-                tuple(win[:k]), tuple(pad[:k]), tuple(st[:k]))
-
-    mode = _field(0, "The ``cudnnPoolingMode_t``.")
-    nan_propagation = _field(1, "The ``cudnnNanPropagation_t``.")
-    window = _field(2, "Window per spatial dimension.")
-    padding = _field(3, "Padding per spatial dimension.")
-    stride = _field(4, "Stride per spatial dimension.")
-
-    @property
-    def ndim(self) -> int:
-        """Spatial dimensions."""
-        return len(self._get()[2])
-
-    def output_shape(self, x) -> tuple[int, ...]:
-        """The forward output shape for input ``x`` (a TensorDescriptor, or a shape: float32), computed by
-        cuDNN (``cudnnGetPoolingNdForwardOutputDim``)."""
-        xd = x if isinstance(x, TensorDescriptor) else tensor_descriptor(dims(x, "input shape", 3), np.float32)
-        nd = xd.ndim
-        if nd != self.ndim + 2:
-            raise InvalidValueError(f"input has {nd} dims; this pooling needs {self.ndim + 2} (N, C, then "
-                             f"{self.ndim} spatial)")
-        _, _, win, pad, _ = self._get()
-        for i, (n, w, p) in enumerate(zip(xd.shape[2:], win, pad)):
-            if n + 2 * p < w:
-                raise InvalidValueError(f"spatial dim {i}: the pooling window ({w}) is larger than the padded input "
-                                 f"({n} + 2*{p})")
-            if n + 2 * p > INT32_MAX:
-                raise InvalidValueError(f"spatial dim {i}: the padded input ({n} + 2*{p}) exceeds cuDNN's int range")
-        out = (c_int * nd)()
-        capi.cudnnGetPoolingNdForwardOutputDim(self.ptr, xd.ptr, nd, out)
-        return tuple(out)
-
-
-
-class _ActivationDescriptor(Descriptor):
-    """A ``cudnnActivationDescriptor_t`` of settings :class:`cudnn_py.Activation` validated: ``mode``,
-    ``nan_propagation`` (bool), ``coef`` and ``swish_beta``; read back from cuDNN."""
-
-    _handle_type = capi.cudnnActivationDescriptor_t
-    _create_fn, _destroy_fn = "cudnnCreateActivationDescriptor", "cudnnDestroyActivationDescriptor"
-    _shown = ("mode", "coef", "nan_propagation")
-    _cache_name = "descriptors.activation"
-
-    def __init__(self, mode: capi.cudnnActivationMode_t, nan_propagation: bool, coef: float, swish_beta: float):
-        super().__init__()
-        capi.cudnnSetActivationDescriptor(self._ptr, mode, _c_nan(nan_propagation), coef)
-        capi.cudnnSetActivationDescriptorSwishBeta(self._ptr, swish_beta)
-
-    def _get(self):
-        mode, nan, coef = c_int(), c_int(), c_double()
-        capi.cudnnGetActivationDescriptor(self.ptr, byref(mode), byref(nan), byref(coef))
-        return capi.cudnnActivationMode_t(mode.value), capi.cudnnNanPropagation_t(nan.value), coef.value
-
-    mode = _field(0, "The ``cudnnActivationMode_t``.")
-    nan_propagation = _field(1, "The ``cudnnNanPropagation_t``.")
-    coef = _field(2, "The clipping threshold (clipped_relu) or alpha (elu).")
-
-    @property
-    def swish_beta(self) -> float:
-        b = c_double()
-        capi.cudnnGetActivationDescriptorSwishBeta(self.ptr, byref(b))
-        return b.value
-
-
-
-class _LRNDescriptor(Descriptor):
-    """A ``cudnnLRNDescriptor_t`` of settings :class:`cudnn_py.LRN` validated: window ``n``, ``alpha``, ``beta``,
-    ``k``; read back from cuDNN."""
-
-    _handle_type = capi.cudnnLRNDescriptor_t
-    _create_fn, _destroy_fn = "cudnnCreateLRNDescriptor", "cudnnDestroyLRNDescriptor"
-    _shown = ("n", "alpha", "beta", "k")
-    _cache_name = "descriptors.lrn"
-
-    def __init__(self, n: int, alpha: float, beta: float, k: float):
-        super().__init__()
-        capi.cudnnSetLRNDescriptor(self._ptr, n, alpha, beta, k)
-
-    def _get(self):
-        n, a, b, k = c_uint(), c_double(), c_double(), c_double()
-        capi.cudnnGetLRNDescriptor(self.ptr, byref(n), byref(a), byref(b), byref(k))
-        return n.value, a.value, b.value, k.value
-
-    n = _field(0, "The window (channels).")
-    alpha = _field(1, "The variance scale.")
-    beta = _field(2, "The power.")
-    k = _field(3, "The bias.")
-
-
 # --- op-tensor, reduce-tensor -------------------------------------------------------------------------
 
 class _OpTensorDescriptor(Descriptor):
@@ -601,7 +505,7 @@ class _OpTensorDescriptor(Descriptor):
 
     def __init__(self, op: capi.cudnnOpTensorOp_t, compute_dtype: capi.cudnnDataType_t, nan_propagation: bool):
         super().__init__()
-        capi.cudnnSetOpTensorDescriptor(self._ptr, op, compute_dtype, _c_nan(nan_propagation))
+        capi.cudnnSetOpTensorDescriptor(self._ptr, op, compute_dtype, c_nan(nan_propagation))
 
     def _get(self):
         op, ct, nan = c_int(), c_int(), c_int()
@@ -609,9 +513,9 @@ class _OpTensorDescriptor(Descriptor):
         return (capi.cudnnOpTensorOp_t(op.value), capi.cudnnDataType_t(ct.value),
                 capi.cudnnNanPropagation_t(nan.value))
 
-    op = _field(0, "The ``cudnnOpTensorOp_t``.")
-    compute_type = _field(1, "The ``cudnnDataType_t`` the op computes in.")
-    nan_propagation = _field(2, "The ``cudnnNanPropagation_t``.")
+    op = read_back(0, "The ``cudnnOpTensorOp_t``.")
+    compute_type = read_back(1, "The ``cudnnDataType_t`` the op computes in.")
+    nan_propagation = read_back(2, "The ``cudnnNanPropagation_t``.")
 
 
 class _TensorOpSettings(Settings):
@@ -694,7 +598,7 @@ class _ReduceTensorDescriptor(Descriptor):
     def __init__(self, op: capi.cudnnReduceTensorOp_t, compute_dtype: capi.cudnnDataType_t, nan_propagation: bool,
                  indices: capi.cudnnReduceTensorIndices_t, indices_type: capi.cudnnIndicesType_t):
         super().__init__()
-        capi.cudnnSetReduceTensorDescriptor(self._ptr, op, compute_dtype, _c_nan(nan_propagation), indices,
+        capi.cudnnSetReduceTensorDescriptor(self._ptr, op, compute_dtype, c_nan(nan_propagation), indices,
                                             indices_type)
 
     def _get(self):
@@ -704,11 +608,11 @@ class _ReduceTensorDescriptor(Descriptor):
                 capi.cudnnNanPropagation_t(nan.value), capi.cudnnReduceTensorIndices_t(ind.value),
                 capi.cudnnIndicesType_t(it.value))
 
-    op = _field(0, "The ``cudnnReduceTensorOp_t``.")
-    compute_type = _field(1, "The ``cudnnDataType_t`` the reduction computes in.")
-    nan_propagation = _field(2, "The ``cudnnNanPropagation_t``.")
-    indices = _field(3, "The ``cudnnReduceTensorIndices_t``.")
-    indices_type = _field(4, "The ``cudnnIndicesType_t``.")
+    op = read_back(0, "The ``cudnnReduceTensorOp_t``.")
+    compute_type = read_back(1, "The ``cudnnDataType_t`` the reduction computes in.")
+    nan_propagation = read_back(2, "The ``cudnnNanPropagation_t``.")
+    indices = read_back(3, "The ``cudnnReduceTensorIndices_t``.")
+    indices_type = read_back(4, "The ``cudnnIndicesType_t``.")
 
 
 class ReduceTensor(_TensorOpSettings):
@@ -872,87 +776,12 @@ def convolution_output_shape(x_shape: Sequence[int], w_shape: Sequence[int], pad
     return conv.output_shape(tensor_descriptor(x_shape, dt), filter_descriptor(w_shape, dt))
 
 
-def pooling_output_shape(x_shape: Sequence[int], mode: str | int = "max", window: int | Sequence[int] = 2,
-                         padding: int | Sequence[int] = 0, stride: int | Sequence[int] | None = None, *,
-                         dtype: DTypeLike = np.float32) -> tuple[int, ...]:
-    """The forward output shape of pooling input ``x_shape`` (N, C, spatial...), as cuDNN computes it."""
-    x_shape = dims(x_shape, "x_shape", 3)
-    pool = _PoolingDescriptor.shared(*_pooling_settings(mode, window, padding, stride, len(x_shape) - 2, False))
-    return pool.output_shape(tensor_descriptor(x_shape, legacy_dtype(dtype, "pooling")))
-
-
 # --- deprecated names: each warns, then makes what it made before -----------------------------------------------
 
 def _deprecated(old: str, make, use: str):
     """``old`` as a deprecated alias of ``make`` (which builds what ``old`` built); its warning says to use ``use``."""
     make.__qualname__ = use
     return alias(old, make)
-
-
-def _pooling_settings(mode, window, padding, stride, ndim, nan_propagation) -> tuple:
-    """(mode, nan_propagation, window, padding, stride) for ``ndim`` spatial dims (None: from the tuples, else 2)."""
-    from cudnn_py.ops.pooling import Pooling
-    n = spatial_ndim(ndim, (window, padding, stride))
-    pool = Pooling(mode, window, padding, stride, nan_propagation=nan_propagation)
-    return (pool.mode, pool.nan_propagation) + pool.params(n)
-
-
-def _new_pooling(mode="max", window=2, padding=0, stride=None, *, ndim=None, nan_propagation=False):
-    return _PoolingDescriptor(*_pooling_settings(mode, window, padding, stride, ndim, nan_propagation))
-
-
-def _shared_pooling(mode="max", window=2, padding=0, stride=None, *, ndim=None, nan_propagation=False):
-    return _PoolingDescriptor.shared(*_pooling_settings(mode, window, padding, stride, ndim, nan_propagation))
-
-
-PoolingDescriptor = _deprecated("PoolingDescriptor", _new_pooling, "cudnn_py.Pooling")
-pooling_descriptor = _deprecated("pooling_descriptor", _shared_pooling, "cudnn_py.Pooling")
-
-
-def _activation_settings(mode, coef, nan_propagation, swish_beta) -> tuple:
-    """(mode, nan_propagation, coef, swish_beta) validated by :class:`cudnn_py.Activation`."""
-    from cudnn_py.ops.activation import Activation
-    act = Activation(mode, coef, 1.0 if swish_beta is None else swish_beta, nan_propagation=nan_propagation)
-    return act.mode, act.nan_propagation, act.coef, act.swish_beta
-
-
-def _new_activation(mode="relu", coef=0.0, *, nan_propagation=False, swish_beta=None):
-    return _ActivationDescriptor(*_activation_settings(mode, coef, nan_propagation, swish_beta))
-
-
-def _shared_activation(mode="relu", coef=0.0, *, nan_propagation=False, swish_beta=None):
-    return _ActivationDescriptor.shared(*_activation_settings(mode, coef, nan_propagation, swish_beta))
-
-
-ActivationDescriptor = _deprecated("ActivationDescriptor", _new_activation, "cudnn_py.Activation")
-activation_descriptor = _deprecated("activation_descriptor", _shared_activation, "cudnn_py.Activation")
-
-
-def _lrn_settings(n, alpha, beta, k) -> tuple:
-    """(n, alpha, beta, k) validated by :class:`cudnn_py.LRN`."""
-    from cudnn_py.ops.lrn import LRN
-    lrn = LRN(n, alpha, beta, k)
-    return lrn.n, lrn.alpha, lrn.beta, lrn.k
-
-
-def _new_lrn(n=5, alpha=1e-4, beta=0.75, k=2.0):
-    return _LRNDescriptor(*_lrn_settings(n, alpha, beta, k))
-
-
-def _shared_lrn(n=5, alpha=1e-4, beta=0.75, k=2.0):
-    return _LRNDescriptor.shared(*_lrn_settings(n, alpha, beta, k))
-
-
-LRNDescriptor = _deprecated("LRNDescriptor", _new_lrn, "cudnn_py.LRN")
-lrn_descriptor = _deprecated("lrn_descriptor", _shared_lrn, "cudnn_py.LRN")
-
-
-def _new_dropout(handle, dropout=0.5, seed=0):
-    from cudnn_py.ops.dropout import Dropout
-    return Dropout(handle, dropout, seed)
-
-
-DropoutDescriptor = _deprecated("DropoutDescriptor", _new_dropout, "cudnn_py.Dropout")
 
 
 def _clear_caches() -> None:

@@ -19,7 +19,7 @@ PARAMS = {"sigmoid": {}, "relu": {}, "tanh": {}, "clipped_relu": {"coef": 0.8}, 
 
 
 def ActivationDescriptor(*args, **kw):
-    """The deprecated cudnn_py.descriptors.ActivationDescriptor: it warns, then makes its own descriptor as before."""
+    """The deprecated cudnn_py.descriptors.ActivationDescriptor: it warns, then makes the settings object of the concept."""
     with pytest.warns(DeprecationWarning, match="ActivationDescriptor is deprecated, use cudnn_py.Activation"):
         return descriptors.ActivationDescriptor(*args, **kw)
 
@@ -87,11 +87,10 @@ def test_validation_names_the_parameter(kw, exc, words):
 
 def test_old_names_warn_and_still_work():
     d = ActivationDescriptor("clipped_relu", 6.0, nan_propagation=True)
-    assert d.mode is capi.CUDNN_ACTIVATION_CLIPPED_RELU and d.coef == 6.0
-    assert isinstance(d.ptr, capi.cudnnActivationDescriptor_t) and d.ptr.value
+    assert d == Activation("clipped_relu", 6.0, nan_propagation=True) and d.descriptor.value
     with pytest.warns(DeprecationWarning, match="activation_descriptor is deprecated"):
         shared = descriptors.activation_descriptor("elu", 0.5)
-    assert shared.ptr.value == Activation("elu", 0.5).descriptor.value  # the one shared descriptor
+    assert shared.descriptor.value == Activation("elu", 0.5).descriptor.value  # the one shared descriptor
     # what the old class made is still taken by the calls (validation runs before C)
     with pytest.raises(ValueError, match="y has shape"):
         activation_forward(NoCallHandle(), d, fake((2, 3)), fake((2, 4)))

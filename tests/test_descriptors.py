@@ -5,8 +5,12 @@ import gc
 import numpy as np
 import pytest
 
+import cudnn_py
 from cudnn_py import caches, capi
 from cudnn_py import descriptors as D
+from cudnn_py.ops import activation, lrn, pooling
+from cudnn_py.ops.activation import Activation
+from cudnn_py.ops.lrn import LRN
 from cudnn_py.ops.pooling import Pooling
 from cudnn_py.errors import ClosedError, CudnnBadParamError
 from cudnn_py.memory import DeviceArray
@@ -208,19 +212,17 @@ def test_convolution_bad(kw, exc, msg):
 
 # --- pooling ------------------------------------------------------------------------------------------
 
-def test_old_pooling_descriptor_warns_and_reads_back():
+def test_old_pooling_descriptor_warns_and_builds_a_pooling():
+    """The deprecated name lives with its family (cudnn_py.ops.pooling; this module forwards it) and builds the one
+    class of the concept, Pooling."""
     p = old("PoolingDescriptor", "avg", 3, 1, 2)
+    assert p == Pooling("avg", 3, 1, 2) and type(p) is Pooling
     assert p.mode is capi.cudnnPoolingMode_t.CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING
-    assert p.window == (3, 3) and p.padding == (1, 1) and p.stride == (2, 2)
-    assert p.nan_propagation is capi.cudnnNanPropagation_t.CUDNN_NOT_PROPAGATE_NAN
+    assert p.params(2) == ((3, 3), (1, 1), (2, 2)) and p.nan_propagation is False
     q = old("PoolingDescriptor", "max", (2, 3, 4), nan_propagation=True)
-    assert q.stride == (2, 3, 4) and q.ndim == 3  # stride defaults to the window
-    assert q.nan_propagation is capi.cudnnNanPropagation_t.CUDNN_PROPAGATE_NAN
-    r = old("PoolingDescriptor", "average_count_include_padding", 2)
-    assert r.mode is capi.cudnnPoolingMode_t.CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING
-    assert isinstance(r.ptr, capi.cudnnPoolingDescriptor_t) and r.ptr.value
-    r.close()
-    assert r.closed  # its own descriptor, as before
+    assert q.stride == (2, 3, 4) and q.nan_propagation is True  # stride defaults to the window
+    assert D.PoolingDescriptor is pooling.PoolingDescriptor and cudnn_py.PoolingDescriptor is pooling.PoolingDescriptor
+    assert "PoolingDescriptor" not in cudnn_py.__all__ and "PoolingDescriptor" not in D.__all__
 
 
 @pytest.mark.parametrize("x,kw,expected", [
@@ -237,17 +239,17 @@ def test_pooling_bad():
         D.PoolingDescriptor("maxx")
     with pytest.raises(ValueError, match="window must be >= 1"), pytest.warns(DeprecationWarning):
         D.PoolingDescriptor("max", 0)
-    with pytest.raises(ValueError, match="needs 4"):
-        old("PoolingDescriptor", "max", 2).output_shape((1, 1, 8))
+    with pytest.raises(ValueError, match="pooling takes N, C and 1 to 3 spatial dimensions"):
+        old("PoolingDescriptor", "max", 2).output_shape((1, 8))
 
 
 # --- activation, LRN, op-tensor, reduce-tensor -----------------------------------------------------------
 
 def test_old_activation_descriptor_warns_and_reads_back():
     a = old("ActivationDescriptor", "clipped_relu", 6.0, nan_propagation=True)
-    assert a.mode is capi.cudnnActivationMode_t.CUDNN_ACTIVATION_CLIPPED_RELU
-    assert a.coef == 6.0
-    assert a.nan_propagation is capi.cudnnNanPropagation_t.CUDNN_PROPAGATE_NAN
+    assert a == Activation("clipped_relu", 6.0, nan_propagation=True) and type(a) is Activation
+    assert a.mode is capi.cudnnActivationMode_t.CUDNN_ACTIVATION_CLIPPED_RELU and a.coef == 6.0
+    assert a.nan_propagation is True
     s = old("ActivationDescriptor", "swish", swish_beta=1.5)
     assert s.swish_beta == 1.5
     with pytest.raises(ValueError, match="mode must be one of"), pytest.warns(DeprecationWarning):
@@ -256,7 +258,7 @@ def test_old_activation_descriptor_warns_and_reads_back():
 
 def test_old_lrn_descriptor_warns_reads_back_and_bounds():
     d = old("LRNDescriptor", 7, 2e-4, 0.5, 1.5)
-    assert (d.n, d.alpha, d.beta, d.k) == (7, 2e-4, 0.5, 1.5)
+    assert (d.n, d.alpha, d.beta, d.k) == (7, 2e-4, 0.5, 1.5) and type(d) is LRN
     with pytest.raises(ValueError, match="window n"), pytest.warns(DeprecationWarning):
         D.LRNDescriptor(n=17)
     with pytest.raises(ValueError, match="k must be"), pytest.warns(DeprecationWarning):
@@ -341,9 +343,9 @@ ALL = [  # the C descriptor classes (the settings classes share these; the depre
     lambda: D.TensorDescriptor((2, 3)), lambda: D.FilterDescriptor((2, 3, 3)),
     lambda: D._ConvolutionDescriptor((0, 0), (1, 1), (1, 1), capi.CUDNN_CROSS_CORRELATION, capi.CUDNN_DATA_FLOAT, 1,
                                      capi.CUDNN_DEFAULT_MATH),
-    lambda: D._PoolingDescriptor(capi.CUDNN_POOLING_MAX, False, (2, 2), (0, 0), (2, 2)),
-    lambda: D._ActivationDescriptor(capi.CUDNN_ACTIVATION_RELU, False, 0.0, 1.0),
-    lambda: D._LRNDescriptor(5, 1e-4, 0.75, 2.0),
+    lambda: pooling._PoolingDescriptor(capi.CUDNN_POOLING_MAX, False, (2, 2), (0, 0), (2, 2)),
+    lambda: activation._ActivationDescriptor(capi.CUDNN_ACTIVATION_RELU, False, 0.0, 1.0),
+    lambda: lrn._LRNDescriptor(5, 1e-4, 0.75, 2.0),
     lambda: D._OpTensorDescriptor(capi.CUDNN_OP_TENSOR_ADD, capi.CUDNN_DATA_FLOAT, False),
     lambda: D._ReduceTensorDescriptor(capi.CUDNN_REDUCE_TENSOR_ADD, capi.CUDNN_DATA_FLOAT, False,
                                       capi.CUDNN_REDUCE_TENSOR_NO_INDICES, capi.CUDNN_32BIT_INDICES),
@@ -404,10 +406,11 @@ def test_repr_shows_the_settings_read_back(make):
 
 def test_ndim_comes_from_the_first_sequence_argument():
     assert old("ConvolutionDescriptor", 1, (2, 2, 2)).ndim == 3
-    assert old("PoolingDescriptor", "max", 2, (0, 0, 0)).ndim == 3
-    assert old("PoolingDescriptor", "max", 2, ndim=np.int64(1)).window == (2,)
+    assert old("PoolingDescriptor", "max", 2, ndim=np.int64(1)).params(1)[0] == (2,)
     with pytest.raises(ValueError, match="ndim"), pytest.warns(DeprecationWarning):
         D.PoolingDescriptor("max", 2, ndim=True)
+    with pytest.raises(ValueError, match="expected 3"), pytest.warns(DeprecationWarning):
+        D.PoolingDescriptor("max", (2, 2), ndim=3)
 
 
 def test_cached_factories_share_and_ignore_close():
@@ -420,9 +423,9 @@ def test_cached_factories_share_and_ignore_close():
     assert D.filter_descriptor((4, 3, 3, 3)) is D.filter_descriptor((4, 3, 3, 3))
     assert old("convolution_descriptor", 1, 2) is old("convolution_descriptor", 1, 2)
     assert old("convolution_descriptor", 1, 2) is not old("convolution_descriptor", 1, 1)
-    assert old("pooling_descriptor", "max", 2) is old("pooling_descriptor", "max", 2)
-    assert old("activation_descriptor", "relu") is old("activation_descriptor", "relu")
-    assert old("lrn_descriptor") is old("lrn_descriptor")
+    assert old("pooling_descriptor", "max", 2) == Pooling("max", 2)
+    assert old("activation_descriptor", "relu") == Activation("relu")
+    assert old("lrn_descriptor") == LRN()
     assert old("op_tensor_descriptor", "add") is old("op_tensor_descriptor", "add")
     assert old("reduce_tensor_descriptor", "max") is old("reduce_tensor_descriptor", "max")
 

@@ -22,7 +22,7 @@ PARAMS = [dict(n=5, alpha=1e-4, beta=0.75, k=2.0), dict(n=3, alpha=0.8, beta=0.6
 
 
 def LRNDescriptor(*args, **kw):
-    """The deprecated cudnn_py.descriptors.LRNDescriptor: it warns, then makes its own descriptor as before."""
+    """The deprecated cudnn_py.descriptors.LRNDescriptor: it warns, then makes the settings object of the concept."""
     with pytest.warns(DeprecationWarning, match="LRNDescriptor is deprecated, use cudnn_py.LRN"):
         return descriptors.LRNDescriptor(*args, **kw)
 
@@ -86,10 +86,10 @@ def test_settings_read_back_and_shared_descriptor():
 
 def test_old_names_warn_and_still_work():
     d = LRNDescriptor(7, 2e-4, 0.5, 1.5)
-    assert (d.n, d.alpha, d.beta, d.k) == (7, 2e-4, 0.5, 1.5) and d.ptr.value
+    assert d == LRN(7, 2e-4, 0.5, 1.5) and d.descriptor.value
     with pytest.warns(DeprecationWarning, match="lrn_descriptor is deprecated"):
         shared = descriptors.lrn_descriptor()
-    assert shared.ptr.value == LRN().descriptor.value  # the one shared descriptor
+    assert shared.descriptor.value == LRN().descriptor.value  # the one shared descriptor
     with pytest.raises(ValueError, match="4-D or 5-D"):  # still taken by the calls
         lrn_forward(NoCallHandle(), d, fake((2, 3, 4)))
 

@@ -24,7 +24,7 @@ CASES = [((2, 3, 8, 9), (2, 2), (0, 0), (2, 2)),
 
 
 def PoolingDescriptor(*args, **kw):
-    """The deprecated cudnn_py.descriptors.PoolingDescriptor: it warns, then makes its own descriptor as before."""
+    """The deprecated cudnn_py.descriptors.PoolingDescriptor: it warns, then makes the Pooling of its settings."""
     with pytest.warns(DeprecationWarning, match="PoolingDescriptor is deprecated, use cudnn_py.Pooling"):
         return descriptors.PoolingDescriptor(*args, **kw)
 
@@ -118,11 +118,11 @@ def test_window_and_padding_beyond_the_c_int_range():
 
 def test_old_names_warn_and_still_work():
     d = PoolingDescriptor("avg", 3, 1, 2)
-    assert d.window == (3, 3) and isinstance(d.ptr, capi.cudnnPoolingDescriptor_t)
+    assert d == Pooling("avg", 3, 1, 2) and d.descriptor(2).value == Pooling("avg", 3, 1, 2).descriptor(2).value
     with pytest.warns(DeprecationWarning, match="pooling_descriptor is deprecated"):
         shared = descriptors.pooling_descriptor("max", 2)
-    assert shared.ptr.value == Pooling("max", 2).descriptor(2).value  # the one shared descriptor
-    assert descriptors.pooling_output_shape((2, 3, 9, 9), "avg", 3, 1, 2) == (2, 3, 5, 5)
+    assert shared.descriptor(2).value == Pooling("max", 2).descriptor(2).value  # the one shared descriptor
+    assert descriptors.pooling_output_shape((2, 3, 9, 9), "avg", 3, 1, 2) == (2, 3, 5, 5)  # the old path
 
 
 @pytest.mark.parametrize("call,exc,words", [
@@ -143,7 +143,7 @@ def test_old_names_warn_and_still_work():
     (lambda h: pooling_backward(h, Pooling("max", 2), fake((2, 3, 8, 8)), fake((2, 3, 4, 4)),
                                 fake((2, 3, 4, 4), np.float64)), TypeError, "dy has dtype"),
     (lambda h: pooling_forward(h, PoolingDescriptor("max", (2, 2, 2)), fake((2, 3, 8, 8))),
-     ValueError, "PoolingDescriptor"),
+     ValueError, "window"),
 ])
 def test_bad_input_is_rejected_before_c(call, exc, words):
     with pytest.raises(exc, match=words):
@@ -225,7 +225,7 @@ def test_channels_last_arrays(handle, rng, mode):
 
 @pytest.mark.gpu
 def test_core_pooling_descriptor_and_raw_capi_path(handle, rng):
-    """The same max pooling through a core PoolingDescriptor and through capi calls written out by hand."""
+    """The same max pooling through the deprecated PoolingDescriptor (a Pooling now) and through capi calls by hand."""
     import cudnn_py as cudnn
     x = ref.distinct_values((2, 3, 6, 8), rng)
     y_ref = ref.forward(x, "max", (2, 2), (0, 0), (2, 2))

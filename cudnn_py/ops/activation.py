@@ -24,12 +24,15 @@ Raw C path::
 """
 from __future__ import annotations
 
-from cudnn_py.memory import DeviceArray, DeviceArrayLike
+from ctypes import byref, c_double, c_int
+
 from cudnn_py import caches, capi
+from cudnn_py._deprecation import alias
 from cudnn_py.args import enum_member, float_arg, nan_flag, scaling
-from cudnn_py.descriptors import Settings, _ActivationDescriptor
+from cudnn_py.descriptors import Descriptor, Settings, c_nan, read_back
 from cudnn_py.graph import legacy as gl
 from cudnn_py.handle import Handle, handle_arg
+from cudnn_py.memory import DeviceArray, DeviceArrayLike
 from cudnn_py.ops._common import Out, check_array, desc, output, scalars
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
@@ -41,6 +44,36 @@ ACTIVATION_MODES = {
     "clipped_relu": capi.CUDNN_ACTIVATION_CLIPPED_RELU, "elu": capi.CUDNN_ACTIVATION_ELU,
     "identity": capi.CUDNN_ACTIVATION_IDENTITY, "swish": capi.CUDNN_ACTIVATION_SWISH,
 }
+
+
+class _ActivationDescriptor(Descriptor):
+    """A ``cudnnActivationDescriptor_t`` of settings :class:`cudnn_py.Activation` validated: ``mode``,
+    ``nan_propagation`` (bool), ``coef`` and ``swish_beta``; read back from cuDNN."""
+
+    _handle_type = capi.cudnnActivationDescriptor_t
+    _create_fn, _destroy_fn = "cudnnCreateActivationDescriptor", "cudnnDestroyActivationDescriptor"
+    _shown = ("mode", "coef", "nan_propagation")
+    _cache_name = "descriptors.activation"
+
+    def __init__(self, mode: capi.cudnnActivationMode_t, nan_propagation: bool, coef: float, swish_beta: float):
+        super().__init__()
+        capi.cudnnSetActivationDescriptor(self._ptr, mode, c_nan(nan_propagation), coef)
+        capi.cudnnSetActivationDescriptorSwishBeta(self._ptr, swish_beta)
+
+    def _get(self):
+        mode, nan, coef = c_int(), c_int(), c_double()
+        capi.cudnnGetActivationDescriptor(self.ptr, byref(mode), byref(nan), byref(coef))
+        return capi.cudnnActivationMode_t(mode.value), capi.cudnnNanPropagation_t(nan.value), coef.value
+
+    mode = read_back(0, "The ``cudnnActivationMode_t``.")
+    nan_propagation = read_back(1, "The ``cudnnNanPropagation_t``.")
+    coef = read_back(2, "The clipping threshold (clipped_relu) or alpha (elu).")
+
+    @property
+    def swish_beta(self) -> float:
+        b = c_double()
+        capi.cudnnGetActivationDescriptorSwishBeta(self.ptr, byref(b))
+        return b.value
 
 
 class Activation(Settings):
@@ -92,9 +125,9 @@ class Activation(Settings):
 _BY_MODE = caches.shared("activation.by_mode")
 
 
-def _as_activation(act) -> Activation:
-    """An :class:`Activation` from itself, a mode name or ``cudnnActivationMode_t`` member (then coef 0, swish_beta 1),
-    or what the deprecated ActivationDescriptor made."""
+def activation_of(act: Activation | str | int) -> Activation:
+    """An :class:`Activation` from itself or a mode name or ``cudnnActivationMode_t`` member (then coef 0, swish_beta
+    1; one shared instance per mode, which holds its C descriptor)."""
     if isinstance(act, Activation):
         return act
     if isinstance(act, (str, capi.cudnnActivationMode_t)):
@@ -102,22 +135,19 @@ def _as_activation(act) -> Activation:
         if got is None:
             got = _BY_MODE.setdefault(act, Activation(act))
         return got
-    if isinstance(act, _ActivationDescriptor):
-        return Activation(act.mode, act.coef, act.swish_beta, nan_propagation=act.nan_propagation)
     raise InvalidTypeError(f"activation must be an Activation, a mode name or a cudnnActivationMode_t, got {act!r}")
 
 
-def activation_descriptor(act) -> capi.cudnnActivationDescriptor_t | None:
+def activation_c_descriptor(act: Activation | str | int) -> capi.cudnnActivationDescriptor_t | None:
     """The C descriptor of an activation (equal settings share one: :attr:`Activation.descriptor`).
 
-    :param act: an :class:`Activation`, a mode name or a ``cudnnActivationMode_t`` member (then coef 0, swish_beta 1),
-        or a deprecated ``ActivationDescriptor``.
+    :param act: an :class:`Activation`, a mode name or a ``cudnnActivationMode_t`` member (then coef 0, swish_beta 1).
     :returns: its ``cudnnActivationDescriptor_t``; None for identity, which cuDNN refuses in
         cudnnActivationForward/Backward (it is meant for the fused convolution-bias-activation call) and which the
         calls here do as a plain scaled copy instead.
     :raises InvalidTypeError: ``act`` is none of these.
     """
-    a = _as_activation(act)
+    a = activation_of(act)
     return None if a.mode == capi.CUDNN_ACTIVATION_IDENTITY else a.descriptor
 
 
@@ -132,7 +162,7 @@ _GRAPH_MODES = {
 
 def _graph_activation(act) -> tuple[str, str, tuple]:
     """(forward mode, backward mode, pointwise settings) of an activation for the graph path."""
-    a = _as_activation(act)
+    a = activation_of(act)
     mode, coef, beta, nan = a.mode, a.coef, a.swish_beta, a.nan_propagation
     if nan:
         raise gl.GraphPathRefused("engine='graph' has no NaN-propagation setting; use engine='legacy'")
@@ -175,7 +205,7 @@ def activation_forward(handle: Handle, activation: Activation | str | int, x: De
     alpha, beta = scaling(alpha=alpha, beta=beta)
     handle = handle_arg(handle)
     engine = gl.engine_arg(engine)
-    act = activation_descriptor(activation)
+    act = activation_c_descriptor(activation)
     xa = check_array(x, "x", handle, floating=True)
     ya = output(y, "y", handle, xa.shape, xa.dtype)
     if gl.attempt(engine, lambda auto: _graph_forward(handle, activation, xa, ya, alpha, beta, auto)):
@@ -198,7 +228,7 @@ def activation_backward(handle: Handle, activation: Activation | str | int, x: D
     alpha, beta = scaling(alpha=alpha, beta=beta)
     handle = handle_arg(handle)
     engine = gl.engine_arg(engine)
-    act = activation_descriptor(activation)
+    act = activation_c_descriptor(activation)
     xa = check_array(x, "x", handle, floating=True)
     ya = check_array(y, "y", handle, dtype=xa.dtype, shape=xa.shape)
     dya = check_array(dy, "dy", handle, dtype=xa.dtype, shape=xa.shape)
@@ -214,3 +244,16 @@ def activation_backward(handle: Handle, activation: Activation | str | int, x: D
     capi.cudnnActivationBackward(handle.ptr, act, al, yd.ptr, ya.ptr, dyd.ptr, dya.ptr, xd.ptr, xa.ptr, be,
                                  dxd.ptr, dxa.ptr)
     return dxa if dx is None else dx
+
+
+# ---------------------------------------------------------------- deprecated names
+
+def _activation(mode="relu", coef=0.0, *, nan_propagation=False, swish_beta=None) -> Activation:
+    """What the deprecated ActivationDescriptor and activation_descriptor make: the :class:`Activation` of these
+    settings."""
+    return Activation(mode, coef, 1.0 if swish_beta is None else swish_beta, nan_propagation=nan_propagation)
+
+
+_activation.__qualname__ = "cudnn_py.Activation"
+ActivationDescriptor = alias("ActivationDescriptor", _activation)
+activation_descriptor = alias("activation_descriptor", _activation)

@@ -30,6 +30,7 @@ from cudnn_py.errors import InvalidTypeError, InvalidValueError, WorkspaceLimitE
 from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray, DeviceArrayLike, array_signature, empty, zeros
 from cudnn_py.ops._common import Out, enum_arg, scalars
+from cudnn_py.ops.activation import activation_of
 from cudnn_py.ops.convolution import Convolution, Geometry, logical, packed_strides, physical, unit_height
 
 __all__ = ["convolution_forward", "convolution_backward_data", "convolution_backward_filter",
@@ -469,10 +470,10 @@ def convolution_bias_activation_forward(handle: Handle, conv: Convolution, x: De
             raise InvalidValueError(f"z must look like y (shape, strides, dtype, device {ys}), got {zs}")
     xp = _pad_input(handle, p.g, x_ptr) if p.g.asym else None
     a1, a2 = scalars(p.scaling, alpha, beta)
-    act_desc = _d.activation_descriptor(act, 0.0)  # held here: the shared cache may drop it during the call
+    act_desc = activation_of(act)  # holds its C descriptor for the call (and after: one per mode)
     capi.cudnnConvolutionBiasActivationForward(
         handle.ptr, a1, p.a, x_ptr if xp is None else xp.ptr, p.b, w_ptr, p.conv_desc, p.algo, ws_ptr, p.ws, a2,
-        p.c, z_ptr, bplan[1], b_ptr, act_desc.ptr, p.c, y_ptr)
+        p.c, z_ptr, bplan[1], b_ptr, act_desc.descriptor, p.c, y_ptr)
     return out
 
 

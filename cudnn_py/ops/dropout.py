@@ -27,7 +27,7 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from cudnn_py import capi
-from cudnn_py._deprecation import renamed_kwargs, warn
+from cudnn_py._deprecation import alias, renamed_kwargs, warn
 from cudnn_py.args import float_arg, handle_ptr, int_arg, int_tuple
 from cudnn_py.descriptors import Descriptor
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
@@ -172,3 +172,14 @@ def dropout_backward(handle: Handle, dropout: Dropout, dy: DeviceArrayLike, rese
     ra = byte_buffer(reserve, "reserve", handle, need.value, _RESERVE_HINT)
     capi.cudnnDropoutBackward(handle.ptr, dp, dyd.ptr, dya.ptr, dxd.ptr, dxa.ptr, ra.ptr, ra.nbytes)
     return dxa
+
+
+# ---------------------------------------------------------------- deprecated names
+
+def _dropout(handle: Handle, dropout: float = 0.5, seed: int = 0) -> Dropout:
+    """What the deprecated DropoutDescriptor makes: a :class:`Dropout`."""
+    return Dropout(handle, dropout, seed)
+
+
+_dropout.__qualname__ = "cudnn_py.Dropout"
+DropoutDescriptor = alias("DropoutDescriptor", _dropout)

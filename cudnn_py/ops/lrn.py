@@ -24,11 +24,13 @@ Raw C path::
 """
 from __future__ import annotations
 
+from ctypes import byref, c_double, c_uint
 from typing import NamedTuple
 
 from cudnn_py import capi
+from cudnn_py._deprecation import alias
 from cudnn_py.args import float_arg, int_arg, scaling
-from cudnn_py.descriptors import Settings, _LRNDescriptor
+from cudnn_py.descriptors import Descriptor, Settings, read_back
 from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray, DeviceArrayLike
 from cudnn_py.ops._common import Out, check_array, desc, empty_strided, output, scalars
@@ -36,6 +38,30 @@ from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["LRN", "lrn_forward", "lrn_backward", "divisive_normalization_forward", "divisive_normalization_backward",
            "DivisiveNormalizationGrads"]
+
+
+class _LRNDescriptor(Descriptor):
+    """A ``cudnnLRNDescriptor_t`` of settings :class:`cudnn_py.LRN` validated: window ``n``, ``alpha``, ``beta``,
+    ``k``; read back from cuDNN."""
+
+    _handle_type = capi.cudnnLRNDescriptor_t
+    _create_fn, _destroy_fn = "cudnnCreateLRNDescriptor", "cudnnDestroyLRNDescriptor"
+    _shown = ("n", "alpha", "beta", "k")
+    _cache_name = "descriptors.lrn"
+
+    def __init__(self, n: int, alpha: float, beta: float, k: float):
+        super().__init__()
+        capi.cudnnSetLRNDescriptor(self._ptr, n, alpha, beta, k)
+
+    def _get(self):
+        n, a, b, k = c_uint(), c_double(), c_double(), c_double()
+        capi.cudnnGetLRNDescriptor(self.ptr, byref(n), byref(a), byref(b), byref(k))
+        return n.value, a.value, b.value, k.value
+
+    n = read_back(0, "The window (channels).")
+    alpha = read_back(1, "The variance scale.")
+    beta = read_back(2, "The power.")
+    k = read_back(3, "The bias.")
 
 
 class LRN(Settings):
@@ -87,8 +113,6 @@ class DivisiveNormalizationGrads(NamedTuple):
 def _lrn_desc(lrn) -> capi.cudnnLRNDescriptor_t:
     if isinstance(lrn, LRN):
         return lrn.descriptor
-    if isinstance(lrn, _LRNDescriptor):  # what the deprecated LRNDescriptor made
-        return lrn.ptr
     raise InvalidTypeError(f"lrn must be a cudnn_py.LRN, got {type(lrn).__name__}")
 
 
@@ -200,3 +224,15 @@ def divisive_normalization_backward(handle: Handle, lrn: LRN, x: DeviceArrayLike
                                             xa.ptr, None if ma is None else ma.ptr, dya.ptr, t1.ptr, t2.ptr, be,
                                             dxd.ptr, dxa.ptr, None if dma is None else dma.ptr)
     return DivisiveNormalizationGrads(dxa, dma)
+
+
+# ---------------------------------------------------------------- deprecated names
+
+def _lrn(n=5, alpha=1e-4, beta=0.75, k=2.0) -> LRN:
+    """What the deprecated LRNDescriptor and lrn_descriptor make: the :class:`LRN` of these settings."""
+    return LRN(n, alpha, beta, k)
+
+
+_lrn.__qualname__ = "cudnn_py.LRN"
+LRNDescriptor = alias("LRNDescriptor", _lrn)
+lrn_descriptor = alias("lrn_descriptor", _lrn)

@@ -23,12 +23,12 @@ from cudnn_py.memory import DeviceArray, empty
 from cudnn_py.ops._common import (
     byte_buffer, check_array, desc, empty_like, enum_arg, read_tensor_desc, scalars, tensor_desc,
 )
-from cudnn_py.ops.activation import activation_descriptor
+from cudnn_py.ops.activation import activation_c_descriptor
 
 
 def fused_activation(act) -> capi.cudnnActivationDescriptor_t:
     """The activation descriptor of a fused op: a mode name or an ``Activation``."""
-    d = activation_descriptor(act)
+    d = activation_c_descriptor(act)
     if d is None:
         raise InvalidValueError("the identity activation cannot be fused; use ops without an activation instead")
     return d

@@ -29,19 +29,24 @@ Raw C path (what these calls do)::
 from __future__ import annotations
 
 from collections.abc import Sequence
+from ctypes import byref, c_int
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from cudnn_py import capi
-from cudnn_py.args import INT32_MAX, enum_member, int_or_ints, int_tuple, ints, nan_flag, scaling
-from cudnn_py.descriptors import Settings, TensorDescriptor, _PoolingDescriptor
+from cudnn_py._deprecation import alias
+from cudnn_py.args import (DIM_MAX, INT32_MAX, dims, enum_member, int_or_ints, int_tuple, ints, nan_flag, scaling,
+                           spatial_ndim)
+from cudnn_py.descriptors import (Descriptor, Settings, TensorDescriptor, c_ints, c_nan, legacy_dtype, read_back,
+                                  tensor_descriptor)
 from cudnn_py.graph import legacy as gl
 from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray, DeviceArrayLike
 from cudnn_py.ops._common import Out, check_array, desc, empty_strided, scalars, tensor_desc
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
-__all__ = ["Pooling", "pooling_forward", "pooling_backward", "POOLING_MODES"]
+__all__ = ["Pooling", "pooling_forward", "pooling_backward", "pooling_output_shape", "POOLING_MODES"]
 
 #: the mode names :class:`Pooling` takes (any case; also a ``cudnnPoolingMode_t`` member, its value or full name)
 POOLING_MODES = {
@@ -66,6 +71,60 @@ def _param(v, name: str, minimum: int) -> int | tuple[int, ...]:
     if isinstance(t, tuple) and not 1 <= len(t) <= 3:
         raise InvalidValueError(f"{name} needs 1 to 3 values (one per spatial dimension), got {v!r}")
     return t
+
+
+class _PoolingDescriptor(Descriptor):
+    """A ``cudnnPoolingDescriptor_t`` of settings :class:`cudnn_py.Pooling` validated: ``mode``, ``nan_propagation``
+    (bool) and ``window``, ``padding``, ``stride`` (one int per spatial dimension); read back from cuDNN."""
+
+    _handle_type = capi.cudnnPoolingDescriptor_t
+    _create_fn, _destroy_fn = "cudnnCreatePoolingDescriptor", "cudnnDestroyPoolingDescriptor"
+    _shown = ("mode", "window", "padding", "stride", "nan_propagation")
+    _cache_name = "descriptors.pooling"
+
+    def __init__(self, mode: capi.cudnnPoolingMode_t, nan_propagation: bool, window: tuple[int, ...],
+                 padding: tuple[int, ...], stride: tuple[int, ...]):
+        super().__init__()
+        capi.cudnnSetPoolingNdDescriptor(self._ptr, mode, c_nan(nan_propagation), len(window), c_ints(window),
+                                         c_ints(padding), c_ints(stride))
+
+    def _get(self):
+        mode, nan, n = c_int(), c_int(), c_int()
+        win, pad, st = (c_int * DIM_MAX)(), (c_int * DIM_MAX)(), (c_int * DIM_MAX)()
+        capi.cudnnGetPoolingNdDescriptor(self.ptr, DIM_MAX - 2, byref(mode), byref(nan), byref(n), win, pad, st)
+        k = n.value
+        return (capi.cudnnPoolingMode_t(mode.value), capi.cudnnNanPropagation_t(nan.value),
+                tuple(win[:k]), tuple(pad[:k]), tuple(st[:k]))
+
+    mode = read_back(0, "The ``cudnnPoolingMode_t``.")
+    nan_propagation = read_back(1, "The ``cudnnNanPropagation_t``.")
+    window = read_back(2, "Window per spatial dimension.")
+    padding = read_back(3, "Padding per spatial dimension.")
+    stride = read_back(4, "Stride per spatial dimension.")
+
+    @property
+    def ndim(self) -> int:
+        """Spatial dimensions."""
+        return len(self._get()[2])
+
+    def output_shape(self, x) -> tuple[int, ...]:
+        """The forward output shape for input ``x`` (a TensorDescriptor, or a shape: float32), computed by
+        cuDNN (``cudnnGetPoolingNdForwardOutputDim``)."""
+        xd = x if isinstance(x, TensorDescriptor) else tensor_descriptor(dims(x, "input shape", 3), np.float32)
+        nd = xd.ndim
+        if nd != self.ndim + 2:
+            raise InvalidValueError(f"input has {nd} dims; this pooling needs {self.ndim + 2} (N, C, then "
+                             f"{self.ndim} spatial)")
+        _, _, win, pad, _ = self._get()
+        for i, (n, w, p) in enumerate(zip(xd.shape[2:], win, pad)):
+            if n + 2 * p < w:
+                raise InvalidValueError(f"spatial dim {i}: the pooling window ({w}) is larger than the padded input "
+                                 f"({n} + 2*{p})")
+            if n + 2 * p > INT32_MAX:
+                raise InvalidValueError(f"spatial dim {i}: the padded input ({n} + 2*{p}) exceeds cuDNN's int range")
+        out = (c_int * nd)()
+        capi.cudnnGetPoolingNdForwardOutputDim(self.ptr, xd.ptr, nd, out)
+        return tuple(out)
 
 
 class Pooling(Settings):
@@ -149,16 +208,10 @@ class Pooling(Settings):
 
 
 def _resolve(pool, x_shape) -> tuple[capi.cudnnPoolingDescriptor_t, tuple[int, ...]]:
-    """(descriptor handle, output shape) for a :class:`Pooling` (or what the deprecated PoolingDescriptor made)."""
+    """(descriptor handle, output shape) for a :class:`Pooling`."""
     if isinstance(pool, Pooling):
         y_shape = pool.output_shape(x_shape)
         return pool.descriptor(len(x_shape) - 2), y_shape
-    if isinstance(pool, _PoolingDescriptor):
-        mode, nan, win, pad, st = pool._get()
-        if len(x_shape) != len(win) + 2 or len(win) == 1:
-            raise InvalidValueError(f"x has shape {x_shape}; this PoolingDescriptor needs N, C and {len(win)} spatial "
-                                    f"dims (for 1-D pooling use cudnn_py.Pooling, which runs it as 2-D)")
-        return pool.ptr, Pooling(mode, win, pad, st).output_shape(x_shape)
     raise InvalidTypeError(f"pool must be a cudnn_py.Pooling, got {type(pool).__name__}")
 
 
@@ -322,3 +375,30 @@ def pooling_backward(handle: Handle, pool: Pooling, x: DeviceArrayLike, y: Devic
     capi.cudnnPoolingBackward(handle.ptr, pd, al, yd.ptr, ya.ptr, dyd.ptr, dya.ptr, xd.ptr, xa.ptr, be, dxd.ptr,
                               dxa.ptr)
     return dxa if dx is None else dx
+
+
+def pooling_output_shape(x_shape: Sequence[int], mode: str | int = "max", window: int | Sequence[int] = 2,
+                         padding: int | Sequence[int] = 0, stride: int | Sequence[int] | None = None, *,
+                         dtype: DTypeLike = np.float32) -> tuple[int, ...]:
+    """The forward output shape of pooling input ``x_shape`` (N, C, spatial...), as cuDNN computes it
+    (``cudnnGetPoolingNdForwardOutputDim``; :meth:`Pooling.output_shape` computes the same in Python)."""
+    x_shape = dims(x_shape, "x_shape", 3)
+    pool = Pooling(mode, window, padding, stride)
+    d = _PoolingDescriptor.shared(pool.mode, False, *pool.params(len(x_shape) - 2))
+    return d.output_shape(tensor_descriptor(x_shape, legacy_dtype(dtype, "pooling")))
+
+
+# ---------------------------------------------------------------- deprecated names
+
+def _pooling(mode="max", window=2, padding=0, stride=None, *, ndim=None, nan_propagation=False) -> Pooling:
+    """What the deprecated PoolingDescriptor and pooling_descriptor make: the :class:`Pooling` of these settings
+    (``ndim``, when given, checked against them)."""
+    pool = Pooling(mode, window, padding, stride, nan_propagation=nan_propagation)
+    if ndim is not None:
+        pool.params(spatial_ndim(ndim, ()))
+    return pool
+
+
+_pooling.__qualname__ = "cudnn_py.Pooling"
+PoolingDescriptor = alias("PoolingDescriptor", _pooling)
+pooling_descriptor = alias("pooling_descriptor", _pooling)
