@@ -70,6 +70,9 @@ CASES = [
     ("convolution_forward beta -inf graph", lambda h: cudnn.convolution_forward(
         h, cudnn.Convolution(padding=1), x4(), fake((3, 4, 3, 3)), beta=-INF, engine="graph"), InvalidValueError,
      r"beta \(a scal"),
+    ("convolution_bias_activation_forward alpha1= (old spelling) nan", lambda h: pytest.deprecated_call(
+        cudnn.convolution_bias_activation_forward, h, cudnn.Convolution(padding=1), x4(), fake((3, 4, 3, 3)),
+        fake((1, 3, 1, 1)), alpha1=NAN), InvalidValueError, r"alpha \(a scaling factor\)"),
     ("op_tensor alpha1 inf", lambda h: cudnn.op_tensor(h, "add", x4(), x4(), alpha1=INF), InvalidValueError,
      r"alpha1 \(a scaling factor\)"),
     ("op_tensor alpha2 nan", lambda h: cudnn.op_tensor(h, "mul", x4(), x4(), alpha2=NAN), InvalidValueError,

@@ -420,6 +420,7 @@ def convolution_bias_activation_forward(handle: Handle, conv: Convolution, x: De
     if old:
         got = renamed_kwargs("convolution_bias_activation_forward", old, {"alpha1": "alpha", "alpha2": "beta"},
                              {"alpha": None if alpha == 1.0 else alpha, "beta": None if beta == 0.0 else beta})
+    alpha, beta = scaling(alpha=alpha, beta=beta)  # after the old spellings (alpha1=, alpha2=) were read
         alpha, beta = (1.0 if got["alpha"] is None else got["alpha"]), (0.0 if got["beta"] is None else got["beta"])
     act = enum_arg(activation, _ACTIVATIONS, capi.cudnnActivationMode_t, "activation")
     route, algo, auto = _route("convolution_bias_activation_forward", engine, algo, autotune, deterministic,
