@@ -415,13 +415,12 @@ def convolution_bias_activation_forward(handle: Handle, conv: Convolution, x: De
     used as z; pass ``z=y`` to add y's current values instead. ``bias`` holds one value per channel.
     ``engine="graph"`` fuses conv, bias and activation into one backend-API graph (no ``z``).
     """
-    alpha, beta = scaling(alpha=alpha, beta=beta)
     handle = handle_arg(handle)
     if old:
         got = renamed_kwargs("convolution_bias_activation_forward", old, {"alpha1": "alpha", "alpha2": "beta"},
                              {"alpha": None if alpha == 1.0 else alpha, "beta": None if beta == 0.0 else beta})
-    alpha, beta = scaling(alpha=alpha, beta=beta)  # after the old spellings (alpha1=, alpha2=) were read
         alpha, beta = (1.0 if got["alpha"] is None else got["alpha"]), (0.0 if got["beta"] is None else got["beta"])
+    alpha, beta = scaling(alpha=alpha, beta=beta)  # after the old spellings (alpha1=, alpha2=) were read
     act = enum_arg(activation, _ACTIVATIONS, capi.cudnnActivationMode_t, "activation")
     route, algo, auto = _route("convolution_bias_activation_forward", engine, algo, autotune, deterministic,
                                workspace_limit, conv, graph_ok=z is None and beta == 0.0)
