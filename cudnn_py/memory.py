@@ -753,10 +753,10 @@ def _view(obj, name: str, stream) -> DeviceArray:
         raise InvalidTypeError(f"{name}: cannot view {type(obj).__name__} as a device array: {e}") from e
     except CudnnPyError:
         raise
-    except Exception as e:  # noqa: BLE001 - the driver could not be asked about the pointer (none on this machine)
-        get_device(None)  # NoDeviceError where no driver or GPU can be used
-        raise InvalidValueError(f"{name}: the CUDA driver could not tell where {type(obj).__name__}'s memory "
-                                f"lives: {e!r}") from e
+    except Exception as e:  # noqa: BLE001 - the driver could not be asked about the pointer (none on this machine),
+        get_device(None)     # or the producer failed: NoDeviceError where no driver or GPU can be used
+        raise InvalidValueError(f"{name}: cannot view {type(obj).__name__} as a device array (the producer or the "
+                                f"CUDA driver failed): {e!r}") from e
     if not view.is_device_accessible or view.device_id < 0:
         raise _host_error(obj, name)
     if dtype is None or dtype not in SUPPORTED_DTYPES:
