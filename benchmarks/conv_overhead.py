@@ -30,7 +30,7 @@ from cudnn_py import capi  # noqa: E402
 from cudnn_py.caches import handle_cache  # noqa: E402
 from cudnn_py.cli.prerequisites import script_args  # noqa: E402
 from cudnn_py.ops import conv_calls as cc  # noqa: E402
-from cudnn_py.ops import convolution as cv  # noqa: E402
+from cudnn_py.ops import conv_calls as cv  # noqa: E402
 
 
 def per_call_us(fn, sync, iters: int, repeats: int = 7) -> float:

@@ -112,7 +112,7 @@ def tiny_conv(h, rng, iters, args):
     rows.append(("graph.conv_forward(h, x, w, padding=1, y=y)",
                  host_us(lambda: G.conv_forward(h, x, w, padding=1, y=y), iters, sync)))
     try:
-        from cudnn_py.ops.convolution import Convolution, convolution_forward
+        from cudnn_py.ops.conv_calls import Convolution, convolution_forward
         conv = Convolution(padding=1)
         rows.append(("legacy convolution_forward(h, conv, x, w, y=y)",
                      host_us(lambda: convolution_forward(h, conv, x, w, y=y, engine="legacy"), iters, sync)))

@@ -142,7 +142,7 @@ class Block:
         """One forward + backward + SGD step; x and dout logical (N, C, H, W) NHWC float16. Returns (out, dx)."""
         from cudnn_py.memory import empty
         from cudnn_py.ops import batchnorm as bn
-        from cudnn_py.ops import convolution as cv
+        from cudnn_py.ops import conv_calls as cv
         from cudnn_py.ops import tensor_ops as to
         h, conv, w, p, s = self.h, self.conv, self.w, self.p, self.stats
         y1 = _nhwc_view(cv.convolution_forward(h, conv, _physical(x), w["w1"], engine=engine), x.shape)

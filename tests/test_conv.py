@@ -11,8 +11,7 @@ from cudnn_py import algorithms as alg
 from cudnn_py import capi
 from cudnn_py.errors import WorkspaceLimitError
 from cudnn_py.memory import DeviceArray
-from cudnn_py.ops import conv_calls as cc
-from cudnn_py.ops import convolution as cv
+from cudnn_py.ops import conv_calls as cv
 from helpers import NoCallHandle
 
 
@@ -211,37 +210,37 @@ def test_plans_live_in_the_handles_cache(monkeypatch):
     another handle makes its own."""
     from cudnn_py.caches import Cache
     from cudnn_py.handle import Handle
-    monkeypatch.setattr(cc, "_choose", lambda *a: (capi.CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
+    monkeypatch.setattr(cv, "_choose", lambda *a: (capi.CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
                                                    capi.CUDNN_DEFAULT_MATH, 0))
     h, other = _NoC(), _NoC()
     conv, x, w, y = cv.Convolution(padding=1), _arr((1, 3, 5, 5)), _arr((4, 3, 3, 3)), _arr((1, 4, 5, 5))
     for handle in (h, h, other):
         with pytest.raises(AssertionError, match="cuDNN call"):  # planned, then reached the C call
-            cc.convolution_forward(handle, conv, x, w, y, engine="legacy")
-    assert Handle.cache_info(h) == {cc.PLANS: 1} and Handle.cache_info(other) == {cc.PLANS: 1}
-    plans = h.cache[cc.PLANS]
+            cv.convolution_forward(handle, conv, x, w, y, engine="legacy")
+    assert Handle.cache_info(h) == {cv.PLANS: 1} and Handle.cache_info(other) == {cv.PLANS: 1}
+    plans = h.cache[cv.PLANS]
     assert isinstance(plans, Cache) and plans.maxsize >= 1
     (key, plan), = plans.items()
     assert key == ("forward", conv, (x.shape, x.strides, x.dtype, 0), (w.shape, w.strides, w.dtype, 0),
                    (y.shape, y.strides, y.dtype, 0), "heuristic", False, None)
     assert plan.algo is capi.CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM and plan.ws == 0
     Handle.clear_caches(h)
-    assert Handle.cache_info(h) == {} and Handle.cache_info(other) == {cc.PLANS: 1}
+    assert Handle.cache_info(h) == {} and Handle.cache_info(other) == {cv.PLANS: 1}
 
 
 def test_scaling_factors_follow_the_compute_type(monkeypatch):
     """alpha/beta are double for double compute, float otherwise; 1 and 0 are the plan's own."""
-    monkeypatch.setattr(cc, "_choose", lambda *a: (capi.CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
+    monkeypatch.setattr(cv, "_choose", lambda *a: (capi.CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
                                                    capi.CUDNN_DEFAULT_MATH, 0))
     for dtype, ctype in ((np.float64, "c_double"), (np.float32, "c_float"), (np.float16, "c_float")):
         h = _NoC()
         with pytest.raises(AssertionError):
-            cc.convolution_forward(h, cv.Convolution(), _arr((1, 3, 5, 5), dtype), _arr((4, 3, 3, 3), dtype),
+            cv.convolution_forward(h, cv.Convolution(), _arr((1, 3, 5, 5), dtype), _arr((4, 3, 3, 3), dtype),
                                    _arr((1, 4, 3, 3), dtype), engine="legacy")
-        (p,) = h.cache[cc.PLANS].values()
+        (p,) = h.cache[cv.PLANS].values()
         assert type(p.one._obj).__name__ == ctype and p.one._obj.value == 1.0 and p.zero._obj.value == 0.0
-        assert cc._scaling(p, 1.0, 0.0) == (p.one, p.zero)
-        al, be = cc._scaling(p, 0.5, 2.0)
+        assert cv._scaling(p, 1.0, 0.0) == (p.one, p.zero)
+        al, be = cv._scaling(p, 0.5, 2.0)
         assert type(al._obj).__name__ == ctype and (al._obj.value, be._obj.value) == (0.5, 2.0)
 
 
@@ -278,7 +277,7 @@ def test_lowered_workspace_cap_chooses_again(monkeypatch):
     def resolve(handle, g, direction, spec, deterministic, limit, in_ptrs):  # algorithm 1 needs 1 MiB, 0 none
         chosen.append(limit)
         return alg.algorithm_enum(direction)(limit is None), capi.CUDNN_DEFAULT_MATH, (limit is None) << 20
-    monkeypatch.setattr(cc, "_choose", resolve)
+    monkeypatch.setattr(cv, "_choose", resolve)
     h = _NoC()
     h.workspace = _Workspace()
     conv, x, w, y = cv.Convolution(padding=1), _arr((1, 3, 5, 5)), _arr((4, 3, 3, 3)), _arr((1, 4, 5, 5))
@@ -293,7 +292,7 @@ def test_lowered_workspace_cap_chooses_again(monkeypatch):
         with pytest.raises(AssertionError, match="cuDNN call"):  # chose again under the cap
             call()
         assert chosen == [None, 1000]
-    assert sorted(p.ws for p in h.cache[cc.PLANS].values()) == [0, 0, 0]
+    assert sorted(p.ws for p in h.cache[cv.PLANS].values()) == [0, 0, 0]
     assert h.workspace.asked == [1 << 20, 1 << 20] * 3  # the refused 1 MiB, then no workspace needed
 
 
@@ -404,7 +403,7 @@ def test_auto_engine_takes_the_graph_where_it_can_and_autotune_is_one_spelling(m
     """engine="auto" (the default) hands the call to the graph path unless an option only the legacy call has is
     set; autotune=True is the one spelling of "measure and keep the fastest" (algo="fastest" warns)."""
     conv, fma = cv.Convolution(padding=1), cv.Convolution(padding=1, math_type="fma")
-    route = cc._route
+    route = cv._route
     assert route("f", "auto", "heuristic", False, False, None, conv) == ("graph", "heuristic", True)
     assert route("f", "auto", "heuristic", True, False, None, conv) == ("graph", "fastest", True)
     for args in (("IMPLICIT_GEMM", False, False, None, conv), ("heuristic", False, True, None, conv),
@@ -424,11 +423,11 @@ def test_auto_engine_takes_the_graph_where_it_can_and_autotune_is_one_spelling(m
 
     def refuse():
         raise InvalidTypeError("int8; the graph convolution runs ...")
-    assert cc._on_graph(True, refuse) is cc._NOT_TAKEN
+    assert cv._on_graph(True, refuse) is cv._NOT_TAKEN
     with pytest.raises(InvalidTypeError):
-        cc._on_graph(False, refuse)
+        cv._on_graph(False, refuse)
     calls = []
-    monkeypatch.setattr(cc, "_graph", lambda: types.SimpleNamespace(
+    monkeypatch.setattr(cv, "_graph", lambda: types.SimpleNamespace(
         convolution=lambda *a, **k: calls.append((a[0], k["engine"], k["algo"])) or "ran on the graph"))
     x, w = DeviceArray(1 << 30, (1, 2, 5, 5), np.float32), DeviceArray(1 << 31, (3, 2, 3, 3), np.float32)
     assert cv.convolution_forward(_NoC(), conv, x, w, autotune=True) == "ran on the graph"

@@ -12,8 +12,8 @@ from cudnn_py import capi
 from cudnn_py.caches import handle_cache
 from cudnn_py.errors import ClosedError, CudnnError, WorkspaceLimitError
 from cudnn_py.memory import empty, to_device
-from cudnn_py.ops import conv_calls as cc
-from cudnn_py.ops import convolution as cv
+from cudnn_py.ops import conv_calls as cv
+from cudnn_py.ops.convolution import MATH_TYPES
 from reference import conv as ref
 
 pytestmark = pytest.mark.gpu
@@ -117,7 +117,7 @@ def test_every_supported_algorithm_matches_reference(handle, rng, case, directio
     roles = {"forward": (x_d, w_d, None), "backward_data": (x.shape if layout == "NCHW" else _phys(x, layout).shape,
                                                             w_d, dy_d),
              "backward_filter": (x_d, w.shape if layout == "NCHW" else _phys(w, layout).shape, dy_d)}[direction]
-    g = cc._query_geometry(handle, conv, *roles, direction)
+    g = cv._query_geometry(handle, conv, *roles, direction)
     reported = {r.algo.name for r in cv.convolution_algorithms(handle, conv, *roles, direction=direction,
                                                                method="find")
                 if r.supported and r.math_type == g.math_type}
@@ -214,7 +214,7 @@ def test_bias_activation_forward(handle, rng, activation, with_z):
     assert _err(y.to_numpy(), want) <= 3e-5
 
 
-@pytest.mark.parametrize("math", list(cv.MATH_TYPES))
+@pytest.mark.parametrize("math", list(MATH_TYPES))
 def test_math_types(handle, rng, math):
     x, w, dy, layout, kw = _data(rng, "2d", "float32")
     conv = cv.Convolution(**kw, math_type=math)
@@ -310,7 +310,7 @@ def test_fastest_deterministic_and_limit(handle, rng):
 def test_removed_selector_port(handle, rng):
     x, w, dy, layout, kw = _data(rng, "2d", "float32")
     conv = cv.Convolution(**kw)
-    g = cc._query_geometry(handle, conv, to_device(x), to_device(w), None, "forward")
+    g = cv._query_geometry(handle, conv, to_device(x), to_device(w), None, "forward")
     cd = g.conv_desc(g.math_type)
     args = (handle, g.x_desc, g.w_desc, cd, g.y_desc)
     fast = alg.choose_forward_algorithm(*args, alg.CUDNN_CONVOLUTION_FWD_PREFER_FASTEST)
@@ -407,12 +407,12 @@ def test_lowered_workspace_cap_chooses_again(rng, direction):
     with Handle() as h:  # a new handle: this test's plan is the only one in its cache
         x_d, w_d, dy_d = (to_device(a, h.stream) for a in (x, w, dy))
         _run(h, direction, conv, x_d, w_d, dy_d, _poisoned(want.shape, np.float32, "NCHW", h.stream), "fastest")
-        assert h.cache_info() == {cc.PLANS: 1}
-        (plan,) = handle_cache(h, cc.PLANS).values()
+        assert h.cache_info() == {cv.PLANS: 1}
+        (plan,) = handle_cache(h, cv.PLANS).values()
         h.workspace.cap = 0
         out = _poisoned(want.shape, np.float32, "NCHW", h.stream)
         _run(h, direction, conv, x_d, w_d, dy_d, out, "fastest")
-        (again,) = handle_cache(h, cc.PLANS).values()
+        (again,) = handle_cache(h, cv.PLANS).values()
         assert again.ws == 0 and (again is not plan or plan.ws == 0)
         assert _err(out.to_numpy(), want) <= 3e-5
         print(direction, f"first plan: {plan.algo.name}, {plan.ws} B; under cap 0: {again.algo.name}")
@@ -430,8 +430,8 @@ def test_plans_are_per_handle_and_cleared_with_it(rng):
             x_d, w_d = to_device(x, h.stream), to_device(w, h.stream)
             y = cv.convolution_forward(h, conv, x_d, w_d, autotune=True)
             assert _err(y.to_numpy(), want) <= 3e-5
-        assert a.cache_info() == {cc.PLANS: 1} and b.cache_info() == {cc.PLANS: 1}
+        assert a.cache_info() == {cv.PLANS: 1} and b.cache_info() == {cv.PLANS: 1}
         a.clear_caches()
         assert a.cache_info() == {}
         y = cv.convolution_forward(a, conv, to_device(x, a.stream), to_device(w, a.stream), autotune=True)
-        assert _err(y.to_numpy(), want) <= 3e-5 and a.cache_info() == {cc.PLANS: 1}
+        assert _err(y.to_numpy(), want) <= 3e-5 and a.cache_info() == {cv.PLANS: 1}

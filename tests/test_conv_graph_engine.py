@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cudnn_py.ops import convolution as cv
+from cudnn_py.ops import conv_calls as cv
 from helpers import NoCallHandle, fake
 from reference import conv as ref
 

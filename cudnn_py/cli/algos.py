@@ -311,7 +311,7 @@ def sweep(cfg: Config, directions: Sequence[str], maths: Sequence[str], repeats:
     from cudnn_py.errors import CudnnError, WorkspaceLimitError
     from cudnn_py.handle import Handle
     from cudnn_py.memory import empty, to_device
-    from cudnn_py.ops import convolution as cv
+    from cudnn_py.ops import conv_calls as cv
     from cudnn_py.streams import timer
 
     require_gpu("algos", device)  # before the float64 references, which take minutes for a large layer

@@ -24,8 +24,8 @@ Where the parts live:
 
 - this module: :class:`Convolution` (the parameters) and the geometry a call derives from them (layouts, shapes,
   :class:`Geometry`: a configuration resolved for cuDNN, with its descriptors);
-- :mod:`cudnn_py.ops.conv_calls`: the calls (:func:`convolution_forward` and the others) and their plan cache; they
-  are importable from here too;
+- :mod:`cudnn_py.ops.conv_calls`: the calls (:func:`convolution_forward` and the others) and their plan cache (it
+  imports this module; ``cudnn_py.convolution_forward`` and the others are the public spelling);
 - :mod:`cudnn_py.algorithms`: the algorithm queries and the choice a call makes (heuristic, fastest, named);
 - :mod:`cudnn_py.graph.conv`: ``engine="graph"``, the same calls through cached backend-API plans.
 """
@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -44,30 +44,11 @@ from cudnn_py.dtypes import as_numpy_dtype, cudnn_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.ops._common import enum_arg
 
-if TYPE_CHECKING:
-    from cudnn_py.ops.conv_calls import (convolution_algorithms, convolution_backward_bias, convolution_backward_data,
-                                         convolution_backward_filter, convolution_bias_activation_forward,
-                                         convolution_forward, convolution_workspace_size)
-
 __all__ = ["Convolution", "MATH_TYPES"]
-
-#: the calls, defined (and documented) in :mod:`cudnn_py.ops.conv_calls` and still importable from here
-_CALLS = frozenset({"convolution_forward", "convolution_backward_data", "convolution_backward_filter",
-                    "convolution_backward_bias", "convolution_bias_activation_forward", "convolution_algorithms",
-                    "convolution_workspace_size"})
 
 MATH_TYPES = {"default": capi.CUDNN_DEFAULT_MATH, "tensor_op": capi.CUDNN_TENSOR_OP_MATH,
               "tensor_op_allow_conversion": capi.CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION, "fma": capi.CUDNN_FMA_MATH}
 _MODES = {"cross_correlation": capi.CUDNN_CROSS_CORRELATION, "convolution": capi.CUDNN_CONVOLUTION}
-
-
-def __getattr__(name: str) -> Any:
-    """The calls of :mod:`cudnn_py.ops.conv_calls` (which imports this module) on first use, then cached here."""
-    if name not in _CALLS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from cudnn_py.ops import conv_calls
-    value = globals()[name] = getattr(conv_calls, name)
-    return value
 
 
 class Convolution:

@@ -33,7 +33,7 @@ def measure_legacy(p: Problem, h, settings, progress: Callable[[str], None] | No
     import cudnn_py.algorithms as alg
     from cudnn_py.errors import CudnnPyError
     from cudnn_py.memory import empty, to_device
-    from cudnn_py.ops import convolution as cv
+    from cudnn_py.ops import conv_calls as cv
     from cudnn_py.streams import timer
 
     from .sweep import _agreement, _np_dtype, _sample
