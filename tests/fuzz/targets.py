@@ -673,4 +673,53 @@ def t_array_extents(draw):
     return call, f"as_array(__cuda_array_interface__ shape={shape} typestr={typestr!r} ptr={ptr:#x} strides={strides})"
 
 
+def t_aliasing_and_limits(draw):
+    """softmax outputs over x's memory (accepted only when disjoint or the very same view), workspace limits and caps
+    (accepted only below 2**63, as an int)."""
+    import cudnn_py as cudnn
+    from cudnn_py.errors import InvalidTypeError, InvalidValueError
+    from cudnn_py.memory import DeviceArray
+    which = draw(st.sampled_from(["softmax", "workspace_limit", "cap"]))
+    if which == "softmax":
+        shape = (draw(st.integers(1, 3)), draw(st.integers(1, 4)), draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+        size = int(np.prod(shape))
+        offset = draw(st.integers(-size - 2, size + 2))
+        perm = draw(st.permutations(range(4)))
+        strides = [0] * 4
+        acc = 1
+        for axis in reversed(perm):
+            strides[axis] = acc
+            acc *= shape[axis]
+        x = DeviceArray(0x100000, shape, np.float32)
+        y = DeviceArray(0x100000 + 4 * offset, shape, np.float32, tuple(strides))
+
+        def call():
+            try:
+                cudnn.softmax_forward(ReachHandle(), x, y)
+            except (InvalidTypeError, InvalidValueError):
+                return
+            except Reached:
+                pass
+            same = offset == 0 and tuple(strides) == x.strides
+            assert same or offset >= size or offset <= -size, f"y at offset {offset}, strides {strides} accepted"
+        return call, f"softmax_forward(x {shape}, y at element offset {offset} with strides {tuple(strides)})"
+    value = draw(st.one_of(hostile_int, hostile_scalar))
+
+    def call():
+        try:
+            if which == "cap":
+                from cudnn_py.workspace import Workspace
+                Workspace(cap=value)
+            else:
+                cudnn.convolution_forward(ReachHandle(), cudnn.Convolution(padding=1), fake((2, 4, 5, 5)),
+                                          fake((3, 4, 3, 3)), DeviceArray(0x900000, (2, 3, 5, 5), np.float32),
+                                          workspace_limit=value)
+        except (InvalidTypeError, InvalidValueError):
+            return
+        except Reached:
+            pass
+        assert value is None or (type(value) in (int, np.int64) and 0 <= value < 2 ** 63), f"{which}={value!r}"
+    return call, f"{which}={value!r}"
+
+
 TARGETS = {name[2:]: fn for name, fn in sorted(globals().items()) if name.startswith("t_") and callable(fn)}
