@@ -66,11 +66,11 @@ class _Layout:
     S_max, D) views with token-major strides over the (T, H, D) memory."""
 
     def __init__(self, ragged: Optional[Tensor], max_q: Optional[int], max_kv: Optional[int]):
-        self.b = None if ragged is None else ragged.shape[0] - 1
-        self.max = {"q": max_q, "kv": max_kv}
+        self.b = -1 if ragged is None else ragged.shape[0] - 1   # -1: not packed
+        self.max = {"q": max_q or 0, "kv": max_kv or 0}
 
     def tensor(self, g: Graph, t: Tensor, name: str, side: str | None = None):
-        if side is not None and self.b is not None:
+        if side is not None and self.b >= 0:
             s = self.max[side]
             t_st, h_st, _ = t.stride()
             shape, strides = (self.b, t.shape[1], s, t.shape[2]), (s * t_st, h_st, t_st, 1)
@@ -111,7 +111,7 @@ def _options(scale, causal, bottom_right, left_bound, right_bound, dropout_p) ->
 
 def _set_output(t, like: Tensor, lay: _Layout, side: str | None, name: str):
     """Make graph output ``t`` describe the torch tensor ``like`` (its strides; packed: its logical view)."""
-    if side is not None and lay.b is not None:
+    if side is not None and lay.b >= 0:
         s = lay.max[side]
         t_st, h_st, _ = like.stride()
         t.strides = (s * t_st, h_st, t_st, 1)
@@ -177,10 +177,10 @@ def _build_bwd(h, args, grads, opts) -> Prepared:
     tq, tk, tv = lay.tensor(g, q, "q", "q"), lay.tensor(g, k, "k", "kv"), lay.tensor(g, v, "v", "kv")
     to, tdo, ts = lay.tensor(g, o, "o", "q"), lay.tensor(g, do, "do", "q"), lay.tensor(g, stats, "stats")
     kw, extra, consts = _extras(g, lay, args[6:], q.shape[1], alibi, q.device)
-    outs = g.sdpa_backward(tq, tk, tv, to, tdo, ts, dbias=want_dbias, name="sdpa_bwd", **kw,
+    made = g.sdpa_backward(tq, tk, tv, to, tdo, ts, dbias=want_dbias, name="sdpa_bwd", **kw,
                            **_options(scale, causal, bottom_right, lb, rb, p))
     sides = ("q", "kv", "kv", None)
-    outs = [_set_output(t, x, lay, s, n) for t, x, s, n in zip(outs, grads, sides, ("dq", "dk", "dv", "dbias"))]
+    outs = [_set_output(t, x, lay, s, n) for t, x, s, n in zip(made, grads, sides, ("dq", "dk", "dv", "dbias"))]
     g.build(h)
     return Prepared(h, g, [tdo, tq, tk, tv, to, ts] + extra + outs, consts)
 
@@ -367,7 +367,7 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
             raise InvalidTypeError(f"attn_mask must be bool or {query.dtype}, got {attn_mask.dtype}")
         while bias.dim() < 4:
             bias = bias.unsqueeze(0)
-        b, h, lq, lk = (*query.shape[:3], key.shape[2])
+        b, h, lq, lk = query.shape[0], query.shape[1], query.shape[2], key.shape[2]
         if bias.shape[2:] != (lq, lk) or bias.shape[0] not in (1, b) or bias.shape[1] not in (1, h):
             bias = bias.expand(bias.shape[0] if bias.shape[0] in (1, b) else b,
                                bias.shape[1] if bias.shape[1] in (1, h) else h, lq, lk)

@@ -8,7 +8,7 @@ x as (N, D, 1, 1) with per-row float32 statistics. The weight and bias are (D,) 
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 from torch import Tensor
@@ -83,9 +83,8 @@ def _build_bwd(h, dy, x, w, mean, inv, rms: bool, has_bias: bool) -> Prepared:
     n, d = _rows(x)
     g = Graph(io_dtype=dtype_name(x.dtype), compute_dtype="float32", name="torch.norm_bwd")
     tdy, tx, tw = _tensor(g, dy, "dy", n, d), _tensor(g, x, "x", n, d), _tensor(g, w, "scale", 1, d)
-    stat = dict(shape=(n, 1, 1, 1), dtype="float32", strides=(1, 1, 1, 1))
-    tm = None if rms else g.tensor(name="mean", **stat)
-    ti = g.tensor(name="inv_variance", **stat)
+    tm = None if rms else g.tensor((n, 1, 1, 1), dtype="float32", strides=(1, 1, 1, 1), name="mean")
+    ti = g.tensor((n, 1, 1, 1), dtype="float32", strides=(1, 1, 1, 1), name="inv_variance")
     dx, dw, db = g.norm_backward(tdy, tx, tw, mean=tm, inv_variance=ti, mode="rms" if rms else "layer",
                                  has_bias=has_bias)
     dx.strides = (d, 1, d, d)
@@ -185,7 +184,7 @@ def _build_bn_fwd(h, x, w, b, running: bool, y, eps, momentum) -> Prepared:
     c = w.shape[0]
     tx, tw, tb = _x(g, x, "x"), _channel(g, c, w.dtype, "scale", nd), _channel(g, c, b.dtype, "bias", nd)
     run = {n: _channel(g, c, torch.float32, n, nd) for n in ("running_mean", "running_var")} if running else {}
-    r = g.batch_norm(tx, tw, tb, epsilon=eps, momentum=momentum, **run)
+    r: Any = g.batch_norm(tx, tw, tb, epsilon=eps, momentum=momentum, **run)
     r.y.strides = tuple(y.stride())
     outs = [r.y.set_output(True).set_name("y"), r.mean.set_output(True).set_name("mean"),
             r.inv_variance.set_output(True).set_name("inv_variance")]
@@ -210,12 +209,13 @@ def _batch_norm_fwd(x: Tensor, weight: Tensor, bias: Tensor, running_mean: Optio
                    eps: float) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """Batch-norm training forward over all dims but the channel: (y, batch mean (C,), inverse standard deviation
     (C,), the updated running mean and variance (unbiased batch variance; empty without running statistics))."""
-    running = running_mean is not None
+    running = running_mean is not None and running_var is not None
     y, mean, inv, new_mean, new_var = outs = _bn_outputs(x, weight.shape[0], running)
     h = handle(x.device.index)
     key = ("batch_norm_fwd", x.shape, x.stride(), x.dtype, weight.dtype, running, momentum, eps)
     p = prepared(h, key, lambda: _build_bn_fwd(h, x, weight, bias, running, y, eps, momentum))
-    run = (running_mean.data_ptr(), running_var.data_ptr()) if running else ()
+    run = (running_mean.data_ptr(), running_var.data_ptr()) if running_mean is not None and running_var is not None \
+        else ()
     new = (new_mean.data_ptr(), new_var.data_ptr()) if running else ()
     p.run((x.data_ptr(), weight.data_ptr(), bias.data_ptr(), *run, y.data_ptr(), mean.data_ptr(), inv.data_ptr(),
            *new))
@@ -300,7 +300,7 @@ def batch_norm(x: Tensor, weight: Tensor, bias: Tensor, running_mean: Tensor | N
         x = x.contiguous()
     args = (x, weight, bias, running_mean, running_var, float(momentum), float(eps))
     y, _, _, new_mean, new_var = call(batch_norm_fwd, _batch_norm_fwd, _BatchNormFunction, args, (x, weight, bias))
-    if running_mean is not None:
+    if running_mean is not None and running_var is not None:
         with torch.no_grad():
             running_mean.copy_(new_mean)
             running_var.copy_(new_var)

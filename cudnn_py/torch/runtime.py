@@ -55,7 +55,7 @@ def current_stream(device: int) -> int:
 
 def handle(device: int) -> Handle:
     """This thread's handle on ``device``, bound to torch's current stream of that device."""
-    hs = getattr(_local, "handles", None)
+    hs: dict[int, list[Any]] | None = getattr(_local, "handles", None)
     if hs is None:
         hs = _local.handles = {}
     entry = hs.get(device)
