@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import cudnn_py.descriptors as D
+from cudnn_py import _binding
 from cudnn_py.graph import BackendDescriptor
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -28,13 +29,14 @@ def _flat(make_and_drop, n: int, what: str) -> int:
     for i in range(n // 10):  # warm-up: caches, allocator arenas, lazy bindings
         make_and_drop(i)
     gc.collect()
-    before = _rss()
+    before, owned = _rss(), len(_binding._OWNED)
     for i in range(n):
         make_and_drop(i)
     gc.collect()
     grown = _rss() - before
     print(f"{what}: {n} made and dropped, RSS {before / MIB:.1f} MiB -> {(before + grown) / MIB:.1f} MiB")
     assert grown < SLACK, f"{what}: resident memory grew {grown / MIB:.1f} MiB over {n} descriptors"
+    assert len(_binding._OWNED) <= owned, f"{what}: the C layer's owner registry kept destroyed descriptors"
     return grown
 
 
