@@ -361,3 +361,51 @@ def test_array_signature_without_torch(monkeypatch):
     with pytest.raises(TypeError, match="to_device"):
         M.array_signature(np.ones(3, np.float32), "w")
     assert M._TORCH_TYPES == frozenset()
+
+
+class _FakeDriver:
+    """Stands in for cuda.bindings.driver: two devices with one primary context each, a per-thread context stack."""
+
+    class CUcontext(int):
+        pass
+
+    def __init__(self, current=0):
+        self.stack = [] if current is None else [self.CUcontext(100 + current)]
+        self.calls: list[str] = []
+
+    def cuDeviceGet(self, ordinal):
+        return (0, ordinal)
+
+    def cuDevicePrimaryCtxRetain(self, dev):
+        self.calls.append(f"retain {dev}")
+        return (0, self.CUcontext(100 + dev))
+
+    def cuCtxGetCurrent(self):
+        return (0, self.stack[-1] if self.stack else self.CUcontext(0))
+
+    def cuCtxPushCurrent(self, ctx):
+        self.calls.append(f"push {int(ctx) - 100}")
+        self.stack.append(ctx)
+        return (0,)
+
+    def cuCtxPopCurrent(self):
+        self.calls.append("pop")
+        return (0, self.stack.pop())
+
+
+@pytest.mark.parametrize("current", [0, 1, None], ids=["same", "other", "none"])
+def test_on_device_pushes_the_arrays_device_only_when_another_is_current(monkeypatch, current):
+    """Driver memory calls on an array of device 0 run with device 0's primary context current: pushed (and popped,
+    even when the call raises) where device 1 or no context is current, left alone where device 0 already is."""
+    fake_driver = _FakeDriver(current)
+    monkeypatch.setattr(M, "_driver_module", fake_driver)
+    monkeypatch.setattr(M, "_PRIMARY", {})
+    with M.on_device(0):
+        assert int(fake_driver.cuCtxGetCurrent()[1]) == 100
+    pushed = current != 0
+    assert fake_driver.calls == ["retain 0"] + (["push 0", "pop"] if pushed else [])
+    with pytest.raises(RuntimeError):
+        with M.on_device(0):
+            raise RuntimeError("a failed copy")
+    assert fake_driver.calls[1:] == (["push 0", "pop"] * 2 if pushed else [])  # retained once, popped again
+    assert fake_driver.stack == ([] if current is None else [100 + current])
