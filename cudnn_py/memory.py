@@ -321,11 +321,16 @@ class DeviceArray:
         if strides is None:
             strides = c_strides(shape)
         else:
+            if isinstance(strides, (str, bytes)) or not all(
+                    isinstance(s, (int, np.integer)) and not isinstance(s, bool) for s in strides):
+                raise InvalidTypeError(f"strides must be a sequence of ints (elements), got {strides!r}")
             strides = tuple(int(s) for s in strides)
             if len(strides) != len(shape):
                 raise InvalidValueError(f"strides {strides} must have one entry per dimension of shape {shape}")
-        if not isinstance(ptr, int) or ptr < 0:
+        if not isinstance(ptr, int) or isinstance(ptr, bool) or ptr < 0:
             raise InvalidTypeError(f"ptr must be a device address as a non-negative int, got {ptr!r}")
+        if not isinstance(device_id, (int, np.integer)) or isinstance(device_id, bool) or device_id < 0:
+            raise InvalidTypeError(f"device_id must be a device ordinal (an int >= 0), got {device_id!r}")
         _check_extent(int(ptr), shape, strides, dtype, "DeviceArray")
         self._init(int(ptr), shape, dtype, strides, int(device_id), owner,
                    None if stream is None else as_stream(stream, device_id))

@@ -523,14 +523,14 @@ def _scaling_calls(h, x, kw):
     return {
         "scale_tensor": lambda: cudnn.scale_tensor(h, x, **{k: v for k, v in kw.items() if k == "alpha"}),
         "add_tensor": lambda: cudnn.add_tensor(h, fake((1, 4, 1, 1)), x, **kw),
-        "op_tensor": lambda: cudnn.op_tensor(h, "add", x, x, x, alpha1=kw["alpha"], alpha2=kw["beta"]),
-        "activation_forward": lambda: cudnn.activation_forward(h, cudnn.Activation("relu"), x, x, **kw),
-        "softmax_forward": lambda: cudnn.softmax_forward(h, x, x, **kw),
-        "pooling_forward": lambda: cudnn.pooling_forward(h, cudnn.Pooling("max", window=1), x, x, **kw),
-        "lrn_forward": lambda: cudnn.lrn_forward(h, cudnn.LRN(), x, x, **kw),
-        "transform_tensor": lambda: cudnn.transform_tensor(h, x, x, **kw),
+        "op_tensor": lambda: cudnn.op_tensor(h, "add", x, x, c=x, alpha1=kw["alpha"], alpha2=kw["beta"]),
+        "activation_forward": lambda: cudnn.activation_forward(h, cudnn.Activation("relu"), x, y=x, **kw),
+        "softmax_forward": lambda: cudnn.softmax_forward(h, x, y=x, **kw),
+        "pooling_forward": lambda: cudnn.pooling_forward(h, cudnn.Pooling("max", window=1), x, y=x, **kw),
+        "lrn_forward": lambda: cudnn.lrn_forward(h, cudnn.LRN(), x, y=x, **kw),
+        "transform_tensor": lambda: cudnn.transform_tensor(h, x, y=x, **kw),
         "convolution_forward": lambda: cudnn.convolution_forward(h, cudnn.Convolution(padding=1), x, w, **kw),
-        "convolution_backward_bias": lambda: cudnn.convolution_backward_bias(h, x, fake((1, 4, 1, 1)), **kw),
+        "convolution_backward_bias": lambda: cudnn.convolution_backward_bias(h, x, db=fake((1, 4, 1, 1)), **kw),
     }
 
 
@@ -695,7 +695,7 @@ def t_aliasing_and_limits(draw):
 
         def call():
             try:
-                cudnn.softmax_forward(ReachHandle(), x, y)
+                cudnn.softmax_forward(ReachHandle(), x, y=y)
             except (InvalidTypeError, InvalidValueError):
                 return
             except Reached:
@@ -712,7 +712,7 @@ def t_aliasing_and_limits(draw):
                 Workspace(cap=value)
             else:
                 cudnn.convolution_forward(ReachHandle(), cudnn.Convolution(padding=1), fake((2, 4, 5, 5)),
-                                          fake((3, 4, 3, 3)), DeviceArray(0x900000, (2, 3, 5, 5), np.float32),
+                                          fake((3, 4, 3, 3)), y=DeviceArray(0x900000, (2, 3, 5, 5), np.float32),
                                           workspace_limit=value)
         except (InvalidTypeError, InvalidValueError):
             return
