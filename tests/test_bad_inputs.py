@@ -137,6 +137,10 @@ CASES = [
     ("DeviceArray (2**62, 8)", lambda h: DeviceArray(0x10000, (2 ** 62, 8), np.float32), InvalidValueError,
      r"at most 2\*\*63 - 1"),
     ("empty (2**62, 8)", lambda h: cudnn.empty((2 ** 62, 8), np.float32), InvalidValueError, r"at most 2\*\*63 - 1"),
+    ("DeviceArray float strides", lambda h: DeviceArray(0x10000, (4,), np.float32, strides=(2.5,)), InvalidTypeError,
+     r"strides must be a sequence of ints"),
+    ("DeviceArray float device_id", lambda h: DeviceArray(0x10000, (4,), np.float32, device_id=1.9), InvalidTypeError,
+     r"device_id must be a device ordinal"),
     ("DeviceArray NULL data", lambda h: DeviceArray(0, (4,), np.float32), InvalidValueError, r"NULL"),
     ("workspace_limit 2**64", lambda h: cudnn.convolution_forward(
         h, cudnn.Convolution(padding=1), x4(), fake((3, 4, 3, 3)), workspace_limit=2 ** 64), InvalidValueError,
