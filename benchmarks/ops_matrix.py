@@ -255,14 +255,14 @@ def _build(b: Bench, fam: str, op: str, dtype: str, layout: str, size: str) -> t
         t = None
         if op == "conv_fwd":
             def call(**kw):
-                return C.convolution_forward(h, conv, x, w, y, **kw)
+                return C.convolution_forward(h, conv, x, w, y=y, **kw)
             t = (lambda: F.conv2d(xt, wt, padding=1)) if torch is not None else None
         elif op == "conv_dgrad":
             def call(**kw):
-                return C.convolution_backward_data(h, conv, w, y, x, **kw)
+                return C.convolution_backward_data(h, conv, w, y, dx=x, **kw)
         else:
             def call(**kw):
-                return C.convolution_backward_filter(h, conv, x, y, w, **kw)
+                return C.convolution_backward_filter(h, conv, x, y, dw=w, **kw)
         if mask and torch is not None:
             t = lambda: torch.ops.aten.convolution_backward(yt, xt, wt, None, [1, 1], [1, 1], [1, 1], False,  # noqa
                                                             [0, 0], 1, mask)
@@ -276,15 +276,15 @@ def _build(b: Bench, fam: str, op: str, dtype: str, layout: str, size: str) -> t
         y, yt = b.arr(ys, dtype, layout)
         dy, dyt = b.arr(ys, dtype, layout)
         dx, _ = b.arr(xs, dtype, layout)
-        C.pooling_forward(h, pool, x, y, engine="legacy")
+        C.pooling_forward(h, pool, x, y=y, engine="legacy")
         nbytes = (x.size + y.size) * item
         if op.endswith("fwd"):
             def call(**kw):
-                return C.pooling_forward(h, pool, x, y, **kw)
+                return C.pooling_forward(h, pool, x, y=y, **kw)
             tf = (lambda: F.max_pool2d(xt, 3, 2, 1)) if mode == "max" else (lambda: F.avg_pool2d(xt, 3, 2, 1))
         else:
             def call(**kw):
-                return C.pooling_backward(h, pool, x, y, dy, dx, **kw)
+                return C.pooling_backward(h, pool, x, y, dy, dx=dx, **kw)
             nbytes *= 2
             if torch is None:
                 tf = None
@@ -312,36 +312,36 @@ def _build(b: Bench, fam: str, op: str, dtype: str, layout: str, size: str) -> t
         act = C.Activation("relu")
         if op == "relu_fwd":
             def call(**kw):
-                return C.activation_forward(h, act, x, y, **kw)
+                return C.activation_forward(h, act, x, y=y, **kw)
             tf, nb = (lambda: torch.relu(xt)) if torch else None, 2 * n * item
         else:
             def call(**kw):
-                return C.activation_backward(h, act, x, y, dy, dx, **kw)
+                return C.activation_backward(h, act, x, y, dy, dx=dx, **kw)
             tf = (lambda: torch.ops.aten.threshold_backward(dyt, xt, 0)) if torch else None
             nb = 3 * n * item
         fns = _engines(call)
     elif fam == "softmax":
         if op == "softmax_fwd":
-            fns, nb = {"legacy": lambda: C.softmax_forward(h, x, y)}, 2 * n * item
+            fns, nb = {"legacy": lambda: C.softmax_forward(h, x, y=y)}, 2 * n * item
             tf = (lambda: torch.softmax(xt, 1)) if torch else None
         else:
-            fns, nb = {"legacy": lambda: C.softmax_backward(h, y, dy, dx)}, 3 * n * item
+            fns, nb = {"legacy": lambda: C.softmax_backward(h, y, dy, dx=dx)}, 3 * n * item
             tf = (lambda: torch.ops.aten._softmax_backward_data(dyt, yt, 1, yt.dtype)) if torch else None
     elif fam == "lrn":
         lrn = C.LRN()
         if op == "lrn_fwd":
-            fns, nb = {"legacy": lambda: C.lrn_forward(h, lrn, x, y)}, 2 * n * item
+            fns, nb = {"legacy": lambda: C.lrn_forward(h, lrn, x, y=y)}, 2 * n * item
             tf = (lambda: F.local_response_norm(xt, 5, 1e-4, 0.75, 2.0)) if torch else None
         else:
-            fns, nb = {"legacy": lambda: C.lrn_backward(h, lrn, x, y, dy, dx)}, 4 * n * item
+            fns, nb = {"legacy": lambda: C.lrn_backward(h, lrn, x, y, dy, dx=dx)}, 4 * n * item
     elif fam == "dropout":
         d = C.Dropout(h, 0.1, seed=1)
-        out = C.dropout_forward(h, d, x, y)
+        out = C.dropout_forward(h, d, x, y=y)
         if op == "dropout_fwd":
-            fns, nb = {"legacy": lambda: C.dropout_forward(h, d, x, y, out.reserve)}, 2 * n * item
+            fns, nb = {"legacy": lambda: C.dropout_forward(h, d, x, y=y, reserve=out.reserve)}, 2 * n * item
             tf = (lambda: torch.ops.aten.native_dropout(xt, 0.1, True)) if torch else None
         else:
-            fns, nb = {"legacy": lambda: C.dropout_backward(h, d, dy, out.reserve, dx)}, 2 * n * item
+            fns, nb = {"legacy": lambda: C.dropout_backward(h, d, dy, out.reserve, dx=dx)}, 2 * n * item
             if torch:
                 mask = torch.ops.aten.native_dropout(xt, 0.1, True)[1]
                 tf = lambda: torch.ops.aten.native_dropout_backward(dyt, mask, 1 / 0.9)  # noqa: E731
@@ -360,7 +360,7 @@ def _tensor_op(b, op, dtype, layout, xs, x, xt, y, yt, dy, dyt):
     tf = None
     if op == "op_tensor_add":
         def call(**kw):
-            return C.op_tensor(h, "add", x, dy, y, **kw)
+            return C.op_tensor(h, "add", x, dy, c=y, **kw)
         tf, nb = (lambda: torch.add(xt, dyt, out=yt)) if torch else None, 3 * n * item
     elif op == "add_tensor_bias":
         bias, bt = b.arr((1, xs[1], 1, 1), dtype)
@@ -378,19 +378,19 @@ def _tensor_op(b, op, dtype, layout, xs, x, xt, y, yt, dy, dyt):
         red, _ = b.arr((1, xs[1], 1, 1), "float32" if dtype != "float64" else dtype)
 
         def call(**kw):
-            return C.reduce_tensor(h, "add", x, red, **kw)
+            return C.reduce_tensor(h, "add", x, c=red, **kw)
         tf, nb = (lambda: torch.sum(xt, dim=(0, 2, 3), keepdim=True, dtype=torch.float32)) if torch else None, n * item
     elif op == "transform_dtype":
         src, st = b.arr(xs, "float32", layout)
 
         def call(**kw):
-            return C.transform_tensor(h, src, y, **kw)
+            return C.transform_tensor(h, src, y=y, **kw)
         tf, nb = (lambda: yt.copy_(st)) if torch else None, n * (4 + item)
     else:  # transform_layout: from the other layout into this one
         src, st = b.arr(xs, dtype, "NCHW" if layout == "NHWC" else "NHWC")
 
         def call(**kw):
-            return C.transform_tensor(h, src, y, **kw)
+            return C.transform_tensor(h, src, y=y, **kw)
         tf, nb = (lambda: yt.copy_(st)) if torch else None, 2 * n * item
     return _engines(call), nb, tf, mutated
 

@@ -294,8 +294,8 @@ def test_measured_activation_writes_the_winners_output(handle, rng):
     x_host = rng.standard_normal((8, 64, 32, 32)).astype(np.float32)
     x, y = to_device(x_host), to_device(np.full(x_host.shape, np.nan, np.float32))
     key = ("test.relu", ec.signature(x, y))
-    got = ec.run(handle, key, lambda: activation_forward(handle, "relu", x, y, engine="legacy"),
-                 lambda: activation_forward(handle, "relu", x, y, engine="graph"))
+    got = ec.run(handle, key, lambda: activation_forward(handle, "relu", x, y=y, engine="legacy"),
+                 lambda: activation_forward(handle, "relu", x, y=y, engine="graph"))
     np.testing.assert_array_equal(y.to_numpy(), np.maximum(x_host, 0))
     choice = ec.choices(handle)[key]
     assert choice.engine == got and choice.legacy_ms > 0 and choice.graph_ms > 0

@@ -83,13 +83,18 @@ def test_smoke_without_a_gpu_is_one_line_in_under_a_second():
 
 class Stub:
     """A call of the real function ``name`` replaced: its arguments bound to the real signature (a TypeError for a
-    keyword or argument count it does not take), nothing run."""
+    keyword or argument count it does not take; outputs passed positionally where that is deprecated fail), nothing
+    run."""
 
     def __init__(self, name, real, calls):
         self.name, self.sig, self.calls = name, inspect.signature(real), calls
 
     def __call__(self, *args, **kw):
         self.sig.bind(*args, **kw)
+        params = list(self.sig.parameters.values())
+        if any(p.kind is p.VAR_POSITIONAL for p in params[1:]):  # positional outputs past it are deprecated
+            fixed = next(i for i, p in enumerate(params) if p.kind is p.VAR_POSITIONAL)
+            assert len(args) <= fixed, f"{self.name}: outputs passed positionally (deprecated): {len(args)} args"
         self.calls.append((self.name, kw.get("engine")))
         return type("Out", (), {"reserve": fake((16,), np.uint8)})()
 
