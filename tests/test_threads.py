@@ -85,3 +85,30 @@ def test_eight_threads_each_with_a_handle_and_stream_match_serial():
     for i, rs in results.items():
         for j, got in enumerate(rs):
             assert_same(got, want, f"thread {i} round {j}")
+
+
+def test_owner_registry_under_8_threads():
+    """8 threads making, closing and dropping descriptors (legacy and backend) at once, and destroying raw ones of
+    their own through capi: no owned descriptor is refused to its owner, no raw one refused to its maker, and the
+    registry ends with none of theirs."""
+    import ctypes
+    import gc
+    from cudnn_py import _binding, capi
+    from cudnn_py.graph import BackendDescriptor
+    gc.collect()
+    before = len(_binding._OWNED)
+
+    def work(i):
+        for k in range(400):
+            d = D.TensorDescriptor((1 + (i * 400 + k) % 50, 3, 4, 4), np.float32)
+            b = BackendDescriptor("TENSOR")
+            raw = capi.cudnnTensorDescriptor_t()
+            capi.cudnnCreateTensorDescriptor(ctypes.byref(raw))
+            capi.cudnnDestroyTensorDescriptor(raw)  # not owned: C's rules, never refused
+            if k % 2:
+                d.close()
+                b.close()
+    errors = hammer(work, THREADS)
+    assert not errors, errors[:3]
+    gc.collect()
+    assert len(_binding._OWNED) <= before
