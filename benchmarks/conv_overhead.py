@@ -84,7 +84,7 @@ def main(argv=None) -> int:
         conv = cv.Convolution(padding=1)
         sync = h.synchronize
         # (a) raw capi with prepared arguments (the same descriptors the Pythonic layer uses)
-        cv.convolution_forward(h, conv, x, w, y, algo=algo)
+        cv.convolution_forward(h, conv, x, w, y=y, algo=algo)
         (p,) = handle_cache(h, cc.PLANS).values()  # the plan that call made (a new handle: the only one)
         one, zero = ctypes.byref(ctypes.c_float(1.0)), ctypes.byref(ctypes.c_float(0.0))
         hp, f, fr = h.ptr, capi.cudnnConvolutionForward, capi.cudnnConvolutionForward.raw
@@ -95,7 +95,7 @@ def main(argv=None) -> int:
         rows.append(("(a') bound ctypes function (.raw)", per_call_us(
             lambda: fr(hp, one, p.a, xp, p.b, wp, p.conv_desc, algo, None, 0, zero, p.c, yp), sync, args.iters)))
         rows.append(("(b) convolution_forward, DeviceArrays, y given", per_call_us(
-            lambda: cv.convolution_forward(h, conv, x, w, y, algo=algo), sync, args.iters)))
+            lambda: cv.convolution_forward(h, conv, x, w, y=y, algo=algo), sync, args.iters)))
         rows.append(("(b') convolution_forward, DeviceArrays, y allocated", per_call_us(
             lambda: cv.convolution_forward(h, conv, x, w, algo=algo), sync, args.iters)))
         try:
@@ -108,7 +108,7 @@ def main(argv=None) -> int:
             yt = torch.empty((1, 8, 8, 8), device="cuda")
             torch.cuda.synchronize()
             rows.append(("(c) convolution_forward, torch tensors, y given", per_call_us(
-                lambda: cv.convolution_forward(h, conv, xt, wt, yt, algo=algo), sync, args.iters)))
+                lambda: cv.convolution_forward(h, conv, xt, wt, y=yt, algo=algo), sync, args.iters)))
             torch.backends.cudnn.benchmark = False
             rows.append(("(d) torch.nn.functional.conv2d", per_call_us(
                 lambda: torch.nn.functional.conv2d(xt, wt, padding=1), torch.cuda.synchronize, args.iters)))

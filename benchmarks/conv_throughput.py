@@ -54,27 +54,27 @@ def main(argv=None) -> int:
         alg.algorithm_cache.clear()
         h.synchronize()
         t0 = time.perf_counter()
-        cv.convolution_forward(h, conv, x, w, y, autotune=True, engine="legacy")
+        cv.convolution_forward(h, conv, x, w, y=y, autotune=True, engine="legacy")
         h.synchronize()
         first = time.perf_counter() - t0
         t0 = time.perf_counter()
         for _ in range(10):
-            cv.convolution_forward(h, conv, x, w, y, autotune=True, engine="legacy")
+            cv.convolution_forward(h, conv, x, w, y=y, autotune=True, engine="legacy")
         h.synchronize()
         cached = (time.perf_counter() - t0) / 10
         (_, rec), = alg.algorithm_cache.entries()
         variants = {
             f"cudnn_py fastest ({rec.algo.name.split('_ALGO_')[1]}, {rec.math_type.name})":
-                lambda: cv.convolution_forward(h, conv, x, w, y, autotune=True, engine="legacy"),
-            "cudnn_py heuristic": lambda: cv.convolution_forward(h, conv, x, w, y, engine="legacy"),
+                lambda: cv.convolution_forward(h, conv, x, w, y=y, autotune=True, engine="legacy"),
+            "cudnn_py heuristic": lambda: cv.convolution_forward(h, conv, x, w, y=y, engine="legacy"),
         }
         h.synchronize()
         t0 = time.perf_counter()
-        cv.convolution_forward(h, conv, x, w, y, autotune=True, engine="graph")
+        cv.convolution_forward(h, conv, x, w, y=y, autotune=True, engine="graph")
         h.synchronize()
         graph_first = time.perf_counter() - t0
         variants["cudnn_py fastest, engine='graph' (autotuned plan)"] = \
-            lambda: cv.convolution_forward(h, conv, x, w, y, autotune=True, engine="graph")
+            lambda: cv.convolution_forward(h, conv, x, w, y=y, autotune=True, engine="graph")
         torch_first = None
         try:
             import torch

@@ -116,19 +116,19 @@ def run_all(b: Bench, quick: bool) -> None:
         x, xt = b.dev(shp, "float16", layout)
         y, yt = b.dev(shp, "float16", layout)
         b.row("activation_forward relu", f"fp16 {layout} {shp}", nb,
-              lambda: A.activation_forward(h, "relu", x, y, engine="legacy"),
-              lambda: A.activation_forward(h, "relu", x, y, engine="graph"),
+              lambda: A.activation_forward(h, "relu", x, y=y, engine="legacy"),
+              lambda: A.activation_forward(h, "relu", x, y=y, engine="graph"),
               lambda: torch.relu(xt))
     x, xt = b.dev(shp, "float16", "NHWC")
     y, yt = b.dev(shp, "float16", "NHWC")
     dy, dyt = b.dev(shp, "float16", "NHWC")
     dx, _ = b.dev(shp, "float16", "NHWC")
     b.row("activation_forward sigmoid", f"fp16 NHWC {shp}", nb,
-          lambda: A.activation_forward(h, "sigmoid", x, y, engine="legacy"),
-          lambda: A.activation_forward(h, "sigmoid", x, y, engine="graph"), lambda: torch.sigmoid(xt))
+          lambda: A.activation_forward(h, "sigmoid", x, y=y, engine="legacy"),
+          lambda: A.activation_forward(h, "sigmoid", x, y=y, engine="graph"), lambda: torch.sigmoid(xt))
     b.row("activation_backward relu", f"fp16 NHWC {shp}", 3 * np.prod(shp) * 2,
-          lambda: A.activation_backward(h, "relu", x, y, dy, dx, engine="legacy"),
-          lambda: A.activation_backward(h, "relu", x, y, dy, dx, engine="graph"),
+          lambda: A.activation_backward(h, "relu", x, y, dy, dx=dx, engine="legacy"),
+          lambda: A.activation_backward(h, "relu", x, y, dy, dx=dx, engine="graph"),
           lambda: torch.ops.aten.threshold_backward(dyt, xt, 0))
     # ---- tensor ops
     c, ct = b.dev(shp, "float16", "NHWC")
@@ -136,30 +136,30 @@ def run_all(b: Bench, quick: bool) -> None:
     b.row("add_tensor bias (1,C,1,1)", f"fp16 NHWC {shp}", nb, lambda: T.add_tensor(h, bias, c, beta=1.0, engine="legacy"),
           lambda: T.add_tensor(h, bias, c, beta=1.0, engine="graph"), lambda: ct.add_(biast))
     b.row("op_tensor add", f"fp16 NHWC {shp}", 3 * np.prod(shp) * 2,
-          lambda: T.op_tensor(h, "add", x, dy, c, engine="legacy"),
-          lambda: T.op_tensor(h, "add", x, dy, c, engine="graph"), lambda: torch.add(xt, dyt, out=ct))
+          lambda: T.op_tensor(h, "add", x, dy, c=c, engine="legacy"),
+          lambda: T.op_tensor(h, "add", x, dy, c=c, engine="graph"), lambda: torch.add(xt, dyt, out=ct))
     b.row("op_tensor mul", f"fp16 NHWC {shp}", 3 * np.prod(shp) * 2,
-          lambda: T.op_tensor(h, "mul", x, dy, c, engine="legacy"),
-          lambda: T.op_tensor(h, "mul", x, dy, c, engine="graph"), lambda: torch.mul(xt, dyt, out=ct))
+          lambda: T.op_tensor(h, "mul", x, dy, c=c, engine="legacy"),
+          lambda: T.op_tensor(h, "mul", x, dy, c=c, engine="graph"), lambda: torch.mul(xt, dyt, out=ct))
     b.row("scale_tensor", f"fp16 NHWC {shp}", nb, lambda: T.scale_tensor(h, c, 1.0, engine="legacy"),
           lambda: T.scale_tensor(h, c, 1.0, engine="graph"), lambda: ct.mul_(1.0))
     xn, xnt = b.dev(shp, "float16", "NCHW")
-    b.row("transform_tensor NCHW->NHWC", f"fp16 {shp}", nb, lambda: T.transform_tensor(h, xn, y, engine="legacy"),
-          lambda: T.transform_tensor(h, xn, y, engine="graph"),
+    b.row("transform_tensor NCHW->NHWC", f"fp16 {shp}", nb, lambda: T.transform_tensor(h, xn, y=y, engine="legacy"),
+          lambda: T.transform_tensor(h, xn, y=y, engine="graph"),
           lambda: yt.copy_(xnt))
     x32, x32t = b.dev(shp, "float32", "NHWC")
     b.row("transform_tensor fp32->fp16", f"NHWC {shp}", np.prod(shp) * 6,
-          lambda: T.transform_tensor(h, x32, y, engine="legacy"),
-          lambda: T.transform_tensor(h, x32, y, engine="graph"), lambda: yt.copy_(x32t))
+          lambda: T.transform_tensor(h, x32, y=y, engine="legacy"),
+          lambda: T.transform_tensor(h, x32, y=y, engine="graph"), lambda: yt.copy_(x32t))
     red, redt = b.dev((1, 256, 1, 1), "float16")
     b.row("reduce_tensor add over N,H,W", f"fp16 NHWC {shp}", np.prod(shp) * 2,
-          lambda: T.reduce_tensor(h, "add", x, red, engine="legacy"),
-          lambda: T.reduce_tensor(h, "add", x, red, engine="graph"),
+          lambda: T.reduce_tensor(h, "add", x, c=red, engine="legacy"),
+          lambda: T.reduce_tensor(h, "add", x, c=red, engine="graph"),
           lambda: torch.sum(xt, dim=(0, 2, 3), keepdim=True))
     red32, _ = b.dev((1, 256, 1, 1), "float32")
     b.row("reduce_tensor add -> float32", f"fp16 NHWC {shp}", np.prod(shp) * 2,
-          lambda: T.reduce_tensor(h, "add", x, red32, engine="legacy"),
-          lambda: T.reduce_tensor(h, "add", x, red32, engine="graph"),
+          lambda: T.reduce_tensor(h, "add", x, c=red32, engine="legacy"),
+          lambda: T.reduce_tensor(h, "add", x, c=red32, engine="graph"),
           lambda: torch.sum(xt, dim=(0, 2, 3), keepdim=True, dtype=torch.float32))
     # ---- pooling: the max pooling case (ResNet stem: 3x3, stride 2, padding 1)
     pshp = (N, 128, 112, 112)
@@ -171,25 +171,25 @@ def run_all(b: Bench, quick: bool) -> None:
     pdx, _ = b.dev(pshp, "float16", "NHWC")
     pb = (np.prod(pshp) + np.prod(yshape)) * 2
     b.row("pooling_forward max 3x3 s2 p1", f"fp16 NHWC {pshp}", pb,
-          lambda: P.pooling_forward(h, pool, px, py, engine="legacy"),
-          lambda: P.pooling_forward(h, pool, px, py, engine="graph"), lambda: F.max_pool2d(pxt, 3, 2, 1))
+          lambda: P.pooling_forward(h, pool, px, y=py, engine="legacy"),
+          lambda: P.pooling_forward(h, pool, px, y=py, engine="graph"), lambda: F.max_pool2d(pxt, 3, 2, 1))
     qx, qxt = b.dev(pshp, "float16", "NCHW")
     qy, _ = b.dev(yshape, "float16", "NCHW")
     qdy, qdyt = b.dev(yshape, "float16", "NCHW")
     qdx, _ = b.dev(pshp, "float16", "NCHW")
-    b.row("pooling_forward max 3x3 s2 p1", f"fp16 NCHW {pshp}", pb, lambda: P.pooling_forward(h, pool, qx, qy,
+    b.row("pooling_forward max 3x3 s2 p1", f"fp16 NCHW {pshp}", pb, lambda: P.pooling_forward(h, pool, qx, y=qy,
                                                                                               engine="legacy"),
-          lambda: P.pooling_forward(h, pool, qx, qy, engine="graph"), lambda: F.max_pool2d(qxt, 3, 2, 1))
+          lambda: P.pooling_forward(h, pool, qx, y=qy, engine="graph"), lambda: F.max_pool2d(qxt, 3, 2, 1))
     _, qidx = F.max_pool2d(qxt, 3, 2, 1, return_indices=True)
     b.row("pooling_backward max 3x3 s2 p1", f"fp16 NCHW {pshp}", pb * 2,
-          lambda: P.pooling_backward(h, pool, qx, qy, qdy, qdx, engine="legacy"),
-          lambda: P.pooling_backward(h, pool, qx, qy, qdy, qdx, engine="graph"),
+          lambda: P.pooling_backward(h, pool, qx, qy, qdy, dx=qdx, engine="legacy"),
+          lambda: P.pooling_backward(h, pool, qx, qy, qdy, dx=qdx, engine="graph"),
           lambda: torch.ops.aten.max_pool2d_with_indices_backward(qdyt, qxt, [3, 3], [2, 2], [1, 1], [1, 1], False,
                                                                   qidx))
     apool = P.Pooling("avg_include_padding", 3, 1, 2)
     b.row("pooling_forward avg 3x3 s2 p1", f"fp16 NHWC {pshp}", pb,
-          lambda: P.pooling_forward(h, apool, px, py, engine="legacy"),
-          lambda: P.pooling_forward(h, apool, px, py, engine="graph"), lambda: F.avg_pool2d(pxt, 3, 2, 1))
+          lambda: P.pooling_forward(h, apool, px, y=py, engine="legacy"),
+          lambda: P.pooling_forward(h, apool, px, y=py, engine="graph"), lambda: F.avg_pool2d(pxt, 3, 2, 1))
     # ---- batch normalisation (the ResNet block's shape)
     bshp = (N, 64, 56, 56)
     bx, bxt = b.dev(bshp, "float16", "NHWC")
@@ -254,8 +254,8 @@ def run_all(b: Bench, quick: bool) -> None:
     if torch is not None:
         _, idx = F.max_pool2d(pxt, 3, 2, 1, return_indices=True)
     b.row("pooling_backward max 3x3 s2 p1", f"fp16 NHWC {pshp}", pb * 2,
-          lambda: P.pooling_backward(h, pool, px, py, pdy, pdx, engine="legacy"),
-          lambda: P.pooling_backward(h, pool, px, py, pdy, pdx, engine="graph"),
+          lambda: P.pooling_backward(h, pool, px, py, pdy, dx=pdx, engine="legacy"),
+          lambda: P.pooling_backward(h, pool, px, py, pdy, dx=pdx, engine="graph"),
           lambda: torch.ops.aten.max_pool2d_with_indices_backward(pdyt, pxt, [3, 3], [2, 2], [1, 1], [1, 1], False,
                                                                   idx))
 

@@ -449,11 +449,11 @@ class Test:
         h.synchronize()
         start = time.perf_counter()
         if o.algo == 0:
-            cudnn.convolution_forward(h, conv, x, w, y, algo="IMPLICIT_PRECOMP_GEMM", alpha=ALPHA, beta=BETA)
+            cudnn.convolution_forward(h, conv, x, w, y=y, algo="IMPLICIT_PRECOMP_GEMM", alpha=ALPHA, beta=BETA)
         elif o.algo == 1:
-            cudnn.convolution_backward_data(h, conv, w, y, x, algo="ALGO_1", alpha=ALPHA, beta=BETA)
+            cudnn.convolution_backward_data(h, conv, w, y, dx=x, algo="ALGO_1", alpha=ALPHA, beta=BETA)
         else:
-            cudnn.convolution_backward_filter(h, conv, x, y, w, algo="ALGO_1", alpha=ALPHA, beta=BETA)
+            cudnn.convolution_backward_filter(h, conv, x, y, dw=w, algo="ALGO_1", alpha=ALPHA, beta=BETA)
         h.synchronize()
         print_perf(time.perf_counter() - start)
         got = bufs[out_index].to_numpy()

@@ -163,7 +163,7 @@ class Block:
         dy1 = _physical(g1.dx)
         dxm = _nhwc_view(cv.convolution_backward_data(h, conv, w["w1"], dy1, engine=engine), x.shape)
         dw1 = cv.convolution_backward_filter(h, conv, _physical(x), dy1, w_shape=w["w1"].shape, engine=engine)
-        dx = to.op_tensor(h, "add", dxm, g2.dz, _nhwc_view(empty(dy1.shape, np.float16), x.shape), engine=engine)
+        dx = to.op_tensor(h, "add", dxm, g2.dz, c=_nhwc_view(empty(dy1.shape, np.float16), x.shape), engine=engine)
         for param, grad in ((w["w1"], dw1), (w["w2"], dw2), (p["s1"], g1.dscale), (p["b1"], g1.dbias),
                             (p["s2"], g2.dscale), (p["b2"], g2.dbias)):
             to.add_tensor(h, grad, param, alpha=-LR, beta=1.0, engine=engine)

@@ -93,12 +93,12 @@ def test_old_names_warn_and_still_work():
     assert shared.descriptor.value == Activation("elu", 0.5).descriptor.value  # the one shared descriptor
     # what the old class made is still taken by the calls (validation runs before C)
     with pytest.raises(ValueError, match="y has shape"):
-        activation_forward(NoCallHandle(), d, fake((2, 3)), fake((2, 4)))
+        activation_forward(NoCallHandle(), d, fake((2, 3)), y=fake((2, 4)))
 
 
 @pytest.mark.parametrize("call,exc,words", [
-    (lambda h: activation_forward(h, "relu", fake((2, 3)), fake((2, 4))), ValueError, "y has shape"),
-    (lambda h: activation_forward(h, "relu", fake((2, 3)), fake((2, 3), np.float16)), TypeError, "dtype"),
+    (lambda h: activation_forward(h, "relu", fake((2, 3)), y=fake((2, 4))), ValueError, "y has shape"),
+    (lambda h: activation_forward(h, "relu", fake((2, 3)), y=fake((2, 3), np.float16)), TypeError, "dtype"),
     (lambda h: activation_forward(h, "relu", np.ones((2, 3), np.float32)), TypeError, "to_device"),
     (lambda h: activation_forward(h, "gelu", fake((2, 3))), ValueError, "activation mode"),
     (lambda h: activation_forward(h, 3.0, fake((2, 3))), TypeError, "Activation"),
@@ -107,7 +107,7 @@ def test_old_names_warn_and_still_work():
     (lambda h: activation_backward(h, "tanh", fake((2, 3)), fake((3, 2)), fake((2, 3))),
      ValueError, "y has shape"),
     (lambda h: activation_backward(h, "tanh", fake((2, 3)), fake((2, 3)), fake((2, 3)),
-                                   fake((2, 3), np.float64)), TypeError, "dx has dtype"),
+                                   dx=fake((2, 3), np.float64)), TypeError, "dx has dtype"),
     (lambda h: Activation("clipped_relu", coef=0.0), ValueError, "coef"),
 ])
 def test_bad_input_is_rejected_before_c(call, exc, words):
@@ -126,10 +126,10 @@ def test_forward_backward_match_reference(handle, rng, dtype, mode):
     x = (rng.standard_normal((3, 5, 7, 6)) * 1.5).astype(dtype)
     dy = rng.standard_normal(x.shape).astype(dtype)
     xd = cudnn.to_device(x)
-    y = activation_forward(handle, act, xd, cudnn.to_device(np.full(x.shape, np.nan, dtype)), engine="legacy")
+    y = activation_forward(handle, act, xd, y=cudnn.to_device(np.full(x.shape, np.nan, dtype)), engine="legacy")
     y_ref = ref.forward(x, mode, **_ref_kw(mode))
     assert_close(y.to_numpy(), y_ref, dtype)
-    dx = activation_backward(handle, act, xd, y, cudnn.to_device(dy), cudnn.to_device(np.full(x.shape, np.nan, dtype)),
+    dx = activation_backward(handle, act, xd, y, cudnn.to_device(dy), dx=cudnn.to_device(np.full(x.shape, np.nan, dtype)),
                              engine="legacy")
     keep = np.ones(x.shape, bool)
     if mode in ("relu", "clipped_relu"):  # the gradient jumps at the kinks; fp16 rounding may cross them
@@ -146,14 +146,14 @@ def test_alpha_beta_allocation_strides_and_core_descriptor(handle, rng):
     xd = cudnn.to_device(x)
     y = activation_forward(handle, "sigmoid", xd, engine="legacy")  # allocated
     assert_close(y.to_numpy(), ref.forward(x, "sigmoid"), np.float32)
-    y2 = activation_forward(handle, ActivationDescriptor("elu", 0.5), xd, cudnn.to_device(y0), alpha=2.0, beta=0.5,
+    y2 = activation_forward(handle, ActivationDescriptor("elu", 0.5), xd, y=cudnn.to_device(y0), alpha=2.0, beta=0.5,
                             engine="legacy")
     assert_close(y2.to_numpy(), 2.0 * ref.forward(x, "elu", coef=0.5) + 0.5 * y0, np.float32)
     # a channels-last output (same logical shape, other strides)
     from cudnn_py.memory import DeviceArray
     base = cudnn.to_device(np.full(x.size, np.nan, np.float32))
     nhwc = DeviceArray(base.ptr, x.shape, np.float32, (60, 1, 15, 3), owner=base)
-    activation_forward(handle, "tanh", xd, nhwc, engine="legacy")
+    activation_forward(handle, "tanh", xd, y=nhwc, engine="legacy")
     assert_close(nhwc.to_numpy(), np.tanh(x.astype(np.float64)), np.float32)
     assert_close(base.to_numpy().reshape(2, 4, 5, 3), np.tanh(x.astype(np.float64)).transpose(0, 2, 3, 1), np.float32)
 
@@ -163,7 +163,7 @@ def test_identity_alpha_beta(handle, rng):
     """Identity works here (as a scaled copy) although cudnnActivationForward refuses it on cuDNN 9."""
     import cudnn_py as cudnn
     x, y0 = rng.standard_normal((2, 3, 4, 5)).astype(np.float32), rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
-    y = activation_forward(handle, ActivationDescriptor("identity"), cudnn.to_device(x), cudnn.to_device(y0),
+    y = activation_forward(handle, ActivationDescriptor("identity"), cudnn.to_device(x), y=cudnn.to_device(y0),
                            alpha=1.5, beta=-0.5, engine="legacy")
     assert_close(y.to_numpy(), 1.5 * x.astype(np.float64) - 0.5 * y0, np.float32)
 
@@ -192,9 +192,9 @@ import engine_helpers as E  # noqa: E402
 
 
 @pytest.mark.parametrize("call,words", [
-    (lambda h: activation_forward(h, "relu", fake((2, 3), np.float64), fake((2, 3), np.float64), engine="graph"),
+    (lambda h: activation_forward(h, "relu", fake((2, 3), np.float64), y=fake((2, 3), np.float64), engine="graph"),
      "float64"),
-    (lambda h: activation_forward(h, Activation("relu", nan_propagation=True), fake((2, 3)), fake((2, 3)),
+    (lambda h: activation_forward(h, Activation("relu", nan_propagation=True), fake((2, 3)), y=fake((2, 3)),
                                   engine="graph"), "NaN"),
     (lambda h: activation_backward(h, "tanh", *(fake((1,) * 6),) * 3, fake((1,) * 6), engine="graph"),
      "1 to 5 dimensions"),
@@ -206,10 +206,10 @@ def test_graph_engine_refusals_before_c(call, words):
 
 def test_engine_argument_checked_and_auto_falls_back_to_legacy():
     with pytest.raises(ValueError, match="engine 'gpu'"):
-        activation_forward(NoCallHandle(), "relu", fake((2, 3)), fake((2, 3)), engine="gpu")
+        activation_forward(NoCallHandle(), "relu", fake((2, 3)), y=fake((2, 3)), engine="gpu")
     # float64 is not the graph path's: 'auto' goes on to the legacy C call (which NoCallHandle stops)
     with pytest.raises(AssertionError, match="before any cuDNN call"):
-        activation_forward(NoCallHandle(), "relu", fake((2, 3), np.float64), fake((2, 3), np.float64),
+        activation_forward(NoCallHandle(), "relu", fake((2, 3), np.float64), y=fake((2, 3), np.float64),
                            engine="auto")
 
 
@@ -223,9 +223,9 @@ def test_graph_engine_forward_backward_match_reference(handle, rng, mode, dtype,
     x = E.rounded(rng.standard_normal(shape) * 1.5, dtype)
     dy = E.rounded(rng.standard_normal(x.shape), dtype)
     xd = E.on_device(x, dtype, layout)
-    y = activation_forward(handle, act, xd, E.poisoned(x.shape, dtype, layout), engine="graph")
+    y = activation_forward(handle, act, xd, y=E.poisoned(x.shape, dtype, layout), engine="graph")
     E.assert_close(E.host(y), ref.forward(x, mode, **_ref_kw(mode)), dtype)
-    dx = activation_backward(handle, act, xd, y, E.on_device(dy, dtype, layout), E.poisoned(x.shape, dtype, layout),
+    dx = activation_backward(handle, act, xd, y, E.on_device(dy, dtype, layout), dx=E.poisoned(x.shape, dtype, layout),
                              engine="graph")
     keep = np.ones(x.shape, bool)
     if mode in ("relu", "clipped_relu"):  # the gradient jumps at the kinks
@@ -240,13 +240,13 @@ def test_graph_engine_ranks_alpha_beta_and_in_place(handle, rng, shape):
     x = rng.standard_normal(shape).astype(np.float32)
     y0 = rng.standard_normal(shape).astype(np.float32)
     xd = E.on_device(x, "float32")
-    y = activation_forward(handle, "sigmoid", xd, E.on_device(y0, "float32"), alpha=2.0, beta=-0.5, engine="graph")
+    y = activation_forward(handle, "sigmoid", xd, y=E.on_device(y0, "float32"), alpha=2.0, beta=-0.5, engine="graph")
     E.assert_close(E.host(y), 2.0 * ref.forward(x, "sigmoid") - 0.5 * y0, "float32")
     dx0 = rng.standard_normal(shape).astype(np.float32)
-    dx = activation_backward(handle, "tanh", xd, y, E.on_device(y0, "float32"), E.on_device(dx0, "float32"),
+    dx = activation_backward(handle, "tanh", xd, y, E.on_device(y0, "float32"), dx=E.on_device(dx0, "float32"),
                              alpha=0.5, beta=1.0, engine="graph")
     E.assert_close(E.host(dx), 0.5 * ref.backward(x, y0, "tanh") + dx0, "float32")
-    activation_forward(handle, "relu", xd, xd, engine="graph")  # in place
+    activation_forward(handle, "relu", xd, y=xd, engine="graph")  # in place
     E.assert_close(E.host(xd), np.maximum(x, 0.0), "float32")
 
 
@@ -260,6 +260,6 @@ def test_graph_engine_mixed_layouts_and_allocation(handle, rng):
     E.assert_close(E.host(activation_forward(handle, "tanh", xd, engine="graph")), ref_y, "float16")
     y = E.poisoned(x.shape, "float16", "NHWC")
     with pytest.raises(GraphPathRefused, match="memory order"):
-        activation_forward(handle, "tanh", xd, y, engine="graph")
-    activation_forward(handle, "tanh", xd, y, engine="auto")
+        activation_forward(handle, "tanh", xd, y=y, engine="graph")
+    activation_forward(handle, "tanh", xd, y=y, engine="auto")
     E.assert_close(E.host(y), ref_y, "float16")

@@ -128,10 +128,10 @@ BAD = [
     ("dtype", lambda h: cv.convolution_forward(h, cv.Convolution(), _arr((1, 3, 5, 5)),
                                                _arr((4, 3, 3, 3), np.float16)), TypeError, "same dtype"),
     ("y dtype", lambda h: cv.convolution_forward(h, cv.Convolution(), _arr((1, 3, 5, 5)), _arr((4, 3, 3, 3)),
-                                                 _arr((1, 4, 3, 3), np.float16), engine="legacy"),
+                                                 y=_arr((1, 4, 3, 3), np.float16), engine="legacy"),
      TypeError, "output"),
     ("y shape", lambda h: cv.convolution_forward(h, cv.Convolution(), _arr((1, 3, 5, 5)), _arr((4, 3, 3, 3)),
-                                                 _arr((1, 4, 5, 5))), ValueError, "does not match"),
+                                                 y=_arr((1, 4, 5, 5))), ValueError, "does not match"),
     ("rank", lambda h: cv.convolution_forward(h, cv.Convolution(), _arr((1, 3, 5, 5)), _arr((4, 3, 3))),
      ValueError, "dimensions"),
     ("too small", lambda h: cv.convolution_forward(h, cv.Convolution(), _arr((1, 3, 2, 2)), _arr((4, 3, 3, 3))),
@@ -147,7 +147,7 @@ BAD = [
                                                                 _arr((1, 4, 3, 3)), algo="ALGO_0",
                                                                 deterministic=True), ValueError, "deterministic"),
     ("dy shape", lambda h: cv.convolution_backward_data(h, cv.Convolution(), _arr((4, 3, 3, 3)), _arr((1, 4, 4, 4)),
-                                                        _arr((1, 3, 5, 5))), ValueError, "does not match"),
+                                                        dx=_arr((1, 3, 5, 5))), ValueError, "does not match"),
     ("no w_shape", lambda h: cv.convolution_backward_filter(h, cv.Convolution(), _arr((1, 3, 5, 5)),
                                                             _arr((1, 4, 3, 3))), ValueError, "w_shape"),
     ("dw shape", lambda h: cv.convolution_backward_filter(h, cv.Convolution(), _arr((1, 3, 5, 5)), _arr((1, 4, 3, 3)),
@@ -157,7 +157,7 @@ BAD = [
      ValueError, "packed"),
     ("negative limit", lambda h: cv.convolution_forward(h, cv.Convolution(), _arr((1, 3, 5, 5)), _arr((4, 3, 3, 3)),
                                                         workspace_limit=-1), ValueError, "workspace_limit"),
-    ("bias size", lambda h: cv.convolution_backward_bias(h, _arr((2, 4, 3, 3)), _arr((1, 5, 1, 1))), ValueError,
+    ("bias size", lambda h: cv.convolution_backward_bias(h, _arr((2, 4, 3, 3)), db=_arr((1, 5, 1, 1))), ValueError,
      "4 elements"),
     ("activation", lambda h: cv.convolution_bias_activation_forward(h, cv.Convolution(), _arr((1, 3, 5, 5)),
                                                                     _arr((4, 3, 3, 3)), _arr((4,)),
@@ -216,7 +216,7 @@ def test_plans_live_in_the_handles_cache(monkeypatch):
     conv, x, w, y = cv.Convolution(padding=1), _arr((1, 3, 5, 5)), _arr((4, 3, 3, 3)), _arr((1, 4, 5, 5))
     for handle in (h, h, other):
         with pytest.raises(AssertionError, match="cuDNN call"):  # planned, then reached the C call
-            cv.convolution_forward(handle, conv, x, w, y, engine="legacy")
+            cv.convolution_forward(handle, conv, x, w, y=y, engine="legacy")
     assert Handle.cache_info(h) == {cv.PLANS: 1} and Handle.cache_info(other) == {cv.PLANS: 1}
     plans = h.cache[cv.PLANS]
     assert isinstance(plans, Cache) and plans.maxsize >= 1
@@ -236,7 +236,7 @@ def test_scaling_factors_follow_the_compute_type(monkeypatch):
         h = _NoC()
         with pytest.raises(AssertionError):
             cv.convolution_forward(h, cv.Convolution(), _arr((1, 3, 5, 5), dtype), _arr((4, 3, 3, 3), dtype),
-                                   _arr((1, 4, 3, 3), dtype), engine="legacy")
+                                   y=_arr((1, 4, 3, 3), dtype), engine="legacy")
         (p,) = h.cache[cv.PLANS].values()
         assert type(p.one._obj).__name__ == ctype and p.one._obj.value == 1.0 and p.zero._obj.value == 0.0
         assert cv._scaling(p, 1.0, 0.0) == (p.one, p.zero)
@@ -281,9 +281,9 @@ def test_lowered_workspace_cap_chooses_again(monkeypatch):
     h = _NoC()
     h.workspace = _Workspace()
     conv, x, w, y = cv.Convolution(padding=1), _arr((1, 3, 5, 5)), _arr((4, 3, 3, 3)), _arr((1, 4, 5, 5))
-    for call in (lambda: cv.convolution_forward(h, conv, x, w, y, engine="legacy"),
-                 lambda: cv.convolution_backward_data(h, conv, w, y, x, engine="legacy"),
-                 lambda: cv.convolution_backward_filter(h, conv, x, y, w, engine="legacy")):
+    for call in (lambda: cv.convolution_forward(h, conv, x, w, y=y, engine="legacy"),
+                 lambda: cv.convolution_backward_data(h, conv, w, y, dx=x, engine="legacy"),
+                 lambda: cv.convolution_backward_filter(h, conv, x, y, dw=w, engine="legacy")):
         h.workspace.cap = None
         chosen.clear()
         with pytest.raises(AssertionError, match="cuDNN call"):  # reached the C call with a 1 MiB workspace

@@ -82,10 +82,10 @@ def _run(handle, direction, conv, x_d, w_d, dy_d, out, algo):
     """One direction with a named algorithm, or ``"fastest"``: autotune=True on the legacy engine."""
     kw = dict(autotune=True, engine="legacy") if algo == "fastest" else dict(algo=algo)
     if direction == "forward":
-        return cv.convolution_forward(handle, conv, x_d, w_d, out, **kw)
+        return cv.convolution_forward(handle, conv, x_d, w_d, y=out, **kw)
     if direction == "backward_data":
-        return cv.convolution_backward_data(handle, conv, w_d, dy_d, out, **kw)
-    return cv.convolution_backward_filter(handle, conv, x_d, dy_d, out, **kw)
+        return cv.convolution_backward_data(handle, conv, w_d, dy_d, dx=out, **kw)
+    return cv.convolution_backward_filter(handle, conv, x_d, dy_d, dw=out, **kw)
 
 
 @pytest.mark.parametrize("dtype,math", [("float32", "fma"), ("float16", "default"), ("float16", "auto")])
@@ -164,15 +164,15 @@ def test_alpha_beta_blending(handle, rng):
     x_d, w_d, dy_d = to_device(x), to_device(w), to_device(dy)
     y0 = rng.standard_normal(dy.shape).astype(np.float32)
     y = to_device(y0)
-    cv.convolution_forward(handle, conv, x_d, w_d, y, alpha=2.0, beta=0.5)
+    cv.convolution_forward(handle, conv, x_d, w_d, y=y, alpha=2.0, beta=0.5)
     assert _err(y.to_numpy(), 2.0 * ref.conv_forward(x, w, **rk) + 0.5 * y0) <= 3e-5
     dx0 = rng.standard_normal(x.shape).astype(np.float32)
     dx = to_device(dx0)
-    cv.convolution_backward_data(handle, conv, w_d, dy_d, dx, alpha=-1.0, beta=1.0)
+    cv.convolution_backward_data(handle, conv, w_d, dy_d, dx=dx, alpha=-1.0, beta=1.0)
     assert _err(dx.to_numpy(), dx0 - ref.conv_backward_data(dy, w, x.shape, **rk)) <= 3e-5
     dw0 = rng.standard_normal(w.shape).astype(np.float32)
     dw = to_device(dw0)
-    cv.convolution_backward_filter(handle, conv, x_d, dy_d, dw, alpha=0.25, beta=2.0)
+    cv.convolution_backward_filter(handle, conv, x_d, dy_d, dw=dw, alpha=0.25, beta=2.0)
     assert _err(dw.to_numpy(), 0.25 * ref.conv_backward_filter(x, dy, w.shape, **rk) + 2.0 * dw0) <= 3e-5
 
 
@@ -181,7 +181,7 @@ def test_asymmetric_padding_blending_backward_data(handle, rng):
     conv = cv.Convolution(**kw, math_type="fma")
     dx0 = rng.standard_normal(x.shape).astype(np.float32)
     dx = to_device(dx0)
-    cv.convolution_backward_data(handle, conv, to_device(w), to_device(dy), dx, alpha=3.0, beta=-1.0)
+    cv.convolution_backward_data(handle, conv, to_device(w), to_device(dy), dx=dx, alpha=3.0, beta=-1.0)
     assert _err(dx.to_numpy(), 3.0 * ref.conv_backward_data(dy, w, x.shape, **_ref_kw(kw)) - dx0) <= 3e-5
 
 
@@ -194,7 +194,7 @@ def test_backward_bias(handle, rng, layout):
     assert _err(db.to_numpy().reshape(-1), want) <= 1e-5
     db0 = rng.standard_normal(7).astype(np.float32)
     db2 = to_device(db0.reshape(1, 7, 1, 1))
-    cv.convolution_backward_bias(handle, to_device(dy), db2, alpha=2.0, beta=1.0)
+    cv.convolution_backward_bias(handle, to_device(dy), db=db2, alpha=2.0, beta=1.0)
     assert _err(db2.to_numpy().reshape(-1), 2.0 * want + db0) <= 1e-5
 
 
@@ -244,7 +244,7 @@ def test_int8_forward_nhwc(handle, rng):
     w = rng.integers(-8, 9, size=(8, 8, 3, 3)).astype(np.int8)
     conv = cv.Convolution(padding=1, layout="NHWC")
     y = _poisoned((2, 8, 7, 7), np.float32, "NHWC", handle.stream)
-    cv.convolution_forward(handle, conv, to_device(_phys(x, "NHWC")), to_device(_phys(w, "NHWC")), y,
+    cv.convolution_forward(handle, conv, to_device(_phys(x, "NHWC")), to_device(_phys(w, "NHWC")), y=y,
                            algo="IMPLICIT_PRECOMP_GEMM")
     assert np.array_equal(_logical(y.to_numpy(), "NHWC"), ref.conv_forward(x, w, pad=1))
 
@@ -382,13 +382,13 @@ def test_torch_tensors(handle, rng):
     want = torch.nn.functional.conv2d(x, w, padding=1).double().cpu().numpy()
     y = torch.full((2, 16, 9, 9), float("nan"), device="cuda")
     torch.cuda.synchronize()
-    cv.convolution_forward(handle, conv, x, w, y)
+    cv.convolution_forward(handle, conv, x, w, y=y)
     handle.synchronize()
     assert _err(y.cpu().numpy(), want) <= 3e-5
     xc, wc = x.to(memory_format=torch.channels_last), w.to(memory_format=torch.channels_last)
     yc = torch.full((2, 16, 9, 9), float("nan"), device="cuda").to(memory_format=torch.channels_last)
     torch.cuda.synchronize()
-    cv.convolution_forward(handle, conv, xc, wc, yc)
+    cv.convolution_forward(handle, conv, xc, wc, y=yc)
     handle.synchronize()
     assert _err(yc.cpu().numpy(), want) <= 3e-5
 

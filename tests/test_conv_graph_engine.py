@@ -60,7 +60,7 @@ def test_three_directions_match_reference(handle, rng, case, algo, dtype):
 
     y = empty(_phys(y_ref, layout).shape, dtype, stream=handle.stream)
     y.fill_(np.nan)
-    got = cv.convolution_forward(handle, conv, xd, wd, y, algo=algo, engine="graph")
+    got = cv.convolution_forward(handle, conv, xd, wd, y=y, algo=algo, engine="graph")
     assert got is y
     assert _err(_logical(y.to_numpy(), layout).astype(np.float64), y_ref) < TOL[dtype]
 
@@ -70,7 +70,7 @@ def test_three_directions_match_reference(handle, rng, case, algo, dtype):
 
     dw = empty(wd.shape, dtype, stream=handle.stream)
     dw.fill_(np.nan)
-    cv.convolution_backward_filter(handle, conv, xd, dyd, dw, algo=algo, engine="graph")
+    cv.convolution_backward_filter(handle, conv, xd, dyd, dw=dw, algo=algo, engine="graph")
     # the filter gradient sums over the batch and the image: a looser bound for float16
     assert _err(_logical(dw.to_numpy(), layout).astype(np.float64), dw_ref) < TOL[dtype] * 3
 
@@ -84,7 +84,7 @@ def test_allocated_output_blending_and_repeat_calls(handle, rng):
     want = 0.5 * ref.conv_forward(x.astype(np.float64), w.astype(np.float64), pad=1) + 2.0 * y0
     xd, wd = to_device(x, stream=handle.stream), to_device(w, stream=handle.stream)
     y = to_device(y0, stream=handle.stream)
-    cv.convolution_forward(handle, conv, xd, wd, y, alpha=0.5, beta=2.0, engine="graph")
+    cv.convolution_forward(handle, conv, xd, wd, y=y, alpha=0.5, beta=2.0, engine="graph")
     assert _err(y.to_numpy().astype(np.float64), want) < 3e-3
     first = cv.convolution_forward(handle, conv, xd, wd, engine="graph")
     for _ in range(3):  # cached plan, new outputs

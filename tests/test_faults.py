@@ -56,12 +56,12 @@ def test_keyboard_interrupt_during_an_autotune_leaves_the_caches_consistent(monk
     generation = cache.generation
 
     with pytest.raises(KeyboardInterrupt):
-        cudnn.convolution_forward(h, conv, x, w, fake((2, 3, 8, 8)), autotune=True, engine="legacy")
+        cudnn.convolution_forward(h, conv, x, w, y=fake((2, 3, 8, 8)), autotune=True, engine="legacy")
     assert not cache._data and cache.generation == generation  # nothing half-recorded
     assert len(handle_cache(h, conv_calls.PLANS)) == 0  # no plan made from an unfinished measurement
 
     with pytest.raises(Reached):  # measured again, completely, then the convolution runs
-        cudnn.convolution_forward(h, conv, x, w, fake((2, 3, 8, 8)), autotune=True, engine="legacy")
+        cudnn.convolution_forward(h, conv, x, w, y=fake((2, 3, 8, 8)), autotune=True, engine="legacy")
     assert timings == ["forward", "forward"]
     (chosen,) = cache._data.values()
     assert chosen.algo == capi.cudnnConvolutionFwdAlgo_t(1)  # the fastest of the second measurement
@@ -69,7 +69,7 @@ def test_keyboard_interrupt_during_an_autotune_leaves_the_caches_consistent(monk
     assert plan.algo == chosen.algo
 
     with pytest.raises(Reached):  # and reused: no third measurement
-        cudnn.convolution_forward(h, conv, x, w, fake((2, 3, 8, 8)), autotune=True, engine="legacy")
+        cudnn.convolution_forward(h, conv, x, w, y=fake((2, 3, 8, 8)), autotune=True, engine="legacy")
     assert timings == ["forward", "forward"]
 
 

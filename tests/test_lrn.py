@@ -96,7 +96,7 @@ def test_old_names_warn_and_still_work():
 
 @pytest.mark.parametrize("call,exc,words", [
     (lambda h: lrn_forward(h, LRN(), fake((2, 3, 4))), ValueError, "4-D or 5-D"),
-    (lambda h: lrn_forward(h, LRN(), fake((2, 3, 4, 4)), fake((2, 3, 4, 5))), ValueError, "y has shape"),
+    (lambda h: lrn_forward(h, LRN(), fake((2, 3, 4, 4)), y=fake((2, 3, 4, 5))), ValueError, "y has shape"),
     (lambda h: lrn_forward(h, {"n": 5}, fake((2, 3, 4, 4))), TypeError, "LRN"),
     (lambda h: lrn_forward(h, LRN(), np.ones((2, 3, 4, 4), np.float32)), TypeError, "to_device"),
     (lambda h: lrn_backward(h, LRN(), fake((2, 3, 4, 4)), fake((2, 3, 4, 4), np.float16),
@@ -130,11 +130,11 @@ def test_lrn_forward_backward_match_reference(handle, rng, dtype, p, shape):
     x = rng.standard_normal(shape).astype(dtype)
     dy = rng.standard_normal(shape).astype(dtype)
     xd = cudnn.to_device(x)
-    y = lrn_forward(handle, lrn, xd, cudnn.to_device(np.full(shape, np.nan, dtype)))
+    y = lrn_forward(handle, lrn, xd, y=cudnn.to_device(np.full(shape, np.nan, dtype)))
     y_ref = ref.lrn_forward(x, *args)
     assert_close(y.to_numpy(), y_ref, dtype)
     dx = lrn_backward(handle, lrn, xd, cudnn.to_device(y_ref.astype(dtype)), cudnn.to_device(dy),
-                      cudnn.to_device(np.full(shape, np.nan, dtype)))
+                      dx=cudnn.to_device(np.full(shape, np.nan, dtype)))
     assert_close(dx.to_numpy(), ref.lrn_backward(x, dy, *args), dtype, tol_scale=3)
 
 
@@ -152,7 +152,7 @@ def _divnorm_case(rng, with_means):
 def test_divisive_normalization_forward_matches_reference(handle, rng, with_means, p):
     import cudnn_py as cudnn
     x, _, m, xd, md, nan = _divnorm_case(rng, with_means)
-    y = divisive_normalization_forward(handle, LRN(**p), xd, md, cudnn.to_device(nan))
+    y = divisive_normalization_forward(handle, LRN(**p), xd, md, y=cudnn.to_device(nan))
     assert_close(y.to_numpy(), ref.divnorm_forward(x, m, p["n"], p["alpha"], p["beta"], p["k"]), np.float32,
                  tol_scale=3)
 
@@ -163,8 +163,8 @@ def test_divisive_normalization_forward_matches_reference(handle, rng, with_mean
 def test_divisive_normalization_backward_matches_reference(handle, rng, with_means, p):
     import cudnn_py as cudnn
     x, dy, m, xd, md, nan = _divnorm_case(rng, with_means)
-    dx, dm = divisive_normalization_backward(handle, LRN(**p), xd, cudnn.to_device(dy), md, cudnn.to_device(nan),
-                                             cudnn.to_device(nan) if with_means else None)
+    dx, dm = divisive_normalization_backward(handle, LRN(**p), xd, cudnn.to_device(dy), md, dx=cudnn.to_device(nan),
+                                             dmeans=cudnn.to_device(nan) if with_means else None)
     dx_ref, dm_ref = ref.divnorm_backward(x, m, dy, p["n"], p["alpha"], p["beta"], p["k"])
     if with_means:  # printed on failure: enough to fit another formula offline
         print("dx[0,0,0]", dx.to_numpy()[0, 0, 0], "dmeans[0,0,0]", dm.to_numpy()[0, 0, 0])
@@ -182,7 +182,7 @@ def test_alpha_beta_allocation_core_descriptor_and_raw_capi(handle, rng):
     xd = cudnn.to_device(x)
     y = lrn_forward(handle, LRN(), xd)  # defaults n=5, alpha=1e-4, beta=0.75, k=2; allocated
     assert_close(y.to_numpy(), ref.lrn_forward(x, 5, 1e-4, 0.75, 2.0), np.float32)
-    y2 = lrn_forward(handle, LRNDescriptor(3, 0.5, 0.8, 1.2), xd, cudnn.to_device(y0), alpha=0.5, beta=1.5)
+    y2 = lrn_forward(handle, LRNDescriptor(3, 0.5, 0.8, 1.2), xd, y=cudnn.to_device(y0), alpha=0.5, beta=1.5)
     assert_close(y2.to_numpy(), 0.5 * ref.lrn_forward(x, 3, 0.5, 0.8, 1.2) + 1.5 * y0, np.float32)
 
     ld, td = capi.cudnnLRNDescriptor_t(), capi.cudnnTensorDescriptor_t()

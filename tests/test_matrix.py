@@ -45,23 +45,23 @@ def _call(op: str, h, dtype: np.dtype, engine, arrays=None):
         conv = cudnn.Convolution(padding=1, layout="NHWC" if nhwc else "NCHW")
         phys = (lambda s: (s[0], s[2], s[3], s[1])) if nhwc else (lambda s: s)
         if op == "convolution_forward":
-            return cudnn.convolution_forward(h, conv, a("x", phys(X_SHAPE)), a("w", phys(W_SHAPE)), a("y", phys(Y_SHAPE)),
+            return cudnn.convolution_forward(h, conv, a("x", phys(X_SHAPE)), a("w", phys(W_SHAPE)), y=a("y", phys(Y_SHAPE)),
                                              **kw)
         if op == "convolution_backward_data":
             return cudnn.convolution_backward_data(h, conv, a("w", phys(W_SHAPE)), a("dy", phys(Y_SHAPE)),
-                                                   a("dx", phys(X_SHAPE)), **kw)
+                                                   dx=a("dx", phys(X_SHAPE)), **kw)
         return cudnn.convolution_backward_filter(h, conv, a("x", phys(X_SHAPE)), a("dy", phys(Y_SHAPE)),
-                                                 a("dw", phys(W_SHAPE)), **kw)
+                                                 dw=a("dw", phys(W_SHAPE)), **kw)
     if op == "pooling_forward":
-        return cudnn.pooling_forward(h, cudnn.Pooling("max", window=2), a("x", X_SHAPE), a("y", (2, 8, 3, 3)), **kw)
+        return cudnn.pooling_forward(h, cudnn.Pooling("max", window=2), a("x", X_SHAPE), y=a("y", (2, 8, 3, 3)), **kw)
     if op == "activation_forward":
-        return cudnn.activation_forward(h, cudnn.Activation("sigmoid"), a("x", X_SHAPE), a("y", X_SHAPE), **kw)
+        return cudnn.activation_forward(h, cudnn.Activation("sigmoid"), a("x", X_SHAPE), y=a("y", X_SHAPE), **kw)
     if op == "softmax_forward":
-        return cudnn.softmax_forward(h, a("x", X_SHAPE), a("y", X_SHAPE), **kw)
+        return cudnn.softmax_forward(h, a("x", X_SHAPE), y=a("y", X_SHAPE), **kw)
     if op == "add_tensor":
         return cudnn.add_tensor(h, a("a", X_SHAPE), a("c", X_SHAPE), **{"beta": 1.0, **kw})
     if op == "op_tensor":
-        return cudnn.op_tensor(h, "mul", a("a", X_SHAPE), a("b", X_SHAPE), a("c", X_SHAPE), **kw)
+        return cudnn.op_tensor(h, "mul", a("a", X_SHAPE), a("b", X_SHAPE), c=a("c", X_SHAPE), **kw)
     raise AssertionError(op)
 
 

@@ -77,7 +77,7 @@ def test_handle_on_device_1_made_while_device_0_is_current():
         assert h.device == 1
         xd, wd = (cudnn.to_device(a, stream=h.stream, device=1) for a in (x, w))
         y = poisoned((2, 6, 7, 7), np.float64, h.stream, device=1)
-        cudnn.convolution_forward(h, cudnn.Convolution(padding=1), xd, wd, y)
+        cudnn.convolution_forward(h, cudnn.Convolution(padding=1), xd, wd, y=y)
         y_new = cudnn.convolution_forward(h, cudnn.Convolution(padding=1), xd, wd)  # allocated by the library
         assert y_new.device_id == 1
         want = ref.conv_forward(x, w, 1)

@@ -171,10 +171,10 @@ def test_forward_backward_match_reference(handle, rng, dtype, mode, shape, win, 
     y_shape = ref.output_shape(shape, win, pad, st)
     dy = rng.standard_normal(y_shape).astype(dtype)
     xd = cudnn.to_device(x)
-    y = pooling_forward(handle, pool, xd, cudnn.to_device(np.full(y_shape, np.nan, dtype)), engine="legacy")
+    y = pooling_forward(handle, pool, xd, y=cudnn.to_device(np.full(y_shape, np.nan, dtype)), engine="legacy")
     y_ref = ref.forward(x, MODES[mode], win, pad, st)
     assert_close(y.to_numpy(), y_ref, dtype)
-    dx = pooling_backward(handle, pool, xd, y, cudnn.to_device(dy), cudnn.to_device(np.full(shape, np.nan, dtype)),
+    dx = pooling_backward(handle, pool, xd, y, cudnn.to_device(dy), dx=cudnn.to_device(np.full(shape, np.nan, dtype)),
                           engine="legacy")
     assert_close(dx.to_numpy(), ref.backward(x, dy, MODES[mode], win, pad, st), dtype)
 
@@ -190,11 +190,11 @@ def test_alpha_beta_and_allocated_outputs(handle, rng):
     y = pooling_forward(handle, pool, xd, engine="legacy")  # allocated
     assert y.shape == y_ref.shape
     assert_close(y.to_numpy(), y_ref, np.float32)
-    y2 = pooling_forward(handle, pool, xd, cudnn.to_device(y0), alpha=0.5, beta=-2.0, engine="legacy")
+    y2 = pooling_forward(handle, pool, xd, y=cudnn.to_device(y0), alpha=0.5, beta=-2.0, engine="legacy")
     assert_close(y2.to_numpy(), 0.5 * y_ref - 2.0 * y0, np.float32)
     dy = rng.standard_normal(y_ref.shape).astype(np.float32)
     dx0 = rng.standard_normal(x.shape).astype(np.float32)
-    dx = pooling_backward(handle, pool, xd, y, cudnn.to_device(dy), cudnn.to_device(dx0), alpha=2.0, beta=0.25,
+    dx = pooling_backward(handle, pool, xd, y, cudnn.to_device(dy), dx=cudnn.to_device(dx0), alpha=2.0, beta=0.25,
                           engine="legacy")
     assert_close(dx.to_numpy(), 2.0 * ref.backward(x, dy, "avg_exclude", (3, 3), (1, 1), (2, 2)) + 0.25 * dx0,
                  np.float32)
@@ -214,12 +214,12 @@ def test_channels_last_arrays(handle, rng, mode):
     yn = transform_tensor(handle, cudnn.to_device(np.full(y_ref.shape, np.nan, np.float32)), layout="NHWC",
                           engine="legacy")
     assert not xn.is_contiguous and xn.strides[1] == 1
-    pooling_forward(handle, pool, xn, yn, engine="legacy")
+    pooling_forward(handle, pool, xn, y=yn, engine="legacy")
     assert_close(yn.to_numpy(), y_ref, np.float32)
     dyn = transform_tensor(handle, cudnn.to_device(dy), layout="NHWC", engine="legacy")
     dxn = transform_tensor(handle, cudnn.to_device(np.full(x.shape, np.nan, np.float32)), layout="NHWC",
                            engine="legacy")
-    pooling_backward(handle, pool, xn, yn, dyn, dxn, engine="legacy")
+    pooling_backward(handle, pool, xn, yn, dyn, dx=dxn, engine="legacy")
     assert_close(dxn.to_numpy(), ref.backward(x, dy, MODES[mode], (3, 3), (1, 1), (2, 2)), np.float32)
 
 
@@ -258,7 +258,7 @@ def test_torch_tensors_in_and_out(handle, rng):
     x_np = ref.distinct_values((2, 3, 8, 8), rng)
     x = torch.from_numpy(x_np).cuda().contiguous(memory_format=torch.channels_last)
     y = torch.full((2, 3, 4, 4), float("nan"), device="cuda")
-    out = pooling_forward(handle, Pooling("max", 2), x, y, engine="legacy")
+    out = pooling_forward(handle, Pooling("max", 2), x, y=y, engine="legacy")
     assert out is y
     torch.cuda.synchronize()
     assert_close(y.cpu().numpy(), ref.forward(x_np, "max", (2, 2), (0, 0), (2, 2)), np.float32)
@@ -271,12 +271,12 @@ import engine_helpers as E  # noqa: E402
 
 
 @pytest.mark.parametrize("call,words", [
-    (lambda h: pooling_forward(h, Pooling("max", 2), fake((1, 2, 4, 4)), fake((1, 2, 2, 2)), alpha=2.0,
+    (lambda h: pooling_forward(h, Pooling("max", 2), fake((1, 2, 4, 4)), y=fake((1, 2, 2, 2)), alpha=2.0,
                                engine="graph"), "alpha 1 and beta 0"),
     (lambda h: pooling_backward(h, Pooling("avg_include_padding", 2), fake((1, 2, 4, 4)), fake((1, 2, 2, 2)),
-                                fake((1, 2, 2, 2)), fake((1, 2, 4, 4)), beta=1.0, engine="graph"),
+                                fake((1, 2, 2, 2)), dx=fake((1, 2, 4, 4)), beta=1.0, engine="graph"),
      "alpha 1 and beta 0"),
-    (lambda h: pooling_forward(h, Pooling("max", 2), fake((1, 2, 4, 4), np.float64), fake((1, 2, 2, 2), np.float64),
+    (lambda h: pooling_forward(h, Pooling("max", 2), fake((1, 2, 4, 4), np.float64), y=fake((1, 2, 2, 2), np.float64),
                                engine="graph"), "float64"),
 ])
 def test_graph_engine_refusals_before_c(call, words):
@@ -301,11 +301,11 @@ def test_graph_engine_forward_backward_match_reference(handle, rng, dtype, layou
         # measured on cuDNN 9.19: the channels-last bfloat16 2-D engine answers wrong; the graph says so
         from cudnn_py.graph import GraphNotSupportedError
         with pytest.raises(GraphNotSupportedError, match="bfloat16"):
-            pooling_forward(handle, pool, xd, E.poisoned(y_shape, dtype, layout), engine="graph")
+            pooling_forward(handle, pool, xd, y=E.poisoned(y_shape, dtype, layout), engine="graph")
         engine = "auto"  # the legacy call
-    y = pooling_forward(handle, pool, xd, E.poisoned(y_shape, dtype, layout), engine=engine)
+    y = pooling_forward(handle, pool, xd, y=E.poisoned(y_shape, dtype, layout), engine=engine)
     E.assert_close(E.host(y), ref.forward(x, MODES[mode], win, pad, st), dtype)
-    dx = pooling_backward(handle, pool, xd, y, E.on_device(dy, dtype, layout), E.poisoned(shape, dtype, layout),
+    dx = pooling_backward(handle, pool, xd, y, E.on_device(dy, dtype, layout), dx=E.poisoned(shape, dtype, layout),
                           engine=engine)
     E.assert_close(E.host(dx), ref.backward(x, dy, MODES[mode], win, pad, st), dtype, scale=2)
 
@@ -334,6 +334,6 @@ def test_graph_engine_mixed_layouts_refused_and_auto_answers(handle, rng):
     x = ref.distinct_values((2, 8, 6, 6), rng)
     xd = E.on_device(x, "float32", "NHWC")
     with pytest.raises(GraphPathRefused, match="one memory order"):
-        pooling_forward(handle, pool, xd, E.poisoned((2, 8, 3, 3), "float32"), engine="graph")
-    y = pooling_forward(handle, pool, xd, E.poisoned((2, 8, 3, 3), "float32"))
+        pooling_forward(handle, pool, xd, y=E.poisoned((2, 8, 3, 3), "float32"), engine="graph")
+    y = pooling_forward(handle, pool, xd, y=E.poisoned((2, 8, 3, 3), "float32"))
     E.assert_close(E.host(y), ref.forward(x, "max", (2, 2), (0, 0), (2, 2)), "float32")

@@ -449,7 +449,7 @@ def test_rnn_inference_matches_training_and_weights_add(handle, rng):
     R.rnn_backward_data(handle, rnn, fwd2, memory.to_device(np.ones(fwd2.y.shape)), w)
     base = rng.standard_normal(w.shape)
     acc = memory.to_device(base)
-    R.rnn_backward_weights(handle, rnn, fwd2, acc)
+    R.rnn_backward_weights(handle, rnn, fwd2, dweights=acc)
     fresh = R.rnn_backward_weights(handle, rnn, fwd2)
     np.testing.assert_allclose(acc.to_numpy(), base + fresh.to_numpy(), rtol=1e-12, atol=1e-12)
 

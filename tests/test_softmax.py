@@ -39,12 +39,12 @@ def test_reference_backward_is_the_gradient(rng, algo, mode):
     (lambda h: softmax_forward(h, fake((5,))), ValueError, "N and C"),
     (lambda h: softmax_forward(h, fake((2, 3)), algo="sparse"), ValueError, "softmax algo"),
     (lambda h: softmax_forward(h, fake((2, 3)), mode="spatial"), ValueError, "softmax mode"),
-    (lambda h: softmax_forward(h, fake((2, 3)), fake((3, 2))), ValueError, "y has shape"),
+    (lambda h: softmax_forward(h, fake((2, 3)), y=fake((3, 2))), ValueError, "y has shape"),
     (lambda h: softmax_forward(h, fake((2, 3), np.int32)), TypeError, "float"),
     (lambda h: softmax_forward(h, np.ones((2, 3), np.float32)), TypeError, "to_device"),
     (lambda h: softmax_forward(h, fake((2, 3, 4, 5, 6), strides=(360, 120, 30, 1, 5))), ValueError, "packed"),
     (lambda h: softmax_backward(h, fake((2, 3)), fake((2, 3), np.float16)), TypeError, "dy has dtype"),
-    (lambda h: softmax_backward(h, fake((2, 3)), fake((2, 3)), fake((2, 4))), ValueError,
+    (lambda h: softmax_backward(h, fake((2, 3)), fake((2, 3)), dx=fake((2, 4))), ValueError,
      "dx has shape"),
 ])
 def test_bad_input_is_rejected_before_c(call, exc, words):
@@ -63,13 +63,13 @@ def test_forward_backward_match_reference(handle, rng, dtype, algo, mode, shape)
     import cudnn_py as cudnn
     x = rng.standard_normal(shape).astype(dtype)
     dy = rng.standard_normal(shape).astype(dtype)
-    y = softmax_forward(handle, cudnn.to_device(x), cudnn.to_device(np.full(shape, np.nan, dtype)), algo=algo, mode=mode)
+    y = softmax_forward(handle, cudnn.to_device(x), y=cudnn.to_device(np.full(shape, np.nan, dtype)), algo=algo, mode=mode)
     y_ref = ref.forward(x, algo, mode)
     assert_close(y.to_numpy(), y_ref, dtype)
     # backward from the exact forward output, so only the backward's own error is measured
     yin = y_ref.astype(dtype)
     dx = softmax_backward(handle, cudnn.to_device(yin), cudnn.to_device(dy),
-                          cudnn.to_device(np.full(shape, np.nan, dtype)), algo=algo, mode=mode)
+                          dx=cudnn.to_device(np.full(shape, np.nan, dtype)), algo=algo, mode=mode)
     assert_close(dx.to_numpy(), ref.backward(yin, dy, algo, mode), dtype)
 
 
@@ -80,13 +80,13 @@ def test_accurate_survives_large_inputs_alpha_beta_and_allocation(handle, rng):
     y = softmax_forward(handle, cudnn.to_device(x))  # accurate, channel, allocated
     assert_close(y.to_numpy(), ref.forward(x, "accurate", "channel"), np.float32)
     y0 = rng.standard_normal(x.shape).astype(np.float32)
-    y2 = softmax_forward(handle, cudnn.to_device(x), cudnn.to_device(y0), algo="log", mode="instance",
+    y2 = softmax_forward(handle, cudnn.to_device(x), y=cudnn.to_device(y0), algo="log", mode="instance",
                          alpha=-1.0, beta=3.0)
     assert_close(y2.to_numpy(), -ref.forward(x, "log", "instance") + 3.0 * y0, np.float32)
     dy = rng.standard_normal(x.shape).astype(np.float32)
     dx0 = rng.standard_normal(x.shape).astype(np.float32)
     p = ref.forward(x, "accurate", "channel").astype(np.float32)
-    dx = softmax_backward(handle, cudnn.to_device(p), cudnn.to_device(dy), cudnn.to_device(dx0), alpha=0.5, beta=2.0)
+    dx = softmax_backward(handle, cudnn.to_device(p), cudnn.to_device(dy), dx=cudnn.to_device(dx0), alpha=0.5, beta=2.0)
     assert_close(dx.to_numpy(), 0.5 * ref.backward(p, dy, "accurate", "channel") + 2.0 * dx0, np.float32)
 
 

@@ -66,17 +66,17 @@ def test_reference_reduce_indices_point_at_the_values(rng):
     (lambda h: T.add_tensor(h, fake((1,) * 6), fake((2,) * 6), beta=1.0), ValueError, "5 dimensions"),
     (lambda h: T.op_tensor(h, "add", fake((2, 3))), ValueError, "binary"),
     (lambda h: T.op_tensor(h, "pow", fake((2, 3)), fake((2, 3))), ValueError, "op"),
-    (lambda h: T.op_tensor(h, "mul", fake((2, 3)), fake((2, 3)), fake((3, 2))), ValueError,
+    (lambda h: T.op_tensor(h, "mul", fake((2, 3)), fake((2, 3)), c=fake((3, 2))), ValueError,
      "c has shape"),
     (lambda h: T.op_tensor(h, "mul", fake((2, 3)), np.ones((2, 3), np.float32)), TypeError, "to_device"),
     (lambda h: T.reduce_tensor(h, "add", fake((2, 3)), indices=True), ValueError, "indices"),
     (lambda h: T.reduce_tensor(h, "max", fake((2, 3)), axes=2), ValueError, "axes"),
-    (lambda h: T.reduce_tensor(h, "max", fake((2, 3)), fake((2, 1)), axes=1), ValueError, "either"),
-    (lambda h: T.reduce_tensor(h, "max", fake((2, 3)), fake((2, 2))), ValueError, "c has shape"),
+    (lambda h: T.reduce_tensor(h, "max", fake((2, 3)), c=fake((2, 1)), axes=1), ValueError, "either"),
+    (lambda h: T.reduce_tensor(h, "max", fake((2, 3)), c=fake((2, 2))), ValueError, "c has shape"),
     (lambda h: T.reduce_tensor(h, "sum", fake((2, 3))), ValueError, "op"),
-    (lambda h: T.transform_tensor(h, fake((2, 3, 4, 5)), fake((2, 3, 5, 4))), ValueError, "y has shape"),
+    (lambda h: T.transform_tensor(h, fake((2, 3, 4, 5)), y=fake((2, 3, 5, 4))), ValueError, "y has shape"),
     (lambda h: T.transform_tensor(h, fake((2, 3, 4, 5)), layout="CHWN"), ValueError, "layout"),
-    (lambda h: T.transform_tensor(h, fake((2, 3, 4, 5)), fake((2, 3, 4, 5)), dtype=np.float16),
+    (lambda h: T.transform_tensor(h, fake((2, 3, 4, 5)), y=fake((2, 3, 4, 5)), dtype=np.float16),
      TypeError, "dtype"),
     (lambda h: T.transform_tensor_ex(h, fake((2, 3, 4))), ValueError, "4-D or 5-D"),
     (lambda h: T.transform_tensor_ex(h, fake((2, 3, 4, 4)), pad_before=(0, 1)), ValueError, "pad_before"),
@@ -215,11 +215,11 @@ def test_op_tensor(handle, rng, dtype, op):
         alpha1 = 0.75
     b = rng.standard_normal(b_shape).astype(dtype)
     unary = op in ("sqrt", "not")
-    c = T.op_tensor(handle, op, _dev(a), None if unary else _dev(b), _nan(shape, dtype), alpha1=alpha1, alpha2=-1.25,
+    c = T.op_tensor(handle, op, _dev(a), None if unary else _dev(b), c=_nan(shape, dtype), alpha1=alpha1, alpha2=-1.25,
                     engine="legacy")
     assert_close(c.to_numpy(), ref.op_tensor(op, a, None if unary else b, np.zeros(shape), alpha1, -1.25, 0.0), dtype)
     c0 = rng.standard_normal(shape).astype(dtype)
-    c2 = T.op_tensor(handle, op, _dev(a), None if unary else _dev(b), _dev(c0), alpha1=alpha1, alpha2=2.0, beta=0.5,
+    c2 = T.op_tensor(handle, op, _dev(a), None if unary else _dev(b), c=_dev(c0), alpha1=alpha1, alpha2=2.0, beta=0.5,
                      engine="legacy")
     assert_close(c2.to_numpy(), ref.op_tensor(op, a, None if unary else b, c0, alpha1, 2.0, 0.5), dtype)
 
@@ -255,7 +255,7 @@ def test_transform_tensor_layout_and_dtype(handle, rng, src, dst):
     assert back.is_contiguous
     assert_close(back.to_numpy(), x.astype(np.float64), np.float16)
     y0 = rng.standard_normal(x.shape).astype(dst)
-    blended = T.transform_tensor(handle, _dev(x), _dev(y0), alpha=2.0, beta=-1.0, engine="legacy")
+    blended = T.transform_tensor(handle, _dev(x), y=_dev(y0), alpha=2.0, beta=-1.0, engine="legacy")
     assert_close(blended.to_numpy(), ref.transform(x, y0, 2.0, -1.0), np.float16 if np.float16 in (src, dst) else
                  np.float32)
 
@@ -294,13 +294,13 @@ def test_reduce_tensor(handle, rng, dtype, op, c_shape):
     alpha = 1.0 if op in ("mul", "mul_no_zeros") else 0.5  # reduce(alpha * A) vs alpha * reduce(A) differ for mul
     want_idx = op in ("min", "max", "amax")
     r_ref, i_ref = ref.reduce(op, a, c_shape)
-    got = T.reduce_tensor(handle, op, _dev(a), _nan(c_shape, dtype), indices=want_idx, alpha=alpha, engine="legacy")
+    got = T.reduce_tensor(handle, op, _dev(a), c=_nan(c_shape, dtype), indices=want_idx, alpha=alpha, engine="legacy")
     c, idx = got if want_idx else (got, None)
     assert_close(c.to_numpy(), alpha * r_ref, dtype, tol_scale=10)
     if want_idx:
         np.testing.assert_array_equal(idx.to_numpy(), i_ref)
     c0 = rng.standard_normal(c_shape).astype(dtype)
-    c2 = T.reduce_tensor(handle, op, _dev(a), _dev(c0), alpha=alpha, beta=2.0, engine="legacy")
+    c2 = T.reduce_tensor(handle, op, _dev(a), c=_dev(c0), alpha=alpha, beta=2.0, engine="legacy")
     assert_close(c2.to_numpy(), alpha * r_ref + 2.0 * c0, dtype, tol_scale=10)
 
 
@@ -345,15 +345,15 @@ import engine_helpers as E  # noqa: E402
 
 
 @pytest.mark.parametrize("call,words", [
-    (lambda h: T.op_tensor(h, "add", fake((2, 3)), fake((2, 3)), fake((2, 3)), nan_propagation=True,
+    (lambda h: T.op_tensor(h, "add", fake((2, 3)), fake((2, 3)), c=fake((2, 3)), nan_propagation=True,
                            engine="graph"), "NaN"),
-    (lambda h: T.op_tensor(h, "add", fake((2, 3)), fake((2, 3)), fake((2, 3)), compute_dtype="float64",
+    (lambda h: T.op_tensor(h, "add", fake((2, 3)), fake((2, 3)), c=fake((2, 3)), compute_dtype="float64",
                            engine="graph"), "float32"),
     (lambda h: T.add_tensor(h, fake((2, 3), np.float64), fake((2, 3), np.float64), beta=1.0, engine="graph"),
      "float64"),
-    (lambda h: T.transform_tensor(h, fake((2, 3), np.int8), fake((2, 3)), engine="graph"), "int8"),
-    (lambda h: T.reduce_tensor(h, "max", fake((2, 3)), fake((2, 1)), indices=True, engine="graph"), "indices"),
-    (lambda h: T.reduce_tensor(h, "mul_no_zeros", fake((2, 3)), fake((2, 1)), engine="graph"), "mul_no_zeros"),
+    (lambda h: T.transform_tensor(h, fake((2, 3), np.int8), y=fake((2, 3)), engine="graph"), "int8"),
+    (lambda h: T.reduce_tensor(h, "max", fake((2, 3)), c=fake((2, 1)), indices=True, engine="graph"), "indices"),
+    (lambda h: T.reduce_tensor(h, "mul_no_zeros", fake((2, 3)), c=fake((2, 1)), engine="graph"), "mul_no_zeros"),
     (lambda h: T.scale_tensor(h, fake((1,) * 6), alpha=2.0, engine="graph"), "1 to 5 dimensions"),
     (lambda h: T.add_tensor(h, fake((2, 3)), fake((2, 3)), beta=1.0, engine="fast"), "engine 'fast'"),
 ])
@@ -412,14 +412,14 @@ def test_graph_op_tensor(handle, rng, dtype, layout, op, b_shape):
     engine = "graph"
     if not unary and _graph_refuses(shape, b_shape, layout):
         with pytest.raises(GraphPathRefused, match="per channel only"):
-            T.op_tensor(handle, op, E.on_device(a, dtype, layout), bd, E.poisoned(shape, dtype, layout),
+            T.op_tensor(handle, op, E.on_device(a, dtype, layout), bd, c=E.poisoned(shape, dtype, layout),
                         engine="graph")
         engine = "auto"
-    c = T.op_tensor(handle, op, E.on_device(a, dtype, layout), bd, E.poisoned(shape, dtype, layout), alpha1=alpha1,
+    c = T.op_tensor(handle, op, E.on_device(a, dtype, layout), bd, c=E.poisoned(shape, dtype, layout), alpha1=alpha1,
                     alpha2=-1.25, engine=engine)
     E.assert_close(E.host(c), ref.op_tensor(op, a, None if unary else b, np.zeros(shape), alpha1, -1.25, 0.0), dtype)
     c0 = E.rounded(rng.standard_normal(shape), dtype)
-    c2 = T.op_tensor(handle, op, E.on_device(a, dtype, layout), bd, E.on_device(c0, dtype, layout), alpha1=alpha1,
+    c2 = T.op_tensor(handle, op, E.on_device(a, dtype, layout), bd, c=E.on_device(c0, dtype, layout), alpha1=alpha1,
                      alpha2=2.0, beta=0.5, engine=engine)
     E.assert_close(E.host(c2), ref.op_tensor(op, a, None if unary else b, c0, alpha1, 2.0, 0.5), dtype)
 
@@ -452,7 +452,7 @@ def test_graph_transform_tensor_layout_and_dtype(handle, rng, src, dst):
     assert y.strides == E.layout_strides(x.shape, "NHWC")
     E.assert_close(E.host(y), x, tol)
     y0 = E.rounded(rng.standard_normal(x.shape), dst)
-    blended = T.transform_tensor(handle, E.on_device(x, src, "NHWC"), E.on_device(y0, dst, "NHWC"), alpha=2.0,
+    blended = T.transform_tensor(handle, E.on_device(x, src, "NHWC"), y=E.on_device(y0, dst, "NHWC"), alpha=2.0,
                                  beta=-1.0, engine="graph")
     E.assert_close(E.host(blended), ref.transform(x, y0, 2.0, -1.0), tol)
 
@@ -473,7 +473,7 @@ def test_graph_reduce_tensor(handle, rng, op, c_shape, layout):
     for engine in ("graph", "auto"):
         c = E.poisoned(c_shape, "float32", layout)
         try:
-            T.reduce_tensor(handle, op, E.on_device(a, "float32", layout), c, engine=engine)
+            T.reduce_tensor(handle, op, E.on_device(a, "float32", layout), c=c, engine=engine)
         except GraphNotSupportedError as e:
             assert engine == "graph" and "reduction" in str(e) and "no engine supports graph" in str(e)
             continue
@@ -515,7 +515,7 @@ def test_graph_flat_view_elementwise(handle, rng, dtype, layout):
             x = E.rounded(np.abs(a) + 0.1, dtype) if op == "sqrt" else (a > 0).astype(np.float64) if op == "not" \
                 else a
             c = T.op_tensor(handle, op, E.on_device(x, dtype, layout), None if unary else E.on_device(b, dtype, layout),
-                            E.poisoned(shape, dtype, layout), alpha1=alpha1, alpha2=-1.25, engine="graph")
+                            c=E.poisoned(shape, dtype, layout), alpha1=alpha1, alpha2=-1.25, engine="graph")
             want = ref.op_tensor(op, x, None if unary else b, np.zeros(shape), alpha1, -1.25, 0.0)
             E.assert_close(E.host(c), want, dtype)
         c = E.on_device(b, dtype, layout)
@@ -523,6 +523,6 @@ def test_graph_flat_view_elementwise(handle, rng, dtype, layout):
         E.assert_close(E.host(c), ref.add_tensor(a, b, 1.5, -0.5), dtype)
         T.scale_tensor(handle, c, alpha=-2.0, engine="graph")
         E.assert_close(E.host(c), -2.0 * ref.add_tensor(a, b, 1.5, -0.5), dtype, scale=2.0)
-        y = T.transform_tensor(handle, E.on_device(a, dtype, layout), E.poisoned(shape, "float32", layout),
+        y = T.transform_tensor(handle, E.on_device(a, dtype, layout), y=E.poisoned(shape, "float32", layout),
                                engine="graph")
         E.assert_close(E.host(y), a, "float32")

@@ -367,10 +367,10 @@ def sweep(cfg: Config, directions: Sequence[str], maths: Sequence[str], repeats:
                 def call():
                     kw = dict(algo=algo, workspace_limit=workspace_limit)
                     if direction == "forward":
-                        return cv.convolution_forward(h, conv, x, w, out, **kw)
+                        return cv.convolution_forward(h, conv, x, w, y=out, **kw)
                     if direction == "backward_data":
-                        return cv.convolution_backward_data(h, conv, w, dy, out, **kw)
-                    return cv.convolution_backward_filter(h, conv, x, dy, out, **kw)
+                        return cv.convolution_backward_data(h, conv, w, dy, dx=out, **kw)
+                    return cv.convolution_backward_filter(h, conv, x, dy, dw=out, **kw)
                 try:
                     row.workspace_bytes = cv.convolution_workspace_size(
                         h, conv, x if direction != "backward_data" else out,

@@ -20,6 +20,7 @@ from cudnn_py.caches import shared
 from cudnn_py.descriptors import TensorDescriptor, tensor_descriptor
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype, scalar
 from cudnn_py.memory import DeviceArray, DeviceArrayLike, as_array, empty
+from cudnn_py._deprecation import warn
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 #: an output array the caller passes, returned as given (a torch tensor in, the same tensor out)
@@ -38,6 +39,23 @@ def enum_arg(value, table: dict, enum_type, what: str):
     if not isinstance(value, (str, int, np.integer)):
         raise InvalidTypeError(f"{what} must be a name or a {enum_type.__name__} member, got {type(value).__name__}")
     raise InvalidValueError(f"{what} {value!r}: expected one of {sorted(table)} or a {enum_type.__name__} member")
+
+
+def moved_outputs(where: str, old: tuple, names: tuple[str, ...], given: tuple) -> tuple:
+    """The outputs of a call whose outputs are keyword-only, with those still passed positionally (deprecated, one
+    cycle: a :class:`DeprecationWarning`) put in their place: ``old`` holds the extra positional arguments, ``names``
+    the outputs in their old order, ``given`` their keyword values."""
+    if len(old) > len(names):
+        raise InvalidTypeError(f"{where}() takes {len(names)} output(s) ({', '.join(names)}) after its inputs; got "
+                               f"{len(old)} more positional arguments")
+    out = list(given)
+    for i, value in enumerate(old):
+        if out[i] is not None:
+            raise InvalidTypeError(f"{where}() got {names[i]} both positionally and as {names[i]}=")
+        out[i] = value
+    warn(f"{where}(): passing outputs positionally is deprecated; pass "
+         f"{', '.join(n + '=' for n in names[:len(old)])} as keywords", stacklevel=4)
+    return tuple(out)
 
 
 _SCALARS = shared("ops.scalars", maxsize=256)

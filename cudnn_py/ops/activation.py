@@ -33,7 +33,7 @@ from cudnn_py.descriptors import Descriptor, Settings, c_nan, read_back
 from cudnn_py.graph import legacy as gl
 from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray, DeviceArrayLike
-from cudnn_py.ops._common import Out, check_array, desc, output, scalars
+from cudnn_py.ops._common import Out, check_array, desc, moved_outputs, output, scalars
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["Activation", "activation_forward", "activation_backward", "ACTIVATION_MODES"]
@@ -195,8 +195,9 @@ def _graph_backward(handle: Handle, activation, xa, dya, dxa, alpha, beta, auto)
                         [("dx", dxa)], build, auto=auto)
 
 
-def activation_forward(handle: Handle, activation: Activation | str | int, x: DeviceArrayLike, y: Out | None = None, *,
-                       alpha: float = 1.0, beta: float = 0.0, engine: str = "auto") -> DeviceArray | Out:
+def activation_forward(handle: Handle, activation: Activation | str | int, x: DeviceArrayLike, *moved: DeviceArrayLike,
+                       y: Out | None = None, alpha: float = 1.0, beta: float = 0.0,
+                       engine: str = "auto") -> DeviceArray | Out:
     """``y = alpha * act(x) + beta * y`` (``cudnnActivationForward``); returns y (allocated if not given).
 
     ``activation``: an :class:`Activation`, or a mode name or ``cudnnActivationMode_t`` (then coef 0, swish_beta 1).
@@ -204,6 +205,8 @@ def activation_forward(handle: Handle, activation: Activation | str | int, x: De
     """
     alpha, beta = scaling(alpha=alpha, beta=beta)
     handle = handle_arg(handle)
+    if moved:
+        y, = moved_outputs("activation_forward", moved, ("y",), (y,))
     engine = gl.engine_arg(engine)
     act = activation_c_descriptor(activation)
     xa = check_array(x, "x", handle, floating=True)
@@ -220,13 +223,15 @@ def activation_forward(handle: Handle, activation: Activation | str | int, x: De
 
 
 def activation_backward(handle: Handle, activation: Activation | str | int, x: DeviceArrayLike, y: DeviceArrayLike,
-                        dy: DeviceArrayLike, dx: Out | None = None, *, alpha: float = 1.0, beta: float = 0.0,
-                        engine: str = "auto") -> DeviceArray | Out:
+                        dy: DeviceArrayLike, *moved: DeviceArrayLike, dx: Out | None = None, alpha: float = 1.0,
+                        beta: float = 0.0, engine: str = "auto") -> DeviceArray | Out:
     """``dx = alpha * dL/dx + beta * dx`` from the forward's x and y and the gradient dy (``cudnnActivationBackward``).
 
     ``engine``: "legacy", "graph" (which computes the gradient from x; y is checked but not read) or "auto"."""
     alpha, beta = scaling(alpha=alpha, beta=beta)
     handle = handle_arg(handle)
+    if moved:
+        dx, = moved_outputs("activation_backward", moved, ("dx",), (dx,))
     engine = gl.engine_arg(engine)
     act = activation_c_descriptor(activation)
     xa = check_array(x, "x", handle, floating=True)

@@ -40,6 +40,7 @@ from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import InvalidStateError, InvalidTypeError, InvalidValueError
 from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray, DeviceArrayLike
+from cudnn_py.ops._common import moved_outputs
 from cudnn_py.ops.dropout import Dropout
 from cudnn_py.ops.sequence_models import (
     MATH_TYPES, WeightedDescriptor, c_nbytes, c_ptr, check_lengths, choice, dropout_arg, name_of, nd_layout,
@@ -437,13 +438,15 @@ def attention_backward_data(handle: Handle, attn: MultiHeadAttention, fwd: Atten
 
 
 def attention_backward_weights(handle: Handle, attn: MultiHeadAttention, fwd: AttentionForwardResult,
-                               dout: DeviceArrayLike, weights: DeviceArrayLike,
+                               dout: DeviceArrayLike, weights: DeviceArrayLike, *moved: DeviceArrayLike,
                                dweights: DeviceArrayLike | None = None) -> DeviceArray:
     """``cudnnMultiHeadAttnBackwardWeights``: gradients ADDED into ``dweights`` (new zeroed buffer if None).
 
     Needs :func:`attention_backward_data` on the same ``fwd`` first.
     """
     handle = handle_arg(handle)
+    if moved:
+        dweights, = moved_outputs("attention_backward_weights", moved, ("dweights",), (dweights,))
     ctx = training_ctx(fwd, AttentionForwardResult, attn, "attention_forward")
     if not ctx["data_done"]:
         raise InvalidStateError("call attention_backward_data(...) on this forward result before "

@@ -29,7 +29,7 @@ from cudnn_py.dtypes import cudnn_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError, WorkspaceLimitError
 from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray, DeviceArrayLike, array_signature, empty, zeros
-from cudnn_py.ops._common import Out, enum_arg, scalars
+from cudnn_py.ops._common import Out, enum_arg, moved_outputs, scalars
 from cudnn_py.ops.activation import activation_of
 from cudnn_py.ops.convolution import Convolution, Geometry, logical, packed_strides, physical, unit_height
 
@@ -203,16 +203,18 @@ def _on_graph(auto: bool, run) -> Any:
 
 # ---------------------------------------------------------------- the calls
 
-def convolution_forward(handle: Handle, conv: Convolution, x: DeviceArrayLike, w: DeviceArrayLike, y: Out | None = None,
-                        *, algo: Any = "heuristic", alpha: float = 1.0, beta: float = 0.0, deterministic: bool = False,
-                        workspace_limit: int | None = None, autotune: bool = False,
-                        engine: str = "auto") -> DeviceArray | Out:
+def convolution_forward(handle: Handle, conv: Convolution, x: DeviceArrayLike, w: DeviceArrayLike,
+                        *moved: DeviceArrayLike, y: Out | None = None, algo: Any = "heuristic", alpha: float = 1.0,
+                        beta: float = 0.0, deterministic: bool = False, workspace_limit: int | None = None,
+                        autotune: bool = False, engine: str = "auto") -> DeviceArray | Out:
     """``y = alpha * conv(x, w) + beta * y`` (``cudnnConvolutionForward``); returns y (allocated if not given).
 
     ``engine="graph"`` runs it as a cached backend-API plan instead (see :func:`cudnn_py.graph.conv.convolution`).
     """
     alpha, beta = scaling(alpha=alpha, beta=beta)
     handle = handle_arg(handle)
+    if moved:
+        y, = moved_outputs("convolution_forward", moved, ("y",), (y,))
     route, algo, auto = _route("convolution_forward", engine, algo, autotune, deterministic, workspace_limit, conv)
     if route == "graph":
         got = _on_graph(auto, lambda: _graph().convolution(
@@ -253,9 +255,9 @@ def _shape_sig(shape, like, what):
 
 
 def convolution_backward_data(handle: Handle, conv: Convolution, w: DeviceArrayLike, dy: DeviceArrayLike,
-                              dx: Out | None = None, *, x_shape: Sequence[int] | None = None, algo: Any = "heuristic",
-                              alpha: float = 1.0, beta: float = 0.0, deterministic: bool = False,
-                              workspace_limit: int | None = None, autotune: bool = False,
+                              *moved: DeviceArrayLike, dx: Out | None = None, x_shape: Sequence[int] | None = None,
+                              algo: Any = "heuristic", alpha: float = 1.0, beta: float = 0.0,
+                              deterministic: bool = False, workspace_limit: int | None = None, autotune: bool = False,
                               engine: str = "auto") -> DeviceArray | Out:
     """``dx = alpha * conv_transpose(dy, w) + beta * dx`` (``cudnnConvolutionBackwardData``); returns dx.
 
@@ -264,6 +266,8 @@ def convolution_backward_data(handle: Handle, conv: Convolution, w: DeviceArrayL
     """
     alpha, beta = scaling(alpha=alpha, beta=beta)
     handle = handle_arg(handle)
+    if moved:
+        dx, = moved_outputs("convolution_backward_data", moved, ("dx",), (dx,))
     route, algo, auto = _route("convolution_backward_data", engine, algo, autotune, deterministic, workspace_limit,
                                conv)
     if route == "graph":
@@ -301,9 +305,9 @@ def convolution_backward_data(handle: Handle, conv: Convolution, w: DeviceArrayL
 
 
 def convolution_backward_filter(handle: Handle, conv: Convolution, x: DeviceArrayLike, dy: DeviceArrayLike,
-                                dw: Out | None = None, *, w_shape: Sequence[int] | None = None, algo: Any = "heuristic",
-                                alpha: float = 1.0, beta: float = 0.0, deterministic: bool = False,
-                                workspace_limit: int | None = None, autotune: bool = False,
+                                *moved: DeviceArrayLike, dw: Out | None = None, w_shape: Sequence[int] | None = None,
+                                algo: Any = "heuristic", alpha: float = 1.0, beta: float = 0.0,
+                                deterministic: bool = False, workspace_limit: int | None = None, autotune: bool = False,
                                 engine: str = "auto") -> DeviceArray | Out:
     """``dw = alpha * dL/dw + beta * dw`` (``cudnnConvolutionBackwardFilter``); returns dw.
 
@@ -312,6 +316,8 @@ def convolution_backward_filter(handle: Handle, conv: Convolution, x: DeviceArra
     """
     alpha, beta = scaling(alpha=alpha, beta=beta)
     handle = handle_arg(handle)
+    if moved:
+        dw, = moved_outputs("convolution_backward_filter", moved, ("dw",), (dw,))
     route, algo, auto = _route("convolution_backward_filter", engine, algo, autotune, deterministic,
                                workspace_limit, conv)
     if route == "graph":
@@ -344,14 +350,16 @@ def convolution_backward_filter(handle: Handle, conv: Convolution, x: DeviceArra
     return out
 
 
-def convolution_backward_bias(handle: Handle, dy: DeviceArrayLike, db: Out | None = None, *, alpha: float = 1.0,
-                              beta: float = 0.0, layout: str = "NCHW") -> DeviceArray | Out:
+def convolution_backward_bias(handle: Handle, dy: DeviceArrayLike, *moved: DeviceArrayLike, db: Out | None = None,
+                              alpha: float = 1.0, beta: float = 0.0, layout: str = "NCHW") -> DeviceArray | Out:
     """``db = alpha * sum(dy over all but channels) + beta * db`` (``cudnnConvolutionBackwardBias``).
 
     db (allocated if not given) has shape ``(1, K, 1, ...)`` (``(1, ..., 1, K)`` for ``layout="NHWC"``).
     """
     alpha, beta = scaling(alpha=alpha, beta=beta)
     handle = handle_arg(handle)
+    if moved:
+        db, = moved_outputs("convolution_backward_bias", moved, ("db",), (db,))
     dys, dy_ptr = array_signature(dy, "dy")
     dbs, db_ptr = (None, 0) if db is None else array_signature(db, "db")
     key = ("backward_bias", dys, dbs, layout)

@@ -33,7 +33,7 @@ from cudnn_py.descriptors import Descriptor
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray, DeviceArrayLike, empty
-from cudnn_py.ops._common import byte_buffer, check_array, desc, output, tensor_desc
+from cudnn_py.ops._common import byte_buffer, check_array, desc, moved_outputs, output, tensor_desc
 
 __all__ = ["Dropout", "DropoutOutputs", "dropout_states_size", "dropout_reserve_size", "dropout_forward",
            "dropout_backward"]
@@ -138,8 +138,8 @@ def _dropout_ptr(d):
     raise InvalidTypeError(f"dropout must be a cudnn_py.Dropout, got {type(d).__name__}")
 
 
-def dropout_forward(handle: Handle, dropout: Dropout, x: DeviceArrayLike, y: DeviceArrayLike | None = None,
-                    reserve: DeviceArrayLike | None = None) -> DropoutOutputs:
+def dropout_forward(handle: Handle, dropout: Dropout, x: DeviceArrayLike, *moved: DeviceArrayLike,
+                    y: DeviceArrayLike | None = None, reserve: DeviceArrayLike | None = None) -> DropoutOutputs:
     """``y = x * mask / (1 - p)`` with a fresh mask (``cudnnDropoutForward``); returns :class:`DropoutOutputs`
     ``(y, reserve)``.
 
@@ -147,6 +147,8 @@ def dropout_forward(handle: Handle, dropout: Dropout, x: DeviceArrayLike, y: Dev
     when not given. ``x`` and ``y`` must have the same shape and dtype.
     """
     handle = handle_arg(handle)
+    if moved:
+        y, reserve = moved_outputs("dropout_forward", moved, ("y", "reserve"), (y, reserve))
     dp = _dropout_ptr(dropout)
     xa = check_array(x, "x", handle)
     ya = output(y, "y", handle, xa.shape, xa.dtype)
@@ -160,9 +162,11 @@ def dropout_forward(handle: Handle, dropout: Dropout, x: DeviceArrayLike, y: Dev
 
 
 def dropout_backward(handle: Handle, dropout: Dropout, dy: DeviceArrayLike, reserve: DeviceArrayLike,
-                     dx: DeviceArrayLike | None = None) -> DeviceArray:
+                     *moved: DeviceArrayLike, dx: DeviceArrayLike | None = None) -> DeviceArray:
     """``dx = dy * mask / (1 - p)`` with the mask the forward stored in ``reserve`` (``cudnnDropoutBackward``)."""
     handle = handle_arg(handle)
+    if moved:
+        dx, = moved_outputs("dropout_backward", moved, ("dx",), (dx,))
     dp = _dropout_ptr(dropout)
     dya = check_array(dy, "dy", handle)
     dxa = output(dx, "dx", handle, dya.shape, dya.dtype)

@@ -33,7 +33,7 @@ from cudnn_py.args import float_arg, int_arg, scaling
 from cudnn_py.descriptors import Descriptor, Settings, read_back
 from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray, DeviceArrayLike
-from cudnn_py.ops._common import Out, check_array, desc, empty_strided, output, scalars
+from cudnn_py.ops._common import Out, check_array, desc, empty_strided, moved_outputs, output, scalars
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["LRN", "lrn_forward", "lrn_backward", "divisive_normalization_forward", "divisive_normalization_backward",
@@ -124,11 +124,13 @@ def _input(x, handle: Handle) -> DeviceArray:
     return xa
 
 
-def lrn_forward(handle: Handle, lrn: LRN, x: DeviceArrayLike, y: Out | None = None, *, alpha: float = 1.0,
-                beta: float = 0.0) -> DeviceArray | Out:
+def lrn_forward(handle: Handle, lrn: LRN, x: DeviceArrayLike, *moved: DeviceArrayLike, y: Out | None = None,
+                alpha: float = 1.0, beta: float = 0.0) -> DeviceArray | Out:
     """``y = alpha * lrn(x) + beta * y`` (``cudnnLRNCrossChannelForward``); returns y (allocated if not given)."""
     alpha, beta = scaling(alpha=alpha, beta=beta)
     handle = handle_arg(handle)
+    if moved:
+        y, = moved_outputs("lrn_forward", moved, ("y",), (y,))
     ld = _lrn_desc(lrn)
     xa = _input(x, handle)
     ya = output(y, "y", handle, xa.shape, xa.dtype)
@@ -140,11 +142,14 @@ def lrn_forward(handle: Handle, lrn: LRN, x: DeviceArrayLike, y: Out | None = No
 
 
 def lrn_backward(handle: Handle, lrn: LRN, x: DeviceArrayLike, y: DeviceArrayLike, dy: DeviceArrayLike,
-                 dx: Out | None = None, *, alpha: float = 1.0, beta: float = 0.0) -> DeviceArray | Out:
+                 *moved: DeviceArrayLike, dx: Out | None = None, alpha: float = 1.0,
+                 beta: float = 0.0) -> DeviceArray | Out:
     """``dx = alpha * dL/dx + beta * dx`` from the forward's x and y and the gradient dy
     (``cudnnLRNCrossChannelBackward``)."""
     alpha, beta = scaling(alpha=alpha, beta=beta)
     handle = handle_arg(handle)
+    if moved:
+        dx, = moved_outputs("lrn_backward", moved, ("dx",), (dx,))
     ld = _lrn_desc(lrn)
     xa = _input(x, handle)
     ya = check_array(y, "y", handle, dtype=xa.dtype, shape=xa.shape)
@@ -173,13 +178,16 @@ def _temps(handle: Handle, xa: DeviceArray) -> tuple[DeviceArray, DeviceArray]:
 
 
 def divisive_normalization_forward(handle: Handle, lrn: LRN, x: DeviceArrayLike, means: DeviceArrayLike | None = None,
-                                   y: Out | None = None, *, alpha: float = 1.0, beta: float = 0.0) -> DeviceArray | Out:
+                                   *moved: DeviceArrayLike, y: Out | None = None, alpha: float = 1.0,
+                                   beta: float = 0.0) -> DeviceArray | Out:
     """``y = alpha * divnorm(x, means) + beta * y`` (``cudnnDivisiveNormalizationForward``); returns y.
 
     ``means`` (x's shape) defaults to zeros; the two temporaries cuDNN needs are allocated here.
     """
     alpha, beta = scaling(alpha=alpha, beta=beta)
     handle = handle_arg(handle)
+    if moved:
+        y, = moved_outputs("divisive_normalization_forward", moved, ("y",), (y,))
     ld = _lrn_desc(lrn)
     xa = _input(x, handle)
     ma = None if means is None else _same_desc(check_array(means, "means", handle, dtype=xa.dtype, shape=xa.shape),
@@ -194,9 +202,9 @@ def divisive_normalization_forward(handle: Handle, lrn: LRN, x: DeviceArrayLike,
 
 
 def divisive_normalization_backward(handle: Handle, lrn: LRN, x: DeviceArrayLike, dy: DeviceArrayLike,
-                                    means: DeviceArrayLike | None = None, dx: DeviceArrayLike | None = None,
-                                    dmeans: DeviceArrayLike | None = None, *, alpha: float = 1.0,
-                                    beta: float = 0.0) -> DivisiveNormalizationGrads:
+                                    means: DeviceArrayLike | None = None, *moved: DeviceArrayLike,
+                                    dx: DeviceArrayLike | None = None, dmeans: DeviceArrayLike | None = None,
+                                    alpha: float = 1.0, beta: float = 0.0) -> DivisiveNormalizationGrads:
     """:class:`DivisiveNormalizationGrads` ``(dx, dmeans)`` of divisive normalisation
     (``cudnnDivisiveNormalizationBackward``).
 
@@ -206,6 +214,8 @@ def divisive_normalization_backward(handle: Handle, lrn: LRN, x: DeviceArrayLike
     """
     alpha, beta = scaling(alpha=alpha, beta=beta)
     handle = handle_arg(handle)
+    if moved:
+        dx, dmeans = moved_outputs("divisive_normalization_backward", moved, ("dx", "dmeans"), (dx, dmeans))
     ld = _lrn_desc(lrn)
     xa = _input(x, handle)
     ma = None if means is None else _same_desc(check_array(means, "means", handle, dtype=xa.dtype, shape=xa.shape),

@@ -43,7 +43,7 @@ from cudnn_py.descriptors import (Descriptor, Settings, TensorDescriptor, c_ints
 from cudnn_py.graph import legacy as gl
 from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray, DeviceArrayLike
-from cudnn_py.ops._common import Out, check_array, desc, empty_strided, scalars, tensor_desc
+from cudnn_py.ops._common import Out, check_array, desc, empty_strided, moved_outputs, scalars, tensor_desc
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["Pooling", "pooling_forward", "pooling_backward", "pooling_output_shape", "POOLING_MODES"]
@@ -327,8 +327,8 @@ def _graph_backward(handle: Handle, pool, xa, ya, dya, dxa, alpha, beta, auto) -
                         autotune=True)
 
 
-def pooling_forward(handle: Handle, pool: Pooling, x: DeviceArrayLike, y: Out | None = None, *, alpha: float = 1.0,
-                    beta: float = 0.0, engine: str = "auto") -> DeviceArray | Out:
+def pooling_forward(handle: Handle, pool: Pooling, x: DeviceArrayLike, *moved: DeviceArrayLike, y: Out | None = None,
+                    alpha: float = 1.0, beta: float = 0.0, engine: str = "auto") -> DeviceArray | Out:
     """``y = alpha * pool(x) + beta * y`` (``cudnnPoolingForward``); returns y (allocated if not given).
 
     ``pool``: a :class:`Pooling`. ``engine``: "legacy",
@@ -336,6 +336,8 @@ def pooling_forward(handle: Handle, pool: Pooling, x: DeviceArrayLike, y: Out | 
     """
     alpha, beta = scaling(alpha=alpha, beta=beta)
     handle = handle_arg(handle)
+    if moved:
+        y, = moved_outputs("pooling_forward", moved, ("y",), (y,))
     engine = gl.engine_arg(engine)
     xa = check_array(x, "x", handle, floating=True)
     pd, y_shape = _resolve(pool, xa.shape)
@@ -352,13 +354,15 @@ def pooling_forward(handle: Handle, pool: Pooling, x: DeviceArrayLike, y: Out | 
 
 
 def pooling_backward(handle: Handle, pool: Pooling, x: DeviceArrayLike, y: DeviceArrayLike, dy: DeviceArrayLike,
-                     dx: Out | None = None, *, alpha: float = 1.0, beta: float = 0.0,
+                     *moved: DeviceArrayLike, dx: Out | None = None, alpha: float = 1.0, beta: float = 0.0,
                      engine: str = "auto") -> DeviceArray | Out:
     """``dx = alpha * dL/dx + beta * dx`` from the forward's x and y and the gradient dy (``cudnnPoolingBackward``).
 
     ``engine``: "legacy", "graph" or "auto" (the default; as for :func:`pooling_forward`)."""
     alpha, beta = scaling(alpha=alpha, beta=beta)
     handle = handle_arg(handle)
+    if moved:
+        dx, = moved_outputs("pooling_backward", moved, ("dx",), (dx,))
     engine = gl.engine_arg(engine)
     xa = check_array(x, "x", handle, floating=True)
     pd, y_shape = _resolve(pool, xa.shape)

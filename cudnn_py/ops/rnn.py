@@ -36,6 +36,7 @@ from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import InvalidStateError, InvalidTypeError, InvalidValueError
 from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray, DeviceArrayLike
+from cudnn_py.ops._common import moved_outputs
 from cudnn_py.ops.dropout import Dropout
 from cudnn_py.ops.sequence_models import (
     MATH_TYPES, WeightedDescriptor, c_nbytes, c_ptr, check_lengths, choice, dropout_arg, name_of, nd_layout,
@@ -500,13 +501,15 @@ def rnn_backward_data(handle: Handle, rnn: RNN, fwd: RNNForwardResult, dy: Devic
     return RNNDataGrads(dxa, dhxa, dcxa)
 
 
-def rnn_backward_weights(handle: Handle, rnn: RNN, fwd: RNNForwardResult,
+def rnn_backward_weights(handle: Handle, rnn: RNN, fwd: RNNForwardResult, *moved: DeviceArrayLike,
                          dweights: DeviceArrayLike | None = None) -> DeviceArray:
     """``cudnnRNNBackwardWeights_v8``: weight gradients ADDED into ``dweights`` (a new zeroed weight space if None).
 
     Needs :func:`rnn_backward_data` on the same ``fwd`` first. Returns ``dweights``.
     """
     handle = handle_arg(handle)
+    if moved:
+        dweights, = moved_outputs("rnn_backward_weights", moved, ("dweights",), (dweights,))
     ctx = training_ctx(fwd, RNNForwardResult, rnn, "rnn_forward")
     if not ctx["data_done"]:
         raise InvalidStateError("call rnn_backward_data(...) on this forward result before rnn_backward_weights(...)")

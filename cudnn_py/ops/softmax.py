@@ -25,7 +25,7 @@ from cudnn_py import capi
 from cudnn_py.args import no_partial_alias, scaling
 from cudnn_py.descriptors import TensorDescriptor
 from cudnn_py.handle import Handle, handle_arg
-from cudnn_py.ops._common import Out, check_array, desc, enum_arg, output, scalars, tensor_desc
+from cudnn_py.ops._common import Out, check_array, desc, enum_arg, moved_outputs, output, scalars, tensor_desc
 from cudnn_py.errors import InvalidValueError
 
 __all__ = ["softmax_forward", "softmax_backward", "SOFTMAX_ALGOS", "SOFTMAX_MODES"]
@@ -54,11 +54,14 @@ def _algo_mode(algo, mode):
             enum_arg(mode, SOFTMAX_MODES, capi.cudnnSoftmaxMode_t, "softmax mode"))
 
 
-def softmax_forward(handle: Handle, x: DeviceArrayLike, y: Out | None = None, *, algo: str | int = "accurate",
-                    mode: str | int = "channel", alpha: float = 1.0, beta: float = 0.0) -> DeviceArray | Out:
+def softmax_forward(handle: Handle, x: DeviceArrayLike, *moved: DeviceArrayLike, y: Out | None = None,
+                    algo: str | int = "accurate", mode: str | int = "channel", alpha: float = 1.0,
+                    beta: float = 0.0) -> DeviceArray | Out:
     """``y = alpha * softmax(x) + beta * y`` (``cudnnSoftmaxForward``); returns y (allocated if not given)."""
     alpha, beta = scaling(alpha=alpha, beta=beta)
     handle = handle_arg(handle)
+    if moved:
+        y, = moved_outputs("softmax_forward", moved, ("y",), (y,))
     a, m = _algo_mode(algo, mode)
     xa = check_array(x, "x", handle, floating=True)
     xd = _desc4(xa, "x")
@@ -70,15 +73,17 @@ def softmax_forward(handle: Handle, x: DeviceArrayLike, y: Out | None = None, *,
     return ya if y is None else y
 
 
-def softmax_backward(handle: Handle, y: DeviceArrayLike, dy: DeviceArrayLike, dx: Out | None = None, *,
-                     algo: str | int = "accurate", mode: str | int = "channel", alpha: float = 1.0,
-                     beta: float = 0.0) -> DeviceArray | Out:
+def softmax_backward(handle: Handle, y: DeviceArrayLike, dy: DeviceArrayLike, *moved: DeviceArrayLike,
+                     dx: Out | None = None, algo: str | int = "accurate", mode: str | int = "channel",
+                     alpha: float = 1.0, beta: float = 0.0) -> DeviceArray | Out:
     """``dx = alpha * dL/dx + beta * dx`` from the forward's output y and its gradient dy (``cudnnSoftmaxBackward``).
 
     ``algo`` and ``mode`` must be the forward's (for ``"log"``, y is the log-probabilities).
     """
     alpha, beta = scaling(alpha=alpha, beta=beta)
     handle = handle_arg(handle)
+    if moved:
+        dx, = moved_outputs("softmax_backward", moved, ("dx",), (dx,))
     a, m = _algo_mode(algo, mode)
     ya = check_array(y, "y", handle, floating=True)
     dya = check_array(dy, "dy", handle, dtype=ya.dtype, shape=ya.shape)

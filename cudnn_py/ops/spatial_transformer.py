@@ -37,7 +37,7 @@ from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray, DeviceArrayLike
-from cudnn_py.ops._common import FLOATS, check_array, desc, output, scalars
+from cudnn_py.ops._common import FLOATS, check_array, desc, moved_outputs, output, scalars
 
 __all__ = ["SpatialTransformer", "SamplerGrads", "spatial_transformer", "spatial_tf_grid_forward",
            "spatial_tf_grid_backward", "spatial_tf_sampler_forward", "spatial_tf_sampler_backward"]
@@ -110,11 +110,13 @@ def _grid(obj, name, handle: Handle, dtype=None) -> DeviceArray:
     return g
 
 
-def spatial_tf_grid_forward(handle: Handle, theta: DeviceArrayLike, out_shape: Sequence[int],
+def spatial_tf_grid_forward(handle: Handle, theta: DeviceArrayLike, out_shape: Sequence[int], *moved: DeviceArrayLike,
                             grid: DeviceArrayLike | None = None) -> DeviceArray:
     """Sampling grid (N, H, W, 2) from affine matrices ``theta`` (N, 2, 3) for output ``out_shape``
     (N, C, H, W) (``cudnnSpatialTfGridGeneratorForward``)."""
     handle = handle_arg(handle)
+    if moved:
+        grid, = moved_outputs("spatial_tf_grid_forward", moved, ("grid",), (grid,))
     th = _float_array(theta, "theta", handle)
     out_shape = tuple(out_shape)
     if th.ndim != 3 or th.shape[1:] != (2, 3):
@@ -127,10 +129,12 @@ def spatial_tf_grid_forward(handle: Handle, theta: DeviceArrayLike, out_shape: S
     return g
 
 
-def spatial_tf_grid_backward(handle: Handle, dgrid: DeviceArrayLike,
+def spatial_tf_grid_backward(handle: Handle, dgrid: DeviceArrayLike, *moved: DeviceArrayLike,
                              dtheta: DeviceArrayLike | None = None) -> DeviceArray:
     """Gradient w.r.t. theta (N, 2, 3) from the grid gradient (N, H, W, 2) (``cudnnSpatialTfGridGeneratorBackward``)."""
     handle = handle_arg(handle)
+    if moved:
+        dtheta, = moved_outputs("spatial_tf_grid_backward", moved, ("dtheta",), (dtheta,))
     dg = _grid(dgrid, "dgrid", handle)
     n, h, w, _ = dg.shape
     st = spatial_transformer((n, 1, h, w), dg.dtype)
@@ -150,12 +154,13 @@ def _sampler_setup(handle: Handle, x, grid):
     return xa, g, y_shape, spatial_transformer(y_shape, xa.dtype)
 
 
-def spatial_tf_sampler_forward(handle: Handle, x: DeviceArrayLike, grid: DeviceArrayLike,
-                               y: DeviceArrayLike | None = None, *, alpha: float = 1.0,
-                               beta: float = 0.0) -> DeviceArray:
+def spatial_tf_sampler_forward(handle: Handle, x: DeviceArrayLike, grid: DeviceArrayLike, *moved: DeviceArrayLike,
+                               y: DeviceArrayLike | None = None, alpha: float = 1.0, beta: float = 0.0) -> DeviceArray:
     """``y = alpha * bilinear(x, grid) + beta * y`` (``cudnnSpatialTfSamplerForward``); y is (N, C, H_out, W_out)."""
     alpha, beta = scaling(alpha=alpha, beta=beta)
     handle = handle_arg(handle)
+    if moved:
+        y, = moved_outputs("spatial_tf_sampler_forward", moved, ("y",), (y,))
     xa, g, y_shape, st = _sampler_setup(handle, x, grid)
     ya = output(y, "y", handle, y_shape, xa.dtype, contiguous=True)
     al, be = scalars(xa.dtype, alpha, beta)
@@ -165,15 +170,17 @@ def spatial_tf_sampler_forward(handle: Handle, x: DeviceArrayLike, grid: DeviceA
 
 
 def spatial_tf_sampler_backward(handle: Handle, x: DeviceArrayLike, grid: DeviceArrayLike, dy: DeviceArrayLike,
-                                dx: DeviceArrayLike | None = None, dgrid: DeviceArrayLike | None = None, *,
-                                alpha: float = 1.0, beta: float = 0.0, alpha_dgrid: float = 1.0,
-                                beta_dgrid: float = 0.0) -> SamplerGrads:
+                                *moved: DeviceArrayLike, dx: DeviceArrayLike | None = None,
+                                dgrid: DeviceArrayLike | None = None, alpha: float = 1.0, beta: float = 0.0,
+                                alpha_dgrid: float = 1.0, beta_dgrid: float = 0.0) -> SamplerGrads:
     """:class:`SamplerGrads` ``(dx, dgrid)`` of the sampler (``cudnnSpatialTfSamplerBackward``):
     ``dx = alpha * dL/dx + beta * dx`` and ``dgrid = alpha_dgrid * dL/dgrid + beta_dgrid * dgrid`` (cuDNN's
     names); each allocated when not given."""
     alpha, beta, alpha_dgrid, beta_dgrid = scaling(alpha=alpha, beta=beta, alpha_dgrid=alpha_dgrid,
                                                    beta_dgrid=beta_dgrid)
     handle = handle_arg(handle)
+    if moved:
+        dx, dgrid = moved_outputs("spatial_tf_sampler_backward", moved, ("dx", "dgrid"), (dx, dgrid))
     xa, g, y_shape, st = _sampler_setup(handle, x, grid)
     dya = _float_array(dy, "dy", handle, dtype=xa.dtype, shape=y_shape)
     dxa = output(dx, "dx", handle, xa.shape, xa.dtype, contiguous=True)

@@ -38,7 +38,7 @@ from cudnn_py.graph import legacy as gl
 from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray, DeviceArrayLike, as_array, empty
 from cudnn_py.ops._common import (
-    Out, check_array, desc, empty_strided, enum_arg, output, read_tensor_desc, scalars, tensor_desc,
+    Out, check_array, desc, empty_strided, enum_arg, moved_outputs, output, read_tensor_desc, scalars, tensor_desc,
 )
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
@@ -148,8 +148,8 @@ def _graph_op_tensor(handle: Handle, opv, aa, ba, ca, alpha1, alpha2, beta, comp
 
 
 def op_tensor(handle: Handle, op: str | int | OpTensor, a: DeviceArrayLike, b: DeviceArrayLike | None = None,
-              c: Out | None = None, *, alpha1: float = 1.0, alpha2: float = 1.0, beta: float = 0.0,
-              compute_dtype: DTypeLike | int | None = None, nan_propagation: bool = False,
+              *moved: DeviceArrayLike, c: Out | None = None, alpha1: float = 1.0, alpha2: float = 1.0,
+              beta: float = 0.0, compute_dtype: DTypeLike | int | None = None, nan_propagation: bool = False,
               engine: str = "auto") -> DeviceArray | Out:
     """``c = op(alpha1 * a, alpha2 * b) + beta * c`` (``cudnnOpTensor``); returns c (allocated like ``a`` if not given).
 
@@ -159,6 +159,8 @@ def op_tensor(handle: Handle, op: str | int | OpTensor, a: DeviceArrayLike, b: D
     """
     alpha1, alpha2, beta = scaling(alpha1=alpha1, alpha2=alpha2, beta=beta)
     handle = handle_arg(handle)
+    if moved:
+        c, = moved_outputs("op_tensor", moved, ("c",), (c,))
     engine = gl.engine_arg(engine)
     opv, compute_dtype, nan_propagation = _settings(op, OpTensor, OP_TENSOR_OPS, capi.cudnnOpTensorOp_t,
                                                     compute_dtype, nan_propagation)
@@ -249,9 +251,9 @@ def _format_strides(shape: tuple[int, ...], layout: str) -> tuple[int, ...]:
     return tuple(strides)
 
 
-def transform_tensor(handle: Handle, x: DeviceArrayLike, y: Out | None = None, *, dtype: DTypeLike | None = None,
-                     layout: str | None = None, alpha: float = 1.0, beta: float = 0.0, engine: str = "auto",
-                     **old) -> DeviceArray | Out:
+def transform_tensor(handle: Handle, x: DeviceArrayLike, *moved: DeviceArrayLike, y: Out | None = None,
+                     dtype: DTypeLike | None = None, layout: str | None = None, alpha: float = 1.0, beta: float = 0.0,
+                     engine: str = "auto", **old) -> DeviceArray | Out:
     """``y = alpha * x + beta * y`` between layouts and dtypes (``cudnnTransformTensor``); returns y.
 
     ``y`` (same logical shape as x, any strides, any dtype) or, when not given, a new array of
@@ -262,6 +264,8 @@ def transform_tensor(handle: Handle, x: DeviceArrayLike, y: Out | None = None, *
     """
     alpha, beta = scaling(alpha=alpha, beta=beta)
     handle = handle_arg(handle)
+    if moved:
+        y, = moved_outputs("transform_tensor", moved, ("y",), (y,))
     if old:
         layout = renamed_kwargs("transform_tensor", old, {"memory_format": "layout"}, {"layout": layout})["layout"]
     engine = gl.engine_arg(engine)
@@ -396,30 +400,30 @@ def _graph_reduce(handle: Handle, opv, aa, ca, alpha, beta, compute_dtype, nan_p
 
 
 @overload
-def reduce_tensor(handle: Handle, op: str | int | ReduceTensor, a: DeviceArrayLike, c: Out | None = None, *,
-                  axes: int | Sequence[int] | None = None, indices: Literal[False] = False, alpha: float = 1.0,
-                  beta: float = 0.0, compute_dtype: DTypeLike | int | None = None, nan_propagation: bool = False,
-                  engine: str = "auto") -> DeviceArray | Out: ...
+def reduce_tensor(handle: Handle, op: str | int | ReduceTensor, a: DeviceArrayLike, *moved: DeviceArrayLike,
+                  c: Out | None = None, axes: int | Sequence[int] | None = None, indices: Literal[False] = False,
+                  alpha: float = 1.0, beta: float = 0.0, compute_dtype: DTypeLike | int | None = None,
+                  nan_propagation: bool = False, engine: str = "auto") -> DeviceArray | Out: ...
 
 
 @overload
-def reduce_tensor(handle: Handle, op: str | int | ReduceTensor, a: DeviceArrayLike, c: DeviceArrayLike | None = None,
-                  *, axes: int | Sequence[int] | None = None, indices: Literal[True], alpha: float = 1.0,
-                  beta: float = 0.0, compute_dtype: DTypeLike | int | None = None, nan_propagation: bool = False,
-                  engine: str = "auto") -> ReduceResult: ...
+def reduce_tensor(handle: Handle, op: str | int | ReduceTensor, a: DeviceArrayLike, *moved: DeviceArrayLike,
+                  c: DeviceArrayLike | None = None, axes: int | Sequence[int] | None = None, indices: Literal[True],
+                  alpha: float = 1.0, beta: float = 0.0, compute_dtype: DTypeLike | int | None = None,
+                  nan_propagation: bool = False, engine: str = "auto") -> ReduceResult: ...
 
 
 @overload
-def reduce_tensor(handle: Handle, op: str | int | ReduceTensor, a: DeviceArrayLike, c: Out | None = None, *,
-                  axes: int | Sequence[int] | None = None, indices: bool = False, alpha: float = 1.0,
-                  beta: float = 0.0, compute_dtype: DTypeLike | int | None = None, nan_propagation: bool = False,
-                  engine: str = "auto") -> DeviceArray | Out | ReduceResult: ...
+def reduce_tensor(handle: Handle, op: str | int | ReduceTensor, a: DeviceArrayLike, *moved: DeviceArrayLike,
+                  c: Out | None = None, axes: int | Sequence[int] | None = None, indices: bool = False,
+                  alpha: float = 1.0, beta: float = 0.0, compute_dtype: DTypeLike | int | None = None,
+                  nan_propagation: bool = False, engine: str = "auto") -> DeviceArray | Out | ReduceResult: ...
 
 
-def reduce_tensor(handle: Handle, op: str | int | ReduceTensor, a: DeviceArrayLike, c: Out | None = None, *,
-                  axes: int | Sequence[int] | None = None, indices: bool = False, alpha: float = 1.0, beta: float = 0.0,
-                  compute_dtype: DTypeLike | int | None = None, nan_propagation: bool = False,
-                  engine: str = "auto") -> DeviceArray | Out | ReduceResult:
+def reduce_tensor(handle: Handle, op: str | int | ReduceTensor, a: DeviceArrayLike, *moved: DeviceArrayLike,
+                  c: Out | None = None, axes: int | Sequence[int] | None = None, indices: bool = False,
+                  alpha: float = 1.0, beta: float = 0.0, compute_dtype: DTypeLike | int | None = None,
+                  nan_propagation: bool = False, engine: str = "auto") -> DeviceArray | Out | ReduceResult:
     """``c = alpha * reduce_op(a) + beta * c`` (``cudnnReduceTensor``); returns c, or a :class:`ReduceResult`
     ``(c, indices)`` with ``indices=True``.
 
@@ -430,6 +434,8 @@ def reduce_tensor(handle: Handle, op: str | int | ReduceTensor, a: DeviceArrayLi
     """
     alpha, beta = scaling(alpha=alpha, beta=beta)
     handle = handle_arg(handle)
+    if moved:
+        c, = moved_outputs("reduce_tensor", moved, ("c",), (c,))
     engine = gl.engine_arg(engine)
     if isinstance(op, ReduceTensor):
         if op.indices_type != capi.CUDNN_32BIT_INDICES:

@@ -65,10 +65,10 @@ def measure_legacy(p: Problem, h, settings, progress: Callable[[str], None] | No
 
     def call(algo):
         if direction == "forward":
-            return cv.convolution_forward(h, conv, x, w, out, algo=algo, engine="legacy")
+            return cv.convolution_forward(h, conv, x, w, y=out, algo=algo, engine="legacy")
         if direction == "backward_data":
-            return cv.convolution_backward_data(h, conv, w, y, out, algo=algo, engine="legacy")
-        return cv.convolution_backward_filter(h, conv, x, y, out, algo=algo, engine="legacy")
+            return cv.convolution_backward_data(h, conv, w, y, dx=out, algo=algo, engine="legacy")
+        return cv.convolution_backward_filter(h, conv, x, y, dw=out, algo=algo, engine="legacy")
 
     samples: dict[str, list[np.ndarray]] = {}
     rows: dict[str, dict] = {}

@@ -14,7 +14,7 @@ def pool_and_time(x_host: np.ndarray, h: cudnn.Handle) -> tuple[np.ndarray, floa
     y = cudnn.empty((x.shape[0], x.shape[1], x.shape[2] // 2, x.shape[3] // 2), x.dtype, h.stream)
     y.fill_(float("nan"))
     with cudnn.timer(h.stream) as t:
-        cudnn.pooling_forward(h, cudnn.Pooling("max", window=2, stride=2), x, y)
+        cudnn.pooling_forward(h, cudnn.Pooling("max", window=2, stride=2), x, y=y)
     ms: float | None = t.ms
     return y.to_numpy(), ms if ms is not None else 0.0
 
