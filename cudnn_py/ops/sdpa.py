@@ -36,8 +36,8 @@ from cudnn_py.graph.runner import Runner, cache_clear
 from cudnn_py.handle import handle_arg
 from cudnn_py.memory import DeviceArrayLike
 
-from .sdpa_args import (CACHE, FAST, SdpaArgs, alibi_slopes, bind_output, device_tensor, fast_outputs, graph_runner,
-                        output_spec, signatures, thd)
+from .sdpa_args import (CACHE, FAST, SdpaArgs, alibi_slopes, bind_output, device_tensor, fast_call, fast_outputs,
+                        graph_runner, output_spec, signatures, thd)
 from .sdpa_fp8 import SdpaFp8Grads, SdpaFp8Outputs, sdpa_fp8, sdpa_fp8_backward
 
 __all__ = ["Sdpa", "SdpaOptions", "sdpa", "sdpa_backward", "sdpa_fp8", "sdpa_fp8_backward", "sdpa_cache_clear",
@@ -208,12 +208,13 @@ def sdpa(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayLike
         return_stats = True
     fkey = None
     if type(seed) is not int and type(offset) is not int:  # an int seed/offset is copied to the device: validated
+        # fast_call, inlined here: the forward's repeat call is the hot path (a function call less)
         try:
             ins, in_ptrs = signatures((q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed,
                                        offset, page_table_k, page_table_v))
             gs, g_ptrs = signatures((o, stats))
-            fkey = ("fwd", ins, gs, options, scale, causal, diagonal_alignment, left_bound, right_bound, alibi,
-                    dropout, return_stats, max_seq_len_q, max_seq_len_kv, implementation, autotune)
+            fkey = (("fwd", options, scale, causal, diagonal_alignment, left_bound, right_bound, alibi, dropout,
+                     return_stats, max_seq_len_q, max_seq_len_kv, implementation, autotune), ins, gs)
             r = handle_cache(handle, FAST).get(fkey)
         except (InvalidValueError, TypeError):  # not device memory (InvalidTypeError), or an unhashable option
             fkey = r = None
@@ -274,19 +275,13 @@ def sdpa_backward(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: Device
         return_dbias = True
     fkey = None
     if type(seed) is not int and type(offset) is not int:
-        try:
-            ins, in_ptrs = signatures((q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed,
-                                       offset, o, do, stats))
-            gs, g_ptrs = signatures((dq, dk, dv, dbias))
-            fkey = ("bwd", ins, gs, options, scale, causal, diagonal_alignment, left_bound, right_bound, alibi,
-                    dropout, return_dbias, max_seq_len_q, max_seq_len_kv, implementation, autotune)
-            r = handle_cache(handle, FAST).get(fkey)
-        except (InvalidValueError, TypeError):
-            fkey = r = None
-        if r is not None:
-            outs, out_ptrs = fast_outputs(handle, r, (dq, dk, dv, dbias), g_ptrs, ins[:3])
-            if r.try_run(tuple(p for p in in_ptrs if p is not None) + r.const_ptrs + out_ptrs):
-                return _grads(outs)
+        fkey, outs = fast_call(handle, ("bwd", options, scale, causal, diagonal_alignment, left_bound, right_bound,
+                                        alibi, dropout, return_dbias, max_seq_len_q, max_seq_len_kv, implementation,
+                                        autotune),
+                               (q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset,
+                                o, do, stats), (dq, dk, dv, dbias))
+        if outs is not None:
+            return _grads(outs)
 
     handle = handle_arg(handle)
     keywords = dict(scale=scale, causal=causal, diagonal_alignment=diagonal_alignment, left_bound=left_bound,

@@ -10,10 +10,11 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-from typing import Any, Callable, Hashable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from cudnn_py.caches import handle_cache
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.graph import Graph
 from cudnn_py.graph.ops.sdpa_options import SdpaOptions
@@ -21,7 +22,7 @@ from cudnn_py.graph.runner import Runner, cached, handle_device, new_output, pla
 from cudnn_py.memory import DeviceArray, array_signature, as_array, c_strides, is_torch_tensor, to_device
 
 __all__ = ["CACHE", "FAST", "SdpaArgs", "alibi_slopes", "signatures", "device_tensor", "device_scalar", "thd",
-           "output_spec", "bind_output", "fast_outputs", "graph_runner"]
+           "output_spec", "bind_output", "fast_outputs", "fast_call", "graph_runner"]
 
 CACHE = "ops.sdpa"        #: canonical configuration -> Runner
 FAST = "ops.sdpa.fast"    #: the raw arguments' key -> Runner (the entry points' fast path)
@@ -46,6 +47,24 @@ def signatures(xs: Sequence[Any]) -> tuple[tuple, tuple]:
     """
     sigs, ptrs = zip(*[(None, None) if x is None else array_signature(x) for x in xs])
     return sigs, ptrs
+
+
+def fast_call(handle: Any, options: tuple, inputs: Sequence, outputs: Sequence) -> tuple[tuple | None, list | None]:
+    """The entry points' fast path: (the key of these raw arguments, the outputs when the runner a validated call
+    made for that key ran them; else None). The key holds each tensor's signature and the raw ``options``; the key
+    is None (validate) for an argument that is not device memory or an unhashable option."""
+    try:
+        ins, in_ptrs = signatures(inputs)
+        gs, g_ptrs = signatures(outputs)
+        fkey = (options, ins, gs)
+        r = handle_cache(handle, FAST).get(fkey)
+    except (InvalidValueError, TypeError):
+        return None, None
+    if r is not None:
+        outs, out_ptrs = fast_outputs(handle, r, outputs, g_ptrs, ins[:3])
+        if r.try_run(tuple(p for p in in_ptrs if p is not None) + r.const_ptrs + out_ptrs):
+            return fkey, outs
+    return fkey, None
 
 
 def device_tensor(obj: Any, name: str) -> tuple[Any, tuple]:

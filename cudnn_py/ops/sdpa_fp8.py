@@ -19,8 +19,7 @@ from cudnn_py.graph.ops.sdpa_options import SdpaOptions
 from cudnn_py.handle import handle_arg
 from cudnn_py.memory import DeviceArrayLike
 
-from .sdpa_args import (FAST, bind_output, device_scalar, device_tensor, fast_outputs, graph_runner, output_spec,
-                        signatures)
+from .sdpa_args import FAST, bind_output, device_scalar, device_tensor, fast_call, graph_runner, output_spec
 
 __all__ = ["sdpa_fp8", "sdpa_fp8_backward", "SdpaFp8Outputs", "SdpaFp8Grads"]
 
@@ -59,17 +58,10 @@ def _fp8_call(handle: Any, kind: str, tensors: dict, scales: dict, given: dict, 
     """
     fkey = None
     if not any(isinstance(x, numbers.Real) for x in scales.values()):  # a number is copied: validated path
-        try:
-            ins, in_ptrs = signatures((*tensors.values(), *scales.values()))
-            gs, g_ptrs = signatures(list(given.values()))
-            fkey = (kind, ins, gs, fkey_options)
-            r = handle_cache(handle, FAST).get(fkey)
-        except (InvalidValueError, TypeError):
-            fkey = r = None
-        if r is not None:
-            outs, out_ptrs = fast_outputs(handle, r, list(given.values()), g_ptrs, ())
-            if r.try_run(tuple(in_ptrs) + out_ptrs):
-                return outs
+        fkey, outs = fast_call(handle, (kind, fkey_options), (*tensors.values(), *scales.values()),
+                               list(given.values()))
+        if outs is not None:
+            return outs
 
     handle = handle_arg(handle)
     arrays, metas = [], []

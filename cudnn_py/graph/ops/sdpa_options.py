@@ -8,13 +8,11 @@ offsets, page tables, the dropout seed and offset) are arguments beside it, not 
 from __future__ import annotations
 
 import dataclasses
-import math
-import numbers
 from typing import Any
 
 import numpy as np
 
-from cudnn_py.args import bool_arg
+from cudnn_py.args import bool_arg, float_arg, int_arg
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["SdpaOptions", "ALIGNMENTS", "IMPLEMENTATIONS"]
@@ -27,29 +25,14 @@ ALIGNMENTS = ("top_left", "bottom_right")
 IMPLEMENTATIONS = ("auto", "composite", "unified")
 
 
-def _int(value: Any, name: str, minimum: int) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise InvalidTypeError(f"{name} must be an int >= {minimum} or None, got {value!r}")
-    if value < minimum:
-        raise InvalidValueError(f"{name} must be an int >= {minimum} or None, got {value!r}")
-    return int(value)
-
-
-def _real(value: Any, name: str) -> float:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-        raise InvalidTypeError(f"{name} must be a number, got {type(value).__name__}")
-    if not math.isfinite(value):
-        raise InvalidValueError(f"{name} must be finite, got {value!r}")
-    return float(value)
+def _opt(check, value: Any, name: str, *bounds: Any) -> Any:
+    return None if value is None else check(value, name, *bounds)
 
 
 def _choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
-    if not isinstance(value, str):
-        raise InvalidTypeError(f"{name} must be one of {choices}, got {type(value).__name__}")
-    if value not in choices:
-        raise InvalidValueError(f"{name} must be one of {choices}, got {value!r}")
+    if value not in choices or not isinstance(value, str):
+        raise (InvalidValueError if isinstance(value, str) else InvalidTypeError)(
+            f"{name} must be one of {choices}, got {value!r}")
     return value
 
 
@@ -57,12 +40,12 @@ def _alibi(value: Any) -> bool | tuple[float, ...]:
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
     try:
-        slopes = tuple(float(x) for x in np.asarray(value, np.float64).reshape(-1))
+        slopes = np.asarray(value, np.float64).reshape(-1)
     except (TypeError, ValueError):
         raise InvalidTypeError(f"alibi must be True, False or per-head slopes, got {value!r}") from None
-    if not slopes or not all(math.isfinite(x) for x in slopes):
+    if not slopes.size or not np.isfinite(slopes).all():
         raise InvalidValueError(f"alibi slopes must be finite numbers, one per query head, got {value!r}")
-    return slopes
+    return tuple(float(x) for x in slopes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,18 +77,17 @@ class SdpaOptions:
     implementation: str = "auto"
 
     def __post_init__(self) -> None:
-        fix = {"scale": None if self.scale is None else _real(self.scale, "scale"),
-               "causal": bool_arg(self.causal, "causal"),
+        fix = {"scale": _opt(float_arg, self.scale, "scale"), "causal": bool_arg(self.causal, "causal"),
                "diagonal_alignment": _choice(self.diagonal_alignment, "diagonal_alignment", ALIGNMENTS),
-               "left_bound": _int(self.left_bound, "left_bound", 1),
-               "right_bound": _int(self.right_bound, "right_bound", 0),
-               "alibi": _alibi(self.alibi), "dropout": _real(self.dropout, "dropout"),
-               "max_seq_len_q": _int(self.max_seq_len_q, "max_seq_len_q", 1),
-               "max_seq_len_kv": _int(self.max_seq_len_kv, "max_seq_len_kv", 1),
+               "left_bound": _opt(int_arg, self.left_bound, "left_bound", 1),
+               "right_bound": _opt(int_arg, self.right_bound, "right_bound", 0), "alibi": _alibi(self.alibi),
+               "dropout": float_arg(self.dropout, "dropout", 0.0),
+               "max_seq_len_q": _opt(int_arg, self.max_seq_len_q, "max_seq_len_q", 1),
+               "max_seq_len_kv": _opt(int_arg, self.max_seq_len_kv, "max_seq_len_kv", 1),
                "implementation": _choice(self.implementation, "implementation", IMPLEMENTATIONS)}
         for name, value in fix.items():
             object.__setattr__(self, name, value)
-        if not 0.0 <= self.dropout < 1.0:
+        if self.dropout >= 1.0:
             raise InvalidValueError(f"dropout must be in [0, 1), got {self.dropout}")
         if self.causal and self.right_bound not in (None, 0):
             raise InvalidValueError(f"causal=True means right_bound=0; got right_bound={self.right_bound}")
