@@ -9,6 +9,8 @@ that no longer needs its exemption fails the test, so the lists only shrink.
 from __future__ import annotations
 
 import inspect
+import re
+import typing
 import warnings
 
 import numpy as np
@@ -275,3 +277,113 @@ _ANNOTATED = sorted(n for n, f in PUBLIC.items() if inspect.isfunction(f) or isi
 def test_every_public_callable_is_annotated(name):
     """Parameters (``handle`` too) and the return: what a user's type checker sees is never an implicit ``Any``."""
     assert _unannotated(PUBLIC[name]) == [], name
+
+
+# --- point 4: one call shape ---------------------------------------------------------------------------------
+
+def _params(f) -> dict[str, inspect.Parameter]:
+    try:
+        return dict(inspect.signature(f).parameters)
+    except (TypeError, ValueError):
+        return {}
+
+
+@pytest.mark.parametrize("name", sorted(n for n, f in PUBLIC.items() if "handle" in _params(f)))
+def test_the_handle_comes_first(name):
+    assert list(_params(PUBLIC[name]))[0] == "handle", name
+
+
+#: the configuration classes: a call that takes one takes it second, right after the handle
+CONFIG_CLASSES = ("Pooling", "Activation", "LRN", "Convolution", "RNN", "MultiHeadAttention", "Dropout", "OpTensor",
+                  "ReduceTensor")
+
+
+@pytest.mark.parametrize("name", sorted(HANDLED))
+def test_the_configuration_comes_second(name):
+    required = [(i, p) for i, p in enumerate(_params(HANDLED[name]).values())
+                if p.default is p.empty and p.kind == p.POSITIONAL_OR_KEYWORD]
+    for i, p in required:
+        if any(c in str(p.annotation).replace("|", " ").split() for c in CONFIG_CLASSES):
+            assert i == 1, f"{name}: the configuration {p.name} is parameter {i}"
+
+
+#: output arrays (written by the call); positional use of them is deprecated
+OUTPUT_NAMES = {"y", "dx", "dw", "db", "c", "o", "dq", "dk", "dv", "dweights", "dtheta", "grid", "dgrid", "dmeans",
+                "dscale", "dbias", "dz", "dhx", "dcx", "hy", "cy", "costs", "gradients"}
+#: calls where a parameter of such a name is an input, not an output
+OUTPUT_EXEMPT = {
+    ("convolution_algorithms", "y"): "y is the forward output's role given as an input (its shape picks the records)",
+    ("convolution_workspace_size", "y"): "y is the forward output's role given as an input (its shape)",
+}
+
+
+@pytest.mark.parametrize("name", sorted(HANDLED))
+def test_outputs_are_keyword_only(name):
+    for p in _params(HANDLED[name]).values():
+        if p.name in OUTPUT_NAMES and p.default is None and (name, p.name) not in OUTPUT_EXEMPT:
+            assert p.kind == p.KEYWORD_ONLY, f"{name}: output {p.name} is {p.kind.description}"
+
+
+def test_positional_outputs_still_work_with_a_warning():
+    from helpers import NoCallHandle, fake
+    with pytest.warns(DeprecationWarning, match=r"pooling_forward\(\): passing outputs positionally is deprecated; "
+                                                r"pass y= as keywords"), pytest.raises(ValueError, match="y has shape"):
+        cudnn_py.pooling_forward(NoCallHandle(), cudnn_py.Pooling(), fake((1, 1, 4, 4)), fake((1, 1, 3, 3)))
+    with pytest.raises(TypeError, match="got y both positionally and as y="):
+        cudnn_py.pooling_forward(NoCallHandle(), cudnn_py.Pooling(), fake((1, 1, 4, 4)), fake((1, 1, 2, 2)),
+                                 y=fake((1, 1, 2, 2)))
+
+
+def test_return_types_follow_from_the_signature():
+    """A call whose result is an array or a named tuple by a flag has typed overloads (mypy sees which)."""
+    for name, f in FUNCTIONS.items():
+        ret = str(inspect.signature(f).return_annotation)
+        kinds = {"array": re.search(r"\bDeviceArray\b|\bOut\b", ret) is not None,
+                 "tuple": re.search(r"\w+(Result|Outputs|Grads)\b", ret) is not None}
+        if all(kinds.values()):
+            assert typing.get_overloads(f), f"{name} returns {ret} without overloads"
+
+
+#: families that have a graph path take engine="legacy"|"graph"|"auto" ("auto" by default) on each data call; these
+#: calls of such families do not yet, each with its reason
+ENGINE_EXEMPT = {
+    "batchnorm_ex_sizes": "a size query", "normalization_sizes": "a size query",
+    "convolution_algorithms": "an algorithm query of the legacy engine",
+    "convolution_workspace_size": "a workspace query of the legacy engine",
+    "convolution_backward_bias": "no graph path yet", "set_tensor": "no graph path yet",
+    "transform_tensor_ex": "no graph path yet",
+}
+
+
+def test_engine_is_one_option_with_auto_the_default():
+    families: dict[str, list[str]] = {}
+    for name, f in HANDLED.items():
+        families.setdefault(f.__module__, []).append(name)
+        engine = _params(f).get("engine")
+        if engine is not None:
+            assert engine.default == "auto", f"{name}: engine defaults to {engine.default!r}"
+    for module, names in families.items():
+        if any("engine" in _params(HANDLED[n]) for n in names):
+            lacking = {n for n in names if "engine" not in _params(HANDLED[n])}
+            assert lacking <= set(ENGINE_EXEMPT), f"{module}: {sorted(lacking - set(ENGINE_EXEMPT))} take no engine="
+    assert all(n in HANDLED and "engine" not in _params(HANDLED[n]) for n in ENGINE_EXEMPT)
+
+
+#: parameters that hold one value per batch entry
+PER_BATCH_EXEMPT = {("sdpa", "seq_len_q"), ("sdpa", "seq_len_kv"), ("sdpa_backward", "seq_len_q"),
+                    ("sdpa_backward", "seq_len_kv"), ("Sdpa", "seq_len_q"), ("Sdpa", "seq_len_kv")}
+# ^ ops/sdpa.py (helper A's file): its per-batch lengths are still spelled seq_len_q / seq_len_kv
+MEMORY_FORMATS = {None, "NCHW", "NHWC", "NCHW_VECT_C", "NCDHW", "NDHWC"}
+
+
+def test_one_name_per_concept():
+    """Per-batch lengths are seq_lengths (seq_lengths_q / seq_lengths_kv); "measure and keep the fastest" is
+    autotune=; layout= names a memory format everywhere."""
+    for name, f in PUBLIC.items():
+        for p in _params(f).values():
+            if p.name.startswith("seq_len") and (name, p.name) not in PER_BATCH_EXEMPT:
+                assert p.name in ("seq_lengths", "seq_lengths_q", "seq_lengths_kv"), f"{name}: {p.name}"
+            assert p.name not in ("benchmark", "measure", "find", "tune", "fastest"), f"{name}: {p.name}"
+            if p.name == "layout":
+                assert p.default in MEMORY_FORMATS, f"{name}: layout={p.default!r} is not a memory format"
+    assert all(n in PUBLIC for n, _ in PER_BATCH_EXEMPT)

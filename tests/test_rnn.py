@@ -140,7 +140,7 @@ def test_rnn_bad_arguments(kw, exc, match):
 def test_rnn_data_descriptor_round_trip(layout):
     lengths = (5, 3, 3, 1) if layout == "packed" else (2, 5, 1, 4)
     d = R.RNNDataDescriptor(np.float32, layout, 5, 4, 7, lengths, padding_fill=-2.0)
-    assert d.read_back() == {"dtype": np.dtype(np.float32), "layout": layout, "max_seq_length": 5,
+    assert d.read_back() == {"dtype": np.dtype(np.float32), "seq_layout": layout, "max_seq_length": 5,
                              "batch_size": 4, "vector_size": 7, "seq_lengths": lengths, "padding_fill": -2.0}
     d64 = R.rnn_data_descriptor(np.dtype(np.float64), layout, 5, 4, 3, lengths)
     assert d64.read_back()["dtype"] == np.float64 and d64.read_back()["padding_fill"] == 0.0
@@ -165,7 +165,7 @@ def test_rnn_data_descriptor_bad_lengths(layout, lengths, match):
 
 
 def test_rnn_data_descriptor_bad_layout():
-    with pytest.raises(ValueError, match="layout must be one of"):
+    with pytest.raises(ValueError, match="seq_layout must be one of"):
         R.RNNDataDescriptor(np.float32, "time_major", 5, 3, 7)
 
 
@@ -178,9 +178,20 @@ def test_host_array_is_rejected_before_c():
 def test_layout_needs_padded_io_before_c():
     rnn = R.RNN("lstm", 4, 8, padded_io=False)
     with pytest.raises(ValueError, match="padded_io=True"):
-        R.rnn_forward(NoCallHandle(), rnn, None, None, layout="seq_major")
-    with pytest.raises(ValueError, match="layout must be one of"):
-        R.rnn_forward(NoCallHandle(), rnn, None, None, layout="time_major")
+        R.rnn_forward(NoCallHandle(), rnn, None, None, seq_layout="seq_major")
+    with pytest.raises(ValueError, match="seq_layout must be one of"):
+        R.rnn_forward(NoCallHandle(), rnn, None, None, seq_layout="time_major")
+
+
+def test_layout_keyword_is_the_deprecated_spelling_of_seq_layout():
+    """``layout=`` names a memory format everywhere else; the RNN data order is ``seq_layout=``."""
+    with pytest.warns(DeprecationWarning, match="layout= is deprecated, use seq_layout="), \
+            pytest.raises(ValueError, match="seq_layout must be one of"):
+        R.rnn_forward(NoCallHandle(), R.RNN("lstm", 4, 8), None, None, layout="time_major")
+    with pytest.warns(DeprecationWarning, match="layout= is deprecated, use seq_layout="):
+        d = R.RNNDataDescriptor(np.float32, layout="packed", max_seq_length=5, batch_size=2, vector_size=3,
+                                seq_lengths=[5, 3])
+    assert d.seq_layout == "packed" and d.read_back()["seq_layout"] == "packed"
 
 
 def test_backward_needs_training_result():
@@ -235,7 +246,7 @@ def test_closed_handle_raises_closed_error():
     w, x = fake((100,)), fake((6, 4))
     for call in (lambda h: rnn.build_dynamic(h, 2), rnn.weight_space_size, rnn.new_weights,
                  lambda h: rnn.weights(h, w), lambda h: R.rnn_weight_params(h, rnn, w, 0, 0),
-                 lambda h: R.rnn_forward(h, rnn, x, w, seq_lengths=[3, 3], layout="packed")):
+                 lambda h: R.rnn_forward(h, rnn, x, w, seq_lengths=[3, 3], seq_layout="packed")):
         with pytest.raises(ClosedError, match="Handle is closed"):
             call(_ClosedHandle())
 
@@ -243,11 +254,11 @@ def test_closed_handle_raises_closed_error():
 def test_packed_input_checked_before_c():
     rnn = R.RNN("gru", 4, 8)
     with pytest.raises(ValueError, match="needs seq_lengths"):
-        R.rnn_forward(NoCallHandle(), rnn, fake((6, 4)), None, layout="packed")
+        R.rnn_forward(NoCallHandle(), rnn, fake((6, 4)), None, seq_layout="packed")
     with pytest.raises(ValueError, match=r"x has shape \(6, 4\); expected \(5, 4\)"):
-        R.rnn_forward(NoCallHandle(), rnn, fake((6, 4)), None, seq_lengths=[3, 2], layout="packed")
+        R.rnn_forward(NoCallHandle(), rnn, fake((6, 4)), None, seq_lengths=[3, 2], seq_layout="packed")
     with pytest.raises(ValueError, match=r"must be 1 ints \(one per sequence\)"):
-        R.rnn_forward(NoCallHandle(), rnn, fake((6, 4)), None, seq_lengths=[[3, 3]], layout="packed")
+        R.rnn_forward(NoCallHandle(), rnn, fake((6, 4)), None, seq_lengths=[[3, 3]], seq_layout="packed")
 
 
 def test_gate_table_matches_reference():
@@ -360,7 +371,7 @@ def _run_case(handle, rng, cfg, dtype, layout, lengths, T=6, with_states=True, m
     y = _poison(y_shape, dtype)
     hy = _poison(want.hy.shape, dtype)
     cy = _poison(want.cy.shape, dtype) if cfg.mode == "lstm" else None
-    fwd = R.rnn_forward(handle, rnn, dev(ref.to_layout(x, lengths, layout)), w, seq_lengths=lengths, layout=layout,
+    fwd = R.rnn_forward(handle, rnn, dev(ref.to_layout(x, lengths, layout)), w, seq_lengths=lengths, seq_layout=layout,
                         hx=dev(hx), cx=dev(cx), y=y, hy=hy, cy=cy, training=True)
     assert fwd.y is y and fwd.hy is hy and fwd.cy is cy
     got_y = ref.from_layout(fwd.y.to_numpy(), lengths, layout, T)
@@ -489,7 +500,7 @@ def test_rnn_persist_dynamic(handle, rng):
     _load(handle, rnn, w, mats, biases)
     x = rng.standard_normal((5, 4, 32)).astype(np.float32)
     want = ref.forward(cfg, x, [5] * 4, mats, biases)
-    got = R.rnn_forward(handle, rnn, memory.to_device(x), w, layout="seq_major")
+    got = R.rnn_forward(handle, rnn, memory.to_device(x), w, seq_layout="seq_major")
     _close(got.y.to_numpy(), want.y, np.float32, "y")
 
 
@@ -555,7 +566,7 @@ def test_rnn_bad_input_on_device(handle):
     with pytest.raises(ValueError, match=r"seq_lengths\[0\] = 0"):
         R.rnn_forward(handle, rnn, x, w, seq_lengths=[0, 5, 5])
     with pytest.raises(ValueError, match="non-increasing"):
-        R.rnn_forward(handle, rnn, memory.zeros((9, 4), np.float32), w, seq_lengths=[2, 5, 2], layout="packed")
+        R.rnn_forward(handle, rnn, memory.zeros((9, 4), np.float32), w, seq_lengths=[2, 5, 2], seq_layout="packed")
     with pytest.raises(ValueError, match="y has shape"):
         R.rnn_forward(handle, rnn, x, w, y=memory.zeros((5, 3, 4), np.float32))
     gru = R.RNN("gru", 4, 8)

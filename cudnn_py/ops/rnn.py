@@ -277,15 +277,20 @@ class RNN(WeightedDescriptor):
 
 
 class RNNDataDescriptor(Descriptor):
-    """``cudnnRNNDataDescriptor_t``: a batch of sequences with their lengths and layout."""
+    """``cudnnRNNDataDescriptor_t``: a batch of sequences with their lengths and ``seq_layout`` ("seq_major",
+    "batch_major" or "packed"; ``layout=`` is its deprecated spelling: ``layout`` names a memory format elsewhere)."""
 
     _handle_type = capi.cudnnRNNDataDescriptor_t
     _create_fn, _destroy_fn = "cudnnCreateRNNDataDescriptor", "cudnnDestroyRNNDataDescriptor"
     _cache_name = "descriptors.rnn_data"
 
-    def __init__(self, dtype: DTypeLike, layout: str, max_seq_length: int, batch_size: int, vector_size: int,
-                 seq_lengths: Sequence[int] | npt.NDArray[np.integer] | None = None, padding_fill: float = 0.0) -> None:
-        layout, c_layout = choice(_LAYOUTS, layout, "layout")
+    def __init__(self, dtype: DTypeLike, seq_layout: str | None = None, max_seq_length: int = 0, batch_size: int = 0,
+                 vector_size: int = 0, seq_lengths: Sequence[int] | npt.NDArray[np.integer] | None = None,
+                 padding_fill: float = 0.0, **old: str) -> None:
+        if old:
+            seq_layout = renamed_kwargs("RNNDataDescriptor", old, {"layout": "seq_layout"},
+                                        {"seq_layout": seq_layout})["seq_layout"]
+        layout, c_layout = choice(_LAYOUTS, seq_layout, "seq_layout")
         T = positive_int(max_seq_length, "max_seq_length")
         B = positive_int(batch_size, "batch_size")
         V = positive_int(vector_size, "vector_size")
@@ -295,7 +300,7 @@ class RNNDataDescriptor(Descriptor):
         super().__init__()
         capi.cudnnSetRNNDataDescriptor(self._ptr, cudnn_dtype(self.dtype), c_layout, T, B, V,
                                        (ctypes.c_int * B)(*lengths), byref(fill))
-        self.layout, self.max_seq_length, self.batch_size, self.vector_size = layout, T, B, V
+        self.seq_layout, self.max_seq_length, self.batch_size, self.vector_size = layout, T, B, V
         self.seq_lengths = lengths
 
     def read_back(self) -> dict:
@@ -305,20 +310,20 @@ class RNNDataDescriptor(Descriptor):
         fill = (ctypes.c_double if self.dtype == np.float64 else ctypes.c_float)()
         capi.cudnnGetRNNDataDescriptor(self.ptr, byref(dt), byref(layout), byref(T), byref(B), byref(V),
                                        self.batch_size, lengths, byref(fill))
-        return {"dtype": numpy_dtype(dt.value), "layout": name_of(_LAYOUTS, layout.value),
+        return {"dtype": numpy_dtype(dt.value), "seq_layout": name_of(_LAYOUTS, layout.value),
                 "max_seq_length": T.value, "batch_size": B.value, "vector_size": V.value,
                 "seq_lengths": tuple(lengths), "padding_fill": fill.value}
 
     def _fields(self) -> str:
-        return (f"{self.dtype.name}, {self.layout!r}, max_seq_length={self.max_seq_length}, "
+        return (f"{self.dtype.name}, {self.seq_layout!r}, max_seq_length={self.max_seq_length}, "
                 f"batch_size={self.batch_size}, vector_size={self.vector_size}")
 
 
-def rnn_data_descriptor(dtype, layout: str, max_seq_length: int, batch_size: int, vector_size: int,
+def rnn_data_descriptor(dtype, seq_layout: str, max_seq_length: int, batch_size: int, vector_size: int,
                         seq_lengths: tuple[int, ...]) -> RNNDataDescriptor:
     """The shared :class:`RNNDataDescriptor` (padding fill 0) for these settings (:meth:`RNNDataDescriptor.shared`);
     ``close()`` ignores it."""
-    return RNNDataDescriptor.shared(dtype, layout, max_seq_length, batch_size, vector_size, seq_lengths)
+    return RNNDataDescriptor.shared(dtype, seq_layout, max_seq_length, batch_size, vector_size, seq_lengths)
 
 
 def rnn_weight_params(handle: Handle, rnn: RNN, weights: DeviceArrayLike, pseudo_layer: int, lin_id: int) -> RNNWeight:
@@ -392,23 +397,27 @@ def _state_desc(rnn: RNN, B: int, width: int):
 
 
 def rnn_forward(handle: Handle, rnn: RNN, x: DeviceArrayLike, weights: DeviceArrayLike, *,
-                seq_lengths: Sequence[int] | npt.NDArray[np.integer] | None = None, layout: str = "seq_major",
+                seq_lengths: Sequence[int] | npt.NDArray[np.integer] | None = None, seq_layout: str = "seq_major",
                 hx: DeviceArrayLike | None = None, cx: DeviceArrayLike | None = None, y: DeviceArrayLike | None = None,
                 hy: DeviceArrayLike | None = None, cy: DeviceArrayLike | None = None,
-                training: bool = False) -> RNNForwardResult:
+                training: bool = False, **old: str) -> RNNForwardResult:
     """``cudnnRNNForward``: outputs ``y`` and final states ``hy`` (and ``cy`` for LSTM).
 
     ``x``: ``[T, B, input_size]`` (seq_major), ``[B, T, input_size]`` (batch_major) or
-    ``[sum(seq_lengths), input_size]`` (packed); ``seq_lengths``: per-sequence lengths (default: all T;
-    required for packed). ``training=True`` keeps the reserve space for :func:`rnn_backward_data` /
-    :func:`rnn_backward_weights`. Outputs are allocated unless given.
+    ``[sum(seq_lengths), input_size]`` (packed), as ``seq_layout`` says (``layout=`` is its deprecated spelling);
+    ``seq_lengths``: per-sequence lengths (default: all T; required for packed). ``training=True`` keeps the
+    reserve space for :func:`rnn_backward_data` / :func:`rnn_backward_weights`. Outputs are allocated unless given.
     """
     handle = handle_arg(handle)
     if not isinstance(rnn, RNN):
         raise InvalidTypeError(f"rnn must be a cudnn_py.RNN, got {type(rnn).__name__}")
-    layout, _ = choice(_LAYOUTS, layout, "layout")
+    if old:
+        seq_layout = renamed_kwargs("rnn_forward", old, {"layout": "seq_layout"},
+                                    {"seq_layout": None if seq_layout == "seq_major" else seq_layout})["seq_layout"]
+    layout, _ = choice(_LAYOUTS, seq_layout, "seq_layout")
     if layout != "packed" and not rnn.padded_io:
-        raise InvalidValueError(f"layout {layout!r} needs an RNN made with padded_io=True; use layout='packed'")
+        raise InvalidValueError(f"seq_layout {layout!r} needs an RNN made with padded_io=True; use "
+                                f"seq_layout='packed'")
     x = memory.as_array(x, "x", dtype=rnn.dtype, contiguous=True, device=handle.device)
     if layout == "packed":
         if seq_lengths is None:
