@@ -48,8 +48,7 @@ def _check_dtypes(kind: str, dtypes, compute_dtype) -> None:
         cname = numpy_dtype(cudnn_dtype(compute_dtype)).name
         if cname not in allowed:
             raise InvalidTypeError(f"{kind}: compute_dtype {cname} with {data} data has no verified engine; leave it "
-                                   f"None "
-                            f"({allowed[0]})")
+                                   f"None ({allowed[0]})")
 
 
 _CACHE = "graph.conv"

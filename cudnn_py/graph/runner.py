@@ -165,18 +165,6 @@ def new_output(handle: Any, shape: Sequence[int], dtype: Any, strides: Sequence[
     return DeviceArray(buf.ptr, tuple(shape), dtype, tuple(strides), device_id=buf.device_id, owner=buf)
 
 
-def _resolve(g: Any, io: list, tensors: Sequence) -> list:
-    """``tensors`` (Tensor objects, names or uids) as the graph's I/O tensors, each once and all of them."""
-    by_uid = {v.uid: v for v in io}
-    resolved = [g[t] if isinstance(t, str) else t if hasattr(t, "uid") else by_uid.get(t) for t in tensors]
-    missing = [t.name for t in io if t not in resolved]
-    if missing:
-        raise InvalidValueError(f"executor must bind every I/O tensor; missing {', '.join(missing)}")
-    if len(resolved) != len(io):
-        raise InvalidValueError("executor tensors must be the graph's I/O tensors, each once")
-    return resolved
-
-
 class Runner:
     """A plan, the graph tensors it binds in order, and its variant packs cached by the bound addresses.
 
@@ -192,8 +180,15 @@ class Runner:
     def __init__(self, plan: Any, handle: Any, tensors: Sequence = (), consts: Sequence = (),
                  n_inputs: int | None = None, specs: Sequence = ()):
         io, scalars = plan_bindings(plan)
-        if tensors:
-            io = _resolve(plan.graph, io, tensors)
+        if tensors:  # Tensor objects, names or uids: the graph's I/O tensors, each once and all of them
+            by_uid = {v.uid: v for v in io}
+            given = [plan.graph[t] if isinstance(t, str) else t if hasattr(t, "uid") else by_uid.get(t)
+                     for t in tensors]
+            missing = [t.name for t in io if t not in given]
+            if missing or len(given) != len(io):
+                raise InvalidValueError(f"executor must bind every I/O tensor once; missing {', '.join(missing)}"
+                                        if missing else "executor tensors must be the graph's I/O tensors, each once")
+            io = given
         self.plan, self.handle, self.tensors = plan, handle, tuple(io)
         self.names = tuple(t.name for t in io)
         self.uids = [t.uid for t in io] + [t.uid for t in scalars] + scratch_pointers(plan, 0)[0]
@@ -212,19 +207,18 @@ class Runner:
         self.plan_ptr = plan_pointer(plan)
         self.workspace_size = plan.workspace_size
         ws = getattr(handle, "workspace", None)
-        self.ws_get = None if ws is None else ws.get
+        self.ws_get = self._no_workspace if ws is None else ws.get
         self.stream = getattr(handle, "stream", None)
         self.device = handle_device(handle)
 
     # -- workspace, errors, the C call ----------------------------------------------------------------------------
     def workspace(self) -> int | None:
         """The handle's workspace pointer for this plan (None when the plan needs none)."""
-        if not self.workspace_size:
-            return None
-        if self.ws_get is None:
-            raise InvalidValueError(f"plan ({self.plan.tag}) needs {self.workspace_size} bytes of workspace and the "
-                                    f"handle has none: pass workspace=")
-        return self.ws_get(self.workspace_size, self.stream)
+        return self.ws_get(self.workspace_size, self.stream) if self.workspace_size else None
+
+    def _no_workspace(self, size: int, stream: Any) -> int:
+        raise InvalidValueError(f"plan ({self.plan.tag}) needs {size} bytes of workspace and the handle has none: "
+                                f"pass workspace=")
 
     def error(self, status: int) -> Exception:
         """The exception for a failed ``cudnnBackendExecute`` (a closed handle or plan named as such)."""
@@ -271,18 +265,14 @@ class Runner:
             vp = self.pack(key, [p for _, p in key[:len(self.tensors)]], wsp)
         return vp
 
-    def bind(self, arrays: Sequence) -> ctypes.c_void_p:
-        """The variant pack of the call's ``arrays`` (inputs, then outputs; the constants are added here) with the
-        handle's workspace, keyed by their addresses after validating each against its tensor."""
+    def run(self, arrays: Sequence) -> None:
+        """Execute on the call's ``arrays`` (inputs, then outputs; the constants are added here), each validated
+        against its tensor, through the variant pack of their addresses (and the handle's workspace)."""
         n = self.n_inputs
         arrays = [*arrays[:n], *self.consts, *arrays[n:]]
         ptrs = tuple(tensor_pointer(t, a, self.device) for t, a in zip(self.tensors, arrays))
         wsp = self.workspace()
-        return self.pack(ptrs if wsp is None else ptrs + (wsp,), ptrs, wsp)
-
-    def run(self, arrays: Sequence) -> None:
-        """Validate ``arrays`` (call inputs, outputs) and execute (see :meth:`bind`)."""
-        self.execute(self.bind(arrays))
+        self.execute(self.pack(ptrs if wsp is None else ptrs + (wsp,), ptrs, wsp))
 
     def try_run(self, ptrs: tuple) -> bool:
         """Execute with the cached variant pack of these addresses (the constants' included), if there is one: the
@@ -329,7 +319,7 @@ class Runner:
                 if status:
                     raise error(status)
             return run
-        ws_get, size, stream = self._workspace_get(), self.workspace_size, self.stream
+        ws_get, size, stream = self.ws_get, self.workspace_size, self.stream
 
         def run_ws(*arrays):
             wsp = ws_get(size, stream)
@@ -344,14 +334,6 @@ class Runner:
             if status:
                 raise error(status)
         return run_ws
-
-    def _workspace_get(self) -> Callable[[int, Any], int]:
-        if self.ws_get is not None:
-            return self.ws_get
-
-        def missing(size: int, stream: Any) -> int:
-            raise InvalidValueError(f"plan needs {size} bytes of workspace and the handle has none: pass workspace=")
-        return missing
 
     def with_workspace(self, workspace: Any, *arrays: Any) -> None:
         """Execute with an explicit workspace (a DeviceArray of at least :attr:`workspace_size` bytes, or a device

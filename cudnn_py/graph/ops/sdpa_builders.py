@@ -91,15 +91,13 @@ class SdpaBuilders(Builder):
         for t, n in ((q, "q"), (k, "k"), (v, "v")):
             if t.ndim != 4:
                 raise InvalidValueError(f"{what}: {n} must be 4-D (B, H, S, D) in logical order (strides give the "
-                                        f"layout), "
-                                 f"got shape {t.shape}")
+                                        f"layout), got shape {t.shape}")
             if fp8 and t.dtype not in _FP8:
                 raise InvalidTypeError(f"{what}: {n} has dtype {t.dtype.name}; FP8 attention takes float8_e4m3fn or "
                                 f"float8_e5m2 tensors")
             if not fp8 and t.dtype in _FP8:
                 raise InvalidTypeError(f"{what}: {n} is FP8 ({t.dtype.name}): use sdpa_fp8 / sdpa_fp8_backward, which "
-                                       f"take "
-                                f"the descale and scale tensors FP8 attention needs")
+                                       f"take the descale and scale tensors FP8 attention needs")
             if not fp8 and t.dtype not in _IO_DTYPES:
                 raise InvalidTypeError(f"{what}: {n} has dtype {t.dtype.name}; attention takes float16 or bfloat16")
             if t.strides[3] != 1:
@@ -257,8 +255,7 @@ class SdpaBuilders(Builder):
                              f"{', '.join('ragged_offset_' + r for r in missing)}")
         if not padded:
             raise InvalidValueError(f"{what}: packed (ragged) attention needs the padding mask (seq_len_q and "
-                                    f"seq_len_kv): "
-                             f"cuDNN takes ragged offsets only with it")
+                                    f"seq_len_kv): cuDNN takes ragged offsets only with it")
         for r, t in (("q", q), ("k", k), ("v", v)):
             t.set_ragged_offset(own[r])
         own.setdefault("stats", None)
