@@ -177,3 +177,15 @@ def test_end_to_end_identity_transform(handle, rng):
     capi.cudnnSpatialTfGridGeneratorForward(handle.ptr, st.ptr, _dev(th).ptr, grid.ptr)
     y = spatial_tf_sampler_forward(handle, _dev(x), grid)
     np.testing.assert_allclose(y.to_numpy(), x, rtol=1e-5, atol=1e-5)
+
+
+def test_grid_forward_takes_its_configuration_object():
+    """A SpatialTransformer stands for out_shape (its dtype must be theta's); a bad shape is our error, not a
+    builtin one."""
+    st = SpatialTransformer((2, 3, 4, 5), np.float64)
+    with pytest.raises(TypeError, match="the SpatialTransformer is float64; theta is float32"):
+        spatial_tf_grid_forward(NoCallHandle(), fake((2, 2, 3)), st)
+    with pytest.raises(ValueError, match=r"out_shape \(2, 3, 4, 5\) must be \(N, C, H, W\) with N = 3"):
+        spatial_tf_grid_forward(NoCallHandle(), fake((3, 2, 3), np.float64), st)
+    with pytest.raises(TypeError, match="out_shape must be"):
+        spatial_tf_grid_forward(NoCallHandle(), fake((2, 2, 3)), 7)

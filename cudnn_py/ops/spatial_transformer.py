@@ -31,7 +31,7 @@ from numpy.typing import DTypeLike
 
 from cudnn_py import capi
 from cudnn_py.caches import shared
-from cudnn_py.args import dims, scaling
+from cudnn_py.args import dims, int_tuple, scaling
 from cudnn_py.descriptors import Descriptor
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
@@ -110,20 +110,24 @@ def _grid(obj, name, handle: Handle, dtype=None) -> DeviceArray:
     return g
 
 
-def spatial_tf_grid_forward(handle: Handle, theta: DeviceArrayLike, out_shape: Sequence[int], *moved: DeviceArrayLike,
-                            grid: DeviceArrayLike | None = None) -> DeviceArray:
+def spatial_tf_grid_forward(handle: Handle, theta: DeviceArrayLike, out_shape: Sequence[int] | SpatialTransformer,
+                            *moved: DeviceArrayLike, grid: DeviceArrayLike | None = None) -> DeviceArray:
     """Sampling grid (N, H, W, 2) from affine matrices ``theta`` (N, 2, 3) for output ``out_shape``
-    (N, C, H, W) (``cudnnSpatialTfGridGeneratorForward``)."""
+    (N, C, H, W) (``cudnnSpatialTfGridGeneratorForward``); ``out_shape`` may be a :class:`SpatialTransformer` (its
+    shape, and its dtype, which must be theta's)."""
     handle = handle_arg(handle)
     if moved:
         grid, = moved_outputs("spatial_tf_grid_forward", moved, ("grid",), (grid,))
     th = _float_array(theta, "theta", handle)
-    out_shape = tuple(out_shape)
+    given = out_shape if isinstance(out_shape, SpatialTransformer) else None
+    if given is not None and given.dtype != th.dtype:
+        raise InvalidTypeError(f"the SpatialTransformer is {given.dtype}; theta is {th.dtype}")
+    shape = given.shape if given is not None else int_tuple(out_shape, "out_shape")
     if th.ndim != 3 or th.shape[1:] != (2, 3):
         raise InvalidValueError(f"theta has shape {th.shape}; expected (N, 2, 3) affine matrices")
-    if len(out_shape) != 4 or out_shape[0] != th.shape[0]:
-        raise InvalidValueError(f"out_shape {out_shape} must be (N, C, H, W) with N = {th.shape[0]} (theta's batch)")
-    st = spatial_transformer(out_shape, th.dtype)
+    if len(shape) != 4 or shape[0] != th.shape[0]:
+        raise InvalidValueError(f"out_shape {shape} must be (N, C, H, W) with N = {th.shape[0]} (theta's batch)")
+    st = given if given is not None else spatial_transformer(shape, th.dtype)
     g = output(grid, "grid", handle, st.grid_shape, th.dtype, contiguous=True)
     capi.cudnnSpatialTfGridGeneratorForward(handle.ptr, st.ptr, th.ptr, g.ptr)
     return g
