@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from cudnn_py import capi
+from cudnn_py import _loader, capi
 from cudnn_py.args import enum_member
 from cudnn_py.errors import CudnnBadParamError, CudnnError, CudnnNotSupportedError, InvalidTypeError, InvalidValueError
 from cudnn_py.caches import handle_cache
@@ -274,9 +274,8 @@ def plan_from_json(handle, text: str | bytes, graph=None, tag: str = "") -> Plan
         d.set("json_representation", text)
         d.finalize()
     except (CudnnBadParamError, CudnnNotSupportedError) as e:
-        from cudnn_py import version
-        raise InvalidValueError(f"plan JSON{where} was not accepted by cuDNN {'.'.join(map(str, version()))} (made by "
-                         f"another cuDNN version or GPU?): {_reason(e)}") from e
+        raise InvalidValueError(f"plan JSON{where} was not accepted by cuDNN {_loader.library().version_string} (made "
+                                f"by another cuDNN version or GPU?): {_reason(e)}") from e
     return Plan(d, None, graph, tag)
 
 
