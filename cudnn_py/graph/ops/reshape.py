@@ -27,8 +27,8 @@ _RESHAPE_MODE_SINCE = (9, 22, 0)
 
 
 def _loaded() -> tuple[int, int, int]:
-    from cudnn_py import version
-    return version()
+    from cudnn_py._loader import library
+    return library().version
 
 
 def _v(t: tuple) -> str:
