@@ -37,7 +37,7 @@ from cudnn_py.handle import handle_arg
 from cudnn_py.memory import DeviceArrayLike
 
 from .sdpa_args import (CACHE, FAST, SdpaArgs, alibi_slopes, bind_output, device_tensor, fast_call, fast_outputs,
-                        graph_runner, output_spec, signatures, thd)
+                        graph_runner, output_spec, set_outputs, signatures, thd)
 from .sdpa_fp8 import SdpaFp8Grads, SdpaFp8Outputs, sdpa_fp8, sdpa_fp8_backward
 
 __all__ = ["Sdpa", "SdpaOptions", "sdpa", "sdpa_backward", "sdpa_fp8", "sdpa_fp8_backward", "sdpa_cache_clear",
@@ -117,13 +117,7 @@ class Sdpa:
             kw, tensors, arrays = args.graph_inputs(g, handle)
             to, ts = g.sdpa(tensors[0], tensors[1], tensors[2], args.graph_options(), return_stats=return_stats,
                             **kw)
-            if given_o is not None:
-                if tuple(given_o[0]) != to.shape:
-                    raise InvalidValueError(f"o must have shape {to.shape}, got {tuple(given_o[0])}")
-                to.strides = tuple(given_o[1])
-            outs = [to.set_output(True).set_name("o")]
-            if return_stats:
-                outs.append(ts.set_output(True).set_name("stats"))
+            outs = set_outputs([to, ts] if return_stats else [to], (given_o, None), ("o", "stats"))
             n = len(args.call_arrays())
             specs = [output_spec(to, 0 if args.ragged else None)] + ([output_spec(ts)] if return_stats else [])
             return g, tensors + outs, dict(zip(tensors, arrays)), outs, arrays[n:], n, specs
@@ -307,12 +301,7 @@ def sdpa_backward(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: Device
         extra = [g.tensor_like(oa, "o"), g.tensor_like(doa, "do"), g.tensor_like(sa, "stats")]
         grads = g.sdpa_backward(tensors[0], tensors[1], tensors[2], extra[0], extra[1], extra[2],
                                 args.graph_options(), dbias=return_dbias, name="sdpa_bwd", **kw)
-        for t, meta, name in zip(grads, given, ("dq", "dk", "dv", "dbias")):
-            if meta is not None:
-                if tuple(meta[0]) != t.shape:
-                    raise InvalidValueError(f"{name} must have shape {t.shape}, got {tuple(meta[0])}")
-                t.strides = tuple(meta[1])
-            t.set_output(True).set_name(name)
+        set_outputs(grads, given, ("dq", "dk", "dv", "dbias"))
         n = len(args.call_arrays())
         srcs = (0, 1, 2, None) if args.ragged else (None,) * 4
         specs = [output_spec(t, src) for t, src in zip(grads, srcs)]

@@ -22,7 +22,7 @@ from cudnn_py.graph.runner import Runner, cached, handle_device, new_output, pla
 from cudnn_py.memory import DeviceArray, array_signature, as_array, c_strides, is_torch_tensor, to_device
 
 __all__ = ["CACHE", "FAST", "SdpaArgs", "alibi_slopes", "signatures", "device_tensor", "device_scalar", "thd",
-           "output_spec", "bind_output", "fast_outputs", "fast_call", "graph_runner"]
+           "set_outputs", "output_spec", "bind_output", "fast_outputs", "fast_call", "graph_runner"]
 
 CACHE = "ops.sdpa"        #: canonical configuration -> Runner
 FAST = "ops.sdpa.fast"    #: the raw arguments' key -> Runner (the entry points' fast path)
@@ -228,6 +228,18 @@ class SdpaArgs:
     def call_arrays(self) -> list:
         """This call's input arrays in the order of :meth:`graph_inputs` (without the cached constants)."""
         return [a for a in (self.q, self.k, self.v, *(getattr(self, n) for n in _OPTIONAL)) if a is not None]
+
+
+def set_outputs(tensors: Sequence, metas: Sequence, names: Sequence[str]) -> list:
+    """Make graph ``tensors`` the outputs ``names``, each with the strides of the caller's array where one was given
+    (``metas``: its (shape, strides, dtype), or None), checking its shape; returns them."""
+    for t, meta, name in zip(tensors, metas, names):
+        if meta is not None:
+            if tuple(meta[0]) != t.shape:
+                raise InvalidValueError(f"{name} must have shape {t.shape}, got {tuple(meta[0])}")
+            t.strides = tuple(meta[1])
+        t.set_output(True).set_name(name)
+    return list(tensors)
 
 
 def output_spec(t: Any, src: int | None = None) -> tuple:

@@ -12,14 +12,14 @@ import numpy as np
 
 from cudnn_py.args import bool_arg
 from cudnn_py.caches import handle_cache
-from cudnn_py.errors import InvalidValueError
 from cudnn_py.graph import Graph
 from cudnn_py.graph.ops.sdpa import FP8_BACKWARD_SCALES, FP8_FORWARD_SCALES
 from cudnn_py.graph.ops.sdpa_options import SdpaOptions
 from cudnn_py.handle import handle_arg
 from cudnn_py.memory import DeviceArrayLike
 
-from .sdpa_args import FAST, bind_output, device_scalar, device_tensor, fast_call, graph_runner, output_spec
+from .sdpa_args import (FAST, bind_output, device_scalar, device_tensor, fast_call, graph_runner, output_spec,
+                        set_outputs)
 
 __all__ = ["sdpa_fp8", "sdpa_fp8_backward", "SdpaFp8Outputs", "SdpaFp8Grads"]
 
@@ -80,14 +80,7 @@ def _fp8_call(handle: Any, kind: str, tensors: dict, scales: dict, given: dict, 
         g = Graph(io_dtype=metas[0][2], compute_dtype="float32", intermediate_dtype="float32", name=f"sdpa_{kind}")
         ins = [g.tensor_like(a, n) for n, a in zip(names, arrays)]
         res = build(g, dict(zip(names, ins)), opts)
-        outs = []
-        for n, meta in out_metas.items():
-            t = res[n]
-            if meta is not None:
-                if tuple(meta[0]) != t.shape:
-                    raise InvalidValueError(f"{n} must have shape {t.shape}, got {tuple(meta[0])}")
-                t.strides = tuple(meta[1])
-            outs.append(t.set_output(True).set_name(n))
+        outs = set_outputs([res[n] for n in out_metas], list(out_metas.values()), list(out_metas))
         return g, ins + outs, dict(zip(ins, arrays)), outs, (), len(ins), [output_spec(t) for t in outs]
 
     r = graph_runner(handle, (kind, tuple(metas), tuple(out_metas.values()), opts), make, autotune)

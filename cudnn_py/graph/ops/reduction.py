@@ -52,7 +52,7 @@ class ReductionBuilders(Builder):
         op = reduction_mode(mode)
         if (axes is None) == (out_shape is None):
             raise InvalidValueError("reduction needs exactly one of axes= or out_shape=")
-        if out_shape is None:
+        if axes is not None:  # (then out_shape is None)
             if isinstance(axes, (int, str, bytes)) or not hasattr(axes, "__iter__"):
                 raise InvalidTypeError(f"axes must be a sequence of ints, got {axes!r}")
             ax = {self._axis(a, x.ndim, "axes") for a in axes}
