@@ -143,7 +143,7 @@ def _sdpa_fwd(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], seq_len_q
     args = (q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_kv, seed, offset)
     o, stats = _outputs(q, v, ragged_offset_q, max_seq_len_q, seq_len_q is not None and ragged_offset_q is None)
     opts = (scale, causal, bottom_right, left_bound, right_bound, alibi, dropout_p, max_seq_len_q, max_seq_len_kv)
-    h = handle(q.device.index)
+    h = handle(q.get_device())
     p = prepared(h, ("sdpa_fwd", opts) + tuple(map(_meta, args)), lambda: _build_fwd(h, args, o, stats, opts))
     p.run(tuple([a.data_ptr() for a in args if a is not None] + [o.data_ptr(), stats.data_ptr()]))
     return o, stats
@@ -196,7 +196,7 @@ def _sdpa_bwd(do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, stats: Ten
     grads = _grads(q, k, v, bias, ragged_offset_q is not None, seq_len_q is not None, want_dbias)
     opts = (scale, causal, bottom_right, left_bound, right_bound, alibi, dropout_p, max_seq_len_q, max_seq_len_kv,
             want_dbias)
-    h = handle(q.device.index)
+    h = handle(q.get_device())
     p = prepared(h, ("sdpa_bwd", opts) + tuple(map(_meta, args)), lambda: _build_bwd(h, args, grads, opts))
     p.run(tuple([a.data_ptr() for a in args if a is not None] + [x.data_ptr() for x in grads[:3 + want_dbias]]))
     return tuple(grads)
@@ -235,7 +235,7 @@ def _check_qkv(q, k, v, packed: bool) -> None:
     for x, n in ((q, "q"), (k, "k"), (v, "v")):
         if not isinstance(x, Tensor):
             raise InvalidTypeError(f"{n} must be a torch.Tensor, got {type(x).__name__}")
-        if x.dtype not in _IO_DTYPES or x.device.type != "cuda":
+        if x.dtype not in _IO_DTYPES or not x.is_cuda:
             raise InvalidTypeError(f"{n} must be a float16 or bfloat16 CUDA tensor, got {x.dtype} on {x.device}")
         if x.dim() != (3 if packed else 4):
             raise InvalidValueError(f"{n} must be {'(T, H, D) with cu_seqlens' if packed else '(B, H, S, D)'}, got "
@@ -251,7 +251,7 @@ def _head_packed(x: Tensor) -> Tensor:
 
 
 def _per_batch(x, name: str) -> Tensor:
-    if not isinstance(x, Tensor) or x.device.type != "cuda" or x.dtype != torch.int32:
+    if not isinstance(x, Tensor) or not x.is_cuda or x.dtype != torch.int32:
         raise InvalidTypeError(f"{name} must be an int32 CUDA tensor of per-batch lengths")
     return x.reshape(-1).contiguous()
 

@@ -69,7 +69,7 @@ def _conv_fwd(x: Tensor, w: Tensor, bias: Optional[Tensor], padding: list[int], 
              dilation: list[int], activation: str) -> Tensor:
     """y = activation(conv(x, w) + bias), one cuDNN graph. See :func:`conv`."""
     y = _y(x, w, padding, stride, dilation)
-    h = handle(x.device.index)
+    h = handle(x.get_device())
     key = ("conv_fwd", x.shape, x.stride(), w.shape, w.stride(), x.dtype, bias is not None, tuple(padding),
            tuple(stride), tuple(dilation), activation)
     p = prepared(h, key, lambda: _build_fwd(h, x, w, bias, y, padding, stride, dilation, activation))
@@ -89,7 +89,7 @@ def _conv_dgrad(dy: Tensor, w: Tensor, x_shape: list[int], padding: list[int], s
                dilation: list[int]) -> Tensor:
     """dx of the convolution for output gradient ``dy`` (dx in dy's layout)."""
     dx = empty_like_layout(dy, x_shape)
-    h = handle(dy.device.index)
+    h = handle(dy.get_device())
     key = ("conv_dgrad", dy.shape, dy.stride(), w.shape, w.stride(), dy.dtype, tuple(x_shape), tuple(padding),
            tuple(stride), tuple(dilation))
 
@@ -116,7 +116,7 @@ def _conv_wgrad(dy: Tensor, x: Tensor, w_shape: list[int], padding: list[int], s
                dilation: list[int]) -> Tensor:
     """dw of the convolution for output gradient ``dy`` (dw in x's layout)."""
     dw = empty_like_layout(x, w_shape)
-    h = handle(x.device.index)
+    h = handle(x.get_device())
     key = ("conv_wgrad", dy.shape, dy.stride(), x.shape, x.stride(), x.dtype, tuple(w_shape), tuple(padding),
            tuple(stride), tuple(dilation))
 
@@ -178,7 +178,7 @@ def conv(x: Tensor, w: Tensor, bias: Tensor | None = None, stride=1, padding=0, 
     ``activation`` (one of :data:`ACTIVATIONS`, None for none), as one cuDNN graph; differentiable in x, w and bias
     for no activation and ReLU. ``padding`` is symmetric (ints; no 'same'/'valid' strings)."""
     for t, n in ((x, "x"), (w, "w")):
-        if not isinstance(t, Tensor) or t.device.type != "cuda" or t.dtype not in _DTYPES:
+        if not isinstance(t, Tensor) or not t.is_cuda or t.dtype not in _DTYPES:
             raise InvalidTypeError(f"conv: {n} must be a float16, bfloat16 or float32 CUDA tensor")
     if w.dtype != x.dtype or w.dim() != x.dim() or x.dim() < 3 or x.shape[1] % w.shape[1]:
         raise InvalidValueError(f"conv: x {tuple(x.shape)} {x.dtype} and w {tuple(w.shape)} {w.dtype} must share a "

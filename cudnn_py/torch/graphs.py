@@ -76,7 +76,7 @@ def graph_op(name: str, build: Callable[..., Any], *, compute_dtype: str = "floa
     def op(xs: list[Tensor]) -> list[Tensor]:
         key, out_specs = spec(xs)
         outs = new_outputs(xs, out_specs)
-        h = handle(xs[0].device.index)
+        h = handle(xs[0].get_device())
 
         def make():
             g, ins, gouts = _describe(name, build, xs, compute_dtype, intermediate_dtype)
@@ -90,7 +90,7 @@ def graph_op(name: str, build: Callable[..., Any], *, compute_dtype: str = "floa
         return new_outputs(xs, spec(xs)[1])
 
     def call(*xs: Tensor):
-        if not xs or not all(isinstance(x, Tensor) and x.device.type == "cuda" for x in xs):
+        if not xs or not all(isinstance(x, Tensor) and x.is_cuda for x in xs):
             raise InvalidTypeError(f"graph_op {name!r} takes CUDA tensors")
         outs = op(list(xs))
         return outs[0] if len(outs) == 1 else tuple(outs)

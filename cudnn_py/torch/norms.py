@@ -63,7 +63,7 @@ def _norm_fwd(x: Tensor, weight: Tensor, bias: Optional[Tensor], eps: float,
     n, _ = _rows(x)
     y = torch.empty_like(x)
     mean, inv = _stats(n, x.device, rms)
-    h = handle(x.device.index)
+    h = handle(x.get_device())
     key = ("norm_fwd", x.shape, x.dtype, weight.dtype, None if bias is None else bias.dtype, eps, rms)
     p = prepared(h, key, lambda: _build_fwd(h, x, weight, bias, eps, rms))
     ptrs = [x.data_ptr(), weight.data_ptr()] + ([] if bias is None else [bias.data_ptr()])
@@ -99,7 +99,7 @@ def _norm_bwd(dy: Tensor, x: Tensor, weight: Tensor, mean: Tensor, inv_std: Tens
     dy, x = dy.contiguous(), x.contiguous()
     dx, dw = torch.empty_like(x, memory_format=torch.contiguous_format), torch.empty_like(weight)
     db = torch.empty_like(weight) if has_bias else weight.new_empty((0,))
-    h = handle(x.device.index)
+    h = handle(x.get_device())
     key = ("norm_bwd", x.shape, x.dtype, dy.dtype, weight.dtype, rms, has_bias)
     p = prepared(h, key, lambda: _build_bwd(h, dy, x, weight, mean, inv_std, rms, has_bias))
     ptrs = [dy.data_ptr(), x.data_ptr(), weight.data_ptr()] + ([] if rms else [mean.data_ptr()])
@@ -135,7 +135,7 @@ _NormFunction = function("_NormFunction", _norm_fwd, _setup, _backward)
 
 
 def _check(x, weight, bias, eps, what: str) -> Tensor:
-    if not isinstance(x, Tensor) or x.device.type != "cuda" or x.dtype not in _DTYPES:
+    if not isinstance(x, Tensor) or not x.is_cuda or x.dtype not in _DTYPES:
         raise InvalidTypeError(f"{what}: x must be a float16, bfloat16 or float32 CUDA tensor")
     d = x.shape[-1] if x.dim() else 0
     for t, n in ((weight, "weight"), (bias, "bias")):
@@ -211,7 +211,7 @@ def _batch_norm_fwd(x: Tensor, weight: Tensor, bias: Tensor, running_mean: Optio
     (C,), the updated running mean and variance (unbiased batch variance; empty without running statistics))."""
     running = running_mean is not None and running_var is not None
     y, mean, inv, new_mean, new_var = outs = _bn_outputs(x, weight.shape[0], running)
-    h = handle(x.device.index)
+    h = handle(x.get_device())
     key = ("batch_norm_fwd", x.shape, x.stride(), x.dtype, weight.dtype, running, momentum, eps)
     p = prepared(h, key, lambda: _build_bn_fwd(h, x, weight, bias, running, y, eps, momentum))
     run = (running_mean.data_ptr(), running_var.data_ptr()) if running_mean is not None and running_var is not None \
@@ -237,7 +237,7 @@ def _batch_norm_bwd(dy: Tensor, x: Tensor, weight: Tensor, mean: Tensor,
     if dy.stride() != x.stride():
         dy = torch.empty_like(x).copy_(dy)  # cuDNN takes dy in x's layout
     dx, dw, db = torch.empty_like(x), torch.empty_like(weight), torch.empty_like(weight)
-    h = handle(x.device.index)
+    h = handle(x.get_device())
     key = ("batch_norm_bwd", x.shape, x.stride(), x.dtype, weight.dtype)
 
     def make():
@@ -285,7 +285,7 @@ def batch_norm(x: Tensor, weight: Tensor, bias: Tensor, running_mean: Tensor | N
     eps)``): x (N, C, ...) float16/bfloat16/float32 (NCHW or channels-last), weight and bias (C,) float32,
     running statistics (C,) float32 updated in place (``copy_`` of the op's outputs); differentiable in x, weight and
     bias."""
-    if not isinstance(x, Tensor) or x.device.type != "cuda" or x.dtype not in _DTYPES or x.dim() < 3:
+    if not isinstance(x, Tensor) or not x.is_cuda or x.dtype not in _DTYPES or x.dim() < 3:
         raise InvalidTypeError("batch_norm: x must be a float16, bfloat16 or float32 CUDA tensor (N, C, ...)")
     c = x.shape[1]
     for t, n in ((weight, "weight"), (bias, "bias"), (running_mean, "running_mean"), (running_var, "running_var")):
