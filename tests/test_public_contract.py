@@ -250,7 +250,6 @@ def test_backend_descriptor_set_refuses_junk_attribute_types():
 #: public callables whose annotations are not complete yet, with what is missing and why (each an xfail(strict=True))
 UNANNOTATED = {
     "BackendDescriptor": "desc_type (graph/descriptors.py: the attribute/descriptor-type conventions are helper-owned)",
-    "Graph": "io_dtype, compute_dtype, intermediate_dtype (graph/graph.py, another owner's file)",
     "AlgorithmCache": "database (algorithms.py, another owner's file)",
     **{n: "handle and the C descriptors (algorithms.py, another owner's file)" for n in (
         "choose_forward_algorithm", "choose_backward_data_algorithm", "choose_backward_filter_algorithm")},

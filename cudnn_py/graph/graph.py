@@ -17,15 +17,16 @@ from __future__ import annotations
 
 import ctypes
 import math
-from typing import Sequence
+from typing import TYPE_CHECKING, Any, Sequence, Union
 
 import numpy as np
+import numpy.typing as npt
 
 from cudnn_py import capi
 from cudnn_py.args import float_arg
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import ClosedError, InvalidStateError, InvalidTypeError, InvalidValueError
-from cudnn_py.handle import handle_arg
+from cudnn_py.handle import Handle, handle_arg
 
 from .descriptors import BackendDescriptor
 from .ops import (ConvBuilders, LowerContext, MatmulBuilders, NormBuilders, Op, PointwiseBuilders, QuantBuilders,
@@ -34,6 +35,14 @@ from .ops import (ConvBuilders, LowerContext, MatmulBuilders, NormBuilders, Op, 
 __all__ = ["Graph", "Tensor"]
 
 _DT = capi.cudnnDataType_t
+#: what a dtype argument takes: a cudnnDataType_t, a NumPy dtype or its name ("float16", "bfloat16", ...)
+DataTypeLike = Union[npt.DTypeLike, capi.cudnnDataType_t]
+#: what a ``handle`` argument takes: a Handle, or a raw ``cudnnHandle_t`` its owner manages
+HandleLike = Union[Handle, capi.cudnnHandle_t, ctypes.c_void_p]
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .execute import Executor
+    from .plans import Plan
 
 
 def data_type(d) -> capi.cudnnDataType_t:
@@ -41,7 +50,7 @@ def data_type(d) -> capi.cudnnDataType_t:
     return d if isinstance(d, _DT) else cudnn_dtype(d)
 
 
-def graph_handle(handle):
+def graph_handle(handle: Any) -> HandleLike:
     """``handle`` checked first thing in the Graph calls that take one: an open :class:`~cudnn_py.Handle` (or a raw
     ``cudnnHandle_t``, whose owner manages it); :class:`InvalidTypeError` naming it otherwise."""
     if isinstance(handle, (capi.cudnnHandle_t, ctypes.c_void_p)):
@@ -147,7 +156,8 @@ class Graph(ConvBuilders, MatmulBuilders, PointwiseBuilders, ReductionBuilders, 
     """An operation graph under construction (see the module doc). ``io_dtype`` is the default dtype of tensors
     and outputs, ``compute_dtype`` of operations, ``intermediate_dtype`` of virtual tensors."""
 
-    def __init__(self, io_dtype="float32", compute_dtype="float32", intermediate_dtype=None, name: str = "graph"):
+    def __init__(self, io_dtype: DataTypeLike = "float32", compute_dtype: DataTypeLike = "float32",
+                 intermediate_dtype: DataTypeLike | None = None, name: str = "graph") -> None:
         self.io_dtype = data_type(io_dtype)
         self.compute_dtype = data_type(compute_dtype)
         self.intermediate_dtype = data_type(intermediate_dtype) if intermediate_dtype is not None else self.compute_dtype
@@ -375,7 +385,7 @@ class Graph(ConvBuilders, MatmulBuilders, PointwiseBuilders, ReductionBuilders, 
         return self._scalar_bufs[t.uid].ctypes.data
 
     # -- lowering -----------------------------------------------------------------------------------------------
-    def lower(self, handle) -> BackendDescriptor:
+    def lower(self, handle: HandleLike) -> BackendDescriptor:
         """The finalized ``OPERATIONGRAPH`` descriptor for ``handle`` (cached for the last handle given; needs the
         cuDNN engines library, i.e. a CUDA driver). Each operation lowers itself (see :mod:`.ops`). Freezes the
         graph."""
@@ -393,7 +403,8 @@ class Graph(ConvBuilders, MatmulBuilders, PointwiseBuilders, ReductionBuilders, 
         return g
 
     # -- plans and execution (see plans.py / execute.py) --------------------------------------------------------
-    def build(self, handle, modes: Sequence[str] = ("A", "FALLBACK"), *, policy: str = "first", **filters):
+    def build(self, handle: HandleLike, modes: Sequence[str] = ("A", "FALLBACK"), *, policy: str = "first",
+              **filters: Any) -> "Graph":
         """Build plans (``policy='first'``: the first heuristic config that builds; ``'all'``: every one), using
         the handle's plan cache; returns self. Raises :class:`GraphNotSupportedError` naming the operations,
         the modes tried and cuDNN's reasons when no engine supports the graph."""
@@ -402,7 +413,7 @@ class Graph(ConvBuilders, MatmulBuilders, PointwiseBuilders, ReductionBuilders, 
         self.plans = build_plans(self, handle, modes=modes, policy=policy, **filters)
         return self
 
-    def is_supported(self, handle, modes: Sequence[str] = ("A", "FALLBACK")) -> bool:
+    def is_supported(self, handle: HandleLike, modes: Sequence[str] = ("A", "FALLBACK")) -> bool:
         """Whether some engine config of ``modes`` builds a plan for this graph (never raises for that)."""
         from .errors import GraphNotSupportedError
         try:
@@ -411,8 +422,8 @@ class Graph(ConvBuilders, MatmulBuilders, PointwiseBuilders, ReductionBuilders, 
             return False
         return True
 
-    def autotune(self, handle, variant_pack: dict, *, modes: Sequence[str] = ("A", "B", "FALLBACK"),
-                 warmup: int = 2, iters: int = 5, **filters):
+    def autotune(self, handle: HandleLike, variant_pack: dict, *, modes: Sequence[str] = ("A", "B", "FALLBACK"),
+                 warmup: int = 2, iters: int = 5, **filters: Any) -> list[tuple["Plan", float | None]]:
         """Build every plan of ``modes``, time each on ``variant_pack`` with events, keep the fastest first.
         Returns the list of (plan, milliseconds) sorted fastest first."""
         handle = graph_handle(handle)
@@ -420,7 +431,7 @@ class Graph(ConvBuilders, MatmulBuilders, PointwiseBuilders, ReductionBuilders, 
         return autotune(self, handle, variant_pack, modes=modes, warmup=warmup, iters=iters, **filters)
 
     @property
-    def plan(self):
+    def plan(self) -> "Plan":
         if not self.plans:
             raise InvalidStateError(f"graph {self.name!r} has no plan: call build(handle) or autotune(...) first")
         return self.plans[0]
@@ -429,14 +440,14 @@ class Graph(ConvBuilders, MatmulBuilders, PointwiseBuilders, ReductionBuilders, 
         """Bytes of workspace the selected plan needs."""
         return self.plan.workspace_size
 
-    def execute(self, handle, variant_pack: dict, workspace=None) -> None:
+    def execute(self, handle: HandleLike, variant_pack: dict, workspace: Any = None) -> None:
         """Run the selected plan on ``handle``'s stream. ``variant_pack`` maps tensors (or their names) to device
         arrays (DeviceArray or any DLPack/CAI tensor); the workspace comes from ``handle.workspace`` unless a
         device pointer/array is given."""
         handle = graph_handle(handle)
         self.plan.execute(handle, variant_pack, workspace)
 
-    def executor(self, handle, *tensors, identity_cache: int = 4):
+    def executor(self, handle: HandleLike, *tensors: Any, identity_cache: int = 4) -> "Executor":
         """A fast callable ``run(*arrays)`` binding arrays to ``tensors`` (or names) positionally; see
         :class:`cudnn_py.graph.execute.Executor`."""
         handle = graph_handle(handle)
