@@ -42,7 +42,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
     "._loader": ("library",),
     ".algorithms": ("AlgoPerf", "AlgorithmCache", "algorithm_cache", "choose_backward_data_algorithm",
                     "choose_backward_filter_algorithm", "choose_forward_algorithm"),
-    ".descriptors": ("FilterDescriptor", "OpTensor", "ReduceTensor", "TensorDescriptor", "convolution_output_shape"),
+    ".descriptors": ("FilterDescriptor", "OpTensor", "ReduceTensor", "TensorDescriptor"),
     ".dtypes": ("cudnn_dtype", "numpy_dtype"),
     ".graph": ("BackendDescriptor", "Graph", "GraphNotSupportedError"),
     ".handle": ("Handle",),
@@ -56,7 +56,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
     ".ops.conv_calls": ("convolution_algorithms", "convolution_backward_bias", "convolution_backward_data",
                         "convolution_backward_filter", "convolution_bias_activation_forward", "convolution_forward",
                         "convolution_workspace_size"),
-    ".ops.convolution": ("Convolution",),
+    ".ops.convolution": ("Convolution", "convolution_output_shape"),
     ".ops.ctc": ("CTCLoss", "check_ctc_labels", "ctc_loss", "ctc_loss_workspace_size"),
     ".ops.dropout": ("Dropout", "dropout_backward", "dropout_forward", "dropout_reserve_size", "dropout_states_size"),
     ".ops.lrn": ("LRN", "divisive_normalization_backward", "divisive_normalization_forward", "lrn_backward",
@@ -78,8 +78,9 @@ _LAZY: dict[str, tuple[str, ...]] = {
 }
 #: deprecated names: still importable (each warns and builds its replacement), not in __all__
 _DEPRECATED: dict[str, tuple[str, ...]] = {
-    ".descriptors": ("ConvolutionDescriptor", "OpTensorDescriptor", "ReduceTensorDescriptor"),
+    ".descriptors": ("OpTensorDescriptor", "ReduceTensorDescriptor"),
     ".ops.activation": ("ActivationDescriptor",),
+    ".ops.convolution": ("ConvolutionDescriptor",),
     ".ops.dropout": ("DropoutDescriptor",),
     ".ops.lrn": ("LRNDescriptor",),
     ".ops.pooling": ("PoolingDescriptor",),
@@ -102,10 +103,9 @@ if TYPE_CHECKING:  # what mypy sees: each name re-exported explicitly (``name as
         choose_backward_filter_algorithm as choose_backward_filter_algorithm,
         choose_forward_algorithm as choose_forward_algorithm)
     from .descriptors import (
-        ConvolutionDescriptor as ConvolutionDescriptor, FilterDescriptor as FilterDescriptor, OpTensor as OpTensor,
-        OpTensorDescriptor as OpTensorDescriptor, ReduceTensor as ReduceTensor,
-        ReduceTensorDescriptor as ReduceTensorDescriptor, TensorDescriptor as TensorDescriptor,
-        convolution_output_shape as convolution_output_shape)
+        FilterDescriptor as FilterDescriptor, OpTensor as OpTensor, OpTensorDescriptor as OpTensorDescriptor,
+        ReduceTensor as ReduceTensor, ReduceTensorDescriptor as ReduceTensorDescriptor,
+        TensorDescriptor as TensorDescriptor)
     from .dtypes import cudnn_dtype as cudnn_dtype, numpy_dtype as numpy_dtype
     from .graph import (
         BackendDescriptor as BackendDescriptor, Graph as Graph, GraphNotSupportedError as GraphNotSupportedError)
@@ -131,7 +131,9 @@ if TYPE_CHECKING:  # what mypy sees: each name re-exported explicitly (``name as
         convolution_backward_filter as convolution_backward_filter,
         convolution_bias_activation_forward as convolution_bias_activation_forward,
         convolution_forward as convolution_forward, convolution_workspace_size as convolution_workspace_size)
-    from .ops.convolution import Convolution as Convolution
+    from .ops.convolution import (
+        Convolution as Convolution, ConvolutionDescriptor as ConvolutionDescriptor,
+        convolution_output_shape as convolution_output_shape)
     from .ops.ctc import (
         CTCLoss as CTCLoss, check_ctc_labels as check_ctc_labels, ctc_loss as ctc_loss,
         ctc_loss_workspace_size as ctc_loss_workspace_size)

@@ -39,7 +39,7 @@ import importlib
 import math
 import weakref
 from collections.abc import Sequence
-from ctypes import byref, c_double, c_int, c_size_t, c_uint, c_void_p
+from ctypes import byref, c_int, c_size_t, c_void_p
 from enum import IntEnum
 
 import numpy as np
@@ -49,18 +49,18 @@ from cudnn_py import _binding, caches, capi
 from cudnn_py._deprecation import alias, renamed_kwargs, warn
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
-from cudnn_py.args import DIM_MAX, INT32_MAX, dims, enum_member, int_arg, ints, nan_flag, spatial_ndim
+from cudnn_py.args import DIM_MAX, INT32_MAX, dims, enum_member, ints, nan_flag
 from cudnn_py.memory import DeviceArray, as_array, c_strides, non_overlapping
 
 __all__ = [
     "Descriptor", "Settings", "legacy_dtype", "read_back", "c_nan", "c_ints", "TensorDescriptor", "FilterDescriptor",
-    "ConvolutionDescriptor", "OpTensorDescriptor", "ReduceTensorDescriptor", "OpTensor", "ReduceTensor",
-    "tensor_descriptor", "tensor_descriptor_for", "filter_descriptor", "convolution_descriptor", "op_tensor_descriptor",
-    "reduce_tensor_descriptor", "clear_cache", "convolution_output_shape",
+    "OpTensorDescriptor", "ReduceTensorDescriptor", "OpTensor", "ReduceTensor", "tensor_descriptor",
+    "tensor_descriptor_for", "filter_descriptor", "op_tensor_descriptor", "reduce_tensor_descriptor", "clear_cache",
 ]
 
 #: names that moved to their operation family (``cudnn_py.ops.<family>``); the old import path still works
-_MOVED = {"PoolingDescriptor": "pooling", "pooling_descriptor": "pooling", "pooling_output_shape": "pooling",
+_MOVED = {"ConvolutionDescriptor": "convolution", "convolution_descriptor": "convolution",
+          "convolution_output_shape": "convolution", "PoolingDescriptor": "pooling", "pooling_descriptor": "pooling", "pooling_output_shape": "pooling",
           "ActivationDescriptor": "activation", "activation_descriptor": "activation", "LRNDescriptor": "lrn",
           "lrn_descriptor": "lrn", "DropoutDescriptor": "dropout"}
 
@@ -397,102 +397,6 @@ class FilterDescriptor(Descriptor):
 
 
 
-# --- convolution --------------------------------------------------------------------------------------
-
-_MATH_ALIASES = {"default": "CUDNN_DEFAULT_MATH", "tensor_op": "CUDNN_TENSOR_OP_MATH",
-                 "tensor_op_allow_conversion": "CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION", "fma": "CUDNN_FMA_MATH"}
-
-
-class _ConvolutionDescriptor(Descriptor):
-    """A ``cudnnConvolutionDescriptor_t`` of validated settings (what :class:`cudnn_py.Convolution` hands cuDNN):
-    ``padding``, ``stride``, ``dilation`` (one int per spatial dimension), ``mode``, ``compute_type`` (the
-    accumulation ``cudnnDataType_t``), ``groups``, ``math_type`` and ``reorder`` (None: cuDNN's default); read back
-    from cuDNN."""
-
-    _handle_type = capi.cudnnConvolutionDescriptor_t
-    _create_fn, _destroy_fn = "cudnnCreateConvolutionDescriptor", "cudnnDestroyConvolutionDescriptor"
-    _shown = ("padding", "stride", "dilation", "mode", "compute_type", "groups", "math_type")
-    _cache_name = "descriptors.convolution"
-
-    def __init__(self, padding: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...],
-                 mode: capi.cudnnConvolutionMode_t, compute_type: capi.cudnnDataType_t, groups: int,
-                 math_type: capi.cudnnMathType_t, reorder: capi.cudnnReorderType_t | None = None):
-        super().__init__()
-        capi.cudnnSetConvolutionNdDescriptor(self._ptr, len(padding), c_ints(padding), c_ints(stride),
-                                             c_ints(dilation), mode, compute_type)
-        capi.cudnnSetConvolutionGroupCount(self._ptr, groups)
-        capi.cudnnSetConvolutionMathType(self._ptr, math_type)
-        if reorder is not None:
-            capi.cudnnSetConvolutionReorderType(self._ptr, reorder)
-
-    def _get(self):
-        n, mode, ct = c_int(), c_int(), c_int()
-        pad, st, dil = (c_int * DIM_MAX)(), (c_int * DIM_MAX)(), (c_int * DIM_MAX)()
-        capi.cudnnGetConvolutionNdDescriptor(self.ptr, DIM_MAX - 2, byref(n), pad, st, dil, byref(mode), byref(ct))
-        k = n.value
-        return (tuple(pad[:k]), tuple(st[:k]), tuple(dil[:k]), capi.cudnnConvolutionMode_t(mode.value),
-                capi.cudnnDataType_t(ct.value))
-
-    padding = read_back(0, "Padding per spatial dimension.")
-    stride = read_back(1, "Stride per spatial dimension.")
-    dilation = read_back(2, "Dilation per spatial dimension.")
-    mode = read_back(3, "The ``cudnnConvolutionMode_t``.")
-    compute_type = read_back(4, "The accumulation ``cudnnDataType_t``.")
-    compute_dtype = read_back(4, "The accumulation ``cudnnDataType_t`` (the same as :attr:`compute_type`).")
-
-    @property
-    def ndim(self) -> int:
-        """Spatial dimensions."""
-        return len(self._get()[0])
-
-    @property
-    def groups(self) -> int:
-        g = c_int()
-        capi.cudnnGetConvolutionGroupCount(self.ptr, byref(g))
-        return g.value
-
-    @property
-    def math_type(self) -> capi.cudnnMathType_t:
-        m = c_int()
-        capi.cudnnGetConvolutionMathType(self.ptr, byref(m))
-        return capi.cudnnMathType_t(m.value)
-
-    @property
-    def reorder(self) -> capi.cudnnReorderType_t:
-        r = c_int()
-        capi.cudnnGetConvolutionReorderType(self.ptr, byref(r))
-        return capi.cudnnReorderType_t(r.value)
-
-    def output_shape(self, x, w) -> tuple[int, ...]:
-        """The forward output shape for input ``x`` and filter ``w``, computed by cuDNN
-        (``cudnnGetConvolutionNdForwardOutputDim``). ``x``/``w``: descriptors, or shapes (float32)."""
-        xd = x if isinstance(x, TensorDescriptor) else tensor_descriptor(dims(x, "input shape", 3), np.float32)
-        wd = w if isinstance(w, FilterDescriptor) else filter_descriptor(dims(w, "filter shape", 3), np.float32)
-        nd = xd.ndim
-        if wd.ndim != nd or nd != self.ndim + 2:
-            raise InvalidValueError(f"input has {nd} dims and filter {wd.ndim}; this convolution needs both to have "
-                             f"{self.ndim + 2} (N/K, C, then {self.ndim} spatial)")
-        pad, st, dil, _, _ = self._get()
-        xs, ws, groups = xd.shape, wd.shape, self.groups
-        if xd.layout != capi.CUDNN_TENSOR_NCHW_VECT_C and xs[1] != ws[1] * groups:
-            raise InvalidValueError(f"input {xs} has {xs[1]} channels but filter {ws} with {groups} group(s) "
-                             f"expects {ws[1] * groups}")
-        if ws[0] % groups:
-            raise InvalidValueError(f"filter {ws} has {ws[0]} output channels, which groups={groups} does not divide")
-        for i in range(self.ndim):
-            padded, extent = xs[2 + i] + 2 * pad[i], (ws[2 + i] - 1) * dil[i] + 1
-            if padded < extent:
-                raise InvalidValueError(f"spatial dim {i}: the filter ({ws[2 + i]}, dilation {dil[i]}) is larger than "
-                                 f"the padded input ({xs[2 + i]} + 2*{pad[i]})")
-            if max(padded, extent) > INT32_MAX:
-                raise InvalidValueError(f"spatial dim {i}: the padded input ({xs[2 + i]} + 2*{pad[i]}) or the dilated "
-                                 f"filter ({ws[2 + i]}, dilation {dil[i]}) exceeds cuDNN's int range (2**31 - 1)")
-        out = (c_int * nd)()
-        capi.cudnnGetConvolutionNdForwardOutputDim(self.ptr, xd.ptr, wd.ptr, nd, out)
-        return tuple(out)
-
-
-
 # --- op-tensor, reduce-tensor -------------------------------------------------------------------------
 
 class _OpTensorDescriptor(Descriptor):
@@ -730,50 +634,6 @@ def filter_descriptor(shape, dtype=np.float32, layout=None, **old) -> FilterDesc
         layout = renamed_kwargs("filter_descriptor", old, {"format": "layout"}, {"layout": layout})["layout"]
     layout = "NCHW" if layout is None else layout
     return _shared(_FILTERS, _key(shape, dtype, layout), lambda: FilterDescriptor(shape, dtype, layout=layout))
-
-
-def _convolution_settings(padding=0, stride=1, dilation=1, *, ndim=None, mode="cross_correlation",
-                          compute_type=np.float32, groups=1, math_type="default", reorder=None) -> tuple:
-    """The settings of :class:`_ConvolutionDescriptor` from the keywords the deprecated ConvolutionDescriptor and
-    convolution_descriptor took (their defaults and checks: float32 accumulation, default math, ``ndim`` from the
-    tuples, else 2)."""
-    n = spatial_ndim(ndim, (padding, stride, dilation))
-    reorder = None if reorder is None else enum_member(capi.cudnnReorderType_t, reorder, "CUDNN_", "reorder",
-                                                 {"default": "CUDNN_DEFAULT_REORDER", "none": "CUDNN_NO_REORDER"})
-    return (ints(padding, n, "padding", 0), ints(stride, n, "stride", 1), ints(dilation, n, "dilation", 1),
-            enum_member(capi.cudnnConvolutionMode_t, mode, "CUDNN_", "mode"), legacy_dtype(compute_type, "compute_type"),
-            int_arg(groups, "groups", 1), enum_member(capi.cudnnMathType_t, math_type, "CUDNN_", "math_type", _MATH_ALIASES),
-            reorder)
-
-
-def _new_convolution(padding=0, stride=1, dilation=1, **kwargs) -> _ConvolutionDescriptor:
-    return _ConvolutionDescriptor(*_convolution_settings(padding, stride, dilation, **kwargs))
-
-
-def _shared_convolution(padding=0, stride=1, dilation=1, **kwargs) -> _ConvolutionDescriptor:
-    return _ConvolutionDescriptor.shared(*_convolution_settings(padding, stride, dilation, **kwargs))
-
-
-# deprecated: each warns, then makes what it made before (a new descriptor, or the shared one of those settings)
-_new_convolution.__qualname__ = _shared_convolution.__qualname__ = "cudnn_py.Convolution"
-ConvolutionDescriptor = alias("ConvolutionDescriptor", _new_convolution, "its .descriptor() is the C descriptor")
-convolution_descriptor = alias("convolution_descriptor", _shared_convolution, "its .descriptor() is the C descriptor")
-
-
-# --- shape helpers ------------------------------------------------------------------------------------
-
-def convolution_output_shape(x_shape: Sequence[int], w_shape: Sequence[int], padding: int | Sequence[int] = 0,
-                             stride: int | Sequence[int] = 1, dilation: int | Sequence[int] = 1, *, groups: int = 1,
-                             mode: str | int = "cross_correlation", dtype: DTypeLike = np.float32) -> tuple[int, ...]:
-    """The forward output shape of a convolution of input ``x_shape`` (N, C, spatial...) with filter
-    ``w_shape`` (K, C/groups, spatial...), as cuDNN computes it."""
-    x_shape, w_shape = dims(x_shape, "x_shape", 3), dims(w_shape, "w_shape", 3)
-    dt = legacy_dtype(dtype, "convolution")
-    if len(w_shape) != len(x_shape):
-        raise InvalidValueError(f"input shape {x_shape} and filter shape {w_shape} must have the same number of dims")
-    conv = _shared_convolution(padding, stride, dilation, ndim=len(x_shape) - 2, mode=mode,
-                               compute_type=np.float64 if dt == capi.CUDNN_DATA_DOUBLE else np.float32, groups=groups)
-    return conv.output_shape(tensor_descriptor(x_shape, dt), filter_descriptor(w_shape, dt))
 
 
 # --- deprecated names: each warns, then makes what it made before -----------------------------------------------

@@ -8,7 +8,7 @@ import pytest
 import cudnn_py
 from cudnn_py import caches, capi
 from cudnn_py import descriptors as D
-from cudnn_py.ops import activation, lrn, pooling
+from cudnn_py.ops import activation, convolution, lrn, pooling
 from cudnn_py.ops.activation import Activation
 from cudnn_py.ops.lrn import LRN
 from cudnn_py.ops.pooling import Pooling
@@ -341,8 +341,8 @@ def test_dropout_needs_an_open_handle():
 
 ALL = [  # the C descriptor classes (the settings classes share these; the deprecated names make them)
     lambda: D.TensorDescriptor((2, 3)), lambda: D.FilterDescriptor((2, 3, 3)),
-    lambda: D._ConvolutionDescriptor((0, 0), (1, 1), (1, 1), capi.CUDNN_CROSS_CORRELATION, capi.CUDNN_DATA_FLOAT, 1,
-                                     capi.CUDNN_DEFAULT_MATH),
+    lambda: convolution._ConvolutionDescriptor((0, 0), (1, 1), (1, 1), capi.CUDNN_CROSS_CORRELATION,
+                                               capi.CUDNN_DATA_FLOAT, 1, capi.CUDNN_DEFAULT_MATH),
     lambda: pooling._PoolingDescriptor(capi.CUDNN_POOLING_MAX, False, (2, 2), (0, 0), (2, 2)),
     lambda: activation._ActivationDescriptor(capi.CUDNN_ACTIVATION_RELU, False, 0.0, 1.0),
     lambda: lrn._LRNDescriptor(5, 1e-4, 0.75, 2.0),

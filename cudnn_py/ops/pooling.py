@@ -246,9 +246,9 @@ def _graph_view(a: DeviceArray) -> DeviceArray:
     """An N, C, L array as N, C, 1, L (what the resample operation takes); others as they are."""
     if a.ndim != 3:
         return a
-    return DeviceArray._new(a.ptr, (a.shape[0], a.shape[1], 1, a.shape[2]), a.dtype,
-                            (a.strides[0], a.strides[1], a.shape[2] * a.strides[2], a.strides[2]), a.device_id, a,
-                            None)
+    return DeviceArray(a.ptr, (a.shape[0], a.shape[1], 1, a.shape[2]), a.dtype,
+                       (a.strides[0], a.strides[1], a.shape[2] * a.strides[2], a.strides[2]), device_id=a.device_id,
+                       owner=a)
 
 
 def _new_like(handle: Handle, x: DeviceArray, shape) -> DeviceArray:
