@@ -17,8 +17,9 @@ For each key (operation name first, then everything the answer depends on: shape
 3. else both engines are measured on the call's arrays: each runs once (building its plan; an engine that refuses -
    :class:`~cudnn_py.graph.legacy.GraphPathRefused`, :class:`~cudnn_py.graph.GraphNotSupportedError`, ``graph()``
    answering False - or fails with any :class:`~cudnn_py.errors.CudnnPyError` is left out), then :data:`ROUNDS`
-   rounds time each (device time between CUDA events on the handle's stream), and the lower best time wins (an
-   engine left alone is not timed). The winner runs last, so the outputs are its own. Arrays the call writes and
+   rounds time each: an untimed run, then a run between CUDA events on the handle's stream (queued behind the
+   untimed one, so the time is the GPU's, or the host's where the call is host-bound: what a loop of such calls
+   costs). The lower best time wins (an engine left alone is not timed). The winner runs last, so the outputs are its own. Arrays the call writes and
    may read (``mutated``: running statistics, a ``beta`` blend, an in-place output) are copied first and restored
    before every run, so the call's effect is that of one call; where they cannot be copied, the static rule runs
    unmeasured. The choice is kept (handle, database) only once measured in full: an interrupt leaves none; it is
@@ -194,8 +195,11 @@ def _measure(handle, cache, key, legacy, graph, mutated, static: str) -> str:
         for name, fn in engines.items():
             if name in errors:
                 continue
-            restore()
             try:
+                if timed:  # an untimed lead-in: the GPU is busy with it while the host queues the timed run
+                    restore()
+                    fn()
+                restore()
                 out, ms = _clock(handle, fn) if timed else (fn(), math.inf)
             except refused as e:
                 errors[name] = e

@@ -68,6 +68,8 @@ def engines(monkeypatch, **kw) -> Engines:
     return e
 
 
+#: runs of a measured call: per engine one untimed, then per round an untimed lead-in and a timed run; the winner again
+MEASURED = 2 * (1 + 2 * ec.ROUNDS) + 1
 KEY = ("activation_forward", (((8, 3), (3, 1), "float16"), ("relu", 1.0, 0.0)))
 
 
@@ -79,8 +81,10 @@ def run(h, e, key=KEY, **kw):
 def test_faster_engine_wins_and_runs_last(db, monkeypatch, legacy_ms, graph_ms, winner):
     h, e = NoCallHandle(), engines(monkeypatch, legacy_ms=legacy_ms, graph_ms=graph_ms)
     assert run(h, e) == winner
-    # one untimed run each (plans built), ROUNDS timed runs each, then the winner once more: its outputs stay
-    assert e.calls.count("legacy") + e.calls.count("graph") == 2 * (1 + ec.ROUNDS) + 1
+    # one untimed run each (plans built), ROUNDS timed runs each right after an untimed lead-in of the same engine,
+    # then the winner once more: its outputs stay
+    assert e.calls == ["legacy", "graph"] + ["legacy", "legacy", "graph", "graph"] * ec.ROUNDS + [winner]
+    assert len(e.calls) == MEASURED
     assert e.timed.count("legacy") == e.timed.count("graph") == ec.ROUNDS
     assert e.calls[-1] == winner
     assert ec.choices(h) == {KEY: ec.Choice(winner, legacy_ms, graph_ms, "measured")}
@@ -95,7 +99,7 @@ def test_choice_remembered_per_handle_and_shown_by_cache_info(db, monkeypatch):
     assert Handle.cache_info(h) == {"engine.choice": 1}
     other = NoCallHandle()
     run(other, e)
-    assert len(e.calls) == 1 + 2 * (1 + ec.ROUNDS) + 1, "another handle measures again"
+    assert len(e.calls) == 1 + MEASURED, "another handle measures again"
     other_key = (KEY[0], (((8, 4), (4, 1), "float16"), ("relu", 1.0, 0.0)))
     run(h, e, other_key)
     assert set(ec.choices(h)) == {KEY, other_key}
@@ -111,7 +115,7 @@ def test_chosen_answers_without_measuring(db, monkeypatch):
     assert ec.chosen(NoCallHandle(), KEY, static="graph") == "graph"
     assert ec.chosen(h, KEY, static="graph") == "legacy", "a handle's measured choice stands"
     ec.set_mode(None)
-    assert e.calls.count("legacy") + e.calls.count("graph") == 2 * (1 + ec.ROUNDS) + 1
+    assert e.calls.count("legacy") + e.calls.count("graph") == MEASURED
 
 
 def test_choice_persisted_and_reloaded_by_a_new_process(db, monkeypatch, tmp_path):
@@ -136,7 +140,7 @@ def test_unusable_record_is_measured_again(db, monkeypatch):
     (k, rec), = stored(db).items()
     db.record("engine_choice", k, {"engine": "fastest"}, device=0)
     e.calls.clear()
-    assert run(NoCallHandle(), e) == "graph" and len(e.calls) == 2 * (1 + ec.ROUNDS) + 1
+    assert run(NoCallHandle(), e) == "graph" and len(e.calls) == MEASURED
     assert stored(db)[k]["engine"] == "graph"
 
 
@@ -237,7 +241,7 @@ def test_mutated_arrays_restored_before_every_run(db, monkeypatch):
     y = fake((4,))
     run(h, e, mutated=(y,))
     assert snapped == [(y,)]
-    assert events[0::2] == ["restore"] * (2 * (1 + ec.ROUNDS) + 1) and events[-1] == "graph"
+    assert events[0::2] == ["restore"] * (MEASURED) and events[-1] == "graph"
 
 
 def test_no_room_for_the_copies_runs_the_static_rule_unmeasured(db, monkeypatch):
