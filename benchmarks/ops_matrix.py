@@ -517,7 +517,9 @@ def _norm_case(b, op, dtype, xs) -> Case:
 
 # ---------------------------------------------------------------- running
 
-def measure(b: Bench, sel, json_path: str | None, out=sys.stderr) -> list[Row]:
+def measure(b: Bench, sel, json_path: str | None, out=sys.stderr, meta: dict | None = None) -> list[Row]:
+    """Every selected row, printed to ``out`` as it is measured; ``json_path``: ``{"meta": meta, "rows": [...]}``
+    written after every row (a run stopped midway keeps what it measured)."""
     rows: list[Row] = []
     for fam, op, dtype, layout, size in sel:
         row = Row(op, dtype, layout, size, "", 0.0, 0.0)
@@ -551,7 +553,7 @@ def measure(b: Bench, sel, json_path: str | None, out=sys.stderr) -> list[Row]:
         print("  " + _line(row), file=out, flush=True)
         if json_path:
             with open(json_path, "w") as fh:
-                json.dump([asdict(r) for r in rows], fh, indent=1)
+                json.dump({"meta": meta or {}, "rows": [asdict(r) for r in rows]}, fh, indent=1)
     return rows
 
 
@@ -589,16 +591,17 @@ def main(argv=None) -> int:
             torch.backends.cudnn.benchmark = True
         except ImportError:
             torch = None
-    from cudnn_py.handle import Handle
-    with Handle() as h:
-        b = Bench(h, torch, args.sample_ms, args.rounds)
-        rows = measure(b, sel, args.json)
-    gpu = torch.cuda.get_device_name() if torch is not None else "GPU"
     import cudnn_py
-    print(f"{gpu}; cuDNN {'.'.join(map(str, cudnn_py.version()))}; torch "
-          f"{torch.__version__ if torch is not None else 'absent (no torch column, no sleep kernel)'}; device ms per "
-          f"call, median of {args.rounds} interleaved rounds; '/torch': the best cudnn-py engine over torch; "
-          f"'auto': the engine engine_choice kept; GB/s (T: TFLOP/s) of 'auto' (else 'default')")
+    from cudnn_py.handle import Handle
+    meta = {"gpu": cudnn_py.streams.get_device().name, "cudnn": ".".join(map(str, cudnn_py.version())),
+            "torch": torch.__version__ if torch is not None else None, "rounds": args.rounds,
+            "sample_ms": args.sample_ms, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    print(f"{meta['gpu']}; cuDNN {meta['cudnn']}; torch "
+          f"{meta['torch'] or 'absent (no torch column, no sleep kernel)'}; device ms per call, median of "
+          f"{args.rounds} interleaved rounds; '/torch': the best cudnn-py engine over torch; 'auto': the engine "
+          f"engine_choice kept; GB/s (T: TFLOP/s) of 'auto' (else 'default'); host us per call", flush=True)
+    with Handle() as h:
+        rows = measure(Bench(h, torch, args.sample_ms, args.rounds), sel, args.json, meta=meta)
     print(table(rows))
     return 0
 

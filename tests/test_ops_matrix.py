@@ -190,4 +190,4 @@ def test_measure_rows_auto_choice_and_json(om, monkeypatch, tmp_path):
     assert relu.auto_engine == "graph" and set(relu.ms) == {"legacy", "graph", "default", "auto"}
     assert relu.host_us["auto"] == 3.0 and not relu.notes
     assert st.ms == {} and st.auto_engine is None and "ZeroDivisionError" in st.notes[0]
-    assert [r["op"] for r in json.loads(out.read_text())] == ["relu_fwd", "set_tensor"]
+    assert [r["op"] for r in json.loads(out.read_text())["rows"]] == ["relu_fwd", "set_tensor"]
