@@ -18,7 +18,7 @@ import numpy as np
 import cudnn_py as cudnn
 from cudnn_py import capi
 from cudnn_py.cli.prerequisites import script_args
-from cudnn_py.descriptors import tensor_descriptor, tensor_descriptor_for
+from cudnn_py.descriptors import TensorDescriptor
 from cudnn_py.memory import as_array
 
 
@@ -38,14 +38,14 @@ def main(argv=None) -> None:
     script_args(argparse.ArgumentParser(description=__doc__.splitlines()[0]), argv)
     h = cudnn.Handle()
     x = cudnn.to_device(np.random.default_rng(0).standard_normal((8, 3, 32, 32)).astype(np.float32))
-    desc = tensor_descriptor(x.shape, x.dtype)
+    desc = TensorDescriptor.shared(x.shape, x.dtype)
     one = ctypes.c_float(1.0)
     rows = [
         ("ctypes call: cudnnSetTensor 8x3x32x32", lambda: capi.cudnnSetTensor(h.ptr, desc.ptr, x.ptr, ctypes.byref(one))),
         ("Handle.ptr", lambda: h.ptr),
         ("as_array(DeviceArray)", lambda: as_array(x, "x")),
-        ("tensor_descriptor(shape, dtype) (cached)", lambda: tensor_descriptor(x.shape, x.dtype)),
-        ("tensor_descriptor_for(array) (cached)", lambda: tensor_descriptor_for(x)),
+        ("TensorDescriptor.shared(shape, dtype) (cached)", lambda: TensorDescriptor.shared(x.shape, x.dtype)),
+        ("TensorDescriptor.for_array(array) (cached)", lambda: TensorDescriptor.for_array(x)),
         ("Convolution(1, 1).descriptor() (cached)", lambda: cudnn.Convolution(1, 1).descriptor()),
         ("empty((8, 16, 32, 32), float32)", lambda: cudnn.empty((8, 16, 32, 32), np.float32)),
         ("workspace.get(1 MiB) (reused)", lambda: h.workspace.get(1 << 20, h.stream)),

@@ -24,9 +24,9 @@ Enum-valued arguments take the enum member (``capi.CUDNN_POOLING_MAX``), its val
 in any case (``"max"``); dtypes take anything :func:`cudnn_py.dtypes.cudnn_dtype` does (``"fp16"``, ``"bf16"``, ...).
 
 Shared C descriptors live in the process-wide caches of :func:`cudnn_py.caches.shared` (named ``"descriptors.*"``),
-keyed by their validated settings, so a call in a loop builds each once; :func:`tensor_descriptor` and
-:func:`filter_descriptor` return the shared one of a shape and dtype. Shared descriptors ignore ``close()``; they live
-until evicted or :func:`cudnn_py.caches.clear`, and while referenced.
+keyed by their validated settings, so a call in a loop builds each once; :meth:`TensorDescriptor.shared` and
+:meth:`FilterDescriptor.shared` return the shared one of a shape and dtype. Shared descriptors ignore ``close()``;
+they live until evicted or :func:`cudnn_py.caches.clear`, and while referenced.
 
 The names these replace (``PoolingDescriptor``, ``pooling_descriptor``, ``ActivationDescriptor``, ``clear_cache``,
 ..., the ``format=`` and ``compute_type=`` keywords) still work, with a ``DeprecationWarning``.
@@ -54,13 +54,14 @@ from cudnn_py.memory import DeviceArray, as_array, c_strides, non_overlapping
 
 __all__ = [
     "Descriptor", "Settings", "legacy_dtype", "read_back", "c_nan", "c_ints", "TensorDescriptor", "FilterDescriptor",
-    "OpTensorDescriptor", "ReduceTensorDescriptor", "OpTensor", "ReduceTensor", "tensor_descriptor",
-    "tensor_descriptor_for", "filter_descriptor", "op_tensor_descriptor", "reduce_tensor_descriptor", "clear_cache",
+    "OpTensorDescriptor", "ReduceTensorDescriptor", "OpTensor", "ReduceTensor", "op_tensor_descriptor",
+    "reduce_tensor_descriptor", "clear_cache",
 ]
 
 #: names that moved to their operation family (``cudnn_py.ops.<family>``); the old import path still works
 _MOVED = {"ConvolutionDescriptor": "convolution", "convolution_descriptor": "convolution",
-          "convolution_output_shape": "convolution", "PoolingDescriptor": "pooling", "pooling_descriptor": "pooling", "pooling_output_shape": "pooling",
+          "convolution_output_shape": "convolution", "PoolingDescriptor": "pooling", "pooling_descriptor": "pooling",
+          "pooling_output_shape": "pooling",
           "ActivationDescriptor": "activation", "activation_descriptor": "activation", "LRNDescriptor": "lrn",
           "lrn_descriptor": "lrn", "DropoutDescriptor": "dropout"}
 
@@ -344,6 +345,26 @@ class TensorDescriptor(Descriptor):
         capi.cudnnGetTensorSizeInBytes(self.ptr, byref(n))
         return n.value
 
+    @classmethod
+    def shared(cls, shape, dtype=np.float32, strides=None, layout=None,  # type: ignore[override]
+               **old) -> TensorDescriptor:
+        """The process-wide descriptor of these arguments (built once, then a dict lookup; its ``close()`` does
+        nothing); ``format=`` is the deprecated spelling of ``layout``."""
+        if old:
+            layout = renamed_kwargs("TensorDescriptor.shared", old, {"format": "layout"},
+                                    {"layout": layout})["layout"]
+        if _all_ints(shape) and (strides is None or _all_ints(strides)):  # the hot path: shapes of arrays
+            try:
+                return _TENSORS[(shape, dtype, strides, layout)]
+            except (KeyError, TypeError):
+                pass
+        return _shared(_TENSORS, _key(shape, dtype, strides, layout), lambda: cls(shape, dtype, strides, layout=layout))
+
+    @classmethod
+    def for_array(cls, array) -> TensorDescriptor:
+        """The shared descriptor of a DeviceArray's (or GPU tensor's) shape, dtype and strides."""
+        a = array if type(array) is DeviceArray else as_array(array, "array")
+        return cls.shared(a.shape, a.dtype, None if a.is_contiguous else a.strides)
 
 
 class FilterDescriptor(Descriptor):
@@ -395,6 +416,15 @@ class FilterDescriptor(Descriptor):
         capi.cudnnGetFilterSizeInBytes(self.ptr, byref(n))
         return n.value
 
+    @classmethod
+    def shared(cls, shape, dtype=np.float32, layout=None, **old) -> FilterDescriptor:  # type: ignore[override]
+        """The process-wide descriptor of these arguments (``layout`` "NCHW" by default; built once; its ``close()``
+        does nothing); ``format=`` is the deprecated spelling of ``layout``."""
+        if old:
+            layout = renamed_kwargs("FilterDescriptor.shared", old, {"format": "layout"},
+                                    {"layout": layout})["layout"]
+        layout = "NCHW" if layout is None else layout
+        return _shared(_FILTERS, _key(shape, dtype, layout), lambda: cls(shape, dtype, layout=layout))
 
 
 # --- op-tensor, reduce-tensor -------------------------------------------------------------------------
@@ -602,38 +632,7 @@ def _all_ints(values) -> bool:
 
 
 _TENSORS = caches.shared("descriptors.tensor")
-
-
-def tensor_descriptor(shape, dtype=np.float32, strides=None, layout=None, **old) -> TensorDescriptor:
-    """The shared :class:`TensorDescriptor` of these arguments (built once, then a dict lookup); ``format=`` is the
-    deprecated spelling of ``layout``."""
-    if old:
-        layout = renamed_kwargs("tensor_descriptor", old, {"format": "layout"}, {"layout": layout})["layout"]
-    if _all_ints(shape) and (strides is None or _all_ints(strides)):  # the hot path: shapes of arrays
-        try:
-            return _TENSORS[(shape, dtype, strides, layout)]
-        except (KeyError, TypeError):
-            pass
-    return _shared(_TENSORS, _key(shape, dtype, strides, layout),
-                   lambda: TensorDescriptor(shape, dtype, strides, layout=layout))
-
-
-def tensor_descriptor_for(array) -> TensorDescriptor:
-    """The shared :class:`TensorDescriptor` for a DeviceArray's (or GPU tensor's) shape, dtype and strides."""
-    a = array if type(array) is DeviceArray else as_array(array, "array")
-    return tensor_descriptor(a.shape, a.dtype, None if a.is_contiguous else a.strides)
-
-
 _FILTERS = caches.shared("descriptors.filter")
-
-
-def filter_descriptor(shape, dtype=np.float32, layout=None, **old) -> FilterDescriptor:
-    """The shared :class:`FilterDescriptor` of these arguments (``layout`` "NCHW" by default); ``format=`` is the
-    deprecated spelling of ``layout``."""
-    if old:
-        layout = renamed_kwargs("filter_descriptor", old, {"format": "layout"}, {"layout": layout})["layout"]
-    layout = "NCHW" if layout is None else layout
-    return _shared(_FILTERS, _key(shape, dtype, layout), lambda: FilterDescriptor(shape, dtype, layout=layout))
 
 
 # --- deprecated names: each warns, then makes what it made before -----------------------------------------------
@@ -677,3 +676,21 @@ ReduceTensorDescriptor = _deprecated("ReduceTensorDescriptor", _new_reduce_tenso
                                      "cudnn_py.descriptors.ReduceTensor")
 reduce_tensor_descriptor = _deprecated("reduce_tensor_descriptor", _shared_reduce_tensor,
                                        "cudnn_py.descriptors.ReduceTensor")
+
+
+def _tensor_descriptor(*args, **kwargs) -> TensorDescriptor:
+    return TensorDescriptor.shared(*args, **kwargs)
+
+
+def _tensor_descriptor_for(array) -> TensorDescriptor:
+    return TensorDescriptor.for_array(array)
+
+
+def _filter_descriptor(*args, **kwargs) -> FilterDescriptor:
+    return FilterDescriptor.shared(*args, **kwargs)
+
+
+tensor_descriptor = _deprecated("tensor_descriptor", _tensor_descriptor, "cudnn_py.TensorDescriptor.shared")
+tensor_descriptor_for = _deprecated("tensor_descriptor_for", _tensor_descriptor_for,
+                                    "cudnn_py.TensorDescriptor.for_array")
+filter_descriptor = _deprecated("filter_descriptor", _filter_descriptor, "cudnn_py.FilterDescriptor.shared")

@@ -42,8 +42,8 @@ def test_seq_data_descriptor_round_trip():
     d = A.SeqDataDescriptor(np.float32, 3, 5, 7, [5, 2, 4])
     assert d.read_back() == {"dtype": np.dtype(np.float32), "dims": {"time": 5, "batch": 3, "beam": 1, "vector": 7},
                              "axes": ("batch", "beam", "time", "vector"), "seq_lengths": (5, 2, 4)}
-    assert A.seq_data_descriptor(np.dtype(np.float32), 3, 5, 7, (5, 5, 5)) is \
-        A.seq_data_descriptor(np.dtype(np.float32), 3, 5, 7, (5, 5, 5))
+    assert A.SeqDataDescriptor.shared(np.dtype(np.float32), 3, 5, 7, (5, 5, 5)) is \
+        A.SeqDataDescriptor.shared(np.dtype(np.float32), 3, 5, 7, (5, 5, 5))
     d.close()
     with pytest.raises(ClosedError):
         d.ptr

@@ -62,10 +62,14 @@ def test_format_is_the_old_spelling_of_layout():
         w = D.FilterDescriptor((4, 3, 3, 3), format="NHWC")
     with pytest.warns(DeprecationWarning, match="FilterDescriptor.format is deprecated"):
         assert w.format is capi.CUDNN_TENSOR_NHWC
-    with pytest.warns(DeprecationWarning, match="tensor_descriptor\\(\\): format= is deprecated"):
-        assert D.tensor_descriptor((2, 3, 4, 5), format="NHWC") is D.tensor_descriptor((2, 3, 4, 5), layout="NHWC")
-    with pytest.warns(DeprecationWarning, match="filter_descriptor\\(\\): format= is deprecated"):
-        assert D.filter_descriptor((4, 3, 3, 3), format="NHWC") is D.filter_descriptor((4, 3, 3, 3), layout="NHWC")
+    with pytest.warns(DeprecationWarning, match="TensorDescriptor.shared\\(\\): format= is deprecated"):
+        assert D.TensorDescriptor.shared((2, 3, 4, 5), format="NHWC") is D.TensorDescriptor.shared((2, 3, 4, 5),
+                                                                                                  layout="NHWC")
+    with pytest.warns(DeprecationWarning, match="FilterDescriptor.shared\\(\\): format= is deprecated"):
+        assert D.FilterDescriptor.shared((4, 3, 3, 3), format="NHWC") is D.FilterDescriptor.shared((4, 3, 3, 3),
+                                                                                                  layout="NHWC")
+    for old_name in ("tensor_descriptor", "filter_descriptor"):  # the factories: deprecated spellings of .shared
+        assert old(old_name, (4, 3, 3, 3)) is getattr(D, old_name.title().replace("_", "")).shared((4, 3, 3, 3))
     with pytest.raises(TypeError, match="both layout= and its old spelling format="):
         D.TensorDescriptor((2, 3, 4, 5), layout="NHWC", format="NHWC")
     with pytest.raises(TypeError, match="unexpected keyword argument 'fmt'"):
@@ -414,13 +418,13 @@ def test_ndim_comes_from_the_first_sequence_argument():
 
 
 def test_cached_factories_share_and_ignore_close():
-    a = D.tensor_descriptor((2, 3, 4, 5), np.float32)
-    assert D.tensor_descriptor((2, 3, 4, 5), np.float32) is a
-    assert D.tensor_descriptor([2, 3, 4, 5], np.float32).shape == (2, 3, 4, 5)  # unhashable spelling works
-    assert D.tensor_descriptor((2, 3, 4, 5), np.float16) is not a
+    a = D.TensorDescriptor.shared((2, 3, 4, 5), np.float32)
+    assert D.TensorDescriptor.shared((2, 3, 4, 5), np.float32) is a
+    assert D.TensorDescriptor.shared([2, 3, 4, 5], np.float32).shape == (2, 3, 4, 5)  # unhashable spelling works
+    assert D.TensorDescriptor.shared((2, 3, 4, 5), np.float16) is not a
     a.close()
     assert not a.closed  # shared descriptors outlive close()
-    assert D.filter_descriptor((4, 3, 3, 3)) is D.filter_descriptor((4, 3, 3, 3))
+    assert D.FilterDescriptor.shared((4, 3, 3, 3)) is D.FilterDescriptor.shared((4, 3, 3, 3))
     assert old("convolution_descriptor", 1, 2) is old("convolution_descriptor", 1, 2)
     assert old("convolution_descriptor", 1, 2) is not old("convolution_descriptor", 1, 1)
     assert old("pooling_descriptor", "max", 2) == Pooling("max", 2)
@@ -432,42 +436,43 @@ def test_cached_factories_share_and_ignore_close():
 
 def test_tensor_descriptor_for_array():
     packed = DeviceArray(0x1000, (2, 3, 4, 5), np.float32)
-    assert D.tensor_descriptor_for(packed) is D.tensor_descriptor((2, 3, 4, 5), np.dtype(np.float32))
+    assert D.TensorDescriptor.for_array(packed) is D.TensorDescriptor.shared((2, 3, 4, 5), np.dtype(np.float32))
     strided = DeviceArray(0x1000, (2, 3), np.float32, strides=(1, 2))
-    assert D.tensor_descriptor_for(strided).strides == (1, 2)
+    assert D.TensorDescriptor.for_array(strided).strides == (1, 2)
 
 
 def test_shared_descriptors_live_in_the_process_wide_caches():
-    a = D.tensor_descriptor((3, 3), np.float32)
+    a = D.TensorDescriptor.shared((3, 3), np.float32)
     pool = Pooling("max", 3)
     pool.descriptor(2)
     listed = caches.info()
     for name in ("descriptors.tensor", "descriptors.pooling"):
         assert listed[name] >= 1
     caches.clear()
-    assert D.tensor_descriptor((3, 3), np.float32) is not a
+    assert D.TensorDescriptor.shared((3, 3), np.float32) is not a
     assert not a.closed  # still referenced here, so still alive
     assert pool.descriptor(2).value  # a Pooling keeps the descriptors it uses
 
 
 def test_old_clear_cache_warns_and_clears():
-    a = D.tensor_descriptor((3, 3), np.float32)
+    a = D.TensorDescriptor.shared((3, 3), np.float32)
     old("clear_cache")
-    assert D.tensor_descriptor((3, 3), np.float32) is not a
+    assert D.TensorDescriptor.shared((3, 3), np.float32) is not a
 
 
 def test_cache_is_bounded(monkeypatch):
     monkeypatch.setattr(D._TENSORS, "maxsize", 4)
     caches.clear()
     for n in range(2, 12):
-        D.tensor_descriptor((n, n), np.float32)
+        D.TensorDescriptor.shared((n, n), np.float32)
     assert len(D._TENSORS) == 4
 
 
 def test_cached_lookup_is_cheap():
     import timeit
-    D.tensor_descriptor((8, 3, 32, 32), np.float32)
-    per_call = min(timeit.repeat(lambda: D.tensor_descriptor((8, 3, 32, 32), np.float32), number=2000, repeat=5)) / 2000
+    D.TensorDescriptor.shared((8, 3, 32, 32), np.float32)
+    per_call = min(timeit.repeat(lambda: D.TensorDescriptor.shared((8, 3, 32, 32), np.float32), number=2000,
+                                 repeat=5)) / 2000
     assert per_call < 5e-6  # a dict lookup, not a create/set/destroy (which costs several microseconds)
 
 

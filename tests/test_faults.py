@@ -86,11 +86,11 @@ def test_keyboard_interrupt_while_a_descriptor_is_made_leaks_nothing(monkeypatch
         raise KeyboardInterrupt
     monkeypatch.setattr(capi, "cudnnSetTensorNdDescriptor", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        D.tensor_descriptor((3, 5, 7, 11), np.float32)
+        D.TensorDescriptor.shared((3, 5, 7, 11), np.float32)
     monkeypatch.setattr(capi, "cudnnSetTensorNdDescriptor", real)
     (args,) = calls
     address = args[0].value
     gc.collect()
     assert args[0].value is None and address not in _binding._OWNED  # destroyed, once, and forgotten
-    d = D.tensor_descriptor((3, 5, 7, 11), np.float32)  # made now, completely
+    d = D.TensorDescriptor.shared((3, 5, 7, 11), np.float32)  # made now, completely
     assert d.shape == (3, 5, 7, 11)

@@ -142,9 +142,9 @@ def test_rnn_data_descriptor_round_trip(layout):
     d = R.RNNDataDescriptor(np.float32, layout, 5, 4, 7, lengths, padding_fill=-2.0)
     assert d.read_back() == {"dtype": np.dtype(np.float32), "seq_layout": layout, "max_seq_length": 5,
                              "batch_size": 4, "vector_size": 7, "seq_lengths": lengths, "padding_fill": -2.0}
-    d64 = R.rnn_data_descriptor(np.dtype(np.float64), layout, 5, 4, 3, lengths)
+    d64 = R.RNNDataDescriptor.shared(np.dtype(np.float64), layout, 5, 4, 3, lengths)
     assert d64.read_back()["dtype"] == np.float64 and d64.read_back()["padding_fill"] == 0.0
-    assert R.rnn_data_descriptor(np.dtype(np.float64), layout, 5, 4, 3, lengths) is d64  # cached
+    assert R.RNNDataDescriptor.shared(np.dtype(np.float64), layout, 5, 4, 3, lengths) is d64  # cached
     d.close()
     with pytest.raises(ClosedError):
         d.ptr

@@ -8,7 +8,7 @@ import pytest
 from cudnn_py import capi
 from cudnn_py.ops.spatial_transformer import (
     SpatialTransformer, spatial_tf_grid_backward, spatial_tf_grid_forward, spatial_tf_sampler_backward,
-    spatial_tf_sampler_forward, spatial_transformer,
+    spatial_tf_sampler_forward,
 )
 from reference import spatial_transformer as ref
 from helpers import NoCallHandle, fake
@@ -19,8 +19,8 @@ from helpers import NoCallHandle, fake
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
 def test_descriptor_created_and_cached(dtype):
-    st = spatial_transformer((2, 3, 4, 5), dtype)
-    assert st is spatial_transformer((2, 3, 4, 5), dtype)
+    st = SpatialTransformer.shared((2, 3, 4, 5), dtype)
+    assert st is SpatialTransformer.shared((2, 3, 4, 5), dtype)
     assert st.grid_shape == (2, 4, 5, 2) and st.dtype == np.dtype(dtype)
     assert isinstance(st.ptr, capi.cudnnSpatialTransformerDescriptor_t) and st.ptr.value
     own = SpatialTransformer((1, 1, 2, 2), dtype)
@@ -35,13 +35,13 @@ def test_shared_descriptors_live_in_the_process_cache_and_die_when_dropped():
     import weakref
     from cudnn_py import caches
     from cudnn_py.ops import spatial_transformer as S
-    st = spatial_transformer((3, 1, 7, 9), np.float32)
+    st = SpatialTransformer.shared((3, 1, 7, 9), np.float32)
     assert caches.shared("ops.spatial_transformer") is S._CACHE and caches.info()["ops.spatial_transformer"] >= 1
     st.close()  # shared: close() leaves it to the cache
     assert not st.closed and repr(st) == "SpatialTransformer(shape=(3, 1, 7, 9), dtype=float32)"
     raw, gone = st._ptr, weakref.ref(st)
     S._CACHE.clear()
-    assert spatial_transformer((3, 1, 7, 9), np.float32) is not st  # made anew
+    assert SpatialTransformer.shared((3, 1, 7, 9), np.float32) is not st  # made anew
     del st
     gc.collect()
     assert gone() is None and raw.value is None  # destroyed by its finalizer, never used again
@@ -172,7 +172,7 @@ def test_end_to_end_identity_transform(handle, rng):
     n, c, h, w = 2, 3, 6, 9
     x = rng.standard_normal((n, c, h, w)).astype(np.float32)
     th = np.tile(np.array([[1, 0, 0], [0, 1, 0]], np.float32), (n, 1, 1))
-    st = spatial_transformer((n, c, h, w), np.float32)
+    st = SpatialTransformer.shared((n, c, h, w), np.float32)
     grid = _dev(np.full((n, h, w, 2), np.nan, np.float32))
     capi.cudnnSpatialTfGridGeneratorForward(handle.ptr, st.ptr, _dev(th).ptr, grid.ptr)
     y = spatial_tf_sampler_forward(handle, _dev(x), grid)

@@ -27,14 +27,14 @@ def test_descriptor_caches_under_8_threads_past_eviction():
         for k in range(per_thread):
             n = 1 + i * per_thread + k
             shape = (n, 3, 4, 4)
-            t = D.tensor_descriptor(shape, np.float32)
+            t = D.TensorDescriptor.shared(shape, np.float32)
             assert t.shape == shape
-            f = D.filter_descriptor((n % 64 + 1, 3, 3, 3), np.float32)
+            f = D.FilterDescriptor.shared((n % 64 + 1, 3, 3, 3), np.float32)
             assert f.shape[0] == n % 64 + 1
             if k % 7 == 0:
                 c = Convolution(padding=n % 5, stride=1 + n % 3)._shared_descriptor(2, "float32", None)
                 assert c.padding == (n % 5, n % 5)
-                assert spatial_transformer.spatial_transformer((1, 1, 1 + n % 300, 2)).shape[2] == 1 + n % 300
+                assert spatial_transformer.SpatialTransformer.shared((1, 1, 1 + n % 300, 2)).shape[2] == 1 + n % 300
                 assert ctc._ctc_desc("softmax", "zero_oob", 1 + n % 255).max_label_length == 1 + n % 255
             if k % 50 == 0 and i == 0:
                 caches.clear()

@@ -1,7 +1,7 @@
 """Helpers the legacy operation families share: argument parsing, array checks, outputs, descriptors, scalars.
 
 Every check here runs before C is called and raises TypeError/ValueError naming the argument.
-Tensor descriptors come from the core's shared cache (:func:`cudnn_py.descriptors.tensor_descriptor`);
+Tensor descriptors come from the core's shared cache (:meth:`cudnn_py.TensorDescriptor.shared`);
 :func:`desc` returns the descriptor object, which callers keep in a local for the duration of the C
 call (the cache may evict, and so destroy, an entry that nothing else references).
 """
@@ -17,7 +17,7 @@ import numpy as np
 from cudnn_py import capi
 from cudnn_py.args import scaling
 from cudnn_py.caches import shared
-from cudnn_py.descriptors import TensorDescriptor, tensor_descriptor
+from cudnn_py.descriptors import TensorDescriptor
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype, scalar
 from cudnn_py.memory import DeviceArray, DeviceArrayLike, as_array, empty
 from cudnn_py._deprecation import warn
@@ -90,7 +90,7 @@ def tensor_desc(shape: Sequence[int], dtype, strides: Sequence[int] | None = Non
         shape += (1,) * pad
         if strides is not None:
             strides = tuple(strides) + (1,) * pad
-    return tensor_descriptor(shape, np.dtype(dtype), None if strides is None else tuple(strides))
+    return TensorDescriptor.shared(shape, np.dtype(dtype), None if strides is None else tuple(strides))
 
 
 def desc(a: DeviceArray) -> TensorDescriptor:

@@ -33,7 +33,7 @@ import numpy.typing as npt
 from numpy.typing import DTypeLike
 
 from cudnn_py import capi, memory
-from cudnn_py._deprecation import renamed_kwargs, warn
+from cudnn_py._deprecation import alias, renamed_kwargs, warn
 from cudnn_py.args import bool_arg, float_arg
 from cudnn_py.descriptors import Descriptor
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
@@ -49,7 +49,7 @@ from cudnn_py.ops.sequence_models import (
 
 __all__ = ["MultiHeadAttention", "AttentionParams", "SeqDataDescriptor", "AttentionForwardResult",
            "AttentionDataGrads", "AttentionBufferSizes", "WEIGHT_KINDS",
-           "seq_data_descriptor", "load_attention_weights", "read_attention_weights", "attention_forward",
+           "load_attention_weights", "read_attention_weights", "attention_forward",
            "attention_backward_data", "attention_backward_weights"]
 
 #: weight name -> cudnnMultiHeadAttnWeightKind_t
@@ -267,12 +267,6 @@ class SeqDataDescriptor(Descriptor):
         return f"{self.dtype.name}, batch={B}, time={T}, vector={V}"
 
 
-def seq_data_descriptor(dtype, batch: int, time: int, vector: int, seq_lengths: tuple[int, ...]) -> SeqDataDescriptor:
-    """The shared :class:`SeqDataDescriptor` for these settings (:meth:`SeqDataDescriptor.shared`); ``close()``
-    ignores it."""
-    return SeqDataDescriptor.shared(dtype, batch, time, vector, seq_lengths)
-
-
 def _host_view(host: np.ndarray, base: int, view) -> np.ndarray:
     item = host.itemsize
     offset = (view.ptr - base) // item
@@ -388,10 +382,10 @@ def attention_forward(handle: Handle, attn: MultiHeadAttention, q: DeviceArrayLi
                             contiguous=True)
     if residuals is not None:
         residuals = _data(handle, attn, residuals, "residuals", B, Tq, attn.o_proj_size)
-    q_desc = seq_data_descriptor(attn.dtype, B, Tq, attn.q_size, lq)
-    k_desc = seq_data_descriptor(attn.dtype, B, Tk, attn.k_size, lk)
-    v_desc = seq_data_descriptor(attn.dtype, B, Tk, attn.v_size, lk)
-    o_desc = seq_data_descriptor(attn.dtype, B, Tq, attn.o_proj_size, lq)
+    q_desc = SeqDataDescriptor.shared(attn.dtype, B, Tq, attn.q_size, lq)
+    k_desc = SeqDataDescriptor.shared(attn.dtype, B, Tk, attn.k_size, lk)
+    v_desc = SeqDataDescriptor.shared(attn.dtype, B, Tk, attn.v_size, lk)
+    o_desc = SeqDataDescriptor.shared(attn.dtype, B, Tq, attn.o_proj_size, lq)
     dev_lq = memory.to_device(np.asarray(lq, np.int32), stream=stream, device=handle.device)
     dev_lk = memory.to_device(np.asarray(lk, np.int32), stream=stream, device=handle.device)
     lo_c, hi_c = (ctypes.c_int * Tq)(*lo.tolist()), (ctypes.c_int * Tq)(*hi.tolist())
@@ -462,3 +456,13 @@ def attention_backward_weights(handle: Handle, attn: MultiHeadAttention, fwd: At
         v_desc.ptr, ctx["v"].ptr, o_desc.ptr, dout.ptr, w.nbytes, w.ptr, dw.ptr, work_n, work or None,
         c_nbytes(fwd.reserve), c_ptr(fwd.reserve))
     return dw
+
+
+# ---------------------------------------------------------------- deprecated names
+
+def _seq_data_descriptor(*args) -> SeqDataDescriptor:
+    return SeqDataDescriptor.shared(*args)
+
+
+_seq_data_descriptor.__qualname__ = "cudnn_py.ops.attention.SeqDataDescriptor.shared"
+seq_data_descriptor = alias("seq_data_descriptor", _seq_data_descriptor)

@@ -400,8 +400,8 @@ def _bias_plan(handle: Handle, ysig, bsig, layout, name):
         if bsig[3] != device:
             raise InvalidValueError(f"{name} is on device {bsig[3]} but the data is on device {device}")
     dt = cudnn_dtype(dtype)
-    y_desc = _d.tensor_descriptor(tuple(ys), dt, tuple(yst))
-    b_desc = _d.tensor_descriptor(bshape, dt if bsig is None else cudnn_dtype(bsig[2]), packed_strides(bshape, False))
+    y_desc = _d.TensorDescriptor.shared(tuple(ys), dt, tuple(yst))
+    b_desc = _d.TensorDescriptor.shared(bshape, dt if bsig is None else cudnn_dtype(bsig[2]), packed_strides(bshape, False))
     allocated = physical((1, k) + (1,) * (len(shape) - 2), layout)
     return y_desc.ptr, b_desc.ptr, allocated, (y_desc, b_desc)
 

@@ -43,8 +43,7 @@ from cudnn_py import args, capi
 from cudnn_py import descriptors as _d
 from cudnn_py._deprecation import alias, renamed_kwargs, warn
 from cudnn_py.args import DIM_MAX, INT32_MAX, dims, enum_member, int_arg, ints, spatial_ndim
-from cudnn_py.descriptors import (Descriptor, FilterDescriptor, TensorDescriptor, c_ints, filter_descriptor, legacy_dtype,
-                                  read_back, tensor_descriptor)
+from cudnn_py.descriptors import Descriptor, FilterDescriptor, TensorDescriptor, c_ints, legacy_dtype, read_back
 from cudnn_py.dtypes import as_numpy_dtype, cudnn_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.ops._common import enum_arg
@@ -123,8 +122,8 @@ class _ConvolutionDescriptor(Descriptor):
     def output_shape(self, x, w) -> tuple[int, ...]:
         """The forward output shape for input ``x`` and filter ``w``, computed by cuDNN
         (``cudnnGetConvolutionNdForwardOutputDim``). ``x``/``w``: descriptors, or shapes (float32)."""
-        xd = x if isinstance(x, TensorDescriptor) else tensor_descriptor(dims(x, "input shape", 3), np.float32)
-        wd = w if isinstance(w, FilterDescriptor) else filter_descriptor(dims(w, "filter shape", 3), np.float32)
+        xd = x if isinstance(x, TensorDescriptor) else TensorDescriptor.shared(dims(x, "input shape", 3), np.float32)
+        wd = w if isinstance(w, FilterDescriptor) else FilterDescriptor.shared(dims(w, "filter shape", 3), np.float32)
         nd = xd.ndim
         if wd.ndim != nd or nd != self.ndim + 2:
             raise InvalidValueError(f"input has {nd} dims and filter {wd.ndim}; this convolution needs both to have "
@@ -433,7 +432,7 @@ def _check_dtypes(xd, wd, yd) -> None:
 
 
 def _tensor_desc(shape, strides, dtype):
-    return _d.tensor_descriptor(tuple(shape), dtype, tuple(strides))
+    return _d.TensorDescriptor.shared(tuple(shape), dtype, tuple(strides))
 
 
 class Geometry:
@@ -488,7 +487,7 @@ class Geometry:
             self.x_desc = self.xp_desc
         else:
             self.x_desc = _tensor_desc(xs, xst, self.dtype)
-        self.w_desc = _d.filter_descriptor(tuple(ws), self.dtype, "NHWC" if self.w_nhwc else "NCHW")
+        self.w_desc = _d.FilterDescriptor.shared(tuple(ws), self.dtype, "NHWC" if self.w_nhwc else "NCHW")
         self.y_desc = _tensor_desc(ys, yst, self.y_dtype)
 
     @classmethod
@@ -550,7 +549,7 @@ def convolution_output_shape(x_shape: Sequence[int], w_shape: Sequence[int], pad
         raise InvalidValueError(f"input shape {x_shape} and filter shape {w_shape} must have the same number of dims")
     conv = _shared_convolution(padding, stride, dilation, ndim=len(x_shape) - 2, mode=mode,
                                compute_type=np.float64 if dt == capi.CUDNN_DATA_DOUBLE else np.float32, groups=groups)
-    return conv.output_shape(tensor_descriptor(x_shape, dt), filter_descriptor(w_shape, dt))
+    return conv.output_shape(TensorDescriptor.shared(x_shape, dt), FilterDescriptor.shared(w_shape, dt))
 
 
 # ---------------------------------------------------------------- deprecated names

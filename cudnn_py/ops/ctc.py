@@ -36,7 +36,7 @@ from cudnn_py import capi
 from cudnn_py._deprecation import warn
 from cudnn_py.caches import shared
 from cudnn_py.args import dims, int_arg
-from cudnn_py.descriptors import Descriptor, tensor_descriptor
+from cudnn_py.descriptors import Descriptor, TensorDescriptor
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray, DeviceArrayLike, as_array, empty, to_device
@@ -227,7 +227,7 @@ def ctc_loss_workspace_size(handle: Handle, logits_shape: Sequence[int], *, algo
     al = enum_arg(algo, CTC_ALGOS, capi.cudnnCTCLossAlgo_t, "CTC algo")
     shape = dims(logits_shape, "logits_shape", 3, 3)
     desc = _ctc_desc(normalization, grad_mode, max_label_length, ctc)
-    pd = tensor_descriptor(shape, np.float32)
+    pd = TensorDescriptor.shared(shape, np.float32)
     n = ctypes.c_size_t()
     capi.cudnnGetCTCLossWorkspaceSize_v8(handle.ptr, al, desc.ptr, pd.ptr, pd.ptr if compute_gradients else None,
                                          ctypes.byref(n))
@@ -265,7 +265,7 @@ def ctc_loss(handle: Handle, logits: DeviceArrayLike, labels: npt.ArrayLike, lab
     lab = host.labels if host.labels.size else np.zeros(1, np.int32)
     lab_d, ll_d, il_d = (to_device(v, handle.stream, device=handle.device)
                          for v in (lab, host.label_lengths, host.input_lengths))
-    pd = tensor_descriptor(x.shape, np.float32)
+    pd = TensorDescriptor.shared(x.shape, np.float32)
     gd = None if g is None else pd.ptr
     ws_size = ctypes.c_size_t()
     capi.cudnnGetCTCLossWorkspaceSize_v8(handle.ptr, al, desc.ptr, pd.ptr, gd, ctypes.byref(ws_size))

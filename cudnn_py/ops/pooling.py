@@ -38,8 +38,7 @@ from cudnn_py import capi
 from cudnn_py._deprecation import alias
 from cudnn_py.args import (DIM_MAX, INT32_MAX, dims, enum_member, int_or_ints, int_tuple, ints, nan_flag, scaling,
                            spatial_ndim)
-from cudnn_py.descriptors import (Descriptor, Settings, TensorDescriptor, c_ints, c_nan, legacy_dtype, read_back,
-                                  tensor_descriptor)
+from cudnn_py.descriptors import Descriptor, Settings, TensorDescriptor, c_ints, c_nan, legacy_dtype, read_back
 from cudnn_py.graph import legacy as gl
 from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray, DeviceArrayLike
@@ -110,7 +109,7 @@ class _PoolingDescriptor(Descriptor):
     def output_shape(self, x) -> tuple[int, ...]:
         """The forward output shape for input ``x`` (a TensorDescriptor, or a shape: float32), computed by
         cuDNN (``cudnnGetPoolingNdForwardOutputDim``)."""
-        xd = x if isinstance(x, TensorDescriptor) else tensor_descriptor(dims(x, "input shape", 3), np.float32)
+        xd = x if isinstance(x, TensorDescriptor) else TensorDescriptor.shared(dims(x, "input shape", 3), np.float32)
         nd = xd.ndim
         if nd != self.ndim + 2:
             raise InvalidValueError(f"input has {nd} dims; this pooling needs {self.ndim + 2} (N, C, then "
@@ -389,7 +388,7 @@ def pooling_output_shape(x_shape: Sequence[int], mode: str | int = "max", window
     x_shape = dims(x_shape, "x_shape", 3)
     pool = Pooling(mode, window, padding, stride)
     d = _PoolingDescriptor.shared(pool.mode, False, *pool.params(len(x_shape) - 2))
-    return d.output_shape(tensor_descriptor(x_shape, legacy_dtype(dtype, "pooling")))
+    return d.output_shape(TensorDescriptor.shared(x_shape, legacy_dtype(dtype, "pooling")))
 
 
 # ---------------------------------------------------------------- deprecated names

@@ -29,9 +29,9 @@ import numpy.typing as npt
 from numpy.typing import DTypeLike
 
 from cudnn_py import capi, memory
-from cudnn_py._deprecation import renamed_kwargs, warn
+from cudnn_py._deprecation import alias, renamed_kwargs, warn
 from cudnn_py.args import bool_arg, float_arg
-from cudnn_py.descriptors import Descriptor, tensor_descriptor
+from cudnn_py.descriptors import Descriptor, TensorDescriptor
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import InvalidStateError, InvalidTypeError, InvalidValueError
 from cudnn_py.handle import Handle, handle_arg
@@ -44,7 +44,7 @@ from cudnn_py.ops.sequence_models import (
 )
 
 __all__ = ["RNN", "RNNDataDescriptor", "RNNParams", "RNNWeight", "RNNForwardResult", "RNNDataGrads", "GATES",
-           "rnn_data_descriptor", "rnn_weight_params", "rnn_forward", "rnn_backward_data",
+           "rnn_weight_params", "rnn_forward", "rnn_backward_data",
            "rnn_backward_weights"]
 
 _MODES = {"relu": capi.CUDNN_RNN_RELU, "tanh": capi.CUDNN_RNN_TANH, "lstm": capi.CUDNN_LSTM, "gru": capi.CUDNN_GRU}
@@ -319,13 +319,6 @@ class RNNDataDescriptor(Descriptor):
                 f"batch_size={self.batch_size}, vector_size={self.vector_size}")
 
 
-def rnn_data_descriptor(dtype, seq_layout: str, max_seq_length: int, batch_size: int, vector_size: int,
-                        seq_lengths: tuple[int, ...]) -> RNNDataDescriptor:
-    """The shared :class:`RNNDataDescriptor` (padding fill 0) for these settings (:meth:`RNNDataDescriptor.shared`);
-    ``close()`` ignores it."""
-    return RNNDataDescriptor.shared(dtype, seq_layout, max_seq_length, batch_size, vector_size, seq_lengths)
-
-
 def rnn_weight_params(handle: Handle, rnn: RNN, weights: DeviceArrayLike, pseudo_layer: int, lin_id: int) -> RNNWeight:
     """Views into ``weights`` of one matrix and its bias (``cudnnGetRNNWeightParams``); None where absent."""
     handle = handle_arg(handle)
@@ -393,7 +386,7 @@ def _state(handle: Handle, rnn: RNN, a: DeviceArrayLike | None, name: str, B: in
 
 
 def _state_desc(rnn: RNN, B: int, width: int):
-    return tensor_descriptor((rnn.num_pseudo_layers, B, width), rnn.dtype)
+    return TensorDescriptor.shared((rnn.num_pseudo_layers, B, width), rnn.dtype)
 
 
 def rnn_forward(handle: Handle, rnn: RNN, x: DeviceArrayLike, weights: DeviceArrayLike, *,
@@ -449,8 +442,8 @@ def rnn_forward(handle: Handle, rnn: RNN, x: DeviceArrayLike, weights: DeviceArr
                               device=handle.device, stream=stream, contiguous=True)
     cya = memory.output_array(cy, (rnn.num_pseudo_layers, B, rnn.hidden_size), rnn.dtype, "cy",
                               device=handle.device, stream=stream, contiguous=True) if is_lstm else None
-    x_desc = rnn_data_descriptor(rnn.dtype, layout, T, B, rnn.input_size, lengths)
-    y_desc = rnn_data_descriptor(rnn.dtype, layout, T, B, rnn.dirs * rnn.out_size, lengths)
+    x_desc = RNNDataDescriptor.shared(rnn.dtype, layout, T, B, rnn.input_size, lengths)
+    y_desc = RNNDataDescriptor.shared(rnn.dtype, layout, T, B, rnn.dirs * rnn.out_size, lengths)
     h_desc = _state_desc(rnn, B, rnn.out_size)
     c_desc = _state_desc(rnn, B, rnn.hidden_size) if is_lstm else h_desc
     dev_lengths = memory.to_device(np.asarray(lengths, np.int32), stream=stream, device=handle.device)
@@ -530,3 +523,13 @@ def rnn_backward_weights(handle: Handle, rnn: RNN, fwd: RNNForwardResult, *moved
         ctx["h_desc"].ptr, c_ptr(ctx["hx"]), ctx["y_desc"].ptr, fwd.y.ptr, dw.nbytes, dw.ptr,
         work_n, work or None, c_nbytes(fwd.reserve), c_ptr(fwd.reserve))
     return dw
+
+
+# ---------------------------------------------------------------- deprecated names
+
+def _rnn_data_descriptor(*args) -> RNNDataDescriptor:
+    return RNNDataDescriptor.shared(*args)
+
+
+_rnn_data_descriptor.__qualname__ = "cudnn_py.RNNDataDescriptor.shared"
+rnn_data_descriptor = alias("rnn_data_descriptor", _rnn_data_descriptor)

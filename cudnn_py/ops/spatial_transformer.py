@@ -31,6 +31,7 @@ from numpy.typing import DTypeLike
 
 from cudnn_py import capi
 from cudnn_py.caches import shared
+from cudnn_py._deprecation import alias
 from cudnn_py.args import dims, int_tuple, scaling
 from cudnn_py.descriptors import Descriptor
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
@@ -39,7 +40,7 @@ from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray, DeviceArrayLike
 from cudnn_py.ops._common import FLOATS, check_array, desc, moved_outputs, output, scalars
 
-__all__ = ["SpatialTransformer", "SamplerGrads", "spatial_transformer", "spatial_tf_grid_forward",
+__all__ = ["SpatialTransformer", "SamplerGrads", "spatial_tf_grid_forward",
            "spatial_tf_grid_backward", "spatial_tf_sampler_forward", "spatial_tf_sampler_backward"]
 
 
@@ -61,7 +62,7 @@ def _shape(shape) -> tuple[int, int, int, int]:
 
 class SpatialTransformer(Descriptor):
     """A ``cudnnSpatialTransformerDescriptor_t`` for output ``shape`` (N, C, H, W) and ``dtype``
-    (bilinear sampler). Works without a GPU; :func:`spatial_transformer` shares them. ``close()`` (or the
+    (bilinear sampler). Works without a GPU; :meth:`shared` shares them. ``close()`` (or the
     garbage collector) destroys it; a closed one raises :class:`~cudnn_py.errors.ClosedError`."""
 
     _handle_type = capi.cudnnSpatialTransformerDescriptor_t
@@ -79,6 +80,13 @@ class SpatialTransformer(Descriptor):
         capi.cudnnSetSpatialTransformerNdDescriptor(self._ptr, capi.CUDNN_SAMPLER_BILINEAR, cudnn_dtype(dt), 4,
                                                     (ctypes.c_int * 4)(*self.shape))
 
+    @classmethod
+    def shared(cls, shape: Sequence[int],  # type: ignore[override]
+               dtype: DTypeLike = np.float32) -> SpatialTransformer:
+        """The process-wide one for output ``shape`` and ``dtype`` (made once, thread-safe); ``close()`` leaves it
+        alone and it is destroyed once evicted and unreferenced."""
+        return super().shared(_shape(shape), numpy_dtype(cudnn_dtype(dtype)))
+
     @property
     def grid_shape(self) -> tuple[int, int, int, int]:
         n, _, h, w = self.shape
@@ -87,12 +95,6 @@ class SpatialTransformer(Descriptor):
 
 #: the shared spatial transformer descriptors (:meth:`SpatialTransformer.shared`), by (shape, dtype)
 _CACHE = shared(SpatialTransformer._cache_name, maxsize=256)
-
-
-def spatial_transformer(shape, dtype=np.float32) -> SpatialTransformer:
-    """The shared :class:`SpatialTransformer` for output ``shape`` and ``dtype`` (made once, thread-safe);
-    ``close()`` leaves it alone and it is destroyed once evicted and unreferenced."""
-    return SpatialTransformer.shared(_shape(shape), numpy_dtype(cudnn_dtype(dtype)))
 
 
 def _float_array(obj, name, handle: Handle, **kw) -> DeviceArray:
@@ -127,7 +129,7 @@ def spatial_tf_grid_forward(handle: Handle, theta: DeviceArrayLike, out_shape: S
         raise InvalidValueError(f"theta has shape {th.shape}; expected (N, 2, 3) affine matrices")
     if len(shape) != 4 or shape[0] != th.shape[0]:
         raise InvalidValueError(f"out_shape {shape} must be (N, C, H, W) with N = {th.shape[0]} (theta's batch)")
-    st = given if given is not None else spatial_transformer(shape, th.dtype)
+    st = given if given is not None else SpatialTransformer.shared(shape, th.dtype)
     g = output(grid, "grid", handle, st.grid_shape, th.dtype, contiguous=True)
     capi.cudnnSpatialTfGridGeneratorForward(handle.ptr, st.ptr, th.ptr, g.ptr)
     return g
@@ -141,7 +143,7 @@ def spatial_tf_grid_backward(handle: Handle, dgrid: DeviceArrayLike, *moved: Dev
         dtheta, = moved_outputs("spatial_tf_grid_backward", moved, ("dtheta",), (dtheta,))
     dg = _grid(dgrid, "dgrid", handle)
     n, h, w, _ = dg.shape
-    st = spatial_transformer((n, 1, h, w), dg.dtype)
+    st = SpatialTransformer.shared((n, 1, h, w), dg.dtype)
     dt = output(dtheta, "dtheta", handle, (n, 2, 3), dg.dtype, contiguous=True)
     capi.cudnnSpatialTfGridGeneratorBackward(handle.ptr, st.ptr, dg.ptr, dt.ptr)
     return dt
@@ -155,7 +157,7 @@ def _sampler_setup(handle: Handle, x, grid):
     if g.shape[0] != xa.shape[0]:
         raise InvalidValueError(f"grid has batch {g.shape[0]} but x has batch {xa.shape[0]}")
     y_shape = (xa.shape[0], xa.shape[1], g.shape[1], g.shape[2])
-    return xa, g, y_shape, spatial_transformer(y_shape, xa.dtype)
+    return xa, g, y_shape, SpatialTransformer.shared(y_shape, xa.dtype)
 
 
 def spatial_tf_sampler_forward(handle: Handle, x: DeviceArrayLike, grid: DeviceArrayLike, *moved: DeviceArrayLike,
@@ -194,3 +196,13 @@ def spatial_tf_sampler_backward(handle: Handle, x: DeviceArrayLike, grid: Device
     capi.cudnnSpatialTfSamplerBackward(handle.ptr, st.ptr, al, xd.ptr, xa.ptr, be, dxd.ptr, dxa.ptr, ag, dyd.ptr,
                                        dya.ptr, g.ptr, bg, dga.ptr)
     return SamplerGrads(dxa, dga)
+
+
+# ---------------------------------------------------------------- deprecated names
+
+def _spatial_transformer(shape, dtype=np.float32) -> SpatialTransformer:
+    return SpatialTransformer.shared(shape, dtype)
+
+
+_spatial_transformer.__qualname__ = "cudnn_py.SpatialTransformer.shared"
+spatial_transformer = alias("spatial_transformer", _spatial_transformer)

@@ -32,7 +32,7 @@ from numpy.typing import DTypeLike
 from cudnn_py import capi
 from cudnn_py._deprecation import renamed_kwargs, warn
 from cudnn_py.args import element_value, ints, scaling
-from cudnn_py.descriptors import OpTensor, ReduceTensor, Descriptor
+from cudnn_py.descriptors import Descriptor, OpTensor, ReduceTensor
 from cudnn_py.dtypes import as_numpy_dtype, cudnn_dtype
 from cudnn_py.graph import legacy as gl
 from cudnn_py.handle import Handle, handle_arg

@@ -114,7 +114,7 @@ def t_tensor_descriptor(draw):
 
     def call():
         if factory:
-            d = D.tensor_descriptor(shape, dtype, strides, fmt)
+            d = D.TensorDescriptor.shared(shape, dtype, strides, fmt)
         else:
             d = D.TensorDescriptor(shape, dtype, strides, layout=fmt)
         repr(d), d.shape, d.strides, d.nbytes
