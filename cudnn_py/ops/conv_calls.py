@@ -362,6 +362,7 @@ def convolution_backward_bias(handle: Handle, dy: DeviceArrayLike, *moved: Devic
         db, = moved_outputs("convolution_backward_bias", moved, ("db",), (db,))
     dys, dy_ptr = array_signature(dy, "dy")
     dbs, db_ptr = (None, 0) if db is None else array_signature(db, "db")
+    layout = layout.upper() if isinstance(layout, str) else layout  # any case, as everywhere
     key = ("backward_bias", dys, dbs, layout)
     plans = handle_cache(handle, PLANS)
     got = plans.get(key)
