@@ -140,7 +140,7 @@ class Config:
 
     x_shape: tuple
     w_shape: tuple
-    padding: object
+    padding: int | tuple[int | tuple[int, int], ...]
     stride: tuple
     dilation: tuple
     groups: int

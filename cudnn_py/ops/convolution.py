@@ -171,7 +171,7 @@ class Convolution:
     __slots__ = ("_padding", "_stride", "_dilation", "_groups", "_mode", "_math_type", "_compute_dtype", "_layout",
                  "_key", "_hash", "_per_nd", "_descs")
 
-    def __init__(self, padding: int | Sequence[int] = 0, stride: int | Sequence[int] = 1,
+    def __init__(self, padding: int | Sequence[int | Sequence[int]] = 0, stride: int | Sequence[int] = 1,
                  dilation: int | Sequence[int] = 1, groups: int = 1, *, mode: Any = "cross_correlation",
                  math_type: Any = "auto", compute_dtype: Any = None, layout: str = "NCHW", **old: Any) -> None:
         compute_dtype = renamed_kwargs("Convolution", old, {"compute_type": "compute_dtype"},
@@ -563,9 +563,9 @@ def _convolution_settings(padding=0, stride=1, dilation=1, *, ndim=None, mode="c
     reorder = None if reorder is None else enum_member(capi.cudnnReorderType_t, reorder, "CUDNN_", "reorder",
                                                  {"default": "CUDNN_DEFAULT_REORDER", "none": "CUDNN_NO_REORDER"})
     return (ints(padding, n, "padding", 0), ints(stride, n, "stride", 1), ints(dilation, n, "dilation", 1),
-            enum_member(capi.cudnnConvolutionMode_t, mode, "CUDNN_", "mode"), legacy_dtype(compute_type, "compute_type"),
-            int_arg(groups, "groups", 1), enum_member(capi.cudnnMathType_t, math_type, "CUDNN_", "math_type", _MATH_ALIASES),
-            reorder)
+            enum_member(capi.cudnnConvolutionMode_t, mode, "CUDNN_", "mode"),
+            legacy_dtype(compute_type, "compute_type"), int_arg(groups, "groups", 1),
+            enum_member(capi.cudnnMathType_t, math_type, "CUDNN_", "math_type", _MATH_ALIASES), reorder)
 
 
 def _new_convolution(padding=0, stride=1, dilation=1, **kwargs) -> _ConvolutionDescriptor:
