@@ -196,7 +196,7 @@ import engine_helpers as E  # noqa: E402
      "float64"),
     (lambda h: activation_forward(h, Activation("relu", nan_propagation=True), fake((2, 3)), y=fake((2, 3)),
                                   engine="graph"), "NaN"),
-    (lambda h: activation_backward(h, "tanh", *(fake((1,) * 6),) * 3, fake((1,) * 6), engine="graph"),
+    (lambda h: activation_backward(h, "tanh", *(fake((1,) * 6),) * 3, dx=fake((1,) * 6), engine="graph"),
      "1 to 5 dimensions"),
 ])
 def test_graph_engine_refusals_before_c(call, words):
