@@ -219,7 +219,7 @@ def test_configuration_classes_refuse_junk_with_our_errors(name):
 
 
 @pytest.mark.parametrize("name", _cases("methods", sorted(CLASSES)))
-def test_public_methods_taking_a_handle_refuse_none(name):
+def test_public_methods_taking_a_handle_refuse_none_and_closed_handles(name):
     cls = CLASSES[name]
     for method, f in inspect.getmembers(cls, inspect.isfunction):
         if method.startswith("_") or not _takes_handle(f):
@@ -229,6 +229,9 @@ def test_public_methods_taking_a_handle_refuse_none(name):
         args, kwargs = _args(bound, None, _config_or_host)
         e = _assert_ours(_raised(bound, *args, **kwargs), f"{name}.{method}")
         assert "handle" in str(e), f"{name}.{method}: {e}"
+        args, kwargs = _args(bound, _closed_handle(), _config_or_host)
+        e = _assert_ours(_raised(bound, *args, **kwargs), f"{name}.{method} (closed handle)")
+        assert isinstance(e, ClosedError), f"{name}.{method}: {type(e).__name__}: {e}"
 
 
 _SAMPLES = {
