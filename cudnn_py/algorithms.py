@@ -30,10 +30,13 @@ import time
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cudnn_py import capi
 from cudnn_py.errors import CudnnError, CudnnNotSupportedError, InvalidTypeError, InvalidValueError, WorkspaceLimitError
+
+if TYPE_CHECKING:
+    from cudnn_py.handle import Handle
 
 __all__ = [
     "DIRECTIONS", "AlgoPerf", "AlgorithmCache", "CacheFileError", "CONV_KEY_FIELDS", "algorithm_cache", "algorithm_enum", "parse_algo",
@@ -642,9 +645,9 @@ def _choose(direction, handle, a, b, conv, c, preference, memory_limit, measured
     return select_algorithm(records, limit, sizes).algo
 
 
-def choose_forward_algorithm(handle, x_desc, w_desc, conv_desc, y_desc,
-                             preference=cudnnConvolutionFwdPreference_t.CUDNN_CONVOLUTION_FWD_PREFER_FASTEST,
-                             memory_limit: int = 0, *, measured: bool = False):
+def choose_forward_algorithm(handle: Handle | capi.cudnnHandle_t, x_desc: Any, w_desc: Any, conv_desc: Any, y_desc: Any,
+                             preference: int = cudnnConvolutionFwdPreference_t.CUDNN_CONVOLUTION_FWD_PREFER_FASTEST,
+                             memory_limit: int = 0, *, measured: bool = False) -> enum.IntEnum:
     """The forward algorithm cuDNN 7's ``cudnnGetConvolutionForwardAlgorithm`` would have chosen.
 
     :param handle: a :class:`~cudnn_py.Handle` (or its ``cudnnHandle_t``).
@@ -657,9 +660,11 @@ def choose_forward_algorithm(handle, x_desc, w_desc, conv_desc, y_desc,
     return _choose("forward", handle, x_desc, w_desc, conv_desc, y_desc, preference, memory_limit, measured)
 
 
-def choose_backward_data_algorithm(handle, w_desc, dy_desc, conv_desc, dx_desc,
-                                   preference=cudnnConvolutionBwdDataPreference_t.CUDNN_CONVOLUTION_BWD_DATA_PREFER_FASTEST,
-                                   memory_limit: int = 0, *, measured: bool = False):
+def choose_backward_data_algorithm(handle: Handle | capi.cudnnHandle_t, w_desc: Any, dy_desc: Any, conv_desc: Any,
+                                   dx_desc: Any,
+                                   preference: int = (cudnnConvolutionBwdDataPreference_t
+                                                      .CUDNN_CONVOLUTION_BWD_DATA_PREFER_FASTEST),
+                                   memory_limit: int = 0, *, measured: bool = False) -> enum.IntEnum:
     """Backward-data counterpart of :func:`choose_forward_algorithm`.
 
     :param handle, w_desc, dy_desc, conv_desc, dx_desc: the handle and the filter, output-gradient, convolution
@@ -670,9 +675,11 @@ def choose_backward_data_algorithm(handle, w_desc, dy_desc, conv_desc, dx_desc,
     return _choose("backward_data", handle, w_desc, dy_desc, conv_desc, dx_desc, preference, memory_limit, measured)
 
 
-def choose_backward_filter_algorithm(handle, x_desc, dy_desc, conv_desc, dw_desc,
-                                     preference=cudnnConvolutionBwdFilterPreference_t.CUDNN_CONVOLUTION_BWD_FILTER_PREFER_FASTEST,
-                                     memory_limit: int = 0, *, measured: bool = False):
+def choose_backward_filter_algorithm(handle: Handle | capi.cudnnHandle_t, x_desc: Any, dy_desc: Any, conv_desc: Any,
+                                     dw_desc: Any,
+                                     preference: int = (cudnnConvolutionBwdFilterPreference_t
+                                                        .CUDNN_CONVOLUTION_BWD_FILTER_PREFER_FASTEST),
+                                     memory_limit: int = 0, *, measured: bool = False) -> enum.IntEnum:
     """Backward-filter counterpart of :func:`choose_forward_algorithm`.
 
     :param handle, x_desc, dy_desc, conv_desc, dw_desc: the handle and the input, output-gradient, convolution and

@@ -254,8 +254,6 @@ def test_backend_descriptor_set_refuses_junk_attribute_types():
 UNANNOTATED = {
     "BackendDescriptor": "desc_type (graph/descriptors.py: the attribute/descriptor-type conventions are helper-owned)",
     "AlgorithmCache": "database (algorithms.py, another owner's file)",
-    **{n: "handle and the C descriptors (algorithms.py, another owner's file)" for n in (
-        "choose_forward_algorithm", "choose_backward_data_algorithm", "choose_backward_filter_algorithm")},
 }
 
 
