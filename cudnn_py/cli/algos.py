@@ -418,7 +418,7 @@ def format_table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def write_csv(rows: list[Row], path: str) -> None:
+def write_csv(rows: Sequence[Row], path: str) -> None:
     """Write the rows as CSV with a header line (the field names of the rows' :class:`Row` class, or subclass; list
     fields such as notes are left out).
 

@@ -256,7 +256,9 @@ def collect_configs(g, h, modes) -> tuple[list, dict, list[str]]:
     """(configs deduplicated by tag in first-seen order, {tag: modes that offered it}, notes on failed modes)."""
     import cudnn_py.graph as G
     from cudnn_py.errors import CudnnError
-    seen, sources, notes = [], {}, []
+    seen: list = []
+    sources: dict[str, list[str]] = {}
+    notes: list[str] = []
     for m in modes:
         try:
             cfgs = G.heuristics(g, h, m)
@@ -314,7 +316,7 @@ def sweep(problem: Problem, modes=MODES, repeats: int = 10, warmup: int = 2, che
                 continue
             row.supported = True
             row.tflops = problem.flops / (row.time_ms * 1e-3) / 1e12 if row.time_ms > 0 else None
-            if check:
+            if check and ref is not None:
                 scale = float(np.abs(ref).max()) or 1.0
                 row.max_rel_error = float(np.abs(got - ref).max() / scale) if np.isfinite(got).all() else float("inf")
             if a_pick is None and "A" in sources[cfg.tag]:
@@ -330,6 +332,8 @@ def sweep(problem: Problem, modes=MODES, repeats: int = 10, warmup: int = 2, che
 
 def _torch_row(problem: Problem, repeats: int, warmup: int) -> Row:
     row = Row(problem.kind, "torch", "torch (engine not exposed)", False, pick="torch")
+    if problem.torch_fn is None:
+        return row
     try:
         import torch
         fn = problem.torch_fn()
@@ -381,7 +385,7 @@ def plot(rows: list[Row], path: str, title: str) -> bool:
     fig = Figure(figsize=(9, 0.28 * len(ok) + 1.5))
     ax = fig.subplots()
     colours = ["C3" if r.pick == "A" else "C2" if r.pick == "torch" else "C0" for r in ok]
-    ax.barh(range(len(ok)), [r.time_ms for r in ok], color=colours)
+    ax.barh(range(len(ok)), [r.time_ms or 0.0 for r in ok], color=colours)
     ax.set_yticks(range(len(ok)), [f"{r.algo} ({r.math_type})" + (f" [{r.pick}]" if r.pick else "") for r in ok],
                   fontsize=7)
     ax.invert_yaxis()
