@@ -7,8 +7,9 @@ norm, GELU MLP), a final layer norm, a head tied to the embedding. Weights in fl
 weights (``--seed``) and sees the same batches: synthetic sequences of a fixed random Markov chain (each token is
 followed by one of 4 successors), so the loss falls from ln(vocab) towards ln(4) = 1.39.
 
-Variants: ``cudnn-py`` (``cudnn_py.torch.scaled_dot_product_attention``, ``rms_norm``, ``layer_norm``) and ``torch``
-(``F.scaled_dot_product_attention`` on its cuDNN backend, ``F.rms_norm``, ``F.layer_norm``), each eager and
+Variants: ``cudnn-py`` (``cudnn_py.torch.scaled_dot_product_attention``, ``rms_norm``, ``layer_norm``),
+``cudnn-py-attention`` (cudnn-py attention, torch's norms) and ``torch`` (``F.scaled_dot_product_attention`` on its
+cuDNN backend, ``F.rms_norm``, ``F.layer_norm``), each eager and
 compiled with ``torch.compile(fullgraph=True)`` (a graph break is an error; ``--mode reduce-overhead`` also replays
 the step's kernels as CUDA graphs). The curves agree when the mean loss of the last ``--window`` steps of each
 variant is within ``--tolerance`` (default 0.05 nats, bfloat16 noise at seed 0) of the torch eager run's.
@@ -37,16 +38,22 @@ from cudnn_py.cli.prerequisites import script_args
 SUCCESSORS = 4
 
 
-def ops(kind: str):
-    """(attention, rms_norm, layer_norm) of a variant."""
-    if kind == "cudnn-py":
-        return (lambda q, k, v: ct.scaled_dot_product_attention(q, k, v, is_causal=True),
-                lambda x, w: ct.rms_norm(x, w, eps=1e-6), lambda x, w, b: ct.layer_norm(x, w, b, eps=1e-5))
+KINDS = ("cudnn-py", "cudnn-py-attention", "torch")
 
-    def attention(q, k, v):
+
+def ops(kind: str):
+    """(attention, rms_norm, layer_norm) of a variant: all cudnn-py, cudnn-py attention with torch's norms, or
+    torch's (its cuDNN attention backend)."""
+    def torch_attention(q, k, v):
         with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.CUDNN_ATTENTION):
             return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    return (attention, lambda x, w: F.rms_norm(x, x.shape[-1:], w, eps=1e-6),
+
+    def cudnn_attention(q, k, v):
+        return ct.scaled_dot_product_attention(q, k, v, is_causal=True)
+    if kind == "cudnn-py":
+        return cudnn_attention, lambda x, w: ct.rms_norm(x, w, eps=1e-6), lambda x, w, b: ct.layer_norm(x, w, b)
+    return (cudnn_attention if kind == "cudnn-py-attention" else torch_attention,
+            lambda x, w: F.rms_norm(x, x.shape[-1:], w, eps=1e-6),
             lambda x, w, b: F.layer_norm(x, x.shape[-1:], w, b, eps=1e-5))
 
 
@@ -142,13 +149,15 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--window", type=int, default=30, help="last steps whose mean loss is compared")
     p.add_argument("--tolerance", type=float, default=0.05, help="nats the mean losses may differ by")
-    p.add_argument("--variants", default="cudnn-py,torch")
+    p.add_argument("--variants", default="cudnn-py,torch", help=f"comma-separated, of {', '.join(KINDS)}")
     p.add_argument("--no-eager", action="store_true")
     p.add_argument("--no-compile", action="store_true")
     p.add_argument("--mode", default="default", choices=["default", "reduce-overhead", "max-autotune-no-cudagraphs"])
     args = script_args(p, modules=("torch",), extra="bench")
     if args.d_model % args.heads or (args.d_model // args.heads) % 8 or args.warmup >= args.steps:
         raise SystemExit(f"{p.prog}: d_model / heads must be a multiple of 8 and warmup < steps")
+    if not set(args.variants.split(",")) <= set(KINDS):
+        raise SystemExit(f"{p.prog}: --variants takes {', '.join(KINDS)}")
     torch.manual_seed(args.seed)
     init = model_class()(args.vocab, args.seq, args.d_model, args.heads, args.layers, ops("torch")).state_dict()
     data = batches(args, "cuda")

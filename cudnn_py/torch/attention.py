@@ -22,7 +22,7 @@ from torch import Tensor
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.graph import Graph
 
-from .runtime import Prepared, call, eager, function, handle, prepared
+from .runtime import Prepared, call, context, eager, function, prepared
 
 __all__ = ["sdpa", "scaled_dot_product_attention", "sdpa_fwd", "sdpa_bwd"]
 
@@ -59,6 +59,19 @@ def _outputs(q: Tensor, v: Tensor, ragged_offset_q: Optional[Tensor], max_seq_le
 
 def _meta(t: Optional[Tensor]):
     return None if t is None else (t.shape, t.stride(), t.dtype)
+
+
+_NONE = (None,) * _N_TENSORS
+
+
+def _signature(what: str, opts: tuple, args: tuple, n: int) -> tuple[tuple, tuple]:
+    """(cache key, data pointers) of a call: ``args`` are ``n`` tensors then optional ones (mostly all None)."""
+    head, extra = args[:n], args[n:]
+    key = (what, opts, *[(t.shape, t.stride(), t.dtype) for t in head])
+    ptrs = tuple([t.data_ptr() for t in head])
+    if extra == _NONE[:len(extra)]:
+        return key, ptrs
+    return key + tuple(map(_meta, extra)), ptrs + tuple([t.data_ptr() for t in extra if t is not None])
 
 
 class _Layout:
@@ -143,9 +156,11 @@ def _sdpa_fwd(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], seq_len_q
     args = (q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_kv, seed, offset)
     o, stats = _outputs(q, v, ragged_offset_q, max_seq_len_q, seq_len_q is not None and ragged_offset_q is None)
     opts = (scale, causal, bottom_right, left_bound, right_bound, alibi, dropout_p, max_seq_len_q, max_seq_len_kv)
-    h = handle(q.get_device())
-    p = prepared(h, ("sdpa_fwd", opts) + tuple(map(_meta, args)), lambda: _build_fwd(h, args, o, stats, opts))
-    p.run(tuple([a.data_ptr() for a in args if a is not None] + [o.data_ptr(), stats.data_ptr()]))
+    ctx = context(q.get_device())
+    h = ctx.handle
+    key, ptrs = _signature("sdpa_fwd", opts, args, 3)
+    p = prepared(h, key, lambda: _build_fwd(h, args, o, stats, opts))
+    p.run(ctx, ptrs + (o.data_ptr(), stats.data_ptr()))
     return o, stats
 
 
@@ -196,9 +211,11 @@ def _sdpa_bwd(do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, stats: Ten
     grads = _grads(q, k, v, bias, ragged_offset_q is not None, seq_len_q is not None, want_dbias)
     opts = (scale, causal, bottom_right, left_bound, right_bound, alibi, dropout_p, max_seq_len_q, max_seq_len_kv,
             want_dbias)
-    h = handle(q.get_device())
-    p = prepared(h, ("sdpa_bwd", opts) + tuple(map(_meta, args)), lambda: _build_bwd(h, args, grads, opts))
-    p.run(tuple([a.data_ptr() for a in args if a is not None] + [x.data_ptr() for x in grads[:3 + want_dbias]]))
+    ctx = context(q.get_device())
+    h = ctx.handle
+    key, ptrs = _signature("sdpa_bwd", opts, args, 6)
+    p = prepared(h, key, lambda: _build_bwd(h, args, grads, opts))
+    p.run(ctx, ptrs + tuple([x.data_ptr() for x in grads[:3 + want_dbias]]))
     return tuple(grads)
 
 

@@ -4,7 +4,9 @@
 :func:`conv` is ``F.conv1d/2d/3d`` (any groups, padding, stride, dilation) plus a fused activation; x and w in
 float16, bfloat16 or float32 (TF32 tensor-op math), NCHW or channels-last (the output follows x's layout, dx
 follows dy's, dw x's). Gradients flow for no activation and ReLU (its gradient is taken from the output); other
-fused activations are forward-only and refused when an input requires a gradient.
+fused activations are forward-only and refused when an input requires a gradient. Which fusions have an engine is
+cuDNN's choice (cuDNN 9.19 on an H200: see tests/test_torch_ops.py's output); one without raises
+:class:`~cudnn_py.graph.GraphNotSupportedError` naming the graph.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.graph import Graph
 
 from .attention import dtype_name, empty_like_layout
-from .runtime import Prepared, call, eager, function, handle, prepared
+from .runtime import Prepared, call, context, eager, function, prepared
 
 __all__ = ["conv", "conv_fwd", "conv_dgrad", "conv_wgrad", "ACTIVATIONS"]
 
@@ -69,11 +71,12 @@ def _conv_fwd(x: Tensor, w: Tensor, bias: Optional[Tensor], padding: list[int], 
              dilation: list[int], activation: str) -> Tensor:
     """y = activation(conv(x, w) + bias), one cuDNN graph. See :func:`conv`."""
     y = _y(x, w, padding, stride, dilation)
-    h = handle(x.get_device())
+    ctx = context(x.get_device())
+    h = ctx.handle
     key = ("conv_fwd", x.shape, x.stride(), w.shape, w.stride(), x.dtype, bias is not None, tuple(padding),
            tuple(stride), tuple(dilation), activation)
     p = prepared(h, key, lambda: _build_fwd(h, x, w, bias, y, padding, stride, dilation, activation))
-    p.run((x.data_ptr(), w.data_ptr()) + (() if bias is None else (bias.data_ptr(),)) + (y.data_ptr(),))
+    p.run(ctx, (x.data_ptr(), w.data_ptr()) + (() if bias is None else (bias.data_ptr(),)) + (y.data_ptr(),))
     return y
 
 
@@ -89,7 +92,8 @@ def _conv_dgrad(dy: Tensor, w: Tensor, x_shape: list[int], padding: list[int], s
                dilation: list[int]) -> Tensor:
     """dx of the convolution for output gradient ``dy`` (dx in dy's layout)."""
     dx = empty_like_layout(dy, x_shape)
-    h = handle(dy.get_device())
+    ctx = context(dy.get_device())
+    h = ctx.handle
     key = ("conv_dgrad", dy.shape, dy.stride(), w.shape, w.stride(), dy.dtype, tuple(x_shape), tuple(padding),
            tuple(stride), tuple(dilation))
 
@@ -99,7 +103,7 @@ def _conv_dgrad(dy: Tensor, w: Tensor, x_shape: list[int], padding: list[int], s
         outs = [_output(g.conv_dgrad(tdy, tw, padding, stride, dilation, x_shape=tuple(x_shape)), dx, "dx")]
         g.build(h)
         return Prepared(h, g, [tdy, tw, *outs])
-    prepared(h, key, make).run((dy.data_ptr(), w.data_ptr(), dx.data_ptr()))
+    prepared(h, key, make).run(ctx, (dy.data_ptr(), w.data_ptr(), dx.data_ptr()))
     return dx
 
 
@@ -116,7 +120,8 @@ def _conv_wgrad(dy: Tensor, x: Tensor, w_shape: list[int], padding: list[int], s
                dilation: list[int]) -> Tensor:
     """dw of the convolution for output gradient ``dy`` (dw in x's layout)."""
     dw = empty_like_layout(x, w_shape)
-    h = handle(x.get_device())
+    ctx = context(x.get_device())
+    h = ctx.handle
     key = ("conv_wgrad", dy.shape, dy.stride(), x.shape, x.stride(), x.dtype, tuple(w_shape), tuple(padding),
            tuple(stride), tuple(dilation))
 
@@ -126,7 +131,7 @@ def _conv_wgrad(dy: Tensor, x: Tensor, w_shape: list[int], padding: list[int], s
         outs = [_output(g.conv_wgrad(tdy, tx, padding, stride, dilation, w_shape=tuple(w_shape)), dw, "dw")]
         g.build(h)
         return Prepared(h, g, [tdy, tx, *outs])
-    prepared(h, key, make).run((dy.data_ptr(), x.data_ptr(), dw.data_ptr()))
+    prepared(h, key, make).run(ctx, (dy.data_ptr(), x.data_ptr(), dw.data_ptr()))
     return dw
 
 

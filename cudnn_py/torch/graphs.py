@@ -27,7 +27,7 @@ from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.graph import Graph
 
 from .attention import dtype_name
-from .runtime import Prepared, handle, prepared
+from .runtime import Prepared, context, prepared
 
 __all__ = ["graph_op"]
 
@@ -76,13 +76,14 @@ def graph_op(name: str, build: Callable[..., Any], *, compute_dtype: str = "floa
     def op(xs: list[Tensor]) -> list[Tensor]:
         key, out_specs = spec(xs)
         outs = new_outputs(xs, out_specs)
-        h = handle(xs[0].get_device())
+        ctx = context(xs[0].get_device())
+        h = ctx.handle
 
         def make():
             g, ins, gouts = _describe(name, build, xs, compute_dtype, intermediate_dtype)
             g.build(h)
             return Prepared(h, g, ins + gouts)
-        prepared(h, ("graph_op", name, key), make).run(tuple(x.data_ptr() for x in xs + outs))
+        prepared(h, ("graph_op", name, key), make).run(ctx, tuple(x.data_ptr() for x in xs + outs))
         return outs
 
     @op.register_fake

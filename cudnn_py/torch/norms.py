@@ -17,7 +17,7 @@ from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.graph import Graph
 
 from .attention import dtype_name
-from .runtime import Prepared, call, eager, function, handle, prepared
+from .runtime import Prepared, call, context, eager, function, prepared
 
 __all__ = ["layer_norm", "rms_norm", "batch_norm", "norm_fwd", "norm_bwd", "batch_norm_fwd", "batch_norm_bwd"]
 
@@ -63,11 +63,12 @@ def _norm_fwd(x: Tensor, weight: Tensor, bias: Optional[Tensor], eps: float,
     n, _ = _rows(x)
     y = torch.empty_like(x)
     mean, inv = _stats(n, x.device, rms)
-    h = handle(x.get_device())
+    ctx = context(x.get_device())
+    h = ctx.handle
     key = ("norm_fwd", x.shape, x.dtype, weight.dtype, None if bias is None else bias.dtype, eps, rms)
     p = prepared(h, key, lambda: _build_fwd(h, x, weight, bias, eps, rms))
     ptrs = [x.data_ptr(), weight.data_ptr()] + ([] if bias is None else [bias.data_ptr()])
-    p.run(tuple(ptrs + [y.data_ptr()] + ([] if rms else [mean.data_ptr()]) + [inv.data_ptr()]))
+    p.run(ctx, tuple(ptrs + [y.data_ptr()] + ([] if rms else [mean.data_ptr()]) + [inv.data_ptr()]))
     return y, mean, inv
 
 
@@ -99,12 +100,13 @@ def _norm_bwd(dy: Tensor, x: Tensor, weight: Tensor, mean: Tensor, inv_std: Tens
     dy, x = dy.contiguous(), x.contiguous()
     dx, dw = torch.empty_like(x, memory_format=torch.contiguous_format), torch.empty_like(weight)
     db = torch.empty_like(weight) if has_bias else weight.new_empty((0,))
-    h = handle(x.get_device())
+    ctx = context(x.get_device())
+    h = ctx.handle
     key = ("norm_bwd", x.shape, x.dtype, dy.dtype, weight.dtype, rms, has_bias)
     p = prepared(h, key, lambda: _build_bwd(h, dy, x, weight, mean, inv_std, rms, has_bias))
     ptrs = [dy.data_ptr(), x.data_ptr(), weight.data_ptr()] + ([] if rms else [mean.data_ptr()])
     ptrs += [inv_std.data_ptr(), dx.data_ptr(), dw.data_ptr()] + ([db.data_ptr()] if has_bias else [])
-    p.run(tuple(ptrs))
+    p.run(ctx, tuple(ptrs))
     return dx, dw, db
 
 
@@ -211,13 +213,14 @@ def _batch_norm_fwd(x: Tensor, weight: Tensor, bias: Tensor, running_mean: Optio
     (C,), the updated running mean and variance (unbiased batch variance; empty without running statistics))."""
     running = running_mean is not None and running_var is not None
     y, mean, inv, new_mean, new_var = outs = _bn_outputs(x, weight.shape[0], running)
-    h = handle(x.get_device())
+    ctx = context(x.get_device())
+    h = ctx.handle
     key = ("batch_norm_fwd", x.shape, x.stride(), x.dtype, weight.dtype, running, momentum, eps)
     p = prepared(h, key, lambda: _build_bn_fwd(h, x, weight, bias, running, y, eps, momentum))
     run = (running_mean.data_ptr(), running_var.data_ptr()) if running_mean is not None and running_var is not None \
         else ()
     new = (new_mean.data_ptr(), new_var.data_ptr()) if running else ()
-    p.run((x.data_ptr(), weight.data_ptr(), bias.data_ptr(), *run, y.data_ptr(), mean.data_ptr(), inv.data_ptr(),
+    p.run(ctx, (x.data_ptr(), weight.data_ptr(), bias.data_ptr(), *run, y.data_ptr(), mean.data_ptr(), inv.data_ptr(),
            *new))
     return outs
 
@@ -237,7 +240,8 @@ def _batch_norm_bwd(dy: Tensor, x: Tensor, weight: Tensor, mean: Tensor,
     if dy.stride() != x.stride():
         dy = torch.empty_like(x).copy_(dy)  # cuDNN takes dy in x's layout
     dx, dw, db = torch.empty_like(x), torch.empty_like(weight), torch.empty_like(weight)
-    h = handle(x.get_device())
+    ctx = context(x.get_device())
+    h = ctx.handle
     key = ("batch_norm_bwd", x.shape, x.stride(), x.dtype, weight.dtype)
 
     def make():
@@ -251,8 +255,8 @@ def _batch_norm_bwd(dy: Tensor, x: Tensor, weight: Tensor, mean: Tensor,
         outs = [t.set_output(True).set_name(n) for t, n in ((gdx, "dx"), (gdw, "dscale"), (gdb, "dbias"))]
         g.build(h)
         return Prepared(h, g, [tdy, tx, tw, tm, ti, *outs])
-    prepared(h, key, make).run((dy.data_ptr(), x.data_ptr(), weight.data_ptr(), mean.data_ptr(), inv_std.data_ptr(),
-                                dx.data_ptr(), dw.data_ptr(), db.data_ptr()))
+    ptrs = (dy.data_ptr(), x.data_ptr(), weight.data_ptr(), mean.data_ptr(), inv_std.data_ptr())
+    prepared(h, key, make).run(ctx, ptrs + (dx.data_ptr(), dw.data_ptr(), db.data_ptr()))
     return dx, dw, db
 
 

@@ -1,13 +1,13 @@
 """cuDNN plans run from torch: on torch's current stream, with memory from torch's caching allocator.
 
-* :func:`handle` - this thread's :class:`~cudnn_py.Handle` on a device, its stream set to
+* :func:`context` - this thread's :class:`~cudnn_py.Handle` on a device, its stream set to
   ``torch.cuda.current_stream()`` of that device (``cudnnSetStream`` only when the stream changed), as torch keeps
-  one cuDNN handle per thread and device and sets its stream on each call.
+  one cuDNN handle per thread and device and sets its stream on each call; with the workspace used on that stream.
 * :class:`Prepared` - a built graph plan (a :class:`~cudnn_py.graph.runner.Runner`) bound positionally;
   :meth:`Prepared.run` executes it with the data pointers of torch tensors: one dict lookup (the variant pack by
-  addresses), the workspace as a ``torch.uint8`` tensor from the caching allocator (freed after the launch: the
-  allocator hands the block out again only to work queued after it on the same stream, or later in the same
-  CUDA-graph capture), one ``cudnnBackendExecute``.
+  addresses), the context's workspace (a ``torch.uint8`` tensor from the caching allocator, kept per thread, device
+  and stream; inside a CUDA-graph capture a new one per call from the graph's pool, freed after the launch), one
+  ``cudnnBackendExecute``.
 * :func:`prepared` - the :class:`Prepared` call of a configuration key, cached on the handle
   (:func:`cudnn_py.caches.handle_cache`), so ``handle.clear_caches()`` forgets them.
 * :func:`call` - how the Python faces reach an op: eagerly (plain tensors, not under ``torch.compile``) its
@@ -34,12 +34,14 @@ from cudnn_py.graph import Graph
 from cudnn_py.graph.runner import Runner, raw_execute
 from cudnn_py.handle import Handle
 
-__all__ = ["handle", "Prepared", "prepared", "current_stream", "cache_clear", "eager", "function", "call"]
+__all__ = ["Context", "context", "handle", "Prepared", "prepared", "current_stream", "cache_clear", "eager", "function",
+           "call"]
 
 _CACHE = "torch.ops"
 _local = threading.local()
 
 _is_compiling = torch.compiler.is_compiling
+_capturing = torch.cuda.is_current_stream_capturing
 
 try:  # the raw cudaStream_t as an int, without making a torch.cuda.Stream object (what compiled code uses)
     _raw_stream: Callable[[int], int] = torch._C._cuda_getCurrentRawStream
@@ -53,20 +55,56 @@ def current_stream(device: int) -> int:
     return _raw_stream(device)
 
 
+class Context:
+    """This thread's cuDNN handle on one device, the torch stream it is bound to, and the workspace used there (a
+    ``torch.uint8`` tensor that grows on demand, dropped when the stream changes: the caching allocator then hands
+    its block out again only to later work on the old stream)."""
+
+    __slots__ = ("handle", "stream", "device", "_ws", "_ws_size", "_ws_ptr")
+
+    def __init__(self, device: int, stream: int):
+        with torch.cuda.device(device):
+            self.handle = Handle(device, stream=stream)
+        self.stream, self.device = stream, torch.device("cuda", device)
+        self._ws: Tensor | None = None
+        self._ws_size = self._ws_ptr = 0
+
+    def rebind(self, stream: int) -> None:
+        """Follow torch's current stream."""
+        self.handle.set_stream(stream)
+        self.stream = stream
+        self._ws, self._ws_size, self._ws_ptr = None, 0, 0
+
+    def workspace(self, nbytes: int) -> tuple[int, Tensor | None]:
+        """(device address of ``nbytes`` of workspace, the tensor to keep alive until the launch is queued or None).
+        Inside a CUDA-graph capture each call takes its own from the graph's private pool."""
+        if _capturing():
+            ws = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
+            return ws.data_ptr(), ws
+        if nbytes > self._ws_size:
+            self._ws = None  # freed first: the allocator may hand the same block back
+            ws = self._ws = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
+            self._ws_size, self._ws_ptr = nbytes, ws.data_ptr()
+        return self._ws_ptr, None
+
+
+def context(device: int) -> Context:
+    """This thread's :class:`Context` on ``device``, bound to torch's current stream of that device."""
+    cs: dict[int, Context] | None = getattr(_local, "contexts", None)
+    if cs is None:
+        cs = _local.contexts = {}
+    ctx = cs.get(device)
+    stream = _raw_stream(device)
+    if ctx is None:
+        ctx = cs[device] = Context(device, stream)
+    elif ctx.stream != stream:
+        ctx.rebind(stream)
+    return ctx
+
+
 def handle(device: int) -> Handle:
     """This thread's handle on ``device``, bound to torch's current stream of that device."""
-    hs: dict[int, list[Any]] | None = getattr(_local, "handles", None)
-    if hs is None:
-        hs = _local.handles = {}
-    entry = hs.get(device)
-    stream = _raw_stream(device)
-    if entry is None:
-        with torch.cuda.device(device):
-            entry = hs[device] = [Handle(device, stream=stream), stream]
-    elif entry[1] != stream:
-        entry[0].set_stream(stream)
-        entry[1] = stream
-    return entry[0]
+    return context(device).handle
 
 
 class Prepared:
@@ -74,22 +112,20 @@ class Prepared:
     ``tensors`` (the call's inputs, then its outputs); ``consts`` are (graph tensor, torch tensor) pairs bound after
     them on every call and kept alive here (attention's ALiBi slopes)."""
 
-    __slots__ = ("runner", "consts", "const_ptrs", "device", "ws", "packs", "execute", "h", "plan")
+    __slots__ = ("runner", "consts", "const_ptrs", "ws", "packs", "execute", "h", "plan")
 
     def __init__(self, h: Handle, graph: Graph, tensors: Sequence, consts: Sequence = ()):
         self.runner = r = Runner(graph.plan, h, [*tensors, *(t for t, _ in consts)])
         self.consts = [c for _, c in consts]
         self.const_ptrs = tuple(c.data_ptr() for c in self.consts)
-        self.device = torch.device("cuda", h.device)
         self.ws, self.packs, self.h, self.plan = r.workspace_size, r.packs, r.h, r.plan_ptr
         self.execute = nvtx.wrap("cudnnBackendExecute", raw_execute())
 
-    def run(self, ptrs: tuple) -> None:
-        """Execute on the handle's (torch's current) stream with these data pointers and a workspace from torch."""
+    def run(self, ctx: Context, ptrs: tuple) -> None:
+        """Execute on ``ctx``'s handle and stream (torch's current) with these data pointers and its workspace."""
         ptrs += self.const_ptrs
         if self.ws:
-            ws = torch.empty(self.ws, dtype=torch.uint8, device=self.device)
-            wsp = ws.data_ptr()
+            wsp, keep = ctx.workspace(self.ws)  # noqa: F841 - ``keep`` holds a capture's workspace until the launch
             key = ptrs + (wsp,)
         else:
             wsp, key = None, ptrs
@@ -112,8 +148,8 @@ def prepared(h: Handle, key: tuple, make: Callable[[], Prepared]) -> Prepared:
 
 def cache_clear() -> None:
     """Forget the prepared calls of this thread's handles (their plans are built again on next use)."""
-    for h, _ in getattr(_local, "handles", {}).values():
-        handle_cache(h, _CACHE).clear()
+    for ctx in getattr(_local, "contexts", {}).values():
+        handle_cache(ctx.handle, _CACHE).clear()
 
 
 def eager(t: Any) -> bool:
