@@ -650,32 +650,22 @@ def _clear_caches() -> None:
 clear_cache = _deprecated("clear_cache", _clear_caches, "cudnn_py.caches.clear")
 
 
-def _new_op_tensor(op="add", compute_type=np.float32, *, nan_propagation=False):
-    return _OpTensorDescriptor(*OpTensor(op, compute_type, nan_propagation=nan_propagation)._key())
+def _op_tensor(op="add", compute_type=np.float32, *, nan_propagation=False) -> OpTensor:
+    """What the deprecated OpTensorDescriptor and op_tensor_descriptor make: the :class:`OpTensor` of these settings."""
+    return OpTensor(op, compute_type, nan_propagation=nan_propagation)
 
 
-def _shared_op_tensor(op="add", compute_type=np.float32, *, nan_propagation=False):
-    return _OpTensorDescriptor.shared(*OpTensor(op, compute_type, nan_propagation=nan_propagation)._key())
+def _reduce_tensor(op="add", compute_type=np.float32, *, nan_propagation=False, indices="none",
+                   indices_type="uint32") -> ReduceTensor:
+    """What the deprecated ReduceTensorDescriptor and reduce_tensor_descriptor make: the :class:`ReduceTensor` of
+    these settings."""
+    return ReduceTensor(op, compute_type, nan_propagation=nan_propagation, indices=indices, indices_type=indices_type)
 
 
-def _new_reduce_tensor(op="add", compute_type=np.float32, *, nan_propagation=False, indices="none",
-                       indices_type="uint32"):
-    return _ReduceTensorDescriptor(*ReduceTensor(op, compute_type, nan_propagation=nan_propagation, indices=indices,
-                                                 indices_type=indices_type)._key())
-
-
-def _shared_reduce_tensor(op="add", compute_type=np.float32, *, nan_propagation=False, indices="none",
-                          indices_type="uint32"):
-    return _ReduceTensorDescriptor.shared(*ReduceTensor(op, compute_type, nan_propagation=nan_propagation,
-                                                        indices=indices, indices_type=indices_type)._key())
-
-
-OpTensorDescriptor = _deprecated("OpTensorDescriptor", _new_op_tensor, "cudnn_py.descriptors.OpTensor")
-op_tensor_descriptor = _deprecated("op_tensor_descriptor", _shared_op_tensor, "cudnn_py.descriptors.OpTensor")
-ReduceTensorDescriptor = _deprecated("ReduceTensorDescriptor", _new_reduce_tensor,
-                                     "cudnn_py.descriptors.ReduceTensor")
-reduce_tensor_descriptor = _deprecated("reduce_tensor_descriptor", _shared_reduce_tensor,
-                                       "cudnn_py.descriptors.ReduceTensor")
+OpTensorDescriptor = _deprecated("OpTensorDescriptor", _op_tensor, "cudnn_py.OpTensor")
+op_tensor_descriptor = alias("op_tensor_descriptor", _op_tensor)
+ReduceTensorDescriptor = _deprecated("ReduceTensorDescriptor", _reduce_tensor, "cudnn_py.ReduceTensor")
+reduce_tensor_descriptor = alias("reduce_tensor_descriptor", _reduce_tensor)
 
 
 def _tensor_descriptor(*args, **kwargs) -> TensorDescriptor:
