@@ -170,7 +170,7 @@ def _has_context() -> bool:
         driver.cuInit(0)
         err, ctx = driver.cuCtxGetCurrent()
     if err != driver.CUresult.CUDA_SUCCESS:
-        raise RuntimeError(f"cuCtxGetCurrent failed: {err.name}")
+        raise cuda_error("cuCtxGetCurrent", int(err), err.name)
     return bool(int(ctx))
 
 
