@@ -19,3 +19,8 @@ cudnn.Workspace(cap="1 MiB")  # error
 e = cudnn.CudaError("cuX", 2)
 e.code.upper()  # error
 v: tuple[int, int] = cudnn.version()  # error
+h = cudnn.default_handle()
+cudnn.pooling_forward(h, "max", x)  # error
+r: cudnn.DeviceArray = cudnn.reduce_tensor(h, "max", x, indices=True)  # error
+cudnn.activation_forward(h, cudnn.Activation(), x, y=3)  # error
+cudnn.convolution_forward(h, cudnn.Convolution(), x, x, autotune="yes")  # error

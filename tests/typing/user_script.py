@@ -47,5 +47,8 @@ def main() -> int:
         print(e.function, e.code, e.name)
     except cudnn.CudaError:
         raise
-    print(y.shape, ms, view.nbytes, ptr, cudnn.library().path)
+    red = cudnn.reduce_tensor(h, "max", view, indices=True)  # the flag's Literal picks the overload
+    where: cudnn.DeviceArray = red.indices
+    total: cudnn.DeviceArray = cudnn.reduce_tensor(h, "add", view)
+    print(y.shape, ms, view.nbytes, ptr, cudnn.library().path, where.shape, total.shape)
     return 0
