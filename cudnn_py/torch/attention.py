@@ -109,9 +109,11 @@ def _extras(g: Graph, lay: _Layout, args, hq: int, alibi: bool, device) -> tuple
             kw["ragged_offset_k"] = kw["ragged_offset_v"] = t
         else:
             kw[n] = t
-    if alibi:
+    if alibi:  # cudnn-py device memory, outside torch's allocator and any CUDA-graph pool, copied on torch's stream
+        from cudnn_py.memory import to_device
         from cudnn_py.ops.sdpa import alibi_slopes
-        slopes = torch.tensor(alibi_slopes(hq), dtype=torch.float32, device=device).reshape(1, hq, 1, 1)
+        slopes = to_device(alibi_slopes(hq).reshape(1, hq, 1, 1), torch.cuda.current_stream(device).cuda_stream,
+                           device=device.index)
         kw["alibi"] = g.tensor((1, hq, 1, 1), dtype="float32", name="alibi_slopes")
         consts.append((kw["alibi"], slopes))
     return kw, tensors, consts

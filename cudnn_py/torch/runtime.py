@@ -2,12 +2,12 @@
 
 * :func:`context` - this thread's :class:`~cudnn_py.Handle` on a device, its stream set to
   ``torch.cuda.current_stream()`` of that device (``cudnnSetStream`` only when the stream changed), as torch keeps
-  one cuDNN handle per thread and device and sets its stream on each call; with the workspace used on that stream.
+  one cuDNN handle per thread and device and sets its stream on each call.
 * :class:`Prepared` - a built graph plan (a :class:`~cudnn_py.graph.runner.Runner`) bound positionally;
   :meth:`Prepared.run` executes it with the data pointers of torch tensors: one dict lookup (the variant pack by
-  addresses), the context's workspace (a ``torch.uint8`` tensor from the caching allocator, kept per thread, device
-  and stream; inside a CUDA-graph capture a new one per call from the graph's pool, freed after the launch), one
-  ``cudnnBackendExecute``.
+  addresses), the workspace as a ``torch.uint8`` tensor from the caching allocator (freed after the launch: the
+  allocator hands the block out again only to work queued after it on the same stream, or later in the same
+  CUDA-graph capture or pool), one ``cudnnBackendExecute``.
 * :func:`prepared` - the :class:`Prepared` call of a configuration key, cached on the handle
   (:func:`cudnn_py.caches.handle_cache`), so ``handle.clear_caches()`` forgets them.
 * :func:`call` - how the Python faces reach an op: eagerly (plain tensors, not under ``torch.compile``) its
@@ -41,7 +41,6 @@ _CACHE = "torch.ops"
 _local = threading.local()
 
 _is_compiling = torch.compiler.is_compiling
-_capturing = torch.cuda.is_current_stream_capturing
 
 try:  # the raw cudaStream_t as an int, without making a torch.cuda.Stream object (what compiled code uses)
     _raw_stream: Callable[[int], int] = torch._C._cuda_getCurrentRawStream
@@ -56,36 +55,19 @@ def current_stream(device: int) -> int:
 
 
 class Context:
-    """This thread's cuDNN handle on one device, the torch stream it is bound to, and the workspace used there (a
-    ``torch.uint8`` tensor that grows on demand, dropped when the stream changes: the caching allocator then hands
-    its block out again only to later work on the old stream)."""
+    """This thread's cuDNN handle on one device and the torch stream it is bound to."""
 
-    __slots__ = ("handle", "stream", "device", "_ws", "_ws_size", "_ws_ptr")
+    __slots__ = ("handle", "stream", "device")
 
     def __init__(self, device: int, stream: int):
         with torch.cuda.device(device):
             self.handle = Handle(device, stream=stream)
         self.stream, self.device = stream, torch.device("cuda", device)
-        self._ws: Tensor | None = None
-        self._ws_size = self._ws_ptr = 0
 
     def rebind(self, stream: int) -> None:
         """Follow torch's current stream."""
         self.handle.set_stream(stream)
         self.stream = stream
-        self._ws, self._ws_size, self._ws_ptr = None, 0, 0
-
-    def workspace(self, nbytes: int) -> tuple[int, Tensor | None]:
-        """(device address of ``nbytes`` of workspace, the tensor to keep alive until the launch is queued or None).
-        Inside a CUDA-graph capture each call takes its own from the graph's private pool."""
-        if _capturing():
-            ws = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
-            return ws.data_ptr(), ws
-        if nbytes > self._ws_size:
-            self._ws = None  # freed first: the allocator may hand the same block back
-            ws = self._ws = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
-            self._ws_size, self._ws_ptr = nbytes, ws.data_ptr()
-        return self._ws_ptr, None
 
 
 def context(device: int) -> Context:
@@ -109,23 +91,25 @@ def handle(device: int) -> Handle:
 
 class Prepared:
     """A built plan of ``graph`` on handle ``h``, bound positionally: :meth:`run` takes the data pointers of
-    ``tensors`` (the call's inputs, then its outputs); ``consts`` are (graph tensor, torch tensor) pairs bound after
-    them on every call and kept alive here (attention's ALiBi slopes)."""
+    ``tensors`` (the call's inputs, then its outputs); ``consts`` are (graph tensor, device array) pairs bound after
+    them on every call and kept alive here (attention's ALiBi slopes: cudnn-py device memory, outside torch's
+    allocator, so that no CUDA-graph memory pool holds them)."""
 
     __slots__ = ("runner", "consts", "const_ptrs", "ws", "packs", "execute", "h", "plan")
 
     def __init__(self, h: Handle, graph: Graph, tensors: Sequence, consts: Sequence = ()):
         self.runner = r = Runner(graph.plan, h, [*tensors, *(t for t, _ in consts)])
         self.consts = [c for _, c in consts]
-        self.const_ptrs = tuple(c.data_ptr() for c in self.consts)
+        self.const_ptrs = tuple(c.ptr for c in self.consts)
         self.ws, self.packs, self.h, self.plan = r.workspace_size, r.packs, r.h, r.plan_ptr
         self.execute = nvtx.wrap("cudnnBackendExecute", raw_execute())
 
     def run(self, ctx: Context, ptrs: tuple) -> None:
         """Execute on ``ctx``'s handle and stream (torch's current) with these data pointers and its workspace."""
         ptrs += self.const_ptrs
-        if self.ws:
-            wsp, keep = ctx.workspace(self.ws)  # noqa: F841 - ``keep`` holds a capture's workspace until the launch
+        if self.ws:  # per call: a workspace kept between calls would outlive a CUDA-graph pool's warm-up
+            ws = torch.empty(self.ws, dtype=torch.uint8, device=ctx.device)
+            wsp = ws.data_ptr()
             key = ptrs + (wsp,)
         else:
             wsp, key = None, ptrs
