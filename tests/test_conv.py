@@ -362,23 +362,17 @@ def test_descriptor_is_shared_per_dimensions_accumulation_and_math():
         conv.descriptor(4)
 
 
-def test_old_descriptor_names_warn_and_make_what_they_made():
+def test_old_descriptor_names_warn_and_build_a_convolution():
     from cudnn_py import descriptors as D
     with pytest.warns(DeprecationWarning, match="ConvolutionDescriptor is deprecated, use cudnn_py.Convolution"):
         c = D.ConvolutionDescriptor((1, 2, 3), (2, 1, 1), 2, mode="convolution", compute_type=np.float64,
-                                    groups=4, math_type="fma", reorder="none")
-    assert c.padding == (1, 2, 3) and c.dilation == (2, 2, 2) and c.compute_type is capi.CUDNN_DATA_DOUBLE
-    assert c.groups == 4 and c.math_type is capi.CUDNN_FMA_MATH and c.reorder is capi.CUDNN_NO_REORDER
-    with pytest.warns(DeprecationWarning):
-        again = D.ConvolutionDescriptor((1, 2, 3), (2, 1, 1), 2, mode="convolution", compute_type=np.float64,
-                                        groups=4, math_type="fma", reorder="none")
-    assert again is not c  # the class made a new descriptor each time
-    c.close()
-    assert c.closed
+                                    groups=4, math_type="fma")
+    assert type(c) is cv.Convolution and c.params(3)[0] == ((1, 1), (2, 2), (3, 3)) and c.dilation == 2
+    assert c.compute_dtype is capi.CUDNN_DATA_DOUBLE and c.groups == 4 and c.math_type is capi.CUDNN_FMA_MATH
+    assert isinstance(c.descriptor(3, dtype="float64"), capi.cudnnConvolutionDescriptor_t)  # the shared C one
     with pytest.warns(DeprecationWarning, match="convolution_descriptor is deprecated"):
         s = D.convolution_descriptor(1, 2)
-    with pytest.warns(DeprecationWarning):
-        assert D.convolution_descriptor(1, 2) is s and s.math_type is capi.CUDNN_DEFAULT_MATH  # shared, as before
+    assert s == cv.Convolution(1, 2, math_type="default", compute_dtype="float32")
     with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="padding must be >= 0"):
         D.ConvolutionDescriptor(padding=-1)
     # the shape helper is not deprecated and does not warn

@@ -556,9 +556,8 @@ def convolution_output_shape(x_shape: Sequence[int], w_shape: Sequence[int], pad
 
 def _convolution_settings(padding=0, stride=1, dilation=1, *, ndim=None, mode="cross_correlation",
                           compute_type=np.float32, groups=1, math_type="default", reorder=None) -> tuple:
-    """The settings of :class:`_ConvolutionDescriptor` from the keywords the deprecated ConvolutionDescriptor and
-    convolution_descriptor took (their defaults and checks: float32 accumulation, default math, ``ndim`` from the
-    tuples, else 2)."""
+    """The settings of :class:`_ConvolutionDescriptor` for :func:`convolution_output_shape` (float32 accumulation,
+    default math, ``ndim`` from the tuples, else 2)."""
     n = spatial_ndim(ndim, (padding, stride, dilation))
     reorder = None if reorder is None else enum_member(capi.cudnnReorderType_t, reorder, "CUDNN_", "reorder",
                                                  {"default": "CUDNN_DEFAULT_REORDER", "none": "CUDNN_NO_REORDER"})
@@ -568,15 +567,25 @@ def _convolution_settings(padding=0, stride=1, dilation=1, *, ndim=None, mode="c
             enum_member(capi.cudnnMathType_t, math_type, "CUDNN_", "math_type", _MATH_ALIASES), reorder)
 
 
-def _new_convolution(padding=0, stride=1, dilation=1, **kwargs) -> _ConvolutionDescriptor:
-    return _ConvolutionDescriptor(*_convolution_settings(padding, stride, dilation, **kwargs))
-
-
 def _shared_convolution(padding=0, stride=1, dilation=1, **kwargs) -> _ConvolutionDescriptor:
     return _ConvolutionDescriptor.shared(*_convolution_settings(padding, stride, dilation, **kwargs))
 
 
-# deprecated: each warns, then makes what it made before (a new descriptor, or the shared one of those settings)
-_new_convolution.__qualname__ = _shared_convolution.__qualname__ = "cudnn_py.Convolution"
-ConvolutionDescriptor = alias("ConvolutionDescriptor", _new_convolution, "its .descriptor() is the C descriptor")
-convolution_descriptor = alias("convolution_descriptor", _shared_convolution, "its .descriptor() is the C descriptor")
+def _convolution(padding=0, stride=1, dilation=1, *, ndim=None, mode="cross_correlation", compute_type=np.float32,
+                 groups=1, math_type="default", reorder=None) -> Convolution:
+    """What the deprecated ConvolutionDescriptor and convolution_descriptor make: the :class:`Convolution` of these
+    settings, with their defaults (float32 accumulation, default math; ``ndim``, when given, checked against the
+    tuples). A ``reorder`` other than cuDNN's default has no place in a Convolution: set it on your own C descriptor
+    (``capi.cudnnSetConvolutionReorderType``)."""
+    if reorder is not None and enum_member(capi.cudnnReorderType_t, reorder, "CUDNN_", "reorder", {
+            "default": "CUDNN_DEFAULT_REORDER", "none": "CUDNN_NO_REORDER"}) != capi.CUDNN_DEFAULT_REORDER:
+        raise InvalidValueError("reorder= is not a Convolution setting; call capi.cudnnSetConvolutionReorderType on "
+                                "a descriptor of your own")
+    conv = Convolution(padding, stride, dilation, groups, mode=mode, math_type=math_type, compute_dtype=compute_type)
+    conv.params(spatial_ndim(ndim, (padding, stride, dilation)))
+    return conv
+
+
+_convolution.__qualname__ = "cudnn_py.Convolution"
+ConvolutionDescriptor = alias("ConvolutionDescriptor", _convolution)
+convolution_descriptor = alias("convolution_descriptor", _convolution)
