@@ -58,10 +58,10 @@ HANDLED = {n: f for n, f in FUNCTIONS.items() if _takes_handle(f)}
 _CONFIGS = {
     "pool": lambda: cudnn_py.Pooling(), "activation": lambda: cudnn_py.Activation(), "lrn": lambda: cudnn_py.LRN(),
     "conv": lambda: cudnn_py.Convolution(), "op": lambda: "add", "rnn": lambda: cudnn_py.RNN("lstm", 4, 4),
-    "attn": lambda: cudnn_py.MultiHeadAttention(1, 4, 4, 4, proj_size=4, max_seq_q=2, max_seq_kv=2,
-                                                max_batch=1), "value": lambda: 1.0, "time_steps": lambda: 2,
-    "alphabet_size": lambda: 3, "pseudo_layer": lambda: 0, "lin_id": lambda: 0, "out_shape": lambda: (1, 1, 2, 2),
-    "logits_shape": lambda: (2, 1, 3), "arrays": lambda: {}, "p": lambda: 0.5,
+    "attn": lambda: cudnn_py.MultiHeadAttention(1, 4, 4, 4, proj_size=4, max_seq_q=2, max_seq_kv=2, max_batch=1),
+    "value": lambda: 1.0, "time_steps": lambda: 2, "alphabet_size": lambda: 3, "pseudo_layer": lambda: 0,
+    "lin_id": lambda: 0, "out_shape": lambda: (1, 1, 2, 2), "logits_shape": lambda: (2, 1, 3), "arrays": lambda: {},
+    "p": lambda: 0.5,
 }
 
 
@@ -124,7 +124,7 @@ def test_the_enumeration_finds_the_public_api():
     assert {"pooling_forward", "sdpa", "rnn_forward", "convolution_forward"} <= set(HANDLED)
 
 
-# --- point 6: the exception contract --------------------------------------------------------------------------
+# --- the exception contract ----------------------------------------------------------------------------------
 
 #: everything that takes a handle: the functions, and the classes made with one (Dropout, Sdpa, ...)
 WITH_HANDLE = {**HANDLED, **{n: c for n, c in CLASSES.items() if _takes_handle(c)}}
@@ -252,7 +252,7 @@ def test_backend_descriptor_set_refuses_junk_attribute_types():
         _assert_ours(e, f"BackendDescriptor.set(attr_type={junk!r})")
 
 
-# --- point 7: every public callable is annotated ---------------------------------------------------------------
+# --- typing: every public callable is annotated ----------------------------------------------------------------
 
 #: public callables whose annotations are not complete yet, with what is missing and why (each an xfail(strict=True))
 UNANNOTATED = {
@@ -283,7 +283,7 @@ def test_every_public_callable_is_annotated(name):
     assert _unannotated(PUBLIC[name]) == [], name
 
 
-# --- point 4: one call shape ---------------------------------------------------------------------------------
+# --- one call shape -------------------------------------------------------------------------------------------
 
 def _params(f) -> dict[str, inspect.Parameter]:
     try:
