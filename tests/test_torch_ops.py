@@ -73,6 +73,58 @@ def test_fake_implementations_give_output_shapes_and_layouts():
         assert o.shape == (50, 4, 64) and stats.shape == (3, 4, 30, 1)
 
 
+def test_fake_conv_batch_norm_and_graph_op_layouts():
+    torch = pytest.importorskip("torch")
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    import cudnn_py.torch as ct
+    ops = torch.ops.cudnn_py
+    op = ct.graph_op("test_fake_gelu_linear", _gelu_linear)
+    with FakeTensorMode():
+        x = torch.empty(2, 3, 17, 19, device="cuda", dtype=torch.float16).contiguous(memory_format=torch.channels_last)
+        w = torch.empty(8, 3, 3, 3, device="cuda", dtype=torch.float16)
+        y = ops.conv_fwd(x, w, None, [1, 1], [2, 2], [1, 1], "relu")
+        assert y.shape == (2, 8, 9, 10) and y.is_contiguous(memory_format=torch.channels_last)
+        assert ops.conv_dgrad(y, w, list(x.shape), [1, 1], [2, 2], [1, 1]).is_contiguous(
+            memory_format=torch.channels_last)
+        assert ops.conv_wgrad(y, x, list(w.shape), [1, 1], [2, 2], [1, 1]).shape == w.shape
+        c = torch.empty(3, device="cuda")
+        outs = ops.batch_norm_fwd(x, c, c, c, c.clone(), 0.1, 1e-5)
+        assert [tuple(t.shape) for t in outs] == [(2, 3, 17, 19), (3,), (3,), (3,), (3,)]
+        assert [tuple(t.shape) for t in ops.batch_norm_fwd(x, c, c, None, None, 0.1, 1e-5)][3:] == [(0,), (0,)]
+        a, b = (torch.empty(s, device="cuda", dtype=torch.bfloat16) for s in ((2, 64, 96), (2, 96, 80)))
+        out = op(a, b, torch.empty(1, 1, 80, device="cuda", dtype=torch.bfloat16))
+        assert out.shape == (2, 64, 80) and out.dtype == torch.bfloat16
+
+
+def test_eager_calls_skip_the_dispatcher_and_keep_the_autograd_formula():
+    """runtime.call on CPU tensors with a stand-in implementation: no gradient -> the implementation itself; a
+    gradient -> the autograd.Function built from the op's setup/backward; the gradient is the formula's."""
+    torch = pytest.importorskip("torch")
+    from cudnn_py.torch import runtime
+    calls = []
+
+    def impl(x, s):
+        calls.append("impl")
+        return x * s, x.sum()
+
+    def setup(ctx, inputs, out):
+        ctx.save_for_backward(inputs[0])
+        ctx.s = inputs[1]
+
+    def backward(ctx, dy, dsum):
+        return dy * ctx.s + dsum, None
+
+    fn = runtime.function("Scale", impl, setup, backward)
+    x = torch.randn(5)
+    assert runtime.eager(x) and runtime.call(None, impl, fn, (x, 3.0), (x,))[0].grad_fn is None
+    x.requires_grad_(True)
+    y, total = runtime.call(None, impl, fn, (x, 3.0), (x,))
+    (y.sum() + total).backward()
+    assert type(y.grad_fn).__name__ == "ScaleBackward" and calls == ["impl", "impl"]
+    assert torch.equal(x.grad, torch.full((5,), 4.0))
+
+
 # -- GPU -----------------------------------------------------------------------------------------------------------
 def _torch_gpu():
     torch = pytest.importorskip("torch")
