@@ -58,9 +58,6 @@ class _CudaArrayInterface(Protocol):
     def __cuda_array_interface__(self) -> dict[str, Any]: ...
 
 
-#: what an array argument in device memory may be: a :class:`DeviceArray` or a GPU tensor of another
-#: library (torch, CuPy, JAX, numba) exposing DLPack or ``__cuda_array_interface__``
-DeviceArrayLike = Union["DeviceArray", _DLPackTensor, _CudaArrayInterface]
 #: a shape: an int or a sequence of ints
 Shape = Union[int, Sequence[int]]
 
@@ -538,6 +535,12 @@ class DeviceArray:
 
 
 # --- constructors ------------------------------------------------------------------------------------
+
+#: what an array argument in device memory may be: a :class:`DeviceArray` or a GPU tensor of another
+#: library (torch, CuPy, JAX, numba) exposing DLPack or ``__cuda_array_interface__`` (defined after the class, so
+#: the alias holds the class itself and resolves in any module that uses it)
+DeviceArrayLike = Union[DeviceArray, _DLPackTensor, _CudaArrayInterface]
+
 
 def _allocate(shape: Shape, dtype: npt.DTypeLike, stream: StreamLike, device: int | Device | None) -> DeviceArray:
     shape = _normalize_shape(shape)
