@@ -23,27 +23,12 @@ from torch import Tensor
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.graph import Graph
 
-from .runtime import Prepared, call, context, eager, function, prepared
+from .runtime import Prepared, call, context, dtype_name, eager, empty_like_layout, function, prepared
 
 __all__ = ["sdpa", "scaled_dot_product_attention", "sdpa_fwd", "sdpa_bwd"]
 
 _IO_DTYPES = (torch.float16, torch.bfloat16)
 _N_TENSORS = 10  # q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_kv, seed, offset
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    """cuDNN's name of a torch dtype (``torch.bfloat16`` -> ``'bfloat16'``)."""
-    return str(dtype)[6:]
-
-
-def empty_like_layout(like: Tensor, shape, dtype=None, zero: bool = False) -> Tensor:
-    """A new tensor of ``shape`` whose dims are ordered in memory as ``like``'s (by decreasing stride)."""
-    make = torch.zeros if zero else torch.empty
-    if like.is_contiguous():
-        return make(shape, dtype=dtype or like.dtype, device=like.device)
-    order = sorted(range(like.dim()), key=lambda i: -like.stride(i))
-    buf = make([shape[i] for i in order], dtype=dtype or like.dtype, device=like.device)
-    return buf.permute([order.index(i) for i in range(like.dim())])
 
 
 def _outputs(q: Tensor, v: Tensor, ragged_offset_q: Optional[Tensor], max_seq_len_q: Optional[int],

@@ -18,8 +18,7 @@ from torch import Tensor
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.graph import Graph
 
-from .attention import dtype_name, empty_like_layout
-from .runtime import Prepared, call, context, eager, function, prepared
+from .runtime import Prepared, call, context, dtype_name, eager, empty_like_layout, function, prepared
 
 __all__ = ["conv", "conv_fwd", "conv_dgrad", "conv_wgrad", "ACTIVATIONS"]
 

@@ -26,8 +26,7 @@ from torch import Tensor
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.graph import Graph
 
-from .attention import dtype_name
-from .runtime import Prepared, context, prepared
+from .runtime import Prepared, context, dtype_name, prepared
 
 __all__ = ["graph_op"]
 

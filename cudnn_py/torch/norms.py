@@ -16,8 +16,7 @@ from torch import Tensor
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.graph import Graph
 
-from .attention import dtype_name
-from .runtime import Prepared, call, context, eager, function, prepared
+from .runtime import Prepared, call, context, dtype_name, eager, function, prepared
 
 __all__ = ["layer_norm", "rms_norm", "batch_norm", "norm_fwd", "norm_bwd", "batch_norm_fwd", "batch_norm_bwd"]
 

@@ -10,6 +10,7 @@
   CUDA-graph capture or pool), one ``cudnnBackendExecute``.
 * :func:`prepared` - the :class:`Prepared` call of a configuration key, cached on the handle
   (:func:`cudnn_py.caches.handle_cache`), so ``handle.clear_caches()`` forgets them.
+* :func:`dtype_name`, :func:`empty_like_layout` - how the ops describe torch tensors to cuDNN and lay out outputs.
 * :func:`call` - how the Python faces reach an op: eagerly (plain tensors, not under ``torch.compile``) its
   implementation is called directly, inside a ``torch.autograd.Function`` made by :func:`function` from the op's
   own autograd formula when a gradient is needed; traced, the registered op itself, so ``torch.compile`` and
@@ -35,7 +36,7 @@ from cudnn_py.graph.runner import Runner, raw_execute
 from cudnn_py.handle import Handle
 
 __all__ = ["Context", "context", "handle", "Prepared", "prepared", "current_stream", "cache_clear", "eager", "function",
-           "call"]
+           "call", "dtype_name", "empty_like_layout"]
 
 _CACHE = "torch.ops"
 _local = threading.local()
@@ -52,6 +53,21 @@ except AttributeError:  # pragma: no cover - torch built without CUDA
 def current_stream(device: int) -> int:
     """``torch.cuda.current_stream(device)`` as an int ``cudaStream_t``."""
     return _raw_stream(device)
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """cuDNN's name of a torch dtype (``torch.bfloat16`` -> ``'bfloat16'``)."""
+    return str(dtype)[6:]
+
+
+def empty_like_layout(like: Tensor, shape, dtype=None, zero: bool = False) -> Tensor:
+    """A new tensor of ``shape`` whose dims are ordered in memory as ``like``'s (by decreasing stride)."""
+    make = torch.zeros if zero else torch.empty
+    if like.is_contiguous():
+        return make(shape, dtype=dtype or like.dtype, device=like.device)
+    order = sorted(range(like.dim()), key=lambda i: -like.stride(i))
+    buf = make([shape[i] for i in order], dtype=dtype or like.dtype, device=like.device)
+    return buf.permute([order.index(i) for i in range(like.dim())])
 
 
 class Context:
