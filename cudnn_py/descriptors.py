@@ -274,6 +274,9 @@ class TensorDescriptor(Descriptor):
         if layout is not None:
             if strides is not None:
                 raise InvalidValueError("give either strides or layout, not both")
+            if len(shape) not in (4, 5):
+                raise InvalidValueError(f"tensor layout {layout!r} names the memory order of 4 or 5 dimensions "
+                                        f"(N, C, spatial...); shape {shape} has {len(shape)}: give strides instead")
             fmt = _layout(layout)
             _check_vect_c(shape, dt, fmt, "tensor")
         elif strides is not None:

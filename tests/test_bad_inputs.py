@@ -223,7 +223,10 @@ def test_cuda_array_interface_host_pointer_is_a_cudnn_py_error():
     where none does (it was cuda.pathfinder's DynamicLibNotFoundError)."""
     with pytest.raises(CudnnPyError) as e:
         cudnn.as_array(_CAI())
-    assert isinstance(e.value, (NoDeviceError, TypeError)), repr(e.value)
+    if isinstance(e.value, NoDeviceError):
+        return
+    # with a driver: host memory, or the driver's refusal to describe the pointer, named as the array's problem
+    assert isinstance(e.value, (TypeError, ValueError)) and "device array" in str(e.value), repr(e.value)
 
 
 def test_scaling_and_element_value_helpers():

@@ -239,6 +239,7 @@ def _relu_check(h, rng):
     np.testing.assert_array_equal(y.to_numpy(), np.maximum(x, 0))
 
 
+@pytest.mark.serial  # fills the device: parallel shards would fail their own allocations meanwhile
 def test_out_of_memory_is_an_error_and_leaves_everything_usable(handle, rng):
     """Asking for more than the card has: CudaOutOfMemoryError (a MemoryError), from an array, from the handle's
     workspace and from an output a call allocates; afterwards the handle, its workspace and allocation still work."""

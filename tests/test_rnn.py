@@ -247,7 +247,7 @@ def test_closed_handle_raises_closed_error():
     for call in (lambda h: rnn.build_dynamic(h, 2), rnn.weight_space_size, rnn.new_weights,
                  lambda h: rnn.weights(h, w), lambda h: R.rnn_weight_params(h, rnn, w, 0, 0),
                  lambda h: R.rnn_forward(h, rnn, x, w, seq_lengths=[3, 3], seq_layout="packed")):
-        with pytest.raises(ClosedError, match="Handle is closed"):
+        with pytest.raises(ClosedError, match="closed"):
             call(_ClosedHandle())
 
 
@@ -690,7 +690,7 @@ def test_rnn_closed_handle_and_dropout_raise(handle, rng):
     h2.close()
     for call in (lambda: rnn.new_weights(h2), lambda: rnn.weights(h2, w), lambda: rnn.build_dynamic(h2, 2),
                  lambda: R.rnn_forward(h2, rnn, x, w)):
-        with pytest.raises(ClosedError, match="Handle is closed"):
+        with pytest.raises(ClosedError, match="closed"):
             call()
     drop = Dropout(handle, p=0.5, seed=1)
     drnn = R.RNN("lstm", 4, 8, num_layers=2, dropout=drop)

@@ -166,8 +166,9 @@ def _bind(g, h, block: np.ndarray) -> tuple[dict, dict]:
     (statistics with plausible values), outputs left as allocated."""
     from cudnn_py.memory import DeviceArray, empty, to_device
     pack, outputs = {}, {}
+    scratch = {t.uid for op in g.ops for t in getattr(op, "scratch_tensors", tuple)()}  # in the plan's workspace
     for t in g.io_tensors():
-        if t.is_by_value:
+        if t.is_by_value or t.uid in scratch:
             continue
         extent = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.strides))
         if t.name not in _INPUTS:   # an output
