@@ -7,13 +7,12 @@ from __future__ import annotations
 import math
 import sys
 from enum import IntEnum
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import numpy as np
 
 from cudnn_py import capi
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
-from cudnn_py.memory import DeviceArray
 
 __all__ = ["INT32_MAX", "INT64_MAX", "DIM_MAX", "is_int", "int_arg", "float_arg", "bool_arg", "scaling",
            "element_value", "no_partial_alias", "enum_member", "nan_flag", "int_tuple", "ints", "int_or_ints",
@@ -217,6 +216,20 @@ def int_or_ints(value, what: str, minimum: int) -> int | tuple[int, ...]:
     return int_tuple(value, what, "an int or a sequence of ints", minimum)
 
 
+def shape_arg(shape, what: str) -> tuple[int, ...]:
+    """A shape of positive ints below 2**63 (floats and bools refused)."""
+    try:
+        dims = tuple(shape)
+    except TypeError:
+        raise InvalidTypeError(f"{what} must be a sequence of ints, got {shape!r}") from None
+    for s in dims:
+        if isinstance(s, bool) or not isinstance(s, (int, np.integer)):
+            raise InvalidTypeError(f"{what} must hold ints, got {s!r} in {dims}")
+        if not 0 < s < 2 ** 63:
+            raise InvalidValueError(f"{what} sizes must be positive and below 2**63, got {dims}")
+    return tuple(int(s) for s in dims)
+
+
 def spatial_ndim(ndim, values) -> int:
     """``ndim`` if given, else the length of the first sequence in ``values`` (2 when all are ints); checked."""
     if ndim is None:
@@ -238,14 +251,24 @@ def dims(shape, what: str, lo: int, hi: int = DIM_MAX) -> tuple[int, ...]:
     return out
 
 
-def _byte_range(a: DeviceArray) -> tuple[int, int]:
+class Strided(Protocol):
+    """What the memory checks read of an array (a :class:`cudnn_py.DeviceArray` has it)."""
+    ptr: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    dtype: np.dtype
+    size: int
+    device_id: int
+
+
+def _byte_range(a: Strided) -> tuple[int, int]:
     item = a.dtype.itemsize
     lo = sum((n - 1) * st for n, st in zip(a.shape, a.strides) if st < 0)
     hi = sum((n - 1) * st for n, st in zip(a.shape, a.strides) if st > 0)
     return a.ptr + lo * item, a.ptr + (hi + 1) * item
 
 
-def no_partial_alias(out: DeviceArray, out_name: str, *inputs: tuple[DeviceArray, str]) -> None:
+def no_partial_alias(out: Strided, out_name: str, *inputs: tuple[Strided, str]) -> None:
     """Refuse an output whose memory overlaps an input's unless both are the same view (one address, shape, strides
     and dtype: in place, which cuDNN's elementwise calls allow). Reading memory that the call writes through other
     strides or at another offset gives results that depend on the order cuDNN's kernels run in."""
@@ -265,8 +288,8 @@ def no_partial_alias(out: DeviceArray, out_name: str, *inputs: tuple[DeviceArray
 
 def handle_ptr(handle):
     """``handle.ptr`` of a :class:`cudnn_py.Handle` (or an object that stands in for one with a ``ptr``
-    property); :class:`TypeError` for anything else, arrays included."""
-    ptr = handle.ptr if hasattr(type(handle), "ptr") and not isinstance(handle, DeviceArray) else None
+    property); :class:`TypeError` for anything else, arrays included (an array's ``ptr`` is an int)."""
+    ptr = handle.ptr if hasattr(type(handle), "ptr") else None
     if not isinstance(ptr, capi.cudnnHandle_t):  # an int or another object's pointer would reach C as a handle
         raise InvalidTypeError(f"handle must be a cudnn_py.Handle, got {type(handle).__name__}")
     return ptr

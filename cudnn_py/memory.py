@@ -346,7 +346,10 @@ class DeviceArray:
         self._stream = stream
 
     @classmethod
-    def _new(cls, ptr, shape, dtype, strides, device_id, owner, stream, contiguous=None) -> DeviceArray:
+    def from_parts(cls, ptr: int, shape: tuple[int, ...], dtype: np.dtype, strides: tuple[int, ...], device_id: int,
+                   owner: Any, stream: Stream | None, contiguous: bool | None = None) -> DeviceArray:
+        """An array over memory whose layout is already checked (no validation: for the package's own views and
+        allocations; wrap foreign memory with the constructor or :func:`as_array`)."""
         self = cls.__new__(cls)
         self._init(ptr, shape, dtype, strides, device_id, owner, stream, contiguous)
         return self
@@ -372,13 +375,17 @@ class DeviceArray:
     def __array__(self, *args, **kwargs):
         raise InvalidTypeError("a DeviceArray lives in device memory; call .to_numpy() to copy it to the host")
 
-    def _span(self) -> tuple[int, int]:
+    def span(self) -> tuple[int, int]:
         """(offset of the lowest element, number of elements from it to the highest), for any strides."""
         if self.size == 0:
             return 0, 0
         lo = sum((n - 1) * s for n, s in zip(self.shape, self.strides) if s < 0)
         hi = sum((n - 1) * s for n, s in zip(self.shape, self.strides) if s > 0)
         return lo, hi - lo + 1
+
+    # the earlier private spellings, still read by cudnn_py.engine_choice._snapshot
+    _new = from_parts
+    _span = span
 
     def _require_contiguous(self, what: str) -> None:
         if not self.is_contiguous:
@@ -402,7 +409,7 @@ class DeviceArray:
                        "cuMemcpyDtoHAsync")
                 s.sync()
             return out
-        lo, count = self._span()
+        lo, count = self.span()
         host = np.empty(count, self.dtype)
         item = self.dtype.itemsize
         with on_device(self.device_id):
@@ -421,7 +428,7 @@ class DeviceArray:
         :param stream: the stream to queue the fill on (default: :attr:`stream`).
         :returns: this array.
         """
-        from cudnn_py.args import element_value  # args imports this module
+        from cudnn_py.args import element_value  # capi (which args reads) only once an array is filled
         v = element_value(value, self.dtype, "fill_ value").reshape(1)
         self._require_contiguous("fill_")
         s = self.stream if stream is None else as_stream(stream, self.device_id)
@@ -495,7 +502,7 @@ class DeviceArray:
         if math.prod(shape) != self.size:
             raise InvalidValueError(f"reshape: cannot reshape an array of size {self.size} into {shape}")
         self._require_contiguous("reshape")
-        return DeviceArray._new(self.ptr, shape, self.dtype, c_strides(shape), self.device_id, self,
+        return DeviceArray.from_parts(self.ptr, shape, self.dtype, c_strides(shape), self.device_id, self,
                                 self._stream)
 
     # -- exchange protocols --
@@ -552,7 +559,7 @@ def _allocate(shape: Shape, dtype: npt.DTypeLike, stream: StreamLike, device: in
     dev = get_device(device)
     s = as_stream(stream, device)
     if nbytes == 0:
-        return DeviceArray._new(0, shape, dtype, c_strides(shape), dev.device_id, None, s, True)
+        return DeviceArray.from_parts(0, shape, dtype, c_strides(shape), dev.device_id, None, s, True)
     try:
         with on_device(dev.device_id):
             buf = dev.allocate(nbytes, stream=s)
@@ -560,7 +567,7 @@ def _allocate(shape: Shape, dtype: npt.DTypeLike, stream: StreamLike, device: in
         raise
     except Exception as e:  # noqa: BLE001 - cuda.core's CUDAError: out of memory, mostly
         raise cuda_error_from(e, "allocate", f"{nbytes} bytes on device {dev.device_id}") from e
-    return DeviceArray._new(int(buf.handle), shape, dtype, c_strides(shape), dev.device_id,
+    return DeviceArray.from_parts(int(buf.handle), shape, dtype, c_strides(shape), dev.device_id,
                             _Allocation(buf, dev.device_id), s, True)
 
 
@@ -772,7 +779,7 @@ def _view(obj, name: str, stream) -> DeviceArray:
     shape = tuple(view.shape)
     strides = view.strides
     strides = c_strides(shape) if strides is None else tuple(strides)
-    return DeviceArray._new(int(view.ptr), shape, np.dtype(dtype), strides, int(view.device_id), view,
+    return DeviceArray.from_parts(int(view.ptr), shape, np.dtype(dtype), strides, int(view.device_id), view,
                             None if stream is None else as_stream(stream))
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from cudnn_py.algorithms import is_choice
-from cudnn_py.args import ints
+from cudnn_py.args import float_arg, ints, shape_arg
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.memory import DeviceArray, as_array
@@ -107,7 +107,7 @@ def conv_forward(handle, x, w, *, padding=0, stride=1, dilation=1, bias=None, ac
             ba = ba.reshape(1, ba.shape[0], *([1] * (xa.ndim - 2)))
     if activation is not None and activation not in ACTIVATIONS:
         raise InvalidValueError(f"activation must be None or one of {ACTIVATIONS}, got {activation!r}")
-    alpha, beta = Graph._float(alpha, "alpha"), Graph._float(beta, "beta")
+    alpha, beta = float_arg(alpha, "alpha"), float_arg(beta, "beta")
     if beta and y is None:
         raise InvalidValueError("beta != 0 accumulates into y: pass y=")
     key = ("fprop", xa.shape, xa.strides, xa.dtype, wa.shape, wa.strides, wa.dtype,
@@ -151,13 +151,13 @@ def conv_forward(handle, x, w, *, padding=0, stride=1, dilation=1, bias=None, ac
 def _backward(kind: str, handle, dy, other, out, out_shape, *, padding, stride, dilation, alpha, beta,
               compute_dtype, post_padding, conv_mode, autotune):
     """Backward data (``kind='dgrad'``: other = w, out = dx) or filter (``'wgrad'``: other = x, out = dw)."""
-    other_name, out_name, shape_arg = ("w", "dx", "x_shape") if kind == "dgrad" else ("x", "dw", "w_shape")
+    other_name, out_name, shape_name = ("w", "dx", "x_shape") if kind == "dgrad" else ("x", "dw", "w_shape")
     dya, oa = _arr(dy, "dy"), _arr(other, other_name)
     outa = None if out is None else _arr(out, out_name)
     if out_shape is None and outa is not None:
         out_shape = outa.shape
-    out_shape = None if out_shape is None else Graph._shape(out_shape, shape_arg)
-    alpha, beta = Graph._float(alpha, "alpha"), Graph._float(beta, "beta")
+    out_shape = None if out_shape is None else shape_arg(out_shape, shape_name)
+    alpha, beta = float_arg(alpha, "alpha"), float_arg(beta, "beta")
     key = (kind, dya.shape, dya.strides, dya.dtype, oa.shape, oa.strides, oa.dtype,
            _conv_key(dya.ndim - 2, padding, stride, dilation, post_padding), out_shape, float(alpha), float(beta),
            compute_dtype, None if outa is None else outa.strides, str(conv_mode), autotune)
@@ -168,7 +168,7 @@ def _backward(kind: str, handle, dy, other, out, out_shape, *, padding, stride, 
         g = Graph(io_dtype=dya.dtype, compute_dtype=compute_dtype or _compute_dtype(dya.dtype), name=f"conv_{kind}")
         tdy, to = g.tensor_like(dya, "dy"), g.tensor_like(oa, other_name)
         res = getattr(g, f"conv_{kind}")(tdy, to, padding, stride, dilation, alpha=alpha, beta=beta,
-                                         post_padding=post_padding, conv_mode=conv_mode, **{shape_arg: out_shape})
+                                         post_padding=post_padding, conv_mode=conv_mode, **{shape_name: out_shape})
         if outa is not None:
             res.strides = outa.strides
         elif kind == "wgrad" and oa.ndim >= 4 and packed_strides(oa.shape, "NHWC") == oa.strides:

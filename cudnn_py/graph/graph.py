@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from cudnn_py import capi
-from cudnn_py.args import float_arg
+from cudnn_py.args import float_arg, shape_arg
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import ClosedError, InvalidStateError, InvalidTypeError, InvalidValueError
 from cudnn_py.handle import Handle, handle_arg
@@ -172,11 +172,17 @@ class Graph(ConvBuilders, MatmulBuilders, PointwiseBuilders, ReductionBuilders, 
         self._lowered: tuple | None = None
 
     # -- tensors ------------------------------------------------------------------------------------------------
+    def freeze(self) -> None:
+        """Refuse further changes: plans made for this structure (lowered, or loaded from a store) must not change
+        under it."""
+        self._frozen = True
+
     def _check_open(self):
         if self._frozen:
             raise InvalidStateError(f"graph {self.name!r} is built; build a new Graph to change it")
 
-    def _new_uid(self) -> int:
+    def new_uid(self) -> int:
+        """A fresh tensor uid (for the builders and lowering)."""
         uid = self._next_uid
         self._next_uid += 1
         return uid
@@ -225,7 +231,7 @@ class Graph(ConvBuilders, MatmulBuilders, PointwiseBuilders, ReductionBuilders, 
                 if not 0 <= st < 2 ** 63:
                     raise InvalidValueError(f"strides must be non-negative and below 2**63, got {strides}")
             strides = tuple(int(st) for st in strides)
-        uid = self._new_uid()
+        uid = self.new_uid()
         return self._add(Tensor(self, uid, name or f"t{uid}", shape, strides,
                                 data_type(dtype) if dtype is not None else self.io_dtype, False))
 
@@ -266,17 +272,20 @@ class Graph(ConvBuilders, MatmulBuilders, PointwiseBuilders, ReductionBuilders, 
                 raise InvalidValueError(f"scalar {value!r} does not fit {npdt}") from None
             if math.isfinite(value) and not np.isfinite(buf.astype(np.float64)[0]):
                 raise InvalidValueError(f"scalar {value!r} does not fit {npdt} (it would become {buf[0]})")
-        uid = self._new_uid()
+        uid = self.new_uid()
         t = Tensor(self, uid, name or f"scalar{uid}", (1,) * ndim, (1,) * ndim, dt, False, True,
                    int(value) if npdt.kind in "iub" else float(value))
         self._scalar_bufs[uid] = buf
         return self._add(t)
 
-    def _virtual(self, shape, strides=None, name=None, like: Tensor | None = None) -> Tensor:
+    def virtual(self, shape: Sequence[int], strides: Sequence[int] | None = None, name: str | None = None,
+                like: Tensor | None = None) -> Tensor:
+        """A new virtual (intermediate) tensor in the graph's intermediate dtype, for the builders: packed strides,
+        channels-last when ``like`` is."""
         if strides is None:
             cl = like is not None and _is_channels_last(like.shape, like.strides) and len(shape) == like.ndim
             strides = packed_strides(shape, "NHWC" if cl else None)
-        uid = self._new_uid()
+        uid = self.new_uid()
         return self._add(Tensor(self, uid, name or f"v{uid}", shape, strides, self.intermediate_dtype, True,
                                 dtype_set=False))
 
@@ -307,8 +316,8 @@ class Graph(ConvBuilders, MatmulBuilders, PointwiseBuilders, ReductionBuilders, 
     def _compute(self, compute_dtype) -> capi.cudnnDataType_t:
         return data_type(compute_dtype) if compute_dtype is not None else self.compute_dtype
 
-    def _add_op(self, op: Op) -> None:
-        """Append an operation (named ``kind<index>`` unless it has a name)."""
+    def add_op(self, op: Op) -> None:
+        """Append an operation (named ``kind<index>`` unless it has a name); the builders call it."""
         self._check_open()
         if not op.name or op.name == op.kind:
             op.name = f"{op.kind}{len(self.ops)}"
@@ -327,19 +336,8 @@ class Graph(ConvBuilders, MatmulBuilders, PointwiseBuilders, ReductionBuilders, 
             raise InvalidValueError(f"{what}: axis {a} is out of range for rank {ndim}")
         return int(a) % ndim
 
-    @staticmethod
-    def _shape(shape, what: str) -> tuple[int, ...]:
-        """A shape of positive ints below 2**63 (floats and bools refused)."""
-        try:
-            dims = tuple(shape)
-        except TypeError:
-            raise InvalidTypeError(f"{what} must be a sequence of ints, got {shape!r}") from None
-        for s in dims:
-            if isinstance(s, bool) or not isinstance(s, (int, np.integer)):
-                raise InvalidTypeError(f"{what} must hold ints, got {s!r} in {dims}")
-            if not 0 < s < 2 ** 63:
-                raise InvalidValueError(f"{what} sizes must be positive and below 2**63, got {dims}")
-        return tuple(int(s) for s in dims)
+    #: a shape of positive ints below 2**63 (floats and bools refused): :func:`cudnn_py.args.shape_arg`
+    _shape = staticmethod(shape_arg)
 
     # -- structure ----------------------------------------------------------------------------------------------
     def _used_uids(self) -> set[int]:
@@ -398,7 +396,7 @@ class Graph(ConvBuilders, MatmulBuilders, PointwiseBuilders, ReductionBuilders, 
             op.lower(ctx)
         g = BackendDescriptor("OPERATIONGRAPH", ops=ctx.operations, handle=handle)
         g.finalize()
-        self._frozen = True
+        self.freeze()
         self._lowered = (handle, g, ctx)  # the operation graph holds the handle: one per handle
         return g
 

@@ -103,7 +103,7 @@ def _view(a: DeviceArray, pad: int, perm) -> DeviceArray:
     if perm is None or (not pad and perm == tuple(range(a.ndim))):
         return a
     shape, strides = (1,) * pad + a.shape, (1,) * pad + a.strides
-    return DeviceArray._new(a.ptr, tuple(shape[p] for p in perm), a.dtype, tuple(strides[p] for p in perm),
+    return DeviceArray.from_parts(a.ptr, tuple(shape[p] for p in perm), a.dtype, tuple(strides[p] for p in perm),
                             a.device_id, a, None)
 
 
@@ -129,7 +129,7 @@ def _flat(ref: DeviceArray, arrays) -> Callable[[DeviceArray], DeviceArray] | No
         acc *= ref.shape[i]
     shape = (1, _FLAT_C, n // _FLAT_C, 1)
     strides = packed_strides(shape, "NHWC")
-    return lambda a: DeviceArray._new(a.ptr, shape, a.dtype, strides, a.device_id, a, None)
+    return lambda a: DeviceArray.from_parts(a.ptr, shape, a.dtype, strides, a.device_id, a, None)
 
 
 def strides_like(x: DeviceArray, shape) -> tuple[int, ...]:
@@ -220,8 +220,8 @@ def run_graph(handle, name: str, params: tuple, inputs: Sequence[tuple[str, Devi
         outs = []
         for (role, _), t, ov in zip(outputs, res, ovs):
             if t.shape != ov.shape or not t.is_virtual:  # e.g. a broadcast input: written out at the output's shape
-                wide = g._virtual(ov.shape)
-                g._add_op(Pointwise({"x": t}, {"y": wide}, {"mode": pointwise_mode("identity"),
+                wide = g.virtual(ov.shape)
+                g.add_op(Pointwise({"x": t}, {"y": wide}, {"mode": pointwise_mode("identity"),
                                                              "compute_dtype": g.compute_dtype}))
                 t = wide
             t.set_output(True).set_dtype(ov.dtype).set_name(role)

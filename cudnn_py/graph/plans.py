@@ -373,13 +373,13 @@ def build_plans(graph, handle, modes: Sequence[str] = ("A", "FALLBACK"), *, poli
     cached = _plan_cache(handle)
     if cache and key in cached:
         _count(handle, "hits")
-        graph._frozen = True  # as lowering would: the plans fit this structure, so it must not change under them
+        graph.freeze()  # as lowering would: the plans fit this structure, so it must not change under them
         return [p.bind(graph) for p in cached[key]]
     _count(handle, "misses")
     options = ("build", modes, policy, deterministic, runtime_compilation, max_plans)
     stored = _stored(graph, handle, options) if cache else None
     if stored:
-        graph._frozen = True
+        graph.freeze()
         cached[key] = [p for p, _ in stored]
         return list(cached[key])
     try:
@@ -433,7 +433,7 @@ def autotune(graph, handle, variant_pack: dict, *, modes=("A", "B", "FALLBACK"),
     options = ("autotune", tuple(_mode_name(m) for m in modes), tuple(sorted(filters.items())))
     stored = _stored(graph, handle, options)
     if stored:
-        graph._frozen = True
+        graph.freeze()
         graph.plans = [p for p, _ in stored]
         return stored
     plans = build_plans(graph, handle, modes, policy="all", cache=False, **filters)

@@ -94,8 +94,8 @@ class ConvBuilders(Builder):
             if o <= 0:
                 raise InvalidValueError(f"conv_fprop: spatial dim {i} gives output size {o} (input {n}, kernel {k})")
             out.append(o)
-        y = self._virtual((x.shape[0], w.shape[0], *out), like=x, name=name and f"{name}.y")
-        self._add_op(ConvFprop({"x": x, "w": w}, {"y": y}, p, name))
+        y = self.virtual((x.shape[0], w.shape[0], *out), like=x, name=name and f"{name}.y")
+        self.add_op(ConvFprop({"x": x, "w": w}, {"y": y}, p, name))
         return y
 
     def conv_dgrad(self, dy, w, padding=0, stride=1, dilation=1, *, x_shape=None, post_padding=None,
@@ -115,8 +115,8 @@ class ConvBuilders(Builder):
             sp = [(o - 1) * p["stride"][i] - p["padding"][i] - p["post_padding"][i] + p["dilation"][i] * (k - 1) + 1
                   for i, (o, k) in enumerate(zip(dy.shape[2:], w.shape[2:]))]
             x_shape = (dy.shape[0], w.shape[1], *sp)
-        dx = self._virtual(self._shape(x_shape, "x_shape"), like=dy, name=name and f"{name}.dx")
-        self._add_op(ConvDgrad({"dy": dy, "w": w}, {"dx": dx}, p, name))
+        dx = self.virtual(self._shape(x_shape, "x_shape"), like=dy, name=name and f"{name}.dx")
+        self.add_op(ConvDgrad({"dy": dy, "w": w}, {"dx": dx}, p, name))
         return dx
 
     def conv_wgrad(self, dy, x, padding=0, stride=1, dilation=1, *, w_shape=None, post_padding=None,
@@ -134,6 +134,6 @@ class ConvBuilders(Builder):
             ks = [(n + p["padding"][i] + p["post_padding"][i] - (o - 1) * p["stride"][i] - 1) // p["dilation"][i] + 1
                   for i, (n, o) in enumerate(zip(x.shape[2:], dy.shape[2:]))]
             w_shape = (dy.shape[1], x.shape[1], *ks)
-        dw = self._virtual(self._shape(w_shape, "w_shape"), like=x, name=name and f"{name}.dw")
-        self._add_op(ConvWgrad({"dy": dy, "x": x}, {"dw": dw}, p, name))
+        dw = self.virtual(self._shape(w_shape, "w_shape"), like=x, name=name and f"{name}.dw")
+        self.add_op(ConvWgrad({"dy": dy, "x": x}, {"dw": dw}, p, name))
         return dw

@@ -55,6 +55,6 @@ class MatmulBuilders(Builder):
             if m != n and 1 not in (m, n):
                 raise InvalidValueError(f"matmul: batch dim {i} does not broadcast ({m} vs {n})")
             batch.append(max(m, n))
-        c = self._virtual((*batch, a.shape[-2], b.shape[-1]), name=name and f"{name}.c")
-        self._add_op(Matmul({"a": a, "b": b}, {"c": c}, {"compute_dtype": self._compute(compute_dtype)}, name))
+        c = self.virtual((*batch, a.shape[-2], b.shape[-1]), name=name and f"{name}.c")
+        self.add_op(Matmul({"a": a, "b": b}, {"c": c}, {"compute_dtype": self._compute(compute_dtype)}, name))
         return c

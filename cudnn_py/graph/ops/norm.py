@@ -225,7 +225,7 @@ class NormBuilders(Builder):
         return f
 
     def _stat_out(self, shape, name, suffix):
-        t = self._virtual(shape, name=name and f"{name}.{suffix}")
+        t = self.virtual(shape, name=name and f"{name}.{suffix}")
         t.set_dtype("float32")
         return t
 
@@ -234,9 +234,9 @@ class NormBuilders(Builder):
         """Per-channel sum and sum of squares of x (N, C, ...). Returns two (1, C, 1, ...) virtual tensors."""
         x = self._own(x, "x")
         shape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
-        s = self._virtual(shape, name=name and f"{name}.sum")
-        sq = self._virtual(shape, name=name and f"{name}.sqsum")
-        self._add_op(GenStats({"x": x}, {"sum": s, "sqsum": sq}, {"compute_dtype": self._compute(compute_dtype)},
+        s = self.virtual(shape, name=name and f"{name}.sum")
+        sq = self.virtual(shape, name=name and f"{name}.sqsum")
+        self.add_op(GenStats({"x": x}, {"sum": s, "sqsum": sq}, {"compute_dtype": self._compute(compute_dtype)},
                               name))
         return s, sq
 
@@ -264,7 +264,7 @@ class NormBuilders(Builder):
         if bias is not None:
             inputs["bias"] = self._norm_param(mode, x, bias, "bias", "norm_forward", scale.shape)
         inputs["epsilon"] = self.scalar(eps, ndim=x.ndim)
-        outputs = {"y": self._virtual(x.shape, strides=x.strides, like=x, name=name and f"{name}.y")}
+        outputs = {"y": self.virtual(x.shape, strides=x.strides, like=x, name=name and f"{name}.y")}
         if training:
             if mode != "rms":
                 outputs["mean"] = self._stat_out(stat, name, "mean")
@@ -275,7 +275,7 @@ class NormBuilders(Builder):
                 if t is None:
                     raise InvalidValueError(f"{mode} norm inference needs {k}= (a tensor of shape {stat})")
                 inputs[k] = self._stat(x, t, k, stat, "norm_forward")
-        self._add_op(NormForward(inputs, outputs, {"mode": m, "training": bool(training)}, name))
+        self.add_op(NormForward(inputs, outputs, {"mode": m, "training": bool(training)}, name))
         y = outputs["y"]
         if not training:
             return y
@@ -303,7 +303,7 @@ class NormBuilders(Builder):
             running = {"running_mean": self._stat(x, running_mean, "running_mean", stat, "batch_norm"),
                        "running_var": self._stat(x, running_var, "running_var", stat, "batch_norm")}
         inputs = {"x": x, "scale": scale, "bias": bias, "epsilon": self.scalar(eps, ndim=x.ndim)}
-        outputs = {"y": self._virtual(x.shape, strides=x.strides, like=x, name=name and f"{name}.y"),
+        outputs = {"y": self.virtual(x.shape, strides=x.strides, like=x, name=name and f"{name}.y"),
                    "mean": self._stat_out(stat, name, "mean"),
                    "inv_variance": self._stat_out(stat, name, "inv_variance")}
         if running:
@@ -311,7 +311,7 @@ class NormBuilders(Builder):
             inputs["momentum"] = self.scalar(mom, ndim=x.ndim)
             outputs["next_running_mean"] = self._stat_out(stat, name, "running_mean")
             outputs["next_running_var"] = self._stat_out(stat, name, "running_var")
-        self._add_op(NormForward(inputs, outputs, {"mode": _mode("batch"), "training": True}, name))
+        self.add_op(NormForward(inputs, outputs, {"mode": _mode("batch"), "training": True}, name))
         return BatchNormOutputs(outputs["y"], outputs["mean"], outputs["inv_variance"],
                                 outputs.get("next_running_mean"), outputs.get("next_running_var"))
 
@@ -338,11 +338,11 @@ class NormBuilders(Builder):
             inputs["mean"] = self._stat(x, mean, "mean", stat, "norm_backward")
         if not has_bias and mode != "rms":
             raise InvalidValueError(f"has_bias=False is for rms norm; {mode} norm always has a bias")
-        outputs = {"dx": self._virtual(x.shape, strides=x.strides, like=x, name=name and f"{name}.dx")}
+        outputs = {"dx": self.virtual(x.shape, strides=x.strides, like=x, name=name and f"{name}.dx")}
         for k in ("dscale", "dbias") if has_bias else ("dscale",):
-            t = self._virtual(scale.shape, strides=scale.strides, name=name and f"{name}.{k}")
+            t = self.virtual(scale.shape, strides=scale.strides, name=name and f"{name}.{k}")
             outputs[k] = t.set_dtype(scale.dtype)
-        self._add_op(NormBackward(inputs, outputs, {"mode": m}, name))
+        self.add_op(NormBackward(inputs, outputs, {"mode": m}, name))
         return outputs["dx"], outputs["dscale"], outputs.get("dbias")
 
     def bn_finalize(self, sum, sqsum, scale, bias, *, accum_count: int, running_mean, running_var,
@@ -379,7 +379,7 @@ class NormBuilders(Builder):
         ins["momentum"] = self.scalar(mom, ndim=s.ndim)
         outs["next_running_mean"] = self._stat_out(shape, name, "running_mean")
         outs["next_running_var"] = self._stat_out(shape, name, "running_var")
-        self._add_op(BNFinalize(ins, outs, {"compute_dtype": self._compute(compute_dtype)}, name))
+        self.add_op(BNFinalize(ins, outs, {"compute_dtype": self._compute(compute_dtype)}, name))
         return BNFinalizeOutputs(*(outs[k] for k in ("eq_scale", "eq_bias", "mean", "inv_std", "next_running_mean",
                                                      "next_running_var")))
 
@@ -397,5 +397,5 @@ class NormBuilders(Builder):
         for role, t in (("mean", mean), ("inv_std", inv_std), ("scale", scale)):
             ins[role] = self._stat(x, t, role, stat, "bn_backward_weights")
         outs = {k: self._stat_out(stat, name, k) for k in ("dscale", "dbias", "eq_dy_scale", "eq_x_scale", "eq_bias")}
-        self._add_op(BNBackwardWeights(ins, outs, {"compute_dtype": self._compute(compute_dtype)}, name))
+        self.add_op(BNBackwardWeights(ins, outs, {"compute_dtype": self._compute(compute_dtype)}, name))
         return BNBackwardWeightsOutputs(*(outs[k] for k in BNBackwardWeightsOutputs._fields))

@@ -125,13 +125,13 @@ class PointwiseBuilders(Builder):
         ins = [x] + [self._own(v, n) for v, n in ((b, "b"), (t, "t")) if v is not None]
         shape = broadcast_shape(f"pointwise {mode.name}", ins)
         like = max(ins, key=lambda v: math.prod(v.shape))
-        out = self._virtual(shape, strides=like.strides if like.shape == shape else None, like=like,
+        out = self.virtual(shape, strides=like.strides if like.shape == shape else None, like=like,
                             name=name and f"{name}.y")
         p = {"mode": mode, "compute_dtype": self._compute(compute_dtype), **clean}
         if arity == "backward":
-            self._add_op(Pointwise({"dy": x, "x": ins[1]}, {"dx": out}, p, name))
+            self.add_op(Pointwise({"dy": x, "x": ins[1]}, {"dx": out}, p, name))
         else:
-            self._add_op(Pointwise(dict(zip(("x", "b", "t"), ins)), {"y": out}, p, name))
+            self.add_op(Pointwise(dict(zip(("x", "b", "t"), ins)), {"y": out}, p, name))
         return out
 
     def add(self, a, b, **kw):

@@ -61,6 +61,6 @@ class ReductionBuilders(Builder):
         if len(out_shape) != x.ndim or any(o not in (1, s) for o, s in zip(out_shape, x.shape)):
             raise InvalidValueError(f"reduction output shape {out_shape} must keep x's rank with dims 1 or x's "
                                     f"{x.shape}")
-        y = self._virtual(out_shape, name=name and f"{name}.y")
-        self._add_op(Reduction({"x": x}, {"y": y}, {"mode": op, "compute_dtype": self._compute(compute_dtype)}, name))
+        y = self.virtual(out_shape, name=name and f"{name}.y")
+        self.add_op(Reduction({"x": x}, {"y": y}, {"mode": op, "compute_dtype": self._compute(compute_dtype)}, name))
         return y

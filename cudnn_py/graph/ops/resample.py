@@ -119,10 +119,10 @@ class ResampleBuilders(Builder):
         out = resample_output_shape(x.shape, p["window"], p["stride"], p["padding"], p["post_padding"])
         if any(o <= 0 for o in out[2:]):
             raise InvalidValueError(f"resample: x {x.shape} with window {p['window']} gives output {out}")
-        outputs = {"y": self._virtual(out, like=x, name=name and f"{name}.y")}
+        outputs = {"y": self.virtual(out, like=x, name=name and f"{name}.y")}
         if index:
-            outputs["index"] = self._virtual(out, like=x, name=name and f"{name}.index").set_dtype("int8")
-        self._add_op(ResampleForward({"x": x}, outputs, p, name))
+            outputs["index"] = self.virtual(out, like=x, name=name and f"{name}.index").set_dtype("int8")
+        self.add_op(ResampleForward({"x": x}, outputs, p, name))
         return (outputs["y"], outputs["index"]) if index else outputs["y"]
 
     def resample_backward(self, dy, mode: str = "max", window=2, *, x=None, y=None, index=None, x_shape=None,
@@ -171,8 +171,8 @@ class ResampleBuilders(Builder):
             raise InvalidTypeError(f"resample_backward: index must be int8 (as resample(index=True) makes it), got "
                             f"{inputs['index'].dtype.name}")
         ref = inputs.get("x", dy)
-        dx = self._virtual(x_shape, like=ref, name=name and f"{name}.dx")
-        self._add_op(ResampleBackward(inputs, {"dx": dx}, p, name))
+        dx = self.virtual(x_shape, like=ref, name=name and f"{name}.dx")
+        self.add_op(ResampleBackward(inputs, {"dx": dx}, p, name))
         return dx
 
     def max_pool(self, x, window=2, stride=None, padding=0, **kw):

@@ -108,8 +108,8 @@ class ReshapeBuilders(Builder):
             raise GraphNotSupportedError(self.name, [f"reshape({x.describe()} strides {list(x.strides)})"], [], [(
                 f"cuDNN {_v(_loaded())} (loaded)", f"before cuDNN {_v(_RESHAPE_MODE_SINCE)} a reshape is a view of "
                 f"x's memory: x must be packed row-major")])
-        y = self._virtual(shape, name=name and f"{name}.y")
-        self._add_op(Reshape({"x": x}, {"y": y}, {"logical_mode": logical}, name))
+        y = self.virtual(shape, name=name and f"{name}.y")
+        self.add_op(Reshape({"x": x}, {"y": y}, {"logical_mode": logical}, name))
         return y
 
     def transpose(self, x, perm, *, name: str | None = None):
@@ -122,8 +122,8 @@ class ReshapeBuilders(Builder):
         if sorted(perm) != list(range(x.ndim)):
             raise InvalidValueError(f"perm {perm} is not a permutation of 0..{x.ndim - 1}")
         self._needs("OPERATION_TRANSPOSE", f"transpose({x.describe()}, perm={list(perm)})")
-        y = self._virtual(tuple(x.shape[a] for a in perm), name=name and f"{name}.y")
-        self._add_op(Transpose({"x": x}, {"y": y}, {"perm": perm}, name))
+        y = self.virtual(tuple(x.shape[a] for a in perm), name=name and f"{name}.y")
+        self.add_op(Transpose({"x": x}, {"y": y}, {"perm": perm}, name))
         return y
 
     def slice(self, x, slices, *, name: str | None = None):
@@ -155,8 +155,8 @@ class ReshapeBuilders(Builder):
             step.append(c)
         self._needs("OPERATION_SLICE", f"slice({x.describe()}, {start}:{limit}:{step})")
         shape = tuple(-(-(b - a) // c) for a, b, c in zip(start, limit, step))
-        y = self._virtual(shape, name=name and f"{name}.y")
-        self._add_op(Slice({"x": x}, {"y": y}, {"start": tuple(start), "limit": tuple(limit), "step": tuple(step)},
+        y = self.virtual(shape, name=name and f"{name}.y")
+        self.add_op(Slice({"x": x}, {"y": y}, {"start": tuple(start), "limit": tuple(limit), "step": tuple(step)},
                            name))
         return y
 
@@ -182,7 +182,7 @@ class ReshapeBuilders(Builder):
             inplace_index = self._axis(inplace_index, len(ts), "inplace_index")
         self._needs("OPERATION_CONCAT", f"concatenate(axis={ax})")
         shape = tuple(sum(t.shape[ax] for t in ts) if k == ax else n for k, n in enumerate(first.shape))
-        y = self._virtual(shape, like=first, name=name and f"{name}.y")
-        self._add_op(Concatenate({f"x{i}": t for i, t in enumerate(ts)}, {"y": y},
+        y = self.virtual(shape, like=first, name=name and f"{name}.y")
+        self.add_op(Concatenate({f"x{i}": t for i, t in enumerate(ts)}, {"y": y},
                                  {"axis": ax, "inplace_index": inplace_index}, name))
         return y

@@ -79,9 +79,9 @@ class RngBuilders(Builder):
         ins, fixed = self._seed_offset(seed, offset, len(shape))
         if like is not None:
             like = self._own(like, "like")
-        y = self._virtual(shape, strides=like.strides if like is not None and like.shape == shape else None,
+        y = self.virtual(shape, strides=like.strides if like is not None and like.shape == shape else None,
                           like=like, name=name and f"{name}.y")
-        self._add_op(Rng(ins, {"y": y}, {"distribution": "bernoulli", "probability": prob, "seed": fixed}, name))
+        self.add_op(Rng(ins, {"y": y}, {"distribution": "bernoulli", "probability": prob, "seed": fixed}, name))
         return y
 
     def dropout(self, x, p: float, *, seed=0, offset=None, name: str | None = None):

@@ -351,7 +351,7 @@ class SdpaBuilders(Builder):
         if rng_dump and params["dropout"] == 0:
             raise InvalidValueError(f"{what}: rng_dump needs dropout > 0")
         o_shape = (b, hq, sq, v.shape[3])
-        o = self._virtual(o_shape, strides=_strides_like(o_shape, q.strides), name=name and f"{name}.o")
+        o = self.virtual(o_shape, strides=_strides_like(o_shape, q.strides), name=name and f"{name}.o")
         o.set_dtype(q.dtype)
         outs = {"o": o}
         if rag:
@@ -360,15 +360,15 @@ class SdpaBuilders(Builder):
             raise InvalidValueError(f"{what}: ragged_offset_stats needs return_stats=True")
         if return_stats:
             st_shape = (b, hq, sq, 1)
-            st = self._virtual(st_shape, strides=_strides_like(st_shape, q.strides) if rag.get("stats") else None,
+            st = self.virtual(st_shape, strides=_strides_like(st_shape, q.strides) if rag.get("stats") else None,
                                name=name and f"{name}.stats")
             outs["stats"] = st.set_dtype("float32")
             if rag.get("stats") is not None:
                 st.set_ragged_offset(rag["stats"])
         if rng_dump:
-            outs["rng_dump"] = self._virtual((b, hq, sq, params["s_kv"]),
+            outs["rng_dump"] = self.virtual((b, hq, sq, params["s_kv"]),
                                              name=name and f"{name}.dropout_mask").set_dtype("float32")
-        self._add_op(SdpaForward(ins, outs, params, name))
+        self.add_op(SdpaForward(ins, outs, params, name))
         res = (o, outs.get("stats"))
         return res + (outs["rng_dump"],) if rng_dump else res
 
@@ -420,12 +420,12 @@ class SdpaBuilders(Builder):
             ins["one"] = self.scalar(1.0, "float32")
         outs = {}
         for n, t in (("dq", q), ("dk", k), ("dv", v)):
-            g = self._virtual(t.shape, strides=_strides_like(t.shape, t.strides), name=name and f"{name}.{n}")
+            g = self.virtual(t.shape, strides=_strides_like(t.shape, t.strides), name=name and f"{name}.{n}")
             outs[n] = g.set_dtype(q.dtype)
             if rag and t.ragged_offset is not None:
                 g.set_ragged_offset(t.ragged_offset)
         if dbias:
-            outs["dbias"] = self._virtual(ins["bias"].shape, name=name and f"{name}.dbias").set_dtype(
+            outs["dbias"] = self.virtual(ins["bias"].shape, name=name and f"{name}.dbias").set_dtype(
                 ins["bias"].dtype)
         outs["softmax_sum"] = self.tensor((b, hq, sq, 1), "float32", name=f"{what}.softmax_sum")
         if not dbias:
@@ -434,7 +434,7 @@ class SdpaBuilders(Builder):
                     f"before cuDNN {_vstr(_DQ_ACCUM_ANY_CONTENTS)} its float32 dQ accumulator must be zeroed before "
                     f"each call, which cudnn-py does not do; loaded {_vstr(_version())}"))])
             outs["dq_accum"] = self.tensor((b, hq, sq, d), "float32", name=f"{what}.dq_accum")
-        self._add_op(SdpaBackward(ins, outs, params, name or what))
+        self.add_op(SdpaBackward(ins, outs, params, name or what))
         res = (outs["dq"], outs["dk"], outs["dv"])
         return res + (outs["dbias"],) if dbias else res
 
@@ -454,7 +454,7 @@ class SdpaBuilders(Builder):
         return res
 
     def _fp8_amax(self, name, role):
-        return self._virtual((1, 1, 1, 1), name=name and f"{name}.{role}").set_dtype("float32")
+        return self.virtual((1, 1, 1, 1), name=name and f"{name}.{role}").set_dtype("float32")
 
     def sdpa_fp8(self, q: Tensor, k: Tensor, v: Tensor, options: SdpaOptions | None = None, *, descale_q: Tensor,
                  descale_k: Tensor, descale_v: Tensor, descale_s: Tensor, scale_s: Tensor, scale_o: Tensor,
@@ -484,12 +484,12 @@ class SdpaBuilders(Builder):
         q, v = ins["q"], ins["v"]
         b, hq, sq, _ = q.shape
         o_shape = (b, hq, sq, v.shape[3])
-        o = self._virtual(o_shape, strides=_strides_like(o_shape, q.strides), name=name and f"{name}.o")
+        o = self.virtual(o_shape, strides=_strides_like(o_shape, q.strides), name=name and f"{name}.o")
         outs = {"o": o.set_dtype(q.dtype), "amax_s": self._fp8_amax(name, "amax_s"),
                 "amax_o": self._fp8_amax(name, "amax_o")}
         if return_stats:
-            outs["stats"] = self._virtual((b, hq, sq, 1), name=name and f"{name}.stats").set_dtype("float32")
-        self._add_op(SdpaFp8Forward(ins, outs, params, name))
+            outs["stats"] = self.virtual((b, hq, sq, 1), name=name and f"{name}.stats").set_dtype("float32")
+        self.add_op(SdpaFp8Forward(ins, outs, params, name))
         return o, outs.get("stats"), outs["amax_s"], outs["amax_o"]
 
     def sdpa_fp8_backward(self, q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, stats: Tensor,
@@ -535,9 +535,9 @@ class SdpaBuilders(Builder):
         ins.update(self._fp8_scales(what, FP8_BACKWARD_SCALES, locals()))
         outs = {}
         for n, t in (("dq", q), ("dk", k), ("dv", v)):
-            g = self._virtual(t.shape, strides=_strides_like(t.shape, t.strides), name=name and f"{name}.{n}")
+            g = self.virtual(t.shape, strides=_strides_like(t.shape, t.strides), name=name and f"{name}.{n}")
             outs[n] = g.set_dtype(q.dtype)
         for n in ("amax_dq", "amax_dk", "amax_dv", "amax_dp"):
             outs[n] = self._fp8_amax(name, n)
-        self._add_op(SdpaFp8Backward(ins, outs, params, name or what))
+        self.add_op(SdpaFp8Backward(ins, outs, params, name or what))
         return tuple(outs[n] for n in ("dq", "dk", "dv", "amax_dq", "amax_dk", "amax_dv", "amax_dp"))
