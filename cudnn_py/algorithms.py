@@ -106,7 +106,8 @@ def algorithm_enum(direction: str) -> type[enum.IntEnum]:
     return _api(direction).algo_enum
 
 
-def _real_members(direction: str) -> list:
+def real_members(direction: str) -> list:
+    """The algorithms of a direction, without the enum's ``*_COUNT`` sentinel."""
     return [m for m in algorithm_enum(direction) if not m.name.endswith("_COUNT")]
 
 
@@ -115,7 +116,7 @@ def parse_algo(direction: str, algo: Any) -> enum.IntEnum:
 
     ``parse_algo("forward", "implicit_precomp_gemm")`` -> ``CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM``.
     """
-    members = _real_members(direction)
+    members = real_members(direction)
     if isinstance(algo, enum.IntEnum):
         if type(algo) is not algorithm_enum(direction):
             raise InvalidTypeError(f"{algo!r} is not a {direction} algorithm; expected a "
@@ -766,7 +767,7 @@ def measure_algorithms(handle, direction: str, a, a_ptr: int, b, b_ptr: int, con
     device and stream) and the workspace :func:`find_workspace` gets under ``limit``; descriptors in cuDNN's order."""
     from cudnn_py.memory import empty
     needs = []
-    for algo in _real_members(direction):
+    for algo in real_members(direction):
         try:
             needs.append(workspace_size(handle, direction, a, b, conv, c, algo))
         except CudnnError:  # unsupported here; Find will say so in its records

@@ -101,7 +101,7 @@ def test_every_supported_algorithm_matches_reference(handle, rng, case, directio
     x_d, w_d, dy_d = (to_device(_phys(a, layout), handle.stream) for a in (x, w, dy))
     tol = DTYPE_TOL[(dtype, math)]
     ran, skipped = [], []
-    for algo in alg._real_members(direction):
+    for algo in alg.real_members(direction):
         out = _poisoned(want.shape, dtype, layout, handle.stream)
         try:
             res = _run(handle, direction, conv, x_d, w_d, dy_d, out, algo)
@@ -347,7 +347,7 @@ def test_workspace_cap_below_need(handle, rng):
     conv = cv.Convolution(**kw)
     x_d, w_d = to_device(x), to_device(w)
     need = {}
-    for algo in alg._real_members("forward"):
+    for algo in alg.real_members("forward"):
         try:
             need[algo] = cv.convolution_workspace_size(handle, conv, x_d, w_d, algo=algo)
         except CudnnError:

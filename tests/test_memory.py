@@ -196,7 +196,7 @@ class _FakeStream:
 def test_dlpack_export_orders_the_consumer_stream_after_the_array_stream(monkeypatch, consumer, waits):
     monkeypatch.setattr(M, "cuda_core", lambda: types.SimpleNamespace(Stream=_FakeStream))
     monkeypatch.setattr(_FakeStream, "waits", [])
-    a = DeviceArray._new(FAKE, (2,), np.dtype(np.float32), (1,), 0, None, _FakeStream(0x5000), True)
+    a = DeviceArray.from_parts(FAKE, (2,), np.dtype(np.float32), (1,), 0, None, _FakeStream(0x5000), True)
     cap = a.__dlpack__(stream=consumer)
     assert _FakeStream.waits == waits
     del cap

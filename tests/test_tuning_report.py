@@ -86,18 +86,18 @@ def test_a_configuration_that_disagrees_is_never_picked(problems):
 def test_agreement_marks_the_configurations_that_differ_from_the_median():
     import numpy as np
 
-    from cudnn_py.tuning.sweep import _agreement
+    from cudnn_py.tuning.sweep import agreement
     rng = np.random.default_rng(0)
     good = rng.standard_normal(1000).astype(np.float32)
     samples = {f"eng{i}": [good + rng.standard_normal(1000).astype(np.float32) * 1e-4, good[:10]] for i in range(4)}
     samples["eng7"] = [rng.standard_normal(1000).astype(np.float32), good[:10]]           # garbage
     samples["eng8"] = [good.copy(), np.full(10, np.nan, np.float32)]                      # one output unwritten
     rows = {t: {} for t in samples}
-    _agreement(samples, rows, "float16")
+    agreement(samples, rows, "float16")
     assert [t for t in rows if not rows[t]["agrees"]] == ["eng7", "eng8"]
     assert rows["eng0"]["diff"] < 1e-3 and rows["eng8"]["diff"] == 1e300 and json.dumps(rows)
     lone = {"eng1": {}}
-    _agreement({"eng1": [np.full(4, np.nan, np.float32)]}, lone, "float32")
+    agreement({"eng1": [np.full(4, np.nan, np.float32)]}, lone, "float32")
     assert lone["eng1"]["agrees"] is False
 
 

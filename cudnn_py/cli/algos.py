@@ -330,7 +330,7 @@ def sweep(cfg: Config, directions: Sequence[str], maths: Sequence[str], repeats:
         for d in directions:
             refs[d] = _reference(d, cfg, x64, w64, dy64)
     rows: list[Row] = []
-    total = len(maths) * sum(len(alg._real_members(d)) for d in directions)
+    total = len(maths) * sum(len(alg.real_members(d)) for d in directions)
     done = 0
     try:
         handle = Handle(device)
@@ -354,7 +354,7 @@ def sweep(cfg: Config, directions: Sequence[str], maths: Sequence[str], repeats:
                 reason_all = str(e)
             else:
                 reason_all = ""
-            for algo in alg._real_members(direction):
+            for algo in alg.real_members(direction):
                 done += 1
                 if progress:
                     progress(f"[{done}/{total}] {direction} {math} {algo.name.split('_ALGO_')[1]}")

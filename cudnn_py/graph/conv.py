@@ -18,7 +18,7 @@ from cudnn_py.args import float_arg, ints, shape_arg
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.memory import DeviceArray, as_array
-from cudnn_py.ops.convolution import logical, physical, unit_height
+from cudnn_py.conv_layout import logical, physical, unit_height
 
 from .execute import Executor
 from .graph import Graph, packed_strides

@@ -43,6 +43,7 @@ from cudnn_py import args, capi
 from cudnn_py import descriptors as _d
 from cudnn_py._deprecation import alias, renamed_kwargs, warn
 from cudnn_py.args import DIM_MAX, INT32_MAX, dims, enum_member, int_arg, ints, spatial_ndim
+from cudnn_py.conv_layout import logical, packed_strides, physical, unit_height
 from cudnn_py.descriptors import Descriptor, FilterDescriptor, TensorDescriptor, c_ints, legacy_dtype, read_back
 from cudnn_py.dtypes import as_numpy_dtype, cudnn_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
@@ -355,45 +356,6 @@ class Convolution:
 
 
 # ---------------------------------------------------------------- layouts and shapes
-
-def _perm(ndim: int, layout: str):
-    """For each logical axis (N, C, *spatial), its position in the given array (None: same order)."""
-    return None if layout == "NCHW" else (0, ndim - 1) + tuple(range(1, ndim - 1))
-
-
-def logical(shape, strides, layout: str) -> tuple[tuple, Any]:
-    """(shape, strides) of an array given in ``layout`` in logical ``N, C, *spatial`` order (strides may be None)."""
-    p = _perm(len(shape), layout)
-    if p is None:
-        return tuple(shape), None if strides is None else tuple(strides)
-    return tuple(shape[i] for i in p), None if strides is None else tuple(strides[i] for i in p)
-
-
-def physical(shape, layout: str) -> tuple:
-    """A logical ``N, C, *spatial`` shape (or strides) in the order arrays of ``layout`` are given in."""
-    p = _perm(len(shape), layout)
-    if p is None:
-        return tuple(shape)
-    out = [0] * len(shape)
-    for logical_axis, given_axis in enumerate(p):
-        out[given_axis] = shape[logical_axis]
-    return tuple(out)
-
-
-def packed_strides(shape, channels_last: bool) -> tuple[int, ...]:
-    """Packed strides (elements) of a logical N, C, *spatial shape in NCHW or NHWC memory order."""
-    order = ([0] + list(range(2, len(shape))) + [1]) if channels_last else list(range(len(shape)))
-    strides, acc = [0] * len(shape), 1
-    for ax in reversed(order):
-        strides[ax] = acc
-        acc *= shape[ax]
-    return tuple(strides)
-
-
-def unit_height(shape, strides) -> tuple[tuple, tuple]:
-    """1-D -> 2-D: a unit height in front of the length (logical shape and strides)."""
-    return shape[:2] + (1,) + shape[2:], strides[:2] + (strides[2] * shape[2],) + strides[2:]
-
 
 def _out_logical(conv: Convolution, xs, ws):
     if len(xs) != len(ws) or not 3 <= len(xs) <= 5:

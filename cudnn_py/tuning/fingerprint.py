@@ -37,8 +37,8 @@ def cudnn_version_text(version: int | tuple | None = None) -> str:
     library; ``"none"`` when no library can be loaded."""
     if version is None:
         try:
-            from cudnn_py import version as loaded
-            version = loaded()
+            from cudnn_py._loader import library
+            version = library().version
         except Exception:  # noqa: BLE001 - no libcudnn here: the fingerprint says so
             return "none"
     if isinstance(version, int):

@@ -36,10 +36,10 @@ def measure_legacy(p: Problem, h, settings, progress: Callable[[str], None] | No
     from cudnn_py.ops import conv_calls as cv
     from cudnn_py.streams import timer
 
-    from .sweep import _agreement, _np_dtype, _sample
+    from .sweep import agreement, np_dtype, sample
     if not isinstance(p.op, Conv):
         raise TypeError(f"the legacy sweep takes convolutions, not {p.kind}")
-    op, direction, dt = p.op, DIRECTION[p.pass_], _np_dtype(p.dtype)
+    op, direction, dt = p.op, DIRECTION[p.pass_], np_dtype(p.dtype)
     stored = asdict(settings)
     stored["modes"] = list(settings.modes)
     rec: dict = {"key": p.key, "op": p.kind, "pass": p.pass_, "dtype": p.dtype, "settings": stored, "api": "legacy",
@@ -72,7 +72,7 @@ def measure_legacy(p: Problem, h, settings, progress: Callable[[str], None] | No
 
     samples: dict[str, list[np.ndarray]] = {}
     rows: dict[str, dict] = {}
-    members = alg._real_members(direction)
+    members = alg.real_members(direction)
     for i, algo in enumerate(members):
         tag = algo.name.split("_ALGO_")[1]
         if progress:
@@ -89,7 +89,7 @@ def measure_legacy(p: Problem, h, settings, progress: Callable[[str], None] | No
             row["workspace"] = cv.convolution_workspace_size(h, conv, x, w, y, algo=algo, direction=direction)
             out.fill_(float("nan"))
             call(algo)
-            got = _sample({out_name: out}, h.stream)
+            got = sample({out_name: out}, h.stream)
             for _ in range(settings.warmup):
                 call(algo)
             times = []
@@ -104,5 +104,5 @@ def measure_legacy(p: Problem, h, settings, progress: Callable[[str], None] | No
         if math.isfinite(ms) and ms >= 0:
             row["ok"], row["ms"] = True, ms
             samples[tag], rows[tag] = got, row
-    _agreement(samples, rows, p.dtype)
+    agreement(samples, rows, p.dtype)
     return rec

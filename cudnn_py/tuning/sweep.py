@@ -57,7 +57,8 @@ def covers(rec: dict, settings: Settings) -> bool:
             and (got.get("runtime_compilation") is True or not settings.runtime_compilation))
 
 
-def _np_dtype(name: str) -> np.dtype:
+def np_dtype(name: str) -> np.dtype:
+    """The NumPy dtype of a dtype name (``bfloat16`` through ml_dtypes)."""
     if name == "bfloat16":
         import ml_dtypes
         return np.dtype(ml_dtypes.bfloat16)
@@ -83,7 +84,7 @@ def build_graph(p: Problem):
     (N * groups, C / groups * H * W); attention as cuDNN's SDPA forward and backward.
     """
     import cudnn_py.graph as G
-    op, dt = p.op, _np_dtype(p.dtype)
+    op, dt = p.op, np_dtype(p.dtype)
     g = G.Graph(io_dtype=dt, compute_dtype="float32", name=p.key.split("|")[0])
     if isinstance(op, Conv):
         layout = "NHWC" if p.layout == "NHWC" else None
@@ -188,7 +189,7 @@ AGREEMENT = {"float32": 1e-2, "float16": 5e-2, "bfloat16": 5e-2}
 _SAMPLE = 1 << 18
 
 
-def _sample(outputs: dict, stream) -> list[np.ndarray]:
+def sample(outputs: dict, stream) -> list[np.ndarray]:
     """Three contiguous runs (start, middle, end: a last partial tile is where engines go wrong) of each output,
     :data:`_SAMPLE` values in all, copied to the host as float32."""
     from cudnn_py.memory import DeviceArray
@@ -202,7 +203,7 @@ def _sample(outputs: dict, stream) -> list[np.ndarray]:
     return out
 
 
-def _agreement(samples: dict[str, list[np.ndarray]], rows: dict[str, dict], dtype: str) -> None:
+def agreement(samples: dict[str, list[np.ndarray]], rows: dict[str, dict], dtype: str) -> None:
     """Each configuration's largest relative difference from the element-wise median of all of them ('diff') and
     whether it is within :data:`AGREEMENT` ('agrees'): a minority of wrong configurations cannot hide."""
     if not samples:
@@ -276,7 +277,7 @@ def measure(p: Problem, h, settings: Settings = Settings(), progress: Callable[[
             for buf in outputs.values():
                 buf.fill_(float("nan") if buf.dtype.kind == "f" or buf.dtype.name == "bfloat16" else 0)
             plan.execute(h, pack)
-            got = _sample(outputs, h.stream)
+            got = sample(outputs, h.stream)
             ms = G.time_plan(plan, h, pack, warmup=settings.warmup, iters=settings.repeats)
         except (CudnnPyError, MemoryError) as e:
             row["reason"] = " ".join(str(e).split())[:300]
@@ -287,7 +288,7 @@ def measure(p: Problem, h, settings: Settings = Settings(), progress: Callable[[
             else:
                 row["reason"] = f"timing gave {ms!r}"
         rec["configs"].append(row)
-    _agreement(samples, rows, p.dtype)
+    agreement(samples, rows, p.dtype)
     return rec
 
 

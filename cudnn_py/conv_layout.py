@@ -1,0 +1,47 @@
+"""Convolution layouts: arrays are given in NCHW (``N, C, *spatial``) or channels-last (``N, *spatial, C``) order;
+cuDNN's descriptors take the logical ``N, C, *spatial`` order with the strides saying where each axis lives.
+Shared by the legacy calls (:mod:`cudnn_py.ops.convolution`) and the graph ones (:mod:`cudnn_py.graph.conv`)."""
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["logical", "physical", "packed_strides", "unit_height"]
+
+
+def _perm(ndim: int, layout: str):
+    """For each logical axis (N, C, *spatial), its position in the given array (None: same order)."""
+    return None if layout == "NCHW" else (0, ndim - 1) + tuple(range(1, ndim - 1))
+
+
+def logical(shape, strides, layout: str) -> tuple[tuple, Any]:
+    """(shape, strides) of an array given in ``layout`` in logical ``N, C, *spatial`` order (strides may be None)."""
+    p = _perm(len(shape), layout)
+    if p is None:
+        return tuple(shape), None if strides is None else tuple(strides)
+    return tuple(shape[i] for i in p), None if strides is None else tuple(strides[i] for i in p)
+
+
+def physical(shape, layout: str) -> tuple:
+    """A logical ``N, C, *spatial`` shape (or strides) in the order arrays of ``layout`` are given in."""
+    p = _perm(len(shape), layout)
+    if p is None:
+        return tuple(shape)
+    out = [0] * len(shape)
+    for logical_axis, given_axis in enumerate(p):
+        out[given_axis] = shape[logical_axis]
+    return tuple(out)
+
+
+def packed_strides(shape, channels_last: bool) -> tuple[int, ...]:
+    """Packed strides (elements) of a logical N, C, *spatial shape in NCHW or NHWC memory order."""
+    order = ([0] + list(range(2, len(shape))) + [1]) if channels_last else list(range(len(shape)))
+    strides, acc = [0] * len(shape), 1
+    for ax in reversed(order):
+        strides[ax] = acc
+        acc *= shape[ax]
+    return tuple(strides)
+
+
+def unit_height(shape, strides) -> tuple[tuple, tuple]:
+    """1-D -> 2-D: a unit height in front of the length (logical shape and strides)."""
+    return shape[:2] + (1,) + shape[2:], strides[:2] + (strides[2] * shape[2],) + strides[2:]
