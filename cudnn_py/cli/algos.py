@@ -216,7 +216,7 @@ def _pads(padding, nd):
     return tuple(p if isinstance(p, tuple) else (p, p) for p in padding)
 
 
-def _reference(direction: str, cfg: Config, x, w, dy):
+def reference(direction: str, cfg: Config, x, w, dy):
     """float64 result of one direction, by a loop over kernel offsets (channels contracted with tensordot)."""
     nd, g = cfg.nd, cfg.groups
     pads = _pads(cfg.padding, nd)
@@ -328,7 +328,7 @@ def sweep(cfg: Config, directions: Sequence[str], maths: Sequence[str], repeats:
     if check:
         x64, w64, dy64 = (a.astype(np.float64) for a in (x_h, w_h, dy_h))
         for d in directions:
-            refs[d] = _reference(d, cfg, x64, w64, dy64)
+            refs[d] = reference(d, cfg, x64, w64, dy64)
     rows: list[Row] = []
     total = len(maths) * sum(len(alg.real_members(d)) for d in directions)
     done = 0
