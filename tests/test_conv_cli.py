@@ -89,7 +89,7 @@ def test_cli_reference_matches_test_reference(rng, direction, mode, xs, ws, pad,
     want = {"forward": lambda: ref.conv_forward(x, w, **rk),
             "backward_data": lambda: ref.conv_backward_data(dy, w, xs, **rk),
             "backward_filter": lambda: ref.conv_backward_filter(x, dy, ws, **rk)}[direction]()
-    np.testing.assert_allclose(algos._reference(direction, cfg, x, w, dy), want, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(algos.reference(direction, cfg, x, w, dy), want, rtol=1e-12, atol=1e-12)
 
 
 def test_writers(tmp_path):
