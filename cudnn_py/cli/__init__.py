@@ -8,7 +8,7 @@ import os
 import sys
 
 #: command name -> module under cudnn_py.cli
-COMMANDS = {"info": "info", "algos": "algos"}
+COMMANDS = {"info": "info", "algos": "algos_command"}
 
 
 def _prog() -> str:

@@ -87,7 +87,8 @@ def _choice_list(allowed, aliases=None):
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register ``algos`` and its flags.
+    """Register ``algos`` and the convolution sweep's flags (:mod:`cudnn_py.cli.algos_command` adds the graph and
+    model sweeps' flags).
 
     :param subparsers: the subparsers of the top-level parser.
     :returns: the ``algos`` parser.
@@ -127,10 +128,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     out.add_argument("--json", metavar="PATH", help="also write the configuration and rows as JSON")
     out.add_argument("--plot", metavar="PNG", help="bar chart of the times (needs matplotlib: cudnn-py[plot])")
     out.add_argument("--quiet", action="store_true", help="no progress on stderr")
-    from .algos_graph import add_arguments
-    add_arguments(p)
-    from .models import add_arguments as add_model_arguments
-    add_model_arguments(p)
     return p
 
 
@@ -478,12 +475,6 @@ def run(args: argparse.Namespace) -> int:
     :param args: the parsed ``algos`` arguments.
     :returns: the exit status (0).
     """
-    from . import models
-    if models.wanted(args):
-        return models.run(args)
-    if getattr(args, "graph", None):
-        from .algos_graph import run as run_graph
-        return run_graph(args)
     if args.list_presets:
         for name, (c, h, w, k, r, s, pad, stride) in sorted(PRESETS.items()):
             print(f"{name:<28} x=N,{c},{h},{w}  w={k},{c},{r},{s}  pad={pad} stride={stride}")
