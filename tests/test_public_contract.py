@@ -376,7 +376,7 @@ def test_engine_is_one_option_with_auto_the_default():
 #: parameters that hold one value per batch entry
 PER_BATCH_EXEMPT = {("sdpa", "seq_len_q"), ("sdpa", "seq_len_kv"), ("sdpa_backward", "seq_len_q"),
                     ("sdpa_backward", "seq_len_kv"), ("Sdpa", "seq_len_q"), ("Sdpa", "seq_len_kv")}
-# ^ ops/sdpa.py (helper A's file): its per-batch lengths are still spelled seq_len_q / seq_len_kv
+# ^ ops/sdpa.py: its per-batch lengths are still spelled seq_len_q / seq_len_kv
 MEMORY_FORMATS = {None, "NCHW", "NHWC", "NCHW_VECT_C", "NCDHW", "NDHWC"}
 
 

@@ -86,7 +86,7 @@ def test_a_configuration_that_disagrees_is_never_picked(problems):
 def test_agreement_marks_the_configurations_that_differ_from_the_median():
     import numpy as np
 
-    from cudnn_py.tuning.sweep import agreement
+    from cudnn_py.tuning.compare import agreement
     rng = np.random.default_rng(0)
     good = rng.standard_normal(1000).astype(np.float32)
     samples = {f"eng{i}": [good + rng.standard_normal(1000).astype(np.float32) * 1e-4, good[:10]] for i in range(4)}

@@ -36,7 +36,7 @@ def measure_legacy(p: Problem, h, settings, progress: Callable[[str], None] | No
     from cudnn_py.ops import conv_calls as cv
     from cudnn_py.streams import timer
 
-    from .sweep import agreement, np_dtype, sample
+    from .compare import agreement, np_dtype, sample
     if not isinstance(p.op, Conv):
         raise TypeError(f"the legacy sweep takes convolutions, not {p.kind}")
     op, direction, dt = p.op, DIRECTION[p.pass_], np_dtype(p.dtype)
