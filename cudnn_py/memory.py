@@ -23,8 +23,6 @@ synchronise) until work on another stream that reads it has finished.
 """
 from __future__ import annotations
 
-import ctypes
-import functools
 import math
 import sys
 from collections.abc import Sequence
@@ -34,17 +32,18 @@ from typing import TYPE_CHECKING, Any, Protocol, Union, cast
 import numpy as np
 import numpy.typing as npt
 
-from cudnn_py.dtypes import SUPPORTED_DTYPES, as_numpy_dtype
+from cudnn_py.dlpack import KDL_CUDA, KDL_CUDA_MANAGED, capsule
+from cudnn_py.dtypes import SUPPORTED_DTYPES
 from cudnn_py.errors import CudnnPyError, InvalidTypeError, InvalidValueError, check_cuda as _check, cuda_error_from
 from cudnn_py.streams import StreamLike, as_stream, cuda_core, get_device
+from cudnn_py.strided import (MAX_BYTES, array_dtype, c_strides, check_extent, is_c_contiguous, non_overlapping,
+                               normalize_shape)
 
 if TYPE_CHECKING:
     from cuda.core import Device, Stream
 
 __all__ = ["DeviceArray", "DeviceArrayLike", "Shape", "to_device", "empty", "empty_like", "zeros", "as_array",
            "output_array", "array_signature"]
-
-_KDL_CPU, _KDL_CUDA, _KDL_CUDA_HOST, _KDL_CUDA_MANAGED = 1, 2, 3, 13
 
 
 class _DLPackTensor(Protocol):
@@ -110,185 +109,6 @@ class on_device:  # noqa: N801 - used as a with-statement, like a function
             _check(_drv().cuCtxPopCurrent(), "cuCtxPopCurrent")
 
 
-@functools.lru_cache(maxsize=4096)
-def c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
-    """Packed (C-order) element strides of ``shape``."""
-    strides, acc = [], 1
-    for n in reversed(shape):
-        strides.append(acc)
-        acc *= max(n, 1)
-    return tuple(reversed(strides))
-
-
-def is_c_contiguous(shape, strides) -> bool:
-    """Whether element ``strides`` lay ``shape`` out packed in row-major order (unit dims' strides ignored)."""
-    if 0 in shape:
-        return True
-    acc = 1
-    for n, s in zip(reversed(shape), reversed(strides)):
-        if n != 1 and s != acc:
-            return False
-        acc *= n
-    return True
-
-
-def _normalize_shape(shape, what: str = "shape") -> tuple[int, ...]:
-    if type(shape) is tuple:  # fast path: a tuple of non-negative Python ints
-        for n in shape:
-            if type(n) is not int or n < 0:
-                break
-        else:
-            return shape
-    if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
-        shape = (shape,)
-    try:
-        out = tuple(int(n) for n in shape)
-        ok = all(isinstance(n, (int, np.integer)) and not isinstance(n, bool) for n in shape)
-    except TypeError:
-        ok = False
-    if not ok:
-        raise InvalidTypeError(f"{what} must be an int or a sequence of ints, got {shape!r}")
-    if any(n < 0 for n in out):
-        raise InvalidValueError(f"{what} must not have negative dimensions, got {out}")
-    return out
-
-
-_SUPPORTED = frozenset(SUPPORTED_DTYPES)
-#: the largest byte count (and byte offset) an array may span: what a signed 64-bit size can hold
-_MAX_BYTES = 2 ** 63 - 1
-
-
-def _check_extent(ptr: int, shape: tuple[int, ...], strides: tuple[int, ...], dtype: np.dtype, what: str) -> None:
-    """Refuse an array whose size in bytes, or whose addressed bytes from ``ptr``, do not fit in 64 bits (a NULL
-    ``ptr`` only for an empty array): size_t arithmetic in the driver and in cuDNN would wrap."""
-    size = math.prod(shape)
-    if size * dtype.itemsize > _MAX_BYTES:
-        raise InvalidValueError(f"{what} of shape {shape} and dtype {dtype} would hold {size * dtype.itemsize} "
-                                f"bytes; at most 2**63 - 1 can be addressed")
-    if size == 0:
-        return
-    if ptr == 0:
-        raise InvalidValueError(f"{what}: the data pointer is NULL for a non-empty array of shape {shape}")
-    lo = sum((n - 1) * s for n, s in zip(shape, strides) if s < 0) * dtype.itemsize
-    hi = sum((n - 1) * s for n, s in zip(shape, strides) if s > 0) * dtype.itemsize + dtype.itemsize
-    if ptr + lo < 0 or ptr + hi > 2 ** 64 or hi - lo > _MAX_BYTES:
-        raise InvalidValueError(f"{what}: shape {shape} with strides {strides} (elements) from address {ptr:#x} "
-                                f"addresses bytes outside the 64-bit address space")
-
-
-def _numpy_dtype(dtype) -> np.dtype:
-    if type(dtype) is not type and dtype in _SUPPORTED:  # an np.dtype already (a type never hashes equal)
-        return dtype
-    if dtype is None:  # np.dtype(None) is float64: not what a caller who passed nothing means
-        raise InvalidTypeError("dtype None is not a dtype; expected one of: "
-                               "" + ", ".join(x.name for x in SUPPORTED_DTYPES))
-    try:
-        d = as_numpy_dtype(dtype)
-    except TypeError as e:
-        raise InvalidTypeError(f"{dtype!r} is not a dtype") from e
-    if d not in _SUPPORTED:
-        names = ", ".join(x.name for x in SUPPORTED_DTYPES)
-        raise InvalidTypeError(f"dtype {d} is not supported by cuDNN; expected one of: {names}")
-    return d
-
-
-# --- DLPack export (DLPack 0.8 "dltensor" capsules, built with ctypes) -------------------------------
-
-class _DLDevice(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
-
-
-class _DLDataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
-
-
-class _DLTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
-                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
-                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
-
-
-class _DLManagedTensor(ctypes.Structure):
-    pass
-
-
-_DLDeleter = ctypes.CFUNCTYPE(None, ctypes.POINTER(_DLManagedTensor))
-_DLManagedTensor._fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", _DLDeleter)]
-
-# Exported tensors stay alive (struct, shape/strides storage, owner) until their deleter runs.
-_EXPORTS: dict[int, tuple] = {}
-_CAPSULE_NAME = b"dltensor"
-_DL_CODES = {"bfloat16": 4, "float8_e4m3fn": 10, "float8_e5m2": 12, "float8_e8m0fnu": 14}
-_DL_KIND = {"i": 0, "u": 1, "f": 2, "b": 6}
-
-
-@_DLDeleter
-def _dl_deleter(managed):
-    _EXPORTS.pop(ctypes.addressof(managed.contents), None)
-
-
-_capsule_new = ctypes.pythonapi.PyCapsule_New
-_capsule_new.restype, _capsule_new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
-_capsule_is_valid = ctypes.pythonapi.PyCapsule_IsValid
-_capsule_is_valid.restype, _capsule_is_valid.argtypes = ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p]
-_capsule_get = ctypes.pythonapi.PyCapsule_GetPointer
-_capsule_get.restype, _capsule_get.argtypes = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_char_p]
-
-
-_err_fetch = ctypes.pythonapi.PyErr_Fetch
-_err_fetch.restype = None  # argtypes stay unset: checking arguments would trip on the pending error
-_err_restore = ctypes.pythonapi.PyErr_Restore
-_err_restore.restype, _err_restore.argtypes = None, [ctypes.c_void_p] * 3
-_SAVED = (ctypes.c_void_p * 3)()
-_SAVED_REFS = tuple(ctypes.byref(_SAVED, i * ctypes.sizeof(ctypes.c_void_p)) for i in range(3))
-
-
-@ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-def _capsule_destructor(capsule):
-    # A capsule nobody consumed still owns its tensor; a consumed one was renamed "used_dltensor".
-    # A consumer may drop the capsule while raising: no Python code (this callback included) can run with
-    # that exception pending, so it is set aside while the tensor is freed. Restoring it from ctypes makes
-    # ctypes print it as unraisable, and the consumer then fails with a SystemError instead; handing it back
-    # intact would take a destructor written in C.
-    _err_fetch(*_SAVED_REFS)
-    try:
-        if _capsule_is_valid(capsule, _CAPSULE_NAME):
-            _EXPORTS.pop(_capsule_get(capsule, _CAPSULE_NAME), None)
-    finally:
-        _err_restore(*_SAVED)
-
-
-def _dl_dtype(dtype: np.dtype) -> tuple[int, int]:
-    code = _DL_CODES.get(dtype.name, _DL_KIND.get(dtype.kind))
-    if code is None:
-        raise BufferError(f"dtype {dtype} cannot be exported through DLPack")
-    return code, dtype.itemsize * 8
-
-
-def _dlpack_capsule(ptr: int, shape: tuple, strides: tuple, dtype: np.dtype,
-                    device: tuple[int, int], owner: Any) -> Any:
-    """A DLPack 0.8 capsule for a strided view of memory at ``ptr``; ``owner`` is kept alive until it is released."""
-    code, bits = _dl_dtype(dtype)
-    ndim = len(shape)
-    dims = (ctypes.c_int64 * max(2 * ndim, 1))(*shape, *strides)
-    managed = _DLManagedTensor()
-    t = managed.dl_tensor
-    t.data = ptr or None
-    t.device = _DLDevice(*device)
-    t.ndim = ndim
-    t.dtype = _DLDataType(code, bits, 1)
-    t.shape = ctypes.cast(dims, ctypes.POINTER(ctypes.c_int64))
-    t.strides = ctypes.cast(ctypes.byref(dims, 8 * ndim), ctypes.POINTER(ctypes.c_int64))
-    managed.deleter = _dl_deleter
-    address = ctypes.addressof(managed)
-    _EXPORTS[address] = (managed, dims, owner)
-    try:
-        return _capsule_new(address, _CAPSULE_NAME, ctypes.cast(_capsule_destructor, ctypes.c_void_p))
-    except BaseException:
-        _EXPORTS.pop(address, None)
-        raise
-
-
 # --- DeviceArray -------------------------------------------------------------------------------------
 
 class DeviceArray:
@@ -313,8 +133,8 @@ class DeviceArray:
 
     def __init__(self, ptr: int, shape: Shape, dtype: npt.DTypeLike, strides: Sequence[int] | None = None, *,
                  device_id: int = 0, owner: Any = None, stream: StreamLike = None):
-        shape = _normalize_shape(shape)
-        dtype = _numpy_dtype(dtype)
+        shape = normalize_shape(shape)
+        dtype = array_dtype(dtype)
         if strides is None:
             strides = c_strides(shape)
         else:
@@ -328,7 +148,7 @@ class DeviceArray:
             raise InvalidTypeError(f"ptr must be a device address as a non-negative int, got {ptr!r}")
         if not isinstance(device_id, (int, np.integer)) or isinstance(device_id, bool) or device_id < 0:
             raise InvalidTypeError(f"device_id must be a device ordinal (an int >= 0), got {device_id!r}")
-        _check_extent(int(ptr), shape, strides, dtype, "DeviceArray")
+        check_extent(int(ptr), shape, strides, dtype, "DeviceArray")
         self._init(int(ptr), shape, dtype, strides, int(device_id), owner,
                    None if stream is None else as_stream(stream, device_id))
 
@@ -498,7 +318,7 @@ class DeviceArray:
             if known == 0 or self.size % known:
                 raise InvalidValueError(f"reshape: cannot reshape an array of size {self.size} into {shape}")
             shape = tuple(self.size // known if n == -1 else n for n in shape)
-        shape = _normalize_shape(shape, "reshape: the new shape")
+        shape = normalize_shape(shape, "reshape: the new shape")
         if math.prod(shape) != self.size:
             raise InvalidValueError(f"reshape: cannot reshape an array of size {self.size} into {shape}")
         self._require_contiguous("reshape")
@@ -522,7 +342,7 @@ class DeviceArray:
         }
 
     def __dlpack_device__(self) -> tuple[int, int]:
-        return (_KDL_CUDA, self.device_id)
+        return (KDL_CUDA, self.device_id)
 
     def __dlpack__(self, *, stream: int | None = None, max_version: tuple[int, int] | None = None,
                    dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> Any:
@@ -538,7 +358,7 @@ class DeviceArray:
             stream = 1 if stream is None else stream  # the DLPack spec: None means the legacy default stream
             if int(self._stream.handle) != stream:
                 cuda_core().Stream.from_handle(stream).wait(self._stream.record())
-        return _dlpack_capsule(self.ptr, self.shape, self.strides, self.dtype, self.__dlpack_device__(), self)
+        return capsule(self.ptr, self.shape, self.strides, self.dtype, self.__dlpack_device__(), self)
 
 
 # --- constructors ------------------------------------------------------------------------------------
@@ -550,10 +370,10 @@ DeviceArrayLike = Union[DeviceArray, _DLPackTensor, _CudaArrayInterface]
 
 
 def _allocate(shape: Shape, dtype: npt.DTypeLike, stream: StreamLike, device: int | Device | None) -> DeviceArray:
-    shape = _normalize_shape(shape)
-    dtype = _numpy_dtype(dtype)
+    shape = normalize_shape(shape)
+    dtype = array_dtype(dtype)
     nbytes = math.prod(shape) * dtype.itemsize
-    if nbytes > _MAX_BYTES:  # before any driver call: cuda.core would fail converting it to a size_t
+    if nbytes > MAX_BYTES:  # before any driver call: cuda.core would fail converting it to a size_t
         raise InvalidValueError(f"an array of shape {shape} and dtype {dtype} would take {nbytes} bytes; at most "
                                 f"2**63 - 1 can be addressed")
     dev = get_device(device)
@@ -644,7 +464,7 @@ def to_device(obj: npt.ArrayLike | DeviceArrayLike, stream: StreamLike = None, *
     :raises NoDeviceError: where no GPU can be used.
     """
     if dtype is not None:
-        dtype = _numpy_dtype(dtype)  # the short names ("fp16", "bf16") too, which NumPy does not know
+        dtype = array_dtype(dtype)  # the short names ("fp16", "bf16") too, which NumPy does not know
     if _is_device_like(obj):
         return as_array(cast(DeviceArrayLike, obj), "obj", dtype=dtype, device=device, stream=stream)
     host = np.ascontiguousarray(obj, dtype=dtype)
@@ -668,7 +488,7 @@ def _is_device_like(obj) -> bool:
     if dev is None:
         return False
     try:
-        return dev()[0] in (_KDL_CUDA, _KDL_CUDA_MANAGED)
+        return dev()[0] in (KDL_CUDA, KDL_CUDA_MANAGED)
     except Exception:
         return False
 
@@ -678,17 +498,6 @@ def _host_error(obj, name: str) -> InvalidTypeError:
         f"{name} is a {type(obj).__module__}.{type(obj).__name__} in host memory, but cuDNN needs device memory; "
         f"copy it with cudnn_py.to_device({name}) (or pass a GPU tensor, e.g. torch's {name}.cuda())"
     )
-
-
-def non_overlapping(shape: Sequence[int], strides: Sequence[int]) -> bool:
-    """Whether no two indices of ``shape`` reach the same element through non-negative ``strides``: taken in
-    increasing stride order, each dimension (size 1 ignored) steps past everything the smaller ones reach."""
-    reach = 0
-    for s, n in sorted((s, n) for n, s in zip(shape, strides) if n > 1):
-        if s <= reach:
-            return False
-        reach += (n - 1) * s
-    return True
 
 
 def _check_cai(obj, name: str) -> None:
@@ -733,7 +542,7 @@ def _check_cai(obj, name: str) -> None:
         if not non_overlapping(shape, strides):
             raise InvalidValueError(f"{name}: __cuda_array_interface__ strides {tuple(cai['strides'])} (bytes) make "
                                     f"elements of shape {tuple(shape)} overlap")
-    _check_extent(data[0], tuple(shape), tuple(strides), dtype, name)
+    check_extent(data[0], tuple(shape), tuple(strides), dtype, name)
 
 
 def _view(obj, name: str, stream) -> DeviceArray:
@@ -750,7 +559,7 @@ def _view(obj, name: str, stream) -> DeviceArray:
             kind, _ = obj.__dlpack_device__()
         except Exception as e:
             raise InvalidTypeError(f"{name}: __dlpack_device__() failed: {e}") from e
-        if kind not in (_KDL_CUDA, _KDL_CUDA_MANAGED):
+        if kind not in (KDL_CUDA, KDL_CUDA_MANAGED):
             if not has_cai:
                 raise _host_error(obj, name)
             has_dlpack = False
@@ -802,8 +611,8 @@ def as_array(obj: DeviceArrayLike, name: str = "x", *, dtype: npt.DTypeLike | No
     :returns: the view.
     """
     a = obj if type(obj) is DeviceArray else _view(obj, name, stream)
-    if dtype is not None and a.dtype != dtype and a.dtype != _numpy_dtype(dtype):  # the second: "fp16", ...
-        raise InvalidTypeError(f"{name} has dtype {a.dtype}; expected {_numpy_dtype(dtype)}")
+    if dtype is not None and a.dtype != dtype and a.dtype != array_dtype(dtype):  # the second: "fp16", ...
+        raise InvalidTypeError(f"{name} has dtype {a.dtype}; expected {array_dtype(dtype)}")
     if ndim is not None and a.ndim != ndim:
         raise InvalidValueError(f"{name} has {a.ndim} dimensions (shape {a.shape}); expected {ndim}")
     if shape is not None and a.shape != tuple(shape):

@@ -78,6 +78,6 @@ def test_scalar_types():
 def test_short_dtype_names(name, want):
     """One vocabulary (issue 10): the ML world's short names work wherever a dtype is taken."""
     from cudnn_py.dtypes import as_numpy_dtype, cudnn_dtype
-    from cudnn_py.memory import _numpy_dtype
-    assert as_numpy_dtype(name).name == want == _numpy_dtype(name).name
+    from cudnn_py.strided import array_dtype
+    assert as_numpy_dtype(name).name == want == array_dtype(name).name
     assert cudnn_dtype(name) == cudnn_dtype(want)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import cudnn_py as cudnn
-from cudnn_py import memory as M
+from cudnn_py import dlpack, memory as M
 from cudnn_py.memory import DeviceArray, as_array, output_array
 
 from conftest import gpu_missing_reason
@@ -40,7 +40,7 @@ class HostExport:
 
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
         a = self.a
-        return M._dlpack_capsule(a.ctypes.data, a.shape, tuple(s // a.itemsize for s in a.strides), a.dtype,
+        return dlpack.capsule(a.ctypes.data, a.shape, tuple(s // a.itemsize for s in a.strides), a.dtype,
                                  (1, 0), a)
 
 
@@ -113,7 +113,7 @@ def test_cuda_array_interface():
 
 @pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "int8", "uint8", "int32", "int64", "bool"])
 def test_dlpack_writer_exact_on_host(dtype, rng):
-    before = len(M._EXPORTS)
+    before = len(dlpack._EXPORTS)
     host = (rng.standard_normal((3, 4, 5)) * 50).astype(dtype)
     for view in (host, host.transpose(2, 0, 1), host[:, ::2]):
         out = np.from_dlpack(HostExport(view))
@@ -122,14 +122,14 @@ def test_dlpack_writer_exact_on_host(dtype, rng):
         np.testing.assert_array_equal(out, view)
         del out
     gc.collect()
-    assert len(M._EXPORTS) == before  # each consumer released its tensor
+    assert len(dlpack._EXPORTS) == before  # each consumer released its tensor
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "int64", "bool", "bfloat16"])
 def test_dlpack_export_import_round_trip_keeps_pointer_and_strides(dtype):
     if dtype == "bfloat16":
         dtype = pytest.importorskip("ml_dtypes").bfloat16
-    before = len(M._EXPORTS)
+    before = len(dlpack._EXPORTS)
     base = DeviceArray(FAKE, (4, 2, 3), dtype)
     strided = DeviceArray(FAKE + 64, (3, 2), dtype, strides=(1, 3), owner=base)
     for a in (base, strided):
@@ -138,7 +138,7 @@ def test_dlpack_export_import_round_trip_keeps_pointer_and_strides(dtype):
         assert (v.ptr, v.shape, v.strides, v.dtype, v.device_id) == (a.ptr, a.shape, a.strides, a.dtype, 0)
         del v
     gc.collect()
-    assert len(M._EXPORTS) == before  # every capsule released its exporter
+    assert len(dlpack._EXPORTS) == before  # every capsule released its exporter
 
 
 def test_fp8_foreign_tensor_is_refused_clearly():
@@ -150,13 +150,13 @@ def test_fp8_foreign_tensor_is_refused_clearly():
 
 
 def test_dlpack_unconsumed_capsule_is_freed():
-    before = len(M._EXPORTS)
+    before = len(dlpack._EXPORTS)
     a = DeviceArray(FAKE, (2,), np.float32)
     cap = a.__dlpack__()
-    assert len(M._EXPORTS) == before + 1
+    assert len(dlpack._EXPORTS) == before + 1
     del cap
     gc.collect()
-    assert len(M._EXPORTS) == before
+    assert len(dlpack._EXPORTS) == before
 
 
 def test_dlpack_refusals():

@@ -1,0 +1,111 @@
+"""What lays out a strided array: its shape, element strides, extent in memory and dtype, checked in pure Python
+(the device arrays of :mod:`cudnn_py.memory` and the descriptors of :mod:`cudnn_py.descriptors` build on them)."""
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from cudnn_py.dtypes import SUPPORTED_DTYPES, as_numpy_dtype
+from cudnn_py.errors import InvalidTypeError, InvalidValueError
+
+__all__ = ["c_strides", "is_c_contiguous", "non_overlapping", "normalize_shape", "check_extent", "array_dtype",
+           "MAX_BYTES"]
+
+
+@functools.lru_cache(maxsize=4096)
+def c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Packed (C-order) element strides of ``shape``."""
+    strides, acc = [], 1
+    for n in reversed(shape):
+        strides.append(acc)
+        acc *= max(n, 1)
+    return tuple(reversed(strides))
+
+
+def is_c_contiguous(shape, strides) -> bool:
+    """Whether element ``strides`` lay ``shape`` out packed in row-major order (unit dims' strides ignored)."""
+    if 0 in shape:
+        return True
+    acc = 1
+    for n, s in zip(reversed(shape), reversed(strides)):
+        if n != 1 and s != acc:
+            return False
+        acc *= n
+    return True
+
+
+def normalize_shape(shape: Any, what: str = "shape") -> tuple[int, ...]:
+    """A shape (an int or a sequence of ints) as a tuple of non-negative ints."""
+    if type(shape) is tuple:  # fast path: a tuple of non-negative Python ints
+        for n in shape:
+            if type(n) is not int or n < 0:
+                break
+        else:
+            return shape
+    if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
+        shape = (shape,)
+    try:
+        out = tuple(int(n) for n in shape)
+        ok = all(isinstance(n, (int, np.integer)) and not isinstance(n, bool) for n in shape)
+    except TypeError:
+        ok = False
+    if not ok:
+        raise InvalidTypeError(f"{what} must be an int or a sequence of ints, got {shape!r}")
+    if any(n < 0 for n in out):
+        raise InvalidValueError(f"{what} must not have negative dimensions, got {out}")
+    return out
+
+
+_SUPPORTED = frozenset(SUPPORTED_DTYPES)
+#: the largest byte count (and byte offset) an array may span: what a signed 64-bit size can hold
+MAX_BYTES = 2 ** 63 - 1
+
+
+def check_extent(ptr: int, shape: tuple[int, ...], strides: tuple[int, ...], dtype: np.dtype, what: str) -> None:
+    """Refuse an array whose size in bytes, or whose addressed bytes from ``ptr``, do not fit in 64 bits (a NULL
+    ``ptr`` only for an empty array): size_t arithmetic in the driver and in cuDNN would wrap."""
+    size = math.prod(shape)
+    if size * dtype.itemsize > MAX_BYTES:
+        raise InvalidValueError(f"{what} of shape {shape} and dtype {dtype} would hold {size * dtype.itemsize} "
+                                f"bytes; at most 2**63 - 1 can be addressed")
+    if size == 0:
+        return
+    if ptr == 0:
+        raise InvalidValueError(f"{what}: the data pointer is NULL for a non-empty array of shape {shape}")
+    lo = sum((n - 1) * s for n, s in zip(shape, strides) if s < 0) * dtype.itemsize
+    hi = sum((n - 1) * s for n, s in zip(shape, strides) if s > 0) * dtype.itemsize + dtype.itemsize
+    if ptr + lo < 0 or ptr + hi > 2 ** 64 or hi - lo > MAX_BYTES:
+        raise InvalidValueError(f"{what}: shape {shape} with strides {strides} (elements) from address {ptr:#x} "
+                                f"addresses bytes outside the 64-bit address space")
+
+
+def array_dtype(dtype: Any) -> np.dtype:
+    """``dtype`` (a NumPy dtype, type or name, the short names too) as a NumPy dtype cuDNN supports."""
+    if type(dtype) is not type and dtype in _SUPPORTED:  # an np.dtype already (a type never hashes equal)
+        return dtype
+    if dtype is None:  # np.dtype(None) is float64: not what a caller who passed nothing means
+        raise InvalidTypeError("dtype None is not a dtype; expected one of: "
+                               "" + ", ".join(x.name for x in SUPPORTED_DTYPES))
+    try:
+        d = as_numpy_dtype(dtype)
+    except TypeError as e:
+        raise InvalidTypeError(f"{dtype!r} is not a dtype") from e
+    if d not in _SUPPORTED:
+        names = ", ".join(x.name for x in SUPPORTED_DTYPES)
+        raise InvalidTypeError(f"dtype {d} is not supported by cuDNN; expected one of: {names}")
+    return d
+
+
+def non_overlapping(shape: Sequence[int], strides: Sequence[int]) -> bool:
+    """Whether no two indices of ``shape`` reach the same element through non-negative ``strides``: taken in
+    increasing stride order, each dimension (size 1 ignored) steps past everything the smaller ones reach."""
+    reach = 0
+    for s, n in sorted((s, n) for n, s in zip(shape, strides) if n > 1):
+        if s <= reach:
+            return False
+        reach += (n - 1) * s
+    return True
