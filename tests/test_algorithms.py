@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+import cudnn_py.algorithm_cache as AC
 import cudnn_py.algorithms as alg
 from cudnn_py import capi
 from cudnn_py.errors import CudnnNotSupportedError, WorkspaceLimitError
@@ -151,7 +152,7 @@ def _conv_key(direction="forward", math="CUDNN_DEFAULT_MATH", deterministic=Fals
 
 def _doc(perf=None, key=None, **top):
     perf = {**_rec().to_dict(), **(perf or {})}
-    return {"format": "cudnn_py.algorithm_cache", "version": 1, "cudnn_version": alg._cudnn_version(),
+    return {"format": "cudnn_py.algorithm_cache", "version": 1, "cudnn_version": AC._cudnn_version(),
             "entries": [{"key": list(key or _conv_key()), "perf": perf}], **top}
 
 
@@ -214,7 +215,7 @@ def test_cache_load_refuses_another_cudnn_version(tmp_path):
 
 
 def test_cache_load_refuses_huge_and_missing_files(tmp_path, monkeypatch):
-    monkeypatch.setattr(alg, "MAX_FILE_BYTES", 100)
+    monkeypatch.setattr(AC, "MAX_FILE_BYTES", 100)
     p = tmp_path / "big.json"
     p.write_text(json.dumps(_doc()))
     with pytest.raises(alg.CacheFileError, match="larger than"):
@@ -258,7 +259,7 @@ def test_cache_save_failure_leaves_the_old_file(tmp_path, monkeypatch):
     path = tmp_path / "algos.json"
     cache.save(path)
     before = path.read_text()
-    monkeypatch.setattr(alg.os, "replace", lambda *a: (_ for _ in ()).throw(OSError("disk full")))
+    monkeypatch.setattr(AC.os, "replace", lambda *a: (_ for _ in ()).throw(OSError("disk full")))
     with pytest.raises(OSError, match="disk full"):
         cache.save(path)
     assert path.read_text() == before and [p.name for p in tmp_path.iterdir()] == ["algos.json"]
@@ -284,7 +285,7 @@ def private_database():
     from cudnn_py.tuning import TuningDatabase
     alg.algorithm_cache.use_database(TuningDatabase(environment=ENV))
     yield
-    alg.algorithm_cache.use_database(alg._default_database)
+    alg.algorithm_cache.use_database(AC._default_database)
 
 
 @pytest.fixture
@@ -353,12 +354,12 @@ def test_a_stored_choice_that_cannot_answer_its_key_is_measured_again(tmp_path):
     db = TuningDatabase(tmp_path / "t.sqlite", environment=ENV)
     key_text = json.dumps(list(CONV_KEY), separators=(",", ":"))
     # a backward-data record under a forward key: well-formed, digest right, but not an answer to the key
-    db.record(alg.KIND, key_text, {"perf": _rec("backward_data", algo=1).to_dict()})
+    db.record(AC.KIND, key_text, {"perf": _rec("backward_data", algo=1).to_dict()})
     cache = alg.AlgorithmCache(db)
     with pytest.warns(TuningWarning, match="measured again"):
         assert cache.get(CONV_KEY) is None
-    assert db.count(alg.KIND) == 0
-    db.record(alg.KIND, key_text, {"perf": "junk"})
+    assert db.count(AC.KIND) == 0
+    db.record(AC.KIND, key_text, {"perf": "junk"})
     with pytest.warns(TuningWarning, match="missing"):
         assert cache.get(CONV_KEY) is None
 

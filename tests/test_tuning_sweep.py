@@ -81,6 +81,7 @@ def test_cli_quick_check_and_a_fresh_process_reads_the_database(tmp_path):
 
 
 def test_fastest_choices_reach_another_process_through_the_database(handle, tmp_path):
+    import cudnn_py.algorithm_cache as AC
     import cudnn_py.algorithms as alg
     from cudnn_py.memory import to_device
     from cudnn_py.ops import conv_calls as cv
@@ -92,6 +93,6 @@ def test_fastest_choices_reach_another_process_through_the_database(handle, tmp_
         cv.convolution_forward(handle, cv.Convolution(padding=1), x, w, autotune=True, engine="legacy")
         ((key, rec),) = alg.algorithm_cache.entries()
     finally:
-        alg.algorithm_cache.use_database(alg._default_database)
+        alg.algorithm_cache.use_database(AC._default_database)
     fresh = alg.AlgorithmCache(TuningDatabase(path))
-    assert fresh.get(key) == rec and TuningDatabase(path).count(alg.KIND) == 1
+    assert fresh.get(key) == rec and TuningDatabase(path).count(AC.KIND) == 1

@@ -1,0 +1,325 @@
+"""The "fastest" algorithm cache: the measured choice of each convolution configuration (its :class:`AlgoPerf`),
+kept in memory and in a :class:`~cudnn_py.tuning.TuningDatabase`, loadable from and savable to a JSON file whose
+entries are checked before use. :data:`algorithm_cache` is the one the legacy calls' ``autotune=True`` fills."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from cudnn_py import capi
+from cudnn_py.algorithm_queries import DIRECTIONS, AlgoPerf
+from cudnn_py.errors import InvalidTypeError, InvalidValueError
+
+__all__ = ["AlgorithmCache", "CacheFileError", "CONV_KEY_FIELDS", "MAX_FILE_BYTES", "KIND", "check_entry",
+           "algorithm_cache"]
+
+
+def _tuplify(v):
+    return tuple(_tuplify(x) for x in v) if isinstance(v, list) else v
+
+
+#: the fields of the keys the convolution module stores, in order (see ``_Geometry.cache_key``); a loaded entry
+#: with a key of this shape is checked against what the key asks for (direction, math type, determinism, limit)
+CONV_KEY_FIELDS = ("direction", "x_shape", "x_strides", "w_shape", "w_nhwc", "y_shape", "y_strides", "dtype",
+                   "y_dtype", "compute", "pads", "stride", "dilation", "groups", "mode", "math_type", "deterministic",
+                   "limit", "device")
+MAX_FILE_BYTES = 64 << 20  # a cache file larger than this is refused before it is read
+_MAX_KEY_DEPTH = 4
+
+
+class CacheFileError(ValueError):
+    """An algorithm-cache file that cannot be loaded: the message names the file and what was wrong."""
+
+
+def _json_value(v, depth: int = 0) -> bool:
+    """Whether ``v`` is a key component: a JSON scalar (finite numbers) or a shallow list of them."""
+    if v is None or isinstance(v, (bool, str)):
+        return True
+    if isinstance(v, int):
+        return True
+    if isinstance(v, float):
+        return v == v and v not in (float("inf"), float("-inf"))
+    if isinstance(v, (list, tuple)) and depth < _MAX_KEY_DEPTH:
+        return all(_json_value(x, depth + 1) for x in v)
+    return False
+
+
+def check_entry(key: tuple, perf: "AlgoPerf") -> None:
+    """Refuse (``ValueError``) a record that could not be the answer to its key: a failed status, a negative or
+    non-finite time, a negative workspace, and, for the convolution module's keys, another direction, a math type
+    the key did not allow, a non-deterministic algorithm for a deterministic key, or more workspace than its limit."""
+    if not perf.supported:
+        raise InvalidValueError(f"the record's status is {getattr(perf.status, 'name', perf.status)}, not "
+                                f"CUDNN_STATUS_SUCCESS")
+    if not (isinstance(perf.time_ms, float) and 0.0 <= perf.time_ms < float("inf")):
+        raise InvalidValueError(f"time_ms must be a finite number >= 0, got {perf.time_ms!r}")
+    if not (isinstance(perf.memory_bytes, int) and 0 <= perf.memory_bytes < 2 ** 63):
+        raise InvalidValueError(f"memory_bytes must be an int in [0, 2**63), got {perf.memory_bytes!r}")
+    if len(key) != len(CONV_KEY_FIELDS) or key[0] not in DIRECTIONS:
+        return
+    k = dict(zip(CONV_KEY_FIELDS, key))
+    if perf.direction != k["direction"]:
+        raise InvalidValueError(f"a {perf.direction} record under a {k['direction']} key")
+    allowed = {k["math_type"]}
+    if k["math_type"] == "CUDNN_DEFAULT_MATH":
+        allowed.add("CUDNN_TENSOR_OP_MATH")
+    if perf.math_type.name not in allowed:
+        raise InvalidValueError(f"math type {perf.math_type.name} where the key asks for {k['math_type']}")
+    if k["deterministic"] is True and not perf.deterministic:
+        raise InvalidValueError(f"{perf.algo.name} is not deterministic but the key asks for a deterministic algorithm")
+    limit = k["limit"]
+    if isinstance(limit, int) and not isinstance(limit, bool) and perf.memory_bytes > limit:
+        raise InvalidValueError(f"{perf.algo.name} needs {perf.memory_bytes} B of workspace; the key's limit is "
+                                f"{limit} B")
+
+
+#: the tuning database's kind for legacy algorithm choices
+KIND = "legacy_algorithm"
+
+
+def _key_text(key: tuple) -> str:
+    return json.dumps(list(key), separators=(",", ":"))
+
+
+def _key_device(key: tuple) -> int | None:
+    """The device ordinal a convolution module key names (its last field), else None (the current device)."""
+    if len(key) == len(CONV_KEY_FIELDS) and key[0] in DIRECTIONS and isinstance(key[-1], int) \
+            and not isinstance(key[-1], bool):
+        return key[-1]
+    return None
+
+
+class AlgorithmCache:
+    """Measured algorithm choices, keyed by configuration (thread-safe): a view on a tuning database.
+
+    A key is a tuple of JSON-representable values (the convolution module builds it from direction, shapes,
+    strides, dtypes, convolution parameters, math type, determinism, workspace cap and device:
+    :data:`CONV_KEY_FIELDS`). Each choice is kept in the database as a record of kind :data:`KIND` under the
+    device's environment (cuDNN version, GPU, driver), so another process on the same machine finds it without
+    measuring; a stored record that cannot answer its key is dropped with a warning and measured again.
+    ``entries()`` lists the choices of this environment; ``save(path)`` / ``load(path)`` export to and import from
+    the earlier JSON file format (written atomically; a file that is corrupt, truncated, from another format or
+    cuDNN version, or holds a record that cannot answer its key raises :class:`CacheFileError`).
+
+    :param database: where the choices are kept: a :class:`~cudnn_py.tuning.TuningDatabase`, a callable giving one
+        when first needed (the process-wide :data:`algorithm_cache` uses
+        :func:`~cudnn_py.tuning.default_database`), or None for a private database in memory.
+    """
+
+    def __init__(self, database=None):
+        self._source = database
+        self._db = None
+        self._data: dict[tuple, AlgoPerf] = {}  # the choices this process read or made: lookups stay a dict read
+        self._lock = threading.Lock()
+        self.generation = 0  # bumped by clear()/load() so callers can drop choices derived from old entries
+
+    def database(self):
+        """The :class:`~cudnn_py.tuning.TuningDatabase` behind this cache (opened on first use)."""
+        if self._db is None:
+            from cudnn_py.tuning import TuningDatabase
+            src = self._source
+            self._db = src if isinstance(src, TuningDatabase) else TuningDatabase() if src is None else src()
+        return self._db
+
+    def use_database(self, database) -> None:
+        """Keep the choices in ``database`` from now on (a TuningDatabase; None: a private one in memory)."""
+        with self._lock:
+            self._source, self._db = database, None
+            self._data.clear()
+            self.generation += 1
+
+    def _with_db(self, fn: Callable[[Any], Any], default: Any = None) -> Any:
+        """``fn(database)``; a database that cannot be used warns and gives ``default`` (choices stay in memory)."""
+        from cudnn_py.tuning import TuningDatabaseError, TuningWarning
+        try:
+            return fn(self.database())
+        except TuningDatabaseError as e:
+            warnings.warn(f"algorithm cache: choices stay in this process: {e}", TuningWarning, stacklevel=4)
+            return default
+
+    def _stored(self, key: tuple) -> AlgoPerf | None:
+        from cudnn_py.tuning import TuningWarning
+        if not isinstance(key, tuple) or not _json_value(key):
+            return None
+        value = self._with_db(lambda db: db.lookup(KIND, _key_text(key), device=_key_device(key)))
+        if value is None:
+            return None
+        try:
+            perf = AlgoPerf.from_dict(value.get("perf") if isinstance(value.get("perf"), dict) else {})
+            check_entry(key, perf)
+        except (TypeError, ValueError, OverflowError) as e:
+            warnings.warn(f"algorithm cache: ignoring the stored choice for {str(key)[:120]}: {e}; it will be "
+                          f"measured again", TuningWarning, stacklevel=3)
+            self._with_db(lambda db: db.discard(KIND, _key_text(key), device=_key_device(key)))
+            return None
+        with self._lock:
+            self._data[key] = perf
+        return perf
+
+    def get(self, key: tuple) -> AlgoPerf | None:
+        """The choice stored for ``key`` (this process's, else the database's), or None."""
+        got = self._data.get(key)
+        return got if got is not None else self._stored(key)
+
+    def put(self, key: tuple, perf: AlgoPerf) -> None:
+        """Remember ``perf`` as the choice for ``key``, here and in the database."""
+        if not isinstance(perf, AlgoPerf):
+            raise InvalidTypeError(f"cache values are AlgoPerf records, got {type(perf).__name__}")
+        if not isinstance(key, tuple) or not _json_value(key):
+            raise InvalidTypeError(f"cache keys are tuples of JSON values (numbers, strings, bools, None, lists), got "
+                                   f"{key!r}")
+        check_entry(key, perf)
+        with self._lock:
+            self._data[key] = perf
+        self._with_db(lambda db: db.record(KIND, _key_text(key), {"perf": perf.to_dict()}, device=_key_device(key)))
+
+    def __len__(self) -> int:
+        return len(self.entries())
+
+    def __contains__(self, key) -> bool:
+        return self.get(key) is not None
+
+    def clear(self) -> None:
+        """Forget every choice, in this process and in the database (every environment)."""
+        with self._lock:
+            self._data.clear()
+            self.generation += 1
+        self._with_db(lambda db: db.clear(KIND))
+
+    def entries(self) -> list[tuple[tuple, AlgoPerf]]:
+        """Snapshot of (key, record) pairs: this process's in insertion order, then the database's other records of
+        this environment (records that cannot answer their keys are left out)."""
+        with self._lock:
+            out = dict(self._data)
+        for rec in self._with_db(lambda db: db.records(KIND, db.environment()), []):
+            try:
+                key = _tuplify(json.loads(rec.key))
+                if isinstance(key, tuple) and key not in out:
+                    perf = AlgoPerf.from_dict(rec.value.get("perf") if isinstance(rec.value.get("perf"), dict)
+                                              else {})
+                    check_entry(key, perf)
+                    out[key] = perf
+            except (TypeError, ValueError, OverflowError):
+                continue
+        return list(out.items())
+
+    def to_json(self) -> dict:
+        return {"format": "cudnn_py.algorithm_cache", "version": 1,
+                "cudnn_version": _cudnn_version(),
+                "entries": [{"key": list(k), "perf": p.to_dict()} for k, p in self.entries()]}
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Export the choices to a JSON file at ``path``, atomically: a private temporary file in the same folder
+        (``mkstemp``, mode 0600), flushed to disk, then renamed over ``path`` (a symlink there is replaced, not
+        followed). The database itself is the store; this is for reading or sharing the choices as text."""
+        path = os.fspath(path)
+        folder = os.path.dirname(os.path.abspath(path))
+        text = json.dumps(self.to_json(), indent=1)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+
+    def load(self, path: str | os.PathLike, merge: bool = True) -> int:
+        """Import a JSON file written by :meth:`save` (or an earlier cudnn-py) into this cache and its database;
+        returns the number of entries read. Nothing is changed unless every entry is valid
+        (:class:`CacheFileError` names the file, the entry and what is wrong); ``merge=False`` forgets every other
+        choice first."""
+        from cudnn_py.tuning import Record
+        path = os.fspath(path)
+        loaded = _read_cache_file(path)
+        if not merge:
+            self.clear()
+        with self._lock:
+            self._data.update(loaded)
+            self.generation += 1
+        now = time.time()
+        self._with_db(lambda db: db.put_records([Record(KIND, _key_text(k), db.environment(_key_device(k)),
+                                                        {"perf": p.to_dict()}, now, "import")
+                                                 for k, p in loaded.items()], newer_only=False))
+        return len(loaded)
+
+    def __repr__(self) -> str:
+        return f"<AlgorithmCache {len(self._data)} entries in this process, database {self._db!r}>"
+
+
+def _read_cache_file(path: str) -> dict[tuple, AlgoPerf]:
+    """The validated entries of an algorithm-cache file (see :meth:`AlgorithmCache.load`)."""
+    def bad(what: str) -> CacheFileError:
+        return CacheFileError(f"algorithm cache file {path}: {what}")
+
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_FILE_BYTES + 1)
+    except OSError as e:
+        raise bad(f"cannot be read ({e.strerror or e})") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise bad(f"is larger than {MAX_FILE_BYTES} bytes; not a cache file this library wrote")
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise bad(f"is not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except json.JSONDecodeError as e:
+        raise bad(f"is not valid JSON (truncated or corrupt?): {e.msg} at line {e.lineno} column {e.colno}") from None
+    except (ValueError, RecursionError) as e:  # an integer with too many digits, nesting too deep
+        raise bad(f"is not a JSON document this library can read: {type(e).__name__}: {e}") from None
+    if not isinstance(doc, dict) or doc.get("format") != "cudnn_py.algorithm_cache":
+        raise bad("is not a cudnn_py algorithm cache file (no \"format\": \"cudnn_py.algorithm_cache\")")
+    if doc.get("version") != 1:
+        raise bad(f"unsupported cache version {doc.get('version')!r}; expected 1")
+    written, ours = doc.get("cudnn_version"), _cudnn_version()
+    if written is not None and (not isinstance(written, int) or isinstance(written, bool)):
+        raise bad(f"cudnn_version must be an int, got {written!r}")
+    if written is not None and ours is not None and written != ours:
+        raise bad(f"was written with cuDNN {written}, this process runs cuDNN {ours}; its measurements do not carry "
+                  f"over (delete it, or measure again and save)")
+    entries = doc.get("entries")
+    if not isinstance(entries, list):
+        raise bad("\"entries\" must be a list")
+    out: dict[tuple, AlgoPerf] = {}
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict) or not isinstance(entry.get("key"), list) or \
+                not isinstance(entry.get("perf"), dict):
+            raise bad(f"entry {i} must be an object with a \"key\" list and a \"perf\" object")
+        if not _json_value(entry["key"]):
+            raise bad(f"entry {i}: the key holds values other than numbers, strings, bools, None and short lists")
+        key = _tuplify(entry["key"])
+        try:
+            perf = AlgoPerf.from_dict(entry["perf"])
+            check_entry(key, perf)
+        except (TypeError, ValueError, OverflowError) as err:
+            raise bad(f"entry {i} (key {str(key)[:120]}): {err}") from None
+        out[key] = perf
+    return out
+
+
+def _cudnn_version() -> int | None:
+    try:
+        return int(capi.cudnnGetVersion())
+    except Exception:  # noqa: BLE001 - the version is informative only
+        return None
+
+
+def _default_database():
+    from cudnn_py.tuning import default_database
+    return default_database()
+
+
+algorithm_cache = AlgorithmCache(_default_database)
+"""The process-wide cache that the legacy calls' ``autotune=True`` (``algo="fastest"``) fills, kept in
+:func:`cudnn_py.tuning.default_database`."""

@@ -1,0 +1,233 @@
+"""Convolution algorithm queries on raw descriptors: for each direction (``"forward"``, ``"backward_data"``,
+``"backward_filter"``) cuDNN's heuristic list (``..._v7``), its measured ones (``Find...``, on buffers it allocates,
+and ``Find...Ex``, on the caller's) and the workspace size of one algorithm, returned as :class:`AlgoPerf` records
+in cuDNN's order. :mod:`cudnn_py.algorithms` gathers them with the cache and the selectors."""
+from __future__ import annotations
+
+import ctypes
+import enum
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from cudnn_py import capi
+from cudnn_py.errors import InvalidTypeError, InvalidValueError
+
+__all__ = ["DIRECTIONS", "AlgoPerf", "algorithm_enum", "real_members", "parse_algo", "max_algorithm_count",
+           "heuristic_algorithms", "find_algorithms", "find_algorithms_ex", "workspace_size"]
+
+DIRECTIONS = ("forward", "backward_data", "backward_filter")
+
+
+@dataclass(frozen=True)
+class _Api:
+    algo_enum: type
+    perf: Any  # the ctypes struct of a record
+    max_count: Any
+    heuristic: Any
+    find: Any
+    find_ex: Any
+    ws_size: Any
+    execute: Any
+
+
+def _api(direction: str) -> _Api:
+    try:
+        return _APIS[direction]
+    except KeyError:
+        raise InvalidValueError(f"direction {direction!r}: expected one of {DIRECTIONS}") from None
+
+
+class _Apis(dict):
+    """direction -> _Api, built on first use so importing this module never touches the library."""
+
+    def __missing__(self, direction):
+        c = capi
+        table = {
+            "forward": ("cudnnConvolutionFwdAlgo_t", "cudnnConvolutionFwdAlgoPerf_t", "ForwardAlgorithm", "Forward"),
+            "backward_data": ("cudnnConvolutionBwdDataAlgo_t", "cudnnConvolutionBwdDataAlgoPerf_t",
+                              "BackwardDataAlgorithm", "BackwardData"),
+            "backward_filter": ("cudnnConvolutionBwdFilterAlgo_t", "cudnnConvolutionBwdFilterAlgoPerf_t",
+                                "BackwardFilterAlgorithm", "BackwardFilter"),
+        }
+        if direction not in table:
+            raise KeyError(direction)
+        enum_name, perf_name, alg, ex = table[direction]
+        api = _Api(getattr(c, enum_name), getattr(c, perf_name),
+                   getattr(c, f"cudnnGetConvolution{alg}MaxCount"), getattr(c, f"cudnnGetConvolution{alg}_v7"),
+                   getattr(c, f"cudnnFindConvolution{alg}"), getattr(c, f"cudnnFindConvolution{alg}Ex"),
+                   getattr(c, f"cudnnGetConvolution{ex}WorkspaceSize"), getattr(c, f"cudnnConvolution{ex}"))
+        self[direction] = api
+        return api
+
+
+_APIS = _Apis()
+
+
+def algorithm_enum(direction: str) -> type[enum.IntEnum]:
+    """The capi enum of algorithms for a direction (e.g. ``capi.cudnnConvolutionFwdAlgo_t``)."""
+    return _api(direction).algo_enum
+
+
+def real_members(direction: str) -> list:
+    """The algorithms of a direction, without the enum's ``*_COUNT`` sentinel."""
+    return [m for m in algorithm_enum(direction) if not m.name.endswith("_COUNT")]
+
+
+def parse_algo(direction: str, algo: Any) -> enum.IntEnum:
+    """An algorithm enum member from a member, an int, or a name (full C name or its tail, any case).
+
+    ``parse_algo("forward", "implicit_precomp_gemm")`` -> ``CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM``.
+    """
+    members = real_members(direction)
+    if isinstance(algo, enum.IntEnum):
+        if type(algo) is not algorithm_enum(direction):
+            raise InvalidTypeError(f"{algo!r} is not a {direction} algorithm; expected a "
+                                   f"{algorithm_enum(direction).__name__}")
+        return algo
+    if isinstance(algo, int) and not isinstance(algo, bool):
+        for m in members:
+            if int(m) == algo:
+                return m
+        raise InvalidValueError(f"{direction} algorithm {algo} does not exist; valid: {[int(m) for m in members]}")
+    if isinstance(algo, str):
+        want = algo.strip().upper()
+        for m in members:
+            tail = m.name.split("_ALGO_")[1]
+            if want in (m.name, tail, "ALGO_" + tail):
+                return m
+        raise InvalidValueError(f"{direction} algorithm {algo!r} does not exist; valid: "
+                         f"{[m.name.split('_ALGO_')[1] for m in members]}")
+    raise InvalidTypeError(f"algo must be an enum member, int or name, got {type(algo).__name__}")
+
+
+@dataclass(frozen=True)
+class AlgoPerf:
+    """One entry of cuDNN's algorithm list (a ``cudnnConvolution*AlgoPerf_t`` as a Python record)."""
+
+    direction: str
+    algo: enum.IntEnum
+    status: enum.IntEnum
+    time_ms: float
+    memory_bytes: int
+    determinism: enum.IntEnum
+    math_type: enum.IntEnum
+
+    @property
+    def supported(self) -> bool:
+        return int(self.status) == int(capi.CUDNN_STATUS_SUCCESS)
+
+    @property
+    def deterministic(self) -> bool:
+        return int(self.determinism) == int(capi.CUDNN_DETERMINISTIC)
+
+    @classmethod
+    def from_struct(cls, direction: str, s) -> "AlgoPerf":
+        return cls(direction, algorithm_enum(direction)(s.algo), _enum(capi.cudnnStatus_t, s.status), float(s.time),
+                   int(s.memory), capi.cudnnDeterminism_t(s.determinism), capi.cudnnMathType_t(s.mathType))
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        for k in ("algo", "status", "determinism", "math_type"):
+            d[k] = getattr(self, k).name
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "AlgoPerf":
+        """The record :meth:`to_dict` wrote; :class:`ValueError` naming the field that is missing or wrong."""
+        def field(name, kinds):
+            if name not in d:
+                raise InvalidValueError(f"field {name!r} is missing")
+            v = d[name]
+            if isinstance(v, bool) or not isinstance(v, kinds):
+                raise InvalidValueError(f"field {name!r} must be {' or '.join(k.__name__ for k in kinds)}, got {v!r}")
+            return v
+
+        def member(name, kind):
+            v = field(name, (str,))
+            if v not in kind.__members__:
+                raise InvalidValueError(f"field {name!r}: {v!r} is not a {kind.__name__} name")
+            return kind[v]
+
+        direction = field("direction", (str,))
+        if direction not in DIRECTIONS:
+            raise InvalidValueError(f"field 'direction': {direction!r} is not one of {DIRECTIONS}")
+        return cls(direction, parse_algo(direction, field("algo", (str,))), member("status", capi.cudnnStatus_t),
+                   float(field("time_ms", (int, float))), field("memory_bytes", (int,)),
+                   member("determinism", capi.cudnnDeterminism_t), member("math_type", capi.cudnnMathType_t))
+
+    def __str__(self) -> str:
+        state = "ok" if self.supported else self.status.name
+        det = "det" if self.deterministic else "nondet"
+        return (f"{self.algo.name:<50} {state:<12} {self.time_ms:9.4f} ms {self.memory_bytes:>12} B "
+                f"{det:<6} {self.math_type.name}")
+
+
+def _enum(kind, value):
+    try:
+        return kind(value)
+    except ValueError:  # a status newer than the headers we were generated from
+        return value
+
+
+def _raw(obj):
+    """A capi handle from a capi handle, a Handle/descriptor object (``.ptr``) or None."""
+    return getattr(obj, "ptr", obj)
+
+
+def _perf_array(direction: str, count: int):
+    return (_api(direction).perf * count)()
+
+
+def max_algorithm_count(handle, direction: str) -> int:
+    """``cudnnGetConvolution*AlgorithmMaxCount``."""
+    n = ctypes.c_int()
+    _api(direction).max_count(_raw(handle), ctypes.byref(n))
+    return n.value
+
+
+def _records(direction: str, arr, returned: ctypes.c_int) -> list[AlgoPerf]:
+    return [AlgoPerf.from_struct(direction, arr[i]) for i in range(returned.value)]
+
+
+def heuristic_algorithms(handle, direction: str, a, b, conv, c, count: int | None = None) -> list[AlgoPerf]:
+    """``cudnnGetConvolution*Algorithm_v7`` on descriptors in C order.
+
+    Descriptor order is cuDNN's: forward (x, w, conv, y); backward_data (w, dy, conv, dx);
+    backward_filter (x, dy, conv, dw).
+    """
+    api = _api(direction)
+    count = count or max_algorithm_count(handle, direction)
+    arr, n = _perf_array(direction, count), ctypes.c_int()
+    api.heuristic(_raw(handle), _raw(a), _raw(b), _raw(conv), _raw(c), count, ctypes.byref(n), arr)
+    return _records(direction, arr, n)
+
+
+def find_algorithms(handle, direction: str, a, b, conv, c, count: int | None = None) -> list[AlgoPerf]:
+    """``cudnnFindConvolution*Algorithm``: runs every algorithm on buffers cuDNN allocates; sorted by time."""
+    api = _api(direction)
+    count = count or max_algorithm_count(handle, direction)
+    arr, n = _perf_array(direction, count), ctypes.c_int()
+    api.find(_raw(handle), _raw(a), _raw(b), _raw(conv), _raw(c), count, ctypes.byref(n), arr)
+    return _records(direction, arr, n)
+
+
+def find_algorithms_ex(handle, direction: str, a, a_ptr: int, b, b_ptr: int, conv, c, c_ptr: int,
+                       workspace_ptr: int | None, workspace_bytes: int, count: int | None = None) -> list[AlgoPerf]:
+    """``cudnnFindConvolution*AlgorithmEx`` on the caller's buffers (the direction's output is overwritten).
+
+    Algorithms needing more than ``workspace_bytes`` are reported with a failing status.
+    """
+    api = _api(direction)
+    count = count or max_algorithm_count(handle, direction)
+    arr, n = _perf_array(direction, count), ctypes.c_int()
+    api.find_ex(_raw(handle), _raw(a), a_ptr, _raw(b), b_ptr, _raw(conv), _raw(c), c_ptr, count, ctypes.byref(n),
+                arr, workspace_ptr, workspace_bytes)
+    return _records(direction, arr, n)
+
+
+def workspace_size(handle, direction: str, a, b, conv, c, algo) -> int:
+    """``cudnnGetConvolution*WorkspaceSize`` for one algorithm (bytes); raises if the algorithm is unsupported."""
+    size = ctypes.c_size_t()
+    _api(direction).ws_size(_raw(handle), _raw(a), _raw(b), _raw(conv), _raw(c), parse_algo(direction, algo),
+                            ctypes.byref(size))
+    return size.value
