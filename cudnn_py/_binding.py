@@ -46,52 +46,8 @@ import sys
 import warnings
 
 from . import _loader
-from .errors import (CArgumentError, CudnnError, CudnnNotInitializedError, CudnnPyError, FunctionNotAvailableError,
-                     error_class)
-
-_LAST_ERROR_SIZE = 4096
-
-
-def last_error_text() -> str:
-    """cuDNN's own description of this thread's most recent error (``cudnnGetLastErrorString``), or ''."""
-    try:
-        fn = _loader.library().cdll.cudnnGetLastErrorString
-    except AttributeError:  # a cuDNN older than 9.0
-        return ""
-    fn.restype, fn.argtypes = None, (ctypes.c_char_p, ctypes.c_size_t)
-    buf = ctypes.create_string_buffer(_LAST_ERROR_SIZE)
-    fn(buf, _LAST_ERROR_SIZE)
-    return buf.value.decode(errors="replace").strip()
-
-
-def status_error(function: str, status: int) -> CudnnError:
-    """The exception for a failed call: class by status family, enum member, cuDNN's last-error text."""
-    from .capi.graph import cudnnStatus_t
-    try:
-        status = cudnnStatus_t(status)
-    except ValueError:
-        pass
-    cls = error_class(status)
-    reason = last_error_text()
-    if cls is CudnnNotInitializedError:
-        reason = "; ".join(filter(None, (reason, _gpu_hint())))
-    return cls(function, status, reason)
-
-
-def _gpu_hint() -> str:
-    """Why the CUDA driver sees no GPU, if it sees none ('' when a GPU is there)."""
-    try:
-        from cuda.bindings import driver
-        err, = driver.cuInit(0)
-    except ImportError:
-        return ""
-    except Exception as e:  # cuda.bindings could not load libcuda: no driver on this machine
-        return f"no CUDA driver was found ({e})"
-    if err != driver.CUresult.CUDA_SUCCESS:
-        return f"no usable CUDA GPU/driver was found (cuInit: {err.name})"
-    err, count = driver.cuDeviceGetCount()
-    return "" if count else "no CUDA GPU was found (the driver sees 0 devices)"
-
+from ._status import status_error
+from .errors import CArgumentError, CudnnPyError, FunctionNotAvailableError
 
 def _errcheck(name: str):
     """The ctypes ``errcheck`` of function ``name``: a status other than success raises."""

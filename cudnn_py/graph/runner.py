@@ -19,7 +19,7 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from cudnn_py import _loader, capi, nvtx
-from cudnn_py._binding import status_error
+from cudnn_py._status import status_error
 from cudnn_py.caches import handle_cache
 from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
 from cudnn_py.memory import DeviceArray, array_signature, as_array, empty
