@@ -1,5 +1,5 @@
 """Convolution algorithms: the queries and records (:mod:`cudnn_py.algorithm_queries`), the "fastest" cache
-(:mod:`cudnn_py.algorithm_cache`), both gathered here, the port of the removed selectors and how a call chooses its
+(:mod:`cudnn_py.fastest_cache`), both gathered here, the port of the removed selectors and how a call chooses its
 algorithm.
 
 Three directions, named as in the rest of the package: ``"forward"``, ``"backward_data"`` and
@@ -28,7 +28,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from cudnn_py import capi
-from cudnn_py.algorithm_cache import CONV_KEY_FIELDS, AlgorithmCache, CacheFileError, algorithm_cache
+from cudnn_py.fastest_cache import CONV_KEY_FIELDS, AlgorithmCache, CacheFileError, algorithm_cache
 from cudnn_py.algorithm_queries import (DIRECTIONS, AlgoPerf, algorithm_enum, find_algorithms, find_algorithms_ex,
                                         heuristic_algorithms, max_algorithm_count, parse_algo, real_members,
                                         workspace_size)

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-import cudnn_py.algorithm_cache as AC
+import cudnn_py.fastest_cache as AC
 import cudnn_py.algorithms as alg
 from cudnn_py import capi
 from cudnn_py.errors import CudnnNotSupportedError, WorkspaceLimitError

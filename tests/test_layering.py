@@ -105,3 +105,15 @@ def test_the_scan_sees_a_foreign_private_name(source, expected):
     tree = ast.parse(source)
     used = [name for _, name in _uses(tree) if name not in _defined(tree)]
     assert used == expected
+
+
+def test_no_module_shadows_a_public_name():
+    """Importing ``cudnn_py.x`` sets the package's attribute ``x`` to the module: a module named like a public name
+    that the package's lazy namespace finds in another module (``cudnn_py.algorithm_cache`` is an AlgorithmCache of
+    cudnn_py.algorithms) would replace that name once imported."""
+    import cudnn_py
+    lazy = cudnn_py._WHERE  # public name -> the module holding it
+    modules = {p.stem if p.suffix == ".py" else p.name for p in PACKAGE.iterdir()
+               if p.suffix == ".py" or (p / "__init__.py").exists()}
+    clashes = sorted(n for n in modules if n in lazy and lazy[n].lstrip(".") != n)
+    assert not clashes, f"modules named like a public name of another module: {clashes}"
