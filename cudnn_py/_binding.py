@@ -91,12 +91,13 @@ def _int_range(ctype) -> tuple[int, int]:
     return (-(1 << bits - 1), (1 << bits - 1) - 1) if ctype(-1).value < 0 else (0, (1 << bits) - 1)
 
 
-_INT_RANGES = {t: _int_range(t) for t in (
+#: each C integer type -> its (lowest, highest) value: what an int argument of that type may hold
+INT_RANGES = {t: _int_range(t) for t in (
     ctypes.c_byte, ctypes.c_ubyte, ctypes.c_short, ctypes.c_ushort, ctypes.c_int, ctypes.c_uint, ctypes.c_long,
     ctypes.c_ulong, ctypes.c_longlong, ctypes.c_ulonglong, ctypes.c_int8, ctypes.c_uint8, ctypes.c_int16,
     ctypes.c_uint16, ctypes.c_int32, ctypes.c_uint32, ctypes.c_int64, ctypes.c_uint64, ctypes.c_size_t,
     ctypes.c_ssize_t)}
-_C_INT = _INT_RANGES[ctypes.c_int]
+_C_INT = INT_RANGES[ctypes.c_int]
 _CARG = type(ctypes.byref(ctypes.c_int()))
 _CARG_ADDRESS = re.compile(r"<cparam 'P' \(0x([0-9a-fA-F]+)\)>")
 
@@ -117,8 +118,8 @@ def _is_sequence(obj) -> bool:
 
 def _element(target):
     """A function converting one Python value to an element of a ``target`` array (for sequences)."""
-    if target in _INT_RANGES:
-        lo, hi = _INT_RANGES[target]
+    if target in INT_RANGES:
+        lo, hi = INT_RANGES[target]
 
         def integer(v):
             if isinstance(v, float):
@@ -267,7 +268,7 @@ def _scalar(ctype, value):
     """``value`` as an integer parameter of ``ctype`` (a ctypes instance of that type also passes)."""
     if isinstance(value, ctype):
         return value
-    return _integer(_INT_RANGES[ctype], f"an int ({_ctype_name(ctype)})", value)
+    return _integer(INT_RANGES[ctype], f"an int ({_ctype_name(ctype)})", value)
 
 
 def _void(const, value):
@@ -315,7 +316,7 @@ def _capacity(obj) -> int | None:
 def _int_param(ctype):
     """The ctypes parameter type of a C int (32 bits or fewer): an int in range passes as itself (cheaper than
     ctypes' own ``c_int``, which wraps out-of-range values silently); anything else is converted or refused."""
-    lo, hi = _INT_RANGES[ctype]
+    lo, hi = INT_RANGES[ctype]
 
     def from_param(value):
         if type(value) is int and lo <= value <= hi:
@@ -352,7 +353,7 @@ def _kind(argtype):
     if isinstance(argtype, type):
         if issubclass(argtype, Handle):
             return "handle"
-        if argtype in _INT_RANGES and ctypes.sizeof(argtype) > 4:  # 32-bit ones: _int_param
+        if argtype in INT_RANGES and ctypes.sizeof(argtype) > 4:  # 32-bit ones: _int_param
             return "int"
         if argtype is const_void_p or argtype is ctypes.c_void_p:
             return "void"
@@ -364,7 +365,7 @@ def _ctypes_argtype(argtype):
     the converters above, a function pointer also as None, ``const void *`` as ``void *``, the rest as declared."""
     if isinstance(argtype, type) and issubclass(argtype, enum.IntEnum):
         return _enum_param(argtype)
-    if argtype in _INT_RANGES and ctypes.sizeof(argtype) <= 4:
+    if argtype in INT_RANGES and ctypes.sizeof(argtype) <= 4:
         return _int_param(argtype)
     if isinstance(argtype, type) and issubclass(argtype, ctypes._CFuncPtr):
         return _callback_param(argtype)
@@ -586,7 +587,7 @@ class CFunction:
                     test = f"({test} or _type({p}) is _int and 0 <= {p} <= {_ADDRESS_MAX})"
                 converters.append((i, functools.partial(_handle, a)))
             elif kind == "int":
-                lo, hi = _INT_RANGES[a]
+                lo, hi = INT_RANGES[a]
                 test = f"_type({p}) is _int and {lo} <= {p} <= {hi}"
                 converters.append((i, functools.partial(_scalar, a)))
             elif kind == "void":

@@ -82,10 +82,10 @@ def _plausible(argtype, rng=None):
         if isinstance(argtype, type) and issubclass(argtype, enum.IntEnum):
             return rng.choice(list(argtype))
         target = getattr(argtype, "target", None)
-        if target is not None and target in _binding._INT_RANGES:
+        if target is not None and target in _binding.INT_RANGES:
             n = rng.randint(0, 10)
             return (target * max(n, 1))(*[rng.randint(0, 9) for _ in range(max(n, 1))])
-        if argtype in _binding._INT_RANGES:
+        if argtype in _binding.INT_RANGES:
             return rng.randint(0, 9)
     if issubclass(argtype, _binding.Handle):
         if argtype is capi.cudnnBackendDescriptor_t:

@@ -200,7 +200,7 @@ def _child(target: str, examples: int, seed: int, logfile: str) -> int:
                 return draw(st.sampled_from([None, ctypes.create_string_buffer(64)]))
             if argtype in (ctypes.c_float, ctypes.c_double):
                 return draw(st.floats(-10, 10))
-            if argtype in _binding._INT_RANGES:
+            if argtype in _binding.INT_RANGES:
                 return draw(st.integers(0, 9))
         return value(draw, argtype, ctx)
 
@@ -218,7 +218,7 @@ def _child(target: str, examples: int, seed: int, logfile: str) -> int:
                 return draw(st.sampled_from([None, 0, "f", 1.5]))
             if argtype is ctypes.c_char_p:
                 return draw(st.sampled_from([None, b"abc", "abc", 5]))
-            if argtype in _binding._INT_RANGES or argtype in (ctypes.c_float, ctypes.c_double):
+            if argtype in _binding.INT_RANGES or argtype in (ctypes.c_float, ctypes.c_double):
                 return scalar_value(draw, argtype)
         raise AssertionError(f"no strategy for parameter type {argtype!r}")
 
