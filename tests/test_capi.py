@@ -13,6 +13,7 @@ import pytest
 
 pytest.importorskip("pycparser", reason="the generator's tests need pycparser (pip install -e '.[test]')")
 
+import cudnn_py
 from cudnn_py import capi
 from cudnn_py import errors as capi_errors
 from cudnn_py._binding import CArgumentError
@@ -92,8 +93,16 @@ def test_enums_are_intenums_and_module_constants():
 
 
 def test_status_names_match_the_library():
+    # a library older than the headers names the statuses it has; those added later it calls unknown
+    older = cudnn_py.version() < (capi.CUDNN_MAJOR, capi.CUDNN_MINOR, capi.CUDNN_PATCHLEVEL)
+    unknown = []
     for status in capi.cudnnStatus_t:
-        assert capi.cudnnGetErrorString(status).decode() == status.name
+        name = capi.cudnnGetErrorString(status).decode()
+        if name == "CUDNN_UNKNOWN_STATUS" and older:
+            unknown.append(status.name)
+        else:
+            assert name == status.name
+    assert len(unknown) <= 3, unknown  # 9.14 lacks one (NOT_SUPPORTED_INVALID_DYNAMIC_SHAPE)
 
 
 def test_structs_callback_and_handles():

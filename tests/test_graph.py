@@ -698,3 +698,18 @@ def test_entry_point_autotuning_falls_back_only_when_a_and_b_have_no_plan():
     with pytest.raises(CudnnBadParamError):
         autotune_graph(bad, None, {})
     assert bad.calls == [("A", "B")]
+
+
+def test_broadcast_matmul_is_refused_below_the_verified_cudnn(monkeypatch):
+    """cuDNN 9.14 left elements of a batch-broadcast matmul unwritten (H200 suite, 2026-11-26): refused there, before
+    cuDNN is asked; same-batch matmuls and newer libraries build as before."""
+    from cudnn_py.graph.ops import matmul as mm
+    old = types.SimpleNamespace(version=(9, 14, 0))
+    monkeypatch.setattr(mm, "library", lambda: old)
+    g = Graph(io_dtype="float16")
+    a, b = g.tensor((3, 32, 16), name="a"), g.tensor((1, 16, 24), name="b")
+    with pytest.raises(GraphNotSupportedError, match=r"broadcasts.*cuDNN 9\.14\.0.*9\.19\.0"):
+        g.matmul(a, b)
+    assert g.matmul(a, g.tensor((3, 16, 24), name="b3")).shape == (3, 32, 24)
+    monkeypatch.setattr(mm, "library", lambda: types.SimpleNamespace(version=mm.BROADCAST_SINCE))
+    assert g.matmul(a, b).shape == (3, 32, 24)

@@ -3,8 +3,10 @@ agreeing, autotuning, CUDA graphs, plan cache and JSON, the convolution fast pat
 import numpy as np
 import pytest
 
+import cudnn_py
 import cudnn_py.graph as G
 from cudnn_py import capi
+from cudnn_py.graph.ops.matmul import BROADCAST_SINCE
 from cudnn_py.memory import DeviceArray, empty, to_device
 from reference import graph as R
 
@@ -119,6 +121,10 @@ def test_conv_bias_relu_fused_nhwc(handle, rng, dtype):
 def test_matmul_batched_broadcast(handle, rng, dtype):
     g = G.Graph(io_dtype=_np(dtype), compute_dtype="float32")
     a, b = g.tensor((3, 32, 16), name="a"), g.tensor((1, 16, 24), name="b")
+    if cudnn_py.version() < BROADCAST_SINCE:  # refused there: cuDNN 9.14 left output elements unwritten
+        with pytest.raises(G.GraphNotSupportedError, match="broadcasts"):
+            g.matmul(a, b)
+        return
     c = g.matmul(a, b).set_output(True)
     aa, bb = rng.standard_normal(a.shape), rng.standard_normal(b.shape)
     (got,), _, _ = _run(handle, g, {a: aa, b: bb}, [c])
