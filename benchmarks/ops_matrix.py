@@ -22,18 +22,20 @@ the table). Without torch the device times are taken without the sleep kernel (h
 time) and the torch column is empty.
 
     python benchmarks/ops_matrix.py --ops activation,pooling --dtypes float16 --sizes large --json out.json
-    python benchmarks/ops_matrix.py --smoke          # seconds: a few small rows (without a GPU: one line, exit 0)
+    python benchmarks/ops_matrix.py --quick          # seconds: a few small rows
+    python benchmarks/ops_matrix.py --smoke          # imports, arguments, the GPU check: one line
 """
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable
+
+from cudnn_py.cli.prerequisites import script_args
 
 #: operation families and the rows (operations) of each; ``--ops`` takes either
 FAMILIES: dict[str, tuple[str, ...]] = {
@@ -113,17 +115,9 @@ def selected(ops: list[str] | None, dtypes, layouts, sizes) -> list[tuple[str, s
     return out
 
 
-def gpu_present() -> bool:
-    """Whether the CUDA driver sees a GPU (libcuda through ctypes: no cuda.core or torch import)."""
-    try:
-        cuda = ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return False
-    n = ctypes.c_int(0)
-    return cuda.cuInit(0) == 0 and cuda.cuDeviceGetCount(ctypes.byref(n)) == 0 and n.value > 0
-
-
-def parse(argv=None) -> argparse.Namespace:
+def parse(argv=None, check=None) -> argparse.Namespace:
+    """The arguments, checked; ``check(parser, argv)`` parses them (default: plain parsing; the script's main passes
+    :func:`~cudnn_py.cli.prerequisites.script_args`, which adds ``--smoke`` and the GPU check)."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 
     def names(allowed):
@@ -143,11 +137,11 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--sample-ms", type=float, default=4.0, help="device time a sample aims at")
     p.add_argument("--json", metavar="PATH", help="write the rows here (after every row)")
     p.add_argument("--no-torch", action="store_true", help="leave torch out even where it imports")
-    p.add_argument("--smoke", action="store_true", help="a few small rows, 2 rounds (no GPU: one line, exit 0)")
-    a = p.parse_args(argv)
+    p.add_argument("--quick", action="store_true", help="a few small rows, 2 rounds")
+    a = (check or argparse.ArgumentParser.parse_args)(p, argv)
     if a.rounds < 1 or a.sample_ms <= 0:
         p.error("--rounds must be >= 1 and --sample-ms > 0")
-    if a.smoke:
+    if a.quick:
         a.ops = a.ops or ["relu_fwd", "pool_max_bwd", "bn_train", "conv_fwd", "op_tensor_add"]
         a.dtypes, a.layouts, a.sizes, a.rounds = ["float16"], ["NHWC"], ["small"], 2
     return a
@@ -579,11 +573,8 @@ def table(rows: list[Row]) -> str:
 
 
 def main(argv=None) -> int:
-    args = parse(argv)
+    args = parse(argv, script_args)
     sel = selected(args.ops, args.dtypes, args.layouts, args.sizes)
-    if not gpu_present():
-        print(f"ops_matrix: {len(sel)} rows selected; no GPU, nothing timed")
-        return 0 if args.smoke else 1
     torch = None
     if not args.no_torch:
         try:

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -62,21 +60,10 @@ def test_bad_arguments_refused(om, capsys, argv, words):
     assert e.value.code == 2 and words in capsys.readouterr().err
 
 
-def test_smoke_selects_a_few_small_rows(om):
-    a = om.parse(["--smoke"])
+def test_quick_selects_a_few_small_rows(om):
+    a = om.parse(["--quick"])
     rows = om.selected(a.ops, a.dtypes, a.layouts, a.sizes)
     assert 1 <= len(rows) <= 8 and {r[4] for r in rows} == {"small"} and a.rounds == 2
-
-
-@pytest.mark.skipif(subprocess.run([sys.executable, "-c", "import ctypes; ctypes.CDLL('libcuda.so.1')"],
-                                   capture_output=True).returncode == 0, reason="a CUDA driver is present")
-def test_smoke_without_a_gpu_is_one_line_in_under_a_second():
-    t0 = time.perf_counter()
-    r = subprocess.run([sys.executable, str(BENCH), "--smoke"], capture_output=True, text=True, timeout=30)
-    took = time.perf_counter() - t0
-    assert r.returncode == 0 and r.stderr == "" and len(r.stdout.splitlines()) == 1, r
-    assert "no GPU" in r.stdout and took < 1.0
-    assert subprocess.run([sys.executable, str(BENCH)], capture_output=True).returncode == 1
 
 
 # ---------------------------------------------------------------- every row's calls bind to the real API
