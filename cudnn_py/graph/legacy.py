@@ -23,6 +23,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from cudnn_py import engine_choice
 from cudnn_py.errors import InvalidValueError
 from cudnn_py.dtypes import as_numpy_dtype
 from cudnn_py.memory import DeviceArray
@@ -60,12 +61,24 @@ class GraphPathRefused(InvalidValueError):
     """A configuration the graph path refuses before cuDNN is asked (``engine="auto"`` runs legacy instead)."""
 
 
-def attempt(engine: str, run: Callable[[bool], bool]) -> bool:
+def attempt(engine: str, run: Callable[[bool], bool], legacy: Callable[[], object] | None = None, *, handle=None,
+            key=None, mutated=(), static: str = "graph") -> bool:
     """Whether ``run(auto)`` ran the graph path for ``engine`` ('graph' or 'auto'; 'legacy' never tries): with
-    'auto' a configuration the graph path refuses (:class:`GraphPathRefused`, or no engine) gives False."""
+    'auto' a configuration the graph path refuses (:class:`GraphPathRefused`, or no engine) gives False.
+
+    With 'auto' and ``legacy`` (the call with ``engine='legacy'``) the engine is measured on ``handle``'s first call
+    of ``key`` (:mod:`cudnn_py.engine_choice`; ``mutated``: arrays the call writes and may read); True then means
+    the call ran on either engine, False that the legacy call is the choice (the caller runs it)."""
     if engine == "legacy":
         return False
     auto = engine == "auto"
+    if auto and legacy is not None:
+        chosen = engine_choice.chosen(handle, key, static)
+        if chosen is None:
+            engine_choice.run(handle, key, legacy, lambda: run(True), mutated=mutated, static=static)
+            return True
+        if chosen == "legacy":
+            return False
     try:
         return run(auto)
     except GraphPathRefused:

@@ -30,6 +30,7 @@ from cudnn_py import caches, capi
 from cudnn_py._deprecation import alias
 from cudnn_py.args import enum_member, float_arg, nan_flag, scaling
 from cudnn_py.descriptors import Descriptor, Settings, c_nan, read_back
+from cudnn_py import engine_choice as ec
 from cudnn_py.graph import legacy as gl
 from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray, DeviceArrayLike
@@ -211,7 +212,10 @@ def activation_forward(handle: Handle, activation: Activation | str | int, x: De
     act = activation_c_descriptor(activation)
     xa = check_array(x, "x", handle, floating=True)
     ya = output(y, "y", handle, xa.shape, xa.dtype)
-    if gl.attempt(engine, lambda auto: _graph_forward(handle, activation, xa, ya, alpha, beta, auto)):
+    if gl.attempt(engine, lambda auto: _graph_forward(handle, activation, xa, ya, alpha, beta, auto),
+                  lambda: activation_forward(handle, activation, xa, y=ya, alpha=alpha, beta=beta, engine="legacy"),
+                  handle=handle, key=("activation_forward", activation, alpha, beta, ec.signature(xa, ya)),
+                  mutated=(ya,) if beta or ya.ptr == xa.ptr else ()):
         return ya if y is None else y
     al, be = scalars(xa.dtype, alpha, beta)
     xd, yd = desc(xa), desc(ya)
@@ -238,7 +242,11 @@ def activation_backward(handle: Handle, activation: Activation | str | int, x: D
     ya = check_array(y, "y", handle, dtype=xa.dtype, shape=xa.shape)
     dya = check_array(dy, "dy", handle, dtype=xa.dtype, shape=xa.shape)
     dxa = output(dx, "dx", handle, xa.shape, xa.dtype)
-    if gl.attempt(engine, lambda auto: _graph_backward(handle, activation, xa, dya, dxa, alpha, beta, auto)):
+    if gl.attempt(engine, lambda auto: _graph_backward(handle, activation, xa, dya, dxa, alpha, beta, auto),
+                  lambda: activation_backward(handle, activation, xa, ya, dya, dx=dxa, alpha=alpha, beta=beta,
+                                              engine="legacy"),
+                  handle=handle, key=("activation_backward", activation, alpha, beta, ec.signature(xa, ya, dya, dxa)),
+                  mutated=(dxa,) if beta or dxa.ptr in (xa.ptr, ya.ptr, dya.ptr) else ()):
         return dxa if dx is None else dx
     al, be = scalars(xa.dtype, alpha, beta)
     dyd, dxd = desc(dya), desc(dxa)

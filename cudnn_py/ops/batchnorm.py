@@ -47,6 +47,7 @@ import numpy as np
 from cudnn_py import capi
 from cudnn_py.args import scaling
 from cudnn_py.errors import InvalidValueError
+from cudnn_py import engine_choice as ec
 from cudnn_py.graph import legacy as gl
 from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.ops.activation import Activation
@@ -151,7 +152,14 @@ def batchnorm_forward_training(handle: Handle, x: DeviceArrayLike, scale: Device
     ya = na.given_output(y, "y", handle, s.x)
     ya, sm, siv = na.or_new_like(ya, handle, s.x), s.or_new(sm, handle), s.or_new(siv, handle)
     if gl.attempt(engine, lambda auto: ng.training(handle, s, sc, bi, rm, rv, sm, siv, eps, f, ya, None, False,
-                                                   (alpha, beta), auto)):
+                                                   (alpha, beta), auto),
+                  lambda: batchnorm_forward_training(handle, s.x, sc, bi, mode=s.mode, epsilon=eps, factor=f,
+                                                     running_mean=rm, running_var=rv, saved_mean=sm,
+                                                     saved_inv_var=siv, y=ya, alpha=alpha, beta=beta,
+                                                     engine="legacy"),
+                  handle=handle, key=("batchnorm_forward_training", s.mode, eps, f, alpha, beta, rm is None,
+                                      ec.signature(s.x, ya, sc)),
+                  mutated=(() if rm is None else (rm, rv)) + ((ya,) if beta or ya.ptr == s.x.ptr else ())):
         return BatchNormTraining(ya, sm, siv, rm, rv)
     al, be = scalars(s.x.dtype, alpha, beta)
     yd = desc(ya)
@@ -178,7 +186,12 @@ def batchnorm_forward_inference(handle: Handle, x: DeviceArrayLike, scale: Devic
     eps = na.check_epsilon(epsilon)
     ya = na.or_new_like(na.given_output(y, "y", handle, s.x), handle, s.x)
     if gl.attempt(engine, lambda auto: ng.inference(handle, s, sc, bi, me, va, eps, ya, None, False, alpha,
-                                                    beta, auto)):
+                                                    beta, auto),
+                  lambda: batchnorm_forward_inference(handle, s.x, sc, bi, me, va, mode=s.mode, epsilon=eps, y=ya,
+                                                      alpha=alpha, beta=beta, engine="legacy"),
+                  handle=handle, key=("batchnorm_forward_inference", s.mode, eps, alpha, beta,
+                                      ec.signature(s.x, ya, sc)),
+                  mutated=(ya,) if beta or ya.ptr == s.x.ptr else ()):
         return ya
     al, be = scalars(s.x.dtype, alpha, beta)
     yd = desc(ya)
@@ -214,7 +227,14 @@ def batchnorm_backward(handle: Handle, x: DeviceArrayLike, dy: DeviceArrayLike, 
     ds, db = s.opt_param(dscale, "dscale", handle), s.opt_param(dbias, "dbias", handle)
     dxa, ds, db = na.or_new_like(dxa, handle, s.x), s.or_new(ds, handle), s.or_new(db, handle)
     if gl.attempt(engine, lambda auto: ng.backward(handle, s, dya, sc, sm, siv, dxa, ds, db,
-                                                   (alpha_data, beta_data, alpha_param, beta_param), auto)):
+                                                   (alpha_data, beta_data, alpha_param, beta_param), auto),
+                  lambda: batchnorm_backward(handle, s.x, dya, sc, sm, siv, mode=s.mode, epsilon=eps, dx=dxa,
+                                             dscale=ds, dbias=db, alpha_data=alpha_data, beta_data=beta_data,
+                                             alpha_param=alpha_param, beta_param=beta_param, engine="legacy"),
+                  handle=handle, key=("batchnorm_backward", s.mode, eps, alpha_data, beta_data, alpha_param,
+                                      beta_param, sm is None, ec.signature(s.x, dya, dxa, sc)),
+                  mutated=((dxa,) if beta_data or dxa.ptr in (s.x.ptr, dya.ptr) else ()) +
+                  ((ds, db) if beta_param else ())):
         return BatchNormGrads(dxa, ds, db)
     ad, bd = scalars(s.x.dtype, alpha_data, beta_data)
     ap, bp = scalars(s.x.dtype, alpha_param, beta_param)

@@ -39,6 +39,7 @@ from cudnn_py._deprecation import alias
 from cudnn_py.args import (DIM_MAX, INT32_MAX, dims, enum_member, int_or_ints, int_tuple, ints, nan_flag, scaling,
                            spatial_ndim)
 from cudnn_py.descriptors import Descriptor, Settings, TensorDescriptor, c_ints, c_nan, legacy_dtype, read_back
+from cudnn_py import engine_choice as ec
 from cudnn_py.graph import legacy as gl
 from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray, DeviceArrayLike
@@ -340,11 +341,14 @@ def pooling_forward(handle: Handle, pool: Pooling, x: DeviceArrayLike, *moved: D
     engine = gl.engine_arg(engine)
     xa = check_array(x, "x", handle, floating=True)
     pd, y_shape = _resolve(pool, xa.shape)
-    engine = _auto(engine, xa, "forward", pool)
+    static = _auto(engine, xa, "forward", pool)  # "auto" measures; static mode runs this rule
     # a new y keeps x's memory order whichever engine runs (the legacy call takes any strides)
     ya = _new_like(handle, xa, y_shape) if y is None else check_array(y, "y", handle, dtype=xa.dtype, shape=y_shape)
-    if engine != "legacy" and gl.attempt(engine, lambda auto: _graph_forward(handle, pool, xa, ya, alpha, beta,
-                                                                             auto)):
+    if engine != "legacy" and gl.attempt(
+            engine, lambda auto: _graph_forward(handle, pool, xa, ya, alpha, beta, auto),
+            lambda: pooling_forward(handle, pool, xa, y=ya, alpha=alpha, beta=beta, engine="legacy"), handle=handle,
+            key=("pooling_forward", pool, alpha, beta, ec.signature(xa, ya)), mutated=(ya,) if beta else (),
+            static="legacy" if static == "legacy" else "graph"):
         return ya if y is None else y
     al, be = scalars(xa.dtype, alpha, beta)
     xd, yd = _pdesc(xa), _pdesc(ya)
@@ -365,13 +369,16 @@ def pooling_backward(handle: Handle, pool: Pooling, x: DeviceArrayLike, y: Devic
     engine = gl.engine_arg(engine)
     xa = check_array(x, "x", handle, floating=True)
     pd, y_shape = _resolve(pool, xa.shape)
-    engine = _auto(engine, xa, "backward", pool)
+    static = _auto(engine, xa, "backward", pool)  # "auto" measures; static mode runs this rule
     ya = check_array(y, "y", handle, dtype=xa.dtype, shape=y_shape)
     dya = check_array(dy, "dy", handle, dtype=xa.dtype, shape=y_shape)
     dxa = _new_like(handle, xa, xa.shape) if dx is None else check_array(dx, "dx", handle, dtype=xa.dtype,
                                                                          shape=xa.shape)
-    if engine != "legacy" and gl.attempt(engine, lambda auto: _graph_backward(handle, pool, xa, ya, dya, dxa, alpha,
-                                                                              beta, auto)):
+    if engine != "legacy" and gl.attempt(
+            engine, lambda auto: _graph_backward(handle, pool, xa, ya, dya, dxa, alpha, beta, auto),
+            lambda: pooling_backward(handle, pool, xa, ya, dya, dx=dxa, alpha=alpha, beta=beta, engine="legacy"),
+            handle=handle, key=("pooling_backward", pool, alpha, beta, ec.signature(xa, ya, dya, dxa)),
+            mutated=(dxa,) if beta else (), static="legacy" if static == "legacy" else "graph"):
         return dxa if dx is None else dx
     al, be = scalars(xa.dtype, alpha, beta)
     xd, yd, dyd, dxd = _pdesc(xa), _pdesc(ya), _pdesc(dya), _pdesc(dxa)

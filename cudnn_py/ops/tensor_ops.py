@@ -34,6 +34,7 @@ from cudnn_py._deprecation import renamed_kwargs, warn
 from cudnn_py.args import element_value, ints, scaling
 from cudnn_py.descriptors import Descriptor, OpTensor, ReduceTensor
 from cudnn_py.dtypes import as_numpy_dtype, cudnn_dtype
+from cudnn_py import engine_choice as ec
 from cudnn_py.graph import legacy as gl
 from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray, DeviceArrayLike, as_array, empty
@@ -89,7 +90,9 @@ def add_tensor(handle: Handle, a: DeviceArrayLike, c: Out, *, alpha: float = 1.0
     inputs = [("a", aa)] + ([("prior", ca)] if beta else [])
     if gl.attempt(engine, lambda auto: gl.run_graph(
             handle, "add_tensor", (float(alpha), float(beta)), inputs, [("c", ca)],
-            lambda g, t, _: gl.blend(g, t["a"], t, alpha, beta), auto=auto)):
+            lambda g, t, _: gl.blend(g, t["a"], t, alpha, beta), auto=auto),
+            lambda: add_tensor(handle, aa, ca, alpha=alpha, beta=beta, engine="legacy"), handle=handle,
+            key=("add_tensor", alpha, beta, ec.signature(aa, ca)), mutated=(ca,) if beta or ca.ptr == aa.ptr else ()):
         return c
     al, be = scalars(ca.dtype, alpha, beta)
     ad, cd = desc(aa), desc(ca)
@@ -172,7 +175,12 @@ def op_tensor(handle: Handle, op: str | int | OpTensor, a: DeviceArrayLike, b: D
     _broadcastable(ba, aa, "b", "c")  # c has a's shape (output() checks a given c): refused before c is allocated
     ca = output(c, "c", handle, aa.shape, aa.dtype)
     if gl.attempt(engine, lambda auto: _graph_op_tensor(handle, opv, aa, ba, ca, alpha1, alpha2, beta, compute_dtype,
-                                                        nan_propagation, unary, auto)):
+                                                        nan_propagation, unary, auto),
+                  lambda: op_tensor(handle, opv, aa, ba, c=ca, alpha1=alpha1, alpha2=alpha2, beta=beta,
+                                    compute_dtype=compute_dtype, nan_propagation=nan_propagation, engine="legacy"),
+                  handle=handle, key=("op_tensor", opv, alpha1, alpha2, beta, compute_dtype, nan_propagation,
+                                      ec.signature(aa, ba, ca)),
+                  mutated=(ca,) if beta or ca.ptr in (aa.ptr, ba.ptr) else ()):
         return ca if c is None else c
     od = OpTensor(opv, _compute(aa.dtype, compute_dtype), nan_propagation=nan_propagation)  # holds the descriptor
     a1, a2, be = scalars(aa.dtype, alpha1, alpha2, beta)
@@ -198,7 +206,9 @@ def scale_tensor(handle: Handle, y: Out, *args, alpha: float = 1.0, engine: str 
     ya = check_array(y, "y", handle, floating=True)
     if gl.attempt(engine, lambda auto: gl.run_graph(
             handle, "scale_tensor", (float(alpha),), [("prior", ya)], [("y", ya)],
-            lambda g, t, _: g.scale(t["prior"], float(alpha)), auto=auto)):
+            lambda g, t, _: g.scale(t["prior"], float(alpha)), auto=auto),
+            lambda: scale_tensor(handle, ya, alpha=alpha, engine="legacy"), handle=handle,
+            key=("scale_tensor", alpha, ec.signature(ya)), mutated=(ya,)):
         return y
     (al,) = scalars(ya.dtype, alpha)
     yd = desc(ya)
@@ -282,7 +292,10 @@ def transform_tensor(handle: Handle, x: DeviceArrayLike, *moved: DeviceArrayLike
     inputs = [("x", xa)] + ([("prior", ya)] if beta else [])
     if gl.attempt(engine, lambda auto: gl.run_graph(
             handle, "transform_tensor", (float(alpha), float(beta)), inputs, [("y", ya)],
-            lambda g, t, _: gl.blend(g, g.pointwise("identity", t["x"]), t, alpha, beta), auto=auto)):
+            lambda g, t, _: gl.blend(g, g.pointwise("identity", t["x"]), t, alpha, beta), auto=auto),
+            lambda: transform_tensor(handle, xa, y=ya, alpha=alpha, beta=beta, engine="legacy"), handle=handle,
+            key=("transform_tensor", alpha, beta, ec.signature(xa, ya)),
+            mutated=(ya,) if beta or ya.ptr == xa.ptr else ()):
         return ya if y is None else y
     scalar_dtype = np.float64 if np.float64 in (xa.dtype, ya.dtype) else np.float32
     al, be = scalars(scalar_dtype, alpha, beta)
@@ -459,7 +472,12 @@ def reduce_tensor(handle: Handle, op: str | int | ReduceTensor, a: DeviceArrayLi
         if ca.ndim != aa.ndim or any(cd not in (1, ad) for ad, cd in zip(aa.shape, ca.shape)):
             raise InvalidValueError(f"c has shape {ca.shape}; each dimension must equal a's {aa.shape} or be 1")
     if gl.attempt(engine, lambda auto: _graph_reduce(handle, opv, aa, ca, alpha, beta, compute_dtype,
-                                                     nan_propagation, indices, auto)):
+                                                     nan_propagation, indices, auto),
+                  None if indices else lambda: reduce_tensor(handle, opv, aa, c=ca, alpha=alpha, beta=beta,
+                                                             compute_dtype=compute_dtype,
+                                                             nan_propagation=nan_propagation, engine="legacy"),
+                  handle=handle, key=("reduce_tensor", opv, alpha, beta, compute_dtype, nan_propagation,
+                                      ec.signature(aa, ca)), mutated=(ca,) if beta else ()):
         return ca if c is None else c
     compute = _compute(aa.dtype, compute_dtype)
     reduction = ReduceTensor(opv, compute, nan_propagation=nan_propagation, indices=indices)  # holds the descriptor
