@@ -73,8 +73,28 @@ def _drv() -> ModuleType:
     return _driver_module
 
 
+_DEVICE_COUNT: list[int] = []
+
+
+def _device_count() -> int:
+    """How many CUDA devices this process sees (asked once)."""
+    if not _DEVICE_COUNT:
+        _DEVICE_COUNT.append(int(_check(_drv().cuDeviceGetCount(), "cuDeviceGetCount")))
+    return _DEVICE_COUNT[0]
+
+
 #: device ordinal -> its primary CUcontext (retained once for the process, as cuda.core does)
 _PRIMARY: dict[int, Any] = {}
+
+
+def _primary(device_id: int) -> Any:
+    """The primary context of device ``device_id`` (retained on first use)."""
+    ctx = _PRIMARY.get(device_id)
+    if ctx is None:
+        drv = _drv()
+        dev = _check(drv.cuDeviceGet(device_id), "cuDeviceGet")
+        ctx = _PRIMARY.setdefault(device_id, _check(drv.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain"))
+    return ctx
 
 
 class on_device:  # noqa: N801 - used as a with-statement, like a function
@@ -93,12 +113,10 @@ class on_device:  # noqa: N801 - used as a with-statement, like a function
         self.pushed = False
 
     def __enter__(self) -> None:
+        if _device_count() == 1:  # one device: no other context to switch from (as before multi-GPU support); the
+            return                # driver call this check costs is ~1/4 of a small allocation (H200 profile)
         drv = _drv()
-        ctx = _PRIMARY.get(self.device_id)
-        if ctx is None:
-            dev = _check(drv.cuDeviceGet(self.device_id), "cuDeviceGet")
-            ctx = _PRIMARY.setdefault(self.device_id,
-                                      _check(drv.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain"))
+        ctx = _primary(self.device_id)
         if int(_check(drv.cuCtxGetCurrent(), "cuCtxGetCurrent")) != int(ctx):
             _check(drv.cuCtxPushCurrent(ctx), "cuCtxPushCurrent")
             self.pushed = True
@@ -292,7 +310,13 @@ class DeviceArray:
                 s.wait(other._stream)
             if self.nbytes:
                 with on_device(self.device_id):
-                    _check(_drv().cuMemcpyDtoDAsync(self.ptr, other.ptr, self.nbytes, s.handle), "cuMemcpyDtoDAsync")
+                    if other.device_id == self.device_id:
+                        _check(_drv().cuMemcpyDtoDAsync(self.ptr, other.ptr, self.nbytes, s.handle),
+                               "cuMemcpyDtoDAsync")
+                    else:  # another device's memory (pool allocations are not mapped for peers): a peer copy
+                        _check(_drv().cuMemcpyPeerAsync(self.ptr, _primary(self.device_id), other.ptr,
+                                                        _primary(other.device_id), self.nbytes, s.handle),
+                               "cuMemcpyPeerAsync")
             return self
         host = np.ascontiguousarray(src, dtype=self.dtype)
         if host.shape != self.shape:

@@ -400,6 +400,7 @@ def test_on_device_pushes_the_arrays_device_only_when_another_is_current(monkeyp
     fake_driver = _FakeDriver(current)
     monkeypatch.setattr(M, "_driver_module", fake_driver)
     monkeypatch.setattr(M, "_PRIMARY", {})
+    monkeypatch.setattr(M, "_DEVICE_COUNT", [2])
     with M.on_device(0):
         assert int(fake_driver.cuCtxGetCurrent()[1]) == 100
     pushed = current != 0
@@ -409,3 +410,15 @@ def test_on_device_pushes_the_arrays_device_only_when_another_is_current(monkeyp
             raise RuntimeError("a failed copy")
     assert fake_driver.calls[1:] == (["push 0", "pop"] * 2 if pushed else [])  # retained once, popped again
     assert fake_driver.stack == ([] if current is None else [100 + current])
+
+
+def test_on_device_is_free_in_a_process_that_sees_one_device(monkeypatch):
+    """With one device there is no other context to switch from: no driver call at all (the hot path of every
+    allocation and free)."""
+    fake_driver = _FakeDriver(None)
+    monkeypatch.setattr(M, "_driver_module", fake_driver)
+    monkeypatch.setattr(M, "_PRIMARY", {})
+    monkeypatch.setattr(M, "_DEVICE_COUNT", [1])
+    with M.on_device(0):
+        pass
+    assert fake_driver.calls == [] and fake_driver.stack == []

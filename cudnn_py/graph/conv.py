@@ -213,7 +213,7 @@ def _view(conv, a: DeviceArray) -> DeviceArray:
         shape, strides = unit_height(shape, strides)
     if (shape, strides) == (a.shape, a.strides):
         return a
-    return DeviceArray(a.ptr, shape, a.dtype, strides, device_id=a.device_id, owner=a)
+    return DeviceArray.from_parts(a.ptr, shape, a.dtype, strides, a.device_id, a, None)
 
 
 def _view_shape(conv, shape) -> tuple[int, ...]:
@@ -228,7 +228,7 @@ def _result(conv, r: DeviceArray, ndim: int) -> DeviceArray:
         shape, strides = shape[:2] + shape[3:], strides[:2] + strides[3:]
     shape, strides = physical(shape, conv.layout), physical(strides, conv.layout)
     return r if (shape, strides) == (r.shape, r.strides) else \
-        DeviceArray(r.ptr, shape, r.dtype, strides, device_id=r.device_id, owner=r)
+        DeviceArray.from_parts(r.ptr, shape, r.dtype, strides, r.device_id, r, None)
 
 
 def _params(conv, direction: str, a_shape, b_shape, out_shape) -> dict:

@@ -162,7 +162,7 @@ def new_output(handle: Any, shape: Sequence[int], dtype: Any, strides: Sequence[
     order = sorted(range(len(shape)), key=lambda i: -strides[i])
     buf = empty(tuple(shape[i] for i in order), dtype, stream=getattr(handle, "stream", None),
                 device=handle_device(handle))
-    return DeviceArray(buf.ptr, tuple(shape), dtype, tuple(strides), device_id=buf.device_id, owner=buf)
+    return DeviceArray.from_parts(buf.ptr, tuple(shape), buf.dtype, tuple(strides), buf.device_id, buf, None)
 
 
 class Runner:

@@ -135,7 +135,7 @@ def _span(shape, strides) -> int:
 def empty_strided(handle, shape, strides, dtype) -> DeviceArray:
     """A new array with these (non-negative) element strides, over a buffer that covers every element."""
     base = empty((max(_span(shape, strides), math.prod(shape)),), dtype, stream=handle.stream, device=handle.device)
-    return DeviceArray(base.ptr, shape, dtype, strides, device_id=base.device_id, owner=base, stream=base.stream)
+    return DeviceArray.from_parts(base.ptr, tuple(shape), base.dtype, tuple(strides), base.device_id, base, base.stream)
 
 
 def empty_like(handle, x: DeviceArray) -> DeviceArray:
