@@ -115,7 +115,8 @@ def chosen(handle, key: Hashable, static: str = "graph") -> str | None:
 
 
 def run(handle, key: Hashable, legacy: Callable[[], object], graph: Callable[[], object], *,
-        mutated: Sequence = (), static: str = "graph") -> str:
+        mutated: Sequence = (), static: str = "graph",
+        refused: tuple[type[BaseException], ...] = ()) -> str:
     """Run one ``engine="auto"`` call and answer the engine that ran it ("legacy" or "graph"); see the module doc.
 
     :param key: the operation's name and signature (hashable; :func:`signature` builds the usual part).
@@ -123,32 +124,28 @@ def run(handle, key: Hashable, legacy: Callable[[], object], graph: Callable[[],
     :param graph: runs it through the graph path; False (or a refusal raised) where the graph path does not take it.
     :param mutated: arrays the call writes and may read (restored between measured runs).
     :param static: the engine the static rule picks (``"static"`` mode).
+    :param refused: the exceptions by which the graph path refuses a configuration (the graph package's, passed in
+        by its dispatcher so that this module stays below it); the legacy call then runs.
     """
     engine = chosen(handle, key, static)
     if engine is None:
-        return _measure(handle, handle_cache(handle, _CACHE), key, legacy, graph, mutated, static)
-    return _run_one(engine, legacy, graph)
+        return _measure(handle, handle_cache(handle, _CACHE), key, legacy, graph, mutated, static, refused)
+    return _run_one(engine, legacy, graph, refused)
 
 
-def _run_one(engine: str, legacy, graph) -> str:
+def _run_one(engine: str, legacy, graph, refused: tuple[type[BaseException], ...]) -> str:
     """Run ``engine``; the graph falls back to the legacy call where it refuses."""
     if engine == "graph":
         try:
             if graph() is not False:
                 return "graph"
-        except _refusals()[:2]:
+        except refused:
             pass
     legacy()
     return "legacy"
 
 
 # ---------------------------------------------------------------- measuring
-
-def _refusals() -> tuple[type[BaseException], ...]:
-    from cudnn_py.graph.errors import GraphNotSupportedError
-    from cudnn_py.graph.legacy import GraphPathRefused
-    return (GraphPathRefused, GraphNotSupportedError, CudnnPyError)
-
 
 def _clock(handle, fn: Callable[[], object]) -> tuple[object, float]:
     """(what ``fn()`` answered, device ms between events around it on the handle's stream)."""
@@ -179,13 +176,14 @@ def _snapshot(handle, arrays: Sequence) -> Callable[[], None]:
     return restore
 
 
-def _measure(handle, cache, key, legacy, graph, mutated, static: str) -> str:
-    refused = _refusals()
+def _measure(handle, cache, key, legacy, graph, mutated, static: str,
+             graph_refusals: tuple[type[BaseException], ...]) -> str:
+    refused: tuple[type[BaseException], ...] = (*graph_refusals, CudnnPyError)
     try:
         restore = _snapshot(handle, mutated)
     except CudnnPyError as e:  # no room for the copies (or no device): no measurement this time
         _log.debug("engine_choice %s: not measured (%s); the static rule runs", key, e)
-        return _run_one(static, legacy, graph)
+        return _run_one(static, legacy, graph, graph_refusals)
     engines = {"legacy": legacy, "graph": graph}
     errors: dict[str, BaseException | None] = {}
     best = {name: math.inf for name in engines}
@@ -218,7 +216,7 @@ def _measure(handle, cache, key, legacy, graph, mutated, static: str) -> str:
     cache[key] = got
     _log.debug("engine_choice %s: %s (measured: legacy %s ms, graph %s ms%s)", key, winner, got.legacy_ms,
                got.graph_ms, "".join(f"; {n} left out: {e!r}" for n, e in errors.items()))
-    if all(e is None or isinstance(e, refused[:2]) for e in errors.values()):  # a passing failure is not kept
+    if all(e is None or isinstance(e, graph_refusals) for e in errors.values()):  # a passing failure is not kept
         _store(handle, key, got)
     return winner
 

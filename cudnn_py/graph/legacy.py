@@ -75,7 +75,8 @@ def attempt(engine: str, run: Callable[[bool], bool], legacy: Callable[[], objec
     if auto and legacy is not None:
         chosen = engine_choice.chosen(handle, key, static)
         if chosen is None:
-            engine_choice.run(handle, key, legacy, lambda: run(True), mutated=mutated, static=static)
+            engine_choice.run(handle, key, legacy, lambda: run(True), mutated=mutated, static=static,
+                              refused=(GraphPathRefused, GraphNotSupportedError))
             return True
         if chosen == "legacy":
             return False
