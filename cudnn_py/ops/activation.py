@@ -13,8 +13,9 @@ Arrays of any rank 1 to 8 and any strides (x and y may differ) are accepted.
 
 ``engine="graph"`` runs the same function as a cached backend-API graph of one pointwise operation (plus the
 alpha/beta blend) instead of the deprecated ``cudnnActivationForward/Backward``; float16, bfloat16 and float32
-data of 1 to 5 dimensions, NaN propagation off. ``engine="auto"`` (the default) takes the graph where it accepts
-the call and the legacy call otherwise (docs/graph_paths.md has the measurements behind it).
+data of 1 to 5 dimensions, NaN propagation off. ``engine="auto"`` (the default) measures both engines on the first
+call of a configuration and keeps the faster (:mod:`cudnn_py.engine_choice`; with measuring off, it takes the graph
+where it accepts the call and the legacy call otherwise; docs/graph_paths.md).
 
 Raw C path::
 

@@ -23,10 +23,11 @@ included) with the add and ReLU of the ``..._ex`` calls fused after it, inferenc
 backward as one ``OPERATION_NORM_BACKWARD`` (the ``..._ex`` ReLU gradient as a pointwise graph before it).
 It takes float16, bfloat16 and float32 data in spatial (and spatial-persistent) mode, ReLU as the only fused
 activation, the saved statistics for backward, alpha 1 and beta 0 (inference also blends); it needs no reserve
-space (it returns none, and its backward reads none). ``engine="auto"`` (the default) takes the graph for forward
-training, inference and backward where it accepts the call, the legacy call otherwise and for the ``..._ex``
-calls (their legacy backward measured faster, and forward and backward must agree on the reserve space; see
-docs/graph_paths.md).
+space (it returns none, and its backward reads none). ``engine="auto"`` (the default) measures both engines for
+forward training, inference and backward on the first call of a configuration and keeps the faster
+(:mod:`cudnn_py.engine_choice`; with measuring off, the graph where it accepts the call), and runs the legacy call
+for the ``..._ex`` calls (their legacy backward measured faster, and forward and backward must agree on the
+reserve space; see docs/graph_paths.md).
 
 Raw C path::
 

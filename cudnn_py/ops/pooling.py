@@ -16,9 +16,11 @@ deprecated ``cudnnPoolingForward/Backward``: float16, bfloat16 and float32, 1 to
 in one memory order, alpha 1 and beta 0; max pooling's NaN handling is the resample operation's (a NaN in a window
 wins) whatever ``nan_propagation`` says, and an output allocated for it keeps x's memory layout (NHWC in, NHWC
 out). Where cuDNN 9.19 has no right engine (channels-last bfloat16 2-D pooling) it raises
-:class:`~cudnn_py.graph.GraphNotSupportedError`. ``engine="auto"`` (the default) runs the graph for 2-D pooling of
-channels-last data (average pooling forward, both backward passes) and the legacy call for max pooling forward,
-NCHW data, 1-D and 3-D pooling and wherever the graph refuses (docs/graph_paths.md has the measurements).
+:class:`~cudnn_py.graph.GraphNotSupportedError`. ``engine="auto"`` (the default) measures both engines on the
+first call of a configuration and keeps the faster (:mod:`cudnn_py.engine_choice`); with measuring off it runs the
+graph for 2-D pooling of channels-last data (average pooling forward, both backward passes) and the legacy call for
+max pooling forward, NCHW data, 1-D and 3-D pooling and wherever the graph refuses (docs/graph_paths.md has the
+measurements).
 
 Raw C path (what these calls do)::
 

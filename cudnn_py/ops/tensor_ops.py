@@ -17,8 +17,9 @@ Scaling factors are keyword-only ``alpha``/``beta`` (defaults 1 and 0); :func:`o
 ``engine="graph"`` (add_tensor, op_tensor, scale_tensor, transform_tensor, reduce_tensor) runs the same function
 as a cached backend-API graph (pointwise operations, or a reduction) instead of the deprecated C call: float16,
 bfloat16 and float32 data of 1 to 5 dimensions, float32 compute, no NaN propagation, no reduction indices.
-``engine="auto"`` (the default) takes the graph where it accepts the call and the legacy call otherwise
-(docs/graph_paths.md has the measurements behind it).
+``engine="auto"`` (the default) measures both engines on the first call of a configuration and keeps the faster
+(:mod:`cudnn_py.engine_choice`; with measuring off, and for reductions with indices, it takes the graph where it
+accepts the call and the legacy call otherwise; docs/graph_paths.md).
 """
 from __future__ import annotations
 
