@@ -24,6 +24,27 @@ class NoCallHandle:
         raise AssertionError("validation should have raised before any cuDNN call")
 
 
+class Reached(Exception):
+    """The call got past validation: cuDNN would have been called now."""
+
+
+class StandIn:
+    """A handle stand-in: device 0, no workspace cap; reading ``ptr`` (as every C call does) raises :class:`Reached`
+    (for tests of what a call does once validation has passed, where :class:`NoCallHandle` would fail them)."""
+    device = 0
+    stream = None
+
+    class workspace:  # noqa: N801 - the attribute a Handle has
+        cap = None
+
+    def __init__(self):
+        self.cache: dict = {}
+
+    @property
+    def ptr(self):
+        raise Reached("validation passed")
+
+
 def fake(shape, dtype=np.float32, strides=None) -> DeviceArray:
     """A DeviceArray with a dummy address: never dereferenced because validation fails first."""
     return DeviceArray(0x10000, shape, dtype, strides)

@@ -15,27 +15,7 @@ from cudnn_py import capi
 from cudnn_py import descriptors as D
 from cudnn_py.errors import CudnnPyError, InvalidTypeError, InvalidValueError, NoDeviceError
 from cudnn_py.memory import DeviceArray
-from helpers import fake
-
-
-class Reached(Exception):
-    """The call got past validation: cuDNN would have been called now."""
-
-
-class StandIn:
-    """A handle stand-in: device 0, no workspace cap; reading ``ptr`` (as every C call does) raises :class:`Reached`."""
-    device = 0
-    stream = None
-
-    class workspace:  # noqa: N801 - the attribute a Handle has
-        cap = None
-
-    def __init__(self):
-        self.cache: dict = {}
-
-    @property
-    def ptr(self):
-        raise Reached("validation passed")
+from helpers import Reached, StandIn, fake
 
 
 def x4(dtype=np.float32, shape=(2, 4, 5, 5)):

@@ -11,27 +11,7 @@ from cudnn_py import algorithms as alg
 from cudnn_py import capi
 from cudnn_py.caches import handle_cache
 from cudnn_py.ops import conv_calls
-from helpers import fake
-
-
-class Reached(Exception):
-    """The call got as far as cuDNN itself."""
-
-
-class StandIn:
-    """A handle stand-in: device 0, no workspace cap; reading ``ptr`` (as every C call does) raises :class:`Reached`."""
-    device = 0
-    stream = None
-
-    class workspace:  # noqa: N801 - the attribute a Handle has
-        cap = None
-
-    def __init__(self):
-        self.cache: dict = {}
-
-    @property
-    def ptr(self):
-        raise Reached
+from helpers import Reached, StandIn, fake
 
 
 def _record(algo: int, time_ms: float) -> alg.AlgoPerf:

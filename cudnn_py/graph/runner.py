@@ -240,7 +240,7 @@ class Runner:
         (no validation: the caller checked the arrays)."""
         vp = self.packs.get(key)
         if vp is None:
-            desc = make_variant_pack(self.uids, [*ptrs, *self.scalar_ptrs, *scratch_pointers(self.plan, wsp)[1]], wsp)
+            desc = self._new_pack(ptrs, wsp)
             if len(self.packs) >= MAX_PACKS:
                 self.packs.clear()
                 self._keep.clear()
@@ -288,7 +288,10 @@ class Runner:
     def variant_pack(self, arrays: Sequence, wsp: int | None) -> BackendDescriptor:
         """A new (uncached) variant pack of ``arrays`` (one per bound tensor, validated) and workspace ``wsp``: for a
         holder that keeps it (a recorded CUDA graph)."""
-        ptrs = [tensor_pointer(t, a, self.device) for t, a in zip(self.tensors, arrays)]
+        return self._new_pack([tensor_pointer(t, a, self.device) for t, a in zip(self.tensors, arrays)], wsp)
+
+    def _new_pack(self, ptrs: Sequence[int], wsp: int | None) -> BackendDescriptor:
+        """A variant pack of the bound tensors' ``ptrs``, the by-value scalars and the scratch tensors in ``wsp``."""
         return make_variant_pack(self.uids, [*ptrs, *self.scalar_ptrs, *scratch_pointers(self.plan, wsp)[1]], wsp)
 
     # -- the executor's hot call ------------------------------------------------------------------------------------

@@ -32,7 +32,7 @@ from torch import Tensor
 from cudnn_py import nvtx
 from cudnn_py.caches import handle_cache
 from cudnn_py.graph import Graph
-from cudnn_py.graph.runner import Runner, raw_execute
+from cudnn_py.graph.runner import Runner, cached, raw_execute
 from cudnn_py.handle import Handle
 
 __all__ = ["Context", "context", "handle", "Prepared", "prepared", "current_stream", "cache_clear", "eager", "function",
@@ -139,11 +139,7 @@ class Prepared:
 
 def prepared(h: Handle, key: tuple, make: Callable[[], Prepared]) -> Prepared:
     """The :class:`Prepared` call of ``key`` on ``h``, made by ``make()`` on first use."""
-    cache = handle_cache(h, _CACHE)
-    p = cache.get(key)
-    if p is None:
-        p = cache[key] = make()
-    return p
+    return cached(h, _CACHE, key, make)
 
 
 def cache_clear() -> None:
