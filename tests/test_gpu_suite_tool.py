@@ -29,3 +29,16 @@ def test_without_a_gpu_it_refuses_in_one_line():
                          timeout=60)
     assert out.returncode == 1 and out.stdout == "", out.stdout
     assert out.stderr.count("\n") == 1 and out.stderr.startswith("gpu_suite: cannot use CUDA device 0"), out.stderr
+
+
+def test_library_is_what_every_process_loads(tmp_path):
+    import cudnn_py
+    lib = cudnn_py.library()
+    out = subprocess.run([sys.executable, str(ROOT / "tools" / "gpu_suite.py"), "--shards", "1", "--logs",
+                          str(tmp_path), "--no-gpu-check", "--library", lib.path, "tests/test_loader.py"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.stdout.splitlines()[0] == f"cuDNN {lib.version_string} from {lib.path}", out.stdout + out.stderr
+    assert out.returncode == 0, out.stdout + out.stderr
+    missing = subprocess.run([sys.executable, str(ROOT / "tools" / "gpu_suite.py"), "--no-gpu-check", "--library",
+                              str(tmp_path / "nowhere.so")], capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 1 and "no such file" in missing.stderr
