@@ -47,27 +47,34 @@ def test_ops_are_registered_with_their_schemas():
     assert "Tensor? seq_len_q" in str(torch.ops.cudnn_py.sdpa_fwd.default._schema)
 
 
+def _fake_device(torch) -> str:
+    """Where fake tensors live: "cuda" where torch has CUDA; else "meta" (a CPU-only torch refuses even fake CUDA
+    tensors, and the fake implementations only read shapes, strides, dtypes and the device they are given)."""
+    return "cuda" if torch.cuda.is_available() else "meta"
+
+
 def test_fake_implementations_give_output_shapes_and_layouts():
     torch = pytest.importorskip("torch")
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     import cudnn_py.torch  # noqa: F401
     ops = torch.ops.cudnn_py
+    dev = _fake_device(torch)
     with FakeTensorMode(allow_non_fake_inputs=False):
-        q = torch.empty(2, 7, 4, 64, dtype=torch.bfloat16, device="cuda").transpose(1, 2)  # BSHD
-        k = torch.empty(2, 2, 9, 64, dtype=torch.bfloat16, device="cuda")
-        v = torch.empty(2, 2, 9, 32, dtype=torch.bfloat16, device="cuda")
+        q = torch.empty(2, 7, 4, 64, dtype=torch.bfloat16, device=dev).transpose(1, 2)  # BSHD
+        k = torch.empty(2, 2, 9, 64, dtype=torch.bfloat16, device=dev)
+        v = torch.empty(2, 2, 9, 32, dtype=torch.bfloat16, device=dev)
         o, stats = ops.sdpa_fwd(q, k, v, None, None, None, None, None, None, None, 0.125, True, False, None, None,
                                 False, 0.0, None, None)
         assert o.shape == (2, 4, 7, 32) and o.stride(1) < o.stride(2)  # o follows q's BSHD layout
         assert stats.shape == (2, 4, 7, 1) and stats.dtype == torch.float32
-        x = torch.empty(3, 5, 96, dtype=torch.float16, device="cuda")
-        w = torch.empty(96, dtype=torch.float32, device="cuda")
+        x = torch.empty(3, 5, 96, dtype=torch.float16, device=dev)
+        w = torch.empty(96, dtype=torch.float32, device=dev)
         y, mean, inv = ops.norm_fwd(x, w, None, 1e-6, True)
         assert y.shape == x.shape and mean.shape == (0,) and inv.shape == (15,)
-        cu = torch.empty(4, dtype=torch.int32, device="cuda")
-        qp = torch.empty(50, 4, 64, dtype=torch.float16, device="cuda")
-        kp = torch.empty(60, 4, 64, dtype=torch.float16, device="cuda")
+        cu = torch.empty(4, dtype=torch.int32, device=dev)
+        qp = torch.empty(50, 4, 64, dtype=torch.float16, device=dev)
+        kp = torch.empty(60, 4, 64, dtype=torch.float16, device=dev)
         o, stats = ops.sdpa_fwd(qp, kp, kp, None, cu[1:], cu[1:], cu, cu, None, None, 0.125, False, False, None,
                                 None, False, 0.0, 30, 40)
         assert o.shape == (50, 4, 64) and stats.shape == (3, 4, 30, 1)
@@ -80,20 +87,21 @@ def test_fake_conv_batch_norm_and_graph_op_layouts():
     import cudnn_py.torch as ct
     ops = torch.ops.cudnn_py
     op = ct.graph_op("test_fake_gelu_linear", _gelu_linear)
+    dev = _fake_device(torch)
     with FakeTensorMode():
-        x = torch.empty(2, 3, 17, 19, device="cuda", dtype=torch.float16).contiguous(memory_format=torch.channels_last)
-        w = torch.empty(8, 3, 3, 3, device="cuda", dtype=torch.float16)
+        x = torch.empty(2, 3, 17, 19, device=dev, dtype=torch.float16).contiguous(memory_format=torch.channels_last)
+        w = torch.empty(8, 3, 3, 3, device=dev, dtype=torch.float16)
         y = ops.conv_fwd(x, w, None, [1, 1], [2, 2], [1, 1], "relu")
         assert y.shape == (2, 8, 9, 10) and y.is_contiguous(memory_format=torch.channels_last)
         assert ops.conv_dgrad(y, w, list(x.shape), [1, 1], [2, 2], [1, 1]).is_contiguous(
             memory_format=torch.channels_last)
         assert ops.conv_wgrad(y, x, list(w.shape), [1, 1], [2, 2], [1, 1]).shape == w.shape
-        c = torch.empty(3, device="cuda")
+        c = torch.empty(3, device=dev)
         outs = ops.batch_norm_fwd(x, c, c, c, c.clone(), 0.1, 1e-5)
         assert [tuple(t.shape) for t in outs] == [(2, 3, 17, 19), (3,), (3,), (3,), (3,)]
         assert [tuple(t.shape) for t in ops.batch_norm_fwd(x, c, c, None, None, 0.1, 1e-5)][3:] == [(0,), (0,)]
-        a, b = (torch.empty(s, device="cuda", dtype=torch.bfloat16) for s in ((2, 64, 96), (2, 96, 80)))
-        out = op(a, b, torch.empty(1, 1, 80, device="cuda", dtype=torch.bfloat16))
+        a, b = (torch.empty(s, device=dev, dtype=torch.bfloat16) for s in ((2, 64, 96), (2, 96, 80)))
+        out, = op.op([a, b, torch.empty(1, 1, 80, device=dev, dtype=torch.bfloat16)])  # the registered op
         assert out.shape == (2, 64, 80) and out.dtype == torch.bfloat16
 
 
