@@ -36,8 +36,8 @@ from cudnn_py.graph.runner import Runner, cache_clear
 from cudnn_py.handle import handle_arg
 from cudnn_py.memory import DeviceArrayLike
 
-from .sdpa_args import (CACHE, FAST, SdpaArgs, alibi_slopes, bind_output, device_tensor, fast_call, fast_outputs,
-                        graph_runner, output_spec, set_outputs, signatures, thd)
+from .sdpa_args import (CACHE, FAST, SdpaArgs, alibi_slopes, device_tensor, fast_call, fast_outputs, graph_runner, run,
+                        signatures)
 from .sdpa_fp8 import SdpaFp8Grads, SdpaFp8Outputs, sdpa_fp8, sdpa_fp8_backward
 
 __all__ = ["Sdpa", "SdpaOptions", "sdpa", "sdpa_backward", "sdpa_fp8", "sdpa_fp8_backward", "sdpa_cache_clear",
@@ -105,24 +105,21 @@ class Sdpa:
         self.return_stats = bool_arg(return_stats, "return_stats")
         if stats is not None and not self.return_stats:
             raise InvalidValueError("stats= needs return_stats=True")
-        self.o, self.stats = o, stats
-        self._given_o = None if o is None or self.args.ragged else device_tensor(o, "o")[1]
+        self.outputs = {"o": o, "stats": stats} if self.return_stats else {"o": o}
+        self._given_o = None if o is None or self.args.ragged else device_tensor(o, "o")[1]  # its layout: the graph's
         self.runner: Runner | None = None
 
     def _runner(self, autotune: bool) -> Runner:
-        args, handle, return_stats, given_o = self.args, self.handle, self.return_stats, self._given_o
+        args = self.args
 
         def build() -> tuple:
             g = args.graph("sdpa")
-            kw, tensors, arrays = args.graph_inputs(g, handle)
-            to, ts = g.sdpa(tensors[0], tensors[1], tensors[2], args.graph_options(), return_stats=return_stats,
-                            **kw)
-            outs = set_outputs([to, ts] if return_stats else [to], (given_o, None), ("o", "stats"))
-            n = len(args.call_arrays())
-            specs = [output_spec(to, 0 if args.ragged else None)] + ([output_spec(ts)] if return_stats else [])
-            return g, tensors + outs, dict(zip(tensors, arrays)), outs, arrays[n:], n, specs
+            kw, tensors, arrays = args.graph_inputs(g, self.handle)
+            outs = g.sdpa(options=args.graph_options(), return_stats=self.return_stats, **kw)
+            return g, tensors, arrays, len(args.arrays), outs[:len(self.outputs)], (0 if args.ragged else None, None)
 
-        self.runner = graph_runner(handle, ("fwd", args.key, return_stats, given_o), build, autotune)
+        self.runner = graph_runner(self.handle, ("fwd", args.key, self.return_stats, self._given_o), autotune,
+                                   {"o": self._given_o, "stats": None}, build)
         return self.runner
 
     def plan(self) -> Plan:
@@ -137,13 +134,8 @@ class Sdpa:
     def execute(self) -> SdpaOutputs:
         """Run the attention (planning first if :meth:`plan` / :meth:`autotune` was not called); returns the
         outputs, ``stats`` None without ``return_stats``."""
-        r = self.runner or self._runner(False)
-        args = self.args
-        packed = [args.packed[x].shape for x in ("q", "k", "v")] if args.ragged else None
-        bound = [bind_output(self.handle, x, n, spec, packed) for x, n, spec in
-                 zip((self.o, self.stats), ("o", "stats"), r.specs)]
-        r.run(args.call_arrays() + [b for _, b in bound])
-        res = [a for a, _ in bound]
+        res = run(self.handle, self.runner or self._runner(False), list(self.args.arrays.values()), self.outputs,
+                  self.args.packed)
         return SdpaOutputs(res[0], res[1] if self.return_stats else None)
 
     def __repr__(self) -> str:
@@ -283,42 +275,22 @@ def sdpa_backward(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: Device
                     max_seq_len_kv=max_seq_len_kv, implementation=implementation)
     args = SdpaArgs(handle, q, k, v, SdpaOptions.of(options, keywords, "sdpa_backward"), bias=bias,
                     seq_len_q=seq_len_q, seq_len_kv=seq_len_kv, ragged_offset_q=ragged_offset_q,
-                    ragged_offset_k=ragged_offset_k, seed=seed, offset=offset)
+                    ragged_offset_k=ragged_offset_k, seed=seed, offset=offset, o=o, do=do, stats=stats)
     return_dbias = bool_arg(return_dbias, "return_dbias")
-    if args.ragged:
-        b, smax, hq = args.q.shape[0], args.q.shape[2], args.q.shape[1]
-        oa, doa = thd(o, "o", b, smax, hq), thd(do, "do", b, smax, hq)
-        mo, mdo = (oa.shape, oa.strides, oa.dtype), (doa.shape, doa.strides, doa.dtype)
-    else:
-        (oa, mo), (doa, mdo) = device_tensor(o, "o"), device_tensor(do, "do")
-    sa, ms = device_tensor(stats, "stats")
-    given = [None if x is None or (args.ragged and n != "dbias") else device_tensor(x, n)[1]
-             for x, n in ((dq, "dq"), (dk, "dk"), (dv, "dv"), (dbias, "dbias"))]
+    outputs = {"dq": dq, "dk": dk, "dv": dv, "dbias": dbias}
+    given = {n: None if x is None or (args.ragged and n != "dbias") else device_tensor(x, n)[1]
+             for n, x in outputs.items()}
 
     def build() -> tuple:
         g = args.graph("sdpa_backward")
         kw, tensors, arrays = args.graph_inputs(g, handle)
-        extra = [g.tensor_like(oa, "o"), g.tensor_like(doa, "do"), g.tensor_like(sa, "stats")]
-        grads = g.sdpa_backward(tensors[0], tensors[1], tensors[2], extra[0], extra[1], extra[2],
-                                args.graph_options(), dbias=return_dbias, name="sdpa_bwd", **kw)
-        set_outputs(grads, given, ("dq", "dk", "dv", "dbias"))
-        n = len(args.call_arrays())
-        srcs = (0, 1, 2, None) if args.ragged else (None,) * 4
-        specs = [output_spec(t, src) for t, src in zip(grads, srcs)]
-        # bound in the order: call inputs, o/do/stats, constants (ALiBi slopes), gradients; the scratch tensors
-        # live in the plan's workspace
-        inputs = dict(zip(tensors + extra, arrays + [oa, doa, sa]))
-        return (g, tensors[:n] + extra + tensors[n:] + list(grads), inputs, list(grads), arrays[n:], n + 3, specs)
+        # the scratch tensors live in the plan's workspace
+        grads = g.sdpa_backward(options=args.graph_options(), dbias=return_dbias, name="sdpa_bwd", **kw)
+        return g, tensors, arrays, len(args.arrays), list(grads), (0, 1, 2, None) if args.ragged else (None,) * 4
 
-    r = graph_runner(handle, ("bwd", args.key, mo, mdo, ms, return_dbias, tuple(given)), build,
-                     bool_arg(autotune, "autotune"))
-    packed = [args.packed[x].shape for x in ("q", "k", "v")] if args.ragged else None
-    bound = [bind_output(handle, x, n, spec, packed) for x, n, spec in
-             zip((dq, dk, dv, dbias), ("dq", "dk", "dv", "dbias"), r.specs)]
-    r.run(args.call_arrays() + [oa, doa, sa] + [b for _, b in bound])
-    if fkey is not None:
-        handle_cache(handle, FAST)[fkey] = r
-    return _grads([a for a, _ in bound])
+    r = graph_runner(handle, ("bwd", args.key, return_dbias, tuple(given.values())), bool_arg(autotune, "autotune"),
+                     given, build)
+    return _grads(run(handle, r, list(args.arrays.values()), outputs, args.packed, fkey))
 
 
 def _grads(outs: list) -> SdpaGrads | SdpaGradsWithBias:

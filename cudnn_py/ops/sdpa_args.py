@@ -22,7 +22,7 @@ from cudnn_py.graph.runner import Runner, cached, handle_device, new_output, pla
 from cudnn_py.memory import DeviceArray, array_signature, as_array, c_strides, is_torch_tensor, to_device
 
 __all__ = ["CACHE", "FAST", "SdpaArgs", "alibi_slopes", "signatures", "device_tensor", "device_scalar", "thd",
-           "set_outputs", "output_spec", "bind_output", "fast_outputs", "fast_call", "graph_runner"]
+           "bind_output", "fast_outputs", "fast_call", "graph_runner", "run"]
 
 CACHE = "ops.sdpa"        #: canonical configuration -> Runner
 FAST = "ops.sdpa.fast"    #: the raw arguments' key -> Runner (the entry points' fast path)
@@ -128,44 +128,46 @@ def device_scalar(handle: Any, value: Any, name: str, dtype: Any) -> DeviceArray
                      device=handle_device(handle))
 
 
-#: the optional tensor arguments, in binding order after q, k, v (the attribute names of :class:`SdpaArgs`)
-_OPTIONAL = ("bias", "seq_len_q", "seq_len_kv", "ragged_q", "ragged_k", "seed", "offset", "page_table_k",
-             "page_table_v")
+#: the builder's keywords for the ragged offsets (q's are also o's, k's also v's)
+_KEYWORDS = {"ragged_q": ("ragged_offset_q", "ragged_offset_o"), "ragged_k": ("ragged_offset_k", "ragged_offset_v")}
 
 
 class SdpaArgs:
-    """One call's device arrays with its :class:`SdpaOptions`; ``key`` is the cache key of the configuration.
-    Packed (ragged) tensors are replaced by their logical (B, H, S_max, D) views; ``packed`` keeps the (T, H, D)
-    ones."""
+    """One call's device arrays with its :class:`SdpaOptions` (and the backward's inputs ``o``, ``do``, ``stats``);
+    ``key`` is the cache key of the configuration, ``arrays`` the arrays by graph tensor name in binding order.
+    Packed (ragged) tensors are replaced by their logical (B, H, S_max, D) views; ``packed`` holds the (T, H, D)
+    shapes of q, k, v (None when nothing is packed)."""
 
     def __init__(self, handle: Any, q: Any, k: Any, v: Any, opts: SdpaOptions, *, bias: Any = None,
                  seq_len_q: Any = None, seq_len_kv: Any = None, ragged_offset_q: Any = None,
                  ragged_offset_k: Any = None, seed: Any = None, offset: Any = None, page_table_k: Any = None,
-                 page_table_v: Any = None):
-        self.opts = opts
-        (self.seq_len_q, msq), (self.seq_len_kv, mskv) = (_per_batch(seq_len_q, "seq_len_q"),
-                                                           _per_batch(seq_len_kv, "seq_len_kv"))
-        self.ragged_q, mrq = _per_batch(ragged_offset_q, "ragged_offset_q")
-        self.ragged_k, mrk = _per_batch(ragged_offset_k, "ragged_offset_k")
-        self.ragged = self.ragged_q is not None or self.ragged_k is not None
+                 page_table_v: Any = None, o: Any = None, do: Any = None, stats: Any = None):
+        self.opts, self.packed = opts, None
+        got: dict[str, tuple[Any, Any]] = {n: _per_batch(x, name) for n, x, name in (
+            ("seq_len_q", seq_len_q, "seq_len_q"), ("seq_len_kv", seq_len_kv, "seq_len_kv"),
+            ("ragged_q", ragged_offset_q, "ragged_offset_q"), ("ragged_k", ragged_offset_k, "ragged_offset_k"))}
+        rq, rk = got["ragged_q"][0], got["ragged_k"][0]
+        self.ragged = rq is not None or rk is not None
         msl_q, msl_kv = opts.max_seq_len_q, opts.max_seq_len_kv
         if self.ragged:
-            if self.ragged_q is None or self.ragged_k is None:
+            if rq is None or rk is None:
                 raise InvalidValueError("packed (THD) attention needs both ragged_offset_q and ragged_offset_k")
             if msl_q is None or msl_kv is None:
                 raise InvalidValueError("packed (THD) attention needs the options max_seq_len_q and max_seq_len_kv "
                                         "(the longest sequences: the logical S of the attention)")
-            b = self.ragged_q.shape[0] - 1
-            self.packed = {"q": as_array(q, "q"), "k": as_array(k, "k"), "v": as_array(v, "v")}
-            q, k, v = (thd(self.packed[n], n, b, s) for n, s in (("q", msl_q), ("k", msl_kv), ("v", msl_kv)))
+            b = rq.shape[0] - 1
+            packed = {"q": as_array(q, "q"), "k": as_array(k, "k"), "v": as_array(v, "v")}
+            self.packed = [a.shape for a in packed.values()]
+            q, k, v = (thd(packed[n], n, b, s) for n, s in (("q", msl_q), ("k", msl_kv), ("v", msl_kv)))
             if v.shape[3] != q.shape[3] or k.shape[1] * k.shape[3] != v.shape[1] * v.shape[3]:
                 raise InvalidValueError("packed attention here shares q's offsets with o and k's with v, so it needs "
                                         "Dv == D and Hk * D == Hv * Dv; build the graph (g.sdpa's ragged_offset_o/_v) "
                                         "for other shapes")
-        self.page_table_k, mptk = _per_batch(page_table_k, "page_table_k", pages=True)
-        self.page_table_v, mptv = _per_batch(page_table_v, "page_table_v", pages=True)
-        paged = self.page_table_k is not None or self.page_table_v is not None
-        if paged:
+            if do is not None:  # the backward's o and do are packed like q
+                o, do = thd(o, "o", b, msl_q, q.shape[1]), thd(do, "do", b, msl_q, q.shape[1])
+        got.update({n: _per_batch(x, n, pages=True) for n, x in (("page_table_k", page_table_k),
+                                                                 ("page_table_v", page_table_v))})
+        if page_table_k is not None or page_table_v is not None:
             if self.ragged:
                 raise InvalidValueError("a paged KV cache does not combine with packed (THD) tensors here")
             if msl_kv is None:
@@ -174,47 +176,37 @@ class SdpaArgs:
         elif not self.ragged and (msl_q is not None or msl_kv is not None):
             raise InvalidValueError("max_seq_len_q/max_seq_len_kv are only for packed (THD) tensors with ragged "
                                     "offsets (and max_seq_len_kv for a paged KV cache)")
-        (self.q, mq), (self.k, mk), (self.v, mv) = (device_tensor(q, "q"), device_tensor(k, "k"),
-                                                    device_tensor(v, "v"))
-        self.bias: Any
-        self.bias, mb = device_tensor(bias, "bias") if bias is not None else (None, None)
-        self.hq = mq[0][1] if len(mq[0]) == 4 else 1
+        got.update({n: device_tensor(x, n) for n, x in (("q", q), ("k", k), ("v", v), ("bias", bias), ("o", o),
+                                                         ("do", do), ("stats", stats)) if x is not None})
+        mq = got["q"][1]
+        self.hq, self.dtype = mq[0][1] if len(mq[0]) == 4 else 1, mq[2]
         if isinstance(opts.alibi, tuple) and len(opts.alibi) != self.hq:
             raise InvalidValueError(f"alibi must be True or {self.hq} per-head slopes, got {len(opts.alibi)}")
-        if opts.dropout and (seed is None or offset is None):
-            raise InvalidValueError("dropout needs seed= and offset= (ints or int64 device tensors): the Philox state")
-        self.seed = None if not opts.dropout else device_scalar(handle, seed, "seed", np.int64)
-        self.offset = None if not opts.dropout else device_scalar(handle, offset, "offset", np.int64)
-        self.dtype = mq[2]
-        self.key = (mq, mk, mv, mb, msq, mskv, mrq, mrk, mptk, mptv, self.seed is not None, opts)
+        if opts.dropout:
+            if seed is None or offset is None:
+                raise InvalidValueError("dropout needs seed= and offset= (ints or int64 device tensors): the Philox "
+                                        "state")
+            got.update({n: (device_scalar(handle, x, n, np.int64), None) for n, x in (("seed", seed),
+                                                                                      ("offset", offset))})
+        order = ("q", "k", "v", "bias", "seq_len_q", "seq_len_kv", "ragged_q", "ragged_k", "seed", "offset",
+                 "page_table_k", "page_table_v", "o", "do", "stats")
+        self.arrays = {n: got[n][0] for n in order if got.get(n, (None,))[0] is not None}
+        self.key = (tuple((n, got[n][1]) for n in self.arrays), opts)
 
     def graph_inputs(self, g: Graph, handle: Any) -> tuple[dict, list, list]:
-        """The graph tensors for this call's arrays: (builder kwargs, tensors, arrays) in binding order (the arrays
-        of cached constants - ALiBi slopes - are made here, once per plan)."""
+        """(``Graph.sdpa*`` keywords, tensors, arrays): a graph tensor for each of this call's arrays in binding
+        order, then the cached constants' (the ALiBi slopes, made here once per plan)."""
         kw: dict = {}
-        tensors, arrays = [], []
-        for n in ("q", "k", "v"):
-            tensors.append(g.tensor_like(getattr(self, n), n))
-            arrays.append(getattr(self, n))
-        for n in _OPTIONAL:
-            a = getattr(self, n)
-            if a is not None:
-                t = g.tensor_like(a, n)
-                if n == "ragged_q":
-                    kw["ragged_offset_q"] = kw["ragged_offset_o"] = t
-                elif n == "ragged_k":
-                    kw["ragged_offset_k"] = kw["ragged_offset_v"] = t
-                else:
-                    kw[n] = t
-                tensors.append(t)
-                arrays.append(a)
+        tensors, arrays = [], list(self.arrays.values())
+        for n, a in self.arrays.items():
+            tensors.append(g.tensor_like(a, n))
+            kw.update(dict.fromkeys(_KEYWORDS.get(n, (n,)), tensors[-1]))
         if self.opts.alibi is not False:
             slopes = alibi_slopes(self.hq) if self.opts.alibi is True else np.array(self.opts.alibi, np.float32)
-            dev = to_device(slopes.reshape(1, -1, 1, 1), stream=getattr(handle, "stream", None),
-                            device=handle_device(handle))
-            kw["alibi"] = g.tensor_like(dev, "alibi_slopes")
+            arrays.append(to_device(slopes.reshape(1, -1, 1, 1), stream=getattr(handle, "stream", None),
+                                    device=handle_device(handle)))
+            kw["alibi"] = g.tensor_like(arrays[-1], "alibi_slopes")
             tensors.append(kw["alibi"])
-            arrays.append(dev)
         return kw, tensors, arrays
 
     def graph_options(self) -> SdpaOptions:
@@ -225,52 +217,32 @@ class SdpaArgs:
         """A new attention graph of this call's data type."""
         return Graph(io_dtype=self.dtype, compute_dtype="float32", intermediate_dtype="float32", name=name)
 
-    def call_arrays(self) -> list:
-        """This call's input arrays in the order of :meth:`graph_inputs` (without the cached constants)."""
-        return [a for a in (self.q, self.k, self.v, *(getattr(self, n) for n in _OPTIONAL)) if a is not None]
 
-
-def set_outputs(tensors: Sequence, metas: Sequence, names: Sequence[str]) -> list:
-    """Make graph ``tensors`` the outputs ``names``, each with the strides of the caller's array where one was given
-    (``metas``: its (shape, strides, dtype), or None), checking its shape; returns them."""
-    for t, meta, name in zip(tensors, metas, names):
-        if meta is not None:
-            if tuple(meta[0]) != t.shape:
-                raise InvalidValueError(f"{name} must have shape {t.shape}, got {tuple(meta[0])}")
-            t.strides = tuple(meta[1])
-        t.set_output(True).set_name(name)
-    return list(tensors)
-
-
-def output_spec(t: Any, src: int | None = None) -> tuple:
-    """What an output must be: (logical shape, dtype, strides, ``src``): for a packed output, the index of the
-    call input whose token count T it shares (it is then a packed (T, H, D) array)."""
-    return t.shape, t.np_dtype, t.strides, src
-
-
-def _packed_shape(spec: tuple, shapes: Sequence) -> tuple:
-    """The (T, H, D) shape of a packed output: T of the input it follows (``shapes``: the packed q, k, v shapes), H
-    and D of its logical shape."""
-    shape, _, _, src = spec
-    return (shapes[src][0], shape[1], shape[3])
+def _new(handle: Any, spec: tuple, shapes: Sequence | None) -> DeviceArray:
+    """A new output for ``spec`` (:func:`graph_runner`): packed, a (T, H, D) array with T of the input it follows
+    (``shapes``: the packed q, k, v shapes)."""
+    shape, dtype, strides, src = spec
+    if src is None:
+        return new_output(handle, shape, dtype, strides)
+    packed = (shapes[src][0], shape[1], shape[3])  # type: ignore[index]
+    return new_output(handle, packed, dtype, c_strides(packed))
 
 
 def bind_output(handle: Any, given: Any, name: str, spec: tuple, shapes: Sequence | None) -> tuple[Any, Any]:
     """(returned array, bound array) for an output: the caller's ``given`` checked against ``spec``, or new. A
     packed output is a (T, H, D) array bound through its logical view (``shapes``: the call's packed q, k, v
     shapes)."""
-    shape, dtype, strides, src = spec
+    shape, dtype, _, src = spec
+    if given is None:
+        given = _new(handle, spec, shapes)
+        if src is None:
+            return given, given
     if src is not None:
-        packed = _packed_shape(spec, shapes or ())
-        if given is None:
-            given = new_output(handle, packed, dtype, c_strides(packed))
+        packed = (shapes[src][0], shape[1], shape[3])  # type: ignore[index]
         a = as_array(given, name)
         if a.shape != packed or a.dtype != dtype:
             raise InvalidValueError(f"{name} must have shape {packed} and dtype {dtype}, got {a.shape} {a.dtype}")
         return given, thd(a, name, shape[0], shape[2])
-    if given is None:
-        a = new_output(handle, shape, dtype, strides)
-        return a, a
     _, meta = device_tensor(given, name)
     if tuple(meta[0]) != shape or meta[2] != dtype:
         raise InvalidValueError(f"{name} must have shape {shape} and dtype {dtype}, got {tuple(meta[0])} {meta[2]}")
@@ -280,25 +252,35 @@ def bind_output(handle: Any, given: Any, name: str, spec: tuple, shapes: Sequenc
 def fast_outputs(handle: Any, r: Runner, given: Sequence, ptrs: Sequence, sigs: Sequence) -> tuple[list, tuple]:
     """The outputs of a fast call and their data pointers: the caller's (``given``, ``ptrs``), or new arrays (packed
     ones as (T, H, D) arrays; ``sigs``: the signatures of q, k, v)."""
-    outs, out_ptrs = [], []
-    for x, p, spec in zip(given, ptrs, r.specs):
-        if x is None:
-            if spec[3] is None:
-                x = new_output(handle, spec[0], spec[1], spec[2])
-            else:
-                packed = _packed_shape(spec, [s[0] for s in sigs])
-                x = new_output(handle, packed, spec[1], c_strides(packed))
-            p = x.ptr
-        outs.append(x)
-        out_ptrs.append(p)
-    return outs, tuple(out_ptrs)
+    outs = [_new(handle, spec, [s[0] for s in sigs]) if x is None else x for x, spec in zip(given, r.specs)]
+    return outs, tuple(x.ptr if p is None else p for x, p in zip(outs, ptrs))
 
 
-def graph_runner(handle: Any, key: tuple, build: Callable[[], tuple], autotune: bool) -> Runner:
-    """The runner of ``key`` on ``handle`` (built on the first call): ``build()`` returns (graph, tensors in binding
-    order, {input tensor: array} to time on, output tensors, constants, n_inputs, specs)."""
+def graph_runner(handle: Any, key: tuple, autotune: bool, given: dict, build: Callable[[], tuple]) -> Runner:
+    """The runner of ``key`` on ``handle``, built on the first call. ``build()`` returns (the graph, its input
+    tensors and their arrays in binding order, how many are the call's (the rest are constants), the output tensors,
+    for each the index of the q/k/v whose token count it shares when it is packed, else None). ``given``: output
+    name -> the (shape, strides, dtype) of the caller's array, whose strides it takes (shape checked), or None."""
     def make() -> Runner:
-        g, tensors, inputs, outs, consts, n_inputs, specs = build()
-        plan = plan_graph(g, handle, inputs, outs, autotune)
-        return Runner(plan, handle, tensors, consts, n_inputs, specs)
+        g, tensors, arrays, n, outs, srcs = build()
+        for t, (name, meta) in zip(outs, given.items()):
+            if meta is not None:
+                if tuple(meta[0]) != t.shape:
+                    raise InvalidValueError(f"{name} must have shape {t.shape}, got {tuple(meta[0])}")
+                t.strides = tuple(meta[1])
+            t.set_output(True).set_name(name)
+        plan = plan_graph(g, handle, dict(zip(tensors, arrays)), outs, autotune)
+        specs = [(t.shape, t.np_dtype, t.strides, src) for t, src in zip(outs, srcs)]
+        return Runner(plan, handle, [*tensors, *outs], arrays[n:], n, specs)
     return cached(handle, CACHE, key + (autotune,), make)
+
+
+def run(handle: Any, r: Runner, arrays: Sequence, outputs: dict, shapes: Sequence | None = None,
+        fkey: tuple | None = None) -> list:
+    """Execute ``r`` on the call's input ``arrays`` and ``outputs`` (name -> the caller's array, or None for a new
+    one; :func:`bind_output`) and return the outputs; ``fkey``: the fast path's key to remember ``r`` under."""
+    bound = [bind_output(handle, x, n, spec, shapes) for (n, x), spec in zip(outputs.items(), r.specs)]
+    r.run([*arrays, *(b for _, b in bound)])
+    if fkey is not None:
+        handle_cache(handle, FAST)[fkey] = r
+    return [a for a, _ in bound]

@@ -6,20 +6,18 @@
 from __future__ import annotations
 
 import numbers
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from cudnn_py.args import bool_arg
-from cudnn_py.caches import handle_cache
 from cudnn_py.graph import Graph
 from cudnn_py.graph.ops.sdpa import FP8_BACKWARD_SCALES, FP8_FORWARD_SCALES
 from cudnn_py.graph.ops.sdpa_options import SdpaOptions
 from cudnn_py.handle import handle_arg
 from cudnn_py.memory import DeviceArrayLike
 
-from .sdpa_args import (FAST, bind_output, device_scalar, device_tensor, fast_call, graph_runner, output_spec,
-                        set_outputs)
+from .sdpa_args import device_scalar, device_tensor, fast_call, graph_runner, run
 
 __all__ = ["sdpa_fp8", "sdpa_fp8_backward", "SdpaFp8Outputs", "SdpaFp8Grads"]
 
@@ -44,51 +42,33 @@ class SdpaFp8Grads(NamedTuple):
     amax_dp: Any
 
 
-def _fp8_call(handle: Any, kind: str, tensors: dict, scales: dict, given: dict, opts: SdpaOptions,
-              autotune: bool, fkey_options: tuple, build: Callable) -> list:
-    """Run an FP8 attention graph through the runner cache; returns its outputs in the order of ``given``.
-
-    :param kind: 'fp8_fwd' or 'fp8_bwd' (part of the cache keys).
-    :param tensors: the call's tensor inputs by graph-builder name (q, k, v, ...).
-    :param scales: the descale/scale arguments by name (numbers or device tensors).
-    :param given: the outputs by name, each the caller's array or None (a new one).
-    :param opts: the checked options; ``fkey_options``: the raw option arguments (the fast key's part).
-    :param build: ``build(g, inputs, opts)`` adds the operation to graph ``g`` (``inputs``: graph tensors by name)
-        and returns its output tensors by name, for the names of ``given``.
-    """
+def _fp8_call(handle: Any, kind: str, tensors: dict, scales: dict, outputs: dict, opts: SdpaOptions,
+              autotune: bool, fkey_options: tuple, **builder: Any) -> list:
+    """Run an FP8 attention graph (``kind``: 'fp8_fwd' or 'fp8_bwd') on the call's ``tensors`` and ``scales``
+    (numbers or device tensors) by builder keyword through the runner cache; returns the ``outputs`` (name -> the
+    caller's array or None) in order. ``fkey_options``: the raw option arguments (the fast key's part);
+    ``builder``: more keywords of the ``Graph`` method."""
     fkey = None
     if not any(isinstance(x, numbers.Real) for x in scales.values()):  # a number is copied: validated path
         fkey, outs = fast_call(handle, (kind, fkey_options), (*tensors.values(), *scales.values()),
-                               list(given.values()))
+                               list(outputs.values()))
         if outs is not None:
             return outs
-
     handle = handle_arg(handle)
-    arrays, metas = [], []
-    for n, x in tensors.items():
-        a, meta = device_tensor(x, n)
-        arrays.append(a)
-        metas.append(meta)
-    for n, x in scales.items():
-        a = device_scalar(handle, x, n, np.float32)
-        arrays.append(a)
-        metas.append((a.shape, a.strides, a.dtype))
-    out_metas = {n: None if x is None else device_tensor(x, n)[1] for n, x in given.items()}
-    names = (*tensors, *scales)
+    got = [device_tensor(x, n) for n, x in tensors.items()] + [
+        device_tensor(device_scalar(handle, x, n, np.float32), n) for n, x in scales.items()]
+    arrays, metas = [a for a, _ in got], tuple(m for _, m in got)
+    given = {n: None if x is None else device_tensor(x, n)[1] for n, x in outputs.items()}
 
-    def make() -> tuple:
+    def build() -> tuple:
         g = Graph(io_dtype=metas[0][2], compute_dtype="float32", intermediate_dtype="float32", name=f"sdpa_{kind}")
-        ins = [g.tensor_like(a, n) for n, a in zip(names, arrays)]
-        res = build(g, dict(zip(names, ins)), opts)
-        outs = set_outputs([res[n] for n in out_metas], list(out_metas.values()), list(out_metas))
-        return g, ins + outs, dict(zip(ins, arrays)), outs, (), len(ins), [output_spec(t) for t in outs]
+        ins = [g.tensor_like(a, n) for n, a in zip((*tensors, *scales), arrays)]
+        method = g.sdpa_fp8 if kind == "fp8_fwd" else g.sdpa_fp8_backward
+        outs = [t for t in method(options=opts, **dict(zip((*tensors, *scales), ins)), **builder) if t is not None]
+        return g, ins, arrays, len(ins), outs, (None,) * len(outs)
 
-    r = graph_runner(handle, (kind, tuple(metas), tuple(out_metas.values()), opts), make, autotune)
-    bound = [bind_output(handle, x, n, spec, None) for (n, x), spec in zip(given.items(), r.specs)]
-    r.run(arrays + [b for _, b in bound])
-    if fkey is not None:
-        handle_cache(handle, FAST)[fkey] = r
-    return [a for a, _ in bound]
+    r = graph_runner(handle, (kind, metas, tuple(given.values()), opts), autotune, given, build)
+    return run(handle, r, arrays, outputs, None, fkey)
 
 
 def sdpa_fp8(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayLike,
@@ -122,14 +102,9 @@ def sdpa_fp8(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArray
         del given["stats"]
     opts = SdpaOptions.of(options, {"scale": scale, "causal": causal}, "sdpa_fp8")
 
-    def build(g: Graph, t: dict, opts: SdpaOptions) -> dict:
-        outs = g.sdpa_fp8(t["q"], t["k"], t["v"], opts, return_stats=return_stats,
-                          **{n: t[n] for n in FP8_FORWARD_SCALES})
-        return dict(zip(("o", "stats", "amax_s", "amax_o"), outs))
-
-    scales = {n: x for n, x in zip(FP8_FORWARD_SCALES, (descale_q, descale_k, descale_v, descale_s, scale_s, scale_o))}
+    scales = dict(zip(FP8_FORWARD_SCALES, (descale_q, descale_k, descale_v, descale_s, scale_s, scale_o)))
     outs = _fp8_call(handle, "fp8_fwd", {"q": q, "k": k, "v": v}, scales, given, opts, bool_arg(autotune, "autotune"),
-                     (options, scale, causal, autotune, return_stats), build)
+                     (options, scale, causal, autotune, return_stats), return_stats=return_stats)
     if not return_stats:
         outs.insert(1, None)
     return SdpaFp8Outputs(*outs)
@@ -162,13 +137,8 @@ def sdpa_fp8_backward(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: De
              "amax_dp": amax_dp}
     opts = SdpaOptions.of(options, {"scale": scale, "causal": causal}, "sdpa_fp8_backward")
 
-    def build(g: Graph, t: dict, opts: SdpaOptions) -> dict:
-        outs = g.sdpa_fp8_backward(t["q"], t["k"], t["v"], t["o"], t["do"], t["stats"], opts,
-                                   **{n: t[n] for n in FP8_BACKWARD_SCALES})
-        return dict(zip(given, outs))
-
     scales = dict(zip(FP8_BACKWARD_SCALES, (descale_q, descale_k, descale_v, descale_o, descale_do, descale_s,
                                          descale_dp, scale_s, scale_dq, scale_dk, scale_dv, scale_dp)))
     tensors = {"q": q, "k": k, "v": v, "o": o, "do": do, "stats": stats}
     return SdpaFp8Grads(*_fp8_call(handle, "fp8_bwd", tensors, scales, given, opts, bool_arg(autotune, "autotune"),
-                                   (options, scale, causal, autotune), build))
+                                   (options, scale, causal, autotune)))
