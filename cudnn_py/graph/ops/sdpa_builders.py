@@ -138,13 +138,7 @@ class SdpaBuilders(Builder):
         padded = seq_len_q is not None
         if padded:
             for t, n in ((seq_len_q, "seq_len_q"), (seq_len_kv, "seq_len_kv")):
-                t = self._own(t, n)
-                if t.is_virtual or t.is_by_value:
-                    raise InvalidValueError(f"{what}: {n} must be a device tensor (B, 1, 1, 1) of int32")
-                if t.shape != (bq, 1, 1, 1) or t.dtype != _I32:
-                    raise InvalidValueError(f"{what}: {n} must be (B, 1, 1, 1) = {(bq, 1, 1, 1)} int32, got {t.shape} "
-                                     f"{t.dtype.name}")
-                ins[n] = t
+                ins[n] = self._device_input(what, t, n, (bq, 1, 1, 1), _I32, "(B, 1, 1, 1) = ")
         elif br and sq > skv:
             raise InvalidValueError(f"{what}: bottom-right alignment needs S_q <= S_kv without a padding mask "
                              f"(got {sq} > {skv})")
@@ -172,11 +166,7 @@ class SdpaBuilders(Builder):
                 raise InvalidValueError(f"{what}: dropout needs seed= and offset= (int64 device tensors of shape "
                                  f"(1, 1, 1, 1); the Philox seed and offset)")
             for t, n in ((seed, "seed"), (offset, "offset")):
-                t = self._own(t, n)
-                if t.shape != (1, 1, 1, 1) or t.dtype != _I64 or t.is_virtual or t.is_by_value:
-                    raise InvalidValueError(f"{what}: {n} must be a (1, 1, 1, 1) int64 device tensor, got {t.shape} "
-                                     f"{t.dtype.name}")
-                ins[n] = t
+                ins[n] = self._device_input(what, t, n, (1, 1, 1, 1), _I64)
             ins["dropout_scale"] = self.scalar(1.0 / (1.0 - dropout), "float32")
         elif seed is not None or offset is not None:
             raise InvalidValueError(f"{what}: seed/offset given but dropout is 0")
@@ -189,8 +179,7 @@ class SdpaBuilders(Builder):
                                      ("dropout", dropout > 0), ("a paged KV cache", paged is not None)) if on]
             if extra:
                 raise InvalidValueError(f"{what}: ragged (packed) attention with {extra[0]} is not verified in "
-                                        f"cudnn-py; "
-                                 f"pad the batch instead (seq_len_q/seq_len_kv without ragged offsets)")
+                                        f"cudnn-py; pad the batch instead (seq_len_q/seq_len_kv without ragged offsets)")
         if fp8 and rag:
             raise GraphNotSupportedError(self.name, [what], [], [("FP8 attention with ragged offsets", (
                 "not verified in cudnn-py (cuDNN's FP8 backward has no ragged form on Hopper)"))])
@@ -219,13 +208,46 @@ class SdpaBuilders(Builder):
                                                                                      features, backward)
         return ins, params, rag
 
-    def _sdpa_stats(self, what, stats, shape):
-        """The backward's ``stats`` input: the forward's float32 softmax statistics of ``shape`` (B, Hq, Sq, 1)."""
-        stats = self._own(stats, "stats")
-        if stats.shape != shape or stats.dtype != _F:
-            raise InvalidValueError(f"{what}: stats must be (B, Hq, Sq, 1) = {shape} float32 (the forward's), got "
-                                    f"{stats.describe()}")
-        return stats
+    def _device_input(self, what, t, n, shape, dtype, shape_text="a "):
+        """``t`` (this graph's) as the device input ``n``: refused unless of ``shape`` and ``dtype``, with memory."""
+        t = self._own(t, n)
+        if t.shape != shape or t.dtype != dtype or t.is_virtual or t.is_by_value:
+            raise InvalidValueError(f"{what}: {n} must be {shape_text}{shape} {dtype.name[11:].lower()} device "
+                                    f"tensor, got {t.describe()}")
+        return t
+
+    def _sdpa_out(self, q, v, name):
+        """The forward's output (B, Hq, Sq, Dv) of q's dtype in q's layout."""
+        shape = (*q.shape[:3], v.shape[3])
+        return self.virtual(shape, strides=_strides_like(shape, q.strides), name=name and f"{name}.o").set_dtype(q.dtype)
+
+    def _sdpa_bwd_io(self, what, ins, o, do, stats, name, fp8=False) -> dict:
+        """Check the backward's ``o``, ``do`` (o's shape, head dim packed; q's dtype, or FP8 with o of q's type) and
+        ``stats`` (the forward's float32 (B, Hq, Sq, 1)) into ``ins``; returns the gradients dq, dk, dv (virtual,
+        each with the layout and ragged offset of its input and q's dtype)."""
+        q, k = ins["q"], ins["k"]
+        b, hq, sq, _ = q.shape
+        if sq == 1 and k.shape[2] == 1:
+            raise InvalidValueError(f"{what}: cuDNN's attention backward does not take S_q = S_kv = 1")
+        o_shape = (b, hq, sq, ins["v"].shape[3])
+        for t, n in ((o, "o"), (do, "do")):
+            t = ins[n] = self._own(t, n)
+            if t.shape != o_shape or t.strides[3] != 1 or (t.dtype not in _FP8 if fp8 else t.dtype != q.dtype):
+                raise InvalidValueError(f"{what}: {n} must be {'an FP8' if fp8 else q.dtype.name} {o_shape} tensor "
+                                        f"with its head dim packed, got {t.describe()} strides {t.strides}")
+        if fp8 and ins["o"].dtype != q.dtype:
+            raise InvalidTypeError(f"{what}: o must have q's FP8 type {q.dtype.name}, got {ins['o'].dtype.name}")
+        stats = ins["stats"] = self._own(stats, "stats")
+        if stats.shape != (b, hq, sq, 1) or stats.dtype != _F:
+            raise InvalidValueError(f"{what}: stats must be (B, Hq, Sq, 1) = {(b, hq, sq, 1)} float32 (the forward's), "
+                                    f"got {stats.describe()}")
+        grads = {}
+        for n, t in (("dq", q), ("dk", k), ("dv", ins["v"])):
+            g = grads[n] = self.virtual(t.shape, strides=_strides_like(t.shape, t.strides), name=name and f"{name}.{n}")
+            g.set_dtype(q.dtype)
+            if t.ragged_offset is not None:
+                g.set_ragged_offset(t.ragged_offset)
+        return grads
 
     @staticmethod
     def _sdpa_set_offset(what, t, off, n) -> None:
@@ -342,17 +364,11 @@ class SdpaBuilders(Builder):
         b, hq, sq, _ = q.shape
         if paged is not None:
             for t, n, c in ((page_table_k, "page_table_k", k), (page_table_v, "page_table_v", v)):
-                t = self._own(t, n)
-                pages = -(-paged // c.shape[2])
-                if t.shape != (b, 1, pages, 1) or t.dtype != _I32:
-                    raise InvalidValueError(f"{what}: {n} must be (B, 1, ceil(max_seq_len_kv / block_size), 1) = "
-                                     f"{(b, 1, pages, 1)} int32, got {t.shape} {t.dtype.name}")
-                ins[n] = t
+                ins[n] = self._device_input(what, t, n, (b, 1, -(-paged // c.shape[2]), 1), _I32,
+                                            "(B, 1, ceil(max_seq_len_kv / block_size), 1) = ")
         if rng_dump and params["dropout"] == 0:
             raise InvalidValueError(f"{what}: rng_dump needs dropout > 0")
-        o_shape = (b, hq, sq, v.shape[3])
-        o = self.virtual(o_shape, strides=_strides_like(o_shape, q.strides), name=name and f"{name}.o")
-        o.set_dtype(q.dtype)
+        o = self._sdpa_out(q, v, name)
         outs = {"o": o}
         if rag:
             o.set_ragged_offset(rag["o"])
@@ -384,9 +400,10 @@ class SdpaBuilders(Builder):
 
         Takes the forward's tensors and options (an :class:`SdpaOptions` or its fields as keywords: the same
         ``scale``, masks, bias, ``dropout`` with the same ``seed``/``offset``), its output ``o``, the output
-        gradient ``do`` (o's shape) and its ``stats`` (B, Hq, Sq, 1) float32. Packed batches take the forward's ragged offsets: dq, dk and dv get those of q, k
-        and v, ``do`` that of o, ``stats`` ``ragged_offset_stats`` (if the forward packed them). The composite form's
-        float32 scratch tensors live in the plan's workspace (:meth:`SdpaBackward.scratch_tensors`)."""
+        gradient ``do`` (o's shape) and its ``stats`` (B, Hq, Sq, 1) float32. Packed batches take the forward's
+        ragged offsets: dq, dk and dv get those of q, k and v, ``do`` that of o, ``stats`` ``ragged_offset_stats``
+        (if the forward packed them). The composite form's float32 scratch tensors live in the plan's workspace
+        (:meth:`SdpaBackward.scratch_tensors`)."""
         what = name or f"sdpa_bwd{len(self.ops)}"
         values = {"alibi": alibi}
         opts = _options("Graph.sdpa_backward", options, kwargs, values)
@@ -395,18 +412,8 @@ class SdpaBuilders(Builder):
             seed=seed, offset=offset, backward=True, ragged=dict(q=ragged_offset_q, k=ragged_offset_k,
                                                                  v=ragged_offset_v, o=ragged_offset_o,
                                                                  stats=ragged_offset_stats))
-        q, k, v = ins["q"], ins["k"], ins["v"]
-        b, hq, sq, d = q.shape
-        if sq == 1 and k.shape[2] == 1:
-            raise InvalidValueError(f"{what}: cuDNN's attention backward does not take S_q = S_kv = 1")
-        o_shape = (b, hq, sq, v.shape[3])
-        for t, n in ((o, "o"), (do, "do")):
-            t = self._own(t, n)
-            if t.shape != o_shape or t.dtype != q.dtype or t.strides[3] != 1:
-                raise InvalidValueError(f"{what}: {n} must be {o_shape} {q.dtype.name} with its head dim packed, got "
-                                 f"{t.shape} {t.dtype.name} strides {t.strides}")
-            ins[n] = t
-        ins["stats"] = self._sdpa_stats(what, stats, (b, hq, sq, 1))
+        outs = self._sdpa_bwd_io(what, ins, o, do, stats, name)
+        q, (b, hq, sq, d) = ins["q"], ins["q"].shape
         if rag:
             self._sdpa_set_offset(what, ins["o"], rag["o"], "o")
             self._sdpa_set_offset(what, ins["do"], rag["o"], "do")
@@ -418,12 +425,6 @@ class SdpaBuilders(Builder):
             ins["dropout_scale_inv"] = self.scalar(1.0 - params["dropout"], "float32")
         else:
             ins["one"] = self.scalar(1.0, "float32")
-        outs = {}
-        for n, t in (("dq", q), ("dk", k), ("dv", v)):
-            g = self.virtual(t.shape, strides=_strides_like(t.shape, t.strides), name=name and f"{name}.{n}")
-            outs[n] = g.set_dtype(q.dtype)
-            if rag and t.ragged_offset is not None:
-                g.set_ragged_offset(t.ragged_offset)
         if dbias:
             outs["dbias"] = self.virtual(ins["bias"].shape, name=name and f"{name}.dbias").set_dtype(
                 ins["bias"].dtype)
@@ -442,16 +443,10 @@ class SdpaBuilders(Builder):
     # -- FP8 ----------------------------------------------------------------------------------------------------
     def _fp8_scales(self, what, names, given: dict) -> dict:
         """The descale/scale tensors ``names`` from ``given``: each a (1, 1, 1, 1) float32 device tensor."""
-        res = {}
-        for n in names:
-            t = given.get(n)
-            if t is None:
-                raise InvalidValueError(f"{what}: FP8 attention needs {n}= (a (1, 1, 1, 1) float32 device tensor)")
-            t = self._own(t, n)
-            if t.shape != (1, 1, 1, 1) or t.dtype != _F or t.is_virtual or t.is_by_value:
-                raise InvalidValueError(f"{what}: {n} must be a (1, 1, 1, 1) float32 device tensor, got {t.describe()}")
-            res[n] = t
-        return res
+        missing = [n for n in names if given.get(n) is None]
+        if missing:
+            raise InvalidValueError(f"{what}: FP8 attention needs {missing[0]}= (a (1, 1, 1, 1) float32 device tensor)")
+        return {n: self._device_input(what, given[n], n, (1, 1, 1, 1), _F) for n in names}
 
     def _fp8_amax(self, name, role):
         return self.virtual((1, 1, 1, 1), name=name and f"{name}.{role}").set_dtype("float32")
@@ -483,9 +478,8 @@ class SdpaBuilders(Builder):
         ins.update(self._fp8_scales(what, FP8_FORWARD_SCALES, locals()))
         q, v = ins["q"], ins["v"]
         b, hq, sq, _ = q.shape
-        o_shape = (b, hq, sq, v.shape[3])
-        o = self.virtual(o_shape, strides=_strides_like(o_shape, q.strides), name=name and f"{name}.o")
-        outs = {"o": o.set_dtype(q.dtype), "amax_s": self._fp8_amax(name, "amax_s"),
+        o = self._sdpa_out(q, v, name)
+        outs = {"o": o, "amax_s": self._fp8_amax(name, "amax_s"),
                 "amax_o": self._fp8_amax(name, "amax_o")}
         if return_stats:
             outs["stats"] = self.virtual((b, hq, sq, 1), name=name and f"{name}.stats").set_dtype("float32")
@@ -510,8 +504,6 @@ class SdpaBuilders(Builder):
         ins, params, _ = self._sdpa_common(what, q, k, v, opts, fp8=True, backward=True)
         q, k, v = ins["q"], ins["k"], ins["v"]
         b, hq, sq, d = q.shape
-        if sq == 1 and k.shape[2] == 1:
-            raise InvalidValueError(f"{what}: cuDNN's attention backward does not take S_q = S_kv = 1")
         if d != 128 or v.shape[3] != 128:
             raise GraphNotSupportedError(what, [f"FP8 attention backward with head dims {d}/{v.shape[3]}"], [],
                                          [("head dim", "cuDNN 9.19's FP8 attention backward on Hopper takes head "
@@ -522,21 +514,8 @@ class SdpaBuilders(Builder):
                                              "cuDNN 9.19's FP8 attention backward on Hopper gives wrong dQ rows in a "
                                              "last partial tile of 32 queries (measured: S = 100 and 130 wrong; 64, "
                                              "96, 128, 160, 192 right); cudnn-py takes multiples of 32 only"))])
-        o_shape = (b, hq, sq, v.shape[3])
-        for t, n in ((o, "o"), (do, "do")):
-            t = self._own(t, n)
-            if t.shape != o_shape or t.dtype not in _FP8 or t.strides[3] != 1:
-                raise InvalidValueError(f"{what}: {n} must be an FP8 {o_shape} tensor with its head dim packed, got "
-                                 f"{t.describe()} strides {t.strides}")
-            ins[n] = t
-        if ins["o"].dtype != q.dtype:
-            raise InvalidTypeError(f"{what}: o must have q's FP8 type {q.dtype.name}, got {ins['o'].dtype.name}")
-        ins["stats"] = self._sdpa_stats(what, stats, (b, hq, sq, 1))
+        outs = self._sdpa_bwd_io(what, ins, o, do, stats, name, fp8=True)
         ins.update(self._fp8_scales(what, FP8_BACKWARD_SCALES, locals()))
-        outs = {}
-        for n, t in (("dq", q), ("dk", k), ("dv", v)):
-            g = self.virtual(t.shape, strides=_strides_like(t.shape, t.strides), name=name and f"{name}.{n}")
-            outs[n] = g.set_dtype(q.dtype)
         for n in ("amax_dq", "amax_dk", "amax_dv", "amax_dp"):
             outs[n] = self._fp8_amax(name, n)
         self.add_op(SdpaFp8Backward(ins, outs, params, name or what))
