@@ -10,6 +10,7 @@ import pytest
 from cudnn_py import algorithms as alg
 from cudnn_py import capi
 from cudnn_py.errors import WorkspaceLimitError
+from cudnn_py.handle import Handle
 from cudnn_py.memory import DeviceArray
 from cudnn_py.ops import conv_calls as cv
 from helpers import NoCallHandle
@@ -420,9 +421,21 @@ def test_auto_engine_takes_the_graph_where_it_can_and_autotune_is_one_spelling(m
     assert cv._on_graph(True, refuse) is cv._NOT_TAKEN
     with pytest.raises(InvalidTypeError):
         cv._on_graph(False, refuse)
-    calls = []
+    calls, measured = [], []
+    ex = types.SimpleNamespace(runner=None)
     monkeypatch.setattr(cv, "_graph", lambda: types.SimpleNamespace(
-        convolution=lambda *a, **k: calls.append((a[0], k["engine"], k["algo"])) or "ran on the graph"))
+        convolution=lambda *a, **k: calls.append((a[0], k["engine"], k["algo"])) or (y, ex)))
+
+    def measure(handle, key, legacy, graph, **kw):  # engine_choice.run: the graph wins
+        measured.append((key[0], kw["static"]))
+        graph()
+        return "graph"
+    from cudnn_py import engine_choice
+    monkeypatch.setattr(engine_choice, "run", measure)
     x, w = DeviceArray(1 << 30, (1, 2, 5, 5), np.float32), DeviceArray(1 << 31, (3, 2, 3, 3), np.float32)
-    assert cv.convolution_forward(_NoC(), conv, x, w, autotune=True) == "ran on the graph"
-    assert calls == [("forward", "graph", "fastest")]
+    y = DeviceArray(1 << 32, (1, 3, 5, 5), np.float32)
+    h = _NoC()
+    assert cv.convolution_forward(h, conv, x, w, autotune=True, engine="graph") is y
+    assert cv.convolution_forward(h, conv, x, w, autotune=True) is y  # "auto": engine_choice measures
+    assert calls == [("forward", "graph", "fastest")] * 2 and measured == [("convolution_forward", "graph")]
+    assert Handle.cache_info(h) == {cv.CALLS: 2}  # the routes: the next calls run the graph's runner directly

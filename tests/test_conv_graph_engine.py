@@ -173,3 +173,73 @@ def test_graph_engine_refuses_what_it_does_not_take():
 def test_graph_engine_checks_geometry_like_legacy(call, match):
     with pytest.raises(ValueError, match=match):
         call(NoCallHandle(), cv.Convolution(padding=1))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("case", ["2d", "nhwc", "asym_pad", "1d", "groups"])
+def test_auto_engine_is_measured_and_matches_reference(handle, rng, case, dtype):
+    """engine="auto" (the default): the first call of each direction measures the legacy call against the graph
+    path (engine_choice) and keeps one; that call's output, a repeat call's (its route: no measuring) into a
+    poisoned array and an allocated one, and a beta blend (restored between measured runs) match float64."""
+    from cudnn_py import engine_choice as ec
+    from cudnn_py.memory import empty, to_device
+    handle.clear_caches()
+    xs, wsh, kw = CASES[case]
+    layout = kw.get("layout", "NCHW")
+    conv = cv.Convolution(**kw)
+    x, w = rng.standard_normal(xs).astype(dtype), rng.standard_normal(wsh).astype(dtype)
+    rk = _ref_kw(kw)
+    y_ref = ref.conv_forward(x.astype(np.float64), w.astype(np.float64), **rk)
+    dy = rng.standard_normal(y_ref.shape).astype(dtype)
+    refs = {"forward": y_ref, "backward_data": ref.conv_backward_data(dy.astype(np.float64), w.astype(np.float64),
+                                                                      xs, **rk),
+            "backward_filter": ref.conv_backward_filter(x.astype(np.float64), dy.astype(np.float64), wsh, **rk)}
+    xd, wd, dyd = (to_device(_phys(a, layout), stream=handle.stream) for a in (x, w, dy))
+    calls = {"forward": lambda out: cv.convolution_forward(handle, conv, xd, wd, y=out),
+             "backward_data": lambda out: cv.convolution_backward_data(handle, conv, wd, dyd, dx=out,
+                                                                       x_shape=xd.shape),
+             "backward_filter": lambda out: cv.convolution_backward_filter(handle, conv, xd, dyd, dw=out,
+                                                                           w_shape=wd.shape)}
+    shapes = {"forward": _phys(y_ref, layout).shape, "backward_data": xd.shape, "backward_filter": wd.shape}
+    tol = {"forward": TOL[dtype], "backward_data": TOL[dtype], "backward_filter": TOL[dtype] * 3}
+    for direction, call in calls.items():
+        for _ in range(2):  # measured, then the remembered route
+            out = empty(shapes[direction], dtype, stream=handle.stream)
+            out.fill_(np.nan)
+            assert call(out) is out
+            assert _err(_logical(out.to_numpy(), layout).astype(np.float64), refs[direction]) < tol[direction]
+            got = call(None)  # allocated (measured once more for this signature, then routed)
+            assert got.shape == shapes[direction]
+            assert _err(_logical(got.to_numpy(), layout).astype(np.float64), refs[direction]) < tol[direction]
+    chosen = {k[0]: c for k, c in ec.choices(handle).items() if k[0].startswith("convolution_")}
+    assert set(chosen) == {"convolution_forward", "convolution_backward_data", "convolution_backward_filter"}
+    for c in chosen.values():
+        assert c.engine in ("legacy", "graph") and c.source in ("measured", "database")
+        assert c.source == "database" or c.legacy_ms or c.graph_ms  # measured: at least one engine timed
+    print(case, dtype, {k: (c.engine, c.legacy_ms, c.graph_ms) for k, c in chosen.items()})
+    # beta blending into the caller's y: measuring restores y before every run, so y = conv + 2 * y0 once
+    y0 = rng.standard_normal(shapes["forward"]).astype(dtype)
+    y = to_device(y0, stream=handle.stream)
+    cv.convolution_forward(handle, conv, xd, wd, y=y, alpha=0.5, beta=2.0)
+    want = 0.5 * y_ref + 2.0 * _logical(y0, layout).astype(np.float64)
+    assert _err(_logical(y.to_numpy(), layout).astype(np.float64), want) < TOL[dtype]
+
+
+@pytest.mark.gpu
+def test_auto_engine_with_torch_tensors(handle, rng):
+    """The default engine on torch tensors (the route's runner binds their addresses): repeat calls with new
+    outputs and allocated outputs match float64."""
+    torch = pytest.importorskip("torch")
+    conv = cv.Convolution(padding=1)
+    x, w = rng.standard_normal((2, 8, 9, 9)), rng.standard_normal((8, 8, 3, 3))
+    want = ref.conv_forward(x, w, pad=1)
+    xt, wt = (torch.tensor(a, dtype=torch.float32, device="cuda") for a in (x, w))
+    for _ in range(3):
+        y = torch.full(want.shape, float("nan"), device="cuda")
+        torch.cuda.synchronize()
+        assert cv.convolution_forward(handle, conv, xt, wt, y=y) is y
+        handle.synchronize()
+        assert _err(y.cpu().double().numpy(), want) < TOL["float32"]
+        got = cv.convolution_forward(handle, conv, xt, wt)
+        assert _err(got.to_numpy().astype(np.float64), want) < TOL["float32"]

@@ -288,6 +288,110 @@ def test_without_the_tuning_module_choices_stay_in_memory(monkeypatch):
     assert ec._database() is None
 
 
+# ---------------------------------------------------------------- convolution through engine_choice
+
+class ConvEngines:
+    """The convolution calls' two engines stubbed (the legacy bodies, the graph path and its runner), each recording
+    what ran in ``ran``; the device clock gives ``ms`` of the engine that ran last."""
+
+    def __init__(self, monkeypatch, legacy_ms=2.0, graph_ms=1.0, graph_refuses=False):
+        import types
+        from cudnn_py.ops import conv_calls as cv
+        self.ran: list = []
+        self.ms = {"legacy": legacy_ms, "graph": graph_ms}
+        runner = types.SimpleNamespace(workspace=lambda: None, execute=lambda vp: None,
+                                       pack=lambda key, ptrs, wsp: self.ran.append(("runner", ptrs)))
+
+        def graph(direction, handle, conv, a, b, out, **kw):
+            self.ran.append("graph")
+            if graph_refuses:
+                raise GraphPathRefused("no engine for this")
+            return out, types.SimpleNamespace(runner=runner)
+        monkeypatch.setattr(cv, "_graph", lambda: types.SimpleNamespace(convolution=graph))
+        for name in ("_forward_legacy", "_backward_data_legacy", "_backward_filter_legacy"):
+            monkeypatch.setattr(cv, name, lambda *a: self.ran.append("legacy") or a[8])  # a[8]: the output
+        monkeypatch.setattr(ec, "_clock", lambda handle, fn: (fn(), self.ms[self.ran[-1]]))
+
+
+def conv_call(direction, h, **kw):
+    """One call of ``direction`` on arrays at distinct addresses (x 1<<30, w 2<<30, dy/y 3<<30, out 4<<30)."""
+    from cudnn_py.memory import DeviceArray
+    from cudnn_py.ops import conv_calls as cv
+    conv = cv.Convolution(padding=1)
+    x, w = DeviceArray(1 << 30, (1, 2, 5, 5), np.float32), DeviceArray(2 << 30, (3, 2, 3, 3), np.float32)
+    dy = DeviceArray(3 << 30, (1, 3, 5, 5), np.float32)
+    if direction == "forward":
+        return cv.convolution_forward(h, conv, x, w, y=dy, **kw), (1 << 30, 2 << 30, 3 << 30)
+    if direction == "backward_data":
+        dx = DeviceArray(4 << 30, x.shape, np.float32)
+        return cv.convolution_backward_data(h, conv, w, dy, dx=dx, **kw), (3 << 30, 2 << 30, 4 << 30)
+    dw = DeviceArray(4 << 30, w.shape, np.float32)
+    return cv.convolution_backward_filter(h, conv, x, dy, dw=dw, **kw), (3 << 30, 1 << 30, 4 << 30)
+
+
+DIRECTIONS = ["forward", "backward_data", "backward_filter"]
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
+@pytest.mark.parametrize("legacy_ms, graph_ms, winner", [(2.0, 1.0, "graph"), (1.0, 2.0, "legacy")])
+def test_convolution_auto_measures_once_then_runs_its_route(db, monkeypatch, direction, legacy_ms, graph_ms,
+                                                             winner):
+    from cudnn_py.ops import conv_calls as cv
+    e = ConvEngines(monkeypatch, legacy_ms, graph_ms)
+    h = NoCallHandle()
+    conv_call(direction, h)
+    assert e.ran == ["legacy", "graph"] + ["legacy", "legacy", "graph", "graph"] * ec.ROUNDS + [winner]
+    (key, choice), = ec.choices(h).items()
+    assert key[0] == f"convolution_{direction}" and choice == ec.Choice(winner, legacy_ms, graph_ms, "measured")
+    assert Handle.cache_info(h) == {"engine.choice": 1, cv.CALLS: 1}
+    e.ran.clear()
+    _, ptrs = conv_call(direction, h)
+    # the route: the legacy body, or the graph's runner on the arrays' addresses in its binding order (no measuring)
+    assert e.ran == (["legacy"] if winner == "legacy" else [("runner", ptrs)])
+    assert [r["engine"] for r in stored(db).values()] == [winner]
+    e.ran.clear()
+    conv_call(direction, NoCallHandle())  # another handle (a new process alike): the database's choice, unmeasured
+    assert e.ran == [winner]
+
+
+def test_convolution_auto_refused_by_the_graph_keeps_legacy(db, monkeypatch):
+    e = ConvEngines(monkeypatch, graph_refuses=True)
+    h = NoCallHandle()
+    conv_call("forward", h)
+    assert e.ran == ["legacy", "graph", "legacy"]
+    assert [c.engine for c in ec.choices(h).values()] == ["legacy"]
+    e.ran.clear()
+    conv_call("forward", h)
+    assert e.ran == ["legacy"]
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_convolution_static_mode_and_explicit_engines_do_not_measure(db, monkeypatch, direction):
+    e = ConvEngines(monkeypatch, legacy_ms=1.0, graph_ms=5.0)
+    ec.set_mode("static")
+    h = NoCallHandle()
+    conv_call(direction, h)
+    assert e.ran == ["graph"] and ec.choices(h) == {} and stored(db) == {}  # the static rule: the graph
+    ec.set_mode(None)
+    for engine in ("legacy", "graph"):
+        e.ran.clear()
+        conv_call(direction, NoCallHandle(), engine=engine)
+        assert e.ran == [engine]
+    e.ran.clear()
+    conv_call(direction, h, deterministic=True)  # an option only the legacy call has: no graph to measure
+    assert e.ran == ["legacy"] and stored(db) == {}
+
+
+def test_convolution_choice_key_is_a_database_key(db, monkeypatch):
+    ConvEngines(monkeypatch)
+    h = NoCallHandle()
+    conv_call("backward_filter", h)
+    (key,) = ec.choices(h)
+    assert json.loads(ec._db_key(key))[:2] == ["convolution_backward_filter", ec._plain(key[1])]
+    assert key[2:5] == (((1, 3, 5, 5), (75, 25, 5, 1), "float32"), ((1, 2, 5, 5), (50, 25, 5, 1), "float32"),
+                        ((3, 2, 3, 3), (18, 9, 3, 1), "float32"))
+
+
 # ---------------------------------------------------------------- on the GPU
 
 @pytest.mark.gpu

@@ -98,6 +98,14 @@ def conv_forward(handle, x, w, *, padding=0, stride=1, dilation=1, bias=None, ac
     x (N, C, *spatial) and w (K, C/groups, *kernel) in any layout the strides describe (NCHW or NHWC);
     ``bias`` (1, K, 1, 1) (or (K,)); ``activation``: None or one of :data:`ACTIVATIONS`. ``beta`` != 0 needs
     ``y`` (read and overwritten). ``autotune``: time every plan on the first call and keep the fastest."""
+    return _forward(handle, x, w, bias, activation, y, padding=padding, stride=stride, dilation=dilation, alpha=alpha,
+                    beta=beta, compute_dtype=compute_dtype, post_padding=post_padding, conv_mode=conv_mode,
+                    autotune=autotune)[0]
+
+
+def _forward(handle, x, w, bias, activation, y, *, padding, stride, dilation, alpha, beta, compute_dtype, post_padding,
+             conv_mode, autotune):
+    """(:func:`conv_forward`'s y, the executor that ran it)."""
     xa, wa = _arr(x, "x"), _arr(w, "w")
     ya = None if y is None else _arr(y, "y")
     ba = None
@@ -141,16 +149,14 @@ def conv_forward(handle, x, w, *, padding=0, stride=1, dilation=1, bias=None, ac
 
     ex, shape, strides, dt = cached(handle, _CACHE, key, make)
     ya = _out(handle, shape, dt, strides, ya, "y")
-    if ba is None:
-        ex(xa, wa, ya)
-    else:
-        ex(xa, wa, ba, ya)
-    return ya if y is None else y
+    ex(xa, wa, ya) if ba is None else ex(xa, wa, ba, ya)
+    return (ya if y is None else y), ex
 
 
 def _backward(kind: str, handle, dy, other, out, out_shape, *, padding, stride, dilation, alpha, beta,
               compute_dtype, post_padding, conv_mode, autotune):
-    """Backward data (``kind='dgrad'``: other = w, out = dx) or filter (``'wgrad'``: other = x, out = dw)."""
+    """(Backward data (``kind='dgrad'``: other = w, out = dx) or filter (``'wgrad'``: other = x, out = dw), its
+    executor)."""
     other_name, out_name, shape_name = ("w", "dx", "x_shape") if kind == "dgrad" else ("x", "dw", "w_shape")
     dya, oa = _arr(dy, "dy"), _arr(other, other_name)
     outa = None if out is None else _arr(out, out_name)
@@ -179,7 +185,7 @@ def _backward(kind: str, handle, dy, other, out, out_shape, *, padding, stride, 
     ex, shape, strides, dt = cached(handle, _CACHE, key, make)
     outa = _out(handle, shape, dt, strides, outa, out_name)
     ex(dya, oa, outa)
-    return outa if out is None else out
+    return (outa if out is None else out), ex
 
 
 def conv_backward_data(handle, dy, w, *, padding=0, stride=1, dilation=1, dx=None, x_shape=None,
@@ -188,7 +194,7 @@ def conv_backward_data(handle, dy, w, *, padding=0, stride=1, dilation=1, dx=Non
     """dx = alpha * conv_bwd_data(dy, w) + beta * dx via a cached graph plan; returns dx."""
     return _backward("dgrad", handle, dy, w, dx, x_shape, padding=padding, stride=stride, dilation=dilation,
                      alpha=alpha, beta=beta, compute_dtype=compute_dtype, post_padding=post_padding,
-                     conv_mode=conv_mode, autotune=autotune)
+                     conv_mode=conv_mode, autotune=autotune)[0]
 
 
 def conv_backward_filter(handle, dy, x, *, padding=0, stride=1, dilation=1, dw=None, w_shape=None,
@@ -197,7 +203,7 @@ def conv_backward_filter(handle, dy, x, *, padding=0, stride=1, dilation=1, dw=N
     """dw = alpha * conv_bwd_filter(dy, x) + beta * dw via a cached graph plan; returns dw."""
     return _backward("wgrad", handle, dy, x, dw, w_shape, padding=padding, stride=stride, dilation=dilation,
                      alpha=alpha, beta=beta, compute_dtype=compute_dtype, post_padding=post_padding,
-                     conv_mode=conv_mode, autotune=autotune)
+                     conv_mode=conv_mode, autotune=autotune)[0]
 
 
 # ---------------------------------------------------------------- engine="graph" of the cudnn_py.ops convolution calls
@@ -254,7 +260,7 @@ def _params(conv, direction: str, a_shape, b_shape, out_shape) -> dict:
 
 def convolution(direction: str, handle, conv, a, b, out=None, *, engine: str = "graph", algo="heuristic",
                 deterministic: bool = False, workspace_limit: int | None = None, alpha: float = 1.0,
-                beta: float = 0.0, shape=None, bias=None, activation: str | None = None):
+                beta: float = 0.0, shape=None, bias=None, activation: str | None = None, executor: bool = False):
     """One direction of a :class:`~cudnn_py.ops.convolution.Convolution` through a cached graph plan: what the
     :mod:`cudnn_py.ops.conv_calls` calls run with ``engine="graph"``; returns the output.
 
@@ -268,10 +274,10 @@ def convolution(direction: str, handle, conv, a, b, out=None, *, engine: str = "
     :param shape: the output's shape when ``out`` is None (backward_data: default the smallest input giving dy's
         shape; backward_filter: required).
     :param bias, activation: forward only: one bias value per output channel and ``"relu"`` (or None), fused.
+    :param executor: answer (output, the :class:`Executor` that ran it: its runner binds x, w, (bias,) y) instead.
 
-    Plans are cached per configuration in the handle's ``"graph.conv"`` cache, so a repeated call is a lookup and
-    one ``cudnnBackendExecute`` (about 6 us of host time for a tiny convolution against about 27 us for the legacy
-    call, on an H200).
+    Plans are cached per configuration in the handle's ``"graph.conv"`` cache (benchmarks/conv_overhead.py: host
+    time per call).
     """
     if engine != "graph":
         raise InvalidValueError(f"engine {engine!r}: expected 'legacy' or 'graph'")
@@ -303,11 +309,9 @@ def convolution(direction: str, handle, conv, a, b, out=None, *, engine: str = "
     av, bv = _view(conv, a), _view(conv, b)
     ov = None if o is None else _view(conv, o)
     if direction == "forward":
-        r = conv_forward(handle, av, bv, y=ov, bias=bias, activation=activation, **kw)
-    elif direction == "backward_data":
-        r = conv_backward_data(handle, av, bv, dx=ov, x_shape=None if shape is None else _view_shape(conv, shape),
-                               **kw)
+        r, ex = _forward(handle, av, bv, bias, activation, ov, **kw)
     else:
-        r = conv_backward_filter(handle, av, bv, dw=ov, w_shape=None if shape is None else _view_shape(conv, shape),
-                                 **kw)
-    return out if out is not None else _result(conv, r, ndim)
+        r, ex = _backward("dgrad" if direction == "backward_data" else "wgrad", handle, av, bv, ov,
+                          None if shape is None else _view_shape(conv, shape), **kw)
+    r = out if out is not None else _result(conv, r, ndim)
+    return (r, ex) if executor else r

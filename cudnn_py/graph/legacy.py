@@ -3,19 +3,17 @@
 The operation modules (:mod:`cudnn_py.ops.activation`, ``tensor_ops``, ``pooling``, ``batchnorm``,
 ``normalization``) take ``engine="legacy" | "graph" | "auto"``; ``"graph"`` comes here. Each call builds a small
 graph once per configuration (shapes, strides, dtypes, parameters), plans it through the handle's plan cache and
-keeps its :class:`~cudnn_py.graph.Executor` in the handle's cache (:func:`cudnn_py.graph.runner.cached`, the
-mechanism every cached graph call uses), so a repeat call is a dict lookup and one ``cudnnBackendExecute``.
-With ``"auto"`` a configuration cuDNN has no engine for is remembered and runs on the legacy call instead.
+keeps its :class:`~cudnn_py.graph.Executor` in the handle's cache (:func:`cudnn_py.graph.runner.cached`), so a repeat
+call is a dict lookup and one ``cudnnBackendExecute``. ``"auto"`` measures both engines (:func:`attempt`).
 
-Layout. cuDNN's engines for graphs made of pointwise operations alone take channels-last strides (the
-channel dimension, dimension 1, innermost) and refuse the same data described as NCHW. Pointwise operations do
-not care which axis is called the channel, so every operand is described to cuDNN with its axes relabelled:
-the output's outermost axis first, its innermost (stride 1) second, the rest in decreasing stride order, with
-unit dimensions in front up to four dimensions. An NCHW array is then the channels-last array (N, W, C, H), an
-NHWC one itself; broadcast operands (a (1, C, 1, 1) bias) get the same relabelling. Where every operand has the
-output's shape and strides and fills its memory, the graph is elementwise over that memory, and every operand is
-described as one flat channels-last (1, 64, n / 64, 1) array instead: on the H200 cuDNN 9.19's pointwise engine
-runs ReLU there 7 % faster than on NHWC (N, 256, H, W) data.
+Layout. cuDNN's engines for graphs of pointwise operations alone take channels-last strides (dimension 1 innermost)
+and refuse the same data described as NCHW. Pointwise operations do not care which axis is called the channel, so
+every operand is described with its axes relabelled: the output's outermost axis first, its innermost (stride 1)
+second, the rest in decreasing stride order, with unit dimensions in front up to four dimensions. An NCHW array is
+then the channels-last array (N, W, C, H), an NHWC one itself; broadcast operands (a (1, C, 1, 1) bias) get the same
+relabelling. Where every operand has the output's shape and strides and fills its memory, every operand is described
+as one flat channels-last (1, 64, n / 64, 1) array instead: on the H200 cuDNN 9.19's pointwise engine runs ReLU
+there 7 % faster than on NHWC (N, 256, H, W) data.
 """
 from __future__ import annotations
 

@@ -1,15 +1,18 @@
 """The convolution calls: forward, backward data, backward filter, backward bias, fused bias+activation, and the
 algorithm queries on arrays (:func:`convolution_algorithms`, :func:`convolution_workspace_size`).
 
-Each call reads its arrays' signatures (shape, strides, dtype, device), looks its plan up (descriptors, algorithm,
-workspace size: everything derived from the configuration), and makes one C call. A plan is made once per
-configuration: :class:`~cudnn_py.ops.convolution.Geometry` resolves the configuration and
+Each call reads its arrays' signatures (shape, strides, dtype, device) and looks its route up (:data:`CALLS`): the
+legacy call's plan (descriptors, algorithm, workspace size: everything derived from the configuration) and one C
+call, or the graph path's runner and one ``cudnnBackendExecute``. A legacy plan is made once per configuration:
+:class:`~cudnn_py.ops.convolution.Geometry` resolves the configuration and
 :func:`cudnn_py.algorithms.resolve_algorithm` chooses the algorithm. ``engine="graph"`` hands the call to
-:func:`cudnn_py.graph.conv.convolution`; ``engine="auto"`` (the default) does so where the graph path takes the call
-(``algo`` a choice, no ``deterministic``/``workspace_limit``, math type "auto", a dtype the graph convolution runs,
-an engine on this GPU) and runs the legacy call otherwise. ``autotune=True`` measures the candidates once per
-configuration (legacy: ``Find...Ex`` under the workspace cap; graph: every plan) and keeps the fastest;
-``algo="fastest"`` is its deprecated spelling. See :mod:`cudnn_py.ops.convolution` for the conventions.
+:func:`cudnn_py.graph.conv.convolution`. ``engine="auto"`` (the default), where the graph path can take the call
+(``algo`` a choice, no ``deterministic``/``workspace_limit``, math type "auto"), measures both engines on the first
+call of a configuration and keeps the faster (:mod:`cudnn_py.engine_choice`: per handle, in the tuning database,
+``CUDNN_PY_AUTO_ENGINE=static`` for the graph wherever it takes the call); elsewhere it runs the legacy call.
+``autotune=True`` measures the candidates once per configuration (legacy: ``Find...Ex`` under the workspace cap;
+graph: every plan) and keeps the fastest; ``algo="fastest"`` is its deprecated spelling. See
+:mod:`cudnn_py.ops.convolution` for the conventions.
 """
 from __future__ import annotations
 
@@ -28,7 +31,7 @@ from cudnn_py.caches import handle_cache
 from cudnn_py.dtypes import cudnn_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError, WorkspaceLimitError
 from cudnn_py.handle import Handle, handle_arg
-from cudnn_py.memory import DeviceArray, DeviceArrayLike, array_signature, empty, zeros
+from cudnn_py.memory import DeviceArray, DeviceArrayLike, array_signature, as_array, empty, zeros
 from cudnn_py.ops._common import Out, enum_arg, moved_outputs, scalars
 from cudnn_py.ops.activation import activation_of
 from cudnn_py.ops.convolution import Convolution, Geometry, logical, packed_strides, physical, unit_height
@@ -158,13 +161,13 @@ def _pad_input(handle: Handle, g: Geometry, x_ptr: int):
     return xp
 
 
-# ---------------------------------------------------------------- engine and autotune
+# ---------------------------------------------------------------- engine, autotune and the call's route
 
 _ENGINES = ("legacy", "graph", "auto")
 
 
 def _route(where: str, engine: str, algo: Any, autotune: bool, deterministic: bool, workspace_limit: int | None,
-           conv: Convolution, graph_ok: bool = True) -> tuple[str, Any, bool]:
+           conv: Convolution, graph_ok: bool = True, stacklevel: int = 4) -> tuple[str, Any, bool]:
     """(``"legacy"`` or ``"graph"``, the algorithm spec the engines take, whether ``engine`` was ``"auto"``).
 
     ``autotune=True`` is the spec ``"fastest"`` (its old spelling ``algo="fastest"`` warns); ``"auto"`` takes the
@@ -173,7 +176,7 @@ def _route(where: str, engine: str, algo: Any, autotune: bool, deterministic: bo
         raise InvalidValueError(f"engine {engine!r}: expected 'legacy', 'graph' or 'auto'")
     autotune = bool_arg(autotune, "autotune")
     if isinstance(algo, str) and algo.lower() == "fastest":
-        warn(f"{where}(algo='fastest') is deprecated, use autotune=True", stacklevel=4)
+        warn(f"{where}(algo='fastest') is deprecated, use autotune=True", stacklevel=stacklevel)
         autotune = True
     elif autotune:
         if not (isinstance(algo, str) and algo.lower() == "heuristic"):
@@ -187,6 +190,8 @@ def _route(where: str, engine: str, algo: Any, autotune: bool, deterministic: bo
 
 
 _NOT_TAKEN = object()
+#: what the graph path raises for a call it does not take (with engine="auto" the legacy call then runs)
+_REFUSALS = (InvalidValueError, InvalidTypeError)
 
 
 def _on_graph(auto: bool, run) -> Any:
@@ -197,8 +202,89 @@ def _on_graph(auto: bool, run) -> Any:
     from cudnn_py.graph.errors import GraphNotSupportedError
     try:
         return run()
-    except (InvalidValueError, InvalidTypeError, GraphNotSupportedError):
+    except (*_REFUSALS, GraphNotSupportedError):
         return _NOT_TAKEN
+
+
+#: the name of the handle's cache of call routes: (direction, convolution, the arrays' signatures, the call's
+#: options) -> "legacy" (the legacy call runs) or a :class:`_GraphCall`. A repeat call reads its arrays' signatures,
+#: looks its route up and runs it: no option parsing, no engine choice.
+CALLS = "conv.calls"
+
+
+class _GraphCall:
+    """A graph-path call prepared for one signature: the executor's runner (binding the direction's two inputs, then
+    its output) and the output to allocate (shape, dtype, strides, elements; None where the caller passes it)."""
+    __slots__ = ("runner", "alloc")
+
+    def __init__(self, ex, allocated: DeviceArray | None):
+        self.runner = ex.runner
+        self.alloc: tuple | None = None if allocated is None else (
+            allocated.shape, allocated.dtype, allocated.strides, allocated.span()[1])
+
+    def __call__(self, handle: Handle, a_ptr: int, b_ptr: int, out, out_ptr: int):
+        if out is None:
+            shape, dtype, strides, n = self.alloc  # type: ignore[misc]
+            buf = empty((n,), dtype, stream=handle.stream, device=handle.device)
+            out, out_ptr = DeviceArray.from_parts(buf.ptr, shape, dtype, strides, buf.device_id, buf, None), buf.ptr
+        r, ptrs = self.runner, (a_ptr, b_ptr, out_ptr)
+        wsp = r.workspace()  # the pack of these addresses (made once; the route's key fixed their signatures)
+        r.execute(r.pack(ptrs if wsp is None else ptrs + (wsp,), ptrs, wsp))
+        return out
+
+
+def _sig(sig) -> tuple | None:
+    """An array signature without its device, dtype by name (engine_choice's key part)."""
+    return None if sig is None else (tuple(sig[0]), tuple(sig[1]), sig[2].name)
+
+
+def _first_call(direction: str, handle: Handle, key: tuple, conv, a, b, out, shape, sigs, opts: dict, legacy):
+    """A call whose route is not known yet: the engine chosen (``engine="auto"`` measures the legacy call against the
+    graph path through :mod:`cudnn_py.engine_choice`), the call run and its route remembered in :data:`CALLS`.
+
+    ``a``, ``b``, ``out``: the direction's inputs and output (``out`` None: allocated); ``sigs``: their signatures;
+    ``legacy(algo)`` runs the legacy call; ``opts``: the call's keywords."""
+    where = f"convolution_{direction}"
+    route, algo, auto = _route(where, opts["engine"], opts["algo"], opts["autotune"], opts["deterministic"],
+                               opts["workspace_limit"], conv, stacklevel=5)
+    warns = isinstance(opts["algo"], str) and opts["algo"].lower() == "fastest"  # warns on every call: no route
+    got: dict = {}
+
+    def run_legacy():
+        got["out"] = legacy(algo)
+
+    def run_graph():
+        got["out"], got["ex"] = _graph().convolution(
+            direction, handle, conv, a, b, out, engine="graph", algo=algo, deterministic=opts["deterministic"],
+            workspace_limit=opts["workspace_limit"], alpha=opts["alpha"], beta=opts["beta"], shape=shape,
+            executor=True)
+    if route == "legacy":
+        run_legacy()
+        engine = "legacy"
+    elif not auto:
+        run_graph()
+        engine = "graph"
+    else:
+        from cudnn_py import engine_choice
+        from cudnn_py.graph.errors import GraphNotSupportedError
+        ekey = (where, conv.key, *map(_sig, sigs), shape, algo if isinstance(algo, str) else None,
+                opts["beta"] != 0.0)
+        mutated = () if out is None or opts["beta"] == 0.0 else (as_array(out, "output"),)
+        engine = engine_choice.run(handle, ekey, run_legacy, run_graph, mutated=mutated, static="graph",
+                                   refused=(*_REFUSALS, GraphNotSupportedError))
+    if not warns:
+        handle_cache(handle, CALLS)[key] = "legacy" if engine == "legacy" else _GraphCall(got["ex"], (
+            got["out"] if out is None else None))
+    return got["out"]
+
+
+def _known(handle: Handle, key: tuple):
+    """The remembered route of ``key`` (None: none yet, or a key that cannot be one: an unhashable option)."""
+    calls = getattr(handle, "cache", {}).get(CALLS)  # a Handle's caches by name (none made by a lookup)
+    try:
+        return None if calls is None else calls.get(key)
+    except TypeError:
+        return None
 
 
 # ---------------------------------------------------------------- the calls
@@ -211,20 +297,33 @@ def convolution_forward(handle: Handle, conv: Convolution, x: DeviceArrayLike, w
 
     ``engine="graph"`` runs it as a cached backend-API plan instead (see :func:`cudnn_py.graph.conv.convolution`).
     """
-    alpha, beta = scaling(alpha=alpha, beta=beta)
-    handle = handle_arg(handle)
+    if type(alpha) is not float or type(beta) is not float:
+        alpha, beta = scaling(alpha=alpha, beta=beta)
+    if type(handle) is not Handle or handle.closed:
+        handle = handle_arg(handle)
     if moved:
         y, = moved_outputs("convolution_forward", moved, ("y",), (y,))
-    route, algo, auto = _route("convolution_forward", engine, algo, autotune, deterministic, workspace_limit, conv)
-    if route == "graph":
-        got = _on_graph(auto, lambda: _graph().convolution(
-            "forward", handle, conv, x, w, y, engine="graph", algo=algo, deterministic=deterministic,
-            workspace_limit=workspace_limit, alpha=alpha, beta=beta))
-        if got is not _NOT_TAKEN:
-            return got
     xs, x_ptr = array_signature(x, "x")
     ws, w_ptr = array_signature(w, "w")
     ys, y_ptr = (None, 0) if y is None else array_signature(y, "y")
+    key = ("forward", conv, xs, ws, ys, algo, alpha, beta, deterministic, workspace_limit, autotune, engine)
+    route = _known(handle, key)
+    if route is None:
+        alpha, beta = scaling(alpha=alpha, beta=beta)  # NaN and infinity refused before anything runs
+        return _first_call("forward", handle, key, conv, x, w, y, None, (xs, ws, ys), dict(
+            algo=algo, alpha=alpha, beta=beta, deterministic=deterministic, workspace_limit=workspace_limit,
+            autotune=autotune, engine=engine), lambda spec: _forward_legacy(
+                handle, conv, xs, x_ptr, ws, w_ptr, ys, y_ptr, y, spec, alpha, beta, deterministic, workspace_limit))
+    if route != "legacy":
+        return route(handle, x_ptr, w_ptr, y, y_ptr)
+    if autotune:
+        algo = "fastest"
+    return _forward_legacy(handle, conv, xs, x_ptr, ws, w_ptr, ys, y_ptr, y, algo, alpha, beta, deterministic,
+                           workspace_limit)
+
+
+def _forward_legacy(handle, conv, xs, x_ptr, ws, w_ptr, ys, y_ptr, y, algo, alpha, beta, deterministic,
+                    workspace_limit):
     key = ("forward", conv, xs, ws, ys, algo, deterministic, workspace_limit)
     p = handle_cache(handle, PLANS).get(key)  # the hot path: _ready inlined
     if p is None or (p.gen is not None and p.gen != _alg.algorithm_cache.generation):
@@ -268,20 +367,32 @@ def convolution_backward_data(handle: Handle, conv: Convolution, w: DeviceArrayL
     handle = handle_arg(handle)
     if moved:
         dx, = moved_outputs("convolution_backward_data", moved, ("dx",), (dx,))
-    route, algo, auto = _route("convolution_backward_data", engine, algo, autotune, deterministic, workspace_limit,
-                               conv)
-    if route == "graph":
-        got = _on_graph(auto, lambda: _graph().convolution(
-            "backward_data", handle, conv, dy, w, dx, engine="graph", algo=algo, deterministic=deterministic,
-            workspace_limit=workspace_limit, alpha=alpha, beta=beta, shape=x_shape))
-        if got is not _NOT_TAKEN:
-            return got
     ws, w_ptr = array_signature(w, "w")
     dys, dy_ptr = array_signature(dy, "dy")
-    if dx is not None:
-        xs, dx_ptr = array_signature(dx, "dx")
-    else:
-        xs = _shape_sig(x_shape if x_shape is not None else conv.input_shape(ws[0], dys[0]), ws, "x_shape")
+    dxs, dx_ptr = (None, 0) if dx is None else array_signature(dx, "dx")
+    shape = None if x_shape is None else tuple(x_shape) if isinstance(x_shape, (tuple, list)) else x_shape
+    key = ("backward_data", conv, ws, dys, dxs, shape, algo, alpha, beta, deterministic, workspace_limit, autotune,
+           engine)
+    route = _known(handle, key)
+    if route is not None and route != "legacy":
+        return route(handle, dy_ptr, w_ptr, dx, dx_ptr)
+
+    def legacy(spec):
+        if dx is not None:
+            xs = dxs
+        else:
+            xs = _shape_sig(x_shape if x_shape is not None else conv.input_shape(ws[0], dys[0]), ws, "x_shape")
+        return _backward_data_legacy(handle, conv, xs, ws, w_ptr, dys, dy_ptr, dx, dx_ptr, spec, alpha, beta,
+                                     deterministic, workspace_limit)
+    if route is None:
+        return _first_call("backward_data", handle, key, conv, dy, w, dx, x_shape, (dys, ws, dxs), dict(
+            algo=algo, alpha=alpha, beta=beta, deterministic=deterministic, workspace_limit=workspace_limit,
+            autotune=autotune, engine=engine), legacy)
+    return legacy("fastest" if autotune else algo)
+
+
+def _backward_data_legacy(handle, conv, xs, ws, w_ptr, dys, dy_ptr, dx, dx_ptr, algo, alpha, beta, deterministic,
+                          workspace_limit):
     key = ("backward_data", conv, xs, ws, dys, dx is None, algo, deterministic, workspace_limit)
     p, ws_ptr = _ready(handle, key, "backward_data", conv, (xs, ws, dys), algo, deterministic, workspace_limit,
                        (w_ptr, dy_ptr))
@@ -318,22 +429,31 @@ def convolution_backward_filter(handle: Handle, conv: Convolution, x: DeviceArra
     handle = handle_arg(handle)
     if moved:
         dw, = moved_outputs("convolution_backward_filter", moved, ("dw",), (dw,))
-    route, algo, auto = _route("convolution_backward_filter", engine, algo, autotune, deterministic,
-                               workspace_limit, conv)
-    if route == "graph":
-        got = _on_graph(auto, lambda: _graph().convolution(
-            "backward_filter", handle, conv, dy, x, dw, engine="graph", algo=algo, deterministic=deterministic,
-            workspace_limit=workspace_limit, alpha=alpha, beta=beta, shape=w_shape))
-        if got is not _NOT_TAKEN:
-            return got
     xs, x_ptr = array_signature(x, "x")
     dys, dy_ptr = array_signature(dy, "dy")
-    if dw is not None:
-        ws, dw_ptr = array_signature(dw, "dw")
-    elif w_shape is None:
+    dws, dw_ptr = (None, 0) if dw is None else array_signature(dw, "dw")
+    if dw is None and w_shape is None:
         raise InvalidValueError("convolution_backward_filter needs dw (an output array) or w_shape")
-    else:
-        ws = _shape_sig(w_shape, xs, "w_shape")
+    shape = None if w_shape is None else tuple(w_shape) if isinstance(w_shape, (tuple, list)) else w_shape
+    key = ("backward_filter", conv, xs, dys, dws, shape, algo, alpha, beta, deterministic, workspace_limit,
+           autotune, engine)
+    route = _known(handle, key)
+    if route is not None and route != "legacy":
+        return route(handle, dy_ptr, x_ptr, dw, dw_ptr)
+
+    def legacy(spec):
+        ws = dws if dw is not None else _shape_sig(w_shape, xs, "w_shape")
+        return _backward_filter_legacy(handle, conv, xs, x_ptr, ws, dys, dy_ptr, dw, dw_ptr, spec, alpha, beta,
+                                       deterministic, workspace_limit)
+    if route is None:
+        return _first_call("backward_filter", handle, key, conv, dy, x, dw, w_shape, (dys, xs, dws), dict(
+            algo=algo, alpha=alpha, beta=beta, deterministic=deterministic, workspace_limit=workspace_limit,
+            autotune=autotune, engine=engine), legacy)
+    return legacy("fastest" if autotune else algo)
+
+
+def _backward_filter_legacy(handle, conv, xs, x_ptr, ws, dys, dy_ptr, dw, dw_ptr, algo, alpha, beta, deterministic,
+                            workspace_limit):
     key = ("backward_filter", conv, xs, ws, dys, dw is None, algo, deterministic, workspace_limit)
     p, ws_ptr = _ready(handle, key, "backward_filter", conv, (xs, ws, dys), algo, deterministic, workspace_limit,
                        (x_ptr, dy_ptr))
