@@ -93,9 +93,17 @@ def _matmul(ctx: LowerContext, a, b, c, *, b_view=None, m=None, n=None, k=None) 
     ctx.add(d.finalize(), mm)
 
 
-def _reshape(ctx: LowerContext, x_desc: BackendDescriptor, y) -> None:
-    """Reshape (here: a transposed view) of the tensor ``x_desc`` describes into virtual ``y``."""
-    ctx.add(BackendDescriptor("OPERATION_RESHAPE", xdesc=x_desc, ydesc=ctx.tensor(y)).finalize())
+def _reshape(ctx: LowerContext, x, dtype, view=None):
+    """A virtual copy of ``x`` through a reshape: of its memory seen as ``view`` (shape, strides) into x's shape and
+    strides (K read back through its transposed view), or of (B, H, S_q, S_kv) ``x`` as a (B, H, S_kv, S_q) one."""
+    if view is None:
+        b, h, sq, skv = x.shape
+        y = ctx.virtual((b, h, skv, sq), dtype, strides=(h * sq * skv, sq * skv, 1, skv))
+    else:
+        y = ctx.virtual(x.shape, dtype, strides=x.strides)
+    ctx.add(BackendDescriptor("OPERATION_RESHAPE", xdesc=ctx.view(x, *view) if view else ctx.tensor(x),
+                              ydesc=ctx.tensor(y)).finalize())
+    return y
 
 
 def _rng(ctx: LowerContext, seed, offset, out, keep_probability: float) -> None:
@@ -164,8 +172,11 @@ def _band_masks(ctx, s, ins, p):
 
 
 def _scores(ctx, ins, s_raw):
-    """scale, bias, ALiBi and the padding mask applied to the raw scores (the order the engines recognise)."""
+    """scale (and FP8's descales), bias, ALiBi and the padding mask applied to the raw scores (the order the engines
+    recognise)."""
     s = _pw(ctx, "mul", s_raw, ins["scale"])
+    if "descale_q" in ins:
+        s = _pw(ctx, "mul", _pw(ctx, "mul", s, ins["descale_q"]), ins["descale_k"])
     if "bias" in ins:
         s = _pw(ctx, "add", s, ins["bias"])
     if "alibi_slopes" in ins:
@@ -235,8 +246,14 @@ class SdpaForward(Op):
         z = _reduce(ctx, e, "add", shape=(b, hq, sq, 1))
         # the engines recognise the softmax with its statistics only: a virtual tensor when nobody reads them
         _pw(ctx, "add", mx, _pw(ctx, "log", z), out=outs.get("stats") or ctx.virtual((b, hq, sq, 1), _F))
-        dropout = p["dropout"] > 0
-        prob = _pw(ctx, "div", e, z, dtype=_F if dropout else q.dtype)
+        dropout, fp8 = p["dropout"] > 0, "scale_s" in ins
+        prob = _pw(ctx, "div", e, z, dtype=_F if dropout or fp8 else q.dtype)
+        if fp8:  # amax of P, P scaled to q's FP8 type, and the descaled P V scaled into o
+            _reduce(ctx, prob, "amax", out=outs["amax_s"])
+            v = ins["v"]
+            _fp8_matmul(ctx, _pw(ctx, "mul", prob, ins["scale_s"], dtype=q.dtype), v, (b, hq, sq, v.shape[3]), o,
+                        outs["amax_o"], ins["descale_s"], ins["descale_v"], ins["scale_o"])
+            return
         if dropout:
             mask = outs.get("rng_dump") or ctx.virtual((b, hq, sq, skv), _F)
             _rng(ctx, ins["seed"], ins["offset"], mask, 1.0 - p["dropout"])
@@ -281,9 +298,7 @@ class SdpaBackward(Op):
             _rng(ctx, ins["seed"], ins["offset"], mask, 1.0 - p["dropout"])
             pd = _pw(ctx, "mul", _pw(ctx, "mul", e, mask), ins["dropout_scale"])
         # dV = P^T dO (summed over the query heads of each K/V head)
-        pt = ctx.virtual((b, hq, skv, sq), io, strides=(hq * sq * skv, sq * skv, 1, skv))
-        _reshape(ctx, ctx.tensor(pd), pt)
-        self._grad(ctx, pt, do, outs["dv"], hq, hv, (b, hq, skv, dv), slkv, slq)
+        self._grad(ctx, _reshape(ctx, pd, io), do, outs["dv"], hq, hv, (b, hq, skv, dv), slkv, slq)
         # dS = P * (dP - softmax_sum) (dropout-masked), times the scale
         dp = ctx.virtual((b, hq, sq, skv), _F)
         _matmul(ctx, do, v, dp, b_view=(_swap_last(v.shape), _swap_last(v.strides)), m=slq, n=slkv)
@@ -296,12 +311,9 @@ class SdpaBackward(Op):
             _reduce(ctx, x, "add", out=outs["dbias"])
         ds = _pw(ctx, "mul", x, ins["scale"])
         # dK = dS^T Q
-        dst = ctx.virtual((b, hq, skv, sq), io, strides=(hq * sq * skv, sq * skv, 1, skv))
-        _reshape(ctx, ctx.tensor(ds), dst)
-        self._grad(ctx, dst, q, outs["dk"], hq, hk, (b, hq, skv, d), slkv, slq)
+        self._grad(ctx, _reshape(ctx, ds, io), q, outs["dk"], hq, hk, (b, hq, skv, d), slkv, slq)
         # dQ = dS K (K read back through its transposed view), accumulated in float32 when dq_accum is given
-        kk = ctx.virtual(k.shape, k.dtype, strides=k.strides)
-        _reshape(ctx, ctx.view(k, *kt_view), kk)
+        kk = _reshape(ctx, k, k.dtype, kt_view)
         if "dq_accum" in outs:
             _matmul(ctx, ds, kk, outs["dq_accum"], m=slq, k=slkv)
             _pw(ctx, "identity", outs["dq_accum"], out=outs["dq"])
@@ -334,32 +346,13 @@ def _fp8_matmul(ctx, a, b, full_shape, out, amax, descale_a, descale_b, scale_c,
     _reduce(ctx, c, "amax", out=amax)
 
 
-class SdpaFp8Forward(Op):
+class SdpaFp8Forward(SdpaForward):
     """FP8 attention forward: O (FP8) and the float32 statistics, with amax of the probabilities (amax_s) and of O
     before its scaling (amax_o). ``inputs``: q, k, v (FP8), scale (by value), descale_q/k/v/s, scale_s, scale_o
-    ((1, 1, 1, 1) float32 device tensors) and the mask constants; ``params`` as :class:`SdpaForward`'s."""
+    ((1, 1, 1, 1) float32 device tensors) and the mask constants; ``params`` as :class:`SdpaForward`'s (lowered
+    to its composite form, whose FP8 steps the scales turn on)."""
 
     kind = "sdpa_fp8_fwd"
-
-    def lower(self, ctx: LowerContext) -> None:
-        ins, outs, p = self.inputs, self.outputs, self.params
-        q, k, v, o = ins["q"], ins["k"], ins["v"], outs["o"]
-        b, hq, sq, _ = q.shape
-        skv = p["s_kv"]
-        s_raw = ctx.virtual((b, hq, sq, skv), _F)
-        _matmul(ctx, q, k, s_raw, b_view=(_swap_last(k.shape), _swap_last(k.strides)))
-        s = _pw(ctx, "mul", s_raw, ins["scale"])
-        s = _pw(ctx, "mul", _pw(ctx, "mul", s, ins["descale_q"]), ins["descale_k"])
-        s = _band_masks(ctx, s, ins, p)
-        mx = _reduce(ctx, s, "max", shape=(b, hq, sq, 1))
-        e = _pw(ctx, "exp", _pw(ctx, "sub", s, mx))
-        z = _reduce(ctx, e, "add", shape=(b, hq, sq, 1))
-        _pw(ctx, "add", mx, _pw(ctx, "log", z), out=outs.get("stats") or ctx.virtual((b, hq, sq, 1), _F))
-        prob = _pw(ctx, "div", e, z)
-        _reduce(ctx, prob, "amax", out=outs["amax_s"])
-        p8 = _pw(ctx, "mul", prob, ins["scale_s"], dtype=q.dtype)
-        _fp8_matmul(ctx, p8, v, (b, hq, sq, v.shape[3]), o, outs["amax_o"], ins["descale_s"], ins["descale_v"],
-                    ins["scale_o"])
 
 
 class SdpaFp8Backward(Op):
@@ -381,15 +374,10 @@ class SdpaFp8Backward(Op):
         s = ctx.virtual((b, hq, sq, skv), _F)
         kt_view = (_swap_last(k.shape), _swap_last(k.strides))
         _matmul(ctx, q, k, s, b_view=kt_view)
-        s = _pw(ctx, "mul", s, ins["scale"])
-        s = _pw(ctx, "mul", _pw(ctx, "mul", s, ins["descale_q"]), ins["descale_k"])
-        s = _band_masks(ctx, s, ins, p)
-        e = _pw(ctx, "exp", _pw(ctx, "sub", s, stats))
+        e = _pw(ctx, "exp", _pw(ctx, "sub", _band_masks(ctx, _scores(ctx, ins, s), ins, p), stats))
         p8 = _pw(ctx, "mul", e, ins["scale_s"], dtype=q.dtype)
-        pt = ctx.virtual((b, hq, skv, sq), q.dtype, strides=(hq * sq * skv, sq * skv, 1, skv))
-        _reshape(ctx, ctx.tensor(p8), pt)
         # dV = P^T dO
-        _fp8_matmul(ctx, pt, do, (b, hq, skv, dv), outs["dv"], outs["amax_dv"], ins["descale_s"], ins["descale_do"],
+        _fp8_matmul(ctx, _reshape(ctx, p8, q.dtype), do, (b, hq, skv, dv), outs["dv"], outs["amax_dv"], ins["descale_s"], ins["descale_do"],
                     ins["scale_dv"], heads_out=hv)
         # dS = P * (descaled dO V^T - softmax_sum) * scale, scaled to FP8 (dO's type)
         dp = ctx.virtual((b, hq, sq, skv), _F)
@@ -400,12 +388,8 @@ class SdpaFp8Backward(Op):
         _reduce(ctx, dp, "amax", out=outs["amax_dp"])
         ds8 = _pw(ctx, "mul", dp, ins["scale_dp"], dtype=do.dtype)
         # dQ = dS K
-        kk = ctx.virtual(k.shape, k.dtype, strides=k.strides)
-        _reshape(ctx, ctx.view(k, *kt_view), kk)
-        _fp8_matmul(ctx, ds8, kk, (b, hq, sq, d), outs["dq"], outs["amax_dq"], ins["descale_dp"], ins["descale_k"],
+        _fp8_matmul(ctx, ds8, _reshape(ctx, k, k.dtype, kt_view), (b, hq, sq, d), outs["dq"], outs["amax_dq"], ins["descale_dp"], ins["descale_k"],
                     ins["scale_dq"])
         # dK = dS^T Q
-        dst = ctx.virtual((b, hq, skv, sq), do.dtype, strides=(hq * sq * skv, sq * skv, 1, skv))
-        _reshape(ctx, ctx.tensor(ds8), dst)
-        _fp8_matmul(ctx, dst, q, (b, hq, skv, d), outs["dk"], outs["amax_dk"], ins["descale_dp"], ins["descale_q"],
+        _fp8_matmul(ctx, _reshape(ctx, ds8, do.dtype), q, (b, hq, skv, d), outs["dk"], outs["amax_dk"], ins["descale_dp"], ins["descale_q"],
                     ins["scale_dk"], heads_out=hk)
