@@ -1,16 +1,10 @@
 """The one runner behind every cached graph call: plan, binding order, constants, variant packs, workspace, caches.
 
-:class:`Runner` holds a built plan with the graph tensors it binds in order (the call's inputs, then cached
-constants such as attention's ALiBi slopes, then the outputs; by-value scalars and the plan's scratch tensors are
-bound by the runner itself), the workspace it takes from the handle, and its variant packs cached by the bound
-data pointers: a call with addresses seen before sets no attribute and builds nothing. This module is the only one
-that builds ``VARIANT_PACK`` descriptors (:func:`make_variant_pack`).
-
-Its users: :class:`~cudnn_py.graph.execute.Executor` (``Graph.executor``, and through it ``graph.conv_*`` and the
-operation modules' graph paths), :class:`~cudnn_py.graph.execute.CudaGraph`, and attention
-(:mod:`cudnn_py.ops.sdpa`). :func:`cached` is the per-handle cache of what the entry points build per
-configuration (refusals included, where asked); :func:`plan_graph` builds or autotunes a graph for them, through
-the handle's plan cache and the on-disk store of :mod:`cudnn_py.graph.plan_store`.
+:class:`Runner` is the only builder of ``VARIANT_PACK`` descriptors (:func:`make_variant_pack`); its users are
+:class:`~cudnn_py.graph.execute.Executor` (``Graph.executor``, and through it ``graph.conv_*`` and the operation
+modules' graph paths), :class:`~cudnn_py.graph.execute.CudaGraph`, attention (:mod:`cudnn_py.ops.sdpa`) and
+:mod:`cudnn_py.torch`. :func:`cached` is the per-handle cache of what the entry points build per configuration;
+:func:`plan_graph` builds or autotunes a graph for them (through the plan cache and :mod:`.plan_store`).
 """
 from __future__ import annotations
 
@@ -40,11 +34,9 @@ _UIDS, _POINTERS, _WORKSPACE = (capi.CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, capi.CU
 
 
 def raw_execute() -> Callable[..., int]:
-    """``cudnnBackendExecute`` as a bare ctypes function: no errcheck (the caller checks the status) and no
-    argtypes (about 0.1 us less per call), so it must only ever get ``c_void_p`` objects (or None).
-
-    :returns: the function ``(handle, plan, variant_pack) -> status`` (an int, 0 for success), loaded once.
-    """
+    """``cudnnBackendExecute`` as a bare ctypes function ``(handle, plan, variant_pack) -> status`` (0: success),
+    loaded once: no errcheck (the caller checks the status) and no argtypes (about 0.1 us less per call), so it must
+    only ever get ``c_void_p`` objects (or None)."""
     global _RAW_EXEC
     if _RAW_EXEC is None:
         cdll = _loader.library().cdll
@@ -56,13 +48,8 @@ def raw_execute() -> Callable[..., int]:
 
 def make_variant_pack(uids: Sequence[int], pointers: Sequence[int | None], workspace: int | None
                       ) -> BackendDescriptor:
-    """A finalized ``VARIANT_PACK`` descriptor, set in three calls (on the path of every call with new addresses).
-
-    :param uids: the tensors' unique ids.
-    :param pointers: their device (or, for by-value scalars, host) addresses, ints, in the same order.
-    :param workspace: the workspace's device address (None or 0: none).
-    :returns: the finalized descriptor (destroyed when closed or collected).
-    """
+    """A finalized ``VARIANT_PACK`` descriptor of the tensors' ``uids`` and their device (by-value scalars: host)
+    ``pointers`` and the ``workspace`` address (None or 0: none), set in three calls."""
     n = len(uids)
     if len(pointers) != n:
         raise InvalidValueError(f"variant pack: {n} unique ids but {len(pointers)} data pointers")
@@ -98,14 +85,8 @@ def check_signature(t: Any, sig: tuple, device: int | None) -> None:
 
 
 def tensor_pointer(t: Any, obj: Any, device: int | None) -> int:
-    """The device pointer of ``obj`` bound to graph tensor ``t``, after checking them against each other.
-
-    :param t: the graph :class:`~cudnn_py.graph.Tensor`.
-    :param obj: the array (read by :func:`cudnn_py.memory.array_signature`).
-    :param device: the handle's device ordinal the array must be on (None: not checked).
-    :raises InvalidTypeError: another dtype, or not device memory; :class:`InvalidValueError`: another shape,
-        strides or device (the message names the tensor).
-    """
+    """The device pointer of array ``obj`` bound to graph tensor ``t``, after :func:`check_signature` (``device``:
+    the handle's device ordinal, None: not checked); refusals name the tensor."""
     sig, ptr = array_signature(obj, t.name)
     check_signature(t, sig, device)
     return ptr
@@ -310,33 +291,24 @@ class Runner:
                 recent[key] = vp
             return vp
 
-        if not self.workspace_size:
-            def run(*arrays):
-                try:
-                    vp = recent_get(arrays)
-                except TypeError:  # an unhashable argument: the slow path says what is wrong with it
-                    vp = None
-                if vp is None:
-                    vp = lookup(arrays, arrays, None)
-                status = ex(h, plan, vp)
-                if status:
-                    raise error(status)
-            return run
         ws_get, size, stream = self.ws_get, self.workspace_size, self.stream
 
-        def run_ws(*arrays):
-            wsp = ws_get(size, stream)
-            key = arrays + (wsp,)
+        def run(*arrays):
+            if size:
+                wsp = ws_get(size, stream)
+                key = arrays + (wsp,)
+            else:
+                wsp, key = None, arrays
             try:
                 vp = recent_get(key)
-            except TypeError:
+            except TypeError:  # an unhashable argument: the slow path says what is wrong with it
                 vp = None
             if vp is None:
                 vp = lookup(arrays, key, wsp)
             status = ex(h, plan, vp)
             if status:
                 raise error(status)
-        return run_ws
+        return run
 
     def with_workspace(self, workspace: Any, *arrays: Any) -> None:
         """Execute with an explicit workspace (a DeviceArray of at least :attr:`workspace_size` bytes, or a device
@@ -372,14 +344,9 @@ def cache_clear(handle: Any, *namespaces: str) -> None:
 
 
 def autotune_graph(g: Any, handle: Any, pack: dict) -> None:
-    """Autotune ``g`` on ``pack`` over the plans of heuristics modes A and B (timing every fallback engine too
-    costs seconds and never wins), or over the fallback plans when A and B have none.
-
-    :param g: the graph (its plan is the fastest afterwards).
-    :param handle: the :class:`~cudnn_py.Handle` to time on.
-    :param pack: graph tensor -> array for every I/O tensor (outputs are overwritten).
-    :raises GraphNotSupportedError: no plan of any mode runs the graph.
-    """
+    """Make ``g``'s plan the fastest on ``pack`` (graph tensor -> array for every I/O tensor; outputs are
+    overwritten) of the plans of heuristics modes A and B (timing every fallback engine too costs seconds and never
+    wins), or of the fallback plans when A and B have none (else :class:`GraphNotSupportedError`)."""
     try:
         g.autotune(handle, pack, modes=("A", "B"))
     except GraphNotSupportedError:
@@ -388,12 +355,8 @@ def autotune_graph(g: Any, handle: Any, pack: dict) -> None:
 
 def plan_graph(g: Any, handle: Any, inputs: dict, outputs: dict | Sequence, autotune: bool) -> Any:
     """Build ``g`` (the heuristics' first plan, through the handle's plan cache and the plan store) or, with
-    ``autotune``, time every plan on the call's arrays (:func:`autotune_graph`); returns the selected plan.
-
-    :param inputs: graph tensor -> array of the inputs (timed on with ``autotune``).
-    :param outputs: graph tensor -> array of the outputs, or the output tensors alone (scratch arrays are made
-        for timing).
-    """
+    ``autotune``, time every plan on the ``inputs`` and ``outputs`` (graph tensor -> array; or the output tensors
+    alone: new arrays are made) with :func:`autotune_graph`; returns the selected plan."""
     if autotune:
         outs = outputs if isinstance(outputs, dict) else {
             t: new_output(handle, t.shape, t.np_dtype, t.strides) for t in outputs}
