@@ -1,17 +1,21 @@
-"""Per-call host time of a tiny forward convolution (x 1x8x8x8, w 8x8x3x3, pad 1, float32, IMPLICIT_GEMM).
+"""Per-call host time of a tiny forward convolution (x 1x8x8x8, w 8x8x3x3, pad 1, float32).
 
-Rows: (a) the raw capi call with prepared arguments, (a') its bound ctypes function (``.raw``),
-(b) ``convolution_forward`` with DeviceArrays (y given, and y allocated), (c) the same with torch
-tensors, (d) ``torch.nn.functional.conv2d``, (e) the C program ``conv_overhead.c``, compiled here with
-nvcc (or cc) against the loaded libcudnn. Host time per call = wall time of N back-to-back calls / N
-(median of 7 repeats, warm-up first; the device is synchronised after each repeat, outside the timing).
+Rows: (a) the raw capi call with prepared arguments (IMPLICIT_GEMM), (a') its bound ctypes function (``.raw``),
+(b) ``convolution_forward`` with that named algorithm (the legacy call) on DeviceArrays (y given, and y allocated),
+(c) the same with torch tensors, (d) ``torch.nn.functional.conv2d``, (f) ``convolution_forward`` with its defaults
+(``engine="auto"``: measured on the first call, then the kept engine's route) on DeviceArrays and (g) on torch
+tensors, y given and allocated, (h) ``graph.conv_forward``, (e) the C program ``conv_overhead.c``, compiled here with
+nvcc (or cc) against the loaded libcudnn. Host time per call = wall time of N back-to-back calls / N; the rows are
+timed in interleaved rounds (every row once per round, the device synchronised after each, outside the timing),
+median of 7 rounds, warm-up first. ``--json`` writes the figures (and the engine "auto" kept).
 
-    python benchmarks/conv_overhead.py [--iters 20000]
+    python benchmarks/conv_overhead.py [--iters 20000] [--json out.json]
 """
 from __future__ import annotations
 
 import argparse
 import ctypes
+import json
 import os
 import shutil
 import statistics
@@ -33,19 +37,23 @@ from cudnn_py.ops import conv_calls as cc  # noqa: E402
 from cudnn_py.ops import conv_calls as cv  # noqa: E402
 
 
-def per_call_us(fn, sync, iters: int, repeats: int = 7) -> float:
-    for _ in range(min(iters, 500)):
-        fn()
-    sync()
-    res = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(iters):
+def per_call_us(rows: dict, sync, iters: int, rounds: int = 7) -> dict[str, float]:
+    """Median µs per call of each callable in ``rows`` (name -> fn): warmed up, then ``rounds`` rounds that each time
+    every row once (``iters`` calls, then ``sync()`` outside the timing), rows interleaved."""
+    for fn in rows.values():
+        for _ in range(min(iters, 500)):
             fn()
-        t1 = time.perf_counter()
-        sync()
-        res.append((t1 - t0) / iters * 1e6)
-    return statistics.median(res)
+    sync()
+    res: dict[str, list[float]] = {name: [] for name in rows}
+    for _ in range(rounds):
+        for name, fn in rows.items():
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                fn()
+            t1 = time.perf_counter()
+            sync()
+            res[name].append((t1 - t0) / iters * 1e6)
+    return {name: statistics.median(v) for name, v in res.items()}
 
 
 def c_floor(iters: int) -> tuple[float | None, str]:
@@ -73,53 +81,67 @@ def c_floor(iters: int) -> tuple[float | None, str]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--iters", type=int, default=20000)
+    ap.add_argument("--json", metavar="PATH", help="write the rows here")
     args = script_args(ap, argv)
     rng = np.random.default_rng(0)
-    rows = []
+    from cudnn_py import engine_choice
+    from cudnn_py.graph import conv as gconv
     with cudnn.Handle() as h:
         x = cudnn.to_device(rng.standard_normal((1, 8, 8, 8)).astype(np.float32))
         w = cudnn.to_device(rng.standard_normal((8, 8, 3, 3)).astype(np.float32))
         y = cudnn.empty((1, 8, 8, 8), np.float32)
         algo = capi.CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM
         conv = cv.Convolution(padding=1)
-        sync = h.synchronize
         # (a) raw capi with prepared arguments (the same descriptors the Pythonic layer uses)
         cv.convolution_forward(h, conv, x, w, y=y, algo=algo)
         (p,) = handle_cache(h, cc.PLANS).values()  # the plan that call made (a new handle: the only one)
         one, zero = ctypes.byref(ctypes.c_float(1.0)), ctypes.byref(ctypes.c_float(0.0))
         hp, f, fr = h.ptr, capi.cudnnConvolutionForward, capi.cudnnConvolutionForward.raw
         xp, wp, yp = x.ptr, w.ptr, y.ptr
-        ref = per_call_us(lambda: f(hp, one, p.a, xp, p.b, wp, p.conv_desc, algo, None, 0, zero, p.c, yp), sync,
-                          args.iters)
-        rows.append(("(a) raw capi call, prepared arguments", ref))
-        rows.append(("(a') bound ctypes function (.raw)", per_call_us(
-            lambda: fr(hp, one, p.a, xp, p.b, wp, p.conv_desc, algo, None, 0, zero, p.c, yp), sync, args.iters)))
-        rows.append(("(b) convolution_forward, DeviceArrays, y given", per_call_us(
-            lambda: cv.convolution_forward(h, conv, x, w, y=y, algo=algo), sync, args.iters)))
-        rows.append(("(b') convolution_forward, DeviceArrays, y allocated", per_call_us(
-            lambda: cv.convolution_forward(h, conv, x, w, algo=algo), sync, args.iters)))
+        fwd = cv.convolution_forward
+        rows = {
+            "(a) raw capi call, prepared arguments":
+                lambda: f(hp, one, p.a, xp, p.b, wp, p.conv_desc, algo, None, 0, zero, p.c, yp),
+            "(a') bound ctypes function (.raw)":
+                lambda: fr(hp, one, p.a, xp, p.b, wp, p.conv_desc, algo, None, 0, zero, p.c, yp),
+            "(b) convolution_forward IMPLICIT_GEMM, DeviceArrays, y given": lambda: fwd(h, conv, x, w, y=y, algo=algo),
+            "(b') convolution_forward IMPLICIT_GEMM, DeviceArrays, y new": lambda: fwd(h, conv, x, w, algo=algo),
+            "(f) convolution_forward default, DeviceArrays, y given": lambda: fwd(h, conv, x, w, y=y),
+            "(f') convolution_forward default, DeviceArrays, y new": lambda: fwd(h, conv, x, w),
+            "(h) graph.conv_forward, DeviceArrays, y given": lambda: gconv.conv_forward(h, x, w, padding=1, y=y),
+        }
         try:
             import torch
         except ImportError:
             torch = None
         if torch is not None:
+            torch.backends.cudnn.benchmark = False
             xt = torch.from_dlpack(x).clone()
             wt = torch.from_dlpack(w).clone()
             yt = torch.empty((1, 8, 8, 8), device="cuda")
             torch.cuda.synchronize()
-            rows.append(("(c) convolution_forward, torch tensors, y given", per_call_us(
-                lambda: cv.convolution_forward(h, conv, xt, wt, y=yt, algo=algo), sync, args.iters)))
-            torch.backends.cudnn.benchmark = False
-            rows.append(("(d) torch.nn.functional.conv2d", per_call_us(
-                lambda: torch.nn.functional.conv2d(xt, wt, padding=1), torch.cuda.synchronize, args.iters)))
+            rows.update({
+                "(c) convolution_forward IMPLICIT_GEMM, torch, y given": lambda: fwd(h, conv, xt, wt, y=yt, algo=algo),
+                "(g) convolution_forward default, torch, y given": lambda: fwd(h, conv, xt, wt, y=yt),
+                "(g') convolution_forward default, torch, y new": lambda: fwd(h, conv, xt, wt),
+                "(d) torch.nn.functional.conv2d (y new)": lambda: torch.nn.functional.conv2d(xt, wt, padding=1),
+            })
+        us = per_call_us(rows, cudnn.synchronize, args.iters)
+        kept = {str(k[0]): c.engine for k, c in engine_choice.choices(h).items()}
         floor, how = c_floor(args.iters)
-        rows.append(("(e) C program (conv_overhead.c)", floor))
-    print(f"cuDNN {cudnn.library().version_string}  ({cudnn.library().path})")
-    print(f"{'variant':<52}{'us/call':>10}{'x (a)':>8}")
-    for name, us in rows:
-        print(f"{name:<52}{'n/a' if us is None else format(us, '10.2f'):>10}"
-              f"{'' if us is None else format(us / ref, '8.2f'):>8}")
+        us["(e) C program (conv_overhead.c)"] = floor  # type: ignore[assignment]
+    ref = us["(a) raw capi call, prepared arguments"]
+    print(f"cuDNN {cudnn.library().version_string}  ({cudnn.library().path}); engine='auto' kept: {kept}")
+    print(f"{'variant':<62}{'us/call':>10}{'x (a)':>8}")
+    for name, t in us.items():
+        cells = ("n/a", "") if t is None else (format(t, "10.2f"), format(t / ref, "8.2f"))
+        print(f"{name:<62}{cells[0]:>10}{cells[1]:>8}")
     print(f"C floor: {how}")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"cudnn": cudnn.library().version_string, "gpu": cudnn.streams.get_device().name,
+                       "torch": None if torch is None else torch.__version__, "auto_engine": kept, "us_per_call": us},
+                      fh, indent=1)
     return 0
 
 

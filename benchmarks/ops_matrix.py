@@ -24,6 +24,13 @@ time) and the torch column is empty.
     python benchmarks/ops_matrix.py --ops activation,pooling --dtypes float16 --sizes large --json out.json
     python benchmarks/ops_matrix.py --quick          # seconds: a few small rows
     python benchmarks/ops_matrix.py --smoke          # imports, arguments, the GPU check: one line
+    python benchmarks/ops_matrix.py --probe --ops conv_fwd --dtypes float32 --layouts NCHW --sizes large
+
+``--probe`` (per selected row, after its peers): every engine configuration cuDNN offers for each graph the graph
+path runs (heuristics modes A, B and FALLBACK, enumerated as ``algos --graph`` does, each built into a plan bound to
+fresh arrays) and, for the convolutions, every legacy algorithm ``Find...Ex`` reports as supported, timed in
+interleaved rounds beside torch and the graph path's own call (the same sampler). The row then says either "cuDNN
+limitation: best of N engines = X ms" (no configuration reaches torch) or which configuration beats the one in use.
 """
 from __future__ import annotations
 
@@ -77,6 +84,7 @@ class Case:
     fns: dict[str, Callable[[], object] | None] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     mutated: tuple = ()                 # arrays a call reads and writes (engine_choice restores them)
+    algos: Callable[[], dict[str, Callable]] | None = None   # the legacy algorithms' calls, by name (--probe)
 
 
 @dataclass
@@ -92,6 +100,7 @@ class Row:
     host_us: dict[str, float | None] = field(default_factory=dict)   # host µs per call, by peer
     auto_engine: str | None = None
     notes: list[str] = field(default_factory=list)
+    probe: dict | None = None   # --probe: every engine configuration's ms beside torch's (see probe())
 
     def rate(self, peer: str) -> str:
         ms = self.ms.get(peer)
@@ -138,6 +147,8 @@ def parse(argv=None, check=None) -> argparse.Namespace:
     p.add_argument("--json", metavar="PATH", help="write the rows here (after every row)")
     p.add_argument("--no-torch", action="store_true", help="leave torch out even where it imports")
     p.add_argument("--quick", action="store_true", help="a few small rows, 2 rounds")
+    p.add_argument("--probe", action="store_true", help="also time every engine configuration and legacy algorithm "
+                                                         "of each row beside torch (slow: use the filters)")
     a = (check or argparse.ArgumentParser.parse_args)(p, argv)
     if a.rounds < 1 or a.sample_ms <= 0:
         p.error("--rounds must be >= 1 and --sample-ms > 0")
@@ -260,7 +271,13 @@ def _build(b: Bench, fam: str, op: str, dtype: str, layout: str, size: str) -> t
         if mask and torch is not None:
             t = lambda: torch.ops.aten.convolution_backward(yt, xt, wt, None, [1, 1], [1, 1], [1, 1], False,  # noqa
                                                             [0, 0], 1, mask)
-        return f"x{xs} w{ws}", Case(nbytes, flops, {**_engines(call), "torch": t})
+        direction = {"conv_fwd": "forward", "conv_dgrad": "backward_data", "conv_wgrad": "backward_filter"}[op]
+
+        def algos() -> dict[str, Callable]:
+            found = C.convolution_algorithms(h, conv, x, w, y, direction=direction, method="find_ex")
+            names = dict.fromkeys(r.algo for r in found if r.supported)  # one per algorithm (math types merge)
+            return {f"legacy {a.name}": (lambda a=a: call(engine="legacy", algo=a)) for a in names}
+        return f"x{xs} w{ws}", Case(nbytes, flops, {**_engines(call), "torch": t}, algos=algos)
     if fam == "pooling":
         xs = SHAPES["pooling"][size]
         mode = "max" if "max" in op else "avg_include_padding"
@@ -511,9 +528,11 @@ def _norm_case(b, op, dtype, xs) -> Case:
 
 # ---------------------------------------------------------------- running
 
-def measure(b: Bench, sel, json_path: str | None, out=sys.stderr, meta: dict | None = None) -> list[Row]:
-    """Every selected row, printed to ``out`` as it is measured; ``json_path``: ``{"meta": meta, "rows": [...]}``
-    written after every row (a run stopped midway keeps what it measured)."""
+def measure(b: Bench, sel, json_path: str | None, out=sys.stderr, meta: dict | None = None,
+            probing: bool = False) -> list[Row]:
+    """Every selected row, printed to ``out`` as it is measured (``probing``: and probed, :func:`probe`);
+    ``json_path``: ``{"meta": meta, "rows": [...]}`` written after every row (a run stopped midway keeps what it
+    measured)."""
     rows: list[Row] = []
     for fam, op, dtype, layout, size in sel:
         row = Row(op, dtype, layout, size, "", 0.0, 0.0)
@@ -541,6 +560,9 @@ def measure(b: Bench, sel, json_path: str | None, out=sys.stderr, meta: dict | N
             row.ms.update(b.device_ms(live))
             got = b.ec.choices(b.h).get((op, dtype, layout, size))
             row.auto_engine = got.engine if got is not None else None
+            if probing:
+                row.probe = probe(b, case, live)
+                print("  " + probe_line(row), file=out, flush=True)
         except Exception as e:  # noqa: BLE001 - a row that cannot be set up says why and the run goes on
             row.notes.append(f"setup: {type(e).__name__}: {' '.join(str(e).split())[:200]}")
         rows.append(row)
@@ -549,6 +571,108 @@ def measure(b: Bench, sel, json_path: str | None, out=sys.stderr, meta: dict | N
             with open(json_path, "w") as fh:
                 json.dump({"meta": meta or {}, "rows": [asdict(r) for r in rows]}, fh, indent=1)
     return rows
+
+
+# ---------------------------------------------------------------- --probe: every engine configuration
+
+def _graph_executors(h) -> list:
+    """The executors the graph path of the call just run left in the handle's caches (the operation modules' and
+    the convolutions'), in the order they were built."""
+    from cudnn_py.graph import Executor
+    found = []
+    for ns in ("graph.legacy", "graph.conv"):
+        for ent in h.cache.get(ns, {}).values():
+            ex = ent[0] if isinstance(ent, tuple) and ent else ent
+            if isinstance(ex, Executor):
+                found.append(ex)
+    return found
+
+
+def _fresh(b: Bench, t):
+    """A device array for graph tensor ``t`` (its shape and strides): random for float types, zeros otherwise (a
+    pooling window index must point inside its window)."""
+    np = b.np
+    from cudnn_py.memory import DeviceArray
+    extent = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.strides))
+    kind = np.dtype(t.np_dtype).kind
+    host = (b.rng.standard_normal(extent) if kind == "f" or t.np_dtype.name == "bfloat16" else np.zeros(extent))
+    buf = b.cudnn.to_device(host.astype(t.np_dtype), b.h.stream)
+    return DeviceArray(buf.ptr, t.shape, t.np_dtype, t.strides, device_id=buf.device_id, owner=buf)
+
+
+def probe(b: Bench, case: Case, live: dict[str, Callable]) -> dict:
+    """Every engine configuration of the graph path's graphs (heuristics A, B, FALLBACK: ``algos --graph``'s
+    enumeration) and every legacy algorithm of the case (convolutions), timed beside torch and the graph path's call
+    in interleaved rounds; the best configuration per graph (a call of several graphs: their sum) against torch."""
+    import cudnn_py.graph as G
+    from cudnn_py.cli.algos_graph import collect_configs
+    from cudnn_py.errors import CudnnPyError
+    h = b.h
+    res: dict = {"graphs": [], "legacy": {}, "notes": []}
+    fns: dict[str, Callable] = {k: live[k] for k in ("torch", "graph") if k in live}
+    graphs = []
+    if "graph" in live:
+        h.clear_caches()
+        live["graph"]()
+        for i, ex in enumerate(_graph_executors(h)):
+            g, tensors = ex.plan.graph, ex.tensors
+            arrays = tuple(_fresh(b, t) for t in tensors)
+            cfgs, sources, notes = collect_configs(g, h, ("A", "B", "FALLBACK"))
+            res["notes"] += notes
+            names: dict[str, str] = {}  # name in the timings -> config tag
+            for cfg in cfgs:
+                try:
+                    run = G.Plan.build(g, h, cfg).executor(h, *tensors)
+                    run(*arrays)
+                except CudnnPyError as e:
+                    res["notes"].append(f"{cfg.tag}: {' '.join(str(e).split())[:120]}")
+                    continue
+                name = f"g{i} {cfg.tag} [{','.join(sources[cfg.tag])}]"
+                fns[name] = lambda run=run, args=arrays: run(*args)
+                names[name] = cfg.tag
+            in_use = next((n for n, tag in names.items() if ex.plan.tag.startswith(tag)), None)
+            graphs.append({"graph": g.name, "in_use": ex.plan.tag, "in_use_name": in_use, "configs": names})
+    if case.algos is not None:
+        try:
+            algos = case.algos()
+        except CudnnPyError as e:
+            algos, res["notes"] = {}, res["notes"] + [f"legacy algorithms: {e}"]
+        fns.update(algos)
+    for fn in fns.values():
+        b.host_us(fn)
+    ms = b.device_ms(fns)
+    for g in graphs:
+        got = {n: ms[n] for n in g.pop("configs")}
+        best = min(got, key=got.__getitem__, default=None)
+        res["graphs"].append({**g, "ms": got, "best": best, "best_ms": None if best is None else got[best],
+                              "in_use_ms": got.get(g.pop("in_use_name"))})
+    res["legacy"] = {n: ms[n] for n in fns if n.startswith("legacy ")}
+    res["torch_ms"], res["graph_path_ms"] = ms.get("torch"), ms.get("graph")
+    bests = [g["best_ms"] for g in res["graphs"]]
+    graph_best = sum(bests) if bests and None not in bests else None
+    legacy_best = min(res["legacy"].values(), default=None)
+    res["engines"] = sum(len(g["ms"]) for g in res["graphs"]) + len(res["legacy"])
+    res["best_ms"] = min((v for v in (graph_best, legacy_best) if v is not None), default=None)
+    res["best_graph_ms"], res["best_legacy_ms"] = graph_best, legacy_best
+    return res
+
+
+def probe_line(r: Row) -> str:
+    """The probe's verdict for row ``r``."""
+    p = r.probe or {}
+    best, t, n = p.get("best_ms"), p.get("torch_ms"), p.get("engines", 0)
+    head = f"probe {r.op} {r.dtype} {r.layout} {r.size}: "
+    if best is None:
+        return head + "no engine configuration ran" + (f" ({'; '.join(p.get('notes', [])[:3])})" if p else "")
+    which = "; ".join(f"{g['graph']}: best {g['best']} {_f(g['best_ms'])} ms (in use {g['in_use']}: "
+                      f"{_f(g['in_use_ms'])} ms)" for g in p["graphs"])
+    legacy = f"; legacy best {_f(p['best_legacy_ms'])} ms" if p.get("best_legacy_ms") is not None else ""
+    if t is None:
+        return head + f"best of {n} engines = {best:.4f} ms (no torch); {which}{legacy}"
+    verdict = (f"cuDNN limitation: best of {n} engines = {best:.4f} ms, torch {t:.4f} ms ({best / t:.2f}x)"
+               if best > t * 1.05 else f"best of {n} engines = {best:.4f} ms reaches torch {t:.4f} ms "
+                                       f"({best / t:.2f}x)")
+    return head + f"{verdict}; graph path as called {_f(p.get('graph_path_ms'))} ms; {which}{legacy}"
 
 
 def _f(v, spec=".4f") -> str:
@@ -592,8 +716,11 @@ def main(argv=None) -> int:
           f"{args.rounds} interleaved rounds; '/torch': the best cudnn-py engine over torch; 'auto': the engine "
           f"engine_choice kept; GB/s (T: TFLOP/s) of 'auto' (else 'default'); host us per call", flush=True)
     with Handle() as h:
-        rows = measure(Bench(h, torch, args.sample_ms, args.rounds), sel, args.json, meta=meta)
+        rows = measure(Bench(h, torch, args.sample_ms, args.rounds), sel, args.json, meta=meta, probing=args.probe)
     print(table(rows))
+    for r in rows:
+        if r.probe is not None:
+            print(probe_line(r))
     return 0
 
 

@@ -178,3 +178,45 @@ def test_measure_rows_auto_choice_and_json(om, monkeypatch, tmp_path):
     assert relu.host_us["auto"] == 3.0 and not relu.notes
     assert st.ms == {} and st.auto_engine is None and "ZeroDivisionError" in st.notes[0]
     assert [r["op"] for r in json.loads(out.read_text())["rows"]] == ["relu_fwd", "set_tensor"]
+
+
+def test_probe_times_every_configuration_and_names_the_limit(om, monkeypatch):
+    """--probe: each configuration heuristics A/B/FALLBACK offer for the graph path's graph is built, run and timed
+    beside torch (one that does not build is noted); legacy algorithms join where the case has them; the verdict
+    names a cuDNN limitation only where no engine reaches torch."""
+    import types
+    import cudnn_py.graph as G
+    from cudnn_py.cli import algos_graph
+    from cudnn_py.errors import InvalidValueError
+    t = types.SimpleNamespace(shape=(2, 4), strides=(4, 1), np_dtype=np.dtype(np.float32), name="x")
+    ex = types.SimpleNamespace(plan=types.SimpleNamespace(graph=types.SimpleNamespace(name="relu"), tag="eng0 k1"),
+                               tensors=(t,))
+    monkeypatch.setattr(om, "_graph_executors", lambda h: [ex])
+    monkeypatch.setattr(om, "_fresh", lambda b, t: fake(t.shape))
+    cfgs = [types.SimpleNamespace(tag=tag) for tag in ("eng0 k1", "eng3", "eng9")]
+    sources = {"eng0 k1": ["A"], "eng3": ["A", "B"], "eng9": ["FALLBACK"]}
+    monkeypatch.setattr(algos_graph, "collect_configs", lambda g, h, modes: (cfgs, sources, ["heuristics B: x"]))
+    ran: list = []
+
+    def build(g, h, cfg):
+        if cfg.tag == "eng9":
+            raise InvalidValueError("no engine")
+        return types.SimpleNamespace(executor=lambda h, *ts: (lambda *a: ran.append(cfg.tag)))
+    monkeypatch.setattr(G.Plan, "build", build)
+    b = FakeBench(om)
+    b.host_us = lambda fn: 3.0
+    times = {"torch": 1.0, "graph": 1.31, "g0 eng0 k1 [A]": 1.3, "g0 eng3 [A,B]": 1.2, "legacy FFT": 0.9}
+    b.device_ms = lambda fns: {k: times[k] for k in fns}
+    live = {"graph": lambda: ran.append("graph path"), "torch": lambda: None}
+    res = om.probe(b, om.Case(1.0, fns={}), live)
+    assert ran == ["graph path", "eng0 k1", "eng3"]  # each built plan ran once before timing
+    (g,) = res["graphs"]
+    assert g["best"] == "g0 eng3 [A,B]" and g["best_ms"] == 1.2 and g["in_use_ms"] == 1.3
+    assert res["engines"] == 2 and res["best_ms"] == 1.2 and res["torch_ms"] == 1.0
+    assert any("eng9" in n for n in res["notes"]) and "heuristics B: x" in res["notes"]
+    row = om.Row("relu_fwd", "float32", "NCHW", "large", "", 0.0, 0.0, probe=res)
+    assert "cuDNN limitation: best of 2 engines = 1.2000 ms, torch 1.0000 ms (1.20x)" in om.probe_line(row)
+    res = om.probe(b, om.Case(1.0, fns={}, algos=lambda: {"legacy FFT": lambda: None}), live)
+    assert res["engines"] == 3 and res["best_legacy_ms"] == 0.9 and res["best_ms"] == 0.9
+    row.probe = res
+    assert "best of 3 engines = 0.9000 ms reaches torch" in om.probe_line(row)
