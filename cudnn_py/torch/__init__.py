@@ -6,7 +6,9 @@ Each op has a fake (meta) implementation and an autograd formula, so it runs eag
 allocator (:mod:`cudnn_py.torch.runtime`). torch is imported here and only here: the rest of cudnn-py never needs
 it. See docs/torch.md.
 
-* attention: :func:`sdpa`, :func:`scaled_dot_product_attention` (:mod:`cudnn_py.torch.attention`)
+* attention: :func:`sdpa` (with paged KV caches for inference), :func:`scaled_dot_product_attention`
+  (:mod:`cudnn_py.torch.attention`); FP8 attention: :func:`sdpa_fp8`, :func:`sdpa_fp8_backward`
+  (:mod:`cudnn_py.torch.attention_fp8`)
 * normalisation: :func:`layer_norm`, :func:`rms_norm`, :func:`batch_norm` (:mod:`cudnn_py.torch.norms`)
 * convolution with a fused bias and activation: :func:`conv` (:mod:`cudnn_py.torch.conv`)
 * any graph you build: :func:`graph_op` (:mod:`cudnn_py.torch.graphs`)
@@ -19,10 +21,11 @@ except ImportError as e:  # pragma: no cover - exercised where torch is absent
     raise ImportError("cudnn_py.torch needs PyTorch (pip install torch); the rest of cudnn_py works without it") from e
 
 from .attention import scaled_dot_product_attention, sdpa
+from .attention_fp8 import sdpa_fp8, sdpa_fp8_backward
 from .conv import conv
 from .graphs import graph_op
 from .norms import batch_norm, layer_norm, rms_norm
 from .runtime import cache_clear
 
-__all__ = ["sdpa", "scaled_dot_product_attention", "layer_norm", "rms_norm", "batch_norm", "conv", "graph_op",
-           "cache_clear"]
+__all__ = ["sdpa", "scaled_dot_product_attention", "sdpa_fp8", "sdpa_fp8_backward", "layer_norm", "rms_norm",
+           "batch_norm", "conv", "graph_op", "cache_clear"]

@@ -15,7 +15,8 @@ the sequences are zero.
 from __future__ import annotations
 
 import math
-from typing import Optional
+import operator
+from typing import Any, Optional
 
 import torch
 from torch import Tensor
@@ -23,41 +24,49 @@ from torch import Tensor
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.graph import Graph
 
-from .runtime import Prepared, call, context, dtype_name, eager, empty_like_layout, function, prepared
+from .runtime import Prepared, call, context, dtype_name, eager, empty_like_layout, function, known, prepared
 
-__all__ = ["sdpa", "scaled_dot_product_attention", "sdpa_fwd", "sdpa_bwd"]
+__all__ = ["sdpa", "scaled_dot_product_attention", "sdpa_fwd", "sdpa_bwd", "sdpa_paged_fwd"]
+
+_is_compiling = torch.compiler.is_compiling
+_grad_enabled = torch.is_grad_enabled
 
 _IO_DTYPES = (torch.float16, torch.bfloat16)
-_N_TENSORS = 10  # q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_kv, seed, offset
+_N_TENSORS = 10  # q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset
+#: the forward's optional tensors in binding order (after q, k, v), by the graph builder's names
+_FWD_NAMES = ("bias", "seq_len_q", "seq_len_kv", "ragged_offset_q", "ragged_offset_k", "seed", "offset")
+#: the paged forward's tensors after q, k, v in binding order (bias optional)
+_PAGED_NAMES = ("page_table_k", "page_table_v", "seq_len_q", "seq_len_kv", "bias")
+
+
+def _no_stats(device) -> Tensor:
+    return torch.empty((0,), dtype=torch.float32, device=device)
 
 
 def _outputs(q: Tensor, v: Tensor, ragged_offset_q: Optional[Tensor], max_seq_len_q: Optional[int],
-             zero: bool) -> tuple[Tensor, Tensor]:
+             zero: bool, stats: bool) -> tuple[Tensor, Optional[Tensor]]:
+    """(o, stats or None): o in q's layout (packed: (T, Hq, Dv)), zero-filled with ``zero`` (a padding mask leaves
+    rows unwritten); stats (B, Hq, Sq, 1) float32."""
     if ragged_offset_q is not None:
-        b, hq = ragged_offset_q.shape[0] - 1, q.shape[1]
+        b, hq, sq = ragged_offset_q.shape[0] - 1, q.shape[1], max_seq_len_q or 0
         o = torch.empty((q.shape[0], hq, v.shape[2]), dtype=q.dtype, device=q.device)
-        return o, torch.empty((b, hq, max_seq_len_q, 1), dtype=torch.float32, device=q.device)
+        return o, torch.empty((b, hq, sq, 1), dtype=torch.float32, device=q.device) if stats else None
     b, hq, sq, _ = q.shape
     o = empty_like_layout(q, (b, hq, sq, v.shape[3]), zero=zero)
-    return o, torch.zeros((b, hq, sq, 1), dtype=torch.float32, device=q.device) if zero else torch.empty(
-        (b, hq, sq, 1), dtype=torch.float32, device=q.device)
+    if not stats:
+        return o, None
+    return o, (torch.zeros if zero else torch.empty)((b, hq, sq, 1), dtype=torch.float32, device=q.device)
 
 
 def _meta(t: Optional[Tensor]):
     return None if t is None else (t.shape, t.stride(), t.dtype)
 
 
-_NONE = (None,) * _N_TENSORS
-
-
 def _signature(what: str, opts: tuple, args: tuple, n: int) -> tuple[tuple, tuple]:
-    """(cache key, data pointers) of a call: ``args`` are ``n`` tensors then optional ones (mostly all None)."""
+    """(cache key, data pointers) of a call: ``args`` are ``n`` tensors then optional ones."""
     head, extra = args[:n], args[n:]
-    key = (what, opts, *[(t.shape, t.stride(), t.dtype) for t in head])
-    ptrs = tuple([t.data_ptr() for t in head])
-    if extra == _NONE[:len(extra)]:
-        return key, ptrs
-    return key + tuple(map(_meta, extra)), ptrs + tuple([t.data_ptr() for t in extra if t is not None])
+    key = (what, opts, *[(t.shape, t.stride(), t.dtype) for t in head], *map(_meta, extra))
+    return key, tuple([t.data_ptr() for t in head] + [t.data_ptr() for t in extra if t is not None])
 
 
 class _Layout:
@@ -69,6 +78,8 @@ class _Layout:
         self.max = {"q": max_q or 0, "kv": max_kv or 0}
 
     def tensor(self, g: Graph, t: Tensor, name: str, side: str | None = None):
+        shape: tuple[int, ...]
+        strides: tuple[int, ...]
         if side is not None and self.b >= 0:
             s = self.max[side]
             t_st, h_st, _ = t.stride()
@@ -80,18 +91,18 @@ class _Layout:
         return g.tensor(shape, dtype=dtype_name(t.dtype), strides=strides, name=name)
 
 
-def _extras(g: Graph, lay: _Layout, args, hq: int, alibi: bool, device) -> tuple[dict, list, list]:
-    """Graph kwargs, tensors (in call order) and constants for the optional inputs."""
+def _extras(g: Graph, lay: _Layout, named, hq: int, alibi: bool, device) -> tuple[dict, list, list]:
+    """Graph kwargs, tensors (in call order) and constants for the optional inputs ``named`` ((name, tensor or
+    None) pairs)."""
     kw, tensors, consts = {}, [], []
-    names = ("bias", "seq_len_q", "seq_len_kv", "ragged_offset_q", "ragged_offset_kv", "seed", "offset")
-    for a, n in zip(args, names):
+    for n, a in named:
         if a is None:
             continue
         t = lay.tensor(g, a, n)
         tensors.append(t)
         if n == "ragged_offset_q":
             kw["ragged_offset_q"] = kw["ragged_offset_o"] = t
-        elif n == "ragged_offset_kv":
+        elif n == "ragged_offset_k":  # v shares k's offsets (as in cudnn_py.sdpa)
             kw["ragged_offset_k"] = kw["ragged_offset_v"] = t
         else:
             kw[n] = t
@@ -121,44 +132,61 @@ def _set_output(t, like: Tensor, lay: _Layout, side: str | None, name: str):
     return t.set_output(True).set_name(name)
 
 
-def _build_fwd(h, args, o, stats, opts) -> Prepared:
-    q, k, v = args[:3]
-    scale, causal, bottom_right, lb, rb, alibi, p, msq, mskv = opts
-    lay = _Layout(args[6], msq, mskv)
-    g = Graph(io_dtype=dtype_name(q.dtype), compute_dtype="float32", intermediate_dtype="float32",
-              name="torch.sdpa_fwd")
+def _build_fwd(h, name: str, qkv: tuple, named, o: Tensor, stats: Optional[Tensor], opts: tuple,
+               **graph_kw) -> Prepared:
+    """The plan of one forward: ``named`` the optional inputs ((name, tensor or None) pairs in binding order),
+    ``opts`` as :func:`_sdpa_fwd` orders them, ``graph_kw`` more options of ``Graph.sdpa`` (a paged cache's)."""
+    q, k, v = qkv
+    scale, causal, bottom_right, lb, rb, alibi, p, msq, mskv = opts[:9]
+    named = tuple(named)
+    lay = _Layout(dict(named).get("ragged_offset_q"), msq, mskv)
+    g = Graph(io_dtype=dtype_name(q.dtype), compute_dtype="float32", intermediate_dtype="float32", name=name)
     tq, tk, tv = lay.tensor(g, q, "q", "q"), lay.tensor(g, k, "k", "kv"), lay.tensor(g, v, "v", "kv")
-    kw, extra, consts = _extras(g, lay, args[3:], q.shape[1], alibi, q.device)
-    to, ts = g.sdpa(tq, tk, tv, return_stats=True, **kw, **_options(scale, causal, bottom_right, lb, rb, p))
-    outs = [_set_output(to, o, lay, "q", "o"), _set_output(ts, stats, lay, None, "stats")]
+    kw, extra, consts = _extras(g, lay, named, q.shape[1], alibi, q.device)
+    to, ts = g.sdpa(tq, tk, tv, return_stats=stats is not None, **kw,
+                    **_options(scale, causal, bottom_right, lb, rb, p), **graph_kw)
+    outs = [_set_output(to, o, lay, "q", "o")] + ([] if stats is None else [_set_output(ts, stats, lay, None, "stats")])
     g.build(h)
     return Prepared(h, g, [tq, tk, tv] + extra + outs, consts)
 
 
-def _sdpa_fwd(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], seq_len_q: Optional[Tensor],
-             seq_len_kv: Optional[Tensor], ragged_offset_q: Optional[Tensor], ragged_offset_kv: Optional[Tensor],
-             seed: Optional[Tensor], offset: Optional[Tensor], scale: float, causal: bool, bottom_right: bool,
-             left_bound: Optional[int], right_bound: Optional[int], alibi: bool, dropout_p: float,
-             max_seq_len_q: Optional[int], max_seq_len_kv: Optional[int]) -> tuple[Tensor, Tensor]:
-    """Attention forward: (o, the float32 log-sum-exp statistics (B, Hq, Sq, 1)). See :func:`sdpa`."""
-    args = (q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_kv, seed, offset)
-    o, stats = _outputs(q, v, ragged_offset_q, max_seq_len_q, seq_len_q is not None and ragged_offset_q is None)
-    opts = (scale, causal, bottom_right, left_bound, right_bound, alibi, dropout_p, max_seq_len_q, max_seq_len_kv)
+def _fwd(args: tuple, opts: tuple) -> tuple[Prepared, Tensor, Optional[Tensor]]:
+    """Run a forward (``args``: the op's tensors, ``opts``: its other arguments); (its prepared call, o, stats or
+    None)."""
+    q, v, ragged_q, msq, stats = args[0], args[2], args[6], opts[7], opts[9]
+    o, st = _outputs(q, v, ragged_q, msq, args[4] is not None and ragged_q is None, stats)
     ctx = context(q.get_device())
     h = ctx.handle
     key, ptrs = _signature("sdpa_fwd", opts, args, 3)
-    p = prepared(h, key, lambda: _build_fwd(h, args, o, stats, opts))
-    p.run(ctx, ptrs + (o.data_ptr(), stats.data_ptr()))
-    return o, stats
+    p = prepared(h, key, lambda: _build_fwd(h, "torch.sdpa_fwd", args[:3], zip(_FWD_NAMES, args[3:]), o, st, opts))
+    p.run(ctx, ptrs + ((o.data_ptr(),) if st is None else (o.data_ptr(), st.data_ptr())))
+    return p, o, st
+
+
+def _sdpa_fwd(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], seq_len_q: Optional[Tensor],
+             seq_len_kv: Optional[Tensor], ragged_offset_q: Optional[Tensor], ragged_offset_k: Optional[Tensor],
+             seed: Optional[Tensor], offset: Optional[Tensor], scale: float, causal: bool, bottom_right: bool,
+             left_bound: Optional[int], right_bound: Optional[int], alibi: bool, dropout_p: float,
+             max_seq_len_q: Optional[int], max_seq_len_kv: Optional[int],
+             return_stats: bool = True) -> tuple[Tensor, Tensor]:
+    """Attention forward: (o, the float32 log-sum-exp statistics (B, Hq, Sq, 1), empty without ``return_stats``:
+    the backward needs them). See :func:`sdpa`."""
+    args = (q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset)
+    opts = (scale, causal, bottom_right, left_bound, right_bound, alibi, dropout_p, max_seq_len_q, max_seq_len_kv,
+            return_stats)
+    _, o, stats = _fwd(args, opts)
+    return o, _no_stats(q.device) if stats is None else stats
 
 
 sdpa_fwd = torch.library.custom_op("cudnn_py::sdpa_fwd", _sdpa_fwd, mutates_args=(), device_types="cuda")
 
 
 @sdpa_fwd.register_fake
-def _(q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_kv, seed, offset, scale, causal,
-      bottom_right, left_bound, right_bound, alibi, dropout_p, max_seq_len_q, max_seq_len_kv):
-    return _outputs(q, v, ragged_offset_q, max_seq_len_q, seq_len_q is not None and ragged_offset_q is None)
+def _(q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset, scale, causal,
+      bottom_right, left_bound, right_bound, alibi, dropout_p, max_seq_len_q, max_seq_len_kv, return_stats=True):
+    o, stats = _outputs(q, v, ragged_offset_q, max_seq_len_q, seq_len_q is not None and ragged_offset_q is None,
+                        return_stats)
+    return o, _no_stats(q.device) if stats is None else stats
 
 
 def _grads(q, k, v, bias, ragged, zero: bool, want_dbias: bool) -> list[Tensor]:
@@ -179,7 +207,7 @@ def _build_bwd(h, args, grads, opts) -> Prepared:
               name="torch.sdpa_bwd")
     tq, tk, tv = lay.tensor(g, q, "q", "q"), lay.tensor(g, k, "k", "kv"), lay.tensor(g, v, "v", "kv")
     to, tdo, ts = lay.tensor(g, o, "o", "q"), lay.tensor(g, do, "do", "q"), lay.tensor(g, stats, "stats")
-    kw, extra, consts = _extras(g, lay, args[6:], q.shape[1], alibi, q.device)
+    kw, extra, consts = _extras(g, lay, zip(_FWD_NAMES, args[6:]), q.shape[1], alibi, q.device)
     made = g.sdpa_backward(tq, tk, tv, to, tdo, ts, dbias=want_dbias, name="sdpa_bwd", **kw,
                            **_options(scale, causal, bottom_right, lb, rb, p))
     sides = ("q", "kv", "kv", None)
@@ -190,12 +218,12 @@ def _build_bwd(h, args, grads, opts) -> Prepared:
 
 def _sdpa_bwd(do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, stats: Tensor, bias: Optional[Tensor],
              seq_len_q: Optional[Tensor], seq_len_kv: Optional[Tensor], ragged_offset_q: Optional[Tensor],
-             ragged_offset_kv: Optional[Tensor], seed: Optional[Tensor], offset: Optional[Tensor], scale: float,
+             ragged_offset_k: Optional[Tensor], seed: Optional[Tensor], offset: Optional[Tensor], scale: float,
              causal: bool, bottom_right: bool, left_bound: Optional[int], right_bound: Optional[int], alibi: bool,
              dropout_p: float, max_seq_len_q: Optional[int], max_seq_len_kv: Optional[int],
              want_dbias: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Attention backward: (dq, dk, dv, dbias); dbias is empty unless ``want_dbias``. See :func:`sdpa`."""
-    args = (do, q, k, v, o, stats, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_kv, seed, offset)
+    args = (do, q, k, v, o, stats, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset)
     grads = _grads(q, k, v, bias, ragged_offset_q is not None, seq_len_q is not None, want_dbias)
     opts = (scale, causal, bottom_right, left_bound, right_bound, alibi, dropout_p, max_seq_len_q, max_seq_len_kv,
             want_dbias)
@@ -204,35 +232,67 @@ def _sdpa_bwd(do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, stats: Ten
     key, ptrs = _signature("sdpa_bwd", opts, args, 6)
     p = prepared(h, key, lambda: _build_bwd(h, args, grads, opts))
     p.run(ctx, ptrs + tuple([x.data_ptr() for x in grads[:3 + want_dbias]]))
-    return tuple(grads)
+    dq, dk, dv, db = grads
+    return dq, dk, dv, db
 
 
 sdpa_bwd = torch.library.custom_op("cudnn_py::sdpa_bwd", _sdpa_bwd, mutates_args=(), device_types="cuda")
 
 
 @sdpa_bwd.register_fake
-def _(do, q, k, v, o, stats, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_kv, seed, offset, scale,
+def _(do, q, k, v, o, stats, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset, scale,
       causal, bottom_right, left_bound, right_bound, alibi, dropout_p, max_seq_len_q, max_seq_len_kv, want_dbias):
     return tuple(_grads(q, k, v, bias, ragged_offset_q is not None, seq_len_q is not None, want_dbias))
 
 
 def _setup(ctx, inputs, output):
     ctx.save_for_backward(*inputs[:_N_TENSORS], *output)
-    ctx.opts = inputs[_N_TENSORS:]
+    ctx.opts = inputs[_N_TENSORS:_N_TENSORS + 9]  # without return_stats
 
 
 def _backward(ctx, do, dstats):
-    q, k, v, bias, slq, slkv, roq, rokv, seed, offset, o, stats = ctx.saved_tensors
+    q, k, v, bias, slq, slkv, roq, rok, seed, offset, o, stats = ctx.saved_tensors
+    if stats.numel() == 0:
+        raise InvalidValueError("cudnn_py::sdpa_fwd ran with return_stats=False, so it has no backward")
     want_dbias = bias is not None and ctx.needs_input_grad[3]
     if do.stride(-1) != 1 or 0 in do.stride() or (roq is not None and not do.is_contiguous()):
         do = do.contiguous()
     bwd = _sdpa_bwd if eager(q) else sdpa_bwd
-    dq, dk, dv, db = bwd(do, q, k, v, o, stats, bias, slq, slkv, roq, rokv, seed, offset, *ctx.opts, want_dbias)
-    return (dq, dk, dv, db if want_dbias else None) + (None,) * (_N_TENSORS - 4 + len(ctx.opts))
+    dq, dk, dv, db = bwd(do, q, k, v, o, stats, bias, slq, slkv, roq, rok, seed, offset, *ctx.opts, want_dbias)
+    return (dq, dk, dv, db if want_dbias else None) + (None,) * (_N_TENSORS - 4 + len(ctx.opts) + 1)
 
 
 sdpa_fwd.register_autograd(_backward, setup_context=_setup)
 _SdpaFunction = function("_SdpaFunction", _sdpa_fwd, _setup, _backward)
+
+
+# -- paged KV cache (inference: cuDNN has no paged backward) -------------------------------------------------------
+def _sdpa_paged_fwd(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table_k: Tensor, page_table_v: Tensor,
+                    seq_len_q: Tensor, seq_len_kv: Tensor, bias: Optional[Tensor], scale: float, causal: bool,
+                    bottom_right: bool, left_bound: Optional[int], right_bound: Optional[int], alibi: bool,
+                    max_seq_len_kv: int) -> Tensor:
+    """Attention forward over a paged KV cache: o (B, Hq, Sq, Dv) in q's layout, rows beyond ``seq_len_q`` zero.
+    See :func:`sdpa`."""
+    args = (q, k_cache, v_cache, page_table_k, page_table_v, seq_len_q, seq_len_kv, bias)
+    o, _ = _outputs(q, v_cache, None, None, True, False)
+    opts = (scale, causal, bottom_right, left_bound, right_bound, alibi, 0.0, None, max_seq_len_kv)
+    ctx = context(q.get_device())
+    h = ctx.handle
+    key, ptrs = _signature("sdpa_paged_fwd", opts, args, 7)
+    p = prepared(h, key, lambda: _build_fwd(h, "torch.sdpa_paged_fwd", args[:3], zip(_PAGED_NAMES, args[3:]), o,
+                                            None, opts, max_seq_len_kv=max_seq_len_kv))
+    p.run(ctx, ptrs + (o.data_ptr(),))
+    return o
+
+
+sdpa_paged_fwd = torch.library.custom_op("cudnn_py::sdpa_paged_fwd", _sdpa_paged_fwd, mutates_args=(),
+                                         device_types="cuda")
+
+
+@sdpa_paged_fwd.register_fake
+def _(q, k_cache, v_cache, page_table_k, page_table_v, seq_len_q, seq_len_kv, bias, scale, causal, bottom_right,
+      left_bound, right_bound, alibi, max_seq_len_kv):
+    return _outputs(q, v_cache, None, None, True, False)[0]
 
 
 # -- the Python face -----------------------------------------------------------------------------------------------
@@ -247,6 +307,8 @@ def _check_qkv(q, k, v, packed: bool) -> None:
                                     f"shape {tuple(x.shape)}")
     if k.dtype != q.dtype or v.dtype != q.dtype:
         raise InvalidTypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if k.device != q.device or v.device != q.device:
+        raise InvalidValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
 
 
 def _head_packed(x: Tensor) -> Tensor:
@@ -261,19 +323,47 @@ def _per_batch(x, name: str) -> Tensor:
     return x.reshape(-1).contiguous()
 
 
+def _page_table(x, name: str, b: int) -> Tensor:
+    if not isinstance(x, Tensor) or not x.is_cuda or x.dtype != torch.int32 or x.dim() not in (2, 4):
+        raise InvalidTypeError(f"{name} must be a (B, pages) or (B, 1, pages, 1) int32 CUDA tensor")
+    if x.shape[0] != b or (x.dim() == 4 and (x.shape[1] != 1 or x.shape[3] != 1)):
+        raise InvalidValueError(f"{name} must be (B={b}, pages) or (B, 1, pages, 1), got {tuple(x.shape)}")
+    return x.contiguous().reshape(b, 1, -1, 1)
+
+
+def _paged(q, k, v, page_table_k, page_table_v, seq_len_q, seq_len_kv, max_seq_len_kv, bias, s, causal, bottom_right,
+           left_bound, right_bound, alibi):
+    """The paged-KV-cache form of :func:`sdpa` (k and v are the caches), checked."""
+    if page_table_k is None or page_table_v is None or seq_len_q is None or seq_len_kv is None:
+        raise InvalidValueError("a paged KV cache needs page_table_k, page_table_v, seq_len_q and seq_len_kv")
+    if not isinstance(max_seq_len_kv, int) or isinstance(max_seq_len_kv, bool) or max_seq_len_kv < 1:
+        raise InvalidValueError(f"a paged KV cache needs max_seq_len_kv= (an int >= 1: the longest cached sequence), "
+                                f"got {max_seq_len_kv!r}")
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, bias)):
+        raise InvalidValueError("attention over a paged KV cache has no backward in cuDNN (inference only): run it "
+                                "under torch.no_grad() or torch.inference_mode(), or detach the inputs")
+    b = q.shape[0]
+    args = (_head_packed(q), _head_packed(k), _head_packed(v), _page_table(page_table_k, "page_table_k", b),
+            _page_table(page_table_v, "page_table_v", b), _per_batch(seq_len_q, "seq_len_q"),
+            _per_batch(seq_len_kv, "seq_len_kv"), bias, s, causal, bottom_right, left_bound, right_bound, alibi,
+            max_seq_len_kv)
+    return call(sdpa_paged_fwd, _sdpa_paged_fwd, None, args, ())
+
+
 def sdpa(q: Tensor, k: Tensor, v: Tensor, *, scale: float | None = None, causal: bool = False,
          diagonal_alignment: str = "top_left", left_bound: int | None = None, right_bound: int | None = None,
          bias: Tensor | None = None, seq_len_q: Tensor | None = None, seq_len_kv: Tensor | None = None,
          cu_seqlens_q: Tensor | None = None, cu_seqlens_kv: Tensor | None = None,
-         ragged_offset_q: Tensor | None = None, ragged_offset_kv: Tensor | None = None,
-         max_seq_len_q: int | None = None, max_seq_len_kv: int | None = None, alibi: bool = False,
-         dropout_p: float = 0.0, seed: Tensor | None = None, offset: Tensor | None = None,
-         return_stats: bool = False):
+         ragged_offset_q: Tensor | None = None, ragged_offset_k: Tensor | None = None,
+         max_seq_len_q: int | None = None, max_seq_len_kv: int | None = None, page_table_k: Tensor | None = None,
+         page_table_v: Tensor | None = None, alibi: bool = False, dropout_p: float = 0.0, seed: Tensor | None = None,
+         offset: Tensor | None = None, return_stats: bool = False):
     """Fused attention ``softmax(mask(scale * q k^T + bias)) v`` on torch tensors, differentiable in q, k, v and
-    ``bias``.
+    ``bias`` (except over a paged KV cache).
 
     :param q, k, v: (B, Hq, Sq, D), (B, Hk, Skv, D), (B, Hv, Skv, Dv) float16/bfloat16 CUDA tensors (Hq a multiple
-        of Hk and Hv); packed batches: (T_q, Hq, D), (T_kv, Hk, D), (T_kv, Hv, D).
+        of Hk and Hv); packed batches: (T_q, Hq, D), (T_kv, Hk, D), (T_kv, Hv, D); a paged KV cache: k and v are
+        the caches (blocks, Hk, block_size, D) and (blocks, Hv, block_size, Dv).
     :param scale: default 1/sqrt(D).
     :param causal: query i sees keys <= i (relative to the aligned diagonal).
     :param diagonal_alignment: 'top_left' or 'bottom_right' (the diagonal ends at the last key).
@@ -282,50 +372,103 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, *, scale: float | None = None, causal:
     :param seq_len_q, seq_len_kv: (B,) int32 lengths: padding mask on padded tensors (rows beyond are zero).
     :param cu_seqlens_q, cu_seqlens_kv: packed batches, FlashAttention's way: (B + 1,) int32 cumulative token
         counts (``[0, l0, l0 + l1, ...]``); need ``max_seq_len_q``/``max_seq_len_kv``; o is (T_q, Hq, Dv).
-    :param ragged_offset_q, ragged_offset_kv: packed batches by (B + 1,) int32/int64 element offsets of each
-        sequence in q (and o) and in k (and v), with ``seq_len_q``/``seq_len_kv`` (instead of ``cu_seqlens``).
-    :param max_seq_len_q, max_seq_len_kv: the longest sequences of a packed batch.
+    :param ragged_offset_q, ragged_offset_k: packed batches by (B + 1,) int32/int64 element offsets of each
+        sequence in q (and o) and in k (and v, which shares k's), with ``seq_len_q``/``seq_len_kv`` (instead of
+        ``cu_seqlens``). Packed batches need Dv == D and Hv == Hk (o shares q's offsets, v k's).
+    :param max_seq_len_q, max_seq_len_kv: the longest sequences of a packed batch (``max_seq_len_kv``: the longest
+        cached sequence of a paged cache).
+    :param page_table_k, page_table_v: a paged KV cache (inference: cuDNN has no backward for it): (B, pages) or
+        (B, 1, pages, 1) int32 CUDA tensors of each sequence's block indices, with ``seq_len_q``/``seq_len_kv`` and
+        ``max_seq_len_kv``.
     :param alibi: the standard ALiBi slopes (needs causal).
     :param dropout_p: drop probability of the attention weights; the Philox ``seed``/``offset`` ((1,) int64 CUDA
         tensors) default to a seed drawn from torch's generator.
     :param return_stats: also return the (B, Hq, Sq, 1) float32 log-sum-exp statistics.
     :returns: o, or (o, stats).
     """
+    if (bias is seq_len_q is seq_len_kv is cu_seqlens_q is cu_seqlens_kv is ragged_offset_q is ragged_offset_k
+            is max_seq_len_q is max_seq_len_kv is page_table_k is page_table_v is seed is offset is None  # all None
+            and not dropout_p and alibi is False and type(q) is Tensor and not _is_compiling()
+            and not (_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))):
+        # the hot path: plain attention, eager, no gradient. A repeated configuration is one key and one dict
+        # lookup; everything the key holds was checked when its entry was made (below, on the first call)
+        key: tuple | None
+        ent: tuple[Prepared, Any, Any] | None
+        try:
+            dev = q.device
+            key = (q.shape, q.stride(), q.dtype, dev, k.shape, k.stride(), k.dtype, k.device, v.shape, v.stride(),
+                   v.dtype, v.device, scale, causal, diagonal_alignment, left_bound, right_bound, return_stats)
+            hot = known(dev.index)
+            ent = None if hot is None else hot[1].get(key)
+        except (AttributeError, TypeError):  # not tensors, or an unhashable option: the checks below say what
+            key = hot = ent = None
+        if ent is not None and hot is not None:
+            ctx = hot[0]
+            p, o_shape, o_strides = ent
+            o = torch.empty_strided(o_shape, o_strides, dtype=q.dtype, device=dev)
+            if not return_stats:
+                p.run(ctx, (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()))
+                return o
+            stats = torch.empty((o_shape[0], o_shape[1], o_shape[2], 1), dtype=torch.float32, device=dev)
+            p.run(ctx, (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), stats.data_ptr()))
+            return o, stats
+    else:
+        key = None
+    return _checked(q, k, v, key, scale, causal, diagonal_alignment, left_bound, right_bound, bias, seq_len_q,
+                    seq_len_kv, cu_seqlens_q, cu_seqlens_kv, ragged_offset_q, ragged_offset_k, max_seq_len_q,
+                    max_seq_len_kv, page_table_k, page_table_v, alibi, dropout_p, seed, offset, return_stats)
+
+
+def _checked(q, k, v, hot_key, scale, causal, diagonal_alignment, left_bound, right_bound, bias, seq_len_q,
+             seq_len_kv, cu_seqlens_q, cu_seqlens_kv, ragged_offset_q, ragged_offset_k, max_seq_len_q, max_seq_len_kv,
+             page_table_k, page_table_v, alibi, dropout_p, seed, offset, return_stats):
+    """:func:`sdpa` with every argument checked; with ``hot_key`` (a call the hot path takes) it also makes the hot
+    path's entry for that key."""
     packed = cu_seqlens_q is not None or ragged_offset_q is not None
     _check_qkv(q, k, v, packed)
+    given = (q, k, v)
+    if diagonal_alignment not in ("top_left", "bottom_right"):
+        raise InvalidValueError(f"diagonal_alignment must be 'top_left' or 'bottom_right', got {diagonal_alignment!r}")
+    s = float(scale) if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    causal, bottom_right, alibi = bool(causal), diagonal_alignment == "bottom_right", bool(alibi)
+    if bias is not None:
+        if not isinstance(bias, Tensor) or bias.dtype != q.dtype or bias.dim() != 4:
+            raise InvalidTypeError(f"bias must be a 4-D tensor of q's dtype {q.dtype}")
+        bias = _head_packed(bias)
+    if page_table_k is not None or page_table_v is not None:
+        if packed or dropout_p or max_seq_len_q is not None or return_stats:
+            raise InvalidValueError("a paged KV cache takes no packed batches, dropout, max_seq_len_q or return_stats "
+                                    "(it has no backward)")
+        return _paged(q, k, v, page_table_k, page_table_v, seq_len_q, seq_len_kv, max_seq_len_kv, bias, s, causal,
+                      bottom_right, left_bound, right_bound, alibi)
     if packed:
         if max_seq_len_q is None or max_seq_len_kv is None:
             raise InvalidValueError("packed batches need max_seq_len_q= and max_seq_len_kv= (the longest sequences)")
+        if v.shape[2] != q.shape[2] or v.shape[1] != k.shape[1] or v.shape[2] != k.shape[2]:
+            raise InvalidValueError(f"packed batches share q's offsets with o and k's with v, so they need Dv == D and "
+                                    f"Hv == Hk; got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         if cu_seqlens_q is not None:
-            if cu_seqlens_kv is None or ragged_offset_q is not None or ragged_offset_kv is not None:
+            if cu_seqlens_kv is None or ragged_offset_q is not None or ragged_offset_k is not None:
                 raise InvalidValueError("give cu_seqlens_q and cu_seqlens_kv, or ragged offsets with seq_len_q/kv")
             cq, ckv = _per_batch(cu_seqlens_q, "cu_seqlens_q"), _per_batch(cu_seqlens_kv, "cu_seqlens_kv")
             seq_len_q, seq_len_kv = cq[1:] - cq[:-1], ckv[1:] - ckv[:-1]
             wide = max(q.numel(), k.numel(), v.numel()) >= 2 ** 31
-            ragged_offset_q = cq.to(torch.int64) * (q.shape[1] * q.shape[2]) if wide else cq * (
-                q.shape[1] * q.shape[2])
-            ragged_offset_kv = ckv.to(torch.int64) * (k.shape[1] * k.shape[2]) if wide else ckv * (
-                k.shape[1] * k.shape[2])
-        elif ragged_offset_kv is None or seq_len_q is None or seq_len_kv is None:
-            raise InvalidValueError("ragged offsets need both ragged_offset_q and ragged_offset_kv and "
+            ragged_offset_q = (cq.to(torch.int64) if wide else cq) * (q.shape[1] * q.shape[2])
+            ragged_offset_k = (ckv.to(torch.int64) if wide else ckv) * (k.shape[1] * k.shape[2])
+        elif ragged_offset_k is None or seq_len_q is None or seq_len_kv is None:
+            raise InvalidValueError("ragged offsets need both ragged_offset_q and ragged_offset_k and "
                                     "seq_len_q/seq_len_kv")
-    elif cu_seqlens_kv is not None or ragged_offset_kv is not None:
-        raise InvalidValueError("cu_seqlens_kv / ragged_offset_kv need their q counterparts")
+    elif cu_seqlens_kv is not None or ragged_offset_k is not None:
+        raise InvalidValueError("cu_seqlens_kv / ragged_offset_k need their q counterparts")
     elif max_seq_len_q is not None or max_seq_len_kv is not None:
-        raise InvalidValueError("max_seq_len_q/max_seq_len_kv are for packed batches")
+        raise InvalidValueError("max_seq_len_q/max_seq_len_kv are for packed batches and paged KV caches")
     else:
         q, k, v = _head_packed(q), _head_packed(k), _head_packed(v)
     if seq_len_q is not None or seq_len_kv is not None:
         if seq_len_q is None or seq_len_kv is None:
             raise InvalidValueError("a padding mask needs both seq_len_q and seq_len_kv")
         seq_len_q, seq_len_kv = _per_batch(seq_len_q, "seq_len_q"), _per_batch(seq_len_kv, "seq_len_kv")
-    if diagonal_alignment not in ("top_left", "bottom_right"):
-        raise InvalidValueError(f"diagonal_alignment must be 'top_left' or 'bottom_right', got {diagonal_alignment!r}")
-    if bias is not None:
-        if not isinstance(bias, Tensor) or bias.dtype != q.dtype or bias.dim() != 4:
-            raise InvalidTypeError(f"bias must be a 4-D tensor of q's dtype {q.dtype}")
-        bias = _head_packed(bias)
     if dropout_p:
         if not 0.0 < dropout_p < 1.0:
             raise InvalidValueError(f"dropout_p must be in [0, 1), got {dropout_p!r}")
@@ -335,11 +478,17 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, *, scale: float | None = None, causal:
             offset = torch.zeros((1,), dtype=torch.int64, device=q.device)
     elif seed is not None or offset is not None:
         seed = offset = None
-    s = float(scale) if scale is not None else 1.0 / math.sqrt(q.shape[-1])
-    args = (q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_kv, seed, offset, s, bool(causal),
-            diagonal_alignment == "bottom_right", left_bound, right_bound, bool(alibi), float(dropout_p),
-            max_seq_len_q, max_seq_len_kv)
-    o, stats = call(sdpa_fwd, _sdpa_fwd, _SdpaFunction, args, (q, k, v, bias))
+    args = (q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset, s, causal,
+            bottom_right, left_bound, right_bound, alibi, float(dropout_p), max_seq_len_q, max_seq_len_kv)
+    if hot_key is not None and all(map(operator.is_, (q, k, v), given)):  # no copies: the hot path can take them
+        p, o, stats = _fwd(args[:_N_TENSORS], args[_N_TENSORS:] + (bool(return_stats),))
+        cs = known(q.device.index)
+        if cs is not None:
+            cs[1][hot_key] = (p, o.shape, o.stride())
+        return (o, stats) if return_stats else o
+    grads = (q, k, v, bias)
+    need = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in grads)
+    o, stats = call(sdpa_fwd, _sdpa_fwd, _SdpaFunction, args + (bool(return_stats or need),), grads)
     return (o, stats) if return_stats else o
 
 
@@ -351,11 +500,12 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
     to (B or 1, H or 1, L, S) (an additive mask gets a gradient), ``is_causal`` (top-left, as torch's),
     grouped-query heads with ``enable_gqa``. Anything else raises :class:`~cudnn_py.errors.InvalidValueError`
     (or ``InvalidTypeError``) saying what."""
+    if not (isinstance(query, Tensor) and isinstance(key, Tensor) and isinstance(value, Tensor)):
+        _check_qkv(query, key, value, False)  # says which is not a tensor
     squeeze = query.dim() == 3
     if squeeze:
         query, key, value = query.unsqueeze(0), key.unsqueeze(0), value.unsqueeze(0)
-    _check_qkv(query, key, value, False)
-    if key.shape[1] != query.shape[1] and not enable_gqa:
+    if not enable_gqa and key.dim() > 1 and query.dim() > 1 and key.shape[1] != query.shape[1]:
         raise InvalidValueError(f"query has {query.shape[1]} heads and key {key.shape[1]}: pass enable_gqa=True")
     bias = None
     if attn_mask is not None:

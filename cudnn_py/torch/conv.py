@@ -87,23 +87,32 @@ def _(x, w, bias, padding, stride, dilation, activation):
     return _y(x, w, padding, stride, dilation)
 
 
-def _conv_dgrad(dy: Tensor, w: Tensor, x_shape: list[int], padding: list[int], stride: list[int],
+def _conv_grad(kind: str, dy: Tensor, other: Tensor, shape: list[int], padding: list[int], stride: list[int],
                dilation: list[int]) -> Tensor:
-    """dx of the convolution for output gradient ``dy`` (dx in dy's layout)."""
-    dx = empty_like_layout(dy, x_shape)
+    """A gradient of the convolution for output gradient ``dy``: ``kind`` 'dgrad' gives dx of ``shape`` (``other``
+    is w; dx in dy's layout), 'wgrad' dw of ``shape`` (``other`` is x; dw in x's layout)."""
+    dgrad = kind == "dgrad"
+    out = empty_like_layout(dy if dgrad else other, shape)
     ctx = context(dy.get_device())
     h = ctx.handle
-    key = ("conv_dgrad", dy.shape, dy.stride(), w.shape, w.stride(), dy.dtype, tuple(x_shape), tuple(padding),
+    key = ("conv_" + kind, dy.shape, dy.stride(), other.shape, other.stride(), dy.dtype, tuple(shape), tuple(padding),
            tuple(stride), tuple(dilation))
 
     def make():
-        g = _graph(dy, "torch.conv_dgrad")
-        tdy, tw = _t(g, dy, "dy"), _t(g, w, "w")
-        outs = [_output(g.conv_dgrad(tdy, tw, padding, stride, dilation, x_shape=tuple(x_shape)), dx, "dx")]
+        g = _graph(dy, f"torch.conv_{kind}")
+        tdy, to = _t(g, dy, "dy"), _t(g, other, "w" if dgrad else "x")
+        made = (g.conv_dgrad(tdy, to, padding, stride, dilation, x_shape=tuple(shape)) if dgrad else
+                g.conv_wgrad(tdy, to, padding, stride, dilation, w_shape=tuple(shape)))
         g.build(h)
-        return Prepared(h, g, [tdy, tw, *outs])
-    prepared(h, key, make).run(ctx, (dy.data_ptr(), w.data_ptr(), dx.data_ptr()))
-    return dx
+        return Prepared(h, g, [tdy, to, _output(made, out, "dx" if dgrad else "dw")])
+    prepared(h, key, make).run(ctx, (dy.data_ptr(), other.data_ptr(), out.data_ptr()))
+    return out
+
+
+def _conv_dgrad(dy: Tensor, w: Tensor, x_shape: list[int], padding: list[int], stride: list[int],
+               dilation: list[int]) -> Tensor:
+    """dx of the convolution for output gradient ``dy`` (dx in dy's layout)."""
+    return _conv_grad("dgrad", dy, w, x_shape, padding, stride, dilation)
 
 
 conv_dgrad = torch.library.custom_op("cudnn_py::conv_dgrad", _conv_dgrad, mutates_args=(),
@@ -118,20 +127,7 @@ def _(dy, w, x_shape, padding, stride, dilation):
 def _conv_wgrad(dy: Tensor, x: Tensor, w_shape: list[int], padding: list[int], stride: list[int],
                dilation: list[int]) -> Tensor:
     """dw of the convolution for output gradient ``dy`` (dw in x's layout)."""
-    dw = empty_like_layout(x, w_shape)
-    ctx = context(x.get_device())
-    h = ctx.handle
-    key = ("conv_wgrad", dy.shape, dy.stride(), x.shape, x.stride(), x.dtype, tuple(w_shape), tuple(padding),
-           tuple(stride), tuple(dilation))
-
-    def make():
-        g = _graph(x, "torch.conv_wgrad")
-        tdy, tx = _t(g, dy, "dy"), _t(g, x, "x")
-        outs = [_output(g.conv_wgrad(tdy, tx, padding, stride, dilation, w_shape=tuple(w_shape)), dw, "dw")]
-        g.build(h)
-        return Prepared(h, g, [tdy, tx, *outs])
-    prepared(h, key, make).run(ctx, (dy.data_ptr(), x.data_ptr(), dw.data_ptr()))
-    return dw
+    return _conv_grad("wgrad", dy, x, w_shape, padding, stride, dilation)
 
 
 conv_wgrad = torch.library.custom_op("cudnn_py::conv_wgrad", _conv_wgrad, mutates_args=(),
@@ -181,9 +177,9 @@ def conv(x: Tensor, w: Tensor, bias: Tensor | None = None, stride=1, padding=0, 
     """``F.conv{1,2,3}d(x, w, bias, stride, padding, dilation, groups=x.shape[1] // w.shape[1])`` followed by
     ``activation`` (one of :data:`ACTIVATIONS`, None for none), as one cuDNN graph; differentiable in x, w and bias
     for no activation and ReLU. ``padding`` is symmetric (ints; no 'same'/'valid' strings)."""
-    for t, n in ((x, "x"), (w, "w")):
+    for t, name in ((x, "x"), (w, "w")):
         if not isinstance(t, Tensor) or not t.is_cuda or t.dtype not in _DTYPES:
-            raise InvalidTypeError(f"conv: {n} must be a float16, bfloat16 or float32 CUDA tensor")
+            raise InvalidTypeError(f"conv: {name} must be a float16, bfloat16 or float32 CUDA tensor")
     if w.dtype != x.dtype or w.dim() != x.dim() or x.dim() < 3 or x.shape[1] % w.shape[1]:
         raise InvalidValueError(f"conv: x {tuple(x.shape)} {x.dtype} and w {tuple(w.shape)} {w.dtype} must share a "
                                 f"dtype and rank >= 3, x's channels a multiple of w's")

@@ -211,7 +211,7 @@ def _batch_norm_fwd(x: Tensor, weight: Tensor, bias: Tensor, running_mean: Optio
     """Batch-norm training forward over all dims but the channel: (y, batch mean (C,), inverse standard deviation
     (C,), the updated running mean and variance (unbiased batch variance; empty without running statistics))."""
     running = running_mean is not None and running_var is not None
-    y, mean, inv, new_mean, new_var = outs = _bn_outputs(x, weight.shape[0], running)
+    y, mean, inv, new_mean, new_var = _bn_outputs(x, weight.shape[0], running)
     ctx = context(x.get_device())
     h = ctx.handle
     key = ("batch_norm_fwd", x.shape, x.stride(), x.dtype, weight.dtype, running, momentum, eps)
@@ -221,7 +221,7 @@ def _batch_norm_fwd(x: Tensor, weight: Tensor, bias: Tensor, running_mean: Optio
     new = (new_mean.data_ptr(), new_var.data_ptr()) if running else ()
     p.run(ctx, (x.data_ptr(), weight.data_ptr(), bias.data_ptr(), *run, y.data_ptr(), mean.data_ptr(), inv.data_ptr(),
            *new))
-    return outs
+    return y, mean, inv, new_mean, new_var
 
 
 batch_norm_fwd = torch.library.custom_op("cudnn_py::batch_norm_fwd", _batch_norm_fwd, mutates_args=(),

@@ -35,11 +35,18 @@ from cudnn_py.graph import Graph
 from cudnn_py.graph.runner import Runner, cached, raw_execute
 from cudnn_py.handle import Handle
 
-__all__ = ["Context", "context", "handle", "Prepared", "prepared", "current_stream", "cache_clear", "eager", "function",
-           "call", "dtype_name", "empty_like_layout"]
+__all__ = ["Context", "context", "known", "handle", "Prepared", "prepared", "current_stream", "cache_clear", "eager",
+           "function", "call", "dtype_name", "empty_like_layout"]
 
 _CACHE = "torch.ops"
-_local = threading.local()
+
+
+class _Local(threading.local):
+    def __init__(self) -> None:
+        self.contexts: dict[int, Context] = {}
+
+
+_local = _Local()
 
 _is_compiling = torch.compiler.is_compiling
 
@@ -65,7 +72,8 @@ def empty_like_layout(like: Tensor, shape, dtype=None, zero: bool = False) -> Te
     make = torch.zeros if zero else torch.empty
     if like.is_contiguous():
         return make(shape, dtype=dtype or like.dtype, device=like.device)
-    order = sorted(range(like.dim()), key=lambda i: -like.stride(i))
+    st = like.stride()
+    order = sorted(range(like.dim()), key=lambda i: -st[i])
     buf = make([shape[i] for i in order], dtype=dtype or like.dtype, device=like.device)
     return buf.permute([order.index(i) for i in range(like.dim())])
 
@@ -88,9 +96,7 @@ class Context:
 
 def context(device: int) -> Context:
     """This thread's :class:`Context` on ``device``, bound to torch's current stream of that device."""
-    cs: dict[int, Context] | None = getattr(_local, "contexts", None)
-    if cs is None:
-        cs = _local.contexts = {}
+    cs = _local.contexts
     ctx = cs.get(device)
     stream = _raw_stream(device)
     if ctx is None:
@@ -98,6 +104,20 @@ def context(device: int) -> Context:
     elif ctx.stream != stream:
         ctx.rebind(stream)
     return ctx
+
+
+def known(device: int) -> tuple[Context, dict] | None:
+    """For a hot path: this thread's :class:`Context` on ``device`` (bound to torch's current stream) and its
+    handle's prepared-call cache, or None where no call on that device has made them yet (``device`` -1, a CPU
+    tensor's, never has them)."""
+    ctx = _local.contexts.get(device)
+    if ctx is None:
+        return None
+    stream = _raw_stream(device)
+    if ctx.stream != stream:
+        ctx.rebind(stream)
+    c = ctx.handle.cache.get(_CACHE)
+    return None if c is None else (ctx, c)
 
 
 def handle(device: int) -> Handle:
@@ -144,7 +164,7 @@ def prepared(h: Handle, key: tuple, make: Callable[[], Prepared]) -> Prepared:
 
 def cache_clear() -> None:
     """Forget the prepared calls of this thread's handles (their plans are built again on next use)."""
-    for ctx in getattr(_local, "contexts", {}).values():
+    for ctx in _local.contexts.values():
         handle_cache(ctx.handle, _CACHE).clear()
 
 
@@ -164,11 +184,12 @@ def function(name: str, impl: Callable, setup: Callable, backward: Callable) -> 
                                                     "backward": staticmethod(backward)})
 
 
-def call(op: Callable, impl: Callable, fn: type[torch.autograd.Function], args: tuple, grads: Sequence) -> Any:
+def call(op: Callable, impl: Callable, fn: type[torch.autograd.Function] | None, args: tuple,
+         grads: Sequence) -> Any:
     """``op(*args)``, or eagerly (:func:`eager` of ``args[0]``) ``impl(*args)`` - through ``fn`` when grad mode is on
-    and a tensor in ``grads`` requires a gradient."""
+    and a tensor in ``grads`` requires a gradient (``fn`` None: the op has no gradient)."""
     if not eager(args[0]):
         return op(*args)
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in grads):
+    if fn is not None and torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in grads):
         return fn.apply(*args)
     return impl(*args)

@@ -1,0 +1,227 @@
+"""FP8 attention (Hopper and newer) as torch custom ops: ``cudnn_py::sdpa_fp8_fwd`` and ``cudnn_py::sdpa_fp8_bwd``.
+
+:func:`sdpa_fp8` and :func:`sdpa_fp8_backward` are :func:`cudnn_py.sdpa_fp8` / :func:`cudnn_py.sdpa_fp8_backward` on
+torch tensors (``torch.float8_e4m3fn`` or ``torch.float8_e5m2`` q, k, v; each descale/scale a one-element float32
+CUDA tensor), on torch's current stream with outputs from torch's allocator, with fake implementations so they
+trace under ``torch.compile(fullgraph=True)`` and record in CUDA graphs. The backward is its own op rather than an
+autograd formula: an FP8 training recipe owns the quantisation of the output gradient and every scale (delayed
+scaling from the amax outputs), so it ties the two together in its own ``torch.autograd.Function``.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from cudnn_py.errors import InvalidTypeError, InvalidValueError
+from cudnn_py.graph import Graph
+from cudnn_py.graph.ops.sdpa import FP8_BACKWARD_SCALES, FP8_FORWARD_SCALES
+
+from .runtime import Prepared, call, context, dtype_name, empty_like_layout, prepared
+
+__all__ = ["sdpa_fp8", "sdpa_fp8_backward", "sdpa_fp8_fwd", "sdpa_fp8_bwd", "SdpaFp8Outputs", "SdpaFp8Grads"]
+
+_FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+class SdpaFp8Outputs(NamedTuple):
+    """What :func:`sdpa_fp8` returns."""
+    o: Tensor             #: q's FP8 type and layout: the float32 result times ``scale_o``
+    stats: Tensor | None  #: (B, Hq, Sq, 1) float32 statistics (``return_stats=True``), else None
+    amax_s: Tensor        #: (1, 1, 1, 1) float32: max |softmax probability| (before ``scale_s``)
+    amax_o: Tensor        #: (1, 1, 1, 1) float32: max |o| before ``scale_o``
+
+
+class SdpaFp8Grads(NamedTuple):
+    """What :func:`sdpa_fp8_backward` returns: the FP8 gradients (layouts of q, k, v) and the (1, 1, 1, 1) float32
+    max |.| of each before its scaling (``amax_dp``: of dS, the gradient of the scores)."""
+    dq: Tensor
+    dk: Tensor
+    dv: Tensor
+    amax_dq: Tensor
+    amax_dk: Tensor
+    amax_dv: Tensor
+    amax_dp: Tensor
+
+
+def _amax(like: Tensor) -> Tensor:
+    return torch.empty((1, 1, 1, 1), dtype=torch.float32, device=like.device)
+
+
+def _describe(g: Graph, t: Tensor, name: str):
+    """A graph tensor for ``t``; a one-element scale as (1, 1, 1, 1)."""
+    if t.dtype == torch.float32 and t.numel() == 1:
+        return g.tensor((1, 1, 1, 1), dtype="float32", strides=(1, 1, 1, 1), name=name)
+    return g.tensor(tuple(t.shape), dtype=dtype_name(t.dtype), strides=tuple(t.stride()), name=name)
+
+
+def _run(kind: str, named: dict[str, Tensor], outs: dict[str, Tensor], opts: tuple, build) -> None:
+    """Run the FP8 graph of ``kind`` on these inputs into ``outs`` (both by the graph builder's names), its plan
+    cached per shapes, strides, dtypes and options; ``build(g, tensors)`` adds the operation and returns its output
+    tensors in the order of ``outs``."""
+    xs = list(named.values())
+    q = xs[0]
+    ctx = context(q.get_device())
+    h = ctx.handle
+    key = (kind, opts, *[(x.shape, x.stride(), x.dtype) for x in xs], *[(x.shape, x.stride()) for x in outs.values()])
+
+    def make() -> Prepared:
+        g = Graph(io_dtype=dtype_name(q.dtype), compute_dtype="float32", intermediate_dtype="float32",
+                  name=f"torch.{kind}")
+        ins = {n: _describe(g, x, n) for n, x in named.items()}
+        made = build(g, ins)
+        for t, (n, x) in zip(made, outs.items()):
+            t.strides = (1, 1, 1, 1) if n.startswith("amax") else tuple(x.stride())
+            t.set_output(True).set_name(n)
+        g.build(h)
+        return Prepared(h, g, [*ins.values(), *made])
+    prepared(h, key, make).run(ctx, tuple([x.data_ptr() for x in xs] + [x.data_ptr() for x in outs.values()]))
+
+
+def _fwd_outputs(q: Tensor, v: Tensor, return_stats: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    b, hq, sq, _ = q.shape
+    o = empty_like_layout(q, (b, hq, sq, v.shape[3]))
+    stats = torch.empty((b, hq, sq, 1) if return_stats else (0,), dtype=torch.float32, device=q.device)
+    return o, stats, _amax(q), _amax(q)
+
+
+def _sdpa_fp8_fwd(q: Tensor, k: Tensor, v: Tensor, descale_q: Tensor, descale_k: Tensor, descale_v: Tensor,
+                  descale_s: Tensor, scale_s: Tensor, scale_o: Tensor, scale: float, causal: bool,
+                  return_stats: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """FP8 attention forward: (o, stats (empty without ``return_stats``), amax_s, amax_o). See :func:`sdpa_fp8`."""
+    o, stats, amax_s, amax_o = _fwd_outputs(q, v, return_stats)
+    scales = (descale_q, descale_k, descale_v, descale_s, scale_s, scale_o)
+    outs = {"o": o, "stats": stats, "amax_s": amax_s, "amax_o": amax_o}
+    if not return_stats:
+        del outs["stats"]
+
+    def build(g: Graph, t: dict) -> list:
+        o, st, a_s, a_o = g.sdpa_fp8(t["q"], t["k"], t["v"], scale=scale, causal=causal, return_stats=return_stats,
+                                     **{n: t[n] for n in FP8_FORWARD_SCALES})
+        return [o, a_s, a_o] if st is None else [o, st, a_s, a_o]
+    _run("sdpa_fp8_fwd", {"q": q, "k": k, "v": v, **dict(zip(FP8_FORWARD_SCALES, scales))}, outs,
+         (scale, causal, return_stats), build)
+    return o, stats, amax_s, amax_o
+
+
+sdpa_fp8_fwd = torch.library.custom_op("cudnn_py::sdpa_fp8_fwd", _sdpa_fp8_fwd, mutates_args=(), device_types="cuda")
+
+
+@sdpa_fp8_fwd.register_fake
+def _(q, k, v, descale_q, descale_k, descale_v, descale_s, scale_s, scale_o, scale, causal, return_stats):
+    return _fwd_outputs(q, v, return_stats)
+
+
+def _bwd_outputs(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, ...]:
+    grads = [empty_like_layout(x, x.shape, dtype=q.dtype) for x in (q, k, v)]
+    return (*grads, _amax(q), _amax(q), _amax(q), _amax(q))
+
+
+def _sdpa_fp8_bwd(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, stats: Tensor, descale_q: Tensor,
+                  descale_k: Tensor, descale_v: Tensor, descale_o: Tensor, descale_do: Tensor, descale_s: Tensor,
+                  descale_dp: Tensor, scale_s: Tensor, scale_dq: Tensor, scale_dk: Tensor, scale_dv: Tensor,
+                  scale_dp: Tensor, scale: float,
+                  causal: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """FP8 attention backward: (dq, dk, dv, amax_dq, amax_dk, amax_dv, amax_dp). See :func:`sdpa_fp8_backward`."""
+    res = _bwd_outputs(q, k, v)
+    scales = (descale_q, descale_k, descale_v, descale_o, descale_do, descale_s, descale_dp, scale_s, scale_dq,
+              scale_dk, scale_dv, scale_dp)
+    outs = dict(zip(("dq", "dk", "dv", "amax_dq", "amax_dk", "amax_dv", "amax_dp"), res))
+
+    def build(g: Graph, t: dict) -> list:
+        return list(g.sdpa_fp8_backward(*(t[n] for n in ("q", "k", "v", "o", "do", "stats")), scale=scale,
+                                        causal=causal, **{n: t[n] for n in FP8_BACKWARD_SCALES}))
+    named = {"q": q, "k": k, "v": v, "o": o, "do": do, "stats": stats, **dict(zip(FP8_BACKWARD_SCALES, scales))}
+    _run("sdpa_fp8_bwd", named, outs, (scale, causal), build)
+    dq, dk, dv, amax_dq, amax_dk, amax_dv, amax_dp = res
+    return dq, dk, dv, amax_dq, amax_dk, amax_dv, amax_dp
+
+
+sdpa_fp8_bwd = torch.library.custom_op("cudnn_py::sdpa_fp8_bwd", _sdpa_fp8_bwd, mutates_args=(), device_types="cuda")
+
+
+@sdpa_fp8_bwd.register_fake
+def _(q, k, v, o, do, stats, descale_q, descale_k, descale_v, descale_o, descale_do, descale_s, descale_dp, scale_s,
+      scale_dq, scale_dk, scale_dv, scale_dp, scale, causal):
+    return _bwd_outputs(q, k, v)
+
+
+# -- the Python faces ----------------------------------------------------------------------------------------------
+def _fp8_tensors(named: dict) -> None:
+    dtype = None
+    for n, x in named.items():
+        if not isinstance(x, Tensor) or not x.is_cuda or x.dtype not in _FP8:
+            raise InvalidTypeError(f"{n} must be a float8_e4m3fn or float8_e5m2 CUDA tensor, got "
+                                   f"{getattr(x, 'dtype', type(x).__name__)}")
+        if x.dim() != 4 or x.stride(-1) != 1 or 0 in x.stride():
+            raise InvalidValueError(f"{n} must be (B, H, S, D) with the head dim packed, got shape {tuple(x.shape)} "
+                                    f"strides {x.stride()}")
+        if n in ("q", "k", "v"):
+            if dtype not in (None, x.dtype):
+                raise InvalidTypeError(f"q, k, v must share one FP8 type, got {x.dtype} after {dtype}")
+            dtype = x.dtype
+
+
+def _scales(names, values, device) -> list[Tensor]:
+    out = []
+    for n, x in zip(names, values):
+        if not isinstance(x, Tensor) or x.dtype != torch.float32 or x.numel() != 1 or x.device != device:
+            raise InvalidTypeError(f"{n} must be a one-element float32 tensor on {device} (a device tensor, so the "
+                                   f"call needs no host copy and records in CUDA graphs), got "
+                                   f"{getattr(x, 'dtype', type(x).__name__)}")
+        out.append(x.reshape(1, 1, 1, 1))
+    return out
+
+
+def _scale(scale: float | None, d: int) -> float:
+    return float(scale) if scale is not None else d ** -0.5
+
+
+def sdpa_fp8(q: Tensor, k: Tensor, v: Tensor, *, descale_q: Tensor, descale_k: Tensor, descale_v: Tensor,
+             descale_s: Tensor, scale_s: Tensor, scale_o: Tensor, scale: float | None = None, causal: bool = False,
+             return_stats: bool = False) -> SdpaFp8Outputs:
+    """FP8 attention forward: ``P = softmax(scale * descale_q * descale_k * q k^T)`` in float32, ``P * scale_s``
+    rounded to q's FP8 type, ``o = (P8 v) * descale_s * descale_v * scale_o`` in q's FP8 type, with the amax of P
+    and of o before ``scale_o`` (what a delayed-scaling recipe feeds its next scales).
+
+    :param q, k, v: (B, Hq, Sq, D), (B, Hk, Skv, D), (B, Hv, Skv, Dv) CUDA tensors of one FP8 type
+        (``torch.float8_e4m3fn`` or ``torch.float8_e5m2``), head dim packed (multiples of 16 up to 256); Hq a
+        multiple of Hk and Hv.
+    :param descale_q, descale_k, descale_v, descale_s, scale_s, scale_o: one-element float32 CUDA tensors.
+    :param scale: multiplies q k^T (default 1/sqrt(D)).
+    :param causal: top-left causal mask (the only mask FP8 attention takes here).
+    :param return_stats: also return the (B, Hq, Sq, 1) float32 statistics :func:`sdpa_fp8_backward` needs.
+    :returns: :class:`SdpaFp8Outputs` (o, stats or None, amax_s, amax_o).
+    """
+    _fp8_tensors({"q": q, "k": k, "v": v})
+    scales = _scales(FP8_FORWARD_SCALES, (descale_q, descale_k, descale_v, descale_s, scale_s, scale_o), q.device)
+    args = (q, k, v, *scales, _scale(scale, q.shape[-1]), bool(causal), bool(return_stats))
+    o, stats, amax_s, amax_o = call(sdpa_fp8_fwd, _sdpa_fp8_fwd, None, args, ())
+    return SdpaFp8Outputs(o, stats if return_stats else None, amax_s, amax_o)
+
+
+def sdpa_fp8_backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, stats: Tensor, *, descale_q: Tensor,
+                      descale_k: Tensor, descale_v: Tensor, descale_o: Tensor, descale_do: Tensor, descale_s: Tensor,
+                      descale_dp: Tensor, scale_s: Tensor, scale_dq: Tensor, scale_dk: Tensor, scale_dv: Tensor,
+                      scale_dp: Tensor, scale: float | None = None, causal: bool = False) -> SdpaFp8Grads:
+    """FP8 attention backward (Hopper: head dim 128, sequence lengths multiples of 32): the gradients of
+    :func:`sdpa_fp8`.
+
+    :param q, k, v, o, stats: the forward's FP8 inputs, its FP8 output and float32 statistics (``return_stats``).
+    :param do: the output gradient, o's shape, either FP8 type.
+    :param descale_q, descale_k, descale_v, descale_o, descale_do: the inverse scales of the FP8 inputs.
+    :param descale_s, scale_s: the forward's probability scale and its inverse.
+    :param scale_dp, descale_dp: the scale of dS (rounded to do's FP8 type in the kernel) and its inverse.
+    :param scale_dq, scale_dk, scale_dv: the scales of the FP8 results. Each a one-element float32 CUDA tensor.
+    :param scale, causal: as in the forward.
+    :returns: :class:`SdpaFp8Grads` (dq, dk, dv in q's FP8 type and the layouts of q, k, v; their amax and dS's).
+    """
+    _fp8_tensors({"q": q, "k": k, "v": v, "o": o, "do": do})
+    if not isinstance(stats, Tensor) or stats.dtype != torch.float32 or stats.shape != (*q.shape[:3], 1):
+        raise InvalidValueError(f"stats must be the forward's (B, Hq, Sq, 1) float32 statistics (return_stats=True), "
+                                f"got {getattr(stats, 'shape', type(stats).__name__)}")
+    scales = _scales(FP8_BACKWARD_SCALES, (descale_q, descale_k, descale_v, descale_o, descale_do, descale_s,
+                                           descale_dp, scale_s, scale_dq, scale_dk, scale_dv, scale_dp), q.device)
+    args = (q, k, v, o, do, stats.contiguous(), *scales, _scale(scale, q.shape[-1]), bool(causal))
+    return SdpaFp8Grads(*call(sdpa_fp8_bwd, _sdpa_fp8_bwd, None, args, ()))
