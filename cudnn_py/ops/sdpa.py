@@ -36,8 +36,7 @@ from cudnn_py.graph.runner import Runner, cache_clear
 from cudnn_py.handle import handle_arg
 from cudnn_py.memory import DeviceArrayLike
 
-from .sdpa_args import (CACHE, FAST, SdpaArgs, alibi_slopes, device_tensor, fast_call, fast_outputs, graph_runner, run,
-                        signatures)
+from .sdpa_args import CACHE, FAST, SdpaArgs, alibi_slopes, device_tensor, fast_call, fast_outputs, signatures
 from .sdpa_fp8 import SdpaFp8Grads, SdpaFp8Outputs, sdpa_fp8, sdpa_fp8_backward
 
 __all__ = ["Sdpa", "SdpaOptions", "sdpa", "sdpa_backward", "sdpa_fp8", "sdpa_fp8_backward", "sdpa_cache_clear",
@@ -110,16 +109,9 @@ class Sdpa:
         self.runner: Runner | None = None
 
     def _runner(self, autotune: bool) -> Runner:
-        args = self.args
-
-        def build() -> tuple:
-            g = args.graph("sdpa")
-            kw, tensors, arrays = args.graph_inputs(g, self.handle)
-            outs = g.sdpa(options=args.graph_options(), return_stats=self.return_stats, **kw)
-            return g, tensors, arrays, len(args.arrays), outs[:len(self.outputs)], (0 if args.ragged else None, None)
-
-        self.runner = graph_runner(self.handle, ("fwd", args.key, self.return_stats, self._given_o), autotune,
-                                   {"o": self._given_o, "stats": None}, build)
+        self.runner = self.args.runner("sdpa", autotune, {"o": self._given_o, "stats": None},
+                                       (0 if self.args.ragged else None,), options=self.args.graph_options(),
+                                       return_stats=self.return_stats)
         return self.runner
 
     def plan(self) -> Plan:
@@ -134,8 +126,7 @@ class Sdpa:
     def execute(self) -> SdpaOutputs:
         """Run the attention (planning first if :meth:`plan` / :meth:`autotune` was not called); returns the
         outputs, ``stats`` None without ``return_stats``."""
-        res = run(self.handle, self.runner or self._runner(False), list(self.args.arrays.values()), self.outputs,
-                  self.args.packed)
+        res = self.args.run(self.runner or self._runner(False), self.outputs)
         return SdpaOutputs(res[0], res[1] if self.return_stats else None)
 
     def __repr__(self) -> str:
@@ -280,17 +271,10 @@ def sdpa_backward(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: Device
     outputs = {"dq": dq, "dk": dk, "dv": dv, "dbias": dbias}
     given = {n: None if x is None or (args.ragged and n != "dbias") else device_tensor(x, n)[1]
              for n, x in outputs.items()}
-
-    def build() -> tuple:
-        g = args.graph("sdpa_backward")
-        kw, tensors, arrays = args.graph_inputs(g, handle)
-        # the scratch tensors live in the plan's workspace
-        grads = g.sdpa_backward(options=args.graph_options(), dbias=return_dbias, name="sdpa_bwd", **kw)
-        return g, tensors, arrays, len(args.arrays), list(grads), (0, 1, 2, None) if args.ragged else (None,) * 4
-
-    r = graph_runner(handle, ("bwd", args.key, return_dbias, tuple(given.values())), bool_arg(autotune, "autotune"),
-                     given, build)
-    return _grads(run(handle, r, list(args.arrays.values()), outputs, args.packed, fkey))
+    # the scratch tensors live in the plan's workspace
+    r = args.runner("sdpa_backward", bool_arg(autotune, "autotune"), given, (0, 1, 2) if args.ragged else (),
+                    options=args.graph_options(), dbias=return_dbias, name="sdpa_bwd")
+    return _grads(args.run(r, outputs, fkey))
 
 
 def _grads(outs: list) -> SdpaGrads | SdpaGradsWithBias:

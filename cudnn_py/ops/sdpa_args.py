@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -22,7 +22,7 @@ from cudnn_py.graph.runner import Runner, cached, handle_device, new_output, pla
 from cudnn_py.memory import DeviceArray, array_signature, as_array, c_strides, is_torch_tensor, to_device
 
 __all__ = ["CACHE", "FAST", "SdpaArgs", "alibi_slopes", "signatures", "device_tensor", "device_scalar", "thd",
-           "bind_output", "fast_outputs", "fast_call", "graph_runner", "run"]
+           "bind_output", "fast_outputs", "fast_call"]
 
 CACHE = "ops.sdpa"        #: canonical configuration -> Runner
 FAST = "ops.sdpa.fast"    #: the raw arguments' key -> Runner (the entry points' fast path)
@@ -133,7 +133,8 @@ _KEYWORDS = {"ragged_q": ("ragged_offset_q", "ragged_offset_o"), "ragged_k": ("r
 
 
 class SdpaArgs:
-    """One call's device arrays with its :class:`SdpaOptions` (and the backward's inputs ``o``, ``do``, ``stats``);
+    """One call's device arrays with its :class:`SdpaOptions` (and the backward's inputs ``o``, ``do``, ``stats``,
+    FP8's descale/scale factors ``scales``), its graph's runner (:meth:`runner`) and its execution (:meth:`run`).
     ``key`` is the cache key of the configuration, ``arrays`` the arrays by graph tensor name in binding order.
     Packed (ragged) tensors are replaced by their logical (B, H, S_max, D) views; ``packed`` holds the (T, H, D)
     shapes of q, k, v (None when nothing is packed)."""
@@ -141,8 +142,9 @@ class SdpaArgs:
     def __init__(self, handle: Any, q: Any, k: Any, v: Any, opts: SdpaOptions, *, bias: Any = None,
                  seq_len_q: Any = None, seq_len_kv: Any = None, ragged_offset_q: Any = None,
                  ragged_offset_k: Any = None, seed: Any = None, offset: Any = None, page_table_k: Any = None,
-                 page_table_v: Any = None, o: Any = None, do: Any = None, stats: Any = None):
-        self.opts, self.packed = opts, None
+                 page_table_v: Any = None, o: Any = None, do: Any = None, stats: Any = None,
+                 scales: dict | None = None):
+        self.handle, self.opts, self.packed, scales = handle, opts, None, scales or {}
         got: dict[str, tuple[Any, Any]] = {n: _per_batch(x, name) for n, x, name in (
             ("seq_len_q", seq_len_q, "seq_len_q"), ("seq_len_kv", seq_len_kv, "seq_len_kv"),
             ("ragged_q", ragged_offset_q, "ragged_offset_q"), ("ragged_k", ragged_offset_k, "ragged_offset_k"))}
@@ -188,8 +190,9 @@ class SdpaArgs:
                                         "state")
             got.update({n: (device_scalar(handle, x, n, np.int64), None) for n, x in (("seed", seed),
                                                                                       ("offset", offset))})
+        got.update({n: device_tensor(device_scalar(handle, x, n, np.float32), n) for n, x in scales.items()})
         order = ("q", "k", "v", "bias", "seq_len_q", "seq_len_kv", "ragged_q", "ragged_k", "seed", "offset",
-                 "page_table_k", "page_table_v", "o", "do", "stats")
+                 "page_table_k", "page_table_v", "o", "do", "stats", *scales)
         self.arrays = {n: got[n][0] for n in order if got.get(n, (None,))[0] is not None}
         self.key = (tuple((n, got[n][1]) for n in self.arrays), opts)
 
@@ -213,9 +216,38 @@ class SdpaArgs:
         """The options for the graph builder (which takes the ALiBi slopes as the tensor :meth:`graph_inputs` makes)."""
         return dataclasses.replace(self.opts, alibi=False) if self.opts.alibi is not False else self.opts
 
-    def graph(self, name: str) -> Graph:
-        """A new attention graph of this call's data type."""
-        return Graph(io_dtype=self.dtype, compute_dtype="float32", intermediate_dtype="float32", name=name)
+    def runner(self, method: str, autotune: bool, given: dict, srcs: Sequence = (), **builder: Any) -> Runner:
+        """The runner of the graph of ``Graph.<method>`` on these arrays with the ``builder`` keywords, built on the
+        handle's first call. ``given``: output name -> the (shape, strides, dtype) of the caller's array, whose
+        strides the output takes (its shape checked), or None; ``srcs``: for each packed output the index of the
+        q/k/v whose token count it shares (else None)."""
+        handle = self.handle
+
+        def make() -> Runner:
+            g = Graph(io_dtype=self.dtype, compute_dtype="float32", intermediate_dtype="float32", name=method)
+            kw, tensors, arrays = self.graph_inputs(g, handle)
+            outs = [t for t in getattr(g, method)(**kw, **builder) if t is not None]
+            for t, (name, meta) in zip(outs, given.items()):
+                if meta is not None:
+                    if tuple(meta[0]) != t.shape:
+                        raise InvalidValueError(f"{name} must have shape {t.shape}, got {tuple(meta[0])}")
+                    t.strides = tuple(meta[1])
+                t.set_output(True).set_name(name)
+            plan = plan_graph(g, handle, dict(zip(tensors, arrays)), outs, autotune)
+            specs = [(t.shape, t.np_dtype, t.strides, srcs[i] if i < len(srcs) else None) for i, t in enumerate(outs)]
+            n = len(self.arrays)
+            return Runner(plan, handle, [*tensors, *outs], arrays[n:], n, specs)
+        key = (method, self.key, tuple(given.values()), tuple(builder.items()), autotune)
+        return cached(handle, CACHE, key, make)
+
+    def run(self, r: Runner, outputs: dict, fkey: tuple | None = None) -> list:
+        """Execute ``r`` on these arrays and ``outputs`` (name -> the caller's array, or None for a new one;
+        :func:`bind_output`) and return the outputs; ``fkey``: the fast path's key to remember ``r`` under."""
+        bound = [bind_output(self.handle, x, n, spec, self.packed) for (n, x), spec in zip(outputs.items(), r.specs)]
+        r.run([*self.arrays.values(), *(b for _, b in bound)])
+        if fkey is not None:
+            handle_cache(self.handle, FAST)[fkey] = r
+        return [a for a, _ in bound]
 
 
 def _new(handle: Any, spec: tuple, shapes: Sequence | None) -> DeviceArray:
@@ -254,33 +286,3 @@ def fast_outputs(handle: Any, r: Runner, given: Sequence, ptrs: Sequence, sigs: 
     ones as (T, H, D) arrays; ``sigs``: the signatures of q, k, v)."""
     outs = [_new(handle, spec, [s[0] for s in sigs]) if x is None else x for x, spec in zip(given, r.specs)]
     return outs, tuple(x.ptr if p is None else p for x, p in zip(outs, ptrs))
-
-
-def graph_runner(handle: Any, key: tuple, autotune: bool, given: dict, build: Callable[[], tuple]) -> Runner:
-    """The runner of ``key`` on ``handle``, built on the first call. ``build()`` returns (the graph, its input
-    tensors and their arrays in binding order, how many are the call's (the rest are constants), the output tensors,
-    for each the index of the q/k/v whose token count it shares when it is packed, else None). ``given``: output
-    name -> the (shape, strides, dtype) of the caller's array, whose strides it takes (shape checked), or None."""
-    def make() -> Runner:
-        g, tensors, arrays, n, outs, srcs = build()
-        for t, (name, meta) in zip(outs, given.items()):
-            if meta is not None:
-                if tuple(meta[0]) != t.shape:
-                    raise InvalidValueError(f"{name} must have shape {t.shape}, got {tuple(meta[0])}")
-                t.strides = tuple(meta[1])
-            t.set_output(True).set_name(name)
-        plan = plan_graph(g, handle, dict(zip(tensors, arrays)), outs, autotune)
-        specs = [(t.shape, t.np_dtype, t.strides, src) for t, src in zip(outs, srcs)]
-        return Runner(plan, handle, [*tensors, *outs], arrays[n:], n, specs)
-    return cached(handle, CACHE, key + (autotune,), make)
-
-
-def run(handle: Any, r: Runner, arrays: Sequence, outputs: dict, shapes: Sequence | None = None,
-        fkey: tuple | None = None) -> list:
-    """Execute ``r`` on the call's input ``arrays`` and ``outputs`` (name -> the caller's array, or None for a new
-    one; :func:`bind_output`) and return the outputs; ``fkey``: the fast path's key to remember ``r`` under."""
-    bound = [bind_output(handle, x, n, spec, shapes) for (n, x), spec in zip(outputs.items(), r.specs)]
-    r.run([*arrays, *(b for _, b in bound)])
-    if fkey is not None:
-        handle_cache(handle, FAST)[fkey] = r
-    return [a for a, _ in bound]

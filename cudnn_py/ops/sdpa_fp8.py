@@ -1,6 +1,6 @@
 """FP8 scaled dot-product attention (Hopper and newer) through cached graph plans: :func:`sdpa_fp8` and
 :func:`sdpa_fp8_backward`, with per-tensor descale/scale factors and amax outputs (see
-:mod:`cudnn_py.graph.ops.sdpa`), on the runner and argument handling of :mod:`cudnn_py.ops.sdpa`. Of the
+:mod:`cudnn_py.graph.ops.sdpa`), on the argument handling of :mod:`cudnn_py.ops.sdpa_args`. Of the
 :class:`~cudnn_py.graph.ops.sdpa_options.SdpaOptions`, FP8 attention takes ``scale`` and ``causal``.
 """
 from __future__ import annotations
@@ -8,16 +8,13 @@ from __future__ import annotations
 import numbers
 from typing import Any, NamedTuple
 
-import numpy as np
-
 from cudnn_py.args import bool_arg
-from cudnn_py.graph import Graph
 from cudnn_py.graph.ops.sdpa import FP8_BACKWARD_SCALES, FP8_FORWARD_SCALES
-from cudnn_py.graph.ops.sdpa_options import SdpaOptions
+from cudnn_py.graph.ops.sdpa_options import SdpaOptions, fp8_only
 from cudnn_py.handle import handle_arg
 from cudnn_py.memory import DeviceArrayLike
 
-from .sdpa_args import device_scalar, device_tensor, fast_call, graph_runner, run
+from .sdpa_args import SdpaArgs, device_tensor, fast_call
 
 __all__ = ["sdpa_fp8", "sdpa_fp8_backward", "SdpaFp8Outputs", "SdpaFp8Grads"]
 
@@ -42,33 +39,22 @@ class SdpaFp8Grads(NamedTuple):
     amax_dp: Any
 
 
-def _fp8_call(handle: Any, kind: str, tensors: dict, scales: dict, outputs: dict, opts: SdpaOptions,
+def _fp8_call(handle: Any, method: str, tensors: dict, scales: dict, outputs: dict, opts: SdpaOptions,
               autotune: bool, fkey_options: tuple, **builder: Any) -> list:
-    """Run an FP8 attention graph (``kind``: 'fp8_fwd' or 'fp8_bwd') on the call's ``tensors`` and ``scales``
+    """Run the FP8 attention graph of ``Graph.<method>`` on the call's ``tensors`` and ``scales``
     (numbers or device tensors) by builder keyword through the runner cache; returns the ``outputs`` (name -> the
     caller's array or None) in order. ``fkey_options``: the raw option arguments (the fast key's part);
     ``builder``: more keywords of the ``Graph`` method."""
     fkey = None
     if not any(isinstance(x, numbers.Real) for x in scales.values()):  # a number is copied: validated path
-        fkey, outs = fast_call(handle, (kind, fkey_options), (*tensors.values(), *scales.values()),
+        fkey, outs = fast_call(handle, (method, fkey_options), (*tensors.values(), *scales.values()),
                                list(outputs.values()))
         if outs is not None:
             return outs
     handle = handle_arg(handle)
-    got = [device_tensor(x, n) for n, x in tensors.items()] + [
-        device_tensor(device_scalar(handle, x, n, np.float32), n) for n, x in scales.items()]
-    arrays, metas = [a for a, _ in got], tuple(m for _, m in got)
+    args = SdpaArgs(handle, opts=opts, scales=scales, **tensors)
     given = {n: None if x is None else device_tensor(x, n)[1] for n, x in outputs.items()}
-
-    def build() -> tuple:
-        g = Graph(io_dtype=metas[0][2], compute_dtype="float32", intermediate_dtype="float32", name=f"sdpa_{kind}")
-        ins = [g.tensor_like(a, n) for n, a in zip((*tensors, *scales), arrays)]
-        method = g.sdpa_fp8 if kind == "fp8_fwd" else g.sdpa_fp8_backward
-        outs = [t for t in method(options=opts, **dict(zip((*tensors, *scales), ins)), **builder) if t is not None]
-        return g, ins, arrays, len(ins), outs, (None,) * len(outs)
-
-    r = graph_runner(handle, (kind, metas, tuple(given.values()), opts), autotune, given, build)
-    return run(handle, r, arrays, outputs, None, fkey)
+    return args.run(args.runner(method, autotune, given, options=opts, **builder), outputs, fkey)
 
 
 def sdpa_fp8(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayLike,
@@ -100,10 +86,10 @@ def sdpa_fp8(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArray
     given = {"o": o, "stats": stats, "amax_s": amax_s, "amax_o": amax_o}
     if not return_stats:
         del given["stats"]
-    opts = SdpaOptions.of(options, {"scale": scale, "causal": causal}, "sdpa_fp8")
+    opts = fp8_only("sdpa_fp8", SdpaOptions.of(options, {"scale": scale, "causal": causal}, "sdpa_fp8"))
 
     scales = dict(zip(FP8_FORWARD_SCALES, (descale_q, descale_k, descale_v, descale_s, scale_s, scale_o)))
-    outs = _fp8_call(handle, "fp8_fwd", {"q": q, "k": k, "v": v}, scales, given, opts, bool_arg(autotune, "autotune"),
+    outs = _fp8_call(handle, "sdpa_fp8", {"q": q, "k": k, "v": v}, scales, given, opts, bool_arg(autotune, "autotune"),
                      (options, scale, causal, autotune, return_stats), return_stats=return_stats)
     if not return_stats:
         outs.insert(1, None)
@@ -135,10 +121,10 @@ def sdpa_fp8_backward(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: De
     """
     given = {"dq": dq, "dk": dk, "dv": dv, "amax_dq": amax_dq, "amax_dk": amax_dk, "amax_dv": amax_dv,
              "amax_dp": amax_dp}
-    opts = SdpaOptions.of(options, {"scale": scale, "causal": causal}, "sdpa_fp8_backward")
-
+    opts = fp8_only("sdpa_fp8_backward", SdpaOptions.of(options, {"scale": scale, "causal": causal},
+                                                        "sdpa_fp8_backward"))
     scales = dict(zip(FP8_BACKWARD_SCALES, (descale_q, descale_k, descale_v, descale_o, descale_do, descale_s,
                                          descale_dp, scale_s, scale_dq, scale_dk, scale_dv, scale_dp)))
     tensors = {"q": q, "k": k, "v": v, "o": o, "do": do, "stats": stats}
-    return SdpaFp8Grads(*_fp8_call(handle, "fp8_bwd", tensors, scales, given, opts, bool_arg(autotune, "autotune"),
-                                   (options, scale, causal, autotune)))
+    return SdpaFp8Grads(*_fp8_call(handle, "sdpa_fp8_backward", tensors, scales, given, opts,
+                                   bool_arg(autotune, "autotune"), (options, scale, causal, autotune)))

@@ -250,9 +250,8 @@ class SdpaForward(Op):
         prob = _pw(ctx, "div", e, z, dtype=_F if dropout or fp8 else q.dtype)
         if fp8:  # amax of P, P scaled to q's FP8 type, and the descaled P V scaled into o
             _reduce(ctx, prob, "amax", out=outs["amax_s"])
-            v = ins["v"]
-            _fp8_matmul(ctx, _pw(ctx, "mul", prob, ins["scale_s"], dtype=q.dtype), v, (b, hq, sq, v.shape[3]), o,
-                        outs["amax_o"], ins["descale_s"], ins["descale_v"], ins["scale_o"])
+            p8 = _pw(ctx, "mul", prob, ins["scale_s"], dtype=q.dtype)
+            _fp8_matmul(ctx, ins, outs, "o", p8, ins["v"], ("descale_s", "descale_v"))
             return
         if dropout:
             mask = outs.get("rng_dump") or ctx.virtual((b, hq, sq, skv), _F)
@@ -333,17 +332,18 @@ class SdpaBackward(Op):
 
 
 # -- FP8 ----------------------------------------------------------------------------------------------------------
-def _fp8_matmul(ctx, a, b, full_shape, out, amax, descale_a, descale_b, scale_c, *, b_view=None, m=None, n=None,
-                k=None, heads_out=None) -> None:
+def _fp8_matmul(ctx, ins, outs, name: str, a, b, descales: tuple, heads_out=None) -> None:
     """cudnn-frontend's FP8 matmul: c = a @ b in float32 (summed over each head group when ``heads_out`` is fewer
-    heads), times ``descale_a * descale_b``; ``out`` = that times ``scale_c`` (FP8), ``amax`` = its max |.|."""
-    c = ctx.virtual(full_shape, _F)
-    _matmul(ctx, a, b, c, b_view=b_view, m=m, n=n, k=k)
-    if heads_out is not None and heads_out != full_shape[1]:
-        c = _reduce(ctx, c, "add", shape=(full_shape[0], heads_out, *full_shape[2:]))
-    c = _pw(ctx, "mul", _pw(ctx, "mul", c, descale_a), descale_b)
-    _pw(ctx, "mul", c, scale_c, out=out)
-    _reduce(ctx, c, "amax", out=amax)
+    heads), times the two ``descales``; output ``name`` = that times ``scale_<name>`` (FP8), ``amax_<name>`` = its
+    max |.|."""
+    full = (*a.shape[:3], b.shape[3])
+    c = ctx.virtual(full, _F)
+    _matmul(ctx, a, b, c)
+    if heads_out is not None and heads_out != full[1]:
+        c = _reduce(ctx, c, "add", shape=(full[0], heads_out, *full[2:]))
+    c = _pw(ctx, "mul", _pw(ctx, "mul", c, ins[descales[0]]), ins[descales[1]])
+    _pw(ctx, "mul", c, ins[f"scale_{name}"], out=outs[name])
+    _reduce(ctx, c, "amax", out=outs[f"amax_{name}"])
 
 
 class SdpaFp8Forward(SdpaForward):
@@ -365,8 +365,7 @@ class SdpaFp8Backward(Op):
     def lower(self, ctx: LowerContext) -> None:
         ins, outs, p = self.inputs, self.outputs, self.params
         q, k, v, o, do, stats = (ins[r] for r in ("q", "k", "v", "o", "do", "stats"))
-        b, hq, sq, d = q.shape
-        hk, skv, hv, dv = k.shape[1], k.shape[2], v.shape[1], v.shape[3]
+        (b, hq, sq, _), (hk, skv, hv, dv) = q.shape, (k.shape[1], k.shape[2], v.shape[1], v.shape[3])
         # softmax_sum = rowsum(dO * O) descaled
         t = _reduce(ctx, _pw(ctx, "mul", do, o, out=ctx.virtual((b, hq, sq, dv), _F)), "add", shape=(b, hq, sq, 1))
         softmax_sum = _pw(ctx, "mul", _pw(ctx, "mul", t, ins["descale_do"]), ins["descale_o"])
@@ -377,8 +376,7 @@ class SdpaFp8Backward(Op):
         e = _pw(ctx, "exp", _pw(ctx, "sub", _band_masks(ctx, _scores(ctx, ins, s), ins, p), stats))
         p8 = _pw(ctx, "mul", e, ins["scale_s"], dtype=q.dtype)
         # dV = P^T dO
-        _fp8_matmul(ctx, _reshape(ctx, p8, q.dtype), do, (b, hq, skv, dv), outs["dv"], outs["amax_dv"], ins["descale_s"], ins["descale_do"],
-                    ins["scale_dv"], heads_out=hv)
+        _fp8_matmul(ctx, ins, outs, "dv", _reshape(ctx, p8, q.dtype), do, ("descale_s", "descale_do"), heads_out=hv)
         # dS = P * (descaled dO V^T - softmax_sum) * scale, scaled to FP8 (dO's type)
         dp = ctx.virtual((b, hq, sq, skv), _F)
         _matmul(ctx, do, v, dp, b_view=(_swap_last(v.shape), _swap_last(v.strides)))
@@ -388,8 +386,6 @@ class SdpaFp8Backward(Op):
         _reduce(ctx, dp, "amax", out=outs["amax_dp"])
         ds8 = _pw(ctx, "mul", dp, ins["scale_dp"], dtype=do.dtype)
         # dQ = dS K
-        _fp8_matmul(ctx, ds8, _reshape(ctx, k, k.dtype, kt_view), (b, hq, sq, d), outs["dq"], outs["amax_dq"], ins["descale_dp"], ins["descale_k"],
-                    ins["scale_dq"])
+        _fp8_matmul(ctx, ins, outs, "dq", ds8, _reshape(ctx, k, k.dtype, kt_view), ("descale_dp", "descale_k"))
         # dK = dS^T Q
-        _fp8_matmul(ctx, _reshape(ctx, ds8, do.dtype), q, (b, hq, skv, d), outs["dk"], outs["amax_dk"], ins["descale_dp"], ins["descale_q"],
-                    ins["scale_dk"], heads_out=hk)
+        _fp8_matmul(ctx, ins, outs, "dk", _reshape(ctx, ds8, do.dtype), q, ("descale_dp", "descale_q"), heads_out=hk)

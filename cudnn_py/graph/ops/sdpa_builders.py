@@ -8,7 +8,6 @@ deprecated spellings of ``alibi=`` and ``return_stats=``.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +18,7 @@ from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from ..errors import GraphNotSupportedError
 from .base import Builder
 from .sdpa import FP8_BACKWARD_SCALES, FP8_FORWARD_SCALES, SdpaBackward, SdpaForward, SdpaFp8Backward, SdpaFp8Forward
-from .sdpa_options import SdpaOptions
+from .sdpa_options import SdpaOptions, fp8_only
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..graph import Tensor
@@ -36,8 +35,6 @@ _UNIFIED_SINCE = (9, 13, 1)
 _DQ_ACCUM_ANY_CONTENTS = (9, 6, 0)
 #: deprecated keyword -> its name now
 _RENAMED = {"alibi_slopes": "alibi", "generate_stats": "return_stats"}
-#: the options FP8 attention takes (the others must keep their defaults)
-_FP8_OPTIONS = ("scale", "causal")
 
 
 def _version() -> tuple[int, int, int]:
@@ -69,14 +66,6 @@ def _options(where: str, options, kwargs: dict, values: dict) -> SdpaOptions:
         warn(f"{where}(): {old}= is deprecated, use {new}=", stacklevel=4)
         values[new] = kwargs.pop(old)
     return SdpaOptions.of(options, kwargs, where)
-
-
-def _fp8_only(what: str, opts: SdpaOptions) -> None:
-    """Refuse the options FP8 attention does not take (anything but scale and causal)."""
-    plain = dataclasses.replace(SdpaOptions(), **{n: getattr(opts, n) for n in _FP8_OPTIONS})
-    if opts != plain:
-        other = [f.name for f in dataclasses.fields(opts) if getattr(opts, f.name) != getattr(plain, f.name)]
-        raise InvalidValueError(f"{what}: FP8 attention takes the options scale and causal only, not {other[0]}")
 
 
 class SdpaBuilders(Builder):
@@ -179,7 +168,7 @@ class SdpaBuilders(Builder):
                                      ("dropout", dropout > 0), ("a paged KV cache", paged is not None)) if on]
             if extra:
                 raise InvalidValueError(f"{what}: ragged (packed) attention with {extra[0]} is not verified in "
-                                        f"cudnn-py; pad the batch instead (seq_len_q/seq_len_kv without ragged offsets)")
+                                        f"cudnn-py; pad the batch (seq_len_q/seq_len_kv without ragged offsets)")
         if fp8 and rag:
             raise GraphNotSupportedError(self.name, [what], [], [("FP8 attention with ragged offsets", (
                 "not verified in cudnn-py (cuDNN's FP8 backward has no ragged form on Hopper)"))])
@@ -219,7 +208,8 @@ class SdpaBuilders(Builder):
     def _sdpa_out(self, q, v, name):
         """The forward's output (B, Hq, Sq, Dv) of q's dtype in q's layout."""
         shape = (*q.shape[:3], v.shape[3])
-        return self.virtual(shape, strides=_strides_like(shape, q.strides), name=name and f"{name}.o").set_dtype(q.dtype)
+        o = self.virtual(shape, strides=_strides_like(shape, q.strides), name=name and f"{name}.o")
+        return o.set_dtype(q.dtype)
 
     def _sdpa_bwd_io(self, what, ins, o, do, stats, name, fp8=False) -> dict:
         """Check the backward's ``o``, ``do`` (o's shape, head dim packed; q's dtype, or FP8 with o of q's type) and
@@ -473,7 +463,7 @@ class SdpaBuilders(Builder):
         values = {"return_stats": return_stats}
         opts = _options("Graph.sdpa_fp8", options, kwargs, values)
         return_stats = values["return_stats"] is not False
-        _fp8_only(what, opts)
+        fp8_only(what, opts)
         ins, params, _ = self._sdpa_common(what, q, k, v, opts, fp8=True)
         ins.update(self._fp8_scales(what, FP8_FORWARD_SCALES, locals()))
         q, v = ins["q"], ins["v"]
@@ -500,7 +490,7 @@ class SdpaBuilders(Builder):
         Each amax is the max |.| of that result before its scaling. ``scale``/``causal`` as in the forward."""
         what = name or f"sdpa_fp8_bwd{len(self.ops)}"
         opts = _options("Graph.sdpa_fp8_backward", options, kwargs, {})
-        _fp8_only(what, opts)
+        fp8_only(what, opts)
         ins, params, _ = self._sdpa_common(what, q, k, v, opts, fp8=True, backward=True)
         q, k, v = ins["q"], ins["k"], ins["v"]
         b, hq, sq, d = q.shape

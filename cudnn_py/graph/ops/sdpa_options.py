@@ -15,7 +15,7 @@ import numpy as np
 from cudnn_py.args import bool_arg, float_arg, int_arg
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
-__all__ = ["SdpaOptions", "ALIGNMENTS", "IMPLEMENTATIONS"]
+__all__ = ["SdpaOptions", "ALIGNMENTS", "IMPLEMENTATIONS", "fp8_only"]
 
 #: diagonal alignments of the causal / sliding-window bands
 ALIGNMENTS = ("top_left", "bottom_right")
@@ -130,3 +130,11 @@ class SdpaOptions:
 
 
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(SdpaOptions)}
+
+
+def fp8_only(what: str, opts: SdpaOptions) -> SdpaOptions:
+    """``opts``, refused unless every option but scale and causal (what FP8 attention takes) has its default."""
+    other = [n for n, v in _DEFAULTS.items() if n not in ("scale", "causal") and getattr(opts, n) != v]
+    if other:
+        raise InvalidValueError(f"{what}: FP8 attention takes the options scale and causal only, not {other[0]}")
+    return opts
