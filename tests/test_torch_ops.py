@@ -7,7 +7,6 @@ fails the comparison.
 from __future__ import annotations
 
 import importlib.util
-import math
 import subprocess
 import sys
 from pathlib import Path
@@ -41,10 +40,14 @@ def test_example_smoke_mode_is_one_line():
 def test_ops_are_registered_with_their_schemas():
     torch = pytest.importorskip("torch")
     import cudnn_py.torch  # noqa: F401
-    for name in ("sdpa_fwd", "sdpa_bwd", "norm_fwd", "norm_bwd"):
+    for name in ("sdpa_fwd", "sdpa_bwd", "sdpa_paged_fwd", "sdpa_fp8_fwd", "sdpa_fp8_bwd", "norm_fwd", "norm_bwd",
+                 "conv_fwd", "conv_dgrad", "conv_wgrad", "batch_norm_fwd", "batch_norm_bwd"):
         schema = str(getattr(torch.ops.cudnn_py, name).default._schema)
         assert schema.startswith(f"cudnn_py::{name}("), schema
-    assert "Tensor? seq_len_q" in str(torch.ops.cudnn_py.sdpa_fwd.default._schema)
+    fwd = str(torch.ops.cudnn_py.sdpa_fwd.default._schema)
+    assert "Tensor? seq_len_q" in fwd and "Tensor? ragged_offset_k," in fwd and "bool return_stats=True" in fwd
+    assert "ragged_offset_kv" not in fwd  # the package's name (cudnn_py.sdpa, SdpaOptions): v shares k's offsets
+    assert "SymInt max_seq_len_kv" in str(torch.ops.cudnn_py.sdpa_paged_fwd.default._schema)
 
 
 def _fake_device(torch) -> str:
@@ -78,6 +81,38 @@ def test_fake_implementations_give_output_shapes_and_layouts():
         o, stats = ops.sdpa_fwd(qp, kp, kp, None, cu[1:], cu[1:], cu, cu, None, None, 0.125, False, False, None,
                                 None, False, 0.0, 30, 40)
         assert o.shape == (50, 4, 64) and stats.shape == (3, 4, 30, 1)
+        o, stats = ops.sdpa_fwd(q, k, v, None, None, None, None, None, None, None, 0.125, True, False, None, None,
+                                False, 0.0, None, None, False)  # no statistics asked for: none made
+        assert o.shape == (2, 4, 7, 32) and stats.shape == (0,)
+
+
+def test_fake_paged_and_fp8_attention():
+    torch = pytest.importorskip("torch")
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    import cudnn_py.torch  # noqa: F401
+    ops = torch.ops.cudnn_py
+    dev = _fake_device(torch)
+    with FakeTensorMode(allow_non_fake_inputs=False):
+        q = torch.empty(3, 2, 8, 128, dtype=torch.bfloat16, device=dev).transpose(1, 2)  # BSHD, 2 new tokens
+        kc = torch.empty(20, 2, 16, 128, dtype=torch.bfloat16, device=dev)  # (blocks, Hk, block, D)
+        vc = torch.empty(20, 2, 16, 64, dtype=torch.bfloat16, device=dev)
+        table = torch.empty(3, 1, 5, 1, dtype=torch.int32, device=dev)
+        lens = torch.empty(3, dtype=torch.int32, device=dev)
+        o = ops.sdpa_paged_fwd(q, kc, vc, table, table, lens, lens, None, 0.1, True, True, None, None, False, 80)
+        assert o.shape == (3, 8, 2, 64) and o.dtype == torch.bfloat16 and o.stride(1) < o.stride(2)
+        f8 = torch.float8_e4m3fn
+        q8 = torch.empty(2, 128, 4, 128, dtype=f8, device=dev).transpose(1, 2)
+        k8 = torch.empty(2, 2, 128, 128, dtype=f8, device=dev)
+        one = torch.empty(1, 1, 1, 1, dtype=torch.float32, device=dev)
+        o8, st, amax_s, amax_o = ops.sdpa_fp8_fwd(q8, k8, k8, one, one, one, one, one, one, 0.1, True, True)
+        assert o8.dtype == f8 and o8.shape == (2, 4, 128, 128) and o8.stride(1) < o8.stride(2)
+        assert st.shape == (2, 4, 128, 1) and amax_s.shape == amax_o.shape == (1, 1, 1, 1)
+        assert ops.sdpa_fp8_fwd(q8, k8, k8, one, one, one, one, one, one, 0.1, True, False)[1].shape == (0,)
+        grads = ops.sdpa_fp8_bwd(q8, k8, k8, o8, o8, st, *[one] * 12, 0.1, True)
+        assert [tuple(g.shape) for g in grads[:3]] == [(2, 4, 128, 128), (2, 2, 128, 128), (2, 2, 128, 128)]
+        assert grads[0].stride(1) < grads[0].stride(2) and all(g.dtype == f8 for g in grads[:3])
+        assert [tuple(g.shape) for g in grads[3:]] == [(1, 1, 1, 1)] * 4
 
 
 def test_fake_conv_batch_norm_and_graph_op_layouts():
@@ -214,6 +249,46 @@ def test_sdpa_forward_backward_against_float64(tg, rng, dtype, case):
 
 
 @pytest.mark.gpu
+def test_hot_path_without_gradient_matches_float64_per_layout_and_options(tg, rng, monkeypatch):
+    """Eager calls that need no gradient take the hot path: the first call of a configuration goes through the
+    checks and makes its entry, the next ones are served from it (the checked path is then never reached). Another
+    layout of the same shapes, other options and return_stats are other entries; a call the entries do not fit
+    (another dtype, a gradient) goes through the checks again."""
+    torch, ct = tg
+    from cudnn_py.errors import InvalidTypeError
+    from cudnn_py.torch import attention as A
+    dtype, (b, hq, hk, sq, skv, d) = "bfloat16", (2, 4, 2, 40, 72, 64)
+    qa, ka, va = (rng.standard_normal((b, h, s, d)) for h, s in ((hq, sq), (hk, skv), (hk, skv)))
+    checked = A._checked
+    cases = [(layout, opts) for layout in ("bhsd", "bshd") for opts in
+             ({}, dict(causal=True, diagonal_alignment="bottom_right"), dict(left_bound=9, right_bound=3, scale=0.2))]
+    for layout, opts in cases:  # first calls: through the checks
+        q, k, v = (_t(torch, a, dtype, layout).detach() for a in (qa, ka, va))
+        ct.sdpa(q, k, v, **opts)
+        ct.sdpa(q, k, v, return_stats=True, **opts)
+
+    def unreachable(*args):
+        raise AssertionError("a repeated configuration went through the checked path")
+    monkeypatch.setattr(A, "_checked", unreachable)
+    for layout, opts in cases:
+        q, k, v = (_t(torch, a, dtype, layout).detach() for a in (qa, ka, va))  # new tensors, new addresses
+        ro, rs = R.forward(_h(q), _h(k), _h(v), **opts)
+        o = ct.sdpa(q, k, v, **opts)
+        _close(_h(o), ro, dtype)
+        assert layout == "bhsd" or o.stride(1) < o.stride(2)  # o follows q's BSHD layout
+        o, stats = ct.sdpa(q, k, v, return_stats=True, **opts)
+        _close(_h(o), ro, dtype)
+        _close(_h(stats), rs, dtype)
+    monkeypatch.setattr(A, "_checked", checked)
+    with pytest.raises(InvalidTypeError, match="share one dtype"):
+        ct.sdpa(q, k.half(), v)
+    q.requires_grad_(True)
+    o = ct.sdpa(q, k, v)  # a gradient is needed: the checked path, through autograd
+    o.backward(torch.ones_like(o))
+    assert o.grad_fn is not None and torch.isfinite(q.grad).all()
+
+
+@pytest.mark.gpu
 def test_sdpa_bias_gradient_and_padding_mask(tg, rng):
     torch, ct = tg
     dtype = "bfloat16"
@@ -342,6 +417,122 @@ def test_drop_in_refuses_what_it_cannot_express(tg):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_paged_kv_cache_against_float64(tg, rng, dtype):
+    """sdpa over a paged KV cache ((B, pages) int32 tables): grouped-query decode and a bottom-right causal prefill
+    over cached lengths that are not block multiples, against float64 on the gathered cache; padded query rows are
+    zero; opcheck; a gradient is refused (cuDNN has no paged backward)."""
+    torch, ct = tg
+    from cudnn_py.errors import InvalidValueError
+    tdt = getattr(torch, dtype)
+    b, hq, hk, d, block, pages = 3, 8, 2, 128, 16, 5
+    nblocks = b * pages + 3
+    kc, vc = (torch.tensor(rng.standard_normal((nblocks, hk, block, d)), device="cuda", dtype=tdt) for _ in range(2))
+    kh, vh = _h(kc), _h(vc)
+    lk = np.array([block * pages, 17, 1])
+    for sq in (1, 7):
+        lq = np.minimum(sq, lk)
+        q = torch.tensor(rng.standard_normal((b, hq, sq, d)), device="cuda", dtype=tdt)
+        mask = dict(causal=True, diagonal_alignment="bottom_right") if sq > 1 else {}
+        table = rng.permutation(nblocks)[:b * pages].reshape(b, pages).astype(np.int32)
+        tt = torch.tensor(table, device="cuda")
+        slq, slk = (torch.tensor(x, dtype=torch.int32, device="cuda") for x in (lq, lk))
+        o = ct.sdpa(q, kc, vc, seq_len_q=slq, seq_len_kv=slk, page_table_k=tt, page_table_v=tt,
+                    max_seq_len_kv=block * pages, **mask)
+        kk = np.stack([np.concatenate([kh[table[i, j]] for j in range(pages)], axis=1) for i in range(b)])
+        vv = np.stack([np.concatenate([vh[table[i, j]] for j in range(pages)], axis=1) for i in range(b)])
+        ro, _ = R.forward(_h(q), kk, vv, seq_len_q=lq, seq_len_kv=lk, **mask)
+        rows = np.broadcast_to(np.arange(sq)[None, None, :, None] < lq[:, None, None, None], o.shape)
+        _close(_h(o), ro, dtype, rows)
+        assert not _h(o)[~rows].any(), "query rows beyond seq_len_q must be zero"
+    args = (q, kc, vc, tt.reshape(b, 1, pages, 1), tt.reshape(b, 1, pages, 1), slq, slk, None, d ** -0.5, True, True,
+            None, None, False, block * pages)
+    torch.library.opcheck(torch.ops.cudnn_py.sdpa_paged_fwd.default, args)
+    with pytest.raises(InvalidValueError, match="no backward"):
+        ct.sdpa(q.requires_grad_(True), kc, vc, seq_len_q=slq, seq_len_kv=slk, page_table_k=tt, page_table_v=tt,
+                max_seq_len_kv=block * pages)
+
+
+FP8_TOL = {"e4m3": 0.05, "e5m2": 0.1}  # relative RMS error bound (max error: 3x that of max |ref|), as test_sdpa_gpu
+
+
+def _fp8_case(torch, rng, fmt, b, hq, hk, s, d):
+    """Quantized random q, k, v (host float64 values, FP8 CUDA tensors), the float64 causal forward, and the
+    scales a delayed-scaling recipe would pick."""
+    import ml_dtypes
+    dt = np.dtype(ml_dtypes.float8_e4m3fn if fmt == "e4m3" else ml_dtypes.float8_e5m2)
+    tdt = torch.float8_e4m3fn if fmt == "e4m3" else torch.float8_e5m2
+    shapes = ((b, hq, s, d), (b, hk, s, d), (b, hk, s, d))
+    (q8, qd), (k8, kd), (v8, vd) = (R.quantize(rng.standard_normal(sh), dt, 16.0) for sh in shapes)
+    ro, rs = R.forward(qd, kd, vd, causal=True)
+
+    def dev(a):
+        return torch.from_numpy(np.ascontiguousarray(a).view(np.uint8)).cuda().view(tdt)
+    return dict(dt=dt, dev=dev, q=dev(q8), k=dev(k8), v=dev(v8), qd=qd, kd=kd, vd=vd, ro=ro, rs=rs,
+                scale_s=256.0 if fmt == "e4m3" else 4096.0, scale_o=R.pow2_scale(np.abs(ro).max(), dt))
+
+
+def _fp8_close(got, ref, tol, what):
+    rms, mx = R.rel_errors(got, ref)
+    assert not np.isnan(got).any(), f"{what} has NaN: an element was not written"
+    assert rms <= tol and mx <= 3 * tol, f"{what}: relative RMS error {rms:.4f}, max {mx:.4f} (bound {tol})"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", ["e4m3", "e5m2"])
+def test_fp8_forward_backward_against_float64(tg, rng, fmt):
+    """sdpa_fp8 / sdpa_fp8_backward on torch float8 tensors with device scales: o, stats, the amax outputs and the
+    FP8 gradients against float64 references of the quantized values."""
+    torch, ct = tg
+    b, hq, hk, s, d = 2, 4, 2, 128, 128
+    r = _fp8_case(torch, rng, fmt, b, hq, hk, s, d)
+    tol = FP8_TOL[fmt]
+
+    def f32(x):
+        return torch.tensor([x], dtype=torch.float32, device="cuda")
+
+    def host(t):
+        return t.view(torch.uint8).cpu().numpy().view(r["dt"]).astype(np.float64)
+    fwd = dict(descale_q=f32(1 / 16), descale_k=f32(1 / 16), descale_v=f32(1 / 16), descale_s=f32(1 / r["scale_s"]),
+               scale_s=f32(r["scale_s"]), scale_o=f32(r["scale_o"]))
+    res = ct.sdpa_fp8(r["q"], r["k"], r["v"], causal=True, return_stats=True, **fwd)
+    _fp8_close(host(res.o) / r["scale_o"], r["ro"], tol, f"FP8 {fmt} o")
+    _close(_h(res.stats), r["rs"], "float16")
+    np.testing.assert_allclose(res.amax_o.item(), np.abs(r["ro"]).max(), rtol=2 * tol)
+    np.testing.assert_allclose(res.amax_s.item(), 1.0, rtol=1e-5)  # causal query 0 sees key 0 alone: P = 1
+    assert ct.sdpa_fp8(r["q"], r["k"], r["v"], causal=True, **fwd).stats is None
+
+    do8, dod = R.quantize(rng.standard_normal(r["ro"].shape), r["dt"], 16.0)
+    rdq, rdk, rdv, rds = R.backward(r["qd"], r["kd"], r["vd"], dod, causal=True, o=host(res.o) / r["scale_o"])
+    scale_dp = R.pow2_scale(np.abs(rds / np.sqrt(d)).max(), r["dt"])
+    sc = {n: R.pow2_scale(np.abs(x).max(), r["dt"]) for n, x in (("dq", rdq), ("dk", rdk), ("dv", rdv))}
+    bwd = dict(descale_q=f32(1 / 16), descale_k=f32(1 / 16), descale_v=f32(1 / 16), descale_o=f32(1 / r["scale_o"]),
+               descale_do=f32(1 / 16), descale_s=f32(1 / r["scale_s"]), descale_dp=f32(1 / scale_dp),
+               scale_s=f32(r["scale_s"]), scale_dq=f32(sc["dq"]), scale_dk=f32(sc["dk"]), scale_dv=f32(sc["dv"]),
+               scale_dp=f32(scale_dp))
+    g = ct.sdpa_fp8_backward(r["q"], r["k"], r["v"], res.o, r["dev"](do8), res.stats, causal=True, **bwd)
+    for n, got, ref, am in (("dq", g.dq, rdq, g.amax_dq), ("dk", g.dk, rdk, g.amax_dk), ("dv", g.dv, rdv, g.amax_dv)):
+        _fp8_close(host(got) / sc[n], ref, 2 * tol, f"FP8 {fmt} {n}")
+        np.testing.assert_allclose(am.item(), np.abs(ref).max(), rtol=2 * tol)
+    np.testing.assert_allclose(g.amax_dp.item(), np.abs(rds / np.sqrt(d)).max(), rtol=2 * tol)
+
+
+@pytest.mark.gpu
+def test_fp8_ops_opcheck_and_refusals(tg, rng):
+    torch, ct = tg
+    from cudnn_py.errors import InvalidTypeError
+    r = _fp8_case(torch, rng, "e4m3", 1, 2, 1, 64, 128)
+    one = torch.ones((1, 1, 1, 1), dtype=torch.float32, device="cuda")
+    torch.library.opcheck(torch.ops.cudnn_py.sdpa_fp8_fwd.default,
+                          (r["q"], r["k"], r["v"], *[one] * 6, 128 ** -0.5, True, True))
+    scales = dict.fromkeys(("descale_q", "descale_k", "descale_v", "descale_s", "scale_s", "scale_o"), one)
+    with pytest.raises(InvalidTypeError, match="float8"):
+        ct.sdpa_fp8(r["q"].float(), r["k"], r["v"], **scales)
+    with pytest.raises(InvalidTypeError, match="scale_o must be a one-element float32 tensor"):
+        ct.sdpa_fp8(r["q"], r["k"], r["v"], **{**scales, "scale_o": 2.0})
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
 @pytest.mark.parametrize("rms", [False, True])
 def test_norms_forward_backward_against_float64(tg, rng, dtype, rms):
@@ -451,6 +642,7 @@ def test_every_op_runs_on_the_current_stream(tg):
             torch.cuda._sleep(50_000_000)  # ~20 ms of GPU time on s
             for dst, src in ((q, q0), (k, k0), (v, v0), (x, x0), (c, c0)):
                 dst.copy_(src)
+            o_hot = ct.sdpa(q, k, v).clone()  # no gradient needed: the eager hot path
             q.requires_grad_(True)
             o = ct.sdpa(q, k, v)
             o.sum().backward()
@@ -462,6 +654,7 @@ def test_every_op_runs_on_the_current_stream(tg):
         ref = F.scaled_dot_product_attention(ref_q, k0.double(), v0.double())
         ref.sum().backward()
         torch.testing.assert_close(o2.double(), ref, rtol=2e-2, atol=2e-2)
+        torch.testing.assert_close(o_hot.double(), ref, rtol=2e-2, atol=2e-2)
         torch.testing.assert_close(gq.double(), ref_q.grad, rtol=2e-2, atol=5e-2)
         torch.testing.assert_close(y2.double(), F.layer_norm(x0.double(), (512,), w.double(), w.double()), rtol=2e-2,
                                    atol=2e-2)
