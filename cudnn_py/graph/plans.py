@@ -10,6 +10,7 @@
 """
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -204,10 +205,8 @@ class Plan:
 
     def bind(self, graph) -> "Plan":
         """This plan for another Graph object of the same structure (shares the cuDNN plan)."""
-        p = Plan.__new__(Plan)
-        p.descriptor, p.config, p.graph, p._executors, p._tag = self.descriptor, self.config, graph, {}, self._tag
-        p.cudnn_workspace_size, p.scratch, p.workspace_size = (self.cudnn_workspace_size, self.scratch,
-                                                               self.workspace_size)
+        p = copy.copy(self)
+        p.graph, p._executors = graph, {}
         return p
 
     @property
@@ -280,12 +279,15 @@ def plan_from_json(handle, text: str | bytes, graph=None, tag: str = "") -> Plan
 
 
 def _stored(graph, handle, options: tuple) -> list[tuple[Plan, float | None]] | None:
-    """The plans the on-disk store holds for ``graph`` and ``options`` (None if none, or if cuDNN refuses one)."""
+    """The plans the on-disk store holds for ``graph`` and ``options``, the graph frozen (None if none, or if cuDNN
+    refuses one)."""
     entries = plan_store.load(graph.key(), options, handle)
     if not entries:
         return None
     try:
-        return [(plan_from_json(handle, e["json"], graph, e["tag"] + " (stored)"), e.get("ms")) for e in entries]
+        plans = [(plan_from_json(handle, e["json"], graph, e["tag"] + " (stored)"), e.get("ms")) for e in entries]
+        graph.freeze()  # as lowering would: the plans fit this structure, so it must not change under them
+        return plans
     except (CudnnError, ValueError) as e:
         import warnings
         warnings.warn(f"plan cache: a stored plan was refused ({e}); building anew", RuntimeWarning, stacklevel=3)
@@ -379,7 +381,6 @@ def build_plans(graph, handle, modes: Sequence[str] = ("A", "FALLBACK"), *, poli
     options = ("build", modes, policy, deterministic, runtime_compilation, max_plans)
     stored = _stored(graph, handle, options) if cache else None
     if stored:
-        graph.freeze()
         cached[key] = [p for p, _ in stored]
         return list(cached[key])
     try:
@@ -433,7 +434,6 @@ def autotune(graph, handle, variant_pack: dict, *, modes=("A", "B", "FALLBACK"),
     options = ("autotune", tuple(_mode_name(m) for m in modes), tuple(sorted(filters.items())))
     stored = _stored(graph, handle, options)
     if stored:
-        graph.freeze()
         graph.plans = [p for p, _ in stored]
         return stored
     plans = build_plans(graph, handle, modes, policy="all", cache=False, **filters)

@@ -1,8 +1,4 @@
-"""Scaled dot-product attention (flash attention) through cached graph plans.
-
-The first call with a new configuration (shapes, strides, dtypes, options) builds an attention graph and its
-plan for the handle; every later call with the same configuration is a dict lookup and one
-``cudnnBackendExecute``::
+"""Scaled dot-product attention (flash attention) through cached graph plans::
 
     o, stats = cudnn_py.sdpa(h, q, k, v, causal=True, return_stats=True)     # torch tensors work too
     dq, dk, dv = cudnn_py.sdpa_backward(h, q, k, v, o, do, stats, causal=True)
@@ -18,9 +14,10 @@ are interleaved QKV. Outputs get the layout of their inputs (o follows q, dq/dk/
 of different lengths ("THD", as flash-attention's varlen functions take them) are (T, H, D) tensors with
 per-batch element offsets (``ragged_offset_q``/``ragged_offset_k``) and lengths (``seq_len_q``/``seq_len_kv``).
 
-A repeated call costs one dict lookup keyed by the arguments' shapes, strides and dtypes and the options, one
-keyed by their data pointers (the runner's variant pack: a new set of addresses is validated once), and the C
-call. The FP8 forms are in :mod:`cudnn_py.ops.sdpa_fp8`.
+The first call of a configuration (shapes, strides, dtypes, options) builds its graph and plan on the handle; a
+repeated call costs one dict lookup keyed by the arguments' shapes, strides and dtypes and the options, one keyed
+by their data pointers (the runner's variant pack: a new set of addresses is validated once), and one
+``cudnnBackendExecute``. The FP8 forms are in :mod:`cudnn_py.ops.sdpa_fp8`.
 """
 from __future__ import annotations
 
