@@ -1,9 +1,5 @@
-"""Executing plans: the fast executor, dict variant packs, CUDA graphs (all over :class:`~.runner.Runner`).
-
-The hot path (:class:`Executor`) is one dict lookup keyed by the arguments (data pointers, shapes, strides and
-dtypes, plus the workspace pointer when the plan needs one) and one ctypes call of ``cudnnBackendExecute`` with
-prepared arguments: a repeat call sets no attribute and builds nothing. A call with new arguments validates every
-array (dtype, shape, strides, device) against the graph's tensors and finalizes a variant pack.
+"""Executing plans: the fast executor (a repeat call is one dict lookup and one ctypes call), dict variant packs
+and CUDA graphs, all over :class:`~.runner.Runner`.
 """
 from __future__ import annotations
 

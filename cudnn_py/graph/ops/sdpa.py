@@ -8,11 +8,9 @@ backward likewise). cuDNN 9.13+ also has one unified ``OPERATION_SDPA_FWD`` desc
 the unified ``OPERATION_SDPA_BWD`` has no engines, its operation graph fails to finalize); docs/attention.md
 records which form has engines for which option.
 
-Shapes are logical ``(B, H, S, D)`` with any strides whose head dim is packed (stride 1): BHSD, BSHD and
-interleaved QKV are strides of the same logical tensors. K and V may have fewer heads than Q (grouped-query and
-multi-query attention: ``Hq % Hk == 0``). Packed ("THD") batches are the same logical tensors with ragged offsets:
-(B + 1, 1, 1, 1) int32/int64 tensors of each batch's first element (:meth:`Tensor.set_ragged_offset`), which
-replace the batch stride, so sequences of different lengths lie back to back with no padding in memory.
+Shapes are logical ``(B, H, S, D)`` with any strides whose head dim is packed (BHSD, BSHD, interleaved QKV); packed
+("THD") batches are the same logical tensors with ragged offsets (:meth:`Tensor.set_ragged_offset`) in place of
+the batch stride.
 
 :class:`SdpaFp8Forward` / :class:`SdpaFp8Backward` are the FP8 (e4m3/e5m2) forms with per-tensor descale/scale
 inputs and amax outputs (cudnn-frontend's pattern: the float32 scores and gradients are descaled after each

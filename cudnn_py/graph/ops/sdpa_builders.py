@@ -1,10 +1,6 @@
-"""The ``Graph.sdpa*`` builder methods: the attention tensors checked against each other and the options, then
-the operations of :mod:`.sdpa` added to the graph.
-
-Every method takes an :class:`~.sdpa_options.SdpaOptions` (``options=``) or its fields as keywords, the same names
-the entry points (:func:`cudnn_py.sdpa`) take; the tensors (bias, per-batch lengths, ALiBi slopes, ragged offsets,
-page tables, the dropout seed and offset) are keywords beside it. ``alibi_slopes=`` and ``generate_stats=`` are the
-deprecated spellings of ``alibi=`` and ``return_stats=``.
+"""The ``Graph.sdpa*`` builder methods: the attention tensors checked against each other and the options (an
+:class:`~.sdpa_options.SdpaOptions` or its fields as keywords), then the operations of :mod:`.sdpa` added to the
+graph. ``alibi_slopes=`` and ``generate_stats=`` are the deprecated spellings of ``alibi=`` and ``return_stats=``.
 """
 from __future__ import annotations
 
