@@ -5,8 +5,10 @@ a sleep kernel (so the GPU never holds the host back), wall time per call, media
 peers interleaved (one round times every peer once, in rotating order). Peers: torch's
 ``F.scaled_dot_product_attention`` (its own backend choice, and the cuDNN backend forced), the drop-in
 ``cudnn_py.torch.scaled_dot_product_attention``, ``cudnn_py.torch.sdpa``, the bare op
-``torch.ops.cudnn_py.sdpa_fwd``, and the core entry point ``cudnn_py.sdpa`` on torch tensors; forward + backward
-through autograd the same way.
+``torch.ops.cudnn_py.sdpa_fwd`` (through the dispatcher), the core entry point ``cudnn_py.sdpa`` on torch tensors
+and, where it is installed, cudnn-frontend's torch op ``cudnn.sdpa_torch``; forward + backward through autograd
+the same way. The forward table ends with the issue's bars: ``cudnn_py.torch.sdpa`` at most 1.5x torch's
+``F.scaled_dot_product_attention`` and 0.25x ``cudnn.sdpa_torch``, same run.
 
 Device time: CUDA events around ``--iters`` calls queued behind a sleep kernel, median of repeats (benchmarks/
 timing.py), at a training shape (attention B4 H16 S2048 D128 bf16, causal; norms 8192 x 4096 bf16).
@@ -54,6 +56,15 @@ def host_us(peers: dict, calls: int, repeats: int) -> dict[str, float]:
     return {n: statistics.median(v) for n, v in times.items()}
 
 
+def frontend_sdpa():
+    """cudnn-frontend's ``cudnn.sdpa_torch``, or None where it is not installed or does not load."""
+    try:
+        import cudnn
+        return cudnn.sdpa_torch
+    except Exception:  # noqa: BLE001 - not installed, or its library does not load: the peer is left out
+        return None
+
+
 def attention_peers(b, h, s, d, causal: bool, backward: bool) -> dict:
     q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16, requires_grad=backward)
                for _ in range(3))
@@ -69,11 +80,15 @@ def attention_peers(b, h, s, d, causal: bool, backward: bool) -> dict:
              "torch F.sdpa (cuDNN)": torch_cudnn,
              "cudnn_py.torch drop-in": lambda: ct.scaled_dot_product_attention(q, k, v, is_causal=causal),
              "cudnn_py.torch.sdpa": lambda: ct.sdpa(q, k, v, causal=causal)}
+    fe = frontend_sdpa()
     if not backward:
         scale = d ** -0.5
         peers["op cudnn_py::sdpa_fwd"] = lambda: torch.ops.cudnn_py.sdpa_fwd(
-            q, k, v, None, None, None, None, None, None, None, scale, causal, False, None, None, False, 0.0, None, None)
+            q, k, v, None, None, None, None, None, None, None, scale, causal, False, None, None, False, 0.0, None, None,
+            False)
         peers["cudnn_py.sdpa (core)"] = lambda: cudnn_py.sdpa(handle, q, k, v, causal=causal)
+        if fe is not None:
+            peers["cudnn-frontend cudnn.sdpa_torch"] = lambda: fe(q, k, v, is_causal=causal)
         return peers
     return {n: (lambda f=f: f().backward(do)) for n, f in peers.items()}
 
@@ -105,8 +120,16 @@ def main() -> None:
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, cuDNN {cudnn_py.version()}")
     for bwd in (False, True):
         what = "forward + backward" if bwd else "forward"
-        table(f"host time per eager call, attention {what}, B1 H1 S64 D64 bf16 causal",
-              host_us(attention_peers(1, 1, 64, 64, True, bwd), args.calls, args.repeats), "us")
+        host = host_us(attention_peers(1, 1, 64, 64, True, bwd), args.calls, args.repeats)
+        table(f"host time per eager call, attention {what}, B1 H1 S64 D64 bf16 causal", host, "us")
+        if not bwd:
+            ours = host["cudnn_py.torch.sdpa"]
+            ratio = ours / host["torch F.sdpa (auto)"]
+            line = f"  bars: cudnn_py.torch.sdpa / torch F.sdpa (auto) = {ratio:.2f} (at most 1.5)"
+            fe = host.get("cudnn-frontend cudnn.sdpa_torch")
+            if fe:
+                line += f"; / cudnn.sdpa_torch = {ours / fe:.2f} (at most 0.25)"
+            print(line)
         table(f"host time per eager call, norms {what}, 64 x 512 bf16",
               host_us(norm_peers(64, 512, bwd), args.calls, args.repeats), "us")
     for bwd in (False, True):

@@ -21,8 +21,10 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
+from cudnn_py.args import bool_arg
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.graph import Graph
+from cudnn_py.graph.ops.sdpa_options import SdpaOptions
 
 from .runtime import Prepared, call, context, dtype_name, eager, empty_like_layout, function, known, prepared
 
@@ -336,9 +338,8 @@ def _paged(q, k, v, page_table_k, page_table_v, seq_len_q, seq_len_kv, max_seq_l
     """The paged-KV-cache form of :func:`sdpa` (k and v are the caches), checked."""
     if page_table_k is None or page_table_v is None or seq_len_q is None or seq_len_kv is None:
         raise InvalidValueError("a paged KV cache needs page_table_k, page_table_v, seq_len_q and seq_len_kv")
-    if not isinstance(max_seq_len_kv, int) or isinstance(max_seq_len_kv, bool) or max_seq_len_kv < 1:
-        raise InvalidValueError(f"a paged KV cache needs max_seq_len_kv= (an int >= 1: the longest cached sequence), "
-                                f"got {max_seq_len_kv!r}")
+    if max_seq_len_kv is None:
+        raise InvalidValueError("a paged KV cache needs max_seq_len_kv= (the longest cached sequence)")
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, bias)):
         raise InvalidValueError("attention over a paged KV cache has no backward in cuDNN (inference only): run it "
                                 "under torch.no_grad() or torch.inference_mode(), or detach the inputs")
@@ -427,10 +428,13 @@ def _checked(q, k, v, hot_key, scale, causal, diagonal_alignment, left_bound, ri
     packed = cu_seqlens_q is not None or ragged_offset_q is not None
     _check_qkv(q, k, v, packed)
     given = (q, k, v)
-    if diagonal_alignment not in ("top_left", "bottom_right"):
-        raise InvalidValueError(f"diagonal_alignment must be 'top_left' or 'bottom_right', got {diagonal_alignment!r}")
-    s = float(scale) if scale is not None else 1.0 / math.sqrt(q.shape[-1])
-    causal, bottom_right, alibi = bool(causal), diagonal_alignment == "bottom_right", bool(alibi)
+    opt = SdpaOptions(scale=scale if scale is not None else 1.0 / math.sqrt(q.shape[-1]), causal=causal,
+                      diagonal_alignment=diagonal_alignment, left_bound=left_bound, right_bound=right_bound,
+                      alibi=bool_arg(alibi, "alibi"), dropout=dropout_p, max_seq_len_q=max_seq_len_q,
+                      max_seq_len_kv=max_seq_len_kv)  # checks and normalises the options
+    s, causal, bottom_right, alibi = opt.scale, opt.causal, opt.diagonal_alignment == "bottom_right", opt.alibi
+    left_bound, right_bound, dropout_p = opt.left_bound, opt.right_bound, opt.dropout
+    max_seq_len_q, max_seq_len_kv = opt.max_seq_len_q, opt.max_seq_len_kv
     if bias is not None:
         if not isinstance(bias, Tensor) or bias.dtype != q.dtype or bias.dim() != 4:
             raise InvalidTypeError(f"bias must be a 4-D tensor of q's dtype {q.dtype}")
@@ -470,8 +474,6 @@ def _checked(q, k, v, hot_key, scale, causal, diagonal_alignment, left_bound, ri
             raise InvalidValueError("a padding mask needs both seq_len_q and seq_len_kv")
         seq_len_q, seq_len_kv = _per_batch(seq_len_q, "seq_len_q"), _per_batch(seq_len_kv, "seq_len_kv")
     if dropout_p:
-        if not 0.0 < dropout_p < 1.0:
-            raise InvalidValueError(f"dropout_p must be in [0, 1), got {dropout_p!r}")
         if seed is None:
             seed = torch.randint(0, 2 ** 62, (1,), dtype=torch.int64, device=q.device)
         if offset is None:
@@ -479,7 +481,7 @@ def _checked(q, k, v, hot_key, scale, causal, diagonal_alignment, left_bound, ri
     elif seed is not None or offset is not None:
         seed = offset = None
     args = (q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset, s, causal,
-            bottom_right, left_bound, right_bound, alibi, float(dropout_p), max_seq_len_q, max_seq_len_kv)
+            bottom_right, left_bound, right_bound, alibi, dropout_p, max_seq_len_q, max_seq_len_kv)
     if hot_key is not None and all(map(operator.is_, (q, k, v), given)):  # no copies: the hot path can take them
         p, o, stats = _fwd(args[:_N_TENSORS], args[_N_TENSORS:] + (bool(return_stats),))
         cs = known(q.device.index)

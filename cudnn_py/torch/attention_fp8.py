@@ -167,9 +167,9 @@ def _scales(names, values, device) -> list[Tensor]:
     out = []
     for n, x in zip(names, values):
         if not isinstance(x, Tensor) or x.dtype != torch.float32 or x.numel() != 1 or x.device != device:
+            got = f"{x.dtype} of shape {tuple(x.shape)} on {x.device}" if isinstance(x, Tensor) else repr(x)
             raise InvalidTypeError(f"{n} must be a one-element float32 tensor on {device} (a device tensor, so the "
-                                   f"call needs no host copy and records in CUDA graphs), got "
-                                   f"{getattr(x, 'dtype', type(x).__name__)}")
+                                   f"call needs no host copy and records in CUDA graphs), got {got}")
         out.append(x.reshape(1, 1, 1, 1))
     return out
 
