@@ -249,12 +249,8 @@ class SdpaBuilders(Builder):
         ({} when nothing is ragged). q, k, v and o must all be ragged, with the padding mask (cuDNN's rule)."""
         own: dict[str, Tensor | None] = {r: self._own(t, f"ragged_offset_{r}") for r, t in ragged.items()
                                           if t is not None}
-        for r, t in (("q", q), ("k", k), ("v", v)):
-            if t.ragged_offset is not None:
-                if r in own and own[r] is not t.ragged_offset:
-                    raise InvalidValueError(f"{what}: {r} already has the ragged offset {t.ragged_offset.name}; "
-                                     f"ragged_offset_{r} gives another")
-                own[r] = t.ragged_offset
+        own.update({r: t.ragged_offset for r, t in (("q", q), ("k", k), ("v", v))
+                    if r not in own and t.ragged_offset is not None})
         if not own:
             return {}
         missing = [r for r in ("q", "k", "v", "o") if r not in own]
@@ -265,7 +261,7 @@ class SdpaBuilders(Builder):
             raise InvalidValueError(f"{what}: packed (ragged) attention needs the padding mask (seq_len_q and "
                                     f"seq_len_kv): cuDNN takes ragged offsets only with it")
         for r, t in (("q", q), ("k", k), ("v", v)):
-            t.set_ragged_offset(own[r])
+            self._sdpa_set_offset(what, t, own[r], r)
         own.setdefault("stats", None)
         return own
 
@@ -274,24 +270,16 @@ class SdpaBuilders(Builder):
         option) what the unified descriptor cannot take, measured on cuDNN 9.19."""
         if implementation == "composite":
             return "composite"
-        why = None
-        ver = _version()
-        if backward:
-            why = ("unified attention backward", "cuDNN 9.19's OPERATION_SDPA_BWD has no engines (its operation "
-                   "graph does not finalize); cudnn-py lowers the backward to the composite form only")
-        elif ver < _UNIFIED_SINCE:
-            why = ("unified attention", f"OPERATION_SDPA_FWD needs cuDNN >= {_vstr(_UNIFIED_SINCE)}; loaded "
-                   f"{_vstr(ver)}")
-        else:
-            on = [f for f, x in features.items() if x]
-            if on:
-                why = (on[0], f"OPERATION_SDPA_FWD in cudnn-py takes no {on[0]} (on cuDNN 9.19 it takes no masks, "
-                       "bias or dropout, and its engine ignores the sequence-length tensors): use "
-                       "implementation='composite'")
-        if implementation == "unified":
-            if why:
-                raise GraphNotSupportedError(self.name, [what], [], [why])
-            return "unified"
+        ver, on = _version(), [f for f, x in features.items() if x]
+        why = (("unified attention backward", "cuDNN 9.19's OPERATION_SDPA_BWD has no engines (its operation graph "
+                "does not finalize); cudnn-py lowers the backward to the composite form only") if backward else
+               ("unified attention", f"OPERATION_SDPA_FWD needs cuDNN >= {_vstr(_UNIFIED_SINCE)}; loaded "
+                f"{_vstr(ver)}") if ver < _UNIFIED_SINCE else
+               (on[0], f"OPERATION_SDPA_FWD in cudnn-py takes no {on[0]} (on cuDNN 9.19 it takes no masks, bias or "
+                "dropout, and its engine ignores the sequence-length tensors): use implementation='composite'")
+               if on else None)
+        if why and implementation == "unified":
+            raise GraphNotSupportedError(self.name, [what], [], [why])
         return "composite" if why else "unified"
 
     def sdpa(self, q: Tensor, k: Tensor, v: Tensor, options: SdpaOptions | None = None, *,
