@@ -291,24 +291,33 @@ class Runner:
                 recent[key] = vp
             return vp
 
+        if not self.workspace_size:  # two closures: the branch a shared one takes costs ~20 ns a call
+            def run(*arrays):
+                try:
+                    vp = recent_get(arrays)
+                except TypeError:  # an unhashable argument: the slow path says what is wrong with it
+                    vp = None
+                if vp is None:
+                    vp = lookup(arrays, arrays, None)
+                status = ex(h, plan, vp)
+                if status:
+                    raise error(status)
+            return run
         ws_get, size, stream = self.ws_get, self.workspace_size, self.stream
 
-        def run(*arrays):
-            if size:
-                wsp = ws_get(size, stream)
-                key = arrays + (wsp,)
-            else:
-                wsp, key = None, arrays
+        def run_ws(*arrays):
+            wsp = ws_get(size, stream)
+            key = arrays + (wsp,)
             try:
                 vp = recent_get(key)
-            except TypeError:  # an unhashable argument: the slow path says what is wrong with it
+            except TypeError:
                 vp = None
             if vp is None:
                 vp = lookup(arrays, key, wsp)
             status = ex(h, plan, vp)
             if status:
                 raise error(status)
-        return run
+        return run_ws
 
     def with_workspace(self, workspace: Any, *arrays: Any) -> None:
         """Execute with an explicit workspace (a DeviceArray of at least :attr:`workspace_size` bytes, or a device

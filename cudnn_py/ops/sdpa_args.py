@@ -283,5 +283,11 @@ def bind_output(handle: Any, given: Any, name: str, spec: tuple, shapes: Sequenc
 def fast_outputs(handle: Any, r: Runner, given: Sequence, ptrs: Sequence, sigs: Sequence) -> tuple[list, tuple]:
     """The outputs of a fast call and their data pointers: the caller's (``given``, ``ptrs``), or new arrays (packed
     ones as (T, H, D) arrays; ``sigs``: the signatures of q, k, v)."""
-    outs = [_new(handle, spec, [s[0] for s in sigs]) if x is None else x for x, spec in zip(given, r.specs)]
-    return outs, tuple(x.ptr if p is None else p for x, p in zip(outs, ptrs))
+    outs, out_ptrs = [], []
+    for x, p, spec in zip(given, ptrs, r.specs):  # a loop: the forward's hot path
+        if x is None:
+            x = _new(handle, spec, [s[0] for s in sigs])
+            p = x.ptr
+        outs.append(x)
+        out_ptrs.append(p)
+    return outs, tuple(out_ptrs)
