@@ -103,8 +103,9 @@ def _conv_grad(kind: str, dy: Tensor, other: Tensor, shape: list[int], padding: 
         tdy, to = _t(g, dy, "dy"), _t(g, other, "w" if dgrad else "x")
         made = (g.conv_dgrad(tdy, to, padding, stride, dilation, x_shape=tuple(shape)) if dgrad else
                 g.conv_wgrad(tdy, to, padding, stride, dilation, w_shape=tuple(shape)))
+        result = _output(made, out, "dx" if dgrad else "dw")  # marked before the build, which checks for outputs
         g.build(h)
-        return Prepared(h, g, [tdy, to, _output(made, out, "dx" if dgrad else "dw")])
+        return Prepared(h, g, [tdy, to, result])
     prepared(h, key, make).run(ctx, (dy.data_ptr(), other.data_ptr(), out.data_ptr()))
     return out
 
