@@ -1,8 +1,7 @@
-"""The arguments of the attention entry points (:mod:`cudnn_py.ops.sdpa`, :mod:`cudnn_py.ops.sdpa_fp8`): device
-tensors read and checked, packed (THD) tensors seen as their logical views, constants made, outputs bound, and
-their graphs' runners (:class:`~cudnn_py.graph.runner.Runner`). The options are an
-:class:`~cudnn_py.graph.ops.sdpa_options.SdpaOptions` (checked when made); the graph builder (``Graph.sdpa*``)
-checks the tensors' fit to each other.
+"""The arguments of the attention entry points (:mod:`cudnn_py.ops.sdpa`): device tensors read and checked, packed
+(THD) tensors seen as their logical views, constants made, outputs bound, and their graphs' runners
+(:class:`~cudnn_py.graph.runner.Runner`). The options are an :class:`~cudnn_py.graph.ops.sdpa_options.SdpaOptions`
+(checked when made); the graph builder (``Graph.sdpa*``) checks the tensors' fit to each other.
 """
 from __future__ import annotations
 
