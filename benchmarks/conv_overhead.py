@@ -4,8 +4,9 @@ Rows: (a) the raw capi call with prepared arguments (IMPLICIT_GEMM), (a') its bo
 (b) ``convolution_forward`` with that named algorithm (the legacy call) on DeviceArrays (y given, and y allocated),
 (c) the same with torch tensors, (d) ``torch.nn.functional.conv2d``, (f) ``convolution_forward`` with its defaults
 (``engine="auto"``: measured on the first call, then the kept engine's route) on DeviceArrays and (g) on torch
-tensors, y given and allocated, (h) ``graph.conv_forward``, (e) the C program ``conv_overhead.c``, compiled here with
-nvcc (or cc) against the loaded libcudnn. Host time per call = wall time of N back-to-back calls / N; the rows are
+tensors, y given and allocated, (h) ``graph.conv_forward``, (i) / (j) an output's allocation and free alone
+(``cudnn_py.empty`` / ``torch.empty``), (e) the C program ``conv_overhead.c``, compiled here with nvcc (or cc)
+against the loaded libcudnn. Host time per call = wall time of N back-to-back calls / N; the rows are
 timed in interleaved rounds (every row once per round, the device synchronised after each, outside the timing),
 median of 7 rounds, warm-up first. ``--json`` writes the figures (and the engine "auto" kept).
 
@@ -109,6 +110,8 @@ def main(argv=None) -> int:
             "(f) convolution_forward default, DeviceArrays, y given": lambda: fwd(h, conv, x, w, y=y),
             "(f') convolution_forward default, DeviceArrays, y new": lambda: fwd(h, conv, x, w),
             "(h) graph.conv_forward, DeviceArrays, y given": lambda: gconv.conv_forward(h, x, w, padding=1, y=y),
+            "(i) the output's allocation alone: cudnn_py.empty, freed": lambda: cudnn.empty((1, 8, 8, 8), np.float32,
+                                                                                             h.stream),
         }
         try:
             import torch
@@ -125,6 +128,7 @@ def main(argv=None) -> int:
                 "(g) convolution_forward default, torch, y given": lambda: fwd(h, conv, xt, wt, y=yt),
                 "(g') convolution_forward default, torch, y new": lambda: fwd(h, conv, xt, wt),
                 "(d) torch.nn.functional.conv2d (y new)": lambda: torch.nn.functional.conv2d(xt, wt, padding=1),
+                "(j) torch.empty, freed": lambda: torch.empty((1, 8, 8, 8), device="cuda"),
             })
         us = per_call_us(rows, cudnn.synchronize, args.iters)
         kept = {str(k[0]): c.engine for k, c in engine_choice.choices(h).items()}

@@ -28,9 +28,10 @@ time) and the torch column is empty.
 
 ``--probe`` (per selected row, after its peers): every engine configuration cuDNN offers for each graph the graph
 path runs (heuristics modes A, B and FALLBACK, enumerated as ``algos --graph`` does, each built into a plan bound to
-fresh arrays) and, for the convolutions, every legacy algorithm ``Find...Ex`` reports as supported, timed in
-interleaved rounds beside torch and the graph path's own call (the same sampler). The row then says either "cuDNN
-limitation: best of N engines = X ms" (no configuration reaches torch) or which configuration beats the one in use.
+the arrays the graph path's call bound) and, for the convolutions, every legacy algorithm ``Find...Ex`` reports as
+supported (elsewhere the legacy call), timed in interleaved rounds beside torch and the graph path's own call (the
+same sampler). The row then says either "cuDNN limitation: best of N engines = X ms" (no configuration reaches
+torch) or which configuration beats the one in use.
 """
 from __future__ import annotations
 
@@ -575,35 +576,35 @@ def measure(b: Bench, sel, json_path: str | None, out=sys.stderr, meta: dict | N
 
 # ---------------------------------------------------------------- --probe: every engine configuration
 
-def _graph_executors(h) -> list:
-    """The executors the graph path of the call just run left in the handle's caches (the operation modules' and
-    the convolutions'), in the order they were built."""
+def _graph_calls(h, call: Callable) -> list[tuple]:
+    """(executor, arguments) of each graph ``call()`` runs, in order, with the handle's caches cleared first (so its
+    graphs are built now): the operation modules' graph paths and the convolutions run every graph through an
+    :class:`~cudnn_py.graph.Executor` call, which is recorded here for this one call."""
     from cudnn_py.graph import Executor
-    found = []
-    for ns in ("graph.legacy", "graph.conv"):
-        for ent in h.cache.get(ns, {}).values():
-            ex = ent[0] if isinstance(ent, tuple) and ent else ent
-            if isinstance(ex, Executor):
-                found.append(ex)
-    return found
+    seen: dict[int, tuple] = {}
 
-
-def _fresh(b: Bench, t):
-    """A device array for graph tensor ``t`` (its shape and strides): random for float types, zeros otherwise (a
-    pooling window index must point inside its window)."""
-    np = b.np
-    from cudnn_py.memory import DeviceArray
-    extent = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.strides))
-    kind = np.dtype(t.np_dtype).kind
-    host = (b.rng.standard_normal(extent) if kind == "f" or t.np_dtype.name == "bfloat16" else np.zeros(extent))
-    buf = b.cudnn.to_device(host.astype(t.np_dtype), b.h.stream)
-    return DeviceArray(buf.ptr, t.shape, t.np_dtype, t.strides, device_id=buf.device_id, owner=buf)
+    def record(self, *args):
+        seen[id(self)] = (self, args)
+        return super(Executor, self).__call__(*args)
+    h.clear_caches()
+    own = Executor.__dict__.get("__call__")
+    Executor.__call__ = record  # type: ignore[method-assign]
+    try:
+        call()
+    finally:
+        if own is None:
+            del Executor.__call__
+        else:
+            Executor.__call__ = own  # type: ignore[method-assign]
+    return list(seen.values())
 
 
 def probe(b: Bench, case: Case, live: dict[str, Callable]) -> dict:
     """Every engine configuration of the graph path's graphs (heuristics A, B, FALLBACK: ``algos --graph``'s
-    enumeration) and every legacy algorithm of the case (convolutions), timed beside torch and the graph path's call
-    in interleaved rounds; the best configuration per graph (a call of several graphs: their sum) against torch."""
+    enumeration), each bound to the arrays the graph path's call bound (timings of pooling's backward depend on
+    them), and every legacy algorithm of the case (convolutions; elsewhere the legacy call), timed beside torch and
+    the graph path's call in interleaved rounds; the best configuration per graph (a call of several graphs: their
+    sum) against torch."""
     import cudnn_py.graph as G
     from cudnn_py.cli.algos_graph import collect_configs
     from cudnn_py.errors import CudnnPyError
@@ -612,11 +613,8 @@ def probe(b: Bench, case: Case, live: dict[str, Callable]) -> dict:
     fns: dict[str, Callable] = {k: live[k] for k in ("torch", "graph") if k in live}
     graphs = []
     if "graph" in live:
-        h.clear_caches()
-        live["graph"]()
-        for i, ex in enumerate(_graph_executors(h)):
+        for i, (ex, arrays) in enumerate(_graph_calls(h, live["graph"])):
             g, tensors = ex.plan.graph, ex.tensors
-            arrays = tuple(_fresh(b, t) for t in tensors)
             cfgs, sources, notes = collect_configs(g, h, ("A", "B", "FALLBACK"))
             res["notes"] += notes
             names: dict[str, str] = {}  # name in the timings -> config tag
@@ -638,6 +636,8 @@ def probe(b: Bench, case: Case, live: dict[str, Callable]) -> dict:
         except CudnnPyError as e:
             algos, res["notes"] = {}, res["notes"] + [f"legacy algorithms: {e}"]
         fns.update(algos)
+    elif "legacy" in live:  # one legacy kernel, no algorithms to choose from
+        fns["legacy call"] = live["legacy"]
     for fn in fns.values():
         b.host_us(fn)
     ms = b.device_ms(fns)

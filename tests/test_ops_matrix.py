@@ -2,6 +2,7 @@
 with arguments the real signatures take (the calls themselves replaced by stand-ins)."""
 from __future__ import annotations
 
+import functools
 import importlib.util
 import inspect
 import sys
@@ -191,8 +192,7 @@ def test_probe_times_every_configuration_and_names_the_limit(om, monkeypatch):
     t = types.SimpleNamespace(shape=(2, 4), strides=(4, 1), np_dtype=np.dtype(np.float32), name="x")
     ex = types.SimpleNamespace(plan=types.SimpleNamespace(graph=types.SimpleNamespace(name="relu"), tag="eng0 k1"),
                                tensors=(t,))
-    monkeypatch.setattr(om, "_graph_executors", lambda h: [ex])
-    monkeypatch.setattr(om, "_fresh", lambda b, t: fake(t.shape))
+    monkeypatch.setattr(om, "_graph_calls", lambda h, call: (call(), [(ex, (fake(t.shape),))])[1])
     cfgs = [types.SimpleNamespace(tag=tag) for tag in ("eng0 k1", "eng3", "eng9")]
     sources = {"eng0 k1": ["A"], "eng3": ["A", "B"], "eng9": ["FALLBACK"]}
     monkeypatch.setattr(algos_graph, "collect_configs", lambda g, h, modes: (cfgs, sources, ["heuristics B: x"]))
@@ -220,3 +220,23 @@ def test_probe_times_every_configuration_and_names_the_limit(om, monkeypatch):
     assert res["engines"] == 3 and res["best_legacy_ms"] == 0.9 and res["best_ms"] == 0.9
     row.probe = res
     assert "best of 3 engines = 0.9000 ms reaches torch" in om.probe_line(row)
+    times["legacy call"] = 1.1  # a family without algorithms: its legacy call is one engine
+    res = om.probe(b, om.Case(1.0, fns={}), {**live, "legacy": lambda: None})
+    assert res["legacy"] == {"legacy call": 1.1} and res["engines"] == 3 and res["best_ms"] == 1.1
+
+
+def test_graph_calls_records_each_executor_call_once(om):
+    """The probe's record of what the graph path runs: every Executor call of one call, the executor and its
+    arguments, the last call of each; Executor's own call is back afterwards."""
+    from cudnn_py.graph import Executor
+
+    class Ex(Executor):  # an Executor over a plain function (no plan)
+        def __new__(cls, fn):
+            return functools.partial.__new__(cls, fn)
+    got: list = []
+    a, b = Ex(lambda *x: got.append(x)), Ex(lambda *x: None)
+    h = NoCallHandle()
+    h.clear_caches = h.cache.clear
+    rec = om._graph_calls(h, lambda: (a(1, 2), b(3), a(4, 5)))
+    assert [(e is a, args) for e, args in rec] == [(True, (4, 5)), (False, (3,))] and got == [(1, 2), (4, 5)]
+    assert "__call__" not in Executor.__dict__

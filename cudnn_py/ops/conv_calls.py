@@ -219,14 +219,19 @@ class _GraphCall:
 
     def __init__(self, ex, allocated: DeviceArray | None):
         self.runner = ex.runner
-        self.alloc: tuple | None = None if allocated is None else (
-            allocated.shape, allocated.dtype, allocated.strides, allocated.span()[1])
+        self.alloc: tuple | None = None if allocated is None else (  # elements spanned, -1: C-contiguous
+            allocated.shape, allocated.dtype, allocated.strides,
+            -1 if allocated.is_contiguous else allocated.span()[1])
 
     def __call__(self, handle: Handle, a_ptr: int, b_ptr: int, out, out_ptr: int):
         if out is None:
             shape, dtype, strides, n = self.alloc  # type: ignore[misc]
-            buf = empty((n,), dtype, stream=handle.stream, device=handle.device)
-            out, out_ptr = DeviceArray.from_parts(buf.ptr, shape, dtype, strides, buf.device_id, buf, None), buf.ptr
+            if n < 0:  # C-contiguous: the allocation itself
+                out = empty(shape, dtype, stream=handle.stream, device=handle.device)
+            else:
+                buf = empty((n,), dtype, stream=handle.stream, device=handle.device)
+                out = DeviceArray.from_parts(buf.ptr, shape, dtype, strides, buf.device_id, buf, None)
+            out_ptr = out.ptr
         r, ptrs = self.runner, (a_ptr, b_ptr, out_ptr)
         wsp = r.workspace()  # the pack of these addresses (made once; the route's key fixed their signatures)
         r.execute(r.pack(ptrs if wsp is None else ptrs + (wsp,), ptrs, wsp))
