@@ -193,7 +193,7 @@ def test_knob_and_autotune_arguments_are_checked_before_cudnn():
     assert plans._knob_type("SPLIT_K") == plans._knob_type("CUDNN_KNOB_TYPE_SPLIT_K")
     with pytest.raises(ValueError, match="unknown knob type"):
         plans._knob_type("NOPE")
-    with pytest.raises(TypeError, match="int value"):
-        plans._knob_value(2.5, "SPLIT_K")
+    with pytest.raises(TypeError, match="knob 'SPLIT_K' must be an int"):
+        plans.engine_config(None, None, 0, {"SPLIT_K": 2.5})
     with pytest.raises(TypeError, match="no cache="):
         plans.autotune(None, None, {}, cache=False)

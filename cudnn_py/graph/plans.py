@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from cudnn_py import _loader, capi
-from cudnn_py.args import enum_member
+from cudnn_py.args import INT64_MAX, enum_member, int_arg
 from cudnn_py.errors import CudnnBadParamError, CudnnError, CudnnNotSupportedError, InvalidTypeError, InvalidValueError
 from cudnn_py.caches import handle_cache
 
@@ -126,7 +126,7 @@ def heuristics(graph, handle, mode="A") -> list[EngineConfig]:
 
 def engine_config(graph, handle, global_index: int, knobs: dict | None = None) -> EngineConfig:
     """The config of engine ``global_index`` for ``graph`` with ``knobs`` ({knob type: value}; else defaults)."""
-    knobs = {_knob_type(k): _knob_value(v, k) for k, v in (knobs or {}).items()}
+    knobs = {_knob_type(k): int_arg(v, f"knob {k!r}", -INT64_MAX - 1, INT64_MAX) for k, v in (knobs or {}).items()}
     op_graph = graph.lower(handle)
     eng = BackendDescriptor("ENGINE", operation_graph=op_graph, global_index=int(global_index)).finalize()
     cfg = BackendDescriptor("ENGINECFG", engine=eng)
@@ -142,12 +142,6 @@ def engine_config(graph, handle, global_index: int, knobs: dict | None = None) -
 def _knob_type(k) -> capi.cudnnBackendKnobType_t:
     """A knob type from a member, its int value, or its name (``'CUDNN_KNOB_TYPE_SPLIT_K'`` or ``'SPLIT_K'``)."""
     return enum_member(capi.cudnnBackendKnobType_t, k, "CUDNN_KNOB_TYPE_", "knob type")
-
-
-def _knob_value(v, k) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise InvalidTypeError(f"knob {k!r} takes an int value, got {v!r}")
-    return v
 
 
 def engine_configs(graph, handle) -> tuple[list[EngineConfig], list[tuple[str, str]]]:
@@ -305,40 +299,23 @@ def _store(graph, handle, options: tuple, timed: list[tuple[Plan, float | None]]
 # -- building, with the cache -------------------------------------------------------------------------------------
 
 
-def _plan_cache(handle) -> dict:
-    """Plans are bound to the handle they were built with: cached per handle, dropped when it closes."""
-    return handle_cache(handle, "graph.plans")
-
-
-def _plan_counts(handle) -> dict:
-    """The handle's plan-cache lookups that hit and missed (``"hits"``, ``"misses"``), kept beside its plans."""
-    return handle_cache(handle, "graph.plans.lookups", maxsize=2)
-
-
-def _count(handle, outcome: str) -> None:
-    counts = _plan_counts(handle)
-    counts[outcome] = counts.get(outcome, 0) + 1  # a diagnostic: two threads may now and then count once
+def _plan_cache(handle) -> tuple[dict, dict]:
+    """The handle's plans (bound to the handle they were built with: dropped when it closes) and beside them its
+    plan-cache lookups that hit and missed (``"hits"``, ``"misses"``)."""
+    return handle_cache(handle, "graph.plans"), handle_cache(handle, "graph.plans.lookups", maxsize=2)
 
 
 def plan_cache_clear(handle) -> None:
     """Forget ``handle``'s cached plans and reset its hit/miss counts."""
-    _plan_cache(handle).clear()
-    _plan_counts(handle).clear()
+    for cache in _plan_cache(handle):
+        cache.clear()
 
 
 def plan_cache_info(handle) -> dict:
     """``{"entries", "hits", "misses"}``: how many plan lists ``handle`` has cached, and how many of its
     :func:`build_plans` lookups hit and missed since it was made or last cleared."""
-    counts = _plan_counts(handle)
-    return {"entries": len(_plan_cache(handle)), "hits": counts.get("hits", 0), "misses": counts.get("misses", 0)}
-
-
-def _keep(cfg: EngineConfig, deterministic: bool, runtime_compilation: bool) -> str | None:
-    if deterministic and not cfg.is_deterministic:
-        return "non-deterministic (deterministic=True)"
-    if not runtime_compilation and cfg.needs_runtime_compilation:
-        return "needs runtime compilation (runtime_compilation=False)"
-    return None
+    plans, counts = _plan_cache(handle)
+    return {"entries": len(plans), "hits": counts.get("hits", 0), "misses": counts.get("misses", 0)}
 
 
 def _candidates(graph, handle, modes, deterministic, runtime_compilation, reasons):
@@ -346,8 +323,7 @@ def _candidates(graph, handle, modes, deterministic, runtime_compilation, reason
     for op in graph.ops:
         for idx, why in op.excluded_engines().items():
             excluded.setdefault(idx, f"{op.name}: {why}")
-    for m in modes:
-        name = _mode_name(m)
+    for name in modes:  # checked names
         try:
             cfgs = heuristics(graph, handle, name)
         except CudnnError as e:
@@ -356,7 +332,9 @@ def _candidates(graph, handle, modes, deterministic, runtime_compilation, reason
         if not cfgs:
             reasons.append((f"heuristics {name}", "returned no engine configs"))
         for cfg in cfgs:
-            why = _keep(cfg, deterministic, runtime_compilation) or excluded.get(cfg.global_index)
+            why = ("non-deterministic (deterministic=True)" if deterministic and not cfg.is_deterministic else
+                   "needs runtime compilation (runtime_compilation=False)"
+                   if not runtime_compilation and cfg.needs_runtime_compilation else excluded.get(cfg.global_index))
             if why:
                 reasons.append((f"{cfg.tag} ({cfg.source})", "skipped: " + why))
                 continue
@@ -372,12 +350,12 @@ def build_plans(graph, handle, modes: Sequence[str] = ("A", "FALLBACK"), *, poli
         raise InvalidValueError(f"policy must be 'first' or 'all', got {policy!r}")
     modes = tuple(_mode_name(m) for m in modes)
     key = (graph.key(), modes, policy, deterministic, runtime_compilation, max_plans)
-    cached = _plan_cache(handle)
-    if cache and key in cached:
-        _count(handle, "hits")
+    cached, counts = _plan_cache(handle)
+    outcome = "hits" if cache and key in cached else "misses"
+    counts[outcome] = counts.get(outcome, 0) + 1  # a diagnostic: two threads may now and then count once
+    if outcome == "hits":
         graph.freeze()  # as lowering would: the plans fit this structure, so it must not change under them
         return [p.bind(graph) for p in cached[key]]
-    _count(handle, "misses")
     options = ("build", modes, policy, deterministic, runtime_compilation, max_plans)
     stored = _stored(graph, handle, options) if cache else None
     if stored:

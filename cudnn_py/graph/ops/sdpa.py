@@ -51,18 +51,10 @@ def _swap_last(shape_or_strides) -> tuple:
 # -- lowering helpers: one backend operation each ------------------------------------------------------------------
 def _pw(ctx: LowerContext, mode, x, b=None, t=None, *, out=None, dtype=_F, compute=_F, **params):
     """One pointwise operation into ``out`` (default: a new virtual tensor of ``dtype``); returns the output."""
-    mode = pointwise_mode(mode)
-    if out is None:
-        shape = x.shape
-        if b is not None:
-            shape = tuple(max(m, n) for m, n in zip(shape, b.shape))
-        out = ctx.virtual(shape, dtype)
-    ins = {"x": x}
-    if b is not None:
-        ins["b"] = b
-    if t is not None:
-        ins["t"] = t
-    Pointwise(ins, {"y": out}, {"mode": mode, "compute_dtype": compute, **params}).lower(ctx)
+    if out is None:  # b broadcast against x
+        out = ctx.virtual(x.shape if b is None else tuple(map(max, x.shape, b.shape)), dtype)
+    ins = {r: v for r, v in (("x", x), ("b", b), ("t", t)) if v is not None}
+    Pointwise(ins, {"y": out}, {"mode": pointwise_mode(mode), "compute_dtype": compute, **params}).lower(ctx)
     return out
 
 
@@ -215,10 +207,7 @@ class SdpaForward(Op):
     kind = "sdpa_fwd"
 
     def lower(self, ctx: LowerContext) -> None:
-        if self.params["implementation"] == "unified":
-            self._lower_unified(ctx)
-        else:
-            self._lower_composite(ctx)
+        (self._lower_unified if self.params["implementation"] == "unified" else self._lower_composite)(ctx)
 
     def _lower_unified(self, ctx: LowerContext) -> None:
         ins, outs = self.inputs, self.outputs
