@@ -64,8 +64,7 @@ def _gen_index(ctx, x, axis: int, compute=_F):
 
 def _reduce(ctx: LowerContext, x, mode: str, *, out=None, shape=None):
     """A reduction of ``x`` to ``out`` (or a new float virtual of ``shape``); returns the output."""
-    if out is None:
-        out = ctx.virtual(shape, _F)
+    out = ctx.virtual(shape, _F) if out is None else out
     Reduction({"x": x}, {"y": out}, {"mode": capi.cudnnReduceTensorOp_t[f"CUDNN_REDUCE_TENSOR_{mode.upper()}"],
                                      "compute_dtype": _F}).lower(ctx)
     return out
@@ -110,28 +109,16 @@ def _rng(ctx: LowerContext, seed, offset, out, keep_probability: float) -> None:
     ctx.add(d.finalize(), rng, sd)
 
 
-def _paged_load(ctx: LowerContext, container, page_table, seq_len_kv, out) -> None:
-    """Gather a paged K or V cache (``container`` (blocks, H, block, D)) into the virtual ``out``."""
-    ctx.add(BackendDescriptor("OPERATION_PAGED_CACHE_LOAD", container_desc=ctx.tensor(container),
-                              page_table_desc=ctx.tensor(page_table), sequence_desc=ctx.tensor(seq_len_kv),
-                              ydesc=ctx.tensor(out)).finalize())
+def _paged_load(ctx: LowerContext, ins, name: str, shape, strides=None):
+    """Gather the paged K or V cache ``ins[name]`` ((blocks, H, block, D)) into a new virtual tensor of ``shape``."""
+    out = ctx.virtual(shape, ins[name].dtype, strides=strides)
+    ctx.add(BackendDescriptor("OPERATION_PAGED_CACHE_LOAD", container_desc=ctx.tensor(ins[name]),
+                              page_table_desc=ctx.tensor(ins[f"page_table_{name}"]),
+                              sequence_desc=ctx.tensor(ins["seq_len_kv"]), ydesc=ctx.tensor(out)).finalize())
+    return out
 
 
 # -- the score modifiers shared by forward and backward ----------------------------------------------------------
-def _padding_mask(ctx, s, ins):
-    row, col = _gen_index(ctx, s, 2, _I32), _gen_index(ctx, s, 3, _I32)
-    rm = _pw(ctx, "cmp_lt", row, ins["seq_len_q"], dtype=_BOOL, compute=_BOOL)
-    cm = _pw(ctx, "cmp_lt", col, ins["seq_len_kv"], dtype=_BOOL, compute=_BOOL)
-    keep = _pw(ctx, "logical_and", rm, cm, dtype=_BOOL, compute=_BOOL)
-    return _pw(ctx, "binary_select", s, ins["neg_inf"], keep)
-
-
-def _alibi(ctx, s, ins):
-    row, col = _gen_index(ctx, s, 2, _I32), _gen_index(ctx, s, 3, _I32)
-    dist = _pw(ctx, "sub", col, row, dtype=_I32, compute=_I32)
-    return _pw(ctx, "add", s, _pw(ctx, "mul", dist, ins["alibi_slopes"]))
-
-
 def _band_masks(ctx, s, ins, p):
     """The causal / sliding-window bands: keep col <= row + shift + right_bound and col > row + shift - left_bound,
     where shift = s_kv - s_q (per batch under padding) for bottom-right alignment, else 0."""
@@ -169,10 +156,15 @@ def _scores(ctx, ins, s_raw):
         s = _pw(ctx, "mul", _pw(ctx, "mul", s, ins["descale_q"]), ins["descale_k"])
     if "bias" in ins:
         s = _pw(ctx, "add", s, ins["bias"])
-    if "alibi_slopes" in ins:
-        s = _alibi(ctx, s, ins)
-    if "seq_len_q" in ins:
-        s = _padding_mask(ctx, s, ins)
+    if "alibi_slopes" in ins:  # + slope * (col - row)
+        row, col = _gen_index(ctx, s, 2, _I32), _gen_index(ctx, s, 3, _I32)
+        dist = _pw(ctx, "sub", col, row, dtype=_I32, compute=_I32)
+        s = _pw(ctx, "add", s, _pw(ctx, "mul", dist, ins["alibi_slopes"]))
+    if "seq_len_q" in ins:  # the padding mask: -inf outside row < seq_len_q and col < seq_len_kv
+        row, col = _gen_index(ctx, s, 2, _I32), _gen_index(ctx, s, 3, _I32)
+        rm = _pw(ctx, "cmp_lt", row, ins["seq_len_q"], dtype=_BOOL, compute=_BOOL)
+        cm = _pw(ctx, "cmp_lt", col, ins["seq_len_kv"], dtype=_BOOL, compute=_BOOL)
+        s = _pw(ctx, "binary_select", s, ins["neg_inf"], _pw(ctx, "logical_and", rm, cm, dtype=_BOOL, compute=_BOOL))
     return s
 
 
@@ -182,19 +174,14 @@ def _k_transposed(ctx, ins, p):
     if "page_table_k" not in ins:
         return k, (_swap_last(k.shape), _swap_last(k.strides))
     b, hk, d, skv = p["batch"], k.shape[1], k.shape[3], p["s_kv"]
-    kt = ctx.virtual((b, hk, d, skv), k.dtype, strides=(d * skv * hk, d * skv, 1, d))
-    _paged_load(ctx, k, ins["page_table_k"], ins["seq_len_kv"], kt)
-    return kt, None
+    return _paged_load(ctx, ins, "k", (b, hk, d, skv), (d * skv * hk, d * skv, 1, d)), None
 
 
 def _v_loaded(ctx, ins, p):
     v = ins["v"]
     if "page_table_v" not in ins:
         return v
-    b, hv, dv, skv = p["batch"], v.shape[1], v.shape[3], p["s_kv"]
-    vc = ctx.virtual((b, hv, skv, dv), v.dtype)
-    _paged_load(ctx, v, ins["page_table_v"], ins["seq_len_kv"], vc)
-    return vc
+    return _paged_load(ctx, ins, "v", (p["batch"], v.shape[1], p["s_kv"], v.shape[3]))
 
 
 class SdpaForward(Op):

@@ -185,8 +185,7 @@ class SdpaBuilders(Builder):
         params = {"alignment": opts.diagonal_alignment, "left_bound": left_bound, "right_bound": right_bound,
                   "dropout": dropout, "s_kv": skv, "batch": bq}
         features = {"padding mask (seq_len_q/seq_len_kv)": padded, "paged KV cache": paged is not None,
-                    "bias": bias is not None,
-                    "alibi": alibi is not None, "dropout": dropout > 0,
+                    "bias": bias is not None, "alibi": alibi is not None, "dropout": dropout > 0,
                     "causal/sliding window": left_bound is not None or right_bound is not None,
                     "ragged offsets": bool(rag)}
         params["implementation"] = "composite" if fp8 else self._sdpa_implementation(what, opts.implementation,
@@ -383,9 +382,8 @@ class SdpaBuilders(Builder):
         opts = _options("Graph.sdpa_backward", options, kwargs, values)
         ins, params, rag = self._sdpa_common(
             what, q, k, v, opts, bias=bias, seq_len_q=seq_len_q, seq_len_kv=seq_len_kv, alibi=values["alibi"],
-            seed=seed, offset=offset, backward=True, ragged=dict(q=ragged_offset_q, k=ragged_offset_k,
-                                                                 v=ragged_offset_v, o=ragged_offset_o,
-                                                                 stats=ragged_offset_stats))
+            seed=seed, offset=offset, backward=True, ragged=dict(
+                q=ragged_offset_q, k=ragged_offset_k, v=ragged_offset_v, o=ragged_offset_o, stats=ragged_offset_stats))
         outs = self._sdpa_bwd_io(what, ins, o, do, stats, name)
         q, (b, hq, sq, d) = ins["q"], ins["q"].shape
         if rag:
@@ -453,8 +451,7 @@ class SdpaBuilders(Builder):
         q, v = ins["q"], ins["v"]
         b, hq, sq, _ = q.shape
         o = self._sdpa_out(q, v, name)
-        outs = {"o": o, "amax_s": self._fp8_amax(name, "amax_s"),
-                "amax_o": self._fp8_amax(name, "amax_o")}
+        outs = {"o": o, "amax_s": self._fp8_amax(name, "amax_s"), "amax_o": self._fp8_amax(name, "amax_o")}
         if return_stats:
             outs["stats"] = self.virtual((b, hq, sq, 1), name=name and f"{name}.stats").set_dtype("float32")
         self.add_op(SdpaFp8Forward(ins, outs, params, name))
