@@ -85,6 +85,20 @@ def test_binding_order_puts_constants_after_the_inputs(stubbed):
         R.Runner(plan, _Handle(), (x, c, y)).run([_a(0x1000), _a(0x2000, (1, 4, 5)), _a(0x3000)])
 
 
+def test_bound_tensors_resolves_names_uids_and_a_twin_graphs_tensors():
+    g, plan = _plan()
+    twin, _ = _plan()  # the same structure: its tensors stand for this graph's
+    x, c, y = g["x"], g["c"], g["y"]
+    assert R.bound_tensors(plan, ("y", c.uid, twin["x"])) == [y, c, x]
+    with pytest.raises(InvalidValueError, match="missing c"):
+        R.bound_tensors(plan, (x, y))
+    with pytest.raises(InvalidValueError, match="does not use, or one twice"):
+        R.bound_tensors(plan, (x, c, y, "x"))
+    other = Graph()
+    with pytest.raises(InvalidValueError, match="not part of graph"):
+        R.bound_tensors(plan, (x, c, other.tensor((1, 4, 4), name="y")))
+
+
 def test_variant_packs_are_reused_by_address(stubbed, monkeypatch):
     made, ran = stubbed
     g, plan = _plan()

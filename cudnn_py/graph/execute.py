@@ -12,7 +12,7 @@ from cudnn_py.errors import ClosedError, CudaError, InvalidTypeError, InvalidVal
 from cudnn_py.memory import DeviceArray, empty
 
 from .descriptors import BackendDescriptor
-from .runner import Runner, handle_device, plan_bindings, plan_pointer, workspace_pointer
+from .runner import Runner, bound_tensors, handle_device, plan_pointer, workspace_pointer
 
 __all__ = ["Executor", "execute", "CudaGraph", "execute_descriptors"]
 
@@ -78,24 +78,8 @@ class Executor(functools.partial):
 
 
 def _ordered(plan, variant_pack: dict) -> tuple[list, list]:
-    """The graph's I/O tensors and the arrays ``variant_pack`` binds to them, in that order."""
-    io, _ = plan_bindings(plan)
-    g = plan.graph
-    by_uid = {}
-    for k, v in variant_pack.items():
-        t = g[k] if isinstance(k, str) else k
-        uid = getattr(t, "uid", t)
-        if hasattr(t, "graph") and t.graph is not g and g[t.name].uid != uid:
-            raise InvalidValueError(f"tensor {t.name!r} is not part of graph {g.name!r}")
-        by_uid[uid] = v
-    missing = [t.name for t in io if t.uid not in by_uid]
-    if missing:
-        raise InvalidValueError(f"variant pack is missing {', '.join(missing)} (graph {g.name!r} needs "
-                         f"{', '.join(t.name for t in io)})")
-    extra = set(by_uid) - {t.uid for t in io}
-    if extra:
-        raise InvalidValueError(f"variant pack has tensors the graph does not use: uids {sorted(extra)}")
-    return io, [by_uid[t.uid] for t in io]
+    """The graph tensors ``variant_pack`` binds (:func:`~.runner.bound_tensors`) and its arrays, in its order."""
+    return bound_tensors(plan, list(variant_pack)), list(variant_pack.values())
 
 
 def execute(plan, handle, variant_pack: dict, workspace=None) -> None:

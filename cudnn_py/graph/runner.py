@@ -23,7 +23,7 @@ from .errors import GraphNotSupportedError
 
 __all__ = ["Runner", "cached", "cache_clear", "plan_graph", "autotune_graph", "make_variant_pack", "raw_execute",
            "tensor_pointer", "check_signature", "handle_device", "workspace_pointer", "plan_pointer", "plan_bindings",
-           "scratch_pointers", "new_output"]
+           "bound_tensors", "scratch_pointers", "new_output"]
 
 #: variant packs a runner keeps (a new set of addresses beyond it starts the cache afresh)
 MAX_PACKS = 256
@@ -131,6 +131,27 @@ def plan_bindings(plan: Any) -> tuple[list, list]:
     return [t for t in io if not t.is_by_value and t.uid not in scratch], [t for t in io if t.is_by_value]
 
 
+def bound_tensors(plan: Any, keys: Sequence) -> list:
+    """The plan's I/O tensors (:func:`plan_bindings`) in the order ``keys`` name them: this graph's Tensors (or
+    those of a graph of the same structure), names or uids, each I/O tensor once.
+
+    :raises InvalidValueError: a tensor of another graph, or one missing, extra or named twice.
+    """
+    g, (io, _) = plan.graph, plan_bindings(plan)
+    by_uid, got = {t.uid: t for t in io}, []
+    for k in keys:
+        t = g[k] if isinstance(k, str) else k
+        if hasattr(t, "graph") and t.graph is not g and g[t.name].uid != t.uid:
+            raise InvalidValueError(f"tensor {t.name!r} is not part of graph {g.name!r}")
+        got.append(by_uid.get(getattr(t, "uid", t), t))
+    missing = [t.name for t in io if t not in got]
+    if missing or len(got) != len(io):
+        why = f"missing {', '.join(missing)}" if missing else "given tensors the graph does not use, or one twice"
+        raise InvalidValueError(f"the arrays must bind every I/O tensor of graph {g.name!r} "
+                                f"({', '.join(t.name for t in io)}) once: {why}")
+    return got
+
+
 def scratch_pointers(plan: Any, workspace: int | None) -> tuple[list, list]:
     """(uids, device pointers) of the plan's scratch tensors in the workspace at ``workspace`` (a plan-like object
     without ``scratch`` has none)."""
@@ -161,15 +182,7 @@ class Runner:
     def __init__(self, plan: Any, handle: Any, tensors: Sequence = (), consts: Sequence = (),
                  n_inputs: int | None = None, specs: Sequence = ()):
         io, scalars = plan_bindings(plan)
-        if tensors:  # Tensor objects, names or uids: the graph's I/O tensors, each once and all of them
-            by_uid = {v.uid: v for v in io}
-            given = [plan.graph[t] if isinstance(t, str) else t if hasattr(t, "uid") else by_uid.get(t)
-                     for t in tensors]
-            missing = [t.name for t in io if t not in given]
-            if missing or len(given) != len(io):
-                raise InvalidValueError(f"executor must bind every I/O tensor once; missing {', '.join(missing)}"
-                                        if missing else "executor tensors must be the graph's I/O tensors, each once")
-            io = given
+        io = bound_tensors(plan, tensors) if tensors else io
         self.plan, self.handle, self.tensors = plan, handle, tuple(io)
         self.names = tuple(t.name for t in io)
         self.uids = [t.uid for t in io] + [t.uid for t in scalars] + scratch_pointers(plan, 0)[0]
