@@ -175,6 +175,22 @@ def test_divisive_normalization_backward_matches_reference(handle, rng, with_mea
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("given", ["dx", "dmeans"])
+def test_divisive_normalization_backward_allocates_the_missing_output_in_the_given_ones_layout(handle, rng, given):
+    import cudnn_py as cudnn
+    from cudnn_py.ops._common import empty_strided
+    x, dy, m, xd, md, _ = _divnorm_case(rng, True)
+    channels_last = (90, 1, 15, 3)  # (2, 3, 6, 5) stored N, H, W, C
+    out = empty_strided(handle, x.shape, channels_last, np.float32).fill_(np.nan)
+    dx, dm = divisive_normalization_backward(handle, LRN(**PARAMS[1]), xd, cudnn.to_device(dy), md, **{given: out})
+    assert dx.strides == dm.strides == channels_last  # one descriptor describes both
+    dx_ref, dm_ref = ref.divnorm_backward(x, m, dy, PARAMS[1]["n"], PARAMS[1]["alpha"], PARAMS[1]["beta"],
+                                          PARAMS[1]["k"])
+    assert_close(dx.to_numpy(), dx_ref, np.float32, tol_scale=3)
+    assert_close(dm.to_numpy(), dm_ref, np.float32, tol_scale=3)
+
+
+@pytest.mark.gpu
 def test_alpha_beta_allocation_core_descriptor_and_raw_capi(handle, rng):
     import cudnn_py as cudnn
     x = rng.standard_normal((2, 6, 3, 3)).astype(np.float32)

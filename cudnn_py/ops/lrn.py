@@ -221,12 +221,17 @@ def divisive_normalization_backward(handle: Handle, lrn: LRN, x: DeviceArrayLike
     ma = None if means is None else _same_desc(check_array(means, "means", handle, dtype=xa.dtype, shape=xa.shape),
                                                xa, "means")
     dya = _same_desc(check_array(dy, "dy", handle, dtype=xa.dtype, shape=xa.shape), xa, "dy")
-    dxa = output(dx, "dx", handle, xa.shape, xa.dtype)
-    want_dm = means is not None or dmeans is not None
-    dma = output(dmeans, "dmeans", handle, xa.shape, xa.dtype) if want_dm else None
-    if dma is not None and dma.strides != dxa.strides:
+    # one descriptor describes dx and dmeans: given ones must agree; a missing one takes the other's layout
+    dxa = None if dx is None else output(dx, "dx", handle, xa.shape, xa.dtype)
+    dma = None if dmeans is None else output(dmeans, "dmeans", handle, xa.shape, xa.dtype)
+    if dxa is not None and dma is not None and dma.strides != dxa.strides:
         raise InvalidValueError(f"dmeans must have dx's strides {dxa.strides} (one descriptor describes both); "
-                         f"it has {dma.strides}")
+                                f"it has {dma.strides}")
+    if dxa is None:
+        dxa = output(None, "dx", handle, xa.shape, xa.dtype) if dma is None else \
+            empty_strided(handle, xa.shape, dma.strides, xa.dtype)
+    if dma is None and means is not None:
+        dma = empty_strided(handle, xa.shape, dxa.strides, xa.dtype)
     t1, t2 = _temps(handle, xa)
     al, be = scalars(xa.dtype, alpha, beta)
     xd, dxd = desc(xa), desc(dxa)
