@@ -97,8 +97,7 @@ def _valid(plans) -> bool:
 
 def _store(handle) -> _db.TuningDatabase | None:
     """:func:`database`, after importing the directory's plan files of the earlier format (once)."""
-    db = database()
-    directory = plan_cache_dir()
+    db, directory = database(), plan_cache_dir()
     if db is not None and _explicit[0] is None and directory is not None:
         _import_plan_files(db, directory, db.environment(_device(handle)))
     return db

@@ -175,13 +175,9 @@ class SdpaBuilders(Builder):
             ins["s_kv"] = self.scalar(skv, "int32")
         if right_bound:
             ins["right_bound"] = self.scalar(right_bound, "int32")
-        if left_bound is not None:
-            if not br:
-                ins["left_bound"] = self.scalar(float(left_bound), "float32")
-            elif not padded:
-                ins["left_bound"] = self.scalar(float(left_bound - skv + sq), "float32")
-            else:
-                ins["left_bound"] = self.scalar(left_bound, "int32")
+        if left_bound is not None:  # float32 (shifted for bottom-right), int32 for per-batch bottom-right shifts
+            ins["left_bound"] = (self.scalar(left_bound, "int32") if br and padded else
+                                 self.scalar(float(left_bound - (skv - sq if br else 0)), "float32"))
         params = {"alignment": opts.diagonal_alignment, "left_bound": left_bound, "right_bound": right_bound,
                   "dropout": dropout, "s_kv": skv, "batch": bq}
         features = {"padding mask (seq_len_q/seq_len_kv)": padded, "paged KV cache": paged is not None,
