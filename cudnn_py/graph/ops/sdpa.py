@@ -253,8 +253,7 @@ class SdpaBackward(Op):
         b, hq, sq, d = q.shape
         hk, skv, hv, dv = k.shape[1], k.shape[2], v.shape[1], v.shape[3]
         slq, slkv = ins.get("seq_len_q"), ins.get("seq_len_kv")
-        io = q.dtype
-        dropout = p["dropout"] > 0
+        io, dropout = q.dtype, p["dropout"] > 0
         # softmax_sum = rowsum(dO * O) (times the keep probability under dropout)
         t = _reduce(ctx, _pw(ctx, "mul", do, o, out=ctx.virtual((b, hq, sq, dv), _F)), "add", shape=(b, hq, sq, 1))
         _pw(ctx, "mul", t, ins["dropout_scale_inv"] if dropout else ins["one"], out=outs["softmax_sum"])
@@ -264,8 +263,7 @@ class SdpaBackward(Op):
         _matmul(ctx, q, k, s_raw, b_view=kt_view, m=slq, n=slkv)
         s = _pw(ctx, "sub", _scores(ctx, ins, s_raw), stats)
         e = _pw(ctx, "exp", _band_masks(ctx, s, ins, p))
-        pd = e
-        mask = None
+        pd, mask = e, None
         if dropout:
             mask = ctx.virtual((b, hq, sq, skv), _F)
             _rng(ctx, ins["seed"], ins["offset"], mask, 1.0 - p["dropout"])
@@ -296,12 +294,10 @@ class SdpaBackward(Op):
     @staticmethod
     def _grad(ctx, a, b, out, hq, h_out, full_shape, m, k) -> None:
         """out = a @ b, or for fewer heads than Q: a full-head product reduced over each head group."""
-        if hq == h_out:
-            _matmul(ctx, a, b, out, m=m, k=k)
-            return
-        full = ctx.virtual(full_shape, out.dtype)
+        full = out if hq == h_out else ctx.virtual(full_shape, out.dtype)
         _matmul(ctx, a, b, full, m=m, k=k)
-        _reduce(ctx, full, "add", out=out)
+        if full is not out:
+            _reduce(ctx, full, "add", out=out)
 
 
 
