@@ -655,6 +655,20 @@ def test_fp8_entry_points_refuse_bad_input_before_cudnn(fake_exec):
     assert made == []
 
 
+def test_pythonic_alibi_binds_its_slopes_as_a_constant(fake_exec, monkeypatch):
+    packs, made = fake_exec
+    copied = []
+    monkeypatch.setattr(A, "to_device", lambda a, stream=None, device=None: copied.append(a) or DeviceArray(
+        0x700000, a.shape, a.dtype))
+    h, q = _PlanHandle(), fake((1, 4, 64, 64), BF16)
+    attn = S.Sdpa(h, q, q, q, causal=True, alibi=True)
+    op = attn.plan().graph.ops[0]
+    assert attn.options.alibi is True and "alibi_slopes" in op.inputs and op.inputs["alibi_slopes"].shape == (1, 4, 1, 1)
+    np.testing.assert_array_equal(copied[0], R.alibi_slopes(4).reshape(1, 4, 1, 1))
+    attn.execute()
+    assert made[0][3] == 0x700000 and packs == [1001]  # q, k, v, then the slopes
+
+
 def test_pythonic_paged_kv_cache_binds_the_page_tables(fake_exec):
     packs, made = fake_exec
     h = _PlanHandle()

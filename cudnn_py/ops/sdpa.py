@@ -109,8 +109,7 @@ class Sdpa:
 
     def _runner(self, autotune: bool) -> Runner:
         self.runner = self.args.runner("sdpa", autotune, {"o": self._given_o, "stats": None},
-                                       (0 if self.args.ragged else None,), options=self.args.graph_options(),
-                                       return_stats=self.return_stats)
+                                       (0 if self.args.ragged else None,), return_stats=self.return_stats)
         return self.runner
 
     def plan(self) -> Plan:
@@ -272,7 +271,7 @@ def sdpa_backward(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: Device
              for n, x in outputs.items()}
     # the scratch tensors live in the plan's workspace
     r = args.runner("sdpa_backward", bool_arg(autotune, "autotune"), given, (0, 1, 2) if args.ragged else (),
-                    options=args.graph_options(), dbias=return_dbias, name="sdpa_bwd")
+                    dbias=return_dbias, name="sdpa_bwd")
     return _grads(args.run(r, outputs, fkey))
 
 
@@ -316,7 +315,7 @@ def _fp8_call(handle: Any, method: str, tensors: dict, scales: dict, outputs: di
     handle = handle_arg(handle)
     args = SdpaArgs(handle, opts=opts, scales=scales, **tensors)
     given = {n: None if x is None else device_tensor(x, n)[1] for n, x in outputs.items()}
-    return args.run(args.runner(method, autotune, given, options=opts, **builder), outputs, fkey)
+    return args.run(args.runner(method, autotune, given, **builder), outputs, fkey)
 
 
 def sdpa_fp8(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayLike,

@@ -210,21 +210,19 @@ class SdpaArgs:
             tensors.append(kw["alibi"])
         return kw, tensors, arrays
 
-    def graph_options(self) -> SdpaOptions:
-        """The options for the graph builder (which takes the ALiBi slopes as the tensor :meth:`graph_inputs` makes)."""
-        return dataclasses.replace(self.opts, alibi=False) if self.opts.alibi is not False else self.opts
-
     def runner(self, method: str, autotune: bool, given: dict, srcs: Sequence = (), **builder: Any) -> Runner:
-        """The runner of the graph of ``Graph.<method>`` on these arrays with the ``builder`` keywords, built on the
-        handle's first call. ``given``: output name -> the (shape, strides, dtype) of the caller's array, whose
-        strides the output takes (its shape checked), or None; ``srcs``: for each packed output the index of the
-        q/k/v whose token count it shares (else None)."""
+        """The runner of the graph of ``Graph.<method>`` on these arrays with these options (the ALiBi slopes as the
+        tensor :meth:`graph_inputs` makes) and the ``builder`` keywords, built on the handle's first call.
+        ``given``: output name -> the (shape, strides, dtype) of the caller's array, whose strides the output takes
+        (its shape checked), or None; ``srcs``: for each packed output the index of the q/k/v whose token count it
+        shares (else None)."""
         handle = self.handle
 
         def make() -> Runner:
             g = Graph(io_dtype=self.dtype, compute_dtype="float32", intermediate_dtype="float32", name=method)
             kw, tensors, arrays = self.graph_inputs(g, handle)
-            outs = [t for t in getattr(g, method)(**kw, **builder) if t is not None]
+            opts = dataclasses.replace(self.opts, alibi=False)  # the slopes: the tensor graph_inputs made
+            outs = [t for t in getattr(g, method)(**kw, options=opts, **builder) if t is not None]
             for t, (name, meta) in zip(outs, given.items()):
                 if meta is not None:
                     if tuple(meta[0]) != t.shape:
