@@ -194,34 +194,28 @@ class SdpaArgs:
         self.arrays = {n: got[n][0] for n in order if got.get(n, (None,))[0] is not None}
         self.key = (tuple((n, got[n][1]) for n in self.arrays), opts)
 
-    def graph_inputs(self, g: Graph, handle: Any) -> tuple[dict, list, list]:
-        """(``Graph.sdpa*`` keywords, tensors, arrays): a graph tensor for each of this call's arrays in binding
-        order, then the cached constants' (the ALiBi slopes, made here once per plan)."""
-        kw: dict = {}
-        tensors, arrays = [], list(self.arrays.values())
-        for n, a in self.arrays.items():
-            tensors.append(g.tensor_like(a, n))
-            kw.update(dict.fromkeys(_KEYWORDS.get(n, (n,)), tensors[-1]))
-        if self.opts.alibi is not False:
-            slopes = alibi_slopes(self.hq) if self.opts.alibi is True else np.array(self.opts.alibi, np.float32)
-            arrays.append(to_device(slopes.reshape(1, -1, 1, 1), stream=getattr(handle, "stream", None),
-                                    device=handle_device(handle)))
-            kw["alibi"] = g.tensor_like(arrays[-1], "alibi_slopes")
-            tensors.append(kw["alibi"])
-        return kw, tensors, arrays
-
     def runner(self, method: str, autotune: bool, given: dict, srcs: Sequence = (), **builder: Any) -> Runner:
-        """The runner of the graph of ``Graph.<method>`` on these arrays with these options (the ALiBi slopes as the
-        tensor :meth:`graph_inputs` makes) and the ``builder`` keywords, built on the handle's first call.
-        ``given``: output name -> the (shape, strides, dtype) of the caller's array, whose strides the output takes
-        (its shape checked), or None; ``srcs``: for each packed output the index of the q/k/v whose token count it
-        shares (else None)."""
+        """The runner of the graph of ``Graph.<method>`` on these arrays (a graph tensor each, in binding order; then
+        the constants': the ALiBi slopes, made once per plan and given to the builder as a tensor), these options and
+        the ``builder`` keywords, built on the handle's first call. ``given``: output name -> the (shape, strides,
+        dtype) of the caller's array, whose strides the output takes (its shape checked), or None; ``srcs``: for each
+        packed output the index of the q/k/v whose token count it shares (else None)."""
         handle = self.handle
 
         def make() -> Runner:
             g = Graph(io_dtype=self.dtype, compute_dtype="float32", intermediate_dtype="float32", name=method)
-            kw, tensors, arrays = self.graph_inputs(g, handle)
-            opts = dataclasses.replace(self.opts, alibi=False)  # the slopes: the tensor graph_inputs made
+            kw: dict = {}
+            tensors, arrays = [], list(self.arrays.values())
+            for n, a in self.arrays.items():
+                tensors.append(g.tensor_like(a, n))
+                kw.update(dict.fromkeys(_KEYWORDS.get(n, (n,)), tensors[-1]))
+            if self.opts.alibi is not False:
+                slopes = alibi_slopes(self.hq) if self.opts.alibi is True else np.array(self.opts.alibi, np.float32)
+                arrays.append(to_device(slopes.reshape(1, -1, 1, 1), stream=getattr(handle, "stream", None),
+                                        device=handle_device(handle)))
+                kw["alibi"] = g.tensor_like(arrays[-1], "alibi_slopes")
+                tensors.append(kw["alibi"])
+            opts = dataclasses.replace(self.opts, alibi=False)
             outs = [t for t in getattr(g, method)(**kw, options=opts, **builder) if t is not None]
             for t, (name, meta) in zip(outs, given.items()):
                 if meta is not None:
