@@ -187,8 +187,7 @@ class Runner:
         self.names = tuple(t.name for t in io)
         self.uids = [t.uid for t in io] + [t.uid for t in scalars] + scratch_pointers(plan, 0)[0]
         self.scalar_ptrs = [plan.graph.scalar_pointer(t) for t in scalars]
-        self.consts = tuple(consts)
-        self.const_ptrs = tuple(c.ptr for c in self.consts)
+        self.consts, self.const_ptrs = tuple(consts), tuple(c.ptr for c in consts)
         self.n_inputs = len(io) - len(self.consts) if n_inputs is None else n_inputs
         self.specs = tuple(specs)
         self.packs: dict = {}    # key -> c_void_p of the variant pack (what C gets)
@@ -198,12 +197,10 @@ class Runner:
         self.h = handle.ptr if hasattr(handle, "ptr") else ctypes.c_void_p(ctypes.cast(handle, ctypes.c_void_p).value)
         if not isinstance(self.h, ctypes.c_void_p):  # the raw call has no argtypes: only pointer objects
             raise InvalidTypeError(f"handle must be a cudnn_py.Handle or a cudnnHandle_t, got {type(handle).__name__}")
-        self.plan_ptr = plan_pointer(plan)
-        self.workspace_size = plan.workspace_size
+        self.plan_ptr, self.workspace_size = plan_pointer(plan), plan.workspace_size
         ws = getattr(handle, "workspace", None)
         self.ws_get = self._no_workspace if ws is None else ws.get
-        self.stream = getattr(handle, "stream", None)
-        self.device = handle_device(handle)
+        self.stream, self.device = getattr(handle, "stream", None), handle_device(handle)
 
     # -- workspace, errors, the C call ----------------------------------------------------------------------------
     def workspace(self) -> int | None:
@@ -236,9 +233,8 @@ class Runner:
         if vp is None:
             desc = self._new_pack(ptrs, wsp)
             if len(self.packs) >= MAX_PACKS:
-                self.packs.clear()
-                self._keep.clear()
-                self.recent.clear()
+                for cache in (self.packs, self._keep, self.recent):
+                    cache.clear()
             vp = self.packs[key] = ctypes.c_void_p(desc.ptr.value)
             self._keep[key] = desc
         return vp

@@ -344,9 +344,7 @@ def sdpa_fp8(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArray
     :returns: an :class:`SdpaFp8Outputs` (o, stats or None, amax_s, amax_o).
     """
     return_stats = bool_arg(return_stats, "return_stats") or stats is not None
-    given = {"o": o, "stats": stats, "amax_s": amax_s, "amax_o": amax_o}
-    if not return_stats:
-        del given["stats"]
+    given = {"o": o, **({"stats": stats} if return_stats else {}), "amax_s": amax_s, "amax_o": amax_o}
     opts = fp8_only("sdpa_fp8", SdpaOptions.of(options, {"scale": scale, "causal": causal}, "sdpa_fp8"))
 
     scales = dict(zip(FP8_FORWARD_SCALES, (descale_q, descale_k, descale_v, descale_s, scale_s, scale_o)))
@@ -380,8 +378,7 @@ def sdpa_fp8_backward(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: De
     :param autotune: on the first call of a configuration, time every plan and keep the fastest.
     :returns: an :class:`SdpaFp8Grads` (dq, dk, dv, amax_dq, amax_dk, amax_dv, amax_dp).
     """
-    given = {"dq": dq, "dk": dk, "dv": dv, "amax_dq": amax_dq, "amax_dk": amax_dk, "amax_dv": amax_dv,
-             "amax_dp": amax_dp}
+    given = dict(dq=dq, dk=dk, dv=dv, amax_dq=amax_dq, amax_dk=amax_dk, amax_dv=amax_dv, amax_dp=amax_dp)
     opts = fp8_only("sdpa_fp8_backward", SdpaOptions.of(options, {"scale": scale, "causal": causal},
                                                         "sdpa_fp8_backward"))
     scales = dict(zip(FP8_BACKWARD_SCALES, (descale_q, descale_k, descale_v, descale_o, descale_do, descale_s,
