@@ -579,12 +579,13 @@ def measure(b: Bench, sel, json_path: str | None, out=sys.stderr, meta: dict | N
 def _graph_calls(h, call: Callable) -> list[tuple]:
     """(executor, arguments) of each graph ``call()`` runs, in order, with the handle's caches cleared first (so its
     graphs are built now): the operation modules' graph paths and the convolutions run every graph through an
-    :class:`~cudnn_py.graph.Executor` call, which is recorded here for this one call."""
+    :class:`~cudnn_py.graph.Executor` call, which is recorded here for this one call; per graph the last call (an
+    autotuned graph's timing runs come first)."""
     from cudnn_py.graph import Executor
     seen: dict[int, tuple] = {}
 
     def record(self, *args):
-        seen[id(self)] = (self, args)
+        seen[id(self.plan.graph)] = (self, args)
         return super(Executor, self).__call__(*args)
     h.clear_caches()
     own = Executor.__dict__.get("__call__")

@@ -227,16 +227,21 @@ def test_probe_times_every_configuration_and_names_the_limit(om, monkeypatch):
 
 def test_graph_calls_records_each_executor_call_once(om):
     """The probe's record of what the graph path runs: every Executor call of one call, the executor and its
-    arguments, the last call of each; Executor's own call is back afterwards."""
+    arguments, per graph the last call (an autotuning run's timing executors come first); Executor's own call is
+    back afterwards."""
+    import types
     from cudnn_py.graph import Executor
 
-    class Ex(Executor):  # an Executor over a plain function (no plan)
-        def __new__(cls, fn):
-            return functools.partial.__new__(cls, fn)
+    class Ex(Executor):  # an Executor over a plain function, with a plan of graph ``graph``
+        def __new__(cls, fn, graph):
+            self = functools.partial.__new__(cls, fn)
+            self.runner = types.SimpleNamespace(plan=types.SimpleNamespace(graph=graph))
+            return self
     got: list = []
-    a, b = Ex(lambda *x: got.append(x)), Ex(lambda *x: None)
+    g1, g2 = object(), object()
+    timing, a, b = Ex(lambda *x: None, g1), Ex(lambda *x: got.append(x), g1), Ex(lambda *x: None, g2)
     h = NoCallHandle()
     h.clear_caches = h.cache.clear
-    rec = om._graph_calls(h, lambda: (a(1, 2), b(3), a(4, 5)))
+    rec = om._graph_calls(h, lambda: (timing(0), a(1, 2), b(3), a(4, 5)))
     assert [(e is a, args) for e, args in rec] == [(True, (4, 5)), (False, (3,))] and got == [(1, 2), (4, 5)]
     assert "__call__" not in Executor.__dict__
