@@ -184,10 +184,7 @@ class Plan:
     def __init__(self, descriptor: BackendDescriptor, config: EngineConfig | None, graph=None, tag: str = ""):
         if not descriptor.finalized:
             raise InvalidValueError("Plan needs a finalized EXECUTION_PLAN descriptor (call .finalize() first)")
-        self.descriptor = descriptor
-        self.config = config
-        self._tag = tag
-        self.graph = graph
+        self.descriptor, self.config, self.graph, self._tag = descriptor, config, graph, tag
         self.cudnn_workspace_size = int(descriptor.get("workspace_size"))
         self.scratch, self.workspace_size = scratch_layout(graph, self.cudnn_workspace_size)
         self._executors: dict = {}

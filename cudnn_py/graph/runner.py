@@ -46,8 +46,7 @@ def raw_execute() -> Callable[..., int]:
     return _RAW_EXEC
 
 
-def make_variant_pack(uids: Sequence[int], pointers: Sequence[int | None], workspace: int | None
-                      ) -> BackendDescriptor:
+def make_variant_pack(uids: Sequence[int], pointers: Sequence[int | None], workspace: int | None) -> BackendDescriptor:
     """A finalized ``VARIANT_PACK`` descriptor of the tensors' ``uids`` and their device (by-value scalars: host)
     ``pointers`` and the ``workspace`` address (None or 0: none), set in three calls."""
     n = len(uids)
@@ -170,8 +169,7 @@ def new_output(handle: Any, shape: Sequence[int], dtype: Any, strides: Sequence[
 class Runner:
     """A plan, the graph tensors it binds in order, and its variant packs cached by the bound addresses.
 
-    :param plan: a :class:`~cudnn_py.graph.Plan` (anything with ``graph``, ``descriptor``, ``workspace_size``,
-        ``tag``).
+    :param plan: a :class:`~cudnn_py.graph.Plan` (anything with ``graph``, ``descriptor``, ``workspace_size``, ``tag``).
     :param handle: the :class:`~cudnn_py.Handle` (or a raw ``cudnnHandle_t``) it runs on: its stream and workspace.
     :param tensors: the graph's I/O tensors in binding order (Tensors, names or uids; default the graph's order).
     :param consts: arrays bound after the first ``n_inputs`` tensors on every call (kept alive here).

@@ -167,12 +167,9 @@ class SdpaArgs:
                 o, do = thd(o, "o", b, msl_q, q.shape[1]), thd(do, "do", b, msl_q, q.shape[1])
         got.update({n: _per_batch(x, n, pages=True) for n, x in (("page_table_k", page_table_k),
                                                                  ("page_table_v", page_table_v))})
-        if page_table_k is not None or page_table_v is not None:
+        if page_table_k is not None or page_table_v is not None:  # the builder checks the rest
             if self.ragged:
                 raise InvalidValueError("a paged KV cache does not combine with packed (THD) tensors here")
-            if msl_kv is None:
-                raise InvalidValueError("a paged KV cache needs the option max_seq_len_kv (the longest cached "
-                                        "sequence)")
         elif not self.ragged and (msl_q is not None or msl_kv is not None):
             raise InvalidValueError("max_seq_len_q/max_seq_len_kv are only for packed (THD) tensors with ragged "
                                     "offsets (and max_seq_len_kv for a paged KV cache)")
@@ -252,8 +249,7 @@ def _new(handle: Any, spec: tuple, shapes: Sequence | None) -> DeviceArray:
 
 def bind_output(handle: Any, given: Any, name: str, spec: tuple, shapes: Sequence | None) -> tuple[Any, Any]:
     """(returned array, bound array) for an output: the caller's ``given`` checked against ``spec``, or new. A
-    packed output is a (T, H, D) array bound through its logical view (``shapes``: the call's packed q, k, v
-    shapes)."""
+    packed output is a (T, H, D) array bound through its logical view (``shapes``: the call's packed q, k, v shapes)."""
     shape, dtype, _, src = spec
     if given is None:
         given = _new(handle, spec, shapes)

@@ -104,8 +104,7 @@ def _rng(ctx: LowerContext, seed, offset, out, keep_probability: float) -> None:
     # former only, so the descriptor form is set directly
     sd = ctx.tensor(seed)
     arr = (ctypes.c_void_p * 1)(sd.ptr.value)
-    capi.cudnnBackendSetAttribute(d.ptr, capi.CUDNN_ATTR_OPERATION_RNG_SEED, capi.CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-                                  arr)
+    capi.cudnnBackendSetAttribute(d.ptr, capi.CUDNN_ATTR_OPERATION_RNG_SEED, capi.CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, arr)
     ctx.add(d.finalize(), rng, sd)
 
 

@@ -394,8 +394,7 @@ class SdpaBuilders(Builder):
         else:
             ins["one"] = self.scalar(1.0, "float32")
         if dbias:
-            outs["dbias"] = self.virtual(ins["bias"].shape, name=name and f"{name}.dbias").set_dtype(
-                ins["bias"].dtype)
+            outs["dbias"] = self.virtual(ins["bias"].shape, name=name and f"{name}.dbias").set_dtype(ins["bias"].dtype)
         outs["softmax_sum"] = self.tensor((b, hq, sq, 1), "float32", name=f"{what}.softmax_sum")
         if not dbias:
             if _version() < _DQ_ACCUM_ANY_CONTENTS:
