@@ -117,9 +117,8 @@ class EngineConfig:
 
 def heuristics(graph, handle, mode="A") -> list[EngineConfig]:
     """Engine configs cuDNN's heuristics rank for ``graph`` in ``mode``, best first."""
-    op_graph = graph.lower(handle)
     name = _mode_name(mode)
-    heur = BackendDescriptor("ENGINEHEUR", operation_graph=op_graph, mode=HEUR_MODES[name]).finalize()
+    heur = BackendDescriptor("ENGINEHEUR", operation_graph=graph.lower(handle), mode=HEUR_MODES[name]).finalize()
     cfgs = heur.get("results")
     return [EngineConfig.from_descriptor(c, f"heuristics {name} #{i}") for i, c in enumerate(cfgs)]
 
@@ -127,8 +126,7 @@ def heuristics(graph, handle, mode="A") -> list[EngineConfig]:
 def engine_config(graph, handle, global_index: int, knobs: dict | None = None) -> EngineConfig:
     """The config of engine ``global_index`` for ``graph`` with ``knobs`` ({knob type: value}; else defaults)."""
     knobs = {_knob_type(k): int_arg(v, f"knob {k!r}", -INT64_MAX - 1, INT64_MAX) for k, v in (knobs or {}).items()}
-    op_graph = graph.lower(handle)
-    eng = BackendDescriptor("ENGINE", operation_graph=op_graph, global_index=int(global_index)).finalize()
+    eng = BackendDescriptor("ENGINE", operation_graph=graph.lower(handle), global_index=int(global_index)).finalize()
     cfg = BackendDescriptor("ENGINECFG", engine=eng)
     if knobs:
         choices = [BackendDescriptor("KNOB_CHOICE", knob_type=k, knob_value=v).finalize() for k, v in knobs.items()]
@@ -146,10 +144,8 @@ def _knob_type(k) -> capi.cudnnBackendKnobType_t:
 
 def engine_configs(graph, handle) -> tuple[list[EngineConfig], list[tuple[str, str]]]:
     """Every engine that accepts ``graph`` (default knobs), and (engine, reason) for those that do not."""
-    op_graph = graph.lower(handle)
-    count = op_graph.get("engine_global_count")
     ok, bad = [], []
-    for i in range(count):
+    for i in range(graph.lower(handle).get("engine_global_count")):
         try:
             ok.append(engine_config(graph, handle, i))
         except CudnnError as e:
@@ -395,8 +391,7 @@ def time_plan(plan: Plan, handle, variant_pack: dict, *, warmup: int = 2, iters:
         with timer(handle.stream) as t:
             plan.execute(handle, variant_pack)
         times.append(t.ms if t.ms is not None else float("nan"))  # set when the block exits
-    times.sort()
-    return times[len(times) // 2]
+    return sorted(times)[len(times) // 2]
 
 
 def autotune(graph, handle, variant_pack: dict, *, modes=("A", "B", "FALLBACK"), warmup: int = 2, iters: int = 5,

@@ -103,8 +103,8 @@ def _rng(ctx: LowerContext, seed, offset, out, keep_probability: float) -> None:
     # CUDNN_ATTR_OPERATION_RNG_SEED takes an INT64 constant or a tensor descriptor; the attribute table knows the
     # former only, so the descriptor form is set directly
     sd = ctx.tensor(seed)
-    arr = (ctypes.c_void_p * 1)(sd.ptr.value)
-    capi.cudnnBackendSetAttribute(d.ptr, capi.CUDNN_ATTR_OPERATION_RNG_SEED, capi.CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, arr)
+    capi.cudnnBackendSetAttribute(d.ptr, capi.CUDNN_ATTR_OPERATION_RNG_SEED, capi.CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                                  (ctypes.c_void_p * 1)(sd.ptr.value))
     ctx.add(d.finalize(), rng, sd)
 
 
