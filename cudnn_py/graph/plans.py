@@ -312,10 +312,8 @@ def plan_cache_info(handle) -> dict:
 
 
 def _candidates(graph, handle, modes, deterministic, runtime_compilation, reasons):
-    excluded = {}
-    for op in graph.ops:
-        for idx, why in op.excluded_engines().items():
-            excluded.setdefault(idx, f"{op.name}: {why}")
+    excluded = {i: f"{op.name}: {why}" for op in reversed(graph.ops)  # the first operation's reason wins
+                for i, why in op.excluded_engines().items()}
     for name in modes:  # checked names
         try:
             cfgs = heuristics(graph, handle, name)
