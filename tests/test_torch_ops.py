@@ -166,6 +166,8 @@ def test_eager_calls_skip_the_dispatcher_and_keep_the_autograd_formula():
     (y.sum() + total).backward()
     assert type(y.grad_fn).__name__ == "ScaleBackward" and calls == ["impl", "impl"]
     assert torch.equal(x.grad, torch.full((5,), 4.0))
+    y = runtime.call(None, impl, None, (x, 3.0), ())[0]  # an op without an autograd formula (paged, FP8): impl
+    assert type(y.grad_fn).__name__ != "ScaleBackward" and calls == ["impl"] * 3
 
 
 # -- GPU -----------------------------------------------------------------------------------------------------------

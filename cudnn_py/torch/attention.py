@@ -1,11 +1,15 @@
-"""Attention as torch custom ops: ``cudnn_py::sdpa_fwd`` and ``cudnn_py::sdpa_bwd``, with autograd.
+"""Attention as torch custom ops: ``cudnn_py::sdpa_fwd`` and ``cudnn_py::sdpa_bwd``, with autograd, and
+``cudnn_py::sdpa_paged_fwd`` (a paged KV cache; inference only: cuDNN has no paged backward).
 
 :func:`sdpa` takes every option of :func:`cudnn_py.sdpa` that maps to tensors and numbers (scale, top-left and
 bottom-right causal masks, sliding windows, an additive bias and its gradient, per-batch lengths, packed batches by
-FlashAttention-style ``cu_seqlens`` or element offsets, ALiBi, dropout); :func:`scaled_dot_product_attention` has
-``torch.nn.functional.scaled_dot_product_attention``'s signature. Both reach the ops through
-:func:`~cudnn_py.torch.runtime.call` (eagerly their implementations directly, traced the registered ops), so they
-run eagerly, under autograd, under ``torch.compile(fullgraph=True)`` and in CUDA graphs, on torch's current stream.
+FlashAttention-style ``cu_seqlens`` or element offsets, paged KV caches, ALiBi, dropout);
+:func:`scaled_dot_product_attention` has ``torch.nn.functional.scaled_dot_product_attention``'s signature. Both
+reach the ops through :func:`~cudnn_py.torch.runtime.call` (eagerly their implementations directly, traced the
+registered ops), so they run eagerly, under autograd, under ``torch.compile(fullgraph=True)`` and in CUDA graphs,
+on torch's current stream. A plain eager call that needs no gradient takes a shorter path (see :func:`sdpa`'s
+body): one key, one dict lookup, o's allocation and the prepared call. FP8 attention is in
+:mod:`cudnn_py.torch.attention_fp8`.
 
 Tensors are logical (B, H, S, D) with the head dim packed (stride 1), any other strides (BHSD, BSHD as
 ``x.transpose(1, 2)``, slices of one QKV buffer); o gets q's layout, dq/dk/dv those of q/k/v. Packed batches are
