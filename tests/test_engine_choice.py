@@ -432,3 +432,66 @@ def test_measured_batchnorm_training_updates_running_statistics_once(handle, rng
     np.testing.assert_allclose(rm.to_numpy(), want["running_mean"].ravel(), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(rv.to_numpy(), want["running_var"].ravel(), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(y.to_numpy(), want["y"], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.5])
+def test_normalization_inference_auto_hands_both_engines_to_engine_choice(monkeypatch, beta):
+    """normalization_forward_inference(engine="auto"), ops "norm": graph.legacy.attempt gets the legacy call (the
+    same call with engine="legacy" on the validated arrays), a key of the operation and its signature, and y as
+    mutated where beta blends it; the fused-activation ops stay on the legacy call without measuring."""
+    from cudnn_py.graph import legacy as gl
+    from cudnn_py.ops import normalization as nz
+    got: dict = {}
+
+    def attempt(engine, run, legacy=None, **kw):
+        got.update(engine=engine, legacy=legacy, **kw)
+        return True
+    monkeypatch.setattr(gl, "attempt", attempt)
+    from cudnn_py.memory import DeviceArray
+    h = NoCallHandle()
+    x, y = DeviceArray(1 << 30, (2, 3, 4, 4), np.float32), DeviceArray(2 << 30, (2, 3, 4, 4), np.float32)
+    p = [fake((1, 3, 1, 1)) for _ in range(4)]
+    assert nz.normalization_forward_inference(h, x, *p, y=y, beta=beta) is y
+    assert got["engine"] == "auto" and got["handle"] is h
+    assert got["key"][0] == "normalization_forward_inference" and got["key"][-1][0] == ((2, 3, 4, 4), x.strides,
+                                                                                      "float32")
+    assert json.loads(ec._db_key(got["key"]))[0] == "normalization_forward_inference"
+    assert got["mutated"] == ((y,) if beta else ())
+    legacy_calls = []
+    monkeypatch.setattr(nz, "normalization_forward_inference", lambda *a, **k: legacy_calls.append(k))
+    got["legacy"]()
+    assert legacy_calls[0]["engine"] == "legacy" and legacy_calls[0]["y"] is y and legacy_calls[0]["beta"] == beta
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_measured_normalization_inference_matches_reference(handle, rng, layout):
+    """normalization_forward_inference with its default engine: measured (both engines run, the faster kept), the
+    output poisoned before the call matches float64, once measured and once from the remembered choice; a beta blend
+    blends once."""
+    from cudnn_py.memory import DeviceArray, to_device
+    from cudnn_py.ops.normalization import normalization_forward_inference
+    handle.clear_caches()
+    shape, c = (4, 16, 8, 8), 16
+    xh = rng.standard_normal(shape).astype(np.float32)
+    sc, bi = rng.uniform(0.5, 1.5, c).astype(np.float32), rng.standard_normal(c).astype(np.float32)
+    me, va = rng.standard_normal(c).astype(np.float32), rng.uniform(0.5, 2, c).astype(np.float32)
+    want = ref.forward_inference(xh, sc, bi, me, va, "spatial")
+    perm = (0, 2, 3, 1) if layout == "NHWC" else (0, 1, 2, 3)
+
+    def dev(a):  # logical NCHW, stored in ``layout``
+        buf = to_device(np.ascontiguousarray(a.transpose(perm)))
+        strides = tuple(buf.strides[i] for i in np.argsort(perm))
+        return DeviceArray(buf.ptr, shape, np.float32, strides, device_id=buf.device_id, owner=buf)
+    params = [to_device(p.reshape(1, c, 1, 1)) for p in (sc, bi, me, va)]
+    x = dev(xh)
+    for _ in range(2):
+        y = dev(np.full(shape, np.nan, np.float32))
+        normalization_forward_inference(handle, x, *params, y=y)
+        np.testing.assert_allclose(y.to_numpy(), want, rtol=1e-4, atol=1e-4)
+    (key, choice), = ((k, c) for k, c in ec.choices(handle).items() if k[0] == "normalization_forward_inference")
+    assert choice.engine in ("legacy", "graph")
+    y0 = rng.standard_normal(shape).astype(np.float32)
+    y = dev(y0)
+    normalization_forward_inference(handle, x, *params, y=y, beta=0.5)
+    np.testing.assert_allclose(y.to_numpy(), want + 0.5 * y0, rtol=1e-4, atol=1e-4)

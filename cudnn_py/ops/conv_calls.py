@@ -328,7 +328,8 @@ def convolution_forward(handle: Handle, conv: Convolution, x: DeviceArrayLike, w
 
 
 def _forward_legacy(handle, conv, xs, x_ptr, ws, w_ptr, ys, y_ptr, y, algo, alpha, beta, deterministic,
-                    workspace_limit):
+                    workspace_limit) -> DeviceArray | Out:
+    """The legacy ``cudnnConvolutionForward`` call on signatures already read (its plan made once)."""
     key = ("forward", conv, xs, ws, ys, algo, deterministic, workspace_limit)
     p = handle_cache(handle, PLANS).get(key)  # the hot path: _ready inlined
     if p is None or (p.gen is not None and p.gen != _alg.algorithm_cache.generation):
@@ -397,7 +398,8 @@ def convolution_backward_data(handle: Handle, conv: Convolution, w: DeviceArrayL
 
 
 def _backward_data_legacy(handle, conv, xs, ws, w_ptr, dys, dy_ptr, dx, dx_ptr, algo, alpha, beta, deterministic,
-                          workspace_limit):
+                          workspace_limit) -> DeviceArray | Out:
+    """The legacy ``cudnnConvolutionBackwardData`` call (x's signature: dx's, or the shape to allocate)."""
     key = ("backward_data", conv, xs, ws, dys, dx is None, algo, deterministic, workspace_limit)
     p, ws_ptr = _ready(handle, key, "backward_data", conv, (xs, ws, dys), algo, deterministic, workspace_limit,
                        (w_ptr, dy_ptr))
@@ -458,7 +460,8 @@ def convolution_backward_filter(handle: Handle, conv: Convolution, x: DeviceArra
 
 
 def _backward_filter_legacy(handle, conv, xs, x_ptr, ws, dys, dy_ptr, dw, dw_ptr, algo, alpha, beta, deterministic,
-                            workspace_limit):
+                            workspace_limit) -> DeviceArray | Out:
+    """The legacy ``cudnnConvolutionBackwardFilter`` call (w's signature: dw's, or the shape to allocate)."""
     key = ("backward_filter", conv, xs, ws, dys, dw is None, algo, deterministic, workspace_limit)
     p, ws_ptr = _ready(handle, key, "backward_filter", conv, (xs, ws, dys), algo, deterministic, workspace_limit,
                        (x_ptr, dy_ptr))

@@ -16,9 +16,10 @@ the mean/variance tensors have the scale's shape (``cudnnDeriveNormTensorDescrip
 
 ``engine="graph"`` runs the same computation through cached backend-API graphs, as
 :mod:`cudnn_py.ops.batchnorm` describes (per-channel mode for training and backward, either mode for inference;
-ReLU as the fused activation; ``algo`` left "standard"; no reserve space). ``engine="auto"`` (the default): the
-graph for plain ("norm") training, inference and backward where it accepts the call, the legacy call otherwise
-and for the fused-activation ops (docs/graph_paths.md).
+ReLU as the fused activation; ``algo`` left "standard"; no reserve space). ``engine="auto"`` (the default): for
+plain ("norm") inference the faster engine, measured on the first call of a configuration
+(:mod:`cudnn_py.engine_choice`); for plain training and backward the graph where it accepts the call; the legacy
+call otherwise and for the fused-activation ops (docs/graph_paths.md).
 
 Raw C path::
 
@@ -36,6 +37,7 @@ import ctypes
 import numpy as np
 
 from cudnn_py import capi
+from cudnn_py import engine_choice as ec
 from cudnn_py.args import scaling
 from cudnn_py.errors import InvalidValueError
 from cudnn_py.graph import legacy as gl
@@ -176,7 +178,8 @@ def normalization_forward_inference(handle: Handle, x: DeviceArrayLike, scale: D
                                     beta: float = 0.0, engine: str = "auto") -> DeviceArray:
     """``y = alpha * act(scale * (x - mean) / sqrt(var + eps) + bias [+ z]) + beta * y``
     (``cudnnNormalizationForwardInference``); returns y (allocated if not given).
-    ``engine``: "legacy", "graph" or "auto" (the default: as for :func:`normalization_forward_training`)."""
+    ``engine``: "legacy", "graph" or "auto" (the default: for ops "norm" the engine measured faster on the first
+    call of the configuration, :mod:`cudnn_py.engine_choice`; the legacy call for the fused-activation ops)."""
     alpha, beta = scaling(alpha=alpha, beta=beta)
     handle = handle_arg(handle)
     engine = _auto(gl.engine_arg(engine), ops)
@@ -193,7 +196,11 @@ def normalization_forward_inference(handle: Handle, x: DeviceArrayLike, scale: D
         _graph_algo(al_)
         relu = int(op) != 0 and ng.is_relu("relu" if activation is None else activation)
         return ng.inference(handle, s, sc, bi, me, va, eps, ya, za, relu, alpha, beta, auto)
-    if gl.attempt(engine, run):
+    if gl.attempt(engine, run, lambda: normalization_forward_inference(
+            handle, s.x, sc, bi, me, va, z=za, mode=s.mode, ops=op, algo=al_, activation=activation, epsilon=eps,
+            y=ya, alpha=alpha, beta=beta, engine="legacy"), handle=handle,
+            key=("normalization_forward_inference", s.mode, int(op), eps, alpha, beta, ec.signature(s.x, ya, sc)),
+            mutated=(ya,) if beta or ya.ptr == s.x.ptr else ()):
         return ya
     a, b = scalars(s.x.dtype, alpha, beta)
     zd, yd = None if za is None else desc(za), desc(ya)
