@@ -296,6 +296,7 @@ class ConvEngines:
 
     def __init__(self, monkeypatch, legacy_ms=2.0, graph_ms=1.0, graph_refuses=False):
         import types
+        from cudnn_py.memory import DeviceArray
         from cudnn_py.ops import conv_calls as cv
         self.ran: list = []
         self.ms = {"legacy": legacy_ms, "graph": graph_ms}
@@ -306,8 +307,10 @@ class ConvEngines:
             self.ran.append("graph")
             if graph_refuses:
                 raise GraphPathRefused("no engine for this")
-            return out, types.SimpleNamespace(runner=runner)
+            return (DeviceArray(5 << 30, (1, 2, 5, 5), np.float32) if out is None else out), types.SimpleNamespace(
+                runner=runner)
         monkeypatch.setattr(cv, "_graph", lambda: types.SimpleNamespace(convolution=graph))
+        monkeypatch.setattr(cv, "empty", lambda shape, dtype, **kw: DeviceArray(6 << 30, shape, dtype))
         for name in ("_forward_legacy", "_backward_data_legacy", "_backward_filter_legacy"):
             monkeypatch.setattr(cv, name, lambda *a: self.ran.append("legacy") or a[8])  # a[8]: the output
         monkeypatch.setattr(ec, "_clock", lambda handle, fn: (fn(), self.ms[self.ran[-1]]))
@@ -380,6 +383,24 @@ def test_convolution_static_mode_and_explicit_engines_do_not_measure(db, monkeyp
     e.ran.clear()
     conv_call(direction, h, deterministic=True)  # an option only the legacy call has: no graph to measure
     assert e.ran == ["legacy"] and stored(db) == {}
+
+
+@pytest.mark.parametrize("x_shape", [[1, 2, 5, 5], (1, 2, 5, 5), np.array([1, 2, 5, 5])])
+def test_convolution_backward_data_shape_spellings(db, monkeypatch, x_shape):
+    """x_shape as a list, a tuple or a NumPy array: one choice key (plain ints); an unhashable spelling keeps no
+    route (the next call looks the choice up again) but runs."""
+    from cudnn_py.memory import DeviceArray
+    from cudnn_py.ops import conv_calls as cv
+    e = ConvEngines(monkeypatch)
+    h = NoCallHandle()
+    w, dy = DeviceArray(2 << 30, (3, 2, 3, 3), np.float32), DeviceArray(3 << 30, (1, 3, 5, 5), np.float32)
+    for _ in range(2):
+        cv.convolution_backward_data(h, cv.Convolution(padding=1), w, dy, x_shape=x_shape)
+    (key,) = ec.choices(h)
+    assert key[5] == (1, 2, 5, 5)
+    routed = not isinstance(x_shape, np.ndarray)
+    assert len(h.cache.get(cv.CALLS, {})) == routed
+    assert e.ran[-1] == (("runner", (3 << 30, 2 << 30, 6 << 30)) if routed else "graph")  # dx allocated
 
 
 def test_convolution_choice_key_is_a_database_key(db, monkeypatch):

@@ -272,14 +272,21 @@ def _first_call(direction: str, handle: Handle, key: tuple, conv, a, b, out, sha
     else:
         from cudnn_py import engine_choice
         from cudnn_py.graph.errors import GraphNotSupportedError
-        ekey = (where, conv.key, *map(_sig, sigs), shape, algo if isinstance(algo, str) else None,
+        try:
+            dims = None if shape is None else tuple(int(n) for n in shape)
+        except (TypeError, ValueError):  # no shape: the engines say what is wrong with it
+            dims = repr(shape)
+        ekey = (where, conv.key, *map(_sig, sigs), dims, algo if isinstance(algo, str) else None,
                 opts["beta"] != 0.0)
         mutated = () if out is None or opts["beta"] == 0.0 else (as_array(out, "output"),)
         engine = engine_choice.run(handle, ekey, run_legacy, run_graph, mutated=mutated, static="graph",
                                    refused=(*_REFUSALS, GraphNotSupportedError))
     if not warns:
-        handle_cache(handle, CALLS)[key] = "legacy" if engine == "legacy" else _GraphCall(got["ex"], (
-            got["out"] if out is None else None))
+        try:
+            handle_cache(handle, CALLS)[key] = "legacy" if engine == "legacy" else _GraphCall(got["ex"], (
+                got["out"] if out is None else None))
+        except TypeError:  # an unhashable option (a NumPy shape): no route, the next call chooses again
+            pass
     return got["out"]
 
 
