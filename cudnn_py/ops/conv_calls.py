@@ -272,6 +272,7 @@ def _first_call(direction: str, handle: Handle, key: tuple, conv, a, b, out, sha
     else:
         from cudnn_py import engine_choice
         from cudnn_py.graph.errors import GraphNotSupportedError
+        dims: tuple | str | None
         try:
             dims = None if shape is None else tuple(int(n) for n in shape)
         except (TypeError, ValueError):  # no shape: the engines say what is wrong with it
