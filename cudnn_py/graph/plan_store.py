@@ -176,17 +176,14 @@ def _import_plan_files(db: _db.TuningDatabase, directory: Path, current: Environ
     files = sorted(directory.glob("plan-*.json"))
     if not files or db.imported(source):
         return
-    records, skipped = [], 0
+    records = []
     for path in files:
         got = _old_file(path)
-        if got is None:
-            skipped += 1
-            continue
-        env, key, plans = got
-        if env.fields()[:3] == current.fields()[:3]:
-            env = current
-        records.append(_db.Record(KIND, key, env, {"plans": plans}, path.stat().st_mtime, "import"))
+        if got is not None:
+            env, key, plans = got
+            env = current if env.fields()[:3] == current.fields()[:3] else env
+            records.append(_db.Record(KIND, key, env, {"plans": plans}, path.stat().st_mtime, "import"))
     db.put_records(records, source=source)
-    if skipped:
-        warnings.warn(f"plan cache: {skipped} of {len(files)} plan files in {directory} were unreadable or of "
+    if len(records) < len(files):
+        warnings.warn(f"plan cache: {len(files) - len(records)} of {len(files)} plan files in {directory} were unreadable or of "
                       f"another format and were not imported", RuntimeWarning, stacklevel=4)

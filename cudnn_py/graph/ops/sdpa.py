@@ -207,8 +207,7 @@ class SdpaForward(Op):
     def _lower_composite(self, ctx: LowerContext) -> None:
         ins, outs, p = self.inputs, self.outputs, self.params
         q, o = ins["q"], outs["o"]
-        b, hq, sq, _ = q.shape
-        skv = p["s_kv"]
+        (b, hq, sq, _), skv = q.shape, p["s_kv"]
         kt, kt_view = _k_transposed(ctx, ins, p)
         s_raw = ctx.virtual((b, hq, sq, skv), _F)
         _matmul(ctx, q, kt, s_raw, b_view=kt_view, m=ins.get("seq_len_q"), n=ins.get("seq_len_kv"))

@@ -438,9 +438,8 @@ class SdpaBuilders(Builder):
         """
         what = name or "sdpa_fp8"
         values = {"return_stats": return_stats}
-        opts = _options("Graph.sdpa_fp8", options, kwargs, values)
+        opts = fp8_only(what, _options("Graph.sdpa_fp8", options, kwargs, values))
         return_stats = values["return_stats"] is not False
-        fp8_only(what, opts)
         ins, params, _ = self._sdpa_common(what, q, k, v, opts, fp8=True)
         ins.update(self._fp8_scales(what, FP8_FORWARD_SCALES, locals()))
         q, v = ins["q"], ins["v"]
@@ -465,8 +464,7 @@ class SdpaBuilders(Builder):
         scale of each FP8 result: dS (``scale_dp``, with ``descale_dp`` its inverse) in do's type, dq, dk, dv.
         Each amax is the max |.| of that result before its scaling. ``scale``/``causal`` as in the forward."""
         what = name or f"sdpa_fp8_bwd{len(self.ops)}"
-        opts = _options("Graph.sdpa_fp8_backward", options, kwargs, {})
-        fp8_only(what, opts)
+        opts = fp8_only(what, _options("Graph.sdpa_fp8_backward", options, kwargs, {}))
         ins, params, _ = self._sdpa_common(what, q, k, v, opts, fp8=True, backward=True)
         q, k, v = ins["q"], ins["k"], ins["v"]
         b, hq, sq, d = q.shape
