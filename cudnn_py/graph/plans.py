@@ -400,20 +400,17 @@ def autotune(graph, handle, variant_pack: dict, *, modes=("A", "B", "FALLBACK"),
         raise InvalidTypeError("autotune always builds every plan anew (and keeps its timings in the plan store); "
                                "it takes no cache=")
     options = ("autotune", tuple(_mode_name(m) for m in modes), tuple(sorted(filters.items())))
-    stored = _stored(graph, handle, options)
-    if stored:
-        graph.plans = [p for p, _ in stored]
-        return stored
-    plans = build_plans(graph, handle, modes, policy="all", cache=False, **filters)
-    results: list[tuple[Plan, float | None]] = []
-    for plan in plans:
-        try:
-            results.append((plan, time_plan(plan, handle, variant_pack, warmup=warmup, iters=iters)))
-        except CudnnError:
-            continue
+    results = _stored(graph, handle, options)
     if not results:
-        raise _unsupported(graph, modes, [("autotune", "every plan failed to execute")])
-    results.sort(key=lambda r: r[1] or 0.0)
+        results = []
+        for plan in build_plans(graph, handle, modes, policy="all", cache=False, **filters):
+            try:
+                results.append((plan, time_plan(plan, handle, variant_pack, warmup=warmup, iters=iters)))
+            except CudnnError:
+                continue
+        if not results:
+            raise _unsupported(graph, modes, [("autotune", "every plan failed to execute")])
+        results.sort(key=lambda r: r[1] or 0.0)
+        _store(graph, handle, options, results[:4])  # the fastest few: loading a plan can cost a compilation
     graph.plans = [p for p, _ in results]
-    _store(graph, handle, options, results[:4])  # the fastest few: loading a plan can cost a compilation
     return results

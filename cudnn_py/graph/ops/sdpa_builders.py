@@ -44,8 +44,7 @@ def _vstr(v) -> str:
 def _strides_like(shape, ref_strides) -> tuple[int, ...]:
     """Packed strides for ``shape`` with the dimension order of ``ref_strides`` (largest stride outermost)."""
     order = sorted(range(len(shape)), key=lambda i: (-ref_strides[i], i))
-    strides = [0] * len(shape)
-    acc = 1
+    strides, acc = [0] * len(shape), 1
     for i in reversed(order):
         strides[i] = acc
         acc *= shape[i]
