@@ -23,6 +23,7 @@ from cudnn_py.caches import handle_cache
 from . import plan_store
 from .descriptors import BackendDescriptor
 from .errors import GraphNotSupportedError
+from .execute import CudaGraph, Executor, execute
 
 __all__ = ["EngineConfig", "KnobInfo", "Plan", "heuristics", "engine_configs", "engine_config", "build_plans",
            "autotune", "time_plan", "plan_from_json", "plan_cache_clear", "plan_cache_info", "scratch_layout",
@@ -210,7 +211,6 @@ class Plan:
 
     def executor(self, handle, *tensors, identity_cache: int = 4):
         """A cached fast callable binding arrays positionally (see :class:`~cudnn_py.graph.execute.Executor`)."""
-        from .execute import Executor
         key = (id(handle), tuple(getattr(t, "uid", t) for t in tensors), identity_cache)
         ex = self._executors.get(key)
         if ex is None:
@@ -219,13 +219,11 @@ class Plan:
 
     def execute(self, handle, variant_pack: dict, workspace=None) -> None:
         """Run on ``handle``'s stream with ``variant_pack`` {tensor or name or uid: array}."""
-        from .execute import execute
         execute(self, handle, variant_pack, workspace)
 
     def populate_cuda_graph(self, handle, variant_pack: dict, workspace=None):
         """A :class:`~cudnn_py.graph.execute.CudaGraph` recorded from this plan (cuDNN >= 9.5 engines that
         support the native CUDA graph API)."""
-        from .execute import CudaGraph
         return CudaGraph(self, handle, variant_pack, workspace)
 
     def __repr__(self):

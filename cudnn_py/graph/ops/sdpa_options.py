@@ -91,9 +91,8 @@ class SdpaOptions:
             raise InvalidValueError(f"dropout must be in [0, 1), got {self.dropout}")
         if self.causal and self.right_bound not in (None, 0):
             raise InvalidValueError(f"causal=True means right_bound=0; got right_bound={self.right_bound}")
-        band = self.left_bound is not None or self.band_right is not None
         if self.diagonal_alignment == "bottom_right":
-            if not band:
+            if self.left_bound is None and self.band_right is None:
                 raise InvalidValueError("diagonal_alignment='bottom_right' needs causal=True, right_bound or "
                                         "left_bound")
             if self.alibi is not False or self.dropout:
