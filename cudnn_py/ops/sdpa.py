@@ -379,8 +379,7 @@ def sdpa_fp8_backward(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: De
     :returns: an :class:`SdpaFp8Grads` (dq, dk, dv, amax_dq, amax_dk, amax_dv, amax_dp).
     """
     given = dict(dq=dq, dk=dk, dv=dv, amax_dq=amax_dq, amax_dk=amax_dk, amax_dv=amax_dv, amax_dp=amax_dp)
-    opts = fp8_only("sdpa_fp8_backward", SdpaOptions.of(options, {"scale": scale, "causal": causal},
-                                                        "sdpa_fp8_backward"))
+    opts = fp8_only("sdpa_fp8_backward", SdpaOptions.of(options, dict(scale=scale, causal=causal), "sdpa_fp8_backward"))
     scales = dict(zip(FP8_BACKWARD_SCALES, (descale_q, descale_k, descale_v, descale_o, descale_do, descale_s,
                                          descale_dp, scale_s, scale_dq, scale_dk, scale_dv, scale_dp)))
     tensors = {"q": q, "k": k, "v": v, "o": o, "do": do, "stats": stats}
