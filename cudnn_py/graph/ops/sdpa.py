@@ -167,22 +167,6 @@ def _scores(ctx, ins, s_raw):
     return s
 
 
-def _k_transposed(ctx, ins, p):
-    """(tensor, view) of K seen as K^T (B, Hk, D, S_kv): a view of K's memory, or a paged-cache gather."""
-    k = ins["k"]
-    if "page_table_k" not in ins:
-        return k, (_swap_last(k.shape), _swap_last(k.strides))
-    b, hk, d, skv = p["batch"], k.shape[1], k.shape[3], p["s_kv"]
-    return _paged_load(ctx, ins, "k", (b, hk, d, skv), (d * skv * hk, d * skv, 1, d)), None
-
-
-def _v_loaded(ctx, ins, p):
-    v = ins["v"]
-    if "page_table_v" not in ins:
-        return v
-    return _paged_load(ctx, ins, "v", (p["batch"], v.shape[1], p["s_kv"], v.shape[3]))
-
-
 class SdpaForward(Op):
     """O = softmax(mask(scale * Q K^T + bias + alibi)) (dropout) V, and the statistics (row log-sum-exp, float32).
 
@@ -206,9 +190,12 @@ class SdpaForward(Op):
 
     def _lower_composite(self, ctx: LowerContext) -> None:
         ins, outs, p = self.inputs, self.outputs, self.params
-        q, o = ins["q"], outs["o"]
+        q, k, v, o = ins["q"], ins["k"], ins["v"], outs["o"]
         (b, hq, sq, _), skv = q.shape, p["s_kv"]
-        kt, kt_view = _k_transposed(ctx, ins, p)
+        kt, kt_view = k, (_swap_last(k.shape), _swap_last(k.strides))  # K^T: a view of K's memory
+        if "page_table_k" in ins:  # or (B, Hk, D, S_kv) gathered from the paged cache
+            hk, d = k.shape[1], k.shape[3]
+            kt, kt_view = _paged_load(ctx, ins, "k", (b, hk, d, skv), (d * skv * hk, d * skv, 1, d)), None
         s_raw = ctx.virtual((b, hq, sq, skv), _F)
         _matmul(ctx, q, kt, s_raw, b_view=kt_view, m=ins.get("seq_len_q"), n=ins.get("seq_len_kv"))
         s = _band_masks(ctx, _scores(ctx, ins, s_raw), ins, p)
@@ -223,13 +210,15 @@ class SdpaForward(Op):
         if fp8:  # amax of P, P scaled to q's FP8 type, and the descaled P V scaled into o
             _reduce(ctx, prob, "amax", out=outs["amax_s"])
             p8 = _pw(ctx, "mul", prob, ins["scale_s"], dtype=q.dtype)
-            _fp8_matmul(ctx, ins, outs, "o", p8, ins["v"], ("descale_s", "descale_v"))
+            _fp8_matmul(ctx, ins, outs, "o", p8, v, ("descale_s", "descale_v"))
             return
         if dropout:
             mask = outs.get("rng_dump") or ctx.virtual((b, hq, sq, skv), _F)
             _rng(ctx, ins["seed"], ins["offset"], mask, 1.0 - p["dropout"])
             prob = _pw(ctx, "mul", _pw(ctx, "mul", prob, mask), ins["dropout_scale"], dtype=q.dtype)
-        _matmul(ctx, prob, _v_loaded(ctx, ins, p), o, m=ins.get("seq_len_q"), k=ins.get("seq_len_kv"))
+        if "page_table_v" in ins:  # V gathered from the paged cache
+            v = _paged_load(ctx, ins, "v", (b, v.shape[1], skv, v.shape[3]))
+        _matmul(ctx, prob, v, o, m=ins.get("seq_len_q"), k=ins.get("seq_len_kv"))
 
 
 class SdpaBackward(Op):
