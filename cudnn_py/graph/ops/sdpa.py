@@ -192,12 +192,12 @@ class SdpaForward(Op):
         ins, outs, p = self.inputs, self.outputs, self.params
         q, k, v, o = ins["q"], ins["k"], ins["v"], outs["o"]
         (b, hq, sq, _), skv = q.shape, p["s_kv"]
-        kt, kt_view = k, (_swap_last(k.shape), _swap_last(k.strides))  # K^T: a view of K's memory
-        if "page_table_k" in ins:  # or (B, Hk, D, S_kv) gathered from the paged cache
+        kt_view: tuple | None = (_swap_last(k.shape), _swap_last(k.strides))  # K^T: a view of K's memory
+        if "page_table_k" in ins:  # or K^T (B, Hk, D, S_kv) gathered from the paged cache
             hk, d = k.shape[1], k.shape[3]
-            kt, kt_view = _paged_load(ctx, ins, "k", (b, hk, d, skv), (d * skv * hk, d * skv, 1, d)), None
+            k, kt_view = _paged_load(ctx, ins, "k", (b, hk, d, skv), (d * skv * hk, d * skv, 1, d)), None
         s_raw = ctx.virtual((b, hq, sq, skv), _F)
-        _matmul(ctx, q, kt, s_raw, b_view=kt_view, m=ins.get("seq_len_q"), n=ins.get("seq_len_kv"))
+        _matmul(ctx, q, k, s_raw, b_view=kt_view, m=ins.get("seq_len_q"), n=ins.get("seq_len_kv"))
         s = _band_masks(ctx, _scores(ctx, ins, s_raw), ins, p)
         # softmax, with the statistics max + log(sum(exp(s - max)))
         mx = _reduce(ctx, s, "max", shape=(b, hq, sq, 1))
