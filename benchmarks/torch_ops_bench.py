@@ -7,7 +7,8 @@ peers interleaved (one round times every peer once, in rotating order). Peers: t
 ``cudnn_py.torch.scaled_dot_product_attention``, ``cudnn_py.torch.sdpa``, the bare op
 ``torch.ops.cudnn_py.sdpa_fwd`` (through the dispatcher), the core entry point ``cudnn_py.sdpa`` on torch tensors
 and, where it is installed, cudnn-frontend's torch op ``cudnn.sdpa_torch``; forward + backward through autograd
-the same way. The forward table ends with the issue's bars: ``cudnn_py.torch.sdpa`` at most 1.5x torch's
+the same way, beside the training ops ``sdpa_fwd`` (with statistics) then ``sdpa_bwd`` called through
+``torch.ops`` without autograd (the dispatcher path a compiled training step takes). The forward table ends with the issue's bars: ``cudnn_py.torch.sdpa`` at most 1.5x torch's
 ``F.scaled_dot_product_attention`` and 0.25x ``cudnn.sdpa_torch``, same run.
 
 Device time: CUDA events around ``--iters`` calls queued behind a sleep kernel, median of repeats (benchmarks/
@@ -90,7 +91,16 @@ def attention_peers(b, h, s, d, causal: bool, backward: bool) -> dict:
         if fe is not None:
             peers["cudnn-frontend cudnn.sdpa_torch"] = lambda: fe(q, k, v, is_causal=causal)
         return peers
-    return {n: (lambda f=f: f().backward(do)) for n, f in peers.items()}
+    peers = {n: (lambda f=f: f().backward(do)) for n, f in peers.items()}
+    fwd, bwd = torch.ops.cudnn_py.sdpa_fwd.default, torch.ops.cudnn_py.sdpa_bwd.default
+    qd, kd, vd = q.detach(), k.detach(), v.detach()
+    tail = (d ** -0.5, causal, False, None, None, False, 0.0, None, None)
+
+    def ops_fwd_bwd():  # as a compiled training step calls them: no autograd, the statistics kept for the backward
+        o, stats = fwd(qd, kd, vd, None, None, None, None, None, None, None, *tail, True)
+        return bwd(do, qd, kd, vd, o, stats, None, None, None, None, None, None, None, *tail, False)
+    peers["ops sdpa_fwd (stats) + sdpa_bwd"] = ops_fwd_bwd
+    return peers
 
 
 def norm_peers(rows, hidden, backward: bool) -> dict:

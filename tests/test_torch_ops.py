@@ -170,6 +170,25 @@ def test_eager_calls_skip_the_dispatcher_and_keep_the_autograd_formula():
     assert type(y.grad_fn).__name__ != "ScaleBackward" and calls == ["impl"] * 3
 
 
+def test_ready_entry_allocates_recorded_layouts_and_binds_inputs_then_outputs():
+    """runtime.Ready (an op's repeat-call fast path) on CPU tensors with a stand-in prepared call: new outputs of the
+    recorded shapes, strides and dtypes; the first ``bound`` zero-filled when asked and bound after the inputs."""
+    torch = pytest.importorskip("torch")
+    from types import SimpleNamespace
+
+    from cudnn_py.torch import runtime
+    seen = []
+    p = SimpleNamespace(run=lambda ctx, ptrs: seen.append(ptrs))
+    o = torch.empty(2, 8, 3, 4).transpose(1, 2)  # (2, 3, 8, 4), BSHD strides
+    outs = (o, torch.empty((2, 3, 8, 1)), torch.empty((0,), dtype=torch.bfloat16))
+    ctx = SimpleNamespace(device=torch.device("cpu"))
+    for zero in (False, True):
+        got = runtime.Ready(p, outs, 2, zero).run(ctx, (11, 12))
+        assert [(x.shape, x.stride(), x.dtype) for x in got] == [(x.shape, x.stride(), x.dtype) for x in outs]
+        assert seen.pop() == (11, 12, got[0].data_ptr(), got[1].data_ptr())
+        assert not zero or not (got[0].any() or got[1].any())
+
+
 # -- GPU -----------------------------------------------------------------------------------------------------------
 def _torch_gpu():
     torch = pytest.importorskip("torch")
@@ -288,6 +307,63 @@ def test_hot_path_without_gradient_matches_float64_per_layout_and_options(tg, rn
     o = ct.sdpa(q, k, v)  # a gradient is needed: the checked path, through autograd
     o.backward(torch.ones_like(o))
     assert o.grad_fn is not None and torch.isfinite(q.grad).all()
+
+
+@pytest.mark.gpu
+def test_ops_repeat_calls_take_the_ready_entry(tg, rng, monkeypatch):
+    """The registered forward (with statistics) and backward ops, called through torch.ops as compiled graphs call
+    them: the first call of a configuration takes the checked path and makes the entry, repeat calls (new tensors)
+    are served from it and match float64 (padded rows zero, a bias gradient)."""
+    torch, ct = tg
+    from cudnn_py.torch import attention as A
+    dtype, (b, h, s, d) = "bfloat16", (3, 2, 40, 64)
+    lq, lk = np.array([40, 17, 1], np.int32), np.array([33, 40, 5], np.int32)
+    fwd, bwd = torch.ops.cudnn_py.sdpa_fwd.default, torch.ops.cudnn_py.sdpa_bwd.default
+    cases = [("causal", dict(causal=True)), ("padding", dict(seq_len_q=lq, seq_len_kv=lk)), ("bias", dict(bias=1))]
+
+    def run(name, opts):
+        qa, ka, va, doa = (rng.standard_normal((b, h, s, d)) for _ in range(4))
+        q, k, v, do = (_t(torch, a, dtype, "bshd").detach() for a in (qa, ka, va, doa))
+        ba = rng.standard_normal((1, h, s, s))
+        bias = _t(torch, ba, dtype).detach() if "bias" in opts else None
+        slq, slk = ((torch.tensor(opts[n], device="cuda") for n in ("seq_len_q", "seq_len_kv")) if "seq_len_q" in opts
+                    else (None, None))
+        tail = (d ** -0.5, bool(opts.get("causal")), False, None, None, False, 0.0, None, None)
+        with torch.no_grad():
+            o, stats = fwd(q, k, v, bias, slq, slk, None, None, None, None, *tail, True)
+            dq, dk, dv, db = bwd(do, q, k, v, o, stats, bias, slq, slk, None, None, None, None, *tail, bias is not None)
+        ref = dict(causal=bool(opts.get("causal")), seq_len_q=opts.get("seq_len_q"), seq_len_kv=opts.get("seq_len_kv"),
+                   bias=None if bias is None else _h(bias))
+        ref = {n: x for n, x in ref.items() if x is not None and x is not False}
+        qd, kd, vd, dod = (_h(x) for x in (q, k, v, do))
+        rows = R.valid_rows(b, s, lq) if slq is not None else None
+        ro, rs = R.forward(qd, kd, vd, **ref)
+        _close(_h(o), ro, dtype, rows)
+        _close(_h(stats), rs, dtype, rows)
+        rq, rk, rv, rb = R.backward(qd, kd, vd, dod, **ref)
+        _close(_h(dq), rq, dtype, rows)
+        if slq is not None:
+            for x in (o, dq):
+                assert not _h(x)[~np.broadcast_to(rows, x.shape)].any(), "padded rows must be zero"
+            kv_rows = (np.arange(s)[None, :] < lk[:, None])[:, None, :, None]
+            _close(_h(dk), rk, dtype, kv_rows)
+            _close(_h(dv), rv, dtype, kv_rows)
+        else:
+            _close(_h(dk), rk, dtype)
+            _close(_h(dv), rv, dtype)
+        if bias is not None:
+            _close(_h(db), R.reduce_to(rb, ba.shape), dtype)
+        assert o.stride(1) < o.stride(2) and dq.stride() == q.stride()  # q's BSHD layout kept
+
+    for name, opts in cases:  # first calls: the checked path makes the entries
+        run(name, opts)
+
+    def unreachable(*args):
+        raise AssertionError("a repeated configuration went through the checked path")
+    monkeypatch.setattr(A, "_fwd", unreachable)
+    monkeypatch.setattr(A, "_grads", unreachable)
+    for name, opts in cases:
+        run(name, opts)
 
 
 @pytest.mark.gpu

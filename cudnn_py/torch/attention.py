@@ -30,7 +30,8 @@ from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.graph import Graph
 from cudnn_py.graph.ops.sdpa_options import SdpaOptions
 
-from .runtime import Prepared, call, context, dtype_name, eager, empty_like_layout, function, known, prepared
+from .runtime import (Prepared, Ready, call, context, dtype_name, eager, empty_like_layout, function, known, prepared,
+                      remember)
 
 __all__ = ["sdpa", "scaled_dot_product_attention", "sdpa_fwd", "sdpa_bwd", "sdpa_paged_fwd"]
 
@@ -66,6 +67,12 @@ def _outputs(q: Tensor, v: Tensor, ragged_offset_q: Optional[Tensor], max_seq_le
 
 def _meta(t: Optional[Tensor]):
     return None if t is None else (t.shape, t.stride(), t.dtype)
+
+
+def _ready_key(what: str, opts: tuple, args: tuple) -> tuple:
+    """The fast path's key of an op call (see :class:`~cudnn_py.torch.runtime.Ready`): ``opts``, then each tensor's
+    shape, strides, dtype and device (None where absent)."""
+    return (what, opts, *[None if t is None else (t.shape, t.stride(), t.dtype, t.get_device()) for t in args])
 
 
 def _signature(what: str, opts: tuple, args: tuple, n: int) -> tuple[tuple, tuple]:
@@ -180,8 +187,17 @@ def _sdpa_fwd(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], seq_len_q
     args = (q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset)
     opts = (scale, causal, bottom_right, left_bound, right_bound, alibi, dropout_p, max_seq_len_q, max_seq_len_kv,
             return_stats)
-    _, o, stats = _fwd(args, opts)
-    return o, _no_stats(q.device) if stats is None else stats
+    dev = q.get_device()
+    key = _ready_key("sdpa_fwd", opts, args)
+    hot = known(dev)
+    ent = None if hot is None else hot[1].get(key)
+    if ent is not None and hot is not None:  # a repeat call: the outputs' layouts and the prepared call are known
+        o, stats = ent.run(hot[0], tuple([t.data_ptr() for t in args if t is not None]))
+        return o, stats
+    p, o, st = _fwd(args, opts)
+    stats = _no_stats(q.device) if st is None else st
+    remember(dev, key, Ready(p, (o, stats), 1 + (st is not None), seq_len_q is not None and ragged_offset_q is None))
+    return o, stats
 
 
 sdpa_fwd = torch.library.custom_op("cudnn_py::sdpa_fwd", _sdpa_fwd, mutates_args=(), device_types="cuda")
@@ -230,14 +246,23 @@ def _sdpa_bwd(do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, stats: Ten
              want_dbias: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Attention backward: (dq, dk, dv, dbias); dbias is empty unless ``want_dbias``. See :func:`sdpa`."""
     args = (do, q, k, v, o, stats, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset)
-    grads = _grads(q, k, v, bias, ragged_offset_q is not None, seq_len_q is not None, want_dbias)
     opts = (scale, causal, bottom_right, left_bound, right_bound, alibi, dropout_p, max_seq_len_q, max_seq_len_kv,
             want_dbias)
-    ctx = context(q.get_device())
+    dev = q.get_device()
+    rkey = _ready_key("sdpa_bwd", opts, args)
+    hot = known(dev)
+    ent = None if hot is None else hot[1].get(rkey)
+    if ent is not None and hot is not None:  # a repeat call: the gradients' layouts and the prepared call are known
+        dq, dk, dv, db = ent.run(hot[0], tuple([t.data_ptr() for t in args if t is not None]))
+        return dq, dk, dv, db
+    zero = seq_len_q is not None and ragged_offset_q is None
+    grads = _grads(q, k, v, bias, ragged_offset_q is not None, seq_len_q is not None, want_dbias)
+    ctx = context(dev)
     h = ctx.handle
     key, ptrs = _signature("sdpa_bwd", opts, args, 6)
     p = prepared(h, key, lambda: _build_bwd(h, args, grads, opts))
     p.run(ctx, ptrs + tuple([x.data_ptr() for x in grads[:3 + want_dbias]]))
+    remember(dev, rkey, Ready(p, grads, 3 + want_dbias, zero))
     dq, dk, dv, db = grads
     return dq, dk, dv, db
 

@@ -10,6 +10,11 @@
   CUDA-graph capture or pool), one ``cudnnBackendExecute``.
 * :func:`prepared` - the :class:`Prepared` call of a configuration key, cached on the handle
   (:func:`cudnn_py.caches.handle_cache`), so ``handle.clear_caches()`` forgets them.
+* :class:`Ready` - an op's fast path on repeat calls: kept in that same cache under a key of the call's shapes,
+  strides, dtypes, devices and options (found through :func:`known`, which also follows torch's current stream),
+  it holds the :class:`Prepared` call and its outputs' layouts, so a repeat call is one dict lookup, the outputs by
+  ``torch.empty_strided`` and the prepared call; the first call of a configuration takes the op's checked path,
+  which makes the entry from the outputs it allocated.
 * :func:`dtype_name`, :func:`empty_like_layout` - how the ops describe torch tensors to cuDNN and lay out outputs.
 * :func:`call` - how the Python faces reach an op: eagerly (plain tensors, not under ``torch.compile``) its
   implementation is called directly, inside a ``torch.autograd.Function`` made by :func:`function` from the op's
@@ -35,8 +40,8 @@ from cudnn_py.graph import Graph
 from cudnn_py.graph.runner import Runner, cached, raw_execute
 from cudnn_py.handle import Handle
 
-__all__ = ["Context", "context", "known", "handle", "Prepared", "prepared", "current_stream", "cache_clear", "eager",
-           "function", "call", "dtype_name", "empty_like_layout"]
+__all__ = ["Context", "context", "known", "handle", "Prepared", "prepared", "Ready", "remember", "current_stream",
+           "cache_clear", "eager", "function", "call", "dtype_name", "empty_like_layout"]
 
 _CACHE = "torch.ops"
 
@@ -160,6 +165,35 @@ class Prepared:
 def prepared(h: Handle, key: tuple, make: Callable[[], Prepared]) -> Prepared:
     """The :class:`Prepared` call of ``key`` on ``h``, made by ``make()`` on first use."""
     return cached(h, _CACHE, key, make)
+
+
+class Ready:
+    """A fast-path entry: the :class:`Prepared` call ``p`` and the layouts (shape, strides, dtype) of ``outs``, the
+    outputs the checked call allocated for it; the first ``bound`` of them are bound after the inputs (the others,
+    empty placeholders, are only returned), zero-filled first with ``zero`` (a padding mask leaves rows unwritten)."""
+
+    __slots__ = ("p", "specs", "bound", "zero")
+
+    def __init__(self, p: Prepared, outs: Sequence[Tensor], bound: int, zero: bool):
+        self.p, self.bound, self.zero = p, bound, zero
+        self.specs = tuple((o.shape, o.stride(), o.dtype) for o in outs)
+
+    def run(self, ctx: Context, ptrs: tuple) -> list[Tensor]:
+        """New outputs, computed from the inputs at ``ptrs`` on ``ctx`` (from :func:`known`)."""
+        dev = ctx.device
+        outs = [torch.empty_strided(s, st, dtype=dt, device=dev) for s, st, dt in self.specs]
+        bound = outs[:self.bound]
+        if self.zero:
+            for x in bound:
+                x.zero_()
+        self.p.run(ctx, ptrs + tuple([x.data_ptr() for x in bound]))
+        return outs
+
+
+def remember(device: int, key: tuple, entry: Ready) -> None:
+    """Keep ``entry`` for ``key`` in this thread's prepared-call cache on ``device`` (read back through
+    :func:`known`)."""
+    handle_cache(context(device).handle, _CACHE)[key] = entry
 
 
 def cache_clear() -> None:
