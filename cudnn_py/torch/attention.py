@@ -8,8 +8,9 @@ FlashAttention-style ``cu_seqlens`` or element offsets, paged KV caches, ALiBi, 
 reach the ops through :func:`~cudnn_py.torch.runtime.call` (eagerly their implementations directly, traced the
 registered ops), so they run eagerly, under autograd, under ``torch.compile(fullgraph=True)`` and in CUDA graphs,
 on torch's current stream. A plain eager call that needs no gradient takes a shorter path (see :func:`sdpa`'s
-body): one key, one dict lookup, o's allocation and the prepared call. FP8 attention is in
-:mod:`cudnn_py.torch.attention_fp8`.
+body): one key, one dict lookup, o's allocation and the prepared call. The ops themselves (what a training step
+and a compiled graph call) serve repeat calls of a configuration from a :class:`~cudnn_py.torch.runtime.Ready`
+entry the same way. FP8 attention is in :mod:`cudnn_py.torch.attention_fp8`.
 
 Tensors are logical (B, H, S, D) with the head dim packed (stride 1), any other strides (BHSD, BSHD as
 ``x.transpose(1, 2)``, slices of one QKV buffer); o gets q's layout, dq/dk/dv those of q/k/v. Packed batches are
