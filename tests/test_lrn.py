@@ -178,10 +178,10 @@ def test_divisive_normalization_backward_matches_reference(handle, rng, with_mea
 @pytest.mark.parametrize("given", ["dx", "dmeans"])
 def test_divisive_normalization_backward_allocates_the_missing_output_in_the_given_ones_layout(handle, rng, given):
     import cudnn_py as cudnn
-    from cudnn_py.ops._common import empty_strided
     x, dy, m, xd, md, _ = _divnorm_case(rng, True)
     channels_last = (90, 1, 15, 3)  # (2, 3, 6, 5) stored N, H, W, C
-    out = empty_strided(handle, x.shape, channels_last, np.float32).fill_(np.nan)
+    buf = cudnn.to_device(np.full((2, 6, 5, 3), np.nan, np.float32))  # poisoned
+    out = cudnn.DeviceArray(buf.ptr, x.shape, np.float32, channels_last, device_id=buf.device_id, owner=buf)
     dx, dm = divisive_normalization_backward(handle, LRN(**PARAMS[1]), xd, cudnn.to_device(dy), md, **{given: out})
     assert dx.strides == dm.strides == channels_last  # one descriptor describes both
     dx_ref, dm_ref = ref.divnorm_backward(x, m, dy, PARAMS[1]["n"], PARAMS[1]["alpha"], PARAMS[1]["beta"],
