@@ -1,11 +1,12 @@
 """Tuned first call: does a fresh process that finds a tuned record in the tuning database skip the measurement?
 
 For attention (``sdpa``, bf16) and convolution (``convolution_forward`` on the graph engine and on the legacy one,
-fp16 NHWC), each with ``autotune=True``, three fresh processes share one database file:
+fp16 NHWC), fresh processes share one database file:
 
 1. ``measure``: an empty database; the first call times every candidate and records the winner;
 2. ``tuned``: the filled database; the first call should find the record and time nothing;
-3. ``tuned`` again, to show the spread between processes.
+3. ``tuned`` again, to show the spread between processes;
+4. ``heuristic``: an empty database and ``autotune=False``, the first call of a process that measures nothing.
 
 Each process reports the wall time of its first call (plan from the database or built, execution, synchronisation),
 the part of it spent making the plan (the graph path's ``plan_graph``, the legacy path's ``_plan``: graph, stored or
@@ -55,8 +56,8 @@ def _time_calls(real, clock: list) -> None:
                 setattr(mod, name, timed)
 
 
-def child(case: str) -> dict:
-    """First and warm call of ``case`` with ``autotune=True`` in this fresh process, and the timings it ran."""
+def child(case: str, autotune: bool) -> dict:
+    """First and warm call of ``case`` in this fresh process, and the timings it ran."""
     import ml_dtypes
     import cudnn_py
     from cudnn_py import capi
@@ -75,7 +76,7 @@ def child(case: str) -> dict:
                    for _ in range(3))
 
         def call():
-            return cudnn_py.sdpa(h, q, k, v, causal=True, autotune=True)
+            return cudnn_py.sdpa(h, q, k, v, causal=True, autotune=autotune)
     else:
         x = cudnn_py.to_device(rng.standard_normal((32, 56, 56, 64)).astype(np.float16))
         w = cudnn_py.to_device(rng.standard_normal((64, 3, 3, 64)).astype(np.float16))
@@ -83,7 +84,7 @@ def child(case: str) -> dict:
         engine = case.split()[1]
 
         def call():
-            return cudnn_py.convolution_forward(h, conv, x, w, autotune=True, engine=engine)
+            return cudnn_py.convolution_forward(h, conv, x, w, autotune=autotune, engine=engine)
     res = {}
     for label in ("first", "warm"):
         t0 = time.perf_counter()
@@ -96,10 +97,10 @@ def child(case: str) -> dict:
     return res
 
 
-def run_child(case: str, db: str) -> dict:
+def run_child(case: str, db: str, autotune: bool) -> dict:
     env = dict(os.environ, CUDNN_PY_TUNING_DB=db)
-    out = subprocess.run([sys.executable, __file__, "--child", case], env=env, capture_output=True, text=True,
-                         timeout=600)
+    out = subprocess.run([sys.executable, __file__, "--child", case] + ([] if autotune else ["--no-autotune"]),
+                         env=env, capture_output=True, text=True, timeout=600)
     if out.returncode:
         raise SystemExit(f"tuned_first_call: the {case!r} child failed:\n{out.stderr[-2000:]}")
     return json.loads(out.stdout.splitlines()[-1])
@@ -109,17 +110,18 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=2, help="fresh tuned processes per case (default 2)")
     ap.add_argument("--child", choices=CASES, help=argparse.SUPPRESS)
+    ap.add_argument("--no-autotune", action="store_true", help=argparse.SUPPRESS)
     args = script_args(ap, argv)
     if args.child:
-        print(json.dumps(child(args.child)))
+        print(json.dumps(child(args.child, not args.no_autotune)))
         return
     print(f"{'case':<12} {'process':<10} {'first ms':>9} {'plan ms':>9} {'timings':>8} {'warm ms':>8}"
           f" {'(first-plan)/warm':>18}")
     with tempfile.TemporaryDirectory() as tmp:
         for case in CASES:
             db = os.path.join(tmp, case.replace(" ", "_") + ".sqlite")
-            for i, role in enumerate(["measure"] + ["tuned"] * args.repeat):
-                r = run_child(case, db)
+            for role in ["measure"] + ["tuned"] * args.repeat + ["heuristic"]:
+                r = run_child(case, db if role != "heuristic" else db + ".empty", role != "heuristic")
                 print(f"{case:<12} {role:<10} {r['first ms']:>9.1f} {r['first plan ms']:>9.1f} {r['first timings']:>8}"
                       f" {r['warm ms']:>8.2f} {(r['first ms'] - r['first plan ms']) / r['warm ms']:>18.1f}")
 
