@@ -234,3 +234,23 @@ def test_scalars_refuse_a_factor_that_overflows_float():
     with pytest.raises(InvalidValueError, match="overflow the single-precision float"):
         scalars(np.float32, 1e39, 0.0)
     assert ctypes.cast(scalars(np.float64, 1e39, 0.0)[0], ctypes.POINTER(ctypes.c_double)).contents.value == 1e39
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("bad", ["bias", "z"])
+def test_conv_bias_activation_checks_bias_and_z_before_allocating_y(handle, rng, monkeypatch, bad):
+    """The legacy fused call refuses a bias of the wrong size or a z unlike y without allocating y first."""
+    from cudnn_py.ops import conv_calls
+
+    def no_allocation(*a, **k):
+        raise AssertionError("y was allocated before the checks")
+    conv = cudnn.Convolution(padding=1)
+    x, w = (cudnn.to_device(rng.standard_normal(s).astype(np.float32)) for s in ((2, 4, 6, 6), (8, 4, 3, 3)))
+    bias = cudnn.to_device(np.zeros(8 if bad == "z" else 5, np.float32))
+    z = cudnn.to_device(np.zeros((2, 8, 6, 5) if bad == "z" else (2, 8, 6, 6), np.float32))
+    cudnn.convolution_bias_activation_forward(handle, conv, x, w, cudnn.to_device(np.zeros(8, np.float32)),
+                                              engine="legacy")  # the plan is cached: the next call allocates only y
+    monkeypatch.setattr(conv_calls, "empty", no_allocation)
+    words = "bias must be a contiguous array of 8" if bad == "bias" else "z must look like y"
+    with pytest.raises(InvalidValueError, match=words):
+        cudnn.convolution_bias_activation_forward(handle, conv, x, w, bias, z=z, beta=1.0, engine="legacy")

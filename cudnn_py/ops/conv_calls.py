@@ -32,6 +32,7 @@ from cudnn_py.dtypes import cudnn_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError, WorkspaceLimitError
 from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray, DeviceArrayLike, array_signature, as_array, empty, zeros
+from cudnn_py.strided import c_strides
 from cudnn_py.ops._common import Out, enum_arg, moved_outputs, scalars
 from cudnn_py.ops.activation import activation_of
 from cudnn_py.ops.convolution import Convolution, Geometry, logical, packed_strides, physical, unit_height
@@ -594,25 +595,28 @@ def convolution_bias_activation_forward(handle: Handle, conv: Convolution, x: De
     key = ("forward", conv, xs, ws, ys, algo, deterministic, workspace_limit)
     p, ws_ptr = _ready(handle, key, "forward", conv, (xs, ws, ys), algo, deterministic, workspace_limit,
                        (x_ptr, w_ptr))
-    out: DeviceArray | Out
-    if y is None:
-        out = empty(p.g.out_shape, p.g.np_y_dtype, stream=handle.stream, device=handle.device)
-        ys, y_ptr = array_signature(out, "y")
-    else:
-        out = y
+    if y is None:  # the signature of the y allocated below: bias and z are checked before anything is allocated
+        shape = tuple(p.g.out_shape)
+        ys = (shape, c_strides(shape), np.dtype(p.g.np_y_dtype), _device_id(handle))
     bkey = ("bias", ys, bs, conv.layout)
     plans = handle_cache(handle, PLANS)
     bplan = plans.get(bkey)
     if bplan is None:
         bplan = plans[bkey] = _bias_plan(handle, ys, bs, conv.layout, "bias")
+    if z is not None:
+        zs, z_ptr = array_signature(z, "z")
+        if zs != ys:
+            raise InvalidValueError(f"z must look like y (shape, strides, dtype, device {ys}), got {zs}")
+    out: DeviceArray | Out
+    if y is None:
+        out = empty(p.g.out_shape, p.g.np_y_dtype, stream=handle.stream, device=handle.device)
+        y_ptr = out.ptr
+    else:
+        out = y
     if z is None:  # z aliases y: clear y so that no stale value (or NaN) can leak in through z
         # cuDNN reads the value as y's data type; a double 0.0 is all zero bytes, so it reads 0 in any type
         capi.cudnnSetTensor(handle.ptr, p.c, y_ptr, scalars(np.float64, 0.0)[0])
         z_ptr = y_ptr
-    else:
-        zs, z_ptr = array_signature(z, "z")
-        if zs != ys:
-            raise InvalidValueError(f"z must look like y (shape, strides, dtype, device {ys}), got {zs}")
     xp = _pad_input(handle, p.g, x_ptr) if p.g.asym else None
     a1, a2 = scalars(p.scaling, alpha, beta)
     act_desc = activation_of(act)  # holds its C descriptor for the call (and after: one per mode)
