@@ -26,7 +26,6 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Sequence
-from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol, Union, cast
 
 import numpy as np
@@ -35,6 +34,7 @@ import numpy.typing as npt
 from cudnn_py.dlpack import KDL_CUDA, KDL_CUDA_MANAGED, capsule
 from cudnn_py.dtypes import SUPPORTED_DTYPES
 from cudnn_py.errors import CudnnPyError, InvalidTypeError, InvalidValueError, check_cuda as _check, cuda_error_from
+from cudnn_py.contexts import driver, on_device, primary_context
 from cudnn_py.streams import StreamLike, as_stream, cuda_core, get_device
 from cudnn_py.strided import (MAX_BYTES, array_dtype, c_strides, check_extent, is_c_contiguous, non_overlapping,
                                normalize_shape)
@@ -59,73 +59,6 @@ class _CudaArrayInterface(Protocol):
 
 #: a shape: an int or a sequence of ints
 Shape = Union[int, Sequence[int]]
-
-_driver_module: ModuleType | None = None
-
-
-def _drv() -> ModuleType:
-    """``cuda.bindings.driver``, imported on first use (with cuda.core, which the caller has already needed)."""
-    global _driver_module
-    if _driver_module is None:
-        cuda_core()  # a clear NoDeviceError when the CUDA packages are missing
-        from cuda.bindings import driver
-        _driver_module = driver
-    return _driver_module
-
-
-_DEVICE_COUNT: list[int] = []
-
-
-def _device_count() -> int:
-    """How many CUDA devices this process sees (asked once)."""
-    if not _DEVICE_COUNT:
-        _DEVICE_COUNT.append(int(_check(_drv().cuDeviceGetCount(), "cuDeviceGetCount")))
-    return _DEVICE_COUNT[0]
-
-
-#: device ordinal -> its primary CUcontext (retained once for the process, as cuda.core does)
-_PRIMARY: dict[int, Any] = {}
-
-
-def _primary(device_id: int) -> Any:
-    """The primary context of device ``device_id`` (retained on first use)."""
-    ctx = _PRIMARY.get(device_id)
-    if ctx is None:
-        drv = _drv()
-        dev = _check(drv.cuDeviceGet(device_id), "cuDeviceGet")
-        ctx = _PRIMARY.setdefault(device_id, _check(drv.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain"))
-    return ctx
-
-
-class on_device:  # noqa: N801 - used as a with-statement, like a function
-    """``with on_device(i):`` device ``i``'s primary context is current for the driver calls in the block (the
-    allocations, fills, copies and frees of this module and of :mod:`cudnn_py.workspace`).
-
-    Fills, copies and frees are queued on the array's stream, which may be the legacy default stream: that one
-    is the *current* context's, and a driver call on another device's memory fails (CUDA_ERROR_INVALID_VALUE).
-    The context is pushed only where another (or none) is current, and popped after: the thread's current
-    device is left as it was."""
-
-    __slots__ = ("device_id", "pushed")
-
-    def __init__(self, device_id: int):
-        self.device_id = device_id
-        self.pushed = False
-
-    def __enter__(self) -> None:
-        if _device_count() == 1:  # one device: no other context to switch from (as before multi-GPU support); the
-            return                # driver call this check costs is ~1/4 of a small allocation (H200 profile)
-        drv = _drv()
-        ctx = _primary(self.device_id)
-        if int(_check(drv.cuCtxGetCurrent(), "cuCtxGetCurrent")) != int(ctx):
-            _check(drv.cuCtxPushCurrent(ctx), "cuCtxPushCurrent")
-            self.pushed = True
-
-    def __exit__(self, *exc: object) -> None:
-        if self.pushed:
-            self.pushed = False
-            _check(_drv().cuCtxPopCurrent(), "cuCtxPopCurrent")
-
 
 # --- DeviceArray -------------------------------------------------------------------------------------
 
@@ -243,7 +176,7 @@ class DeviceArray:
             return out
         if self.is_contiguous:
             with on_device(self.device_id):
-                _check(_drv().cuMemcpyDtoHAsync(out.ctypes.data, self.ptr, self.nbytes, s.handle),
+                _check(driver().cuMemcpyDtoHAsync(out.ctypes.data, self.ptr, self.nbytes, s.handle),
                        "cuMemcpyDtoHAsync")
                 s.sync()
             return out
@@ -251,7 +184,7 @@ class DeviceArray:
         host = np.empty(count, self.dtype)
         item = self.dtype.itemsize
         with on_device(self.device_id):
-            _check(_drv().cuMemcpyDtoHAsync(host.ctypes.data, self.ptr + lo * item, count * item, s.handle),
+            _check(driver().cuMemcpyDtoHAsync(host.ctypes.data, self.ptr + lo * item, count * item, s.handle),
                    "cuMemcpyDtoHAsync")
             s.sync()
         view = np.lib.stride_tricks.as_strided(host[-lo:], self.shape, tuple(x * item for x in self.strides))
@@ -275,17 +208,17 @@ class DeviceArray:
         item = self.dtype.itemsize
         with on_device(self.device_id):
             if item == 1:
-                _check(_drv().cuMemsetD8Async(self.ptr, int(v.view(np.uint8)[0]), self.size, s.handle),
+                _check(driver().cuMemsetD8Async(self.ptr, int(v.view(np.uint8)[0]), self.size, s.handle),
                        "cuMemsetD8Async")
             elif item == 2:
-                _check(_drv().cuMemsetD16Async(self.ptr, int(v.view(np.uint16)[0]), self.size, s.handle),
+                _check(driver().cuMemsetD16Async(self.ptr, int(v.view(np.uint16)[0]), self.size, s.handle),
                        "cuMemsetD16Async")
             elif item == 4 or (item == 8 and v.view(np.uint32)[0] == v.view(np.uint32)[1]):
                 word = int(v.view(np.uint32)[0])
-                _check(_drv().cuMemsetD32Async(self.ptr, word, self.nbytes // 4, s.handle), "cuMemsetD32Async")
+                _check(driver().cuMemsetD32Async(self.ptr, word, self.nbytes // 4, s.handle), "cuMemsetD32Async")
             else:
                 host = np.full(self.shape, v[0], self.dtype)
-                _check(_drv().cuMemcpyHtoDAsync(self.ptr, host.ctypes.data, self.nbytes, s.handle),
+                _check(driver().cuMemcpyHtoDAsync(self.ptr, host.ctypes.data, self.nbytes, s.handle),
                        "cuMemcpyHtoDAsync")
                 s.sync()
         return self
@@ -311,11 +244,11 @@ class DeviceArray:
             if self.nbytes:
                 with on_device(self.device_id):
                     if other.device_id == self.device_id:
-                        _check(_drv().cuMemcpyDtoDAsync(self.ptr, other.ptr, self.nbytes, s.handle),
+                        _check(driver().cuMemcpyDtoDAsync(self.ptr, other.ptr, self.nbytes, s.handle),
                                "cuMemcpyDtoDAsync")
                     else:  # another device's memory (pool allocations are not mapped for peers): a peer copy
-                        _check(_drv().cuMemcpyPeerAsync(self.ptr, _primary(self.device_id), other.ptr,
-                                                        _primary(other.device_id), self.nbytes, s.handle),
+                        _check(driver().cuMemcpyPeerAsync(self.ptr, primary_context(self.device_id), other.ptr,
+                                                        primary_context(other.device_id), self.nbytes, s.handle),
                                "cuMemcpyPeerAsync")
             return self
         host = np.ascontiguousarray(src, dtype=self.dtype)
@@ -323,7 +256,7 @@ class DeviceArray:
             raise InvalidValueError(f"copy_ source has shape {host.shape}; expected {self.shape}")
         if self.nbytes:
             with on_device(self.device_id):
-                _check(_drv().cuMemcpyHtoDAsync(self.ptr, host.ctypes.data, self.nbytes, s.handle),
+                _check(driver().cuMemcpyHtoDAsync(self.ptr, host.ctypes.data, self.nbytes, s.handle),
                        "cuMemcpyHtoDAsync")
         return self
 
@@ -456,7 +389,7 @@ def zeros(shape: Shape, dtype: npt.DTypeLike = np.float32, stream: StreamLike = 
     a = _allocate(shape, dtype, stream, device)
     if a.nbytes:
         with on_device(a.device_id):
-            _check(_drv().cuMemsetD8Async(a.ptr, 0, a.nbytes, a.stream.handle), "cuMemsetD8Async")
+            _check(driver().cuMemsetD8Async(a.ptr, 0, a.nbytes, a.stream.handle), "cuMemsetD8Async")
     return a
 
 
@@ -495,7 +428,7 @@ def to_device(obj: npt.ArrayLike | DeviceArrayLike, stream: StreamLike = None, *
     a = _allocate(host.shape, host.dtype, stream, device)
     if a.nbytes:
         with on_device(a.device_id):
-            _check(_drv().cuMemcpyHtoDAsync(a.ptr, host.ctypes.data, a.nbytes, a.stream.handle), "cuMemcpyHtoDAsync")
+            _check(driver().cuMemcpyHtoDAsync(a.ptr, host.ctypes.data, a.nbytes, a.stream.handle), "cuMemcpyHtoDAsync")
     return a
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from cudnn_py.errors import CudnnPyError, InvalidTypeError, InvalidValueError, WorkspaceLimitError, cuda_error_from
-from cudnn_py.memory import on_device
+from cudnn_py.contexts import on_device
 from cudnn_py.streams import StreamLike, as_stream, get_device
 
 if TYPE_CHECKING:

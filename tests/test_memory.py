@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import cudnn_py as cudnn
-from cudnn_py import dlpack, memory as M
+from cudnn_py import contexts, dlpack, memory as M
 from cudnn_py.memory import DeviceArray, as_array, output_array
 
 from conftest import gpu_missing_reason
@@ -398,15 +398,15 @@ def test_on_device_pushes_the_arrays_device_only_when_another_is_current(monkeyp
     """Driver memory calls on an array of device 0 run with device 0's primary context current: pushed (and popped,
     even when the call raises) where device 1 or no context is current, left alone where device 0 already is."""
     fake_driver = _FakeDriver(current)
-    monkeypatch.setattr(M, "_driver_module", fake_driver)
-    monkeypatch.setattr(M, "_PRIMARY", {})
-    monkeypatch.setattr(M, "_DEVICE_COUNT", [2])
-    with M.on_device(0):
+    monkeypatch.setattr(contexts, "_driver_module", fake_driver)
+    monkeypatch.setattr(contexts, "_PRIMARY", {})
+    monkeypatch.setattr(contexts, "_DEVICE_COUNT", [2])
+    with contexts.on_device(0):
         assert int(fake_driver.cuCtxGetCurrent()[1]) == 100
     pushed = current != 0
     assert fake_driver.calls == ["retain 0"] + (["push 0", "pop"] if pushed else [])
     with pytest.raises(RuntimeError):
-        with M.on_device(0):
+        with contexts.on_device(0):
             raise RuntimeError("a failed copy")
     assert fake_driver.calls[1:] == (["push 0", "pop"] * 2 if pushed else [])  # retained once, popped again
     assert fake_driver.stack == ([] if current is None else [100 + current])
@@ -416,9 +416,9 @@ def test_on_device_is_free_in_a_process_that_sees_one_device(monkeypatch):
     """With one device there is no other context to switch from: no driver call at all (the hot path of every
     allocation and free)."""
     fake_driver = _FakeDriver(None)
-    monkeypatch.setattr(M, "_driver_module", fake_driver)
-    monkeypatch.setattr(M, "_PRIMARY", {})
-    monkeypatch.setattr(M, "_DEVICE_COUNT", [1])
-    with M.on_device(0):
+    monkeypatch.setattr(contexts, "_driver_module", fake_driver)
+    monkeypatch.setattr(contexts, "_PRIMARY", {})
+    monkeypatch.setattr(contexts, "_DEVICE_COUNT", [1])
+    with contexts.on_device(0):
         pass
     assert fake_driver.calls == [] and fake_driver.stack == []
