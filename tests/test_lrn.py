@@ -178,11 +178,14 @@ def test_divisive_normalization_backward_matches_reference(handle, rng, with_mea
 @pytest.mark.parametrize("given", ["dx", "dmeans"])
 def test_divisive_normalization_backward_allocates_the_missing_output_in_the_given_ones_layout(handle, rng, given):
     import cudnn_py as cudnn
-    x, dy, m, xd, md, _ = _divnorm_case(rng, True)
-    channels_last = (90, 1, 15, 3)  # (2, 3, 6, 5) stored N, H, W, C
-    buf = cudnn.to_device(np.full((2, 6, 5, 3), np.nan, np.float32))  # poisoned
-    out = cudnn.DeviceArray(buf.ptr, x.shape, np.float32, channels_last, device_id=buf.device_id, owner=buf)
-    dx, dm = divisive_normalization_backward(handle, LRN(**PARAMS[1]), xd, cudnn.to_device(dy), md, **{given: out})
+    x, dy, m, _, _, _ = _divnorm_case(rng, True)
+    channels_last = (90, 1, 15, 3)  # (2, 3, 6, 5) stored N, H, W, C: cuDNN runs the backward in one layout
+
+    def nhwc(a):
+        buf = cudnn.to_device(np.ascontiguousarray(a.transpose(0, 2, 3, 1)))
+        return cudnn.DeviceArray(buf.ptr, x.shape, a.dtype, channels_last, device_id=buf.device_id, owner=buf)
+    out = nhwc(np.full(x.shape, np.nan, np.float32))  # poisoned
+    dx, dm = divisive_normalization_backward(handle, LRN(**PARAMS[1]), nhwc(x), nhwc(dy), nhwc(m), **{given: out})
     assert dx.strides == dm.strides == channels_last  # one descriptor describes both
     dx_ref, dm_ref = ref.divnorm_backward(x, m, dy, PARAMS[1]["n"], PARAMS[1]["alpha"], PARAMS[1]["beta"],
                                           PARAMS[1]["k"])
