@@ -189,6 +189,25 @@ def test_ready_entry_allocates_recorded_layouts_and_binds_inputs_then_outputs():
         assert not zero or not (got[0].any() or got[1].any())
 
 
+def test_replay_runs_the_remembered_entry_on_the_present_tensors(monkeypatch):
+    """runtime.replay: None until a configuration is remembered on the device; then its entry runs on the data
+    pointers of the tensors given (absent optional tensors, None, skipped) and its outputs come back."""
+    torch = pytest.importorskip("torch")
+    from types import SimpleNamespace
+
+    from cudnn_py.torch import runtime
+    seen = []
+    entry = SimpleNamespace(run=lambda ctx, ptrs: seen.append((ctx, ptrs)) or ["out"])
+    ctx, cache = SimpleNamespace(device="dev"), {}
+    monkeypatch.setattr(runtime, "known", lambda device: None if device < 0 else (ctx, cache))
+    a, b = torch.ones(2), torch.ones(3)
+    assert runtime.replay(-1, ("k",), (a, None, b)) is None  # nothing made on that device
+    assert runtime.replay(0, ("k",), (a, None, b)) is None and not seen  # made, but not this configuration
+    cache[("k",)] = entry
+    assert runtime.replay(0, ("k",), (a, None, b)) == ["out"]
+    assert seen == [(ctx, (a.data_ptr(), b.data_ptr()))]
+
+
 # -- GPU -----------------------------------------------------------------------------------------------------------
 def _torch_gpu():
     torch = pytest.importorskip("torch")

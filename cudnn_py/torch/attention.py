@@ -32,7 +32,7 @@ from cudnn_py.graph import Graph
 from cudnn_py.graph.ops.sdpa_options import SdpaOptions
 
 from .runtime import (Prepared, Ready, call, context, dtype_name, eager, empty_like_layout, function, known, prepared,
-                      remember)
+                      remember, replay)
 
 __all__ = ["sdpa", "scaled_dot_product_attention", "sdpa_fwd", "sdpa_bwd", "sdpa_paged_fwd"]
 
@@ -190,10 +190,9 @@ def _sdpa_fwd(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], seq_len_q
             return_stats)
     dev = q.get_device()
     key = _ready_key("sdpa_fwd", opts, args)
-    hot = known(dev)
-    ent = None if hot is None else hot[1].get(key)
-    if ent is not None and hot is not None:  # a repeat call: the outputs' layouts and the prepared call are known
-        o, stats = ent.run(hot[0], tuple([t.data_ptr() for t in args if t is not None]))
+    again = replay(dev, key, args)  # a repeat call: the outputs' layouts and the prepared call are known
+    if again is not None:
+        o, stats = again
         return o, stats
     p, o, st = _fwd(args, opts)
     stats = _no_stats(q.device) if st is None else st
@@ -251,10 +250,9 @@ def _sdpa_bwd(do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, stats: Ten
             want_dbias)
     dev = q.get_device()
     rkey = _ready_key("sdpa_bwd", opts, args)
-    hot = known(dev)
-    ent = None if hot is None else hot[1].get(rkey)
-    if ent is not None and hot is not None:  # a repeat call: the gradients' layouts and the prepared call are known
-        dq, dk, dv, db = ent.run(hot[0], tuple([t.data_ptr() for t in args if t is not None]))
+    again = replay(dev, rkey, args)  # a repeat call: the gradients' layouts and the prepared call are known
+    if again is not None:
+        dq, dk, dv, db = again
         return dq, dk, dv, db
     zero = seq_len_q is not None and ragged_offset_q is None
     grads = _grads(q, k, v, bias, ragged_offset_q is not None, seq_len_q is not None, want_dbias)

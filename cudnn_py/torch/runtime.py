@@ -40,7 +40,7 @@ from cudnn_py.graph import Graph
 from cudnn_py.graph.runner import Runner, cached, raw_execute
 from cudnn_py.handle import Handle
 
-__all__ = ["Context", "context", "known", "handle", "Prepared", "prepared", "Ready", "remember", "current_stream",
+__all__ = ["Context", "context", "known", "handle", "Prepared", "prepared", "Ready", "remember", "replay", "current_stream",
            "cache_clear", "eager", "function", "call", "dtype_name", "empty_like_layout"]
 
 _CACHE = "torch.ops"
@@ -194,6 +194,16 @@ def remember(device: int, key: tuple, entry: Ready) -> None:
     """Keep ``entry`` for ``key`` in this thread's prepared-call cache on ``device`` (read back through
     :func:`known`)."""
     handle_cache(context(device).handle, _CACHE)[key] = entry
+
+
+def replay(device: int, key: tuple, tensors: tuple) -> list[Tensor] | None:
+    """A repeat call of the configuration ``key`` remembered on ``device``: its :class:`Ready` entry run on the
+    present ``tensors`` (None entries skipped), returning the new outputs; None where nothing is remembered yet."""
+    hot = known(device)
+    ent = None if hot is None else hot[1].get(key)
+    if ent is None or hot is None:
+        return None
+    return ent.run(hot[0], tuple([t.data_ptr() for t in tensors if t is not None]))
 
 
 def cache_clear() -> None:
