@@ -39,7 +39,8 @@ from cudnn_py.memory import DeviceArrayLike
 from .sdpa_args import CACHE, FAST, SdpaArgs, alibi_slopes, device_tensor, fast_call, fast_outputs, signatures
 
 __all__ = ["Sdpa", "SdpaOptions", "sdpa", "sdpa_backward", "sdpa_fp8", "sdpa_fp8_backward", "sdpa_cache_clear",
-           "alibi_slopes", "SdpaOutputs", "SdpaGrads", "SdpaGradsWithBias", "SdpaFp8Outputs", "SdpaFp8Grads"]
+           "alibi_slopes", "SdpaOutputs", "SdpaGrads", "SdpaGradsWithBias", "SdpaGradsWithSink",
+           "SdpaGradsWithBiasAndSink", "SdpaFp8Outputs", "SdpaFp8Grads"]
 
 #: deprecated keyword -> its name now
 _RENAMED = {"ragged_offset_kv": "ragged_offset_k"}
@@ -64,6 +65,23 @@ class SdpaGradsWithBias(NamedTuple):
     dk: Any
     dv: Any
     dbias: Any
+
+
+class SdpaGradsWithSink(NamedTuple):
+    """What :func:`sdpa_backward` returns with ``return_dsink=True``."""
+    dq: Any
+    dk: Any
+    dv: Any
+    dsink: Any  #: (1, Hq, 1, 1) float32: the gradient of the sink
+
+
+class SdpaGradsWithBiasAndSink(NamedTuple):
+    """What :func:`sdpa_backward` returns with ``return_dbias=True`` and ``return_dsink=True``."""
+    dq: Any
+    dk: Any
+    dv: Any
+    dbias: Any
+    dsink: Any
 
 
 def sdpa_cache_clear(handle: Any) -> None:
@@ -91,15 +109,15 @@ class Sdpa:
     def __init__(self, handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayLike,
                  options: SdpaOptions | None = None, *, bias: Any = None, seq_len_q: Any = None,
                  seq_len_kv: Any = None, ragged_offset_q: Any = None, ragged_offset_k: Any = None, seed: Any = None,
-                 offset: Any = None, page_table_k: Any = None, page_table_v: Any = None, return_stats: bool = False,
-                 o: Any = None, stats: Any = None, **keywords: Any):
+                 offset: Any = None, page_table_k: Any = None, page_table_v: Any = None, sink: Any = None,
+                 return_stats: bool = False, o: Any = None, stats: Any = None, **keywords: Any):
         handle = handle_arg(handle)
         deprecated = {n: keywords.pop(n) for n in list(keywords) if n in _RENAMED}
         ragged_offset_k = _renamed("Sdpa", deprecated, ragged_offset_k)
         self.handle, self.options = handle, SdpaOptions.of(options, keywords, "Sdpa")
         self.args = SdpaArgs(handle, q, k, v, self.options, bias=bias, seq_len_q=seq_len_q, seq_len_kv=seq_len_kv,
                              ragged_offset_q=ragged_offset_q, ragged_offset_k=ragged_offset_k, seed=seed,
-                             offset=offset, page_table_k=page_table_k, page_table_v=page_table_v)
+                             offset=offset, page_table_k=page_table_k, page_table_v=page_table_v, sink=sink)
         self.return_stats = bool_arg(return_stats, "return_stats")
         if stats is not None and not self.return_stats:
             raise InvalidValueError("stats= needs return_stats=True")
@@ -141,8 +159,8 @@ def sdpa(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayLike
 def sdpa(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayLike,  # noqa: E302
          options: SdpaOptions | None = None, *, bias: Any = None, seq_len_q: Any = None, seq_len_kv: Any = None,
          ragged_offset_q: Any = None, ragged_offset_k: Any = None, seed: Any = None, offset: Any = None,
-         page_table_k: Any = None, page_table_v: Any = None, return_stats: bool = False, o: Any = None,
-         stats: Any = None, autotune: bool = False, scale: float | None = None, causal: bool = False,
+         page_table_k: Any = None, page_table_v: Any = None, sink: Any = None, return_stats: bool = False,
+         o: Any = None, stats: Any = None, autotune: bool = False, scale: float | None = None, causal: bool = False,
          diagonal_alignment: str = "top_left", left_bound: int | None = None, right_bound: int | None = None,
          alibi: Any = False, dropout: float = 0.0, max_seq_len_q: int | None = None,
          max_seq_len_kv: int | None = None, implementation: str = "auto", **deprecated: Any) -> Any:
@@ -168,6 +186,9 @@ def sdpa(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayLike
         (blocks, Hk, block_size, D) and (blocks, Hv, block_size, Dv), and each table a (B, pages) or (B, 1, pages,
         1) int32 device tensor of the block index of each page of each sequence, pages = ceil(max_seq_len_kv /
         block_size); needs ``seq_len_q``/``seq_len_kv`` and the option ``max_seq_len_kv``.
+    :param sink: per-head attention-sink logits (gpt-oss), an (Hq,) or (1, Hq, 1, 1) float32 device tensor: each
+        query row's softmax gets one more logit that takes probability mass and adds no value (the statistics
+        include it). Needs cuDNN >= 9.13 and Sq > 1; not with dropout, paged KV caches or packed tensors.
     :param seed, offset: with ``dropout``: ints or int64 device tensors (the same pair gives the same mask, which
         :func:`sdpa_backward` regenerates).
     :param return_stats: also return the (B, Hq, Sq, 1) float32 statistics :func:`sdpa_backward` needs.
@@ -186,7 +207,7 @@ def sdpa(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayLike
         # fast_call, inlined here: the forward's repeat call is the hot path (a function call less)
         try:
             ins, in_ptrs = signatures((q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed,
-                                       offset, page_table_k, page_table_v))
+                                       offset, page_table_k, page_table_v, sink))
             gs, g_ptrs = signatures((o, stats))
             fkey = (("fwd", options, scale, causal, diagonal_alignment, left_bound, right_bound, alibi, dropout,
                      return_stats, max_seq_len_q, max_seq_len_kv, implementation, autotune), ins, gs)
@@ -203,8 +224,8 @@ def sdpa(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayLike
                     max_seq_len_kv=max_seq_len_kv, implementation=implementation)
     a = Sdpa(handle, q, k, v, SdpaOptions.of(options, keywords, "sdpa"), bias=bias, seq_len_q=seq_len_q,
              seq_len_kv=seq_len_kv, ragged_offset_q=ragged_offset_q, ragged_offset_k=ragged_offset_k, seed=seed,
-             offset=offset, page_table_k=page_table_k, page_table_v=page_table_v, return_stats=return_stats, o=o,
-             stats=stats)
+             offset=offset, page_table_k=page_table_k, page_table_v=page_table_v, sink=sink,
+             return_stats=return_stats, o=o, stats=stats)
     if bool_arg(autotune, "autotune"):
         a.autotune()
     res = a.execute()
@@ -216,20 +237,33 @@ def sdpa(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayLike
 @overload
 def sdpa_backward(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayLike, o: DeviceArrayLike,
                   do: DeviceArrayLike, stats: DeviceArrayLike, options: SdpaOptions | None = ..., *,
-                  return_dbias: Literal[False] = ..., dbias: None = ..., **kwargs: Any) -> SdpaGrads: ...
+                  return_dbias: Literal[False] = ..., dbias: None = ..., return_dsink: Literal[False] = ...,
+                  **kwargs: Any) -> SdpaGrads: ...
 @overload  # noqa: E302
 def sdpa_backward(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayLike, o: DeviceArrayLike,
                   do: DeviceArrayLike, stats: DeviceArrayLike, options: SdpaOptions | None = ..., *,
-                  return_dbias: Literal[True], **kwargs: Any) -> SdpaGradsWithBias: ...
+                  return_dbias: Literal[True], return_dsink: Literal[False] = ...,
+                  **kwargs: Any) -> SdpaGradsWithBias: ...
+@overload  # noqa: E302
+def sdpa_backward(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayLike, o: DeviceArrayLike,
+                  do: DeviceArrayLike, stats: DeviceArrayLike, options: SdpaOptions | None = ..., *,
+                  return_dbias: Literal[False] = ..., dbias: None = ..., return_dsink: Literal[True],
+                  **kwargs: Any) -> SdpaGradsWithSink: ...
+@overload  # noqa: E302
+def sdpa_backward(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayLike, o: DeviceArrayLike,
+                  do: DeviceArrayLike, stats: DeviceArrayLike, options: SdpaOptions | None = ..., *,
+                  return_dbias: Literal[True], return_dsink: Literal[True],
+                  **kwargs: Any) -> SdpaGradsWithBiasAndSink: ...
 def sdpa_backward(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayLike,  # noqa: E302
                   o: DeviceArrayLike, do: DeviceArrayLike, stats: DeviceArrayLike, options: SdpaOptions | None = None,
                   *, bias: Any = None, return_dbias: bool = False, seq_len_q: Any = None, seq_len_kv: Any = None,
                   ragged_offset_q: Any = None, ragged_offset_k: Any = None, seed: Any = None, offset: Any = None,
-                  dq: Any = None, dk: Any = None, dv: Any = None, dbias: Any = None, autotune: bool = False,
+                  sink: Any = None, return_dsink: bool = False, dq: Any = None, dk: Any = None, dv: Any = None,
+                  dbias: Any = None, dsink: Any = None, autotune: bool = False,
                   scale: float | None = None, causal: bool = False, diagonal_alignment: str = "top_left",
                   left_bound: int | None = None, right_bound: int | None = None, alibi: Any = False,
                   dropout: float = 0.0, max_seq_len_q: int | None = None, max_seq_len_kv: int | None = None,
-                  implementation: str = "auto", **deprecated: Any) -> SdpaGrads | SdpaGradsWithBias:
+                  implementation: str = "auto", **deprecated: Any) -> Any:
     """Attention backward: the gradients of :func:`sdpa` for the output gradient ``do``.
 
     Takes the forward's inputs and options (the same :class:`SdpaOptions` or keywords: scale, masks, bias, dropout
@@ -237,10 +271,13 @@ def sdpa_backward(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: Device
     and ``do`` (o's shape and dtype; packed like o for packed batches).
 
     :param return_dbias: also return the gradient of ``bias`` (its shape).
-    :param dq, dk, dv, dbias: outputs to write (default: new arrays in the layouts of q, k, v and bias); ``dbias``
-        needs ``return_dbias``.
-    :returns: a :class:`SdpaGrads` (dq, dk, dv), or with ``return_dbias=True`` a :class:`SdpaGradsWithBias` (dq,
-        dk, dv, dbias); both unpack like tuples.
+    :param sink, return_dsink: the forward's sink, and whether to return its gradient ((1, Hq, 1, 1) float32). The
+        statistics include the sink, so dq, dk, dv do not need it: without ``return_dsink`` it is not read.
+    :param dq, dk, dv, dbias, dsink: outputs to write (default: new arrays in the layouts of q, k, v and bias);
+        ``dbias`` needs ``return_dbias``, ``dsink`` ``return_dsink``.
+    :returns: a :class:`SdpaGrads` (dq, dk, dv), with ``return_dbias=True`` a :class:`SdpaGradsWithBias` (dq, dk,
+        dv, dbias), with ``return_dsink=True`` a :class:`SdpaGradsWithSink` (dq, dk, dv, dsink), with both a
+        :class:`SdpaGradsWithBiasAndSink`; all unpack like tuples.
     """
     if deprecated:
         ragged_offset_k = _renamed("sdpa_backward", deprecated, ragged_offset_k)
@@ -248,15 +285,22 @@ def sdpa_backward(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: Device
         warn("sdpa_backward(): dbias= without return_dbias=True is deprecated (the return type follows "
              "return_dbias): pass return_dbias=True")
         return_dbias = True
+    return_dbias, return_dsink = bool_arg(return_dbias, "return_dbias"), bool_arg(return_dsink, "return_dsink")
+    if dsink is not None and not return_dsink:
+        raise InvalidValueError("sdpa_backward(): dsink= needs return_dsink=True")
+    if not return_dsink:
+        sink = None  # the statistics hold its share: only its gradient reads it
+    outputs = {"dq": dq, "dk": dk, "dv": dv, **({"dbias": dbias} if return_dbias else {}),
+               **({"dsink": dsink} if return_dsink else {})}
     fkey = None
     if type(seed) is not int and type(offset) is not int:
         fkey, outs = fast_call(handle, ("bwd", options, scale, causal, diagonal_alignment, left_bound, right_bound,
-                                        alibi, dropout, return_dbias, max_seq_len_q, max_seq_len_kv, implementation,
-                                        autotune),
+                                        alibi, dropout, return_dbias, return_dsink, max_seq_len_q, max_seq_len_kv,
+                                        implementation, autotune),
                                (q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset,
-                                o, do, stats), (dq, dk, dv, dbias))
+                                sink, o, do, stats), list(outputs.values()))
         if outs is not None:
-            return _grads(outs)
+            return _grads(outputs, outs)
 
     handle = handle_arg(handle)
     keywords = dict(scale=scale, causal=causal, diagonal_alignment=diagonal_alignment, left_bound=left_bound,
@@ -264,19 +308,20 @@ def sdpa_backward(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: Device
                     max_seq_len_kv=max_seq_len_kv, implementation=implementation)
     args = SdpaArgs(handle, q, k, v, SdpaOptions.of(options, keywords, "sdpa_backward"), bias=bias,
                     seq_len_q=seq_len_q, seq_len_kv=seq_len_kv, ragged_offset_q=ragged_offset_q,
-                    ragged_offset_k=ragged_offset_k, seed=seed, offset=offset, o=o, do=do, stats=stats)
-    return_dbias = bool_arg(return_dbias, "return_dbias")
-    outputs = {"dq": dq, "dk": dk, "dv": dv, "dbias": dbias}
-    given = {n: None if x is None or (args.ragged and n != "dbias") else device_tensor(x, n)[1]
+                    ragged_offset_k=ragged_offset_k, seed=seed, offset=offset, sink=sink, o=o, do=do, stats=stats)
+    given = {n: None if x is None or (args.ragged and n in ("dq", "dk", "dv")) else device_tensor(x, n)[1]
              for n, x in outputs.items()}
     # the scratch tensors live in the plan's workspace
     r = args.runner("sdpa_backward", bool_arg(autotune, "autotune"), given, (0, 1, 2) if args.ragged else (),
-                    dbias=return_dbias, name="sdpa_bwd")
-    return _grads(args.run(r, outputs, fkey))
+                    dbias=return_dbias, dsink=return_dsink, name="sdpa_bwd")
+    return _grads(outputs, args.run(r, outputs, fkey))
 
 
-def _grads(outs: list) -> SdpaGrads | SdpaGradsWithBias:
-    return SdpaGrads(*outs) if len(outs) == 3 else SdpaGradsWithBias(*outs)
+def _grads(outputs: dict, outs: list) -> Any:
+    """The gradients as the NamedTuple of the outputs asked for (``outputs``' names)."""
+    cls = {3: SdpaGrads, 5: SdpaGradsWithBiasAndSink}.get(len(outs)) or (
+        SdpaGradsWithSink if "dsink" in outputs else SdpaGradsWithBias)
+    return cls(*outs)
 
 
 # -- FP8 -----------------------------------------------------------------------------------------------------------

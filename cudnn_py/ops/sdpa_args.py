@@ -87,6 +87,19 @@ def _per_batch(obj: Any, name: str, pages: bool = False) -> tuple[DeviceArray | 
     return a, (a.shape, a.strides, a.dtype)
 
 
+def _sink(obj: Any) -> tuple[DeviceArray | None, tuple | None]:
+    """The optional attention sink with its meta, or (None, None): (H,) or (1, H, 1, 1) device memory as (1, H, 1,
+    1) (the builder checks H and the dtype)."""
+    if obj is None:
+        return None, None
+    a = as_array(obj, "sink")
+    if a.ndim == 1:
+        if not a.is_contiguous:
+            raise InvalidValueError("sink must be packed")
+        a = a.reshape(1, a.shape[0], 1, 1)
+    return a, (a.shape, a.strides, a.dtype)
+
+
 def thd(obj: Any, name: str, b: int, s_max: int, heads: int | None = None) -> DeviceArray:
     """A packed (T, H, D) device tensor seen as the logical (B, H, s_max, D) tensor the graph describes: token-major
     strides, batches placed by the ragged offsets (so the batch stride is never used)."""
@@ -131,16 +144,16 @@ _KEYWORDS = {"ragged_q": ("ragged_offset_q", "ragged_offset_o"), "ragged_k": ("r
 
 
 class SdpaArgs:
-    """One call's device arrays with its :class:`SdpaOptions` (and the backward's inputs ``o``, ``do``, ``stats``,
-    FP8's descale/scale factors ``scales``), its graph's runner (:meth:`runner`) and its execution (:meth:`run`).
-    ``key`` is the cache key of the configuration, ``arrays`` the arrays by graph tensor name in binding order.
-    Packed (ragged) tensors are replaced by their logical (B, H, S_max, D) views; ``packed`` holds the (T, H, D)
-    shapes of q, k, v (None when nothing is packed)."""
+    """One call's device arrays with its :class:`SdpaOptions` (and the attention sink ``sink``, (H,) or (1, H, 1, 1);
+    the backward's inputs ``o``, ``do``, ``stats``; FP8's descale/scale factors ``scales``), its graph's runner
+    (:meth:`runner`) and its execution (:meth:`run`). ``key`` is the cache key of the configuration, ``arrays`` the
+    arrays by graph tensor name in binding order. Packed (ragged) tensors are replaced by their logical (B, H, S_max,
+    D) views; ``packed`` holds the (T, H, D) shapes of q, k, v (None when nothing is packed)."""
 
     def __init__(self, handle: Any, q: Any, k: Any, v: Any, opts: SdpaOptions, *, bias: Any = None,
                  seq_len_q: Any = None, seq_len_kv: Any = None, ragged_offset_q: Any = None,
                  ragged_offset_k: Any = None, seed: Any = None, offset: Any = None, page_table_k: Any = None,
-                 page_table_v: Any = None, o: Any = None, do: Any = None, stats: Any = None,
+                 page_table_v: Any = None, sink: Any = None, o: Any = None, do: Any = None, stats: Any = None,
                  scales: dict | None = None):
         self.handle, self.opts, self.packed, scales = handle, opts, None, scales or {}
         got: dict[str, tuple[Any, Any]] = {n: _per_batch(x, name) for n, x, name in (
@@ -173,6 +186,7 @@ class SdpaArgs:
         elif not self.ragged and (msl_q is not None or msl_kv is not None):
             raise InvalidValueError("max_seq_len_q/max_seq_len_kv are only for packed (THD) tensors with ragged "
                                     "offsets (and max_seq_len_kv for a paged KV cache)")
+        got["sink"] = _sink(sink)
         got.update({n: device_tensor(x, n) for n, x in (("q", q), ("k", k), ("v", v), ("bias", bias), ("o", o),
                                                          ("do", do), ("stats", stats)) if x is not None})
         mq = got["q"][1]
@@ -187,7 +201,7 @@ class SdpaArgs:
                                                                                       ("offset", offset))})
         got.update({n: device_tensor(device_scalar(handle, x, n, np.float32), n) for n, x in scales.items()})
         order = ("q", "k", "v", "bias", "seq_len_q", "seq_len_kv", "ragged_q", "ragged_k", "seed", "offset",
-                 "page_table_k", "page_table_v", "o", "do", "stats", *scales)
+                 "page_table_k", "page_table_v", "sink", "o", "do", "stats", *scales)
         self.arrays = {n: got[n][0] for n in order if got.get(n, (None,))[0] is not None}
         self.key = (tuple((n, got[n][1]) for n in self.arrays), opts)
 

@@ -169,9 +169,11 @@ def _scores(ctx, ins, s_raw):
 
 class SdpaForward(Op):
     """O = softmax(mask(scale * Q K^T + bias + alibi)) (dropout) V, and the statistics (row log-sum-exp, float32).
+    With a sink (one float32 logit per head) each row's softmax has one more logit, which takes probability mass
+    and adds no value; the statistics include it.
 
     ``inputs``: q, k, v, scale (by-value) and the optional tensors of the options (bias, seq_len_q/seq_len_kv,
-    alibi_slopes, seed/offset, page tables) plus the by-value constants the builder made; ``outputs``: o,
+    alibi_slopes, seed/offset, page tables, sink) plus the by-value constants the builder made; ``outputs``: o,
     stats, rng_dump (optional). ``params``: implementation, alignment, left/right bound, dropout, s_kv, batch."""
 
     kind = "sdpa_fwd"
@@ -199,10 +201,17 @@ class SdpaForward(Op):
         s_raw = ctx.virtual((b, hq, sq, skv), _F)
         _matmul(ctx, q, k, s_raw, b_view=kt_view, m=ins.get("seq_len_q"), n=ins.get("seq_len_kv"))
         s = _band_masks(ctx, _scores(ctx, ins, s_raw), ins, p)
-        # softmax, with the statistics max + log(sum(exp(s - max)))
+        # softmax, with the statistics max + log(sum(exp(s - max))); a sink is one more logit per head, in the max
+        # and the sum but with no value (cudnn-frontend's pattern and order)
         mx = _reduce(ctx, s, "max", shape=(b, hq, sq, 1))
+        sink = ins.get("sink")
+        if sink is not None:
+            mx = _pw(ctx, "max", mx, sink)
         e = _pw(ctx, "exp", _pw(ctx, "sub", s, mx))
+        e_sink = None if sink is None else _pw(ctx, "exp", _pw(ctx, "sub", sink, mx))
         z = _reduce(ctx, e, "add", shape=(b, hq, sq, 1))
+        if e_sink is not None:
+            z = _pw(ctx, "add", z, e_sink)
         # the engines recognise the softmax with its statistics only: a virtual tensor when nobody reads them
         _pw(ctx, "add", mx, _pw(ctx, "log", z), out=outs.get("stats") or ctx.virtual((b, hq, sq, 1), _F))
         dropout, fp8 = p["dropout"] > 0, "scale_s" in ins
@@ -222,7 +231,8 @@ class SdpaForward(Op):
 
 
 class SdpaBackward(Op):
-    """dQ, dK, dV (and dBias) of :class:`SdpaForward` from dO, O and the forward's statistics.
+    """dQ, dK, dV (and dBias, dSink) of :class:`SdpaForward` from dO, O and the forward's statistics (which hold the
+    sink's share, so the sink is an input only for its gradient).
 
     The composite form needs two float32 scratch tensors, ``softmax_sum`` (B, Hq, Sq, 1) and ``dq_accum``
     (B, Hq, Sq, D) (no dq_accum with dBias): real tensors whose contents on entry do not matter (cuDNN >= 9.6), which
@@ -243,6 +253,9 @@ class SdpaBackward(Op):
         io, dropout = q.dtype, p["dropout"] > 0
         # softmax_sum = rowsum(dO * O) (times the keep probability under dropout)
         t = _reduce(ctx, _pw(ctx, "mul", do, o, out=ctx.virtual((b, hq, sq, dv), _F)), "add", shape=(b, hq, sq, 1))
+        if "dsink" in outs:  # dSink from exp(sink - stats) * rowsum(dO * O) summed over batches and queries
+            e_sink = _pw(ctx, "exp", _pw(ctx, "sub", ins["sink"], stats))
+            _reduce(ctx, _pw(ctx, "mul", e_sink, t), "add", out=outs["dsink"])
         _pw(ctx, "mul", t, ins["dropout_scale_inv"] if dropout else ins["one"], out=outs["softmax_sum"])
         # P = exp(mask(scores) - stats)
         s_raw = ctx.virtual((b, hq, sq, skv), _F)

@@ -29,6 +29,8 @@ _FP8 = tuple(getattr(_DT, n) for n in ("CUDNN_DATA_FP8_E4M3", "CUDNN_DATA_FP8_E5
 _UNIFIED_SINCE = (9, 13, 1)
 #: from this cuDNN on, the backward's dQ accumulator needs no zeroing (cudnn-frontend memsets it before)
 _DQ_ACCUM_ANY_CONTENTS = (9, 6, 0)
+#: the first cuDNN whose attention engines take a sink (cudnn-frontend refuses sink_token before it)
+_SINK_SINCE = (9, 13, 0)
 #: deprecated keyword -> its name now
 _RENAMED = {"alibi_slopes": "alibi", "generate_stats": "return_stats"}
 
@@ -67,7 +69,8 @@ class SdpaBuilders(Builder):
     """The :class:`~cudnn_py.graph.Graph` methods that add attention."""
 
     def _sdpa_common(self, what, q, k, v, opts: SdpaOptions, *, bias=None, seq_len_q=None, seq_len_kv=None,
-                     alibi=None, seed=None, offset=None, paged=None, backward=False, ragged=None, fp8=False):
+                     alibi=None, seed=None, offset=None, paged=None, backward=False, ragged=None, fp8=False,
+                     sink=None):
         """Check the tensors against each other and the options (checked on their own when made); returns
         (inputs, params, ragged offsets). ``ragged``: {'q', 'k', 'v', 'o', 'stats'} -> offset tensor or None (see
         :meth:`_sdpa_ragged`)."""
@@ -164,6 +167,9 @@ class SdpaBuilders(Builder):
             if extra:
                 raise InvalidValueError(f"{what}: ragged (packed) attention with {extra[0]} is not verified in "
                                         f"cudnn-py; pad the batch (seq_len_q/seq_len_kv without ragged offsets)")
+        if sink is not None:
+            ins["sink"] = self._sdpa_sink(what, sink, q, dict(dropout=dropout > 0, paged=paged is not None,
+                                                             ragged=bool(rag)))
         if fp8 and rag:
             raise GraphNotSupportedError(self.name, [what], [], [("FP8 attention with ragged offsets", (
                 "not verified in cudnn-py (cuDNN's FP8 backward has no ragged form on Hopper)"))])
@@ -182,10 +188,27 @@ class SdpaBuilders(Builder):
         features = {"padding mask (seq_len_q/seq_len_kv)": padded, "paged KV cache": paged is not None,
                     "bias": bias is not None, "alibi": alibi is not None, "dropout": dropout > 0,
                     "causal/sliding window": left_bound is not None or right_bound is not None,
-                    "ragged offsets": bool(rag)}
+                    "ragged offsets": bool(rag), "attention sink": sink is not None}
         params["implementation"] = "composite" if fp8 else self._sdpa_implementation(what, opts.implementation,
                                                                                      features, backward)
         return ins, params, rag
+
+    def _sdpa_sink(self, what, sink, q, features: dict):
+        """The attention sink checked: a (1, Hq, 1, 1) float32 device tensor, on a cuDNN whose engines take it,
+        without the options cudnn-py has not verified with it (``features``: name -> whether asked for)."""
+        hq, sq = q.shape[1], q.shape[2]
+        sink = self._device_input(what, sink, "sink", (1, hq, 1, 1), _F, "(1, Hq, 1, 1) = ")
+        if _version() < _SINK_SINCE:
+            raise GraphNotSupportedError(self.name, [what], [], [("attention sink", (
+                f"cuDNN's attention engines take a sink from {_vstr(_SINK_SINCE)} on; loaded {_vstr(_version())}"))])
+        if sq == 1:
+            raise GraphNotSupportedError(self.name, [what], [], [("attention sink with S_q = 1", (
+                "cuDNN's attention engines take no sink for one query row (decode); cudnn-frontend refuses it too"))])
+        names = {"dropout": "dropout", "paged": "a paged KV cache", "ragged": "ragged (packed) tensors"}
+        extra = [names[n] for n, on in features.items() if on]
+        if extra:
+            raise InvalidValueError(f"{what}: an attention sink with {extra[0]} is not verified in cudnn-py")
+        return sink
 
     def _device_input(self, what, t, n, shape, dtype, shape_text="a "):
         """``t`` (this graph's) as the device input ``n``: refused unless of ``shape`` and ``dtype``, with memory."""
@@ -282,8 +305,8 @@ class SdpaBuilders(Builder):
              rng_dump: bool = False, page_table_k: Tensor | None = None, page_table_v: Tensor | None = None,
              ragged_offset_q: Tensor | None = None, ragged_offset_k: Tensor | None = None,
              ragged_offset_v: Tensor | None = None, ragged_offset_o: Tensor | None = None,
-             ragged_offset_stats: Tensor | None = None, return_stats: bool | None = None, name: str | None = None,
-             **kwargs: Any) -> tuple:
+             ragged_offset_stats: Tensor | None = None, sink: Tensor | None = None, return_stats: bool | None = None,
+             name: str | None = None, **kwargs: Any) -> tuple:
         """Scaled dot-product attention forward. Returns ``(o, stats)`` (``stats`` None with ``return_stats=False``),
         plus the dropout mask when ``rng_dump`` (all virtual until ``set_output(True)``).
 
@@ -309,6 +332,9 @@ class SdpaBuilders(Builder):
             q's layout and ``ragged_offset_o``.
         :param ragged_offset_stats: optionally packs the statistics the same way (then (B, Hq, Sq, 1) with
             token-major strides (Sq * Hq, 1, Hq, 1)); without it they stay padded (B, Hq, Sq, 1).
+        :param sink: (1, Hq, 1, 1) float32 device tensor of per-head attention-sink logits (gpt-oss): each row's
+            softmax gets one more logit that takes probability mass and adds no value; the statistics include it.
+            Needs cuDNN >= 9.13 and S_q > 1; not with dropout, a paged KV cache or ragged offsets.
         :param return_stats: also produce the (B, Hq, Sq, 1) float32 statistics the backward needs (default True).
         """
         what = name or "sdpa"
@@ -327,7 +353,7 @@ class SdpaBuilders(Builder):
         ins, params, rag = self._sdpa_common(
             what, q, k, v, opts, bias=bias, seq_len_q=seq_len_q, seq_len_kv=seq_len_kv, alibi=alibi, seed=seed,
             offset=offset, paged=paged, ragged=dict(q=ragged_offset_q, k=ragged_offset_k, v=ragged_offset_v,
-                                                    o=ragged_offset_o, stats=ragged_offset_stats))
+                                                    o=ragged_offset_o, stats=ragged_offset_stats), sink=sink)
         q, k, v = ins["q"], ins["k"], ins["v"]
         b, hq, sq, _ = q.shape
         if paged is not None:
@@ -362,22 +388,25 @@ class SdpaBuilders(Builder):
                       seed: Tensor | None = None, offset: Tensor | None = None, ragged_offset_q: Tensor | None = None,
                       ragged_offset_k: Tensor | None = None, ragged_offset_v: Tensor | None = None,
                       ragged_offset_o: Tensor | None = None, ragged_offset_stats: Tensor | None = None,
-                      name: str | None = None, **kwargs: Any) -> tuple:
-        """Attention backward: returns ``(dq, dk, dv)``, plus ``dbias`` (the bias's shape) when ``dbias``; all
-        virtual until ``set_output(True)``, each with the layout of its input.
+                      sink: Tensor | None = None, dsink: bool = False, name: str | None = None,
+                      **kwargs: Any) -> tuple:
+        """Attention backward: returns ``(dq, dk, dv)``, plus ``dbias`` (the bias's shape) when ``dbias`` and
+        ``dsink`` ((1, Hq, 1, 1) float32, the gradient of the forward's ``sink``) when ``dsink``; all virtual until
+        ``set_output(True)``, dq, dk, dv each with the layout of its input.
 
         Takes the forward's tensors and options (an :class:`SdpaOptions` or its fields as keywords: the same
         ``scale``, masks, bias, ``dropout`` with the same ``seed``/``offset``), its output ``o``, the output
         gradient ``do`` (o's shape) and its ``stats`` (B, Hq, Sq, 1) float32. Packed batches take the forward's
         ragged offsets: dq, dk and dv get those of q, k and v, ``do`` that of o, ``stats`` ``ragged_offset_stats``
-        (if the forward packed them). The composite form's float32 scratch tensors live in the plan's workspace
-        (:meth:`SdpaBackward.scratch_tensors`)."""
+        (if the forward packed them). The statistics include the forward's sink, so ``sink`` is taken only with
+        ``dsink=True``, to compute its gradient. The composite form's float32 scratch tensors live in the plan's
+        workspace (:meth:`SdpaBackward.scratch_tensors`)."""
         what = name or f"sdpa_bwd{len(self.ops)}"
         values = {"alibi": alibi}
         opts = _options("Graph.sdpa_backward", options, kwargs, values)
         ins, params, rag = self._sdpa_common(
             what, q, k, v, opts, bias=bias, seq_len_q=seq_len_q, seq_len_kv=seq_len_kv, alibi=values["alibi"],
-            seed=seed, offset=offset, backward=True, ragged=dict(
+            seed=seed, offset=offset, backward=True, sink=sink, ragged=dict(
                 q=ragged_offset_q, k=ragged_offset_k, v=ragged_offset_v, o=ragged_offset_o, stats=ragged_offset_stats))
         outs = self._sdpa_bwd_io(what, ins, o, do, stats, name)
         q, (b, hq, sq, d) = ins["q"], ins["q"].shape
@@ -388,12 +417,18 @@ class SdpaBuilders(Builder):
                 self._sdpa_set_offset(what, stats, rag["stats"], "stats")
         if dbias and bias is None:
             raise InvalidValueError(f"{what}: dbias needs the forward's bias")
+        if (sink is not None) != bool(dsink):
+            raise InvalidValueError(f"{what}: dsink=True needs the forward's sink" if dsink else
+                                    f"{what}: sink is taken with dsink=True only (the statistics already include "
+                                    f"the sink; leave it out for dq, dk, dv alone)")
         if params["dropout"] > 0:
             ins["dropout_scale_inv"] = self.scalar(1.0 - params["dropout"], "float32")
         else:
             ins["one"] = self.scalar(1.0, "float32")
         if dbias:
             outs["dbias"] = self.virtual(ins["bias"].shape, name=name and f"{name}.dbias").set_dtype(ins["bias"].dtype)
+        if dsink:
+            outs["dsink"] = self.virtual((1, hq, 1, 1), name=name and f"{name}.dsink").set_dtype("float32")
         outs["softmax_sum"] = self.tensor((b, hq, sq, 1), "float32", name=f"{what}.softmax_sum")
         if not dbias:
             if _version() < _DQ_ACCUM_ANY_CONTENTS:
@@ -402,8 +437,7 @@ class SdpaBuilders(Builder):
                     f"each call, which cudnn-py does not do; loaded {_vstr(_version())}"))])
             outs["dq_accum"] = self.tensor((b, hq, sq, d), "float32", name=f"{what}.dq_accum")
         self.add_op(SdpaBackward(ins, outs, params, name or what))
-        res = (outs["dq"], outs["dk"], outs["dv"])
-        return res + (outs["dbias"],) if dbias else res
+        return tuple(outs[n] for n in ("dq", "dk", "dv", "dbias", "dsink") if n in outs)
 
 
     # -- FP8 ----------------------------------------------------------------------------------------------------
