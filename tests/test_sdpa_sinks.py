@@ -353,6 +353,14 @@ def test_masks_with_a_sink(handle, rng, sinks_cudnn, name):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("d,sq,skv", [(128, 128, 128), (256, 64, 96), (64, 3, 5)])
+def test_head_dims_and_short_sequences(handle, rng, sinks_cudnn, d, sq, skv):
+    dt = BF16
+    qa, ka, va, sink, doa = _case(rng, 2, 4, 4, sq, skv, d)
+    _check(_graph_fwd_bwd(handle, dt, qa, ka, va, sink, doa), _ref(qa, ka, va, sink, doa, dt), "bfloat16")
+
+
+@pytest.mark.gpu
 def test_padding_with_a_sink(handle, rng, sinks_cudnn):
     dt, b, s = BF16, 3, 96
     lq, lk = np.array([96, 40, 7]), np.array([80, 96, 50])
@@ -393,6 +401,21 @@ def test_entry_points_take_a_per_head_sink(handle, rng, sinks_cudnn):
     assert type(plain) is S.SdpaGrads
     for a, r in zip(plain, ref[2:5]):
         _close(_host(a), r, "bfloat16", scale=2)
+
+
+@pytest.mark.gpu
+def test_entry_points_bias_and_sink(handle, rng, sinks_cudnn):
+    dt = DTYPES["float16"]
+    qa, ka, va, sink, doa = _case(rng, 2, 4, 2, 64, 72)
+    ba = rng.standard_normal((1, 4, 64, 72))
+    q, k, v, do, bias = (_dev(a, dt) for a in (qa, ka, va, doa, ba))
+    sk = to_device(sink.astype(np.float32).reshape(1, 4, 1, 1))
+    attn = S.Sdpa(handle, q, k, v, bias=bias, sink=sk, return_stats=True)
+    o, st = attn.execute()
+    grads = S.sdpa_backward(handle, q, k, v, o, do, st, bias=bias, return_dbias=True, sink=sk, return_dsink=True)
+    assert type(grads) is S.SdpaGradsWithBiasAndSink and grads.dbias.shape == (1, 4, 64, 72)
+    _check([_host(o), _host(st), *map(_host, grads)], _ref(qa, ka, va, sink, doa, dt, bias=_q(ba, dt)), "float16",
+           dbias_shape=(1, 4, 64, 72))
 
 
 @pytest.mark.gpu

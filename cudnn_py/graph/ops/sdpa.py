@@ -253,7 +253,8 @@ class SdpaBackward(Op):
         io, dropout = q.dtype, p["dropout"] > 0
         # softmax_sum = rowsum(dO * O) (times the keep probability under dropout)
         t = _reduce(ctx, _pw(ctx, "mul", do, o, out=ctx.virtual((b, hq, sq, dv), _F)), "add", shape=(b, hq, sq, 1))
-        if "dsink" in outs:  # dSink from exp(sink - stats) * rowsum(dO * O) summed over batches and queries
+        if "dsink" in outs:  # cudnn-frontend's pattern: exp(sink - stats) * rowsum(dO * O) summed over batches and
+            # queries; the engines write the gradient, -1 times that sum (GPU tests, cuDNN 9.14 and 9.19)
             e_sink = _pw(ctx, "exp", _pw(ctx, "sub", ins["sink"], stats))
             _reduce(ctx, _pw(ctx, "mul", e_sink, t), "add", out=outs["dsink"])
         _pw(ctx, "mul", t, ins["dropout_scale_inv"] if dropout else ins["one"], out=outs["softmax_sum"])
