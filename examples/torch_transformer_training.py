@@ -12,10 +12,12 @@ Variants: ``cudnn-py`` (``cudnn_py.torch.scaled_dot_product_attention``, ``rms_n
 cuDNN backend, ``F.rms_norm``, ``F.layer_norm``), each eager and
 compiled with ``torch.compile(fullgraph=True)`` (a graph break is an error; ``--mode reduce-overhead`` also replays
 the step's kernels as CUDA graphs). The curves agree when the mean loss of the last ``--window`` steps of each
-variant is within ``--tolerance`` (default 0.05 nats, bfloat16 noise at seed 0) of the torch eager run's.
+variant is within ``--tolerance`` (default 0.05 nats, bfloat16 noise at seed 0) of the torch eager run's. The
+variants train in lockstep, each taking ``--round`` steps in turn, so that each one's tokens/s (the median over its
+rounds after ``--warmup`` steps) is measured under the same conditions as the others'.
 
 Run: python examples/torch_transformer_training.py [--layers 4 --d-model 512 --heads 8 --seq 1024 --batch 8
-     --steps 300] [--variants cudnn-py,torch] [--no-eager] [--no-compile] [--mode default|reduce-overhead]
+     --steps 300 --round 10] [--variants cudnn-py,torch] [--no-eager] [--no-compile] [--mode default|reduce-overhead]
 """
 from __future__ import annotations
 
@@ -103,39 +105,51 @@ def batches(args, device) -> list:
     return list(t.split(args.batch))
 
 
-def train(args, kind: str, compiled: bool, data, init: dict) -> tuple[list[float], float, int]:
-    """(losses, tokens/s after the first ``args.warmup`` steps, graph breaks)."""
-    torch._dynamo.reset()
-    model = model_class()(args.vocab, args.seq, args.d_model, args.heads, args.layers, ops(kind)).cuda()
-    model.load_state_dict(init)
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0, fused=True)
+class Run:
+    """One variant's model, optimizer and (compiled) step; :meth:`steps` trains it on a slice of the batches and
+    keeps the losses and the slice's wall time."""
 
-    def loss_fn(tokens):
+    def __init__(self, args, kind: str, compiled: bool, init: dict):
+        self.model = model_class()(args.vocab, args.seq, args.d_model, args.heads, args.layers, ops(kind)).cuda()
+        self.model.load_state_dict(init)
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=args.lr, weight_decay=0.0, fused=True)
+        self.graphs = compiled and args.mode == "reduce-overhead"
+        self.compiled, self.losses, self.seconds, self.breaks = compiled, [], [], 0
+        self.loss_fn = torch.compile(self._loss, fullgraph=True, mode=args.mode) if compiled else self._loss
+
+    def _loss(self, tokens):
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            logits = model(tokens[:, :-1])
+            logits = self.model(tokens[:, :-1])
         return F.cross_entropy(logits.float().flatten(0, 1), tokens[:, 1:].flatten())
 
-    graphs = compiled and args.mode == "reduce-overhead"
-    if compiled:
-        loss_fn = torch.compile(loss_fn, fullgraph=True, mode=args.mode)
-    breaks = 0
-    losses, start = [], None
-    for i, tokens in enumerate(data):
-        if i == args.warmup:
-            torch.cuda.synchronize()
-            start = time.perf_counter()
-        if graphs:  # a new step: the CUDA graphs may overwrite the last step's outputs (kept below as copies)
-            torch.compiler.cudagraph_mark_step_begin()
-        loss = loss_fn(tokens)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        losses.append(loss.detach().clone() if graphs else loss.detach())
-    torch.cuda.synchronize()
-    tps = (len(data) - args.warmup) * args.batch * args.seq / (time.perf_counter() - start)
-    if compiled:
+    def steps(self, batches: list) -> None:
         breaks = sum(torch._dynamo.utils.counters["graph_break"].values())
-    return [float(x) for x in losses], tps, breaks
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for tokens in batches:
+            if self.graphs:  # a new step: the CUDA graphs may overwrite the last step's outputs (kept as copies)
+                torch.compiler.cudagraph_mark_step_begin()
+            loss = self.loss_fn(tokens)
+            self.opt.zero_grad(set_to_none=True)
+            loss.backward()
+            self.opt.step()
+            self.losses.append(loss.detach().clone() if self.graphs else loss.detach())
+        torch.cuda.synchronize()
+        self.seconds.append(time.perf_counter() - start)
+        self.breaks += sum(torch._dynamo.utils.counters["graph_break"].values()) - breaks
+
+
+def train(args, runs: dict, data: list) -> None:
+    """Train every run on the same batches in lockstep: rounds of ``args.round`` steps, each run in turn, so the
+    runs' tokens/s (the median over the rounds after ``args.warmup`` steps) see the same machine conditions."""
+    for first in range(0, len(data), args.round):
+        for run in runs.values():
+            run.steps(data[first:first + args.round])
+
+
+def tokens_per_second(args, run: Run) -> float:
+    timed = sorted(run.seconds[args.warmup // args.round:])
+    return args.round * args.batch * args.seq / timed[len(timed) // 2]
 
 
 def main() -> None:
@@ -148,6 +162,7 @@ def main() -> None:
     p.add_argument("--vocab", type=int, default=2048)
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--warmup", type=int, default=20, help="steps left out of tokens/s (compilation, plans)")
+    p.add_argument("--round", type=int, default=10, help="steps a variant takes before the next one's turn")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--window", type=int, default=30, help="last steps whose mean loss is compared")
@@ -157,8 +172,8 @@ def main() -> None:
     p.add_argument("--no-compile", action="store_true")
     p.add_argument("--mode", default="default", choices=["default", "reduce-overhead", "max-autotune-no-cudagraphs"])
     args = script_args(p, modules=("torch",), extra="bench")
-    if args.d_model % args.heads or (args.d_model // args.heads) % 8 or args.warmup >= args.steps:
-        raise SystemExit(f"{p.prog}: d_model / heads must be a multiple of 8 and warmup < steps")
+    if args.d_model % args.heads or (args.d_model // args.heads) % 8 or args.warmup + args.round > args.steps:
+        raise SystemExit(f"{p.prog}: d_model / heads must be a multiple of 8 and warmup + round <= steps")
     if not set(args.variants.split(",")) <= set(KINDS):
         raise SystemExit(f"{p.prog}: --variants takes {', '.join(KINDS)}")
     torch.manual_seed(args.seed)
@@ -171,22 +186,22 @@ def main() -> None:
     for kind in args.variants.split(","):
         for compiled in [c for c, skip in ((False, args.no_eager), (True, args.no_compile)) if not skip]:
             mode = "" if args.mode == "default" else f" ({args.mode})"
-            name = f"{kind} {'compiled' + mode if compiled else 'eager'}"
-            runs[name] = train(args, kind, compiled, data, init)
+            runs[f"{kind} {'compiled' + mode if compiled else 'eager'}"] = Run(args, kind, compiled, init)
+    train(args, runs, data)
+    losses = {n: [float(x) for x in r.losses] for n, r in runs.items()}
     names = list(runs)
     print("step  " + "  ".join(f"{n:>26}" for n in names))
     for i in sorted({0, *range(args.steps // 10 - 1, args.steps, args.steps // 10)}):
-        print(f"{i + 1:4d}  " + "  ".join(f"{runs[n][0][i]:26.4f}" for n in names))
+        print(f"{i + 1:4d}  " + "  ".join(f"{losses[n][i]:26.4f}" for n in names))
     ref_name = next((n for n in names if n.startswith("torch eager")), names[0])
-    ref = sum(runs[ref_name][0][-args.window:]) / args.window
+    ref = sum(losses[ref_name][-args.window:]) / args.window
     worst = 0.0
-    for n in names:
-        losses, tps, breaks = runs[n]
-        mean = sum(losses[-args.window:]) / args.window
+    for n, run in runs.items():
+        mean = sum(losses[n][-args.window:]) / args.window
         worst = max(worst, abs(mean - ref))
-        extra = f", {breaks} graph breaks" if "compiled" in n else ""
+        extra = f", {run.breaks} graph breaks" if run.compiled else ""
         print(f"{n:>32}: mean loss of the last {args.window} steps {mean:.4f} ({mean - ref:+.4f} vs {ref_name}), "
-              f"{tps:,.0f} tokens/s{extra}")
+              f"{tokens_per_second(args, run):,.0f} tokens/s{extra}")
     verdict = "agree" if worst <= args.tolerance else "DISAGREE"
     print(f"loss curves {verdict}: largest difference {worst:.4f} nats, tolerance {args.tolerance} (seed {args.seed})")
     if worst > args.tolerance:

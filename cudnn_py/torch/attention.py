@@ -31,8 +31,8 @@ from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.graph import Graph
 from cudnn_py.graph.ops.sdpa_options import SdpaOptions
 
-from .runtime import (Prepared, Ready, call, context, dtype_name, eager, empty_like_layout, function, known, prepared,
-                      remember, replay)
+from .runtime import (Prepared, Ready, call, context, define, dtype_name, eager, empty_like_layout, function, known,
+                      prepared, remember, replay)
 
 __all__ = ["sdpa", "scaled_dot_product_attention", "sdpa_fwd", "sdpa_bwd", "sdpa_paged_fwd"]
 
@@ -200,15 +200,14 @@ def _sdpa_fwd(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], seq_len_q
     return o, stats
 
 
-sdpa_fwd = torch.library.custom_op("cudnn_py::sdpa_fwd", _sdpa_fwd, mutates_args=(), device_types="cuda")
-
-
-@sdpa_fwd.register_fake
-def _(q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset, scale, causal,
+def _sdpa_fwd_fake(q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset, scale, causal,
       bottom_right, left_bound, right_bound, alibi, dropout_p, max_seq_len_q, max_seq_len_kv, return_stats=True):
     o, stats = _outputs(q, v, ragged_offset_q, max_seq_len_q, seq_len_q is not None and ragged_offset_q is None,
                         return_stats)
     return o, _no_stats(q.device) if stats is None else stats
+
+
+sdpa_fwd = define("sdpa_fwd", _sdpa_fwd, _sdpa_fwd_fake)
 
 
 def _grads(q, k, v, bias, ragged, zero: bool, want_dbias: bool) -> list[Tensor]:
@@ -266,13 +265,13 @@ def _sdpa_bwd(do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, stats: Ten
     return dq, dk, dv, db
 
 
-sdpa_bwd = torch.library.custom_op("cudnn_py::sdpa_bwd", _sdpa_bwd, mutates_args=(), device_types="cuda")
-
-
-@sdpa_bwd.register_fake
-def _(do, q, k, v, o, stats, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset, scale,
-      causal, bottom_right, left_bound, right_bound, alibi, dropout_p, max_seq_len_q, max_seq_len_kv, want_dbias):
+def _sdpa_bwd_fake(do, q, k, v, o, stats, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset,
+                   scale, causal, bottom_right, left_bound, right_bound, alibi, dropout_p, max_seq_len_q,
+                   max_seq_len_kv, want_dbias):
     return tuple(_grads(q, k, v, bias, ragged_offset_q is not None, seq_len_q is not None, want_dbias))
+
+
+sdpa_bwd = define("sdpa_bwd", _sdpa_bwd, _sdpa_bwd_fake)
 
 
 def _setup(ctx, inputs, output):
@@ -292,7 +291,7 @@ def _backward(ctx, do, dstats):
     return (dq, dk, dv, db if want_dbias else None) + (None,) * (_N_TENSORS - 4 + len(ctx.opts) + 1)
 
 
-sdpa_fwd.register_autograd(_backward, setup_context=_setup)
+torch.library.register_autograd("cudnn_py::sdpa_fwd", _backward, setup_context=_setup)
 _SdpaFunction = function("_SdpaFunction", _sdpa_fwd, _setup, _backward)
 
 
@@ -315,14 +314,12 @@ def _sdpa_paged_fwd(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table_k: T
     return o
 
 
-sdpa_paged_fwd = torch.library.custom_op("cudnn_py::sdpa_paged_fwd", _sdpa_paged_fwd, mutates_args=(),
-                                         device_types="cuda")
-
-
-@sdpa_paged_fwd.register_fake
-def _(q, k_cache, v_cache, page_table_k, page_table_v, seq_len_q, seq_len_kv, bias, scale, causal, bottom_right,
-      left_bound, right_bound, alibi, max_seq_len_kv):
+def _sdpa_paged_fwd_fake(q, k_cache, v_cache, page_table_k, page_table_v, seq_len_q, seq_len_kv, bias, scale, causal,
+                         bottom_right, left_bound, right_bound, alibi, max_seq_len_kv):
     return _outputs(q, v_cache, None, None, True, False)[0]
+
+
+sdpa_paged_fwd = define("sdpa_paged_fwd", _sdpa_paged_fwd, _sdpa_paged_fwd_fake)
 
 
 # -- the Python face -----------------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.graph import Graph
 from cudnn_py.graph.ops.sdpa import FP8_BACKWARD_SCALES, FP8_FORWARD_SCALES
 
-from .runtime import Prepared, call, context, dtype_name, empty_like_layout, prepared
+from .runtime import Prepared, call, context, define, dtype_name, empty_like_layout, prepared
 
 __all__ = ["sdpa_fp8", "sdpa_fp8_backward", "sdpa_fp8_fwd", "sdpa_fp8_bwd", "SdpaFp8Outputs", "SdpaFp8Grads"]
 
@@ -105,12 +105,12 @@ def _sdpa_fp8_fwd(q: Tensor, k: Tensor, v: Tensor, descale_q: Tensor, descale_k:
     return o, stats, amax_s, amax_o
 
 
-sdpa_fp8_fwd = torch.library.custom_op("cudnn_py::sdpa_fp8_fwd", _sdpa_fp8_fwd, mutates_args=(), device_types="cuda")
-
-
-@sdpa_fp8_fwd.register_fake
-def _(q, k, v, descale_q, descale_k, descale_v, descale_s, scale_s, scale_o, scale, causal, return_stats):
+def _sdpa_fp8_fwd_fake(q, k, v, descale_q, descale_k, descale_v, descale_s, scale_s, scale_o, scale, causal,
+                       return_stats):
     return _fwd_outputs(q, v, return_stats)
+
+
+sdpa_fp8_fwd = define("sdpa_fp8_fwd", _sdpa_fp8_fwd, _sdpa_fp8_fwd_fake)
 
 
 def _bwd_outputs(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, ...]:
@@ -138,13 +138,12 @@ def _sdpa_fp8_bwd(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, stats:
     return dq, dk, dv, amax_dq, amax_dk, amax_dv, amax_dp
 
 
-sdpa_fp8_bwd = torch.library.custom_op("cudnn_py::sdpa_fp8_bwd", _sdpa_fp8_bwd, mutates_args=(), device_types="cuda")
-
-
-@sdpa_fp8_bwd.register_fake
-def _(q, k, v, o, do, stats, descale_q, descale_k, descale_v, descale_o, descale_do, descale_s, descale_dp, scale_s,
-      scale_dq, scale_dk, scale_dv, scale_dp, scale, causal):
+def _sdpa_fp8_bwd_fake(q, k, v, o, do, stats, descale_q, descale_k, descale_v, descale_o, descale_do, descale_s,
+                       descale_dp, scale_s, scale_dq, scale_dk, scale_dv, scale_dp, scale, causal):
     return _bwd_outputs(q, k, v)
+
+
+sdpa_fp8_bwd = define("sdpa_fp8_bwd", _sdpa_fp8_bwd, _sdpa_fp8_bwd_fake)
 
 
 # -- the Python faces ----------------------------------------------------------------------------------------------

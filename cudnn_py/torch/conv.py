@@ -18,7 +18,7 @@ from torch import Tensor
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.graph import Graph
 
-from .runtime import Prepared, call, context, dtype_name, eager, empty_like_layout, function, prepared
+from .runtime import Prepared, call, context, define, dtype_name, eager, empty_like_layout, function, prepared
 
 __all__ = ["conv", "conv_fwd", "conv_dgrad", "conv_wgrad", "ACTIVATIONS"]
 
@@ -79,12 +79,11 @@ def _conv_fwd(x: Tensor, w: Tensor, bias: Optional[Tensor], padding: list[int], 
     return y
 
 
-conv_fwd = torch.library.custom_op("cudnn_py::conv_fwd", _conv_fwd, mutates_args=(), device_types="cuda")
-
-
-@conv_fwd.register_fake
-def _(x, w, bias, padding, stride, dilation, activation):
+def _conv_fwd_fake(x, w, bias, padding, stride, dilation, activation):
     return _y(x, w, padding, stride, dilation)
+
+
+conv_fwd = define("conv_fwd", _conv_fwd, _conv_fwd_fake)
 
 
 def _conv_grad(kind: str, dy: Tensor, other: Tensor, shape: list[int], padding: list[int], stride: list[int],
@@ -116,13 +115,11 @@ def _conv_dgrad(dy: Tensor, w: Tensor, x_shape: list[int], padding: list[int], s
     return _conv_grad("dgrad", dy, w, x_shape, padding, stride, dilation)
 
 
-conv_dgrad = torch.library.custom_op("cudnn_py::conv_dgrad", _conv_dgrad, mutates_args=(),
-                                     device_types="cuda")
-
-
-@conv_dgrad.register_fake
-def _(dy, w, x_shape, padding, stride, dilation):
+def _conv_dgrad_fake(dy, w, x_shape, padding, stride, dilation):
     return empty_like_layout(dy, x_shape)
+
+
+conv_dgrad = define("conv_dgrad", _conv_dgrad, _conv_dgrad_fake)
 
 
 def _conv_wgrad(dy: Tensor, x: Tensor, w_shape: list[int], padding: list[int], stride: list[int],
@@ -131,13 +128,11 @@ def _conv_wgrad(dy: Tensor, x: Tensor, w_shape: list[int], padding: list[int], s
     return _conv_grad("wgrad", dy, x, w_shape, padding, stride, dilation)
 
 
-conv_wgrad = torch.library.custom_op("cudnn_py::conv_wgrad", _conv_wgrad, mutates_args=(),
-                                     device_types="cuda")
-
-
-@conv_wgrad.register_fake
-def _(dy, x, w_shape, padding, stride, dilation):
+def _conv_wgrad_fake(dy, x, w_shape, padding, stride, dilation):
     return empty_like_layout(x, w_shape)
+
+
+conv_wgrad = define("conv_wgrad", _conv_wgrad, _conv_wgrad_fake)
 
 
 def _setup(ctx, inputs, output):
@@ -162,7 +157,7 @@ def _backward(ctx, dy):
     return dx, dw, db, None, None, None, None
 
 
-conv_fwd.register_autograd(_backward, setup_context=_setup)
+torch.library.register_autograd("cudnn_py::conv_fwd", _backward, setup_context=_setup)
 _ConvFunction = function("_ConvFunction", _conv_fwd, _setup, _backward)
 
 

@@ -26,7 +26,7 @@ from torch import Tensor
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.graph import Graph
 
-from .runtime import Prepared, context, dtype_name, prepared
+from .runtime import Prepared, context, define, dtype_name, prepared
 
 __all__ = ["graph_op"]
 
@@ -71,8 +71,7 @@ def graph_op(name: str, build: Callable[..., Any], *, compute_dtype: str = "floa
         return [torch.empty_strided(shape, strides, dtype=dtype, device=xs[0].device)
                 for shape, strides, dtype in out_specs]
 
-    @torch.library.custom_op(f"cudnn_py::{name}", mutates_args=(), device_types="cuda")
-    def op(xs: list[Tensor]) -> list[Tensor]:
+    def impl(xs: list[Tensor]) -> list[Tensor]:
         key, out_specs = spec(xs)
         outs = new_outputs(xs, out_specs)
         ctx = context(xs[0].get_device())
@@ -85,9 +84,9 @@ def graph_op(name: str, build: Callable[..., Any], *, compute_dtype: str = "floa
         prepared(h, ("graph_op", name, key), make).run(ctx, tuple(x.data_ptr() for x in xs + outs))
         return outs
 
-    @op.register_fake
-    def _(xs):
+    def fake(xs):
         return new_outputs(xs, spec(xs)[1])
+    op = define(name, impl, fake)
 
     def call(*xs: Tensor):
         if not xs or not all(isinstance(x, Tensor) and x.is_cuda for x in xs):

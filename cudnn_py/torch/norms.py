@@ -16,7 +16,7 @@ from torch import Tensor
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.graph import Graph
 
-from .runtime import Prepared, call, context, dtype_name, eager, function, prepared
+from .runtime import Prepared, call, context, define, dtype_name, eager, function, prepared
 
 __all__ = ["layer_norm", "rms_norm", "batch_norm", "norm_fwd", "norm_bwd", "batch_norm_fwd", "batch_norm_bwd"]
 
@@ -71,12 +71,11 @@ def _norm_fwd(x: Tensor, weight: Tensor, bias: Optional[Tensor], eps: float,
     return y, mean, inv
 
 
-norm_fwd = torch.library.custom_op("cudnn_py::norm_fwd", _norm_fwd, mutates_args=(), device_types="cuda")
-
-
-@norm_fwd.register_fake
-def _(x, weight, bias, eps, rms):
+def _norm_fwd_fake(x, weight, bias, eps, rms):
     return (torch.empty_like(x, memory_format=torch.contiguous_format),) + _stats(_rows(x)[0], x.device, rms)
+
+
+norm_fwd = define("norm_fwd", _norm_fwd, _norm_fwd_fake)
 
 
 def _build_bwd(h, dy, x, w, mean, inv, rms: bool, has_bias: bool) -> Prepared:
@@ -109,14 +108,13 @@ def _norm_bwd(dy: Tensor, x: Tensor, weight: Tensor, mean: Tensor, inv_std: Tens
     return dx, dw, db
 
 
-norm_bwd = torch.library.custom_op("cudnn_py::norm_bwd", _norm_bwd, mutates_args=(), device_types="cuda")
-
-
-@norm_bwd.register_fake
-def _(dy, x, weight, mean, inv_std, rms, has_bias):
+def _norm_bwd_fake(dy, x, weight, mean, inv_std, rms, has_bias):
     dw = torch.empty_like(weight)
     return (torch.empty_like(x, memory_format=torch.contiguous_format), dw,
             torch.empty_like(weight) if has_bias else weight.new_empty((0,)))
+
+
+norm_bwd = define("norm_bwd", _norm_bwd, _norm_bwd_fake)
 
 
 def _setup(ctx, inputs, output):
@@ -131,7 +129,7 @@ def _backward(ctx, dy, dmean, dinv):
     return dx, dw, db if ctx.has_bias else None, None, None
 
 
-norm_fwd.register_autograd(_backward, setup_context=_setup)
+torch.library.register_autograd("cudnn_py::norm_fwd", _backward, setup_context=_setup)
 _NormFunction = function("_NormFunction", _norm_fwd, _setup, _backward)
 
 
@@ -224,13 +222,11 @@ def _batch_norm_fwd(x: Tensor, weight: Tensor, bias: Tensor, running_mean: Optio
     return y, mean, inv, new_mean, new_var
 
 
-batch_norm_fwd = torch.library.custom_op("cudnn_py::batch_norm_fwd", _batch_norm_fwd, mutates_args=(),
-                                         device_types="cuda")
-
-
-@batch_norm_fwd.register_fake
-def _(x, weight, bias, running_mean, running_var, momentum, eps):
+def _batch_norm_fwd_fake(x, weight, bias, running_mean, running_var, momentum, eps):
     return _bn_outputs(x, weight.shape[0], running_mean is not None)
+
+
+batch_norm_fwd = define("batch_norm_fwd", _batch_norm_fwd, _batch_norm_fwd_fake)
 
 
 def _batch_norm_bwd(dy: Tensor, x: Tensor, weight: Tensor, mean: Tensor,
@@ -259,13 +255,11 @@ def _batch_norm_bwd(dy: Tensor, x: Tensor, weight: Tensor, mean: Tensor,
     return dx, dw, db
 
 
-batch_norm_bwd = torch.library.custom_op("cudnn_py::batch_norm_bwd", _batch_norm_bwd, mutates_args=(),
-                                         device_types="cuda")
-
-
-@batch_norm_bwd.register_fake
-def _(dy, x, weight, mean, inv_std):
+def _batch_norm_bwd_fake(dy, x, weight, mean, inv_std):
     return torch.empty_like(x), torch.empty_like(weight), torch.empty_like(weight)
+
+
+batch_norm_bwd = define("batch_norm_bwd", _batch_norm_bwd, _batch_norm_bwd_fake)
 
 
 def _bn_setup(ctx, inputs, output):
@@ -278,7 +272,7 @@ def _bn_backward(ctx, dy, dmean, dinv, dnew_mean, dnew_var):
     return dx, dw, db, None, None, None, None
 
 
-batch_norm_fwd.register_autograd(_bn_backward, setup_context=_bn_setup)
+torch.library.register_autograd("cudnn_py::batch_norm_fwd", _bn_backward, setup_context=_bn_setup)
 _BatchNormFunction = function("_BatchNormFunction", _batch_norm_fwd, _bn_setup, _bn_backward)
 
 

@@ -16,6 +16,10 @@
   ``torch.empty_strided`` and the prepared call; the first call of a configuration takes the op's checked path,
   which makes the entry from the outputs it allocated.
 * :func:`dtype_name`, :func:`empty_like_layout` - how the ops describe torch tensors to cuDNN and lay out outputs.
+* :func:`define` - registers an op: the schema from its implementation's annotations, the implementation as the
+  dispatcher's CUDA kernel itself and a fake for tracing (what ``torch.library.custom_op`` registers, without the
+  Python layers it wraps around the kernel, which cost about 20 us per call: measured in
+  benchmarks/torch_ops_bench.py); the autograd formula is added with ``torch.library.register_autograd``.
 * :func:`call` - how the Python faces reach an op: eagerly (plain tensors, not under ``torch.compile``) its
   implementation is called directly, inside a ``torch.autograd.Function`` made by :func:`function` from the op's
   own autograd formula when a gradient is needed; traced, the registered op itself, so ``torch.compile`` and
@@ -40,10 +44,11 @@ from cudnn_py.graph import Graph
 from cudnn_py.graph.runner import Runner, cached, raw_execute
 from cudnn_py.handle import Handle
 
-__all__ = ["Context", "context", "known", "handle", "Prepared", "prepared", "Ready", "remember", "replay", "current_stream",
+__all__ = ["define", "Context", "context", "known", "handle", "Prepared", "prepared", "Ready", "remember", "replay", "current_stream",
            "cache_clear", "eager", "function", "call", "dtype_name", "empty_like_layout"]
 
 _CACHE = "torch.ops"
+_LIB = torch.library.Library("cudnn_py", "FRAGMENT")
 
 
 class _Local(threading.local):
@@ -60,6 +65,16 @@ try:  # the raw cudaStream_t as an int, without making a torch.cuda.Stream objec
 except AttributeError:  # pragma: no cover - torch built without CUDA
     def _raw_stream(device: int) -> int:
         return torch.cuda.current_stream(device).cuda_stream
+
+
+def define(name: str, impl: Callable, fake: Callable) -> Callable[..., Any]:
+    """Register the op ``cudnn_py::name`` (no argument mutated; its schema inferred from ``impl``'s annotations) with
+    ``impl`` as its CUDA kernel (outside dynamo's reach, as a custom op's) and ``fake`` for fake tensors; returns
+    its overload (``torch.ops.cudnn_py.<name>.default``)."""
+    _LIB.define(name + torch.library.infer_schema(impl, mutates_args=()), tags=(torch.Tag.pt2_compliant_tag,))
+    _LIB.impl(name, torch._disable_dynamo(impl), "CUDA")
+    torch.library.register_fake(f"cudnn_py::{name}", fake, lib=_LIB)
+    return getattr(torch.ops.cudnn_py, name).default
 
 
 def current_stream(device: int) -> int:
