@@ -85,8 +85,8 @@ def attention_peers(b, h, s, d, causal: bool, backward: bool) -> dict:
     if not backward:
         scale = d ** -0.5
         peers["op cudnn_py::sdpa_fwd"] = lambda: torch.ops.cudnn_py.sdpa_fwd(
-            q, k, v, None, None, None, None, None, None, None, scale, causal, False, None, None, False, 0.0, None, None,
-            False)
+            q, k, v, None, None, None, None, None, None, None, None, scale, causal, False, None, None, False, 0.0, None,
+            None, False)
         peers["cudnn_py.sdpa (core)"] = lambda: cudnn_py.sdpa(handle, q, k, v, causal=causal)
         if fe is not None:
             peers["cudnn-frontend cudnn.sdpa_torch"] = lambda: fe(q, k, v, is_causal=causal)
@@ -97,8 +97,8 @@ def attention_peers(b, h, s, d, causal: bool, backward: bool) -> dict:
     tail = (d ** -0.5, causal, False, None, None, False, 0.0, None, None)
 
     def ops_fwd_bwd():  # as a compiled training step calls them: no autograd, the statistics kept for the backward
-        o, stats = fwd(qd, kd, vd, None, None, None, None, None, None, None, *tail, True)
-        return bwd(do, qd, kd, vd, o, stats, None, None, None, None, None, None, None, *tail, False)
+        o, stats = fwd(qd, kd, vd, None, None, None, None, None, None, None, None, *tail, True)
+        return bwd(do, qd, kd, vd, o, stats, None, None, None, None, None, None, None, None, *tail, False, False)
     peers["ops sdpa_fwd (stats) + sdpa_bwd"] = ops_fwd_bwd
     return peers
 

@@ -11,9 +11,11 @@ fp16 NHWC), fresh processes share one database file:
 Each process reports the wall time of its first call (plan from the database or built, execution, synchronisation),
 the part of it spent making the plan (the graph path's ``plan_graph``, the legacy path's ``_plan``: graph, stored or
 measured choice, finalisation), a warm second call, and how many candidate timings ran (graph plans timed through
-``graph.plans.time_plan``, legacy Find calls). Prints a table; asserts nothing.
+``graph.plans.time_plan``, legacy Find calls). Prints a table; asserts nothing. ``--module-loading eager`` runs the
+children with ``CUDA_MODULE_LOADING=EAGER`` (CUDA loads every kernel module when the library loads, not at a
+kernel's first launch), which shows how much of a first call beyond planning is lazy module loading.
 
-    python benchmarks/tuned_first_call.py [--repeat 2]
+    python benchmarks/tuned_first_call.py [--repeat 2] [--module-loading lazy|eager]
 """
 from __future__ import annotations
 
@@ -97,8 +99,8 @@ def child(case: str, autotune: bool) -> dict:
     return res
 
 
-def run_child(case: str, db: str, autotune: bool) -> dict:
-    env = dict(os.environ, CUDNN_PY_TUNING_DB=db)
+def run_child(case: str, db: str, autotune: bool, loading: str) -> dict:
+    env = dict(os.environ, CUDNN_PY_TUNING_DB=db, CUDA_MODULE_LOADING=loading.upper())
     out = subprocess.run([sys.executable, __file__, "--child", case] + ([] if autotune else ["--no-autotune"]),
                          env=env, capture_output=True, text=True, timeout=600)
     if out.returncode:
@@ -109,6 +111,8 @@ def run_child(case: str, db: str, autotune: bool) -> dict:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=2, help="fresh tuned processes per case (default 2)")
+    ap.add_argument("--module-loading", choices=("lazy", "eager"), default="lazy",
+                    help="CUDA_MODULE_LOADING of the fresh processes (default lazy, CUDA's default)")
     ap.add_argument("--child", choices=CASES, help=argparse.SUPPRESS)
     ap.add_argument("--no-autotune", action="store_true", help=argparse.SUPPRESS)
     args = script_args(ap, argv)
@@ -121,7 +125,8 @@ def main(argv=None) -> None:
         for case in CASES:
             db = os.path.join(tmp, case.replace(" ", "_") + ".sqlite")
             for role in ["measure"] + ["tuned"] * args.repeat + ["heuristic"]:
-                r = run_child(case, db if role != "heuristic" else db + ".empty", role != "heuristic")
+                r = run_child(case, db if role != "heuristic" else db + ".empty", role != "heuristic",
+                              args.module_loading)
                 print(f"{case:<12} {role:<10} {r['first ms']:>9.1f} {r['first plan ms']:>9.1f} {r['first timings']:>8}"
                       f" {r['warm ms']:>8.2f} {(r['first ms'] - r['first plan ms']) / r['warm ms']:>18.1f}")
 

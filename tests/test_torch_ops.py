@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import cudnn_py as cudnn
+from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from reference import sdpa as R
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,6 +49,9 @@ def test_ops_are_registered_with_their_schemas():
     fwd = str(torch.ops.cudnn_py.sdpa_fwd.default._schema)
     assert "Tensor? seq_len_q" in fwd and "Tensor? ragged_offset_k," in fwd and "bool return_stats=True" in fwd
     assert "ragged_offset_kv" not in fwd  # the package's name (cudnn_py.sdpa, SdpaOptions): v shares k's offsets
+    assert "Tensor? offset, Tensor? sink, float scale" in fwd
+    assert "bool want_dbias, bool want_dsink) -> (Tensor, Tensor, Tensor, Tensor, Tensor)" in str(
+        torch.ops.cudnn_py.sdpa_bwd.default._schema)
     assert "SymInt max_seq_len_kv" in str(torch.ops.cudnn_py.sdpa_paged_fwd.default._schema)
 
 
@@ -67,8 +72,8 @@ def test_fake_implementations_give_output_shapes_and_layouts():
         q = torch.empty(2, 7, 4, 64, dtype=torch.bfloat16, device=dev).transpose(1, 2)  # BSHD
         k = torch.empty(2, 2, 9, 64, dtype=torch.bfloat16, device=dev)
         v = torch.empty(2, 2, 9, 32, dtype=torch.bfloat16, device=dev)
-        o, stats = ops.sdpa_fwd(q, k, v, None, None, None, None, None, None, None, 0.125, True, False, None, None,
-                                False, 0.0, None, None)
+        o, stats = ops.sdpa_fwd(q, k, v, None, None, None, None, None, None, None, None, 0.125, True, False, None,
+                                None, False, 0.0, None, None)
         assert o.shape == (2, 4, 7, 32) and o.stride(1) < o.stride(2)  # o follows q's BSHD layout
         assert stats.shape == (2, 4, 7, 1) and stats.dtype == torch.float32
         x = torch.empty(3, 5, 96, dtype=torch.float16, device=dev)
@@ -78,12 +83,19 @@ def test_fake_implementations_give_output_shapes_and_layouts():
         cu = torch.empty(4, dtype=torch.int32, device=dev)
         qp = torch.empty(50, 4, 64, dtype=torch.float16, device=dev)
         kp = torch.empty(60, 4, 64, dtype=torch.float16, device=dev)
-        o, stats = ops.sdpa_fwd(qp, kp, kp, None, cu[1:], cu[1:], cu, cu, None, None, 0.125, False, False, None,
-                                None, False, 0.0, 30, 40)
+        o, stats = ops.sdpa_fwd(qp, kp, kp, None, cu[1:], cu[1:], cu, cu, None, None, None, 0.125, False, False,
+                                None, None, False, 0.0, 30, 40)
         assert o.shape == (50, 4, 64) and stats.shape == (3, 4, 30, 1)
-        o, stats = ops.sdpa_fwd(q, k, v, None, None, None, None, None, None, None, 0.125, True, False, None, None,
-                                False, 0.0, None, None, False)  # no statistics asked for: none made
+        o, stats = ops.sdpa_fwd(q, k, v, None, None, None, None, None, None, None, None, 0.125, True, False, None,
+                                None, False, 0.0, None, None, False)  # no statistics asked for: none made
         assert o.shape == (2, 4, 7, 32) and stats.shape == (0,)
+        sink = torch.empty(1, 4, 1, 1, dtype=torch.float32, device=dev)
+        o, stats = ops.sdpa_fwd(q, k, v, None, None, None, None, None, None, None, sink, 0.125, True, False, None,
+                                None, False, 0.0, None, None)
+        grads = ops.sdpa_bwd(o, q, k, v, o, stats, None, None, None, None, None, None, None, sink, 0.125, True, False,
+                             None, None, False, 0.0, None, None, False, True)
+        assert [tuple(g.shape) for g in grads] == [(2, 4, 7, 64), (2, 2, 9, 64), (2, 2, 9, 32), (0,), (1, 4, 1, 1)]
+        assert grads[4].dtype == torch.float32
 
 
 def test_fake_paged_and_fp8_attention():
@@ -183,10 +195,12 @@ def test_ready_entry_allocates_recorded_layouts_and_binds_inputs_then_outputs():
     outs = (o, torch.empty((2, 3, 8, 1)), torch.empty((0,), dtype=torch.bfloat16))
     ctx = SimpleNamespace(device=torch.device("cpu"))
     for zero in (False, True):
-        got = runtime.Ready(p, outs, 2, zero).run(ctx, (11, 12))
+        got = runtime.Ready(p, outs, (0, 1), zero).run(ctx, (11, 12))
         assert [(x.shape, x.stride(), x.dtype) for x in got] == [(x.shape, x.stride(), x.dtype) for x in outs]
         assert seen.pop() == (11, 12, got[0].data_ptr(), got[1].data_ptr())
         assert not zero or not (got[0].any() or got[1].any())
+    got = runtime.Ready(p, outs[::-1], (2, 1), False).run(ctx, (11,))  # bound out of order, a placeholder first
+    assert seen.pop() == (11, got[2].data_ptr(), got[1].data_ptr()) and got[0].shape == (0,)
 
 
 def test_replay_runs_the_remembered_entry_on_the_present_tensors(monkeypatch):
@@ -295,7 +309,6 @@ def test_hot_path_without_gradient_matches_float64_per_layout_and_options(tg, rn
     layout of the same shapes, other options and return_stats are other entries; a call the entries do not fit
     (another dtype, a gradient) goes through the checks again."""
     torch, ct = tg
-    from cudnn_py.errors import InvalidTypeError
     from cudnn_py.torch import attention as A
     dtype, (b, hq, hk, sq, skv, d) = "bfloat16", (2, 4, 2, 40, 72, 64)
     qa, ka, va = (rng.standard_normal((b, h, s, d)) for h, s in ((hq, sq), (hk, skv), (hk, skv)))
@@ -349,8 +362,10 @@ def test_ops_repeat_calls_take_the_ready_entry(tg, rng, monkeypatch):
                     else (None, None))
         tail = (d ** -0.5, bool(opts.get("causal")), False, None, None, False, 0.0, None, None)
         with torch.no_grad():
-            o, stats = fwd(q, k, v, bias, slq, slk, None, None, None, None, *tail, True)
-            dq, dk, dv, db = bwd(do, q, k, v, o, stats, bias, slq, slk, None, None, None, None, *tail, bias is not None)
+            o, stats = fwd(q, k, v, bias, slq, slk, None, None, None, None, None, *tail, True)
+            dq, dk, dv, db, ds = bwd(do, q, k, v, o, stats, bias, slq, slk, None, None, None, None, None, *tail,
+                                     bias is not None, False)
+            assert ds.shape == (0,)
         ref = dict(causal=bool(opts.get("causal")), seq_len_q=opts.get("seq_len_q"), seq_len_kv=opts.get("seq_len_kv"),
                    bias=None if bias is None else _h(bias))
         ref = {n: x for n, x in ref.items() if x is not None and x is not False}
@@ -445,6 +460,52 @@ def test_sdpa_packed_batches_by_cu_seqlens(tg, rng, causal):
     _close(_h(vp.grad), R.pack(dv, lk), dtype)
 
 
+def _sink_reference(torch, q, k, v, sink, causal: bool, scale: float):
+    """float64 attention with a per-head sink logit: one more softmax column that weighs no value."""
+    hq, hk = q.shape[1], k.shape[1]
+    k, v = k.repeat_interleave(hq // hk, 1), v.repeat_interleave(hq // hk, 1)
+    s = scale * q @ k.transpose(-1, -2)
+    if causal:
+        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), float("-inf"))
+    col = sink.reshape(1, hq, 1, 1).expand(*s.shape[:-1], 1)
+    p = torch.softmax(torch.cat([s, col], -1), -1)[..., :-1]
+    return p @ v
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_sdpa_sink_forward_and_gradients_match_float64(tg, rng, dtype, causal):
+    """Attention sinks through cudnn_py.torch.sdpa: o and dq, dk, dv, dsink against float64 autograd (grouped
+    heads, BSHD q), eagerly and through the registered ops under torch.compile."""
+    torch, ct = tg
+    if cudnn.version() < (9, 13, 0):
+        pytest.skip(f"attention sinks need cuDNN 9.13+, loaded {cudnn.version()}")
+    b, hq, hk, s, d = 2, 4, 2, 48, 64
+    q = _t(torch, rng.standard_normal((b, hq, s, d)), dtype, "bshd")
+    k, v = (_t(torch, rng.standard_normal((b, hk, s, d)), dtype) for _ in range(2))
+    sink = torch.tensor(rng.standard_normal(hq) * 2, dtype=torch.float32, device="cuda", requires_grad=True)
+    do = _t(torch, rng.standard_normal((b, hq, s, d)), dtype).detach()
+    xs = [x.detach().double().cpu().requires_grad_(True) for x in (q, k, v, sink)]
+    ref = _sink_reference(torch, *xs, causal, d ** -0.5)
+    ref.backward(do.double().cpu())
+    compiled = torch.compile(lambda *a: ct.sdpa(*a[:3], sink=a[3], causal=causal), fullgraph=True)
+    for run in (lambda: ct.sdpa(q, k, v, sink=sink, causal=causal), lambda: compiled(q, k, v, sink)):
+        for x in (q, k, v, sink):
+            x.grad = None
+        o = run()
+        o.backward(do)
+        for got, r in zip((o, q.grad, k.grad, v.grad), (ref, *(x.grad for x in xs[:3]))):
+            _close(_h(got), _h(r), dtype)
+        _close(_h(sink.grad), _h(xs[3].grad), dtype)
+    with pytest.raises(InvalidValueError, match="sink must be"):
+        ct.sdpa(q, k, v, sink=sink[:2])
+    with pytest.raises(InvalidTypeError, match="float32"):
+        ct.sdpa(q, k, v, sink=sink.half())
+    with pytest.raises(InvalidValueError, match="not verified"):
+        ct.sdpa(q, k, v, sink=sink, dropout_p=0.1)
+
+
 @pytest.mark.gpu
 def test_dropout_is_seeded_and_unbiased(tg, rng):
     torch, ct = tg
@@ -500,7 +561,6 @@ def test_drop_in_matches_torch_in_float64(tg, rng, dtype):
 @pytest.mark.gpu
 def test_drop_in_refuses_what_it_cannot_express(tg):
     torch, ct = tg
-    from cudnn_py.errors import InvalidTypeError, InvalidValueError
     q = torch.randn(1, 2, 8, 64, device="cuda", dtype=torch.float16)
     with pytest.raises(InvalidTypeError, match="float16 or bfloat16"):
         ct.scaled_dot_product_attention(q.float(), q.float(), q.float())
@@ -523,7 +583,6 @@ def test_paged_kv_cache_against_float64(tg, rng, dtype):
     over cached lengths that are not block multiples, against float64 on the gathered cache; padded query rows are
     zero; opcheck; a gradient is refused (cuDNN has no paged backward)."""
     torch, ct = tg
-    from cudnn_py.errors import InvalidValueError
     tdt = getattr(torch, dtype)
     b, hq, hk, d, block, pages = 3, 8, 2, 128, 16, 5
     nblocks = b * pages + 3
@@ -620,7 +679,6 @@ def test_fp8_forward_backward_against_float64(tg, rng, fmt):
 @pytest.mark.gpu
 def test_fp8_ops_opcheck_and_refusals(tg, rng):
     torch, ct = tg
-    from cudnn_py.errors import InvalidTypeError
     r = _fp8_case(torch, rng, "e4m3", 1, 2, 1, 64, 128)
     one = torch.ones((1, 1, 1, 1), dtype=torch.float32, device="cuda")
     # opcheck's schema and AOT tests compare float8 tensors with arithmetic torch lacks for them ("mul_cuda" not
@@ -667,11 +725,12 @@ def test_norms_forward_backward_against_float64(tg, rng, dtype, rms):
 def test_opcheck_every_op(tg, rng):
     torch, ct = tg
     q, k, v = (torch.randn(2, 4, 64, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
-    fwd = (q, k, v, None, None, None, None, None, None, None, 0.125, True, False, None, None, False, 0.0, None, None)
+    fwd = (q, k, v, None, None, None, None, None, None, None, None, 0.125, True, False, None, None, False, 0.0, None,
+           None)
     torch.library.opcheck(torch.ops.cudnn_py.sdpa_fwd.default, fwd)
     o, stats = torch.ops.cudnn_py.sdpa_fwd(*fwd)
     bwd = (torch.randn_like(o), q.detach(), k.detach(), v.detach(), o.detach(), stats.detach(), None, None, None,
-           None, None, None, None, 0.125, True, False, None, None, False, 0.0, None, None, False)
+           None, None, None, None, None, 0.125, True, False, None, None, False, 0.0, None, None, False, False)
     torch.library.opcheck(torch.ops.cudnn_py.sdpa_bwd.default, bwd)
     x = torch.randn(4, 8, 128, device="cuda", dtype=torch.float16, requires_grad=True)
     w = torch.randn(128, device="cuda", dtype=torch.float32, requires_grad=True)
@@ -820,7 +879,6 @@ def test_conv_fused_activation_forward_and_opcheck(tg, rng):
             ran.append((act, fmt))
     print("fused activations with an engine here:", ran)
     assert ("relu", torch.contiguous_format) in ran
-    from cudnn_py.errors import InvalidValueError
     with pytest.raises(InvalidValueError, match="no gradient"):
         ct.conv(x.requires_grad_(True), w, b, activation="gelu")
     xg, wg, bg = (t.detach().requires_grad_(True) for t in (x, w, b))

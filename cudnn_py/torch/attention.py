@@ -40,9 +40,9 @@ _is_compiling = torch.compiler.is_compiling
 _grad_enabled = torch.is_grad_enabled
 
 _IO_DTYPES = (torch.float16, torch.bfloat16)
-_N_TENSORS = 10  # q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset
+_N_TENSORS = 11  # q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset, sink
 #: the forward's optional tensors in binding order (after q, k, v), by the graph builder's names
-_FWD_NAMES = ("bias", "seq_len_q", "seq_len_kv", "ragged_offset_q", "ragged_offset_k", "seed", "offset")
+_FWD_NAMES = ("bias", "seq_len_q", "seq_len_kv", "ragged_offset_q", "ragged_offset_k", "seed", "offset", "sink")
 #: the paged forward's tensors after q, k, v in binding order (bias optional)
 _PAGED_NAMES = ("page_table_k", "page_table_v", "seq_len_q", "seq_len_kv", "bias")
 
@@ -179,13 +179,14 @@ def _fwd(args: tuple, opts: tuple) -> tuple[Prepared, Tensor, Optional[Tensor]]:
 
 def _sdpa_fwd(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], seq_len_q: Optional[Tensor],
              seq_len_kv: Optional[Tensor], ragged_offset_q: Optional[Tensor], ragged_offset_k: Optional[Tensor],
-             seed: Optional[Tensor], offset: Optional[Tensor], scale: float, causal: bool, bottom_right: bool,
+             seed: Optional[Tensor], offset: Optional[Tensor], sink: Optional[Tensor], scale: float, causal: bool,
+             bottom_right: bool,
              left_bound: Optional[int], right_bound: Optional[int], alibi: bool, dropout_p: float,
              max_seq_len_q: Optional[int], max_seq_len_kv: Optional[int],
              return_stats: bool = True) -> tuple[Tensor, Tensor]:
     """Attention forward: (o, the float32 log-sum-exp statistics (B, Hq, Sq, 1), empty without ``return_stats``:
     the backward needs them). See :func:`sdpa`."""
-    args = (q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset)
+    args = (q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset, sink)
     opts = (scale, causal, bottom_right, left_bound, right_bound, alibi, dropout_p, max_seq_len_q, max_seq_len_kv,
             return_stats)
     dev = q.get_device()
@@ -196,12 +197,14 @@ def _sdpa_fwd(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], seq_len_q
         return o, stats
     p, o, st = _fwd(args, opts)
     stats = _no_stats(q.device) if st is None else st
-    remember(dev, key, Ready(p, (o, stats), 1 + (st is not None), seq_len_q is not None and ragged_offset_q is None))
+    remember(dev, key, Ready(p, (o, stats), range(1 + (st is not None)),
+                             seq_len_q is not None and ragged_offset_q is None))
     return o, stats
 
 
-def _sdpa_fwd_fake(q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset, scale, causal,
-      bottom_right, left_bound, right_bound, alibi, dropout_p, max_seq_len_q, max_seq_len_kv, return_stats=True):
+def _sdpa_fwd_fake(q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset, sink, scale,
+                   causal, bottom_right, left_bound, right_bound, alibi, dropout_p, max_seq_len_q, max_seq_len_kv,
+                   return_stats=True):
     o, stats = _outputs(q, v, ragged_offset_q, max_seq_len_q, seq_len_q is not None and ragged_offset_q is None,
                         return_stats)
     return o, _no_stats(q.device) if stats is None else stats
@@ -210,65 +213,78 @@ def _sdpa_fwd_fake(q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged
 sdpa_fwd = define("sdpa_fwd", _sdpa_fwd, _sdpa_fwd_fake)
 
 
-def _grads(q, k, v, bias, ragged, zero: bool, want_dbias: bool) -> list[Tensor]:
+def _grads(q, k, v, bias, sink, ragged, zero: bool, want_dbias: bool, want_dsink: bool) -> list[Tensor]:
+    """(dq, dk, dv, dbias, dsink): dbias and dsink empty placeholders unless wanted."""
     if ragged:
         grads = [torch.empty_like(x, memory_format=torch.contiguous_format) for x in (q, k, v)]
     else:
         grads = [empty_like_layout(x, x.shape, zero=zero) for x in (q, k, v)]
-    grads.append(torch.empty_like(bias, memory_format=torch.contiguous_format) if want_dbias
-                 else q.new_empty((0,)))
+    for x, want in ((bias, want_dbias), (sink, want_dsink)):
+        grads.append(torch.empty_like(x, memory_format=torch.contiguous_format) if want else q.new_empty((0,)))
     return grads
 
 
 def _build_bwd(h, args, grads, opts) -> Prepared:
     do, q, k, v, o, stats = args[:6]
-    scale, causal, bottom_right, lb, rb, alibi, p, msq, mskv, want_dbias = opts
+    scale, causal, bottom_right, lb, rb, alibi, p, msq, mskv, want_dbias, want_dsink = opts
     lay = _Layout(args[9], msq, mskv)
     g = Graph(io_dtype=dtype_name(q.dtype), compute_dtype="float32", intermediate_dtype="float32",
               name="torch.sdpa_bwd")
     tq, tk, tv = lay.tensor(g, q, "q", "q"), lay.tensor(g, k, "k", "kv"), lay.tensor(g, v, "v", "kv")
     to, tdo, ts = lay.tensor(g, o, "o", "q"), lay.tensor(g, do, "do", "q"), lay.tensor(g, stats, "stats")
     kw, extra, consts = _extras(g, lay, zip(_FWD_NAMES, args[6:]), q.shape[1], alibi, q.device)
-    made = g.sdpa_backward(tq, tk, tv, to, tdo, ts, dbias=want_dbias, name="sdpa_bwd", **kw,
+    made = g.sdpa_backward(tq, tk, tv, to, tdo, ts, dbias=want_dbias, dsink=want_dsink, name="sdpa_bwd", **kw,
                            **_options(scale, causal, bottom_right, lb, rb, p))
-    sides = ("q", "kv", "kv", None)
-    outs = [_set_output(t, x, lay, s, n) for t, x, s, n in zip(made, grads, sides, ("dq", "dk", "dv", "dbias"))]
+    wanted = _bound_grads(want_dbias, want_dsink)
+    sides, names = ("q", "kv", "kv", None, None), ("dq", "dk", "dv", "dbias", "dsink")
+    outs = [_set_output(t, grads[i], lay, sides[i], names[i]) for t, i in zip(made, wanted)]
     g.build(h)
     return Prepared(h, g, [tdo, tq, tk, tv, to, ts] + extra + outs, consts)
 
 
+def _bound_grads(want_dbias: bool, want_dsink: bool) -> tuple[int, ...]:
+    """The indices in (dq, dk, dv, dbias, dsink) of the gradients the backward plan writes, in its order."""
+    return (0, 1, 2) + ((3,) if want_dbias else ()) + ((4,) if want_dsink else ())
+
+
 def _sdpa_bwd(do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, stats: Tensor, bias: Optional[Tensor],
              seq_len_q: Optional[Tensor], seq_len_kv: Optional[Tensor], ragged_offset_q: Optional[Tensor],
-             ragged_offset_k: Optional[Tensor], seed: Optional[Tensor], offset: Optional[Tensor], scale: float,
-             causal: bool, bottom_right: bool, left_bound: Optional[int], right_bound: Optional[int], alibi: bool,
-             dropout_p: float, max_seq_len_q: Optional[int], max_seq_len_kv: Optional[int],
-             want_dbias: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Attention backward: (dq, dk, dv, dbias); dbias is empty unless ``want_dbias``. See :func:`sdpa`."""
-    args = (do, q, k, v, o, stats, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset)
+             ragged_offset_k: Optional[Tensor], seed: Optional[Tensor], offset: Optional[Tensor],
+             sink: Optional[Tensor], scale: float, causal: bool, bottom_right: bool, left_bound: Optional[int],
+             right_bound: Optional[int], alibi: bool, dropout_p: float, max_seq_len_q: Optional[int],
+             max_seq_len_kv: Optional[int], want_dbias: bool,
+             want_dsink: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """Attention backward: (dq, dk, dv, dbias, dsink); dbias and dsink are empty unless wanted (``sink``, the
+    forward's, is read only for dsink: the statistics include it). See :func:`sdpa`."""
+    if not want_dsink:
+        sink = None
+    args = (do, q, k, v, o, stats, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset, sink)
     opts = (scale, causal, bottom_right, left_bound, right_bound, alibi, dropout_p, max_seq_len_q, max_seq_len_kv,
-            want_dbias)
+            want_dbias, want_dsink)
     dev = q.get_device()
     rkey = _ready_key("sdpa_bwd", opts, args)
     again = replay(dev, rkey, args)  # a repeat call: the gradients' layouts and the prepared call are known
     if again is not None:
-        dq, dk, dv, db = again
-        return dq, dk, dv, db
+        dq, dk, dv, db, ds = again
+        return dq, dk, dv, db, ds
     zero = seq_len_q is not None and ragged_offset_q is None
-    grads = _grads(q, k, v, bias, ragged_offset_q is not None, seq_len_q is not None, want_dbias)
+    grads = _grads(q, k, v, bias, sink, ragged_offset_q is not None, zero, want_dbias, want_dsink)
+    wanted = _bound_grads(want_dbias, want_dsink)
     ctx = context(dev)
     h = ctx.handle
     key, ptrs = _signature("sdpa_bwd", opts, args, 6)
     p = prepared(h, key, lambda: _build_bwd(h, args, grads, opts))
-    p.run(ctx, ptrs + tuple([x.data_ptr() for x in grads[:3 + want_dbias]]))
-    remember(dev, rkey, Ready(p, grads, 3 + want_dbias, zero))
-    dq, dk, dv, db = grads
-    return dq, dk, dv, db
+    p.run(ctx, ptrs + tuple([grads[i].data_ptr() for i in wanted]))
+    remember(dev, rkey, Ready(p, grads, wanted, zero))
+    dq, dk, dv, db, ds = grads
+    return dq, dk, dv, db, ds
 
 
 def _sdpa_bwd_fake(do, q, k, v, o, stats, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset,
-                   scale, causal, bottom_right, left_bound, right_bound, alibi, dropout_p, max_seq_len_q,
-                   max_seq_len_kv, want_dbias):
-    return tuple(_grads(q, k, v, bias, ragged_offset_q is not None, seq_len_q is not None, want_dbias))
+                   sink, scale, causal, bottom_right, left_bound, right_bound, alibi, dropout_p, max_seq_len_q,
+                   max_seq_len_kv, want_dbias, want_dsink):
+    return tuple(_grads(q, k, v, bias, sink, ragged_offset_q is not None, seq_len_q is not None, want_dbias,
+                        want_dsink))
 
 
 sdpa_bwd = define("sdpa_bwd", _sdpa_bwd, _sdpa_bwd_fake)
@@ -280,15 +296,18 @@ def _setup(ctx, inputs, output):
 
 
 def _backward(ctx, do, dstats):
-    q, k, v, bias, slq, slkv, roq, rok, seed, offset, o, stats = ctx.saved_tensors
+    q, k, v, bias, slq, slkv, roq, rok, seed, offset, sink, o, stats = ctx.saved_tensors
     if stats.numel() == 0:
         raise InvalidValueError("cudnn_py::sdpa_fwd ran with return_stats=False, so it has no backward")
     want_dbias = bias is not None and ctx.needs_input_grad[3]
+    want_dsink = sink is not None and ctx.needs_input_grad[10]
     if do.stride(-1) != 1 or 0 in do.stride() or (roq is not None and not do.is_contiguous()):
         do = do.contiguous()
     bwd = _sdpa_bwd if eager(q) else sdpa_bwd
-    dq, dk, dv, db = bwd(do, q, k, v, o, stats, bias, slq, slkv, roq, rok, seed, offset, *ctx.opts, want_dbias)
-    return (dq, dk, dv, db if want_dbias else None) + (None,) * (_N_TENSORS - 4 + len(ctx.opts) + 1)
+    dq, dk, dv, db, ds = bwd(do, q, k, v, o, stats, bias, slq, slkv, roq, rok, seed, offset, sink, *ctx.opts,
+                             want_dbias, want_dsink)
+    return ((dq, dk, dv, db if want_dbias else None) + (None,) * 6 + (ds if want_dsink else None,)
+            + (None,) * (len(ctx.opts) + 1))
 
 
 torch.library.register_autograd("cudnn_py::sdpa_fwd", _backward, setup_context=_setup)
@@ -383,7 +402,7 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, *, scale: float | None = None, causal:
          ragged_offset_q: Tensor | None = None, ragged_offset_k: Tensor | None = None,
          max_seq_len_q: int | None = None, max_seq_len_kv: int | None = None, page_table_k: Tensor | None = None,
          page_table_v: Tensor | None = None, alibi: bool = False, dropout_p: float = 0.0, seed: Tensor | None = None,
-         offset: Tensor | None = None, return_stats: bool = False):
+         offset: Tensor | None = None, sink: Tensor | None = None, return_stats: bool = False):
     """Fused attention ``softmax(mask(scale * q k^T + bias)) v`` on torch tensors, differentiable in q, k, v and
     ``bias`` (except over a paged KV cache).
 
@@ -409,11 +428,14 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, *, scale: float | None = None, causal:
     :param alibi: the standard ALiBi slopes (needs causal).
     :param dropout_p: drop probability of the attention weights; the Philox ``seed``/``offset`` ((1,) int64 CUDA
         tensors) default to a seed drawn from torch's generator.
+    :param sink: attention sinks (gpt-oss): (Hq,) or (1, Hq, 1, 1) float32 CUDA tensor of per-head logits, one more
+        column of each row's softmax that weighs no value; gets a gradient when it requires one. cuDNN 9.13+;
+        refused with one query row, dropout, packed batches and paged KV caches.
     :param return_stats: also return the (B, Hq, Sq, 1) float32 log-sum-exp statistics.
     :returns: o, or (o, stats).
     """
     if (bias is seq_len_q is seq_len_kv is cu_seqlens_q is cu_seqlens_kv is ragged_offset_q is ragged_offset_k
-            is max_seq_len_q is max_seq_len_kv is page_table_k is page_table_v is seed is offset is None  # all None
+            is max_seq_len_q is max_seq_len_kv is page_table_k is page_table_v is seed is offset is sink is None
             and not dropout_p and alibi is False and type(q) is Tensor and not _is_compiling()
             and not (_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))):
         # the hot path: plain attention, eager, no gradient. A repeated configuration is one key and one dict
@@ -442,12 +464,12 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, *, scale: float | None = None, causal:
         key = None
     return _checked(q, k, v, key, scale, causal, diagonal_alignment, left_bound, right_bound, bias, seq_len_q,
                     seq_len_kv, cu_seqlens_q, cu_seqlens_kv, ragged_offset_q, ragged_offset_k, max_seq_len_q,
-                    max_seq_len_kv, page_table_k, page_table_v, alibi, dropout_p, seed, offset, return_stats)
+                    max_seq_len_kv, page_table_k, page_table_v, alibi, dropout_p, seed, offset, sink, return_stats)
 
 
 def _checked(q, k, v, hot_key, scale, causal, diagonal_alignment, left_bound, right_bound, bias, seq_len_q,
              seq_len_kv, cu_seqlens_q, cu_seqlens_kv, ragged_offset_q, ragged_offset_k, max_seq_len_q, max_seq_len_kv,
-             page_table_k, page_table_v, alibi, dropout_p, seed, offset, return_stats):
+             page_table_k, page_table_v, alibi, dropout_p, seed, offset, sink, return_stats):
     """:func:`sdpa` with every argument checked; with ``hot_key`` (a call the hot path takes) it also makes the hot
     path's entry for that key."""
     packed = cu_seqlens_q is not None or ragged_offset_q is not None
@@ -464,6 +486,16 @@ def _checked(q, k, v, hot_key, scale, causal, diagonal_alignment, left_bound, ri
         if not isinstance(bias, Tensor) or bias.dtype != q.dtype or bias.dim() != 4:
             raise InvalidTypeError(f"bias must be a 4-D tensor of q's dtype {q.dtype}")
         bias = _head_packed(bias)
+    if sink is not None:
+        if not isinstance(sink, Tensor) or sink.dtype != torch.float32 or not sink.is_cuda:
+            raise InvalidTypeError("sink must be a float32 CUDA tensor of per-head logits")
+        if sink.numel() != q.shape[1] or sink.dim() not in (1, 4):
+            raise InvalidValueError(f"sink must be (Hq,) or (1, Hq, 1, 1) with Hq = {q.shape[1]}, got "
+                                    f"{tuple(sink.shape)}")
+        if packed or dropout_p or page_table_k is not None or page_table_v is not None:
+            raise InvalidValueError("an attention sink with packed batches, dropout or a paged KV cache is not "
+                                    "verified in cudnn-py")
+        sink = sink.reshape(1, -1, 1, 1).contiguous()
     if page_table_k is not None or page_table_v is not None:
         if packed or dropout_p or max_seq_len_q is not None or return_stats:
             raise InvalidValueError("a paged KV cache takes no packed batches, dropout, max_seq_len_q or return_stats "
@@ -505,7 +537,7 @@ def _checked(q, k, v, hot_key, scale, causal, diagonal_alignment, left_bound, ri
             offset = torch.zeros((1,), dtype=torch.int64, device=q.device)
     elif seed is not None or offset is not None:
         seed = offset = None
-    args = (q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset, s, causal,
+    args = (q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset, sink, s, causal,
             bottom_right, left_bound, right_bound, alibi, dropout_p, max_seq_len_q, max_seq_len_kv)
     if hot_key is not None and all(map(operator.is_, (q, k, v), given)):  # no copies: the hot path can take them
         p, o, stats = _fwd(args[:_N_TENSORS], args[_N_TENSORS:] + (bool(return_stats),))
@@ -513,7 +545,7 @@ def _checked(q, k, v, hot_key, scale, causal, diagonal_alignment, left_bound, ri
         if cs is not None:
             cs[1][hot_key] = (p, o.shape, o.stride())
         return (o, stats) if return_stats else o
-    grads = (q, k, v, bias)
+    grads = (q, k, v, bias, sink)
     need = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in grads)
     o, stats = call(sdpa_fwd, _sdpa_fwd, _SdpaFunction, args + (bool(return_stats or need),), grads)
     return (o, stats) if return_stats else o

@@ -184,20 +184,21 @@ def prepared(h: Handle, key: tuple, make: Callable[[], Prepared]) -> Prepared:
 
 class Ready:
     """A fast-path entry: the :class:`Prepared` call ``p`` and the layouts (shape, strides, dtype) of ``outs``, the
-    outputs the checked call allocated for it; the first ``bound`` of them are bound after the inputs (the others,
-    empty placeholders, are only returned), zero-filled first with ``zero`` (a padding mask leaves rows unwritten)."""
+    outputs the checked call allocated for it; those at the indices ``bound`` are bound after the inputs, in that
+    order (the others, empty placeholders, are only returned), zero-filled first with ``zero`` (a padding mask leaves
+    rows unwritten)."""
 
     __slots__ = ("p", "specs", "bound", "zero")
 
-    def __init__(self, p: Prepared, outs: Sequence[Tensor], bound: int, zero: bool):
-        self.p, self.bound, self.zero = p, bound, zero
+    def __init__(self, p: Prepared, outs: Sequence[Tensor], bound: Sequence[int], zero: bool):
+        self.p, self.bound, self.zero = p, tuple(bound), zero
         self.specs = tuple((o.shape, o.stride(), o.dtype) for o in outs)
 
     def run(self, ctx: Context, ptrs: tuple) -> list[Tensor]:
         """New outputs, computed from the inputs at ``ptrs`` on ``ctx`` (from :func:`known`)."""
         dev = ctx.device
         outs = [torch.empty_strided(s, st, dtype=dt, device=dev) for s, st, dt in self.specs]
-        bound = outs[:self.bound]
+        bound = [outs[i] for i in self.bound]
         if self.zero:
             for x in bound:
                 x.zero_()
