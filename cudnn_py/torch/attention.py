@@ -180,8 +180,7 @@ def _fwd(args: tuple, opts: tuple) -> tuple[Prepared, Tensor, Optional[Tensor]]:
 def _sdpa_fwd(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], seq_len_q: Optional[Tensor],
              seq_len_kv: Optional[Tensor], ragged_offset_q: Optional[Tensor], ragged_offset_k: Optional[Tensor],
              seed: Optional[Tensor], offset: Optional[Tensor], sink: Optional[Tensor], scale: float, causal: bool,
-             bottom_right: bool,
-             left_bound: Optional[int], right_bound: Optional[int], alibi: bool, dropout_p: float,
+             bottom_right: bool, left_bound: Optional[int], right_bound: Optional[int], alibi: bool, dropout_p: float,
              max_seq_len_q: Optional[int], max_seq_len_kv: Optional[int],
              return_stats: bool = True) -> tuple[Tensor, Tensor]:
     """Attention forward: (o, the float32 log-sum-exp statistics (B, Hq, Sq, 1), empty without ``return_stats``:
@@ -403,8 +402,8 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, *, scale: float | None = None, causal:
          max_seq_len_q: int | None = None, max_seq_len_kv: int | None = None, page_table_k: Tensor | None = None,
          page_table_v: Tensor | None = None, alibi: bool = False, dropout_p: float = 0.0, seed: Tensor | None = None,
          offset: Tensor | None = None, sink: Tensor | None = None, return_stats: bool = False):
-    """Fused attention ``softmax(mask(scale * q k^T + bias)) v`` on torch tensors, differentiable in q, k, v and
-    ``bias`` (except over a paged KV cache).
+    """Fused attention ``softmax(mask(scale * q k^T + bias)) v`` on torch tensors, differentiable in q, k, v,
+    ``bias`` and ``sink`` (except over a paged KV cache).
 
     :param q, k, v: (B, Hq, Sq, D), (B, Hk, Skv, D), (B, Hv, Skv, Dv) float16/bfloat16 CUDA tensors (Hq a multiple
         of Hk and Hv); packed batches: (T_q, Hq, D), (T_kv, Hk, D), (T_kv, Hv, D); a paged KV cache: k and v are
