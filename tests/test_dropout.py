@@ -1,19 +1,23 @@
-"""Dropout: reserve sizes and bad input (CPU); masks statistically, reproducibility by seed and by
-restored states, backward reusing the stored mask (GPU)."""
+"""Dropout: reserve sizes, bad input, refused dtypes and the memory order tensors are described in (CPU); masks
+statistically, reproducibility by seed and by restored states, backward reusing the stored mask, NHWC tensors
+through the packed path and a backward in another layout than its forward (GPU)."""
 from __future__ import annotations
 
 import ctypes
 
+import ml_dtypes
 import numpy as np
 import pytest
 
 from cudnn_py import capi, descriptors
 from cudnn_py.descriptors import Descriptor
 from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
+from cudnn_py.memory import DeviceArray
+from cudnn_py.ops import dropout as dropout_module
 from cudnn_py.ops.dropout import (
     Dropout, DropoutOutputs, dropout_backward, dropout_forward, dropout_reserve_size, dropout_states_size,
 )
-from helpers import NoCallHandle, fake
+from helpers import NoCallHandle, fake, poison
 
 
 def cpu_dropout() -> Dropout:
@@ -112,12 +116,67 @@ def test_bad_input_caught_before_c(call, exc, words):
     assert words in str(info.value)
 
 
+@pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, np.int32, np.uint8, np.int8])
+def test_dtypes_cudnn_refuses_are_refused_before_c(dtype):
+    words = "cuDNN's dropout takes float16, float32 or float64"
+    with pytest.raises(InvalidTypeError, match=words):
+        dropout_forward(H, cpu_dropout(), fake((4, 5), dtype))
+    with pytest.raises(InvalidTypeError, match=words):
+        dropout_backward(H, cpu_dropout(), fake((4, 5), dtype), fake((4096,), np.uint8))
+    with pytest.raises(InvalidTypeError, match=words):
+        dropout_reserve_size((4, 5), dtype)
+
+
+NHWC = (60, 1, 15, 3)  # strides of (2, 3, 4, 5) stored as N, H, W, C
+
+
+@pytest.mark.parametrize("shape,strides,order", [
+    ((2, 3, 4, 5), None, (0, 1, 2, 3)),
+    ((2, 3, 4, 5), NHWC, (0, 2, 3, 1)),
+    ((2, 3, 4, 5), (1, 2, 6, 24), (3, 2, 1, 0)),        # Fortran order
+    ((2, 1, 4, 5), (20, 7, 5, 1), (0, 1, 2, 3)),        # a unit dimension's stride says nothing
+    ((2, 3, 1, 5), (15, 1, 99, 3), (0, 3, 1, 2)),       # NHWC with H = 1: unit dimensions go last
+    ((2, 3, 4, 5), (120, 1, 30, 6), None),              # a channel slice: not dense
+    ((3, 4), (8, 1), None),                             # rows of a wider array
+])
+def test_memory_order_of_dense_arrays_else_none(shape, strides, order):
+    assert dropout_module._memory_order(fake(shape, strides=strides)) == order
+
+
+def test_shared_order_needs_both_packed_in_it():
+    nhwc, nchw = fake((2, 3, 4, 5), strides=NHWC), fake((2, 3, 4, 5))
+    assert dropout_module._shared_order(nhwc, fake((2, 3, 4, 5), strides=NHWC)) == (0, 2, 3, 1)
+    assert dropout_module._shared_order(nhwc, nchw) == (0, 1, 2, 3)  # layouts differ: the logical order
+    assert dropout_module._shared_order(nchw, nhwc) == (0, 1, 2, 3)
+    assert dropout_module._shared_order(fake((2, 3, 4, 5), strides=(120, 1, 30, 6)), nhwc) == (0, 1, 2, 3)
+
+
+def test_descriptor_is_packed_in_memory_order_else_strided():
+    from cudnn_py.ops._common import read_tensor_desc
+    order = (0, 2, 3, 1)
+    d = dropout_module._desc_in(fake((2, 3, 4, 5), strides=NHWC), order)
+    assert read_tensor_desc(d.ptr)[:2] == ((2, 4, 5, 3), (60, 15, 3, 1))
+    d = dropout_module._desc_in(fake((2, 3, 4, 5)), order)   # NCHW memory read in NHWC order: strided
+    assert read_tensor_desc(d.ptr)[:2] == ((2, 4, 5, 3), (60, 5, 1, 20))
+
+
 # ---------------------------------------------------------------- GPU
 
 
 def _dev(a):
     import cudnn_py as cudnn
     return cudnn.to_device(np.ascontiguousarray(a))
+
+
+def _nhwc(a):
+    """A device array of ``a``'s (N, C, H, W) values stored as N, H, W, C."""
+    buf = _dev(a.transpose(0, 2, 3, 1))
+    n, c, h, w = a.shape
+    return DeviceArray(buf.ptr, a.shape, a.dtype, (h * w * c, 1, w * c, c), device_id=buf.device_id, owner=buf)
+
+
+def _nan_nhwc(shape, dtype):
+    return _nhwc(np.full(shape, np.nan, dtype))
 
 
 @pytest.mark.gpu
@@ -197,3 +256,64 @@ def test_raw_capi_path(handle, rng):
     finally:
         capi.cudnnDestroyTensorDescriptor(xdesc)
         capi.cudnnDestroyDropoutDescriptor(desc)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("p,dtype", [(0.3, np.float32), (0.5, np.float16), (0.1, np.float64)])
+def test_nhwc_through_the_packed_path_against_the_reference(handle, rng, p, dtype):
+    """NHWC x, y, dy, dx: kept elements x / (1 - p), dropped 0, the fraction near p; the backward reproduces the
+    mask in NHWC, in NCHW (another layout than the forward's) and into an output it allocates in dy's layout."""
+    shape = (8, 24, 12, 10)
+    x = (rng.random(shape) + 0.5).astype(dtype)  # never 0, so a 0 in y means dropped
+    tol = 2e-3 if dtype == np.float16 else 1e-6
+    with Dropout(handle, p=p, seed=int(rng.integers(2 ** 63))) as d:
+        y, reserve = dropout_forward(handle, d, _nhwc(x), y=_nan_nhwc(shape, dtype))
+        yh = y.to_numpy()
+        assert not np.isnan(yh).any()
+        kept = yh != 0
+        frac = 1 - kept.mean()
+        assert abs(frac - p) < 6 * np.sqrt(p * (1 - p) / x.size), f"dropped {frac:.5f} of elements, expected {p}"
+        np.testing.assert_allclose(yh[kept].astype(np.float64), x[kept].astype(np.float64) / (1 - p), rtol=tol)
+
+        y_alloc, _ = dropout_forward(handle, d, _nhwc(x))  # the output it allocates is NHWC too
+        assert y_alloc.strides == _nhwc(x).strides
+
+        dy = rng.standard_normal(shape).astype(dtype)
+        want = np.where(kept, dy.astype(np.float64) / (1 - p), 0.0)
+        got = {
+            "NHWC": dropout_backward(handle, d, _nhwc(dy), reserve, dx=_nan_nhwc(shape, dtype)),
+            "NCHW dy and dx": dropout_backward(handle, d, _dev(dy), reserve,
+                                               dx=_dev(np.full(shape, np.nan, dtype))),
+            "NCHW dy, NHWC dx": dropout_backward(handle, d, _dev(dy), reserve, dx=_nan_nhwc(shape, dtype)),
+            "dx allocated": dropout_backward(handle, d, _nhwc(dy), reserve),
+        }
+        assert got["dx allocated"].strides == _nhwc(dy).strides
+        for name, dx in got.items():
+            np.testing.assert_allclose(dx.to_numpy().astype(np.float64), want, rtol=tol, atol=0, err_msg=name)
+
+
+@pytest.mark.gpu
+def test_nchw_forward_read_back_by_an_nhwc_backward(handle, rng):
+    """The other direction: a mask the forward drew in the logical order, applied to NHWC dy and dx (into a reserve
+    an NHWC forward wrote first: the last forward's order counts)."""
+    shape = (4, 16, 8, 6)
+    x = (rng.random(shape) + 0.5).astype(np.float32)
+    with Dropout(handle, p=0.4, seed=11) as d:
+        _, reserve = dropout_forward(handle, d, _nhwc(x))
+        y, _ = dropout_forward(handle, d, _dev(x), y=poison(_dev(np.empty(shape, np.float32))), reserve=reserve)
+        kept = y.to_numpy() != 0
+        dy = rng.standard_normal(shape).astype(np.float32)
+        dx = dropout_backward(handle, d, _nhwc(dy), reserve, dx=_nan_nhwc(shape, np.float32))
+    np.testing.assert_allclose(dx.to_numpy(), np.where(kept, dy / 0.6, 0.0), rtol=1e-6, atol=0)
+
+
+@pytest.mark.gpu
+def test_nhwc_mask_matches_across_packed_descriptors(handle, rng):
+    """The packed path's mask depends on the element count only: an NHWC forward and a C-contiguous forward of
+    the same values in N, H, W, C order, from the same seed, drop the same elements."""
+    shape = (4, 16, 8, 6)
+    x = (rng.random(shape) + 0.5).astype(np.float32)
+    with Dropout(handle, p=0.5, seed=3) as d1, Dropout(handle, p=0.5, seed=3) as d2:
+        y_nhwc, _ = dropout_forward(handle, d1, _nhwc(x))
+        y_flat, _ = dropout_forward(handle, d2, _dev(x.transpose(0, 2, 3, 1)))
+    np.testing.assert_array_equal(y_nhwc.to_numpy().transpose(0, 2, 3, 1), y_flat.to_numpy())

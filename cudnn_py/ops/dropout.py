@@ -8,7 +8,16 @@
     d2 = Dropout(h, p=0.25, seed=1234, states=saved_states)   # restore saved states without re-initialising
 
 Each forward call draws a new mask from the states (and advances them); the same seed (or restored
-states) gives the same masks. Kept elements are scaled by ``1 / (1 - p)``.
+states) gives the same masks. Kept elements are scaled by ``1 / (1 - p)``. cuDNN's dropout takes float16,
+float32 and float64 (bfloat16 is refused before C: cuDNN 9 answers it ``CUDNN_STATUS_NOT_SUPPORTED``).
+
+Layouts: the mask is elementwise, so tensors that share one dense layout (NHWC, any packed order) are described
+to cuDNN as one packed tensor in memory order, which runs cuDNN's fast kernel (a strided descriptor runs one 8 to
+15 times slower: H200, 32x256x56x56). cuDNN indexes the mask by the descriptor's element order, so the reserve's
+mask follows that memory order; the forward remembers, by the reserve's address, the order it used, and the
+backward describes ``dy`` and ``dx`` in the same order whatever their own layout (a backward in another layout is
+right, on the strided kernel). A reserve the forward did not write (raw C) is read in the tensors' logical
+(row-major) order, as cuDNN's own descriptors of them would.
 
 Raw C path::
 
@@ -33,7 +42,7 @@ from cudnn_py.descriptors import Descriptor
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray, DeviceArrayLike, empty
-from cudnn_py.ops._common import byte_buffer, check_array, desc, moved_outputs, output, tensor_desc
+from cudnn_py.ops._common import byte_buffer, check_array, empty_like, moved_outputs, output, tensor_desc
 
 __all__ = ["Dropout", "DropoutOutputs", "dropout_states_size", "dropout_reserve_size", "dropout_forward",
            "dropout_backward"]
@@ -47,6 +56,18 @@ def dropout_states_size(handle: Handle) -> int:
     return n.value
 
 
+#: the dtypes cuDNN's dropout runs (9.14 and 9.19, H200: bfloat16, uint8 and int32 are CUDNN_STATUS_NOT_SUPPORTED
+#: in the forward and the backward, int8 already in cudnnDropoutGetReserveSpaceSize)
+_DTYPES = tuple(np.dtype(t) for t in (np.float16, np.float32, np.float64))
+
+
+def _check_dtype(dtype: DTypeLike, name: str) -> None:
+    dt = np.dtype(dtype)
+    if dt not in _DTYPES:
+        raise InvalidTypeError(f"{name} has dtype {dt}; cuDNN's dropout takes float16, float32 or float64 "
+                               f"(cuDNN answers CUDNN_STATUS_NOT_SUPPORTED for {dt})")
+
+
 def dropout_reserve_size(shape: Sequence[int] | DeviceArrayLike | np.ndarray, dtype: DTypeLike = np.float32) -> int:
     """Bytes of reserve space (the mask) for dropout on a packed tensor (``cudnnDropoutGetReserveSpaceSize``);
     ``shape`` may also be an array. Runs without a GPU."""
@@ -55,6 +76,7 @@ def dropout_reserve_size(shape: Sequence[int] | DeviceArrayLike | np.ndarray, dt
     dims = int_tuple(shape, "shape")
     if not dims or any(d <= 0 for d in dims):
         raise InvalidValueError(f"dropout needs a non-empty shape with positive dimensions, got {dims}")
+    _check_dtype(dtype, "the tensor")
     n = ctypes.c_size_t()
     d = tensor_desc(dims, dtype)
     capi.cudnnDropoutGetReserveSpaceSize(d.ptr, ctypes.byref(n))
@@ -131,6 +153,10 @@ class DropoutOutputs(NamedTuple):
 
 _RESERVE_HINT = "pass the reserve dropout_forward returned for this tensor (dropout_reserve_size bytes)"
 
+#: (device, reserve address) -> (shape, dimension order) of each forward that described its tensors in an order
+#: other than the logical one; the backward reads its reserve's mask in that order
+_ORDERS: dict[tuple[int, int], tuple[tuple[int, ...], tuple[int, ...]]] = {}
+
 
 def _dropout_ptr(d):
     if isinstance(d, Dropout):
@@ -138,42 +164,89 @@ def _dropout_ptr(d):
     raise InvalidTypeError(f"dropout must be a cudnn_py.Dropout, got {type(d).__name__}")
 
 
+def _packed_in(a: DeviceArray, order: Sequence[int]) -> bool:
+    """Whether ``a`` is packed with its dimensions ``order`` outermost first (dimensions of size 1 aside)."""
+    expected = 1
+    for i in reversed(order):
+        if a.shape[i] != 1:
+            if a.strides[i] != expected:
+                return False
+            expected *= a.shape[i]
+    return True
+
+
+def _memory_order(a: DeviceArray) -> tuple[int, ...] | None:
+    """The order of ``a``'s dimensions from outermost to innermost in memory when ``a`` is dense (the logical
+    order when that describes it, so a C-contiguous array gives ``(0, 1, ...)``), else None."""
+    logical = tuple(range(a.ndim))
+    if _packed_in(a, logical):
+        return logical
+    order = tuple(sorted(logical, key=lambda i: (a.shape[i] == 1, -a.strides[i], i)))
+    return order if _packed_in(a, order) else None
+
+
+def _shared_order(a: DeviceArray, b: DeviceArray) -> tuple[int, ...]:
+    """The memory order ``a`` and ``b`` are both packed in, else the logical order."""
+    order = _memory_order(a)
+    return order if order is not None and _packed_in(b, order) else tuple(range(a.ndim))
+
+
+def _desc_in(a: DeviceArray, order: Sequence[int]):
+    """A descriptor of ``a`` with its dimensions in ``order``: packed when ``a`` is packed in that order."""
+    shape = tuple(a.shape[i] for i in order)
+    return tensor_desc(shape, a.dtype, None if _packed_in(a, order) else tuple(a.strides[i] for i in order))
+
+
 def dropout_forward(handle: Handle, dropout: Dropout, x: DeviceArrayLike, *moved: DeviceArrayLike,
                     y: DeviceArrayLike | None = None, reserve: DeviceArrayLike | None = None) -> DropoutOutputs:
     """``y = x * mask / (1 - p)`` with a fresh mask (``cudnnDropoutForward``); returns :class:`DropoutOutputs`
     ``(y, reserve)``.
 
-    ``y`` and ``reserve`` (uint8, :func:`dropout_reserve_size` bytes, holds the mask) are allocated
-    when not given. ``x`` and ``y`` must have the same shape and dtype.
+    ``y`` (in x's layout when x is dense) and ``reserve`` (uint8, :func:`dropout_reserve_size` bytes, holds the
+    mask) are allocated when not given. ``x`` and ``y`` must have the same shape and dtype (float16, float32 or
+    float64).
     """
     handle = handle_arg(handle)
     if moved:
         y, reserve = moved_outputs("dropout_forward", moved, ("y", "reserve"), (y, reserve))
     dp = _dropout_ptr(dropout)
     xa = check_array(x, "x", handle)
-    ya = output(y, "y", handle, xa.shape, xa.dtype)
-    xd, yd = desc(xa), desc(ya)
+    _check_dtype(xa.dtype, "x")
+    ya = empty_like(handle, xa) if y is None else output(y, "y", handle, xa.shape, xa.dtype)
+    order = _shared_order(xa, ya)
+    xd, yd = _desc_in(xa, order), _desc_in(ya, order)
     need = ctypes.c_size_t()
     capi.cudnnDropoutGetReserveSpaceSize(xd.ptr, ctypes.byref(need))
     ra = (empty((need.value,), np.uint8, stream=handle.stream, device=handle.device) if reserve is None
           else byte_buffer(reserve, "reserve", handle, need.value, _RESERVE_HINT))
     capi.cudnnDropoutForward(handle.ptr, dp, xd.ptr, xa.ptr, yd.ptr, ya.ptr, ra.ptr, ra.nbytes)
+    key = (ra.device_id, ra.ptr)
+    if order == tuple(range(xa.ndim)):
+        _ORDERS.pop(key, None)
+    else:
+        _ORDERS[key] = (xa.shape, order)
     return DropoutOutputs(ya, ra)
 
 
 def dropout_backward(handle: Handle, dropout: Dropout, dy: DeviceArrayLike, reserve: DeviceArrayLike,
                      *moved: DeviceArrayLike, dx: DeviceArrayLike | None = None) -> DeviceArray:
-    """``dx = dy * mask / (1 - p)`` with the mask the forward stored in ``reserve`` (``cudnnDropoutBackward``)."""
+    """``dx = dy * mask / (1 - p)`` with the mask the forward stored in ``reserve`` (``cudnnDropoutBackward``);
+    ``dx`` is allocated in dy's layout when dy is dense and it is not given."""
     handle = handle_arg(handle)
     if moved:
         dx, = moved_outputs("dropout_backward", moved, ("dx",), (dx,))
     dp = _dropout_ptr(dropout)
     dya = check_array(dy, "dy", handle)
-    dxa = output(dx, "dx", handle, dya.shape, dya.dtype)
-    dyd, dxd = desc(dya), desc(dxa)
+    _check_dtype(dya.dtype, "dy")
+    dxa = empty_like(handle, dya) if dx is None else output(dx, "dx", handle, dya.shape, dya.dtype)
+    logical = tuple(range(dya.ndim))
     need = ctypes.c_size_t()
-    capi.cudnnDropoutGetReserveSpaceSize(dyd.ptr, ctypes.byref(need))
+    capi.cudnnDropoutGetReserveSpaceSize(tensor_desc(dya.shape, dya.dtype).ptr, ctypes.byref(need))
     ra = byte_buffer(reserve, "reserve", handle, need.value, _RESERVE_HINT)
+    shape, order = _ORDERS.get((ra.device_id, ra.ptr), (dya.shape, logical))
+    if shape != dya.shape:  # the forward that wrote this address last had another shape: not this mask's
+        order = logical
+    dyd, dxd = _desc_in(dya, order), _desc_in(dxa, order)
     capi.cudnnDropoutBackward(handle.ptr, dp, dyd.ptr, dya.ptr, dxd.ptr, dxa.ptr, ra.ptr, ra.nbytes)
     return dxa
 
