@@ -162,9 +162,16 @@ def _current_ordinal() -> int:
         raise _no_device(None, e) from e
 
 
+_driver: ModuleType | None = None
+
+
 def _has_context() -> bool:
     """Whether this thread has a current CUDA context (initialising the driver first where needed)."""
-    from cuda.bindings import driver
+    global _driver
+    if _driver is None:  # imported once: an import statement costs a fifth of a microsecond on every call
+        from cuda.bindings import driver as module
+        _driver = module
+    driver = _driver
     err, ctx = driver.cuCtxGetCurrent()
     if err == driver.CUresult.CUDA_ERROR_NOT_INITIALIZED:
         driver.cuInit(0)

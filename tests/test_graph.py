@@ -455,7 +455,7 @@ def test_executor_hot_path_and_validation(monkeypatch):
 
     monkeypatch.setattr(grunner, "_RAW_EXEC", fake_exec)
     monkeypatch.setattr(grunner, "make_variant_pack",
-                        lambda uids, ptrs, ws: packs.append((uids, ptrs, ws)) or
+                        lambda uids, ptrs, ws: packs.append((list(uids), ptrs, ws)) or
                         types.SimpleNamespace(ptr=ctypes.c_void_p(1000 + len(packs))))
     g = Graph()
     x, w = g.tensor((1, 8, 8, 8), name="x"), g.tensor((8, 8, 3, 3), name="w")

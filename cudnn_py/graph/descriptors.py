@@ -23,7 +23,7 @@ from cudnn_py.errors import ClosedError, InvalidStateError, InvalidTypeError, In
 
 from . import attributes as A
 
-__all__ = ["BackendDescriptor", "descriptor_type"]
+__all__ = ["BackendDescriptor", "descriptor_type", "destroy_descriptor"]
 
 _DTYPE = capi.cudnnBackendDescriptorType_t
 _C_CREATE = capi.cudnnBackendCreateDescriptor
@@ -68,9 +68,10 @@ def _short_type(t: capi.cudnnBackendDescriptorType_t) -> str:
     return t.name[len("CUDNN_BACKEND_"):-len("_DESCRIPTOR")]
 
 
-def _destroy(ptr: capi.cudnnBackendDescriptor_t) -> None:
-    """Destroy a backend descriptor (the finalizer of the descriptor that owns it); whoever still holds the pointer
-    object then passes cuDNN NULL, an error, never a freed descriptor."""
+def destroy_descriptor(ptr: capi.cudnnBackendDescriptor_t) -> None:
+    """Destroy a backend descriptor its owner registered with :func:`cudnn_py._binding.own` (the finalizer of the
+    :class:`BackendDescriptor` that owns it, or of a :class:`~cudnn_py.graph.runner.VariantPack`); whoever still holds
+    the pointer object then passes cuDNN NULL, an error, never a freed descriptor."""
     if ptr.value:
         _binding.disown(ptr)
         try:
@@ -97,7 +98,7 @@ class BackendDescriptor:
         if _ptr is None:
             _ptr = capi.cudnnBackendDescriptor_t()
             _C_CREATE(self.type, ctypes.byref(_ptr))
-            self._finalizer = weakref.finalize(self, _destroy, _ptr)
+            self._finalizer = weakref.finalize(self, destroy_descriptor, _ptr)
             _binding.own(_ptr, "graph.BackendDescriptor")
         self.ptr = _ptr
         for k, v in attrs.items():

@@ -12,7 +12,7 @@ from cudnn_py.errors import ClosedError, CudaError, InvalidTypeError, InvalidVal
 from cudnn_py.memory import DeviceArray, empty
 
 from .descriptors import BackendDescriptor
-from .runner import Runner, bound_tensors, handle_device, plan_pointer, workspace_pointer
+from .runner import Runner, VariantPack, bound_tensors, handle_device, plan_pointer, workspace_pointer
 
 __all__ = ["Executor", "execute", "CudaGraph", "execute_descriptors"]
 
@@ -136,7 +136,7 @@ class CudaGraph:
         if self._state[1] is None:
             raise ClosedError("this CudaGraph is closed")
 
-    def _pack(self, variant_pack, workspace) -> BackendDescriptor:
+    def _pack(self, variant_pack, workspace) -> VariantPack:
         io, arrays = _ordered(self.plan, variant_pack)
         size, ws = self.plan.workspace_size, None
         if workspace is not None:

@@ -12,54 +12,90 @@ import ctypes
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
-from cudnn_py import _loader, capi, nvtx
+from cudnn_py import _binding, _loader, capi, nvtx
 from cudnn_py._status import status_error
 from cudnn_py.caches import handle_cache
 from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
 from cudnn_py.memory import DeviceArray, array_signature, as_array, empty
 
-from .descriptors import BackendDescriptor
+from .descriptors import destroy_descriptor
 from .errors import GraphNotSupportedError
 
-__all__ = ["Runner", "cached", "cache_clear", "plan_graph", "autotune_graph", "make_variant_pack", "raw_execute",
-           "tensor_pointer", "check_signature", "handle_device", "workspace_pointer", "plan_pointer", "plan_bindings",
+__all__ = ["Runner", "VariantPack", "cached", "cache_clear", "plan_graph", "autotune_graph", "make_variant_pack",
+           "raw_execute", "tensor_pointer", "check_signature", "handle_device", "workspace_pointer", "plan_pointer", "plan_bindings",
            "bound_tensors", "scratch_pointers", "new_output"]
 
 #: variant packs a runner keeps (a new set of addresses beyond it starts the cache afresh)
 MAX_PACKS = 256
 _RAW_EXEC = None
-_VARIANT_PACK = capi.CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR
-_UIDS, _POINTERS, _WORKSPACE = (capi.CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, capi.CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS,
-                                capi.CUDNN_ATTR_VARIANT_PACK_WORKSPACE)
+_BARE: dict[str, Any] = {}
+_VARIANT_PACK = int(capi.CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR)
+_UIDS, _POINTERS, _WORKSPACE = (int(capi.CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS),
+                                int(capi.CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS),
+                                int(capi.CUDNN_ATTR_VARIANT_PACK_WORKSPACE))
+_INT64, _VOID_PTR = int(capi.CUDNN_TYPE_INT64), int(capi.CUDNN_TYPE_VOID_PTR)
+
+
+def _bare(name: str) -> Callable[..., int]:
+    """cuDNN function ``name`` as a bare ctypes function returning its status (0: success), loaded once: no errcheck
+    and no argtypes (0.1 to 0.5 us less per call than the checked binding), so it must only ever get ctypes objects,
+    None or ints that fit a C int (enums)."""
+    fn = _BARE.get(name)
+    if fn is None:
+        cdll = _loader.library().cdll
+        fn = cdll._FuncPtr((name, cdll))
+        fn.restype = ctypes.c_int
+        _BARE[name] = fn
+    return fn
 
 
 def raw_execute() -> Callable[..., int]:
-    """``cudnnBackendExecute`` as a bare ctypes function ``(handle, plan, variant_pack) -> status`` (0: success),
-    loaded once: no errcheck (the caller checks the status) and no argtypes (about 0.1 us less per call), so it must
-    only ever get ``c_void_p`` objects (or None)."""
+    """``cudnnBackendExecute`` as a bare function ``(handle, plan, variant_pack) -> status`` (:func:`_bare`)."""
     global _RAW_EXEC
     if _RAW_EXEC is None:
-        cdll = _loader.library().cdll
-        fn = cdll._FuncPtr(("cudnnBackendExecute", cdll))
-        fn.restype = ctypes.c_int
-        _RAW_EXEC = fn
+        _RAW_EXEC = _bare("cudnnBackendExecute")
     return _RAW_EXEC
 
 
-def make_variant_pack(uids: Sequence[int], pointers: Sequence[int | None], workspace: int | None) -> BackendDescriptor:
-    """A finalized ``VARIANT_PACK`` descriptor of the tensors' ``uids`` and their device (by-value scalars: host)
-    ``pointers`` and the ``workspace`` address (None or 0: none), set in three calls."""
-    n = len(uids)
-    if len(pointers) != n:
-        raise InvalidValueError(f"variant pack: {n} unique ids but {len(pointers)} data pointers")
-    vp = BackendDescriptor(_VARIANT_PACK)
-    set_attr = capi.cudnnBackendSetAttribute.raw  # the bare ctypes call (errcheck kept): the arrays are built here
-    set_attr(vp.ptr, _UIDS, capi.CUDNN_TYPE_INT64, n, (ctypes.c_int64 * n)(*uids))
-    set_attr(vp.ptr, _POINTERS, capi.CUDNN_TYPE_VOID_PTR, n, (ctypes.c_void_p * n)(*pointers))
-    set_attr(vp.ptr, _WORKSPACE, capi.CUDNN_TYPE_VOID_PTR, 1, (ctypes.c_void_p * 1)(workspace or None))
-    capi.cudnnBackendFinalize.raw(vp.ptr)
-    vp.finalized = True
-    return vp
+def _check(status: int, function: str) -> None:
+    if status:
+        raise status_error(function, status)
+
+
+class VariantPack:
+    """A finalized ``VARIANT_PACK`` descriptor of the tensors' ``uids`` (a sequence of ints or a ``c_int64`` array)
+    and their device (by-value scalars: host) ``pointers`` and the ``workspace`` address (None or 0: none), made in
+    five bare calls; :attr:`ptr` is what ``cudnnBackendExecute`` gets. Destroyed when collected.
+
+    A runner makes one for every new set of addresses (outputs allocated per call land elsewhere each time), so it
+    is a pointer and nothing else: no :class:`~.descriptors.BackendDescriptor` (attribute table, weak sets and
+    finalizer object cost several microseconds a pack)."""
+
+    __slots__ = ("ptr",)
+
+    def __init__(self, uids: Sequence[int] | ctypes.Array, pointers: Sequence[int | None], workspace: int | None):
+        n = len(uids)
+        if len(pointers) != n:
+            raise InvalidValueError(f"variant pack: {n} unique ids but {len(pointers)} data pointers")
+        self.ptr = ptr = capi.cudnnBackendDescriptor_t()
+        _check(_bare("cudnnBackendCreateDescriptor")(_VARIANT_PACK, ctypes.byref(ptr)), "cudnnBackendCreateDescriptor")
+        _binding.own(ptr, "graph.VariantPack")
+        ids = uids if isinstance(uids, ctypes.Array) else (ctypes.c_int64 * n)(*uids)
+        set_attr, count = _bare("cudnnBackendSetAttribute"), ctypes.c_int64(n)
+        _check(set_attr(ptr, _UIDS, _INT64, count, ids), "cudnnBackendSetAttribute")
+        _check(set_attr(ptr, _POINTERS, _VOID_PTR, count, (ctypes.c_void_p * n)(*pointers)), "cudnnBackendSetAttribute")
+        ws = ctypes.c_void_p(workspace or None)
+        _check(set_attr(ptr, _WORKSPACE, _VOID_PTR, ctypes.c_int64(1), ctypes.byref(ws)), "cudnnBackendSetAttribute")
+        _check(_bare("cudnnBackendFinalize")(ptr), "cudnnBackendFinalize")
+
+    def __del__(self) -> None:
+        destroy_descriptor(self.ptr)
+
+
+def make_variant_pack(uids: Sequence[int] | ctypes.Array, pointers: Sequence[int | None],
+                      workspace: int | None) -> VariantPack:
+    """A finalized :class:`VariantPack` (what the runners make; tests stub this)."""
+    return VariantPack(uids, pointers, workspace)
 
 
 def handle_device(handle: Any) -> int | None:
@@ -183,13 +219,14 @@ class Runner:
         io = bound_tensors(plan, tensors) if tensors else io
         self.plan, self.handle, self.tensors = plan, handle, tuple(io)
         self.names = tuple(t.name for t in io)
-        self.uids = [t.uid for t in io] + [t.uid for t in scalars] + scratch_pointers(plan, 0)[0]
+        uids = [t.uid for t in io] + [t.uid for t in scalars] + scratch_pointers(plan, 0)[0]
+        self.uids = (ctypes.c_int64 * len(uids))(*uids)  # what every pack of this runner sets (built once)
         self.scalar_ptrs = [plan.graph.scalar_pointer(t) for t in scalars]
         self.consts, self.const_ptrs = tuple(consts), tuple(c.ptr for c in consts)
         self.n_inputs = len(io) - len(self.consts) if n_inputs is None else n_inputs
         self.specs = tuple(specs)
         self.packs: dict = {}    # key -> c_void_p of the variant pack (what C gets)
-        self._keep: dict = {}    # key -> the BackendDescriptor owning it
+        self._keep: dict = {}    # key -> the VariantPack owning it
         self.recent: dict = {}   # argument tuple (the same objects) -> c_void_p (Executor's identity cache)
         # the Handle's own pointer object: destroying the handle sets it to NULL, so a late call fails cleanly
         self.h = handle.ptr if hasattr(handle, "ptr") else ctypes.c_void_p(ctypes.cast(handle, ctypes.c_void_p).value)
@@ -273,12 +310,12 @@ class Runner:
         self.execute(vp)
         return True
 
-    def variant_pack(self, arrays: Sequence, wsp: int | None) -> BackendDescriptor:
+    def variant_pack(self, arrays: Sequence, wsp: int | None) -> VariantPack:
         """A new (uncached) variant pack of ``arrays`` (one per bound tensor, validated) and workspace ``wsp``: for a
         holder that keeps it (a recorded CUDA graph)."""
         return self._new_pack([tensor_pointer(t, a, self.device) for t, a in zip(self.tensors, arrays)], wsp)
 
-    def _new_pack(self, ptrs: Sequence[int], wsp: int | None) -> BackendDescriptor:
+    def _new_pack(self, ptrs: Sequence[int], wsp: int | None) -> VariantPack:
         """A variant pack of the bound tensors' ``ptrs``, the by-value scalars and the scratch tensors in ``wsp``."""
         return make_variant_pack(self.uids, [*ptrs, *self.scalar_ptrs, *scratch_pointers(self.plan, wsp)[1]], wsp)
 

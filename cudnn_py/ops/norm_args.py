@@ -211,7 +211,7 @@ class FusedBackward(NamedTuple):
     workspace: int | None
     workspace_size: int
     scalars: tuple  # alpha_data, beta_data, alpha_param, beta_param as C scalars
-    y_desc: TensorDescriptor
+    y_desc: TensorDescriptor  # the legacy call's descriptors (None for the graph path, which has its own tensors)
     dy_desc: TensorDescriptor
     dx_desc: TensorDescriptor
     dz_desc: TensorDescriptor | None
@@ -224,8 +224,8 @@ class FusedBackward(NamedTuple):
 def fused_backward_args(handle, s: NormSetup, op, sizes, y, dy, scale, bias, saved_mean, saved_inv_var, epsilon,
                         dx, dz, dscale, dbias, reserve, alphas) -> FusedBackward:
     """Check and allocate a fused backward's arguments; ``sizes()`` gives (workspace, reserve) bytes, after the
-    checks (None for the graph path, which needs neither: the reserve is then not read); ``op`` 2 is the
-    add+activation variant (the only one with z)."""
+    checks (None for the graph path, which needs neither: the reserve is then not read, and no legacy descriptor is
+    made); ``op`` 2 is the add+activation variant (the only one with z)."""
     ya = data_array(y, "y", handle, like=s.x)
     dya = data_array(dy, "dy", handle, like=s.x)
     sc, bi = s.param(scale, "scale", handle), s.param(bias, "bias", handle)
@@ -244,6 +244,6 @@ def fused_backward_args(handle, s: NormSetup, op, sizes, y, dy, scale, bias, sav
     dxa, ds, db = or_new_like(dxa, handle, s.x), s.or_new(ds, handle), s.or_new(db, handle)
     dza = None if int(op) != 2 else or_new_like(dza, handle, s.x)
     ws = handle.workspace.get(ws_size, handle.stream) if ws_size else None
+    descs = (None,) * 4 if sizes is None else (desc(ya), desc(dya), desc(dxa), None if dza is None else desc(dza))
     return FusedBackward(ya, dya, sc, bi, sm, siv, eps, dxa, dza, ds, db, rsa, 0 if rsa is None else rsa.nbytes,
-                         ws or None, ws_size, scalars(s.x.dtype, *alphas[:2]) + scalars(s.x.dtype, *alphas[2:]),
-                         desc(ya), desc(dya), desc(dxa), None if dza is None else desc(dza))
+                         ws or None, ws_size, scalars(s.x.dtype, *alphas[:2]) + scalars(s.x.dtype, *alphas[2:]), *descs)

@@ -10,7 +10,7 @@ from cudnn_py import capi
 from cudnn_py.graph import legacy as gl
 from cudnn_py.memory import DeviceArray, c_strides
 from cudnn_py.ops import norm_args as na
-from cudnn_py.ops.activation import Activation
+from cudnn_py.ops.activation import activation_of
 
 
 def param_view(a: DeviceArray | None, s: na.NormSetup) -> DeviceArray | None:
@@ -24,7 +24,7 @@ def is_relu(act) -> bool:
     """Whether a fused op's activation is plain ReLU (the only one the graph paths fuse); None means no activation."""
     if act is None:
         return False
-    mode = Activation(act).mode if isinstance(act, (str, capi.cudnnActivationMode_t)) else getattr(act, "mode", None)
+    mode = activation_of(act).mode if isinstance(act, (str, capi.cudnnActivationMode_t)) else getattr(act, "mode", None)
     if mode != capi.CUDNN_ACTIVATION_RELU:
         raise gl.GraphPathRefused(f"engine='graph' fuses ReLU only; activation {act!r} needs engine='legacy'")
     return True
