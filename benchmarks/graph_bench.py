@@ -144,15 +144,23 @@ def tiny_conv(h, rng, iters, args):
     tc = gm.matmul(ta, tb).set_output(True)
     gm.build(h)
     mrun = gm.executor(h, ta, tb, tc)
-    print(f"{'graph Executor run(a, b, c) (cached plan ' + gm.plan.tag + ')':<64} "
-          f"{host_us(lambda: mrun(a, b, c), iters, sync):8.2f} us/call")
+    ours = host_us(lambda: mrun(a, b, c), iters, sync)
+    print(f"{'graph Executor run(a, b, c) (cached plan ' + gm.plan.tag + ')':<64} {ours:8.2f} us/call")
     if torch is not None:
         at, bt = torch.randn(64, 64, device="cuda"), torch.randn(64, 64, device="cuda")
         ct = torch.empty(64, 64, device="cuda")
-        print(f"{'torch.matmul(a, b)':<64} {host_us(lambda: torch.matmul(at, bt), iters, torch.cuda.synchronize):8.2f}"
-              f" us/call")
+        theirs = host_us(lambda: torch.matmul(at, bt), iters, torch.cuda.synchronize)
+        print(f"{'torch.matmul(a, b)':<64} {theirs:8.2f} us/call")
         print(f"{'torch.matmul(a, b, out=c)':<64} "
               f"{host_us(lambda: torch.matmul(at, bt, out=ct), iters, torch.cuda.synchronize):8.2f} us/call")
+        print(f"Executor / torch.matmul: {ours / theirs:.2f}x (bar: <= 0.8x)")
+    print("every plan of the matmul (heuristics modes A, B and the fallback list), host time of its Executor:")
+    for p in G.build_plans(gm, h, modes=("A", "B", "FALLBACK"), policy="all"):
+        try:
+            prun = p.executor(h, ta, tb, tc)
+            print(f"  {p.tag:<62} {host_us(lambda: prun(a, b, c), max(1, iters // 4), sync):8.2f} us/call")
+        except Exception as e:  # noqa: BLE001 - report, do not fail the benchmark
+            print(f"  {p.tag:<62} failed: {type(e).__name__}: {e}"[:120])
 
 
 def legacy_conv_bias_relu(h, x, w, b, y):

@@ -70,7 +70,7 @@ class DeviceArray:
     """
 
     __slots__ = ("shape", "dtype", "strides", "ptr", "device_id", "size", "nbytes", "ndim",
-                 "is_contiguous", "_owner", "_stream", "__weakref__")
+                 "_contiguous", "_owner", "_stream", "__weakref__")
 
     shape: tuple[int, ...]
     dtype: np.dtype[Any]
@@ -80,7 +80,6 @@ class DeviceArray:
     size: int
     nbytes: int
     ndim: int
-    is_contiguous: bool
 
     def __init__(self, ptr: int, shape: Shape, dtype: npt.DTypeLike, strides: Sequence[int] | None = None, *,
                  device_id: int = 0, owner: Any = None, stream: StreamLike = None):
@@ -112,7 +111,7 @@ class DeviceArray:
         self.ndim = len(shape)
         self.size = size = math.prod(shape)
         self.nbytes = size * dtype.itemsize
-        self.is_contiguous = is_c_contiguous(shape, strides) if contiguous is None else contiguous
+        self._contiguous = contiguous  # None: worked out when first asked (most views made per call never are)
         self._owner = owner
         self._stream = stream
 
@@ -126,6 +125,14 @@ class DeviceArray:
         return self
 
     # -- basics --
+    @property
+    def is_contiguous(self) -> bool:
+        """Whether the elements are packed in row-major (C) order (the strides of unit dimensions do not matter)."""
+        c = self._contiguous
+        if c is None:
+            c = self._contiguous = is_c_contiguous(self.shape, self.strides)
+        return c
+
     @property
     def stream(self) -> Stream:
         """The stream this array is ordered on: where it was allocated (or given at construction; default stream
