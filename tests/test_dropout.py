@@ -17,7 +17,7 @@ from cudnn_py.ops import dropout as dropout_module
 from cudnn_py.ops.dropout import (
     Dropout, DropoutOutputs, dropout_backward, dropout_forward, dropout_reserve_size, dropout_states_size,
 )
-from helpers import NoCallHandle, fake, poison
+from helpers import NoCallHandle, fake, poison, poisoned_allocations
 
 
 def cpu_dropout() -> Dropout:
@@ -275,8 +275,11 @@ def test_nhwc_through_the_packed_path_against_the_reference(handle, rng, p, dtyp
         assert abs(frac - p) < 6 * np.sqrt(p * (1 - p) / x.size), f"dropped {frac:.5f} of elements, expected {p}"
         np.testing.assert_allclose(yh[kept].astype(np.float64), x[kept].astype(np.float64) / (1 - p), rtol=tol)
 
-        y_alloc, _ = dropout_forward(handle, d, _nhwc(x))  # the output it allocates is NHWC too
+        with poisoned_allocations():  # the output it allocates is NHWC too, and every element written
+            y_alloc, _ = dropout_forward(handle, d, _nhwc(x))
         assert y_alloc.strides == _nhwc(x).strides
+        ya = y_alloc.to_numpy()
+        np.testing.assert_allclose(ya[ya != 0].astype(np.float64), x[ya != 0].astype(np.float64) / (1 - p), rtol=tol)
 
         dy = rng.standard_normal(shape).astype(dtype)
         want = np.where(kept, dy.astype(np.float64) / (1 - p), 0.0)
@@ -285,8 +288,9 @@ def test_nhwc_through_the_packed_path_against_the_reference(handle, rng, p, dtyp
             "NCHW dy and dx": dropout_backward(handle, d, _dev(dy), reserve,
                                                dx=_dev(np.full(shape, np.nan, dtype))),
             "NCHW dy, NHWC dx": dropout_backward(handle, d, _dev(dy), reserve, dx=_nan_nhwc(shape, dtype)),
-            "dx allocated": dropout_backward(handle, d, _nhwc(dy), reserve),
         }
+        with poisoned_allocations():
+            got["dx allocated"] = dropout_backward(handle, d, _nhwc(dy), reserve)
         assert got["dx allocated"].strides == _nhwc(dy).strides
         for name, dx in got.items():
             np.testing.assert_allclose(dx.to_numpy().astype(np.float64), want, rtol=tol, atol=0, err_msg=name)
