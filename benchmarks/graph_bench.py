@@ -155,12 +155,17 @@ def tiny_conv(h, rng, iters, args):
               f"{host_us(lambda: torch.matmul(at, bt, out=ct), iters, torch.cuda.synchronize):8.2f} us/call")
         print(f"Executor / torch.matmul: {ours / theirs:.2f}x (bar: <= 0.8x)")
     print("every plan of the matmul (heuristics modes A, B and the fallback list), host time of its Executor:")
+    per_plan = {}
     for p in G.build_plans(gm, h, modes=("A", "B", "FALLBACK"), policy="all"):
         try:
             prun = p.executor(h, ta, tb, tc)
-            print(f"  {p.tag:<62} {host_us(lambda: prun(a, b, c), max(1, iters // 4), sync):8.2f} us/call")
+            per_plan[p.tag] = host_us(lambda: prun(a, b, c), max(1, iters // 4), sync)
+            print(f"  {p.tag:<62} {per_plan[p.tag]:8.2f} us/call")
         except Exception as e:  # noqa: BLE001 - report, do not fail the benchmark
             print(f"  {p.tag:<62} failed: {type(e).__name__}: {e}"[:120])
+    if per_plan and torch is not None:
+        tag = min(per_plan, key=per_plan.__getitem__)
+        print(f"least host time: {tag} {per_plan[tag]:.2f} us/call, {per_plan[tag] / theirs:.2f}x torch.matmul")
 
 
 def legacy_conv_bias_relu(h, x, w, b, y):
