@@ -212,18 +212,8 @@ class DeviceArray:
         s = self.stream if stream is None else as_stream(stream, self.device_id)
         if self.size == 0:
             return self
-        item = self.dtype.itemsize
         with on_device(self.device_id):
-            if item == 1:
-                _check(driver().cuMemsetD8Async(self.ptr, int(v.view(np.uint8)[0]), self.size, s.handle),
-                       "cuMemsetD8Async")
-            elif item == 2:
-                _check(driver().cuMemsetD16Async(self.ptr, int(v.view(np.uint16)[0]), self.size, s.handle),
-                       "cuMemsetD16Async")
-            elif item == 4 or (item == 8 and v.view(np.uint32)[0] == v.view(np.uint32)[1]):
-                word = int(v.view(np.uint32)[0])
-                _check(driver().cuMemsetD32Async(self.ptr, word, self.nbytes // 4, s.handle), "cuMemsetD32Async")
-            else:
+            if not memset(self.ptr, v, self.size, s.handle):
                 host = np.full(self.shape, v[0], self.dtype)
                 _check(driver().cuMemcpyHtoDAsync(self.ptr, host.ctypes.data, self.nbytes, s.handle),
                        "cuMemcpyHtoDAsync")
@@ -377,6 +367,25 @@ class _Allocation:
                 self.buffer.close()
         except Exception:  # noqa: BLE001 - at interpreter exit the driver may be gone; cuda.core frees the rest
             pass
+
+
+def memset(ptr: int, element: np.ndarray, count: int, stream_handle: Any) -> bool:
+    """Queue a driver memset writing ``count`` copies of the one-element array ``element`` (its bytes) from
+    ``ptr`` on the stream; False (nothing queued) where its bytes are no repeated 1-, 2- or 4-byte word (an
+    8-byte element with unequal halves). The caller makes the memory's device current (:class:`on_device`)."""
+    item = element.dtype.itemsize
+    if item == 1:
+        _check(driver().cuMemsetD8Async(ptr, int(element.view(np.uint8)[0]), count, stream_handle), "cuMemsetD8Async")
+    elif item == 2:
+        _check(driver().cuMemsetD16Async(ptr, int(element.view(np.uint16)[0]), count, stream_handle),
+               "cuMemsetD16Async")
+    elif item == 4 or (item == 8 and element.view(np.uint32)[0] == element.view(np.uint32)[1]):
+        words = count * item // 4
+        _check(driver().cuMemsetD32Async(ptr, int(element.view(np.uint32)[0]), words, stream_handle),
+               "cuMemsetD32Async")
+    else:
+        return False
+    return True
 
 
 def empty(shape: Shape, dtype: npt.DTypeLike = np.float32, stream: StreamLike = None, *,

@@ -29,10 +29,10 @@ class Reached(Exception):
 
 
 class StandIn:
-    """A handle stand-in: device 0, no workspace cap; reading ``ptr`` (as every C call does) raises :class:`Reached`
-    (for tests of what a call does once validation has passed, where :class:`NoCallHandle` would fail them)."""
+    """A handle stand-in: device 0, no workspace cap; reading ``ptr`` (as every C call does) or ``stream`` (as a
+    call queuing driver work does) raises :class:`Reached` (for tests of what a call does once validation has
+    passed, where :class:`NoCallHandle` would fail them)."""
     device = 0
-    stream = None
 
     class workspace:  # noqa: N801 - the attribute a Handle has
         cap = None
@@ -42,6 +42,10 @@ class StandIn:
 
     @property
     def ptr(self):
+        raise Reached("validation passed")
+
+    @property
+    def stream(self):
         raise Reached("validation passed")
 
 

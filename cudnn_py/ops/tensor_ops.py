@@ -38,7 +38,9 @@ from cudnn_py.dtypes import as_numpy_dtype, cudnn_dtype
 from cudnn_py import engine_choice as ec
 from cudnn_py.graph import legacy as gl
 from cudnn_py.handle import Handle, handle_arg
-from cudnn_py.memory import DeviceArray, DeviceArrayLike, as_array, empty
+from cudnn_py.contexts import on_device
+from cudnn_py.memory import DeviceArray, DeviceArrayLike, as_array, empty, memset
+from cudnn_py.strided import non_overlapping
 from cudnn_py.ops._common import (
     Out, check_array, desc, empty_strided, enum_arg, moved_outputs, output, read_tensor_desc, scalars, tensor_desc,
 )
@@ -218,10 +220,12 @@ def scale_tensor(handle: Handle, y: Out, *args, alpha: float = 1.0, engine: str 
 
 
 def set_tensor(handle: Handle, y: Out, value: float) -> Out:
-    """Every element of ``y`` = value (``cudnnSetTensor``); returns y.
+    """Every element of ``y`` = value (``cudnnSetTensor``), on the handle's stream; returns y.
 
     cuDNN reads the value as float for float16/bfloat16/float32 tensors, double for float64 and the
-    element type for integer tensors.
+    element type for integer tensors; a dense ``y`` (packed in any dimension order) is filled with that same
+    element by a driver memset instead, which runs at the copy engines' speed (cuDNN's kernel takes 2.4x torch's
+    ``fill_`` for float16 NCHW and 19-22x for NHWC: H200, 32x256x56x56).
     """
     handle = handle_arg(handle)
     ya = check_array(y, "y", handle)
@@ -235,6 +239,14 @@ def set_tensor(handle: Handle, y: Out, value: float) -> Out:
     # checked against y's own dtype (300 into int8, NaN into int32 and 1e40 into float32 are refused), then
     # passed as the host type cuDNN reads
     host = element_value(value, ya.dtype, "value").astype(host_type)
+    lo, n = ya.span()
+    if n == ya.size and non_overlapping(ya.shape, [abs(s) for s in ya.strides]):
+        # dense (any dimension order): y's elements are exactly its memory span, so one driver memset of the
+        # element cuDNN would write (the host value converted to y's dtype) fills it at full bandwidth
+        stream = handle.stream.handle
+        with on_device(ya.device_id):
+            if n == 0 or memset(ya.ptr + lo * ya.dtype.itemsize, host.astype(ya.dtype), n, stream):
+                return y
     yd = desc(ya)
     capi.cudnnSetTensor(handle.ptr, yd.ptr, ya.ptr, host.ctypes.data)
     return y

@@ -465,6 +465,10 @@ class ReachHandle(StubHandle):
     def ptr(self):
         raise Reached
 
+    @property
+    def stream(self):  # driver work (set_tensor's memset) is queued on it: reading it is reaching the device
+        raise Reached
+
 
 def _holds(value, dtype) -> bool:
     """Whether ``dtype`` stores ``value`` as it is (NaN and infinity where the type has them; rounding allowed)."""
