@@ -223,8 +223,8 @@ def set_tensor(handle: Handle, y: Out, value: float) -> Out:
     """Every element of ``y`` = value (``cudnnSetTensor``), on the handle's stream; returns y.
 
     cuDNN reads the value as float for float16/bfloat16/float32 tensors, double for float64 and the
-    element type for integer tensors; a dense ``y`` (packed in any dimension order) is filled with that same
-    element by a driver memset instead, which runs at the copy engines' speed (cuDNN's kernel takes 2.4x torch's
+    element type for integer tensors; a dense ``y`` (packed in any dimension order, no negative stride) is filled
+    with that same element by a driver memset instead, which runs at the copy engines' speed (cuDNN's kernel takes 2.4x torch's
     ``fill_`` for float16 NCHW and 19-22x for NHWC: H200, 32x256x56x56).
     """
     handle = handle_arg(handle)
@@ -239,13 +239,12 @@ def set_tensor(handle: Handle, y: Out, value: float) -> Out:
     # checked against y's own dtype (300 into int8, NaN into int32 and 1e40 into float32 are refused), then
     # passed as the host type cuDNN reads
     host = element_value(value, ya.dtype, "value").astype(host_type)
-    lo, n = ya.span()
-    if n == ya.size and non_overlapping(ya.shape, [abs(s) for s in ya.strides]):
+    if ya.span()[1] == ya.size and min(ya.strides, default=0) >= 0 and non_overlapping(ya.shape, ya.strides):
         # dense (any dimension order): y's elements are exactly its memory span, so one driver memset of the
         # element cuDNN would write (the host value converted to y's dtype) fills it at full bandwidth
         stream = handle.stream.handle
         with on_device(ya.device_id):
-            if n == 0 or memset(ya.ptr + lo * ya.dtype.itemsize, host.astype(ya.dtype), n, stream):
+            if ya.size == 0 or memset(ya.ptr, host.astype(ya.dtype), ya.size, stream):
                 return y
     yd = desc(ya)
     capi.cudnnSetTensor(handle.ptr, yd.ptr, ya.ptr, host.ctypes.data)
