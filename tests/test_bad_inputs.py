@@ -38,6 +38,11 @@ CASES = [
      r"out of range for float16"),
     ("set_tensor int8 2.5", lambda h: cudnn.set_tensor(h, x4(np.int8), 2.5), InvalidValueError, r"whole number"),
     ("set_tensor str", lambda h: cudnn.set_tensor(h, x4(), "one"), InvalidTypeError, r"value must be a real number"),
+    # cuDNN's kernel writes non-dense integer tensors wrong (int8: zeros) or refuses them: memsets only
+    ("set_tensor int8 slice", lambda h: cudnn.set_tensor(h, fake((2, 3, 2, 2), np.int8, (60, 20, 10, 2)), 7),
+     InvalidValueError, r"int8 y must be dense"),
+    ("set_tensor int64 7", lambda h: cudnn.set_tensor(h, fake((2, 3), np.int64, (6, 2)), 7), InvalidValueError,
+     r"repeated 1-, 2- or 4-byte word"),
     ("fill_ int8 300", lambda h: x4(np.int8).fill_(300), InvalidValueError, r"fill_ value 300 is out of range"),
     ("fill_ float32 1e40", lambda h: x4().fill_(1e40), InvalidValueError, r"out of range for float32"),
     # scaling factors: finite, named

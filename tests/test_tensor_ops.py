@@ -241,19 +241,20 @@ def test_op_tensor_allocates_scale_and_set(handle, rng):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64", "int8", "uint8", "int32"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64", "int8", "uint8", "int32", "int64"])
 def test_set_tensor_fills_every_layout_and_nothing_else(handle, dtype):
     """set_tensor on a view of a padded buffer: a C-order array and a dense NHWC-ordered one (the memset path) and
     a non-dense slice (cuDNN's kernel) get the value in every element they cover and leave every other byte of the
     buffer as it was; float64 takes 0.0 (equal 4-byte halves: a 32-bit memset) and 3.25 (no memset pattern:
-    cuDNN's kernel). cuDNN's kernel takes integer tensors packed only (CUDNN_STATUS_NOT_SUPPORTED on 9.19), and
-    negative strides are refused as before."""
+    cuDNN's kernel). Integer tensors are filled by memsets only (cuDNN's kernel wrote zeros into an int8 slice and
+    refuses int32 ones on 9.19): a slice, or an int64 value with unequal halves, is refused before C; negative
+    strides are refused as before."""
     from cudnn_py.dtypes import as_numpy_dtype
-    from cudnn_py.errors import CudnnNotSupportedError, InvalidValueError
+    from cudnn_py.errors import InvalidValueError
     from cudnn_py.memory import DeviceArray
     dt = as_numpy_dtype(dtype)
     floating = dt.kind == "f" or dtype == "bfloat16"
-    sentinel, values = (np.nan, (3.25, -1.5, 0.0)) if floating else (9, (7, 0, 1))
+    sentinel, values = (np.nan, (3.25, -1.5, 0.0)) if floating else (9, (0, -1) if dtype == "int64" else (7, 0, 1))
     shape, pad = (2, 3, 4, 5), 60
     views = {"c-order": ((60, 20, 5, 1), shape), "nhwc": ((60, 1, 15, 3), shape),  # NHWC: stored N, H, W, C
              "slice": ((60, 20, 10, 2), (2, 3, 2, 2))}
@@ -263,19 +264,20 @@ def test_set_tensor_fills_every_layout_and_nothing_else(handle, dtype):
             base = _dev(host)
             y = DeviceArray(base.ptr + pad * dt.itemsize, vshape, dt, strides, owner=base)
             if name == "slice" and not floating:
-                try:
+                with pytest.raises(InvalidValueError, match="must be dense"):
                     T.set_tensor(handle, y, value)
-                except CudnnNotSupportedError:
-                    continue
-            else:
-                assert T.set_tensor(handle, y, value) is y
+                continue
+            assert T.set_tensor(handle, y, value) is y
             want = host.copy()
             inner = np.lib.stride_tricks.as_strided(want[pad:], vshape, tuple(st * dt.itemsize for st in strides))
             inner[...] = np.asarray(value).astype(np.float32 if floating and dt.itemsize < 8 else dt)
             np.testing.assert_array_equal(base.to_numpy().view(np.uint8), want.view(np.uint8),
                                           err_msg=f"{dtype} {name} value {value}")
     base = _dev(np.zeros(120, dt))
-    with pytest.raises(InvalidValueError, match="strides must be >= 0"):
+    if dtype == "int64":
+        with pytest.raises(InvalidValueError, match="must be dense"):
+            T.set_tensor(handle, DeviceArray(base.ptr, shape, dt, owner=base), 7)
+    with pytest.raises(InvalidValueError, match="strides must be >= 0" if floating else "must be dense"):
         T.set_tensor(handle, DeviceArray(base.ptr + 119 * dt.itemsize, shape, dt, (-60, -20, -5, -1), owner=base), 1)
 
 

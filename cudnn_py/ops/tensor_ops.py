@@ -219,25 +219,27 @@ def scale_tensor(handle: Handle, y: Out, *args, alpha: float = 1.0, engine: str 
     return y
 
 
-def set_tensor(handle: Handle, y: Out, value: float) -> Out:
-    """Every element of ``y`` = value (``cudnnSetTensor``), on the handle's stream; returns y.
+#: the dtypes cuDNN's cudnnSetTensor kernel fills right in any layout (the value read as float, double for float64;
+#: verified on the GPU); others are filled only where a driver memset can (int8 slices come back zero, int32 ones
+#: are CUDNN_STATUS_NOT_SUPPORTED on 9.19)
+_SET_KERNEL_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64"})
 
-    cuDNN reads the value as float for float16/bfloat16/float32 tensors, double for float64 and the
-    element type for integer tensors; a dense ``y`` (packed in any dimension order, no negative stride) is filled
-    with that same element by a driver memset instead, which runs at the copy engines' speed (cuDNN's kernel takes 2.4x torch's
-    ``fill_`` for float16 NCHW and 19-22x for NHWC: H200, 32x256x56x56).
+
+def set_tensor(handle: Handle, y: Out, value: float) -> Out:
+    """Every element of ``y`` = value, on the handle's stream; returns y.
+
+    A dense ``y`` (packed in any dimension order, no negative stride) is filled by a driver memset of the value in
+    y's dtype, at the copy engines' speed (cuDNN's ``cudnnSetTensor`` takes 2.4x torch's ``fill_`` for float16
+    NCHW and 19-22x for NHWC: H200, 32x256x56x56). Otherwise ``cudnnSetTensor`` fills float16, bfloat16, float32
+    and float64 tensors (reading the value as float, double for float64; the memset writes the same bits); other
+    dtypes need a dense ``y`` (and a float64/int64 value whose two 4-byte halves a 32-bit memset can write).
     """
     handle = handle_arg(handle)
     ya = check_array(y, "y", handle)
-    host_type: type | np.dtype
-    if ya.dtype == np.float64:
-        host_type = np.float64
-    elif ya.dtype.kind == "f" or ya.dtype.name == "bfloat16":
-        host_type = np.float32
-    else:
-        host_type = ya.dtype
     # checked against y's own dtype (300 into int8, NaN into int32 and 1e40 into float32 are refused), then
     # passed as the host type cuDNN reads
+    kernel = ya.dtype.name in _SET_KERNEL_DTYPES
+    host_type = ya.dtype if ya.dtype.itemsize == 8 or not kernel else np.dtype(np.float32)
     host = element_value(value, ya.dtype, "value").astype(host_type)
     if ya.span()[1] == ya.size and min(ya.strides, default=0) >= 0 and non_overlapping(ya.shape, ya.strides):
         # dense (any dimension order): y's elements are exactly its memory span, so one driver memset of the
@@ -246,6 +248,11 @@ def set_tensor(handle: Handle, y: Out, value: float) -> Out:
         with on_device(ya.device_id):
             if ya.size == 0 or memset(ya.ptr, host.astype(ya.dtype), ya.size, stream):
                 return y
+    if not kernel:
+        raise InvalidValueError(f"set_tensor: a {ya.dtype.name} y must be dense (packed in some dimension order) and "
+                                f"its value a repeated 1-, 2- or 4-byte word (cuDNN's cudnnSetTensor writes other "
+                                f"{ya.dtype.name} tensors wrong or refuses them); got strides {ya.strides}, value "
+                                f"{value!r}")
     yd = desc(ya)
     capi.cudnnSetTensor(handle.ptr, yd.ptr, ya.ptr, host.ctypes.data)
     return y
