@@ -23,6 +23,15 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_gpu_count() < 2, reason=f"nee
                                                   f"{_gpu_count()} visible")]
 
 
+@pytest.fixture(autouse=True)
+def _device_0_current_after_each_test():
+    """A test here leaves device 1 current in this thread (``get_device`` makes a device current the first time it
+    is asked for); the tests after this module run on the current device and expect device 0."""
+    yield
+    from cuda.core import Device
+    Device(0).set_current()
+
+
 def _threads(work, devices):
     errors: dict[int, BaseException] = {}
 
