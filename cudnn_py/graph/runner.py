@@ -22,8 +22,8 @@ from .descriptors import destroy_descriptor
 from .errors import GraphNotSupportedError
 
 __all__ = ["Runner", "VariantPack", "cached", "cache_clear", "plan_graph", "autotune_graph", "make_variant_pack",
-           "raw_execute", "tensor_pointer", "check_signature", "handle_device", "workspace_pointer", "plan_pointer", "plan_bindings",
-           "bound_tensors", "scratch_pointers", "new_output"]
+           "raw_execute", "tensor_pointer", "check_signature", "handle_device", "workspace_pointer", "plan_pointer",
+           "plan_bindings", "bound_tensors", "scratch_pointers", "new_output"]
 
 #: variant packs a runner keeps (a new set of addresses beyond it starts the cache afresh)
 MAX_PACKS = 256

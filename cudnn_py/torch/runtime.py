@@ -44,8 +44,8 @@ from cudnn_py.graph import Graph
 from cudnn_py.graph.runner import Runner, cached, raw_execute
 from cudnn_py.handle import Handle
 
-__all__ = ["define", "Context", "context", "known", "handle", "Prepared", "prepared", "Ready", "remember", "replay", "current_stream",
-           "cache_clear", "eager", "function", "call", "dtype_name", "empty_like_layout"]
+__all__ = ["define", "Context", "context", "known", "handle", "Prepared", "prepared", "Ready", "remember", "replay",
+           "current_stream", "cache_clear", "eager", "function", "call", "dtype_name", "empty_like_layout"]
 
 _CACHE = "torch.ops"
 _LIB = torch.library.Library("cudnn_py", "FRAGMENT")
