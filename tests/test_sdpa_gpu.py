@@ -16,24 +16,7 @@ pytestmark = pytest.mark.gpu
 ml_dtypes = pytest.importorskip("ml_dtypes")
 BF16 = np.dtype(ml_dtypes.bfloat16)
 DTYPES = {"float16": np.dtype(np.float16), "bfloat16": BF16}
-TOL = {"float16": 1e-2, "bfloat16": 2e-2}
-
-
-def _q(a, dt):
-    """``a`` rounded to dtype ``dt`` (what the GPU sees), as float64."""
-    return np.asarray(a).astype(dt).astype(np.float64)
-
-
-def _close(got, ref, dtype, rows=None, scale=1.0):
-    """|got - ref| <= tol * (1 + |ref|) relative to the array's magnitude, over the valid ``rows`` mask."""
-    got = np.asarray(got, np.float64)
-    if rows is not None:
-        rows = np.broadcast_to(rows, got.shape)
-        got, ref = got[rows], ref[rows]
-    assert not np.isnan(got).any(), "output has NaN: an element was not written"
-    tol = TOL[dtype] * scale
-    mag = max(1.0, float(np.abs(ref).max()))
-    np.testing.assert_allclose(got, ref, rtol=tol, atol=tol * mag)
+_q, _close = R.rounded, R.assert_close
 
 
 _LAYOUTS = {"bhsd": (0, 1, 2, 3), "bshd": (0, 2, 1, 3)}

@@ -20,7 +20,6 @@ from reference import sdpa as R
 ml_dtypes = pytest.importorskip("ml_dtypes")
 BF16 = np.dtype(ml_dtypes.bfloat16)
 DTYPES = {"float16": np.dtype(np.float16), "bfloat16": BF16}
-TOL = {"float16": 1e-2, "bfloat16": 2e-2}
 
 
 # -- the float64 reference -----------------------------------------------------------------------------------------
@@ -226,18 +225,7 @@ def sinks_cudnn():
         pytest.skip(f"attention sinks need cuDNN >= 9.13.0; loaded {'.'.join(map(str, v))}")
 
 
-def _q(a, dt):
-    return np.asarray(a).astype(dt).astype(np.float64)
-
-
-def _close(got, ref, dtype, rows=None, scale=1.0):
-    got = np.asarray(got, np.float64)
-    if rows is not None:
-        rows = np.broadcast_to(rows, got.shape)
-        got, ref = got[rows], ref[rows]
-    assert not np.isnan(got).any(), "output has NaN: an element was not written"
-    tol = TOL[dtype] * scale
-    np.testing.assert_allclose(got, ref, rtol=tol, atol=tol * max(1.0, float(np.abs(ref).max())))
+_q, _close = R.rounded, R.assert_close
 
 
 def _close_dsink(got, ref_dsink, terms, dtype):
@@ -245,7 +233,7 @@ def _close_dsink(got, ref_dsink, terms, dtype):
     wrong sign or a missing term fails)."""
     got = np.asarray(got, np.float64).reshape(ref_dsink.shape)
     assert not np.isnan(got).any(), "dsink has NaN"
-    bound = 2 * TOL[dtype] * np.abs(terms).sum(axis=(0, 2), keepdims=True) + TOL[dtype]
+    bound = 2 * R.TOL[dtype] * np.abs(terms).sum(axis=(0, 2), keepdims=True) + R.TOL[dtype]
     assert np.all(np.abs(got - ref_dsink) <= bound), f"dsink {got.ravel()} vs reference {ref_dsink.ravel()}"
 
 

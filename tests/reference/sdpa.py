@@ -157,3 +157,24 @@ def rel_errors(got, ref):
     got, ref = np.asarray(got, np.float64), np.asarray(ref, np.float64)
     err = got - ref
     return float(np.sqrt((err ** 2).mean() / (ref ** 2).mean())), float(np.abs(err).max() / np.abs(ref).max())
+
+
+#: bound relative to the reference's magnitude, per input dtype (float32 accumulation, float16/bfloat16 inputs)
+TOL = {"float16": 1e-2, "bfloat16": 2e-2}
+
+
+def rounded(a, dt) -> np.ndarray:
+    """``a`` rounded to dtype ``dt`` (what the GPU sees), as float64."""
+    return np.asarray(a).astype(dt).astype(np.float64)
+
+
+def assert_close(got, ref, dtype: str, rows=None, scale: float = 1.0) -> None:
+    """|got - ref| <= tol * max(1, max |ref|) (``tol``: :data:`TOL` of ``dtype`` times ``scale``) over the valid
+    ``rows`` mask (see :func:`valid_rows`); a NaN in ``got`` (an element not written) fails."""
+    got = np.asarray(got, np.float64)
+    if rows is not None:
+        rows = np.broadcast_to(rows, got.shape)
+        got, ref = got[rows], ref[rows]
+    assert not np.isnan(got).any(), "output has NaN: an element was not written"
+    tol = TOL[dtype] * scale
+    np.testing.assert_allclose(got, ref, rtol=tol, atol=tol * max(1.0, float(np.abs(ref).max())))
