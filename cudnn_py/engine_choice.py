@@ -85,20 +85,11 @@ def mode() -> str:
     return m
 
 
-#: dtype -> its name (NumPy computes ``dtype.name`` in Python on every read: about 1.5 us)
-_DTYPE_NAMES: dict = {}
-
-
-def _dtype_name(d) -> str:
-    name = _DTYPE_NAMES.get(d)
-    if name is None:
-        name = _DTYPE_NAMES[d] = d.name
-    return name
-
-
 def signature(*arrays, params: tuple = ()) -> tuple:
-    """A key part for these arrays (shape, strides, dtype name each) and hashable ``params``."""
-    return (*((a.shape, a.strides, _dtype_name(a.dtype)) for a in arrays), params)
+    """A key part for these arrays (shape, strides, dtype each) and hashable ``params``. The dtype itself, not its
+    name (NumPy computes ``dtype.name`` in Python on every read, about 1.5 us): it hashes and compares the same way,
+    and the database's text names it (:func:`_plain`)."""
+    return (*((a.shape, a.strides, a.dtype) for a in arrays), params)
 
 
 def choices(handle) -> dict[Hashable, Choice]:
