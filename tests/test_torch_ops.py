@@ -50,7 +50,7 @@ def test_ops_are_registered_with_their_schemas():
     assert "Tensor? seq_len_q" in fwd and "Tensor? ragged_offset_k," in fwd and "bool return_stats=True" in fwd
     assert "ragged_offset_kv" not in fwd  # the package's name (cudnn_py.sdpa, SdpaOptions): v shares k's offsets
     assert "Tensor? offset, Tensor? sink, float scale" in fwd
-    assert "bool want_dbias, bool want_dsink) -> (Tensor, Tensor, Tensor, Tensor, Tensor)" in str(
+    assert "bool want_dbias, bool want_dsink) -> Tensor[]" in str(
         torch.ops.cudnn_py.sdpa_bwd.default._schema)
     assert "SymInt max_seq_len_kv" in str(torch.ops.cudnn_py.sdpa_paged_fwd.default._schema)
 
@@ -94,8 +94,8 @@ def test_fake_implementations_give_output_shapes_and_layouts():
                                 None, False, 0.0, None, None)
         grads = ops.sdpa_bwd(o, q, k, v, o, stats, None, None, None, None, None, None, None, sink, 0.125, True, False,
                              None, None, False, 0.0, None, None, False, True)
-        assert [tuple(g.shape) for g in grads] == [(2, 4, 7, 64), (2, 2, 9, 64), (2, 2, 9, 32), (0,), (1, 4, 1, 1)]
-        assert grads[4].dtype == torch.float32
+        assert [tuple(g.shape) for g in grads] == [(2, 4, 7, 64), (2, 2, 9, 64), (2, 2, 9, 32), (1, 4, 1, 1)]
+        assert grads[3].dtype == torch.float32
 
 
 def test_fake_paged_and_fp8_attention():
@@ -342,6 +342,28 @@ def test_hot_path_without_gradient_matches_float64_per_layout_and_options(tg, rn
 
 
 @pytest.mark.gpu
+def test_outputs_and_workspace_come_from_torchs_allocator(tg):
+    """A backward call (its plan needs a workspace) draws exactly its gradients and its workspace from torch's
+    caching allocator, as torch.cuda.memory_stats counts them."""
+    torch, ct = tg
+    from cudnn_py.torch import runtime as RT
+    q, k, v, do = (torch.randn(1, 2, 64, 64, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+    tail = (0.125, True, False, None, None, False, 0.0, None, None)
+    fwd, bwd = torch.ops.cudnn_py.sdpa_fwd.default, torch.ops.cudnn_py.sdpa_bwd.default
+    o, stats = fwd(q, k, v, None, None, None, None, None, None, None, None, *tail, True)
+    args = (do, q, k, v, o, stats) + (None,) * 8 + tail + (False, False)
+    bwd(*args)  # the first call builds the plan
+    ctx, cache = RT.known(q.get_device())
+    ws = {key[0]: entry.p.ws for key, entry in cache.items() if isinstance(entry, RT.Ready)}["sdpa_bwd"]
+    assert ws > 0
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_stats()["requested_bytes.all.allocated"]
+    grads = bwd(*args)
+    drawn = torch.cuda.memory_stats()["requested_bytes.all.allocated"] - before
+    assert drawn == sum(g.numel() * g.element_size() for g in grads) + ws
+
+
+@pytest.mark.gpu
 def test_ops_repeat_calls_take_the_ready_entry(tg, rng, monkeypatch):
     """The registered forward (with statistics) and backward ops, called through torch.ops as compiled graphs call
     them: the first call of a configuration takes the checked path and makes the entry, repeat calls (new tensors)
@@ -363,9 +385,10 @@ def test_ops_repeat_calls_take_the_ready_entry(tg, rng, monkeypatch):
         tail = (d ** -0.5, bool(opts.get("causal")), False, None, None, False, 0.0, None, None)
         with torch.no_grad():
             o, stats = fwd(q, k, v, bias, slq, slk, None, None, None, None, None, *tail, True)
-            dq, dk, dv, db, ds = bwd(do, q, k, v, o, stats, bias, slq, slk, None, None, None, None, None, *tail,
-                                     bias is not None, False)
-            assert ds.shape == (0,)
+            grads = bwd(do, q, k, v, o, stats, bias, slq, slk, None, None, None, None, None, *tail,
+                        bias is not None, False)
+            assert len(grads) == 3 + (bias is not None)  # dq, dk, dv, and dbias only where asked for
+            dq, dk, dv, db = (*grads, None)[:4]
         ref = dict(causal=bool(opts.get("causal")), seq_len_q=opts.get("seq_len_q"), seq_len_kv=opts.get("seq_len_kv"),
                    bias=None if bias is None else _h(bias))
         ref = {n: x for n, x in ref.items() if x is not None and x is not False}

@@ -209,17 +209,15 @@ def _sdpa_fwd_fake(q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged
     return o, _no_stats(q.device) if stats is None else stats
 
 
-sdpa_fwd = define("sdpa_fwd", _sdpa_fwd, _sdpa_fwd_fake)
-
-
 def _grads(q, k, v, bias, sink, ragged, zero: bool, want_dbias: bool, want_dsink: bool) -> list[Tensor]:
-    """(dq, dk, dv, dbias, dsink): dbias and dsink empty placeholders unless wanted."""
+    """[dq, dk, dv], then dbias and dsink where wanted."""
     if ragged:
         grads = [torch.empty_like(x, memory_format=torch.contiguous_format) for x in (q, k, v)]
     else:
         grads = [empty_like_layout(x, x.shape, zero=zero) for x in (q, k, v)]
     for x, want in ((bias, want_dbias), (sink, want_dsink)):
-        grads.append(torch.empty_like(x, memory_format=torch.contiguous_format) if want else q.new_empty((0,)))
+        if want:
+            grads.append(torch.empty_like(x, memory_format=torch.contiguous_format))
     return grads
 
 
@@ -234,16 +232,10 @@ def _build_bwd(h, args, grads, opts) -> Prepared:
     kw, extra, consts = _extras(g, lay, zip(_FWD_NAMES, args[6:]), q.shape[1], alibi, q.device)
     made = g.sdpa_backward(tq, tk, tv, to, tdo, ts, dbias=want_dbias, dsink=want_dsink, name="sdpa_bwd", **kw,
                            **_options(scale, causal, bottom_right, lb, rb, p))
-    wanted = _bound_grads(want_dbias, want_dsink)
-    sides, names = ("q", "kv", "kv", None, None), ("dq", "dk", "dv", "dbias", "dsink")
-    outs = [_set_output(t, grads[i], lay, sides[i], names[i]) for t, i in zip(made, wanted)]
+    names = ("dq", "dk", "dv") + ("dbias",) * want_dbias + ("dsink",) * want_dsink
+    outs = [_set_output(t, x, lay, side, n) for t, x, side, n in zip(made, grads, ("q", "kv", "kv", None, None), names)]
     g.build(h)
     return Prepared(h, g, [tdo, tq, tk, tv, to, ts] + extra + outs, consts)
-
-
-def _bound_grads(want_dbias: bool, want_dsink: bool) -> tuple[int, ...]:
-    """The indices in (dq, dk, dv, dbias, dsink) of the gradients the backward plan writes, in its order."""
-    return (0, 1, 2) + ((3,) if want_dbias else ()) + ((4,) if want_dsink else ())
 
 
 def _sdpa_bwd(do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, stats: Tensor, bias: Optional[Tensor],
@@ -252,9 +244,9 @@ def _sdpa_bwd(do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, stats: Ten
              sink: Optional[Tensor], scale: float, causal: bool, bottom_right: bool, left_bound: Optional[int],
              right_bound: Optional[int], alibi: bool, dropout_p: float, max_seq_len_q: Optional[int],
              max_seq_len_kv: Optional[int], want_dbias: bool,
-             want_dsink: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """Attention backward: (dq, dk, dv, dbias, dsink); dbias and dsink are empty unless wanted (``sink``, the
-    forward's, is read only for dsink: the statistics include it). See :func:`sdpa`."""
+             want_dsink: bool) -> list[Tensor]:
+    """Attention backward: [dq, dk, dv], then dbias and dsink where wanted (``sink``, the forward's, is read only
+    for dsink: the statistics include it). See :func:`sdpa`."""
     if not want_dsink:
         sink = None
     args = (do, q, k, v, o, stats, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset, sink)
@@ -264,26 +256,22 @@ def _sdpa_bwd(do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, stats: Ten
     rkey = _ready_key("sdpa_bwd", opts, args)
     again = replay(dev, rkey, args)  # a repeat call: the gradients' layouts and the prepared call are known
     if again is not None:
-        dq, dk, dv, db, ds = again
-        return dq, dk, dv, db, ds
+        return again
     zero = seq_len_q is not None and ragged_offset_q is None
     grads = _grads(q, k, v, bias, sink, ragged_offset_q is not None, zero, want_dbias, want_dsink)
-    wanted = _bound_grads(want_dbias, want_dsink)
     ctx = context(dev)
     h = ctx.handle
     key, ptrs = _signature("sdpa_bwd", opts, args, 6)
     p = prepared(h, key, lambda: _build_bwd(h, args, grads, opts))
-    p.run(ctx, ptrs + tuple([grads[i].data_ptr() for i in wanted]))
-    remember(dev, rkey, Ready(p, grads, wanted, zero))
-    dq, dk, dv, db, ds = grads
-    return dq, dk, dv, db, ds
+    p.run(ctx, ptrs + tuple([x.data_ptr() for x in grads]))
+    remember(dev, rkey, Ready(p, grads, range(len(grads)), zero))
+    return grads
 
 
 def _sdpa_bwd_fake(do, q, k, v, o, stats, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset,
                    sink, scale, causal, bottom_right, left_bound, right_bound, alibi, dropout_p, max_seq_len_q,
                    max_seq_len_kv, want_dbias, want_dsink):
-    return tuple(_grads(q, k, v, bias, sink, ragged_offset_q is not None, seq_len_q is not None, want_dbias,
-                        want_dsink))
+    return _grads(q, k, v, bias, sink, ragged_offset_q is not None, seq_len_q is not None, want_dbias, want_dsink)
 
 
 sdpa_bwd = define("sdpa_bwd", _sdpa_bwd, _sdpa_bwd_fake)
@@ -303,13 +291,14 @@ def _backward(ctx, do, dstats):
     if do.stride(-1) != 1 or 0 in do.stride() or (roq is not None and not do.is_contiguous()):
         do = do.contiguous()
     bwd = _sdpa_bwd if eager(q) else sdpa_bwd
-    dq, dk, dv, db, ds = bwd(do, q, k, v, o, stats, bias, slq, slkv, roq, rok, seed, offset, sink, *ctx.opts,
-                             want_dbias, want_dsink)
-    return ((dq, dk, dv, db if want_dbias else None) + (None,) * 6 + (ds if want_dsink else None,)
-            + (None,) * (len(ctx.opts) + 1))
+    dq, dk, dv, *more = bwd(do, q, k, v, o, stats, bias, slq, slkv, roq, rok, seed, offset, sink, *ctx.opts,
+                            want_dbias, want_dsink)
+    db = more.pop(0) if want_dbias else None
+    ds = more.pop(0) if want_dsink else None
+    return (dq, dk, dv, db) + (None,) * 6 + (ds,) + (None,) * (len(ctx.opts) + 1)
 
 
-torch.library.register_autograd("cudnn_py::sdpa_fwd", _backward, setup_context=_setup)
+sdpa_fwd = define("sdpa_fwd", _sdpa_fwd, _sdpa_fwd_fake, _setup, _backward)
 _SdpaFunction = function("_SdpaFunction", _sdpa_fwd, _setup, _backward)
 
 

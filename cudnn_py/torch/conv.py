@@ -83,9 +83,6 @@ def _conv_fwd_fake(x, w, bias, padding, stride, dilation, activation):
     return _y(x, w, padding, stride, dilation)
 
 
-conv_fwd = define("conv_fwd", _conv_fwd, _conv_fwd_fake)
-
-
 def _conv_grad(kind: str, dy: Tensor, other: Tensor, shape: list[int], padding: list[int], stride: list[int],
                dilation: list[int]) -> Tensor:
     """A gradient of the convolution for output gradient ``dy``: ``kind`` 'dgrad' gives dx of ``shape`` (``other``
@@ -157,7 +154,7 @@ def _backward(ctx, dy):
     return dx, dw, db, None, None, None, None
 
 
-torch.library.register_autograd("cudnn_py::conv_fwd", _backward, setup_context=_setup)
+conv_fwd = define("conv_fwd", _conv_fwd, _conv_fwd_fake, _setup, _backward)
 _ConvFunction = function("_ConvFunction", _conv_fwd, _setup, _backward)
 
 

@@ -75,9 +75,6 @@ def _norm_fwd_fake(x, weight, bias, eps, rms):
     return (torch.empty_like(x, memory_format=torch.contiguous_format),) + _stats(_rows(x)[0], x.device, rms)
 
 
-norm_fwd = define("norm_fwd", _norm_fwd, _norm_fwd_fake)
-
-
 def _build_bwd(h, dy, x, w, mean, inv, rms: bool, has_bias: bool) -> Prepared:
     n, d = _rows(x)
     g = Graph(io_dtype=dtype_name(x.dtype), compute_dtype="float32", name="torch.norm_bwd")
@@ -129,7 +126,7 @@ def _backward(ctx, dy, dmean, dinv):
     return dx, dw, db if ctx.has_bias else None, None, None
 
 
-torch.library.register_autograd("cudnn_py::norm_fwd", _backward, setup_context=_setup)
+norm_fwd = define("norm_fwd", _norm_fwd, _norm_fwd_fake, _setup, _backward)
 _NormFunction = function("_NormFunction", _norm_fwd, _setup, _backward)
 
 
@@ -226,9 +223,6 @@ def _batch_norm_fwd_fake(x, weight, bias, running_mean, running_var, momentum, e
     return _bn_outputs(x, weight.shape[0], running_mean is not None)
 
 
-batch_norm_fwd = define("batch_norm_fwd", _batch_norm_fwd, _batch_norm_fwd_fake)
-
-
 def _batch_norm_bwd(dy: Tensor, x: Tensor, weight: Tensor, mean: Tensor,
                     inv_std: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """Batch-norm backward from the forward's saved statistics: (dx in x's layout, dweight, dbias)."""
@@ -272,7 +266,7 @@ def _bn_backward(ctx, dy, dmean, dinv, dnew_mean, dnew_var):
     return dx, dw, db, None, None, None, None
 
 
-torch.library.register_autograd("cudnn_py::batch_norm_fwd", _bn_backward, setup_context=_bn_setup)
+batch_norm_fwd = define("batch_norm_fwd", _batch_norm_fwd, _batch_norm_fwd_fake, _bn_setup, _bn_backward)
 _BatchNormFunction = function("_BatchNormFunction", _batch_norm_fwd, _bn_setup, _bn_backward)
 
 

@@ -19,7 +19,8 @@
 * :func:`define` - registers an op: the schema from its implementation's annotations, the implementation as the
   dispatcher's CUDA kernel itself and a fake for tracing (what ``torch.library.custom_op`` registers, without the
   Python layers it wraps around the kernel, which cost about 20 us per call: measured in
-  benchmarks/torch_ops_bench.py); the autograd formula is added with ``torch.library.register_autograd``.
+  benchmarks/torch_ops_bench.py), and its autograd formula as torch's autograd kernel behind a shorter one that
+  runs the implementation directly where there is nothing to record (a compiled graph's calls).
 * :func:`call` - how the Python faces reach an op: eagerly (plain tensors, not under ``torch.compile``) its
   implementation is called directly, inside a ``torch.autograd.Function`` made by :func:`function` from the op's
   own autograd formula when a gradient is needed; traced, the registered op itself, so ``torch.compile`` and
@@ -37,6 +38,7 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from torch._library.autograd import Info, make_autograd_impl
 
 from cudnn_py import nvtx
 from cudnn_py.caches import handle_cache
@@ -59,6 +61,21 @@ class _Local(threading.local):
 _local = _Local()
 
 _is_compiling = torch.compiler.is_compiling
+_grad_enabled = torch.is_grad_enabled
+_any_requires_grad = torch._C._any_requires_grad
+_modes = torch._C._len_torch_dispatch_stack
+
+
+def _cuda_function(name: str) -> Callable:
+    """``torch._C.<name>`` (absent from a torch built without CUDA, whose tensors never reach a plan)."""
+    return getattr(torch._C, name, None)  # type: ignore[return-value]
+
+
+# torch's current CUDA device; its caching allocator's raw blocks: (bytes, stream) -> address, address -> None
+_current_device = _cuda_function("_cuda_getDevice")
+_raw_alloc = _cuda_function("_cuda_cudaCachingAllocator_raw_alloc")
+_raw_delete = _cuda_function("_cuda_cudaCachingAllocator_raw_delete")
+
 
 try:  # the raw cudaStream_t as an int, without making a torch.cuda.Stream object (what compiled code uses)
     _raw_stream: Callable[[int], int] = torch._C._cuda_getCurrentRawStream
@@ -67,14 +84,31 @@ except AttributeError:  # pragma: no cover - torch built without CUDA
         return torch.cuda.current_stream(device).cuda_stream
 
 
-def define(name: str, impl: Callable, fake: Callable) -> Callable[..., Any]:
+def define(name: str, impl: Callable, fake: Callable, setup: Callable | None = None,
+           backward: Callable | None = None) -> Callable[..., Any]:
     """Register the op ``cudnn_py::name`` (no argument mutated; its schema inferred from ``impl``'s annotations) with
-    ``impl`` as its CUDA kernel (outside dynamo's reach, as a custom op's) and ``fake`` for fake tensors; returns
-    its overload (``torch.ops.cudnn_py.<name>.default``)."""
+    ``impl`` as its CUDA kernel (outside dynamo's reach, as a custom op's) and ``fake`` for fake tensors, and with
+    ``backward`` (after ``setup`` saved what it needs) as its autograd formula; returns its overload
+    (``torch.ops.cudnn_py.<name>.default``).
+
+    The formula is torch's autograd kernel for it (what ``torch.library.register_autograd`` registers), behind a
+    shorter one for what compiled graphs do with the op: called on plain CUDA tensors with no gradient to record
+    and no dispatch mode active, it runs ``impl`` itself instead of entering the dispatcher again for the CUDA
+    kernel (each entry from the dispatcher into Python costs several microseconds)."""
     _LIB.define(name + torch.library.infer_schema(impl, mutates_args=()), tags=(torch.Tag.pt2_compliant_tag,))
-    _LIB.impl(name, torch._disable_dynamo(impl), "CUDA")
+    kernel = torch._disable_dynamo(impl)
+    _LIB.impl(name, kernel, "CUDA")
     torch.library.register_fake(f"cudnn_py::{name}", fake, lib=_LIB)
-    return getattr(torch.ops.cudnn_py, name).default
+    op = getattr(torch.ops.cudnn_py, name).default
+    if backward is not None:
+        recorded = make_autograd_impl(op, Info(backward, setup))
+
+        def autograd(keyset, *args):
+            if type(args[0]) is Tensor and not _modes() and not (_grad_enabled() and _any_requires_grad(*args)):
+                return kernel(*args)
+            return recorded(keyset, *args)
+        _LIB.impl(name, autograd, "AutogradCUDA", with_keyset=True)
+    return op
 
 
 def current_stream(device: int) -> int:
@@ -163,12 +197,25 @@ class Prepared:
     def run(self, ctx: Context, ptrs: tuple) -> None:
         """Execute on ``ctx``'s handle and stream (torch's current) with these data pointers and its workspace."""
         ptrs += self.const_ptrs
-        if self.ws:  # per call: a workspace kept between calls would outlive a CUDA-graph pool's warm-up
+        if not self.ws:
+            self._execute(ptrs, ptrs, None)
+            return
+        # per call: a workspace kept between calls would outlive a CUDA-graph pool's warm-up. A raw block of torch's
+        # caching allocator (as a tensor's, handed out again only to work queued after this on the same stream, or
+        # from a capture's pool), without a tensor around it; on the current device only, which a kernel called by
+        # the dispatcher does not set
+        if _current_device() == ctx.device.index:
+            wsp = _raw_alloc(self.ws, ctx.stream)
+            try:
+                self._execute(ptrs + (wsp,), ptrs, wsp)
+            finally:
+                _raw_delete(wsp)
+        else:
             ws = torch.empty(self.ws, dtype=torch.uint8, device=ctx.device)
             wsp = ws.data_ptr()
-            key = ptrs + (wsp,)
-        else:
-            wsp, key = None, ptrs
+            self._execute(ptrs + (wsp,), ptrs, wsp)
+
+    def _execute(self, key: tuple, ptrs: tuple, wsp: int | None) -> None:
         vp = self.packs.get(key)
         if vp is None:
             vp = self.runner.pack(key, ptrs, wsp)
