@@ -9,6 +9,9 @@ bandwidth-bound one (tens of millions; the convolutions: compute-bound). Peers p
 * ``default``: the call without ``engine=`` (what a user gets);
 * ``auto``: :func:`cudnn_py.engine_choice.run` over the legacy and graph calls (its first call measures both and
   keeps the faster; the "auto" column names the engine it kept);
+* ``tuned`` (the convolutions): the call with ``autotune=True``, its engine ``"auto"``: the legacy call with the
+  algorithm ``Find...Ex`` measured fastest against the graph path's fastest plan, the faster kept: what torch's
+  ``cudnn.benchmark`` does, so the fair peer of the torch column there;
 * ``torch``: torch's function for the same work on the same memory (torch.backends.cudnn.benchmark on).
 
 Device time: a sample is ``n`` back-to-back calls between CUDA events, queued behind a sleep kernel (torch's) long
@@ -25,6 +28,7 @@ time) and the torch column is empty.
     python benchmarks/ops_matrix.py --quick          # seconds: a few small rows
     python benchmarks/ops_matrix.py --smoke          # imports, arguments, the GPU check: one line
     python benchmarks/ops_matrix.py --probe --ops conv_fwd --dtypes float32 --layouts NCHW --sizes large
+    python benchmarks/ops_matrix.py --markdown run1.json run2.json   # the rows of --json files as Markdown
 
 ``--probe`` (per selected row, after its peers): every engine configuration cuDNN offers for each graph the graph
 path runs (heuristics modes A, B and FALLBACK, enumerated as ``algos --graph`` does, each built into a plan bound to
@@ -36,6 +40,7 @@ torch) or which configuration beats the one in use.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import sys
@@ -64,7 +69,9 @@ LAYOUTS = ("NCHW", "NHWC")
 SIZES = ("small", "large")
 #: families whose arrays have no NCHW/NHWC layout (rows x hidden): their rows run under NCHW only
 NO_LAYOUT = frozenset({"layer_norm"})
-PEERS = ("legacy", "graph", "default", "auto", "torch")
+PEERS = ("legacy", "graph", "default", "auto", "tuned", "torch")
+#: the cudnn-py peers whose best the "/torch" column compares
+OURS = ("auto", "tuned", "default", "graph", "legacy")
 #: clock rate the sleep kernel's cycle count assumes (at or above the GPU's, so a sleep is never too short)
 _SLEEP_HZ = 2.0e9
 
@@ -150,6 +157,10 @@ def parse(argv=None, check=None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="a few small rows, 2 rounds")
     p.add_argument("--probe", action="store_true", help="also time every engine configuration and legacy algorithm "
                                                          "of each row beside torch (slow: use the filters)")
+    p.add_argument("--markdown", nargs="+", metavar="JSON", help="print the rows of these --json files as one "
+                                                                  "Markdown table, then exit (no GPU needed)")
+    if check is not None and "--markdown" in (sys.argv[1:] if argv is None else argv):
+        check = functools.partial(check, gpu=False)
     a = (check or argparse.ArgumentParser.parse_args)(p, argv)
     if a.rounds < 1 or a.sample_ms <= 0:
         p.error("--rounds must be >= 1 and --sample-ms > 0")
@@ -278,7 +289,8 @@ def _build(b: Bench, fam: str, op: str, dtype: str, layout: str, size: str) -> t
             found = C.convolution_algorithms(h, conv, x, w, y, direction=direction, method="find_ex")
             names = dict.fromkeys(r.algo for r in found if r.supported)  # one per algorithm (math types merge)
             return {f"legacy {a.name}": (lambda a=a: call(engine="legacy", algo=a)) for a in names}
-        return f"x{xs} w{ws}", Case(nbytes, flops, {**_engines(call), "torch": t}, algos=algos)
+        return f"x{xs} w{ws}", Case(nbytes, flops, {**_engines(call), "tuned": lambda: call(autotune=True),
+                                                    "torch": t}, algos=algos)
     if fam == "pooling":
         xs = SHAPES["pooling"][size]
         mode = "max" if "max" in op else "avg_include_padding"
@@ -683,7 +695,7 @@ def _f(v, spec=".4f") -> str:
 def _line(r: Row) -> str:
     ms = [_f(r.ms.get(p)) for p in PEERS]
     t = r.ms.get("torch")
-    best = min((r.ms[p] for p in ("auto", "default", "graph", "legacy") if r.ms.get(p)), default=None)
+    best = min((r.ms[p] for p in OURS if r.ms.get(p)), default=None)
     ratio = _f(best / t, ".2f") if best and t else "-"
     return (f"{r.op:<16}{r.dtype:<9}{r.layout:<5}{r.size:<6}" + "".join(f"{m:>9}" for m in ms) +
             f"{ratio:>7}{r.auto_engine or '-':>7}{r.rate('auto') if r.ms.get('auto') else r.rate('default'):>8}"
@@ -697,8 +709,33 @@ def table(rows: list[Row]) -> str:
     return "\n".join([head, "-" * len(head), *(_line(r) for r in rows)] + (["", "notes:", *notes] if notes else []))
 
 
+def markdown(paths: list[str]) -> str:
+    """The rows of ``--json`` files as one Markdown table: device ms per peer (the engine "auto" kept beside its
+    figure), "auto" over torch and the best cudnn-py peer over torch; then each file's machine line."""
+    runs = [json.load(open(path)) for path in paths]
+    cols = [p for p in PEERS if any(r["ms"].get(p) for run in runs for r in run["rows"])]
+    lines = ["| operation | dtype | layout | size | " + " | ".join(f"{p} ms" for p in cols) + " | auto / torch | "
+             "best / torch |", "|---" * (6 + len(cols)) + "|"]
+    for run in runs:
+        for r in run["rows"]:
+            ms, t = r["ms"], r["ms"].get("torch")
+            cells = [_f(ms.get(p)) + (f" ({r['auto_engine']})" if p == "auto" and r.get("auto_engine") else "")
+                     for p in cols]
+            mine = ms.get("auto") or ms.get("default")
+            best = min((ms[p] for p in OURS if ms.get(p)), default=None)
+            ratios = [_f(x / t, ".2f") if x and t else "-" for x in (mine, best)]
+            lines.append(f"| {r['op']} | {r['dtype']} | {r['layout']} | {r['size']} | " + " | ".join(cells + ratios)
+                         + " |")
+    meta = [run.get("meta", {}) for run in runs]
+    return "\n".join(lines + [""] + [f"{m.get('gpu')}, cuDNN {m.get('cudnn')}, torch {m.get('torch')}, "
+                                     f"{m.get('rounds')} rounds, {m.get('date')}" for m in meta])
+
+
 def main(argv=None) -> int:
     args = parse(argv, script_args)
+    if args.markdown:
+        print(markdown(args.markdown))
+        return 0
     sel = selected(args.ops, args.dtypes, args.layouts, args.sizes)
     torch = None
     if not args.no_torch:

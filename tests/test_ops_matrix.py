@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import inspect
+import json
 import sys
 from pathlib import Path
 
@@ -245,3 +246,23 @@ def test_graph_calls_records_each_executor_call_once(om):
     rec = om._graph_calls(h, lambda: (timing(0), a(1, 2), b(3), a(4, 5)))
     assert [(e is a, args) for e, args in rec] == [(True, (4, 5)), (False, (3,))] and got == [(1, 2), (4, 5)]
     assert "__call__" not in Executor.__dict__
+
+
+def test_markdown_table_from_json_files(om, tmp_path, capsys):
+    """``--markdown`` renders --json files (no GPU): a column per peer any row has, the engine "auto" kept, auto and
+    the best cudnn-py peer over torch."""
+    rows = [{"op": "conv_fwd", "dtype": "float32", "layout": "NCHW", "size": "large", "auto_engine": "legacy",
+             "ms": {"legacy": 0.083, "graph": 0.084, "default": 0.083, "auto": 0.084, "tuned": 0.0756, "torch": 0.078}},
+            {"op": "relu_fwd", "dtype": "float16", "layout": "NHWC", "size": "large", "auto_engine": None,
+             "ms": {"legacy": 0.057, "graph": None, "default": 0.057, "torch": None}}]
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps({"meta": {"gpu": "GPU", "cudnn": "9.19.0", "torch": "2.11", "rounds": 3,
+                                         "date": "today"}, "rows": rows}))
+    assert om.main(["--markdown", str(path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == ("| operation | dtype | layout | size | legacy ms | graph ms | default ms | auto ms | tuned ms | "
+                      "torch ms | auto / torch | best / torch |")
+    assert out[2] == ("| conv_fwd | float32 | NCHW | large | 0.0830 | 0.0840 | 0.0830 | 0.0840 (legacy) | 0.0756 | "
+                      "0.0780 | 1.08 | 0.97 |")
+    assert out[3] == "| relu_fwd | float16 | NHWC | large | 0.0570 | - | 0.0570 | - | - | - | - | - |"
+    assert out[-1] == "GPU, cuDNN 9.19.0, torch 2.11, 3 rounds, today"
