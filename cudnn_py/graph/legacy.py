@@ -197,8 +197,8 @@ def run_graph(handle, name: str, params: tuple, inputs: Sequence[tuple[str, Devi
     strides and is dense, they are instead all described as one flat channels-last (1, 64, n / 64, 1) array (cuDNN
     9.19's pointwise engine runs fastest so); ``build`` must then be elementwise, as pointwise graphs and
     reductions to the same shape are. Without ``relabel`` the arrays are described as they are.
-    ``autotune``: on the first call, time the plans of heuristics modes A and B on these arrays and keep the
-    fastest (the outputs are written meanwhile) instead of mode A's first plan. cuDNN's "no engine" and the
+    ``autotune``: on the first call, time the plans of heuristics modes A and B and the fallback list on these
+    arrays and keep the fastest (the outputs are written meanwhile) instead of mode A's first plan. cuDNN's "no engine" and the
     builder's refusal are remembered per configuration (:func:`cudnn_py.graph.runner.cached`).
     """
     for role, a in (*inputs, *outputs):

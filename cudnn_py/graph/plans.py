@@ -377,13 +377,16 @@ def build_plans(graph, handle, modes: Sequence[str] = ("A", "FALLBACK"), *, poli
 
 
 def time_plan(plan: Plan, handle, variant_pack: dict, *, warmup: int = 2, iters: int = 5) -> float:
-    """Median milliseconds of ``iters`` executions of ``plan`` after ``warmup`` untimed ones (CUDA events on the
-    handle's stream)."""
+    """Median milliseconds of ``iters`` timed executions of ``plan`` after ``warmup`` untimed ones (CUDA events on
+    the handle's stream). Each timed execution is queued right behind an untimed one, so its events measure the
+    GPU's time (or, where the call is host-bound, what a loop of such calls costs), not the launch latency of a
+    call on an idle GPU, which made a 25 us kernel look 10 % slower than its neighbour and keep the wrong plan."""
     from cudnn_py.streams import timer
     for _ in range(warmup):
         plan.execute(handle, variant_pack)
     times: list[float] = []
     for _ in range(iters):
+        plan.execute(handle, variant_pack)
         with timer(handle.stream) as t:
             plan.execute(handle, variant_pack)
         times.append(t.ms if t.ms is not None else float("nan"))  # set when the block exits

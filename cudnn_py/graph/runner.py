@@ -19,7 +19,6 @@ from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
 from cudnn_py.memory import DeviceArray, array_signature, as_array, empty
 
 from .descriptors import destroy_descriptor
-from .errors import GraphNotSupportedError
 
 __all__ = ["Runner", "VariantPack", "cached", "cache_clear", "plan_graph", "autotune_graph", "make_variant_pack",
            "raw_execute", "tensor_pointer", "check_signature", "handle_device", "workspace_pointer", "plan_pointer",
@@ -398,12 +397,11 @@ def cache_clear(handle: Any, *namespaces: str) -> None:
 
 def autotune_graph(g: Any, handle: Any, pack: dict) -> None:
     """Make ``g``'s plan the fastest on ``pack`` (graph tensor -> array for every I/O tensor; outputs are
-    overwritten) of the plans of heuristics modes A and B (timing every fallback engine too costs seconds and never
-    wins), or of the fallback plans when A and B have none (else :class:`GraphNotSupportedError`)."""
-    try:
-        g.autotune(handle, pack, modes=("A", "B"))
-    except GraphNotSupportedError:
-        g.autotune(handle, pack, modes=("FALLBACK",))
+    overwritten) of every plan heuristics modes A and B and the fallback list offer (else
+    :class:`~cudnn_py.graph.errors.GraphNotSupportedError`). The fallback list costs building its plans once, and it can hold the only
+    fast one: float64 convolution backward data (32x64x56x56, 3x3, H200, cuDNN 9.19) takes 6.3 ms on the engine
+    modes A and B rank first and 0.54 ms on the fallback list's ``eng1``."""
+    g.autotune(handle, pack, modes=("A", "B", "FALLBACK"))
 
 
 def plan_graph(g: Any, handle: Any, inputs: dict, outputs: dict | Sequence, autotune: bool) -> Any:

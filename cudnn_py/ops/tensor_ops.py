@@ -231,7 +231,8 @@ def set_tensor(handle: Handle, y: Out, value: float) -> Out:
     A dense ``y`` (packed in any dimension order, no negative stride) is filled by a driver memset of the value in
     y's dtype, at the copy engines' speed (cuDNN's ``cudnnSetTensor`` takes 2.4x torch's ``fill_`` for float16
     NCHW and 19-22x for NHWC: H200, 32x256x56x56). Otherwise ``cudnnSetTensor`` fills float16, bfloat16, float32
-    and float64 tensors (reading the value as float, double for float64; the memset writes the same bits); other
+    and float64 tensors (reading the value as float, double for float64; the memset writes the same bits; a dense
+    ``y`` no memset can fill, float64 with unequal 4-byte halves, is described packed in its memory order); other
     dtypes need a dense ``y`` (and a float64/int64 value whose two 4-byte halves a 32-bit memset can write).
     """
     handle = handle_arg(handle)
@@ -241,6 +242,7 @@ def set_tensor(handle: Handle, y: Out, value: float) -> Out:
     kernel = ya.dtype.name in _SET_KERNEL_DTYPES
     host_type = ya.dtype if ya.dtype.itemsize == 8 or not kernel else np.dtype(np.float32)
     host = element_value(value, ya.dtype, "value").astype(host_type)
+    yd = None
     if ya.span()[1] == ya.size and min(ya.strides, default=0) >= 0 and non_overlapping(ya.shape, ya.strides):
         # dense (any dimension order): y's elements are exactly its memory span, so one driver memset of the
         # element cuDNN would write (the host value converted to y's dtype) fills it at full bandwidth
@@ -248,12 +250,18 @@ def set_tensor(handle: Handle, y: Out, value: float) -> Out:
         with on_device(ya.device_id):
             if ya.size == 0 or memset(ya.ptr, host.astype(ya.dtype), ya.size, stream):
                 return y
+        # no memset writes the value (a float64 one with unequal 4-byte halves): cuDNN's kernel on y described
+        # packed in its memory order (every element gets the same value), which runs at 1.1x torch's fill_ where
+        # an NHWC descriptor ran 16x (float64, 32x256x56x56, H200)
+        order = sorted(range(ya.ndim), key=lambda i: -ya.strides[i])
+        yd = tensor_desc(tuple(ya.shape[i] for i in order), ya.dtype, None)
     if not kernel:
         raise InvalidValueError(f"set_tensor: a {ya.dtype.name} y must be dense (packed in some dimension order) and "
                                 f"its value a repeated 1-, 2- or 4-byte word (cuDNN's cudnnSetTensor writes other "
                                 f"{ya.dtype.name} tensors wrong or refuses them); got strides {ya.strides}, value "
                                 f"{value!r}")
-    yd = desc(ya)
+    if yd is None:
+        yd = desc(ya)
     capi.cudnnSetTensor(handle.ptr, yd.ptr, ya.ptr, host.ctypes.data)
     return y
 
