@@ -253,8 +253,9 @@ def set_tensor(handle: Handle, y: Out, value: float) -> Out:
         # no memset writes the value (a float64 one with unequal 4-byte halves): cuDNN's kernel on y described
         # packed in its memory order (every element gets the same value), which runs at 1.1x torch's fill_ where
         # an NHWC descriptor ran 16x (float64, 32x256x56x56, H200)
-        order = sorted(range(ya.ndim), key=lambda i: -ya.strides[i])
-        yd = tensor_desc(tuple(ya.shape[i] for i in order), ya.dtype, None)
+        if kernel:
+            order = sorted(range(ya.ndim), key=lambda i: -ya.strides[i])
+            yd = tensor_desc(tuple(ya.shape[i] for i in order), ya.dtype, None)
     if not kernel:
         raise InvalidValueError(f"set_tensor: a {ya.dtype.name} y must be dense (packed in some dimension order) and "
                                 f"its value a repeated 1-, 2- or 4-byte word (cuDNN's cudnnSetTensor writes other "
