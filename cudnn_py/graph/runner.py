@@ -398,9 +398,9 @@ def cache_clear(handle: Any, *namespaces: str) -> None:
 def autotune_graph(g: Any, handle: Any, pack: dict) -> None:
     """Make ``g``'s plan the fastest on ``pack`` (graph tensor -> array for every I/O tensor; outputs are
     overwritten) of every plan heuristics modes A and B and the fallback list offer (else
-    :class:`~cudnn_py.graph.errors.GraphNotSupportedError`). The fallback list costs building its plans once, and it can hold the only
-    fast one: float64 convolution backward data (32x64x56x56, 3x3, H200, cuDNN 9.19) takes 6.3 ms on the engine
-    modes A and B rank first and 0.54 ms on the fallback list's ``eng1``."""
+    :class:`~cudnn_py.graph.errors.GraphNotSupportedError`). The fallback list costs building its plans once, and
+    it can hold the only fast one: float64 convolution backward data (32x64x56x56, 3x3, H200, cuDNN 9.19) takes
+    6.3 ms on the engine modes A and B rank first and 0.54 ms on the fallback list's ``eng1``."""
     g.autotune(handle, pack, modes=("A", "B", "FALLBACK"))
 
 

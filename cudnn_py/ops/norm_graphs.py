@@ -17,7 +17,7 @@ def param_view(a: DeviceArray | None, s: na.NormSetup) -> DeviceArray | None:
     """A parameter array seen with the full parameter shape (a (C,) array as (1, C, 1, 1)); no copy."""
     if a is None or a.shape == s.pshape:
         return a
-    return DeviceArray(a.ptr, s.pshape, a.dtype, c_strides(s.pshape), device_id=a.device_id, owner=a)
+    return DeviceArray.from_parts(a.ptr, s.pshape, a.dtype, c_strides(s.pshape), a.device_id, a, None, True)
 
 
 def is_relu(act) -> bool:
