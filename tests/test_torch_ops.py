@@ -342,6 +342,29 @@ def test_hot_path_without_gradient_matches_float64_per_layout_and_options(tg, rn
 
 
 @pytest.mark.gpu
+def test_attention_on_a_second_device_while_the_first_is_current(tg, rng):
+    """q, k, v on cuda:1 with cuda:0 current: forward and backward through autograd match float64 and stay on
+    cuda:1 (the plans' workspaces then come as tensors of that device: the allocator's raw blocks are the current
+    device's)."""
+    torch, ct = tg
+    if torch.cuda.device_count() < 2:
+        pytest.skip(f"needs 2 GPUs, {torch.cuda.device_count()} visible")
+    dtype, shape = "bfloat16", (2, 2, 40, 64)
+    qa, ka, va, doa = (rng.standard_normal(shape) for _ in range(4))
+    q, k, v, do = (torch.tensor(a).to("cuda:1", torch.bfloat16).requires_grad_(True) for a in (qa, ka, va, doa))
+    with torch.cuda.device(0):
+        o, stats = ct.sdpa(q, k, v, causal=True, return_stats=True)
+        o.backward(do.detach())
+    assert {x.device for x in (o, stats, q.grad, k.grad, v.grad)} == {torch.device("cuda", 1)}
+    qd, kd, vd, dod = (_h(x) for x in (q, k, v, do))
+    ro, rs = R.forward(qd, kd, vd, causal=True)
+    _close(_h(o), ro, dtype)
+    _close(_h(stats), rs, dtype)
+    for got, ref in zip((q.grad, k.grad, v.grad), R.backward(qd, kd, vd, dod, causal=True)):
+        _close(_h(got), ref, dtype)
+
+
+@pytest.mark.gpu
 def test_outputs_and_workspace_come_from_torchs_allocator(tg):
     """A backward call (its plan needs a workspace) draws exactly its gradients and its workspace from torch's
     caching allocator, as torch.cuda.memory_stats counts them."""

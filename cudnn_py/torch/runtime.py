@@ -4,10 +4,10 @@
   ``torch.cuda.current_stream()`` of that device (``cudnnSetStream`` only when the stream changed), as torch keeps
   one cuDNN handle per thread and device and sets its stream on each call.
 * :class:`Prepared` - a built graph plan (a :class:`~cudnn_py.graph.runner.Runner`) bound positionally;
-  :meth:`Prepared.run` executes it with the data pointers of torch tensors: one dict lookup (the variant pack by
-  addresses), the workspace as a ``torch.uint8`` tensor from the caching allocator (freed after the launch: the
-  allocator hands the block out again only to work queued after it on the same stream, or later in the same
-  CUDA-graph capture or pool), one ``cudnnBackendExecute``.
+  :meth:`Prepared.run` executes it with the data pointers of torch tensors, the tensors' device current: one dict
+  lookup (the variant pack by addresses), the workspace as a raw block of the caching allocator (freed after the
+  launch: the allocator hands the block out again only to work queued after it on the same stream, or later in
+  the same CUDA-graph capture or pool), one ``cudnnBackendExecute``.
 * :func:`prepared` - the :class:`Prepared` call of a configuration key, cached on the handle
   (:func:`cudnn_py.caches.handle_cache`), so ``handle.clear_caches()`` forgets them.
 * :class:`Ready` - an op's fast path on repeat calls: kept in that same cache under a key of the call's shapes,
@@ -135,12 +135,12 @@ def empty_like_layout(like: Tensor, shape, dtype=None, zero: bool = False) -> Te
 class Context:
     """This thread's cuDNN handle on one device and the torch stream it is bound to."""
 
-    __slots__ = ("handle", "stream", "device")
+    __slots__ = ("handle", "stream", "device", "index")
 
     def __init__(self, device: int, stream: int):
         with torch.cuda.device(device):
             self.handle = Handle(device, stream=stream)
-        self.stream, self.device = stream, torch.device("cuda", device)
+        self.stream, self.device, self.index = stream, torch.device("cuda", device), device
 
     def rebind(self, stream: int) -> None:
         """Follow torch's current stream."""
@@ -195,25 +195,28 @@ class Prepared:
         self.execute = nvtx.wrap("cudnnBackendExecute", raw_execute())
 
     def run(self, ctx: Context, ptrs: tuple) -> None:
-        """Execute on ``ctx``'s handle and stream (torch's current) with these data pointers and its workspace."""
+        """Execute on ``ctx``'s handle and stream (torch's current) with these data pointers and its workspace,
+        with ``ctx``'s device current (cuDNN runs on the current device, as torch's ops, which set theirs, do; a
+        kernel the dispatcher calls finds whichever device the program made current)."""
         ptrs += self.const_ptrs
+        if _current_device() == ctx.index:
+            self._run(ctx, ptrs)
+        else:
+            with torch.cuda.device(ctx.index):
+                self._run(ctx, ptrs)
+
+    def _run(self, ctx: Context, ptrs: tuple) -> None:
         if not self.ws:
             self._execute(ptrs, ptrs, None)
             return
         # per call: a workspace kept between calls would outlive a CUDA-graph pool's warm-up. A raw block of torch's
-        # caching allocator (as a tensor's, handed out again only to work queued after this on the same stream, or
-        # from a capture's pool), without a tensor around it; on the current device only, which a kernel called by
-        # the dispatcher does not set
-        if _current_device() == ctx.device.index:
-            wsp = _raw_alloc(self.ws, ctx.stream)
-            try:
-                self._execute(ptrs + (wsp,), ptrs, wsp)
-            finally:
-                _raw_delete(wsp)
-        else:
-            ws = torch.empty(self.ws, dtype=torch.uint8, device=ctx.device)
-            wsp = ws.data_ptr()
+        # caching allocator on the current device (as a tensor's, handed out again only to work queued after this
+        # on the same stream, or from a capture's pool), without a tensor around it
+        wsp = _raw_alloc(self.ws, ctx.stream)
+        try:
             self._execute(ptrs + (wsp,), ptrs, wsp)
+        finally:
+            _raw_delete(wsp)
 
     def _execute(self, key: tuple, ptrs: tuple, wsp: int | None) -> None:
         vp = self.packs.get(key)
