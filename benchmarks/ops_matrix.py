@@ -712,7 +712,10 @@ def table(rows: list[Row]) -> str:
 def markdown(paths: list[str]) -> str:
     """The rows of ``--json`` files as one Markdown table: device ms per peer (the engine "auto" kept beside its
     figure), "auto" over torch and the best cudnn-py peer over torch; then each file's machine line."""
-    runs = [json.load(open(path)) for path in paths]
+    runs = []
+    for path in paths:
+        with open(path) as fh:
+            runs.append(json.load(fh))
     cols = [p for p in PEERS if any(r["ms"].get(p) for run in runs for r in run["rows"])]
     lines = ["| operation | dtype | layout | size | " + " | ".join(f"{p} ms" for p in cols) + " | auto / torch | "
              "best / torch |", "|---" * (6 + len(cols)) + "|"]

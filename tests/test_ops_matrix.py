@@ -266,3 +266,13 @@ def test_markdown_table_from_json_files(om, tmp_path, capsys):
                       "0.0780 | 1.08 | 0.97 |")
     assert out[3] == "| relu_fwd | float16 | NHWC | large | 0.0570 | - | 0.0570 | - | - | - | - | - |"
     assert out[-1] == "GPU, cuDNN 9.19.0, torch 2.11, 3 rounds, today"
+
+
+def test_docs_table_is_printed_from_the_stored_runs(om):
+    """docs/graph_paths.md's large-size matrix is exactly what --markdown prints from the runs kept in docs/data (no
+    hand-copied figure)."""
+    root = BENCH.parent.parent
+    runs = [str(root / "docs" / "data" / f"ops_matrix_h200_large_{n}.json") for n in ("convolution", "1", "2")]
+    table = om.markdown(runs).split("\n\n")[0]
+    assert len(table.splitlines()) == 2 + 256
+    assert table in (root / "docs" / "graph_paths.md").read_text()
