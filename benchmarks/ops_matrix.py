@@ -589,22 +589,32 @@ def measure(b: Bench, sel, json_path: str | None, out=sys.stderr, meta: dict | N
 # ---------------------------------------------------------------- --probe: every engine configuration
 
 def _graph_calls(h, call: Callable) -> list[tuple]:
-    """(executor, arguments) of each graph ``call()`` runs, in order, with the handle's caches cleared first (so its
-    graphs are built now): the operation modules' graph paths and the convolutions run every graph through an
-    :class:`~cudnn_py.graph.Executor` call, which is recorded here for this one call; per graph the last call (an
-    autotuned graph's timing runs come first)."""
+    """(executor or runner, arguments) of each graph ``call()`` runs, in order, with the handle's caches cleared
+    first (so its graphs are built now): the convolutions run every graph through an
+    :class:`~cudnn_py.graph.Executor` call, the operation modules' graph paths their first call of a configuration
+    through :meth:`Runner.run <cudnn_py.graph.runner.Runner.run>`; both are recorded here for this one call (each has
+    ``plan`` and ``tensors``); per graph the last call (an autotuned graph's timing runs come first)."""
     from cudnn_py.graph import Executor
+    from cudnn_py.graph.runner import Runner
     seen: dict[int, tuple] = {}
 
     def record(self, *args):
         seen[id(self.plan.graph)] = (self, args)
         return super(Executor, self).__call__(*args)
+
+    run = Runner.run
+
+    def record_run(self, arrays):
+        seen[id(self.plan.graph)] = (self, tuple(arrays))
+        return run(self, arrays)
     h.clear_caches()
     own = Executor.__dict__.get("__call__")
     Executor.__call__ = record  # type: ignore[method-assign]
+    Runner.run = record_run  # type: ignore[method-assign]
     try:
         call()
     finally:
+        Runner.run = run  # type: ignore[method-assign]
         if own is None:
             del Executor.__call__
         else:

@@ -246,6 +246,18 @@ def test_graph_calls_records_each_executor_call_once(om):
     rec = om._graph_calls(h, lambda: (timing(0), a(1, 2), b(3), a(4, 5)))
     assert [(e is a, args) for e, args in rec] == [(True, (4, 5)), (False, (3,))] and got == [(1, 2), (4, 5)]
     assert "__call__" not in Executor.__dict__
+    # the operation modules' graph paths run a configuration's first call through Runner.run: recorded too
+    from cudnn_py.graph.runner import Runner
+    ran: list = []
+    own = Runner.run
+    Runner.run = lambda self, arrays: ran.append(arrays)  # the C call, stood in for
+    try:
+        r = Runner.__new__(Runner)
+        r.plan = types.SimpleNamespace(graph=object())
+        rec = om._graph_calls(h, lambda: (b(6), Runner.run(r, [7, 8])))
+    finally:
+        Runner.run = own
+    assert [(e, args) for e, args in rec] == [(b, (6,)), (r, (7, 8))] and ran == [[7, 8]]
 
 
 def test_markdown_table_from_json_files(om, tmp_path, capsys):
