@@ -3,8 +3,9 @@
 The operation modules (:mod:`cudnn_py.ops.activation`, ``tensor_ops``, ``pooling``, ``batchnorm``,
 ``normalization``) take ``engine="legacy" | "graph" | "auto"``; ``"graph"`` comes here. Each call builds a small
 graph once per configuration (shapes, strides, dtypes, parameters), plans it through the handle's plan cache and
-keeps its :class:`~cudnn_py.graph.Executor` in the handle's cache (:func:`cudnn_py.graph.runner.cached`), so a repeat
-call is a dict lookup and one ``cudnnBackendExecute``. ``"auto"`` measures both engines (:func:`attempt`).
+keeps its :class:`~cudnn_py.graph.runner.Runner` in the handle's cache (:func:`cudnn_py.graph.runner.cached`), so a
+repeat call is two dict lookups (the configuration, the variant pack of the arrays' addresses) and one
+``cudnnBackendExecute``. ``"auto"`` measures both engines (:func:`attempt`).
 
 Layout. cuDNN's engines for graphs of pointwise operations alone take channels-last strides (dimension 1 innermost)
 and refuse the same data described as NCHW. Pointwise operations do not care which axis is called the channel, so
@@ -241,17 +242,16 @@ def run_graph(handle, name: str, params: tuple, inputs: Sequence[tuple[str, Devi
             outs.append(t)
         tensors = [*ts.values(), *outs]
         runner.plan_graph(g, handle, dict(zip(ts.values(), views)), dict(zip(outs, ovs)), autotune)
-        return g.executor(handle, *tensors, identity_cache=0), view
+        return runner.Runner(g.plan, handle, tensors), view
 
     ent = runner.cached(handle, _CACHE, key, make, refusals=(GraphNotSupportedError, GraphPathRefused), auto=auto)
     if ent is None:
         return False
-    ex, view = ent
+    r, view = ent
     # a repeat call: the key fixed every array's shape, strides and dtype, the views keep each array's address, so
     # the variant pack of these addresses (made, and the arrays validated, on the first call with them) is all
     # that is needed; a new address set goes through the validating run, which keeps its pack
     arrays = (*(a for _, a in inputs), *(a for _, a in outputs))
-    r = ex.runner
     if not r.try_run(tuple([a.ptr for a in arrays])):
         r.run([view(a) for a in arrays])
     return True
