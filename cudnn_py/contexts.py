@@ -1,27 +1,14 @@
-"""The CUDA driver module and the devices' primary contexts: what the memory operations need to run their driver
-calls with the right device's context current (:class:`on_device`), on any thread and whichever device is
-current."""
+"""The devices' primary contexts (and the CUDA driver module, :func:`cudnn_py.streams.driver`): what the memory
+operations need to run their driver calls with the right device's context current (:class:`on_device`), on any
+thread and whichever device is current."""
 from __future__ import annotations
 
-from types import ModuleType
 from typing import Any
 
 from cudnn_py.errors import check_cuda
-from cudnn_py.streams import cuda_core
+from cudnn_py.streams import driver
 
 __all__ = ["driver", "device_count", "primary_context", "on_device"]
-
-_driver_module: ModuleType | None = None
-
-
-def driver() -> ModuleType:
-    """``cuda.bindings.driver``, imported on first use (with cuda.core, which the caller has already needed)."""
-    global _driver_module
-    if _driver_module is None:
-        cuda_core()  # a clear NoDeviceError when the CUDA packages are missing
-        from cuda.bindings import driver as module
-        _driver_module = module
-    return _driver_module
 
 
 _DEVICE_COUNT: list[int] = []

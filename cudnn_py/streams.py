@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from cuda.core import Device, Stream
 
 __all__ = ["StreamLike", "get_device", "as_stream", "stream_ptr", "new_stream", "synchronize", "timer", "Timer",
-           "cuda_core", "missing_device"]
+           "cuda_core", "driver", "missing_device"]
 
 
 class _HasCudaStream(Protocol):
@@ -73,6 +73,20 @@ def cuda_core() -> ModuleType:
             ) from e
         _core, _StreamType = core, core.Stream
     return _core
+
+
+_driver: ModuleType | None = None
+
+
+def driver() -> ModuleType:
+    """``cuda.bindings.driver``, imported on first use (after cuda.core: a clear :class:`NoDeviceError` when the
+    CUDA packages are missing); kept, as an import statement costs a fifth of a microsecond on every call."""
+    global _driver
+    if _driver is None:
+        cuda_core()
+        from cuda.bindings import driver as module
+        _driver = module
+    return _driver
 
 
 def _no_device(device: int | None, cause: BaseException | None) -> CudaError:
@@ -162,21 +176,14 @@ def _current_ordinal() -> int:
         raise _no_device(None, e) from e
 
 
-_driver: ModuleType | None = None
-
-
 def _has_context() -> bool:
     """Whether this thread has a current CUDA context (initialising the driver first where needed)."""
-    global _driver
-    if _driver is None:  # imported once: an import statement costs a fifth of a microsecond on every call
-        from cuda.bindings import driver as module
-        _driver = module
-    driver = _driver
-    err, ctx = driver.cuCtxGetCurrent()
-    if err == driver.CUresult.CUDA_ERROR_NOT_INITIALIZED:
-        driver.cuInit(0)
-        err, ctx = driver.cuCtxGetCurrent()
-    if err != driver.CUresult.CUDA_SUCCESS:
+    drv = driver()
+    err, ctx = drv.cuCtxGetCurrent()
+    if err == drv.CUresult.CUDA_ERROR_NOT_INITIALIZED:
+        drv.cuInit(0)
+        err, ctx = drv.cuCtxGetCurrent()
+    if err != drv.CUresult.CUDA_SUCCESS:
         raise cuda_error("cuCtxGetCurrent", int(err), err.name)
     return bool(int(ctx))
 

@@ -12,8 +12,8 @@ import numpy as np
 from cudnn_py.dtypes import SUPPORTED_DTYPES, as_numpy_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
-__all__ = ["c_strides", "is_c_contiguous", "non_overlapping", "normalize_shape", "check_extent", "array_dtype",
-           "MAX_BYTES"]
+__all__ = ["c_strides", "is_c_contiguous", "non_overlapping", "memory_order", "normalize_shape", "check_extent",
+           "array_dtype", "MAX_BYTES"]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -98,6 +98,12 @@ def array_dtype(dtype: Any) -> np.dtype:
         names = ", ".join(x.name for x in SUPPORTED_DTYPES)
         raise InvalidTypeError(f"dtype {d} is not supported by cuDNN; expected one of: {names}")
     return d
+
+
+def memory_order(shape: Sequence[int], strides: Sequence[int]) -> list[int]:
+    """The axes from outermost to innermost in memory (decreasing stride); unit axes first, their stride meaning
+    nothing."""
+    return sorted(range(len(shape)), key=lambda i: (shape[i] > 1, -strides[i] if shape[i] > 1 else 0, i))
 
 
 def non_overlapping(shape: Sequence[int], strides: Sequence[int]) -> bool:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import cudnn_py as cudnn
-from cudnn_py import contexts, dlpack, memory as M
+from cudnn_py import contexts, dlpack, memory as M, streams
 from cudnn_py.memory import DeviceArray, as_array, output_array
 
 from conftest import gpu_missing_reason
@@ -312,7 +312,6 @@ class _Result(int):
 ])
 def test_the_no_device_diagnosis_names_the_cause(monkeypatch, driver, device, cls, text):
     import sys
-    from cudnn_py import streams
     bindings = types.ModuleType("cuda.bindings")
     bindings.driver = driver
     monkeypatch.setitem(sys.modules, "cuda.bindings", bindings)
@@ -398,7 +397,7 @@ def test_on_device_pushes_the_arrays_device_only_when_another_is_current(monkeyp
     """Driver memory calls on an array of device 0 run with device 0's primary context current: pushed (and popped,
     even when the call raises) where device 1 or no context is current, left alone where device 0 already is."""
     fake_driver = _FakeDriver(current)
-    monkeypatch.setattr(contexts, "_driver_module", fake_driver)
+    monkeypatch.setattr(streams, "_driver", fake_driver)
     monkeypatch.setattr(contexts, "_PRIMARY", {})
     monkeypatch.setattr(contexts, "_DEVICE_COUNT", [2])
     with contexts.on_device(0):
@@ -416,9 +415,20 @@ def test_on_device_is_free_in_a_process_that_sees_one_device(monkeypatch):
     """With one device there is no other context to switch from: no driver call at all (the hot path of every
     allocation and free)."""
     fake_driver = _FakeDriver(None)
-    monkeypatch.setattr(contexts, "_driver_module", fake_driver)
+    monkeypatch.setattr(streams, "_driver", fake_driver)
     monkeypatch.setattr(contexts, "_PRIMARY", {})
     monkeypatch.setattr(contexts, "_DEVICE_COUNT", [1])
     with contexts.on_device(0):
         pass
     assert fake_driver.calls == [] and fake_driver.stack == []
+
+
+@pytest.mark.parametrize("shape,strides,order", [
+    ((2, 3, 4, 5), (60, 20, 5, 1), [0, 1, 2, 3]),
+    ((2, 3, 4, 5), (60, 1, 15, 3), [0, 2, 3, 1]),      # NHWC
+    ((2, 3, 4, 5), (1, 2, 6, 24), [3, 2, 1, 0]),       # Fortran order
+    ((2, 1, 4, 5), (20, 99, 5, 1), [1, 0, 2, 3]),      # a unit axis first, whatever its stride
+])
+def test_memory_order_puts_unit_axes_first_then_decreasing_strides(shape, strides, order):
+    from cudnn_py.strided import memory_order
+    assert memory_order(shape, strides) == order

@@ -26,6 +26,7 @@ from cudnn_py import engine_choice
 from cudnn_py.errors import InvalidValueError
 from cudnn_py.dtypes import as_numpy_dtype
 from cudnn_py.memory import DeviceArray
+from cudnn_py.strided import memory_order
 
 from . import runner
 from .errors import GraphNotSupportedError
@@ -98,15 +99,10 @@ def graph_dtype(dtype, what: str) -> None:
 
 # ---------------------------------------------------------------- layout: channels-last relabelling
 
-def _order(shape, strides) -> list[int]:
-    """Axes from outermost to innermost in memory; unit axes first (their stride means nothing)."""
-    return sorted(range(len(shape)), key=lambda i: (shape[i] > 1, -strides[i] if shape[i] > 1 else 0, i))
-
-
 def _relabel(out: DeviceArray) -> tuple[int, tuple[int, ...]]:
     """(unit dims prepended, axis permutation) that present ``out`` with its innermost axis second."""
     pad = max(0, 4 - out.ndim)
-    order = _order((1,) * pad + out.shape, (0,) * pad + out.strides)
+    order = memory_order((1,) * pad + out.shape, (0,) * pad + out.strides)
     return pad, (order[0], order[-1], *order[1:-1])
 
 
@@ -136,7 +132,7 @@ def _flat(ref: DeviceArray, arrays) -> Callable[[DeviceArray], DeviceArray] | No
     if n % _FLAT_C or any(a.shape != ref.shape or a.strides != ref.strides or a.dtype != ref.dtype for a in arrays):
         return None
     acc = 1
-    for i in reversed(_order(ref.shape, ref.strides)):
+    for i in reversed(memory_order(ref.shape, ref.strides)):
         if ref.shape[i] > 1 and ref.strides[i] != acc:
             return None
         acc *= ref.shape[i]
@@ -147,7 +143,7 @@ def _flat(ref: DeviceArray, arrays) -> Callable[[DeviceArray], DeviceArray] | No
 
 def strides_like(x: DeviceArray, shape) -> tuple[int, ...]:
     """Packed strides for an array of ``shape`` (x's rank) that keeps x's axis order in memory (NHWC x: NHWC)."""
-    order = _order(x.shape, x.strides)
+    order = memory_order(x.shape, x.strides)
     strides, acc = [0] * len(shape), 1
     for i in reversed(order):
         strides[i] = acc

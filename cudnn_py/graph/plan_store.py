@@ -185,5 +185,5 @@ def _import_plan_files(db: _db.TuningDatabase, directory: Path, current: Environ
             records.append(_db.Record(KIND, key, env, {"plans": plans}, path.stat().st_mtime, "import"))
     db.put_records(records, source=source)
     if len(records) < len(files):
-        warnings.warn(f"plan cache: {len(files) - len(records)} of {len(files)} plan files in {directory} were unreadable or of "
-                      f"another format and were not imported", RuntimeWarning, stacklevel=4)
+        warnings.warn(f"plan cache: {len(files) - len(records)} of {len(files)} plan files in {directory} were "
+                      f"unreadable or of another format and were not imported", RuntimeWarning, stacklevel=4)

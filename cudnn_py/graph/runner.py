@@ -232,6 +232,9 @@ class Runner:
         if not isinstance(self.h, ctypes.c_void_p):  # the raw call has no argtypes: only pointer objects
             raise InvalidTypeError(f"handle must be a cudnn_py.Handle or a cudnnHandle_t, got {type(handle).__name__}")
         self.plan_ptr, self.workspace_size = plan_pointer(plan), plan.workspace_size
+        # the bare cudnnBackendExecute (handle, plan, variant pack) -> status, in an NVTX range where ranges were on
+        # when the runner was made (as an executor decides once)
+        self.launch = nvtx.wrap("cudnnBackendExecute", raw_execute())
         ws = getattr(handle, "workspace", None)
         self.ws_get = self._no_workspace if ws is None else ws.get
         self.stream, self.device = getattr(handle, "stream", None), handle_device(handle)
@@ -255,7 +258,7 @@ class Runner:
 
     def execute(self, vp: ctypes.c_void_p) -> None:
         """``cudnnBackendExecute`` with variant pack ``vp`` on the handle's stream."""
-        status = nvtx.wrap("cudnnBackendExecute", raw_execute())(self.h, self.plan_ptr, vp)
+        status = self.launch(self.h, self.plan_ptr, vp)
         if status:
             raise self.error(status)
 
@@ -324,7 +327,7 @@ class Runner:
         identity) and one ctypes call when the arrays were seen before; :meth:`checked_pack` otherwise."""
         recent, keep = self.recent, max(0, int(identity_cache))
         recent_get, checked, error = recent.get, self.checked_pack, self.error
-        ex, h, plan = nvtx.wrap("cudnnBackendExecute", raw_execute()), self.h, self.plan_ptr
+        ex, h, plan = self.launch, self.h, self.plan_ptr
 
         def lookup(arrays: tuple, key: tuple, wsp: int | None) -> ctypes.c_void_p:
             vp = checked(arrays, wsp)

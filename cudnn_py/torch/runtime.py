@@ -40,10 +40,9 @@ import torch
 from torch import Tensor
 from torch._library.autograd import Info, make_autograd_impl
 
-from cudnn_py import nvtx
 from cudnn_py.caches import handle_cache
 from cudnn_py.graph import Graph
-from cudnn_py.graph.runner import Runner, cached, raw_execute
+from cudnn_py.graph.runner import Runner, cached
 from cudnn_py.handle import Handle
 
 __all__ = ["define", "Context", "context", "known", "handle", "Prepared", "prepared", "Ready", "remember", "replay",
@@ -185,20 +184,18 @@ class Prepared:
     them on every call and kept alive here (attention's ALiBi slopes: cudnn-py device memory, outside torch's
     allocator, so that no CUDA-graph memory pool holds them)."""
 
-    __slots__ = ("runner", "consts", "const_ptrs", "ws", "packs", "execute", "h", "plan")
+    __slots__ = ("runner", "ws")
 
     def __init__(self, h: Handle, graph: Graph, tensors: Sequence, consts: Sequence = ()):
-        self.runner = r = Runner(graph.plan, h, [*tensors, *(t for t, _ in consts)])
-        self.consts = [c for _, c in consts]
-        self.const_ptrs = tuple(c.ptr for c in self.consts)
-        self.ws, self.packs, self.h, self.plan = r.workspace_size, r.packs, r.h, r.plan_ptr
-        self.execute = nvtx.wrap("cudnnBackendExecute", raw_execute())
+        self.runner = Runner(graph.plan, h, [*tensors, *(t for t, _ in consts)], consts=[c for _, c in consts],
+                             n_inputs=len(tensors))
+        self.ws = self.runner.workspace_size
 
     def run(self, ctx: Context, ptrs: tuple) -> None:
         """Execute on ``ctx``'s handle and stream (torch's current) with these data pointers and its workspace,
         with ``ctx``'s device current (cuDNN runs on the current device, as torch's ops, which set theirs, do; a
         kernel the dispatcher calls finds whichever device the program made current)."""
-        ptrs += self.const_ptrs
+        ptrs += self.runner.const_ptrs
         if _current_device() == ctx.index:
             self._run(ctx, ptrs)
         else:
@@ -206,25 +203,18 @@ class Prepared:
                 self._run(ctx, ptrs)
 
     def _run(self, ctx: Context, ptrs: tuple) -> None:
+        r = self.runner
         if not self.ws:
-            self._execute(ptrs, ptrs, None)
+            r.execute(r.pack(ptrs, ptrs, None))
             return
         # per call: a workspace kept between calls would outlive a CUDA-graph pool's warm-up. A raw block of torch's
         # caching allocator on the current device (as a tensor's, handed out again only to work queued after this
         # on the same stream, or from a capture's pool), without a tensor around it
         wsp = _raw_alloc(self.ws, ctx.stream)
         try:
-            self._execute(ptrs + (wsp,), ptrs, wsp)
+            r.execute(r.pack(ptrs + (wsp,), ptrs, wsp))
         finally:
             _raw_delete(wsp)
-
-    def _execute(self, key: tuple, ptrs: tuple, wsp: int | None) -> None:
-        vp = self.packs.get(key)
-        if vp is None:
-            vp = self.runner.pack(key, ptrs, wsp)
-        status = self.execute(self.h, self.plan, vp)
-        if status:
-            raise self.runner.error(status)
 
 
 def prepared(h: Handle, key: tuple, make: Callable[[], Prepared]) -> Prepared:
