@@ -8,6 +8,9 @@ normalises what users pass as a stream and adds a timer::
         y = cudnn.convolution_forward(h, conv, x, w)
     print(t.ms)                               # device time between two events on s
 
+``cudnn.timer(s, hold=True)`` holds ``s`` until the block has queued all its work, so that the time is the GPU's
+even where queuing the work costs the host more than running it costs the device (tiny calls).
+
 A *stream* argument anywhere in cudnn-py may be ``None`` (the device's default stream, i.e. the
 legacy NULL stream that cuDNN and PyTorch also use by default), a :class:`cuda.core.Stream`, an
 object with ``__cuda_stream__`` or a ``cuda_stream`` attribute (``torch.cuda.Stream``), or a raw
@@ -19,6 +22,7 @@ a few hundred milliseconds). Where no GPU or driver can be used, those calls rai
 """
 from __future__ import annotations
 
+import ctypes
 import threading
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol, Union
@@ -30,7 +34,11 @@ if TYPE_CHECKING:
     from cuda.core import Device, Stream
 
 __all__ = ["StreamLike", "get_device", "as_stream", "stream_ptr", "new_stream", "synchronize", "timer", "Timer",
-           "cuda_core", "driver", "missing_device"]
+           "cuda_core", "driver", "missing_device", "HOLD_TIMEOUT"]
+
+#: seconds a held stream (``timer(hold=True)``) waits for its block at most: a block that waits for the stream
+#: itself (a synchronising copy, ``synchronize``) is let go then, and its time is the host's
+HOLD_TIMEOUT = 2.0
 
 
 class _HasCudaStream(Protocol):
@@ -251,42 +259,110 @@ def synchronize(stream: StreamLike = None) -> None:
     as_stream(stream).sync()
 
 
+class _Latch:
+    """One host-mapped 32-bit word that held streams wait on (``cuStreamWaitValue32``: cyclic greater-or-equal),
+    allocated once per process: each hold takes the next ticket and is let go when the word reaches it."""
+
+    def __init__(self) -> None:
+        d = driver()
+        err, host = d.cuMemHostAlloc(4, d.CU_MEMHOSTALLOC_DEVICEMAP | d.CU_MEMHOSTALLOC_PORTABLE)
+        if err:
+            raise cuda_error("cuMemHostAlloc", err)
+        err, self.address = d.cuMemHostGetDevicePointer(host, 0)
+        if err:
+            raise cuda_error("cuMemHostGetDevicePointer", err)
+        self.word = ctypes.c_uint32.from_address(int(host))
+        self.word.value = self.ticket = 0
+        self.lock = threading.Lock()
+
+    def hold(self, stream: Stream) -> int | None:
+        """Make ``stream`` wait from here on until :meth:`release` of the ticket returned (None: the driver cannot
+        hold streams; nothing was queued)."""
+        with self.lock:
+            ticket = (self.ticket + 1) & 0xFFFFFFFF
+            err, = driver().cuStreamWaitValue32(stream.handle, self.address, ticket, 0)
+            if err:
+                return None
+            self.ticket = ticket
+        return ticket
+
+    def release(self, ticket: int) -> bool:
+        """Let go of every hold up to ``ticket``; False where it already was (the watchdog, or a later ticket)."""
+        with self.lock:
+            if (self.word.value - ticket) & 0x80000000 == 0:  # cyclic: the word is at or past the ticket
+                return False
+            self.word.value = ticket
+            return True
+
+
+_latch: list[_Latch] = []
+_latch_lock = threading.Lock()
+
+
+def _the_latch() -> _Latch:
+    with _latch_lock:
+        if not _latch:
+            _latch.append(_Latch())
+        return _latch[0]
+
+
 class Timer:
     """Device time between two events recorded on one stream; use through :func:`timer`.
 
-    ``ms`` is ``None`` until the block has exited (the end event is synchronised then).
+    ``ms`` is ``None`` until the block has exited (the end event is synchronised then); ``held`` says whether the
+    stream was held until the block had queued its work (``hold=True`` where the driver can hold streams, and the
+    block did not outlast :data:`HOLD_TIMEOUT`).
     """
 
-    __slots__ = ("stream", "ms", "_start", "_options")
+    __slots__ = ("stream", "ms", "held", "_start", "_options", "_hold", "_ticket", "_watchdog")
 
-    def __init__(self, stream: StreamLike = None):
+    def __init__(self, stream: StreamLike = None, hold: bool = False):
         self.stream: Stream = as_stream(stream)
         self.ms: float | None = None
+        self.held = False
+        self._hold = bool(hold)
+        self._ticket: int | None = None
+        self._watchdog: threading.Timer | None = None
         self._start: Any = None
         self._options = cuda_core().EventOptions(timing_enabled=True)
 
     def __enter__(self) -> Timer:
-        self.ms = None
+        self.ms, self.held, self._ticket = None, False, None
+        if self._hold:
+            latch = _the_latch()
+            self._ticket = ticket = latch.hold(self.stream)
+            if ticket is not None:
+                self._watchdog = threading.Timer(HOLD_TIMEOUT, latch.release, (ticket,))
+                self._watchdog.daemon = True
+                self._watchdog.start()
         self._start = self.stream.record(options=self._options)
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         end = self.stream.record(options=self._options)
+        if self._ticket is not None:
+            self.held = _the_latch().release(self._ticket)
+            if self._watchdog is not None:
+                self._watchdog.cancel()
         if exc_type is None:
             end.sync()
             self.ms = end - self._start
 
     def __repr__(self) -> str:
-        return f"Timer(ms={self.ms})"
+        return f"Timer(ms={self.ms}, held={self.held})"
 
 
-def timer(stream: StreamLike = None) -> Timer:
+def timer(stream: StreamLike = None, *, hold: bool = False) -> Timer:
     """Time the device work queued on ``stream`` inside a ``with`` block.
 
     ``with cudnn.timer(s) as t: ...`` then ``t.ms``.
 
     :param stream: the stream argument (``None``: the default stream).
+    :param hold: hold ``stream`` (``cuStreamWaitValue32`` on a host-mapped word) until the block has queued its
+        work, so ``ms`` is the GPU's time even where the host queues it slower than the GPU runs it; the block must
+        not wait for the stream itself (it is let go after :data:`HOLD_TIMEOUT` seconds if it does; ``held`` then
+        reads False, as it does where the driver cannot hold streams).
     :returns: a :class:`Timer` to use as a context manager.
     :raises NoDeviceError: where no GPU can be used.
     """
-    return Timer(stream)
+    return Timer(stream, hold)

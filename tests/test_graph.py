@@ -410,7 +410,7 @@ def test_variant_pack_missing_or_extra_tensors():
         gexec.execute(plan, None, {a: object(), "c": object()})
     other = g.tensor((1, 1, 1), name="unused")
     with pytest.raises(ValueError, match="does not use"):
-        gexec._ordered(plan, {a: 1, b: 2, c: 3, other: 4})
+        gexec.ordered_pack(plan, {a: 1, b: 2, c: 3, other: 4})
 
 
 def test_raw_execute_is_a_bare_ctypes_function():

@@ -121,6 +121,46 @@ def test_work_on_another_stream_is_seen_after_sync(rng):
     np.testing.assert_array_equal(dst.to_numpy(), x)
 
 
+def test_a_held_timer_times_the_gpu_not_the_host():
+    """``timer(hold=True)``: the host's pause between two fills is not timed (it is without the hold), and the work
+    still runs in order."""
+    import time
+    s = new_stream()
+    a = cudnn.empty((1 << 12,), np.float32, stream=s)
+    for hold in (True, False):
+        with timer(s, hold=hold) as t:
+            a.fill_(1.0)
+            time.sleep(0.05)
+            a.fill_(2.0)
+        assert t.held is hold
+        assert (t.ms < 10.0) if hold else (t.ms > 45.0), (hold, t.ms)
+        np.testing.assert_array_equal(a.to_numpy(), np.full(a.shape, 2.0, np.float32))
+
+
+def test_a_held_block_that_waits_for_its_stream_is_let_go(monkeypatch):
+    """A held block that synchronises its own stream is let go after ``HOLD_TIMEOUT`` (``held`` False); one that
+    raises releases the stream at once."""
+    import time
+    from cudnn_py import streams
+    monkeypatch.setattr(streams, "HOLD_TIMEOUT", 0.2)
+    s = new_stream()
+    a = cudnn.empty((1 << 12,), np.float32, stream=s)
+    start = time.perf_counter()
+    with timer(s, hold=True) as t:
+        a.fill_(3.0)
+        s.sync()
+    assert not t.held and t.ms is not None and 0.1 < time.perf_counter() - start < 5.0
+    np.testing.assert_array_equal(a.to_numpy(), np.full(a.shape, 3.0, np.float32))
+    start = time.perf_counter()
+    with pytest.raises(KeyError):
+        with timer(s, hold=True):
+            a.fill_(4.0)
+            raise KeyError("inside")
+    s.sync()
+    assert time.perf_counter() - start < 0.15
+    np.testing.assert_array_equal(a.to_numpy(), np.full(a.shape, 4.0, np.float32))
+
+
 # --- torch ---------------------------------------------------------------------------------------------
 
 def test_torch_takes_a_device_array_without_copy(rng):

@@ -378,7 +378,7 @@ def sweep(cfg: Config, directions: Sequence[str], maths: Sequence[str], repeats:
                         call()
                     times = []
                     for _ in range(repeats):
-                        with timer(h.stream) as t:
+                        with timer(h.stream, hold=True) as t:
                             call()
                         times.append(t.ms)
                 except (CudnnError, WorkspaceLimitError, ValueError) as e:

@@ -77,14 +77,14 @@ class Executor(functools.partial):
         raise InvalidTypeError("an Executor holds cuDNN handles and cannot be pickled")
 
 
-def _ordered(plan, variant_pack: dict) -> tuple[list, list]:
+def ordered_pack(plan, variant_pack: dict) -> tuple[list, list]:
     """The graph tensors ``variant_pack`` binds (:func:`~.runner.bound_tensors`) and its arrays, in its order."""
     return bound_tensors(plan, list(variant_pack)), list(variant_pack.values())
 
 
 def execute(plan, handle, variant_pack: dict, workspace=None) -> None:
     """Execute ``plan`` with a dict variant pack (through the cached executor of the graph's I/O order)."""
-    io, arrays = _ordered(plan, variant_pack)
+    io, arrays = ordered_pack(plan, variant_pack)
     ex = plan.executor(handle, *io)
     if workspace is None:
         ex(*arrays)
@@ -137,7 +137,7 @@ class CudaGraph:
             raise ClosedError("this CudaGraph is closed")
 
     def _pack(self, variant_pack, workspace) -> VariantPack:
-        io, arrays = _ordered(self.plan, variant_pack)
+        io, arrays = ordered_pack(self.plan, variant_pack)
         size, ws = self.plan.workspace_size, None
         if workspace is not None:
             ws = workspace_pointer(self.plan, workspace, handle_device(self.handle))

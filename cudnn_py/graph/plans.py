@@ -23,7 +23,7 @@ from cudnn_py.caches import handle_cache
 from . import plan_store
 from .descriptors import BackendDescriptor
 from .errors import GraphNotSupportedError
-from .execute import CudaGraph, Executor, execute
+from .execute import CudaGraph, Executor, execute, ordered_pack
 
 __all__ = ["EngineConfig", "KnobInfo", "Plan", "heuristics", "engine_configs", "engine_config", "build_plans",
            "autotune", "time_plan", "plan_from_json", "plan_cache_clear", "plan_cache_info", "scratch_layout",
@@ -155,6 +155,8 @@ def engine_configs(graph, handle) -> tuple[list[EngineConfig], list[tuple[str, s
 
 
 _SCRATCH_ALIGN = 256
+#: executions per timed sample of :func:`time_plan` (a few microseconds each are below the events' resolution)
+SAMPLE_RUNS = 3
 
 
 def scratch_layout(graph, cudnn_bytes: int) -> tuple[tuple[tuple[int, int], ...], int]:
@@ -377,19 +379,22 @@ def build_plans(graph, handle, modes: Sequence[str] = ("A", "FALLBACK"), *, poli
 
 
 def time_plan(plan: Plan, handle, variant_pack: dict, *, warmup: int = 2, iters: int = 5) -> float:
-    """Median milliseconds of ``iters`` timed executions of ``plan`` after ``warmup`` untimed ones (CUDA events on
-    the handle's stream). Each timed execution is queued right behind an untimed one, so its events measure the
-    GPU's time (or, where the call is host-bound, what a loop of such calls costs), not the launch latency of a
-    call on an idle GPU, which made a 25 us kernel look 10 % slower than its neighbour and keep the wrong plan."""
+    """Median milliseconds per execution of ``plan`` on ``variant_pack``, over ``iters`` samples after ``warmup``
+    untimed executions. A sample is :data:`SAMPLE_RUNS` executions between CUDA events on the handle's stream,
+    held until all are queued (:func:`~cudnn_py.streams.timer` ``hold=True``): the GPU's time, not the launch
+    latency of a call on an idle GPU (which made a 25 us kernel look 10 % slower than its neighbour) nor the host's
+    cost of queuing tiny executions (which hid a 25 us pooling plan among 4 us ones)."""
     from cudnn_py.streams import timer
+    io, arrays = ordered_pack(plan, variant_pack)
+    run = plan.executor(handle, *io)
     for _ in range(warmup):
-        plan.execute(handle, variant_pack)
+        run(*arrays)
     times: list[float] = []
     for _ in range(iters):
-        plan.execute(handle, variant_pack)
-        with timer(handle.stream) as t:
-            plan.execute(handle, variant_pack)
-        times.append(t.ms if t.ms is not None else float("nan"))  # set when the block exits
+        with timer(handle.stream, hold=True) as t:
+            for _ in range(SAMPLE_RUNS):
+                run(*arrays)
+        times.append(t.ms / SAMPLE_RUNS if t.ms is not None else float("nan"))
     return sorted(times)[len(times) // 2]
 
 
@@ -400,7 +405,8 @@ def autotune(graph, handle, variant_pack: dict, *, modes=("A", "B", "FALLBACK"),
     if "cache" in filters:
         raise InvalidTypeError("autotune always builds every plan anew (and keeps its timings in the plan store); "
                                "it takes no cache=")
-    options = ("autotune", tuple(_mode_name(m) for m in modes), tuple(sorted(filters.items())))
+    # "held": timings of held streams (time_plan); the store's earlier ones could be the host's queuing cost
+    options = ("autotune", "held", tuple(_mode_name(m) for m in modes), tuple(sorted(filters.items())))
     results = _stored(graph, handle, options)
     if not results:
         results = []

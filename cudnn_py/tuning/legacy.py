@@ -94,7 +94,7 @@ def measure_legacy(p: Problem, h, settings, progress: Callable[[str], None] | No
                 call(algo)
             times = []
             for _ in range(settings.repeats):
-                with timer(h.stream) as t:
+                with timer(h.stream, hold=True) as t:
                     call(algo)
                 times.append(t.ms)
         except (CudnnPyError, MemoryError) as e:
