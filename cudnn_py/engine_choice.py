@@ -17,10 +17,11 @@ For each key (operation name first, then everything the answer depends on: shape
 3. else both engines are measured on the call's arrays: each runs once (building its plan; an engine that refuses -
    :class:`~cudnn_py.graph.legacy.GraphPathRefused`, :class:`~cudnn_py.graph.GraphNotSupportedError`, ``graph()``
    answering False - or fails with any :class:`~cudnn_py.errors.CudnnPyError` is left out), then :data:`ROUNDS`
-   rounds time each: a run between CUDA events on the handle's stream, held until the run is queued
-   (:func:`~cudnn_py.streams.timer` ``hold=True``), so the time is the GPU's even for a tiny call whose Python
-   costs more than its kernels (a call that waits for its stream is timed by the host). The lower best time wins
-   (an engine left alone is not timed). The winner runs last, so the outputs are its own. Arrays the call writes and
+   rounds time each: an untimed run, then a run between CUDA events on the handle's stream (queued behind the
+   untimed one, so the time is the GPU's, or the host's where the call is host-bound: what a loop of such calls
+   costs; deliberately not :func:`~cudnn_py.streams.timer` ``hold=True``'s GPU time alone: a tiny legacy
+   convolution whose kernel is as fast as the graph's costs the host 43 us a call against 9). The lower best time
+   wins (an engine left alone is not timed). The winner runs last, so the outputs are its own. Arrays the call writes and
    may read (``mutated``: running statistics, a ``beta`` blend, an in-place output) are copied first and restored
    before every run, so the call's effect is that of one call; where they cannot be copied, the static rule runs
    unmeasured. The choice is kept (handle, database) only once measured in full: an interrupt leaves none; it is
@@ -49,7 +50,7 @@ from cudnn_py.errors import CudnnPyError, InvalidValueError
 
 __all__ = ["Choice", "run", "chosen", "choices", "signature", "set_mode", "mode", "ROUNDS", "MODES", "ENV"]
 
-#: timed runs per engine when measuring (after one untimed run each, which builds its plans); the best counts
+#: timed runs per engine when measuring (after one untimed run each); the best counts
 ROUNDS = 3
 #: what :func:`set_mode` and :data:`ENV` take: measure the first call of each configuration, or the static rules
 MODES = ("measure", "static")
@@ -151,14 +152,10 @@ def _run_one(engine: str, legacy, graph, refused: tuple[type[BaseException], ...
 # ---------------------------------------------------------------- measuring
 
 def _clock(handle, fn: Callable[[], object]) -> tuple[object, float]:
-    """(what ``fn()`` answered, device ms between events around it on the handle's stream, held until it is
-    queued)."""
+    """(what ``fn()`` answered, device ms between events around it on the handle's stream)."""
     from cudnn_py.streams import timer
-    with timer(handle.stream, hold=True) as t:
+    with timer(handle.stream) as t:
         out = fn()
-    if not t.held:
-        _log.debug("engine_choice: a timed run was not held (the driver cannot hold streams, or the run waited for "
-                   "its stream): %.4f ms may be the host's", t.ms)
     return out, cast(float, t.ms)
 
 
@@ -201,6 +198,9 @@ def _measure(handle, cache, key, legacy, graph, mutated, static: str,
             if name in errors:
                 continue
             try:
+                if timed:  # an untimed lead-in: the GPU is busy with it while the host queues the timed run
+                    restore()
+                    fn()
                 restore()
                 out, ms = _clock(handle, fn) if timed else (fn(), math.inf)
             except refused as e:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol, Union, cast
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Union, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from cuda.core import Device, Stream
 
 __all__ = ["DeviceArray", "DeviceArrayLike", "Shape", "to_device", "empty", "empty_like", "zeros", "as_array",
-           "output_array", "array_signature"]
+           "output_array", "array_signature", "allocator"]
 
 
 class _DLPackTensor(Protocol):
@@ -324,6 +324,17 @@ DeviceArrayLike = Union[DeviceArray, _DLPackTensor, _CudaArrayInterface]
 
 
 def _allocate(shape: Shape, dtype: npt.DTypeLike, stream: StreamLike, device: int | Device | None) -> DeviceArray:
+    return allocator(shape, dtype, stream, device=device)()
+
+
+def allocator(shape: Shape, dtype: npt.DTypeLike, stream: StreamLike = None, *,
+              device: int | Device | None = None) -> Callable[[], DeviceArray]:
+    """A function making a new uninitialised C-contiguous array of ``shape`` and ``dtype`` on ``stream`` per call
+    (what :func:`empty` makes), its arguments checked once: for a call that allocates the same output each time.
+
+    :raises NoDeviceError: where no GPU can be used.
+    :raises CudaOutOfMemoryError: (from the function) when the device has no room.
+    """
     shape = normalize_shape(shape)
     dtype = array_dtype(dtype)
     nbytes = math.prod(shape) * dtype.itemsize
@@ -332,21 +343,29 @@ def _allocate(shape: Shape, dtype: npt.DTypeLike, stream: StreamLike, device: in
                                 f"2**63 - 1 can be addressed")
     dev = get_device(device)
     s = as_stream(stream, dev)  # dev, not device: None would ask the driver for the current device again
+    strides, dev_id, parts = c_strides(shape), dev.device_id, DeviceArray.from_parts
     if nbytes == 0:
-        return DeviceArray.from_parts(0, shape, dtype, c_strides(shape), dev.device_id, None, s, True)
-    one = device_count() == 1  # one device: no other context to switch to (see on_device), none to free under
-    try:
-        if one:
-            buf = dev.allocate(nbytes, stream=s)
-        else:
-            with on_device(dev.device_id):
-                buf = dev.allocate(nbytes, stream=s)
-    except CudnnPyError:
-        raise
-    except Exception as e:  # noqa: BLE001 - cuda.core's CUDAError: out of memory, mostly
-        raise cuda_error_from(e, "allocate", f"{nbytes} bytes on device {dev.device_id}") from e
-    return DeviceArray.from_parts(int(buf.handle), shape, dtype, c_strides(shape), dev.device_id,
-                                  buf if one else _Allocation(buf, dev.device_id), s, True)
+        return lambda: parts(0, shape, dtype, strides, dev_id, None, s, True)
+    alloc = dev.allocate
+    if device_count() == 1:  # one device: no other context to switch to (see on_device), none to free under
+        def new() -> DeviceArray:
+            try:
+                buf = alloc(nbytes, stream=s)
+            except Exception as e:  # noqa: BLE001 - cuda.core's CUDAError: out of memory, mostly
+                raise cuda_error_from(e, "allocate", f"{nbytes} bytes on device {dev_id}") from e
+            return parts(int(buf.handle), shape, dtype, strides, dev_id, buf, s, True)
+        return new
+
+    def new_here() -> DeviceArray:
+        try:
+            with on_device(dev_id):
+                buf = alloc(nbytes, stream=s)
+        except CudnnPyError:
+            raise
+        except Exception as e:  # noqa: BLE001 - as above
+            raise cuda_error_from(e, "allocate", f"{nbytes} bytes on device {dev_id}") from e
+        return parts(int(buf.handle), shape, dtype, strides, dev_id, _Allocation(buf, dev_id), s, True)
+    return new_here
 
 
 class _Allocation:

@@ -68,8 +68,8 @@ def engines(monkeypatch, **kw) -> Engines:
     return e
 
 
-#: runs of a measured call: per engine one untimed, then one timed per round; the winner again
-MEASURED = 2 * (1 + ec.ROUNDS) + 1
+#: runs of a measured call: per engine one untimed, then per round an untimed lead-in and a timed run; the winner again
+MEASURED = 2 * (1 + 2 * ec.ROUNDS) + 1
 KEY = ("activation_forward", (((8, 3), (3, 1), "float16"), ("relu", 1.0, 0.0)))
 
 
@@ -81,9 +81,9 @@ def run(h, e, key=KEY, **kw):
 def test_faster_engine_wins_and_runs_last(db, monkeypatch, legacy_ms, graph_ms, winner):
     h, e = NoCallHandle(), engines(monkeypatch, legacy_ms=legacy_ms, graph_ms=graph_ms)
     assert run(h, e) == winner
-    # one untimed run each (plans built), ROUNDS timed runs each (held: no lead-in needed), then the winner once
-    # more: its outputs stay
-    assert e.calls == ["legacy", "graph"] + ["legacy", "graph"] * ec.ROUNDS + [winner]
+    # one untimed run each (plans built), ROUNDS timed runs each right after an untimed lead-in of the same engine,
+    # then the winner once more: its outputs stay
+    assert e.calls == ["legacy", "graph"] + ["legacy", "legacy", "graph", "graph"] * ec.ROUNDS + [winner]
     assert len(e.calls) == MEASURED
     assert e.timed.count("legacy") == e.timed.count("graph") == ec.ROUNDS
     assert e.calls[-1] == winner
@@ -311,6 +311,7 @@ class ConvEngines:
                 runner=runner)
         monkeypatch.setattr(cv, "_graph", lambda: types.SimpleNamespace(convolution=graph))
         monkeypatch.setattr(cv, "empty", lambda shape, dtype, **kw: DeviceArray(6 << 30, shape, dtype))
+        monkeypatch.setattr(cv, "allocator", lambda shape, dtype, *a, **kw: lambda: DeviceArray(6 << 30, shape, dtype))
         for name in ("_forward_legacy", "_backward_data_legacy", "_backward_filter_legacy"):
             monkeypatch.setattr(cv, name, lambda *a: self.ran.append("legacy") or a[8])  # a[8]: the output
         monkeypatch.setattr(ec, "_clock", lambda handle, fn: (fn(), self.ms[self.ran[-1]]))
@@ -343,7 +344,7 @@ def test_convolution_auto_measures_once_then_runs_its_route(db, monkeypatch, dir
     e = ConvEngines(monkeypatch, legacy_ms, graph_ms)
     h = NoCallHandle()
     conv_call(direction, h)
-    assert e.ran == ["legacy", "graph"] + ["legacy", "graph"] * ec.ROUNDS + [winner]
+    assert e.ran == ["legacy", "graph"] + ["legacy", "legacy", "graph", "graph"] * ec.ROUNDS + [winner]
     (key, choice), = ec.choices(h).items()
     assert key[0] == f"convolution_{direction}" and choice == ec.Choice(winner, legacy_ms, graph_ms, "measured")
     assert Handle.cache_info(h) == {"engine.choice": 1, cv.CALLS: 1}

@@ -121,6 +121,25 @@ def test_work_on_another_stream_is_seen_after_sync(rng):
     np.testing.assert_array_equal(dst.to_numpy(), x)
 
 
+def test_an_allocator_makes_what_empty_makes(rng):
+    """``memory.allocator``: each call a new C-contiguous array of its layout on its stream (what ``empty`` makes),
+    usable and freed like one; zero elements make a NULL array."""
+    from cudnn_py.memory import allocator
+    s = new_stream()
+    new = allocator((3, 4, 5), np.float16, s)
+    a, b = new(), new()
+    for x in (a, b):
+        ref = cudnn.empty((3, 4, 5), np.float16, stream=s)
+        assert (x.shape, x.strides, x.dtype, x.stream, x.device_id, x.is_contiguous) == \
+            (ref.shape, ref.strides, ref.dtype, s, 0, True)
+    assert a.ptr != b.ptr and a.ptr and b.ptr
+    host = rng.standard_normal((3, 4, 5)).astype(np.float16)
+    a.copy_(host)
+    np.testing.assert_array_equal(a.to_numpy(), host)
+    z = allocator((0, 4), np.float32)()
+    assert (z.ptr, z.shape, z.size) == (0, (0, 4), 0)
+
+
 def test_a_held_timer_times_the_gpu_not_the_host():
     """``timer(hold=True)``: the host's pause between two fills is not timed (it is without the hold), and the work
     still runs in order."""

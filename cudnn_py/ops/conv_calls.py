@@ -31,7 +31,7 @@ from cudnn_py.caches import handle_cache
 from cudnn_py.dtypes import cudnn_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError, WorkspaceLimitError
 from cudnn_py.handle import Handle, handle_arg
-from cudnn_py.memory import DeviceArray, DeviceArrayLike, array_signature, as_array, empty, zeros
+from cudnn_py.memory import DeviceArray, DeviceArrayLike, allocator, array_signature, as_array, empty, zeros
 from cudnn_py.strided import c_strides
 from cudnn_py.ops._common import Out, enum_arg, moved_outputs, scalars
 from cudnn_py.ops.activation import activation_of
@@ -87,7 +87,7 @@ def _choose(handle: Handle, g: Geometry, direction: str, spec, deterministic: bo
 class _Plan:
     """What one call needs: raw descriptor handles (their objects kept alive), algorithm, workspace bytes, and the
     scaling factors' type (``scaling``: double for double compute, else float; ``one``, ``zero``: 1 and 0 in it)."""
-    __slots__ = ("g", "a", "b", "c", "conv_desc", "keep", "algo", "ws", "fn", "scaling", "gen", "one", "zero")
+    __slots__ = ("g", "a", "b", "c", "conv_desc", "keep", "algo", "ws", "fn", "scaling", "gen", "one", "zero", "y")
     g: Geometry
     a: Any  # the raw descriptor handles in cuDNN's argument order, and the convolution's
     b: Any
@@ -97,6 +97,7 @@ class _Plan:
     algo: Any
     ws: int
     fn: Any  # the bound ctypes function of the direction
+    y: "_Output"  # new forward outputs
     scaling: np.dtype
     gen: int | None  # algorithm_cache.generation a "fastest" choice was made under
     one: Any
@@ -128,6 +129,7 @@ def _plan(handle: Handle, key, direction, conv, arrays, spec, deterministic, wor
     p.scaling = np.dtype(np.float64 if g.compute == capi.CUDNN_DATA_DOUBLE else np.float32)
     p.one, p.zero = scalars(p.scaling, 1.0, 0.0)
     p.gen = _alg.algorithm_cache.generation if isinstance(spec, str) and spec.lower() == "fastest" else None
+    p.y = _Output(g.out_shape, g.np_y_dtype)
     handle_cache(handle, PLANS)[key] = p
     return p
 
@@ -213,25 +215,41 @@ def _on_graph(auto: bool, run) -> Any:
 CALLS = "conv.calls"
 
 
+class _Output:
+    """New output arrays of one layout (``shape``, ``dtype``; ``strides`` over ``n`` elements, or None: C-contiguous)
+    on the handle's stream: a :func:`~cudnn_py.memory.allocator` made once per stream."""
+    __slots__ = ("shape", "dtype", "strides", "n", "stream", "new")
+
+    def __init__(self, shape: tuple, dtype: np.dtype, strides: tuple | None = None, n: int = 0):
+        self.shape, self.dtype, self.strides, self.n = shape, dtype, strides, n
+        self.stream: Any = None
+        self.new: Any = None
+
+    def __call__(self, handle: Handle) -> DeviceArray:
+        if self.new is None or self.stream is not handle.stream:
+            self.new = allocator(self.shape if self.strides is None else (self.n,), self.dtype, handle.stream,
+                                 device=handle.device)
+            self.stream = handle.stream
+        a = self.new()
+        if self.strides is None:
+            return a
+        return DeviceArray.from_parts(a.ptr, self.shape, self.dtype, self.strides, a.device_id, a, None)
+
+
 class _GraphCall:
     """A graph-path call prepared for one signature: the executor's runner (binding the direction's two inputs, then
-    its output) and the output to allocate (shape, dtype, strides, elements; None where the caller passes it)."""
+    its output) and the output to allocate (None where the caller passes it)."""
     __slots__ = ("runner", "alloc")
 
     def __init__(self, ex, allocated: DeviceArray | None):
         self.runner = ex.runner
-        self.alloc: tuple | None = None if allocated is None else (  # elements spanned, -1: C-contiguous
-            allocated.shape, allocated.dtype, allocated.strides,
-            -1 if allocated.is_contiguous else allocated.span()[1])
+        self.alloc = None if allocated is None else _Output(
+            allocated.shape, allocated.dtype, None if allocated.is_contiguous else allocated.strides,
+            allocated.span()[1])
 
     def __call__(self, handle: Handle, a_ptr: int, b_ptr: int, out, out_ptr: int):
         if out is None:
-            shape, dtype, strides, n = self.alloc  # type: ignore[misc]
-            if n < 0:  # C-contiguous: the allocation itself
-                out = empty(shape, dtype, stream=handle.stream, device=handle.device)
-            else:
-                buf = empty((n,), dtype, stream=handle.stream, device=handle.device)
-                out = DeviceArray.from_parts(buf.ptr, shape, dtype, strides, buf.device_id, buf, None)
+            out = self.alloc(handle)  # type: ignore[misc]
             out_ptr = out.ptr
         r, ptrs = self.runner, (a_ptr, b_ptr, out_ptr)
         wsp = r.workspace()  # the pack of these addresses (made once; the route's key fixed their signatures)
@@ -350,8 +368,8 @@ def _forward_legacy(handle, conv, xs, x_ptr, ws, w_ptr, ys, y_ptr, y, algo, alph
         ws_ptr = handle.workspace.get(p.ws, handle.stream) if p.ws else None
     out: DeviceArray | Out
     if y is None:
-        out = empty(p.g.out_shape, p.g.np_y_dtype, stream=handle.stream, device=handle.device)
-        y_ptr = out.ptr
+        new = p.y(handle)
+        out, y_ptr = new, new.ptr
     else:
         out = y
     xp = _pad_input(handle, p.g, x_ptr) if p.g.asym else None
@@ -609,8 +627,8 @@ def convolution_bias_activation_forward(handle: Handle, conv: Convolution, x: De
             raise InvalidValueError(f"z must look like y (shape, strides, dtype, device {ys}), got {zs}")
     out: DeviceArray | Out
     if y is None:
-        out = empty(p.g.out_shape, p.g.np_y_dtype, stream=handle.stream, device=handle.device)
-        y_ptr = out.ptr
+        new = p.y(handle)
+        out, y_ptr = new, new.ptr
     else:
         out = y
     if z is None:  # z aliases y: clear y so that no stale value (or NaN) can leak in through z
