@@ -23,6 +23,7 @@ synchronise) until work on another stream that reads it has finished.
 """
 from __future__ import annotations
 
+import functools
 import math
 import sys
 from collections.abc import Sequence
@@ -323,8 +324,41 @@ class DeviceArray:
 DeviceArrayLike = Union[DeviceArray, _DLPackTensor, _CudaArrayInterface]
 
 
+def _layout(shape: Shape, dtype: npt.DTypeLike) -> tuple[tuple[int, ...], np.dtype[Any], int]:
+    """(shape, dtype, bytes) of a new array, checked."""
+    shape = normalize_shape(shape)
+    dtype = array_dtype(dtype)
+    nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes > MAX_BYTES:  # before any driver call: cuda.core would fail converting it to a size_t
+        raise InvalidValueError(f"an array of shape {shape} and dtype {dtype} would take {nbytes} bytes; at most "
+                                f"2**63 - 1 can be addressed")
+    return shape, dtype, nbytes
+
+
+def _new_array(dev: Device, s: Stream, shape: tuple[int, ...], dtype: np.dtype[Any], strides: tuple[int, ...],
+               nbytes: int, one: bool) -> DeviceArray:
+    """A new array of a checked layout on device ``dev`` and stream ``s`` (``one``: the process sees one device)."""
+    if nbytes == 0:
+        return DeviceArray.from_parts(0, shape, dtype, strides, dev.device_id, None, s, True)
+    try:
+        if one:  # one device: no other context to switch to (see on_device), none to free under
+            buf = dev.allocate(nbytes, stream=s)
+        else:
+            with on_device(dev.device_id):
+                buf = dev.allocate(nbytes, stream=s)
+    except CudnnPyError:
+        raise
+    except Exception as e:  # noqa: BLE001 - cuda.core's CUDAError: out of memory, mostly
+        raise cuda_error_from(e, "allocate", f"{nbytes} bytes on device {dev.device_id}") from e
+    return DeviceArray.from_parts(int(buf.handle), shape, dtype, strides, dev.device_id,
+                                  buf if one else _Allocation(buf, dev.device_id), s, True)
+
+
 def _allocate(shape: Shape, dtype: npt.DTypeLike, stream: StreamLike, device: int | Device | None) -> DeviceArray:
-    return allocator(shape, dtype, stream, device=device)()
+    shape, dtype, nbytes = _layout(shape, dtype)
+    dev = get_device(device)
+    s = as_stream(stream, dev)  # dev, not device: None would ask the driver for the current device again
+    return _new_array(dev, s, shape, dtype, c_strides(shape), nbytes, device_count() == 1)
 
 
 def allocator(shape: Shape, dtype: npt.DTypeLike, stream: StreamLike = None, *,
@@ -335,37 +369,10 @@ def allocator(shape: Shape, dtype: npt.DTypeLike, stream: StreamLike = None, *,
     :raises NoDeviceError: where no GPU can be used.
     :raises CudaOutOfMemoryError: (from the function) when the device has no room.
     """
-    shape = normalize_shape(shape)
-    dtype = array_dtype(dtype)
-    nbytes = math.prod(shape) * dtype.itemsize
-    if nbytes > MAX_BYTES:  # before any driver call: cuda.core would fail converting it to a size_t
-        raise InvalidValueError(f"an array of shape {shape} and dtype {dtype} would take {nbytes} bytes; at most "
-                                f"2**63 - 1 can be addressed")
+    shape, dtype, nbytes = _layout(shape, dtype)
     dev = get_device(device)
-    s = as_stream(stream, dev)  # dev, not device: None would ask the driver for the current device again
-    strides, dev_id, parts = c_strides(shape), dev.device_id, DeviceArray.from_parts
-    if nbytes == 0:
-        return lambda: parts(0, shape, dtype, strides, dev_id, None, s, True)
-    alloc = dev.allocate
-    if device_count() == 1:  # one device: no other context to switch to (see on_device), none to free under
-        def new() -> DeviceArray:
-            try:
-                buf = alloc(nbytes, stream=s)
-            except Exception as e:  # noqa: BLE001 - cuda.core's CUDAError: out of memory, mostly
-                raise cuda_error_from(e, "allocate", f"{nbytes} bytes on device {dev_id}") from e
-            return parts(int(buf.handle), shape, dtype, strides, dev_id, buf, s, True)
-        return new
-
-    def new_here() -> DeviceArray:
-        try:
-            with on_device(dev_id):
-                buf = alloc(nbytes, stream=s)
-        except CudnnPyError:
-            raise
-        except Exception as e:  # noqa: BLE001 - as above
-            raise cuda_error_from(e, "allocate", f"{nbytes} bytes on device {dev_id}") from e
-        return parts(int(buf.handle), shape, dtype, strides, dev_id, _Allocation(buf, dev_id), s, True)
-    return new_here
+    s = as_stream(stream, dev)
+    return functools.partial(_new_array, dev, s, shape, dtype, c_strides(shape), nbytes, device_count() == 1)
 
 
 class _Allocation:

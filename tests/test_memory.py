@@ -432,3 +432,57 @@ def test_on_device_is_free_in_a_process_that_sees_one_device(monkeypatch):
 def test_memory_order_puts_unit_axes_first_then_decreasing_strides(shape, strides, order):
     from cudnn_py.strided import memory_order
     assert memory_order(shape, strides) == order
+
+
+@pytest.mark.parametrize("devices", [1, 2])
+def test_allocator_checks_once_then_allocates_per_call(monkeypatch, devices):
+    """``memory.allocator`` resolves the device and stream and checks the layout once; each call allocates
+    ``nbytes`` anew on that stream (owned by the array with one device, by an ``_Allocation`` with several),
+    zero elements allocate nothing, and a failed allocation is a ``CudaError`` naming the size (a fake device)."""
+    sizes, looked, entered = [], [], []
+
+    class Buf:
+        def __init__(self, n, stream):
+            sizes.append((n, stream))
+            self.handle = 4096 * len(sizes)
+
+        def close(self):
+            pass
+
+    class Dev:
+        device_id = devices - 1
+
+        def allocate(self, n, stream=None):
+            if n > 10 ** 6:
+                raise RuntimeError("CUDA_ERROR_OUT_OF_MEMORY: out of memory")
+            return Buf(n, stream)
+
+    class Here:
+        def __init__(self, i):
+            entered.append(i)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(M, "get_device", lambda d=None: looked.append(d) or Dev())
+    monkeypatch.setattr(M, "as_stream", lambda s, d=None: ("stream", s))
+    monkeypatch.setattr(M, "device_count", lambda: devices)
+    monkeypatch.setattr(M, "on_device", Here)
+    new = M.allocator([2, 3, 4], "float16", "s1", device=devices - 1)
+    assert looked == [devices - 1]
+    a, b = new(), new()
+    assert looked == [devices - 1] and sizes == [(48, ("stream", "s1"))] * 2 and a.ptr != b.ptr
+    for x in (a, b):
+        assert (x.shape, x.strides, x.dtype, x.device_id, x.is_contiguous) == \
+            ((2, 3, 4), (12, 4, 1), np.dtype(np.float16), devices - 1, True)
+        assert isinstance(x._owner, Buf if devices == 1 else M._Allocation)
+    assert entered == ([] if devices == 1 else [1, 1])
+    z = M.allocator((0, 5), np.float32)()
+    assert (z.ptr, z.shape, len(sizes)) == (0, (0, 5), 2)
+    with pytest.raises(cudnn.CudaOutOfMemoryError, match="4000000 bytes on device"):
+        M.allocator((10 ** 6,), np.float32)()
+    with pytest.raises(cudnn.InvalidValueError, match="2\\*\\*63"):
+        M.allocator((2 ** 62, 4), np.float32)
