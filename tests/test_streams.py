@@ -93,3 +93,31 @@ def test_a_failing_driver_query_is_a_no_device_error(monkeypatch):
         "cannot use CUDA device 0", 0, "", str(cause)))
     with pytest.raises(streams.NoDeviceError, match="cuInit failed"):
         streams.get_device(None)
+
+
+def test_the_hold_latch_takes_tickets_and_releases_cyclically(monkeypatch):
+    """``timer(hold=True)``'s latch (no driver): each hold queues a wait for the next ticket (wrapping at 2**32);
+    a release writes its ticket only where the word is not already at or past it, cyclically; a driver that cannot
+    hold streams takes no ticket."""
+    import ctypes
+    waits, status = [], [0]
+
+    def wait(stream, address, value, flags):
+        waits.append((stream, address, value, flags))
+        return (status[0],)
+    monkeypatch.setattr(streams, "driver", lambda: types.SimpleNamespace(cuStreamWaitValue32=wait))
+    latch = object.__new__(streams._Latch)
+    latch.word, latch.ticket, latch.lock, latch.address = ctypes.c_uint32(0), 0, threading.Lock(), "word"
+    s = types.SimpleNamespace(handle="s")
+    assert latch.hold(s) == 1 and waits == [("s", "word", 1, 0)]  # flags 0: cyclic greater-or-equal
+    assert latch.release(1) and latch.word.value == 1
+    assert not latch.release(1)                                # let go already (the watchdog, or exit)
+    latch.word.value = 5
+    assert not latch.release(3) and latch.word.value == 5      # a later ticket was released: never back
+    assert latch.release(7) and latch.word.value == 7
+    latch.word.value, latch.ticket = 0xFFFFFFFE, 0xFFFFFFFF
+    assert latch.hold(s) == 0                                  # the ticket after 2**32 - 1
+    assert latch.release(0) and latch.word.value == 0          # 0 comes after 0xFFFFFFFE
+    assert not latch.release(0xFFFFFFFF)                       # and 2**32 - 1 before 0
+    status[0] = 801                                            # CUDA_ERROR_NOT_SUPPORTED
+    assert latch.hold(s) is None and latch.ticket == 0
