@@ -72,6 +72,8 @@ NO_LAYOUT = frozenset({"layer_norm"})
 PEERS = ("legacy", "graph", "default", "auto", "tuned", "torch")
 #: the cudnn-py peers whose best the "/torch" column compares
 OURS = ("auto", "tuned", "default", "graph", "legacy")
+#: the issue's bar: a row over this much torch's device time needs a probe naming the cuDNN limitation
+BAR = 1.05
 #: clock rate the sleep kernel's cycle count assumes (at or above the GPU's, so a sleep is never too short)
 _SLEEP_HZ = 2.0e9
 
@@ -693,7 +695,7 @@ def probe_line(r: Row) -> str:
     if t is None:
         return head + f"best of {n} engines = {best:.4f} ms (no torch); {which}{legacy}"
     verdict = (f"cuDNN limitation: best of {n} engines = {best:.4f} ms, torch {t:.4f} ms ({best / t:.2f}x)"
-               if best > t * 1.05 else f"best of {n} engines = {best:.4f} ms reaches torch {t:.4f} ms "
+               if best > t * BAR else f"best of {n} engines = {best:.4f} ms reaches torch {t:.4f} ms "
                                        f"({best / t:.2f}x)")
     return head + f"{verdict}; graph path as called {_f(p.get('graph_path_ms'))} ms; {which}{legacy}"
 
@@ -719,16 +721,31 @@ def table(rows: list[Row]) -> str:
     return "\n".join([head, "-" * len(head), *(_line(r) for r in rows)] + (["", "notes:", *notes] if notes else []))
 
 
+def probe_verdict(p: dict | None) -> str:
+    """A probe's verdict in a few words: its best engine configuration over torch, and whether that is a cuDNN
+    limitation (over :data:`BAR`); "-" without a probe."""
+    if not p:
+        return "-"
+    best, t, n = p.get("best_ms"), p.get("torch_ms"), p.get("engines", 0)
+    if best is None:
+        return "no engine ran"
+    if t is None:
+        return f"best of {n}: {best:.4f} ms (no torch)"
+    return f"{'cuDNN limitation' if best > t * BAR else 'reaches torch'}: best of {n} {best / t:.2f}x"
+
+
 def markdown(paths: list[str]) -> str:
     """The rows of ``--json`` files as one Markdown table: device ms per peer (the engine "auto" kept beside its
-    figure), "auto" over torch and the best cudnn-py peer over torch; then each file's machine line."""
+    figure), "auto" over torch and the best cudnn-py peer over torch, and where the runs were probed each row's
+    :func:`probe_verdict`; then each file's machine line."""
     runs = []
     for path in paths:
         with open(path) as fh:
             runs.append(json.load(fh))
     cols = [p for p in PEERS if any(r["ms"].get(p) for run in runs for r in run["rows"])]
+    probed = any(r.get("probe") for run in runs for r in run["rows"])
     lines = ["| operation | dtype | layout | size | " + " | ".join(f"{p} ms" for p in cols) + " | auto / torch | "
-             "best / torch |", "|---" * (6 + len(cols)) + "|"]
+             "best / torch |" + (" probe |" if probed else ""), "|---" * (6 + len(cols) + probed) + "|"]
     for run in runs:
         for r in run["rows"]:
             ms, t = r["ms"], r["ms"].get("torch")
@@ -738,7 +755,7 @@ def markdown(paths: list[str]) -> str:
             best = min((ms[p] for p in OURS if ms.get(p)), default=None)
             ratios = [_f(x / t, ".2f") if x and t else "-" for x in (mine, best)]
             lines.append(f"| {r['op']} | {r['dtype']} | {r['layout']} | {r['size']} | " + " | ".join(cells + ratios)
-                         + " |")
+                         + " |" + (f" {probe_verdict(r.get('probe'))} |" if probed else ""))
     meta = [run.get("meta", {}) for run in runs]
     return "\n".join(lines + [""] + [f"{m.get('gpu')}, cuDNN {m.get('cudnn')}, torch {m.get('torch')}, "
                                      f"{m.get('rounds')} rounds, {m.get('date')}" for m in meta])

@@ -278,6 +278,15 @@ def test_markdown_table_from_json_files(om, tmp_path, capsys):
                       "0.0780 | 1.08 | 0.97 |")
     assert out[3] == "| relu_fwd | float16 | NHWC | large | 0.0570 | - | 0.0570 | - | - | - | - | - |"
     assert out[-1] == "GPU, cuDNN 9.19.0, torch 2.11, 3 rounds, today"
+    # probed rows add a verdict column: a cuDNN limitation past 1.05x torch, else "reaches torch"
+    rows[0]["probe"] = {"best_ms": 0.0756, "torch_ms": 0.078, "engines": 47}
+    rows[1]["probe"] = {"best_ms": 0.0570, "torch_ms": 0.050, "engines": 1}
+    path.write_text(json.dumps({"meta": {}, "rows": rows}))
+    assert om.main(["--markdown", str(path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].endswith("| best / torch | probe |") and out[1] == "|---" * 13 + "|"
+    assert out[2].endswith("| 1.08 | 0.97 | reaches torch: best of 47 0.97x |")
+    assert out[3].endswith("| - | - | cuDNN limitation: best of 1 1.14x |")
 
 
 def test_docs_table_is_printed_from_the_stored_runs(om):
@@ -287,4 +296,14 @@ def test_docs_table_is_printed_from_the_stored_runs(om):
     runs = [str(root / "docs" / "data" / f"ops_matrix_h200_large_{n}.json") for n in ("convolution", "1", "2")]
     table = om.markdown(runs).split("\n\n")[0]
     assert len(table.splitlines()) == 2 + 256
+    assert table in (root / "docs" / "graph_paths.md").read_text()
+
+
+def test_docs_small_probe_table_is_printed_from_the_stored_probes(om):
+    """docs/graph_paths.md's table of the probed small rows is exactly what --markdown prints from the probes kept in
+    docs/data, each row with its verdict."""
+    root = BENCH.parent.parent
+    table = om.markdown([str(root / "docs" / "data" / "ops_matrix_h200_small_probes.json")])
+    assert table.splitlines()[0].endswith("| probe |") and len(table.splitlines()) == 2 + 96 + 2
+    assert all(line.endswith("x |") or "no engine ran" in line for line in table.splitlines()[2:98])
     assert table in (root / "docs" / "graph_paths.md").read_text()
