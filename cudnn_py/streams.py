@@ -28,7 +28,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol, Union
 
 from cudnn_py._install import driver_extras
-from cudnn_py.errors import CudaError, InvalidTypeError, InvalidValueError, NoDeviceError, cuda_error
+from cudnn_py.errors import CudaError, InvalidTypeError, InvalidValueError, NoDeviceError, check_cuda, cuda_error
 
 if TYPE_CHECKING:
     from cuda.core import Device, Stream
@@ -265,12 +265,9 @@ class _Latch:
 
     def __init__(self) -> None:
         d = driver()
-        err, host = d.cuMemHostAlloc(4, d.CU_MEMHOSTALLOC_DEVICEMAP | d.CU_MEMHOSTALLOC_PORTABLE)
-        if err:
-            raise cuda_error("cuMemHostAlloc", err)
-        err, self.address = d.cuMemHostGetDevicePointer(host, 0)
-        if err:
-            raise cuda_error("cuMemHostGetDevicePointer", err)
+        host = check_cuda(d.cuMemHostAlloc(4, d.CU_MEMHOSTALLOC_DEVICEMAP | d.CU_MEMHOSTALLOC_PORTABLE),
+                          "cuMemHostAlloc")
+        self.address = check_cuda(d.cuMemHostGetDevicePointer(host, 0), "cuMemHostGetDevicePointer")
         self.word = ctypes.c_uint32.from_address(int(host))
         self.word.value = self.ticket = 0
         self.lock = threading.Lock()

@@ -174,3 +174,16 @@ def fake_torch(monkeypatch):
     monkeypatch.setattr(memory, "_TORCH_TYPES", frozenset())
     monkeypatch.setattr(memory, "_TORCH_DTYPES", {})
     return torch
+
+
+def fake_finalize(monkeypatch, record) -> None:
+    """Lower graphs on the CPU: ``finalize`` faked (it needs the engines library, i.e. a driver) and the handle and
+    operation-list attributes skipped; every other attribute is still set in cuDNN. ``record(op)`` is called with
+    each pointwise operation as it is lowered."""
+    from cudnn_py.graph.descriptors import BackendDescriptor
+    from cudnn_py.graph.ops.pointwise import Pointwise
+    monkeypatch.setattr(BackendDescriptor, "finalize", lambda self: (setattr(self, "finalized", True), self)[1])
+    real_set, real_lower = BackendDescriptor.set, Pointwise.lower
+    monkeypatch.setattr(BackendDescriptor, "set", lambda self, attr, value, attr_type=None: self if attr in (
+        "handle", "ops") else real_set(self, attr, value, attr_type))
+    monkeypatch.setattr(Pointwise, "lower", lambda self, ctx: (record(self), real_lower(self, ctx))[1])

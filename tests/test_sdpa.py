@@ -7,15 +7,13 @@ import numpy as np
 import pytest
 
 import cudnn_py.graph as G
-from cudnn_py.graph import BackendDescriptor, Graph
+from cudnn_py.graph import Graph
 from cudnn_py.graph import runner as grunner
-from cudnn_py.graph.ops import sdpa as gsdpa
 from cudnn_py.graph.ops import sdpa_builders as gsb
-from cudnn_py.graph.ops.pointwise import Pointwise
 from cudnn_py.memory import DeviceArray
 from cudnn_py.ops import sdpa as S
 from cudnn_py.ops import sdpa_args as A
-from helpers import FakeTorchTensor, NoCallHandle, fake, fake_torch, numeric_gradient
+from helpers import FakeTorchTensor, NoCallHandle, fake, fake_finalize, fake_torch, numeric_gradient
 from reference import sdpa as R
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
@@ -96,14 +94,8 @@ def test_reference_backward_matches_finite_differences(rng, opts):
 def faked(monkeypatch):
     """finalize faked (it needs the engines library, i.e. a driver); every attribute is still set in cuDNN.
     Records each operation descriptor's type and each pointwise mode in order."""
-    monkeypatch.setattr(BackendDescriptor, "finalize", lambda self: (setattr(self, "finalized", True), self)[1])
-    real_set = BackendDescriptor.set
-    monkeypatch.setattr(BackendDescriptor, "set", lambda self, attr, value, attr_type=None: self if attr in (
-        "handle", "ops") else real_set(self, attr, value, attr_type))
-    modes = []
-    real_lower = Pointwise.lower
-    monkeypatch.setattr(Pointwise, "lower", lambda self, ctx: (modes.append(self.params["mode"].name[16:]),
-                                                               real_lower(self, ctx))[1])
+    modes: list = []
+    fake_finalize(monkeypatch, lambda op: modes.append(op.params["mode"].name[16:]))
 
     def lower(g):
         modes.clear()
@@ -554,7 +546,6 @@ def test_pythonic_packed_batches_bind_logical_views(fake_exec):
 
 def test_backward_scratch_lives_in_the_plan_workspace(monkeypatch):
     """The accumulators are placed after cuDNN's own workspace, 256-byte aligned; executors bind them there."""
-    from cudnn_py.graph import execute as gexec
     from cudnn_py.graph.plans import scratch_layout
     g = Graph(io_dtype=BF16)
     q, k, v = _qkv(g, hk=4)

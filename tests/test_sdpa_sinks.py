@@ -9,12 +9,11 @@ import numpy as np
 import pytest
 
 import cudnn_py
-from cudnn_py.graph import BackendDescriptor, Graph, GraphNotSupportedError
+from cudnn_py.graph import Graph, GraphNotSupportedError
 from cudnn_py.graph.ops import sdpa_builders as gsb
-from cudnn_py.graph.ops.pointwise import Pointwise
 from cudnn_py.memory import to_device
 from cudnn_py.ops import sdpa as S
-from helpers import NoCallHandle, fake, numeric_gradient, poisoned
+from helpers import NoCallHandle, fake, fake_finalize, numeric_gradient, poisoned
 from reference import sdpa as R
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
@@ -89,14 +88,9 @@ def test_reference_without_sink_is_attention_and_a_sink_takes_mass(rng):
 def lower(monkeypatch):
     """finalize faked (it needs a driver); returns g -> the pointwise modes and reductions in lowering order."""
     monkeypatch.setattr(gsb, "_version", lambda: (9, 19, 0))
-    monkeypatch.setattr(BackendDescriptor, "finalize", lambda self: (setattr(self, "finalized", True), self)[1])
-    real_set = BackendDescriptor.set
-    monkeypatch.setattr(BackendDescriptor, "set", lambda self, attr, value, attr_type=None: self if attr in (
-        "handle", "ops") else real_set(self, attr, value, attr_type))
-    seq = []
-    real_lower = Pointwise.lower
-    monkeypatch.setattr(Pointwise, "lower", lambda self, ctx: (seq.append(
-        (self.params["mode"].name[16:], [t.name for t in self.inputs.values()])), real_lower(self, ctx))[1])
+    seq: list = []
+    fake_finalize(monkeypatch, lambda op: seq.append((op.params["mode"].name[16:],
+                                                      [t.name for t in op.inputs.values()])))
 
     def run(g):
         seq.clear()
