@@ -375,6 +375,32 @@ def allocator(shape: Shape, dtype: npt.DTypeLike, stream: StreamLike = None, *,
     return functools.partial(_new_array, dev, s, shape, dtype, c_strides(shape), nbytes, device_count() == 1)
 
 
+class Output:
+    """New arrays of one layout on a handle's stream, for a call that allocates the same output each time: ``shape``
+    and ``dtype``, laid out by element ``strides`` (None or packed: C-contiguous; else over the elements they span,
+    non-negative), from an :func:`allocator` made once per stream. Call it with the handle (its ``stream`` and
+    ``device``)."""
+
+    __slots__ = ("shape", "dtype", "strides", "n", "stream", "new")
+
+    def __init__(self, shape: tuple[int, ...], dtype: np.dtype[Any], strides: tuple[int, ...] | None = None):
+        self.shape, self.dtype = shape, dtype
+        self.strides = None if strides is None or is_c_contiguous(shape, strides) else tuple(strides)
+        self.n = 0 if 0 in shape else 1 + sum((d - 1) * st for d, st in zip(shape, self.strides or ()))
+        self.stream: Any = None
+        self.new: Any = None
+
+    def __call__(self, handle: Any) -> DeviceArray:
+        if self.new is None or self.stream is not handle.stream:
+            self.new = allocator(self.shape if self.strides is None else (self.n,), self.dtype, handle.stream,
+                                 device=handle.device)
+            self.stream = handle.stream
+        a = self.new()
+        if self.strides is None:
+            return a
+        return DeviceArray.from_parts(a.ptr, self.shape, self.dtype, self.strides, a.device_id, a, None)
+
+
 class _Allocation:
     """Owns one cuda.core buffer and frees it, ordered on its stream, with its device's context current: the
     legacy default stream is the current context's, and the last reference may go in any thread, on any device.

@@ -296,6 +296,7 @@ class ConvEngines:
 
     def __init__(self, monkeypatch, legacy_ms=2.0, graph_ms=1.0, graph_refuses=False):
         import types
+        from cudnn_py import memory
         from cudnn_py.memory import DeviceArray
         from cudnn_py.ops import conv_calls as cv
         self.ran: list = []
@@ -311,7 +312,8 @@ class ConvEngines:
                 runner=runner)
         monkeypatch.setattr(cv, "_graph", lambda: types.SimpleNamespace(convolution=graph))
         monkeypatch.setattr(cv, "empty", lambda shape, dtype, **kw: DeviceArray(6 << 30, shape, dtype))
-        monkeypatch.setattr(cv, "allocator", lambda shape, dtype, *a, **kw: lambda: DeviceArray(6 << 30, shape, dtype))
+        monkeypatch.setattr(memory, "allocator", lambda shape, dtype, *a, **kw: lambda: DeviceArray(6 << 30, shape,
+                                                                                                   dtype))
         for name in ("_forward_legacy", "_backward_data_legacy", "_backward_filter_legacy"):
             monkeypatch.setattr(cv, name, lambda *a: self.ran.append("legacy") or a[8])  # a[8]: the output
         monkeypatch.setattr(ec, "_clock", lambda handle, fn: (fn(), self.ms[self.ran[-1]]))

@@ -700,6 +700,17 @@ def test_entry_point_autotuning_times_every_mode():
             autotune_graph(Fake(err), None, {})
 
 
+def test_autotune_orders_by_gpu_time_and_breaks_ties_by_host_time():
+    """Of the plans within TIE of the fastest GPU time, the one costing the host least leads; the rest follow
+    fastest first, a plan that never timed (NaN) last."""
+    from cudnn_py.graph.plans import TIE, _fastest_first
+    timed = [("slow", 0.010, 0.001), ("fast", 0.0030, 0.012), ("tied", 0.0030 * (1 + TIE), 0.006),
+             ("nan", math.nan, 0.001), ("near", 0.0030 * (1 + 2 * TIE), 0.001)]
+    assert [p for p, _ in _fastest_first(timed)] == ["tied", "fast", "near", "slow", "nan"]
+    assert _fastest_first(timed)[0] == ("tied", 0.0030 * (1 + TIE))
+    assert [p for p, _ in _fastest_first([("a", 0.002, 0.009), ("b", 0.004, 0.001)])] == ["a", "b"]
+
+
 def test_broadcast_matmul_is_refused_below_the_verified_cudnn(monkeypatch):
     """cuDNN 9.14 left elements of a batch-broadcast matmul unwritten (H200 suite, 2026-11-26): refused there, before
     cuDNN is asked; same-batch matmuls and newer libraries build as before."""

@@ -6,6 +6,7 @@ import pytest
 import cudnn_py
 import cudnn_py.graph as G
 from cudnn_py import capi
+from cudnn_py.graph import plans
 from cudnn_py.graph.ops.matmul import BROADCAST_SINCE
 from cudnn_py.memory import DeviceArray, empty, to_device
 from reference import graph as R
@@ -331,7 +332,8 @@ def test_autotune_keeps_the_fastest_correct_plan(handle, rng):
     pack = {x: _dev(xa, x, keep), w: _dev(wa, w, keep), y: _out(y, keep)}
     results = g.autotune(handle, pack, iters=3)
     assert results and results[0][0] is g.plans[0]
-    assert [ms for _, ms in results] == sorted(ms for _, ms in results)
+    ms = [t for _, t in results]
+    assert ms[1:] == sorted(ms[1:]) and ms[0] <= min(ms) * (1 + plans.TIE)  # a host-cheaper plan may lead a tie
     pack[y] = _out(y, keep)
     g.execute(handle, pack)
     q = lambda v: v.astype(np.float16).astype(np.float64)  # noqa: E731

@@ -486,3 +486,27 @@ def test_allocator_checks_once_then_allocates_per_call(monkeypatch, devices):
         M.allocator((10 ** 6,), np.float32)()
     with pytest.raises(cudnn.InvalidValueError, match="2\\*\\*63"):
         M.allocator((2 ** 62, 4), np.float32)
+
+
+def test_output_makes_one_allocator_per_stream_and_lays_out_strided_outputs(monkeypatch):
+    """``memory.Output``: an allocator per handle stream (made again when the handle's stream changes); packed
+    strides allocate the shape, other strides the elements they span, viewed with those strides."""
+    made = []
+
+    def allocator(shape, dtype, stream, device=None):
+        made.append((shape, stream, device))
+        return lambda: M.DeviceArray(4096 * len(made), shape, dtype)
+
+    monkeypatch.setattr(M, "allocator", allocator)
+    h = types.SimpleNamespace(stream="s1", device=0)
+    packed = M.Output((2, 3, 4), np.dtype(np.float32), (12, 4, 1))
+    assert packed.strides is None and packed(h).strides == (12, 4, 1) and packed(h).shape == (2, 3, 4)
+    assert made == [((2, 3, 4), "s1", 0)]
+    h.stream = "s2"
+    packed(h)
+    assert made[-1] == ((2, 3, 4), "s2", 0) and len(made) == 2
+    bshd = M.Output((2, 3, 4, 5), np.dtype(np.float16), (60, 5, 15, 1))  # (B, H, S, D) over a (B, S, H, D) buffer
+    y = bshd(h)
+    assert made[-1] == ((120,), "s2", 0) and bshd.n == 120
+    assert (y.shape, y.strides, y.dtype, y.ptr) == ((2, 3, 4, 5), (60, 5, 15, 1), np.dtype(np.float16), 4096 * 3)
+    assert M.Output((0, 4), np.dtype(np.float32), (1, 0)).n == 0

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import cudnn_py.graph as G
+from cudnn_py import memory
 from cudnn_py.graph import Graph
 from cudnn_py.graph import runner as grunner
 from cudnn_py.graph.ops import sdpa_builders as gsb
@@ -463,6 +464,8 @@ def fake_exec(monkeypatch):
     addr = iter(range(0x10000000, 0x20000000, 0x100000))
     monkeypatch.setattr(A, "new_output", lambda handle, shape, dtype, strides: DeviceArray(next(addr), shape, dtype,
                                                                                          strides))
+    monkeypatch.setattr(memory, "allocator", lambda shape, dtype, *a, **kw: lambda: DeviceArray(next(addr), shape,
+                                                                                              dtype))
     return packs, made
 
 

@@ -8,6 +8,7 @@ modules' graph paths), :class:`~cudnn_py.graph.execute.CudaGraph`, attention (:m
 """
 from __future__ import annotations
 
+import array
 import ctypes
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
@@ -68,7 +69,8 @@ class VariantPack:
 
     A runner makes one for every new set of addresses (outputs allocated per call land elsewhere each time), so it
     is a pointer and nothing else: no :class:`~.descriptors.BackendDescriptor` (attribute table, weak sets and
-    finalizer object cost several microseconds a pack)."""
+    finalizer object cost several microseconds a pack). The addresses go to cuDNN in one ``array('Q')`` (the data
+    pointers, then the workspace), which cuDNN copies: a ctypes ``c_void_p`` array took about 2 us to fill."""
 
     __slots__ = ("ptr",)
 
@@ -76,19 +78,36 @@ class VariantPack:
         n = len(uids)
         if len(pointers) != n:
             raise InvalidValueError(f"variant pack: {n} unique ids but {len(pointers)} data pointers")
+        create, set_attr, finalize = _PACK_CALLS or _pack_calls()
         self.ptr = ptr = capi.cudnnBackendDescriptor_t()
-        _check(_bare("cudnnBackendCreateDescriptor")(_VARIANT_PACK, ctypes.byref(ptr)), "cudnnBackendCreateDescriptor")
+        _check(create(_VARIANT_PACK, ctypes.byref(ptr)), "cudnnBackendCreateDescriptor")
         _binding.own(ptr, "graph.VariantPack")
         ids = uids if isinstance(uids, ctypes.Array) else (ctypes.c_int64 * n)(*uids)
-        set_attr, count = _bare("cudnnBackendSetAttribute"), ctypes.c_int64(n)
-        _check(set_attr(ptr, _UIDS, _INT64, count, ids), "cudnnBackendSetAttribute")
-        _check(set_attr(ptr, _POINTERS, _VOID_PTR, count, (ctypes.c_void_p * n)(*pointers)), "cudnnBackendSetAttribute")
-        ws = ctypes.c_void_p(workspace or None)
-        _check(set_attr(ptr, _WORKSPACE, _VOID_PTR, ctypes.c_int64(1), ctypes.byref(ws)), "cudnnBackendSetAttribute")
-        _check(_bare("cudnnBackendFinalize")(ptr), "cudnnBackendFinalize")
+        words = array.array("Q", [p or 0 for p in pointers])
+        words.append(workspace or 0)
+        base = words.buffer_info()[0]
+        count = _COUNTS.get(n) or _COUNTS.setdefault(n, ctypes.c_int64(n))
+        _check(set_attr(ptr, _UIDS, _INT64, count, ids)
+               or set_attr(ptr, _POINTERS, _VOID_PTR, count, ctypes.c_void_p(base))
+               or set_attr(ptr, _WORKSPACE, _VOID_PTR, _COUNTS[1], ctypes.c_void_p(base + 8 * n)),
+               "cudnnBackendSetAttribute")
+        _check(finalize(ptr), "cudnnBackendFinalize")
 
     def __del__(self) -> None:
         destroy_descriptor(self.ptr)
+
+
+#: the bare cuDNN calls a variant pack is made with, loaded by the first pack
+_PACK_CALLS: tuple = ()
+#: element counts passed to cudnnBackendSetAttribute, by value (never written)
+_COUNTS: dict[int, ctypes.c_int64] = {1: ctypes.c_int64(1)}
+
+
+def _pack_calls() -> tuple:
+    global _PACK_CALLS
+    _PACK_CALLS = (_bare("cudnnBackendCreateDescriptor"), _bare("cudnnBackendSetAttribute"),
+                   _bare("cudnnBackendFinalize"))
+    return _PACK_CALLS
 
 
 def make_variant_pack(uids: Sequence[int] | ctypes.Array, pointers: Sequence[int | None],

@@ -31,7 +31,7 @@ from cudnn_py.caches import handle_cache
 from cudnn_py.dtypes import cudnn_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError, WorkspaceLimitError
 from cudnn_py.handle import Handle, handle_arg
-from cudnn_py.memory import DeviceArray, DeviceArrayLike, allocator, array_signature, as_array, empty, zeros
+from cudnn_py.memory import DeviceArray, DeviceArrayLike, Output, array_signature, as_array, empty, zeros
 from cudnn_py.strided import c_strides
 from cudnn_py.ops._common import Out, enum_arg, moved_outputs, scalars
 from cudnn_py.ops.activation import activation_of
@@ -97,7 +97,7 @@ class _Plan:
     algo: Any
     ws: int
     fn: Any  # the bound ctypes function of the direction
-    y: "_Output"  # new forward outputs
+    y: Output  # new forward outputs
     scaling: np.dtype
     gen: int | None  # algorithm_cache.generation a "fastest" choice was made under
     one: Any
@@ -129,7 +129,7 @@ def _plan(handle: Handle, key, direction, conv, arrays, spec, deterministic, wor
     p.scaling = np.dtype(np.float64 if g.compute == capi.CUDNN_DATA_DOUBLE else np.float32)
     p.one, p.zero = scalars(p.scaling, 1.0, 0.0)
     p.gen = _alg.algorithm_cache.generation if isinstance(spec, str) and spec.lower() == "fastest" else None
-    p.y = _Output(g.out_shape, g.np_y_dtype)
+    p.y = Output(g.out_shape, g.np_y_dtype)
     handle_cache(handle, PLANS)[key] = p
     return p
 
@@ -215,27 +215,6 @@ def _on_graph(auto: bool, run) -> Any:
 CALLS = "conv.calls"
 
 
-class _Output:
-    """New output arrays of one layout (``shape``, ``dtype``; ``strides`` over ``n`` elements, or None: C-contiguous)
-    on the handle's stream: a :func:`~cudnn_py.memory.allocator` made once per stream."""
-    __slots__ = ("shape", "dtype", "strides", "n", "stream", "new")
-
-    def __init__(self, shape: tuple, dtype: np.dtype, strides: tuple | None = None, n: int = 0):
-        self.shape, self.dtype, self.strides, self.n = shape, dtype, strides, n
-        self.stream: Any = None
-        self.new: Any = None
-
-    def __call__(self, handle: Handle) -> DeviceArray:
-        if self.new is None or self.stream is not handle.stream:
-            self.new = allocator(self.shape if self.strides is None else (self.n,), self.dtype, handle.stream,
-                                 device=handle.device)
-            self.stream = handle.stream
-        a = self.new()
-        if self.strides is None:
-            return a
-        return DeviceArray.from_parts(a.ptr, self.shape, self.dtype, self.strides, a.device_id, a, None)
-
-
 class _GraphCall:
     """A graph-path call prepared for one signature: the executor's runner (binding the direction's two inputs, then
     its output) and the output to allocate (None where the caller passes it)."""
@@ -243,9 +222,7 @@ class _GraphCall:
 
     def __init__(self, ex, allocated: DeviceArray | None):
         self.runner = ex.runner
-        self.alloc = None if allocated is None else _Output(
-            allocated.shape, allocated.dtype, None if allocated.is_contiguous else allocated.strides,
-            allocated.span()[1])
+        self.alloc = None if allocated is None else Output(allocated.shape, allocated.dtype, allocated.strides)
 
     def __call__(self, handle: Handle, a_ptr: int, b_ptr: int, out, out_ptr: int):
         if out is None:

@@ -17,7 +17,7 @@ from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.graph import Graph
 from cudnn_py.graph.ops.sdpa_options import SdpaOptions
 from cudnn_py.graph.runner import Runner, cached, handle_device, new_output, plan_graph
-from cudnn_py.memory import DeviceArray, array_signature, as_array, c_strides, is_torch_tensor, to_device
+from cudnn_py.memory import DeviceArray, Output, array_signature, as_array, c_strides, is_torch_tensor, to_device
 
 __all__ = ["CACHE", "FAST", "SdpaArgs", "alibi_slopes", "signatures", "device_tensor", "device_scalar", "thd",
            "bind_output", "fast_outputs", "fast_call"]
@@ -235,7 +235,11 @@ class SdpaArgs:
                     t.strides = tuple(meta[1])
                 t.set_output(True).set_name(name)
             plan = plan_graph(g, handle, dict(zip(tensors, arrays)), outs, autotune)
-            specs = [(t.shape, t.np_dtype, t.strides, srcs[i] if i < len(srcs) else None) for i, t in enumerate(outs)]
+            specs = []  # per output: shape, dtype, strides, the packed input it follows, else its new arrays
+            for i, t in enumerate(outs):
+                src = srcs[i] if i < len(srcs) else None
+                new = Output(t.shape, t.np_dtype, t.strides) if src is None else None
+                specs.append((t.shape, t.np_dtype, t.strides, src, new))
             n = len(self.arrays)
             return Runner(plan, handle, [*tensors, *outs], arrays[n:], n, specs)
         key = (method, self.key, tuple(given.values()), tuple(builder.items()), autotune)
@@ -254,9 +258,9 @@ class SdpaArgs:
 def _new(handle: Any, spec: tuple, shapes: Sequence | None) -> DeviceArray:
     """A new output for ``spec`` (:func:`graph_runner`): packed, a (T, H, D) array with T of the input it follows
     (``shapes``: the packed q, k, v shapes)."""
-    shape, dtype, strides, src = spec
-    if src is None:
-        return new_output(handle, shape, dtype, strides)
+    shape, dtype, _, src, new = spec
+    if new is not None:
+        return new(handle)
     packed = (shapes[src][0], shape[1], shape[3])  # type: ignore[index]
     return new_output(handle, packed, dtype, c_strides(packed))
 
@@ -264,7 +268,7 @@ def _new(handle: Any, spec: tuple, shapes: Sequence | None) -> DeviceArray:
 def bind_output(handle: Any, given: Any, name: str, spec: tuple, shapes: Sequence | None) -> tuple[Any, Any]:
     """(returned array, bound array) for an output: the caller's ``given`` checked against ``spec``, or new. A
     packed output is a (T, H, D) array bound through its logical view (``shapes``: the call's packed q, k, v shapes)."""
-    shape, dtype, _, src = spec
+    shape, dtype, _, src, _ = spec
     if given is None:
         given = _new(handle, spec, shapes)
         if src is None:
