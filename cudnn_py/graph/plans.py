@@ -409,30 +409,33 @@ def _sample(plan: Plan, handle, variant_pack: dict, warmup: int, iters: int) -> 
     return sorted(gpu)[len(gpu) // 2], sorted(host)[len(host) // 2]
 
 
-#: plans whose GPU time is within this fraction of the fastest count as tied; :func:`autotune` takes the one of
-#: them whose execution costs the host least (a tiny graph's plans differ more in ``cudnnBackendExecute``'s host
-#: time than in their kernels': 64x64x64 matmul, H200, 12.1 us a call for one plan, 5.7-6.4 for the others)
+#: where the fastest plan is host-bound (queuing an execution costs the host more than running it costs the GPU),
+#: plans within this fraction of its GPU time count as tied and :func:`autotune` takes the one whose execution costs
+#: the host least: a loop of such calls runs at the host's pace (64x64x64 matmul, H200: 12.1 us a call for one
+#: plan, 5.7-6.4 for the others)
 TIE = 0.05
 
 
 def _fastest_first(timed: list[tuple[Plan, float, float]]) -> list[tuple[Plan, float | None]]:
-    """[(plan, GPU ms)] by GPU time, the first the plan costing the host least among those tied with the fastest."""
+    """[(plan, GPU ms)] of [(plan, GPU ms, host ms)] by GPU time, the first of host-bound ties the plan costing the
+    host least (:data:`TIE`)."""
     timed = sorted(timed, key=lambda r: r[1] if not math.isnan(r[1]) else math.inf)
-    tied = [r for r in timed if r[1] <= timed[0][1] * (1 + TIE)]
-    first = min(tied, key=lambda r: r[2])
+    first = timed[0]
+    if first[2] > first[1]:
+        first = min((r for r in timed if r[1] <= timed[0][1] * (1 + TIE)), key=lambda r: r[2])
     return [(p, ms) for p, ms, _ in [first] + [r for r in timed if r is not first]]
 
 
 def autotune(graph, handle, variant_pack: dict, *, modes=("A", "B", "FALLBACK"), warmup: int = 2, iters: int = 5,
              **filters) -> list[tuple[Plan, float | None]]:
     """Time every buildable plan of ``modes`` on ``variant_pack`` (:func:`time_plan`) and make the fastest
-    ``graph.plans[0]``: of the plans within :data:`TIE` of the fastest GPU time, the one whose execution costs the
-    host least. Returns [(plan, GPU ms)], that plan first, then the others fastest first."""
+    ``graph.plans[0]`` (where it is host-bound: of the plans within :data:`TIE` of its GPU time, the one whose
+    execution costs the host least). Returns [(plan, GPU ms)], that plan first, then the others fastest first."""
     if "cache" in filters:
         raise InvalidTypeError("autotune always builds every plan anew (and keeps its timings in the plan store); "
                                "it takes no cache=")
-    # "held", "host-ties": GPU times of held streams, ties broken by host time (the store's earlier choices were
-    # made by the host's queuing cost, then by GPU time alone)
+    # "held", "host-ties": GPU times of held streams, host-bound ties broken by host time (the store's earlier
+    # choices were made by the host's queuing cost, then by GPU time alone)
     options = ("autotune", "held", "host-ties", tuple(_mode_name(m) for m in modes), tuple(sorted(filters.items())))
     results: list[tuple[Plan, float | None]] | None = _stored(graph, handle, options)
     if not results:
