@@ -23,6 +23,7 @@ a few hundred milliseconds). Where no GPU or driver can be used, those calls rai
 from __future__ import annotations
 
 import ctypes
+import gc
 import threading
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol, Union
@@ -311,7 +312,7 @@ class Timer:
     block did not outlast :data:`HOLD_TIMEOUT`).
     """
 
-    __slots__ = ("stream", "ms", "held", "_start", "_options", "_hold", "_ticket", "_watchdog")
+    __slots__ = ("stream", "ms", "held", "_start", "_options", "_hold", "_ticket", "_watchdog", "_collecting")
 
     def __init__(self, stream: StreamLike = None, hold: bool = False):
         self.stream: Stream = as_stream(stream)
@@ -320,27 +321,49 @@ class Timer:
         self._hold = bool(hold)
         self._ticket: int | None = None
         self._watchdog: threading.Timer | None = None
+        self._collecting = False
         self._start: Any = None
         self._options = cuda_core().EventOptions(timing_enabled=True)
 
     def __enter__(self) -> Timer:
         self.ms, self.held, self._ticket = None, False, None
         if self._hold:
-            latch = _the_latch()
-            self._ticket = ticket = latch.hold(self.stream)
-            if ticket is not None:
-                self._watchdog = threading.Timer(HOLD_TIMEOUT, latch.release, (ticket,))
+            # No garbage collection while the stream is held: a collected plan's cudnnBackendDestroyDescriptor
+            # waits for the GPU, which waits for the release (a collection in the watchdog's thread, as it
+            # started, deadlocked an autotune on an H200). The watchdog starts before the hold for the same reason.
+            self._collecting = gc.isenabled()
+            gc.disable()
+            try:
+                self._watchdog = threading.Timer(HOLD_TIMEOUT, self._let_go)
                 self._watchdog.daemon = True
                 self._watchdog.start()
+                self._ticket = _the_latch().hold(self.stream)
+                self._start = self.stream.record(options=self._options)
+            except BaseException:
+                self._unhold()
+                raise
+            return self
         self._start = self.stream.record(options=self._options)
         return self
 
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        end = self.stream.record(options=self._options)
+    def _let_go(self) -> None:
+        ticket = self._ticket
+        if ticket is not None:
+            _the_latch().release(ticket)
+
+    def _unhold(self) -> None:
+        """Let the stream go (``held``: whether the hold lasted until now), stop the watchdog, collect again."""
         if self._ticket is not None:
             self.held = _the_latch().release(self._ticket)
-            if self._watchdog is not None:
-                self._watchdog.cancel()
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+        if self._collecting:
+            gc.enable()
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        end = self.stream.record(options=self._options)
+        if self._hold:
+            self._unhold()
         if exc_type is None:
             end.sync()
             self.ms = end - self._start

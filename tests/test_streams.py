@@ -121,3 +121,62 @@ def test_the_hold_latch_takes_tickets_and_releases_cyclically(monkeypatch):
     assert not latch.release(0xFFFFFFFF)                       # and 2**32 - 1 before 0
     status[0] = 801                                            # CUDA_ERROR_NOT_SUPPORTED
     assert latch.hold(s) is None and latch.ticket == 0
+
+
+def test_a_held_timer_starts_its_watchdog_before_holding_and_collects_no_garbage_meanwhile(monkeypatch):
+    """While ``timer(hold=True)`` holds its stream the garbage collector is off (a collected plan's destroy call
+    waits for the GPU, which waits for the release: an autotune deadlocked so on an H200, the collection running in
+    the watchdog's thread as it started); the watchdog thread runs before the stream is held; on exit the stream is
+    let go and collection resumes, also where holding fails (no driver: fakes)."""
+    import gc
+    import threading
+    order = []
+
+    class Event:
+        def __sub__(self, other):
+            return 1.5
+
+        def sync(self):
+            pass
+
+    class Stream:
+        def record(self, options=None):
+            order.append(("record", gc.isenabled()))
+            return Event()
+
+    class Latch:
+        fail = False
+
+        def hold(self, stream):
+            order.append(("hold", any(isinstance(t, threading.Timer) and t.is_alive() for t in threading.enumerate()),
+                          gc.isenabled()))
+            if self.fail:
+                raise KeyboardInterrupt
+            return 7
+
+        def release(self, ticket):
+            order.append(("release", ticket))
+            return True
+    latch = Latch()
+    monkeypatch.setattr(streams, "as_stream", lambda s=None, d=None: Stream())
+    monkeypatch.setattr(streams, "_the_latch", lambda: latch)
+    assert gc.isenabled()
+    with streams.timer(None, hold=True) as t:
+        assert not gc.isenabled()
+    assert gc.isenabled() and t.held and t.ms == 1.5
+    assert order == [("hold", True, False), ("record", False), ("record", False), ("release", 7)]
+    latch.fail = True
+    failing = streams.timer(None, hold=True)
+    with pytest.raises(KeyboardInterrupt):
+        with failing:
+            pass
+    failing._watchdog.join(1.0)
+    assert gc.isenabled() and not failing._watchdog.is_alive() and not failing.held
+    latch.fail = False
+    gc.disable()
+    try:
+        with streams.timer(None, hold=True):
+            pass
+        assert not gc.isenabled()  # the program's own setting is kept
+    finally:
+        gc.enable()
