@@ -381,7 +381,8 @@ def timer(stream: StreamLike = None, *, hold: bool = False) -> Timer:
     :param hold: hold ``stream`` (``cuStreamWaitValue32`` on a host-mapped word) until the block has queued its
         work, so ``ms`` is the GPU's time even where the host queues it slower than the GPU runs it; the block must
         not wait for the stream itself (it is let go after :data:`HOLD_TIMEOUT` seconds if it does; ``held`` then
-        reads False, as it does where the driver cannot hold streams).
+        reads False, as it does where the driver cannot hold streams). The garbage collector is off meanwhile (a
+        collected object's destroy call could wait for the held GPU).
     :returns: a :class:`Timer` to use as a context manager.
     :raises NoDeviceError: where no GPU can be used.
     """
