@@ -386,7 +386,9 @@ class Output:
     def __init__(self, shape: tuple[int, ...], dtype: np.dtype[Any], strides: tuple[int, ...] | None = None):
         self.shape, self.dtype = shape, dtype
         self.strides = None if strides is None or is_c_contiguous(shape, strides) else tuple(strides)
-        self.n = 0 if 0 in shape else 1 + sum((d - 1) * st for d, st in zip(shape, self.strides or ()))
+        self.n = math.prod(shape)  # the elements a new array holds: its shape's, or as many as the strides span
+        if self.strides is not None:
+            self.n = 1 + sum((d - 1) * st for d, st in zip(shape, self.strides))
         self.stream: Any = None
         self.new: Any = None
 
