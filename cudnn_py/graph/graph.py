@@ -422,8 +422,9 @@ class Graph(ConvBuilders, MatmulBuilders, PointwiseBuilders, ReductionBuilders, 
 
     def autotune(self, handle: HandleLike, variant_pack: dict, *, modes: Sequence[str] = ("A", "B", "FALLBACK"),
                  warmup: int = 2, iters: int = 5, **filters: Any) -> list[tuple["Plan", float | None]]:
-        """Build every plan of ``modes``, time each on ``variant_pack`` with events, keep the fastest first.
-        Returns the list of (plan, milliseconds) sorted fastest first."""
+        """Build every plan of ``modes``, time each on ``variant_pack`` (GPU time, the stream held) and keep the
+        fastest first; where it is host-bound, the plan within :data:`~cudnn_py.graph.plans.TIE` of its GPU time that
+        costs the host least. Returns [(plan, GPU milliseconds)], the kept plan first, then the others fastest first."""
         handle = graph_handle(handle)
         from .plans import autotune
         return autotune(self, handle, variant_pack, modes=modes, warmup=warmup, iters=iters, **filters)
