@@ -383,8 +383,8 @@ class Output:
 
     __slots__ = ("shape", "dtype", "strides", "n", "stream", "new")
 
-    def __init__(self, shape: tuple[int, ...], dtype: np.dtype[Any], strides: tuple[int, ...] | None = None):
-        self.shape, self.dtype = shape, dtype
+    def __init__(self, shape: tuple[int, ...], dtype: npt.DTypeLike, strides: tuple[int, ...] | None = None):
+        self.shape, self.dtype = shape, array_dtype(dtype)
         self.strides = None if strides is None or is_c_contiguous(shape, strides) else tuple(strides)
         self.n = math.prod(shape)  # the elements a new array holds: its shape's, or as many as the strides span
         if self.strides is not None:
@@ -393,10 +393,13 @@ class Output:
         self.new: Any = None
 
     def __call__(self, handle: Any) -> DeviceArray:
-        if self.new is None or self.stream is not handle.stream:
-            self.new = allocator(self.shape if self.strides is None else (self.n,), self.dtype, handle.stream,
-                                 device=handle.device)
-            self.stream = handle.stream
+        return self.on(handle.stream, handle.device)
+
+    def on(self, stream: StreamLike, device: int | None) -> DeviceArray:
+        """A new array on ``stream`` of ``device`` (what calling it with a handle gives)."""
+        if self.new is None or self.stream is not stream:
+            self.new = allocator(self.shape if self.strides is None else (self.n,), self.dtype, stream, device=device)
+            self.stream = stream
         a = self.new()
         if self.strides is None:
             return a

@@ -140,3 +140,26 @@ def test_executor_and_cuda_graph_packs_come_from_the_runner(stubbed):
     ex.runner.variant_pack(arrays, None)
     ex.runner.variant_pack(arrays, None)
     assert len(made) == 3  # uncached: a CUDA graph keeps its own
+
+
+def test_new_output_has_room_for_the_gaps_of_its_strides(monkeypatch):
+    """runner.new_output allocates as many elements as the strides span on the handle's stream and device (a packed
+    layout in any order: its elements; strides with gaps, e.g. an attention output in a (B, S, 3, H, D) buffer: the
+    gaps too, so nothing cuDNN writes lands past the allocation) and views it with those strides."""
+    import types
+    from cudnn_py import memory
+    from cudnn_py.memory import DeviceArray
+    made = []
+
+    def allocator(shape, dtype, stream, device=None):
+        made.append((shape, stream, device))
+        return lambda: DeviceArray(4096, shape, dtype)
+    monkeypatch.setattr(memory, "allocator", allocator)
+    h = types.SimpleNamespace(stream="s", device=1)
+    packed = R.new_output(h, (2, 3, 4), np.float16, (12, 1, 3))             # channels-last order, no gaps
+    gapped = R.new_output(h, (1, 2, 4, 8), np.float16, (192, 8, 48, 1))     # (B, H, S, D) in (B, S, 3 * H, D)
+    assert made == [((24,), "s", 1), ((1 + 8 + 144 + 7,), "s", 1)]
+    assert (packed.shape, packed.strides, gapped.shape, gapped.strides) == ((2, 3, 4), (12, 1, 3), (1, 2, 4, 8),
+                                                                            (192, 8, 48, 1))
+    assert R.new_output(types.SimpleNamespace(), (2, 2), np.float32, (2, 1)).shape == (2, 2)  # a raw handle
+    assert made[-1] == ((2, 2), None, None)

@@ -17,7 +17,7 @@ from cudnn_py import _binding, _loader, capi, nvtx
 from cudnn_py._status import status_error
 from cudnn_py.caches import handle_cache
 from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
-from cudnn_py.memory import DeviceArray, array_signature, as_array, empty
+from cudnn_py.memory import DeviceArray, Output, array_signature, as_array
 
 from .descriptors import destroy_descriptor
 
@@ -213,11 +213,9 @@ def scratch_pointers(plan: Any, workspace: int | None) -> tuple[list, list]:
 
 
 def new_output(handle: Any, shape: Sequence[int], dtype: Any, strides: Sequence[int]) -> DeviceArray:
-    """An uninitialised device array of ``shape`` laid out with ``strides`` on the handle's device and stream."""
-    order = sorted(range(len(shape)), key=lambda i: -strides[i])
-    buf = empty(tuple(shape[i] for i in order), dtype, stream=getattr(handle, "stream", None),
-                device=handle_device(handle))
-    return DeviceArray.from_parts(buf.ptr, tuple(shape), buf.dtype, tuple(strides), buf.device_id, buf, None)
+    """An uninitialised device array of ``shape`` laid out with element ``strides`` (over as many elements as they
+    span: a layout with gaps gets room for them) on the handle's device and stream."""
+    return Output(tuple(shape), dtype, tuple(strides)).on(getattr(handle, "stream", None), handle_device(handle))
 
 
 class Runner:
