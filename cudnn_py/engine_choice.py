@@ -21,12 +21,12 @@ For each key (operation name first, then everything the answer depends on: shape
    untimed one, so the time is the GPU's, or the host's where the call is host-bound: what a loop of such calls
    costs; deliberately not :func:`~cudnn_py.streams.timer` ``hold=True``'s GPU time alone: a tiny legacy
    convolution whose kernel is as fast as the graph's costs the host 43 us a call against 9). The lower best time
-   wins (an engine left alone is not timed). The winner runs last, so the outputs are its own. Arrays the call writes and
-   may read (``mutated``: running statistics, a ``beta`` blend, an in-place output) are copied first and restored
-   before every run, so the call's effect is that of one call; where they cannot be copied, the static rule runs
-   unmeasured. The choice is kept (handle, database) only once measured in full: an interrupt leaves none; it is
-   written to the database only where every engine left out refused (a passing failure is not written down).
-   Where both engines fail the legacy engine's error is raised.
+   wins (an engine left alone is not timed). The winner runs last, so the outputs are its own. Arrays the call
+   writes and may read (``mutated``: running statistics, a ``beta`` blend, an in-place output) are copied first
+   and restored before every run, so the call's effect is that of one call; where they cannot be copied, the
+   static rule runs unmeasured. The choice is kept (handle, database) only once measured in full: an interrupt
+   leaves none; it is written to the database only where every engine left out refused (a passing failure is not
+   written down). Where both engines fail the legacy engine's error is raised.
 
 Each choice is logged at DEBUG on ``logging.getLogger("cudnn_py.engine_choice")``. ``engine="legacy"`` or
 ``"graph"`` on the call bypasses all this; ``CUDNN_PY_AUTO_ENGINE=static`` in the environment (or

@@ -327,23 +327,22 @@ class Timer:
 
     def __enter__(self) -> Timer:
         self.ms, self.held, self._ticket = None, False, None
-        if self._hold:
-            # No garbage collection while the stream is held: a collected plan's cudnnBackendDestroyDescriptor
-            # waits for the GPU, which waits for the release (a collection in the watchdog's thread, as it
-            # started, deadlocked an autotune on an H200). The watchdog starts before the hold for the same reason.
-            self._collecting = gc.isenabled()
-            gc.disable()
-            try:
+        try:
+            if self._hold:
+                # No garbage collection while the stream is held: a collected plan's cudnnBackendDestroyDescriptor
+                # waits for the GPU, which waits for the release (a collection in the watchdog's thread, as it
+                # started, deadlocked an autotune on an H200). The watchdog starts before the hold for that reason.
+                self._collecting = gc.isenabled()
+                gc.disable()
                 self._watchdog = threading.Timer(HOLD_TIMEOUT, self._let_go)
                 self._watchdog.daemon = True
                 self._watchdog.start()
                 self._ticket = _the_latch().hold(self.stream)
-                self._start = self.stream.record(options=self._options)
-            except BaseException:
+            self._start = self.stream.record(options=self._options)
+        except BaseException:
+            if self._hold:
                 self._unhold()
-                raise
-            return self
-        self._start = self.stream.record(options=self._options)
+            raise
         return self
 
     def _let_go(self) -> None:

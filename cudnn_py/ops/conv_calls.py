@@ -250,6 +250,7 @@ def _first_call(direction: str, handle: Handle, key: tuple, conv, a, b, out, sha
                                opts["workspace_limit"], conv, stacklevel=5)
     warns = isinstance(opts["algo"], str) and opts["algo"].lower() == "fastest"  # warns on every call: no route
     got: dict = {}
+    ptrs = [0 if x is None else array_signature(x)[1] for x in (a, b, out)]  # the route's arguments
 
     def run_legacy():
         got["out"] = legacy(algo)
@@ -264,7 +265,6 @@ def _first_call(direction: str, handle: Handle, key: tuple, conv, a, b, out, sha
             workspace_limit=opts["workspace_limit"], alpha=opts["alpha"], beta=opts["beta"], shape=shape,
             executor=True)
         got["call"] = _GraphCall(ex, got["out"] if out is None else None)
-    ptrs = [0 if x is None else array_signature(x)[1] for x in (a, b, out)]
     if route == "legacy":
         run_legacy()
         engine = "legacy"
