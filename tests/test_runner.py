@@ -115,6 +115,17 @@ def test_variant_packs_are_reused_by_address(stubbed, monkeypatch):
     assert len(r.packs) == 1 and len(made) == 3
 
 
+def test_run_pointers_makes_the_pack_of_new_addresses(stubbed):
+    made, ran = stubbed
+    _, plan = _plan()
+    r = R.Runner(plan, _Handle())
+    r.run([_a(0x1000), _a(0x2000), _a(0x3000)])
+    r.run_pointers((0x1000, 0x2000, 0x3000))  # a known address set: its pack
+    assert len(made) == 1 and ran == [1001, 1001]
+    r.run_pointers((0x1000, 0x2000, 0x6000))  # a new one: a pack of it (the caller's key fixed the signatures)
+    assert len(made) == 2 and made[1][1][:3] == [0x1000, 0x2000, 0x6000] and ran[-1] == 1002
+
+
 def test_the_workspace_is_part_of_the_key(stubbed):
     made, ran = stubbed
     _, plan = _plan(workspace_size=512)

@@ -318,6 +318,13 @@ class Runner:
         wsp = self.workspace()
         self.execute(self.pack(ptrs if wsp is None else ptrs + (wsp,), ptrs, wsp))
 
+    def run_pointers(self, ptrs: tuple) -> None:
+        """Execute with these addresses (the constants' included) through the variant pack of them, made on first use
+        without validation: for a caller whose cache key fixed every array's shape, strides, dtype and device (a
+        validated call made that key), so that only the addresses are new."""
+        wsp = self.workspace()
+        self.execute(self.pack(ptrs if wsp is None else ptrs + (wsp,), ptrs, wsp))
+
     def try_run(self, ptrs: tuple) -> bool:
         """Execute with the cached variant pack of these addresses (the constants' included), if there is one: the
         caller's key fixed the arrays' shapes, strides and dtypes, and the addresses were validated when the pack

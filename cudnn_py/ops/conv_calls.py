@@ -228,9 +228,7 @@ class _GraphCall:
         if out is None:
             out = self.alloc(handle)  # type: ignore[misc]
             out_ptr = out.ptr
-        r, ptrs = self.runner, (a_ptr, b_ptr, out_ptr)
-        wsp = r.workspace()  # the pack of these addresses (made once; the route's key fixed their signatures)
-        r.execute(r.pack(ptrs if wsp is None else ptrs + (wsp,), ptrs, wsp))
+        self.runner.run_pointers((a_ptr, b_ptr, out_ptr))  # the route's key fixed their signatures
         return out
 
 

@@ -216,8 +216,8 @@ def sdpa(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayLike
             fkey = r = None
         if r is not None:
             outs, out_ptrs = fast_outputs(handle, r, (o, stats), g_ptrs, ins[:3])
-            if r.try_run(tuple(p for p in in_ptrs if p is not None) + r.const_ptrs + out_ptrs):
-                return SdpaOutputs(*outs) if return_stats else outs[0]
+            r.run_pointers(tuple(p for p in in_ptrs if p is not None) + r.const_ptrs + out_ptrs)
+            return SdpaOutputs(*outs) if return_stats else outs[0]
 
     keywords = dict(scale=scale, causal=causal, diagonal_alignment=diagonal_alignment, left_bound=left_bound,
                     right_bound=right_bound, alibi=alibi, dropout=dropout, max_seq_len_q=max_seq_len_q,

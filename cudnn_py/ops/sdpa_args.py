@@ -58,11 +58,11 @@ def fast_call(handle: Any, options: tuple, inputs: Sequence, outputs: Sequence) 
         r = handle_cache(handle, FAST).get(fkey)
     except (InvalidValueError, TypeError):
         return None, None
-    if r is not None:
-        outs, out_ptrs = fast_outputs(handle, r, outputs, g_ptrs, ins[:3])
-        if r.try_run(tuple(p for p in in_ptrs if p is not None) + r.const_ptrs + out_ptrs):
-            return fkey, outs
-    return fkey, None
+    if r is None:
+        return fkey, None
+    outs, out_ptrs = fast_outputs(handle, r, outputs, g_ptrs, ins[:3])
+    r.run_pointers(tuple(p for p in in_ptrs if p is not None) + r.const_ptrs + out_ptrs)
+    return fkey, outs
 
 
 def device_tensor(obj: Any, name: str) -> tuple[Any, tuple]:
