@@ -301,8 +301,7 @@ class ConvEngines:
         from cudnn_py.ops import conv_calls as cv
         self.ran: list = []
         self.ms = {"legacy": legacy_ms, "graph": graph_ms}
-        runner = types.SimpleNamespace(workspace=lambda: None, execute=lambda vp: None,
-                                       pack=lambda key, ptrs, wsp: self.ran.append(("runner", ptrs)))
+        runner = types.SimpleNamespace(run_pointers=lambda ptrs: self.ran.append(("runner", ptrs)))
 
         def graph(direction, handle, conv, a, b, out, **kw):
             self.ran.append("graph")
