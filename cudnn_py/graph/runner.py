@@ -314,9 +314,7 @@ class Runner:
         against its tensor, through the variant pack of their addresses (and the handle's workspace)."""
         n = self.n_inputs
         arrays = [*arrays[:n], *self.consts, *arrays[n:]]
-        ptrs = tuple(tensor_pointer(t, a, self.device) for t, a in zip(self.tensors, arrays))
-        wsp = self.workspace()
-        self.execute(self.pack(ptrs if wsp is None else ptrs + (wsp,), ptrs, wsp))
+        self.run_pointers(tuple(tensor_pointer(t, a, self.device) for t, a in zip(self.tensors, arrays)))
 
     def run_pointers(self, ptrs: tuple) -> None:
         """Execute with these addresses (the constants' included) through the variant pack of them, made on first use
