@@ -403,7 +403,7 @@ class Output:
         a = self.new()
         if self.strides is None:
             return a
-        return DeviceArray.from_parts(a.ptr, self.shape, self.dtype, self.strides, a.device_id, a, None)
+        return DeviceArray.from_parts(a.ptr, self.shape, self.dtype, self.strides, a.device_id, a, a._stream)
 
 
 class _Allocation:

@@ -490,12 +490,13 @@ def test_allocator_checks_once_then_allocates_per_call(monkeypatch, devices):
 
 def test_output_makes_one_allocator_per_stream_and_lays_out_strided_outputs(monkeypatch):
     """``memory.Output``: an allocator per handle stream (made again when the handle's stream changes); packed
-    strides allocate the shape, other strides the elements they span, viewed with those strides."""
+    strides allocate the shape, other strides the elements they span, viewed with those strides on the buffer's
+    stream."""
     made = []
 
     def allocator(shape, dtype, stream, device=None):
         made.append((shape, stream, device))
-        return lambda: M.DeviceArray(4096 * len(made), shape, dtype)
+        return lambda: M.DeviceArray.from_parts(4096 * len(made), shape, dtype, M.c_strides(shape), 0, None, stream)
 
     monkeypatch.setattr(M, "allocator", allocator)
     h = types.SimpleNamespace(stream="s1", device=0)
@@ -509,4 +510,29 @@ def test_output_makes_one_allocator_per_stream_and_lays_out_strided_outputs(monk
     y = bshd(h)
     assert made[-1] == ((120,), "s2", 0) and bshd.n == 120
     assert (y.shape, y.strides, y.dtype, y.ptr) == ((2, 3, 4, 5), (60, 5, 15, 1), np.dtype(np.float16), 4096 * 3)
+    assert y.stream == "s2"  # ordered on the stream it was allocated on, as its buffer is (to_numpy waits there)
     assert M.Output((0, 4), np.dtype(np.float32), (1, 0)).n == 0
+
+
+def test_calls_allocate_their_outputs_through_one_output_per_layout(monkeypatch):
+    """``ops._common.new_array`` (what the calls' new outputs come from): one ``memory.Output`` per layout in the
+    handle's cache, so a repeat call's output costs one allocator call; ``empty_like`` keeps a dense layout (NHWC in,
+    NHWC out) and packs any other."""
+    from cudnn_py.ops import _common as C
+    made = []
+
+    def allocator(shape, dtype, stream, device=None):
+        made.append((shape, stream))
+        return lambda: M.DeviceArray.from_parts(4096 * len(made), shape, dtype, M.c_strides(shape), 0, None, stream)
+
+    monkeypatch.setattr(M, "allocator", allocator)
+    h = types.SimpleNamespace(stream="s1", device=0, cache={})
+    f32 = np.dtype(np.float32)
+    a, b = C.new_array(h, (2, 3), f32), C.new_array(h, (2, 3), f32)
+    assert made == [((2, 3), "s1")] and a.shape == b.shape == (2, 3) and a.strides == (3, 1)
+    nhwc = DeviceArray(1 << 20, (2, 3, 4, 5), f32, (60, 1, 15, 3))
+    y = C.empty_like(h, nhwc)
+    assert (y.shape, y.strides, y.stream) == ((2, 3, 4, 5), (60, 1, 15, 3), "s1") and made[-1] == ((120,), "s1")
+    gapped = DeviceArray(1 << 20, (2, 3), f32, (8, 2))
+    assert C.empty_like(h, gapped).strides == (3, 1)  # packed: the first layout's Output again
+    assert len(made) == 2 and len(h.cache[C.OUTPUTS]) == 2

@@ -206,8 +206,8 @@ def run_graph(handle, name: str, params: tuple, inputs: Sequence[tuple[str, Devi
         raise GraphPathRefused(f"engine='graph' takes arrays of 1 to {_MAX_RANK} dimensions; got shape "
                                f"{ref.shape} (use engine='legacy')")
     key = (name, params, autotune,
-           tuple((r, a.shape, a.strides, a.dtype, tuple(a is o for _, o in outputs)) for r, a in inputs),
-           tuple((r, a.shape, a.strides, a.dtype) for r, a in outputs))
+           tuple((r, a.shape, a.strides, a.dtype, a.device_id, tuple(a is o for _, o in outputs)) for r, a in inputs),
+           tuple((r, a.shape, a.strides, a.dtype, a.device_id) for r, a in outputs))
 
     def make():
         view = _flat(ref, [a for _, a in (*inputs, *outputs)]) if relabel else None
@@ -244,11 +244,10 @@ def run_graph(handle, name: str, params: tuple, inputs: Sequence[tuple[str, Devi
     if ent is None:
         return False
     r, view = ent
-    # a repeat call: the key fixed every array's shape, strides and dtype, the views keep each array's address, so
-    # the variant pack of these addresses (made, and the arrays validated, on the first call with them) is all
-    # that is needed; a new address set goes through the validating run, which keeps its pack
     arrays = (*(a for _, a in inputs), *(a for _, a in outputs))
-    if not r.try_run(tuple([a.ptr for a in arrays])):
+    if r.packs:  # a repeat call: the key fixed every array's shape, strides, dtype and device, and the views keep
+        r.run_pointers(tuple([a.ptr for a in arrays]))  # each array's address: only the addresses can be new
+    else:  # the configuration's first call (or its first since the runner's packs started afresh): validated
         r.run([view(a) for a in arrays])
     return True
 

@@ -323,17 +323,6 @@ class Runner:
         wsp = self.workspace()
         self.execute(self.pack(ptrs if wsp is None else ptrs + (wsp,), ptrs, wsp))
 
-    def try_run(self, ptrs: tuple) -> bool:
-        """Execute with the cached variant pack of these addresses (the constants' included), if there is one: the
-        caller's key fixed the arrays' shapes, strides and dtypes, and the addresses were validated when the pack
-        was made. False (nothing ran) on a miss."""
-        wsp = self.workspace()
-        vp = self.packs.get(ptrs if wsp is None else ptrs + (wsp,))
-        if vp is None:
-            return False
-        self.execute(vp)
-        return True
-
     def variant_pack(self, arrays: Sequence, wsp: int | None) -> VariantPack:
         """A new (uncached) variant pack of ``arrays`` (one per bound tensor, validated) and workspace ``wsp``: for a
         holder that keeps it (a recorded CUDA graph)."""
