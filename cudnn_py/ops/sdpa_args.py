@@ -49,8 +49,8 @@ def signatures(xs: Sequence[Any]) -> tuple[tuple, tuple]:
 
 def fast_call(handle: Any, options: tuple, inputs: Sequence, outputs: Sequence) -> tuple[tuple | None, list | None]:
     """The entry points' fast path: (the key of these raw arguments, the outputs where a validated call made a
-    runner for that key, which then ran on these arguments; else None). The key holds each tensor's signature and the raw ``options``; the key
-    is None (validate) for an argument that is not device memory or an unhashable option."""
+    runner for that key, which then ran on these arguments; else None). The key holds each tensor's signature and
+    the raw ``options``; it is None (validate) for an argument that is not device memory or an unhashable option."""
     try:
         ins, in_ptrs = signatures(inputs)
         gs, g_ptrs = signatures(outputs)
