@@ -515,9 +515,10 @@ def test_output_makes_one_allocator_per_stream_and_lays_out_strided_outputs(monk
 
 
 def test_calls_allocate_their_outputs_through_one_output_per_layout(monkeypatch):
-    """``ops._common.new_array`` (what the calls' new outputs come from): one ``memory.Output`` per layout in the
+    """``graph.runner.new_output`` (what the calls' new outputs come from): one ``memory.Output`` per layout in the
     handle's cache, so a repeat call's output costs one allocator call; ``empty_like`` keeps a dense layout (NHWC in,
     NHWC out) and packs any other."""
+    from cudnn_py.graph import runner as R
     from cudnn_py.ops import _common as C
     made = []
 
@@ -528,11 +529,11 @@ def test_calls_allocate_their_outputs_through_one_output_per_layout(monkeypatch)
     monkeypatch.setattr(M, "allocator", allocator)
     h = types.SimpleNamespace(stream="s1", device=0, cache={})
     f32 = np.dtype(np.float32)
-    a, b = C.new_array(h, (2, 3), f32), C.new_array(h, (2, 3), f32)
+    a, b = R.new_output(h, (2, 3), f32), R.new_output(h, (2, 3), f32)
     assert made == [((2, 3), "s1")] and a.shape == b.shape == (2, 3) and a.strides == (3, 1)
     nhwc = DeviceArray(1 << 20, (2, 3, 4, 5), f32, (60, 1, 15, 3))
     y = C.empty_like(h, nhwc)
     assert (y.shape, y.strides, y.stream) == ((2, 3, 4, 5), (60, 1, 15, 3), "s1") and made[-1] == ((120,), "s1")
     gapped = DeviceArray(1 << 20, (2, 3), f32, (8, 2))
     assert C.empty_like(h, gapped).strides == (3, 1)  # packed: the first layout's Output again
-    assert len(made) == 2 and len(h.cache[C.OUTPUTS]) == 2
+    assert len(made) == 2 and len(h.cache[R.OUTPUTS]) == 2

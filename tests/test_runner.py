@@ -165,11 +165,11 @@ def test_new_output_has_room_for_the_gaps_of_its_strides(monkeypatch):
         made.append((shape, stream, device))
         return lambda: DeviceArray(4096, shape, dtype)
     monkeypatch.setattr(memory, "allocator", allocator)
-    h = types.SimpleNamespace(stream="s", device=1)
+    h = types.SimpleNamespace(stream="s", device=1, cache={})
     packed = R.new_output(h, (2, 3, 4), np.float16, (12, 1, 3))             # channels-last order, no gaps
     gapped = R.new_output(h, (1, 2, 4, 8), np.float16, (192, 8, 48, 1))     # (B, H, S, D) in (B, S, 3 * H, D)
     assert made == [((24,), "s", 1), ((1 + 8 + 144 + 7,), "s", 1)]
     assert (packed.shape, packed.strides, gapped.shape, gapped.strides) == ((2, 3, 4), (12, 1, 3), (1, 2, 4, 8),
                                                                             (192, 8, 48, 1))
-    assert R.new_output(types.SimpleNamespace(), (2, 2), np.float32, (2, 1)).shape == (2, 2)  # a raw handle
+    assert R.new_output(capi.cudnnHandle_t(), (2, 2), np.float32, (2, 1)).shape == (2, 2)  # a raw handle
     assert made[-1] == ((2, 2), None, None)

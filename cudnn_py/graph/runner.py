@@ -212,10 +212,21 @@ def scratch_pointers(plan: Any, workspace: int | None) -> tuple[list, list]:
     return [uid for uid, _ in places], [workspace + off for _, off in places]
 
 
-def new_output(handle: Any, shape: Sequence[int], dtype: Any, strides: Sequence[int]) -> DeviceArray:
-    """An uninitialised device array of ``shape`` laid out with element ``strides`` (over as many elements as they
-    span: a layout with gaps gets room for them) on the handle's device and stream."""
-    return Output(tuple(shape), dtype, tuple(strides)).on(getattr(handle, "stream", None), handle_device(handle))
+#: the name of a handle's cache of :class:`~cudnn_py.memory.Output` objects, one per layout its calls allocate
+OUTPUTS = "outputs"
+
+
+def new_output(handle: Any, shape: Sequence[int], dtype: Any, strides: Sequence[int] | None = None) -> DeviceArray:
+    """An uninitialised device array of ``shape`` laid out with non-negative element ``strides`` (None: C-contiguous;
+    over as many elements as they span: a layout with gaps gets room for them) on the handle's device and stream,
+    from the handle's :class:`~cudnn_py.memory.Output` of that layout, whose allocator is made once per stream (no
+    argument checks, device or stream lookup per call, as :func:`~cudnn_py.memory.empty` makes)."""
+    key = (tuple(shape), dtype, None if strides is None else tuple(strides))
+    outs = handle_cache(handle, OUTPUTS)
+    out = outs.get(key)
+    if out is None:
+        out = outs[key] = Output(*key)
+    return out.on(getattr(handle, "stream", None), handle_device(handle))
 
 
 class Runner:

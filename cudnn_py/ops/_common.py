@@ -16,12 +16,13 @@ import numpy as np
 
 from cudnn_py import capi
 from cudnn_py.args import scaling
-from cudnn_py.caches import handle_cache, shared
+from cudnn_py.caches import shared
 from cudnn_py.descriptors import TensorDescriptor
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype, scalar
-from cudnn_py.memory import DeviceArray, DeviceArrayLike, Output, as_array, empty
+from cudnn_py.memory import DeviceArray, DeviceArrayLike, as_array, empty
 from cudnn_py._deprecation import warn
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
+from cudnn_py.graph.runner import new_output
 
 #: an output array the caller passes, returned as given (a torch tensor in, the same tensor out)
 Out = TypeVar("Out", bound=DeviceArrayLike)
@@ -120,27 +121,10 @@ def check_array(obj, name: str, handle, *, dtype=None, shape=None, floating: boo
     return a
 
 
-#: the name of a handle's cache of :class:`~cudnn_py.memory.Output` objects, one per layout the calls allocate
-OUTPUTS = "ops.outputs"
-
-
-def new_array(handle, shape: tuple[int, ...], dtype, strides: tuple[int, ...] | None = None) -> DeviceArray:
-    """A new array of ``shape`` and ``dtype`` (laid out by non-negative element ``strides``; None: C-contiguous) on
-    the handle's stream and device, from the handle's :class:`~cudnn_py.memory.Output` of that layout, whose
-    allocator is made once per stream (a call's outputs skip the argument checks and the device and stream lookups
-    of :func:`~cudnn_py.memory.empty`)."""
-    outs = handle_cache(handle, OUTPUTS)
-    key = (shape, dtype, strides)
-    out = outs.get(key)
-    if out is None:
-        out = outs[key] = Output(shape, dtype, strides)
-    return out.on(handle.stream, handle.device)
-
-
 def output(out, name: str, handle, shape, dtype, *, contiguous: bool = False) -> DeviceArray:
     """``out`` checked to be exactly ``shape`` and ``dtype``, or a new C-contiguous array on the handle's stream."""
     if out is None:
-        return new_array(handle, tuple(shape), dtype)
+        return new_output(handle, shape, dtype)
     return check_array(out, name, handle, dtype=dtype, shape=shape, contiguous=contiguous)
 
 
@@ -158,7 +142,7 @@ def empty_strided(handle, shape, strides, dtype) -> DeviceArray:
 def empty_like(handle, x: DeviceArray) -> DeviceArray:
     """A new array shaped like ``x`` with x's memory layout when x is dense (NHWC in, NHWC out), else packed."""
     dense = not x.is_contiguous and min(x.strides) >= 0 and _span(x.shape, x.strides) == x.size
-    return new_array(handle, x.shape, x.dtype, x.strides if dense else None)
+    return new_output(handle, x.shape, x.dtype, x.strides if dense else None)
 
 
 def byte_buffer(obj, name: str, handle, nbytes: int, hint: str) -> DeviceArray:

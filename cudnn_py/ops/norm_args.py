@@ -19,9 +19,10 @@ import numpy as np
 from cudnn_py import capi
 from cudnn_py.descriptors import TensorDescriptor
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
+from cudnn_py.graph.runner import new_output
 from cudnn_py.memory import DeviceArray, empty
 from cudnn_py.ops._common import (
-    byte_buffer, check_array, desc, empty_like, enum_arg, new_array, read_tensor_desc, scalars, tensor_desc,
+    byte_buffer, check_array, desc, empty_like, enum_arg, read_tensor_desc, scalars, tensor_desc,
 )
 from cudnn_py.ops.activation import activation_c_descriptor
 
@@ -147,7 +148,7 @@ class NormSetup:
 
     def or_new(self, a: DeviceArray | None, handle) -> DeviceArray:
         """``a``, or a new parameter-shaped array when it is None."""
-        return new_array(handle, self.pshape, self.pdtype) if a is None else a
+        return new_output(handle, self.pshape, self.pdtype) if a is None else a
 
 
 def param_shape_for(x_shape, mode) -> tuple[int, ...]:
