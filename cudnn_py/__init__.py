@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from . import _imports
 from .errors import (  # ``name as name``: explicit re-exports (mypy --strict)
     CArgumentError as CArgumentError,
     ClosedError as ClosedError,
@@ -183,15 +184,22 @@ def version() -> tuple[int, int, int]:
 
 
 def __getattr__(name: str) -> Any:
-    """Import a public name's module on first use (PEP 562) and cache the name here."""
+    """Import a public name's module on first use (PEP 562) and cache the name here.
+
+    Under the process-wide import lock (:mod:`cudnn_py._imports`): threads that touch lazy names at once import
+    one after the other, never into each other's half-initialized modules."""
     module = _WHERE.get(name)
-    if module is not None:
-        value = getattr(importlib.import_module(module, __name__), name)
-    elif name in _SUBMODULES:
-        value = importlib.import_module(f".{name}", __name__)
-    else:
+    if module is None and name not in _SUBMODULES:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    globals()[name] = value
+    with _imports.locked():
+        g = globals()
+        if name in g:  # another thread imported it while this one waited
+            return g[name]
+        if module is not None:
+            value = getattr(importlib.import_module(module, __name__), name)
+        else:
+            value = importlib.import_module(f".{name}", __name__)
+        g[name] = value
     return value
 
 

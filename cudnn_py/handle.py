@@ -37,7 +37,7 @@ import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from cudnn_py import _binding, capi
+from cudnn_py import _binding, _imports, capi
 from cudnn_py.caches import Cache
 from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
 from cudnn_py.streams import StreamLike, as_stream, get_device
@@ -69,6 +69,9 @@ class Handle:
 
     def __init__(self, device: int | Device = 0, stream: StreamLike | None = None) -> None:
         self._ptr = None
+        # what the calls import lazily (the graph package, engine choice, tuning database), imported now, once per
+        # process, under the lazy imports' lock: threads whose first calls run at once import nothing half-way
+        _imports.warm_imports()
         dev = get_device(device)
         dev.set_current()  # cudnnCreate binds the handle to the current device, which may have changed since
         #: the :class:`cuda.core.Device` of this handle

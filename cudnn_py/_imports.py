@@ -1,0 +1,117 @@
+"""One process-wide lock for cudnn_py's lazy imports, so that no two threads enter them half-way.
+
+cudnn_py imports its heavy parts on first use: the package's PEP 562 ``__getattr__`` (``cudnn_py.sdpa``,
+``cudnn_py.Graph``, ...) and a few in-function imports of the operation families (the graph package, the engine
+choice, the tuning database). The graph package's modules import each other in a circle, which Python resolves for
+one thread; two threads entering the circle at different modules at once get each other's half-initialized module
+(``ImportError: cannot import name ... from partially initialized module``, ``KeyError: 'cudnn_py.graph'``).
+
+So every lazy import of the package runs under :data:`LOCK` (:func:`import_module`), and
+:class:`cudnn_py.Handle`, which every call needs, first imports what the calls import lazily (:func:`warm_imports`)
+under the same lock: once a handle exists, no call imports anything half-way. A thread that imports a submodule
+by its own ``import`` statement (``from cudnn_py.graph.descriptors import ...``) is outside the lock; import
+through the package (``cudnn_py.graph.descriptors``) or create a handle first.
+
+This module is low in the layers (it imports nothing of cudnn_py at import time: the module names below are strings)
+so that ``cudnn_py/__init__.py`` and :mod:`cudnn_py.handle` can both use it.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib
+import sys
+import threading
+from collections.abc import Iterator
+from types import ModuleType
+
+__all__ = ["LOCK", "import_module", "locked", "warm_imports", "WARM"]
+
+#: the one lock every lazy import of cudnn_py runs under (reentrant: an import may import)
+LOCK = threading.RLock()
+
+#: what the operation families import at call time (in-function imports), imported by :func:`warm_imports`
+WARM = (
+    "cudnn_py.capi",
+    "cudnn_py.log",
+    "cudnn_py.nvtx",
+    "cudnn_py.removed",
+    "cudnn_py._status",
+    "cudnn_py._defaults",
+    "cudnn_py.args",
+    "cudnn_py.memory",
+    "cudnn_py.streams",
+    "cudnn_py.algorithms",
+    "cudnn_py.tuning",
+    "cudnn_py.tuning.database",
+    "cudnn_py.fastest_cache",
+    "cudnn_py.engine_choice",
+    "cudnn_py.graph",
+    "cudnn_py.graph.descriptors",
+    "cudnn_py.graph.errors",
+    "cudnn_py.graph.graph",
+    "cudnn_py.graph.plans",
+    "cudnn_py.graph.execute",
+    "cudnn_py.graph.runner",
+    "cudnn_py.graph.conv",
+    "cudnn_py.graph.legacy",
+    "cudnn_py.ops._common",
+    "cudnn_py.ops.dropout",
+)
+
+_warm = False
+
+
+def _importing_cudnn_py() -> bool:
+    """Whether this thread is inside the import of a cudnn_py module (holding Python's lock of that module)."""
+    f = sys._getframe(1)
+    while f is not None:
+        code = f.f_code
+        if code.co_name == "_find_and_load" and code.co_filename.startswith("<frozen importlib"):
+            name = f.f_locals.get("name")
+            if isinstance(name, str) and (name == "cudnn_py" or name.startswith("cudnn_py.")):
+                return True
+        f = f.f_back  # type: ignore[assignment]
+    return False
+
+
+@contextlib.contextmanager
+def locked() -> Iterator[None]:
+    """Hold :data:`LOCK`; the usual case costs one uncontended acquire.
+
+    One exception, against a deadlock: a thread inside the plain ``import`` of a cudnn_py module (which holds
+    Python's own lock of that module) that meets a lazy name while another thread holds :data:`LOCK` goes on
+    without it, as Python alone would (the thread holding the lock may be waiting for that very module).
+    """
+    if LOCK.acquire(blocking=False):
+        try:
+            yield
+        finally:
+            LOCK.release()
+        return
+    if _importing_cudnn_py():
+        yield
+        return
+    with LOCK:
+        yield
+
+
+def import_module(name: str, package: str | None = None) -> ModuleType:
+    """:func:`importlib.import_module` under :data:`LOCK`."""
+    module = sys.modules.get(name) if package is None else None
+    if module is not None and not getattr(getattr(module, "__spec__", None), "_initializing", False):
+        return module
+    with locked():
+        return importlib.import_module(name, package)
+
+
+def warm_imports() -> None:
+    """Import, once per process and under :data:`LOCK`, every module the operation families import lazily."""
+    global _warm
+    if _warm:
+        return
+    with locked():
+        if _warm:
+            return
+        for name in WARM:
+            importlib.import_module(name)
+        _warm = True
