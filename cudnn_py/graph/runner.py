@@ -13,7 +13,7 @@ import ctypes
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
-from cudnn_py import _binding, _loader, capi, nvtx
+from cudnn_py import _binding, _loader, capi, nvtx, recording
 from cudnn_py._status import status_error
 from cudnn_py.caches import handle_cache
 from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
@@ -333,6 +333,12 @@ class Runner:
         validated call made that key), so that only the addresses are new."""
         wsp = self.workspace()
         self.execute(self.pack(ptrs if wsp is None else ptrs + (wsp,), ptrs, wsp))
+        if recording._local.rec is not None:  # a validated call being recorded for its prepared call
+            recording.add(self.replay, ptrs, tuple(range(len(ptrs))))
+
+    def replay(self, *ptrs: int) -> None:
+        """:meth:`run_pointers` with the addresses as arguments (what a prepared call's step calls)."""
+        self.run_pointers(ptrs)
 
     def variant_pack(self, arrays: Sequence, wsp: int | None) -> VariantPack:
         """A new (uncached) variant pack of ``arrays`` (one per bound tensor, validated) and workspace ``wsp``: for a

@@ -16,8 +16,10 @@ import numpy as np
 
 from cudnn_py import capi
 from cudnn_py.args import scaling
+from cudnn_py import recording
 from cudnn_py.caches import shared
-from cudnn_py.descriptors import TensorDescriptor
+from cudnn_py.descriptors import Descriptor, Settings, TensorDescriptor
+from cudnn_py.recording import WorkspaceArg
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype, scalar
 from cudnn_py.memory import DeviceArray, DeviceArrayLike, as_array, empty
 from cudnn_py._deprecation import warn
@@ -143,6 +145,33 @@ def empty_like(handle, x: DeviceArray) -> DeviceArray:
     """A new array shaped like ``x`` with x's memory layout when x is dense (NHWC in, NHWC out), else packed."""
     dense = not x.is_contiguous and min(x.strides) >= 0 and _span(x.shape, x.strides) == x.size
     return new_output(handle, x.shape, x.dtype, x.strides if dense else None)
+
+
+def launch(handle, fn, *args) -> None:
+    """Call the C function ``fn`` (a :mod:`cudnn_py.capi` function) on ``handle`` with ``args``, where a
+    :class:`DeviceArray` stands for its address, a :class:`~cudnn_py.descriptors.Descriptor` or
+    :class:`~cudnn_py.descriptors.Settings` for its C descriptor (kept alive by the recording) and a
+    :class:`~cudnn_py.recording.WorkspaceArg` for the handle's workspace: the legacy families' one sink, which a
+    call's prepared call (:mod:`cudnn_py.prepared`) repeats with other addresses."""
+    c_args, pointers = list(args), []
+    for i, a in enumerate(args):
+        t = type(a)
+        if t is DeviceArray:
+            c_args[i] = a.ptr
+            pointers.append(i)
+        elif t is WorkspaceArg:
+            c_args[i] = handle.workspace.get(a.size, handle.stream) if a.size else None
+        elif isinstance(a, Descriptor):
+            c_args[i] = a.ptr
+        elif isinstance(a, Settings):
+            c_args[i] = a.descriptor
+    fn(*c_args)
+    if recording._local.rec is not None:
+        for i, a in enumerate(args):
+            if type(a) is WorkspaceArg:
+                c_args[i] = a
+        recording.add(fn.raw, tuple(c_args), tuple(pointers),
+                      keep=tuple(a for a in args if isinstance(a, (Descriptor, Settings))))
 
 
 def byte_buffer(obj, name: str, handle, nbytes: int, hint: str) -> DeviceArray:

@@ -35,7 +35,8 @@ from cudnn_py import engine_choice as ec
 from cudnn_py.graph import legacy as gl
 from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray, DeviceArrayLike
-from cudnn_py.ops._common import Out, check_array, desc, moved_outputs, output, scalars
+from cudnn_py.ops._common import Out, check_array, desc, launch, moved_outputs, output, scalars
+from cudnn_py.prepared import prepared
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["Activation", "activation_forward", "activation_backward", "ACTIVATION_MODES"]
@@ -197,6 +198,7 @@ def _graph_backward(handle: Handle, activation, xa, dya, dxa, alpha, beta, auto)
                         [("dx", dxa)], build, auto=auto)
 
 
+@prepared(inputs=("x",), outputs=("y",))
 def activation_forward(handle: Handle, activation: Activation | str | int, x: DeviceArrayLike, *moved: DeviceArrayLike,
                        y: Out | None = None, alpha: float = 1.0, beta: float = 0.0,
                        engine: str = "auto") -> DeviceArray | Out:
@@ -221,12 +223,13 @@ def activation_forward(handle: Handle, activation: Activation | str | int, x: De
     al, be = scalars(xa.dtype, alpha, beta)
     xd, yd = desc(xa), desc(ya)
     if act is None:  # identity
-        capi.cudnnTransformTensor(handle.ptr, al, xd.ptr, xa.ptr, be, yd.ptr, ya.ptr)
+        launch(handle, capi.cudnnTransformTensor, handle.ptr, al, xd, xa, be, yd, ya)
     else:
-        capi.cudnnActivationForward(handle.ptr, act, al, xd.ptr, xa.ptr, be, yd.ptr, ya.ptr)
+        launch(handle, capi.cudnnActivationForward, handle.ptr, activation_of(activation), al, xd, xa, be, yd, ya)
     return ya if y is None else y
 
 
+@prepared(inputs=("x", "y", "dy"), outputs=("dx",))
 def activation_backward(handle: Handle, activation: Activation | str | int, x: DeviceArrayLike, y: DeviceArrayLike,
                         dy: DeviceArrayLike, *moved: DeviceArrayLike, dx: Out | None = None, alpha: float = 1.0,
                         beta: float = 0.0, engine: str = "auto") -> DeviceArray | Out:
@@ -252,11 +255,11 @@ def activation_backward(handle: Handle, activation: Activation | str | int, x: D
     al, be = scalars(xa.dtype, alpha, beta)
     dyd, dxd = desc(dya), desc(dxa)
     if act is None:  # identity: dx = alpha * dy + beta * dx
-        capi.cudnnTransformTensor(handle.ptr, al, dyd.ptr, dya.ptr, be, dxd.ptr, dxa.ptr)
+        launch(handle, capi.cudnnTransformTensor, handle.ptr, al, dyd, dya, be, dxd, dxa)
         return dxa if dx is None else dx
     xd, yd = desc(xa), desc(ya)
-    capi.cudnnActivationBackward(handle.ptr, act, al, yd.ptr, ya.ptr, dyd.ptr, dya.ptr, xd.ptr, xa.ptr, be,
-                                 dxd.ptr, dxa.ptr)
+    launch(handle, capi.cudnnActivationBackward, handle.ptr, activation_of(activation), al, yd, ya, dyd, dya, xd, xa,
+           be, dxd, dxa)
     return dxa if dx is None else dx
 
 

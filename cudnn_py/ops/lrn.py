@@ -33,7 +33,8 @@ from cudnn_py.args import float_arg, int_arg, scaling
 from cudnn_py.descriptors import Descriptor, Settings, read_back
 from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray, DeviceArrayLike
-from cudnn_py.ops._common import Out, check_array, desc, empty_strided, moved_outputs, output, scalars
+from cudnn_py.ops._common import Out, check_array, desc, empty_strided, launch, moved_outputs, output, scalars
+from cudnn_py.prepared import prepared
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["LRN", "lrn_forward", "lrn_backward", "divisive_normalization_forward", "divisive_normalization_backward",
@@ -124,6 +125,7 @@ def _input(x, handle: Handle) -> DeviceArray:
     return xa
 
 
+@prepared(inputs=("x",), outputs=("y",), inplace=False)
 def lrn_forward(handle: Handle, lrn: LRN, x: DeviceArrayLike, *moved: DeviceArrayLike, y: Out | None = None,
                 alpha: float = 1.0, beta: float = 0.0) -> DeviceArray | Out:
     """``y = alpha * lrn(x) + beta * y`` (``cudnnLRNCrossChannelForward``); returns y (allocated if not given)."""
@@ -136,11 +138,12 @@ def lrn_forward(handle: Handle, lrn: LRN, x: DeviceArrayLike, *moved: DeviceArra
     ya = output(y, "y", handle, xa.shape, xa.dtype)
     al, be = scalars(xa.dtype, alpha, beta)
     xd, yd = desc(xa), desc(ya)
-    capi.cudnnLRNCrossChannelForward(handle.ptr, ld, capi.CUDNN_LRN_CROSS_CHANNEL_DIM1, al, xd.ptr, xa.ptr, be,
-                                     yd.ptr, ya.ptr)
+    launch(handle, capi.cudnnLRNCrossChannelForward, handle.ptr, lrn, capi.CUDNN_LRN_CROSS_CHANNEL_DIM1, al, xd, xa,
+           be, yd, ya)
     return ya if y is None else y
 
 
+@prepared(inputs=("x", "y", "dy"), outputs=("dx",), inplace=False)
 def lrn_backward(handle: Handle, lrn: LRN, x: DeviceArrayLike, y: DeviceArrayLike, dy: DeviceArrayLike,
                  *moved: DeviceArrayLike, dx: Out | None = None, alpha: float = 1.0,
                  beta: float = 0.0) -> DeviceArray | Out:
@@ -157,8 +160,8 @@ def lrn_backward(handle: Handle, lrn: LRN, x: DeviceArrayLike, y: DeviceArrayLik
     dxa = output(dx, "dx", handle, xa.shape, xa.dtype)
     al, be = scalars(xa.dtype, alpha, beta)
     xd, yd, dyd, dxd = desc(xa), desc(ya), desc(dya), desc(dxa)
-    capi.cudnnLRNCrossChannelBackward(handle.ptr, ld, capi.CUDNN_LRN_CROSS_CHANNEL_DIM1, al, yd.ptr, ya.ptr,
-                                      dyd.ptr, dya.ptr, xd.ptr, xa.ptr, be, dxd.ptr, dxa.ptr)
+    launch(handle, capi.cudnnLRNCrossChannelBackward, handle.ptr, lrn, capi.CUDNN_LRN_CROSS_CHANNEL_DIM1, al, yd, ya,
+           dyd, dya, xd, xa, be, dxd, dxa)
     return dxa if dx is None else dx
 
 

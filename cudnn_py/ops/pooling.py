@@ -45,7 +45,9 @@ from cudnn_py import engine_choice as ec
 from cudnn_py.graph import legacy as gl
 from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray, DeviceArrayLike
-from cudnn_py.ops._common import Out, check_array, desc, empty_strided, moved_outputs, scalars, tensor_desc
+from cudnn_py.ops._common import (Out, check_array, desc, empty_strided, launch, moved_outputs, scalars,
+                                  tensor_desc)
+from cudnn_py.prepared import prepared
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["Pooling", "pooling_forward", "pooling_backward", "pooling_output_shape", "POOLING_MODES"]
@@ -329,6 +331,7 @@ def _graph_backward(handle: Handle, pool, xa, ya, dya, dxa, alpha, beta, auto) -
                         autotune=True)
 
 
+@prepared(inputs=("x",), outputs=("y",), inplace=False)
 def pooling_forward(handle: Handle, pool: Pooling, x: DeviceArrayLike, *moved: DeviceArrayLike, y: Out | None = None,
                     alpha: float = 1.0, beta: float = 0.0, engine: str = "auto") -> DeviceArray | Out:
     """``y = alpha * pool(x) + beta * y`` (``cudnnPoolingForward``); returns y (allocated if not given).
@@ -354,10 +357,11 @@ def pooling_forward(handle: Handle, pool: Pooling, x: DeviceArrayLike, *moved: D
         return ya if y is None else y
     al, be = scalars(xa.dtype, alpha, beta)
     xd, yd = _pdesc(xa), _pdesc(ya)
-    capi.cudnnPoolingForward(handle.ptr, pd, al, xd.ptr, xa.ptr, be, yd.ptr, ya.ptr)
+    launch(handle, capi.cudnnPoolingForward, handle.ptr, pd, al, xd, xa, be, yd, ya)
     return ya if y is None else y
 
 
+@prepared(inputs=("x", "y", "dy"), outputs=("dx",), inplace=False)
 def pooling_backward(handle: Handle, pool: Pooling, x: DeviceArrayLike, y: DeviceArrayLike, dy: DeviceArrayLike,
                      *moved: DeviceArrayLike, dx: Out | None = None, alpha: float = 1.0, beta: float = 0.0,
                      engine: str = "auto") -> DeviceArray | Out:
@@ -384,8 +388,7 @@ def pooling_backward(handle: Handle, pool: Pooling, x: DeviceArrayLike, y: Devic
         return dxa if dx is None else dx
     al, be = scalars(xa.dtype, alpha, beta)
     xd, yd, dyd, dxd = _pdesc(xa), _pdesc(ya), _pdesc(dya), _pdesc(dxa)
-    capi.cudnnPoolingBackward(handle.ptr, pd, al, yd.ptr, ya.ptr, dyd.ptr, dya.ptr, xd.ptr, xa.ptr, be, dxd.ptr,
-                              dxa.ptr)
+    launch(handle, capi.cudnnPoolingBackward, handle.ptr, pd, al, yd, ya, dyd, dya, xd, xa, be, dxd, dxa)
     return dxa if dx is None else dx
 
 

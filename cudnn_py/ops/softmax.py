@@ -25,7 +25,9 @@ from cudnn_py import capi
 from cudnn_py.args import no_partial_alias, scaling
 from cudnn_py.descriptors import TensorDescriptor
 from cudnn_py.handle import Handle, handle_arg
-from cudnn_py.ops._common import Out, check_array, desc, enum_arg, moved_outputs, output, scalars, tensor_desc
+from cudnn_py.ops._common import (Out, check_array, desc, enum_arg, launch, moved_outputs, output, scalars,
+                                  tensor_desc)
+from cudnn_py.prepared import prepared
 from cudnn_py.errors import InvalidValueError
 
 __all__ = ["softmax_forward", "softmax_backward", "SOFTMAX_ALGOS", "SOFTMAX_MODES"]
@@ -54,6 +56,7 @@ def _algo_mode(algo, mode):
             enum_arg(mode, SOFTMAX_MODES, capi.cudnnSoftmaxMode_t, "softmax mode"))
 
 
+@prepared(inputs=("x",), outputs=("y",))
 def softmax_forward(handle: Handle, x: DeviceArrayLike, *moved: DeviceArrayLike, y: Out | None = None,
                     algo: str | int = "accurate", mode: str | int = "channel", alpha: float = 1.0,
                     beta: float = 0.0) -> DeviceArray | Out:
@@ -69,10 +72,11 @@ def softmax_forward(handle: Handle, x: DeviceArrayLike, *moved: DeviceArrayLike,
     no_partial_alias(ya, "y", (xa, "x"))
     yd = _desc4(ya, "y")
     al, be = scalars(xa.dtype, alpha, beta)
-    capi.cudnnSoftmaxForward(handle.ptr, a, m, al, xd.ptr, xa.ptr, be, yd.ptr, ya.ptr)
+    launch(handle, capi.cudnnSoftmaxForward, handle.ptr, a, m, al, xd, xa, be, yd, ya)
     return ya if y is None else y
 
 
+@prepared(inputs=("y", "dy"), outputs=("dx",))
 def softmax_backward(handle: Handle, y: DeviceArrayLike, dy: DeviceArrayLike, *moved: DeviceArrayLike,
                      dx: Out | None = None, algo: str | int = "accurate", mode: str | int = "channel",
                      alpha: float = 1.0, beta: float = 0.0) -> DeviceArray | Out:
@@ -92,5 +96,5 @@ def softmax_backward(handle: Handle, y: DeviceArrayLike, dy: DeviceArrayLike, *m
     no_partial_alias(dxa, "dx", (ya, "y"), (dya, "dy"))
     dxd = _desc4(dxa, "dx")
     al, be = scalars(ya.dtype, alpha, beta)
-    capi.cudnnSoftmaxBackward(handle.ptr, a, m, al, yd.ptr, ya.ptr, dyd.ptr, dya.ptr, be, dxd.ptr, dxa.ptr)
+    launch(handle, capi.cudnnSoftmaxBackward, handle.ptr, a, m, al, yd, ya, dyd, dya, be, dxd, dxa)
     return dxa if dx is None else dx

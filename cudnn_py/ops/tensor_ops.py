@@ -41,9 +41,12 @@ from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.contexts import on_device
 from cudnn_py.memory import DeviceArray, DeviceArrayLike, as_array, empty, memset
 from cudnn_py.strided import memory_order, non_overlapping
+from cudnn_py import recording
 from cudnn_py.ops._common import (
-    Out, check_array, desc, empty_strided, enum_arg, moved_outputs, output, read_tensor_desc, scalars, tensor_desc,
+    Out, check_array, desc, empty_strided, enum_arg, launch, moved_outputs, output, read_tensor_desc, scalars,
+    tensor_desc,
 )
+from cudnn_py.prepared import prepared
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 __all__ = [
@@ -72,6 +75,7 @@ def _broadcastable(b: DeviceArray, c: DeviceArray, bname: str, cname: str) -> No
                          f"{c.shape}, each equal or 1 (broadcast)")
 
 
+@prepared(inputs=("a",), outputs=("c",))
 def add_tensor(handle: Handle, a: DeviceArrayLike, c: Out, *, alpha: float = 1.0, beta: float | None = None,
                engine: str = "auto") -> Out:
     """``c = alpha * a + beta * c`` in place (``cudnnAddTensor``); ``a`` broadcasts over dimensions where it has 1.
@@ -82,6 +86,7 @@ def add_tensor(handle: Handle, a: DeviceArrayLike, c: Out, *, alpha: float = 1.0
     handle = handle_arg(handle)
     if beta is None:
         warn("add_tensor(): pass beta=1.0 to accumulate; the default becomes 0.0")
+        recording.spoil("a deprecated default warns on every call")
         beta = 1.0
     alpha, beta = scaling(alpha=alpha, beta=beta)
     engine = gl.engine_arg(engine)
@@ -99,7 +104,7 @@ def add_tensor(handle: Handle, a: DeviceArrayLike, c: Out, *, alpha: float = 1.0
         return c
     al, be = scalars(ca.dtype, alpha, beta)
     ad, cd = desc(aa), desc(ca)
-    capi.cudnnAddTensor(handle.ptr, al, ad.ptr, aa.ptr, be, cd.ptr, ca.ptr)
+    launch(handle, capi.cudnnAddTensor, handle.ptr, al, ad, aa, be, cd, ca)
     return c
 
 
@@ -153,6 +158,7 @@ def _graph_op_tensor(handle: Handle, opv, aa, ba, ca, alpha1, alpha2, beta, comp
                         [("c", ca)], build, auto=auto)
 
 
+@prepared(inputs=("a", "b"), outputs=("c",))
 def op_tensor(handle: Handle, op: str | int | OpTensor, a: DeviceArrayLike, b: DeviceArrayLike | None = None,
               *moved: DeviceArrayLike, c: Out | None = None, alpha1: float = 1.0, alpha2: float = 1.0,
               beta: float = 0.0, compute_dtype: DTypeLike | int | None = None, nan_propagation: bool = False,
@@ -188,10 +194,11 @@ def op_tensor(handle: Handle, op: str | int | OpTensor, a: DeviceArrayLike, b: D
     od = OpTensor(opv, _compute(aa.dtype, compute_dtype), nan_propagation=nan_propagation)  # holds the descriptor
     a1, a2, be = scalars(aa.dtype, alpha1, alpha2, beta)
     ad, bd, cd = desc(aa), desc(ba), desc(ca)
-    capi.cudnnOpTensor(handle.ptr, od.descriptor, a1, ad.ptr, aa.ptr, a2, bd.ptr, ba.ptr, be, cd.ptr, ca.ptr)
+    launch(handle, capi.cudnnOpTensor, handle.ptr, od, a1, ad, aa, a2, bd, ba, be, cd, ca)
     return ca if c is None else c
 
 
+@prepared(inputs=(), outputs=("y",))
 def scale_tensor(handle: Handle, y: Out, *args, alpha: float = 1.0, engine: str = "auto") -> Out:
     """``y = alpha * y`` in place (``cudnnScaleTensor``); returns y. ``engine``: "legacy", "graph" or "auto".
 
@@ -215,7 +222,7 @@ def scale_tensor(handle: Handle, y: Out, *args, alpha: float = 1.0, engine: str 
         return y
     (al,) = scalars(ya.dtype, alpha)
     yd = desc(ya)
-    capi.cudnnScaleTensor(handle.ptr, yd.ptr, ya.ptr, al)
+    launch(handle, capi.cudnnScaleTensor, handle.ptr, yd, ya, al)
     return y
 
 
@@ -288,6 +295,7 @@ def _format_strides(shape: tuple[int, ...], layout: str) -> tuple[int, ...]:
     return tuple(strides)
 
 
+@prepared(inputs=("x",), outputs=("y",))
 def transform_tensor(handle: Handle, x: DeviceArrayLike, *moved: DeviceArrayLike, y: Out | None = None,
                      dtype: DTypeLike | None = None, layout: str | None = None, alpha: float = 1.0, beta: float = 0.0,
                      engine: str = "auto", **old) -> DeviceArray | Out:
@@ -305,6 +313,7 @@ def transform_tensor(handle: Handle, x: DeviceArrayLike, *moved: DeviceArrayLike
         y, = moved_outputs("transform_tensor", moved, ("y",), (y,))
     if old:
         layout = renamed_kwargs("transform_tensor", old, {"memory_format": "layout"}, {"layout": layout})["layout"]
+        recording.spoil("a deprecated keyword warns on every call")
     engine = gl.engine_arg(engine)
     xa = check_array(x, "x", handle)
     if y is None:
@@ -327,7 +336,7 @@ def transform_tensor(handle: Handle, x: DeviceArrayLike, *moved: DeviceArrayLike
     scalar_dtype = np.float64 if np.float64 in (xa.dtype, ya.dtype) else np.float32
     al, be = scalars(scalar_dtype, alpha, beta)
     xd, yd = desc(xa), desc(ya)
-    capi.cudnnTransformTensor(handle.ptr, al, xd.ptr, xa.ptr, be, yd.ptr, ya.ptr)
+    launch(handle, capi.cudnnTransformTensor, handle.ptr, al, xd, xa, be, yd, ya)
     return ya if y is None else y
 
 

@@ -1,0 +1,186 @@
+"""Host time per call of every operation family on tiny tensors: cudnn-py with DeviceArrays and with torch tensors,
+each with the output given and allocated, beside the bare C call of the route the call takes and torch's closest op.
+
+    python benchmarks/host_overhead.py [--rounds 5] [--calls 2000] [--only NAME] [--json PATH]
+
+Tiny float16 tensors (1x8x8x8 unless a row says otherwise), so every call is host-bound: the time per call of a
+Python loop (median of ``--rounds`` rounds of ``--calls`` calls, after a warm-up, the stream synchronised after each
+round) is the host's. All columns of a row are measured in the same process, interleaved round by round. "bare C"
+is the route's own work with everything prepared: the legacy C call with its descriptors and scaling factors, or
+``cudnnBackendExecute`` with a cached variant pack, taken from the call's prepared call (:mod:`cudnn_py.prepared`).
+"added" is the package's time above it: the worse of DeviceArrays and torch tensors, output given / allocated (the
+issue's bars: 3 us given, 5 us allocated).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+import cudnn_py as cudnn
+from cudnn_py import prepared as prep
+from cudnn_py.cli.prerequisites import script_args
+
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError:  # pragma: no cover - the torch columns are left out
+    torch = None
+
+SHAPE = (1, 8, 8, 8)
+
+
+class Arrays:
+    """The rows' inputs in one package: x, y (a forward output), dy, a (1, C, 1, 1) bias."""
+
+    def __init__(self, kind: str, rng: np.random.Generator):
+        self.kind = kind
+        host = {n: rng.standard_normal(SHAPE).astype(np.float16) for n in ("x", "y", "dy")}
+        host["bias"] = rng.standard_normal((1, SHAPE[1], 1, 1)).astype(np.float16)
+        pooled = rng.standard_normal((1, 8, 4, 4)).astype(np.float16)
+        host["py"], host["pdy"] = pooled, pooled.copy()
+        for n, a in host.items():
+            setattr(self, n, self.new(a))
+
+    def new(self, a: np.ndarray):
+        if self.kind == "torch":
+            return torch.from_numpy(a).cuda()
+        return cudnn.to_device(a)
+
+    def like(self, a):
+        return torch.empty_like(a) if self.kind == "torch" else cudnn.empty(a.shape, a.dtype)
+
+
+def _rows(h):
+    """name -> (cudnn call (arrays, given output or None), the output to give (arrays), torch's op (torch arrays))."""
+    pool = cudnn.Pooling("max", 2, stride=2)
+    lrn = cudnn.LRN(5)
+    r = {
+        "activation_forward relu": (lambda a, o: cudnn.activation_forward(h, "relu", a.x, y=o), lambda a: a.like(a.x),
+                                    lambda t: torch.relu(t.x)),
+        "activation_backward relu": (lambda a, o: cudnn.activation_backward(h, "relu", a.x, a.y, a.dy, dx=o),
+                                     lambda a: a.like(a.x), lambda t: torch.ops.aten.threshold_backward(t.dy, t.x, 0)),
+        "softmax_forward": (lambda a, o: cudnn.softmax_forward(h, a.x, y=o), lambda a: a.like(a.x),
+                            lambda t: torch.softmax(t.x, 1)),
+        "softmax_backward": (lambda a, o: cudnn.softmax_backward(h, a.y, a.dy, dx=o), lambda a: a.like(a.x),
+                             lambda t: torch.ops.aten._softmax_backward_data(t.dy, t.y, 1, t.y.dtype)),
+        "pooling_forward max 2x2": (lambda a, o: cudnn.pooling_forward(h, pool, a.x, y=o), lambda a: a.like(a.py),
+                                    lambda t: F.max_pool2d(t.x, 2)),
+        "pooling_backward max 2x2": (lambda a, o: cudnn.pooling_backward(h, pool, a.x, a.py, a.pdy, dx=o),
+                                     lambda a: a.like(a.x), None),
+        "add_tensor bias": (lambda a, o: cudnn.add_tensor(h, a.bias, a.y, beta=1.0), None,
+                            lambda t: t.y.add_(t.bias)),
+        "op_tensor add": (lambda a, o: cudnn.op_tensor(h, "add", a.x, a.dy, c=o), lambda a: a.like(a.x),
+                          lambda t: torch.add(t.x, t.dy)),
+        "scale_tensor": (lambda a, o: cudnn.scale_tensor(h, a.y, alpha=1.0), None, lambda t: t.y.mul_(1.0)),
+        "transform_tensor": (lambda a, o: cudnn.transform_tensor(h, a.x, y=o), lambda a: a.like(a.x),
+                             lambda t: t.y.copy_(t.x)),
+        "lrn_forward": (lambda a, o: cudnn.lrn_forward(h, lrn, a.x, y=o), lambda a: a.like(a.x),
+                        lambda t: F.local_response_norm(t.x, 5)),
+        "lrn_backward": (lambda a, o: cudnn.lrn_backward(h, lrn, a.x, a.y, a.dy, dx=o), lambda a: a.like(a.x), None),
+    }
+    return r
+
+
+def bare_call(h, name: str) -> Callable[[], None] | None:
+    """The route's own work for the last prepared call made for ``name``'s function: its steps with the addresses of
+    that call, the variant pack made once (a graph route) or the C function called directly (a legacy route)."""
+    cache = h.cache.get(prep.CACHE, {})
+    fn_name = name.split()[0]
+    entries = [p for p in cache.values() if p.name == fn_name]
+    if not entries:
+        return None
+    p = entries[-1]
+    steps = []
+    fake = {}
+    for call, base, slots, workspace, _ in p.steps:
+        args = list(base)
+        for pos, slot in slots:  # any valid address of the right size: the call's own arrays live in the row
+            args[pos] = fake.setdefault(slot, cudnn.empty((1 << 16,), np.uint8).ptr)
+        for pos, size in workspace:
+            args[pos] = h.workspace.get(size, h.stream)
+        runner = getattr(call, "__self__", None)
+        if runner is not None and hasattr(runner, "plan_ptr"):
+            vp = runner.pack(("bare",) + tuple(args), tuple(args), runner.workspace())
+            launch, hp, plan = runner.launch, runner.h, runner.plan_ptr
+            steps.append(lambda launch=launch, hp=hp, plan=plan, vp=vp: launch(hp, plan, vp))
+        else:
+            steps.append(lambda call=call, args=tuple(args): call(*args))
+    bare_call.keep = fake  # type: ignore[attr-defined]
+    return steps[0] if len(steps) == 1 else (lambda: [s() for s in steps] and None)
+
+
+def per_call(fns: dict, calls: int, rounds: int, sync) -> dict:
+    """Median us per call of each function, rounds interleaved."""
+    for fn in fns.values():
+        for _ in range(200):
+            fn()
+    sync()
+    samples: dict = {k: [] for k in fns}
+    for _ in range(rounds):
+        for k, fn in fns.items():
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            sync()
+            samples[k].append((time.perf_counter() - t0) / calls * 1e6)
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--only", default=None, help="rows whose name contains this")
+    parser.add_argument("--json", default=None)
+    args = script_args(parser, argv)
+    h = cudnn.Handle()
+    rng = np.random.default_rng(0)
+    kinds = {"dev": Arrays("device", rng)}
+    if torch is not None:
+        kinds["torch"] = Arrays("torch", rng)
+    sync = torch.cuda.synchronize if torch is not None else h.synchronize
+    out = []
+    print(f"{'operation':28s} {'route':6s} {'bare C':>7s} {'dev giv':>8s} {'dev new':>8s} {'trc giv':>8s} "
+          f"{'trc new':>8s} {'torch':>7s} {'added':>11s}")
+    for name, (call, given, torch_op) in _rows(h).items():
+        if args.only and args.only not in name:
+            continue
+        fns = {}
+        for kind, a in kinds.items():
+            if given is not None:
+                o = given(a)
+                fns[f"{kind} given"] = lambda call=call, a=a, o=o: call(a, o)
+            fns[f"{kind} new" if given is not None else f"{kind} given"] = lambda call=call, a=a: call(a, None)
+        for fn in fns.values():
+            fn()
+        bare = bare_call(h, name)
+        if bare is not None:
+            fns["bare"] = bare
+        if torch_op is not None and "torch" in kinds:
+            fns["torch op"] = lambda torch_op=torch_op, t=kinds["torch"]: torch_op(t)
+        us = per_call(fns, args.calls, args.rounds, sync)
+        steps = [p for p in h.cache.get(prep.CACHE, {}).values() if p.name == name.split()[0]]
+        route = "-" if not steps else ("graph" if any(hasattr(getattr(s.call, "__self__", None), "plan_ptr")
+                                                     for s in steps[-1].steps) else "legacy")
+        b = us.get("bare")
+        giv = max((v for k, v in us.items() if k.endswith("given")), default=None)
+        new = max((v for k, v in us.items() if k.endswith("new")), default=None)
+        added = "-" if b is None else f"{giv - b:4.1f}/{'-' if new is None else f'{new - b:.1f}'}"
+
+        def cell(k):
+            return f"{us[k]:8.1f}" if k in us else f"{'-':>8s}"
+        print(f"{name:28s} {route:6s} {cell('bare')[1:]} {cell('dev given')} {cell('dev new')} {cell('torch given')} "
+              f"{cell('torch new')} {cell('torch op')[1:]} {added:>11s}", flush=True)
+        out.append({"op": name, "route": route, **{k: round(v, 2) for k, v in us.items()}})
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"shape": SHAPE, "dtype": "float16", "rows": out}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,359 @@
+"""One prepared call per operation signature: what every operation function's repeat calls run.
+
+An operation function decorated with :func:`prepared` is called through a wrapper that reads its arrays'
+signatures (shape, strides, dtype, device, address alignment: a few attribute reads for a :class:`DeviceArray` or
+a torch tensor, no DLPack) and its other arguments into a key, and looks the key up in the handle's cache
+``"prepared"``:
+
+* **a hit** queues the recorded work again with this call's addresses: the legacy C calls with their descriptors,
+  algorithm and scaling factors, or the graph plan through its variant pack of these addresses, the handle's
+  workspace fetched again; new outputs come from the inputs' package (:func:`package`); nothing is validated again,
+  because the key fixes everything the validated path checked;
+* **a miss** (a new signature, options or aliasing) refuses partially overlapping outputs, then runs the function
+  itself, the validated path, while :mod:`cudnn_py.recording` writes down what it queued; where every address that
+  work used is one of the call's arrays (or a new output it returned), that recording becomes the signature's
+  :class:`Prepared` call. A call whose recording cannot be replayed (an engine measured, a scratch buffer, host
+  data) is simply validated again next time.
+
+A repeat call can never run work prepared for other arguments: its key holds every array's shape, strides, dtype,
+device and address alignment, which arrays share an address, and every other argument with its type; a given output
+that overlaps an input other than as the identical view (in place, where the operation allows it) is refused.
+
+Outputs follow the inputs' package: torch tensors in, torch tensors out (allocated by torch's caching allocator on
+a hit, ordered on the handle's stream with ``record_stream`` where that is not torch's current stream; the
+configuration's first call hands the array it allocated to torch through DLPack); DeviceArrays in, DeviceArrays
+out; any other producer (CuPy, JAX) through its package's ``from_dlpack``. With mixed inputs torch wins, then the
+first input that is not a DeviceArray.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple, TypeVar
+
+import numpy as np
+
+from cudnn_py import memory, recording
+from cudnn_py.caches import handle_cache
+from cudnn_py.errors import InvalidValueError
+from cudnn_py.handle import Handle
+from cudnn_py.memory import DeviceArray, Output
+
+__all__ = ["prepared", "Prepared", "CACHE", "package", "to_package"]
+
+#: the handle's cache of prepared calls (``handle.cache_info()['prepared']``)
+CACHE = "prepared"
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_PLAIN = frozenset({str, float, type(None)})  # argument types keyed by value alone (others by (type, value))
+_MISS = object()
+_NONE: dict = {}  # a handle's prepared calls before its first
+
+
+class _Unkeyable(Exception):
+    """An argument the fast key cannot describe (a foreign array, an unhashable option): the call is validated."""
+
+
+# ---------------------------------------------------------------- the caller's package
+
+def package(values: Sequence[Any]) -> Any:
+    """The package new outputs belong to for these input arrays: ``"torch"`` where any is a torch tensor, None
+    (DeviceArrays) where all are DeviceArrays or None, else the module of the first other array (its
+    ``from_dlpack`` makes the outputs)."""
+    foreign = None
+    for v in values:
+        if v is None or type(v) is DeviceArray:
+            continue
+        if memory.is_torch_tensor(v):
+            return "torch"
+        if foreign is None:
+            foreign = sys.modules.get(type(v).__module__.partition(".")[0])
+    return foreign
+
+
+def to_package(a: Any, pkg: Any) -> Any:
+    """A new output array ``a`` (a DeviceArray) as an array of ``pkg`` (:func:`package`), without a copy."""
+    if pkg is None or type(a) is not DeviceArray:
+        return a
+    if pkg == "torch":
+        import torch
+        return torch.from_dlpack(a)
+    convert = getattr(pkg, "from_dlpack", None)
+    return a if convert is None else convert(a)
+
+
+def _torch_allocator(shape: tuple, strides: tuple, dtype: np.dtype, device: int) -> Callable[[Any], tuple]:
+    """``new(handle) -> (tensor, address)``: a torch tensor of this layout from torch's caching allocator, ordered
+    on the handle's stream where that is not torch's current stream (``record_stream``)."""
+    import torch
+    tdt = getattr(torch, dtype.name)
+    dev = torch.device("cuda", device)
+    empty_strided, current = torch.empty_strided, torch._C._cuda_getCurrentRawStream
+    streams: dict = {}
+
+    def new(handle: Any) -> tuple:
+        t = empty_strided(shape, strides, dtype=tdt, device=dev)
+        sp = handle._stream_ptr
+        if sp != current(device):
+            s = streams.get(sp)
+            if s is None:
+                s = streams[sp] = torch.cuda.ExternalStream(sp, device=dev)
+            t.record_stream(s)
+        return t, t.data_ptr()
+    return new
+
+
+def _device_allocator(a: DeviceArray) -> Callable[[Any], tuple]:
+    out = Output(a.shape, a.dtype, a.strides)
+
+    def new(handle: Any) -> tuple:
+        x = out.on(handle.stream, handle.device)
+        return x, x.ptr
+    return new
+
+
+# ---------------------------------------------------------------- the prepared call
+
+class _Step(NamedTuple):
+    call: Callable[..., Any]
+    base: list                           # the arguments, addresses and workspace left as recorded
+    slots: tuple[tuple[int, int], ...]   # (argument position, address slot)
+    workspace: tuple[tuple[int, int], ...]  # (argument position, bytes)
+    keep: tuple                          # what the arguments belong to (descriptors)
+
+
+class Prepared:
+    """What a repeat call of one signature runs: the recorded steps with the address slots to fill in (the call's
+    arrays in argument order, then its new outputs), the new outputs' allocators by package, the given outputs'
+    overlap checks, and how the result is put together."""
+
+    __slots__ = ("name", "steps", "news", "overlaps", "result", "shape")
+
+    def __init__(self, name: str, steps: list[_Step], news: list, overlaps: list[tuple], result: tuple, shape: Any):
+        self.name, self.steps, self.news = name, steps, news
+        self.overlaps, self.result, self.shape = overlaps, result, shape
+
+    def __call__(self, handle: Any, args: tuple, kwargs: dict, ptrs: list) -> Any:
+        for o, i, olo, ohi, ilo, ihi in self.overlaps:
+            po, pi = ptrs[o], ptrs[i]
+            if po + olo < pi + ihi and pi + ilo < po + ohi:
+                return _MISS  # a given output now overlaps an input: the validated path says so
+        news: Any = ()
+        if self.news:
+            news = [new(handle) for new in self.news]
+            ptrs = ptrs + [p for _, p in news]
+        for call, base, slots, workspace, _ in self.steps:
+            a = base.copy()
+            for pos, slot in slots:
+                a[pos] = ptrs[slot]
+            for pos, size in workspace:
+                a[pos] = handle.workspace.get(size, handle.stream)
+            call(*a)
+        out = [kwargs[where] if kind == "kw" else args[where] if kind == "arg" else news[where][0] if kind == "new"
+               else None for kind, where in self.result]
+        return out[0] if self.shape is None else self.shape(out)
+
+    def __repr__(self) -> str:
+        return f"<Prepared {self.name}: {len(self.steps)} step(s), {len(self.news)} new output(s)>"
+
+
+# ---------------------------------------------------------------- reading the arguments
+
+def _array_part(v: Any, ptrs: list) -> Any:
+    """The key part of an array argument (its address appended to ``ptrs``), torch's own objects read as they are."""
+    t = type(v)
+    if t is DeviceArray:
+        p = v.ptr
+        ptrs.append(p)
+        return (v.shape, v.strides, v.dtype, v.device_id, p & 15)
+    if v is None:
+        ptrs.append(None)
+        return None
+    if memory.is_torch_tensor(v):
+        p = v.data_ptr()
+        ptrs.append(p)
+        return (t, v.shape, v.stride(), v.dtype, v.get_device(), p & 15)
+    raise _Unkeyable
+
+
+def _extent(v: Any) -> tuple[int, int, int, tuple, tuple, Any]:
+    """(address, first byte offset, end byte offset, shape, strides, dtype) of a DeviceArray or torch tensor."""
+    if type(v) is DeviceArray:
+        shape, strides, dt, ptr = v.shape, v.strides, v.dtype, v.ptr
+    else:
+        (shape, strides, dt, _), ptr = memory.array_signature(v)
+    item = dt.itemsize
+    lo = sum((n - 1) * s for n, s in zip(shape, strides) if s < 0)
+    hi = sum((n - 1) * s for n, s in zip(shape, strides) if s > 0)
+    return ptr, lo * item, (hi + 1) * item, shape, strides, dt
+
+
+class _Spec:
+    """What the wrapper knows of one operation function: its positional parameters, which are arrays (and of those,
+    outputs), and whether an output may be an input itself (in place)."""
+
+    def __init__(self, fn: Callable, inputs: Sequence[str], outputs: Sequence[str], inplace: bool):
+        params = list(inspect.signature(fn).parameters.values())[1:]  # after the handle
+        self.fn, self.name, self.inplace = fn, fn.__name__, inplace
+        self.positional = tuple(p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
+        self.arrays = frozenset(inputs) | frozenset(outputs)
+        self.outputs = frozenset(outputs)
+        missing = self.arrays - {p.name for p in params}
+        if missing:
+            raise TypeError(f"{self.name} has no parameters {sorted(missing)}")
+        self.is_array = tuple(n in self.arrays for n in self.positional)
+
+    def slots(self, args: tuple, kwargs: dict) -> list[tuple[str, Any, Any]]:
+        """(name, where, value) of each array argument, in the key's order (``where``: ("arg", i) or ("kw", name))."""
+        out = [(n, ("arg", i), v) for i, (n, v, a) in enumerate(zip(self.positional, args, self.is_array)) if a]
+        return out + [(k, ("kw", k), v) for k, v in kwargs.items() if k in self.arrays]
+
+
+def _readable(v: Any) -> bool:
+    return type(v) is DeviceArray or memory.is_torch_tensor(v) and v.is_cuda
+
+
+def _refuse_overlap(spec: _Spec, slots: list) -> None:
+    """Refuse a given output that shares memory with an input other than as the identical view (and that one too
+    where the operation has no in-place form). Arrays of other kinds are left to the validated path."""
+    outs = [(n, v) for n, _, v in slots if n in spec.outputs and _readable(v)]
+    ins = [(n, v) for n, _, v in slots if n not in spec.outputs and _readable(v)]
+    for on, o in outs:
+        po, olo, ohi, osh, ost, odt = _extent(o)
+        for iname, i in ins:
+            pi, ilo, ihi, ish, ist, idt = _extent(i)
+            if not (po + olo < pi + ihi and pi + ilo < po + ohi):
+                continue
+            if (po, osh, ost, odt) == (pi, ish, ist, idt):
+                if spec.inplace:
+                    continue
+                raise InvalidValueError(f"{spec.name}: {on} is {iname} itself; this operation has no in-place form "
+                                        f"(pass separate memory)")
+            raise InvalidValueError(f"{spec.name}: {on} shares memory with {iname} but is not the same view (shape "
+                                    f"{osh}, strides {ost}, address {po:#x} against {ish}, {ist}, {pi:#x}): pass "
+                                    f"{iname} itself for in place, or separate memory")
+
+
+# ---------------------------------------------------------------- making a prepared call from a recording
+
+def _make(spec: _Spec, rec: recording.Recording, result: Any, slots: list, ptrs: list) -> Prepared | None:
+    """The prepared call of a validated call's recording, or None where it cannot be replayed as it stands."""
+    if rec.spoiled is not None or not rec.steps:
+        return None
+    items = list(result) if isinstance(result, tuple) else [result]
+    shape = None if not isinstance(result, tuple) else (
+        tuple if type(result) is tuple else getattr(type(result), "_make", None))
+    if isinstance(result, tuple) and shape is None:
+        return None
+    given = {id(v): where for _, where, v in slots if v is not None}
+    src, new = [], []
+    for v in items:
+        if v is None:
+            src.append(("none", 0))
+        elif id(v) in given:
+            src.append(given[id(v)])
+        elif type(v) is DeviceArray:
+            src.append(("new", len(new)))
+            new.append(v)
+        else:
+            return None  # something the call computed on the host: not replayable from addresses alone
+    known = [p for p in ptrs] + [a.ptr for a in new]
+    used: set[int] = set()
+    steps = []
+    for step in rec.steps:
+        base, subs, ws = list(step.args), [], []
+        for pos in step.pointers:
+            try:
+                slot = known.index(base[pos])
+            except ValueError:
+                return None  # an address that is none of the call's arrays (a scratch buffer)
+            subs.append((pos, slot))
+            used.add(slot)
+            base[pos] = None
+        for pos, a in enumerate(base):
+            if type(a) is recording.WorkspaceArg:
+                ws.append((pos, a.size))
+        steps.append(_Step(step.call, base, tuple(subs), tuple(ws), step.keep))
+    if any(len(ptrs) + k not in used for k in range(len(new))):
+        return None  # a new output no step writes
+    overlaps = []
+    arrays = [(n, v) for n, _, v in slots]
+    for oi, (on, o) in enumerate(arrays):
+        if on not in spec.outputs or o is None:
+            continue
+        po, olo, ohi, *_ = _extent(o)
+        for ii, (iname, i) in enumerate(arrays):
+            if iname in spec.outputs or i is None:
+                continue
+            pi, ilo, ihi, *_ = _extent(i)
+            if po != pi:  # exact in-place pairs stay so: the key holds which arrays share an address
+                overlaps.append((oi, ii, olo, ohi, ilo, ihi))
+    if package([v for n, _, v in slots if n not in spec.outputs]) == "torch":
+        news = [_torch_allocator(a.shape, a.strides, a.dtype, a.device_id) for a in new]
+    else:  # DeviceArrays (a foreign package's calls are never keyed)
+        news = [_device_allocator(a) for a in new]
+    return Prepared(spec.name, steps, news, overlaps, tuple(src), shape)
+
+
+# ---------------------------------------------------------------- the decorator
+
+def prepared(inputs: Sequence[str], outputs: Sequence[str], *, inplace: bool = True) -> Callable[[F], F]:
+    """Run an operation function ``fn(handle, ...)`` through the handle's prepared calls (see the module doc).
+
+    :param inputs: its array parameters it reads.
+    :param outputs: its array parameters it writes (None: allocated and returned).
+    :param inplace: whether an output may be an input itself (the identical view).
+    """
+    def wrap(fn: F) -> F:
+        spec = _Spec(fn, inputs, outputs, inplace)
+        npos, is_array, arrays = len(spec.positional), spec.is_array, spec.arrays
+
+        def first(handle: Any, args: tuple, kwargs: dict, key: tuple | None, ptrs: list) -> Any:
+            slots = spec.slots(args, kwargs)
+            _refuse_overlap(spec, slots)
+            with recording.recording() as rec:
+                result = fn(handle, *args, **kwargs)
+            if key is not None:
+                p = _make(spec, rec, result, slots, ptrs)
+                if p is not None:
+                    handle_cache(handle, CACHE)[key] = p
+            pkg = package([v for n, _, v in slots if n not in spec.outputs])
+            if pkg is None:
+                return result
+            given = {id(v) for _, _, v in slots}
+            if isinstance(result, tuple):
+                conv = [r if id(r) in given else to_package(r, pkg) for r in result]
+                return type(result)(conv) if type(result) is tuple else type(result)._make(conv)
+            return result if id(result) in given else to_package(result, pkg)
+
+        @functools.wraps(fn)
+        def call(handle: Any, *args: Any, **kwargs: Any) -> Any:
+            if type(handle) is not Handle or handle._ptr is None or recording._local.rec is not None \
+                    or len(args) > npos:
+                return fn(handle, *args, **kwargs)  # a stand-in or closed handle, inside a recording, old positionals
+            ptrs: list = []
+            parts: list = [fn]
+            try:
+                for v, a in zip(args, is_array):
+                    parts.append(_array_part(v, ptrs) if a else v if type(v) in _PLAIN else (type(v), v))
+                for k, v in kwargs.items():
+                    parts.append(k)
+                    parts.append(_array_part(v, ptrs) if k in arrays else v if type(v) in _PLAIN else (type(v), v))
+                if len(set(ptrs)) < len(ptrs):
+                    parts.append(tuple(map(ptrs.index, ptrs)))
+                key = tuple(parts)
+                p = handle.cache.get(CACHE, _NONE).get(key)  # hashes the key: an unhashable option raises here
+            except (_Unkeyable, TypeError):  # a foreign array, an unhashable option: validated every call
+                return first(handle, args, kwargs, None, ptrs)
+            if p is not None:
+                got = p(handle, args, kwargs, ptrs)
+                if got is not _MISS:
+                    return got
+            return first(handle, args, kwargs, key, ptrs)
+        call.__prepared__ = spec  # type: ignore[attr-defined]
+        return call  # type: ignore[return-value]
+    return wrap
+

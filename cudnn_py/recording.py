@@ -1,0 +1,88 @@
+"""What a call's validated path queued on the GPU, written down for its prepared call (:mod:`cudnn_py.prepared`) to
+queue again with other addresses.
+
+The operation families queue their work through two sinks: :func:`cudnn_py.ops._common.launch` (a legacy C call)
+and :meth:`cudnn_py.graph.runner.Runner.run_pointers` (a graph plan). While this thread records, each sink adds a
+:class:`Step`: the callable, its arguments and which of them are device addresses (or the handle's workspace).
+Anything else that would make a replay differ from the validated call (an engine being measured, an address the
+prepared call cannot name) :func:`spoil` s the recording, and no prepared call is made from it.
+"""
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, NamedTuple
+
+__all__ = ["Step", "Recording", "WorkspaceArg", "active", "recording", "restart", "add", "spoil"]
+
+
+class WorkspaceArg(NamedTuple):
+    """An argument that is the handle's workspace of at least ``size`` bytes, fetched again on every replay."""
+    size: int
+
+
+class Step(NamedTuple):
+    """One queued call: ``call(*args)``, where ``args[i]`` for ``i`` in ``pointers`` is a device address (an int);
+    ``keep``: what the arguments belong to (descriptors), kept alive as long as the step may be repeated."""
+    call: Callable[..., Any]
+    args: tuple
+    pointers: tuple[int, ...]
+    keep: tuple = ()
+
+
+class Recording:
+    """The steps recorded so far, and why the recording cannot be replayed (None while it can)."""
+    __slots__ = ("steps", "spoiled")
+
+    def __init__(self) -> None:
+        self.steps: list[Step] = []
+        self.spoiled: str | None = None
+
+
+class _Local(threading.local):
+    rec: Recording | None = None
+
+
+_local = _Local()
+
+
+def active() -> Recording | None:
+    """This thread's recording, or None."""
+    return _local.rec
+
+
+@contextmanager
+def recording() -> Iterator[Recording]:
+    """Record this thread's steps inside the block (recordings do not nest: an inner block records into the outer)."""
+    outer = _local.rec
+    if outer is not None:
+        yield outer
+        return
+    rec = _local.rec = Recording()
+    try:
+        yield rec
+    finally:
+        _local.rec = None
+
+
+def restart() -> None:
+    """Forget what was recorded (the call is about to run for real after measuring its engines)."""
+    rec = _local.rec
+    if rec is not None:
+        rec.steps.clear()
+        rec.spoiled = None
+
+
+def add(call: Callable[..., Any], args: tuple, pointers: tuple[int, ...], keep: tuple = ()) -> None:
+    """Record one step (no-op when this thread is not recording)."""
+    rec = _local.rec
+    if rec is not None:
+        rec.steps.append(Step(call, args, pointers, keep))
+
+
+def spoil(reason: str) -> None:
+    """Mark this thread's recording as not replayable (no-op when not recording)."""
+    rec = _local.rec
+    if rec is not None and rec.spoiled is None:
+        rec.spoiled = reason

@@ -1,0 +1,271 @@
+"""The prepared call (cudnn_py.prepared) on the CPU: a fake C function behind the legacy sink, a Handle that is never
+created in cuDNN, arrays at made-up addresses. What a repeat call runs, when it is made again, what it refuses."""
+from __future__ import annotations
+
+import itertools
+import threading
+from typing import NamedTuple
+
+import numpy as np
+import pytest
+
+from cudnn_py import engine_choice, prepared as P, recording
+from cudnn_py.capi import cudnnHandle_t
+from cudnn_py.errors import InvalidValueError
+from cudnn_py.handle import Handle
+from cudnn_py.memory import DeviceArray
+from cudnn_py.ops import _common
+
+_addresses = itertools.count(0x7F00_0000_0000, 0x10_0000)
+
+
+def arr(shape=(2, 3), dtype=np.float32, strides=None, ptr=None, device=0):
+    shape = tuple(shape)
+    if strides is None:
+        strides = tuple(int(np.prod(shape[i + 1:])) for i in range(len(shape)))
+    return DeviceArray.from_parts(next(_addresses) if ptr is None else ptr, shape, np.dtype(dtype), tuple(strides),
+                                  device, None, None)
+
+
+class FakeWorkspace:
+    def __init__(self):
+        self.ptr = 0x5000_0000
+
+    def get(self, nbytes, stream=None):
+        return self.ptr
+
+
+def fake_handle() -> Handle:
+    h = Handle.__new__(Handle)
+    h._ptr = cudnnHandle_t(1)
+    h.cache = {}
+    h.workspace = FakeWorkspace()
+    h._stream = None
+    h._stream_ptr = 0
+    h.device = 0
+    return h
+
+
+class CFn:
+    """Stands in for a capi function: records its calls (as ``fn`` and as ``fn.raw``)."""
+    def __init__(self):
+        self.calls = []
+        self.raw = self
+
+    def __call__(self, *args):
+        self.calls.append(args)
+
+
+@pytest.fixture(autouse=True)
+def fake_allocator(monkeypatch):
+    def alloc(a):
+        def new(handle):
+            x = arr(a.shape, a.dtype, a.strides)
+            return x, x.ptr
+        return new
+    monkeypatch.setattr(P, "_device_allocator", alloc)
+
+
+def make_op(inplace=True):
+    fn, body = CFn(), []
+
+    @P.prepared(inputs=("x",), outputs=("y",), inplace=inplace)
+    def op(handle, x, *moved, y=None, alpha=1.0, ws=0):
+        body.append((x, y))
+        ya = arr(x.shape, x.dtype) if y is None else y
+        _common.launch(handle, fn, handle.ptr, alpha, x, recording.WorkspaceArg(ws) if ws else None, ya)
+        return ya if y is None else y
+    return op, fn, body
+
+
+def test_repeat_call_replays_with_the_new_addresses_and_skips_the_body():
+    op, fn, body = make_op()
+    h = fake_handle()
+    x1, y1 = arr(), arr()
+    assert op(h, x1, y=y1, alpha=2.0) is y1
+    x2, y2 = arr(), arr()
+    assert op(h, x2, y=y2, alpha=2.0) is y2
+    assert len(body) == 1  # the second call never ran the validated path
+    assert [c[2] for c in fn.calls] == [x1.ptr, x2.ptr] and [c[4] for c in fn.calls] == [y1.ptr, y2.ptr]
+    assert fn.calls[1][1] == 2.0 and fn.calls[1][0] is h.ptr
+    assert h.cache_info()[P.CACHE] == 1
+
+
+def test_new_outputs_are_allocated_per_call_and_returned():
+    op, fn, body = make_op()
+    h = fake_handle()
+    y1 = op(h, arr())
+    y2 = op(h, arr())
+    assert len(body) == 1 and y1.ptr != y2.ptr and y2.shape == y1.shape
+    assert fn.calls[1][4] == y2.ptr
+
+
+@pytest.mark.parametrize("change", ["shape", "strides", "dtype", "device", "alignment", "option", "option type",
+                                    "given output", "aliasing"])
+def test_anything_but_the_addresses_changing_builds_again(change):
+    op, fn, body = make_op()
+    h = fake_handle()
+    x = arr((2, 4))
+    op(h, x, y=arr((2, 4)), alpha=1.0)
+    other = {
+        "shape": lambda: op(h, arr((4, 2)), y=arr((4, 2))),
+        "strides": lambda: op(h, arr((2, 4), strides=(1, 2)), y=arr((2, 4))),
+        "dtype": lambda: op(h, arr((2, 4), np.float16), y=arr((2, 4), np.float16)),
+        "device": lambda: op(h, arr((2, 4), device=1), y=arr((2, 4), device=1)),
+        "alignment": lambda: op(h, arr((2, 4), ptr=next(_addresses) + 4), y=arr((2, 4))),
+        "option": lambda: op(h, arr((2, 4)), y=arr((2, 4)), alpha=3.0),
+        "option type": lambda: op(h, arr((2, 4)), y=arr((2, 4)), alpha=1),
+        "given output": lambda: op(h, arr((2, 4))),
+        "aliasing": lambda: op(h, x, y=x),
+    }[change]
+    other()
+    assert len(body) == 2
+
+
+def test_partial_overlap_is_refused_first_call_and_repeat():
+    op, fn, body = make_op()
+    h = fake_handle()
+    x = arr((4, 4))
+    with pytest.raises(InvalidValueError, match="shares memory with x"):
+        op(h, x, y=DeviceArray.from_parts(x.ptr + 8, (4, 4), x.dtype, (4, 1), 0, None, None))
+    op(h, arr((4, 4)), y=arr((4, 4)))  # a prepared call of this signature now exists
+    calls = len(fn.calls)
+    with pytest.raises(InvalidValueError, match="shares memory with x"):
+        op(h, x, y=DeviceArray.from_parts(x.ptr + 16, (4, 4), x.dtype, (4, 1), 0, None, None))
+    assert len(fn.calls) == calls  # nothing queued
+
+
+def test_in_place_kept_where_allowed_and_refused_where_not():
+    op, fn, body = make_op(inplace=True)
+    h = fake_handle()
+    x = arr()
+    assert op(h, x, y=x) is x
+    assert op(h, x, y=x) is x and len(body) == 1
+    op2, fn2, _ = make_op(inplace=False)
+    with pytest.raises(InvalidValueError, match="no in-place form"):
+        op2(h, x, y=x)
+    assert not fn2.calls
+
+
+def test_workspace_is_fetched_on_every_replay():
+    op, fn, body = make_op()
+    h = fake_handle()
+    op(h, arr(), y=arr(), ws=128)
+    h.workspace.ptr = 0x6000_0000  # the workspace grew: a new buffer
+    op(h, arr(), y=arr(), ws=128)
+    assert len(body) == 1 and fn.calls[1][3] == 0x6000_0000
+
+
+def test_a_scratch_address_or_a_spoiled_recording_makes_no_prepared_call():
+    fn, body = CFn(), []
+
+    @P.prepared(inputs=("x",), outputs=("y",))
+    def scratch_op(handle, x, *, y=None):
+        body.append(1)
+        _common.launch(handle, fn, x, arr(), y)  # an array that is none of the call's
+        return y
+
+    @P.prepared(inputs=("x",), outputs=("y",))
+    def spoiled_op(handle, x, *, y=None):
+        body.append(2)
+        recording.spoil("test")
+        _common.launch(handle, fn, x, y)
+        return y
+    h = fake_handle()
+    for _ in range(3):
+        scratch_op(h, arr(), y=arr())
+        spoiled_op(h, arr(), y=arr())
+    assert body == [1, 2] * 3 and P.CACHE not in h.cache_info()
+
+
+def test_unhashable_option_and_foreign_arrays_are_validated_every_call():
+    op, fn, body = make_op()
+    h = fake_handle()
+    for _ in range(2):
+        op(h, arr(), y=arr(), alpha=[1.0])
+    assert len(body) == 2
+
+
+def test_old_positional_outputs_and_stand_in_handles_take_the_validated_path():
+    op, fn, body = make_op()
+    h = fake_handle()
+    op(h, arr(), arr())  # *moved
+    op(h, arr(), arr())
+    stand_in = type("H", (), {"device": 0, "ptr": cudnnHandle_t(1), "workspace": FakeWorkspace(), "stream": None})()
+    op(stand_in, arr(), y=arr())
+    op(stand_in, arr(), y=arr())
+    assert len(body) == 4
+
+
+class Pair(NamedTuple):
+    a: object
+    b: object
+
+
+def test_results_are_rebuilt_in_shape_given_and_new_outputs_in_place():
+    fn, body = CFn(), []
+
+    @P.prepared(inputs=("x",), outputs=("y", "z"))
+    def two(handle, x, *, y=None, z=None):
+        body.append(1)
+        ya = arr() if y is None else y
+        za = arr() if z is None else z
+        _common.launch(handle, fn, x, ya, za)
+        return Pair(ya, None if z is None else z)
+    h = fake_handle()
+    z1 = arr()
+    r1 = two(h, arr(), z=z1)
+    z2 = arr()
+    r2 = two(h, arr(), z=z2)
+    assert type(r2) is Pair and r2.b is z2 and r1.b is z1 and len(body) == 1
+    assert fn.calls[1][1] == r2.a.ptr and fn.calls[1][2] == z2.ptr
+
+
+def test_engine_measurement_keeps_only_the_winners_run(monkeypatch):
+    fn = CFn()
+    h = fake_handle()
+    monkeypatch.setattr(engine_choice, "_clock", lambda handle, f: (f(), 1.0))
+    monkeypatch.setattr(engine_choice, "_store", lambda *a: None)
+    monkeypatch.setattr(engine_choice, "_stored", lambda *a: None)
+
+    @P.prepared(inputs=("x",), outputs=("y",))
+    def measured(handle, x, *, y=None):
+        engine_choice.run(handle, ("measured",), lambda: _common.launch(handle, fn, 1, x, y),
+                          lambda: _common.launch(handle, fn, 2, x, y))
+        return y
+    measured(h, arr(), y=arr())
+    n = len(fn.calls)
+    assert n > 2
+    measured(h, arr(), y=arr())
+    assert len(fn.calls) == n + 1  # one step: the winner's
+
+
+def test_threads_share_one_cache_safely():
+    op, fn, body = make_op()
+    h = fake_handle()
+    errors = []
+
+    def work():
+        try:
+            for _ in range(200):
+                op(h, arr(), y=arr())
+        except Exception as e:  # noqa: BLE001 - collected for the assertion
+            errors.append(e)
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(fn.calls) == 1600 and len(body) <= 8
+
+
+FAMILIES = ["activation_forward", "activation_backward", "softmax_forward", "softmax_backward", "pooling_forward",
+            "pooling_backward", "add_tensor", "op_tensor", "scale_tensor", "transform_tensor", "lrn_forward",
+            "lrn_backward"]
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_public_operation_functions_are_prepared_calls(name):
+    """The function form is the prepared call's wrapper: a repeat call cannot bypass it."""
+    import cudnn_py
+    assert isinstance(getattr(getattr(cudnn_py, name), "__prepared__", None), P._Spec)

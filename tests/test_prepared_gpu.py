@@ -1,0 +1,175 @@
+"""The prepared call on the GPU: a repeat call (replayed from its prepared call) gives what the validated path gives
+on fresh random data at new addresses, for every family and engine; torch tensors in give torch tensors out,
+ordered on the handle's stream; first calls from 8 threads in fresh processes."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import cudnn_py as cudnn
+from cudnn_py import prepared as P
+
+pytestmark = pytest.mark.gpu
+ROOT = Path(__file__).resolve().parents[1]
+rng = np.random.default_rng()
+SHAPE = (2, 8, 6, 6)
+
+
+def data(shape=SHAPE, dtype=np.float32):
+    return rng.standard_normal(shape).astype(dtype)
+
+
+POOL = cudnn.Pooling("max", 2, stride=2)
+LRN = cudnn.LRN(5)
+
+# name -> (number of inputs, output shape or None for the first input's, call(handle, inputs, out, engine))
+CASES = {
+    "activation_forward": (1, None, lambda h, i, o, e: cudnn.activation_forward(h, "tanh", *i, y=o, engine=e)),
+    "activation_backward": (3, None, lambda h, i, o, e: cudnn.activation_backward(h, "relu", *i, dx=o, engine=e)),
+    "softmax_forward": (1, None, lambda h, i, o, e: cudnn.softmax_forward(h, *i, y=o)),
+    "softmax_backward": (2, None, lambda h, i, o, e: cudnn.softmax_backward(h, *i, dx=o)),
+    "pooling_forward": (1, (2, 8, 3, 3), lambda h, i, o, e: cudnn.pooling_forward(h, POOL, *i, y=o, engine=e)),
+    "op_tensor": (2, None, lambda h, i, o, e: cudnn.op_tensor(h, "mul", *i, c=o, alpha2=0.5, engine=e)),
+    "transform_tensor": (1, None, lambda h, i, o, e: cudnn.transform_tensor(h, *i, y=o, alpha=2.0, engine=e)),
+    "lrn_forward": (1, None, lambda h, i, o, e: cudnn.lrn_forward(h, LRN, *i, y=o)),
+    "lrn_backward": (3, None, lambda h, i, o, e: cudnn.lrn_backward(h, LRN, *i, dx=o)),
+}
+
+
+def _inputs(n):
+    return [cudnn.to_device(data()) for _ in range(n)]
+
+
+@pytest.mark.parametrize("engine", ["legacy", "graph", "auto"])
+@pytest.mark.parametrize("given", [True, False], ids=["given", "allocated"])
+@pytest.mark.parametrize("name", list(CASES))
+def test_repeat_call_equals_the_validated_call(name, given, engine):
+    n, out_shape, call = CASES[name]
+    if engine == "graph" and name in ("softmax_forward", "softmax_backward", "lrn_forward", "lrn_backward"):
+        engine = "legacy"  # no engine= (legacy only); the call ignores it
+    with cudnn.Handle() as h, cudnn.Handle() as ref_h:
+        call(h, _inputs(n), cudnn.empty(out_shape or SHAPE) if given else None, engine)  # makes the prepared call
+        entries = len(h.cache.get(P.CACHE, {}))
+        for _ in range(3):  # fresh data, new addresses, poisoned outputs
+            ins = _inputs(n)
+            out = None
+            if given:
+                out = cudnn.to_device(np.full(out_shape or SHAPE, np.nan, np.float32))
+            got = call(h, ins, out, engine)
+            if given:
+                assert got is out
+            ref_h.clear_caches()  # the validated path: a handle with no prepared calls
+            want = call(ref_h, ins, None, engine)
+            np.testing.assert_allclose(got.to_numpy(), want.to_numpy(), rtol=1e-5, atol=1e-6)
+            assert not np.isnan(got.to_numpy()).any()
+        assert len(h.cache[P.CACHE]) == entries >= 1  # replayed, not rebuilt
+
+
+def test_relu_and_add_against_float64():
+    with cudnn.Handle() as h:
+        for _ in range(3):
+            x, b = data(), data((1, 8, 1, 1))
+            y = cudnn.activation_forward(h, "relu", cudnn.to_device(x))
+            np.testing.assert_allclose(y.to_numpy(), np.maximum(x.astype(np.float64), 0), rtol=1e-6)
+            c0 = data()
+            c = cudnn.to_device(c0)
+            cudnn.add_tensor(h, cudnn.to_device(b), c, alpha=2.0, beta=1.0)
+            np.testing.assert_allclose(c.to_numpy(), c0.astype(np.float64) + 2 * b, rtol=1e-5, atol=1e-6)
+        assert len(h.cache[P.CACHE]) == 2
+
+
+def test_in_place_repeat_and_partial_overlap_refused():
+    with cudnn.Handle() as h:
+        for _ in range(2):
+            x0 = data()
+            x = cudnn.to_device(x0)
+            assert cudnn.activation_forward(h, "relu", x, y=x) is x
+            np.testing.assert_allclose(x.to_numpy(), np.maximum(x0, 0))
+        buf = cudnn.to_device(data((2 * 8 * 6 * 6 + 8,)))
+        a = cudnn.DeviceArray(buf.ptr, SHAPE, np.float32, owner=buf)
+        b = cudnn.DeviceArray(buf.ptr + 16, SHAPE, np.float32, owner=buf)
+        with pytest.raises(cudnn.InvalidValueError, match="shares memory"):
+            cudnn.activation_forward(h, "relu", a, y=b)
+        with pytest.raises(cudnn.InvalidValueError, match="no in-place form"):
+            cudnn.pooling_forward(h, POOL, a, y=cudnn.DeviceArray(buf.ptr, (2, 8, 3, 3), np.float32, owner=buf))
+
+
+@pytest.mark.parametrize("name", ["activation_forward", "softmax_forward", "pooling_forward", "op_tensor"])
+def test_torch_in_torch_out(name):
+    torch = pytest.importorskip("torch")
+    n, out_shape, call = CASES[name]
+    with cudnn.Handle() as h:
+        for i in range(3):
+            ins = [torch.from_numpy(data()).cuda() for _ in range(n)]
+            got = call(h, ins, None, "auto")
+            assert isinstance(got, torch.Tensor) and got.device == ins[0].device and got.dtype == torch.float32
+            want = call(h, [cudnn.as_array(t) for t in ins], None, "auto")
+            torch.cuda.synchronize()
+            np.testing.assert_allclose(got.cpu().numpy(), want.to_numpy(), rtol=1e-6)
+            o = torch.full(tuple(got.shape), float("nan"), device="cuda")
+            assert call(h, ins, o, "auto") is o
+            np.testing.assert_allclose(o.cpu().numpy(), want.to_numpy(), rtol=1e-6)
+
+
+def test_torch_output_is_ordered_on_the_handle_stream():
+    """The handle works on its own stream behind a long kernel; the output torch allocated is freed at once and a
+    new tensor made on torch's stream: without record_stream the allocator would hand the same block out and the
+    late kernel would overwrite the new tensor."""
+    torch = pytest.importorskip("torch")
+    s = torch.cuda.Stream()
+    with cudnn.Handle(stream=s) as h:
+        x = torch.randn(256, 64, 32, 32, device="cuda")
+        cudnn.activation_forward(h, "relu", x)  # the first call: the prepared call is made
+        cudnn.activation_forward(h, "relu", x)
+        torch.cuda.synchronize()
+        for _ in range(3):
+            with torch.cuda.stream(s):
+                torch.cuda._sleep(20_000_000)
+            y = cudnn.activation_forward(h, "relu", x)
+            assert isinstance(y, torch.Tensor)
+            del y
+            z = torch.full_like(x, 7.0)
+            torch.cuda.synchronize()
+            assert bool((z == 7.0).all())
+
+
+def test_first_calls_from_8_threads_in_fresh_processes():
+    script = textwrap.dedent("""
+        import sys, threading
+        import numpy as np
+        import cudnn_py as cudnn
+        barrier, errors = threading.Barrier(8), []
+        def work(i):
+            try:
+                h = cudnn.Handle()
+                x = cudnn.to_device(np.random.default_rng(i).standard_normal((2, 8, 8, 8)).astype(np.float16))
+                barrier.wait()
+                for _ in range(3):
+                    [lambda: cudnn.activation_forward(h, "relu", x), lambda: cudnn.softmax_forward(h, x),
+                     lambda: cudnn.pooling_forward(h, cudnn.Pooling("max", 2, stride=2), x),
+                     lambda: cudnn.op_tensor(h, "add", x, x),
+                     lambda: cudnn.convolution_forward(h, cudnn.Convolution(padding=1), x,
+                                                       cudnn.to_device(np.ones((8, 8, 3, 3), np.float16))),
+                     lambda: cudnn.lrn_forward(h, cudnn.LRN(5), x),
+                     lambda: cudnn.transform_tensor(h, x, layout="NHWC"),
+                     lambda: cudnn.sdpa(h, *[cudnn.to_device(np.ones((1, 2, 64, 64), np.float16))] * 3),
+                     ][i]()
+                h.synchronize()
+            except BaseException as e:
+                errors.append(f"{i}: {type(e).__name__}: {e}")
+        ts = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+        [t.start() for t in ts]; [t.join() for t in ts]
+        print("\\n".join(errors)); sys.exit(1 if errors else 0)
+    """)
+    failures = []
+    for _ in range(8):
+        r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=300,
+                           env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+        if r.returncode:
+            failures.append(r.stdout + r.stderr[-2000:])
+    assert not failures, failures[0]
