@@ -47,7 +47,7 @@ import warnings
 
 from . import _loader
 from ._status import status_error
-from .errors import CArgumentError, CudnnPyError, FunctionNotAvailableError
+from .errors import CArgumentError, CudnnPyError, FunctionNotAvailableError, InvalidStateError
 
 def _errcheck(name: str):
     """The ctypes ``errcheck`` of function ``name``: a status other than success raises."""
@@ -409,17 +409,36 @@ def disown(ptr) -> None:
 
 
 def _guard_owned(name: str, inner):
-    """``inner`` (a destroy function) refusing an address a Pythonic object owns."""
+    """``inner`` (a destroy function) refusing an address a Pythonic object owns, and a typed handle or descriptor
+    object (an instance of a :class:`Handle` type) that it destroyed already.
+
+    A typed object this function destroyed reads NULL afterwards (``.value`` is None: any later use passes cuDNN
+    NULL, an error, never a freed descriptor) and is marked destroyed, so that a second destroy of it raises
+    :class:`~cudnn_py.errors.InvalidStateError` before C is called (cuDNN aborts the process on a descriptor
+    destroyed twice). Creating into it again (``cudnnCreate...(byref(d))``) makes it a live one. A raw int address
+    (``Type(address)`` cast, or a copy of the address in another object) stays the caller's promise."""
     def destroy(*args):
         ptr = args[0] if args else None
+        typed = isinstance(ptr, Handle)
+        if typed and ptr.value is None and getattr(ptr, _DESTROYED, False):
+            raise InvalidStateError(f"{name}: this {type(ptr).__name__} was destroyed already (a second destroy "
+                                    f"would abort the process inside cuDNN); create it again before reusing it")
         owner = _OWNED.get(getattr(ptr, "value", ptr)) if ptr is not None else None
         if owner is not None:
             raise CArgumentError(f"{name}: this one belongs to a cudnn_py {owner}, which destroys it when it is "
                                  f"closed or collected; call its close() instead (a second destroy would abort the "
                                  f"process inside cuDNN)")
-        return inner(*args)
+        result = inner(*args)
+        if typed and ptr.value is not None:
+            ptr.value = None
+            setattr(ptr, _DESTROYED, True)
+        return result
     destroy.__name__ = destroy.__qualname__ = name
     return destroy
+
+
+#: the attribute that marks a typed handle or descriptor object destroyed through its capi destroy function
+_DESTROYED = "_cudnn_py_destroyed"
 _started = False
 
 
