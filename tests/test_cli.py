@@ -134,3 +134,47 @@ def test_every_example_without_a_gpu_ends_in_one_line(example):
         assert len(message.splitlines()) == 1, message
     else:
         assert "Usage:" in r.stdout or "not found" in r.stderr, (r.stdout, r.stderr)
+
+
+def _sweep_db(path):
+    """A tuning database holding one model-sweep record (no GPU needed to write it)."""
+    from cudnn_py.tuning import Environment, TuningDatabase
+    from cudnn_py.tuning.sweep import KIND
+    env = Environment("9.19.0", "Test GPU", "9.0", "13.0")
+    with TuningDatabase(path, environment=env) as db:
+        db.record(KIND, f"conv.fprop|{path.stem}", {"configs": [], "order": {}})
+    return path
+
+
+def test_algos_compare_refuses_a_database_that_does_not_exist(tmp_path):
+    a, missing = _sweep_db(tmp_path / "a.sqlite"), tmp_path / "missing.sqlite"
+    r = run("-m", "cudnn_py", "algos", "--compare", str(a), str(missing))
+    assert r.returncode != 0 and not missing.exists(), (r.returncode, r.stdout)
+    assert f"tuning database {missing} does not exist" in r.stderr and "Traceback" not in r.stderr
+    r = run("-m", "cudnn_py", "algos", "--compare", str(tmp_path), str(a))      # a directory is not a database
+    assert r.returncode != 0 and "is not a file" in r.stderr
+
+
+def test_algos_merge_refuses_a_missing_source_and_honours_db(tmp_path):
+    from cudnn_py.tuning import TuningDatabase
+    a, b = _sweep_db(tmp_path / "a.sqlite"), _sweep_db(tmp_path / "b.sqlite")
+    missing, into = tmp_path / "missing.sqlite", tmp_path / "m.sqlite"
+    r = run("-m", "cudnn_py", "algos", "--merge", str(a), str(missing))
+    assert r.returncode != 0 and not missing.exists() and "does not exist" in r.stderr
+    # --merge A B --db M: M is INTO, A and B are both read (A is not written)
+    r = run("-m", "cudnn_py", "algos", "--merge", str(a), str(b), "--db", str(into))
+    assert r.returncode == 0, r.stderr
+    assert f"{a}: 1 records merged into {into}" in r.stdout and f"{b}: 1 records merged into {into}" in r.stdout
+    assert TuningDatabase(into).count() == 2 and TuningDatabase(a).count() == 1
+    # without --db the first is INTO, as before
+    r = run("-m", "cudnn_py", "algos", "--merge", str(a), str(b))
+    assert r.returncode == 0 and TuningDatabase(a).count() == 2
+    r = run("-m", "cudnn_py", "algos", "--merge", str(a))
+    assert r.returncode != 0 and "--merge INTO FROM" in r.stderr
+
+
+def test_tuning_database_merge_refuses_a_path_that_does_not_exist(tmp_path):
+    from cudnn_py.tuning import TuningDatabase, TuningDatabaseError
+    with TuningDatabase(tmp_path / "a.sqlite") as db, pytest.raises(TuningDatabaseError, match="no such file"):
+        db.merge(tmp_path / "missing.sqlite")
+    assert not (tmp_path / "missing.sqlite").exists()

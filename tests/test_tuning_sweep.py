@@ -30,7 +30,7 @@ def _problems():
 
 def test_measured_records_have_every_config_and_each_modes_order(handle):
     for p in _problems():
-        rec = measure(p, handle, Settings(repeats=2, warmup=1))
+        rec = measure(p, handle, Settings(repeats=2, warmup=1, exhaustive=True))
         assert valid_record(rec) and rec["key"] == p.key and rec["problem"] == "", (p.key, rec["problem"])
         ok = [c for c in rec["configs"] if c["ok"]]
         assert ok, (p.key, [c["reason"] for c in rec["configs"]])
@@ -43,13 +43,31 @@ def test_measured_records_have_every_config_and_each_modes_order(handle):
         assert res.regret["heuristic"] >= 0
 
 
+def test_a_race_times_the_contenders_in_full_and_agrees_with_the_exhaustive_best(handle):
+    """Racing (the default): pruned configurations have one sample above PRUNE x the best and no more; every
+    contender and every checked configuration's output agrees; the best is an exhaustive run's best or within 5 %
+    of its time (two measurements of one configuration differ by a few per cent)."""
+    from cudnn_py.tuning.compare import PRUNE
+    for p in _problems()[:4]:
+        raced = measure(p, handle, Settings(repeats=5, warmup=1))
+        full = measure(p, handle, Settings(repeats=5, warmup=1, exhaustive=True))
+        ok = [c for c in raced["configs"] if c["ok"]]
+        best = min(c["ms"] for c in ok if not c["pruned"])
+        assert all(c["samples"] == 1 and c["ms"] > PRUNE * best for c in ok if c["pruned"]), p.key
+        assert all(c["samples"] == 5 and c["checked"] for c in ok if not c["pruned"]), p.key
+        assert all(c["agrees"] for c in ok if c["checked"]), (p.key, [(c["tag"], c["diff"]) for c in ok])
+        (r,), (f,) = rp.analyse([p], {p.key: raced}), rp.analyse([p], {p.key: full})
+        assert r.best == f.best or r.best_ms <= 1.05 * f.best_ms, (p.key, r.best, r.best_ms, f.best, f.best_ms)
+
+
 def test_legacy_records_time_every_algorithm_beside_the_v7_order(handle):
     from cudnn_py.tuning.legacy import measure_legacy
     for p in model("resnet18").problems(2, "float16", "NHWC", legacy=True)[:3]:
         rec = measure_legacy(p, handle, Settings(repeats=2, warmup=1))
         assert valid_record(rec) and rec["problem"] == "" and rec["order"]["A"], p.key
         ok = [c for c in rec["configs"] if c["ok"]]
-        assert ok and all(c["agrees"] for c in ok), (p.key, [(c["tag"], c["diff"]) for c in ok])
+        assert ok and all(c["agrees"] for c in ok if c["checked"]), (p.key, [(c["tag"], c["diff"]) for c in ok])
+        assert all(c["checked"] for c in ok if not c["pruned"])
         (res,) = rp.analyse([p], {p.key: rec})
         assert res.picks["heuristic"] is not None and res.regret["heuristic"] >= 0
 

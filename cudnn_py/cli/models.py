@@ -6,16 +6,20 @@ heuristics' picks and their regret, whole-model totals; measurements kept in the
     python -m cudnn_py algos --model llama3-8b --batch 1 --seq 4096 --dtype bfloat16 --devices all --plot l.png
     python -m cudnn_py algos --model vit-b16 --shard 0/4 --db part0.sqlite        # one job of a scheduler's array
     python -m cudnn_py algos --merge all.sqlite part0.sqlite part1.sqlite part2.sqlite part3.sqlite
+    python -m cudnn_py algos --merge part0.sqlite part1.sqlite --db all.sqlite     # the same: --db is INTO
     python -m cudnn_py algos --compare h100.sqlite h200.sqlite --threshold 0.05
 
 A second run with the same database measures nothing and reports from the stored records (``--remeasure`` to
 measure again); the filters (``--deterministic``, ``--no-tf32``, ``--no-reduced-precision``,
-``--workspace-limit``) apply when reporting, so they need no new measurement.
+``--workspace-limit``) apply when reporting, so they need no new measurement. The configurations race (those far
+slower than the best after their first sample are pruned, see :mod:`cudnn_py.tuning.sweep`); ``--exhaustive``
+times and checks every one in full.
 """
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import subprocess
 import sys
 import time
@@ -44,6 +48,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "(the _v7 heuristic as mode A) instead of the graph API's engines")
     g.add_argument("--max-configs", type=int, default=None, metavar="N", help="measure at most N configurations "
                    "of each heuristics mode (default: all)")
+    g.add_argument("--exhaustive", action="store_true", help="time and check every configuration in full (default: "
+                   "a race: configurations slower than 1.5x the best after their first sample stop being timed)")
     g.add_argument("--no-runtime-compilation", action="store_true", help="do not measure engines that compile at "
                    "run time (their builds take seconds)")
     g.add_argument("--deterministic", action="store_true", help="pick only deterministic configurations")
@@ -53,7 +59,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "or time changed between two databases")
     g.add_argument("--threshold", type=float, default=0.05, help="--compare: a relative time change (default 0.05)")
     g.add_argument("--merge", nargs="+", metavar="DB", help="INTO FROM...: copy the records of FROM databases into "
-                   "INTO (the newer of two records of one key wins)")
+                   "INTO (the newer of two records of one key wins); with --db, every DB given is a FROM and --db is "
+                   "INTO")
 
 
 def wanted(args: argparse.Namespace) -> bool:
@@ -104,7 +111,7 @@ def _worker_argv(args, shard: str, device: int, db_path: str) -> list[str]:
     for flag, value in (("--seq", args.seq), ("--layers", args.layers), ("--max-configs", args.max_configs)):
         if value is not None:
             argv += [flag, str(value)]
-    argv += ["--legacy"] * args.legacy
+    argv += ["--legacy"] * args.legacy + ["--exhaustive"] * args.exhaustive
     return argv + ["--remeasure"] * args.remeasure + ["--no-runtime-compilation"] * args.no_runtime_compilation
 
 
@@ -142,23 +149,35 @@ def _run(args: argparse.Namespace) -> int:
                   f"{len(m.problems(1, 'float16'))} distinct operations per step  ({m.description})")
         return 0
     if args.compare:
+        for path in args.compare:
+            _existing(path, "--compare")
         a, b = (TuningDatabase(p) for p in args.compare)
         changes, info = rp.compare(a, b, args.threshold, _filters(args))
         print(rp.format_compare(changes, info, args.threshold))
         return 0
     if args.merge:
-        if len(args.merge) < 2:
-            raise SystemExit("algos: --merge INTO FROM [FROM ...]")
-        into = TuningDatabase(args.merge[0])
-        for src in args.merge[1:]:
-            print(f"{src}: {into.merge(src)} records merged into {args.merge[0]}")
+        into_path, sources = (args.db, args.merge) if args.db else (args.merge[0], args.merge[1:])
+        if not sources:
+            raise SystemExit("algos: --merge INTO FROM [FROM ...] (or --merge FROM [FROM ...] --db INTO)")
+        for src in sources:
+            _existing(src, "--merge")
+        into = TuningDatabase(into_path)
+        for src in sources:
+            print(f"{src}: {into.merge(src)} records merged into {into_path}")
         return 0
     return _sweep(args, rp)
 
 
+def _existing(path: str, flag: str) -> None:
+    """Refuse a database that is read but does not exist (opening it would create an empty one)."""
+    if path == ":memory:" or not os.path.isfile(path):
+        what = "is not a file" if os.path.exists(path) else "does not exist"
+        raise SystemExit(f"algos {flag}: tuning database {path} {what} (a database that is read must exist)")
+
+
 def _sweep(args, rp) -> int:
     from cudnn_py.tuning.models import model
-    from cudnn_py.tuning.sweep import Settings, stored, sweep
+    from cudnn_py.tuning.sweep import Settings, stored, sweep, time_summary
     if args.dtype not in ("float32", "float16", "bfloat16"):
         raise SystemExit(f"algos --model: --dtype float32, float16 or bfloat16, got {args.dtype}")
     if args.plot and importlib.util.find_spec("matplotlib") is None:
@@ -170,7 +189,8 @@ def _sweep(args, rp) -> int:
         raise SystemExit(f"algos: --modes takes A, B, FALLBACK, got {args.modes!r}")
     if args.repeats < 1 or args.warmup < 0 or any(v is not None and v < 1 for v in (args.layers, args.max_configs)):
         raise SystemExit("algos: --repeats, --layers and --max-configs must be >= 1, --warmup >= 0")
-    settings = Settings(modes, args.repeats, args.warmup, args.max_configs, not args.no_runtime_compilation)
+    settings = Settings(modes, args.repeats, args.warmup, args.max_configs, not args.no_runtime_compilation,
+                        args.exhaustive)
     m = model(args.model, args.seq)
     try:
         problems = m.problems(args.batch, args.dtype, args.layout, legacy=args.legacy)
@@ -203,6 +223,9 @@ def _sweep(args, rp) -> int:
         if devices else f"{measured} measured on device {args.device}"
     print(f"{len(mine)} operations{f' (shard {args.shard})' if shard else ''}: {where}, "
           f"{len(mine) - measured - by_workers} from {db.path or 'memory'}; {elapsed:.1f} s")
+    spent = time_summary([records[p.key] for p in mine if p.key in records])
+    if spent:
+        print(spent)
     print(rp.format_table(results))
     print(rp.format_totals(summary))
     if args.details:

@@ -472,7 +472,10 @@ class TuningDatabase:
 
     def merge(self, other: str | os.PathLike | TuningDatabase) -> int:
         """Copy every verified record of another database (a path or an open one) in, the newer of two records of
-        one key winning; returns how many records were written."""
+        one key winning; returns how many records were written. A path that is not an existing file is refused
+        (:class:`TuningDatabaseError`): opening it would create an empty database there."""
+        if not isinstance(other, TuningDatabase) and not os.path.isfile(os.fspath(other)):
+            raise TuningDatabaseError(f"tuning database {os.fspath(other)}: no such file to merge from")
         src = other if isinstance(other, TuningDatabase) else TuningDatabase(other)
         try:
             return self.put_records(src.records())

@@ -5,19 +5,22 @@ The record has the shape of the graph sweep's (:mod:`cudnn_py.tuning.sweep`), so
 algorithm is a configuration (tag: the algorithm's name), and the heuristic's order (the ``_v7`` records cuDNN
 marks supported, of the math types the convolution's math type allows, as ``algo="heuristic"`` picks) stands as
 mode ``A``. The math type is the convolution's ``"auto"`` one: tensor-op math for float16/bfloat16 data, the
-default for float32.
+default for float32. The algorithms race as the graph sweep's configurations do (:func:`cudnn_py.tuning.compare.race`:
+one sample is one call between CUDA events on the held stream; ``settings.exhaustive`` times and checks all in full).
 """
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable
 from dataclasses import asdict
 
 import numpy as np
 
+from .compare import Progress
 from .models import Conv, Problem
 
-__all__ = ["measure_legacy", "DIRECTION"]
+__all__ = ["measure_legacy", "config_count", "DIRECTION"]
 
 #: a convolution problem's pass -> the legacy API's direction
 DIRECTION = {"fprop": "forward", "dgrad": "backward_data", "wgrad": "backward_filter"}
@@ -27,16 +30,24 @@ def _physical(shape: tuple, layout: str) -> tuple:
     return shape if layout != "NHWC" else (shape[0], *shape[2:], shape[1])
 
 
-def measure_legacy(p: Problem, h, settings, progress: Callable[[str], None] | None = None) -> dict:
-    """Time every legacy algorithm of convolution problem ``p`` on handle ``h`` (``settings``: a
-    :class:`~cudnn_py.tuning.sweep.Settings`, of which repeats and warm-up apply); the record to store."""
+def config_count(p: Problem) -> int:
+    """How many algorithms :func:`measure_legacy` visits for convolution problem ``p`` (the sweep's progress)."""
+    import cudnn_py.algorithms as alg
+    return len(alg.real_members(DIRECTION[p.pass_]))
+
+
+def measure_legacy(p: Problem, h, settings, progress: Callable[[str], None] | Progress | None = None) -> dict:
+    """Time the legacy algorithms of convolution problem ``p`` on handle ``h`` (``settings``: a
+    :class:`~cudnn_py.tuning.sweep.Settings`, of which repeats, warm-up and exhaustive apply); the record to
+    store. ``progress``: a :class:`~cudnn_py.tuning.compare.Progress` whose operation has begun, or a callable
+    given its lines."""
     import cudnn_py.algorithms as alg
     from cudnn_py.errors import CudnnPyError
     from cudnn_py.memory import empty, to_device
     from cudnn_py.ops import conv_calls as cv
     from cudnn_py.streams import timer
 
-    from .compare import agreement, np_dtype, sample
+    from .compare import np_dtype, race, sample
     if not isinstance(p.op, Conv):
         raise TypeError(f"the legacy sweep takes convolutions, not {p.kind}")
     op, direction, dt = p.op, DIRECTION[p.pass_], np_dtype(p.dtype)
@@ -70,39 +81,42 @@ def measure_legacy(p: Problem, h, settings, progress: Callable[[str], None] | No
             return cv.convolution_backward_data(h, conv, w, y, dx=out, algo=algo, engine="legacy")
         return cv.convolution_backward_filter(h, conv, x, y, dw=out, algo=algo, engine="legacy")
 
-    samples: dict[str, list[np.ndarray]] = {}
-    rows: dict[str, dict] = {}
     members = alg.real_members(direction)
-    for i, algo in enumerate(members):
-        tag = algo.name.split("_ALGO_")[1]
-        if progress:
-            progress(f"{p.key} [{i + 1}/{len(members)}] {tag}")
+    entries = []
+    for algo in members:
         r = heur.get(algo)
         nondet = algo.name in alg.NONDETERMINISTIC.get(direction, ()) or (r is not None and not r.deterministic)
         tensor_op = r is not None and int(r.math_type) != int(alg.capi.CUDNN_FMA_MATH) and \
             int(r.math_type) != int(alg.capi.CUDNN_DEFAULT_MATH)
-        row = {"tag": tag, "engine": int(algo), "knobs": {}, "deterministic": not nondet, "ok": False, "ms": None,
+        row = {"tag": algo.name.split("_ALGO_")[1], "engine": int(algo), "knobs": {}, "deterministic": not nondet,
+               "ok": False, "ms": None,
                "notes": (["nondeterministic"] if nondet else []) + (["tensor_core"] if tensor_op else []),
-               "workspace": None, "build_ms": None, "diff": None, "agrees": None, "reason": ""}
+               "workspace": None, "build_ms": None, "diff": None, "agrees": None, "reason": "", "samples": 0,
+               "pruned": False, "checked": False}
         rec["configs"].append(row)
-        try:
-            row["workspace"] = cv.convolution_workspace_size(h, conv, x, w, y, algo=algo, direction=direction)
-            out.fill_(float("nan"))
+        entries.append((row, algo))
+
+    def build(row: dict, algo):
+        row["workspace"] = cv.convolution_workspace_size(h, conv, x, w, y, algo=algo, direction=direction)
+        return algo
+
+    def check(algo) -> list[np.ndarray]:
+        out.fill_(float("nan"))
+        call(algo)
+        return sample({out_name: out}, h.stream)
+
+    def time_sample(algo, warmup: int) -> float | None:
+        for _ in range(warmup):
             call(algo)
-            got = sample({out_name: out}, h.stream)
-            for _ in range(settings.warmup):
-                call(algo)
-            times = []
-            for _ in range(settings.repeats):
-                with timer(h.stream, hold=True) as t:
-                    call(algo)
-                times.append(t.ms)
-        except (CudnnPyError, MemoryError) as e:
-            row["reason"] = " ".join(str(e).split())[:300]
-            continue
-        ms = float(np.median([t for t in times if t is not None]))
-        if math.isfinite(ms) and ms >= 0:
-            row["ok"], row["ms"] = True, ms
-            samples[tag], rows[tag] = got, row
-    agreement(samples, rows, p.dtype)
+        with timer(h.stream, hold=True) as t:
+            call(algo)
+        return t.ms
+
+    prog = progress if isinstance(progress, Progress) else Progress(progress, 1, len(members))
+    if prog is not progress:
+        prog.begin(p.key, len(members))
+    rec["race"] = race(entries, build=build, time_sample=time_sample, check=check, orders=rec["order"],
+                       repeats=settings.repeats, warmup=settings.warmup, dtype=p.dtype,
+                       exhaustive=getattr(settings, "exhaustive", False), errors=(CudnnPyError, MemoryError),
+                       progress=prog, median=statistics.median)
     return rec

@@ -6,6 +6,11 @@ that built and ran (else FALLBACK's); the picks of modes A, B and FALLBACK are r
 is ``time(pick) / time(best) - 1``, the best being the fastest configuration measured; both respect the
 :class:`Filters` (determinism, no TF32 on float32 data, no reduced-precision reduction, a workspace cap). Totals
 weigh each operation by how often one training step runs it.
+
+A configuration the sweep pruned (its first sample far above the best, see :mod:`cudnn_py.tuning.sweep`) counts
+with that sample's time: it can still be a heuristics pick (its regret then rests on one sample, and the table says
+so) or the best under a filter that excludes every contender (then so is the best's time: sweep with
+``--exhaustive`` for every configuration in full).
 """
 from __future__ import annotations
 
@@ -72,12 +77,14 @@ class LayerResult:
     configs: int = 0
     ran: int = 0
     disagree: int = 0    #: configurations whose output differed from the others' (never picked)
+    pruned: int = 0      #: configurations timed by one sample only (out of the race: see the sweep)
     best: str | None = None
     best_ms: float | None = None
     best_workspace: int | None = None
     picks: dict = field(default_factory=dict)     # pick name -> (tag, ms) or None
     regret: dict = field(default_factory=dict)    # pick name -> float or None
     problem: str = ""                             # why nothing was measured, if so
+    pruned_picks: list = field(default_factory=list)  # the picks (and "best") whose time is one pruned sample
 
     @property
     def missed(self) -> bool:
@@ -114,10 +121,15 @@ def analyse(problems: Sequence[Problem], records: dict, filters: Filters = Filte
         usable, best, picks = analyse_record(rec, p.dtype, filters)
         res.configs, res.ran = len(rec["configs"]), sum(1 for c in rec["configs"] if c["ok"])
         res.disagree = sum(1 for c in rec["configs"] if c.get("agrees") is False)
+        res.pruned = sum(1 for c in rec["configs"] if c["ok"] and c.get("pruned"))
         if best is not None:
             res.best, res.best_ms, res.best_workspace = best, usable[best]["ms"], usable[best].get("workspace")
+            if usable[best].get("pruned"):
+                res.pruned_picks.append("best")
         for name in PICKS:
             tag = picks[name]
+            if tag is not None and usable[tag].get("pruned"):
+                res.pruned_picks.append(name)
             res.picks[name] = None if tag is None else (tag, usable[tag]["ms"])
             res.regret[name] = None if tag is None or not res.best_ms else usable[tag]["ms"] / res.best_ms - 1.0
         out.append(res)
@@ -154,8 +166,11 @@ def format_table(results: Sequence[LayerResult]) -> str:
     for r in results:
         name = (r.layers[0] if r.layers else "") + (f" x{r.count}" if r.count > 1 else "")
         heur = r.picks.get("heuristic")
+        flagged = [n for n in r.pruned_picks if n in ("best", "heuristic")]
         note = r.problem[:80] if r.problem else " ".join(
-            w for w in ("MISS" if r.missed else "", f"{r.disagree} disagree" if r.disagree else "") if w)
+            w for w in ("MISS" if r.missed else "", f"{r.disagree} disagree" if r.disagree else "",
+                        f"{r.pruned} pruned" if r.pruned else "",
+                        f"({' and '.join(flagged)} timed by its pruned sample)" if flagged else "") if w)
         lines.append(f"{r.kind + '.' + r.pass_:<16}{name[:39]:<40}{f'{r.ran}/{r.configs}':>8}{(r.best or '-')[:33]:>34}"
                      f"{_ms(r.best_ms):>10}{_ms(heur[1] if heur else None):>10}{_pct(r.regret.get('heuristic')):>8}"
                      f"{_pct(r.regret.get('A')):>8}{_pct(r.regret.get('B')):>8}{_pct(r.regret.get('FALLBACK')):>8}"
@@ -175,7 +190,8 @@ def format_totals(t: dict) -> str:
 def _flat(r: LayerResult) -> dict:
     row = {"key": r.key, "kind": r.kind, "pass": r.pass_, "layers": " ".join(r.layers), "count": r.count,
            "configs": r.configs, "ran": r.ran, "disagree": r.disagree, "best": r.best, "best_ms": r.best_ms,
-           "best_workspace": r.best_workspace, "missed": r.missed, "problem": r.problem}
+           "best_workspace": r.best_workspace, "missed": r.missed, "problem": r.problem, "pruned": r.pruned,
+           "pruned_picks": " ".join(r.pruned_picks)}
     for name in PICKS:
         pick = r.picks.get(name)
         row[f"{name}_pick"], row[f"{name}_ms"] = (pick if pick else (None, None))
@@ -212,6 +228,8 @@ def format_details(result: LayerResult, rec: dict, filters: Filters = Filters())
         state = (f"{c['ms']:.4f} ms" if c["ok"] else "failed") + ("" if filters.allows(c, rec.get("dtype", ""))
                                                                   or not c["ok"] else " (filtered)")
         agree = "" if c.get("agrees") is not False else f" DISAGREES by {c.get('diff'):.2g}"
+        if c["ok"] and c.get("pruned"):
+            agree += f" pruned after {c.get('samples', 1)} sample" + ("" if c.get("checked") else ", not checked")
         lines.append(f"  {c['tag'][:44]:<45}{state:<22}{str(c.get('workspace') or 0):>12} B  {modes:<22}"
                      f"{','.join(c.get('notes') or ())}{agree}{'  ' + c['reason'][:100] if c.get('reason') else ''}")
     return "\n".join(lines)

@@ -1,16 +1,22 @@
-"""Measure every engine configuration of a model's operations and keep the results in the tuning database.
+"""Time the engine configurations of a model's operations and keep the results in the tuning database.
 
 For each :class:`~cudnn_py.tuning.models.Problem` (one layer's forward or backward pass at a batch size, dtype
 and layout) a cuDNN graph is built, the engine configurations that heuristics modes A, B and FALLBACK offer are
-collected (each mode's order kept), and each is built into a plan and timed on the device (CUDA events, median of
-``repeats`` after ``warmup``) on random data. Each one's outputs (NaN-poisoned before its first run) are compared
-with the element-wise median of all configurations' outputs; one that differs by more than
-:data:`~cudnn_py.tuning.compare.AGREEMENT` (a wrong or unwritten result) is marked as disagreeing and never picked
-as the best. The record (kind :data:`KIND`,
-key :attr:`Problem.key`) holds every configuration's time, workspace, notes, agreement and build time, each mode's
-order and the :class:`Settings` it was measured with, so the picks and regrets of any filter can be computed later
-(:mod:`cudnn_py.tuning.report`) without measuring again. A problem whose stored record :func:`covers` the settings
-asked for is not measured again (unless ``remeasure``).
+collected (each mode's order kept), and each is built into a plan and timed on the device (CUDA events around
+held samples, ``graph.time_plan``; median of ``repeats`` after ``warmup``) on random data, as a race
+(:func:`cudnn_py.tuning.compare.race`): a configuration whose first sample is above
+:data:`~cudnn_py.tuning.compare.PRUNE` times the best median so far is *pruned* (its record keeps that one
+sample's time and says ``pruned``); every contender is timed in full. The outputs of the contenders, of each
+mode's possible pick and of the first :data:`~cudnn_py.tuning.compare.MIN_CHECKED` configurations to run
+(NaN-poisoned before the checked execution) are compared with the element-wise median of those checked; one that
+differs by more than :data:`~cudnn_py.tuning.compare.AGREEMENT` (a wrong or unwritten result) is marked as
+disagreeing and never picked as the best. ``Settings(exhaustive=True)`` (``algos --exhaustive``) times and checks
+every configuration in full instead. The record (kind :data:`KIND`, key :attr:`Problem.key`) holds every
+configuration's time, samples, whether it was pruned or checked, workspace, notes, agreement and build time, each
+mode's order, the race's account (``race``: margin, counts, seconds by phase) and the :class:`Settings` it was
+measured with, so the picks and regrets of any filter can be computed later (:mod:`cudnn_py.tuning.report`)
+without measuring again. A problem whose stored record :func:`covers` the settings asked for is not measured again
+(unless ``remeasure``).
 """
 from __future__ import annotations
 
@@ -18,15 +24,17 @@ import math
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 
-from .compare import agreement, np_dtype, sample
+from .compare import Progress, np_dtype, race, sample
 from .database import TuningDatabase
 from .models import Attention, Conv, Linear, Norm, Problem
 
-__all__ = ["KIND", "MODES", "Settings", "build_graph", "measure", "stored", "sweep", "valid_record", "covers"]
+__all__ = ["KIND", "MODES", "Settings", "Prepared", "build_graph", "prepare", "run_prepared", "measure", "stored",
+           "sweep", "valid_record", "covers", "time_summary"]
 
 #: the tuning database's kind for model-sweep records
 KIND = "layer_sweep"
@@ -37,14 +45,16 @@ MODES = ("A", "B", "FALLBACK")
 @dataclass(frozen=True)
 class Settings:
     """How a sweep measures: the heuristics ``modes`` collected, timed runs (``repeats``, after ``warmup``), at most
-    ``max_configs`` configurations of each mode (None: all), and whether engines that compile at run time (slow to
-    build) are measured."""
+    ``max_configs`` configurations of each mode (None: all), whether engines that compile at run time (slow to
+    build) are measured, and whether every configuration is timed and checked in full (``exhaustive``) instead of
+    racing (see the module doc)."""
 
     modes: tuple[str, ...] = MODES
     repeats: int = 10
     warmup: int = 2
     max_configs: int | None = None
     runtime_compilation: bool = True
+    exhaustive: bool = False
 
 
 def covers(rec: dict, settings: Settings) -> bool:
@@ -56,7 +66,9 @@ def covers(rec: dict, settings: Settings) -> bool:
     return (isinstance(got.get("repeats"), int) and got["repeats"] >= settings.repeats
             and set(settings.modes) <= set(got.get("modes") or ())
             and (cap is None or (settings.max_configs is not None and cap >= settings.max_configs))
-            and (got.get("runtime_compilation") is True or not settings.runtime_compilation))
+            and (got.get("runtime_compilation") is True or not settings.runtime_compilation)
+            # a record from before racing (no "exhaustive") timed every configuration in full
+            and (got.get("exhaustive", True) is True or not settings.exhaustive))
 
 
 def _outputs(*tensors, layout: str | None = None) -> None:
@@ -181,21 +193,37 @@ def _knobs(cfg) -> dict:
     return {getattr(k, "name", str(k)).replace("CUDNN_KNOB_TYPE_", ""): int(v) for k, v in cfg.knobs.items()}
 
 
-def measure(p: Problem, h, settings: Settings = Settings(), progress: Callable[[str], None] | None = None) -> dict:
-    """Build and time every configuration the heuristics modes offer for ``p`` on handle ``h`` (as ``settings``
-    say); the record :func:`sweep` stores (see the module doc)."""
+def _settings_dict(settings: Settings) -> dict:
+    d = asdict(settings)
+    d["modes"] = list(settings.modes)
+    return d
+
+
+@dataclass
+class Prepared:
+    """A problem made ready to time: its record so far (the problem, if its graph failed; each mode's order), its
+    lowered graph and the configurations the modes offered, by tag in visit order (mode A's first)."""
+
+    problem: Problem
+    rec: dict
+    graph: Any = None
+    configs: dict = field(default_factory=dict)
+
+
+def prepare(p: Problem, h, settings: Settings = Settings()) -> Prepared:
+    """Build and lower ``p``'s graph on handle ``h`` and collect the configurations of the heuristics modes (no
+    plan is built yet): what :func:`run_prepared` times, and how many there are (the sweep's progress total)."""
     import cudnn_py.graph as G
     from cudnn_py.errors import CudnnPyError
-    settings_dict = asdict(settings)
-    settings_dict["modes"] = list(settings.modes)
-    rec: dict = {"key": p.key, "op": p.kind, "pass": p.pass_, "dtype": p.dtype, "settings": settings_dict,
+    t0 = time.perf_counter()
+    rec: dict = {"key": p.key, "op": p.kind, "pass": p.pass_, "dtype": p.dtype, "settings": _settings_dict(settings),
                  "order": {}, "configs": [], "problem": ""}
     try:
         g = build_graph(p)
         g.lower(h)
     except CudnnPyError as e:
         rec["problem"] = " ".join(str(e).split())[:400]
-        return rec
+        return Prepared(p, rec)
     configs: dict = {}
     for m in settings.modes:
         try:
@@ -207,40 +235,72 @@ def measure(p: Problem, h, settings: Settings = Settings(), progress: Callable[[
         rec["order"][m] = [c.tag for c in found]
         for c in found:
             configs.setdefault(c.tag, c)
+    rec["race"] = {"seconds": {"heuristics": round(time.perf_counter() - t0, 4)}}
+    return Prepared(p, rec, g, configs)
+
+
+def run_prepared(prep: Prepared, h, settings: Settings = Settings(), progress: Progress | None = None) -> dict:
+    """Time and check the configurations of a :func:`prepare`-d problem on handle ``h`` (a race, or every one in
+    full where ``settings.exhaustive``); the record :func:`sweep` stores (see the module doc)."""
+    import cudnn_py.graph as G
+    from cudnn_py.errors import CudnnPyError
+    rec, g = prep.rec, prep.graph
+    if g is None:
+        return rec
     block = np.random.default_rng(0).standard_normal(1 << 20).astype(np.float32) * 0.5
     pack, outputs = _bind(g, h, block)
-    samples: dict[str, list[np.ndarray]] = {}
-    rows: dict[str, dict] = {}
-    for i, (tag, cfg) in enumerate(configs.items()):
-        if progress:
-            progress(f"{p.key} [{i + 1}/{len(configs)}] {tag}")
+    entries = []
+    for tag, cfg in prep.configs.items():
         row = {"tag": tag, "engine": cfg.global_index, "knobs": _knobs(cfg), "notes": cfg.notes(),
                "deterministic": cfg.is_deterministic, "ok": False, "ms": None, "workspace": None, "build_ms": None,
-               "diff": None, "agrees": None, "reason": ""}
+               "diff": None, "agrees": None, "reason": "", "samples": 0, "pruned": False, "checked": False}
         if cfg.needs_runtime_compilation and not settings.runtime_compilation:
             row["reason"] = "not measured: compiles at run time (--no-runtime-compilation)"
-            rec["configs"].append(row)
-            continue
-        try:
-            t0 = time.perf_counter()
-            plan = G.Plan.build(g, h, cfg)
-            row["build_ms"] = (time.perf_counter() - t0) * 1e3
-            row["workspace"] = int(plan.workspace_size)
-            for buf in outputs.values():
-                buf.fill_(float("nan") if buf.dtype.kind == "f" or buf.dtype.name == "bfloat16" else 0)
-            plan.execute(h, pack)
-            got = sample(outputs, h.stream)
-            ms = G.time_plan(plan, h, pack, warmup=settings.warmup, iters=settings.repeats)
-        except (CudnnPyError, MemoryError) as e:
-            row["reason"] = " ".join(str(e).split())[:300]
-        else:
-            if ms is not None and math.isfinite(ms) and ms >= 0:
-                row["ok"], row["ms"] = True, float(ms)
-                samples[tag], rows[tag] = got, row
-            else:
-                row["reason"] = f"timing gave {ms!r}"
         rec["configs"].append(row)
-    agreement(samples, rows, p.dtype)
+        entries.append((row, cfg))
+
+    def build(row: dict, cfg) -> Any:
+        plan = G.Plan.build(g, h, cfg)
+        row["workspace"] = int(plan.workspace_size)
+        return plan
+
+    def check(plan) -> list[np.ndarray]:
+        for buf in outputs.values():
+            buf.fill_(float("nan") if buf.dtype.kind == "f" or buf.dtype.name == "bfloat16" else 0)
+        plan.execute(h, pack)
+        return sample(outputs, h.stream)
+
+    def time_sample(plan, warmup: int) -> float:
+        return G.time_plan(plan, h, pack, warmup=warmup, iters=1)
+
+    account = race(entries, build=build, time_sample=time_sample, check=check, orders=rec["order"],
+                   repeats=settings.repeats, warmup=settings.warmup, dtype=prep.problem.dtype,
+                   exhaustive=settings.exhaustive, errors=(CudnnPyError, MemoryError), progress=progress)
+    heuristics = rec.get("race", {}).get("seconds", {}).get("heuristics", 0.0)
+    account["seconds"] = {"heuristics": heuristics, **account["seconds"]}
+    rec["race"] = account
+    return rec
+
+
+def _progress(progress, key: str, configs: int) -> tuple[Progress, bool]:
+    """(a Progress for one operation, whether it is ours to begin and end) from measure's ``progress``."""
+    if isinstance(progress, Progress):
+        return progress, False
+    own = Progress(progress, 1, configs)
+    own.begin(key, configs)
+    return own, True
+
+
+def measure(p: Problem, h, settings: Settings = Settings(),
+            progress: Callable[[str], None] | Progress | None = None) -> dict:
+    """Build, time and check the configurations the heuristics modes offer for ``p`` on handle ``h`` (as
+    ``settings`` say: :func:`prepare` then :func:`run_prepared`); the record :func:`sweep` stores. ``progress``:
+    a :class:`~cudnn_py.tuning.compare.Progress` whose operation has begun, or a callable given its lines."""
+    prep = prepare(p, h, settings)
+    prog, own = _progress(progress, p.key, len(prep.configs))
+    rec = run_prepared(prep, h, settings, prog)
+    if own:
+        prog.end()
     return rec
 
 
@@ -293,20 +353,53 @@ def sweep(problems: Sequence[Problem], db: TuningDatabase, *, device: int = 0, s
     except Exception as e:  # noqa: BLE001 - no GPU, no driver
         raise SystemExit(f"algos --model: cannot open a cuDNN handle on device {device} (a GPU is needed to measure "
                          f"{len(todo)} operations): {e}") from None
-    start = time.monotonic()
     with handle as h:
+        preps: list[Prepared | None] = []
+        counts = []
         for i, p in enumerate(todo):
-            def step(msg, i=i):
-                if progress:
-                    done = time.monotonic() - start
-                    eta = f" eta {done / i * (len(todo) - i):.0f}s" if i else ""
-                    progress(f"[{i + 1}/{len(todo)}{eta}] {msg}")
-            step(p.key)
+            if progress:
+                progress(f"collecting configurations: {i + 1}/{len(todo)} {p.key}")
             if p.legacy:
-                from .legacy import measure_legacy
-                rec = measure_legacy(p, h, settings, step)
+                from .legacy import config_count
+                preps.append(None)
+                counts.append(config_count(p))
             else:
-                rec = measure(p, h, settings, step)
+                prep = prepare(p, h, settings)
+                preps.append(prep)
+                counts.append(len(prep.configs))
+        prog = Progress(progress, len(todo), sum(counts))
+        for p, maybe, n in zip(todo, preps, counts):
+            prog.begin(p.key, n)
+            if maybe is None:
+                from .legacy import measure_legacy
+                rec = measure_legacy(p, h, settings, prog)
+            else:
+                rec = run_prepared(maybe, h, settings, prog)
+            prog.end()
             db.record(KIND, p.key, rec, device=device)
             out[p.key] = rec
     return out, len(todo)
+
+
+def time_summary(records: Sequence[dict]) -> str:
+    """How ``records`` were measured (their race accounts summed, whether measured now or read from the database):
+    configurations, how many were pruned and checked, and the seconds spent in heuristics queries, plan builds,
+    first samples, further samples, output checks and the agreement; empty where no record has an account (all
+    measured before racing)."""
+    acc = [r["race"] for r in records if isinstance(r.get("race"), dict) and "pruned" in r["race"]]
+    if not acc:
+        return ""
+    configs = sum(len(r.get("configs") or ()) for r in records if isinstance(r.get("race"), dict)
+                  and "pruned" in r["race"])
+    secs: dict[str, float] = {}
+    for a in acc:
+        for k, v in (a.get("seconds") or {}).items():
+            secs[k] = secs.get(k, 0.0) + float(v)
+    margin = {a.get("margin") for a in acc}
+    how = "every one in full (--exhaustive)" if margin == {None} else \
+        f"racing, pruned above {'/'.join(str(m) for m in sorted(m for m in margin if m is not None))}x the best"
+    doubtful = sum(len(a.get("pruned_within_margin") or ()) for a in acc)
+    return (f"measurement of {len(acc)} operations, {configs} configurations ({how}): "
+            f"{sum(a['pruned'] for a in acc)} pruned after their first sample, {sum(a['checked'] for a in acc)} "
+            f"outputs checked" + (f", {doubtful} pruned against a bar whose output disagreed" if doubtful else "")
+            + "; seconds: " + ", ".join(f"{k.replace('_', ' ')} {v:.1f}" for k, v in secs.items()))
