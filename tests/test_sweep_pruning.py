@@ -283,3 +283,26 @@ def test_workers_get_exhaustive(monkeypatch):
     assert "--exhaustive" in cli_models._worker_argv(args, "0/2", 0, "db.sqlite")
     args.exhaustive = False
     assert "--exhaustive" not in cli_models._worker_argv(args, "0/2", 0, "db.sqlite")
+
+
+def test_compare_counts_the_same_picks_of_a_race_against_an_exhaustive_run(tmp_path):
+    from cudnn_py.tuning import Environment, TuningDatabase
+    from cudnn_py.tuning.sweep import KIND
+    env = Environment("9.19.0", "Test GPU", "9.0", "13.0")
+    p1, p2, p3 = model("resnet50").problems(32, "float16", "NHWC")[:3]
+
+    def rec(p, times):
+        return {"key": p.key, "op": p.kind, "pass": p.pass_, "dtype": "float16", "problem": "",
+                "order": {"A": list(times)}, "settings": {},
+                "configs": [{"tag": t, "ok": True, "ms": ms, "agrees": True, "notes": []} for t, ms in times.items()]}
+    with TuningDatabase(tmp_path / "raced.sqlite", environment=env) as a, \
+            TuningDatabase(tmp_path / "full.sqlite", environment=env) as b:
+        for p, ra, rb in ((p1, {"e1": 1.0, "e2": 2.0}, {"e1": 1.0, "e2": 2.0}),          # same best
+                          (p2, {"e1": 1.0, "e2": 2.0}, {"e1": 1.01, "e2": 1.0}),         # within 2 %
+                          (p3, {"e1": 1.0, "e2": 2.0}, {"e1": 1.5, "e2": 1.0})):         # a miss
+            a.record(KIND, p.key, rec(p, ra))
+            b.record(KIND, p.key, rec(p, rb))
+        changes, info = rp.compare(a, b, threshold=0.02)
+    assert info["common"] == 3 and info["same_best"] == 1 and info["a_best_within"] == 2
+    assert "same best configuration in 1 of 3; A's best within 2% of B's best as B timed it in 2 of 3" in \
+        rp.format_compare(changes, info, 0.02)

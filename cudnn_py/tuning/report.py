@@ -293,13 +293,22 @@ def compare(a: TuningDatabase, b: TuningDatabase, threshold: float = MISS, filte
             kind: str = KIND) -> tuple[list[Change], dict]:
     """The operations measured in both databases whose best configuration changed or whose best time changed by
     more than ``threshold`` (a fraction); returns (changes, {"a": environments, "b": ..., "common": n, "only_a": n,
-    "only_b": n}). Each side uses its newest record of a key."""
+    "only_b": n, "same_best": n, "a_best_within": n}). Each side uses its newest record of a key.
+
+    ``same_best`` counts the common operations whose best configuration is the same, ``a_best_within`` those
+    whose A best, as B timed it, is within ``threshold`` of B's best: with B an ``--exhaustive`` run of the same
+    machine and A a raced one, the issue's "same picks" measure (no run-to-run noise in it)."""
     ra, rb = _newest(a, kind), _newest(b, kind)
     changes = []
+    same = within = 0
     for key in sorted(ra.keys() & rb.keys()):
         va, vb = ra[key].value, rb[key].value
         _, best_a, _ = analyse_record(va, va.get("dtype", ""), filters)
-        _, best_b, _ = analyse_record(vb, vb.get("dtype", ""), filters)
+        usable_b, best_b, _ = analyse_record(vb, vb.get("dtype", ""), filters)
+        same += best_a == best_b
+        if best_a == best_b or (best_a in usable_b and best_b is not None
+                                and usable_b[best_a]["ms"] <= (1 + threshold) * usable_b[best_b]["ms"]):
+            within += 1
         ms_a = next((c["ms"] for c in va["configs"] if c["tag"] == best_a), None)
         ms_b = next((c["ms"] for c in vb["configs"] if c["tag"] == best_b), None)
         ratio = ms_b / ms_a if ms_a and ms_b is not None else None
@@ -310,7 +319,7 @@ def compare(a: TuningDatabase, b: TuningDatabase, threshold: float = MISS, filte
     info = {"a": sorted({r.environment.text() for r in ra.values()}),
             "b": sorted({r.environment.text() for r in rb.values()}),
             "common": len(ra.keys() & rb.keys()), "only_a": len(ra.keys() - rb.keys()),
-            "only_b": len(rb.keys() - ra.keys())}
+            "only_b": len(rb.keys() - ra.keys()), "same_best": same, "a_best_within": within}
     return changes, info
 
 
@@ -319,6 +328,9 @@ def format_compare(changes: Sequence[Change], info: dict, threshold: float) -> s
     lines = [f"A: {'; '.join(info['a']) or '(no records)'}", f"B: {'; '.join(info['b']) or '(no records)'}",
              f"{info['common']} operations in both ({info['only_a']} only in A, {info['only_b']} only in B); "
              f"{len(changes)} changed (best configuration, or best time by more than {100 * threshold:.0f}%)"]
+    if "same_best" in info:
+        lines.append(f"same best configuration in {info['same_best']} of {info['common']}; A's best within "
+                     f"{100 * threshold:.0f}% of B's best as B timed it in {info['a_best_within']} of {info['common']}")
     if changes:
         head = f"{'operation':<70}{'best A':>30}{'ms A':>10}{'best B':>30}{'ms B':>10}{'B/A':>7}"
         lines += [head, "-" * len(head)]
