@@ -56,6 +56,15 @@ class CArgumentError(CudnnPyError, TypeError, ValueError):
     parameter."""
 
 
+def _code_text(code: object) -> str:
+    """A status or result code as its int's text; what a constructor got that is none (None: unknown) as repr.
+    An exception's constructor never raises."""
+    try:
+        return str(int(code))  # type: ignore[call-overload]
+    except (TypeError, ValueError, OverflowError):
+        return "unknown" if code is None else repr(code)
+
+
 class CudnnError(CudnnPyError, RuntimeError):
     """A cuDNN call returned a status other than ``CUDNN_STATUS_SUCCESS``.
 
@@ -68,7 +77,7 @@ class CudnnError(CudnnPyError, RuntimeError):
         self.status = status
         self.reason = reason
         name = getattr(status, "name", "CUDNN_STATUS_UNKNOWN")
-        text = f"{function} failed: {name} ({int(status)})"
+        text = f"{function} failed: {name} ({_code_text(status)})"
         super().__init__(f"{text}: {reason}" if reason else text)
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -110,7 +119,11 @@ def error_class(status: int) -> type[CudnnError]:
     :param status: a ``cudnnStatus_t`` value.
     :returns: the :class:`CudnnError` subclass to raise for it.
     """
-    return _FAMILIES.get(int(status) // 1000 * 1000, CudnnError)
+    try:
+        family = int(status) // 1000 * 1000
+    except (TypeError, ValueError, OverflowError):
+        return CudnnError
+    return _FAMILIES.get(family, CudnnError)
 
 
 # --- CUDA -------------------------------------------------------------------------------------------
@@ -125,7 +138,10 @@ class CudaError(CudnnPyError, RuntimeError):
 
     def __init__(self, function: str, code: int = 0, name: str = "", text: str = ""):
         self.function = function
-        self.code = int(code)
+        try:
+            self.code = int(code)
+        except (TypeError, ValueError, OverflowError):  # None (unknown) or no code: 0, "not a driver result"
+            self.code = 0
         self.name = name
         self.text = text
         super().__init__(self._message())

@@ -95,6 +95,16 @@ def _key_device(key: tuple) -> int | None:
     return None
 
 
+def _check_database(database: Any) -> None:
+    """Refuse, when it is given, what cannot be an AlgorithmCache's database (a path, a number, ...)."""
+    if database is None or callable(database) or hasattr(database, "lookup"):
+        return
+    hint = " (a path: pass cudnn_py.tuning.TuningDatabase(path))" if isinstance(database, (str, bytes, os.PathLike)) \
+        else ""
+    raise InvalidTypeError(f"AlgorithmCache: database must be a cudnn_py.tuning.TuningDatabase, a callable giving one, "
+                           f"or None, got {type(database).__name__}{hint}")
+
+
 class AlgorithmCache:
     """Measured algorithm choices, keyed by configuration (thread-safe): a view on a tuning database.
 
@@ -113,6 +123,7 @@ class AlgorithmCache:
     """
 
     def __init__(self, database=None):
+        _check_database(database)
         self._source = database
         self._db = None
         self._data: dict[tuple, AlgoPerf] = {}  # the choices this process read or made: lookups stay a dict read
@@ -129,6 +140,7 @@ class AlgorithmCache:
 
     def use_database(self, database) -> None:
         """Keep the choices in ``database`` from now on (a TuningDatabase; None: a private one in memory)."""
+        _check_database(database)
         with self._lock:
             self._source, self._db = database, None
             self._data.clear()

@@ -48,11 +48,16 @@ def normalize_shape(shape: Any, what: str = "shape") -> tuple[int, ...]:
             return shape
     if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
         shape = (shape,)
-    try:
-        out = tuple(int(n) for n in shape)
-        ok = all(isinstance(n, (int, np.integer)) and not isinstance(n, bool) for n in shape)
-    except TypeError:
+    out: tuple[int, ...] = ()
+    if isinstance(shape, (str, bytes, bytearray)):  # not read character by character
         ok = False
+    else:
+        try:
+            items = tuple(shape)
+            ok = all(isinstance(n, (int, np.integer)) and not isinstance(n, bool) for n in items)
+            out = tuple(int(n) for n in items) if ok else ()
+        except TypeError:
+            ok = False
     if not ok:
         raise InvalidTypeError(f"{what} must be an int or a sequence of ints, got {shape!r}")
     if any(n < 0 for n in out):

@@ -170,3 +170,99 @@ def test_pythonic_descriptors_close_after_a_capi_destroy_is_refused():
         capi.cudnnDestroyTensorDescriptor(t.ptr)
     t.close()
     t.close()
+
+
+# --- 3. the last leaks and silences: a CudnnPyError saying what is wrong, before C ---
+
+@pytest.mark.parametrize("shape, error", [
+    (None, "InvalidTypeError"), ("abc", "InvalidTypeError"), (b"abcd", "InvalidTypeError"),
+    ((-1, 3, 8, 8), "InvalidValueError"), ((1, "3", 8, 8), "InvalidTypeError"), ((1, 3), "InvalidValueError"),
+])
+def test_batchnorm_param_shape_refuses_what_is_no_shape(shape, error):
+    import cudnn_py
+    with pytest.raises(getattr(cudnn_py, error), match="shape"):
+        cudnn_py.batchnorm_param_shape(shape)
+    assert cudnn_py.batchnorm_param_shape((2, 3, 8, 8)) == (1, 3, 1, 1)
+    assert cudnn_py.batchnorm_param_shape([2, 3, 4, 8, 8], "per_activation") == (1, 3, 4, 8, 8)
+
+
+@pytest.mark.parametrize("call", ["empty", "zeros", "DeviceArray", "normalize_shape"])
+@pytest.mark.parametrize("shape", ["abc", b"ab", "12", bytearray(b"1")])
+def test_a_string_shape_is_refused_not_read_character_by_character(call, shape):
+    import cudnn_py
+    from cudnn_py.strided import normalize_shape
+    fn = {"empty": lambda: cudnn_py.empty(shape), "zeros": lambda: cudnn_py.zeros(shape),
+          "DeviceArray": lambda: cudnn_py.DeviceArray(1 << 40, shape, "float32", device_id=0),
+          "normalize_shape": lambda: normalize_shape(shape)}[call]
+    with pytest.raises(cudnn_py.InvalidTypeError, match="shape must be an int or a sequence of ints"):
+        fn()
+
+
+@pytest.mark.parametrize("cls", ["CudnnError", "CudnnBadParamError", "CudnnNotSupportedError", "CudaError",
+                                 "CudaOutOfMemoryError", "NoDeviceError"])
+@pytest.mark.parametrize("status", [None, "x", 1.5])
+def test_exception_constructors_take_an_unknown_status(cls, status):
+    import pickle
+    import cudnn_py
+    e = getattr(cudnn_py, cls)("cudnnSomething", status)
+    assert "cudnnSomething" in str(e)
+    assert isinstance(pickle.loads(pickle.dumps(e)), getattr(cudnn_py, cls))
+    from cudnn_py.errors import error_class
+    assert error_class(status) is cudnn_py.CudnnError
+
+
+@pytest.mark.parametrize("database", ["abc", b"abc", Path("x.sqlite"), 3, 1.5, ["a"]])
+def test_algorithm_cache_refuses_what_is_no_database(database):
+    import cudnn_py
+    with pytest.raises(cudnn_py.InvalidTypeError, match="database must be"):
+        cudnn_py.AlgorithmCache(database)
+    with pytest.raises(cudnn_py.InvalidTypeError, match="database must be"):
+        cudnn_py.AlgorithmCache().use_database(database)
+
+
+def test_algorithm_cache_still_takes_a_database_a_callable_or_none():
+    import cudnn_py
+    from cudnn_py.tuning import TuningDatabase
+    db = TuningDatabase()  # None: a private database in memory
+    for database in (None, db, lambda: db):
+        cudnn_py.AlgorithmCache(database)
+
+
+def test_operations_on_a_closed_handle_raise_closed_error():
+    """A closed Handle (the state close() leaves; made here without a GPU) is ClosedError for pooling and others."""
+    import cudnn_py
+    from cudnn_py.handle import Handle
+    h = Handle.__new__(Handle)
+    h._ptr, h.device, h.cache = None, 0, {}
+    x = cudnn_py.DeviceArray(1 << 40, (1, 1, 4, 4), "float32", device_id=0)
+    for call in (lambda: cudnn_py.pooling_forward(h, cudnn_py.Pooling("max", window=2), x),
+                 lambda: cudnn_py.activation_forward(h, cudnn_py.Activation("relu"), x),
+                 lambda: cudnn_py.softmax_forward(h, x)):
+        with pytest.raises(cudnn_py.ClosedError, match="closed"):
+            call()
+
+
+def test_deprecated_convolution_descriptor_close_is_a_no_op():
+    import cudnn_py
+    from cudnn_py.ops.convolution import convolution_descriptor
+    with pytest.warns(DeprecationWarning):
+        conv = convolution_descriptor(padding=1)
+    conv.close()
+    conv.close()
+    with pytest.warns(DeprecationWarning):
+        with cudnn_py.ConvolutionDescriptor(padding=1) as c:
+            assert c.padding == 1
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "bfloat16"])
+def test_convolution_refuses_a_compute_type_cudnn_refuses(dtype):
+    import warnings
+    import cudnn_py
+    with pytest.raises(cudnn_py.InvalidValueError, match="compute_dtype"):
+        cudnn_py.Convolution(compute_dtype=dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        with pytest.raises(cudnn_py.InvalidValueError, match="compute_dtype"):
+            cudnn_py.ConvolutionDescriptor(compute_type=dtype)
+    for ok in ("float32", "float64", "float16", "int32", None):
+        cudnn_py.Convolution(compute_dtype=ok)

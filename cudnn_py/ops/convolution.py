@@ -149,6 +149,10 @@ class _ConvolutionDescriptor(Descriptor):
         return tuple(out)
 
 
+#: the accumulation types cuDNN's convolution descriptor takes (cudnnSetConvolutionNdDescriptor refuses the others)
+_COMPUTE_DTYPES = frozenset({capi.CUDNN_DATA_FLOAT, capi.CUDNN_DATA_DOUBLE, capi.CUDNN_DATA_HALF, capi.CUDNN_DATA_INT32})
+
+
 class Convolution:
     """A convolution's settings (what a ``cudnnConvolutionDescriptor_t`` holds, plus the layout): validated once,
     hashable, read back as properties, with its shared C descriptors (:meth:`descriptor`).
@@ -193,6 +197,9 @@ class Convolution:
         auto = math_type is None or (isinstance(math_type, str) and math_type.lower() == "auto")
         self._math_type = None if auto else enum_arg(math_type, MATH_TYPES, capi.cudnnMathType_t, "math_type")
         self._compute_dtype = None if compute_dtype is None else _d.legacy_dtype(compute_dtype, "compute_dtype")
+        if self._compute_dtype is not None and self._compute_dtype not in _COMPUTE_DTYPES:
+            raise InvalidValueError(f"compute_dtype {self._compute_dtype.name}: a convolution accumulates in "
+                                    f"float32, float64, float16 or int32 (for int8 data); None picks the data's")
         if not isinstance(layout, str) or layout.upper() not in ("NCHW", "NHWC"):
             raise InvalidValueError(f"layout {layout!r}: expected 'NCHW' or 'NHWC' (any case)")
         self._layout = layout.upper()
@@ -201,6 +208,16 @@ class Convolution:
         self._hash = hash(self._key)
         self._per_nd: dict[int, tuple] = {}
         self._descs: dict[tuple, _ConvolutionDescriptor] = {}
+
+    def close(self) -> None:
+        """Nothing to release (its C descriptors are shared and cached): kept for code written against the
+        deprecated ``ConvolutionDescriptor`` / ``convolution_descriptor``, which make a Convolution."""
+
+    def __enter__(self) -> Convolution:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # -- settings, read back --
     @property
