@@ -3,10 +3,13 @@ installed wheel (``pip install 'cudnn-py[cu12]'``). Every message that tells the
 """
 from __future__ import annotations
 
+import functools
+import json
 import os
+import urllib.parse
 from pathlib import Path
 
-__all__ = ["pip_install", "driver_extras"]
+__all__ = ["pip_install", "driver_extras", "installed_from", "cuda_major", "torch_install"]
 
 _ROOT = Path(__file__).resolve().parent.parent
 
@@ -15,13 +18,69 @@ def pip_install(*extras: str) -> str:
     """The pip command that adds ``extras`` to this cudnn-py.
 
     In a checkout (a ``pyproject.toml`` beside the package: an editable install or a run from the tree) it installs
-    the checkout, named ``.`` when it is the working directory; otherwise the published package.
+    the checkout, named ``.`` when it is the working directory; for a (non-editable) install made from a checkout
+    that is still there, that checkout again (pip's record of where it came from); otherwise the published package.
     """
     spec = f"[{','.join(extras)}]" if extras else ""
     if (_ROOT / "pyproject.toml").is_file():
         where = "." if Path(os.getcwd()).resolve() == _ROOT else str(_ROOT)
         return f'pip install -e "{where}{spec}"'
+    source = installed_from()
+    if source is not None:
+        where = "." if Path(os.getcwd()).resolve() == Path(source).resolve() else source
+        return f'pip install "{where}{spec}"'
     return f"pip install 'cudnn-py{spec}'"
+
+
+@functools.lru_cache(maxsize=None)
+def installed_from() -> str | None:
+    """The local directory this installed copy of cudnn-py was built from (pip's ``direct_url.json``), when it is
+    still a checkout; None for a wheel from an index, an editable install (see :func:`pip_install`) or no record."""
+    try:
+        from importlib.metadata import distribution
+        dist = distribution("cudnn-py")
+        if Path(str(dist.locate_file("cudnn_py"))).resolve() != (_ROOT / "cudnn_py").resolve():
+            return None  # the metadata of another copy of cudnn-py than this one
+        info = json.loads(dist.read_text("direct_url.json") or "{}")
+    except Exception:  # noqa: BLE001 - no distribution, unreadable metadata: no record
+        return None
+    url = info.get("url", "") if isinstance(info, dict) else ""
+    if not isinstance(url, str) or not url.startswith("file://"):
+        return None
+    path = urllib.parse.unquote(urllib.parse.urlparse(url).path)
+    return path if (Path(path) / "pyproject.toml").is_file() else None
+
+
+#: PyTorch's package index for each CUDA major (a plain ``pip install torch`` brings the CUDA set of its default
+#: build, which need not be the one cudnn-py's extra installed)
+TORCH_INDEX = {12: "https://download.pytorch.org/whl/cu128", 13: "https://download.pytorch.org/whl/cu130"}
+
+
+def cuda_major() -> int | None:
+    """The CUDA major of the CUDA packages installed beside cudnn-py (its ``cu12`` / ``cu13`` extra), or None."""
+    from importlib.metadata import PackageNotFoundError, version
+    for major, dist in ((12, "nvidia-cudnn-cu12"), (13, "nvidia-cudnn-cu13")):
+        try:
+            version(dist)
+            return major
+        except PackageNotFoundError:
+            pass
+    try:
+        return int(version("cuda-bindings").split(".")[0])
+    except (PackageNotFoundError, ValueError):
+        return None
+
+
+def torch_install() -> str:
+    """How to install PyTorch without a second CUDA set: from PyTorch's index of the CUDA major installed here."""
+    major = cuda_major()
+    if major in TORCH_INDEX:
+        return (f"pip install torch --index-url {TORCH_INDEX[major]} (the CUDA {major} build, matching the "
+                f"cu{major} packages cudnn-py uses; a plain `pip install torch` may bring another CUDA major's "
+                f"wheels beside them)")
+    return ("pip install torch from PyTorch's index of your CUDA major, e.g. --index-url "
+            f"{TORCH_INDEX[12]} (CUDA 12) or {TORCH_INDEX[13]} (CUDA 13), after installing cudnn-py with the "
+            f"same major's extra: {driver_extras()}")
 
 
 def driver_extras() -> str:

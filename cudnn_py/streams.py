@@ -99,7 +99,21 @@ def driver() -> ModuleType:
 
 
 def _no_device(device: int | None, cause: BaseException | None) -> CudaError:
-    """Why ``device`` cannot be used, as a :class:`NoDeviceError` (or :class:`CudaError` for anything else)."""
+    """Why ``device`` cannot be used, as a :class:`NoDeviceError` (or :class:`CudaError` for anything else).
+
+    The callers raise it ``from None``: the cause's own text ends the message (``cause: ...``) and the cause is kept
+    as the error's ``cause`` attribute, without the 35-odd lines of chained cuda.core / cuda.pathfinder traceback."""
+    err = _diagnose(device, cause)
+    if cause is not None and isinstance(err, NoDeviceError):
+        first = (str(cause).strip().splitlines() or [""])[0]
+        text = f"{type(cause).__name__}: {first}" if first else type(cause).__name__
+        err.text = f"{err.text} (cause: {text if len(text) <= 300 else text[:297] + '...'})"
+        err.args = (err._message(),)
+    err.cause = cause  # type: ignore[attr-defined]
+    return err
+
+
+def _diagnose(device: int | None, cause: BaseException | None) -> CudaError:
     ordinal = 0 if device is None else device
     what = f"cannot use CUDA device {ordinal}"
     try:
@@ -158,13 +172,13 @@ def get_device(device: int | Device | None = None) -> Device:
         try:
             dev = core.Device(device)
         except Exception as e:  # no driver, no GPU, ordinal out of range
-            raise _no_device(device, e) from e
+            raise _no_device(device, e) from None  # the cause's text is in the message
     else:
         raise InvalidTypeError(f"device must be an int ordinal or a cuda.core.Device, got {type(device).__name__}")
     try:
         dev.set_current()
     except Exception as e:
-        raise _no_device(dev.device_id, e) from e
+        raise _no_device(dev.device_id, e) from None
     cache[device] = cache[dev.device_id] = dev
     return dev
 
@@ -182,7 +196,7 @@ def _current_ordinal() -> int:
     except NoDeviceError:
         raise
     except Exception as e:  # no driver, no GPU
-        raise _no_device(None, e) from e
+        raise _no_device(None, e) from None
 
 
 def _has_context() -> bool:

@@ -266,3 +266,86 @@ def test_convolution_refuses_a_compute_type_cudnn_refuses(dtype):
             cudnn_py.ConvolutionDescriptor(compute_type=dtype)
     for ok in ("float32", "float64", "float16", "int32", None):
         cudnn_py.Convolution(compute_dtype=ok)
+
+
+# --- 4. command line and hints ---
+
+def test_import_cudnn_py_torch_without_torch_names_the_matching_cuda_index():
+    code = "import sys; sys.modules['torch'] = None\ntry:\n    import cudnn_py.torch\nexcept ImportError as e:\n" \
+           "    print(e)\n"
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "--index-url https://download.pytorch.org/whl/cu1" in r.stdout, r.stdout
+    assert "(pip install torch)" not in r.stdout
+
+
+def test_torch_install_follows_the_installed_cuda_major(monkeypatch):
+    from cudnn_py import _install
+    monkeypatch.setattr(_install, "cuda_major", lambda: 13)
+    assert "whl/cu130" in _install.torch_install()
+    monkeypatch.setattr(_install, "cuda_major", lambda: 12)
+    assert "whl/cu12" in _install.torch_install()
+    monkeypatch.setattr(_install, "cuda_major", lambda: None)
+    hint = _install.torch_install()
+    assert "whl/cu12" in hint and "whl/cu130" in hint
+
+
+def test_a_non_editable_install_from_a_checkout_names_the_checkout(tmp_path, monkeypatch):
+    import importlib.metadata
+    import json
+    from cudnn_py import _install
+    site = tmp_path / "site-packages"
+    (site / "cudnn_py").mkdir(parents=True)
+    checkout = tmp_path / "my checkout"
+    checkout.mkdir()
+    (checkout / "pyproject.toml").write_text("[project]\nname = 'cudnn-py'\n")
+
+    class Dist:
+        def locate_file(self, name):
+            return site / name
+
+        def read_text(self, name):
+            assert name == "direct_url.json"
+            return json.dumps({"url": checkout.as_uri(), "dir_info": {}})
+
+    monkeypatch.setattr(_install, "_ROOT", site)
+    monkeypatch.setattr(importlib.metadata, "distribution", lambda name: Dist())
+    _install.installed_from.cache_clear()
+    try:
+        hint = _install.pip_install("cu12")
+        assert hint == f'pip install "{checkout}[cu12]"', hint
+        checkout.joinpath("pyproject.toml").unlink()  # the checkout is gone: the published package
+        _install.installed_from.cache_clear()
+        assert _install.pip_install("cu12") == "pip install 'cudnn-py[cu12]'"
+    finally:
+        _install.installed_from.cache_clear()
+
+
+def test_no_device_error_keeps_its_cause_in_the_message_not_the_chain():
+    code = textwrap.dedent("""
+        import traceback, cudnn_py
+        from cudnn_py.streams import missing_device
+        if missing_device(0) is None:
+            print("GPU")
+            raise SystemExit(0)
+        try:
+            cudnn_py.Handle()
+        except cudnn_py.NoDeviceError as e:
+            assert e.__cause__ is None and e.__suppress_context__, (e.__cause__, e.__context__)
+            assert "(cause: " in str(e), str(e)
+            assert e.cause is not None
+            print(len(traceback.format_exception(e)))
+    """)
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    if r.stdout.strip() == "GPU":
+        pytest.skip("a GPU is visible: no NoDeviceError to look at")
+    assert int(r.stdout.strip()) < 12, r.stdout  # was 35-39 lines with the chained cuda.pathfinder traceback
+
+
+def test_readme_no_longer_says_set_tensor_4d_descriptor_warns():
+    from cudnn_py import capi
+    text = " ".join((ROOT / "README.md").read_text().split())
+    assert "`cudnnSetTensor4dDescriptor` is one of the functions cuDNN 9 marks deprecated" not in text
+    assert not capi.cudnnSetTensor4dDescriptor.deprecated and not capi.cudnnCreateTensorDescriptor.deprecated
+    assert capi.cudnnCreateConvolutionDescriptor.deprecated  # the example the README names instead

@@ -18,7 +18,9 @@ from __future__ import annotations
 try:
     import torch  # noqa: F401  (the real torch: this package's absolute imports never see cudnn_py.torch)
 except ImportError as e:  # pragma: no cover - exercised where torch is absent
-    raise ImportError("cudnn_py.torch needs PyTorch (pip install torch); the rest of cudnn_py works without it") from e
+    from cudnn_py._install import torch_install
+    raise ImportError(f"cudnn_py.torch needs PyTorch: {torch_install()}; the rest of cudnn_py works without "
+                      f"it") from e
 
 from .attention import scaled_dot_product_attention, sdpa
 from .attention_fp8 import sdpa_fp8, sdpa_fp8_backward
