@@ -107,8 +107,8 @@ def _no_device(device: int | None, cause: BaseException | None) -> CudaError:
     if cause is not None and isinstance(err, NoDeviceError):
         first = (str(cause).strip().splitlines() or [""])[0]
         text = f"{type(cause).__name__}: {first}" if first else type(cause).__name__
-        err.text = f"{err.text} (cause: {text if len(text) <= 300 else text[:297] + '...'})"
-        err.args = (err._message(),)
+        err = type(err)(err.function, err.code, err.name,
+                        f"{err.text} (cause: {text if len(text) <= 300 else text[:297] + '...'})")
     err.cause = cause  # type: ignore[attr-defined]
     return err
 

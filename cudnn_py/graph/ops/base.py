@@ -14,7 +14,7 @@ from cudnn_py import capi
 from ..descriptors import BackendDescriptor
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..graph import Graph, Tensor
+    from ..graph import Graph, Tensor as Tensor  # re-exported for the builder mixins' annotations
 
 __all__ = ["Op", "LowerContext", "Builder", "backend_dims"]
 

@@ -1,12 +1,17 @@
 """Convolution forward, backward data and backward filter as graph operations."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from cudnn_py import capi
 from cudnn_py.args import ints
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 from ..descriptors import BackendDescriptor
 from .base import Builder, LowerContext, Op
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .base import Tensor
 
 __all__ = ["ConvFprop", "ConvDgrad", "ConvWgrad", "ConvBuilders"]
 
@@ -74,8 +79,9 @@ class ConvBuilders(Builder):
                     dilation=ints(dilation, nsp, "dilation", 1), compute_dtype=self._compute(compute_dtype),
                     alpha=self._float(alpha, "alpha"), beta=self._float(beta, "beta"), conv_mode=conv_mode)
 
-    def conv_fprop(self, x, w, padding=0, stride=1, dilation=1, *, post_padding=None, compute_dtype=None,
-                   alpha: float = 1.0, beta: float = 0.0, conv_mode="cross_correlation", name: str | None = None):
+    def conv_fprop(self, x: Tensor, w: Tensor, padding: Any = 0, stride: Any = 1, dilation: Any = 1, *,
+                   post_padding: Any = None, compute_dtype: Any = None, alpha: float = 1.0, beta: float = 0.0,
+                   conv_mode: Any = "cross_correlation", name: str | None = None) -> Tensor:
         """y = conv(x, w): x (N, C, *spatial), w (K, C/groups, *kernel) -> y (N, K, *out), virtual.
 
         ``padding``/``post_padding`` (after; default = padding), ``stride``, ``dilation``: an int or one per

@@ -1,12 +1,17 @@
 """Matrix multiplication as a graph operation."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from cudnn_py._loader import library
 from cudnn_py.errors import InvalidValueError
 
 from ..descriptors import BackendDescriptor
 from ..errors import GraphNotSupportedError
 from .base import Builder, LowerContext, Op
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .base import Tensor
 
 __all__ = ["Matmul", "MatmulBuilders", "BROADCAST_SINCE"]
 
@@ -46,7 +51,7 @@ class Matmul(Op):
 class MatmulBuilders(Builder):
     """The :class:`~cudnn_py.graph.Graph` method that adds a matmul."""
 
-    def matmul(self, a, b, *, compute_dtype=None, name: str | None = None):
+    def matmul(self, a: Tensor, b: Tensor, *, compute_dtype: Any = None, name: str | None = None) -> Tensor:
         """c = a @ b over the last two dims; batch dims broadcast (size 1 against n). Same rank (>= 2) needed.
         Returns c (virtual)."""
         a, b = self._own(a, "a"), self._own(b, "b")

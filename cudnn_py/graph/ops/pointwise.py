@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, Any
 
 from cudnn_py import capi
 from cudnn_py.args import enum_member
@@ -9,6 +10,9 @@ from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 from ..descriptors import BackendDescriptor
 from .base import Builder, LowerContext, Op
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .base import Tensor
 
 __all__ = ["Pointwise", "PointwiseBuilders", "POINTWISE_ARITY", "pointwise_mode"]
 
@@ -94,7 +98,8 @@ class Pointwise(Op):
 class PointwiseBuilders(Builder):
     """The :class:`~cudnn_py.graph.Graph` methods that add pointwise operations."""
 
-    def pointwise(self, mode, x, b=None, t=None, *, compute_dtype=None, name: str | None = None, **params):
+    def pointwise(self, mode: Any, x: Tensor, b: Tensor | float | None = None, t: Tensor | None = None, *,
+                  compute_dtype: Any = None, name: str | None = None, **params: Any) -> Tensor:
         """Any ``cudnnPointwiseMode_t`` (``'add'``, ``'relu_fwd'``, ``'cmp_gt'``, ``'binary_select'``...).
 
         Binary modes take ``b`` (a tensor that broadcasts to x, or a number: a by-value scalar); ``binary_select``
@@ -134,58 +139,59 @@ class PointwiseBuilders(Builder):
             self.add_op(Pointwise(dict(zip(("x", "b", "t"), ins)), {"y": out}, p, name))
         return out
 
-    def add(self, a, b, **kw):
+    def add(self, a: Tensor, b: Tensor | float, **kw: Any) -> Tensor:
         """a + b (broadcasting; ``b`` may be a number)."""
         return self.pointwise("add", a, b, **kw)
 
-    def sub(self, a, b, **kw):
+    def sub(self, a: Tensor, b: Tensor | float, **kw: Any) -> Tensor:
         """a - b."""
         return self.pointwise("sub", a, b, **kw)
 
-    def mul(self, a, b, **kw):
+    def mul(self, a: Tensor, b: Tensor | float, **kw: Any) -> Tensor:
         """a * b."""
         return self.pointwise("mul", a, b, **kw)
 
-    def div(self, a, b, **kw):
+    def div(self, a: Tensor, b: Tensor | float, **kw: Any) -> Tensor:
         """a / b."""
         return self.pointwise("div", a, b, **kw)
 
-    def bias(self, x, b, **kw):
+    def bias(self, x: Tensor, b: Tensor | float, **kw: Any) -> Tensor:
         """x + b with b broadcast (e.g. (1, C, 1, 1) against (N, C, H, W))."""
         return self.pointwise("add", x, b, **kw)
 
-    def scale(self, x, s, **kw):
+    def scale(self, x: Tensor, s: Tensor | float, **kw: Any) -> Tensor:
         """x * s with s a broadcastable tensor or a number."""
         return self.pointwise("mul", x, s, **kw)
 
-    def relu(self, x, *, negative_slope: float | None = None, lower_clip=None, upper_clip=None, **kw):
+    def relu(self, x: Tensor, *, negative_slope: float | None = None, lower_clip: float | None = None,
+             upper_clip: float | None = None, **kw: Any) -> Tensor:
         """max(x, lower_clip) (leaky with ``negative_slope``, clipped above by ``upper_clip``)."""
         return self.pointwise("relu_fwd", x, relu_lower_clip_slope=negative_slope, relu_lower_clip=lower_clip,
                               relu_upper_clip=upper_clip, **kw)
 
-    def gelu(self, x, *, approximate: str = "none", **kw):
+    def gelu(self, x: Tensor, *, approximate: str = "none", **kw: Any) -> Tensor:
         """GELU, exact (erf) or ``approximate='tanh'``."""
         if approximate not in ("none", "tanh"):
             raise InvalidValueError(f"approximate must be 'none' or 'tanh', got {approximate!r}")
         return self.pointwise("gelu_approx_tanh_fwd" if approximate == "tanh" else "gelu_fwd", x, **kw)
 
-    def silu(self, x, **kw):
+    def silu(self, x: Tensor, **kw: Any) -> Tensor:
         """x * sigmoid(x)."""
         return self.pointwise("swish_fwd", x, swish_beta=1.0, **kw)
 
-    def tanh(self, x, **kw):
+    def tanh(self, x: Tensor, **kw: Any) -> Tensor:
         """tanh(x)."""
         return self.pointwise("tanh_fwd", x, **kw)
 
-    def sigmoid(self, x, **kw):
+    def sigmoid(self, x: Tensor, **kw: Any) -> Tensor:
         """1 / (1 + exp(-x))."""
         return self.pointwise("sigmoid_fwd", x, **kw)
 
-    def exp(self, x, **kw):
+    def exp(self, x: Tensor, **kw: Any) -> Tensor:
         """exp(x)."""
         return self.pointwise("exp", x, **kw)
 
-    def log(self, x, **kw):
+    def log(self, x: Tensor, **kw: Any) -> Tensor:
         """log(x)."""
         return self.pointwise("log", x, **kw)
 
