@@ -101,10 +101,10 @@ def driver() -> ModuleType:
 def _no_device(device: int | None, cause: BaseException | None) -> CudaError:
     """Why ``device`` cannot be used, as a :class:`NoDeviceError` (or :class:`CudaError` for anything else).
 
-    The callers raise it ``from None``: the cause's own text ends the message (``cause: ...``) and the cause is kept
-    as the error's ``cause`` attribute, without the 35-odd lines of chained cuda.core / cuda.pathfinder traceback."""
+    The callers raise it ``from None``: where no driver result code names the reason, the cause's own text ends the
+    message (``cause: ...``); the cause is kept as the error's ``cause`` attribute, without the 35-odd lines of chained cuda.core / cuda.pathfinder traceback."""
     err = _diagnose(device, cause)
-    if cause is not None and isinstance(err, NoDeviceError):
+    if cause is not None and isinstance(err, NoDeviceError) and not err.name:  # a driver code says it all
         first = (str(cause).strip().splitlines() or [""])[0]
         text = f"{type(cause).__name__}: {first}" if first else type(cause).__name__
         err = type(err)(err.function, err.code, err.name,
