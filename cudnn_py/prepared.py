@@ -36,6 +36,7 @@ from typing import Any, NamedTuple, TypeVar
 import numpy as np
 
 from cudnn_py import memory, recording
+from cudnn_py.recording import active
 from cudnn_py.caches import handle_cache
 from cudnn_py.errors import InvalidValueError
 from cudnn_py.handle import Handle
@@ -96,7 +97,7 @@ def _torch_allocator(shape: tuple, strides: tuple, dtype: np.dtype, device: int)
 
     def new(handle: Any) -> tuple:
         t = empty_strided(shape, strides, dtype=tdt, device=dev)
-        sp = handle._stream_ptr
+        sp = handle.stream_ptr
         if sp != current(device):
             s = streams.get(sp)
             if s is None:
@@ -249,7 +250,8 @@ def _make(spec: _Spec, rec: recording.Recording, result: Any, slots: list, ptrs:
     if isinstance(result, tuple) and shape is None:
         return None
     given = {id(v): where for _, where, v in slots if v is not None}
-    src, new = [], []
+    src: list[tuple] = []
+    new: list[DeviceArray] = []
     for v in items:
         if v is None:
             src.append(("none", 0))
@@ -326,13 +328,12 @@ def prepared(inputs: Sequence[str], outputs: Sequence[str], *, inplace: bool = T
             given = {id(v) for _, _, v in slots}
             if isinstance(result, tuple):
                 conv = [r if id(r) in given else to_package(r, pkg) for r in result]
-                return type(result)(conv) if type(result) is tuple else type(result)._make(conv)
+                return tuple(conv) if type(result) is tuple else type(result)._make(conv)  # type: ignore[attr-defined]
             return result if id(result) in given else to_package(result, pkg)
 
         @functools.wraps(fn)
         def call(handle: Any, *args: Any, **kwargs: Any) -> Any:
-            if type(handle) is not Handle or handle._ptr is None or recording._local.rec is not None \
-                    or len(args) > npos:
+            if type(handle) is not Handle or handle.closed or active() is not None or len(args) > npos:
                 return fn(handle, *args, **kwargs)  # a stand-in or closed handle, inside a recording, old positionals
             ptrs: list = []
             parts: list = [fn]
