@@ -36,7 +36,7 @@ from typing import Any, NamedTuple, TypeVar
 import numpy as np
 
 from cudnn_py import memory, recording
-from cudnn_py.recording import active
+from cudnn_py.recording import state
 from cudnn_py.caches import handle_cache
 from cudnn_py.errors import InvalidValueError
 from cudnn_py.handle import Handle
@@ -118,44 +118,43 @@ def _device_allocator(a: DeviceArray) -> Callable[[Any], tuple]:
 
 # ---------------------------------------------------------------- the prepared call
 
-class _Step(NamedTuple):
-    call: Callable[..., Any]
-    base: list                           # the arguments, addresses and workspace left as recorded
-    slots: tuple[tuple[int, int], ...]   # (argument position, address slot)
-    workspace: tuple[tuple[int, int], ...]  # (argument position, bytes)
-    keep: tuple                          # what the arguments belong to (descriptors)
-
-
 class Prepared:
-    """What a repeat call of one signature runs: the recorded steps with the address slots to fill in (the call's
-    arrays in argument order, then its new outputs), the new outputs' allocators by package, the given outputs'
-    overlap checks, and how the result is put together."""
+    """What a repeat call of one signature runs: the recorded steps with the address slots filled in (the call's
+    arrays in argument order, then its new outputs), the new outputs from their package's allocator, the given
+    outputs' overlap checks, and the result put together; compiled once into one function, ``run(handle, args,
+    kwargs, ptrs)``, that answers :data:`_MISS` where a given output now overlaps an input."""
 
-    __slots__ = ("name", "steps", "news", "overlaps", "result", "shape")
+    __slots__ = ("name", "steps", "news", "run", "source")
 
-    def __init__(self, name: str, steps: list[_Step], news: list, overlaps: list[tuple], result: tuple, shape: Any):
+    def __init__(self, name: str, steps: list[tuple], news: list, overlaps: list[tuple], result: tuple,
+                 shape: Any, n_slots: int):
         self.name, self.steps, self.news = name, steps, news
-        self.overlaps, self.result, self.shape = overlaps, result, shape
-
-    def __call__(self, handle: Any, args: tuple, kwargs: dict, ptrs: list) -> Any:
-        for o, i, olo, ohi, ilo, ihi in self.overlaps:
-            po, pi = ptrs[o], ptrs[i]
-            if po + olo < pi + ihi and pi + ilo < po + ohi:
-                return _MISS  # a given output now overlaps an input: the validated path says so
-        news: Any = ()
-        if self.news:
-            news = [new(handle) for new in self.news]
-            ptrs = ptrs + [p for _, p in news]
-        for call, base, slots, workspace, _ in self.steps:
-            a = base.copy()
+        env: dict[str, Any] = {"MISS": _MISS, "shape": shape}
+        lines = [f"def run(handle, args, kwargs, ptrs):"]
+        if n_slots:
+            lines.append("    " + "".join(f"p{i}, " for i in range(n_slots)) + "= ptrs")
+        for o, i, olo, ohi, ilo, ihi in overlaps:
+            lines.append(f"    if p{o} + {olo} < p{i} + {ihi} and p{i} + {ilo} < p{o} + {ohi}:\n        return MISS")
+        for k, new in enumerate(news):
+            env[f"new{k}"] = new
+            lines.append(f"    n{k}, p{n_slots + k} = new{k}(handle)")
+        for j, (call, base, slots, workspace, keep) in enumerate(steps):
+            env[f"call{j}"], env[f"keep{j}"] = call, keep
+            args = []
+            for pos, value in enumerate(base):
+                env[f"k{j}_{pos}"] = value
+                args.append(f"k{j}_{pos}")
             for pos, slot in slots:
-                a[pos] = ptrs[slot]
+                args[pos] = f"p{slot}"
             for pos, size in workspace:
-                a[pos] = handle.workspace.get(size, handle.stream)
-            call(*a)
-        out = [kwargs[where] if kind == "kw" else args[where] if kind == "arg" else news[where][0] if kind == "new"
-               else None for kind, where in self.result]
-        return out[0] if self.shape is None else self.shape(out)
+                args[pos] = f"handle.workspace.get({size}, handle.stream)"
+            lines.append(f"    call{j}({', '.join(args)})")
+        items = [f"kwargs[{where!r}]" if kind == "kw" else f"args[{where}]" if kind == "arg" else f"n{where}"
+                 if kind == "new" else "None" for kind, where in result]
+        lines.append(f"    return {items[0]}" if shape is None else f"    return shape(({', '.join(items)},))")
+        self.source = "\n".join(lines)
+        exec(compile(self.source, f"<prepared {name}>", "exec"), env)
+        self.run = env["run"]
 
     def __repr__(self) -> str:
         return f"<Prepared {self.name}: {len(self.steps)} step(s), {len(self.news)} new output(s)>"
@@ -278,7 +277,7 @@ def _make(spec: _Spec, rec: recording.Recording, result: Any, slots: list, ptrs:
         for pos, a in enumerate(base):
             if type(a) is recording.WorkspaceArg:
                 ws.append((pos, a.size))
-        steps.append(_Step(step.call, base, tuple(subs), tuple(ws), step.keep))
+        steps.append((step.call, base, tuple(subs), tuple(ws), step.keep))
     if any(len(ptrs) + k not in used for k in range(len(new))):
         return None  # a new output no step writes
     overlaps = []
@@ -297,7 +296,7 @@ def _make(spec: _Spec, rec: recording.Recording, result: Any, slots: list, ptrs:
         news = [_torch_allocator(a.shape, a.strides, a.dtype, a.device_id) for a in new]
     else:  # DeviceArrays (a foreign package's calls are never keyed)
         news = [_device_allocator(a) for a in new]
-    return Prepared(spec.name, steps, news, overlaps, tuple(src), shape)
+    return Prepared(spec.name, steps, news, overlaps, tuple(src), shape, len(ptrs))
 
 
 # ---------------------------------------------------------------- the decorator
@@ -333,13 +332,20 @@ def prepared(inputs: Sequence[str], outputs: Sequence[str], *, inplace: bool = T
 
         @functools.wraps(fn)
         def call(handle: Any, *args: Any, **kwargs: Any) -> Any:
-            if type(handle) is not Handle or handle.closed or active() is not None or len(args) > npos:
+            if type(handle) is not Handle or handle.closed or state.rec is not None or len(args) > npos:
                 return fn(handle, *args, **kwargs)  # a stand-in or closed handle, inside a recording, old positionals
             ptrs: list = []
             parts: list = [fn]
             try:
                 for v, a in zip(args, is_array):
-                    parts.append(_array_part(v, ptrs) if a else v if type(v) in _PLAIN else (type(v), v))
+                    if not a:
+                        parts.append(v if type(v) in _PLAIN else (type(v), v))
+                    elif type(v) is DeviceArray:  # _array_part inlined for the common case
+                        q = v.ptr
+                        ptrs.append(q)
+                        parts.append((v.shape, v.strides, v.dtype, v.device_id, q & 15))
+                    else:
+                        parts.append(_array_part(v, ptrs))
                 for k, v in kwargs.items():
                     parts.append(k)
                     parts.append(_array_part(v, ptrs) if k in arrays else v if type(v) in _PLAIN else (type(v), v))
@@ -350,7 +356,7 @@ def prepared(inputs: Sequence[str], outputs: Sequence[str], *, inplace: bool = T
             except (_Unkeyable, TypeError):  # a foreign array, an unhashable option: validated every call
                 return first(handle, args, kwargs, None, ptrs)
             if p is not None:
-                got = p(handle, args, kwargs, ptrs)
+                got = p.run(handle, args, kwargs, ptrs)
                 if got is not _MISS:
                     return got
             return first(handle, args, kwargs, key, ptrs)

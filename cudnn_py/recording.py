@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, NamedTuple
 
-__all__ = ["Step", "Recording", "WorkspaceArg", "active", "recording", "restart", "add", "spoil"]
+__all__ = ["Step", "Recording", "WorkspaceArg", "state", "active", "recording", "restart", "add", "spoil"]
 
 
 class WorkspaceArg(NamedTuple):
@@ -44,31 +44,33 @@ class _Local(threading.local):
     rec: Recording | None = None
 
 
-_local = _Local()
+#: this thread's recording (``state.rec``; None while not recording): read directly on hot paths
+state = _Local()
+
 
 
 def active() -> Recording | None:
     """This thread's recording, or None."""
-    return _local.rec
+    return state.rec
 
 
 @contextmanager
 def recording() -> Iterator[Recording]:
     """Record this thread's steps inside the block (recordings do not nest: an inner block records into the outer)."""
-    outer = _local.rec
+    outer = state.rec
     if outer is not None:
         yield outer
         return
-    rec = _local.rec = Recording()
+    rec = state.rec = Recording()
     try:
         yield rec
     finally:
-        _local.rec = None
+        state.rec = None
 
 
 def restart() -> None:
     """Forget what was recorded (the call is about to run for real after measuring its engines)."""
-    rec = _local.rec
+    rec = state.rec
     if rec is not None:
         rec.steps.clear()
         rec.spoiled = None
@@ -76,13 +78,13 @@ def restart() -> None:
 
 def add(call: Callable[..., Any], args: tuple, pointers: tuple[int, ...], keep: tuple = ()) -> None:
     """Record one step (no-op when this thread is not recording)."""
-    rec = _local.rec
+    rec = state.rec
     if rec is not None:
         rec.steps.append(Step(call, args, pointers, keep))
 
 
 def spoil(reason: str) -> None:
     """Mark this thread's recording as not replayable (no-op when not recording)."""
-    rec = _local.rec
+    rec = state.rec
     if rec is not None and rec.spoiled is None:
         rec.spoiled = reason

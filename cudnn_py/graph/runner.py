@@ -333,7 +333,7 @@ class Runner:
         validated call made that key), so that only the addresses are new."""
         wsp = self.workspace()
         self.execute(self.pack(ptrs if wsp is None else ptrs + (wsp,), ptrs, wsp))
-        if recording.active() is not None:  # a validated call being recorded for its prepared call
+        if recording.state.rec is not None:  # a validated call being recorded for its prepared call
             recording.add(self.replay, ptrs, tuple(range(len(ptrs))))
 
     def replay(self, *ptrs: int) -> None:

@@ -166,7 +166,7 @@ def launch(handle, fn, *args) -> None:
         elif isinstance(a, Settings):
             c_args[i] = a.descriptor
     fn(*c_args)
-    if recording.active() is not None:
+    if recording.state.rec is not None:
         for i, a in enumerate(args):
             if type(a) is WorkspaceArg:
                 c_args[i] = a
