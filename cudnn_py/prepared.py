@@ -88,7 +88,10 @@ def to_package(a: Any, pkg: Any) -> Any:
 
 def _torch_allocator(shape: tuple, strides: tuple, dtype: np.dtype, device: int) -> Callable[[Any], tuple]:
     """``new(handle) -> (tensor, address)``: a torch tensor of this layout from torch's caching allocator, ordered
-    on the handle's stream where that is not torch's current stream (``record_stream``)."""
+    on the handle's stream where that is not torch's current stream (``record_stream``: the allocator hands the
+    block out again only after the handle's work queued so far). The CUDA driver's special streams (0, the legacy
+    default stream ``cudaStreamLegacy`` = 1, the per-thread default stream = 2) are torch's default stream, whose
+    work every blocking stream waits for."""
     import torch
     tdt = getattr(torch, dtype.name)
     dev = torch.device("cuda", device)
@@ -98,10 +101,13 @@ def _torch_allocator(shape: tuple, strides: tuple, dtype: np.dtype, device: int)
     def new(handle: Any) -> tuple:
         t = empty_strided(shape, strides, dtype=tdt, device=dev)
         sp = handle.stream_ptr
+        if sp <= 2:
+            sp = 0
         if sp != current(device):
             s = streams.get(sp)
             if s is None:
-                s = streams[sp] = torch.cuda.ExternalStream(sp, device=dev)
+                s = streams[sp] = (torch.cuda.default_stream(dev) if sp == 0 else
+                                   torch.cuda.ExternalStream(sp, device=dev))
             t.record_stream(s)
         return t, t.data_ptr()
     return new
