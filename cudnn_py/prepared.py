@@ -38,7 +38,7 @@ import numpy as np
 from cudnn_py import memory, recording
 from cudnn_py.recording import state
 from cudnn_py.caches import handle_cache
-from cudnn_py.errors import InvalidValueError
+from cudnn_py.errors import InvalidValueError, WorkspaceLimitError
 from cudnn_py.handle import Handle
 from cudnn_py.memory import DeviceArray, Output
 
@@ -307,12 +307,15 @@ def _make(spec: _Spec, rec: recording.Recording, result: Any, slots: list, ptrs:
 
 # ---------------------------------------------------------------- the decorator
 
-def prepared(inputs: Sequence[str], outputs: Sequence[str], *, inplace: bool = True) -> Callable[[F], F]:
+def prepared(inputs: Sequence[str], outputs: Sequence[str], *, inplace: bool = True,
+             epoch: Callable[[], Any] | None = None) -> Callable[[F], F]:
     """Run an operation function ``fn(handle, ...)`` through the handle's prepared calls (see the module doc).
 
     :param inputs: its array parameters it reads.
     :param outputs: its array parameters it writes (None: allocated and returned).
     :param inplace: whether an output may be an input itself (the identical view).
+    :param epoch: where the validated path also depends on state outside the arguments (measured algorithm choices
+        that can be cleared), a function answering its current version: part of the key.
     """
     def wrap(fn: F) -> F:
         spec = _Spec(fn, inputs, outputs, inplace)
@@ -341,7 +344,7 @@ def prepared(inputs: Sequence[str], outputs: Sequence[str], *, inplace: bool = T
             if type(handle) is not Handle or handle.closed or state.rec is not None or len(args) > npos:
                 return fn(handle, *args, **kwargs)  # a stand-in or closed handle, inside a recording, old positionals
             ptrs: list = []
-            parts: list = [fn]
+            parts: list = [fn] if epoch is None else [fn, epoch()]
             try:
                 for v, a in zip(args, is_array):
                     if not a:
@@ -362,7 +365,10 @@ def prepared(inputs: Sequence[str], outputs: Sequence[str], *, inplace: bool = T
             except (_Unkeyable, TypeError):  # a foreign array, an unhashable option: validated every call
                 return first(handle, args, kwargs, None, ptrs)
             if p is not None:
-                got = p.run(handle, args, kwargs, ptrs)
+                try:
+                    got = p.run(handle, args, kwargs, ptrs)
+                except WorkspaceLimitError:  # the handle's workspace cap was lowered since: made again under it
+                    got = _MISS
                 if got is not _MISS:
                     return got
             return first(handle, args, kwargs, key, ptrs)

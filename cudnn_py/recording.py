@@ -14,7 +14,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, NamedTuple
 
-__all__ = ["Step", "Recording", "WorkspaceArg", "state", "active", "recording", "restart", "add", "spoil"]
+__all__ = ["Step", "Recording", "Address", "WorkspaceArg", "state", "active", "recording", "restart", "add", "spoil"]
+
+
+class Address(NamedTuple):
+    """An argument that is the device address of one of the call's arrays, given as a bare int (a caller that keeps
+    signatures and addresses rather than arrays)."""
+    value: int
 
 
 class WorkspaceArg(NamedTuple):

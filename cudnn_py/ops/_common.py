@@ -19,7 +19,7 @@ from cudnn_py.args import scaling
 from cudnn_py import recording
 from cudnn_py.caches import shared
 from cudnn_py.descriptors import Descriptor, Settings, TensorDescriptor
-from cudnn_py.recording import WorkspaceArg
+from cudnn_py.recording import Address, WorkspaceArg
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype, scalar
 from cudnn_py.memory import DeviceArray, DeviceArrayLike, as_array, empty
 from cudnn_py._deprecation import warn
@@ -149,7 +149,7 @@ def empty_like(handle, x: DeviceArray) -> DeviceArray:
 
 def launch(handle, fn, *args) -> None:
     """Call the C function ``fn`` (a :mod:`cudnn_py.capi` function) on ``handle`` with ``args``, where a
-    :class:`DeviceArray` stands for its address, a :class:`~cudnn_py.descriptors.Descriptor` or
+    :class:`DeviceArray` (or an :class:`~cudnn_py.recording.Address`) stands for its address, a :class:`~cudnn_py.descriptors.Descriptor` or
     :class:`~cudnn_py.descriptors.Settings` for its C descriptor (kept alive by the recording) and a
     :class:`~cudnn_py.recording.WorkspaceArg` for the handle's workspace: the legacy families' one sink, which a
     call's prepared call (:mod:`cudnn_py.prepared`) repeats with other addresses."""
@@ -158,6 +158,9 @@ def launch(handle, fn, *args) -> None:
         t = type(a)
         if t is DeviceArray:
             c_args[i] = a.ptr
+            pointers.append(i)
+        elif t is Address:
+            c_args[i] = a.value
             pointers.append(i)
         elif t is WorkspaceArg:
             c_args[i] = handle.workspace.get(a.size, handle.stream) if a.size else None

@@ -1,9 +1,10 @@
 """The convolution calls: forward, backward data, backward filter, backward bias, fused bias+activation, and the
 algorithm queries on arrays (:func:`convolution_algorithms`, :func:`convolution_workspace_size`).
 
-Each call reads its arrays' signatures (shape, strides, dtype, device) and looks its route up (:data:`CALLS`): the
-legacy call's plan (descriptors, algorithm, workspace size: everything derived from the configuration) and one C
-call, or the graph path's runner and one ``cudnnBackendExecute``. A legacy plan is made once per configuration:
+Forward, backward data, backward filter and backward bias are prepared calls (:mod:`cudnn_py.prepared`): a repeat
+call of a signature runs what its first call queued, the legacy call's plan (descriptors, algorithm, workspace size:
+everything derived from the configuration) and one C call, or the graph path's runner and one
+``cudnnBackendExecute``, with the new addresses. A legacy plan is made once per configuration:
 :class:`~cudnn_py.ops.convolution.Geometry` resolves the configuration and
 :func:`cudnn_py.algorithms.resolve_algorithm` chooses the algorithm. ``engine="graph"`` hands the call to
 :func:`cudnn_py.graph.conv.convolution`. ``engine="auto"`` (the default), where the graph path can take the call
@@ -33,7 +34,11 @@ from cudnn_py.errors import InvalidTypeError, InvalidValueError, WorkspaceLimitE
 from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray, DeviceArrayLike, Output, array_signature, as_array, empty, zeros
 from cudnn_py.strided import c_strides
-from cudnn_py.ops._common import Out, enum_arg, moved_outputs, scalars
+from cudnn_py import recording
+from cudnn_py.ops._common import Out, enum_arg, launch, moved_outputs, scalars
+from cudnn_py.graph.runner import Runner
+from cudnn_py.prepared import prepared
+from cudnn_py.recording import Address, WorkspaceArg
 from cudnn_py.ops.activation import activation_of
 from cudnn_py.ops.convolution import Convolution, Geometry, logical, packed_strides, physical, unit_height
 
@@ -87,7 +92,8 @@ def _choose(handle: Handle, g: Geometry, direction: str, spec, deterministic: bo
 class _Plan:
     """What one call needs: raw descriptor handles (their objects kept alive), algorithm, workspace bytes, and the
     scaling factors' type (``scaling``: double for double compute, else float; ``one``, ``zero``: 1 and 0 in it)."""
-    __slots__ = ("g", "a", "b", "c", "conv_desc", "keep", "algo", "ws", "fn", "scaling", "gen", "one", "zero", "y")
+    __slots__ = ("g", "a", "b", "c", "conv_desc", "keep", "algo", "ws", "fn", "cfn", "scaling", "gen", "one", "zero",
+                 "y")
     g: Geometry
     a: Any  # the raw descriptor handles in cuDNN's argument order, and the convolution's
     b: Any
@@ -97,6 +103,7 @@ class _Plan:
     algo: Any
     ws: int
     fn: Any  # the bound ctypes function of the direction
+    cfn: Any  # the direction's capi function
     y: Output  # new forward outputs
     scaling: np.dtype
     gen: int | None  # algorithm_cache.generation a "fastest" choice was made under
@@ -125,7 +132,8 @@ def _plan(handle: Handle, key, direction, conv, arrays, spec, deterministic, wor
     p.keep = g.descs(direction) + (g.conv_desc(math_type),)
     p.a, p.b, p.c, p.conv_desc = (d.ptr for d in p.keep)
     p.algo = algo
-    p.fn = getattr(capi, _FUNCS[direction]).raw  # the bound ctypes function (status still checked)
+    p.cfn = getattr(capi, _FUNCS[direction])
+    p.fn = p.cfn.raw  # the bound ctypes function (status still checked)
     p.scaling = np.dtype(np.float64 if g.compute == capi.CUDNN_DATA_DOUBLE else np.float32)
     p.one, p.zero = scalars(p.scaling, 1.0, 0.0)
     p.gen = _alg.algorithm_cache.generation if isinstance(spec, str) and spec.lower() == "fastest" else None
@@ -209,12 +217,6 @@ def _on_graph(auto: bool, run) -> Any:
         return _NOT_TAKEN
 
 
-#: the name of the handle's cache of call routes: (direction, convolution, the arrays' signatures, the call's
-#: options) -> "legacy" (the legacy call runs) or a :class:`_GraphCall`. A repeat call reads its arrays' signatures,
-#: looks its route up and runs it: no option parsing, no engine choice.
-CALLS = "conv.calls"
-
-
 class _GraphCall:
     """A graph-path call prepared for one signature: the executor's runner (binding the direction's two inputs, then
     its output) and the output to allocate (None where the caller passes it)."""
@@ -237,16 +239,18 @@ def _sig(sig) -> tuple | None:
     return None if sig is None else (tuple(sig[0]), tuple(sig[1]), sig[2].name)
 
 
-def _first_call(direction: str, handle: Handle, key: tuple, conv, a, b, out, shape, sigs, opts: dict, legacy):
-    """A call whose route is not known yet: the engine chosen (``engine="auto"`` measures the legacy call against the
-    graph path through :mod:`cudnn_py.engine_choice`), the call run and its route remembered in :data:`CALLS`.
+def _first_call(direction: str, handle: Handle, conv, a, b, out, shape, sigs, opts: dict, legacy):
+    """A call's validated path: the engine chosen (``engine="auto"`` measures the legacy call against the graph path
+    through :mod:`cudnn_py.engine_choice`, once per configuration and handle) and the call run, through the legacy
+    sink or the graph's runner, which its prepared call (:mod:`cudnn_py.prepared`) repeats.
 
     ``a``, ``b``, ``out``: the direction's inputs and output (``out`` None: allocated); ``sigs``: their signatures;
     ``legacy(algo)`` runs the legacy call; ``opts``: the call's keywords."""
     where = f"convolution_{direction}"
     route, algo, auto = _route(where, opts["engine"], opts["algo"], opts["autotune"], opts["deterministic"],
                                opts["workspace_limit"], conv, stacklevel=5)
-    warns = isinstance(opts["algo"], str) and opts["algo"].lower() == "fastest"  # warns on every call: no route
+    if isinstance(opts["algo"], str) and opts["algo"].lower() == "fastest":
+        recording.spoil("algo='fastest' is deprecated and warns on every call")
     got: dict = {}
     ptrs = [0 if x is None else array_signature(x)[1] for x in (a, b, out)]  # the route's arguments
 
@@ -263,6 +267,12 @@ def _first_call(direction: str, handle: Handle, key: tuple, conv, a, b, out, sha
             workspace_limit=opts["workspace_limit"], alpha=opts["alpha"], beta=opts["beta"], shape=shape,
             executor=True)
         got["call"] = _GraphCall(ex, got["out"] if out is None else None)
+        # the executor ran it (no sink on its path): what a repeat call runs is its runner on these addresses
+        if isinstance(ex.runner, Runner):
+            recording.add(ex.runner.replay, (ptrs[0], ptrs[1], ptrs[2] if out is not None else got["out"].ptr),
+                          (0, 1, 2))
+        else:  # a stand-in executor
+            recording.spoil("the graph path ran on an executor with no runner")
     if route == "legacy":
         run_legacy()
         engine = "legacy"
@@ -284,25 +294,35 @@ def _first_call(direction: str, handle: Handle, key: tuple, conv, a, b, out, sha
         mutated = () if out is None or opts["beta"] == 0.0 else (as_array(out, "output"),)
         engine = engine_choice.run(handle, ekey, run_legacy, run_graph, mutated=mutated, static="graph",
                                    refused=(*_REFUSALS, GraphNotSupportedError))
-    if not warns:
-        try:
-            handle_cache(handle, CALLS)[key] = "legacy" if engine == "legacy" else got["call"]
-        except TypeError:  # an unhashable option (a NumPy shape): no route, the next call chooses again
-            pass
     return got["out"]
 
 
-def _known(handle: Handle, key: tuple):
-    """The remembered route of ``key`` (None: none yet, or a key that cannot be one: an unhashable option)."""
-    calls = getattr(handle, "cache", {}).get(CALLS)  # a Handle's caches by name (none made by a lookup)
-    try:
-        return None if calls is None else calls.get(key)
-    except TypeError:
-        return None
+def _generation() -> int:
+    """The version of the measured algorithm choices (clearing or loading them makes "fastest" calls choose again)."""
+    return _alg.algorithm_cache.generation
+
+
+def _conv_arg(conv) -> None:
+    if not isinstance(conv, Convolution):
+        raise InvalidTypeError(f"conv must be a cudnn_py.Convolution, got {type(conv).__name__}")
+
+
+def _run(handle: Handle, p: _Plan, al, a_ptr: int, b_ptr: int, be, out_ptr: int) -> None:
+    """The direction's legacy call with the plan's descriptors, algorithm and workspace, through the legacy sink; x
+    (``a_ptr`` forward and backward filter) first copied into a zero-padded scratch buffer for asymmetric padding."""
+    xp = None
+    if p.g.asym:
+        recording.spoil("asymmetric padding: x is copied to a zero-padded scratch buffer on every call")
+        xp = _pad_input(handle, p.g, a_ptr)
+        a_ptr = xp.ptr
+    a, b, c, cd = p.keep
+    launch(handle, p.cfn, handle.ptr, al, a, Address(a_ptr), b, Address(b_ptr), cd, p.algo, WorkspaceArg(p.ws), p.ws,
+           be, c, Address(out_ptr))
 
 
 # ---------------------------------------------------------------- the calls
 
+@prepared(inputs=("x", "w"), outputs=("y",), inplace=False, epoch=_generation)
 def convolution_forward(handle: Handle, conv: Convolution, x: DeviceArrayLike, w: DeviceArrayLike,
                         *moved: DeviceArrayLike, y: Out | None = None, algo: Any = "heuristic", alpha: float = 1.0,
                         beta: float = 0.0, deterministic: bool = False, workspace_limit: int | None = None,
@@ -311,29 +331,18 @@ def convolution_forward(handle: Handle, conv: Convolution, x: DeviceArrayLike, w
 
     ``engine="graph"`` runs it as a cached backend-API plan instead (see :func:`cudnn_py.graph.conv.convolution`).
     """
-    if type(alpha) is not float or type(beta) is not float:
-        alpha, beta = scaling(alpha=alpha, beta=beta)
-    if type(handle) is not Handle or handle.closed:
-        handle = handle_arg(handle)
+    alpha, beta = scaling(alpha=alpha, beta=beta)
+    handle = handle_arg(handle)
     if moved:
         y, = moved_outputs("convolution_forward", moved, ("y",), (y,))
+    _conv_arg(conv)
     xs, x_ptr = array_signature(x, "x")
     ws, w_ptr = array_signature(w, "w")
     ys, y_ptr = (None, 0) if y is None else array_signature(y, "y")
-    key = ("forward", conv, xs, ws, ys, algo, alpha, beta, deterministic, workspace_limit, autotune, engine)
-    route = _known(handle, key)
-    if route is None:
-        alpha, beta = scaling(alpha=alpha, beta=beta)  # NaN and infinity refused before anything runs
-        return _first_call("forward", handle, key, conv, x, w, y, None, (xs, ws, ys), dict(
-            algo=algo, alpha=alpha, beta=beta, deterministic=deterministic, workspace_limit=workspace_limit,
-            autotune=autotune, engine=engine), lambda spec: _forward_legacy(
-                handle, conv, xs, x_ptr, ws, w_ptr, ys, y_ptr, y, spec, alpha, beta, deterministic, workspace_limit))
-    if route != "legacy":
-        return route(handle, x_ptr, w_ptr, y, y_ptr)
-    if autotune:
-        algo = "fastest"
-    return _forward_legacy(handle, conv, xs, x_ptr, ws, w_ptr, ys, y_ptr, y, algo, alpha, beta, deterministic,
-                           workspace_limit)
+    return _first_call("forward", handle, conv, x, w, y, None, (xs, ws, ys), dict(
+        algo=algo, alpha=alpha, beta=beta, deterministic=deterministic, workspace_limit=workspace_limit,
+        autotune=autotune, engine=engine), lambda spec: _forward_legacy(
+            handle, conv, xs, x_ptr, ws, w_ptr, ys, y_ptr, y, spec, alpha, beta, deterministic, workspace_limit))
 
 
 def _forward_legacy(handle, conv, xs, x_ptr, ws, w_ptr, ys, y_ptr, y, algo, alpha, beta, deterministic,
@@ -354,10 +363,8 @@ def _forward_legacy(handle, conv, xs, x_ptr, ws, w_ptr, ys, y_ptr, y, algo, alph
         out, y_ptr = new, new.ptr
     else:
         out = y
-    xp = _pad_input(handle, p.g, x_ptr) if p.g.asym else None
     al, be = (p.one, p.zero) if alpha == 1.0 and beta == 0.0 else scalars(p.scaling, alpha, beta)
-    p.fn(handle.ptr, al, p.a, x_ptr if xp is None else xp.ptr, p.b, w_ptr, p.conv_desc, p.algo, ws_ptr, p.ws, be,
-         p.c, y_ptr)
+    _run(handle, p, al, x_ptr, w_ptr, be, y_ptr)
     return out
 
 
@@ -368,6 +375,7 @@ def _shape_sig(shape, like, what):
     return shape, packed_strides(shape, False), like[2], like[3]
 
 
+@prepared(inputs=("w", "dy"), outputs=("dx",), inplace=False, epoch=_generation)
 def convolution_backward_data(handle: Handle, conv: Convolution, w: DeviceArrayLike, dy: DeviceArrayLike,
                               *moved: DeviceArrayLike, dx: Out | None = None, x_shape: Sequence[int] | None = None,
                               algo: Any = "heuristic", alpha: float = 1.0, beta: float = 0.0,
@@ -385,12 +393,6 @@ def convolution_backward_data(handle: Handle, conv: Convolution, w: DeviceArrayL
     ws, w_ptr = array_signature(w, "w")
     dys, dy_ptr = array_signature(dy, "dy")
     dxs, dx_ptr = (None, 0) if dx is None else array_signature(dx, "dx")
-    shape = None if x_shape is None else tuple(x_shape) if isinstance(x_shape, (tuple, list)) else x_shape
-    key = ("backward_data", conv, ws, dys, dxs, shape, algo, alpha, beta, deterministic, workspace_limit, autotune,
-           engine)
-    route = _known(handle, key)
-    if route is not None and route != "legacy":
-        return route(handle, dy_ptr, w_ptr, dx, dx_ptr)
 
     def legacy(spec):
         if dx is not None:
@@ -399,11 +401,9 @@ def convolution_backward_data(handle: Handle, conv: Convolution, w: DeviceArrayL
             xs = _shape_sig(x_shape if x_shape is not None else conv.input_shape(ws[0], dys[0]), ws, "x_shape")
         return _backward_data_legacy(handle, conv, xs, ws, w_ptr, dys, dy_ptr, dx, dx_ptr, spec, alpha, beta,
                                      deterministic, workspace_limit)
-    if route is None:
-        return _first_call("backward_data", handle, key, conv, dy, w, dx, x_shape, (dys, ws, dxs), dict(
-            algo=algo, alpha=alpha, beta=beta, deterministic=deterministic, workspace_limit=workspace_limit,
-            autotune=autotune, engine=engine), legacy)
-    return legacy("fastest" if autotune else algo)
+    return _first_call("backward_data", handle, conv, dy, w, dx, x_shape, (dys, ws, dxs), dict(
+        algo=algo, alpha=alpha, beta=beta, deterministic=deterministic, workspace_limit=workspace_limit,
+        autotune=autotune, engine=engine), legacy)
 
 
 def _backward_data_legacy(handle, conv, xs, ws, w_ptr, dys, dy_ptr, dx, dx_ptr, algo, alpha, beta, deterministic,
@@ -420,6 +420,7 @@ def _backward_data_legacy(handle, conv, xs, ws, w_ptr, dys, dy_ptr, dx, dx_ptr, 
     else:
         out = dx
     if g.asym:  # gradient of the padded x, then its interior blended into dx
+        recording.spoil("asymmetric padding: the gradient of a padded scratch copy of x")
         dxp = empty((g.xp_size,), g.np_dtype, stream=handle.stream, device=handle.device)
         p.fn(handle.ptr, p.one, p.a, w_ptr, p.b, dy_ptr, p.conv_desc, p.algo, ws_ptr, p.ws, p.zero, p.c, dxp.ptr)
         al, be = scalars(g.dtype, alpha, beta)
@@ -427,10 +428,11 @@ def _backward_data_legacy(handle, conv, xs, ws, w_ptr, dys, dy_ptr, dx, dx_ptr, 
                                   g.x_orig_desc.ptr, dx_ptr)
         return out
     al, be = _scaling(p, alpha, beta)
-    p.fn(handle.ptr, al, p.a, w_ptr, p.b, dy_ptr, p.conv_desc, p.algo, ws_ptr, p.ws, be, p.c, dx_ptr)
+    _run(handle, p, al, w_ptr, dy_ptr, be, dx_ptr)
     return out
 
 
+@prepared(inputs=("x", "dy"), outputs=("dw",), inplace=False, epoch=_generation)
 def convolution_backward_filter(handle: Handle, conv: Convolution, x: DeviceArrayLike, dy: DeviceArrayLike,
                                 *moved: DeviceArrayLike, dw: Out | None = None, w_shape: Sequence[int] | None = None,
                                 algo: Any = "heuristic", alpha: float = 1.0, beta: float = 0.0,
@@ -450,22 +452,14 @@ def convolution_backward_filter(handle: Handle, conv: Convolution, x: DeviceArra
     dws, dw_ptr = (None, 0) if dw is None else array_signature(dw, "dw")
     if dw is None and w_shape is None:
         raise InvalidValueError("convolution_backward_filter needs dw (an output array) or w_shape")
-    shape = None if w_shape is None else tuple(w_shape) if isinstance(w_shape, (tuple, list)) else w_shape
-    key = ("backward_filter", conv, xs, dys, dws, shape, algo, alpha, beta, deterministic, workspace_limit,
-           autotune, engine)
-    route = _known(handle, key)
-    if route is not None and route != "legacy":
-        return route(handle, dy_ptr, x_ptr, dw, dw_ptr)
 
     def legacy(spec):
         ws = dws if dw is not None else _shape_sig(w_shape, xs, "w_shape")
         return _backward_filter_legacy(handle, conv, xs, x_ptr, ws, dys, dy_ptr, dw, dw_ptr, spec, alpha, beta,
                                        deterministic, workspace_limit)
-    if route is None:
-        return _first_call("backward_filter", handle, key, conv, dy, x, dw, w_shape, (dys, xs, dws), dict(
-            algo=algo, alpha=alpha, beta=beta, deterministic=deterministic, workspace_limit=workspace_limit,
-            autotune=autotune, engine=engine), legacy)
-    return legacy("fastest" if autotune else algo)
+    return _first_call("backward_filter", handle, conv, dy, x, dw, w_shape, (dys, xs, dws), dict(
+        algo=algo, alpha=alpha, beta=beta, deterministic=deterministic, workspace_limit=workspace_limit,
+        autotune=autotune, engine=engine), legacy)
 
 
 def _backward_filter_legacy(handle, conv, xs, x_ptr, ws, dys, dy_ptr, dw, dw_ptr, algo, alpha, beta, deterministic,
@@ -480,13 +474,12 @@ def _backward_filter_legacy(handle, conv, xs, x_ptr, ws, dys, dy_ptr, dw, dw_ptr
         dw_ptr = out.ptr
     else:
         out = dw
-    xp = _pad_input(handle, p.g, x_ptr) if p.g.asym else None
     al, be = _scaling(p, alpha, beta)
-    p.fn(handle.ptr, al, p.a, x_ptr if xp is None else xp.ptr, p.b, dy_ptr, p.conv_desc, p.algo, ws_ptr, p.ws, be,
-         p.c, dw_ptr)
+    _run(handle, p, al, x_ptr, dy_ptr, be, dw_ptr)
     return out
 
 
+@prepared(inputs=("dy",), outputs=("db",), inplace=False)
 def convolution_backward_bias(handle: Handle, dy: DeviceArrayLike, *moved: DeviceArrayLike, db: Out | None = None,
                               alpha: float = 1.0, beta: float = 0.0, layout: str = "NCHW") -> DeviceArray | Out:
     """``db = alpha * sum(dy over all but channels) + beta * db`` (``cudnnConvolutionBackwardBias``).
@@ -513,7 +506,8 @@ def convolution_backward_bias(handle: Handle, dy: DeviceArrayLike, *moved: Devic
     else:
         out = db
     al, be = scalars(dys[2], alpha, beta)
-    capi.cudnnConvolutionBackwardBias(handle.ptr, al, dy_desc, dy_ptr, be, db_desc, db_ptr)
+    launch(handle, capi.cudnnConvolutionBackwardBias, handle.ptr, al, got[3][0], Address(dy_ptr), be, got[3][1],
+           Address(db_ptr))
     return out
 
 
