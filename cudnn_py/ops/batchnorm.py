@@ -55,7 +55,9 @@ from cudnn_py.ops.activation import Activation
 from cudnn_py.memory import DeviceArray, DeviceArrayLike
 from cudnn_py.ops import norm_args as na
 from cudnn_py.ops import norm_graphs as ng
-from cudnn_py.ops._common import desc, enum_arg, scalars, tensor_desc
+from cudnn_py.ops._common import desc, enum_arg, launch, scalars, tensor_desc
+from cudnn_py.prepared import prepared
+from cudnn_py.recording import WorkspaceArg
 
 __all__ = [
     "BATCHNORM_MODES", "BATCHNORM_OPS", "BatchNormTraining", "BatchNormGrads", "NormSizes", "batchnorm_param_shape",
@@ -133,6 +135,8 @@ def _legacy_if_auto(engine: str) -> str:
 # ---------------------------------------------------------------- plain calls
 
 
+@prepared(inputs=("x", "scale", "bias"), outputs=("running_mean", "running_var", "saved_mean", "saved_inv_var", "y"),
+          inplace=False)
 def batchnorm_forward_training(handle: Handle, x: DeviceArrayLike, scale: DeviceArrayLike, bias: DeviceArrayLike, *,
                                mode: str | int = "spatial", epsilon: float = 1e-5, factor: float = 1.0,
                                running_mean: DeviceArrayLike | None = None, running_var: DeviceArrayLike | None = None,
@@ -166,12 +170,12 @@ def batchnorm_forward_training(handle: Handle, x: DeviceArrayLike, scale: Device
         return BatchNormTraining(ya, sm, siv, rm, rv)
     al, be = scalars(s.x.dtype, alpha, beta)
     yd = desc(ya)
-    capi.cudnnBatchNormalizationForwardTraining(
-        handle.ptr, s.mode, al, be, s.xdesc.ptr, s.x.ptr, yd.ptr, ya.ptr, s.pdesc.ptr, sc.ptr, bi.ptr, f,
-        na.ptr(rm), na.ptr(rv), eps, sm.ptr, siv.ptr)
+    launch(handle, capi.cudnnBatchNormalizationForwardTraining,
+           handle.ptr, s.mode, al, be, s.xdesc, s.x, yd, ya, s.pdesc, sc, bi, f, rm, rv, eps, sm, siv)
     return BatchNormTraining(ya, sm, siv, rm, rv)
 
 
+@prepared(inputs=("x", "scale", "bias", "mean", "var"), outputs=("y",), inplace=False)
 def batchnorm_forward_inference(handle: Handle, x: DeviceArrayLike, scale: DeviceArrayLike, bias: DeviceArrayLike,
                                 mean: DeviceArrayLike, var: DeviceArrayLike, *, mode: str | int = "spatial",
                                 epsilon: float = 1e-5, y: DeviceArrayLike | None = None, alpha: float = 1.0,
@@ -198,12 +202,12 @@ def batchnorm_forward_inference(handle: Handle, x: DeviceArrayLike, scale: Devic
         return ya
     al, be = scalars(s.x.dtype, alpha, beta)
     yd = desc(ya)
-    capi.cudnnBatchNormalizationForwardInference(
-        handle.ptr, s.mode, al, be, s.xdesc.ptr, s.x.ptr, yd.ptr, ya.ptr, s.pdesc.ptr, sc.ptr, bi.ptr, me.ptr,
-        va.ptr, eps)
+    launch(handle, capi.cudnnBatchNormalizationForwardInference,
+           handle.ptr, s.mode, al, be, s.xdesc, s.x, yd, ya, s.pdesc, sc, bi, me, va, eps)
     return ya
 
 
+@prepared(inputs=("x", "dy", "scale", "saved_mean", "saved_inv_var"), outputs=("dx", "dscale", "dbias"), inplace=False)
 def batchnorm_backward(handle: Handle, x: DeviceArrayLike, dy: DeviceArrayLike, scale: DeviceArrayLike,
                        saved_mean: DeviceArrayLike | None = None, saved_inv_var: DeviceArrayLike | None = None, *,
                        mode: str | int = "spatial", epsilon: float = 1e-5, dx: DeviceArrayLike | None = None,
@@ -242,9 +246,8 @@ def batchnorm_backward(handle: Handle, x: DeviceArrayLike, dy: DeviceArrayLike, 
     ad, bd = scalars(s.x.dtype, alpha_data, beta_data)
     ap, bp = scalars(s.x.dtype, alpha_param, beta_param)
     dyd, dxd = desc(dya), desc(dxa)
-    capi.cudnnBatchNormalizationBackward(
-        handle.ptr, s.mode, ad, bd, ap, bp, s.xdesc.ptr, s.x.ptr, dyd.ptr, dya.ptr, dxd.ptr, dxa.ptr,
-        s.pdesc.ptr, sc.ptr, ds.ptr, db.ptr, eps, na.ptr(sm), na.ptr(siv))
+    launch(handle, capi.cudnnBatchNormalizationBackward,
+           handle.ptr, s.mode, ad, bd, ap, bp, s.xdesc, s.x, dyd, dya, dxd, dxa, s.pdesc, sc, ds, db, eps, sm, siv)
     return BatchNormGrads(dxa, ds, db)
 
 
@@ -264,7 +267,7 @@ def batchnorm_ex_sizes(handle: Handle, x: DeviceArrayLike, *, mode: str | int = 
 
 
 def _ex_sizes(handle: Handle, s: na.NormSetup, op, act, with_z: bool) -> tuple[int, int, int]:
-    xd, pd = s.xdesc.ptr, s.pdesc.ptr
+    xd, pd, act = s.xdesc.ptr, s.pdesc.ptr, na.c_activation(act)
     zd = xd if with_z else None
     fw, bw, rs = ctypes.c_size_t(), ctypes.c_size_t(), ctypes.c_size_t()
     capi.cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
@@ -276,6 +279,8 @@ def _ex_sizes(handle: Handle, s: na.NormSetup, op, act, with_z: bool) -> tuple[i
     return fw.value, bw.value, rs.value
 
 
+@prepared(inputs=("x", "scale", "bias", "z"),
+          outputs=("running_mean", "running_var", "saved_mean", "saved_inv_var", "y", "reserve"), inplace=False)
 def batchnorm_forward_training_ex(handle: Handle, x: DeviceArrayLike, scale: DeviceArrayLike, bias: DeviceArrayLike, *,
                                   z: DeviceArrayLike | None = None, ops: str | int = "bn",
                                   activation: Activation | str | int | None = None,
@@ -313,16 +318,16 @@ def batchnorm_forward_training_ex(handle: Handle, x: DeviceArrayLike, scale: Dev
     ws_size, _, rs_size = _ex_sizes(handle, s, op, act, za is not None)
     rsa = na.reserve_buffer(handle, reserve, rs_size, "reserve")
     ya, sm, siv = na.or_new_like(ya, handle, s.x), s.or_new(sm, handle), s.or_new(siv, handle)
-    ws = handle.workspace.get(ws_size, handle.stream)
     al, be = scalars(s.x.dtype, alpha, beta)
     zd, yd = None if za is None else desc(za), desc(ya)
-    capi.cudnnBatchNormalizationForwardTrainingEx(
-        handle.ptr, s.mode, op, al, be, s.xdesc.ptr, s.x.ptr, None if zd is None else zd.ptr, na.ptr(za), yd.ptr,
-        ya.ptr, s.pdesc.ptr, sc.ptr, bi.ptr, f, na.ptr(rm), na.ptr(rv), eps, sm.ptr, siv.ptr, act, ws or None,
-        ws_size, na.ptr(rsa), 0 if rsa is None else rsa.nbytes)
+    launch(handle, capi.cudnnBatchNormalizationForwardTrainingEx,
+           handle.ptr, s.mode, op, al, be, s.xdesc, s.x, zd, za, yd, ya, s.pdesc, sc, bi, f, rm, rv, eps, sm, siv,
+           act, WorkspaceArg(ws_size), ws_size, rsa, 0 if rsa is None else rsa.nbytes)
     return BatchNormTraining(ya, sm, siv, rm, rv, rsa)
 
 
+@prepared(inputs=("x", "y", "dy", "scale", "bias", "saved_mean", "saved_inv_var", "reserve"),
+          outputs=("dx", "dz", "dscale", "dbias"), inplace=False)
 def batchnorm_backward_ex(handle: Handle, x: DeviceArrayLike, y: DeviceArrayLike, dy: DeviceArrayLike,
                           scale: DeviceArrayLike, bias: DeviceArrayLike, saved_mean: DeviceArrayLike,
                           saved_inv_var: DeviceArrayLike, reserve: DeviceArrayLike | None = None, *,
@@ -356,9 +361,8 @@ def batchnorm_backward_ex(handle: Handle, x: DeviceArrayLike, y: DeviceArrayLike
     b = na.fused_backward_args(handle, s, op, lambda: _ex_sizes(handle, s, op, act, int(op) == 2)[1:], y, dy,
                                scale, bias, saved_mean, saved_inv_var, epsilon, dx, dz, dscale, dbias, reserve,
                                (alpha_data, beta_data, alpha_param, beta_param))
-    capi.cudnnBatchNormalizationBackwardEx(
-        handle.ptr, s.mode, op, *b.scalars, s.xdesc.ptr, s.x.ptr, b.y_desc.ptr, b.y.ptr, b.dy_desc.ptr, b.dy.ptr,
-        b.dz_desc_ptr, na.ptr(b.dz), b.dx_desc.ptr, b.dx.ptr, s.pdesc.ptr, b.scale.ptr, b.bias.ptr, b.dscale.ptr,
-        b.dbias.ptr, b.epsilon, na.ptr(b.saved_mean), na.ptr(b.saved_inv_var), act, b.workspace,
-        b.workspace_size, na.ptr(b.reserve), b.reserve_size)
+    launch(handle, capi.cudnnBatchNormalizationBackwardEx,
+           handle.ptr, s.mode, op, *b.scalars, s.xdesc, s.x, b.y_desc, b.y, b.dy_desc, b.dy, b.dz_desc, b.dz,
+           b.dx_desc, b.dx, s.pdesc, b.scale, b.bias, b.dscale, b.dbias, b.epsilon, b.saved_mean, b.saved_inv_var,
+           act, b.workspace, b.workspace_size, b.reserve, b.reserve_size)
     return BatchNormGrads(b.dx, b.dscale, b.dbias, b.dz)

@@ -35,14 +35,15 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import DTypeLike
 
-from cudnn_py import capi
+from cudnn_py import capi, recording
 from cudnn_py._deprecation import alias, renamed_kwargs, warn
 from cudnn_py.args import float_arg, handle_ptr, int_arg, int_tuple
 from cudnn_py.descriptors import Descriptor
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray, DeviceArrayLike, empty
-from cudnn_py.ops._common import byte_buffer, check_array, empty_like, moved_outputs, output, tensor_desc
+from cudnn_py.ops._common import byte_buffer, check_array, empty_like, launch, moved_outputs, output, tensor_desc
+from cudnn_py.prepared import prepared
 
 __all__ = ["Dropout", "DropoutOutputs", "dropout_states_size", "dropout_reserve_size", "dropout_forward",
            "dropout_backward"]
@@ -164,7 +165,7 @@ def _dropout_ptr(d):
     raise InvalidTypeError(f"dropout must be a cudnn_py.Dropout, got {type(d).__name__}")
 
 
-def _packed_in(a: DeviceArray, order: Sequence[int]) -> bool:
+def _packed_in(a: DeviceArray | _Layout, order: Sequence[int]) -> bool:
     """Whether ``a`` is packed with its dimensions ``order`` outermost first (dimensions of size 1 aside)."""
     expected = 1
     for i in reversed(order):
@@ -191,12 +192,48 @@ def _shared_order(a: DeviceArray, b: DeviceArray) -> tuple[int, ...]:
     return order if order is not None and _packed_in(b, order) else tuple(range(a.ndim))
 
 
-def _desc_in(a: DeviceArray, order: Sequence[int]):
+def _desc_in(a: DeviceArray | _Layout, order: Sequence[int]):
     """A descriptor of ``a`` with its dimensions in ``order``: packed when ``a`` is packed in that order."""
     shape = tuple(a.shape[i] for i in order)
     return tensor_desc(shape, a.dtype, None if _packed_in(a, order) else tuple(a.strides[i] for i in order))
 
 
+def _open(d: Descriptor) -> None:
+    """A prepared call's first step: :class:`~cudnn_py.errors.ClosedError` once the Dropout is closed (as the
+    validated path raises), before its destroyed C descriptor could reach cuDNN."""
+    d.ptr  # noqa: B018
+
+
+class _Layout(NamedTuple):
+    """What the backward's descriptors depend on of an array: its shape, element strides and dtype."""
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    dtype: np.dtype
+
+
+def _note_order(device: int, reserve_ptr: int, shape: tuple[int, ...], order: tuple[int, ...]) -> None:
+    """Remember the dimension order a forward described its tensors in, by its reserve's address (a host step that a
+    prepared forward repeats with the new reserve's address, so that a backward reads the mask as it was written)."""
+    key = (device, reserve_ptr)
+    if order == tuple(range(len(shape))):
+        _ORDERS.pop(key, None)
+    else:
+        _ORDERS[key] = (shape, order)
+
+
+def _backward_c(hptr, dp, dy: _Layout, dx: _Layout, device: int, dy_ptr: int, dx_ptr: int, reserve_ptr: int,
+                reserve_size: int) -> None:
+    """``cudnnDropoutBackward`` with dy and dx described in the order the forward that wrote this reserve used
+    (:data:`_ORDERS`, read when it runs: a prepared backward reads it again for the new reserve's address)."""
+    logical = tuple(range(len(dy.shape)))
+    shape, order = _ORDERS.get((device, reserve_ptr), (dy.shape, logical))
+    if shape != dy.shape:  # the forward that wrote this address last had another shape: not this mask's
+        order = logical
+    dyd, dxd = _desc_in(dy, order), _desc_in(dx, order)
+    capi.cudnnDropoutBackward(hptr, dp, dyd.ptr, dy_ptr, dxd.ptr, dx_ptr, reserve_ptr, reserve_size)
+
+
+@prepared(inputs=("x",), outputs=("y", "reserve"), inplace=False)
 def dropout_forward(handle: Handle, dropout: Dropout, x: DeviceArrayLike, *moved: DeviceArrayLike,
                     y: DeviceArrayLike | None = None, reserve: DeviceArrayLike | None = None) -> DropoutOutputs:
     """``y = x * mask / (1 - p)`` with a fresh mask (``cudnnDropoutForward``); returns :class:`DropoutOutputs`
@@ -209,7 +246,7 @@ def dropout_forward(handle: Handle, dropout: Dropout, x: DeviceArrayLike, *moved
     handle = handle_arg(handle)
     if moved:
         y, reserve = moved_outputs("dropout_forward", moved, ("y", "reserve"), (y, reserve))
-    dp = _dropout_ptr(dropout)
+    _dropout_ptr(dropout)
     xa = check_array(x, "x", handle)
     _check_dtype(xa.dtype, "x")
     ya = empty_like(handle, xa) if y is None else output(y, "y", handle, xa.shape, xa.dtype)
@@ -219,15 +256,16 @@ def dropout_forward(handle: Handle, dropout: Dropout, x: DeviceArrayLike, *moved
     capi.cudnnDropoutGetReserveSpaceSize(xd.ptr, ctypes.byref(need))
     ra = (empty((need.value,), np.uint8, stream=handle.stream, device=handle.device) if reserve is None
           else byte_buffer(reserve, "reserve", handle, need.value, _RESERVE_HINT))
-    capi.cudnnDropoutForward(handle.ptr, dp, xd.ptr, xa.ptr, yd.ptr, ya.ptr, ra.ptr, ra.nbytes)
-    key = (ra.device_id, ra.ptr)
-    if order == tuple(range(xa.ndim)):
-        _ORDERS.pop(key, None)
-    else:
-        _ORDERS[key] = (xa.shape, order)
+    # a prepared call (keyed on this Dropout object itself: Descriptors hash by identity, so its RNG states are the
+    # ones the recorded C descriptor advances) repeats the open check, the C call and the order bookkeeping
+    recording.add(_open, (dropout,), ())
+    launch(handle, capi.cudnnDropoutForward, handle.ptr, dropout, xd, xa, yd, ya, ra, ra.nbytes)
+    _note_order(ra.device_id, ra.ptr, xa.shape, order)
+    recording.add(_note_order, (ra.device_id, ra.ptr, xa.shape, order), (1,))
     return DropoutOutputs(ya, ra)
 
 
+@prepared(inputs=("dy", "reserve"), outputs=("dx",), inplace=False)
 def dropout_backward(handle: Handle, dropout: Dropout, dy: DeviceArrayLike, reserve: DeviceArrayLike,
                      *moved: DeviceArrayLike, dx: DeviceArrayLike | None = None) -> DeviceArray:
     """``dx = dy * mask / (1 - p)`` with the mask the forward stored in ``reserve`` (``cudnnDropoutBackward``);
@@ -239,15 +277,16 @@ def dropout_backward(handle: Handle, dropout: Dropout, dy: DeviceArrayLike, rese
     dya = check_array(dy, "dy", handle)
     _check_dtype(dya.dtype, "dy")
     dxa = empty_like(handle, dya) if dx is None else output(dx, "dx", handle, dya.shape, dya.dtype)
-    logical = tuple(range(dya.ndim))
     need = ctypes.c_size_t()
     capi.cudnnDropoutGetReserveSpaceSize(tensor_desc(dya.shape, dya.dtype).ptr, ctypes.byref(need))
     ra = byte_buffer(reserve, "reserve", handle, need.value, _RESERVE_HINT)
-    shape, order = _ORDERS.get((ra.device_id, ra.ptr), (dya.shape, logical))
-    if shape != dya.shape:  # the forward that wrote this address last had another shape: not this mask's
-        order = logical
-    dyd, dxd = _desc_in(dya, order), _desc_in(dxa, order)
-    capi.cudnnDropoutBackward(handle.ptr, dp, dyd.ptr, dya.ptr, dxd.ptr, dxa.ptr, ra.ptr, ra.nbytes)
+    # the descriptors' order depends on which forward wrote the reserve (host state the key cannot hold): the step
+    # picks them when it runs, so a prepared call picks them again for its reserve
+    args = (handle.ptr, dp, _Layout(dya.shape, dya.strides, dya.dtype), _Layout(dxa.shape, dxa.strides, dxa.dtype),
+            ra.device_id, dya.ptr, dxa.ptr, ra.ptr, ra.nbytes)
+    _backward_c(*args)
+    recording.add(_open, (dropout,), ())
+    recording.add(_backward_c, args, (5, 6, 7), keep=(dropout,))
     return dxa
 
 

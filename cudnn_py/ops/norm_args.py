@@ -24,15 +24,22 @@ from cudnn_py.memory import DeviceArray, empty
 from cudnn_py.ops._common import (
     byte_buffer, check_array, desc, empty_like, enum_arg, read_tensor_desc, scalars, tensor_desc,
 )
-from cudnn_py.ops.activation import activation_c_descriptor
+from cudnn_py.ops.activation import Activation, activation_of
+from cudnn_py.recording import WorkspaceArg
 
 
-def fused_activation(act) -> capi.cudnnActivationDescriptor_t:
-    """The activation descriptor of a fused op: a mode name or an ``Activation``."""
-    d = activation_c_descriptor(act)
-    if d is None:
+def fused_activation(act) -> Activation:
+    """The activation of a fused op (a mode name or an ``Activation``) as an :class:`Activation`: the legacy sink
+    (:func:`~cudnn_py.ops._common.launch`) passes its C descriptor and keeps it alive for a prepared call."""
+    a = activation_of(act)
+    if a.mode == capi.CUDNN_ACTIVATION_IDENTITY:
         raise InvalidValueError("the identity activation cannot be fused; use ops without an activation instead")
-    return d
+    return a
+
+
+def c_activation(act: Activation | None):
+    """A fused activation's C descriptor for a size query (None: no activation)."""
+    return None if act is None else act.descriptor
 
 
 def derive_descriptors(fill, count: int = 1) -> list[tuple[tuple[int, ...], np.dtype]]:
@@ -209,7 +216,7 @@ class FusedBackward(NamedTuple):
     dbias: DeviceArray
     reserve: DeviceArray | None
     reserve_size: int
-    workspace: int | None
+    workspace: WorkspaceArg  # the handle's workspace, fetched by the legacy sink (and again by a prepared call)
     workspace_size: int
     scalars: tuple  # alpha_data, beta_data, alpha_param, beta_param as C scalars
     y_desc: TensorDescriptor  # the legacy call's descriptors (None for the graph path, which has its own tensors)
@@ -244,7 +251,7 @@ def fused_backward_args(handle, s: NormSetup, op, sizes, y, dy, scale, bias, sav
     rsa = None if reserve is None or sizes is None else reserve_buffer(handle, reserve, rs_size, "reserve")
     dxa, ds, db = or_new_like(dxa, handle, s.x), s.or_new(ds, handle), s.or_new(db, handle)
     dza = None if int(op) != 2 else or_new_like(dza, handle, s.x)
-    ws = handle.workspace.get(ws_size, handle.stream) if ws_size else None
     descs = (None,) * 4 if sizes is None else (desc(ya), desc(dya), desc(dxa), None if dza is None else desc(dza))
     return FusedBackward(ya, dya, sc, bi, sm, siv, eps, dxa, dza, ds, db, rsa, 0 if rsa is None else rsa.nbytes,
-                         ws or None, ws_size, scalars(s.x.dtype, *alphas[:2]) + scalars(s.x.dtype, *alphas[2:]), *descs)
+                         WorkspaceArg(ws_size), ws_size,
+                         scalars(s.x.dtype, *alphas[:2]) + scalars(s.x.dtype, *alphas[2:]), *descs)

@@ -46,7 +46,9 @@ from cudnn_py.ops.activation import Activation
 from cudnn_py.memory import DeviceArray, DeviceArrayLike
 from cudnn_py.ops import norm_args as na
 from cudnn_py.ops import norm_graphs as ng
-from cudnn_py.ops._common import desc, enum_arg, scalars, tensor_desc
+from cudnn_py.ops._common import desc, enum_arg, launch, scalars, tensor_desc
+from cudnn_py.prepared import prepared
+from cudnn_py.recording import WorkspaceArg
 from cudnn_py.ops.batchnorm import BatchNormGrads, BatchNormTraining, NormSizes
 
 __all__ = [
@@ -78,7 +80,7 @@ def _algo(algo):
 
 
 def _sizes(handle: Handle, s: na.NormSetup, op, algo, act, with_z: bool) -> tuple[int, int, int]:
-    xd, pd = s.xdesc.ptr, s.pdesc.ptr
+    xd, pd, act = s.xdesc.ptr, s.pdesc.ptr, na.c_activation(act)
     zd = xd if with_z else None
     fw, bw, rs = ctypes.c_size_t(), ctypes.c_size_t(), ctypes.c_size_t()
     capi.cudnnGetNormalizationForwardTrainingWorkspaceSize(
@@ -120,6 +122,8 @@ def normalization_sizes(handle: Handle, x: DeviceArrayLike, *, mode: str | int =
     return NormSizes(*_sizes(handle, s, op, _algo(algo), act, int(op) == 2 if with_z is None else with_z))
 
 
+@prepared(inputs=("x", "scale", "bias", "z"),
+          outputs=("running_mean", "running_var", "saved_mean", "saved_inv_var", "y", "reserve"), inplace=False)
 def normalization_forward_training(handle: Handle, x: DeviceArrayLike, scale: DeviceArrayLike, bias: DeviceArrayLike, *,
                                    z: DeviceArrayLike | None = None, mode: str | int = "per_channel",
                                    ops: str | int = "norm", algo: str | int = "standard",
@@ -160,16 +164,15 @@ def normalization_forward_training(handle: Handle, x: DeviceArrayLike, scale: De
     ws_size, _, rs_size = _sizes(handle, s, op, al_, act, za is not None)
     rsa = na.reserve_buffer(handle, reserve, rs_size, "reserve")
     ya, sm, siv = na.or_new_like(ya, handle, s.x), s.or_new(sm, handle), s.or_new(siv, handle)
-    ws = handle.workspace.get(ws_size, handle.stream)
     a, b = scalars(s.x.dtype, alpha, beta)
     zd, yd = None if za is None else desc(za), desc(ya)
-    capi.cudnnNormalizationForwardTraining(
-        handle.ptr, s.mode, op, al_, a, b, s.xdesc.ptr, s.x.ptr, s.pdesc.ptr, sc.ptr, bi.ptr, f, s.pdesc.ptr,
-        na.ptr(rm), na.ptr(rv), eps, sm.ptr, siv.ptr, act, None if zd is None else zd.ptr, na.ptr(za), yd.ptr,
-        ya.ptr, ws or None, ws_size, na.ptr(rsa), 0 if rsa is None else rsa.nbytes, 1)
+    launch(handle, capi.cudnnNormalizationForwardTraining,
+           handle.ptr, s.mode, op, al_, a, b, s.xdesc, s.x, s.pdesc, sc, bi, f, s.pdesc, rm, rv, eps, sm, siv, act,
+           zd, za, yd, ya, WorkspaceArg(ws_size), ws_size, rsa, 0 if rsa is None else rsa.nbytes, 1)
     return BatchNormTraining(ya, sm, siv, rm, rv, rsa)
 
 
+@prepared(inputs=("x", "scale", "bias", "mean", "var", "z"), outputs=("y",), inplace=False)
 def normalization_forward_inference(handle: Handle, x: DeviceArrayLike, scale: DeviceArrayLike, bias: DeviceArrayLike,
                                     mean: DeviceArrayLike, var: DeviceArrayLike, *, z: DeviceArrayLike | None = None,
                                     mode: str | int = "per_channel", ops: str | int = "norm",
@@ -204,12 +207,14 @@ def normalization_forward_inference(handle: Handle, x: DeviceArrayLike, scale: D
         return ya
     a, b = scalars(s.x.dtype, alpha, beta)
     zd, yd = None if za is None else desc(za), desc(ya)
-    capi.cudnnNormalizationForwardInference(
-        handle.ptr, s.mode, op, al_, a, b, s.xdesc.ptr, s.x.ptr, s.pdesc.ptr, sc.ptr, bi.ptr, s.pdesc.ptr, me.ptr,
-        va.ptr, None if zd is None else zd.ptr, na.ptr(za), act, yd.ptr, ya.ptr, eps, 1)
+    launch(handle, capi.cudnnNormalizationForwardInference,
+           handle.ptr, s.mode, op, al_, a, b, s.xdesc, s.x, s.pdesc, sc, bi, s.pdesc, me, va, zd, za, act, yd, ya,
+           eps, 1)
     return ya
 
 
+@prepared(inputs=("x", "y", "dy", "scale", "bias", "saved_mean", "saved_inv_var", "reserve"),
+          outputs=("dx", "dz", "dscale", "dbias"), inplace=False)
 def normalization_backward(handle: Handle, x: DeviceArrayLike, y: DeviceArrayLike, dy: DeviceArrayLike,
                            scale: DeviceArrayLike, bias: DeviceArrayLike, saved_mean: DeviceArrayLike,
                            saved_inv_var: DeviceArrayLike, reserve: DeviceArrayLike | None = None, *,
@@ -241,9 +246,8 @@ def normalization_backward(handle: Handle, x: DeviceArrayLike, y: DeviceArrayLik
     b = na.fused_backward_args(handle, s, op, lambda: _sizes(handle, s, op, al_, act, int(op) == 2)[1:], y, dy,
                                scale, bias, saved_mean, saved_inv_var, epsilon, dx, dz, dscale, dbias, reserve,
                                (alpha_data, beta_data, alpha_param, beta_param))
-    capi.cudnnNormalizationBackward(
-        handle.ptr, s.mode, op, al_, *b.scalars, s.xdesc.ptr, s.x.ptr, b.y_desc.ptr, b.y.ptr, b.dy_desc.ptr,
-        b.dy.ptr, b.dz_desc_ptr, na.ptr(b.dz), b.dx_desc.ptr, b.dx.ptr, s.pdesc.ptr, b.scale.ptr, b.bias.ptr,
-        b.dscale.ptr, b.dbias.ptr, b.epsilon, s.pdesc.ptr, na.ptr(b.saved_mean), na.ptr(b.saved_inv_var), act,
-        b.workspace, b.workspace_size, na.ptr(b.reserve), b.reserve_size, 1)
+    launch(handle, capi.cudnnNormalizationBackward,
+           handle.ptr, s.mode, op, al_, *b.scalars, s.xdesc, s.x, b.y_desc, b.y, b.dy_desc, b.dy, b.dz_desc, b.dz,
+           b.dx_desc, b.dx, s.pdesc, b.scale, b.bias, b.dscale, b.dbias, b.epsilon, s.pdesc, b.saved_mean,
+           b.saved_inv_var, act, b.workspace, b.workspace_size, b.reserve, b.reserve_size, 1)
     return BatchNormGrads(b.dx, b.dscale, b.dbias, b.dz)

@@ -38,7 +38,9 @@ from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray, DeviceArrayLike
-from cudnn_py.ops._common import FLOATS, check_array, desc, moved_outputs, output, scalars
+from cudnn_py import recording
+from cudnn_py.ops._common import FLOATS, check_array, desc, launch, moved_outputs, output, scalars
+from cudnn_py.prepared import prepared
 
 __all__ = ["SpatialTransformer", "SamplerGrads", "spatial_tf_grid_forward",
            "spatial_tf_grid_backward", "spatial_tf_sampler_forward", "spatial_tf_sampler_backward"]
@@ -97,6 +99,13 @@ class SpatialTransformer(Descriptor):
 _CACHE = shared(SpatialTransformer._cache_name, maxsize=256)
 
 
+def _open(d: Descriptor) -> None:
+    """A prepared call's first step where the caller passed its own SpatialTransformer:
+    :class:`~cudnn_py.errors.ClosedError` once it is closed (as the validated path raises), before its destroyed C
+    descriptor could reach cuDNN."""
+    d.ptr  # noqa: B018
+
+
 def _float_array(obj, name, handle: Handle, **kw) -> DeviceArray:
     """A C-contiguous float16/32/64 array (cuDNN reads theta and the grid as packed memory)."""
     a = check_array(obj, name, handle, contiguous=True, **kw)
@@ -112,6 +121,7 @@ def _grid(obj, name, handle: Handle, dtype=None) -> DeviceArray:
     return g
 
 
+@prepared(inputs=("theta",), outputs=("grid",), inplace=False)
 def spatial_tf_grid_forward(handle: Handle, theta: DeviceArrayLike, out_shape: Sequence[int] | SpatialTransformer,
                             *moved: DeviceArrayLike, grid: DeviceArrayLike | None = None) -> DeviceArray:
     """Sampling grid (N, H, W, 2) from affine matrices ``theta`` (N, 2, 3) for output ``out_shape``
@@ -131,10 +141,13 @@ def spatial_tf_grid_forward(handle: Handle, theta: DeviceArrayLike, out_shape: S
         raise InvalidValueError(f"out_shape {shape} must be (N, C, H, W) with N = {th.shape[0]} (theta's batch)")
     st = given if given is not None else SpatialTransformer.shared(shape, th.dtype)
     g = output(grid, "grid", handle, st.grid_shape, th.dtype, contiguous=True)
-    capi.cudnnSpatialTfGridGeneratorForward(handle.ptr, st.ptr, th.ptr, g.ptr)
+    if given is not None:  # the caller's own descriptor, which it may close: a prepared call checks it first
+        recording.add(_open, (given,), ())
+    launch(handle, capi.cudnnSpatialTfGridGeneratorForward, handle.ptr, st, th, g)
     return g
 
 
+@prepared(inputs=("dgrid",), outputs=("dtheta",), inplace=False)
 def spatial_tf_grid_backward(handle: Handle, dgrid: DeviceArrayLike, *moved: DeviceArrayLike,
                              dtheta: DeviceArrayLike | None = None) -> DeviceArray:
     """Gradient w.r.t. theta (N, 2, 3) from the grid gradient (N, H, W, 2) (``cudnnSpatialTfGridGeneratorBackward``)."""
@@ -145,7 +158,7 @@ def spatial_tf_grid_backward(handle: Handle, dgrid: DeviceArrayLike, *moved: Dev
     n, h, w, _ = dg.shape
     st = SpatialTransformer.shared((n, 1, h, w), dg.dtype)
     dt = output(dtheta, "dtheta", handle, (n, 2, 3), dg.dtype, contiguous=True)
-    capi.cudnnSpatialTfGridGeneratorBackward(handle.ptr, st.ptr, dg.ptr, dt.ptr)
+    launch(handle, capi.cudnnSpatialTfGridGeneratorBackward, handle.ptr, st, dg, dt)
     return dt
 
 
@@ -160,6 +173,7 @@ def _sampler_setup(handle: Handle, x, grid):
     return xa, g, y_shape, SpatialTransformer.shared(y_shape, xa.dtype)
 
 
+@prepared(inputs=("x", "grid"), outputs=("y",), inplace=False)
 def spatial_tf_sampler_forward(handle: Handle, x: DeviceArrayLike, grid: DeviceArrayLike, *moved: DeviceArrayLike,
                                y: DeviceArrayLike | None = None, alpha: float = 1.0, beta: float = 0.0) -> DeviceArray:
     """``y = alpha * bilinear(x, grid) + beta * y`` (``cudnnSpatialTfSamplerForward``); y is (N, C, H_out, W_out)."""
@@ -171,10 +185,11 @@ def spatial_tf_sampler_forward(handle: Handle, x: DeviceArrayLike, grid: DeviceA
     ya = output(y, "y", handle, y_shape, xa.dtype, contiguous=True)
     al, be = scalars(xa.dtype, alpha, beta)
     xd, yd = desc(xa), desc(ya)
-    capi.cudnnSpatialTfSamplerForward(handle.ptr, st.ptr, al, xd.ptr, xa.ptr, g.ptr, be, yd.ptr, ya.ptr)
+    launch(handle, capi.cudnnSpatialTfSamplerForward, handle.ptr, st, al, xd, xa, g, be, yd, ya)
     return ya
 
 
+@prepared(inputs=("x", "grid", "dy"), outputs=("dx", "dgrid"), inplace=False)
 def spatial_tf_sampler_backward(handle: Handle, x: DeviceArrayLike, grid: DeviceArrayLike, dy: DeviceArrayLike,
                                 *moved: DeviceArrayLike, dx: DeviceArrayLike | None = None,
                                 dgrid: DeviceArrayLike | None = None, alpha: float = 1.0, beta: float = 0.0,
@@ -193,8 +208,8 @@ def spatial_tf_sampler_backward(handle: Handle, x: DeviceArrayLike, grid: Device
     dga = output(dgrid, "dgrid", handle, g.shape, xa.dtype, contiguous=True)
     al, be, ag, bg = scalars(xa.dtype, alpha, beta, alpha_dgrid, beta_dgrid)
     xd, dxd, dyd = desc(xa), desc(dxa), desc(dya)
-    capi.cudnnSpatialTfSamplerBackward(handle.ptr, st.ptr, al, xd.ptr, xa.ptr, be, dxd.ptr, dxa.ptr, ag, dyd.ptr,
-                                       dya.ptr, g.ptr, bg, dga.ptr)
+    launch(handle, capi.cudnnSpatialTfSamplerBackward, handle.ptr, st, al, xd, xa, be, dxd, dxa, ag, dyd, dya, g, bg,
+           dga)
     return SamplerGrads(dxa, dga)
 
 
