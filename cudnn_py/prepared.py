@@ -31,7 +31,7 @@ import functools
 import inspect
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -50,6 +50,7 @@ CACHE = "prepared"
 F = TypeVar("F", bound=Callable[..., Any])
 
 _PLAIN = frozenset({str, float, type(None)})  # argument types keyed by value alone (others by (type, value))
+_NUMBERS = frozenset({int, float, bool})
 _MISS = object()
 _NONE: dict = {}  # a handle's prepared calls before its first
 
@@ -66,7 +67,7 @@ def package(values: Sequence[Any]) -> Any:
     ``from_dlpack`` makes the outputs)."""
     foreign = None
     for v in values:
-        if v is None or type(v) is DeviceArray:
+        if v is None or type(v) is DeviceArray or type(v) in _NUMBERS:
             continue
         if memory.is_torch_tensor(v):
             return "torch"
@@ -136,7 +137,7 @@ class Prepared:
                  shape: Any, n_slots: int):
         self.name, self.steps, self.news = name, steps, news
         env: dict[str, Any] = {"MISS": _MISS, "shape": shape}
-        lines = [f"def run(handle, args, kwargs, ptrs):"]
+        lines = ["def run(handle, args, kwargs, ptrs):"]
         if n_slots:
             lines.append("    " + "".join(f"p{i}, " for i in range(n_slots)) + "= ptrs")
         for o, i, olo, ohi, ilo, ihi in overlaps:
@@ -175,9 +176,9 @@ def _array_part(v: Any, ptrs: list) -> Any:
         p = v.ptr
         ptrs.append(p)
         return (v.shape, v.strides, v.dtype, v.device_id, p & 15)
-    if v is None:
+    if v is None or t in _NUMBERS:  # an argument that may be an array or a number (a seed, a scale): by value
         ptrs.append(None)
-        return None
+        return None if v is None else (t, v)
     if memory.is_torch_tensor(v):
         p = v.data_ptr()
         ptrs.append(p)

@@ -186,3 +186,26 @@ def test_first_calls_from_8_threads_in_fresh_processes():
         if r.returncode:
             failures.append(r.stdout + r.stderr[-2000:])
     assert not failures, failures[0]
+
+
+@pytest.mark.parametrize("given", [True, False], ids=["given", "allocated"])
+def test_sdpa_forward_and_backward_repeat_equal_the_validated_calls(given):
+    shape = (1, 2, 128, 64)
+
+    def half():
+        return cudnn.to_device(data(shape, np.float16))
+    with cudnn.Handle() as h, cudnn.Handle() as ref_h:
+        for i in range(4):  # the first call makes the prepared calls; the others replay them on fresh data
+            q, k, v, do = half(), half(), half(), half()
+            out = dict(o=cudnn.empty(shape, np.float16), stats=cudnn.empty((1, 2, 128, 1), np.float32)) if given else {}
+            o, st = cudnn.sdpa(h, q, k, v, causal=True, return_stats=True, **out)
+            grads = cudnn.sdpa_backward(h, q, k, v, o, do, st, causal=True)
+            ref_h.clear_caches()
+            ro, rst = cudnn.sdpa(ref_h, q, k, v, causal=True, return_stats=True)
+            ref_h.clear_caches()
+            rg = cudnn.sdpa_backward(ref_h, q, k, v, ro, do, rst, causal=True)
+            for got, want in zip((o, st, *grads), (ro, rst, *rg)):
+                np.testing.assert_array_equal(got.to_numpy(), want.to_numpy())
+            if i == 0:
+                entries = len(h.cache[P.CACHE])
+        assert len(h.cache[P.CACHE]) == entries == 2

@@ -333,8 +333,9 @@ class Runner:
         validated call made that key), so that only the addresses are new."""
         wsp = self.workspace()
         self.execute(self.pack(ptrs if wsp is None else ptrs + (wsp,), ptrs, wsp))
-        if recording.state.rec is not None:  # a validated call being recorded for its prepared call
-            recording.add(self.replay, ptrs, tuple(range(len(ptrs))))
+        if recording.state.rec is not None:  # a validated call being recorded for its prepared call: the call's
+            n, k = self.n_inputs, len(self.consts)  # addresses, the runner's own constants kept as they are
+            recording.add(self.replay, ptrs, tuple(i for i in range(len(ptrs)) if not n <= i < n + k))
 
     def replay(self, *ptrs: int) -> None:
         """:meth:`run_pointers` with the addresses as arguments (what a prepared call's step calls)."""

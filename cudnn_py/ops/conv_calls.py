@@ -152,7 +152,7 @@ def _ready(handle: Handle, key, direction, conv, arrays, spec, deterministic, wo
     reloaded since), else a new one. A plan whose workspace the handle's cap no longer admits (the cap was
     lowered since) is made again under this cap; an explicit algorithm that needs more then raises
     :class:`WorkspaceLimitError`. (A raised cap keeps the plans made under the lower one; ``clear_caches()``
-    chooses again.) :func:`convolution_forward` inlines this."""
+    chooses again.)"""
     p = handle_cache(handle, PLANS).get(key)
     if p is None or (p.gen is not None and p.gen != _alg.algorithm_cache.generation):
         p = _plan(handle, key, direction, conv, arrays, spec, deterministic, workspace_limit, in_ptrs)
@@ -275,10 +275,8 @@ def _first_call(direction: str, handle: Handle, conv, a, b, out, shape, sigs, op
             recording.spoil("the graph path ran on an executor with no runner")
     if route == "legacy":
         run_legacy()
-        engine = "legacy"
     elif not auto:
         run_graph()
-        engine = "graph"
     else:
         from cudnn_py import engine_choice
         from cudnn_py.graph.errors import GraphNotSupportedError
@@ -292,8 +290,8 @@ def _first_call(direction: str, handle: Handle, conv, a, b, out, shape, sigs, op
         ekey = (where, "route", conv.key, *map(_sig, sigs), dims, algo if isinstance(algo, str) else None,
                 opts["beta"] != 0.0)
         mutated = () if out is None or opts["beta"] == 0.0 else (as_array(out, "output"),)
-        engine = engine_choice.run(handle, ekey, run_legacy, run_graph, mutated=mutated, static="graph",
-                                   refused=(*_REFUSALS, GraphNotSupportedError))
+        engine_choice.run(handle, ekey, run_legacy, run_graph, mutated=mutated, static="graph",
+                          refused=(*_REFUSALS, GraphNotSupportedError))
     return got["out"]
 
 
@@ -349,14 +347,7 @@ def _forward_legacy(handle, conv, xs, x_ptr, ws, w_ptr, ys, y_ptr, y, algo, alph
                     workspace_limit) -> DeviceArray | Out:
     """The legacy ``cudnnConvolutionForward`` call on signatures already read (its plan made once)."""
     key = ("forward", conv, xs, ws, ys, algo, deterministic, workspace_limit)
-    p = handle_cache(handle, PLANS).get(key)  # the hot path: _ready inlined
-    if p is None or (p.gen is not None and p.gen != _alg.algorithm_cache.generation):
-        p = _plan(handle, key, "forward", conv, (xs, ws, ys), algo, deterministic, workspace_limit, (x_ptr, w_ptr))
-    try:
-        ws_ptr = handle.workspace.get(p.ws, handle.stream) if p.ws else None
-    except WorkspaceLimitError:  # the cap no longer admits this plan's workspace: see _ready
-        p = _plan(handle, key, "forward", conv, (xs, ws, ys), algo, deterministic, workspace_limit, (x_ptr, w_ptr))
-        ws_ptr = handle.workspace.get(p.ws, handle.stream) if p.ws else None
+    p, _ = _ready(handle, key, "forward", conv, (xs, ws, ys), algo, deterministic, workspace_limit, (x_ptr, w_ptr))
     out: DeviceArray | Out
     if y is None:
         new = p.y(handle)

@@ -22,12 +22,10 @@ per-tensor descale/scale factors and amax outputs; of the options they take ``sc
 """
 from __future__ import annotations
 
-import numbers
 from typing import Any, Literal, NamedTuple, overload
 
 from cudnn_py._deprecation import renamed_kwargs, warn
 from cudnn_py.args import bool_arg
-from cudnn_py.caches import handle_cache
 from cudnn_py.errors import InvalidValueError
 from cudnn_py.graph.ops.sdpa import FP8_BACKWARD_SCALES, FP8_FORWARD_SCALES
 from cudnn_py.graph.ops.sdpa_options import SdpaOptions, fp8_only
@@ -36,7 +34,9 @@ from cudnn_py.graph.runner import Runner, cache_clear
 from cudnn_py.handle import handle_arg
 from cudnn_py.memory import DeviceArrayLike
 
-from .sdpa_args import CACHE, FAST, SdpaArgs, alibi_slopes, device_tensor, fast_call, fast_outputs, signatures
+from cudnn_py.prepared import CACHE as PREPARED, prepared
+
+from .sdpa_args import CACHE, SdpaArgs, alibi_slopes, device_tensor
 
 __all__ = ["Sdpa", "SdpaOptions", "sdpa", "sdpa_backward", "sdpa_fp8", "sdpa_fp8_backward", "sdpa_cache_clear",
            "alibi_slopes", "SdpaOutputs", "SdpaGrads", "SdpaGradsWithBias", "SdpaGradsWithSink",
@@ -84,9 +84,14 @@ class SdpaGradsWithBiasAndSink(NamedTuple):
     dsink: Any
 
 
+#: the array arguments of the forward (and, the first ten, of the backward), by name
+_SDPA_INPUTS = ("q", "k", "v", "bias", "seq_len_q", "seq_len_kv", "ragged_offset_q", "ragged_offset_k", "seed", "offset",
+                "page_table_k", "page_table_v", "sink")
+
+
 def sdpa_cache_clear(handle: Any) -> None:
-    """Forget the attention plans, executors and scratch buffers built for ``handle``."""
-    cache_clear(handle_arg(handle), CACHE, FAST)
+    """Forget the attention plans, executors and scratch buffers built for ``handle`` (and its prepared calls)."""
+    cache_clear(handle_arg(handle), CACHE, PREPARED)
 
 
 def _renamed(where: str, deprecated: dict, ragged_offset_k: Any) -> Any:
@@ -156,7 +161,8 @@ def sdpa(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayLike
 @overload  # noqa: E302
 def sdpa(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayLike, options: SdpaOptions | None = ...,
          *, return_stats: Literal[True], **kwargs: Any) -> SdpaOutputs: ...
-def sdpa(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayLike,  # noqa: E302
+@prepared(inputs=_SDPA_INPUTS, outputs=("o", "stats"), inplace=False)  # noqa: E302
+def sdpa(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayLike,
          options: SdpaOptions | None = None, *, bias: Any = None, seq_len_q: Any = None, seq_len_kv: Any = None,
          ragged_offset_q: Any = None, ragged_offset_k: Any = None, seed: Any = None, offset: Any = None,
          page_table_k: Any = None, page_table_v: Any = None, sink: Any = None, return_stats: bool = False,
@@ -202,23 +208,6 @@ def sdpa(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayLike
         warn("sdpa(): stats= without return_stats=True is deprecated (the return type follows return_stats): pass "
              "return_stats=True")
         return_stats = True
-    fkey = None
-    if type(seed) is not int and type(offset) is not int:  # an int seed/offset is copied to the device: validated
-        # fast_call, inlined here: the forward's repeat call is the hot path (a function call less)
-        try:
-            ins, in_ptrs = signatures((q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed,
-                                       offset, page_table_k, page_table_v, sink))
-            gs, g_ptrs = signatures((o, stats))
-            fkey = (("fwd", options, scale, causal, diagonal_alignment, left_bound, right_bound, alibi, dropout,
-                     return_stats, max_seq_len_q, max_seq_len_kv, implementation, autotune), ins, gs)
-            r = handle_cache(handle, FAST).get(fkey)
-        except (InvalidValueError, TypeError):  # not device memory (InvalidTypeError), or an unhashable option
-            fkey = r = None
-        if r is not None:
-            outs, out_ptrs = fast_outputs(handle, r, (o, stats), g_ptrs, ins[:3])
-            r.run_pointers(tuple(p for p in in_ptrs if p is not None) + r.const_ptrs + out_ptrs)
-            return SdpaOutputs(*outs) if return_stats else outs[0]
-
     keywords = dict(scale=scale, causal=causal, diagonal_alignment=diagonal_alignment, left_bound=left_bound,
                     right_bound=right_bound, alibi=alibi, dropout=dropout, max_seq_len_q=max_seq_len_q,
                     max_seq_len_kv=max_seq_len_kv, implementation=implementation)
@@ -229,8 +218,6 @@ def sdpa(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayLike
     if bool_arg(autotune, "autotune"):
         a.autotune()
     res = a.execute()
-    if fkey is not None:
-        handle_cache(handle, FAST)[fkey] = a.runner
     return res if return_stats else res.o
 
 
@@ -254,7 +241,9 @@ def sdpa_backward(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: Device
                   do: DeviceArrayLike, stats: DeviceArrayLike, options: SdpaOptions | None = ..., *,
                   return_dbias: Literal[True], return_dsink: Literal[True],
                   **kwargs: Any) -> SdpaGradsWithBiasAndSink: ...
-def sdpa_backward(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayLike,  # noqa: E302
+@prepared(inputs=("o", "do", "stats", *_SDPA_INPUTS[:10], "sink"), outputs=("dq", "dk", "dv", "dbias", "dsink"),
+          inplace=False)  # noqa: E302
+def sdpa_backward(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayLike,
                   o: DeviceArrayLike, do: DeviceArrayLike, stats: DeviceArrayLike, options: SdpaOptions | None = None,
                   *, bias: Any = None, return_dbias: bool = False, seq_len_q: Any = None, seq_len_kv: Any = None,
                   ragged_offset_q: Any = None, ragged_offset_k: Any = None, seed: Any = None, offset: Any = None,
@@ -292,16 +281,6 @@ def sdpa_backward(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: Device
         sink = None  # the statistics hold its share: only its gradient reads it
     outputs = {"dq": dq, "dk": dk, "dv": dv, **({"dbias": dbias} if return_dbias else {}),
                **({"dsink": dsink} if return_dsink else {})}
-    fkey = None
-    if type(seed) is not int and type(offset) is not int:
-        fkey, outs = fast_call(handle, ("bwd", options, scale, causal, diagonal_alignment, left_bound, right_bound,
-                                        alibi, dropout, return_dbias, return_dsink, max_seq_len_q, max_seq_len_kv,
-                                        implementation, autotune),
-                               (q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset,
-                                sink, o, do, stats), list(outputs.values()))
-        if outs is not None:
-            return _grads(outputs, outs)
-
     handle = handle_arg(handle)
     keywords = dict(scale=scale, causal=causal, diagonal_alignment=diagonal_alignment, left_bound=left_bound,
                     right_bound=right_bound, alibi=alibi, dropout=dropout, max_seq_len_q=max_seq_len_q,
@@ -314,7 +293,7 @@ def sdpa_backward(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: Device
     # the scratch tensors live in the plan's workspace
     r = args.runner("sdpa_backward", bool_arg(autotune, "autotune"), given, (0, 1, 2) if args.ragged else (),
                     dbias=return_dbias, dsink=return_dsink, name="sdpa_bwd")
-    return _grads(outputs, args.run(r, outputs, fkey))
+    return _grads(outputs, args.run(r, outputs))
 
 
 def _grads(outputs: dict, outs: list) -> Any:
@@ -346,23 +325,17 @@ class SdpaFp8Grads(NamedTuple):
 
 
 def _fp8_call(handle: Any, method: str, tensors: dict, scales: dict, outputs: dict, opts: SdpaOptions,
-              autotune: bool, fkey_options: tuple, **builder: Any) -> list:
+              autotune: bool, **builder: Any) -> list:
     """Run the FP8 attention graph of ``Graph.<method>`` on the call's ``tensors`` and ``scales``
     (numbers or device tensors) by builder keyword through the runner cache; returns the ``outputs`` (name -> the
-    caller's array or None) in order. ``fkey_options``: the raw option arguments (the fast key's part);
-    ``builder``: more keywords of the ``Graph`` method."""
-    fkey = None
-    if not any(isinstance(x, numbers.Real) for x in scales.values()):  # a number is copied: validated path
-        fkey, outs = fast_call(handle, (method, fkey_options), (*tensors.values(), *scales.values()),
-                               list(outputs.values()))
-        if outs is not None:
-            return outs
+    caller's array or None) in order. ``builder``: more keywords of the ``Graph`` method."""
     handle = handle_arg(handle)
     args = SdpaArgs(handle, opts=opts, scales=scales, **tensors)
     given = {n: None if x is None else device_tensor(x, n)[1] for n, x in outputs.items()}
-    return args.run(args.runner(method, autotune, given, **builder), outputs, fkey)
+    return args.run(args.runner(method, autotune, given, **builder), outputs)
 
 
+@prepared(inputs=("q", "k", "v", *FP8_FORWARD_SCALES), outputs=("o", "stats", "amax_s", "amax_o"), inplace=False)
 def sdpa_fp8(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayLike,
              options: SdpaOptions | None = None, *, descale_q: Any, descale_k: Any, descale_v: Any, descale_s: Any,
              scale_s: Any, scale_o: Any, return_stats: bool = False, o: Any = None, stats: Any = None,
@@ -394,12 +367,14 @@ def sdpa_fp8(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArray
 
     scales = dict(zip(FP8_FORWARD_SCALES, (descale_q, descale_k, descale_v, descale_s, scale_s, scale_o)))
     outs = _fp8_call(handle, "sdpa_fp8", {"q": q, "k": k, "v": v}, scales, given, opts, bool_arg(autotune, "autotune"),
-                     (options, scale, causal, autotune, return_stats), return_stats=return_stats)
+                     return_stats=return_stats)
     if not return_stats:
         outs.insert(1, None)
     return SdpaFp8Outputs(*outs)
 
 
+@prepared(inputs=("q", "k", "v", "o", "do", "stats", *FP8_BACKWARD_SCALES),
+          outputs=("dq", "dk", "dv", "amax_dq", "amax_dk", "amax_dv", "amax_dp"), inplace=False)
 def sdpa_fp8_backward(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayLike, o: DeviceArrayLike,
                       do: DeviceArrayLike, stats: DeviceArrayLike, options: SdpaOptions | None = None, *,
                       descale_q: Any, descale_k: Any, descale_v: Any, descale_o: Any, descale_do: Any,
@@ -429,4 +404,4 @@ def sdpa_fp8_backward(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: De
                                          descale_dp, scale_s, scale_dq, scale_dk, scale_dv, scale_dp)))
     tensors = {"q": q, "k": k, "v": v, "o": o, "do": do, "stats": stats}
     return SdpaFp8Grads(*_fp8_call(handle, "sdpa_fp8_backward", tensors, scales, given, opts,
-                                   bool_arg(autotune, "autotune"), (options, scale, causal, autotune)))
+                                   bool_arg(autotune, "autotune")))

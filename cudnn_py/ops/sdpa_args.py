@@ -12,18 +12,15 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from cudnn_py.caches import handle_cache
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.graph import Graph
 from cudnn_py.graph.ops.sdpa_options import SdpaOptions
 from cudnn_py.graph.runner import Runner, cached, handle_device, new_output, plan_graph
 from cudnn_py.memory import DeviceArray, Output, array_signature, as_array, c_strides, is_torch_tensor, to_device
 
-__all__ = ["CACHE", "FAST", "SdpaArgs", "alibi_slopes", "signatures", "device_tensor", "device_scalar", "thd",
-           "bind_output", "fast_outputs", "fast_call"]
+__all__ = ["CACHE", "SdpaArgs", "alibi_slopes", "device_tensor", "device_scalar", "thd", "bind_output"]
 
 CACHE = "ops.sdpa"        #: canonical configuration -> Runner
-FAST = "ops.sdpa.fast"    #: the raw arguments' key -> Runner (the entry points' fast path)
 
 
 def alibi_slopes(heads: int) -> np.ndarray:
@@ -35,34 +32,6 @@ def alibi_slopes(heads: int) -> np.ndarray:
     n = 1 << int(math.floor(math.log2(heads)))
     exps = list(range(1, n + 1)) + [0.5 * (i + 1) for i in range(0, 2 * (heads - n), 2)]
     return np.array([2.0 ** (-8.0 * e / n) for e in exps], np.float32)
-
-
-def signatures(xs: Sequence[Any]) -> tuple[tuple, tuple]:
-    """Tensor arguments ``xs`` read once each (:func:`~cudnn_py.memory.array_signature`): (their signatures, the
-    fast key's part; their data pointers), None for None.
-
-    :raises TypeError: an argument that is not device memory (the validated path says what is wrong with it).
-    """
-    sigs, ptrs = zip(*[(None, None) if x is None else array_signature(x) for x in xs])
-    return sigs, ptrs
-
-
-def fast_call(handle: Any, options: tuple, inputs: Sequence, outputs: Sequence) -> tuple[tuple | None, list | None]:
-    """The entry points' fast path: (the key of these raw arguments, the outputs where a validated call made a
-    runner for that key, which then ran on these arguments; else None). The key holds each tensor's signature and
-    the raw ``options``; it is None (validate) for an argument that is not device memory or an unhashable option."""
-    try:
-        ins, in_ptrs = signatures(inputs)
-        gs, g_ptrs = signatures(outputs)
-        fkey = (options, ins, gs)
-        r = handle_cache(handle, FAST).get(fkey)
-    except (InvalidValueError, TypeError):
-        return None, None
-    if r is None:
-        return fkey, None
-    outs, out_ptrs = fast_outputs(handle, r, outputs, g_ptrs, ins[:3])
-    r.run_pointers(tuple(p for p in in_ptrs if p is not None) + r.const_ptrs + out_ptrs)
-    return fkey, outs
 
 
 def device_tensor(obj: Any, name: str) -> tuple[Any, tuple]:
@@ -245,13 +214,11 @@ class SdpaArgs:
         key = (method, self.key, tuple(given.values()), tuple(builder.items()), autotune)
         return cached(handle, CACHE, key, make)
 
-    def run(self, r: Runner, outputs: dict, fkey: tuple | None = None) -> list:
+    def run(self, r: Runner, outputs: dict) -> list:
         """Execute ``r`` on these arrays and ``outputs`` (name -> the caller's array, or None for a new one;
-        :func:`bind_output`) and return the outputs; ``fkey``: the fast path's key to remember ``r`` under."""
+        :func:`bind_output`) and return the outputs."""
         bound = [bind_output(self.handle, x, n, spec, self.packed) for (n, x), spec in zip(outputs.items(), r.specs)]
         r.run([*self.arrays.values(), *(b for _, b in bound)])
-        if fkey is not None:
-            handle_cache(self.handle, FAST)[fkey] = r
         return [a for a, _ in bound]
 
 
@@ -283,16 +250,3 @@ def bind_output(handle: Any, given: Any, name: str, spec: tuple, shapes: Sequenc
     if tuple(meta[0]) != shape or meta[2] != dtype:
         raise InvalidValueError(f"{name} must have shape {shape} and dtype {dtype}, got {tuple(meta[0])} {meta[2]}")
     return given, given
-
-
-def fast_outputs(handle: Any, r: Runner, given: Sequence, ptrs: Sequence, sigs: Sequence) -> tuple[list, tuple]:
-    """The outputs of a fast call and their data pointers: the caller's (``given``, ``ptrs``), or new arrays (packed
-    ones as (T, H, D) arrays; ``sigs``: the signatures of q, k, v)."""
-    outs, out_ptrs = [], []
-    for x, p, spec in zip(given, ptrs, r.specs):  # a loop: the forward's hot path
-        if x is None:
-            x = _new(handle, spec, [s[0] for s in sigs])
-            p = x.ptr
-        outs.append(x)
-        out_ptrs.append(p)
-    return outs, tuple(out_ptrs)
