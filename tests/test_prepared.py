@@ -262,7 +262,8 @@ def test_threads_share_one_cache_safely():
 FAMILIES = ["activation_forward", "activation_backward", "softmax_forward", "softmax_backward", "pooling_forward",
             "pooling_backward", "add_tensor", "op_tensor", "scale_tensor", "transform_tensor", "lrn_forward",
             "lrn_backward", "convolution_forward", "convolution_backward_data", "convolution_backward_filter",
-            "convolution_backward_bias", "sdpa", "sdpa_backward", "sdpa_fp8", "sdpa_fp8_backward"]
+            "convolution_backward_bias", "sdpa", "sdpa_backward", "sdpa_fp8", "sdpa_fp8_backward",
+            "reduce_tensor"]
 
 
 @pytest.mark.parametrize("name", FAMILIES)

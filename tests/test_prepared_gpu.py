@@ -48,6 +48,8 @@ CASES = {
         h, CONV, *i, dw=o, w_shape=W, engine=e)),
     "convolution_backward_bias": ((DY,), (1, 4, 1, 1), lambda h, i, o, e: cudnn.convolution_backward_bias(
         h, *i, db=o)),
+    "reduce_tensor": (1, (2, 8, 1, 1), lambda h, i, o, e: cudnn.reduce_tensor(
+        h, "add", *i, c=o, axes=None if o is not None else (2, 3), engine=e)),
 }
 
 

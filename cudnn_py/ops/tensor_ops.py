@@ -47,6 +47,7 @@ from cudnn_py.ops._common import (
     tensor_desc,
 )
 from cudnn_py.prepared import prepared
+from cudnn_py.recording import WorkspaceArg
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 __all__ = [
@@ -463,6 +464,7 @@ def reduce_tensor(handle: Handle, op: str | int | ReduceTensor, a: DeviceArrayLi
 
 
 @overload
+@prepared(inputs=("a",), outputs=("c",), inplace=False)
 def reduce_tensor(handle: Handle, op: str | int | ReduceTensor, a: DeviceArrayLike, *moved: DeviceArrayLike,
                   c: Out | None = None, axes: int | Sequence[int] | None = None, indices: bool = False,
                   alpha: float = 1.0, beta: float = 0.0, compute_dtype: DTypeLike | int | None = None,
@@ -523,6 +525,7 @@ def reduce_tensor(handle: Handle, op: str | int | ReduceTensor, a: DeviceArrayLi
     capi.cudnnGetReductionWorkspaceSize(handle.ptr, rd, ad.ptr, cd.ptr, ctypes.byref(ws_size))
     idx = None
     if indices:
+        recording.spoil("the indices buffer is sized by cuDNN, larger than the index array returned")
         capi.cudnnGetReductionIndicesSize(handle.ptr, rd, ad.ptr, cd.ptr, ctypes.byref(idx_size))
         words = max(ca.size, -(-idx_size.value // 4))
         idx_buf = empty((words,), np.int32, stream=handle.stream, device=handle.device)
@@ -531,11 +534,10 @@ def reduce_tensor(handle: Handle, op: str | int | ReduceTensor, a: DeviceArrayLi
         idx_ptr, idx_bytes = idx_buf.ptr, words * 4
     else:
         idx_ptr, idx_bytes = None, 0
-    ws = handle.workspace.get(ws_size.value, handle.stream) if ws_size.value else None
     scalar_dtype = np.float64 if compute == capi.CUDNN_DATA_DOUBLE else np.float32
     al, be = scalars(scalar_dtype, alpha, beta)
-    capi.cudnnReduceTensor(handle.ptr, rd, idx_ptr, idx_bytes, ws, ws_size.value, al, ad.ptr, aa.ptr, be, cd.ptr,
-                           ca.ptr)
+    launch(handle, capi.cudnnReduceTensor, handle.ptr, reduction, idx_ptr, idx_bytes, WorkspaceArg(ws_size.value),
+           ws_size.value, al, ad, aa, be, cd, ca)
     if idx is not None:
         return ReduceResult(ca, idx)
     return ca if c is None else c
