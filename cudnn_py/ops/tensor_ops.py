@@ -464,13 +464,13 @@ def reduce_tensor(handle: Handle, op: str | int | ReduceTensor, a: DeviceArrayLi
 
 
 @overload
-@prepared(inputs=("a",), outputs=("c",), inplace=False)
 def reduce_tensor(handle: Handle, op: str | int | ReduceTensor, a: DeviceArrayLike, *moved: DeviceArrayLike,
                   c: Out | None = None, axes: int | Sequence[int] | None = None, indices: bool = False,
                   alpha: float = 1.0, beta: float = 0.0, compute_dtype: DTypeLike | int | None = None,
                   nan_propagation: bool = False, engine: str = "auto") -> DeviceArray | Out | ReduceResult: ...
 
 
+@prepared(inputs=("a",), outputs=("c",), inplace=False)
 def reduce_tensor(handle: Handle, op: str | int | ReduceTensor, a: DeviceArrayLike, *moved: DeviceArrayLike,
                   c: Out | None = None, axes: int | Sequence[int] | None = None, indices: bool = False,
                   alpha: float = 1.0, beta: float = 0.0, compute_dtype: DTypeLike | int | None = None,
