@@ -232,7 +232,7 @@ def _measure(handle, cache, key, legacy, graph, mutated, static: str,
 def _database():
     """The tuning database, or None where :mod:`cudnn_py.tuning` does not exist (choices stay in memory)."""
     try:
-        from cudnn_py.tuning import default_database
+        from cudnn_py.tuning_records import default_database
     except ImportError:
         return None
     return default_database()
@@ -241,7 +241,7 @@ def _database():
 def _with_db(fn: Callable, default=None):
     """``fn(database)``; without a database, or one that cannot be used (which warns), ``default``."""
     try:
-        from cudnn_py.tuning import TuningDatabaseError, TuningWarning
+        from cudnn_py.tuning_records import TuningDatabaseError, TuningWarning
     except ImportError:
         return default
     try:

@@ -133,7 +133,7 @@ class AlgorithmCache:
     def database(self):
         """The :class:`~cudnn_py.tuning.TuningDatabase` behind this cache (opened on first use)."""
         if self._db is None:
-            from cudnn_py.tuning import TuningDatabase
+            from cudnn_py.tuning_records import TuningDatabase
             src = self._source
             self._db = src if isinstance(src, TuningDatabase) else TuningDatabase() if src is None else src()
         return self._db
@@ -148,7 +148,7 @@ class AlgorithmCache:
 
     def _with_db(self, fn: Callable[[Any], Any], default: Any = None) -> Any:
         """``fn(database)``; a database that cannot be used warns and gives ``default`` (choices stay in memory)."""
-        from cudnn_py.tuning import TuningDatabaseError, TuningWarning
+        from cudnn_py.tuning_records import TuningDatabaseError, TuningWarning
         try:
             return fn(self.database())
         except TuningDatabaseError as e:
@@ -156,7 +156,7 @@ class AlgorithmCache:
             return default
 
     def _stored(self, key: tuple) -> AlgoPerf | None:
-        from cudnn_py.tuning import TuningWarning
+        from cudnn_py.tuning_records import TuningWarning
         if not isinstance(key, tuple) or not _json_value(key):
             return None
         value = self._with_db(lambda db: db.lookup(KIND, _key_text(key), device=_key_device(key)))
@@ -252,7 +252,7 @@ class AlgorithmCache:
         returns the number of entries read. Nothing is changed unless every entry is valid
         (:class:`CacheFileError` names the file, the entry and what is wrong); ``merge=False`` forgets every other
         choice first."""
-        from cudnn_py.tuning import Record
+        from cudnn_py.tuning_records import Record
         path = os.fspath(path)
         loaded = _read_cache_file(path)
         if not merge:
@@ -328,7 +328,7 @@ def _cudnn_version() -> int | None:
 
 
 def _default_database():
-    from cudnn_py.tuning import default_database
+    from cudnn_py.tuning_records import default_database
     return default_database()
 
 

@@ -117,3 +117,18 @@ def test_no_module_shadows_a_public_name():
                if p.suffix == ".py" or (p / "__init__.py").exists()}
     clashes = sorted(n for n in modules if n in lazy and lazy[n].lstrip(".") != n)
     assert not clashes, f"modules named like a public name of another module: {clashes}"
+
+
+def test_the_tuning_records_old_import_paths_are_the_same_modules():
+    """The records moved to cudnn_py.tuning_records (core); their old paths under cudnn_py.tuning (the runs, above the
+    operation families) give the same module objects, so a monkeypatch through either name reaches both."""
+    import importlib
+
+    import cudnn_py.tuning as tuning
+    import cudnn_py.tuning_records as records
+    for name in ("database", "fingerprint", "models"):
+        assert importlib.import_module(f"cudnn_py.tuning.{name}") is importlib.import_module(
+            f"cudnn_py.tuning_records.{name}")
+        assert getattr(tuning, name) is getattr(records, name)
+    assert tuning.TuningDatabase is records.database.TuningDatabase and tuning.default_database is \
+        records.default_database

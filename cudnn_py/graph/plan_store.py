@@ -24,8 +24,8 @@ import warnings
 from pathlib import Path
 
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
-from cudnn_py.tuning import database as _db
-from cudnn_py.tuning.fingerprint import Environment
+from cudnn_py.tuning_records import database as _db
+from cudnn_py.tuning_records.fingerprint import Environment
 
 __all__ = ["set_plan_cache_dir", "plan_cache_dir", "use_database", "database", "load", "save", "KIND"]
 

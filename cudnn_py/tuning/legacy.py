@@ -17,8 +17,9 @@ from dataclasses import asdict
 
 import numpy as np
 
+from cudnn_py.tuning_records.models import Conv, Problem
+
 from .compare import Progress
-from .models import Conv, Problem
 
 __all__ = ["measure_legacy", "config_count", "DIRECTION"]
 

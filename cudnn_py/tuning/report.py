@@ -19,8 +19,9 @@ import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
-from .database import TuningDatabase
-from .models import Problem
+from cudnn_py.tuning_records.database import TuningDatabase
+from cudnn_py.tuning_records.models import Problem
+
 from .sweep import KIND, valid_record
 
 __all__ = ["Filters", "LayerResult", "analyse", "totals", "format_table", "format_totals", "format_details",

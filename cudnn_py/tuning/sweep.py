@@ -1,6 +1,6 @@
 """Time the engine configurations of a model's operations and keep the results in the tuning database.
 
-For each :class:`~cudnn_py.tuning.models.Problem` (one layer's forward or backward pass at a batch size, dtype
+For each :class:`~cudnn_py.tuning_records.models.Problem` (one layer's forward or backward pass at a batch size, dtype
 and layout) a cuDNN graph is built, the engine configurations that heuristics modes A, B and FALLBACK offer are
 collected (each mode's order kept), and each is built into a plan and timed on the device (CUDA events around
 held samples, ``graph.time_plan``; median of ``repeats`` after ``warmup``) on random data, as a race
@@ -29,9 +29,10 @@ from typing import Any
 
 import numpy as np
 
+from cudnn_py.tuning_records.database import TuningDatabase
+from cudnn_py.tuning_records.models import Attention, Conv, Linear, Norm, Problem
+
 from .compare import Progress, np_dtype, race, sample
-from .database import TuningDatabase
-from .models import Attention, Conv, Linear, Norm, Problem
 
 __all__ = ["KIND", "MODES", "Settings", "Prepared", "build_graph", "prepare", "run_prepared", "measure", "stored",
            "sweep", "valid_record", "covers", "time_summary"]
@@ -321,7 +322,7 @@ def stored(problems: Sequence[Problem], db: TuningDatabase, *, device: int = 0, 
            remeasure: bool = False) -> tuple[dict[str, dict], list[Problem]]:
     """({key: record} of the problems whose stored record :func:`covers` ``settings``, the problems left to measure);
     a malformed record, or one made for another operation, is left to measure with a warning."""
-    from .database import TuningWarning
+    from cudnn_py.tuning_records.database import TuningWarning
     out, todo = {}, []
     for p in problems:
         rec = None if remeasure else db.lookup(KIND, p.key, device=device)

@@ -2,7 +2,7 @@
 
 A record is a JSON object stored under ``(kind, key, environment)``: ``kind`` says what was measured (legacy
 algorithm choices, serialised plans, autotune timings, ``engine="auto"``'s choices, model-sweep layers), ``key`` the
-operation's signature, and the :class:`~cudnn_py.tuning.fingerprint.Environment` (cuDNN version, GPU, compute
+operation's signature, and the :class:`~cudnn_py.tuning_records.fingerprint.Environment` (cuDNN version, GPU, compute
 capability, driver) what else changes the answer; a lookup sees only records of its own environment.
 
 The file is a real database (SQLite from the standard library, WAL journal): writers take a short immediate
@@ -147,7 +147,7 @@ class TuningDatabase:
 
     :param path: the file (created with its directory if missing), or None / ``":memory:"`` for one held in memory.
     :param environment: the fingerprint records are made and looked up under (default: the calling device's,
-        see :func:`~cudnn_py.tuning.fingerprint.environment`); fixing it serves tests and offline tools.
+        see :func:`~cudnn_py.tuning_records.fingerprint.environment`); fixing it serves tests and offline tools.
     :param timeout: seconds a write waits for another process's transaction before
         :class:`TuningDatabaseError`.
     :raises TuningDatabaseError: when the file is not a cudnn-py tuning database, is damaged or truncated, or was
