@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import functools
 import math
-import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Callable, Protocol, Union, cast
 
@@ -36,6 +35,9 @@ from cudnn_py.dlpack import KDL_CUDA, KDL_CUDA_MANAGED, capsule
 from cudnn_py.dtypes import SUPPORTED_DTYPES
 from cudnn_py.errors import CudnnPyError, InvalidTypeError, InvalidValueError, check_cuda as _check, cuda_error_from
 from cudnn_py.contexts import device_count, driver, on_device, primary_context
+import cudnn_py.foreign as _foreign  # its torch tables, read through the module (learn_torch replaces them)
+from cudnn_py.foreign import (Signature as Signature, check_cuda_array_interface, is_torch_tensor as is_torch_tensor,
+                              learn_torch)
 from cudnn_py.streams import StreamLike, as_stream, cuda_core, get_device
 from cudnn_py.strided import (MAX_BYTES, array_dtype, c_strides, check_extent, is_c_contiguous, non_overlapping,
                                normalize_shape)
@@ -537,51 +539,6 @@ def _host_error(obj, name: str) -> InvalidTypeError:
     )
 
 
-def _check_cai(obj, name: str) -> None:
-    """Refuse a malformed ``__cuda_array_interface__`` before cuda.core reads it (and asks the driver about its
-    pointer): a dict of ``shape``, a native ``typestr``, ``data`` (a non-NULL address unless empty, a flag), no
-    ``mask``, and ``strides`` None or non-negative, whole elements and not overlapping."""
-    try:
-        cai = obj.__cuda_array_interface__
-    except Exception as e:  # noqa: BLE001 - a producer's property may raise anything
-        raise InvalidTypeError(f"{name}: reading __cuda_array_interface__ failed: {e!r}") from e
-    if not isinstance(cai, dict):
-        raise InvalidTypeError(f"{name}.__cuda_array_interface__ must be a dict, got {type(cai).__name__}")
-    shape, typestr, data = cai.get("shape"), cai.get("typestr"), cai.get("data")
-    if not isinstance(shape, (tuple, list)) or not all(type(n) is int and n >= 0 for n in shape):
-        raise InvalidValueError(f"{name}: __cuda_array_interface__ shape must be a tuple of non-negative ints, got "
-                                f"{shape!r}")
-    try:
-        dtype = np.dtype(typestr) if isinstance(typestr, str) else None
-    except (TypeError, ValueError):
-        dtype = None
-    if dtype is None or dtype.itemsize == 0 or (dtype.itemsize > 1 and not dtype.isnative):
-        raise InvalidTypeError(f"{name}: __cuda_array_interface__ typestr {typestr!r} is not a native-endian array "
-                               f"type string (such as '<f4')")
-    if (not isinstance(data, tuple) or len(data) != 2 or type(data[0]) is not int or data[0] < 0
-            or not isinstance(data[1], bool)):
-        raise InvalidValueError(f"{name}: __cuda_array_interface__ data must be (address, read_only), got {data!r}")
-    if cai.get("mask") is not None:
-        raise InvalidValueError(f"{name}: masked arrays (__cuda_array_interface__ mask) are not supported")
-    strides = cai.get("strides")
-    if strides is None:
-        strides = c_strides(tuple(shape))
-    else:
-        item = dtype.itemsize
-        if (not isinstance(strides, (tuple, list)) or len(strides) != len(shape)
-                or not all(type(b) is int for b in strides)):
-            raise InvalidValueError(f"{name}: __cuda_array_interface__ strides must be None or one int per "
-                                    f"dimension of {tuple(shape)}, got {strides!r}")
-        if any(b < 0 or b % item for b in strides):
-            raise InvalidValueError(f"{name}: __cuda_array_interface__ strides {tuple(strides)} (bytes) must be "
-                                    f"non-negative multiples of the item size {item}")
-        strides = tuple(b // item for b in strides)
-        if not non_overlapping(shape, strides):
-            raise InvalidValueError(f"{name}: __cuda_array_interface__ strides {tuple(cai['strides'])} (bytes) make "
-                                    f"elements of shape {tuple(shape)} overlap")
-    check_extent(data[0], tuple(shape), tuple(strides), dtype, name)
-
-
 def _view(obj, name: str, stream) -> DeviceArray:
     """Wrap a DLPack / CUDA-array-interface object without copying."""
     if isinstance(obj, (np.ndarray, np.generic)):
@@ -601,7 +558,7 @@ def _view(obj, name: str, stream) -> DeviceArray:
                 raise _host_error(obj, name)
             has_dlpack = False
     if not has_dlpack:
-        _check_cai(obj, name)
+        check_cuda_array_interface(obj, name)
     sptr = -1 if stream is None else int(as_stream(stream).handle)
     StridedMemoryView = cuda_core().utils.StridedMemoryView
     try:
@@ -664,40 +621,6 @@ def as_array(obj: DeviceArrayLike, name: str = "x", *, dtype: npt.DTypeLike | No
 
 # --- array arguments on the hot path -------------------------------------------------------------------
 
-#: torch's tensor types and its dtype -> NumPy dtype table (:data:`~cudnn_py.dtypes.SUPPORTED_DTYPES` by name), filled
-#: once torch has been imported by the program (replaced, never mutated, so readers need no lock)
-_TORCH_TYPES: frozenset = frozenset()
-_TORCH_DTYPES: dict = {}
-
-
-def _learn_torch() -> bool:
-    """Fill the torch tables once torch is imported (cudnn_py never imports it); whether it is."""
-    global _TORCH_TYPES, _TORCH_DTYPES
-    torch = sys.modules.get("torch")
-    if torch is None or not hasattr(torch, "Tensor") or not hasattr(torch, "dtype"):
-        return False
-    table = {}
-    for d in SUPPORTED_DTYPES:
-        t = getattr(torch, d.name, None)
-        if isinstance(t, torch.dtype):
-            table[t] = d
-    _TORCH_DTYPES = table
-    parameter = getattr(getattr(torch, "nn", None), "Parameter", torch.Tensor)
-    _TORCH_TYPES = frozenset({torch.Tensor, parameter})  # after the dtypes: a reader that sees these sees both
-    return True
-
-
-def is_torch_tensor(obj) -> bool:
-    """Whether ``obj`` is a torch tensor: of the types :func:`array_signature` reads without DLPack (``torch.Tensor``,
-    ``torch.nn.Parameter``; subclasses are not); False while the program has not imported torch."""
-    t = type(obj)
-    return t in _TORCH_TYPES or (not _TORCH_TYPES and _learn_torch() and t in _TORCH_TYPES)
-
-
-#: what a cached call keys an array argument on: (shape, strides in elements, dtype, device ordinal)
-Signature = tuple[tuple[int, ...], tuple[int, ...], np.dtype, int]
-
-
 def array_signature(obj: DeviceArrayLike, name: str = "x") -> tuple[Signature, int]:
     """``((shape, strides, dtype, device_id), data pointer)`` of a device-array argument: what a cached call keys on.
 
@@ -708,8 +631,8 @@ def array_signature(obj: DeviceArrayLike, name: str = "x") -> tuple[Signature, i
     t = type(obj)
     if t is DeviceArray:
         return (obj.shape, obj.strides, obj.dtype, obj.device_id), obj.ptr  # type: ignore[union-attr]
-    if t in _TORCH_TYPES or (not _TORCH_TYPES and _learn_torch() and t in _TORCH_TYPES):
-        dt = _TORCH_DTYPES.get(obj.dtype)  # type: ignore[union-attr]
+    if t in _foreign.TORCH_TYPES or (not _foreign.TORCH_TYPES and learn_torch() and t in _foreign.TORCH_TYPES):
+        dt = _foreign.TORCH_DTYPES.get(obj.dtype)  # type: ignore[union-attr]
         if dt is not None and obj.is_cuda:  # type: ignore[union-attr]
             return (tuple(obj.shape), obj.stride(), dt, obj.get_device()), obj.data_ptr()  # type: ignore[union-attr]
     a = as_array(obj, name)

@@ -7,7 +7,7 @@ import threading
 
 import numpy as np
 
-from cudnn_py import memory
+from cudnn_py import foreign, memory
 from cudnn_py.memory import DeviceArray
 
 
@@ -161,8 +161,8 @@ class FakeTorchTensor:
 
 
 def fake_torch(monkeypatch):
-    """Install a stand-in torch module as if the program had imported torch (memory learns its tables from it
-    afresh): ``Tensor`` is :class:`FakeTorchTensor` (``nn.Parameter`` a subclass), dtypes as torch spells them
+    """Install a stand-in torch module as if the program had imported torch (cudnn_py.foreign learns its tables
+    from it afresh): ``Tensor`` is :class:`FakeTorchTensor` (``nn.Parameter`` a subclass), dtypes as torch spells them
     (``float32`` ... ``complex64``, which cuDNN has no type for). Returns the module."""
     import types
     torch = types.ModuleType("torch")
@@ -171,8 +171,8 @@ def fake_torch(monkeypatch):
     for name in ("float32", "float16", "bfloat16", "int8", "int32", "int64", "bool", "complex64"):
         setattr(torch, name, FakeTorchDtype(name))
     monkeypatch.setitem(sys.modules, "torch", torch)
-    monkeypatch.setattr(memory, "_TORCH_TYPES", frozenset())
-    monkeypatch.setattr(memory, "_TORCH_DTYPES", {})
+    monkeypatch.setattr(foreign, "TORCH_TYPES", frozenset())
+    monkeypatch.setattr(foreign, "TORCH_DTYPES", {})
     return torch
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import cudnn_py as cudnn
-from cudnn_py import contexts, dlpack, memory as M, streams
+from cudnn_py import contexts, dlpack, foreign, memory as M, streams
 from cudnn_py.memory import DeviceArray, as_array, output_array
 
 from conftest import gpu_missing_reason
@@ -342,9 +342,9 @@ def test_array_signature_reads_device_arrays_and_torch_tensors(monkeypatch):
     assert M.array_signature(t) == (((4, 5), (5, 1), np.dtype(np.float16), 0), 0x2000)
     p = torch.nn.Parameter((3,), torch.bool, 0x3000, (1,), device=2)
     assert M.array_signature(p) == (((3,), (1,), np.dtype(np.bool_), 2), 0x3000)
-    assert M._TORCH_DTYPES[torch.int8] == np.int8 and torch.complex64 not in M._TORCH_DTYPES
+    assert foreign.TORCH_DTYPES[torch.int8] == np.int8 and torch.complex64 not in foreign.TORCH_DTYPES
     if "bfloat16" in {d.name for d in M.SUPPORTED_DTYPES}:
-        assert M._TORCH_DTYPES[torch.bfloat16].name == "bfloat16"
+        assert foreign.TORCH_DTYPES[torch.bfloat16].name == "bfloat16"
     # a CPU tensor, or a dtype cuDNN has no type for, takes the general path, which says what is wrong
     with pytest.raises(TypeError, match="weights"):
         M.array_signature(torch.Tensor((4,), torch.float32, 0x4000, device=-1), "weights")
@@ -354,12 +354,12 @@ def test_array_signature_reads_device_arrays_and_torch_tensors(monkeypatch):
 
 def test_array_signature_without_torch(monkeypatch):
     monkeypatch.delitem(__import__("sys").modules, "torch", raising=False)
-    monkeypatch.setattr(M, "_TORCH_TYPES", frozenset())
+    monkeypatch.setattr(foreign, "TORCH_TYPES", frozenset())
     with pytest.raises(TypeError, match="w must be a DeviceArray or a GPU tensor"):
         M.array_signature(object(), "w")
     with pytest.raises(TypeError, match="to_device"):
         M.array_signature(np.ones(3, np.float32), "w")
-    assert M._TORCH_TYPES == frozenset()
+    assert foreign.TORCH_TYPES == frozenset()
 
 
 class _FakeDriver:
