@@ -230,7 +230,7 @@ def _measure(handle, cache, key, legacy, graph, mutated, static: str,
 # ---------------------------------------------------------------- the tuning database
 
 def _database():
-    """The tuning database, or None where :mod:`cudnn_py.tuning` does not exist (choices stay in memory)."""
+    """The tuning database, or None where :mod:`cudnn_py.tuning_records` does not exist (choices stay in memory)."""
     try:
         from cudnn_py.tuning_records import default_database
     except ImportError:

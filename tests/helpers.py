@@ -187,3 +187,50 @@ def fake_finalize(monkeypatch, record) -> None:
     monkeypatch.setattr(BackendDescriptor, "set", lambda self, attr, value, attr_type=None: self if attr in (
         "handle", "ops") else real_set(self, attr, value, attr_type))
     monkeypatch.setattr(Pointwise, "lower", lambda self, ctx: (record(self), real_lower(self, ctx))[1])
+
+
+# ---------------------------------------------------------------- prepared calls on the CPU (tests/test_prepared*.py)
+
+_addresses = __import__("itertools").count(0x7F00_0000_0000, 0x10_0000)
+
+
+def fake_array(shape=(2, 3), dtype=np.float32, strides=None, ptr=None, device=0) -> DeviceArray:
+    """A DeviceArray at a new made-up address (C-contiguous unless ``strides``): for calls whose C is stubbed."""
+    shape = tuple(shape)
+    if strides is None:
+        strides = tuple(int(np.prod(shape[i + 1:])) for i in range(len(shape)))
+    return DeviceArray.from_parts(next(_addresses) if ptr is None else ptr, shape, np.dtype(dtype), tuple(strides),
+                                  device, None, None)
+
+
+class FakeWorkspace:
+    """A handle's workspace at a made-up address (``ptr``: set it to see a grown workspace)."""
+    def __init__(self):
+        self.ptr = 0x5000_0000
+
+    def get(self, nbytes, stream=None):
+        return self.ptr if nbytes else 0
+
+
+def fake_cudnn_handle():
+    """A real :class:`cudnn_py.Handle` object never created in cuDNN (its C calls must be stubbed)."""
+    from cudnn_py.capi import cudnnHandle_t
+    from cudnn_py.handle import Handle
+    h = Handle.__new__(Handle)
+    h._ptr = cudnnHandle_t(1)
+    h.cache = {}
+    h.workspace = FakeWorkspace()
+    h._stream = None
+    h._stream_ptr = 0
+    h.device = 0
+    return h
+
+
+class FakeCFunction:
+    """Stands in for a capi function: records its calls (as ``fn`` and as ``fn.raw``)."""
+    def __init__(self):
+        self.calls: list = []
+        self.raw = self
+
+    def __call__(self, *args):
+        self.calls.append(args)

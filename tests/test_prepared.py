@@ -2,7 +2,6 @@
 created in cuDNN, arrays at made-up addresses. What a repeat call runs, when it is made again, what it refuses."""
 from __future__ import annotations
 
-import itertools
 import threading
 from typing import NamedTuple
 
@@ -12,48 +11,11 @@ import pytest
 from cudnn_py import engine_choice, prepared as P, recording
 from cudnn_py.capi import cudnnHandle_t
 from cudnn_py.errors import InvalidValueError
-from cudnn_py.handle import Handle
 from cudnn_py.memory import DeviceArray
 from cudnn_py.ops import _common
+from helpers import FakeCFunction, FakeWorkspace, fake_array, fake_cudnn_handle
 
-_addresses = itertools.count(0x7F00_0000_0000, 0x10_0000)
-
-
-def arr(shape=(2, 3), dtype=np.float32, strides=None, ptr=None, device=0):
-    shape = tuple(shape)
-    if strides is None:
-        strides = tuple(int(np.prod(shape[i + 1:])) for i in range(len(shape)))
-    return DeviceArray.from_parts(next(_addresses) if ptr is None else ptr, shape, np.dtype(dtype), tuple(strides),
-                                  device, None, None)
-
-
-class FakeWorkspace:
-    def __init__(self):
-        self.ptr = 0x5000_0000
-
-    def get(self, nbytes, stream=None):
-        return self.ptr
-
-
-def fake_handle() -> Handle:
-    h = Handle.__new__(Handle)
-    h._ptr = cudnnHandle_t(1)
-    h.cache = {}
-    h.workspace = FakeWorkspace()
-    h._stream = None
-    h._stream_ptr = 0
-    h.device = 0
-    return h
-
-
-class CFn:
-    """Stands in for a capi function: records its calls (as ``fn`` and as ``fn.raw``)."""
-    def __init__(self):
-        self.calls = []
-        self.raw = self
-
-    def __call__(self, *args):
-        self.calls.append(args)
+arr, CFn, fake_handle = fake_array, FakeCFunction, fake_cudnn_handle
 
 
 @pytest.fixture(autouse=True)
@@ -112,7 +74,7 @@ def test_anything_but_the_addresses_changing_builds_again(change):
         "strides": lambda: op(h, arr((2, 4), strides=(1, 2)), y=arr((2, 4))),
         "dtype": lambda: op(h, arr((2, 4), np.float16), y=arr((2, 4), np.float16)),
         "device": lambda: op(h, arr((2, 4), device=1), y=arr((2, 4), device=1)),
-        "alignment": lambda: op(h, arr((2, 4), ptr=next(_addresses) + 4), y=arr((2, 4))),
+        "alignment": lambda: op(h, arr((2, 4), ptr=fake_array().ptr + 4), y=arr((2, 4))),
         "option": lambda: op(h, arr((2, 4)), y=arr((2, 4)), alpha=3.0),
         "option type": lambda: op(h, arr((2, 4)), y=arr((2, 4)), alpha=1),
         "given output": lambda: op(h, arr((2, 4))),

@@ -4,21 +4,17 @@ addresses, a repeat call replays with the new addresses (running statistics in p
 bookkeeping is repeated and read again per reserve, and a closed descriptor the caller owns is refused on a replay."""
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pytest
 
 import cudnn_py
 from cudnn_py import capi, prepared as P
-from cudnn_py.capi import cudnnHandle_t
 from cudnn_py.descriptors import Descriptor
 from cudnn_py.errors import ClosedError
-from cudnn_py.handle import Handle
-from cudnn_py.memory import DeviceArray
 from cudnn_py.ops import dropout as D
 from cudnn_py.ops._common import tensor_desc
 from cudnn_py.ops.batchnorm import BatchNormTraining
+from helpers import FakeCFunction, fake_array, fake_cudnn_handle
 
 FUNCTIONS = {  # name -> (inputs, outputs) the wrapper keys as arrays
     "batchnorm_forward_training": ({"x", "scale", "bias"},
@@ -55,14 +51,8 @@ def test_public_functions_are_prepared_calls(name):
 
 # ---------------------------------------------------------------- a fake handle, stubbed C calls
 
-_addresses = itertools.count(0x7F00_0000_0000, 0x10_0000)
-
-
 def arr(shape, dtype=np.float32, strides=None):
-    shape = tuple(shape)
-    if strides is None:
-        strides = tuple(int(np.prod(shape[i + 1:])) for i in range(len(shape)))
-    return DeviceArray.from_parts(next(_addresses), shape, np.dtype(dtype), tuple(strides), 0, None, None)
+    return fake_array(shape, dtype, strides)
 
 
 def nhwc(shape):
@@ -70,30 +60,7 @@ def nhwc(shape):
     return arr(shape, strides=(h * w * c, 1, w * c, c))
 
 
-class FakeWorkspace:
-    def get(self, nbytes, stream=None):
-        return 0x5000_0000 if nbytes else 0
-
-
-def fake_handle() -> Handle:
-    h = Handle.__new__(Handle)
-    h._ptr = cudnnHandle_t(1)
-    h.cache = {}
-    h.workspace = FakeWorkspace()
-    h._stream = None
-    h._stream_ptr = 0
-    h.device = 0
-    return h
-
-
-class CFn:
-    """Stands in for a capi function: records its calls (as ``fn`` and as ``fn.raw``)."""
-    def __init__(self):
-        self.calls = []
-        self.raw = self
-
-    def __call__(self, *args):
-        self.calls.append(args)
+fake_handle, CFn = fake_cudnn_handle, FakeCFunction
 
 
 @pytest.fixture
