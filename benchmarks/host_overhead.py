@@ -192,7 +192,7 @@ def main(argv=None) -> None:
             fns["torch op"] = lambda torch_op=torch_op, t=kinds["torch"]: torch_op(t)
         us = per_call(fns, args.calls, args.rounds, sync)
         steps = [p for p in h.cache.get(prep.CACHE, {}).values() if p.name == name.split()[0]]
-        route = ("own" if not hasattr(getattr(cudnn, name.split()[0]), "__prepared__") else "-") if not steps else ("graph" if any(hasattr(getattr(s.call, "__self__", None), "plan_ptr")
+        route = ("own" if not hasattr(getattr(cudnn, name.split()[0]), "__prepared__") else "-") if not steps else ("graph" if any(hasattr(getattr(s[0], "__self__", None), "plan_ptr")
                                                      for s in steps[-1].steps) else "legacy")
         b = us.get("bare")
         giv = max((v for k, v in us.items() if k.endswith("given")), default=None)

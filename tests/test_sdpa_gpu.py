@@ -7,7 +7,7 @@ import pytest
 
 import cudnn_py.graph as G
 from cudnn_py.caches import handle_cache
-from cudnn_py.memory import DeviceArray, empty, to_device
+from cudnn_py.memory import DeviceArray, as_array, empty, to_device
 from cudnn_py.ops import sdpa as S
 from reference import sdpa as R
 
@@ -741,5 +741,7 @@ def test_pythonic_fp8_takes_torch_tensors(handle, rng):
                   for n in ("q8", "k8", "v8"))
     got = S.sdpa_fp8(handle, tq, tk, tv, causal=True, **scales)
     torch.cuda.synchronize()
-    assert np.array_equal(got.o.to_numpy().view(np.uint8), want.o.to_numpy().view(np.uint8))
-    _fp8_close(got.o.to_numpy().astype(np.float64) / r["scale_o"], r["ro"], FP8_TOL["e4m3"], "torch FP8 O")
+    assert isinstance(got.o, torch.Tensor) and got.o.dtype == torch.float8_e4m3fn  # torch in, torch out
+    o = as_array(got.o).to_numpy()
+    assert np.array_equal(o.view(np.uint8), want.o.to_numpy().view(np.uint8))
+    _fp8_close(o.astype(np.float64) / r["scale_o"], r["ro"], FP8_TOL["e4m3"], "torch FP8 O")
