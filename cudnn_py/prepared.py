@@ -82,7 +82,13 @@ def to_package(a: Any, pkg: Any) -> Any:
         return a
     if pkg == "torch":
         import torch
-        return torch.from_dlpack(a)
+        dt = getattr(torch, a.dtype.name)
+        try:
+            return torch.from_dlpack(a)
+        except (KeyError, RuntimeError, BufferError):  # a dtype torch's DLPack import lacks (the float8 types):
+            same = np.dtype(f"i{a.dtype.itemsize}")  # its bytes as ints of the same width, viewed as the dtype
+            ints = DeviceArray.from_parts(a.ptr, a.shape, same, a.strides, a.device_id, a, a.stream)
+            return torch.from_dlpack(ints).view(dt)
     convert = getattr(pkg, "from_dlpack", None)
     return a if convert is None else convert(a)
 

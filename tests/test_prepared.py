@@ -233,3 +233,32 @@ def test_public_operation_functions_are_prepared_calls(name):
     """The function form is the prepared call's wrapper: a repeat call cannot bypass it."""
     import cudnn_py
     assert isinstance(getattr(getattr(cudnn_py, name), "__prepared__", None), P._Spec)
+
+
+def test_first_call_outputs_reach_torch_through_dlpack_or_an_int_view(monkeypatch):
+    """The configuration's first call hands its new DeviceArray to torch through DLPack; a dtype torch's DLPack
+    import lacks (the float8 types) goes as same-width ints viewed as the dtype."""
+    import sys
+    import types
+    got = []
+
+    class T:
+        def __init__(self, a):
+            self.a = a
+
+        def view(self, dt):
+            got.append(("view", self.a.dtype, dt))
+            return self
+
+    def from_dlpack(a):
+        if a.dtype.kind not in "iu":
+            raise KeyError(a.dtype)
+        return T(a)
+    fake = types.SimpleNamespace(from_dlpack=from_dlpack, float8_e4m3fn="f8", int8="i8")
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    import ml_dtypes
+    a = DeviceArray.from_parts(0x7000_0000, (2, 3), np.dtype(ml_dtypes.float8_e4m3fn), (3, 1), 0, None, object())
+    t = P.to_package(a, "torch")
+    assert t.a.ptr == a.ptr and t.a.dtype == np.int8 and t.a.shape == a.shape and got == [("view", np.int8, "f8")]
+    b = arr((2, 3), np.int8)
+    assert P.to_package(b, "torch").a is b and len(got) == 1

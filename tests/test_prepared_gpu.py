@@ -183,10 +183,10 @@ def test_first_calls_from_8_threads_in_fresh_processes():
                 h.synchronize()
             except BaseException as e:
                 barrier.abort()
-                errors.append(f"{i}: {type(e).__name__}: {e}\n{traceback.format_exc()}")
+                errors.append(f"{i}: {type(e).__name__}: {e} {traceback.format_exc()}")
         ts = [threading.Thread(target=work, args=(i,)) for i in range(8)]
         [t.start() for t in ts]; [t.join() for t in ts]
-        print("\n".join(errors)); sys.exit(1 if errors else 0)
+        print(" | ".join(errors)); sys.exit(1 if errors else 0)
     """)
     failures = []
     for _ in range(int(os.environ.get("CUDNN_PY_THREAD_PROCESSES", "8"))):
