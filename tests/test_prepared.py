@@ -262,3 +262,22 @@ def test_first_call_outputs_reach_torch_through_dlpack_or_an_int_view(monkeypatc
     assert t.a.ptr == a.ptr and t.a.dtype == np.int8 and t.a.shape == a.shape and got == [("view", np.int8, "f8")]
     b = arr((2, 3), np.int8)
     assert P.to_package(b, "torch").a is b and len(got) == 1
+
+
+def test_a_returned_view_of_a_given_output_is_the_callers_object():
+    """A function that returns its checked DeviceArray of a given output (a torch tensor's, say) returns the caller's
+    own object, and its repeat calls are prepared (they were validated every time: 180-445 us a call for batch norm
+    and dropout with torch outputs, H200)."""
+    fn, body = CFn(), []
+
+    @P.prepared(inputs=("x",), outputs=("y",), inplace=False)
+    def viewing(handle, x, *, y):
+        body.append(1)
+        ya = DeviceArray.from_parts(y.ptr, y.shape, y.dtype, y.strides, 0, None, None)  # a new object, same view
+        _common.launch(handle, fn, x, ya)
+        return ya
+    h = fake_handle()
+    for _ in range(3):
+        y = arr()
+        assert viewing(h, arr(), y=y) is y
+    assert len(body) == 1 and len(fn.calls) == 3
