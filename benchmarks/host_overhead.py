@@ -89,7 +89,8 @@ def _rows(h):
         "lrn_forward": (lambda a, o: cudnn.lrn_forward(h, lrn, a.x, y=o), lambda a: a.like(a.x),
                         lambda t: F.local_response_norm(t.x, 5)),
         "lrn_backward": (lambda a, o: cudnn.lrn_backward(h, lrn, a.x, a.y, a.dy, dx=o), lambda a: a.like(a.x), None),
-        "reduce_tensor sum": (lambda a, o: cudnn.reduce_tensor(h, "add", a.x, c=o, axes=(2, 3)),
+        "reduce_tensor sum": (lambda a, o: cudnn.reduce_tensor(h, "add", a.x, c=o,
+                                                               axes=(2, 3) if o is None else None),
                               lambda a: a.like(a.bias), lambda t: torch.sum(t.x, (2, 3), keepdim=True)),
         "batchnorm_forward_inference": (
             lambda a, o: cudnn.batchnorm_forward_inference(h, a.x, a.scale, a.shift, a.mean, a.var, y=o),
