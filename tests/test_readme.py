@@ -24,7 +24,8 @@ README = (ROOT / "README.md").read_text()
 #: (language, code, line of the opening fence)
 BLOCKS = [(m.group(1), m.group(2), README.count("\n", 0, m.start()) + 1)
           for m in re.finditer(r"^```(\w*)\n(.*?)^```$", README, re.M | re.S)]
-INSTALL = re.compile(r"^python3 -m venv \.venv && \. \.venv/bin/activate && pip install -e \"\.\[([\w,]+)\]\" && ")
+INSTALL = re.compile(r"^python3 -m venv \.venv && \. \.venv/bin/activate && pip install -e \"\.\[([\w,]+)\]\""
+                     r" --config-settings editable_mode=compat && ")
 
 
 def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
