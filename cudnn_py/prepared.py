@@ -315,11 +315,11 @@ def _make(spec: _Spec, rec: recording.Recording, result: Any, slots: list, ptrs:
     overlaps = []
     arrays = [(n, v) for n, _, v in slots]
     for oi, (on, o) in enumerate(arrays):
-        if on not in spec.outputs or o is None:
+        if on not in spec.outputs or not _readable(o):
             continue
         po, olo, ohi, *_ = _extent(o)
         for ii, (iname, i) in enumerate(arrays):
-            if iname in spec.outputs or i is None:
+            if iname in spec.outputs or not _readable(i):  # None, or a number where an array may be (a seed)
                 continue
             pi, ilo, ihi, *_ = _extent(i)
             if po != pi:  # exact in-place pairs stay so: the key holds which arrays share an address

@@ -281,3 +281,21 @@ def test_a_returned_view_of_a_given_output_is_the_callers_object():
         y = arr()
         assert viewing(h, arr(), y=y) is y
     assert len(body) == 1 and len(fn.calls) == 3
+
+
+def test_a_number_where_an_array_may_be_is_keyed_by_value():
+    """An argument that may be an array or a number (sdpa's seed, the FP8 scales) is keyed by its value and type:
+    another number builds again, and the number never takes part in the overlap checks."""
+    fn, body = CFn(), []
+
+    @P.prepared(inputs=("x", "seed"), outputs=("y",))
+    def seeded(handle, x, *, seed, y):
+        body.append(seed)
+        _common.launch(handle, fn, x, y)
+        return y
+    h = fake_handle()
+    seeded(h, arr(), seed=7, y=arr())
+    seeded(h, arr(), seed=7, y=arr())
+    seeded(h, arr(), seed=8, y=arr())
+    seeded(h, arr(), seed=True, y=arr())
+    assert body == [7, 8, True] and len(fn.calls) == 4
