@@ -15,9 +15,9 @@ of different lengths ("THD", as flash-attention's varlen functions take them) ar
 per-batch element offsets (``ragged_offset_q``/``ragged_offset_k``) and lengths (``seq_len_q``/``seq_len_kv``).
 
 The first call of a configuration (shapes, strides, dtypes, options) builds its graph and plan on the handle; a
-repeated call costs one dict lookup keyed by the arguments' shapes, strides and dtypes and the options, one keyed
-by their data pointers (the runner's variant pack: a new set of addresses is validated once), and one
-``cudnnBackendExecute``. :func:`sdpa_fp8` / :func:`sdpa_fp8_backward` are the FP8 forms (Hopper and newer), with
+repeated call is its prepared call (:mod:`cudnn_py.prepared`): one dict lookup keyed by the arguments' shapes,
+strides, dtypes and the options, the runner's variant pack of their addresses (a new set of addresses gets one),
+and one ``cudnnBackendExecute``. :func:`sdpa_fp8` / :func:`sdpa_fp8_backward` are the FP8 forms (Hopper and newer), with
 per-tensor descale/scale factors and amax outputs; of the options they take ``scale`` and ``causal``.
 """
 from __future__ import annotations
@@ -352,7 +352,7 @@ def sdpa_fp8(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArray
         (float8_e4m3fn or float8_e5m2: ml_dtypes on DeviceArrays, or torch's), head dims multiples of 16 up to
         256 and packed; Hq a multiple of Hk and Hv.
     :param descale_q, descale_k, descale_v, descale_s, scale_s, scale_o: each a one-element float32 device tensor
-        or a number > 0 (copied to the device on each call: pass device tensors for the fast path).
+        or a number > 0 (copied to the device on each call: pass device tensors for a prepared call).
     :param options: an :class:`SdpaOptions` of ``scale`` (multiplies q k^T; default 1/sqrt(D)) and ``causal``
         (top-left causal mask, the only mask FP8 attention takes here), or those two as keywords.
     :param return_stats: also return the (B, Hq, Sq, 1) float32 statistics :func:`sdpa_fp8_backward` needs.
