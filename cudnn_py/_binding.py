@@ -1,6 +1,10 @@
 """Lazy ctypes binding for the generated C layer: symbols resolve on first call, arguments are checked before C
 sees them, statuses become exceptions.
 
+(One module over 700 lines on purpose: it is the one runtime every generated function binds through - the
+argument rules below, their converters and the ownership guards of the destroy functions - and the rules read as
+one table; split, each part would import the others.)
+
 What a parameter takes, through a call of ``cudnn_py.capi.cudnnX(...)``:
 
 - a cuDNN handle type (``cudnnHandle_t``, ``cudnnTensorDescriptor_t``, ...): an instance of that type, ``None``
