@@ -184,6 +184,7 @@ def _snapshot(handle, arrays: Sequence) -> Callable[[], None]:
 def _measure(handle, cache, key, legacy, graph, mutated, static: str,
              graph_refusals: tuple[type[BaseException], ...]) -> str:
     refused: tuple[type[BaseException], ...] = (*graph_refusals, CudnnPyError)
+    before = recording.mark()
     try:
         restore = _snapshot(handle, mutated)
     except CudnnPyError as e:  # no room for the copies (or no device): no measurement this time
@@ -216,7 +217,7 @@ def _measure(handle, cache, key, legacy, graph, mutated, static: str,
         raise errors["legacy"] or errors["graph"]  # type: ignore[misc]
     winner = min(live, key=lambda n: best[n])
     restore()
-    recording.restart()  # what a prepared call repeats is the winner's run alone
+    recording.rewind(before)  # what a prepared call repeats is the winner's run alone
     engines[winner]()
     got = Choice(winner, live.get("legacy"), live.get("graph"), "measured")
     cache[key] = got

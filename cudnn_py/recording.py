@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, NamedTuple
 
-__all__ = ["Step", "Recording", "Address", "WorkspaceArg", "state", "active", "recording", "restart", "add", "spoil"]
+__all__ = ["Step", "Recording", "Address", "WorkspaceArg", "state", "recording", "mark", "rewind", "add", "spoil"]
 
 
 class Address(NamedTuple):
@@ -54,32 +54,30 @@ class _Local(threading.local):
 state = _Local()
 
 
-
-def active() -> Recording | None:
-    """This thread's recording, or None."""
-    return state.rec
-
-
 @contextmanager
 def recording() -> Iterator[Recording]:
-    """Record this thread's steps inside the block (recordings do not nest: an inner block records into the outer)."""
-    outer = state.rec
-    if outer is not None:
-        yield outer
-        return
-    rec = state.rec = Recording()
+    """Record this thread's steps inside the block."""
+    outer, rec = state.rec, Recording()
+    state.rec = rec
     try:
         yield rec
     finally:
-        state.rec = None
+        state.rec = outer
 
 
-def restart() -> None:
-    """Forget what was recorded (the call is about to run for real after measuring its engines)."""
+def mark() -> tuple[int, str | None] | None:
+    """Where this thread's recording stands (None when not recording), for :func:`rewind`."""
     rec = state.rec
-    if rec is not None:
-        rec.steps.clear()
-        rec.spoiled = None
+    return None if rec is None else (len(rec.steps), rec.spoiled)
+
+
+def rewind(to: tuple[int, str | None] | None) -> None:
+    """Forget what was recorded since :func:`mark` answered ``to``: the engines' measured runs, before the winner
+    runs for real (a reason to spoil found before them stays)."""
+    rec = state.rec
+    if rec is not None and to is not None:
+        del rec.steps[to[0]:]
+        rec.spoiled = to[1]
 
 
 def add(call: Callable[..., Any], args: tuple, pointers: tuple[int, ...], keep: tuple = ()) -> None:

@@ -299,3 +299,21 @@ def test_a_number_where_an_array_may_be_is_keyed_by_value():
     seeded(h, arr(), seed=8, y=arr())
     seeded(h, arr(), seed=True, y=arr())
     assert body == [7, 8, True] and len(fn.calls) == 4
+
+
+def test_a_reason_to_spoil_found_before_measuring_the_engines_stays(monkeypatch):
+    """Measuring the engines forgets the measured runs, not a reason found before them (a warning that must repeat)."""
+    fn = CFn()
+    h = fake_handle()
+    monkeypatch.setattr(engine_choice, "_clock", lambda handle, f: (f(), 1.0))
+    monkeypatch.setattr(engine_choice, "_store", lambda *a: None)
+    monkeypatch.setattr(engine_choice, "_stored", lambda *a: None)
+
+    @P.prepared(inputs=("x",), outputs=("y",))
+    def warns(handle, x, *, y=None):
+        recording.spoil("warns on every call")
+        engine_choice.run(handle, ("warns",), lambda: _common.launch(handle, fn, 1, x, y),
+                          lambda: _common.launch(handle, fn, 2, x, y))
+        return y
+    warns(h, arr(), y=arr())
+    assert P.CACHE not in h.cache_info()
