@@ -177,6 +177,17 @@ def launch(handle, fn, *args) -> None:
                       keep=tuple(a for a in args if isinstance(a, (Descriptor, Settings))))
 
 
+def replay_checks_open(d: Descriptor) -> None:
+    """Record a step that raises :class:`~cudnn_py.errors.ClosedError` once ``d`` (a descriptor the caller owns and
+    may close: a Dropout, its own SpatialTransformer) is closed, as the validated path raises, before a prepared call
+    could pass its destroyed C descriptor to cuDNN."""
+    recording.add(_check_open, (d,), ())
+
+
+def _check_open(d: Descriptor) -> None:
+    d.ptr  # noqa: B018 - raises once closed
+
+
 def byte_buffer(obj, name: str, handle, nbytes: int, hint: str) -> DeviceArray:
     """A contiguous device buffer (reserve, RNG states) of at least ``nbytes`` bytes; ``hint``: where to get one."""
     b = check_array(obj, name, handle, contiguous=True)

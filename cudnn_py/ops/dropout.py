@@ -42,7 +42,8 @@ from cudnn_py.descriptors import Descriptor
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray, DeviceArrayLike, empty
-from cudnn_py.ops._common import byte_buffer, check_array, empty_like, launch, moved_outputs, output, tensor_desc
+from cudnn_py.ops._common import (byte_buffer, check_array, empty_like, launch, moved_outputs, output,
+                                  replay_checks_open, tensor_desc)
 from cudnn_py.prepared import prepared
 
 __all__ = ["Dropout", "DropoutOutputs", "dropout_states_size", "dropout_reserve_size", "dropout_forward",
@@ -198,12 +199,6 @@ def _desc_in(a: DeviceArray | _Layout, order: Sequence[int]):
     return tensor_desc(shape, a.dtype, None if _packed_in(a, order) else tuple(a.strides[i] for i in order))
 
 
-def _open(d: Descriptor) -> None:
-    """A prepared call's first step: :class:`~cudnn_py.errors.ClosedError` once the Dropout is closed (as the
-    validated path raises), before its destroyed C descriptor could reach cuDNN."""
-    d.ptr  # noqa: B018
-
-
 class _Layout(NamedTuple):
     """What the backward's descriptors depend on of an array: its shape, element strides and dtype."""
     shape: tuple[int, ...]
@@ -258,7 +253,7 @@ def dropout_forward(handle: Handle, dropout: Dropout, x: DeviceArrayLike, *moved
           else byte_buffer(reserve, "reserve", handle, need.value, _RESERVE_HINT))
     # a prepared call (keyed on this Dropout object itself: Descriptors hash by identity, so its RNG states are the
     # ones the recorded C descriptor advances) repeats the open check, the C call and the order bookkeeping
-    recording.add(_open, (dropout,), ())
+    replay_checks_open(dropout)
     launch(handle, capi.cudnnDropoutForward, handle.ptr, dropout, xd, xa, yd, ya, ra, ra.nbytes)
     _note_order(ra.device_id, ra.ptr, xa.shape, order)
     recording.add(_note_order, (ra.device_id, ra.ptr, xa.shape, order), (1,))
@@ -285,7 +280,7 @@ def dropout_backward(handle: Handle, dropout: Dropout, dy: DeviceArrayLike, rese
     args = (handle.ptr, dp, _Layout(dya.shape, dya.strides, dya.dtype), _Layout(dxa.shape, dxa.strides, dxa.dtype),
             ra.device_id, dya.ptr, dxa.ptr, ra.ptr, ra.nbytes)
     _backward_c(*args)
-    recording.add(_open, (dropout,), ())
+    replay_checks_open(dropout)
     recording.add(_backward_c, args, (5, 6, 7), keep=(dropout,))
     return dxa
 

@@ -38,8 +38,8 @@ from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray, DeviceArrayLike
-from cudnn_py import recording
-from cudnn_py.ops._common import FLOATS, check_array, desc, launch, moved_outputs, output, scalars
+from cudnn_py.ops._common import (FLOATS, check_array, desc, launch, moved_outputs, output, replay_checks_open,
+                                  scalars)
 from cudnn_py.prepared import prepared
 
 __all__ = ["SpatialTransformer", "SamplerGrads", "spatial_tf_grid_forward",
@@ -99,13 +99,6 @@ class SpatialTransformer(Descriptor):
 _CACHE = shared(SpatialTransformer._cache_name, maxsize=256)
 
 
-def _open(d: Descriptor) -> None:
-    """A prepared call's first step where the caller passed its own SpatialTransformer:
-    :class:`~cudnn_py.errors.ClosedError` once it is closed (as the validated path raises), before its destroyed C
-    descriptor could reach cuDNN."""
-    d.ptr  # noqa: B018
-
-
 def _float_array(obj, name, handle: Handle, **kw) -> DeviceArray:
     """A C-contiguous float16/32/64 array (cuDNN reads theta and the grid as packed memory)."""
     a = check_array(obj, name, handle, contiguous=True, **kw)
@@ -142,7 +135,7 @@ def spatial_tf_grid_forward(handle: Handle, theta: DeviceArrayLike, out_shape: S
     st = given if given is not None else SpatialTransformer.shared(shape, th.dtype)
     g = output(grid, "grid", handle, st.grid_shape, th.dtype, contiguous=True)
     if given is not None:  # the caller's own descriptor, which it may close: a prepared call checks it first
-        recording.add(_open, (given,), ())
+        replay_checks_open(given)
     launch(handle, capi.cudnnSpatialTfGridGeneratorForward, handle.ptr, st, th, g)
     return g
 
