@@ -141,19 +141,6 @@ def activation_of(act: Activation | str | int) -> Activation:
     raise InvalidTypeError(f"activation must be an Activation, a mode name or a cudnnActivationMode_t, got {act!r}")
 
 
-def activation_c_descriptor(act: Activation | str | int) -> capi.cudnnActivationDescriptor_t | None:
-    """The C descriptor of an activation (equal settings share one: :attr:`Activation.descriptor`).
-
-    :param act: an :class:`Activation`, a mode name or a ``cudnnActivationMode_t`` member (then coef 0, swish_beta 1).
-    :returns: its ``cudnnActivationDescriptor_t``; None for identity, which cuDNN refuses in
-        cudnnActivationForward/Backward (it is meant for the fused convolution-bias-activation call) and which the
-        calls here do as a plain scaled copy instead.
-    :raises InvalidTypeError: ``act`` is none of these.
-    """
-    a = activation_of(act)
-    return None if a.mode == capi.CUDNN_ACTIVATION_IDENTITY else a.descriptor
-
-
 #: legacy mode -> (graph forward mode, graph backward mode)
 _GRAPH_MODES = {
     capi.CUDNN_ACTIVATION_SIGMOID: ("sigmoid_fwd", "sigmoid_bwd"), capi.CUDNN_ACTIVATION_RELU: ("relu_fwd", "relu_bwd"),
@@ -212,7 +199,7 @@ def activation_forward(handle: Handle, activation: Activation | str | int, x: De
     if moved:
         y, = moved_outputs("activation_forward", moved, ("y",), (y,))
     engine = gl.engine_arg(engine)
-    act = activation_c_descriptor(activation)
+    act = activation_of(activation)
     xa = check_array(x, "x", handle, floating=True)
     ya = output(y, "y", handle, xa.shape, xa.dtype)
     if gl.attempt(engine, lambda auto: _graph_forward(handle, activation, xa, ya, alpha, beta, auto),
@@ -222,10 +209,10 @@ def activation_forward(handle: Handle, activation: Activation | str | int, x: De
         return ya if y is None else y
     al, be = scalars(xa.dtype, alpha, beta)
     xd, yd = desc(xa), desc(ya)
-    if act is None:  # identity
+    if act.mode == capi.CUDNN_ACTIVATION_IDENTITY:  # cuDNN keeps identity for the fused conv call: a scaled copy
         launch(handle, capi.cudnnTransformTensor, handle.ptr, al, xd, xa, be, yd, ya)
     else:
-        launch(handle, capi.cudnnActivationForward, handle.ptr, activation_of(activation), al, xd, xa, be, yd, ya)
+        launch(handle, capi.cudnnActivationForward, handle.ptr, act, al, xd, xa, be, yd, ya)
     return ya if y is None else y
 
 
@@ -241,7 +228,7 @@ def activation_backward(handle: Handle, activation: Activation | str | int, x: D
     if moved:
         dx, = moved_outputs("activation_backward", moved, ("dx",), (dx,))
     engine = gl.engine_arg(engine)
-    act = activation_c_descriptor(activation)
+    act = activation_of(activation)
     xa = check_array(x, "x", handle, floating=True)
     ya = check_array(y, "y", handle, dtype=xa.dtype, shape=xa.shape)
     dya = check_array(dy, "dy", handle, dtype=xa.dtype, shape=xa.shape)
@@ -254,11 +241,11 @@ def activation_backward(handle: Handle, activation: Activation | str | int, x: D
         return dxa if dx is None else dx
     al, be = scalars(xa.dtype, alpha, beta)
     dyd, dxd = desc(dya), desc(dxa)
-    if act is None:  # identity: dx = alpha * dy + beta * dx
+    if act.mode == capi.CUDNN_ACTIVATION_IDENTITY:  # dx = alpha * dy + beta * dx
         launch(handle, capi.cudnnTransformTensor, handle.ptr, al, dyd, dya, be, dxd, dxa)
         return dxa if dx is None else dx
     xd, yd = desc(xa), desc(ya)
-    launch(handle, capi.cudnnActivationBackward, handle.ptr, activation_of(activation), al, yd, ya, dyd, dya, xd, xa,
+    launch(handle, capi.cudnnActivationBackward, handle.ptr, act, al, yd, ya, dyd, dya, xd, xa,
            be, dxd, dxa)
     return dxa if dx is None else dx
 

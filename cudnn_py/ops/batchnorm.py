@@ -57,6 +57,7 @@ from cudnn_py.ops import norm_args as na
 from cudnn_py.ops import norm_graphs as ng
 from cudnn_py.ops._common import desc, enum_arg, launch, scalars, tensor_desc
 from cudnn_py.prepared import prepared
+from cudnn_py.strided import normalize_shape
 from cudnn_py.recording import WorkspaceArg
 
 __all__ = [
@@ -104,7 +105,6 @@ class NormSizes(NamedTuple):
 
 def batchnorm_param_shape(x_shape: Sequence[int], mode: str | int = "spatial") -> tuple[int, ...]:
     """Shape of scale/bias/mean/variance for data of ``x_shape`` (N, C, spatial...) in ``mode``."""
-    from cudnn_py.strided import normalize_shape  # loaded already (memory imports it): no lazy import to race
     m = enum_arg(mode, BATCHNORM_MODES, capi.cudnnBatchNormMode_t, "batch-norm mode")
     # InvalidTypeError for None, a str or anything but ints, InvalidValueError for a negative dimension
     shape = normalize_shape(x_shape, "batchnorm_param_shape: x_shape")

@@ -119,11 +119,6 @@ def check_pair(a, b, names: str) -> None:
         raise InvalidValueError(f"give both {names} or neither")
 
 
-def ptr(a: DeviceArray | None) -> int | None:
-    """An optional array's device address for C (None: NULL)."""
-    return None if a is None else a.ptr
-
-
 class NormSetup:
     """The checked data ``x`` of a call, its ``mode`` (a key of ``table`` or a member of ``enum_type``; ``what``
     names it in errors) and the parameter shape, dtype and descriptors that follow from them."""
