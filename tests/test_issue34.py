@@ -20,31 +20,25 @@ _THREADS = textwrap.dedent("""
     N = 8
     barrier = threading.Barrier(N)
 
+    def handle():
+        try:
+            cudnn_py.Handle().close()
+        except cudnn_py.CudnnPyError:  # no GPU here: NoDeviceError, after the warm imports
+            pass
+
+    def descriptors():
+        d = cudnn_py.graph.descriptors
+        assert d.BackendDescriptor and d.destroy_descriptor
+        from cudnn_py.graph.descriptors import BackendDescriptor, destroy_descriptor
+
+    TOUCH = [lambda: cudnn_py.sdpa, lambda: cudnn_py.pooling_forward, lambda: cudnn_py.Graph,
+             lambda: cudnn_py.convolution_forward, lambda: cudnn_py.BackendDescriptor,
+             lambda: cudnn_py.activation_forward, handle, descriptors]
+
     def touch(i):
         barrier.wait()
         try:
-            if i == 0:
-                cudnn_py.sdpa
-            elif i == 1:
-                cudnn_py.pooling_forward
-            elif i == 2:
-                cudnn_py.Graph
-            elif i == 3:
-                cudnn_py.convolution_forward
-            elif i == 4:
-                cudnn_py.BackendDescriptor
-            elif i == 5:
-                cudnn_py.activation_forward
-            elif i == 6:
-                Handle = cudnn_py.Handle
-                try:
-                    Handle().close()
-                except cudnn_py.CudnnPyError:  # no GPU here: NoDeviceError, after the warm imports
-                    pass
-            else:
-                d = cudnn_py.graph.descriptors
-                assert d.BackendDescriptor and d.destroy_descriptor
-                from cudnn_py.graph.descriptors import BackendDescriptor, destroy_descriptor
+            TOUCH[i]()
         except BaseException as e:
             errors.append(f"thread {i}: {type(e).__name__}: {e}")
 
