@@ -183,12 +183,17 @@ def test_results_are_rebuilt_in_shape_given_and_new_outputs_in_place():
     assert fn.calls[1][1] == r2.a.ptr and fn.calls[1][2] == z2.ptr
 
 
-def test_engine_measurement_keeps_only_the_winners_run(monkeypatch):
-    fn = CFn()
-    h = fake_handle()
+@pytest.fixture
+def measuring(monkeypatch):
+    """engine_choice measures both engines here: every timed run takes 1 ms, no tuning database."""
     monkeypatch.setattr(engine_choice, "_clock", lambda handle, f: (f(), 1.0))
     monkeypatch.setattr(engine_choice, "_store", lambda *a: None)
     monkeypatch.setattr(engine_choice, "_stored", lambda *a: None)
+
+
+def test_engine_measurement_keeps_only_the_winners_run(measuring):
+    fn = CFn()
+    h = fake_handle()
 
     @P.prepared(inputs=("x",), outputs=("y",))
     def measured(handle, x, *, y=None):
@@ -301,13 +306,10 @@ def test_a_number_where_an_array_may_be_is_keyed_by_value():
     assert body == [7, 8, True] and len(fn.calls) == 4
 
 
-def test_a_reason_to_spoil_found_before_measuring_the_engines_stays(monkeypatch):
+def test_a_reason_to_spoil_found_before_measuring_the_engines_stays(measuring):
     """Measuring the engines forgets the measured runs, not a reason found before them (a warning that must repeat)."""
     fn = CFn()
     h = fake_handle()
-    monkeypatch.setattr(engine_choice, "_clock", lambda handle, f: (f(), 1.0))
-    monkeypatch.setattr(engine_choice, "_store", lambda *a: None)
-    monkeypatch.setattr(engine_choice, "_stored", lambda *a: None)
 
     @P.prepared(inputs=("x",), outputs=("y",))
     def warns(handle, x, *, y=None):
