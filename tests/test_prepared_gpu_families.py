@@ -150,32 +150,23 @@ CASES: dict[str, Case] = {
         lambda h, a, e: cudnn.spatial_tf_sampler_backward(h, a["x"], a["grid"], a["dy"], dx=a.get("dx"),
                                                           dgrid=a.get("dgrid")), (None,)),
 }
-for _ops in ("bn", "bn_add_activation"):
-    CASES[f"batchnorm_forward_training_ex[{_ops}]"] = Case(
-        _with_z(_bn_inputs, _ops), _running, TRAINING_OUTS, lambda h, a, e, ops=_ops: (
-            cudnn.batchnorm_forward_training_ex(h, a["x"], a["scale"], a["bias"], z=a.get("z"), ops=ops,
-                                                running_mean=a["running_mean"], running_var=a["running_var"],
-                                                saved_mean=a.get("saved_mean"), saved_inv_var=a.get("saved_inv_var"),
-                                                y=a.get("y"), factor=0.25, epsilon=EPS, engine=e)))
-    CASES[f"batchnorm_backward_ex[{_ops}]"] = Case(
-        _ex_backward_inputs(_bn_ex_fwd, _ops), dict,
-        dict(GRAD_OUTS, **({"dz": SHAPE} if _ops == "bn_add_activation" else {})), lambda h, a, e, ops=_ops: (
-            cudnn.batchnorm_backward_ex(h, a["x"], a["y"], a["dy"], a["scale"], a["bias"], a["saved_mean"],
-                                        a["saved_inv_var"], a["reserve"], ops=ops, epsilon=EPS, dx=a.get("dx"),
-                                        dz=a.get("dz"), dscale=a.get("dscale"), dbias=a.get("dbias"), engine=e)))
-for _ops in ("norm", "norm_add_activation"):
-    CASES[f"normalization_forward_training[{_ops}]"] = Case(
-        _with_z(_bn_inputs, _ops), _running, TRAINING_OUTS, lambda h, a, e, ops=_ops: (
-            cudnn.normalization_forward_training(h, a["x"], a["scale"], a["bias"], z=a.get("z"), ops=ops,
-                                                 running_mean=a["running_mean"], running_var=a["running_var"],
-                                                 saved_mean=a.get("saved_mean"), saved_inv_var=a.get("saved_inv_var"),
-                                                 y=a.get("y"), factor=0.25, epsilon=EPS, engine=e)))
-    CASES[f"normalization_backward[{_ops}]"] = Case(
-        _ex_backward_inputs(_norm_fwd, _ops), dict,
-        dict(GRAD_OUTS, **({"dz": SHAPE} if _ops == "norm_add_activation" else {})), lambda h, a, e, ops=_ops: (
-            cudnn.normalization_backward(h, a["x"], a["y"], a["dy"], a["scale"], a["bias"], a["saved_mean"],
-                                         a["saved_inv_var"], a["reserve"], ops=ops, epsilon=EPS, dx=a.get("dx"),
-                                         dz=a.get("dz"), dscale=a.get("dscale"), dbias=a.get("dbias"), engine=e)))
+for _fwd, _bwd, _fwd_run, _opses in (  # the _ex batch-norm pair and the normalization API: one shape of call
+        (cudnn.batchnorm_forward_training_ex, cudnn.batchnorm_backward_ex, _bn_ex_fwd, ("bn", "bn_add_activation")),
+        (cudnn.normalization_forward_training, cudnn.normalization_backward, _norm_fwd,
+         ("norm", "norm_add_activation"))):
+    for _ops in _opses:
+        CASES[f"{_fwd.__name__}[{_ops}]"] = Case(
+            _with_z(_bn_inputs, _ops), _running, TRAINING_OUTS, lambda h, a, e, ops=_ops, fwd=_fwd: fwd(
+                h, a["x"], a["scale"], a["bias"], z=a.get("z"), ops=ops, running_mean=a["running_mean"],
+                running_var=a["running_var"], saved_mean=a.get("saved_mean"), saved_inv_var=a.get("saved_inv_var"),
+                y=a.get("y"), factor=0.25, epsilon=EPS, engine=e))
+        CASES[f"{_bwd.__name__}[{_ops}]"] = Case(
+            _ex_backward_inputs(_fwd_run, _ops), dict,
+            dict(GRAD_OUTS, **({"dz": SHAPE} if _ops.endswith("add_activation") else {})),
+            lambda h, a, e, ops=_ops, bwd=_bwd: bwd(
+                h, a["x"], a["y"], a["dy"], a["scale"], a["bias"], a["saved_mean"], a["saved_inv_var"], a["reserve"],
+                ops=ops, epsilon=EPS, dx=a.get("dx"), dz=a.get("dz"), dscale=a.get("dscale"), dbias=a.get("dbias"),
+                engine=e))
 
 PARAMS = [(name, engine) for name, case in CASES.items() for engine in case.engines]
 
