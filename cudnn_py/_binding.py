@@ -49,7 +49,7 @@ import reprlib
 import sys
 import warnings
 
-from . import _loader
+from . import _loader, recording
 from ._status import status_error
 from .errors import CArgumentError, CudnnPyError, FunctionNotAvailableError, InvalidStateError
 
@@ -441,6 +441,22 @@ def _guard_owned(name: str, inner):
     return destroy
 
 
+_EXECUTES = frozenset({"cudnnBackendExecute", "cudnnFusedOpsExecute"})
+
+
+def _guard_queue(name: str, inner):
+    """``inner`` (a C function that queues device work) spoiling this thread's recording
+    (:mod:`cudnn_py.recording`) when called outside a sink: a prepared call would leave its work out."""
+    state = recording.state
+
+    def call(*args):
+        if state.rec is not None and not state.sink:
+            recording.spoil(f"{name} queued device work outside the recording's sinks")
+        return inner(*args)
+    call.__name__ = call.__qualname__ = name
+    return call
+
+
 #: the attribute that marks a typed handle or descriptor object destroyed through its capi destroy function
 _DESTROYED = "_cudnn_py_destroyed"
 _started = False
@@ -518,6 +534,19 @@ class CFunction:
         return tuple((_python_name(d, i), a) for i, (d, a) in enumerate(zip(decls, self._argtypes)))
 
     @property
+    def pointer_params(self) -> tuple[int, ...]:
+        """The positions of the ``void *`` parameters (device or host addresses)."""
+        return tuple(i for i, a in enumerate(self._argtypes) if _kind(a) == "void")
+
+    @property
+    def queues(self) -> bool:
+        """Whether a call queues device work: a handle or stream and an address among the parameters (the
+        ``cudnnGet...`` queries aside), or a backend or fused-ops execute."""
+        kinds = [_kind(a) for a in self._argtypes]
+        return self.__name__ in _EXECUTES or (not self.__name__.startswith("cudnnGet") and "void" in kinds and any(
+            isinstance(a, type) and a.__name__ in ("cudnnHandle_t", "cudaStream_t") for a in self._argtypes))
+
+    @property
     def available(self) -> bool:
         """Whether the loaded library exports this function."""
         return hasattr(_loader.library().cdll, self.__name__)
@@ -556,6 +585,8 @@ class CFunction:
         inner = self._checked
         if _range_wrapper is not None and inner != self._missing:
             inner = _range_wrapper(self.__name__, inner)
+        if inner != self._missing and self.queues:
+            inner = _guard_queue(self.__name__, inner)
         if inner != self._missing and _DESTROYERS.fullmatch(self.__name__):
             inner = _guard_owned(self.__name__, inner)
         self._inner = inner

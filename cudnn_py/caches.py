@@ -35,7 +35,7 @@ class Cache(dict):
     Reads are plain ``dict`` reads; ``__setitem__``, ``setdefault``, ``pop`` and ``clear`` take the cache's lock.
     """
 
-    __slots__ = ("name", "maxsize", "_lock")
+    __slots__ = ("name", "maxsize", "_lock", "__weakref__")
 
     def __init__(self, name: str, maxsize: int = DEFAULT_MAXSIZE):
         super().__init__()

@@ -49,7 +49,8 @@ from cudnn_py import recording
 from cudnn_py.caches import handle_cache
 from cudnn_py.errors import CudnnPyError, InvalidValueError
 
-__all__ = ["Choice", "run", "chosen", "choices", "signature", "set_mode", "mode", "ROUNDS", "MODES", "ENV"]
+__all__ = ["Choice", "run", "chosen", "choices", "signature", "set_mode", "mode", "on_mode_change", "ROUNDS", "MODES",
+           "ENV", "CACHE"]
 
 #: timed runs per engine when measuring (after one untimed run each); the best counts
 ROUNDS = 3
@@ -59,7 +60,9 @@ MODES = ("measure", "static")
 ENV = "CUDNN_PY_AUTO_ENGINE"
 #: the tuning database's kind for these records
 KIND = "engine_choice"
-_CACHE = "engine.choice"
+#: the name of the handle cache of choices (a prepared call that ran a choice was built on it)
+CACHE = _CACHE = "engine.choice"
+_LISTENERS: list[Callable[[], None]] = []
 
 _log = logging.getLogger("cudnn_py.engine_choice")
 _mode: list[str | None] = [None]
@@ -78,6 +81,13 @@ def set_mode(m: str | None) -> None:
     if m is not None and m not in MODES:
         raise InvalidValueError(f"engine choice mode {m!r}: expected one of {MODES} or None")
     _mode[0] = m
+    for listener in _LISTENERS:
+        listener()
+
+
+def on_mode_change(listener: Callable[[], None]) -> None:
+    """Call ``listener()`` after each :func:`set_mode` (the prepared calls that ran a choice forget themselves)."""
+    _LISTENERS.append(listener)
 
 
 def mode() -> str:
@@ -105,6 +115,7 @@ def chosen(handle, key: Hashable, static: str = "graph") -> str | None:
     database's (kept on the handle), else ``static`` in static mode; None where :func:`run` must measure first.
 
     For dispatchers with the legacy call inline: a repeat call costs one dict lookup."""
+    recording.uses(_CACHE)
     got = handle_cache(handle, _CACHE).get(key)
     if got is not None:
         return got.engine

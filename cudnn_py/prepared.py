@@ -29,20 +29,23 @@ from __future__ import annotations
 
 import functools
 import inspect
+import itertools
+import linecache
 import sys
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
 
-from cudnn_py import memory, recording
+from cudnn_py import engine_choice, memory, recording
 from cudnn_py.recording import state
-from cudnn_py.caches import handle_cache
+from cudnn_py.caches import Cache, handle_cache
 from cudnn_py.errors import InvalidValueError, WorkspaceLimitError
 from cudnn_py.handle import Handle
 from cudnn_py.memory import DeviceArray, Output
 
-__all__ = ["prepared", "Prepared", "CACHE", "package", "to_package"]
+__all__ = ["prepared", "Prepared", "CACHE", "package", "to_package", "forget"]
 
 #: the handle's cache of prepared calls (``handle.cache_info()['prepared']``)
 CACHE = "prepared"
@@ -53,6 +56,9 @@ _PLAIN = frozenset({str, float, type(None)})  # argument types keyed by value al
 _NUMBERS = frozenset({int, float, bool})
 _MISS = object()
 _NONE: dict = {}  # a handle's prepared calls before its first
+#: every handle's cache of prepared calls, by id (for forget(None, ...))
+_CACHES: weakref.WeakValueDictionary[int, Cache] = weakref.WeakValueDictionary()
+_SOURCE = itertools.count()  # numbers the generated functions' file names (their source is in linecache)
 
 
 class _Unkeyable(Exception):
@@ -137,21 +143,23 @@ class Prepared:
     outputs' overlap checks, and the result put together; compiled once into one function, ``run(handle, args,
     kwargs, ptrs)``, that answers :data:`_MISS` where a given output now overlaps an input."""
 
-    __slots__ = ("name", "steps", "news", "run", "source")
+    __slots__ = ("name", "steps", "news", "uses", "run", "source")
 
     def __init__(self, name: str, steps: list[tuple], news: list, overlaps: list[tuple], result: tuple,
-                 shape: Any, n_slots: int):
-        self.name, self.steps, self.news = name, steps, news
+                 shape: Any, n_slots: int, uses: frozenset[str] = frozenset(), workspace: int = 0):
+        self.name, self.steps, self.news, self.uses = name, steps, news, uses
         env: dict[str, Any] = {"MISS": _MISS, "shape": shape}
         lines = ["def run(handle, args, kwargs, ptrs):"]
         if n_slots:
             lines.append("    " + "".join(f"p{i}, " for i in range(n_slots)) + "= ptrs")
         for o, i, olo, ohi, ilo, ihi in overlaps:
             lines.append(f"    if p{o} + {olo} < p{i} + {ihi} and p{i} + {ilo} < p{o} + {ohi}:\n        return MISS")
+        if workspace:  # every step's workspace fetched (grown, or refused) before the first step queues anything
+            lines.append(f"    ws = handle.workspace.get({workspace}, handle.stream)")
         for k, new in enumerate(news):
             env[f"new{k}"] = new
             lines.append(f"    n{k}, p{n_slots + k} = new{k}(handle)")
-        for j, (call, base, slots, workspace, keep) in enumerate(steps):
+        for j, (call, base, slots, workspaces, keep) in enumerate(steps):
             env[f"call{j}"], env[f"keep{j}"] = call, keep
             args = []
             for pos, value in enumerate(base):
@@ -159,14 +167,16 @@ class Prepared:
                 args.append(f"k{j}_{pos}")
             for pos, slot in slots:
                 args[pos] = f"p{slot}"
-            for pos, size in workspace:
-                args[pos] = f"handle.workspace.get({size}, handle.stream)"
+            for pos in workspaces:
+                args[pos] = "ws"
             lines.append(f"    call{j}({', '.join(args)})")
         items = [f"kwargs[{where!r}]" if kind == "kw" else f"args[{where}]" if kind == "arg" else f"n{where}"
                  if kind == "new" else "None" for kind, where in result]
         lines.append(f"    return {items[0]}" if shape is None else f"    return shape(({', '.join(items)},))")
-        self.source = "\n".join(lines)
-        exec(compile(self.source, f"<prepared {name}>", "exec"), env)
+        self.source = "\n".join(lines) + "\n"
+        filename = f"<prepared {name} #{next(_SOURCE)}>"
+        linecache.cache[filename] = (len(self.source), None, self.source.splitlines(True), filename)
+        exec(compile(self.source, filename, "exec"), env)
         self.run = env["run"]
 
     def __repr__(self) -> str:
@@ -296,8 +306,10 @@ def _make(spec: _Spec, rec: recording.Recording, result: Any, slots: list, ptrs:
     known = [p for p in ptrs] + [a.ptr for a in new]
     used: set[int] = set()
     steps = []
+    workspace = 0
     for step in rec.steps:
         base, subs, ws = list(step.args), [], []
+        workspace = max(workspace, step.workspace)
         for pos in step.pointers:
             try:
                 slot = known.index(base[pos])
@@ -308,7 +320,11 @@ def _make(spec: _Spec, rec: recording.Recording, result: Any, slots: list, ptrs:
             base[pos] = None
         for pos, a in enumerate(base):
             if type(a) is recording.WorkspaceArg:
-                ws.append((pos, a.size))
+                if a.size:
+                    ws.append(pos)
+                    workspace = max(workspace, a.size)
+                else:
+                    base[pos] = None
         steps.append((step.call, base, tuple(subs), tuple(ws), step.keep))
     if any(len(ptrs) + k not in used for k in range(len(new))):
         return None  # a new output no step writes
@@ -328,7 +344,24 @@ def _make(spec: _Spec, rec: recording.Recording, result: Any, slots: list, ptrs:
         news = [_torch_allocator(a.shape, a.strides, a.dtype, a.device_id) for a in new]
     else:  # DeviceArrays (a foreign package's calls are never keyed)
         news = [_device_allocator(a) for a in new]
-    return Prepared(spec.name, steps, news, overlaps, tuple(src), shape, len(ptrs))
+    return Prepared(spec.name, steps, news, overlaps, tuple(src), shape, len(ptrs), frozenset(rec.uses), workspace)
+
+
+# ---------------------------------------------------------------- forgetting
+
+def forget(handle: Any, *names: str) -> None:
+    """Drop the prepared calls of ``handle`` (None: of every handle) built on any of the handle caches ``names``
+    (what their recordings :func:`~cudnn_py.recording.uses`): a cache clear makes them again from what it left."""
+    wanted = frozenset(names)
+    caches = list(_CACHES.values()) if handle is None else [handle.cache.get(CACHE)] if hasattr(handle, "cache") else []
+    for cache in caches:
+        if cache:
+            for key, p in list(cache.items()):
+                if p.uses & wanted:
+                    cache.pop(key, None)
+
+
+engine_choice.on_mode_change(lambda: forget(None, engine_choice.CACHE))
 
 
 # ---------------------------------------------------------------- the decorator
@@ -355,7 +388,9 @@ def prepared(inputs: Sequence[str], outputs: Sequence[str], *, inplace: bool = T
             if key is not None:
                 p = _make(spec, rec, result, slots, ptrs)
                 if p is not None:
-                    handle_cache(handle, CACHE)[key] = p
+                    cache = handle_cache(handle, CACHE)
+                    cache[key] = p
+                    _CACHES[id(cache)] = cache
             pkg = package([v for n, _, v in slots if n not in spec.outputs])
             if pkg is None:
                 return result

@@ -4,8 +4,11 @@ queue again with other addresses.
 The operation families queue their work through two sinks: :func:`cudnn_py.ops._common.launch` (a legacy C call)
 and :meth:`cudnn_py.graph.runner.Runner.run_pointers` (a graph plan). While this thread records, each sink adds a
 :class:`Step`: the callable, its arguments and which of them are device addresses (or the handle's workspace).
-Anything else that would make a replay differ from the validated call (an engine being measured, an address the
-prepared call cannot name) :func:`spoil` s the recording, and no prepared call is made from it.
+Anything else that would make a replay differ from the validated call :func:`spoil` s the recording, and no prepared
+call is made from it: an engine being measured, an address the prepared call cannot name (a plain int where C takes
+a device pointer), and any C function that queues device work called outside the sinks (the C layer checks
+:data:`state` ``.sink`` on each such call). The caches a recording was built on (:func:`uses`) are kept with its
+prepared call, which a clear of one of them forgets.
 """
 from __future__ import annotations
 
@@ -14,7 +17,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, NamedTuple
 
-__all__ = ["Step", "Recording", "Address", "WorkspaceArg", "state", "recording", "mark", "rewind", "add", "spoil"]
+__all__ = ["Step", "Recording", "Address", "WorkspaceArg", "state", "recording", "mark", "rewind", "add", "spoil",
+           "uses"]
 
 
 class Address(NamedTuple):
@@ -30,24 +34,29 @@ class WorkspaceArg(NamedTuple):
 
 class Step(NamedTuple):
     """One queued call: ``call(*args)``, where ``args[i]`` for ``i`` in ``pointers`` is a device address (an int);
-    ``keep``: what the arguments belong to (descriptors), kept alive as long as the step may be repeated."""
+    ``keep``: what the arguments belong to (descriptors), kept alive as long as the step may be repeated;
+    ``workspace``: bytes of the handle's workspace the step fetches itself (a graph plan's)."""
     call: Callable[..., Any]
     args: tuple
     pointers: tuple[int, ...]
     keep: tuple = ()
+    workspace: int = 0
 
 
 class Recording:
-    """The steps recorded so far, and why the recording cannot be replayed (None while it can)."""
-    __slots__ = ("steps", "spoiled")
+    """The steps recorded so far, why the recording cannot be replayed (None while it can), and the names of the
+    handle caches it was built on."""
+    __slots__ = ("steps", "spoiled", "uses")
 
     def __init__(self) -> None:
         self.steps: list[Step] = []
         self.spoiled: str | None = None
+        self.uses: set[str] = set()
 
 
 class _Local(threading.local):
     rec: Recording | None = None
+    sink: bool = False  # inside a sink's own C call (set by the sinks): queuing C functions leave the recording alone
 
 
 #: this thread's recording (``state.rec``; None while not recording): read directly on hot paths
@@ -80,11 +89,18 @@ def rewind(to: tuple[int, str | None] | None) -> None:
         rec.spoiled = to[1]
 
 
-def add(call: Callable[..., Any], args: tuple, pointers: tuple[int, ...], keep: tuple = ()) -> None:
+def add(call: Callable[..., Any], args: tuple, pointers: tuple[int, ...], keep: tuple = (), workspace: int = 0) -> None:
     """Record one step (no-op when this thread is not recording)."""
     rec = state.rec
     if rec is not None:
-        rec.steps.append(Step(call, args, pointers, keep))
+        rec.steps.append(Step(call, args, pointers, keep, workspace))
+
+
+def uses(name: str) -> None:
+    """Note that this thread's recording was built on the handle cache ``name`` (no-op when not recording)."""
+    rec = state.rec
+    if rec is not None:
+        rec.uses.add(name)
 
 
 def spoil(reason: str) -> None:

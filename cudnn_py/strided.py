@@ -12,8 +12,8 @@ import numpy as np
 from cudnn_py.dtypes import SUPPORTED_DTYPES, as_numpy_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
-__all__ = ["c_strides", "is_c_contiguous", "non_overlapping", "memory_order", "normalize_shape", "check_extent",
-           "array_dtype", "MAX_BYTES"]
+__all__ = ["c_strides", "is_c_contiguous", "non_overlapping", "memory_order", "preserved_strides", "normalize_shape",
+           "check_extent", "array_dtype", "MAX_BYTES"]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -120,3 +120,19 @@ def non_overlapping(shape: Sequence[int], strides: Sequence[int]) -> bool:
             return False
         reach += (n - 1) * s
     return True
+
+
+def preserved_strides(shape: Sequence[int], strides: Sequence[int],
+                      new_shape: Sequence[int] | None = None) -> tuple[int, ...] | None:
+    """Strides of a new packed array of ``new_shape`` (default ``shape``, same rank) laid out in the memory order of
+    an array of ``shape`` and ``strides``: torch's ``preserve_format`` for outputs (channels-last in, channels-last
+    out; a dense input's own strides where the shapes agree). None (C order) where that order is C order anyway, or
+    where the array broadcasts or runs backwards along an axis (a stride <= 0), whose order says nothing."""
+    new = tuple(shape if new_shape is None else new_shape)
+    if any(s <= 0 for n, s in zip(shape, strides) if n > 1):
+        return None
+    out, acc = [0] * len(new), 1
+    for i in reversed(memory_order(shape, strides)):
+        out[i] = acc
+        acc *= max(new[i], 1)
+    return None if is_c_contiguous(new, out) else tuple(out)

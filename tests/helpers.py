@@ -227,10 +227,14 @@ def fake_cudnn_handle():
 
 
 class FakeCFunction:
-    """Stands in for a capi function: records its calls (as ``fn`` and as ``fn.raw``)."""
-    def __init__(self):
+    """Stands in for a capi function: records its calls (as ``fn`` and as ``fn.raw``). ``pointer_params``: the
+    positions of its ``void *`` parameters (none unless given)."""
+    __name__ = "FakeCFunction"
+
+    def __init__(self, pointer_params: tuple[int, ...] = ()):
         self.calls: list = []
         self.raw = self
+        self.pointer_params = pointer_params
 
     def __call__(self, *args):
         self.calls.append(args)

@@ -34,7 +34,7 @@ from .graph import Graph, Tensor, packed_strides
 from .ops.pointwise import Pointwise, pointwise_mode
 
 __all__ = ["ENGINES", "engine_arg", "legacy_cache_clear", "GraphPathRefused", "attempt", "run_graph", "blend",
-           "graph_dtype", "GRAPH_DTYPES", "strides_like"]
+           "graph_dtype", "GRAPH_DTYPES"]
 
 #: what ``engine=`` takes: the legacy C call, a cached graph plan, or the graph where it has an engine
 ENGINES = ("legacy", "graph", "auto")
@@ -139,16 +139,6 @@ def _flat(ref: DeviceArray, arrays) -> Callable[[DeviceArray], DeviceArray] | No
     shape = (1, _FLAT_C, n // _FLAT_C, 1)
     strides = packed_strides(shape, "NHWC")
     return lambda a: DeviceArray.from_parts(a.ptr, shape, a.dtype, strides, a.device_id, a, None)
-
-
-def strides_like(x: DeviceArray, shape) -> tuple[int, ...]:
-    """Packed strides for an array of ``shape`` (x's rank) that keeps x's axis order in memory (NHWC x: NHWC)."""
-    order = memory_order(x.shape, x.strides)
-    strides, acc = [0] * len(shape), 1
-    for i in reversed(order):
-        strides[i] = acc
-        acc *= shape[i]
-    return tuple(strides)
 
 
 def _graph_strides(a: DeviceArray) -> tuple[int, ...]:

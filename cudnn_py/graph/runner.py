@@ -18,6 +18,7 @@ from cudnn_py._status import status_error
 from cudnn_py.caches import handle_cache
 from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
 from cudnn_py.memory import DeviceArray, Output, array_signature, as_array
+from cudnn_py.prepared import forget
 
 from .descriptors import destroy_descriptor
 
@@ -265,12 +266,13 @@ class Runner:
         self.launch = nvtx.wrap("cudnnBackendExecute", raw_execute())
         ws = getattr(handle, "workspace", None)
         self.ws_get = self._no_workspace if ws is None else ws.get
-        self.stream, self.device = getattr(handle, "stream", None), handle_device(handle)
+        self.device = handle_device(handle)
 
     # -- workspace, errors, the C call ----------------------------------------------------------------------------
     def workspace(self) -> int | None:
-        """The handle's workspace pointer for this plan (None when the plan needs none)."""
-        return self.ws_get(self.workspace_size, self.stream) if self.workspace_size else None
+        """The handle's workspace pointer for this plan on the handle's current stream (None when the plan needs
+        none)."""
+        return self.ws_get(self.workspace_size, getattr(self.handle, "stream", None)) if self.workspace_size else None
 
     def _no_workspace(self, size: int, stream: Any) -> int:
         raise InvalidValueError(f"plan ({self.plan.tag}) needs {size} bytes of workspace and the handle has none: "
@@ -332,10 +334,19 @@ class Runner:
         without validation: for a caller whose cache key fixed every array's shape, strides, dtype and device (a
         validated call made that key), so that only the addresses are new."""
         wsp = self.workspace()
-        self.execute(self.pack(ptrs if wsp is None else ptrs + (wsp,), ptrs, wsp))
-        if recording.state.rec is not None:  # a validated call being recorded for its prepared call: the call's
-            n, k = self.n_inputs, len(self.consts)  # addresses, the runner's own constants kept as they are
-            recording.add(self.replay, ptrs, tuple(i for i in range(len(ptrs)) if not n <= i < n + k))
+        vp = self.pack(ptrs if wsp is None else ptrs + (wsp,), ptrs, wsp)
+        state = recording.state
+        if state.rec is None:
+            self.execute(vp)
+            return
+        state.sink = True  # a validated call being recorded for its prepared call: the call's addresses, the
+        try:  # runner's own constants kept as they are
+            self.execute(vp)
+        finally:
+            state.sink = False
+        n, k = self.n_inputs, len(self.consts)
+        recording.add(self.replay, ptrs, tuple(i for i in range(len(ptrs)) if not n <= i < n + k),
+                      workspace=self.workspace_size)
 
     def replay(self, *ptrs: int) -> None:
         """:meth:`run_pointers` with the addresses as arguments (what a prepared call's step calls)."""
@@ -378,10 +389,10 @@ class Runner:
                 if status:
                     raise error(status)
             return run
-        ws_get, size, stream = self.ws_get, self.workspace_size, self.stream
+        ws_get, size, handle = self.ws_get, self.workspace_size, self.handle
 
         def run_ws(*arrays):
-            wsp = ws_get(size, stream)
+            wsp = ws_get(size, getattr(handle, "stream", None))
             key = arrays + (wsp,)
             try:
                 vp = recent_get(key)
@@ -407,6 +418,7 @@ def cached(handle: Any, namespace: str, key: Hashable, make: Callable[[], Any], 
     of a type in ``refusals`` that ``make`` raised is remembered too: raised again on each call, or, with ``auto``,
     None is returned (the caller runs another path)."""
     cache = handle_cache(handle, namespace)
+    recording.uses(namespace)
     ent = cache.get(key)
     if ent is None:
         try:
@@ -422,9 +434,10 @@ def cached(handle: Any, namespace: str, key: Hashable, make: Callable[[], Any], 
 
 
 def cache_clear(handle: Any, *namespaces: str) -> None:
-    """Forget what was built for ``handle`` in these caches."""
+    """Forget what was built for ``handle`` in these caches, and the prepared calls built on it."""
     for ns in namespaces:
         handle_cache(handle, ns).clear()
+    forget(handle, *namespaces)
 
 
 def autotune_graph(g: Any, handle: Any, pack: dict) -> None:

@@ -20,6 +20,7 @@ from cudnn_py import recording
 from cudnn_py.caches import shared
 from cudnn_py.descriptors import Descriptor, Settings, TensorDescriptor
 from cudnn_py.recording import Address, WorkspaceArg
+from cudnn_py.strided import preserved_strides
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype, scalar
 from cudnn_py.memory import DeviceArray, DeviceArrayLike, as_array, empty
 from cudnn_py._deprecation import warn
@@ -123,10 +124,14 @@ def check_array(obj, name: str, handle, *, dtype=None, shape=None, floating: boo
     return a
 
 
-def output(out, name: str, handle, shape, dtype, *, contiguous: bool = False) -> DeviceArray:
-    """``out`` checked to be exactly ``shape`` and ``dtype``, or a new C-contiguous array on the handle's stream."""
+def output(out, name: str, handle, shape, dtype, *, like: DeviceArray | None = None,
+           contiguous: bool = False) -> DeviceArray:
+    """``out`` checked to be exactly ``shape`` and ``dtype``, or a new array on the handle's stream, packed in the
+    memory order of ``like`` (torch's ``preserve_format``: :func:`~cudnn_py.strided.preserved_strides`; channels-last
+    in, channels-last out) or C-contiguous where ``like`` is None."""
     if out is None:
-        return new_output(handle, shape, dtype)
+        return new_output(handle, shape, dtype, None if like is None else preserved_strides(like.shape, like.strides,
+                                                                                            shape))
     return check_array(out, name, handle, dtype=dtype, shape=shape, contiguous=contiguous)
 
 
@@ -141,18 +146,13 @@ def empty_strided(handle, shape, strides, dtype) -> DeviceArray:
     return DeviceArray.from_parts(base.ptr, tuple(shape), base.dtype, tuple(strides), base.device_id, base, base.stream)
 
 
-def empty_like(handle, x: DeviceArray) -> DeviceArray:
-    """A new array shaped like ``x`` with x's memory layout when x is dense (NHWC in, NHWC out), else packed."""
-    dense = not x.is_contiguous and min(x.strides) >= 0 and _span(x.shape, x.strides) == x.size
-    return new_output(handle, x.shape, x.dtype, x.strides if dense else None)
-
-
 def launch(handle, fn, *args) -> None:
     """Call the C function ``fn`` (a :mod:`cudnn_py.capi` function) on ``handle`` with ``args``, where a
-    :class:`DeviceArray` (or an :class:`~cudnn_py.recording.Address`) stands for its address, a :class:`~cudnn_py.descriptors.Descriptor` or
-    :class:`~cudnn_py.descriptors.Settings` for its C descriptor (kept alive by the recording) and a
-    :class:`~cudnn_py.recording.WorkspaceArg` for the handle's workspace: the legacy families' one sink, which a
-    call's prepared call (:mod:`cudnn_py.prepared`) repeats with other addresses."""
+    :class:`DeviceArray` (or an :class:`~cudnn_py.recording.Address`) stands for its address, a
+    :class:`~cudnn_py.descriptors.Descriptor` or :class:`~cudnn_py.descriptors.Settings` for its C descriptor (kept
+    alive by the recording) and a :class:`~cudnn_py.recording.WorkspaceArg` for the handle's workspace: the legacy
+    families' one sink, which a call's prepared call (:mod:`cudnn_py.prepared`) repeats with other addresses. A
+    plain int where C takes a ``void *`` (an address the prepared call could not replace) spoils the recording."""
     c_args, pointers = list(args), []
     for i, a in enumerate(args):
         t = type(a)
@@ -168,13 +168,24 @@ def launch(handle, fn, *args) -> None:
             c_args[i] = a.ptr
         elif isinstance(a, Settings):
             c_args[i] = a.descriptor
-    fn(*c_args)
-    if recording.state.rec is not None:
-        for i, a in enumerate(args):
-            if type(a) is WorkspaceArg:
-                c_args[i] = a
-        recording.add(fn.raw, tuple(c_args), tuple(pointers),
-                      keep=tuple(a for a in args if isinstance(a, (Descriptor, Settings))))
+    state = recording.state
+    if state.rec is None:
+        fn(*c_args)
+        return
+    state.sink = True
+    try:
+        fn(*c_args)
+    finally:
+        state.sink = False
+    for i in fn.pointer_params:
+        if type(args[i]) is int or isinstance(args[i], ctypes.c_void_p):
+            recording.spoil(f"{fn.__name__} was given a device address as a plain int (argument {i}): pass the "
+                            f"array, or recording.Address")
+    for i, a in enumerate(args):
+        if type(a) is WorkspaceArg:
+            c_args[i] = a
+    recording.add(fn.raw, tuple(c_args), tuple(pointers),
+                  keep=tuple(a for a in args if isinstance(a, (Descriptor, Settings))))
 
 
 def replay_checks_open(d: Descriptor) -> None:

@@ -201,7 +201,7 @@ def activation_forward(handle: Handle, activation: Activation | str | int, x: De
     engine = gl.engine_arg(engine)
     act = activation_of(activation)
     xa = check_array(x, "x", handle, floating=True)
-    ya = output(y, "y", handle, xa.shape, xa.dtype)
+    ya = output(y, "y", handle, xa.shape, xa.dtype, like=xa)
     if gl.attempt(engine, lambda auto: _graph_forward(handle, activation, xa, ya, alpha, beta, auto),
                   lambda: activation_forward(handle, activation, xa, y=ya, alpha=alpha, beta=beta, engine="legacy"),
                   handle=handle, key=("activation_forward", activation, alpha, beta, ec.signature(xa, ya)),
@@ -232,7 +232,7 @@ def activation_backward(handle: Handle, activation: Activation | str | int, x: D
     xa = check_array(x, "x", handle, floating=True)
     ya = check_array(y, "y", handle, dtype=xa.dtype, shape=xa.shape)
     dya = check_array(dy, "dy", handle, dtype=xa.dtype, shape=xa.shape)
-    dxa = output(dx, "dx", handle, xa.shape, xa.dtype)
+    dxa = output(dx, "dx", handle, xa.shape, xa.dtype, like=dya)
     if gl.attempt(engine, lambda auto: _graph_backward(handle, activation, xa, dya, dxa, alpha, beta, auto),
                   lambda: activation_backward(handle, activation, xa, ya, dya, dx=dxa, alpha=alpha, beta=beta,
                                               engine="legacy"),

@@ -42,7 +42,7 @@ from cudnn_py.descriptors import Descriptor
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray, DeviceArrayLike, empty
-from cudnn_py.ops._common import (byte_buffer, check_array, empty_like, launch, moved_outputs, output,
+from cudnn_py.ops._common import (byte_buffer, check_array, launch, moved_outputs, output,
                                   replay_checks_open, tensor_desc)
 from cudnn_py.prepared import prepared
 
@@ -244,7 +244,7 @@ def dropout_forward(handle: Handle, dropout: Dropout, x: DeviceArrayLike, *moved
     _dropout_ptr(dropout)
     xa = check_array(x, "x", handle)
     _check_dtype(xa.dtype, "x")
-    ya = empty_like(handle, xa) if y is None else output(y, "y", handle, xa.shape, xa.dtype)
+    ya = output(y, "y", handle, xa.shape, xa.dtype, like=xa)
     order = _shared_order(xa, ya)
     xd, yd = _desc_in(xa, order), _desc_in(ya, order)
     need = ctypes.c_size_t()
@@ -271,7 +271,7 @@ def dropout_backward(handle: Handle, dropout: Dropout, dy: DeviceArrayLike, rese
     dp = _dropout_ptr(dropout)
     dya = check_array(dy, "dy", handle)
     _check_dtype(dya.dtype, "dy")
-    dxa = empty_like(handle, dya) if dx is None else output(dx, "dx", handle, dya.shape, dya.dtype)
+    dxa = output(dx, "dx", handle, dya.shape, dya.dtype, like=dya)
     need = ctypes.c_size_t()
     capi.cudnnDropoutGetReserveSpaceSize(tensor_desc(dya.shape, dya.dtype).ptr, ctypes.byref(need))
     ra = byte_buffer(reserve, "reserve", handle, need.value, _RESERVE_HINT)

@@ -135,7 +135,7 @@ def lrn_forward(handle: Handle, lrn: LRN, x: DeviceArrayLike, *moved: DeviceArra
         y, = moved_outputs("lrn_forward", moved, ("y",), (y,))
     ld = _lrn_desc(lrn)
     xa = _input(x, handle)
-    ya = output(y, "y", handle, xa.shape, xa.dtype)
+    ya = output(y, "y", handle, xa.shape, xa.dtype, like=xa)
     al, be = scalars(xa.dtype, alpha, beta)
     xd, yd = desc(xa), desc(ya)
     launch(handle, capi.cudnnLRNCrossChannelForward, handle.ptr, lrn, capi.CUDNN_LRN_CROSS_CHANNEL_DIM1, al, xd, xa,
@@ -157,7 +157,7 @@ def lrn_backward(handle: Handle, lrn: LRN, x: DeviceArrayLike, y: DeviceArrayLik
     xa = _input(x, handle)
     ya = check_array(y, "y", handle, dtype=xa.dtype, shape=xa.shape)
     dya = check_array(dy, "dy", handle, dtype=xa.dtype, shape=xa.shape)
-    dxa = output(dx, "dx", handle, xa.shape, xa.dtype)
+    dxa = output(dx, "dx", handle, xa.shape, xa.dtype, like=dya)
     al, be = scalars(xa.dtype, alpha, beta)
     xd, yd, dyd, dxd = desc(xa), desc(ya), desc(dya), desc(dxa)
     launch(handle, capi.cudnnLRNCrossChannelBackward, handle.ptr, lrn, capi.CUDNN_LRN_CROSS_CHANNEL_DIM1, al, yd, ya,
@@ -195,7 +195,7 @@ def divisive_normalization_forward(handle: Handle, lrn: LRN, x: DeviceArrayLike,
     xa = _input(x, handle)
     ma = None if means is None else _same_desc(check_array(means, "means", handle, dtype=xa.dtype, shape=xa.shape),
                                                xa, "means")
-    ya = output(y, "y", handle, xa.shape, xa.dtype)
+    ya = output(y, "y", handle, xa.shape, xa.dtype, like=xa)
     t1, t2 = _temps(handle, xa)
     al, be = scalars(xa.dtype, alpha, beta)
     xd, yd = desc(xa), desc(ya)
@@ -231,7 +231,7 @@ def divisive_normalization_backward(handle: Handle, lrn: LRN, x: DeviceArrayLike
         raise InvalidValueError(f"dmeans must have dx's strides {dxa.strides} (one descriptor describes both); "
                                 f"it has {dma.strides}")
     if dxa is None:
-        dxa = output(None, "dx", handle, xa.shape, xa.dtype) if dma is None else \
+        dxa = output(None, "dx", handle, xa.shape, xa.dtype, like=xa) if dma is None else \
             empty_strided(handle, xa.shape, dma.strides, xa.dtype)
     if dma is None and means is not None:
         dma = empty_strided(handle, xa.shape, dxa.strides, xa.dtype)

@@ -22,7 +22,7 @@ from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.graph.runner import new_output
 from cudnn_py.memory import DeviceArray, empty
 from cudnn_py.ops._common import (
-    byte_buffer, check_array, desc, empty_like, enum_arg, read_tensor_desc, scalars, tensor_desc,
+    byte_buffer, check_array, desc, enum_arg, read_tensor_desc, scalars, tensor_desc,
 )
 from cudnn_py.ops.activation import Activation, activation_of
 from cudnn_py.recording import WorkspaceArg
@@ -94,7 +94,7 @@ def given_output(out, name: str, handle, x: DeviceArray) -> DeviceArray | None:
 
 def or_new_like(a: DeviceArray | None, handle, x: DeviceArray) -> DeviceArray:
     """``a``, or a new array with x's shape and layout (NHWC data gives NHWC outputs)."""
-    return empty_like(handle, x) if a is None else a
+    return output(None, "", handle, x.shape, x.dtype, like=x) if a is None else a
 
 
 def check_epsilon(epsilon: float) -> float:

@@ -45,7 +45,7 @@ from cudnn_py import engine_choice as ec
 from cudnn_py.graph import legacy as gl
 from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray, DeviceArrayLike
-from cudnn_py.ops._common import (Out, check_array, desc, empty_strided, launch, moved_outputs, scalars,
+from cudnn_py.ops._common import (Out, check_array, desc, empty_strided, launch, moved_outputs, output, scalars,
                                   tensor_desc)
 from cudnn_py.prepared import prepared
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
@@ -255,11 +255,6 @@ def _graph_view(a: DeviceArray) -> DeviceArray:
                        owner=a)
 
 
-def _new_like(handle: Handle, x: DeviceArray, shape) -> DeviceArray:
-    """A new array of ``shape`` in x's memory order (NHWC x: NHWC)."""
-    return empty_strided(handle, tuple(shape), gl.strides_like(x, shape), x.dtype)
-
-
 def _check_blend(alpha: float, beta: float) -> None:
     if alpha != 1.0 or beta != 0.0:
         raise gl.GraphPathRefused("engine='graph' pools with alpha 1 and beta 0; use engine='legacy' to blend")
@@ -348,7 +343,7 @@ def pooling_forward(handle: Handle, pool: Pooling, x: DeviceArrayLike, *moved: D
     pd, y_shape = _resolve(pool, xa.shape)
     static = _auto(engine, xa, "forward", pool)  # "auto" measures; static mode runs this rule
     # a new y keeps x's memory order whichever engine runs (the legacy call takes any strides)
-    ya = _new_like(handle, xa, y_shape) if y is None else check_array(y, "y", handle, dtype=xa.dtype, shape=y_shape)
+    ya = output(y, "y", handle, y_shape, xa.dtype, like=xa)
     if engine != "legacy" and gl.attempt(
             engine, lambda auto: _graph_forward(handle, pool, xa, ya, alpha, beta, auto),
             lambda: pooling_forward(handle, pool, xa, y=ya, alpha=alpha, beta=beta, engine="legacy"), handle=handle,
@@ -378,8 +373,7 @@ def pooling_backward(handle: Handle, pool: Pooling, x: DeviceArrayLike, y: Devic
     static = _auto(engine, xa, "backward", pool)  # "auto" measures; static mode runs this rule
     ya = check_array(y, "y", handle, dtype=xa.dtype, shape=y_shape)
     dya = check_array(dy, "dy", handle, dtype=xa.dtype, shape=y_shape)
-    dxa = _new_like(handle, xa, xa.shape) if dx is None else check_array(dx, "dx", handle, dtype=xa.dtype,
-                                                                         shape=xa.shape)
+    dxa = output(dx, "dx", handle, xa.shape, xa.dtype, like=xa)
     if engine != "legacy" and gl.attempt(
             engine, lambda auto: _graph_backward(handle, pool, xa, ya, dya, dxa, alpha, beta, auto),
             lambda: pooling_backward(handle, pool, xa, ya, dya, dx=dxa, alpha=alpha, beta=beta, engine="legacy"),

@@ -183,7 +183,7 @@ def op_tensor(handle: Handle, op: str | int | OpTensor, a: DeviceArrayLike, b: D
         raise InvalidValueError(f"op_tensor {opv.name} is binary: pass b")
     ba = aa if b is None else check_array(b, "b", handle, dtype=aa.dtype)
     _broadcastable(ba, aa, "b", "c")  # c has a's shape (output() checks a given c): refused before c is allocated
-    ca = output(c, "c", handle, aa.shape, aa.dtype)
+    ca = output(c, "c", handle, aa.shape, aa.dtype, like=aa)
     if gl.attempt(engine, lambda auto: _graph_op_tensor(handle, opv, aa, ba, ca, alpha1, alpha2, beta, compute_dtype,
                                                         nan_propagation, unary, auto),
                   lambda: op_tensor(handle, opv, aa, ba, c=ca, alpha1=alpha1, alpha2=alpha2, beta=beta,
@@ -303,8 +303,9 @@ def transform_tensor(handle: Handle, x: DeviceArrayLike, *moved: DeviceArrayLike
     """``y = alpha * x + beta * y`` between layouts and dtypes (``cudnnTransformTensor``); returns y.
 
     ``y`` (same logical shape as x, any strides, any dtype) or, when not given, a new array of
-    ``dtype`` (default x's) whose memory is ``layout``: ``"NCHW"`` (packed, the default) or ``"NHWC"``
-    (channels last; the logical shape stays N, C, *spatial and the strides say channels-last); any case.
+    ``dtype`` (default x's) whose memory is ``layout``: ``"NCHW"`` (packed) or ``"NHWC"`` (channels last; the logical
+    shape stays N, C, *spatial and the strides say channels-last), any case; by default x's memory order (the
+    outputs' rule: README).
     ``engine``: "legacy", "graph" (an identity pointwise graph; floating dtypes) or "auto".
     ``memory_format=`` is the deprecated spelling of ``layout=``.
     """
@@ -320,8 +321,8 @@ def transform_tensor(handle: Handle, x: DeviceArrayLike, *moved: DeviceArrayLike
     if y is None:
         out_dtype = xa.dtype if dtype is None else as_numpy_dtype(dtype)
         cudnn_dtype(out_dtype)
-        ya = empty_strided(handle, xa.shape, _format_strides(xa.shape, "NCHW" if layout is None else layout),
-                           out_dtype)
+        ya = output(None, "y", handle, xa.shape, out_dtype, like=xa) if layout is None else \
+            empty_strided(handle, xa.shape, _format_strides(xa.shape, layout), out_dtype)
     else:
         ya = check_array(y, "y", handle, shape=xa.shape)
         if dtype is not None and ya.dtype != as_numpy_dtype(dtype):
