@@ -1,0 +1,136 @@
+"""A prepared call is right by construction, not by convention (issue 39 item 3), on the CPU with stand-ins: an
+address C gets as a plain int, a queuing C call outside the sinks, a workspace refused in a later step, the graph
+route's workspace after a stream change, cache clears and engine-mode changes, tracebacks through a replay."""
+from __future__ import annotations
+
+import traceback
+
+import pytest
+
+from cudnn_py import capi, engine_choice, prepared as P, recording
+from cudnn_py.errors import CudnnPyError, WorkspaceLimitError
+from cudnn_py.graph import runner
+from cudnn_py.ops import _common
+from helpers import FakeCFunction, FakeWorkspace, fake_array, fake_cudnn_handle
+
+arr = fake_array
+
+
+@pytest.fixture(autouse=True)
+def fake_allocator(monkeypatch):
+    def alloc(a):
+        def new(handle):
+            x = arr(a.shape, a.dtype, a.strides)
+            return x, x.ptr
+        return new
+    monkeypatch.setattr(P, "_device_allocator", alloc)
+
+
+def test_an_address_passed_as_a_plain_int_is_never_replayed():
+    """A family that hands C its output's address as an int would get a replay writing into the first call's
+    output: the recording is spoiled instead, and every call runs the validated path."""
+    fn, body = FakeCFunction(pointer_params=(1, 2)), []
+
+    @P.prepared(inputs=("x",), outputs=("y",))
+    def op(handle, x, *, y=None):
+        body.append(x)
+        ya = arr(x.shape, x.dtype) if y is None else y
+        _common.launch(handle, fn, handle.ptr, x, ya.ptr)  # y's address as a plain int (equal to one of the arrays)
+        return ya
+    h = fake_cudnn_handle()
+    y1, y2 = arr(), arr()
+    op(h, arr(), y=y1)
+    op(h, arr(), y=y2)
+    assert len(body) == 2 and [c[2] for c in fn.calls] == [y1.ptr, y2.ptr]
+    assert not h.cache.get(P.CACHE)
+
+
+def test_a_queuing_c_function_outside_the_sinks_spoils_the_recording():
+    assert capi.cudnnAddTensor.queues and capi.cudnnBackendExecute.queues
+    assert not capi.cudnnGetConvolutionForwardWorkspaceSize.queues and not capi.cudnnCreateTensorDescriptor.queues
+    with recording.recording() as rec:
+        with pytest.raises(CudnnPyError):  # NULL handle and descriptors: refused, after the recording noted it
+            capi.cudnnAddTensor(None, None, None, None, None, None, None)
+    assert rec.spoiled is not None and "cudnnAddTensor" in rec.spoiled
+    with recording.recording() as rec:
+        recording.state.sink = True
+        try:
+            with pytest.raises(CudnnPyError):
+                capi.cudnnAddTensor(None, None, None, None, None, None, None)
+        finally:
+            recording.state.sink = False
+    assert rec.spoiled is None
+
+
+class CappedWorkspace(FakeWorkspace):
+    def __init__(self):
+        super().__init__()
+        self.cap, self.asked = 1 << 20, []
+
+    def get(self, nbytes, stream=None):
+        self.asked.append(nbytes)
+        if nbytes > self.cap:
+            raise WorkspaceLimitError(f"{nbytes} bytes over the cap")
+        return self.ptr if nbytes else 0
+
+
+def test_a_replay_fetches_every_workspace_before_its_first_step():
+    first, second = FakeCFunction(), FakeCFunction()
+
+    @P.prepared(inputs=("x",), outputs=("y",))
+    def op(handle, x, *, y=None, big=1000):
+        _common.launch(handle, first, x, recording.WorkspaceArg(100))
+        _common.launch(handle, second, x, recording.WorkspaceArg(big), y)
+        return y
+    h = fake_cudnn_handle()
+    h.workspace = CappedWorkspace()
+    op(h, arr(), y=arr(), big=4096)
+    assert len(first.calls) == 1 and h.cache_info()[P.CACHE] == 1
+    h.workspace.asked.clear()
+    op(h, arr(), y=arr(), big=4096)
+    assert h.workspace.asked[0] == 4096  # the largest, before either step queued
+    h.workspace.cap = 2048  # lowered: the replay refuses before its first step, then the call is made again
+    with pytest.raises(WorkspaceLimitError):
+        op(h, arr(), y=arr(), big=4096)
+    assert len(first.calls) == 3 and len(second.calls) == 2  # the refused call's first step ran once (validated)
+
+
+def test_the_graph_route_fetches_its_workspace_on_the_handles_current_stream():
+    h = fake_cudnn_handle()
+    seen = []
+    h.workspace.get = lambda size, stream: seen.append(stream) or 0x7000
+    r = runner.Runner.__new__(runner.Runner)
+    r.handle, r.workspace_size, r.ws_get = h, 256, h.workspace.get
+    r.workspace()
+    h._stream = "other stream"
+    r.workspace()
+    assert seen == [None, "other stream"]
+
+
+def _entry(uses):
+    return P.Prepared("op", [], [], [], (("none", 0),), None, 0, frozenset(uses))
+
+
+def test_cache_clears_forget_exactly_the_prepared_calls_built_on_them():
+    h = fake_cudnn_handle()
+    cache = P.handle_cache(h, P.CACHE)
+    cache.update({"legacy": _entry({"graph.legacy"}), "conv": _entry({"graph.conv", engine_choice.CACHE}),
+                  "plain": _entry(())})
+    P._CACHES[id(cache)] = cache
+    runner.cache_clear(h, "graph.legacy")
+    assert sorted(cache) == ["conv", "plain"]
+    engine_choice.set_mode("static")
+    try:
+        assert sorted(cache) == ["plain"]
+    finally:
+        engine_choice.set_mode(None)
+
+
+def test_a_traceback_through_a_replay_shows_its_source_lines():
+    def boom(*args):
+        raise RuntimeError("in the step")
+    p = P.Prepared("op", [(boom, [1, None], ((1, 0),), (), ())], [], [], (("none", 0),), None, 1)
+    with pytest.raises(RuntimeError) as e:
+        p.run(fake_cudnn_handle(), (), {}, [0x1000])
+    text = "".join(traceback.format_exception(e.value))
+    assert "call0(k0_0, p0)" in text
