@@ -49,7 +49,7 @@ from cudnn_py import recording
 from cudnn_py.caches import handle_cache
 from cudnn_py.errors import CudnnPyError, InvalidValueError
 
-__all__ = ["Choice", "run", "chosen", "choices", "signature", "set_mode", "mode", "on_mode_change", "ROUNDS", "MODES",
+__all__ = ["Choice", "run", "run_static", "chosen", "choices", "signature", "set_mode", "mode", "on_mode_change", "ROUNDS", "MODES",
            "ENV", "CACHE"]
 
 #: timed runs per engine when measuring (after one untimed run each); the best counts
@@ -146,10 +146,11 @@ def run(handle, key: Hashable, legacy: Callable[[], object], graph: Callable[[],
     engine = chosen(handle, key, static)
     if engine is None:
         return _measure(handle, handle_cache(handle, _CACHE), key, legacy, graph, mutated, static, refused)
-    return _run_one(engine, legacy, graph, refused)
+    return run_static(engine, legacy, graph, refused)
 
 
-def _run_one(engine: str, legacy, graph, refused: tuple[type[BaseException], ...]) -> str:
+def run_static(engine: str, legacy: Callable[[], object], graph: Callable[[], object],
+               refused: tuple[type[BaseException], ...]) -> str:
     """Run ``engine``; the graph falls back to the legacy call where it refuses."""
     if engine == "graph":
         try:
@@ -200,7 +201,7 @@ def _measure(handle, cache, key, legacy, graph, mutated, static: str,
         restore = _snapshot(handle, mutated)
     except CudnnPyError as e:  # no room for the copies (or no device): no measurement this time
         _log.debug("engine_choice %s: not measured (%s); the static rule runs", key, e)
-        return _run_one(static, legacy, graph, graph_refusals)
+        return run_static(static, legacy, graph, graph_refusals)
     engines = {"legacy": legacy, "graph": graph}
     errors: dict[str, BaseException | None] = {}
     best = {name: math.inf for name in engines}

@@ -41,8 +41,10 @@ import numpy as np
 from cudnn_py import engine_choice, memory, recording
 from cudnn_py.recording import state
 from cudnn_py.caches import Cache, handle_cache
-from cudnn_py.errors import InvalidValueError, WorkspaceLimitError
-from cudnn_py.handle import Handle
+from cudnn_py._deprecation import warn
+from cudnn_py.args import scaling
+from cudnn_py.errors import InvalidTypeError, InvalidValueError, WorkspaceLimitError
+from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray, Output
 
 __all__ = ["prepared", "Prepared", "CACHE", "package", "to_package", "forget"]
@@ -167,8 +169,8 @@ class Prepared:
                 args.append(f"k{j}_{pos}")
             for pos, slot in slots:
                 args[pos] = f"p{slot}"
-            for pos in workspaces:
-                args[pos] = "ws"
+            for pos, offset in workspaces:
+                args[pos] = f"ws + {offset}" if offset else "ws"
             lines.append(f"    call{j}({', '.join(args)})")
         items = [f"kwargs[{where!r}]" if kind == "kw" else f"args[{where}]" if kind == "arg" else f"n{where}"
                  if kind == "new" else "None" for kind, where in result]
@@ -216,18 +218,47 @@ def _extent(v: Any) -> tuple[int, int, int, tuple, tuple, Any]:
 
 class _Spec:
     """What the wrapper knows of one operation function: its positional parameters, which are arrays (and of those,
-    outputs), and whether an output may be an input itself (in place)."""
+    outputs), whether an output may be an input itself (in place), its scaling factors and the outputs it still
+    takes positionally after its inputs (deprecated)."""
 
-    def __init__(self, fn: Callable, inputs: Sequence[str], outputs: Sequence[str], inplace: bool):
+    def __init__(self, fn: Callable, inputs: Sequence[str], outputs: Sequence[str], inplace: bool,
+                 scalars: Sequence[str], moved: Sequence[str]):
         params = list(inspect.signature(fn).parameters.values())[1:]  # after the handle
         self.fn, self.name, self.inplace = fn, fn.__name__, inplace
         self.positional = tuple(p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
         self.arrays = frozenset(inputs) | frozenset(outputs)
         self.outputs = frozenset(outputs)
-        missing = self.arrays - {p.name for p in params}
+        self.scalars, self.moved = tuple(scalars), tuple(moved)
+        self.varargs = any(p.kind == p.VAR_POSITIONAL for p in params)  # extra positionals are its own business
+        keyword = {p.name: p.default for p in params if p.kind == p.KEYWORD_ONLY}
+        missing = (self.arrays - {p.name for p in params}) | (set(self.scalars) | set(self.moved)) - set(keyword)
         if missing:
-            raise TypeError(f"{self.name} has no parameters {sorted(missing)}")
+            raise TypeError(f"{self.name} has no parameters {sorted(missing)} (scaling factors and moved outputs are "
+                            f"keyword-only)")
         self.is_array = tuple(n in self.arrays for n in self.positional)
+        self.optional = frozenset(n for n in self.scalars if keyword[n] is None)  # None: the function's own default
+
+    def checked(self, handle: Any, args: tuple, kwargs: dict) -> tuple[Any, tuple, dict]:
+        """The checks every operation function shares, before its own: the handle, the outputs still passed
+        positionally (moved to their keywords, with a :class:`DeprecationWarning`), the scaling factors."""
+        handle = handle_arg(handle)
+        npos = len(self.positional)
+        if len(args) > npos and not self.varargs:
+            extra, args = args[npos:], args[:npos]
+            if len(extra) > len(self.moved):
+                raise InvalidTypeError(f"{self.name}() takes {len(self.moved)} output(s) "
+                                       f"({', '.join(self.moved) or 'none'}) after its inputs; got {len(extra)} "
+                                       f"more positional arguments")
+            for n, v in zip(self.moved, extra):
+                if kwargs.get(n) is not None:
+                    raise InvalidTypeError(f"{self.name}() got {n} both positionally and as {n}=")
+                kwargs[n] = v
+            warn(f"{self.name}(): passing outputs positionally is deprecated; pass "
+                 f"{', '.join(n + '=' for n in self.moved[:len(extra)])} as keywords", stacklevel=2)
+        for n in self.scalars:
+            if n in kwargs and not (kwargs[n] is None and n in self.optional):
+                kwargs[n], = scaling(**{n: kwargs[n]})
+        return handle, args, kwargs
 
     def slots(self, args: tuple, kwargs: dict) -> list[tuple[str, Any, Any]]:
         """(name, where, value) of each array argument, in the key's order (``where``: ("arg", i) or ("kw", name))."""
@@ -321,7 +352,7 @@ def _make(spec: _Spec, rec: recording.Recording, result: Any, slots: list, ptrs:
         for pos, a in enumerate(base):
             if type(a) is recording.WorkspaceArg:
                 if a.size:
-                    ws.append(pos)
+                    ws.append((pos, a.offset))
                     workspace = max(workspace, a.size)
                 else:
                     base[pos] = None
@@ -367,7 +398,8 @@ engine_choice.on_mode_change(lambda: forget(None, engine_choice.CACHE))
 # ---------------------------------------------------------------- the decorator
 
 def prepared(inputs: Sequence[str], outputs: Sequence[str], *, inplace: bool = True,
-             epoch: Callable[[], Any] | None = None) -> Callable[[F], F]:
+             epoch: Callable[[], Any] | None = None, scalars: Sequence[str] = (),
+             moved: Sequence[str] = ()) -> Callable[[F], F]:
     """Run an operation function ``fn(handle, ...)`` through the handle's prepared calls (see the module doc).
 
     :param inputs: its array parameters it reads.
@@ -375,16 +407,26 @@ def prepared(inputs: Sequence[str], outputs: Sequence[str], *, inplace: bool = T
     :param inplace: whether an output may be an input itself (the identical view).
     :param epoch: where the validated path also depends on state outside the arguments (measured algorithm choices
         that can be cleared), a function answering its current version: part of the key.
+    :param scalars: its scaling factors (keyword-only), checked finite and passed on as floats.
+    :param moved: its outputs (keyword-only) that a call may still pass positionally after the inputs, in that
+        order (deprecated: a :class:`DeprecationWarning`).
+
+    The function itself runs after the handle, those outputs and the scaling factors were checked, on a call's
+    first run of a signature (or every run where the call cannot be keyed).
     """
     def wrap(fn: F) -> F:
-        spec = _Spec(fn, inputs, outputs, inplace)
+        spec = _Spec(fn, inputs, outputs, inplace, scalars, moved)
         npos, is_array, arrays = len(spec.positional), spec.is_array, spec.arrays
+
+        def validated(handle: Any, args: tuple, kwargs: dict) -> Any:
+            handle, args, kwargs = spec.checked(handle, args, kwargs)
+            return fn(handle, *args, **kwargs)
 
         def first(handle: Any, args: tuple, kwargs: dict, key: tuple | None, ptrs: list) -> Any:
             slots = spec.slots(args, kwargs)
             _refuse_overlap(spec, slots)
             with recording.recording() as rec:
-                result = _as_given(fn(handle, *args, **kwargs), spec, slots)
+                result = _as_given(validated(handle, args, kwargs), spec, slots)
             if key is not None:
                 p = _make(spec, rec, result, slots, ptrs)
                 if p is not None:
@@ -403,7 +445,7 @@ def prepared(inputs: Sequence[str], outputs: Sequence[str], *, inplace: bool = T
         @functools.wraps(fn)
         def call(handle: Any, *args: Any, **kwargs: Any) -> Any:
             if type(handle) is not Handle or handle.closed or state.rec is not None or len(args) > npos:
-                return fn(handle, *args, **kwargs)  # a stand-in or closed handle, inside a recording, old positionals
+                return validated(handle, args, kwargs)  # a stand-in or closed handle, in a recording, old positionals
             ptrs: list = []
             parts: list = [fn] if epoch is None else [fn, epoch()]
             try:

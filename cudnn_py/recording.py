@@ -28,8 +28,10 @@ class Address(NamedTuple):
 
 
 class WorkspaceArg(NamedTuple):
-    """An argument that is the handle's workspace of at least ``size`` bytes, fetched again on every replay."""
+    """An argument that is the handle's workspace of at least ``size`` bytes (from byte ``offset`` on: scratch
+    carved out of it), fetched again on every replay."""
     size: int
+    offset: int = 0
 
 
 class Step(NamedTuple):

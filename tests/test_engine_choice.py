@@ -461,17 +461,17 @@ def test_measured_batchnorm_training_updates_running_statistics_once(handle, rng
 
 @pytest.mark.parametrize("beta", [0.0, 0.5])
 def test_normalization_inference_auto_hands_both_engines_to_engine_choice(monkeypatch, beta):
-    """normalization_forward_inference(engine="auto"), ops "norm": graph.legacy.attempt gets the legacy call (the
-    same call with engine="legacy" on the validated arrays), a key of the operation and its signature, and y as
-    mutated where beta blends it; the fused-activation ops stay on the legacy call without measuring."""
+    """normalization_forward_inference(engine="auto"), ops "norm": graph.legacy.dispatch gets the legacy call (the
+    C call on the validated arrays), a key of the operation and its signature, and y as mutated where beta blends
+    it; the fused-activation ops stay on the legacy call without measuring."""
     from cudnn_py.graph import legacy as gl
     from cudnn_py.ops import normalization as nz
     got: dict = {}
 
-    def attempt(engine, run, legacy=None, **kw):
-        got.update(engine=engine, legacy=legacy, **kw)
-        return True
-    monkeypatch.setattr(gl, "attempt", attempt)
+    def dispatch(engine, handle, key, legacy, graph, **kw):
+        got.update(engine=engine, handle=handle, key=key, legacy=legacy, **kw)
+        return "graph"
+    monkeypatch.setattr(gl, "dispatch", dispatch)
     from cudnn_py.memory import DeviceArray
     h = NoCallHandle()
     x, y = DeviceArray(1 << 30, (2, 3, 4, 4), np.float32), DeviceArray(2 << 30, (2, 3, 4, 4), np.float32)
@@ -483,9 +483,11 @@ def test_normalization_inference_auto_hands_both_engines_to_engine_choice(monkey
     assert json.loads(ec._db_key(got["key"]))[0] == "normalization_forward_inference"
     assert got["mutated"] == ((y,) if beta else ())
     legacy_calls = []
-    monkeypatch.setattr(nz, "normalization_forward_inference", lambda *a, **k: legacy_calls.append(k))
+    monkeypatch.setattr(nz, "launch", lambda handle, fn, *args: legacy_calls.append((fn, args)))
+    monkeypatch.setattr(NoCallHandle, "ptr", None)  # the C call itself is the stand-in above
     got["legacy"]()
-    assert legacy_calls[0]["engine"] == "legacy" and legacy_calls[0]["y"] is y and legacy_calls[0]["beta"] == beta
+    (fn, args), = legacy_calls
+    assert fn is nz.capi.cudnnNormalizationForwardInference and args[-3] is y and args[7] is x
 
 
 @pytest.mark.gpu

@@ -10,7 +10,7 @@ import pytest
 
 from cudnn_py import engine_choice, prepared as P, recording
 from cudnn_py.capi import cudnnHandle_t
-from cudnn_py.errors import InvalidValueError
+from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
 from cudnn_py.memory import DeviceArray
 from cudnn_py.ops import _common
 from helpers import FakeCFunction, FakeWorkspace, fake_array, fake_cudnn_handle
@@ -31,8 +31,8 @@ def fake_allocator(monkeypatch):
 def make_op(inplace=True):
     fn, body = CFn(), []
 
-    @P.prepared(inputs=("x",), outputs=("y",), inplace=inplace)
-    def op(handle, x, *moved, y=None, alpha=1.0, ws=0):
+    @P.prepared(inputs=("x",), outputs=("y",), inplace=inplace, scalars=("alpha",), moved=("y",))
+    def op(handle, x, *, y=None, alpha=1.0, ws=0):
         body.append((x, y))
         ya = arr(x.shape, x.dtype) if y is None else y
         _common.launch(handle, fn, handle.ptr, alpha, x, recording.WorkspaceArg(ws) if ws else None, ya)
@@ -144,15 +144,16 @@ def test_unhashable_option_and_foreign_arrays_are_validated_every_call():
     op, fn, body = make_op()
     h = fake_handle()
     for _ in range(2):
-        op(h, arr(), y=arr(), alpha=[1.0])
+        op(h, arr(), y=arr(), ws=[8])
     assert len(body) == 2
 
 
 def test_old_positional_outputs_and_stand_in_handles_take_the_validated_path():
     op, fn, body = make_op()
     h = fake_handle()
-    op(h, arr(), arr())  # *moved
-    op(h, arr(), arr())
+    with pytest.warns(DeprecationWarning, match="pass y= as keywords"):
+        op(h, arr(), arr())  # an output passed positionally, as before keyword-only outputs
+        op(h, arr(), arr())
     stand_in = type("H", (), {"device": 0, "ptr": cudnnHandle_t(1), "workspace": FakeWorkspace(), "stream": None})()
     op(stand_in, arr(), y=arr())
     op(stand_in, arr(), y=arr())
@@ -162,6 +163,22 @@ def test_old_positional_outputs_and_stand_in_handles_take_the_validated_path():
 class Pair(NamedTuple):
     a: object
     b: object
+
+
+def test_the_shared_checks_run_before_the_function():
+    op, fn, body = make_op()
+    h = fake_handle()
+    with pytest.raises(InvalidValueError, match="alpha"):
+        op(h, arr(), y=arr(), alpha=float("nan"))
+    with pytest.raises(InvalidTypeError, match="takes 1 output"):
+        op(h, arr(), arr(), arr())
+    with pytest.raises(InvalidTypeError, match="both positionally"):
+        op(h, arr(), arr(), y=arr())
+    h.close = None
+    h._ptr = None
+    with pytest.raises(ClosedError):
+        op(h, arr(), y=arr())
+    assert body == []
 
 
 def test_results_are_rebuilt_in_shape_given_and_new_outputs_in_place():

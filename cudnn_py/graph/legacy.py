@@ -18,7 +18,7 @@ there 7 % faster than on NHWC (N, 256, H, W) data.
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Any, Callable, Hashable, Sequence
 
 import numpy as np
 
@@ -33,7 +33,7 @@ from .errors import GraphNotSupportedError
 from .graph import Graph, Tensor, packed_strides
 from .ops.pointwise import Pointwise, pointwise_mode
 
-__all__ = ["ENGINES", "engine_arg", "legacy_cache_clear", "GraphPathRefused", "attempt", "run_graph", "blend",
+__all__ = ["ENGINES", "engine_arg", "legacy_cache_clear", "GraphPathRefused", "dispatch", "graph_ran", "run_graph", "blend",
            "graph_dtype", "GRAPH_DTYPES"]
 
 #: what ``engine=`` takes: the legacy C call, a cached graph plan, or the graph where it has an engine
@@ -61,31 +61,35 @@ class GraphPathRefused(InvalidValueError):
     """A configuration the graph path refuses before cuDNN is asked (``engine="auto"`` runs legacy instead)."""
 
 
-def attempt(engine: str, run: Callable[[bool], bool], legacy: Callable[[], object] | None = None, *, handle=None,
-            key=None, mutated=(), static: str = "graph") -> bool:
-    """Whether ``run(auto)`` ran the graph path for ``engine`` ('graph' or 'auto'; 'legacy' never tries): with
-    'auto' a configuration the graph path refuses (:class:`GraphPathRefused`, or no engine) gives False.
+def dispatch(engine: str, handle: Any, key: Hashable, legacy: Callable[[], object], graph: Callable[[bool], object],
+             *, mutated: Sequence = (), static: str = "graph", measure: bool = True) -> str:
+    """Run one call on ``engine`` and answer the engine that ran it: the one engine-choice protocol of the operation
+    families. ``legacy()`` runs the legacy C call; ``graph(auto)`` the graph path (answering False, or raising
+    :class:`GraphPathRefused` / :class:`~cudnn_py.graph.GraphNotSupportedError`, where it does not take the call).
 
-    With 'auto' and ``legacy`` (the call with ``engine='legacy'``) the engine is measured on ``handle``'s first call
-    of ``key`` (:mod:`cudnn_py.engine_choice`; ``mutated``: arrays the call writes and may read); True then means
-    the call ran on either engine, False that the legacy call is the choice (the caller runs it)."""
+    'legacy' and 'graph' run that engine (the graph's refusal raised); 'auto' runs the engine
+    :mod:`cudnn_py.engine_choice` keeps for ``key`` on ``handle``, measured on its first call (``mutated``: the
+    arrays the call writes and may read), the graph falling back to the legacy call where it refuses; with
+    ``measure`` False (a call that cannot be repeated), ``static``'s engine without measuring."""
     if engine == "legacy":
-        return False
-    auto = engine == "auto"
-    if auto and legacy is not None:
-        chosen = engine_choice.chosen(handle, key, static)
-        if chosen is None:
-            engine_choice.run(handle, key, legacy, lambda: run(True), mutated=mutated, static=static,
-                              refused=(GraphPathRefused, GraphNotSupportedError))
-            return True
-        if chosen == "legacy":
-            return False
-    try:
-        return run(auto)
-    except GraphPathRefused:
-        if auto:
-            return False
-        raise
+        legacy()
+        return engine
+    if engine == "graph":
+        graph(False)
+        return engine
+    if engine != "auto":
+        engine_arg(engine)
+    refused = (GraphPathRefused, GraphNotSupportedError)
+    if not measure:
+        return engine_choice.run_static(static, legacy, lambda: graph(True), refused)
+    return engine_choice.run(handle, key, legacy, lambda: graph(True), mutated=mutated, static=static,
+                             refused=refused)
+
+
+def graph_ran(engine: str, graph: Callable[[bool], object]) -> bool:
+    """:func:`dispatch` without measuring, for a caller whose legacy call follows inline: whether the graph path
+    ran (False: ``engine`` is 'legacy', or 'auto' and the graph refused)."""
+    return dispatch(engine, None, None, lambda: None, graph, measure=False) == "graph"
 
 
 def graph_dtype(dtype, what: str) -> None:

@@ -163,7 +163,7 @@ def launch(handle, fn, *args) -> None:
             c_args[i] = a.value
             pointers.append(i)
         elif t is WorkspaceArg:
-            c_args[i] = handle.workspace.get(a.size, handle.stream) if a.size else None
+            c_args[i] = handle.workspace.get(a.size, handle.stream) + a.offset if a.size else None
         elif isinstance(a, Descriptor):
             c_args[i] = a.ptr
         elif isinstance(a, Settings):

@@ -29,13 +29,13 @@ from ctypes import byref, c_double, c_int
 
 from cudnn_py import caches, capi
 from cudnn_py._deprecation import alias
-from cudnn_py.args import enum_member, float_arg, nan_flag, scaling
+from cudnn_py.args import enum_member, float_arg, nan_flag
 from cudnn_py.descriptors import Descriptor, Settings, c_nan, read_back
 from cudnn_py import engine_choice as ec
 from cudnn_py.graph import legacy as gl
-from cudnn_py.handle import Handle, handle_arg
+from cudnn_py.handle import Handle
 from cudnn_py.memory import DeviceArray, DeviceArrayLike
-from cudnn_py.ops._common import Out, check_array, desc, launch, moved_outputs, output, scalars
+from cudnn_py.ops._common import Out, check_array, desc, launch, output, scalars
 from cudnn_py.prepared import prepared
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
@@ -185,8 +185,27 @@ def _graph_backward(handle: Handle, activation, xa, dya, dxa, alpha, beta, auto)
                         [("dx", dxa)], build, auto=auto)
 
 
-@prepared(inputs=("x",), outputs=("y",))
-def activation_forward(handle: Handle, activation: Activation | str | int, x: DeviceArrayLike, *moved: DeviceArrayLike,
+def _legacy_forward(handle: Handle, act: Activation, xa, ya, alpha: float, beta: float) -> None:
+    al, be = scalars(xa.dtype, alpha, beta)
+    xd, yd = desc(xa), desc(ya)
+    if act.mode == capi.CUDNN_ACTIVATION_IDENTITY:  # cuDNN keeps identity for the fused conv call: a scaled copy
+        launch(handle, capi.cudnnTransformTensor, handle.ptr, al, xd, xa, be, yd, ya)
+    else:
+        launch(handle, capi.cudnnActivationForward, handle.ptr, act, al, xd, xa, be, yd, ya)
+
+
+def _legacy_backward(handle: Handle, act: Activation, xa, ya, dya, dxa, alpha: float, beta: float) -> None:
+    al, be = scalars(xa.dtype, alpha, beta)
+    dyd, dxd = desc(dya), desc(dxa)
+    if act.mode == capi.CUDNN_ACTIVATION_IDENTITY:  # dx = alpha * dy + beta * dx
+        launch(handle, capi.cudnnTransformTensor, handle.ptr, al, dyd, dya, be, dxd, dxa)
+    else:
+        xd, yd = desc(xa), desc(ya)
+        launch(handle, capi.cudnnActivationBackward, handle.ptr, act, al, yd, ya, dyd, dya, xd, xa, be, dxd, dxa)
+
+
+@prepared(inputs=("x",), outputs=("y",), scalars=("alpha", "beta"), moved=("y",))
+def activation_forward(handle: Handle, activation: Activation | str | int, x: DeviceArrayLike, *,
                        y: Out | None = None, alpha: float = 1.0, beta: float = 0.0,
                        engine: str = "auto") -> DeviceArray | Out:
     """``y = alpha * act(x) + beta * y`` (``cudnnActivationForward``); returns y (allocated if not given).
@@ -194,59 +213,32 @@ def activation_forward(handle: Handle, activation: Activation | str | int, x: De
     ``activation``: an :class:`Activation`, or a mode name or ``cudnnActivationMode_t`` (then coef 0, swish_beta 1).
     ``y`` may be ``x`` itself (in place). ``engine``: "legacy", "graph" or "auto" (see the module doc).
     """
-    alpha, beta = scaling(alpha=alpha, beta=beta)
-    handle = handle_arg(handle)
-    if moved:
-        y, = moved_outputs("activation_forward", moved, ("y",), (y,))
-    engine = gl.engine_arg(engine)
     act = activation_of(activation)
     xa = check_array(x, "x", handle, floating=True)
     ya = output(y, "y", handle, xa.shape, xa.dtype, like=xa)
-    if gl.attempt(engine, lambda auto: _graph_forward(handle, activation, xa, ya, alpha, beta, auto),
-                  lambda: activation_forward(handle, activation, xa, y=ya, alpha=alpha, beta=beta, engine="legacy"),
-                  handle=handle, key=("activation_forward", activation, alpha, beta, ec.signature(xa, ya)),
-                  mutated=(ya,) if beta or ya.ptr == xa.ptr else ()):
-        return ya if y is None else y
-    al, be = scalars(xa.dtype, alpha, beta)
-    xd, yd = desc(xa), desc(ya)
-    if act.mode == capi.CUDNN_ACTIVATION_IDENTITY:  # cuDNN keeps identity for the fused conv call: a scaled copy
-        launch(handle, capi.cudnnTransformTensor, handle.ptr, al, xd, xa, be, yd, ya)
-    else:
-        launch(handle, capi.cudnnActivationForward, handle.ptr, act, al, xd, xa, be, yd, ya)
+    gl.dispatch(engine, handle, ("activation_forward", activation, alpha, beta, ec.signature(xa, ya)),
+                lambda: _legacy_forward(handle, act, xa, ya, alpha, beta),
+                lambda auto: _graph_forward(handle, activation, xa, ya, alpha, beta, auto),
+                mutated=(ya,) if beta or ya.ptr == xa.ptr else ())
     return ya if y is None else y
 
 
-@prepared(inputs=("x", "y", "dy"), outputs=("dx",))
+@prepared(inputs=("x", "y", "dy"), outputs=("dx",), scalars=("alpha", "beta"), moved=("dx",))
 def activation_backward(handle: Handle, activation: Activation | str | int, x: DeviceArrayLike, y: DeviceArrayLike,
-                        dy: DeviceArrayLike, *moved: DeviceArrayLike, dx: Out | None = None, alpha: float = 1.0,
+                        dy: DeviceArrayLike, *, dx: Out | None = None, alpha: float = 1.0,
                         beta: float = 0.0, engine: str = "auto") -> DeviceArray | Out:
     """``dx = alpha * dL/dx + beta * dx`` from the forward's x and y and the gradient dy (``cudnnActivationBackward``).
 
     ``engine``: "legacy", "graph" (which computes the gradient from x; y is checked but not read) or "auto"."""
-    alpha, beta = scaling(alpha=alpha, beta=beta)
-    handle = handle_arg(handle)
-    if moved:
-        dx, = moved_outputs("activation_backward", moved, ("dx",), (dx,))
-    engine = gl.engine_arg(engine)
     act = activation_of(activation)
     xa = check_array(x, "x", handle, floating=True)
     ya = check_array(y, "y", handle, dtype=xa.dtype, shape=xa.shape)
     dya = check_array(dy, "dy", handle, dtype=xa.dtype, shape=xa.shape)
     dxa = output(dx, "dx", handle, xa.shape, xa.dtype, like=dya)
-    if gl.attempt(engine, lambda auto: _graph_backward(handle, activation, xa, dya, dxa, alpha, beta, auto),
-                  lambda: activation_backward(handle, activation, xa, ya, dya, dx=dxa, alpha=alpha, beta=beta,
-                                              engine="legacy"),
-                  handle=handle, key=("activation_backward", activation, alpha, beta, ec.signature(xa, ya, dya, dxa)),
-                  mutated=(dxa,) if beta or dxa.ptr in (xa.ptr, ya.ptr, dya.ptr) else ()):
-        return dxa if dx is None else dx
-    al, be = scalars(xa.dtype, alpha, beta)
-    dyd, dxd = desc(dya), desc(dxa)
-    if act.mode == capi.CUDNN_ACTIVATION_IDENTITY:  # dx = alpha * dy + beta * dx
-        launch(handle, capi.cudnnTransformTensor, handle.ptr, al, dyd, dya, be, dxd, dxa)
-        return dxa if dx is None else dx
-    xd, yd = desc(xa), desc(ya)
-    launch(handle, capi.cudnnActivationBackward, handle.ptr, act, al, yd, ya, dyd, dya, xd, xa,
-           be, dxd, dxa)
+    gl.dispatch(engine, handle, ("activation_backward", activation, alpha, beta, ec.signature(xa, ya, dya, dxa)),
+                lambda: _legacy_backward(handle, act, xa, ya, dya, dxa, alpha, beta),
+                lambda auto: _graph_backward(handle, activation, xa, dya, dxa, alpha, beta, auto),
+                mutated=(dxa,) if beta or dxa.ptr in (xa.ptr, ya.ptr, dya.ptr) else ())
     return dxa if dx is None else dx
 
 

@@ -46,7 +46,6 @@ from typing import NamedTuple
 import numpy as np
 
 from cudnn_py import capi
-from cudnn_py.args import scaling
 from cudnn_py.errors import InvalidValueError
 from cudnn_py import engine_choice as ec
 from cudnn_py.graph import legacy as gl
@@ -136,7 +135,7 @@ def _legacy_if_auto(engine: str) -> str:
 
 
 @prepared(inputs=("x", "scale", "bias"), outputs=("running_mean", "running_var", "saved_mean", "saved_inv_var", "y"),
-          inplace=False)
+          inplace=False, scalars=("alpha", "beta"))
 def batchnorm_forward_training(handle: Handle, x: DeviceArrayLike, scale: DeviceArrayLike, bias: DeviceArrayLike, *,
                                mode: str | int = "spatial", epsilon: float = 1e-5, factor: float = 1.0,
                                running_mean: DeviceArrayLike | None = None, running_var: DeviceArrayLike | None = None,
@@ -150,32 +149,23 @@ def batchnorm_forward_training(handle: Handle, x: DeviceArrayLike, scale: Device
     ``saved_mean``/``saved_inv_var`` are allocated when not given; pass them to :func:`batchnorm_backward`.
     ``engine``: "legacy", "graph" or "auto" (the default: the graph where it takes the call; module doc).
     """
-    alpha, beta = scaling(alpha=alpha, beta=beta)
-    handle = handle_arg(handle)
-    engine = gl.engine_arg(engine)
     s = _bn(handle, x, mode)
     sc, bi, rm, rv, sm, siv, eps, f = na.training_params(handle, s, scale, bias, running_mean, running_var,
                                                          saved_mean, saved_inv_var, epsilon, factor)
     ya = na.given_output(y, "y", handle, s.x)
     ya, sm, siv = na.or_new_like(ya, handle, s.x), s.or_new(sm, handle), s.or_new(siv, handle)
-    if gl.attempt(engine, lambda auto: ng.training(handle, s, sc, bi, rm, rv, sm, siv, eps, f, ya, None, False,
-                                                   (alpha, beta), auto),
-                  lambda: batchnorm_forward_training(handle, s.x, sc, bi, mode=s.mode, epsilon=eps, factor=f,
-                                                     running_mean=rm, running_var=rv, saved_mean=sm,
-                                                     saved_inv_var=siv, y=ya, alpha=alpha, beta=beta,
-                                                     engine="legacy"),
-                  handle=handle, key=("batchnorm_forward_training", s.mode, eps, f, alpha, beta, rm is None,
-                                      ec.signature(s.x, ya, sc)),
-                  mutated=(() if rm is None else (rm, rv)) + ((ya,) if beta or ya.ptr == s.x.ptr else ())):
-        return BatchNormTraining(ya, sm, siv, rm, rv)
-    al, be = scalars(s.x.dtype, alpha, beta)
-    yd = desc(ya)
-    launch(handle, capi.cudnnBatchNormalizationForwardTraining,
-           handle.ptr, s.mode, al, be, s.xdesc, s.x, yd, ya, s.pdesc, sc, bi, f, rm, rv, eps, sm, siv)
+    gl.dispatch(engine, handle, ("batchnorm_forward_training", s.mode, eps, f, alpha, beta, rm is None,
+                                 ec.signature(s.x, ya, sc)),
+                lambda: launch(handle, capi.cudnnBatchNormalizationForwardTraining, handle.ptr, s.mode,
+                               *scalars(s.x.dtype, alpha, beta), s.xdesc, s.x, desc(ya), ya, s.pdesc, sc, bi, f, rm,
+                               rv, eps, sm, siv),
+                lambda auto: ng.training(handle, s, sc, bi, rm, rv, sm, siv, eps, f, ya, None, False, (alpha, beta),
+                                         auto),
+                mutated=(() if rm is None else (rm, rv)) + ((ya,) if beta or ya.ptr == s.x.ptr else ()))
     return BatchNormTraining(ya, sm, siv, rm, rv)
 
 
-@prepared(inputs=("x", "scale", "bias", "mean", "var"), outputs=("y",), inplace=False)
+@prepared(inputs=("x", "scale", "bias", "mean", "var"), outputs=("y",), inplace=False, scalars=("alpha", "beta"))
 def batchnorm_forward_inference(handle: Handle, x: DeviceArrayLike, scale: DeviceArrayLike, bias: DeviceArrayLike,
                                 mean: DeviceArrayLike, var: DeviceArrayLike, *, mode: str | int = "spatial",
                                 epsilon: float = 1e-5, y: DeviceArrayLike | None = None, alpha: float = 1.0,
@@ -184,30 +174,22 @@ def batchnorm_forward_inference(handle: Handle, x: DeviceArrayLike, scale: Devic
     (``cudnnBatchNormalizationForwardInference``); returns y (allocated if not given).
     ``engine``: "legacy", "graph" (either mode) or "auto" (the default: the graph where it takes the call).
     """
-    alpha, beta = scaling(alpha=alpha, beta=beta)
-    handle = handle_arg(handle)
-    engine = gl.engine_arg(engine)
     s = _bn(handle, x, mode)
     sc, bi = s.param(scale, "scale", handle), s.param(bias, "bias", handle)
     me, va = s.param(mean, "mean", handle), s.param(var, "var", handle)
     eps = na.check_epsilon(epsilon)
     ya = na.or_new_like(na.given_output(y, "y", handle, s.x), handle, s.x)
-    if gl.attempt(engine, lambda auto: ng.inference(handle, s, sc, bi, me, va, eps, ya, None, False, alpha,
-                                                    beta, auto),
-                  lambda: batchnorm_forward_inference(handle, s.x, sc, bi, me, va, mode=s.mode, epsilon=eps, y=ya,
-                                                      alpha=alpha, beta=beta, engine="legacy"),
-                  handle=handle, key=("batchnorm_forward_inference", s.mode, eps, alpha, beta,
-                                      ec.signature(s.x, ya, sc)),
-                  mutated=(ya,) if beta or ya.ptr == s.x.ptr else ()):
-        return ya
-    al, be = scalars(s.x.dtype, alpha, beta)
-    yd = desc(ya)
-    launch(handle, capi.cudnnBatchNormalizationForwardInference,
-           handle.ptr, s.mode, al, be, s.xdesc, s.x, yd, ya, s.pdesc, sc, bi, me, va, eps)
+    gl.dispatch(engine, handle, ("batchnorm_forward_inference", s.mode, eps, alpha, beta, ec.signature(s.x, ya, sc)),
+                lambda: launch(handle, capi.cudnnBatchNormalizationForwardInference, handle.ptr, s.mode,
+                               *scalars(s.x.dtype, alpha, beta), s.xdesc, s.x, desc(ya), ya, s.pdesc, sc, bi, me, va,
+                               eps),
+                lambda auto: ng.inference(handle, s, sc, bi, me, va, eps, ya, None, False, alpha, beta, auto),
+                mutated=(ya,) if beta or ya.ptr == s.x.ptr else ())
     return ya
 
 
-@prepared(inputs=("x", "dy", "scale", "saved_mean", "saved_inv_var"), outputs=("dx", "dscale", "dbias"), inplace=False)
+@prepared(inputs=("x", "dy", "scale", "saved_mean", "saved_inv_var"), outputs=("dx", "dscale", "dbias"), inplace=False,
+          scalars=("alpha_data", "beta_data", "alpha_param", "beta_param"))
 def batchnorm_backward(handle: Handle, x: DeviceArrayLike, dy: DeviceArrayLike, scale: DeviceArrayLike,
                        saved_mean: DeviceArrayLike | None = None, saved_inv_var: DeviceArrayLike | None = None, *,
                        mode: str | int = "spatial", epsilon: float = 1e-5, dx: DeviceArrayLike | None = None,
@@ -220,10 +202,6 @@ def batchnorm_backward(handle: Handle, x: DeviceArrayLike, dy: DeviceArrayLike, 
     ``saved_mean``/``saved_inv_var`` from the forward pass (both or neither: cuDNN then recomputes them).
     ``engine``: "legacy", "graph" or "auto" (the default: the graph where it takes the call; module doc).
     """
-    alpha_data, beta_data, alpha_param, beta_param = scaling(alpha_data=alpha_data, beta_data=beta_data,
-                                                             alpha_param=alpha_param, beta_param=beta_param)
-    handle = handle_arg(handle)
-    engine = gl.engine_arg(engine)
     s = _bn(handle, x, mode)
     dya = na.data_array(dy, "dy", handle, like=s.x)
     sc = s.param(scale, "scale", handle)
@@ -233,21 +211,15 @@ def batchnorm_backward(handle: Handle, x: DeviceArrayLike, dy: DeviceArrayLike, 
     dxa = na.given_output(dx, "dx", handle, s.x)
     ds, db = s.opt_param(dscale, "dscale", handle), s.opt_param(dbias, "dbias", handle)
     dxa, ds, db = na.or_new_like(dxa, handle, s.x), s.or_new(ds, handle), s.or_new(db, handle)
-    if gl.attempt(engine, lambda auto: ng.backward(handle, s, dya, sc, sm, siv, dxa, ds, db,
-                                                   (alpha_data, beta_data, alpha_param, beta_param), auto),
-                  lambda: batchnorm_backward(handle, s.x, dya, sc, sm, siv, mode=s.mode, epsilon=eps, dx=dxa,
-                                             dscale=ds, dbias=db, alpha_data=alpha_data, beta_data=beta_data,
-                                             alpha_param=alpha_param, beta_param=beta_param, engine="legacy"),
-                  handle=handle, key=("batchnorm_backward", s.mode, eps, alpha_data, beta_data, alpha_param,
-                                      beta_param, sm is None, ec.signature(s.x, dya, dxa, sc)),
-                  mutated=((dxa,) if beta_data or dxa.ptr in (s.x.ptr, dya.ptr) else ()) +
-                  ((ds, db) if beta_param else ())):
-        return BatchNormGrads(dxa, ds, db)
-    ad, bd = scalars(s.x.dtype, alpha_data, beta_data)
-    ap, bp = scalars(s.x.dtype, alpha_param, beta_param)
-    dyd, dxd = desc(dya), desc(dxa)
-    launch(handle, capi.cudnnBatchNormalizationBackward,
-           handle.ptr, s.mode, ad, bd, ap, bp, s.xdesc, s.x, dyd, dya, dxd, dxa, s.pdesc, sc, ds, db, eps, sm, siv)
+    gl.dispatch(engine, handle, ("batchnorm_backward", s.mode, eps, alpha_data, beta_data, alpha_param, beta_param,
+                                 sm is None, ec.signature(s.x, dya, dxa, sc)),
+                lambda: launch(handle, capi.cudnnBatchNormalizationBackward, handle.ptr, s.mode,
+                               *scalars(s.x.dtype, alpha_data, beta_data, alpha_param, beta_param), s.xdesc, s.x,
+                               desc(dya), dya, desc(dxa), dxa, s.pdesc, sc, ds, db, eps, sm, siv),
+                lambda auto: ng.backward(handle, s, dya, sc, sm, siv, dxa, ds, db,
+                                         (alpha_data, beta_data, alpha_param, beta_param), auto),
+                mutated=((dxa,) if beta_data or dxa.ptr in (s.x.ptr, dya.ptr) else ()) +
+                ((ds, db) if beta_param else ()))
     return BatchNormGrads(dxa, ds, db)
 
 
@@ -280,7 +252,8 @@ def _ex_sizes(handle: Handle, s: na.NormSetup, op, act, with_z: bool) -> tuple[i
 
 
 @prepared(inputs=("x", "scale", "bias", "z"),
-          outputs=("running_mean", "running_var", "saved_mean", "saved_inv_var", "y", "reserve"), inplace=False)
+          outputs=("running_mean", "running_var", "saved_mean", "saved_inv_var", "y", "reserve"), inplace=False,
+          scalars=("alpha", "beta"))
 def batchnorm_forward_training_ex(handle: Handle, x: DeviceArrayLike, scale: DeviceArrayLike, bias: DeviceArrayLike, *,
                                   z: DeviceArrayLike | None = None, ops: str | int = "bn",
                                   activation: Activation | str | int | None = None,
@@ -299,8 +272,6 @@ def batchnorm_forward_training_ex(handle: Handle, x: DeviceArrayLike, scale: Dev
     elsewhere it raises :class:`~cudnn_py.errors.CudnnNotSupportedError`. ``engine``: "legacy", "graph" (no
     reserve: the result's ``reserve`` is None) or "auto" (the default: here the legacy call, measured faster).
     """
-    alpha, beta = scaling(alpha=alpha, beta=beta)
-    handle = handle_arg(handle)
     engine = _legacy_if_auto(gl.engine_arg(engine))
     s = _bn(handle, x, mode)
     op, act = na.fused_ops(ops, activation, z, "z", BATCHNORM_OPS, capi.cudnnBatchNormOps_t)
@@ -310,7 +281,7 @@ def batchnorm_forward_training_ex(handle: Handle, x: DeviceArrayLike, scale: Dev
     ya = na.given_output(y, "y", handle, s.x)
     if engine != "legacy":
         yg, smg, sivg = na.or_new_like(ya, handle, s.x), s.or_new(sm, handle), s.or_new(siv, handle)
-        if gl.attempt(engine, lambda auto: ng.training(
+        if gl.graph_ran(engine, lambda auto: ng.training(
                 handle, s, sc, bi, rm, rv, smg, sivg, eps, f, yg, za,
                 int(op) != 0 and ng.is_relu("relu" if activation is None else activation), (alpha, beta), auto)):
             return BatchNormTraining(yg, smg, sivg, rm, rv, None)
@@ -327,7 +298,8 @@ def batchnorm_forward_training_ex(handle: Handle, x: DeviceArrayLike, scale: Dev
 
 
 @prepared(inputs=("x", "y", "dy", "scale", "bias", "saved_mean", "saved_inv_var", "reserve"),
-          outputs=("dx", "dz", "dscale", "dbias"), inplace=False)
+          outputs=("dx", "dz", "dscale", "dbias"), inplace=False,
+          scalars=("alpha_data", "beta_data", "alpha_param", "beta_param"))
 def batchnorm_backward_ex(handle: Handle, x: DeviceArrayLike, y: DeviceArrayLike, dy: DeviceArrayLike,
                           scale: DeviceArrayLike, bias: DeviceArrayLike, saved_mean: DeviceArrayLike,
                           saved_inv_var: DeviceArrayLike, reserve: DeviceArrayLike | None = None, *,
@@ -343,9 +315,6 @@ def batchnorm_backward_ex(handle: Handle, x: DeviceArrayLike, y: DeviceArrayLike
     ``dz`` (ops "bn_add_activation") is returned allocated when not given. ``engine``: "legacy", "graph" (which
     reads no reserve) or "auto" (the default: here the legacy call, measured faster).
     """
-    alpha_data, beta_data, alpha_param, beta_param = scaling(alpha_data=alpha_data, beta_data=beta_data,
-                                                             alpha_param=alpha_param, beta_param=beta_param)
-    handle = handle_arg(handle)
     engine = _legacy_if_auto(gl.engine_arg(engine))
     s = _bn(handle, x, mode)
     op = enum_arg(ops, BATCHNORM_OPS, capi.cudnnBatchNormOps_t, "ops")

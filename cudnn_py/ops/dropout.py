@@ -42,7 +42,7 @@ from cudnn_py.descriptors import Descriptor
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray, DeviceArrayLike, empty
-from cudnn_py.ops._common import (byte_buffer, check_array, launch, moved_outputs, output,
+from cudnn_py.ops._common import (byte_buffer, check_array, launch, output,
                                   replay_checks_open, tensor_desc)
 from cudnn_py.prepared import prepared
 
@@ -228,8 +228,8 @@ def _backward_c(hptr, dp, dy: _Layout, dx: _Layout, device: int, dy_ptr: int, dx
     capi.cudnnDropoutBackward(hptr, dp, dyd.ptr, dy_ptr, dxd.ptr, dx_ptr, reserve_ptr, reserve_size)
 
 
-@prepared(inputs=("x",), outputs=("y", "reserve"), inplace=False)
-def dropout_forward(handle: Handle, dropout: Dropout, x: DeviceArrayLike, *moved: DeviceArrayLike,
+@prepared(inputs=("x",), outputs=("y", "reserve"), inplace=False, moved=("y", "reserve"))
+def dropout_forward(handle: Handle, dropout: Dropout, x: DeviceArrayLike, *,
                     y: DeviceArrayLike | None = None, reserve: DeviceArrayLike | None = None) -> DropoutOutputs:
     """``y = x * mask / (1 - p)`` with a fresh mask (``cudnnDropoutForward``); returns :class:`DropoutOutputs`
     ``(y, reserve)``.
@@ -238,9 +238,6 @@ def dropout_forward(handle: Handle, dropout: Dropout, x: DeviceArrayLike, *moved
     mask) are allocated when not given. ``x`` and ``y`` must have the same shape and dtype (float16, float32 or
     float64).
     """
-    handle = handle_arg(handle)
-    if moved:
-        y, reserve = moved_outputs("dropout_forward", moved, ("y", "reserve"), (y, reserve))
     _dropout_ptr(dropout)
     xa = check_array(x, "x", handle)
     _check_dtype(xa.dtype, "x")
@@ -260,14 +257,11 @@ def dropout_forward(handle: Handle, dropout: Dropout, x: DeviceArrayLike, *moved
     return DropoutOutputs(ya, ra)
 
 
-@prepared(inputs=("dy", "reserve"), outputs=("dx",), inplace=False)
+@prepared(inputs=("dy", "reserve"), outputs=("dx",), inplace=False, moved=("dx",))
 def dropout_backward(handle: Handle, dropout: Dropout, dy: DeviceArrayLike, reserve: DeviceArrayLike,
-                     *moved: DeviceArrayLike, dx: DeviceArrayLike | None = None) -> DeviceArray:
+                     *, dx: DeviceArrayLike | None = None) -> DeviceArray:
     """``dx = dy * mask / (1 - p)`` with the mask the forward stored in ``reserve`` (``cudnnDropoutBackward``);
     ``dx`` is allocated in dy's layout when dy is dense and it is not given."""
-    handle = handle_arg(handle)
-    if moved:
-        dx, = moved_outputs("dropout_backward", moved, ("dx",), (dx,))
     dp = _dropout_ptr(dropout)
     dya = check_array(dy, "dy", handle)
     _check_dtype(dya.dtype, "dy")

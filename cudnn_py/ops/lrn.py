@@ -29,11 +29,12 @@ from typing import NamedTuple
 
 from cudnn_py import capi
 from cudnn_py._deprecation import alias
-from cudnn_py.args import float_arg, int_arg, scaling
+from cudnn_py.args import float_arg, int_arg
 from cudnn_py.descriptors import Descriptor, Settings, read_back
-from cudnn_py.handle import Handle, handle_arg
+from cudnn_py.handle import Handle
 from cudnn_py.memory import DeviceArray, DeviceArrayLike
-from cudnn_py.ops._common import Out, check_array, desc, empty_strided, launch, moved_outputs, output, scalars
+from cudnn_py.ops._common import Out, check_array, desc, empty_strided, launch, output, scalars
+from cudnn_py.recording import WorkspaceArg
 from cudnn_py.prepared import prepared
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
@@ -125,15 +126,11 @@ def _input(x, handle: Handle) -> DeviceArray:
     return xa
 
 
-@prepared(inputs=("x",), outputs=("y",), inplace=False)
-def lrn_forward(handle: Handle, lrn: LRN, x: DeviceArrayLike, *moved: DeviceArrayLike, y: Out | None = None,
+@prepared(inputs=("x",), outputs=("y",), inplace=False, scalars=("alpha", "beta"), moved=("y",))
+def lrn_forward(handle: Handle, lrn: LRN, x: DeviceArrayLike, *, y: Out | None = None,
                 alpha: float = 1.0, beta: float = 0.0) -> DeviceArray | Out:
     """``y = alpha * lrn(x) + beta * y`` (``cudnnLRNCrossChannelForward``); returns y (allocated if not given)."""
-    alpha, beta = scaling(alpha=alpha, beta=beta)
-    handle = handle_arg(handle)
-    if moved:
-        y, = moved_outputs("lrn_forward", moved, ("y",), (y,))
-    ld = _lrn_desc(lrn)
+    _lrn_desc(lrn)  # checked
     xa = _input(x, handle)
     ya = output(y, "y", handle, xa.shape, xa.dtype, like=xa)
     al, be = scalars(xa.dtype, alpha, beta)
@@ -143,17 +140,13 @@ def lrn_forward(handle: Handle, lrn: LRN, x: DeviceArrayLike, *moved: DeviceArra
     return ya if y is None else y
 
 
-@prepared(inputs=("x", "y", "dy"), outputs=("dx",), inplace=False)
+@prepared(inputs=("x", "y", "dy"), outputs=("dx",), inplace=False, scalars=("alpha", "beta"), moved=("dx",))
 def lrn_backward(handle: Handle, lrn: LRN, x: DeviceArrayLike, y: DeviceArrayLike, dy: DeviceArrayLike,
-                 *moved: DeviceArrayLike, dx: Out | None = None, alpha: float = 1.0,
+                 *, dx: Out | None = None, alpha: float = 1.0,
                  beta: float = 0.0) -> DeviceArray | Out:
     """``dx = alpha * dL/dx + beta * dx`` from the forward's x and y and the gradient dy
     (``cudnnLRNCrossChannelBackward``)."""
-    alpha, beta = scaling(alpha=alpha, beta=beta)
-    handle = handle_arg(handle)
-    if moved:
-        dx, = moved_outputs("lrn_backward", moved, ("dx",), (dx,))
-    ld = _lrn_desc(lrn)
+    _lrn_desc(lrn)  # checked
     xa = _input(x, handle)
     ya = check_array(y, "y", handle, dtype=xa.dtype, shape=xa.shape)
     dya = check_array(dy, "dy", handle, dtype=xa.dtype, shape=xa.shape)
@@ -174,38 +167,37 @@ def _same_desc(a, xa, name: str):
     return a
 
 
-def _temps(handle: Handle, xa: DeviceArray) -> tuple[DeviceArray, DeviceArray]:
-    """The two scratch tensors; cuDNN addresses them with x's descriptor, so they get x's strides and span."""
-    return (empty_strided(handle, xa.shape, xa.strides, xa.dtype),
-            empty_strided(handle, xa.shape, xa.strides, xa.dtype))
+def _temps(xa: DeviceArray) -> tuple[WorkspaceArg, WorkspaceArg]:
+    """The two scratch tensors, carved out of the handle's workspace; cuDNN addresses them with x's descriptor, so
+    each covers x's span (256-byte aligned)."""
+    each = -(-xa.span()[1] * xa.dtype.itemsize // 256) * 256
+    return WorkspaceArg(2 * each), WorkspaceArg(2 * each, each)
 
 
+@prepared(inputs=("x", "means"), outputs=("y",), inplace=False, scalars=("alpha", "beta"), moved=("y",))
 def divisive_normalization_forward(handle: Handle, lrn: LRN, x: DeviceArrayLike, means: DeviceArrayLike | None = None,
-                                   *moved: DeviceArrayLike, y: Out | None = None, alpha: float = 1.0,
+                                   *, y: Out | None = None, alpha: float = 1.0,
                                    beta: float = 0.0) -> DeviceArray | Out:
     """``y = alpha * divnorm(x, means) + beta * y`` (``cudnnDivisiveNormalizationForward``); returns y.
 
-    ``means`` (x's shape) defaults to zeros; the two temporaries cuDNN needs are allocated here.
+    ``means`` (x's shape) defaults to zeros; the two temporaries cuDNN needs come from the handle's workspace.
     """
-    alpha, beta = scaling(alpha=alpha, beta=beta)
-    handle = handle_arg(handle)
-    if moved:
-        y, = moved_outputs("divisive_normalization_forward", moved, ("y",), (y,))
-    ld = _lrn_desc(lrn)
+    _lrn_desc(lrn)  # checked
     xa = _input(x, handle)
     ma = None if means is None else _same_desc(check_array(means, "means", handle, dtype=xa.dtype, shape=xa.shape),
                                                xa, "means")
     ya = output(y, "y", handle, xa.shape, xa.dtype, like=xa)
-    t1, t2 = _temps(handle, xa)
+    t1, t2 = _temps(xa)
     al, be = scalars(xa.dtype, alpha, beta)
-    xd, yd = desc(xa), desc(ya)
-    capi.cudnnDivisiveNormalizationForward(handle.ptr, ld, capi.CUDNN_DIVNORM_PRECOMPUTED_MEANS, al, xd.ptr, xa.ptr,
-                                           None if ma is None else ma.ptr, t1.ptr, t2.ptr, be, yd.ptr, ya.ptr)
+    launch(handle, capi.cudnnDivisiveNormalizationForward, handle.ptr, lrn, capi.CUDNN_DIVNORM_PRECOMPUTED_MEANS, al,
+           desc(xa), xa, ma, t1, t2, be, desc(ya), ya)
     return ya if y is None else y
 
 
+@prepared(inputs=("x", "dy", "means"), outputs=("dx", "dmeans"), inplace=False,
+          scalars=("alpha", "beta"), moved=("dx", "dmeans"))
 def divisive_normalization_backward(handle: Handle, lrn: LRN, x: DeviceArrayLike, dy: DeviceArrayLike,
-                                    means: DeviceArrayLike | None = None, *moved: DeviceArrayLike,
+                                    means: DeviceArrayLike | None = None, *,
                                     dx: DeviceArrayLike | None = None, dmeans: DeviceArrayLike | None = None,
                                     alpha: float = 1.0, beta: float = 0.0) -> DivisiveNormalizationGrads:
     """:class:`DivisiveNormalizationGrads` ``(dx, dmeans)`` of divisive normalisation
@@ -215,11 +207,7 @@ def divisive_normalization_backward(handle: Handle, lrn: LRN, x: DeviceArrayLike
     The means are treated as an independent input. For an even window size cuDNN's dx is not the
     exact gradient of its forward (it sums over the forward window, not its mirror image).
     """
-    alpha, beta = scaling(alpha=alpha, beta=beta)
-    handle = handle_arg(handle)
-    if moved:
-        dx, dmeans = moved_outputs("divisive_normalization_backward", moved, ("dx", "dmeans"), (dx, dmeans))
-    ld = _lrn_desc(lrn)
+    _lrn_desc(lrn)  # checked
     xa = _input(x, handle)
     ma = None if means is None else _same_desc(check_array(means, "means", handle, dtype=xa.dtype, shape=xa.shape),
                                                xa, "means")
@@ -235,12 +223,11 @@ def divisive_normalization_backward(handle: Handle, lrn: LRN, x: DeviceArrayLike
             empty_strided(handle, xa.shape, dma.strides, xa.dtype)
     if dma is None and means is not None:
         dma = empty_strided(handle, xa.shape, dxa.strides, xa.dtype)
-    t1, t2 = _temps(handle, xa)
+    t1, t2 = _temps(xa)
     al, be = scalars(xa.dtype, alpha, beta)
-    xd, dxd = desc(xa), desc(dxa)
-    capi.cudnnDivisiveNormalizationBackward(handle.ptr, ld, capi.CUDNN_DIVNORM_PRECOMPUTED_MEANS, al, xd.ptr,
-                                            xa.ptr, None if ma is None else ma.ptr, dya.ptr, t1.ptr, t2.ptr, be,
-                                            dxd.ptr, dxa.ptr, None if dma is None else dma.ptr)
+    xd = desc(xa)
+    launch(handle, capi.cudnnDivisiveNormalizationBackward, handle.ptr, lrn, capi.CUDNN_DIVNORM_PRECOMPUTED_MEANS, al,
+           xd, xa, ma, dya, t1, t2, be, desc(dxa), dxa, dma)
     return DivisiveNormalizationGrads(dxa, dma)
 
 

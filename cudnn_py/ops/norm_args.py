@@ -22,7 +22,7 @@ from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.graph.runner import new_output
 from cudnn_py.memory import DeviceArray, empty
 from cudnn_py.ops._common import (
-    byte_buffer, check_array, desc, enum_arg, read_tensor_desc, scalars, tensor_desc,
+    byte_buffer, check_array, desc, enum_arg, output, read_tensor_desc, scalars, tensor_desc,
 )
 from cudnn_py.ops.activation import Activation, activation_of
 from cudnn_py.recording import WorkspaceArg

@@ -125,4 +125,4 @@ def fused_backward(handle, s: na.NormSetup, op, act, args: tuple, alphas, engine
         if done:
             grads.append((b.dx, b.dscale, b.dbias, b.dz))
         return done
-    return grads[-1] if gl.attempt(engine, run) else None
+    return grads[-1] if gl.graph_ran(engine, run) else None

@@ -38,7 +38,6 @@ import numpy as np
 
 from cudnn_py import capi
 from cudnn_py import engine_choice as ec
-from cudnn_py.args import scaling
 from cudnn_py.errors import InvalidValueError
 from cudnn_py.graph import legacy as gl
 from cudnn_py.handle import Handle, handle_arg
@@ -123,7 +122,7 @@ def normalization_sizes(handle: Handle, x: DeviceArrayLike, *, mode: str | int =
 
 
 @prepared(inputs=("x", "scale", "bias", "z"),
-          outputs=("running_mean", "running_var", "saved_mean", "saved_inv_var", "y", "reserve"), inplace=False)
+          outputs=("running_mean", "running_var", "saved_mean", "saved_inv_var", "y", "reserve"), inplace=False, scalars=("alpha", "beta"))
 def normalization_forward_training(handle: Handle, x: DeviceArrayLike, scale: DeviceArrayLike, bias: DeviceArrayLike, *,
                                    z: DeviceArrayLike | None = None, mode: str | int = "per_channel",
                                    ops: str | int = "norm", algo: str | int = "standard",
@@ -141,8 +140,6 @@ def normalization_forward_training(handle: Handle, x: DeviceArrayLike, scale: De
     ``engine``: "legacy", "graph" (no reserve: the result's ``reserve`` is None) or "auto" (the default: the
     graph for ops "norm" where it takes the call, else the legacy call; docs/graph_paths.md).
     """
-    alpha, beta = scaling(alpha=alpha, beta=beta)
-    handle = handle_arg(handle)
     engine = _auto(gl.engine_arg(engine), ops)
     s = _norm(handle, x, mode)
     op, act = _ops(ops, activation, z)
@@ -158,7 +155,7 @@ def normalization_forward_training(handle: Handle, x: DeviceArrayLike, scale: De
             _graph_algo(al_)
             relu = int(op) != 0 and ng.is_relu("relu" if activation is None else activation)
             return ng.training(handle, s, sc, bi, rm, rv, smg, sivg, eps, f, yg, za, relu, (alpha, beta), auto)
-        if gl.attempt(engine, run):
+        if gl.graph_ran(engine, run):
             return BatchNormTraining(yg, smg, sivg, rm, rv, None)
         ya, sm, siv = yg, smg, sivg
     ws_size, _, rs_size = _sizes(handle, s, op, al_, act, za is not None)
@@ -172,7 +169,7 @@ def normalization_forward_training(handle: Handle, x: DeviceArrayLike, scale: De
     return BatchNormTraining(ya, sm, siv, rm, rv, rsa)
 
 
-@prepared(inputs=("x", "scale", "bias", "mean", "var", "z"), outputs=("y",), inplace=False)
+@prepared(inputs=("x", "scale", "bias", "mean", "var", "z"), outputs=("y",), inplace=False, scalars=("alpha", "beta"))
 def normalization_forward_inference(handle: Handle, x: DeviceArrayLike, scale: DeviceArrayLike, bias: DeviceArrayLike,
                                     mean: DeviceArrayLike, var: DeviceArrayLike, *, z: DeviceArrayLike | None = None,
                                     mode: str | int = "per_channel", ops: str | int = "norm",
@@ -183,8 +180,6 @@ def normalization_forward_inference(handle: Handle, x: DeviceArrayLike, scale: D
     (``cudnnNormalizationForwardInference``); returns y (allocated if not given).
     ``engine``: "legacy", "graph" or "auto" (the default: for ops "norm" the engine measured faster on the first
     call of the configuration, :mod:`cudnn_py.engine_choice`; the legacy call for the fused-activation ops)."""
-    alpha, beta = scaling(alpha=alpha, beta=beta)
-    handle = handle_arg(handle)
     engine = _auto(gl.engine_arg(engine), ops)
     s = _norm(handle, x, mode)
     op, act = _ops(ops, activation, z)
@@ -199,22 +194,18 @@ def normalization_forward_inference(handle: Handle, x: DeviceArrayLike, scale: D
         _graph_algo(al_)
         relu = int(op) != 0 and ng.is_relu("relu" if activation is None else activation)
         return ng.inference(handle, s, sc, bi, me, va, eps, ya, za, relu, alpha, beta, auto)
-    if gl.attempt(engine, run, lambda: normalization_forward_inference(
-            handle, s.x, sc, bi, me, va, z=za, mode=s.mode, ops=op, algo=al_, activation=activation, epsilon=eps,
-            y=ya, alpha=alpha, beta=beta, engine="legacy"), handle=handle,
-            key=("normalization_forward_inference", s.mode, int(op), eps, alpha, beta, ec.signature(s.x, ya, sc)),
-            mutated=(ya,) if beta or ya.ptr == s.x.ptr else ()):
-        return ya
-    a, b = scalars(s.x.dtype, alpha, beta)
-    zd, yd = None if za is None else desc(za), desc(ya)
-    launch(handle, capi.cudnnNormalizationForwardInference,
-           handle.ptr, s.mode, op, al_, a, b, s.xdesc, s.x, s.pdesc, sc, bi, s.pdesc, me, va, zd, za, act, yd, ya,
-           eps, 1)
+    gl.dispatch(engine, handle,
+                ("normalization_forward_inference", s.mode, int(op), eps, alpha, beta, ec.signature(s.x, ya, sc)),
+                lambda: launch(handle, capi.cudnnNormalizationForwardInference, handle.ptr, s.mode, op, al_,
+                               *scalars(s.x.dtype, alpha, beta), s.xdesc, s.x, s.pdesc, sc, bi, s.pdesc, me, va,
+                               None if za is None else desc(za), za, act, desc(ya), ya, eps, 1),
+                run, mutated=(ya,) if beta or ya.ptr == s.x.ptr else ())
     return ya
 
 
 @prepared(inputs=("x", "y", "dy", "scale", "bias", "saved_mean", "saved_inv_var", "reserve"),
-          outputs=("dx", "dz", "dscale", "dbias"), inplace=False)
+          outputs=("dx", "dz", "dscale", "dbias"), inplace=False,
+          scalars=("alpha_data", "beta_data", "alpha_param", "beta_param"))
 def normalization_backward(handle: Handle, x: DeviceArrayLike, y: DeviceArrayLike, dy: DeviceArrayLike,
                            scale: DeviceArrayLike, bias: DeviceArrayLike, saved_mean: DeviceArrayLike,
                            saved_inv_var: DeviceArrayLike, reserve: DeviceArrayLike | None = None, *,
@@ -227,9 +218,6 @@ def normalization_backward(handle: Handle, x: DeviceArrayLike, y: DeviceArrayLik
     """Gradients of ``y = act(norm(x) [+ z])`` (``cudnnNormalizationBackward``); ``y`` and ``reserve``
     from the forward pass; ``dz`` returned for ops "norm_add_activation". ``engine``: "legacy", "graph"
     (which reads no reserve) or "auto" (the default: as for :func:`normalization_forward_training`)."""
-    alpha_data, beta_data, alpha_param, beta_param = scaling(alpha_data=alpha_data, beta_data=beta_data,
-                                                             alpha_param=alpha_param, beta_param=beta_param)
-    handle = handle_arg(handle)
     engine = _auto(gl.engine_arg(engine), ops)
     s = _norm(handle, x, mode)
     op = enum_arg(ops, NORM_OPS, capi.cudnnNormOps_t, "ops")

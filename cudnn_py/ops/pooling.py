@@ -38,14 +38,14 @@ from numpy.typing import DTypeLike
 
 from cudnn_py import capi
 from cudnn_py._deprecation import alias
-from cudnn_py.args import (DIM_MAX, INT32_MAX, dims, enum_member, int_or_ints, int_tuple, ints, nan_flag, scaling,
+from cudnn_py.args import (DIM_MAX, INT32_MAX, dims, enum_member, int_or_ints, int_tuple, ints, nan_flag,
                            spatial_ndim)
 from cudnn_py.descriptors import Descriptor, Settings, TensorDescriptor, c_ints, c_nan, legacy_dtype, read_back
 from cudnn_py import engine_choice as ec
 from cudnn_py.graph import legacy as gl
-from cudnn_py.handle import Handle, handle_arg
+from cudnn_py.handle import Handle
 from cudnn_py.memory import DeviceArray, DeviceArrayLike
-from cudnn_py.ops._common import (Out, check_array, desc, empty_strided, launch, moved_outputs, output, scalars,
+from cudnn_py.ops._common import (Out, check_array, desc, empty_strided, launch, output, scalars,
                                   tensor_desc)
 from cudnn_py.prepared import prepared
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
@@ -326,64 +326,56 @@ def _graph_backward(handle: Handle, pool, xa, ya, dya, dxa, alpha, beta, auto) -
                         autotune=True)
 
 
-@prepared(inputs=("x",), outputs=("y",), inplace=False)
-def pooling_forward(handle: Handle, pool: Pooling, x: DeviceArrayLike, *moved: DeviceArrayLike, y: Out | None = None,
+@prepared(inputs=("x",), outputs=("y",), inplace=False, scalars=("alpha", "beta"), moved=("y",))
+def pooling_forward(handle: Handle, pool: Pooling, x: DeviceArrayLike, *, y: Out | None = None,
                     alpha: float = 1.0, beta: float = 0.0, engine: str = "auto") -> DeviceArray | Out:
     """``y = alpha * pool(x) + beta * y`` (``cudnnPoolingForward``); returns y (allocated if not given).
 
     ``pool``: a :class:`Pooling`. ``engine``: "legacy",
     "graph" or "auto" (the default: see the module doc).
     """
-    alpha, beta = scaling(alpha=alpha, beta=beta)
-    handle = handle_arg(handle)
-    if moved:
-        y, = moved_outputs("pooling_forward", moved, ("y",), (y,))
-    engine = gl.engine_arg(engine)
     xa = check_array(x, "x", handle, floating=True)
     pd, y_shape = _resolve(pool, xa.shape)
     static = _auto(engine, xa, "forward", pool)  # "auto" measures; static mode runs this rule
     # a new y keeps x's memory order whichever engine runs (the legacy call takes any strides)
     ya = output(y, "y", handle, y_shape, xa.dtype, like=xa)
-    if engine != "legacy" and gl.attempt(
-            engine, lambda auto: _graph_forward(handle, pool, xa, ya, alpha, beta, auto),
-            lambda: pooling_forward(handle, pool, xa, y=ya, alpha=alpha, beta=beta, engine="legacy"), handle=handle,
-            key=("pooling_forward", pool, alpha, beta, ec.signature(xa, ya)), mutated=(ya,) if beta else (),
-            static="legacy" if static == "legacy" else "graph"):
-        return ya if y is None else y
-    al, be = scalars(xa.dtype, alpha, beta)
-    xd, yd = _pdesc(xa), _pdesc(ya)
-    launch(handle, capi.cudnnPoolingForward, handle.ptr, pd, al, xd, xa, be, yd, ya)
+    gl.dispatch(engine, handle, ("pooling_forward", pool, alpha, beta, ec.signature(xa, ya)),
+                lambda: _legacy_forward(handle, pd, xa, ya, alpha, beta),
+                lambda auto: _graph_forward(handle, pool, xa, ya, alpha, beta, auto),
+                mutated=(ya,) if beta else (), static="legacy" if static == "legacy" else "graph")
     return ya if y is None else y
 
 
-@prepared(inputs=("x", "y", "dy"), outputs=("dx",), inplace=False)
+def _legacy_forward(handle: Handle, pd, xa, ya, alpha: float, beta: float) -> None:
+    al, be = scalars(xa.dtype, alpha, beta)
+    xd, yd = _pdesc(xa), _pdesc(ya)
+    launch(handle, capi.cudnnPoolingForward, handle.ptr, pd, al, xd, xa, be, yd, ya)
+
+
+@prepared(inputs=("x", "y", "dy"), outputs=("dx",), inplace=False, scalars=("alpha", "beta"), moved=("dx",))
 def pooling_backward(handle: Handle, pool: Pooling, x: DeviceArrayLike, y: DeviceArrayLike, dy: DeviceArrayLike,
-                     *moved: DeviceArrayLike, dx: Out | None = None, alpha: float = 1.0, beta: float = 0.0,
+                     *, dx: Out | None = None, alpha: float = 1.0, beta: float = 0.0,
                      engine: str = "auto") -> DeviceArray | Out:
     """``dx = alpha * dL/dx + beta * dx`` from the forward's x and y and the gradient dy (``cudnnPoolingBackward``).
 
     ``engine``: "legacy", "graph" or "auto" (the default; as for :func:`pooling_forward`)."""
-    alpha, beta = scaling(alpha=alpha, beta=beta)
-    handle = handle_arg(handle)
-    if moved:
-        dx, = moved_outputs("pooling_backward", moved, ("dx",), (dx,))
-    engine = gl.engine_arg(engine)
     xa = check_array(x, "x", handle, floating=True)
     pd, y_shape = _resolve(pool, xa.shape)
     static = _auto(engine, xa, "backward", pool)  # "auto" measures; static mode runs this rule
     ya = check_array(y, "y", handle, dtype=xa.dtype, shape=y_shape)
     dya = check_array(dy, "dy", handle, dtype=xa.dtype, shape=y_shape)
     dxa = output(dx, "dx", handle, xa.shape, xa.dtype, like=xa)
-    if engine != "legacy" and gl.attempt(
-            engine, lambda auto: _graph_backward(handle, pool, xa, ya, dya, dxa, alpha, beta, auto),
-            lambda: pooling_backward(handle, pool, xa, ya, dya, dx=dxa, alpha=alpha, beta=beta, engine="legacy"),
-            handle=handle, key=("pooling_backward", pool, alpha, beta, ec.signature(xa, ya, dya, dxa)),
-            mutated=(dxa,) if beta else (), static="legacy" if static == "legacy" else "graph"):
-        return dxa if dx is None else dx
+    gl.dispatch(engine, handle, ("pooling_backward", pool, alpha, beta, ec.signature(xa, ya, dya, dxa)),
+                lambda: _legacy_backward(handle, pd, xa, ya, dya, dxa, alpha, beta),
+                lambda auto: _graph_backward(handle, pool, xa, ya, dya, dxa, alpha, beta, auto),
+                mutated=(dxa,) if beta else (), static="legacy" if static == "legacy" else "graph")
+    return dxa if dx is None else dx
+
+
+def _legacy_backward(handle: Handle, pd, xa, ya, dya, dxa, alpha: float, beta: float) -> None:
     al, be = scalars(xa.dtype, alpha, beta)
     xd, yd, dyd, dxd = _pdesc(xa), _pdesc(ya), _pdesc(dya), _pdesc(dxa)
     launch(handle, capi.cudnnPoolingBackward, handle.ptr, pd, al, yd, ya, dyd, dya, xd, xa, be, dxd, dxa)
-    return dxa if dx is None else dx
 
 
 def pooling_output_shape(x_shape: Sequence[int], mode: str | int = "max", window: int | Sequence[int] = 2,

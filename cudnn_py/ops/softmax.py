@@ -22,10 +22,10 @@ import math
 
 from cudnn_py.memory import DeviceArray, DeviceArrayLike
 from cudnn_py import capi
-from cudnn_py.args import no_partial_alias, scaling
+from cudnn_py.args import no_partial_alias
 from cudnn_py.descriptors import TensorDescriptor
-from cudnn_py.handle import Handle, handle_arg
-from cudnn_py.ops._common import (Out, check_array, desc, enum_arg, launch, moved_outputs, output, scalars,
+from cudnn_py.handle import Handle
+from cudnn_py.ops._common import (Out, check_array, desc, enum_arg, launch, output, scalars,
                                   tensor_desc)
 from cudnn_py.prepared import prepared
 from cudnn_py.errors import InvalidValueError
@@ -56,15 +56,11 @@ def _algo_mode(algo, mode):
             enum_arg(mode, SOFTMAX_MODES, capi.cudnnSoftmaxMode_t, "softmax mode"))
 
 
-@prepared(inputs=("x",), outputs=("y",))
-def softmax_forward(handle: Handle, x: DeviceArrayLike, *moved: DeviceArrayLike, y: Out | None = None,
+@prepared(inputs=("x",), outputs=("y",), scalars=("alpha", "beta"), moved=("y",))
+def softmax_forward(handle: Handle, x: DeviceArrayLike, *, y: Out | None = None,
                     algo: str | int = "accurate", mode: str | int = "channel", alpha: float = 1.0,
                     beta: float = 0.0) -> DeviceArray | Out:
     """``y = alpha * softmax(x) + beta * y`` (``cudnnSoftmaxForward``); returns y (allocated if not given)."""
-    alpha, beta = scaling(alpha=alpha, beta=beta)
-    handle = handle_arg(handle)
-    if moved:
-        y, = moved_outputs("softmax_forward", moved, ("y",), (y,))
     a, m = _algo_mode(algo, mode)
     xa = check_array(x, "x", handle, floating=True)
     xd = _desc4(xa, "x")
@@ -76,18 +72,14 @@ def softmax_forward(handle: Handle, x: DeviceArrayLike, *moved: DeviceArrayLike,
     return ya if y is None else y
 
 
-@prepared(inputs=("y", "dy"), outputs=("dx",))
-def softmax_backward(handle: Handle, y: DeviceArrayLike, dy: DeviceArrayLike, *moved: DeviceArrayLike,
+@prepared(inputs=("y", "dy"), outputs=("dx",), scalars=("alpha", "beta"), moved=("dx",))
+def softmax_backward(handle: Handle, y: DeviceArrayLike, dy: DeviceArrayLike, *,
                      dx: Out | None = None, algo: str | int = "accurate", mode: str | int = "channel",
                      alpha: float = 1.0, beta: float = 0.0) -> DeviceArray | Out:
     """``dx = alpha * dL/dx + beta * dx`` from the forward's output y and its gradient dy (``cudnnSoftmaxBackward``).
 
     ``algo`` and ``mode`` must be the forward's (for ``"log"``, y is the log-probabilities).
     """
-    alpha, beta = scaling(alpha=alpha, beta=beta)
-    handle = handle_arg(handle)
-    if moved:
-        dx, = moved_outputs("softmax_backward", moved, ("dx",), (dx,))
     a, m = _algo_mode(algo, mode)
     ya = check_array(y, "y", handle, floating=True)
     dya = check_array(dy, "dy", handle, dtype=ya.dtype, shape=ya.shape)

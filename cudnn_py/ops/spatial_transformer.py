@@ -32,13 +32,13 @@ from numpy.typing import DTypeLike
 from cudnn_py import capi
 from cudnn_py.caches import shared
 from cudnn_py._deprecation import alias
-from cudnn_py.args import dims, int_tuple, scaling
+from cudnn_py.args import dims, int_tuple
 from cudnn_py.descriptors import Descriptor
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
-from cudnn_py.handle import Handle, handle_arg
+from cudnn_py.handle import Handle
 from cudnn_py.memory import DeviceArray, DeviceArrayLike
-from cudnn_py.ops._common import (FLOATS, check_array, desc, launch, moved_outputs, output, replay_checks_open,
+from cudnn_py.ops._common import (FLOATS, check_array, desc, launch, output, replay_checks_open,
                                   scalars)
 from cudnn_py.prepared import prepared
 
@@ -114,15 +114,12 @@ def _grid(obj, name, handle: Handle, dtype=None) -> DeviceArray:
     return g
 
 
-@prepared(inputs=("theta",), outputs=("grid",), inplace=False)
+@prepared(inputs=("theta",), outputs=("grid",), inplace=False, moved=("grid",))
 def spatial_tf_grid_forward(handle: Handle, theta: DeviceArrayLike, out_shape: Sequence[int] | SpatialTransformer,
-                            *moved: DeviceArrayLike, grid: DeviceArrayLike | None = None) -> DeviceArray:
+                            *, grid: DeviceArrayLike | None = None) -> DeviceArray:
     """Sampling grid (N, H, W, 2) from affine matrices ``theta`` (N, 2, 3) for output ``out_shape``
     (N, C, H, W) (``cudnnSpatialTfGridGeneratorForward``); ``out_shape`` may be a :class:`SpatialTransformer` (its
     shape, and its dtype, which must be theta's)."""
-    handle = handle_arg(handle)
-    if moved:
-        grid, = moved_outputs("spatial_tf_grid_forward", moved, ("grid",), (grid,))
     th = _float_array(theta, "theta", handle)
     given = out_shape if isinstance(out_shape, SpatialTransformer) else None
     if given is not None and given.dtype != th.dtype:
@@ -140,13 +137,10 @@ def spatial_tf_grid_forward(handle: Handle, theta: DeviceArrayLike, out_shape: S
     return g
 
 
-@prepared(inputs=("dgrid",), outputs=("dtheta",), inplace=False)
-def spatial_tf_grid_backward(handle: Handle, dgrid: DeviceArrayLike, *moved: DeviceArrayLike,
+@prepared(inputs=("dgrid",), outputs=("dtheta",), inplace=False, moved=("dtheta",))
+def spatial_tf_grid_backward(handle: Handle, dgrid: DeviceArrayLike, *,
                              dtheta: DeviceArrayLike | None = None) -> DeviceArray:
     """Gradient w.r.t. theta (N, 2, 3) from the grid gradient (N, H, W, 2) (``cudnnSpatialTfGridGeneratorBackward``)."""
-    handle = handle_arg(handle)
-    if moved:
-        dtheta, = moved_outputs("spatial_tf_grid_backward", moved, ("dtheta",), (dtheta,))
     dg = _grid(dgrid, "dgrid", handle)
     n, h, w, _ = dg.shape
     st = SpatialTransformer.shared((n, 1, h, w), dg.dtype)
@@ -166,14 +160,10 @@ def _sampler_setup(handle: Handle, x, grid):
     return xa, g, y_shape, SpatialTransformer.shared(y_shape, xa.dtype)
 
 
-@prepared(inputs=("x", "grid"), outputs=("y",), inplace=False)
-def spatial_tf_sampler_forward(handle: Handle, x: DeviceArrayLike, grid: DeviceArrayLike, *moved: DeviceArrayLike,
+@prepared(inputs=("x", "grid"), outputs=("y",), inplace=False, scalars=("alpha", "beta"), moved=("y",))
+def spatial_tf_sampler_forward(handle: Handle, x: DeviceArrayLike, grid: DeviceArrayLike, *,
                                y: DeviceArrayLike | None = None, alpha: float = 1.0, beta: float = 0.0) -> DeviceArray:
     """``y = alpha * bilinear(x, grid) + beta * y`` (``cudnnSpatialTfSamplerForward``); y is (N, C, H_out, W_out)."""
-    alpha, beta = scaling(alpha=alpha, beta=beta)
-    handle = handle_arg(handle)
-    if moved:
-        y, = moved_outputs("spatial_tf_sampler_forward", moved, ("y",), (y,))
     xa, g, y_shape, st = _sampler_setup(handle, x, grid)
     ya = output(y, "y", handle, y_shape, xa.dtype, contiguous=True)
     al, be = scalars(xa.dtype, alpha, beta)
@@ -182,19 +172,14 @@ def spatial_tf_sampler_forward(handle: Handle, x: DeviceArrayLike, grid: DeviceA
     return ya
 
 
-@prepared(inputs=("x", "grid", "dy"), outputs=("dx", "dgrid"), inplace=False)
+@prepared(inputs=("x", "grid", "dy"), outputs=("dx", "dgrid"), inplace=False, scalars=("alpha", "beta", "alpha_dgrid", "beta_dgrid"), moved=("dx", "dgrid"))
 def spatial_tf_sampler_backward(handle: Handle, x: DeviceArrayLike, grid: DeviceArrayLike, dy: DeviceArrayLike,
-                                *moved: DeviceArrayLike, dx: DeviceArrayLike | None = None,
+                                *, dx: DeviceArrayLike | None = None,
                                 dgrid: DeviceArrayLike | None = None, alpha: float = 1.0, beta: float = 0.0,
                                 alpha_dgrid: float = 1.0, beta_dgrid: float = 0.0) -> SamplerGrads:
     """:class:`SamplerGrads` ``(dx, dgrid)`` of the sampler (``cudnnSpatialTfSamplerBackward``):
     ``dx = alpha * dL/dx + beta * dx`` and ``dgrid = alpha_dgrid * dL/dgrid + beta_dgrid * dgrid`` (cuDNN's
     names); each allocated when not given."""
-    alpha, beta, alpha_dgrid, beta_dgrid = scaling(alpha=alpha, beta=beta, alpha_dgrid=alpha_dgrid,
-                                                   beta_dgrid=beta_dgrid)
-    handle = handle_arg(handle)
-    if moved:
-        dx, dgrid = moved_outputs("spatial_tf_sampler_backward", moved, ("dx", "dgrid"), (dx, dgrid))
     xa, g, y_shape, st = _sampler_setup(handle, x, grid)
     dya = _float_array(dy, "dy", handle, dtype=xa.dtype, shape=y_shape)
     dxa = output(dx, "dx", handle, xa.shape, xa.dtype, contiguous=True)

@@ -37,13 +37,13 @@ from cudnn_py.descriptors import Descriptor, OpTensor, ReduceTensor
 from cudnn_py.dtypes import as_numpy_dtype, cudnn_dtype
 from cudnn_py import engine_choice as ec
 from cudnn_py.graph import legacy as gl
-from cudnn_py.handle import Handle, handle_arg
+from cudnn_py.handle import Handle
 from cudnn_py.contexts import on_device
 from cudnn_py.memory import DeviceArray, DeviceArrayLike, as_array, empty, memset
 from cudnn_py.strided import memory_order, non_overlapping
 from cudnn_py import recording
 from cudnn_py.ops._common import (
-    Out, check_array, desc, empty_strided, enum_arg, launch, moved_outputs, output, read_tensor_desc, scalars,
+    Out, check_array, desc, empty_strided, enum_arg, launch, output, read_tensor_desc, scalars,
     tensor_desc,
 )
 from cudnn_py.prepared import prepared
@@ -76,7 +76,7 @@ def _broadcastable(b: DeviceArray, c: DeviceArray, bname: str, cname: str) -> No
                          f"{c.shape}, each equal or 1 (broadcast)")
 
 
-@prepared(inputs=("a",), outputs=("c",))
+@prepared(inputs=("a",), outputs=("c",), scalars=("alpha", "beta"))
 def add_tensor(handle: Handle, a: DeviceArrayLike, c: Out, *, alpha: float = 1.0, beta: float | None = None,
                engine: str = "auto") -> Out:
     """``c = alpha * a + beta * c`` in place (``cudnnAddTensor``); ``a`` broadcasts over dimensions where it has 1.
@@ -84,28 +84,21 @@ def add_tensor(handle: Handle, a: DeviceArrayLike, c: Out, *, alpha: float = 1.0
     ``beta``: pass ``beta=1.0`` to accumulate into c. Leaving it out still accumulates (beta 1.0, as before) but
     warns: the default becomes 0.0, as everywhere else. ``engine``: "legacy", "graph" or "auto" (see the module
     doc). Returns c."""
-    handle = handle_arg(handle)
     if beta is None:
         warn("add_tensor(): pass beta=1.0 to accumulate; the default becomes 0.0")
         recording.spoil("a deprecated default warns on every call")
         beta = 1.0
-    alpha, beta = scaling(alpha=alpha, beta=beta)
-    engine = gl.engine_arg(engine)
     ca = check_array(c, "c", handle, floating=True)
     aa = check_array(a, "a", handle, dtype=ca.dtype)
     _broadcastable(aa, ca, "a", "c")
     if ca.ndim > 5:
         raise InvalidValueError(f"cudnnAddTensor takes tensors of up to 5 dimensions; c has shape {ca.shape}")
     inputs = [("a", aa)] + ([("prior", ca)] if beta else [])
-    if gl.attempt(engine, lambda auto: gl.run_graph(
-            handle, "add_tensor", (float(alpha), float(beta)), inputs, [("c", ca)],
-            lambda g, t, _: gl.blend(g, t["a"], t, alpha, beta), auto=auto),
-            lambda: add_tensor(handle, aa, ca, alpha=alpha, beta=beta, engine="legacy"), handle=handle,
-            key=("add_tensor", alpha, beta, ec.signature(aa, ca)), mutated=(ca,) if beta or ca.ptr == aa.ptr else ()):
-        return c
-    al, be = scalars(ca.dtype, alpha, beta)
-    ad, cd = desc(aa), desc(ca)
-    launch(handle, capi.cudnnAddTensor, handle.ptr, al, ad, aa, be, cd, ca)
+    gl.dispatch(engine, handle, ("add_tensor", alpha, beta, ec.signature(aa, ca)),
+                lambda: _blend_call(handle, capi.cudnnAddTensor, aa, ca, ca.dtype, alpha, beta),
+                lambda auto: gl.run_graph(handle, "add_tensor", (alpha, beta), inputs, [("c", ca)],
+                                          lambda g, t, _: gl.blend(g, t["a"], t, alpha, beta), auto=auto),
+                mutated=(ca,) if beta or ca.ptr == aa.ptr else ())
     return c
 
 
@@ -159,9 +152,9 @@ def _graph_op_tensor(handle: Handle, opv, aa, ba, ca, alpha1, alpha2, beta, comp
                         [("c", ca)], build, auto=auto)
 
 
-@prepared(inputs=("a", "b"), outputs=("c",))
+@prepared(inputs=("a", "b"), outputs=("c",), scalars=("alpha1", "alpha2", "beta"), moved=("c",))
 def op_tensor(handle: Handle, op: str | int | OpTensor, a: DeviceArrayLike, b: DeviceArrayLike | None = None,
-              *moved: DeviceArrayLike, c: Out | None = None, alpha1: float = 1.0, alpha2: float = 1.0,
+              *, c: Out | None = None, alpha1: float = 1.0, alpha2: float = 1.0,
               beta: float = 0.0, compute_dtype: DTypeLike | int | None = None, nan_propagation: bool = False,
               engine: str = "auto") -> DeviceArray | Out:
     """``c = op(alpha1 * a, alpha2 * b) + beta * c`` (``cudnnOpTensor``); returns c (allocated like ``a`` if not given).
@@ -170,11 +163,6 @@ def op_tensor(handle: Handle, op: str | int | OpTensor, a: DeviceArrayLike, b: D
     has 1) or ``"sqrt"``, ``"not"`` (unary; ``b`` unused). ``compute_dtype``: default float32
     (float64 for float64 data). ``engine``: "legacy", "graph" or "auto" (see the module doc).
     """
-    alpha1, alpha2, beta = scaling(alpha1=alpha1, alpha2=alpha2, beta=beta)
-    handle = handle_arg(handle)
-    if moved:
-        c, = moved_outputs("op_tensor", moved, ("c",), (c,))
-    engine = gl.engine_arg(engine)
     opv, compute_dtype, nan_propagation = _settings(op, OpTensor, OP_TENSOR_OPS, capi.cudnnOpTensorOp_t,
                                                     compute_dtype, nan_propagation)
     aa = check_array(a, "a", handle, floating=True)
@@ -184,19 +172,20 @@ def op_tensor(handle: Handle, op: str | int | OpTensor, a: DeviceArrayLike, b: D
     ba = aa if b is None else check_array(b, "b", handle, dtype=aa.dtype)
     _broadcastable(ba, aa, "b", "c")  # c has a's shape (output() checks a given c): refused before c is allocated
     ca = output(c, "c", handle, aa.shape, aa.dtype, like=aa)
-    if gl.attempt(engine, lambda auto: _graph_op_tensor(handle, opv, aa, ba, ca, alpha1, alpha2, beta, compute_dtype,
-                                                        nan_propagation, unary, auto),
-                  lambda: op_tensor(handle, opv, aa, ba, c=ca, alpha1=alpha1, alpha2=alpha2, beta=beta,
-                                    compute_dtype=compute_dtype, nan_propagation=nan_propagation, engine="legacy"),
-                  handle=handle, key=("op_tensor", opv, alpha1, alpha2, beta, compute_dtype, nan_propagation,
-                                      ec.signature(aa, ba, ca)),
-                  mutated=(ca,) if beta or ca.ptr in (aa.ptr, ba.ptr) else ()):
-        return ca if c is None else c
+    gl.dispatch(engine, handle, ("op_tensor", opv, alpha1, alpha2, beta, compute_dtype, nan_propagation,
+                                 ec.signature(aa, ba, ca)),
+                lambda: _legacy_op_tensor(handle, opv, aa, ba, ca, alpha1, alpha2, beta, compute_dtype,
+                                          nan_propagation),
+                lambda auto: _graph_op_tensor(handle, opv, aa, ba, ca, alpha1, alpha2, beta, compute_dtype,
+                                              nan_propagation, unary, auto),
+                mutated=(ca,) if beta or ca.ptr in (aa.ptr, ba.ptr) else ())
+    return ca if c is None else c
+
+
+def _legacy_op_tensor(handle: Handle, opv, aa, ba, ca, alpha1, alpha2, beta, compute_dtype, nan_propagation) -> None:
     od = OpTensor(opv, _compute(aa.dtype, compute_dtype), nan_propagation=nan_propagation)  # holds the descriptor
     a1, a2, be = scalars(aa.dtype, alpha1, alpha2, beta)
-    ad, bd, cd = desc(aa), desc(ba), desc(ca)
-    launch(handle, capi.cudnnOpTensor, handle.ptr, od, a1, ad, aa, a2, bd, ba, be, cd, ca)
-    return ca if c is None else c
+    launch(handle, capi.cudnnOpTensor, handle.ptr, od, a1, desc(aa), aa, a2, desc(ba), ba, be, desc(ca), ca)
 
 
 @prepared(inputs=(), outputs=("y",))
@@ -205,7 +194,6 @@ def scale_tensor(handle: Handle, y: Out, *args, alpha: float = 1.0, engine: str 
 
     ``alpha`` is keyword-only; ``scale_tensor(h, y, 2.0)`` (positional alpha) still works with a
     :class:`DeprecationWarning`."""
-    handle = handle_arg(handle)
     if args:
         if len(args) > 1 or alpha != 1.0:
             raise InvalidTypeError(f"scale_tensor() takes alpha once, as a keyword (got {len(args)} positional "
@@ -213,17 +201,12 @@ def scale_tensor(handle: Handle, y: Out, *args, alpha: float = 1.0, engine: str 
         warn("scale_tensor(): pass alpha= as a keyword; positional alpha is deprecated")
         alpha = args[0]
     (alpha,) = scaling(alpha=alpha)
-    engine = gl.engine_arg(engine)
     ya = check_array(y, "y", handle, floating=True)
-    if gl.attempt(engine, lambda auto: gl.run_graph(
-            handle, "scale_tensor", (float(alpha),), [("prior", ya)], [("y", ya)],
-            lambda g, t, _: g.scale(t["prior"], float(alpha)), auto=auto),
-            lambda: scale_tensor(handle, ya, alpha=alpha, engine="legacy"), handle=handle,
-            key=("scale_tensor", alpha, ec.signature(ya)), mutated=(ya,)):
-        return y
-    (al,) = scalars(ya.dtype, alpha)
-    yd = desc(ya)
-    launch(handle, capi.cudnnScaleTensor, handle.ptr, yd, ya, al)
+    gl.dispatch(engine, handle, ("scale_tensor", alpha, ec.signature(ya)),
+                lambda: _scale(handle, ya, alpha),
+                lambda auto: gl.run_graph(handle, "scale_tensor", (alpha,), [("prior", ya)], [("y", ya)],
+                                          lambda g, t, _: g.scale(t["prior"], alpha), auto=auto),
+                mutated=(ya,))
     return y
 
 
@@ -233,6 +216,7 @@ def scale_tensor(handle: Handle, y: Out, *args, alpha: float = 1.0, engine: str 
 _SET_KERNEL_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64"})
 
 
+@prepared(inputs=(), outputs=("y",))
 def set_tensor(handle: Handle, y: Out, value: float) -> Out:
     """Every element of ``y`` = value, on the handle's stream; returns y.
 
@@ -243,7 +227,6 @@ def set_tensor(handle: Handle, y: Out, value: float) -> Out:
     ``y`` no memset can fill, float64 with unequal 4-byte halves, is described packed in its memory order); other
     dtypes need a dense ``y`` (and a float64/int64 value whose two 4-byte halves a 32-bit memset can write).
     """
-    handle = handle_arg(handle)
     ya = check_array(y, "y", handle)
     # checked against y's own dtype (300 into int8, NaN into int32 and 1e40 into float32 are refused), then
     # passed as the host type cuDNN reads
@@ -254,10 +237,9 @@ def set_tensor(handle: Handle, y: Out, value: float) -> Out:
     if ya.span()[1] == ya.size and min(ya.strides, default=0) >= 0 and non_overlapping(ya.shape, ya.strides):
         # dense (any dimension order): y's elements are exactly its memory span, so one driver memset of the
         # element cuDNN would write (the host value converted to y's dtype) fills it at full bandwidth
-        stream = handle.stream.handle
-        with on_device(ya.device_id):
-            if ya.size == 0 or memset(ya.ptr, host.astype(ya.dtype), ya.size, stream):
-                return y
+        if _fill(handle, ya.ptr, host.astype(ya.dtype), ya.size):
+            recording.add(_fill, (handle, ya.ptr, host.astype(ya.dtype), ya.size), (1,))
+            return y
         # no memset writes the value (a float64 one with unequal 4-byte halves): cuDNN's kernel on y described
         # packed in its memory order (every element gets the same value), which runs at 1.1x torch's fill_ where
         # an NHWC descriptor ran 16x (float64, 32x256x56x56, H200)
@@ -268,10 +250,17 @@ def set_tensor(handle: Handle, y: Out, value: float) -> Out:
                                 f"its value a repeated 1-, 2- or 4-byte word (cuDNN's cudnnSetTensor writes other "
                                 f"{ya.dtype.name} tensors wrong or refuses them); got strides {ya.strides}, value "
                                 f"{value!r}")
-    if yd is None:
-        yd = desc(ya)
-    capi.cudnnSetTensor(handle.ptr, yd.ptr, ya.ptr, host.ctypes.data)
+    scalar = (ctypes.c_double if host.dtype == np.float64 else ctypes.c_float)(host[0])
+    launch(handle, capi.cudnnSetTensor, handle.ptr, desc(ya) if yd is None else yd, ya, ctypes.byref(scalar))
     return y
+
+
+def _fill(handle: Handle, ptr: int, element: np.ndarray, count: int) -> bool:
+    """A driver memset of ``count`` copies of ``element`` from ``ptr`` on the handle's current stream (a step of
+    :func:`set_tensor`'s prepared call); False where no memset writes that element."""
+    stream = handle.stream.handle
+    with on_device(handle.device):
+        return memset(ptr, element, count, stream)
 
 
 # ---------------------------------------------------------------- transform
@@ -296,8 +285,8 @@ def _format_strides(shape: tuple[int, ...], layout: str) -> tuple[int, ...]:
     return tuple(strides)
 
 
-@prepared(inputs=("x",), outputs=("y",))
-def transform_tensor(handle: Handle, x: DeviceArrayLike, *moved: DeviceArrayLike, y: Out | None = None,
+@prepared(inputs=("x",), outputs=("y",), scalars=("alpha", "beta"), moved=("y",))
+def transform_tensor(handle: Handle, x: DeviceArrayLike, *, y: Out | None = None,
                      dtype: DTypeLike | None = None, layout: str | None = None, alpha: float = 1.0, beta: float = 0.0,
                      engine: str = "auto", **old) -> DeviceArray | Out:
     """``y = alpha * x + beta * y`` between layouts and dtypes (``cudnnTransformTensor``); returns y.
@@ -309,14 +298,9 @@ def transform_tensor(handle: Handle, x: DeviceArrayLike, *moved: DeviceArrayLike
     ``engine``: "legacy", "graph" (an identity pointwise graph; floating dtypes) or "auto".
     ``memory_format=`` is the deprecated spelling of ``layout=``.
     """
-    alpha, beta = scaling(alpha=alpha, beta=beta)
-    handle = handle_arg(handle)
-    if moved:
-        y, = moved_outputs("transform_tensor", moved, ("y",), (y,))
     if old:
         layout = renamed_kwargs("transform_tensor", old, {"memory_format": "layout"}, {"layout": layout})["layout"]
         recording.spoil("a deprecated keyword warns on every call")
-    engine = gl.engine_arg(engine)
     xa = check_array(x, "x", handle)
     if y is None:
         out_dtype = xa.dtype if dtype is None else as_numpy_dtype(dtype)
@@ -328,18 +312,26 @@ def transform_tensor(handle: Handle, x: DeviceArrayLike, *moved: DeviceArrayLike
         if dtype is not None and ya.dtype != as_numpy_dtype(dtype):
             raise InvalidTypeError(f"y has dtype {ya.dtype} but dtype={as_numpy_dtype(dtype)} was asked for")
     inputs = [("x", xa)] + ([("prior", ya)] if beta else [])
-    if gl.attempt(engine, lambda auto: gl.run_graph(
-            handle, "transform_tensor", (float(alpha), float(beta)), inputs, [("y", ya)],
-            lambda g, t, _: gl.blend(g, g.pointwise("identity", t["x"]), t, alpha, beta), auto=auto),
-            lambda: transform_tensor(handle, xa, y=ya, alpha=alpha, beta=beta, engine="legacy"), handle=handle,
-            key=("transform_tensor", alpha, beta, ec.signature(xa, ya)),
-            mutated=(ya,) if beta or ya.ptr == xa.ptr else ()):
-        return ya if y is None else y
     scalar_dtype = np.float64 if np.float64 in (xa.dtype, ya.dtype) else np.float32
-    al, be = scalars(scalar_dtype, alpha, beta)
-    xd, yd = desc(xa), desc(ya)
-    launch(handle, capi.cudnnTransformTensor, handle.ptr, al, xd, xa, be, yd, ya)
+    gl.dispatch(engine, handle, ("transform_tensor", alpha, beta, ec.signature(xa, ya)),
+                lambda: _blend_call(handle, capi.cudnnTransformTensor, xa, ya, scalar_dtype, alpha, beta),
+                lambda auto: gl.run_graph(
+                    handle, "transform_tensor", (alpha, beta), inputs, [("y", ya)],
+                    lambda g, t, _: gl.blend(g, g.pointwise("identity", t["x"]), t, alpha, beta), auto=auto),
+                mutated=(ya,) if beta or ya.ptr == xa.ptr else ())
     return ya if y is None else y
+
+
+def _scale(handle: Handle, ya: DeviceArray, alpha: float) -> None:
+    (al,) = scalars(ya.dtype, alpha)
+    launch(handle, capi.cudnnScaleTensor, handle.ptr, desc(ya), ya, al)
+
+
+def _blend_call(handle: Handle, fn, xa: DeviceArray, ya: DeviceArray, scalar_dtype, alpha: float,
+                beta: float) -> None:
+    """``fn(handle, alpha, x, beta, y)``: the legacy calls of the form ``y = alpha * f(x) + beta * y``."""
+    al, be = scalars(scalar_dtype, alpha, beta)
+    launch(handle, fn, handle.ptr, al, desc(xa), xa, be, desc(ya), ya)
 
 
 class TensorTransformDescriptor(Descriptor):
@@ -364,6 +356,7 @@ class TensorTransformDescriptor(Descriptor):
                                                direction)
 
 
+@prepared(inputs=("x",), outputs=("y",), inplace=False, scalars=("alpha", "beta"))
 def transform_tensor_ex(handle: Handle, x: DeviceArrayLike, *, layout: str | None = None,
                         pad_before: int | Sequence[int] = 0, pad_after: int | Sequence[int] = 0,
                         fold: int | Sequence[int] = 1, direction: str = "fold", y: Out | None = None,
@@ -378,10 +371,9 @@ def transform_tensor_ex(handle: Handle, x: DeviceArrayLike, *, layout: str | Non
     allocated with that shape and layout (logical N, C, *spatial; strides give the format) unless given.
     ``dest_format=`` is the deprecated spelling of ``layout=``.
     """
-    alpha, beta = scaling(alpha=alpha, beta=beta)
-    handle = handle_arg(handle)
     if old:
         layout = renamed_kwargs("transform_tensor_ex", old, {"dest_format": "layout"}, {"layout": layout})["layout"]
+        recording.spoil("a deprecated keyword warns on every call")
     xa = check_array(x, "x", handle)
     nd = xa.ndim
     if nd not in (4, 5):
@@ -412,8 +404,7 @@ def transform_tensor_ex(handle: Handle, x: DeviceArrayLike, *, layout: str | Non
             raise InvalidValueError(f"y has strides {ya.strides}; this transform writes strides {strides}")
     scalar_dtype = np.float64 if np.float64 in (xa.dtype, ya.dtype) else np.float32
     al, be = scalars(scalar_dtype, alpha, beta)
-    xd, yd = desc(xa), desc(ya)
-    capi.cudnnTransformTensorEx(handle.ptr, tdesc.ptr, al, xd.ptr, xa.ptr, be, yd.ptr, ya.ptr)
+    launch(handle, capi.cudnnTransformTensorEx, handle.ptr, tdesc, al, desc(xa), xa, be, desc(ya), ya)
     return ya if y is None else y
 
 
@@ -451,28 +442,28 @@ def _graph_reduce(handle: Handle, opv, aa, ca, alpha, beta, compute_dtype, nan_p
 
 
 @overload
-def reduce_tensor(handle: Handle, op: str | int | ReduceTensor, a: DeviceArrayLike, *moved: DeviceArrayLike,
+def reduce_tensor(handle: Handle, op: str | int | ReduceTensor, a: DeviceArrayLike, *,
                   c: Out | None = None, axes: int | Sequence[int] | None = None, indices: Literal[False] = False,
                   alpha: float = 1.0, beta: float = 0.0, compute_dtype: DTypeLike | int | None = None,
                   nan_propagation: bool = False, engine: str = "auto") -> DeviceArray | Out: ...
 
 
 @overload
-def reduce_tensor(handle: Handle, op: str | int | ReduceTensor, a: DeviceArrayLike, *moved: DeviceArrayLike,
+def reduce_tensor(handle: Handle, op: str | int | ReduceTensor, a: DeviceArrayLike, *,
                   c: DeviceArrayLike | None = None, axes: int | Sequence[int] | None = None, indices: Literal[True],
                   alpha: float = 1.0, beta: float = 0.0, compute_dtype: DTypeLike | int | None = None,
                   nan_propagation: bool = False, engine: str = "auto") -> ReduceResult: ...
 
 
 @overload
-def reduce_tensor(handle: Handle, op: str | int | ReduceTensor, a: DeviceArrayLike, *moved: DeviceArrayLike,
+def reduce_tensor(handle: Handle, op: str | int | ReduceTensor, a: DeviceArrayLike, *,
                   c: Out | None = None, axes: int | Sequence[int] | None = None, indices: bool = False,
                   alpha: float = 1.0, beta: float = 0.0, compute_dtype: DTypeLike | int | None = None,
                   nan_propagation: bool = False, engine: str = "auto") -> DeviceArray | Out | ReduceResult: ...
 
 
-@prepared(inputs=("a",), outputs=("c",), inplace=False)
-def reduce_tensor(handle: Handle, op: str | int | ReduceTensor, a: DeviceArrayLike, *moved: DeviceArrayLike,
+@prepared(inputs=("a",), outputs=("c",), inplace=False, scalars=("alpha", "beta"), moved=("c",))
+def reduce_tensor(handle: Handle, op: str | int | ReduceTensor, a: DeviceArrayLike, *,
                   c: Out | None = None, axes: int | Sequence[int] | None = None, indices: bool = False,
                   alpha: float = 1.0, beta: float = 0.0, compute_dtype: DTypeLike | int | None = None,
                   nan_propagation: bool = False, engine: str = "auto") -> DeviceArray | Out | ReduceResult:
@@ -484,11 +475,6 @@ def reduce_tensor(handle: Handle, op: str | int | ReduceTensor, a: DeviceArrayLi
     ``indices=True`` (min, max, amax only) also returns, as int32 shaped like c, the position of the
     chosen element flattened over the reduced dimensions (row-major). ``engine``: "legacy", "graph" or "auto".
     """
-    alpha, beta = scaling(alpha=alpha, beta=beta)
-    handle = handle_arg(handle)
-    if moved:
-        c, = moved_outputs("reduce_tensor", moved, ("c",), (c,))
-    engine = gl.engine_arg(engine)
     if isinstance(op, ReduceTensor):
         if op.indices_type != capi.CUDNN_32BIT_INDICES:
             raise InvalidValueError(f"reduce_tensor returns int32 indices; this ReduceTensor asks for "
@@ -510,14 +496,22 @@ def reduce_tensor(handle: Handle, op: str | int | ReduceTensor, a: DeviceArrayLi
         ca = check_array(c, "c", handle, floating=True)
         if ca.ndim != aa.ndim or any(cd not in (1, ad) for ad, cd in zip(aa.shape, ca.shape)):
             raise InvalidValueError(f"c has shape {ca.shape}; each dimension must equal a's {aa.shape} or be 1")
-    if gl.attempt(engine, lambda auto: _graph_reduce(handle, opv, aa, ca, alpha, beta, compute_dtype,
-                                                     nan_propagation, indices, auto),
-                  None if indices else lambda: reduce_tensor(handle, opv, aa, c=ca, alpha=alpha, beta=beta,
-                                                             compute_dtype=compute_dtype,
-                                                             nan_propagation=nan_propagation, engine="legacy"),
-                  handle=handle, key=("reduce_tensor", opv, alpha, beta, compute_dtype, nan_propagation,
-                                      ec.signature(aa, ca)), mutated=(ca,) if beta else ()):
-        return ca if c is None else c
+    idx: list[DeviceArray] = []  # the legacy call's indices, with indices=True
+    gl.dispatch(engine, handle, ("reduce_tensor", opv, alpha, beta, compute_dtype, nan_propagation,
+                                 ec.signature(aa, ca)),
+                lambda: idx.extend(_legacy_reduce(handle, opv, aa, ca, alpha, beta, compute_dtype, nan_propagation,
+                                                  indices)),
+                lambda auto: _graph_reduce(handle, opv, aa, ca, alpha, beta, compute_dtype, nan_propagation, indices,
+                                           auto),
+                mutated=(ca,) if beta else (), measure=not indices)
+    if idx:
+        return ReduceResult(ca, idx[-1])
+    return ca if c is None else c
+
+
+def _legacy_reduce(handle: Handle, opv, aa: DeviceArray, ca: DeviceArray, alpha: float, beta: float, compute_dtype,
+                   nan_propagation: bool, indices: bool) -> list[DeviceArray]:
+    """``cudnnReduceTensor``; the indices array (with ``indices``) in a list."""
     compute = _compute(aa.dtype, compute_dtype)
     reduction = ReduceTensor(opv, compute, nan_propagation=nan_propagation, indices=indices)  # holds the descriptor
     rd = reduction.descriptor
@@ -539,9 +533,7 @@ def reduce_tensor(handle: Handle, op: str | int | ReduceTensor, a: DeviceArrayLi
     al, be = scalars(scalar_dtype, alpha, beta)
     launch(handle, capi.cudnnReduceTensor, handle.ptr, reduction, idx_ptr, idx_bytes, WorkspaceArg(ws_size.value),
            ws_size.value, al, ad, aa, be, cd, ca)
-    if idx is not None:
-        return ReduceResult(ca, idx)
-    return ca if c is None else c
+    return [] if idx is None else [idx]
 
 
 def _axes(axes, a: DeviceArray) -> set[int]:
