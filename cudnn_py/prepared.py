@@ -43,7 +43,7 @@ from cudnn_py.recording import state
 from cudnn_py.caches import Cache, handle_cache
 from cudnn_py._deprecation import warn
 from cudnn_py.args import scaling
-from cudnn_py.errors import InvalidTypeError, InvalidValueError, WorkspaceLimitError
+from cudnn_py.errors import CudnnPyError, InvalidTypeError, InvalidValueError, WorkspaceLimitError
 from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray, Output
 
@@ -270,11 +270,26 @@ def _readable(v: Any) -> bool:
     return type(v) is DeviceArray or memory.is_torch_tensor(v) and v.is_cuda
 
 
+def _readable_view(v: Any) -> Any:
+    """``v`` where :func:`_extent` reads it as it is, else the DeviceArray view of a foreign array (one with
+    ``__cuda_array_interface__`` or ``__dlpack__``; no copy), else None (no array, or one the validated path
+    refuses)."""
+    if _readable(v):
+        return v
+    if hasattr(v, "__cuda_array_interface__") or hasattr(v, "__dlpack__"):
+        try:
+            return memory.as_array(v)
+        except CudnnPyError:
+            return None
+    return None
+
+
 def _refuse_overlap(spec: _Spec, slots: list) -> None:
     """Refuse a given output that shares memory with an input other than as the identical view (and that one too
-    where the operation has no in-place form). Arrays of other kinds are left to the validated path."""
-    outs = [(n, v) for n, _, v in slots if n in spec.outputs and _readable(v)]
-    ins = [(n, v) for n, _, v in slots if n not in spec.outputs and _readable(v)]
+    where the operation has no in-place form), for arrays of every kind."""
+    views = [(n, _readable_view(v)) for n, _, v in slots]
+    outs = [(n, v) for n, v in views if n in spec.outputs and v is not None]
+    ins = [(n, v) for n, v in views if n not in spec.outputs and v is not None]
     for on, o in outs:
         po, olo, ohi, osh, ost, odt = _extent(o)
         for iname, i in ins:

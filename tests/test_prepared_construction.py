@@ -8,7 +8,7 @@ import traceback
 import pytest
 
 from cudnn_py import capi, engine_choice, prepared as P, recording
-from cudnn_py.errors import CudnnPyError, WorkspaceLimitError
+from cudnn_py.errors import CudnnPyError, InvalidValueError, WorkspaceLimitError
 from cudnn_py.graph import runner
 from cudnn_py.ops import _common
 from helpers import FakeCFunction, FakeWorkspace, fake_array, fake_cudnn_handle
@@ -134,3 +134,29 @@ def test_a_traceback_through_a_replay_shows_its_source_lines():
         p.run(fake_cudnn_handle(), (), {}, [0x1000])
     text = "".join(traceback.format_exception(e.value))
     assert "call0(k0_0, p0)" in text
+
+
+class Foreign:
+    """A producer of another package (``__cuda_array_interface__``), standing for the DeviceArray ``a``."""
+    def __init__(self, a):
+        self.a = a
+        self.__cuda_array_interface__ = {"shape": a.shape, "typestr": "<f4", "data": (a.ptr, False),
+                                         "strides": None, "version": 3}
+
+
+@pytest.mark.parametrize("kinds", [("foreign", "foreign"), ("foreign", "device"), ("device", "foreign")])
+def test_an_output_partially_overlapping_an_input_is_refused_whatever_their_kinds(monkeypatch, kinds):
+    """Issue 40 item 3: the overlap check after conversion, for inputs and outputs of other packages too."""
+    monkeypatch.setattr(P.memory, "as_array", lambda v, *a, **k: v.a)  # the conversion needs a driver
+    fn, body = FakeCFunction(), []
+
+    @P.prepared(inputs=("x",), outputs=("y",))
+    def op(handle, x, *, y=None):
+        body.append(x)
+        return y
+    x = arr((8,))
+    y = arr((8,), ptr=x.ptr + 16)  # elements 4..11 of x's memory: a partial overlap
+    wrap = {"foreign": Foreign, "device": lambda a: a}
+    with pytest.raises(InvalidValueError, match="shares memory with x"):
+        op(fake_cudnn_handle(), wrap[kinds[0]](x), y=wrap[kinds[1]](y))
+    assert body == []

@@ -238,11 +238,7 @@ def run_graph(handle, name: str, params: tuple, inputs: Sequence[tuple[str, Devi
     if ent is None:
         return False
     r, view = ent
-    arrays = (*(a for _, a in inputs), *(a for _, a in outputs))
-    if r.packs:  # a repeat call: the key fixed every array's shape, strides, dtype and device, and the views keep
-        r.run_pointers(tuple([a.ptr for a in arrays]))  # each array's address: only the addresses can be new
-    else:  # the configuration's first call (or its first since the runner's packs started afresh): validated
-        r.run([view(a) for a in arrays])
+    r.run([view(a) for _, a in (*inputs, *outputs)])  # validated: a repeat call is the prepared call's replay
     return True
 
 
