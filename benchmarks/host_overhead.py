@@ -102,6 +102,11 @@ def _rows(h):
                                                           t.shift.view(-1), training=True)),
         "dropout_forward": (lambda a, o: cudnn.dropout_forward(h, drop, a.x, y=o), lambda a: a.like(a.x),
                             lambda t: F.dropout(t.x, 0.5)),
+        "set_tensor": (lambda a, o: cudnn.set_tensor(h, a.y, 0.5), None, lambda t: t.y.fill_(0.5)),
+        "transform_tensor_ex NHWC": (lambda a, o: cudnn.transform_tensor_ex(h, a.x, layout="NHWC"), None,
+                                     lambda t: t.x.contiguous(memory_format=torch.channels_last)),
+        "divisive_normalization_forward": (lambda a, o: cudnn.divisive_normalization_forward(h, lrn, a.x, y=o),
+                                           lambda a: a.like(a.x), None),
         "convolution_forward 3x3": (lambda a, o: cudnn.convolution_forward(h, conv, a.x, a.w, y=o),
                                     lambda a: a.like(a.x), lambda t: F.conv2d(t.x, t.w, padding=1)),
         "sdpa": (lambda a, o: cudnn.sdpa(h, a.q, a.q, a.q, o=o), lambda a: a.like(a.q),
@@ -125,8 +130,8 @@ def bare_call(h, name: str) -> Callable[[], None] | None:
         args = list(base)
         for pos, slot in slots:  # any valid address of the right size: the call's own arrays live in the row
             args[pos] = fake.setdefault(slot, cudnn.empty((1 << 16,), np.uint8).ptr)
-        for pos, size in workspace:
-            args[pos] = h.workspace.get(size, h.stream)
+        for pos, offset in workspace:
+            args[pos] = h.workspace.get(p.workspace, h.stream) + offset
         runner = getattr(call, "__self__", None)
         if runner is not None and hasattr(runner, "plan_ptr"):
             vp = runner.pack(("bare",) + tuple(args), tuple(args), runner.workspace())

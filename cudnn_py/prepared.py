@@ -145,11 +145,11 @@ class Prepared:
     outputs' overlap checks, and the result put together; compiled once into one function, ``run(handle, args,
     kwargs, ptrs)``, that answers :data:`_MISS` where a given output now overlaps an input."""
 
-    __slots__ = ("name", "steps", "news", "uses", "run", "source")
+    __slots__ = ("name", "steps", "news", "uses", "workspace", "run", "source")
 
     def __init__(self, name: str, steps: list[tuple], news: list, overlaps: list[tuple], result: tuple,
                  shape: Any, n_slots: int, uses: frozenset[str] = frozenset(), workspace: int = 0):
-        self.name, self.steps, self.news, self.uses = name, steps, news, uses
+        self.name, self.steps, self.news, self.uses, self.workspace = name, steps, news, uses, workspace
         env: dict[str, Any] = {"MISS": _MISS, "shape": shape}
         lines = ["def run(handle, args, kwargs, ptrs):"]
         if n_slots:
