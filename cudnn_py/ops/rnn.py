@@ -425,9 +425,10 @@ def _geometry(handle: Handle, rnn: RNN, x: DeviceArrayLike, seq_layout, seq_leng
         T, B = (xa.shape[0], xa.shape[1]) if layout == "seq_major" else (xa.shape[1], xa.shape[0])
     lengths = check_lengths(seq_lengths, positive_int(T, "max sequence length"), positive_int(B, "batch"),
                             packed=layout == "packed")
-    if xa.shape != _data_shape(layout, T, B, rnn.input_size, lengths):
-        raise InvalidValueError(f"x has shape {xa.shape}; expected {_data_shape(layout, T, B, rnn.input_size, lengths)} "
-                                f"(layout {layout!r}, input_size {rnn.input_size})")
+    want = _data_shape(layout, T, B, rnn.input_size, lengths)
+    if xa.shape != want:
+        raise InvalidValueError(f"x has shape {xa.shape}; expected {want} (layout {layout!r}, input_size "
+                                f"{rnn.input_size})")
     return xa, _Geometry(layout, T, B, lengths, RNNDataDescriptor.shared(rnn.dtype, layout, T, B, rnn.input_size, lengths),
                          RNNDataDescriptor.shared(rnn.dtype, layout, T, B, rnn.dirs * rnn.out_size, lengths))
 

@@ -105,9 +105,14 @@ def by_value(value):
     """``value`` as a tuple of ints where it is a 1-D sequence or array of integers (per-sequence lengths, attention
     windows), so that a prepared call keys it by value and a repeat call with equal values replays; anything else as
     it is, for the validated path to check (an unhashable one is validated on every call)."""
-    if type(value) is tuple and all(type(v) is int for v in value):
-        return value
-    if not isinstance(value, (list, tuple, np.ndarray)):
+    t = type(value)
+    if t is tuple or t is list:
+        for v in value:
+            if type(v) is not int:
+                break
+        else:
+            return value if t is tuple else tuple(value)
+    elif t is not np.ndarray:
         return value
     try:
         a = np.asarray(value)
