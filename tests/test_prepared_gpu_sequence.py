@@ -100,6 +100,43 @@ def test_rnn_forward_and_backward_repeat_calls_equal_the_validated_path(mode, la
     _repeat(rounds, inputs, {"y": valid, "dx": valid})
 
 
+def test_rnn_with_torch_tensors_gives_torch_tensors_equal_to_the_validated_path():
+    """Torch tensors in, torch tensors out: a replay's new outputs, reserve and device lengths come from torch's
+    allocator (the new weight gradients zeroed by the replay itself)."""
+    torch = pytest.importorskip("torch")
+    rnn = cudnn.RNN("lstm", 5, 7, dtype=np.float64)
+    T, B, lengths = 6, 3, [6, 6, 6]  # no padding: every output element is written
+    with cudnn.Handle() as h0:
+        n_w = rnn.weight_space_size(h0) // 8
+
+    def inputs():
+        t = lambda *shape: torch.randn(*shape, dtype=torch.float64, device="cuda")  # noqa: E731
+        return {"x": t(T, B, 5), "w": t(n_w) * 0.3, "hx": t(1, B, 7), "cx": t(1, B, 7), "dy": t(T, B, 7)}
+
+    def chain(hh, a, validated=False):
+        fwd = cudnn.rnn_forward(hh, rnn, a["x"], a["w"], seq_lengths=lengths, hx=a["hx"], cx=a["cx"], training=True)
+        if validated:
+            hh.clear_caches()
+        g = cudnn.rnn_backward_data(hh, rnn, fwd, a["dy"], a["w"])
+        if validated:
+            hh.clear_caches()
+        assert isinstance(fwd.reserve, type(a["x"]))
+        return [fwd.y, fwd.hy, fwd.cy, *g, cudnn.rnn_backward_weights(hh, rnn, fwd)]
+
+    with cudnn.Handle() as h, cudnn.Handle() as ref_h:
+        chain(h, inputs())
+        n = entries(h)
+        for _ in range(REPEATS):
+            a = inputs()
+            got = chain(h, a)
+            ref_h.clear_caches()
+            want = chain(ref_h, a, validated=True)
+            for i, (g, w) in enumerate(zip(got, want)):
+                assert isinstance(g, torch.Tensor), i
+                np.testing.assert_allclose(g.cpu().numpy(), w.cpu().numpy(), err_msg=str(i), **TOL)
+        assert entries(h) == n >= 1
+
+
 # ---------------------------------------------------------------- multi-head attention
 
 def test_attention_forward_and_backward_repeat_calls_equal_the_validated_path():

@@ -335,17 +335,9 @@ def _data(handle: Handle, attn, a, name, B, T, V) -> DeviceArray:
     return memory.as_array(a, name, dtype=attn.dtype, shape=(B, T, V), contiguous=True, device=handle.device)
 
 
-class _Shapes(NamedTuple):
-    """q, k and v checked against the descriptor, and the sequence data descriptors of q, k, v and o."""
-    q: DeviceArray
-    k: DeviceArray
-    v: DeviceArray
-    lengths_q: tuple[int, ...]
-    lengths_kv: tuple[int, ...]
-    descs: tuple[SeqDataDescriptor, SeqDataDescriptor, SeqDataDescriptor, SeqDataDescriptor]
-
-
-def _shapes(handle: Handle, attn, q, k, v, seq_lengths_q, seq_lengths_kv) -> _Shapes:
+def _shapes(handle: Handle, attn, q, k, v, seq_lengths_q, seq_lengths_kv) -> tuple:
+    """``(q, k, v, lengths_q, lengths_kv, (q_desc, k_desc, v_desc, o_desc))``: q, k and v checked against the
+    descriptor, the lengths and the sequence data descriptors."""
     _check_attn(attn)
     q = memory.as_array(q, "q", dtype=attn.dtype, ndim=3, contiguous=True, device=handle.device)
     B, Tq = q.shape[0], q.shape[1]
@@ -364,7 +356,7 @@ def _shapes(handle: Handle, attn, q, k, v, seq_lengths_q, seq_lengths_kv) -> _Sh
              SeqDataDescriptor.shared(attn.dtype, B, Tk, attn.k_size, lk),
              SeqDataDescriptor.shared(attn.dtype, B, Tk, attn.v_size, lk),
              SeqDataDescriptor.shared(attn.dtype, B, Tq, attn.o_proj_size, lq))
-    return _Shapes(q, k, v, lq, lk, descs)
+    return q, k, v, lq, lk, descs
 
 
 def _windows(lo_win, hi_win, Tq: int, Tk: int) -> tuple:
@@ -380,22 +372,16 @@ def _windows(lo_win, hi_win, Tq: int, Tk: int) -> tuple:
     return (ctypes.c_int * Tq)(*lo.tolist()), (ctypes.c_int * Tq)(*hi.tolist())
 
 
-class _Forward(NamedTuple):
-    """What the prepared forward returns: :class:`AttentionForwardResult`'s arrays and the device copies of the
-    lengths, which the backward data call reads too."""
-    o: DeviceArray
-    reserve: DeviceArray | None
-    lengths_q: DeviceArray
-    lengths_kv: DeviceArray
-
-
 @prepared(inputs=("q", "k", "v", "weights", "residuals"), outputs=("o",), inplace=False)
 def _forward(handle: Handle, attn: MultiHeadAttention, q, k, v, weights, seq_lengths_q, seq_lengths_kv, lo_win,
-             hi_win, residuals, o, training, curr_idx) -> _Forward:
-    """The validated ``cudnnMultiHeadAttnForward`` of :func:`attention_forward` (lengths and windows by value)."""
+             hi_win, residuals, o, training, curr_idx) -> tuple:
+    """The validated ``cudnnMultiHeadAttnForward`` of :func:`attention_forward` (lengths and windows by value):
+    ``(o, reserve, lengths_q, lengths_kv)``, the last two the device copies of the lengths, which the backward data
+    call reads too."""
     handle = handle_arg(handle)
-    s = _shapes(handle, attn, q, k, v, seq_lengths_q, seq_lengths_kv)
-    B, Tq, Tk = s.q.shape[0], s.q.shape[1], s.k.shape[1]
+    q, k, v, host_lq, host_lk, (q_desc, k_desc, v_desc, o_desc) = _shapes(handle, attn, q, k, v, seq_lengths_q,
+                                                                          seq_lengths_kv)
+    B, Tq, Tk = q.shape[0], q.shape[1], k.shape[1]
     lo_c, hi_c = _windows(lo_win, hi_win, Tq, Tk)
     if training and curr_idx != -1:
         raise InvalidValueError("training runs all query steps: use curr_idx=-1")
@@ -406,15 +392,13 @@ def _forward(handle: Handle, attn: MultiHeadAttention, q, k, v, weights, seq_len
     oa = memory.output_array(o, (B, Tq, attn.o_proj_size), attn.dtype, "o", device=handle.device, stream=stream,
                              contiguous=True)
     ra = None if residuals is None else _data(handle, attn, residuals, "residuals", B, Tq, attn.o_proj_size)
-    q_desc, k_desc, v_desc, o_desc = s.descs
     _, work_n, reserve_n = attn.buffer_sizes(handle, training)
     reserve = memory.empty((reserve_n,), np.uint8, stream=stream, device=handle.device) if training else None
     replay_checks_open(attn)
-    lq, lk = device_lengths(handle, s.lengths_q), device_lengths(handle, s.lengths_kv)
-    launch(handle, capi.cudnnMultiHeadAttnForward, handle.ptr, attn, curr_idx, lo_c, hi_c, lq, lk, q_desc, s.q, ra,
-           k_desc, s.k, v_desc, s.v, o_desc, oa, w.nbytes, w, work_n, WorkspaceArg(work_n), c_nbytes(reserve),
-           reserve)
-    return _Forward(oa, reserve, lq, lk)
+    lq, lk = device_lengths(handle, host_lq), device_lengths(handle, host_lk)
+    launch(handle, capi.cudnnMultiHeadAttnForward, handle.ptr, attn, curr_idx, lo_c, hi_c, lq, lk, q_desc, q, ra,
+           k_desc, k, v_desc, v, o_desc, oa, w.nbytes, w, work_n, WorkspaceArg(work_n), c_nbytes(reserve), reserve)
+    return oa, reserve, lq, lk
 
 
 def attention_forward(handle: Handle, attn: MultiHeadAttention, q: DeviceArrayLike, k: DeviceArrayLike,
@@ -435,10 +419,11 @@ def attention_forward(handle: Handle, attn: MultiHeadAttention, q: DeviceArrayLi
     if old:
         o = renamed_kwargs("attention_forward", old, {"out": "o"}, {"o": o})["o"]
     lq, lk, lo, hi = by_value(seq_lengths_q), by_value(seq_lengths_kv), by_value(lo_win), by_value(hi_win)
-    r = _forward(handle, attn, q, k, v, weights, lq, lk, lo, hi, residuals, o, training, curr_idx)
-    result = AttentionForwardResult(r.o, r.reserve)
+    out, reserve, dev_lq, dev_lk = _forward(handle, attn, q, k, v, weights, lq, lk, lo, hi, residuals, o, training,
+                                            curr_idx)
+    result = AttentionForwardResult(out, reserve)
     if training:  # what the backward calls take again: the inputs, the lengths (on the device and by value), windows
-        result._ctx = {"desc": attn, "q": q, "k": k, "v": v, "lengths": (r.lengths_q, r.lengths_kv),
+        result._ctx = {"desc": attn, "q": q, "k": k, "v": v, "lengths": (dev_lq, dev_lk),
                        "seq_lengths": (lq, lk), "win": (lo, hi), "data_done": False}
     return result
 
@@ -450,24 +435,22 @@ def _backward_data(handle: Handle, attn: MultiHeadAttention, q, k, v, dout, weig
     """The validated ``cudnnMultiHeadAttnBackwardData`` of :func:`attention_backward_data` (``reserve`` is
     updated)."""
     handle = handle_arg(handle)
-    s = _shapes(handle, attn, q, k, v, seq_lengths_q, seq_lengths_kv)
-    B, Tq, Tk = s.q.shape[0], s.q.shape[1], s.k.shape[1]
+    q, k, v, _, _, (q_desc, k_desc, v_desc, o_desc) = _shapes(handle, attn, q, k, v, seq_lengths_q, seq_lengths_kv)
+    B, Tq, Tk = q.shape[0], q.shape[1], k.shape[1]
     lo_c, hi_c = _windows(lo_win, hi_win, Tq, Tk)
     douta = _data(handle, attn, dout, "dout", B, Tq, attn.o_proj_size)
     w = attn._check_weights(handle, weights)
     stream = handle.stream
-    dqa = memory.output_array(dq, s.q.shape, attn.dtype, "dq", device=handle.device, stream=stream, contiguous=True)
-    dka = memory.output_array(dk, s.k.shape, attn.dtype, "dk", device=handle.device, stream=stream, contiguous=True)
-    dva = memory.output_array(dv, s.v.shape, attn.dtype, "dv", device=handle.device, stream=stream, contiguous=True)
-    q_desc, k_desc, v_desc, o_desc = s.descs
+    dqa = memory.output_array(dq, q.shape, attn.dtype, "dq", device=handle.device, stream=stream, contiguous=True)
+    dka = memory.output_array(dk, k.shape, attn.dtype, "dk", device=handle.device, stream=stream, contiguous=True)
+    dva = memory.output_array(dv, v.shape, attn.dtype, "dv", device=handle.device, stream=stream, contiguous=True)
     _, work_n, _ = attn.buffer_sizes(handle, True)
     ra = memory.as_array(reserve, "fwd.reserve", device=handle.device)
     lq = memory.as_array(lengths_q, "the forward's lengths", device=handle.device)
     lk = memory.as_array(lengths_kv, "the forward's lengths", device=handle.device)
     replay_checks_open(attn)
     launch(handle, capi.cudnnMultiHeadAttnBackwardData, handle.ptr, attn, lo_c, hi_c, lq, lk, o_desc, douta,
-           q_desc, dqa, s.q, k_desc, dka, s.k, v_desc, dva, s.v, w.nbytes, w, work_n, WorkspaceArg(work_n), ra.nbytes,
-           ra)
+           q_desc, dqa, q, k_desc, dka, k, v_desc, dva, v, w.nbytes, w, work_n, WorkspaceArg(work_n), ra.nbytes, ra)
     return AttentionDataGrads(dqa, dka, dva)
 
 
@@ -490,16 +473,15 @@ def _backward_weights(handle: Handle, attn: MultiHeadAttention, q, k, v, dout, w
                       seq_lengths_kv, dweights) -> DeviceArray:
     """The validated ``cudnnMultiHeadAttnBackwardWeights`` of :func:`attention_backward_weights`."""
     handle = handle_arg(handle)
-    s = _shapes(handle, attn, q, k, v, seq_lengths_q, seq_lengths_kv)
-    douta = _data(handle, attn, dout, "dout", s.q.shape[0], s.q.shape[1], attn.o_proj_size)
+    q, k, v, _, _, (q_desc, k_desc, v_desc, o_desc) = _shapes(handle, attn, q, k, v, seq_lengths_q, seq_lengths_kv)
+    douta = _data(handle, attn, dout, "dout", q.shape[0], q.shape[1], attn.o_proj_size)
     w = attn._check_weights(handle, weights)
     dw = attn.new_weights(handle) if dweights is None else attn._check_weights(handle, dweights, "dweights")
-    q_desc, k_desc, v_desc, o_desc = s.descs
     _, work_n, _ = attn.buffer_sizes(handle, True)
     ra = memory.as_array(reserve, "fwd.reserve", device=handle.device)
     replay_checks_open(attn)
-    launch(handle, capi.cudnnMultiHeadAttnBackwardWeights, handle.ptr, attn, capi.CUDNN_WGRAD_MODE_ADD, q_desc, s.q,
-           k_desc, s.k, v_desc, s.v, o_desc, douta, w.nbytes, w, dw, work_n, WorkspaceArg(work_n), ra.nbytes, ra)
+    launch(handle, capi.cudnnMultiHeadAttnBackwardWeights, handle.ptr, attn, capi.CUDNN_WGRAD_MODE_ADD, q_desc, q,
+           k_desc, k, v_desc, v, o_desc, douta, w.nbytes, w, dw, work_n, WorkspaceArg(work_n), ra.nbytes, ra)
     return dw
 
 

@@ -391,19 +391,9 @@ def _state_desc(rnn: RNN, B: int, width: int):
     return TensorDescriptor.shared((rnn.num_pseudo_layers, B, width), rnn.dtype)
 
 
-class _Geometry(NamedTuple):
-    """What a call's descriptors are made of: the layout, the longest sequence, the batch and its lengths, and the
-    data descriptors of x and y."""
-    layout: str
-    T: int
-    B: int
-    lengths: tuple[int, ...]
-    x_desc: RNNDataDescriptor
-    y_desc: RNNDataDescriptor
-
-
-def _geometry(handle: Handle, rnn: RNN, x: DeviceArrayLike, seq_layout, seq_lengths) -> tuple[DeviceArray, _Geometry]:
-    """``x`` checked against the layout, the lengths and the RNN's input size, with the call's :class:`_Geometry`."""
+def _geometry(handle: Handle, rnn: RNN, x: DeviceArrayLike, seq_layout, seq_lengths) -> tuple:
+    """``(x, B, lengths, x_desc, y_desc, y_shape)``: ``x`` checked against the layout, the lengths and the RNN's input
+    size, the batch, its lengths, the data descriptors of x and y and y's shape."""
     if not isinstance(rnn, RNN):
         raise InvalidTypeError(f"rnn must be a cudnn_py.RNN, got {type(rnn).__name__}")
     layout, _ = choice(_LAYOUTS, seq_layout, "seq_layout")
@@ -429,8 +419,9 @@ def _geometry(handle: Handle, rnn: RNN, x: DeviceArrayLike, seq_layout, seq_leng
     if xa.shape != want:
         raise InvalidValueError(f"x has shape {xa.shape}; expected {want} (layout {layout!r}, input_size "
                                 f"{rnn.input_size})")
-    return xa, _Geometry(layout, T, B, lengths, RNNDataDescriptor.shared(rnn.dtype, layout, T, B, rnn.input_size, lengths),
-                         RNNDataDescriptor.shared(rnn.dtype, layout, T, B, rnn.dirs * rnn.out_size, lengths))
+    V = rnn.dirs * rnn.out_size
+    return (xa, B, lengths, RNNDataDescriptor.shared(rnn.dtype, layout, T, B, rnn.input_size, lengths),
+            RNNDataDescriptor.shared(rnn.dtype, layout, T, B, V, lengths), _data_shape(layout, T, B, V, lengths))
 
 
 def _work_size(handle: Handle, rnn: RNN, mode, x_desc: RNNDataDescriptor) -> tuple[int, int]:
@@ -440,30 +431,20 @@ def _work_size(handle: Handle, rnn: RNN, mode, x_desc: RNNDataDescriptor) -> tup
     return work_n.value, reserve_n.value
 
 
-class _Forward(NamedTuple):
-    """What the prepared forward returns: :class:`RNNForwardResult`'s arrays and the device copy of the lengths,
-    which the backward calls read too."""
-    y: DeviceArray
-    hy: DeviceArray
-    cy: DeviceArray | None
-    reserve: DeviceArray | None
-    lengths: DeviceArray
-
-
 @prepared(inputs=("x", "weights", "hx", "cx"), outputs=("y", "hy", "cy"), inplace=False)
-def _forward(handle: Handle, rnn: RNN, x, weights, seq_lengths, seq_layout, hx, cx, y, hy, cy, training) -> _Forward:
-    """The validated ``cudnnRNNForward`` of :func:`rnn_forward` (``seq_lengths`` by value)."""
+def _forward(handle: Handle, rnn: RNN, x, weights, seq_lengths, seq_layout, hx, cx, y, hy, cy, training) -> tuple:
+    """The validated ``cudnnRNNForward`` of :func:`rnn_forward` (``seq_lengths`` by value): ``(y, hy, cy, reserve,
+    lengths)``, the last the device copy of the lengths, which the backward calls read too."""
     handle = handle_arg(handle)
-    x, g = _geometry(handle, rnn, x, seq_layout, seq_lengths)
+    x, B, host_lengths, x_desc, y_desc, y_shape = _geometry(handle, rnn, x, seq_layout, seq_lengths)
     w = rnn._check_weights(handle, weights)
-    is_lstm, B = rnn.mode == "lstm", g.B
+    is_lstm = rnn.mode == "lstm"
     if not is_lstm and (cx is not None or cy is not None):
         raise InvalidValueError(f"cx/cy are LSTM cell states; this RNN is {rnn.mode!r}")
     hxa = _state(handle, rnn, hx, "hx", B, rnn.out_size)
     cxa = _state(handle, rnn, cx, "cx", B, rnn.hidden_size)
     stream = handle.stream
-    ya = memory.output_array(y, _data_shape(g.layout, g.T, B, rnn.dirs * rnn.out_size, g.lengths), rnn.dtype, "y",
-                             device=handle.device, stream=stream, contiguous=True)
+    ya = memory.output_array(y, y_shape, rnn.dtype, "y", device=handle.device, stream=stream, contiguous=True)
     hya = memory.output_array(hy, (rnn.num_pseudo_layers, B, rnn.out_size), rnn.dtype, "hy",
                               device=handle.device, stream=stream, contiguous=True)
     cya = memory.output_array(cy, (rnn.num_pseudo_layers, B, rnn.hidden_size), rnn.dtype, "cy",
@@ -471,13 +452,13 @@ def _forward(handle: Handle, rnn: RNN, x, weights, seq_lengths, seq_layout, hx, 
     h_desc = _state_desc(rnn, B, rnn.out_size)
     c_desc = _state_desc(rnn, B, rnn.hidden_size) if is_lstm else h_desc
     mode = capi.CUDNN_FWD_MODE_TRAINING if training else capi.CUDNN_FWD_MODE_INFERENCE
-    work_n, reserve_n = _work_size(handle, rnn, mode, g.x_desc)
+    work_n, reserve_n = _work_size(handle, rnn, mode, x_desc)
     reserve = memory.empty((reserve_n,), np.uint8, stream=stream, device=handle.device) if training else None
     replay_checks_open(rnn)
-    lengths = device_lengths(handle, g.lengths)
-    launch(handle, capi.cudnnRNNForward, handle.ptr, rnn, mode, lengths, g.x_desc, x, g.y_desc, ya, h_desc, hxa, hya,
+    lengths = device_lengths(handle, host_lengths)
+    launch(handle, capi.cudnnRNNForward, handle.ptr, rnn, mode, lengths, x_desc, x, y_desc, ya, h_desc, hxa, hya,
            c_desc, cxa, cya, w.nbytes, w, work_n, WorkspaceArg(work_n), c_nbytes(reserve), reserve)
-    return _Forward(ya, hya, cya, reserve, lengths)
+    return ya, hya, cya, reserve, lengths
 
 
 def rnn_forward(handle: Handle, rnn: RNN, x: DeviceArrayLike, weights: DeviceArrayLike, *,
@@ -497,10 +478,10 @@ def rnn_forward(handle: Handle, rnn: RNN, x: DeviceArrayLike, weights: DeviceArr
         seq_layout = renamed_kwargs("rnn_forward", old, {"layout": "seq_layout"},
                                     {"seq_layout": None if seq_layout == "seq_major" else seq_layout})["seq_layout"]
     lengths = by_value(seq_lengths)
-    r = _forward(handle, rnn, x, weights, lengths, seq_layout, hx, cx, y, hy, cy, training)
-    result = RNNForwardResult(r.y, r.hy, r.cy, r.reserve)
+    *outputs, dev_lengths = _forward(handle, rnn, x, weights, lengths, seq_layout, hx, cx, y, hy, cy, training)
+    result = RNNForwardResult(*outputs)
     if training:  # what the backward calls take again: the inputs, the lengths (on the device and by value)
-        result._ctx = {"desc": rnn, "x": x, "hx": hx, "cx": cx, "dev_lengths": r.lengths, "seq_layout": seq_layout,
+        result._ctx = {"desc": rnn, "x": x, "hx": hx, "cx": cx, "dev_lengths": dev_lengths, "seq_layout": seq_layout,
                        "seq_lengths": lengths, "data_done": False}
     return result
 
@@ -511,8 +492,8 @@ def _backward_data(handle: Handle, rnn: RNN, x, y, dy, weights, reserve, lengths
                    seq_lengths, dx, dhx, dcx) -> RNNDataGrads:
     """The validated ``cudnnRNNBackwardData_v8`` of :func:`rnn_backward_data` (``reserve`` is updated)."""
     handle = handle_arg(handle)
-    x, g = _geometry(handle, rnn, x, seq_layout, seq_lengths)
-    B, is_lstm, stream = g.B, rnn.mode == "lstm", handle.stream
+    x, B, _, x_desc, y_desc, _ = _geometry(handle, rnn, x, seq_layout, seq_lengths)
+    is_lstm, stream = rnn.mode == "lstm", handle.stream
     ya = memory.as_array(y, "fwd.y", dtype=rnn.dtype, contiguous=True, device=handle.device)
     dya = memory.as_array(dy, "dy", dtype=rnn.dtype, shape=ya.shape, contiguous=True, device=handle.device)
     if not is_lstm and (dcy is not None or dcx is not None):
@@ -531,11 +512,11 @@ def _backward_data(handle: Handle, rnn: RNN, x, y, dy, weights, reserve, lengths
                                    device=handle.device, stream=stream, contiguous=True)
     h_desc = _state_desc(rnn, B, rnn.out_size)
     c_desc = _state_desc(rnn, B, rnn.hidden_size) if is_lstm else h_desc
-    work_n, _ = _work_size(handle, rnn, capi.CUDNN_FWD_MODE_TRAINING, g.x_desc)
+    work_n, _ = _work_size(handle, rnn, capi.CUDNN_FWD_MODE_TRAINING, x_desc)
     ra = memory.as_array(reserve, "fwd.reserve", device=handle.device)
     la = memory.as_array(lengths, "the forward's lengths", device=handle.device)
     replay_checks_open(rnn)
-    launch(handle, capi.cudnnRNNBackwardData_v8, handle.ptr, rnn, la, g.y_desc, ya, dya, g.x_desc, dxa,
+    launch(handle, capi.cudnnRNNBackwardData_v8, handle.ptr, rnn, la, y_desc, ya, dya, x_desc, dxa,
            h_desc, hxa, dhya, dhxa, c_desc, cxa, dcya, dcxa, w.nbytes, w, work_n, WorkspaceArg(work_n), ra.nbytes, ra)
     return RNNDataGrads(dxa, dhxa, dcxa)
 
@@ -562,16 +543,16 @@ def _backward_weights(handle: Handle, rnn: RNN, x, y, reserve, lengths, hx, seq_
                       dweights) -> DeviceArray:
     """The validated ``cudnnRNNBackwardWeights_v8`` of :func:`rnn_backward_weights`."""
     handle = handle_arg(handle)
-    x, g = _geometry(handle, rnn, x, seq_layout, seq_lengths)
+    x, B, _, x_desc, y_desc, _ = _geometry(handle, rnn, x, seq_layout, seq_lengths)
     ya = memory.as_array(y, "fwd.y", dtype=rnn.dtype, contiguous=True, device=handle.device)
-    hxa = _state(handle, rnn, hx, "hx", g.B, rnn.out_size)
+    hxa = _state(handle, rnn, hx, "hx", B, rnn.out_size)
     dw = rnn.new_weights(handle) if dweights is None else rnn._check_weights(handle, dweights, "dweights")
-    work_n, _ = _work_size(handle, rnn, capi.CUDNN_FWD_MODE_TRAINING, g.x_desc)
+    work_n, _ = _work_size(handle, rnn, capi.CUDNN_FWD_MODE_TRAINING, x_desc)
     ra = memory.as_array(reserve, "fwd.reserve", device=handle.device)
     la = memory.as_array(lengths, "the forward's lengths", device=handle.device)
     replay_checks_open(rnn)
-    launch(handle, capi.cudnnRNNBackwardWeights_v8, handle.ptr, rnn, capi.CUDNN_WGRAD_MODE_ADD, la, g.x_desc, x,
-           _state_desc(rnn, g.B, rnn.out_size), hxa, g.y_desc, ya, dw.nbytes, dw, work_n, WorkspaceArg(work_n),
+    launch(handle, capi.cudnnRNNBackwardWeights_v8, handle.ptr, rnn, capi.CUDNN_WGRAD_MODE_ADD, la, x_desc, x,
+           _state_desc(rnn, B, rnn.out_size), hxa, y_desc, ya, dw.nbytes, dw, work_n, WorkspaceArg(work_n),
            ra.nbytes, ra)
     return dw
 
