@@ -40,12 +40,14 @@ from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import InvalidStateError, InvalidTypeError, InvalidValueError
 from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray, DeviceArrayLike
-from cudnn_py.ops._common import moved_outputs
+from cudnn_py.ops._common import launch, moved_outputs, replay_checks_open
 from cudnn_py.ops.dropout import Dropout
 from cudnn_py.ops.sequence_models import (
-    MATH_TYPES, WeightedDescriptor, c_nbytes, c_ptr, check_lengths, choice, dropout_arg, name_of, nd_layout,
-    positive_int, training_ctx,
+    MATH_TYPES, WeightedDescriptor, by_value, c_nbytes, check_lengths, choice, device_lengths, dropout_arg, name_of,
+    nd_layout, positive_int, training_ctx,
 )
+from cudnn_py.prepared import prepared
+from cudnn_py.recording import WorkspaceArg
 
 __all__ = ["MultiHeadAttention", "AttentionParams", "SeqDataDescriptor", "AttentionForwardResult",
            "AttentionDataGrads", "AttentionBufferSizes", "WEIGHT_KINDS",
@@ -333,6 +335,72 @@ def _data(handle: Handle, attn, a, name, B, T, V) -> DeviceArray:
     return memory.as_array(a, name, dtype=attn.dtype, shape=(B, T, V), contiguous=True, device=handle.device)
 
 
+def _shapes(handle: Handle, attn, q, k, v, seq_lengths_q, seq_lengths_kv) -> tuple:
+    """``(q, k, v, lengths_q, lengths_kv, (q_desc, k_desc, v_desc, o_desc))``: q, k and v checked against the
+    descriptor, the lengths and the sequence data descriptors."""
+    _check_attn(attn)
+    q = memory.as_array(q, "q", dtype=attn.dtype, ndim=3, contiguous=True, device=handle.device)
+    B, Tq = q.shape[0], q.shape[1]
+    if q.shape[2] != attn.q_size:
+        raise InvalidValueError(f"q has shape {q.shape}; its last dimension must be q_size={attn.q_size}")
+    k = memory.as_array(k, "k", dtype=attn.dtype, ndim=3, contiguous=True, device=handle.device)
+    Tk = k.shape[1]
+    k = _data(handle, attn, k, "k", B, Tk, attn.k_size)
+    v = _data(handle, attn, v, "v", B, Tk, attn.v_size)
+    if B > attn.max_batch or Tq > attn.max_seq_q or Tk > attn.max_seq_kv:
+        raise InvalidValueError(f"batch {B}, query length {Tq}, key length {Tk} exceed the descriptor's max_batch="
+                                f"{attn.max_batch}, max_seq_q={attn.max_seq_q}, max_seq_kv={attn.max_seq_kv}")
+    lq = check_lengths(seq_lengths_q, Tq, B, "seq_lengths_q")
+    lk = check_lengths(seq_lengths_kv, Tk, B, "seq_lengths_kv")
+    descs = (SeqDataDescriptor.shared(attn.dtype, B, Tq, attn.q_size, lq),
+             SeqDataDescriptor.shared(attn.dtype, B, Tk, attn.k_size, lk),
+             SeqDataDescriptor.shared(attn.dtype, B, Tk, attn.v_size, lk),
+             SeqDataDescriptor.shared(attn.dtype, B, Tq, attn.o_proj_size, lq))
+    return q, k, v, lq, lk, descs
+
+
+def _windows(lo_win, hi_win, Tq: int, Tk: int) -> tuple:
+    """The attention windows checked, as the host int arrays cuDNN reads (``(c_int * Tq)`` each)."""
+    lo = np.zeros(Tq, np.int64) if lo_win is None else np.asarray(lo_win)
+    hi = np.full(Tq, Tk, np.int64) if hi_win is None else np.asarray(hi_win)
+    for name, a in (("lo_win", lo), ("hi_win", hi)):
+        if a.shape != (Tq,) or not np.issubdtype(a.dtype, np.integer):
+            raise InvalidValueError(f"{name} must be {Tq} ints (one per query step), got {a!r}")
+    if np.any(lo < 0) or np.any(hi > Tk) or np.any(lo >= hi):
+        raise InvalidValueError(f"attention windows need 0 <= lo_win < hi_win <= {Tk} at every step; got lo_win="
+                                f"{lo.tolist()}, hi_win={hi.tolist()}")
+    return (ctypes.c_int * Tq)(*lo.tolist()), (ctypes.c_int * Tq)(*hi.tolist())
+
+
+@prepared(inputs=("q", "k", "v", "weights", "residuals"), outputs=("o",), inplace=False)
+def _forward(handle: Handle, attn: MultiHeadAttention, q, k, v, weights, seq_lengths_q, seq_lengths_kv, lo_win,
+             hi_win, residuals, o, training, curr_idx) -> tuple:
+    """The validated ``cudnnMultiHeadAttnForward`` of :func:`attention_forward` (lengths and windows by value):
+    ``(o, reserve, lengths_q, lengths_kv)``, the last two the device copies of the lengths, which the backward data
+    call reads too."""
+    handle = handle_arg(handle)
+    q, k, v, host_lq, host_lk, (q_desc, k_desc, v_desc, o_desc) = _shapes(handle, attn, q, k, v, seq_lengths_q,
+                                                                          seq_lengths_kv)
+    B, Tq, Tk = q.shape[0], q.shape[1], k.shape[1]
+    lo_c, hi_c = _windows(lo_win, hi_win, Tq, Tk)
+    if training and curr_idx != -1:
+        raise InvalidValueError("training runs all query steps: use curr_idx=-1")
+    if not -1 <= curr_idx < Tq:
+        raise InvalidValueError(f"curr_idx must be -1 (all steps) or a query step in [0, {Tq}), got {curr_idx}")
+    w = attn._check_weights(handle, weights)
+    stream = handle.stream
+    oa = memory.output_array(o, (B, Tq, attn.o_proj_size), attn.dtype, "o", device=handle.device, stream=stream,
+                             contiguous=True)
+    ra = None if residuals is None else _data(handle, attn, residuals, "residuals", B, Tq, attn.o_proj_size)
+    _, work_n, reserve_n = attn.buffer_sizes(handle, training)
+    reserve = memory.empty((reserve_n,), np.uint8, stream=stream, device=handle.device) if training else None
+    replay_checks_open(attn)
+    lq, lk = device_lengths(handle, host_lq), device_lengths(handle, host_lk)
+    launch(handle, capi.cudnnMultiHeadAttnForward, handle.ptr, attn, curr_idx, lo_c, hi_c, lq, lk, q_desc, q, ra,
+           k_desc, k, v_desc, v, o_desc, oa, w.nbytes, w, work_n, WorkspaceArg(work_n), c_nbytes(reserve), reserve)
+    return oa, reserve, lq, lk
+
+
 def attention_forward(handle: Handle, attn: MultiHeadAttention, q: DeviceArrayLike, k: DeviceArrayLike,
                       v: DeviceArrayLike, weights: DeviceArrayLike, *,
                       seq_lengths_q: Sequence[int] | npt.NDArray[np.integer] | None = None,
@@ -345,64 +413,45 @@ def attention_forward(handle: Handle, attn: MultiHeadAttention, q: DeviceArrayLi
 
     ``lo_win``/``hi_win``: per query step, the first and one-past-last key index it may attend
     (default 0 and ``Tk``); ``residuals``: added to the output (shape of ``o``); ``o``: the output
-    ``[B, Tq, o_proj_size]``, allocated when not given (``out=`` is its deprecated spelling).
+    ``[B, Tq, o_proj_size]``, allocated when not given (``out=`` is its deprecated spelling). A repeat call with the
+    same shapes, lengths, windows and options replays the prepared call (:mod:`cudnn_py.prepared`).
     """
-    handle = handle_arg(handle)
     if old:
         o = renamed_kwargs("attention_forward", old, {"out": "o"}, {"o": o})["o"]
-    _check_attn(attn)
-    q = memory.as_array(q, "q", dtype=attn.dtype, ndim=3, contiguous=True, device=handle.device)
-    B, Tq = q.shape[0], q.shape[1]
-    if q.shape[2] != attn.q_size:
-        raise InvalidValueError(f"q has shape {q.shape}; its last dimension must be q_size={attn.q_size}")
-    k = memory.as_array(k, "k", dtype=attn.dtype, ndim=3, contiguous=True, device=handle.device)
-    Tk = k.shape[1]
-    k = _data(handle, attn, k, "k", B, Tk, attn.k_size)
-    v = _data(handle, attn, v, "v", B, Tk, attn.v_size)
-    if B > attn.max_batch or Tq > attn.max_seq_q or Tk > attn.max_seq_kv:
-        raise InvalidValueError(f"batch {B}, query length {Tq}, key length {Tk} exceed the descriptor's max_batch="
-                         f"{attn.max_batch}, max_seq_q={attn.max_seq_q}, max_seq_kv={attn.max_seq_kv}")
-    lq = check_lengths(seq_lengths_q, Tq, B, "seq_lengths_q")
-    lk = check_lengths(seq_lengths_kv, Tk, B, "seq_lengths_kv")
-    lo = np.zeros(Tq, np.int64) if lo_win is None else np.asarray(lo_win)
-    hi = np.full(Tq, Tk, np.int64) if hi_win is None else np.asarray(hi_win)
-    for name, a in (("lo_win", lo), ("hi_win", hi)):
-        if a.shape != (Tq,) or not np.issubdtype(a.dtype, np.integer):
-            raise InvalidValueError(f"{name} must be {Tq} ints (one per query step), got {a!r}")
-    if np.any(lo < 0) or np.any(hi > Tk) or np.any(lo >= hi):
-        raise InvalidValueError(f"attention windows need 0 <= lo_win < hi_win <= {Tk} at every step; got lo_win="
-                         f"{lo.tolist()}, hi_win={hi.tolist()}")
-    if training and curr_idx != -1:
-        raise InvalidValueError("training runs all query steps: use curr_idx=-1")
-    if not -1 <= curr_idx < Tq:
-        raise InvalidValueError(f"curr_idx must be -1 (all steps) or a query step in [0, {Tq}), got {curr_idx}")
+    lq, lk, lo, hi = by_value(seq_lengths_q), by_value(seq_lengths_kv), by_value(lo_win), by_value(hi_win)
+    out, reserve, dev_lq, dev_lk = _forward(handle, attn, q, k, v, weights, lq, lk, lo, hi, residuals, o, training,
+                                            curr_idx)
+    result = AttentionForwardResult(out, reserve)
+    if training:  # what the backward calls take again: the inputs, the lengths (on the device and by value), windows
+        result._ctx = {"desc": attn, "q": q, "k": k, "v": v, "lengths": (dev_lq, dev_lk),
+                       "seq_lengths": (lq, lk), "win": (lo, hi), "data_done": False}
+    return result
+
+
+@prepared(inputs=("q", "k", "v", "dout", "weights", "lengths_q", "lengths_kv"), outputs=("reserve", "dq", "dk", "dv"),
+          inplace=False)
+def _backward_data(handle: Handle, attn: MultiHeadAttention, q, k, v, dout, weights, reserve, lengths_q, lengths_kv,
+                   seq_lengths_q, seq_lengths_kv, lo_win, hi_win, dq, dk, dv) -> AttentionDataGrads:
+    """The validated ``cudnnMultiHeadAttnBackwardData`` of :func:`attention_backward_data` (``reserve`` is
+    updated)."""
+    handle = handle_arg(handle)
+    q, k, v, _, _, (q_desc, k_desc, v_desc, o_desc) = _shapes(handle, attn, q, k, v, seq_lengths_q, seq_lengths_kv)
+    B, Tq, Tk = q.shape[0], q.shape[1], k.shape[1]
+    lo_c, hi_c = _windows(lo_win, hi_win, Tq, Tk)
+    douta = _data(handle, attn, dout, "dout", B, Tq, attn.o_proj_size)
     w = attn._check_weights(handle, weights)
     stream = handle.stream
-    o = memory.output_array(o, (B, Tq, attn.o_proj_size), attn.dtype, "o", device=handle.device, stream=stream,
-                            contiguous=True)
-    if residuals is not None:
-        residuals = _data(handle, attn, residuals, "residuals", B, Tq, attn.o_proj_size)
-    q_desc = SeqDataDescriptor.shared(attn.dtype, B, Tq, attn.q_size, lq)
-    k_desc = SeqDataDescriptor.shared(attn.dtype, B, Tk, attn.k_size, lk)
-    v_desc = SeqDataDescriptor.shared(attn.dtype, B, Tk, attn.v_size, lk)
-    o_desc = SeqDataDescriptor.shared(attn.dtype, B, Tq, attn.o_proj_size, lq)
-    dev_lq = memory.to_device(np.asarray(lq, np.int32), stream=stream, device=handle.device)
-    dev_lk = memory.to_device(np.asarray(lk, np.int32), stream=stream, device=handle.device)
-    lo_c, hi_c = (ctypes.c_int * Tq)(*lo.tolist()), (ctypes.c_int * Tq)(*hi.tolist())
-    _, work_n, reserve_n = attn.buffer_sizes(handle, training)
-    reserve = memory.empty((reserve_n,), np.uint8, stream=stream, device=handle.device) if training else None
-    work = handle.workspace.get(work_n, stream)
-    capi.cudnnMultiHeadAttnForward(
-        handle.ptr, attn.ptr, curr_idx, lo_c, hi_c, dev_lq.ptr, dev_lk.ptr, q_desc.ptr, q.ptr,
-        None if residuals is None else residuals.ptr, k_desc.ptr, k.ptr, v_desc.ptr, v.ptr, o_desc.ptr, o.ptr,
-        w.nbytes, w.ptr, work_n, work or None, c_nbytes(reserve), c_ptr(reserve))
-    ctx = None
-    if training:
-        ctx = {"desc": attn, "q": q, "k": k, "v": v, "descs": (q_desc, k_desc, v_desc, o_desc),
-               "lengths": (dev_lq, dev_lk), "win": (lo_c, hi_c), "data_done": False}
-    result = AttentionForwardResult(o, reserve)
-    result._ctx = ctx
-    return result
+    dqa = memory.output_array(dq, q.shape, attn.dtype, "dq", device=handle.device, stream=stream, contiguous=True)
+    dka = memory.output_array(dk, k.shape, attn.dtype, "dk", device=handle.device, stream=stream, contiguous=True)
+    dva = memory.output_array(dv, v.shape, attn.dtype, "dv", device=handle.device, stream=stream, contiguous=True)
+    _, work_n, _ = attn.buffer_sizes(handle, True)
+    ra = memory.as_array(reserve, "fwd.reserve", device=handle.device)
+    lq = memory.as_array(lengths_q, "the forward's lengths", device=handle.device)
+    lk = memory.as_array(lengths_kv, "the forward's lengths", device=handle.device)
+    replay_checks_open(attn)
+    launch(handle, capi.cudnnMultiHeadAttnBackwardData, handle.ptr, attn, lo_c, hi_c, lq, lk, o_desc, douta,
+           q_desc, dqa, q, k_desc, dka, k, v_desc, dva, v, w.nbytes, w, work_n, WorkspaceArg(work_n), ra.nbytes, ra)
+    return AttentionDataGrads(dqa, dka, dva)
 
 
 def attention_backward_data(handle: Handle, attn: MultiHeadAttention, fwd: AttentionForwardResult,
@@ -412,23 +461,28 @@ def attention_backward_data(handle: Handle, attn: MultiHeadAttention, fwd: Atten
     of ``fwd.o``; ``dq`` leaves out the residual path (add ``dout``)."""
     handle = handle_arg(handle)
     ctx = training_ctx(fwd, AttentionForwardResult, attn, "attention_forward")
-    q, k, v = ctx["q"], ctx["k"], ctx["v"]
-    dout = memory.as_array(dout, "dout", dtype=attn.dtype, shape=fwd.o.shape, contiguous=True, device=handle.device)
-    w = attn._check_weights(handle, weights)
-    stream = handle.stream
-    dq = memory.output_array(dq, q.shape, attn.dtype, "dq", device=handle.device, stream=stream, contiguous=True)
-    dk = memory.output_array(dk, k.shape, attn.dtype, "dk", device=handle.device, stream=stream, contiguous=True)
-    dv = memory.output_array(dv, v.shape, attn.dtype, "dv", device=handle.device, stream=stream, contiguous=True)
-    q_desc, k_desc, v_desc, o_desc = ctx["descs"]
-    dev_lq, dev_lk = ctx["lengths"]
-    _, work_n, _ = attn.buffer_sizes(handle, True)
-    work = handle.workspace.get(work_n, stream)
-    capi.cudnnMultiHeadAttnBackwardData(
-        handle.ptr, attn.ptr, *ctx["win"], dev_lq.ptr, dev_lk.ptr, o_desc.ptr, dout.ptr,
-        q_desc.ptr, dq.ptr, q.ptr, k_desc.ptr, dk.ptr, k.ptr, v_desc.ptr, dv.ptr, v.ptr,
-        w.nbytes, w.ptr, work_n, work or None, c_nbytes(fwd.reserve), c_ptr(fwd.reserve))
+    (lq, lk), (sq, sk), (lo, hi) = ctx["lengths"], ctx["seq_lengths"], ctx["win"]
+    grads = _backward_data(handle, attn, ctx["q"], ctx["k"], ctx["v"], dout, weights, fwd.reserve, lq, lk, sq, sk, lo,
+                           hi, dq, dk, dv)
     ctx["data_done"] = True
-    return AttentionDataGrads(dq, dk, dv)
+    return grads
+
+
+@prepared(inputs=("q", "k", "v", "dout", "weights", "reserve"), outputs=("dweights",), inplace=False)
+def _backward_weights(handle: Handle, attn: MultiHeadAttention, q, k, v, dout, weights, reserve, seq_lengths_q,
+                      seq_lengths_kv, dweights) -> DeviceArray:
+    """The validated ``cudnnMultiHeadAttnBackwardWeights`` of :func:`attention_backward_weights`."""
+    handle = handle_arg(handle)
+    q, k, v, _, _, (q_desc, k_desc, v_desc, o_desc) = _shapes(handle, attn, q, k, v, seq_lengths_q, seq_lengths_kv)
+    douta = _data(handle, attn, dout, "dout", q.shape[0], q.shape[1], attn.o_proj_size)
+    w = attn._check_weights(handle, weights)
+    dw = attn.new_weights(handle) if dweights is None else attn._check_weights(handle, dweights, "dweights")
+    _, work_n, _ = attn.buffer_sizes(handle, True)
+    ra = memory.as_array(reserve, "fwd.reserve", device=handle.device)
+    replay_checks_open(attn)
+    launch(handle, capi.cudnnMultiHeadAttnBackwardWeights, handle.ptr, attn, capi.CUDNN_WGRAD_MODE_ADD, q_desc, q,
+           k_desc, k, v_desc, v, o_desc, douta, w.nbytes, w, dw, work_n, WorkspaceArg(work_n), ra.nbytes, ra)
+    return dw
 
 
 def attention_backward_weights(handle: Handle, attn: MultiHeadAttention, fwd: AttentionForwardResult,
@@ -445,17 +499,8 @@ def attention_backward_weights(handle: Handle, attn: MultiHeadAttention, fwd: At
     if not ctx["data_done"]:
         raise InvalidStateError("call attention_backward_data(...) on this forward result before "
                                 "attention_backward_weights")
-    dout = memory.as_array(dout, "dout", dtype=attn.dtype, shape=fwd.o.shape, contiguous=True, device=handle.device)
-    w = attn._check_weights(handle, weights)
-    dw = attn.new_weights(handle) if dweights is None else attn._check_weights(handle, dweights, "dweights")
-    q_desc, k_desc, v_desc, o_desc = ctx["descs"]
-    _, work_n, _ = attn.buffer_sizes(handle, True)
-    work = handle.workspace.get(work_n, handle.stream)
-    capi.cudnnMultiHeadAttnBackwardWeights(
-        handle.ptr, attn.ptr, capi.CUDNN_WGRAD_MODE_ADD, q_desc.ptr, ctx["q"].ptr, k_desc.ptr, ctx["k"].ptr,
-        v_desc.ptr, ctx["v"].ptr, o_desc.ptr, dout.ptr, w.nbytes, w.ptr, dw.ptr, work_n, work or None,
-        c_nbytes(fwd.reserve), c_ptr(fwd.reserve))
-    return dw
+    sq, sk = ctx["seq_lengths"]
+    return _backward_weights(handle, attn, ctx["q"], ctx["k"], ctx["v"], dout, weights, fwd.reserve, sq, sk, dweights)
 
 
 # ---------------------------------------------------------------- deprecated names

@@ -32,7 +32,7 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from cudnn_py import capi
+from cudnn_py import capi, recording
 from cudnn_py._deprecation import warn
 from cudnn_py.caches import shared
 from cudnn_py.args import dims, int_arg
@@ -40,7 +40,9 @@ from cudnn_py.descriptors import Descriptor, TensorDescriptor
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray, DeviceArrayLike, as_array, empty, to_device
-from cudnn_py.ops._common import check_array, enum_arg
+from cudnn_py.ops._common import check_array, enum_arg, launch
+from cudnn_py.prepared import prepared
+from cudnn_py.recording import WorkspaceArg
 
 __all__ = ["CTC_ALGOS", "CTC_NORMALIZATIONS", "CTC_GRAD_MODES", "MAX_LABEL_LENGTH", "CTCLoss", "CTCLabels",
            "CTCLossResult", "check_ctc_labels", "ctc_loss_workspace_size", "ctc_loss"]
@@ -234,6 +236,7 @@ def ctc_loss_workspace_size(handle: Handle, logits_shape: Sequence[int], *, algo
     return n.value
 
 
+@prepared(inputs=("logits",), outputs=("costs", "gradients"), inplace=False)
 def ctc_loss(handle: Handle, logits: DeviceArrayLike, labels: npt.ArrayLike, label_lengths: npt.ArrayLike,
              input_lengths: npt.ArrayLike, *, algo: str | int = "deterministic", normalization: str | int = "softmax",
              grad_mode: str | int = "zero_oob", max_label_length: int = MAX_LABEL_LENGTH,
@@ -242,8 +245,12 @@ def ctc_loss(handle: Handle, logits: DeviceArrayLike, labels: npt.ArrayLike, lab
     """A :class:`CTCLossResult`: CTC ``costs`` (N,) and ``gradients`` (T, N, A) (None when ``compute_gradients``
     is False), float32 (``cudnnCTCLoss_v8``). ``algo``: "deterministic" or "non_deterministic". ``ctc``: a
     :class:`CTCLoss` instead of ``normalization``, ``grad_mode`` and ``max_label_length``. Outputs allocated when
-    not given."""
+    not given.
+
+    Every call is validated: the labels and lengths are checked on the host and copied to the device each time (their
+    values, not their signatures, decide what cuDNN may be given), so no prepared call replays it."""
     handle = handle_arg(handle)
+    recording.spoil("ctc_loss checks its labels' values and copies them to the device on every call")
     al = enum_arg(algo, CTC_ALGOS, capi.cudnnCTCLossAlgo_t, "CTC algo")
     desc = _ctc_desc(normalization, grad_mode, max_label_length, ctc)
     x = _logits(handle, logits)
@@ -266,10 +273,10 @@ def ctc_loss(handle: Handle, logits: DeviceArrayLike, labels: npt.ArrayLike, lab
     lab_d, ll_d, il_d = (to_device(v, handle.stream, device=handle.device)
                          for v in (lab, host.label_lengths, host.input_lengths))
     pd = TensorDescriptor.shared(x.shape, np.float32)
-    gd = None if g is None else pd.ptr
+    gd = None if g is None else pd
     ws_size = ctypes.c_size_t()
-    capi.cudnnGetCTCLossWorkspaceSize_v8(handle.ptr, al, desc.ptr, pd.ptr, gd, ctypes.byref(ws_size))
-    ws = handle.workspace.get(ws_size.value, handle.stream)
-    capi.cudnnCTCLoss_v8(handle.ptr, al, desc.ptr, pd.ptr, x.ptr, lab_d.ptr, ll_d.ptr, il_d.ptr, c.ptr, gd,
-                         None if g is None else g.ptr, ws_size.value, ws or None)
+    capi.cudnnGetCTCLossWorkspaceSize_v8(handle.ptr, al, desc.ptr, pd.ptr, None if gd is None else gd.ptr,
+                                         ctypes.byref(ws_size))
+    launch(handle, capi.cudnnCTCLoss_v8, handle.ptr, al, desc, pd, x, lab_d, ll_d, il_d, c, gd, g, ws_size.value,
+           WorkspaceArg(ws_size.value))
     return CTCLossResult(c, g)

@@ -36,12 +36,14 @@ from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import InvalidStateError, InvalidTypeError, InvalidValueError
 from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray, DeviceArrayLike
-from cudnn_py.ops._common import moved_outputs
+from cudnn_py.ops._common import launch, moved_outputs, replay_checks_open
 from cudnn_py.ops.dropout import Dropout
 from cudnn_py.ops.sequence_models import (
-    MATH_TYPES, WeightedDescriptor, c_nbytes, c_ptr, check_lengths, choice, dropout_arg, name_of, nd_layout,
-    positive_int, training_ctx,
+    MATH_TYPES, WeightedDescriptor, by_value, c_nbytes, check_lengths, choice, device_lengths, dropout_arg, name_of,
+    nd_layout, positive_int, training_ctx,
 )
+from cudnn_py.prepared import prepared
+from cudnn_py.recording import WorkspaceArg
 
 __all__ = ["RNN", "RNNDataDescriptor", "RNNParams", "RNNWeight", "RNNForwardResult", "RNNDataGrads", "GATES",
            "rnn_weight_params", "rnn_forward", "rnn_backward_data",
@@ -389,6 +391,76 @@ def _state_desc(rnn: RNN, B: int, width: int):
     return TensorDescriptor.shared((rnn.num_pseudo_layers, B, width), rnn.dtype)
 
 
+def _geometry(handle: Handle, rnn: RNN, x: DeviceArrayLike, seq_layout, seq_lengths) -> tuple:
+    """``(x, B, lengths, x_desc, y_desc, y_shape)``: ``x`` checked against the layout, the lengths and the RNN's input
+    size, the batch, its lengths, the data descriptors of x and y and y's shape."""
+    if not isinstance(rnn, RNN):
+        raise InvalidTypeError(f"rnn must be a cudnn_py.RNN, got {type(rnn).__name__}")
+    layout, _ = choice(_LAYOUTS, seq_layout, "seq_layout")
+    if layout != "packed" and not rnn.padded_io:
+        raise InvalidValueError(f"seq_layout {layout!r} needs an RNN made with padded_io=True; use "
+                                f"seq_layout='packed'")
+    xa = memory.as_array(x, "x", dtype=rnn.dtype, contiguous=True, device=handle.device)
+    if layout == "packed":
+        if seq_lengths is None:
+            raise InvalidValueError("the 'packed' layout needs seq_lengths")
+        if xa.ndim != 2:
+            raise InvalidValueError(f"x in the 'packed' layout must be [sum(seq_lengths), {rnn.input_size}], got "
+                                    f"{xa.shape}")
+        B = len(seq_lengths)
+        T = int(np.max(seq_lengths)) if B else 0
+    else:
+        if xa.ndim != 3:
+            raise InvalidValueError(f"x in the {layout!r} layout must be 3-D, got shape {xa.shape}")
+        T, B = (xa.shape[0], xa.shape[1]) if layout == "seq_major" else (xa.shape[1], xa.shape[0])
+    lengths = check_lengths(seq_lengths, positive_int(T, "max sequence length"), positive_int(B, "batch"),
+                            packed=layout == "packed")
+    want = _data_shape(layout, T, B, rnn.input_size, lengths)
+    if xa.shape != want:
+        raise InvalidValueError(f"x has shape {xa.shape}; expected {want} (layout {layout!r}, input_size "
+                                f"{rnn.input_size})")
+    V = rnn.dirs * rnn.out_size
+    return (xa, B, lengths, RNNDataDescriptor.shared(rnn.dtype, layout, T, B, rnn.input_size, lengths),
+            RNNDataDescriptor.shared(rnn.dtype, layout, T, B, V, lengths), _data_shape(layout, T, B, V, lengths))
+
+
+def _work_size(handle: Handle, rnn: RNN, mode, x_desc: RNNDataDescriptor) -> tuple[int, int]:
+    """(workspace, reserve) bytes of a call in ``mode`` (``cudnnGetRNNTempSpaceSizes``)."""
+    work_n, reserve_n = ctypes.c_size_t(), ctypes.c_size_t()
+    capi.cudnnGetRNNTempSpaceSizes(handle.ptr, rnn.ptr, mode, x_desc.ptr, byref(work_n), byref(reserve_n))
+    return work_n.value, reserve_n.value
+
+
+@prepared(inputs=("x", "weights", "hx", "cx"), outputs=("y", "hy", "cy"), inplace=False)
+def _forward(handle: Handle, rnn: RNN, x, weights, seq_lengths, seq_layout, hx, cx, y, hy, cy, training) -> tuple:
+    """The validated ``cudnnRNNForward`` of :func:`rnn_forward` (``seq_lengths`` by value): ``(y, hy, cy, reserve,
+    lengths)``, the last the device copy of the lengths, which the backward calls read too."""
+    handle = handle_arg(handle)
+    x, B, host_lengths, x_desc, y_desc, y_shape = _geometry(handle, rnn, x, seq_layout, seq_lengths)
+    w = rnn._check_weights(handle, weights)
+    is_lstm = rnn.mode == "lstm"
+    if not is_lstm and (cx is not None or cy is not None):
+        raise InvalidValueError(f"cx/cy are LSTM cell states; this RNN is {rnn.mode!r}")
+    hxa = _state(handle, rnn, hx, "hx", B, rnn.out_size)
+    cxa = _state(handle, rnn, cx, "cx", B, rnn.hidden_size)
+    stream = handle.stream
+    ya = memory.output_array(y, y_shape, rnn.dtype, "y", device=handle.device, stream=stream, contiguous=True)
+    hya = memory.output_array(hy, (rnn.num_pseudo_layers, B, rnn.out_size), rnn.dtype, "hy",
+                              device=handle.device, stream=stream, contiguous=True)
+    cya = memory.output_array(cy, (rnn.num_pseudo_layers, B, rnn.hidden_size), rnn.dtype, "cy",
+                              device=handle.device, stream=stream, contiguous=True) if is_lstm else None
+    h_desc = _state_desc(rnn, B, rnn.out_size)
+    c_desc = _state_desc(rnn, B, rnn.hidden_size) if is_lstm else h_desc
+    mode = capi.CUDNN_FWD_MODE_TRAINING if training else capi.CUDNN_FWD_MODE_INFERENCE
+    work_n, reserve_n = _work_size(handle, rnn, mode, x_desc)
+    reserve = memory.empty((reserve_n,), np.uint8, stream=stream, device=handle.device) if training else None
+    replay_checks_open(rnn)
+    lengths = device_lengths(handle, host_lengths)
+    launch(handle, capi.cudnnRNNForward, handle.ptr, rnn, mode, lengths, x_desc, x, y_desc, ya, h_desc, hxa, hya,
+           c_desc, cxa, cya, w.nbytes, w, work_n, WorkspaceArg(work_n), c_nbytes(reserve), reserve)
+    return ya, hya, cya, reserve, lengths
+
+
 def rnn_forward(handle: Handle, rnn: RNN, x: DeviceArrayLike, weights: DeviceArrayLike, *,
                 seq_lengths: Sequence[int] | npt.NDArray[np.integer] | None = None, seq_layout: str = "seq_major",
                 hx: DeviceArrayLike | None = None, cx: DeviceArrayLike | None = None, y: DeviceArrayLike | None = None,
@@ -400,70 +472,53 @@ def rnn_forward(handle: Handle, rnn: RNN, x: DeviceArrayLike, weights: DeviceArr
     ``[sum(seq_lengths), input_size]`` (packed), as ``seq_layout`` says (``layout=`` is its deprecated spelling);
     ``seq_lengths``: per-sequence lengths (default: all T; required for packed). ``training=True`` keeps the
     reserve space for :func:`rnn_backward_data` / :func:`rnn_backward_weights`. Outputs are allocated unless given.
+    A repeat call with the same layouts, lengths and options replays the prepared call (:mod:`cudnn_py.prepared`).
     """
-    handle = handle_arg(handle)
-    if not isinstance(rnn, RNN):
-        raise InvalidTypeError(f"rnn must be a cudnn_py.RNN, got {type(rnn).__name__}")
     if old:
         seq_layout = renamed_kwargs("rnn_forward", old, {"layout": "seq_layout"},
                                     {"seq_layout": None if seq_layout == "seq_major" else seq_layout})["seq_layout"]
-    layout, _ = choice(_LAYOUTS, seq_layout, "seq_layout")
-    if layout != "packed" and not rnn.padded_io:
-        raise InvalidValueError(f"seq_layout {layout!r} needs an RNN made with padded_io=True; use "
-                                f"seq_layout='packed'")
-    x = memory.as_array(x, "x", dtype=rnn.dtype, contiguous=True, device=handle.device)
-    if layout == "packed":
-        if seq_lengths is None:
-            raise InvalidValueError("the 'packed' layout needs seq_lengths")
-        if x.ndim != 2:
-            raise InvalidValueError(f"x in the 'packed' layout must be [sum(seq_lengths), {rnn.input_size}], got "
-                                    f"{x.shape}")
-        B = len(seq_lengths)
-        T = int(np.max(seq_lengths)) if B else 0
-    else:
-        if x.ndim != 3:
-            raise InvalidValueError(f"x in the {layout!r} layout must be 3-D, got shape {x.shape}")
-        T, B = (x.shape[0], x.shape[1]) if layout == "seq_major" else (x.shape[1], x.shape[0])
-    lengths = check_lengths(seq_lengths, positive_int(T, "max sequence length"), positive_int(B, "batch"),
-                             packed=layout == "packed")
-    if x.shape != _data_shape(layout, T, B, rnn.input_size, lengths):
-        raise InvalidValueError(f"x has shape {x.shape}; expected {_data_shape(layout, T, B, rnn.input_size, lengths)} "
-                         f"(layout {layout!r}, input_size {rnn.input_size})")
-    w = rnn._check_weights(handle, weights)
-    is_lstm = rnn.mode == "lstm"
-    if not is_lstm and (cx is not None or cy is not None):
-        raise InvalidValueError(f"cx/cy are LSTM cell states; this RNN is {rnn.mode!r}")
+    lengths = by_value(seq_lengths)
+    *outputs, dev_lengths = _forward(handle, rnn, x, weights, lengths, seq_layout, hx, cx, y, hy, cy, training)
+    result = RNNForwardResult(*outputs)
+    if training:  # what the backward calls take again: the inputs, the lengths (on the device and by value)
+        result._ctx = {"desc": rnn, "x": x, "hx": hx, "cx": cx, "dev_lengths": dev_lengths, "seq_layout": seq_layout,
+                       "seq_lengths": lengths, "data_done": False}
+    return result
+
+
+@prepared(inputs=("x", "y", "dy", "weights", "lengths", "hx", "cx", "dhy", "dcy"),
+          outputs=("reserve", "dx", "dhx", "dcx"), inplace=False)
+def _backward_data(handle: Handle, rnn: RNN, x, y, dy, weights, reserve, lengths, hx, cx, dhy, dcy, seq_layout,
+                   seq_lengths, dx, dhx, dcx) -> RNNDataGrads:
+    """The validated ``cudnnRNNBackwardData_v8`` of :func:`rnn_backward_data` (``reserve`` is updated)."""
+    handle = handle_arg(handle)
+    x, B, _, x_desc, y_desc, _ = _geometry(handle, rnn, x, seq_layout, seq_lengths)
+    is_lstm, stream = rnn.mode == "lstm", handle.stream
+    ya = memory.as_array(y, "fwd.y", dtype=rnn.dtype, contiguous=True, device=handle.device)
+    dya = memory.as_array(dy, "dy", dtype=rnn.dtype, shape=ya.shape, contiguous=True, device=handle.device)
+    if not is_lstm and (dcy is not None or dcx is not None):
+        raise InvalidValueError(f"dcy/dcx are LSTM cell-state gradients; this RNN is {rnn.mode!r}")
+    dhya = _state(handle, rnn, dhy, "dhy", B, rnn.out_size)
+    dcya = _state(handle, rnn, dcy, "dcy", B, rnn.hidden_size)
     hxa = _state(handle, rnn, hx, "hx", B, rnn.out_size)
     cxa = _state(handle, rnn, cx, "cx", B, rnn.hidden_size)
-    stream = handle.stream
-    ya = memory.output_array(y, _data_shape(layout, T, B, rnn.dirs * rnn.out_size, lengths), rnn.dtype, "y",
-                             device=handle.device, stream=stream, contiguous=True)
-    hya = memory.output_array(hy, (rnn.num_pseudo_layers, B, rnn.out_size), rnn.dtype, "hy",
-                              device=handle.device, stream=stream, contiguous=True)
-    cya = memory.output_array(cy, (rnn.num_pseudo_layers, B, rnn.hidden_size), rnn.dtype, "cy",
-                              device=handle.device, stream=stream, contiguous=True) if is_lstm else None
-    x_desc = RNNDataDescriptor.shared(rnn.dtype, layout, T, B, rnn.input_size, lengths)
-    y_desc = RNNDataDescriptor.shared(rnn.dtype, layout, T, B, rnn.dirs * rnn.out_size, lengths)
+    w = rnn._check_weights(handle, weights)
+    dxa = memory.output_array(dx, x.shape, rnn.dtype, "dx", device=handle.device, stream=stream, contiguous=True)
+    dhxa = memory.output_array(dhx, (rnn.num_pseudo_layers, B, rnn.out_size), rnn.dtype, "dhx", device=handle.device,
+                               stream=stream, contiguous=True)
+    dcxa = None
+    if is_lstm:
+        dcxa = memory.output_array(dcx, (rnn.num_pseudo_layers, B, rnn.hidden_size), rnn.dtype, "dcx",
+                                   device=handle.device, stream=stream, contiguous=True)
     h_desc = _state_desc(rnn, B, rnn.out_size)
     c_desc = _state_desc(rnn, B, rnn.hidden_size) if is_lstm else h_desc
-    dev_lengths = memory.to_device(np.asarray(lengths, np.int32), stream=stream, device=handle.device)
-    mode = capi.CUDNN_FWD_MODE_TRAINING if training else capi.CUDNN_FWD_MODE_INFERENCE
-    work_n, reserve_n = ctypes.c_size_t(), ctypes.c_size_t()
-    capi.cudnnGetRNNTempSpaceSizes(handle.ptr, rnn.ptr, mode, x_desc.ptr, byref(work_n), byref(reserve_n))
-    reserve = memory.empty((reserve_n.value,), np.uint8, stream=stream, device=handle.device) if training else None
-    work = handle.workspace.get(work_n.value, stream)
-    capi.cudnnRNNForward(handle.ptr, rnn.ptr, mode, dev_lengths.ptr, x_desc.ptr, x.ptr, y_desc.ptr, ya.ptr,
-                         h_desc.ptr, c_ptr(hxa), hya.ptr, c_desc.ptr, c_ptr(cxa), c_ptr(cya),
-                         w.nbytes, w.ptr, work_n.value, work or None,
-                         c_nbytes(reserve), c_ptr(reserve))
-    ctx = None
-    if training:  # the backward calls take the same descriptors, lengths and (training) workspace size
-        ctx = {"desc": rnn, "x": x, "hx": hxa, "cx": cxa, "dev_lengths": dev_lengths, "x_desc": x_desc,
-               "y_desc": y_desc, "h_desc": h_desc, "c_desc": c_desc, "work_size": work_n.value,
-               "batch": B, "data_done": False}
-    result = RNNForwardResult(ya, hya, cya, reserve)
-    result._ctx = ctx
-    return result
+    work_n, _ = _work_size(handle, rnn, capi.CUDNN_FWD_MODE_TRAINING, x_desc)
+    ra = memory.as_array(reserve, "fwd.reserve", device=handle.device)
+    la = memory.as_array(lengths, "the forward's lengths", device=handle.device)
+    replay_checks_open(rnn)
+    launch(handle, capi.cudnnRNNBackwardData_v8, handle.ptr, rnn, la, y_desc, ya, dya, x_desc, dxa,
+           h_desc, hxa, dhya, dhxa, c_desc, cxa, dcya, dcxa, w.nbytes, w, work_n, WorkspaceArg(work_n), ra.nbytes, ra)
+    return RNNDataGrads(dxa, dhxa, dcxa)
 
 
 def rnn_backward_data(handle: Handle, rnn: RNN, fwd: RNNForwardResult, dy: DeviceArrayLike, weights: DeviceArrayLike, *,
@@ -477,30 +532,29 @@ def rnn_backward_data(handle: Handle, rnn: RNN, fwd: RNNForwardResult, dy: Devic
     """
     handle = handle_arg(handle)
     ctx = training_ctx(fwd, RNNForwardResult, rnn, "rnn_forward")
-    B, is_lstm, stream = ctx["batch"], rnn.mode == "lstm", handle.stream
-    dya = memory.as_array(dy, "dy", dtype=rnn.dtype, shape=fwd.y.shape, contiguous=True, device=handle.device)
-    if not is_lstm and (dcy is not None or dcx is not None):
-        raise InvalidValueError(f"dcy/dcx are LSTM cell-state gradients; this RNN is {rnn.mode!r}")
-    dhya = _state(handle, rnn, dhy, "dhy", B, rnn.out_size)
-    dcya = _state(handle, rnn, dcy, "dcy", B, rnn.hidden_size)
-    w = rnn._check_weights(handle, weights)
-    x = ctx["x"]
-    dxa = memory.output_array(dx, x.shape, rnn.dtype, "dx", device=handle.device, stream=stream, contiguous=True)
-    dhxa = memory.output_array(dhx, fwd.hy.shape, rnn.dtype, "dhx", device=handle.device, stream=stream,
-                               contiguous=True)
-    dcxa = None
-    if is_lstm and fwd.cy is not None:  # an LSTM's result always has cy
-        dcxa = memory.output_array(dcx, fwd.cy.shape, rnn.dtype, "dcx", device=handle.device, stream=stream,
-                                   contiguous=True)
-    work_n = ctx["work_size"]
-    work = handle.workspace.get(work_n, stream)
-    capi.cudnnRNNBackwardData_v8(
-        handle.ptr, rnn.ptr, ctx["dev_lengths"].ptr, ctx["y_desc"].ptr, fwd.y.ptr, dya.ptr, ctx["x_desc"].ptr, dxa.ptr,
-        ctx["h_desc"].ptr, c_ptr(ctx["hx"]), c_ptr(dhya), dhxa.ptr,
-        ctx["c_desc"].ptr, c_ptr(ctx["cx"]), c_ptr(dcya), c_ptr(dcxa),
-        w.nbytes, w.ptr, work_n, work or None, c_nbytes(fwd.reserve), c_ptr(fwd.reserve))
+    grads = _backward_data(handle, rnn, ctx["x"], fwd.y, dy, weights, fwd.reserve, ctx["dev_lengths"], ctx["hx"],
+                           ctx["cx"], dhy, dcy, ctx["seq_layout"], ctx["seq_lengths"], dx, dhx, dcx)
     ctx["data_done"] = True
-    return RNNDataGrads(dxa, dhxa, dcxa)
+    return grads
+
+
+@prepared(inputs=("x", "y", "reserve", "lengths", "hx"), outputs=("dweights",), inplace=False)
+def _backward_weights(handle: Handle, rnn: RNN, x, y, reserve, lengths, hx, seq_layout, seq_lengths,
+                      dweights) -> DeviceArray:
+    """The validated ``cudnnRNNBackwardWeights_v8`` of :func:`rnn_backward_weights`."""
+    handle = handle_arg(handle)
+    x, B, _, x_desc, y_desc, _ = _geometry(handle, rnn, x, seq_layout, seq_lengths)
+    ya = memory.as_array(y, "fwd.y", dtype=rnn.dtype, contiguous=True, device=handle.device)
+    hxa = _state(handle, rnn, hx, "hx", B, rnn.out_size)
+    dw = rnn.new_weights(handle) if dweights is None else rnn._check_weights(handle, dweights, "dweights")
+    work_n, _ = _work_size(handle, rnn, capi.CUDNN_FWD_MODE_TRAINING, x_desc)
+    ra = memory.as_array(reserve, "fwd.reserve", device=handle.device)
+    la = memory.as_array(lengths, "the forward's lengths", device=handle.device)
+    replay_checks_open(rnn)
+    launch(handle, capi.cudnnRNNBackwardWeights_v8, handle.ptr, rnn, capi.CUDNN_WGRAD_MODE_ADD, la, x_desc, x,
+           _state_desc(rnn, B, rnn.out_size), hxa, y_desc, ya, dw.nbytes, dw, work_n, WorkspaceArg(work_n),
+           ra.nbytes, ra)
+    return dw
 
 
 def rnn_backward_weights(handle: Handle, rnn: RNN, fwd: RNNForwardResult, *moved: DeviceArrayLike,
@@ -515,14 +569,8 @@ def rnn_backward_weights(handle: Handle, rnn: RNN, fwd: RNNForwardResult, *moved
     ctx = training_ctx(fwd, RNNForwardResult, rnn, "rnn_forward")
     if not ctx["data_done"]:
         raise InvalidStateError("call rnn_backward_data(...) on this forward result before rnn_backward_weights(...)")
-    dw = rnn.new_weights(handle) if dweights is None else rnn._check_weights(handle, dweights, "dweights")
-    work_n = ctx["work_size"]
-    work = handle.workspace.get(work_n, handle.stream)
-    capi.cudnnRNNBackwardWeights_v8(
-        handle.ptr, rnn.ptr, capi.CUDNN_WGRAD_MODE_ADD, ctx["dev_lengths"].ptr, ctx["x_desc"].ptr, ctx["x"].ptr,
-        ctx["h_desc"].ptr, c_ptr(ctx["hx"]), ctx["y_desc"].ptr, fwd.y.ptr, dw.nbytes, dw.ptr,
-        work_n, work or None, c_nbytes(fwd.reserve), c_ptr(fwd.reserve))
-    return dw
+    return _backward_weights(handle, rnn, ctx["x"], fwd.y, fwd.reserve, ctx["dev_lengths"], ctx["hx"],
+                             ctx["seq_layout"], ctx["seq_lengths"], dweights)
 
 
 # ---------------------------------------------------------------- deprecated names

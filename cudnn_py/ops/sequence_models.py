@@ -1,8 +1,9 @@
 """What the sequence-model descriptors share, :class:`~cudnn_py.ops.rnn.RNN` and
 :class:`~cudnn_py.ops.attention.MultiHeadAttention`: a descriptor base owning a flat weight space and the dropout
 descriptors it points to, the dropout argument (a probability or a :class:`~cudnn_py.Dropout`), per-sequence
-lengths, enum-name tables (``choice``/``name_of``; :data:`MATH_TYPES`) and the saved state of a training-mode
-forward result that the backward calls check.
+lengths (keyed by value, :func:`by_value`, and uploaded per call, :func:`device_lengths`), enum-name tables
+(``choice``/``name_of``; :data:`MATH_TYPES`) and the saved state of a training-mode forward result that the backward
+calls check.
 """
 from __future__ import annotations
 
@@ -11,15 +12,18 @@ from ctypes import byref
 
 import numpy as np
 
-from cudnn_py import capi, memory
+from cudnn_py import capi, memory, recording
 from cudnn_py.args import INT32_MAX, float_arg
+from cudnn_py.contexts import on_device
 from cudnn_py.descriptors import Descriptor
-from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
+from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError, check_cuda
 from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray
+from cudnn_py.ops._common import launch, scalars, tensor_desc
+from cudnn_py.streams import driver
 
 __all__ = ["MATH_TYPES", "WeightedDescriptor", "choice", "name_of", "positive_int", "dropout_arg", "check_lengths",
-           "nd_layout", "training_ctx"]
+           "by_value", "device_lengths", "nd_layout", "training_ctx"]
 
 #: ``math_type`` names of the RNN and attention descriptors -> ``cudnnMathType_t``
 MATH_TYPES = {"default": capi.CUDNN_DEFAULT_MATH, "tensor_op": capi.CUDNN_TENSOR_OP_MATH,
@@ -97,6 +101,46 @@ def check_lengths(seq_lengths, T: int, B: int, name: str = "seq_lengths", packed
     return tuple(int(n) for n in arr)
 
 
+def by_value(value):
+    """``value`` as a tuple of ints where it is a 1-D sequence or array of integers (per-sequence lengths, attention
+    windows), so that a prepared call keys it by value and a repeat call with equal values replays; anything else as
+    it is, for the validated path to check (an unhashable one is validated on every call)."""
+    t = type(value)
+    if t is tuple or t is list:
+        for v in value:
+            if type(v) is not int:
+                break
+        else:
+            return value if t is tuple else tuple(value)
+    elif t is not np.ndarray:
+        return value
+    try:
+        a = np.asarray(value)
+    except (TypeError, ValueError, OverflowError):
+        return value
+    return tuple(a.tolist()) if a.ndim == 1 and a.dtype.kind in "iu" else value
+
+
+def device_lengths(handle: Handle, lengths: tuple[int, ...]) -> DeviceArray:
+    """A new int32 device array of per-sequence ``lengths`` on the handle's stream (cuDNN reads them from device
+    memory, asynchronously). The upload is a recorded step: a prepared call, whose key holds ``lengths``, uploads them
+    again into its own new array, on the handle's stream of that call."""
+    host = np.asarray(lengths, np.int32)
+    a = memory.empty(host.shape, np.int32, stream=handle.stream, device=handle.device)
+    args = (handle.ptr, a.device_id, a.ptr, host)
+    _upload(*args)
+    recording.add(_upload, args, (2,))
+    return a
+
+
+def _upload(hptr, device: int, ptr: int, host: np.ndarray) -> None:
+    """Copy ``host`` to the device address ``ptr`` on the handle's current stream (read from cuDNN when it runs)."""
+    s = capi.cudaStream_t()
+    capi.cudnnGetStream(hptr, byref(s))
+    with on_device(device):
+        check_cuda(driver().cuMemcpyHtoDAsync(ptr, host.ctypes.data, host.nbytes, s.value or 0), "cuMemcpyHtoDAsync")
+
+
 def nd_layout(desc) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(dims, strides) of a raw ``cudnnTensorDescriptor_t`` that cuDNN filled in."""
     dt, nb = ctypes.c_int(), ctypes.c_int()
@@ -128,11 +172,15 @@ class WeightedDescriptor(Descriptor):
         raise NotImplementedError
 
     def new_weights(self, handle: Handle, *, zero: bool = True) -> DeviceArray:
-        """A 1-D device array of :attr:`dtype` holding the whole weight space (zeros unless ``zero=False``)."""
+        """A 1-D device array of :attr:`dtype` holding the whole weight space (zeros unless ``zero=False``: written by
+        ``cudnnSetTensor`` through the legacy sink, so a prepared call's new weight gradients are zeroed again)."""
         handle = handle_arg(handle)
         n = self.weight_space_size(handle) // self.dtype.itemsize
-        make = memory.zeros if zero else memory.empty
-        return make((n,), self.dtype, stream=handle.stream, device=handle.device)
+        w = memory.empty((n,), self.dtype, stream=handle.stream, device=handle.device)
+        if zero:
+            launch(handle, capi.cudnnSetTensor, handle.ptr, tensor_desc((n,), self.dtype), w,
+                   scalars(self.dtype, 0.0)[0])
+        return w
 
     def _check_weights(self, handle: Handle, weights, name: str = "weights") -> DeviceArray:
         """``weights`` validated as this descriptor's weight space (packed, on the handle's device); the dropout
@@ -154,11 +202,6 @@ class WeightedDescriptor(Descriptor):
                              f"({need // self.dtype.itemsize} {self.dtype.name} elements); "
                              f"use .new_weights(handle)")
         return w
-
-
-def c_ptr(a: DeviceArray | None) -> int | None:
-    """A device address for C, or NULL (None) for an array that is not given (or has no bytes)."""
-    return None if a is None else a.ptr or None
 
 
 def c_nbytes(a: DeviceArray | None) -> int:
