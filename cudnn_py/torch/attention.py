@@ -294,7 +294,8 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, *, scale: float | None = None, causal:
     """
     if (bias is seq_len_q is seq_len_kv is cu_seqlens_q is cu_seqlens_kv is ragged_offset_q is ragged_offset_k
             is max_seq_len_q is max_seq_len_kv is page_table_k is page_table_v is seed is offset is sink is None
-            and not dropout_p and alibi is False and type(q) is Tensor and not _is_compiling()
+            and not dropout_p and alibi is False and type(q) is Tensor and type(k) is Tensor and type(v) is Tensor
+            and not _is_compiling()
             and not (_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))):
         # the hot path: plain attention, eager, no gradient, on tensors cuDNN takes as they are: the options go to
         # cudnn_py.sdpa unchecked (its prepared call's key holds them; a new key checks them, as below)

@@ -61,7 +61,7 @@ def graph_op(name: str, build: Callable[..., Any], *, compute_dtype: str = "floa
     specs: dict = {}
     calls: dict = {}  # (inputs, outputs) -> the prepared function running the graph on that many tensors
 
-    def spec(xs) -> tuple:
+    def spec(xs) -> list:
         key = tuple((tuple(map(int, x.shape)), tuple(map(int, x.stride())), x.dtype) for x in xs)
         got = specs.get(key)
         if got is None:
