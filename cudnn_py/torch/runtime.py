@@ -132,8 +132,8 @@ class _Workspace(Workspace):
         self.ctx = ctx
 
     def get(self, nbytes: int, stream: Any = None) -> int:
-        """A block of at least ``nbytes`` on torch's current stream (``stream``, the caller's view of it, is the
-        handle's stream: the same)."""
+        """A block of at least ``nbytes`` on torch's current stream, which the handle follows (``stream``, what a
+        runner remembers of the handle's stream, is not read)."""
         if nbytes > self.peak:
             self.peak = nbytes
         if nbytes <= self._size or not nbytes:
