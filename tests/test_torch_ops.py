@@ -182,44 +182,99 @@ def test_eager_calls_skip_the_dispatcher_and_keep_the_autograd_formula():
     assert type(y.grad_fn).__name__ != "ScaleBackward" and calls == ["impl"] * 3
 
 
-def test_ready_entry_allocates_recorded_layouts_and_binds_inputs_then_outputs():
-    """runtime.Ready (an op's repeat-call fast path) on CPU tensors with a stand-in prepared call: new outputs of the
-    recorded shapes, strides and dtypes; the first ``bound`` zero-filled when asked and bound after the inputs."""
+def test_workspace_is_a_block_of_torchs_allocator_per_call(monkeypatch):
+    """runtime._Workspace (a torch Context handle's workspace) on the CPU with torch's raw allocator stubbed: a block
+    on the context's stream, shared by one call's steps (grown by giving the smaller block back first), given back
+    by Context.run when the call is done (an exception included); the cap refuses without allocating."""
     torch = pytest.importorskip("torch")
     from types import SimpleNamespace
 
+    from cudnn_py.errors import WorkspaceLimitError
     from cudnn_py.torch import runtime
-    seen = []
-    p = SimpleNamespace(run=lambda ctx, ptrs: seen.append(ptrs))
-    o = torch.empty(2, 8, 3, 4).transpose(1, 2)  # (2, 3, 8, 4), BSHD strides
-    outs = (o, torch.empty((2, 3, 8, 1)), torch.empty((0,), dtype=torch.bfloat16))
-    ctx = SimpleNamespace(device=torch.device("cpu"))
-    for zero in (False, True):
-        got = runtime.Ready(p, outs, (0, 1), zero).run(ctx, (11, 12))
-        assert [(x.shape, x.stride(), x.dtype) for x in got] == [(x.shape, x.stride(), x.dtype) for x in outs]
-        assert seen.pop() == (11, 12, got[0].data_ptr(), got[1].data_ptr())
-        assert not zero or not (got[0].any() or got[1].any())
-    got = runtime.Ready(p, outs[::-1], (2, 1), False).run(ctx, (11,))  # bound out of order, a placeholder first
-    assert seen.pop() == (11, got[2].data_ptr(), got[1].data_ptr()) and got[0].shape == (0,)
+    log, addresses = [], iter(range(0x1000, 0x100000, 0x1000))
+
+    def raw_alloc(nbytes, stream):
+        log.append(("alloc", nbytes, stream))
+        return next(addresses)
+    monkeypatch.setattr(runtime, "_raw_alloc", raw_alloc)
+    monkeypatch.setattr(runtime, "_raw_delete", lambda ptr: log.append(("free", ptr)))
+    monkeypatch.setattr(runtime, "_current_device", lambda: 0)
+    ctx = SimpleNamespace(index=0, stream=77, handle="h")
+    ws = runtime._Workspace(ctx)
+    ctx.workspace = ws
+    assert ws.get(0) == 0 and not log
+
+    def steps(handle, *sizes):
+        assert handle == "h"
+        return [ws.get(n, "the runner's stale stream") for n in sizes]
+    a, b, c = runtime.Context.run(ctx, steps, 100, 50, 300)
+    assert a == b != c and ws.peak == 300 and ws.size == 0
+    assert log == [("alloc", 100, 77), ("free", a), ("alloc", 300, 77), ("free", c)]
+    log.clear()
+    ctx.stream = 78  # torch's current stream moved: the next call's block is on it
+
+    def fails(handle):
+        ws.get(10)
+        raise KeyError("boom")
+    with pytest.raises(KeyError):
+        runtime.Context.run(ctx, fails)
+    assert [e[0] for e in log] == ["alloc", "free"] and log[0][2] == 78
+    log.clear()
+    ws.cap = 64
+    with pytest.raises(WorkspaceLimitError):
+        ws.get(65)
+    assert not log and ws.get(64) and log == [("alloc", 64, 78)]
+    ws.release()
+    assert ws.size == 0 and log[-1][0] == "free"
 
 
-def test_replay_runs_the_remembered_entry_on_the_present_tensors(monkeypatch):
-    """runtime.replay: None until a configuration is remembered on the device; then its entry runs on the data
-    pointers of the tensors given (absent optional tensors, None, skipped) and its outputs come back."""
-    torch = pytest.importorskip("torch")
-    from types import SimpleNamespace
+def test_graph_call_is_a_prepared_call_replayed_with_new_addresses(monkeypatch):
+    """cudnn_py.graph.graph_call on the CPU (the plan build and the runner stubbed): the first call of a signature and
+    options builds the graph and runs it on the arrays' addresses, recorded as the handle's prepared call; a repeat on
+    new arrays replays it with their addresses (nothing built); other options are another prepared call; absent
+    optional arrays are not bound; the given outputs come back."""
+    from cudnn_py import recording
+    from cudnn_py.graph import graph_call as GC
+    from cudnn_py.prepared import CACHE
+    from helpers import fake_array, fake_cudnn_handle
+    runs, builds = [], []
 
-    from cudnn_py.torch import runtime
-    seen = []
-    entry = SimpleNamespace(run=lambda ctx, ptrs: seen.append((ctx, ptrs)) or ["out"])
-    ctx, cache = SimpleNamespace(device="dev"), {}
-    monkeypatch.setattr(runtime, "known", lambda device: None if device < 0 else (ctx, cache))
-    a, b = torch.ones(2), torch.ones(3)
-    assert runtime.replay(-1, ("k",), (a, None, b)) is None  # nothing made on that device
-    assert runtime.replay(0, ("k",), (a, None, b)) is None and not seen  # made, but not this configuration
-    cache[("k",)] = entry
-    assert runtime.replay(0, ("k",), (a, None, b)) == ["out"]
-    assert seen == [(ctx, (a.data_ptr(), b.data_ptr()))]
+    class Runner:
+        const_ptrs = ()
+
+        def __init__(self, plan, handle, tensors, consts=(), n_inputs=None):
+            assert plan == "plan" and not consts and n_inputs == len(tensors)
+            self.tensors = tensors
+
+        def run_pointers(self, ptrs):
+            runs.append((self.tensors, ptrs))
+            recording.add(self.replay, ptrs, tuple(range(len(ptrs))))
+
+        def replay(self, *ptrs):
+            self.run_pointers(ptrs)
+
+    class Graph:
+        plan = "plan"
+
+        def build(self, handle):
+            builds.append(handle)
+
+    def build(scale, x, bias, y):
+        return Graph(), [n for n, a in (("x", x), ("bias", bias), ("y", y)) if a is not None], ()
+    monkeypatch.setattr(GC, "Runner", Runner)
+    fn = GC.graph_call("demo", build, ("x", "bias"), ("y",))
+    assert fn.__prepared__.outputs == {"y"} and fn.__prepared__.positional == ("options", "x", "bias", "y")
+    h = fake_cudnn_handle()
+    x, y = fake_array((4, 8)), fake_array((4, 8))
+    assert fn(h, 0.5, x, None, y) == (y,)
+    assert builds == [h] and runs == [(["x", "y"], (x.ptr, y.ptr))] and len(h.cache[CACHE]) == 1
+    x2, y2 = fake_array((4, 8)), fake_array((4, 8))
+    assert fn(h, 0.5, x2, None, y2) == (y2,)
+    assert builds == [h] and runs[-1] == (["x", "y"], (x2.ptr, y2.ptr))
+    b = fake_array((1, 8))
+    assert fn(h, 0.5, x2, b, y2)[0] is y2 and runs[-1] == (["x", "bias", "y"], (x2.ptr, b.ptr, y2.ptr))
+    fn(h, 2.0, x, None, y)
+    assert len(builds) == 3 and len(h.cache[CACHE]) == 3
 
 
 # -- GPU -----------------------------------------------------------------------------------------------------------
@@ -376,23 +431,24 @@ def test_outputs_and_workspace_come_from_torchs_allocator(tg):
     o, stats = fwd(q, k, v, None, None, None, None, None, None, None, None, *tail, True)
     args = (do, q, k, v, o, stats) + (None,) * 8 + tail + (False, False)
     bwd(*args)  # the first call builds the plan
-    ctx, cache = RT.known(q.get_device())
-    ws = {key[0]: entry.p.ws for key, entry in cache.items() if isinstance(entry, RT.Ready)}["sdpa_bwd"]
-    assert ws > 0
+    ws = RT.context(q.get_device()).workspace
+    ws.peak = 0
+    bwd(*args)
+    assert ws.peak > 0 and ws.size == 0  # drawn from torch's allocator for the call, given back after it
     torch.cuda.synchronize()
     before = torch.cuda.memory_stats()["requested_bytes.all.allocated"]
     grads = bwd(*args)
     drawn = torch.cuda.memory_stats()["requested_bytes.all.allocated"] - before
-    assert drawn == sum(g.numel() * g.element_size() for g in grads) + ws
+    assert drawn == sum(g.numel() * g.element_size() for g in grads) + ws.peak
 
 
 @pytest.mark.gpu
-def test_ops_repeat_calls_take_the_ready_entry(tg, rng, monkeypatch):
+def test_ops_repeat_calls_are_prepared_calls(tg, rng, monkeypatch):
     """The registered forward (with statistics) and backward ops, called through torch.ops as compiled graphs call
-    them: the first call of a configuration takes the checked path and makes the entry, repeat calls (new tensors)
-    are served from it and match float64 (padded rows zero, a bias gradient)."""
+    them: the first call of a configuration takes cudnn_py.sdpa's validated path and makes its prepared call, repeat
+    calls (new tensors) replay it and match float64 (padded rows zero, a bias gradient)."""
     torch, ct = tg
-    from cudnn_py.torch import attention as A
+    from cudnn_py.ops import sdpa as S
     dtype, (b, h, s, d) = "bfloat16", (3, 2, 40, 64)
     lq, lk = np.array([40, 17, 1], np.int32), np.array([33, 40, 5], np.int32)
     fwd, bwd = torch.ops.cudnn_py.sdpa_fwd.default, torch.ops.cudnn_py.sdpa_bwd.default
@@ -435,13 +491,12 @@ def test_ops_repeat_calls_take_the_ready_entry(tg, rng, monkeypatch):
             _close(_h(db), R.reduce_to(rb, ba.shape), dtype)
         assert o.stride(1) < o.stride(2) and dq.stride() == q.stride()  # q's BSHD layout kept
 
-    for name, opts in cases:  # first calls: the checked path makes the entries
+    for name, opts in cases:  # first calls: the validated path makes the prepared calls
         run(name, opts)
 
-    def unreachable(*args):
-        raise AssertionError("a repeated configuration went through the checked path")
-    monkeypatch.setattr(A, "_fwd", unreachable)
-    monkeypatch.setattr(A, "_grads", unreachable)
+    def unreachable(*args, **kwargs):
+        raise AssertionError("a repeated configuration went through the validated path")
+    monkeypatch.setattr(S, "SdpaArgs", unreachable)
     for name, opts in cases:
         run(name, opts)
 
@@ -833,6 +888,41 @@ def test_compile_fullgraph_and_cuda_graph_match_eager(tg):
     ref = step(new_x.requires_grad_(True), w, qkv)
     for a, b in zip(out, ref):
         torch.testing.assert_close(a, b, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.gpu
+def test_every_op_is_a_prepared_call_of_the_torch_handle(tg):
+    """Each op's eager call is a prepared call (cudnn_py.prepared) in its thread's torch handle's "prepared" cache,
+    with no cache of the torch layer's own: the first round adds one per op and direction (12), a second round on
+    new tensors none (replays), and cache_clear forgets them."""
+    torch, ct = tg
+    from cudnn_py.prepared import CACHE
+    from cudnn_py.torch import runtime as RT
+    h = RT.context(torch.cuda.current_device()).handle
+    ct.cache_clear()
+
+    def one_round():
+        def new(*shape, dtype=torch.bfloat16):
+            return torch.randn(*shape, device="cuda", dtype=dtype, requires_grad=True)
+        q, k, v = new(1, 2, 64, 64), new(1, 2, 64, 64), new(1, 2, 64, 64)
+        ct.sdpa(q, k, v, causal=True).sum().backward()  # forward with statistics, backward
+        with torch.no_grad():
+            ct.sdpa(q, k, v, causal=True)  # the hot path: no statistics
+        x, w = new(8, 64), new(64)
+        ct.layer_norm(x, w, w).sum().backward()
+        ct.rms_norm(x, w).sum().backward()
+        xb, cw = new(4, 8, 6, 6), new(8, 8, 3, 3)
+        ct.batch_norm(xb, new(8, dtype=torch.float32), new(8, dtype=torch.float32)).sum().backward()
+        ct.conv(xb, cw, padding=1).sum().backward()  # forward, dgrad, wgrad
+        torch.cuda.synchronize()
+
+    one_round()
+    info = h.cache_info()
+    assert info.get(CACHE) == 12 and "torch.ops" not in info
+    one_round()
+    assert h.cache_info()[CACHE] == 12
+    ct.cache_clear()
+    assert h.cache_info()[CACHE] == 0
 
 
 @pytest.mark.gpu

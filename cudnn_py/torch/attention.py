@@ -7,10 +7,10 @@ FlashAttention-style ``cu_seqlens`` or element offsets, paged KV caches, ALiBi, 
 :func:`scaled_dot_product_attention` has ``torch.nn.functional.scaled_dot_product_attention``'s signature. Both
 reach the ops through :func:`~cudnn_py.torch.runtime.call` (eagerly their implementations directly, traced the
 registered ops), so they run eagerly, under autograd, under ``torch.compile(fullgraph=True)`` and in CUDA graphs,
-on torch's current stream. A plain eager call that needs no gradient takes a shorter path (see :func:`sdpa`'s
-body): one key, one dict lookup, o's allocation and the prepared call. The ops themselves (what a training step
-and a compiled graph call) serve repeat calls of a configuration from a :class:`~cudnn_py.torch.runtime.Ready`
-entry the same way. FP8 attention is in :mod:`cudnn_py.torch.attention_fp8`.
+on torch's current stream. The ops run :func:`cudnn_py.sdpa` and :func:`cudnn_py.sdpa_backward` on the tensors,
+their outputs allocated here (from torch's allocator), so a repeat call of a configuration is the core's prepared
+call; a plain eager call that needs no gradient goes there directly (see :func:`sdpa`'s body). FP8 attention is in
+:mod:`cudnn_py.torch.attention_fp8`.
 
 Tensors are logical (B, H, S, D) with the head dim packed (stride 1), any other strides (BHSD, BSHD as
 ``x.transpose(1, 2)``, slices of one QKV buffer); o gets q's layout, dq/dk/dv those of q/k/v. Packed batches are
@@ -20,19 +20,17 @@ the sequences are zero.
 from __future__ import annotations
 
 import math
-import operator
-from typing import Any, Optional
+from typing import Optional
 
 import torch
 from torch import Tensor
 
 from cudnn_py.args import bool_arg
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
-from cudnn_py.graph import Graph
 from cudnn_py.graph.ops.sdpa_options import SdpaOptions
+from cudnn_py.ops.sdpa import sdpa as core_sdpa, sdpa_backward as core_sdpa_backward
 
-from .runtime import (Prepared, Ready, call, context, define, dtype_name, eager, empty_like_layout, function, known,
-                      prepared, remember, replay)
+from .runtime import call, context, define, eager, empty_like_layout, function
 
 __all__ = ["sdpa", "scaled_dot_product_attention", "sdpa_fwd", "sdpa_bwd", "sdpa_paged_fwd"]
 
@@ -43,8 +41,6 @@ _IO_DTYPES = (torch.float16, torch.bfloat16)
 _N_TENSORS = 11  # q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset, sink
 #: the forward's optional tensors in binding order (after q, k, v), by the graph builder's names
 _FWD_NAMES = ("bias", "seq_len_q", "seq_len_kv", "ragged_offset_q", "ragged_offset_k", "seed", "offset", "sink")
-#: the paged forward's tensors after q, k, v in binding order (bias optional)
-_PAGED_NAMES = ("page_table_k", "page_table_v", "seq_len_q", "seq_len_kv", "bias")
 
 
 def _no_stats(device) -> Tensor:
@@ -66,115 +62,17 @@ def _outputs(q: Tensor, v: Tensor, ragged_offset_q: Optional[Tensor], max_seq_le
     return o, (torch.zeros if zero else torch.empty)((b, hq, sq, 1), dtype=torch.float32, device=q.device)
 
 
-def _meta(t: Optional[Tensor]):
-    return None if t is None else (t.shape, t.stride(), t.dtype)
-
-
-def _ready_key(what: str, opts: tuple, args: tuple) -> tuple:
-    """The fast path's key of an op call (see :class:`~cudnn_py.torch.runtime.Ready`): ``opts``, then each tensor's
-    shape, strides, dtype and device (None where absent)."""
-    return (what, opts, *[None if t is None else (t.shape, t.stride(), t.dtype, t.get_device()) for t in args])
-
-
-def _signature(what: str, opts: tuple, args: tuple, n: int) -> tuple[tuple, tuple]:
-    """(cache key, data pointers) of a call: ``args`` are ``n`` tensors then optional ones."""
-    head, extra = args[:n], args[n:]
-    key = (what, opts, *[(t.shape, t.stride(), t.dtype) for t in head], *map(_meta, extra))
-    return key, tuple([t.data_ptr() for t in head] + [t.data_ptr() for t in extra if t is not None])
-
-
-class _Layout:
-    """How the call's tensors are described to the graph: as they are, or (packed batches) as logical (B, H,
-    S_max, D) views with token-major strides over the (T, H, D) memory."""
-
-    def __init__(self, ragged: Optional[Tensor], max_q: Optional[int], max_kv: Optional[int]):
-        self.b = -1 if ragged is None else ragged.shape[0] - 1   # -1: not packed
-        self.max = {"q": max_q or 0, "kv": max_kv or 0}
-
-    def tensor(self, g: Graph, t: Tensor, name: str, side: str | None = None):
-        shape: tuple[int, ...]
-        strides: tuple[int, ...]
-        if side is not None and self.b >= 0:
-            s = self.max[side]
-            t_st, h_st, _ = t.stride()
-            shape, strides = (self.b, t.shape[1], s, t.shape[2]), (s * t_st, h_st, t_st, 1)
-        elif t.dim() == 1:  # per-batch vectors and Philox state: (N, 1, 1, 1)
-            shape, strides = (t.shape[0], 1, 1, 1), (1, 1, 1, 1)
-        else:
-            shape, strides = tuple(t.shape), tuple(t.stride())
-        return g.tensor(shape, dtype=dtype_name(t.dtype), strides=strides, name=name)
-
-
-def _extras(g: Graph, lay: _Layout, named, hq: int, alibi: bool, device) -> tuple[dict, list, list]:
-    """Graph kwargs, tensors (in call order) and constants for the optional inputs ``named`` ((name, tensor or
-    None) pairs)."""
-    kw, tensors, consts = {}, [], []
-    for n, a in named:
-        if a is None:
-            continue
-        t = lay.tensor(g, a, n)
-        tensors.append(t)
-        if n == "ragged_offset_q":
-            kw["ragged_offset_q"] = kw["ragged_offset_o"] = t
-        elif n == "ragged_offset_k":  # v shares k's offsets (as in cudnn_py.sdpa)
-            kw["ragged_offset_k"] = kw["ragged_offset_v"] = t
-        else:
-            kw[n] = t
-    if alibi:  # cudnn-py device memory, outside torch's allocator and any CUDA-graph pool, copied on torch's stream
-        from cudnn_py.memory import to_device
-        from cudnn_py.ops.sdpa import alibi_slopes
-        slopes = to_device(alibi_slopes(hq).reshape(1, hq, 1, 1), torch.cuda.current_stream(device).cuda_stream,
-                           device=device.index)
-        kw["alibi"] = g.tensor((1, hq, 1, 1), dtype="float32", name="alibi_slopes")
-        consts.append((kw["alibi"], slopes))
-    return kw, tensors, consts
-
-
-def _options(scale, causal, bottom_right, left_bound, right_bound, dropout_p) -> dict:
+def _options(scale, causal, bottom_right, left_bound, right_bound, alibi, dropout_p, max_seq_len_q,
+             max_seq_len_kv) -> dict:
+    """The ops' options as :func:`cudnn_py.sdpa`'s keywords."""
     return dict(scale=scale, causal=causal, diagonal_alignment="bottom_right" if bottom_right else "top_left",
-                left_bound=left_bound, right_bound=right_bound, dropout=dropout_p)
+                left_bound=left_bound, right_bound=right_bound, alibi=alibi, dropout=dropout_p,
+                max_seq_len_q=max_seq_len_q, max_seq_len_kv=max_seq_len_kv)
 
 
-def _set_output(t, like: Tensor, lay: _Layout, side: str | None, name: str):
-    """Make graph output ``t`` describe the torch tensor ``like`` (its strides; packed: its logical view)."""
-    if side is not None and lay.b >= 0:
-        s = lay.max[side]
-        t_st, h_st, _ = like.stride()
-        t.strides = (s * t_st, h_st, t_st, 1)
-    else:
-        t.strides = tuple(like.stride())
-    return t.set_output(True).set_name(name)
-
-
-def _build_fwd(h, name: str, qkv: tuple, named, o: Tensor, stats: Optional[Tensor], opts: tuple,
-               **graph_kw) -> Prepared:
-    """The plan of one forward: ``named`` the optional inputs ((name, tensor or None) pairs in binding order),
-    ``opts`` as :func:`_sdpa_fwd` orders them, ``graph_kw`` more options of ``Graph.sdpa`` (a paged cache's)."""
-    q, k, v = qkv
-    scale, causal, bottom_right, lb, rb, alibi, p, msq, mskv = opts[:9]
-    named = tuple(named)
-    lay = _Layout(dict(named).get("ragged_offset_q"), msq, mskv)
-    g = Graph(io_dtype=dtype_name(q.dtype), compute_dtype="float32", intermediate_dtype="float32", name=name)
-    tq, tk, tv = lay.tensor(g, q, "q", "q"), lay.tensor(g, k, "k", "kv"), lay.tensor(g, v, "v", "kv")
-    kw, extra, consts = _extras(g, lay, named, q.shape[1], alibi, q.device)
-    to, ts = g.sdpa(tq, tk, tv, return_stats=stats is not None, **kw,
-                    **_options(scale, causal, bottom_right, lb, rb, p), **graph_kw)
-    outs = [_set_output(to, o, lay, "q", "o")] + ([] if stats is None else [_set_output(ts, stats, lay, None, "stats")])
-    g.build(h)
-    return Prepared(h, g, [tq, tk, tv] + extra + outs, consts)
-
-
-def _fwd(args: tuple, opts: tuple) -> tuple[Prepared, Tensor, Optional[Tensor]]:
-    """Run a forward (``args``: the op's tensors, ``opts``: its other arguments); (its prepared call, o, stats or
-    None)."""
-    q, v, ragged_q, msq, stats = args[0], args[2], args[6], opts[7], opts[9]
-    o, st = _outputs(q, v, ragged_q, msq, args[4] is not None and ragged_q is None, stats)
-    ctx = context(q.get_device())
-    h = ctx.handle
-    key, ptrs = _signature("sdpa_fwd", opts, args, 3)
-    p = prepared(h, key, lambda: _build_fwd(h, "torch.sdpa_fwd", args[:3], zip(_FWD_NAMES, args[3:]), o, st, opts))
-    p.run(ctx, ptrs + ((o.data_ptr(),) if st is None else (o.data_ptr(), st.data_ptr())))
-    return p, o, st
+def _given(names, tensors) -> dict:
+    """The optional tensors that are present, by :func:`cudnn_py.sdpa`'s keywords."""
+    return {n: t for n, t in zip(names, tensors) if t is not None}
 
 
 def _sdpa_fwd(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], seq_len_q: Optional[Tensor],
@@ -185,19 +83,15 @@ def _sdpa_fwd(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], seq_len_q
              return_stats: bool = True) -> tuple[Tensor, Tensor]:
     """Attention forward: (o, the float32 log-sum-exp statistics (B, Hq, Sq, 1), empty without ``return_stats``:
     the backward needs them). See :func:`sdpa`."""
-    args = (q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset, sink)
-    opts = (scale, causal, bottom_right, left_bound, right_bound, alibi, dropout_p, max_seq_len_q, max_seq_len_kv,
-            return_stats)
-    dev = q.get_device()
-    key = _ready_key("sdpa_fwd", opts, args)
-    again = replay(dev, key, args)  # a repeat call: the outputs' layouts and the prepared call are known
-    if again is not None:
-        o, stats = again
-        return o, stats
-    p, o, st = _fwd(args, opts)
-    stats = _no_stats(q.device) if st is None else st
-    remember(dev, key, Ready(p, (o, stats), range(1 + (st is not None)),
-                             seq_len_q is not None and ragged_offset_q is None))
+    o, stats = _outputs(q, v, ragged_offset_q, max_seq_len_q, seq_len_q is not None and ragged_offset_q is None,
+                        return_stats)
+    extra = _given(_FWD_NAMES, (bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset, sink))
+    opts = _options(scale, causal, bottom_right, left_bound, right_bound, alibi, dropout_p, max_seq_len_q,
+                    max_seq_len_kv)
+    if stats is None:
+        context(q.get_device()).run(core_sdpa, q, k, v, **extra, **opts, o=o)
+        return o, _no_stats(q.device)
+    context(q.get_device()).run(core_sdpa, q, k, v, **extra, **opts, o=o, stats=stats, return_stats=True)
     return o, stats
 
 
@@ -221,23 +115,6 @@ def _grads(q, k, v, bias, sink, ragged, zero: bool, want_dbias: bool, want_dsink
     return grads
 
 
-def _build_bwd(h, args, grads, opts) -> Prepared:
-    do, q, k, v, o, stats = args[:6]
-    scale, causal, bottom_right, lb, rb, alibi, p, msq, mskv, want_dbias, want_dsink = opts
-    lay = _Layout(args[9], msq, mskv)
-    g = Graph(io_dtype=dtype_name(q.dtype), compute_dtype="float32", intermediate_dtype="float32",
-              name="torch.sdpa_bwd")
-    tq, tk, tv = lay.tensor(g, q, "q", "q"), lay.tensor(g, k, "k", "kv"), lay.tensor(g, v, "v", "kv")
-    to, tdo, ts = lay.tensor(g, o, "o", "q"), lay.tensor(g, do, "do", "q"), lay.tensor(g, stats, "stats")
-    kw, extra, consts = _extras(g, lay, zip(_FWD_NAMES, args[6:]), q.shape[1], alibi, q.device)
-    made = g.sdpa_backward(tq, tk, tv, to, tdo, ts, dbias=want_dbias, dsink=want_dsink, name="sdpa_bwd", **kw,
-                           **_options(scale, causal, bottom_right, lb, rb, p))
-    names = ("dq", "dk", "dv") + ("dbias",) * want_dbias + ("dsink",) * want_dsink
-    outs = [_set_output(t, x, lay, side, n) for t, x, side, n in zip(made, grads, ("q", "kv", "kv", None, None), names)]
-    g.build(h)
-    return Prepared(h, g, [tdo, tq, tk, tv, to, ts] + extra + outs, consts)
-
-
 def _sdpa_bwd(do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, stats: Tensor, bias: Optional[Tensor],
              seq_len_q: Optional[Tensor], seq_len_kv: Optional[Tensor], ragged_offset_q: Optional[Tensor],
              ragged_offset_k: Optional[Tensor], seed: Optional[Tensor], offset: Optional[Tensor],
@@ -249,22 +126,14 @@ def _sdpa_bwd(do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, stats: Ten
     for dsink: the statistics include it). See :func:`sdpa`."""
     if not want_dsink:
         sink = None
-    args = (do, q, k, v, o, stats, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset, sink)
-    opts = (scale, causal, bottom_right, left_bound, right_bound, alibi, dropout_p, max_seq_len_q, max_seq_len_kv,
-            want_dbias, want_dsink)
-    dev = q.get_device()
-    rkey = _ready_key("sdpa_bwd", opts, args)
-    again = replay(dev, rkey, args)  # a repeat call: the gradients' layouts and the prepared call are known
-    if again is not None:
-        return again
     zero = seq_len_q is not None and ragged_offset_q is None
     grads = _grads(q, k, v, bias, sink, ragged_offset_q is not None, zero, want_dbias, want_dsink)
-    ctx = context(dev)
-    h = ctx.handle
-    key, ptrs = _signature("sdpa_bwd", opts, args, 6)
-    p = prepared(h, key, lambda: _build_bwd(h, args, grads, opts))
-    p.run(ctx, ptrs + tuple([x.data_ptr() for x in grads]))
-    remember(dev, rkey, Ready(p, grads, range(len(grads)), zero))
+    extra = _given(_FWD_NAMES, (bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset, sink))
+    names = ("dq", "dk", "dv") + ("dbias",) * want_dbias + ("dsink",) * want_dsink
+    context(q.get_device()).run(core_sdpa_backward, q, k, v, o, do, stats, **extra,
+                                **_options(scale, causal, bottom_right, left_bound, right_bound, alibi, dropout_p,
+                                           max_seq_len_q, max_seq_len_kv),
+                                return_dbias=want_dbias, return_dsink=want_dsink, **dict(zip(names, grads)))
     return grads
 
 
@@ -309,15 +178,11 @@ def _sdpa_paged_fwd(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table_k: T
                     max_seq_len_kv: int) -> Tensor:
     """Attention forward over a paged KV cache: o (B, Hq, Sq, Dv) in q's layout, rows beyond ``seq_len_q`` zero.
     See :func:`sdpa`."""
-    args = (q, k_cache, v_cache, page_table_k, page_table_v, seq_len_q, seq_len_kv, bias)
     o, _ = _outputs(q, v_cache, None, None, True, False)
-    opts = (scale, causal, bottom_right, left_bound, right_bound, alibi, 0.0, None, max_seq_len_kv)
-    ctx = context(q.get_device())
-    h = ctx.handle
-    key, ptrs = _signature("sdpa_paged_fwd", opts, args, 7)
-    p = prepared(h, key, lambda: _build_fwd(h, "torch.sdpa_paged_fwd", args[:3], zip(_PAGED_NAMES, args[3:]), o,
-                                            None, opts, max_seq_len_kv=max_seq_len_kv))
-    p.run(ctx, ptrs + (o.data_ptr(),))
+    context(q.get_device()).run(core_sdpa, q, k_cache, v_cache, page_table_k=page_table_k, page_table_v=page_table_v,
+                                seq_len_q=seq_len_q, seq_len_kv=seq_len_kv, **_given(("bias",), (bias,)),
+                                **_options(scale, causal, bottom_right, left_bound, right_bound, alibi, 0.0, None,
+                                           max_seq_len_kv), o=o)
     return o
 
 
@@ -345,10 +210,15 @@ def _check_qkv(q, k, v, packed: bool) -> None:
         raise InvalidValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
 
 
-def _head_packed(x: Tensor) -> Tensor:
-    """``x`` if its head dim is packed and no dim is broadcast (stride 0), else a packed copy."""
+def _packed(x: Tensor) -> bool:
+    """Whether ``x``'s head dim is packed and no dim is broadcast (stride 0)."""
     st = x.stride()
-    return x if st[-1] == 1 and 0 not in st else x.contiguous()
+    return st[-1] == 1 and 0 not in st
+
+
+def _head_packed(x: Tensor) -> Tensor:
+    """``x`` if :func:`_packed`, else a packed copy."""
+    return x if _packed(x) else x.contiguous()
 
 
 def _per_batch(x, name: str) -> Tensor:
@@ -424,45 +294,37 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, *, scale: float | None = None, causal:
     """
     if (bias is seq_len_q is seq_len_kv is cu_seqlens_q is cu_seqlens_kv is ragged_offset_q is ragged_offset_k
             is max_seq_len_q is max_seq_len_kv is page_table_k is page_table_v is seed is offset is sink is None
-            and not dropout_p and alibi is False and type(q) is Tensor and not _is_compiling()
+            and not dropout_p and alibi is False and type(q) is Tensor and type(k) is Tensor and type(v) is Tensor
+            and not _is_compiling()
             and not (_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))):
-        # the hot path: plain attention, eager, no gradient. A repeated configuration is one key and one dict
-        # lookup; everything the key holds was checked when its entry was made (below, on the first call)
-        key: tuple | None
-        ent: tuple[Prepared, Any, Any] | None
-        try:
-            dev = q.device
-            key = (q.shape, q.stride(), q.dtype, dev, k.shape, k.stride(), k.dtype, k.device, v.shape, v.stride(),
-                   v.dtype, v.device, scale, causal, diagonal_alignment, left_bound, right_bound, return_stats)
-            hot = known(dev.index)
-            ent = None if hot is None else hot[1].get(key)
-        except (AttributeError, TypeError):  # not tensors, or an unhashable option: the checks below say what
-            key = hot = ent = None
-        if ent is not None and hot is not None:
-            ctx = hot[0]
-            p, o_shape, o_strides = ent
-            o = torch.empty_strided(o_shape, o_strides, dtype=q.dtype, device=dev)
+        # the hot path: plain attention, eager, no gradient, on tensors cuDNN takes as they are: the options go to
+        # cudnn_py.sdpa unchecked (its prepared call's key holds them; a new key checks them, as below)
+        dt, dev = q.dtype, q.get_device()
+        if (dt in _IO_DTYPES and dev >= 0 and k.dtype is dt and v.dtype is dt and k.get_device() == dev
+                and v.get_device() == dev and q.dim() == 4 and k.dim() == 4 and v.dim() == 4
+                and _packed(q) and _packed(k) and _packed(v)):
+            b, hq, sq, _ = q.shape
+            o = empty_like_layout(q, (b, hq, sq, v.shape[3]))
             if not return_stats:
-                p.run(ctx, (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()))
+                context(dev).run(core_sdpa, q, k, v, scale=scale, causal=causal,
+                                 diagonal_alignment=diagonal_alignment, left_bound=left_bound,
+                                 right_bound=right_bound, o=o)
                 return o
-            stats = torch.empty((o_shape[0], o_shape[1], o_shape[2], 1), dtype=torch.float32, device=dev)
-            p.run(ctx, (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), stats.data_ptr()))
+            stats = torch.empty((b, hq, sq, 1), dtype=torch.float32, device=q.device)
+            context(dev).run(core_sdpa, q, k, v, scale=scale, causal=causal, diagonal_alignment=diagonal_alignment,
+                             left_bound=left_bound, right_bound=right_bound, o=o, stats=stats, return_stats=True)
             return o, stats
-    else:
-        key = None
-    return _checked(q, k, v, key, scale, causal, diagonal_alignment, left_bound, right_bound, bias, seq_len_q,
+    return _checked(q, k, v, scale, causal, diagonal_alignment, left_bound, right_bound, bias, seq_len_q,
                     seq_len_kv, cu_seqlens_q, cu_seqlens_kv, ragged_offset_q, ragged_offset_k, max_seq_len_q,
                     max_seq_len_kv, page_table_k, page_table_v, alibi, dropout_p, seed, offset, sink, return_stats)
 
 
-def _checked(q, k, v, hot_key, scale, causal, diagonal_alignment, left_bound, right_bound, bias, seq_len_q,
+def _checked(q, k, v, scale, causal, diagonal_alignment, left_bound, right_bound, bias, seq_len_q,
              seq_len_kv, cu_seqlens_q, cu_seqlens_kv, ragged_offset_q, ragged_offset_k, max_seq_len_q, max_seq_len_kv,
              page_table_k, page_table_v, alibi, dropout_p, seed, offset, sink, return_stats):
-    """:func:`sdpa` with every argument checked; with ``hot_key`` (a call the hot path takes) it also makes the hot
-    path's entry for that key."""
+    """:func:`sdpa` with every argument checked."""
     packed = cu_seqlens_q is not None or ragged_offset_q is not None
     _check_qkv(q, k, v, packed)
-    given = (q, k, v)
     opt = SdpaOptions(scale=scale if scale is not None else 1.0 / math.sqrt(q.shape[-1]), causal=causal,
                       diagonal_alignment=diagonal_alignment, left_bound=left_bound, right_bound=right_bound,
                       alibi=bool_arg(alibi, "alibi"), dropout=dropout_p, max_seq_len_q=max_seq_len_q,
@@ -527,12 +389,6 @@ def _checked(q, k, v, hot_key, scale, causal, diagonal_alignment, left_bound, ri
         seed = offset = None
     args = (q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset, sink, s, causal,
             bottom_right, left_bound, right_bound, alibi, dropout_p, max_seq_len_q, max_seq_len_kv)
-    if hot_key is not None and all(map(operator.is_, (q, k, v), given)):  # no copies: the hot path can take them
-        p, o, stats = _fwd(args[:_N_TENSORS], args[_N_TENSORS:] + (bool(return_stats),))
-        cs = known(q.device.index)
-        if cs is not None:
-            cs[1][hot_key] = (p, o.shape, o.stride())
-        return (o, stats) if return_stats else o
     grads = (q, k, v, bias, sink)
     need = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in grads)
     o, stats = call(sdpa_fwd, _sdpa_fwd, _SdpaFunction, args + (bool(return_stats or need),), grads)

@@ -15,10 +15,10 @@ import torch
 from torch import Tensor
 
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
-from cudnn_py.graph import Graph
 from cudnn_py.graph.ops.sdpa import FP8_BACKWARD_SCALES, FP8_FORWARD_SCALES
+from cudnn_py.ops.sdpa import sdpa_fp8 as core_sdpa_fp8, sdpa_fp8_backward as core_sdpa_fp8_backward
 
-from .runtime import Prepared, call, context, define, dtype_name, empty_like_layout, prepared
+from .runtime import call, context, define, empty_like_layout
 
 __all__ = ["sdpa_fp8", "sdpa_fp8_backward", "sdpa_fp8_fwd", "sdpa_fp8_bwd", "SdpaFp8Outputs", "SdpaFp8Grads"]
 
@@ -49,36 +49,6 @@ def _amax(like: Tensor) -> Tensor:
     return torch.empty((1, 1, 1, 1), dtype=torch.float32, device=like.device)
 
 
-def _describe(g: Graph, t: Tensor, name: str):
-    """A graph tensor for ``t``; a one-element scale as (1, 1, 1, 1)."""
-    if t.dtype == torch.float32 and t.numel() == 1:
-        return g.tensor((1, 1, 1, 1), dtype="float32", strides=(1, 1, 1, 1), name=name)
-    return g.tensor(tuple(t.shape), dtype=dtype_name(t.dtype), strides=tuple(t.stride()), name=name)
-
-
-def _run(kind: str, named: dict[str, Tensor], outs: dict[str, Tensor], opts: tuple, build) -> None:
-    """Run the FP8 graph of ``kind`` on these inputs into ``outs`` (both by the graph builder's names), its plan
-    cached per shapes, strides, dtypes and options; ``build(g, tensors)`` adds the operation and returns its output
-    tensors in the order of ``outs``."""
-    xs = list(named.values())
-    q = xs[0]
-    ctx = context(q.get_device())
-    h = ctx.handle
-    key = (kind, opts, *[(x.shape, x.stride(), x.dtype) for x in xs], *[(x.shape, x.stride()) for x in outs.values()])
-
-    def make() -> Prepared:
-        g = Graph(io_dtype=dtype_name(q.dtype), compute_dtype="float32", intermediate_dtype="float32",
-                  name=f"torch.{kind}")
-        ins = {n: _describe(g, x, n) for n, x in named.items()}
-        made = build(g, ins)
-        for t, (n, x) in zip(made, outs.items()):
-            t.strides = (1, 1, 1, 1) if n.startswith("amax") else tuple(x.stride())
-            t.set_output(True).set_name(n)
-        g.build(h)
-        return Prepared(h, g, [*ins.values(), *made])
-    prepared(h, key, make).run(ctx, tuple([x.data_ptr() for x in xs] + [x.data_ptr() for x in outs.values()]))
-
-
 def _fwd_outputs(q: Tensor, v: Tensor, return_stats: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     b, hq, sq, _ = q.shape
     o = empty_like_layout(q, (b, hq, sq, v.shape[3]))
@@ -91,17 +61,10 @@ def _sdpa_fp8_fwd(q: Tensor, k: Tensor, v: Tensor, descale_q: Tensor, descale_k:
                   return_stats: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """FP8 attention forward: (o, stats (empty without ``return_stats``), amax_s, amax_o). See :func:`sdpa_fp8`."""
     o, stats, amax_s, amax_o = _fwd_outputs(q, v, return_stats)
-    scales = (descale_q, descale_k, descale_v, descale_s, scale_s, scale_o)
-    outs = {"o": o, "stats": stats, "amax_s": amax_s, "amax_o": amax_o}
-    if not return_stats:
-        del outs["stats"]
-
-    def build(g: Graph, t: dict) -> list:
-        o, st, a_s, a_o = g.sdpa_fp8(t["q"], t["k"], t["v"], scale=scale, causal=causal, return_stats=return_stats,
-                                     **{n: t[n] for n in FP8_FORWARD_SCALES})
-        return [o, a_s, a_o] if st is None else [o, st, a_s, a_o]
-    _run("sdpa_fp8_fwd", {"q": q, "k": k, "v": v, **dict(zip(FP8_FORWARD_SCALES, scales))}, outs,
-         (scale, causal, return_stats), build)
+    scales = dict(zip(FP8_FORWARD_SCALES, (descale_q, descale_k, descale_v, descale_s, scale_s, scale_o)))
+    given = {"stats": stats, "return_stats": True} if return_stats else {}
+    context(q.get_device()).run(core_sdpa_fp8, q, k, v, **scales, scale=scale, causal=causal, o=o, amax_s=amax_s,
+                                amax_o=amax_o, **given)
     return o, stats, amax_s, amax_o
 
 
@@ -127,13 +90,8 @@ def _sdpa_fp8_bwd(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, stats:
     res = _bwd_outputs(q, k, v)
     scales = (descale_q, descale_k, descale_v, descale_o, descale_do, descale_s, descale_dp, scale_s, scale_dq,
               scale_dk, scale_dv, scale_dp)
-    outs = dict(zip(("dq", "dk", "dv", "amax_dq", "amax_dk", "amax_dv", "amax_dp"), res))
-
-    def build(g: Graph, t: dict) -> list:
-        return list(g.sdpa_fp8_backward(*(t[n] for n in ("q", "k", "v", "o", "do", "stats")), scale=scale,
-                                        causal=causal, **{n: t[n] for n in FP8_BACKWARD_SCALES}))
-    named = {"q": q, "k": k, "v": v, "o": o, "do": do, "stats": stats, **dict(zip(FP8_BACKWARD_SCALES, scales))}
-    _run("sdpa_fp8_bwd", named, outs, (scale, causal), build)
+    context(q.get_device()).run(core_sdpa_fp8_backward, q, k, v, o, do, stats, **dict(zip(FP8_BACKWARD_SCALES, scales)),
+                                scale=scale, causal=causal, **dict(zip(SdpaFp8Grads._fields, res)))
     dq, dk, dv, amax_dq, amax_dk, amax_dv, amax_dp = res
     return dq, dk, dv, amax_dq, amax_dk, amax_dv, amax_dp
 

@@ -17,8 +17,9 @@ from torch import Tensor
 
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.graph import Graph
+from cudnn_py.graph.graph_call import graph_call
 
-from .runtime import Prepared, call, context, define, dtype_name, eager, empty_like_layout, function, prepared
+from .runtime import call, context, define, dtype_name, eager, empty_like_layout, function
 
 __all__ = ["conv", "conv_fwd", "conv_dgrad", "conv_wgrad", "ACTIVATIONS"]
 
@@ -49,7 +50,8 @@ def _y(x: Tensor, w: Tensor, padding, stride, dilation) -> Tensor:
     return empty_like_layout(x, (x.shape[0], w.shape[0], *sp))
 
 
-def _build_fwd(h, x, w, bias, y, padding, stride, dilation, activation) -> Prepared:
+def _build_fwd(opts: tuple, x, w, bias, y) -> tuple:
+    padding, stride, dilation, activation = opts
     g = _graph(x, "torch.conv_fwd")
     tx, tw = _t(g, x, "x"), _t(g, w, "w")
     out = g.conv_fprop(tx, tw, padding, stride, dilation)
@@ -61,21 +63,17 @@ def _build_fwd(h, x, w, bias, y, padding, stride, dilation, activation) -> Prepa
         out = g.bias(out, tb)
     if activation != "none":
         out = getattr(g, activation)(out)
-    outs = [_output(out, y, "y")]
-    g.build(h)
-    return Prepared(h, g, ins + outs)
+    return g, ins + [_output(out, y, "y")], ()
+
+
+_FWD = graph_call("torch_conv_fwd", _build_fwd, ("x", "w", "bias"), ("y",))
 
 
 def _conv_fwd(x: Tensor, w: Tensor, bias: Optional[Tensor], padding: list[int], stride: list[int],
              dilation: list[int], activation: str) -> Tensor:
     """y = activation(conv(x, w) + bias), one cuDNN graph. See :func:`conv`."""
     y = _y(x, w, padding, stride, dilation)
-    ctx = context(x.get_device())
-    h = ctx.handle
-    key = ("conv_fwd", x.shape, x.stride(), w.shape, w.stride(), x.dtype, bias is not None, tuple(padding),
-           tuple(stride), tuple(dilation), activation)
-    p = prepared(h, key, lambda: _build_fwd(h, x, w, bias, y, padding, stride, dilation, activation))
-    p.run(ctx, (x.data_ptr(), w.data_ptr()) + (() if bias is None else (bias.data_ptr(),)) + (y.data_ptr(),))
+    context(x.get_device()).run(_FWD, (tuple(padding), tuple(stride), tuple(dilation), activation), x, w, bias, y)
     return y
 
 
@@ -83,33 +81,32 @@ def _conv_fwd_fake(x, w, bias, padding, stride, dilation, activation):
     return _y(x, w, padding, stride, dilation)
 
 
-def _conv_grad(kind: str, dy: Tensor, other: Tensor, shape: list[int], padding: list[int], stride: list[int],
-               dilation: list[int]) -> Tensor:
-    """A gradient of the convolution for output gradient ``dy``: ``kind`` 'dgrad' gives dx of ``shape`` (``other``
-    is w; dx in dy's layout), 'wgrad' dw of ``shape`` (``other`` is x; dw in x's layout)."""
-    dgrad = kind == "dgrad"
-    out = empty_like_layout(dy if dgrad else other, shape)
-    ctx = context(dy.get_device())
-    h = ctx.handle
-    key = ("conv_" + kind, dy.shape, dy.stride(), other.shape, other.stride(), dy.dtype, tuple(shape), tuple(padding),
-           tuple(stride), tuple(dilation))
+def _build_grad(opts: tuple, dy, other, out) -> tuple:
+    dgrad, shape, padding, stride, dilation = opts
+    g = _graph(dy, f"torch.conv_{'dgrad' if dgrad else 'wgrad'}")
+    tdy, to = _t(g, dy, "dy"), _t(g, other, "w" if dgrad else "x")
+    made = (g.conv_dgrad(tdy, to, padding, stride, dilation, x_shape=shape) if dgrad else
+            g.conv_wgrad(tdy, to, padding, stride, dilation, w_shape=shape))
+    return g, [tdy, to, _output(made, out, "dx" if dgrad else "dw")], ()
 
-    def make():
-        g = _graph(dy, f"torch.conv_{kind}")
-        tdy, to = _t(g, dy, "dy"), _t(g, other, "w" if dgrad else "x")
-        made = (g.conv_dgrad(tdy, to, padding, stride, dilation, x_shape=tuple(shape)) if dgrad else
-                g.conv_wgrad(tdy, to, padding, stride, dilation, w_shape=tuple(shape)))
-        result = _output(made, out, "dx" if dgrad else "dw")  # marked before the build, which checks for outputs
-        g.build(h)
-        return Prepared(h, g, [tdy, to, result])
-    prepared(h, key, make).run(ctx, (dy.data_ptr(), other.data_ptr(), out.data_ptr()))
+
+_GRAD = graph_call("torch_conv_grad", _build_grad, ("dy", "other"), ("out",))
+
+
+def _conv_grad(dgrad: bool, dy: Tensor, other: Tensor, shape: list[int], padding: list[int], stride: list[int],
+               dilation: list[int]) -> Tensor:
+    """A gradient of the convolution for output gradient ``dy``: with ``dgrad`` dx of ``shape`` (``other`` is w; dx
+    in dy's layout), else dw of ``shape`` (``other`` is x; dw in x's layout)."""
+    out = empty_like_layout(dy if dgrad else other, shape)
+    opts = (dgrad, tuple(shape), tuple(padding), tuple(stride), tuple(dilation))
+    context(dy.get_device()).run(_GRAD, opts, dy, other, out)
     return out
 
 
 def _conv_dgrad(dy: Tensor, w: Tensor, x_shape: list[int], padding: list[int], stride: list[int],
                dilation: list[int]) -> Tensor:
     """dx of the convolution for output gradient ``dy`` (dx in dy's layout)."""
-    return _conv_grad("dgrad", dy, w, x_shape, padding, stride, dilation)
+    return _conv_grad(True, dy, w, x_shape, padding, stride, dilation)
 
 
 def _conv_dgrad_fake(dy, w, x_shape, padding, stride, dilation):
@@ -122,7 +119,7 @@ conv_dgrad = define("conv_dgrad", _conv_dgrad, _conv_dgrad_fake)
 def _conv_wgrad(dy: Tensor, x: Tensor, w_shape: list[int], padding: list[int], stride: list[int],
                dilation: list[int]) -> Tensor:
     """dw of the convolution for output gradient ``dy`` (dw in x's layout)."""
-    return _conv_grad("wgrad", dy, x, w_shape, padding, stride, dilation)
+    return _conv_grad(False, dy, x, w_shape, padding, stride, dilation)
 
 
 def _conv_wgrad_fake(dy, x, w_shape, padding, stride, dilation):

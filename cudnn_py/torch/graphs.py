@@ -25,8 +25,9 @@ from torch import Tensor
 
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.graph import Graph
+from cudnn_py.graph.graph_call import graph_call
 
-from .runtime import Prepared, context, define, dtype_name, prepared
+from .runtime import context, define, dtype_name
 
 __all__ = ["graph_op"]
 
@@ -58,13 +59,14 @@ def graph_op(name: str, build: Callable[..., Any], *, compute_dtype: str = "floa
     if not isinstance(name, str) or not name.isidentifier():
         raise InvalidValueError(f"graph_op: name must be an identifier, got {name!r}")
     specs: dict = {}
+    calls: dict = {}  # (inputs, outputs) -> the prepared function running the graph on that many tensors
 
-    def spec(xs) -> tuple:
+    def spec(xs) -> list:
         key = tuple((tuple(map(int, x.shape)), tuple(map(int, x.stride())), x.dtype) for x in xs)
         got = specs.get(key)
         if got is None:
             _, _, outs = _describe(name, build, xs, compute_dtype, intermediate_dtype)
-            got = specs[key] = (key, [(t.shape, t.strides, getattr(torch, t.np_dtype.name)) for t in outs])
+            got = specs[key] = [(t.shape, t.strides, getattr(torch, t.np_dtype.name)) for t in outs]
         return got
 
     def new_outputs(xs, out_specs) -> list[Tensor]:
@@ -72,20 +74,20 @@ def graph_op(name: str, build: Callable[..., Any], *, compute_dtype: str = "floa
                 for shape, strides, dtype in out_specs]
 
     def impl(xs: list[Tensor]) -> list[Tensor]:
-        key, out_specs = spec(xs)
-        outs = new_outputs(xs, out_specs)
-        ctx = context(xs[0].get_device())
-        h = ctx.handle
-
-        def make():
-            g, ins, gouts = _describe(name, build, xs, compute_dtype, intermediate_dtype)
-            g.build(h)
-            return Prepared(h, g, ins + gouts)
-        prepared(h, ("graph_op", name, key), make).run(ctx, tuple(x.data_ptr() for x in xs + outs))
+        outs = new_outputs(xs, spec(xs))
+        n = len(xs)
+        fn = calls.get((n, len(outs)))
+        if fn is None:
+            def describe(_, *arrays) -> tuple:
+                g, ins, gouts = _describe(name, build, arrays[:n], compute_dtype, intermediate_dtype)
+                return g, ins + gouts, ()
+            fn = calls[n, len(outs)] = graph_call(f"graph_op_{name}", describe, [f"in{i}" for i in range(n)],
+                                                  [f"out{i}" for i in range(len(outs))])
+        context(xs[0].get_device()).run(fn, None, *xs, *outs)
         return outs
 
     def fake(xs):
-        return new_outputs(xs, spec(xs)[1])
+        return new_outputs(xs, spec(xs))
     op = define(name, impl, fake)
 
     def call(*xs: Tensor):

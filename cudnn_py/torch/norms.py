@@ -15,8 +15,9 @@ from torch import Tensor
 
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.graph import Graph
+from cudnn_py.graph.graph_call import graph_call
 
-from .runtime import Prepared, call, context, define, dtype_name, eager, function, prepared
+from .runtime import call, context, define, dtype_name, eager, function
 
 __all__ = ["layer_norm", "rms_norm", "batch_norm", "norm_fwd", "norm_bwd", "batch_norm_fwd", "batch_norm_bwd"]
 
@@ -39,7 +40,8 @@ def _stats(n: int, device, rms: bool) -> tuple[Tensor, Tensor]:
             torch.empty((n,), dtype=torch.float32, device=device))
 
 
-def _build_fwd(h, x, w, b, eps: float, rms: bool) -> Prepared:
+def _build_fwd(opts: tuple, x, w, b, y, mean, inv) -> tuple:
+    eps, rms = opts
     n, d = _rows(x)
     g = Graph(io_dtype=dtype_name(x.dtype), compute_dtype="float32", name="torch.norm_fwd")
     tx, tw = _tensor(g, x, "x", n, d), _tensor(g, w, "scale", 1, d)
@@ -50,8 +52,10 @@ def _build_fwd(h, x, w, b, eps: float, rms: bool) -> Prepared:
     outs.append(inv_var.set_output(True).set_name("inv_variance"))
     for t in outs[1:]:
         t.strides = (1, 1, 1, 1)
-    g.build(h)
-    return Prepared(h, g, [tx, tw] + ([] if tb is None else [tb]) + outs)
+    return g, [tx, tw] + ([] if tb is None else [tb]) + outs, ()
+
+
+_NORM_FWD = graph_call("torch_norm_fwd", _build_fwd, ("x", "weight", "bias"), ("y", "mean", "inv_variance"))
 
 
 def _norm_fwd(x: Tensor, weight: Tensor, bias: Optional[Tensor], eps: float,
@@ -62,12 +66,7 @@ def _norm_fwd(x: Tensor, weight: Tensor, bias: Optional[Tensor], eps: float,
     n, _ = _rows(x)
     y = torch.empty_like(x)
     mean, inv = _stats(n, x.device, rms)
-    ctx = context(x.get_device())
-    h = ctx.handle
-    key = ("norm_fwd", x.shape, x.dtype, weight.dtype, None if bias is None else bias.dtype, eps, rms)
-    p = prepared(h, key, lambda: _build_fwd(h, x, weight, bias, eps, rms))
-    ptrs = [x.data_ptr(), weight.data_ptr()] + ([] if bias is None else [bias.data_ptr()])
-    p.run(ctx, tuple(ptrs + [y.data_ptr()] + ([] if rms else [mean.data_ptr()]) + [inv.data_ptr()]))
+    context(x.get_device()).run(_NORM_FWD, (eps, rms), x, weight, bias, y, None if rms else mean, inv)
     return y, mean, inv
 
 
@@ -75,18 +74,22 @@ def _norm_fwd_fake(x, weight, bias, eps, rms):
     return (torch.empty_like(x, memory_format=torch.contiguous_format),) + _stats(_rows(x)[0], x.device, rms)
 
 
-def _build_bwd(h, dy, x, w, mean, inv, rms: bool, has_bias: bool) -> Prepared:
+def _build_bwd(rms: bool, dy, x, w, mean, inv, dx, dw, db) -> tuple:
     n, d = _rows(x)
     g = Graph(io_dtype=dtype_name(x.dtype), compute_dtype="float32", name="torch.norm_bwd")
     tdy, tx, tw = _tensor(g, dy, "dy", n, d), _tensor(g, x, "x", n, d), _tensor(g, w, "scale", 1, d)
     tm = None if rms else g.tensor((n, 1, 1, 1), dtype="float32", strides=(1, 1, 1, 1), name="mean")
     ti = g.tensor((n, 1, 1, 1), dtype="float32", strides=(1, 1, 1, 1), name="inv_variance")
-    dx, dw, db = g.norm_backward(tdy, tx, tw, mean=tm, inv_variance=ti, mode="rms" if rms else "layer",
-                                 has_bias=has_bias)
-    dx.strides = (d, 1, d, d)
-    outs = [t.set_output(True).set_name(nm) for t, nm in ((dx, "dx"), (dw, "dscale"), (db, "dbias")) if t is not None]
-    g.build(h)
-    return Prepared(h, g, [tdy, tx, tw] + ([] if tm is None else [tm]) + [ti] + outs)
+    gdx, gdw, gdb = g.norm_backward(tdy, tx, tw, mean=tm, inv_variance=ti, mode="rms" if rms else "layer",
+                                    has_bias=db is not None)
+    gdx.strides = (d, 1, d, d)
+    outs = [t.set_output(True).set_name(nm) for t, nm in ((gdx, "dx"), (gdw, "dscale"), (gdb, "dbias"))
+            if t is not None]
+    return g, [tdy, tx, tw] + ([] if tm is None else [tm]) + [ti] + outs, ()
+
+
+_NORM_BWD = graph_call("torch_norm_bwd", _build_bwd, ("dy", "x", "weight", "mean", "inv_variance"),
+                       ("dx", "dweight", "dbias"))
 
 
 def _norm_bwd(dy: Tensor, x: Tensor, weight: Tensor, mean: Tensor, inv_std: Tensor, rms: bool,
@@ -95,13 +98,8 @@ def _norm_bwd(dy: Tensor, x: Tensor, weight: Tensor, mean: Tensor, inv_std: Tens
     dy, x = dy.contiguous(), x.contiguous()
     dx, dw = torch.empty_like(x, memory_format=torch.contiguous_format), torch.empty_like(weight)
     db = torch.empty_like(weight) if has_bias else weight.new_empty((0,))
-    ctx = context(x.get_device())
-    h = ctx.handle
-    key = ("norm_bwd", x.shape, x.dtype, dy.dtype, weight.dtype, rms, has_bias)
-    p = prepared(h, key, lambda: _build_bwd(h, dy, x, weight, mean, inv_std, rms, has_bias))
-    ptrs = [dy.data_ptr(), x.data_ptr(), weight.data_ptr()] + ([] if rms else [mean.data_ptr()])
-    ptrs += [inv_std.data_ptr(), dx.data_ptr(), dw.data_ptr()] + ([db.data_ptr()] if has_bias else [])
-    p.run(ctx, tuple(ptrs))
+    context(x.get_device()).run(_NORM_BWD, rms, dy, x, weight, None if rms else mean, inv_std, dx, dw,
+                                db if has_bias else None)
     return dx, dw, db
 
 
@@ -174,7 +172,9 @@ def _x(g: Graph, t: Tensor, name: str):
     return g.tensor(tuple(t.shape), dtype=dtype_name(t.dtype), strides=tuple(t.stride()), name=name)
 
 
-def _build_bn_fwd(h, x, w, b, running: bool, y, eps, momentum) -> Prepared:
+def _build_bn_fwd(opts: tuple, x, w, b, running_mean, running_var, y, mean, inv, new_mean, new_var) -> tuple:
+    momentum, eps = opts
+    running = running_mean is not None
     nd = x.dim()
     g = Graph(io_dtype=dtype_name(x.dtype), compute_dtype="float32", name="torch.batch_norm_fwd")
     c = w.shape[0]
@@ -189,8 +189,11 @@ def _build_bn_fwd(h, x, w, b, running: bool, y, eps, momentum) -> Prepared:
                  r.running_var.set_output(True).set_name("next_running_var")]
     for t in outs[1:]:
         t.strides = (w.shape[0],) + (1,) * (nd - 1)
-    g.build(h)
-    return Prepared(h, g, [tx, tw, tb, *run.values(), *outs])
+    return g, [tx, tw, tb, *run.values(), *outs], ()
+
+
+_BN_FWD = graph_call("torch_batch_norm_fwd", _build_bn_fwd, ("x", "weight", "bias", "running_mean", "running_var"),
+                     ("y", "mean", "inv_variance", "next_running_mean", "next_running_var"))
 
 
 def _bn_outputs(x: Tensor, c: int, running: bool) -> tuple[Tensor, ...]:
@@ -207,20 +210,28 @@ def _batch_norm_fwd(x: Tensor, weight: Tensor, bias: Tensor, running_mean: Optio
     (C,), the updated running mean and variance (unbiased batch variance; empty without running statistics))."""
     running = running_mean is not None and running_var is not None
     y, mean, inv, new_mean, new_var = _bn_outputs(x, weight.shape[0], running)
-    ctx = context(x.get_device())
-    h = ctx.handle
-    key = ("batch_norm_fwd", x.shape, x.stride(), x.dtype, weight.dtype, running, momentum, eps)
-    p = prepared(h, key, lambda: _build_bn_fwd(h, x, weight, bias, running, y, eps, momentum))
-    run = (running_mean.data_ptr(), running_var.data_ptr()) if running_mean is not None and running_var is not None \
-        else ()
-    new = (new_mean.data_ptr(), new_var.data_ptr()) if running else ()
-    p.run(ctx, (x.data_ptr(), weight.data_ptr(), bias.data_ptr(), *run, y.data_ptr(), mean.data_ptr(), inv.data_ptr(),
-           *new))
+    run, new = ((running_mean, running_var), (new_mean, new_var)) if running else ((None, None), (None, None))
+    context(x.get_device()).run(_BN_FWD, (momentum, eps), x, weight, bias, *run, y, mean, inv, *new)
     return y, mean, inv, new_mean, new_var
 
 
 def _batch_norm_fwd_fake(x, weight, bias, running_mean, running_var, momentum, eps):
     return _bn_outputs(x, weight.shape[0], running_mean is not None)
+
+
+def _build_bn_bwd(_, dy, x, weight, mean, inv, dx, dw, db) -> tuple:
+    nd, c = x.dim(), weight.shape[0]
+    g = Graph(io_dtype=dtype_name(x.dtype), compute_dtype="float32", name="torch.batch_norm_bwd")
+    tdy, tx, tw = _x(g, dy, "dy"), _x(g, x, "x"), _channel(g, c, weight.dtype, "scale", nd)
+    tm, ti = _channel(g, c, torch.float32, "mean", nd), _channel(g, c, torch.float32, "inv_variance", nd)
+    gdx, gdw, gdb = g.norm_backward(tdy, tx, tw, mean=tm, inv_variance=ti, mode="batch")
+    gdx.strides = tuple(dx.stride())
+    outs = [t.set_output(True).set_name(n) for t, n in ((gdx, "dx"), (gdw, "dscale"), (gdb, "dbias"))]
+    return g, [tdy, tx, tw, tm, ti, *outs], ()
+
+
+_BN_BWD = graph_call("torch_batch_norm_bwd", _build_bn_bwd, ("dy", "x", "weight", "mean", "inv_variance"),
+                     ("dx", "dweight", "dbias"))
 
 
 def _batch_norm_bwd(dy: Tensor, x: Tensor, weight: Tensor, mean: Tensor,
@@ -229,23 +240,7 @@ def _batch_norm_bwd(dy: Tensor, x: Tensor, weight: Tensor, mean: Tensor,
     if dy.stride() != x.stride():
         dy = torch.empty_like(x).copy_(dy)  # cuDNN takes dy in x's layout
     dx, dw, db = torch.empty_like(x), torch.empty_like(weight), torch.empty_like(weight)
-    ctx = context(x.get_device())
-    h = ctx.handle
-    key = ("batch_norm_bwd", x.shape, x.stride(), x.dtype, weight.dtype)
-
-    def make():
-        nd = x.dim()
-        g = Graph(io_dtype=dtype_name(x.dtype), compute_dtype="float32", name="torch.batch_norm_bwd")
-        c = weight.shape[0]
-        tdy, tx, tw = _x(g, dy, "dy"), _x(g, x, "x"), _channel(g, c, weight.dtype, "scale", nd)
-        tm, ti = _channel(g, c, torch.float32, "mean", nd), _channel(g, c, torch.float32, "inv_variance", nd)
-        gdx, gdw, gdb = g.norm_backward(tdy, tx, tw, mean=tm, inv_variance=ti, mode="batch")
-        gdx.strides = tuple(dx.stride())
-        outs = [t.set_output(True).set_name(n) for t, n in ((gdx, "dx"), (gdw, "dscale"), (gdb, "dbias"))]
-        g.build(h)
-        return Prepared(h, g, [tdy, tx, tw, tm, ti, *outs])
-    ptrs = (dy.data_ptr(), x.data_ptr(), weight.data_ptr(), mean.data_ptr(), inv_std.data_ptr())
-    prepared(h, key, make).run(ctx, ptrs + (dx.data_ptr(), dw.data_ptr(), db.data_ptr()))
+    context(x.get_device()).run(_BN_BWD, None, dy, x, weight, mean, inv_std, dx, dw, db)
     return dx, dw, db
 
 

@@ -1,20 +1,13 @@
-"""cuDNN plans run from torch: on torch's current stream, with memory from torch's caching allocator.
+"""cuDNN from torch: on torch's current stream, with memory from torch's caching allocator.
 
-* :func:`context` - this thread's :class:`~cudnn_py.Handle` on a device, its stream set to
+* :func:`context` - this thread's :class:`Context` on a device: a :class:`~cudnn_py.Handle` whose stream is
   ``torch.cuda.current_stream()`` of that device (``cudnnSetStream`` only when the stream changed), as torch keeps
-  one cuDNN handle per thread and device and sets its stream on each call.
-* :class:`Prepared` - a built graph plan (a :class:`~cudnn_py.graph.runner.Runner`) bound positionally;
-  :meth:`Prepared.run` executes it with the data pointers of torch tensors, the tensors' device current: one dict
-  lookup (the variant pack by addresses), the workspace as a raw block of the caching allocator (freed after the
-  launch: the allocator hands the block out again only to work queued after it on the same stream, or later in
-  the same CUDA-graph capture or pool), one ``cudnnBackendExecute``.
-* :func:`prepared` - the :class:`Prepared` call of a configuration key, cached on the handle
-  (:func:`cudnn_py.caches.handle_cache`), so ``handle.clear_caches()`` forgets them.
-* :class:`Ready` - an op's fast path on repeat calls: kept in that same cache under a key of the call's shapes,
-  strides, dtypes, devices and options (found through :func:`known`, which also follows torch's current stream),
-  it holds the :class:`Prepared` call and its outputs' layouts, so a repeat call is one dict lookup, the outputs by
-  ``torch.empty_strided`` and the prepared call; the first call of a configuration takes the op's checked path,
-  which makes the entry from the outputs it allocated.
+  one cuDNN handle per thread and device and sets its stream on each call, and whose workspace is a block of
+  torch's caching allocator per call (:class:`_Workspace`). :meth:`Context.run` calls a prepared operation function
+  of the core (:mod:`cudnn_py.prepared`: a family such as :func:`cudnn_py.sdpa`, or a
+  :func:`~cudnn_py.graph.graph_call.graph_call`) on it: its repeat calls are the core's prepared calls, kept in the
+  handle's ``"prepared"`` cache, so ``handle.clear_caches()`` and :func:`cache_clear` forget them. The ops give
+  every output (torch tensors from torch's allocator), so torch tensors come back.
 * :func:`dtype_name`, :func:`empty_like_layout` - how the ops describe torch tensors to cuDNN and lay out outputs.
 * :func:`define` - registers an op: the schema from its implementation's annotations, the implementation as the
   dispatcher's CUDA kernel itself and a fake for tracing (what ``torch.library.custom_op`` registers, without the
@@ -41,14 +34,13 @@ from torch import Tensor
 from torch._library.autograd import Info, make_autograd_impl
 
 from cudnn_py.caches import handle_cache
-from cudnn_py.graph import Graph
-from cudnn_py.graph.runner import Runner, cached
 from cudnn_py.handle import Handle
+from cudnn_py.prepared import CACHE
+from cudnn_py.workspace import Workspace
 
-__all__ = ["define", "Context", "context", "known", "handle", "Prepared", "prepared", "Ready", "remember", "replay",
-           "current_stream", "cache_clear", "eager", "function", "call", "dtype_name", "empty_like_layout"]
+__all__ = ["define", "Context", "context", "cache_clear", "eager", "function", "call", "dtype_name",
+           "empty_like_layout"]
 
-_CACHE = "torch.ops"
 _LIB = torch.library.Library("cudnn_py", "FRAGMENT")
 
 
@@ -110,11 +102,6 @@ def define(name: str, impl: Callable, fake: Callable, setup: Callable | None = N
     return op
 
 
-def current_stream(device: int) -> int:
-    """``torch.cuda.current_stream(device)`` as an int ``cudaStream_t``."""
-    return _raw_stream(device)
-
-
 def dtype_name(dtype: torch.dtype) -> str:
     """cuDNN's name of a torch dtype (``torch.bfloat16`` -> ``'bfloat16'``)."""
     return str(dtype)[6:]
@@ -131,20 +118,70 @@ def empty_like_layout(like: Tensor, shape, dtype=None, zero: bool = False) -> Te
     return buf.permute([order.index(i) for i in range(like.dim())])
 
 
-class Context:
-    """This thread's cuDNN handle on one device and the torch stream it is bound to."""
+class _Workspace(Workspace):
+    """A :class:`Context` handle's workspace: a raw block of torch's caching allocator on torch's current stream of
+    the handle's device, shared by one call's steps and given back when the call is done (:meth:`release`, which
+    :meth:`Context.run` calls): the allocator hands the block out again only to work queued after it on the same
+    stream, or later in the same CUDA-graph capture or pool. A workspace kept between calls would outlive a
+    CUDA-graph pool's warm-up."""
 
-    __slots__ = ("handle", "stream", "device", "index")
+    __slots__ = ("ctx",)
+
+    def __init__(self, ctx: Context):
+        super().__init__(device=ctx.index)
+        self.ctx = ctx
+
+    def get(self, nbytes: int, stream: Any = None) -> int:
+        """A block of at least ``nbytes`` on torch's current stream, which the handle follows (``stream``, what a
+        runner remembers of the handle's stream, is not read)."""
+        if nbytes > self.peak:
+            self.peak = nbytes
+        if nbytes <= self._size or not nbytes:
+            return self._ptr if nbytes else 0
+        if self.cap is not None and nbytes > self.cap:
+            return super().get(nbytes)  # raises WorkspaceLimitError, allocating nothing
+        self.release()
+        self._ptr, self._size = _raw_alloc(nbytes, self.ctx.stream), nbytes
+        return self._ptr
+
+    def release(self) -> None:
+        """Give the block back to torch's allocator (the work queued on it keeps it until done)."""
+        if self._size:
+            _raw_delete(self._ptr)
+            self._ptr = self._size = 0
+
+    close = release
+
+
+class Context:
+    """This thread's cuDNN handle on one device (its workspace from torch's allocator: :class:`_Workspace`) and the
+    torch stream it is bound to."""
+
+    __slots__ = ("handle", "stream", "device", "index", "workspace")
 
     def __init__(self, device: int, stream: int):
+        self.stream, self.device, self.index = stream, torch.device("cuda", device), device
         with torch.cuda.device(device):
             self.handle = Handle(device, stream=stream)
-        self.stream, self.device, self.index = stream, torch.device("cuda", device), device
+        self.handle.workspace = self.workspace = _Workspace(self)
 
     def rebind(self, stream: int) -> None:
         """Follow torch's current stream."""
         self.handle.set_stream(stream)
         self.stream = stream
+
+    def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn(handle, *args, **kwargs)`` (a prepared operation function: its repeat calls are its prepared calls)
+        with this device current (cuDNN and torch's allocator work on the current device, as torch's own ops, which
+        set theirs, do; a kernel the dispatcher calls finds whichever device the program made current), the
+        workspace given back after."""
+        try:
+            if _current_device() == self.index:
+                return fn(self.handle, *args, **kwargs)
+            with torch.cuda.device(self.index):
+                return fn(self.handle, *args, **kwargs)
+        finally:
+            self.workspace.release()
 
 
 def context(device: int) -> Context:
@@ -159,113 +196,10 @@ def context(device: int) -> Context:
     return ctx
 
 
-def known(device: int) -> tuple[Context, dict] | None:
-    """For a hot path: this thread's :class:`Context` on ``device`` (bound to torch's current stream) and its
-    handle's prepared-call cache, or None where no call on that device has made them yet (``device`` -1, a CPU
-    tensor's, never has them)."""
-    ctx = _local.contexts.get(device)
-    if ctx is None:
-        return None
-    stream = _raw_stream(device)
-    if ctx.stream != stream:
-        ctx.rebind(stream)
-    c = ctx.handle.cache.get(_CACHE)
-    return None if c is None else (ctx, c)
-
-
-def handle(device: int) -> Handle:
-    """This thread's handle on ``device``, bound to torch's current stream of that device."""
-    return context(device).handle
-
-
-class Prepared:
-    """A built plan of ``graph`` on handle ``h``, bound positionally: :meth:`run` takes the data pointers of
-    ``tensors`` (the call's inputs, then its outputs); ``consts`` are (graph tensor, device array) pairs bound after
-    them on every call and kept alive here (attention's ALiBi slopes: cudnn-py device memory, outside torch's
-    allocator, so that no CUDA-graph memory pool holds them)."""
-
-    __slots__ = ("runner", "ws")
-
-    def __init__(self, h: Handle, graph: Graph, tensors: Sequence, consts: Sequence = ()):
-        self.runner = Runner(graph.plan, h, [*tensors, *(t for t, _ in consts)], consts=[c for _, c in consts],
-                             n_inputs=len(tensors))
-        self.ws = self.runner.workspace_size
-
-    def run(self, ctx: Context, ptrs: tuple) -> None:
-        """Execute on ``ctx``'s handle and stream (torch's current) with these data pointers and its workspace,
-        with ``ctx``'s device current (cuDNN runs on the current device, as torch's ops, which set theirs, do; a
-        kernel the dispatcher calls finds whichever device the program made current)."""
-        ptrs += self.runner.const_ptrs
-        if _current_device() == ctx.index:
-            self._run(ctx, ptrs)
-        else:
-            with torch.cuda.device(ctx.index):
-                self._run(ctx, ptrs)
-
-    def _run(self, ctx: Context, ptrs: tuple) -> None:
-        r = self.runner
-        if not self.ws:
-            r.execute(r.pack(ptrs, ptrs, None))
-            return
-        # per call: a workspace kept between calls would outlive a CUDA-graph pool's warm-up. A raw block of torch's
-        # caching allocator on the current device (as a tensor's, handed out again only to work queued after this
-        # on the same stream, or from a capture's pool), without a tensor around it
-        wsp = _raw_alloc(self.ws, ctx.stream)
-        try:
-            r.execute(r.pack(ptrs + (wsp,), ptrs, wsp))
-        finally:
-            _raw_delete(wsp)
-
-
-def prepared(h: Handle, key: tuple, make: Callable[[], Prepared]) -> Prepared:
-    """The :class:`Prepared` call of ``key`` on ``h``, made by ``make()`` on first use."""
-    return cached(h, _CACHE, key, make)
-
-
-class Ready:
-    """A fast-path entry: the :class:`Prepared` call ``p`` and the layouts (shape, strides, dtype) of ``outs``, the
-    outputs the checked call allocated for it; those at the indices ``bound`` are bound after the inputs, in that
-    order (the others, empty placeholders, are only returned), zero-filled first with ``zero`` (a padding mask leaves
-    rows unwritten)."""
-
-    __slots__ = ("p", "specs", "bound", "zero")
-
-    def __init__(self, p: Prepared, outs: Sequence[Tensor], bound: Sequence[int], zero: bool):
-        self.p, self.bound, self.zero = p, tuple(bound), zero
-        self.specs = tuple((o.shape, o.stride(), o.dtype) for o in outs)
-
-    def run(self, ctx: Context, ptrs: tuple) -> list[Tensor]:
-        """New outputs, computed from the inputs at ``ptrs`` on ``ctx`` (from :func:`known`)."""
-        dev = ctx.device
-        outs = [torch.empty_strided(s, st, dtype=dt, device=dev) for s, st, dt in self.specs]
-        bound = [outs[i] for i in self.bound]
-        if self.zero:
-            for x in bound:
-                x.zero_()
-        self.p.run(ctx, ptrs + tuple([x.data_ptr() for x in bound]))
-        return outs
-
-
-def remember(device: int, key: tuple, entry: Ready) -> None:
-    """Keep ``entry`` for ``key`` in this thread's prepared-call cache on ``device`` (read back through
-    :func:`known`)."""
-    handle_cache(context(device).handle, _CACHE)[key] = entry
-
-
-def replay(device: int, key: tuple, tensors: tuple) -> list[Tensor] | None:
-    """A repeat call of the configuration ``key`` remembered on ``device``: its :class:`Ready` entry run on the
-    present ``tensors`` (None entries skipped), returning the new outputs; None where nothing is remembered yet."""
-    hot = known(device)
-    ent = None if hot is None else hot[1].get(key)
-    if ent is None or hot is None:
-        return None
-    return ent.run(hot[0], tuple([t.data_ptr() for t in tensors if t is not None]))
-
-
 def cache_clear() -> None:
-    """Forget the prepared calls of this thread's handles (their plans are built again on next use)."""
+    """Forget the prepared calls of this thread's handles (made again, from their plans, on next use)."""
     for ctx in _local.contexts.values():
-        handle_cache(ctx.handle, _CACHE).clear()
+        handle_cache(ctx.handle, CACHE).clear()
 
 
 def eager(t: Any) -> bool:
