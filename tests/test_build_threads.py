@@ -226,3 +226,27 @@ def test_a_refused_sweep_leaves_no_database_behind(tmp_path, monkeypatch, capsys
     with pytest.raises(SystemExit):
         main(argv)
     assert path.is_file()
+
+
+# ------------------------------------------------------------------------------------------------ on a GPU
+
+@pytest.mark.gpu
+def test_plans_built_on_threads_are_the_ones_one_thread_builds_and_they_run(handle):
+    """Builder threads (their own CUDA context current, the handle shared) build the plans one thread builds, and a
+    sweep of them (built on 8 threads, timed with the L2 flushed before each sample) agrees with itself."""
+    import functools
+
+    from cudnn_py.graph.plans import Plan
+    from cudnn_py.tuning.models import model
+    from cudnn_py.tuning.sweep import Settings, measure, prepare, valid_record
+    p = next(p for p in model("resnet18").problems(2, "float16", "NHWC") if p.kind == "conv" and "r=3" in p.key)
+    prep = prepare(p, handle)
+    builds = [functools.partial(Plan.build, prep.graph, handle, c) for c in prep.configs.values()]
+    one, many = build_ahead(builds, 1, device=handle.device), build_ahead(builds, 8, device=handle.device)
+    assert [f.exception() is None for f in one] == [f.exception() is None for f in many]
+    assert [f.result().workspace_size for f in many if f.exception() is None] == \
+        [f.result().workspace_size for f in one if f.exception() is None]
+    rec = measure(p, handle, Settings(repeats=2, warmup=1, cold_l2=True), build_threads=8)
+    ok = [c for c in rec["configs"] if c["ok"]]
+    assert valid_record(rec) and ok and rec["race"]["build_threads"] == 8 and rec["settings"]["cold_l2"] is True
+    assert all(c["agrees"] for c in ok if c["checked"]), [(c["tag"], c["diff"]) for c in ok]
