@@ -187,8 +187,10 @@ def fake_graph_api(monkeypatch):
             return FakePlan(cfg.tag)
     monkeypatch.setattr(G, "Plan", Plan)
 
-    def time_plan(plan, h, pack, *, warmup, iters):
+    def time_plan(plan, h, pack, *, warmup, iters, flush=None):
         assert iters == 1
+        if flush is not None:
+            flush()
         timed.append((plan.tag, warmup))
         return times[plan.tag]
     monkeypatch.setattr(G, "time_plan", time_plan)
@@ -273,16 +275,18 @@ def test_cli_races_by_default_and_exhaustive_times_all(fake_graph_api, monkeypat
     assert "1 operations: 0 measured" in capsys.readouterr().out
 
 
-def test_workers_get_exhaustive(monkeypatch):
+def test_workers_get_exhaustive_cold_l2_and_build_threads(monkeypatch):
     import argparse
 
     from cudnn_py.cli import models as cli_models
     args = argparse.Namespace(model="resnet50", batch=32, dtype="float16", layout="NHWC", repeats=10, warmup=2,
                               modes="A", seq=None, layers=None, max_configs=None, legacy=False, remeasure=False,
-                              no_runtime_compilation=False, exhaustive=True)
-    assert "--exhaustive" in cli_models._worker_argv(args, "0/2", 0, "db.sqlite")
-    args.exhaustive = False
-    assert "--exhaustive" not in cli_models._worker_argv(args, "0/2", 0, "db.sqlite")
+                              no_runtime_compilation=False, exhaustive=True, cold_l2=True, build_threads=3)
+    argv = cli_models._worker_argv(args, "0/2", 0, "db.sqlite")
+    assert "--exhaustive" in argv and "--cold-l2" in argv and argv[argv.index("--build-threads") + 1] == "3"
+    args.exhaustive, args.cold_l2, args.build_threads = False, False, None
+    argv = cli_models._worker_argv(args, "0/2", 0, "db.sqlite")
+    assert not {"--exhaustive", "--cold-l2", "--build-threads"} & set(argv)
 
 
 def test_compare_counts_the_same_picks_of_a_race_against_an_exhaustive_run(tmp_path):
@@ -306,3 +310,121 @@ def test_compare_counts_the_same_picks_of_a_race_against_an_exhaustive_run(tmp_p
     assert info["common"] == 3 and info["same_best"] == 1 and info["a_best_within"] == 2
     assert "same best configuration in 1 of 3; A's best within 2% of B's best as B timed it in 2 of 3" in \
         rp.format_compare(changes, info, 0.02)
+
+
+# ------------------------------------------------------------------- plans built on threads, --cold-l2, the run
+
+
+def _without_timing(rec: dict) -> dict:
+    """A record without what depends on the clock or the thread count (build times, seconds by phase)."""
+    race = {k: v for k, v in rec["race"].items() if k not in ("seconds", "build_threads")}
+    return dict(rec, race=race, configs=[{k: v for k, v in c.items() if k != "build_ms"} for c in rec["configs"]])
+
+
+def test_a_record_is_the_same_whether_its_plans_were_built_on_one_thread_or_many(fake_graph_api, monkeypatch):
+    import threading
+    import time
+
+    import cudnn_py.graph as G
+    from cudnn_py.errors import CudnnNotSupportedError
+    builders: set[str] = set()
+
+    class Plan:
+        @staticmethod
+        def build(g, h, cfg):
+            builders.add(threading.current_thread().name)
+            time.sleep(0.001 * (5 - cfg.global_index))     # the first ones finish last
+            if cfg.tag == "eng3":
+                raise CudnnNotSupportedError("cudnnBackendFinalize", 3000, "eng3 does not build")
+            return FakePlan(cfg.tag)
+    monkeypatch.setattr(G, "Plan", Plan)
+    p = model("resnet50").problems(32, "float16", "NHWC")[0]
+    one = sw.measure(p, FakeHandle(), sw.Settings(repeats=3, warmup=1), build_threads=1)
+    assert builders == {threading.current_thread().name}
+    many = sw.measure(p, FakeHandle(), sw.Settings(repeats=3, warmup=1), build_threads=4)
+    assert len(builders) > 2 and one["race"]["build_threads"] == 1 and many["race"]["build_threads"] == 4
+    assert _without_timing(one) == _without_timing(many)
+    by = {c["tag"]: c for c in many["configs"]}
+    assert not by["eng3"]["ok"] and "eng3 does not build" in by["eng3"]["reason"]      # the builder's error
+    assert all(c["build_ms"] > 0 for c in many["configs"] if c["ok"])
+
+
+def test_cold_l2_flushes_before_every_sample_and_warm_and_cold_records_do_not_cover_each_other(
+        fake_graph_api, monkeypatch):
+    import cudnn_py.graph.plans as plans
+    flushes: list[int] = []
+    made: list[object] = []
+
+    def l2_flush(h):
+        made.append(h)
+        return lambda: flushes.append(1)
+    monkeypatch.setattr(plans, "l2_flush", l2_flush)
+    p = model("resnet50").problems(32, "float16", "NHWC")[0]
+    warm = sw.measure(p, FakeHandle(), sw.Settings(repeats=3, warmup=1))
+    assert not made and not flushes and warm["settings"]["cold_l2"] is False
+    n = len(fake_graph_api)
+    cold = sw.measure(p, FakeHandle(), sw.Settings(repeats=3, warmup=1, cold_l2=True))
+    assert len(made) == 1 and len(flushes) == len(fake_graph_api) - n > 0 and cold["settings"]["cold_l2"] is True
+    assert sw.covers(cold, sw.Settings(repeats=3, cold_l2=True)) and not sw.covers(cold, sw.Settings(repeats=3))
+    assert not sw.covers(warm, sw.Settings(repeats=3, cold_l2=True))
+    old = dict(warm, settings={k: v for k, v in warm["settings"].items() if k != "cold_l2"})
+    assert sw.covers(old, sw.Settings(repeats=3)) and not sw.covers(old, sw.Settings(repeats=3, cold_l2=True))
+
+
+def test_the_sweep_records_its_run_and_the_kernel_cache_it_started_with(fake_graph_api, monkeypatch, tmp_path):
+    import cudnn_py.handle
+    from cudnn_py.tuning import TuningDatabase
+    monkeypatch.setattr(cudnn_py.handle, "Handle", lambda device: FakeHandle())
+    monkeypatch.setenv("CUDA_CACHE_PATH", str(tmp_path / "kernels"))
+    monkeypatch.delenv("CUDA_CACHE_DISABLE", raising=False)
+    problems = model("resnet50").problems(32, "float16", "NHWC")[:2]
+    with TuningDatabase(tmp_path / "t.sqlite") as db:
+        records, measured = sw.sweep(problems, db, settings=sw.Settings(repeats=3, warmup=0), build_threads=2)
+        (run,) = db.records(sw.RUN_KIND)
+    assert measured == 2 and all(r["race"]["kernel_cache"] == "cold" for r in records.values())
+    v = run.value
+    assert v["measured"] == 2 and v["build_threads"] == 2 and v["kernel_cache"]["state"] == "cold"
+    assert v["keys"] == [p.key for p in problems] and v["phases"]["build"] >= 0 and v["settings"]["repeats"] == 3
+    summary = sw.time_summary(list(records.values()))
+    assert "plans built 2 at a time" in summary and "kernel cache cold" in summary
+
+
+def test_cli_cold_l2_and_build_threads_reach_the_sweep(fake_graph_api, monkeypatch, tmp_path, capsys):
+    import cudnn_py.handle
+    from cudnn_py.tuning import TuningDatabase
+    monkeypatch.setattr(cudnn_py.handle, "Handle", lambda device: FakeHandle())
+    monkeypatch.setattr("cudnn_py.graph.plans.l2_flush", lambda h: lambda: None)
+    assert main(_cli_argv(tmp_path, "--cold-l2", "--build-threads", "3")) == 0
+    out = capsys.readouterr().out
+    assert "plans built 3 at a time" in out and "kernel cache: " in out
+    with TuningDatabase(tmp_path / "t.sqlite") as db:
+        (rec,) = db.records(sw.KIND)
+    assert rec.value["settings"]["cold_l2"] is True and rec.value["race"]["build_threads"] == 3
+    with pytest.raises(SystemExit, match="--build-threads must be >= 1"):
+        main(_cli_argv(tmp_path, "--build-threads", "0"))
+
+
+def test_compare_lists_faster_and_slower_operations_with_step_totals(tmp_path):
+    from cudnn_py.tuning import Environment, TuningDatabase
+    from cudnn_py.tuning.sweep import KIND
+    p1, p2, p3 = model("resnet50").problems(32, "float16", "NHWC")[:3]
+
+    def rec(p, times, count):
+        return {"key": p.key, "op": p.kind, "pass": p.pass_, "dtype": "float16", "problem": "", "count": count,
+                "order": {"A": list(times)}, "settings": {},
+                "configs": [{"tag": t, "ok": True, "ms": ms, "agrees": True, "notes": []} for t, ms in times.items()]}
+    with TuningDatabase(tmp_path / "a.sqlite", environment=Environment("9.14.0", "GPU", "9.0", "13.0")) as a, \
+            TuningDatabase(tmp_path / "b.sqlite", environment=Environment("9.19.0", "GPU", "9.0", "13.0")) as b:
+        for p, ra, rb, n in ((p1, {"e1": 1.0, "e2": 2.0}, {"e1": 0.5, "e2": 2.0}, 2),    # B faster
+                             (p2, {"e1": 1.0, "e2": 2.0}, {"e1": 1.5, "e2": 2.0}, 1),    # B slower
+                             (p3, {"e1": 1.0, "e2": 2.0}, {"e1": 1.01, "e2": 2.0}, 3)):  # the same
+            a.record(KIND, p.key, rec(p, ra, n))
+            b.record(KIND, p.key, rec(p, rb, n))
+        changes, info = rp.compare(a, b, threshold=0.05)
+    assert [c.key for c in changes] == [p1.key, p2.key] and info["faster"] == 1 and info["slower"] == 1
+    assert info["totals"] == {"tuned_a": 6.0, "tuned_b": 5.53, "heuristic_a": 6.0, "heuristic_b": 5.53}
+    text = rp.format_compare(changes, info, 0.05)
+    assert "faster than A's by more than 5% in 1 operations, slower in 1" in text
+    assert "tuned A 6.000 ms, B 5.530 ms (B/A 0.922)" in text
+    lines = text.splitlines()
+    assert lines[-2].endswith("faster") and lines[-1].endswith("slower")

@@ -48,6 +48,11 @@ PRESETS = {
 }
 
 
+#: the usage line an argument mistake prints above its one-line error (``--help`` lists every option)
+USAGE = ("%(prog)s [--preset NAME | --input N,C,H,W --filter K,C,R,S] [--graph KIND | --model NAME | --compare A B "
+         "| --merge DB ...] [options]; every option: %(prog)s --help")
+
+
 def _int_list(text: str) -> tuple[int, ...]:
     try:
         vals = tuple(int(v) for v in text.split(","))
@@ -94,7 +99,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     :returns: the ``algos`` parser.
     """
     p = subparsers.add_parser("algos", help="time and check every convolution algorithm for one configuration",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, usage=USAGE)
     shape = p.add_argument_group("configuration (a preset, or --input and --filter)")
     shape.add_argument("--preset", choices=sorted(PRESETS), help="a named layer (shapes per image; see --batch)")
     shape.add_argument("--batch", type=int, default=32, help="batch size for a preset (default 32)")

@@ -52,6 +52,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "a race: configurations slower than 1.5x the best after their first sample stop being timed)")
     g.add_argument("--no-runtime-compilation", action="store_true", help="do not measure engines that compile at "
                    "run time (their builds take seconds)")
+    g.add_argument("--build-threads", type=int, default=None, metavar="N", help="build N plans at once (--model "
+                   "and --graph; default: the CPUs, at most 16); the timing stays one plan at a time")
+    g.add_argument("--cold-l2", action="store_true", help="time each sample as one execution after a write that "
+                   "evicts the L2 cache (default: back to back, the data warm in L2)")
     g.add_argument("--deterministic", action="store_true", help="pick only deterministic configurations")
     g.add_argument("--no-tf32", action="store_true", help="no tensor-core (TF32) configurations on float32 data")
     g.add_argument("--no-reduced-precision", action="store_true", help="no reduced-precision reductions")
@@ -111,7 +115,9 @@ def _worker_argv(args, shard: str, device: int, db_path: str) -> list[str]:
     for flag, value in (("--seq", args.seq), ("--layers", args.layers), ("--max-configs", args.max_configs)):
         if value is not None:
             argv += [flag, str(value)]
-    argv += ["--legacy"] * args.legacy + ["--exhaustive"] * args.exhaustive
+    if args.build_threads is not None:
+        argv += ["--build-threads", str(args.build_threads)]
+    argv += ["--legacy"] * args.legacy + ["--exhaustive"] * args.exhaustive + ["--cold-l2"] * args.cold_l2
     return argv + ["--remeasure"] * args.remeasure + ["--no-runtime-compilation"] * args.no_runtime_compilation
 
 
@@ -168,6 +174,16 @@ def _run(args: argparse.Namespace) -> int:
     return _sweep(args, rp)
 
 
+def _remove(db) -> None:
+    """Close ``db`` and delete its file (with SQLite's side files)."""
+    db.close()
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        try:
+            os.remove(f"{db.path}{suffix}")
+        except FileNotFoundError:
+            pass
+
+
 def _existing(path: str, flag: str) -> None:
     """Refuse a database that is read but does not exist (opening it would create an empty one)."""
     if path == ":memory:" or not os.path.isfile(path):
@@ -187,10 +203,11 @@ def _sweep(args, rp) -> int:
     modes = tuple(m.strip().upper() for m in args.modes.split(",") if m.strip())
     if not modes or set(modes) - {"A", "B", "FALLBACK"}:
         raise SystemExit(f"algos: --modes takes A, B, FALLBACK, got {args.modes!r}")
-    if args.repeats < 1 or args.warmup < 0 or any(v is not None and v < 1 for v in (args.layers, args.max_configs)):
-        raise SystemExit("algos: --repeats, --layers and --max-configs must be >= 1, --warmup >= 0")
+    if args.repeats < 1 or args.warmup < 0 or any(v is not None and v < 1 for v in (args.layers, args.max_configs,
+                                                                                    args.build_threads)):
+        raise SystemExit("algos: --repeats, --layers, --max-configs and --build-threads must be >= 1, --warmup >= 0")
     settings = Settings(modes, args.repeats, args.warmup, args.max_configs, not args.no_runtime_compilation,
-                        args.exhaustive)
+                        args.exhaustive, args.cold_l2)
     m = model(args.model, args.seq)
     try:
         problems = m.problems(args.batch, args.dtype, args.layout, legacy=args.legacy)
@@ -201,6 +218,7 @@ def _sweep(args, rp) -> int:
     problems = problems[:args.layers] if args.layers else problems
     shard = _shard(args.shard)
     mine = problems[shard[0]::shard[1]] if shard else problems
+    new_file = bool(args.db) and args.db != ":memory:" and not os.path.exists(args.db)
     db = _database(args)
     start = time.monotonic()
     devices = _devices(args.devices) if args.devices else None
@@ -210,8 +228,16 @@ def _sweep(args, rp) -> int:
         _run_workers(args, devices, db)
     from cudnn_py.cli.algos import progress_writer
     progress = None if args.quiet else progress_writer(sys.stderr.isatty())
-    records, measured = sweep(mine, db, device=args.device, settings=settings, remeasure=args.remeasure and not devices,
-                              progress=progress)
+    from cudnn_py.tuning.sweep import kernel_cache, kernel_cache_text
+    cache = kernel_cache()
+    try:
+        records, measured = sweep(mine, db, device=args.device, settings=settings,
+                                  remeasure=args.remeasure and not devices, progress=progress,
+                                  build_threads=args.build_threads)
+    except SystemExit:   # refused (no GPU): a database this run made, and left empty, goes
+        if new_file and db.count() == 0:
+            _remove(db)
+        raise
     if progress and sys.stderr.isatty():
         sys.stderr.write("\r\033[K")
     elapsed = time.monotonic() - start
@@ -226,6 +252,8 @@ def _sweep(args, rp) -> int:
     spent = time_summary([records[p.key] for p in mine if p.key in records])
     if spent:
         print(spent)
+    if measured:
+        print(kernel_cache_text(cache))
     print(rp.format_table(results))
     print(rp.format_totals(summary))
     if args.details:
@@ -234,7 +262,8 @@ def _sweep(args, rp) -> int:
                 print(rp.format_details(r, records[r.key], _filters(args)))
     meta = {"model": m.name, "description": m.description, "batch": args.batch, "dtype": args.dtype,
             "layout": args.layout, "filters": _filters(args).text(), "database": str(db.path or "memory"),
-            "environment": db.environment(args.device).text(), "elapsed_s": elapsed, "notes": list(m.notes)}
+            "environment": db.environment(args.device).text(), "elapsed_s": elapsed, "notes": list(m.notes),
+            "kernel_cache": cache, "cold_l2": args.cold_l2}
     if args.csv:
         rp.write_csv(results, args.csv)
     if args.json:

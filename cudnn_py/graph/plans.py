@@ -7,15 +7,24 @@
 * :func:`build_plans` builds the first (or every) plan, through the handle's cache (keyed by the graph's
   structure, shapes, dtypes and the options); :func:`autotune` times candidates. Both read and write the
   opt-in on-disk store of :mod:`cudnn_py.graph.plan_store` so a restarted program skips that work.
+* :func:`build_ahead` runs several builds at once on a pool of threads (:func:`default_build_threads`): a plan's
+  build is ``cudnnBackendFinalize``, mostly cuDNN's runtime compilation of its kernels, during which ctypes lets go
+  of the GIL. ``build_plans(policy="all")`` (so :func:`autotune`) and the tuning sweeps build their candidates so;
+  the timing stays one plan at a time on the GPU, after the builds.
 """
 from __future__ import annotations
 
 import copy
+import functools
+import itertools
 import json
 import math
+import os
 import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Sequence, TypeVar
 
 from cudnn_py import _loader, capi
 from cudnn_py.args import INT64_MAX, enum_member, int_arg
@@ -29,7 +38,7 @@ from .execute import CudaGraph, Executor, execute, ordered_pack
 
 __all__ = ["EngineConfig", "KnobInfo", "Plan", "heuristics", "engine_configs", "engine_config", "build_plans",
            "autotune", "time_plan", "plan_from_json", "plan_cache_clear", "plan_cache_info", "scratch_layout",
-           "HEUR_MODES"]
+           "HEUR_MODES", "build_ahead", "default_build_threads", "MAX_BUILD_THREADS", "l2_flush"]
 
 HEUR_MODES = {"A": capi.CUDNN_HEUR_MODE_A, "B": capi.CUDNN_HEUR_MODE_B, "FALLBACK": capi.CUDNN_HEUR_MODE_FALLBACK,
               "INSTANT": capi.CUDNN_HEUR_MODE_INSTANT}
@@ -154,6 +163,71 @@ def engine_configs(graph, handle) -> tuple[list[EngineConfig], list[tuple[str, s
         except CudnnError as e:
             bad.append((f"engine {i}", _reason(e)))
     return ok, bad
+
+
+#: the most threads :func:`default_build_threads` gives
+MAX_BUILD_THREADS = 16
+_T = TypeVar("_T")
+
+
+def default_build_threads() -> int:
+    """How many builds :func:`build_ahead` runs at once unless told: the CPUs this process may run on, at most
+    :data:`MAX_BUILD_THREADS`."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, MAX_BUILD_THREADS))
+
+
+def _make_current(device: int) -> None:
+    from cudnn_py.streams import get_device
+    get_device(device).set_current()  # cuDNN builds in the calling thread's CUDA context; a new thread has none
+
+
+def build_ahead(builds: Sequence[Callable[[], _T]], threads: int | None = None, *,
+                device: int | None = None) -> list[Future]:
+    """Run ``builds`` (callables that each build one thing, a plan) ``threads`` at a time and return their futures in
+    the order given, every one done: ``f.result()`` is what the build returned, or raises what it raised (a
+    :class:`~cudnn_py.errors.CudnnError` stays one).
+
+    :param threads: at most this many at once (None: :func:`default_build_threads`); 1 runs them one after the other
+        in the calling thread.
+    :param device: the CUDA device each worker thread makes current first (the handle's).
+    :raises InvalidValueError: for ``threads`` below 1.
+    """
+    threads = default_build_threads() if threads is None else int_arg(threads, "build threads", 1)
+    if threads == 1 or len(builds) <= 1:
+        done: list[Future] = []
+        for build in builds:
+            f: Future = Future()
+            try:
+                f.set_result(build())
+            except Exception as e:  # noqa: BLE001 - kept for the caller, as a worker thread's would be
+                f.set_exception(e)
+            done.append(f)
+        return done
+    pool = ThreadPoolExecutor(min(threads, len(builds)), thread_name_prefix="cudnn_py-build",
+                              initializer=None if device is None else functools.partial(_make_current, device))
+    try:
+        futures = [pool.submit(build) for build in builds]
+        wait(futures)
+    finally:  # an interrupt while waiting: the builds not started are cancelled, the running ones finish
+        pool.shutdown(wait=True, cancel_futures=True)
+    return futures
+
+
+def l2_flush(handle) -> Callable[[], None]:
+    """A callable that queues on ``handle``'s stream a write of a buffer twice the size of the device's L2 cache:
+    queued before a timed sample, it leaves none of the sample's data in L2 (see :func:`time_plan`'s ``flush``)."""
+    from cudnn_py.memory import empty
+    from cudnn_py.streams import get_device
+    l2 = int(get_device(handle.device).properties.l2_cache_size or 0) or 64 << 20
+    buf = empty((2 * l2 // 4,), "float32", stream=handle.stream, device=handle.device)
+
+    def flush() -> None:
+        buf.fill_(0.0, handle.stream)
+    return flush
 
 
 _SCRATCH_ALIGN = 256
@@ -360,18 +434,24 @@ def build_plans(graph, handle, modes: Sequence[str] = ("A", "FALLBACK"), *, poli
         raise _unsupported(graph, [], [("finalizing the operation graph", _reason(e))]) from e
     reasons: list[tuple[str, str]] = []
     plans: list[Plan] = []
-    seen = set()
-    for cfg in _candidates(graph, handle, modes, deterministic, runtime_compilation, reasons):
-        if cfg.tag in seen:
-            continue
-        seen.add(cfg.tag)
-        try:
-            plans.append(Plan.build(graph, handle, cfg))
-        except CudnnError as e:
-            reasons.append((f"{cfg.tag} ({cfg.source})", _reason(e)))
-            continue
-        if policy == "first" or (max_plans and len(plans) >= max_plans):
+    seen: set[str] = set()
+    fresh = (c for c in _candidates(graph, handle, modes, deterministic, runtime_compilation, reasons)
+             if not (c.tag in seen or seen.add(c.tag)))  # type: ignore[func-returns-value]
+    # 'first' builds one at a time (stopping at the first that builds); 'all' every candidate at once on a pool of
+    # threads (build_ahead), or as many at once as there are threads until max_plans have built
+    threads = default_build_threads()
+    batch_size = 1 if policy == "first" else (threads if max_plans else None)
+    device = getattr(handle, "device", None)
+    while batch := list(itertools.islice(fresh, batch_size)):
+        built = build_ahead([functools.partial(Plan.build, graph, handle, c) for c in batch], threads, device=device)
+        for cfg, f in zip(batch, built):
+            try:
+                plans.append(f.result())
+            except CudnnError as e:
+                reasons.append((f"{cfg.tag} ({cfg.source})", _reason(e)))
+        if (policy == "first" and plans) or (max_plans and len(plans) >= max_plans):
             break
+    plans = plans[:max_plans] if max_plans else plans
     if not plans:
         raise _unsupported(graph, modes, reasons)
     if cache:
@@ -380,16 +460,22 @@ def build_plans(graph, handle, modes: Sequence[str] = ("A", "FALLBACK"), *, poli
     return plans
 
 
-def time_plan(plan: Plan, handle, variant_pack: dict, *, warmup: int = 2, iters: int = 5) -> float:
+def time_plan(plan: Plan, handle, variant_pack: dict, *, warmup: int = 2, iters: int = 5,
+              flush: Callable[[], None] | None = None) -> float:
     """Median milliseconds per execution of ``plan`` on ``variant_pack``, over ``iters`` samples after ``warmup``
     untimed executions. A sample is :data:`SAMPLE_RUNS` executions between CUDA events on the handle's stream,
     held until all are queued (:func:`~cudnn_py.streams.timer` ``hold=True``): the GPU's time, not the launch
     latency of a call on an idle GPU (which made a 25 us kernel look 10 % slower than its neighbour) nor the host's
-    cost of queuing tiny executions (which hid a 25 us pooling plan among 4 us ones)."""
-    return _sample(plan, handle, variant_pack, warmup, iters)[0]
+    cost of queuing tiny executions (which hid a 25 us pooling plan among 4 us ones).
+
+    ``flush`` (an :func:`l2_flush`): called before each sample, outside the events; a sample is then one execution,
+    with its data evicted from the L2 cache (as in a network's step, where other layers ran in between) instead of
+    left there by the execution before it."""
+    return _sample(plan, handle, variant_pack, warmup, iters, flush)[0]
 
 
-def _sample(plan: Plan, handle, variant_pack: dict, warmup: int, iters: int) -> tuple[float, float]:
+def _sample(plan: Plan, handle, variant_pack: dict, warmup: int, iters: int,
+            flush: Callable[[], None] | None = None) -> tuple[float, float]:
     """(GPU, host) median milliseconds per execution of ``plan``: :func:`time_plan`'s samples, and the host's time
     to queue each sample's executions (perf_counter around them, the stream held: no waiting on the GPU)."""
     from cudnn_py.streams import timer
@@ -397,15 +483,18 @@ def _sample(plan: Plan, handle, variant_pack: dict, warmup: int, iters: int) -> 
     run = plan.executor(handle, *io)
     for _ in range(warmup):
         run(*arrays)
+    runs = SAMPLE_RUNS if flush is None else 1
     gpu: list[float] = []
     host: list[float] = []
     for _ in range(iters):
+        if flush is not None:
+            flush()
         with timer(handle.stream, hold=True) as t:
             start = time.perf_counter()
-            for _ in range(SAMPLE_RUNS):
+            for _ in range(runs):
                 run(*arrays)
-            host.append((time.perf_counter() - start) * 1e3 / SAMPLE_RUNS)
-        gpu.append(t.ms / SAMPLE_RUNS if t.ms is not None else float("nan"))
+            host.append((time.perf_counter() - start) * 1e3 / runs)
+        gpu.append(t.ms / runs if t.ms is not None else float("nan"))
     return sorted(gpu)[len(gpu) // 2], sorted(host)[len(host) // 2]
 
 

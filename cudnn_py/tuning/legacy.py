@@ -39,11 +39,12 @@ def config_count(p: Problem) -> int:
 
 def measure_legacy(p: Problem, h, settings, progress: Callable[[str], None] | Progress | None = None) -> dict:
     """Time the legacy algorithms of convolution problem ``p`` on handle ``h`` (``settings``: a
-    :class:`~cudnn_py.tuning.sweep.Settings`, of which repeats, warm-up and exhaustive apply); the record to
+    :class:`~cudnn_py.tuning.sweep.Settings`, of which repeats, warm-up, exhaustive and cold_l2 apply); the record to
     store. ``progress``: a :class:`~cudnn_py.tuning.compare.Progress` whose operation has begun, or a callable
     given its lines."""
     import cudnn_py.algorithms as alg
     from cudnn_py.errors import CudnnPyError
+    from cudnn_py.graph.plans import l2_flush
     from cudnn_py.memory import empty, to_device
     from cudnn_py.ops import conv_calls as cv
     from cudnn_py.streams import timer
@@ -55,7 +56,7 @@ def measure_legacy(p: Problem, h, settings, progress: Callable[[str], None] | Pr
     stored = asdict(settings)
     stored["modes"] = list(settings.modes)
     rec: dict = {"key": p.key, "op": p.kind, "pass": p.pass_, "dtype": p.dtype, "settings": stored, "api": "legacy",
-                 "order": {"A": []}, "configs": [], "problem": ""}
+                 "order": {"A": []}, "configs": [], "problem": "", "count": p.count}
     oh, ow = op.out_hw
     shapes = {"x": (p.batch, op.c, op.h, op.w), "w": (op.k, op.c, op.r, op.s), "y": (p.batch, op.k, oh, ow)}
     block = np.random.default_rng(0).standard_normal(1 << 20).astype(np.float32) * 0.5
@@ -106,9 +107,13 @@ def measure_legacy(p: Problem, h, settings, progress: Callable[[str], None] | Pr
         call(algo)
         return sample({out_name: out}, h.stream)
 
+    flush = l2_flush(h) if getattr(settings, "cold_l2", False) else None
+
     def time_sample(algo, warmup: int) -> float | None:
         for _ in range(warmup):
             call(algo)
+        if flush is not None:
+            flush()
         with timer(h.stream, hold=True) as t:
             call(algo)
         return t.ms

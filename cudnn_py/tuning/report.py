@@ -293,19 +293,37 @@ def _newest(db: TuningDatabase, kind: str) -> dict:
 def compare(a: TuningDatabase, b: TuningDatabase, threshold: float = MISS, filters: Filters = Filters(),
             kind: str = KIND) -> tuple[list[Change], dict]:
     """The operations measured in both databases whose best configuration changed or whose best time changed by
-    more than ``threshold`` (a fraction); returns (changes, {"a": environments, "b": ..., "common": n, "only_a": n,
-    "only_b": n, "same_best": n, "a_best_within": n}). Each side uses its newest record of a key.
+    more than ``threshold`` (a fraction), B's gains first; returns (changes, {"a": environments, "b": ..., "common":
+    n, "only_a": n, "only_b": n, "same_best": n, "a_best_within": n, "faster": n, "slower": n, "totals": {...}}).
+    Each side uses its newest record of a key.
+
+    ``faster`` / ``slower`` count the common operations whose best time in B is below / above A's by more than
+    ``threshold``; ``totals`` are one step's milliseconds over the common operations, each weighted by how often a
+    step runs it (the record's ``count``; 1 for a record without one, counted in ``uncounted``): ``tuned_a``,
+    ``tuned_b`` (the best configurations) and ``heuristic_a``, ``heuristic_b`` (the heuristic's picks, over the
+    operations where both sides have one): with two cuDNN versions on one GPU, what the new version changed.
 
     ``same_best`` counts the common operations whose best configuration is the same, ``a_best_within`` those
     whose A best, as B timed it, is within ``threshold`` of B's best: with B an ``--exhaustive`` run of the same
     machine and A a raced one, the issue's "same picks" measure (no run-to-run noise in it)."""
     ra, rb = _newest(a, kind), _newest(b, kind)
     changes = []
-    same = within = 0
+    same = within = faster = slower = uncounted = 0
+    totals = dict.fromkeys(("tuned_a", "tuned_b", "heuristic_a", "heuristic_b"), 0.0)
     for key in sorted(ra.keys() & rb.keys()):
         va, vb = ra[key].value, rb[key].value
-        _, best_a, _ = analyse_record(va, va.get("dtype", ""), filters)
-        usable_b, best_b, _ = analyse_record(vb, vb.get("dtype", ""), filters)
+        usable_a, best_a, picks_a = analyse_record(va, va.get("dtype", ""), filters)
+        usable_b, best_b, picks_b = analyse_record(vb, vb.get("dtype", ""), filters)
+        count = va.get("count") or vb.get("count")
+        uncounted += not isinstance(count, int)
+        count = count if isinstance(count, int) else 1
+        if best_a is not None and best_b is not None:
+            totals["tuned_a"] += usable_a[best_a]["ms"] * count
+            totals["tuned_b"] += usable_b[best_b]["ms"] * count
+        ha, hb = picks_a["heuristic"], picks_b["heuristic"]
+        if ha is not None and hb is not None:
+            totals["heuristic_a"] += usable_a[ha]["ms"] * count
+            totals["heuristic_b"] += usable_b[hb]["ms"] * count
         same += best_a == best_b
         if best_a == best_b or (best_a in usable_b and best_b is not None
                                 and usable_b[best_a]["ms"] <= (1 + threshold) * usable_b[best_b]["ms"]):
@@ -315,12 +333,17 @@ def compare(a: TuningDatabase, b: TuningDatabase, threshold: float = MISS, filte
         ratio = ms_b / ms_a if ms_a and ms_b is not None else None
         ch = Change(key, best_a, ms_a, best_b, ms_b, ratio, best_a != best_b,
                     ratio is None or abs(ratio - 1.0) > threshold)
+        if ratio is not None and ch.time_changed:
+            faster += ratio < 1.0
+            slower += ratio > 1.0
         if ch.best_changed or ch.time_changed:
             changes.append(ch)
+    changes.sort(key=lambda c: float("inf") if c.ratio is None else c.ratio)
     info = {"a": sorted({r.environment.text() for r in ra.values()}),
             "b": sorted({r.environment.text() for r in rb.values()}),
             "common": len(ra.keys() & rb.keys()), "only_a": len(ra.keys() - rb.keys()),
-            "only_b": len(rb.keys() - ra.keys()), "same_best": same, "a_best_within": within}
+            "only_b": len(rb.keys() - ra.keys()), "same_best": same, "a_best_within": within, "faster": faster,
+            "slower": slower, "totals": {k: round(v, 6) for k, v in totals.items()}, "uncounted": uncounted}
     return changes, info
 
 
@@ -332,11 +355,23 @@ def format_compare(changes: Sequence[Change], info: dict, threshold: float) -> s
     if "same_best" in info:
         lines.append(f"same best configuration in {info['same_best']} of {info['common']}; A's best within "
                      f"{100 * threshold:.0f}% of B's best as B timed it in {info['a_best_within']} of {info['common']}")
+    if "totals" in info:
+        t = info["totals"]
+
+        def ratio_text(a: float, b: float) -> str:
+            return f" (B/A {b / a:.3f})" if a else ""
+        lines.append(f"B's best faster than A's by more than {100 * threshold:.0f}% in {info['faster']} operations, "
+                     f"slower in {info['slower']}; one step over the {info['common']} common operations"
+                     + (f" ({info['uncounted']} without a count, weighed once)" if info["uncounted"] else "")
+                     + f": tuned A {t['tuned_a']:.3f} ms, B {t['tuned_b']:.3f} ms"
+                     f"{ratio_text(t['tuned_a'], t['tuned_b'])}; heuristic picks A {t['heuristic_a']:.3f} ms, B {t['heuristic_b']:.3f} ms"
+                     f"{ratio_text(t['heuristic_a'], t['heuristic_b'])}")
     if changes:
-        head = f"{'operation':<70}{'best A':>30}{'ms A':>10}{'best B':>30}{'ms B':>10}{'B/A':>7}"
+        head = f"{'operation':<70}{'best A':>30}{'ms A':>10}{'best B':>30}{'ms B':>10}{'B/A':>7}  B"
         lines += [head, "-" * len(head)]
         for c in changes:
             ratio = "-" if c.ratio is None else f"{c.ratio:.2f}"
+            way = "" if c.ratio is None or not c.time_changed else ("faster" if c.ratio < 1 else "slower")
             lines.append(f"{c.key[:69]:<70}{(c.best_a or '-')[:29]:>30}{_ms(c.ms_a):>10}{(c.best_b or '-')[:29]:>30}"
-                         f"{_ms(c.ms_b):>10}{ratio:>7}")
+                         f"{_ms(c.ms_b):>10}{ratio:>7}  {way}")
     return "\n".join(lines)

@@ -17,13 +17,23 @@ mode's order, the race's account (``race``: margin, counts, seconds by phase) an
 measured with, so the picks and regrets of any filter can be computed later (:mod:`cudnn_py.tuning.report`)
 without measuring again. A problem whose stored record :func:`covers` the settings asked for is not measured again
 (unless ``remeasure``).
+
+The plans of an operation are built before its timing, ``build_threads`` at a time on a pool of threads
+(:func:`cudnn_py.graph.plans.build_ahead`; the race's ``build`` seconds are then that phase's wall time); the timing
+stays one plan at a time on the GPU, with no build running. ``Settings(cold_l2=True)`` (``--cold-l2``) times each
+sample as one execution after a write of twice the L2 cache's size (:func:`cudnn_py.graph.plans.l2_flush`), outside
+the sample. How warm CUDA's kernel cache was (:func:`kernel_cache`) goes into each record's race account and into the
+run's record (kind :data:`RUN_KIND`): a sweep on an empty kernel cache compiles every runtime-compiled kernel.
 """
 from __future__ import annotations
 
+import functools
 import math
+import os
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from pathlib import Path
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -34,11 +44,13 @@ from cudnn_py.tuning_records.models import Attention, Conv, Linear, Norm, Proble
 
 from .compare import Progress, np_dtype, race, sample
 
-__all__ = ["KIND", "MODES", "Settings", "Prepared", "build_graph", "prepare", "run_prepared", "measure", "stored",
-           "sweep", "valid_record", "covers", "time_summary"]
+__all__ = ["KIND", "RUN_KIND", "MODES", "Settings", "Prepared", "build_graph", "prepare", "run_prepared", "measure",
+           "stored", "sweep", "valid_record", "covers", "time_summary", "kernel_cache", "kernel_cache_text"]
 
 #: the tuning database's kind for model-sweep records
 KIND = "layer_sweep"
+#: the tuning database's kind for the record of one sweep run (key: its start time and the first problem's key)
+RUN_KIND = "sweep_run"
 #: the heuristics modes whose configurations a sweep collects
 MODES = ("A", "B", "FALLBACK")
 
@@ -47,8 +59,8 @@ MODES = ("A", "B", "FALLBACK")
 class Settings:
     """How a sweep measures: the heuristics ``modes`` collected, timed runs (``repeats``, after ``warmup``), at most
     ``max_configs`` configurations of each mode (None: all), whether engines that compile at run time (slow to
-    build) are measured, and whether every configuration is timed and checked in full (``exhaustive``) instead of
-    racing (see the module doc)."""
+    build) are measured, whether every configuration is timed and checked in full (``exhaustive``) instead of
+    racing, and whether each sample starts with the L2 cache flushed (``cold_l2``; see the module doc)."""
 
     modes: tuple[str, ...] = MODES
     repeats: int = 10
@@ -56,6 +68,7 @@ class Settings:
     max_configs: int | None = None
     runtime_compilation: bool = True
     exhaustive: bool = False
+    cold_l2: bool = False
 
 
 def covers(rec: dict, settings: Settings) -> bool:
@@ -69,7 +82,9 @@ def covers(rec: dict, settings: Settings) -> bool:
             and (cap is None or (settings.max_configs is not None and cap >= settings.max_configs))
             and (got.get("runtime_compilation") is True or not settings.runtime_compilation)
             # a record from before racing (no "exhaustive") timed every configuration in full
-            and (got.get("exhaustive", True) is True or not settings.exhaustive))
+            and (got.get("exhaustive", True) is True or not settings.exhaustive)
+            # warm and cold L2 caches time different things: neither covers the other
+            and bool(got.get("cold_l2", False)) == settings.cold_l2)
 
 
 def _outputs(*tensors, layout: str | None = None) -> None:
@@ -218,7 +233,7 @@ def prepare(p: Problem, h, settings: Settings = Settings()) -> Prepared:
     from cudnn_py.errors import CudnnPyError
     t0 = time.perf_counter()
     rec: dict = {"key": p.key, "op": p.kind, "pass": p.pass_, "dtype": p.dtype, "settings": _settings_dict(settings),
-                 "order": {}, "configs": [], "problem": ""}
+                 "order": {}, "configs": [], "problem": "", "count": p.count}
     try:
         g = build_graph(p)
         g.lower(h)
@@ -240,11 +255,14 @@ def prepare(p: Problem, h, settings: Settings = Settings()) -> Prepared:
     return Prepared(p, rec, g, configs)
 
 
-def run_prepared(prep: Prepared, h, settings: Settings = Settings(), progress: Progress | None = None) -> dict:
-    """Time and check the configurations of a :func:`prepare`-d problem on handle ``h`` (a race, or every one in
-    full where ``settings.exhaustive``); the record :func:`sweep` stores (see the module doc)."""
+def run_prepared(prep: Prepared, h, settings: Settings = Settings(), progress: Progress | None = None,
+                 build_threads: int | None = None) -> dict:
+    """Build the plans of a :func:`prepare`-d problem on handle ``h`` (``build_threads`` at a time; None: as many as
+    :func:`~cudnn_py.graph.plans.default_build_threads`), then time and check them (a race, or every one in full
+    where ``settings.exhaustive``); the record :func:`sweep` stores (see the module doc)."""
     import cudnn_py.graph as G
     from cudnn_py.errors import CudnnPyError
+    from cudnn_py.graph.plans import build_ahead, default_build_threads, l2_flush
     rec, g = prep.rec, prep.graph
     if g is None:
         return rec
@@ -260,10 +278,21 @@ def run_prepared(prep: Prepared, h, settings: Settings = Settings(), progress: P
         rec["configs"].append(row)
         entries.append((row, cfg))
 
-    def build(row: dict, cfg) -> Any:
+    def build(row: dict, cfg) -> Any:   # in a builder thread: cuDNN's build, and the row's own fields
+        t0 = time.perf_counter()
         plan = G.Plan.build(g, h, cfg)
-        row["workspace"] = int(plan.workspace_size)
+        row["workspace"], row["build_ms"] = int(plan.workspace_size), (time.perf_counter() - t0) * 1e3
         return plan
+
+    threads = default_build_threads() if build_threads is None else build_threads
+    todo = [(row, cfg) for row, cfg in entries if not row["reason"]]
+    t0 = time.perf_counter()
+    built = dict(zip((row["tag"] for row, _ in todo), build_ahead(
+        [functools.partial(build, row, cfg) for row, cfg in todo], threads, device=getattr(h, "device", None))))
+    build_wall = time.perf_counter() - t0
+
+    def take(row: dict, cfg) -> Any:    # the race takes each plan built (or raises its build's error)
+        return built.pop(row["tag"]).result()
 
     def check(plan) -> list[np.ndarray]:
         for buf in outputs.values():
@@ -271,14 +300,19 @@ def run_prepared(prep: Prepared, h, settings: Settings = Settings(), progress: P
         plan.execute(h, pack)
         return sample(outputs, h.stream)
 
-    def time_sample(plan, warmup: int) -> float:
-        return G.time_plan(plan, h, pack, warmup=warmup, iters=1)
+    flush = l2_flush(h) if settings.cold_l2 else None
 
-    account = race(entries, build=build, time_sample=time_sample, check=check, orders=rec["order"],
+    def time_sample(plan, warmup: int) -> float:
+        return G.time_plan(plan, h, pack, warmup=warmup, iters=1, flush=flush)
+
+    account = race(entries, build=take, time_sample=time_sample, check=check, orders=rec["order"],
                    repeats=settings.repeats, warmup=settings.warmup, dtype=prep.problem.dtype,
                    exhaustive=settings.exhaustive, errors=(CudnnPyError, MemoryError), progress=progress)
     heuristics = rec.get("race", {}).get("seconds", {}).get("heuristics", 0.0)
-    account["seconds"] = {"heuristics": heuristics, **account["seconds"]}
+    seconds = account["seconds"]
+    seconds["build"] = round(seconds["build"] + build_wall, 4)
+    account["seconds"] = {"heuristics": heuristics, **seconds}
+    account["build_threads"] = threads
     rec["race"] = account
     return rec
 
@@ -293,13 +327,14 @@ def _progress(progress, key: str, configs: int) -> tuple[Progress, bool]:
 
 
 def measure(p: Problem, h, settings: Settings = Settings(),
-            progress: Callable[[str], None] | Progress | None = None) -> dict:
+            progress: Callable[[str], None] | Progress | None = None, build_threads: int | None = None) -> dict:
     """Build, time and check the configurations the heuristics modes offer for ``p`` on handle ``h`` (as
-    ``settings`` say: :func:`prepare` then :func:`run_prepared`); the record :func:`sweep` stores. ``progress``:
-    a :class:`~cudnn_py.tuning.compare.Progress` whose operation has begun, or a callable given its lines."""
+    ``settings`` say: :func:`prepare` then :func:`run_prepared`, ``build_threads`` builds at once); the record
+    :func:`sweep` stores. ``progress``: a :class:`~cudnn_py.tuning.compare.Progress` whose operation has begun, or a
+    callable given its lines."""
     prep = prepare(p, h, settings)
     prog, own = _progress(progress, p.key, len(prep.configs))
-    rec = run_prepared(prep, h, settings, prog)
+    rec = run_prepared(prep, h, settings, prog, build_threads)
     if own:
         prog.end()
     return rec
@@ -337,10 +372,51 @@ def stored(problems: Sequence[Problem], db: TuningDatabase, *, device: int = 0, 
     return out, todo
 
 
+def kernel_cache(environ: Mapping[str, str] | None = None) -> dict:
+    """Where CUDA keeps the kernels compiled at run time (the driver's JIT cache, which cuDNN's runtime-compiled
+    engines fill), and how full it is: ``{"state", "path", "bytes", "max_bytes"}``.
+
+    ``state`` is ``"disabled"`` (``CUDA_CACHE_DISABLE=1``: every process compiles every kernel again), ``"cold"``
+    (the folder is missing or holds no bytes: a sweep compiles every kernel) or ``"warm"``. ``path`` is
+    ``CUDA_CACHE_PATH``, else ``~/.nv/ComputeCache`` (``%APPDATA%\\NVIDIA\\ComputeCache`` on Windows);
+    ``max_bytes`` is ``CUDA_CACHE_MAXSIZE`` where set to a number (None: the driver's default)."""
+    env = os.environ if environ is None else environ
+    if env.get("CUDA_CACHE_PATH"):
+        path = Path(env["CUDA_CACHE_PATH"]).expanduser()
+    elif os.name == "nt":
+        path = Path(env.get("APPDATA", "~")).expanduser() / "NVIDIA" / "ComputeCache"
+    else:
+        path = Path(env.get("HOME") or Path.home()) / ".nv" / "ComputeCache"
+    size = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            try:
+                size += os.path.getsize(os.path.join(root, name))
+            except OSError:  # removed meanwhile, or unreadable
+                continue
+    maxsize = env.get("CUDA_CACHE_MAXSIZE", "")
+    state = "disabled" if env.get("CUDA_CACHE_DISABLE", "0").strip() == "1" else "warm" if size else "cold"
+    return {"state": state, "path": str(path), "bytes": size,
+            "max_bytes": int(maxsize) if maxsize.strip().isdigit() else None}
+
+
+def kernel_cache_text(cache: dict) -> str:
+    """One line on the kernel cache a sweep started with (a :func:`kernel_cache` dict)."""
+    if cache["state"] == "disabled":
+        return "kernel cache: disabled (CUDA_CACHE_DISABLE=1): every runtime-compiled kernel was compiled"
+    cap = f"; CUDA_CACHE_MAXSIZE {cache['max_bytes'] / 2**20:.0f} MiB" if cache.get("max_bytes") else ""
+    if cache["state"] == "cold":
+        return f"kernel cache: cold ({cache['path']} empty{cap}): every runtime-compiled kernel was compiled"
+    return f"kernel cache: warm ({cache['path']}, {cache['bytes'] / 2**20:.1f} MiB at the start{cap})"
+
+
 def sweep(problems: Sequence[Problem], db: TuningDatabase, *, device: int = 0, settings: Settings = Settings(),
-          remeasure: bool = False, progress: Callable[[str], None] | None = None) -> tuple[dict[str, dict], int]:
+          remeasure: bool = False, progress: Callable[[str], None] | None = None,
+          build_threads: int | None = None) -> tuple[dict[str, dict], int]:
     """The record of every problem: from ``db`` where it has one that :func:`covers` ``settings``, else measured on
-    ``device`` and stored.
+    ``device`` (``build_threads`` plan builds at once; None: :func:`~cudnn_py.graph.plans.default_build_threads`)
+    and stored, with a record of the run (kind :data:`RUN_KIND`: when, how many, the seconds by phase, the build
+    threads and the :func:`kernel_cache` it started with).
 
     :returns: ({problem key: record}, how many were measured).
     :raises SystemExit: when something must be measured and no cuDNN handle opens on ``device``.
@@ -348,7 +424,11 @@ def sweep(problems: Sequence[Problem], db: TuningDatabase, *, device: int = 0, s
     out, todo = stored(problems, db, device=device, settings=settings, remeasure=remeasure)
     if not todo:
         return out, 0
+    from cudnn_py.graph.plans import default_build_threads
     from cudnn_py.handle import Handle
+    cache = kernel_cache()     # before anything is built: the builds fill it
+    threads = default_build_threads() if build_threads is None else build_threads
+    started, t0 = time.strftime("%Y-%m-%dT%H:%M:%S"), time.monotonic()
     try:
         handle = Handle(device)
     except Exception as e:  # noqa: BLE001 - no GPU, no driver
@@ -375,10 +455,20 @@ def sweep(problems: Sequence[Problem], db: TuningDatabase, *, device: int = 0, s
                 from .legacy import measure_legacy
                 rec = measure_legacy(p, h, settings, prog)
             else:
-                rec = run_prepared(maybe, h, settings, prog)
+                rec = run_prepared(maybe, h, settings, prog, threads)
             prog.end()
+            if isinstance(rec.get("race"), dict):
+                rec["race"]["kernel_cache"] = cache["state"]
             db.record(KIND, p.key, rec, device=device)
             out[p.key] = rec
+    secs: dict[str, float] = {}
+    for p in todo:
+        for k, v in (out[p.key].get("race") or {}).get("seconds", {}).items():
+            secs[k] = round(secs.get(k, 0.0) + float(v), 4)
+    db.record(RUN_KIND, f"{started}|{todo[0].key}", {
+        "started": started, "seconds": round(time.monotonic() - t0, 3), "operations": len(problems),
+        "measured": len(todo), "keys": [p.key for p in todo], "settings": _settings_dict(settings),
+        "build_threads": threads, "kernel_cache": cache, "phases": secs}, device=device)
     return out, len(todo)
 
 
@@ -397,10 +487,14 @@ def time_summary(records: Sequence[dict]) -> str:
         for k, v in (a.get("seconds") or {}).items():
             secs[k] = secs.get(k, 0.0) + float(v)
     margin = {a.get("margin") for a in acc}
+    caches = sorted({a["kernel_cache"] for a in acc if a.get("kernel_cache")})
+    threads = sorted({a["build_threads"] for a in acc if a.get("build_threads")})
     how = "every one in full (--exhaustive)" if margin == {None} else \
         f"racing, pruned above {'/'.join(str(m) for m in sorted(m for m in margin if m is not None))}x the best"
     doubtful = sum(len(a.get("pruned_within_margin") or ()) for a in acc)
     return (f"measurement of {len(acc)} operations, {configs} configurations ({how}): "
             f"{sum(a['pruned'] for a in acc)} pruned after their first sample, {sum(a['checked'] for a in acc)} "
             f"outputs checked" + (f", {doubtful} pruned against a bar whose output disagreed" if doubtful else "")
-            + "; seconds: " + ", ".join(f"{k.replace('_', ' ')} {v:.1f}" for k, v in secs.items()))
+            + "; seconds: " + ", ".join(f"{k.replace('_', ' ')} {v:.1f}" for k, v in secs.items())
+            + (f"; plans built {'/'.join(map(str, threads))} at a time" if threads else "")
+            + (f"; kernel cache {'/'.join(caches)}" if caches else ""))
