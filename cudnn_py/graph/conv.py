@@ -104,8 +104,8 @@ def conv_forward(handle, x, w, *, padding=0, stride=1, dilation=1, bias=None, ac
 
 
 def _forward(handle, x, w, bias, activation, y, *, padding, stride, dilation, alpha, beta, compute_dtype, post_padding,
-             conv_mode, autotune):
-    """(:func:`conv_forward`'s y, the executor that ran it)."""
+             conv_mode, autotune, sink=False):
+    """(:func:`conv_forward`'s y, the executor that ran it: through its runner's sink with ``sink``)."""
     xa, wa = _arr(x, "x"), _arr(w, "w")
     ya = None if y is None else _arr(y, "y")
     ba = None
@@ -149,14 +149,15 @@ def _forward(handle, x, w, bias, activation, y, *, padding, stride, dilation, al
 
     ex, shape, strides, dt = cached(handle, _CACHE, key, make)
     ya = _out(handle, shape, dt, strides, ya, "y")
-    ex(xa, wa, ya) if ba is None else ex(xa, wa, ba, ya)
+    arrays = (xa, wa, ya) if ba is None else (xa, wa, ba, ya)
+    ex.runner.run(arrays) if sink else ex(*arrays)
     return (ya if y is None else y), ex
 
 
 def _backward(kind: str, handle, dy, other, out, out_shape, *, padding, stride, dilation, alpha, beta,
-              compute_dtype, post_padding, conv_mode, autotune):
+              compute_dtype, post_padding, conv_mode, autotune, sink=False):
     """(Backward data (``kind='dgrad'``: other = w, out = dx) or filter (``'wgrad'``: other = x, out = dw), its
-    executor)."""
+    executor: through its runner's sink with ``sink``)."""
     other_name, out_name, shape_name = ("w", "dx", "x_shape") if kind == "dgrad" else ("x", "dw", "w_shape")
     dya, oa = _arr(dy, "dy"), _arr(other, other_name)
     outa = None if out is None else _arr(out, out_name)
@@ -184,7 +185,7 @@ def _backward(kind: str, handle, dy, other, out, out_shape, *, padding, stride, 
 
     ex, shape, strides, dt = cached(handle, _CACHE, key, make)
     outa = _out(handle, shape, dt, strides, outa, out_name)
-    ex(dya, oa, outa)
+    ex.runner.run((dya, oa, outa)) if sink else ex(dya, oa, outa)
     return (outa if out is None else out), ex
 
 
@@ -276,6 +277,9 @@ def convolution(direction: str, handle, conv, a, b, out=None, *, engine: str = "
     :param bias, activation: forward only: one bias value per output channel and ``"relu"`` (or None), fused.
     :param executor: answer (output, the :class:`Executor` that ran it: its runner binds x, w, (bias,) y) instead.
 
+    The call runs through the runner's sink (:meth:`~cudnn_py.graph.runner.Runner.run_pointers`), which a prepared
+    call (:mod:`cudnn_py.prepared`) repeats.
+
     Plans are cached per configuration in the handle's ``"graph.conv"`` cache (benchmarks/conv_overhead.py: host
     time per call).
     """
@@ -305,7 +309,7 @@ def convolution(direction: str, handle, conv, a, b, out=None, *, engine: str = "
     key = ("convolution", direction, conv, a.shape, b.shape, o.shape if o is not None else
            None if shape is None else tuple(shape))
     params = cached(handle, _CACHE, key, lambda: _params(conv, direction, a.shape, b.shape, key[-1]))  # once
-    kw = dict(params, alpha=alpha, beta=beta, autotune=algo.lower() == "fastest")
+    kw = dict(params, alpha=alpha, beta=beta, autotune=algo.lower() == "fastest", sink=True)
     av, bv = _view(conv, a), _view(conv, b)
     ov = None if o is None else _view(conv, o)
     if direction == "forward":
