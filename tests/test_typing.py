@@ -17,6 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "tests" / "typing"
+NEEDS_MYPY = "mypy is in the test extra: pip install -e '.[test]' --config-settings editable_mode=compat"
 
 
 def _every_public_name() -> str:
@@ -42,7 +43,7 @@ USER_SCRIPTS = ("user_script.py", "misuse.py", "capi_port.py")
 
 @pytest.fixture(scope="module")
 def mypy_output(tmp_path_factory) -> str:
-    pytest.importorskip("mypy", reason="mypy is in the test extra: pip install -e '.[test]'")
+    pytest.importorskip("mypy", reason=NEEDS_MYPY)
     user = tmp_path_factory.mktemp("user")  # outside the checkout: no pyproject.toml, the package found on the path
     for name in USER_SCRIPTS:
         shutil.copy(SCRIPTS / name, user / name)
@@ -134,7 +135,7 @@ def test_the_installed_package_is_visible_to_mypy_outside_the_checkout(tmp_path)
     """Installed as the README says (an editable install in compat mode), ``mypy --strict`` on a user's script in
     another folder finds cudnn_py and its types (the default editable install's import hook hid it: 'Cannot find
     implementation or library stub for module named "cudnn_py"')."""
-    pytest.importorskip("mypy", reason="mypy is in the test extra: pip install -e '.[test]'")
+    pytest.importorskip("mypy", reason=NEEDS_MYPY)
     env = {k: v for k, v in __import__("os").environ.items() if k not in ("PYTHONPATH", "MYPYPATH")}
     found = subprocess.run([sys.executable, "-c", "import importlib.util as u; print(u.find_spec('cudnn_py'))"],
                            cwd=tmp_path, capture_output=True, text=True, env=env).stdout.strip()
@@ -146,3 +147,20 @@ def test_the_installed_package_is_visible_to_mypy_outside_the_checkout(tmp_path)
                        capture_output=True, text=True, env=env)
     assert "Cannot find implementation" not in r.stdout and r.returncode == 0, r.stdout + r.stderr
     assert "def [Out" in r.stdout and "-> cudnn_py.memory.DeviceArray | Out" in r.stdout, r.stdout
+
+
+def test_every_editable_install_line_uses_compat_mode(monkeypatch):
+    """Each ``pip install -e`` the project shows (README, docs, comments, the package's hints, the tests' skip
+    reasons) keeps the compat editable mode, without which the install hides cudnn_py from mypy (the test above)."""
+    from cudnn_py import _install
+    files = [ROOT / "README.md", ROOT / "pyproject.toml", *(ROOT / "docs").rglob("*.md"),
+             *(ROOT / "docs").rglob("*.py"), *(ROOT / "cudnn_py").rglob("*.py"), *(ROOT / "benchmarks").rglob("*.py"),
+             *(ROOT / "tests").rglob("*.py")]
+    shown = re.compile(r"pip install (-e|--editable) [.'\"]")  # a command (a regex that reads one has "\.")
+    lines = [f"{p.relative_to(ROOT)}:{i}: {line}" for p in files for i, line in enumerate(p.read_text().splitlines(), 1)
+             if shown.search(line) and "\\." not in line]
+    assert len(lines) >= 8
+    compat = (_install.EDITABLE_COMPAT, "EDITABLE_COMPAT}")  # written out, or _install's constant formatted in
+    assert [line for line in lines if not any(c in line for c in compat)] == []
+    monkeypatch.chdir(ROOT)  # the package's hints, from a checkout
+    assert _install.pip_install("bench") == f'pip install -e ".[bench]" {_install.EDITABLE_COMPAT}'
