@@ -94,8 +94,8 @@ _WHERE = {name: module for table in (_LAZY, _DEPRECATED) for module, names in ta
 
 if TYPE_CHECKING:  # what mypy sees: each name re-exported explicitly (``name as name``)
     from . import (algorithms as algorithms, capi as capi, descriptors as descriptors, dtypes as dtypes,
-                   graph as graph, handle as handle, memory as memory, ops as ops, streams as streams,
-                   workspace as workspace)
+                   errors as errors, graph as graph, handle as handle, log as log, memory as memory, nvtx as nvtx,
+                   ops as ops, streams as streams, workspace as workspace)
     from ._defaults import default_handle as default_handle
     from ._loader import library as library
     from .algorithms import (
@@ -183,24 +183,25 @@ def version() -> tuple[int, int, int]:
     return library().version
 
 
-def __getattr__(name: str) -> Any:
-    """Import a public name's module on first use (PEP 562) and cache the name here.
+if not TYPE_CHECKING:  # hidden from type checkers: they see the names above, so a misspelt name is an error
+    def __getattr__(name: str) -> Any:
+        """Import a public name's module on first use (PEP 562) and cache the name here.
 
-    Under the process-wide import lock (:mod:`cudnn_py._imports`): threads that touch lazy names at once import
-    one after the other, never into each other's half-initialized modules."""
-    module = _WHERE.get(name)
-    if module is None and name not in _SUBMODULES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    with _imports.locked():
-        g = globals()
-        if name in g:  # another thread imported it while this one waited
-            return g[name]
-        if module is not None:
-            value = getattr(importlib.import_module(module, __name__), name)
-        else:
-            value = importlib.import_module(f".{name}", __name__)
-        g[name] = value
-    return value
+        Under the process-wide import lock (:mod:`cudnn_py._imports`): threads that touch lazy names at once import
+        one after the other, never into each other's half-initialized modules."""
+        module = _WHERE.get(name)
+        if module is None and name not in _SUBMODULES:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        with _imports.locked():
+            g = globals()
+            if name in g:  # another thread imported it while this one waited
+                return g[name]
+            if module is not None:
+                value = getattr(importlib.import_module(module, __name__), name)
+            else:
+                value = importlib.import_module(f".{name}", __name__)
+            g[name] = value
+        return value
 
 
 def __dir__() -> list[str]:

@@ -1,5 +1,6 @@
-"""Install hints that work from where this copy of cudnn-py is: a checkout (``pip install -e ".[cu12]"``) or an
-installed wheel (``pip install 'cudnn-py[cu12]'``). Every message that tells the user to install something asks here.
+"""Install hints that work from where this copy of cudnn-py is: an installed wheel (``pip install 'cudnn-py[cu12]'``)
+or a checkout (``pip install -e ".[cu12]" --config-settings editable_mode=compat``). Every message that tells the
+user to install something asks here.
 """
 from __future__ import annotations
 
@@ -9,22 +10,25 @@ import os
 import urllib.parse
 from pathlib import Path
 
-__all__ = ["pip_install", "driver_extras", "installed_from", "cuda_major", "torch_install"]
+__all__ = ["pip_install", "driver_extras", "installed_from", "cuda_major", "torch_install", "EDITABLE_COMPAT"]
 
 _ROOT = Path(__file__).resolve().parent.parent
+#: what every editable install of cudnn-py adds: a plain path in the environment instead of setuptools' import hook,
+#: which hides the package from type checkers (mypy: 'Cannot find implementation or library stub')
+EDITABLE_COMPAT = "--config-settings editable_mode=compat"
 
 
 def pip_install(*extras: str) -> str:
     """The pip command that adds ``extras`` to this cudnn-py.
 
     In a checkout (a ``pyproject.toml`` beside the package: an editable install or a run from the tree) it installs
-    the checkout, named ``.`` when it is the working directory; for a (non-editable) install made from a checkout
+    the checkout editable in compat mode (:data:`EDITABLE_COMPAT`), named ``.`` when it is the working directory; for a (non-editable) install made from a checkout
     that is still there, that checkout again (pip's record of where it came from); otherwise the published package.
     """
     spec = f"[{','.join(extras)}]" if extras else ""
     if (_ROOT / "pyproject.toml").is_file():
         where = "." if Path(os.getcwd()).resolve() == _ROOT else str(_ROOT)
-        return f'pip install -e "{where}{spec}"'
+        return f'pip install -e "{where}{spec}" {EDITABLE_COMPAT}'
     source = installed_from()
     if source is not None:
         where = "." if Path(os.getcwd()).resolve() == Path(source).resolve() else source

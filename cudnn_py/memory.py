@@ -26,7 +26,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Callable, Protocol, Union, cast
+from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar, Union, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -324,6 +324,8 @@ class DeviceArray:
 #: library (torch, CuPy, JAX, numba) exposing DLPack or ``__cuda_array_interface__`` (defined after the class, so
 #: the alias holds the class itself and resolves in any module that uses it)
 DeviceArrayLike = Union[DeviceArray, _DLPackTensor, _CudaArrayInterface]
+#: an output array the caller passes, returned as given (a torch tensor in, the same tensor out)
+Out = TypeVar("Out", bound=DeviceArrayLike)
 
 
 def _layout(shape: Shape, dtype: npt.DTypeLike) -> tuple[tuple[int, ...], np.dtype[Any], int]:

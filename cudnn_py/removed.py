@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import enum
+from typing import NoReturn
 
 from .errors import FunctionNotAvailableError
 
@@ -135,7 +136,7 @@ class RemovedFunction:
         self.__name__ = name
         self.removed_in, self.replacement = REMOVED[name]
 
-    def __call__(self, *args):
+    def __call__(self, *args: object) -> NoReturn:
         raise FunctionNotAvailableError(f"{self.__name__} was removed in cuDNN {self.removed_in}; "
                                         f"use {self.replacement}")
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("pycparser", reason="the generator's tests need pycparser (pip install -e '.[test]')")
+pytest.importorskip("pycparser", reason="the generator's tests need pycparser "
+                    "(pip install -e '.[test]' --config-settings editable_mode=compat)")
 
 import cudnn_py
 from cudnn_py import capi

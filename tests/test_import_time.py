@@ -51,12 +51,15 @@ def test_lazy_table_and_type_checking_imports_agree():
     import cudnn_py
     tree = ast.parse((ROOT / "cudnn_py" / "__init__.py").read_text())
     block = next(n for n in tree.body if isinstance(n, ast.If) and getattr(n.test, "id", "") == "TYPE_CHECKING")
-    typed = {}
+    typed, submodules = {}, set()
     for node in block.body:
         if isinstance(node, ast.ImportFrom) and node.module:
             for alias in node.names:
                 typed[alias.name] = "." + node.module
+        elif isinstance(node, ast.ImportFrom):  # from . import module as module
+            submodules.update(alias.name for alias in node.names)
     assert typed == cudnn_py._WHERE
+    assert submodules == set(cudnn_py._SUBMODULES)
     errors = {n for n in cudnn_py.__all__ if n not in cudnn_py._WHERE} - {"__version__", "version"}
     assert errors == {n for n in vars(cudnn_py.errors) if n.endswith("Error")}
 

@@ -384,7 +384,8 @@ _GRAPH_SCRIPT = textwrap.dedent("""
 
 
 def test_graph_builder_pointwise_ops_pass_mypy_strict(tmp_path):
-    pytest.importorskip("mypy", reason="mypy is in the test extra: pip install -e '.[test]'")
+    pytest.importorskip("mypy", reason="mypy is in the test extra: "
+                        "pip install -e '.[test]' --config-settings editable_mode=compat")
     script = tmp_path / "user_graph.py"
     script.write_text(_GRAPH_SCRIPT)
     r = subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"), "--strict",

@@ -1,8 +1,11 @@
 """Print the :mod:`model` of the headers as the Python modules of ``cudnn_py.capi``."""
 from __future__ import annotations
 
+import enum
 import re
 from pathlib import Path
+
+from cudnn_py.removed import RemovedFunction, stand_ins
 
 from . import model
 
@@ -117,6 +120,7 @@ Functions are bound on first call: one the loaded library lacks raises
 :class:`cudnn_py.errors.FunctionNotAvailableError` then, never at import.
 """
 ''']
+    out.append("from typing import TYPE_CHECKING\n\n")
     out.extend(f"from .{h.module} import *  # noqa: F401,F403\n" for h in headers)
     out.append("".join(f"from .{h.module} import DEPRECATED as _d{i}\n" for i, h in enumerate(headers)))
     out.append(f'\nHEADERS_VERSION = {version!r}\n')
@@ -129,8 +133,24 @@ Functions are bound on first call: one the loaded library lacks raises
                "# handle types (so a port reaches that error); names the headers declare again are left alone\n")
     out.append("from ..removed import stand_ins as _stand_ins\n\n")
     out.append("_REMOVED = _stand_ins(globals())\nglobals().update(_REMOVED)\n")
-    names = sorted({n for h in headers for n in h.names()})
-    out.append(f"\n__all__ = {names!r} + sorted(_REMOVED)\n")
+    names = {n for h in headers for n in h.names()}
+    removed = stand_ins(dict.fromkeys(names))
+    out.append(_removed_for_type_checkers(removed))
+    # a literal list, so that type checkers see what ``from cudnn_py.capi import *`` defines
+    out.append(f"\n__all__ = {sorted(names | set(removed))!r}\n")
+    return "".join(out)
+
+
+def _removed_for_type_checkers(removed: dict[str, object]) -> str:
+    """The stand-ins of :func:`cudnn_py.removed.stand_ins` declared for type checkers (``globals().update`` is
+    invisible to them): the removed types imported, each removed function a ``RemovedFunction``, each member of a
+    removed enum its enum type."""
+    types = sorted(n for n, o in removed.items() if isinstance(o, type))
+    out = ["\nif TYPE_CHECKING:  # the stand-ins above, as type checkers see them\n",
+           "    from ..removed import RemovedFunction as _RemovedFunction\n"]
+    out.extend(f"    from ..removed import {n} as {n}\n" for n in types)
+    out.extend(f"    {n}: _RemovedFunction\n" for n, o in sorted(removed.items()) if isinstance(o, RemovedFunction))
+    out.extend(f"    {n}: {type(o).__name__}\n" for n, o in sorted(removed.items()) if isinstance(o, enum.Enum))
     return "".join(out)
 
 

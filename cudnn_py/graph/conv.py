@@ -11,17 +11,20 @@ with the same shapes, strides, dtypes and parameters is a dict lookup and an :cl
 """
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 
 from cudnn_py.algorithms import is_choice
 from cudnn_py.args import float_arg, ints, shape_arg
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
-from cudnn_py.memory import DeviceArray, as_array
+from cudnn_py.handle import Handle
+from cudnn_py.memory import DeviceArray, DeviceArrayLike, Out, as_array
 from cudnn_py.conv_layout import logical, physical, unit_height
 
 from .execute import Executor
-from .graph import Graph, packed_strides
+from .graph import DataTypeLike, Graph, packed_strides
 from .runner import cache_clear, cached, new_output, plan_graph
 
 __all__ = ["conv_forward", "conv_backward_data", "conv_backward_filter", "convolution", "ACTIVATIONS", "DTYPES",
@@ -54,7 +57,7 @@ def _check_dtypes(kind: str, dtypes, compute_dtype) -> None:
 _CACHE = "graph.conv"
 
 
-def conv_cache_clear(handle) -> None:
+def conv_cache_clear(handle: Handle) -> None:
     """Forget the convolution plans and executors built for ``handle``."""
     cache_clear(handle, _CACHE)
 
@@ -90,9 +93,12 @@ def _executor(g: Graph, handle, tensors, arrays, autotune: bool) -> Executor:
     return g.executor(handle, *tensors, identity_cache=1)
 
 
-def conv_forward(handle, x, w, *, padding=0, stride=1, dilation=1, bias=None, activation: str | None = None,
-                 y=None, alpha: float = 1.0, beta: float = 0.0, compute_dtype=None, post_padding=None,
-                 conv_mode="cross_correlation", autotune: bool = False):
+def conv_forward(handle: Handle, x: DeviceArrayLike, w: DeviceArrayLike, *, padding: int | Sequence[int] = 0,
+                 stride: int | Sequence[int] = 1, dilation: int | Sequence[int] = 1,
+                 bias: DeviceArrayLike | None = None, activation: str | None = None, y: Out | None = None,
+                 alpha: float = 1.0, beta: float = 0.0,
+                 compute_dtype: DataTypeLike | None = None, post_padding: int | Sequence[int] | None = None,
+                 conv_mode: str = "cross_correlation", autotune: bool = False) -> DeviceArray | Out:
     """y = activation(alpha * conv(x, w) + beta * y + bias) as one cached graph; returns y.
 
     x (N, C, *spatial) and w (K, C/groups, *kernel) in any layout the strides describe (NCHW or NHWC);
@@ -189,18 +195,23 @@ def _backward(kind: str, handle, dy, other, out, out_shape, *, padding, stride, 
     return (outa if out is None else out), ex
 
 
-def conv_backward_data(handle, dy, w, *, padding=0, stride=1, dilation=1, dx=None, x_shape=None,
-                       alpha: float = 1.0, beta: float = 0.0, compute_dtype=None, post_padding=None,
-                       conv_mode="cross_correlation", autotune: bool = False):
+def conv_backward_data(handle: Handle, dy: DeviceArrayLike, w: DeviceArrayLike, *, padding: int | Sequence[int] = 0,
+                       stride: int | Sequence[int] = 1, dilation: int | Sequence[int] = 1, dx: Out | None = None,
+                       x_shape: Sequence[int] | None = None, alpha: float = 1.0, beta: float = 0.0,
+                       compute_dtype: DataTypeLike | None = None, post_padding: int | Sequence[int] | None = None,
+                       conv_mode: str = "cross_correlation", autotune: bool = False) -> DeviceArray | Out:
     """dx = alpha * conv_bwd_data(dy, w) + beta * dx via a cached graph plan; returns dx."""
     return _backward("dgrad", handle, dy, w, dx, x_shape, padding=padding, stride=stride, dilation=dilation,
                      alpha=alpha, beta=beta, compute_dtype=compute_dtype, post_padding=post_padding,
                      conv_mode=conv_mode, autotune=autotune)[0]
 
 
-def conv_backward_filter(handle, dy, x, *, padding=0, stride=1, dilation=1, dw=None, w_shape=None,
-                         alpha: float = 1.0, beta: float = 0.0, compute_dtype=None, post_padding=None,
-                         conv_mode="cross_correlation", autotune: bool = False):
+def conv_backward_filter(handle: Handle, dy: DeviceArrayLike, x: DeviceArrayLike, *,
+                         padding: int | Sequence[int] = 0, stride: int | Sequence[int] = 1,
+                         dilation: int | Sequence[int] = 1, dw: Out | None = None, w_shape: Sequence[int] | None = None,
+                         alpha: float = 1.0, beta: float = 0.0, compute_dtype: DataTypeLike | None = None,
+                         post_padding: int | Sequence[int] | None = None, conv_mode: str = "cross_correlation",
+                         autotune: bool = False) -> DeviceArray | Out:
     """dw = alpha * conv_bwd_filter(dy, x) + beta * dw via a cached graph plan; returns dw."""
     return _backward("wgrad", handle, dy, x, dw, w_shape, padding=padding, stride=stride, dilation=dilation,
                      alpha=alpha, beta=beta, compute_dtype=compute_dtype, post_padding=post_padding,

@@ -10,7 +10,6 @@ from __future__ import annotations
 import ctypes
 import math
 from collections.abc import Sequence
-from typing import TypeVar
 
 import numpy as np
 
@@ -23,12 +22,10 @@ from cudnn_py.recording import Address, WorkspaceArg
 from cudnn_py.strided import preserved_strides
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype, scalar
 from cudnn_py.memory import DeviceArray, DeviceArrayLike, as_array, empty
+from cudnn_py.memory import Out as Out  # re-exported: the families take it from here
 from cudnn_py._deprecation import warn
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.graph.runner import new_output
-
-#: an output array the caller passes, returned as given (a torch tensor in, the same tensor out)
-Out = TypeVar("Out", bound=DeviceArrayLike)
 
 #: float16, float32, float64 (bfloat16 is accepted by ``check_array(..., floating=True)`` besides these)
 FLOATS = frozenset(np.dtype(d) for d in ("float16", "float32", "float64"))

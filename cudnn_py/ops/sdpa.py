@@ -22,21 +22,24 @@ per-tensor descale/scale factors and amax outputs; of the options they take ``sc
 """
 from __future__ import annotations
 
-from typing import Any, Literal, NamedTuple, overload
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypedDict, overload
 
 from cudnn_py._deprecation import renamed_kwargs, warn
 from cudnn_py.args import bool_arg
 from cudnn_py.errors import InvalidValueError
-from cudnn_py.graph.ops.sdpa import FP8_BACKWARD_SCALES, FP8_FORWARD_SCALES
+from cudnn_py.graph.ops.sdpa import FP8_BACKWARD_SCALES, FP8_FORWARD_SCALES, SdpaOptionKeywords
 from cudnn_py.graph.ops.sdpa_options import SdpaOptions, fp8_only
 from cudnn_py.graph.plans import Plan
 from cudnn_py.graph.runner import Runner, cache_clear
-from cudnn_py.handle import handle_arg
-from cudnn_py.memory import DeviceArrayLike
+from cudnn_py.handle import Handle, handle_arg
+from cudnn_py.memory import DeviceArray, DeviceArrayLike, Out
 
 from cudnn_py.prepared import CACHE as PREPARED, prepared
 
 from .sdpa_args import CACHE, SdpaArgs, alibi_slopes, device_tensor
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["Sdpa", "SdpaOptions", "sdpa", "sdpa_backward", "sdpa_fp8", "sdpa_fp8_backward", "sdpa_cache_clear",
            "alibi_slopes", "SdpaOutputs", "SdpaGrads", "SdpaGradsWithBias", "SdpaGradsWithSink",
@@ -48,40 +51,68 @@ _RENAMED = {"ragged_offset_kv": "ragged_offset_k"}
 
 class SdpaOutputs(NamedTuple):
     """What :meth:`Sdpa.execute` returns, and :func:`sdpa` with ``return_stats=True``."""
-    o: Any               #: the attention output (the caller's ``o``, or a new DeviceArray)
-    stats: Any | None    #: the softmax statistics (log-sum-exp per query row) the backward takes, or None
+    o: DeviceArray               #: the attention output (the caller's ``o``, or a new array)
+    stats: DeviceArray | None    #: the softmax statistics (log-sum-exp per query row) the backward takes, or None
 
 
 class SdpaGrads(NamedTuple):
     """What :func:`sdpa_backward` returns."""
-    dq: Any
-    dk: Any
-    dv: Any
+    dq: DeviceArray
+    dk: DeviceArray
+    dv: DeviceArray
 
 
 class SdpaGradsWithBias(NamedTuple):
     """What :func:`sdpa_backward` returns with ``return_dbias=True``."""
-    dq: Any
-    dk: Any
-    dv: Any
-    dbias: Any
+    dq: DeviceArray
+    dk: DeviceArray
+    dv: DeviceArray
+    dbias: DeviceArray
 
 
 class SdpaGradsWithSink(NamedTuple):
     """What :func:`sdpa_backward` returns with ``return_dsink=True``."""
-    dq: Any
-    dk: Any
-    dv: Any
-    dsink: Any  #: (1, Hq, 1, 1) float32: the gradient of the sink
+    dq: DeviceArray
+    dk: DeviceArray
+    dv: DeviceArray
+    dsink: DeviceArray  #: (1, Hq, 1, 1) float32: the gradient of the sink
 
 
 class SdpaGradsWithBiasAndSink(NamedTuple):
     """What :func:`sdpa_backward` returns with ``return_dbias=True`` and ``return_dsink=True``."""
-    dq: Any
-    dk: Any
-    dv: Any
-    dbias: Any
-    dsink: Any
+    dq: DeviceArray
+    dk: DeviceArray
+    dv: DeviceArray
+    dbias: DeviceArray
+    dsink: DeviceArray
+
+
+# -- the keywords of the entry points, for type checkers (``**kwargs: Unpack[...]`` in the overloads below) --------
+class _SdpaInputs(TypedDict, total=False):
+    """The optional tensors of :func:`sdpa` and :func:`sdpa_backward` (see :func:`sdpa`), and ``autotune``."""
+    bias: DeviceArrayLike | None
+    seq_len_q: DeviceArrayLike | None
+    seq_len_kv: DeviceArrayLike | None
+    ragged_offset_q: DeviceArrayLike | None
+    ragged_offset_k: DeviceArrayLike | None
+    seed: int | DeviceArrayLike | None
+    offset: int | DeviceArrayLike | None
+    sink: DeviceArrayLike | None
+    autotune: bool
+
+
+class _SdpaKeywords(_SdpaInputs, SdpaOptionKeywords, total=False):
+    """What :func:`sdpa` takes as keywords besides ``return_stats``, ``o`` and ``stats``."""
+    page_table_k: DeviceArrayLike | None
+    page_table_v: DeviceArrayLike | None
+
+
+class _SdpaBackwardKeywords(_SdpaInputs, SdpaOptionKeywords, total=False):
+    """What :func:`sdpa_backward` takes as keywords besides ``return_dbias``, ``dbias``, ``return_dsink`` and
+    ``dsink``."""
+    dq: DeviceArrayLike | None
+    dk: DeviceArrayLike | None
+    dv: DeviceArrayLike | None
 
 
 #: the array arguments of the forward (and, the first ten, of the backward), by name
@@ -89,7 +120,7 @@ _SDPA_INPUTS = ("q", "k", "v", "bias", "seq_len_q", "seq_len_kv", "ragged_offset
                 "page_table_k", "page_table_v", "sink")
 
 
-def sdpa_cache_clear(handle: Any) -> None:
+def sdpa_cache_clear(handle: Handle) -> None:
     """Forget the attention plans, executors and scratch buffers built for ``handle`` (and its prepared calls)."""
     cache_clear(handle_arg(handle), CACHE, PREPARED)
 
@@ -111,12 +142,16 @@ class Sdpa:
     The other keywords are the tensors of :func:`sdpa`.
     """
 
-    def __init__(self, handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayLike,
-                 options: SdpaOptions | None = None, *, bias: Any = None, seq_len_q: Any = None,
-                 seq_len_kv: Any = None, ragged_offset_q: Any = None, ragged_offset_k: Any = None, seed: Any = None,
-                 offset: Any = None, page_table_k: Any = None, page_table_v: Any = None, sink: Any = None,
-                 return_stats: bool = False, o: Any = None, stats: Any = None, **keywords: Any):
+    def __init__(self, handle: Handle, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayLike,
+                 options: SdpaOptions | None = None, *, bias: DeviceArrayLike | None = None,
+                 seq_len_q: DeviceArrayLike | None = None, seq_len_kv: DeviceArrayLike | None = None,
+                 ragged_offset_q: DeviceArrayLike | None = None, ragged_offset_k: DeviceArrayLike | None = None,
+                 seed: int | DeviceArrayLike | None = None, offset: int | DeviceArrayLike | None = None,
+                 page_table_k: DeviceArrayLike | None = None, page_table_v: DeviceArrayLike | None = None,
+                 sink: DeviceArrayLike | None = None, return_stats: bool = False, o: DeviceArrayLike | None = None,
+                 stats: DeviceArrayLike | None = None, **options_keywords: Unpack[SdpaOptionKeywords]):
         handle = handle_arg(handle)
+        keywords: dict[str, Any] = dict(options_keywords)  # with the deprecated spellings type checkers refuse
         deprecated = {n: keywords.pop(n) for n in list(keywords) if n in _RENAMED}
         ragged_offset_k = _renamed("Sdpa", deprecated, ragged_offset_k)
         self.handle, self.options = handle, SdpaOptions.of(options, keywords, "Sdpa")
@@ -156,20 +191,23 @@ class Sdpa:
 
 
 @overload
-def sdpa(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayLike, options: SdpaOptions | None = ...,
-         *, return_stats: Literal[False] = ..., stats: None = ..., **kwargs: Any) -> Any: ...
+def sdpa(handle: Handle, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayLike,
+         options: SdpaOptions | None = ..., *, return_stats: Literal[False] = ..., o: Out | None = ...,
+         stats: None = ..., **kwargs: Unpack[_SdpaKeywords]) -> DeviceArray | Out: ...
 @overload  # noqa: E302
-def sdpa(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayLike, options: SdpaOptions | None = ...,
-         *, return_stats: Literal[True], **kwargs: Any) -> SdpaOutputs: ...
+def sdpa(handle: Handle, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayLike,
+         options: SdpaOptions | None = ..., *, return_stats: Literal[True], o: DeviceArrayLike | None = ...,
+         stats: DeviceArrayLike | None = ..., **kwargs: Unpack[_SdpaKeywords]) -> SdpaOutputs: ...
 @prepared(inputs=_SDPA_INPUTS, outputs=("o", "stats"), inplace=False)  # noqa: E302
-def sdpa(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayLike,
+def sdpa(handle: Handle, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayLike,
          options: SdpaOptions | None = None, *, bias: Any = None, seq_len_q: Any = None, seq_len_kv: Any = None,
          ragged_offset_q: Any = None, ragged_offset_k: Any = None, seed: Any = None, offset: Any = None,
          page_table_k: Any = None, page_table_v: Any = None, sink: Any = None, return_stats: bool = False,
          o: Any = None, stats: Any = None, autotune: bool = False, scale: float | None = None, causal: bool = False,
          diagonal_alignment: str = "top_left", left_bound: int | None = None, right_bound: int | None = None,
          alibi: Any = False, dropout: float = 0.0, max_seq_len_q: int | None = None,
-         max_seq_len_kv: int | None = None, implementation: str = "auto", **deprecated: Any) -> Any:
+         max_seq_len_kv: int | None = None, implementation: str = "auto",
+         **deprecated: Any) -> DeviceArrayLike | SdpaOutputs:
     """Attention forward: ``o = softmax(mask(scale * q k^T + bias)) v`` in one fused cuDNN kernel.
 
     :param handle: the :class:`~cudnn_py.Handle` (plans are cached on it).
@@ -222,28 +260,31 @@ def sdpa(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayLike
 
 
 @overload
-def sdpa_backward(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayLike, o: DeviceArrayLike,
+def sdpa_backward(handle: Handle, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayLike, o: DeviceArrayLike,
                   do: DeviceArrayLike, stats: DeviceArrayLike, options: SdpaOptions | None = ..., *,
                   return_dbias: Literal[False] = ..., dbias: None = ..., return_dsink: Literal[False] = ...,
-                  **kwargs: Any) -> SdpaGrads: ...
+                  dsink: None = ..., **kwargs: Unpack[_SdpaBackwardKeywords]) -> SdpaGrads: ...
 @overload  # noqa: E302
-def sdpa_backward(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayLike, o: DeviceArrayLike,
+def sdpa_backward(handle: Handle, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayLike, o: DeviceArrayLike,
                   do: DeviceArrayLike, stats: DeviceArrayLike, options: SdpaOptions | None = ..., *,
-                  return_dbias: Literal[True], return_dsink: Literal[False] = ...,
-                  **kwargs: Any) -> SdpaGradsWithBias: ...
+                  return_dbias: Literal[True], dbias: DeviceArrayLike | None = ...,
+                  return_dsink: Literal[False] = ..., dsink: None = ...,
+                  **kwargs: Unpack[_SdpaBackwardKeywords]) -> SdpaGradsWithBias: ...
 @overload  # noqa: E302
-def sdpa_backward(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayLike, o: DeviceArrayLike,
+def sdpa_backward(handle: Handle, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayLike, o: DeviceArrayLike,
                   do: DeviceArrayLike, stats: DeviceArrayLike, options: SdpaOptions | None = ..., *,
                   return_dbias: Literal[False] = ..., dbias: None = ..., return_dsink: Literal[True],
-                  **kwargs: Any) -> SdpaGradsWithSink: ...
+                  dsink: DeviceArrayLike | None = ...,
+                  **kwargs: Unpack[_SdpaBackwardKeywords]) -> SdpaGradsWithSink: ...
 @overload  # noqa: E302
-def sdpa_backward(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayLike, o: DeviceArrayLike,
+def sdpa_backward(handle: Handle, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayLike, o: DeviceArrayLike,
                   do: DeviceArrayLike, stats: DeviceArrayLike, options: SdpaOptions | None = ..., *,
-                  return_dbias: Literal[True], return_dsink: Literal[True],
-                  **kwargs: Any) -> SdpaGradsWithBiasAndSink: ...
+                  return_dbias: Literal[True], dbias: DeviceArrayLike | None = ..., return_dsink: Literal[True],
+                  dsink: DeviceArrayLike | None = ...,
+                  **kwargs: Unpack[_SdpaBackwardKeywords]) -> SdpaGradsWithBiasAndSink: ...
 @prepared(inputs=("o", "do", "stats", *_SDPA_INPUTS[:10], "sink"), outputs=("dq", "dk", "dv", "dbias", "dsink"),
           inplace=False)  # noqa: E302
-def sdpa_backward(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayLike,
+def sdpa_backward(handle: Handle, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayLike,
                   o: DeviceArrayLike, do: DeviceArrayLike, stats: DeviceArrayLike, options: SdpaOptions | None = None,
                   *, bias: Any = None, return_dbias: bool = False, seq_len_q: Any = None, seq_len_kv: Any = None,
                   ragged_offset_q: Any = None, ragged_offset_k: Any = None, seed: Any = None, offset: Any = None,
@@ -252,7 +293,8 @@ def sdpa_backward(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: Device
                   scale: float | None = None, causal: bool = False, diagonal_alignment: str = "top_left",
                   left_bound: int | None = None, right_bound: int | None = None, alibi: Any = False,
                   dropout: float = 0.0, max_seq_len_q: int | None = None, max_seq_len_kv: int | None = None,
-                  implementation: str = "auto", **deprecated: Any) -> Any:
+                  implementation: str = "auto", **deprecated: Any) -> SdpaGrads | SdpaGradsWithBias | \
+        SdpaGradsWithSink | SdpaGradsWithBiasAndSink:
     """Attention backward: the gradients of :func:`sdpa` for the output gradient ``do``.
 
     Takes the forward's inputs and options (the same :class:`SdpaOptions` or keywords: scale, masks, bias, dropout
@@ -296,7 +338,7 @@ def sdpa_backward(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: Device
     return _grads(outputs, args.run(r, outputs))
 
 
-def _grads(outputs: dict, outs: list) -> Any:
+def _grads(outputs: dict, outs: list) -> SdpaGrads | SdpaGradsWithBias | SdpaGradsWithSink | SdpaGradsWithBiasAndSink:
     """The gradients as the NamedTuple of the outputs asked for (``outputs``' names)."""
     cls = {3: SdpaGrads, 5: SdpaGradsWithBiasAndSink}.get(len(outs)) or (
         SdpaGradsWithSink if "dsink" in outputs else SdpaGradsWithBias)
@@ -306,22 +348,22 @@ def _grads(outputs: dict, outs: list) -> Any:
 # -- FP8 -----------------------------------------------------------------------------------------------------------
 class SdpaFp8Outputs(NamedTuple):
     """What :func:`sdpa_fp8` returns."""
-    o: Any              #: the output in q's FP8 type (the float32 result times ``scale_o``)
-    stats: Any | None   #: the float32 softmax statistics (``return_stats=True``), else None
-    amax_s: Any         #: (1, 1, 1, 1) float32: max |softmax probability| (before ``scale_s``)
-    amax_o: Any         #: (1, 1, 1, 1) float32: max |o| before ``scale_o``
+    o: DeviceArray              #: the output in q's FP8 type (the float32 result times ``scale_o``)
+    stats: DeviceArray | None   #: the float32 softmax statistics (``return_stats=True``), else None
+    amax_s: DeviceArray         #: (1, 1, 1, 1) float32: max |softmax probability| (before ``scale_s``)
+    amax_o: DeviceArray         #: (1, 1, 1, 1) float32: max |o| before ``scale_o``
 
 
 class SdpaFp8Grads(NamedTuple):
     """What :func:`sdpa_fp8_backward` returns: the FP8 gradients and the (1, 1, 1, 1) float32 max |.| of each
     before its scaling (``amax_dp``: of dS, the gradient of the scores)."""
-    dq: Any
-    dk: Any
-    dv: Any
-    amax_dq: Any
-    amax_dk: Any
-    amax_dv: Any
-    amax_dp: Any
+    dq: DeviceArray
+    dk: DeviceArray
+    dv: DeviceArray
+    amax_dq: DeviceArray
+    amax_dk: DeviceArray
+    amax_dv: DeviceArray
+    amax_dp: DeviceArray
 
 
 def _fp8_call(handle: Any, method: str, tensors: dict, scales: dict, outputs: dict, opts: SdpaOptions,
@@ -336,7 +378,7 @@ def _fp8_call(handle: Any, method: str, tensors: dict, scales: dict, outputs: di
 
 
 @prepared(inputs=("q", "k", "v", *FP8_FORWARD_SCALES), outputs=("o", "stats", "amax_s", "amax_o"), inplace=False)
-def sdpa_fp8(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayLike,
+def sdpa_fp8(handle: Handle, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayLike,
              options: SdpaOptions | None = None, *, descale_q: Any, descale_k: Any, descale_v: Any, descale_s: Any,
              scale_s: Any, scale_o: Any, return_stats: bool = False, o: Any = None, stats: Any = None,
              amax_s: Any = None, amax_o: Any = None, autotune: bool = False, scale: float | None = None,
@@ -375,7 +417,7 @@ def sdpa_fp8(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArray
 
 @prepared(inputs=("q", "k", "v", "o", "do", "stats", *FP8_BACKWARD_SCALES),
           outputs=("dq", "dk", "dv", "amax_dq", "amax_dk", "amax_dv", "amax_dp"), inplace=False)
-def sdpa_fp8_backward(handle: Any, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayLike, o: DeviceArrayLike,
+def sdpa_fp8_backward(handle: Handle, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayLike, o: DeviceArrayLike,
                       do: DeviceArrayLike, stats: DeviceArrayLike, options: SdpaOptions | None = None, *,
                       descale_q: Any, descale_k: Any, descale_v: Any, descale_o: Any, descale_do: Any,
                       descale_s: Any, descale_dp: Any, scale_s: Any, scale_dq: Any, scale_dk: Any, scale_dv: Any,

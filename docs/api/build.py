@@ -1,6 +1,6 @@
 """Build the API reference (HTML, from the docstrings) with pdoc, and fail on any warning.
 
-    pip install -e ".[docs]"
+    pip install -e ".[docs]" --config-settings editable_mode=compat
     python docs/api/build.py [OUTPUT_DIR]      # default: docs/api/html (not checked in); open its index.html
 
 Docstrings are reStructuredText field lists (``:param x:``, ``:returns:``, ``:raises E:``). Every warning

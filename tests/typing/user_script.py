@@ -52,3 +52,22 @@ def main() -> int:
     total: cudnn.DeviceArray = cudnn.reduce_tensor(h, "add", view)
     print(y.shape, ms, view.nbytes, ptr, cudnn.library().path, where.shape, total.shape)
     return 0
+
+
+def attention(h: cudnn.Handle, q: cudnn.DeviceArray, k: cudnn.DeviceArray, v: cudnn.DeviceArray) -> float:
+    """The attention entry points typed with their options and outputs (tuples unpack, fields are arrays)."""
+    o: cudnn.DeviceArray = cudnn.sdpa(h, q, k, v, causal=True, scale=0.125, dropout=0.0)
+    out, stats = cudnn.sdpa(h, q, k, v, cudnn.SdpaOptions(causal=True), return_stats=True)
+    assert stats is not None
+    dq, dk, dv = cudnn.sdpa_backward(h, q, k, v, out, o, stats, causal=True)
+    grads = cudnn.sdpa_backward(h, q, k, v, out, o, stats, bias=q, return_dbias=True, left_bound=8)
+    attn = cudnn.Sdpa(h, q, k, v, alibi=True, causal=True)
+    attn.plan()
+    g = cudnn.Graph(io_dtype="float16")
+    tq = g.tensor(q.shape, "float16")
+    to, ts = g.sdpa(tq, tq, tq, causal=True, diagonal_alignment="bottom_right")
+    ts.set_output(True)
+    gq, gk, gv = g.sdpa_backward(tq, tq, tq, to, to, ts, causal=True)
+    y = cudnn.graph.conv_forward(h, q, k, padding=(1, 1), stride=1, activation="relu")
+    return float(dq.nbytes + dk.nbytes + dv.nbytes + grads.dbias.nbytes + attn.execute().o.nbytes + gq.ndim
+                 + y.nbytes)

@@ -22,6 +22,9 @@ the tensors and add them, :mod:`.sdpa_options` the options they share with the e
 from __future__ import annotations
 
 import ctypes
+from typing import Sequence, TypedDict
+
+import numpy as np
 
 from cudnn_py import capi
 
@@ -32,7 +35,8 @@ from .reduction import Reduction
 from .sdpa_options import ALIGNMENTS, IMPLEMENTATIONS, SdpaOptions
 
 __all__ = ["SdpaForward", "SdpaBackward", "SdpaFp8Forward", "SdpaFp8Backward", "SdpaOptions", "ALIGNMENTS",
-           "IMPLEMENTATIONS", "FP8_FORWARD_SCALES", "FP8_BACKWARD_SCALES"]
+           "IMPLEMENTATIONS", "FP8_FORWARD_SCALES", "FP8_BACKWARD_SCALES", "SdpaFp8OptionKeywords",
+           "SdpaGraphOptionKeywords", "SdpaOptionKeywords"]
 
 _DT = capi.cudnnDataType_t
 _F, _I32, _BOOL = _DT.CUDNN_DATA_FLOAT, _DT.CUDNN_DATA_INT32, _DT.CUDNN_DATA_BOOLEAN
@@ -41,6 +45,31 @@ _F, _I32, _BOOL = _DT.CUDNN_DATA_FLOAT, _DT.CUDNN_DATA_INT32, _DT.CUDNN_DATA_BOO
 FP8_FORWARD_SCALES = ("descale_q", "descale_k", "descale_v", "descale_s", "scale_s", "scale_o")
 FP8_BACKWARD_SCALES = ("descale_q", "descale_k", "descale_v", "descale_o", "descale_do", "descale_s", "descale_dp",
                        "scale_s", "scale_dq", "scale_dk", "scale_dv", "scale_dp")
+
+
+# -- the options as keywords, for type checkers (``**kwargs: Unpack[...]``): a misspelt or mistyped option is an
+# error there; at run time SdpaOptions checks them (tests/test_typing.py checks these against its fields)
+class SdpaFp8OptionKeywords(TypedDict, total=False):
+    """The options FP8 attention takes as keywords (see :class:`SdpaOptions`)."""
+    scale: float | None
+    causal: bool
+
+
+class SdpaGraphOptionKeywords(SdpaFp8OptionKeywords, total=False):
+    """The :class:`SdpaOptions` fields ``Graph.sdpa`` and ``Graph.sdpa_backward`` take as keywords: all but
+    ``alibi`` (the graph takes the slopes as a tensor)."""
+    diagonal_alignment: str
+    left_bound: int | None
+    right_bound: int | None
+    dropout: float
+    max_seq_len_q: int | None
+    max_seq_len_kv: int | None
+    implementation: str
+
+
+class SdpaOptionKeywords(SdpaGraphOptionKeywords, total=False):
+    """Every :class:`SdpaOptions` field as a keyword (what ``cudnn_py.sdpa`` and :class:`cudnn_py.Sdpa` take)."""
+    alibi: bool | Sequence[float] | np.ndarray
 
 
 def _swap_last(shape_or_strides) -> tuple:

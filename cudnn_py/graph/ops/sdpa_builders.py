@@ -5,7 +5,7 @@ graph. ``alibi_slopes=`` and ``generate_stats=`` are the deprecated spellings of
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, overload
 
 from cudnn_py import _loader, capi
 from cudnn_py._deprecation import warn
@@ -13,10 +13,13 @@ from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 from ..errors import GraphNotSupportedError
 from .base import Builder
-from .sdpa import FP8_BACKWARD_SCALES, FP8_FORWARD_SCALES, SdpaBackward, SdpaForward, SdpaFp8Backward, SdpaFp8Forward
+from .sdpa import (FP8_BACKWARD_SCALES, FP8_FORWARD_SCALES, SdpaBackward, SdpaFp8Backward, SdpaFp8Forward,
+                   SdpaFp8OptionKeywords, SdpaForward, SdpaGraphOptionKeywords)
 from .sdpa_options import SdpaOptions, fp8_only
 
 if TYPE_CHECKING:  # pragma: no cover
+    from typing_extensions import Unpack
+
     from ..graph import Tensor
 
 __all__ = ["SdpaBuilders"]
@@ -51,6 +54,29 @@ def _strides_like(shape, ref_strides) -> tuple[int, ...]:
         strides[i] = acc
         acc *= shape[i]
     return tuple(strides)
+
+
+class _Inputs(TypedDict, total=False):
+    """The optional tensors of ``Graph.sdpa`` and ``Graph.sdpa_backward`` and their ``name`` (for type checkers)."""
+    bias: Tensor | None
+    seq_len_q: Tensor | None
+    seq_len_kv: Tensor | None
+    alibi: Tensor | None
+    seed: Tensor | None
+    offset: Tensor | None
+    ragged_offset_q: Tensor | None
+    ragged_offset_k: Tensor | None
+    ragged_offset_v: Tensor | None
+    ragged_offset_o: Tensor | None
+    ragged_offset_stats: Tensor | None
+    sink: Tensor | None
+    name: str | None
+
+
+class _ForwardKeywords(_Inputs, SdpaGraphOptionKeywords, total=False):
+    """What ``Graph.sdpa`` takes as keywords besides ``return_stats`` and ``rng_dump``."""
+    page_table_k: Tensor | None
+    page_table_v: Tensor | None
 
 
 def _options(where: str, options, kwargs: dict, values: dict) -> SdpaOptions:
@@ -299,14 +325,31 @@ class SdpaBuilders(Builder):
             raise GraphNotSupportedError(self.name, [what], [], [why])
         return "composite" if why else "unified"
 
-    def sdpa(self, q: Tensor, k: Tensor, v: Tensor, options: SdpaOptions | None = None, *,
+    @overload
+    def sdpa(self, q: Tensor, k: Tensor, v: Tensor, options: SdpaOptions | None = ..., *,
+             rng_dump: Literal[False] = ..., return_stats: Literal[True] | None = ...,
+             **kwargs: Unpack[_ForwardKeywords]) -> tuple[Tensor, Tensor]: ...
+    @overload  # noqa: E301
+    def sdpa(self, q: Tensor, k: Tensor, v: Tensor, options: SdpaOptions | None = ..., *,
+             rng_dump: Literal[False] = ..., return_stats: Literal[False],
+             **kwargs: Unpack[_ForwardKeywords]) -> tuple[Tensor, None]: ...
+    @overload  # noqa: E301
+    def sdpa(self, q: Tensor, k: Tensor, v: Tensor, options: SdpaOptions | None = ..., *,
+             rng_dump: Literal[False] = ..., return_stats: bool | None = ...,
+             **kwargs: Unpack[_ForwardKeywords]) -> tuple[Tensor, Tensor | None]: ...
+    @overload  # noqa: E301
+    def sdpa(self, q: Tensor, k: Tensor, v: Tensor, options: SdpaOptions | None = ..., *,
+             rng_dump: Literal[True], return_stats: bool | None = ...,
+             **kwargs: Unpack[_ForwardKeywords]) -> tuple[Tensor, Tensor | None, Tensor]: ...
+    def sdpa(self, q: Tensor, k: Tensor, v: Tensor, options: SdpaOptions | None = None, *,  # noqa: E301
              bias: Tensor | None = None, seq_len_q: Tensor | None = None, seq_len_kv: Tensor | None = None,
              alibi: Tensor | None = None, seed: Tensor | None = None, offset: Tensor | None = None,
              rng_dump: bool = False, page_table_k: Tensor | None = None, page_table_v: Tensor | None = None,
              ragged_offset_q: Tensor | None = None, ragged_offset_k: Tensor | None = None,
              ragged_offset_v: Tensor | None = None, ragged_offset_o: Tensor | None = None,
              ragged_offset_stats: Tensor | None = None, sink: Tensor | None = None, return_stats: bool | None = None,
-             name: str | None = None, **kwargs: Any) -> tuple:
+             name: str | None = None,
+             **kwargs: Any) -> tuple[Tensor, Tensor | None] | tuple[Tensor, Tensor | None, Tensor]:
         """Scaled dot-product attention forward. Returns ``(o, stats)`` (``stats`` None with ``return_stats=False``),
         plus the dropout mask when ``rng_dump`` (all virtual until ``set_output(True)``).
 
@@ -389,7 +432,7 @@ class SdpaBuilders(Builder):
                       ragged_offset_k: Tensor | None = None, ragged_offset_v: Tensor | None = None,
                       ragged_offset_o: Tensor | None = None, ragged_offset_stats: Tensor | None = None,
                       sink: Tensor | None = None, dsink: bool = False, name: str | None = None,
-                      **kwargs: Any) -> tuple:
+                      **kwargs: Unpack[SdpaGraphOptionKeywords]) -> tuple[Tensor, ...]:
         """Attention backward: returns ``(dq, dk, dv)``, plus ``dbias`` (the bias's shape) when ``dbias`` and
         ``dsink`` ((1, Hq, 1, 1) float32, the gradient of the forward's ``sink``) when ``dsink``; all virtual until
         ``set_output(True)``, dq, dk, dv each with the layout of its input.
@@ -403,7 +446,7 @@ class SdpaBuilders(Builder):
         workspace (:meth:`SdpaBackward.scratch_tensors`)."""
         what = name or f"sdpa_bwd{len(self.ops)}"
         values = {"alibi": alibi}
-        opts = _options("Graph.sdpa_backward", options, kwargs, values)
+        opts = _options("Graph.sdpa_backward", options, dict(kwargs), values)
         ins, params, rag = self._sdpa_common(
             what, q, k, v, opts, bias=bias, seq_len_q=seq_len_q, seq_len_kv=seq_len_kv, alibi=values["alibi"],
             seed=seed, offset=offset, backward=True, sink=sink, ragged=dict(
@@ -453,7 +496,8 @@ class SdpaBuilders(Builder):
 
     def sdpa_fp8(self, q: Tensor, k: Tensor, v: Tensor, options: SdpaOptions | None = None, *, descale_q: Tensor,
                  descale_k: Tensor, descale_v: Tensor, descale_s: Tensor, scale_s: Tensor, scale_o: Tensor,
-                 return_stats: bool | None = None, name: str | None = None, **kwargs: Any) -> tuple:
+                 return_stats: bool | None = None, name: str | None = None,
+                 **kwargs: Unpack[SdpaFp8OptionKeywords]) -> tuple[Tensor, Tensor | None, Tensor, Tensor]:
         """FP8 attention forward (Hopper and newer). Returns ``(o, stats, amax_s, amax_o)`` (``stats`` None with
         ``return_stats=False``), all virtual until ``set_output(True)``. Of the options (:class:`SdpaOptions` or
         keywords), FP8 attention takes ``scale`` and ``causal``.
@@ -471,7 +515,7 @@ class SdpaBuilders(Builder):
         """
         what = name or "sdpa_fp8"
         values = {"return_stats": return_stats}
-        opts = fp8_only(what, _options("Graph.sdpa_fp8", options, kwargs, values))
+        opts = fp8_only(what, _options("Graph.sdpa_fp8", options, dict(kwargs), values))
         return_stats = values["return_stats"] is not False
         ins, params, _ = self._sdpa_common(what, q, k, v, opts, fp8=True)
         ins.update(self._fp8_scales(what, FP8_FORWARD_SCALES, locals()))
@@ -488,7 +532,8 @@ class SdpaBuilders(Builder):
                           options: SdpaOptions | None = None, *, descale_q: Tensor, descale_k: Tensor,
                           descale_v: Tensor, descale_o: Tensor, descale_do: Tensor, descale_s: Tensor,
                           descale_dp: Tensor, scale_s: Tensor, scale_dq: Tensor, scale_dk: Tensor, scale_dv: Tensor,
-                          scale_dp: Tensor, name: str | None = None, **kwargs: Any) -> tuple:
+                          scale_dp: Tensor, name: str | None = None,
+                          **kwargs: Unpack[SdpaFp8OptionKeywords]) -> tuple[Tensor, ...]:
         """FP8 attention backward (Hopper: head dim 128). Returns ``(dq, dk, dv, amax_dq, amax_dk, amax_dv,
         amax_dp)``, all virtual until ``set_output(True)``; dq, dk, dv have q's FP8 type and the layouts of q, k, v.
 
@@ -497,7 +542,7 @@ class SdpaBuilders(Builder):
         scale of each FP8 result: dS (``scale_dp``, with ``descale_dp`` its inverse) in do's type, dq, dk, dv.
         Each amax is the max |.| of that result before its scaling. ``scale``/``causal`` as in the forward."""
         what = name or f"sdpa_fp8_bwd{len(self.ops)}"
-        opts = fp8_only(what, _options("Graph.sdpa_fp8_backward", options, kwargs, {}))
+        opts = fp8_only(what, _options("Graph.sdpa_fp8_backward", options, dict(kwargs), {}))
         ins, params, _ = self._sdpa_common(what, q, k, v, opts, fp8=True, backward=True)
         q, k, v = ins["q"], ins["k"], ins["v"]
         b, hq, sq, d = q.shape
