@@ -28,6 +28,7 @@ first input that is not a DeviceArray.
 from __future__ import annotations
 
 import functools
+import importlib
 import inspect
 import itertools
 import linecache
@@ -36,7 +37,6 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-import numpy as np
 
 from cudnn_py import engine_choice, memory, recording
 from cudnn_py.recording import state
@@ -84,48 +84,25 @@ def package(values: Sequence[Any]) -> Any:
     return foreign
 
 
+#: the module that makes new outputs of a package, by the package's top-level name: its ``allocator(shape, strides,
+#: dtype, device)`` answers ``new(handle) -> (array, address)`` for a prepared call, its ``convert(a)`` gives a new
+#: DeviceArray to the package without a copy. Imported on that package's first output: the core imports no array
+#: package itself (torch's lives in the integrations layer, :mod:`cudnn_py.torch_outputs`)
+OUTPUT_HOOKS: dict[str, str] = {"torch": "cudnn_py.torch_outputs"}
+
+
+def _hooks(pkg: str) -> Any:
+    return importlib.import_module(OUTPUT_HOOKS[pkg])
+
+
 def to_package(a: Any, pkg: Any) -> Any:
     """A new output array ``a`` (a DeviceArray) as an array of ``pkg`` (:func:`package`), without a copy."""
     if pkg is None or type(a) is not DeviceArray:
         return a
-    if pkg == "torch":
-        import torch
-        dt = getattr(torch, a.dtype.name)
-        try:
-            return torch.from_dlpack(a)
-        except (KeyError, RuntimeError, BufferError):  # a dtype torch's DLPack import lacks (the float8 types):
-            same = np.dtype(f"i{a.dtype.itemsize}")  # its bytes as ints of the same width, viewed as the dtype
-            ints = DeviceArray.from_parts(a.ptr, a.shape, same, a.strides, a.device_id, a, a.stream)
-            return torch.from_dlpack(ints).view(dt)
+    if type(pkg) is str:
+        return _hooks(pkg).convert(a)
     convert = getattr(pkg, "from_dlpack", None)
     return a if convert is None else convert(a)
-
-
-def _torch_allocator(shape: tuple, strides: tuple, dtype: np.dtype, device: int) -> Callable[[Any], tuple]:
-    """``new(handle) -> (tensor, address)``: a torch tensor of this layout from torch's caching allocator, ordered
-    on the handle's stream where that is not torch's current stream (``record_stream``: the allocator hands the
-    block out again only after the handle's work queued so far). The CUDA driver's special streams (0, the legacy
-    default stream ``cudaStreamLegacy`` = 1, the per-thread default stream = 2) are torch's default stream, whose
-    work every blocking stream waits for."""
-    import torch
-    tdt = getattr(torch, dtype.name)
-    dev = torch.device("cuda", device)
-    empty_strided, current = torch.empty_strided, torch._C._cuda_getCurrentRawStream
-    streams: dict = {}
-
-    def new(handle: Any) -> tuple:
-        t = empty_strided(shape, strides, dtype=tdt, device=dev)
-        sp = handle.stream_ptr
-        if sp <= 2:
-            sp = 0
-        if sp != current(device):
-            s = streams.get(sp)
-            if s is None:
-                s = streams[sp] = (torch.cuda.default_stream(dev) if sp == 0 else
-                                   torch.cuda.ExternalStream(sp, device=dev))
-            t.record_stream(s)
-        return t, t.data_ptr()
-    return new
 
 
 def _device_allocator(a: DeviceArray) -> Callable[[Any], tuple]:
@@ -387,7 +364,7 @@ def _make(spec: _Spec, rec: recording.Recording, result: Any, slots: list, ptrs:
             if po != pi:  # exact in-place pairs stay so: the key holds which arrays share an address
                 overlaps.append((oi, ii, olo, ohi, ilo, ihi))
     if package([v for n, _, v in slots if n not in spec.outputs]) == "torch":
-        news = [_torch_allocator(a.shape, a.strides, a.dtype, a.device_id) for a in new]
+        news = [_hooks("torch").allocator(a.shape, a.strides, a.dtype, a.device_id) for a in new]
     else:  # DeviceArrays (a foreign package's calls are never keyed)
         news = [_device_allocator(a) for a in new]
     return Prepared(spec.name, steps, news, overlaps, tuple(src), shape, len(ptrs), frozenset(rec.uses), workspace)

@@ -278,6 +278,7 @@ def test_first_call_outputs_reach_torch_through_dlpack_or_an_int_view(monkeypatc
         return T(a)
     fake = types.SimpleNamespace(from_dlpack=from_dlpack, float8_e4m3fn="f8", int8="i8")
     monkeypatch.setitem(sys.modules, "torch", fake)
+    monkeypatch.delitem(sys.modules, "cudnn_py.torch_outputs", raising=False)  # imported afresh with the stand-in
     import ml_dtypes
     a = DeviceArray.from_parts(0x7000_0000, (2, 3), np.dtype(ml_dtypes.float8_e4m3fn), (3, 1), 0, None, object())
     t = P.to_package(a, "torch")
