@@ -226,6 +226,18 @@ def fake_cudnn_handle():
     return h
 
 
+def fake_prepared_outputs(monkeypatch) -> None:
+    """New outputs of prepared calls as :func:`fake_array` s at made-up addresses (no device memory)."""
+    from cudnn_py import prepared
+
+    def alloc(a):
+        def new(handle):
+            x = fake_array(a.shape, a.dtype, a.strides)
+            return x, x.ptr
+        return new
+    monkeypatch.setattr(prepared, "_device_allocator", alloc)
+
+
 class FakeCFunction:
     """Stands in for a capi function: records its calls (as ``fn`` and as ``fn.raw``). ``pointer_params``: the
     positions of its ``void *`` parameters (none unless given)."""

@@ -13,19 +13,14 @@ from cudnn_py.capi import cudnnHandle_t
 from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
 from cudnn_py.memory import DeviceArray
 from cudnn_py.ops import _common
-from helpers import FakeCFunction, FakeWorkspace, fake_array, fake_cudnn_handle
+from helpers import FakeCFunction, FakeWorkspace, fake_array, fake_cudnn_handle, fake_prepared_outputs
 
 arr, CFn, fake_handle = fake_array, FakeCFunction, fake_cudnn_handle
 
 
 @pytest.fixture(autouse=True)
 def fake_allocator(monkeypatch):
-    def alloc(a):
-        def new(handle):
-            x = arr(a.shape, a.dtype, a.strides)
-            return x, x.ptr
-        return new
-    monkeypatch.setattr(P, "_device_allocator", alloc)
+    fake_prepared_outputs(monkeypatch)
 
 
 def make_op(inplace=True):

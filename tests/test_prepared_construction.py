@@ -11,19 +11,14 @@ from cudnn_py import capi, engine_choice, prepared as P, recording
 from cudnn_py.errors import CudnnPyError, InvalidValueError, WorkspaceLimitError
 from cudnn_py.graph import runner
 from cudnn_py.ops import _common
-from helpers import FakeCFunction, FakeWorkspace, fake_array, fake_cudnn_handle
+from helpers import FakeCFunction, FakeWorkspace, fake_array, fake_cudnn_handle, fake_prepared_outputs
 
 arr = fake_array
 
 
 @pytest.fixture(autouse=True)
 def fake_allocator(monkeypatch):
-    def alloc(a):
-        def new(handle):
-            x = arr(a.shape, a.dtype, a.strides)
-            return x, x.ptr
-        return new
-    monkeypatch.setattr(P, "_device_allocator", alloc)
+    fake_prepared_outputs(monkeypatch)
 
 
 def test_an_address_passed_as_a_plain_int_is_never_replayed():

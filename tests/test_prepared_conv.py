@@ -17,7 +17,7 @@ from cudnn_py.errors import InvalidValueError
 from cudnn_py.graph import Graph
 from cudnn_py.graph import runner as R
 from cudnn_py.ops import conv_calls as cv
-from helpers import FakeCFunction, fake_array, fake_cudnn_handle
+from helpers import FakeCFunction, fake_array, fake_cudnn_handle, fake_prepared_outputs
 
 arr = fake_array
 FUNCTIONS = {  # name -> (inputs, outputs, inplace)
@@ -49,12 +49,7 @@ def cpu(monkeypatch):
     monkeypatch.setattr(cv, "empty", lambda shape, dtype, **kw: arr(tuple(np.atleast_1d(shape)), dtype))
     monkeypatch.setattr(cv, "zeros", lambda shape, dtype, **kw: arr(tuple(np.atleast_1d(shape)), dtype))
 
-    def alloc(a):
-        def new(handle):
-            x = arr(a.shape, a.dtype, a.strides)
-            return x, x.ptr
-        return new
-    monkeypatch.setattr(P, "_device_allocator", alloc)
+    fake_prepared_outputs(monkeypatch)
 
     def stub(name):
         fn = FakeCFunction()

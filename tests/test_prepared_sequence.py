@@ -13,7 +13,7 @@ import cudnn_py
 from cudnn_py import capi, memory, prepared as P
 from cudnn_py.errors import ClosedError, InvalidValueError
 from cudnn_py.ops import attention as A, ctc as C, rnn as R, sequence_models as SM
-from helpers import FakeCFunction, fake_array, fake_cudnn_handle
+from helpers import FakeCFunction, fake_array, fake_cudnn_handle, fake_prepared_outputs
 
 arr = fake_array
 
@@ -24,13 +24,8 @@ def fake_memory(monkeypatch):
     def empty(shape, dtype=np.float32, stream=None, *, device=None):
         return arr(shape if isinstance(shape, tuple) else (shape,), dtype)
 
-    def alloc(a):
-        def new(handle):
-            x = arr(a.shape, a.dtype, a.strides)
-            return x, x.ptr
-        return new
     monkeypatch.setattr(memory, "empty", empty)
-    monkeypatch.setattr(P, "_device_allocator", alloc)
+    fake_prepared_outputs(monkeypatch)
 
 
 @pytest.fixture
