@@ -35,7 +35,7 @@ from cudnn_py.graph.errors import GraphNotSupportedError
 from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray, DeviceArrayLike, array_signature, as_array, empty, zeros
 from cudnn_py.strided import c_strides
-from cudnn_py.ops._common import Out, enum_arg, launch, moved_outputs, scalars
+from cudnn_py.ops._common import Out, enum_arg, launch, scalars
 from cudnn_py.prepared import prepared
 from cudnn_py.recording import Address, WorkspaceArg
 from cudnn_py.ops.activation import activation_of
@@ -261,8 +261,6 @@ def _call(direction: str, handle: Handle, conv: Convolution, a, b, out, shape, a
     ``a``, ``b``, ``out``: the direction's inputs and output in argument order (``out`` None: allocated, of
     ``shape`` where the direction takes one)."""
     where = f"convolution_{direction}"
-    alpha, beta = scaling(alpha=alpha, beta=beta)
-    handle = handle_arg(handle)
     _conv_arg(conv)
     names = _ROLES[direction]
     sa, pa = array_signature(a, names[0])
@@ -329,24 +327,23 @@ def _legacy(handle: Handle, direction: str, conv: Convolution, sigs, a_ptr: int,
     return out
 
 
-@prepared(inputs=("x", "w"), outputs=("y",), inplace=False, epoch=_generation)
+@prepared(inputs=("x", "w"), outputs=("y",), inplace=False, epoch=_generation, scalars=("alpha", "beta"), moved=("y",))
 def convolution_forward(handle: Handle, conv: Convolution, x: DeviceArrayLike, w: DeviceArrayLike,
-                        *moved: DeviceArrayLike, y: Out | None = None, algo: Any = "heuristic", alpha: float = 1.0,
+                        *, y: Out | None = None, algo: Any = "heuristic", alpha: float = 1.0,
                         beta: float = 0.0, deterministic: bool = False, workspace_limit: int | None = None,
                         autotune: bool = False, engine: str = "auto") -> DeviceArray | Out:
     """``y = alpha * conv(x, w) + beta * y`` (``cudnnConvolutionForward``); returns y (allocated if not given).
 
     ``engine="graph"`` runs it as a cached backend-API plan instead (see :func:`cudnn_py.graph.conv.convolution`).
     """
-    if moved:
-        y, = moved_outputs("convolution_forward", moved, ("y",), (y,))
     return _call("forward", handle, conv, x, w, y, None, algo, alpha, beta, deterministic, workspace_limit,
                  autotune, engine)
 
 
-@prepared(inputs=("w", "dy"), outputs=("dx",), inplace=False, epoch=_generation)
+@prepared(inputs=("w", "dy"), outputs=("dx",), inplace=False, epoch=_generation, scalars=("alpha", "beta"),
+          moved=("dx",))
 def convolution_backward_data(handle: Handle, conv: Convolution, w: DeviceArrayLike, dy: DeviceArrayLike,
-                              *moved: DeviceArrayLike, dx: Out | None = None, x_shape: Sequence[int] | None = None,
+                              *, dx: Out | None = None, x_shape: Sequence[int] | None = None,
                               algo: Any = "heuristic", alpha: float = 1.0, beta: float = 0.0,
                               deterministic: bool = False, workspace_limit: int | None = None, autotune: bool = False,
                               engine: str = "auto") -> DeviceArray | Out:
@@ -355,15 +352,14 @@ def convolution_backward_data(handle: Handle, conv: Convolution, w: DeviceArrayL
     Without ``dx``, one of shape ``x_shape`` is allocated (default: the smallest input giving dy's shape).
     ``engine="graph"``: a cached backend-API plan instead (see :func:`cudnn_py.graph.conv.convolution`).
     """
-    if moved:
-        dx, = moved_outputs("convolution_backward_data", moved, ("dx",), (dx,))
     return _call("backward_data", handle, conv, w, dy, dx, x_shape, algo, alpha, beta, deterministic,
                  workspace_limit, autotune, engine)
 
 
-@prepared(inputs=("x", "dy"), outputs=("dw",), inplace=False, epoch=_generation)
+@prepared(inputs=("x", "dy"), outputs=("dw",), inplace=False, epoch=_generation, scalars=("alpha", "beta"),
+          moved=("dw",))
 def convolution_backward_filter(handle: Handle, conv: Convolution, x: DeviceArrayLike, dy: DeviceArrayLike,
-                                *moved: DeviceArrayLike, dw: Out | None = None, w_shape: Sequence[int] | None = None,
+                                *, dw: Out | None = None, w_shape: Sequence[int] | None = None,
                                 algo: Any = "heuristic", alpha: float = 1.0, beta: float = 0.0,
                                 deterministic: bool = False, workspace_limit: int | None = None, autotune: bool = False,
                                 engine: str = "auto") -> DeviceArray | Out:
@@ -372,25 +368,19 @@ def convolution_backward_filter(handle: Handle, conv: Convolution, x: DeviceArra
     Pass ``dw`` or ``w_shape`` (the filter shape cannot be inferred when the stride is above 1).
     ``engine="graph"``: a cached backend-API plan instead (see :func:`cudnn_py.graph.conv.convolution`).
     """
-    if moved:
-        dw, = moved_outputs("convolution_backward_filter", moved, ("dw",), (dw,))
     return _call("backward_filter", handle, conv, x, dy, dw, w_shape, algo, alpha, beta, deterministic,
                  workspace_limit, autotune, engine)
 
 
 # ---------------------------------------------------------------- bias: its gradient, and the fused forward
 
-@prepared(inputs=("dy",), outputs=("db",), inplace=False)
-def convolution_backward_bias(handle: Handle, dy: DeviceArrayLike, *moved: DeviceArrayLike, db: Out | None = None,
+@prepared(inputs=("dy",), outputs=("db",), inplace=False, scalars=("alpha", "beta"), moved=("db",))
+def convolution_backward_bias(handle: Handle, dy: DeviceArrayLike, *, db: Out | None = None,
                               alpha: float = 1.0, beta: float = 0.0, layout: str = "NCHW") -> DeviceArray | Out:
     """``db = alpha * sum(dy over all but channels) + beta * db`` (``cudnnConvolutionBackwardBias``).
 
     db (allocated if not given) has shape ``(1, K, 1, ...)`` (``(1, ..., 1, K)`` for ``layout="NHWC"``).
     """
-    alpha, beta = scaling(alpha=alpha, beta=beta)
-    handle = handle_arg(handle)
-    if moved:
-        db, = moved_outputs("convolution_backward_bias", moved, ("db",), (db,))
     dys, dy_ptr = array_signature(dy, "dy")
     dbs, db_ptr = (None, 0) if db is None else array_signature(db, "db")
     dy_desc, db_desc, db_shape = _bias_plan(handle, dys, dbs, layout.upper() if isinstance(layout, str) else layout,
