@@ -10,6 +10,7 @@ import pytest
 from cudnn_py import capi, engine_choice, prepared as P, recording
 from cudnn_py.errors import CudnnPyError, InvalidValueError, WorkspaceLimitError
 from cudnn_py.graph import runner
+from cudnn_py.graph.plans import plan_cache_clear
 from cudnn_py.ops import _common
 from helpers import FakeCFunction, FakeWorkspace, fake_array, fake_cudnn_handle, fake_prepared_outputs
 
@@ -112,7 +113,10 @@ def test_cache_clears_forget_exactly_the_prepared_calls_built_on_them():
     cache.update({"legacy": _entry({"graph.legacy"}), "conv": _entry({"graph.conv", engine_choice.CACHE}),
                   "plain": _entry(())})
     P._CACHES[id(cache)] = cache
+    cache["plans"] = _entry({"graph.plans"})
     runner.cache_clear(h, "graph.legacy")
+    assert sorted(cache) == ["conv", "plain", "plans"]
+    plan_cache_clear(h)
     assert sorted(cache) == ["conv", "plain"]
     engine_choice.set_mode("static")
     try:

@@ -26,7 +26,8 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Sequence, TypeVar
 
-from cudnn_py import _loader, capi
+from cudnn_py import _loader, capi, recording
+from cudnn_py.prepared import forget
 from cudnn_py.args import INT64_MAX, enum_member, int_arg
 from cudnn_py.errors import CudnnBadParamError, CudnnError, CudnnNotSupportedError, InvalidTypeError, InvalidValueError
 from cudnn_py.caches import handle_cache
@@ -368,16 +369,20 @@ def _store(graph, handle, options: tuple, timed: list[tuple[Plan, float | None]]
 # -- building, with the cache -------------------------------------------------------------------------------------
 
 
+_PLANS = "graph.plans"
+
+
 def _plan_cache(handle) -> tuple[dict, dict]:
     """The handle's plans (bound to the handle they were built with: dropped when it closes) and beside them its
     plan-cache lookups that hit and missed (``"hits"``, ``"misses"``)."""
-    return handle_cache(handle, "graph.plans"), handle_cache(handle, "graph.plans.lookups", maxsize=2)
+    return handle_cache(handle, _PLANS), handle_cache(handle, "graph.plans.lookups", maxsize=2)
 
 
 def plan_cache_clear(handle) -> None:
-    """Forget ``handle``'s cached plans and reset its hit/miss counts."""
+    """Forget ``handle``'s cached plans (and the prepared calls built on them) and reset its hit/miss counts."""
     for cache in _plan_cache(handle):
         cache.clear()
+    forget(handle, _PLANS)
 
 
 def plan_cache_info(handle) -> dict:
@@ -418,6 +423,7 @@ def build_plans(graph, handle, modes: Sequence[str] = ("A", "FALLBACK"), *, poli
     modes = tuple(_mode_name(m) for m in modes)
     key = (graph.key(), modes, policy, deterministic, runtime_compilation, max_plans)
     cached, counts = _plan_cache(handle)
+    recording.uses(_PLANS)
     outcome = "hits" if cache and key in cached else "misses"
     counts[outcome] = counts.get(outcome, 0) + 1  # a diagnostic: two threads may now and then count once
     if outcome == "hits":

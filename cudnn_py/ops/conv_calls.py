@@ -142,6 +142,7 @@ def _ready(handle: Handle, key, direction, conv, sigs, spec, deterministic, work
     workspace cap was lowered below its workspace since: then it is made again under this cap, and an explicit
     algorithm that needs more raises :class:`~cudnn_py.errors.WorkspaceLimitError` when the workspace is fetched),
     else a new one. (A raised cap keeps the plans made under the lower one; ``clear_caches()`` chooses again.)"""
+    recording.uses(PLANS)
     p = handle_cache(handle, PLANS).get(key)
     if p is None or (p.gen is not None and p.gen != _alg.algorithm_cache.generation) or (
             p.ws and handle.workspace.cap is not None and p.ws > handle.workspace.cap):

@@ -34,7 +34,7 @@ from cudnn_py.graph.runner import Runner, cache_clear
 from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray, DeviceArrayLike, Out
 
-from cudnn_py.prepared import CACHE as PREPARED, prepared
+from cudnn_py.prepared import prepared
 
 from .sdpa_args import CACHE, SdpaArgs, alibi_slopes, device_tensor
 
@@ -121,8 +121,9 @@ _SDPA_INPUTS = ("q", "k", "v", "bias", "seq_len_q", "seq_len_kv", "ragged_offset
 
 
 def sdpa_cache_clear(handle: Handle) -> None:
-    """Forget the attention plans, executors and scratch buffers built for ``handle`` (and its prepared calls)."""
-    cache_clear(handle_arg(handle), CACHE, PREPARED)
+    """Forget the attention plans, executors and scratch buffers built for ``handle``, and the prepared calls built
+    on them (other families' stay)."""
+    cache_clear(handle_arg(handle), CACHE)
 
 
 def _renamed(where: str, deprecated: dict, ragged_offset_k: Any) -> Any:
