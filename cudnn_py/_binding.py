@@ -427,7 +427,7 @@ def disown(ptr) -> None:
 
 def _written_handle(arg) -> int | None:
     """The handle a create function wrote through its pointer argument ``arg`` (None where it cannot be read)."""
-    if type(arg) is _CARG:  # byref(array[, offset])
+    if type(arg) is _CARG:  # byref(array[, offset]) (byref(handle) is read by the caller)
         m = _CARG_ADDRESS.fullmatch(repr(arg))
         address = int(m.group(1), 16) if m else None
     elif isinstance(arg, ctypes._Pointer):
@@ -445,9 +445,10 @@ def _record_created(name: str, inner, index: int):
     """``inner`` (a create function writing the new handle through parameter ``index``) recording it as live."""
     def create(*args):
         result = inner(*args)  # a failure (a wrong arity too) raises: nothing was created
-        arg = args[index]
-        target = arg._obj if type(arg) is _CARG else None
-        address = target.value if isinstance(target, Handle) else _written_handle(arg)  # byref(handle) first
+        try:
+            address = args[index]._obj.value  # byref(handle), the usual form
+        except AttributeError:
+            address = _written_handle(args[index])
         if address:
             _RECORD[address] = True
         return result
