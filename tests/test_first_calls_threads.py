@@ -149,7 +149,7 @@ def _one_process(_: int) -> str:
 def test_first_calls_of_four_families_from_8_threads_in_fresh_processes():
     """CUDNN_PY_FIRST_CALLS_PROCS fresh processes (in parallel, CUDNN_PY_FIRST_CALLS_JOBS at once): 0 errors."""
     n = int(os.environ.get("CUDNN_PY_FIRST_CALLS_PROCS", "8"))
-    jobs = int(os.environ.get("CUDNN_PY_FIRST_CALLS_JOBS", str(min(8, os.cpu_count() or 1))))
+    jobs = int(os.environ.get("CUDNN_PY_FIRST_CALLS_JOBS", str(min(16, os.cpu_count() or 1))))
     with ThreadPoolExecutor(jobs) as pool:
         failures = [f for f in pool.map(_one_process, range(n)) if f]
     assert failures == [], f"{len(failures)} of {n} processes failed:\n" + "\n---\n".join(failures[:5])
