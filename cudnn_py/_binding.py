@@ -47,6 +47,7 @@ import os
 import re
 import reprlib
 import sys
+import threading
 import warnings
 
 from . import _loader, recording
@@ -395,15 +396,27 @@ _range_wrapper = None  # cudnn_py.nvtx's wrapper while NVTX ranges are on
 
 #: address of a handle or descriptor -> the Pythonic object type that owns it (it destroys it itself, once)
 _OWNED: dict[int, str] = {}
-#: the C functions that destroy what an owner holds; through capi they refuse an owned address
+# What the C layer created and destroyed: every handle or descriptor address a capi create function returned or a
+# Pythonic owner registered (own()) -> True while live, False once a capi destroy function destroyed it. A destroy of
+# a destroyed address is refused before C (cuDNN aborts the process, or frees twice, on a second destroy), whatever
+# object carries it: a copy, a re-wrapped int, one left after its owner was collected; a create that returns the
+# address again makes it live. An address never recorded (made by another library, or through fn.raw) goes to C as
+# it is. A destroy's check-and-claim runs under _RECORD_LOCK, so of several threads destroying one address exactly
+# one reaches C; a create is one dict store (atomic), as nothing else can hold an address C has just handed out.
+_RECORD: dict[int, bool] = {}
+_RECORD_LOCK = threading.Lock()
+#: the C functions that create a handle or descriptor (written through a pointer parameter) and that destroy one
+_CREATORS = re.compile(r"cudnnCreate\w*|cudnnBackendCreateDescriptor")
 _DESTROYERS = re.compile(r"cudnnDestroy\w*|cudnnBackendDestroyDescriptor")
 
 
 def own(ptr, owner: str) -> None:
-    """Record that a Pythonic ``owner`` (its type name) destroys the handle or descriptor ``ptr``: a capi destroy
-    function then refuses it (a second destroy of a descriptor aborts the process inside cuDNN)."""
-    if ptr.value:
-        _OWNED[ptr.value] = owner
+    """Record that a Pythonic ``owner`` (its type name) destroys the live handle or descriptor ``ptr``: a capi
+    destroy function then refuses it (a second destroy of a descriptor aborts the process inside cuDNN)."""
+    address = ptr.value
+    if address:
+        _OWNED[address] = owner
+        _RECORD[address] = True
 
 
 def disown(ptr) -> None:
@@ -412,30 +425,82 @@ def disown(ptr) -> None:
         _OWNED.pop(ptr.value, None)
 
 
-def _guard_owned(name: str, inner):
-    """``inner`` (a destroy function) refusing an address a Pythonic object owns, and a typed handle or descriptor
-    object (an instance of a :class:`Handle` type) that it destroyed already.
+def _written_handle(arg) -> int | None:
+    """The handle a create function wrote through its pointer argument ``arg`` (None where it cannot be read)."""
+    if type(arg) is _CARG:  # byref(array[, offset]) (byref(handle) is read by the caller)
+        m = _CARG_ADDRESS.fullmatch(repr(arg))
+        address = int(m.group(1), 16) if m else None
+    elif isinstance(arg, ctypes._Pointer):
+        address = ctypes.cast(arg, ctypes.c_void_p).value
+    elif isinstance(arg, ctypes.Array):
+        address = ctypes.addressof(arg)
+    elif type(arg) is int:
+        address = arg
+    else:
+        return None
+    return ctypes.c_void_p.from_address(address).value if address else None
 
-    A typed object this function destroyed reads NULL afterwards (``.value`` is None: any later use passes cuDNN
-    NULL, an error, never a freed descriptor) and is marked destroyed, so that a second destroy of it raises
-    :class:`~cudnn_py.errors.InvalidStateError` before C is called (cuDNN aborts the process on a descriptor
-    destroyed twice). Creating into it again (``cudnnCreate...(byref(d))``) makes it a live one. A raw int address
-    (``Type(address)`` cast, or a copy of the address in another object) stays the caller's promise."""
+
+def _record_created(name: str, inner, index: int):
+    """``inner`` (a create function writing the new handle through parameter ``index``) recording it as live."""
+    def create(*args):
+        result = inner(*args)  # a failure (a wrong arity too) raises: nothing was created
+        try:
+            address = args[index]._obj.value  # byref(handle), the usual form
+        except AttributeError:
+            address = _written_handle(args[index])
+        if address:
+            _RECORD[address] = True
+        return result
+    create.__name__ = create.__qualname__ = name
+    return create
+
+
+def _guard_destroy(name: str, inner):
+    """``inner`` (a destroy function) refusing, before C, an address a Pythonic object owns and one the C layer
+    destroyed already (the record above), and marking the address destroyed once C has destroyed it.
+
+    The typed handle or descriptor object passed (an instance of a :class:`Handle` type) reads NULL afterwards
+    (``.value`` is None: any later use passes cuDNN NULL, an error, never a freed descriptor) and is marked destroyed,
+    so that a second destroy of it raises :class:`~cudnn_py.errors.InvalidStateError` too. Creating into it again
+    (``cudnnCreate...(byref(d))``) makes it a live one."""
     def destroy(*args):
         ptr = args[0] if args else None
-        typed = isinstance(ptr, Handle)
-        if typed and ptr.value is None and getattr(ptr, _DESTROYED, False):
-            raise InvalidStateError(f"{name}: this {type(ptr).__name__} was destroyed already (a second destroy "
-                                    f"would abort the process inside cuDNN); create it again before reusing it")
-        owner = _OWNED.get(getattr(ptr, "value", ptr)) if ptr is not None else None
+        typed = ptr if isinstance(ptr, Handle) else _handle_of(ptr) if ptr is not None else None
+        if not isinstance(typed, Handle):
+            return inner(*args)  # not a handle: the call refuses it
+        address = typed.value
+        if address is None:
+            if getattr(typed, _DESTROYED, False):
+                raise InvalidStateError(f"{name}: this {type(typed).__name__} was destroyed already (a second "
+                                        f"destroy would abort the process inside cuDNN); create it again before "
+                                        f"reusing it")
+            return inner(*args)  # NULL, never destroyed here: cuDNN's to judge
+        owner = _OWNED.get(address)
         if owner is not None:
             raise CArgumentError(f"{name}: this one belongs to a cudnn_py {owner}, which destroys it when it is "
                                  f"closed or collected; call its close() instead (a second destroy would abort the "
                                  f"process inside cuDNN)")
-        result = inner(*args)
-        if typed and ptr.value is not None:
-            ptr.value = None
-            setattr(ptr, _DESTROYED, True)
+        _RECORD_LOCK.acquire()  # (not `with`: a third of the cost)
+        try:
+            live = _RECORD.get(address)
+            if live:
+                _RECORD[address] = False  # claimed: no other destroy of this address reaches C
+        finally:
+            _RECORD_LOCK.release()
+        if live is False:
+            raise InvalidStateError(f"{name}: the {type(typed).__name__} {address:#x} was destroyed already (a "
+                                    f"second destroy would abort the process inside cuDNN, whatever object carries "
+                                    f"the address); create a new one")
+        try:
+            result = inner(*args)
+        except BaseException:
+            if live:  # C refused it: still live
+                with _RECORD_LOCK:
+                    _RECORD[address] = True
+            raise
+        setattr(typed, _DESTROYED, True)  # before the NULL: a thread that reads NULL sees it destroyed
+        typed.value = None
         return result
     destroy.__name__ = destroy.__qualname__ = name
     return destroy
@@ -588,7 +653,11 @@ class CFunction:
         if inner != self._missing and self.queues:
             inner = _guard_queue(self.__name__, inner)
         if inner != self._missing and _DESTROYERS.fullmatch(self.__name__):
-            inner = _guard_owned(self.__name__, inner)
+            inner = _guard_destroy(self.__name__, inner)
+        elif inner != self._missing and _CREATORS.fullmatch(self.__name__):
+            inner = _record_created(self.__name__, inner, next(
+                i for i, a in enumerate(self._argtypes) if isinstance(getattr(a, "target", None), type)
+                and issubclass(a.target, Handle)))
         self._inner = inner
         self._call = self._deprecated_call if self.deprecated and not self._warned else inner
 

@@ -8,9 +8,11 @@ one thread; two threads entering the circle at different modules at once get eac
 
 So every lazy import of the package runs under :data:`LOCK` (:func:`import_module`), and
 :class:`cudnn_py.Handle`, which every call needs, first imports what the calls import lazily (:func:`warm_imports`)
-under the same lock: once a handle exists, no call imports anything half-way. A thread that imports a submodule
-by its own ``import`` statement (``from cudnn_py.graph.descriptors import ...``) is outside the lock; import
-through the package (``cudnn_py.graph.descriptors``) or create a handle first.
+under the same lock: once a handle exists, no call imports anything half-way. :func:`cudnn_py.streams.cuda_core`
+imports cuda.core (and cuda.bindings.driver) under it too: cuda.core's ``__init__`` copies its versioned module's
+``__spec__`` into its own before importing its classes, so Python alone hands other threads the half-filled module.
+A thread that imports a submodule by its own ``import`` statement (``from cudnn_py.graph.descriptors import ...``)
+is outside the lock; import through the package (``cudnn_py.graph.descriptors``) or create a handle first.
 
 This module is low in the layers (it imports nothing of cudnn_py at import time: the module names below are strings)
 so that ``cudnn_py/__init__.py`` and :mod:`cudnn_py.handle` can both use it.

@@ -26,8 +26,9 @@ import ctypes
 import gc
 import threading
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Protocol, Union
+from typing import TYPE_CHECKING, Any, Protocol, Union, cast
 
+from cudnn_py import _imports
 from cudnn_py._install import driver_extras
 from cudnn_py.errors import CudaError, InvalidTypeError, InvalidValueError, NoDeviceError, check_cuda, cuda_error
 
@@ -56,6 +57,7 @@ StreamLike = Union["Stream", _HasCudaStream, _HasCudaStreamAttr, int, None]
 
 _tls = threading.local()
 _core: ModuleType | None = None
+_driver: ModuleType | None = None
 
 
 class _NotLoaded:
@@ -72,30 +74,31 @@ def cuda_core() -> ModuleType:
     :raises NoDeviceError: when cuda-core or cuda-bindings is not installed (cudnn-py was installed
         without its ``cu12`` / ``cu13`` extra).
     """
-    global _core, _StreamType
-    if _core is None:
-        try:
-            import cuda.core as core
-        except ImportError as e:
-            raise NoDeviceError(
-                "import cuda.core", 0, "", f"{e}; install cudnn-py with the extra for your driver: {driver_extras()}"
-            ) from e
-        _core, _StreamType = core, core.Stream
+    global _core, _StreamType, _driver
+    if _core is not None:
+        return _core
+    # Under the package's import lock: cuda.core's __init__ copies its versioned module's namespace (__spec__
+    # included) into its own before it imports its classes, so Python hands a second thread importing it at the same
+    # time the half-filled module ("module 'cuda.core.cu13' has no attribute 'Stream'"); _core is set complete.
+    with _imports.locked():
+        if _core is None:
+            try:
+                import cuda.core as core
+                from cuda.bindings import driver as drv
+            except ImportError as e:
+                raise NoDeviceError("import cuda.core", 0, "",
+                                    f"{e}; install cudnn-py with the extra for your driver: {driver_extras()}") from e
+            _driver, _StreamType = drv, core.Stream
+            _core = core
     return _core
-
-
-_driver: ModuleType | None = None
 
 
 def driver() -> ModuleType:
     """``cuda.bindings.driver``, imported on first use (after cuda.core: a clear :class:`NoDeviceError` when the
     CUDA packages are missing); kept, as an import statement costs a fifth of a microsecond on every call."""
-    global _driver
     if _driver is None:
-        cuda_core()
-        from cuda.bindings import driver as module
-        _driver = module
-    return _driver
+        cuda_core()  # imports cuda.bindings.driver with cuda.core, under the import lock
+    return cast(ModuleType, _driver)
 
 
 def _no_device(device: int | None, cause: BaseException | None) -> CudaError:

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import cudnn_py as cudnn
+from cudnn_py import engine_choice as ec
 from cudnn_py.dtypes import SUPPORTED_DTYPES
 from cudnn_py.errors import CudnnError, CudnnNotInitializedError
 from helpers import fake, poisoned, poisoned_allocations
@@ -97,7 +98,12 @@ class _StubHandle:
 
 def _accepted(op: str, engine, dtype: np.dtype) -> bool | str:
     """True: reached cuDNN; False: refused in Python with a TypeError/ValueError; else a description of what else
-    happened (a cuDNN error or another exception: neither a clean refusal nor an acceptance)."""
+    happened (a cuDNN error or another exception: neither a clean refusal nor an acceptance).
+
+    engine="auto" runs its static rule here: measuring would snapshot the in-place fakes, which on a GPU machine
+    copied from their made-up address (12 CUDA_ERROR_INVALID_VALUE from cuMemcpyDtoDAsync under the sanitizer)."""
+    saved = ec._mode[0]
+    ec.set_mode("static")
     try:
         _call(op, _StubHandle(), dtype, engine)
     except (_Reached, CudnnNotInitializedError):  # the latter: real work reached cuDNN on a machine with no GPU
@@ -108,6 +114,8 @@ def _accepted(op: str, engine, dtype: np.dtype) -> bool | str:
         return False
     except Exception as e:  # noqa: BLE001 - reported
         return f"{type(e).__name__}: {e}"
+    finally:
+        ec.set_mode(saved)
     return "returned without reaching cuDNN"
 
 
