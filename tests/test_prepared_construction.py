@@ -147,7 +147,7 @@ class Foreign:
 def test_an_output_partially_overlapping_an_input_is_refused_whatever_their_kinds(monkeypatch, kinds):
     """Issue 40 item 3: the overlap check after conversion, for inputs and outputs of other packages too."""
     monkeypatch.setattr(P.memory, "as_array", lambda v, *a, **k: v.a)  # the conversion needs a driver
-    fn, body = FakeCFunction(), []
+    body: list = []
 
     @P.prepared(inputs=("x",), outputs=("y",))
     def op(handle, x, *, y=None):
