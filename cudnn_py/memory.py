@@ -430,22 +430,29 @@ class _Allocation:
             pass
 
 
+def memset_writes(element: np.ndarray) -> bool:
+    """Whether a driver memset can write the one-element array ``element``: its bytes are a repeated 1-, 2- or
+    4-byte word (not an 8-byte element with unequal halves)."""
+    item = element.dtype.itemsize
+    return item <= 4 or item == 8 and element.view(np.uint32)[0] == element.view(np.uint32)[1]
+
+
 def memset(ptr: int, element: np.ndarray, count: int, stream_handle: Any) -> bool:
     """Queue a driver memset writing ``count`` copies of the one-element array ``element`` (its bytes) from
-    ``ptr`` on the stream; False (nothing queued) where its bytes are no repeated 1-, 2- or 4-byte word (an
-    8-byte element with unequal halves). The caller makes the memory's device current (:class:`on_device`)."""
+    ``ptr`` on the stream; False (nothing queued) where no memset writes it (:func:`memset_writes`). The caller
+    makes the memory's device current (:class:`on_device`)."""
     item = element.dtype.itemsize
+    if not memset_writes(element):
+        return False
     if item == 1:
         _check(driver().cuMemsetD8Async(ptr, int(element.view(np.uint8)[0]), count, stream_handle), "cuMemsetD8Async")
     elif item == 2:
         _check(driver().cuMemsetD16Async(ptr, int(element.view(np.uint16)[0]), count, stream_handle),
                "cuMemsetD16Async")
-    elif item == 4 or (item == 8 and element.view(np.uint32)[0] == element.view(np.uint32)[1]):
+    else:
         words = count * item // 4
         _check(driver().cuMemsetD32Async(ptr, int(element.view(np.uint32)[0]), words, stream_handle),
                "cuMemsetD32Async")
-    else:
-        return False
     return True
 
 
@@ -542,9 +549,15 @@ def _host_error(obj, name: str) -> InvalidTypeError:
 
 
 def _view(obj, name: str, stream) -> DeviceArray:
-    """Wrap a DLPack / CUDA-array-interface object without copying."""
+    """Wrap a DLPack / CUDA-array-interface object without copying (a CUDA torch tensor read as it is, where no
+    stream ordering is asked for: torch's DLPack export refuses tensors that require grad and the float8 dtypes)."""
     if isinstance(obj, (np.ndarray, np.generic)):
         raise _host_error(obj, name)
+    if stream is None and is_torch_tensor(obj):
+        dt = _foreign.TORCH_DTYPES.get(obj.dtype)
+        if dt is not None and obj.is_cuda:
+            return DeviceArray.from_parts(obj.data_ptr(), tuple(obj.shape), dt, tuple(obj.stride()), obj.get_device(),
+                                          obj, None)
     has_dlpack = hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__")
     has_cai = hasattr(obj, "__cuda_array_interface__")
     if not has_dlpack and not has_cai:

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 __all__ = ["Step", "Recording", "Address", "WorkspaceArg", "state", "recording", "mark", "rewind", "add", "spoil",
-           "uses"]
+           "uses", "measuring"]
 
 
 class Address(NamedTuple):
@@ -110,3 +110,14 @@ def spoil(reason: str) -> None:
     rec = state.rec
     if rec is not None and rec.spoiled is None:
         rec.spoiled = reason
+
+
+@contextmanager
+def measuring() -> Iterator[None]:
+    """Queue, inside the block, work a prepared call must not repeat (candidates being timed, their outputs scratch)
+    without spoiling this thread's recording."""
+    outer, state.sink = state.sink, True
+    try:
+        yield
+    finally:
+        state.sink = outer

@@ -243,7 +243,9 @@ def test_plans_built_on_threads_are_the_ones_one_thread_builds_and_they_run(hand
     prep = prepare(p, handle)
     builds = [functools.partial(Plan.build, prep.graph, handle, c) for c in prep.configs.values()]
     one, many = build_ahead(builds, 1, device=handle.device), build_ahead(builds, 8, device=handle.device)
-    assert [f.exception() is None for f in one] == [f.exception() is None for f in many]
+    differ = [(i, repr(a.exception()), repr(b.exception())) for i, (a, b) in enumerate(zip(one, many))
+              if (a.exception() is None) != (b.exception() is None)]
+    assert not differ, differ  # (config, one thread's error, 8 threads' error)
     assert [f.result().workspace_size for f in many if f.exception() is None] == \
         [f.result().workspace_size for f in one if f.exception() is None]
     rec = measure(p, handle, Settings(repeats=2, warmup=1, cold_l2=True), build_threads=8)

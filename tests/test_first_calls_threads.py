@@ -82,7 +82,7 @@ def test_threads_importing_cuda_core_at_once_never_get_it_half_filled(tmp_path):
 # --- GPU: the issue's bar --------------------------------------------------------------------------------------------
 
 _FIRST_CALLS = textwrap.dedent("""
-    import sys, threading
+    import faulthandler, sys, threading
     import torch
     import cudnn_py
     N = 8
@@ -130,6 +130,7 @@ _FIRST_CALLS = textwrap.dedent("""
         except BaseException as e:
             errors.append(f"thread {i} ({FAMILIES[i % 4].__name__}): {type(e).__name__}: {e}")
 
+    faulthandler.dump_traceback_later(HANG_S, exit=True)  # a hang shows every thread's stack, then exits
     threads = [threading.Thread(target=first, args=(i,)) for i in range(N)]
     for t in threads:
         t.start()
@@ -140,9 +141,14 @@ _FIRST_CALLS = textwrap.dedent("""
 """)
 
 
+#: seconds after which a process that has not finished dumps its threads' stacks and exits
+HANG_S = 240
+
+
 def _one_process(_: int) -> str:
-    r = subprocess.run([sys.executable, "-c", _FIRST_CALLS], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    return "" if r.returncode == 0 else f"rc {r.returncode}: {(r.stdout + r.stderr).strip()[-3000:]}"
+    r = subprocess.run([sys.executable, "-c", _FIRST_CALLS.replace("HANG_S", str(HANG_S))], cwd=ROOT,
+                       capture_output=True, text=True, timeout=HANG_S + 60)
+    return "" if r.returncode == 0 else f"rc {r.returncode}: {(r.stdout + r.stderr).strip()[-6000:]}"
 
 
 @pytest.mark.gpu

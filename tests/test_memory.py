@@ -516,8 +516,8 @@ def test_output_makes_one_allocator_per_stream_and_lays_out_strided_outputs(monk
 
 def test_calls_allocate_their_outputs_through_one_output_per_layout(monkeypatch):
     """``graph.runner.new_output`` (what the calls' new outputs come from): one ``memory.Output`` per layout in the
-    handle's cache, so a repeat call's output costs one allocator call; ``empty_like`` keeps a dense layout (NHWC in,
-    NHWC out) and packs any other."""
+    handle's cache, so a repeat call's output costs one allocator call; ``output(like=)`` keeps the input's memory
+    order (NHWC in, NHWC out; a gapped view's too, packed) and packs a broadcast input in C order."""
     from cudnn_py.graph import runner as R
     from cudnn_py.ops import _common as C
     made = []
@@ -532,8 +532,10 @@ def test_calls_allocate_their_outputs_through_one_output_per_layout(monkeypatch)
     a, b = R.new_output(h, (2, 3), f32), R.new_output(h, (2, 3), f32)
     assert made == [((2, 3), "s1")] and a.shape == b.shape == (2, 3) and a.strides == (3, 1)
     nhwc = DeviceArray(1 << 20, (2, 3, 4, 5), f32, (60, 1, 15, 3))
-    y = C.empty_like(h, nhwc)
+    y = C.output(None, "y", h, nhwc.shape, f32, like=nhwc)
     assert (y.shape, y.strides, y.stream) == ((2, 3, 4, 5), (60, 1, 15, 3), "s1") and made[-1] == ((120,), "s1")
     gapped = DeviceArray(1 << 20, (2, 3), f32, (8, 2))
-    assert C.empty_like(h, gapped).strides == (3, 1)  # packed: the first layout's Output again
+    assert C.output(None, "y", h, (2, 3), f32, like=gapped).strides == (3, 1)  # packed: the first layout's Output
+    broadcast = DeviceArray(1 << 20, (2, 3), f32, (0, 1))
+    assert C.output(None, "y", h, (2, 3), f32, like=broadcast).strides == (3, 1)
     assert len(made) == 2 and len(h.cache[R.OUTPUTS]) == 2

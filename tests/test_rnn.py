@@ -536,9 +536,10 @@ def test_rnn_torch_second_opinion(handle, rng, mode, monkeypatch):
         ty, th = net(x)
     th = th[0] if mode == "lstm" else th
     handle.synchronize()
-    got = R.rnn_forward(handle, rnn, x, w)
-    np.testing.assert_allclose(got.y.to_numpy(), ty.cpu().numpy(), rtol=1e-9, atol=1e-10)
-    np.testing.assert_allclose(got.hy.to_numpy(), th.cpu().numpy(), rtol=1e-9, atol=1e-10)
+    got = R.rnn_forward(handle, rnn, x, w)  # torch x in: torch outputs (the outputs' package rule)
+    assert isinstance(got.y, torch.Tensor) and isinstance(got.hy, torch.Tensor)
+    np.testing.assert_allclose(got.y.cpu().numpy(), ty.cpu().numpy(), rtol=1e-9, atol=1e-10)
+    np.testing.assert_allclose(got.hy.cpu().numpy(), th.cpu().numpy(), rtol=1e-9, atol=1e-10)
 
 
 @pytest.mark.gpu

@@ -292,8 +292,11 @@ def test_transform_tensor_layout_and_dtype(handle, rng, src, dst):
     physical = DeviceArray(y.ptr, (2, 4, 5, 3), dst, owner=y).to_numpy()  # the memory really is N, H, W, C
     assert_close(physical, x.astype(np.float64).transpose(0, 2, 3, 1), np.float16 if np.float16 in (src, dst) else
                  np.float32)
-    back = T.transform_tensor(handle, y, dtype=src, engine="legacy")  # NHWC -> packed NCHW
+    back = T.transform_tensor(handle, y, dtype=src, layout="NCHW", engine="legacy")  # NHWC -> packed NCHW
     assert back.is_contiguous
+    kept = T.transform_tensor(handle, y, dtype=src, engine="legacy")  # without layout=: y's memory order
+    assert kept.strides == (60, 1, 15, 3)
+    assert_close(kept.to_numpy(), x.astype(np.float64), np.float16)
     assert_close(back.to_numpy(), x.astype(np.float64), np.float16)
     y0 = rng.standard_normal(x.shape).astype(dst)
     blended = T.transform_tensor(handle, _dev(x), y=_dev(y0), alpha=2.0, beta=-1.0, engine="legacy")

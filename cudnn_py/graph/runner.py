@@ -446,7 +446,8 @@ def autotune_graph(g: Any, handle: Any, pack: dict) -> None:
     :class:`~cudnn_py.graph.errors.GraphNotSupportedError`). The fallback list costs building its plans once, and
     it can hold the only fast one: float64 convolution backward data (32x64x56x56, 3x3, H200, cuDNN 9.19) takes
     6.3 ms on the engine modes A and B rank first and 0.54 ms on the fallback list's ``eng1``."""
-    g.autotune(handle, pack, modes=("A", "B", "FALLBACK"))
+    with recording.measuring():
+        g.autotune(handle, pack, modes=("A", "B", "FALLBACK"))
 
 
 def plan_graph(g: Any, handle: Any, inputs: dict, outputs: dict | Sequence, autotune: bool) -> Any:

@@ -185,6 +185,21 @@ def launch(handle, fn, *args) -> None:
                   keep=tuple(a for a in args if isinstance(a, (Descriptor, Settings))))
 
 
+def host_step(fn, args: tuple, pointers: tuple[int, ...], keep: tuple = ()) -> None:
+    """Run ``fn(*args)``, a step that makes its own C or driver calls (``args[i]`` for ``i`` in ``pointers`` a device
+    address of the call's arrays), as a sink: recorded for the call's prepared call to repeat with its addresses."""
+    state = recording.state
+    if state.rec is None:
+        fn(*args)
+        return
+    state.sink = True
+    try:
+        fn(*args)
+    finally:
+        state.sink = False
+    recording.add(fn, args, pointers, keep)
+
+
 def replay_checks_open(d: Descriptor) -> None:
     """Record a step that raises :class:`~cudnn_py.errors.ClosedError` once ``d`` (a descriptor the caller owns and
     may close: a Dropout, its own SpatialTransformer) is closed, as the validated path raises, before a prepared call

@@ -74,8 +74,9 @@ def _measure(handle: Handle, g: Geometry, direction: str, limit, in_ptrs):
     if g.asym and direction != "backward_data":
         pad_x = zeros((g.xp_size,), g.np_dtype, stream=handle.stream, device=handle.device)
         a_ptr = pad_x.ptr
-    return _alg.measure_algorithms(handle, direction, a, a_ptr, b, b_ptr, g.conv_desc(g.math_type), c,
-                                   g.out_nbytes(direction), limit)
+    with recording.measuring():
+        return _alg.measure_algorithms(handle, direction, a, a_ptr, b, b_ptr, g.conv_desc(g.math_type), c,
+                                       g.out_nbytes(direction), limit)
 
 
 def _choose(handle: Handle, g: Geometry, direction: str, spec, deterministic: bool, limit, in_ptrs):

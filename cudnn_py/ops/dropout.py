@@ -35,14 +35,14 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import DTypeLike
 
-from cudnn_py import capi, recording
+from cudnn_py import capi
 from cudnn_py._deprecation import alias, renamed_kwargs, warn
 from cudnn_py.args import float_arg, handle_ptr, int_arg, int_tuple
 from cudnn_py.descriptors import Descriptor
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray, DeviceArrayLike, empty
-from cudnn_py.ops._common import (byte_buffer, check_array, launch, output,
+from cudnn_py.ops._common import (byte_buffer, check_array, host_step, launch, output,
                                   replay_checks_open, tensor_desc)
 from cudnn_py.prepared import prepared
 
@@ -252,8 +252,7 @@ def dropout_forward(handle: Handle, dropout: Dropout, x: DeviceArrayLike, *,
     # ones the recorded C descriptor advances) repeats the open check, the C call and the order bookkeeping
     replay_checks_open(dropout)
     launch(handle, capi.cudnnDropoutForward, handle.ptr, dropout, xd, xa, yd, ya, ra, ra.nbytes)
-    _note_order(ra.device_id, ra.ptr, xa.shape, order)
-    recording.add(_note_order, (ra.device_id, ra.ptr, xa.shape, order), (1,))
+    host_step(_note_order, (ra.device_id, ra.ptr, xa.shape, order), (1,))
     return DropoutOutputs(ya, ra)
 
 
@@ -273,9 +272,8 @@ def dropout_backward(handle: Handle, dropout: Dropout, dy: DeviceArrayLike, rese
     # picks them when it runs, so a prepared call picks them again for its reserve
     args = (handle.ptr, dp, _Layout(dya.shape, dya.strides, dya.dtype), _Layout(dxa.shape, dxa.strides, dxa.dtype),
             ra.device_id, dya.ptr, dxa.ptr, ra.ptr, ra.nbytes)
-    _backward_c(*args)
     replay_checks_open(dropout)
-    recording.add(_backward_c, args, (5, 6, 7), keep=(dropout,))
+    host_step(_backward_c, args, (5, 6, 7), keep=(dropout,))
     return dxa
 
 

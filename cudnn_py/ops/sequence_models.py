@@ -12,14 +12,14 @@ from ctypes import byref
 
 import numpy as np
 
-from cudnn_py import capi, memory, recording
+from cudnn_py import capi, memory
 from cudnn_py.args import INT32_MAX, float_arg
 from cudnn_py.contexts import on_device
 from cudnn_py.descriptors import Descriptor
 from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError, check_cuda
 from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray
-from cudnn_py.ops._common import launch, scalars, tensor_desc
+from cudnn_py.ops._common import host_step, launch, scalars, tensor_desc
 from cudnn_py.streams import driver
 
 __all__ = ["MATH_TYPES", "WeightedDescriptor", "choice", "name_of", "positive_int", "dropout_arg", "check_lengths",
@@ -128,8 +128,7 @@ def device_lengths(handle: Handle, lengths: tuple[int, ...]) -> DeviceArray:
     host = np.asarray(lengths, np.int32)
     a = memory.empty(host.shape, np.int32, stream=handle.stream, device=handle.device)
     args = (handle.ptr, a.device_id, a.ptr, host)
-    _upload(*args)
-    recording.add(_upload, args, (2,))
+    host_step(_upload, args, (2,))
     return a
 
 

@@ -39,11 +39,11 @@ from cudnn_py import engine_choice as ec
 from cudnn_py.graph import legacy as gl
 from cudnn_py.handle import Handle
 from cudnn_py.contexts import on_device
-from cudnn_py.memory import DeviceArray, DeviceArrayLike, as_array, empty, memset
+from cudnn_py.memory import DeviceArray, DeviceArrayLike, as_array, empty, memset, memset_writes
 from cudnn_py.strided import memory_order, non_overlapping
 from cudnn_py import recording
 from cudnn_py.ops._common import (
-    Out, check_array, desc, empty_strided, enum_arg, launch, output, read_tensor_desc, scalars,
+    Out, check_array, desc, empty_strided, enum_arg, host_step, launch, output, read_tensor_desc, scalars,
     tensor_desc,
 )
 from cudnn_py.prepared import prepared
@@ -237,8 +237,9 @@ def set_tensor(handle: Handle, y: Out, value: float) -> Out:
     if ya.span()[1] == ya.size and min(ya.strides, default=0) >= 0 and non_overlapping(ya.shape, ya.strides):
         # dense (any dimension order): y's elements are exactly its memory span, so one driver memset of the
         # element cuDNN would write (the host value converted to y's dtype) fills it at full bandwidth
-        if _fill(handle, ya.ptr, host.astype(ya.dtype), ya.size):
-            recording.add(_fill, (handle, ya.ptr, host.astype(ya.dtype), ya.size), (1,))
+        element = host.astype(ya.dtype)
+        if memset_writes(element):
+            host_step(_fill, (handle, ya.ptr, element, ya.size), (1,))
             return y
         # no memset writes the value (a float64 one with unequal 4-byte halves): cuDNN's kernel on y described
         # packed in its memory order (every element gets the same value), which runs at 1.1x torch's fill_ where
@@ -255,12 +256,12 @@ def set_tensor(handle: Handle, y: Out, value: float) -> Out:
     return y
 
 
-def _fill(handle: Handle, ptr: int, element: np.ndarray, count: int) -> bool:
+def _fill(handle: Handle, ptr: int, element: np.ndarray, count: int) -> None:
     """A driver memset of ``count`` copies of ``element`` from ``ptr`` on the handle's current stream (a step of
-    :func:`set_tensor`'s prepared call); False where no memset writes that element."""
+    :func:`set_tensor`'s prepared call)."""
     stream = handle.stream.handle
     with on_device(handle.device):
-        return memset(ptr, element, count, stream)
+        memset(ptr, element, count, stream)
 
 
 # ---------------------------------------------------------------- transform

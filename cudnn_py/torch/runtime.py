@@ -26,6 +26,7 @@ warm-up calls are the ones a CUDA-graph capture on torch's capture stream record
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -50,6 +51,7 @@ class _Local(threading.local):
 
 
 _local = _Local()
+_CONTEXTS: weakref.WeakSet[Context] = weakref.WeakSet()  # every thread's, for cache_clear
 
 _is_compiling = torch.compiler.is_compiling
 _grad_enabled = torch.is_grad_enabled
@@ -157,7 +159,7 @@ class Context:
     """This thread's cuDNN handle on one device (its workspace from torch's allocator: :class:`_Workspace`) and the
     torch stream it is bound to."""
 
-    __slots__ = ("handle", "stream", "device", "index", "workspace")
+    __slots__ = ("handle", "stream", "device", "index", "workspace", "__weakref__")
 
     def __init__(self, device: int, stream: int):
         self.stream, self.device, self.index = stream, torch.device("cuda", device), device
@@ -191,14 +193,16 @@ def context(device: int) -> Context:
     stream = _raw_stream(device)
     if ctx is None:
         ctx = cs[device] = Context(device, stream)
+        _CONTEXTS.add(ctx)
     elif ctx.stream != stream:
         ctx.rebind(stream)
     return ctx
 
 
 def cache_clear() -> None:
-    """Forget the prepared calls of this thread's handles (made again, from their plans, on next use)."""
-    for ctx in _local.contexts.values():
+    """Forget the prepared calls of every thread's handles (autograd's backward runs on its own threads: theirs
+    too); they are made again, from their plans, on next use."""
+    for ctx in list(_CONTEXTS):
         handle_cache(ctx.handle, CACHE).clear()
 
 
