@@ -79,7 +79,7 @@ def cuda_core() -> ModuleType:
         except ImportError as e:
             raise NoDeviceError(
                 "import cuda.core", 0, "", f"{e}; install cudnn-py with the extra for your driver: {driver_extras()}"
-            ) from e
+            ) from None  # the cause's text is in the message
         _core, _StreamType = core, core.Stream
     return _core
 
