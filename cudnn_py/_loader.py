@@ -181,8 +181,9 @@ def locate(environ: dict[str, str] | None = None) -> Library:
     env = os.environ if environ is None else environ
     tried: list[str] = []
 
-    for var, paths in (("CUDNN_PY_LIBRARY", lambda v: [v] if v.is_file() or v.suffix.startswith(".so") else
-                        _candidates_in(v)), ("CUDNN_PATH", _candidates_in)):
+    # CUDNN_PY_LIBRARY: a folder is searched; anything else is the file (a missing one is reported as missing)
+    for var, paths in (("CUDNN_PY_LIBRARY", lambda v: _candidates_in(v) if v.is_dir() else [v]),
+                       ("CUDNN_PATH", _candidates_in)):
         value = env.get(var)
         if value:
             found = _try_paths(paths(Path(value)), f"${var}", tried)
@@ -199,13 +200,28 @@ def locate(environ: dict[str, str] | None = None) -> Library:
     except ImportError:
         tried.append("cuda.pathfinder: not installed")
     except Exception as e:  # pathfinder's not-found errors already list the places it searched
-        tried.append(f"cuda.pathfinder: {e}")
+        tried.append(f"cuda.pathfinder: {_pathfinder_failure(e)}")
 
     try:
         return _system("system loader")
     except OSError as e:
         tried.append(f"system loader: {SONAME} ({e})")
     raise LibraryNotFoundError(_report(tried, INSTALL_HINT))
+
+
+def _pathfinder_failure(e: Exception) -> str:
+    """What cuda.pathfinder's failure means for cuDNN. It loads cuDNN's dependencies (libcublasLt) first, so with
+    no cuDNN wheel at all its error names only the first of them: the missing cuDNN is said first."""
+    text = str(e).strip()
+    if "cudnn" in text.lower():
+        return text
+    try:
+        import importlib.util
+        wheel = importlib.util.find_spec("nvidia.cudnn") is not None
+    except ImportError:  # no nvidia.* package at all
+        wheel = False
+    return text if wheel else f"no cuDNN wheel (nvidia-cudnn-cu12 / -cu13) is installed; its search stopped " \
+                              f"earlier, at a library cuDNN needs ({text.split(': ', 1)[0]})"
 
 
 def _report(tried: list[str], advice: str) -> str:

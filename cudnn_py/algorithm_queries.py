@@ -112,6 +112,28 @@ class AlgoPerf:
     determinism: enum.IntEnum
     math_type: enum.IntEnum
 
+    def __post_init__(self) -> None:
+        """Refuse a field of the wrong kind (:class:`InvalidTypeError`) or value (:class:`InvalidValueError`), naming
+        it: the record is what the caches store and the selectors compare."""
+        if not isinstance(self.direction, str) or self.direction not in DIRECTIONS:
+            raise InvalidValueError(f"AlgoPerf direction {self.direction!r}: expected one of {DIRECTIONS}")
+        members = (("algo", algorithm_enum(self.direction)), ("determinism", capi.cudnnDeterminism_t),
+                   ("math_type", capi.cudnnMathType_t))
+        for name, kind in members:
+            if type(getattr(self, name)) is not kind:
+                raise InvalidTypeError(f"AlgoPerf {name} must be a {kind.__name__} member, got "
+                                       f"{getattr(self, name)!r}")
+        numbers = (("status", int, "a cudnnStatus_t member or int"), ("time_ms", (int, float), "a number"),
+                   ("memory_bytes", int, "an int"))  # status: an int when cuDNN is newer than the headers
+        for name, types, what in numbers:
+            value = getattr(self, name)
+            if not isinstance(value, types) or isinstance(value, bool):
+                raise InvalidTypeError(f"AlgoPerf {name} must be {what}, got {value!r}")
+        if self.time_ms != self.time_ms:
+            raise InvalidValueError("AlgoPerf time_ms is NaN")
+        if self.memory_bytes < 0:
+            raise InvalidValueError(f"AlgoPerf memory_bytes must be >= 0, got {self.memory_bytes}")
+
     @property
     def supported(self) -> bool:
         return int(self.status) == int(capi.CUDNN_STATUS_SUCCESS)

@@ -41,6 +41,7 @@ import weakref
 from collections.abc import Sequence
 from ctypes import byref, c_int, c_size_t, c_void_p
 from enum import IntEnum
+from typing import TypeVar
 
 import numpy as np
 from numpy.typing import DTypeLike
@@ -223,6 +224,9 @@ def _layout(value) -> capi.cudnnTensorFormat_t:
     return enum_member(capi.cudnnTensorFormat_t, value, "CUDNN_TENSOR_", "layout", _FORMAT_ALIASES)
 
 
+_S = TypeVar("_S", bound="Settings")
+
+
 class Settings:
     """The base of the configuration classes (``Pooling``, ``Activation``, ``LRN``, :class:`OpTensor`,
     :class:`ReduceTensor`): validated once, read-only, equal and hashable by their settings (``_key()``), so that
@@ -245,6 +249,16 @@ class Settings:
         if d is None:
             d = self._desc = self._c_class.shared(*self._key())
         return d.ptr
+
+    def close(self) -> None:
+        """Nothing to release (the C descriptor is shared and cached): kept, with ``with``, for code written against
+        the deprecated descriptor names (``PoolingDescriptor``, ``ActivationDescriptor``, ...), which make these."""
+
+    def __enter__(self: _S) -> _S:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def __eq__(self, other) -> bool:
         return type(other) is type(self) and self._key() == other._key()

@@ -86,8 +86,8 @@ def cuda_core() -> ModuleType:
                 import cuda.core as core
                 from cuda.bindings import driver as drv
             except ImportError as e:
-                raise NoDeviceError("import cuda.core", 0, "",
-                                    f"{e}; install cudnn-py with the extra for your driver: {driver_extras()}") from e
+                raise NoDeviceError("import cuda.core", 0, "", f"{e}; install cudnn-py with the extra for your driver: "
+                                    f"{driver_extras()}") from None  # the cause's text is in the message
             _driver, _StreamType = drv, core.Stream
             _core = core
     return _core

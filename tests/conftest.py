@@ -4,6 +4,7 @@ from __future__ import annotations
 import collections
 import functools
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -26,6 +27,7 @@ def gpu_missing_reason(device: int = 0) -> str:
 
 
 def pytest_collection_modifyitems(config, items):
+    _fuzz_last(items)
     _keep_shard(config, items)
     why_not_two = gpu_missing_reason(1)
     if why_not_two:
@@ -59,6 +61,15 @@ def pytest_terminal_summary(terminalreporter):
     if reasons:
         terminalreporter.write_line(f"skipped {sum(reasons.values())}: "
                                     + "; ".join(f"{n} {why}" for why, n in reasons.most_common()))
+
+
+_FUZZ = Path(__file__).resolve().parent / "fuzz"
+
+
+def _fuzz_last(items) -> None:
+    """The fuzz campaign (tests/fuzz: a minute or more, in subprocesses) runs after every other test, so that
+    ``pytest -q`` shows progress from its first seconds; nothing else changes order."""
+    items.sort(key=lambda item: _FUZZ in Path(item.path).parents)
 
 
 def _keep_shard(config, items) -> None:

@@ -164,7 +164,7 @@ def test_algos_merge_refuses_a_missing_source_and_honours_db(tmp_path):
     # --merge A B --db M: M is INTO, A and B are both read (A is not written)
     r = run("-m", "cudnn_py", "algos", "--merge", str(a), str(b), "--db", str(into))
     assert r.returncode == 0, r.stderr
-    assert f"{a}: 1 records merged into {into}" in r.stdout and f"{b}: 1 records merged into {into}" in r.stdout
+    assert f"{a}: 1 record merged into {into}" in r.stdout and f"{b}: 1 record merged into {into}" in r.stdout
     assert TuningDatabase(into).count() == 2 and TuningDatabase(a).count() == 1
     # without --db the first is INTO, as before
     r = run("-m", "cudnn_py", "algos", "--merge", str(a), str(b))

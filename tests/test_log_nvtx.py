@@ -26,23 +26,40 @@ ROOT = str(Path(cudnn_py.__file__).resolve().parent.parent)
 
 
 class Records(logging.Handler):
+    """The records emitted by the thread that made it. cuDNN's callback is process-wide: a cuDNN call of another
+    thread (a handle or autotune thread left by an earlier test) is logged too, and must not count."""
+
     def __init__(self):
         super().__init__(logging.DEBUG)
         self.records: list[logging.LogRecord] = []
+        self.thread = threading.get_ident()
 
     def emit(self, record):
-        self.records.append(record)
+        if record.thread == self.thread:
+            self.records.append(record)
+
+
+def _shown(records) -> list[tuple]:
+    """What an assertion on records prints: each one's level, cuDNN function and thread."""
+    return [(r.levelname, r.cudnn_function, r.cudnn_thread) for r in records]
 
 
 @pytest.fixture
 def records():
+    """This thread's records on the ``cudnn_py`` logger; the garbage collector is paused meanwhile (after
+    collecting): a collection would run finalizers of earlier tests' objects in this thread (cuDNN calls, logged when
+    they fail) at a moment that depends on everything the process did before, i.e. on which tests share the shard.
+    What made test_log_levels see one error twice in a loaded sharded GPU suite."""
     logger = logging.getLogger("cudnn_py")
     handler, old_level = Records(), logger.level
     logger.addHandler(handler)
     logger.setLevel(logging.DEBUG)
+    gc.collect()
+    gc.disable()
     try:
         yield handler.records
     finally:
+        gc.enable()
         cudnn_log.disable()
         logger.removeHandler(handler)
         logger.setLevel(old_level)
@@ -77,7 +94,7 @@ def test_log_levels(records, tensor):
     assert cudnn_log.level() == "error"
     capi.cudnnSetTensor4dDescriptor(tensor, capi.CUDNN_TENSOR_NCHW, capi.CUDNN_DATA_FLOAT, 1, 3, 4, 4)
     _bad_param(tensor)
-    assert [r.levelno for r in records] == [logging.ERROR]
+    assert [r.levelno for r in records] == [logging.ERROR], _shown(records)
     cudnn_log.enable(logging.WARNING)
     assert cudnn_log.level() == "warning"
     with pytest.raises(ValueError, match="level must be one of"):
@@ -88,9 +105,54 @@ def test_log_levels(records, tensor):
     try:
         cudnn_log.enable("error", logger=mine)
         _bad_param(tensor)
-        assert len(handler.records) == 1
+        assert len(handler.records) == 1, _shown(handler.records)
     finally:
         mine.removeHandler(handler)
+
+
+class _FailsWhenCollected:
+    """Garbage in a reference cycle whose finalizer makes a failing cuDNN call (logged at ERROR) on a descriptor of
+    its own, as an earlier test's object might."""
+
+    def __init__(self):
+        self.desc, self.cycle = capi.cudnnTensorDescriptor_t(), self
+        capi.cudnnCreateTensorDescriptor(byref(self.desc))
+
+    def __del__(self):
+        try:
+            _bad_param(self.desc)
+        finally:
+            capi.cudnnDestroyTensorDescriptor(self.desc)
+
+
+def test_log_records_are_this_threads_whatever_else_runs(records, tensor):
+    """What made test_log_levels see ``[40, 40]`` in a loaded sharded suite: failing cuDNN calls of another thread,
+    and garbage of earlier tests whose finalizer fails, while this thread's one error is logged."""
+    _FailsWhenCollected()
+    cudnn_log.enable("error")
+    other = capi.cudnnTensorDescriptor_t()
+    capi.cudnnCreateTensorDescriptor(byref(other))
+    stop, failed = threading.Event(), threading.Event()
+
+    def fail_elsewhere():
+        while not stop.is_set():
+            _bad_param(other)
+            failed.set()
+    t = threading.Thread(target=fail_elsewhere)
+    t.start()
+    try:
+        assert failed.wait(30)
+        for _ in range(200):
+            [object() for _ in range(50)]  # allocations that would trigger a collection
+        _bad_param(tensor)
+    finally:
+        stop.set()
+        t.join()
+        capi.cudnnDestroyTensorDescriptor(other)
+    assert [(r.levelname, r.cudnn_function) for r in records] == [("ERROR", "cudnnSetTensor4dDescriptor")], \
+        _shown(records)
+    gc.collect()  # the garbage was real: collected now, its failing call is logged here
+    assert [r.levelname for r in records] == ["ERROR", "ERROR"], _shown(records)
 
 
 def _script(source: str, **env) -> subprocess.CompletedProcess:

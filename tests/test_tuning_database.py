@@ -100,7 +100,6 @@ def _writer(path, who, seconds):
 def test_eight_processes_writing_at_once_lose_nothing(tmp_path):
     """4 s each by default; CUDNN_PY_STRESS_SECONDS=60 runs the issue's minute."""
     path = tmp_path / "shared.sqlite"
-    TuningDatabase(path, environment=ENV).close()   # the writers open an existing file and create it too
     seconds = float(os.environ.get("CUDNN_PY_STRESS_SECONDS", "4"))
     procs = [_writer(path, f"w{i}", seconds) for i in range(8)]
     counts = {}
@@ -182,7 +181,7 @@ def test_another_programs_sqlite_file_is_refused(tmp_path):
 
 def test_an_unwritable_location_degrades_to_memory_with_one_warning(tmp_path):
     with pytest.warns(TuningWarning, match="in memory") as caught:
-        d = TuningDatabase("/proc/cudnn_py_cannot_exist/t.sqlite", environment=ENV)
+        d = TuningDatabase("/proc/cudnn_py_cannot_exist.sqlite", environment=ENV)  # /proc takes no new file
         d.record("k", "a", {"v": 1})
         assert d.lookup("k", "a") == {"v": 1}
     assert len(caught) == 1 and d.in_memory and d.degraded

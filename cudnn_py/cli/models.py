@@ -169,7 +169,8 @@ def _run(args: argparse.Namespace) -> int:
             _existing(src, "--merge")
         into = TuningDatabase(into_path)
         for src in sources:
-            print(f"{src}: {into.merge(src)} records merged into {into_path}")
+            n = into.merge(src)
+            print(f"{src}: {n} record{'' if n == 1 else 's'} merged into {into_path}")
         return 0
     return _sweep(args, rp)
 

@@ -517,6 +517,11 @@ class Geometry:
         return f"x {self.x_shape}, w {self.w_shape}, y {self.y_shape}, {self.dtype.name}, {self.conv!r}"
 
 
+#: the data types cuDNN's filter descriptor takes among legacy_dtype's (cudnnSetFilterNdDescriptor refuses int32)
+_DATA_DTYPES = frozenset({capi.CUDNN_DATA_FLOAT, capi.CUDNN_DATA_DOUBLE, capi.CUDNN_DATA_HALF, capi.CUDNN_DATA_BFLOAT16,
+                          capi.CUDNN_DATA_INT8, capi.CUDNN_DATA_UINT8})
+
+
 def convolution_output_shape(x_shape: Sequence[int], w_shape: Sequence[int], padding: int | Sequence[int] = 0,
                              stride: int | Sequence[int] = 1, dilation: int | Sequence[int] = 1, *, groups: int = 1,
                              mode: str | int = "cross_correlation", dtype: DTypeLike = np.float32) -> tuple[int, ...]:
@@ -524,6 +529,10 @@ def convolution_output_shape(x_shape: Sequence[int], w_shape: Sequence[int], pad
     ``w_shape`` (K, C/groups, spatial...), as cuDNN computes it."""
     x_shape, w_shape = dims(x_shape, "x_shape", 3), dims(w_shape, "w_shape", 3)
     dt = legacy_dtype(dtype, "convolution")
+    if dt not in _DATA_DTYPES:
+        raise InvalidTypeError(f"convolution_output_shape: dtype {dt.name} is no convolution data type; cuDNN "
+                               f"convolves float32, float64, float16, bfloat16, int8 and uint8 data (int32 is an "
+                               f"accumulation type: a Convolution's compute_dtype)")
     if len(w_shape) != len(x_shape):
         raise InvalidValueError(f"input shape {x_shape} and filter shape {w_shape} must have the same number of dims")
     conv = _shared_convolution(padding, stride, dilation, ndim=len(x_shape) - 2, mode=mode,

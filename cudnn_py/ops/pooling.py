@@ -383,6 +383,9 @@ def pooling_output_shape(x_shape: Sequence[int], mode: str | int = "max", window
                          dtype: DTypeLike = np.float32) -> tuple[int, ...]:
     """The forward output shape of pooling input ``x_shape`` (N, C, spatial...), as cuDNN computes it
     (``cudnnGetPoolingNdForwardOutputDim``; :meth:`Pooling.output_shape` computes the same in Python)."""
+    if isinstance(mode, Pooling):
+        raise InvalidTypeError(f"pooling_output_shape takes a pooling's settings (mode, window, padding, stride), "
+                               f"not a Pooling: use Pooling.output_shape, here {mode!r}.output_shape({x_shape!r})")
     x_shape = dims(x_shape, "x_shape", 3)
     pool = Pooling(mode, window, padding, stride)
     d = _PoolingDescriptor.shared(pool.mode, False, *pool.params(len(x_shape) - 2))

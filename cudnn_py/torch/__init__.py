@@ -19,8 +19,9 @@ try:
     import torch  # noqa: F401  (the real torch: this package's absolute imports never see cudnn_py.torch)
 except ImportError as e:  # pragma: no cover - exercised where torch is absent
     from cudnn_py._install import torch_install
-    raise ImportError(f"cudnn_py.torch needs PyTorch: {torch_install()}; the rest of cudnn_py works without "
-                      f"it") from e
+    broken = "" if e.name == "torch" else f" (it is there, but importing it failed: {e})"
+    raise ImportError(f"cudnn_py.torch needs PyTorch{broken}: {torch_install()}; the rest of cudnn_py works "
+                      f"without it") from None  # one message, not torch's traceback before it
 
 from .attention import scaled_dot_product_attention, sdpa
 from .attention_fp8 import sdpa_fp8, sdpa_fp8_backward

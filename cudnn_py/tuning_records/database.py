@@ -145,13 +145,14 @@ def _current_device() -> int:
 class TuningDatabase:
     """An open tuning database (thread-safe; one connection per process, reopened after ``fork``).
 
-    :param path: the file (created with its directory if missing), or None / ``":memory:"`` for one held in memory.
+    :param path: the file, or None / ``":memory:"`` for one held in memory. Its folder must exist; a file that does
+        not exist yet is created by the first write (reads find nothing until then), so a refused call leaves none.
     :param environment: the fingerprint records are made and looked up under (default: the calling device's,
         see :func:`~cudnn_py.tuning_records.fingerprint.environment`); fixing it serves tests and offline tools.
     :param timeout: seconds a write waits for another process's transaction before
         :class:`TuningDatabaseError`.
     :raises TuningDatabaseError: when the file is not a cudnn-py tuning database, is damaged or truncated, or was
-        written by a newer schema.
+        written by a newer schema; when ``path`` is a directory or its folder does not exist.
     """
 
     def __init__(self, path: str | os.PathLike | None = None, *, environment: Environment | None = None,
@@ -160,13 +161,24 @@ class TuningDatabase:
             raise InvalidTypeError(f"environment must be an Environment, got {type(environment).__name__}")
         where = None if path is None else os.fspath(path)
         self._path: Path | None = None if where in (None, ":memory:") else Path(str(where)).expanduser().absolute()
+        if self._path is not None:
+            if self._path.is_dir():
+                raise TuningDatabaseError(f"tuning database {where}: a directory; name a file, e.g. "
+                                          f"{os.path.join(str(where), FILE_NAME)}")
+            if not self._path.parent.is_dir():
+                raise TuningDatabaseError(f"tuning database {where}: the folder {self._path.parent} does not exist "
+                                          f"(create it first)")
         self._fixed_env = environment
         self._timeout = float(timeout)
         self._lock = threading.RLock()
         self._env_ids: dict[Environment, int] = {}
         #: why the database is kept in memory instead of its file ('' when it is not)
         self.degraded = ""
-        self._conn: sqlite3.Connection | None = self._connect()
+        self._closed = False
+        #: None until a file that did not exist is first written (reads use _empty meanwhile)
+        self._conn: sqlite3.Connection | None = None if self._path is not None and not self._path.exists() \
+            else self._connect()
+        self._empty: sqlite3.Connection | None = None
         self._pid = os.getpid()
 
     # -- opening ---------------------------------------------------------------------------------------------
@@ -191,10 +203,7 @@ class TuningDatabase:
         if self._path is None:
             return self._prepare(self._raw_connect(":memory:"))
         try:
-            self._path.parent.mkdir(parents=True, exist_ok=True)
             conn = self._raw_connect(str(self._path))
-        except OSError as e:
-            return self._degrade(f"{e.strerror or e}")
         except sqlite3.Error as e:
             return self._degrade(str(e))
         try:
@@ -237,9 +246,14 @@ class TuningDatabase:
 
     def _check(self, conn: sqlite3.Connection) -> int:
         """The file's schema version, after refusing a foreign, newer or damaged file."""
-        app = conn.execute("PRAGMA application_id").fetchone()[0]
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        conn.execute("BEGIN")  # one snapshot: another process may be creating the file meanwhile
+        try:
+            app = conn.execute("PRAGMA application_id").fetchone()[0]
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        finally:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
         where = self._path or "(memory)"
         if app != APPLICATION_ID and (app != 0 or tables):
             raise TuningDatabaseError(f"tuning database {where}: an SQLite file of another program "
@@ -260,7 +274,7 @@ class TuningDatabase:
     def _prepare(self, conn: sqlite3.Connection) -> sqlite3.Connection:
         if self._check(conn) < 1:
             if self._path is not None and not self.degraded:
-                conn.execute("PRAGMA journal_mode = WAL")   # persistent in the file; readers never block writers
+                self._wal(conn)
             conn.execute("BEGIN IMMEDIATE")
             try:
                 if conn.execute("PRAGMA user_version").fetchone()[0] < 1:   # not made meanwhile by another process
@@ -275,12 +289,32 @@ class TuningDatabase:
         conn.execute("PRAGMA synchronous = NORMAL")  # with WAL: a killed process loses nothing committed
         return conn
 
-    def _connection(self) -> sqlite3.Connection:
-        if self._conn is None:
+    def _wal(self, conn: sqlite3.Connection) -> None:
+        """``PRAGMA journal_mode = WAL`` (persistent in the file; readers never block writers), retried for up to
+        the timeout while another process creating the file at once holds it: SQLite answers that with
+        ``SQLITE_BUSY`` at once, without waiting."""
+        end = time.monotonic() + self._timeout
+        while True:
+            try:
+                conn.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as e:
+                if not _code(e).startswith("SQLITE_BUSY") or time.monotonic() > end:
+                    raise
+                time.sleep(0.005)
+
+    def _connection(self, write: bool) -> sqlite3.Connection:
+        if self._closed:
             raise TuningDatabaseError(f"tuning database {self._path or '(memory)'} is closed")
         if self._pid != os.getpid():  # a forked child: SQLite connections do not cross fork
-            self._conn = self._connect()
+            self._conn = self._empty = None
             self._pid = os.getpid()
+        if self._conn is None:
+            if not write and self._path is not None and not self._path.exists():  # not made yet, by us or others
+                if self._empty is None:
+                    self._empty = self._prepare(self._raw_connect(":memory:"))
+                return self._empty
+            self._conn = self._connect()
         return self._conn
 
     # -- environments ----------------------------------------------------------------------------------------
@@ -316,7 +350,7 @@ class TuningDatabase:
     def _run(self, fn: Callable[[sqlite3.Connection], object], write: bool = False):
         """``fn(connection)``, in an immediate transaction when ``write``; SQLite errors become ours."""
         with self._lock:
-            conn = self._connection()
+            conn = self._connection(write)
             try:
                 if not write:
                     return fn(conn)
@@ -497,9 +531,12 @@ class TuningDatabase:
     def close(self) -> None:
         """Close the connection (idempotent); later calls raise :class:`TuningDatabaseError`."""
         with self._lock:
-            if self._conn is not None and self._pid == os.getpid():
-                self._conn.close()
-            self._conn = None
+            if self._pid == os.getpid():
+                for conn in (self._conn, self._empty):
+                    if conn is not None:
+                        conn.close()
+            self._conn = self._empty = None
+            self._closed = True
 
     def __enter__(self) -> "TuningDatabase":
         return self
@@ -541,7 +578,7 @@ def open_database(path: str | os.PathLike) -> TuningDatabase:
     where = str(Path(os.fspath(path)).expanduser().absolute())
     with _registry_lock:
         got = _registry.get(where)
-        if got is None or got._conn is None:
+        if got is None or got._closed:
             got = _registry[where] = TuningDatabase(where)
         return got
 
@@ -549,8 +586,16 @@ def open_database(path: str | os.PathLike) -> TuningDatabase:
 def default_database() -> TuningDatabase:
     """The process-wide tuning database (:func:`default_path`), opened on first use."""
     got = _default[0]
-    if got is None or got._conn is None:
-        got = open_database(default_path())
+    if got is None or got._closed:
+        path = default_path()
+        if not os.environ.get("CUDNN_PY_TUNING_DB"):  # the plan store's folder or the per-user cache: ours to make
+            try:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+            except OSError as e:
+                warnings.warn(f"tuning database {path}: cannot create its folder ({e.strerror or e}); this process "
+                              f"keeps its measurements in memory", TuningWarning, stacklevel=2)
+                path = ":memory:"
+        got = open_database(path)
         _default[0] = got
     return got
 
