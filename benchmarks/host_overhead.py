@@ -129,7 +129,7 @@ def bare_call(h, name: str) -> Callable[[], None] | None:
     for call, base, slots, workspace, _ in p.steps:
         args = list(base)
         for pos, slot in slots:  # any valid address of the right size: the call's own arrays live in the row
-            args[pos] = fake.setdefault(slot, cudnn.empty((1 << 16,), np.uint8).ptr)
+            args[pos] = fake.setdefault(slot, cudnn.empty((1 << 16,), np.uint8)).ptr
         for pos, offset in workspace:
             args[pos] = h.workspace.get(p.workspace, h.stream) + offset
         runner = getattr(call, "__self__", None)

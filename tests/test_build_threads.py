@@ -222,7 +222,9 @@ def test_a_refused_sweep_leaves_no_database_behind(tmp_path, monkeypatch, capsys
     with pytest.raises(SystemExit, match="cannot open a cuDNN handle"):
         main(argv)
     assert list(tmp_path.iterdir()) == []
-    TuningDatabase(path).close()                # a database that was there stays
+    db = TuningDatabase(path)
+    db.clear()  # a write: the file exists from here on
+    db.close()  # a database that was there stays
     with pytest.raises(SystemExit):
         main(argv)
     assert path.is_file()
@@ -252,3 +254,21 @@ def test_plans_built_on_threads_are_the_ones_one_thread_builds_and_they_run(hand
     ok = [c for c in rec["configs"] if c["ok"]]
     assert valid_record(rec) and ok and rec["race"]["build_threads"] == 8 and rec["settings"]["cold_l2"] is True
     assert all(c["agrees"] for c in ok if c["checked"]), [(c["tag"], c["diff"]) for c in ok]
+
+
+def test_a_build_that_failed_on_a_worker_thread_is_run_again_alone():
+    """cuDNN's runtime compilation failed under concurrent builds where it succeeds alone (H200, 9.19): the failed
+    build runs again on the calling thread; one that fails there too keeps its error."""
+    main = threading.current_thread()
+
+    def flaky(i):
+        if threading.current_thread() is not main and i % 2:
+            raise CudnnNotSupportedError("cudnnBackendFinalize", capi.CUDNN_STATUS_NOT_SUPPORTED, "failed on a worker")
+        return i
+
+    def broken():
+        raise CudnnNotSupportedError("cudnnBackendFinalize", capi.CUDNN_STATUS_NOT_SUPPORTED, "no engine")
+    futures = build_ahead([lambda i=i: flaky(i) for i in range(6)] + [broken], 4)
+    assert [f.result() for f in futures[:6]] == list(range(6))
+    with pytest.raises(CudnnNotSupportedError, match="no engine"):
+        futures[6].result()

@@ -142,7 +142,7 @@ _FIRST_CALLS = textwrap.dedent("""
 
 
 #: seconds after which a process that has not finished dumps its threads' stacks and exits
-HANG_S = 240
+HANG_S = int(os.environ.get("CUDNN_PY_FIRST_CALLS_HANG_S", "240"))
 
 
 def _one_process(_: int) -> str:

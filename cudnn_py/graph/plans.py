@@ -190,7 +190,10 @@ def build_ahead(builds: Sequence[Callable[[], _T]], threads: int | None = None, 
                 device: int | None = None) -> list[Future]:
     """Run ``builds`` (callables that each build one thing, a plan) ``threads`` at a time and return their futures in
     the order given, every one done: ``f.result()`` is what the build returned, or raises what it raised (a
-    :class:`~cudnn_py.errors.CudnnError` stays one).
+    :class:`~cudnn_py.errors.CudnnError` stays one). A build that failed on a worker thread is run again alone: cuDNN
+    9.19's runtime compilation failed under concurrent builds where it succeeds alone (H200: one resnet18
+    configuration in about 60, ``CUDNN_STATUS_INTERNAL_ERROR_COMPILATION_FAILED``), so threads find what one thread
+    finds.
 
     :param threads: at most this many at once (None: :func:`default_build_threads`); 1 runs them one after the other
         in the calling thread.
@@ -215,6 +218,11 @@ def build_ahead(builds: Sequence[Callable[[], _T]], threads: int | None = None, 
         wait(futures)
     finally:  # an interrupt while waiting: the builds not started are cancelled, the running ones finish
         pool.shutdown(wait=True, cancel_futures=True)
+    failed = [i for i, f in enumerate(futures) if f.exception() is not None]
+    if failed:
+        again = build_ahead([builds[i] for i in failed], 1)
+        for i, f in zip(failed, again):
+            futures[i] = f
     return futures
 
 
