@@ -292,14 +292,15 @@ class _Latch:
 
     def hold(self, stream: Stream) -> int | None:
         """Make ``stream`` wait from here on until :meth:`release` of the ticket returned (None: the driver cannot
-        hold streams; nothing was queued)."""
+        hold streams; nothing was queued).
+
+        The driver call runs outside the lock: it can wait inside the driver for another thread's call (a lazy
+        module load, a free) that waits for the device, which waits for a release of an earlier hold, which takes
+        the lock (seen on the H200: first calls from 8 threads, one autotuning a plan, hung until killed)."""
         with self.lock:
-            ticket = (self.ticket + 1) & 0xFFFFFFFF
-            err, = driver().cuStreamWaitValue32(stream.handle, self.address, ticket, 0)
-            if err:
-                return None
-            self.ticket = ticket
-        return ticket
+            ticket = self.ticket = (self.ticket + 1) & 0xFFFFFFFF
+        err, = driver().cuStreamWaitValue32(stream.handle, self.address, ticket, 0)
+        return None if err else ticket
 
     def release(self, ticket: int) -> bool:
         """Let go of every hold up to ``ticket``; False where it already was (the watchdog, or a later ticket)."""
