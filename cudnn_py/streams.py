@@ -326,17 +326,18 @@ class Timer:
     """Device time between two events recorded on one stream; use through :func:`timer`.
 
     ``ms`` is ``None`` until the block has exited (the end event is synchronised then); ``held`` says whether the
-    stream was held until the block had queued its work (``hold=True`` where the driver can hold streams, and the
-    block did not outlast :data:`HOLD_TIMEOUT`).
+    stream was held until the block had queued its work (``hold=True`` where the driver can hold streams, this is
+    the process's only thread, and the block did not outlast :data:`HOLD_TIMEOUT`).
     """
 
-    __slots__ = ("stream", "ms", "held", "_start", "_options", "_hold", "_ticket", "_watchdog", "_collecting")
+    __slots__ = ("stream", "ms", "held", "_start", "_options", "_hold", "_holding", "_ticket", "_watchdog",
+                 "_collecting")
 
     def __init__(self, stream: StreamLike = None, hold: bool = False):
         self.stream: Stream = as_stream(stream)
         self.ms: float | None = None
         self.held = False
-        self._hold = bool(hold)
+        self._hold = self._holding = bool(hold)
         self._ticket: int | None = None
         self._watchdog: threading.Timer | None = None
         self._collecting = False
@@ -345,8 +346,12 @@ class Timer:
 
     def __enter__(self) -> Timer:
         self.ms, self.held, self._ticket = None, False, None
+        # Only where no other thread runs: another thread's device-wide wait (a lazy module load, a free, a
+        # synchronize) waits for the held stream while the holder may wait for it (H200: first calls from 8 threads,
+        # one autotuning a plan, hung until killed). Unheld, ``ms`` includes the host's queuing where it is slower.
+        self._holding = self._hold and threading.active_count() == 1
         try:
-            if self._hold:
+            if self._holding:
                 # No garbage collection while the stream is held: a collected plan's cudnnBackendDestroyDescriptor
                 # waits for the GPU, which waits for the release (a collection in the watchdog's thread, as it
                 # started, deadlocked an autotune on an H200). The watchdog starts before the hold for that reason.
@@ -358,7 +363,7 @@ class Timer:
                 self._ticket = _the_latch().hold(self.stream)
             self._start = self.stream.record(options=self._options)
         except BaseException:
-            if self._hold:
+            if self._holding:
                 self._unhold()
             raise
         return self
@@ -379,7 +384,7 @@ class Timer:
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         end = self.stream.record(options=self._options)
-        if self._hold:
+        if self._holding:
             self._unhold()
         if exc_type is None:
             end.sync()
@@ -396,7 +401,8 @@ def timer(stream: StreamLike = None, *, hold: bool = False) -> Timer:
 
     :param stream: the stream argument (``None``: the default stream).
     :param hold: hold ``stream`` (``cuStreamWaitValue32`` on a host-mapped word) until the block has queued its
-        work, so ``ms`` is the GPU's time even where the host queues it slower than the GPU runs it; the block must
+        work, so ``ms`` is the GPU's time even where the host queues it slower than the GPU runs it (only while this
+        is the process's only thread: another thread's device-wide wait could deadlock with the hold); the block must
         not wait for the stream itself (it is let go after :data:`HOLD_TIMEOUT` seconds if it does; ``held`` then
         reads False, as it does where the driver cannot hold streams). The garbage collector is off meanwhile (a
         collected object's destroy call could wait for the held GPU).

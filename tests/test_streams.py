@@ -162,6 +162,9 @@ def test_a_held_timer_starts_its_watchdog_before_holding_and_collects_no_garbage
     latch = Latch()
     monkeypatch.setattr(streams, "as_stream", lambda s=None, d=None: Stream())
     monkeypatch.setattr(streams, "_the_latch", lambda: latch)
+    alone = [True]  # whether this is the process's only thread (a hold needs that)
+    real_count = threading.active_count
+    monkeypatch.setattr(streams.threading, "active_count", lambda: 1 if alone[0] else real_count())
     assert gc.isenabled()
     with streams.timer(None, hold=True) as t:
         assert not gc.isenabled()
@@ -182,3 +185,10 @@ def test_a_held_timer_starts_its_watchdog_before_holding_and_collects_no_garbage
         assert not gc.isenabled()  # the program's own setting is kept
     finally:
         gc.enable()
+    order.clear()
+    alone[0] = False
+    other = threading.Thread(target=threading.Event().wait, args=(5.0,), daemon=True)
+    other.start()  # another thread could wait device-wide for a held stream: no hold (H200: a hang)
+    with streams.timer(None, hold=True) as t:
+        assert gc.isenabled()
+    assert not t.held and t.ms == 1.5 and order == [("record", True), ("record", True)]
