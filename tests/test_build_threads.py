@@ -78,10 +78,9 @@ def test_each_worker_makes_the_handles_device_current(monkeypatch):
 def test_thread_counts(monkeypatch):
     with pytest.raises(InvalidValueError, match="build threads must be >= 1"):
         build_ahead([lambda: None], 0)
-    monkeypatch.setattr(plans.os, "sched_getaffinity", lambda pid: set(range(64)), raising=False)
-    assert default_build_threads() == MAX_BUILD_THREADS
-    monkeypatch.setattr(plans.os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
-    assert default_build_threads() == 3
+    with pytest.raises(InvalidValueError, match="build threads"):
+        build_ahead([lambda: None], MAX_BUILD_THREADS + 1)
+    assert default_build_threads() == 1  # parallel builds are asked for (docs/tuning.md says why)
 
 
 # ------------------------------------------------------------------------------------- build_plans("all")
@@ -245,30 +244,14 @@ def test_plans_built_on_threads_are_the_ones_one_thread_builds_and_they_run(hand
     prep = prepare(p, handle)
     builds = [functools.partial(Plan.build, prep.graph, handle, c) for c in prep.configs.values()]
     one, many = build_ahead(builds, 1, device=handle.device), build_ahead(builds, 8, device=handle.device)
-    differ = [(i, repr(a.exception()), repr(b.exception())) for i, (a, b) in enumerate(zip(one, many))
+    differ = [(i, a.exception(), b.exception()) for i, (a, b) in enumerate(zip(one, many))
               if (a.exception() is None) != (b.exception() is None)]
-    assert not differ, differ  # (config, one thread's error, 8 threads' error)
+    # what 8 threads sharing the handle lose: only configurations whose runtime compilation cuDNN failed (9.19 on an
+    # H200: one of 59), which is why builds run one at a time unless asked
+    assert all(a is None and "COMPILATION_FAILED" in str(b) for _, a, b in differ), differ
     assert [f.result().workspace_size for f in many if f.exception() is None] == \
         [f.result().workspace_size for f in one if f.exception() is None]
     rec = measure(p, handle, Settings(repeats=2, warmup=1, cold_l2=True), build_threads=8)
     ok = [c for c in rec["configs"] if c["ok"]]
     assert valid_record(rec) and ok and rec["race"]["build_threads"] == 8 and rec["settings"]["cold_l2"] is True
     assert all(c["agrees"] for c in ok if c["checked"]), [(c["tag"], c["diff"]) for c in ok]
-
-
-def test_a_build_that_failed_on_a_worker_thread_is_run_again_alone():
-    """cuDNN's runtime compilation failed under concurrent builds where it succeeds alone (H200, 9.19): the failed
-    build runs again on the calling thread; one that fails there too keeps its error."""
-    main = threading.current_thread()
-
-    def flaky(i):
-        if threading.current_thread() is not main and i % 2:
-            raise CudnnNotSupportedError("cudnnBackendFinalize", capi.CUDNN_STATUS_NOT_SUPPORTED, "failed on a worker")
-        return i
-
-    def broken():
-        raise CudnnNotSupportedError("cudnnBackendFinalize", capi.CUDNN_STATUS_NOT_SUPPORTED, "no engine")
-    futures = build_ahead([lambda i=i: flaky(i) for i in range(6)] + [broken], 4)
-    assert [f.result() for f in futures[:6]] == list(range(6))
-    with pytest.raises(CudnnNotSupportedError, match="no engine"):
-        futures[6].result()

@@ -53,7 +53,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-runtime-compilation", action="store_true", help="do not measure engines that compile at "
                    "run time (their builds take seconds)")
     g.add_argument("--build-threads", type=int, default=None, metavar="N", help="build N plans at once (--model "
-                   "and --graph; default: the CPUs, at most 16); the timing stays one plan at a time")
+                   "and --graph; default 1, at most 16: docs/tuning.md); the timing stays one plan at a time")
     g.add_argument("--cold-l2", action="store_true", help="time each sample as one execution after a write that "
                    "evicts the L2 cache (default: back to back, the data warm in L2)")
     g.add_argument("--deterministic", action="store_true", help="pick only deterministic configurations")

@@ -7,10 +7,10 @@
 * :func:`build_plans` builds the first (or every) plan, through the handle's cache (keyed by the graph's
   structure, shapes, dtypes and the options); :func:`autotune` times candidates. Both read and write the
   opt-in on-disk store of :mod:`cudnn_py.graph.plan_store` so a restarted program skips that work.
-* :func:`build_ahead` runs several builds at once on a pool of threads (:func:`default_build_threads`): a plan's
-  build is ``cudnnBackendFinalize``, mostly cuDNN's runtime compilation of its kernels, during which ctypes lets go
-  of the GIL. ``build_plans(policy="all")`` (so :func:`autotune`) and the tuning sweeps build their candidates so;
-  the timing stays one plan at a time on the GPU, after the builds.
+* :func:`build_ahead` runs builds ``threads`` at a time on a pool of threads: a plan's build is
+  ``cudnnBackendFinalize``, mostly cuDNN's runtime compilation of its kernels, during which ctypes lets go of the
+  GIL. ``build_plans(policy="all")`` (so :func:`autotune`) and the tuning sweeps build their candidates so, one at
+  a time unless asked (:func:`default_build_threads`); the timing stays one plan at a time on the GPU.
 """
 from __future__ import annotations
 
@@ -172,13 +172,13 @@ _T = TypeVar("_T")
 
 
 def default_build_threads() -> int:
-    """How many builds :func:`build_ahead` runs at once unless told: the CPUs this process may run on, at most
-    :data:`MAX_BUILD_THREADS`."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cpus = os.cpu_count() or 1
-    return max(1, min(cpus, MAX_BUILD_THREADS))
+    """How many builds :func:`build_ahead` runs at once unless told: one. Measured on an H200 with cuDNN 9.19
+    (docs/tuning.md): 8 threads sharing a handle made one of 59 resnet18 configurations fail its runtime compilation
+    (``CUDNN_STATUS_INTERNAL_ERROR_COMPILATION_FAILED``), a configuration that builds on one thread, and it failed
+    again when built alone afterwards in that process; and 2 to 16 threads built resnet50's first plans no faster
+    (0.55 to 0.82 s against 0.66 s). ``build_threads=`` / ``--build-threads N`` (at most :data:`MAX_BUILD_THREADS`)
+    asks for more."""
+    return 1
 
 
 def _make_current(device: int) -> None:
@@ -190,17 +190,14 @@ def build_ahead(builds: Sequence[Callable[[], _T]], threads: int | None = None, 
                 device: int | None = None) -> list[Future]:
     """Run ``builds`` (callables that each build one thing, a plan) ``threads`` at a time and return their futures in
     the order given, every one done: ``f.result()`` is what the build returned, or raises what it raised (a
-    :class:`~cudnn_py.errors.CudnnError` stays one). A build that failed on a worker thread is run again alone: cuDNN
-    9.19's runtime compilation failed under concurrent builds where it succeeds alone (H200: one resnet18
-    configuration in about 60, ``CUDNN_STATUS_INTERNAL_ERROR_COMPILATION_FAILED``), so threads find what one thread
-    finds.
+    :class:`~cudnn_py.errors.CudnnError` stays one).
 
     :param threads: at most this many at once (None: :func:`default_build_threads`); 1 runs them one after the other
         in the calling thread.
     :param device: the CUDA device each worker thread makes current first (the handle's).
     :raises InvalidValueError: for ``threads`` below 1.
     """
-    threads = default_build_threads() if threads is None else int_arg(threads, "build threads", 1)
+    threads = default_build_threads() if threads is None else int_arg(threads, "build threads", 1, MAX_BUILD_THREADS)
     if threads == 1 or len(builds) <= 1:
         done: list[Future] = []
         for build in builds:
@@ -218,11 +215,6 @@ def build_ahead(builds: Sequence[Callable[[], _T]], threads: int | None = None, 
         wait(futures)
     finally:  # an interrupt while waiting: the builds not started are cancelled, the running ones finish
         pool.shutdown(wait=True, cancel_futures=True)
-    failed = [i for i, f in enumerate(futures) if f.exception() is not None]
-    if failed:
-        again = build_ahead([builds[i] for i in failed], 1)
-        for i, f in zip(failed, again):
-            futures[i] = f
     return futures
 
 
