@@ -37,7 +37,6 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-
 from cudnn_py import engine_choice, memory, recording
 from cudnn_py.recording import state
 from cudnn_py.caches import Cache, handle_cache
