@@ -15,9 +15,9 @@ import warnings
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "cudnn_py"
-#: not in the reference: the generator (a tool for maintainers, needing pycparser; README "Regenerating") and the
-#: torch custom ops (they need torch, an optional dependency: docs/torch.md)
-NOT_PUBLIC = {"codegen", "torch"}
+#: not in the reference: the generator (a tool for maintainers, needing pycparser; README "Regenerating"), the
+#: torch custom ops (they need torch, an optional dependency: docs/torch.md) and the prepared calls' torch outputs
+NOT_PUBLIC = {"codegen", "torch", "torch_outputs"}
 #: what the reference covers: the package face and every public module or package in it (a new one is included
 #: without being listed here); pdoc documents each package's submodules
 MODULES = ["cudnn_py"] + sorted(
