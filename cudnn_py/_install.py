@@ -22,8 +22,9 @@ def pip_install(*extras: str) -> str:
     """The pip command that adds ``extras`` to this cudnn-py.
 
     In a checkout (a ``pyproject.toml`` beside the package: an editable install or a run from the tree) it installs
-    the checkout editable in compat mode (:data:`EDITABLE_COMPAT`), named ``.`` when it is the working directory; for a (non-editable) install made from a checkout
-    that is still there, that checkout again (pip's record of where it came from); otherwise the published package.
+    the checkout editable in compat mode (:data:`EDITABLE_COMPAT`), named ``.`` when it is the working directory; for
+    a (non-editable) install made from a checkout that is still there, that checkout again (pip's record of where it
+    came from); otherwise the published package.
     """
     spec = f"[{','.join(extras)}]" if extras else ""
     if (_ROOT / "pyproject.toml").is_file():

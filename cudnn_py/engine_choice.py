@@ -49,8 +49,8 @@ from cudnn_py import recording
 from cudnn_py.caches import handle_cache
 from cudnn_py.errors import CudnnPyError, InvalidValueError
 
-__all__ = ["Choice", "run", "run_static", "chosen", "choices", "signature", "set_mode", "mode", "on_mode_change", "ROUNDS", "MODES",
-           "ENV", "CACHE"]
+__all__ = ["Choice", "run", "run_static", "chosen", "choices", "signature", "set_mode", "mode", "on_mode_change",
+           "ROUNDS", "MODES", "ENV", "CACHE"]
 
 #: timed runs per engine when measuring (after one untimed run each); the best counts
 ROUNDS = 3

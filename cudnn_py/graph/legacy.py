@@ -33,8 +33,8 @@ from .errors import GraphNotSupportedError
 from .graph import Graph, Tensor, packed_strides
 from .ops.pointwise import Pointwise, pointwise_mode
 
-__all__ = ["ENGINES", "engine_arg", "legacy_cache_clear", "GraphPathRefused", "dispatch", "graph_ran", "run_graph", "blend",
-           "graph_dtype", "GRAPH_DTYPES"]
+__all__ = ["ENGINES", "engine_arg", "legacy_cache_clear", "GraphPathRefused", "dispatch", "graph_ran", "run_graph",
+           "blend", "graph_dtype", "GRAPH_DTYPES"]
 
 #: what ``engine=`` takes: the legacy C call, a cached graph plan, or the graph where it has an engine
 ENGINES = ("legacy", "graph", "auto")
@@ -75,7 +75,8 @@ def dispatch(engine: str, handle: Any, key: Hashable, legacy: Callable[[], objec
         legacy()
         return engine
     if engine == "graph":
-        graph(False)
+        if graph(False) is False:  # nothing ran: never silently
+            raise GraphPathRefused("engine='graph' does not take this call (use engine='legacy' or 'auto')")
         return engine
     if engine != "auto":
         engine_arg(engine)

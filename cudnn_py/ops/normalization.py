@@ -122,7 +122,8 @@ def normalization_sizes(handle: Handle, x: DeviceArrayLike, *, mode: str | int =
 
 
 @prepared(inputs=("x", "scale", "bias", "z"),
-          outputs=("running_mean", "running_var", "saved_mean", "saved_inv_var", "y", "reserve"), inplace=False, scalars=("alpha", "beta"))
+          outputs=("running_mean", "running_var", "saved_mean", "saved_inv_var", "y", "reserve"), inplace=False,
+          scalars=("alpha", "beta"))
 def normalization_forward_training(handle: Handle, x: DeviceArrayLike, scale: DeviceArrayLike, bias: DeviceArrayLike, *,
                                    z: DeviceArrayLike | None = None, mode: str | int = "per_channel",
                                    ops: str | int = "norm", algo: str | int = "standard",
