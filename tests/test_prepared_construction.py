@@ -159,3 +159,14 @@ def test_an_output_partially_overlapping_an_input_is_refused_whatever_their_kind
     with pytest.raises(InvalidValueError, match="shares memory with x"):
         op(fake_cudnn_handle(), wrap[kinds[0]](x), y=wrap[kinds[1]](y))
     assert body == []
+
+
+def test_an_explicit_graph_engine_that_ran_nothing_refuses():
+    """engine='graph' whose graph path answers that it did not take the call raises instead of returning with no
+    work queued (and never falls back to the legacy call it was told not to use)."""
+    from cudnn_py.graph import legacy as gl
+    ran: list = []
+    with pytest.raises(gl.GraphPathRefused, match="engine='graph'"):
+        gl.dispatch("graph", None, None, lambda: ran.append("legacy"), lambda auto: False)
+    assert ran == [] and gl.dispatch("auto", None, None, lambda: ran.append("legacy"), lambda auto: False,
+                                     measure=False) == "legacy" and ran == ["legacy"]
