@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 __all__ = ["Step", "Recording", "Address", "WorkspaceArg", "state", "recording", "mark", "rewind", "add", "spoil",
-           "uses", "measuring"]
+           "uses", "measuring", "in_sink"]
 
 
 class Address(NamedTuple):
@@ -121,3 +121,13 @@ def measuring() -> Iterator[None]:
         yield
     finally:
         state.sink = outer
+
+
+def in_sink(fn: Callable[..., Any], *args: Any) -> None:
+    """Call ``fn(*args)`` as a sink's own call (the sinks record it): a queuing C function inside leaves this thread's
+    recording alone."""
+    state.sink = True
+    try:
+        fn(*args)
+    finally:
+        state.sink = False

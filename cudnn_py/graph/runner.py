@@ -335,16 +335,11 @@ class Runner:
         validated call made that key), so that only the addresses are new."""
         wsp = self.workspace()
         vp = self.pack(ptrs if wsp is None else ptrs + (wsp,), ptrs, wsp)
-        state = recording.state
-        if state.rec is None:
+        if recording.state.rec is None:
             self.execute(vp)
             return
-        state.sink = True  # a validated call being recorded for its prepared call: the call's addresses, the
-        try:  # runner's own constants kept as they are
-            self.execute(vp)
-        finally:
-            state.sink = False
-        n, k = self.n_inputs, len(self.consts)
+        recording.in_sink(self.execute, vp)  # a validated call being recorded for its prepared call: the call's
+        n, k = self.n_inputs, len(self.consts)  # addresses, the runner's own constants kept as they are
         recording.add(self.replay, ptrs, tuple(i for i in range(len(ptrs)) if not n <= i < n + k),
                       workspace=self.workspace_size)
 

@@ -165,15 +165,10 @@ def launch(handle, fn, *args) -> None:
             c_args[i] = a.ptr
         elif isinstance(a, Settings):
             c_args[i] = a.descriptor
-    state = recording.state
-    if state.rec is None:
+    if recording.state.rec is None:
         fn(*c_args)
         return
-    state.sink = True
-    try:
-        fn(*c_args)
-    finally:
-        state.sink = False
+    recording.in_sink(fn, *c_args)
     for i in fn.pointer_params:
         if type(args[i]) is int or isinstance(args[i], ctypes.c_void_p):
             recording.spoil(f"{fn.__name__} was given a device address as a plain int (argument {i}): pass the "
@@ -188,15 +183,10 @@ def launch(handle, fn, *args) -> None:
 def host_step(fn, args: tuple, pointers: tuple[int, ...], keep: tuple = ()) -> None:
     """Run ``fn(*args)``, a step that makes its own C or driver calls (``args[i]`` for ``i`` in ``pointers`` a device
     address of the call's arrays), as a sink: recorded for the call's prepared call to repeat with its addresses."""
-    state = recording.state
-    if state.rec is None:
+    if recording.state.rec is None:
         fn(*args)
         return
-    state.sink = True
-    try:
-        fn(*args)
-    finally:
-        state.sink = False
+    recording.in_sink(fn, *args)
     recording.add(fn, args, pointers, keep)
 
 
