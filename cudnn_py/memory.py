@@ -36,8 +36,7 @@ from cudnn_py.dtypes import SUPPORTED_DTYPES
 from cudnn_py.errors import CudnnPyError, InvalidTypeError, InvalidValueError, check_cuda as _check, cuda_error_from
 from cudnn_py.contexts import device_count, driver, on_device, primary_context
 import cudnn_py.foreign as _foreign  # its torch tables, read through the module (learn_torch replaces them)
-from cudnn_py.foreign import (Signature as Signature, check_cuda_array_interface, is_torch_tensor as is_torch_tensor,
-                              learn_torch)
+from cudnn_py.foreign import Signature as Signature, check_cuda_array_interface, is_torch_tensor as is_torch_tensor
 from cudnn_py.streams import StreamLike, as_stream, cuda_core, get_device
 from cudnn_py.strided import (MAX_BYTES, array_dtype, c_strides, check_extent, is_c_contiguous, non_overlapping,
                                normalize_shape)
@@ -553,11 +552,11 @@ def _view(obj, name: str, stream) -> DeviceArray:
     stream ordering is asked for: torch's DLPack export refuses tensors that require grad and the float8 dtypes)."""
     if isinstance(obj, (np.ndarray, np.generic)):
         raise _host_error(obj, name)
-    if stream is None and is_torch_tensor(obj):
-        dt = _foreign.TORCH_DTYPES.get(obj.dtype)
-        if dt is not None and obj.is_cuda:
-            return DeviceArray.from_parts(obj.data_ptr(), tuple(obj.shape), dt, tuple(obj.stride()), obj.get_device(),
-                                          obj, None)
+    if stream is None:
+        got = _torch_signature(obj)
+        if got is not None:
+            (shape, strides, dt, device), ptr = got
+            return DeviceArray.from_parts(ptr, shape, dt, tuple(strides), device, obj, None)
     has_dlpack = hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__")
     has_cai = hasattr(obj, "__cuda_array_interface__")
     if not has_dlpack and not has_cai:
@@ -643,15 +642,24 @@ def array_signature(obj: DeviceArrayLike, name: str = "x") -> tuple[Signature, i
     path of the convolution calls and the graph executors); anything else goes through :func:`as_array` (DLPack /
     CUDA array interface), which raises naming ``name`` where ``obj`` is not device memory. Strides are in elements.
     """
-    t = type(obj)
-    if t is DeviceArray:
-        return (obj.shape, obj.strides, obj.dtype, obj.device_id), obj.ptr  # type: ignore[union-attr]
-    if t in _foreign.TORCH_TYPES or (not _foreign.TORCH_TYPES and learn_torch() and t in _foreign.TORCH_TYPES):
-        dt = _foreign.TORCH_DTYPES.get(obj.dtype)  # type: ignore[union-attr]
-        if dt is not None and obj.is_cuda:  # type: ignore[union-attr]
-            return (tuple(obj.shape), obj.stride(), dt, obj.get_device()), obj.data_ptr()  # type: ignore[union-attr]
+    if type(obj) is DeviceArray:
+        return (obj.shape, obj.strides, obj.dtype, obj.device_id), obj.ptr
+    got = _torch_signature(obj)
+    if got is not None:
+        return got
     a = as_array(obj, name)
     return (a.shape, a.strides, a.dtype, a.device_id), a.ptr
+
+
+def _torch_signature(obj: Any) -> tuple[Signature, int] | None:
+    """:func:`array_signature` of a CUDA torch tensor of a dtype cuDNN has, read from its attributes (no DLPack, which
+    refuses tensors that require grad and the float8 dtypes); None for anything else."""
+    if not is_torch_tensor(obj):
+        return None
+    dt = _foreign.TORCH_DTYPES.get(obj.dtype)
+    if dt is None or not obj.is_cuda:
+        return None
+    return (tuple(obj.shape), obj.stride(), dt, obj.get_device()), obj.data_ptr()
 
 
 def output_array(out: DeviceArrayLike | None, shape: Shape, dtype: npt.DTypeLike, name: str = "y", *,
