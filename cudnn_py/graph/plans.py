@@ -19,7 +19,6 @@ import functools
 import itertools
 import json
 import math
-import os
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
