@@ -130,18 +130,37 @@ def test_pruned_within_the_margin_of_a_best_that_agrees_are_reported():
 
 
 def test_progress_line_format_and_estimate():
-    clock = iter([100.0, 110.0, 110.0, 120.0, 120.0]).__next__
+    now = [100.0]
     lines: list[str] = []
-    prog = Progress(lines.append, operations=2, configurations=8, clock=clock)
-    prog.begin("conv.fprop|n=32", 4)            # starts the clock at 100
-    assert lines[-1] == "ops 1/2  configs 0/8 (0 pruned)  eta -  conv.fprop|n=32 [0/4]"
-    prog.config("eng1_k2=1", pruned=True)       # 10 s for one configuration: 7 left
-    assert lines[-1] == "ops 1/2  configs 1/8 (1 pruned)  eta 1m10s  conv.fprop|n=32 [1/4] eng1_k2=1"
-    prog.config("eng2")
-    prog.end()                                  # the other two of the operation never ran (e.g. a problem)
-    prog.begin("conv.dgrad|n=32", 4)
-    assert re.fullmatch(r"ops 2/2  configs 4/8 \(1 pruned\)  eta \d+s  conv\.dgrad\|n=32 \[0/4\]", lines[-1])
-    assert Progress(None, 1, None).line() == "ops 1/1  configs 0 (0 pruned)  eta -   [0/0]"
+    prog = Progress(lines.append, operations=2, clock=lambda: now[0], interval=0)
+    prog.begin("conv.fprop|n=32", 4)            # starts the clock at 100; the other operation's count is a guess
+    assert lines[-1] == "ops 0/2  built 0/~8  timed 0/~8 (0 pruned)  eta -  conv.fprop|n=32"
+    prog.visit("eng1_k2=1", "build")
+    now[0] = 110.0
+    prog.built("eng1_k2=1")                     # 10 s for one of 16 steps: 15 left
+    assert lines[-1] == "ops 0/2  built 1/~8  timed 0/~8 (0 pruned)  eta 2m30s  conv.fprop|n=32 eng1_k2=1"
+    prog.config("eng1_k2=1", pruned=True)
+    prog.end()                                  # the other three never built nor ran (e.g. a problem)
+    assert lines[-1].startswith("ops 1/2  built 4/~8  timed 4/~8 (1 pruned)  eta ")
+    prog.begin("conv.dgrad|n=32", 6)            # now the total is known
+    assert re.fullmatch(r"ops 1/2  built 4/10  timed 4/10 \(1 pruned\)  eta \d+s  conv\.dgrad\|n=32", lines[-1])
+    prog.forget("conv.dgrad|n=32")              # its worker died: counted again when it begins again
+    assert (prog.known, prog.pruned, prog.total()) == (4, 1, (8, True))
+    assert Progress(None, 1).line() == "ops 0/1  built 0  timed 0 (0 pruned)  eta -  "
+
+
+def test_progress_writes_at_most_one_line_per_interval_and_the_last_on_close():
+    now = [0.0]
+    lines: list[str] = []
+    prog = Progress(lines.append, operations=1, clock=lambda: now[0])
+    prog.begin("op", 100)
+    for i in range(100):
+        now[0] += 0.25                          # 4 events a second for 25 s
+        prog.built(f"eng{i}")
+    assert len(lines) == 1 + 25                 # the first, then one a second
+    prog.end()
+    prog.close()
+    assert lines[-1].startswith("ops 1/1  built 100/100  timed 100/100 ")
 
 
 # ------------------------------------------------------------------- measure / sweep on a fake graph API
@@ -249,19 +268,27 @@ def test_sweep_progress_counts_operations_and_configurations_of_the_whole_run(fa
     with TuningDatabase(tmp_path / "t.sqlite") as db:
         records, measured = sw.sweep(problems, db, settings=sw.Settings(repeats=3, warmup=0), progress=lines.append)
     assert measured == 2 and all(r["race"]["pruned"] == 3 for r in records.values())
-    assert lines[0].startswith("collecting configurations: 1/2 ")
-    assert re.fullmatch(r"ops 1/2  configs 1/10 \(0 pruned\)  eta \d+s  conv\.\S+ \[1/5\] eng0", lines[3])
-    assert re.fullmatch(r"ops 2/2  configs 10/10 \(6 pruned\)  eta 0s  conv\.\S+ \[5/5\] eng4", lines[-1])
+    assert re.fullmatch(r"ops 0/2  built 0/~10  timed 0/~10 \(0 pruned\)  eta -  conv\.\S+", lines[0])
+    assert re.fullmatch(r"ops 2/2  built 10/10  timed 10/10 \(6 pruned\)  eta 0s  conv\.\S+ eng4", lines[-1])
 
 
 def _cli_argv(tmp_path, *extra):
     return ["algos", "--model", "resnet50", "--batch", "32", "--dtype", "float16", "--layout", "NHWC", "--layers",
-            "1", "--db", str(tmp_path / "t.sqlite"), "--quiet", *extra]
+            "1", "--db", str(tmp_path / "t.sqlite"), "--quiet", "--jobs", "1", *extra]
 
 
-def test_cli_races_by_default_and_exhaustive_times_all(fake_graph_api, monkeypatch, tmp_path, capsys):
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """A GPU as the driver reports it, and a handle on it that does nothing (with fake_graph_api: a whole sweep)."""
+    import cudnn_py.cli.info
     import cudnn_py.handle
     monkeypatch.setattr(cudnn_py.handle, "Handle", lambda device: FakeHandle())
+    monkeypatch.setattr(cudnn_py.cli.info, "driver_and_gpus", lambda: {
+        "cuda_version": "13.0", "gpus": [{"index": 0, "name": "Test GPU", "sm": 90, "memory_gib": 80.0}],
+        "why_none": ""})
+
+
+def test_cli_races_by_default_and_exhaustive_times_all(fake_graph_api, fake_gpu, tmp_path, capsys):
     assert main(_cli_argv(tmp_path, "--details")) == 0
     out = capsys.readouterr().out
     assert "1 operations: 1 measured" in out and "3 pruned after their first sample" in out
@@ -273,20 +300,6 @@ def test_cli_races_by_default_and_exhaustive_times_all(fake_graph_api, monkeypat
     assert len(fake_graph_api) - n == 5 * 10
     assert main(_cli_argv(tmp_path)) == 0                          # the exhaustive record covers a race
     assert "1 operations: 0 measured" in capsys.readouterr().out
-
-
-def test_workers_get_exhaustive_cold_l2_and_build_threads(monkeypatch):
-    import argparse
-
-    from cudnn_py.cli import models as cli_models
-    args = argparse.Namespace(model="resnet50", batch=32, dtype="float16", layout="NHWC", repeats=10, warmup=2,
-                              modes="A", seq=None, layers=None, max_configs=None, legacy=False, remeasure=False,
-                              no_runtime_compilation=False, exhaustive=True, cold_l2=True, build_threads=3)
-    argv = cli_models._worker_argv(args, "0/2", 0, "db.sqlite")
-    assert "--exhaustive" in argv and "--cold-l2" in argv and argv[argv.index("--build-threads") + 1] == "3"
-    args.exhaustive, args.cold_l2, args.build_threads = False, False, None
-    argv = cli_models._worker_argv(args, "0/2", 0, "db.sqlite")
-    assert not {"--exhaustive", "--cold-l2", "--build-threads"} & set(argv)
 
 
 def test_compare_counts_the_same_picks_of_a_race_against_an_exhaustive_run(tmp_path):
@@ -312,41 +325,26 @@ def test_compare_counts_the_same_picks_of_a_race_against_an_exhaustive_run(tmp_p
         rp.format_compare(changes, info, 0.02)
 
 
-# ------------------------------------------------------------------- plans built on threads, --cold-l2, the run
+# ------------------------------------------------------------------- build errors, --cold-l2, the run
 
 
-def _without_timing(rec: dict) -> dict:
-    """A record without what depends on the clock or the thread count (build times, seconds by phase)."""
-    race = {k: v for k, v in rec["race"].items() if k not in ("seconds", "build_threads")}
-    return dict(rec, race=race, configs=[{k: v for k, v in c.items() if k != "build_ms"} for c in rec["configs"]])
-
-
-def test_a_record_is_the_same_whether_its_plans_were_built_on_one_thread_or_many(fake_graph_api, monkeypatch):
-    import threading
-    import time
-
+def test_a_build_error_is_its_configurations_reason_and_the_others_are_measured(fake_graph_api, monkeypatch):
     import cudnn_py.graph as G
     from cudnn_py.errors import CudnnNotSupportedError
-    builders: set[str] = set()
 
     class Plan:
         @staticmethod
         def build(g, h, cfg):
-            builders.add(threading.current_thread().name)
-            time.sleep(0.001 * (5 - cfg.global_index))     # the first ones finish last
             if cfg.tag == "eng3":
                 raise CudnnNotSupportedError("cudnnBackendFinalize", 3000, "eng3 does not build")
             return FakePlan(cfg.tag)
     monkeypatch.setattr(G, "Plan", Plan)
     p = model("resnet50").problems(32, "float16", "NHWC")[0]
-    one = sw.measure(p, FakeHandle(), sw.Settings(repeats=3, warmup=1), build_threads=1)
-    assert builders == {threading.current_thread().name}
-    many = sw.measure(p, FakeHandle(), sw.Settings(repeats=3, warmup=1), build_threads=4)
-    assert len(builders) > 2 and one["race"]["build_threads"] == 1 and many["race"]["build_threads"] == 4
-    assert _without_timing(one) == _without_timing(many)
-    by = {c["tag"]: c for c in many["configs"]}
-    assert not by["eng3"]["ok"] and "eng3 does not build" in by["eng3"]["reason"]      # the builder's error
-    assert all(c["build_ms"] > 0 for c in many["configs"] if c["ok"])
+    rec = sw.measure(p, FakeHandle(), sw.Settings(repeats=3, warmup=1), failed={"eng2": "a worker died on it"})
+    by = {c["tag"]: c for c in rec["configs"]}
+    assert not by["eng3"]["ok"] and "eng3 does not build" in by["eng3"]["reason"]      # cuDNN's reason
+    assert not by["eng2"]["ok"] and by["eng2"]["reason"] == "a worker died on it" and by["eng2"]["build_ms"] is None
+    assert by["eng0"]["ok"] and by["eng1"]["ok"] and all(c["build_ms"] > 0 for c in rec["configs"] if c["ok"])
 
 
 def test_cold_l2_flushes_before_every_sample_and_warm_and_cold_records_do_not_cover_each_other(
@@ -379,29 +377,29 @@ def test_the_sweep_records_its_run_and_the_kernel_cache_it_started_with(fake_gra
     monkeypatch.delenv("CUDA_CACHE_DISABLE", raising=False)
     problems = model("resnet50").problems(32, "float16", "NHWC")[:2]
     with TuningDatabase(tmp_path / "t.sqlite") as db:
-        records, measured = sw.sweep(problems, db, settings=sw.Settings(repeats=3, warmup=0), build_threads=2)
+        records, measured = sw.sweep(problems, db, settings=sw.Settings(repeats=3, warmup=0))
         (run,) = db.records(sw.RUN_KIND)
     assert measured == 2 and all(r["race"]["kernel_cache"] == "cold" for r in records.values())
     v = run.value
-    assert v["measured"] == 2 and v["build_threads"] == 2 and v["kernel_cache"]["state"] == "cold"
+    assert v["measured"] == 2 and v["jobs"] == 1 and v["devices"] == [0] and v["kernel_cache"]["state"] == "cold"
     assert v["keys"] == [p.key for p in problems] and v["phases"]["build"] >= 0 and v["settings"]["repeats"] == 3
-    summary = sw.time_summary(list(records.values()))
-    assert "plans built 2 at a time" in summary and "kernel cache cold" in summary
+    assert "kernel cache cold" in sw.time_summary(list(records.values()))
 
 
-def test_cli_cold_l2_and_build_threads_reach_the_sweep(fake_graph_api, monkeypatch, tmp_path, capsys):
-    import cudnn_py.handle
+def test_cli_cold_l2_reaches_the_sweep_and_bad_jobs_are_refused(fake_graph_api, fake_gpu, monkeypatch, tmp_path,
+                                                                 capsys):
     from cudnn_py.tuning import TuningDatabase
-    monkeypatch.setattr(cudnn_py.handle, "Handle", lambda device: FakeHandle())
     monkeypatch.setattr("cudnn_py.graph.plans.l2_flush", lambda h: lambda: None)
-    assert main(_cli_argv(tmp_path, "--cold-l2", "--build-threads", "3")) == 0
+    assert main(_cli_argv(tmp_path, "--cold-l2")) == 0
     out = capsys.readouterr().out
-    assert "plans built 3 at a time" in out and "kernel cache: " in out
+    assert "1 measured on device 0" in out and "kernel cache: " in out
     with TuningDatabase(tmp_path / "t.sqlite") as db:
         (rec,) = db.records(sw.KIND)
-    assert rec.value["settings"]["cold_l2"] is True and rec.value["race"]["build_threads"] == 3
-    with pytest.raises(SystemExit, match="--build-threads must be >= 1"):
-        main(_cli_argv(tmp_path, "--build-threads", "0"))
+    assert rec.value["settings"]["cold_l2"] is True
+    with pytest.raises(SystemExit, match="--jobs must be >= 1"):
+        main(_cli_argv(tmp_path, "--jobs", "0"))
+    with pytest.raises(SystemExit, match="--time-limit must be > 0"):
+        main(_cli_argv(tmp_path, "--time-limit", "0"))
 
 
 def test_compare_lists_faster_and_slower_operations_with_step_totals(tmp_path):

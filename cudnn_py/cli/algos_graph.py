@@ -275,12 +275,10 @@ def collect_configs(g, h, modes) -> tuple[list, dict, list[str]]:
 
 
 def sweep(problem: Problem, modes=MODES, repeats: int = 10, warmup: int = 2, check: bool = True, seed: int = 0,
-          device: int = 0, torch_row: bool = True, progress=None, build_threads: int | None = None) -> list[Row]:
-    """Build every config the heuristics ``modes`` offer (``build_threads`` at once: see
-    :func:`~cudnn_py.graph.plans.build_ahead`), then run, check and time each; returns one row per config."""
+          device: int = 0, torch_row: bool = True, progress=None) -> list[Row]:
+    """Build, run, check and time every config the heuristics ``modes`` offer; returns one row per config."""
     import cudnn_py.graph as G
     from cudnn_py.errors import CudnnError
-    from cudnn_py.graph.plans import build_ahead
     from cudnn_py.handle import Handle
     try:
         handle = Handle(device)
@@ -300,18 +298,14 @@ def sweep(problem: Problem, modes=MODES, repeats: int = 10, warmup: int = 2, che
         for t in outs:
             pack[t] = _device(np.full(t.shape, np.nan), t, h)
         cfgs, sources, notes = collect_configs(g, h, modes)
-        if progress:
-            progress(f"building {len(cfgs)} plans")
-        built = build_ahead([functools.partial(G.Plan.build, g, h, cfg) for cfg in cfgs], build_threads,
-                            device=h.device)
         a_pick = None
-        for i, (cfg, plan_built) in enumerate(zip(cfgs, built)):
+        for i, cfg in enumerate(cfgs):
             if progress:
                 progress(f"[{i + 1}/{len(cfgs)}] {cfg.tag}")
             row = Row(problem.kind, ",".join(sources[cfg.tag]), cfg.tag, False, deterministic=cfg.is_deterministic)
             rows.append(row)
             try:
-                plan = plan_built.result()
+                plan = G.Plan.build(g, h, cfg)
                 row.workspace_bytes = plan.workspace_size
                 for t in outs:
                     _poison(pack[t])
@@ -412,16 +406,13 @@ def run(args) -> int:
         raise SystemExit(f"algos --graph: --modes takes {', '.join(MODES)}, got {args.modes!r}")
     if args.repeats < 1 or args.warmup < 0:
         raise SystemExit("algos: --repeats must be >= 1 and --warmup >= 0")
-    threads = getattr(args, "build_threads", None)
-    if threads is not None and threads < 1:
-        raise SystemExit(f"algos --graph: --build-threads must be >= 1, got {threads}")
 
     require_gpu("algos --graph", args.device)
 
     def progress(msg):
         print(msg, file=sys.stderr, flush=True)
     rows = sweep(problem, modes, args.repeats, args.warmup, not args.no_check, args.seed, args.device,
-                 not args.no_torch, None if args.quiet else progress, threads)
+                 not args.no_torch, None if args.quiet else progress)
     print(problem.title)
     print(format_table(rows))
     if args.csv:

@@ -4,7 +4,8 @@ heuristics' picks and their regret, whole-model totals; measurements kept in the
     python -m cudnn_py algos --model resnet50 --batch 32 --dtype float16 --layout NHWC
     python -m cudnn_py algos --model resnet50 --batch 32 --dtype float16 --layout NHWC --quick      # 4 operations
     python -m cudnn_py algos --model llama3-8b --batch 1 --seq 4096 --dtype bfloat16 --devices all --plot l.png
-    python -m cudnn_py algos --model vit-b16 --shard 0/4 --db part0.sqlite        # one job of a scheduler's array
+    python -m cudnn_py algos --model resnet50 --jobs 1                  # in this process (default: one worker per core)
+    python -m cudnn_py algos --model vit-b16 --shard 0/4 --db part0.sqlite        # one machine of a scheduler's four
     python -m cudnn_py algos --merge all.sqlite part0.sqlite part1.sqlite part2.sqlite part3.sqlite
     python -m cudnn_py algos --merge part0.sqlite part1.sqlite --db all.sqlite     # the same: --db is INTO
     python -m cudnn_py algos --compare h100.sqlite h200.sqlite --threshold 0.05
@@ -13,14 +14,14 @@ A second run with the same database measures nothing and reports from the stored
 measure again); the filters (``--deterministic``, ``--no-tf32``, ``--no-reduced-precision``,
 ``--workspace-limit``) apply when reporting, so they need no new measurement. The configurations race (those far
 slower than the best after their first sample are pruned, see :mod:`cudnn_py.tuning.sweep`); ``--exhaustive``
-times and checks every one in full.
+times and checks every one in full. Worker processes build plans in parallel and take turns on each GPU for their
+timing (:mod:`cudnn_py.tuning.workers`); ``--shard`` and ``--merge`` spread a sweep over several machines.
 """
 from __future__ import annotations
 
 import argparse
 import importlib.util
 import os
-import subprocess
 import sys
 import time
 
@@ -38,7 +39,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--layers", type=int, default=None, metavar="N", help="only the first N distinct operations")
     g.add_argument("--quick", action="store_true", help=f"a short check: --layers {QUICK[0]} --repeats {QUICK[1]} "
                    f"--warmup {QUICK[2]}")
-    g.add_argument("--devices", default=None, help="'all' or a list like 0,1: one worker process per GPU")
+    g.add_argument("--jobs", type=int, default=None, metavar="N", help="measure in N worker processes: plan builds "
+                   "in parallel, each GPU's timing one worker at a time (default: one per core, at most one per "
+                   "2 GiB of GPU memory; 1: in this process)")
+    g.add_argument("--time-limit", type=float, default=600.0, metavar="S", help="a worker that makes no progress "
+                   "on one plan build or timing for S seconds is stopped and that configuration recorded as failed "
+                   "(default 600)")
+    g.add_argument("--devices", default=None, help="'all' or a list like 0,1: the workers spread over these GPUs, "
+                   "each timing on its own")
     g.add_argument("--shard", default=None, metavar="I/N", help="measure only operations i, i+N, ... (0-based)")
     g.add_argument("--db", default=None, metavar="PATH", help="the tuning database (default: $CUDNN_PY_TUNING_DB, "
                    "else the per-user cache)")
@@ -52,8 +60,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "a race: configurations slower than 1.5x the best after their first sample stop being timed)")
     g.add_argument("--no-runtime-compilation", action="store_true", help="do not measure engines that compile at "
                    "run time (their builds take seconds)")
-    g.add_argument("--build-threads", type=int, default=None, metavar="N", help="build N plans at once (--model "
-                   "and --graph; default 1, at most 16: docs/tuning.md); the timing stays one plan at a time")
     g.add_argument("--cold-l2", action="store_true", help="time each sample as one execution after a write that "
                    "evicts the L2 cache (default: back to back, the data warm in L2)")
     g.add_argument("--deterministic", action="store_true", help="pick only deterministic configurations")
@@ -90,10 +96,8 @@ def _shard(text: str | None) -> tuple[int, int] | None:
     return i, n
 
 
-def _devices(text: str) -> list[int]:
+def _devices(text: str, found: dict) -> list[int]:
     if text == "all":
-        from cudnn_py.cli.info import driver_and_gpus
-        found = driver_and_gpus()
         if not found["gpus"]:
             raise SystemExit(f"algos: --devices all: {found['why_none'] or 'no GPU'}")
         return [g["index"] for g in found["gpus"]]
@@ -106,32 +110,6 @@ def _devices(text: str) -> list[int]:
 def _database(args):
     from cudnn_py.tuning import TuningDatabase, default_database
     return TuningDatabase(args.db) if args.db else default_database()
-
-
-def _worker_argv(args, shard: str, device: int, db_path: str) -> list[str]:
-    argv = [sys.executable, "-m", "cudnn_py", "algos", "--model", args.model, "--batch", str(args.batch), "--dtype",
-            args.dtype, "--layout", args.layout, "--repeats", str(args.repeats), "--warmup", str(args.warmup),
-            "--modes", args.modes, "--shard", shard, "--device", str(device), "--db", db_path, "--quiet"]
-    for flag, value in (("--seq", args.seq), ("--layers", args.layers), ("--max-configs", args.max_configs)):
-        if value is not None:
-            argv += [flag, str(value)]
-    if args.build_threads is not None:
-        argv += ["--build-threads", str(args.build_threads)]
-    argv += ["--legacy"] * args.legacy + ["--exhaustive"] * args.exhaustive + ["--cold-l2"] * args.cold_l2
-    return argv + ["--remeasure"] * args.remeasure + ["--no-runtime-compilation"] * args.no_runtime_compilation
-
-
-def _run_workers(args, devices: list[int], db) -> None:
-    """One ``algos --model ... --shard i/n --device d`` process per device, writing into one database file."""
-    if db.in_memory:
-        raise SystemExit("algos: --devices needs a database file the workers share (give --db PATH)")
-    n = len(devices)
-    procs = [subprocess.Popen(_worker_argv(args, f"{i}/{n}", d, str(db.path)), stdout=subprocess.DEVNULL)
-             for i, d in enumerate(devices)]
-    failed = [d for d, p in zip(devices, procs) if p.wait() != 0]
-    if failed:
-        print(f"algos: the workers on devices {failed} failed; what they left unmeasured is measured here",
-              file=sys.stderr)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -194,7 +172,7 @@ def _existing(path: str, flag: str) -> None:
 
 def _sweep(args, rp) -> int:
     from cudnn_py.tuning.models import model
-    from cudnn_py.tuning.sweep import Settings, stored, sweep, time_summary
+    from cudnn_py.tuning.sweep import Settings, sweep, time_summary
     if args.dtype not in ("float32", "float16", "bfloat16"):
         raise SystemExit(f"algos --model: --dtype float32, float16 or bfloat16, got {args.dtype}")
     if args.plot and importlib.util.find_spec("matplotlib") is None:
@@ -205,8 +183,10 @@ def _sweep(args, rp) -> int:
     if not modes or set(modes) - {"A", "B", "FALLBACK"}:
         raise SystemExit(f"algos: --modes takes A, B, FALLBACK, got {args.modes!r}")
     if args.repeats < 1 or args.warmup < 0 or any(v is not None and v < 1 for v in (args.layers, args.max_configs,
-                                                                                    args.build_threads)):
-        raise SystemExit("algos: --repeats, --layers, --max-configs and --build-threads must be >= 1, --warmup >= 0")
+                                                                                    args.jobs)):
+        raise SystemExit("algos: --repeats, --layers, --max-configs and --jobs must be >= 1, --warmup >= 0")
+    if not args.time_limit > 0:
+        raise SystemExit(f"algos: --time-limit must be > 0 seconds, got {args.time_limit}")
     settings = Settings(modes, args.repeats, args.warmup, args.max_configs, not args.no_runtime_compilation,
                         args.exhaustive, args.cold_l2)
     m = model(args.model, args.seq)
@@ -219,26 +199,35 @@ def _sweep(args, rp) -> int:
     problems = problems[:args.layers] if args.layers else problems
     shard = _shard(args.shard)
     mine = problems[shard[0]::shard[1]] if shard else problems
-    new_file = bool(args.db) and args.db != ":memory:" and not os.path.exists(args.db)
+    from cudnn_py.cli.info import driver_and_gpus
+    from cudnn_py.tuning.workers import default_jobs
+    from cudnn_py.tuning_records.database import default_path
+    found = driver_and_gpus()         # the driver's answer (no CUDA context)
+    path = args.db or default_path()
+    if not found["gpus"] and (path == ":memory:" or not os.path.isfile(path)):
+        raise SystemExit(f"algos --model: no GPU to measure on: {found['why_none']}; nothing was written")
+    devices = _devices(args.devices, found) if args.devices else None
+    gib = [g["memory_gib"] for g in found["gpus"] if g["index"] in (devices or [args.device])]
+    jobs = args.jobs or (default_jobs(gib) if gib else 1)
+    new_file = path != ":memory:" and not os.path.exists(path)
     db = _database(args)
     start = time.monotonic()
-    devices = _devices(args.devices) if args.devices else None
-    by_workers = 0
-    if devices:
-        by_workers = len(stored(mine, db, device=args.device, settings=settings, remeasure=args.remeasure)[1])
-        _run_workers(args, devices, db)
     from cudnn_py.cli.algos import progress_writer
     progress = None if args.quiet else progress_writer(sys.stderr.isatty())
     from cudnn_py.tuning.sweep import kernel_cache, kernel_cache_text
     cache = kernel_cache()
     try:
-        records, measured = sweep(mine, db, device=args.device, settings=settings,
-                                  remeasure=args.remeasure and not devices, progress=progress,
-                                  build_threads=args.build_threads)
+        records, measured = sweep(mine, db, device=args.device, devices=devices, jobs=jobs, settings=settings,
+                                  remeasure=args.remeasure, progress=progress, time_limit=args.time_limit)
     except SystemExit:   # refused (no GPU): a database this run made, and left empty, goes
         if new_file and db.count() == 0:
             _remove(db)
         raise
+    except KeyboardInterrupt:
+        if progress and sys.stderr.isatty():
+            sys.stderr.write("\r\033[K")
+        print(f"algos: interrupted; every operation measured before is kept in {db.path or 'memory'}", file=sys.stderr)
+        return 130
     if progress and sys.stderr.isatty():
         sys.stderr.write("\r\033[K")
     elapsed = time.monotonic() - start
@@ -246,10 +235,11 @@ def _sweep(args, rp) -> int:
     summary = rp.totals(results)
     title = (f"{m.description}: batch {args.batch}, {args.dtype}, {args.layout}; filters: {_filters(args).text()}")
     print(title)
-    where = f"{by_workers} measured by workers on devices {devices}" + (f", {measured} here" if measured else "") \
-        if devices else f"{measured} measured on device {args.device}"
-    print(f"{len(mine)} operations{f' (shard {args.shard})' if shard else ''}: {where}, "
-          f"{len(mine) - measured - by_workers} from {db.path or 'memory'}; {elapsed:.1f} s")
+    on = devices or [args.device]
+    where = f"on device {args.device}" if jobs == 1 and not devices else \
+        f"in {jobs} worker processes on device{'s' if len(on) > 1 else ''} {', '.join(map(str, on))}"
+    print(f"{len(mine)} operations{f' (shard {args.shard})' if shard else ''}: {measured} measured {where}, "
+          f"{len(mine) - measured} from {db.path or 'memory'}; {elapsed:.1f} s")
     spent = time_summary([records[p.key] for p in mine if p.key in records])
     if spent:
         print(spent)

@@ -7,23 +7,18 @@
 * :func:`build_plans` builds the first (or every) plan, through the handle's cache (keyed by the graph's
   structure, shapes, dtypes and the options); :func:`autotune` times candidates. Both read and write the
   opt-in on-disk store of :mod:`cudnn_py.graph.plan_store` so a restarted program skips that work.
-* :func:`build_ahead` runs builds ``threads`` at a time on a pool of threads: a plan's build is
-  ``cudnnBackendFinalize``, mostly cuDNN's runtime compilation of its kernels, during which ctypes lets go of the
-  GIL. ``build_plans(policy="all")`` (so :func:`autotune`) and the tuning sweeps build their candidates so, one at
-  a time unless asked (:func:`default_build_threads`); the timing stays one plan at a time on the GPU.
+* Plans are built one at a time: threads sharing a handle built no faster and lost configurations to failed
+  runtime compilations (docs/tuning.md); a model sweep builds in worker processes (:mod:`cudnn_py.tuning.workers`).
 """
 from __future__ import annotations
 
 import copy
-import functools
-import itertools
 import json
 import math
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Sequence, TypeVar
+from typing import Sequence
 
 from cudnn_py import _loader, capi, recording
 from cudnn_py.prepared import forget
@@ -38,7 +33,7 @@ from .execute import CudaGraph, Executor, execute, ordered_pack
 
 __all__ = ["EngineConfig", "KnobInfo", "Plan", "heuristics", "engine_configs", "engine_config", "build_plans",
            "autotune", "time_plan", "plan_from_json", "plan_cache_clear", "plan_cache_info", "scratch_layout",
-           "HEUR_MODES", "build_ahead", "default_build_threads", "MAX_BUILD_THREADS", "l2_flush"]
+           "HEUR_MODES", "l2_flush"]
 
 HEUR_MODES = {"A": capi.CUDNN_HEUR_MODE_A, "B": capi.CUDNN_HEUR_MODE_B, "FALLBACK": capi.CUDNN_HEUR_MODE_FALLBACK,
               "INSTANT": capi.CUDNN_HEUR_MODE_INSTANT}
@@ -163,58 +158,6 @@ def engine_configs(graph, handle) -> tuple[list[EngineConfig], list[tuple[str, s
         except CudnnError as e:
             bad.append((f"engine {i}", _reason(e)))
     return ok, bad
-
-
-#: the most threads :func:`default_build_threads` gives
-MAX_BUILD_THREADS = 16
-_T = TypeVar("_T")
-
-
-def default_build_threads() -> int:
-    """How many builds :func:`build_ahead` runs at once unless told: one. Measured on an H200 with cuDNN 9.19
-    (docs/tuning.md): 8 threads sharing a handle made one of 59 resnet18 configurations fail its runtime compilation
-    (``CUDNN_STATUS_INTERNAL_ERROR_COMPILATION_FAILED``), a configuration that builds on one thread, and it failed
-    again when built alone afterwards in that process; and 2 to 16 threads built resnet50's first plans no faster
-    (0.55 to 0.82 s against 0.66 s). ``build_threads=`` / ``--build-threads N`` (at most :data:`MAX_BUILD_THREADS`)
-    asks for more."""
-    return 1
-
-
-def _make_current(device: int) -> None:
-    from cudnn_py.streams import get_device
-    get_device(device).set_current()  # cuDNN builds in the calling thread's CUDA context; a new thread has none
-
-
-def build_ahead(builds: Sequence[Callable[[], _T]], threads: int | None = None, *,
-                device: int | None = None) -> list[Future]:
-    """Run ``builds`` (callables that each build one thing, a plan) ``threads`` at a time and return their futures in
-    the order given, every one done: ``f.result()`` is what the build returned, or raises what it raised (a
-    :class:`~cudnn_py.errors.CudnnError` stays one).
-
-    :param threads: at most this many at once (None: :func:`default_build_threads`); 1 runs them one after the other
-        in the calling thread.
-    :param device: the CUDA device each worker thread makes current first (the handle's).
-    :raises InvalidValueError: for ``threads`` below 1.
-    """
-    threads = default_build_threads() if threads is None else int_arg(threads, "build threads", 1, MAX_BUILD_THREADS)
-    if threads == 1 or len(builds) <= 1:
-        done: list[Future] = []
-        for build in builds:
-            f: Future = Future()
-            try:
-                f.set_result(build())
-            except Exception as e:  # noqa: BLE001 - kept for the caller, as a worker thread's would be
-                f.set_exception(e)
-            done.append(f)
-        return done
-    pool = ThreadPoolExecutor(min(threads, len(builds)), thread_name_prefix="cudnn_py-build",
-                              initializer=None if device is None else functools.partial(_make_current, device))
-    try:
-        futures = [pool.submit(build) for build in builds]
-        wait(futures)
-    finally:  # an interrupt while waiting: the builds not started are cancelled, the running ones finish
-        pool.shutdown(wait=True, cancel_futures=True)
-    return futures
 
 
 def l2_flush(handle) -> Callable[[], None]:
@@ -442,18 +385,11 @@ def build_plans(graph, handle, modes: Sequence[str] = ("A", "FALLBACK"), *, poli
     seen: set[str] = set()
     fresh = (c for c in _candidates(graph, handle, modes, deterministic, runtime_compilation, reasons)
              if not (c.tag in seen or seen.add(c.tag)))  # type: ignore[func-returns-value]
-    # 'first' builds one at a time (stopping at the first that builds); 'all' every candidate at once on a pool of
-    # threads (build_ahead), or as many at once as there are threads until max_plans have built
-    threads = default_build_threads()
-    batch_size = 1 if policy == "first" else (threads if max_plans else None)
-    device = getattr(handle, "device", None)
-    while batch := list(itertools.islice(fresh, batch_size)):
-        built = build_ahead([functools.partial(Plan.build, graph, handle, c) for c in batch], threads, device=device)
-        for cfg, f in zip(batch, built):
-            try:
-                plans.append(f.result())
-            except CudnnError as e:
-                reasons.append((f"{cfg.tag} ({cfg.source})", _reason(e)))
+    for cfg in fresh:   # 'first' stops at the first that builds, 'all' once max_plans have built
+        try:
+            plans.append(Plan.build(graph, handle, cfg))
+        except CudnnError as e:
+            reasons.append((f"{cfg.tag} ({cfg.source})", _reason(e)))
         if (policy == "first" and plans) or (max_plans and len(plans) >= max_plans):
             break
     plans = plans[:max_plans] if max_plans else plans

@@ -26,6 +26,7 @@ import statistics
 import time
 import warnings
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import numpy as np
@@ -99,67 +100,125 @@ def _finite(v) -> bool:
 
 
 class Progress:
-    """The progress line of a sweep on stderr: operations and configurations done of their totals (and how many
-    were pruned), an estimate of the time left from the configurations' pace so far, then the configuration
-    being measured::
+    """The progress line of a sweep on stderr: operations done of the run's total, plans built and configurations
+    timed of the configurations known (``~`` where some operations' heuristics have not answered yet and the
+    total is estimated from those that have), how many were pruned, the time left at the pace so far, then the
+    last configuration seen::
 
-        ops 3/95  configs 130/4012 (71 pruned)  eta 3m05s  conv.fprop|n=32,c=64,... [12/40] eng7_k2=1
+        ops 12/95  built 523/~4012  timed 480/~4012 (301 pruned)  eta 2m31s  conv.fprop|n=32,c=64,... eng7_k2=1
 
-    ``write`` receives each line (the CLI's writer rewrites one terminal line, or prints lines to a log);
-    ``configurations`` may be None where the total is unknown (then no estimate)."""
+    Several operations may be under way at once (worker processes); each event names its operation, or means
+    the one begun last. ``write`` receives at most one line per ``interval`` seconds (the CLI's writer rewrites
+    one terminal line, or prints lines to a log), and :meth:`close` the last one."""
 
-    def __init__(self, write: Callable[[str], None] | None, operations: int, configurations: int | None,
-                 clock: Callable[[], float] = time.monotonic):
-        self.write, self.operations, self.configurations, self.clock = write, operations, configurations, clock
-        self.ops_done = self.configs_done = self.pruned = 0
-        self.key, self.op_configs, self.op_done = "", 0, 0
+    def __init__(self, write: Callable[[str], None] | None, operations: int,
+                 clock: Callable[[], float] = time.monotonic, interval: float = 1.0):
+        self.write, self.operations, self.clock, self.interval = write, operations, clock, interval
+        self.ops: dict[str, list[int]] = {}     # key -> [configurations, built, timed, pruned] while begun
+        self.ops_done = self.built_total = self.timed_total = self.pruned = 0
+        self.known = 0                          # configurations of every operation begun so far
+        self.key = self.tag = ""
         self.start: float | None = None
+        self._written: float | None = None
 
     def begin(self, key: str, configs: int) -> None:
-        """An operation of ``configs`` configurations starts."""
+        """Operation ``key``'s ``configs`` configurations are known (its heuristics answered)."""
         if self.start is None:
             self.start = self.clock()
-        self.key, self.op_configs, self.op_done = key, configs, 0
-        self._emit("")
+        self.ops[key] = [configs, 0, 0, 0]
+        self.known += configs
+        self.key, self.tag = key, ""
+        self._emit()
 
-    def config(self, tag: str, pruned: bool = False) -> None:
-        """A configuration of the current operation is done (measured, pruned, skipped or failed)."""
-        self.configs_done += 1
-        self.op_done += 1
-        self.pruned += bool(pruned)
-        self._emit(tag)
+    def visit(self, tag: str, phase: str, key: str | None = None) -> None:
+        """A configuration's ``phase`` (``"build"`` or ``"time"``) starts (a worker's parent learns from this which
+        configuration a worker that died or hung was on)."""
+        self.key, self.tag = (self.key if key is None else key), tag
 
-    def end(self) -> None:
-        """The current operation is done (its configurations that were never visited count as done)."""
-        self.configs_done += max(0, self.op_configs - self.op_done)
+    def built(self, tag: str = "", key: str | None = None) -> None:
+        """A plan of the operation was built (or failed to build)."""
+        self._count(key, 1, tag)
+        self.built_total += 1
+        self._emit()
+
+    def config(self, tag: str, pruned: bool = False, key: str | None = None) -> None:
+        """A configuration of the operation is done (timed, pruned, skipped or failed)."""
+        self._count(key, 2, tag)
+        self.timed_total += 1
+        if pruned:
+            self._count(key, 3, tag)
+            self.pruned += 1
+        self._emit()
+
+    def end(self, key: str | None = None) -> None:
+        """The operation is done: its configurations never built or timed count as done."""
+        n, b, t, _ = self.ops.pop(self.key if key is None else key, [0, 0, 0, 0])
+        self.built_total += max(0, n - b)
+        self.timed_total += max(0, n - t)
         self.ops_done += 1
+        self._emit()
+
+    def forget(self, key: str) -> None:
+        """Operation ``key`` starts again from nothing (its worker died): what it counted is taken back."""
+        n, b, t, p = self.ops.pop(key, [0, 0, 0, 0])
+        self.known -= n
+        self.built_total -= b
+        self.timed_total -= t
+        self.pruned -= p
+
+    def close(self) -> None:
+        """Write the last line, whenever the one before was written."""
+        self._written = None
+        self._emit()
+
+    def _count(self, key: str | None, field: int, tag: str) -> None:
+        self.key, self.tag = (self.key if key is None else key), tag
+        op = self.ops.get(self.key)
+        if op is not None:
+            op[field] += 1
+
+    def total(self) -> tuple[int, bool]:
+        """(configurations of the whole run, whether estimated): the known ones, plus the operations not begun
+        yet at the mean count of those begun."""
+        begun = self.ops_done + len(self.ops)
+        left = max(0, self.operations - begun)
+        if not left or not begun:
+            return self.known, bool(left)
+        return self.known + round(left * self.known / begun), True
 
     def eta(self) -> float | None:
-        """Seconds left, by the configurations' pace so far (None before the first one, or with no total)."""
-        if self.start is None or not self.configs_done or self.configurations is None:
+        """Seconds left, by the pace of builds and timings so far (None before any)."""
+        total, _ = self.total()
+        done = self.built_total + self.timed_total
+        if self.start is None or not done or not total:
             return None
-        elapsed = self.clock() - self.start
-        return elapsed / self.configs_done * max(0, self.configurations - self.configs_done)
+        return (self.clock() - self.start) / done * max(0, 2 * total - done)
 
-    def line(self, tag: str = "") -> str:
+    def line(self) -> str:
         """The progress line (see the class doc)."""
         eta = self.eta()
         left = "-" if eta is None else (f"{int(eta // 60)}m{int(eta % 60):02d}s" if eta >= 60 else f"{eta:.0f}s")
-        total = "" if self.configurations is None else f"/{self.configurations}"
-        ops = min(self.ops_done + 1, self.operations)
-        return (f"ops {ops}/{self.operations}  configs {self.configs_done}{total} ({self.pruned} pruned)  "
-                f"eta {left}  {self.key} [{self.op_done}/{self.op_configs}]{' ' + tag if tag else ''}")
+        total, estimated = self.total()
+        of = "" if estimated and not total else f"/{'~' if estimated else ''}{total}"   # "": nothing known yet
+        return (f"ops {self.ops_done}/{self.operations}  built {self.built_total}{of}  timed {self.timed_total}{of} "
+                f"({self.pruned} pruned)  eta {left}  {self.key}{' ' + self.tag if self.tag else ''}")
 
-    def _emit(self, tag: str) -> None:
-        if self.write:
-            self.write(self.line(tag))
+    def _emit(self) -> None:
+        if not self.write:
+            return
+        now = self.clock()
+        if self._written is not None and now - self._written < self.interval:
+            return
+        self._written = now
+        self.write(self.line())
 
 
 def race(entries: Sequence[tuple[dict, Any]], *, build: Callable[[dict, Any], Any],
          time_sample: Callable[[Any, int], float | None], check: Callable[[Any], list[np.ndarray]],
          orders: dict[str, list[str]], repeats: int, warmup: int, dtype: str, exhaustive: bool = False,
          errors: tuple[type[BaseException], ...] = (), progress: Progress | None = None,
-         median: Callable[[list[float]], float] = statistics.median_high, margin: float = PRUNE) -> dict:
+         median: Callable[[list[float]], float] = statistics.median_high, margin: float = PRUNE,
+         hold: AbstractContextManager = nullcontext()) -> dict:
     """Time and check the configurations of one operation (see the module doc); fills each row in place.
 
     :param entries: (row, configuration) in the order to visit; a row whose ``reason`` is set is not measured.
@@ -172,6 +231,8 @@ def race(entries: Sequence[tuple[dict, Any]], *, build: Callable[[dict, Any], An
         before it in that order has run).
     :param errors: the exceptions that mean "this configuration does not run" (its row's ``reason``).
     :param median: how the samples make a time (the graph's :func:`time_plan` takes the upper median).
+    :param hold: held while configurations are visited (the builds, samples and checks; not the agreement, which
+        is host work): a sweep's worker processes pass their device's lock, so no sample overlaps another's work.
     :returns: the race's account for the record: the margin (None when exhaustive), how many configurations were
         pruned and checked, the seconds spent in builds, first samples, further samples, checks and the agreement,
         and the pruned configurations within the margin of the best that agrees (possible only where a faster
@@ -199,53 +260,56 @@ def race(entries: Sequence[tuple[dict, Any]], *, build: Callable[[dict, Any], An
         finally:
             secs[key] += time.perf_counter() - t0
 
-    for row, cfg in entries:
-        tag = row["tag"]
-        row.setdefault("pruned", False)
-        row.setdefault("checked", False)
-        row.setdefault("samples", 0)
-        if row.get("reason"):
+    with hold:
+        for row, cfg in entries:
+            tag = row["tag"]
+            row.setdefault("pruned", False)
+            row.setdefault("checked", False)
+            row.setdefault("samples", 0)
+            if row.get("reason"):
+                if progress:
+                    progress.config(tag)
+                continue
+            got = None
             if progress:
-                progress.config(tag)
-            continue
-        got = None
-        try:
-            t0 = time.perf_counter()
-            plan = timed("build", lambda: build(row, cfg))
-            if row.get("build_ms") is None:
-                row["build_ms"] = (time.perf_counter() - t0) * 1e3
-            if exhaustive:
-                got = timed("check", lambda: check(plan))
-                times = [timed("first_sample", lambda: time_sample(plan, warmup))]
-                times += [timed("samples", lambda: time_sample(plan, 0)) for _ in range(repeats - 1)]
-            else:
-                times = [timed("first_sample", lambda: time_sample(plan, warmup + 1))]
-                if best is not None and _finite(times[0]) and times[0] > margin * best:
-                    row["pruned"] = True
-                else:
-                    times += [timed("samples", lambda: time_sample(plan, 0)) for _ in range(repeats - 1)]
-                if not row["pruned"] or possible_pick(tag) or len(samples) < MIN_CHECKED:
+                progress.visit(tag, "time")
+            try:
+                t0 = time.perf_counter()
+                plan = timed("build", lambda: build(row, cfg))
+                if row.get("build_ms") is None:
+                    row["build_ms"] = (time.perf_counter() - t0) * 1e3
+                if exhaustive:
                     got = timed("check", lambda: check(plan))
-        except errors as e:
-            row["reason"], row["pruned"] = " ".join(str(e).split())[:300], False
+                    times = [timed("first_sample", lambda: time_sample(plan, warmup))]
+                    times += [timed("samples", lambda: time_sample(plan, 0)) for _ in range(repeats - 1)]
+                else:
+                    times = [timed("first_sample", lambda: time_sample(plan, warmup + 1))]
+                    if best is not None and _finite(times[0]) and times[0] > margin * best:
+                        row["pruned"] = True
+                    else:
+                        times += [timed("samples", lambda: time_sample(plan, 0)) for _ in range(repeats - 1)]
+                    if not row["pruned"] or possible_pick(tag) or len(samples) < MIN_CHECKED:
+                        got = timed("check", lambda: check(plan))
+            except errors as e:
+                row["reason"], row["pruned"] = " ".join(str(e).split())[:300], False
+                if progress:
+                    progress.config(tag)
+                continue
+            good = [float(t) for t in times if _finite(t)]
+            row["samples"] = len(times)
+            if not good:
+                row["reason"], row["pruned"] = f"timing gave {times!r}", False
+            else:
+                row["ok"], row["ms"] = True, float(median(good))
+                ran.add(tag)
+                pruned += row["pruned"]
+                if got is not None:
+                    row["checked"] = True
+                    samples[tag], checked_rows[tag] = got, row
+                    if not row["pruned"] and all(np.isfinite(a).all() for a in got):
+                        best = row["ms"] if best is None else min(best, row["ms"])
             if progress:
-                progress.config(tag)
-            continue
-        good = [float(t) for t in times if _finite(t)]
-        row["samples"] = len(times)
-        if not good:
-            row["reason"], row["pruned"] = f"timing gave {times!r}", False
-        else:
-            row["ok"], row["ms"] = True, float(median(good))
-            ran.add(tag)
-            pruned += row["pruned"]
-            if got is not None:
-                row["checked"] = True
-                samples[tag], checked_rows[tag] = got, row
-                if not row["pruned"] and all(np.isfinite(a).all() for a in got):
-                    best = row["ms"] if best is None else min(best, row["ms"])
-        if progress:
-            progress.config(tag, row["pruned"])
+                progress.config(tag, row["pruned"])
     timed("agreement", lambda: agreement(samples, checked_rows, dtype))
     standing = [r["ms"] for r in checked_rows.values() if r["agrees"] and not r["pruned"]]
     doubtful = [] if exhaustive or not standing else \

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable
 from dataclasses import asdict
 
 import numpy as np
@@ -37,11 +36,10 @@ def config_count(p: Problem) -> int:
     return len(alg.real_members(DIRECTION[p.pass_]))
 
 
-def measure_legacy(p: Problem, h, settings, progress: Callable[[str], None] | Progress | None = None) -> dict:
+def measure_legacy(p: Problem, h, settings, progress: Progress | None = None) -> dict:
     """Time the legacy algorithms of convolution problem ``p`` on handle ``h`` (``settings``: a
     :class:`~cudnn_py.tuning.sweep.Settings`, of which repeats, warm-up, exhaustive and cold_l2 apply); the record to
-    store. ``progress``: a :class:`~cudnn_py.tuning.compare.Progress` whose operation has begun, or a callable
-    given its lines."""
+    store. ``progress``: a :class:`~cudnn_py.tuning.compare.Progress` whose operation has begun."""
     import cudnn_py.algorithms as alg
     from cudnn_py.errors import CudnnPyError
     from cudnn_py.graph.plans import l2_flush
@@ -118,11 +116,8 @@ def measure_legacy(p: Problem, h, settings, progress: Callable[[str], None] | Pr
             call(algo)
         return t.ms
 
-    prog = progress if isinstance(progress, Progress) else Progress(progress, 1, len(members))
-    if prog is not progress:
-        prog.begin(p.key, len(members))
     rec["race"] = race(entries, build=build, time_sample=time_sample, check=check, orders=rec["order"],
                        repeats=settings.repeats, warmup=settings.warmup, dtype=p.dtype,
                        exhaustive=getattr(settings, "exhaustive", False), errors=(CudnnPyError, MemoryError),
-                       progress=prog, median=statistics.median)
+                       progress=progress, median=statistics.median)
     return rec

@@ -18,22 +18,22 @@ measured with, so the picks and regrets of any filter can be computed later (:mo
 without measuring again. A problem whose stored record :func:`covers` the settings asked for is not measured again
 (unless ``remeasure``).
 
-The plans of an operation are built before its timing, ``build_threads`` at a time on a pool of threads
-(:func:`cudnn_py.graph.plans.build_ahead`; the race's ``build`` seconds are then that phase's wall time); the timing
-stays one plan at a time on the GPU, with no build running. ``Settings(cold_l2=True)`` (``--cold-l2``) times each
+The plans of an operation are built one after the other before its timing (the race's ``build`` seconds are
+that phase's wall time); a sweep in worker processes (:mod:`cudnn_py.tuning.workers`) builds several operations'
+plans at once and times one operation at a time on each GPU. ``Settings(cold_l2=True)`` (``--cold-l2``) times each
 sample as one execution after a write of twice the L2 cache's size (:func:`cudnn_py.graph.plans.l2_flush`), outside
 the sample. How warm CUDA's kernel cache was (:func:`kernel_cache`) goes into each record's race account and into the
 run's record (kind :data:`RUN_KIND`): a sweep on an empty kernel cache compiles every runtime-compiled kernel.
 """
 from __future__ import annotations
 
-import functools
 import math
 import os
 import time
 import warnings
 from pathlib import Path
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -44,7 +44,8 @@ from cudnn_py.tuning_records.models import Attention, Conv, Linear, Norm, Proble
 
 from .compare import Progress, np_dtype, race, sample
 
-__all__ = ["KIND", "RUN_KIND", "MODES", "Settings", "Prepared", "build_graph", "prepare", "run_prepared", "measure",
+__all__ = ["KIND", "RUN_KIND", "MODES", "Settings", "Prepared", "build_graph", "header", "prepare", "run_prepared",
+           "measure",
            "stored", "sweep", "valid_record", "covers", "time_summary", "kernel_cache", "kernel_cache_text"]
 
 #: the tuning database's kind for model-sweep records
@@ -226,14 +227,19 @@ class Prepared:
     configs: dict = field(default_factory=dict)
 
 
+def header(p: Problem, settings: Settings) -> dict:
+    """The start of ``p``'s record: what was measured and how, before any configuration."""
+    return {"key": p.key, "op": p.kind, "pass": p.pass_, "dtype": p.dtype, "settings": _settings_dict(settings),
+            "order": {}, "configs": [], "problem": "", "count": p.count}
+
+
 def prepare(p: Problem, h, settings: Settings = Settings()) -> Prepared:
     """Build and lower ``p``'s graph on handle ``h`` and collect the configurations of the heuristics modes (no
-    plan is built yet): what :func:`run_prepared` times, and how many there are (the sweep's progress total)."""
+    plan is built yet): what :func:`run_prepared` builds and times."""
     import cudnn_py.graph as G
     from cudnn_py.errors import CudnnPyError
     t0 = time.perf_counter()
-    rec: dict = {"key": p.key, "op": p.kind, "pass": p.pass_, "dtype": p.dtype, "settings": _settings_dict(settings),
-                 "order": {}, "configs": [], "problem": "", "count": p.count}
+    rec = header(p, settings)
     try:
         g = build_graph(p)
         g.lower(h)
@@ -256,43 +262,56 @@ def prepare(p: Problem, h, settings: Settings = Settings()) -> Prepared:
 
 
 def run_prepared(prep: Prepared, h, settings: Settings = Settings(), progress: Progress | None = None,
-                 build_threads: int | None = None) -> dict:
-    """Build the plans of a :func:`prepare`-d problem on handle ``h`` (``build_threads`` at a time; None: as many as
-    :func:`~cudnn_py.graph.plans.default_build_threads`), then time and check them (a race, or every one in full
-    where ``settings.exhaustive``); the record :func:`sweep` stores (see the module doc)."""
+                 hold: AbstractContextManager = nullcontext(), failed: Mapping[str, str] | None = None) -> dict:
+    """Build the plans of a :func:`prepare`-d problem on handle ``h``, one after the other, then time and check them
+    (a race, or every one in full where ``settings.exhaustive``) while holding ``hold`` (a worker's device lock:
+    the builds run without it); the record :func:`sweep` stores (see the module doc). ``failed``: configurations
+    not to build, by tag, with the reason recorded for each (those a worker process died or hung on)."""
     import cudnn_py.graph as G
     from cudnn_py.errors import CudnnPyError
-    from cudnn_py.graph.plans import build_ahead, default_build_threads, l2_flush
+    from cudnn_py.graph.plans import l2_flush
     rec, g = prep.rec, prep.graph
     if g is None:
         return rec
-    block = np.random.default_rng(0).standard_normal(1 << 20).astype(np.float32) * 0.5
-    pack, outputs = _bind(g, h, block)
+    failed = failed or {}
     entries = []
     for tag, cfg in prep.configs.items():
         row = {"tag": tag, "engine": cfg.global_index, "knobs": _knobs(cfg), "notes": cfg.notes(),
                "deterministic": cfg.is_deterministic, "ok": False, "ms": None, "workspace": None, "build_ms": None,
-               "diff": None, "agrees": None, "reason": "", "samples": 0, "pruned": False, "checked": False}
-        if cfg.needs_runtime_compilation and not settings.runtime_compilation:
+               "diff": None, "agrees": None, "reason": failed.get(tag, ""), "samples": 0, "pruned": False,
+               "checked": False}
+        if not row["reason"] and cfg.needs_runtime_compilation and not settings.runtime_compilation:
             row["reason"] = "not measured: compiles at run time (--no-runtime-compilation)"
         rec["configs"].append(row)
         entries.append((row, cfg))
-
-    def build(row: dict, cfg) -> Any:   # in a builder thread: cuDNN's build, and the row's own fields
-        t0 = time.perf_counter()
-        plan = G.Plan.build(g, h, cfg)
-        row["workspace"], row["build_ms"] = int(plan.workspace_size), (time.perf_counter() - t0) * 1e3
-        return plan
-
-    threads = default_build_threads() if build_threads is None else build_threads
-    todo = [(row, cfg) for row, cfg in entries if not row["reason"]]
+    plans: dict[str, Any] = {}
     t0 = time.perf_counter()
-    built = dict(zip((row["tag"] for row, _ in todo), build_ahead(
-        [functools.partial(build, row, cfg) for row, cfg in todo], threads, device=getattr(h, "device", None))))
+    for row, cfg in entries:
+        if row["reason"]:
+            continue
+        if progress:
+            progress.visit(row["tag"], "build")
+        t1 = time.perf_counter()
+        try:
+            plan = plans[row["tag"]] = G.Plan.build(g, h, cfg)
+            row["workspace"] = int(plan.workspace_size)
+        except Exception as e:  # noqa: BLE001 - raised again when the race takes it, which records cuDNN's reason
+            plans[row["tag"]] = e
+        row["build_ms"] = (time.perf_counter() - t1) * 1e3
+        if progress:
+            progress.built(row["tag"])
     build_wall = time.perf_counter() - t0
 
     def take(row: dict, cfg) -> Any:    # the race takes each plan built (or raises its build's error)
-        return built.pop(row["tag"]).result()
+        got = plans.pop(row["tag"])
+        if isinstance(got, Exception):
+            raise got
+        return got
+
+    block = np.random.default_rng(0).standard_normal(1 << 20).astype(np.float32) * 0.5
+    with hold:
+        pack, outputs = _bind(g, h, block)
+        flush = l2_flush(h) if settings.cold_l2 else None
 
     def check(plan) -> list[np.ndarray]:
         for buf in outputs.values():
@@ -300,44 +319,36 @@ def run_prepared(prep: Prepared, h, settings: Settings = Settings(), progress: P
         plan.execute(h, pack)
         return sample(outputs, h.stream)
 
-    flush = l2_flush(h) if settings.cold_l2 else None
-
     def time_sample(plan, warmup: int) -> float:
         return G.time_plan(plan, h, pack, warmup=warmup, iters=1, flush=flush)
 
     account = race(entries, build=take, time_sample=time_sample, check=check, orders=rec["order"],
                    repeats=settings.repeats, warmup=settings.warmup, dtype=prep.problem.dtype,
-                   exhaustive=settings.exhaustive, errors=(CudnnPyError, MemoryError), progress=progress)
+                   exhaustive=settings.exhaustive, errors=(CudnnPyError, MemoryError), progress=progress, hold=hold)
     heuristics = rec.get("race", {}).get("seconds", {}).get("heuristics", 0.0)
     seconds = account["seconds"]
     seconds["build"] = round(seconds["build"] + build_wall, 4)
     account["seconds"] = {"heuristics": heuristics, **seconds}
-    account["build_threads"] = threads
     rec["race"] = account
     return rec
 
 
-def _progress(progress, key: str, configs: int) -> tuple[Progress, bool]:
-    """(a Progress for one operation, whether it is ours to begin and end) from measure's ``progress``."""
-    if isinstance(progress, Progress):
-        return progress, False
-    own = Progress(progress, 1, configs)
-    own.begin(key, configs)
-    return own, True
-
-
-def measure(p: Problem, h, settings: Settings = Settings(),
-            progress: Callable[[str], None] | Progress | None = None, build_threads: int | None = None) -> dict:
-    """Build, time and check the configurations the heuristics modes offer for ``p`` on handle ``h`` (as
-    ``settings`` say: :func:`prepare` then :func:`run_prepared`, ``build_threads`` builds at once); the record
-    :func:`sweep` stores. ``progress``: a :class:`~cudnn_py.tuning.compare.Progress` whose operation has begun, or a
-    callable given its lines."""
+def measure(p: Problem, h, settings: Settings = Settings(), progress: Progress | None = None,
+            hold: AbstractContextManager = nullcontext(), failed: Mapping[str, str] | None = None) -> dict:
+    """Measure problem ``p`` on handle ``h`` as ``settings`` say (a graph problem: :func:`prepare`, then
+    :func:`run_prepared`; a ``legacy`` one: :func:`~cudnn_py.tuning.legacy.measure_legacy`, all of it holding
+    ``hold``); the record :func:`sweep` stores. ``progress`` is told the operation's configurations
+    (:meth:`~cudnn_py.tuning.compare.Progress.begin`) and each step, not its end."""
+    if p.legacy:
+        from .legacy import config_count, measure_legacy
+        prog = progress or Progress(None, 1)
+        prog.begin(p.key, config_count(p))
+        with hold:
+            return measure_legacy(p, h, settings, prog)
     prep = prepare(p, h, settings)
-    prog, own = _progress(progress, p.key, len(prep.configs))
-    rec = run_prepared(prep, h, settings, prog, build_threads)
-    if own:
-        prog.end()
-    return rec
+    if progress:
+        progress.begin(p.key, len(prep.configs))
+    return run_prepared(prep, h, settings, progress, hold, failed)
 
 
 def valid_record(rec) -> bool:
@@ -410,57 +421,55 @@ def kernel_cache_text(cache: dict) -> str:
     return f"kernel cache: warm ({cache['path']}, {cache['bytes'] / 2**20:.1f} MiB at the start{cap})"
 
 
-def sweep(problems: Sequence[Problem], db: TuningDatabase, *, device: int = 0, settings: Settings = Settings(),
-          remeasure: bool = False, progress: Callable[[str], None] | None = None,
-          build_threads: int | None = None) -> tuple[dict[str, dict], int]:
-    """The record of every problem: from ``db`` where it has one that :func:`covers` ``settings``, else measured on
-    ``device`` (``build_threads`` plan builds at once; None: :func:`~cudnn_py.graph.plans.default_build_threads`)
-    and stored, with a record of the run (kind :data:`RUN_KIND`: when, how many, the seconds by phase, the build
-    threads and the :func:`kernel_cache` it started with).
+def sweep(problems: Sequence[Problem], db: TuningDatabase, *, device: int = 0, devices: Sequence[int] | None = None,
+          jobs: int = 1, settings: Settings = Settings(), remeasure: bool = False,
+          progress: Callable[[str], None] | None = None, time_limit: float = 600.0) -> tuple[dict[str, dict], int]:
+    """The record of every problem: from ``db`` where it has one that :func:`covers` ``settings``, else measured and
+    stored as it arrives, with a record of the run (kind :data:`RUN_KIND`: when, how many, the seconds by phase, the
+    workers and the :func:`kernel_cache` it started with).
+
+    ``jobs`` 1 with no ``devices`` measures in this process on ``device``. Otherwise ``jobs`` worker processes (at
+    least one per device) measure over ``devices`` (default ``[device]``): :func:`cudnn_py.tuning.workers.run` says
+    how builds run in parallel while each device times one worker at a time, and how a worker that dies, or stays
+    on one step past ``time_limit`` seconds, loses nothing but the configuration it was on. ``progress`` receives
+    the :class:`~cudnn_py.tuning.compare.Progress` line, at most once a second.
 
     :returns: ({problem key: record}, how many were measured).
-    :raises SystemExit: when something must be measured and no cuDNN handle opens on ``device``.
+    :raises SystemExit: when something must be measured and no cuDNN handle opens.
+    :raises KeyboardInterrupt: after stopping every worker; what was measured is stored.
     """
     out, todo = stored(problems, db, device=device, settings=settings, remeasure=remeasure)
     if not todo:
         return out, 0
-    from cudnn_py.graph.plans import default_build_threads
-    from cudnn_py.handle import Handle
     cache = kernel_cache()     # before anything is built: the builds fill it
-    threads = default_build_threads() if build_threads is None else build_threads
     started, t0 = time.strftime("%Y-%m-%dT%H:%M:%S"), time.monotonic()
-    try:
-        handle = Handle(device)
-    except Exception as e:  # noqa: BLE001 - no GPU, no driver
-        raise SystemExit(f"algos --model: cannot open a cuDNN handle on device {device} (a GPU is needed to measure "
-                         f"{len(todo)} operations): {e}") from None
-    with handle as h:
-        preps: list[Prepared | None] = []
-        counts = []
-        for i, p in enumerate(todo):
-            if progress:
-                progress(f"collecting configurations: {i + 1}/{len(todo)} {p.key}")
-            if p.legacy:
-                from .legacy import config_count
-                preps.append(None)
-                counts.append(config_count(p))
-            else:
-                prep = prepare(p, h, settings)
-                preps.append(prep)
-                counts.append(len(prep.configs))
-        prog = Progress(progress, len(todo), sum(counts))
-        for p, maybe, n in zip(todo, preps, counts):
-            prog.begin(p.key, n)
-            if maybe is None:
-                from .legacy import measure_legacy
-                rec = measure_legacy(p, h, settings, prog)
-            else:
-                rec = run_prepared(maybe, h, settings, prog, threads)
-            prog.end()
-            if isinstance(rec.get("race"), dict):
-                rec["race"]["kernel_cache"] = cache["state"]
-            db.record(KIND, p.key, rec, device=device)
-            out[p.key] = rec
+    prog = Progress(progress, len(todo))
+
+    def keep(p: Problem, rec: dict, dev: int) -> None:
+        rec = {**header(p, settings), **rec}     # (a worker's failed operation has no header of its own)
+        if isinstance(rec.get("race"), dict):
+            rec["race"]["kernel_cache"] = cache["state"]
+        db.record(KIND, p.key, rec, device=dev)
+        out[p.key] = rec
+
+    where = list(devices) if devices else [device]
+    if jobs == 1 and not devices:
+        from cudnn_py.handle import Handle
+        try:
+            handle = Handle(device)
+        except Exception as e:  # noqa: BLE001 - no GPU, no driver
+            raise SystemExit(f"algos --model: cannot open a cuDNN handle on device {device} (a GPU is needed to "
+                             f"measure {len(todo)} operations): {e}") from None
+        with handle as h:
+            for p in todo:
+                keep(p, measure(p, h, settings, prog), device)
+                prog.end(p.key)
+    else:
+        from . import workers
+        jobs = max(jobs, len(where))
+        workers.run(todo, settings, devices=where, jobs=jobs, work=measure, keep=keep, progress=prog,
+                    time_limit=time_limit)
+    prog.close()
     secs: dict[str, float] = {}
     for p in todo:
         for k, v in (out[p.key].get("race") or {}).get("seconds", {}).items():
@@ -468,7 +477,7 @@ def sweep(problems: Sequence[Problem], db: TuningDatabase, *, device: int = 0, s
     db.record(RUN_KIND, f"{started}|{todo[0].key}", {
         "started": started, "seconds": round(time.monotonic() - t0, 3), "operations": len(problems),
         "measured": len(todo), "keys": [p.key for p in todo], "settings": _settings_dict(settings),
-        "build_threads": threads, "kernel_cache": cache, "phases": secs}, device=device)
+        "jobs": jobs, "devices": where, "kernel_cache": cache, "phases": secs}, device=device)
     return out, len(todo)
 
 
@@ -488,7 +497,6 @@ def time_summary(records: Sequence[dict]) -> str:
             secs[k] = secs.get(k, 0.0) + float(v)
     margin = {a.get("margin") for a in acc}
     caches = sorted({a["kernel_cache"] for a in acc if a.get("kernel_cache")})
-    threads = sorted({a["build_threads"] for a in acc if a.get("build_threads")})
     how = "every one in full (--exhaustive)" if margin == {None} else \
         f"racing, pruned above {'/'.join(str(m) for m in sorted(m for m in margin if m is not None))}x the best"
     doubtful = sum(len(a.get("pruned_within_margin") or ()) for a in acc)
@@ -496,5 +504,4 @@ def time_summary(records: Sequence[dict]) -> str:
             f"{sum(a['pruned'] for a in acc)} pruned after their first sample, {sum(a['checked'] for a in acc)} "
             f"outputs checked" + (f", {doubtful} pruned against a bar whose output disagreed" if doubtful else "")
             + "; seconds: " + ", ".join(f"{k.replace('_', ' ')} {v:.1f}" for k, v in secs.items())
-            + (f"; plans built {'/'.join(map(str, threads))} at a time" if threads else "")
             + (f"; kernel cache {'/'.join(caches)}" if caches else ""))

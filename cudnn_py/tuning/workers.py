@@ -1,0 +1,298 @@
+"""A model sweep in worker processes: plan builds in parallel, each GPU's timing one worker at a time.
+
+Plan builds are most of a sweep (cuDNN's runtime compilation), and they scale across processes where threads
+sharing a handle did not (docs/tuning.md). :func:`run` starts ``jobs`` worker processes (``spawn``), each with its
+own cuDNN handle on one of the devices, and hands them whole operations one at a time, in order. A worker runs
+:func:`cudnn_py.tuning.sweep.measure`: heuristics and plan builds freely, the samples and output checks holding its
+device's :class:`DeviceLock`, so no timed sample overlaps another worker's GPU work (the builds are CPU work; the
+timed samples hold the stream until they are queued, so a busy CPU does not stretch them).
+
+The parent process alone writes the database, one record as each operation finishes, and keeps the progress line
+from the workers' events. A worker that dies (a crash inside cuDNN, a kill for want of host memory) or makes no
+progress on one step for ``time_limit`` seconds (waiting for the lock excepted) is stopped and replaced; the
+configuration it was building or timing is recorded as failed with the reason, and its operation measured again
+without it. An operation whose workers die :data:`RETRIES` times, or outside any configuration, is recorded as
+failed with the reason. An interrupt stops every worker at once; what was stored stays.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import tempfile
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+from cudnn_py.tuning_records.models import Problem
+
+__all__ = ["DeviceLock", "run", "default_jobs", "RETRIES", "WORKER_GIB"]
+
+#: how many times an operation's workers may die before the operation is recorded as failed
+RETRIES = 3
+#: GPU memory set aside per worker when choosing how many to start (a context, the buffers and workspaces of one
+#: operation)
+WORKER_GIB = 2.0
+
+
+def default_jobs(gpu_gib: Sequence[float], cores: int | None = None) -> int:
+    """How many workers a sweep starts unless told: one per core this process may run on, at most one per
+    :data:`WORKER_GIB` of the devices' memory, at least one per device."""
+    cores = cores or len(os.sched_getaffinity(0))
+    by_memory = sum(int(g // WORKER_GIB) for g in gpu_gib)
+    return max(len(gpu_gib), min(cores, by_memory))
+
+
+class DeviceLock:
+    """An exclusive lock on one GPU for the processes of a sweep: ``fcntl.flock`` on a file, which the kernel lets go
+    when the holder dies, so a crash while timing blocks no one. ``waiting(True)`` is called before blocking on it
+    and ``waiting(False)`` once it is held."""
+
+    def __init__(self, path: str, waiting: Callable[[bool], None] | None = None):
+        self.path, self.waiting = path, waiting
+        self._fd: int | None = None
+
+    def __enter__(self) -> DeviceLock:
+        import fcntl
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        if self.waiting:
+            self.waiting(True)
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        if self.waiting:
+            self.waiting(False)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import fcntl
+        assert self._fd is not None
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+
+# ------------------------------------------------------------------------------------------------ the worker
+
+class _Events:
+    """A worker's progress: each call a message to the parent (the methods of
+    :class:`~cudnn_py.tuning.compare.Progress` that a measurement calls)."""
+
+    def __init__(self, conn: Connection):
+        self.conn = conn
+
+    def begin(self, key: str, configs: int) -> None:
+        self.conn.send(("begin", configs))
+
+    def visit(self, tag: str, phase: str, key: str | None = None) -> None:
+        self.conn.send(("visit", tag, phase))
+
+    def built(self, tag: str = "", key: str | None = None) -> None:
+        self.conn.send(("built", tag))
+
+    def config(self, tag: str, pruned: bool = False, key: str | None = None) -> None:
+        self.conn.send(("config", tag, bool(pruned)))
+
+    def waiting(self, blocked: bool) -> None:
+        self.conn.send(("wait", blocked))
+
+
+def _open_handle(device: int) -> Any:
+    from cudnn_py.handle import Handle
+    return Handle(device)
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(f"{type(e).__name__}: {e}".split())[:400]
+
+
+def _worker(conn: Connection, device: int, lock_path: str, settings: Any, work: Callable, opener: Callable) -> None:
+    """A worker process: open a handle on ``device``, then measure each task the parent sends until it sends None."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # an interrupt is the parent's to handle: it stops the workers
+    events = _Events(conn)
+    try:
+        handle = opener(device)
+    except Exception as e:  # noqa: BLE001 - no GPU, no driver: said once, by the parent
+        conn.send(("fatal", f"cannot open a cuDNN handle on device {device}: {_one_line(e)}"))
+        return
+    hold = DeviceLock(lock_path, events.waiting)
+    conn.send(("ready",))
+    with handle as h:
+        while (task := conn.recv()) is not None:
+            problem, failed = task
+            try:
+                rec = work(problem, h, settings, events, hold, failed)
+            except Exception as e:  # noqa: BLE001 - recorded as the operation's failure; the worker goes on
+                conn.send(("error", _one_line(e)))
+            else:
+                conn.send(("record", rec))
+
+
+# ------------------------------------------------------------------------------------------------ the parent
+
+@dataclass
+class _Task:
+    problem: Problem
+    failed: dict[str, str] = field(default_factory=dict)   # tag -> why it is not measured (a worker died on it)
+    deaths: int = 0
+
+
+@dataclass
+class _Slot:
+    """One worker process as the parent sees it."""
+
+    device: int
+    proc: Any
+    conn: Connection
+    ready: bool = False
+    task: _Task | None = None
+    tag: str = ""
+    phase: str = "start"
+    since: float = field(default_factory=time.monotonic)
+
+
+def _how_it_ended(proc: Any) -> str:
+    code = proc.exitcode
+    if code is not None and code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"died ({name}{': killed, perhaps for want of host memory' if name == 'SIGKILL' else ''})"
+    return f"exited with status {code}"
+
+
+def run(problems: Sequence[Problem], settings: Any, *, devices: Sequence[int], jobs: int,
+        work: Callable, keep: Callable[[Problem, dict, int], None], progress: Any, time_limit: float = 600.0,
+        opener: Callable | None = None) -> None:
+    """Measure ``problems`` in ``jobs`` worker processes spread over ``devices`` (see the module doc), calling
+    ``keep(problem, record, device)`` in this process as each record arrives and telling ``progress`` (a
+    :class:`~cudnn_py.tuning.compare.Progress`) every worker's steps.
+
+    ``work(problem, handle, settings, events, hold, failed)`` measures one problem in a worker
+    (:func:`cudnn_py.tuning.sweep.measure`) and ``opener(device)`` opens its handle (a context manager; default a
+    :class:`~cudnn_py.handle.Handle`); both must
+    be importable by name (the workers are spawned), which is how tests stand in for cuDNN. The record of an
+    operation that failed as a whole has only ``key``, ``problem`` (the reason), ``order`` and ``configs`` (those
+    its workers died on): ``keep`` completes it.
+
+    :raises SystemExit: when no worker could open a handle (the first one's reason).
+    :raises KeyboardInterrupt: after stopping every worker.
+    """
+    opener = opener or _open_handle
+    ctx = multiprocessing.get_context("spawn")
+    queue = deque(_Task(p) for p in problems)
+    slots: list[_Slot] = []
+    fatal: list[str] = []
+
+    def start(device: int, locks: str) -> _Slot:
+        mine, theirs = ctx.Pipe()
+        proc = ctx.Process(target=_worker, name=f"cudnn_py-sweep-{device}", daemon=True,
+                           args=(theirs, device, os.path.join(locks, f"device{device}.lock"), settings, work, opener))
+        proc.start()
+        theirs.close()
+        return _Slot(device, proc, mine)
+
+    def finish(s: _Slot, rec: dict) -> None:
+        assert s.task is not None
+        keep(s.task.problem, rec, s.device)
+        progress.end(s.task.problem.key)
+        s.task, s.tag, s.phase = None, "", "idle"
+
+    def failed_record(task: _Task, why: str) -> dict:
+        return {"key": task.problem.key, "problem": why, "order": {},
+                "configs": [{"tag": t, "ok": False, "ms": None, "reason": r} for t, r in task.failed.items()]}
+
+    def lost(s: _Slot, how: str) -> None:
+        """Worker ``s`` died or was stopped: its configuration (if any) is recorded as failed and its operation
+        measured again without it, or the operation recorded as failed."""
+        task = s.task
+        if task is None:
+            return
+        key = task.problem.key
+        if s.tag and s.phase in ("build", "time") and task.deaths + 1 < RETRIES and not task.problem.legacy:
+            doing = "building" if s.phase == "build" else "timing"
+            queue.appendleft(_Task(task.problem, {**task.failed, s.tag: f"the worker process {how} while {doing} "
+                                                  f"this configuration"}, task.deaths + 1))
+            progress.forget(key)
+            s.task = None
+        else:
+            where = f" on configuration {s.tag} ({s.phase})" if s.tag else f" ({s.phase})"
+            finish(s, failed_record(task, f"the worker process {how}{where}"))
+
+    def take(s: _Slot, msg: tuple) -> None:
+        kind, key = msg[0], s.task.problem.key if s.task else ""
+        s.since = time.monotonic()
+        if kind == "ready":
+            s.ready, s.phase = True, "idle"
+        elif kind == "fatal":
+            fatal.append(msg[1])
+        elif kind == "begin":
+            progress.begin(key, msg[1])
+        elif kind == "visit":
+            s.tag, s.phase = msg[1], msg[2]
+            progress.visit(msg[1], msg[2], key)
+        elif kind == "wait":   # for the device lock; once it is held, no configuration until the race visits one
+            s.tag, s.phase = "", "wait" if msg[1] else "hold"
+        elif kind == "built":
+            progress.built(msg[1], key)
+        elif kind == "config":
+            progress.config(msg[1], msg[2], key)
+        elif kind == "record":
+            finish(s, msg[1])
+        elif kind == "error":
+            assert s.task is not None
+            finish(s, failed_record(s.task, msg[1]))
+
+    def drain(s: _Slot) -> None:
+        try:
+            while s.conn.poll():
+                take(s, s.conn.recv())
+        except (EOFError, OSError):
+            pass            # it ended: its sentinel says how
+
+    def stop(s: _Slot) -> None:
+        if s.proc.is_alive():
+            s.proc.kill()
+        s.proc.join()
+        s.conn.close()
+
+    with tempfile.TemporaryDirectory(prefix="cudnn_py-sweep-") as locks:
+        try:
+            slots = [start(devices[i % len(devices)], locks) for i in range(min(jobs, len(queue)))]
+            while slots and (queue or any(s.task for s in slots)):
+                by_conn = {s.conn: s for s in slots}
+                by_sentinel = {s.proc.sentinel: s for s in slots}
+                for ready in wait(list(by_conn) + list(by_sentinel), timeout=0.5):
+                    if ready in by_conn:
+                        drain(by_conn[ready])   # type: ignore[index]
+                now = time.monotonic()
+                for s in list(slots):
+                    ended = not s.proc.is_alive()
+                    hung = not ended and s.phase not in ("wait", "idle") and now - s.since > time_limit
+                    if not ended and not hung:
+                        if s.ready and s.task is None and queue:
+                            s.task, s.tag, s.phase, s.since = queue.popleft(), "", "prepare", now
+                            s.conn.send((s.task.problem, s.task.failed))
+                        continue
+                    if hung:
+                        stop(s)
+                    else:
+                        drain(s)   # what it said before it ended
+                        s.proc.join()
+                    how = f"made no progress for {time_limit:g} s and was stopped" if hung else _how_it_ended(s.proc)
+                    if not s.ready and not fatal:
+                        fatal.append(f"a worker process {how} before it was ready")
+                    lost(s, how)
+                    slots.remove(s)
+                    if queue and not fatal:
+                        slots.append(start(s.device, locks))
+            if queue and fatal:
+                raise SystemExit(f"algos --model: {fatal[0]} (a GPU is needed to measure {len(queue)} operations)")
+            for s in slots:
+                s.conn.send(None)
+            for s in slots:
+                s.proc.join(timeout=10)
+        finally:   # done, interrupted or failed: no worker outlives the sweep
+            for s in slots:
+                stop(s)
