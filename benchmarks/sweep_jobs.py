@@ -5,12 +5,12 @@ its wall time (the whole command), the plan builds' seconds summed over operatio
 workers, more than the wall time), and its picks against the reference (the first ``--jobs 1`` row, else
 ``--reference DB``): in how many operations its best configuration, as the reference timed it, is within 2 % of the
 reference's best, and its tuned step time over the reference's. ``cold`` rows start from an empty kernel cache
-(a fresh ``CUDA_CACHE_PATH``); ``warm`` rows use the one the last cold row filled.
+(a fresh ``CUDA_CACHE_PATH``); ``warm`` rows use the one the last cold row filled, or ``--kernel-cache DIR``.
 
     python benchmarks/sweep_jobs.py --model resnet50 --rows 16:cold,16:warm,1:warm --out /tmp/sweeps
     python benchmarks/sweep_jobs.py --model resnet50 --rows 16:cold --out /tmp/s914 -- --cold-l2   # extra algos args
 
-Prints a table (last) and writes ``rows.json`` and each row's database under ``--out``.
+Prints a table (last) and writes ``rows.json``, each row's database and its ``algos`` report under ``--out``.
 """
 from __future__ import annotations
 
@@ -53,10 +53,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", type=lambda t: [_row(s) for s in t.split(",")], default=[(16, "cold")])
     ap.add_argument("--reference", default=None, help="the database to compare picks with (default: the first "
                     "--jobs 1 row)")
-    ap.add_argument("--out", default="sweeps", help="folder for the databases, kernel caches and rows.json")
+    ap.add_argument("--out", default="sweeps", help="folder for the databases, kernel caches, reports and rows.json")
+    ap.add_argument("--kernel-cache", default=None, metavar="DIR", help="the warm kernel cache of warm rows before "
+                    "any cold row (default: none)")
     args = script_args(ap, argv[:argv.index("--")] if "--" in argv else argv)
     os.makedirs(args.out, exist_ok=True)
-    reference, cache, rows = args.reference, None, []
+    reference, cache, rows = args.reference, args.kernel_cache and os.path.abspath(args.kernel_cache), []
     for i, (jobs, state) in enumerate(args.rows):
         if state == "cold":
             cache = os.path.abspath(os.path.join(args.out, f"kernels{i}"))
@@ -68,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         got = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "CUDA_CACHE_PATH": cache})
         wall = time.perf_counter() - t0
+        with open(os.path.join(args.out, f"row{i}.txt"), "w") as f:
+            f.write(got.stdout + got.stderr)
         if got.returncode:
             print(f"row {i} ({jobs}:{state}) failed ({got.returncode}):\n{got.stderr[-3000:]}", file=sys.stderr)
             continue
