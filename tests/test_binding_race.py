@@ -76,3 +76,29 @@ def test_first_calls_of_12_descriptor_kinds_from_8_threads_in_30_fresh_processes
     kinds at once."""
     failures = [f for f in map(_process, range(PROCESSES)) if f]  # one at a time: more races than two at once
     assert not failures, f"{len(failures)} of {PROCESSES} processes failed; the first:\n{failures[0]}"
+
+
+def _cost() -> None:
+    """The per-call cost of a bound call (checked and ``.raw``) and of a create/destroy pair, in thread CPU time (a
+    loaded machine's wall time varies more than the difference): ``python tests/test_binding_race.py``."""
+    import ctypes
+    import time
+    import timeit
+    import warnings
+    warnings.simplefilter("ignore")
+    from cudnn_py import capi
+    d, e = capi.cudnnTensorDescriptor_t(), capi.cudnnTensorDescriptor_t()
+    create, destroy, set4d = (capi.cudnnCreateTensorDescriptor, capi.cudnnDestroyTensorDescriptor,
+                              capi.cudnnSetTensor4dDescriptor)
+    create(ctypes.byref(e))
+    raw = set4d.raw
+
+    def best(call, n=200_000):
+        return min(timeit.repeat(call, number=n, repeat=7, timer=time.thread_time)) / n * 1e6
+    print(f"cudnnSetTensor4dDescriptor: {best(lambda: set4d(e, 0, 0, 1, 2, 3, 4)):.3f} us checked, "
+          f"{best(lambda: raw(e, 0, 0, 1, 2, 3, 4)):.3f} us raw; create/destroy pair: "
+          f"{best(lambda: (create(ctypes.byref(d)), destroy(d)), 50_000):.3f} us")
+
+
+if __name__ == "__main__":
+    _cost()
