@@ -403,8 +403,9 @@ _OWNED: dict[int, str] = {}
 # once a capi destroy function destroyed it. A destroy of a destroyed address is refused before C (cuDNN aborts the
 # process, or frees twice, on a second destroy), whatever object carries it: a copy, a re-wrapped int, one left after
 # its owner was collected; a create that returns the address again makes it live. An address never recorded (made by
-# another library) goes to C as it is. A destroy's check-and-claim runs under _RECORD_LOCK, so of several threads destroying one address exactly
-# one reaches C; a create is one dict store (atomic), as nothing else can hold an address C has just handed out.
+# another library) goes to C as it is. A destroy's check-and-claim runs under _RECORD_LOCK, so of several threads
+# destroying one address exactly one reaches C; a create is one dict store (atomic), as nothing else can hold an
+# address C has just handed out.
 _RECORD: dict[int, bool] = {}
 _RECORD_LOCK = threading.Lock()
 #: the C functions that create a handle or descriptor (written through a pointer parameter) and that destroy one

@@ -2,10 +2,10 @@
 
 A ``CFunction`` binds on its first call; the old ``_bind`` set ``_fn`` (which tells other threads "bound") before
 ``_route`` set ``_inner``, so a second thread making the same first call meanwhile raised ``AttributeError: 'CFunction'
-object has no attribute '_inner'`` (12 to 20 of 30 processes here at 834d57a). Each fresh process below has 8 threads make the
-first create/set/destroy calls of 12 descriptor kinds, each call started by a barrier, with a short GIL switch
-interval so that a thread switch inside the binding is likely. Runs on a CPU: creating and setting these descriptors needs no
-GPU.
+object has no attribute '_inner'`` (12 to 20 of 30 processes here at 834d57a). Each fresh process below has 8
+threads make the first create/set/destroy calls of 12 descriptor kinds, each call started by a barrier, with a short
+GIL switch interval so that a thread switch inside the binding is likely. Runs on a CPU: creating and setting these
+descriptors needs no GPU.
 """
 from __future__ import annotations
 

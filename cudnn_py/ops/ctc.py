@@ -230,8 +230,9 @@ def ctc_loss_workspace_size(handle: Handle, logits_shape: Sequence[int], *, algo
     shape = dims(logits_shape, "logits_shape", 3, 3)
     desc = _ctc_desc(normalization, grad_mode, max_label_length, ctc)
     pd = TensorDescriptor.shared(shape, np.float32)
+    grads = bool_arg(compute_gradients, "compute_gradients")
     n = ctypes.c_size_t()
-    capi.cudnnGetCTCLossWorkspaceSize_v8(handle.ptr, al, desc.ptr, pd.ptr, pd.ptr if bool_arg(compute_gradients, 'compute_gradients') else None,
+    capi.cudnnGetCTCLossWorkspaceSize_v8(handle.ptr, al, desc.ptr, pd.ptr, pd.ptr if grads else None,
                                          ctypes.byref(n))
     return n.value
 
