@@ -29,7 +29,7 @@ A wrong argument raises :class:`CArgumentError` naming the function and the para
 
 ``fn.raw`` is the bound ctypes function itself, for hot loops: ctypes' own conversions only (a handle parameter
 still refuses str, bytes and other handle types but takes any int; ints wrap to the C type's width), the status
-still checked, no deprecation warning after the access.
+still checked and a created handle still recorded (see ``_RECORD``), no deprecation warning after the access.
 
 Calling a function the headers mark ``CUDNN_DEPRECATED`` from outside the ``cudnn_py`` package emits a
 :class:`DeprecationWarning` once per function (the warnings module filters it as usual); the Pythonic layer's own
@@ -393,16 +393,19 @@ def _python_name(declaration: str, i: int) -> str:
 
 _FUNCTIONS: list[CFunction] = []  # every declared function (NVTX toggling rebinds the bound ones)
 _range_wrapper = None  # cudnn_py.nvtx's wrapper while NVTX ranges are on
+# taken by a function's first call while it binds (and by set_range_wrapper), never by a bound call
+_BIND_LOCK = threading.Lock()
 
 #: address of a handle or descriptor -> the Pythonic object type that owns it (it destroys it itself, once)
 _OWNED: dict[int, str] = {}
-# What the C layer created and destroyed: every handle or descriptor address a capi create function returned or a
-# Pythonic owner registered (own()) -> True while live, False once a capi destroy function destroyed it. A destroy of
-# a destroyed address is refused before C (cuDNN aborts the process, or frees twice, on a second destroy), whatever
-# object carries it: a copy, a re-wrapped int, one left after its owner was collected; a create that returns the
-# address again makes it live. An address never recorded (made by another library, or through fn.raw) goes to C as
-# it is. A destroy's check-and-claim runs under _RECORD_LOCK, so of several threads destroying one address exactly
-# one reaches C; a create is one dict store (atomic), as nothing else can hold an address C has just handed out.
+# What the C layer created and destroyed: every handle or descriptor address a capi create function returned (called
+# checked or through fn.raw: its errcheck records it) or a Pythonic owner registered (own()) -> True while live, False
+# once a capi destroy function destroyed it. A destroy of a destroyed address is refused before C (cuDNN aborts the
+# process, or frees twice, on a second destroy), whatever object carries it: a copy, a re-wrapped int, one left after
+# its owner was collected; a create that returns the address again makes it live. An address never recorded (made by
+# another library) goes to C as it is. A destroy's check-and-claim runs under _RECORD_LOCK, so of several threads
+# destroying one address exactly one reaches C; a create is one dict store (atomic), as nothing else can hold an
+# address C has just handed out.
 _RECORD: dict[int, bool] = {}
 _RECORD_LOCK = threading.Lock()
 #: the C functions that create a handle or descriptor (written through a pointer parameter) and that destroy one
@@ -441,19 +444,21 @@ def _written_handle(arg) -> int | None:
     return ctypes.c_void_p.from_address(address).value if address else None
 
 
-def _record_created(name: str, inner, index: int):
-    """``inner`` (a create function writing the new handle through parameter ``index``) recording it as live."""
-    def create(*args):
-        result = inner(*args)  # a failure (a wrong arity too) raises: nothing was created
+def _errcheck_create(name: str, index: int):
+    """The ctypes ``errcheck`` of a create function writing the new handle through parameter ``index``: the status
+    checked (a failure raises: nothing was created), then the handle recorded live. On the ctypes function itself, so
+    a create through ``fn.raw`` is recorded too (an address destroyed before and handed out again is live again)."""
+    def check(status, func, args):
+        if status:
+            raise status_error(name, status)
         try:
             address = args[index]._obj.value  # byref(handle), the usual form
         except AttributeError:
             address = _written_handle(args[index])
         if address:
             _RECORD[address] = True
-        return result
-    create.__name__ = create.__qualname__ = name
-    return create
+        return status
+    return check
 
 
 def _guard_destroy(name: str, inner):
@@ -534,10 +539,11 @@ def set_range_wrapper(wrapper) -> None:
     before is not wrapped.
     """
     global _range_wrapper
-    _range_wrapper = wrapper
-    for f in _FUNCTIONS:
-        if f._fn is not None:
-            f._route()
+    with _BIND_LOCK:  # a function bound meanwhile routes through the new wrapper too
+        _range_wrapper = wrapper
+        for f in _FUNCTIONS:
+            if f._fn is not None:
+                f._route()
 
 
 def _startup() -> None:
@@ -628,22 +634,29 @@ class CFunction:
 
     # --- binding ------------------------------------------------------------------------------------
     def _bind(self):
+        """Bind on the first call, under :data:`_BIND_LOCK` (one thread binds, the others wait for it); ``_fn`` is
+        set last, so a thread that sees it set finds ``_inner`` and ``_call`` set too. Bound, no lock is taken."""
         if self._fn is not None:
             return
         lib = _loader.library()
         _startup()
-        try:
-            fn = lib.cdll._FuncPtr((self.__name__, lib.cdll))  # our own function object: argtypes are ours
-        except AttributeError:
-            self._fn = self._checked = self._inner = self._call = self._missing
-            return
-        fn.restype = self._restype
-        fn.argtypes = tuple(_ctypes_argtype(a) for a in self._argtypes)
-        if self.checked:
-            fn.errcheck = _errcheck(self.__name__)
-        self._compile(fn)
-        self._fn = fn
-        self._route()
+        with _BIND_LOCK:
+            if self._fn is not None:
+                return
+            try:
+                fn = lib.cdll._FuncPtr((self.__name__, lib.cdll))  # our own function object: argtypes are ours
+            except AttributeError:
+                self._checked = self._inner = self._call = self._missing
+                self._fn = self._missing
+                return
+            fn.restype = self._restype
+            fn.argtypes = tuple(_ctypes_argtype(a) for a in self._argtypes)
+            if self.checked:
+                fn.errcheck = (_errcheck_create(self.__name__, self._created()) if _CREATORS.fullmatch(self.__name__)
+                               else _errcheck(self.__name__))
+            self._compile(fn)
+            self._route()
+            self._fn = fn
 
     def _route(self):
         """Point ``_call`` at the checked call, NVTX-wrapped while ranges are on, behind the deprecation check."""
@@ -654,12 +667,13 @@ class CFunction:
             inner = _guard_queue(self.__name__, inner)
         if inner != self._missing and _DESTROYERS.fullmatch(self.__name__):
             inner = _guard_destroy(self.__name__, inner)
-        elif inner != self._missing and _CREATORS.fullmatch(self.__name__):
-            inner = _record_created(self.__name__, inner, next(
-                i for i, a in enumerate(self._argtypes) if isinstance(getattr(a, "target", None), type)
-                and issubclass(a.target, Handle)))
         self._inner = inner
         self._call = self._deprecated_call if self.deprecated and not self._warned else inner
+
+    def _created(self) -> int:
+        """The position of the parameter a create function writes the new handle through."""
+        return next(i for i, a in enumerate(self._argtypes)
+                    if isinstance(getattr(a, "target", None), type) and issubclass(a.target, Handle))
 
     def _first_call(self, *args):
         self._bind()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import enum
+import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -102,11 +103,16 @@ def parse_algo(direction: str, algo: Any) -> enum.IntEnum:
 
 @dataclass(frozen=True)
 class AlgoPerf:
-    """One entry of cuDNN's algorithm list (a ``cudnnConvolution*AlgoPerf_t`` as a Python record)."""
+    """One entry of cuDNN's algorithm list (a ``cudnnConvolution*AlgoPerf_t`` as a Python record).
+
+    ``status`` is a ``cudnnStatus_t`` member (an int that names one becomes it), or an int in C's range that no member
+    names (a status of a cuDNN newer than the headers); ``time_ms`` a finite time >= 0, or -1.0 (cuDNN's "not
+    timed": the heuristic list and a failed measurement); ``memory_bytes`` a ``size_t``.
+    """
 
     direction: str
     algo: enum.IntEnum
-    status: enum.IntEnum
+    status: enum.IntEnum | int
     time_ms: float
     memory_bytes: int
     determinism: enum.IntEnum
@@ -124,15 +130,25 @@ class AlgoPerf:
                 raise InvalidTypeError(f"AlgoPerf {name} must be a {kind.__name__} member, got "
                                        f"{getattr(self, name)!r}")
         numbers = (("status", int, "a cudnnStatus_t member or int"), ("time_ms", (int, float), "a number"),
-                   ("memory_bytes", int, "an int"))  # status: an int when cuDNN is newer than the headers
+                   ("memory_bytes", int, "an int"))
         for name, types, what in numbers:
             value = getattr(self, name)
             if not isinstance(value, types) or isinstance(value, bool):
                 raise InvalidTypeError(f"AlgoPerf {name} must be {what}, got {value!r}")
-        if self.time_ms != self.time_ms:
+        if not isinstance(self.status, capi.cudnnStatus_t):
+            if not 0 <= self.status < 2 ** 31:
+                raise InvalidValueError(f"AlgoPerf status {self.status} is not a cudnnStatus_t (0 to 2**31 - 1)")
+            object.__setattr__(self, "status", _enum(capi.cudnnStatus_t, self.status))
+        time_ms = float(self.time_ms)
+        if time_ms != time_ms:
             raise InvalidValueError("AlgoPerf time_ms is NaN")
-        if self.memory_bytes < 0:
-            raise InvalidValueError(f"AlgoPerf memory_bytes must be >= 0, got {self.memory_bytes}")
+        if not (0.0 <= time_ms < math.inf or time_ms == -1.0):
+            raise InvalidValueError(f"AlgoPerf time_ms must be a finite time >= 0 (or -1.0: not timed), got "
+                                    f"{self.time_ms!r}")
+        object.__setattr__(self, "time_ms", time_ms)
+        if not 0 <= self.memory_bytes < 2 ** 64:
+            raise InvalidValueError(f"AlgoPerf memory_bytes must be >= 0 and < 2**64 (a size_t), got "
+                                    f"{self.memory_bytes}")
 
     @property
     def supported(self) -> bool:
@@ -148,14 +164,19 @@ class AlgoPerf:
                    int(s.memory), capi.cudnnDeterminism_t(s.determinism), capi.cudnnMathType_t(s.mathType))
 
     def to_dict(self) -> dict:
+        """The record as JSON values: enum members by name (a status no member names as its int)."""
         d = asdict(self)
         for k in ("algo", "status", "determinism", "math_type"):
-            d[k] = getattr(self, k).name
+            d[k] = getattr(getattr(self, k), "name", d[k])
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "AlgoPerf":
-        """The record :meth:`to_dict` wrote; :class:`ValueError` naming the field that is missing or wrong."""
+        """The record :meth:`to_dict` wrote; :class:`InvalidValueError` naming the field that is missing or wrong
+        (:class:`InvalidTypeError` for a ``d`` that is not a dict)."""
+        if not isinstance(d, dict):
+            raise InvalidTypeError(f"AlgoPerf.from_dict takes the dict to_dict() wrote, got {type(d).__name__}")
+
         def field(name, kinds):
             if name not in d:
                 raise InvalidValueError(f"field {name!r} is missing")
@@ -173,12 +194,14 @@ class AlgoPerf:
         direction = field("direction", (str,))
         if direction not in DIRECTIONS:
             raise InvalidValueError(f"field 'direction': {direction!r} is not one of {DIRECTIONS}")
-        return cls(direction, parse_algo(direction, field("algo", (str,))), member("status", capi.cudnnStatus_t),
+        status = d.get("status")
+        return cls(direction, parse_algo(direction, field("algo", (str,))),
+                   field("status", (int,)) if isinstance(status, int) else member("status", capi.cudnnStatus_t),
                    float(field("time_ms", (int, float))), field("memory_bytes", (int,)),
                    member("determinism", capi.cudnnDeterminism_t), member("math_type", capi.cudnnMathType_t))
 
     def __str__(self) -> str:
-        state = "ok" if self.supported else self.status.name
+        state = "ok" if self.supported else getattr(self.status, "name", f"status {self.status}")
         det = "det" if self.deterministic else "nondet"
         return (f"{self.algo.name:<50} {state:<12} {self.time_ms:9.4f} ms {self.memory_bytes:>12} B "
                 f"{det:<6} {self.math_type.name}")

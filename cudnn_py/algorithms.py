@@ -28,6 +28,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from cudnn_py import capi
+from cudnn_py.args import bool_arg
 from cudnn_py.fastest_cache import CONV_KEY_FIELDS, AlgorithmCache, CacheFileError, algorithm_cache
 from cudnn_py.algorithm_queries import (DIRECTIONS, AlgoPerf, algorithm_enum, find_algorithms, find_algorithms_ex,
                                         heuristic_algorithms, max_algorithm_count, parse_algo, real_members,
@@ -114,7 +115,7 @@ def _choose(direction, handle, a, b, conv, c, preference, memory_limit, measured
         limit = int(memory_limit)
     else:
         limit = 0 if pref.name.endswith("NO_WORKSPACE") else None
-    records = (find_algorithms if measured else heuristic_algorithms)(handle, direction, a, b, conv, c)
+    records = (find_algorithms if bool_arg(measured, "measured") else heuristic_algorithms)(handle, direction, a, b, conv, c)
     # _v7 does not promise a workspace figure per entry: ask for the real size when it matters.
     sizes = None if measured or limit is None else (lambda r: workspace_size(handle, direction, a, b, conv, c, r.algo))
     return select_algorithm(records, limit, sizes).algo

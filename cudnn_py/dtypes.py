@@ -119,11 +119,11 @@ def numpy_dtype(cudnn_dt: int) -> np.dtype:
     """The NumPy dtype for a ``cudnnDataType_t`` (or its int value); :class:`TypeError` if there is none."""
     try:
         return _TO_NUMPY[int(cudnn_dt)]
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, OverflowError):
         pass
     try:
         name = _DT(int(cudnn_dt)).name
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, OverflowError):
         raise InvalidTypeError(f"{cudnn_dt!r} is not a cudnnDataType_t value") from None
     hint = "" if _ml is not None else " (install ml_dtypes for bfloat16/fp8/fp4)"
     raise InvalidTypeError(f"cuDNN data type {name} has no NumPy dtype{hint}")

@@ -37,7 +37,7 @@ from cudnn_py.errors import CudnnPyError, InvalidTypeError, InvalidValueError, c
 from cudnn_py.contexts import device_count, driver, on_device, primary_context
 import cudnn_py.foreign as _foreign  # its torch tables, read through the module (learn_torch replaces them)
 from cudnn_py.foreign import Signature as Signature, check_cuda_array_interface, is_torch_tensor as is_torch_tensor
-from cudnn_py.streams import StreamLike, as_stream, cuda_core, get_device
+from cudnn_py.streams import StreamLike, annotation_only, as_stream, cuda_core, get_device
 from cudnn_py.strided import (MAX_BYTES, array_dtype, c_strides, check_extent, is_c_contiguous, non_overlapping,
                                normalize_shape)
 
@@ -322,7 +322,12 @@ class DeviceArray:
 #: what an array argument in device memory may be: a :class:`DeviceArray` or a GPU tensor of another
 #: library (torch, CuPy, JAX, numba) exposing DLPack or ``__cuda_array_interface__`` (defined after the class, so
 #: the alias holds the class itself and resolves in any module that uses it)
-DeviceArrayLike = Union[DeviceArray, _DLPackTensor, _CudaArrayInterface]
+if TYPE_CHECKING:
+    DeviceArrayLike = Union[DeviceArray, _DLPackTensor, _CudaArrayInterface]
+else:
+    DeviceArrayLike = annotation_only(Union[DeviceArray, _DLPackTensor, _CudaArrayInterface], "DeviceArrayLike",
+                                      "to make a device array use cudnn_py.to_device(), empty(), zeros() or "
+                                      "as_array() (a view of a GPU tensor)")
 #: an output array the caller passes, returned as given (a torch tensor in, the same tensor out)
 Out = TypeVar("Out", bound=DeviceArrayLike)
 

@@ -25,8 +25,9 @@ from __future__ import annotations
 import ctypes
 import gc
 import threading
+import types
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Protocol, Union, cast
+from typing import TYPE_CHECKING, Annotated, Any, Protocol, Union, cast
 
 from cudnn_py import _imports
 from cudnn_py._install import driver_extras
@@ -52,8 +53,33 @@ class _HasCudaStreamAttr(Protocol):
     def cuda_stream(self) -> int: ...
 
 
+def annotation_only(alias: Any, name: str, instead: str) -> Any:
+    """``alias`` (a ``typing.Union``) as it is for annotations, ``|``, ``Optional`` and ``TypeVar`` bounds, but whose
+    call raises :class:`InvalidTypeError` naming ``name`` and what to use ``instead`` (typing's own TypeError says
+    only "Cannot instantiate typing.Union")."""
+    def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
+        raise InvalidTypeError(f"{name} is a type alias for annotations and cannot be called; {instead}")
+
+    def subclass(base: type) -> type:  # typing's classes take a subclass only with _root=True
+        return types.new_class(base.__name__, (base,), {"_root": True},
+                               lambda ns: ns.update(__call__=__call__, __module__="typing"))
+    try:
+        cls = subclass(type(alias))
+    except TypeError:  # a class that cannot be subclassed (Python 3.14's typing.Union): the alias, annotated
+        alias = Annotated[alias, name]
+        cls = subclass(type(alias))
+    made: Any = object.__new__(cls)
+    made.__dict__.update(vars(alias))
+    return made
+
+
 #: what a ``stream`` argument may be (see the module doc)
-StreamLike = Union["Stream", _HasCudaStream, _HasCudaStreamAttr, int, None]
+if TYPE_CHECKING:
+    StreamLike = Union["Stream", _HasCudaStream, _HasCudaStreamAttr, int, None]
+else:
+    StreamLike = annotation_only(Union["Stream", _HasCudaStream, _HasCudaStreamAttr, int, None], "StreamLike",
+                                 "pass a cudnn_py.new_stream(), a cuda.core Stream, a torch/CuPy stream, an int "
+                                 "cudaStream_t or None (cudnn_py.streams.as_stream() normalises one)")
 
 _tls = threading.local()
 _core: ModuleType | None = None

@@ -90,7 +90,7 @@ def check_extent(ptr: int, shape: tuple[int, ...], strides: tuple[int, ...], dty
 
 def array_dtype(dtype: Any) -> np.dtype:
     """``dtype`` (a NumPy dtype, type or name, the short names too) as a NumPy dtype cuDNN supports."""
-    if type(dtype) is not type and dtype in _SUPPORTED:  # an np.dtype already (a type never hashes equal)
+    if isinstance(dtype, np.dtype) and dtype in _SUPPORTED:  # an np.dtype already
         return dtype
     if dtype is None:  # np.dtype(None) is float64: not what a caller who passed nothing means
         raise InvalidTypeError("dtype None is not a dtype; expected one of: "

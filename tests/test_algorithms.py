@@ -9,7 +9,7 @@ import pytest
 import cudnn_py.fastest_cache as AC
 import cudnn_py.algorithms as alg
 from cudnn_py import capi
-from cudnn_py.errors import CudnnNotSupportedError, WorkspaceLimitError
+from cudnn_py.errors import CudnnNotSupportedError, InvalidTypeError, InvalidValueError, WorkspaceLimitError
 from cudnn_py.tuning import Environment, TuningDatabase, TuningWarning
 
 
@@ -383,3 +383,35 @@ def test_a_database_that_cannot_be_opened_leaves_the_choices_in_memory(tmp_path)
         assert cache.get(CONV_KEY) == _rec(algo=1) and cache.entries() == [(CONV_KEY, _rec(algo=1))]
         cache.clear()
     assert cache._data == {}
+
+
+# --- issue 46: AlgoPerf validates every field it accepts --------------------------------------------------------
+
+def test_an_int_status_becomes_the_member_and_an_unknown_one_prints():
+    """An int status was kept as is: to_dict() and str() then raised AttributeError ('int' has no 'name')."""
+    r = _rec(status=int(capi.CUDNN_STATUS_NOT_SUPPORTED))
+    assert r.status is capi.CUDNN_STATUS_NOT_SUPPORTED and "CUDNN_STATUS_NOT_SUPPORTED" in str(r)
+    assert alg.AlgoPerf.from_dict(json.loads(json.dumps(r.to_dict()))) == r
+    newer = alg.AlgoPerf(**{**vars(r), "status": 3999})  # a status of a cuDNN newer than the headers
+    assert newer.status == 3999 and "status 3999" in str(newer) and newer.to_dict()["status"] == 3999
+    assert alg.AlgoPerf.from_dict(json.loads(json.dumps(newer.to_dict()))) == newer
+
+
+@pytest.mark.parametrize("field, value", [
+    ("status", -1), ("status", 2 ** 31), ("time_ms", float("inf")), ("time_ms", float("-inf")), ("time_ms", -0.5),
+    ("time_ms", -2), ("memory_bytes", 2 ** 64), ("memory_bytes", 2 ** 80),
+])
+def test_algo_perf_refuses_values_out_of_range_naming_the_field(field, value):
+    with pytest.raises(InvalidValueError, match=f"AlgoPerf {field}"):
+        alg.AlgoPerf(**{**vars(_rec()), field: value})
+
+
+def test_algo_perf_keeps_cudnns_not_timed_and_coerces_an_int_time():
+    assert _rec(time_ms=-1.0).time_ms == -1.0  # the heuristic list's and a failed measurement's time
+    assert type(_rec(time_ms=2).time_ms) is float
+
+
+@pytest.mark.parametrize("d", [None, [], "perf", 1])
+def test_from_dict_refuses_what_is_not_a_dict(d):
+    with pytest.raises(InvalidTypeError, match="from_dict takes the dict"):
+        alg.AlgoPerf.from_dict(d)

@@ -156,16 +156,39 @@ def test_a_reused_address_is_live_again():
 
 
 def test_an_address_the_c_layer_never_saw_goes_to_c():
-    """A descriptor made outside the record (another library; here the bound ctypes function): destroyed by C."""
+    """A descriptor made outside the record (another library; here the library's own ctypes function, not the C
+    layer's): destroyed by C."""
     assert _child("""
-        from cudnn_py import _binding
+        from cudnn_py import _binding, _loader
         d = T()
-        capi.cudnnCreateTensorDescriptor.raw(byref(d))
+        assert _loader.library().cdll.cudnnCreateTensorDescriptor(byref(d)) == 0
         address = d.value
         assert address not in _binding._RECORD
         capi.cudnnDestroyTensorDescriptor(d)
         print(d.value, _binding._RECORD.get(address))
     """) == "None None"
+
+
+def test_a_raw_create_at_a_recycled_address_is_live():
+    """Issue 46: a create through ``fn.raw`` that gets back an address the C layer destroyed before was refused as
+    destroyed at its destroy (and leaked); the ctypes function's errcheck records it live, so the destroy goes to C,
+    and a second destroy is refused."""
+    assert _child("""
+        from cudnn_py import _binding
+        recycled = 0
+        for _ in range(50):
+            d = create()
+            address = d.value
+            capi.cudnnDestroyTensorDescriptor(d)
+            assert _binding._RECORD[address] is False
+            e = T()
+            capi.cudnnCreateTensorDescriptor.raw(byref(e))
+            recycled += e.value == address
+            capi.cudnnDestroyTensorDescriptor(T(e.value))  # was: InvalidStateError "destroyed already"
+            assert _binding._RECORD[e.value] is False
+            assert refused(lambda: capi.cudnnDestroyTensorDescriptor(e))
+        print(recycled > 0)  # some address came back (else this test shows nothing)
+    """) == "True"
 
 
 def test_a_destroy_c_refuses_leaves_the_address_live():
@@ -202,7 +225,10 @@ def _cost() -> None:
 
     def c_destroy(p):
         return 0
-    new_create = _binding._record_created("cudnnCreateTensorDescriptor", c_create, 0)
+    check = _binding._errcheck_create("cudnnCreateTensorDescriptor", 0)
+
+    def new_create(p):
+        return check(c_create(p), None, (p,))
     new_destroy = _binding._guard_destroy("cudnnDestroyTensorDescriptor", c_destroy)
 
     def old_destroy(*args):  # the guard before the record, for the comparison

@@ -9,6 +9,7 @@ that no longer needs its exemption fails the test, so the lists only shrink.
 from __future__ import annotations
 
 import inspect
+import math
 import re
 import typing
 import warnings
@@ -250,6 +251,60 @@ def test_backend_descriptor_set_refuses_junk_attribute_types():
     for junk in (b"", "no_such_type", object(), 1.5, -1):
         e = _raised(cudnn_py.BackendDescriptor.set, d, "CUDNN_ATTR_TENSOR_DIMENSIONS", [1], attr_type=junk)
         _assert_ours(e, f"BackendDescriptor.set(attr_type={junk!r})")
+
+
+#: what a wrong argument may be: None, objects of no meaning, wrong types, out-of-range numbers, junk sequences
+_JUNK = (None, object(), "junk", "", -1, 0, 1.5, math.nan, math.inf, 2 ** 100, -2 ** 100, True, b"x", 1j, int, print,
+         [object()], (object(),), ("a", 1), (-1, 2), (2 ** 70,), {}, {1: object()}, np.zeros((2, 2), np.int8),
+         np.float64(1.5))
+
+
+def _parameters(f) -> list[inspect.Parameter]:
+    try:
+        params = inspect.signature(f).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [p for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+
+
+@pytest.mark.parametrize("name", sorted(PUBLIC))
+def test_wrong_arguments_raise_only_our_errors(name, tmp_path, monkeypatch):
+    """Every public function and constructor, each parameter in turn given each value of :data:`_JUNK` (the others
+    a host array or a configuration, then 1 or a configuration; the handle an open one): whatever is raised is a
+    :class:`CudnnPyError` (one that needs a GPU raises NoDeviceError, one), never a builtin exception."""
+    monkeypatch.chdir(tmp_path)  # a path parameter given "junk" writes nothing in the checkout
+    f = PUBLIC[name]
+    params = _parameters(f)
+    positional = [p.name for p in params if p.default is p.empty and p.kind != p.KEYWORD_ONLY]
+    escapes = []
+    for p in params:
+        for fill in (_config_or_host, lambda n: _CONFIGS.get(n, lambda: 1)()):
+            for junk in _JUNK:
+                args, kwargs = _args(f, _open_handle(), fill)
+                if p.name in positional:
+                    args[positional.index(p.name)] = junk
+                else:
+                    kwargs[p.name] = junk
+                e = _raised(f, *args, **kwargs)
+                if e is not None and not isinstance(e, CudnnPyError):
+                    escapes.append(f"{p.name}={junk!r:.40}: {type(e).__module__}.{type(e).__name__}: {e}")
+    if not params:
+        e = _raised(f)
+        if e is not None and not isinstance(e, CudnnPyError):
+            escapes.append(f"(): {type(e).__module__}.{type(e).__name__}: {e}")
+    assert not escapes, f"{name}: {len(escapes)} builtin exceptions, the first: " + "\n".join(escapes[:5])
+
+
+@pytest.mark.parametrize("name, instead", [("DeviceArrayLike", "to_device()"), ("StreamLike", "new_stream()")])
+def test_the_typing_aliases_say_they_cannot_be_called(name, instead):
+    """``cudnn_py.DeviceArrayLike()`` raised typing's "Cannot instantiate typing.Union"; the aliases still work as
+    typing Unions (annotations, ``|``, ``Optional``, TypeVar bounds)."""
+    alias = getattr(cudnn_py, name)
+    with pytest.raises(InvalidTypeError, match=f"{name} is a type alias for annotations and cannot be called; "
+                                               f".*{re.escape(instead)}"):
+        alias()
+    assert alias == typing.Union[alias.__args__] and typing.Optional[alias] == (alias | None)
+    assert typing.get_args(alias | bytes)[-1] is bytes and typing.TypeVar("T", bound=alias).__bound__ is alias
 
 
 # --- typing: every public callable is annotated ----------------------------------------------------------------

@@ -47,7 +47,7 @@ _CACHE = "graph.legacy"
 
 def engine_arg(engine) -> str:
     """``engine`` checked: one of :data:`ENGINES`."""
-    if engine not in ENGINES:
+    if not isinstance(engine, str) or engine not in ENGINES:
         raise InvalidValueError(f"engine {engine!r}: expected 'legacy', 'graph' or 'auto'")
     return engine
 

@@ -173,7 +173,7 @@ def _route(where: str, engine: str, algo: Any, autotune: bool, deterministic: bo
     ``autotune=True`` is the spec ``"fastest"`` (its old spelling ``algo="fastest"`` warns, on every call: its
     recording makes no prepared call); ``"auto"`` takes the graph where it can take the call (``graph_ok`` and the
     options above), else the legacy call."""
-    if engine not in _ENGINES:
+    if not isinstance(engine, str) or engine not in _ENGINES:
         raise InvalidValueError(f"engine {engine!r}: expected 'legacy', 'graph' or 'auto'")
     autotune = bool_arg(autotune, "autotune")
     if isinstance(algo, str) and algo.lower() == "fastest":
@@ -186,8 +186,8 @@ def _route(where: str, engine: str, algo: Any, autotune: bool, deterministic: bo
         algo = "fastest"
     if engine != "auto":
         return engine, algo, False
-    takes = (graph_ok and _alg.is_choice(algo) and not deterministic and workspace_limit is None
-             and conv.math_type is None)
+    takes = (graph_ok and _alg.is_choice(algo) and not bool_arg(deterministic, "deterministic")
+             and workspace_limit is None and conv.math_type is None)
     return ("graph" if takes else "legacy"), algo, True
 
 
@@ -244,7 +244,10 @@ def _conv_arg(conv) -> None:
 
 
 def _shape_sig(shape, like, what):
-    shape = tuple(int(n) for n in shape)
+    try:
+        shape = tuple(int(n) for n in shape)
+    except (TypeError, ValueError):
+        raise InvalidTypeError(f"{what} {shape!r} must be a sequence of ints") from None
     if any(n < 1 for n in shape):
         raise InvalidValueError(f"{what} {shape} must have positive dimensions")
     return shape, packed_strides(shape, False), like[2], like[3]
@@ -524,8 +527,11 @@ def _bias_activation_legacy(handle: Handle, conv: Convolution, sigs, z, y, ys, y
 
 def _query_geometry(handle: Handle, conv, x, w, y, direction) -> Geometry:
     """Geometry for a query: x, w, y are arrays or shapes (an output-only role may be a shape)."""
+    if not isinstance(direction, str) or direction not in _alg.DIRECTIONS:
+        raise InvalidValueError(f"direction {direction!r}: expected one of {_alg.DIRECTIONS}")
+
     def sig(obj, name, like):
-        if isinstance(obj, (tuple, list)):
+        if like is not None and isinstance(obj, (tuple, list)):  # an output-only role, after its input
             return _shape_sig(obj, like, name)
         return array_signature(obj, name)[0]
     if direction == "backward_data":
@@ -550,8 +556,6 @@ def convolution_algorithms(handle: Handle, conv: Convolution, x: DeviceArrayLike
     (``Find...Ex`` on the given inputs, a scratch output and a workspace of at most ``workspace_limit``).
     """
     handle = handle_arg(handle)
-    if direction not in _alg.DIRECTIONS:
-        raise InvalidValueError(f"direction {direction!r}: expected one of {_alg.DIRECTIONS}")
     g = _query_geometry(handle, conv, x, w, y, direction)
     a, b, c = g.descs(direction)
     cd = g.conv_desc(g.math_type)

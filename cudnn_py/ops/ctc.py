@@ -35,7 +35,7 @@ import numpy.typing as npt
 from cudnn_py import capi, recording
 from cudnn_py._deprecation import warn
 from cudnn_py.caches import shared
-from cudnn_py.args import dims, int_arg
+from cudnn_py.args import bool_arg, dims, int_arg
 from cudnn_py.descriptors import Descriptor, TensorDescriptor
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.handle import Handle, handle_arg
@@ -230,8 +230,9 @@ def ctc_loss_workspace_size(handle: Handle, logits_shape: Sequence[int], *, algo
     shape = dims(logits_shape, "logits_shape", 3, 3)
     desc = _ctc_desc(normalization, grad_mode, max_label_length, ctc)
     pd = TensorDescriptor.shared(shape, np.float32)
+    grads = bool_arg(compute_gradients, "compute_gradients")
     n = ctypes.c_size_t()
-    capi.cudnnGetCTCLossWorkspaceSize_v8(handle.ptr, al, desc.ptr, pd.ptr, pd.ptr if compute_gradients else None,
+    capi.cudnnGetCTCLossWorkspaceSize_v8(handle.ptr, al, desc.ptr, pd.ptr, pd.ptr if grads else None,
                                          ctypes.byref(n))
     return n.value
 

@@ -96,7 +96,7 @@ def _auto(engine: str, ops) -> str:
     activation ops (as for batch norm's ``..._ex`` calls, whose legacy backward measured faster)."""
     if engine != "auto":
         return engine
-    return "auto" if ops in ("norm", capi.CUDNN_NORM_OPS_NORM) else "legacy"
+    return "auto" if isinstance(ops, (str, int)) and ops in ("norm", capi.CUDNN_NORM_OPS_NORM) else "legacy"
 
 
 def _graph_algo(algo) -> None:

@@ -30,7 +30,7 @@ def _opt(check, value: Any, name: str, *bounds: Any) -> Any:
 
 
 def _choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
-    if value not in choices or not isinstance(value, str):
+    if not isinstance(value, str) or value not in choices:
         raise (InvalidValueError if isinstance(value, str) else InvalidTypeError)(
             f"{name} must be one of {choices}, got {value!r}")
     return value
