@@ -23,6 +23,7 @@ import numpy as np
 
 from cudnn_py._install import pip_install
 
+from . import HelpFormatter
 from .prerequisites import require_gpu
 
 DIRECTIONS = ("forward", "backward_data", "backward_filter")
@@ -99,13 +100,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     :returns: the ``algos`` parser.
     """
     p = subparsers.add_parser("algos", help="time and check every convolution algorithm for one configuration",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, usage=USAGE)
+                              description=__doc__, formatter_class=HelpFormatter, usage=USAGE)
     shape = p.add_argument_group("configuration (a preset, or --input and --filter)")
-    shape.add_argument("--preset", choices=sorted(PRESETS), help="a named layer (shapes per image; see --batch)")
+    shape.add_argument("--preset", choices=sorted(PRESETS), metavar="NAME",
+                       help="a named layer (--list-presets lists them; shapes per image, see --batch)")
     shape.add_argument("--batch", type=int, default=32, help="batch size for a preset (default 32)")
     shape.add_argument("--list-presets", action="store_true", help="print the presets and exit")
-    shape.add_argument("--input", type=_int_list, help="x shape N,C,[D,]H,W or N,C,L (logical NCHW order)")
-    shape.add_argument("--filter", type=_int_list, help="w shape K,C/groups,[T,]R,S (logical order)")
+    shape.add_argument("--input", type=_int_list, metavar="N,C,H,W", help="x shape N,C,[D,]H,W or N,C,L (logical NCHW order)")
+    shape.add_argument("--filter", type=_int_list, metavar="K,C,R,S", help="w shape K,C/groups,[T,]R,S (logical order)")
     shape.add_argument("--pad", type=_padding, default=None, help="padding: 1 | 1,2 | 1:2,0:1 (default 0)")
     shape.add_argument("--stride", type=_int_list, default=None, help="stride, one value or one per dim")
     shape.add_argument("--dilation", type=_int_list, default=(1,), help="dilation, one value or one per dim")
