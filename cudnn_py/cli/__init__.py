@@ -94,13 +94,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = Parser(prog=_prog(), description="cuDNN from Python: environment report and convolution algorithm "
                     "sweeps.", formatter_class=HelpFormatter)
     parser.add_argument("--version", action="version", version=f"cudnn-py {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     modules = {name: importlib.import_module(f"{__name__}.{module}") for name, module in COMMANDS.items()}
     for module in modules.values():
         module.add_parser(sub)
     args, unknown = parser.parse_known_args(argv)
-    if unknown:  # refused by the command's parser, with its usage and its options' suggestions
-        sub.choices[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
+    if unknown:  # refused by the command's parser (or this one's), with its usage and its options' suggestions
+        sub.choices.get(args.command, parser).error(f"unrecognized arguments: {' '.join(unknown)}")
+    if args.command is None:  # no command: what there is to run
+        parser.print_help()
+        return 2
     try:
         status = modules[args.command].run(args) or 0
         sys.stdout.flush()
