@@ -118,7 +118,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                        help="a named layer (--list-presets lists them; shapes per image, see --batch)")
     shape.add_argument("--batch", type=int, default=32, help="batch size for a preset (default 32)")
     shape.add_argument("--list-presets", action="store_true", help="print the presets and exit")
-    shape.add_argument("--input", type=_int_list, metavar="N,C,H,W", help="x shape N,C,[D,]H,W or N,C,L (logical NCHW order)")
+    shape.add_argument("--input", type=_int_list, metavar="N,C,H,W",
+                       help="x shape N,C,[D,]H,W or N,C,L (logical NCHW order)")
     shape.add_argument("--filter", type=_int_list, metavar="K,C,R,S", help="w shape K,C/groups,[T,]R,S (logical order)")
     shape.add_argument("--pad", type=_padding, default=None, help="padding: 1 | 1,2 | 1:2,0:1 (default 0)")
     shape.add_argument("--stride", type=_int_list, default=None, help="stride, one value or one per dim")
