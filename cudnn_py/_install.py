@@ -5,12 +5,14 @@ user to install something asks here.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import json
 import os
 import urllib.parse
 from pathlib import Path
 
-__all__ = ["pip_install", "driver_extras", "installed_from", "cuda_major", "torch_install", "EDITABLE_COMPAT"]
+__all__ = ["pip_install", "driver_extras", "installed_from", "cuda_major", "torch_install", "missing_cuda",
+           "EDITABLE_COMPAT"]
 
 _ROOT = Path(__file__).resolve().parent.parent
 #: what every editable install of cudnn-py adds: a plain path in the environment instead of setuptools' import hook,
@@ -92,3 +94,16 @@ def driver_extras() -> str:
     """How to install the CUDA set for the user's driver: both extras, each with the driver it needs."""
     return (f"`{pip_install('cu12')}` (CUDA 12 driver, 525+) or `{pip_install('cu13')}` (CUDA 13 driver, 580+); "
             "`nvidia-smi` prints the driver's CUDA version")
+
+
+def missing_cuda(error: ImportError) -> str:
+    """Why cuda.core or cuda-bindings cannot be imported, in one line: the package that is not installed and the pip
+    command that installs it (``error``'s own text where both are installed but the import failed)."""
+    for module, package in (("cuda.bindings", "cuda-bindings"), ("cuda.core", "cuda-core")):
+        try:
+            absent = importlib.util.find_spec(module) is None
+        except (ImportError, ValueError):  # no cuda namespace package at all; a module set to None in sys.modules
+            absent = True
+        if absent:
+            return f"{package} is not installed; install cudnn-py with the extra for your driver: {driver_extras()}"
+    return f"{error}; reinstall cudnn-py with the extra for your driver: {driver_extras()}"

@@ -30,7 +30,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Annotated, Any, Protocol, Union, cast
 
 from cudnn_py import _imports
-from cudnn_py._install import driver_extras
+from cudnn_py._install import missing_cuda
 from cudnn_py.errors import CudaError, InvalidTypeError, InvalidValueError, NoDeviceError, check_cuda, cuda_error
 
 if TYPE_CHECKING:
@@ -112,8 +112,7 @@ def cuda_core() -> ModuleType:
                 import cuda.core as core
                 from cuda.bindings import driver as drv
             except ImportError as e:
-                raise NoDeviceError("import cuda.core", 0, "", f"{e}; install cudnn-py with the extra for your driver: "
-                                    f"{driver_extras()}") from None  # the cause's text is in the message
+                raise NoDeviceError("cannot use a GPU", 0, "", missing_cuda(e)) from None
             _driver, _StreamType = drv, core.Stream
             _core = core
     return _core
@@ -149,7 +148,7 @@ def _diagnose(device: int | None, cause: BaseException | None) -> CudaError:
         from cuda.bindings import driver
         err, = driver.cuInit(0)
     except ImportError as e:
-        return NoDeviceError(what, 0, "", f"cuda-bindings is not installed ({e})")
+        return NoDeviceError(what, 0, "", missing_cuda(e))
     except Exception:  # noqa: BLE001 - libcuda.so cannot be loaded: no NVIDIA driver on this machine
         return NoDeviceError(what, 0, "", "no NVIDIA driver was found on this machine (libcuda.so.1 could not be "
                                           "loaded); cuDNN descriptors and shapes work without one, running "

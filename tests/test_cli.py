@@ -84,7 +84,8 @@ def test_info_into_a_closed_pipe_ends_quietly():
 
 def test_info_without_a_gpu_does_not_promise_finalized_backend_descriptors():
     from cudnn_py.cli import info
-    text = info.format_text({"python": "3", "cudnn": None, "cudnn_error": "not found", "packages": {},
+    text = info.format_text({"python": "3", "cudnn": None, "cudnn_error": "not found",
+                             "packages": {"cuda-bindings": "13"},
                              "driver": {"cuda_version": None, "gpus": [], "why_none": "no driver"}, "warnings": []})
     assert "finalizing them, building graphs and running anything need a GPU" in text
     assert "driver        none" in text

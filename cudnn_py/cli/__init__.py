@@ -3,12 +3,79 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import os
+import re
 import sys
+from typing import NoReturn
 
 #: command name -> module under cudnn_py.cli
 COMMANDS = {"info": "info", "algos": "algos_command"}
+
+_ROLE = re.compile(r":[\w:]+:`~?([^`<]*?)\s*(?:<[^>]*>)?`")  # :func:`x`, :mod:`~a.b`, :doc:`text <target>`
+
+
+def plain(text: str) -> str:
+    """reStructuredText markup as plain text, for help printed in a terminal: ````x```` -> ``x``, ``:func:`~a.b```
+    -> ``b``, ``:ref:`text <target>``` -> ``text``."""
+    def role(m: re.Match[str]) -> str:
+        name = m.group(1)
+        return name.rsplit(".", 1)[-1] if m.group(0).split("`")[1].startswith("~") else name
+    return _ROLE.sub(role, text).replace("``", "")
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """The commands' help: descriptions keep their line breaks (:class:`argparse.RawDescriptionHelpFormatter`), and
+    descriptions and option help read as plain text (:func:`plain`)."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return super()._fill_text(plain(text), width, indent)
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = super()._get_help_string(action)
+        return plain(text) if text else text
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose errors suggest the option or choice meant (difflib: ``--modle`` -> ``--model``)."""
+
+    def error(self, message: str) -> NoReturn:
+        super().error(message + _did_you_mean(self, message))
+
+
+def _did_you_mean(parser: argparse.ArgumentParser, message: str) -> str:
+    """The suggestion to add to an argparse error ``message`` of ``parser`` ('' for none): the closest option to each
+    unrecognized one, or the closest choices to an invalid choice."""
+    m = re.match(r"argument (.+?): invalid choice: '(.*?)'", message)
+    if m:
+        for action in parser._actions:
+            if action.choices and m.group(1) in (*action.option_strings, action.metavar, action.dest):
+                close = difflib.get_close_matches(m.group(2), [str(c) for c in action.choices], n=3)
+                return f"; did you mean {_or([repr(c) for c in close])}?" if close else ""
+        return ""
+    if not message.startswith("unrecognized arguments: "):
+        return ""
+    options = parser._option_string_actions
+    words = message.split(": ", 1)[1].split()
+    hints = []
+    for i, word in enumerate(words):
+        typed, _, value = word.partition("=")
+        if not typed.startswith("--") or typed in options:
+            continue
+        value = value or (words[i + 1] if i + 1 < len(words) else "")
+        close = difflib.get_close_matches(typed, [o for o in options if o.startswith("--")], n=3, cutoff=0.7)
+        # first an option whose choices take the value typed, then a transposition (--modle: --model, not --mode)
+        close.sort(key=lambda o: (value not in [str(c) for c in options[o].choices or ()], sorted(o) != sorted(typed)))
+        if close:
+            hints.append((typed, close[0]))
+    if len(hints) == 1:
+        return f"; did you mean {hints[0][1]}?"
+    return f"; did you mean {_or([f'{right} for {typed}' for typed, right in hints])}?" if hints else ""
+
+
+def _or(items: list[str]) -> str:
+    return " or ".join(items) if len(items) < 3 else f"{', '.join(items[:-1])} or {items[-1]}"
 
 
 def _prog() -> str:
@@ -24,14 +91,19 @@ def main(argv: list[str] | None = None) -> int:
     """
     from .. import __version__
 
-    parser = argparse.ArgumentParser(prog=_prog(), description="cuDNN from Python: environment report and "
-                                     "convolution algorithm sweeps.")
+    parser = Parser(prog=_prog(), description="cuDNN from Python: environment report and convolution algorithm "
+                    "sweeps.", formatter_class=HelpFormatter)
     parser.add_argument("--version", action="version", version=f"cudnn-py {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     modules = {name: importlib.import_module(f"{__name__}.{module}") for name, module in COMMANDS.items()}
     for module in modules.values():
         module.add_parser(sub)
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # refused by the command's parser (or this one's), with its usage and its options' suggestions
+        sub.choices.get(args.command, parser).error(f"unrecognized arguments: {' '.join(unknown)}")
+    if args.command is None:  # no command: what there is to run
+        parser.print_help()
+        return 2
     try:
         status = modules[args.command].run(args) or 0
         sys.stdout.flush()

@@ -23,6 +23,7 @@ import numpy as np
 
 from cudnn_py._install import pip_install
 
+from . import HelpFormatter
 from .prerequisites import require_gpu
 
 DIRECTIONS = ("forward", "backward_data", "backward_filter")
@@ -63,6 +64,18 @@ def _int_list(text: str) -> tuple[int, ...]:
     return vals
 
 
+def _at_least(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected an integer") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{text!r}: must be >= {minimum}")
+        return value
+    return parse
+
+
 def _padding(text: str):
     """``1`` / ``1,2`` (symmetric per dimension) / ``1:2,0:1`` (low:high per dimension)."""
     parts = text.split(",")
@@ -99,13 +112,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     :returns: the ``algos`` parser.
     """
     p = subparsers.add_parser("algos", help="time and check every convolution algorithm for one configuration",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, usage=USAGE)
+                              description=__doc__, formatter_class=HelpFormatter, usage=USAGE)
     shape = p.add_argument_group("configuration (a preset, or --input and --filter)")
-    shape.add_argument("--preset", choices=sorted(PRESETS), help="a named layer (shapes per image; see --batch)")
+    shape.add_argument("--preset", choices=sorted(PRESETS), metavar="NAME",
+                       help="a named layer (--list-presets lists them; shapes per image, see --batch)")
     shape.add_argument("--batch", type=int, default=32, help="batch size for a preset (default 32)")
     shape.add_argument("--list-presets", action="store_true", help="print the presets and exit")
-    shape.add_argument("--input", type=_int_list, help="x shape N,C,[D,]H,W or N,C,L (logical NCHW order)")
-    shape.add_argument("--filter", type=_int_list, help="w shape K,C/groups,[T,]R,S (logical order)")
+    shape.add_argument("--input", type=_int_list, metavar="N,C,H,W",
+                       help="x shape N,C,[D,]H,W or N,C,L (logical NCHW order)")
+    shape.add_argument("--filter", type=_int_list, metavar="K,C,R,S", help="w shape K,C/groups,[T,]R,S (logical order)")
     shape.add_argument("--pad", type=_padding, default=None, help="padding: 1 | 1,2 | 1:2,0:1 (default 0)")
     shape.add_argument("--stride", type=_int_list, default=None, help="stride, one value or one per dim")
     shape.add_argument("--dilation", type=_int_list, default=(1,), help="dilation, one value or one per dim")
@@ -124,10 +139,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     sweep.add_argument("--math", type=_choice_list(MATHS), default=MATHS, help=f"{','.join(MATHS)} or all")
     sweep.add_argument("--repeats", type=int, default=10, help="timed runs per algorithm (median reported)")
     sweep.add_argument("--warmup", type=int, default=2, help="untimed runs per algorithm first (default 2)")
-    sweep.add_argument("--workspace-limit", type=int, default=None, help="skip algorithms needing more bytes")
+    sweep.add_argument("--workspace-limit", type=_at_least(0), default=None, help="skip algorithms needing more bytes")
     sweep.add_argument("--no-check", action="store_true", help="skip the float64 reference comparison")
-    sweep.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
-    sweep.add_argument("--device", type=int, default=0, help="CUDA device ordinal (default 0)")
+    sweep.add_argument("--seed", type=_at_least(0), default=0, help="seed of the random inputs (default 0)")
+    sweep.add_argument("--device", type=_at_least(0), default=0, help="CUDA device ordinal (default 0)")
     out = p.add_argument_group("output")
     out.add_argument("--csv", metavar="PATH", help="also write the table as CSV, one row per algorithm")
     out.add_argument("--json", metavar="PATH", help="also write the configuration and rows as JSON")

@@ -1,6 +1,6 @@
 """``cudnn-py info``: which cuDNN was loaded, from where, built for what, the driver, the GPUs, and whether they fit.
 
-``--json`` prints the same as one JSON object (see :func:`collect`).
+``--json`` prints the same as one JSON object.
 """
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ import platform
 from importlib import metadata
 from typing import Any
 
-from cudnn_py._install import driver_extras, pip_install
+from cudnn_py._install import driver_extras, missing_cuda, pip_install
+
+from . import HelpFormatter
 
 _PACKAGES = ("cudnn-py", "cuda-bindings", "cuda-core", "cuda-pathfinder", "cuda-python", "numpy", "ml_dtypes",
              "nvidia-cudnn-cu12", "nvidia-cudnn-cu13", "nvidia-cuda-runtime-cu12", "nvidia-cuda-runtime")
@@ -25,7 +27,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     :param sub: the subparsers of the top-level parser.
     """
     p = sub.add_parser("info", help="cuDNN version and path, driver, GPUs, packages, and whether they fit together",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the text report")
 
 
@@ -50,7 +52,7 @@ def driver_and_gpus() -> dict[str, Any]:
     try:
         from cuda.bindings import driver
     except ImportError as e:
-        out["why_none"] = f"cuda-bindings is not installed ({e}); install it with cudnn-py: {driver_extras()}"
+        out["why_none"] = missing_cuda(e)
         return out
     try:
         err, = driver.cuInit(0)
@@ -163,7 +165,7 @@ def format_text(info: dict[str, Any]) -> str:
     lines = [f"Python        {info['python']}"]
     c = info["cudnn"]
     if c is None:
-        lines += ["cuDNN         not found", info["cudnn_error"]]
+        lines.append("cuDNN         not found" + "".join(pad + line for line in info["cudnn_error"].splitlines()))
     else:
         subs = ", ".join(f"{k} {'ok' if v == 'ok' else 'FAILED (' + v + ')'}" for k, v in c["sublibraries"].items())
         lines += [f"cuDNN         {c['version']}  (bindings generated from the {c['headers']} headers)",
@@ -175,13 +177,16 @@ def format_text(info: dict[str, Any]) -> str:
         lines.append(f"supported     cuDNN {info['supported_cudnn']}")
     lines.append("packages      " + ", ".join(f"{p} {v}" for p, v in info["packages"].items()))
     d = info["driver"]
-    lines.append(f"driver        {'CUDA ' + d['cuda_version'] if d['cuda_version'] else 'none'}")
+    driver = "none" if "cuda-bindings" in info["packages"] else "not asked (needs cuda-bindings)"
+    lines.append(f"driver        {'CUDA ' + d['cuda_version'] if d['cuda_version'] else driver}")
     if d["gpus"]:
         lines.append("GPUs          " + pad.join(f"{g['index']}: {g['name']} (sm_{g['sm']}, {g['memory_gib']:.1f} GiB)"
                                                   for g in d["gpus"]))
     else:
-        lines.append(f"GPUs          none visible: {d['why_none']}." + pad +
-                     "Without a GPU cudnn_py still loads cuDNN, creates, sets and reads the legacy descriptors" + pad +
+        without = ("Without a GPU cudnn_py still loads cuDNN, creates," if c else
+                   "Once cuDNN is found, cudnn_py without a GPU creates,")
+        lines.append(f"GPUs          none visible: {d['why_none']}." + pad + without +
+                     " sets and reads the legacy descriptors" + pad +
                      "(tensor, filter, convolution, pooling, ...), computes output shapes, and creates and sets" + pad +
                      "backend (graph) descriptors; finalizing them, building graphs and running anything need a GPU.")
     for w in info["warnings"]:

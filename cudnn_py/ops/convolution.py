@@ -527,6 +527,13 @@ def convolution_output_shape(x_shape: Sequence[int], w_shape: Sequence[int], pad
                              mode: str | int = "cross_correlation", dtype: DTypeLike = np.float32) -> tuple[int, ...]:
     """The forward output shape of a convolution of input ``x_shape`` (N, C, spatial...) with filter
     ``w_shape`` (K, C/groups, spatial...), as cuDNN computes it."""
+    given = (x_shape, w_shape, padding)
+    misplaced = next((a for a in given if isinstance(a, Convolution)), None)
+    if misplaced is not None:
+        xs, ws = (getattr(a, "shape", a) for a in given if a is not misplaced)  # an array: its shape
+        raise InvalidTypeError(f"convolution_output_shape takes shapes and a convolution's settings (padding, stride, "
+                               f"dilation), not a Convolution: use Convolution.output_shape, here "
+                               f"{misplaced!r}.output_shape({xs!r}, {ws!r})")
     x_shape, w_shape = dims(x_shape, "x_shape", 3), dims(w_shape, "w_shape", 3)
     dt = legacy_dtype(dtype, "convolution")
     if dt not in _DATA_DTYPES:
