@@ -414,9 +414,8 @@ def test_auto_engine_takes_the_graph_where_it_can_and_autotune_is_one_spelling(m
     with pytest.raises(TypeError, match="autotune must be True or False"):
         route("f", "auto", "heuristic", "yes", False, None, conv)
     calls, measured = [], []
-    ex = types.SimpleNamespace(runner=None)
     monkeypatch.setattr(cv, "_graph", lambda: types.SimpleNamespace(
-        convolution=lambda *a, **k: calls.append((a[0], k["engine"], k["algo"])) or (y, ex)))
+        convolution=lambda *a, **k: calls.append((a[0], k["engine"], k["algo"])) or y))
 
     def measure(handle, key, legacy, graph, **kw):  # engine_choice.run: the graph wins
         measured.append((key[0], kw["static"]))

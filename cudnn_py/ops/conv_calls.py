@@ -32,6 +32,7 @@ from cudnn_py.caches import handle_cache
 from cudnn_py.dtypes import cudnn_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.graph.errors import GraphNotSupportedError
+from cudnn_py.graph.legacy import repeatable
 from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray, DeviceArrayLike, array_signature, as_array, empty, zeros
 from cudnn_py.strided import c_strides
@@ -196,21 +197,10 @@ _REFUSALS = (InvalidValueError, InvalidTypeError, GraphNotSupportedError)
 
 
 def _graph_engine(handle: Handle, direction: str, conv: Convolution, a, b, out, **kw: Any) -> Callable[[], Any]:
-    """The graph path of a call as an engine: its first run checks, plans and runs the call
-    (:func:`cudnn_py.graph.conv.convolution`, through its runner's sink) and answers the output; a later one (the
-    engine choice timing it) runs that runner again on the same addresses, as the prepared call repeats it."""
-    done: list = []
-
-    def run() -> Any:
-        if done:
-            runner, ptrs, res = done
-            runner.run_pointers(ptrs)
-            return res
-        res, ex = _graph().convolution(direction, handle, conv, a, b, out, engine="graph", executor=True, **kw)
-        bound = (a, b, res) if kw.get("bias") is None else (a, b, kw["bias"], res)
-        done[:] = [ex.runner, tuple(array_signature(v)[1] for v in bound), res]
-        return res
-    return run
+    """The graph path of a call as an engine (:func:`cudnn_py.graph.conv.convolution`, through its runner's sink),
+    answering the output; run again (the engine choice timing it), it repeats the first run's plan execution on the
+    same addresses, as the prepared call repeats it (:func:`cudnn_py.graph.legacy.repeatable`)."""
+    return repeatable(lambda: _graph().convolution(direction, handle, conv, a, b, out, engine="graph", **kw))
 
 
 def _run(handle: Handle, route: str, auto: bool, legacy: Callable[[], Any], graph: Callable[[], Any],
