@@ -80,24 +80,20 @@ def _compute_dtype(dt: np.dtype):
     return "float64" if dt == np.float64 else "float32"
 
 
-def _out(handle, t, out: DeviceArray | None, name) -> DeviceArray:
-    """``out`` checked against graph output ``t`` (the runner checks its strides), or a new array of its layout."""
-    if out is None:
-        return new_output(handle, t.shape, t.np_dtype, t.strides)
-    if out.shape != tuple(t.shape) or out.dtype != t.np_dtype:
-        raise InvalidValueError(f"{name} must have shape {tuple(t.shape)} and dtype {t.np_dtype}, got {out.shape} "
-                                f"{out.dtype}")
-    return out
-
-
 def _run(g: Graph, handle, tensors, arrays, out, name, autotune: bool) -> DeviceArray:
     """Plan ``g`` (with ``autotune``: timed on the inputs ``arrays`` and a scratch output), run it through its
-    runner's sink on ``arrays`` and the output (``out``, or a new one of the graph's layout), which it answers."""
+    runner's sink on ``arrays`` and the output, which it answers: ``out`` checked against the graph's (the runner
+    checks its strides), or a new array of the graph's layout."""
     plan_graph(g, handle, dict(zip(tensors, arrays)), tensors[len(arrays):], autotune)
-    o = _out(handle, tensors[-1], out, name)
+    t = tensors[-1]
+    if out is None:
+        out = new_output(handle, t.shape, t.np_dtype, t.strides)
+    elif out.shape != tuple(t.shape) or out.dtype != t.np_dtype:
+        raise InvalidValueError(f"{name} must have shape {tuple(t.shape)} and dtype {t.np_dtype}, got {out.shape} "
+                                f"{out.dtype}")
     recording.uses(ROUTE)
-    Runner(g.plan, handle, tensors).run((*arrays, o))
-    return o
+    Runner(g.plan, handle, tensors).run((*arrays, out))
+    return out
 
 
 @prepared(inputs=("x", "w", "bias"), outputs=("y",), inplace=False, scalars=("alpha", "beta"))
