@@ -320,7 +320,7 @@ class ConvEngines:
             recording.add(runner.replay, tuple(v.ptr for v in (a, b, res)), (0, 1, 2))  # what its runner's sink adds
             return res
         monkeypatch.setattr(cv, "_graph", lambda: types.SimpleNamespace(convolution=graph))
-        monkeypatch.setattr(cv, "empty", lambda shape, dtype, **kw: DeviceArray(6 << 30, shape, dtype))
+        monkeypatch.setattr(cv, "new_output", lambda handle, shape, dtype: DeviceArray(6 << 30, shape, dtype))
         monkeypatch.setattr(memory, "allocator", lambda shape, dtype, *a, **kw: lambda: DeviceArray(6 << 30, shape,
                                                                                                    dtype))
         monkeypatch.setattr(cv, "_legacy", lambda *a: self.ran.append("legacy") or a[6])  # a[6]: the output

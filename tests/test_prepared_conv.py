@@ -47,6 +47,7 @@ def cpu(monkeypatch):
         capi.CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM if direction == "forward" else
         cv._alg.algorithm_enum(direction)(0), capi.CUDNN_DEFAULT_MATH, 256))
     monkeypatch.setattr(cv, "empty", lambda shape, dtype, **kw: arr(tuple(np.atleast_1d(shape)), dtype))
+    monkeypatch.setattr(cv, "new_output", lambda handle, shape, dtype: arr(tuple(shape), dtype))
     monkeypatch.setattr(cv, "zeros", lambda shape, dtype, **kw: arr(tuple(np.atleast_1d(shape)), dtype))
 
     fake_prepared_outputs(monkeypatch)

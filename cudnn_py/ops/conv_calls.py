@@ -33,6 +33,7 @@ from cudnn_py.dtypes import cudnn_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.graph.errors import GraphNotSupportedError
 from cudnn_py.graph import legacy as gl
+from cudnn_py.graph.runner import new_output
 from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray, DeviceArrayLike, array_signature, as_array, empty, zeros
 from cudnn_py.strided import c_strides
@@ -292,8 +293,7 @@ def _legacy(handle: Handle, direction: str, conv: Convolution, sigs, a_ptr: int,
     g = p.g
     if out is None:
         s = sigs[{"forward": 2, "backward_data": 0, "backward_filter": 1}[direction]]
-        out = empty(g.out_shape if s is None else s[0], g.np_y_dtype if s is None else s[2], stream=handle.stream,
-                    device=handle.device)
+        out = new_output(handle, g.out_shape if s is None else s[0], g.np_y_dtype if s is None else s[2])
         out_ptr = out.ptr
     a, b, c, cd = p.keep
     if g.asym and direction == "backward_data":
@@ -371,7 +371,7 @@ def convolution_backward_bias(handle: Handle, dy: DeviceArrayLike, *, db: Out | 
                                             "db")
     out: DeviceArray | Out
     if db is None:
-        out = empty(db_shape, dys[2], stream=handle.stream, device=handle.device)
+        out = new_output(handle, db_shape, dys[2])
         db_ptr = out.ptr
     else:
         out = db
@@ -486,7 +486,7 @@ def _bias_activation_legacy(handle: Handle, conv: Convolution, sigs, z, y, ys, y
             raise InvalidValueError(f"z must look like y (shape, strides, dtype, device {ys}), got {zs}")
     out = y
     if y is None:
-        out = empty(g.out_shape, g.np_y_dtype, stream=handle.stream, device=handle.device)
+        out = new_output(handle, g.out_shape, g.np_y_dtype)
         y_ptr = out.ptr
     a, wd, c, cd = p.keep
     if z is None:  # z aliases y: clear y so that no stale value (or NaN) can leak in through z
