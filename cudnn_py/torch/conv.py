@@ -51,23 +51,13 @@ def _conv_fwd_fake(x, w, bias, padding, stride, dilation, activation):
     return _y(x, w, padding, stride, dilation)
 
 
-def _conv_grad(dgrad: bool, dy: Tensor, other: Tensor, shape: list[int], padding: list[int], stride: list[int],
-               dilation: list[int]) -> Tensor:
-    """A gradient of the convolution for output gradient ``dy``: with ``dgrad`` dx of ``shape`` (``other`` is w; dx
-    in dy's layout), else dw of ``shape`` (``other`` is x; dw in x's layout)."""
-    out = empty_like_layout(dy if dgrad else other, shape)
-    kw = dict(padding=tuple(padding), stride=tuple(stride), dilation=tuple(dilation))
-    if dgrad:
-        context(dy.get_device()).run(gconv.conv_backward_data, dy, other, dx=out, **kw)
-    else:
-        context(dy.get_device()).run(gconv.conv_backward_filter, dy, other, dw=out, **kw)
-    return out
-
-
 def _conv_dgrad(dy: Tensor, w: Tensor, x_shape: list[int], padding: list[int], stride: list[int],
                dilation: list[int]) -> Tensor:
     """dx of the convolution for output gradient ``dy`` (dx in dy's layout)."""
-    return _conv_grad(True, dy, w, x_shape, padding, stride, dilation)
+    dx = empty_like_layout(dy, x_shape)
+    context(dy.get_device()).run(gconv.conv_backward_data, dy, w, dx=dx, padding=tuple(padding), stride=tuple(stride),
+                                 dilation=tuple(dilation))
+    return dx
 
 
 def _conv_dgrad_fake(dy, w, x_shape, padding, stride, dilation):
@@ -80,7 +70,10 @@ conv_dgrad = define("conv_dgrad", _conv_dgrad, _conv_dgrad_fake)
 def _conv_wgrad(dy: Tensor, x: Tensor, w_shape: list[int], padding: list[int], stride: list[int],
                dilation: list[int]) -> Tensor:
     """dw of the convolution for output gradient ``dy`` (dw in x's layout)."""
-    return _conv_grad(False, dy, x, w_shape, padding, stride, dilation)
+    dw = empty_like_layout(x, w_shape)
+    context(dy.get_device()).run(gconv.conv_backward_filter, dy, x, dw=dw, padding=tuple(padding),
+                                 stride=tuple(stride), dilation=tuple(dilation))
+    return dw
 
 
 def _conv_wgrad_fake(dy, x, w_shape, padding, stride, dilation):
