@@ -1,6 +1,7 @@
 """The graph route of the operation families (cudnn_py.graph.legacy) without a runner cache of its own, on the CPU
-(plans and cuDNN's execute stubbed): a graph is built on a signature's validated call only, its prepared call
-replays it, and the engine choice times what a repeat call runs (the first run's plan executions queued again)."""
+(plans and cuDNN's execute stubbed): a graph is built on a signature's validated call only (once for the engine
+choice's repeated runs of that call), its prepared call replays it; repeatable() queues a first run's plan
+executions again."""
 from __future__ import annotations
 
 import ctypes
@@ -92,19 +93,45 @@ def test_repeatable_runs_again_in_full_after_a_refusal(stubbed):
     assert built == []
 
 
-def test_dispatch_auto_measures_repeat_runs_and_records_the_winner_once(stubbed, monkeypatch):
-    built, runs = stubbed
+@pytest.fixture
+def measured(monkeypatch):
+    """The engine choice measuring in memory, the graph timed faster."""
     monkeypatch.setattr(ec, "_database", lambda: None)
     monkeypatch.setattr(ec, "_mode", [None])
-    monkeypatch.setattr(ec, "_clock", lambda handle, fn: (fn(), 1.0 if fn is legacy else 0.5))
+    monkeypatch.setattr(ec, "_clock", lambda handle, fn: (fn(), 1.0 if getattr(fn, "legacy", False) else 0.5))
+
+
+def _legacy(runs):
+    def legacy():
+        runs.append("legacy")
+    legacy.legacy = True  # type: ignore[attr-defined]
+    return legacy
+
+
+def test_dispatch_auto_builds_once_for_the_measured_runs_and_records_the_winner_once(stubbed, measured):
+    built, runs = stubbed
     h = fake_cudnn_handle()
     x, y = fake_array(SHAPE, np.float16), fake_array(SHAPE, np.float16)
-    legacy_runs: list = []
-
-    def legacy():
-        legacy_runs.append(1)
     with recording.recording() as rec:
-        got = gl.dispatch("auto", h, ("relu_test", SHAPE), legacy, lambda auto: relu(h, x, y, auto=auto))
+        got = gl.dispatch("auto", h, ("relu_test", SHAPE), _legacy([]), lambda auto: relu(h, x, y, auto=auto))
     assert got == "graph" and built == ["relu_test"]  # planned once, though run 1 + 2 x 3 + 1 times
-    assert len(runs) == 1 + 2 * ec.ROUNDS + 1 and len(rec.steps) == 1  # the winner's run alone is recorded
-    assert gl.ROUTE in rec.uses
+    assert runs == [[x.ptr, y.ptr]] * (1 + 2 * ec.ROUNDS + 1) and len(rec.steps) == 1  # the winner's run alone
+    assert gl.ROUTE in rec.uses and gl._builds.memo is None  # nothing kept past the call
+    relu(h, x, y)
+    assert built == ["relu_test"] * 2  # a later validated call builds again
+
+
+def test_dispatch_auto_runs_a_graph_path_with_scratch_on_fresh_scratch_each_time(stubbed, measured):
+    """A graph path that allocates a scratch buffer per run (pooling's window index, reduce_tensor's float32
+    accumulator) runs each time on the buffer it just allocated, never on one a previous run freed."""
+    built, runs = stubbed
+    h = fake_cudnn_handle()
+    x, y = fake_array(SHAPE, np.float16), fake_array(SHAPE, np.float16)
+    scratch: list = []
+
+    def graph(auto):
+        scratch.append(fake_array(SHAPE, np.float16))
+        return relu(h, x, scratch[-1], auto=auto) and relu(h, scratch[-1], y, auto=auto)
+    assert gl.dispatch("auto", h, ("two_step", SHAPE), _legacy([]), graph) == "graph"
+    assert built == ["relu_test"] and len(scratch) == 1 + 2 * ec.ROUNDS + 1  # both steps share a configuration
+    assert runs == [p for s in scratch for p in ([x.ptr, s.ptr], [s.ptr, y.ptr])]

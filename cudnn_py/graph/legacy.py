@@ -18,6 +18,7 @@ there 7 % faster than on NHWC (N, 256, H, W) data.
 """
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable, Hashable, Sequence
 
 import numpy as np
@@ -85,15 +86,30 @@ def dispatch(engine: str, handle: Any, key: Hashable, legacy: Callable[[], objec
     refused = (GraphPathRefused, GraphNotSupportedError)
     if not measure:
         return engine_choice.run_static(static, legacy, lambda: graph(True), refused)
-    return engine_choice.run(handle, key, legacy, repeatable(lambda: graph(True)), mutated=mutated, static=static,
-                             refused=refused)
+    outer, _builds.memo = _builds.memo, {}  # the engine choice runs the graph several times: built once
+    try:
+        return engine_choice.run(handle, key, legacy, lambda: graph(True), mutated=mutated, static=static,
+                                 refused=refused)
+    finally:
+        _builds.memo = outer
+
+
+class _Builds(threading.local):
+    #: what :func:`run_graph` built during the :func:`dispatch` under way (its graphs, by configuration), for the
+    #: engine choice's repeated runs of one call (None outside one): no cache outlives the call
+    memo: dict | None = None
+
+
+_builds = _Builds()
 
 
 def repeatable(run: Callable[[], object]) -> Callable[[], object]:
     """``run`` (a graph path) as an engine the engine choice may run several times: the first run builds, plans and
     runs the graph; a later one queues again the plan executions the first queued, on the same addresses, as the
     call's prepared call repeats them (so the measurement times what a repeat call costs); answers the first run's
-    answer. A first run that queued anything but plan executions, or spoiled its recording, runs again in full."""
+    answer. A first run that queued anything but plan executions, or spoiled its recording, runs again in full.
+    Only for a path whose executions bind the call's arrays and the outputs it answers alone (no scratch buffer of
+    its own, which would be gone by the next run)."""
     first: list = []
 
     def again() -> object:
@@ -204,8 +220,8 @@ def _pointwise_layouts(inputs, views, ov: DeviceArray) -> None:
 def run_graph(handle, name: str, params: tuple, inputs: Sequence[tuple[str, DeviceArray]],
               outputs: Sequence[tuple[str, DeviceArray]], build: Callable, *, auto: bool = False,
               relabel: bool = True, layout_of: DeviceArray | None = None, autotune: bool = False) -> bool:
-    """Run ``build``'s graph on these arrays (built on this call: the validated path of a prepared call, whose repeat
-    calls replay the plan's execution) through the plan cache; False when ``auto`` and the graph path refuses it or
+    """Run ``build``'s graph on these arrays (built on this call - the validated path of a prepared call, whose repeat
+    calls replay the plan's execution - or once for the repeated runs of a :func:`dispatch`) through the plan cache; False when ``auto`` and the graph path refuses it or
     cuDNN has no engine for it (nothing ran).
 
     ``inputs`` / ``outputs``: (role, array) pairs (an input may also be an output: read, then written, as beta
@@ -228,6 +244,9 @@ def run_graph(handle, name: str, params: tuple, inputs: Sequence[tuple[str, Devi
     if relabel and ref.ndim > _MAX_RANK:
         raise GraphPathRefused(f"engine='graph' takes arrays of 1 to {_MAX_RANK} dimensions; got shape "
                                f"{ref.shape} (use engine='legacy')")
+    key = (name, params, autotune, relabel, None if layout_of is None else (layout_of.shape, layout_of.strides),
+           tuple((r, a.shape, a.strides, a.dtype, a.device_id, tuple(a is o for _, o in outputs)) for r, a in inputs),
+           tuple((r, a.shape, a.strides, a.dtype, a.device_id) for r, a in outputs))
 
     def make():
         view = _flat(ref, [a for _, a in (*inputs, *outputs)]) if relabel else None
@@ -260,12 +279,18 @@ def run_graph(handle, name: str, params: tuple, inputs: Sequence[tuple[str, Devi
         runner.plan_graph(g, handle, dict(zip(ts.values(), views)), dict(zip(outs, ovs)), autotune)
         return runner.Runner(g.plan, handle, tensors), view
 
-    try:
-        r, view = make()
-    except (GraphNotSupportedError, GraphPathRefused):
-        if auto:
-            return False
-        raise
+    memo = _builds.memo
+    got = None if memo is None else memo.get(key)
+    if got is None:
+        try:
+            got = make()
+        except (GraphNotSupportedError, GraphPathRefused):
+            if auto:
+                return False
+            raise
+        if memo is not None:
+            memo[key] = got
+    r, view = got
     recording.uses(ROUTE)
     r.run([view(a) for _, a in (*inputs, *outputs)])  # validated: a repeat call is the prepared call's replay
     return True

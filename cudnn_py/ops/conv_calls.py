@@ -190,17 +190,23 @@ def _dispatch(handle: Handle, engine: str, takes: bool, key: Callable[[], tuple]
     """The call's output, run on ``engine`` through :func:`cudnn_py.graph.legacy.dispatch`: ``"auto"`` measures both
     engines once per ``key()`` and handle where the graph path ``takes`` the call, else runs the legacy call
     (``mutated``: the output where it is blended into). The graph engine is
-    :func:`cudnn_py.graph.conv.convolution` on ``a``, ``b``, ``out`` (in the graph's order) with ``kw``."""
+    :func:`cudnn_py.graph.conv.convolution` on ``a``, ``b``, ``out`` (in the graph's order) with ``kw``; run again
+    by the engine choice, it repeats its first run's plan execution (:func:`cudnn_py.graph.legacy.repeatable`: no
+    scratch buffers on that path)."""
     outs: dict = {}
 
-    def graph(auto: bool) -> bool:
+    def run() -> bool:
+        outs["graph"] = _graph().convolution(direction, handle, conv, a, b, out, engine="graph", **kw)
+        return True
+    again = gl.repeatable(run)  # the engine choice's later runs: the plan's execution alone, as a repeat call's
+
+    def graph(auto: bool) -> object:
         try:
-            outs["graph"] = _graph().convolution(direction, handle, conv, a, b, out, engine="graph", **kw)
+            return again() if auto else run()
         except _REFUSALS:
             if auto:
                 return False
             raise
-        return True
     measure = takes and engine == "auto"
     ran = gl.dispatch(engine, handle, key() if measure else None, lambda: outs.__setitem__("legacy", legacy()), graph,
                       mutated=mutated, static="graph" if takes else "legacy", measure=measure)
