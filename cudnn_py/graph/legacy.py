@@ -220,9 +220,9 @@ def _pointwise_layouts(inputs, views, ov: DeviceArray) -> None:
 def run_graph(handle, name: str, params: tuple, inputs: Sequence[tuple[str, DeviceArray]],
               outputs: Sequence[tuple[str, DeviceArray]], build: Callable, *, auto: bool = False,
               relabel: bool = True, layout_of: DeviceArray | None = None, autotune: bool = False) -> bool:
-    """Run ``build``'s graph on these arrays (built on this call - the validated path of a prepared call, whose repeat
-    calls replay the plan's execution - or once for the repeated runs of a :func:`dispatch`) through the plan cache; False when ``auto`` and the graph path refuses it or
-    cuDNN has no engine for it (nothing ran).
+    """Run ``build``'s graph on these arrays through the plan cache, the graph built on this call (the validated path
+    of a prepared call, whose repeat calls replay the plan's execution), or once for the repeated runs of a
+    :func:`dispatch`; False when ``auto`` and the graph path refuses it or cuDNN has no engine for it (nothing ran).
 
     ``inputs`` / ``outputs``: (role, array) pairs (an input may also be an output: read, then written, as beta
     blending and running statistics do); ``params``: the hashable settings ``build`` depends on.

@@ -11,9 +11,10 @@ in the handle's cache :data:`PLANS`: :class:`~cudnn_py.ops.convolution.Geometry`
 (``algo`` a choice, no ``deterministic``/``workspace_limit``, math type "auto"; for the fused call no ``z`` and
 ``beta`` 0), measures both engines on the first call of a configuration and keeps the faster, through the families'
 one dispatch (:func:`cudnn_py.graph.legacy.dispatch`; per handle, in the tuning database,
-``CUDNN_PY_AUTO_ENGINE=static`` for the graph wherever it takes the call); elsewhere it runs the legacy call. ``autotune=True`` measures the candidates once per
-configuration (legacy: ``Find...Ex`` under the workspace cap; graph: every plan) and keeps the fastest;
-``algo="fastest"`` is its deprecated spelling. See :mod:`cudnn_py.ops.convolution` for the conventions.
+``CUDNN_PY_AUTO_ENGINE=static`` for the graph wherever it takes the call); elsewhere it runs the legacy call.
+``autotune=True`` measures the candidates once per configuration (legacy: ``Find...Ex`` under the workspace cap;
+graph: every plan) and keeps the fastest; ``algo="fastest"`` is its deprecated spelling. See
+:mod:`cudnn_py.ops.convolution` for the conventions.
 """
 from __future__ import annotations
 
