@@ -41,9 +41,12 @@ def _conv_fwd(x: Tensor, w: Tensor, bias: Optional[Tensor], padding: list[int], 
              dilation: list[int], activation: str) -> Tensor:
     """y = activation(conv(x, w) + bias), one cuDNN graph. See :func:`conv`."""
     y = _y(x, w, padding, stride, dilation)
-    context(x.get_device()).run(gconv.conv_forward, x, w, padding=tuple(padding), stride=tuple(stride),
-                                dilation=tuple(dilation), bias=bias, activation=None if activation == "none" else
-                                activation, y=y)
+    kw = dict(padding=tuple(padding), stride=tuple(stride), dilation=tuple(dilation), y=y)
+    if bias is not None:  # only what is set: every keyword is part of the prepared call's key
+        kw["bias"] = bias
+    if activation != "none":
+        kw["activation"] = activation
+    context(x.get_device()).run(gconv.conv_forward, x, w, **kw)
     return y
 
 
