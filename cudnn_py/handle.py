@@ -154,8 +154,8 @@ class Handle:
 
     # -- lifetime --
     def cache_info(self) -> dict[str, int]:
-        """How many entries each of this handle's caches holds (``'conv.plans'`` of the legacy convolution calls,
-        ``'graph.plans'``, ``'graph.conv'``, ``'graph.legacy'``, the attention plans, ...), by cache name;
+        """How many entries each of this handle's caches holds (``'prepared'``, the calls' prepared calls;
+        ``'conv.plans'`` of the legacy convolution calls, ``'graph.plans'``, the attention plans, ...), by cache name;
         process-wide caches (shared C descriptors): :func:`cudnn_py.caches.info`."""
         return {name: len(entries) for name, entries in self.cache.items()}
 

@@ -255,7 +255,7 @@ def test_conv_bias_activation_checks_bias_and_z_before_allocating_y(handle, rng,
     z = cudnn.to_device(np.zeros((2, 8, 6, 5) if bad == "z" else (2, 8, 6, 6), np.float32))
     cudnn.convolution_bias_activation_forward(handle, conv, x, w, cudnn.to_device(np.zeros(8, np.float32)),
                                               engine="legacy")  # the plan is cached: the next call allocates only y
-    monkeypatch.setattr(conv_calls, "empty", no_allocation)
+    monkeypatch.setattr(conv_calls, "new_output", no_allocation)
     words = "bias must be a contiguous array of 8" if bad == "bias" else "z must look like y"
     with pytest.raises(InvalidValueError, match=words):
         cudnn.convolution_bias_activation_forward(handle, conv, x, w, bias, z=z, beta=1.0, engine="legacy")

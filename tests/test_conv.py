@@ -398,25 +398,23 @@ def test_auto_engine_takes_the_graph_where_it_can_and_autotune_is_one_spelling(m
     """engine="auto" (the default) hands the call to the graph path unless an option only the legacy call has is
     set; autotune=True is the one spelling of "measure and keep the fastest" (algo="fastest" warns)."""
     conv, fma = cv.Convolution(padding=1), cv.Convolution(padding=1, math_type="fma")
-    route = cv._route
-    assert route("f", "auto", "heuristic", False, False, None, conv) == ("graph", "heuristic", True)
-    assert route("f", "auto", "heuristic", True, False, None, conv) == ("graph", "fastest", True)
-    for args in (("IMPLICIT_GEMM", False, False, None, conv), ("heuristic", False, True, None, conv),
-                 ("heuristic", False, False, 1 << 20, conv), ("heuristic", False, False, None, fma)):
-        assert route("f", "auto", *args)[0] == "legacy", args
-    assert route("f", "legacy", "heuristic", True, False, None, conv) == ("legacy", "fastest", False)
+    assert cv._algo("f", "heuristic", False) == "heuristic" and cv._algo("f", "heuristic", True) == "fastest"
+    assert cv._takes("heuristic", False, None, conv) and cv._takes("fastest", False, None, conv)
+    for args in (("IMPLICIT_GEMM", False, None, conv), ("heuristic", True, None, conv),
+                 ("heuristic", False, 1 << 20, conv), ("heuristic", False, None, fma)):
+        assert not cv._takes(*args), args
     with pytest.warns(DeprecationWarning, match=r"f\(algo='fastest'\) is deprecated, use autotune=True"):
-        assert route("f", "auto", "fastest", False, False, None, conv) == ("graph", "fastest", True)
+        assert cv._algo("f", "fastest", False) == "fastest"
     with pytest.raises(ValueError, match="autotune=True measures the algorithms itself"):
-        route("f", "auto", "IMPLICIT_GEMM", True, False, None, conv)
-    with pytest.raises(ValueError, match="expected 'legacy', 'graph' or 'auto'"):
-        route("f", "backend", "heuristic", False, False, None, conv)
+        cv._algo("f", "IMPLICIT_GEMM", True)
     with pytest.raises(TypeError, match="autotune must be True or False"):
-        route("f", "auto", "heuristic", "yes", False, None, conv)
+        cv._algo("f", "heuristic", "yes")
+    x0, w0 = DeviceArray(1 << 30, (1, 2, 5, 5), np.float32), DeviceArray(1 << 31, (3, 2, 3, 3), np.float32)
+    with pytest.raises(ValueError, match="expected 'legacy', 'graph' or 'auto'"):
+        cv.convolution_forward(_NoC(), conv, x0, w0, engine="backend")
     calls, measured = [], []
-    ex = types.SimpleNamespace(runner=None)
     monkeypatch.setattr(cv, "_graph", lambda: types.SimpleNamespace(
-        convolution=lambda *a, **k: calls.append((a[0], k["engine"], k["algo"])) or (y, ex)))
+        convolution=lambda *a, **k: calls.append((a[0], k["engine"], k["algo"])) or y))
 
     def measure(handle, key, legacy, graph, **kw):  # engine_choice.run: the graph wins
         measured.append((key[0], kw["static"]))

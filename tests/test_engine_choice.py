@@ -301,16 +301,26 @@ class ConvEngines:
         from cudnn_py.ops import conv_calls as cv
         self.ran: list = []
         self.ms = {"legacy": legacy_ms, "graph": graph_ms}
-        runner = types.SimpleNamespace(run_pointers=lambda ptrs: self.ran.append(("runner", ptrs)))
+        from cudnn_py import recording
+        from cudnn_py.graph.runner import Runner
+
+        class FakeRunner(Runner):
+            def __init__(self):
+                pass
+
+            def run_pointers(inner, ptrs):
+                self.ran.append(("runner", ptrs))
+        runner = FakeRunner()
 
         def graph(direction, handle, conv, a, b, out, **kw):
             self.ran.append("graph")
             if graph_refuses:
                 raise GraphPathRefused("no engine for this")
-            return (DeviceArray(5 << 30, (1, 2, 5, 5), np.float32) if out is None else out), types.SimpleNamespace(
-                runner=runner)
+            res = DeviceArray(5 << 30, (1, 2, 5, 5), np.float32) if out is None else out
+            recording.add(runner.replay, tuple(v.ptr for v in (a, b, res)), (0, 1, 2))  # what its runner's sink adds
+            return res
         monkeypatch.setattr(cv, "_graph", lambda: types.SimpleNamespace(convolution=graph))
-        monkeypatch.setattr(cv, "empty", lambda shape, dtype, **kw: DeviceArray(6 << 30, shape, dtype))
+        monkeypatch.setattr(cv, "new_output", lambda handle, shape, dtype: DeviceArray(6 << 30, shape, dtype))
         monkeypatch.setattr(memory, "allocator", lambda shape, dtype, *a, **kw: lambda: DeviceArray(6 << 30, shape,
                                                                                                    dtype))
         monkeypatch.setattr(cv, "_legacy", lambda *a: self.ran.append("legacy") or a[6])  # a[6]: the output

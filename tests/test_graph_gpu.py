@@ -588,7 +588,7 @@ def test_executor_after_its_handle_closed_raises(rng):
     run = g.executor(h, x, w, y)
     run(xd, wd, yd)
     conv_forward(h, xd, wd, padding=1)
-    assert h.cache["graph.plans"] and h.cache["graph.conv"]
+    assert h.cache["graph.plans"] and h.cache["prepared"]
     h.close()
     assert h.cache == {}  # plans and executors built for the handle went with it
     with pytest.raises(ClosedError):

@@ -47,6 +47,7 @@ def cpu(monkeypatch):
         capi.CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM if direction == "forward" else
         cv._alg.algorithm_enum(direction)(0), capi.CUDNN_DEFAULT_MATH, 256))
     monkeypatch.setattr(cv, "empty", lambda shape, dtype, **kw: arr(tuple(np.atleast_1d(shape)), dtype))
+    monkeypatch.setattr(cv, "new_output", lambda handle, shape, dtype: arr(tuple(shape), dtype))
     monkeypatch.setattr(cv, "zeros", lambda shape, dtype, **kw: arr(tuple(np.atleast_1d(shape)), dtype))
 
     fake_prepared_outputs(monkeypatch)
@@ -167,41 +168,59 @@ def test_asymmetric_padding_runs_on_a_scratch_copy_and_makes_no_prepared_call(cp
 
 @pytest.fixture
 def runner(monkeypatch):
-    """A graph path stub whose call runs a real :class:`~cudnn_py.graph.runner.Runner` (packs and cuDNN's execute
-    stubbed) binding a, b, out: (the runner, packs made, the graph path's runs)."""
-    made, runs = [], []
+    """The graph path itself (cudnn_py.graph.conv), its plans, packs and cuDNN's execute stubbed: (packs made, as
+    their first three data pointers; graphs planned)."""
+    made, planned = [], []
     monkeypatch.setattr(R, "make_variant_pack", lambda uids, ptrs, ws: made.append(list(ptrs)[:3])
                         or types.SimpleNamespace(ptr=ctypes.c_void_p(1000 + len(made))))
     monkeypatch.setattr(R, "_RAW_EXEC", lambda h, plan, vp: 0)
-    g = Graph()
-    a, b = g.tensor(X, name="a"), g.tensor(X, name="b")
-    g.add(a, b).set_output(True).set_name("out")
-    plan = types.SimpleNamespace(graph=g, descriptor=types.SimpleNamespace(ptr=ctypes.c_void_p(7), closed=False),
-                                 workspace_size=0, tag="fake")
-    box: list = []
 
-    def convolution(direction, handle, conv, a, b, out, **kw):
-        runs.append(direction)
-        if not box:
-            box.append(R.Runner(plan, handle))
-        res = arr(X) if out is None else out
-        box[0].run((a, b, res))
-        return res, types.SimpleNamespace(runner=box[0])
-    monkeypatch.setattr(cv, "_graph", lambda: types.SimpleNamespace(convolution=convolution))
-    return made, runs
+    def plan_graph(g, handle, inputs, outputs, autotune):
+        planned.append(g.name)
+        g.plans = [types.SimpleNamespace(graph=g, descriptor=types.SimpleNamespace(ptr=ctypes.c_void_p(7),
+                                                                                   closed=False),
+                                         workspace_size=0, tag="fake")]
+        return g.plans[0]
+    from cudnn_py.graph import conv as gconv
+    monkeypatch.setattr(gconv, "plan_graph", plan_graph)
+    monkeypatch.setattr(gconv, "new_output", lambda handle, shape, dtype, strides=None: arr(shape, dtype, strides))
+    return made, planned
 
 
 @pytest.mark.parametrize("given", [True, False], ids=["given", "allocated"])
 def test_graph_route_replays_through_its_runner(cpu, runner, given):
-    made, runs = runner
+    """The graph is built and planned on the first call alone (no cache of runners: the prepared call replays)."""
+    made, planned = runner
     h = fake_handle()
     for _ in range(3):
-        x, w = arr(X), arr(X)
-        y = arr(X) if given else None
+        x, w = arr(X), arr(W)
+        y = arr(Y) if given else None
         got = cudnn.convolution_forward(h, CONV, x, w, y=y, engine="graph")
-        assert got is y if given else got.shape == X
+        assert got is y if given else got.shape == Y
         assert made[-1] == [x.ptr, w.ptr, got.ptr]
-    assert runs == ["forward"] and len(made) == 3 and entries(h) == 1
+    assert planned == ["conv_fprop"] and len(made) == 3 and entries(h) == 1
+    assert not any(n.startswith("graph.conv") for n in h.cache)
+
+
+@pytest.mark.parametrize("name,args,out", [("conv_forward", (X, W), "y"), ("conv_backward_data", (Y, W), "dx"),
+                                           ("conv_backward_filter", (Y, X), "dw")])
+def test_graph_conv_functions_are_prepared_calls(cpu, runner, name, args, out):
+    """cudnn_py.graph.conv_* build their graph on a signature's first call and replay it after (they kept an
+    executor cache of their own before)."""
+    from cudnn_py import graph
+    made, planned = runner
+    h = fake_handle()
+    fn = getattr(graph, name)
+    assert isinstance(getattr(fn, "__prepared__", None), P._Spec)
+    kw = {"x_shape": X} if name == "conv_backward_data" else {"w_shape": W} if name == "conv_backward_filter" else {}
+    for _ in range(3):
+        a, b = arr(args[0]), arr(args[1])
+        got = fn(h, a, b, padding=1, **kw)
+        assert made[-1] == [a.ptr, b.ptr, got.ptr]
+    assert len(planned) == 1 and len(made) == 3 and entries(h) == 1
+    y = arr(got.shape)
+    assert fn(h, arr(args[0]), arr(args[1]), padding=1, **{out: y}, **kw) is y  # a given output: a new signature
+    assert len(planned) == 2
 
 
 # ---------------------------------------------------------------- GPU: the fused call against its validated path

@@ -10,7 +10,7 @@ import pytest
 
 from cudnn_py import capi
 from cudnn_py.errors import InvalidValueError
-from cudnn_py.graph import Graph, GraphNotSupportedError
+from cudnn_py.graph import Graph
 from cudnn_py.graph import runner as R
 from cudnn_py.memory import DeviceArray
 
@@ -45,7 +45,7 @@ def _a(addr, shape=(1, 4, 4)):
     return DeviceArray(addr, shape, np.float32)
 
 
-def test_cached_builds_once_per_key_and_remembers_refusals():
+def test_cached_builds_once_per_key():
     h, calls = _Handle(), []
 
     def make(value):
@@ -56,14 +56,8 @@ def test_cached_builds_once_per_key_and_remembers_refusals():
 
     assert R.cached(h, "t", "k", lambda: make("built")) == "built"
     assert R.cached(h, "t", "k", lambda: make("other")) == "built" and calls == ["built"]
-    no = GraphNotSupportedError("g", [], ["A"], [("engine", "none")])
-    for _ in range(2):  # made once, raised on each call
-        with pytest.raises(GraphNotSupportedError):
-            R.cached(h, "t", "no", lambda: make(no), refusals=(GraphNotSupportedError,))
-    assert R.cached(h, "t", "no", lambda: make("x"), refusals=(GraphNotSupportedError,), auto=True) is None
-    assert calls == ["built", no]
-    with pytest.raises(InvalidValueError):  # not a refusal: raised, not remembered
-        R.cached(h, "t", "bad", lambda: make(InvalidValueError("bad")), refusals=(GraphNotSupportedError,))
+    with pytest.raises(InvalidValueError):  # raised, not remembered
+        R.cached(h, "t", "bad", lambda: make(InvalidValueError("bad")))
     assert R.cached(h, "t", "bad", lambda: make("fixed")) == "fixed"
     R.cache_clear(h, "t")
     assert R.cached(h, "t", "k", lambda: make("again")) == "again"

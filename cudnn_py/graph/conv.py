@@ -1,6 +1,7 @@
-"""Convolution through cached graph plans: forward (optionally fused with bias and an activation), backward
-data and backward filter. The first call with a new configuration builds a graph and a plan; every later call
-with the same shapes, strides, dtypes and parameters is a dict lookup and an :class:`Executor` call.
+"""Convolution as backend-API graphs: forward (optionally fused with bias and an activation), backward data and
+backward filter, each a prepared call (:mod:`cudnn_py.prepared`): the first call of a signature builds the graph,
+plans it through the handle's plan cache and runs it; a repeat call replays the plan's execution with the new
+addresses.
 
 ::
 
@@ -15,6 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
+from cudnn_py import recording
 from cudnn_py.algorithms import is_choice
 from cudnn_py.args import float_arg, ints, shape_arg
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
@@ -22,13 +24,13 @@ from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.handle import Handle
 from cudnn_py.memory import DeviceArray, DeviceArrayLike, Out, as_array
 from cudnn_py.conv_layout import logical, physical, unit_height
+from cudnn_py.prepared import prepared
 
-from .execute import Executor
 from .graph import DataTypeLike, Graph, packed_strides
-from .runner import cache_clear, cached, new_output, plan_graph
+from .runner import Runner, cache_clear, new_output, plan_graph
 
 __all__ = ["conv_forward", "conv_backward_data", "conv_backward_filter", "convolution", "ACTIVATIONS", "DTYPES",
-           "conv_cache_clear"]
+           "conv_cache_clear", "ROUTE"]
 
 #: activation name -> Graph method applied after the (bias-added) convolution
 ACTIVATIONS = ("relu", "gelu", "silu", "tanh", "sigmoid")
@@ -36,6 +38,9 @@ ACTIVATIONS = ("relu", "gelu", "silu", "tanh", "sigmoid")
 #: data dtypes these calls run, each checked against a float64 reference on the GPU (tests/matrix.py); anything else
 #: is refused before a graph is built
 DTYPES = ("float32", "float16", "bfloat16", "float64")
+
+#: what the prepared calls that ran a graph convolution note they were built on (:func:`conv_cache_clear`)
+ROUTE = "conv graph paths"
 
 
 def _check_dtypes(kind: str, dtypes, compute_dtype) -> None:
@@ -54,12 +59,17 @@ def _check_dtypes(kind: str, dtypes, compute_dtype) -> None:
                                    f"None ({allowed[0]})")
 
 
-_CACHE = "graph.conv"
-
-
 def conv_cache_clear(handle: Handle) -> None:
-    """Forget the convolution plans and executors built for ``handle``."""
-    cache_clear(handle, _CACHE)
+    """Forget the prepared calls of ``handle`` that run a graph convolution (their graphs are built again on their
+    next call; the plans stay in the plan cache: :func:`cudnn_py.graph.plan_cache_clear`)."""
+    cache_clear(handle, ROUTE)
+
+
+def _check_params(nsp: int, padding, stride, dilation, post_padding) -> None:
+    """Refuse convolution parameters that are not ``nsp`` non-negative (stride, dilation: positive) ints."""
+    ints(padding, nsp, "padding", 0), ints(stride, nsp, "stride", 1), ints(dilation, nsp, "dilation", 1)
+    if post_padding is not None:
+        ints(post_padding, nsp, "post_padding", 0)
 
 
 def _arr(obj, name) -> DeviceArray:
@@ -70,48 +80,34 @@ def _compute_dtype(dt: np.dtype):
     return "float64" if dt == np.float64 else "float32"
 
 
-def _conv_key(nsp: int, padding, stride, dilation, post_padding) -> tuple:
-    """The convolution parameters checked and as tuples (part of every cache key)."""
-    return (ints(padding, nsp, "padding", 0), ints(stride, nsp, "stride", 1), ints(dilation, nsp, "dilation", 1),
-            None if post_padding is None else ints(post_padding, nsp, "post_padding", 0))
-
-
-def _out(handle, shape, dtype, strides, out: DeviceArray | None, name) -> DeviceArray:
-    """``out`` checked against the plan's output (its strides are in the cache key; the executor checks the rest),
-    or a new array with those strides on the handle's device."""
+def _run(g: Graph, handle, tensors, arrays, out, name, autotune: bool) -> DeviceArray:
+    """Plan ``g`` (with ``autotune``: timed on the inputs ``arrays`` and a scratch output), run it through its
+    runner's sink on ``arrays`` and the output, which it answers: ``out`` checked against the graph's (the runner
+    checks its strides), or a new array of the graph's layout."""
+    plan_graph(g, handle, dict(zip(tensors, arrays)), tensors[len(arrays):], autotune)
+    t = tensors[-1]
     if out is None:
-        return new_output(handle, shape, dtype, strides)
-    if out.shape != tuple(shape) or out.dtype != dtype:
-        raise InvalidValueError(f"{name} must have shape {tuple(shape)} and dtype {dtype}, got {out.shape} {out.dtype}")
+        out = new_output(handle, t.shape, t.np_dtype, t.strides)
+    elif out.shape != tuple(t.shape) or out.dtype != t.np_dtype:
+        raise InvalidValueError(f"{name} must have shape {tuple(t.shape)} and dtype {t.np_dtype}, got {out.shape} "
+                                f"{out.dtype}")
+    recording.uses(ROUTE)
+    Runner(g.plan, handle, tensors).run((*arrays, out))
     return out
 
 
-def _executor(g: Graph, handle, tensors, arrays, autotune: bool) -> Executor:
-    """Plan ``g`` (with ``autotune``: timed on the call's inputs ``arrays`` and a scratch output) and make the
-    executor of ``tensors`` (the inputs, then the output; identity cache of one)."""
-    plan_graph(g, handle, dict(zip(tensors, arrays)), tensors[len(arrays):], autotune)
-    return g.executor(handle, *tensors, identity_cache=1)
-
-
+@prepared(inputs=("x", "w", "bias"), outputs=("y",), inplace=False, scalars=("alpha", "beta"))
 def conv_forward(handle: Handle, x: DeviceArrayLike, w: DeviceArrayLike, *, padding: int | Sequence[int] = 0,
                  stride: int | Sequence[int] = 1, dilation: int | Sequence[int] = 1,
                  bias: DeviceArrayLike | None = None, activation: str | None = None, y: Out | None = None,
                  alpha: float = 1.0, beta: float = 0.0,
                  compute_dtype: DataTypeLike | None = None, post_padding: int | Sequence[int] | None = None,
                  conv_mode: str = "cross_correlation", autotune: bool = False) -> DeviceArray | Out:
-    """y = activation(alpha * conv(x, w) + beta * y + bias) as one cached graph; returns y.
+    """y = activation(alpha * conv(x, w) + beta * y + bias) as one graph; returns y.
 
     x (N, C, *spatial) and w (K, C/groups, *kernel) in any layout the strides describe (NCHW or NHWC);
     ``bias`` (1, K, 1, 1) (or (K,)); ``activation``: None or one of :data:`ACTIVATIONS`. ``beta`` != 0 needs
     ``y`` (read and overwritten). ``autotune``: time every plan on the first call and keep the fastest."""
-    return _forward(handle, x, w, bias, activation, y, padding=padding, stride=stride, dilation=dilation, alpha=alpha,
-                    beta=beta, compute_dtype=compute_dtype, post_padding=post_padding, conv_mode=conv_mode,
-                    autotune=autotune)[0]
-
-
-def _forward(handle, x, w, bias, activation, y, *, padding, stride, dilation, alpha, beta, compute_dtype, post_padding,
-             conv_mode, autotune, sink=False):
-    """(:func:`conv_forward`'s y, the executor that ran it: through its runner's sink with ``sink``)."""
     xa, wa = _arr(x, "x"), _arr(w, "w")
     ya = None if y is None else _arr(y, "y")
     ba = None
@@ -124,46 +120,34 @@ def _forward(handle, x, w, bias, activation, y, *, padding, stride, dilation, al
     alpha, beta = float_arg(alpha, "alpha"), float_arg(beta, "beta")
     if beta and y is None:
         raise InvalidValueError("beta != 0 accumulates into y: pass y=")
-    key = ("fprop", xa.shape, xa.strides, xa.dtype, wa.shape, wa.strides, wa.dtype,
-           _conv_key(xa.ndim - 2, padding, stride, dilation, post_padding),
-           None if ba is None else (ba.shape, ba.strides, ba.dtype), activation, float(alpha), float(beta),
-           compute_dtype, None if ya is None else ya.strides, str(conv_mode), autotune)
-
-    def make():
-        _check_dtypes("conv_forward", (("x", xa.dtype), ("w", wa.dtype)) + (() if ba is None else (("bias", ba.dtype),))
-                      + (() if ya is None else (("y", ya.dtype),)), compute_dtype)
-        g = Graph(io_dtype=xa.dtype, compute_dtype=compute_dtype or _compute_dtype(xa.dtype), name="conv_fprop")
-        tx, tw = g.tensor_like(xa, "x"), g.tensor_like(wa, "w")
-        fused = ba is not None or activation is not None
-        out = g.conv_fprop(tx, tw, padding, stride, dilation, alpha=alpha, beta=beta if not fused else 0.0,
-                           post_padding=post_padding, conv_mode=conv_mode)
-        args, arrays = [tx, tw], [xa, wa]
-        if ba is not None:
-            tb = g.tensor_like(ba, "bias")
-            out = g.bias(out, tb)
-            args.append(tb)
-            arrays.append(ba)
-        if activation is not None:
-            out = getattr(g, activation)(out)
-        if ya is not None:
-            if ya.shape != out.shape:
-                raise InvalidValueError(f"y must have shape {out.shape}, got {ya.shape}")
-            out.strides = ya.strides
-        out.set_output(True).set_name("y")
-        args.append(out)
-        return _executor(g, handle, args, arrays, autotune), out.shape, out.strides, xa.dtype
-
-    ex, shape, strides, dt = cached(handle, _CACHE, key, make)
-    ya = _out(handle, shape, dt, strides, ya, "y")
-    arrays = (xa, wa, ya) if ba is None else (xa, wa, ba, ya)
-    ex.runner.run(arrays) if sink else ex(*arrays)
-    return (ya if y is None else y), ex
+    _check_params(xa.ndim - 2, padding, stride, dilation, post_padding)
+    _check_dtypes("conv_forward", (("x", xa.dtype), ("w", wa.dtype)) + (() if ba is None else (("bias", ba.dtype),))
+                  + (() if ya is None else (("y", ya.dtype),)), compute_dtype)
+    g = Graph(io_dtype=xa.dtype, compute_dtype=compute_dtype or _compute_dtype(xa.dtype), name="conv_fprop")
+    tx, tw = g.tensor_like(xa, "x"), g.tensor_like(wa, "w")
+    fused = ba is not None or activation is not None
+    res = g.conv_fprop(tx, tw, padding, stride, dilation, alpha=alpha, beta=beta if not fused else 0.0,
+                       post_padding=post_padding, conv_mode=conv_mode)
+    args, arrays = [tx, tw], [xa, wa]
+    if ba is not None:
+        tb = g.tensor_like(ba, "bias")
+        res = g.bias(res, tb)
+        args.append(tb)
+        arrays.append(ba)
+    if activation is not None:
+        res = getattr(g, activation)(res)
+    if ya is not None:
+        if ya.shape != res.shape:
+            raise InvalidValueError(f"y must have shape {res.shape}, got {ya.shape}")
+        res.strides = ya.strides
+    res.set_output(True).set_name("y")
+    got = _run(g, handle, [*args, res], arrays, ya, "y", autotune)
+    return got if y is None else y
 
 
 def _backward(kind: str, handle, dy, other, out, out_shape, *, padding, stride, dilation, alpha, beta,
-              compute_dtype, post_padding, conv_mode, autotune, sink=False):
-    """(Backward data (``kind='dgrad'``: other = w, out = dx) or filter (``'wgrad'``: other = x, out = dw), its
-    executor: through its runner's sink with ``sink``)."""
+              compute_dtype, post_padding, conv_mode, autotune):
+    """Backward data (``kind='dgrad'``: other = w, out = dx) or filter (``'wgrad'``: other = x, out = dw)."""
     other_name, out_name, shape_name = ("w", "dx", "x_shape") if kind == "dgrad" else ("x", "dw", "w_shape")
     dya, oa = _arr(dy, "dy"), _arr(other, other_name)
     outa = None if out is None else _arr(out, out_name)
@@ -171,51 +155,45 @@ def _backward(kind: str, handle, dy, other, out, out_shape, *, padding, stride, 
         out_shape = outa.shape
     out_shape = None if out_shape is None else shape_arg(out_shape, shape_name)
     alpha, beta = float_arg(alpha, "alpha"), float_arg(beta, "beta")
-    key = (kind, dya.shape, dya.strides, dya.dtype, oa.shape, oa.strides, oa.dtype,
-           _conv_key(dya.ndim - 2, padding, stride, dilation, post_padding), out_shape, float(alpha), float(beta),
-           compute_dtype, None if outa is None else outa.strides, str(conv_mode), autotune)
-
-    def make():
-        _check_dtypes(f"conv_{kind}", (("dy", dya.dtype), (other_name, oa.dtype))
-                      + (() if outa is None else ((out_name, outa.dtype),)), compute_dtype)
-        g = Graph(io_dtype=dya.dtype, compute_dtype=compute_dtype or _compute_dtype(dya.dtype), name=f"conv_{kind}")
-        tdy, to = g.tensor_like(dya, "dy"), g.tensor_like(oa, other_name)
-        res = getattr(g, f"conv_{kind}")(tdy, to, padding, stride, dilation, alpha=alpha, beta=beta,
-                                         post_padding=post_padding, conv_mode=conv_mode, **{shape_name: out_shape})
-        if outa is not None:
-            res.strides = outa.strides
-        elif kind == "wgrad" and oa.ndim >= 4 and packed_strides(oa.shape, "NHWC") == oa.strides:
-            res.strides = packed_strides(res.shape, "NHWC")  # channels-last x: channels-last dw
-        res.set_output(True).set_name(out_name)
-        return _executor(g, handle, [tdy, to, res], [dya, oa], autotune), res.shape, res.strides, dya.dtype
-
-    ex, shape, strides, dt = cached(handle, _CACHE, key, make)
-    outa = _out(handle, shape, dt, strides, outa, out_name)
-    ex.runner.run((dya, oa, outa)) if sink else ex(dya, oa, outa)
-    return (outa if out is None else out), ex
+    _check_params(dya.ndim - 2, padding, stride, dilation, post_padding)
+    _check_dtypes(f"conv_{kind}", (("dy", dya.dtype), (other_name, oa.dtype))
+                  + (() if outa is None else ((out_name, outa.dtype),)), compute_dtype)
+    g = Graph(io_dtype=dya.dtype, compute_dtype=compute_dtype or _compute_dtype(dya.dtype), name=f"conv_{kind}")
+    tdy, to = g.tensor_like(dya, "dy"), g.tensor_like(oa, other_name)
+    res = getattr(g, f"conv_{kind}")(tdy, to, padding, stride, dilation, alpha=alpha, beta=beta,
+                                     post_padding=post_padding, conv_mode=conv_mode, **{shape_name: out_shape})
+    if outa is not None:
+        res.strides = outa.strides
+    elif kind == "wgrad" and oa.ndim >= 4 and packed_strides(oa.shape, "NHWC") == oa.strides:
+        res.strides = packed_strides(res.shape, "NHWC")  # channels-last x: channels-last dw
+    res.set_output(True).set_name(out_name)
+    got = _run(g, handle, [tdy, to, res], [dya, oa], outa, out_name, autotune)
+    return got if out is None else out
 
 
+@prepared(inputs=("dy", "w"), outputs=("dx",), inplace=False, scalars=("alpha", "beta"))
 def conv_backward_data(handle: Handle, dy: DeviceArrayLike, w: DeviceArrayLike, *, padding: int | Sequence[int] = 0,
                        stride: int | Sequence[int] = 1, dilation: int | Sequence[int] = 1, dx: Out | None = None,
                        x_shape: Sequence[int] | None = None, alpha: float = 1.0, beta: float = 0.0,
                        compute_dtype: DataTypeLike | None = None, post_padding: int | Sequence[int] | None = None,
                        conv_mode: str = "cross_correlation", autotune: bool = False) -> DeviceArray | Out:
-    """dx = alpha * conv_bwd_data(dy, w) + beta * dx via a cached graph plan; returns dx."""
+    """dx = alpha * conv_bwd_data(dy, w) + beta * dx as one graph; returns dx."""
     return _backward("dgrad", handle, dy, w, dx, x_shape, padding=padding, stride=stride, dilation=dilation,
                      alpha=alpha, beta=beta, compute_dtype=compute_dtype, post_padding=post_padding,
-                     conv_mode=conv_mode, autotune=autotune)[0]
+                     conv_mode=conv_mode, autotune=autotune)
 
 
+@prepared(inputs=("dy", "x"), outputs=("dw",), inplace=False, scalars=("alpha", "beta"))
 def conv_backward_filter(handle: Handle, dy: DeviceArrayLike, x: DeviceArrayLike, *,
                          padding: int | Sequence[int] = 0, stride: int | Sequence[int] = 1,
                          dilation: int | Sequence[int] = 1, dw: Out | None = None, w_shape: Sequence[int] | None = None,
                          alpha: float = 1.0, beta: float = 0.0, compute_dtype: DataTypeLike | None = None,
                          post_padding: int | Sequence[int] | None = None, conv_mode: str = "cross_correlation",
                          autotune: bool = False) -> DeviceArray | Out:
-    """dw = alpha * conv_bwd_filter(dy, x) + beta * dw via a cached graph plan; returns dw."""
+    """dw = alpha * conv_bwd_filter(dy, x) + beta * dw as one graph; returns dw."""
     return _backward("wgrad", handle, dy, x, dw, w_shape, padding=padding, stride=stride, dilation=dilation,
                      alpha=alpha, beta=beta, compute_dtype=compute_dtype, post_padding=post_padding,
-                     conv_mode=conv_mode, autotune=autotune)[0]
+                     conv_mode=conv_mode, autotune=autotune)
 
 
 # ---------------------------------------------------------------- engine="graph" of the cudnn_py.ops convolution calls
@@ -272,8 +250,8 @@ def _params(conv, direction: str, a_shape, b_shape, out_shape) -> dict:
 
 def convolution(direction: str, handle, conv, a, b, out=None, *, engine: str = "graph", algo="heuristic",
                 deterministic: bool = False, workspace_limit: int | None = None, alpha: float = 1.0,
-                beta: float = 0.0, shape=None, bias=None, activation: str | None = None, executor: bool = False):
-    """One direction of a :class:`~cudnn_py.ops.convolution.Convolution` through a cached graph plan: what the
+                beta: float = 0.0, shape=None, bias=None, activation: str | None = None):
+    """One direction of a :class:`~cudnn_py.ops.convolution.Convolution` as a graph: what the
     :mod:`cudnn_py.ops.conv_calls` calls run with ``engine="graph"``; returns the output.
 
     :param direction: ``"forward"``, ``"backward_data"`` or ``"backward_filter"``.
@@ -286,13 +264,10 @@ def convolution(direction: str, handle, conv, a, b, out=None, *, engine: str = "
     :param shape: the output's shape when ``out`` is None (backward_data: default the smallest input giving dy's
         shape; backward_filter: required).
     :param bias, activation: forward only: one bias value per output channel and ``"relu"`` (or None), fused.
-    :param executor: answer (output, the :class:`Executor` that ran it: its runner binds x, w, (bias,) y) instead.
 
-    The call runs through the runner's sink (:meth:`~cudnn_py.graph.runner.Runner.run_pointers`), which a prepared
-    call (:mod:`cudnn_py.prepared`) repeats.
-
-    Plans are cached per configuration in the handle's ``"graph.conv"`` cache (benchmarks/conv_overhead.py: host
-    time per call).
+    The graph is built on this call and runs through its runner's sink
+    (:meth:`~cudnn_py.graph.runner.Runner.run_pointers`), which the calling function's prepared call
+    (:mod:`cudnn_py.prepared`) repeats.
     """
     if engine != "graph":
         raise InvalidValueError(f"engine {engine!r}: expected 'legacy' or 'graph'")
@@ -317,16 +292,15 @@ def convolution(direction: str, handle, conv, a, b, out=None, *, engine: str = "
             raise InvalidValueError(f"bias must hold one value per output channel ({k}), got shape {bias.shape}")
         bias = _view(conv, bias.reshape(1, k, *ones) if conv.layout == "NCHW" else bias.reshape(1, *ones, k))
     ndim = a.ndim
-    key = ("convolution", direction, conv, a.shape, b.shape, o.shape if o is not None else
-           None if shape is None else tuple(shape))
-    params = cached(handle, _CACHE, key, lambda: _params(conv, direction, a.shape, b.shape, key[-1]))  # once
-    kw = dict(params, alpha=alpha, beta=beta, autotune=algo.lower() == "fastest", sink=True)
+    kw = dict(_params(conv, direction, a.shape, b.shape, o.shape if o is not None else
+                      None if shape is None else tuple(shape)),
+              alpha=alpha, beta=beta, autotune=algo.lower() == "fastest")
     av, bv = _view(conv, a), _view(conv, b)
     ov = None if o is None else _view(conv, o)
-    if direction == "forward":
-        r, ex = _forward(handle, av, bv, bias, activation, ov, **kw)
+    if direction == "forward":  # the functions themselves: the caller is the prepared call
+        r = conv_forward.__wrapped__(handle, av, bv, bias=bias, activation=activation, y=ov,  # type: ignore
+                                     **kw)
     else:
-        r, ex = _backward("dgrad" if direction == "backward_data" else "wgrad", handle, av, bv, ov,
-                          None if shape is None else _view_shape(conv, shape), **kw)
-    r = out if out is not None else _result(conv, r, ndim)
-    return (r, ex) if executor else r
+        r = _backward("dgrad" if direction == "backward_data" else "wgrad", handle, av, bv, ov,
+                      None if shape is None else _view_shape(conv, shape), **kw)
+    return out if out is not None else _result(conv, r, ndim)

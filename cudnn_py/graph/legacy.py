@@ -2,10 +2,10 @@
 
 The operation modules (:mod:`cudnn_py.ops.activation`, ``tensor_ops``, ``pooling``, ``batchnorm``,
 ``normalization``) take ``engine="legacy" | "graph" | "auto"``; ``"graph"`` comes here. Each call builds a small
-graph once per configuration (shapes, strides, dtypes, parameters), plans it through the handle's plan cache and
-keeps its :class:`~cudnn_py.graph.runner.Runner` in the handle's cache (:func:`cudnn_py.graph.runner.cached`), so a
-repeat call is two dict lookups (the configuration, the variant pack of the arrays' addresses) and one
-``cudnnBackendExecute``. ``"auto"`` measures both engines (:func:`attempt`).
+graph on a signature's validated call (:func:`run_graph`), plans it through the handle's plan cache and runs it through
+its :class:`~cudnn_py.graph.runner.Runner`'s sink, so that the call's prepared call (:mod:`cudnn_py.prepared`) repeats
+it: a repeat call is one variant pack of the new addresses and one ``cudnnBackendExecute``. :func:`dispatch` chooses
+the engine (``"auto"``: measured once per configuration, :mod:`cudnn_py.engine_choice`).
 
 Layout. cuDNN's engines for graphs of pointwise operations alone take channels-last strides (dimension 1 innermost)
 and refuse the same data described as NCHW. Pointwise operations do not care which axis is called the channel, so
@@ -18,11 +18,12 @@ there 7 % faster than on NHWC (N, 256, H, W) data.
 """
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable, Hashable, Sequence
 
 import numpy as np
 
-from cudnn_py import engine_choice
+from cudnn_py import engine_choice, recording
 from cudnn_py.errors import InvalidValueError
 from cudnn_py.dtypes import as_numpy_dtype
 from cudnn_py.memory import DeviceArray
@@ -33,8 +34,8 @@ from .errors import GraphNotSupportedError
 from .graph import Graph, Tensor, packed_strides
 from .ops.pointwise import Pointwise, pointwise_mode
 
-__all__ = ["ENGINES", "engine_arg", "legacy_cache_clear", "GraphPathRefused", "dispatch", "graph_ran", "run_graph",
-           "blend", "graph_dtype", "GRAPH_DTYPES"]
+__all__ = ["ENGINES", "engine_arg", "legacy_cache_clear", "GraphPathRefused", "dispatch", "repeatable", "graph_ran",
+           "run_graph", "blend", "graph_dtype", "GRAPH_DTYPES", "ROUTE"]
 
 #: what ``engine=`` takes: the legacy C call, a cached graph plan, or the graph where it has an engine
 ENGINES = ("legacy", "graph", "auto")
@@ -42,7 +43,8 @@ ENGINES = ("legacy", "graph", "auto")
 GRAPH_DTYPES = ("float16", "bfloat16", "float32")
 _GRAPH_NP = frozenset(as_numpy_dtype(n) for n in GRAPH_DTYPES)  # the same as NumPy dtypes: one set lookup per array
 _MAX_RANK = 5
-_CACHE = "graph.legacy"
+#: what the prepared calls that ran a graph path here note they were built on (:func:`legacy_cache_clear`)
+ROUTE = "graph paths"
 
 
 def engine_arg(engine) -> str:
@@ -53,8 +55,9 @@ def engine_arg(engine) -> str:
 
 
 def legacy_cache_clear(handle) -> None:
-    """Forget the graphs, plans and executors built for ``handle`` by the operation modules' graph paths."""
-    runner.cache_clear(handle, _CACHE)
+    """Forget the prepared calls of ``handle`` that run an operation module's graph path (their graphs are built again
+    on their next call; the plans stay in the plan cache: :func:`cudnn_py.graph.plan_cache_clear`)."""
+    runner.cache_clear(handle, ROUTE)
 
 
 class GraphPathRefused(InvalidValueError):
@@ -83,8 +86,49 @@ def dispatch(engine: str, handle: Any, key: Hashable, legacy: Callable[[], objec
     refused = (GraphPathRefused, GraphNotSupportedError)
     if not measure:
         return engine_choice.run_static(static, legacy, lambda: graph(True), refused)
-    return engine_choice.run(handle, key, legacy, lambda: graph(True), mutated=mutated, static=static,
-                             refused=refused)
+    outer, _builds.memo = _builds.memo, {}  # the engine choice runs the graph several times: built once
+    try:
+        return engine_choice.run(handle, key, legacy, lambda: graph(True), mutated=mutated, static=static,
+                                 refused=refused)
+    finally:
+        _builds.memo = outer
+
+
+class _Builds(threading.local):
+    #: what :func:`run_graph` built during the :func:`dispatch` under way (its graphs, by configuration), for the
+    #: engine choice's repeated runs of one call (None outside one): no cache outlives the call
+    memo: dict | None = None
+
+
+_builds = _Builds()
+
+
+def repeatable(run: Callable[[], object]) -> Callable[[], object]:
+    """``run`` (a graph path) as an engine the engine choice may run several times: the first run builds, plans and
+    runs the graph; a later one queues again the plan executions the first queued, on the same addresses, as the
+    call's prepared call repeats them (so the measurement times what a repeat call costs); answers the first run's
+    answer. A first run that queued anything but plan executions, or spoiled its recording, runs again in full.
+    Only for a path whose executions bind the call's arrays and the outputs it answers alone (no scratch buffer of
+    its own, which would be gone by the next run)."""
+    first: list = []
+
+    def again() -> object:
+        if first:
+            for step in first[0]:
+                step.call(*step.args)
+            return first[1]
+        outer = recording.state.rec
+        with recording.recording() as rec:
+            res = run()
+        if outer is not None:
+            outer.steps += rec.steps
+            outer.uses |= rec.uses
+            outer.spoiled = outer.spoiled or rec.spoiled
+        if res is not False and rec.spoiled is None and all(
+                isinstance(getattr(s.call, "__self__", None), runner.Runner) for s in rec.steps):
+            first[:] = [rec.steps, res]
+        return res
+    return again
 
 
 def graph_ran(engine: str, graph: Callable[[bool], object]) -> bool:
@@ -171,13 +215,14 @@ def _pointwise_layouts(inputs, views, ov: DeviceArray) -> None:
                                    f"(use engine='legacy')")
 
 
-# ---------------------------------------------------------------- the cached runner
+# ---------------------------------------------------------------- the graph run
 
 def run_graph(handle, name: str, params: tuple, inputs: Sequence[tuple[str, DeviceArray]],
               outputs: Sequence[tuple[str, DeviceArray]], build: Callable, *, auto: bool = False,
               relabel: bool = True, layout_of: DeviceArray | None = None, autotune: bool = False) -> bool:
-    """Run ``build``'s graph on these arrays through a cached plan; False when ``auto`` and cuDNN has no engine for
-    it (nothing ran).
+    """Run ``build``'s graph on these arrays through the plan cache, the graph built on this call (the validated path
+    of a prepared call, whose repeat calls replay the plan's execution), or once for the repeated runs of a
+    :func:`dispatch`; False when ``auto`` and the graph path refuses it or cuDNN has no engine for it (nothing ran).
 
     ``inputs`` / ``outputs``: (role, array) pairs (an input may also be an output: read, then written, as beta
     blending and running statistics do); ``params``: the hashable settings ``build`` depends on.
@@ -190,8 +235,7 @@ def run_graph(handle, name: str, params: tuple, inputs: Sequence[tuple[str, Devi
     9.19's pointwise engine runs fastest so); ``build`` must then be elementwise, as pointwise graphs and
     reductions to the same shape are. Without ``relabel`` the arrays are described as they are.
     ``autotune``: on the first call, time the plans of heuristics modes A and B and the fallback list on these
-    arrays and keep the fastest (the outputs are written meanwhile) instead of mode A's first plan. cuDNN's "no
-    engine" and the builder's refusal are remembered per configuration (:func:`cudnn_py.graph.runner.cached`).
+    arrays and keep the fastest (the outputs are written meanwhile) instead of mode A's first plan.
     """
     for role, a in (*inputs, *outputs):
         if role != "index":  # pooling's int8 window index is the graph's own
@@ -200,7 +244,7 @@ def run_graph(handle, name: str, params: tuple, inputs: Sequence[tuple[str, Devi
     if relabel and ref.ndim > _MAX_RANK:
         raise GraphPathRefused(f"engine='graph' takes arrays of 1 to {_MAX_RANK} dimensions; got shape "
                                f"{ref.shape} (use engine='legacy')")
-    key = (name, params, autotune,
+    key = (name, params, autotune, relabel, None if layout_of is None else (layout_of.shape, layout_of.strides),
            tuple((r, a.shape, a.strides, a.dtype, a.device_id, tuple(a is o for _, o in outputs)) for r, a in inputs),
            tuple((r, a.shape, a.strides, a.dtype, a.device_id) for r, a in outputs))
 
@@ -235,10 +279,19 @@ def run_graph(handle, name: str, params: tuple, inputs: Sequence[tuple[str, Devi
         runner.plan_graph(g, handle, dict(zip(ts.values(), views)), dict(zip(outs, ovs)), autotune)
         return runner.Runner(g.plan, handle, tensors), view
 
-    ent = runner.cached(handle, _CACHE, key, make, refusals=(GraphNotSupportedError, GraphPathRefused), auto=auto)
-    if ent is None:
-        return False
-    r, view = ent
+    memo = _builds.memo
+    got = None if memo is None else memo.get(key)
+    if got is None:
+        try:
+            got = make()
+        except (GraphNotSupportedError, GraphPathRefused):
+            if auto:
+                return False
+            raise
+        if memo is not None:
+            memo[key] = got
+    r, view = got
+    recording.uses(ROUTE)
     r.run([view(a) for _, a in (*inputs, *outputs)])  # validated: a repeat call is the prepared call's replay
     return True
 

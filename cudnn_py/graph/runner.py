@@ -1,10 +1,11 @@
 """The one runner behind every cached graph call: plan, binding order, constants, variant packs, workspace, caches.
 
 :class:`Runner` is the only builder of ``VARIANT_PACK`` descriptors (:func:`make_variant_pack`); its users are
-:class:`~cudnn_py.graph.execute.Executor` (``Graph.executor``, and through it ``graph.conv_*`` and the operation
-modules' graph paths), :class:`~cudnn_py.graph.execute.CudaGraph`, attention (:mod:`cudnn_py.ops.sdpa`) and
-:mod:`cudnn_py.torch`. :func:`cached` is the per-handle cache of what the entry points build per configuration;
-:func:`plan_graph` builds or autotunes a graph for them (through the plan cache and :mod:`.plan_store`).
+:class:`~cudnn_py.graph.execute.Executor` (``Graph.executor``), :class:`~cudnn_py.graph.execute.CudaGraph`, the
+graph paths of the operation families (``graph.legacy.run_graph``, ``graph.conv``, attention) and
+:func:`~cudnn_py.graph.graph_call.graph_call`: their validated calls run through :meth:`Runner.run_pointers`, the
+sink a prepared call repeats. :func:`cached` is a per-handle cache of what an entry point builds per configuration
+(attention's); :func:`plan_graph` builds or autotunes a graph (through the plan cache and :mod:`.plan_store`).
 """
 from __future__ import annotations
 
@@ -407,24 +408,13 @@ class Runner:
 
 
 # -- what the entry points build per configuration ----------------------------------------------------------------
-def cached(handle: Any, namespace: str, key: Hashable, make: Callable[[], Any], *,
-           refusals: tuple[type[Exception], ...] = (), auto: bool = False) -> Any:
-    """What ``make()`` built for ``key`` in ``handle``'s cache ``namespace`` (made on the first call). An exception
-    of a type in ``refusals`` that ``make`` raised is remembered too: raised again on each call, or, with ``auto``,
-    None is returned (the caller runs another path)."""
+def cached(handle: Any, namespace: str, key: Hashable, make: Callable[[], Any]) -> Any:
+    """What ``make()`` built for ``key`` in ``handle``'s cache ``namespace`` (made on the first call)."""
     cache = handle_cache(handle, namespace)
     recording.uses(namespace)
     ent = cache.get(key)
     if ent is None:
-        try:
-            ent = make()
-        except refusals as e:
-            ent = e
-        cache[key] = ent
-    if refusals and isinstance(ent, refusals):
-        if auto:
-            return None
-        raise ent
+        ent = cache[key] = make()
     return ent
 
 

@@ -9,11 +9,12 @@ in the handle's cache :data:`PLANS`: :class:`~cudnn_py.ops.convolution.Geometry`
 :func:`cudnn_py.algorithms.resolve_algorithm` chooses the algorithm. ``engine="graph"`` hands the call to
 :func:`cudnn_py.graph.conv.convolution`. ``engine="auto"`` (the default), where the graph path can take the call
 (``algo`` a choice, no ``deterministic``/``workspace_limit``, math type "auto"; for the fused call no ``z`` and
-``beta`` 0), measures both engines on the first call of a configuration and keeps the faster
-(:mod:`cudnn_py.engine_choice`: per handle, in the tuning database, ``CUDNN_PY_AUTO_ENGINE=static`` for the graph
-wherever it takes the call); elsewhere it runs the legacy call. ``autotune=True`` measures the candidates once per
-configuration (legacy: ``Find...Ex`` under the workspace cap; graph: every plan) and keeps the fastest;
-``algo="fastest"`` is its deprecated spelling. See :mod:`cudnn_py.ops.convolution` for the conventions.
+``beta`` 0), measures both engines on the first call of a configuration and keeps the faster, through the families'
+one dispatch (:func:`cudnn_py.graph.legacy.dispatch`; per handle, in the tuning database,
+``CUDNN_PY_AUTO_ENGINE=static`` for the graph wherever it takes the call); elsewhere it runs the legacy call.
+``autotune=True`` measures the candidates once per configuration (legacy: ``Find...Ex`` under the workspace cap;
+graph: every plan) and keeps the fastest; ``algo="fastest"`` is its deprecated spelling. See
+:mod:`cudnn_py.ops.convolution` for the conventions.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from cudnn_py import algorithms as _alg
-from cudnn_py import capi, engine_choice, recording
+from cudnn_py import capi, recording
 from cudnn_py import descriptors as _d
 from cudnn_py._deprecation import renamed_kwargs, warn
 from cudnn_py.args import INT64_MAX, bool_arg, int_arg, scaling
@@ -32,6 +33,8 @@ from cudnn_py.caches import handle_cache
 from cudnn_py.dtypes import cudnn_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.graph.errors import GraphNotSupportedError
+from cudnn_py.graph import legacy as gl
+from cudnn_py.graph.runner import new_output
 from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray, DeviceArrayLike, array_signature, as_array, empty, zeros
 from cudnn_py.strided import c_strides
@@ -163,69 +166,57 @@ def _pad_input(handle: Handle, g: Geometry, x_ptr: int) -> DeviceArray:
 
 # ---------------------------------------------------------------- engine, autotune and the engine choice
 
-_ENGINES = ("legacy", "graph", "auto")
-
-
-def _route(where: str, engine: str, algo: Any, autotune: bool, deterministic: bool, workspace_limit: int | None,
-           conv: Convolution, graph_ok: bool = True, stacklevel: int = 4) -> tuple[str, Any, bool]:
-    """(``"legacy"`` or ``"graph"``, the algorithm spec the engines take, whether ``engine`` was ``"auto"``).
-
-    ``autotune=True`` is the spec ``"fastest"`` (its old spelling ``algo="fastest"`` warns, on every call: its
-    recording makes no prepared call); ``"auto"`` takes the graph where it can take the call (``graph_ok`` and the
-    options above), else the legacy call."""
-    if not isinstance(engine, str) or engine not in _ENGINES:
-        raise InvalidValueError(f"engine {engine!r}: expected 'legacy', 'graph' or 'auto'")
+def _algo(where: str, algo: Any, autotune: bool, stacklevel: int = 4) -> Any:
+    """The algorithm spec the engines take: ``autotune=True`` is the spec ``"fastest"`` (its old spelling
+    ``algo="fastest"`` warns, on every call: its recording makes no prepared call)."""
     autotune = bool_arg(autotune, "autotune")
     if isinstance(algo, str) and algo.lower() == "fastest":
         warn(f"{where}(algo='fastest') is deprecated, use autotune=True", stacklevel=stacklevel)
         recording.spoil("algo='fastest' is deprecated and warns on every call")
-        autotune = True
     elif autotune:
         if not (isinstance(algo, str) and algo.lower() == "heuristic"):
             raise InvalidValueError(f"autotune=True measures the algorithms itself; algo={algo!r} names one")
         algo = "fastest"
-    if engine != "auto":
-        return engine, algo, False
-    takes = (graph_ok and _alg.is_choice(algo) and not bool_arg(deterministic, "deterministic")
-             and workspace_limit is None and conv.math_type is None)
-    return ("graph" if takes else "legacy"), algo, True
+    return algo
+
+
+def _takes(algo: Any, deterministic: bool, workspace_limit: int | None, conv: Convolution) -> bool:
+    """Whether the graph path can take a call (``engine="auto"``'s static rule, else the legacy call): ``algo`` a
+    choice, no ``deterministic``, no ``workspace_limit``, math type "auto"."""
+    return (_alg.is_choice(algo) and not bool_arg(deterministic, "deterministic") and workspace_limit is None
+            and conv.math_type is None)
+
+
+def _dispatch(handle: Handle, engine: str, takes: bool, key: Callable[[], tuple], legacy: Callable[[], Any],
+              direction: str, conv: Convolution, a, b, out, mutated: tuple = (), **kw: Any) -> Any:
+    """The call's output, run on ``engine`` through :func:`cudnn_py.graph.legacy.dispatch`: ``"auto"`` measures both
+    engines once per ``key()`` and handle where the graph path ``takes`` the call, else runs the legacy call
+    (``mutated``: the output where it is blended into). The graph engine is
+    :func:`cudnn_py.graph.conv.convolution` on ``a``, ``b``, ``out`` (in the graph's order) with ``kw``; run again
+    by the engine choice, it repeats its first run's plan execution (:func:`cudnn_py.graph.legacy.repeatable`: no
+    scratch buffers on that path)."""
+    outs: dict = {}
+
+    def run() -> bool:
+        outs["graph"] = _graph().convolution(direction, handle, conv, a, b, out, engine="graph", **kw)
+        return True
+    again = gl.repeatable(run)  # the engine choice's later runs: the plan's execution alone, as a repeat call's
+
+    def graph(auto: bool) -> object:
+        try:
+            return again() if auto else run()
+        except _REFUSALS:
+            if auto:
+                return False
+            raise
+    measure = takes and engine == "auto"
+    ran = gl.dispatch(engine, handle, key() if measure else None, lambda: outs.__setitem__("legacy", legacy()), graph,
+                      mutated=mutated, static="graph" if takes else "legacy", measure=measure)
+    return outs[ran]
 
 
 #: what the graph path raises for a call it does not take (with engine="auto" the legacy call then runs)
 _REFUSALS = (InvalidValueError, InvalidTypeError, GraphNotSupportedError)
-
-
-def _graph_engine(handle: Handle, direction: str, conv: Convolution, a, b, out, **kw: Any) -> Callable[[], Any]:
-    """The graph path of a call as an engine: its first run checks, plans and runs the call
-    (:func:`cudnn_py.graph.conv.convolution`, through its runner's sink) and answers the output; a later one (the
-    engine choice timing it) runs that runner again on the same addresses, as the prepared call repeats it."""
-    done: list = []
-
-    def run() -> Any:
-        if done:
-            runner, ptrs, res = done
-            runner.run_pointers(ptrs)
-            return res
-        res, ex = _graph().convolution(direction, handle, conv, a, b, out, engine="graph", executor=True, **kw)
-        bound = (a, b, res) if kw.get("bias") is None else (a, b, kw["bias"], res)
-        done[:] = [ex.runner, tuple(array_signature(v)[1] for v in bound), res]
-        return res
-    return run
-
-
-def _run(handle: Handle, route: str, auto: bool, legacy: Callable[[], Any], graph: Callable[[], Any],
-         key: Callable[[], tuple], mutated: tuple = ()) -> Any:
-    """The call's output, run on its route; with ``engine="auto"`` where the graph may take it, on the engine
-    :func:`cudnn_py.engine_choice.run` keeps for ``key()`` (measured once per configuration and handle; ``mutated``:
-    the output where it is blended into)."""
-    if route == "legacy":
-        return legacy()
-    if not auto:
-        return graph()
-    got: list = []
-    engine_choice.run(handle, key(), lambda: got.append(legacy()), lambda: got.append(graph()), mutated=mutated,
-                      static="graph", refused=_REFUSALS)
-    return got[-1]
 
 
 def _sig(sig) -> tuple | None:
@@ -273,7 +264,7 @@ def _call(direction: str, handle: Handle, conv: Convolution, a, b, out, shape, a
     so, po = (None, 0) if out is None else array_signature(out, names[2])
     if direction == "backward_filter" and out is None and shape is None:
         raise InvalidValueError("convolution_backward_filter needs dw (an output array) or w_shape")
-    route, algo, auto = _route(where, engine, algo, autotune, deterministic, workspace_limit, conv, stacklevel=5)
+    algo = _algo(where, algo, autotune, stacklevel=5)
 
     def legacy():
         if direction == "forward":
@@ -296,10 +287,10 @@ def _call(direction: str, handle: Handle, conv: Convolution, a, b, out, shape, a
         sigs = (sa, sb) if direction == "forward" else (sb, sa)
         return (where, "route", conv.key, *map(_sig, (*sigs, so)), dims, algo if isinstance(algo, str) else None,
                 beta != 0.0)
-    graph = _graph_engine(handle, direction, conv, ga, gb, out, algo=algo, deterministic=deterministic,
-                          workspace_limit=workspace_limit, alpha=alpha, beta=beta, shape=shape)
-    return _run(handle, route, auto, legacy, graph, key,
-                () if out is None or beta == 0.0 else (as_array(out, names[2]),))
+    return _dispatch(handle, engine, _takes(algo, deterministic, workspace_limit, conv), key, legacy, direction, conv,
+                     ga, gb, out, () if out is None or beta == 0.0 else (as_array(out, names[2]),), algo=algo,
+                     deterministic=deterministic, workspace_limit=workspace_limit, alpha=alpha, beta=beta,
+                     shape=shape)
 
 
 def _legacy(handle: Handle, direction: str, conv: Convolution, sigs, a_ptr: int, b_ptr: int, out, out_ptr: int,
@@ -313,8 +304,7 @@ def _legacy(handle: Handle, direction: str, conv: Convolution, sigs, a_ptr: int,
     g = p.g
     if out is None:
         s = sigs[{"forward": 2, "backward_data": 0, "backward_filter": 1}[direction]]
-        out = empty(g.out_shape if s is None else s[0], g.np_y_dtype if s is None else s[2], stream=handle.stream,
-                    device=handle.device)
+        out = new_output(handle, g.out_shape if s is None else s[0], g.np_y_dtype if s is None else s[2])
         out_ptr = out.ptr
     a, b, c, cd = p.keep
     if g.asym and direction == "backward_data":
@@ -392,7 +382,7 @@ def convolution_backward_bias(handle: Handle, dy: DeviceArrayLike, *, db: Out | 
                                             "db")
     out: DeviceArray | Out
     if db is None:
-        out = empty(db_shape, dys[2], stream=handle.stream, device=handle.device)
+        out = new_output(handle, db_shape, dys[2])
         db_ptr = out.ptr
     else:
         out = db
@@ -463,9 +453,8 @@ def convolution_bias_activation_forward(handle: Handle, conv: Convolution, x: De
     alpha, beta = scaling(alpha=alpha, beta=beta)  # after the old spellings (alpha1=, alpha2=) were read
     act = enum_arg(activation, _ACTIVATIONS, capi.cudnnActivationMode_t, "activation")
     _conv_arg(conv)
-    route, algo, auto = _route("convolution_bias_activation_forward", engine, algo, autotune, deterministic,
-                               workspace_limit, conv, graph_ok=z is None and beta == 0.0)
-    if route == "graph" and (z is not None or beta != 0.0):
+    algo = _algo("convolution_bias_activation_forward", algo, autotune)
+    if engine == "graph" and (z is not None or beta != 0.0):
         raise InvalidValueError("engine='graph' has no z input: use engine='legacy' for y = act(alpha * conv + "
                                 "beta * z + bias)")
     sigs = [array_signature(v, n) for v, n in ((x, "x"), (w, "w"), (bias, "bias"))]
@@ -476,11 +465,11 @@ def convolution_bias_activation_forward(handle: Handle, conv: Convolution, x: De
     def key() -> tuple:
         return ("convolution_bias_activation_forward", "route", conv.key, *(_sig(s) for s, _ in sigs), _sig(ys),
                 act.name, algo if isinstance(algo, str) else None)
-    graph = _graph_engine(handle, "forward", conv, x, w, y, algo=algo, deterministic=deterministic,
-                          workspace_limit=workspace_limit, alpha=alpha, bias=bias,
-                          activation=None if act == capi.CUDNN_ACTIVATION_IDENTITY else "relu")
-    return _run(handle, route, auto, lambda: _bias_activation_legacy(
-        handle, conv, sigs, z, y, ys, y_ptr, act, algo, alpha, beta, deterministic, workspace_limit), graph, key)
+    takes = z is None and beta == 0.0 and _takes(algo, deterministic, workspace_limit, conv)
+    return _dispatch(handle, engine, takes, key, lambda: _bias_activation_legacy(
+        handle, conv, sigs, z, y, ys, y_ptr, act, algo, alpha, beta, deterministic, workspace_limit), "forward",
+                     conv, x, w, y, algo=algo, deterministic=deterministic, workspace_limit=workspace_limit,
+                     alpha=alpha, bias=bias, activation=None if act == capi.CUDNN_ACTIVATION_IDENTITY else "relu")
 
 
 def _bias_activation_legacy(handle: Handle, conv: Convolution, sigs, z, y, ys, y_ptr, act, algo, alpha, beta,
@@ -508,7 +497,7 @@ def _bias_activation_legacy(handle: Handle, conv: Convolution, sigs, z, y, ys, y
             raise InvalidValueError(f"z must look like y (shape, strides, dtype, device {ys}), got {zs}")
     out = y
     if y is None:
-        out = empty(g.out_shape, g.np_y_dtype, stream=handle.stream, device=handle.device)
+        out = new_output(handle, g.out_shape, g.np_y_dtype)
         y_ptr = out.ptr
     a, wd, c, cd = p.keep
     if z is None:  # z aliases y: clear y so that no stale value (or NaN) can leak in through z

@@ -542,8 +542,9 @@ def convolution_output_shape(x_shape: Sequence[int], w_shape: Sequence[int], pad
                                f"accumulation type: a Convolution's compute_dtype)")
     if len(w_shape) != len(x_shape):
         raise InvalidValueError(f"input shape {x_shape} and filter shape {w_shape} must have the same number of dims")
-    conv = _shared_convolution(padding, stride, dilation, ndim=len(x_shape) - 2, mode=mode,
-                               compute_type=np.float64 if dt == capi.CUDNN_DATA_DOUBLE else np.float32, groups=groups)
+    conv = _ConvolutionDescriptor.shared(*_convolution_settings(
+        padding, stride, dilation, ndim=len(x_shape) - 2, mode=mode,
+        compute_type=np.float64 if dt == capi.CUDNN_DATA_DOUBLE else np.float32, groups=groups))
     return conv.output_shape(TensorDescriptor.shared(x_shape, dt), FilterDescriptor.shared(w_shape, dt))
 
 
@@ -560,10 +561,6 @@ def _convolution_settings(padding=0, stride=1, dilation=1, *, ndim=None, mode="c
             enum_member(capi.cudnnConvolutionMode_t, mode, "CUDNN_", "mode"),
             legacy_dtype(compute_type, "compute_type"), int_arg(groups, "groups", 1),
             enum_member(capi.cudnnMathType_t, math_type, "CUDNN_", "math_type", _MATH_ALIASES), reorder)
-
-
-def _shared_convolution(padding=0, stride=1, dilation=1, **kwargs) -> _ConvolutionDescriptor:
-    return _ConvolutionDescriptor.shared(*_convolution_settings(padding, stride, dilation, **kwargs))
 
 
 def _convolution(padding=0, stride=1, dilation=1, *, ndim=None, mode="cross_correlation", compute_type=np.float32,

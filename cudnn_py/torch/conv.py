@@ -4,9 +4,10 @@
 :func:`conv` is ``F.conv1d/2d/3d`` (any groups, padding, stride, dilation) plus a fused activation; x and w in
 float16, bfloat16 or float32 (TF32 tensor-op math), NCHW or channels-last (the output follows x's layout, dx
 follows dy's, dw x's). Gradients flow for no activation and ReLU (its gradient is taken from the output); other
-fused activations are forward-only and refused when an input requires a gradient. Which fusions have an engine is
-cuDNN's choice (cuDNN 9.19 on an H200: see tests/test_torch_ops.py's output); one without raises
-:class:`~cudnn_py.graph.GraphNotSupportedError` naming the graph.
+fused activations are forward-only and refused when an input requires a gradient. The ops are the core's graph
+convolutions (:func:`cudnn_py.graph.conv_forward` and the backward ones: their prepared calls) on torch's stream and
+allocator. Which fusions have an engine is cuDNN's choice (cuDNN 9.19 on an H200: see tests/test_torch_ops.py's
+output); one without raises :class:`~cudnn_py.graph.GraphNotSupportedError` naming the graph.
 """
 from __future__ import annotations
 
@@ -16,10 +17,9 @@ import torch
 from torch import Tensor
 
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
-from cudnn_py.graph import Graph
-from cudnn_py.graph.graph_call import graph_call
+from cudnn_py.graph import conv as gconv
 
-from .runtime import call, context, define, dtype_name, eager, empty_like_layout, function
+from .runtime import call, context, define, eager, empty_like_layout, function
 
 __all__ = ["conv", "conv_fwd", "conv_dgrad", "conv_wgrad", "ACTIVATIONS"]
 
@@ -32,48 +32,21 @@ def _out_size(n: int, k: int, pad: int, stride: int, dil: int) -> int:
     return (n + 2 * pad - dil * (k - 1) - 1) // stride + 1
 
 
-def _graph(x: Tensor, name: str) -> Graph:
-    return Graph(io_dtype=dtype_name(x.dtype), compute_dtype="float32", intermediate_dtype="float32", name=name)
-
-
-def _t(g: Graph, t: Tensor, name: str):
-    return g.tensor(tuple(t.shape), dtype=dtype_name(t.dtype), strides=tuple(t.stride()), name=name)
-
-
-def _output(t, like: Tensor, name: str):
-    t.strides = tuple(like.stride())
-    return t.set_output(True).set_name(name)
-
-
 def _y(x: Tensor, w: Tensor, padding, stride, dilation) -> Tensor:
     sp = [_out_size(n, k, p, s, d) for n, k, p, s, d in zip(x.shape[2:], w.shape[2:], padding, stride, dilation)]
     return empty_like_layout(x, (x.shape[0], w.shape[0], *sp))
-
-
-def _build_fwd(opts: tuple, x, w, bias, y) -> tuple:
-    padding, stride, dilation, activation = opts
-    g = _graph(x, "torch.conv_fwd")
-    tx, tw = _t(g, x, "x"), _t(g, w, "w")
-    out = g.conv_fprop(tx, tw, padding, stride, dilation)
-    ins = [tx, tw]
-    if bias is not None:
-        tb = g.tensor((1, bias.shape[0]) + (1,) * (x.dim() - 2), dtype=dtype_name(bias.dtype),
-                      strides=(bias.shape[0],) + (1,) * (x.dim() - 1), name="bias")
-        ins.append(tb)
-        out = g.bias(out, tb)
-    if activation != "none":
-        out = getattr(g, activation)(out)
-    return g, ins + [_output(out, y, "y")], ()
-
-
-_FWD = graph_call("torch_conv_fwd", _build_fwd, ("x", "w", "bias"), ("y",))
 
 
 def _conv_fwd(x: Tensor, w: Tensor, bias: Optional[Tensor], padding: list[int], stride: list[int],
              dilation: list[int], activation: str) -> Tensor:
     """y = activation(conv(x, w) + bias), one cuDNN graph. See :func:`conv`."""
     y = _y(x, w, padding, stride, dilation)
-    context(x.get_device()).run(_FWD, (tuple(padding), tuple(stride), tuple(dilation), activation), x, w, bias, y)
+    kw = dict(padding=tuple(padding), stride=tuple(stride), dilation=tuple(dilation), y=y)
+    if bias is not None:  # only what is set: every keyword is part of the prepared call's key
+        kw["bias"] = bias
+    if activation != "none":
+        kw["activation"] = activation
+    context(x.get_device()).run(gconv.conv_forward, x, w, **kw)
     return y
 
 
@@ -81,32 +54,13 @@ def _conv_fwd_fake(x, w, bias, padding, stride, dilation, activation):
     return _y(x, w, padding, stride, dilation)
 
 
-def _build_grad(opts: tuple, dy, other, out) -> tuple:
-    dgrad, shape, padding, stride, dilation = opts
-    g = _graph(dy, f"torch.conv_{'dgrad' if dgrad else 'wgrad'}")
-    tdy, to = _t(g, dy, "dy"), _t(g, other, "w" if dgrad else "x")
-    made = (g.conv_dgrad(tdy, to, padding, stride, dilation, x_shape=shape) if dgrad else
-            g.conv_wgrad(tdy, to, padding, stride, dilation, w_shape=shape))
-    return g, [tdy, to, _output(made, out, "dx" if dgrad else "dw")], ()
-
-
-_GRAD = graph_call("torch_conv_grad", _build_grad, ("dy", "other"), ("out",))
-
-
-def _conv_grad(dgrad: bool, dy: Tensor, other: Tensor, shape: list[int], padding: list[int], stride: list[int],
-               dilation: list[int]) -> Tensor:
-    """A gradient of the convolution for output gradient ``dy``: with ``dgrad`` dx of ``shape`` (``other`` is w; dx
-    in dy's layout), else dw of ``shape`` (``other`` is x; dw in x's layout)."""
-    out = empty_like_layout(dy if dgrad else other, shape)
-    opts = (dgrad, tuple(shape), tuple(padding), tuple(stride), tuple(dilation))
-    context(dy.get_device()).run(_GRAD, opts, dy, other, out)
-    return out
-
-
 def _conv_dgrad(dy: Tensor, w: Tensor, x_shape: list[int], padding: list[int], stride: list[int],
                dilation: list[int]) -> Tensor:
     """dx of the convolution for output gradient ``dy`` (dx in dy's layout)."""
-    return _conv_grad(True, dy, w, x_shape, padding, stride, dilation)
+    dx = empty_like_layout(dy, x_shape)
+    context(dy.get_device()).run(gconv.conv_backward_data, dy, w, dx=dx, padding=tuple(padding), stride=tuple(stride),
+                                 dilation=tuple(dilation))
+    return dx
 
 
 def _conv_dgrad_fake(dy, w, x_shape, padding, stride, dilation):
@@ -119,7 +73,10 @@ conv_dgrad = define("conv_dgrad", _conv_dgrad, _conv_dgrad_fake)
 def _conv_wgrad(dy: Tensor, x: Tensor, w_shape: list[int], padding: list[int], stride: list[int],
                dilation: list[int]) -> Tensor:
     """dw of the convolution for output gradient ``dy`` (dw in x's layout)."""
-    return _conv_grad(False, dy, x, w_shape, padding, stride, dilation)
+    dw = empty_like_layout(x, w_shape)
+    context(dy.get_device()).run(gconv.conv_backward_filter, dy, x, dw=dw, padding=tuple(padding),
+                                 stride=tuple(stride), dilation=tuple(dilation))
+    return dw
 
 
 def _conv_wgrad_fake(dy, x, w_shape, padding, stride, dilation):
