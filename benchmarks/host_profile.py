@@ -63,7 +63,7 @@ def catch(h, call: Callable[[], object]) -> tuple:
         for key, p in before.items():
             cache[key] = p
     if len(hit) != 1:
-        raise RuntimeError(f"the call replayed {len(hit)} prepared calls (is it prepared?)")
+        raise LookupError(f"its repeat call replayed {len(hit)} prepared calls (validated every time?)")
     key, c = hit[0]
     return key, c.p, c.got
 
@@ -165,7 +165,7 @@ def table(h, kinds: dict[str, Arrays], names: dict, calls: int, rounds: int, syn
             for how, o in (("given", given(a) if given else None), ("new", None)):
                 try:
                     us = profile(h, lambda call=call, a=a, o=o: call(a, o), calls, rounds, sync)
-                except cudnn.CudnnPyError as e:  # a row this machine's cuDNN refuses: said, and the table goes on
+                except (cudnn.CudnnPyError, LookupError) as e:  # refused here, or not prepared: said, the table goes on
                     lines.append(f"{name:31s} {kind + ' ' + how:10s} refused: {type(e).__name__}: {str(e)[:60]}")
                     continue
                 lines.append(f"{name:31s} {kind + ' ' + how:10s} " + " ".join(f"{us[c]:7.2f}" for c in cols)
