@@ -153,7 +153,7 @@ def batchnorm_forward_training(handle: Handle, x: DeviceArrayLike, scale: Device
     sc, bi, rm, rv, sm, siv, eps, f = na.training_params(handle, s, scale, bias, running_mean, running_var,
                                                          saved_mean, saved_inv_var, epsilon, factor)
     ya = na.given_output(y, "y", handle, s.x)
-    ya, sm, siv = na.or_new_like(ya, handle, s.x), s.or_new(sm, handle), s.or_new(siv, handle)
+    ya, sm, siv = na.or_new_like(ya, handle, s.x), *s.or_new_pair(sm, siv, handle)
     gl.dispatch(engine, handle, ("batchnorm_forward_training", s.mode, eps, f, alpha, beta, rm is None,
                                  ec.signature(s.x, ya, sc)),
                 lambda: launch(handle, capi.cudnnBatchNormalizationForwardTraining, handle.ptr, s.mode,
@@ -210,7 +210,7 @@ def batchnorm_backward(handle: Handle, x: DeviceArrayLike, dy: DeviceArrayLike, 
     eps = na.check_epsilon(epsilon)
     dxa = na.given_output(dx, "dx", handle, s.x)
     ds, db = s.opt_param(dscale, "dscale", handle), s.opt_param(dbias, "dbias", handle)
-    dxa, ds, db = na.or_new_like(dxa, handle, s.x), s.or_new(ds, handle), s.or_new(db, handle)
+    dxa, ds, db = na.or_new_like(dxa, handle, s.x), *s.or_new_pair(ds, db, handle)
     gl.dispatch(engine, handle, ("batchnorm_backward", s.mode, eps, alpha_data, beta_data, alpha_param, beta_param,
                                  sm is None, ec.signature(s.x, dya, dxa, sc)),
                 lambda: launch(handle, capi.cudnnBatchNormalizationBackward, handle.ptr, s.mode,

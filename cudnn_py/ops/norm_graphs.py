@@ -76,7 +76,7 @@ def fused_training(handle, s: na.NormSetup, op, activation, z, params: tuple, y,
     sc, bi, rm, rv, sm, siv, eps, f = na.training_params(handle, s, *params)
     ya = na.given_output(y, "y", handle, s.x)
     if engine != "legacy":
-        ya, sm, siv = na.or_new_like(ya, handle, s.x), s.or_new(sm, handle), s.or_new(siv, handle)
+        ya, sm, siv = na.or_new_like(ya, handle, s.x), *s.or_new_pair(sm, siv, handle)
 
         def run(auto):
             if check is not None:
@@ -87,7 +87,7 @@ def fused_training(handle, s: na.NormSetup, op, activation, z, params: tuple, y,
             return ya, sm, siv, rm, rv, None
     ws_size, rs_size = sizes(za is not None)
     rsa = na.reserve_buffer(handle, reserve, rs_size, "reserve")
-    ya, sm, siv = na.or_new_like(ya, handle, s.x), s.or_new(sm, handle), s.or_new(siv, handle)
+    ya, sm, siv = na.or_new_like(ya, handle, s.x), *s.or_new_pair(sm, siv, handle)
     c_call(ya, za, sc, bi, rm, rv, sm, siv, eps, f, rsa, ws_size)
     return ya, sm, siv, rm, rv, rsa
 
