@@ -11,8 +11,8 @@ its prepared call (:mod:`cudnn_py.prepared`): its key, arguments and addresses, 
   scaling factors, or ``cudnnBackendExecute`` with a variant pack made once), at the call's addresses;
 * ``wrapper``: ``package`` less the replay: reading the arguments into the key, hashing it and the cache lookup
   (``lookup``: the hash and lookup of the caught key alone);
-* ``replay``: the prepared call's generated function: ``alloc`` (each new output's allocation and free, ``n`` of
-  them), ``bare C``, and ``rest`` (overlap checks, workspace fetch, the graph route's variant-pack lookup, the
+* ``replay``: the prepared call's generated function: ``alloc`` (each allocation of new outputs and its free, ``n``
+  of them), ``bare C``, and ``rest`` (overlap checks, workspace fetch, the graph route's variant-pack lookup, the
   result put together).
 
 ``batchnorm training`` gives ``y`` and the running statistics (as ``benchmarks/host_overhead.py`` does): its saved
@@ -70,9 +70,10 @@ def catch(h, call: Callable[[], object]) -> tuple:
 
 def bare_steps(h, p: prep.Prepared, ptrs: list, keep: list) -> Callable[[], None]:
     """``p``'s steps alone at the call's addresses (new outputs made once, kept in ``keep``)."""
-    addrs = list(ptrs)
+    addrs, bases = list(ptrs), [b(h)[0] for b in getattr(p, "bases", ())]  # new outputs viewing one allocation
+    keep += bases
     for new in p.news:
-        a, ptr = new(h)
+        a, ptr = new[1](bases[new[0]]) if type(new) is tuple else new(h)
         keep.append(a)
         addrs.append(ptr)
     fns = []
@@ -114,11 +115,12 @@ def profile(h, call: Callable[[], object], calls: int, rounds: int, sync) -> dic
     call()
     key, p, (hh, args, kwargs, ptrs) = catch(h, call)
     cache, keep = h.cache[prep.CACHE], []
-    allocs = {f"alloc{i}": (lambda new=new: new(hh)) for i, new in enumerate(p.news)}
+    made = [*getattr(p, "bases", ()), *(new for new in p.news if type(new) is not tuple)]  # the allocations
+    allocs = {f"alloc{i}": (lambda new=new: new(hh)) for i, new in enumerate(made)}
     us = per_call({"package": call, "replay": lambda: p.run(hh, args, kwargs, ptrs), "lookup": lambda: cache.get(key),
                    "bare": bare_steps(hh, p, ptrs, keep), **allocs}, calls, rounds, sync)
     alloc = sum(us.pop(k) for k in allocs)
-    return {**us, "alloc": alloc, "n": len(p.news), "wrapper": us["package"] - us["replay"],
+    return {**us, "alloc": alloc, "n": len(made), "wrapper": us["package"] - us["replay"],
             "rest": us["replay"] - alloc - us["bare"], "added": us["package"] - us["bare"]}
 
 
