@@ -159,10 +159,10 @@ class NormSetup:
             return self.or_new(a, handle), self.or_new(b, handle)
         item = self.pdtype.itemsize
         step = -(-math.prod(self.pshape) * item // 256) * 256
-        both = new_output(handle, (2 * step // item,), self.pdtype)
+        both, stream = new_output(handle, (2 * step // item,), self.pdtype), getattr(handle, "stream", None)
         strides = c_strides(self.pshape)
         first, second = (DeviceArray.from_parts(both.ptr + i * step, self.pshape, self.pdtype, strides,
-                                                both.device_id, both, both._stream, True) for i in (0, 1))
+                                                both.device_id, both, stream, True) for i in (0, 1))
         return first, second
 
 
