@@ -73,7 +73,7 @@ def bare_steps(h, p: prep.Prepared, ptrs: list, keep: list) -> Callable[[], None
     addrs, bases = list(ptrs), [b(h)[0] for b in getattr(p, "bases", ())]  # new outputs viewing one allocation
     keep += bases
     for new in p.news:
-        a, ptr = new[1](bases[new[0]]) if type(new) is tuple else new(h)
+        a, ptr = new[1](bases[new[0]], h) if type(new) is tuple else new(h)
         keep.append(a)
         addrs.append(ptr)
     fns = []

@@ -2,7 +2,8 @@
 (:mod:`cudnn_py.ops.normalization`): forward training as one batch-norm graph operation (running statistics
 included) with an add and ReLU fused after it, inference as pointwise operations, backward as one norm-backward
 operation (a fused ReLU's gradient as a pointwise graph before it). Each returns whether the graph ran; a call it
-cannot take raises :class:`~cudnn_py.graph.legacy.GraphPathRefused`.
+cannot take raises :class:`~cudnn_py.graph.legacy.GraphPathRefused`. The fused calls of both families (batch norm's
+``..._ex``, the normalisation API) share their whole path here: :func:`fused_training`, :func:`fused_backward`.
 """
 from __future__ import annotations
 
