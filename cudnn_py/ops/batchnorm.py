@@ -153,7 +153,7 @@ def batchnorm_forward_training(handle: Handle, x: DeviceArrayLike, scale: Device
     sc, bi, rm, rv, sm, siv, eps, f = na.training_params(handle, s, scale, bias, running_mean, running_var,
                                                          saved_mean, saved_inv_var, epsilon, factor)
     ya = na.given_output(y, "y", handle, s.x)
-    ya, sm, siv = na.or_new_like(ya, handle, s.x), s.or_new(sm, handle), s.or_new(siv, handle)
+    ya, sm, siv = na.or_new_like(ya, handle, s.x), *s.or_new_pair(sm, siv, handle)
     gl.dispatch(engine, handle, ("batchnorm_forward_training", s.mode, eps, f, alpha, beta, rm is None,
                                  ec.signature(s.x, ya, sc)),
                 lambda: launch(handle, capi.cudnnBatchNormalizationForwardTraining, handle.ptr, s.mode,
@@ -210,7 +210,7 @@ def batchnorm_backward(handle: Handle, x: DeviceArrayLike, dy: DeviceArrayLike, 
     eps = na.check_epsilon(epsilon)
     dxa = na.given_output(dx, "dx", handle, s.x)
     ds, db = s.opt_param(dscale, "dscale", handle), s.opt_param(dbias, "dbias", handle)
-    dxa, ds, db = na.or_new_like(dxa, handle, s.x), s.or_new(ds, handle), s.or_new(db, handle)
+    dxa, ds, db = na.or_new_like(dxa, handle, s.x), *s.or_new_pair(ds, db, handle)
     gl.dispatch(engine, handle, ("batchnorm_backward", s.mode, eps, alpha_data, beta_data, alpha_param, beta_param,
                                  sm is None, ec.signature(s.x, dya, dxa, sc)),
                 lambda: launch(handle, capi.cudnnBatchNormalizationBackward, handle.ptr, s.mode,
@@ -275,26 +275,16 @@ def batchnorm_forward_training_ex(handle: Handle, x: DeviceArrayLike, scale: Dev
     engine = _legacy_if_auto(gl.engine_arg(engine))
     s = _bn(handle, x, mode)
     op, act = na.fused_ops(ops, activation, z, "z", BATCHNORM_OPS, capi.cudnnBatchNormOps_t)
-    za = None if z is None else na.data_array(z, "z", handle, like=s.x)
-    sc, bi, rm, rv, sm, siv, eps, f = na.training_params(handle, s, scale, bias, running_mean, running_var,
-                                                         saved_mean, saved_inv_var, epsilon, factor)
-    ya = na.given_output(y, "y", handle, s.x)
-    if engine != "legacy":
-        yg, smg, sivg = na.or_new_like(ya, handle, s.x), s.or_new(sm, handle), s.or_new(siv, handle)
-        if gl.graph_ran(engine, lambda auto: ng.training(
-                handle, s, sc, bi, rm, rv, smg, sivg, eps, f, yg, za,
-                int(op) != 0 and ng.is_relu("relu" if activation is None else activation), (alpha, beta), auto)):
-            return BatchNormTraining(yg, smg, sivg, rm, rv, None)
-        ya, sm, siv = yg, smg, sivg
-    ws_size, _, rs_size = _ex_sizes(handle, s, op, act, za is not None)
-    rsa = na.reserve_buffer(handle, reserve, rs_size, "reserve")
-    ya, sm, siv = na.or_new_like(ya, handle, s.x), s.or_new(sm, handle), s.or_new(siv, handle)
-    al, be = scalars(s.x.dtype, alpha, beta)
-    zd, yd = None if za is None else desc(za), desc(ya)
-    launch(handle, capi.cudnnBatchNormalizationForwardTrainingEx,
-           handle.ptr, s.mode, op, al, be, s.xdesc, s.x, zd, za, yd, ya, s.pdesc, sc, bi, f, rm, rv, eps, sm, siv,
-           act, WorkspaceArg(ws_size), ws_size, rsa, 0 if rsa is None else rsa.nbytes)
-    return BatchNormTraining(ya, sm, siv, rm, rv, rsa)
+
+    def c_call(ya, za, sc, bi, rm, rv, sm, siv, eps, f, rsa, ws):
+        launch(handle, capi.cudnnBatchNormalizationForwardTrainingEx, handle.ptr, s.mode, op,
+               *scalars(s.x.dtype, alpha, beta), s.xdesc, s.x, None if za is None else desc(za), za, desc(ya), ya,
+               s.pdesc, sc, bi, f, rm, rv, eps, sm, siv, act, WorkspaceArg(ws), ws, rsa,
+               0 if rsa is None else rsa.nbytes)
+    return BatchNormTraining(*ng.fused_training(
+        handle, s, op, activation, z, (scale, bias, running_mean, running_var, saved_mean, saved_inv_var, epsilon,
+                                       factor), y, reserve, (alpha, beta), engine,
+        lambda with_z: _ex_sizes(handle, s, op, act, with_z)[::2], c_call))
 
 
 @prepared(inputs=("x", "y", "dy", "scale", "bias", "saved_mean", "saved_inv_var", "reserve"),

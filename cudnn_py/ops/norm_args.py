@@ -20,7 +20,7 @@ from cudnn_py import capi
 from cudnn_py.descriptors import TensorDescriptor
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.graph.runner import new_output
-from cudnn_py.memory import DeviceArray, empty
+from cudnn_py.memory import DeviceArray, c_strides, empty
 from cudnn_py.ops._common import (
     byte_buffer, check_array, desc, enum_arg, output, read_tensor_desc, scalars, tensor_desc,
 )
@@ -152,6 +152,19 @@ class NormSetup:
         """``a``, or a new parameter-shaped array when it is None."""
         return new_output(handle, self.pshape, self.pdtype) if a is None else a
 
+    def or_new_pair(self, a: DeviceArray | None, b: DeviceArray | None, handle) -> tuple[DeviceArray, DeviceArray]:
+        """``a`` and ``b`` (saved statistics, parameter gradients), or where neither is given two new parameter-shaped
+        arrays, 256-byte aligned, in one allocation (one allocation a call: a prepared call's replay makes one too)."""
+        if a is not None or b is not None:
+            return self.or_new(a, handle), self.or_new(b, handle)
+        item = self.pdtype.itemsize
+        step = -(-math.prod(self.pshape) * item // 256) * 256
+        both, stream = new_output(handle, (2 * step // item,), self.pdtype), getattr(handle, "stream", None)
+        strides = c_strides(self.pshape)
+        first, second = (DeviceArray.from_parts(both.ptr + i * step, self.pshape, self.pdtype, strides,
+                                                both.device_id, both, stream, True) for i in (0, 1))
+        return first, second
+
 
 def param_shape_for(x_shape, mode) -> tuple[int, ...]:
     """The full parameter shape for data of ``x_shape`` in a batch-norm or normalisation ``mode``."""
@@ -244,7 +257,7 @@ def fused_backward_args(handle, s: NormSetup, op, sizes, y, dy, scale, bias, sav
     if reserve is None and rs_size:
         raise InvalidValueError(f"this backward needs the forward's reserve space ({rs_size} bytes); pass reserve=")
     rsa = None if reserve is None or sizes is None else reserve_buffer(handle, reserve, rs_size, "reserve")
-    dxa, ds, db = or_new_like(dxa, handle, s.x), s.or_new(ds, handle), s.or_new(db, handle)
+    dxa, (ds, db) = or_new_like(dxa, handle, s.x), s.or_new_pair(ds, db, handle)
     dza = None if int(op) != 2 else or_new_like(dza, handle, s.x)
     descs = (None,) * 4 if sizes is None else (desc(ya), desc(dya), desc(dxa), None if dza is None else desc(dza))
     return FusedBackward(ya, dya, sc, bi, sm, siv, eps, dxa, dza, ds, db, rsa, 0 if rsa is None else rsa.nbytes,

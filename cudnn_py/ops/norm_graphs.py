@@ -2,7 +2,8 @@
 (:mod:`cudnn_py.ops.normalization`): forward training as one batch-norm graph operation (running statistics
 included) with an add and ReLU fused after it, inference as pointwise operations, backward as one norm-backward
 operation (a fused ReLU's gradient as a pointwise graph before it). Each returns whether the graph ran; a call it
-cannot take raises :class:`~cudnn_py.graph.legacy.GraphPathRefused`.
+cannot take raises :class:`~cudnn_py.graph.legacy.GraphPathRefused`. The fused calls of both families (batch norm's
+``..._ex``, the normalisation API) share their whole path here: :func:`fused_training`, :func:`fused_backward`.
 """
 from __future__ import annotations
 
@@ -64,6 +65,32 @@ def training(handle, s: na.NormSetup, sc, bi, rm, rv, sm, siv, eps, f, ya, za, r
         return (y, r.mean, r.inv_variance) + ((r.running_mean, r.running_var) if update else ())
     return gl.run_graph(handle, "batchnorm_training", (eps, f if update else 0.0, relu), inputs, outputs, build,
                         auto=auto, relabel=False)
+
+
+def fused_training(handle, s: na.NormSetup, op, activation, z, params: tuple, y, reserve, alphas, engine: str,
+                   sizes, c_call, check=None) -> tuple:
+    """Batch norm's ``..._ex`` and the normalisation API's forward training after their ops checks: the graph path
+    where ``engine`` takes it, else ``c_call(y, z, scale, bias, rm, rv, sm, siv, eps, factor, reserve, ws_bytes)``,
+    the legacy call. ``params``: the call's (scale, bias, rm, rv, sm, siv, epsilon, factor); ``sizes(with_z)``:
+    (workspace, reserve) bytes; ``check()``: the caller's own graph refusals. Returns (y, sm, siv, rm, rv, reserve)."""
+    za = None if z is None else na.data_array(z, "z", handle, like=s.x)
+    sc, bi, rm, rv, sm, siv, eps, f = na.training_params(handle, s, *params)
+    ya = na.given_output(y, "y", handle, s.x)
+    if engine != "legacy":
+        ya, sm, siv = na.or_new_like(ya, handle, s.x), *s.or_new_pair(sm, siv, handle)
+
+        def run(auto):
+            if check is not None:
+                check()
+            relu = int(op) != 0 and is_relu("relu" if activation is None else activation)
+            return training(handle, s, sc, bi, rm, rv, sm, siv, eps, f, ya, za, relu, alphas, auto)
+        if gl.graph_ran(engine, run):
+            return ya, sm, siv, rm, rv, None
+    ws_size, rs_size = sizes(za is not None)
+    rsa = na.reserve_buffer(handle, reserve, rs_size, "reserve")
+    ya, sm, siv = na.or_new_like(ya, handle, s.x), *s.or_new_pair(sm, siv, handle)
+    c_call(ya, za, sc, bi, rm, rv, sm, siv, eps, f, rsa, ws_size)
+    return ya, sm, siv, rm, rv, rsa
 
 
 def inference(handle, s: na.NormSetup, sc, bi, me, va, eps, ya, za, relu, alpha, beta, auto) -> bool:

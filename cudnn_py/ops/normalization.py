@@ -145,29 +145,16 @@ def normalization_forward_training(handle: Handle, x: DeviceArrayLike, scale: De
     s = _norm(handle, x, mode)
     op, act = _ops(ops, activation, z)
     al_ = _algo(algo)
-    za = None if z is None else na.data_array(z, "z", handle, like=s.x)
-    sc, bi, rm, rv, sm, siv, eps, f = na.training_params(handle, s, scale, bias, running_mean, running_var,
-                                                         saved_mean, saved_inv_var, epsilon, factor)
-    ya = na.given_output(y, "y", handle, s.x)
-    if engine != "legacy":
-        yg, smg, sivg = na.or_new_like(ya, handle, s.x), s.or_new(sm, handle), s.or_new(siv, handle)
 
-        def run(auto):
-            _graph_algo(al_)
-            relu = int(op) != 0 and ng.is_relu("relu" if activation is None else activation)
-            return ng.training(handle, s, sc, bi, rm, rv, smg, sivg, eps, f, yg, za, relu, (alpha, beta), auto)
-        if gl.graph_ran(engine, run):
-            return BatchNormTraining(yg, smg, sivg, rm, rv, None)
-        ya, sm, siv = yg, smg, sivg
-    ws_size, _, rs_size = _sizes(handle, s, op, al_, act, za is not None)
-    rsa = na.reserve_buffer(handle, reserve, rs_size, "reserve")
-    ya, sm, siv = na.or_new_like(ya, handle, s.x), s.or_new(sm, handle), s.or_new(siv, handle)
-    a, b = scalars(s.x.dtype, alpha, beta)
-    zd, yd = None if za is None else desc(za), desc(ya)
-    launch(handle, capi.cudnnNormalizationForwardTraining,
-           handle.ptr, s.mode, op, al_, a, b, s.xdesc, s.x, s.pdesc, sc, bi, f, s.pdesc, rm, rv, eps, sm, siv, act,
-           zd, za, yd, ya, WorkspaceArg(ws_size), ws_size, rsa, 0 if rsa is None else rsa.nbytes, 1)
-    return BatchNormTraining(ya, sm, siv, rm, rv, rsa)
+    def c_call(ya, za, sc, bi, rm, rv, sm, siv, eps, f, rsa, ws):
+        launch(handle, capi.cudnnNormalizationForwardTraining, handle.ptr, s.mode, op, al_,
+               *scalars(s.x.dtype, alpha, beta), s.xdesc, s.x, s.pdesc, sc, bi, f, s.pdesc, rm, rv, eps, sm, siv, act,
+               None if za is None else desc(za), za, desc(ya), ya, WorkspaceArg(ws), ws, rsa,
+               0 if rsa is None else rsa.nbytes, 1)
+    return BatchNormTraining(*ng.fused_training(
+        handle, s, op, activation, z, (scale, bias, running_mean, running_var, saved_mean, saved_inv_var, epsilon,
+                                       factor), y, reserve, (alpha, beta), engine,
+        lambda with_z: _sizes(handle, s, op, al_, act, with_z)[::2], c_call, lambda: _graph_algo(al_)))
 
 
 @prepared(inputs=("x", "scale", "bias", "mean", "var", "z"), outputs=("y",), inplace=False, scalars=("alpha", "beta"))

@@ -1,0 +1,263 @@
+"""Where a prepared call's host time goes: relu, conv, sdpa and batch-norm training, per path (DeviceArrays and torch
+tensors, output given and allocated), the package's time per call beside the bare C call, and its breakdown.
+
+    python benchmarks/host_profile.py [--calls 2000] [--rounds 5] [--only NAME]
+
+Tiny float16 tensors, so every call is host-bound; every figure is the median of ``--rounds`` rounds of ``--calls``
+calls (warm, microseconds per call, the stream synchronised after each round). One call of each path is caught in
+its prepared call (:mod:`cudnn_py.prepared`): its key, arguments and addresses, so that each section runs alone:
+
+* ``package``: the public call; ``bare C``: the recorded steps alone (the legacy C call with its descriptors and
+  scaling factors, or ``cudnnBackendExecute`` with a variant pack made once), at the call's addresses;
+* ``wrapper``: ``package`` less the replay: reading the arguments into the key, hashing it and the cache lookup
+  (``lookup``: the hash and lookup of the caught key alone);
+* ``replay``: the prepared call's generated function: ``alloc`` (each allocation of new outputs and its free, ``n``
+  of them), ``bare C``, and ``rest`` (overlap checks, workspace fetch, the graph route's variant-pack lookup, the
+  result put together).
+
+``batchnorm training`` gives ``y`` and the running statistics (as ``benchmarks/host_overhead.py`` does): its saved
+mean and inverse variance are still new outputs on every call; ``... saved given`` gives them too.
+``--smoke`` also runs relu and batch norm with stand-ins (a handle never created in cuDNN, C calls and allocations
+stubbed), so that CI runs this breakdown's machinery on a CPU.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import sys
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+import cudnn_py as cudnn
+from cudnn_py import capi, memory
+from cudnn_py import prepared as prep
+from cudnn_py.cli.prerequisites import script_args
+
+X, W, Q, P = (1, 8, 8, 8), (8, 8, 3, 3), (1, 2, 64, 64), (1, 8, 1, 1)
+
+
+class Caught:
+    """Stands in for one prepared call in the handle's cache and catches the next replay's arguments."""
+
+    def __init__(self, p: prep.Prepared):
+        self.p, self.got = p, None
+
+    def run(self, handle, args, kwargs, ptrs):
+        self.got = (handle, args, kwargs, list(ptrs))
+        return self.p.run(handle, args, kwargs, ptrs)
+
+
+def catch(h, call: Callable[[], object]) -> tuple:
+    """(key, prepared call, (handle, args, kwargs, ptrs)) of ``call``'s replay (it has run once before)."""
+    cache = h.cache.get(prep.CACHE, {})
+    before = dict(cache)
+    for key, p in before.items():
+        cache[key] = Caught(p)
+    try:
+        call()
+    finally:
+        hit = [(key, c) for key, c in cache.items() if isinstance(c, Caught) and c.got is not None]
+        for key, p in before.items():
+            cache[key] = p
+    if len(hit) != 1:
+        raise LookupError(f"its repeat call replayed {len(hit)} prepared calls (validated every time?)")
+    key, c = hit[0]
+    return key, c.p, c.got
+
+
+def bare_steps(h, p: prep.Prepared, ptrs: list, keep: list) -> Callable[[], None]:
+    """``p``'s steps alone at the call's addresses (new outputs made once, kept in ``keep``)."""
+    addrs, bases = list(ptrs), [b(h)[0] for b in getattr(p, "bases", ())]  # new outputs viewing one allocation
+    keep += bases
+    for new in p.news:
+        a, ptr = new[1](bases[new[0]], h) if type(new) is tuple else new(h)
+        keep.append(a)
+        addrs.append(ptr)
+    fns = []
+    for call, base, slots, workspace, _ in p.steps:
+        args = list(base)
+        for pos, slot in slots:
+            args[pos] = addrs[slot]
+        for pos, offset in workspace:
+            args[pos] = h.workspace.get(p.workspace, h.stream) + offset
+        runner = getattr(call, "__self__", None)
+        if runner is not None and hasattr(runner, "plan_ptr"):  # a graph plan: execute with a variant pack made once
+            vp = runner.pack(("bare",) + tuple(args), tuple(args), runner.workspace())
+            fns.append(lambda f=runner.launch, a=(runner.h, runner.plan_ptr, vp): f(*a))
+        else:
+            fns.append(lambda f=call, a=tuple(args): f(*a))
+    return fns[0] if len(fns) == 1 else lambda: [f() for f in fns] and None
+
+
+def per_call(fns: dict[str, Callable[[], object]], calls: int, rounds: int, sync) -> dict[str, float]:
+    """Median microseconds per call of each function, rounds interleaved, warm."""
+    for fn in fns.values():
+        for _ in range(min(calls, 200)):
+            fn()
+    sync()
+    samples: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(rounds):
+        for k, fn in fns.items():
+            t0 = time.perf_counter_ns()
+            for _ in range(calls):
+                fn()
+            sync()
+            samples[k].append((time.perf_counter_ns() - t0) / calls / 1e3)
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def profile(h, call: Callable[[], object], calls: int, rounds: int, sync) -> dict[str, float]:
+    """The sections of one path's call (module doc), in microseconds per call."""
+    call()
+    call()
+    key, p, (hh, args, kwargs, ptrs) = catch(h, call)
+    cache, keep = h.cache[prep.CACHE], []
+    made = [*getattr(p, "bases", ()), *(new for new in p.news if type(new) is not tuple)]  # the allocations
+    allocs = {f"alloc{i}": (lambda new=new: new(hh)) for i, new in enumerate(made)}
+    us = per_call({"package": call, "replay": lambda: p.run(hh, args, kwargs, ptrs), "lookup": lambda: cache.get(key),
+                   "bare": bare_steps(hh, p, ptrs, keep), **allocs}, calls, rounds, sync)
+    alloc = sum(us.pop(k) for k in allocs)
+    return {**us, "alloc": alloc, "n": len(made), "wrapper": us["package"] - us["replay"],
+            "rest": us["replay"] - alloc - us["bare"], "added": us["package"] - us["bare"]}
+
+
+def rows(h, **opts) -> dict[str, tuple[Callable, Callable | None]]:
+    """name -> (call(arrays, given output or None), the output to give (arrays) or None); ``opts``: more options of
+    relu and batch norm (the stand-ins' engine)."""
+    conv = cudnn.Convolution(padding=1)
+    bn = dict(factor=0.1, **opts)
+    return {
+        "relu": (lambda a, o: cudnn.activation_forward(h, "relu", a["x"], y=o, **opts), lambda a: a.like("x")),
+        "conv 3x3": (lambda a, o: cudnn.convolution_forward(h, conv, a["x"], a["w"], y=o), lambda a: a.like("x")),
+        "sdpa": (lambda a, o: cudnn.sdpa(h, a["q"], a["q"], a["q"], o=o), lambda a: a.like("q")),
+        "batchnorm training": (lambda a, o: cudnn.batchnorm_forward_training(
+            h, a["x"], a["scale"], a["bias"], running_mean=a["rm"], running_var=a["rv"], y=o, **bn),
+            lambda a: a.like("x")),
+        "batchnorm training saved given": (lambda a, o: cudnn.batchnorm_forward_training(
+            h, a["x"], a["scale"], a["bias"], running_mean=a["rm"], running_var=a["rv"], saved_mean=a["sm"],
+            saved_inv_var=a["siv"], y=o, **bn), lambda a: a.like("x")),
+    }
+
+
+class Arrays(dict):
+    """The rows' inputs in one package ("dev": DeviceArrays, "torch": torch tensors)."""
+
+    def __init__(self, kind: str, new: Callable[[np.ndarray], object], like: Callable[[object], object]):
+        rng = np.random.default_rng(0)
+        super().__init__()
+        self.kind, self._like = kind, like
+        for n, shape in (("x", X), ("w", W), ("q", Q)):
+            self[n] = new(rng.standard_normal(shape).astype(np.float16))
+        for n in ("scale", "bias", "rm", "sm", "siv"):
+            self[n] = new(rng.standard_normal(P).astype(np.float32))
+        self["rv"] = new(np.abs(rng.standard_normal(P)).astype(np.float32) + 0.5)
+
+    def like(self, n: str):
+        return self._like(self[n])
+
+
+def table(h, kinds: dict[str, Arrays], names: dict, calls: int, rounds: int, sync) -> list[str]:
+    cols = ("bare", "package", "added", "wrapper", "lookup", "replay", "alloc", "rest")
+    lines = [f"{'operation':31s} {'path':10s} " + " ".join(f"{c:>7s}" for c in cols) + "  n"]
+    for name, (call, given) in names.items():
+        for kind, a in kinds.items():
+            for how, o in (("given", given(a) if given else None), ("new", None)):
+                try:
+                    us = profile(h, lambda call=call, a=a, o=o: call(a, o), calls, rounds, sync)
+                except (cudnn.CudnnPyError, LookupError) as e:  # refused here, or not prepared: said, the table goes on
+                    lines.append(f"{name:31s} {kind + ' ' + how:10s} refused: {type(e).__name__}: {str(e)[:60]}")
+                    continue
+                lines.append(f"{name:31s} {kind + ' ' + how:10s} " + " ".join(f"{us[c]:7.2f}" for c in cols)
+                             + f"  {us['n']}")
+    return lines
+
+
+# ---------------------------------------------------------------- stand-ins (--smoke on a CPU)
+
+class _CFunction:
+    """A capi function that queues nothing (what a recording takes of one: ``raw``, ``pointer_params``)."""
+    __name__ = "stand-in"
+
+    def __init__(self, real):
+        self.raw, self.pointer_params = self, real.pointer_params
+
+    def __call__(self, *args):
+        return 0
+
+
+@contextlib.contextmanager
+def _stand_ins():
+    """A Handle never created in cuDNN, the legacy C calls of relu and batch norm stubbed, new arrays at made-up
+    addresses (a 64-byte aligned counter)."""
+    from cudnn_py.handle import Handle
+    addresses = iter(range(1 << 40, 1 << 41, 1 << 20))
+
+    def allocator(shape, dtype, stream=None, *, device=None):
+        dt = np.dtype(dtype)
+        return lambda: memory.DeviceArray.from_parts(next(addresses), tuple(shape), dt, memory.c_strides(shape), 0,
+                                                     None, None)
+
+    def device_allocator(a):
+        new = allocator(a.shape, a.dtype)
+        return lambda handle: (lambda x: (x, x.ptr))(new())
+
+    class Workspace:
+        def get(self, nbytes, stream=None):
+            return 1 << 39 if nbytes else 0
+
+    names = ("cudnnActivationForward", "cudnnBatchNormalizationForwardTraining")
+    saved = {n: getattr(capi, n) for n in names}
+    saved_alloc = memory.allocator, prep._device_allocator
+    h = Handle.__new__(Handle)
+    h._ptr, h.cache, h.workspace, h._stream, h._stream_ptr, h.device = capi.cudnnHandle_t(1), {}, Workspace(), None, 0, 0
+    try:
+        for n in names:
+            setattr(capi, n, _CFunction(saved[n]))
+        memory.allocator, prep._device_allocator = allocator, device_allocator
+        yield h
+    finally:
+        for n in names:
+            setattr(capi, n, saved[n])
+        memory.allocator, prep._device_allocator = saved_alloc
+
+
+def smoke() -> None:
+    """The breakdown of relu and batch-norm training on DeviceArrays with stand-ins, checked, not printed."""
+    with _stand_ins() as h:
+        new = memory.allocator  # the stand-in: made-up addresses
+        host = Arrays("dev", lambda a: new(a.shape, a.dtype)(), lambda a: new(a.shape, a.dtype)())
+        names = {k: v for k, v in rows(h, engine="legacy").items() if k.startswith(("relu", "batchnorm"))}
+        got = table(h, {"dev": host}, names, 20, 1, lambda: None)
+    if len(got) != 7 or any("refused" in line for line in got):
+        raise SystemExit("host_profile.py: smoke: the stand-in breakdown failed:\n" + "\n".join(got))
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="host_profile.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--only", default=None, help="rows whose name contains this")
+    if "--smoke" in (sys.argv[1:] if argv is None else argv):
+        smoke()
+    args = script_args(parser, argv)
+    try:
+        import torch
+    except ImportError:  # the torch paths are left out
+        torch = None
+    h = cudnn.Handle()
+    kinds = {"dev": Arrays("dev", cudnn.to_device, lambda a: cudnn.empty(a.shape, a.dtype))}
+    if torch is not None:
+        kinds["torch"] = Arrays("torch", lambda a: torch.from_numpy(a).cuda(), torch.empty_like)
+    sync = torch.cuda.synchronize if torch is not None else h.synchronize
+    names = {k: v for k, v in rows(h).items() if not args.only or args.only in k}
+    lines = table(h, kinds, names, args.calls, args.rounds, sync)
+    print(f"host time per call, us (median of {args.rounds} rounds of {args.calls}); added = package - bare; "
+          f"wrapper = package - replay (key, lookup); replay = alloc (n new outputs) + bare + rest")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
