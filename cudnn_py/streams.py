@@ -374,7 +374,7 @@ class Timer:
         # Only where no other thread runs: another thread's device-wide wait (a lazy module load, a free, a
         # synchronize) waits for the held stream while the holder may wait for it (H200: first calls from 8 threads,
         # one autotuning a plan, hung until killed). Unheld, ``ms`` includes the host's queuing where it is slower.
-        self._holding = self._hold and threading.active_count() == 1
+        self._holding = self._hold and _alone()
         try:
             if self._holding:
                 # No garbage collection while the stream is held: a collected plan's cudnnBackendDestroyDescriptor
@@ -383,7 +383,7 @@ class Timer:
                 self._collecting = gc.isenabled()
                 gc.disable()
                 self._watchdog = threading.Timer(HOLD_TIMEOUT, self._let_go)
-                self._watchdog.daemon = True
+                self._watchdog.name, self._watchdog.daemon = _WATCHDOG, True
                 self._watchdog.start()
                 self._ticket = _the_latch().hold(self.stream)
             self._start = self.stream.record(options=self._options)
@@ -417,6 +417,18 @@ class Timer:
 
     def __repr__(self) -> str:
         return f"Timer(ms={self.ms}, held={self.held})"
+
+
+#: the name of a held timer's watchdog thread
+_WATCHDOG = "cudnn_py-hold-watchdog"
+
+
+def _alone() -> bool:
+    """Whether this is the process's only thread, earlier timers' watchdogs aside: one cancelled by its timer's end
+    may still be on its way out when the next timer starts (under CPU load, for many samples of a sweep), and it
+    does nothing that waits for the device."""
+    return threading.active_count() == 1 or all(
+        t is threading.current_thread() or t.name == _WATCHDOG for t in threading.enumerate())
 
 
 def timer(stream: StreamLike = None, *, hold: bool = False) -> Timer:

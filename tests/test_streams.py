@@ -192,3 +192,42 @@ def test_a_held_timer_starts_its_watchdog_before_holding_and_collects_no_garbage
     with streams.timer(None, hold=True) as t:
         assert gc.isenabled()
     assert not t.held and t.ms == 1.5 and order == [("record", True), ("record", True)]
+
+
+def test_a_held_timer_holds_while_an_earlier_timers_watchdog_is_still_on_its_way_out(monkeypatch):
+    """A cancelled watchdog can outlive its timer by a moment under CPU load; the next sample must still hold (a
+    sweep's workers, 16 processes compiling plans on 16 cores, timed most samples unheld: H100, 2026-12-06)."""
+    import threading
+
+    class Event:
+        def __sub__(self, other):
+            return 1.5
+
+        def sync(self):
+            pass
+
+    class Stream:
+        def record(self, options=None):
+            return Event()
+
+    class Latch:
+        def hold(self, stream):
+            return 3
+
+        def release(self, ticket):
+            return True
+    monkeypatch.setattr(streams, "as_stream", lambda s=None, d=None: Stream())
+    monkeypatch.setattr(streams, "_the_latch", lambda: Latch())
+    class Thread:
+        def __init__(self, name):
+            self.name = name
+    lingering = [threading.current_thread(), Thread(streams._WATCHDOG)]   # cancelled, not yet exited
+    monkeypatch.setattr(streams.threading, "active_count", lambda: len(lingering))
+    monkeypatch.setattr(streams.threading, "enumerate", lambda: list(lingering))
+    with streams.timer(None, hold=True) as t:
+        pass
+    assert t.held
+    lingering.append(Thread("some other thread"))       # any other thread: no hold
+    with streams.timer(None, hold=True) as t:
+        pass
+    assert not t.held
