@@ -367,7 +367,7 @@ def run_pythonic(h: cudnn.Handle, c: Config, get_data) -> dict:
         w.copy_(data["w"])
     q, k, v = (cudnn.to_device(to_batch_major(c, data[n], n)) for n in ("q", "k", "v"))
     out = cudnn.empty((c.batch, c.seq_q, c.o_len), c.dtype).fill_(np.nan)
-    kw = dict(seq_lengths_q=c.q_lengths, seq_lengths_kv=c.k_lengths, lo_win=np.array(c.lo_win),
+    kw = dict(seq_len_q=c.q_lengths, seq_len_kv=c.k_lengths, lo_win=np.array(c.lo_win),
               hi_win=np.array(c.hi_win), residuals=q if c.res_link else None, o=out)
     state: dict = {}
     if c.train:
