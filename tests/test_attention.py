@@ -2,10 +2,11 @@
 reference in tests/reference/attention.py."""
 import numpy as np
 import pytest
+
 from helpers import NoCallHandle, fake
 
 from cudnn_py import capi
-from cudnn_py.errors import ClosedError
+from cudnn_py.errors import ClosedError, CudnnPyError
 from cudnn_py.ops import attention as A
 from reference import attention as ref
 
@@ -101,6 +102,23 @@ def test_out_is_the_deprecated_spelling_of_o():
         A.attention_forward(NoCallHandle(), a, np.zeros((1, 2, 6), np.float32), None, None, None, out=None)
     with pytest.raises(TypeError, match="both o= and its old spelling out="):
         A.attention_forward(NoCallHandle(), a, None, None, None, None, o=fake((1, 2, 6)), out=fake((1, 2, 6)))
+
+
+def test_seq_lengths_are_the_deprecated_spellings_of_seq_len():
+    """attention_forward's lengths are spelled as sdpa's (seq_len_q / seq_len_kv); the old names warn and work."""
+    a = _attn()
+    q = np.zeros((1, 2, 6), np.float32)
+    for old, new in (("seq_lengths_q", "seq_len_q"), ("seq_lengths_kv", "seq_len_kv")):
+        with pytest.warns(DeprecationWarning, match=f"{old}= is deprecated, use {new}=") as w, \
+                pytest.raises(TypeError, match="host memory"):
+            A.attention_forward(NoCallHandle(), a, q, None, None, None, **{old: [2]})
+        assert w[0].filename == __file__  # the user's line
+        with pytest.raises(TypeError, match=f"both {new}= and its old spelling {old}="):
+            A.attention_forward(NoCallHandle(), a, q, None, None, None, **{old: [2], new: [2]})
+    with pytest.raises(CudnnPyError, match="unexpected keyword argument 'is_causal'$"):
+        A.attention_forward(NoCallHandle(), a, q, None, None, None, is_causal=True)
+    with pytest.raises(CudnnPyError, match="'seq_len'; did you mean seq_len_q="):
+        A.attention_forward(NoCallHandle(), a, q, None, None, None, seq_len=[2])
 
 
 def test_math_type_takes_enum_and_reads_back():

@@ -34,12 +34,12 @@ import numpy.typing as npt
 from numpy.typing import DTypeLike
 
 from cudnn_py import capi, memory
-from cudnn_py._deprecation import alias, warn
+from cudnn_py._deprecation import alias, renamed_kwargs, warn
 from cudnn_py.args import bool_arg, float_arg
 from cudnn_py.descriptors import Descriptor
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import InvalidStateError, InvalidTypeError, InvalidValueError
-from cudnn_py.graph.ops.sdpa_options import renamed_keywords
+from cudnn_py.graph.ops.sdpa_options import refuse_unknown
 from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray, DeviceArrayLike
 from cudnn_py.ops._common import launch, moved_outputs, replay_checks_open
@@ -421,8 +421,9 @@ def attention_forward(handle: Handle, attn: MultiHeadAttention, q: DeviceArrayLi
     call (:mod:`cudnn_py.prepared`).
     """
     if old:
-        new = renamed_keywords("attention_forward", old, _RENAMED, {"o": o, "seq_len_q": seq_len_q,
-                                                                   "seq_len_kv": seq_len_kv}, _FORWARD_PARAMS)
+        refuse_unknown("attention_forward", old, _RENAMED, _FORWARD_PARAMS)
+        new = renamed_kwargs("attention_forward", old, _RENAMED, {"o": o, "seq_len_q": seq_len_q,
+                                                                 "seq_len_kv": seq_len_kv})
         o, seq_len_q, seq_len_kv = new["o"], new["seq_len_q"], new["seq_len_kv"]
     lq, lk, lo, hi = by_value(seq_len_q), by_value(seq_len_kv), by_value(lo_win), by_value(hi_win)
     out, reserve, dev_lq, dev_lk = _forward(handle, attn, q, k, v, weights, lq, lk, lo, hi, residuals, o, training,

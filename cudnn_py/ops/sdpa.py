@@ -25,11 +25,11 @@ from __future__ import annotations
 import inspect
 from typing import TYPE_CHECKING, Any, Callable, Literal, NamedTuple, TypedDict, overload
 
-from cudnn_py._deprecation import warn
+from cudnn_py._deprecation import renamed_kwargs, warn
 from cudnn_py.args import bool_arg
 from cudnn_py.errors import InvalidValueError
 from cudnn_py.graph.ops.sdpa import FP8_BACKWARD_SCALES, FP8_FORWARD_SCALES, SdpaOptionKeywords
-from cudnn_py.graph.ops.sdpa_options import SdpaOptions, fp8_only, renamed_keywords
+from cudnn_py.graph.ops.sdpa_options import SdpaOptions, fp8_only, refuse_unknown
 from cudnn_py.graph.plans import Plan
 from cudnn_py.graph.runner import Runner, cache_clear
 from cudnn_py.handle import Handle, handle_arg
@@ -128,12 +128,10 @@ def sdpa_cache_clear(handle: Handle) -> None:
     cache_clear(handle_arg(handle), CACHE)
 
 
-def _renamed(fn: Callable, deprecated: dict, ragged_offset_k: Any) -> Any:
-    """``ragged_offset_k`` after moving the deprecated ``ragged_offset_kv=`` onto it (with a warning); any other
-    keyword of ``deprecated`` is refused with a did-you-mean among ``fn``'s parameters."""
+def _accepted(fn: Callable) -> list[str]:
+    """The keywords ``fn`` takes (its parameters and the option fields), for a did-you-mean."""
     params = [n for n in inspect.signature(fn).parameters if n not in ("deprecated", "options_keywords")]
-    return renamed_keywords(fn.__name__, deprecated, _RENAMED, {"ragged_offset_k": ragged_offset_k},
-                            params)["ragged_offset_k"]
+    return params + [n for n in _OPTIONS if n not in params]
 
 
 class Sdpa:
@@ -160,7 +158,9 @@ class Sdpa:
         keywords: dict[str, Any] = dict(options_keywords)  # with the deprecated spellings type checkers refuse
         deprecated = {n: keywords.pop(n) for n in list(keywords) if n not in _OPTIONS}
         if deprecated:
-            ragged_offset_k = _renamed(Sdpa, deprecated, ragged_offset_k)
+            refuse_unknown("Sdpa", deprecated, _RENAMED, _accepted(Sdpa))
+            ragged_offset_k = renamed_kwargs("Sdpa", deprecated, _RENAMED,
+                                             {"ragged_offset_k": ragged_offset_k})["ragged_offset_k"]
         self.handle, self.options = handle, SdpaOptions.of(options, keywords, "Sdpa")
         self.args = SdpaArgs(handle, q, k, v, self.options, bias=bias, seq_len_q=seq_len_q, seq_len_kv=seq_len_kv,
                              ragged_offset_q=ragged_offset_q, ragged_offset_k=ragged_offset_k, seed=seed,
@@ -248,7 +248,9 @@ def sdpa(handle: Handle, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayL
     :returns: o, or with ``return_stats=True`` an :class:`SdpaOutputs` (o, stats), which unpacks like a tuple.
     """
     if deprecated:
-        ragged_offset_k = _renamed(sdpa, deprecated, ragged_offset_k)
+        refuse_unknown("sdpa", deprecated, _RENAMED, _accepted(sdpa))
+        ragged_offset_k = renamed_kwargs("sdpa", deprecated, _RENAMED,
+                                         {"ragged_offset_k": ragged_offset_k})["ragged_offset_k"]
     if stats is not None and return_stats is not True:
         warn("sdpa(): stats= without return_stats=True is deprecated (the return type follows return_stats): pass "
              "return_stats=True")
@@ -318,7 +320,9 @@ def sdpa_backward(handle: Handle, q: DeviceArrayLike, k: DeviceArrayLike, v: Dev
         :class:`SdpaGradsWithBiasAndSink`; all unpack like tuples.
     """
     if deprecated:
-        ragged_offset_k = _renamed(sdpa_backward, deprecated, ragged_offset_k)
+        refuse_unknown("sdpa_backward", deprecated, _RENAMED, _accepted(sdpa_backward))
+        ragged_offset_k = renamed_kwargs("sdpa_backward", deprecated, _RENAMED,
+                                         {"ragged_offset_k": ragged_offset_k})["ragged_offset_k"]
     if dbias is not None and return_dbias is not True:
         warn("sdpa_backward(): dbias= without return_dbias=True is deprecated (the return type follows "
              "return_dbias): pass return_dbias=True")

@@ -14,12 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from cudnn_py._deprecation import renamed_kwargs
 from cudnn_py.args import bool_arg, float_arg, int_arg
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["SdpaOptions", "ALIGNMENTS", "IMPLEMENTATIONS", "SPELLINGS", "fp8_only", "unexpected_keyword",
-           "renamed_keywords"]
+           "refuse_unknown"]
 
 #: diagonal alignments of the causal / sliding-window bands
 ALIGNMENTS = ("top_left", "bottom_right")
@@ -56,14 +55,12 @@ def unexpected_keyword(where: str, name: str, accepted: Iterable[str]) -> Invali
                             + (f"; did you mean {hint}?" if hint else ""))
 
 
-def renamed_keywords(where: str, old: dict[str, Any], renames: dict[str, str], values: dict[str, Any],
-                     accepted: Iterable[str]) -> dict[str, Any]:
-    """:func:`~cudnn_py._deprecation.renamed_kwargs` (the deprecated spellings ``renames`` moved onto ``values``,
-    with a warning each) after refusing any other keyword of ``old`` with :func:`unexpected_keyword`."""
+def refuse_unknown(where: str, old: Iterable[str], renames: dict[str, str], accepted: Iterable[str]) -> None:
+    """Refuse with :func:`unexpected_keyword` any keyword of ``old`` (a call's catch-all) that is not a deprecated
+    spelling in ``renames`` (what :func:`~cudnn_py._deprecation.renamed_kwargs` moves next)."""
     for name in old:
         if name not in renames:
             raise unexpected_keyword(where, name, accepted)
-    return renamed_kwargs(where, old, renames, values)
 
 
 def _opt(check, value: Any, name: str, *bounds: Any) -> Any:
