@@ -4,14 +4,14 @@ NVIDIA points new code to the graph API's scaled-dot-product attention; these ca
 are what older code ports to. Beam size 1: queries ``q[B, Tq, q_size]``, keys ``k[B, Tk, k_size]``,
 values ``v[B, Tk, v_size]``, output ``o[B, Tq, o_proj_size]`` (``dout``: its gradient, cuDNN's name)::
 
-    attn = cudnn.MultiHeadAttention(heads=4, q_size=64, k_size=64, v_size=64, proj_size=16,
+    attn = cdp.MultiHeadAttention(heads=4, q_size=64, k_size=64, v_size=64, proj_size=16,
                                     max_seq_q=10, max_seq_kv=12, max_batch=8, biases=True)
     w = attn.new_weights(h)
-    cudnn.load_attention_weights(h, attn, w, {"wq": wq, "bq": bq, ...})      # [heads, proj, size] ...
-    fwd = cudnn.attention_forward(h, attn, q, k, v, w, seq_len_q=lq, seq_len_kv=lk,
+    cdp.load_attention_weights(h, attn, w, {"wq": wq, "bq": bq, ...})      # [heads, proj, size] ...
+    fwd = cdp.attention_forward(h, attn, q, k, v, w, seq_len_q=lq, seq_len_kv=lk,
                                   lo_win=lo, hi_win=hi, residuals=q, training=True)   # (o, reserve)
-    dq, dk, dv = cudnn.attention_backward_data(h, attn, fwd, dout, w)                 # an AttentionDataGrads
-    dw = cudnn.attention_backward_weights(h, attn, fwd, dout, w)
+    dq, dk, dv = cdp.attention_backward_data(h, attn, fwd, dout, w)                 # an AttentionDataGrads
+    dw = cdp.attention_backward_weights(h, attn, fwd, dout, w)
 
 Weights (``cudnnGetMultiHeadAttnWeights``): ``wq [heads, q_proj, q_size]``, ``wk [heads, k_proj, k_size]``,
 ``wv [heads, v_proj, v_size]``, ``wo [heads, o_proj, v_proj]`` (each ``W[h] @ vector``), biases
@@ -101,7 +101,7 @@ class MultiHeadAttention(WeightedDescriptor):
     defaults to ``1/sqrt(q_proj_size)``; ``biases`` adds projection biases; ``dtype`` float16/32/64 and
     ``compute_dtype`` (default float32, float64 for double data); ``math_type`` as for :class:`RNN`;
     ``attn_dropout``/``post_dropout`` (cuDNN's two dropouts): applied in training to the attention weights /
-    the output, each a probability or a ``cudnn.Dropout`` as for :class:`RNN`'s ``dropout``, kept alive here
+    the output, each a probability or a ``cdp.Dropout`` as for :class:`RNN`'s ``dropout``, kept alive here
     (closing one first makes this raise :class:`ClosedError`).
     """
 
