@@ -162,9 +162,12 @@ class Sdpa:
             ragged_offset_k = renamed_kwargs("Sdpa", deprecated, _RENAMED,
                                              {"ragged_offset_k": ragged_offset_k})["ragged_offset_k"]
         self.handle, self.options = handle, SdpaOptions.of(options, keywords, "Sdpa")
-        self.args = SdpaArgs(handle, q, k, v, self.options, bias=bias, seq_len_q=seq_len_q, seq_len_kv=seq_len_kv,
-                             ragged_offset_q=ragged_offset_q, ragged_offset_k=ragged_offset_k, seed=seed,
-                             offset=offset, page_table_k=page_table_k, page_table_v=page_table_v, sink=sink)
+        tensors = dict(bias=bias, seq_len_q=seq_len_q, seq_len_kv=seq_len_kv, ragged_offset_q=ragged_offset_q,
+                       ragged_offset_k=ragged_offset_k, seed=seed, offset=offset, page_table_k=page_table_k,
+                       page_table_v=page_table_v, sink=sink)
+        self.args = SdpaArgs(handle, q, k, v, self.options, **tensors)
+        self._call = (q, k, v), {n: x for n, x in tensors.items() if x is not None}  # what execute() passes sdpa
+        self._tuned = False
         self.return_stats = bool_arg(return_stats, "return_stats")
         if stats is not None and not self.return_stats:
             raise InvalidValueError("stats= needs return_stats=True")
@@ -184,12 +187,22 @@ class Sdpa:
     def autotune(self) -> Plan:
         """Time every plan of heuristics modes A and B on these arrays (the outputs are written) and keep the
         fastest; returns it."""
+        self._tuned = True
         return self._runner(True).plan
 
     def execute(self) -> SdpaOutputs:
-        """Run the attention (planning first if :meth:`plan` / :meth:`autotune` was not called); returns the
-        outputs, ``stats`` None without ``return_stats``."""
-        res = self.args.run(self.runner or self._runner(False), self.outputs)
+        """Run the attention (planning first if :meth:`plan` / :meth:`autotune` was not called) as :func:`sdpa`'s
+        prepared call of these arguments; returns the outputs, ``stats`` None without ``return_stats``."""
+        if self.runner is None:
+            self.plan()
+        (q, k, v), tensors = self._call
+        res = sdpa(self.handle, q, k, v, self.options, **tensors, return_stats=self.return_stats, autotune=self._tuned,
+                   **self.outputs)
+        return res if self.return_stats else SdpaOutputs(res, None)
+
+    def _run(self) -> SdpaOutputs:
+        """Run the attention on the validated arguments (:func:`sdpa`'s first call of a signature)."""
+        res = self.args.run(self.runner or self._runner(self._tuned), self.outputs)
         return SdpaOutputs(res[0], res[1] if self.return_stats else None)
 
     def __repr__(self) -> str:
@@ -264,7 +277,7 @@ def sdpa(handle: Handle, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayL
              return_stats=return_stats, o=o, stats=stats)
     if bool_arg(autotune, "autotune"):
         a.autotune()
-    res = a.execute()
+    res = a._run()
     return res if return_stats else res.o
 
 
