@@ -141,7 +141,8 @@ def test_deprecated_entry_spellings_warn_once_and_internal_calls_never(fake_exec
         S.sdpa(h, q, q, q, SdpaOptions(causal=True, alibi=(0.5, 0.25)))
     with pytest.raises(ValueError, match="alibi must be True or 2 per-head slopes"):
         S.sdpa(h, q, q, q, causal=True, alibi=(0.5, 0.25, 0.125))
-    with pytest.warns(DeprecationWarning, match="sdpa\\(\\): ragged_offset_kv= is deprecated, use ragged_offset_k=") as w:
+    with pytest.warns(DeprecationWarning, match="sdpa\\(\\): ragged_offset_kv= is deprecated, use ragged_offset_k=") \
+            as w:
         S.sdpa(h, q, q, q, ragged_offset_kv=None)
     assert w[0].filename == __file__
     with pytest.raises(TypeError, match="both ragged_offset_k= and its old spelling"):

@@ -162,9 +162,10 @@ class Sdpa:
             ragged_offset_k = renamed_kwargs("Sdpa", deprecated, _RENAMED,
                                              {"ragged_offset_k": ragged_offset_k})["ragged_offset_k"]
         self.handle, self.options = handle, SdpaOptions.of(options, keywords, "Sdpa")
-        tensors = dict(bias=bias, seq_len_q=seq_len_q, seq_len_kv=seq_len_kv, ragged_offset_q=ragged_offset_q,
-                       ragged_offset_k=ragged_offset_k, seed=seed, offset=offset, page_table_k=page_table_k,
-                       page_table_v=page_table_v, sink=sink)
+        tensors: dict[str, Any] = dict(
+            bias=bias, seq_len_q=seq_len_q, seq_len_kv=seq_len_kv, ragged_offset_q=ragged_offset_q,
+            ragged_offset_k=ragged_offset_k, seed=seed, offset=offset, page_table_k=page_table_k,
+            page_table_v=page_table_v, sink=sink)
         self.args = SdpaArgs(handle, q, k, v, self.options, **tensors)
         self._call = (q, k, v), {n: x for n, x in tensors.items() if x is not None}  # what execute() passes sdpa
         self._tuned = False
@@ -196,8 +197,9 @@ class Sdpa:
         if self.runner is None:
             self.plan()
         (q, k, v), tensors = self._call
-        res = sdpa(self.handle, q, k, v, self.options, **tensors, return_stats=self.return_stats, autotune=self._tuned,
-                   **self.outputs)
+        res: Any = sdpa(  # type: ignore[call-overload]  # return_stats is a bool, not a Literal
+            self.handle, q, k, v, self.options, **tensors, return_stats=self.return_stats, autotune=self._tuned,
+            **self.outputs)
         return res if self.return_stats else SdpaOutputs(res, None)
 
     def _run(self) -> SdpaOutputs:
