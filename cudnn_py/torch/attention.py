@@ -313,14 +313,15 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, *, scale: float | None = None, causal:
                 and _packed(q) and _packed(k) and _packed(v)):
             b, hq, sq, _ = q.shape
             o = empty_like_layout(q, (b, hq, sq, v.shape[3]))
+            # the band options only where given: each keyword is passed on twice and is one more part of the key
+            band = {} if left_bound is right_bound is None and diagonal_alignment == "top_left" else dict(
+                diagonal_alignment=diagonal_alignment, left_bound=left_bound, right_bound=right_bound)
             if not return_stats:
-                context(dev).run(core_sdpa, q, k, v, scale=scale, causal=causal,
-                                 diagonal_alignment=diagonal_alignment, left_bound=left_bound,
-                                 right_bound=right_bound, o=o)
+                context(dev).run(core_sdpa, q, k, v, scale=scale, causal=causal, o=o, **band)
                 return o
             stats = torch.empty((b, hq, sq, 1), dtype=torch.float32, device=q.device)
-            context(dev).run(core_sdpa, q, k, v, scale=scale, causal=causal, diagonal_alignment=diagonal_alignment,
-                             left_bound=left_bound, right_bound=right_bound, o=o, stats=stats, return_stats=True)
+            context(dev).run(core_sdpa, q, k, v, scale=scale, causal=causal, o=o, stats=stats, return_stats=True,
+                             **band)
             return o, stats
     return _checked(q, k, v, scale, causal, diagonal_alignment, left_bound, right_bound, bias, seq_len_q,
                     seq_len_kv, cu_seqlens_q, cu_seqlens_kv, ragged_offset_q, ragged_offset_k, max_seq_len_q,
