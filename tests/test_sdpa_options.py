@@ -3,6 +3,7 @@ the deprecated attention spellings (each warns once at the user's line; the pack
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import warnings
 
 import ml_dtypes
@@ -173,6 +174,8 @@ def test_options_refuse_extra_and_repeated_fields_with_package_errors():
     with pytest.raises(CudnnPyError, match="unexpected keyword argument 'frobnicate'$"):  # nothing close: no hint
         SdpaOptions(frobnicate=1)
     assert dataclasses.replace(SdpaOptions(0.5), causal=True) == SdpaOptions(scale=0.5, causal=True)
+    # help() and the API docs show the fields, not the checking __new__'s catch-all
+    assert list(inspect.signature(SdpaOptions).parameters) == [f.name for f in dataclasses.fields(SdpaOptions)]
 
 
 @pytest.mark.parametrize("kw, hint", [("dropout_p", "dropout="), ("is_causal", "causal="),

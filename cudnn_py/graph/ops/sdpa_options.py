@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import inspect
 from collections.abc import Iterable
 from typing import Any
 
@@ -180,6 +181,9 @@ class SdpaOptions:
 
 
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(SdpaOptions)}
+# what introspection (help(), IDEs, the API docs) shows: the fields, not __new__'s catch-all
+_init = inspect.signature(SdpaOptions.__init__)
+setattr(SdpaOptions, "__signature__", _init.replace(parameters=list(_init.parameters.values())[1:]))
 
 
 def fp8_only(what: str, opts: SdpaOptions) -> SdpaOptions:
