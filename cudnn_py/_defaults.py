@@ -2,9 +2,9 @@
 
 For scripts that do not want to create and pass handles around::
 
-    import cudnn_py as cudnn
-    h = cudnn.default_handle()            # this thread's handle on the current device
-    y = cudnn.pooling_forward(h, cudnn.Pooling("max", window=2), x)
+    import cudnn_py as cdp
+    h = cdp.default_handle()            # this thread's handle on the current device
+    y = cdp.pooling_forward(h, cdp.Pooling("max", window=2), x)
 
 Each thread gets its own (cuDNN handles are not thread-safe); a thread's handles are destroyed when the
 thread ends, and every one left is closed at interpreter exit. Closing the default handle is allowed:

@@ -2,11 +2,11 @@
 
 ::
 
-    with cudnn.Handle() as h:                  # device 0, the default (NULL) stream
-        y = cudnn.pooling_forward(h, pool, x)  # every op takes the handle first
-        s = cudnn.new_stream()
+    with cdp.Handle() as h:                  # device 0, the default (NULL) stream
+        y = cdp.pooling_forward(h, pool, x)  # every op takes the handle first
+        s = cdp.new_stream()
         with h.on_stream(s):                   # work queued on s inside the block
-            y = cudnn.pooling_forward(h, pool, x)
+            y = cdp.pooling_forward(h, pool, x)
         h.synchronize()
 
 A handle is created on ``device`` (made current in the calling thread) and destroyed by
@@ -23,10 +23,10 @@ would cost every call): use one handle per thread (and per device), e.g.::
 
     _local = threading.local()
 
-    def my_handle() -> cudnn.Handle:
+    def my_handle() -> cdp.Handle:
         h = getattr(_local, "handle", None)
         if h is None:
-            h = _local.handle = cudnn.Handle()
+            h = _local.handle = cdp.Handle()
         return h
 """
 from __future__ import annotations

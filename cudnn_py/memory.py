@@ -5,8 +5,8 @@ elements), ``ptr``, ``device_id``. Memory comes from the device's stream-ordered
 (``cuda.core.Device.allocate``) and goes back to it, ordered on the stream it was allocated on, when
 the last reference goes::
 
-    x = cudnn.to_device(np.random.rand(8, 3, 32, 32).astype(np.float32))   # host -> device
-    y = cudnn.empty((8, 16, 32, 32), np.float32)
+    x = cdp.to_device(np.random.rand(8, 3, 32, 32).astype(np.float32))   # host -> device
+    y = cdp.empty((8, 16, 32, 32), np.float32)
     y.fill_(0.5)
     y.to_numpy()                                                              # device -> host
 

@@ -3,12 +3,12 @@
 cudnn-py uses :class:`cuda.core.Stream` and :class:`cuda.core.Event` directly; this module only
 normalises what users pass as a stream and adds a timer::
 
-    s = cudnn.new_stream()                    # a fresh non-blocking stream on the current device
-    with h.on_stream(s), cudnn.timer(s) as t:
-        y = cudnn.convolution_forward(h, conv, x, w)
+    s = cdp.new_stream()                    # a fresh non-blocking stream on the current device
+    with h.on_stream(s), cdp.timer(s) as t:
+        y = cdp.convolution_forward(h, conv, x, w)
     print(t.ms)                               # device time between two events on s
 
-``cudnn.timer(s, hold=True)`` holds ``s`` until the block has queued all its work, so that the time is the GPU's
+``cdp.timer(s, hold=True)`` holds ``s`` until the block has queued all its work, so that the time is the GPU's
 even where queuing the work costs the host more than running it costs the device (tiny calls).
 
 A *stream* argument anywhere in cudnn-py may be ``None`` (the device's default stream, i.e. the
@@ -434,7 +434,7 @@ def _alone() -> bool:
 def timer(stream: StreamLike = None, *, hold: bool = False) -> Timer:
     """Time the device work queued on ``stream`` inside a ``with`` block.
 
-    ``with cudnn.timer(s) as t: ...`` then ``t.ms``.
+    ``with cdp.timer(s) as t: ...`` then ``t.ms``.
 
     :param stream: the stream argument (``None``: the default stream).
     :param hold: hold ``stream`` (``cuStreamWaitValue32`` on a host-mapped word) until the block has queued its

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-import cudnn_py as cudnn
+import cudnn_py as cdp
 from cudnn_py.cli import algos
 from cudnn_py.cli.prerequisites import require_gpu
 
@@ -32,7 +32,7 @@ def main() -> None:
     for d, r in best.items():
         print(f"fastest {d}: {r.algo} ({r.math_type}) {r.time_ms:.3f} ms, {r.tflops:.1f} TFLOP/s, "
               f"max rel error {r.max_rel_error:.2e}")
-    print(f"cuDNN {cudnn.library().version_string}")
+    print(f"cuDNN {cdp.library().version_string}")
 
 
 if __name__ == "__main__":

@@ -45,7 +45,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 if importlib.util.find_spec("cudnn_py") is None:  # run from a checkout without installing
     sys.path.insert(0, str(REPO))
-import cudnn_py as cudnn  # noqa: E402
+import cudnn_py as cdp  # noqa: E402
 from cudnn_py import capi  # noqa: E402
 from cudnn_py.errors import CudnnError  # noqa: E402
 from cudnn_py.streams import missing_device  # noqa: E402
@@ -405,7 +405,7 @@ class Test:
         o = self.o
         self.print_dims()
         try:
-            handle = cudnn.Handle()
+            handle = cdp.Handle()
         except CudnnError as e:
             report_error(e)
             return 0 if o.benchmark else 1
@@ -428,20 +428,20 @@ class Test:
 
     # -- float32 / float16 through the Pythonic layer --
     def _views(self, bufs):
-        x, w, y = (cudnn.DeviceArray(b.ptr, d, self.dtype, st, owner=b) for b, d, st in
+        x, w, y = (cdp.DeviceArray(b.ptr, d, self.dtype, st, owner=b) for b, d, st in
                    zip(bufs, (self.dims, self.fdims, self.odims), (self.strides, self.fstrides, self.ostrides)))
         return x, w, y
 
-    def _conv(self) -> cudnn.Convolution:
+    def _conv(self) -> cdp.Convolution:
         o = self.o
-        return cudnn.Convolution(padding=tuple(o.pad), stride=tuple(o.stride),
+        return cdp.Convolution(padding=tuple(o.pad), stride=tuple(o.stride),
                                  mode="convolution" if o.mode == capi.CUDNN_CONVOLUTION else "cross_correlation",
                                  math_type="tensor_op" if o.math_type == 1 else "default")
 
     def float_direction(self, h, hx, hw, hy) -> int:
         """Forward, backward data or backward filter on strided device views; then the host check."""
         o = self.o
-        bufs = [cudnn.to_device(a) for a in (hx, hw, hy)]
+        bufs = [cdp.to_device(a) for a in (hx, hw, hy)]
         x, w, y = self._views(bufs)
         out_index = (2, 0, 1)[o.algo]  # the buffer each direction writes: y, x (dx), w (dw)
         bufs[out_index].fill_(np.nan)
@@ -449,11 +449,11 @@ class Test:
         h.synchronize()
         start = time.perf_counter()
         if o.algo == 0:
-            cudnn.convolution_forward(h, conv, x, w, y=y, algo="IMPLICIT_PRECOMP_GEMM", alpha=ALPHA, beta=BETA)
+            cdp.convolution_forward(h, conv, x, w, y=y, algo="IMPLICIT_PRECOMP_GEMM", alpha=ALPHA, beta=BETA)
         elif o.algo == 1:
-            cudnn.convolution_backward_data(h, conv, w, y, dx=x, algo="ALGO_1", alpha=ALPHA, beta=BETA)
+            cdp.convolution_backward_data(h, conv, w, y, dx=x, algo="ALGO_1", alpha=ALPHA, beta=BETA)
         else:
-            cudnn.convolution_backward_filter(h, conv, x, y, dw=w, algo="ALGO_1", alpha=ALPHA, beta=BETA)
+            cdp.convolution_backward_filter(h, conv, x, y, dw=w, algo="ALGO_1", alpha=ALPHA, beta=BETA)
         h.synchronize()
         print_perf(time.perf_counter() - start)
         got = bufs[out_index].to_numpy()
@@ -481,13 +481,13 @@ class Test:
     # -- backward data on folded tensors (C layer: the Pythonic layer has no folding) --
     def folded_dgrad(self, h, hx, hw, hy) -> int:
         o = self.o
-        bufs = [cudnn.to_device(a) for a in (hx, hw, hy)]
+        bufs = [cdp.to_device(a) for a in (hx, hw, hy)]
         bufs[0].fill_(np.nan)
         dt = self.dtype
-        x_desc = cudnn.TensorDescriptor(self.dims, dt, self.strides)
-        y_desc = cudnn.TensorDescriptor(self.odims, dt, self.ostrides)
-        w_desc = cudnn.FilterDescriptor(self.fdims, dt, layout="NHWC" if self.fmt == capi.CUDNN_TENSOR_NHWC else "NCHW")
-        conv_desc = cudnn.Convolution(tuple(o.pad), tuple(o.stride), 1, mode=capi.cudnnConvolutionMode_t(o.mode)
+        x_desc = cdp.TensorDescriptor(self.dims, dt, self.strides)
+        y_desc = cdp.TensorDescriptor(self.odims, dt, self.ostrides)
+        w_desc = cdp.FilterDescriptor(self.fdims, dt, layout="NHWC" if self.fmt == capi.CUDNN_TENSOR_NHWC else "NCHW")
+        conv_desc = cdp.Convolution(tuple(o.pad), tuple(o.stride), 1, mode=capi.cudnnConvolutionMode_t(o.mode)
                                       ).descriptor(2, dtype=np.float32,
                                                    math_type="tensor_op" if o.math_type == 1 else "default")
         algo = capi.CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING
@@ -515,7 +515,7 @@ class Test:
                 f_grad, filter_fold, diff_pad, grad_fold, grad_unfold)
             n = ctypes.c_size_t()
             capi.cudnnGetFilterSizeInBytes(f_filter, byref(n))
-            folded_w = cudnn.empty((n.value,), np.uint8)
+            folded_w = cdp.empty((n.value,), np.uint8)
             capi.cudnnTransformFilter(h.ptr, filter_fold, byref(one), w_desc.ptr, bufs[1].ptr, byref(zero), f_filter,
                                       folded_w.ptr)
             padded_n, unpadded_n = ctypes.c_size_t(), ctypes.c_size_t()
@@ -523,11 +523,11 @@ class Test:
             capi.cudnnGetTensorSizeInBytes(y_desc.ptr, byref(unpadded_n))
             diff = bufs[2]
             if padded_n.value != unpadded_n.value:
-                diff = cudnn.empty((padded_n.value,), np.uint8)
+                diff = cdp.empty((padded_n.value,), np.uint8)
                 capi.cudnnTransformTensorEx(h.ptr, diff_pad, byref(one), y_desc.ptr, bufs[2].ptr, byref(zero),
                                             padded_diff, diff.ptr)
             capi.cudnnGetTensorSizeInBytes(f_grad, byref(n))
-            folded_dx = cudnn.zeros((n.value,), np.uint8)
+            folded_dx = cdp.zeros((n.value,), np.uint8)
             ws = ctypes.c_size_t()
             capi.cudnnGetConvolutionBackwardDataWorkspaceSize(h.ptr, f_filter, padded_diff, f_conv, f_grad, algo,
                                                              byref(ws))
@@ -549,8 +549,8 @@ class Test:
     # -- int8x4 / int8x32 forward (C layer: vectorised int8 types are outside the Pythonic descriptors) --
     def int8_forward(self, h, hx, hw, hy) -> int:
         o = self.o
-        x_buf, w_buf, y_buf = (cudnn.to_device(a) for a in (hx, hw, hy))
-        w_used = cudnn.empty(w_buf.shape, np.int8)
+        x_buf, w_buf, y_buf = (cdp.to_device(a) for a in (hx, hw, hy))
+        w_used = cdp.empty(w_buf.shape, np.int8)
         dims = lambda d: (ctypes.c_int * 4)(*d)  # noqa: E731
         x_desc, y_desc = capi.cudnnTensorDescriptor_t(), capi.cudnnTensorDescriptor_t()
         w_desc, conv_desc = capi.cudnnFilterDescriptor_t(), capi.cudnnConvolutionDescriptor_t()
@@ -619,7 +619,7 @@ def transform_layout(dims, direction: str) -> np.ndarray:
 
 def device_version() -> int:
     """``major * 10 + minor`` of device 0."""
-    with cudnn.Handle() as h:
+    with cdp.Handle() as h:
         major, minor = h.cuda_device.compute_capability
     return major * 10 + minor
 

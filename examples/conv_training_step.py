@@ -10,7 +10,7 @@ import argparse
 
 import numpy as np
 
-import cudnn_py as cudnn
+import cudnn_py as cdp
 from cudnn_py.cli.prerequisites import require_gpu
 
 
@@ -27,27 +27,27 @@ def main() -> None:
     w1_h = (rng.standard_normal((k1, c, 3, 3)) * 0.2).astype(np.float32)
     b1_h = np.zeros((1, k1, 1, 1), np.float32)
     w2_h = (rng.standard_normal((k2, k1, 3, 3)) * 0.2).astype(np.float32)
-    conv1 = cudnn.Convolution(padding=1)             # 16x16 -> 16x16
-    conv2 = cudnn.Convolution(padding=1, stride=2)   # 16x16 -> 8x8
-    with cudnn.Handle() as h:
-        x, w1, b1, w2 = (cudnn.to_device(a) for a in (x_h, w1_h, b1_h, w2_h))
+    conv1 = cdp.Convolution(padding=1)             # 16x16 -> 16x16
+    conv2 = cdp.Convolution(padding=1, stride=2)   # 16x16 -> 8x8
+    with cdp.Handle() as h:
+        x, w1, b1, w2 = (cdp.to_device(a) for a in (x_h, w1_h, b1_h, w2_h))
         for step in range(args.steps):
-            a1 = cudnn.convolution_bias_activation_forward(h, conv1, x, w1, b1, activation="relu")
-            y = cudnn.convolution_forward(h, conv2, a1, w2, autotune=True, engine="legacy")
+            a1 = cdp.convolution_bias_activation_forward(h, conv1, x, w1, b1, activation="relu")
+            y = cdp.convolution_forward(h, conv2, a1, w2, autotune=True, engine="legacy")
             diff = y.to_numpy() - target_h                       # loss = mean(diff^2) / 2
             loss = float((diff ** 2).mean() / 2)
-            dy = cudnn.to_device((diff / diff.size).astype(np.float32))
-            dw2 = cudnn.convolution_backward_filter(h, conv2, a1, dy, w_shape=w2.shape, autotune=True, engine="legacy")
-            da1 = cudnn.convolution_backward_data(h, conv2, w2, dy, x_shape=a1.shape, autotune=True, engine="legacy")
+            dy = cdp.to_device((diff / diff.size).astype(np.float32))
+            dw2 = cdp.convolution_backward_filter(h, conv2, a1, dy, w_shape=w2.shape, autotune=True, engine="legacy")
+            da1 = cdp.convolution_backward_data(h, conv2, w2, dy, x_shape=a1.shape, autotune=True, engine="legacy")
             dz1 = da1.to_numpy() * (a1.to_numpy() > 0)           # ReLU gradient on the host (small)
-            dz1_d = cudnn.to_device(dz1)
-            dw1 = cudnn.convolution_backward_filter(h, conv1, x, dz1_d, w_shape=w1.shape)
-            db1 = cudnn.convolution_backward_bias(h, dz1_d)
+            dz1_d = cdp.to_device(dz1)
+            dw1 = cdp.convolution_backward_filter(h, conv1, x, dz1_d, w_shape=w1.shape)
+            db1 = cdp.convolution_backward_bias(h, dz1_d)
             for p, g in ((w1, dw1), (b1, db1), (w2, dw2)):
                 p.copy_((p.to_numpy() - args.lr * 100 * g.to_numpy()).astype(np.float32))
             if step % 5 == 0 or step == args.steps - 1:
                 print(f"step {step:3d}  loss {loss:.5f}")
-    print(f"algorithm cache: {len(cudnn.algorithm_cache)} measured configurations")
+    print(f"algorithm cache: {len(cdp.algorithm_cache)} measured configurations")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import argparse
 
 import numpy as np
 
-import cudnn_py as cudnn
+import cudnn_py as cdp
 from cudnn_py.cli.prerequisites import require_gpu
 
 ALPHABET = "_abcdefg"  # index 0 is the CTC blank
@@ -38,10 +38,10 @@ def main(argv=None) -> dict:
     input_lengths = [t, t - 2, t - 4, t]
     scores = (rng.standard_normal((t, n, a)) * 0.1).astype(np.float32)
     history = []
-    with cudnn.Handle() as h:
-        x = cudnn.to_device(scores)
+    with cdp.Handle() as h:
+        x = cdp.to_device(scores)
         for step in range(args.steps + 1):
-            costs, grads = cudnn.ctc_loss(h, x, labels, label_lengths, input_lengths, algo=args.algo)
+            costs, grads = cdp.ctc_loss(h, x, labels, label_lengths, input_lengths, algo=args.algo)
             total = float(costs.to_numpy().sum())
             history.append(total)
             if step % max(args.steps // 5, 1) == 0:

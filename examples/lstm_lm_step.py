@@ -13,7 +13,7 @@ import argparse
 
 import numpy as np
 
-import cudnn_py as cudnn
+import cudnn_py as cdp
 from cudnn_py.cli.prerequisites import require_gpu
 
 TEXT = ("the quick brown fox jumps over the lazy dog. pack my box with five dozen liquor jugs. "
@@ -31,8 +31,8 @@ def main(steps: int = 300, dtype: str = "float32", seq: int = 24, batch: int = 1
     W_out = rng.normal(0, 1 / np.sqrt(hidden), (V, hidden))  # softmax layer (host)
     b_out = np.zeros(V)
     losses = []
-    with cudnn.Handle() as h:
-        rnn = cudnn.RNN("lstm", emb, hidden, layers, dtype=dt)
+    with cdp.Handle() as h:
+        rnn = cdp.RNN("lstm", emb, hidden, layers, dtype=dt)
         w = rnn.new_weights(h, zero=False)
         w.copy_(rng.uniform(-1, 1, w.shape) / np.sqrt(hidden))
         for (pseudo, lin), p in rnn.weights(h, w).items():   # forget-gate biases 1 (input side, lin_id 1)
@@ -42,8 +42,8 @@ def main(steps: int = 300, dtype: str = "float32", seq: int = 24, batch: int = 1
             starts = rng.integers(0, len(ids) - seq - 1, batch)
             tok = np.stack([ids[s:s + seq] for s in starts], axis=1)          # [T, B]
             target = np.stack([ids[s + 1:s + seq + 1] for s in starts], axis=1)
-            x = cudnn.to_device(E[tok].astype(dt))                           # [T, B, emb]
-            fwd = cudnn.rnn_forward(h, rnn, x, w, training=True)
+            x = cdp.to_device(E[tok].astype(dt))                           # [T, B, emb]
+            fwd = cdp.rnn_forward(h, rnn, x, w, training=True)
             y = fwd.y.to_numpy().astype(np.float64)                          # [T, B, hidden]
             logits = y @ W_out.T + b_out
             logits -= logits.max(-1, keepdims=True)
@@ -57,9 +57,9 @@ def main(steps: int = 300, dtype: str = "float32", seq: int = 24, batch: int = 1
             dy = dlogits @ W_out
             W_out -= lr * np.einsum("tbv,tbh->vh", dlogits, y)
             b_out -= lr * dlogits.sum((0, 1))
-            dx, _, _ = cudnn.rnn_backward_data(h, rnn, fwd, cudnn.to_device(dy.astype(dt)), w)
-            dw = cudnn.rnn_backward_weights(h, rnn, fwd)                     # fresh zeroed buffer, gradients added
-            cudnn.add_tensor(h, dw.reshape(1, -1, 1, 1), w.reshape(1, -1, 1, 1), alpha=-lr, beta=1.0)  # SGD
+            dx, _, _ = cdp.rnn_backward_data(h, rnn, fwd, cdp.to_device(dy.astype(dt)), w)
+            dw = cdp.rnn_backward_weights(h, rnn, fwd)                     # fresh zeroed buffer, gradients added
+            cdp.add_tensor(h, dw.reshape(1, -1, 1, 1), w.reshape(1, -1, 1, 1), alpha=-lr, beta=1.0)  # SGD
             np.add.at(E, tok, -lr * dx.to_numpy().astype(np.float64))
             losses.append(float(loss))
             if step % 20 == 0 or step == steps - 1:

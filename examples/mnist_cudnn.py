@@ -28,7 +28,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 if importlib.util.find_spec("cudnn_py") is None:  # run from a checkout without installing
     sys.path.insert(0, str(REPO))
-import cudnn_py as cudnn  # noqa: E402
+import cudnn_py as cdp  # noqa: E402
 from cudnn_py.cli.prerequisites import require_gpu  # noqa: E402
 
 SAMPLES_DATA = Path("/usr/src/cudnn_samples_v9/mnistCUDNN/data")  # where the libcudnn9-samples package puts it
@@ -98,27 +98,27 @@ def load_image(path: Path) -> np.ndarray:
 class LeNet:
     """The sample's network on one handle, with its weights on the device in ``dtype``."""
 
-    def __init__(self, handle: cudnn.Handle, weights: dict, dtype=np.float32):
+    def __init__(self, handle: cdp.Handle, weights: dict, dtype=np.float32):
         self.h, self.dtype = handle, np.dtype(dtype)
-        self.params = {name: (cudnn.to_device(w.astype(self.dtype)),
-                              cudnn.to_device(b.astype(self.dtype).reshape(1, -1, 1, 1)))
+        self.params = {name: (cdp.to_device(w.astype(self.dtype)),
+                              cdp.to_device(b.astype(self.dtype).reshape(1, -1, 1, 1)))
                        for name, (w, b) in weights.items()}
-        self.conv = cudnn.Convolution()  # no padding, stride 1, cross-correlation; float32 accumulation
-        self.pool = cudnn.Pooling("max", window=2, stride=2)
-        self.lrn = cudnn.LRN(n=5, alpha=1e-4, beta=0.75, k=1.0)
+        self.conv = cdp.Convolution()  # no padding, stride 1, cross-correlation; float32 accumulation
+        self.pool = cdp.Pooling("max", window=2, stride=2)
+        self.lrn = cdp.LRN(n=5, alpha=1e-4, beta=0.75, k=1.0)
 
     def _layer(self, name: str, x):
         w, b = self.params[name]
-        y = cudnn.convolution_forward(self.h, self.conv, x, w)
-        return cudnn.add_tensor(self.h, b, y, beta=1.0)  # y += bias, broadcast over N, H, W
+        y = cdp.convolution_forward(self.h, self.conv, x, w)
+        return cdp.add_tensor(self.h, b, y, beta=1.0)  # y += bias, broadcast over N, H, W
 
     def forward(self, image: np.ndarray) -> np.ndarray:
         """Class probabilities (10,) for one (1, 1, 28, 28) image."""
-        x = cudnn.to_device(image.astype(self.dtype))
-        x = cudnn.pooling_forward(self.h, self.pool, self._layer("conv1", x))
-        x = cudnn.pooling_forward(self.h, self.pool, self._layer("conv2", x))
-        x = cudnn.activation_forward(self.h, "relu", self._layer("ip1", x))
-        x = cudnn.lrn_forward(self.h, self.lrn, x)
+        x = cdp.to_device(image.astype(self.dtype))
+        x = cdp.pooling_forward(self.h, self.pool, self._layer("conv1", x))
+        x = cdp.pooling_forward(self.h, self.pool, self._layer("conv2", x))
+        x = cdp.activation_forward(self.h, "relu", self._layer("ip1", x))
+        x = cdp.lrn_forward(self.h, self.lrn, x)
         p = cudnn.softmax_forward(self.h, self._layer("ip2", x), algo="accurate", mode="channel")
         return p.to_numpy().reshape(-1).astype(np.float64)
 
@@ -126,7 +126,7 @@ class LeNet:
 def classify(folder: Path, dtype=np.float32, handle=None, out=sys.stdout) -> list[tuple[int, float, np.ndarray]]:
     """Run the three digits; print like the C sample; return [(predicted class, its probability, probabilities)]."""
     own = handle is None
-    h = cudnn.Handle() if own else handle
+    h = cdp.Handle() if own else handle
     try:
         net = LeNet(h, load_weights(folder), dtype)
         results = []

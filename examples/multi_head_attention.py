@@ -46,7 +46,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 if importlib.util.find_spec("cudnn_py") is None:  # run from a checkout without installing
     sys.path.insert(0, str(REPO))
-import cudnn_py as cudnn  # noqa: E402
+import cudnn_py as cdp  # noqa: E402
 from cudnn_py import capi  # noqa: E402
 from cudnn_py.errors import CudnnError  # noqa: E402
 from cudnn_py.streams import missing_device  # noqa: E402
@@ -346,7 +346,7 @@ def _calls(c: Config, forward, backward_data, backward_weights) -> None:
         forward(-1)
 
 
-def run_pythonic(h: cudnn.Handle, c: Config, get_data) -> dict:
+def run_pythonic(h: cdp.Handle, c: Config, get_data) -> dict:
     """Run beam-1 configurations with ``cudnn_py.MultiHeadAttention`` and the ``attention_*`` calls.
 
     ``get_data(n_weights)`` returns the host inputs (:func:`make_data`); ``"w"`` may also be a dict of named
@@ -354,55 +354,55 @@ def run_pythonic(h: cudnn.Handle, c: Config, get_data) -> dict:
     ``out`` (and ``dq``, ``dk``, ``dv``, ``dw`` flat weight space in training), plus ``weights``/``dweights``
     as named arrays.
     """
-    dropout = cudnn.Dropout(h, c.dropout, seed=0) if c.train and c.dropout > 0.0 else None
-    attn = cudnn.MultiHeadAttention(
+    dropout = cdp.Dropout(h, c.dropout, seed=0) if c.train and c.dropout > 0.0 else None
+    attn = cdp.MultiHeadAttention(
         c.heads, c.q_size, c.k_size, c.v_size, q_proj_size=c.q_proj, k_proj_size=c.k_proj, v_proj_size=c.v_proj,
         o_proj_size=c.o_proj, max_seq_q=c.seq_q, max_seq_kv=c.seq_k, max_batch=c.batch, scale=c.scaler,
         biases=c.proj_bias, dtype=c.dtype, compute_dtype=c.compute_dtype, math_type="default", attn_dropout=dropout)
     data = get_data(attn.weight_space_size(h) // c.dtype.itemsize)
     w = attn.new_weights(h)
     if isinstance(data["w"], dict):
-        cudnn.load_attention_weights(h, attn, w, data["w"])
+        cdp.load_attention_weights(h, attn, w, data["w"])
     else:
         w.copy_(data["w"])
-    q, k, v = (cudnn.to_device(to_batch_major(c, data[n], n)) for n in ("q", "k", "v"))
-    out = cudnn.empty((c.batch, c.seq_q, c.o_len), c.dtype).fill_(np.nan)
-    kw = dict(seq_lengths_q=c.q_lengths, seq_lengths_kv=c.k_lengths, lo_win=np.array(c.lo_win),
+    q, k, v = (cdp.to_device(to_batch_major(c, data[n], n)) for n in ("q", "k", "v"))
+    out = cdp.empty((c.batch, c.seq_q, c.o_len), c.dtype).fill_(np.nan)
+    kw = dict(seq_len_q=c.q_lengths, seq_len_kv=c.k_lengths, lo_win=np.array(c.lo_win),
               hi_win=np.array(c.hi_win), residuals=q if c.res_link else None, o=out)
     state: dict = {}
     if c.train:
-        dout = cudnn.to_device(to_batch_major(c, data["do"], "o"))
-        grads = [cudnn.empty(a.shape, c.dtype).fill_(np.nan) for a in (q, k, v)]
+        dout = cdp.to_device(to_batch_major(c, data["do"], "o"))
+        grads = [cdp.empty(a.shape, c.dtype).fill_(np.nan) for a in (q, k, v)]
         dw = attn.new_weights(h)  # zeros: the weight gradients are added to it
 
     def forward(t):
-        state["fwd"] = cudnn.attention_forward(h, attn, q, k, v, w, training=c.train, curr_idx=t, **kw)
+        state["fwd"] = cdp.attention_forward(h, attn, q, k, v, w, training=c.train, curr_idx=t, **kw)
 
     def backward_data():
-        cudnn.attention_backward_data(h, attn, state["fwd"], dout, w, dq=grads[0], dk=grads[1], dv=grads[2])
+        cdp.attention_backward_data(h, attn, state["fwd"], dout, w, dq=grads[0], dk=grads[1], dv=grads[2])
 
     def backward_weights():
-        cudnn.attention_backward_weights(h, attn, state["fwd"], dout, w, dweights=dw)
+        cdp.attention_backward_weights(h, attn, state["fwd"], dout, w, dweights=dw)
 
     h.synchronize()
     start = time.perf_counter()
     _calls(c, forward, backward_data, backward_weights)
     h.synchronize()
     print("Elapsed time = %f sec" % (time.perf_counter() - start))
-    res = {"out": from_batch_major(c, out.to_numpy(), "o"), "weights": cudnn.read_attention_weights(h, attn, w)}
+    res = {"out": from_batch_major(c, out.to_numpy(), "o"), "weights": cdp.read_attention_weights(h, attn, w)}
     if c.train:
         for name, g, which in zip(("dq", "dk", "dv"), grads, ("q", "k", "v")):
             res[name] = from_batch_major(c, g.to_numpy(), which)
         res["dw"] = dw.to_numpy()
-        res["dweights"] = cudnn.read_attention_weights(h, attn, dw)
+        res["dweights"] = cdp.read_attention_weights(h, attn, dw)
     res["inputs"] = {n: data[n] for n in ("w", "q", "k", "v", "do") if n in data}
     return res
 
 
-def run_capi(h: cudnn.Handle, c: Config, get_data) -> dict:
+def run_capi(h: cdp.Handle, c: Config, get_data) -> dict:
     """Run any configuration through the C layer, call for call as the sample (beams, layouts, zero
     projection sizes, empty attention windows). Returns ``out`` (and ``dq``, ``dk``, ``dv``, ``dw``) flat."""
-    dropout = cudnn.Dropout(h, c.dropout, seed=0) if c.train and c.dropout > 0.0 else None
+    dropout = cdp.Dropout(h, c.dropout, seed=0) if c.train and c.dropout > 0.0 else None
     attn = capi.cudnnAttnDescriptor_t()
     descs = {n: capi.cudnnSeqDataDescriptor_t() for n in "qkvo"}
     capi.cudnnCreateAttnDescriptor(byref(attn))
@@ -420,24 +420,24 @@ def run_capi(h: cudnn.Handle, c: Config, get_data) -> dict:
             raise SampleExit("ERROR: zero reserve buffer size in training mode\n")
         data = get_data(n_w.value // c.dtype.itemsize)
         q_len, k_len = (ctypes.c_int * len(c.q_lengths))(*c.q_lengths), (ctypes.c_int * len(c.k_lengths))(*c.k_lengths)
-        dev_q_len = cudnn.to_device(np.array(c.q_lengths, np.int32))
-        dev_k_len = cudnn.to_device(np.array(c.k_lengths, np.int32))
+        dev_q_len = cdp.to_device(np.array(c.q_lengths, np.int32))
+        dev_k_len = cdp.to_device(np.array(c.k_lengths, np.int32))
         axes = (ctypes.c_int * 4)(*c.axes)
         for name, d in descs.items():
             lengths, count = (q_len, len(c.q_lengths)) if name in "qo" else (k_len, len(c.k_lengths))
             capi.cudnnSetSeqDataDescriptor(d, c.data_type, 4, (ctypes.c_int * 4)(*c.dims(name)), axes, count,
                                            lengths, None)
-        w = cudnn.to_device(data["w"]) if n_w.value else None
-        q, k, v = (cudnn.to_device(data[n]) for n in ("q", "k", "v"))
-        out = cudnn.empty((c.count("o"),), c.dtype).fill_(np.nan)
+        w = cdp.to_device(data["w"]) if n_w.value else None
+        q, k, v = (cdp.to_device(data[n]) for n in ("q", "k", "v"))
+        out = cdp.empty((c.count("o"),), c.dtype).fill_(np.nan)
         work = h.workspace.get(n_work.value, h.stream) if n_work.value else None
-        reserve = cudnn.empty((n_reserve.value,), np.uint8).fill_(0xFF) if c.train else None
+        reserve = cdp.empty((n_reserve.value,), np.uint8).fill_(0xFF) if c.train else None
         lo, hi = (ctypes.c_int * c.seq_q)(*c.lo_win), (ctypes.c_int * c.seq_q)(*c.hi_win)
         w_ptr = None if w is None else w.ptr
         if c.train:
-            dout = cudnn.to_device(data["do"])
-            dq, dk, dv = (cudnn.empty(a.shape, c.dtype).fill_(np.nan) for a in (q, k, v))
-            dw = cudnn.zeros((n_w.value // c.dtype.itemsize,), c.dtype) if n_w.value else None
+            dout = cdp.to_device(data["do"])
+            dq, dk, dv = (cdp.empty(a.shape, c.dtype).fill_(np.nan) for a in (q, k, v))
+            dw = cdp.zeros((n_w.value // c.dtype.itemsize,), c.dtype) if n_w.value else None
         common = (dev_q_len.ptr, dev_k_len.ptr)
 
         def forward(t):
@@ -632,7 +632,7 @@ def run(argv: list[str], path: str = "auto") -> dict:
     if (err := missing_device()) is not None:
         raise SampleExit(f"{PROGRAM}: {err}", 1)
     rng = np.random.default_rng(c.rand_seed)
-    with cudnn.Handle() as h:
+    with cdp.Handle() as h:
         testgen(c, rng)
         use_pythonic = c.pythonic if path == "auto" else path == "pythonic"
         res = (run_pythonic if use_pythonic else run_capi)(h, c, lambda n: make_data(c, rng, n))

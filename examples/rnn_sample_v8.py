@@ -21,7 +21,7 @@ from ctypes import byref
 
 import numpy as np
 
-import cudnn_py as cudnn
+import cudnn_py as cdp
 from cudnn_py.capi import *  # noqa: F403 - the point of the port: C names verbatim
 from cudnn_py.cli.prerequisites import require_gpu
 
@@ -86,7 +86,7 @@ def main(argv: list[str]) -> dict:
     mathType = enum_pick(o["mathType"], [CUDNN_DEFAULT_MATH, CUDNN_TENSOR_OP_MATH,
                                          CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION], "mathType")
     dataType = enum_pick(o["dataType"], types, "dataType")
-    T_ELEM = cudnn.numpy_dtype(dataType)
+    T_ELEM = cdp.numpy_dtype(dataType)
 
     inputSize, hiddenSize, projSize = o["inputSize"], o["hiddenSize"], o["projSize"]
     numLayers, seqLength, miniBatch, dropout = o["numLayers"], o["seqLength"], o["miniBatch"], o["dropout"]
@@ -128,12 +128,12 @@ def main(argv: list[str]) -> dict:
     # --- run() ---
     cudnnHandle = cudnnHandle_t()
     cudnnCreate(byref(cudnnHandle))
-    alloc = lambda n: cudnn.empty((n,), T_ELEM)  # noqa: E731 - cudaMalloc(n * sizeof(T_ELEM))
+    alloc = lambda n: cdp.empty((n,), T_ELEM)  # noqa: E731 - cudaMalloc(n * sizeof(T_ELEM))
     x, y, dx, dy = alloc(inputTensorSize), alloc(outputTensorSize), alloc(inputTensorSize), alloc(outputTensorSize)
     hx, cx, hy, cy, dhx, dcx, dhy, dcy = (alloc(hiddenTensorSize) for _ in range(8))
     seqLengthArray = (ctypes.c_int * miniBatch)(*([seqLength] * miniBatch))
     # the device copy the v8 calls take as `const int32_t devSeqLengths[]` (passed as its int address)
-    devSeqLengths = cudnn.to_device(np.full(miniBatch, seqLength, np.int32))
+    devSeqLengths = cdp.to_device(np.full(miniBatch, seqLength, np.int32))
 
     xDesc, yDesc = cudnnRNNDataDescriptor_t(), cudnnRNNDataDescriptor_t()
     cudnnCreateRNNDataDescriptor(byref(xDesc))
@@ -153,7 +153,7 @@ def main(argv: list[str]) -> dict:
     cudnnCreateDropoutDescriptor(byref(dropoutDesc))
     stateSize = ctypes.c_size_t()
     cudnnDropoutGetStatesSize(cudnnHandle, byref(stateSize))
-    states = cudnn.empty((stateSize.value,), np.uint8)
+    states = cdp.empty((stateSize.value,), np.uint8)
     cudnnSetDropoutDescriptor(dropoutDesc, cudnnHandle, dropout, states.ptr, stateSize.value, seed)
 
     rnnDesc = cudnnRNNDescriptor_t()
@@ -163,13 +163,13 @@ def main(argv: list[str]) -> dict:
 
     weightSpaceSize = ctypes.c_size_t()
     cudnnGetRNNWeightSpaceSize(cudnnHandle, rnnDesc, byref(weightSpaceSize))
-    weightSpace = cudnn.empty((weightSpaceSize.value,), np.uint8)
-    dweightSpace = cudnn.empty((weightSpaceSize.value,), np.uint8)
+    weightSpace = cdp.empty((weightSpaceSize.value,), np.uint8)
+    dweightSpace = cdp.empty((weightSpaceSize.value,), np.uint8)
     workSpaceSize, reserveSpaceSize = ctypes.c_size_t(), ctypes.c_size_t()
     cudnnGetRNNTempSpaceSizes(cudnnHandle, rnnDesc, CUDNN_FWD_MODE_TRAINING, xDesc, byref(workSpaceSize),
                               byref(reserveSpaceSize))
-    workSpace = cudnn.empty((workSpaceSize.value,), np.uint8)
-    reserveSpace = cudnn.empty((reserveSpaceSize.value,), np.uint8)
+    workSpace = cdp.empty((workSpaceSize.value,), np.uint8)
+    reserveSpace = cdp.empty((reserveSpaceSize.value,), np.uint8)
     mib = 1024.0 * 1024.0
     print(f"[INFO] weightSpaceSize : {weightSpaceSize.value / mib:g} MiB")
     print(f"[INFO] workSpaceSize   : {workSpaceSize.value / mib:g} MiB")
@@ -193,7 +193,7 @@ def main(argv: list[str]) -> dict:
                 dim, stride = (ctypes.c_int * 3)(), (ctypes.c_int * 3)()
                 cudnnGetTensorNdDescriptor(desc, 3, byref(dt), byref(nbDims), dim, stride)
                 n = dim[0] * dim[1] * dim[2]
-                view = cudnn.DeviceArray(addr.value, (n,), T_ELEM, owner=weightSpace)
+                view = cdp.DeviceArray(addr.value, (n,), T_ELEM, owner=weightSpace)
                 view.fill_(1.0 / n if value is None else value)
                 if value is None and o["printWeights"]:
                     print(f"[DEBUG] Printing the weight matrix {dim[1]}x{dim[2]}:")
@@ -204,18 +204,18 @@ def main(argv: list[str]) -> dict:
 
     if algorithm == CUDNN_RNN_ALGO_PERSIST_DYNAMIC:
         cudnnBuildRNNDynamic(cudnnHandle, rnnDesc, miniBatch)
-    cudnn.synchronize()
+    cdp.synchronize()
 
-    with cudnn.timer() as tf:
+    with cdp.timer() as tf:
         cudnnRNNForward(cudnnHandle, rnnDesc, CUDNN_FWD_MODE_TRAINING, devSeqLengths.ptr, xDesc, x.ptr, yDesc,
                         y.ptr, hDesc, hx.ptr, hy.ptr, cDesc, cx.ptr, cy.ptr, weightSpaceSize.value, weightSpace.ptr,
                         workSpaceSize.value, workSpace.ptr, reserveSpaceSize.value, reserveSpace.ptr)
-    with cudnn.timer() as tbd:
+    with cdp.timer() as tbd:
         cudnnRNNBackwardData_v8(cudnnHandle, rnnDesc, devSeqLengths.ptr, yDesc, y.ptr, dy.ptr, xDesc, dx.ptr,
                                 hDesc, hx.ptr, dhy.ptr, dhx.ptr, cDesc, cx.ptr, dcy.ptr, dcx.ptr,
                                 weightSpaceSize.value, weightSpace.ptr, workSpaceSize.value, workSpace.ptr,
                                 reserveSpaceSize.value, reserveSpace.ptr)
-    with cudnn.timer() as tbw:
+    with cdp.timer() as tbw:
         dweightSpace.fill_(0)  # cudnnRNNBackwardWeights_v8 adds to dw
         cudnnRNNBackwardWeights_v8(cudnnHandle, rnnDesc, CUDNN_WGRAD_MODE_ADD, devSeqLengths.ptr, xDesc, x.ptr,
                                    hDesc, hx.ptr, yDesc, y.ptr, weightSpaceSize.value, dweightSpace.ptr,
@@ -226,7 +226,7 @@ def main(argv: list[str]) -> dict:
     print(f"[INFO] Forward: {flopCount / (1e6 * tf.ms):3.0f} GFLOPS")
     print(f"[INFO] Backward: {2 * flopCount / (1e6 * (tbd.ms + tbw.ms)):3.0f} GFLOPS, "
           f"({flopCount / (1e6 * tbd.ms):3.0f} GFLOPS), ({flopCount / (1e6 * tbw.ms):3.0f} GFLOPS)")
-    cudnn.synchronize()
+    cdp.synchronize()
 
     # --- checksums, summed in double as the sample does (same element ranges) ---
     lstm = cellMode == CUDNN_LSTM
@@ -260,5 +260,5 @@ if __name__ == "__main__":
     warnings.filterwarnings("ignore", r"cudnn\w+ is deprecated in cuDNN 9", DeprecationWarning)
     try:
         main(sys.argv[1:])
-    except (cudnn.NoDeviceError, cudnn.CudnnNotInitializedError) as e:  # no GPU here (cudnnCreate says so)
+    except (cdp.NoDeviceError, cdp.CudnnNotInitializedError) as e:  # no GPU here (cudnnCreate says so)
         sys.exit(f"{sys.argv[0]}: {e}")

@@ -2,10 +2,11 @@
 reference in tests/reference/attention.py."""
 import numpy as np
 import pytest
+
 from helpers import NoCallHandle, fake
 
 from cudnn_py import capi
-from cudnn_py.errors import ClosedError
+from cudnn_py.errors import ClosedError, CudnnPyError
 from cudnn_py.ops import attention as A
 from reference import attention as ref
 
@@ -103,6 +104,23 @@ def test_out_is_the_deprecated_spelling_of_o():
         A.attention_forward(NoCallHandle(), a, None, None, None, None, o=fake((1, 2, 6)), out=fake((1, 2, 6)))
 
 
+def test_seq_lengths_are_the_deprecated_spellings_of_seq_len():
+    """attention_forward's lengths are spelled as sdpa's (seq_len_q / seq_len_kv); the old names warn and work."""
+    a = _attn()
+    q = np.zeros((1, 2, 6), np.float32)
+    for old, new in (("seq_lengths_q", "seq_len_q"), ("seq_lengths_kv", "seq_len_kv")):
+        with pytest.warns(DeprecationWarning, match=f"{old}= is deprecated, use {new}=") as w, \
+                pytest.raises(TypeError, match="host memory"):
+            A.attention_forward(NoCallHandle(), a, q, None, None, None, **{old: [2]})
+        assert w[0].filename == __file__  # the user's line
+        with pytest.raises(TypeError, match=f"both {new}= and its old spelling {old}="):
+            A.attention_forward(NoCallHandle(), a, q, None, None, None, **{old: [2], new: [2]})
+    with pytest.raises(CudnnPyError, match="unexpected keyword argument 'is_causal'$"):
+        A.attention_forward(NoCallHandle(), a, q, None, None, None, is_causal=True)
+    with pytest.raises(CudnnPyError, match="'seq_len'; did you mean seq_len_q="):
+        A.attention_forward(NoCallHandle(), a, q, None, None, None, seq_len=[2])
+
+
 def test_math_type_takes_enum_and_reads_back():
     assert _attn(math_type=capi.CUDNN_FMA_MATH).params.math_type == "fma"
 
@@ -163,7 +181,7 @@ def _case(handle, rng, dtype=np.float64, biases=True, residual=False, window=Tru
     qd = dev(q)
     out = memory.empty((B, Tq, q_size), dtype)
     out.fill_(np.nan)
-    fwd = A.attention_forward(handle, attn, qd, dev(k), dev(v), w, seq_lengths_q=lq, seq_lengths_kv=lk,
+    fwd = A.attention_forward(handle, attn, qd, dev(k), dev(v), w, seq_len_q=lq, seq_len_kv=lk,
                               lo_win=lo if window else None, hi_win=hi if window else None,
                               residuals=qd if residual else None, o=out, training=True)
     assert fwd.o is out
@@ -228,7 +246,7 @@ def test_attention_inference_and_dropout(handle, rng):
     attn, w, fwd = _case(handle, rng, np.float32, True, False, False)
     q, k, v = fwd._ctx["q"], fwd._ctx["k"], fwd._ctx["v"]
     lq, lk = [4, 2, 3], [5, 3, 4]
-    inf = A.attention_forward(handle, attn, q, k, v, w, seq_lengths_q=lq, seq_lengths_kv=lk)
+    inf = A.attention_forward(handle, attn, q, k, v, w, seq_len_q=lq, seq_len_kv=lk)
     assert inf.reserve is None
     valid = (np.arange(4)[None, :] < np.array(lq)[:, None])[..., None]
     np.testing.assert_allclose(np.where(valid, inf.o.to_numpy(), 0), np.where(valid, fwd.o.to_numpy(), 0),
@@ -238,8 +256,8 @@ def test_attention_inference_and_dropout(handle, rng):
                                  max_seq_kv=5, max_batch=3, biases=True, scale=0.6, attn_dropout=drop)
     wd = dattn.new_weights(handle)
     A.load_attention_weights(handle, dattn, wd, A.read_attention_weights(handle, attn, w))
-    on = A.attention_forward(handle, dattn, q, k, v, wd, seq_lengths_q=lq, seq_lengths_kv=lk, training=True)
-    off = A.attention_forward(handle, dattn, q, k, v, wd, seq_lengths_q=lq, seq_lengths_kv=lk)
+    on = A.attention_forward(handle, dattn, q, k, v, wd, seq_len_q=lq, seq_len_kv=lk, training=True)
+    off = A.attention_forward(handle, dattn, q, k, v, wd, seq_len_q=lq, seq_len_kv=lk)
     on_, off_ = np.where(valid, on.o.to_numpy(), 0), np.where(valid, off.o.to_numpy(), 0)
     assert np.all(np.isfinite(on_))
     np.testing.assert_allclose(off_, np.where(valid, fwd.o.to_numpy(), 0), rtol=1e-3, atol=1e-3)
@@ -262,8 +280,8 @@ def test_attention_bad_input_on_device(handle):
     with pytest.raises(ValueError, match="exceed the descriptor"):
         A.attention_forward(handle, attn, memory.zeros((4, 5, 6), np.float32), memory.zeros((4, 6, 5), np.float32),
                             memory.zeros((4, 6, 7), np.float32), w)
-    with pytest.raises(ValueError, match=r"seq_lengths_kv\[1\] = 7"):
-        A.attention_forward(handle, attn, q, k, v, w, seq_lengths_kv=[6, 7])
+    with pytest.raises(ValueError, match=r"seq_len_kv\[1\] = 7"):
+        A.attention_forward(handle, attn, q, k, v, w, seq_len_kv=[6, 7])
     with pytest.raises(ValueError, match="lo_win < hi_win"):
         A.attention_forward(handle, attn, q, k, v, w, lo_win=[0, 0, 3, 0, 0], hi_win=[6, 6, 3, 6, 6])
     with pytest.raises(ValueError, match="residuals has shape"):

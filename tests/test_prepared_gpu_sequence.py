@@ -158,7 +158,7 @@ def test_attention_forward_and_backward_repeat_calls_equal_the_validated_path():
                 "dout": dev(np.where(valid_q, rng.standard_normal(oshape), 0.0)), "dw0": rng.standard_normal(n_w)}
 
     def rounds(hh, a, given, validated=False):
-        fwd = cudnn.attention_forward(hh, attn, a["q"], a["k"], a["v"], a["w"], seq_lengths_q=lq, seq_lengths_kv=lk,
+        fwd = cudnn.attention_forward(hh, attn, a["q"], a["k"], a["v"], a["w"], seq_len_q=lq, seq_len_kv=lk,
                                       lo_win=lo, hi_win=hi, residuals=a["q"], o=nan(oshape) if given else None,
                                       training=True)
         if validated:

@@ -177,7 +177,7 @@ def _attn():
 
 def _attn_forward(h, attn, lq=(4, 2, 3), lo=None, **kw):
     q, k, v, w, o = arr((B, TQ, 6)), arr((B, TK, 5)), arr((B, TK, 7)), arr((WORDS,)), arr((B, TQ, 6))
-    fwd = cudnn_py.attention_forward(h, attn, q, k, v, w, seq_lengths_q=lq, seq_lengths_kv=[5, 3, 4], lo_win=lo,
+    fwd = cudnn_py.attention_forward(h, attn, q, k, v, w, seq_len_q=lq, seq_len_kv=[5, 3, 4], lo_win=lo,
                                      residuals=q, o=o, **kw)
     return fwd, (q, k, v, w, o)
 

@@ -428,21 +428,16 @@ def test_engine_is_one_option_with_auto_the_default():
     assert all(n in HANDLED and "engine" not in _params(HANDLED[n]) for n in ENGINE_EXEMPT)
 
 
-#: parameters that hold one value per batch entry
-PER_BATCH_EXEMPT = {("sdpa", "seq_len_q"), ("sdpa", "seq_len_kv"), ("sdpa_backward", "seq_len_q"),
-                    ("sdpa_backward", "seq_len_kv"), ("Sdpa", "seq_len_q"), ("Sdpa", "seq_len_kv")}
-# ^ ops/sdpa.py: its per-batch lengths are still spelled seq_len_q / seq_len_kv
 MEMORY_FORMATS = {None, "NCHW", "NHWC", "NCHW_VECT_C", "NCDHW", "NDHWC"}
 
 
 def test_one_name_per_concept():
-    """Per-batch lengths are seq_lengths (seq_lengths_q / seq_lengths_kv); "measure and keep the fastest" is
-    autotune=; layout= names a memory format everywhere."""
+    """Per-batch lengths are seq_lengths (RNNs) or seq_len_q / seq_len_kv (attention); "measure and keep the
+    fastest" is autotune=; layout= names a memory format everywhere."""
     for name, f in PUBLIC.items():
         for p in _params(f).values():
-            if p.name.startswith("seq_len") and (name, p.name) not in PER_BATCH_EXEMPT:
-                assert p.name in ("seq_lengths", "seq_lengths_q", "seq_lengths_kv"), f"{name}: {p.name}"
+            if p.name.startswith("seq_len"):
+                assert p.name in ("seq_lengths", "seq_len_q", "seq_len_kv"), f"{name}: {p.name}"
             assert p.name not in ("benchmark", "measure", "find", "tune", "fastest"), f"{name}: {p.name}"
             if p.name == "layout":
                 assert p.default in MEMORY_FORMATS, f"{name}: layout={p.default!r} is not a memory format"
-    assert all(n in PUBLIC for n, _ in PER_BATCH_EXEMPT)

@@ -92,3 +92,22 @@ def test_figures_quoted_from_the_docs_are_the_docs_figures():
         figures = re.findall(r"\d+\.\d+(?: / \d+\.\d+)?", line.split("|", 2)[2])
         assert figures and all(re.search(rf"(?<![\d.]){re.escape(f)}(?![\d])", source) for f in figures), \
             (line, [f for f in figures if f not in source], doc)
+
+
+def test_python_blocks_pass_mypy_strict(tmp_path):
+    """What a newcomer's type checker says of the README's programs: nothing (``mypy --strict`` over every block)."""
+    pytest.importorskip("mypy", reason="mypy is not installed")
+    files = []
+    for lang, code, line in BLOCKS:
+        if lang == "python":
+            files.append(tmp_path / f"readme_line{line}.py")
+            files[-1].write_text(code)
+    r = run([sys.executable, "-m", "mypy", "--strict", "--no-incremental", *map(str, files)], tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_docs_never_import_the_package_as_cudnn():
+    """``cudnn`` is cudnn-frontend's import name: the docs and examples import cudnn-py under another."""
+    paths = [ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "examples").glob("*.py")]
+    bad = [p.name for p in paths if p.name != "tuning.md" and re.search(r"import cudnn_py as cudnn\b", p.read_text())]
+    assert not bad, bad

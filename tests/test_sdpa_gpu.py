@@ -446,6 +446,27 @@ def test_pythonic_alibi_scale_gqa(handle, rng):
                  "bfloat16")
 
 
+def test_sdpa_object_executes_as_the_prepared_call(handle, rng):
+    """Sdpa.execute is sdpa's prepared call of its arguments: right on every execute, with a given output, new
+    outputs and after autotune, one prepared call per configuration."""
+    dt = BF16
+    qa, ka, va = _inputs(rng, 1, 4, 4, 96, 96, 64)
+    q, k, v = (_dev(a, dt) for a in (qa, ka, va))
+    ro, rs = R.forward(_q(qa, dt), _q(ka, dt), _q(va, dt), causal=True)
+    o = _nan(q.shape, dt)
+    given = S.Sdpa(handle, q, k, v, causal=True, o=o)
+    new = S.Sdpa(handle, q, k, v, S.SdpaOptions(causal=True), return_stats=True)
+    new.autotune()
+    before = len(handle_cache(handle, "prepared"))
+    for _ in range(3):
+        assert given.execute().o is o
+        _close(_host(o), ro, "bfloat16")
+        got, st = new.execute()
+        _close(_host(got), ro, "bfloat16")
+        _close(_host(st), rs, "bfloat16")
+    assert len(handle_cache(handle, "prepared")) == before + 2
+
+
 # -- bad input the GPU path sees ----------------------------------------------------------------------------------
 def test_host_arrays_and_host_seq_lens_are_refused(handle, rng):
     q = _dev(rng.standard_normal((1, 2, 16, 64)), BF16)

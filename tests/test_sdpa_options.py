@@ -3,6 +3,7 @@ the deprecated attention spellings (each warns once at the user's line; the pack
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import warnings
 
 import ml_dtypes
@@ -141,9 +142,67 @@ def test_deprecated_entry_spellings_warn_once_and_internal_calls_never(fake_exec
         S.sdpa(h, q, q, q, SdpaOptions(causal=True, alibi=(0.5, 0.25)))
     with pytest.raises(ValueError, match="alibi must be True or 2 per-head slopes"):
         S.sdpa(h, q, q, q, causal=True, alibi=(0.5, 0.25, 0.125))
-    with pytest.warns(DeprecationWarning, match="sdpa\\(\\): ragged_offset_kv= is deprecated, use ragged_offset_k="):
+    with pytest.warns(DeprecationWarning, match="sdpa\\(\\): ragged_offset_kv= is deprecated, use ragged_offset_k=") \
+            as w:
         S.sdpa(h, q, q, q, ragged_offset_kv=None)
+    assert w[0].filename == __file__
     with pytest.raises(TypeError, match="both ragged_offset_k= and its old spelling"):
         S.sdpa(h, q, q, q, ragged_offset_k=q, ragged_offset_kv=q)
     with pytest.raises(TypeError, match="unexpected keyword argument 'ragged_offset_x'"):
         S.sdpa(h, q, q, q, ragged_offset_x=None)
+
+
+# -- one vocabulary: torch's and cudnn-frontend's spellings get a did-you-mean --------------------------------------
+@pytest.mark.parametrize("kw, hint", [
+    ("dropout_p", "did you mean dropout="), ("is_causal", "did you mean causal="),
+    ("attn_scale", "did you mean scale="), ("softmax_scale", "did you mean scale="),
+    ("use_causal_mask", "did you mean causal="),
+    ("use_causal_mask_bottom_right", "did you mean causal=True, diagonal_alignment='bottom_right'"),
+    ("sliding_window_length", "did you mean left_bound="), ("casual", "did you mean causal="),
+])
+def test_options_name_the_package_spelling(kw, hint):
+    with pytest.raises(TypeError, match=f"SdpaOptions\\(\\) got an unexpected keyword argument '{kw}'; {hint}") as e:
+        SdpaOptions(**{kw: 0.1})
+    assert isinstance(e.value, CudnnPyError)
+
+
+def test_options_refuse_extra_and_repeated_fields_with_package_errors():
+    with pytest.raises(CudnnPyError, match="takes 10 fields"):
+        SdpaOptions(*range(11))
+    with pytest.raises(CudnnPyError, match="got scale both positionally and as scale="):
+        SdpaOptions(0.5, scale=0.25)
+    with pytest.raises(CudnnPyError, match="unexpected keyword argument 'frobnicate'$"):  # nothing close: no hint
+        SdpaOptions(frobnicate=1)
+    assert dataclasses.replace(SdpaOptions(0.5), causal=True) == SdpaOptions(scale=0.5, causal=True)
+    # help() and the API docs show the fields, not the checking __new__'s catch-all
+    assert list(inspect.signature(SdpaOptions).parameters) == [f.name for f in dataclasses.fields(SdpaOptions)]
+
+
+@pytest.mark.parametrize("kw, hint", [("dropout_p", "dropout="), ("is_causal", "causal="),
+                                      ("attn_mask", "bias="), ("generate_stats", "return_stats="),
+                                      ("paged_attention_k_table", "page_table_k="), ("max_seqlen_q", "max_seq_len_q=")])
+def test_entry_points_name_the_package_spelling(kw, hint):
+    h = _PlanHandle()
+    q = DeviceArray(0x10000, (1, 2, 64, 64), BF16)
+    calls = {"sdpa": lambda: S.sdpa(h, q, q, q, **{kw: 1}),
+             "Sdpa": lambda: Sdpa(h, q, q, q, **{kw: 1}),
+             "sdpa_backward": lambda: S.sdpa_backward(h, q, q, q, q, q, q, **{kw: 1})}
+    for where, call in calls.items():
+        if where == "sdpa_backward" and kw in ("generate_stats", "paged_attention_k_table"):
+            continue  # the backward has neither
+        with pytest.raises(CudnnPyError, match=f"{where}\\(\\) got an unexpected keyword argument '{kw}'; did you "
+                                               f"mean {hint}"):
+            call()
+
+
+def test_the_builder_names_the_package_spelling(monkeypatch):
+    import cudnn_py.graph.ops.sdpa_builders as gsb
+    monkeypatch.setattr(gsb, "_version", lambda: (9, 19, 0))
+    g = Graph(io_dtype=BF16)
+    q, k, v = _qkv(g)
+    for kw, hint in (("dropout_p", "dropout="), ("use_causal_mask", "causal="), ("attn_mask", "bias=")):
+        with pytest.raises(CudnnPyError, match=f"Graph.sdpa\\(\\) got an unexpected keyword argument '{kw}'; did "
+                                               f"you mean {hint}"):
+            g.sdpa(q, k, v, **{kw: 0.1})
+    with pytest.raises(CudnnPyError, match="Graph.sdpa_backward\\(\\) .* 'is_causal'; did you mean causal="):
+        g.sdpa_backward(q, k, v, q, q, q, is_causal=True)

@@ -604,7 +604,7 @@ def test_sdpa_sink_forward_and_gradients_match_float64(tg, rng, dtype, causal):
     with pytest.raises(InvalidTypeError, match="float32"):
         ct.sdpa(q, k, v, sink=sink.half())
     with pytest.raises(InvalidValueError, match="not verified"):
-        ct.sdpa(q, k, v, sink=sink, dropout_p=0.1)
+        ct.sdpa(q, k, v, sink=sink, dropout=0.1)
 
 
 @pytest.mark.gpu
@@ -613,17 +613,39 @@ def test_dropout_is_seeded_and_unbiased(tg, rng):
     torch.manual_seed(0)  # the unseeded calls draw their Philox seeds from torch's generator
     q, k, v = (_t(torch, rng.standard_normal((2, 2, 64, 64)), "bfloat16") for _ in range(3))
     seed, off = torch.tensor([7], device="cuda"), torch.tensor([0], device="cuda")
-    a = ct.sdpa(q, k, v, dropout_p=0.25, seed=seed, offset=off)
-    b = ct.sdpa(q, k, v, dropout_p=0.25, seed=seed, offset=off)
+    a = ct.sdpa(q, k, v, dropout=0.25, seed=seed, offset=off)
+    b = ct.sdpa(q, k, v, dropout=0.25, seed=seed, offset=off)
     plain = ct.sdpa(q, k, v)
     assert torch.equal(a, b), "the same seed and offset gave different masks"
     assert not torch.equal(a, plain), "dropout changed nothing"
-    mean = torch.stack([ct.sdpa(q, k, v, dropout_p=0.25) for _ in range(200)]).double().mean(0)
+    mean = torch.stack([ct.sdpa(q, k, v, dropout=0.25) for _ in range(200)]).double().mean(0)
     err = (mean - plain.double()).abs().max().item()
     # E[dropout(P)] V = P V: the mean of 200 draws is within 10 % of the output's range
     assert err < 0.1 * plain.double().abs().max().item(), (err, plain.double().abs().max().item())
     a.sum().backward()  # the backward replays the same mask (checked against the reference by the core's tests)
     assert torch.isfinite(q.grad).all()
+
+
+@pytest.mark.gpu
+def test_one_attention_vocabulary(tg, rng):
+    """cudnn_py.torch.sdpa spells its options as cudnn_py.sdpa (dropout=, causal=; dropout_p= warns and works);
+    scaled_dot_product_attention keeps torch's names; each refuses the other's with a did-you-mean."""
+    torch, ct = tg
+    q, k, v = (_t(torch, rng.standard_normal((1, 2, 64, 64)), "bfloat16") for _ in range(3))
+    seed, off = torch.tensor([7], device="cuda"), torch.tensor([0], device="cuda")
+    a = ct.sdpa(q, k, v, dropout=0.25, seed=seed, offset=off)
+    with pytest.warns(DeprecationWarning, match="sdpa\\(\\): dropout_p= is deprecated, use dropout=") as w:
+        b = ct.sdpa(q, k, v, dropout_p=0.25, seed=seed, offset=off)
+    assert torch.equal(a, b) and w[0].filename == __file__
+    with pytest.raises(InvalidTypeError, match="both dropout= and its old spelling dropout_p="):
+        ct.sdpa(q, k, v, dropout=0.25, dropout_p=0.25)
+    with pytest.raises(InvalidTypeError, match="sdpa\\(\\) got an unexpected keyword argument 'is_causal'; did you "
+                                               "mean causal="):
+        ct.sdpa(q, k, v, is_causal=True)
+    with pytest.raises(InvalidTypeError, match="'causal'; did you mean is_causal="):
+        ct.scaled_dot_product_attention(q, k, v, causal=True)
+    with pytest.raises(InvalidTypeError, match="'dropout'; did you mean dropout_p="):
+        ct.scaled_dot_product_attention(q, k, v, dropout=0.1)
 
 
 @pytest.mark.gpu

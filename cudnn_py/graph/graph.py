@@ -2,7 +2,7 @@
 
 ::
 
-    g = cudnn.Graph(io_dtype="float16", compute_dtype="float32")
+    g = cdp.Graph(io_dtype="float16", compute_dtype="float32")
     x = g.tensor((8, 64, 56, 56), name="x", layout="NHWC")
     w = g.tensor((64, 64, 3, 3), name="w", layout="NHWC")
     b = g.tensor((1, 64, 1, 1), name="b")

@@ -340,13 +340,19 @@ class Runner:
             self.execute(vp)
             return
         recording.in_sink(self.execute, vp)  # a validated call being recorded for its prepared call: the call's
-        n, k = self.n_inputs, len(self.consts)  # addresses, the runner's own constants kept as they are
-        recording.add(self.replay, ptrs, tuple(i for i in range(len(ptrs)) if not n <= i < n + k),
-                      workspace=self.workspace_size)
+        n, k = self.n_inputs, len(self.consts)  # addresses, the runner's own constants kept as they are; the
+        # workspace an argument, which the prepared call fetches once for all its steps
+        recording.add(self.replay, (recording.WorkspaceArg(self.workspace_size), *ptrs),
+                      tuple(1 + i for i in range(len(ptrs)) if not n <= i < n + k))
 
-    def replay(self, *ptrs: int) -> None:
-        """:meth:`run_pointers` with the addresses as arguments (what a prepared call's step calls)."""
-        self.run_pointers(ptrs)
+    def replay(self, wsp: int | None, *ptrs: int) -> None:
+        """Execute with workspace ``wsp`` and these addresses (what a prepared call's step calls: no workspace
+        fetch, no recording check, the variant pack looked up inline)."""
+        key = ptrs if wsp is None else ptrs + (wsp,)
+        vp = self.packs.get(key) or self.pack(key, ptrs, wsp)
+        status = self.launch(self.h, self.plan_ptr, vp)
+        if status:
+            raise self.error(status)
 
     def variant_pack(self, arrays: Sequence, wsp: int | None) -> VariantPack:
         """A new (uncached) variant pack of ``arrays`` (one per bound tensor, validated) and workspace ``wsp``: for a

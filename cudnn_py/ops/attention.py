@@ -4,14 +4,14 @@ NVIDIA points new code to the graph API's scaled-dot-product attention; these ca
 are what older code ports to. Beam size 1: queries ``q[B, Tq, q_size]``, keys ``k[B, Tk, k_size]``,
 values ``v[B, Tk, v_size]``, output ``o[B, Tq, o_proj_size]`` (``dout``: its gradient, cuDNN's name)::
 
-    attn = cudnn.MultiHeadAttention(heads=4, q_size=64, k_size=64, v_size=64, proj_size=16,
+    attn = cdp.MultiHeadAttention(heads=4, q_size=64, k_size=64, v_size=64, proj_size=16,
                                     max_seq_q=10, max_seq_kv=12, max_batch=8, biases=True)
     w = attn.new_weights(h)
-    cudnn.load_attention_weights(h, attn, w, {"wq": wq, "bq": bq, ...})      # [heads, proj, size] ...
-    fwd = cudnn.attention_forward(h, attn, q, k, v, w, seq_lengths_q=lq, seq_lengths_kv=lk,
+    cdp.load_attention_weights(h, attn, w, {"wq": wq, "bq": bq, ...})      # [heads, proj, size] ...
+    fwd = cdp.attention_forward(h, attn, q, k, v, w, seq_len_q=lq, seq_len_kv=lk,
                                   lo_win=lo, hi_win=hi, residuals=q, training=True)   # (o, reserve)
-    dq, dk, dv = cudnn.attention_backward_data(h, attn, fwd, dout, w)                 # an AttentionDataGrads
-    dw = cudnn.attention_backward_weights(h, attn, fwd, dout, w)
+    dq, dk, dv = cdp.attention_backward_data(h, attn, fwd, dout, w)                 # an AttentionDataGrads
+    dw = cdp.attention_backward_weights(h, attn, fwd, dout, w)
 
 Weights (``cudnnGetMultiHeadAttnWeights``): ``wq [heads, q_proj, q_size]``, ``wk [heads, k_proj, k_size]``,
 ``wv [heads, v_proj, v_size]``, ``wo [heads, o_proj, v_proj]`` (each ``W[h] @ vector``), biases
@@ -23,6 +23,7 @@ query length (measured with cuDNN 9.19).
 from __future__ import annotations
 
 import ctypes
+import inspect
 import math
 from ctypes import byref
 from collections.abc import Sequence
@@ -38,6 +39,7 @@ from cudnn_py.args import bool_arg, float_arg
 from cudnn_py.descriptors import Descriptor
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import InvalidStateError, InvalidTypeError, InvalidValueError
+from cudnn_py.graph.ops.sdpa_options import refuse_unknown
 from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray, DeviceArrayLike
 from cudnn_py.ops._common import launch, moved_outputs, replay_checks_open
@@ -99,7 +101,7 @@ class MultiHeadAttention(WeightedDescriptor):
     defaults to ``1/sqrt(q_proj_size)``; ``biases`` adds projection biases; ``dtype`` float16/32/64 and
     ``compute_dtype`` (default float32, float64 for double data); ``math_type`` as for :class:`RNN`;
     ``attn_dropout``/``post_dropout`` (cuDNN's two dropouts): applied in training to the attention weights /
-    the output, each a probability or a ``cudnn.Dropout`` as for :class:`RNN`'s ``dropout``, kept alive here
+    the output, each a probability or a ``cdp.Dropout`` as for :class:`RNN`'s ``dropout``, kept alive here
     (closing one first makes this raise :class:`ClosedError`).
     """
 
@@ -350,8 +352,8 @@ def _shapes(handle: Handle, attn, q, k, v, seq_lengths_q, seq_lengths_kv) -> tup
     if B > attn.max_batch or Tq > attn.max_seq_q or Tk > attn.max_seq_kv:
         raise InvalidValueError(f"batch {B}, query length {Tq}, key length {Tk} exceed the descriptor's max_batch="
                                 f"{attn.max_batch}, max_seq_q={attn.max_seq_q}, max_seq_kv={attn.max_seq_kv}")
-    lq = check_lengths(seq_lengths_q, Tq, B, "seq_lengths_q")
-    lk = check_lengths(seq_lengths_kv, Tk, B, "seq_lengths_kv")
+    lq = check_lengths(seq_lengths_q, Tq, B, "seq_len_q")
+    lk = check_lengths(seq_lengths_kv, Tk, B, "seq_len_kv")
     descs = (SeqDataDescriptor.shared(attn.dtype, B, Tq, attn.q_size, lq),
              SeqDataDescriptor.shared(attn.dtype, B, Tk, attn.k_size, lk),
              SeqDataDescriptor.shared(attn.dtype, B, Tk, attn.v_size, lk),
@@ -403,8 +405,8 @@ def _forward(handle: Handle, attn: MultiHeadAttention, q, k, v, weights, seq_len
 
 def attention_forward(handle: Handle, attn: MultiHeadAttention, q: DeviceArrayLike, k: DeviceArrayLike,
                       v: DeviceArrayLike, weights: DeviceArrayLike, *,
-                      seq_lengths_q: Sequence[int] | npt.NDArray[np.integer] | None = None,
-                      seq_lengths_kv: Sequence[int] | npt.NDArray[np.integer] | None = None,
+                      seq_len_q: Sequence[int] | npt.NDArray[np.integer] | None = None,
+                      seq_len_kv: Sequence[int] | npt.NDArray[np.integer] | None = None,
                       lo_win: int | Sequence[int] | None = None, hi_win: int | Sequence[int] | None = None,
                       residuals: DeviceArrayLike | None = None, o: DeviceArrayLike | None = None,
                       training: bool = False, curr_idx: int = -1, **old) -> AttentionForwardResult:
@@ -413,12 +415,17 @@ def attention_forward(handle: Handle, attn: MultiHeadAttention, q: DeviceArrayLi
 
     ``lo_win``/``hi_win``: per query step, the first and one-past-last key index it may attend
     (default 0 and ``Tk``); ``residuals``: added to the output (shape of ``o``); ``o``: the output
-    ``[B, Tq, o_proj_size]``, allocated when not given (``out=`` is its deprecated spelling). A repeat call with the
-    same shapes, lengths, windows and options replays the prepared call (:mod:`cudnn_py.prepared`).
+    ``[B, Tq, o_proj_size]``, allocated when not given (``out=`` is its deprecated spelling); ``seq_len_q``,
+    ``seq_len_kv``: each sequence's length (default: all Tq / Tk; ``seq_lengths_q=``/``seq_lengths_kv=`` are their
+    deprecated spellings). A repeat call with the same shapes, lengths, windows and options replays the prepared
+    call (:mod:`cudnn_py.prepared`).
     """
     if old:
-        o = renamed_kwargs("attention_forward", old, {"out": "o"}, {"o": o})["o"]
-    lq, lk, lo, hi = by_value(seq_lengths_q), by_value(seq_lengths_kv), by_value(lo_win), by_value(hi_win)
+        refuse_unknown("attention_forward", old, _RENAMED, _FORWARD_PARAMS)
+        new = renamed_kwargs("attention_forward", old, _RENAMED, {"o": o, "seq_len_q": seq_len_q,
+                                                                 "seq_len_kv": seq_len_kv})
+        o, seq_len_q, seq_len_kv = new["o"], new["seq_len_q"], new["seq_len_kv"]
+    lq, lk, lo, hi = by_value(seq_len_q), by_value(seq_len_kv), by_value(lo_win), by_value(hi_win)
     out, reserve, dev_lq, dev_lk = _forward(handle, attn, q, k, v, weights, lq, lk, lo, hi, residuals, o, training,
                                             curr_idx)
     result = AttentionForwardResult(out, reserve)
@@ -426,6 +433,11 @@ def attention_forward(handle: Handle, attn: MultiHeadAttention, q: DeviceArrayLi
         result._ctx = {"desc": attn, "q": q, "k": k, "v": v, "lengths": (dev_lq, dev_lk),
                        "seq_lengths": (lq, lk), "win": (lo, hi), "data_done": False}
     return result
+
+
+#: attention_forward's deprecated keywords -> their names now; its parameters (for a did-you-mean)
+_RENAMED = {"out": "o", "seq_lengths_q": "seq_len_q", "seq_lengths_kv": "seq_len_kv"}
+_FORWARD_PARAMS = tuple(inspect.signature(attention_forward).parameters)[:-1]
 
 
 @prepared(inputs=("q", "k", "v", "dout", "weights", "lengths_q", "lengths_kv"), outputs=("reserve", "dq", "dk", "dv"),

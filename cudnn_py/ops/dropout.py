@@ -21,7 +21,7 @@ right, on the strided kernel). A reserve the forward did not write (raw C) is re
 
 Raw C path::
 
-    capi.cudnnDropoutGetStatesSize(h.ptr, byref(n)); states = cudnn.empty((n.value,), np.uint8)
+    capi.cudnnDropoutGetStatesSize(h.ptr, byref(n)); states = cdp.empty((n.value,), np.uint8)
     capi.cudnnSetDropoutDescriptor(d, h.ptr, 0.25, states.ptr, n.value, 1234)
     capi.cudnnDropoutGetReserveSpaceSize(x_desc, byref(r))
     capi.cudnnDropoutForward(h.ptr, d, x_desc, x.ptr, y_desc, y.ptr, reserve.ptr, r.value)

@@ -2,13 +2,13 @@
 
 ::
 
-    rnn = cudnn.RNN("lstm", input_size=256, hidden_size=512, num_layers=2)
+    rnn = cdp.RNN("lstm", input_size=256, hidden_size=512, num_layers=2)
     w = rnn.new_weights(h)                              # the flat weight space (zeros)
     for (pseudo, lin), p in rnn.weights(h, w).items():  # per layer / direction / gate views
         p.matrix.copy_(...)                             # [rows, cols] view, None where absent
-    fwd = cudnn.rnn_forward(h, rnn, x, w, seq_lengths=lengths, training=True)   # (y, hy, cy, reserve)
-    dx, dhx, dcx = cudnn.rnn_backward_data(h, rnn, fwd, dy, w)                  # an RNNDataGrads
-    dw = cudnn.rnn_backward_weights(h, rnn, fwd)        # adds into dw (zeros when not given)
+    fwd = cdp.rnn_forward(h, rnn, x, w, seq_lengths=lengths, training=True)   # (y, hy, cy, reserve)
+    dx, dhx, dcx = cdp.rnn_backward_data(h, rnn, fwd, dy, w)                  # an RNNDataGrads
+    dw = cdp.rnn_backward_weights(h, rnn, fwd)        # adds into dw (zeros when not given)
 
 Layouts of ``x``/``y``: ``"seq_major"`` ``[T, B, V]`` and ``"batch_major"`` ``[B, T, V]`` (padded; positions
 past a sequence's length are written with 0 in ``y``), ``"packed"`` ``[sum(lengths), V]`` (lengths
@@ -114,8 +114,8 @@ class RNN(WeightedDescriptor):
     (float16 data may use float16 or float32, default float32); ``math_type``: ``"default"``, ``"tensor_op"``,
     ``"tensor_op_allow_conversion"``, ``"fma"``; ``algo``: ``"standard"``, ``"persist_static"``,
     ``"persist_dynamic"`` (call :meth:`build_dynamic`), ``"persist_static_small_h"``; ``dropout``: applied
-    between layers in training: a probability (a ``cudnn.Dropout`` on :func:`cudnn_py.default_handle` with seed
-    0 is made; 0 or None: no dropout) or a ``cudnn.Dropout`` (choose its handle and seed), kept alive by the
+    between layers in training: a probability (a ``cdp.Dropout`` on :func:`cudnn_py.default_handle` with seed
+    0 is made; 0 or None: no dropout) or a ``cdp.Dropout`` (choose its handle and seed), kept alive by the
     RNN (closing it first makes the RNN raise :class:`ClosedError`); ``padded_io``: allow the padded layouts;
     ``clip``: LSTM cell clipping ``(lo, hi)``. Enum values of the C layer are accepted wherever a name is.
     ``math_precision=`` is the deprecated spelling of ``compute_dtype=``.

@@ -22,13 +22,14 @@ per-tensor descale/scale factors and amax outputs; of the options they take ``sc
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypedDict, overload
+import inspect
+from typing import TYPE_CHECKING, Any, Callable, Literal, NamedTuple, TypedDict, overload
 
 from cudnn_py._deprecation import renamed_kwargs, warn
 from cudnn_py.args import bool_arg
 from cudnn_py.errors import InvalidValueError
 from cudnn_py.graph.ops.sdpa import FP8_BACKWARD_SCALES, FP8_FORWARD_SCALES, SdpaOptionKeywords
-from cudnn_py.graph.ops.sdpa_options import SdpaOptions, fp8_only
+from cudnn_py.graph.ops.sdpa_options import SdpaOptions, fp8_only, refuse_unknown
 from cudnn_py.graph.plans import Plan
 from cudnn_py.graph.runner import Runner, cache_clear
 from cudnn_py.handle import Handle, handle_arg
@@ -47,6 +48,7 @@ __all__ = ["Sdpa", "SdpaOptions", "sdpa", "sdpa_backward", "sdpa_fp8", "sdpa_fp8
 
 #: deprecated keyword -> its name now
 _RENAMED = {"ragged_offset_kv": "ragged_offset_k"}
+_OPTIONS = frozenset(SdpaOptions.__dataclass_fields__)
 
 
 class SdpaOutputs(NamedTuple):
@@ -126,9 +128,10 @@ def sdpa_cache_clear(handle: Handle) -> None:
     cache_clear(handle_arg(handle), CACHE)
 
 
-def _renamed(where: str, deprecated: dict, ragged_offset_k: Any) -> Any:
-    """``ragged_offset_k`` after moving the deprecated ``ragged_offset_kv=`` onto it (with a warning)."""
-    return renamed_kwargs(where, deprecated, _RENAMED, {"ragged_offset_k": ragged_offset_k})["ragged_offset_k"]
+def _accepted(fn: Callable) -> list[str]:
+    """The keywords ``fn`` takes (its parameters and the option fields), for a did-you-mean."""
+    params = [n for n in inspect.signature(fn).parameters if n not in ("deprecated", "options_keywords")]
+    return params + [n for n in _OPTIONS if n not in params]
 
 
 class Sdpa:
@@ -153,12 +156,19 @@ class Sdpa:
                  stats: DeviceArrayLike | None = None, **options_keywords: Unpack[SdpaOptionKeywords]):
         handle = handle_arg(handle)
         keywords: dict[str, Any] = dict(options_keywords)  # with the deprecated spellings type checkers refuse
-        deprecated = {n: keywords.pop(n) for n in list(keywords) if n in _RENAMED}
-        ragged_offset_k = _renamed("Sdpa", deprecated, ragged_offset_k)
+        deprecated = {n: keywords.pop(n) for n in list(keywords) if n not in _OPTIONS}
+        if deprecated:
+            refuse_unknown("Sdpa", deprecated, _RENAMED, _accepted(Sdpa))
+            ragged_offset_k = renamed_kwargs("Sdpa", deprecated, _RENAMED,
+                                             {"ragged_offset_k": ragged_offset_k})["ragged_offset_k"]
         self.handle, self.options = handle, SdpaOptions.of(options, keywords, "Sdpa")
-        self.args = SdpaArgs(handle, q, k, v, self.options, bias=bias, seq_len_q=seq_len_q, seq_len_kv=seq_len_kv,
-                             ragged_offset_q=ragged_offset_q, ragged_offset_k=ragged_offset_k, seed=seed,
-                             offset=offset, page_table_k=page_table_k, page_table_v=page_table_v, sink=sink)
+        tensors: dict[str, Any] = dict(
+            bias=bias, seq_len_q=seq_len_q, seq_len_kv=seq_len_kv, ragged_offset_q=ragged_offset_q,
+            ragged_offset_k=ragged_offset_k, seed=seed, offset=offset, page_table_k=page_table_k,
+            page_table_v=page_table_v, sink=sink)
+        self.args = SdpaArgs(handle, q, k, v, self.options, **tensors)
+        self._call = (q, k, v), {n: x for n, x in tensors.items() if x is not None}  # what execute() passes sdpa
+        self._tuned = False
         self.return_stats = bool_arg(return_stats, "return_stats")
         if stats is not None and not self.return_stats:
             raise InvalidValueError("stats= needs return_stats=True")
@@ -178,12 +188,23 @@ class Sdpa:
     def autotune(self) -> Plan:
         """Time every plan of heuristics modes A and B on these arrays (the outputs are written) and keep the
         fastest; returns it."""
+        self._tuned = True
         return self._runner(True).plan
 
     def execute(self) -> SdpaOutputs:
-        """Run the attention (planning first if :meth:`plan` / :meth:`autotune` was not called); returns the
-        outputs, ``stats`` None without ``return_stats``."""
-        res = self.args.run(self.runner or self._runner(False), self.outputs)
+        """Run the attention (planning first if :meth:`plan` / :meth:`autotune` was not called) as :func:`sdpa`'s
+        prepared call of these arguments; returns the outputs, ``stats`` None without ``return_stats``."""
+        if self.runner is None:
+            self.plan()
+        (q, k, v), tensors = self._call
+        res: Any = sdpa(  # type: ignore[call-overload]  # return_stats is a bool, not a Literal
+            self.handle, q, k, v, self.options, **tensors, return_stats=self.return_stats, autotune=self._tuned,
+            **self.outputs)
+        return res if self.return_stats else SdpaOutputs(res, None)
+
+    def _run(self) -> SdpaOutputs:
+        """Run the attention on the validated arguments (:func:`sdpa`'s first call of a signature)."""
+        res = self.args.run(self.runner or self._runner(self._tuned), self.outputs)
         return SdpaOutputs(res[0], res[1] if self.return_stats else None)
 
     def __repr__(self) -> str:
@@ -242,7 +263,9 @@ def sdpa(handle: Handle, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayL
     :returns: o, or with ``return_stats=True`` an :class:`SdpaOutputs` (o, stats), which unpacks like a tuple.
     """
     if deprecated:
-        ragged_offset_k = _renamed("sdpa", deprecated, ragged_offset_k)
+        refuse_unknown("sdpa", deprecated, _RENAMED, _accepted(sdpa))
+        ragged_offset_k = renamed_kwargs("sdpa", deprecated, _RENAMED,
+                                         {"ragged_offset_k": ragged_offset_k})["ragged_offset_k"]
     if stats is not None and return_stats is not True:
         warn("sdpa(): stats= without return_stats=True is deprecated (the return type follows return_stats): pass "
              "return_stats=True")
@@ -256,7 +279,7 @@ def sdpa(handle: Handle, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayL
              return_stats=return_stats, o=o, stats=stats)
     if bool_arg(autotune, "autotune"):
         a.autotune()
-    res = a.execute()
+    res = a._run()
     return res if return_stats else res.o
 
 
@@ -312,7 +335,9 @@ def sdpa_backward(handle: Handle, q: DeviceArrayLike, k: DeviceArrayLike, v: Dev
         :class:`SdpaGradsWithBiasAndSink`; all unpack like tuples.
     """
     if deprecated:
-        ragged_offset_k = _renamed("sdpa_backward", deprecated, ragged_offset_k)
+        refuse_unknown("sdpa_backward", deprecated, _RENAMED, _accepted(sdpa_backward))
+        ragged_offset_k = renamed_kwargs("sdpa_backward", deprecated, _RENAMED,
+                                         {"ragged_offset_k": ragged_offset_k})["ragged_offset_k"]
     if dbias is not None and return_dbias is not True:
         warn("sdpa_backward(): dbias= without return_dbias=True is deprecated (the return type follows "
              "return_dbias): pass return_dbias=True")

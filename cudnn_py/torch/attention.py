@@ -19,15 +19,17 @@ the sequences are zero.
 """
 from __future__ import annotations
 
+import inspect
 import math
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 from torch import Tensor
 
+from cudnn_py._deprecation import renamed_kwargs
 from cudnn_py.args import bool_arg
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
-from cudnn_py.graph.ops.sdpa_options import SdpaOptions
+from cudnn_py.graph.ops.sdpa_options import SdpaOptions, refuse_unknown, unexpected_keyword
 from cudnn_py.ops.sdpa import sdpa as core_sdpa, sdpa_backward as core_sdpa_backward
 
 from .runtime import call, context, define, eager, empty_like_layout, function
@@ -62,11 +64,11 @@ def _outputs(q: Tensor, v: Tensor, ragged_offset_q: Optional[Tensor], max_seq_le
     return o, (torch.zeros if zero else torch.empty)((b, hq, sq, 1), dtype=torch.float32, device=q.device)
 
 
-def _options(scale, causal, bottom_right, left_bound, right_bound, alibi, dropout_p, max_seq_len_q,
+def _options(scale, causal, bottom_right, left_bound, right_bound, alibi, dropout, max_seq_len_q,
              max_seq_len_kv) -> dict:
     """The ops' options as :func:`cudnn_py.sdpa`'s keywords."""
     return dict(scale=scale, causal=causal, diagonal_alignment="bottom_right" if bottom_right else "top_left",
-                left_bound=left_bound, right_bound=right_bound, alibi=alibi, dropout=dropout_p,
+                left_bound=left_bound, right_bound=right_bound, alibi=alibi, dropout=dropout,
                 max_seq_len_q=max_seq_len_q, max_seq_len_kv=max_seq_len_kv)
 
 
@@ -78,7 +80,7 @@ def _given(names, tensors) -> dict:
 def _sdpa_fwd(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], seq_len_q: Optional[Tensor],
              seq_len_kv: Optional[Tensor], ragged_offset_q: Optional[Tensor], ragged_offset_k: Optional[Tensor],
              seed: Optional[Tensor], offset: Optional[Tensor], sink: Optional[Tensor], scale: float, causal: bool,
-             bottom_right: bool, left_bound: Optional[int], right_bound: Optional[int], alibi: bool, dropout_p: float,
+             bottom_right: bool, left_bound: Optional[int], right_bound: Optional[int], alibi: bool, dropout: float,
              max_seq_len_q: Optional[int], max_seq_len_kv: Optional[int],
              return_stats: bool = True) -> tuple[Tensor, Tensor]:
     """Attention forward: (o, the float32 log-sum-exp statistics (B, Hq, Sq, 1), empty without ``return_stats``:
@@ -86,7 +88,7 @@ def _sdpa_fwd(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], seq_len_q
     o, stats = _outputs(q, v, ragged_offset_q, max_seq_len_q, seq_len_q is not None and ragged_offset_q is None,
                         return_stats)
     extra = _given(_FWD_NAMES, (bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset, sink))
-    opts = _options(scale, causal, bottom_right, left_bound, right_bound, alibi, dropout_p, max_seq_len_q,
+    opts = _options(scale, causal, bottom_right, left_bound, right_bound, alibi, dropout, max_seq_len_q,
                     max_seq_len_kv)
     if stats is None:
         context(q.get_device()).run(core_sdpa, q, k, v, **extra, **opts, o=o)
@@ -96,7 +98,7 @@ def _sdpa_fwd(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], seq_len_q
 
 
 def _sdpa_fwd_fake(q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset, sink, scale,
-                   causal, bottom_right, left_bound, right_bound, alibi, dropout_p, max_seq_len_q, max_seq_len_kv,
+                   causal, bottom_right, left_bound, right_bound, alibi, dropout, max_seq_len_q, max_seq_len_kv,
                    return_stats=True):
     o, stats = _outputs(q, v, ragged_offset_q, max_seq_len_q, seq_len_q is not None and ragged_offset_q is None,
                         return_stats)
@@ -119,7 +121,7 @@ def _sdpa_bwd(do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, stats: Ten
              seq_len_q: Optional[Tensor], seq_len_kv: Optional[Tensor], ragged_offset_q: Optional[Tensor],
              ragged_offset_k: Optional[Tensor], seed: Optional[Tensor], offset: Optional[Tensor],
              sink: Optional[Tensor], scale: float, causal: bool, bottom_right: bool, left_bound: Optional[int],
-             right_bound: Optional[int], alibi: bool, dropout_p: float, max_seq_len_q: Optional[int],
+             right_bound: Optional[int], alibi: bool, dropout: float, max_seq_len_q: Optional[int],
              max_seq_len_kv: Optional[int], want_dbias: bool,
              want_dsink: bool) -> list[Tensor]:
     """Attention backward: [dq, dk, dv], then dbias and dsink where wanted (``sink``, the forward's, is read only
@@ -131,14 +133,14 @@ def _sdpa_bwd(do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, stats: Ten
     extra = _given(_FWD_NAMES, (bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset, sink))
     names = ("dq", "dk", "dv") + ("dbias",) * want_dbias + ("dsink",) * want_dsink
     context(q.get_device()).run(core_sdpa_backward, q, k, v, o, do, stats, **extra,
-                                **_options(scale, causal, bottom_right, left_bound, right_bound, alibi, dropout_p,
+                                **_options(scale, causal, bottom_right, left_bound, right_bound, alibi, dropout,
                                            max_seq_len_q, max_seq_len_kv),
                                 return_dbias=want_dbias, return_dsink=want_dsink, **dict(zip(names, grads)))
     return grads
 
 
 def _sdpa_bwd_fake(do, q, k, v, o, stats, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset,
-                   sink, scale, causal, bottom_right, left_bound, right_bound, alibi, dropout_p, max_seq_len_q,
+                   sink, scale, causal, bottom_right, left_bound, right_bound, alibi, dropout, max_seq_len_q,
                    max_seq_len_kv, want_dbias, want_dsink):
     return _grads(q, k, v, bias, sink, ragged_offset_q is not None, seq_len_q is not None, want_dbias, want_dsink)
 
@@ -259,8 +261,8 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, *, scale: float | None = None, causal:
          cu_seqlens_q: Tensor | None = None, cu_seqlens_kv: Tensor | None = None,
          ragged_offset_q: Tensor | None = None, ragged_offset_k: Tensor | None = None,
          max_seq_len_q: int | None = None, max_seq_len_kv: int | None = None, page_table_k: Tensor | None = None,
-         page_table_v: Tensor | None = None, alibi: bool = False, dropout_p: float = 0.0, seed: Tensor | None = None,
-         offset: Tensor | None = None, sink: Tensor | None = None, return_stats: bool = False):
+         page_table_v: Tensor | None = None, alibi: bool = False, dropout: float = 0.0, seed: Tensor | None = None,
+         offset: Tensor | None = None, sink: Tensor | None = None, return_stats: bool = False, **old: Any):
     """Fused attention ``softmax(mask(scale * q k^T + bias)) v`` on torch tensors, differentiable in q, k, v,
     ``bias`` and ``sink`` (except over a paged KV cache).
 
@@ -284,17 +286,23 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, *, scale: float | None = None, causal:
         (B, 1, pages, 1) int32 CUDA tensors of each sequence's block indices, with ``seq_len_q``/``seq_len_kv`` and
         ``max_seq_len_kv``.
     :param alibi: the standard ALiBi slopes (needs causal).
-    :param dropout_p: drop probability of the attention weights; the Philox ``seed``/``offset`` ((1,) int64 CUDA
+    :param dropout: drop probability of the attention weights; the Philox ``seed``/``offset`` ((1,) int64 CUDA
         tensors) default to a seed drawn from torch's generator.
     :param sink: attention sinks (gpt-oss): (Hq,) or (1, Hq, 1, 1) float32 CUDA tensor of per-head logits, one more
         column of each row's softmax that weighs no value; gets a gradient when it requires one. cuDNN 9.13+;
         refused with one query row, dropout, packed batches and paged KV caches.
     :param return_stats: also return the (B, Hq, Sq, 1) float32 log-sum-exp statistics.
     :returns: o, or (o, stats).
+
+    ``dropout_p=`` is the deprecated spelling of ``dropout`` (``dropout_p`` and ``is_causal`` are the names of
+    :func:`scaled_dot_product_attention`, which mirrors torch's).
     """
+    if old:
+        refuse_unknown("sdpa", old, _RENAMED, _PARAMS)
+        dropout = renamed_kwargs("sdpa", old, _RENAMED, {"dropout": dropout or None})["dropout"] or 0.0
     if (bias is seq_len_q is seq_len_kv is cu_seqlens_q is cu_seqlens_kv is ragged_offset_q is ragged_offset_k
             is max_seq_len_q is max_seq_len_kv is page_table_k is page_table_v is seed is offset is sink is None
-            and not dropout_p and alibi is False and type(q) is Tensor and type(k) is Tensor and type(v) is Tensor
+            and not dropout and alibi is False and type(q) is Tensor and type(k) is Tensor and type(v) is Tensor
             and not _is_compiling()
             and not (_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))):
         # the hot path: plain attention, eager, no gradient, on tensors cuDNN takes as they are: the options go to
@@ -305,32 +313,38 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, *, scale: float | None = None, causal:
                 and _packed(q) and _packed(k) and _packed(v)):
             b, hq, sq, _ = q.shape
             o = empty_like_layout(q, (b, hq, sq, v.shape[3]))
+            # the band options only where given: each keyword is passed on twice and is one more part of the key
+            band = {} if left_bound is right_bound is None and diagonal_alignment == "top_left" else dict(
+                diagonal_alignment=diagonal_alignment, left_bound=left_bound, right_bound=right_bound)
             if not return_stats:
-                context(dev).run(core_sdpa, q, k, v, scale=scale, causal=causal,
-                                 diagonal_alignment=diagonal_alignment, left_bound=left_bound,
-                                 right_bound=right_bound, o=o)
+                context(dev).run(core_sdpa, q, k, v, scale=scale, causal=causal, o=o, **band)
                 return o
             stats = torch.empty((b, hq, sq, 1), dtype=torch.float32, device=q.device)
-            context(dev).run(core_sdpa, q, k, v, scale=scale, causal=causal, diagonal_alignment=diagonal_alignment,
-                             left_bound=left_bound, right_bound=right_bound, o=o, stats=stats, return_stats=True)
+            context(dev).run(core_sdpa, q, k, v, scale=scale, causal=causal, o=o, stats=stats, return_stats=True,
+                             **band)
             return o, stats
     return _checked(q, k, v, scale, causal, diagonal_alignment, left_bound, right_bound, bias, seq_len_q,
                     seq_len_kv, cu_seqlens_q, cu_seqlens_kv, ragged_offset_q, ragged_offset_k, max_seq_len_q,
-                    max_seq_len_kv, page_table_k, page_table_v, alibi, dropout_p, seed, offset, sink, return_stats)
+                    max_seq_len_kv, page_table_k, page_table_v, alibi, dropout, seed, offset, sink, return_stats)
+
+
+#: the deprecated keywords of :func:`sdpa` -> their names now; its parameters (for a did-you-mean)
+_RENAMED = {"dropout_p": "dropout"}
+_PARAMS = tuple(inspect.signature(sdpa).parameters)[:-1]
 
 
 def _checked(q, k, v, scale, causal, diagonal_alignment, left_bound, right_bound, bias, seq_len_q,
              seq_len_kv, cu_seqlens_q, cu_seqlens_kv, ragged_offset_q, ragged_offset_k, max_seq_len_q, max_seq_len_kv,
-             page_table_k, page_table_v, alibi, dropout_p, seed, offset, sink, return_stats):
+             page_table_k, page_table_v, alibi, dropout, seed, offset, sink, return_stats):
     """:func:`sdpa` with every argument checked."""
     packed = cu_seqlens_q is not None or ragged_offset_q is not None
     _check_qkv(q, k, v, packed)
     opt = SdpaOptions(scale=scale if scale is not None else 1.0 / math.sqrt(q.shape[-1]), causal=causal,
                       diagonal_alignment=diagonal_alignment, left_bound=left_bound, right_bound=right_bound,
-                      alibi=bool_arg(alibi, "alibi"), dropout=dropout_p, max_seq_len_q=max_seq_len_q,
+                      alibi=bool_arg(alibi, "alibi"), dropout=dropout, max_seq_len_q=max_seq_len_q,
                       max_seq_len_kv=max_seq_len_kv)  # checks and normalises the options
     s, causal, bottom_right, alibi = opt.scale, opt.causal, opt.diagonal_alignment == "bottom_right", opt.alibi
-    left_bound, right_bound, dropout_p = opt.left_bound, opt.right_bound, opt.dropout
+    left_bound, right_bound, dropout = opt.left_bound, opt.right_bound, opt.dropout
     max_seq_len_q, max_seq_len_kv = opt.max_seq_len_q, opt.max_seq_len_kv
     if bias is not None:
         if not isinstance(bias, Tensor) or bias.dtype != q.dtype or bias.dim() != 4:
@@ -342,12 +356,12 @@ def _checked(q, k, v, scale, causal, diagonal_alignment, left_bound, right_bound
         if sink.numel() != q.shape[1] or sink.dim() not in (1, 4):
             raise InvalidValueError(f"sink must be (Hq,) or (1, Hq, 1, 1) with Hq = {q.shape[1]}, got "
                                     f"{tuple(sink.shape)}")
-        if packed or dropout_p or page_table_k is not None or page_table_v is not None:
+        if packed or dropout or page_table_k is not None or page_table_v is not None:
             raise InvalidValueError("an attention sink with packed batches, dropout or a paged KV cache is not "
                                     "verified in cudnn-py")
         sink = sink.reshape(1, -1, 1, 1).contiguous()
     if page_table_k is not None or page_table_v is not None:
-        if packed or dropout_p or max_seq_len_q is not None or return_stats:
+        if packed or dropout or max_seq_len_q is not None or return_stats:
             raise InvalidValueError("a paged KV cache takes no packed batches, dropout, max_seq_len_q or return_stats "
                                     "(it has no backward)")
         return _paged(q, k, v, page_table_k, page_table_v, seq_len_q, seq_len_kv, max_seq_len_kv, bias, s, causal,
@@ -380,7 +394,7 @@ def _checked(q, k, v, scale, causal, diagonal_alignment, left_bound, right_bound
         if seq_len_q is None or seq_len_kv is None:
             raise InvalidValueError("a padding mask needs both seq_len_q and seq_len_kv")
         seq_len_q, seq_len_kv = _per_batch(seq_len_q, "seq_len_q"), _per_batch(seq_len_kv, "seq_len_kv")
-    if dropout_p:
+    if dropout:
         if seed is None:
             seed = torch.randint(0, 2 ** 62, (1,), dtype=torch.int64, device=q.device)
         if offset is None:
@@ -388,7 +402,7 @@ def _checked(q, k, v, scale, causal, diagonal_alignment, left_bound, right_bound
     elif seed is not None or offset is not None:
         seed = offset = None
     args = (q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset, sink, s, causal,
-            bottom_right, left_bound, right_bound, alibi, dropout_p, max_seq_len_q, max_seq_len_kv)
+            bottom_right, left_bound, right_bound, alibi, dropout, max_seq_len_q, max_seq_len_kv)
     grads = (q, k, v, bias, sink)
     need = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in grads)
     o, stats = call(sdpa_fwd, _sdpa_fwd, _SdpaFunction, args + (bool(return_stats or need),), grads)
@@ -397,12 +411,14 @@ def _checked(q, k, v, scale, causal, diagonal_alignment, left_bound, right_bound
 
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
                                  dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
-                                 enable_gqa: bool = False) -> Tensor:
+                                 enable_gqa: bool = False, **unknown: Any) -> Tensor:
     """``torch.nn.functional.scaled_dot_product_attention`` on cuDNN's fused attention, for what it can express:
     float16/bfloat16 CUDA tensors of 3 or 4 dims (..., L, E), a boolean or additive ``attn_mask`` broadcastable
     to (B or 1, H or 1, L, S) (an additive mask gets a gradient), ``is_causal`` (top-left, as torch's),
     grouped-query heads with ``enable_gqa``. Anything else raises :class:`~cudnn_py.errors.InvalidValueError`
-    (or ``InvalidTypeError``) saying what."""
+    (or ``InvalidTypeError``) saying what; a keyword torch's function does not take, with a did-you-mean."""
+    if unknown:
+        raise unexpected_keyword("scaled_dot_product_attention", next(iter(unknown)), _SDPA_PARAMS)
     if not (isinstance(query, Tensor) and isinstance(key, Tensor) and isinstance(value, Tensor)):
         _check_qkv(query, key, value, False)  # says which is not a tensor
     squeeze = query.dim() == 3
@@ -429,5 +445,8 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
         if bias.shape[2:] != (lq, lk) or bias.shape[0] not in (1, b) or bias.shape[1] not in (1, h):
             bias = bias.expand(bias.shape[0] if bias.shape[0] in (1, b) else b,
                                bias.shape[1] if bias.shape[1] in (1, h) else h, lq, lk)
-    o = sdpa(query, key, value, scale=scale, causal=is_causal, bias=bias, dropout_p=dropout_p)
+    o = sdpa(query, key, value, scale=scale, causal=is_causal, bias=bias, dropout=dropout_p)
     return o.squeeze(0) if squeeze else o
+
+
+_SDPA_PARAMS = tuple(inspect.signature(scaled_dot_product_attention).parameters)[:-1]

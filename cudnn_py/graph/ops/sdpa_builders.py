@@ -4,6 +4,7 @@ graph. ``alibi_slopes=`` and ``generate_stats=`` are the deprecated spellings of
 """
 from __future__ import annotations
 
+import inspect
 import math
 from typing import TYPE_CHECKING, Any, Literal, TypedDict, overload
 
@@ -15,7 +16,7 @@ from ..errors import GraphNotSupportedError
 from .base import Builder
 from .sdpa import (FP8_BACKWARD_SCALES, FP8_FORWARD_SCALES, SdpaBackward, SdpaFp8Backward, SdpaFp8Forward,
                    SdpaFp8OptionKeywords, SdpaForward, SdpaGraphOptionKeywords)
-from .sdpa_options import SdpaOptions, fp8_only
+from .sdpa_options import SdpaOptions, fp8_only, unexpected_keyword
 
 if TYPE_CHECKING:  # pragma: no cover
     from typing_extensions import Unpack
@@ -81,7 +82,13 @@ class _ForwardKeywords(_Inputs, SdpaGraphOptionKeywords, total=False):
 
 def _options(where: str, options, kwargs: dict, values: dict) -> SdpaOptions:
     """The call's :class:`SdpaOptions` from ``options=`` or the option keywords in ``kwargs``; deprecated spellings
-    in ``kwargs`` move to ``values`` (the new names' values, None when not given) with a warning."""
+    in ``kwargs`` move to ``values`` (the new names' values, None when not given) with a warning; an unknown
+    keyword gets a did-you-mean among the method's parameters."""
+    for name in kwargs:
+        if name not in _RENAMED and name not in SdpaOptions.__dataclass_fields__:
+            method = getattr(SdpaBuilders, where.rpartition(".")[2])
+            raise unexpected_keyword(where, name, [*SdpaOptions.__dataclass_fields__,
+                                                   *list(inspect.signature(method).parameters)[1:-1]])
     for old in [k for k in kwargs if k in _RENAMED]:
         new = _RENAMED[old]
         if values.get(new) is not None:

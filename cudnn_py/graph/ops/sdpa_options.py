@@ -8,6 +8,9 @@ offsets, page tables, the dropout seed and offset) are arguments beside it, not 
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import inspect
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -15,7 +18,8 @@ import numpy as np
 from cudnn_py.args import bool_arg, float_arg, int_arg
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
-__all__ = ["SdpaOptions", "ALIGNMENTS", "IMPLEMENTATIONS", "fp8_only"]
+__all__ = ["SdpaOptions", "ALIGNMENTS", "IMPLEMENTATIONS", "SPELLINGS", "fp8_only", "unexpected_keyword",
+           "refuse_unknown"]
 
 #: diagonal alignments of the causal / sliding-window bands
 ALIGNMENTS = ("top_left", "bottom_right")
@@ -23,6 +27,41 @@ ALIGNMENTS = ("top_left", "bottom_right")
 #: ``OPERATION_SDPA_FWD`` descriptor: scale, grouped-query heads and the statistics only), 'auto' (unified where
 #: it can, as cudnn-frontend does: the same speed, and its plan builds without runtime compilation)
 IMPLEMENTATIONS = ("auto", "composite", "unified")
+
+
+#: how torch, cudnn-frontend and flash-attention spell what cudnn-py's attention names otherwise: their keyword ->
+#: what to write here (checked against the parameters of the call that got it)
+SPELLINGS = {
+    "dropout_p": "dropout=", "is_causal": "causal=", "attn_scale": "scale=", "softmax_scale": "scale=",
+    "use_causal_mask": "causal=", "use_causal_mask_bottom_right": "causal=True, diagonal_alignment='bottom_right'",
+    "sliding_window_length": "left_bound=", "diagonal_band_left_bound": "left_bound=",
+    "diagonal_band_right_bound": "right_bound=", "use_alibi_mask": "alibi=", "attn_mask": "bias=",
+    "generate_stats": "return_stats=", "is_inference": "return_stats=", "use_padding_mask": "seq_len_q=",
+    "seq_lengths_q": "seq_len_q=", "seq_lengths_kv": "seq_len_kv=", "max_seqlen_q": "max_seq_len_q=",
+    "max_seqlen_k": "max_seq_len_kv=", "max_seqlen_kv": "max_seq_len_kv=", "cu_seqlens_k": "cu_seqlens_kv=",
+    "paged_attention_k_table": "page_table_k=", "paged_attention_v_table": "page_table_v=",
+    "paged_attention_max_seq_len_kv": "max_seq_len_kv=", "ragged_offset_kv": "ragged_offset_k=",
+}
+
+
+def unexpected_keyword(where: str, name: str, accepted: Iterable[str]) -> InvalidTypeError:
+    """The error for keyword ``name`` that ``where`` (a function's name) does not take, with a did-you-mean: the
+    cudnn-py name of a torch / cudnn-frontend spelling (:data:`SPELLINGS`) or the closest of ``accepted``."""
+    accepted = list(accepted)
+    hint = SPELLINGS.get(name)
+    if hint is None or hint.partition("=")[0] not in accepted:
+        close = difflib.get_close_matches(name, accepted, 1)
+        hint = f"{close[0]}=" if close else None
+    return InvalidTypeError(f"{where}() got an unexpected keyword argument {name!r}"
+                            + (f"; did you mean {hint}?" if hint else ""))
+
+
+def refuse_unknown(where: str, old: Iterable[str], renames: dict[str, str], accepted: Iterable[str]) -> None:
+    """Refuse with :func:`unexpected_keyword` any keyword of ``old`` (a call's catch-all) that is not a deprecated
+    spelling in ``renames`` (what :func:`~cudnn_py._deprecation.renamed_kwargs` moves next)."""
+    for name in old:
+        if name not in renames:
+            raise unexpected_keyword(where, name, accepted)
 
 
 def _opt(check, value: Any, name: str, *bounds: Any) -> Any:
@@ -76,6 +115,19 @@ class SdpaOptions:
     max_seq_len_kv: int | None = None
     implementation: str = "auto"
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> "SdpaOptions":
+        # before the generated __init__: an unknown, extra or repeated field is this package's error, with a hint
+        names = list(_DEFAULTS)
+        if len(args) > len(names):
+            raise InvalidTypeError(f"SdpaOptions() takes {len(names)} fields ({', '.join(names)}), got {len(args)} "
+                                   f"positional arguments")
+        for name in kwargs:
+            if name not in _DEFAULTS:
+                raise unexpected_keyword("SdpaOptions", name, names)
+            if name in names[:len(args)]:
+                raise InvalidTypeError(f"SdpaOptions() got {name} both positionally and as {name}=")
+        return super().__new__(cls)
+
     def __post_init__(self) -> None:
         fix = {"scale": _opt(float_arg, self.scale, "scale"), "causal": bool_arg(self.causal, "causal"),
                "diagonal_alignment": _choice(self.diagonal_alignment, "diagonal_alignment", ALIGNMENTS),
@@ -114,7 +166,7 @@ class SdpaOptions:
         keywords = keywords or {}
         unknown = sorted(set(keywords) - set(_DEFAULTS))
         if unknown:
-            raise InvalidTypeError(f"{where}() got an unexpected keyword argument {unknown[0]!r}")
+            raise unexpected_keyword(where, unknown[0], _DEFAULTS)
         if options is None:
             return cls(**keywords)
         if isinstance(options, dict):
@@ -129,6 +181,9 @@ class SdpaOptions:
 
 
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(SdpaOptions)}
+# what introspection (help(), IDEs, the API docs) shows: the fields, not __new__'s catch-all
+_init = inspect.signature(SdpaOptions.__init__)
+setattr(SdpaOptions, "__signature__", _init.replace(parameters=list(_init.parameters.values())[1:]))
 
 
 def fp8_only(what: str, opts: SdpaOptions) -> SdpaOptions:

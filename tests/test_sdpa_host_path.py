@@ -1,0 +1,165 @@
+"""The host path of a repeat attention call, without a GPU (a real Handle object whose plans, variant packs and
+``cudnnBackendExecute`` are stand-ins): what a prepared call does and does not do again, and a micro-profile.
+
+``python tests/test_sdpa_host_path.py`` prints the host time of a repeat ``cudnn_py.sdpa`` call (DeviceArrays and
+stand-in torch tensors, output given) and of ``Sdpa.execute``, with the Python function calls each makes; the C call
+is a Python stand-in, so the numbers are the package's own share above it (the GPU machine's
+``benchmarks/host_overhead.py`` and ``benchmarks/torch_ops_bench.py`` measure the whole)."""
+from __future__ import annotations
+
+import ctypes
+import types
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from cudnn_py import Sdpa
+from cudnn_py.graph import runner as grunner
+from cudnn_py.memory import DeviceArray
+from cudnn_py.ops import sdpa as S
+from cudnn_py.ops import sdpa_args as A
+from helpers import FakeTorchTensor, fake_cudnn_handle, fake_torch
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+SHAPE = (1, 2, 64, 64)
+
+
+class _CountingWorkspace:
+    """A workspace at a made-up address that counts its fetches."""
+
+    def __init__(self) -> None:
+        self.gets = 0
+
+    def get(self, nbytes: int, stream: object = None) -> int:
+        self.gets += 1
+        return 0x5000_0000 if nbytes else 0
+
+
+def _stand_ins(mp) -> dict:
+    """Plans built without a GPU (256 bytes of workspace), variant packs and executions counted."""
+    seen = {"packs": 0, "execs": 0, "args": 0, "validated_runs": 0}
+
+    def plan(g, handle, inputs, outputs, autotune):
+        return types.SimpleNamespace(graph=g, workspace_size=256, tag="fake",
+                                     descriptor=types.SimpleNamespace(ptr=ctypes.c_void_p(2)))
+
+    def pack(uids, ptrs, ws):
+        seen["packs"] += 1
+        return types.SimpleNamespace(ptr=ctypes.c_void_p(1000 + seen["packs"]))
+
+    def execute(h, p, vp):
+        seen["execs"] += 1
+        return 0
+    mp.setattr(A, "plan_graph", plan)
+    mp.setattr(grunner, "make_variant_pack", pack)
+    mp.setattr(grunner, "_RAW_EXEC", execute)
+    init, run = A.SdpaArgs.__init__, grunner.Runner.run
+
+    def counted_init(self, *a, **kw):
+        seen["args"] += 1
+        init(self, *a, **kw)
+
+    def counted_run(self, arrays):
+        seen["validated_runs"] += 1
+        run(self, arrays)
+    mp.setattr(A.SdpaArgs, "__init__", counted_init)
+    mp.setattr(grunner.Runner, "run", counted_run)
+    return seen
+
+
+def _handle():
+    h = fake_cudnn_handle()
+    h.workspace = _CountingWorkspace()
+    return h
+
+
+@pytest.fixture
+def stand_ins(monkeypatch):
+    return _stand_ins(monkeypatch)
+
+
+def _arrays(torch: types.ModuleType | None = None) -> list:
+    """q, k, v, o: DeviceArrays, or stand-in torch tensors of ``torch`` (:func:`helpers.fake_torch`)."""
+    if torch is not None:
+        return [FakeTorchTensor(SHAPE, torch.bfloat16, ptr=0x10000 * (i + 1)) for i in range(4)]
+    return [DeviceArray(0x10000 * (i + 1), SHAPE, BF16) for i in range(4)]
+
+
+def test_a_repeat_call_is_the_prepared_call_with_one_workspace_fetch(stand_ins):
+    h = _handle()
+    q, k, v, o = _arrays()
+    assert S.sdpa(h, q, k, v, causal=True, o=o) is o
+    assert stand_ins["args"] == 1 and stand_ins["execs"] == 1 and len(h.cache["prepared"]) == 1
+    fetched = h.workspace.gets
+    for n in range(2, 5):
+        assert S.sdpa(h, q, k, v, causal=True, o=o) is o
+        assert stand_ins["execs"] == n
+        assert h.workspace.gets == fetched + n - 1  # one fetch a call: the runner's replay does not fetch again
+    assert stand_ins["args"] == 1 and stand_ins["validated_runs"] == 1 and stand_ins["packs"] == 1
+
+
+def test_the_stand_in_torch_tensors_take_the_prepared_call(stand_ins, monkeypatch):
+    q, k, v, o = _arrays(fake_torch(monkeypatch))
+    h = _handle()
+    for _ in range(3):
+        assert S.sdpa(h, q, k, v, causal=True, o=o) is o
+    assert stand_ins["args"] == 1 and stand_ins["execs"] == 3
+
+
+def test_sdpa_execute_runs_the_prepared_call(stand_ins):
+    """Sdpa.execute is sdpa's prepared call of its arguments: validated once, then replayed (it validated every
+    array on every execute before)."""
+    h = _handle()
+    q, k, v, o = _arrays()
+    a = Sdpa(h, q, k, v, causal=True, o=o)
+    for n in range(1, 4):
+        assert a.execute() == S.SdpaOutputs(o, None)
+        assert stand_ins["execs"] == n
+    assert stand_ins["validated_runs"] == 1 and len(h.cache["prepared"]) == 1
+    assert "fake" in repr(a)
+
+
+def test_sdpa_execute_keeps_an_autotuned_plan(stand_ins, monkeypatch):
+    tuned = []
+    monkeypatch.setattr(A, "plan_graph", lambda g, handle, i, o, autotune: tuned.append(autotune) or
+                        types.SimpleNamespace(graph=g, workspace_size=0, tag=f"tuned={autotune}",
+                                              descriptor=types.SimpleNamespace(ptr=ctypes.c_void_p(2))))
+    h = _handle()
+    q, k, v, o = _arrays()
+    a = Sdpa(h, q, k, v, o=o)
+    a.autotune()
+    a.execute()
+    a.execute()
+    assert tuned == [True] and "tuned=True" in repr(a)  # execute neither built the heuristics' plan nor tuned again
+
+
+def _profile() -> None:  # pragma: no cover - run by hand
+    import cProfile
+    import pstats
+    import timeit
+    mp = pytest.MonkeyPatch()
+    _stand_ins(mp)
+    torch = fake_torch(mp)
+
+    def report(label: str, call) -> None:
+        call()
+        n = 2000
+        us = min(timeit.repeat(call, number=n, repeat=25)) / n * 1e6
+        pr = cProfile.Profile()
+        pr.runcall(lambda: [call() for _ in range(1000)])
+        st = pstats.Stats(pr)
+        print(f"{label}: {us:.2f} us a repeat call, {st.total_calls / 1000 - 2:.0f} Python-level calls (stand-in C "
+              f"call; the machine's load moves the time, not the count)")
+    for label, pkg in (("DeviceArrays", None), ("stand-in torch tensors", torch)):
+        h = _handle()
+        q, k, v, o = _arrays(pkg)
+        report(f"sdpa, {label}, output given", lambda: S.sdpa(h, q, k, v, causal=True, o=o))
+    h = _handle()
+    q, k, v, o = _arrays()
+    report("Sdpa.execute, DeviceArrays", Sdpa(h, q, k, v, causal=True, o=o).execute)
+    mp.undo()
+
+
+if __name__ == "__main__":
+    _profile()
