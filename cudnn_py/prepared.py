@@ -32,6 +32,7 @@ import importlib
 import inspect
 import itertools
 import linecache
+import re
 import sys
 import weakref
 from collections.abc import Callable, Iterator, Sequence
@@ -56,6 +57,8 @@ CACHE = "prepared"
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+#: the annotations (any of these names in it) that make a parameter an array, which a declaration must name
+_ARRAY_TYPES = frozenset({"DeviceArrayLike", "DeviceArray", "Out", "Tensor"})
 _PLAIN = frozenset({str, float, type(None)})  # argument types keyed by value alone (others by (type, value))
 _NUMBERS = frozenset({int, float, bool})
 _MISS = object()
@@ -219,6 +222,11 @@ class _Spec:
         if missing:
             raise TypeError(f"{self.name} has no parameters {sorted(missing)} (scaling factors and moved outputs are "
                             f"keyword-only)")
+        undeclared = [p.name for p in params if p.name not in self.arrays and _ARRAY_TYPES & set(
+            re.findall(r"\w+", p.annotation if isinstance(p.annotation, str) else repr(p.annotation)))]
+        if undeclared:
+            raise TypeError(f"{self.name} takes arrays {undeclared} that are neither inputs nor outputs: declare them "
+                            f"(a call passing an undeclared array to C is never prepared)")
         self.is_array = tuple(n in self.arrays for n in self.positional)
         self.optional = frozenset(n for n in self.scalars if keyword[n] is None)  # None: the function's own default
         self.inputs = frozenset(inputs)
