@@ -13,11 +13,14 @@ a torch tensor, no DLPack) and its other arguments into a key, and looks the key
   itself, the validated path, while :mod:`cudnn_py.recording` writes down what it queued; where every address that
   work used is one of the call's arrays (or a new output it returned), that recording becomes the signature's
   :class:`Prepared` call. A call whose recording cannot be replayed (an engine measured, a scratch buffer, host
-  data) is simply validated again next time.
+  data, driver work outside the sinks) is simply validated again next time. While it runs, the call is
+  :data:`cudnn_py.recording.state` ``.call``: its engine choice's key and the arrays a measured run mutates come
+  from the declaration (:mod:`cudnn_py.engine_choice`).
 
 A repeat call can never run work prepared for other arguments: its key holds every array's shape, strides, dtype,
 device and address alignment, which arrays share an address, and every other argument with its type; a given output
-that overlaps an input other than as the identical view (in place, where the operation allows it) is refused.
+that overlaps an input other than as the identical view (in place, where the operation allows it) is refused; a
+descriptor a caller may close is checked open before anything is queued.
 
 Outputs follow the inputs' package: torch tensors in, torch tensors out (allocated by torch's caching allocator on
 a hit, ordered on the handle's stream with ``record_stream`` where that is not torch's current stream; the
@@ -138,7 +141,7 @@ class Prepared:
         lines = ["def run(handle, args, kwargs, ptrs):"]
         for k, d in enumerate(closable):
             env[f"d{k}"] = d
-            lines.append(f"    if d{k}._ptr is None:\n        return MISS")
+            lines.append(f"    if d{k}.closed:\n        return MISS")
         if n_slots:
             lines.append("    " + "".join(f"p{i}, " for i in range(n_slots)) + "= ptrs")
         for o, i, olo, ohi, ilo, ihi in overlaps:
@@ -413,7 +416,7 @@ def _make(spec: _Spec, rec: recording.Recording, result: Any, slots: list, ptrs:
     workspace = 0
     closable: dict[int, Descriptor] = {}
     for step in rec.steps:
-        closable.update((id(d), d) for d in step.keep if isinstance(d, Descriptor) and not d._shared)
+        closable.update((id(d), d) for d in step.keep if isinstance(d, Descriptor) and not d.is_shared)
         base, subs, ws = list(step.args), [], []
         workspace = max(workspace, step.workspace)
         for pos in step.pointers:
