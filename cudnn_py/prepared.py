@@ -301,8 +301,11 @@ class _Call:
         views = {n: memory.as_array(v, n) for n, v in values.items()
                  if n in spec.arrays and v is not None and type(v) not in _NUMBERS}
         ins = [_bounds(a) for n, a in views.items() if n in spec.inputs]
-        return tuple(a for n, a in views.items() if n in spec.outputs and (
-            blend or n in spec.inputs or any(lo < ihi and ilo < hi for lo, hi in [_bounds(a)] for ilo, ihi in ins)))
+
+        def reads(n: str, a: DeviceArray) -> bool:
+            lo, hi = _bounds(a)
+            return blend or n in spec.inputs or any(lo < ihi and ilo < hi for ilo, ihi in ins)
+        return tuple(a for n, a in views.items() if n in spec.outputs and reads(n, a))
 
 
 def _bounds(a: DeviceArray) -> tuple[int, int]:
@@ -318,7 +321,9 @@ def _signature(v: Any) -> Any:
 
 def _hashable(v: Any) -> Any:
     """``v`` as a key part: sequences as tuples, anything unhashable by its ``repr``."""
-    if isinstance(v, (list, tuple, np.ndarray)):
+    if isinstance(v, np.ndarray):
+        v = v.tolist()
+    if isinstance(v, (list, tuple)):
         return tuple(_hashable(x) for x in v)
     try:
         hash(v)
