@@ -190,6 +190,11 @@ class Descriptor:
     def closed(self) -> bool:
         return self._ptr is None
 
+    @property
+    def is_shared(self) -> bool:
+        """Whether this is a process-wide instance of :meth:`shared` (whose ``close()`` does nothing)."""
+        return self._shared
+
     def close(self) -> None:
         """Destroy the cuDNN descriptor (idempotent; a no-op for shared, cached descriptors)."""
         if self._ptr is None or self._shared:

@@ -2,13 +2,15 @@
 its own arrays and keeps the faster engine, per handle and across processes (as ``torch.backends.cudnn.benchmark``
 does for algorithms).
 
-An operation module hands its ``engine="auto"`` calls to :func:`run` at one point, with both engines as callables::
+An operation family hands its ``engine="auto"`` calls to :func:`run` (through
+:func:`cudnn_py.graph.legacy.dispatch`) at one point, with both engines as callables::
 
-    key = ("activation_forward", engine_choice.signature(x, y, params=(mode, alpha, beta)))
-    engine_choice.run(handle, key, legacy=lambda: _legacy(...), graph=lambda: _graph(..., auto=True),
-                      mutated=(y,) if beta else (), static="graph")
+    gl.dispatch(engine, handle, None, lambda: _legacy(...), lambda auto: _graph(..., auto), static="graph")
 
-For each key (operation name first, then everything the answer depends on: shapes, strides, dtypes, parameters):
+Inside a ``@prepared`` operation function the key (None above) and what the call mutates come from its declaration
+(:mod:`cudnn_py.prepared`): its name and every parameter, arrays by signature; the given outputs it reads as well as
+writes. For each key (operation name first, then everything the answer depends on: shapes, strides, dtypes,
+parameters):
 
 1. the handle's remembered choice (its cache ``"engine.choice"``: counted by :meth:`Handle.cache_info`, listed by
    :func:`choices`) runs: a dict lookup;
@@ -130,23 +132,36 @@ def chosen(handle, key: Hashable, static: str = "graph") -> str | None:
     return got.engine
 
 
-def run(handle, key: Hashable, legacy: Callable[[], object], graph: Callable[[], object], *,
-        mutated: Sequence = (), static: str = "graph",
+def run(handle, key: Hashable | None, legacy: Callable[[], object], graph: Callable[[], object], *,
+        mutated: Sequence | None = None, static: str = "graph",
         refused: tuple[type[BaseException], ...] = ()) -> str:
     """Run one ``engine="auto"`` call and answer the engine that ran it ("legacy" or "graph"); see the module doc.
 
-    :param key: the operation's name and signature (hashable; :func:`signature` builds the usual part).
+    :param key: the operation's name and signature (hashable; :func:`signature` builds the usual part); None: the
+        prepared operation call's own (:mod:`cudnn_py.prepared`).
     :param legacy: runs the call through the legacy C entry point.
     :param graph: runs it through the graph path; False (or a refusal raised) where the graph path does not take it.
-    :param mutated: arrays the call writes and may read (restored between measured runs).
+    :param mutated: arrays the call writes and may read (restored between measured runs); None: the prepared
+        operation call's given outputs that it reads (a ``beta`` blend, in place, declared as inputs too), none
+        outside one.
     :param static: the engine the static rule picks (``"static"`` mode).
     :param refused: the exceptions by which the graph path refuses a configuration (the graph package's, passed in
         by its dispatcher so that this module stays below it); the legacy call then runs.
     """
+    if key is None:
+        key = _declared().key()
     engine = chosen(handle, key, static)
     if engine is None:
         return _measure(handle, handle_cache(handle, _CACHE), key, legacy, graph, mutated, static, refused)
     return run_static(engine, legacy, graph, refused)
+
+
+def _declared():
+    """The prepared operation call whose validated path runs (:data:`cudnn_py.recording.state` ``.call``)."""
+    call = recording.state.call
+    if call is None:
+        raise InvalidValueError("engine choice: no key given outside a prepared operation call")
+    return call
 
 
 def run_static(engine: str, legacy: Callable[[], object], graph: Callable[[], object],
@@ -197,8 +212,9 @@ def _measure(handle, cache, key, legacy, graph, mutated, static: str,
              graph_refusals: tuple[type[BaseException], ...]) -> str:
     refused: tuple[type[BaseException], ...] = (*graph_refusals, CudnnPyError)
     before = recording.mark()
+    call = recording.state.call if mutated is None else None
     try:
-        restore = _snapshot(handle, mutated)
+        restore = _snapshot(handle, mutated or () if call is None else call.mutated())
     except CudnnPyError as e:  # no room for the copies (or no device): no measurement this time
         _log.debug("engine_choice %s: not measured (%s); the static rule runs", key, e)
         return run_static(static, legacy, graph, graph_refusals)

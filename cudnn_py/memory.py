@@ -36,6 +36,7 @@ from cudnn_py.dtypes import SUPPORTED_DTYPES
 from cudnn_py.errors import CudnnPyError, InvalidTypeError, InvalidValueError, check_cuda as _check, cuda_error_from
 from cudnn_py.contexts import device_count, driver, on_device, primary_context
 import cudnn_py.foreign as _foreign  # its torch tables, read through the module (learn_torch replaces them)
+from cudnn_py.recording import device_work
 from cudnn_py.foreign import Signature as Signature, check_cuda_array_interface, is_torch_tensor as is_torch_tensor
 from cudnn_py.streams import StreamLike, annotation_only, as_stream, cuda_core, get_device
 from cudnn_py.strided import (MAX_BYTES, array_dtype, c_strides, check_extent, is_c_contiguous, non_overlapping,
@@ -185,7 +186,7 @@ class DeviceArray:
             return out
         if self.is_contiguous:
             with on_device(self.device_id):
-                _check(driver().cuMemcpyDtoHAsync(out.ctypes.data, self.ptr, self.nbytes, s.handle),
+                _check(_queue("cuMemcpyDtoHAsync")(out.ctypes.data, self.ptr, self.nbytes, s.handle),
                        "cuMemcpyDtoHAsync")
                 s.sync()
             return out
@@ -193,7 +194,7 @@ class DeviceArray:
         host = np.empty(count, self.dtype)
         item = self.dtype.itemsize
         with on_device(self.device_id):
-            _check(driver().cuMemcpyDtoHAsync(host.ctypes.data, self.ptr + lo * item, count * item, s.handle),
+            _check(_queue("cuMemcpyDtoHAsync")(host.ctypes.data, self.ptr + lo * item, count * item, s.handle),
                    "cuMemcpyDtoHAsync")
             s.sync()
         view = np.lib.stride_tricks.as_strided(host[-lo:], self.shape, tuple(x * item for x in self.strides))
@@ -217,7 +218,7 @@ class DeviceArray:
         with on_device(self.device_id):
             if not memset(self.ptr, v, self.size, s.handle):
                 host = np.full(self.shape, v[0], self.dtype)
-                _check(driver().cuMemcpyHtoDAsync(self.ptr, host.ctypes.data, self.nbytes, s.handle),
+                _check(_queue("cuMemcpyHtoDAsync")(self.ptr, host.ctypes.data, self.nbytes, s.handle),
                        "cuMemcpyHtoDAsync")
                 s.sync()
         return self
@@ -243,10 +244,10 @@ class DeviceArray:
             if self.nbytes:
                 with on_device(self.device_id):
                     if other.device_id == self.device_id:
-                        _check(driver().cuMemcpyDtoDAsync(self.ptr, other.ptr, self.nbytes, s.handle),
+                        _check(_queue("cuMemcpyDtoDAsync")(self.ptr, other.ptr, self.nbytes, s.handle),
                                "cuMemcpyDtoDAsync")
                     else:  # another device's memory (pool allocations are not mapped for peers): a peer copy
-                        _check(driver().cuMemcpyPeerAsync(self.ptr, primary_context(self.device_id), other.ptr,
+                        _check(_queue("cuMemcpyPeerAsync")(self.ptr, primary_context(self.device_id), other.ptr,
                                                         primary_context(other.device_id), self.nbytes, s.handle),
                                "cuMemcpyPeerAsync")
             return self
@@ -255,7 +256,7 @@ class DeviceArray:
             raise InvalidValueError(f"copy_ source has shape {host.shape}; expected {self.shape}")
         if self.nbytes:
             with on_device(self.device_id):
-                _check(driver().cuMemcpyHtoDAsync(self.ptr, host.ctypes.data, self.nbytes, s.handle),
+                _check(_queue("cuMemcpyHtoDAsync")(self.ptr, host.ctypes.data, self.nbytes, s.handle),
                        "cuMemcpyHtoDAsync")
         return self
 
@@ -434,6 +435,14 @@ class _Allocation:
             pass
 
 
+def _queue(name: str) -> Callable[..., Any]:
+    """The driver function ``name``, a copy, memset or read of device memory: every such call of the package goes
+    through here, so that one made while recording outside a sink spoils the recording
+    (:func:`cudnn_py.recording.device_work`: a replay would not repeat it)."""
+    device_work(name)
+    return getattr(driver(), name)
+
+
 def memset_writes(element: np.ndarray) -> bool:
     """Whether a driver memset can write the one-element array ``element``: its bytes are a repeated 1-, 2- or
     4-byte word (not an 8-byte element with unequal halves)."""
@@ -449,13 +458,13 @@ def memset(ptr: int, element: np.ndarray, count: int, stream_handle: Any) -> boo
     if not memset_writes(element):
         return False
     if item == 1:
-        _check(driver().cuMemsetD8Async(ptr, int(element.view(np.uint8)[0]), count, stream_handle), "cuMemsetD8Async")
+        _check(_queue("cuMemsetD8Async")(ptr, int(element.view(np.uint8)[0]), count, stream_handle), "cuMemsetD8Async")
     elif item == 2:
-        _check(driver().cuMemsetD16Async(ptr, int(element.view(np.uint16)[0]), count, stream_handle),
+        _check(_queue("cuMemsetD16Async")(ptr, int(element.view(np.uint16)[0]), count, stream_handle),
                "cuMemsetD16Async")
     else:
         words = count * item // 4
-        _check(driver().cuMemsetD32Async(ptr, int(element.view(np.uint32)[0]), words, stream_handle),
+        _check(_queue("cuMemsetD32Async")(ptr, int(element.view(np.uint32)[0]), words, stream_handle),
                "cuMemsetD32Async")
     return True
 
@@ -484,7 +493,7 @@ def zeros(shape: Shape, dtype: npt.DTypeLike = np.float32, stream: StreamLike = 
     a = _allocate(shape, dtype, stream, device)
     if a.nbytes:
         with on_device(a.device_id):
-            _check(driver().cuMemsetD8Async(a.ptr, 0, a.nbytes, a.stream.handle), "cuMemsetD8Async")
+            _check(_queue("cuMemsetD8Async")(a.ptr, 0, a.nbytes, a.stream.handle), "cuMemsetD8Async")
     return a
 
 
@@ -523,7 +532,7 @@ def to_device(obj: npt.ArrayLike | DeviceArrayLike, stream: StreamLike = None, *
     a = _allocate(host.shape, host.dtype, stream, device)
     if a.nbytes:
         with on_device(a.device_id):
-            _check(driver().cuMemcpyHtoDAsync(a.ptr, host.ctypes.data, a.nbytes, a.stream.handle), "cuMemcpyHtoDAsync")
+            _check(_queue("cuMemcpyHtoDAsync")(a.ptr, host.ctypes.data, a.nbytes, a.stream.handle), "cuMemcpyHtoDAsync")
     return a
 
 

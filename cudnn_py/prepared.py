@@ -13,11 +13,14 @@ a torch tensor, no DLPack) and its other arguments into a key, and looks the key
   itself, the validated path, while :mod:`cudnn_py.recording` writes down what it queued; where every address that
   work used is one of the call's arrays (or a new output it returned), that recording becomes the signature's
   :class:`Prepared` call. A call whose recording cannot be replayed (an engine measured, a scratch buffer, host
-  data) is simply validated again next time.
+  data, driver work outside the sinks) is simply validated again next time. While it runs, the call is
+  :data:`cudnn_py.recording.state` ``.call``: its engine choice's key and the arrays a measured run mutates come
+  from the declaration (:mod:`cudnn_py.engine_choice`).
 
 A repeat call can never run work prepared for other arguments: its key holds every array's shape, strides, dtype,
 device and address alignment, which arrays share an address, and every other argument with its type; a given output
-that overlaps an input other than as the identical view (in place, where the operation allows it) is refused.
+that overlaps an input other than as the identical view (in place, where the operation allows it) is refused; a
+descriptor a caller may close is checked open before anything is queued.
 
 Outputs follow the inputs' package: torch tensors in, torch tensors out (allocated by torch's caching allocator on
 a hit, ordered on the handle's stream with ``record_stream`` where that is not torch's current stream; the
@@ -32,14 +35,18 @@ import importlib
 import inspect
 import itertools
 import linecache
+import re
 import sys
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
+
+import numpy as np
 
 from cudnn_py import engine_choice, memory, recording
 from cudnn_py.recording import state
 from cudnn_py.caches import Cache, handle_cache
+from cudnn_py.descriptors import Descriptor
 from cudnn_py._deprecation import warn
 from cudnn_py.args import scaling
 from cudnn_py.errors import CudnnPyError, InvalidTypeError, InvalidValueError, WorkspaceLimitError
@@ -53,6 +60,8 @@ CACHE = "prepared"
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+#: the annotations (any of these names in it) that make a parameter an array, which a declaration must name
+_ARRAY_TYPES = frozenset({"DeviceArrayLike", "DeviceArray", "Out", "Tensor"})
 _PLAIN = frozenset({str, float, type(None)})  # argument types keyed by value alone (others by (type, value))
 _NUMBERS = frozenset({int, float, bool})
 _MISS = object()
@@ -119,15 +128,20 @@ class Prepared:
     """What a repeat call of one signature runs: the recorded steps with the address slots filled in (the call's
     arrays in argument order, then its new outputs), the new outputs from their package's allocator, the given
     outputs' overlap checks, and the result put together; compiled once into one function, ``run(handle, args,
-    kwargs, ptrs)``, that answers :data:`_MISS` where a given output now overlaps an input."""
+    kwargs, ptrs)``, that answers :data:`_MISS` where a given output now overlaps an input or a descriptor its steps
+    pass (``closable``: those a caller may close) was closed (the validated path then raises as it does)."""
 
     __slots__ = ("name", "steps", "news", "uses", "workspace", "run", "source")
 
     def __init__(self, name: str, steps: list[tuple], news: list, overlaps: list[tuple], result: tuple,
-                 shape: Any, n_slots: int, uses: frozenset[str] = frozenset(), workspace: int = 0):
+                 shape: Any, n_slots: int, uses: frozenset[str] = frozenset(), workspace: int = 0,
+                 closable: Sequence[Descriptor] = ()):
         self.name, self.steps, self.news, self.uses, self.workspace = name, steps, news, uses, workspace
         env: dict[str, Any] = {"MISS": _MISS, "shape": shape}
         lines = ["def run(handle, args, kwargs, ptrs):"]
+        for k, d in enumerate(closable):
+            env[f"d{k}"] = d
+            lines.append(f"    if d{k}.closed:\n        return MISS")
         if n_slots:
             lines.append("    " + "".join(f"p{i}, " for i in range(n_slots)) + "= ptrs")
         for o, i, olo, ohi, ilo, ihi in overlaps:
@@ -211,8 +225,16 @@ class _Spec:
         if missing:
             raise TypeError(f"{self.name} has no parameters {sorted(missing)} (scaling factors and moved outputs are "
                             f"keyword-only)")
+        undeclared = [p.name for p in params if p.name not in self.arrays and _ARRAY_TYPES & set(
+            re.findall(r"\w+", p.annotation if isinstance(p.annotation, str) else repr(p.annotation)))]
+        if undeclared:
+            raise TypeError(f"{self.name} takes arrays {undeclared} that are neither inputs nor outputs: declare them "
+                            f"(a call passing an undeclared array to C is never prepared)")
         self.is_array = tuple(n in self.arrays for n in self.positional)
         self.optional = frozenset(n for n in self.scalars if keyword[n] is None)  # None: the function's own default
+        self.inputs = frozenset(inputs)
+        self.defaults = {p.name: p.default for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+        self.blends = tuple(n for n in self.scalars if n.startswith("beta"))  # a given output's blend factors
 
     def checked(self, handle: Any, args: tuple, kwargs: dict) -> tuple[Any, tuple, dict]:
         """The checks every operation function shares, before its own: the handle, the outputs still passed
@@ -240,6 +262,74 @@ class _Spec:
         """(name, where, value) of each array argument, in the key's order (``where``: ("arg", i) or ("kw", name))."""
         out = [(n, ("arg", i), v) for i, (n, v, a) in enumerate(zip(self.positional, args, self.is_array)) if a]
         return out + [(k, ("kw", k), v) for k, v in kwargs.items() if k in self.arrays]
+
+
+class _Call:
+    """The operation call whose validated path runs (``recording.state.call``, set by the wrapper): what
+    :mod:`cudnn_py.engine_choice` takes from its declaration, the key of its engine choice and the arrays a measured
+    call mutates."""
+
+    __slots__ = ("spec", "args", "kwargs")
+
+    def __init__(self, spec: _Spec, args: tuple, kwargs: dict):
+        self.spec, self.args, self.kwargs = spec, args, kwargs
+
+    def _values(self) -> Iterator[tuple[str, Any]]:
+        """Each parameter's name and value (its default where not given), then any others: extra positionals as
+        ``("*", value)``, extra keywords (deprecated spellings) by name."""
+        spec, npos = self.spec, len(self.spec.positional)
+        given = dict(zip(spec.positional, self.args))
+        given.update(self.kwargs)
+        for name, default in spec.defaults.items():
+            yield name, given.pop(name, default)
+        yield from (("*", v) for v in self.args[npos:])
+        yield from sorted(given.items())
+
+    def key(self) -> tuple:
+        """The function's name, then each argument as (name, value) (:meth:`_values`): an array by its shape, strides
+        and dtype."""
+        arrays = self.spec.arrays
+        return (self.spec.name, *((n, _signature(v) if n in arrays else _hashable(v)) for n, v in self._values()))
+
+    def mutated(self) -> tuple[DeviceArray, ...]:
+        """The given outputs the call reads as well as writes: all of them where a ``beta*`` scaling factor is not 0
+        (None, the function's own default, counts as a blend), those declared as inputs too, those sharing memory with
+        an input."""
+        spec = self.spec
+        values = dict(self._values())
+        blend = any(values[n] is None or values[n] != 0 for n in spec.blends)
+        views = {n: memory.as_array(v, n) for n, v in values.items()
+                 if n in spec.arrays and v is not None and type(v) not in _NUMBERS}
+        ins = [_bounds(a) for n, a in views.items() if n in spec.inputs]
+
+        def reads(n: str, a: DeviceArray) -> bool:
+            lo, hi = _bounds(a)
+            return blend or n in spec.inputs or any(lo < ihi and ilo < hi for ilo, ihi in ins)
+        return tuple(a for n, a in views.items() if n in spec.outputs and reads(n, a))
+
+
+def _bounds(a: DeviceArray) -> tuple[int, int]:
+    lo, count = a.span()
+    return a.ptr + lo * a.dtype.itemsize, a.ptr + (lo + count) * a.dtype.itemsize
+
+
+def _signature(v: Any) -> Any:
+    if v is None or type(v) in _NUMBERS:
+        return v
+    return memory.array_signature(v)[0][:3]
+
+
+def _hashable(v: Any) -> Any:
+    """``v`` as a key part: sequences as tuples, anything unhashable by its ``repr``."""
+    if isinstance(v, np.ndarray):
+        v = v.tolist()
+    if isinstance(v, (list, tuple)):
+        return tuple(_hashable(x) for x in v)
+    try:
+        hash(v)
+    except TypeError:
+        return repr(v)
+    return v
 
 
 def _readable(v: Any) -> bool:
@@ -329,7 +419,9 @@ def _make(spec: _Spec, rec: recording.Recording, result: Any, slots: list, ptrs:
     used: set[int] = set()
     steps = []
     workspace = 0
+    closable: dict[int, Descriptor] = {}
     for step in rec.steps:
+        closable.update((id(d), d) for d in step.keep if isinstance(d, Descriptor) and not d.is_shared)
         base, subs, ws = list(step.args), [], []
         workspace = max(workspace, step.workspace)
         for pos in step.pointers:
@@ -366,7 +458,8 @@ def _make(spec: _Spec, rec: recording.Recording, result: Any, slots: list, ptrs:
         news = [_hooks("torch").allocator(a.shape, a.strides, a.dtype, a.device_id) for a in new]
     else:  # DeviceArrays (a foreign package's calls are never keyed)
         news = [_device_allocator(a) for a in new]
-    return Prepared(spec.name, steps, news, overlaps, tuple(src), shape, len(ptrs), frozenset(rec.uses), workspace)
+    return Prepared(spec.name, steps, news, overlaps, tuple(src), shape, len(ptrs), frozenset(rec.uses), workspace,
+                    tuple(closable.values()))
 
 
 # ---------------------------------------------------------------- forgetting
@@ -411,7 +504,11 @@ def prepared(inputs: Sequence[str], outputs: Sequence[str], *, inplace: bool = T
 
         def validated(handle: Any, args: tuple, kwargs: dict) -> Any:
             handle, args, kwargs = spec.checked(handle, args, kwargs)
-            return fn(handle, *args, **kwargs)
+            outer, state.call = state.call, _Call(spec, args, kwargs)
+            try:
+                return fn(handle, *args, **kwargs)
+            finally:
+                state.call = outer
 
         def first(handle: Any, args: tuple, kwargs: dict, key: tuple | None, ptrs: list) -> Any:
             slots = spec.slots(args, kwargs)

@@ -6,9 +6,10 @@ and :meth:`cudnn_py.graph.runner.Runner.run_pointers` (a graph plan). While this
 :class:`Step`: the callable, its arguments and which of them are device addresses (or the handle's workspace).
 Anything else that would make a replay differ from the validated call :func:`spoil` s the recording, and no prepared
 call is made from it: an engine being measured, an address the prepared call cannot name (a plain int where C takes
-a device pointer), and any C function that queues device work called outside the sinks (the C layer checks
-:data:`state` ``.sink`` on each such call). The caches a recording was built on (:func:`uses`) are kept with its
-prepared call, which a clear of one of them forgets.
+a device pointer), any C function that queues device work called outside the sinks (the C layer checks
+:data:`state` ``.sink`` on each such call) and any driver copy, memset or read of device memory outside them
+(:mod:`cudnn_py.memory` checks, :func:`device_work`). The caches a recording was built on (:func:`uses`) are kept
+with its prepared call, which a clear of one of them forgets.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 __all__ = ["Step", "Recording", "Address", "WorkspaceArg", "state", "recording", "mark", "rewind", "add", "spoil",
-           "uses", "measuring", "in_sink"]
+           "uses", "measuring", "in_sink", "device_work"]
 
 
 class Address(NamedTuple):
@@ -59,6 +60,7 @@ class Recording:
 class _Local(threading.local):
     rec: Recording | None = None
     sink: bool = False  # inside a sink's own C call (set by the sinks): queuing C functions leave the recording alone
+    call: Any = None  # the operation call whose validated path runs (cudnn_py.prepared): its declaration's key etc.
 
 
 #: this thread's recording (``state.rec``; None while not recording): read directly on hot paths
@@ -110,6 +112,13 @@ def spoil(reason: str) -> None:
     rec = state.rec
     if rec is not None and rec.spoiled is None:
         rec.spoiled = reason
+
+
+def device_work(what: str) -> None:
+    """Note a driver call that queues device work or reads device memory (``what``): outside a sink it spoils this
+    thread's recording, whose replay would not repeat it (a new output zeroed before an accumulating call)."""
+    if state.rec is not None and not state.sink:
+        spoil(f"{what} queued device work outside a sink (ops._common.host_step records such a step)")
 
 
 @contextmanager

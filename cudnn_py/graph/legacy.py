@@ -64,16 +64,18 @@ class GraphPathRefused(InvalidValueError):
     """A configuration the graph path refuses before cuDNN is asked (``engine="auto"`` runs legacy instead)."""
 
 
-def dispatch(engine: str, handle: Any, key: Hashable, legacy: Callable[[], object], graph: Callable[[bool], object],
-             *, mutated: Sequence = (), static: str = "graph", measure: bool = True) -> str:
+def dispatch(engine: str, handle: Any, key: Hashable | None, legacy: Callable[[], object],
+             graph: Callable[[bool], object], *, mutated: Sequence | None = None, static: str = "graph",
+             measure: bool = True) -> str:
     """Run one call on ``engine`` and answer the engine that ran it: the one engine-choice protocol of the operation
     families. ``legacy()`` runs the legacy C call; ``graph(auto)`` the graph path (answering False, or raising
     :class:`GraphPathRefused` / :class:`~cudnn_py.graph.GraphNotSupportedError`, where it does not take the call).
 
     'legacy' and 'graph' run that engine (the graph's refusal raised); 'auto' runs the engine
     :mod:`cudnn_py.engine_choice` keeps for ``key`` on ``handle``, measured on its first call (``mutated``: the
-    arrays the call writes and may read), the graph falling back to the legacy call where it refuses; with
-    ``measure`` False (a call that cannot be repeated), ``static``'s engine without measuring."""
+    arrays the call writes and may read; both None: the prepared call's own, from its declaration), the graph falling
+    back to the legacy call where it refuses; with ``measure`` False (a call that cannot be repeated), ``static``'s
+    engine without measuring."""
     if engine == "legacy":
         legacy()
         return engine

@@ -191,9 +191,9 @@ def host_step(fn, args: tuple, pointers: tuple[int, ...], keep: tuple = ()) -> N
 
 
 def replay_checks_open(d: Descriptor) -> None:
-    """Record a step that raises :class:`~cudnn_py.errors.ClosedError` once ``d`` (a descriptor the caller owns and
-    may close: a Dropout, its own SpatialTransformer) is closed, as the validated path raises, before a prepared call
-    could pass its destroyed C descriptor to cuDNN."""
+    """Record a step that raises :class:`~cudnn_py.errors.ClosedError` once ``d`` is closed. Redundant: a prepared
+    call checks every descriptor a caller may close that its steps pass (:class:`cudnn_py.prepared.Prepared`); left
+    for :mod:`cudnn_py.ops.attention`'s calls, to go with them."""
     recording.add(_check_open, (d,), ())
 
 

@@ -31,7 +31,6 @@ from cudnn_py import caches, capi
 from cudnn_py._deprecation import alias
 from cudnn_py.args import enum_member, float_arg, nan_flag
 from cudnn_py.descriptors import Descriptor, Settings, c_nan, read_back
-from cudnn_py import engine_choice as ec
 from cudnn_py.graph import legacy as gl
 from cudnn_py.handle import Handle
 from cudnn_py.memory import DeviceArray, DeviceArrayLike
@@ -216,10 +215,9 @@ def activation_forward(handle: Handle, activation: Activation | str | int, x: De
     act = activation_of(activation)
     xa = check_array(x, "x", handle, floating=True)
     ya = output(y, "y", handle, xa.shape, xa.dtype, like=xa)
-    gl.dispatch(engine, handle, ("activation_forward", activation, alpha, beta, ec.signature(xa, ya)),
+    gl.dispatch(engine, handle, None,
                 lambda: _legacy_forward(handle, act, xa, ya, alpha, beta),
-                lambda auto: _graph_forward(handle, activation, xa, ya, alpha, beta, auto),
-                mutated=(ya,) if beta or ya.ptr == xa.ptr else ())
+                lambda auto: _graph_forward(handle, activation, xa, ya, alpha, beta, auto))
     return ya if y is None else y
 
 
@@ -235,10 +233,9 @@ def activation_backward(handle: Handle, activation: Activation | str | int, x: D
     ya = check_array(y, "y", handle, dtype=xa.dtype, shape=xa.shape)
     dya = check_array(dy, "dy", handle, dtype=xa.dtype, shape=xa.shape)
     dxa = output(dx, "dx", handle, xa.shape, xa.dtype, like=dya)
-    gl.dispatch(engine, handle, ("activation_backward", activation, alpha, beta, ec.signature(xa, ya, dya, dxa)),
+    gl.dispatch(engine, handle, None,
                 lambda: _legacy_backward(handle, act, xa, ya, dya, dxa, alpha, beta),
-                lambda auto: _graph_backward(handle, activation, xa, dya, dxa, alpha, beta, auto),
-                mutated=(dxa,) if beta or dxa.ptr in (xa.ptr, ya.ptr, dya.ptr) else ())
+                lambda auto: _graph_backward(handle, activation, xa, dya, dxa, alpha, beta, auto))
     return dxa if dx is None else dx
 
 

@@ -42,8 +42,7 @@ from cudnn_py.descriptors import Descriptor
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray, DeviceArrayLike, empty
-from cudnn_py.ops._common import (byte_buffer, check_array, host_step, launch, output,
-                                  replay_checks_open, tensor_desc)
+from cudnn_py.ops._common import byte_buffer, check_array, host_step, launch, output, tensor_desc
 from cudnn_py.prepared import prepared
 
 __all__ = ["Dropout", "DropoutOutputs", "dropout_states_size", "dropout_reserve_size", "dropout_forward",
@@ -249,8 +248,7 @@ def dropout_forward(handle: Handle, dropout: Dropout, x: DeviceArrayLike, *,
     ra = (empty((need.value,), np.uint8, stream=handle.stream, device=handle.device) if reserve is None
           else byte_buffer(reserve, "reserve", handle, need.value, _RESERVE_HINT))
     # a prepared call (keyed on this Dropout object itself: Descriptors hash by identity, so its RNG states are the
-    # ones the recorded C descriptor advances) repeats the open check, the C call and the order bookkeeping
-    replay_checks_open(dropout)
+    # ones the recorded C descriptor advances) checks it is open, then repeats the C call and the order bookkeeping
     launch(handle, capi.cudnnDropoutForward, handle.ptr, dropout, xd, xa, yd, ya, ra, ra.nbytes)
     host_step(_note_order, (ra.device_id, ra.ptr, xa.shape, order), (1,))
     return DropoutOutputs(ya, ra)
@@ -272,7 +270,6 @@ def dropout_backward(handle: Handle, dropout: Dropout, dy: DeviceArrayLike, rese
     # picks them when it runs, so a prepared call picks them again for its reserve
     args = (handle.ptr, dp, _Layout(dya.shape, dya.strides, dya.dtype), _Layout(dxa.shape, dxa.strides, dxa.dtype),
             ra.device_id, dya.ptr, dxa.ptr, ra.ptr, ra.nbytes)
-    replay_checks_open(dropout)
     host_step(_backward_c, args, (5, 6, 7), keep=(dropout,))
     return dxa
 

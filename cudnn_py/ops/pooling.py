@@ -41,7 +41,6 @@ from cudnn_py._deprecation import alias
 from cudnn_py.args import (DIM_MAX, INT32_MAX, dims, enum_member, int_or_ints, int_tuple, ints, nan_flag,
                            spatial_ndim)
 from cudnn_py.descriptors import Descriptor, Settings, TensorDescriptor, c_ints, c_nan, legacy_dtype, read_back
-from cudnn_py import engine_choice as ec
 from cudnn_py.graph import legacy as gl
 from cudnn_py.handle import Handle
 from cudnn_py.memory import DeviceArray, DeviceArrayLike
@@ -339,10 +338,10 @@ def pooling_forward(handle: Handle, pool: Pooling, x: DeviceArrayLike, *, y: Out
     static = _auto(engine, xa, "forward", pool)  # "auto" measures; static mode runs this rule
     # a new y keeps x's memory order whichever engine runs (the legacy call takes any strides)
     ya = output(y, "y", handle, y_shape, xa.dtype, like=xa)
-    gl.dispatch(engine, handle, ("pooling_forward", pool, alpha, beta, ec.signature(xa, ya)),
+    gl.dispatch(engine, handle, None,
                 lambda: _legacy_forward(handle, pd, xa, ya, alpha, beta),
                 lambda auto: _graph_forward(handle, pool, xa, ya, alpha, beta, auto),
-                mutated=(ya,) if beta else (), static="legacy" if static == "legacy" else "graph")
+                static="legacy" if static == "legacy" else "graph")
     return ya if y is None else y
 
 
@@ -365,10 +364,10 @@ def pooling_backward(handle: Handle, pool: Pooling, x: DeviceArrayLike, y: Devic
     ya = check_array(y, "y", handle, dtype=xa.dtype, shape=y_shape)
     dya = check_array(dy, "dy", handle, dtype=xa.dtype, shape=y_shape)
     dxa = output(dx, "dx", handle, xa.shape, xa.dtype, like=xa)
-    gl.dispatch(engine, handle, ("pooling_backward", pool, alpha, beta, ec.signature(xa, ya, dya, dxa)),
+    gl.dispatch(engine, handle, None,
                 lambda: _legacy_backward(handle, pd, xa, ya, dya, dxa, alpha, beta),
                 lambda auto: _graph_backward(handle, pool, xa, ya, dya, dxa, alpha, beta, auto),
-                mutated=(dxa,) if beta else (), static="legacy" if static == "legacy" else "graph")
+                static="legacy" if static == "legacy" else "graph")
     return dxa if dx is None else dx
 
 

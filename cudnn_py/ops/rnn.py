@@ -36,7 +36,7 @@ from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import InvalidStateError, InvalidTypeError, InvalidValueError
 from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray, DeviceArrayLike
-from cudnn_py.ops._common import launch, moved_outputs, replay_checks_open
+from cudnn_py.ops._common import launch, moved_outputs
 from cudnn_py.ops.dropout import Dropout
 from cudnn_py.ops.sequence_models import (
     MATH_TYPES, WeightedDescriptor, by_value, c_nbytes, check_lengths, choice, device_lengths, dropout_arg, name_of,
@@ -454,7 +454,6 @@ def _forward(handle: Handle, rnn: RNN, x, weights, seq_lengths, seq_layout, hx, 
     mode = capi.CUDNN_FWD_MODE_TRAINING if training else capi.CUDNN_FWD_MODE_INFERENCE
     work_n, reserve_n = _work_size(handle, rnn, mode, x_desc)
     reserve = memory.empty((reserve_n,), np.uint8, stream=stream, device=handle.device) if training else None
-    replay_checks_open(rnn)
     lengths = device_lengths(handle, host_lengths)
     launch(handle, capi.cudnnRNNForward, handle.ptr, rnn, mode, lengths, x_desc, x, y_desc, ya, h_desc, hxa, hya,
            c_desc, cxa, cya, w.nbytes, w, work_n, WorkspaceArg(work_n), c_nbytes(reserve), reserve)
@@ -515,7 +514,6 @@ def _backward_data(handle: Handle, rnn: RNN, x, y, dy, weights, reserve, lengths
     work_n, _ = _work_size(handle, rnn, capi.CUDNN_FWD_MODE_TRAINING, x_desc)
     ra = memory.as_array(reserve, "fwd.reserve", device=handle.device)
     la = memory.as_array(lengths, "the forward's lengths", device=handle.device)
-    replay_checks_open(rnn)
     launch(handle, capi.cudnnRNNBackwardData_v8, handle.ptr, rnn, la, y_desc, ya, dya, x_desc, dxa,
            h_desc, hxa, dhya, dhxa, c_desc, cxa, dcya, dcxa, w.nbytes, w, work_n, WorkspaceArg(work_n), ra.nbytes, ra)
     return RNNDataGrads(dxa, dhxa, dcxa)
@@ -550,7 +548,6 @@ def _backward_weights(handle: Handle, rnn: RNN, x, y, reserve, lengths, hx, seq_
     work_n, _ = _work_size(handle, rnn, capi.CUDNN_FWD_MODE_TRAINING, x_desc)
     ra = memory.as_array(reserve, "fwd.reserve", device=handle.device)
     la = memory.as_array(lengths, "the forward's lengths", device=handle.device)
-    replay_checks_open(rnn)
     launch(handle, capi.cudnnRNNBackwardWeights_v8, handle.ptr, rnn, capi.CUDNN_WGRAD_MODE_ADD, la, x_desc, x,
            _state_desc(rnn, B, rnn.out_size), hxa, y_desc, ya, dw.nbytes, dw, work_n, WorkspaceArg(work_n),
            ra.nbytes, ra)

@@ -38,8 +38,7 @@ from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.handle import Handle
 from cudnn_py.memory import DeviceArray, DeviceArrayLike
-from cudnn_py.ops._common import (FLOATS, check_array, desc, launch, output, replay_checks_open,
-                                  scalars)
+from cudnn_py.ops._common import FLOATS, check_array, desc, launch, output, scalars
 from cudnn_py.prepared import prepared
 
 __all__ = ["SpatialTransformer", "SamplerGrads", "spatial_tf_grid_forward",
@@ -131,8 +130,6 @@ def spatial_tf_grid_forward(handle: Handle, theta: DeviceArrayLike, out_shape: S
         raise InvalidValueError(f"out_shape {shape} must be (N, C, H, W) with N = {th.shape[0]} (theta's batch)")
     st = given if given is not None else SpatialTransformer.shared(shape, th.dtype)
     g = output(grid, "grid", handle, st.grid_shape, th.dtype, contiguous=True)
-    if given is not None:  # the caller's own descriptor, which it may close: a prepared call checks it first
-        replay_checks_open(given)
     launch(handle, capi.cudnnSpatialTfGridGeneratorForward, handle.ptr, st, th, g)
     return g
 

@@ -35,7 +35,6 @@ from cudnn_py._deprecation import renamed_kwargs, warn
 from cudnn_py.args import element_value, ints, scaling
 from cudnn_py.descriptors import Descriptor, OpTensor, ReduceTensor
 from cudnn_py.dtypes import as_numpy_dtype, cudnn_dtype
-from cudnn_py import engine_choice as ec
 from cudnn_py.graph import legacy as gl
 from cudnn_py.handle import Handle
 from cudnn_py.contexts import on_device
@@ -94,11 +93,10 @@ def add_tensor(handle: Handle, a: DeviceArrayLike, c: Out, *, alpha: float = 1.0
     if ca.ndim > 5:
         raise InvalidValueError(f"cudnnAddTensor takes tensors of up to 5 dimensions; c has shape {ca.shape}")
     inputs = [("a", aa)] + ([("prior", ca)] if beta else [])
-    gl.dispatch(engine, handle, ("add_tensor", alpha, beta, ec.signature(aa, ca)),
+    gl.dispatch(engine, handle, None,
                 lambda: _blend_call(handle, capi.cudnnAddTensor, aa, ca, ca.dtype, alpha, beta),
                 lambda auto: gl.run_graph(handle, "add_tensor", (alpha, beta), inputs, [("c", ca)],
-                                          lambda g, t, _: gl.blend(g, t["a"], t, alpha, beta), auto=auto),
-                mutated=(ca,) if beta or ca.ptr == aa.ptr else ())
+                                          lambda g, t, _: gl.blend(g, t["a"], t, alpha, beta), auto=auto))
     return c
 
 
@@ -172,13 +170,11 @@ def op_tensor(handle: Handle, op: str | int | OpTensor, a: DeviceArrayLike, b: D
     ba = aa if b is None else check_array(b, "b", handle, dtype=aa.dtype)
     _broadcastable(ba, aa, "b", "c")  # c has a's shape (output() checks a given c): refused before c is allocated
     ca = output(c, "c", handle, aa.shape, aa.dtype, like=aa)
-    gl.dispatch(engine, handle, ("op_tensor", opv, alpha1, alpha2, beta, compute_dtype, nan_propagation,
-                                 ec.signature(aa, ba, ca)),
+    gl.dispatch(engine, handle, None,
                 lambda: _legacy_op_tensor(handle, opv, aa, ba, ca, alpha1, alpha2, beta, compute_dtype,
                                           nan_propagation),
                 lambda auto: _graph_op_tensor(handle, opv, aa, ba, ca, alpha1, alpha2, beta, compute_dtype,
-                                              nan_propagation, unary, auto),
-                mutated=(ca,) if beta or ca.ptr in (aa.ptr, ba.ptr) else ())
+                                              nan_propagation, unary, auto))
     return ca if c is None else c
 
 
@@ -188,7 +184,7 @@ def _legacy_op_tensor(handle: Handle, opv, aa, ba, ca, alpha1, alpha2, beta, com
     launch(handle, capi.cudnnOpTensor, handle.ptr, od, a1, desc(aa), aa, a2, desc(ba), ba, be, desc(ca), ca)
 
 
-@prepared(inputs=(), outputs=("y",))
+@prepared(inputs=("y",), outputs=("y",))
 def scale_tensor(handle: Handle, y: Out, *args, alpha: float = 1.0, engine: str = "auto") -> Out:
     """``y = alpha * y`` in place (``cudnnScaleTensor``); returns y. ``engine``: "legacy", "graph" or "auto".
 
@@ -202,11 +198,10 @@ def scale_tensor(handle: Handle, y: Out, *args, alpha: float = 1.0, engine: str 
         alpha = args[0]
     (alpha,) = scaling(alpha=alpha)
     ya = check_array(y, "y", handle, floating=True)
-    gl.dispatch(engine, handle, ("scale_tensor", alpha, ec.signature(ya)),
+    gl.dispatch(engine, handle, None,
                 lambda: _scale(handle, ya, alpha),
                 lambda auto: gl.run_graph(handle, "scale_tensor", (alpha,), [("prior", ya)], [("y", ya)],
-                                          lambda g, t, _: g.scale(t["prior"], alpha), auto=auto),
-                mutated=(ya,))
+                                          lambda g, t, _: g.scale(t["prior"], alpha), auto=auto))
     return y
 
 
@@ -314,12 +309,11 @@ def transform_tensor(handle: Handle, x: DeviceArrayLike, *, y: Out | None = None
             raise InvalidTypeError(f"y has dtype {ya.dtype} but dtype={as_numpy_dtype(dtype)} was asked for")
     inputs = [("x", xa)] + ([("prior", ya)] if beta else [])
     scalar_dtype = np.float64 if np.float64 in (xa.dtype, ya.dtype) else np.float32
-    gl.dispatch(engine, handle, ("transform_tensor", alpha, beta, ec.signature(xa, ya)),
+    gl.dispatch(engine, handle, None,
                 lambda: _blend_call(handle, capi.cudnnTransformTensor, xa, ya, scalar_dtype, alpha, beta),
                 lambda auto: gl.run_graph(
                     handle, "transform_tensor", (alpha, beta), inputs, [("y", ya)],
-                    lambda g, t, _: gl.blend(g, g.pointwise("identity", t["x"]), t, alpha, beta), auto=auto),
-                mutated=(ya,) if beta or ya.ptr == xa.ptr else ())
+                    lambda g, t, _: gl.blend(g, g.pointwise("identity", t["x"]), t, alpha, beta), auto=auto))
     return ya if y is None else y
 
 
@@ -498,13 +492,12 @@ def reduce_tensor(handle: Handle, op: str | int | ReduceTensor, a: DeviceArrayLi
         if ca.ndim != aa.ndim or any(cd not in (1, ad) for ad, cd in zip(aa.shape, ca.shape)):
             raise InvalidValueError(f"c has shape {ca.shape}; each dimension must equal a's {aa.shape} or be 1")
     idx: list[DeviceArray] = []  # the legacy call's indices, with indices=True
-    gl.dispatch(engine, handle, ("reduce_tensor", opv, alpha, beta, compute_dtype, nan_propagation,
-                                 ec.signature(aa, ca)),
+    gl.dispatch(engine, handle, None,
                 lambda: idx.extend(_legacy_reduce(handle, opv, aa, ca, alpha, beta, compute_dtype, nan_propagation,
                                                   indices)),
                 lambda auto: _graph_reduce(handle, opv, aa, ca, alpha, beta, compute_dtype, nan_propagation, indices,
                                            auto),
-                mutated=(ca,) if beta else (), measure=not indices)
+                measure=not indices)
     if idx:
         return ReduceResult(ca, idx[-1])
     return ca if c is None else c
