@@ -161,8 +161,8 @@ def test_only_descriptors_a_caller_may_close_are_checked():
 
 def test_no_family_of_this_tree_checks_by_hand_where_the_replay_does():
     """The families whose calls pass their closable descriptors through the sinks leave the check to the replay."""
-    from cudnn_py.ops import dropout, rnn, spatial_transformer
-    for mod in (dropout, rnn, spatial_transformer):
+    from cudnn_py.ops import _common, attention, dropout, rnn, spatial_transformer
+    for mod in (_common, attention, dropout, rnn, spatial_transformer):
         assert "replay_checks_open" not in inspect.getsource(mod), mod.__name__
 
 

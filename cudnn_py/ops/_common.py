@@ -190,17 +190,6 @@ def host_step(fn, args: tuple, pointers: tuple[int, ...], keep: tuple = ()) -> N
     recording.add(fn, args, pointers, keep)
 
 
-def replay_checks_open(d: Descriptor) -> None:
-    """Record a step that raises :class:`~cudnn_py.errors.ClosedError` once ``d`` is closed. Redundant: a prepared
-    call checks every descriptor a caller may close that its steps pass (:class:`cudnn_py.prepared.Prepared`); left
-    for :mod:`cudnn_py.ops.attention`'s calls, to go with them."""
-    recording.add(_check_open, (d,), ())
-
-
-def _check_open(d: Descriptor) -> None:
-    d.ptr  # noqa: B018 - raises once closed
-
-
 def byte_buffer(obj, name: str, handle, nbytes: int, hint: str) -> DeviceArray:
     """A contiguous device buffer (reserve, RNG states) of at least ``nbytes`` bytes; ``hint``: where to get one."""
     b = check_array(obj, name, handle, contiguous=True)

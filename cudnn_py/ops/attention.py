@@ -42,7 +42,7 @@ from cudnn_py.errors import InvalidStateError, InvalidTypeError, InvalidValueErr
 from cudnn_py.graph.ops.sdpa_options import refuse_unknown
 from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray, DeviceArrayLike
-from cudnn_py.ops._common import launch, moved_outputs, replay_checks_open
+from cudnn_py.ops._common import launch, moved_outputs
 from cudnn_py.ops.dropout import Dropout
 from cudnn_py.ops.sequence_models import (
     MATH_TYPES, WeightedDescriptor, by_value, c_nbytes, check_lengths, choice, device_lengths, dropout_arg, name_of,
@@ -396,7 +396,6 @@ def _forward(handle: Handle, attn: MultiHeadAttention, q, k, v, weights, seq_len
     ra = None if residuals is None else _data(handle, attn, residuals, "residuals", B, Tq, attn.o_proj_size)
     _, work_n, reserve_n = attn.buffer_sizes(handle, training)
     reserve = memory.empty((reserve_n,), np.uint8, stream=stream, device=handle.device) if training else None
-    replay_checks_open(attn)
     lq, lk = device_lengths(handle, host_lq), device_lengths(handle, host_lk)
     launch(handle, capi.cudnnMultiHeadAttnForward, handle.ptr, attn, curr_idx, lo_c, hi_c, lq, lk, q_desc, q, ra,
            k_desc, k, v_desc, v, o_desc, oa, w.nbytes, w, work_n, WorkspaceArg(work_n), c_nbytes(reserve), reserve)
@@ -460,7 +459,6 @@ def _backward_data(handle: Handle, attn: MultiHeadAttention, q, k, v, dout, weig
     ra = memory.as_array(reserve, "fwd.reserve", device=handle.device)
     lq = memory.as_array(lengths_q, "the forward's lengths", device=handle.device)
     lk = memory.as_array(lengths_kv, "the forward's lengths", device=handle.device)
-    replay_checks_open(attn)
     launch(handle, capi.cudnnMultiHeadAttnBackwardData, handle.ptr, attn, lo_c, hi_c, lq, lk, o_desc, douta,
            q_desc, dqa, q, k_desc, dka, k, v_desc, dva, v, w.nbytes, w, work_n, WorkspaceArg(work_n), ra.nbytes, ra)
     return AttentionDataGrads(dqa, dka, dva)
@@ -491,7 +489,6 @@ def _backward_weights(handle: Handle, attn: MultiHeadAttention, q, k, v, dout, w
     dw = attn.new_weights(handle) if dweights is None else attn._check_weights(handle, dweights, "dweights")
     _, work_n, _ = attn.buffer_sizes(handle, True)
     ra = memory.as_array(reserve, "fwd.reserve", device=handle.device)
-    replay_checks_open(attn)
     launch(handle, capi.cudnnMultiHeadAttnBackwardWeights, handle.ptr, attn, capi.CUDNN_WGRAD_MODE_ADD, q_desc, q,
            k_desc, k, v_desc, v, o_desc, douta, w.nbytes, w, dw, work_n, WorkspaceArg(work_n), ra.nbytes, ra)
     return dw
