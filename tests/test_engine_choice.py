@@ -317,7 +317,8 @@ class ConvEngines:
             if graph_refuses:
                 raise GraphPathRefused("no engine for this")
             res = DeviceArray(5 << 30, (1, 2, 5, 5), np.float32) if out is None else out
-            recording.add(runner.replay, tuple(v.ptr for v in (a, b, res)), (0, 1, 2))  # what its runner's sink adds
+            recording.add(runner.replay, (recording.WorkspaceArg(0), *(v.ptr for v in (a, b, res))),
+                          (1, 2, 3))  # what its runner's sink adds
             return res
         monkeypatch.setattr(cv, "_graph", lambda: types.SimpleNamespace(convolution=graph))
         monkeypatch.setattr(cv, "new_output", lambda handle, shape, dtype: DeviceArray(6 << 30, shape, dtype))
