@@ -264,7 +264,7 @@ def _call(direction: str, handle: Handle, conv: Convolution, a, b, out, shape, a
     so, po = (None, 0) if out is None else array_signature(out, names[2])
     if direction == "backward_filter" and out is None and shape is None:
         raise InvalidValueError("convolution_backward_filter needs dw (an output array) or w_shape")
-    algo = _algo(where, algo, autotune, stacklevel=5)
+    algo, engine = _algo(where, algo, autotune, stacklevel=5), gl.engine_arg(engine)
 
     def legacy():
         if direction == "forward":
@@ -453,7 +453,7 @@ def convolution_bias_activation_forward(handle: Handle, conv: Convolution, x: De
     alpha, beta = scaling(alpha=alpha, beta=beta)  # after the old spellings (alpha1=, alpha2=) were read
     act = enum_arg(activation, _ACTIVATIONS, capi.cudnnActivationMode_t, "activation")
     _conv_arg(conv)
-    algo = _algo("convolution_bias_activation_forward", algo, autotune)
+    algo, engine = _algo("convolution_bias_activation_forward", algo, autotune), gl.engine_arg(engine)
     if engine == "graph" and (z is not None or beta != 0.0):
         raise InvalidValueError("engine='graph' has no z input: use engine='legacy' for y = act(alpha * conv + "
                                 "beta * z + bias)")

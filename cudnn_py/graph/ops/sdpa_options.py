@@ -170,6 +170,9 @@ class SdpaOptions:
         if options is None:
             return cls(**keywords)
         if isinstance(options, dict):
+            odd = [k for k in options if not isinstance(k, str)]
+            if odd:
+                raise InvalidTypeError(f"{where}: options' keys are field names (str), got {odd[0]!r}")
             options = cls.of(None, options, where)
         if not isinstance(options, cls):
             raise InvalidTypeError(f"{where}: options must be an SdpaOptions (or a dict of its fields), got "
