@@ -128,7 +128,7 @@ def repeatable(run: Callable[[], object]) -> Callable[[], object]:
             outer.spoiled = outer.spoiled or rec.spoiled
         if res is not False and rec.spoiled is None and all(
                 isinstance(getattr(s.call, "__self__", None), runner.Runner) for s in rec.steps):
-            first[:] = [[(s.call.__self__, s.args[1:]) for s in rec.steps], res]  # Runner.replay(wsp, *ptrs)
+            first[:] = [[(getattr(s.call, "__self__"), s.args[1:]) for s in rec.steps], res]  # replay(wsp, *ptrs)
         return res
     return again
 
