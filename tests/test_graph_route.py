@@ -73,14 +73,17 @@ def test_run_graph_refusal_answers_false_with_auto(stubbed):
         relu(h, x, y)
 
 
-def test_repeatable_runs_the_graph_once_then_its_executions(stubbed):
+def test_repeatable_runs_the_graph_once_then_its_executions(stubbed, monkeypatch):
     built, runs = stubbed
+    workspaces, pack = [], R.make_variant_pack
+    monkeypatch.setattr(R, "make_variant_pack", lambda uids, ptrs, ws: workspaces.append(ws) or pack(uids, ptrs, ws))
     h = fake_cudnn_handle()
     x, y = fake_array(SHAPE, np.float16), fake_array(SHAPE, np.float16)
     run = gl.repeatable(lambda: relu(h, x, y))
     with recording.recording() as rec:
         assert [run() for _ in range(3)] == [True] * 3
     assert built == ["relu_test"] and runs == [[x.ptr, y.ptr]] * 3
+    assert workspaces == [None]  # one variant pack: the repeats fetch the (absent) workspace, not a WorkspaceArg
     assert len(rec.steps) == 3 and gl.ROUTE in rec.uses and rec.spoiled is None  # each run recorded for the call
 
 
