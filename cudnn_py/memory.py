@@ -137,6 +137,11 @@ class DeviceArray:
         return c
 
     @property
+    def owner(self) -> Any:
+        """What keeps this array's memory alive: the array a view was made of, an allocation, or None."""
+        return self._owner
+
+    @property
     def stream(self) -> Stream:
         """The stream this array is ordered on: where it was allocated (or given at construction; default stream
         otherwise)."""

@@ -131,12 +131,13 @@ class Prepared:
     kwargs, ptrs)``, that answers :data:`_MISS` where a given output now overlaps an input or a descriptor its steps
     pass (``closable``: those a caller may close) was closed (the validated path then raises as it does)."""
 
-    __slots__ = ("name", "steps", "news", "uses", "workspace", "run", "source")
+    __slots__ = ("name", "steps", "news", "bases", "uses", "workspace", "run", "source")
 
     def __init__(self, name: str, steps: list[tuple], news: list, overlaps: list[tuple], result: tuple,
                  shape: Any, n_slots: int, uses: frozenset[str] = frozenset(), workspace: int = 0,
-                 closable: Sequence[Descriptor] = ()):
+                 closable: Sequence[Descriptor] = (), bases: Sequence[Callable[[Any], tuple]] = ()):
         self.name, self.steps, self.news, self.uses, self.workspace = name, steps, news, uses, workspace
+        self.bases = bases
         env: dict[str, Any] = {"MISS": _MISS, "shape": shape}
         lines = ["def run(handle, args, kwargs, ptrs):"]
         for k, d in enumerate(closable):
@@ -148,9 +149,13 @@ class Prepared:
             lines.append(f"    if p{o} + {olo} < p{i} + {ihi} and p{i} + {ilo} < p{o} + {ohi}:\n        return MISS")
         if workspace:  # every step's workspace fetched (grown, or refused) before the first step queues anything
             lines.append(f"    ws = handle.workspace.get({workspace}, handle.stream)")
+        for j, base in enumerate(bases):  # one allocation that several new outputs view
+            env[f"base{j}"] = base
+            lines.append(f"    b{j}, _ = base{j}(handle)")
         for k, new in enumerate(news):
-            env[f"new{k}"] = new
-            lines.append(f"    n{k}, p{n_slots + k} = new{k}(handle)")
+            view = type(new) is tuple  # (allocation index, view): a view of one of the allocations above
+            env[f"new{k}"] = new[1] if view else new
+            lines.append(f"    n{k}, p{n_slots + k} = new{k}({f'b{new[0]}, ' if view else ''}handle)")
         for j, (call, base, slots, workspaces, keep) in enumerate(steps):
             env[f"call{j}"], env[f"keep{j}"] = call, keep
             args = []
@@ -454,12 +459,45 @@ def _make(spec: _Spec, rec: recording.Recording, result: Any, slots: list, ptrs:
             pi, ilo, ihi, *_ = _extent(i)
             if po != pi:  # exact in-place pairs stay so: the key holds which arrays share an address
                 overlaps.append((oi, ii, olo, ohi, ilo, ihi))
-    if package([v for n, _, v in slots if n not in spec.outputs]) == "torch":
-        news = [_hooks("torch").allocator(a.shape, a.strides, a.dtype, a.device_id) for a in new]
-    else:  # DeviceArrays (a foreign package's calls are never keyed)
-        news = [_device_allocator(a) for a in new]
+    torch = package([v for n, _, v in slots if n not in spec.outputs]) == "torch"
+    alloc = (lambda a: _hooks("torch").allocator(a.shape, a.strides, a.dtype, a.device_id)) if torch else \
+        _device_allocator  # DeviceArrays (a foreign package's calls are never keyed)
+    shared = _shared(new, {*given, *map(id, new)})
+    owners = list({id(o): o for o, _ in shared.values()}.values())  # allocated once each, viewed by its outputs
+    news = [(owners.index(shared[k][0]), _view(a, shared[k][1], torch)) if k in shared else alloc(a)
+            for k, a in enumerate(new)]
     return Prepared(spec.name, steps, news, overlaps, tuple(src), shape, len(ptrs), frozenset(rec.uses), workspace,
-                    tuple(closable.values()))
+                    tuple(closable.values()), [alloc(o) for o in owners])
+
+
+def _shared(new: list[DeviceArray], seen: set[int]) -> dict[int, tuple[DeviceArray, int]]:
+    """{index: (allocation, element offset)} of the new outputs that are views (strides >= 0, the allocation's dtype)
+    inside one C-contiguous DeviceArray the call made, viewed at least twice and neither returned nor an argument
+    (ids ``seen``): a family's outputs allocated together (batch norm's saved statistics)."""
+    by_owner: dict[int, list[tuple[int, int]]] = {}
+    for k, a in enumerate(new):
+        o = a.owner
+        if (type(o) is not DeviceArray or id(o) in seen or not o.is_contiguous or o.dtype != a.dtype
+                or o.device_id != a.device_id or min(a.strides, default=0) < 0):
+            continue
+        offset, rest = divmod(a.ptr - o.ptr, a.dtype.itemsize)
+        if not rest and 0 <= offset and offset + a.span()[1] <= o.size:
+            by_owner.setdefault(id(o), []).append((k, offset))
+    return {k: (new[k].owner, offset) for views in by_owner.values() if len(views) > 1 for k, offset in views}
+
+
+def _view(a: DeviceArray, offset: int, torch: bool) -> Callable[[Any, Any], tuple]:
+    """``view(allocation, handle) -> (array, address)``: ``a``'s layout at element ``offset`` of a replay's
+    allocation (a torch tensor's view, or a DeviceArray on the handle's stream as the allocation)."""
+    shape, strides, dt, dev, c = a.shape, a.strides, a.dtype, a.device_id, a.is_contiguous
+    nbytes = offset * dt.itemsize
+    if torch:
+        def view(b: Any, handle: Any) -> tuple:
+            t = b.as_strided(shape, strides, offset)
+            return t, t.data_ptr()
+        return view
+    return lambda b, handle: (DeviceArray.from_parts(b.ptr + nbytes, shape, dt, strides, dev, b, handle.stream, c),
+                              b.ptr + nbytes)
 
 
 # ---------------------------------------------------------------- forgetting

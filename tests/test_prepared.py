@@ -332,3 +332,58 @@ def test_a_reason_to_spoil_found_before_measuring_the_engines_stays(measuring):
         return y
     warns(h, arr(), y=arr())
     assert P.CACHE not in h.cache_info()
+
+
+def test_new_outputs_viewing_one_allocation_are_allocated_together_on_replay(monkeypatch):
+    """A call whose new outputs are two views of one allocation it made (batch norm's saved statistics): a replay
+    allocates that one allocation and views it alike (one allocation a call instead of two)."""
+    made: list = []
+    real = P._device_allocator
+    monkeypatch.setattr(P, "_device_allocator", lambda a: (made.append(a.shape), real(a))[1])
+    fn = CFn(pointer_params=(2, 3))
+
+    @P.prepared(inputs=("x",), outputs=())
+    def op(handle, x):
+        base = arr((96,))
+        a, b = (DeviceArray.from_parts(base.ptr + i * 256, (8,), base.dtype, (1,), 0, base, None) for i in (0, 1))
+        _common.launch(handle, fn, handle.ptr, x, a, b)
+        return a, b
+    h = fake_handle()
+    op(h, arr((8,)))
+    a, b = op(h, arr((8,)))
+    assert made == [(96,)]  # the prepared call's one allocator: the views' allocation
+    assert b.ptr - a.ptr == 256 and a.owner is b.owner and (a.shape, b.shape) == ((8,), (8,))
+    assert fn.calls[-1][2:] == (a.ptr, b.ptr)
+
+
+def test_torch_outputs_viewing_one_allocation_are_views_of_one_torch_allocation(monkeypatch):
+    """With torch inputs, the replay allocates the one allocation through torch's allocator and views it with
+    ``as_strided`` at the same element offsets."""
+    import types
+    from helpers import FakeTorchTensor, fake_torch
+    torch = fake_torch(monkeypatch)
+    made: list = []
+
+    class Base(FakeTorchTensor):
+        def as_strided(self, shape, strides, offset):
+            return FakeTorchTensor(shape, self.dtype, self._ptr + offset * 4, strides)
+
+    def allocator(shape, strides, dtype, device):
+        made.append((shape, strides, dtype, device))
+        return lambda handle: (lambda t: (t, t.data_ptr()))(Base(shape, torch.float32, arr().ptr, strides))
+    monkeypatch.setattr(P, "_hooks", lambda pkg: types.SimpleNamespace(allocator=allocator, convert=lambda a: a))
+    fn = CFn(pointer_params=(2, 3))
+
+    @P.prepared(inputs=("x",), outputs=())
+    def op(handle, x):
+        base = arr((96,))
+        a, b = (DeviceArray.from_parts(base.ptr + i * 256, (8,), base.dtype, (1,), 0, base, None) for i in (0, 1))
+        _common.launch(handle, fn, handle.ptr, arr((8,), ptr=x.data_ptr()), a, b)
+        return a, b
+    h = fake_handle()
+    op(h, FakeTorchTensor((8,), torch.float32, arr().ptr))
+    x = FakeTorchTensor((8,), torch.float32, arr().ptr)
+    a, b = op(h, x)
+    assert made == [((96,), (1,), np.dtype(np.float32), 0)] and len(fn.calls) == 2
+    assert type(a) is FakeTorchTensor and (a.shape, a.stride()) == ((8,), (1,)) == (b.shape, b.stride())
+    assert fn.calls[-1][1:] == (x.data_ptr(), a.data_ptr(), b.data_ptr()) and b.data_ptr() - a.data_ptr() == 256
