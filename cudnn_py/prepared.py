@@ -292,9 +292,12 @@ class _Call:
 
     def key(self) -> tuple:
         """The function's name, then each argument as (name, value) (:meth:`_values`): an array by its shape, strides
-        and dtype."""
-        arrays = self.spec.arrays
-        return (self.spec.name, *((n, _signature(v) if n in arrays else _hashable(v)) for n, v in self._values()))
+        and dtype; an output only as "out", given or not (a call that passes ``y`` and one that lets it be made
+        share one measured choice, so they run the same engine and give the same numbers), unless it is declared an
+        input too."""
+        spec = self.spec
+        return (spec.name, *((n, "out" if n in spec.outputs and n not in spec.inputs else
+                              _signature(v) if n in spec.arrays else _hashable(v)) for n, v in self._values()))
 
     def mutated(self) -> tuple[DeviceArray, ...]:
         """The given outputs the call reads as well as writes: all of them where a ``beta*`` scaling factor is not 0

@@ -257,18 +257,27 @@ def as_stream(stream: StreamLike = None, device: int | Device | None = None) -> 
     if isinstance(stream, bool):
         raise InvalidTypeError("stream must be a cuda.core.Stream, a stream object or an int handle, not a bool")
     if isinstance(stream, int):
+        stream = _handle(stream)
         get_device(device)
         return stream_type.from_handle(stream)
     if hasattr(stream, "__cuda_stream__"):
         return get_device(device).create_stream(stream)
     handle = getattr(stream, "cuda_stream", None)
     if isinstance(handle, int):
+        handle = _handle(handle)
         get_device(device)
         return stream_type.from_handle(handle)
     raise InvalidTypeError(
         f"cannot use {type(stream).__name__} as a CUDA stream; pass None, a cuda.core.Stream, "
         "an object with __cuda_stream__ / cuda_stream (e.g. torch.cuda.Stream) or an int cudaStream_t"
     )
+
+
+def _handle(value: int) -> int:
+    """An int ``cudaStream_t``: refused unless it fits a pointer (cuda.core would raise OverflowError)."""
+    if not 0 <= value < 1 << 64:
+        raise InvalidValueError(f"stream handle {value}: a cudaStream_t is an address, 0 <= handle < 2**64")
+    return value
 
 
 def stream_ptr(stream: StreamLike = None) -> int:
@@ -290,8 +299,14 @@ def new_stream(device: int | Device | None = None, *, nonblocking: bool = True,
     :returns: the new :class:`cuda.core.Stream`.
     :raises NoDeviceError: where no GPU can be used.
     """
+    from cudnn_py.args import bool_arg, int_arg
+    nonblocking = bool_arg(nonblocking, "nonblocking")
+    priority = None if priority is None else int_arg(priority, "priority", -(1 << 31))
     dev = get_device(device)
-    return dev.create_stream(options=cuda_core().StreamOptions(nonblocking=nonblocking, priority=priority))
+    try:
+        return dev.create_stream(options=cuda_core().StreamOptions(nonblocking=nonblocking, priority=priority))
+    except ValueError as e:   # cuda.core: a priority outside the device's range
+        raise InvalidValueError(f"new_stream: {e}") from None
 
 
 def synchronize(stream: StreamLike = None) -> None:

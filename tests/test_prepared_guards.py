@@ -213,10 +213,14 @@ def test_the_engine_choice_key_comes_from_the_declaration(measured):
     blend_op(h, x, y=y, beta=0.5)
     (key,) = ec.choices(h)
     sig = ((2, 3), (3, 1), np.dtype(np.float32))
-    assert key == ("blend_op", ("x", sig), ("y", sig), ("alpha", 1.0), ("beta", 0.5), ("engine", "auto"))
+    assert key == ("blend_op", ("x", sig), ("y", "out"), ("alpha", 1.0), ("beta", 0.5), ("engine", "auto"))
     blend_op(h, x, y=y, beta=0.5)
+    blend_op(h, x, y=None, beta=0.5)  # a new output shares the given one's choice: the same engine, the same numbers
     blend_op(h, fake_array((2, 4)), y=fake_array((2, 4)), beta=0.5)
     assert len(ec.choices(h)) == 2  # the same signature chose once; another shape is another key
+    h2 = NoCallHandle()
+    rescale_op(h2, x)
+    assert list(ec.choices(h2)) == [("rescale_op", ("y", sig), ("engine", "auto"))]   # an output also read
     assert ec._db_key(key).startswith('["blend_op",["x",[[2,3],[3,1],"float32"]]')
 
 

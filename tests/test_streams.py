@@ -4,9 +4,11 @@ from __future__ import annotations
 import threading
 import types
 
+import numpy as np
 import pytest
 
 from cudnn_py import streams
+from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 
 class _FakeCore:
@@ -231,3 +233,22 @@ def test_a_held_timer_holds_while_an_earlier_timers_watchdog_is_still_on_its_way
     with streams.timer(None, hold=True) as t:
         pass
     assert not t.held
+
+
+@pytest.mark.parametrize("bad", [-1, 1 << 64, 2**100])
+def test_an_int_stream_handle_that_is_no_address_is_refused_before_cuda(bad):
+    """cuda.core raised OverflowError for these (the public contract test on an H100, 2026-12-06)."""
+    with pytest.raises(InvalidValueError, match="0 <= handle < 2"):
+        streams.as_stream(bad)
+
+    class Foreign:
+        cuda_stream = bad
+    with pytest.raises(InvalidValueError, match="0 <= handle < 2"):
+        streams.as_stream(Foreign())
+
+
+def test_new_stream_checks_its_flags_before_cuda():
+    with pytest.raises(InvalidTypeError, match="nonblocking"):
+        streams.new_stream(nonblocking=np.zeros((2, 2)))
+    with pytest.raises(InvalidTypeError, match="priority"):
+        streams.new_stream(priority="junk")
