@@ -127,6 +127,16 @@ def test_the_hold_latch_takes_tickets_and_releases_cyclically(monkeypatch):
     assert latch.hold(s) is None and latch.ticket == 1
 
 
+class _Event:
+    """A recorded event of a stand-in stream: 1.5 ms after any other."""
+
+    def __sub__(self, other):
+        return 1.5
+
+    def sync(self):
+        pass
+
+
 def test_a_held_timer_starts_its_watchdog_before_holding_and_collects_no_garbage_meanwhile(monkeypatch):
     """While ``timer(hold=True)`` holds its stream the garbage collector is off (a collected plan's destroy call
     waits for the GPU, which waits for the release: an autotune deadlocked so on an H200, the collection running in
@@ -136,17 +146,10 @@ def test_a_held_timer_starts_its_watchdog_before_holding_and_collects_no_garbage
     import threading
     order = []
 
-    class Event:
-        def __sub__(self, other):
-            return 1.5
-
-        def sync(self):
-            pass
-
     class Stream:
         def record(self, options=None):
             order.append(("record", gc.isenabled()))
-            return Event()
+            return _Event()
 
     class Latch:
         fail = False
@@ -201,16 +204,9 @@ def test_a_held_timer_holds_while_an_earlier_timers_watchdog_is_still_on_its_way
     sweep's workers, 16 processes compiling plans on 16 cores, timed most samples unheld: H100, 2026-12-06)."""
     import threading
 
-    class Event:
-        def __sub__(self, other):
-            return 1.5
-
-        def sync(self):
-            pass
-
     class Stream:
         def record(self, options=None):
-            return Event()
+            return _Event()
 
     class Latch:
         def hold(self, stream):
