@@ -171,10 +171,9 @@ def run(problems: Sequence[Problem], settings: Any, *, devices: Sequence[int], j
 
     ``work(problem, handle, settings, events, hold, failed)`` measures one problem in a worker
     (:func:`cudnn_py.tuning.sweep.measure`) and ``opener(device)`` opens its handle (a context manager; default a
-    :class:`~cudnn_py.handle.Handle`); both must
-    be importable by name (the workers are spawned), which is how tests stand in for cuDNN. The record of an
-    operation that failed as a whole has only ``key``, ``problem`` (the reason), ``order`` and ``configs`` (those
-    its workers died on): ``keep`` completes it.
+    :class:`~cudnn_py.handle.Handle`); both must be importable by name (the workers are spawned), which is how
+    tests stand in for cuDNN. The record of an operation that failed as a whole has only ``key``, ``problem`` (the
+    reason), ``order`` and ``configs`` (those its workers died on): ``keep`` completes it.
 
     :raises SystemExit: when no worker could open a handle (the first one's reason).
     :raises KeyboardInterrupt: after stopping every worker.
