@@ -22,6 +22,7 @@ class Plan(Settings):
     behaviour: dict = field(default_factory=dict)
     seconds: float = 0.0
     log: str = ""
+    gather: int = 0     # each problem starts once this many workers have started one (a slow machine's spawns)
 
 
 def opener(device: int):
@@ -46,6 +47,11 @@ def work(problem, handle, plan: Plan, events, hold, failed) -> dict:
         os._exit(3)
     if what == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
+    if plan.gather:
+        _log(plan, "start", time.monotonic())
+        deadline = time.monotonic() + 60
+        while len({line.split()[0] for line in open(plan.log)}) < plan.gather and time.monotonic() < deadline:
+            time.sleep(0.01)
     events.begin(problem.key, len(TAGS))
     rows = []
     for tag in TAGS:

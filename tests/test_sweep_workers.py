@@ -38,7 +38,7 @@ def _intervals(log: str, what: str) -> list[tuple[int, float, float]]:
 def test_every_problem_is_measured_once_builds_overlap_and_timing_never_does(tmp_path):
     log = str(tmp_path / "events")
     problems = PROBLEMS[:8]
-    kept, lines = _run(problems, si.Plan(seconds=0.05, log=log), jobs=4)
+    kept, lines = _run(problems, si.Plan(seconds=0.05, log=log, gather=2), jobs=4)
     assert sorted(kept) == sorted(p.key for p in problems)
     assert all(rec["configs"][2]["ms"] == 3.0 and d == 0 for rec, d in kept.values())
     holds = sorted(_intervals(log, "hold"), key=lambda r: r[1])
@@ -51,7 +51,7 @@ def test_every_problem_is_measured_once_builds_overlap_and_timing_never_does(tmp
 
 
 def test_workers_spread_over_devices_each_with_its_own_lock(tmp_path):
-    kept, _ = _run(PROBLEMS[:6], si.Plan(seconds=0.1), jobs=4, devices=(0, 1))
+    kept, _ = _run(PROBLEMS[:6], si.Plan(seconds=0.1, log=str(tmp_path / "events"), gather=4), jobs=4, devices=(0, 1))
     assert {d for _, d in kept.values()} == {0, 1}
     assert all(rec["handle"] == f"handle on device {d}" for rec, d in kept.values())
 
