@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import sys
 import threading
+import types
 
 import numpy as np
 
@@ -252,3 +254,10 @@ class FakeCFunction:
 
     def __call__(self, *args):
         self.calls.append(args)
+
+
+def fake_plan(g):
+    """A stand-in plan of graph ``g`` (no workspace, an open descriptor at address 7), kept as its only plan."""
+    g.plans = [types.SimpleNamespace(graph=g, descriptor=types.SimpleNamespace(ptr=ctypes.c_void_p(7), closed=False),
+                                     workspace_size=0, tag="fake")]
+    return g.plans[0]

@@ -12,7 +12,7 @@ import pytest
 
 from cudnn_py import engine_choice as ec, recording
 from cudnn_py.graph import legacy as gl, runner as R
-from helpers import fake_array, fake_cudnn_handle
+from helpers import fake_array, fake_cudnn_handle, fake_plan
 
 SHAPE = (2, 64, 4, 4)
 
@@ -25,10 +25,7 @@ def stubbed(monkeypatch):
 
     def plan_graph(g, handle, inputs, outputs, autotune):
         built.append(g.name)
-        g.plans = [types.SimpleNamespace(graph=g, descriptor=types.SimpleNamespace(ptr=ctypes.c_void_p(7),
-                                                                                   closed=False),
-                                         workspace_size=0, tag="fake")]
-        return g.plans[0]
+        return fake_plan(g)
 
     def pack(uids, ptrs, ws):
         vp = types.SimpleNamespace(ptr=ctypes.c_void_p(1000 + len(packs)))

@@ -17,7 +17,7 @@ from cudnn_py.errors import InvalidValueError
 from cudnn_py.graph import Graph
 from cudnn_py.graph import runner as R
 from cudnn_py.ops import conv_calls as cv
-from helpers import FakeCFunction, fake_array, fake_cudnn_handle, fake_prepared_outputs
+from helpers import FakeCFunction, fake_array, fake_cudnn_handle, fake_plan, fake_prepared_outputs
 
 arr = fake_array
 FUNCTIONS = {  # name -> (inputs, outputs, inplace)
@@ -177,10 +177,7 @@ def runner(monkeypatch):
 
     def plan_graph(g, handle, inputs, outputs, autotune):
         planned.append(g.name)
-        g.plans = [types.SimpleNamespace(graph=g, descriptor=types.SimpleNamespace(ptr=ctypes.c_void_p(7),
-                                                                                   closed=False),
-                                         workspace_size=0, tag="fake")]
-        return g.plans[0]
+        return fake_plan(g)
     from cudnn_py.graph import conv as gconv
     monkeypatch.setattr(gconv, "plan_graph", plan_graph)
     monkeypatch.setattr(gconv, "new_output", lambda handle, shape, dtype, strides=None: arr(shape, dtype, strides))

@@ -341,10 +341,10 @@ def measure(p: Problem, h, settings: Settings = Settings(), progress: Progress |
     (:meth:`~cudnn_py.tuning.compare.Progress.begin`) and each step, not its end."""
     if p.legacy:
         from .legacy import config_count, measure_legacy
-        prog = progress or Progress(None, 1)
-        prog.begin(p.key, config_count(p))
+        if progress:
+            progress.begin(p.key, config_count(p))
         with hold:
-            return measure_legacy(p, h, settings, prog)
+            return measure_legacy(p, h, settings, progress)
     prep = prepare(p, h, settings)
     if progress:
         progress.begin(p.key, len(prep.configs))

@@ -261,9 +261,8 @@ def run(problems: Sequence[Problem], settings: Any, *, devices: Sequence[int], j
             slots = [start(devices[i % len(devices)], locks) for i in range(min(jobs, len(queue)))]
             while slots and (queue or any(s.task for s in slots)):
                 by_conn = {s.conn: s for s in slots}
-                by_sentinel = {s.proc.sentinel: s for s in slots}
-                for ready in wait(list(by_conn) + list(by_sentinel), timeout=0.5):
-                    if ready in by_conn:
+                for ready in wait([*by_conn, *(s.proc.sentinel for s in slots)], timeout=0.5):
+                    if ready in by_conn:   # (a sentinel: the loop below sees how it ended)
                         drain(by_conn[ready])   # type: ignore[index]
                 now = time.monotonic()
                 for s in list(slots):
