@@ -1,4 +1,4 @@
-"""Issue 46 item 4 on CPU: a newcomer's frictions with the command line and the first calls, each checked as the user
+"""A newcomer's frictions with the command line and the first calls, each checked as the user
 meets it (the usage and suggestion an argument mistake prints, help as plain text, ``info`` without cuDNN, the one
 line a plain ``pip install .`` gets from ``Handle()``, a Convolution given to ``convolution_output_shape``)."""
 from __future__ import annotations
