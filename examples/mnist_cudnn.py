@@ -119,7 +119,7 @@ class LeNet:
         x = cdp.pooling_forward(self.h, self.pool, self._layer("conv2", x))
         x = cdp.activation_forward(self.h, "relu", self._layer("ip1", x))
         x = cdp.lrn_forward(self.h, self.lrn, x)
-        p = cudnn.softmax_forward(self.h, self._layer("ip2", x), algo="accurate", mode="channel")
+        p = cdp.softmax_forward(self.h, self._layer("ip2", x), algo="accurate", mode="channel")
         return p.to_numpy().reshape(-1).astype(np.float64)
 
 
