@@ -284,6 +284,6 @@ def batchnorm_backward_ex(handle: Handle, x: DeviceArrayLike, y: DeviceArrayLike
                b.dbias, b.epsilon, b.saved_mean, b.saved_inv_var, act, b.workspace, b.workspace_size, b.reserve,
                b.reserve_size)
     return BatchNormGrads(*ng.fused_backward(
-        handle, s, op, activation, (y, dy, scale, bias, saved_mean, saved_inv_var, epsilon, dx, dz, dscale, dbias,
-                                    reserve), (alpha_data, beta_data, alpha_param, beta_param), engine,
+        handle, s, op, activation, (y, dy, scale, bias, saved_mean, saved_inv_var, epsilon, dx, dz, dscale, dbias),
+        reserve, (alpha_data, beta_data, alpha_param, beta_param), engine,
         lambda: _ex_sizes(handle, s, op, act, int(op) == 2)[1:], c_call))

@@ -33,18 +33,15 @@ def ops_arg(ops, activation, table: dict, enum_type, check: bool = True) -> tupl
     return op, None if int(op) == 0 else na.fused_activation("relu" if activation is None else activation)
 
 
-def is_relu(act) -> bool:
-    """Whether a fused op's activation is plain ReLU (the only one the graph paths fuse); None means no activation."""
-    if act is None:
+def _fused_relu(op, activation: Activation | str | int | None) -> bool:
+    """Whether a fused op's activation (None: ReLU) is ReLU, the only one the graph paths fuse (ops 0: none)."""
+    if int(op) == 0:
         return False
+    act = "relu" if activation is None else activation
     mode = activation_of(act).mode if isinstance(act, (str, capi.cudnnActivationMode_t)) else getattr(act, "mode", None)
     if mode != capi.CUDNN_ACTIVATION_RELU:
         raise gl.GraphPathRefused(f"engine='graph' fuses ReLU only; activation {act!r} needs engine='legacy'")
     return True
-
-
-def _fused_relu(op, activation: Activation | str | int | None) -> bool:
-    return int(op) != 0 and is_relu("relu" if activation is None else activation)
 
 
 def _require(s: na.NormSetup, alphas, what: str) -> None:
@@ -157,11 +154,11 @@ def backward(handle, s: na.NormSetup, dya, sc, sm, siv, dxa, ds, db, alphas, aut
     return gl.run_graph(handle, "batchnorm_backward", (), inputs, outputs, build, auto=auto, relabel=False)
 
 
-def fused_backward(handle, s: na.NormSetup, op, activation, args: tuple, alphas, engine: str, sizes, c_call,
+def fused_backward(handle, s: na.NormSetup, op, activation, args: tuple, reserve, alphas, engine: str, sizes, c_call,
                    check=None) -> tuple[DeviceArray, DeviceArray, DeviceArray, DeviceArray | None]:
     """Backward of batch norm's ``..._ex`` and the normalisation API: the graph path where ``engine`` takes it, else
     ``c_call(b)`` with the checked :class:`~cudnn_py.ops.norm_args.FusedBackward` ``b``. ``args``: (y, dy, scale,
-    bias, saved_mean, saved_inv_var, epsilon, dx, dz, dscale, dbias, reserve); ``sizes()``: (workspace, reserve)
+    bias, saved_mean, saved_inv_var, epsilon, dx, dz, dscale, dbias); ``sizes()``: (workspace, reserve)
     bytes; ``check()``: the caller's own graph refusals. Returns (dx, dscale, dbias, dz)."""
     ran: list[na.FusedBackward] = []
 
@@ -169,7 +166,7 @@ def fused_backward(handle, s: na.NormSetup, op, activation, args: tuple, alphas,
         if check is not None:
             check()
         relu = _fused_relu(op, activation)
-        b = na.fused_backward_args(handle, s, op, None, *args[:-1], None, alphas)
+        b = na.fused_backward_args(handle, s, op, None, *args + (None, alphas))
         ran.append(b)
         gate = (b.y, b.dz if b.dz is not None else na.or_new_like(None, handle, s.x)) if relu else None
         return backward(handle, s, b.dy, b.scale, b.saved_mean, b.saved_inv_var, b.dx, b.dscale, b.dbias, alphas,
@@ -177,6 +174,6 @@ def fused_backward(handle, s: na.NormSetup, op, activation, args: tuple, alphas,
     if gl.graph_ran(engine, run):
         b = ran[-1]
     else:
-        b = na.fused_backward_args(handle, s, op, sizes, *args, alphas)
+        b = na.fused_backward_args(handle, s, op, sizes, *args + (reserve, alphas))
         c_call(b)
     return b.dx, b.dscale, b.dbias, b.dz

@@ -62,9 +62,8 @@ def derive_normalization_shapes(x_shape, dtype=np.float32, mode="per_channel"):
     """((scale/bias shape, dtype), (mean/var shape, dtype)) as ``cudnnDeriveNormTensorDescriptor`` gives; CPU only."""
     m = enum_arg(mode, NORM_MODES, capi.cudnnNormMode_t, "normalization mode")
     x_desc = tensor_desc(tuple(int(d) for d in x_shape), dtype)
-    sb, mv = na.derive_descriptors(lambda d1, d2: capi.cudnnDeriveNormTensorDescriptor(d1, d2, x_desc.ptr, m, 1),
-                                   2)
-    return sb, mv
+    return tuple(na.derive_descriptors(lambda d1, d2: capi.cudnnDeriveNormTensorDescriptor(d1, d2, x_desc.ptr, m, 1),
+                                       2))
 
 
 def _setup(handle: Handle, x, mode, engine: str, ops) -> tuple[str, na.NormSetup]:
@@ -190,6 +189,6 @@ def normalization_backward(handle: Handle, x: DeviceArrayLike, y: DeviceArrayLik
                b.dbias, b.epsilon, s.pdesc, b.saved_mean, b.saved_inv_var, act, b.workspace, b.workspace_size,
                b.reserve, b.reserve_size, 1)
     return BatchNormGrads(*ng.fused_backward(
-        handle, s, op, activation, (y, dy, scale, bias, saved_mean, saved_inv_var, epsilon, dx, dz, dscale, dbias,
-                                    reserve), (alpha_data, beta_data, alpha_param, beta_param), engine,
+        handle, s, op, activation, (y, dy, scale, bias, saved_mean, saved_inv_var, epsilon, dx, dz, dscale, dbias),
+        reserve, (alpha_data, beta_data, alpha_param, beta_param), engine,
         lambda: _sizes(handle, s, op, al_, act, int(op) == 2)[1:], c_call, check))
