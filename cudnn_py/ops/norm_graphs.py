@@ -17,6 +17,10 @@ from cudnn_py.ops._common import enum_arg
 from cudnn_py.ops.activation import Activation, activation_of
 
 
+def _nothing() -> None:
+    pass
+
+
 def param_view(a: DeviceArray | None, s: na.NormSetup) -> DeviceArray | None:
     """A parameter array seen with the full parameter shape (a (C,) array as (1, C, 1, 1)); no copy."""
     if a is None or a.shape == s.pshape:
@@ -76,7 +80,7 @@ def training(handle, s: na.NormSetup, sc, bi, rm, rv, sm, siv, eps, f, ya, za, r
 
 
 def fused_training(handle, s: na.NormSetup, op, activation, z, params: tuple, y, reserve, alphas, engine: str,
-                   sizes, c_call, check=None) -> tuple:
+                   sizes, c_call, check=_nothing) -> tuple:
     """Forward training of batch norm's ``..._ex`` and the normalisation API: the graph path where ``engine`` takes
     it, else ``c_call(y, z, scale, bias, rm, rv, sm, siv, eps, factor, reserve, ws_bytes)``. ``params``: (scale,
     bias, rm, rv, sm, siv, epsilon, factor); ``sizes(with_z)``: (workspace, reserve) bytes; ``check()``: the
@@ -88,8 +92,7 @@ def fused_training(handle, s: na.NormSetup, op, activation, z, params: tuple, y,
         ya, sm, siv = na.or_new_like(ya, handle, s.x), *s.or_new_pair(sm, siv, handle)
 
         def run(auto):
-            if check is not None:
-                check()
+            check()
             return training(handle, s, sc, bi, rm, rv, sm, siv, eps, f, ya, za, _fused_relu(op, activation), alphas,
                             auto)
         if gl.graph_ran(engine, run):
@@ -101,23 +104,25 @@ def fused_training(handle, s: na.NormSetup, op, activation, z, params: tuple, y,
     return ya, sm, siv, rm, rv, rsa
 
 
+_INFERENCE = ("scale", "bias", "mean", "var")
+
+
 def inference(handle, s: na.NormSetup, engine: str, key: tuple, params: tuple, epsilon, y, z, op, activation, alpha,
-              beta, c_call, check=None) -> DeviceArray:
+              beta, c_call, check=_nothing) -> DeviceArray:
     """Forward inference of both families: ``params`` (scale, bias, mean, var) checked, y allocated if not given, then
     :func:`~cudnn_py.graph.legacy.dispatch` between ``c_call(sc, bi, me, va, z, eps, y)`` and the pointwise graph
     y = (x - mean) * scale / sqrt(var + eps) + bias [+ z] [fused ReLU], blended with alpha/beta; ``key``:
     the engine choice's key before (eps, alpha, beta, signature). Returns y."""
     za = None if z is None else na.data_array(z, "z", handle, like=s.x)
-    sc, bi, me, va = (s.param(a, n, handle) for a, n in zip(params, ("scale", "bias", "mean", "var")))
+    sc, bi, me, va = (s.param(a, n, handle) for a, n in zip(params, _INFERENCE))
     eps = na.check_epsilon(epsilon)
     ya = na.or_new_like(na.given_output(y, "y", handle, s.x), handle, s.x)
-    inputs = [("x", s.x), ("scale", param_view(sc, s)), ("bias", param_view(bi, s)), ("mean", param_view(me, s)),
-              ("var", param_view(va, s))] + ([("z", za)] if za is not None else []) + ([("prior", ya)] if beta else [])
 
     def graph(auto):
-        if check is not None:
-            check()
+        check()
         fuse = _fused_relu(op, activation)
+        inputs = [("x", s.x)] + [(n, param_view(a, s)) for n, a in zip(_INFERENCE, (sc, bi, me, va))]
+        inputs += ([("z", za)] if za is not None else []) + ([("prior", ya)] if beta else [])
 
         def build(g, t, _):
             k = g.mul(t["scale"], g.pointwise("rsqrt", g.add(t["var"], eps)))
@@ -155,7 +160,7 @@ def backward(handle, s: na.NormSetup, dya, sc, sm, siv, dxa, ds, db, alphas, aut
 
 
 def fused_backward(handle, s: na.NormSetup, op, activation, args: tuple, reserve, alphas, engine: str, sizes, c_call,
-                   check=None) -> tuple[DeviceArray, DeviceArray, DeviceArray, DeviceArray | None]:
+                   check=_nothing) -> tuple[DeviceArray, DeviceArray, DeviceArray, DeviceArray | None]:
     """Backward of batch norm's ``..._ex`` and the normalisation API: the graph path where ``engine`` takes it, else
     ``c_call(b)`` with the checked :class:`~cudnn_py.ops.norm_args.FusedBackward` ``b``. ``args``: (y, dy, scale,
     bias, saved_mean, saved_inv_var, epsilon, dx, dz, dscale, dbias); ``sizes()``: (workspace, reserve)
@@ -163,8 +168,7 @@ def fused_backward(handle, s: na.NormSetup, op, activation, args: tuple, reserve
     ran: list[na.FusedBackward] = []
 
     def run(auto):
-        if check is not None:
-            check()
+        check()
         relu = _fused_relu(op, activation)
         b = na.fused_backward_args(handle, s, op, None, *args + (None, alphas))
         ran.append(b)
