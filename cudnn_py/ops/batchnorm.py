@@ -17,12 +17,12 @@ Parameters (scale, bias, means, variances) have the shape :func:`batchnorm_param
 float64 data. ``saved_inv_var`` is ``1 / sqrt(var + epsilon)`` of the batch; running variances are unbiased.
 
 ``engine="graph"`` runs cached backend-API graphs instead of the deprecated C calls (:mod:`cudnn_py.ops.norm_graphs`):
-float16, bfloat16 and float32 data in spatial(-persistent) mode, ReLU as the only fused activation, the saved
-statistics for backward, alpha 1 and beta 0 (inference also blends); it uses no reserve space (returns none, reads
-none). ``engine="auto"`` (the default) measures both engines for forward training, inference and backward on the first
-call of a configuration and keeps the faster (:mod:`cudnn_py.engine_choice`; with measuring off, the graph where it
-accepts the call); the ``..._ex`` calls run the legacy call (its backward measured faster, and forward and backward
-must agree on the reserve space; docs/graph_paths.md).
+float16, bfloat16 and float32 data in spatial(-persistent) mode (inference: any mode), ReLU as the only fused
+activation, the saved statistics for backward, alpha 1 and beta 0 (inference also blends); it uses no reserve space
+(returns none, reads none). ``engine="auto"`` (the default) measures both engines for forward training, inference
+and backward on the first call of a configuration and keeps the faster (:mod:`cudnn_py.engine_choice`; with measuring
+off, the graph where it accepts the call); the ``..._ex`` calls run the legacy call (its backward measured faster, and
+forward and backward must agree on the reserve space; docs/graph_paths.md).
 
 Raw C path::
 

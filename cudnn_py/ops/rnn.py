@@ -66,6 +66,7 @@ _PRECISIONS = {np.dtype(np.float16): (np.dtype(np.float32), np.dtype(np.float16)
                np.dtype(np.float32): (np.dtype(np.float32),),
                np.dtype(np.float64): (np.dtype(np.float64),)}
 
+
 def _renamed(where: str, old: dict, name: str, new: str, value):
     """``value``, or that of ``name``, the deprecated spelling of ``new``, in ``old`` (a warning)."""
     return renamed_kwargs(where, old, {name: new}, {new: value})[new] if old else value
@@ -488,8 +489,8 @@ def rnn_forward(handle: Handle, rnn: RNN, x: DeviceArrayLike, weights: DeviceArr
     reserve space for :func:`rnn_backward_data` / :func:`rnn_backward_weights`. Outputs are allocated unless given.
     """
     if old:
-        seq_layout = _renamed("rnn_forward", old, "layout", "seq_layout", None if seq_layout == "seq_major" else
-                              seq_layout)
+        given = None if seq_layout == "seq_major" else seq_layout
+        seq_layout = _renamed("rnn_forward", old, "layout", "seq_layout", given)
     lengths = by_value(seq_lengths)
     *outputs, dev_lengths = _forward(handle, rnn, x, weights, lengths, seq_layout, hx, cx, y, hy, cy, training)
     result = RNNForwardResult(*outputs)
