@@ -356,11 +356,7 @@ def rnn_weight_params(handle: Handle, rnn: RNN, weights: DeviceArrayLike, pseudo
 
 
 def _data_shape(layout: str, T: int, B: int, V: int, lengths) -> tuple[int, ...]:
-    if layout == "seq_major":
-        return (T, B, V)
-    if layout == "batch_major":
-        return (B, T, V)
-    return (sum(lengths), V)
+    return (T, B, V) if layout == "seq_major" else (B, T, V) if layout == "batch_major" else (sum(lengths), V)
 
 
 class _RNNOutputs(NamedTuple):
