@@ -330,6 +330,25 @@ def test_graph_engine_refusals_before_c(call, words):
         call(NoCallHandle())
 
 
+def test_graph_backward_ex_gates_dy_by_the_relu_into_dz_then_runs_the_norm_backward(monkeypatch):
+    """The graph path of the fused backward (shared with normalization_backward): the ReLU gradient of dy at y into
+    dz, then one norm backward reading dz as its dy; it returns (dx, dscale, dbias, dz) and reads no reserve."""
+    from cudnn_py.graph import legacy as gl
+    runs: list = []
+    monkeypatch.setattr(gl, "run_graph", lambda handle, name, params, inputs, outputs, build, auto, **kw: runs.append(
+        (name, dict(inputs), dict(outputs))) or True)
+    x, y, dy, dx, dz = (DeviceArray(i << 30, (2, 3, 4, 4), np.float32) for i in range(1, 6))
+    sc, bi, sm, siv, ds, db = (DeviceArray(i << 30, (3,), np.float32) for i in range(6, 12))
+    g = batchnorm_backward_ex(NoCallHandle(), x, y, dy, sc, bi, sm, siv, ops="bn_add_activation", mode="spatial",
+                              dx=dx, dz=dz, dscale=ds, dbias=db, engine="graph")
+    assert tuple(g) == (dx, ds, db, dz)
+    (n1, i1, o1), (n2, i2, o2) = runs
+    assert n1 == "batchnorm_relu_backward" and i1 == {"dy": dy, "y": y} and o1 == {"dz": dz}
+    assert n2 == "batchnorm_backward" and i2["dy"] is dz and i2["x"] is x and o2["dx"] is dx
+    assert [i2[k].ptr for k in ("scale", "mean", "inv_variance")] == [sc.ptr, sm.ptr, siv.ptr]
+    assert [o2[k].ptr for k in ("dscale", "dbias")] == [ds.ptr, db.ptr]
+
+
 def _graph_inputs(rng, shape, dtype, mode="spatial"):
     x = E.rounded(rng.standard_normal(shape) * 1.5 + 0.3, dtype)
     pshape = ref.param_shape(shape, mode)

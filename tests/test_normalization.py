@@ -174,6 +174,24 @@ def test_graph_engine_refusals_before_c(call, words):
         call(NoCallHandle())
 
 
+@pytest.mark.parametrize("beta", [0.0, 0.5])
+def test_graph_inference_binds_x_the_parameter_views_z_and_the_prior(monkeypatch, beta):
+    """The inference graph (shared with batch norm) reads x, the (C,) parameters as (1, C, 1, 1), z and, where beta
+    blends, the prior y; it writes y and fuses the ReLU of ops "norm_add_activation"."""
+    from cudnn_py.graph import legacy as gl
+    got: dict = {}
+    monkeypatch.setattr(gl, "run_graph", lambda handle, name, params, inputs, outputs, build, auto: got.update(
+        name=name, params=params, inputs=inputs, outputs=outputs) or True)
+    x, y, z = (DeviceArray(i << 30, (2, 3, 4, 4), np.float32) for i in (1, 2, 3))
+    p = [DeviceArray((4 + i) << 30, (3,), np.float32) for i in range(4)]
+    assert normalization_forward_inference(NoCallHandle(), x, *p, z=z, ops="norm_add_activation", y=y, beta=beta,
+                                           engine="graph") is y
+    assert [n for n, _ in got["inputs"]] == ["x", "scale", "bias", "mean", "var", "z"] + (["prior"] if beta else [])
+    assert [(a.ptr, a.shape) for _, a in got["inputs"][1:5]] == [(a.ptr, (1, 3, 1, 1)) for a in p]
+    assert got["inputs"][0][1] is x and got["inputs"][5][1] is z and got["outputs"] == [("y", y)]
+    assert got["name"] == "batchnorm_inference" and got["params"] == (1e-5, True, 1.0, beta)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("ops", ["norm", "norm_activation", "norm_add_activation"])
 @pytest.mark.parametrize("dtype,layout", [("float32", "NCHW"), ("float16", "NHWC"), ("bfloat16", "NHWC"),

@@ -118,6 +118,24 @@ def test_normalization_backward_fetches_the_workspace_on_replay(stub, monkeypatc
     assert entries(h) == 1
 
 
+@pytest.mark.parametrize("ops", ["bn", "bn_add_activation"])
+def test_batchnorm_backward_ex_auto_runs_the_legacy_call_on_the_shared_fused_backward(stub, monkeypatch, ops):
+    """engine 'auto' of the ``..._ex`` pair is the legacy call; every checked array reaches its place in C."""
+    fn = stub("cudnnBatchNormalizationBackwardEx")
+    monkeypatch.setattr(cudnn_py.ops.batchnorm, "_ex_sizes", lambda *a: (0, 256, 0))
+    h = fake_handle()
+    shape, p = (2, 4, 3, 3), (4,)
+    x, y, dy, dx, dz = (arr(shape) for _ in range(5))
+    sc, bi, sm, siv, ds, db = (arr(p) for _ in range(6))
+    dz = dz if ops == "bn_add_activation" else None
+    g = cudnn_py.batchnorm_backward_ex(h, x, y, dy, sc, bi, sm, siv, ops=ops, dx=dx, dz=dz, dscale=ds, dbias=db)
+    assert g == (dx, ds, db, dz)
+    c = fn.calls[-1]
+    assert [c[k] for k in (8, 10, 12, 16, 18, 19, 20, 21, 23, 24)] == [a.ptr for a in (x, y, dy, dx, sc, bi, ds, db,
+                                                                                         sm, siv)]
+    assert c[14] == (None if dz is None else dz.ptr) and c[27] == 256 and (c[25] is None) == (ops == "bn")
+
+
 def _dropout():
     """A Dropout with a C descriptor and made-up states (cudnnSetDropoutDescriptor needs a GPU)."""
     d = D.Dropout.__new__(D.Dropout)

@@ -1,6 +1,6 @@
-"""Batch normalisation: forward training (running averages, saved mean / inverse variance), forward
-inference and backward, in spatial, spatial-persistent and per-activation modes, plus the ``...Ex``
-calls that fuse an add and an activation (``y = act(bn(x) + z)``) with their workspace and reserve.
+"""Batch normalisation: forward training (running averages, saved mean / inverse variance), inference and backward
+in spatial, spatial-persistent and per-activation modes, and the ``..._ex`` calls that fuse an add and an activation
+(``y = act(bn(x) + z)``) with their workspace and reserve.
 
 ::
 
@@ -12,22 +12,17 @@ calls that fuse an add and an activation (``y = act(bn(x) + z)``) with their wor
     g = batchnorm_backward_ex(h, x, r.y, dy, scale, bias, r.saved_mean, r.saved_inv_var, r.reserve,
                               ops="bn_add_activation")                                    # g.dx, g.dz, ...
 
-Parameters (scale, bias, means, variances) have the shape :func:`batchnorm_param_shape` gives
-(1, C, 1, 1... for spatial modes, 1, C, H, W... for per-activation) or the same with the unit
-dimensions dropped (``(C,)`` for spatial). Their dtype is float32, or float64 for float64 data.
-``saved_inv_var`` is ``1 / sqrt(var + epsilon)`` of the batch; running variances are unbiased.
+Parameters (scale, bias, means, variances) have the shape :func:`batchnorm_param_shape` gives (1, C, 1, 1... spatial,
+1, C, H, W... per activation) or that without its unit dimensions (``(C,)`` for spatial); float32, or float64 for
+float64 data. ``saved_inv_var`` is ``1 / sqrt(var + epsilon)`` of the batch; running variances are unbiased.
 
-``engine="graph"`` (every call here) runs the same computation as cached backend-API graphs instead of the
-deprecated C calls: training forward as one batch-norm operation (``OPERATION_NORM_FORWARD``, running statistics
-included) with the add and ReLU of the ``..._ex`` calls fused after it, inference as pointwise operations,
-backward as one ``OPERATION_NORM_BACKWARD`` (the ``..._ex`` ReLU gradient as a pointwise graph before it).
-It takes float16, bfloat16 and float32 data in spatial (and spatial-persistent) mode, ReLU as the only fused
-activation, the saved statistics for backward, alpha 1 and beta 0 (inference also blends); it needs no reserve
-space (it returns none, and its backward reads none). ``engine="auto"`` (the default) measures both engines for
-forward training, inference and backward on the first call of a configuration and keeps the faster
-(:mod:`cudnn_py.engine_choice`; with measuring off, the graph where it accepts the call), and runs the legacy call
-for the ``..._ex`` calls (their legacy backward measured faster, and forward and backward must agree on the
-reserve space; see docs/graph_paths.md).
+``engine="graph"`` runs cached backend-API graphs instead of the deprecated C calls (:mod:`cudnn_py.ops.norm_graphs`):
+float16, bfloat16 and float32 data in spatial(-persistent) mode (inference: any mode), ReLU as the only fused
+activation, the saved statistics for backward, alpha 1 and beta 0 (inference also blends); it uses no reserve space
+(returns none, reads none). ``engine="auto"`` (the default) measures both engines for forward training, inference
+and backward on the first call of a configuration and keeps the faster (:mod:`cudnn_py.engine_choice`; with measuring
+off, the graph where it accepts the call); the ``..._ex`` calls run the legacy call (its backward measured faster, and
+forward and backward must agree on the reserve space; docs/graph_paths.md).
 
 Raw C path::
 
@@ -65,16 +60,10 @@ __all__ = [
     "batchnorm_ex_sizes", "batchnorm_forward_training_ex", "batchnorm_backward_ex",
 ]
 
-BATCHNORM_MODES = {
-    "per_activation": capi.CUDNN_BATCHNORM_PER_ACTIVATION,
-    "spatial": capi.CUDNN_BATCHNORM_SPATIAL,
-    "spatial_persistent": capi.CUDNN_BATCHNORM_SPATIAL_PERSISTENT,
-}
-BATCHNORM_OPS = {
-    "bn": capi.CUDNN_BATCHNORM_OPS_BN,
-    "bn_activation": capi.CUDNN_BATCHNORM_OPS_BN_ACTIVATION,
-    "bn_add_activation": capi.CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION,
-}
+BATCHNORM_MODES = {"per_activation": capi.CUDNN_BATCHNORM_PER_ACTIVATION, "spatial": capi.CUDNN_BATCHNORM_SPATIAL,
+                   "spatial_persistent": capi.CUDNN_BATCHNORM_SPATIAL_PERSISTENT}
+BATCHNORM_OPS = {"bn": capi.CUDNN_BATCHNORM_OPS_BN, "bn_activation": capi.CUDNN_BATCHNORM_OPS_BN_ACTIVATION,
+                 "bn_add_activation": capi.CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION}
 
 
 class BatchNormTraining(NamedTuple):
@@ -109,9 +98,7 @@ def batchnorm_param_shape(x_shape: Sequence[int], mode: str | int = "spatial") -
     shape = normalize_shape(x_shape, "batchnorm_param_shape: x_shape")
     if not 4 <= len(shape) <= 5:
         raise InvalidValueError(f"batch normalisation takes 4-D or 5-D data (N, C, [D,] H, W); got shape {shape}")
-    if m == capi.CUDNN_BATCHNORM_PER_ACTIVATION:
-        return (1,) + shape[1:]
-    return (1, shape[1]) + (1,) * (len(shape) - 2)
+    return na.param_shape_for(shape, m)
 
 
 def derive_batchnorm_shape(x_shape, dtype=np.float32, mode="spatial") -> tuple[tuple[int, ...], np.dtype]:
@@ -125,13 +112,11 @@ def _bn(handle: Handle, x, mode) -> na.NormSetup:
     return na.NormSetup(handle, x, mode, BATCHNORM_MODES, capi.cudnnBatchNormMode_t, "batch-norm mode")
 
 
-def _legacy_if_auto(engine: str) -> str:
-    """``engine='auto'`` for the ``..._ex`` pair: legacy (its backward measured faster than the graph's, and the
-    forward must match the backward, which reads the legacy forward's reserve space; docs/graph_paths.md)."""
+def _ex_engine(engine: str) -> str:
+    """'auto' for the ``..._ex`` pair is the legacy call (its backward measured faster, and the backward reads the
+    legacy forward's reserve space; docs/graph_paths.md)."""
+    engine = gl.engine_arg(engine)
     return "legacy" if engine == "auto" else engine
-
-
-# ---------------------------------------------------------------- plain calls
 
 
 @prepared(inputs=("x", "scale", "bias"), outputs=("running_mean", "running_var", "saved_mean", "saved_inv_var", "y"),
@@ -147,7 +132,6 @@ def batchnorm_forward_training(handle: Handle, x: DeviceArrayLike, scale: Device
     ``running_mean``/``running_var`` (both or neither) are updated in place:
     ``running = factor * batch + (1 - factor) * running`` (use factor 1 on the first call).
     ``saved_mean``/``saved_inv_var`` are allocated when not given; pass them to :func:`batchnorm_backward`.
-    ``engine``: "legacy", "graph" or "auto" (the default: the graph where it takes the call; module doc).
     """
     s = _bn(handle, x, mode)
     sc, bi, rm, rv, sm, siv, eps, f = na.training_params(handle, s, scale, bias, running_mean, running_var,
@@ -171,21 +155,14 @@ def batchnorm_forward_inference(handle: Handle, x: DeviceArrayLike, scale: Devic
                                 epsilon: float = 1e-5, y: DeviceArrayLike | None = None, alpha: float = 1.0,
                                 beta: float = 0.0, engine: str = "auto") -> DeviceArray:
     """``y = alpha * (scale * (x - mean) / sqrt(var + epsilon) + bias) + beta * y``
-    (``cudnnBatchNormalizationForwardInference``); returns y (allocated if not given).
-    ``engine``: "legacy", "graph" (either mode) or "auto" (the default: the graph where it takes the call).
-    """
+    (``cudnnBatchNormalizationForwardInference``); returns y (allocated if not given)."""
     s = _bn(handle, x, mode)
-    sc, bi = s.param(scale, "scale", handle), s.param(bias, "bias", handle)
-    me, va = s.param(mean, "mean", handle), s.param(var, "var", handle)
-    eps = na.check_epsilon(epsilon)
-    ya = na.or_new_like(na.given_output(y, "y", handle, s.x), handle, s.x)
-    gl.dispatch(engine, handle, ("batchnorm_forward_inference", s.mode, eps, alpha, beta, ec.signature(s.x, ya, sc)),
-                lambda: launch(handle, capi.cudnnBatchNormalizationForwardInference, handle.ptr, s.mode,
-                               *scalars(s.x.dtype, alpha, beta), s.xdesc, s.x, desc(ya), ya, s.pdesc, sc, bi, me, va,
-                               eps),
-                lambda auto: ng.inference(handle, s, sc, bi, me, va, eps, ya, None, False, alpha, beta, auto),
-                mutated=(ya,) if beta or ya.ptr == s.x.ptr else ())
-    return ya
+
+    def c_call(sc, bi, me, va, _, eps, ya):
+        launch(handle, capi.cudnnBatchNormalizationForwardInference, handle.ptr, s.mode,
+               *scalars(s.x.dtype, alpha, beta), s.xdesc, s.x, desc(ya), ya, s.pdesc, sc, bi, me, va, eps)
+    return ng.inference(handle, s, engine, ("batchnorm_forward_inference", s.mode), (scale, bias, mean, var), epsilon,
+                        y, None, 0, None, alpha, beta, c_call)
 
 
 @prepared(inputs=("x", "dy", "scale", "saved_mean", "saved_inv_var"), outputs=("dx", "dscale", "dbias"), inplace=False,
@@ -200,7 +177,6 @@ def batchnorm_backward(handle: Handle, x: DeviceArrayLike, dy: DeviceArrayLike, 
 
     ``dx = alpha_data * dL/dx + beta_data * dx``; ``dscale``/``dbias`` blend with alpha_param/beta_param.
     ``saved_mean``/``saved_inv_var`` from the forward pass (both or neither: cuDNN then recomputes them).
-    ``engine``: "legacy", "graph" or "auto" (the default: the graph where it takes the call; module doc).
     """
     s = _bn(handle, x, mode)
     dya = na.data_array(dy, "dy", handle, like=s.x)
@@ -211,19 +187,16 @@ def batchnorm_backward(handle: Handle, x: DeviceArrayLike, dy: DeviceArrayLike, 
     dxa = na.given_output(dx, "dx", handle, s.x)
     ds, db = s.opt_param(dscale, "dscale", handle), s.opt_param(dbias, "dbias", handle)
     dxa, ds, db = na.or_new_like(dxa, handle, s.x), *s.or_new_pair(ds, db, handle)
-    gl.dispatch(engine, handle, ("batchnorm_backward", s.mode, eps, alpha_data, beta_data, alpha_param, beta_param,
-                                 sm is None, ec.signature(s.x, dya, dxa, sc)),
+    alphas = (alpha_data, beta_data, alpha_param, beta_param)
+    gl.dispatch(engine, handle, ("batchnorm_backward", s.mode, eps, *alphas, sm is None,
+                                 ec.signature(s.x, dya, dxa, sc)),
                 lambda: launch(handle, capi.cudnnBatchNormalizationBackward, handle.ptr, s.mode,
-                               *scalars(s.x.dtype, alpha_data, beta_data, alpha_param, beta_param), s.xdesc, s.x,
-                               desc(dya), dya, desc(dxa), dxa, s.pdesc, sc, ds, db, eps, sm, siv),
-                lambda auto: ng.backward(handle, s, dya, sc, sm, siv, dxa, ds, db,
-                                         (alpha_data, beta_data, alpha_param, beta_param), auto),
+                               *scalars(s.x.dtype, *alphas), s.xdesc, s.x, desc(dya), dya, desc(dxa), dxa, s.pdesc, sc,
+                               ds, db, eps, sm, siv),
+                lambda auto: ng.backward(handle, s, dya, sc, sm, siv, dxa, ds, db, alphas, auto),
                 mutated=((dxa,) if beta_data or dxa.ptr in (s.x.ptr, dya.ptr) else ()) +
                 ((ds, db) if beta_param else ()))
     return BatchNormGrads(dxa, ds, db)
-
-
-# ---------------------------------------------------------------- Ex calls (fused add + activation)
 
 
 def batchnorm_ex_sizes(handle: Handle, x: DeviceArrayLike, *, mode: str | int = "spatial_persistent",
@@ -233,8 +206,7 @@ def batchnorm_ex_sizes(handle: Handle, x: DeviceArrayLike, *, mode: str | int = 
     with this x."""
     handle = handle_arg(handle)
     s = _bn(handle, x, mode)
-    op = enum_arg(ops, BATCHNORM_OPS, capi.cudnnBatchNormOps_t, "ops")
-    act = None if int(op) == 0 else na.fused_activation("relu" if activation is None else activation)
+    op, act = ng.ops_arg(ops, activation, BATCHNORM_OPS, capi.cudnnBatchNormOps_t, check=False)
     return NormSizes(*_ex_sizes(handle, s, op, act, int(op) == 2 if with_z is None else with_z))
 
 
@@ -246,8 +218,7 @@ def _ex_sizes(handle: Handle, s: na.NormSetup, op, act, with_z: bool) -> tuple[i
         handle.ptr, s.mode, op, xd, zd, xd, pd, act, ctypes.byref(fw))
     capi.cudnnGetBatchNormalizationBackwardExWorkspaceSize(
         handle.ptr, s.mode, op, xd, xd, xd, zd, xd, pd, act, ctypes.byref(bw))
-    capi.cudnnGetBatchNormalizationTrainingExReserveSpaceSize(handle.ptr, s.mode, op, act, xd,
-                                                              ctypes.byref(rs))
+    capi.cudnnGetBatchNormalizationTrainingExReserveSpaceSize(handle.ptr, s.mode, op, act, xd, ctypes.byref(rs))
     return fw.value, bw.value, rs.value
 
 
@@ -269,10 +240,9 @@ def batchnorm_forward_training_ex(handle: Handle, x: DeviceArrayLike, scale: Dev
     a mode name (default "relu"; cuDNN fuses ReLU) or an :class:`~cudnn_py.ops.activation.Activation`.
     The reserve space (returned, allocated when not given) must be passed to :func:`batchnorm_backward_ex`.
     cuDNN supports the fused ops only for some layouts and types (e.g. NHWC float16, spatial-persistent);
-    elsewhere it raises :class:`~cudnn_py.errors.CudnnNotSupportedError`. ``engine``: "legacy", "graph" (no
-    reserve: the result's ``reserve`` is None) or "auto" (the default: here the legacy call, measured faster).
+    elsewhere it raises :class:`~cudnn_py.errors.CudnnNotSupportedError`. The graph engine returns no ``reserve``.
     """
-    engine = _legacy_if_auto(gl.engine_arg(engine))
+    engine = _ex_engine(engine)
     s = _bn(handle, x, mode)
     op, act = na.fused_ops(ops, activation, z, "z", BATCHNORM_OPS, capi.cudnnBatchNormOps_t)
 
@@ -301,27 +271,19 @@ def batchnorm_backward_ex(handle: Handle, x: DeviceArrayLike, y: DeviceArrayLike
                           beta_param: float = 0.0, engine: str = "auto") -> BatchNormGrads:
     """Gradients of ``y = act(bn(x) [+ z])`` (``cudnnBatchNormalizationBackwardEx``).
 
-    ``y`` is the forward output (it gates the activation's gradient), ``reserve`` the forward's reserve.
-    ``dz`` (ops "bn_add_activation") is returned allocated when not given. ``engine``: "legacy", "graph" (which
-    reads no reserve) or "auto" (the default: here the legacy call, measured faster).
+    ``y`` is the forward output (it gates the activation's gradient), ``reserve`` the forward's reserve (the graph
+    engine reads none). ``dz`` (ops "bn_add_activation") is returned allocated when not given.
     """
-    engine = _legacy_if_auto(gl.engine_arg(engine))
+    engine = _ex_engine(engine)
     s = _bn(handle, x, mode)
-    op = enum_arg(ops, BATCHNORM_OPS, capi.cudnnBatchNormOps_t, "ops")
-    act = None if int(op) == 0 else na.fused_activation("relu" if activation is None else activation)
-    if int(op) == 0 and activation is not None:
-        raise InvalidValueError(f"ops={op.name} has no activation; pass activation=None")
-    if engine != "legacy":
-        g = ng.fused_backward(handle, s, op, "relu" if activation is None else activation,
-                              (y, dy, scale, bias, saved_mean, saved_inv_var, epsilon, dx, dz, dscale, dbias),
-                              (alpha_data, beta_data, alpha_param, beta_param), engine)
-        if g is not None:
-            return BatchNormGrads(*g)
-    b = na.fused_backward_args(handle, s, op, lambda: _ex_sizes(handle, s, op, act, int(op) == 2)[1:], y, dy,
-                               scale, bias, saved_mean, saved_inv_var, epsilon, dx, dz, dscale, dbias, reserve,
-                               (alpha_data, beta_data, alpha_param, beta_param))
-    launch(handle, capi.cudnnBatchNormalizationBackwardEx,
-           handle.ptr, s.mode, op, *b.scalars, s.xdesc, s.x, b.y_desc, b.y, b.dy_desc, b.dy, b.dz_desc, b.dz,
-           b.dx_desc, b.dx, s.pdesc, b.scale, b.bias, b.dscale, b.dbias, b.epsilon, b.saved_mean, b.saved_inv_var,
-           act, b.workspace, b.workspace_size, b.reserve, b.reserve_size)
-    return BatchNormGrads(b.dx, b.dscale, b.dbias, b.dz)
+    op, act = ng.ops_arg(ops, activation, BATCHNORM_OPS, capi.cudnnBatchNormOps_t)
+
+    def c_call(b: na.FusedBackward) -> None:
+        launch(handle, capi.cudnnBatchNormalizationBackwardEx, handle.ptr, s.mode, op, *b.scalars, s.xdesc, s.x,
+               b.y_desc, b.y, b.dy_desc, b.dy, b.dz_desc, b.dz, b.dx_desc, b.dx, s.pdesc, b.scale, b.bias, b.dscale,
+               b.dbias, b.epsilon, b.saved_mean, b.saved_inv_var, act, b.workspace, b.workspace_size, b.reserve,
+               b.reserve_size)
+    return BatchNormGrads(*ng.fused_backward(
+        handle, s, op, activation, (y, dy, scale, bias, saved_mean, saved_inv_var, epsilon, dx, dz, dscale, dbias),
+        reserve, (alpha_data, beta_data, alpha_param, beta_param), engine,
+        lambda: _ex_sizes(handle, s, op, act, int(op) == 2)[1:], c_call))

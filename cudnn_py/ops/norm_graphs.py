@@ -1,17 +1,24 @@
-"""The ``engine="graph"`` paths of the batch-norm calls (:mod:`cudnn_py.ops.batchnorm`) and the normalisation API
-(:mod:`cudnn_py.ops.normalization`): forward training as one batch-norm graph operation (running statistics
-included) with an add and ReLU fused after it, inference as pointwise operations, backward as one norm-backward
-operation (a fused ReLU's gradient as a pointwise graph before it). Each returns whether the graph ran; a call it
-cannot take raises :class:`~cudnn_py.graph.legacy.GraphPathRefused`. The fused calls of both families (batch norm's
-``..._ex``, the normalisation API) share their whole path here: :func:`fused_training`, :func:`fused_backward`.
+"""The paths batch norm (:mod:`cudnn_py.ops.batchnorm`) and the normalisation API (:mod:`cudnn_py.ops.normalization`)
+share: their ops checks, the inference and fused training and backward calls (graph path, else the family's legacy C
+call), and the graphs: training as one batch-norm operation (running statistics included, an add and ReLU fused after
+it), inference as pointwise operations, backward as one norm-backward operation (a fused ReLU's gradient as a
+pointwise graph before it). A graph path that cannot take a call raises
+:class:`~cudnn_py.graph.legacy.GraphPathRefused`.
 """
 from __future__ import annotations
 
 from cudnn_py import capi
+from cudnn_py import engine_choice as ec
+from cudnn_py.errors import InvalidValueError
 from cudnn_py.graph import legacy as gl
 from cudnn_py.memory import DeviceArray, c_strides
 from cudnn_py.ops import norm_args as na
-from cudnn_py.ops.activation import activation_of
+from cudnn_py.ops._common import enum_arg
+from cudnn_py.ops.activation import Activation, activation_of
+
+
+def _nothing() -> None:
+    pass
 
 
 def param_view(a: DeviceArray | None, s: na.NormSetup) -> DeviceArray | None:
@@ -21,25 +28,31 @@ def param_view(a: DeviceArray | None, s: na.NormSetup) -> DeviceArray | None:
     return DeviceArray.from_parts(a.ptr, s.pshape, a.dtype, c_strides(s.pshape), a.device_id, a, None, True)
 
 
-def is_relu(act) -> bool:
-    """Whether a fused op's activation is plain ReLU (the only one the graph paths fuse); None means no activation."""
-    if act is None:
+def ops_arg(ops, activation, table: dict, enum_type, check: bool = True) -> tuple:
+    """(ops member, fused :class:`Activation` or None) of a backward or size query; ``check``: refuse an activation
+    for ops without one."""
+    op = enum_arg(ops, table, enum_type, "ops")
+    if check and int(op) == 0 and activation is not None:
+        raise InvalidValueError(f"ops={op.name} has no activation; pass activation=None")
+    return op, None if int(op) == 0 else na.fused_activation("relu" if activation is None else activation)
+
+
+def _fused_relu(op, activation: Activation | str | int | None) -> bool:
+    """Whether a fused op's activation (None: ReLU) is ReLU, the only one the graph paths fuse (ops 0: none)."""
+    if int(op) == 0:
         return False
+    act = "relu" if activation is None else activation
     mode = activation_of(act).mode if isinstance(act, (str, capi.cudnnActivationMode_t)) else getattr(act, "mode", None)
     if mode != capi.CUDNN_ACTIVATION_RELU:
         raise gl.GraphPathRefused(f"engine='graph' fuses ReLU only; activation {act!r} needs engine='legacy'")
     return True
 
 
-def require_spatial(s: na.NormSetup, what: str) -> None:
-    """Refuse per-activation statistics (the graph operations are per channel)."""
+def _require(s: na.NormSetup, alphas, what: str) -> None:
+    """Refuse per-activation statistics (the graph operations are per channel) and blending."""
     if int(s.mode) == 0:  # per-activation
         raise gl.GraphPathRefused(f"engine='graph' {what} takes spatial (per-channel) statistics; per-activation "
                                   f"mode needs engine='legacy'")
-
-
-def require_plain(alphas, what: str) -> None:
-    """Refuse blending (alpha/beta pairs other than 1, 0)."""
     if tuple(float(a) for a in alphas) != (1.0, 0.0) * (len(alphas) // 2):
         raise gl.GraphPathRefused(f"engine='graph' {what} takes alpha 1 and beta 0; use engine='legacy' to blend")
 
@@ -47,8 +60,7 @@ def require_plain(alphas, what: str) -> None:
 def training(handle, s: na.NormSetup, sc, bi, rm, rv, sm, siv, eps, f, ya, za, relu, alphas, auto) -> bool:
     """Forward training as one graph: batch norm (updating running statistics unless factor is 0), then + z and
     ReLU when asked."""
-    require_spatial(s, "training")
-    require_plain(alphas, "training")
+    _require(s, alphas, "training")
     update = rm is not None and f > 0
     inputs = ([("x", s.x), ("scale", param_view(sc, s)), ("bias", param_view(bi, s))]
               + ([("z", za)] if za is not None else []))
@@ -68,11 +80,11 @@ def training(handle, s: na.NormSetup, sc, bi, rm, rv, sm, siv, eps, f, ya, za, r
 
 
 def fused_training(handle, s: na.NormSetup, op, activation, z, params: tuple, y, reserve, alphas, engine: str,
-                   sizes, c_call, check=None) -> tuple:
-    """Batch norm's ``..._ex`` and the normalisation API's forward training after their ops checks: the graph path
-    where ``engine`` takes it, else ``c_call(y, z, scale, bias, rm, rv, sm, siv, eps, factor, reserve, ws_bytes)``,
-    the legacy call. ``params``: the call's (scale, bias, rm, rv, sm, siv, epsilon, factor); ``sizes(with_z)``:
-    (workspace, reserve) bytes; ``check()``: the caller's own graph refusals. Returns (y, sm, siv, rm, rv, reserve)."""
+                   sizes, c_call, check=_nothing) -> tuple:
+    """Forward training of batch norm's ``..._ex`` and the normalisation API: the graph path where ``engine`` takes
+    it, else ``c_call(y, z, scale, bias, rm, rv, sm, siv, eps, factor, reserve, ws_bytes)``. ``params``: (scale,
+    bias, rm, rv, sm, siv, epsilon, factor); ``sizes(with_z)``: (workspace, reserve) bytes; ``check()``: the
+    caller's own graph refusals. Returns (y, sm, siv, rm, rv, reserve)."""
     za = None if z is None else na.data_array(z, "z", handle, like=s.x)
     sc, bi, rm, rv, sm, siv, eps, f = na.training_params(handle, s, *params)
     ya = na.given_output(y, "y", handle, s.x)
@@ -80,10 +92,9 @@ def fused_training(handle, s: na.NormSetup, op, activation, z, params: tuple, y,
         ya, sm, siv = na.or_new_like(ya, handle, s.x), *s.or_new_pair(sm, siv, handle)
 
         def run(auto):
-            if check is not None:
-                check()
-            relu = int(op) != 0 and is_relu("relu" if activation is None else activation)
-            return training(handle, s, sc, bi, rm, rv, sm, siv, eps, f, ya, za, relu, alphas, auto)
+            check()
+            return training(handle, s, sc, bi, rm, rv, sm, siv, eps, f, ya, za, _fused_relu(op, activation), alphas,
+                            auto)
         if gl.graph_ran(engine, run):
             return ya, sm, siv, rm, rv, None
     ws_size, rs_size = sizes(za is not None)
@@ -93,26 +104,42 @@ def fused_training(handle, s: na.NormSetup, op, activation, z, params: tuple, y,
     return ya, sm, siv, rm, rv, rsa
 
 
-def inference(handle, s: na.NormSetup, sc, bi, me, va, eps, ya, za, relu, alpha, beta, auto) -> bool:
-    """Forward inference as pointwise operations: y = (x - mean) * scale / sqrt(var + eps) + bias [+ z] [ReLU],
-    blended with alpha/beta."""
-    inputs = [("x", s.x), ("scale", param_view(sc, s)), ("bias", param_view(bi, s)), ("mean", param_view(me, s)),
-              ("var", param_view(va, s))] + ([("z", za)] if za is not None else []) + ([("prior", ya)] if beta else [])
+_INFERENCE = ("scale", "bias", "mean", "var")
 
-    def build(g, t, _):
-        k = g.mul(t["scale"], g.pointwise("rsqrt", g.add(t["var"], eps)))
-        y = g.add(g.mul(g.sub(t["x"], t["mean"]), k), t["bias"])
-        y = y if za is None else g.add(y, t["z"])
-        return gl.blend(g, g.relu(y) if relu else y, t, alpha, beta)
-    return gl.run_graph(handle, "batchnorm_inference", (eps, relu, float(alpha), float(beta)), inputs, [("y", ya)],
-                        build, auto=auto)
+
+def inference(handle, s: na.NormSetup, engine: str, key: tuple, params: tuple, epsilon, y, z, op, activation, alpha,
+              beta, c_call, check=_nothing) -> DeviceArray:
+    """Forward inference of both families: ``params`` (scale, bias, mean, var) checked, y allocated if not given, then
+    :func:`~cudnn_py.graph.legacy.dispatch` between ``c_call(sc, bi, me, va, z, eps, y)`` and the pointwise graph
+    y = (x - mean) * scale / sqrt(var + eps) + bias [+ z] [fused ReLU], blended with alpha/beta; ``key``:
+    the engine choice's key before (eps, alpha, beta, signature). Returns y."""
+    za = None if z is None else na.data_array(z, "z", handle, like=s.x)
+    sc, bi, me, va = (s.param(a, n, handle) for a, n in zip(params, _INFERENCE))
+    eps = na.check_epsilon(epsilon)
+    ya = na.or_new_like(na.given_output(y, "y", handle, s.x), handle, s.x)
+
+    def graph(auto):
+        check()
+        fuse = _fused_relu(op, activation)
+        inputs = [("x", s.x)] + [(n, param_view(a, s)) for n, a in zip(_INFERENCE, (sc, bi, me, va))]
+        inputs += ([("z", za)] if za is not None else []) + ([("prior", ya)] if beta else [])
+
+        def build(g, t, _):
+            k = g.mul(t["scale"], g.pointwise("rsqrt", g.add(t["var"], eps)))
+            out = g.add(g.mul(g.sub(t["x"], t["mean"]), k), t["bias"])
+            out = out if za is None else g.add(out, t["z"])
+            return gl.blend(g, g.relu(out) if fuse else out, t, alpha, beta)
+        return gl.run_graph(handle, "batchnorm_inference", (eps, fuse, float(alpha), float(beta)), inputs,
+                            [("y", ya)], build, auto=auto)
+    gl.dispatch(engine, handle, key + (eps, alpha, beta, ec.signature(s.x, ya, sc)),
+                lambda: c_call(sc, bi, me, va, za, eps, ya), graph, mutated=(ya,) if beta or ya.ptr == s.x.ptr else ())
+    return ya
 
 
 def backward(handle, s: na.NormSetup, dya, sc, sm, siv, dxa, ds, db, alphas, auto, gate=None) -> bool:
     """Backward as one norm-backward graph from the saved statistics; ``gate`` = (y, out): first the ReLU
     gradient dy * (y > 0) into ``out`` (dz, or scratch), which the norm backward then reads as its dy."""
-    require_spatial(s, "backward")
-    require_plain(alphas, "backward")
+    _require(s, alphas, "backward")
     if sm is None:
         raise gl.GraphPathRefused("engine='graph' backward reads the forward's saved_mean and saved_inv_var; pass "
                                   "them (engine='legacy' recomputes them)")
@@ -132,24 +159,25 @@ def backward(handle, s: na.NormSetup, dya, sc, sm, siv, dxa, ds, db, alphas, aut
     return gl.run_graph(handle, "batchnorm_backward", (), inputs, outputs, build, auto=auto, relabel=False)
 
 
-def fused_backward(handle, s: na.NormSetup, op, act, args: tuple, alphas, engine: str,
-                   check=None) -> tuple[DeviceArray, DeviceArray, DeviceArray, DeviceArray | None] | None:
-    """The graph path of the fused backward calls (``args``: y, dy, scale, bias, saved_mean, saved_inv_var,
-    epsilon, dx, dz, dscale, dbias): ``(dx, dscale, dbias, dz)``, or None when it did not run (``engine`` 'auto'
-    and refused). ``check()``: a caller's own refusals (raising :class:`GraphPathRefused`)."""
-    grads: list[tuple[DeviceArray, DeviceArray, DeviceArray, DeviceArray | None]] = []
+def fused_backward(handle, s: na.NormSetup, op, activation, args: tuple, reserve, alphas, engine: str, sizes, c_call,
+                   check=_nothing) -> tuple[DeviceArray, DeviceArray, DeviceArray, DeviceArray | None]:
+    """Backward of batch norm's ``..._ex`` and the normalisation API: the graph path where ``engine`` takes it, else
+    ``c_call(b)`` with the checked :class:`~cudnn_py.ops.norm_args.FusedBackward` ``b``. ``args``: (y, dy, scale,
+    bias, saved_mean, saved_inv_var, epsilon, dx, dz, dscale, dbias); ``sizes()``: (workspace, reserve)
+    bytes; ``check()``: the caller's own graph refusals. Returns (dx, dscale, dbias, dz)."""
+    ran: list[na.FusedBackward] = []
 
     def run(auto):
-        if check is not None:
-            check()
-        relu = int(op) != 0 and is_relu(act)
-        b = na.fused_backward_args(handle, s, op, None, *args, None, alphas)
-        gate = None
-        if relu:
-            gate = (b.y, b.dz if b.dz is not None else na.or_new_like(None, handle, s.x))
-        done = backward(handle, s, b.dy, b.scale, b.saved_mean, b.saved_inv_var, b.dx, b.dscale, b.dbias, alphas,
+        check()
+        relu = _fused_relu(op, activation)
+        b = na.fused_backward_args(handle, s, op, None, *args + (None, alphas))
+        ran.append(b)
+        gate = (b.y, b.dz if b.dz is not None else na.or_new_like(None, handle, s.x)) if relu else None
+        return backward(handle, s, b.dy, b.scale, b.saved_mean, b.saved_inv_var, b.dx, b.dscale, b.dbias, alphas,
                         auto, gate)
-        if done:
-            grads.append((b.dx, b.dscale, b.dbias, b.dz))
-        return done
-    return grads[-1] if gl.graph_ran(engine, run) else None
+    if gl.graph_ran(engine, run):
+        b = ran[-1]
+    else:
+        b = na.fused_backward_args(handle, s, op, sizes, *args + (reserve, alphas))
+        c_call(b)
+    return b.dx, b.dscale, b.dbias, b.dz

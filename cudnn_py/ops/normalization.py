@@ -14,12 +14,11 @@ loaded version, layout and dtype); the others raise :class:`~cudnn_py.errors.Cud
 Parameters follow :mod:`cudnn_py.ops.batchnorm` (shapes, float32 unless the data are float64);
 the mean/variance tensors have the scale's shape (``cudnnDeriveNormTensorDescriptor`` with one group).
 
-``engine="graph"`` runs the same computation through cached backend-API graphs, as
-:mod:`cudnn_py.ops.batchnorm` describes (per-channel mode for training and backward, either mode for inference;
-ReLU as the fused activation; ``algo`` left "standard"; no reserve space). ``engine="auto"`` (the default): for
-plain ("norm") inference the faster engine, measured on the first call of a configuration
-(:mod:`cudnn_py.engine_choice`); for plain training and backward the graph where it accepts the call; the legacy
-call otherwise and for the fused-activation ops (docs/graph_paths.md).
+``engine="graph"`` runs cached backend-API graphs as for batch norm (per-channel mode for training and backward,
+either mode for inference; ReLU as the fused activation; ``algo`` left "standard"; no reserve space). ``engine="auto"``
+(the default): for plain ("norm") inference the faster engine, measured on the first call of a configuration
+(:mod:`cudnn_py.engine_choice`); for plain training and backward the graph where it accepts the call; the legacy call
+otherwise and for the fused-activation ops (docs/graph_paths.md).
 
 Raw C path::
 
@@ -37,8 +36,6 @@ import ctypes
 import numpy as np
 
 from cudnn_py import capi
-from cudnn_py import engine_choice as ec
-from cudnn_py.errors import InvalidValueError
 from cudnn_py.graph import legacy as gl
 from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.ops.activation import Activation
@@ -65,17 +62,28 @@ def derive_normalization_shapes(x_shape, dtype=np.float32, mode="per_channel"):
     """((scale/bias shape, dtype), (mean/var shape, dtype)) as ``cudnnDeriveNormTensorDescriptor`` gives; CPU only."""
     m = enum_arg(mode, NORM_MODES, capi.cudnnNormMode_t, "normalization mode")
     x_desc = tensor_desc(tuple(int(d) for d in x_shape), dtype)
-    sb, mv = na.derive_descriptors(lambda d1, d2: capi.cudnnDeriveNormTensorDescriptor(d1, d2, x_desc.ptr, m, 1),
-                                   2)
-    return sb, mv
+    return tuple(na.derive_descriptors(lambda d1, d2: capi.cudnnDeriveNormTensorDescriptor(d1, d2, x_desc.ptr, m, 1),
+                                       2))
 
 
-def _norm(handle: Handle, x, mode) -> na.NormSetup:
-    return na.NormSetup(handle, x, mode, NORM_MODES, capi.cudnnNormMode_t, "normalization mode")
+def _setup(handle: Handle, x, mode, engine: str, ops) -> tuple[str, na.NormSetup]:
+    """(engine, setup): ``engine='auto'`` is the graph for plain normalisation (measured faster), the legacy call for
+    the fused-activation ops (as for batch norm's ``..._ex``)."""
+    engine = gl.engine_arg(engine)
+    if engine == "auto" and not (isinstance(ops, (str, int)) and ops in ("norm", capi.CUDNN_NORM_OPS_NORM)):
+        engine = "legacy"
+    return engine, na.NormSetup(handle, x, mode, NORM_MODES, capi.cudnnNormMode_t, "normalization mode")
 
 
-def _algo(algo):
-    return enum_arg(algo, NORM_ALGOS, capi.cudnnNormAlgo_t, "normalization algo")
+def _algo(algo) -> tuple:
+    """(algo member, the graph path's check of it)."""
+    al_ = enum_arg(algo, NORM_ALGOS, capi.cudnnNormAlgo_t, "normalization algo")
+
+    def check() -> None:
+        if al_ != capi.CUDNN_NORM_ALGO_STANDARD:
+            raise gl.GraphPathRefused("engine='graph' picks its own engine: leave algo 'standard' (or use "
+                                      "engine='legacy')")
+    return al_, check
 
 
 def _sizes(handle: Handle, s: na.NormSetup, op, algo, act, with_z: bool) -> tuple[int, int, int]:
@@ -86,27 +94,8 @@ def _sizes(handle: Handle, s: na.NormSetup, op, algo, act, with_z: bool) -> tupl
         handle.ptr, s.mode, op, algo, xd, zd, xd, pd, act, pd, ctypes.byref(fw), 1)
     capi.cudnnGetNormalizationBackwardWorkspaceSize(
         handle.ptr, s.mode, op, algo, xd, xd, xd, zd, xd, pd, act, pd, ctypes.byref(bw), 1)
-    capi.cudnnGetNormalizationTrainingReserveSpaceSize(handle.ptr, s.mode, op, algo, act, xd,
-                                                       ctypes.byref(rs), 1)
+    capi.cudnnGetNormalizationTrainingReserveSpaceSize(handle.ptr, s.mode, op, algo, act, xd, ctypes.byref(rs), 1)
     return fw.value, bw.value, rs.value
-
-
-def _auto(engine: str, ops) -> str:
-    """``engine='auto'``: the graph for plain normalisation (measured faster), the legacy call for the fused
-    activation ops (as for batch norm's ``..._ex`` calls, whose legacy backward measured faster)."""
-    if engine != "auto":
-        return engine
-    return "auto" if isinstance(ops, (str, int)) and ops in ("norm", capi.CUDNN_NORM_OPS_NORM) else "legacy"
-
-
-def _graph_algo(algo) -> None:
-    if algo != capi.CUDNN_NORM_ALGO_STANDARD:
-        raise gl.GraphPathRefused("engine='graph' picks its own engine: leave algo 'standard' (or use "
-                                  "engine='legacy')")
-
-
-def _ops(ops, activation, z):
-    return na.fused_ops(ops, activation, z, "z", NORM_OPS, capi.cudnnNormOps_t)
 
 
 def normalization_sizes(handle: Handle, x: DeviceArrayLike, *, mode: str | int = "per_channel", ops: str | int = "norm",
@@ -115,10 +104,10 @@ def normalization_sizes(handle: Handle, x: DeviceArrayLike, *, mode: str | int =
     """:class:`~cudnn_py.ops.batchnorm.NormSizes` ``(forward_workspace, backward_workspace, reserve)``: bytes the
     training calls need with this x."""
     handle = handle_arg(handle)
-    s = _norm(handle, x, mode)
-    op = enum_arg(ops, NORM_OPS, capi.cudnnNormOps_t, "ops")
-    act = None if int(op) == 0 else na.fused_activation("relu" if activation is None else activation)
-    return NormSizes(*_sizes(handle, s, op, _algo(algo), act, int(op) == 2 if with_z is None else with_z))
+    s = _setup(handle, x, mode, "legacy", ops)[1]
+    op, act = ng.ops_arg(ops, activation, NORM_OPS, capi.cudnnNormOps_t, check=False)
+    al_ = _algo(algo)[0]
+    return NormSizes(*_sizes(handle, s, op, al_, act, int(op) == 2 if with_z is None else with_z))
 
 
 @prepared(inputs=("x", "scale", "bias", "z"),
@@ -138,13 +127,11 @@ def normalization_forward_training(handle: Handle, x: DeviceArrayLike, scale: De
 
     Running statistics (both or neither) are updated in place with ``factor``; saved mean / inverse
     variance and the reserve are returned (allocated when not given) for :func:`normalization_backward`.
-    ``engine``: "legacy", "graph" (no reserve: the result's ``reserve`` is None) or "auto" (the default: the
-    graph for ops "norm" where it takes the call, else the legacy call; docs/graph_paths.md).
+    The graph engine returns no ``reserve``.
     """
-    engine = _auto(gl.engine_arg(engine), ops)
-    s = _norm(handle, x, mode)
-    op, act = _ops(ops, activation, z)
-    al_ = _algo(algo)
+    engine, s = _setup(handle, x, mode, engine, ops)
+    op, act = na.fused_ops(ops, activation, z, "z", NORM_OPS, capi.cudnnNormOps_t)
+    al_, check = _algo(algo)
 
     def c_call(ya, za, sc, bi, rm, rv, sm, siv, eps, f, rsa, ws):
         launch(handle, capi.cudnnNormalizationForwardTraining, handle.ptr, s.mode, op, al_,
@@ -154,7 +141,7 @@ def normalization_forward_training(handle: Handle, x: DeviceArrayLike, scale: De
     return BatchNormTraining(*ng.fused_training(
         handle, s, op, activation, z, (scale, bias, running_mean, running_var, saved_mean, saved_inv_var, epsilon,
                                        factor), y, reserve, (alpha, beta), engine,
-        lambda with_z: _sizes(handle, s, op, al_, act, with_z)[::2], c_call, lambda: _graph_algo(al_)))
+        lambda with_z: _sizes(handle, s, op, al_, act, with_z)[::2], c_call, check))
 
 
 @prepared(inputs=("x", "scale", "bias", "mean", "var", "z"), outputs=("y",), inplace=False, scalars=("alpha", "beta"))
@@ -165,30 +152,17 @@ def normalization_forward_inference(handle: Handle, x: DeviceArrayLike, scale: D
                                     epsilon: float = 1e-5, y: DeviceArrayLike | None = None, alpha: float = 1.0,
                                     beta: float = 0.0, engine: str = "auto") -> DeviceArray:
     """``y = alpha * act(scale * (x - mean) / sqrt(var + eps) + bias [+ z]) + beta * y``
-    (``cudnnNormalizationForwardInference``); returns y (allocated if not given).
-    ``engine``: "legacy", "graph" or "auto" (the default: for ops "norm" the engine measured faster on the first
-    call of the configuration, :mod:`cudnn_py.engine_choice`; the legacy call for the fused-activation ops)."""
-    engine = _auto(gl.engine_arg(engine), ops)
-    s = _norm(handle, x, mode)
-    op, act = _ops(ops, activation, z)
-    al_ = _algo(algo)
-    za = None if z is None else na.data_array(z, "z", handle, like=s.x)
-    sc, bi = s.param(scale, "scale", handle), s.param(bias, "bias", handle)
-    me, va = s.param(mean, "mean", handle), s.param(var, "var", handle)
-    eps = na.check_epsilon(epsilon)
-    ya = na.or_new_like(na.given_output(y, "y", handle, s.x), handle, s.x)
+    (``cudnnNormalizationForwardInference``); returns y (allocated if not given)."""
+    engine, s = _setup(handle, x, mode, engine, ops)
+    op, act = na.fused_ops(ops, activation, z, "z", NORM_OPS, capi.cudnnNormOps_t)
+    al_, check = _algo(algo)
 
-    def run(auto):
-        _graph_algo(al_)
-        relu = int(op) != 0 and ng.is_relu("relu" if activation is None else activation)
-        return ng.inference(handle, s, sc, bi, me, va, eps, ya, za, relu, alpha, beta, auto)
-    gl.dispatch(engine, handle,
-                ("normalization_forward_inference", s.mode, int(op), eps, alpha, beta, ec.signature(s.x, ya, sc)),
-                lambda: launch(handle, capi.cudnnNormalizationForwardInference, handle.ptr, s.mode, op, al_,
-                               *scalars(s.x.dtype, alpha, beta), s.xdesc, s.x, s.pdesc, sc, bi, s.pdesc, me, va,
-                               None if za is None else desc(za), za, act, desc(ya), ya, eps, 1),
-                run, mutated=(ya,) if beta or ya.ptr == s.x.ptr else ())
-    return ya
+    def c_call(sc, bi, me, va, za, eps, ya):
+        launch(handle, capi.cudnnNormalizationForwardInference, handle.ptr, s.mode, op, al_,
+               *scalars(s.x.dtype, alpha, beta), s.xdesc, s.x, s.pdesc, sc, bi, s.pdesc, me, va,
+               None if za is None else desc(za), za, act, desc(ya), ya, eps, 1)
+    return ng.inference(handle, s, engine, ("normalization_forward_inference", s.mode, int(op)),
+                        (scale, bias, mean, var), epsilon, y, z, op, activation, alpha, beta, c_call, check)
 
 
 @prepared(inputs=("x", "y", "dy", "scale", "bias", "saved_mean", "saved_inv_var", "reserve"),
@@ -204,26 +178,17 @@ def normalization_backward(handle: Handle, x: DeviceArrayLike, y: DeviceArrayLik
                            alpha_data: float = 1.0, beta_data: float = 0.0, alpha_param: float = 1.0,
                            beta_param: float = 0.0, engine: str = "auto") -> BatchNormGrads:
     """Gradients of ``y = act(norm(x) [+ z])`` (``cudnnNormalizationBackward``); ``y`` and ``reserve``
-    from the forward pass; ``dz`` returned for ops "norm_add_activation". ``engine``: "legacy", "graph"
-    (which reads no reserve) or "auto" (the default: as for :func:`normalization_forward_training`)."""
-    engine = _auto(gl.engine_arg(engine), ops)
-    s = _norm(handle, x, mode)
-    op = enum_arg(ops, NORM_OPS, capi.cudnnNormOps_t, "ops")
-    if int(op) == 0 and activation is not None:
-        raise InvalidValueError(f"ops={op.name} has no activation; pass activation=None")
-    act = None if int(op) == 0 else na.fused_activation("relu" if activation is None else activation)
-    al_ = _algo(algo)
-    if engine != "legacy":
-        g = ng.fused_backward(handle, s, op, "relu" if activation is None else activation,
-                              (y, dy, scale, bias, saved_mean, saved_inv_var, epsilon, dx, dz, dscale, dbias),
-                              (alpha_data, beta_data, alpha_param, beta_param), engine, lambda: _graph_algo(al_))
-        if g is not None:
-            return BatchNormGrads(*g)
-    b = na.fused_backward_args(handle, s, op, lambda: _sizes(handle, s, op, al_, act, int(op) == 2)[1:], y, dy,
-                               scale, bias, saved_mean, saved_inv_var, epsilon, dx, dz, dscale, dbias, reserve,
-                               (alpha_data, beta_data, alpha_param, beta_param))
-    launch(handle, capi.cudnnNormalizationBackward,
-           handle.ptr, s.mode, op, al_, *b.scalars, s.xdesc, s.x, b.y_desc, b.y, b.dy_desc, b.dy, b.dz_desc, b.dz,
-           b.dx_desc, b.dx, s.pdesc, b.scale, b.bias, b.dscale, b.dbias, b.epsilon, s.pdesc, b.saved_mean,
-           b.saved_inv_var, act, b.workspace, b.workspace_size, b.reserve, b.reserve_size, 1)
-    return BatchNormGrads(b.dx, b.dscale, b.dbias, b.dz)
+    from the forward pass (the graph engine reads no reserve); ``dz`` returned for ops "norm_add_activation"."""
+    engine, s = _setup(handle, x, mode, engine, ops)
+    op, act = ng.ops_arg(ops, activation, NORM_OPS, capi.cudnnNormOps_t)
+    al_, check = _algo(algo)
+
+    def c_call(b: na.FusedBackward) -> None:
+        launch(handle, capi.cudnnNormalizationBackward, handle.ptr, s.mode, op, al_, *b.scalars, s.xdesc, s.x,
+               b.y_desc, b.y, b.dy_desc, b.dy, b.dz_desc, b.dz, b.dx_desc, b.dx, s.pdesc, b.scale, b.bias, b.dscale,
+               b.dbias, b.epsilon, s.pdesc, b.saved_mean, b.saved_inv_var, act, b.workspace, b.workspace_size,
+               b.reserve, b.reserve_size, 1)
+    return BatchNormGrads(*ng.fused_backward(
+        handle, s, op, activation, (y, dy, scale, bias, saved_mean, saved_inv_var, epsilon, dx, dz, dscale, dbias),
+        reserve, (alpha_data, beta_data, alpha_param, beta_param), engine,
+        lambda: _sizes(handle, s, op, al_, act, int(op) == 2)[1:], c_call, check))

@@ -66,6 +66,17 @@ _PRECISIONS = {np.dtype(np.float16): (np.dtype(np.float32), np.dtype(np.float16)
                np.dtype(np.float32): (np.dtype(np.float32),),
                np.dtype(np.float64): (np.dtype(np.float64),)}
 
+
+def _renamed(where: str, old: dict, name: str, new: str, value):
+    """``value``, or that of ``name``, the deprecated spelling of ``new``, in ``old`` (a warning)."""
+    return renamed_kwargs(where, old, {name: new}, {new: value})[new] if old else value
+
+
+def _positive(**values: int) -> tuple[int, ...]:
+    """Each keyword's value checked by :func:`positive_int`."""
+    return tuple(positive_int(v, k) for k, v in values.items())
+
+
 #: lin_id meaning per cell mode: input-side matrices first, then recurrent ones (LSTM 8: projection).
 GATES = {
     "relu": ("W", "R"),
@@ -130,13 +141,10 @@ class RNN(WeightedDescriptor):
                  compute_dtype: DTypeLike | int | None = None, math_type: str | int = "default",
                  algo: str | int = "standard", dropout: Dropout | None = None, padded_io: bool = True,
                  clip: tuple[float, float] | None = None, **old) -> None:
-        if old:
-            compute_dtype = renamed_kwargs("RNN", old, {"math_precision": "compute_dtype"},
-                                           {"compute_dtype": compute_dtype})["compute_dtype"]
+        compute_dtype = _renamed("RNN", old, "math_precision", "compute_dtype", compute_dtype)
         mode, c_mode = choice(_MODES, mode, "mode")
-        input_size = positive_int(input_size, "input_size")
-        hidden_size = positive_int(hidden_size, "hidden_size")
-        num_layers = positive_int(num_layers, "num_layers")
+        input_size, hidden_size, num_layers = _positive(input_size=input_size, hidden_size=hidden_size,
+                                                        num_layers=num_layers)
         if proj_size is not None:
             proj_size = positive_int(proj_size, "proj_size")
             if mode != "lstm" and proj_size != hidden_size:
@@ -161,9 +169,8 @@ class RNN(WeightedDescriptor):
         if prec not in _PRECISIONS[dt]:
             allowed = ", ".join(p.name for p in _PRECISIONS[dt])
             raise InvalidValueError(f"compute_dtype {prec} is not allowed with {dt} data; allowed: {allowed}")
-        if clip is not None:
-            if isinstance(clip, (str, bytes)) or not hasattr(clip, "__len__") or len(clip) != 2:
-                raise InvalidTypeError(f"clip must be a (lo, hi) pair of numbers or None, got {clip!r}")
+        if clip is not None and (isinstance(clip, (str, bytes)) or not hasattr(clip, "__len__") or len(clip) != 2):
+            raise InvalidTypeError(f"clip must be a (lo, hi) pair of numbers or None, got {clip!r}")
         dropout = dropout_arg(dropout, "dropout")  # last: a probability makes a Dropout (device memory)
         self._dropouts = (dropout,)
         self.mode, self.dtype = mode, dt
@@ -289,13 +296,9 @@ class RNNDataDescriptor(Descriptor):
     def __init__(self, dtype: DTypeLike, seq_layout: str | None = None, max_seq_length: int = 0, batch_size: int = 0,
                  vector_size: int = 0, seq_lengths: Sequence[int] | npt.NDArray[np.integer] | None = None,
                  padding_fill: float = 0.0, **old: str) -> None:
-        if old:
-            seq_layout = renamed_kwargs("RNNDataDescriptor", old, {"layout": "seq_layout"},
-                                        {"seq_layout": seq_layout})["seq_layout"]
+        seq_layout = _renamed("RNNDataDescriptor", old, "layout", "seq_layout", seq_layout)
         layout, c_layout = choice(_LAYOUTS, seq_layout, "seq_layout")
-        T = positive_int(max_seq_length, "max_seq_length")
-        B = positive_int(batch_size, "batch_size")
-        V = positive_int(vector_size, "vector_size")
+        T, B, V = _positive(max_seq_length=max_seq_length, batch_size=batch_size, vector_size=vector_size)
         lengths = check_lengths(seq_lengths, T, B, packed=layout == "packed")
         self.dtype = numpy_dtype(cudnn_dtype(dtype))
         fill = (ctypes.c_double if self.dtype == np.float64 else ctypes.c_float)(padding_fill)
@@ -353,11 +356,7 @@ def rnn_weight_params(handle: Handle, rnn: RNN, weights: DeviceArrayLike, pseudo
 
 
 def _data_shape(layout: str, T: int, B: int, V: int, lengths) -> tuple[int, ...]:
-    if layout == "seq_major":
-        return (T, B, V)
-    if layout == "batch_major":
-        return (B, T, V)
-    return (sum(lengths), V)
+    return (T, B, V) if layout == "seq_major" else (B, T, V) if layout == "batch_major" else (sum(lengths), V)
 
 
 class _RNNOutputs(NamedTuple):
@@ -380,15 +379,28 @@ class RNNDataGrads(NamedTuple):
     dcx: DeviceArray | None
 
 
-def _state(handle: Handle, rnn: RNN, a: DeviceArrayLike | None, name: str, B: int, width: int) -> DeviceArray | None:
-    if a is None:
-        return None
-    return memory.as_array(a, name, dtype=rnn.dtype, shape=(rnn.num_pseudo_layers, B, width), contiguous=True,
-                           device=handle.device)
+def _state(handle: Handle, rnn: RNN, a, name: str, B: int, cell: bool = False, out: bool = False):
+    """A state ``[layers * dirs, B, hidden_size if cell else out_size]``: an input (None passing through) or, with
+    ``out``, an output allocated when not given."""
+    shape = (rnn.num_pseudo_layers, B, rnn.hidden_size if cell else rnn.out_size)
+    if out:
+        return memory.output_array(a, shape, rnn.dtype, name, device=handle.device, stream=handle.stream,
+                                   contiguous=True)
+    return None if a is None else memory.as_array(a, name, dtype=rnn.dtype, shape=shape, contiguous=True,
+                                                  device=handle.device)
 
 
-def _state_desc(rnn: RNN, B: int, width: int):
-    return TensorDescriptor.shared((rnn.num_pseudo_layers, B, width), rnn.dtype)
+def _state_descs(rnn: RNN, B: int) -> tuple[TensorDescriptor, TensorDescriptor]:
+    """The descriptors of h and c states (c is h's unless LSTM)."""
+    h = TensorDescriptor.shared((rnn.num_pseudo_layers, B, rnn.out_size), rnn.dtype)
+    if rnn.mode != "lstm":
+        return h, h
+    return h, TensorDescriptor.shared((rnn.num_pseudo_layers, B, rnn.hidden_size), rnn.dtype)
+
+
+def _lstm_only(rnn: RNN, what: str, *arrays) -> None:
+    if rnn.mode != "lstm" and any(a is not None for a in arrays):
+        raise InvalidValueError(f"{what}; this RNN is {rnn.mode!r}")
 
 
 def _geometry(handle: Handle, rnn: RNN, x: DeviceArrayLike, seq_layout, seq_lengths) -> tuple:
@@ -431,6 +443,13 @@ def _work_size(handle: Handle, rnn: RNN, mode, x_desc: RNNDataDescriptor) -> tup
     return work_n.value, reserve_n.value
 
 
+def _training_space(handle: Handle, rnn: RNN, x_desc, reserve, lengths) -> tuple[int, DeviceArray, DeviceArray]:
+    """A backward call's (workspace bytes, the forward's reserve, the forward's device lengths)."""
+    return (_work_size(handle, rnn, capi.CUDNN_FWD_MODE_TRAINING, x_desc)[0],
+            memory.as_array(reserve, "fwd.reserve", device=handle.device),
+            memory.as_array(lengths, "the forward's lengths", device=handle.device))
+
+
 @prepared(inputs=("x", "weights", "hx", "cx"), outputs=("y", "hy", "cy"), inplace=False)
 def _forward(handle: Handle, rnn: RNN, x, weights, seq_lengths, seq_layout, hx, cx, y, hy, cy, training) -> tuple:
     """The validated ``cudnnRNNForward`` of :func:`rnn_forward` (``seq_lengths`` by value): ``(y, hy, cy, reserve,
@@ -438,22 +457,15 @@ def _forward(handle: Handle, rnn: RNN, x, weights, seq_lengths, seq_layout, hx, 
     handle = handle_arg(handle)
     x, B, host_lengths, x_desc, y_desc, y_shape = _geometry(handle, rnn, x, seq_layout, seq_lengths)
     w = rnn._check_weights(handle, weights)
-    is_lstm = rnn.mode == "lstm"
-    if not is_lstm and (cx is not None or cy is not None):
-        raise InvalidValueError(f"cx/cy are LSTM cell states; this RNN is {rnn.mode!r}")
-    hxa = _state(handle, rnn, hx, "hx", B, rnn.out_size)
-    cxa = _state(handle, rnn, cx, "cx", B, rnn.hidden_size)
-    stream = handle.stream
-    ya = memory.output_array(y, y_shape, rnn.dtype, "y", device=handle.device, stream=stream, contiguous=True)
-    hya = memory.output_array(hy, (rnn.num_pseudo_layers, B, rnn.out_size), rnn.dtype, "hy",
-                              device=handle.device, stream=stream, contiguous=True)
-    cya = memory.output_array(cy, (rnn.num_pseudo_layers, B, rnn.hidden_size), rnn.dtype, "cy",
-                              device=handle.device, stream=stream, contiguous=True) if is_lstm else None
-    h_desc = _state_desc(rnn, B, rnn.out_size)
-    c_desc = _state_desc(rnn, B, rnn.hidden_size) if is_lstm else h_desc
+    _lstm_only(rnn, "cx/cy are LSTM cell states", cx, cy)
+    hxa, cxa = _state(handle, rnn, hx, "hx", B), _state(handle, rnn, cx, "cx", B, cell=True)
+    ya = memory.output_array(y, y_shape, rnn.dtype, "y", device=handle.device, stream=handle.stream, contiguous=True)
+    hya = _state(handle, rnn, hy, "hy", B, out=True)
+    cya = _state(handle, rnn, cy, "cy", B, cell=True, out=True) if rnn.mode == "lstm" else None
+    h_desc, c_desc = _state_descs(rnn, B)
     mode = capi.CUDNN_FWD_MODE_TRAINING if training else capi.CUDNN_FWD_MODE_INFERENCE
     work_n, reserve_n = _work_size(handle, rnn, mode, x_desc)
-    reserve = memory.empty((reserve_n,), np.uint8, stream=stream, device=handle.device) if training else None
+    reserve = memory.empty((reserve_n,), np.uint8, stream=handle.stream, device=handle.device) if training else None
     lengths = device_lengths(handle, host_lengths)
     launch(handle, capi.cudnnRNNForward, handle.ptr, rnn, mode, lengths, x_desc, x, y_desc, ya, h_desc, hxa, hya,
            c_desc, cxa, cya, w.nbytes, w, work_n, WorkspaceArg(work_n), c_nbytes(reserve), reserve)
@@ -471,11 +483,10 @@ def rnn_forward(handle: Handle, rnn: RNN, x: DeviceArrayLike, weights: DeviceArr
     ``[sum(seq_lengths), input_size]`` (packed), as ``seq_layout`` says (``layout=`` is its deprecated spelling);
     ``seq_lengths``: per-sequence lengths (default: all T; required for packed). ``training=True`` keeps the
     reserve space for :func:`rnn_backward_data` / :func:`rnn_backward_weights`. Outputs are allocated unless given.
-    A repeat call with the same layouts, lengths and options replays the prepared call (:mod:`cudnn_py.prepared`).
     """
     if old:
-        seq_layout = renamed_kwargs("rnn_forward", old, {"layout": "seq_layout"},
-                                    {"seq_layout": None if seq_layout == "seq_major" else seq_layout})["seq_layout"]
+        given = None if seq_layout == "seq_major" else seq_layout
+        seq_layout = _renamed("rnn_forward", old, "layout", "seq_layout", given)
     lengths = by_value(seq_lengths)
     *outputs, dev_lengths = _forward(handle, rnn, x, weights, lengths, seq_layout, hx, cx, y, hy, cy, training)
     result = RNNForwardResult(*outputs)
@@ -492,28 +503,18 @@ def _backward_data(handle: Handle, rnn: RNN, x, y, dy, weights, reserve, lengths
     """The validated ``cudnnRNNBackwardData_v8`` of :func:`rnn_backward_data` (``reserve`` is updated)."""
     handle = handle_arg(handle)
     x, B, _, x_desc, y_desc, _ = _geometry(handle, rnn, x, seq_layout, seq_lengths)
-    is_lstm, stream = rnn.mode == "lstm", handle.stream
     ya = memory.as_array(y, "fwd.y", dtype=rnn.dtype, contiguous=True, device=handle.device)
     dya = memory.as_array(dy, "dy", dtype=rnn.dtype, shape=ya.shape, contiguous=True, device=handle.device)
-    if not is_lstm and (dcy is not None or dcx is not None):
-        raise InvalidValueError(f"dcy/dcx are LSTM cell-state gradients; this RNN is {rnn.mode!r}")
-    dhya = _state(handle, rnn, dhy, "dhy", B, rnn.out_size)
-    dcya = _state(handle, rnn, dcy, "dcy", B, rnn.hidden_size)
-    hxa = _state(handle, rnn, hx, "hx", B, rnn.out_size)
-    cxa = _state(handle, rnn, cx, "cx", B, rnn.hidden_size)
+    _lstm_only(rnn, "dcy/dcx are LSTM cell-state gradients", dcy, dcx)
+    dhya, dcya = _state(handle, rnn, dhy, "dhy", B), _state(handle, rnn, dcy, "dcy", B, cell=True)
+    hxa, cxa = _state(handle, rnn, hx, "hx", B), _state(handle, rnn, cx, "cx", B, cell=True)
     w = rnn._check_weights(handle, weights)
-    dxa = memory.output_array(dx, x.shape, rnn.dtype, "dx", device=handle.device, stream=stream, contiguous=True)
-    dhxa = memory.output_array(dhx, (rnn.num_pseudo_layers, B, rnn.out_size), rnn.dtype, "dhx", device=handle.device,
-                               stream=stream, contiguous=True)
-    dcxa = None
-    if is_lstm:
-        dcxa = memory.output_array(dcx, (rnn.num_pseudo_layers, B, rnn.hidden_size), rnn.dtype, "dcx",
-                                   device=handle.device, stream=stream, contiguous=True)
-    h_desc = _state_desc(rnn, B, rnn.out_size)
-    c_desc = _state_desc(rnn, B, rnn.hidden_size) if is_lstm else h_desc
-    work_n, _ = _work_size(handle, rnn, capi.CUDNN_FWD_MODE_TRAINING, x_desc)
-    ra = memory.as_array(reserve, "fwd.reserve", device=handle.device)
-    la = memory.as_array(lengths, "the forward's lengths", device=handle.device)
+    dxa = memory.output_array(dx, x.shape, rnn.dtype, "dx", device=handle.device, stream=handle.stream,
+                              contiguous=True)
+    dhxa = _state(handle, rnn, dhx, "dhx", B, out=True)
+    dcxa = _state(handle, rnn, dcx, "dcx", B, cell=True, out=True) if rnn.mode == "lstm" else None
+    h_desc, c_desc = _state_descs(rnn, B)
+    work_n, ra, la = _training_space(handle, rnn, x_desc, reserve, lengths)
     launch(handle, capi.cudnnRNNBackwardData_v8, handle.ptr, rnn, la, y_desc, ya, dya, x_desc, dxa,
            h_desc, hxa, dhya, dhxa, c_desc, cxa, dcya, dcxa, w.nbytes, w, work_n, WorkspaceArg(work_n), ra.nbytes, ra)
     return RNNDataGrads(dxa, dhxa, dcxa)
@@ -543,14 +544,11 @@ def _backward_weights(handle: Handle, rnn: RNN, x, y, reserve, lengths, hx, seq_
     handle = handle_arg(handle)
     x, B, _, x_desc, y_desc, _ = _geometry(handle, rnn, x, seq_layout, seq_lengths)
     ya = memory.as_array(y, "fwd.y", dtype=rnn.dtype, contiguous=True, device=handle.device)
-    hxa = _state(handle, rnn, hx, "hx", B, rnn.out_size)
+    hxa = _state(handle, rnn, hx, "hx", B)
     dw = rnn.new_weights(handle) if dweights is None else rnn._check_weights(handle, dweights, "dweights")
-    work_n, _ = _work_size(handle, rnn, capi.CUDNN_FWD_MODE_TRAINING, x_desc)
-    ra = memory.as_array(reserve, "fwd.reserve", device=handle.device)
-    la = memory.as_array(lengths, "the forward's lengths", device=handle.device)
+    work_n, ra, la = _training_space(handle, rnn, x_desc, reserve, lengths)
     launch(handle, capi.cudnnRNNBackwardWeights_v8, handle.ptr, rnn, capi.CUDNN_WGRAD_MODE_ADD, la, x_desc, x,
-           _state_desc(rnn, B, rnn.out_size), hxa, y_desc, ya, dw.nbytes, dw, work_n, WorkspaceArg(work_n),
-           ra.nbytes, ra)
+           _state_descs(rnn, B)[0], hxa, y_desc, ya, dw.nbytes, dw, work_n, WorkspaceArg(work_n), ra.nbytes, ra)
     return dw
 
 

@@ -1,9 +1,6 @@
-"""What the sequence-model descriptors share, :class:`~cudnn_py.ops.rnn.RNN` and
-:class:`~cudnn_py.ops.attention.MultiHeadAttention`: a descriptor base owning a flat weight space and the dropout
-descriptors it points to, the dropout argument (a probability or a :class:`~cudnn_py.Dropout`), per-sequence
-lengths (keyed by value, :func:`by_value`, and uploaded per call, :func:`device_lengths`), enum-name tables
-(``choice``/``name_of``; :data:`MATH_TYPES`) and the saved state of a training-mode forward result that the backward
-calls check.
+"""What :class:`~cudnn_py.ops.rnn.RNN` and :class:`~cudnn_py.ops.attention.MultiHeadAttention` share: a descriptor
+base owning a flat weight space and its dropout descriptors, the dropout argument, per-sequence lengths (keyed by value,
+uploaded per call), enum-name tables and the saved state of a training-mode forward result.
 """
 from __future__ import annotations
 
@@ -49,19 +46,16 @@ def name_of(table: dict, value: int) -> str:
 
 
 def positive_int(value, what: str) -> int:
-    """``value`` as an int in ``[1, 2**31 - 1]`` (the C int range); :class:`ValueError` naming ``what``."""
+    """``value`` as an int in ``[1, 2**31 - 1]`` (the C int range)."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value <= INT32_MAX:
         raise InvalidValueError(f"{what} must be a positive int (at most 2**31 - 1), got {value!r}")
     return int(value)
 
 
 def dropout_arg(value, what: str):
-    """A dropout setting as the descriptor cuDNN is given, or None (no dropout).
-
-    ``value``: a :class:`~cudnn_py.Dropout` (anything whose ``.ptr`` is a ``cudnnDropoutDescriptor_t``), a
-    probability (a new ``Dropout(cudnn_py.default_handle(), p=value)``, seed 0: its RNG states live on this
-    thread's current device; 0 means no dropout) or None. :class:`InvalidTypeError` for anything else (an array's
-    ``.ptr`` is a device address, which cuDNN would take for a descriptor)."""
+    """A dropout setting as the descriptor cuDNN is given, or None: a :class:`~cudnn_py.Dropout` (anything whose
+    ``.ptr`` is a ``cudnnDropoutDescriptor_t``, not an array's device address), a probability (a new
+    ``Dropout(cudnn_py.default_handle(), p=value)``, seed 0, on this thread's current device; 0: none) or None."""
     if value is None:
         return None
     if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_)):
@@ -102,9 +96,8 @@ def check_lengths(seq_lengths, T: int, B: int, name: str = "seq_lengths", packed
 
 
 def by_value(value):
-    """``value`` as a tuple of ints where it is a 1-D sequence or array of integers (per-sequence lengths, attention
-    windows), so that a prepared call keys it by value and a repeat call with equal values replays; anything else as
-    it is, for the validated path to check (an unhashable one is validated on every call)."""
+    """``value`` as a tuple of ints where it is a 1-D sequence or array of integers (lengths, windows), so that a
+    prepared call keys it by value; anything else as it is, for the validated path to check."""
     t = type(value)
     if t is tuple or t is list:
         for v in value:
@@ -122,9 +115,8 @@ def by_value(value):
 
 
 def device_lengths(handle: Handle, lengths: tuple[int, ...]) -> DeviceArray:
-    """A new int32 device array of per-sequence ``lengths`` on the handle's stream (cuDNN reads them from device
-    memory, asynchronously). The upload is a recorded step: a prepared call, whose key holds ``lengths``, uploads them
-    again into its own new array, on the handle's stream of that call."""
+    """A new int32 device array of ``lengths``, uploaded on the handle's stream as a recorded step (a prepared
+    call, whose key holds ``lengths``, uploads them again into its own new array)."""
     host = np.asarray(lengths, np.int32)
     a = memory.empty(host.shape, np.int32, stream=handle.stream, device=handle.device)
     args = (handle.ptr, a.device_id, a.ptr, host)
@@ -133,7 +125,7 @@ def device_lengths(handle: Handle, lengths: tuple[int, ...]) -> DeviceArray:
 
 
 def _upload(hptr, device: int, ptr: int, host: np.ndarray) -> None:
-    """Copy ``host`` to the device address ``ptr`` on the handle's current stream (read from cuDNN when it runs)."""
+    """Copy ``host`` to ``ptr`` on the handle's current stream."""
     s = capi.cudaStream_t()
     capi.cudnnGetStream(hptr, byref(s))
     with on_device(device):
@@ -149,9 +141,8 @@ def nd_layout(desc) -> tuple[tuple[int, ...], tuple[int, ...]]:
 
 
 class WeightedDescriptor(Descriptor):
-    """What RNN and attention descriptors share: a flat weight space of :attr:`dtype` and the dropout
-    descriptors they point to (kept alive here; :attr:`ptr` raises :class:`ClosedError` once one is closed,
-    since cuDNN keeps the dropout descriptor's address)."""
+    """A descriptor with a flat weight space of :attr:`dtype` and the dropout descriptors it points to (kept alive;
+    :attr:`ptr` raises :class:`ClosedError` once one is closed, since cuDNN keeps their addresses)."""
 
     _dropouts: tuple = ()
     dtype: np.dtype
@@ -171,8 +162,8 @@ class WeightedDescriptor(Descriptor):
         raise NotImplementedError
 
     def new_weights(self, handle: Handle, *, zero: bool = True) -> DeviceArray:
-        """A 1-D device array of :attr:`dtype` holding the whole weight space (zeros unless ``zero=False``: written by
-        ``cudnnSetTensor`` through the legacy sink, so a prepared call's new weight gradients are zeroed again)."""
+        """A 1-D device array of :attr:`dtype` holding the whole weight space (zeros unless ``zero=False``, written
+        through the legacy sink, so a prepared call zeroes its new weight gradients again)."""
         handle = handle_arg(handle)
         n = self.weight_space_size(handle) // self.dtype.itemsize
         w = memory.empty((n,), self.dtype, stream=handle.stream, device=handle.device)
@@ -182,9 +173,8 @@ class WeightedDescriptor(Descriptor):
         return w
 
     def _check_weights(self, handle: Handle, weights, name: str = "weights") -> DeviceArray:
-        """``weights`` validated as this descriptor's weight space (packed, on the handle's device); the dropout
-        states this descriptor uses must be on that device too (a probability made them on the thread's current
-        device when the descriptor was made)."""
+        """``weights`` validated as this descriptor's weight space (packed, on the handle's device, as its dropout
+        states must be)."""
         w = memory.as_array(weights, name, contiguous=True, device=handle.device)
         what = type(self).__name__
         for d in self._dropouts:
