@@ -30,7 +30,7 @@ from ctypes import byref, c_double, c_int
 from cudnn_py import caches, capi
 from cudnn_py._deprecation import alias
 from cudnn_py.args import enum_member, float_arg, nan_flag
-from cudnn_py.descriptors import Descriptor, Settings, c_nan, read_back
+from cudnn_py.descriptors import Descriptor, Settings, c_nan, read_back, setting
 from cudnn_py.graph import legacy as gl
 from cudnn_py.handle import Handle
 from cudnn_py.memory import DeviceArray, DeviceArrayLike
@@ -98,21 +98,10 @@ class Activation(Settings):
         self._nan = nan_flag(nan_propagation)
         self._desc: _ActivationDescriptor | None = None
 
-    @property
-    def mode(self) -> capi.cudnnActivationMode_t:
-        return self._mode
-
-    @property
-    def coef(self) -> float:
-        return self._coef
-
-    @property
-    def swish_beta(self) -> float:
-        return self._swish_beta
-
-    @property
-    def nan_propagation(self) -> bool:
-        return self._nan
+    mode: capi.cudnnActivationMode_t = setting("_mode")
+    coef: float = setting("_coef")
+    swish_beta: float = setting("_swish_beta")
+    nan_propagation: bool = setting("_nan")
 
     def _key(self):
         return (self._mode, self._nan, self._coef, self._swish_beta)
@@ -186,21 +175,19 @@ def _graph_backward(handle: Handle, activation, xa, dya, dxa, alpha, beta, auto)
 
 def _legacy_forward(handle: Handle, act: Activation, xa, ya, alpha: float, beta: float) -> None:
     al, be = scalars(xa.dtype, alpha, beta)
-    xd, yd = desc(xa), desc(ya)
     if act.mode == capi.CUDNN_ACTIVATION_IDENTITY:  # cuDNN keeps identity for the fused conv call: a scaled copy
-        launch(handle, capi.cudnnTransformTensor, handle.ptr, al, xd, xa, be, yd, ya)
+        launch(handle, capi.cudnnTransformTensor, handle.ptr, al, desc(xa), xa, be, desc(ya), ya)
     else:
-        launch(handle, capi.cudnnActivationForward, handle.ptr, act, al, xd, xa, be, yd, ya)
+        launch(handle, capi.cudnnActivationForward, handle.ptr, act, al, desc(xa), xa, be, desc(ya), ya)
 
 
 def _legacy_backward(handle: Handle, act: Activation, xa, ya, dya, dxa, alpha: float, beta: float) -> None:
     al, be = scalars(xa.dtype, alpha, beta)
-    dyd, dxd = desc(dya), desc(dxa)
     if act.mode == capi.CUDNN_ACTIVATION_IDENTITY:  # dx = alpha * dy + beta * dx
-        launch(handle, capi.cudnnTransformTensor, handle.ptr, al, dyd, dya, be, dxd, dxa)
+        launch(handle, capi.cudnnTransformTensor, handle.ptr, al, desc(dya), dya, be, desc(dxa), dxa)
     else:
-        xd, yd = desc(xa), desc(ya)
-        launch(handle, capi.cudnnActivationBackward, handle.ptr, act, al, yd, ya, dyd, dya, xd, xa, be, dxd, dxa)
+        launch(handle, capi.cudnnActivationBackward, handle.ptr, act, al, desc(ya), ya, desc(dya), dya, desc(xa), xa,
+               be, desc(dxa), dxa)
 
 
 @prepared(inputs=("x",), outputs=("y",), scalars=("alpha", "beta"), moved=("y",))

@@ -44,7 +44,8 @@ from cudnn_py import descriptors as _d
 from cudnn_py._deprecation import alias, renamed_kwargs, warn
 from cudnn_py.args import DIM_MAX, INT32_MAX, dims, enum_member, int_arg, ints, spatial_ndim
 from cudnn_py.conv_layout import logical, packed_strides, physical, unit_height
-from cudnn_py.descriptors import Descriptor, FilterDescriptor, TensorDescriptor, c_ints, legacy_dtype, read_back
+from cudnn_py.descriptors import (Descriptor, FilterDescriptor, TensorDescriptor, c_ints, legacy_dtype, read_back,
+                                  setting)
 from cudnn_py.dtypes import as_numpy_dtype, cudnn_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.ops._common import enum_arg
@@ -54,10 +55,6 @@ __all__ = ["Convolution", "MATH_TYPES", "convolution_output_shape"]
 MATH_TYPES = {"default": capi.CUDNN_DEFAULT_MATH, "tensor_op": capi.CUDNN_TENSOR_OP_MATH,
               "tensor_op_allow_conversion": capi.CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION, "fma": capi.CUDNN_FMA_MATH}
 _MODES = {"cross_correlation": capi.CUDNN_CROSS_CORRELATION, "convolution": capi.CUDNN_CONVOLUTION}
-
-
-_MATH_ALIASES = {"default": "CUDNN_DEFAULT_MATH", "tensor_op": "CUDNN_TENSOR_OP_MATH",
-                 "tensor_op_allow_conversion": "CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION", "fma": "CUDNN_FMA_MATH"}
 
 
 class _ConvolutionDescriptor(Descriptor):
@@ -220,49 +217,24 @@ class Convolution:
         self.close()
 
     # -- settings, read back --
-    @property
-    def padding(self) -> int | tuple:
-        """As given: an int, or per spatial dimension an int or a ``(low, high)`` pair."""
-        return self._padding
-
-    @property
-    def stride(self) -> int | tuple[int, ...]:
-        """As given: an int or one per spatial dimension."""
-        return self._stride
-
-    @property
-    def dilation(self) -> int | tuple[int, ...]:
-        """As given: an int or one per spatial dimension."""
-        return self._dilation
-
-    @property
-    def groups(self) -> int:
-        return self._groups
-
-    @property
-    def mode(self) -> capi.cudnnConvolutionMode_t:
-        return self._mode
-
-    @property
-    def math_type(self) -> capi.cudnnMathType_t | None:
-        """The ``cudnnMathType_t``, or None for ``"auto"`` (see :meth:`math_for`)."""
-        return self._math_type
-
-    @property
-    def compute_dtype(self) -> capi.cudnnDataType_t | None:
-        """The accumulation ``cudnnDataType_t``, or None for the data's default (see :meth:`compute_for`)."""
-        return self._compute_dtype
+    padding: int | tuple = setting("_padding", "As given: an int, or per spatial dimension an int or a ``(low, high)`` "
+                                               "pair.")
+    stride: int | tuple[int, ...] = setting("_stride", "As given: an int or one per spatial dimension.")
+    dilation: int | tuple[int, ...] = setting("_dilation", "As given: an int or one per spatial dimension.")
+    groups: int = setting("_groups")
+    mode: capi.cudnnConvolutionMode_t = setting("_mode")
+    math_type: capi.cudnnMathType_t | None = setting("_math_type", 'The ``cudnnMathType_t``, or None for ``"auto"`` '
+                                                                   "(see :meth:`math_for`).")
+    compute_dtype: capi.cudnnDataType_t | None = setting("_compute_dtype", "The accumulation ``cudnnDataType_t``, or "
+                                                         "None for the data's default (see :meth:`compute_for`).")
+    layout: str = setting("_layout", '``"NCHW"`` or ``"NHWC"``.')
+    key: tuple = setting("_key", "A JSON-representable tuple that identifies these settings.")
 
     @property
     def compute_type(self) -> capi.cudnnDataType_t | None:
         """Deprecated spelling of :attr:`compute_dtype`."""
         warn("Convolution.compute_type is deprecated, use compute_dtype", stacklevel=3)
         return self._compute_dtype
-
-    @property
-    def layout(self) -> str:
-        """``"NCHW"`` or ``"NHWC"``."""
-        return self._layout
 
     def __hash__(self):
         return self._hash
@@ -279,11 +251,6 @@ class Convolution:
     @property
     def _math_name(self) -> str:
         return "auto" if self._math_type is None else self._math_type.name
-
-    @property
-    def key(self) -> tuple:
-        """A JSON-representable tuple that identifies these settings."""
-        return self._key
 
     # -- what the settings give for data --
     def compute_for(self, dtype) -> capi.cudnnDataType_t:
@@ -542,26 +509,16 @@ def convolution_output_shape(x_shape: Sequence[int], w_shape: Sequence[int], pad
                                f"accumulation type: a Convolution's compute_dtype)")
     if len(w_shape) != len(x_shape):
         raise InvalidValueError(f"input shape {x_shape} and filter shape {w_shape} must have the same number of dims")
-    conv = _ConvolutionDescriptor.shared(*_convolution_settings(
-        padding, stride, dilation, ndim=len(x_shape) - 2, mode=mode,
-        compute_type=np.float64 if dt == capi.CUDNN_DATA_DOUBLE else np.float32, groups=groups))
+    n = len(x_shape) - 2
+    conv = _ConvolutionDescriptor.shared(
+        ints(padding, n, "padding", 0), ints(stride, n, "stride", 1), ints(dilation, n, "dilation", 1),
+        enum_member(capi.cudnnConvolutionMode_t, mode, "CUDNN_", "mode"),
+        capi.CUDNN_DATA_DOUBLE if dt == capi.CUDNN_DATA_DOUBLE else capi.CUDNN_DATA_FLOAT,
+        int_arg(groups, "groups", 1), capi.CUDNN_DEFAULT_MATH, None)
     return conv.output_shape(TensorDescriptor.shared(x_shape, dt), FilterDescriptor.shared(w_shape, dt))
 
 
 # ---------------------------------------------------------------- deprecated names
-
-def _convolution_settings(padding=0, stride=1, dilation=1, *, ndim=None, mode="cross_correlation",
-                          compute_type=np.float32, groups=1, math_type="default", reorder=None) -> tuple:
-    """The settings of :class:`_ConvolutionDescriptor` for :func:`convolution_output_shape` (float32 accumulation,
-    default math, ``ndim`` from the tuples, else 2)."""
-    n = spatial_ndim(ndim, (padding, stride, dilation))
-    reorder = None if reorder is None else enum_member(capi.cudnnReorderType_t, reorder, "CUDNN_", "reorder",
-                                                 {"default": "CUDNN_DEFAULT_REORDER", "none": "CUDNN_NO_REORDER"})
-    return (ints(padding, n, "padding", 0), ints(stride, n, "stride", 1), ints(dilation, n, "dilation", 1),
-            enum_member(capi.cudnnConvolutionMode_t, mode, "CUDNN_", "mode"),
-            legacy_dtype(compute_type, "compute_type"), int_arg(groups, "groups", 1),
-            enum_member(capi.cudnnMathType_t, math_type, "CUDNN_", "math_type", _MATH_ALIASES), reorder)
-
 
 def _convolution(padding=0, stride=1, dilation=1, *, ndim=None, mode="cross_correlation", compute_type=np.float32,
                  groups=1, math_type="default", reorder=None) -> Convolution:

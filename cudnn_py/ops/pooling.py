@@ -40,12 +40,12 @@ from cudnn_py import capi
 from cudnn_py._deprecation import alias
 from cudnn_py.args import (DIM_MAX, INT32_MAX, dims, enum_member, int_or_ints, int_tuple, ints, nan_flag,
                            spatial_ndim)
-from cudnn_py.descriptors import Descriptor, Settings, TensorDescriptor, c_ints, c_nan, legacy_dtype, read_back
+from cudnn_py.descriptors import (Descriptor, Settings, TensorDescriptor, c_ints, c_nan, legacy_dtype, read_back,
+                                  setting)
 from cudnn_py.graph import legacy as gl
 from cudnn_py.handle import Handle
 from cudnn_py.memory import DeviceArray, DeviceArrayLike
-from cudnn_py.ops._common import (Out, check_array, desc, empty_strided, launch, output, scalars,
-                                  tensor_desc)
+from cudnn_py.ops._common import Out, check_array, desc, empty_strided, launch, output, scalars
 from cudnn_py.prepared import prepared
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
@@ -150,26 +150,12 @@ class Pooling(Settings):
         self._nan = nan_flag(nan_propagation)
         self._descs: dict[int, _PoolingDescriptor] = {}
 
-    @property
-    def mode(self) -> capi.cudnnPoolingMode_t:
-        return self._mode
-
-    @property
-    def window(self) -> int | tuple[int, ...]:
-        """As given: an int (every spatial dimension) or one int per spatial dimension."""
-        return self._window
-
-    @property
-    def padding(self) -> int | tuple[int, ...]:
-        return self._padding
-
-    @property
-    def stride(self) -> int | tuple[int, ...]:
-        return self._stride
-
-    @property
-    def nan_propagation(self) -> bool:
-        return self._nan
+    mode: capi.cudnnPoolingMode_t = setting("_mode")
+    window: int | tuple[int, ...] = setting("_window", "As given: an int (every spatial dimension) or one int per "
+                                                       "spatial dimension.")
+    padding: int | tuple[int, ...] = setting("_padding")
+    stride: int | tuple[int, ...] = setting("_stride")
+    nan_propagation: bool = setting("_nan")
 
     def params(self, nd: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
         """(window, padding, stride) for ``nd`` spatial dimensions, validated."""
@@ -218,14 +204,6 @@ def _resolve(pool, x_shape) -> tuple[capi.cudnnPoolingDescriptor_t, tuple[int, .
     raise InvalidTypeError(f"pool must be a cudnn_py.Pooling, got {type(pool).__name__}")
 
 
-def _pdesc(a) -> TensorDescriptor:
-    """Tensor descriptor for an N, C, *spatial array; 1-D spatial gets a unit height in front."""
-    if a.ndim == 3:
-        return tensor_desc((a.shape[0], a.shape[1], 1, a.shape[2]), a.dtype,
-                           (a.strides[0], a.strides[1], a.shape[2] * a.strides[2], a.strides[2]))
-    return desc(a)
-
-
 # ---------------------------------------------------------------- engine="graph": resample operations
 
 #: legacy pooling mode -> resample mode of the graph path
@@ -234,19 +212,16 @@ _GRAPH_MODES = {capi.CUDNN_POOLING_MAX: "max", capi.CUDNN_POOLING_MAX_DETERMINIS
                 capi.CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING: "avg_exclude_padding"}
 
 
-def _graph_params(pool, nd: int) -> tuple:
+def _graph_params(pool: Pooling, nd: int) -> tuple:
     """(resample mode, window, padding, stride) for the graph path, 1-D as 2-D with a unit height."""
-    if isinstance(pool, Pooling):
-        mode, (win, pad, st) = pool.mode, pool.params(nd)
-    else:
-        mode, _, win, pad, st = pool._get()
+    win, pad, st = pool.params(nd)
     if nd == 1:
-        win, pad, st = (1,) + tuple(win), (0,) + tuple(pad), (1,) + tuple(st)
-    return _GRAPH_MODES[capi.cudnnPoolingMode_t(int(mode))], tuple(win), tuple(pad), tuple(st)
+        win, pad, st = (1,) + win, (0,) + pad, (1,) + st
+    return _GRAPH_MODES[pool.mode], win, pad, st
 
 
-def _graph_view(a: DeviceArray) -> DeviceArray:
-    """An N, C, L array as N, C, 1, L (what the resample operation takes); others as they are."""
+def _view(a: DeviceArray) -> DeviceArray:
+    """An N, C, L array as N, C, 1, L (what cuDNN's pooling takes: 1-D runs as 2-D); others as they are."""
     if a.ndim != 3:
         return a
     return DeviceArray(a.ptr, (a.shape[0], a.shape[1], 1, a.shape[2]), a.dtype,
@@ -272,23 +247,20 @@ def _same_layout(*arrays: DeviceArray) -> bool:
     return cl == {True}
 
 
-def _auto(engine: str, x: DeviceArray, direction: str, pool) -> str:
-    """What ``engine='auto'`` runs (measured on an H200, docs/graph_paths.md): the graph (falling back to the legacy
-    call where it refuses) for 2-D pooling of channels-last data, except max pooling forward, whose legacy kernel
-    is faster there; the legacy call for NCHW data (faster both ways) and for 1-D and 3-D pooling (not measured)."""
-    if engine != "auto":
-        return engine
-    if x.ndim != 4 or not _channels_last(x):
+def _static(x: DeviceArray, direction: str, pool: Pooling) -> str:
+    """The engine ``engine='auto'`` runs without measuring (measured on an H200, docs/graph_paths.md): the graph
+    (falling back to the legacy call where it refuses) for 2-D pooling of channels-last data, except max pooling
+    forward, whose legacy kernel is faster there; the legacy call for NCHW data (faster both ways) and for 1-D and
+    3-D pooling (not measured)."""
+    if x.ndim != 4 or not _channels_last(x) or (direction == "forward" and _GRAPH_MODES[pool.mode] == "max"):
         return "legacy"
-    if direction == "forward" and _graph_params(pool, 2)[0] == "max":
-        return "legacy"
-    return "auto"
+    return "graph"
 
 
 def _graph_forward(handle: Handle, pool, xa, ya, alpha, beta, auto) -> bool:
     _check_blend(alpha, beta)
     mode, win, pad, st = _graph_params(pool, xa.ndim - 2)
-    xv, yv = _graph_view(xa), _graph_view(ya)
+    xv, yv = _view(xa), _view(ya)
     _same_layout(xv, yv)
 
     def build(g, t, _):
@@ -303,7 +275,7 @@ def _graph_backward(handle: Handle, pool, xa, ya, dya, dxa, alpha, beta, auto) -
     channels-last data needs only dy; NCHW data gives the backward x and y."""
     _check_blend(alpha, beta)
     mode, win, pad, st = _graph_params(pool, xa.ndim - 2)
-    xv, yv, dyv, dxv = (_graph_view(a) for a in (xa, ya, dya, dxa))
+    xv, yv, dyv, dxv = (_view(a) for a in (xa, ya, dya, dxa))
     cl = _same_layout(xv, yv, dyv, dxv)
     kw = dict(stride=st, padding=pad, post_padding=pad)
     params = (mode, win, pad, st)
@@ -335,20 +307,18 @@ def pooling_forward(handle: Handle, pool: Pooling, x: DeviceArrayLike, *, y: Out
     """
     xa = check_array(x, "x", handle, floating=True)
     pd, y_shape = _resolve(pool, xa.shape)
-    static = _auto(engine, xa, "forward", pool)  # "auto" measures; static mode runs this rule
     # a new y keeps x's memory order whichever engine runs (the legacy call takes any strides)
     ya = output(y, "y", handle, y_shape, xa.dtype, like=xa)
     gl.dispatch(engine, handle, None,
                 lambda: _legacy_forward(handle, pd, xa, ya, alpha, beta),
                 lambda auto: _graph_forward(handle, pool, xa, ya, alpha, beta, auto),
-                static="legacy" if static == "legacy" else "graph")
+                static=_static(xa, "forward", pool))
     return ya if y is None else y
 
 
 def _legacy_forward(handle: Handle, pd, xa, ya, alpha: float, beta: float) -> None:
     al, be = scalars(xa.dtype, alpha, beta)
-    xd, yd = _pdesc(xa), _pdesc(ya)
-    launch(handle, capi.cudnnPoolingForward, handle.ptr, pd, al, xd, xa, be, yd, ya)
+    launch(handle, capi.cudnnPoolingForward, handle.ptr, pd, al, desc(_view(xa)), xa, be, desc(_view(ya)), ya)
 
 
 @prepared(inputs=("x", "y", "dy"), outputs=("dx",), inplace=False, scalars=("alpha", "beta"), moved=("dx",))
@@ -360,21 +330,20 @@ def pooling_backward(handle: Handle, pool: Pooling, x: DeviceArrayLike, y: Devic
     ``engine``: "legacy", "graph" or "auto" (the default; as for :func:`pooling_forward`)."""
     xa = check_array(x, "x", handle, floating=True)
     pd, y_shape = _resolve(pool, xa.shape)
-    static = _auto(engine, xa, "backward", pool)  # "auto" measures; static mode runs this rule
     ya = check_array(y, "y", handle, dtype=xa.dtype, shape=y_shape)
     dya = check_array(dy, "dy", handle, dtype=xa.dtype, shape=y_shape)
     dxa = output(dx, "dx", handle, xa.shape, xa.dtype, like=xa)
     gl.dispatch(engine, handle, None,
                 lambda: _legacy_backward(handle, pd, xa, ya, dya, dxa, alpha, beta),
                 lambda auto: _graph_backward(handle, pool, xa, ya, dya, dxa, alpha, beta, auto),
-                static="legacy" if static == "legacy" else "graph")
+                static=_static(xa, "backward", pool))
     return dxa if dx is None else dx
 
 
 def _legacy_backward(handle: Handle, pd, xa, ya, dya, dxa, alpha: float, beta: float) -> None:
     al, be = scalars(xa.dtype, alpha, beta)
-    xd, yd, dyd, dxd = _pdesc(xa), _pdesc(ya), _pdesc(dya), _pdesc(dxa)
-    launch(handle, capi.cudnnPoolingBackward, handle.ptr, pd, al, yd, ya, dyd, dya, xd, xa, be, dxd, dxa)
+    launch(handle, capi.cudnnPoolingBackward, handle.ptr, pd, al, desc(_view(ya)), ya, desc(_view(dya)), dya,
+           desc(_view(xa)), xa, be, desc(_view(dxa)), dxa)
 
 
 def pooling_output_shape(x_shape: Sequence[int], mode: str | int = "max", window: int | Sequence[int] = 2,
