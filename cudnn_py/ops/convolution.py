@@ -1,4 +1,5 @@
-"""Convolution: forward, backward data, backward filter, backward bias, fused bias+activation.
+"""Convolution settings and geometry: :class:`Convolution` (the parameters) and what a call derives from them
+(layouts, shapes, :class:`Geometry`: a configuration resolved for cuDNN, with its descriptors).
 
 Arrays are in logical ``N, C, *spatial`` order; their strides say the memory layout, so a
 channels-last torch tensor (or ``layout="NHWC"`` on the :class:`Convolution` for arrays whose
@@ -10,24 +11,12 @@ Asymmetric padding (``padding=((1, 2), (0, 1))``) is done by explicit zero pre-p
 
     conv = Convolution(padding=1, stride=1)
     y = convolution_forward(h, conv, x, w)                        # heuristic algorithm, y allocated
-    y = convolution_forward(h, conv, x, w, algo="fastest")        # measured once, then cached
+    y = convolution_forward(h, conv, x, w, autotune=True)         # measured once, then cached
     dx = convolution_backward_data(h, conv, w, dy, x_shape=x.shape)
     dw = convolution_backward_filter(h, conv, x, dy, w_shape=w.shape)
 
-``algo`` is an enum member, its name (``"IMPLICIT_PRECOMP_GEMM"``), ``"heuristic"`` (first
-suitable ``_v7`` answer) or ``"fastest"`` (``Find...Ex`` under the workspace cap, remembered in
-:data:`cudnn_py.algorithms.algorithm_cache`). Everything a call derives from its configuration
-(descriptors, algorithm, workspace size) is cached, so a repeated call is a dictionary lookup and
-one C call.
-
-Where the parts live:
-
-- this module: :class:`Convolution` (the parameters) and the geometry a call derives from them (layouts, shapes,
-  :class:`Geometry`: a configuration resolved for cuDNN, with its descriptors);
-- :mod:`cudnn_py.ops.conv_calls`: the calls (:func:`convolution_forward` and the others) and their plan cache (it
-  imports this module; ``cudnn_py.convolution_forward`` and the others are the public spelling);
-- :mod:`cudnn_py.algorithms`: the algorithm queries and the choice a call makes (heuristic, fastest, named);
-- :mod:`cudnn_py.graph.conv`: ``engine="graph"``, the same calls through cached backend-API plans.
+The calls are :mod:`cudnn_py.ops.conv_calls` (``cudnn_py.convolution_forward`` and the others), the algorithm
+queries and choice :mod:`cudnn_py.algorithms`, ``engine="graph"`` :mod:`cudnn_py.graph.conv`.
 """
 from __future__ import annotations
 

@@ -38,6 +38,7 @@ from cudnn_py.dtypes import as_numpy_dtype, cudnn_dtype
 from cudnn_py.graph import legacy as gl
 from cudnn_py.handle import Handle
 from cudnn_py.contexts import on_device
+from cudnn_py.conv_layout import packed_strides
 from cudnn_py.memory import DeviceArray, DeviceArrayLike, as_array, empty, memset, memset_writes
 from cudnn_py.strided import memory_order, non_overlapping
 from cudnn_py import recording
@@ -266,19 +267,12 @@ def _format_strides(shape: tuple[int, ...], layout: str) -> tuple[int, ...]:
     """Element strides of a packed array of logical N, C, *spatial shape stored in ``layout`` (any case)."""
     fmt = layout.upper() if isinstance(layout, str) else None
     if fmt in ("NCHW", "NCDHW", "C", "CONTIGUOUS"):
-        order = list(range(len(shape)))
-    elif fmt in ("NHWC", "NDHWC"):
-        if len(shape) < 3:
-            raise InvalidValueError(f"layout {layout} needs N, C and at least one spatial dimension; got shape "
-                                    f"{shape}")
-        order = [0] + list(range(2, len(shape))) + [1]
-    else:
+        return packed_strides(shape, False)
+    if fmt not in ("NHWC", "NDHWC"):
         raise InvalidValueError(f"layout {layout!r}: expected 'NCHW' or 'NHWC' (any case)")
-    strides, acc = [0] * len(shape), 1
-    for axis in reversed(order):
-        strides[axis] = acc
-        acc *= shape[axis]
-    return tuple(strides)
+    if len(shape) < 3:
+        raise InvalidValueError(f"layout {layout} needs N, C and at least one spatial dimension; got shape {shape}")
+    return packed_strides(shape, True)
 
 
 @prepared(inputs=("x",), outputs=("y",), scalars=("alpha", "beta"), moved=("y",))
