@@ -138,39 +138,22 @@ _GRAPH_MODES = {
 }
 
 
-def _graph_activation(act) -> tuple[str, str, tuple]:
-    """(forward mode, backward mode, pointwise settings) of an activation for the graph path."""
-    a = activation_of(act)
-    mode, coef, beta, nan = a.mode, a.coef, a.swish_beta, a.nan_propagation
-    if nan:
+def _graph(handle: Handle, act: Activation, backward: bool, xa, dya, out, alpha, beta, auto) -> bool:
+    """The graph path: one pointwise operation (the gradient from dy and x where ``backward``; identity's from dy
+    alone) blended into ``out``."""
+    if act.nan_propagation:
         raise gl.GraphPathRefused("engine='graph' has no NaN-propagation setting; use engine='legacy'")
-    fwd, bwd = _GRAPH_MODES[mode]
-    params = {capi.CUDNN_ACTIVATION_CLIPPED_RELU: (("relu_lower_clip", 0.0), ("relu_upper_clip", coef)),
-              capi.CUDNN_ACTIVATION_ELU: (("elu_alpha", coef),),
-              capi.CUDNN_ACTIVATION_SWISH: (("swish_beta", beta),)}.get(mode, ())
-    return fwd, bwd, params
-
-
-def _graph_forward(handle: Handle, activation, xa, ya, alpha, beta, auto) -> bool:
-    fwd, _, params = _graph_activation(activation)
-    inputs = [("x", xa)] + ([("prior", ya)] if beta else [])
+    mode = _GRAPH_MODES[act.mode][backward]
+    params = {capi.CUDNN_ACTIVATION_CLIPPED_RELU: (("relu_lower_clip", 0.0), ("relu_upper_clip", act.coef)),
+              capi.CUDNN_ACTIVATION_ELU: (("elu_alpha", act.coef),),
+              capi.CUDNN_ACTIVATION_SWISH: (("swish_beta", act.swish_beta),)}.get(act.mode, ())
+    inputs = ([("dy", dya)] if backward else []) + ([] if backward and mode == "identity" else [("x", xa)])
 
     def build(g, t, _):
-        return gl.blend(g, g.pointwise(fwd, t["x"], **dict(params)), t, alpha, beta)
-    return gl.run_graph(handle, "activation_forward", (fwd, params, float(alpha), float(beta)), inputs, [("y", ya)],
-                        build, auto=auto)
-
-
-def _graph_backward(handle: Handle, activation, xa, dya, dxa, alpha, beta, auto) -> bool:
-    _, bwd, params = _graph_activation(activation)
-    inputs = [("dy", dya)] + ([("x", xa)] if bwd != "identity" else []) + ([("prior", dxa)] if beta else [])
-
-    def build(g, t, _):
-        d = g.pointwise(bwd, t["dy"], **dict(params)) if bwd == "identity" else \
-            g.pointwise(bwd, t["dy"], t["x"], **dict(params))
-        return gl.blend(g, d, t, alpha, beta)
-    return gl.run_graph(handle, "activation_backward", (bwd, params, float(alpha), float(beta)), inputs,
-                        [("dx", dxa)], build, auto=auto)
+        return gl.blend(g, g.pointwise(mode, *(t[name] for name, _a in inputs), **dict(params)), t, alpha, beta)
+    return gl.run_graph(handle, "activation_backward" if backward else "activation_forward",
+                        (mode, params, float(alpha), float(beta)), inputs + ([("prior", out)] if beta else []),
+                        [("dx" if backward else "y", out)], build, auto=auto)
 
 
 def _legacy_forward(handle: Handle, act: Activation, xa, ya, alpha: float, beta: float) -> None:
@@ -204,7 +187,7 @@ def activation_forward(handle: Handle, activation: Activation | str | int, x: De
     ya = output(y, "y", handle, xa.shape, xa.dtype, like=xa)
     gl.dispatch(engine, handle, None,
                 lambda: _legacy_forward(handle, act, xa, ya, alpha, beta),
-                lambda auto: _graph_forward(handle, activation, xa, ya, alpha, beta, auto))
+                lambda auto: _graph(handle, act, False, xa, None, ya, alpha, beta, auto))
     return ya if y is None else y
 
 
@@ -222,7 +205,7 @@ def activation_backward(handle: Handle, activation: Activation | str | int, x: D
     dxa = output(dx, "dx", handle, xa.shape, xa.dtype, like=dya)
     gl.dispatch(engine, handle, None,
                 lambda: _legacy_backward(handle, act, xa, ya, dya, dxa, alpha, beta),
-                lambda auto: _graph_backward(handle, activation, xa, dya, dxa, alpha, beta, auto))
+                lambda auto: _graph(handle, act, True, xa, dya, dxa, alpha, beta, auto))
     return dxa if dx is None else dx
 
 
