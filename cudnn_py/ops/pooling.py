@@ -19,8 +19,8 @@ out). Where cuDNN 9.19 has no right engine (channels-last bfloat16 2-D pooling) 
 :class:`~cudnn_py.graph.GraphNotSupportedError`. ``engine="auto"`` (the default) measures both engines on the
 first call of a configuration and keeps the faster (:mod:`cudnn_py.engine_choice`); with measuring off it runs the
 graph for 2-D pooling of channels-last data (average pooling forward, both backward passes) and the legacy call for
-max pooling forward, NCHW data, 1-D and 3-D pooling and wherever the graph refuses (docs/graph_paths.md has the
-measurements).
+max pooling forward (its legacy kernel is faster there), NCHW data (faster both ways), 1-D and 3-D pooling (not
+measured) and wherever the graph refuses (docs/graph_paths.md has the measurements, on an H200).
 
 Raw C path (what these calls do)::
 
@@ -74,6 +74,12 @@ def _param(v, name: str, minimum: int) -> int | tuple[int, ...]:
     if isinstance(t, tuple) and not 1 <= len(t) <= 3:
         raise InvalidValueError(f"{name} needs 1 to 3 values (one per spatial dimension), got {v!r}")
     return t
+
+
+def _unit_height(params: tuple) -> tuple:
+    """(window, padding, stride) of 1-D pooling as 2-D's with a unit height; others as they are."""
+    win, pad, st = params
+    return ((1,) + win, (0,) + pad, (1,) + st) if len(win) == 1 else params
 
 
 class _PoolingDescriptor(Descriptor):
@@ -181,10 +187,7 @@ class Pooling(Settings):
         """The shared ``cudnnPoolingDescriptor_t`` for ``nd`` (1 to 3) spatial dimensions (1-D is set as 2-D)."""
         d = self._descs.get(nd)
         if d is None:
-            win, pad, st = self.params(nd)
-            if nd == 1:
-                win, pad, st = (1,) + win, (0,) + pad, (1,) + st
-            d = self._descs[nd] = _PoolingDescriptor.shared(self._mode, self._nan, win, pad, st)
+            d = self._descs[nd] = _PoolingDescriptor.shared(self._mode, self._nan, *_unit_height(self.params(nd)))
         return d.ptr
 
     def _key(self):
@@ -210,14 +213,6 @@ def _resolve(pool, x_shape) -> tuple[capi.cudnnPoolingDescriptor_t, tuple[int, .
 _GRAPH_MODES = {capi.CUDNN_POOLING_MAX: "max", capi.CUDNN_POOLING_MAX_DETERMINISTIC: "max",
                 capi.CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING: "avg",
                 capi.CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING: "avg_exclude_padding"}
-
-
-def _graph_params(pool: Pooling, nd: int) -> tuple:
-    """(resample mode, window, padding, stride) for the graph path, 1-D as 2-D with a unit height."""
-    win, pad, st = pool.params(nd)
-    if nd == 1:
-        win, pad, st = (1,) + win, (0,) + pad, (1,) + st
-    return _GRAPH_MODES[pool.mode], win, pad, st
 
 
 def _view(a: DeviceArray) -> DeviceArray:
@@ -248,10 +243,7 @@ def _same_layout(*arrays: DeviceArray) -> bool:
 
 
 def _static(x: DeviceArray, direction: str, pool: Pooling) -> str:
-    """The engine ``engine='auto'`` runs without measuring (measured on an H200, docs/graph_paths.md): the graph
-    (falling back to the legacy call where it refuses) for 2-D pooling of channels-last data, except max pooling
-    forward, whose legacy kernel is faster there; the legacy call for NCHW data (faster both ways) and for 1-D and
-    3-D pooling (not measured)."""
+    """The engine ``engine='auto'`` runs without measuring (the module doc's rule)."""
     if x.ndim != 4 or not _channels_last(x) or (direction == "forward" and _GRAPH_MODES[pool.mode] == "max"):
         return "legacy"
     return "graph"
@@ -259,7 +251,7 @@ def _static(x: DeviceArray, direction: str, pool: Pooling) -> str:
 
 def _graph_forward(handle: Handle, pool, xa, ya, alpha, beta, auto) -> bool:
     _check_blend(alpha, beta)
-    mode, win, pad, st = _graph_params(pool, xa.ndim - 2)
+    mode, (win, pad, st) = _GRAPH_MODES[pool.mode], _unit_height(pool.params(xa.ndim - 2))
     xv, yv = _view(xa), _view(ya)
     _same_layout(xv, yv)
 
@@ -274,7 +266,7 @@ def _graph_backward(handle: Handle, pool, xa, ya, dya, dxa, alpha, beta, auto) -
     then the backward from that index: cuDNN 9.19's backward from x and y crashes there); average pooling of
     channels-last data needs only dy; NCHW data gives the backward x and y."""
     _check_blend(alpha, beta)
-    mode, win, pad, st = _graph_params(pool, xa.ndim - 2)
+    mode, (win, pad, st) = _GRAPH_MODES[pool.mode], _unit_height(pool.params(xa.ndim - 2))
     xv, yv, dyv, dxv = (_view(a) for a in (xa, ya, dya, dxa))
     cl = _same_layout(xv, yv, dyv, dxv)
     kw = dict(stride=st, padding=pad, post_padding=pad)
