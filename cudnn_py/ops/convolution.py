@@ -49,8 +49,7 @@ _MODES = {"cross_correlation": capi.CUDNN_CROSS_CORRELATION, "convolution": capi
 class _ConvolutionDescriptor(Descriptor):
     """A ``cudnnConvolutionDescriptor_t`` of validated settings (what :class:`cudnn_py.Convolution` hands cuDNN):
     ``padding``, ``stride``, ``dilation`` (one int per spatial dimension), ``mode``, ``compute_type`` (the
-    accumulation ``cudnnDataType_t``), ``groups``, ``math_type`` and ``reorder`` (None: cuDNN's default); read back
-    from cuDNN."""
+    accumulation ``cudnnDataType_t``), ``groups`` and ``math_type``; read back from cuDNN."""
 
     _handle_type = capi.cudnnConvolutionDescriptor_t
     _create_fn, _destroy_fn = "cudnnCreateConvolutionDescriptor", "cudnnDestroyConvolutionDescriptor"
@@ -59,22 +58,22 @@ class _ConvolutionDescriptor(Descriptor):
 
     def __init__(self, padding: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...],
                  mode: capi.cudnnConvolutionMode_t, compute_type: capi.cudnnDataType_t, groups: int,
-                 math_type: capi.cudnnMathType_t, reorder: capi.cudnnReorderType_t | None = None):
+                 math_type: capi.cudnnMathType_t):
         super().__init__()
         capi.cudnnSetConvolutionNdDescriptor(self._ptr, len(padding), c_ints(padding), c_ints(stride),
                                              c_ints(dilation), mode, compute_type)
         capi.cudnnSetConvolutionGroupCount(self._ptr, groups)
         capi.cudnnSetConvolutionMathType(self._ptr, math_type)
-        if reorder is not None:
-            capi.cudnnSetConvolutionReorderType(self._ptr, reorder)
 
     def _get(self):
-        n, mode, ct = c_int(), c_int(), c_int()
+        n, mode, ct, groups, math = c_int(), c_int(), c_int(), c_int(), c_int()
         pad, st, dil = (c_int * DIM_MAX)(), (c_int * DIM_MAX)(), (c_int * DIM_MAX)()
         capi.cudnnGetConvolutionNdDescriptor(self.ptr, DIM_MAX - 2, byref(n), pad, st, dil, byref(mode), byref(ct))
+        capi.cudnnGetConvolutionGroupCount(self.ptr, byref(groups))
+        capi.cudnnGetConvolutionMathType(self.ptr, byref(math))
         k = n.value
         return (tuple(pad[:k]), tuple(st[:k]), tuple(dil[:k]), capi.cudnnConvolutionMode_t(mode.value),
-                capi.cudnnDataType_t(ct.value))
+                capi.cudnnDataType_t(ct.value), groups.value, capi.cudnnMathType_t(math.value))
 
     padding = read_back(0, "Padding per spatial dimension.")
     stride = read_back(1, "Stride per spatial dimension.")
@@ -82,29 +81,13 @@ class _ConvolutionDescriptor(Descriptor):
     mode = read_back(3, "The ``cudnnConvolutionMode_t``.")
     compute_type = read_back(4, "The accumulation ``cudnnDataType_t``.")
     compute_dtype = read_back(4, "The accumulation ``cudnnDataType_t`` (the same as :attr:`compute_type`).")
+    groups = read_back(5, "The number of filter groups.")
+    math_type = read_back(6, "The ``cudnnMathType_t``.")
 
     @property
     def ndim(self) -> int:
         """Spatial dimensions."""
         return len(self._get()[0])
-
-    @property
-    def groups(self) -> int:
-        g = c_int()
-        capi.cudnnGetConvolutionGroupCount(self.ptr, byref(g))
-        return g.value
-
-    @property
-    def math_type(self) -> capi.cudnnMathType_t:
-        m = c_int()
-        capi.cudnnGetConvolutionMathType(self.ptr, byref(m))
-        return capi.cudnnMathType_t(m.value)
-
-    @property
-    def reorder(self) -> capi.cudnnReorderType_t:
-        r = c_int()
-        capi.cudnnGetConvolutionReorderType(self.ptr, byref(r))
-        return capi.cudnnReorderType_t(r.value)
 
     def output_shape(self, x, w) -> tuple[int, ...]:
         """The forward output shape for input ``x`` and filter ``w``, computed by cuDNN
@@ -115,8 +98,8 @@ class _ConvolutionDescriptor(Descriptor):
         if wd.ndim != nd or nd != self.ndim + 2:
             raise InvalidValueError(f"input has {nd} dims and filter {wd.ndim}; this convolution needs both to have "
                              f"{self.ndim + 2} (N/K, C, then {self.ndim} spatial)")
-        pad, st, dil, _, _ = self._get()
-        xs, ws, groups = xd.shape, wd.shape, self.groups
+        pad, st, dil, _, _, groups, _ = self._get()
+        xs, ws = xd.shape, wd.shape
         if xd.layout != capi.CUDNN_TENSOR_NCHW_VECT_C and xs[1] != ws[1] * groups:
             raise InvalidValueError(f"input {xs} has {xs[1]} channels but filter {ws} with {groups} group(s) "
                              f"expects {ws[1] * groups}")
@@ -324,7 +307,7 @@ class Convolution:
             math = self.math_for(dtype) if math_type is None else enum_arg(math_type, MATH_TYPES, capi.cudnnMathType_t,
                                                                            "math_type")
             got = self._descs[key] = _ConvolutionDescriptor.shared(
-                *self.cudnn_params(nd), self._mode, self.compute_for(dtype), self._groups, math, None)
+                *self.cudnn_params(nd), self._mode, self.compute_for(dtype), self._groups, math)
         return got
 
 
@@ -503,7 +486,7 @@ def convolution_output_shape(x_shape: Sequence[int], w_shape: Sequence[int], pad
         ints(padding, n, "padding", 0), ints(stride, n, "stride", 1), ints(dilation, n, "dilation", 1),
         enum_member(capi.cudnnConvolutionMode_t, mode, "CUDNN_", "mode"),
         capi.CUDNN_DATA_DOUBLE if dt == capi.CUDNN_DATA_DOUBLE else capi.CUDNN_DATA_FLOAT,
-        int_arg(groups, "groups", 1), capi.CUDNN_DEFAULT_MATH, None)
+        int_arg(groups, "groups", 1), capi.CUDNN_DEFAULT_MATH)
     return conv.output_shape(TensorDescriptor.shared(x_shape, dt), FilterDescriptor.shared(w_shape, dt))
 
 
