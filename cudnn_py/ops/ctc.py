@@ -67,11 +67,9 @@ class CTCLoss(Descriptor):
 
     def __init__(self, normalization: str | int = "softmax", grad_mode: str | int = "zero_oob",
                  max_label_length: int = MAX_LABEL_LENGTH) -> None:
-        norm = enum_arg(normalization, CTC_NORMALIZATIONS, capi.cudnnLossNormalizationMode_t, "CTC normalization")
-        gm = enum_arg(grad_mode, CTC_GRAD_MODES, capi.cudnnCTCGradMode_t, "CTC grad_mode")
-        max_label_length = int_arg(max_label_length, "max_label_length", 1, MAX_LABEL_LENGTH)
+        settings = _settings(normalization, grad_mode, max_label_length)
         super().__init__()
-        capi.cudnnSetCTCLossDescriptor_v9(self._ptr, capi.CUDNN_DATA_FLOAT, norm, gm, int(max_label_length))
+        capi.cudnnSetCTCLossDescriptor_v9(self._ptr, capi.CUDNN_DATA_FLOAT, *settings)
 
     def _get(self):
         ct, norm, gm, mll = ctypes.c_int(), ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
@@ -107,10 +105,13 @@ def _ctc_desc(normalization, grad_mode, max_label_length, ctc=None) -> CTCLoss:
         if not isinstance(ctc, CTCLoss):
             raise InvalidTypeError(f"ctc must be a cudnn_py.CTCLoss, got {type(ctc).__name__}")
         return ctc
-    return CTCLoss.shared(
-        enum_arg(normalization, CTC_NORMALIZATIONS, capi.cudnnLossNormalizationMode_t, "CTC normalization"),
-        enum_arg(grad_mode, CTC_GRAD_MODES, capi.cudnnCTCGradMode_t, "CTC grad_mode"),
-        int_arg(max_label_length, "max_label_length", 1, MAX_LABEL_LENGTH))
+    return CTCLoss.shared(*_settings(normalization, grad_mode, max_label_length))
+
+
+def _settings(normalization, grad_mode, max_label_length) -> tuple:
+    return (enum_arg(normalization, CTC_NORMALIZATIONS, capi.cudnnLossNormalizationMode_t, "CTC normalization"),
+            enum_arg(grad_mode, CTC_GRAD_MODES, capi.cudnnCTCGradMode_t, "CTC grad_mode"),
+            int_arg(max_label_length, "max_label_length", 1, MAX_LABEL_LENGTH))
 
 
 class CTCLossResult(NamedTuple):
