@@ -398,3 +398,12 @@ def test_channels_last_max_pooling_backward_runs_the_index_graph_first(monkeypat
     params = ("max", (2, 2), (0, 0), (2, 2))
     assert [s[:2] for s in seen] == [("pooling_index", params), ("pooling_backward", params)]
     assert [n for n, *_ in seen[0][3]] == ["y", "index"] and [n for n, *_ in seen[1][2]] == ["dy", "index"]
+
+
+def test_pooling_output_shape_checks_in_python_before_cudnn():
+    from cudnn_py import pooling_output_shape
+    with pytest.raises(InvalidValueError, match="does not fit"):
+        pooling_output_shape((1, 1, 3, 3), "max", 5)
+    with pytest.raises(InvalidValueError, match="1 to 3 spatial dimensions"):
+        pooling_output_shape((1, 1, 3, 3, 3, 3), "max", 2)
+    assert pooling_output_shape((1, 2, 9, 9), "max", 3, 1, 2) == (1, 2, 5, 5)  # cuDNN's answer

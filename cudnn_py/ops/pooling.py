@@ -111,30 +111,6 @@ class _PoolingDescriptor(Descriptor):
     padding = read_back(3, "Padding per spatial dimension.")
     stride = read_back(4, "Stride per spatial dimension.")
 
-    @property
-    def ndim(self) -> int:
-        """Spatial dimensions."""
-        return len(self._get()[2])
-
-    def output_shape(self, x) -> tuple[int, ...]:
-        """The forward output shape for input ``x`` (a TensorDescriptor, or a shape: float32), computed by
-        cuDNN (``cudnnGetPoolingNdForwardOutputDim``)."""
-        xd = x if isinstance(x, TensorDescriptor) else TensorDescriptor.shared(dims(x, "input shape", 3), np.float32)
-        nd = xd.ndim
-        if nd != self.ndim + 2:
-            raise InvalidValueError(f"input has {nd} dims; this pooling needs {self.ndim + 2} (N, C, then "
-                             f"{self.ndim} spatial)")
-        _, _, win, pad, _ = self._get()
-        for i, (n, w, p) in enumerate(zip(xd.shape[2:], win, pad)):
-            if n + 2 * p < w:
-                raise InvalidValueError(f"spatial dim {i}: the pooling window ({w}) is larger than the padded input "
-                                 f"({n} + 2*{p})")
-            if n + 2 * p > INT32_MAX:
-                raise InvalidValueError(f"spatial dim {i}: the padded input ({n} + 2*{p}) exceeds cuDNN's int range")
-        out = (c_int * nd)()
-        capi.cudnnGetPoolingNdForwardOutputDim(self.ptr, xd.ptr, nd, out)
-        return tuple(out)
-
 
 class Pooling(Settings):
     """Pooling settings: validated once, hashable, with one shared ``cudnnPoolingDescriptor_t`` per spatial rank.
@@ -348,8 +324,15 @@ def pooling_output_shape(x_shape: Sequence[int], mode: str | int = "max", window
                                f"not a Pooling: use Pooling.output_shape, here {mode!r}.output_shape({x_shape!r})")
     x_shape = dims(x_shape, "x_shape", 3)
     pool = Pooling(mode, window, padding, stride)
-    d = _PoolingDescriptor.shared(pool.mode, False, *pool.params(len(x_shape) - 2))
-    return d.output_shape(TensorDescriptor.shared(x_shape, legacy_dtype(dtype, "pooling")))
+    pool.output_shape(x_shape)  # checked first: 1 to 3 spatial dimensions, each window fits its padded input
+    nd = len(x_shape)
+    win, pad, st = pool.params(nd - 2)
+    if any(n + 2 * p > INT32_MAX for n, p in zip(x_shape[2:], pad)):
+        raise InvalidValueError(f"the padded input ({x_shape} padded by {pad}) exceeds cuDNN's int range")
+    d, xd, out = (_PoolingDescriptor.shared(pool.mode, False, win, pad, st),
+                  TensorDescriptor.shared(x_shape, legacy_dtype(dtype, "pooling")), (c_int * nd)())
+    capi.cudnnGetPoolingNdForwardOutputDim(d.ptr, xd.ptr, nd, out)
+    return tuple(out)
 
 
 # ---------------------------------------------------------------- deprecated names
