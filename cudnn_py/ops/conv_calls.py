@@ -130,12 +130,13 @@ def _scaling(p: _Plan, alpha: float, beta: float) -> tuple:
     return (p.one, p.zero) if alpha == 1.0 and beta == 0.0 else scalars(p.scaling, alpha, beta)
 
 
-def _ready(handle: Handle, key, direction, conv, sigs, spec, deterministic, workspace_limit, in_ptrs) -> _Plan:
-    """The remembered plan for a call (unless "fastest" choices were cleared or reloaded since, or the handle's
+def _ready(handle: Handle, direction, conv, sigs, spec, deterministic, workspace_limit, in_ptrs) -> _Plan:
+    """The remembered plan for a call, by its configuration (unless "fastest" choices were cleared or reloaded since, or the handle's
     workspace cap was lowered below its workspace since: then it is made again under this cap, and an explicit
     algorithm that needs more raises :class:`~cudnn_py.errors.WorkspaceLimitError` when the workspace is fetched),
     else a new one. (A raised cap keeps the plans made under the lower one; ``clear_caches()`` chooses again.)"""
     recording.uses(PLANS)
+    key = (direction, conv, *sigs, spec, deterministic, workspace_limit)
     p = handle_cache(handle, PLANS).get(key)
     if p is None or (p.gen is not None and p.gen != _alg.algorithm_cache.generation) or (
             p.ws and handle.workspace.cap is not None and p.ws > handle.workspace.cap):
@@ -288,8 +289,7 @@ def _legacy(handle: Handle, direction: str, conv: Convolution, sigs, a_ptr: int,
     allocate where ``out`` is None; forward's y None then): its plan, the output allocated, the call through the
     legacy sink. Asymmetric padding runs on a zero-padded scratch copy of x (backward data: the gradient of one,
     its interior then blended into dx)."""
-    key = (direction, conv, *sigs, algo, deterministic, workspace_limit)
-    p = _ready(handle, key, direction, conv, sigs, algo, deterministic, workspace_limit, (a_ptr, b_ptr))
+    p = _ready(handle, direction, conv, sigs, algo, deterministic, workspace_limit, (a_ptr, b_ptr))
     g = p.g
     if out is None:
         s = sigs[{"forward": 2, "backward_data": 0, "backward_filter": 1}[direction]]
@@ -474,8 +474,7 @@ def _bias_activation_legacy(handle: Handle, conv: Convolution, sigs, z, y, ys, y
     if z is None and beta != 0.0:
         raise InvalidValueError("beta scales z; pass z (it may be y itself) or leave beta at 0")
     (xs, x_ptr), (ws, w_ptr), (bs, b_ptr) = sigs
-    key = ("forward", conv, xs, ws, ys, algo, deterministic, workspace_limit)
-    p = _ready(handle, key, "forward", conv, (xs, ws, ys), algo, deterministic, workspace_limit, (x_ptr, w_ptr))
+    p = _ready(handle, "forward", conv, (xs, ws, ys), algo, deterministic, workspace_limit, (x_ptr, w_ptr))
     g = p.g
     if y is None:  # the signature of the y allocated below: bias and z are checked before anything is allocated
         ys = (tuple(g.out_shape), c_strides(tuple(g.out_shape)), np.dtype(g.np_y_dtype), _device_id(handle))
