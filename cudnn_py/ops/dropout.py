@@ -172,20 +172,12 @@ def _packed_in(a: DeviceArray | _Layout, order: Sequence[int]) -> bool:
     return True
 
 
-def _memory_order(a: DeviceArray) -> tuple[int, ...] | None:
-    """The order of ``a``'s dimensions from outermost to innermost in memory when ``a`` is dense (the logical
-    order when that describes it, so a C-contiguous array gives ``(0, 1, ...)``), else None."""
-    logical = tuple(range(a.ndim))
-    if _packed_in(a, logical):
-        return logical
-    order = tuple(sorted(logical, key=lambda i: (a.shape[i] == 1, -a.strides[i], i)))
-    return order if _packed_in(a, order) else None
-
-
 def _shared_order(a: DeviceArray, b: DeviceArray) -> tuple[int, ...]:
-    """The memory order ``a`` and ``b`` are both packed in, else the logical order."""
-    order = _memory_order(a)
-    return order if order is not None and _packed_in(b, order) else tuple(range(a.ndim))
+    """The order of the dimensions, outermost first in memory, that ``a`` and ``b`` are both packed in (dimensions of
+    size 1 last), else the logical order (also where that describes ``a``: a C-contiguous array gives it)."""
+    logical = tuple(range(a.ndim))
+    order = tuple(sorted(logical, key=lambda i: (a.shape[i] == 1, -a.strides[i], i)))
+    return order if not _packed_in(a, logical) and _packed_in(a, order) and _packed_in(b, order) else logical
 
 
 def _desc_in(a: DeviceArray | _Layout, order: Sequence[int]):
