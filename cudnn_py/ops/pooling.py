@@ -200,11 +200,6 @@ def _view(a: DeviceArray) -> DeviceArray:
                        owner=a)
 
 
-def _check_blend(alpha: float, beta: float) -> None:
-    if alpha != 1.0 or beta != 0.0:
-        raise gl.GraphPathRefused("engine='graph' pools with alpha 1 and beta 0; use engine='legacy' to blend")
-
-
 def _channels_last(a: DeviceArray) -> bool:
     return a.shape[1] > 1 and a.strides[1] == 1
 
@@ -225,28 +220,23 @@ def _static(x: DeviceArray, direction: str, pool: Pooling) -> str:
     return "graph"
 
 
-def _graph_forward(handle: Handle, pool, xa, ya, alpha, beta, auto) -> bool:
-    _check_blend(alpha, beta)
+def _graph(handle: Handle, pool: Pooling, xa, ya, dya, dxa, alpha, beta, auto) -> bool:
+    """The graph path, forward (``dya`` None) or backward: max pooling of channels-last data runs backward as two
+    graphs (the forward again, writing its int8 window index, then the backward from that index: cuDNN 9.19's
+    backward from x and y crashes there); average pooling of channels-last data needs only dy; NCHW data gives the
+    backward x and y."""
+    if alpha != 1.0 or beta != 0.0:
+        raise gl.GraphPathRefused("engine='graph' pools with alpha 1 and beta 0; use engine='legacy' to blend")
     mode, (win, pad, st) = _GRAPH_MODES[pool.mode], _unit_height(pool.params(xa.ndim - 2))
+    params, kw = (mode, win, pad, st), dict(stride=st, padding=pad, post_padding=pad)
     xv, yv = _view(xa), _view(ya)
-    _same_layout(xv, yv)
-
-    def build(g, t, _):
-        return g.resample(t["x"], mode, win, stride=st, padding=pad, post_padding=pad)
-    return gl.run_graph(handle, "pooling_forward", (mode, win, pad, st), [("x", xv)], [("y", yv)], build,
-                        auto=auto, relabel=False, autotune=True)
-
-
-def _graph_backward(handle: Handle, pool, xa, ya, dya, dxa, alpha, beta, auto) -> bool:
-    """Max pooling of channels-last data runs as two graphs (the forward again, writing its int8 window index,
-    then the backward from that index: cuDNN 9.19's backward from x and y crashes there); average pooling of
-    channels-last data needs only dy; NCHW data gives the backward x and y."""
-    _check_blend(alpha, beta)
-    mode, (win, pad, st) = _GRAPH_MODES[pool.mode], _unit_height(pool.params(xa.ndim - 2))
-    xv, yv, dyv, dxv = (_view(a) for a in (xa, ya, dya, dxa))
+    if dya is None:
+        _same_layout(xv, yv)
+        return gl.run_graph(handle, "pooling_forward", params, [("x", xv)], [("y", yv)],
+                            lambda g, t, _: g.resample(t["x"], mode, win, **kw), auto=auto, relabel=False,
+                            autotune=True)
+    dyv, dxv = _view(dya), _view(dxa)
     cl = _same_layout(xv, yv, dyv, dxv)
-    kw = dict(stride=st, padding=pad, post_padding=pad)
-    params = (mode, win, pad, st)
     if mode == "max" and cl:
         idx = empty_strided(handle, yv.shape, yv.strides, np.int8)
         scratch = empty_strided(handle, yv.shape, yv.strides, yv.dtype)
@@ -265,28 +255,32 @@ def _graph_backward(handle: Handle, pool, xa, ya, dya, dxa, alpha, beta, auto) -
                         autotune=True)
 
 
+def _legacy(handle: Handle, pd, xa, ya, dya, dxa, alpha: float, beta: float) -> None:
+    """``cudnnPoolingForward`` (``dya`` None) or ``cudnnPoolingBackward``."""
+    al, be = scalars(xa.dtype, alpha, beta)
+    if dya is None:
+        launch(handle, capi.cudnnPoolingForward, handle.ptr, pd, al, desc(_view(xa)), xa, be, desc(_view(ya)), ya)
+    else:
+        launch(handle, capi.cudnnPoolingBackward, handle.ptr, pd, al, desc(_view(ya)), ya, desc(_view(dya)), dya,
+               desc(_view(xa)), xa, be, desc(_view(dxa)), dxa)
+
+
 @prepared(inputs=("x",), outputs=("y",), inplace=False, scalars=("alpha", "beta"), moved=("y",))
 def pooling_forward(handle: Handle, pool: Pooling, x: DeviceArrayLike, *, y: Out | None = None,
                     alpha: float = 1.0, beta: float = 0.0, engine: str = "auto") -> DeviceArray | Out:
     """``y = alpha * pool(x) + beta * y`` (``cudnnPoolingForward``); returns y (allocated if not given).
 
-    ``pool``: a :class:`Pooling`. ``engine``: "legacy",
-    "graph" or "auto" (the default: see the module doc).
+    ``pool``: a :class:`Pooling`. ``engine``: "legacy", "graph" or "auto" (the default: see the module doc).
     """
     xa = check_array(x, "x", handle, floating=True)
     pd, y_shape = _resolve(pool, xa.shape)
     # a new y keeps x's memory order whichever engine runs (the legacy call takes any strides)
     ya = output(y, "y", handle, y_shape, xa.dtype, like=xa)
     gl.dispatch(engine, handle, None,
-                lambda: _legacy_forward(handle, pd, xa, ya, alpha, beta),
-                lambda auto: _graph_forward(handle, pool, xa, ya, alpha, beta, auto),
+                lambda: _legacy(handle, pd, xa, ya, None, None, alpha, beta),
+                lambda auto: _graph(handle, pool, xa, ya, None, None, alpha, beta, auto),
                 static=_static(xa, "forward", pool))
     return ya if y is None else y
-
-
-def _legacy_forward(handle: Handle, pd, xa, ya, alpha: float, beta: float) -> None:
-    al, be = scalars(xa.dtype, alpha, beta)
-    launch(handle, capi.cudnnPoolingForward, handle.ptr, pd, al, desc(_view(xa)), xa, be, desc(_view(ya)), ya)
 
 
 @prepared(inputs=("x", "y", "dy"), outputs=("dx",), inplace=False, scalars=("alpha", "beta"), moved=("dx",))
@@ -302,16 +296,10 @@ def pooling_backward(handle: Handle, pool: Pooling, x: DeviceArrayLike, y: Devic
     dya = check_array(dy, "dy", handle, dtype=xa.dtype, shape=y_shape)
     dxa = output(dx, "dx", handle, xa.shape, xa.dtype, like=xa)
     gl.dispatch(engine, handle, None,
-                lambda: _legacy_backward(handle, pd, xa, ya, dya, dxa, alpha, beta),
-                lambda auto: _graph_backward(handle, pool, xa, ya, dya, dxa, alpha, beta, auto),
+                lambda: _legacy(handle, pd, xa, ya, dya, dxa, alpha, beta),
+                lambda auto: _graph(handle, pool, xa, ya, dya, dxa, alpha, beta, auto),
                 static=_static(xa, "backward", pool))
     return dxa if dx is None else dx
-
-
-def _legacy_backward(handle: Handle, pd, xa, ya, dya, dxa, alpha: float, beta: float) -> None:
-    al, be = scalars(xa.dtype, alpha, beta)
-    launch(handle, capi.cudnnPoolingBackward, handle.ptr, pd, al, desc(_view(ya)), ya, desc(_view(dya)), dya,
-           desc(_view(xa)), xa, be, desc(_view(dxa)), dxa)
 
 
 def pooling_output_shape(x_shape: Sequence[int], mode: str | int = "max", window: int | Sequence[int] = 2,
