@@ -300,3 +300,21 @@ def test_graph_path_builds_one_pointwise_operation(monkeypatch, backward, mode, 
     op = "activation_backward" if backward else "activation_forward"
     assert seen["run"] == (op, (name, params, 1.0, beta), ins + (["prior"] if beta else []), [out])
     assert seen["op"] == (name, tuple(n.upper() for n in ins), dict(params))
+
+
+@pytest.mark.parametrize("mode,forward,backward", [
+    ("relu", "cudnnActivationForward", "cudnnActivationBackward"),
+    ("identity", "cudnnTransformTensor", "cudnnTransformTensor"),  # cuDNN's activation calls refuse identity
+])
+def test_legacy_path_calls(monkeypatch, mode, forward, backward):
+    """The legacy engine's C call and the arrays it passes, in order (the GPU tests run it)."""
+    from cudnn_py.ops import activation as A
+    from helpers import fake_array, fake_cudnn_handle
+    seen = []
+    monkeypatch.setattr(A, "launch", lambda handle, fn, *args: seen.append(
+        (fn.__name__, [a for a in args if isinstance(a, type(x))])))
+    x, y, dy, dx = (fake_array((2, 3)) for _ in range(4))
+    activation_forward(fake_cudnn_handle(), mode, x, y=y, engine="legacy")
+    activation_backward(fake_cudnn_handle(), mode, x, y, dy, dx=dx, engine="legacy")
+    assert seen[0] == (forward, [x, y])
+    assert seen[1] == (backward, [dy, dx] if mode == "identity" else [y, dy, x, dx])

@@ -156,18 +156,16 @@ def _graph(handle: Handle, act: Activation, backward: bool, xa, dya, out, alpha,
                         [("dx" if backward else "y", out)], build, auto=auto)
 
 
-def _legacy_forward(handle: Handle, act: Activation, xa, ya, alpha: float, beta: float) -> None:
+def _legacy(handle: Handle, act: Activation, xa, ya, dya, dxa, alpha: float, beta: float) -> None:
+    """``cudnnActivationForward`` (``dya`` None) or ``cudnnActivationBackward``; identity as ``cudnnTransformTensor``,
+    a scaled copy (``y = alpha * x + beta * y``, ``dx = alpha * dy + beta * dx``): cuDNN keeps identity for the fused
+    conv call."""
     al, be = scalars(xa.dtype, alpha, beta)
-    if act.mode == capi.CUDNN_ACTIVATION_IDENTITY:  # cuDNN keeps identity for the fused conv call: a scaled copy
-        launch(handle, capi.cudnnTransformTensor, handle.ptr, al, desc(xa), xa, be, desc(ya), ya)
-    else:
+    if act.mode == capi.CUDNN_ACTIVATION_IDENTITY:
+        src, dst = (xa, ya) if dya is None else (dya, dxa)
+        launch(handle, capi.cudnnTransformTensor, handle.ptr, al, desc(src), src, be, desc(dst), dst)
+    elif dya is None:
         launch(handle, capi.cudnnActivationForward, handle.ptr, act, al, desc(xa), xa, be, desc(ya), ya)
-
-
-def _legacy_backward(handle: Handle, act: Activation, xa, ya, dya, dxa, alpha: float, beta: float) -> None:
-    al, be = scalars(xa.dtype, alpha, beta)
-    if act.mode == capi.CUDNN_ACTIVATION_IDENTITY:  # dx = alpha * dy + beta * dx
-        launch(handle, capi.cudnnTransformTensor, handle.ptr, al, desc(dya), dya, be, desc(dxa), dxa)
     else:
         launch(handle, capi.cudnnActivationBackward, handle.ptr, act, al, desc(ya), ya, desc(dya), dya, desc(xa), xa,
                be, desc(dxa), dxa)
@@ -186,7 +184,7 @@ def activation_forward(handle: Handle, activation: Activation | str | int, x: De
     xa = check_array(x, "x", handle, floating=True)
     ya = output(y, "y", handle, xa.shape, xa.dtype, like=xa)
     gl.dispatch(engine, handle, None,
-                lambda: _legacy_forward(handle, act, xa, ya, alpha, beta),
+                lambda: _legacy(handle, act, xa, ya, None, None, alpha, beta),
                 lambda auto: _graph(handle, act, False, xa, None, ya, alpha, beta, auto))
     return ya if y is None else y
 
@@ -204,7 +202,7 @@ def activation_backward(handle: Handle, activation: Activation | str | int, x: D
     dya = check_array(dy, "dy", handle, dtype=xa.dtype, shape=xa.shape)
     dxa = output(dx, "dx", handle, xa.shape, xa.dtype, like=dya)
     gl.dispatch(engine, handle, None,
-                lambda: _legacy_backward(handle, act, xa, ya, dya, dxa, alpha, beta),
+                lambda: _legacy(handle, act, xa, ya, dya, dxa, alpha, beta),
                 lambda auto: _graph(handle, act, True, xa, dya, dxa, alpha, beta, auto))
     return dxa if dx is None else dx
 
