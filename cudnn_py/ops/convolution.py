@@ -368,23 +368,18 @@ class Geometry:
                 raise InvalidValueError(f"output shape {tuple(y[0])} does not match the convolution's "
                                         f"{physical(ys, conv.layout)} (x {tuple(x[0])}, w {tuple(w[0])}, {conv!r})")
         yst = logical(y[0], y[1], conv.layout)[1] if y[1] is not None else packed_strides(ys, conv.layout == "NHWC")
-        if wst == packed_strides(ws, False):
-            self.w_nhwc = False
-        elif wst == packed_strides(ws, True):
-            self.w_nhwc = True
-        else:
+        self.w_nhwc = wst != packed_strides(ws, False)
+        if self.w_nhwc and wst != packed_strides(ws, True):
             raise InvalidValueError(f"w must be packed NCHW or channels-last: strides {packed_strides(ws, False)} or "
                                     f"{packed_strides(ws, True)} (elements, logical order), got {wst}")
         self.data_nd = nd = len(xs) - 2  # spatial dimensions as given
         pads, _, _ = conv.params(nd)
         self.out_shape = physical(ys, conv.layout)  # what a caller-facing output looks like
-        self.unit = nd == 1
-        if self.unit:
+        if nd == 1:
             xs, xst = unit_height(xs, xst)
             ws, _ = unit_height(ws, packed_strides(ws, self.w_nhwc))
             ys, yst = unit_height(ys, yst)
             pads = ((0, 0),) + pads
-        self.nd = len(xs) - 2  # as cuDNN sees them
         self.dtype, self.y_dtype = cudnn_dtype(dtype), cudnn_dtype(y_dtype)
         self.np_dtype, self.np_y_dtype = np.dtype(dtype), np.dtype(y_dtype)
         self.compute, self.math_type = conv.compute_for(self.np_dtype), conv.math_for(self.np_dtype)
@@ -392,17 +387,14 @@ class Geometry:
         self.x_shape, self.x_strides, self.w_shape, self.y_shape, self.y_strides = xs, xst, ws, ys, yst
         self.asym = any(lo != hi for lo, hi in pads)
         if self.asym:  # cuDNN sees an explicitly zero-padded copy of x and no padding
-            self.lo_pads = tuple(lo for lo, _ in pads)
-            self.xp_shape = xs[:2] + tuple(xs[2 + i] + pads[i][0] + pads[i][1] for i in range(self.nd))
+            self.xp_shape = xs[:2] + tuple(n + lo + hi for n, (lo, hi) in zip(xs[2:], pads))
             self.xp_strides = packed_strides(self.xp_shape, conv.layout == "NHWC")
             self.xp_size = math.prod(self.xp_shape)
-            self.xp_desc = _tensor_desc(self.xp_shape, self.xp_strides, self.dtype)
+            self.x_desc = _tensor_desc(self.xp_shape, self.xp_strides, self.dtype)
             # x's own descriptor, and the interior of the padded buffer seen with x's shape
             self.x_orig_desc = _tensor_desc(xs, xst, self.dtype)
             self.interior_desc = _tensor_desc(xs, self.xp_strides, self.dtype)
-            self.interior_offset = sum(lo * s for lo, s in zip(self.lo_pads, self.xp_strides[2:])) * \
-                self.np_dtype.itemsize
-            self.x_desc = self.xp_desc
+            self.interior_offset = sum(lo * s for (lo, _), s in zip(pads, self.xp_strides[2:])) * self.np_dtype.itemsize
         else:
             self.x_desc = _tensor_desc(xs, xst, self.dtype)
         self.w_desc = _d.FilterDescriptor.shared(tuple(ws), self.dtype, "NHWC" if self.w_nhwc else "NCHW")
