@@ -138,11 +138,12 @@ _GRAPH_MODES = {
 }
 
 
-def _graph(handle: Handle, act: Activation, backward: bool, xa, dya, out, alpha, beta, auto) -> bool:
-    """The graph path: one pointwise operation (the gradient from dy and x where ``backward``; identity's from dy
-    alone) blended into ``out``."""
+def _graph(handle: Handle, act: Activation, xa, dya, out, alpha, beta, auto) -> bool:
+    """The graph path: one pointwise operation blended into ``out``, forward (``dya`` None) or backward (the gradient
+    from dy and x; identity's from dy alone)."""
     if act.nan_propagation:
         raise gl.GraphPathRefused("engine='graph' has no NaN-propagation setting; use engine='legacy'")
+    backward = dya is not None
     mode = _GRAPH_MODES[act.mode][backward]
     params = {capi.CUDNN_ACTIVATION_CLIPPED_RELU: (("relu_lower_clip", 0.0), ("relu_upper_clip", act.coef)),
               capi.CUDNN_ACTIVATION_ELU: (("elu_alpha", act.coef),),
@@ -185,7 +186,7 @@ def activation_forward(handle: Handle, activation: Activation | str | int, x: De
     ya = output(y, "y", handle, xa.shape, xa.dtype, like=xa)
     gl.dispatch(engine, handle, None,
                 lambda: _legacy(handle, act, xa, ya, None, None, alpha, beta),
-                lambda auto: _graph(handle, act, False, xa, None, ya, alpha, beta, auto))
+                lambda auto: _graph(handle, act, xa, None, ya, alpha, beta, auto))
     return ya if y is None else y
 
 
@@ -203,7 +204,7 @@ def activation_backward(handle: Handle, activation: Activation | str | int, x: D
     dxa = output(dx, "dx", handle, xa.shape, xa.dtype, like=dya)
     gl.dispatch(engine, handle, None,
                 lambda: _legacy(handle, act, xa, ya, dya, dxa, alpha, beta),
-                lambda auto: _graph(handle, act, True, xa, dya, dxa, alpha, beta, auto))
+                lambda auto: _graph(handle, act, xa, dya, dxa, alpha, beta, auto))
     return dxa if dx is None else dx
 
 
