@@ -6,7 +6,6 @@
     y = activation_forward(h, Activation("clipped_relu", coef=6.0), x)
     dx = activation_backward(h, Activation("swish", swish_beta=1.5), x, y, dy)
 
-``coef`` is the ceiling of clipped ReLU and the alpha of ELU; ``swish_beta`` scales swish's sigmoid.
 Identity runs as ``cudnnTransformTensor`` (a scaled copy): cuDNN's activation calls refuse
 ``CUDNN_ACTIVATION_IDENTITY`` (BAD_PARAM), which it keeps for ``cudnnConvolutionBiasActivationForward``.
 Arrays of any rank 1 to 8 and any strides (x and y may differ) are accepted.
@@ -82,8 +81,8 @@ class Activation(Settings):
     """Activation settings: validated once, hashable, with one shared ``cudnnActivationDescriptor_t``.
 
     ``mode``: a key of :data:`ACTIVATION_MODES` (any case) or a ``cudnnActivationMode_t``. ``coef``: clipped ReLU's
-    ceiling (must be > 0 for it) or ELU's alpha. ``swish_beta``: swish's beta. ``nan_propagation``: whether ReLU
-    passes NaN through (default False). The settings read back as properties.
+    ceiling (must be > 0 for it) or ELU's alpha. ``swish_beta``: swish's beta (``x * sigmoid(swish_beta * x)``).
+    ``nan_propagation``: whether ReLU passes NaN through (default False). The settings read back as properties.
     """
 
     __slots__ = ("_mode", "_coef", "_swish_beta", "_nan", "_desc")
@@ -158,9 +157,8 @@ def _graph(handle: Handle, act: Activation, xa, dya, out, alpha, beta, auto) -> 
 
 
 def _legacy(handle: Handle, act: Activation, xa, ya, dya, dxa, alpha: float, beta: float) -> None:
-    """``cudnnActivationForward`` (``dya`` None) or ``cudnnActivationBackward``; identity as ``cudnnTransformTensor``,
-    a scaled copy (``y = alpha * x + beta * y``, ``dx = alpha * dy + beta * dx``): cuDNN keeps identity for the fused
-    conv call."""
+    """``cudnnActivationForward`` (``dya`` None) or ``cudnnActivationBackward``; identity as ``cudnnTransformTensor``
+    (``y = alpha * x + beta * y``, ``dx = alpha * dy + beta * dx``: the module doc)."""
     al, be = scalars(xa.dtype, alpha, beta)
     if act.mode == capi.CUDNN_ACTIVATION_IDENTITY:
         src, dst = (xa, ya) if dya is None else (dya, dxa)

@@ -73,7 +73,7 @@ _DIRECTIONS = {"fold": capi.CUDNN_TRANSFORM_FOLD, "unfold": capi.CUDNN_TRANSFORM
 def _broadcastable(b: DeviceArray, c: DeviceArray, bname: str, cname: str) -> None:
     if b.ndim != c.ndim or any(bd not in (1, cd) for bd, cd in zip(b.shape, c.shape)):
         raise InvalidValueError(f"{bname} has shape {b.shape}; it must have {cname}'s {c.ndim} dimensions "
-                         f"{c.shape}, each equal or 1 (broadcast)")
+                                f"{c.shape}, each equal or 1 (broadcast)")
 
 
 @prepared(inputs=("a",), outputs=("c",), scalars=("alpha", "beta"))
@@ -120,8 +120,7 @@ def _compute(dtype, compute_dtype):
 
 
 #: op-tensor operation -> the pointwise mode of its graph path ("not" is ``a == 0``)
-_GRAPH_OPS = {capi.CUDNN_OP_TENSOR_ADD: "add", capi.CUDNN_OP_TENSOR_MUL: "mul", capi.CUDNN_OP_TENSOR_MIN: "min",
-              capi.CUDNN_OP_TENSOR_MAX: "max", capi.CUDNN_OP_TENSOR_SQRT: "sqrt", capi.CUDNN_OP_TENSOR_NOT: "cmp_eq"}
+_GRAPH_OPS = {op: "cmp_eq" if name == "not" else name for name, op in OP_TENSOR_OPS.items()}
 
 
 def _graph_compute(compute_dtype, nan_propagation: bool) -> None:
