@@ -84,39 +84,6 @@ class _ConvolutionDescriptor(Descriptor):
     groups = read_back(5, "The number of filter groups.")
     math_type = read_back(6, "The ``cudnnMathType_t``.")
 
-    @property
-    def ndim(self) -> int:
-        """Spatial dimensions."""
-        return len(self._get()[0])
-
-    def output_shape(self, x, w) -> tuple[int, ...]:
-        """The forward output shape for input ``x`` and filter ``w``, computed by cuDNN
-        (``cudnnGetConvolutionNdForwardOutputDim``). ``x``/``w``: descriptors, or shapes (float32)."""
-        xd = x if isinstance(x, TensorDescriptor) else TensorDescriptor.shared(dims(x, "input shape", 3), np.float32)
-        wd = w if isinstance(w, FilterDescriptor) else FilterDescriptor.shared(dims(w, "filter shape", 3), np.float32)
-        nd = xd.ndim
-        if wd.ndim != nd or nd != self.ndim + 2:
-            raise InvalidValueError(f"input has {nd} dims and filter {wd.ndim}; this convolution needs both to have "
-                             f"{self.ndim + 2} (N/K, C, then {self.ndim} spatial)")
-        pad, st, dil, _, _, groups, _ = self._get()
-        xs, ws = xd.shape, wd.shape
-        if xd.layout != capi.CUDNN_TENSOR_NCHW_VECT_C and xs[1] != ws[1] * groups:
-            raise InvalidValueError(f"input {xs} has {xs[1]} channels but filter {ws} with {groups} group(s) "
-                             f"expects {ws[1] * groups}")
-        if ws[0] % groups:
-            raise InvalidValueError(f"filter {ws} has {ws[0]} output channels, which groups={groups} does not divide")
-        for i in range(self.ndim):
-            padded, extent = xs[2 + i] + 2 * pad[i], (ws[2 + i] - 1) * dil[i] + 1
-            if padded < extent:
-                raise InvalidValueError(f"spatial dim {i}: the filter ({ws[2 + i]}, dilation {dil[i]}) is larger than "
-                                 f"the padded input ({xs[2 + i]} + 2*{pad[i]})")
-            if max(padded, extent) > INT32_MAX:
-                raise InvalidValueError(f"spatial dim {i}: the padded input ({xs[2 + i]} + 2*{pad[i]}) or the dilated "
-                                 f"filter ({ws[2 + i]}, dilation {dil[i]}) exceeds cuDNN's int range (2**31 - 1)")
-        out = (c_int * nd)()
-        capi.cudnnGetConvolutionNdForwardOutputDim(self.ptr, xd.ptr, wd.ptr, nd, out)
-        return tuple(out)
-
 
 #: the accumulation types cuDNN's convolution descriptor takes (cudnnSetConvolutionNdDescriptor refuses the others)
 _COMPUTE_DTYPES = frozenset({capi.CUDNN_DATA_FLOAT, capi.CUDNN_DATA_DOUBLE, capi.CUDNN_DATA_HALF, capi.CUDNN_DATA_INT32})
@@ -473,13 +440,28 @@ def convolution_output_shape(x_shape: Sequence[int], w_shape: Sequence[int], pad
                                f"accumulation type: a Convolution's compute_dtype)")
     if len(w_shape) != len(x_shape):
         raise InvalidValueError(f"input shape {x_shape} and filter shape {w_shape} must have the same number of dims")
-    n = len(x_shape) - 2
-    conv = _ConvolutionDescriptor.shared(
-        ints(padding, n, "padding", 0), ints(stride, n, "stride", 1), ints(dilation, n, "dilation", 1),
-        enum_member(capi.cudnnConvolutionMode_t, mode, "CUDNN_", "mode"),
-        capi.CUDNN_DATA_DOUBLE if dt == capi.CUDNN_DATA_DOUBLE else capi.CUDNN_DATA_FLOAT,
-        int_arg(groups, "groups", 1), capi.CUDNN_DEFAULT_MATH)
-    return conv.output_shape(TensorDescriptor.shared(x_shape, dt), FilterDescriptor.shared(w_shape, dt))
+    n, xs, ws = len(x_shape) - 2, x_shape, w_shape
+    pad, st, dil = ints(padding, n, "padding", 0), ints(stride, n, "stride", 1), ints(dilation, n, "dilation", 1)
+    mode = enum_member(capi.cudnnConvolutionMode_t, mode, "CUDNN_", "mode")
+    groups = int_arg(groups, "groups", 1)
+    if xs[1] != ws[1] * groups:
+        raise InvalidValueError(f"input {xs} has {xs[1]} channels but filter {ws} with {groups} group(s) expects "
+                                f"{ws[1] * groups}")
+    if ws[0] % groups:
+        raise InvalidValueError(f"filter {ws} has {ws[0]} output channels, which groups={groups} does not divide")
+    for i in range(n):
+        padded, extent = xs[2 + i] + 2 * pad[i], (ws[2 + i] - 1) * dil[i] + 1
+        if padded < extent:
+            raise InvalidValueError(f"spatial dim {i}: the filter ({ws[2 + i]}, dilation {dil[i]}) is larger than "
+                                    f"the padded input ({xs[2 + i]} + 2*{pad[i]})")
+        if max(padded, extent) > INT32_MAX:
+            raise InvalidValueError(f"spatial dim {i}: the padded input ({xs[2 + i]} + 2*{pad[i]}) or the dilated "
+                                    f"filter ({ws[2 + i]}, dilation {dil[i]}) exceeds cuDNN's int range (2**31 - 1)")
+    conv = _ConvolutionDescriptor.shared(pad, st, dil, mode, capi.CUDNN_DATA_DOUBLE if dt == capi.CUDNN_DATA_DOUBLE
+                                         else capi.CUDNN_DATA_FLOAT, groups, capi.CUDNN_DEFAULT_MATH)
+    xd, wd, out = TensorDescriptor.shared(xs, dt), FilterDescriptor.shared(ws, dt), (c_int * len(xs))()
+    capi.cudnnGetConvolutionNdForwardOutputDim(conv.ptr, xd.ptr, wd.ptr, len(xs), out)
+    return tuple(out)
 
 
 # ---------------------------------------------------------------- deprecated names
