@@ -276,7 +276,7 @@ def test_graph_engine_mixed_layouts_and_allocation(handle, rng):
 @pytest.mark.parametrize("beta", [0.0, 0.5])
 def test_graph_path_builds_one_pointwise_operation(monkeypatch, backward, mode, want, beta):
     """The graph engine's run: its configuration, inputs (plus the prior output where beta blends it in), output and
-    the one pointwise operation its build adds (the GPU tests run it: test_graph_engine_forward_backward_...)."""
+    the one pointwise operation its build adds (the GPU tests run it: test_graph_engine_forward_backward_match_...)."""
     from cudnn_py.graph import legacy as gl
     seen = {}
 

@@ -415,15 +415,14 @@ def _graph_reduce(handle: Handle, opv, aa, ca, alpha, beta, compute_dtype, nan_p
     if indices or name not in _GRAPH_REDUCE:
         raise gl.GraphPathRefused(f"engine='graph' reduces with {', '.join(sorted(_GRAPH_REDUCE))} and gives no "
                                   f"indices; use engine='legacy' for {name}" + (" with indices" if indices else ""))
-    reduce = (lambda g, t, shape: g.reduction(t["a"], name, out_shape=shape))
-    if ca.dtype == np.float32 and alpha == 1.0 and beta == 0.0:
-        return gl.run_graph(handle, "reduce_tensor", (name,), [("a", aa)], [("c", ca)], reduce, auto=auto,
-                            layout_of=aa, autotune=True)
     # cuDNN 9.19's reduction engines write float32 and take no epilogue: reduce into float32, then blend into c
-    acc = empty_strided(handle, ca.shape, ca.strides, np.float32)
-    if not gl.run_graph(handle, "reduce_tensor", (name,), [("a", aa)], [("c", acc)], reduce, auto=auto,
-                        layout_of=aa, autotune=True):
-        return False
+    direct = ca.dtype == np.float32 and alpha == 1.0 and beta == 0.0
+    acc = ca if direct else empty_strided(handle, ca.shape, ca.strides, np.float32)
+    ran = gl.run_graph(handle, "reduce_tensor", (name,), [("a", aa)], [("c", acc)],
+                       lambda g, t, shape: g.reduction(t["a"], name, out_shape=shape), auto=auto, layout_of=aa,
+                       autotune=True)
+    if direct or not ran:
+        return ran
     return gl.run_graph(handle, "reduce_blend", (float(alpha), float(beta)), [("acc", acc)] + (
         [("prior", ca)] if beta else []), [("c", ca)], lambda g, t, _: gl.blend(g, t["acc"], t, alpha, beta),
         auto=auto)
