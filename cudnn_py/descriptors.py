@@ -37,11 +37,12 @@ import ctypes
 import enum
 import importlib
 import math
+import operator
 import weakref
 from collections.abc import Sequence
 from ctypes import byref, c_int, c_size_t, c_void_p
 from enum import IntEnum
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 from numpy.typing import DTypeLike
@@ -141,6 +142,12 @@ def read_back(index: int, doc: str) -> property:
     """A read-only property of a :class:`Descriptor` subclass: item ``index`` of what its ``_get()`` reads back from
     cuDNN (for the descriptor classes of the operation families too)."""
     return property(lambda self: self._get()[index], doc=doc)
+
+
+def setting(slot: str, doc: str | None = None) -> Any:
+    """A read-only property of a settings class (:class:`Settings`, ``Convolution``): its attribute ``slot`` as
+    given, typed by the annotation it is assigned to."""
+    return property(operator.attrgetter(slot), doc=doc)
 
 
 def _destroy(fn, ptr) -> None:

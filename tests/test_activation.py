@@ -263,3 +263,58 @@ def test_graph_engine_mixed_layouts_and_allocation(handle, rng):
         activation_forward(handle, "tanh", xd, y=y, engine="graph")
     activation_forward(handle, "tanh", xd, y=y, engine="auto")
     E.assert_close(E.host(y), ref_y, "float16")
+
+
+@pytest.mark.parametrize("backward,mode,want", [
+    (False, Activation("relu"), ("relu_fwd", (), ["x"], "y")),
+    (False, Activation("clipped_relu", 6.0), ("relu_fwd", (("relu_lower_clip", 0.0), ("relu_upper_clip", 6.0)), ["x"],
+                                              "y")),
+    (True, Activation("swish", swish_beta=1.5), ("swish_bwd", (("swish_beta", 1.5),), ["dy", "x"], "dx")),
+    (True, Activation("elu", 0.5), ("elu_bwd", (("elu_alpha", 0.5),), ["dy", "x"], "dx")),
+    (True, Activation("identity"), ("identity", (), ["dy"], "dx")),  # identity's gradient reads dy alone
+])
+@pytest.mark.parametrize("beta", [0.0, 0.5])
+def test_graph_path_builds_one_pointwise_operation(monkeypatch, backward, mode, want, beta):
+    """The graph engine's run: its configuration, inputs (plus the prior output where beta blends it in), output and
+    the one pointwise operation its build adds (the GPU tests run it: test_graph_engine_forward_backward_match_...)."""
+    from cudnn_py.graph import legacy as gl
+    seen = {}
+
+    class G:
+        def pointwise(self, name, *operands, **params):
+            seen["op"] = (name, operands, params)
+            return "r"
+
+    def run_graph(handle, op, params, inputs, outputs, build, auto=False):
+        seen["run"] = (op, params, [n for n, _ in inputs], [n for n, _ in outputs])
+        return build(G(), {n: n.upper() for n, _ in inputs}, None)
+    monkeypatch.setattr(gl, "run_graph", run_graph)
+    monkeypatch.setattr(gl, "blend", lambda g, r, t, alpha, b: (r, alpha, b))
+    x, y, dy, dx = (fake((2, 3)) for _ in range(4))
+    if backward:
+        got = activation_backward(NoCallHandle(), mode, x, y, dy, dx=dx, beta=beta, engine="graph")
+    else:
+        got = activation_forward(NoCallHandle(), mode, x, y=y, beta=beta, engine="graph")
+    assert got is (dx if backward else y)
+    name, params, ins, out = want
+    op = "activation_backward" if backward else "activation_forward"
+    assert seen["run"] == (op, (name, params, 1.0, beta), ins + (["prior"] if beta else []), [out])
+    assert seen["op"] == (name, tuple(n.upper() for n in ins), dict(params))
+
+
+@pytest.mark.parametrize("mode,forward,backward", [
+    ("relu", "cudnnActivationForward", "cudnnActivationBackward"),
+    ("identity", "cudnnTransformTensor", "cudnnTransformTensor"),  # cuDNN's activation calls refuse identity
+])
+def test_legacy_path_calls(monkeypatch, mode, forward, backward):
+    """The legacy engine's C call and the arrays it passes, in order (the GPU tests run it)."""
+    from cudnn_py.ops import activation as A
+    from helpers import fake_array, fake_cudnn_handle
+    seen = []
+    monkeypatch.setattr(A, "launch", lambda handle, fn, *args: seen.append(
+        (fn.__name__, [a for a in args if isinstance(a, type(x))])))
+    x, y, dy, dx = (fake_array((2, 3)) for _ in range(4))
+    activation_forward(fake_cudnn_handle(), mode, x, y=y, engine="legacy")
+    activation_backward(fake_cudnn_handle(), mode, x, y, dy, dx=dx, engine="legacy")
+    assert seen[0] == (forward, [x, y])
+    assert seen[1] == (backward, [dy, dx] if mode == "identity" else [y, dy, x, dx])

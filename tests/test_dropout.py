@@ -136,11 +136,12 @@ NHWC = (60, 1, 15, 3)  # strides of (2, 3, 4, 5) stored as N, H, W, C
     ((2, 3, 4, 5), (1, 2, 6, 24), (3, 2, 1, 0)),        # Fortran order
     ((2, 1, 4, 5), (20, 7, 5, 1), (0, 1, 2, 3)),        # a unit dimension's stride says nothing
     ((2, 3, 1, 5), (15, 1, 99, 3), (0, 3, 1, 2)),       # NHWC with H = 1: unit dimensions go last
-    ((2, 3, 4, 5), (120, 1, 30, 6), None),              # a channel slice: not dense
-    ((3, 4), (8, 1), None),                             # rows of a wider array
+    ((2, 3, 4, 5), (120, 1, 30, 6), (0, 1, 2, 3)),      # a channel slice: not dense, the logical order
+    ((3, 4), (8, 1), (0, 1)),                           # rows of a wider array
 ])
-def test_memory_order_of_dense_arrays_else_none(shape, strides, order):
-    assert dropout_module._memory_order(fake(shape, strides=strides)) == order
+def test_memory_order_of_dense_arrays_else_the_logical_one(shape, strides, order):
+    a = fake(shape, strides=strides)
+    assert dropout_module._shared_order(a, a) == order
 
 
 def test_shared_order_needs_both_packed_in_it():

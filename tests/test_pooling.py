@@ -337,3 +337,73 @@ def test_graph_engine_mixed_layouts_refused_and_auto_answers(handle, rng):
         pooling_forward(handle, pool, xd, y=E.poisoned((2, 8, 3, 3), "float32"), engine="graph")
     y = pooling_forward(handle, pool, xd, y=E.poisoned((2, 8, 3, 3), "float32"))
     E.assert_close(E.host(y), ref.forward(x, "max", (2, 2), (0, 0), (2, 2)), "float32")
+
+
+def _recorded_pooling(monkeypatch, engine, pool, x, y, dy=None, dx=None):
+    """What one call hands C (legacy: each launched descriptor's shape and strides) or the graph runner (each
+    run_graph's configuration, inputs' and outputs' names, shapes and strides), nothing run."""
+    from cudnn_py.graph import legacy as gl
+    from cudnn_py.ops import pooling as P
+    from helpers import fake_array, fake_cudnn_handle
+    seen = []
+
+    def launch(handle, fn, *args):
+        seen.append([(d.shape, d.strides) for d in args if isinstance(d, descriptors.TensorDescriptor)])
+
+    def run_graph(handle, op, params, inputs, outputs, build, **kw):
+        seen.append((op, params, [(n, a.shape, a.strides) for n, a in inputs],
+                     [(n, a.shape, a.strides) for n, a in outputs]))
+        return True
+    monkeypatch.setattr(P, "launch", launch)
+    monkeypatch.setattr(gl, "run_graph", run_graph)
+    monkeypatch.setattr(P, "empty_strided", lambda h, shape, strides, dtype: fake_array(shape, dtype, strides))
+    if dy is None:
+        pooling_forward(fake_cudnn_handle(), pool, x, y=y, engine=engine)
+    else:
+        pooling_backward(fake_cudnn_handle(), pool, x, y, dy, dx=dx, engine=engine)
+    return seen
+
+
+@pytest.mark.parametrize("engine", ["legacy", "graph"])
+@pytest.mark.parametrize("mode", ["max", "avg"])
+def test_one_d_pooling_runs_as_two_d_with_a_unit_height(monkeypatch, engine, mode):
+    """1-D pooling (N, C, L) reaches cuDNN as (N, C, 1, L) with the window, padding and stride of a unit height
+    (legacy descriptors; graph: the resample graphs' configuration and views; the GPU tests run both)."""
+    from helpers import fake_array
+    pool = Pooling(mode, window=3, padding=1, stride=2)
+    x, y = fake_array((2, 4, 9), strides=(36, 1, 4)), fake_array((2, 4, 5), strides=(20, 1, 4))  # channels-last
+    forward = _recorded_pooling(monkeypatch, engine, pool, x, y)
+    x, y, dy, dx = fake_array((2, 4, 9)), fake_array((2, 4, 5)), fake_array((2, 4, 5)), fake_array((2, 4, 9))
+    backward = _recorded_pooling(monkeypatch, engine, pool, x, y, dy, dx)
+    if engine == "legacy":
+        assert forward == [[((2, 4, 1, 9), (36, 1, 36, 4)), ((2, 4, 1, 5), (20, 1, 20, 4))]]
+        assert backward == [[((2, 4, 1, 5), (20, 5, 5, 1))] * 2 + [((2, 4, 1, 9), (36, 9, 9, 1))] * 2]
+        return
+    name = "max" if mode == "max" else "avg_exclude_padding"
+    params = (name, (1, 3), (0, 1), (1, 2))
+    assert forward == [("pooling_forward", params, [("x", (2, 4, 1, 9), (36, 1, 36, 4))],
+                        [("y", (2, 4, 1, 5), (20, 1, 20, 4))])]
+    assert backward == [("pooling_backward", params, [("dy", (2, 4, 1, 5), (20, 5, 5, 1)),
+                                                      ("x", (2, 4, 1, 9), (36, 9, 9, 1)),
+                                                      ("y", (2, 4, 1, 5), (20, 5, 5, 1))],
+                         [("dx", (2, 4, 1, 9), (36, 9, 9, 1))])]
+
+
+def test_channels_last_max_pooling_backward_runs_the_index_graph_first(monkeypatch):
+    from helpers import fake_array
+    pool = Pooling("max", window=2)
+    x, dx = fake_array((2, 8, 4, 4), strides=(128, 1, 32, 8)), fake_array((2, 8, 4, 4), strides=(128, 1, 32, 8))
+    y, dy = fake_array((2, 8, 2, 2), strides=(32, 1, 16, 8)), fake_array((2, 8, 2, 2), strides=(32, 1, 16, 8))
+    seen = _recorded_pooling(monkeypatch, "graph", pool, x, y, dy, dx)
+    params = ("max", (2, 2), (0, 0), (2, 2))
+    assert [s[:2] for s in seen] == [("pooling_index", params), ("pooling_backward", params)]
+    assert [n for n, *_ in seen[0][3]] == ["y", "index"] and [n for n, *_ in seen[1][2]] == ["dy", "index"]
+
+
+def test_pooling_output_shape_checks_in_python_before_cudnn():
+    from cudnn_py import pooling_output_shape
+    with pytest.raises(InvalidValueError, match="does not fit"):
+        pooling_output_shape((1, 1, 3, 3), "max", 5)
+    with pytest.raises(InvalidValueError, match="1 to 3 spatial dimensions"):
+        pooling_output_shape((1, 1, 3, 3, 3, 3), "max", 2)
+    assert pooling_output_shape((1, 2, 9, 9), "max", 3, 1, 2) == (1, 2, 5, 5)  # cuDNN's answer

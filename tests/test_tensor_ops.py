@@ -570,3 +570,28 @@ def test_graph_flat_view_elementwise(handle, rng, dtype, layout):
         y = T.transform_tensor(handle, E.on_device(a, dtype, layout), y=E.poisoned(shape, "float32", layout),
                                engine="graph")
         E.assert_close(E.host(y), a, "float32")
+
+
+@pytest.mark.parametrize("dtype,alpha,beta,graphs", [
+    (np.float32, 1.0, 0.0, [("reduce_tensor", ("max",), ["a"], ["c"], np.float32)]),
+    (np.float16, 1.0, 0.0, [("reduce_tensor", ("max",), ["a"], ["c"], np.float32),     # float32 scratch, then
+                            ("reduce_blend", (1.0, 0.0), ["acc"], ["c"], np.float16)]),  # blended into c
+    (np.float32, 2.0, 0.5, [("reduce_tensor", ("max",), ["a"], ["c"], np.float32),
+                            ("reduce_blend", (2.0, 0.5), ["acc", "prior"], ["c"], np.float32)]),
+])
+def test_graph_reduction_blends_through_a_float32_scratch(monkeypatch, dtype, alpha, beta, graphs):
+    """The graph reduction writes float32 without an epilogue: other dtypes and scalings reduce into a float32
+    scratch and blend it into c (the GPU tests run it: test_graph_reduce_tensor)."""
+    from cudnn_py.graph import legacy as gl
+    from helpers import fake_array, fake_cudnn_handle
+    seen = []
+
+    def run_graph(handle, op, params, inputs, outputs, build, **kw):
+        seen.append((op, params, [n for n, _ in inputs], [n for n, _ in outputs], outputs[0][1].dtype))
+        return True
+    monkeypatch.setattr(gl, "run_graph", run_graph)
+    monkeypatch.setattr(T, "empty_strided", lambda h, shape, strides, dt: fake_array(shape, dt, strides))
+    c = fake_array((2, 1), dtype)
+    assert T.reduce_tensor(fake_cudnn_handle(), "max", fake_array((2, 3), dtype), c=c, alpha=alpha, beta=beta,
+                           engine="graph") is c
+    assert seen == graphs

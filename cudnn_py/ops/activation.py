@@ -6,7 +6,6 @@
     y = activation_forward(h, Activation("clipped_relu", coef=6.0), x)
     dx = activation_backward(h, Activation("swish", swish_beta=1.5), x, y, dy)
 
-``coef`` is the ceiling of clipped ReLU and the alpha of ELU; ``swish_beta`` scales swish's sigmoid.
 Identity runs as ``cudnnTransformTensor`` (a scaled copy): cuDNN's activation calls refuse
 ``CUDNN_ACTIVATION_IDENTITY`` (BAD_PARAM), which it keeps for ``cudnnConvolutionBiasActivationForward``.
 Arrays of any rank 1 to 8 and any strides (x and y may differ) are accepted.
@@ -30,7 +29,7 @@ from ctypes import byref, c_double, c_int
 from cudnn_py import caches, capi
 from cudnn_py._deprecation import alias
 from cudnn_py.args import enum_member, float_arg, nan_flag
-from cudnn_py.descriptors import Descriptor, Settings, c_nan, read_back
+from cudnn_py.descriptors import Descriptor, Settings, c_nan, read_back, setting
 from cudnn_py.graph import legacy as gl
 from cudnn_py.handle import Handle
 from cudnn_py.memory import DeviceArray, DeviceArrayLike
@@ -82,8 +81,8 @@ class Activation(Settings):
     """Activation settings: validated once, hashable, with one shared ``cudnnActivationDescriptor_t``.
 
     ``mode``: a key of :data:`ACTIVATION_MODES` (any case) or a ``cudnnActivationMode_t``. ``coef``: clipped ReLU's
-    ceiling (must be > 0 for it) or ELU's alpha. ``swish_beta``: swish's beta. ``nan_propagation``: whether ReLU
-    passes NaN through (default False). The settings read back as properties.
+    ceiling (must be > 0 for it) or ELU's alpha. ``swish_beta``: swish's beta (``x * sigmoid(swish_beta * x)``).
+    ``nan_propagation``: whether ReLU passes NaN through (default False). The settings read back as properties.
     """
 
     __slots__ = ("_mode", "_coef", "_swish_beta", "_nan", "_desc")
@@ -98,21 +97,10 @@ class Activation(Settings):
         self._nan = nan_flag(nan_propagation)
         self._desc: _ActivationDescriptor | None = None
 
-    @property
-    def mode(self) -> capi.cudnnActivationMode_t:
-        return self._mode
-
-    @property
-    def coef(self) -> float:
-        return self._coef
-
-    @property
-    def swish_beta(self) -> float:
-        return self._swish_beta
-
-    @property
-    def nan_propagation(self) -> bool:
-        return self._nan
+    mode: capi.cudnnActivationMode_t = setting("_mode")
+    coef: float = setting("_coef")
+    swish_beta: float = setting("_swish_beta")
+    nan_propagation: bool = setting("_nan")
 
     def _key(self):
         return (self._mode, self._nan, self._coef, self._swish_beta)
@@ -149,58 +137,37 @@ _GRAPH_MODES = {
 }
 
 
-def _graph_activation(act) -> tuple[str, str, tuple]:
-    """(forward mode, backward mode, pointwise settings) of an activation for the graph path."""
-    a = activation_of(act)
-    mode, coef, beta, nan = a.mode, a.coef, a.swish_beta, a.nan_propagation
-    if nan:
+def _graph(handle: Handle, act: Activation, xa, dya, out, alpha, beta, auto) -> bool:
+    """The graph path: one pointwise operation blended into ``out``, forward (``dya`` None) or backward (the gradient
+    from dy and x; identity's from dy alone)."""
+    if act.nan_propagation:
         raise gl.GraphPathRefused("engine='graph' has no NaN-propagation setting; use engine='legacy'")
-    fwd, bwd = _GRAPH_MODES[mode]
-    params = {capi.CUDNN_ACTIVATION_CLIPPED_RELU: (("relu_lower_clip", 0.0), ("relu_upper_clip", coef)),
-              capi.CUDNN_ACTIVATION_ELU: (("elu_alpha", coef),),
-              capi.CUDNN_ACTIVATION_SWISH: (("swish_beta", beta),)}.get(mode, ())
-    return fwd, bwd, params
-
-
-def _graph_forward(handle: Handle, activation, xa, ya, alpha, beta, auto) -> bool:
-    fwd, _, params = _graph_activation(activation)
-    inputs = [("x", xa)] + ([("prior", ya)] if beta else [])
+    backward = dya is not None
+    mode = _GRAPH_MODES[act.mode][backward]
+    params = {capi.CUDNN_ACTIVATION_CLIPPED_RELU: (("relu_lower_clip", 0.0), ("relu_upper_clip", act.coef)),
+              capi.CUDNN_ACTIVATION_ELU: (("elu_alpha", act.coef),),
+              capi.CUDNN_ACTIVATION_SWISH: (("swish_beta", act.swish_beta),)}.get(act.mode, ())
+    inputs = ([("dy", dya)] if backward else []) + ([] if backward and mode == "identity" else [("x", xa)])
 
     def build(g, t, _):
-        return gl.blend(g, g.pointwise(fwd, t["x"], **dict(params)), t, alpha, beta)
-    return gl.run_graph(handle, "activation_forward", (fwd, params, float(alpha), float(beta)), inputs, [("y", ya)],
-                        build, auto=auto)
+        return gl.blend(g, g.pointwise(mode, *(t[name] for name, _a in inputs), **dict(params)), t, alpha, beta)
+    return gl.run_graph(handle, "activation_backward" if backward else "activation_forward",
+                        (mode, params, float(alpha), float(beta)), inputs + ([("prior", out)] if beta else []),
+                        [("dx" if backward else "y", out)], build, auto=auto)
 
 
-def _graph_backward(handle: Handle, activation, xa, dya, dxa, alpha, beta, auto) -> bool:
-    _, bwd, params = _graph_activation(activation)
-    inputs = [("dy", dya)] + ([("x", xa)] if bwd != "identity" else []) + ([("prior", dxa)] if beta else [])
-
-    def build(g, t, _):
-        d = g.pointwise(bwd, t["dy"], **dict(params)) if bwd == "identity" else \
-            g.pointwise(bwd, t["dy"], t["x"], **dict(params))
-        return gl.blend(g, d, t, alpha, beta)
-    return gl.run_graph(handle, "activation_backward", (bwd, params, float(alpha), float(beta)), inputs,
-                        [("dx", dxa)], build, auto=auto)
-
-
-def _legacy_forward(handle: Handle, act: Activation, xa, ya, alpha: float, beta: float) -> None:
+def _legacy(handle: Handle, act: Activation, xa, ya, dya, dxa, alpha: float, beta: float) -> None:
+    """``cudnnActivationForward`` (``dya`` None) or ``cudnnActivationBackward``; identity as ``cudnnTransformTensor``
+    (``y = alpha * x + beta * y``, ``dx = alpha * dy + beta * dx``: the module doc)."""
     al, be = scalars(xa.dtype, alpha, beta)
-    xd, yd = desc(xa), desc(ya)
-    if act.mode == capi.CUDNN_ACTIVATION_IDENTITY:  # cuDNN keeps identity for the fused conv call: a scaled copy
-        launch(handle, capi.cudnnTransformTensor, handle.ptr, al, xd, xa, be, yd, ya)
+    if act.mode == capi.CUDNN_ACTIVATION_IDENTITY:
+        src, dst = (xa, ya) if dya is None else (dya, dxa)
+        launch(handle, capi.cudnnTransformTensor, handle.ptr, al, desc(src), src, be, desc(dst), dst)
+    elif dya is None:
+        launch(handle, capi.cudnnActivationForward, handle.ptr, act, al, desc(xa), xa, be, desc(ya), ya)
     else:
-        launch(handle, capi.cudnnActivationForward, handle.ptr, act, al, xd, xa, be, yd, ya)
-
-
-def _legacy_backward(handle: Handle, act: Activation, xa, ya, dya, dxa, alpha: float, beta: float) -> None:
-    al, be = scalars(xa.dtype, alpha, beta)
-    dyd, dxd = desc(dya), desc(dxa)
-    if act.mode == capi.CUDNN_ACTIVATION_IDENTITY:  # dx = alpha * dy + beta * dx
-        launch(handle, capi.cudnnTransformTensor, handle.ptr, al, dyd, dya, be, dxd, dxa)
-    else:
-        xd, yd = desc(xa), desc(ya)
-        launch(handle, capi.cudnnActivationBackward, handle.ptr, act, al, yd, ya, dyd, dya, xd, xa, be, dxd, dxa)
+        launch(handle, capi.cudnnActivationBackward, handle.ptr, act, al, desc(ya), ya, desc(dya), dya, desc(xa), xa,
+               be, desc(dxa), dxa)
 
 
 @prepared(inputs=("x",), outputs=("y",), scalars=("alpha", "beta"), moved=("y",))
@@ -216,8 +183,8 @@ def activation_forward(handle: Handle, activation: Activation | str | int, x: De
     xa = check_array(x, "x", handle, floating=True)
     ya = output(y, "y", handle, xa.shape, xa.dtype, like=xa)
     gl.dispatch(engine, handle, None,
-                lambda: _legacy_forward(handle, act, xa, ya, alpha, beta),
-                lambda auto: _graph_forward(handle, activation, xa, ya, alpha, beta, auto))
+                lambda: _legacy(handle, act, xa, ya, None, None, alpha, beta),
+                lambda auto: _graph(handle, act, xa, None, ya, alpha, beta, auto))
     return ya if y is None else y
 
 
@@ -234,8 +201,8 @@ def activation_backward(handle: Handle, activation: Activation | str | int, x: D
     dya = check_array(dy, "dy", handle, dtype=xa.dtype, shape=xa.shape)
     dxa = output(dx, "dx", handle, xa.shape, xa.dtype, like=dya)
     gl.dispatch(engine, handle, None,
-                lambda: _legacy_backward(handle, act, xa, ya, dya, dxa, alpha, beta),
-                lambda auto: _graph_backward(handle, activation, xa, dya, dxa, alpha, beta, auto))
+                lambda: _legacy(handle, act, xa, ya, dya, dxa, alpha, beta),
+                lambda auto: _graph(handle, act, xa, dya, dxa, alpha, beta, auto))
     return dxa if dx is None else dx
 
 

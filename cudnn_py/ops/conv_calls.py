@@ -1,20 +1,18 @@
 """The convolution calls: forward, backward data, backward filter, backward bias, fused bias+activation, and the
-algorithm queries on arrays (:func:`convolution_algorithms`, :func:`convolution_workspace_size`).
+algorithm queries on arrays (:func:`convolution_algorithms`, :func:`convolution_workspace_size`); the conventions
+are :mod:`cudnn_py.ops.convolution`'s.
 
-Every call is a prepared call (:mod:`cudnn_py.prepared`): the function below is its validated path, which checks the
-arguments, chooses the engine and runs the call once through the sinks; a repeat call of its signature queues what
-that run queued (one C call or one ``cudnnBackendExecute``) with the new addresses. The legacy call's plan
-(descriptors, algorithm, workspace size: everything derived from the configuration) is made once per configuration
-in the handle's cache :data:`PLANS`: :class:`~cudnn_py.ops.convolution.Geometry` resolves the configuration and
-:func:`cudnn_py.algorithms.resolve_algorithm` chooses the algorithm. ``engine="graph"`` hands the call to
-:func:`cudnn_py.graph.conv.convolution`. ``engine="auto"`` (the default), where the graph path can take the call
+``algo``: an enum member, its name (``"IMPLICIT_PRECOMP_GEMM"``) or ``"heuristic"`` (the first suitable ``_v7``
+answer). ``autotune=True`` measures the candidates once per configuration (legacy: ``Find...Ex`` under the
+workspace cap, kept in :data:`cudnn_py.algorithms.algorithm_cache`; graph: every plan) and keeps the fastest;
+``algo="fastest"`` is its deprecated spelling. A legacy call's plan (descriptors, algorithm, workspace size) is made
+once per configuration in the handle's cache :data:`PLANS`; every call is a prepared call (:mod:`cudnn_py.prepared`)
+whose repeat queues its C call (or ``cudnnBackendExecute``) again with the new addresses. ``engine="graph"`` runs
+:func:`cudnn_py.graph.conv.convolution`. ``engine="auto"`` (the default), where the graph path takes the call
 (``algo`` a choice, no ``deterministic``/``workspace_limit``, math type "auto"; for the fused call no ``z`` and
 ``beta`` 0), measures both engines on the first call of a configuration and keeps the faster, through the families'
-one dispatch (:func:`cudnn_py.graph.legacy.dispatch`; per handle, in the tuning database,
-``CUDNN_PY_AUTO_ENGINE=static`` for the graph wherever it takes the call); elsewhere it runs the legacy call.
-``autotune=True`` measures the candidates once per configuration (legacy: ``Find...Ex`` under the workspace cap;
-graph: every plan) and keeps the fastest; ``algo="fastest"`` is its deprecated spelling. See
-:mod:`cudnn_py.ops.convolution` for the conventions.
+one dispatch (:func:`cudnn_py.graph.legacy.dispatch`; ``CUDNN_PY_AUTO_ENGINE=static``: the graph wherever it takes
+the call); elsewhere it runs the legacy call.
 """
 from __future__ import annotations
 
@@ -93,19 +91,19 @@ def _choose(handle: Handle, g: Geometry, direction: str, spec, deterministic: bo
 # ---------------------------------------------------------------- plans: everything a call derives from its config
 
 class _Plan:
-    """What one legacy call needs: its descriptors (``keep``: A, B, C in cuDNN's argument order, then the
-    convolution's), algorithm, workspace bytes, C function, and the scaling factors' type (``scaling``: double for
-    double compute, else float; ``one``, ``zero``: 1 and 0 in it)."""
+    """What one legacy call needs: its geometry, descriptors (``keep``: A, B, C in cuDNN's argument order, then the
+    convolution's), algorithm, workspace bytes, C function, the scaling factors' type (``scaling``: double for double
+    compute, else float; ``one``, ``zero``: 1 and 0 in it) and ``gen``, the algorithm_cache.generation a "fastest"
+    choice was made under (else None)."""
     __slots__ = ("g", "keep", "algo", "ws", "cfn", "scaling", "gen", "one", "zero")
-    g: Geometry
-    keep: tuple
-    algo: Any
-    ws: int
-    cfn: Any  # the direction's capi function
-    scaling: np.dtype
-    gen: int | None  # algorithm_cache.generation a "fastest" choice was made under
-    one: Any
-    zero: Any
+
+    def __init__(self, g: Geometry, direction: str, choice: tuple, spec: Any) -> None:
+        self.algo, math_type, self.ws = choice
+        self.g, self.keep = g, g.descs(direction) + (g.conv_desc(math_type),)
+        self.cfn = getattr(capi, _FUNCS[direction])
+        self.scaling = np.dtype(np.float64 if g.compute == capi.CUDNN_DATA_DOUBLE else np.float32)
+        self.one, self.zero = scalars(self.scaling, 1.0, 0.0)
+        self.gen = _alg.algorithm_cache.generation if isinstance(spec, str) and spec.lower() == "fastest" else None
 
 
 #: the name of the handle's cache of plans: (direction, convolution, x, w and y signatures (y None: allocated), algo,
@@ -122,17 +120,8 @@ def _plan(handle: Handle, key, direction, conv, sigs, spec, deterministic, works
         raise InvalidTypeError(f"int8 convolutions run forward only (cuDNN's INT8 configurations); {direction} needs "
                                f"float16, bfloat16, float32 or float64 data")
     g = Geometry.of(conv, sigs[0], sigs[1], sigs[2], _device_id(handle))
-    p = _Plan()
-    p.g = g
-    algo, math_type, p.ws = _choose(handle, g, direction, spec, deterministic, _limit(handle, workspace_limit),
-                                    in_ptrs)
-    p.keep = g.descs(direction) + (g.conv_desc(math_type),)
-    p.algo = algo
-    p.cfn = getattr(capi, _FUNCS[direction])
-    p.scaling = np.dtype(np.float64 if g.compute == capi.CUDNN_DATA_DOUBLE else np.float32)
-    p.one, p.zero = scalars(p.scaling, 1.0, 0.0)
-    p.gen = _alg.algorithm_cache.generation if isinstance(spec, str) and spec.lower() == "fastest" else None
-    handle_cache(handle, PLANS)[key] = p
+    choice = _choose(handle, g, direction, spec, deterministic, _limit(handle, workspace_limit), in_ptrs)
+    p = handle_cache(handle, PLANS)[key] = _Plan(g, direction, choice, spec)
     return p
 
 
@@ -141,12 +130,13 @@ def _scaling(p: _Plan, alpha: float, beta: float) -> tuple:
     return (p.one, p.zero) if alpha == 1.0 and beta == 0.0 else scalars(p.scaling, alpha, beta)
 
 
-def _ready(handle: Handle, key, direction, conv, sigs, spec, deterministic, workspace_limit, in_ptrs) -> _Plan:
-    """The remembered plan for a call (unless "fastest" choices were cleared or reloaded since, or the handle's
+def _ready(handle: Handle, direction, conv, sigs, spec, deterministic, workspace_limit, in_ptrs) -> _Plan:
+    """The remembered plan for a call, by its configuration (unless "fastest" choices were cleared or reloaded since, or the handle's
     workspace cap was lowered below its workspace since: then it is made again under this cap, and an explicit
     algorithm that needs more raises :class:`~cudnn_py.errors.WorkspaceLimitError` when the workspace is fetched),
     else a new one. (A raised cap keeps the plans made under the lower one; ``clear_caches()`` chooses again.)"""
     recording.uses(PLANS)
+    key = (direction, conv, *sigs, spec, deterministic, workspace_limit)
     p = handle_cache(handle, PLANS).get(key)
     if p is None or (p.gen is not None and p.gen != _alg.algorithm_cache.generation) or (
             p.ws and handle.workspace.cap is not None and p.ws > handle.workspace.cap):
@@ -299,8 +289,7 @@ def _legacy(handle: Handle, direction: str, conv: Convolution, sigs, a_ptr: int,
     allocate where ``out`` is None; forward's y None then): its plan, the output allocated, the call through the
     legacy sink. Asymmetric padding runs on a zero-padded scratch copy of x (backward data: the gradient of one,
     its interior then blended into dx)."""
-    key = (direction, conv, *sigs, algo, deterministic, workspace_limit)
-    p = _ready(handle, key, direction, conv, sigs, algo, deterministic, workspace_limit, (a_ptr, b_ptr))
+    p = _ready(handle, direction, conv, sigs, algo, deterministic, workspace_limit, (a_ptr, b_ptr))
     g = p.g
     if out is None:
         s = sigs[{"forward": 2, "backward_data": 0, "backward_filter": 1}[direction]]
@@ -485,8 +474,7 @@ def _bias_activation_legacy(handle: Handle, conv: Convolution, sigs, z, y, ys, y
     if z is None and beta != 0.0:
         raise InvalidValueError("beta scales z; pass z (it may be y itself) or leave beta at 0")
     (xs, x_ptr), (ws, w_ptr), (bs, b_ptr) = sigs
-    key = ("forward", conv, xs, ws, ys, algo, deterministic, workspace_limit)
-    p = _ready(handle, key, "forward", conv, (xs, ws, ys), algo, deterministic, workspace_limit, (x_ptr, w_ptr))
+    p = _ready(handle, "forward", conv, (xs, ws, ys), algo, deterministic, workspace_limit, (x_ptr, w_ptr))
     g = p.g
     if y is None:  # the signature of the y allocated below: bias and z are checked before anything is allocated
         ys = (tuple(g.out_shape), c_strides(tuple(g.out_shape)), np.dtype(g.np_y_dtype), _device_id(handle))

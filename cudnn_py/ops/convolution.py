@@ -1,4 +1,5 @@
-"""Convolution: forward, backward data, backward filter, backward bias, fused bias+activation.
+"""Convolution settings and geometry: :class:`Convolution` (the parameters) and what a call derives from them
+(layouts, shapes, :class:`Geometry`: a configuration resolved for cuDNN, with its descriptors).
 
 Arrays are in logical ``N, C, *spatial`` order; their strides say the memory layout, so a
 channels-last torch tensor (or ``layout="NHWC"`` on the :class:`Convolution` for arrays whose
@@ -10,24 +11,12 @@ Asymmetric padding (``padding=((1, 2), (0, 1))``) is done by explicit zero pre-p
 
     conv = Convolution(padding=1, stride=1)
     y = convolution_forward(h, conv, x, w)                        # heuristic algorithm, y allocated
-    y = convolution_forward(h, conv, x, w, algo="fastest")        # measured once, then cached
+    y = convolution_forward(h, conv, x, w, autotune=True)         # measured once, then cached
     dx = convolution_backward_data(h, conv, w, dy, x_shape=x.shape)
     dw = convolution_backward_filter(h, conv, x, dy, w_shape=w.shape)
 
-``algo`` is an enum member, its name (``"IMPLICIT_PRECOMP_GEMM"``), ``"heuristic"`` (first
-suitable ``_v7`` answer) or ``"fastest"`` (``Find...Ex`` under the workspace cap, remembered in
-:data:`cudnn_py.algorithms.algorithm_cache`). Everything a call derives from its configuration
-(descriptors, algorithm, workspace size) is cached, so a repeated call is a dictionary lookup and
-one C call.
-
-Where the parts live:
-
-- this module: :class:`Convolution` (the parameters) and the geometry a call derives from them (layouts, shapes,
-  :class:`Geometry`: a configuration resolved for cuDNN, with its descriptors);
-- :mod:`cudnn_py.ops.conv_calls`: the calls (:func:`convolution_forward` and the others) and their plan cache (it
-  imports this module; ``cudnn_py.convolution_forward`` and the others are the public spelling);
-- :mod:`cudnn_py.algorithms`: the algorithm queries and the choice a call makes (heuristic, fastest, named);
-- :mod:`cudnn_py.graph.conv`: ``engine="graph"``, the same calls through cached backend-API plans.
+The calls are :mod:`cudnn_py.ops.conv_calls` (``cudnn_py.convolution_forward`` and the others), the algorithm
+queries and choice :mod:`cudnn_py.algorithms`, ``engine="graph"`` :mod:`cudnn_py.graph.conv`.
 """
 from __future__ import annotations
 
@@ -44,7 +33,8 @@ from cudnn_py import descriptors as _d
 from cudnn_py._deprecation import alias, renamed_kwargs, warn
 from cudnn_py.args import DIM_MAX, INT32_MAX, dims, enum_member, int_arg, ints, spatial_ndim
 from cudnn_py.conv_layout import logical, packed_strides, physical, unit_height
-from cudnn_py.descriptors import Descriptor, FilterDescriptor, TensorDescriptor, c_ints, legacy_dtype, read_back
+from cudnn_py.descriptors import (Descriptor, FilterDescriptor, TensorDescriptor, c_ints, legacy_dtype, read_back,
+                                  setting)
 from cudnn_py.dtypes import as_numpy_dtype, cudnn_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.ops._common import enum_arg
@@ -56,15 +46,10 @@ MATH_TYPES = {"default": capi.CUDNN_DEFAULT_MATH, "tensor_op": capi.CUDNN_TENSOR
 _MODES = {"cross_correlation": capi.CUDNN_CROSS_CORRELATION, "convolution": capi.CUDNN_CONVOLUTION}
 
 
-_MATH_ALIASES = {"default": "CUDNN_DEFAULT_MATH", "tensor_op": "CUDNN_TENSOR_OP_MATH",
-                 "tensor_op_allow_conversion": "CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION", "fma": "CUDNN_FMA_MATH"}
-
-
 class _ConvolutionDescriptor(Descriptor):
     """A ``cudnnConvolutionDescriptor_t`` of validated settings (what :class:`cudnn_py.Convolution` hands cuDNN):
     ``padding``, ``stride``, ``dilation`` (one int per spatial dimension), ``mode``, ``compute_type`` (the
-    accumulation ``cudnnDataType_t``), ``groups``, ``math_type`` and ``reorder`` (None: cuDNN's default); read back
-    from cuDNN."""
+    accumulation ``cudnnDataType_t``), ``groups`` and ``math_type``; read back from cuDNN."""
 
     _handle_type = capi.cudnnConvolutionDescriptor_t
     _create_fn, _destroy_fn = "cudnnCreateConvolutionDescriptor", "cudnnDestroyConvolutionDescriptor"
@@ -73,22 +58,22 @@ class _ConvolutionDescriptor(Descriptor):
 
     def __init__(self, padding: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...],
                  mode: capi.cudnnConvolutionMode_t, compute_type: capi.cudnnDataType_t, groups: int,
-                 math_type: capi.cudnnMathType_t, reorder: capi.cudnnReorderType_t | None = None):
+                 math_type: capi.cudnnMathType_t):
         super().__init__()
         capi.cudnnSetConvolutionNdDescriptor(self._ptr, len(padding), c_ints(padding), c_ints(stride),
                                              c_ints(dilation), mode, compute_type)
         capi.cudnnSetConvolutionGroupCount(self._ptr, groups)
         capi.cudnnSetConvolutionMathType(self._ptr, math_type)
-        if reorder is not None:
-            capi.cudnnSetConvolutionReorderType(self._ptr, reorder)
 
     def _get(self):
-        n, mode, ct = c_int(), c_int(), c_int()
+        n, mode, ct, groups, math = c_int(), c_int(), c_int(), c_int(), c_int()
         pad, st, dil = (c_int * DIM_MAX)(), (c_int * DIM_MAX)(), (c_int * DIM_MAX)()
         capi.cudnnGetConvolutionNdDescriptor(self.ptr, DIM_MAX - 2, byref(n), pad, st, dil, byref(mode), byref(ct))
+        capi.cudnnGetConvolutionGroupCount(self.ptr, byref(groups))
+        capi.cudnnGetConvolutionMathType(self.ptr, byref(math))
         k = n.value
         return (tuple(pad[:k]), tuple(st[:k]), tuple(dil[:k]), capi.cudnnConvolutionMode_t(mode.value),
-                capi.cudnnDataType_t(ct.value))
+                capi.cudnnDataType_t(ct.value), groups.value, capi.cudnnMathType_t(math.value))
 
     padding = read_back(0, "Padding per spatial dimension.")
     stride = read_back(1, "Stride per spatial dimension.")
@@ -96,57 +81,8 @@ class _ConvolutionDescriptor(Descriptor):
     mode = read_back(3, "The ``cudnnConvolutionMode_t``.")
     compute_type = read_back(4, "The accumulation ``cudnnDataType_t``.")
     compute_dtype = read_back(4, "The accumulation ``cudnnDataType_t`` (the same as :attr:`compute_type`).")
-
-    @property
-    def ndim(self) -> int:
-        """Spatial dimensions."""
-        return len(self._get()[0])
-
-    @property
-    def groups(self) -> int:
-        g = c_int()
-        capi.cudnnGetConvolutionGroupCount(self.ptr, byref(g))
-        return g.value
-
-    @property
-    def math_type(self) -> capi.cudnnMathType_t:
-        m = c_int()
-        capi.cudnnGetConvolutionMathType(self.ptr, byref(m))
-        return capi.cudnnMathType_t(m.value)
-
-    @property
-    def reorder(self) -> capi.cudnnReorderType_t:
-        r = c_int()
-        capi.cudnnGetConvolutionReorderType(self.ptr, byref(r))
-        return capi.cudnnReorderType_t(r.value)
-
-    def output_shape(self, x, w) -> tuple[int, ...]:
-        """The forward output shape for input ``x`` and filter ``w``, computed by cuDNN
-        (``cudnnGetConvolutionNdForwardOutputDim``). ``x``/``w``: descriptors, or shapes (float32)."""
-        xd = x if isinstance(x, TensorDescriptor) else TensorDescriptor.shared(dims(x, "input shape", 3), np.float32)
-        wd = w if isinstance(w, FilterDescriptor) else FilterDescriptor.shared(dims(w, "filter shape", 3), np.float32)
-        nd = xd.ndim
-        if wd.ndim != nd or nd != self.ndim + 2:
-            raise InvalidValueError(f"input has {nd} dims and filter {wd.ndim}; this convolution needs both to have "
-                             f"{self.ndim + 2} (N/K, C, then {self.ndim} spatial)")
-        pad, st, dil, _, _ = self._get()
-        xs, ws, groups = xd.shape, wd.shape, self.groups
-        if xd.layout != capi.CUDNN_TENSOR_NCHW_VECT_C and xs[1] != ws[1] * groups:
-            raise InvalidValueError(f"input {xs} has {xs[1]} channels but filter {ws} with {groups} group(s) "
-                             f"expects {ws[1] * groups}")
-        if ws[0] % groups:
-            raise InvalidValueError(f"filter {ws} has {ws[0]} output channels, which groups={groups} does not divide")
-        for i in range(self.ndim):
-            padded, extent = xs[2 + i] + 2 * pad[i], (ws[2 + i] - 1) * dil[i] + 1
-            if padded < extent:
-                raise InvalidValueError(f"spatial dim {i}: the filter ({ws[2 + i]}, dilation {dil[i]}) is larger than "
-                                 f"the padded input ({xs[2 + i]} + 2*{pad[i]})")
-            if max(padded, extent) > INT32_MAX:
-                raise InvalidValueError(f"spatial dim {i}: the padded input ({xs[2 + i]} + 2*{pad[i]}) or the dilated "
-                                 f"filter ({ws[2 + i]}, dilation {dil[i]}) exceeds cuDNN's int range (2**31 - 1)")
-        out = (c_int * nd)()
-        capi.cudnnGetConvolutionNdForwardOutputDim(self.ptr, xd.ptr, wd.ptr, nd, out)
-        return tuple(out)
+    groups = read_back(5, "The number of filter groups.")
+    math_type = read_back(6, "The ``cudnnMathType_t``.")
 
 
 #: the accumulation types cuDNN's convolution descriptor takes (cudnnSetConvolutionNdDescriptor refuses the others)
@@ -220,49 +156,24 @@ class Convolution:
         self.close()
 
     # -- settings, read back --
-    @property
-    def padding(self) -> int | tuple:
-        """As given: an int, or per spatial dimension an int or a ``(low, high)`` pair."""
-        return self._padding
-
-    @property
-    def stride(self) -> int | tuple[int, ...]:
-        """As given: an int or one per spatial dimension."""
-        return self._stride
-
-    @property
-    def dilation(self) -> int | tuple[int, ...]:
-        """As given: an int or one per spatial dimension."""
-        return self._dilation
-
-    @property
-    def groups(self) -> int:
-        return self._groups
-
-    @property
-    def mode(self) -> capi.cudnnConvolutionMode_t:
-        return self._mode
-
-    @property
-    def math_type(self) -> capi.cudnnMathType_t | None:
-        """The ``cudnnMathType_t``, or None for ``"auto"`` (see :meth:`math_for`)."""
-        return self._math_type
-
-    @property
-    def compute_dtype(self) -> capi.cudnnDataType_t | None:
-        """The accumulation ``cudnnDataType_t``, or None for the data's default (see :meth:`compute_for`)."""
-        return self._compute_dtype
+    padding: int | tuple = setting("_padding", "As given: an int, or per spatial dimension an int or a ``(low, high)`` "
+                                               "pair.")
+    stride: int | tuple[int, ...] = setting("_stride", "As given: an int or one per spatial dimension.")
+    dilation: int | tuple[int, ...] = setting("_dilation", "As given: an int or one per spatial dimension.")
+    groups: int = setting("_groups")
+    mode: capi.cudnnConvolutionMode_t = setting("_mode")
+    math_type: capi.cudnnMathType_t | None = setting("_math_type", 'The ``cudnnMathType_t``, or None for ``"auto"`` '
+                                                                   "(see :meth:`math_for`).")
+    compute_dtype: capi.cudnnDataType_t | None = setting("_compute_dtype", "The accumulation ``cudnnDataType_t``, or "
+                                                         "None for the data's default (see :meth:`compute_for`).")
+    layout: str = setting("_layout", '``"NCHW"`` or ``"NHWC"``.')
+    key: tuple = setting("_key", "A JSON-representable tuple that identifies these settings.")
 
     @property
     def compute_type(self) -> capi.cudnnDataType_t | None:
         """Deprecated spelling of :attr:`compute_dtype`."""
         warn("Convolution.compute_type is deprecated, use compute_dtype", stacklevel=3)
         return self._compute_dtype
-
-    @property
-    def layout(self) -> str:
-        """``"NCHW"`` or ``"NHWC"``."""
-        return self._layout
 
     def __hash__(self):
         return self._hash
@@ -279,11 +190,6 @@ class Convolution:
     @property
     def _math_name(self) -> str:
         return "auto" if self._math_type is None else self._math_type.name
-
-    @property
-    def key(self) -> tuple:
-        """A JSON-representable tuple that identifies these settings."""
-        return self._key
 
     # -- what the settings give for data --
     def compute_for(self, dtype) -> capi.cudnnDataType_t:
@@ -368,7 +274,7 @@ class Convolution:
             math = self.math_for(dtype) if math_type is None else enum_arg(math_type, MATH_TYPES, capi.cudnnMathType_t,
                                                                            "math_type")
             got = self._descs[key] = _ConvolutionDescriptor.shared(
-                *self.cudnn_params(nd), self._mode, self.compute_for(dtype), self._groups, math, None)
+                *self.cudnn_params(nd), self._mode, self.compute_for(dtype), self._groups, math)
         return got
 
 
@@ -429,23 +335,18 @@ class Geometry:
                 raise InvalidValueError(f"output shape {tuple(y[0])} does not match the convolution's "
                                         f"{physical(ys, conv.layout)} (x {tuple(x[0])}, w {tuple(w[0])}, {conv!r})")
         yst = logical(y[0], y[1], conv.layout)[1] if y[1] is not None else packed_strides(ys, conv.layout == "NHWC")
-        if wst == packed_strides(ws, False):
-            self.w_nhwc = False
-        elif wst == packed_strides(ws, True):
-            self.w_nhwc = True
-        else:
+        self.w_nhwc = wst != packed_strides(ws, False)
+        if self.w_nhwc and wst != packed_strides(ws, True):
             raise InvalidValueError(f"w must be packed NCHW or channels-last: strides {packed_strides(ws, False)} or "
                                     f"{packed_strides(ws, True)} (elements, logical order), got {wst}")
         self.data_nd = nd = len(xs) - 2  # spatial dimensions as given
         pads, _, _ = conv.params(nd)
         self.out_shape = physical(ys, conv.layout)  # what a caller-facing output looks like
-        self.unit = nd == 1
-        if self.unit:
+        if nd == 1:
             xs, xst = unit_height(xs, xst)
             ws, _ = unit_height(ws, packed_strides(ws, self.w_nhwc))
             ys, yst = unit_height(ys, yst)
             pads = ((0, 0),) + pads
-        self.nd = len(xs) - 2  # as cuDNN sees them
         self.dtype, self.y_dtype = cudnn_dtype(dtype), cudnn_dtype(y_dtype)
         self.np_dtype, self.np_y_dtype = np.dtype(dtype), np.dtype(y_dtype)
         self.compute, self.math_type = conv.compute_for(self.np_dtype), conv.math_for(self.np_dtype)
@@ -453,17 +354,14 @@ class Geometry:
         self.x_shape, self.x_strides, self.w_shape, self.y_shape, self.y_strides = xs, xst, ws, ys, yst
         self.asym = any(lo != hi for lo, hi in pads)
         if self.asym:  # cuDNN sees an explicitly zero-padded copy of x and no padding
-            self.lo_pads = tuple(lo for lo, _ in pads)
-            self.xp_shape = xs[:2] + tuple(xs[2 + i] + pads[i][0] + pads[i][1] for i in range(self.nd))
+            self.xp_shape = xs[:2] + tuple(n + lo + hi for n, (lo, hi) in zip(xs[2:], pads))
             self.xp_strides = packed_strides(self.xp_shape, conv.layout == "NHWC")
             self.xp_size = math.prod(self.xp_shape)
-            self.xp_desc = _tensor_desc(self.xp_shape, self.xp_strides, self.dtype)
+            self.x_desc = _tensor_desc(self.xp_shape, self.xp_strides, self.dtype)
             # x's own descriptor, and the interior of the padded buffer seen with x's shape
             self.x_orig_desc = _tensor_desc(xs, xst, self.dtype)
             self.interior_desc = _tensor_desc(xs, self.xp_strides, self.dtype)
-            self.interior_offset = sum(lo * s for lo, s in zip(self.lo_pads, self.xp_strides[2:])) * \
-                self.np_dtype.itemsize
-            self.x_desc = self.xp_desc
+            self.interior_offset = sum(lo * s for (lo, _), s in zip(pads, self.xp_strides[2:])) * self.np_dtype.itemsize
         else:
             self.x_desc = _tensor_desc(xs, xst, self.dtype)
         self.w_desc = _d.FilterDescriptor.shared(tuple(ws), self.dtype, "NHWC" if self.w_nhwc else "NCHW")
@@ -542,26 +440,31 @@ def convolution_output_shape(x_shape: Sequence[int], w_shape: Sequence[int], pad
                                f"accumulation type: a Convolution's compute_dtype)")
     if len(w_shape) != len(x_shape):
         raise InvalidValueError(f"input shape {x_shape} and filter shape {w_shape} must have the same number of dims")
-    conv = _ConvolutionDescriptor.shared(*_convolution_settings(
-        padding, stride, dilation, ndim=len(x_shape) - 2, mode=mode,
-        compute_type=np.float64 if dt == capi.CUDNN_DATA_DOUBLE else np.float32, groups=groups))
-    return conv.output_shape(TensorDescriptor.shared(x_shape, dt), FilterDescriptor.shared(w_shape, dt))
+    n, xs, ws = len(x_shape) - 2, x_shape, w_shape
+    pad, st, dil = ints(padding, n, "padding", 0), ints(stride, n, "stride", 1), ints(dilation, n, "dilation", 1)
+    mode = enum_member(capi.cudnnConvolutionMode_t, mode, "CUDNN_", "mode")
+    groups = int_arg(groups, "groups", 1)
+    if xs[1] != ws[1] * groups:
+        raise InvalidValueError(f"input {xs} has {xs[1]} channels but filter {ws} with {groups} group(s) expects "
+                                f"{ws[1] * groups}")
+    if ws[0] % groups:
+        raise InvalidValueError(f"filter {ws} has {ws[0]} output channels, which groups={groups} does not divide")
+    for i in range(n):
+        padded, extent = xs[2 + i] + 2 * pad[i], (ws[2 + i] - 1) * dil[i] + 1
+        if padded < extent:
+            raise InvalidValueError(f"spatial dim {i}: the filter ({ws[2 + i]}, dilation {dil[i]}) is larger than "
+                                    f"the padded input ({xs[2 + i]} + 2*{pad[i]})")
+        if max(padded, extent) > INT32_MAX:
+            raise InvalidValueError(f"spatial dim {i}: the padded input ({xs[2 + i]} + 2*{pad[i]}) or the dilated "
+                                    f"filter ({ws[2 + i]}, dilation {dil[i]}) exceeds cuDNN's int range (2**31 - 1)")
+    conv = _ConvolutionDescriptor.shared(pad, st, dil, mode, capi.CUDNN_DATA_DOUBLE if dt == capi.CUDNN_DATA_DOUBLE
+                                         else capi.CUDNN_DATA_FLOAT, groups, capi.CUDNN_DEFAULT_MATH)
+    xd, wd, out = TensorDescriptor.shared(xs, dt), FilterDescriptor.shared(ws, dt), (c_int * len(xs))()
+    capi.cudnnGetConvolutionNdForwardOutputDim(conv.ptr, xd.ptr, wd.ptr, len(xs), out)
+    return tuple(out)
 
 
 # ---------------------------------------------------------------- deprecated names
-
-def _convolution_settings(padding=0, stride=1, dilation=1, *, ndim=None, mode="cross_correlation",
-                          compute_type=np.float32, groups=1, math_type="default", reorder=None) -> tuple:
-    """The settings of :class:`_ConvolutionDescriptor` for :func:`convolution_output_shape` (float32 accumulation,
-    default math, ``ndim`` from the tuples, else 2)."""
-    n = spatial_ndim(ndim, (padding, stride, dilation))
-    reorder = None if reorder is None else enum_member(capi.cudnnReorderType_t, reorder, "CUDNN_", "reorder",
-                                                 {"default": "CUDNN_DEFAULT_REORDER", "none": "CUDNN_NO_REORDER"})
-    return (ints(padding, n, "padding", 0), ints(stride, n, "stride", 1), ints(dilation, n, "dilation", 1),
-            enum_member(capi.cudnnConvolutionMode_t, mode, "CUDNN_", "mode"),
-            legacy_dtype(compute_type, "compute_type"), int_arg(groups, "groups", 1),
-            enum_member(capi.cudnnMathType_t, math_type, "CUDNN_", "math_type", _MATH_ALIASES), reorder)
-
 
 def _convolution(padding=0, stride=1, dilation=1, *, ndim=None, mode="cross_correlation", compute_type=np.float32,
                  groups=1, math_type="default", reorder=None) -> Convolution:

@@ -36,7 +36,7 @@ from cudnn_py import capi, recording
 from cudnn_py._deprecation import warn
 from cudnn_py.caches import shared
 from cudnn_py.args import bool_arg, dims, int_arg
-from cudnn_py.descriptors import Descriptor, TensorDescriptor
+from cudnn_py.descriptors import Descriptor, TensorDescriptor, read_back
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray, DeviceArrayLike, as_array, empty, to_device
@@ -67,11 +67,9 @@ class CTCLoss(Descriptor):
 
     def __init__(self, normalization: str | int = "softmax", grad_mode: str | int = "zero_oob",
                  max_label_length: int = MAX_LABEL_LENGTH) -> None:
-        norm = enum_arg(normalization, CTC_NORMALIZATIONS, capi.cudnnLossNormalizationMode_t, "CTC normalization")
-        gm = enum_arg(grad_mode, CTC_GRAD_MODES, capi.cudnnCTCGradMode_t, "CTC grad_mode")
-        max_label_length = int_arg(max_label_length, "max_label_length", 1, MAX_LABEL_LENGTH)
+        settings = _settings(normalization, grad_mode, max_label_length)
         super().__init__()
-        capi.cudnnSetCTCLossDescriptor_v9(self._ptr, capi.CUDNN_DATA_FLOAT, norm, gm, int(max_label_length))
+        capi.cudnnSetCTCLossDescriptor_v9(self._ptr, capi.CUDNN_DATA_FLOAT, *settings)
 
     def _get(self):
         ct, norm, gm, mll = ctypes.c_int(), ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
@@ -80,28 +78,16 @@ class CTCLoss(Descriptor):
         return (capi.cudnnDataType_t(ct.value), capi.cudnnLossNormalizationMode_t(norm.value),
                 capi.cudnnCTCGradMode_t(gm.value), mll.value)
 
-    @property
-    def compute_dtype(self) -> capi.cudnnDataType_t:
-        """The compute type (always ``CUDNN_DATA_FLOAT``)."""
-        return self._get()[0]
+    compute_dtype = read_back(0, "The compute type (always ``CUDNN_DATA_FLOAT``).")
+    normalization = read_back(1, "The ``cudnnLossNormalizationMode_t``.")
+    grad_mode = read_back(2, "The ``cudnnCTCGradMode_t``.")
+    max_label_length = read_back(3, "The longest label sequence it takes.")
 
     @property
     def compute_type(self) -> capi.cudnnDataType_t:
         """Deprecated spelling of :attr:`compute_dtype`."""
         warn("CTCLoss.compute_type is deprecated, use compute_dtype", stacklevel=3)
         return self.compute_dtype
-
-    @property
-    def normalization(self) -> capi.cudnnLossNormalizationMode_t:
-        return self._get()[1]
-
-    @property
-    def grad_mode(self) -> capi.cudnnCTCGradMode_t:
-        return self._get()[2]
-
-    @property
-    def max_label_length(self) -> int:
-        return self._get()[3]
 
     def _fields(self) -> str:
         _, norm, gm, mll = self._get()
@@ -119,10 +105,13 @@ def _ctc_desc(normalization, grad_mode, max_label_length, ctc=None) -> CTCLoss:
         if not isinstance(ctc, CTCLoss):
             raise InvalidTypeError(f"ctc must be a cudnn_py.CTCLoss, got {type(ctc).__name__}")
         return ctc
-    return CTCLoss.shared(
-        enum_arg(normalization, CTC_NORMALIZATIONS, capi.cudnnLossNormalizationMode_t, "CTC normalization"),
-        enum_arg(grad_mode, CTC_GRAD_MODES, capi.cudnnCTCGradMode_t, "CTC grad_mode"),
-        int_arg(max_label_length, "max_label_length", 1, MAX_LABEL_LENGTH))
+    return CTCLoss.shared(*_settings(normalization, grad_mode, max_label_length))
+
+
+def _settings(normalization, grad_mode, max_label_length) -> tuple:
+    return (enum_arg(normalization, CTC_NORMALIZATIONS, capi.cudnnLossNormalizationMode_t, "CTC normalization"),
+            enum_arg(grad_mode, CTC_GRAD_MODES, capi.cudnnCTCGradMode_t, "CTC grad_mode"),
+            int_arg(max_label_length, "max_label_length", 1, MAX_LABEL_LENGTH))
 
 
 class CTCLossResult(NamedTuple):
@@ -229,11 +218,13 @@ def ctc_loss_workspace_size(handle: Handle, logits_shape: Sequence[int], *, algo
     al = enum_arg(algo, CTC_ALGOS, capi.cudnnCTCLossAlgo_t, "CTC algo")
     shape = dims(logits_shape, "logits_shape", 3, 3)
     desc = _ctc_desc(normalization, grad_mode, max_label_length, ctc)
-    pd = TensorDescriptor.shared(shape, np.float32)
-    grads = bool_arg(compute_gradients, "compute_gradients")
+    return _workspace(handle, al, desc, TensorDescriptor.shared(shape, np.float32),
+                      bool_arg(compute_gradients, "compute_gradients"))
+
+
+def _workspace(handle: Handle, al, desc: CTCLoss, pd: TensorDescriptor, grads: bool) -> int:
     n = ctypes.c_size_t()
-    capi.cudnnGetCTCLossWorkspaceSize_v8(handle.ptr, al, desc.ptr, pd.ptr, pd.ptr if grads else None,
-                                         ctypes.byref(n))
+    capi.cudnnGetCTCLossWorkspaceSize_v8(handle.ptr, al, desc.ptr, pd.ptr, pd.ptr if grads else None, ctypes.byref(n))
     return n.value
 
 
@@ -274,10 +265,7 @@ def ctc_loss(handle: Handle, logits: DeviceArrayLike, labels: npt.ArrayLike, lab
     lab_d, ll_d, il_d = (to_device(v, handle.stream, device=handle.device)
                          for v in (lab, host.label_lengths, host.input_lengths))
     pd = TensorDescriptor.shared(x.shape, np.float32)
-    gd = None if g is None else pd
-    ws_size = ctypes.c_size_t()
-    capi.cudnnGetCTCLossWorkspaceSize_v8(handle.ptr, al, desc.ptr, pd.ptr, None if gd is None else gd.ptr,
-                                         ctypes.byref(ws_size))
-    launch(handle, capi.cudnnCTCLoss_v8, handle.ptr, al, desc, pd, x, lab_d, ll_d, il_d, c, gd, g, ws_size.value,
-           WorkspaceArg(ws_size.value))
+    ws = _workspace(handle, al, desc, pd, g is not None)
+    launch(handle, capi.cudnnCTCLoss_v8, handle.ptr, al, desc, pd, x, lab_d, ll_d, il_d, c, None if g is None else pd,
+           g, ws, WorkspaceArg(ws))
     return CTCLossResult(c, g)

@@ -38,7 +38,7 @@ from numpy.typing import DTypeLike
 from cudnn_py import capi
 from cudnn_py._deprecation import alias, renamed_kwargs, warn
 from cudnn_py.args import float_arg, handle_ptr, int_arg, int_tuple
-from cudnn_py.descriptors import Descriptor
+from cudnn_py.descriptors import Descriptor, read_back
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray, DeviceArrayLike, empty
@@ -78,8 +78,11 @@ def dropout_reserve_size(shape: Sequence[int] | DeviceArrayLike | np.ndarray, dt
     if not dims or any(d <= 0 for d in dims):
         raise InvalidValueError(f"dropout needs a non-empty shape with positive dimensions, got {dims}")
     _check_dtype(dtype, "the tensor")
+    return _reserve_size(tensor_desc(dims, dtype))
+
+
+def _reserve_size(d) -> int:
     n = ctypes.c_size_t()
-    d = tensor_desc(dims, dtype)
     capi.cudnnDropoutGetReserveSpaceSize(d.ptr, ctypes.byref(n))
     return n.value
 
@@ -124,15 +127,8 @@ class Dropout(Descriptor):
                                        ctypes.byref(seed))
         return p.value, seed.value
 
-    @property
-    def p(self) -> float:
-        """The dropout probability, as cuDNN stores it (float32)."""
-        return self._get()[0]
-
-    @property
-    def seed(self) -> int:
-        """The RNG seed."""
-        return self._get()[1]
+    p = read_back(0, "The dropout probability, as cuDNN stores it (float32).")
+    seed = read_back(1, "The RNG seed.")
 
     @property
     def states_size(self) -> int:
@@ -176,20 +172,12 @@ def _packed_in(a: DeviceArray | _Layout, order: Sequence[int]) -> bool:
     return True
 
 
-def _memory_order(a: DeviceArray) -> tuple[int, ...] | None:
-    """The order of ``a``'s dimensions from outermost to innermost in memory when ``a`` is dense (the logical
-    order when that describes it, so a C-contiguous array gives ``(0, 1, ...)``), else None."""
-    logical = tuple(range(a.ndim))
-    if _packed_in(a, logical):
-        return logical
-    order = tuple(sorted(logical, key=lambda i: (a.shape[i] == 1, -a.strides[i], i)))
-    return order if _packed_in(a, order) else None
-
-
 def _shared_order(a: DeviceArray, b: DeviceArray) -> tuple[int, ...]:
-    """The memory order ``a`` and ``b`` are both packed in, else the logical order."""
-    order = _memory_order(a)
-    return order if order is not None and _packed_in(b, order) else tuple(range(a.ndim))
+    """The order of the dimensions, outermost first in memory, that ``a`` and ``b`` are both packed in (dimensions of
+    size 1 last), else the logical order (also where that describes ``a``: a C-contiguous array gives it)."""
+    logical = tuple(range(a.ndim))
+    order = tuple(sorted(logical, key=lambda i: (a.shape[i] == 1, -a.strides[i], i)))
+    return order if not _packed_in(a, logical) and _packed_in(a, order) and _packed_in(b, order) else logical
 
 
 def _desc_in(a: DeviceArray | _Layout, order: Sequence[int]):
@@ -243,10 +231,9 @@ def dropout_forward(handle: Handle, dropout: Dropout, x: DeviceArrayLike, *,
     ya = output(y, "y", handle, xa.shape, xa.dtype, like=xa)
     order = _shared_order(xa, ya)
     xd, yd = _desc_in(xa, order), _desc_in(ya, order)
-    need = ctypes.c_size_t()
-    capi.cudnnDropoutGetReserveSpaceSize(xd.ptr, ctypes.byref(need))
-    ra = (empty((need.value,), np.uint8, stream=handle.stream, device=handle.device) if reserve is None
-          else byte_buffer(reserve, "reserve", handle, need.value, _RESERVE_HINT))
+    need = _reserve_size(xd)
+    ra = (empty((need,), np.uint8, stream=handle.stream, device=handle.device) if reserve is None
+          else byte_buffer(reserve, "reserve", handle, need, _RESERVE_HINT))
     # a prepared call (keyed on this Dropout object itself: Descriptors hash by identity, so its RNG states are the
     # ones the recorded C descriptor advances) checks it is open, then repeats the C call and the order bookkeeping
     launch(handle, capi.cudnnDropoutForward, handle.ptr, dropout, xd, xa, yd, ya, ra, ra.nbytes)
@@ -263,9 +250,7 @@ def dropout_backward(handle: Handle, dropout: Dropout, dy: DeviceArrayLike, rese
     dya = check_array(dy, "dy", handle)
     _check_dtype(dya.dtype, "dy")
     dxa = output(dx, "dx", handle, dya.shape, dya.dtype, like=dya)
-    need = ctypes.c_size_t()
-    capi.cudnnDropoutGetReserveSpaceSize(tensor_desc(dya.shape, dya.dtype).ptr, ctypes.byref(need))
-    ra = byte_buffer(reserve, "reserve", handle, need.value, _RESERVE_HINT)
+    ra = byte_buffer(reserve, "reserve", handle, _reserve_size(tensor_desc(dya.shape, dya.dtype)), _RESERVE_HINT)
     # the descriptors' order depends on which forward wrote the reserve (host state the key cannot hold): the step
     # picks them when it runs, so a prepared call picks them again for its reserve
     args = (handle.ptr, dp, _Layout(dya.shape, dya.strides, dya.dtype), _Layout(dxa.shape, dxa.strides, dxa.dtype),

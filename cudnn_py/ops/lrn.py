@@ -30,7 +30,7 @@ from typing import NamedTuple
 from cudnn_py import capi
 from cudnn_py._deprecation import alias
 from cudnn_py.args import float_arg, int_arg
-from cudnn_py.descriptors import Descriptor, Settings, read_back
+from cudnn_py.descriptors import Descriptor, Settings, read_back, setting
 from cudnn_py.handle import Handle
 from cudnn_py.memory import DeviceArray, DeviceArrayLike
 from cudnn_py.ops._common import Out, check_array, desc, empty_strided, launch, output, scalars
@@ -83,21 +83,10 @@ class LRN(Settings):
         self._k = float_arg(k, "LRN k", capi.CUDNN_LRN_MIN_K)
         self._desc: _LRNDescriptor | None = None
 
-    @property
-    def n(self) -> int:
-        return self._n
-
-    @property
-    def alpha(self) -> float:
-        return self._alpha
-
-    @property
-    def beta(self) -> float:
-        return self._beta
-
-    @property
-    def k(self) -> float:
-        return self._k
+    n: int = setting("_n")
+    alpha: float = setting("_alpha")
+    beta: float = setting("_beta")
+    k: float = setting("_k")
 
     def _key(self):
         return (self._n, self._alpha, self._beta, self._k)
@@ -112,13 +101,10 @@ class DivisiveNormalizationGrads(NamedTuple):
     dmeans: DeviceArray | None
 
 
-def _lrn_desc(lrn) -> capi.cudnnLRNDescriptor_t:
-    if isinstance(lrn, LRN):
-        return lrn.descriptor
-    raise InvalidTypeError(f"lrn must be a cudnn_py.LRN, got {type(lrn).__name__}")
-
-
-def _input(x, handle: Handle) -> DeviceArray:
+def _input(lrn, x, handle: Handle) -> DeviceArray:
+    """x checked (4-D or 5-D), after ``lrn``."""
+    if not isinstance(lrn, LRN):
+        raise InvalidTypeError(f"lrn must be a cudnn_py.LRN, got {type(lrn).__name__}")
     xa = check_array(x, "x", handle, floating=True)
     if xa.ndim not in (4, 5):
         raise InvalidValueError(f"LRN and divisive normalisation take 4-D or 5-D tensors (N, C, *spatial); x has "
@@ -130,13 +116,11 @@ def _input(x, handle: Handle) -> DeviceArray:
 def lrn_forward(handle: Handle, lrn: LRN, x: DeviceArrayLike, *, y: Out | None = None,
                 alpha: float = 1.0, beta: float = 0.0) -> DeviceArray | Out:
     """``y = alpha * lrn(x) + beta * y`` (``cudnnLRNCrossChannelForward``); returns y (allocated if not given)."""
-    _lrn_desc(lrn)  # checked
-    xa = _input(x, handle)
+    xa = _input(lrn, x, handle)
     ya = output(y, "y", handle, xa.shape, xa.dtype, like=xa)
     al, be = scalars(xa.dtype, alpha, beta)
-    xd, yd = desc(xa), desc(ya)
-    launch(handle, capi.cudnnLRNCrossChannelForward, handle.ptr, lrn, capi.CUDNN_LRN_CROSS_CHANNEL_DIM1, al, xd, xa,
-           be, yd, ya)
+    launch(handle, capi.cudnnLRNCrossChannelForward, handle.ptr, lrn, capi.CUDNN_LRN_CROSS_CHANNEL_DIM1, al, desc(xa),
+           xa, be, desc(ya), ya)
     return ya if y is None else y
 
 
@@ -146,24 +130,24 @@ def lrn_backward(handle: Handle, lrn: LRN, x: DeviceArrayLike, y: DeviceArrayLik
                  beta: float = 0.0) -> DeviceArray | Out:
     """``dx = alpha * dL/dx + beta * dx`` from the forward's x and y and the gradient dy
     (``cudnnLRNCrossChannelBackward``)."""
-    _lrn_desc(lrn)  # checked
-    xa = _input(x, handle)
+    xa = _input(lrn, x, handle)
     ya = check_array(y, "y", handle, dtype=xa.dtype, shape=xa.shape)
     dya = check_array(dy, "dy", handle, dtype=xa.dtype, shape=xa.shape)
     dxa = output(dx, "dx", handle, xa.shape, xa.dtype, like=dya)
     al, be = scalars(xa.dtype, alpha, beta)
-    xd, yd, dyd, dxd = desc(xa), desc(ya), desc(dya), desc(dxa)
-    launch(handle, capi.cudnnLRNCrossChannelBackward, handle.ptr, lrn, capi.CUDNN_LRN_CROSS_CHANNEL_DIM1, al, yd, ya,
-           dyd, dya, xd, xa, be, dxd, dxa)
+    launch(handle, capi.cudnnLRNCrossChannelBackward, handle.ptr, lrn, capi.CUDNN_LRN_CROSS_CHANNEL_DIM1, al, desc(ya),
+           ya, desc(dya), dya, desc(xa), xa, be, desc(dxa), dxa)
     return dxa if dx is None else dx
 
 
-def _same_desc(a, xa, name: str):
-    """means/dy/outputs share x's descriptor in these calls: same shape, dtype and strides."""
+def _like_x(a, name: str, xa, handle: Handle):
+    """``a`` (None: None) checked to have x's shape, dtype and strides: cuDNN describes it with x's descriptor."""
+    if a is None:
+        return None
+    a = check_array(a, name, handle, dtype=xa.dtype, shape=xa.shape)
     if a.strides != xa.strides:
         raise InvalidValueError(f"{name} must have x's strides {xa.strides} (cuDNN describes them with x's "
-                                f"descriptor); "
-                         f"it has {a.strides}")
+                                f"descriptor); it has {a.strides}")
     return a
 
 
@@ -182,10 +166,8 @@ def divisive_normalization_forward(handle: Handle, lrn: LRN, x: DeviceArrayLike,
 
     ``means`` (x's shape) defaults to zeros; the two temporaries cuDNN needs come from the handle's workspace.
     """
-    _lrn_desc(lrn)  # checked
-    xa = _input(x, handle)
-    ma = None if means is None else _same_desc(check_array(means, "means", handle, dtype=xa.dtype, shape=xa.shape),
-                                               xa, "means")
+    xa = _input(lrn, x, handle)
+    ma = _like_x(means, "means", xa, handle)
     ya = output(y, "y", handle, xa.shape, xa.dtype, like=xa)
     t1, t2 = _temps(xa)
     al, be = scalars(xa.dtype, alpha, beta)
@@ -207,11 +189,9 @@ def divisive_normalization_backward(handle: Handle, lrn: LRN, x: DeviceArrayLike
     The means are treated as an independent input. For an even window size cuDNN's dx is not the
     exact gradient of its forward (it sums over the forward window, not its mirror image).
     """
-    _lrn_desc(lrn)  # checked
-    xa = _input(x, handle)
-    ma = None if means is None else _same_desc(check_array(means, "means", handle, dtype=xa.dtype, shape=xa.shape),
-                                               xa, "means")
-    dya = _same_desc(check_array(dy, "dy", handle, dtype=xa.dtype, shape=xa.shape), xa, "dy")
+    xa = _input(lrn, x, handle)
+    ma = _like_x(means, "means", xa, handle)
+    dya = _like_x(dy, "dy", xa, handle)
     # one descriptor describes dx and dmeans: given ones must agree; a missing one takes the other's layout
     dxa = None if dx is None else output(dx, "dx", handle, xa.shape, xa.dtype)
     dma = None if dmeans is None else output(dmeans, "dmeans", handle, xa.shape, xa.dtype)
@@ -225,9 +205,8 @@ def divisive_normalization_backward(handle: Handle, lrn: LRN, x: DeviceArrayLike
         dma = empty_strided(handle, xa.shape, dxa.strides, xa.dtype)
     t1, t2 = _temps(xa)
     al, be = scalars(xa.dtype, alpha, beta)
-    xd = desc(xa)
     launch(handle, capi.cudnnDivisiveNormalizationBackward, handle.ptr, lrn, capi.CUDNN_DIVNORM_PRECOMPUTED_MEANS, al,
-           xd, xa, ma, dya, t1, t2, be, desc(dxa), dxa, dma)
+           desc(xa), xa, ma, dya, t1, t2, be, desc(dxa), dxa, dma)
     return DivisiveNormalizationGrads(dxa, dma)
 
 

@@ -19,8 +19,8 @@ out). Where cuDNN 9.19 has no right engine (channels-last bfloat16 2-D pooling) 
 :class:`~cudnn_py.graph.GraphNotSupportedError`. ``engine="auto"`` (the default) measures both engines on the
 first call of a configuration and keeps the faster (:mod:`cudnn_py.engine_choice`); with measuring off it runs the
 graph for 2-D pooling of channels-last data (average pooling forward, both backward passes) and the legacy call for
-max pooling forward, NCHW data, 1-D and 3-D pooling and wherever the graph refuses (docs/graph_paths.md has the
-measurements).
+max pooling forward (its legacy kernel is faster there), NCHW data (faster both ways), 1-D and 3-D pooling (not
+measured) and wherever the graph refuses (docs/graph_paths.md has the measurements, on an H200).
 
 Raw C path (what these calls do)::
 
@@ -40,12 +40,12 @@ from cudnn_py import capi
 from cudnn_py._deprecation import alias
 from cudnn_py.args import (DIM_MAX, INT32_MAX, dims, enum_member, int_or_ints, int_tuple, ints, nan_flag,
                            spatial_ndim)
-from cudnn_py.descriptors import Descriptor, Settings, TensorDescriptor, c_ints, c_nan, legacy_dtype, read_back
+from cudnn_py.descriptors import (Descriptor, Settings, TensorDescriptor, c_ints, c_nan, legacy_dtype, read_back,
+                                  setting)
 from cudnn_py.graph import legacy as gl
 from cudnn_py.handle import Handle
 from cudnn_py.memory import DeviceArray, DeviceArrayLike
-from cudnn_py.ops._common import (Out, check_array, desc, empty_strided, launch, output, scalars,
-                                  tensor_desc)
+from cudnn_py.ops._common import Out, check_array, desc, empty_strided, launch, output, scalars
 from cudnn_py.prepared import prepared
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
@@ -74,6 +74,12 @@ def _param(v, name: str, minimum: int) -> int | tuple[int, ...]:
     if isinstance(t, tuple) and not 1 <= len(t) <= 3:
         raise InvalidValueError(f"{name} needs 1 to 3 values (one per spatial dimension), got {v!r}")
     return t
+
+
+def _unit_height(params: tuple) -> tuple:
+    """(window, padding, stride) of 1-D pooling as 2-D's with a unit height; others as they are."""
+    win, pad, st = params
+    return ((1,) + win, (0,) + pad, (1,) + st) if len(win) == 1 else params
 
 
 class _PoolingDescriptor(Descriptor):
@@ -105,30 +111,6 @@ class _PoolingDescriptor(Descriptor):
     padding = read_back(3, "Padding per spatial dimension.")
     stride = read_back(4, "Stride per spatial dimension.")
 
-    @property
-    def ndim(self) -> int:
-        """Spatial dimensions."""
-        return len(self._get()[2])
-
-    def output_shape(self, x) -> tuple[int, ...]:
-        """The forward output shape for input ``x`` (a TensorDescriptor, or a shape: float32), computed by
-        cuDNN (``cudnnGetPoolingNdForwardOutputDim``)."""
-        xd = x if isinstance(x, TensorDescriptor) else TensorDescriptor.shared(dims(x, "input shape", 3), np.float32)
-        nd = xd.ndim
-        if nd != self.ndim + 2:
-            raise InvalidValueError(f"input has {nd} dims; this pooling needs {self.ndim + 2} (N, C, then "
-                             f"{self.ndim} spatial)")
-        _, _, win, pad, _ = self._get()
-        for i, (n, w, p) in enumerate(zip(xd.shape[2:], win, pad)):
-            if n + 2 * p < w:
-                raise InvalidValueError(f"spatial dim {i}: the pooling window ({w}) is larger than the padded input "
-                                 f"({n} + 2*{p})")
-            if n + 2 * p > INT32_MAX:
-                raise InvalidValueError(f"spatial dim {i}: the padded input ({n} + 2*{p}) exceeds cuDNN's int range")
-        out = (c_int * nd)()
-        capi.cudnnGetPoolingNdForwardOutputDim(self.ptr, xd.ptr, nd, out)
-        return tuple(out)
-
 
 class Pooling(Settings):
     """Pooling settings: validated once, hashable, with one shared ``cudnnPoolingDescriptor_t`` per spatial rank.
@@ -150,26 +132,12 @@ class Pooling(Settings):
         self._nan = nan_flag(nan_propagation)
         self._descs: dict[int, _PoolingDescriptor] = {}
 
-    @property
-    def mode(self) -> capi.cudnnPoolingMode_t:
-        return self._mode
-
-    @property
-    def window(self) -> int | tuple[int, ...]:
-        """As given: an int (every spatial dimension) or one int per spatial dimension."""
-        return self._window
-
-    @property
-    def padding(self) -> int | tuple[int, ...]:
-        return self._padding
-
-    @property
-    def stride(self) -> int | tuple[int, ...]:
-        return self._stride
-
-    @property
-    def nan_propagation(self) -> bool:
-        return self._nan
+    mode: capi.cudnnPoolingMode_t = setting("_mode")
+    window: int | tuple[int, ...] = setting("_window", "As given: an int (every spatial dimension) or one int per "
+                                                       "spatial dimension.")
+    padding: int | tuple[int, ...] = setting("_padding")
+    stride: int | tuple[int, ...] = setting("_stride")
+    nan_propagation: bool = setting("_nan")
 
     def params(self, nd: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
         """(window, padding, stride) for ``nd`` spatial dimensions, validated."""
@@ -195,10 +163,7 @@ class Pooling(Settings):
         """The shared ``cudnnPoolingDescriptor_t`` for ``nd`` (1 to 3) spatial dimensions (1-D is set as 2-D)."""
         d = self._descs.get(nd)
         if d is None:
-            win, pad, st = self.params(nd)
-            if nd == 1:
-                win, pad, st = (1,) + win, (0,) + pad, (1,) + st
-            d = self._descs[nd] = _PoolingDescriptor.shared(self._mode, self._nan, win, pad, st)
+            d = self._descs[nd] = _PoolingDescriptor.shared(self._mode, self._nan, *_unit_height(self.params(nd)))
         return d.ptr
 
     def _key(self):
@@ -218,14 +183,6 @@ def _resolve(pool, x_shape) -> tuple[capi.cudnnPoolingDescriptor_t, tuple[int, .
     raise InvalidTypeError(f"pool must be a cudnn_py.Pooling, got {type(pool).__name__}")
 
 
-def _pdesc(a) -> TensorDescriptor:
-    """Tensor descriptor for an N, C, *spatial array; 1-D spatial gets a unit height in front."""
-    if a.ndim == 3:
-        return tensor_desc((a.shape[0], a.shape[1], 1, a.shape[2]), a.dtype,
-                           (a.strides[0], a.strides[1], a.shape[2] * a.strides[2], a.strides[2]))
-    return desc(a)
-
-
 # ---------------------------------------------------------------- engine="graph": resample operations
 
 #: legacy pooling mode -> resample mode of the graph path
@@ -234,29 +191,13 @@ _GRAPH_MODES = {capi.CUDNN_POOLING_MAX: "max", capi.CUDNN_POOLING_MAX_DETERMINIS
                 capi.CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING: "avg_exclude_padding"}
 
 
-def _graph_params(pool, nd: int) -> tuple:
-    """(resample mode, window, padding, stride) for the graph path, 1-D as 2-D with a unit height."""
-    if isinstance(pool, Pooling):
-        mode, (win, pad, st) = pool.mode, pool.params(nd)
-    else:
-        mode, _, win, pad, st = pool._get()
-    if nd == 1:
-        win, pad, st = (1,) + tuple(win), (0,) + tuple(pad), (1,) + tuple(st)
-    return _GRAPH_MODES[capi.cudnnPoolingMode_t(int(mode))], tuple(win), tuple(pad), tuple(st)
-
-
-def _graph_view(a: DeviceArray) -> DeviceArray:
-    """An N, C, L array as N, C, 1, L (what the resample operation takes); others as they are."""
+def _view(a: DeviceArray) -> DeviceArray:
+    """An N, C, L array as N, C, 1, L (what cuDNN's pooling takes: 1-D runs as 2-D); others as they are."""
     if a.ndim != 3:
         return a
     return DeviceArray(a.ptr, (a.shape[0], a.shape[1], 1, a.shape[2]), a.dtype,
                        (a.strides[0], a.strides[1], a.shape[2] * a.strides[2], a.strides[2]), device_id=a.device_id,
                        owner=a)
-
-
-def _check_blend(alpha: float, beta: float) -> None:
-    if alpha != 1.0 or beta != 0.0:
-        raise gl.GraphPathRefused("engine='graph' pools with alpha 1 and beta 0; use engine='legacy' to blend")
 
 
 def _channels_last(a: DeviceArray) -> bool:
@@ -272,41 +213,30 @@ def _same_layout(*arrays: DeviceArray) -> bool:
     return cl == {True}
 
 
-def _auto(engine: str, x: DeviceArray, direction: str, pool) -> str:
-    """What ``engine='auto'`` runs (measured on an H200, docs/graph_paths.md): the graph (falling back to the legacy
-    call where it refuses) for 2-D pooling of channels-last data, except max pooling forward, whose legacy kernel
-    is faster there; the legacy call for NCHW data (faster both ways) and for 1-D and 3-D pooling (not measured)."""
-    if engine != "auto":
-        return engine
-    if x.ndim != 4 or not _channels_last(x):
+def _static(x: DeviceArray, direction: str, pool: Pooling) -> str:
+    """The engine ``engine='auto'`` runs without measuring (the module doc's rule)."""
+    if x.ndim != 4 or not _channels_last(x) or (direction == "forward" and _GRAPH_MODES[pool.mode] == "max"):
         return "legacy"
-    if direction == "forward" and _graph_params(pool, 2)[0] == "max":
-        return "legacy"
-    return "auto"
+    return "graph"
 
 
-def _graph_forward(handle: Handle, pool, xa, ya, alpha, beta, auto) -> bool:
-    _check_blend(alpha, beta)
-    mode, win, pad, st = _graph_params(pool, xa.ndim - 2)
-    xv, yv = _graph_view(xa), _graph_view(ya)
-    _same_layout(xv, yv)
-
-    def build(g, t, _):
-        return g.resample(t["x"], mode, win, stride=st, padding=pad, post_padding=pad)
-    return gl.run_graph(handle, "pooling_forward", (mode, win, pad, st), [("x", xv)], [("y", yv)], build,
-                        auto=auto, relabel=False, autotune=True)
-
-
-def _graph_backward(handle: Handle, pool, xa, ya, dya, dxa, alpha, beta, auto) -> bool:
-    """Max pooling of channels-last data runs as two graphs (the forward again, writing its int8 window index,
-    then the backward from that index: cuDNN 9.19's backward from x and y crashes there); average pooling of
-    channels-last data needs only dy; NCHW data gives the backward x and y."""
-    _check_blend(alpha, beta)
-    mode, win, pad, st = _graph_params(pool, xa.ndim - 2)
-    xv, yv, dyv, dxv = (_graph_view(a) for a in (xa, ya, dya, dxa))
+def _graph(handle: Handle, pool: Pooling, xa, ya, dya, dxa, alpha, beta, auto) -> bool:
+    """The graph path, forward (``dya`` None) or backward: max pooling of channels-last data runs backward as two
+    graphs (the forward again, writing its int8 window index, then the backward from that index: cuDNN 9.19's
+    backward from x and y crashes there); average pooling of channels-last data needs only dy; NCHW data gives the
+    backward x and y."""
+    if alpha != 1.0 or beta != 0.0:
+        raise gl.GraphPathRefused("engine='graph' pools with alpha 1 and beta 0; use engine='legacy' to blend")
+    mode, (win, pad, st) = _GRAPH_MODES[pool.mode], _unit_height(pool.params(xa.ndim - 2))
+    params, kw = (mode, win, pad, st), dict(stride=st, padding=pad, post_padding=pad)
+    xv, yv = _view(xa), _view(ya)
+    if dya is None:
+        _same_layout(xv, yv)
+        return gl.run_graph(handle, "pooling_forward", params, [("x", xv)], [("y", yv)],
+                            lambda g, t, _: g.resample(t["x"], mode, win, **kw), auto=auto, relabel=False,
+                            autotune=True)
+    dyv, dxv = _view(dya), _view(dxa)
     cl = _same_layout(xv, yv, dyv, dxv)
-    kw = dict(stride=st, padding=pad, post_padding=pad)
-    params = (mode, win, pad, st)
     if mode == "max" and cl:
         idx = empty_strided(handle, yv.shape, yv.strides, np.int8)
         scratch = empty_strided(handle, yv.shape, yv.strides, yv.dtype)
@@ -325,30 +255,32 @@ def _graph_backward(handle: Handle, pool, xa, ya, dya, dxa, alpha, beta, auto) -
                         autotune=True)
 
 
+def _legacy(handle: Handle, pd, xa, ya, dya, dxa, alpha: float, beta: float) -> None:
+    """``cudnnPoolingForward`` (``dya`` None) or ``cudnnPoolingBackward``."""
+    al, be = scalars(xa.dtype, alpha, beta)
+    if dya is None:
+        launch(handle, capi.cudnnPoolingForward, handle.ptr, pd, al, desc(_view(xa)), xa, be, desc(_view(ya)), ya)
+    else:
+        launch(handle, capi.cudnnPoolingBackward, handle.ptr, pd, al, desc(_view(ya)), ya, desc(_view(dya)), dya,
+               desc(_view(xa)), xa, be, desc(_view(dxa)), dxa)
+
+
 @prepared(inputs=("x",), outputs=("y",), inplace=False, scalars=("alpha", "beta"), moved=("y",))
 def pooling_forward(handle: Handle, pool: Pooling, x: DeviceArrayLike, *, y: Out | None = None,
                     alpha: float = 1.0, beta: float = 0.0, engine: str = "auto") -> DeviceArray | Out:
     """``y = alpha * pool(x) + beta * y`` (``cudnnPoolingForward``); returns y (allocated if not given).
 
-    ``pool``: a :class:`Pooling`. ``engine``: "legacy",
-    "graph" or "auto" (the default: see the module doc).
+    ``pool``: a :class:`Pooling`. ``engine``: "legacy", "graph" or "auto" (the default: see the module doc).
     """
     xa = check_array(x, "x", handle, floating=True)
     pd, y_shape = _resolve(pool, xa.shape)
-    static = _auto(engine, xa, "forward", pool)  # "auto" measures; static mode runs this rule
     # a new y keeps x's memory order whichever engine runs (the legacy call takes any strides)
     ya = output(y, "y", handle, y_shape, xa.dtype, like=xa)
     gl.dispatch(engine, handle, None,
-                lambda: _legacy_forward(handle, pd, xa, ya, alpha, beta),
-                lambda auto: _graph_forward(handle, pool, xa, ya, alpha, beta, auto),
-                static="legacy" if static == "legacy" else "graph")
+                lambda: _legacy(handle, pd, xa, ya, None, None, alpha, beta),
+                lambda auto: _graph(handle, pool, xa, ya, None, None, alpha, beta, auto),
+                static=_static(xa, "forward", pool))
     return ya if y is None else y
-
-
-def _legacy_forward(handle: Handle, pd, xa, ya, alpha: float, beta: float) -> None:
-    al, be = scalars(xa.dtype, alpha, beta)
-    xd, yd = _pdesc(xa), _pdesc(ya)
-    launch(handle, capi.cudnnPoolingForward, handle.ptr, pd, al, xd, xa, be, yd, ya)
 
 
 @prepared(inputs=("x", "y", "dy"), outputs=("dx",), inplace=False, scalars=("alpha", "beta"), moved=("dx",))
@@ -360,21 +292,14 @@ def pooling_backward(handle: Handle, pool: Pooling, x: DeviceArrayLike, y: Devic
     ``engine``: "legacy", "graph" or "auto" (the default; as for :func:`pooling_forward`)."""
     xa = check_array(x, "x", handle, floating=True)
     pd, y_shape = _resolve(pool, xa.shape)
-    static = _auto(engine, xa, "backward", pool)  # "auto" measures; static mode runs this rule
     ya = check_array(y, "y", handle, dtype=xa.dtype, shape=y_shape)
     dya = check_array(dy, "dy", handle, dtype=xa.dtype, shape=y_shape)
     dxa = output(dx, "dx", handle, xa.shape, xa.dtype, like=xa)
     gl.dispatch(engine, handle, None,
-                lambda: _legacy_backward(handle, pd, xa, ya, dya, dxa, alpha, beta),
-                lambda auto: _graph_backward(handle, pool, xa, ya, dya, dxa, alpha, beta, auto),
-                static="legacy" if static == "legacy" else "graph")
+                lambda: _legacy(handle, pd, xa, ya, dya, dxa, alpha, beta),
+                lambda auto: _graph(handle, pool, xa, ya, dya, dxa, alpha, beta, auto),
+                static=_static(xa, "backward", pool))
     return dxa if dx is None else dx
-
-
-def _legacy_backward(handle: Handle, pd, xa, ya, dya, dxa, alpha: float, beta: float) -> None:
-    al, be = scalars(xa.dtype, alpha, beta)
-    xd, yd, dyd, dxd = _pdesc(xa), _pdesc(ya), _pdesc(dya), _pdesc(dxa)
-    launch(handle, capi.cudnnPoolingBackward, handle.ptr, pd, al, yd, ya, dyd, dya, xd, xa, be, dxd, dxa)
 
 
 def pooling_output_shape(x_shape: Sequence[int], mode: str | int = "max", window: int | Sequence[int] = 2,
@@ -387,8 +312,15 @@ def pooling_output_shape(x_shape: Sequence[int], mode: str | int = "max", window
                                f"not a Pooling: use Pooling.output_shape, here {mode!r}.output_shape({x_shape!r})")
     x_shape = dims(x_shape, "x_shape", 3)
     pool = Pooling(mode, window, padding, stride)
-    d = _PoolingDescriptor.shared(pool.mode, False, *pool.params(len(x_shape) - 2))
-    return d.output_shape(TensorDescriptor.shared(x_shape, legacy_dtype(dtype, "pooling")))
+    pool.output_shape(x_shape)  # checked first: 1 to 3 spatial dimensions, each window fits its padded input
+    nd = len(x_shape)
+    win, pad, st = pool.params(nd - 2)
+    if any(n + 2 * p > INT32_MAX for n, p in zip(x_shape[2:], pad)):
+        raise InvalidValueError(f"the padded input ({x_shape} padded by {pad}) exceeds cuDNN's int range")
+    d, xd, out = (_PoolingDescriptor.shared(pool.mode, False, win, pad, st),
+                  TensorDescriptor.shared(x_shape, legacy_dtype(dtype, "pooling")), (c_int * nd)())
+    capi.cudnnGetPoolingNdForwardOutputDim(d.ptr, xd.ptr, nd, out)
+    return tuple(out)
 
 
 # ---------------------------------------------------------------- deprecated names

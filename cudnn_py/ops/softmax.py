@@ -25,8 +25,7 @@ from cudnn_py import capi
 from cudnn_py.args import no_partial_alias
 from cudnn_py.descriptors import TensorDescriptor
 from cudnn_py.handle import Handle
-from cudnn_py.ops._common import (Out, check_array, desc, enum_arg, launch, output, scalars,
-                                  tensor_desc)
+from cudnn_py.ops._common import Out, check_array, desc, enum_arg, launch, output, scalars, tensor_desc
 from cudnn_py.prepared import prepared
 from cudnn_py.errors import InvalidValueError
 
@@ -45,8 +44,7 @@ def _desc4(a, name: str) -> TensorDescriptor:
     tail = [(n, s) for n, s in zip(a.shape[3:], a.strides[3:]) if n != 1]
     if any(s0 != s1 * n1 for (_, s0), (n1, s1) in zip(tail, tail[1:])):
         raise InvalidValueError(f"{name} (shape {a.shape}, strides {a.strides}) has trailing spatial dimensions that "
-                                f"are "
-                         f"not packed together; softmax runs on a 4-D view: make it contiguous first")
+                                f"are not packed together; softmax runs on a 4-D view: make it contiguous first")
     inner = tail[-1][1] if tail else 1
     return tensor_desc(a.shape[:3] + (math.prod(a.shape[3:]),), a.dtype, a.strides[:3] + (inner,))
 

@@ -164,12 +164,12 @@ def spatial_tf_sampler_forward(handle: Handle, x: DeviceArrayLike, grid: DeviceA
     xa, g, y_shape, st = _sampler_setup(handle, x, grid)
     ya = output(y, "y", handle, y_shape, xa.dtype, contiguous=True)
     al, be = scalars(xa.dtype, alpha, beta)
-    xd, yd = desc(xa), desc(ya)
-    launch(handle, capi.cudnnSpatialTfSamplerForward, handle.ptr, st, al, xd, xa, g, be, yd, ya)
+    launch(handle, capi.cudnnSpatialTfSamplerForward, handle.ptr, st, al, desc(xa), xa, g, be, desc(ya), ya)
     return ya
 
 
-@prepared(inputs=("x", "grid", "dy"), outputs=("dx", "dgrid"), inplace=False, scalars=("alpha", "beta", "alpha_dgrid", "beta_dgrid"), moved=("dx", "dgrid"))
+@prepared(inputs=("x", "grid", "dy"), outputs=("dx", "dgrid"), inplace=False,
+          scalars=("alpha", "beta", "alpha_dgrid", "beta_dgrid"), moved=("dx", "dgrid"))
 def spatial_tf_sampler_backward(handle: Handle, x: DeviceArrayLike, grid: DeviceArrayLike, dy: DeviceArrayLike,
                                 *, dx: DeviceArrayLike | None = None,
                                 dgrid: DeviceArrayLike | None = None, alpha: float = 1.0, beta: float = 0.0,
@@ -182,9 +182,8 @@ def spatial_tf_sampler_backward(handle: Handle, x: DeviceArrayLike, grid: Device
     dxa = output(dx, "dx", handle, xa.shape, xa.dtype, contiguous=True)
     dga = output(dgrid, "dgrid", handle, g.shape, xa.dtype, contiguous=True)
     al, be, ag, bg = scalars(xa.dtype, alpha, beta, alpha_dgrid, beta_dgrid)
-    xd, dxd, dyd = desc(xa), desc(dxa), desc(dya)
-    launch(handle, capi.cudnnSpatialTfSamplerBackward, handle.ptr, st, al, xd, xa, be, dxd, dxa, ag, dyd, dya, g, bg,
-           dga)
+    launch(handle, capi.cudnnSpatialTfSamplerBackward, handle.ptr, st, al, desc(xa), xa, be, desc(dxa), dxa, ag,
+           desc(dya), dya, g, bg, dga)
     return SamplerGrads(dxa, dga)
 
 

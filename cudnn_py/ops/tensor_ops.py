@@ -38,6 +38,7 @@ from cudnn_py.dtypes import as_numpy_dtype, cudnn_dtype
 from cudnn_py.graph import legacy as gl
 from cudnn_py.handle import Handle
 from cudnn_py.contexts import on_device
+from cudnn_py.conv_layout import packed_strides
 from cudnn_py.memory import DeviceArray, DeviceArrayLike, as_array, empty, memset, memset_writes
 from cudnn_py.strided import memory_order, non_overlapping
 from cudnn_py import recording
@@ -72,7 +73,7 @@ _DIRECTIONS = {"fold": capi.CUDNN_TRANSFORM_FOLD, "unfold": capi.CUDNN_TRANSFORM
 def _broadcastable(b: DeviceArray, c: DeviceArray, bname: str, cname: str) -> None:
     if b.ndim != c.ndim or any(bd not in (1, cd) for bd, cd in zip(b.shape, c.shape)):
         raise InvalidValueError(f"{bname} has shape {b.shape}; it must have {cname}'s {c.ndim} dimensions "
-                         f"{c.shape}, each equal or 1 (broadcast)")
+                                f"{c.shape}, each equal or 1 (broadcast)")
 
 
 @prepared(inputs=("a",), outputs=("c",), scalars=("alpha", "beta"))
@@ -119,8 +120,7 @@ def _compute(dtype, compute_dtype):
 
 
 #: op-tensor operation -> the pointwise mode of its graph path ("not" is ``a == 0``)
-_GRAPH_OPS = {capi.CUDNN_OP_TENSOR_ADD: "add", capi.CUDNN_OP_TENSOR_MUL: "mul", capi.CUDNN_OP_TENSOR_MIN: "min",
-              capi.CUDNN_OP_TENSOR_MAX: "max", capi.CUDNN_OP_TENSOR_SQRT: "sqrt", capi.CUDNN_OP_TENSOR_NOT: "cmp_eq"}
+_GRAPH_OPS = {op: "cmp_eq" if name == "not" else name for name, op in OP_TENSOR_OPS.items()}
 
 
 def _graph_compute(compute_dtype, nan_propagation: bool) -> None:
@@ -266,19 +266,12 @@ def _format_strides(shape: tuple[int, ...], layout: str) -> tuple[int, ...]:
     """Element strides of a packed array of logical N, C, *spatial shape stored in ``layout`` (any case)."""
     fmt = layout.upper() if isinstance(layout, str) else None
     if fmt in ("NCHW", "NCDHW", "C", "CONTIGUOUS"):
-        order = list(range(len(shape)))
-    elif fmt in ("NHWC", "NDHWC"):
-        if len(shape) < 3:
-            raise InvalidValueError(f"layout {layout} needs N, C and at least one spatial dimension; got shape "
-                                    f"{shape}")
-        order = [0] + list(range(2, len(shape))) + [1]
-    else:
+        return packed_strides(shape, False)
+    if fmt not in ("NHWC", "NDHWC"):
         raise InvalidValueError(f"layout {layout!r}: expected 'NCHW' or 'NHWC' (any case)")
-    strides, acc = [0] * len(shape), 1
-    for axis in reversed(order):
-        strides[axis] = acc
-        acc *= shape[axis]
-    return tuple(strides)
+    if len(shape) < 3:
+        raise InvalidValueError(f"layout {layout} needs N, C and at least one spatial dimension; got shape {shape}")
+    return packed_strides(shape, True)
 
 
 @prepared(inputs=("x",), outputs=("y",), scalars=("alpha", "beta"), moved=("y",))
@@ -422,15 +415,14 @@ def _graph_reduce(handle: Handle, opv, aa, ca, alpha, beta, compute_dtype, nan_p
     if indices or name not in _GRAPH_REDUCE:
         raise gl.GraphPathRefused(f"engine='graph' reduces with {', '.join(sorted(_GRAPH_REDUCE))} and gives no "
                                   f"indices; use engine='legacy' for {name}" + (" with indices" if indices else ""))
-    reduce = (lambda g, t, shape: g.reduction(t["a"], name, out_shape=shape))
-    if ca.dtype == np.float32 and alpha == 1.0 and beta == 0.0:
-        return gl.run_graph(handle, "reduce_tensor", (name,), [("a", aa)], [("c", ca)], reduce, auto=auto,
-                            layout_of=aa, autotune=True)
     # cuDNN 9.19's reduction engines write float32 and take no epilogue: reduce into float32, then blend into c
-    acc = empty_strided(handle, ca.shape, ca.strides, np.float32)
-    if not gl.run_graph(handle, "reduce_tensor", (name,), [("a", aa)], [("c", acc)], reduce, auto=auto,
-                        layout_of=aa, autotune=True):
-        return False
+    direct = ca.dtype == np.float32 and alpha == 1.0 and beta == 0.0
+    acc = ca if direct else empty_strided(handle, ca.shape, ca.strides, np.float32)
+    ran = gl.run_graph(handle, "reduce_tensor", (name,), [("a", aa)], [("c", acc)],
+                       lambda g, t, shape: g.reduction(t["a"], name, out_shape=shape), auto=auto, layout_of=aa,
+                       autotune=True)
+    if direct or not ran:
+        return ran
     return gl.run_graph(handle, "reduce_blend", (float(alpha), float(beta)), [("acc", acc)] + (
         [("prior", ca)] if beta else []), [("c", ca)], lambda g, t, _: gl.blend(g, t["acc"], t, alpha, beta),
         auto=auto)
