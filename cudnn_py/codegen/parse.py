@@ -15,7 +15,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from pycparser import c_ast, c_parser
+from pycparser import c_ast, c_generator, c_parser
 
 from . import lengths, model, nonnull
 
@@ -267,15 +267,12 @@ class _Reader:
 
 
 def _render_type(node) -> str:
-    from pycparser import c_generator
     return c_generator.CGenerator().visit(node) if not isinstance(node, c_ast.TypeDecl) else \
         " ".join((node.quals or []) + list(getattr(node.type, "names", [getattr(node.type, "name", "")])))
 
 
 def _render(node) -> str:
-    from pycparser import c_generator
-    text = c_generator.CGenerator().visit(node)
-    return re.sub(r"\s+", " ", text).strip()
+    return re.sub(r"\s+", " ", c_generator.CGenerator().visit(node)).strip()
 
 
 def _brief(comment: str) -> tuple[str, str]:
