@@ -320,64 +320,47 @@ def _capacity(obj) -> int | None:
     return None
 
 
-@functools.cache
-def _int_param(ctype):
-    """The ctypes parameter type of a C int (32 bits or fewer): an int in range passes as itself (cheaper than
-    ctypes' own ``c_int``, which wraps out-of-range values silently); anything else is converted or refused."""
-    lo, hi = INT_RANGES[ctype]
-
-    def from_param(value):
-        if type(value) is int and lo <= value <= hi:
-            return value
-        return _scalar(ctype, value)
-    return type(f"{_ctype_name(ctype)}_param", (), {"from_param": staticmethod(from_param)})
-
-
-@functools.cache
-def _enum_param(cls):
-    """The ctypes parameter type of an enum: a member of ``cls`` or an int in C int range passes as itself."""
-    lo, hi = _C_INT
-
-    def from_param(value):
-        t = type(value)
-        if (t is cls or t is int) and lo <= value <= hi:
-            return value
-        return _enum(cls, value)
-    return type(f"{cls.__name__}_param", (), {"from_param": staticmethod(from_param)})
-
-
-@functools.cache
-def _callback_param(cls):
-    """The ctypes parameter type of a C function pointer: a ``cls`` instance, or None for NULL."""
-    convert = cls.from_param
-
-    def from_param(value):
-        return None if value is None else convert(value)
-    return type(f"{cls.__name__}_param", (), {"from_param": staticmethod(from_param)})
-
-
 def _kind(argtype):
     """How the checked call tests a parameter of ``argtype`` before ctypes (None: ctypes' conversion suffices)."""
     if isinstance(argtype, type):
         if issubclass(argtype, Handle):
             return "handle"
-        if argtype in INT_RANGES and ctypes.sizeof(argtype) > 4:  # 32-bit ones: _int_param
+        if argtype in INT_RANGES and ctypes.sizeof(argtype) > 4:  # 32-bit ones: _ctypes_argtype
             return "int"
         if argtype is const_void_p or argtype is ctypes.c_void_p:
             return "void"
     return None
 
 
+@functools.cache
 def _ctypes_argtype(argtype):
-    """What the ctypes function object itself gets for a parameter: enums and C ints of 32 bits or fewer through
-    the converters above, a function pointer also as None, ``const void *`` as ``void *``, the rest as declared."""
+    """What the ctypes function object itself gets for a parameter: for an enum or a C int of 32 bits or fewer, a
+    type whose conversion passes a member or an in-range int as itself (cheaper than ctypes' own ``c_int``, which
+    wraps out-of-range values silently) and converts or refuses the rest; a function pointer also takes None (NULL);
+    ``const void *`` is ``void *``; the rest as declared."""
     if isinstance(argtype, type) and issubclass(argtype, enum.IntEnum):
-        return _enum_param(argtype)
-    if argtype in INT_RANGES and ctypes.sizeof(argtype) <= 4:
-        return _int_param(argtype)
-    if isinstance(argtype, type) and issubclass(argtype, ctypes._CFuncPtr):
-        return _callback_param(argtype)
-    return ctypes.c_void_p if argtype is const_void_p else argtype
+        lo, hi = _C_INT
+
+        def from_param(value):
+            t = type(value)
+            if (t is argtype or t is int) and lo <= value <= hi:
+                return value
+            return _enum(argtype, value)
+    elif argtype in INT_RANGES and ctypes.sizeof(argtype) <= 4:
+        lo, hi = INT_RANGES[argtype]
+
+        def from_param(value):
+            if type(value) is int and lo <= value <= hi:
+                return value
+            return _scalar(argtype, value)
+    elif isinstance(argtype, type) and issubclass(argtype, ctypes._CFuncPtr):
+        convert = argtype.from_param
+
+        def from_param(value):
+            return None if value is None else convert(value)
+    else:
+        return ctypes.c_void_p if argtype is const_void_p else argtype
+    return type(f"{_ctype_name(argtype)}_param", (), {"from_param": staticmethod(from_param)})
 
 
 def _declarations(prototype: str) -> list[str]:
