@@ -98,18 +98,12 @@ def check_elf(path: str) -> None:
 MIN_VERSION = (9, 14, 0)
 
 
-def newest_version() -> tuple[int, int, int]:
-    """The newest cuDNN the C layer knows: the version of the headers it was generated from."""
-    from .capi import version as v
-    return v.CUDNN_MAJOR, v.CUDNN_MINOR, v.CUDNN_PATCHLEVEL
-
-
 def supported_range() -> str:
-    """The supported cuDNN versions in words, e.g. ``'9.14.0 to 9.28 (the headers the C layer was generated
-    from; newer 9.x loads, without bindings for what it adds)'``."""
-    newest = newest_version()
-    return (f"{'.'.join(map(str, MIN_VERSION))} to {newest[0]}.{newest[1]} (the headers the C layer was generated "
-            f"from; a newer 9.x loads, without bindings for what it adds)")
+    """The supported cuDNN versions in words, from :data:`MIN_VERSION` to the headers the C layer was generated
+    from, e.g. ``'9.14.0 to 9.28 (the headers ...; a newer 9.x loads, without bindings for what it adds)'``."""
+    from .capi import version as v
+    return (f"{'.'.join(map(str, MIN_VERSION))} to {v.CUDNN_MAJOR}.{v.CUDNN_MINOR} (the headers the C layer was "
+            f"generated from; a newer 9.x loads, without bindings for what it adds)")
 
 
 def _get_version(cdll: ctypes.CDLL) -> tuple[int, int, int]:

@@ -8,14 +8,11 @@
         ...
     cudnn_py.nvtx.disable()
 
-While enabled, every call of a C function through :mod:`cudnn_py.capi` (which is how the Pythonic operations,
-descriptors and the graph builder reach cuDNN) runs inside a range named after that function; hot paths that keep
-a bound ctypes function (a convolution plan's ``fn.raw``, a graph executor) get the range if they were made
-while ranges were on, so enable before the first operation (the environment variable does). Disabled, nothing
-is wrapped and nothing is paid.
-
-Needs the ``nvtx`` package (``pip install nvtx``), NVIDIA's maintained Python binding of NVTX; without a
-profiler attached its calls do nothing.
+While enabled, every call of a C function through :mod:`cudnn_py.capi` (how the Pythonic layer reaches cuDNN) runs
+inside a range named after that function; hot paths that keep a bound ctypes function (``fn.raw``, a graph
+executor) get the range if they were made while ranges were on, so enable before the first operation (the
+environment variable does). Disabled, nothing is wrapped and nothing is paid. Needs the ``nvtx`` package (``pip
+install nvtx``); without a profiler attached its calls do nothing.
 """
 from __future__ import annotations
 

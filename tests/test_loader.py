@@ -136,7 +136,6 @@ def test_refused_old_library_is_reported_with_what_was_tried(monkeypatch, tmp_pa
 
 def test_supported_range_names_the_oldest_and_the_headers():
     assert _loader.MIN_VERSION <= library().version
-    assert _loader.newest_version() == (capi.CUDNN_MAJOR, capi.CUDNN_MINOR, capi.CUDNN_PATCHLEVEL)
     text = _loader.supported_range()
     assert text.startswith("9.14.0 to 9.%d" % capi.CUDNN_MINOR)
     for v in ((9, 14, 0), (9, 19, 0), (9, 28, 0), (9, 99, 0)):  # the GPU machine's, the wheel's, newer ones
