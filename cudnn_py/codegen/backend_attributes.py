@@ -121,7 +121,7 @@ def parse(header: str) -> tuple[dict, dict]:
         m = _ENUM_MEMBER.match(line)
         if m:
             desc = m.group(1)[len("CUDNN_BACKEND_"):-len("_DESCRIPTOR")]
-            for b in block:
+            for i, b in enumerate(block):
                 d = _DOC.match(b)
                 if not d:
                     continue
@@ -134,15 +134,14 @@ def parse(header: str) -> tuple[dict, dict]:
                 nested_t = nested.group(1) if nested and "*" not in nested.group(1) else None
                 if types == ("BACKEND_DESCRIPTOR",) and nested_t is None:
                     # "Descriptor type CUDNN_BACKEND_X_DESCRIPTOR" in the prose after the line
-                    i = block.index(b)
                     rest = block[i + 1:i + 6]
-                    cut = next((k for k, x in enumerate(rest) if re.match(r"^\s*\*\s*-\s", x) or not x.strip(" *")), len(rest))
+                    cut = next((k for k, x in enumerate(rest) if re.match(r"^\s*\*\s*-\s", x) or not x.strip(" *")),
+                               len(rest))
                     prose = " ".join(x.strip(" *") for x in rest[:cut])
                     p = re.search(r"[Dd]escriptor type\s+CUDNN_BACKEND_(\w+?)_DESCRIPTOR", prose)
                     nested_t = p.group(1) if p else _nested_by_name(attr)
-                table[attr] = (types, _count(spec), nested_t, "header")
-                if attr in _HEADER_FIXES:
-                    table[attr] = (*_HEADER_FIXES[attr], "header+fix")
+                table[attr] = ((*_HEADER_FIXES[attr], "header+fix") if attr in _HEADER_FIXES
+                               else (types, _count(spec), nested_t, "header"))
                 owner[attr] = desc
             block = []
         else:
@@ -154,7 +153,7 @@ def parse(header: str) -> tuple[dict, dict]:
             continue
         if attr in _KNOWN:
             table[attr] = (*_KNOWN[attr], "known")
-        elif re.search(r"(_DESC|DESC)$", attr):
+        elif attr.endswith("DESC"):
             table[attr] = (("BACKEND_DESCRIPTOR",), "1", "TENSOR", "rule")
         elif attr.endswith(("_MATH_PREC", "_COMP_TYPE")):
             table[attr] = (("DATA_TYPE",), "1", None, "rule")
@@ -168,12 +167,8 @@ def render(header: str, banner: str) -> str:
            '"""Backend attribute -> (element types, count, nested descriptor type, source): see cudnn_py.graph."""',
            "# count: '1' one element, '0+'/'1+' arrays, 'n' an array of any length; source: header doc, known, rule",
            "TABLE = {"]
-    for name in sorted(table):
-        out.append(f"    {name!r}: {table[name]!r},")
-    out.append("}")
-    out.append("# attribute name -> the descriptor type whose documentation lists it")
-    out.append("OWNER = {")
-    for name in sorted(owner):
-        out.append(f"    {name!r}: {owner[name]!r},")
+    out.extend(f"    {name!r}: {table[name]!r}," for name in sorted(table))
+    out += ["}", "# attribute name -> the descriptor type whose documentation lists it", "OWNER = {"]
+    out.extend(f"    {name!r}: {owner[name]!r}," for name in sorted(owner))
     out.append("}")
     return "\n".join(out) + "\n"
