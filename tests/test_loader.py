@@ -147,3 +147,17 @@ def test_info_states_the_supported_range():
     collected = info.collect()
     assert collected["supported_cudnn"] == _loader.supported_range()
     assert f"supported     cuDNN {_loader.supported_range()}" in info.format_text(collected)
+
+
+def test_system_loader_finds_the_library_on_the_search_path_and_names_its_file():
+    """Without a path (the system loader, and cuda.pathfinder's system-loader result), the file is read back from the
+    process's memory map and checked like any other."""
+    import os
+    import subprocess
+    import sys
+    folder = os.path.dirname(library().path)
+    code = "from cudnn_py import _loader; l = _loader._open(None, 'system loader'); print(l.path, l.version_string)"
+    env = dict(os.environ, LD_LIBRARY_PATH=folder)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == [os.path.realpath(library().path), library().version_string]
