@@ -13,25 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 from . import _imports
 from .errors import (  # ``name as name``: explicit re-exports (mypy --strict)
-    CArgumentError as CArgumentError,
-    ClosedError as ClosedError,
-    CudaError as CudaError,
-    CudaOutOfMemoryError as CudaOutOfMemoryError,
-    CudnnBadParamError as CudnnBadParamError,
-    CudnnError as CudnnError,
-    CudnnExecutionFailedError as CudnnExecutionFailedError,
-    CudnnInternalError as CudnnInternalError,
-    CudnnNotInitializedError as CudnnNotInitializedError,
-    CudnnNotSupportedError as CudnnNotSupportedError,
-    CudnnPyError as CudnnPyError,
-    FunctionNotAvailableError as FunctionNotAvailableError,
-    InvalidStateError as InvalidStateError,
-    InvalidTypeError as InvalidTypeError,
-    InvalidValueError as InvalidValueError,
-    LibraryNotFoundError as LibraryNotFoundError,
-    NoDeviceError as NoDeviceError,
-    WorkspaceLimitError as WorkspaceLimitError,
-)
+    CArgumentError as CArgumentError, ClosedError as ClosedError, CudaError as CudaError,
+    CudaOutOfMemoryError as CudaOutOfMemoryError, CudnnBadParamError as CudnnBadParamError, CudnnError as CudnnError,
+    CudnnExecutionFailedError as CudnnExecutionFailedError, CudnnInternalError as CudnnInternalError,
+    CudnnNotInitializedError as CudnnNotInitializedError, CudnnNotSupportedError as CudnnNotSupportedError,
+    CudnnPyError as CudnnPyError, FunctionNotAvailableError as FunctionNotAvailableError,
+    InvalidStateError as InvalidStateError, InvalidTypeError as InvalidTypeError,
+    InvalidValueError as InvalidValueError, LibraryNotFoundError as LibraryNotFoundError,
+    NoDeviceError as NoDeviceError, WorkspaceLimitError as WorkspaceLimitError)
 
 _ERRORS = tuple(n for n, v in list(globals().items()) if isinstance(v, type) and issubclass(v, Exception))
 __version__ = "0.1.0"
@@ -174,11 +163,8 @@ if TYPE_CHECKING:  # what mypy sees: each name re-exported explicitly (``name as
 
 
 def version() -> tuple[int, int, int]:
-    """The loaded cuDNN library's version (loading it on first call).
-
-    :returns: ``(major, minor, patch)``.
-    :raises LibraryNotFoundError: when no libcudnn can be found.
-    """
+    """The loaded cuDNN's ``(major, minor, patch)``, loading it on first call (:class:`LibraryNotFoundError` when
+    no libcudnn can be found)."""
     from ._loader import library
     return library().version
 

@@ -1,40 +1,34 @@
 """Lazy ctypes binding for the generated C layer: symbols resolve on first call, arguments are checked before C
-sees them, statuses become exceptions.
+sees them, statuses become exceptions. (Over 700 lines on purpose: the one runtime every generated function binds
+through, its argument rules, their converters and the destroy guards read as one table; split, each part would
+import the others.)
 
-(One module over 700 lines on purpose: it is the one runtime every generated function binds through - the
-argument rules below, their converters and the ownership guards of the destroy functions - and the rules read as
-one table; split, each part would import the others.)
-
-What a parameter takes, through a call of ``cudnn_py.capi.cudnnX(...)``:
+What a parameter of ``cudnn_py.capi.cudnnX(...)`` takes:
 
 - a cuDNN handle type (``cudnnHandle_t``, ``cudnnTensorDescriptor_t``, ...): an instance of that type, ``None``
-  or ``0`` (NULL, as C's null pointer constant), or an object whose ``_as_parameter_`` or ``ptr`` is one (the
-  Pythonic descriptors and handles). Any other int is refused: as in C, an address becomes a handle only through
-  an explicit cast, ``cudnnTensorDescriptor_t(address)``, by which the caller vouches for it. str, bytes, and
-  handles of another type are refused.
-- a CUDA handle type (``cudaStream_t``, ``cudaGraph_t``): the same, and an int handle (what CUDA libraries give).
-- an enum type: a member of that enum or a plain int (as C would); a member of another enum is refused.
+  or ``0`` (NULL), or an object whose ``_as_parameter_`` or ``ptr`` is one (the Pythonic descriptors and handles).
+  Any other int is refused: as in C, an address becomes a handle only through an explicit cast,
+  ``cudnnTensorDescriptor_t(address)``, by which the caller vouches for it; str, bytes and other handle types too.
+- a CUDA handle type (``cudaStream_t``, ``cudaGraph_t``): the same, and an int handle.
+- an enum type: a member of that enum or a plain int; a member of another enum is refused.
 - an integer type: an int within the C type's range (never wrapped silently).
-- ``void *``: an int address, ``None``, a ctypes object or ``byref()``; not str, bool, or a list (and no bytes
-  unless C only reads it, ``const void *``).
-- a typed pointer (``int *``, ``const int dimA[]``): a ctypes array or pointer of that type, ``byref()`` of
-  one, ``None``, or an int address (taken as is: device memory; the caller vouches for it); where C only reads
-  it (``const``), also a sequence, converted.
-- where another argument gives an array's length (the table in ``cudnn_py.codegen.lengths``), an array,
-  ``byref()`` or sequence shorter than what cuDNN will read or write is refused. An int address or a ctypes
-  pointer has no known length: the caller vouches for it. ``cudnnBackendSetAttribute`` also takes a sequence,
-  converted to the element type its ``attributeType`` names.
+- ``void *``: an int address, ``None``, a ctypes object or ``byref()``; not str, bool or a list (bytes only for
+  ``const void *``).
+- a typed pointer (``int *``, ``const int dimA[]``): a ctypes array or pointer of that type, ``byref()`` of one,
+  ``None``, or an int address (taken as is); where C only reads it (``const``), also a sequence, converted.
+- where another argument gives an array's length (``cudnn_py.codegen.lengths``), an array, ``byref()`` or sequence
+  shorter than what cuDNN will access is refused (an address or a ctypes pointer: the caller vouches).
+  ``cudnnBackendSetAttribute`` also takes a sequence, converted to the element type its ``attributeType`` names.
 
 A wrong argument raises :class:`CArgumentError` naming the function and the parameter.
 
 ``fn.raw`` is the bound ctypes function itself, for hot loops: ctypes' own conversions only (a handle parameter
-still refuses str, bytes and other handle types but takes any int; ints wrap to the C type's width), the status
-still checked and a created handle still recorded (see ``_RECORD``), no deprecation warning after the access.
+still refuses str, bytes and other handle types but takes any int; ints wrap), the status still checked and a
+created handle still recorded (see ``_RECORD``), no deprecation warning after the access.
 
-Calling a function the headers mark ``CUDNN_DEPRECATED`` from outside the ``cudnn_py`` package emits a
-:class:`DeprecationWarning` once per function (the warnings module filters it as usual); the Pythonic layer's own
-calls do not count. ``cudnn_py.nvtx`` can wrap every call in an NVTX range (:func:`set_range_wrapper`), and the
-environment variables ``CUDNN_PY_LOG`` and ``CUDNN_PY_NVTX`` are read when the first function is bound.
+Calling a function the headers mark ``CUDNN_DEPRECATED`` from outside the ``cudnn_py`` package warns
+(:class:`DeprecationWarning`) once per function. ``cudnn_py.nvtx`` can wrap every call in an NVTX range
+(:func:`set_range_wrapper`); ``CUDNN_PY_LOG`` and ``CUDNN_PY_NVTX`` are read when the first function is bound.
 """
 from __future__ import annotations
 
@@ -54,13 +48,26 @@ from . import _loader, recording
 from ._status import status_error
 from .errors import CArgumentError, CudnnPyError, FunctionNotAvailableError, InvalidStateError
 
-def _errcheck(name: str):
-    """The ctypes ``errcheck`` of function ``name``: a status other than success raises."""
+def _errcheck(name: str, created: int | None = None):
+    """The ctypes ``errcheck`` of function ``name``: a status other than success raises. For a create function
+    writing the new handle through parameter ``created``, the handle is then recorded live; on the ctypes function
+    itself, so a create through ``fn.raw`` is recorded too (an address destroyed and handed out again is live)."""
     def check(status, func, args):
         if status:
             raise status_error(name, status)
         return status
-    return check
+
+    def check_create(status, func, args):
+        if status:
+            raise status_error(name, status)
+        try:
+            address = args[created]._obj.value  # byref(handle), the usual form
+        except AttributeError:
+            address = _written_handle(args[created])
+        if address:
+            _RECORD[address] = True
+        return status
+    return check if created is None else check_create
 
 
 # ------------------------------------------------------------------------------------------ parameter types
@@ -124,16 +131,7 @@ def _is_sequence(obj) -> bool:
 def _element(target):
     """A function converting one Python value to an element of a ``target`` array (for sequences)."""
     if target in INT_RANGES:
-        lo, hi = INT_RANGES[target]
-
-        def integer(v):
-            if isinstance(v, float):
-                raise TypeError(f"{_show(v)} is not an integer")
-            i = operator.index(v)
-            if not lo <= i <= hi:
-                raise ValueError(f"{i} is outside the range of {_ctype_name(target)} ({lo} to {hi})")
-            return i
-        return integer
+        return functools.partial(_integer, target)
     if target in (ctypes.c_float, ctypes.c_double):
         def real(v):
             if isinstance(v, (str, bytes, bool)) or not hasattr(v, "__float__"):
@@ -253,27 +251,27 @@ def _enum(cls, value):
         note = f", an enum removed in cuDNN {removed}" if removed else ""
         raise TypeError(f"got {value.name}, a member of {type(value).__name__}{note}; this parameter takes a "
                         f"{cls.__name__} (a member, or a plain int)")
-    return _integer(_C_INT, f"a {cls.__name__} member or an int", value)
+    return _integer(ctypes.c_int, value, f"a {cls.__name__} member or an int")
 
 
-def _integer(bounds, what, value):
+def _integer(ctype, value, what: str = ""):
+    """``value`` as a C integer of ``ctype``, in its range (never wrapped); ``what``: what the message expects."""
+    what = what or f"an int ({_ctype_name(ctype)})"
     if isinstance(value, (float, str, bytes)):
         raise TypeError(f"{what} expected, got {_show(value)}")
     try:
         i = operator.index(value)
     except TypeError:
         raise TypeError(f"{what} expected, got {_show(value)}") from None
-    lo, hi = bounds
+    lo, hi = INT_RANGES[ctype]
     if not lo <= i <= hi:
-        raise ValueError(f"{i} is outside the C type's range ({lo} to {hi})")
+        raise ValueError(f"{i} is outside the range of {_ctype_name(ctype)} ({lo} to {hi})")
     return i
 
 
 def _scalar(ctype, value):
     """``value`` as an integer parameter of ``ctype`` (a ctypes instance of that type also passes)."""
-    if isinstance(value, ctype):
-        return value
-    return _integer(INT_RANGES[ctype], f"an int ({_ctype_name(ctype)})", value)
+    return value if isinstance(value, ctype) else _integer(ctype, value)
 
 
 def _void(const, value):
@@ -300,16 +298,21 @@ def _attribute_ctype(attribute_type):
             "DOUBLE": ctypes.c_double, "CHAR": ctypes.c_char, "FRACTION": cudnnFraction_t}.get(name, ctypes.c_int)
 
 
+def _carg_address(obj) -> int | None:
+    """The address a ``byref(x[, offset])`` passes (None where its repr does not say)."""
+    m = _CARG_ADDRESS.fullmatch(repr(obj))
+    return int(m.group(1), 16) if m else None
+
+
 def _capacity(obj) -> int | None:
     """How many bytes ``obj`` gives C to read or write (None when it cannot be known: an address, a pointer)."""
     if isinstance(obj, ctypes.Array):
         return ctypes.sizeof(obj)
     if type(obj) is _CARG:  # byref(x[, offset]): x's size less the offset
-        target = getattr(obj, "_obj", None)
-        m = _CARG_ADDRESS.fullmatch(repr(obj))
-        if target is None or m is None:
+        target, address = getattr(obj, "_obj", None), _carg_address(obj)
+        if target is None or address is None:
             return None
-        return ctypes.sizeof(target) - (int(m.group(1), 16) - ctypes.addressof(target))
+        return ctypes.sizeof(target) - (address - ctypes.addressof(target))
     if isinstance(obj, (ctypes.Structure, ctypes._SimpleCData)) and not isinstance(obj, ctypes.c_void_p):
         return ctypes.sizeof(obj)
     if isinstance(obj, bytes):
@@ -317,64 +320,47 @@ def _capacity(obj) -> int | None:
     return None
 
 
-@functools.cache
-def _int_param(ctype):
-    """The ctypes parameter type of a C int (32 bits or fewer): an int in range passes as itself (cheaper than
-    ctypes' own ``c_int``, which wraps out-of-range values silently); anything else is converted or refused."""
-    lo, hi = INT_RANGES[ctype]
-
-    def from_param(value):
-        if type(value) is int and lo <= value <= hi:
-            return value
-        return _scalar(ctype, value)
-    return type(f"{_ctype_name(ctype)}_param", (), {"from_param": staticmethod(from_param)})
-
-
-@functools.cache
-def _enum_param(cls):
-    """The ctypes parameter type of an enum: a member of ``cls`` or an int in C int range passes as itself."""
-    lo, hi = _C_INT
-
-    def from_param(value):
-        t = type(value)
-        if (t is cls or t is int) and lo <= value <= hi:
-            return value
-        return _enum(cls, value)
-    return type(f"{cls.__name__}_param", (), {"from_param": staticmethod(from_param)})
-
-
-@functools.cache
-def _callback_param(cls):
-    """The ctypes parameter type of a C function pointer: a ``cls`` instance, or None for NULL."""
-    convert = cls.from_param
-
-    def from_param(value):
-        return None if value is None else convert(value)
-    return type(f"{cls.__name__}_param", (), {"from_param": staticmethod(from_param)})
-
-
 def _kind(argtype):
     """How the checked call tests a parameter of ``argtype`` before ctypes (None: ctypes' conversion suffices)."""
     if isinstance(argtype, type):
         if issubclass(argtype, Handle):
             return "handle"
-        if argtype in INT_RANGES and ctypes.sizeof(argtype) > 4:  # 32-bit ones: _int_param
+        if argtype in INT_RANGES and ctypes.sizeof(argtype) > 4:  # 32-bit ones: _ctypes_argtype
             return "int"
         if argtype is const_void_p or argtype is ctypes.c_void_p:
             return "void"
     return None
 
 
+@functools.cache
 def _ctypes_argtype(argtype):
-    """What the ctypes function object itself gets for a parameter: enums and C ints of 32 bits or fewer through
-    the converters above, a function pointer also as None, ``const void *`` as ``void *``, the rest as declared."""
+    """What the ctypes function object itself gets for a parameter: for an enum or a C int of 32 bits or fewer, a
+    type whose conversion passes a member or an in-range int as itself (cheaper than ctypes' own ``c_int``, which
+    wraps out-of-range values silently) and converts or refuses the rest; a function pointer also takes None (NULL);
+    ``const void *`` is ``void *``; the rest as declared."""
     if isinstance(argtype, type) and issubclass(argtype, enum.IntEnum):
-        return _enum_param(argtype)
-    if argtype in INT_RANGES and ctypes.sizeof(argtype) <= 4:
-        return _int_param(argtype)
-    if isinstance(argtype, type) and issubclass(argtype, ctypes._CFuncPtr):
-        return _callback_param(argtype)
-    return ctypes.c_void_p if argtype is const_void_p else argtype
+        lo, hi = _C_INT
+
+        def from_param(value):
+            t = type(value)
+            if (t is argtype or t is int) and lo <= value <= hi:
+                return value
+            return _enum(argtype, value)
+    elif argtype in INT_RANGES and ctypes.sizeof(argtype) <= 4:
+        lo, hi = INT_RANGES[argtype]
+
+        def from_param(value):
+            if type(value) is int and lo <= value <= hi:
+                return value
+            return _scalar(argtype, value)
+    elif isinstance(argtype, type) and issubclass(argtype, ctypes._CFuncPtr):
+        convert = argtype.from_param
+
+        def from_param(value):
+            return None if value is None else convert(value)
+    else:
+        return ctypes.c_void_p if argtype is const_void_p else argtype
+    return type(f"{_ctype_name(argtype)}_param", (), {"from_param": staticmethod(from_param)})
 
 
 def _declarations(prototype: str) -> list[str]:
@@ -398,14 +384,12 @@ _BIND_LOCK = threading.Lock()
 
 #: address of a handle or descriptor -> the Pythonic object type that owns it (it destroys it itself, once)
 _OWNED: dict[int, str] = {}
-# What the C layer created and destroyed: every handle or descriptor address a capi create function returned (called
-# checked or through fn.raw: its errcheck records it) or a Pythonic owner registered (own()) -> True while live, False
-# once a capi destroy function destroyed it. A destroy of a destroyed address is refused before C (cuDNN aborts the
-# process, or frees twice, on a second destroy), whatever object carries it: a copy, a re-wrapped int, one left after
-# its owner was collected; a create that returns the address again makes it live. An address never recorded (made by
-# another library) goes to C as it is. A destroy's check-and-claim runs under _RECORD_LOCK, so of several threads
-# destroying one address exactly one reaches C; a create is one dict store (atomic), as nothing else can hold an
-# address C has just handed out.
+# Every handle or descriptor address a capi create function returned (checked or through fn.raw) or an owner
+# registered (own()) -> True while live, False once a capi destroy function destroyed it. A destroy of a destroyed
+# address is refused before C (cuDNN aborts, or frees twice, on a second destroy), whatever object carries it; a
+# create that returns the address again makes it live; an address never recorded (another library's) goes to C as it
+# is. A destroy's check-and-claim runs under _RECORD_LOCK, so of several threads destroying one address exactly one
+# reaches C; a create is one dict store (atomic): nothing else can hold an address C has just handed out.
 _RECORD: dict[int, bool] = {}
 _RECORD_LOCK = threading.Lock()
 #: the C functions that create a handle or descriptor (written through a pointer parameter) and that destroy one
@@ -431,8 +415,7 @@ def disown(ptr) -> None:
 def _written_handle(arg) -> int | None:
     """The handle a create function wrote through its pointer argument ``arg`` (None where it cannot be read)."""
     if type(arg) is _CARG:  # byref(array[, offset]) (byref(handle) is read by the caller)
-        m = _CARG_ADDRESS.fullmatch(repr(arg))
-        address = int(m.group(1), 16) if m else None
+        address = _carg_address(arg)
     elif isinstance(arg, ctypes._Pointer):
         address = ctypes.cast(arg, ctypes.c_void_p).value
     elif isinstance(arg, ctypes.Array):
@@ -444,31 +427,11 @@ def _written_handle(arg) -> int | None:
     return ctypes.c_void_p.from_address(address).value if address else None
 
 
-def _errcheck_create(name: str, index: int):
-    """The ctypes ``errcheck`` of a create function writing the new handle through parameter ``index``: the status
-    checked (a failure raises: nothing was created), then the handle recorded live. On the ctypes function itself, so
-    a create through ``fn.raw`` is recorded too (an address destroyed before and handed out again is live again)."""
-    def check(status, func, args):
-        if status:
-            raise status_error(name, status)
-        try:
-            address = args[index]._obj.value  # byref(handle), the usual form
-        except AttributeError:
-            address = _written_handle(args[index])
-        if address:
-            _RECORD[address] = True
-        return status
-    return check
-
-
 def _guard_destroy(name: str, inner):
-    """``inner`` (a destroy function) refusing, before C, an address a Pythonic object owns and one the C layer
-    destroyed already (the record above), and marking the address destroyed once C has destroyed it.
-
-    The typed handle or descriptor object passed (an instance of a :class:`Handle` type) reads NULL afterwards
-    (``.value`` is None: any later use passes cuDNN NULL, an error, never a freed descriptor) and is marked destroyed,
-    so that a second destroy of it raises :class:`~cudnn_py.errors.InvalidStateError` too. Creating into it again
-    (``cudnnCreate...(byref(d))``) makes it a live one."""
+    """``inner`` (a destroy function) refusing, before C, an address a Pythonic object owns or the C layer destroyed
+    already (``_RECORD``), and marking the address destroyed once C has destroyed it. The typed object passed then
+    reads NULL (any later use passes cuDNN NULL, an error, never a freed descriptor) and is marked destroyed, so a
+    second destroy of it raises :class:`InvalidStateError` too; creating into it again makes it live."""
     def destroy(*args):
         ptr = args[0] if args else None
         typed = ptr if isinstance(ptr, Handle) else _handle_of(ptr) if ptr is not None else None
@@ -573,7 +536,7 @@ class CFunction:
                  "_restype", "_argtypes", "_call", "_inner", "_fn", "_checked", "_converters", "_length_checks",
                  "_nonnull", "_warned")
 
-    def __init__(self, name, restype, argtypes, prototype, doc, checked, deprecated, lengths, nonnull):
+    def __init__(self, name, restype, argtypes, prototype, doc="", checked=True, deprecated="", lengths=(), nonnull=()):
         self.__name__ = self.__qualname__ = name
         self.prototype = prototype
         self.deprecated = deprecated
@@ -601,8 +564,12 @@ class CFunction:
     @property
     def params(self) -> tuple[tuple[str, object], ...]:
         """(name, type) of each C parameter: a handle or enum class, a ctypes type, or a :func:`pointer` type."""
-        decls = _declarations(self.prototype)
-        return tuple((_python_name(d, i), a) for i, (d, a) in enumerate(zip(decls, self._argtypes)))
+        return tuple(zip(self._names(), self._argtypes))
+
+    def _names(self) -> list[str]:
+        """The C parameters' names (positional ``argN`` where the prototype cannot be split)."""
+        names = [_python_name(d, i) for i, d in enumerate(_declarations(self.prototype))]
+        return names if len(names) == len(self._argtypes) else [f"arg{i}" for i in range(len(self._argtypes))]
 
     @property
     def pointer_params(self) -> tuple[int, ...]:
@@ -652,8 +619,7 @@ class CFunction:
             fn.restype = self._restype
             fn.argtypes = tuple(_ctypes_argtype(a) for a in self._argtypes)
             if self.checked:
-                fn.errcheck = (_errcheck_create(self.__name__, self._created()) if _CREATORS.fullmatch(self.__name__)
-                               else _errcheck(self.__name__))
+                fn.errcheck = _errcheck(self.__name__, self._created() if _CREATORS.fullmatch(self.__name__) else None)
             self._compile(fn)
             self._route()
             self._fn = fn
@@ -703,20 +669,13 @@ class CFunction:
     def _compile(self, fn):
         """Make the checked call: a function with the C parameters' names whose fast path is one type test per
         typed parameter before the ctypes call; anything else goes to :meth:`_slow`, which converts or refuses."""
-        decls = _declarations(self.prototype)
-        names = [_python_name(d, i) for i, d in enumerate(decls)]
-        if len(names) != len(self._argtypes):  # a prototype this parser cannot split: positional names
-            names = [f"arg{i}" for i in range(len(self._argtypes))]
+        names = self._names()
         ns = {"_fn": fn, "_slow": self._slow, "_lengths": self._check_lengths, "_type": type, "_int": int,
               "_isinstance": isinstance, "_CARG": _CARG, "_Array": ctypes.Array}
         nonnull = {names.index(p) if p in names else -1 for p in self.nonnull}
         tests, converters = [], []
         for i, (p, a) in enumerate(zip(names, self._argtypes)):
-            if i in nonnull:  # the fast path takes only what cannot be NULL: a set handle, byref(), an array
-                ns[f"_T{i}"] = a
-                tests.append(f"_type({p}) is _T{i} and {p}.value" if _kind(a) == "handle" else
-                             f"(_type({p}) is _CARG or _isinstance({p}, _Array))" if hasattr(a, "target") else "False")
-            kind = _kind(a)
+            kind, test = _kind(a), ""
             if kind == "handle":
                 ns[f"_T{i}"] = a
                 test = f"_type({p}) is _T{i}"
@@ -732,9 +691,10 @@ class CFunction:
                 ns[f"_R{i}"] = frozenset((str, bool, list, tuple) if const else (str, bool, list, tuple, bytes))
                 test = f"(_type({p}) is not _int or {p} >= {_ADDRESS_MIN} or not {p}) and _type({p}) not in _R{i}"
                 converters.append((i, functools.partial(_void, const)))
-            else:
-                continue
-            if i not in nonnull:
+            if i in nonnull:  # the fast path takes only what cannot be NULL: a set handle, byref(), an array
+                test = (f"_type({p}) is _T{i} and {p}.value" if kind == "handle" else
+                        f"(_type({p}) is _CARG or _isinstance({p}, _Array))" if hasattr(a, "target") else "False")
+            if test:
                 tests.append(test)
         index = {n: i for i, n in enumerate(names)}
         self._length_checks = [(index[e[0]], index[e[1]], index[e[2]] if len(e) > 2 else None)
@@ -792,27 +752,21 @@ class CFunction:
     def _check_lengths(self, args):
         """Refuse an array shorter than the count cuDNN is given for it (see cudnn_py.codegen.lengths)."""
         for a, c, t in self._length_checks:
-            count = args[c]
-            count = getattr(count, "value", count)
+            count = getattr(args[c], "value", args[c])
             if type(count) is not int or count == 0:
                 continue  # nothing to read or write; an unconvertible count is refused by ctypes
             if count < 0:  # cuDNN does not refuse all of them: some read or write with the negative count
                 raise CArgumentError(f"{self.__name__}: {self._param(c)} is {count}: a count cannot be negative")
-            if t is None:
-                argtype = self._argtypes[a]
-                target = getattr(argtype, "target", None)
-                size = ctypes.sizeof(target) if target is not None else None
-            else:
-                ctype = _attribute_ctype(getattr(args[t], "value", args[t]))
-                size = ctypes.sizeof(ctype) if ctype is not None else None
+            ctype = (getattr(self._argtypes[a], "target", None) if t is None
+                     else _attribute_ctype(getattr(args[t], "value", args[t])))
+            size = ctypes.sizeof(ctype) if ctype is not None else None
             value = args[a]
             have = (len(value) * size if size and _is_sequence(value) else _capacity(value))
             if size is None or have is None or have >= count * size:
                 continue
-            params = _declarations(self.prototype)
             raise CArgumentError(
                 f"{self.__name__}: {self._param(a)} has room for {have // size} element(s) ({have} bytes) but "
-                f"{_python_name(params[c], c)}={count} lets cuDNN access {count} ({count * size} bytes)")
+                f"{self._names()[c]}={count} lets cuDNN access {count} ({count * size} bytes)")
 
     def _argument_error(self, e: Exception, args: tuple) -> CArgumentError:
         """A ctypes ArgumentError or an arity TypeError, as a :class:`CArgumentError` naming the parameter."""
@@ -824,6 +778,5 @@ class CFunction:
         return CArgumentError(f"{self.__name__}: {text} (C: {self.prototype})")
 
 
-def function(name, restype, argtypes, prototype, doc="", checked=True, deprecated="", lengths=(), nonnull=()):
-    """Declare a C function (used by the generated modules)."""
-    return CFunction(name, restype, argtypes, prototype, doc, checked, deprecated, lengths, nonnull)
+#: what the generated modules declare each C function with
+function = CFunction

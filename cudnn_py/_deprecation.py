@@ -27,13 +27,9 @@ def warn(message: str, stacklevel: int = 3) -> None:
 
 
 def renamed_kwargs(where: str, kwargs: dict[str, Any], renames: dict[str, str], values: dict[str, Any]) -> dict[str, Any]:
-    """Move old keyword arguments to their new names, with a warning each.
-
-    ``where``: the function's name (for messages); ``kwargs``: the old keywords the call received (a ``**old``
-    catch-all); ``renames``: old name -> new name; ``values``: the new names' values as passed (None when not).
-    Returns ``values`` updated. An unknown keyword raises :class:`InvalidTypeError` as Python would; an old and a
-    new spelling of one argument together are refused.
-    """
+    """``values`` (the new names' values as passed, None when not) updated with ``kwargs`` (the old keywords function
+    ``where`` received in a ``**old`` catch-all) under their new names (``renames``: old -> new), a warning each. An
+    unknown keyword raises :class:`InvalidTypeError` as Python would, as do an old and a new spelling together."""
     for old, value in kwargs.items():
         new = renames.get(old)
         if new is None:

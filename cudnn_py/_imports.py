@@ -1,21 +1,16 @@
 """One process-wide lock for cudnn_py's lazy imports, so that no two threads enter them half-way.
 
-cudnn_py imports its heavy parts on first use: the package's PEP 562 ``__getattr__`` (``cudnn_py.sdpa``,
-``cudnn_py.Graph``, ...) and a few in-function imports of the operation families (the graph package, the engine
-choice, the tuning database). The graph package's modules import each other in a circle, which Python resolves for
-one thread; two threads entering the circle at different modules at once get each other's half-initialized module
+cudnn_py imports its heavy parts on first use (the package's PEP 562 ``__getattr__``, a few in-function imports of
+the operation families). The graph package's modules import each other in a circle, which Python resolves for one
+thread; two threads entering it at different modules at once get each other's half-initialized module
 (``ImportError: cannot import name ... from partially initialized module``, ``KeyError: 'cudnn_py.graph'``).
 
-So every lazy import of the package runs under :data:`LOCK` (:func:`import_module`), and
-:class:`cudnn_py.Handle`, which every call needs, first imports what the calls import lazily (:func:`warm_imports`)
-under the same lock: once a handle exists, no call imports anything half-way. :func:`cudnn_py.streams.cuda_core`
-imports cuda.core (and cuda.bindings.driver) under it too: cuda.core's ``__init__`` copies its versioned module's
-``__spec__`` into its own before importing its classes, so Python alone hands other threads the half-filled module.
-A thread that imports a submodule by its own ``import`` statement (``from cudnn_py.graph.descriptors import ...``)
-is outside the lock; import through the package (``cudnn_py.graph.descriptors``) or create a handle first.
-
-This module is low in the layers (it imports nothing of cudnn_py at import time: the module names below are strings)
-so that ``cudnn_py/__init__.py`` and :mod:`cudnn_py.handle` can both use it.
+So every lazy import of the package runs under :data:`LOCK` (:func:`import_module`), and :class:`cudnn_py.Handle`
+first imports what the calls import lazily (:func:`warm_imports`): once a handle exists, no call imports anything
+half-way. :func:`cudnn_py.streams.cuda_core` imports cuda.core under it too (its ``__init__`` hands other threads a
+half-filled module). A submodule imported by its own ``import`` statement is outside the lock: import through the
+package (``cudnn_py.graph.descriptors``) or create a handle first. This module imports nothing of cudnn_py (the
+names below are strings), so ``cudnn_py/__init__.py`` and :mod:`cudnn_py.handle` can both use it.
 """
 from __future__ import annotations
 
@@ -33,31 +28,12 @@ LOCK = threading.RLock()
 
 #: what the operation families import at call time (in-function imports), imported by :func:`warm_imports`
 WARM = (
-    "cudnn_py.capi",
-    "cudnn_py.log",
-    "cudnn_py.nvtx",
-    "cudnn_py.removed",
-    "cudnn_py._status",
-    "cudnn_py._defaults",
-    "cudnn_py.args",
-    "cudnn_py.memory",
-    "cudnn_py.streams",
-    "cudnn_py.algorithms",
-    "cudnn_py.tuning_records",
-    "cudnn_py.tuning_records.database",
-    "cudnn_py.fastest_cache",
-    "cudnn_py.engine_choice",
-    "cudnn_py.graph",
-    "cudnn_py.graph.descriptors",
-    "cudnn_py.graph.errors",
-    "cudnn_py.graph.graph",
-    "cudnn_py.graph.plans",
-    "cudnn_py.graph.execute",
-    "cudnn_py.graph.runner",
-    "cudnn_py.graph.conv",
-    "cudnn_py.graph.legacy",
-    "cudnn_py.ops._common",
-    "cudnn_py.ops.dropout",
+    "cudnn_py.capi", "cudnn_py.log", "cudnn_py.nvtx", "cudnn_py.removed", "cudnn_py._status", "cudnn_py._defaults",
+    "cudnn_py.args", "cudnn_py.memory", "cudnn_py.streams", "cudnn_py.algorithms", "cudnn_py.tuning_records",
+    "cudnn_py.tuning_records.database", "cudnn_py.fastest_cache", "cudnn_py.engine_choice", "cudnn_py.graph",
+    "cudnn_py.graph.descriptors", "cudnn_py.graph.errors", "cudnn_py.graph.graph", "cudnn_py.graph.plans",
+    "cudnn_py.graph.execute", "cudnn_py.graph.runner", "cudnn_py.graph.conv", "cudnn_py.graph.legacy",
+    "cudnn_py.ops._common", "cudnn_py.ops.dropout"
 )
 
 _warm = False

@@ -21,12 +21,9 @@ EDITABLE_COMPAT = "--config-settings editable_mode=compat"
 
 
 def pip_install(*extras: str) -> str:
-    """The pip command that adds ``extras`` to this cudnn-py.
-
-    In a checkout (a ``pyproject.toml`` beside the package: an editable install or a run from the tree) it installs
-    the checkout editable in compat mode (:data:`EDITABLE_COMPAT`), named ``.`` when it is the working directory; for
-    a (non-editable) install made from a checkout that is still there, that checkout again (pip's record of where it
-    came from); otherwise the published package.
+    """The pip command that adds ``extras`` to this cudnn-py: in a checkout (a ``pyproject.toml`` beside the
+    package) the checkout, editable in compat mode (:data:`EDITABLE_COMPAT`), ``.`` when it is the working directory;
+    for an install made from a checkout still there, that checkout again (pip's record); else the published package.
     """
     spec = f"[{','.join(extras)}]" if extras else ""
     if (_ROOT / "pyproject.toml").is_file():
@@ -66,9 +63,9 @@ TORCH_INDEX = {12: "https://download.pytorch.org/whl/cu128", 13: "https://downlo
 def cuda_major() -> int | None:
     """The CUDA major of the CUDA packages installed beside cudnn-py (its ``cu12`` / ``cu13`` extra), or None."""
     from importlib.metadata import PackageNotFoundError, version
-    for major, dist in ((12, "nvidia-cudnn-cu12"), (13, "nvidia-cudnn-cu13")):
+    for major in (12, 13):
         try:
-            version(dist)
+            version(f"nvidia-cudnn-cu{major}")
             return major
         except PackageNotFoundError:
             pass

@@ -38,10 +38,7 @@ class Library:
     @property
     def version(self) -> tuple[int, int, int]:
         """(major, minor, patch) reported by the library itself (``cudnnGetVersion``)."""
-        fn = self.cdll.cudnnGetVersion
-        fn.restype = ctypes.c_size_t
-        v = fn()
-        return v // 10000, v // 100 % 100, v % 100
+        return _get_version(self.cdll)
 
     @property
     def version_string(self) -> str:
@@ -101,24 +98,24 @@ def check_elf(path: str) -> None:
 MIN_VERSION = (9, 14, 0)
 
 
-def newest_version() -> tuple[int, int, int]:
-    """The newest cuDNN the C layer knows: the version of the headers it was generated from."""
-    from .capi import version as v
-    return v.CUDNN_MAJOR, v.CUDNN_MINOR, v.CUDNN_PATCHLEVEL
-
-
 def supported_range() -> str:
-    """The supported cuDNN versions in words, e.g. ``'9.14.0 to 9.28 (the headers the C layer was generated
-    from; newer 9.x loads, without bindings for what it adds)'``."""
-    newest = newest_version()
-    return (f"{'.'.join(map(str, MIN_VERSION))} to {newest[0]}.{newest[1]} (the headers the C layer was generated "
-            f"from; a newer 9.x loads, without bindings for what it adds)")
+    """The supported cuDNN versions in words, from :data:`MIN_VERSION` to the headers the C layer was generated
+    from, e.g. ``'9.14.0 to 9.28 (the headers ...; a newer 9.x loads, without bindings for what it adds)'``."""
+    from .capi import version as v
+    return (f"{'.'.join(map(str, MIN_VERSION))} to {v.CUDNN_MAJOR}.{v.CUDNN_MINOR} (the headers the C layer was "
+            f"generated from; a newer 9.x loads, without bindings for what it adds)")
 
 
-def check_version(v: int, path: str) -> None:
-    """Refuse, with :class:`OSError` saying why, a ``cudnnGetVersion()`` value outside cuDNN 9 or below
-    :data:`MIN_VERSION`."""
-    got = (v // 10000, v // 100 % 100, v % 100)
+def _get_version(cdll: ctypes.CDLL) -> tuple[int, int, int]:
+    """(major, minor, patch) of ``cdll``'s ``cudnnGetVersion()`` (AttributeError: it has none)."""
+    fn = cdll.cudnnGetVersion
+    fn.restype = ctypes.c_size_t
+    v = fn()
+    return v // 10000, v // 100 % 100, v % 100
+
+
+def check_version(got: tuple[int, int, int], path: str) -> None:
+    """Refuse, with :class:`OSError` saying why, a version outside cuDNN 9 or below :data:`MIN_VERSION`."""
     if got[0] != 9:
         raise OSError(f"{path} is cuDNN {'.'.join(map(str, got))}; cudnn_py needs cuDNN 9")
     if got < MIN_VERSION:
@@ -127,29 +124,17 @@ def check_version(v: int, path: str) -> None:
                       f"point CUDNN_PY_LIBRARY at one")
 
 
-def _check_cudnn(cdll: ctypes.CDLL, path: str) -> None:
-    """Refuse a loaded library that is not a supported cuDNN 9 (no ``cudnnGetVersion``, another major version, or
-    older than :data:`MIN_VERSION`)."""
+def _open(path: str | None, found_via: str) -> Library:
+    """The cuDNN at ``path`` (None: ``libcudnn.so.9`` through the system loader's search path), refused with
+    :class:`OSError` unless it is a supported cuDNN 9."""
+    if path is not None:
+        check_elf(path)
+    cdll = ctypes.CDLL(path or SONAME, mode=ctypes.RTLD_GLOBAL)
+    path = path or _loaded_path(cdll)
     try:
-        fn = cdll.cudnnGetVersion
+        check_version(_get_version(cdll), path)
     except AttributeError:
         raise OSError(f"{path} loaded but is not cuDNN: it has no cudnnGetVersion symbol") from None
-    fn.restype = ctypes.c_size_t
-    check_version(fn(), path)
-
-
-def _open(path: str, found_via: str) -> Library:
-    check_elf(str(path))
-    cdll = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
-    _check_cudnn(cdll, str(path))
-    return Library(str(path), found_via, cdll)
-
-
-def _system(found_via: str) -> Library:
-    """``libcudnn.so.9`` through the system loader's search path, checked to be cuDNN 9."""
-    cdll = ctypes.CDLL(SONAME, mode=ctypes.RTLD_GLOBAL)
-    path = _loaded_path(cdll)
-    _check_cudnn(cdll, path)
     return Library(path, found_via, cdll)
 
 
@@ -194,16 +179,14 @@ def locate(environ: dict[str, str] | None = None) -> Library:
     try:
         from cuda.pathfinder import load_nvidia_dynamic_lib
         dl = load_nvidia_dynamic_lib("cudnn")
-        if dl.abs_path:
-            return _open(dl.abs_path, f"cuda.pathfinder ({dl.found_via})")
-        return _system(f"cuda.pathfinder ({dl.found_via})")
+        return _open(dl.abs_path or None, f"cuda.pathfinder ({dl.found_via})")
     except ImportError:
         tried.append("cuda.pathfinder: not installed")
     except Exception as e:  # pathfinder's not-found errors already list the places it searched
         tried.append(f"cuda.pathfinder: {_pathfinder_failure(e)}")
 
     try:
-        return _system("system loader")
+        return _open(None, "system loader")
     except OSError as e:
         tried.append(f"system loader: {SONAME} ({e})")
     raise LibraryNotFoundError(_report(tried, INSTALL_HINT))

@@ -104,21 +104,12 @@ class CudnnExecutionFailedError(CudnnError):
     """5xxx: a kernel or a CUDA call failed while executing."""
 
 
-_FAMILIES = {
-    1000: CudnnNotInitializedError,
-    2000: CudnnBadParamError,
-    3000: CudnnNotSupportedError,
-    4000: CudnnInternalError,
-    5000: CudnnExecutionFailedError,
-}
+_FAMILIES = {1000: CudnnNotInitializedError, 2000: CudnnBadParamError, 3000: CudnnNotSupportedError,
+             4000: CudnnInternalError, 5000: CudnnExecutionFailedError}
 
 
 def error_class(status: int) -> type[CudnnError]:
-    """The exception class for a cuDNN status code, by its thousands family.
-
-    :param status: a ``cudnnStatus_t`` value.
-    :returns: the :class:`CudnnError` subclass to raise for it.
-    """
+    """The :class:`CudnnError` subclass to raise for a ``cudnnStatus_t`` value, by its thousands family."""
     try:
         family = int(status) // 1000 * 1000
     except (TypeError, ValueError, OverflowError):
@@ -183,14 +174,9 @@ _OUT_OF_MEMORY = 2  # CUDA_ERROR_OUT_OF_MEMORY
 
 
 def cuda_error(function: str, code: int, name: str = "", text: str = "") -> CudaError:
-    """The exception for a failed CUDA driver result, of the subclass its code calls for.
-
-    :param function: the driver call that failed (e.g. ``"cuMemcpyHtoDAsync"``).
-    :param code: its ``CUresult`` (an int or the enum member).
-    :param name: ``CUDA_ERROR_...`` (looked up from the driver when empty).
-    :param text: the driver's description (looked up when empty).
-    :returns: a :class:`CudaError`, :class:`CudaOutOfMemoryError` or :class:`NoDeviceError` (not raised).
-    """
+    """The exception (not raised) for driver call ``function`` failing with ``CUresult`` ``code``: a
+    :class:`CudaError`, :class:`CudaOutOfMemoryError` or :class:`NoDeviceError` as the code calls for. ``name``
+    (``CUDA_ERROR_...``) and ``text`` (the driver's description) are looked up from the driver when empty."""
     code = int(code)
     if not name or not text:
         looked_name, looked_text = _describe(code)
@@ -200,22 +186,13 @@ def cuda_error(function: str, code: int, name: str = "", text: str = "") -> Cuda
 
 
 def check_cuda(result: Any, function: str) -> Any:
-    """Raise for a ``cuda.bindings.driver`` call's result tuple whose first item is not ``CUDA_SUCCESS``.
-
-    :param result: what the binding returned: ``(CUresult, *values)`` or a bare ``CUresult``.
-    :param function: the call's name, for the message.
-    :returns: the values after the status (``None`` when there are none, the value itself when there is one).
-    :raises CudaError: (or a subclass, see :func:`cuda_error`) when the status is not 0.
-    """
-    if isinstance(result, tuple):
-        status, values = result[0], result[1:]
-    else:
-        status, values = result, ()
+    """The values after the status of a ``cuda.bindings.driver`` call's ``result`` (``(CUresult, *values)`` or a bare
+    ``CUresult``): None when there are none, the value itself when there is one. A status other than
+    ``CUDA_SUCCESS`` raises :func:`cuda_error`'s exception, naming ``function``."""
+    status, values = (result[0], result[1:]) if isinstance(result, tuple) else (result, ())
     if int(status):
         raise cuda_error(function, int(status), getattr(status, "name", ""))
-    if not values:
-        return None
-    return values[0] if len(values) == 1 else values
+    return None if not values else values[0] if len(values) == 1 else values
 
 
 def _describe(code: int) -> tuple[str, str]:
@@ -252,15 +229,9 @@ class LibraryNotFoundError(CudnnPyError, OSError):
 
 
 def cuda_error_from(exc: BaseException, function: str, detail: str = "") -> CudaError:
-    """A :class:`CudaError` (subclass by code) for an exception that cuda.core raised, e.g. from ``Device.allocate``.
-
-    cuda.core's ``CUDAError`` messages begin with the ``CUDA_ERROR_...`` name; its code is looked up from it.
-
-    :param exc: the exception cuda.core raised.
-    :param function: the driver call or operation that failed.
-    :param detail: context to put before cuda.core's message (e.g. the size asked for).
-    :returns: the exception to raise (``raise cuda_error_from(e, ...) from e``).
-    """
+    """The :class:`CudaError` (subclass by code) to raise for ``exc``, an exception cuda.core raised in
+    ``function`` (e.g. ``Device.allocate``): the code is looked up from the ``CUDA_ERROR_...`` name its message
+    begins with; ``detail`` (e.g. the size asked for) goes before cuda.core's message."""
     if isinstance(exc, CudaError):
         return exc
     text = str(exc)

@@ -32,11 +32,8 @@ from cudnn_py.errors import InvalidValueError
 __all__ = ["enable", "disable", "level", "LEVELS"]
 
 #: level name -> the cuDNN severities it delivers
-LEVELS: dict[str, tuple[str, ...]] = {
-    "error": ("ERROR",),
-    "warning": ("ERROR", "WARNING"),
-    "info": ("ERROR", "WARNING", "INFO"),
-}
+LEVELS: dict[str, tuple[str, ...]] = {"error": ("ERROR",), "warning": ("ERROR", "WARNING"),
+                                      "info": ("ERROR", "WARNING", "INFO")}
 _LOGGING_LEVELS = {0: logging.CRITICAL, 1: logging.ERROR, 2: logging.WARNING, 3: logging.INFO}
 _FUNCTION = re.compile(r"function (\w+)\(\)")
 
@@ -94,18 +91,13 @@ def _level_name(value) -> str:
 def enable(level: str | int = "warning", logger: logging.Logger | None = None) -> None:
     """Deliver cuDNN's messages at ``level`` and above to ``logger`` (default ``logging.getLogger("cudnn_py")``).
 
-    Parameters:
-        level: ``"info"`` (the API log: every call with its arguments), ``"warning"`` or ``"error"``; or a logging
-            level (``logging.DEBUG``/``INFO`` -> info, ``WARNING`` -> warning, above -> error).
-        logger: where records go.
-
-    Raises ValueError for an unknown level; a cuDNN error if the library refuses the callback.
+    ``level``: ``"info"`` (the API log: every call with its arguments), ``"warning"`` or ``"error"``; or a logging
+    level (``logging.DEBUG``/``INFO`` -> info, ``WARNING`` -> warning, above -> error). Raises ValueError for an
+    unknown level; a cuDNN error if the library refuses the callback.
     """
     from . import capi
     name = _level_name(level)
-    mask = 0
-    for sev in LEVELS[name]:
-        mask |= 1 << int(getattr(capi, f"CUDNN_SEV_{sev}"))
+    mask = sum(1 << int(getattr(capi, f"CUDNN_SEV_{sev}")) for sev in LEVELS[name])
     with _lock:
         if _state["callback"] is None:
             # cudnnCallback_t with the message as a raw address: it has several NUL-separated parts

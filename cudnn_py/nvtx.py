@@ -8,14 +8,11 @@
         ...
     cudnn_py.nvtx.disable()
 
-While enabled, every call of a C function through :mod:`cudnn_py.capi` (which is how the Pythonic operations,
-descriptors and the graph builder reach cuDNN) runs inside a range named after that function; hot paths that keep
-a bound ctypes function (a convolution plan's ``fn.raw``, a graph executor) get the range if they were made
-while ranges were on, so enable before the first operation (the environment variable does). Disabled, nothing
-is wrapped and nothing is paid.
-
-Needs the ``nvtx`` package (``pip install nvtx``), NVIDIA's maintained Python binding of NVTX; without a
-profiler attached its calls do nothing.
+While enabled, every call of a C function through :mod:`cudnn_py.capi` (how the Pythonic layer reaches cuDNN) runs
+inside a range named after that function; hot paths that keep a bound ctypes function (``fn.raw``, a graph
+executor) get the range if they were made while ranges were on, so enable before the first operation (the
+environment variable does). Disabled, nothing is wrapped and nothing is paid. Needs the ``nvtx`` package (``pip
+install nvtx``); without a profiler attached its calls do nothing.
 """
 from __future__ import annotations
 
@@ -35,14 +32,6 @@ _lock = threading.Lock()
 _state: dict = {"domain": None, "attributes": {}}
 
 
-def _domain():
-    try:
-        import nvtx
-    except ImportError as e:
-        raise ImportError("NVTX ranges need the nvtx package: pip install nvtx") from e
-    return nvtx.get_domain(DOMAIN)
-
-
 def _attributes(name: str):
     attrs = _state["attributes"].get(name)
     if attrs is None:
@@ -51,14 +40,8 @@ def _attributes(name: str):
 
 
 def wrap(name: str, fn: Callable) -> Callable:
-    """``fn`` inside a range named ``name`` on every call while ranges are on; ``fn`` itself when they are off.
-
-    Parameters:
-        name: the range's name (the C function's, for cuDNN calls).
-        fn: the callable to wrap.
-
-    Returns the callable to use (decided now: a caller that keeps it does not see a later :func:`enable`).
-    """
+    """``fn`` inside a range named ``name`` (the C function's, for cuDNN calls) while ranges are on, ``fn`` itself
+    when they are off; decided now: a caller that keeps the result does not see a later :func:`enable`."""
     domain = _state["domain"]
     if domain is None:
         return fn
@@ -78,8 +61,11 @@ def enable() -> None:
     """Wrap every cuDNN call in a range from now on. Raises ImportError when the ``nvtx`` package is missing."""
     with _lock:
         if _state["domain"] is None:
-            _state["domain"] = _domain()
-            _state["attributes"] = {}
+            try:
+                import nvtx
+            except ImportError as e:
+                raise ImportError("NVTX ranges need the nvtx package: pip install nvtx") from e
+            _state["domain"], _state["attributes"] = nvtx.get_domain(DOMAIN), {}
         _binding.set_range_wrapper(wrap)
 
 

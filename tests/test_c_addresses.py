@@ -225,7 +225,7 @@ def _cost() -> None:
 
     def c_destroy(p):
         return 0
-    check = _binding._errcheck_create("cudnnCreateTensorDescriptor", 0)
+    check = _binding._errcheck("cudnnCreateTensorDescriptor", 0)
 
     def new_create(p):
         return check(c_create(p), None, (p,))

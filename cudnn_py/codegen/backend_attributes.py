@@ -95,7 +95,6 @@ def _nested_by_name(attr: str) -> str | None:
 
 _DOC = re.compile(r"^\s*\*\s*-\s*(CUDNN_ATTR_\w+)\s*\((CUDNN_TYPE_[^)]*)\)")
 _ENUM_MEMBER = re.compile(r"^\s*(CUDNN_BACKEND_\w+_DESCRIPTOR)\s*=\s*(\d+)")
-_ATTR = re.compile(r"^\s*(CUDNN_ATTR_\w+)\s*(CUDNN_DEPRECATED_ENUM)?\s*=\s*$|^\s*(CUDNN_ATTR_\w+)\s*(CUDNN_DEPRECATED_ENUM)?\s*=\s*(\d+)")
 
 
 def _count(text: str) -> str:
@@ -110,12 +109,10 @@ def _count(text: str) -> str:
     return "1"
 
 
-def parse(header: str) -> tuple[dict, dict, str]:
+def parse(header: str) -> tuple[dict, dict]:
+    """(attribute -> (types, count, nested descriptor type, source), attribute -> owning descriptor type)."""
     text = pathlib.Path(header).read_text()
-    version = re.search(r"@since cuDNN (\d+\.\d+\.\d+)", text)
-    names: list[str] = []
-    names.extend(a.group(1) for a in re.finditer(r"^\s*(CUDNN_ATTR_\w+)\s*(?:CUDNN_DEPRECATED_ENUM)?\s*=", text,
-                                                  re.M))
+    names = re.findall(r"^\s*(CUDNN_ATTR_\w+)\s*(?:CUDNN_DEPRECATED_ENUM)?\s*=", text, re.M)
     table: dict[str, tuple] = {}
     owner: dict[str, str] = {}  # attribute -> descriptor type whose doc block lists it
     start = text.index("cudnnBackendAttributeType_t;")
@@ -124,7 +121,7 @@ def parse(header: str) -> tuple[dict, dict, str]:
         m = _ENUM_MEMBER.match(line)
         if m:
             desc = m.group(1)[len("CUDNN_BACKEND_"):-len("_DESCRIPTOR")]
-            for b in block:
+            for i, b in enumerate(block):
                 d = _DOC.match(b)
                 if not d:
                     continue
@@ -137,15 +134,14 @@ def parse(header: str) -> tuple[dict, dict, str]:
                 nested_t = nested.group(1) if nested and "*" not in nested.group(1) else None
                 if types == ("BACKEND_DESCRIPTOR",) and nested_t is None:
                     # "Descriptor type CUDNN_BACKEND_X_DESCRIPTOR" in the prose after the line
-                    i = block.index(b)
-                    rest = [x for x in block[i + 1:i + 6]]
-                    cut = next((k for k, x in enumerate(rest) if re.match(r"^\s*\*\s*-\s", x) or not x.strip(" *")), len(rest))
+                    rest = block[i + 1:i + 6]
+                    cut = next((k for k, x in enumerate(rest) if re.match(r"^\s*\*\s*-\s", x) or not x.strip(" *")),
+                               len(rest))
                     prose = " ".join(x.strip(" *") for x in rest[:cut])
                     p = re.search(r"[Dd]escriptor type\s+CUDNN_BACKEND_(\w+?)_DESCRIPTOR", prose)
                     nested_t = p.group(1) if p else _nested_by_name(attr)
-                table[attr] = (types, _count(spec), nested_t, "header")
-                if attr in _HEADER_FIXES:
-                    table[attr] = (*_HEADER_FIXES[attr], "header+fix")
+                table[attr] = ((*_HEADER_FIXES[attr], "header+fix") if attr in _HEADER_FIXES
+                               else (types, _count(spec), nested_t, "header"))
                 owner[attr] = desc
             block = []
         else:
@@ -157,26 +153,22 @@ def parse(header: str) -> tuple[dict, dict, str]:
             continue
         if attr in _KNOWN:
             table[attr] = (*_KNOWN[attr], "known")
-        elif re.search(r"(_DESC|DESC)$", attr):
+        elif attr.endswith("DESC"):
             table[attr] = (("BACKEND_DESCRIPTOR",), "1", "TENSOR", "rule")
         elif attr.endswith(("_MATH_PREC", "_COMP_TYPE")):
             table[attr] = (("DATA_TYPE",), "1", None, "rule")
-    return table, owner, version.group(1) if version else "?"
+    return table, owner
 
 
 def render(header: str, banner: str) -> str:
     """The source of the table module for ``header`` (cudnn_graph.h), under ``banner``."""
-    table, owner, _ = parse(header)
+    table, owner = parse(header)
     out = [banner.rstrip("\n"),
            '"""Backend attribute -> (element types, count, nested descriptor type, source): see cudnn_py.graph."""',
            "# count: '1' one element, '0+'/'1+' arrays, 'n' an array of any length; source: header doc, known, rule",
            "TABLE = {"]
-    for name in sorted(table):
-        out.append(f"    {name!r}: {table[name]!r},")
-    out.append("}")
-    out.append("# attribute name -> the descriptor type whose documentation lists it")
-    out.append("OWNER = {")
-    for name in sorted(owner):
-        out.append(f"    {name!r}: {owner[name]!r},")
+    out.extend(f"    {name!r}: {table[name]!r}," for name in sorted(table))
+    out += ["}", "# attribute name -> the descriptor type whose documentation lists it", "OWNER = {"]
+    out.extend(f"    {name!r}: {owner[name]!r}," for name in sorted(owner))
     out.append("}")
     return "\n".join(out) + "\n"

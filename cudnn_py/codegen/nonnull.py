@@ -12,7 +12,13 @@ takes a NULL handle, and some dereference it, e.g. ``cudnnLRNCrossChannelForward
 """
 from __future__ import annotations
 
+import ctypes
+import enum
+import os
+import random
+import re
 import sys
+import warnings
 
 from . import model
 
@@ -74,9 +80,6 @@ def attach(functions: list[model.Function]) -> None:
 def _plausible(argtype, rng=None):
     """An argument cuDNN can work with for a parameter of ``argtype`` (None: leave NULL); ``rng`` (a
     ``random.Random``) varies enum members, small ints and array contents, so that more of cuDNN's paths run."""
-    import ctypes
-    import enum
-
     from cudnn_py import _binding, capi
     if rng is not None and not (isinstance(argtype, type) and issubclass(argtype, _binding.Handle)):
         if isinstance(argtype, type) and issubclass(argtype, enum.IntEnum):
@@ -119,12 +122,6 @@ def _plausible(argtype, rng=None):
 def probe(names: list[str] | None = None, variants: int = 16) -> dict[str, list[str]]:
     """Measure the table: for each function, the handle/pointer parameters whose NULL kills a forked child, with
     the other arguments plausible, first fixed, then varied ``variants`` times (seeded)."""
-    import ctypes
-    import os
-    import random
-    import re
-    import warnings
-
     from cudnn_py import _binding, capi
     warnings.simplefilter("ignore", DeprecationWarning)
     skip = re.compile(r"FusedOps|^cudnnSetCallback$|^cudnnGetRNNWeightParams$|^cudnnGetMultiHeadAttn")

@@ -15,7 +15,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from pycparser import c_ast, c_parser
+from pycparser import c_ast, c_generator, c_parser
 
 from . import lengths, model, nonnull
 
@@ -135,9 +135,7 @@ class _Reader:
         self.headers = headers
         self.typedefs: dict[str, c_ast.Node] = {}      # name -> the typedef's type node
         self.enum_names: set[str] = set()
-        self.opaque_names: set[str] = set()
-        self.struct_names: set[str] = set()
-        self.callback_names: set[str] = set()
+        self.type_names: set[str] = set()  # the opaque handle, struct and callback types: emitted by name
         self.evaluate = _Evaluator()
 
     # --- types -------------------------------------------------------------------------------
@@ -151,7 +149,7 @@ class _Reader:
                     return _SCALARS[name]
                 if name in self.enum_names:
                     return "_ct.c_int"
-                if name in self.opaque_names or name in self.struct_names or name in self.callback_names:
+                if name in self.type_names:
                     return name
                 if name in self.typedefs:
                     return self.ctype(self.typedefs[name])
@@ -164,8 +162,7 @@ class _Reader:
         if isinstance(node, (c_ast.PtrDecl, c_ast.ArrayDecl)):
             inner = node.type
             if isinstance(inner, c_ast.TypeDecl) and isinstance(inner.type, c_ast.IdentifierType):
-                names = inner.type.names
-                base = " ".join(n for n in names if n not in ("const", "volatile"))
+                base = " ".join(n for n in inner.type.names if n not in ("const", "volatile"))
                 if base == "void":
                     return "_ct.c_void_p"
                 if base == "char":
@@ -221,11 +218,11 @@ class _Reader:
         if isinstance(t, c_ast.TypeDecl) and isinstance(t.type, c_ast.Enum):
             self.enum(node.name, t.type, header)
         elif isinstance(t, c_ast.TypeDecl) and isinstance(t.type, c_ast.Struct):
-            self.struct_names.add(node.name)  # with no members: an incomplete type, only pointed to
+            self.type_names.add(node.name)  # with no members: an incomplete type, only pointed to
             fields = [(d.name, self.field_ctype(d.type)) for d in t.type.decls or ()]
             header.structs.append(model.Struct(node.name, fields))
         elif isinstance(t, c_ast.PtrDecl) and isinstance(t.type, c_ast.FuncDecl):
-            self.callback_names.add(node.name)
+            self.type_names.add(node.name)
             fd = t.type
             args = [self.ctype(p.type) for p in self.params(fd)]
             header.callbacks.append(model.Callback(node.name, self.ctype(fd.type), args, _render(node)))
@@ -237,7 +234,7 @@ class _Reader:
                 target = "void"
             else:
                 return
-            self.opaque_names.add(node.name)
+            self.type_names.add(node.name)
             header.opaques.append(model.Opaque(node.name, target, foreign=header.module == "cuda_types"))
 
     def enum(self, name: str, node: c_ast.Enum, header: model.Header):
@@ -267,15 +264,12 @@ class _Reader:
 
 
 def _render_type(node) -> str:
-    from pycparser import c_generator
     return c_generator.CGenerator().visit(node) if not isinstance(node, c_ast.TypeDecl) else \
         " ".join((node.quals or []) + list(getattr(node.type, "names", [getattr(node.type, "name", "")])))
 
 
 def _render(node) -> str:
-    from pycparser import c_generator
-    text = c_generator.CGenerator().visit(node)
-    return re.sub(r"\s+", " ", text).strip()
+    return re.sub(r"\s+", " ", c_generator.CGenerator().visit(node)).strip()
 
 
 def _brief(comment: str) -> tuple[str, str]:
