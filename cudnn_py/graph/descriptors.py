@@ -47,25 +47,11 @@ _PREFIXES = {
 
 
 def descriptor_type(t) -> capi.cudnnBackendDescriptorType_t:
-    """The ``cudnnBackendDescriptorType_t`` for a member, an int, ``'CUDNN_BACKEND_TENSOR_DESCRIPTOR'`` or ``'TENSOR'``."""
-    if isinstance(t, _DTYPE):
-        return t
-    if isinstance(t, str):
-        for cand in (t, f"CUDNN_BACKEND_{t.upper()}_DESCRIPTOR"):
-            if cand in _DTYPE.__members__:
-                return _DTYPE.__members__[cand]
-        raise InvalidValueError(f"unknown backend descriptor type {t!r}")
-    if isinstance(t, int) and not isinstance(t, bool):
-        try:
-            return _DTYPE(t)
-        except ValueError:
-            raise InvalidValueError(f"descriptor type {t} is not a cudnnBackendDescriptorType_t value") from None
-    raise InvalidTypeError(f"descriptor type must be a cudnnBackendDescriptorType_t or its name, not "
-                           f"{type(t).__name__}")
-
-
-def _short_type(t: capi.cudnnBackendDescriptorType_t) -> str:
-    return t.name[len("CUDNN_BACKEND_"):-len("_DESCRIPTOR")]
+    """The ``cudnnBackendDescriptorType_t`` for a member, an int, ``'CUDNN_BACKEND_TENSOR_DESCRIPTOR'`` or
+    ``'TENSOR'``."""
+    return A.enum_of(_DTYPE, t, lambda s: (s, f"CUDNN_BACKEND_{s.upper()}_DESCRIPTOR"),
+                     "unknown backend descriptor type {!r}", "descriptor type {} is not a cudnnBackendDescriptorType_t "
+                     "value", "descriptor type must be a cudnnBackendDescriptorType_t or its name, not {}")
 
 
 def destroy_descriptor(ptr: capi.cudnnBackendDescriptor_t) -> None:
@@ -108,7 +94,7 @@ class BackendDescriptor:
     @property
     def short_type(self) -> str:
         """``'TENSOR'`` for ``CUDNN_BACKEND_TENSOR_DESCRIPTOR``."""
-        return _short_type(self.type)
+        return self.type.name[len("CUDNN_BACKEND_"):-len("_DESCRIPTOR")]
 
     def resolve(self, attr) -> capi.cudnnBackendAttributeName_t:
         """The attribute enum for a full name, member, int or a name relative to this descriptor's prefix."""

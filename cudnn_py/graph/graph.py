@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from cudnn_py import capi
-from cudnn_py.args import float_arg, shape_arg
+from cudnn_py.args import shape_arg
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import ClosedError, InvalidStateError, InvalidTypeError, InvalidValueError
 from cudnn_py.handle import Handle, handle_arg
@@ -213,7 +213,7 @@ class Graph(ConvBuilders, MatmulBuilders, PointwiseBuilders, ReductionBuilders, 
         """A graph input/output tensor with device memory. ``strides`` in elements (default packed row-major, or
         channels-last with ``layout='NHWC'``)."""
         self._check_open()
-        shape = self._shape(shape, "shape")
+        shape = shape_arg(shape, "shape")
         if not 0 < len(shape) <= 8:
             raise InvalidValueError(f"tensor shape must have 1 to 8 dims, got {shape}")
         if strides is None:
@@ -324,9 +324,6 @@ class Graph(ConvBuilders, MatmulBuilders, PointwiseBuilders, ReductionBuilders, 
         self.ops.append(op)
 
     # -- argument checks shared by the builder methods ----------------------------------------------------------
-    #: a finite float parameter (a bool, a non-number or NaN/inf is refused naming it): :func:`cudnn_py.args.float_arg`
-    _float = staticmethod(float_arg)  # type: ignore[assignment]  # Builder declares the narrower (v, what) form
-
     @staticmethod
     def _axis(a, ndim: int, what: str) -> int:
         """An axis in ``[-ndim, ndim)`` as a non-negative int."""
@@ -335,9 +332,6 @@ class Graph(ConvBuilders, MatmulBuilders, PointwiseBuilders, ReductionBuilders, 
         if not -ndim <= a < ndim:
             raise InvalidValueError(f"{what}: axis {a} is out of range for rank {ndim}")
         return int(a) % ndim
-
-    #: a shape of positive ints below 2**63 (floats and bools refused): :func:`cudnn_py.args.shape_arg`
-    _shape = staticmethod(shape_arg)
 
     # -- structure ----------------------------------------------------------------------------------------------
     def _used_uids(self) -> set[int]:

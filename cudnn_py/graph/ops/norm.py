@@ -18,9 +18,9 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from cudnn_py import capi
+from cudnn_py.args import float_arg
 from cudnn_py.errors import InvalidValueError
 
-from ..descriptors import BackendDescriptor
 from .base import Builder, LowerContext, Op
 
 __all__ = ["GenStats", "NormForward", "NormBackward", "BNFinalize", "BNBackwardWeights", "NormBuilders",
@@ -49,7 +49,8 @@ _FIN_ATTRS = {"sum": "y_sum_desc", "sqsum": "y_sq_sum_desc", "scale": "scale_des
 #: role -> attribute of the batch-norm backward weights operation (EQ_BIAS is outside the attribute table)
 _DBN_ATTRS = {"x": "x_desc", "dy": "dy_desc", "mean": "mean_desc", "inv_std": "invstd_desc",
               "scale": "bn_scale_desc", "dscale": "dbn_scale_desc", "dbias": "dbn_bias_desc",
-              "eq_dy_scale": "eq_dy_scale_desc", "eq_x_scale": "eq_x_scale_desc"}
+              "eq_dy_scale": "eq_dy_scale_desc", "eq_x_scale": "eq_x_scale_desc",
+              "eq_bias": "CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_EQ_BIAS"}
 
 
 class BatchNormOutputs(NamedTuple):
@@ -123,73 +124,51 @@ def _mode(mode: str) -> capi.cudnnBackendNormMode_t:
     return capi.cudnnBackendNormMode_t[NORM_MODES[mode]]
 
 
-def _set_roles(d: BackendDescriptor, ctx: LowerContext, table: dict, *roles: dict) -> None:
-    for group in roles:
-        for role, t in group.items():
-            d.set(table[role], ctx.tensor(t))
-
-
 class GenStats(Op):
     """Per-channel sum and sum of squares."""
 
-    kind = "genstats"
+    kind, backend, attrs = "genstats", "OPERATION_GEN_STATS", {"x": "xdesc", "sum": "sumdesc", "sqsum": "sqsumdesc"}
 
     def lower(self, ctx: LowerContext) -> None:
-        d = BackendDescriptor("OPERATION_GEN_STATS", mode=capi.CUDNN_GENSTATS_SUM_SQSUM,
-                              math_prec=self.params["compute_dtype"], xdesc=ctx.tensor(self.inputs["x"]),
-                              sumdesc=ctx.tensor(self.outputs["sum"]), sqsumdesc=ctx.tensor(self.outputs["sqsum"]))
-        ctx.add(d.finalize())
+        self.add_to(ctx, mode=capi.CUDNN_GENSTATS_SUM_SQSUM, math_prec=self.params["compute_dtype"])
 
 
 class NormForward(Op):
     """Layer, RMS, instance, batch or adaptive layer normalisation forward (training or inference phase);
     batch-norm training may also update running statistics (roles running_mean/var, momentum -> next_running_*)."""
 
-    kind = "norm_forward"
+    kind, backend, attrs = "norm_forward", "OPERATION_NORM_FORWARD", _FWD_ATTRS
 
     def lower(self, ctx: LowerContext) -> None:
-        p = self.params
-        d = BackendDescriptor("OPERATION_NORM_FORWARD", mode=p["mode"],
-                              phase=capi.CUDNN_NORM_FWD_TRAINING if p["training"] else capi.CUDNN_NORM_FWD_INFERENCE)
-        _set_roles(d, ctx, _FWD_ATTRS, self.inputs, self.outputs)
-        ctx.add(d.finalize())
+        phase = capi.CUDNN_NORM_FWD_TRAINING if self.params["training"] else capi.CUDNN_NORM_FWD_INFERENCE
+        self.add_to(ctx, mode=self.params["mode"], phase=phase)
 
 
 class NormBackward(Op):
     """Normalisation backward: dx, dscale, dbias from dy, x, scale and the saved statistics."""
 
-    kind = "norm_backward"
+    kind, backend, attrs = "norm_backward", "OPERATION_NORM_BACKWARD", _BWD_ATTRS
 
     def lower(self, ctx: LowerContext) -> None:
-        d = BackendDescriptor("OPERATION_NORM_BACKWARD", mode=self.params["mode"])
-        _set_roles(d, ctx, _BWD_ATTRS, self.inputs, self.outputs)
-        ctx.add(d.finalize())
+        self.add_to(ctx, mode=self.params["mode"])
 
 
 class BNFinalize(Op):
     """Batch-norm statistics from per-channel sums (training phase)."""
 
-    kind = "bn_finalize"
+    kind, backend, attrs = "bn_finalize", "OPERATION_BN_FINALIZE_STATISTICS", _FIN_ATTRS
 
     def lower(self, ctx: LowerContext) -> None:
-        d = BackendDescriptor("OPERATION_BN_FINALIZE_STATISTICS", stats_mode=capi.CUDNN_BN_FINALIZE_STATISTICS_TRAINING,
-                              math_prec=self.params["compute_dtype"])
-        _set_roles(d, ctx, _FIN_ATTRS, self.inputs, self.outputs)
-        ctx.add(d.finalize())
+        self.add_to(ctx, stats_mode=capi.CUDNN_BN_FINALIZE_STATISTICS_TRAINING, math_prec=self.params["compute_dtype"])
 
 
 class BNBackwardWeights(Op):
     """Batch-norm dscale/dbias and the coefficients of dx (``OPERATION_BN_BWD_WEIGHTS``)."""
 
-    kind = "bn_backward_weights"
+    kind, backend, attrs = "bn_backward_weights", "OPERATION_BN_BWD_WEIGHTS", _DBN_ATTRS
 
     def lower(self, ctx: LowerContext) -> None:
-        d = BackendDescriptor("OPERATION_BN_BWD_WEIGHTS", math_prec=self.params["compute_dtype"])
-        outs = dict(self.outputs)
-        eq_bias = outs.pop("eq_bias")
-        _set_roles(d, ctx, _DBN_ATTRS, self.inputs, outs)
-        d.set("CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_EQ_BIAS", ctx.tensor(eq_bias), attr_type="BACKEND_DESCRIPTOR")
-        ctx.add(d.finalize())
+        self.add_to(ctx, math_prec=self.params["compute_dtype"])
 
 
 class NormBuilders(Builder):
@@ -219,7 +198,7 @@ class NormBuilders(Builder):
         return t
 
     def _positive(self, v, what: str) -> float:
-        f = self._float(v, what)
+        f = float_arg(v, what)
         if not f > 0:
             raise InvalidValueError(f"{what} must be > 0, got {v!r}")
         return f
