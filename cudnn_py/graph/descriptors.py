@@ -38,11 +38,8 @@ _PREFIXES = {
     "OPERATION_CONVOLUTION_BACKWARD_FILTER": ("OPERATION_CONVOLUTION_BWD_FILTER",),
     "OPERATION_GEN_STATS": ("OPERATION_GENSTATS",),
     "OPERATION_BN_FINALIZE_STATISTICS": ("OPERATION_BN_FINALIZE",),
-    "OPERATION_BN_BWD_WEIGHTS": ("OPERATION_BN_BWD_WEIGHTS",),
     "OPERATION_NORM_FORWARD": ("OPERATION_NORM_FWD",),
     "OPERATION_NORM_BACKWARD": ("OPERATION_NORM_BWD",),
-    "OPERATION_RESAMPLE_FWD": ("OPERATION_RESAMPLE_FWD",),
-    "OPERATION_RESAMPLE_BWD": ("OPERATION_RESAMPLE_BWD",),
 }
 
 
@@ -104,11 +101,12 @@ class BackendDescriptor:
                 full = f"CUDNN_ATTR_{prefix}_{attr.upper()}"
                 if full in capi.cudnnBackendAttributeName_t.__members__:
                     return capi.cudnnBackendAttributeName_t[full]
-            raise InvalidValueError(f"{self.short_type} descriptor has no attribute {attr!r} "
-                             f"(tried CUDNN_ATTR_{short}_{attr.upper()})")
+            raise InvalidValueError(f"{short} descriptor has no attribute {attr!r} (tried CUDNN_ATTR_{short}_"
+                                    f"{attr.upper()})")
         return A.attr_enum(attr)
 
-    def _spec_and_type(self, attr, attr_type, value=None) -> tuple[capi.cudnnBackendAttributeName_t, A.AttrSpec | None, str]:
+    def _spec_and_type(self, attr, attr_type, value=None) -> tuple[
+            capi.cudnnBackendAttributeName_t, A.AttrSpec | None, str]:
         name = self.resolve(attr)
         spec = A.attr_spec(name)
         if attr_type is not None:

@@ -1,14 +1,9 @@
 """Engine heuristics, engine configs with their knobs and notes, execution plans, autotuning and the plan cache.
 
-* :func:`heuristics` asks cuDNN for ranked engine configs in a mode (``'A'``, ``'B'``, ``'FALLBACK'``,
-  ``'INSTANT'``); :func:`engine_configs` enumerates every engine with its default knobs.
-* :class:`Plan` is a finalized execution plan: workspace size, its engine config, JSON serialisation
-  (:meth:`Plan.to_json` / :func:`plan_from_json`), execution (see :mod:`cudnn_py.graph.execute`).
-* :func:`build_plans` builds the first (or every) plan, through the handle's cache (keyed by the graph's
-  structure, shapes, dtypes and the options); :func:`autotune` times candidates. Both read and write the
-  opt-in on-disk store of :mod:`cudnn_py.graph.plan_store` so a restarted program skips that work.
-* Plans are built one at a time: threads sharing a handle built no faster and lost configurations to failed
-  runtime compilations (docs/tuning.md); a model sweep builds in worker processes (:mod:`cudnn_py.tuning.workers`).
+:func:`build_plans` (through the handle's cache) and :func:`autotune` read and write the opt-in on-disk store of
+:mod:`cudnn_py.graph.plan_store`, so a restarted program skips that work. Plans are built one at a time: threads
+sharing a handle built no faster and lost configurations to failed runtime compilations (docs/tuning.md); a model
+sweep builds in worker processes (:mod:`cudnn_py.tuning.workers`).
 """
 from __future__ import annotations
 
@@ -131,8 +126,10 @@ def heuristics(graph, handle, mode="A") -> list[EngineConfig]:
 
 
 def engine_config(graph, handle, global_index: int, knobs: dict | None = None) -> EngineConfig:
-    """The config of engine ``global_index`` for ``graph`` with ``knobs`` ({knob type: value}; else defaults)."""
-    knobs = {_knob_type(k): int_arg(v, f"knob {k!r}", -INT64_MAX - 1, INT64_MAX) for k, v in (knobs or {}).items()}
+    """The config of engine ``global_index`` for ``graph`` with ``knobs`` ({knob type: value}, a knob type as a
+    member, its value or its name, ``'SPLIT_K'`` or ``'CUDNN_KNOB_TYPE_SPLIT_K'``; else defaults)."""
+    knobs = {enum_member(capi.cudnnBackendKnobType_t, k, "CUDNN_KNOB_TYPE_", "knob type"):
+             int_arg(v, f"knob {k!r}", -INT64_MAX - 1, INT64_MAX) for k, v in (knobs or {}).items()}
     eng = BackendDescriptor("ENGINE", operation_graph=graph.lower(handle), global_index=int(global_index)).finalize()
     cfg = BackendDescriptor("ENGINECFG", engine=eng)
     if knobs:
@@ -142,11 +139,6 @@ def engine_config(graph, handle, global_index: int, knobs: dict | None = None) -
     ec = EngineConfig.from_descriptor(cfg, f"engine {global_index}")
     ec.knobs.update(knobs)
     return ec
-
-
-def _knob_type(k) -> capi.cudnnBackendKnobType_t:
-    """A knob type from a member, its int value, or its name (``'CUDNN_KNOB_TYPE_SPLIT_K'`` or ``'SPLIT_K'``)."""
-    return enum_member(capi.cudnnBackendKnobType_t, k, "CUDNN_KNOB_TYPE_", "knob type")
 
 
 def engine_configs(graph, handle) -> tuple[list[EngineConfig], list[tuple[str, str]]]:

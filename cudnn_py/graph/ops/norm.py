@@ -1,13 +1,6 @@
-"""Statistics and normalisation as graph operations.
-
-* :class:`GenStats` - per-channel sum and sum of squares.
-* :class:`NormForward` / :class:`NormBackward` - layer, RMS, instance, batch and adaptive layer normalisation
-  (``CUDNN_BACKEND_OPERATION_NORM_FORWARD/BACKWARD_DESCRIPTOR``), forward in training or inference phase (batch
-  norm training may update running statistics), backward giving dx, dscale and dbias.
-* :class:`BNFinalize` - batch-norm statistics from genstats' sums (``OPERATION_BN_FINALIZE_STATISTICS``): saved
-  mean and inverse standard deviation, the equivalent scale/bias, running-average update.
-* :class:`BNBackwardWeights` - batch-norm dscale/dbias and the equivalent dx coefficients
-  (``OPERATION_BN_BWD_WEIGHTS``): dx = eq_dy_scale * dy + eq_x_scale * x + eq_bias.
+"""Statistics and normalisation as graph operations: :class:`GenStats`, :class:`NormForward` /
+:class:`NormBackward` (layer, RMS, instance, batch and adaptive layer norm), :class:`BNFinalize`,
+:class:`BNBackwardWeights`.
 
 Which dims a mode normalises over: layer, RMS and adaptive layer norm over the trailing dims the scale spans
 (scale (1, C, H, W) for x (N, C, H, W): each sample; scale (1, 1, D) for x (B, S, D): each token); instance norm
@@ -93,8 +86,7 @@ def norm_axes(mode: str, x_shape: tuple[int, ...], scale_shape: tuple[int, ...])
     spanned = [i for i in range(1, n) if scale_shape[i] != 1]
     if not spanned:
         raise InvalidValueError(f"{mode} norm: scale {scale_shape} spans none of x's dims {x_shape} after the first; "
-                                f"give "
-                         f"it the sizes of the normalised dims")
+                                f"give it the sizes of the normalised dims")
     return tuple(range(spanned[0], n))
 
 
@@ -154,16 +146,18 @@ class NormBackward(Op):
 
 
 class BNFinalize(Op):
-    """Batch-norm statistics from per-channel sums (training phase)."""
+    """Batch-norm statistics from genstats' per-channel sums (training phase): saved mean and inverse standard
+    deviation, the equivalent scale/bias, the running-average update."""
 
     kind, backend, attrs = "bn_finalize", "OPERATION_BN_FINALIZE_STATISTICS", _FIN_ATTRS
 
     def lower(self, ctx: LowerContext) -> None:
-        self.add_to(ctx, stats_mode=capi.CUDNN_BN_FINALIZE_STATISTICS_TRAINING, math_prec=self.params["compute_dtype"])
+        self.add_to(ctx, stats_mode=capi.CUDNN_BN_FINALIZE_STATISTICS_TRAINING,
+                    math_prec=self.params["compute_dtype"])
 
 
 class BNBackwardWeights(Op):
-    """Batch-norm dscale/dbias and the coefficients of dx (``OPERATION_BN_BWD_WEIGHTS``)."""
+    """Batch-norm dscale/dbias and the coefficients of dx = eq_dy_scale * dy + eq_x_scale * x + eq_bias."""
 
     kind, backend, attrs = "bn_backward_weights", "OPERATION_BN_BWD_WEIGHTS", _DBN_ATTRS
 
@@ -204,17 +198,14 @@ class NormBuilders(Builder):
         return f
 
     def _stat_out(self, shape, name, suffix):
-        t = self.virtual(shape, name=name and f"{name}.{suffix}")
-        t.set_dtype("float32")
-        return t
+        return self.virtual(shape, name=name and f"{name}.{suffix}").set_dtype("float32")
 
     # -- builders ---------------------------------------------------------------------------------------------
     def genstats(self, x, *, compute_dtype=None, name: str | None = None):
         """Per-channel sum and sum of squares of x (N, C, ...). Returns two (1, C, 1, ...) virtual tensors."""
         x = self._own(x, "x")
         shape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
-        s = self.virtual(shape, name=name and f"{name}.sum")
-        sq = self.virtual(shape, name=name and f"{name}.sqsum")
+        s, sq = (self.virtual(shape, name=name and f"{name}.{k}") for k in ("sum", "sqsum"))
         self.add_op(GenStats({"x": x}, {"sum": s, "sqsum": sq}, {"compute_dtype": self._compute(compute_dtype)},
                               name))
         return s, sq
@@ -255,10 +246,7 @@ class NormBuilders(Builder):
                     raise InvalidValueError(f"{mode} norm inference needs {k}= (a tensor of shape {stat})")
                 inputs[k] = self._stat(x, t, k, stat, "norm_forward")
         self.add_op(NormForward(inputs, outputs, {"mode": m, "training": bool(training)}, name))
-        y = outputs["y"]
-        if not training:
-            return y
-        return y, outputs.get("mean"), outputs["inv_variance"]
+        return (outputs["y"], outputs.get("mean"), outputs["inv_variance"]) if training else outputs["y"]
 
     def batch_norm(self, x, scale, bias, *, epsilon: float = 1e-5, running_mean=None, running_var=None,
                    momentum: float = 0.1, name: str | None = None) -> BatchNormOutputs:
@@ -344,7 +332,7 @@ class NormBuilders(Builder):
         eps = self._positive(epsilon, "epsilon")
         if running_mean is None or running_var is None:
             raise InvalidValueError("bn_finalize needs running_mean= and running_var= (cuDNN does not finalize the "
-                             "operation without the running-average update)")
+                                    "operation without the running-average update)")
         mom = self._positive(momentum, "momentum")
         if mom > 1:
             raise InvalidValueError(f"momentum must be in (0, 1], got {momentum!r}")
