@@ -5,9 +5,11 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
+import types
 
 import pytest
 
+from cudnn_py import capi
 from cudnn_py.graph import plan_store
 from cudnn_py.tuning import FILE_NAME, Environment, TuningDatabase, TuningWarning
 from cudnn_py.tuning import fingerprint
@@ -190,9 +192,17 @@ def test_a_store_directory_that_is_a_file_is_refused(tmp_path):
 
 def test_knob_and_autotune_arguments_are_checked_before_cudnn():
     from cudnn_py.graph import plans
-    assert plans._knob_type("SPLIT_K") == plans._knob_type("CUDNN_KNOB_TYPE_SPLIT_K")
+    class Checked(Exception):
+        pass
+
+    def lower(handle):
+        raise Checked  # the knobs passed their checks: the operation graph is next
+
+    for name in ("SPLIT_K", "CUDNN_KNOB_TYPE_SPLIT_K", capi.CUDNN_KNOB_TYPE_SPLIT_K):
+        with pytest.raises(Checked):
+            plans.engine_config(types.SimpleNamespace(lower=lower), None, 0, {name: 2})
     with pytest.raises(ValueError, match="unknown knob type"):
-        plans._knob_type("NOPE")
+        plans.engine_config(None, None, 0, {"NOPE": 1})
     with pytest.raises(TypeError, match="knob 'SPLIT_K' must be an int"):
         plans.engine_config(None, None, 0, {"SPLIT_K": 2.5})
     with pytest.raises(TypeError, match="no cache="):
