@@ -148,8 +148,7 @@ class BackendDescriptor:
             if not isinstance(value, (str, bytes)):
                 raise InvalidTypeError(f"{name.name} takes a str or bytes value, got {type(value).__name__}")
             data = value.encode() if isinstance(value, str) else value
-            arr = ctypes.create_string_buffer(data)
-            _C_SET(self.ptr, name, A.attr_type_enum(tn), len(data) + 1, arr)
+            _C_SET(self.ptr, name, A.attr_type_enum(tn), len(data) + 1, ctypes.create_string_buffer(data))
             return self
         if isinstance(value, (list, tuple)):
             vals = list(value)

@@ -121,8 +121,7 @@ def heuristics(graph, handle, mode="A") -> list[EngineConfig]:
     """Engine configs cuDNN's heuristics rank for ``graph`` in ``mode``, best first."""
     name = _mode_name(mode)
     heur = BackendDescriptor("ENGINEHEUR", operation_graph=graph.lower(handle), mode=HEUR_MODES[name]).finalize()
-    cfgs = heur.get("results")
-    return [EngineConfig.from_descriptor(c, f"heuristics {name} #{i}") for i, c in enumerate(cfgs)]
+    return [EngineConfig.from_descriptor(c, f"heuristics {name} #{i}") for i, c in enumerate(heur.get("results"))]
 
 
 def engine_config(graph, handle, global_index: int, knobs: dict | None = None) -> EngineConfig:
@@ -268,8 +267,7 @@ def plan_from_json(handle, text: str | bytes, graph=None, tag: str = "") -> Plan
         raise InvalidValueError(f"plan JSON{where} must be a JSON object, got {type(parsed).__name__}")
     d = BackendDescriptor("EXECUTION_PLAN", handle=handle)
     try:
-        d.set("json_representation", text)
-        d.finalize()
+        d.set("json_representation", text).finalize()
     except (CudnnBadParamError, CudnnNotSupportedError) as e:
         raise InvalidValueError(f"plan JSON{where} was not accepted by cuDNN {_loader.library().version_string} (made "
                                 f"by another cuDNN version or GPU?): {_reason(e)}") from e
@@ -397,13 +395,11 @@ def time_plan(plan: Plan, handle, variant_pack: dict, *, warmup: int = 2, iters:
               flush: Callable[[], None] | None = None) -> float:
     """Median milliseconds per execution of ``plan`` on ``variant_pack``, over ``iters`` samples after ``warmup``
     untimed executions. A sample is :data:`SAMPLE_RUNS` executions between CUDA events on the handle's stream,
-    held until all are queued (:func:`~cudnn_py.streams.timer` ``hold=True``): the GPU's time, not the launch
-    latency of a call on an idle GPU (which made a 25 us kernel look 10 % slower than its neighbour) nor the host's
-    cost of queuing tiny executions (which hid a 25 us pooling plan among 4 us ones).
+    held until all are queued (:func:`~cudnn_py.streams.timer` ``hold=True``): the GPU's time, neither an idle
+    GPU's launch latency nor the host's cost of queuing tiny executions.
 
-    ``flush`` (an :func:`l2_flush`): called before each sample, outside the events; a sample is then one execution,
-    with its data evicted from the L2 cache (as in a network's step, where other layers ran in between) instead of
-    left there by the execution before it."""
+    ``flush`` (an :func:`l2_flush`): called before each sample, outside the events; a sample is then one execution
+    with its data evicted from the L2 cache (as in a network's step) instead of left there by the one before."""
     return _sample(plan, handle, variant_pack, warmup, iters, flush)[0]
 
 
