@@ -18,4 +18,6 @@ __all__ = ["Op", "LowerContext", "backend_dims", "ConvFprop", "ConvDgrad", "Conv
            "Pointwise", "Reduction", "GenStats", "NormForward", "POINTWISE_ARITY", "pointwise_mode",
            "reduction_mode", "SdpaOptions", "SdpaForward", "SdpaBackward", "SdpaFp8Forward", "SdpaFp8Backward",
            "NormBackward", "BNFinalize", "BNBackwardWeights", "ResampleForward", "ResampleBackward", "Rng", "Reshape",
-           "Transpose", "Slice", "Concatenate"]
+           "Transpose", "Slice", "Concatenate", "ConvBuilders", "MatmulBuilders", "PointwiseBuilders",
+           "ReductionBuilders", "NormBuilders", "SdpaBuilders", "ResampleBuilders", "RngBuilders", "ReshapeBuilders",
+           "QuantBuilders"]
