@@ -399,9 +399,8 @@ class Graph(ConvBuilders, MatmulBuilders, PointwiseBuilders, ReductionBuilders, 
 
     def autotune(self, handle: HandleLike, variant_pack: dict, *, modes: Sequence[str] = ("A", "B", "FALLBACK"),
                  warmup: int = 2, iters: int = 5, **filters: Any) -> list[tuple["Plan", float | None]]:
-        """Build every plan of ``modes``, time each on ``variant_pack`` (GPU time, the stream held) and keep the
-        fastest first; where it is host-bound, the plan within :data:`~cudnn_py.graph.plans.TIE` of its GPU time that
-        costs the host least. Returns [(plan, GPU milliseconds)], the kept plan first, then the others fastest first."""
+        """Time every plan of ``modes`` on ``variant_pack`` and keep the fastest first: see
+        :func:`cudnn_py.graph.autotune`. Returns [(plan, GPU milliseconds)], the kept plan first."""
         from .plans import autotune
         return autotune(self, graph_handle(handle), variant_pack, modes=modes, warmup=warmup, iters=iters, **filters)
 

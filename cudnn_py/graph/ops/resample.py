@@ -161,8 +161,7 @@ class ResampleBuilders(Builder):
         if "index" in inputs and inputs["index"].dtype != capi.CUDNN_DATA_INT8:
             raise InvalidTypeError(f"resample_backward: index must be int8 (as resample(index=True) makes it), got "
                                    f"{inputs['index'].dtype.name}")
-        ref = inputs.get("x", dy)
-        dx = self.virtual(x_shape, like=ref, name=name and f"{name}.dx")
+        dx = self.virtual(x_shape, like=inputs.get("x", dy), name=name and f"{name}.dx")
         self.add_op(ResampleBackward(inputs, {"dx": dx}, p, name))
         return dx
 
