@@ -174,11 +174,13 @@ class Graph(ConvBuilders, MatmulBuilders, PointwiseBuilders, ReductionBuilders, 
 
     def new_uid(self) -> int:
         """A fresh tensor uid (for the builders and lowering)."""
-        uid = self._next_uid
         self._next_uid += 1
-        return uid
+        return self._next_uid - 1
 
-    def _add(self, t: Tensor) -> Tensor:
+    def _new(self, prefix: str, name: str | None, *args: Any, **kw: Any) -> Tensor:
+        """A new tensor of this graph with a fresh uid, named ``<prefix><uid>`` unless ``name`` is given."""
+        uid = self.new_uid()
+        t = Tensor(self, uid, name or f"{prefix}{uid}", *args, **kw)
         self._rename(t, t.name)
         self.tensors.append(t)
         return t
@@ -215,9 +217,7 @@ class Graph(ConvBuilders, MatmulBuilders, PointwiseBuilders, ReductionBuilders, 
                 if not 0 <= st < 2 ** 63:
                     raise InvalidValueError(f"strides must be non-negative and below 2**63, got {strides}")
             strides = tuple(int(st) for st in strides)
-        uid = self.new_uid()
-        return self._add(Tensor(self, uid, name or f"t{uid}", shape, strides,
-                                cudnn_dtype(dtype) if dtype is not None else self.io_dtype, False))
+        return self._new("t", name, shape, strides, cudnn_dtype(dtype) if dtype is not None else self.io_dtype, False)
 
     def tensor_like(self, array, name: str | None = None) -> Tensor:
         """A tensor with the shape, strides and dtype of an array (DeviceArray, NumPy, torch, anything with
@@ -256,11 +256,10 @@ class Graph(ConvBuilders, MatmulBuilders, PointwiseBuilders, ReductionBuilders, 
                 raise InvalidValueError(f"scalar {value!r} does not fit {npdt}") from None
             if math.isfinite(value) and not np.isfinite(buf.astype(np.float64)[0]):
                 raise InvalidValueError(f"scalar {value!r} does not fit {npdt} (it would become {buf[0]})")
-        uid = self.new_uid()
-        t = Tensor(self, uid, name or f"scalar{uid}", (1,) * ndim, (1,) * ndim, dt, False, True,
-                   int(value) if npdt.kind in "iub" else float(value))
-        self._scalar_bufs[uid] = buf
-        return self._add(t)
+        t = self._new("scalar", name, (1,) * ndim, (1,) * ndim, dt, False, True,
+                      int(value) if npdt.kind in "iub" else float(value))
+        self._scalar_bufs[t.uid] = buf
+        return t
 
     def virtual(self, shape: Sequence[int], strides: Sequence[int] | None = None, name: str | None = None,
                 like: Tensor | None = None) -> Tensor:
@@ -270,9 +269,7 @@ class Graph(ConvBuilders, MatmulBuilders, PointwiseBuilders, ReductionBuilders, 
             cl = (like is not None and len(shape) == like.ndim >= 4 and like.shape[1] > 1
                   and like.strides == packed_strides(like.shape, "NHWC"))
             strides = packed_strides(shape, "NHWC" if cl else None)
-        uid = self.new_uid()
-        return self._add(Tensor(self, uid, name or f"v{uid}", shape, strides, self.intermediate_dtype, True,
-                                dtype_set=False))
+        return self._new("v", name, shape, strides, self.intermediate_dtype, True, dtype_set=False)
 
     def __getitem__(self, name: str) -> Tensor:
         try:
