@@ -47,8 +47,9 @@ def descriptor_type(t) -> capi.cudnnBackendDescriptorType_t:
     """The ``cudnnBackendDescriptorType_t`` for a member, an int, ``'CUDNN_BACKEND_TENSOR_DESCRIPTOR'`` or
     ``'TENSOR'``."""
     return A.enum_of(_DTYPE, t, lambda s: (s, f"CUDNN_BACKEND_{s.upper()}_DESCRIPTOR"),
-                     "unknown backend descriptor type {!r}", "descriptor type {} is not a cudnnBackendDescriptorType_t "
-                     "value", "descriptor type must be a cudnnBackendDescriptorType_t or its name, not {}")
+                     "unknown backend descriptor type {!r}",
+                     "descriptor type {} is not a cudnnBackendDescriptorType_t value",
+                     "descriptor type must be a cudnnBackendDescriptorType_t or its name, not {}")
 
 
 def destroy_descriptor(ptr: capi.cudnnBackendDescriptor_t) -> None:
