@@ -1,13 +1,15 @@
 """The plan store without a GPU: records in the tuning database, keys, environments, hostile records, damaged or
-read-only databases, and the one-time import of the earlier one-file-per-plan format."""
+and read-only databases."""
 from __future__ import annotations
 
 import hashlib
 import json
 import sqlite3
+import types
 
 import pytest
 
+from cudnn_py import capi
 from cudnn_py.graph import plan_store
 from cudnn_py.tuning import FILE_NAME, Environment, TuningDatabase, TuningWarning
 from cudnn_py.tuning import fingerprint
@@ -20,7 +22,6 @@ ENTRY = [{"json": "{}", "tag": "eng0", "ms": 0.5}]
 def fixed_env(monkeypatch):
     """This process's device 0 (the current one without a GPU) reads as ENV."""
     monkeypatch.setitem(fingerprint._cache, 0, ENV)
-    monkeypatch.setattr(plan_store, "_imported", set())
     for name in ("CUDNN_PY_PLAN_CACHE_DIR", "CUDNN_PY_TUNING_DB"):
         monkeypatch.delenv(name, raising=False)
 
@@ -142,34 +143,6 @@ def test_a_damaged_database_warns_and_the_call_goes_on(tmp_path, fixed_env):
         plan_store.set_plan_cache_dir(None)
 
 
-def _old_file(directory, graph_key, options, **changes):
-    doc = {"format": 1, "cudnn": "9.19.0", "device": "Test GPU|sm_90", "key": _key(graph_key, options),
-           "plans": ENTRY, **changes}
-    name = hashlib.sha256(repr(sorted(doc.items())).encode()).hexdigest()[:32]
-    (directory / f"plan-{name}.json").write_text(json.dumps(doc))
-
-
-def test_plan_files_of_the_earlier_format_are_imported_once(tmp_path, fixed_env):
-    _old_file(tmp_path, ("g",), ())
-    _old_file(tmp_path, ("h",), (), cudnn="9.14.0")        # another cuDNN: imported, not used here
-    _old_file(tmp_path, ("k",), (), plans=[])                # malformed: skipped
-    (tmp_path / "plan-junk.json").write_text("{trunc")
-    plan_store.set_plan_cache_dir(tmp_path)
-    try:
-        with pytest.warns(RuntimeWarning, match="2 of 4 plan files"):
-            assert plan_store.load(("g",), (), None) == ENTRY
-        assert plan_store.load(("h",), (), None) is None
-        db = plan_store.database()
-        envs = sorted(r.environment for r in db.records(plan_store.KIND))
-        assert envs == [Environment("9.14.0", "Test GPU", "9.0", "unknown"), ENV]
-        # a later process does not import again: what was deleted stays deleted
-        db.clear(plan_store.KIND)
-        plan_store._imported.clear()
-        assert plan_store.load(("g",), (), None) is None
-    finally:
-        plan_store.set_plan_cache_dir(None)
-
-
 @pytest.mark.parametrize("text,match", [(b"\xff", "not UTF-8"), ("{truncated", "not valid JSON"),
                                         ("[1, 2]", "JSON object"), ("[" * 100000, "not valid JSON"),
                                         ("x" * (17 << 20), "far below")])
@@ -190,9 +163,17 @@ def test_a_store_directory_that_is_a_file_is_refused(tmp_path):
 
 def test_knob_and_autotune_arguments_are_checked_before_cudnn():
     from cudnn_py.graph import plans
-    assert plans._knob_type("SPLIT_K") == plans._knob_type("CUDNN_KNOB_TYPE_SPLIT_K")
+    class Checked(Exception):
+        pass
+
+    def lower(handle):
+        raise Checked  # the knobs passed their checks: the operation graph is next
+
+    for name in ("SPLIT_K", "CUDNN_KNOB_TYPE_SPLIT_K", capi.CUDNN_KNOB_TYPE_SPLIT_K):
+        with pytest.raises(Checked):
+            plans.engine_config(types.SimpleNamespace(lower=lower), None, 0, {name: 2})
     with pytest.raises(ValueError, match="unknown knob type"):
-        plans._knob_type("NOPE")
+        plans.engine_config(None, None, 0, {"NOPE": 1})
     with pytest.raises(TypeError, match="knob 'SPLIT_K' must be an int"):
         plans.engine_config(None, None, 0, {"SPLIT_K": 2.5})
     with pytest.raises(TypeError, match="no cache="):

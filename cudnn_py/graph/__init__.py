@@ -1,13 +1,8 @@
-"""The cuDNN backend (graph) API from Python: typed descriptors, a graph builder, plans, autotuning, execution.
-
-* :class:`BackendDescriptor` - any ``cudnnBackendDescriptor_t`` with attributes checked against one table.
-* :class:`Graph` - tensors and operations (one class per operation kind in :mod:`cudnn_py.graph.ops`), built
-  into plans through heuristics with a per-handle plan cache and an opt-in on-disk store
-  (:func:`set_plan_cache_dir`); :meth:`Graph.autotune` times every plan.
-* :class:`Plan` / :class:`Executor` - execution with variant packs cached by data pointers;
-  :class:`CudaGraph` records a plan into a CUDA graph.
-* :func:`conv_forward`, :func:`conv_backward_data`, :func:`conv_backward_filter` - convolution through cached
-  graph plans (with optional fused bias + activation).
+"""The cuDNN backend (graph) API from Python: typed descriptors (:class:`BackendDescriptor`), a graph builder
+(:class:`Graph`, its operations in :mod:`cudnn_py.graph.ops`), plans with a per-handle cache and an opt-in on-disk
+store (:func:`set_plan_cache_dir`), autotuning, execution (:class:`Plan`, :class:`Executor`, :class:`CudaGraph`)
+and convolution through cached graph plans (:func:`conv_forward` and the backward passes, with optional fused
+bias + activation).
 """
 from .attributes import AttrSpec, attr_spec
 from .conv import conv_backward_data, conv_backward_filter, conv_forward

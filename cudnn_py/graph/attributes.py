@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import ctypes
 import enum
+import fractions
 import numbers
-from typing import NamedTuple
+from typing import Callable, NamedTuple, TypeVar
 
 import numpy as np
 
 from cudnn_py import capi
 from cudnn_py.args import enum_member
-
 from cudnn_py.capi.backend_attributes import OWNER, TABLE
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
@@ -24,7 +24,7 @@ __all__ = ["AttrSpec", "attr_spec", "attr_enum", "attr_type_enum", "element_ctyp
 
 _ANAME = capi.cudnnBackendAttributeName_t
 _ATYPE = capi.cudnnBackendAttributeType_t
-
+_E = TypeVar("_E", bound=enum.Enum)
 
 Fraction = capi.cudnnFraction_t  # numerator / denominator, int64 each
 
@@ -74,22 +74,30 @@ class AttrSpec(NamedTuple):
         return self.count != "1"
 
 
+def enum_of(cls: type[_E], value, names: Callable[[str], tuple[str, ...]], unknown: str, bad_value: str,
+            wrong_type: str) -> _E:
+    """``value`` as a ``cls`` member: a member, the first member whose name is in ``names(value)`` for a str, or an
+    int value; else the error whose message (formatted with the value, or its type's name) says what was wrong."""
+    if isinstance(value, cls):
+        return value
+    if isinstance(value, str):
+        for name in names(value):
+            if name in cls.__members__:
+                return cls.__members__[name]
+        raise InvalidValueError(unknown.format(value))
+    if isinstance(value, int) and not isinstance(value, bool):
+        try:
+            return cls(value)
+        except ValueError:
+            raise InvalidValueError(bad_value.format(value)) from None
+    raise InvalidTypeError(wrong_type.format(type(value).__name__))
+
+
 def attr_enum(attr) -> capi.cudnnBackendAttributeName_t:
     """``cudnnBackendAttributeName_t`` member for a member, an int or a ``'CUDNN_ATTR_...'`` name."""
-    if isinstance(attr, _ANAME):
-        return attr
-    if isinstance(attr, str):
-        try:
-            return _ANAME.__members__[attr]
-        except KeyError:
-            raise InvalidValueError(f"unknown backend attribute {attr!r} (expected a CUDNN_ATTR_* name)") from None
-    if isinstance(attr, int) and not isinstance(attr, bool):
-        try:
-            return _ANAME(attr)
-        except ValueError:
-            raise InvalidValueError(f"unknown backend attribute value {attr}") from None
-    raise InvalidTypeError(f"attribute must be a cudnnBackendAttributeName_t, its name or value, not "
-                           f"{type(attr).__name__}")
+    return enum_of(_ANAME, attr, lambda s: (s,), "unknown backend attribute {!r} (expected a CUDNN_ATTR_* name)",
+                   "unknown backend attribute value {}",
+                   "attribute must be a cudnnBackendAttributeName_t, its name or value, not {}")
 
 
 def attr_type_enum(type_name: str) -> capi.cudnnBackendAttributeType_t:
@@ -206,15 +214,6 @@ def from_c_array(type_name: str, arr, n: int) -> list:
     """Python values of the first ``n`` elements of a ctypes array of ``CUDNN_TYPE_<type_name>``."""
     vals = list(arr[:n])
     if type_name == "FRACTION":
-        import fractions
         return [fractions.Fraction(f.numerator, f.denominator) for f in vals]
     cls = enum_class(type_name)
-    if cls is not None:
-        out = []
-        for v in vals:
-            try:
-                out.append(cls(v))
-            except ValueError:
-                out.append(v)
-        return out
-    return vals
+    return vals if cls is None else [cls(v) if v in cls._value2member_map_ else v for v in vals]

@@ -38,34 +38,18 @@ _PREFIXES = {
     "OPERATION_CONVOLUTION_BACKWARD_FILTER": ("OPERATION_CONVOLUTION_BWD_FILTER",),
     "OPERATION_GEN_STATS": ("OPERATION_GENSTATS",),
     "OPERATION_BN_FINALIZE_STATISTICS": ("OPERATION_BN_FINALIZE",),
-    "OPERATION_BN_BWD_WEIGHTS": ("OPERATION_BN_BWD_WEIGHTS",),
     "OPERATION_NORM_FORWARD": ("OPERATION_NORM_FWD",),
     "OPERATION_NORM_BACKWARD": ("OPERATION_NORM_BWD",),
-    "OPERATION_RESAMPLE_FWD": ("OPERATION_RESAMPLE_FWD",),
-    "OPERATION_RESAMPLE_BWD": ("OPERATION_RESAMPLE_BWD",),
 }
 
 
 def descriptor_type(t) -> capi.cudnnBackendDescriptorType_t:
-    """The ``cudnnBackendDescriptorType_t`` for a member, an int, ``'CUDNN_BACKEND_TENSOR_DESCRIPTOR'`` or ``'TENSOR'``."""
-    if isinstance(t, _DTYPE):
-        return t
-    if isinstance(t, str):
-        for cand in (t, f"CUDNN_BACKEND_{t.upper()}_DESCRIPTOR"):
-            if cand in _DTYPE.__members__:
-                return _DTYPE.__members__[cand]
-        raise InvalidValueError(f"unknown backend descriptor type {t!r}")
-    if isinstance(t, int) and not isinstance(t, bool):
-        try:
-            return _DTYPE(t)
-        except ValueError:
-            raise InvalidValueError(f"descriptor type {t} is not a cudnnBackendDescriptorType_t value") from None
-    raise InvalidTypeError(f"descriptor type must be a cudnnBackendDescriptorType_t or its name, not "
-                           f"{type(t).__name__}")
-
-
-def _short_type(t: capi.cudnnBackendDescriptorType_t) -> str:
-    return t.name[len("CUDNN_BACKEND_"):-len("_DESCRIPTOR")]
+    """The ``cudnnBackendDescriptorType_t`` for a member, an int, ``'CUDNN_BACKEND_TENSOR_DESCRIPTOR'`` or
+    ``'TENSOR'``."""
+    return A.enum_of(_DTYPE, t, lambda s: (s, f"CUDNN_BACKEND_{s.upper()}_DESCRIPTOR"),
+                     "unknown backend descriptor type {!r}",
+                     "descriptor type {} is not a cudnnBackendDescriptorType_t value",
+                     "descriptor type must be a cudnnBackendDescriptorType_t or its name, not {}")
 
 
 def destroy_descriptor(ptr: capi.cudnnBackendDescriptor_t) -> None:
@@ -108,7 +92,7 @@ class BackendDescriptor:
     @property
     def short_type(self) -> str:
         """``'TENSOR'`` for ``CUDNN_BACKEND_TENSOR_DESCRIPTOR``."""
-        return _short_type(self.type)
+        return self.type.name[len("CUDNN_BACKEND_"):-len("_DESCRIPTOR")]
 
     def resolve(self, attr) -> capi.cudnnBackendAttributeName_t:
         """The attribute enum for a full name, member, int or a name relative to this descriptor's prefix."""
@@ -118,11 +102,12 @@ class BackendDescriptor:
                 full = f"CUDNN_ATTR_{prefix}_{attr.upper()}"
                 if full in capi.cudnnBackendAttributeName_t.__members__:
                     return capi.cudnnBackendAttributeName_t[full]
-            raise InvalidValueError(f"{self.short_type} descriptor has no attribute {attr!r} "
-                             f"(tried CUDNN_ATTR_{short}_{attr.upper()})")
+            raise InvalidValueError(f"{short} descriptor has no attribute {attr!r} (tried CUDNN_ATTR_{short}_"
+                                    f"{attr.upper()})")
         return A.attr_enum(attr)
 
-    def _spec_and_type(self, attr, attr_type, value=None) -> tuple[capi.cudnnBackendAttributeName_t, A.AttrSpec | None, str]:
+    def _spec_and_type(self, attr, attr_type, value=None) -> tuple[
+            capi.cudnnBackendAttributeName_t, A.AttrSpec | None, str]:
         name = self.resolve(attr)
         spec = A.attr_spec(name)
         if attr_type is not None:
@@ -164,8 +149,7 @@ class BackendDescriptor:
             if not isinstance(value, (str, bytes)):
                 raise InvalidTypeError(f"{name.name} takes a str or bytes value, got {type(value).__name__}")
             data = value.encode() if isinstance(value, str) else value
-            arr = ctypes.create_string_buffer(data)
-            _C_SET(self.ptr, name, A.attr_type_enum(tn), len(data) + 1, arr)
+            _C_SET(self.ptr, name, A.attr_type_enum(tn), len(data) + 1, ctypes.create_string_buffer(data))
             return self
         if isinstance(value, (list, tuple)):
             vals = list(value)

@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from cudnn_py import capi
-from cudnn_py.args import float_arg, shape_arg
+from cudnn_py.args import shape_arg
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import ClosedError, InvalidStateError, InvalidTypeError, InvalidValueError
 from cudnn_py.handle import Handle, handle_arg
@@ -43,11 +43,6 @@ HandleLike = Union[Handle, capi.cudnnHandle_t, ctypes.c_void_p]
 if TYPE_CHECKING:  # pragma: no cover
     from .execute import Executor
     from .plans import Plan
-
-
-def data_type(d) -> capi.cudnnDataType_t:
-    """``d`` (a cudnnDataType_t, NumPy dtype or name) as a cudnnDataType_t."""
-    return d if isinstance(d, _DT) else cudnn_dtype(d)
 
 
 def graph_handle(handle: Any) -> HandleLike:
@@ -80,10 +75,6 @@ def packed_strides(shape: Sequence[int], layout: str | None = None) -> tuple[int
     return tuple(strides)
 
 
-def _is_channels_last(shape, strides) -> bool:
-    return len(shape) >= 4 and tuple(strides) == packed_strides(shape, "NHWC") and shape[1] > 1
-
-
 class Tensor:
     """A graph tensor: shape, strides (in elements), dtype, unique id, name, virtual/by-value flags."""
 
@@ -109,7 +100,7 @@ class Tensor:
     def set_dtype(self, dtype) -> "Tensor":
         """Give this tensor its own dtype (before the graph is built); returns self."""
         self.graph._check_open()
-        self.dtype, self._dtype_set = data_type(dtype), True
+        self.dtype, self._dtype_set = cudnn_dtype(dtype), True
         return self
 
     def set_name(self, name: str) -> "Tensor":
@@ -158,9 +149,9 @@ class Graph(ConvBuilders, MatmulBuilders, PointwiseBuilders, ReductionBuilders, 
 
     def __init__(self, io_dtype: DataTypeLike = "float32", compute_dtype: DataTypeLike = "float32",
                  intermediate_dtype: DataTypeLike | None = None, name: str = "graph") -> None:
-        self.io_dtype = data_type(io_dtype)
-        self.compute_dtype = data_type(compute_dtype)
-        self.intermediate_dtype = data_type(intermediate_dtype) if intermediate_dtype is not None else self.compute_dtype
+        self.io_dtype = cudnn_dtype(io_dtype)
+        self.compute_dtype = cudnn_dtype(compute_dtype)
+        self.intermediate_dtype = self._compute(intermediate_dtype)
         self.name = name
         self.tensors: list[Tensor] = []
         self.ops: list[Op] = []
@@ -183,25 +174,20 @@ class Graph(ConvBuilders, MatmulBuilders, PointwiseBuilders, ReductionBuilders, 
 
     def new_uid(self) -> int:
         """A fresh tensor uid (for the builders and lowering)."""
-        uid = self._next_uid
         self._next_uid += 1
-        return uid
+        return self._next_uid - 1
 
-    @staticmethod
-    def _check_name(name) -> None:
-        if not isinstance(name, str) or not name:
-            raise InvalidTypeError(f"a tensor name must be a non-empty str, got {name!r}")
-
-    def _add(self, t: Tensor) -> Tensor:
-        self._check_name(t.name)
-        if t.name in self._names:
-            raise InvalidValueError(f"graph {self.name!r} already has a tensor named {t.name!r}")
-        self._names[t.name] = t
+    def _new(self, prefix: str, name: str | None, *args: Any, **kw: Any) -> Tensor:
+        """A new tensor of this graph with a fresh uid, named ``<prefix><uid>`` unless ``name`` is given."""
+        uid = self.new_uid()
+        t = Tensor(self, uid, name or f"{prefix}{uid}", *args, **kw)
+        self._rename(t, t.name)
         self.tensors.append(t)
         return t
 
     def _rename(self, t: Tensor, name: str):
-        self._check_name(name)
+        if not isinstance(name, str) or not name:
+            raise InvalidTypeError(f"a tensor name must be a non-empty str, got {name!r}")
         if name in self._names and self._names[name] is not t:
             raise InvalidValueError(f"graph {self.name!r} already has a tensor named {name!r}")
         self._names.pop(t.name, None)
@@ -213,7 +199,7 @@ class Graph(ConvBuilders, MatmulBuilders, PointwiseBuilders, ReductionBuilders, 
         """A graph input/output tensor with device memory. ``strides`` in elements (default packed row-major, or
         channels-last with ``layout='NHWC'``)."""
         self._check_open()
-        shape = self._shape(shape, "shape")
+        shape = shape_arg(shape, "shape")
         if not 0 < len(shape) <= 8:
             raise InvalidValueError(f"tensor shape must have 1 to 8 dims, got {shape}")
         if strides is None:
@@ -231,9 +217,7 @@ class Graph(ConvBuilders, MatmulBuilders, PointwiseBuilders, ReductionBuilders, 
                 if not 0 <= st < 2 ** 63:
                     raise InvalidValueError(f"strides must be non-negative and below 2**63, got {strides}")
             strides = tuple(int(st) for st in strides)
-        uid = self.new_uid()
-        return self._add(Tensor(self, uid, name or f"t{uid}", shape, strides,
-                                data_type(dtype) if dtype is not None else self.io_dtype, False))
+        return self._new("t", name, shape, strides, cudnn_dtype(dtype) if dtype is not None else self.io_dtype, False)
 
     def tensor_like(self, array, name: str | None = None) -> Tensor:
         """A tensor with the shape, strides and dtype of an array (DeviceArray, NumPy, torch, anything with
@@ -252,7 +236,7 @@ class Graph(ConvBuilders, MatmulBuilders, PointwiseBuilders, ReductionBuilders, 
     def scalar(self, value: float, dtype=None, name: str | None = None, ndim: int = 4) -> Tensor:
         """A by-value scalar (a host constant baked into the graph), broadcastable against ``ndim``-D tensors."""
         self._check_open()
-        dt = data_type(dtype) if dtype is not None else _DT.CUDNN_DATA_FLOAT
+        dt = cudnn_dtype(dtype) if dtype is not None else _DT.CUDNN_DATA_FLOAT
         if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
             raise InvalidTypeError(f"scalar value must be a number, got {type(value).__name__}")
         if isinstance(ndim, bool) or not isinstance(ndim, int) or not 1 <= ndim <= 8:
@@ -272,22 +256,20 @@ class Graph(ConvBuilders, MatmulBuilders, PointwiseBuilders, ReductionBuilders, 
                 raise InvalidValueError(f"scalar {value!r} does not fit {npdt}") from None
             if math.isfinite(value) and not np.isfinite(buf.astype(np.float64)[0]):
                 raise InvalidValueError(f"scalar {value!r} does not fit {npdt} (it would become {buf[0]})")
-        uid = self.new_uid()
-        t = Tensor(self, uid, name or f"scalar{uid}", (1,) * ndim, (1,) * ndim, dt, False, True,
-                   int(value) if npdt.kind in "iub" else float(value))
-        self._scalar_bufs[uid] = buf
-        return self._add(t)
+        t = self._new("scalar", name, (1,) * ndim, (1,) * ndim, dt, False, True,
+                      int(value) if npdt.kind in "iub" else float(value))
+        self._scalar_bufs[t.uid] = buf
+        return t
 
     def virtual(self, shape: Sequence[int], strides: Sequence[int] | None = None, name: str | None = None,
                 like: Tensor | None = None) -> Tensor:
         """A new virtual (intermediate) tensor in the graph's intermediate dtype, for the builders: packed strides,
         channels-last when ``like`` is."""
         if strides is None:
-            cl = like is not None and _is_channels_last(like.shape, like.strides) and len(shape) == like.ndim
+            cl = (like is not None and len(shape) == like.ndim >= 4 and like.shape[1] > 1
+                  and like.strides == packed_strides(like.shape, "NHWC"))
             strides = packed_strides(shape, "NHWC" if cl else None)
-        uid = self.new_uid()
-        return self._add(Tensor(self, uid, name or f"v{uid}", shape, strides, self.intermediate_dtype, True,
-                                dtype_set=False))
+        return self._new("v", name, shape, strides, self.intermediate_dtype, True, dtype_set=False)
 
     def __getitem__(self, name: str) -> Tensor:
         try:
@@ -314,7 +296,7 @@ class Graph(ConvBuilders, MatmulBuilders, PointwiseBuilders, ReductionBuilders, 
                             + ", ".join(f"{t.name}: {t.dtype.name}" for t in real) + "); give them one dtype")
 
     def _compute(self, compute_dtype) -> capi.cudnnDataType_t:
-        return data_type(compute_dtype) if compute_dtype is not None else self.compute_dtype
+        return cudnn_dtype(compute_dtype) if compute_dtype is not None else self.compute_dtype
 
     def add_op(self, op: Op) -> None:
         """Append an operation (named ``kind<index>`` unless it has a name); the builders call it."""
@@ -324,9 +306,6 @@ class Graph(ConvBuilders, MatmulBuilders, PointwiseBuilders, ReductionBuilders, 
         self.ops.append(op)
 
     # -- argument checks shared by the builder methods ----------------------------------------------------------
-    #: a finite float parameter (a bool, a non-number or NaN/inf is refused naming it): :func:`cudnn_py.args.float_arg`
-    _float = staticmethod(float_arg)  # type: ignore[assignment]  # Builder declares the narrower (v, what) form
-
     @staticmethod
     def _axis(a, ndim: int, what: str) -> int:
         """An axis in ``[-ndim, ndim)`` as a non-negative int."""
@@ -335,9 +314,6 @@ class Graph(ConvBuilders, MatmulBuilders, PointwiseBuilders, ReductionBuilders, 
         if not -ndim <= a < ndim:
             raise InvalidValueError(f"{what}: axis {a} is out of range for rank {ndim}")
         return int(a) % ndim
-
-    #: a shape of positive ints below 2**63 (floats and bools refused): :func:`cudnn_py.args.shape_arg`
-    _shape = staticmethod(shape_arg)
 
     # -- structure ----------------------------------------------------------------------------------------------
     def _used_uids(self) -> set[int]:
@@ -394,8 +370,7 @@ class Graph(ConvBuilders, MatmulBuilders, PointwiseBuilders, ReductionBuilders, 
         ctx = LowerContext(self, handle)
         for op in self.ops:
             op.lower(ctx)
-        g = BackendDescriptor("OPERATIONGRAPH", ops=ctx.operations, handle=handle)
-        g.finalize()
+        g = BackendDescriptor("OPERATIONGRAPH", ops=ctx.operations, handle=handle).finalize()
         self.freeze()
         self._lowered = (handle, g, ctx)  # the operation graph holds the handle: one per handle
         return g
@@ -406,9 +381,8 @@ class Graph(ConvBuilders, MatmulBuilders, PointwiseBuilders, ReductionBuilders, 
         """Build plans (``policy='first'``: the first heuristic config that builds; ``'all'``: every one), using
         the handle's plan cache; returns self. Raises :class:`GraphNotSupportedError` naming the operations,
         the modes tried and cuDNN's reasons when no engine supports the graph."""
-        handle = graph_handle(handle)
         from .plans import build_plans
-        self.plans = build_plans(self, handle, modes=modes, policy=policy, **filters)
+        self.plans = build_plans(self, graph_handle(handle), modes=modes, policy=policy, **filters)
         return self
 
     def is_supported(self, handle: HandleLike, modes: Sequence[str] = ("A", "FALLBACK")) -> bool:
@@ -422,12 +396,10 @@ class Graph(ConvBuilders, MatmulBuilders, PointwiseBuilders, ReductionBuilders, 
 
     def autotune(self, handle: HandleLike, variant_pack: dict, *, modes: Sequence[str] = ("A", "B", "FALLBACK"),
                  warmup: int = 2, iters: int = 5, **filters: Any) -> list[tuple["Plan", float | None]]:
-        """Build every plan of ``modes``, time each on ``variant_pack`` (GPU time, the stream held) and keep the
-        fastest first; where it is host-bound, the plan within :data:`~cudnn_py.graph.plans.TIE` of its GPU time that
-        costs the host least. Returns [(plan, GPU milliseconds)], the kept plan first, then the others fastest first."""
-        handle = graph_handle(handle)
+        """Time every plan of ``modes`` on ``variant_pack`` and keep the fastest first: see
+        :func:`cudnn_py.graph.autotune`. Returns [(plan, GPU milliseconds)], the kept plan first."""
         from .plans import autotune
-        return autotune(self, handle, variant_pack, modes=modes, warmup=warmup, iters=iters, **filters)
+        return autotune(self, graph_handle(handle), variant_pack, modes=modes, warmup=warmup, iters=iters, **filters)
 
     @property
     def plan(self) -> "Plan":

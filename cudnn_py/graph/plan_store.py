@@ -9,14 +9,10 @@ under the environment of the handle's device (cuDNN version, GPU, compute capabi
 serialisation of each plan (``CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION``) and, for autotuned entries, the
 measured times. A malformed record is ignored with a warning and written again; a plan cuDNN refuses is rebuilt by
 the caller.
-
-Plan files of the store's earlier format (one ``plan-*.json`` per entry in the directory) are imported into the
-database once, the first time the directory is used; the files are left in place.
 """
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import os
 import threading
@@ -25,14 +21,11 @@ from pathlib import Path
 
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.tuning_records import database as _db
-from cudnn_py.tuning_records.fingerprint import Environment
 
 __all__ = ["set_plan_cache_dir", "plan_cache_dir", "use_database", "database", "load", "save", "KIND"]
 
 #: the tuning database's kind for stored plans
 KIND = "plan"
-_OLD_FORMAT = 1
-_MAX_BYTES = 64 << 20
 _lock = threading.Lock()
 _dir: list = [None, False]   # [path or None, explicitly set]
 _explicit: list = [None]     # a database given to use_database()
@@ -95,19 +88,11 @@ def _valid(plans) -> bool:
         and (p.get("ms") is None or _db.finite(p.get("ms"))) for p in plans)
 
 
-def _store(handle) -> _db.TuningDatabase | None:
-    """:func:`database`, after importing the directory's plan files of the earlier format (once)."""
-    db, directory = database(), plan_cache_dir()
-    if db is not None and _explicit[0] is None and directory is not None:
-        _import_plan_files(db, directory, db.environment(_device(handle)))
-    return db
-
-
 def load(graph_key: tuple, options: tuple, handle) -> list[dict] | None:
     """The stored entries [{'json': plan text, 'tag': engine tag, 'ms': time or None}] for this graph and these
     options, or None (no store, no entry, or an unusable entry, dropped with a warning)."""
     try:
-        db = _store(handle)
+        db = database()
         if db is None:
             return None
         key = _key(graph_key, options)
@@ -135,55 +120,9 @@ def save(graph_key: tuple, options: tuple, handle, plans: list[dict]) -> None:
     if not _valid(plans):
         raise InvalidValueError("plans must be a non-empty list of {json: str, tag: str, ms: finite number or None}")
     try:
-        db = _store(handle)
+        db = database()
         if db is not None:
             db.record(KIND, _key(graph_key, options), {"plans": plans}, device=_device(handle))
     except _db.TuningDatabaseError as e:
         warnings.warn(f"plan cache: cannot write: {e}", RuntimeWarning, stacklevel=3)
 
-
-# -- the earlier format: one JSON file per entry ----------------------------------------------------------------
-
-_imported: set = set()
-
-
-def _old_file(path: Path) -> tuple[Environment, str, list] | None:
-    """(environment without driver, key, plans) of one earlier-format plan file, or None if it is unusable."""
-    try:
-        if path.is_symlink() or not path.is_file() or path.stat().st_size > _MAX_BYTES:
-            return None
-        data = json.loads(path.read_text())
-    except (OSError, ValueError, UnicodeDecodeError, RecursionError):
-        return None
-    if not isinstance(data, dict) or data.get("format") != _OLD_FORMAT or not _valid(data.get("plans")):
-        return None
-    cudnn, device, key = data.get("cudnn"), data.get("device"), data.get("key")
-    if not (isinstance(cudnn, str) and isinstance(device, str) and isinstance(key, str) and len(key) == 64):
-        return None
-    name, _, sm = device.rpartition("|sm_")
-    if not (name and sm.isdigit() and len(sm) >= 2):
-        return None
-    return Environment(cudnn, name, f"{sm[:-1]}.{sm[-1]}", "unknown"), key, data["plans"]
-
-
-def _import_plan_files(db: _db.TuningDatabase, directory: Path, current: Environment) -> None:
-    """Copy the directory's ``plan-*.json`` files into ``db`` once; a file made under this process's cuDNN and GPU
-    is filed under its driver too (the old files did not record one)."""
-    source = f"plan files in {directory.absolute()}"
-    if source in _imported:
-        return
-    _imported.add(source)
-    files = sorted(directory.glob("plan-*.json"))
-    if not files or db.imported(source):
-        return
-    records = []
-    for path in files:
-        got = _old_file(path)
-        if got is not None:
-            env, key, plans = got
-            env = current if env.fields()[:3] == current.fields()[:3] else env
-            records.append(_db.Record(KIND, key, env, {"plans": plans}, path.stat().st_mtime, "import"))
-    db.put_records(records, source=source)
-    if len(records) < len(files):
-        warnings.warn(f"plan cache: {len(files) - len(records)} of {len(files)} plan files in {directory} were "
-                      f"unreadable or of another format and were not imported", RuntimeWarning, stacklevel=4)

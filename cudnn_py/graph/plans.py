@@ -1,14 +1,9 @@
 """Engine heuristics, engine configs with their knobs and notes, execution plans, autotuning and the plan cache.
 
-* :func:`heuristics` asks cuDNN for ranked engine configs in a mode (``'A'``, ``'B'``, ``'FALLBACK'``,
-  ``'INSTANT'``); :func:`engine_configs` enumerates every engine with its default knobs.
-* :class:`Plan` is a finalized execution plan: workspace size, its engine config, JSON serialisation
-  (:meth:`Plan.to_json` / :func:`plan_from_json`), execution (see :mod:`cudnn_py.graph.execute`).
-* :func:`build_plans` builds the first (or every) plan, through the handle's cache (keyed by the graph's
-  structure, shapes, dtypes and the options); :func:`autotune` times candidates. Both read and write the
-  opt-in on-disk store of :mod:`cudnn_py.graph.plan_store` so a restarted program skips that work.
-* Plans are built one at a time: threads sharing a handle built no faster and lost configurations to failed
-  runtime compilations (docs/tuning.md); a model sweep builds in worker processes (:mod:`cudnn_py.tuning.workers`).
+:func:`build_plans` (through the handle's cache) and :func:`autotune` read and write the opt-in on-disk store of
+:mod:`cudnn_py.graph.plan_store`, so a restarted program skips that work. Plans are built one at a time: threads
+sharing a handle built no faster and lost configurations to failed runtime compilations (docs/tuning.md); a model
+sweep builds in worker processes (:mod:`cudnn_py.tuning.workers`).
 """
 from __future__ import annotations
 
@@ -126,13 +121,14 @@ def heuristics(graph, handle, mode="A") -> list[EngineConfig]:
     """Engine configs cuDNN's heuristics rank for ``graph`` in ``mode``, best first."""
     name = _mode_name(mode)
     heur = BackendDescriptor("ENGINEHEUR", operation_graph=graph.lower(handle), mode=HEUR_MODES[name]).finalize()
-    cfgs = heur.get("results")
-    return [EngineConfig.from_descriptor(c, f"heuristics {name} #{i}") for i, c in enumerate(cfgs)]
+    return [EngineConfig.from_descriptor(c, f"heuristics {name} #{i}") for i, c in enumerate(heur.get("results"))]
 
 
 def engine_config(graph, handle, global_index: int, knobs: dict | None = None) -> EngineConfig:
-    """The config of engine ``global_index`` for ``graph`` with ``knobs`` ({knob type: value}; else defaults)."""
-    knobs = {_knob_type(k): int_arg(v, f"knob {k!r}", -INT64_MAX - 1, INT64_MAX) for k, v in (knobs or {}).items()}
+    """The config of engine ``global_index`` for ``graph`` with ``knobs`` ({knob type: value}, a knob type as a
+    member, its value or its name, ``'SPLIT_K'`` or ``'CUDNN_KNOB_TYPE_SPLIT_K'``; else defaults)."""
+    knobs = {enum_member(capi.cudnnBackendKnobType_t, k, "CUDNN_KNOB_TYPE_", "knob type"):
+             int_arg(v, f"knob {k!r}", -INT64_MAX - 1, INT64_MAX) for k, v in (knobs or {}).items()}
     eng = BackendDescriptor("ENGINE", operation_graph=graph.lower(handle), global_index=int(global_index)).finalize()
     cfg = BackendDescriptor("ENGINECFG", engine=eng)
     if knobs:
@@ -142,11 +138,6 @@ def engine_config(graph, handle, global_index: int, knobs: dict | None = None) -
     ec = EngineConfig.from_descriptor(cfg, f"engine {global_index}")
     ec.knobs.update(knobs)
     return ec
-
-
-def _knob_type(k) -> capi.cudnnBackendKnobType_t:
-    """A knob type from a member, its int value, or its name (``'CUDNN_KNOB_TYPE_SPLIT_K'`` or ``'SPLIT_K'``)."""
-    return enum_member(capi.cudnnBackendKnobType_t, k, "CUDNN_KNOB_TYPE_", "knob type")
 
 
 def engine_configs(graph, handle) -> tuple[list[EngineConfig], list[tuple[str, str]]]:
@@ -276,8 +267,7 @@ def plan_from_json(handle, text: str | bytes, graph=None, tag: str = "") -> Plan
         raise InvalidValueError(f"plan JSON{where} must be a JSON object, got {type(parsed).__name__}")
     d = BackendDescriptor("EXECUTION_PLAN", handle=handle)
     try:
-        d.set("json_representation", text)
-        d.finalize()
+        d.set("json_representation", text).finalize()
     except (CudnnBadParamError, CudnnNotSupportedError) as e:
         raise InvalidValueError(f"plan JSON{where} was not accepted by cuDNN {_loader.library().version_string} (made "
                                 f"by another cuDNN version or GPU?): {_reason(e)}") from e
@@ -405,13 +395,11 @@ def time_plan(plan: Plan, handle, variant_pack: dict, *, warmup: int = 2, iters:
               flush: Callable[[], None] | None = None) -> float:
     """Median milliseconds per execution of ``plan`` on ``variant_pack``, over ``iters`` samples after ``warmup``
     untimed executions. A sample is :data:`SAMPLE_RUNS` executions between CUDA events on the handle's stream,
-    held until all are queued (:func:`~cudnn_py.streams.timer` ``hold=True``): the GPU's time, not the launch
-    latency of a call on an idle GPU (which made a 25 us kernel look 10 % slower than its neighbour) nor the host's
-    cost of queuing tiny executions (which hid a 25 us pooling plan among 4 us ones).
+    held until all are queued (:func:`~cudnn_py.streams.timer` ``hold=True``): the GPU's time, neither an idle
+    GPU's launch latency nor the host's cost of queuing tiny executions.
 
-    ``flush`` (an :func:`l2_flush`): called before each sample, outside the events; a sample is then one execution,
-    with its data evicted from the L2 cache (as in a network's step, where other layers ran in between) instead of
-    left there by the execution before it."""
+    ``flush`` (an :func:`l2_flush`): called before each sample, outside the events; a sample is then one execution
+    with its data evicted from the L2 cache (as in a network's step) instead of left there by the one before."""
     return _sample(plan, handle, variant_pack, warmup, iters, flush)[0]
 
 

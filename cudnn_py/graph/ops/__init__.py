@@ -14,12 +14,10 @@ from .sdpa import SdpaBackward, SdpaForward, SdpaFp8Backward, SdpaFp8Forward
 from .sdpa_builders import SdpaBuilders
 from .sdpa_options import SdpaOptions
 
-#: the builder mixins :class:`~cudnn_py.graph.Graph` inherits, one per operation module
-BUILDERS = (ConvBuilders, MatmulBuilders, PointwiseBuilders, ReductionBuilders, NormBuilders, SdpaBuilders,
-            ResampleBuilders, RngBuilders, ReshapeBuilders, QuantBuilders)
-
-__all__ = ["Op", "LowerContext", "backend_dims", "BUILDERS", "ConvFprop", "ConvDgrad", "ConvWgrad", "Matmul",
+__all__ = ["Op", "LowerContext", "backend_dims", "ConvFprop", "ConvDgrad", "ConvWgrad", "Matmul",
            "Pointwise", "Reduction", "GenStats", "NormForward", "POINTWISE_ARITY", "pointwise_mode",
            "reduction_mode", "SdpaOptions", "SdpaForward", "SdpaBackward", "SdpaFp8Forward", "SdpaFp8Backward",
            "NormBackward", "BNFinalize", "BNBackwardWeights", "ResampleForward", "ResampleBackward", "Rng", "Reshape",
-           "Transpose", "Slice", "Concatenate"]
+           "Transpose", "Slice", "Concatenate", "ConvBuilders", "MatmulBuilders", "PointwiseBuilders",
+           "ReductionBuilders", "NormBuilders", "SdpaBuilders", "ResampleBuilders", "RngBuilders", "ReshapeBuilders",
+           "QuantBuilders"]

@@ -19,9 +19,9 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["Op", "LowerContext", "Builder", "backend_dims"]
 
 
-def backend_dims(t: "Tensor | _Shape") -> tuple[list[int], list[int]]:
+def backend_dims(shape: Sequence[int], strides: Sequence[int]) -> tuple[list[int], list[int]]:
     """Dims/strides as cuDNN sees them: padded with leading 1s to at least 3 dims (matmul needs a batch)."""
-    shape, strides = list(t.shape), list(t.strides)
+    shape, strides = list(shape), list(strides)
     while len(shape) < 3:
         strides.insert(0, shape[0] * strides[0])
         shape.insert(0, 1)
@@ -32,10 +32,14 @@ class Op:
     """One node of a graph.
 
     ``inputs``/``outputs`` map roles to :class:`~cudnn_py.graph.Tensor` records; ``params`` holds hashable
-    settings (they key the plan cache). Subclasses set ``kind`` and implement :meth:`lower`.
+    settings (they key the plan cache). Subclasses set ``kind`` and implement :meth:`lower`, most through
+    :meth:`add_to` with their ``backend`` descriptor type and ``attrs``.
     """
 
     kind: ClassVar[str] = ""
+    backend: ClassVar[str] = ""
+    #: role -> the operation descriptor's tensor attribute (a role not listed is its own attribute's name)
+    attrs: ClassVar[dict[str, str]] = {}
 
     def __init__(self, inputs: dict[str, "Tensor"], outputs: dict[str, "Tensor"], params: dict[str, Any] | None = None,
                  name: str | None = ""):
@@ -66,6 +70,18 @@ class Op:
         """Add this operation's finalized backend operation descriptor(s) to ``ctx``."""
         raise NotImplementedError(f"{type(self).__name__} has no lowering")
 
+    def set_tensors(self, d: BackendDescriptor, ctx: "LowerContext") -> None:
+        """Set each tensor of the operation, inputs then outputs, as its role's attribute of ``d``."""
+        for role, t in (*self.inputs.items(), *self.outputs.items()):
+            d.set(self.attrs.get(role, role), ctx.tensor(t), attr_type="BACKEND_DESCRIPTOR")
+
+    def add_to(self, ctx: "LowerContext", *helpers: BackendDescriptor, **settings: Any) -> None:
+        """Add the finalized ``backend`` operation descriptor with ``settings`` and the tensors to ``ctx`` (keeping
+        the ``helpers`` it references alive)."""
+        d = BackendDescriptor(self.backend, **settings)
+        self.set_tensors(d, ctx)
+        ctx.add(d.finalize(), *helpers)
+
     def __repr__(self):
         return f"<{type(self).__name__} {self.describe()}>"
 
@@ -91,9 +107,7 @@ class Builder:
         def add_op(self, op: Op) -> None: ...
         def _compute(self, compute_dtype: Any) -> capi.cudnnDataType_t: ...
         def _same_dtype(self, kind: str, *ts: "Tensor") -> None: ...
-        def _float(self, v: Any, what: str) -> float: ...
         def _axis(self, a: Any, ndim: int, what: str) -> int: ...
-        def _shape(self, shape: Any, what: str) -> tuple[int, ...]: ...
         def scalar(self, value: float, dtype: Any = None, name: str | None = None, ndim: int = 4) -> "Tensor": ...
         def tensor(self, shape: Sequence[int], dtype: Any = None, strides: Sequence[int] | None = None,
                    name: str | None = None, layout: str | None = None) -> "Tensor": ...
@@ -119,9 +133,10 @@ class LowerContext:
         key = (t.uid, tuple(shape), tuple(strides))
         d = self._tensors.get(key)
         if d is None:
-            dims, st = backend_dims(_Shape(tuple(shape), tuple(strides)))
+            dims, st = backend_dims(shape, strides)
             d = BackendDescriptor("TENSOR", data_type=t.dtype, dimensions=dims, strides=st, unique_id=t.uid,
-                                  byte_alignment=16 if not t.is_by_value else max(4, t.np_dtype.itemsize), is_virtual=t.is_virtual)
+                                  byte_alignment=max(4, t.np_dtype.itemsize) if t.is_by_value else 16,
+                                  is_virtual=t.is_virtual)
             if t.is_by_value:
                 d.set("is_by_value", True)
             if t.ragged_offset is not None:
@@ -145,10 +160,3 @@ class LowerContext:
         """Append a finalized operation descriptor (and keep the helper descriptors it references alive)."""
         self.operations.append(op_desc)
         self.kept.extend(helpers)
-
-
-class _Shape:
-    __slots__ = ("shape", "strides")
-
-    def __init__(self, shape, strides):
-        self.shape, self.strides = shape, strides

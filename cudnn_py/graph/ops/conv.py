@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from cudnn_py import capi
-from cudnn_py.args import ints
+from cudnn_py.args import float_arg, ints, shape_arg
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 from ..descriptors import BackendDescriptor
@@ -17,10 +17,8 @@ __all__ = ["ConvFprop", "ConvDgrad", "ConvWgrad", "ConvBuilders"]
 
 
 class _Conv(Op):
-    """A convolution operation; ``backend`` names its operation descriptor type, whose tensor attributes are
-    named like our roles (x, w, y, dx, dy, dw)."""
-
-    backend = ""
+    """A convolution operation; its ``backend`` descriptor's tensor attributes are named like our roles (x, w, y, dx,
+    dy, dw)."""
 
     def lower(self, ctx: LowerContext) -> None:
         p = self.params
@@ -34,8 +32,7 @@ class _Conv(Op):
         d.set("alpha", float(p["alpha"]), attr_type=scalar)
         d.set("beta", float(p["beta"]), attr_type=scalar)
         d.set("conv_desc", conv)
-        for role, t in (*self.inputs.items(), *self.outputs.items()):
-            d.set(role, ctx.tensor(t))
+        self.set_tensors(d, ctx)
         ctx.add(d.finalize(), conv)
 
 
@@ -64,6 +61,15 @@ class ConvWgrad(ConvDgrad):
 class ConvBuilders(Builder):
     """The :class:`~cudnn_py.graph.Graph` methods that add convolutions."""
 
+    def _conv_operands(self, kind: str, a, b, roles: tuple[str, str]):
+        """The two operands, of this graph, one dtype and one rank >= 3."""
+        a, b = self._own(a, roles[0]), self._own(b, roles[1])
+        self._same_dtype(kind, a, b)
+        if a.ndim < 3 or b.ndim != a.ndim:
+            raise InvalidValueError(f"{kind} needs {roles[0]} and {roles[1]} of the same rank >= 3, got {a.shape} and "
+                                    f"{b.shape}")
+        return a, b
+
     def _conv_params(self, nsp, padding, stride, dilation, post_padding, compute_dtype, alpha, beta, conv_mode):
         pad = ints(padding, nsp, "padding", 0)
         post = pad if post_padding is None else ints(post_padding, nsp, "post_padding", 0)
@@ -77,7 +83,7 @@ class ConvBuilders(Builder):
                                    f"{type(conv_mode).__name__}")
         return dict(padding=pad, post_padding=post, stride=ints(stride, nsp, "stride", 1),
                     dilation=ints(dilation, nsp, "dilation", 1), compute_dtype=self._compute(compute_dtype),
-                    alpha=self._float(alpha, "alpha"), beta=self._float(beta, "beta"), conv_mode=conv_mode)
+                    alpha=float_arg(alpha, "alpha"), beta=float_arg(beta, "beta"), conv_mode=conv_mode)
 
     def conv_fprop(self, x: Tensor, w: Tensor, padding: Any = 0, stride: Any = 1, dilation: Any = 1, *,
                    post_padding: Any = None, compute_dtype: Any = None, alpha: float = 1.0, beta: float = 0.0,
@@ -86,10 +92,7 @@ class ConvBuilders(Builder):
 
         ``padding``/``post_padding`` (after; default = padding), ``stride``, ``dilation``: an int or one per
         spatial dim. Returns the output tensor."""
-        x, w = self._own(x, "x"), self._own(w, "w")
-        self._same_dtype("conv_fprop", x, w)
-        if x.ndim < 3 or w.ndim != x.ndim:
-            raise InvalidValueError(f"conv_fprop needs x and w of the same rank >= 3, got {x.shape} and {w.shape}")
+        x, w = self._conv_operands("conv_fprop", x, w, ("x", "w"))
         p = self._conv_params(x.ndim - 2, padding, stride, dilation, post_padding, compute_dtype, alpha, beta,
                               conv_mode)
         if x.shape[1] % w.shape[1]:
@@ -109,10 +112,7 @@ class ConvBuilders(Builder):
                    name: str | None = None):
         """dx = convolution backward data(dy, w); ``x_shape`` where the forward input size is ambiguous
         (stride > 1). Returns dx."""
-        dy, w = self._own(dy, "dy"), self._own(w, "w")
-        self._same_dtype("conv_dgrad", dy, w)
-        if dy.ndim < 3 or w.ndim != dy.ndim:
-            raise InvalidValueError(f"conv_dgrad needs dy and w of the same rank >= 3, got {dy.shape} and {w.shape}")
+        dy, w = self._conv_operands("conv_dgrad", dy, w, ("dy", "w"))
         if dy.shape[1] != w.shape[0]:
             raise InvalidValueError(f"conv_dgrad: dy has {dy.shape[1]} channels but w has {w.shape[0]} filters")
         p = self._conv_params(dy.ndim - 2, padding, stride, dilation, post_padding, compute_dtype, alpha, beta,
@@ -121,7 +121,7 @@ class ConvBuilders(Builder):
             sp = [(o - 1) * p["stride"][i] - p["padding"][i] - p["post_padding"][i] + p["dilation"][i] * (k - 1) + 1
                   for i, (o, k) in enumerate(zip(dy.shape[2:], w.shape[2:]))]
             x_shape = (dy.shape[0], w.shape[1], *sp)
-        dx = self.virtual(self._shape(x_shape, "x_shape"), like=dy, name=name and f"{name}.dx")
+        dx = self.virtual(shape_arg(x_shape, "x_shape"), like=dy, name=name and f"{name}.dx")
         self.add_op(ConvDgrad({"dy": dy, "w": w}, {"dx": dx}, p, name))
         return dx
 
@@ -130,16 +130,13 @@ class ConvBuilders(Builder):
                    name: str | None = None):
         """dw = convolution backward filter(dy, x); the kernel size is inferred unless ``w_shape`` is given.
         Returns dw."""
-        dy, x = self._own(dy, "dy"), self._own(x, "x")
-        self._same_dtype("conv_wgrad", dy, x)
-        if dy.ndim < 3 or x.ndim != dy.ndim:
-            raise InvalidValueError(f"conv_wgrad needs dy and x of the same rank >= 3, got {dy.shape} and {x.shape}")
+        dy, x = self._conv_operands("conv_wgrad", dy, x, ("dy", "x"))
         p = self._conv_params(dy.ndim - 2, padding, stride, dilation, post_padding, compute_dtype, alpha, beta,
                               conv_mode)
         if w_shape is None:
             ks = [(n + p["padding"][i] + p["post_padding"][i] - (o - 1) * p["stride"][i] - 1) // p["dilation"][i] + 1
                   for i, (n, o) in enumerate(zip(x.shape[2:], dy.shape[2:]))]
             w_shape = (dy.shape[1], x.shape[1], *ks)
-        dw = self.virtual(self._shape(w_shape, "w_shape"), like=x, name=name and f"{name}.dw")
+        dw = self.virtual(shape_arg(w_shape, "w_shape"), like=x, name=name and f"{name}.dw")
         self.add_op(ConvWgrad({"dy": dy, "x": x}, {"dw": dw}, p, name))
         return dw

@@ -23,29 +23,11 @@ BROADCAST_SINCE = (9, 19, 0)
 class Matmul(Op):
     """c = a @ b over the last two dims (batch dims broadcast)."""
 
-    kind = "matmul"
+    kind, backend, attrs = "matmul", "OPERATION_MATMUL", {"a": "adesc", "b": "bdesc", "c": "cdesc"}
 
     def lower(self, ctx: LowerContext) -> None:
         mm = BackendDescriptor("MATMUL", comp_type=self.params["compute_dtype"]).finalize()
-        a, b = self.inputs["a"], self.inputs["b"]
-        d = BackendDescriptor("OPERATION_MATMUL", adesc=ctx.view(a, *self.params.get("a_view", (a.shape, a.strides))),
-                              bdesc=ctx.view(b, *self.params.get("b_view", (b.shape, b.strides))),
-                              cdesc=ctx.tensor(self.outputs["c"]), desc=mm)
-        ctx.add(d.finalize(), mm)
-
-    @staticmethod
-    def emit(ctx: LowerContext, a, b, *, compute_dtype, dtype=None, transpose_b: bool = False):
-        """Lower ``a @ b`` (``b`` seen transposed in its last two dims if ``transpose_b``) into ``ctx`` as part of
-        a composite operation; returns the new virtual output."""
-        params = {"compute_dtype": compute_dtype}
-        bshape = b.shape
-        if transpose_b:
-            bshape = (*b.shape[:-2], b.shape[-1], b.shape[-2])
-            params["b_view"] = (bshape, (*b.strides[:-2], b.strides[-1], b.strides[-2]))
-        batch = tuple(max(m, n) for m, n in zip(a.shape[:-2], bshape[:-2]))
-        c = ctx.virtual((*batch, a.shape[-2], bshape[-1]), dtype)
-        Matmul({"a": a, "b": b}, {"c": c}, params).lower(ctx)
-        return c
+        self.add_to(ctx, mm, desc=mm)
 
 
 class MatmulBuilders(Builder):

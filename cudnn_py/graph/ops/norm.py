@@ -1,13 +1,6 @@
-"""Statistics and normalisation as graph operations.
-
-* :class:`GenStats` - per-channel sum and sum of squares.
-* :class:`NormForward` / :class:`NormBackward` - layer, RMS, instance, batch and adaptive layer normalisation
-  (``CUDNN_BACKEND_OPERATION_NORM_FORWARD/BACKWARD_DESCRIPTOR``), forward in training or inference phase (batch
-  norm training may update running statistics), backward giving dx, dscale and dbias.
-* :class:`BNFinalize` - batch-norm statistics from genstats' sums (``OPERATION_BN_FINALIZE_STATISTICS``): saved
-  mean and inverse standard deviation, the equivalent scale/bias, running-average update.
-* :class:`BNBackwardWeights` - batch-norm dscale/dbias and the equivalent dx coefficients
-  (``OPERATION_BN_BWD_WEIGHTS``): dx = eq_dy_scale * dy + eq_x_scale * x + eq_bias.
+"""Statistics and normalisation as graph operations: :class:`GenStats`, :class:`NormForward` /
+:class:`NormBackward` (layer, RMS, instance, batch and adaptive layer norm), :class:`BNFinalize`,
+:class:`BNBackwardWeights`.
 
 Which dims a mode normalises over: layer, RMS and adaptive layer norm over the trailing dims the scale spans
 (scale (1, C, H, W) for x (N, C, H, W): each sample; scale (1, 1, D) for x (B, S, D): each token); instance norm
@@ -18,9 +11,9 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from cudnn_py import capi
+from cudnn_py.args import float_arg
 from cudnn_py.errors import InvalidValueError
 
-from ..descriptors import BackendDescriptor
 from .base import Builder, LowerContext, Op
 
 __all__ = ["GenStats", "NormForward", "NormBackward", "BNFinalize", "BNBackwardWeights", "NormBuilders",
@@ -49,7 +42,8 @@ _FIN_ATTRS = {"sum": "y_sum_desc", "sqsum": "y_sq_sum_desc", "scale": "scale_des
 #: role -> attribute of the batch-norm backward weights operation (EQ_BIAS is outside the attribute table)
 _DBN_ATTRS = {"x": "x_desc", "dy": "dy_desc", "mean": "mean_desc", "inv_std": "invstd_desc",
               "scale": "bn_scale_desc", "dscale": "dbn_scale_desc", "dbias": "dbn_bias_desc",
-              "eq_dy_scale": "eq_dy_scale_desc", "eq_x_scale": "eq_x_scale_desc"}
+              "eq_dy_scale": "eq_dy_scale_desc", "eq_x_scale": "eq_x_scale_desc",
+              "eq_bias": "CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_EQ_BIAS"}
 
 
 class BatchNormOutputs(NamedTuple):
@@ -92,8 +86,7 @@ def norm_axes(mode: str, x_shape: tuple[int, ...], scale_shape: tuple[int, ...])
     spanned = [i for i in range(1, n) if scale_shape[i] != 1]
     if not spanned:
         raise InvalidValueError(f"{mode} norm: scale {scale_shape} spans none of x's dims {x_shape} after the first; "
-                                f"give "
-                         f"it the sizes of the normalised dims")
+                                f"give it the sizes of the normalised dims")
     return tuple(range(spanned[0], n))
 
 
@@ -123,73 +116,53 @@ def _mode(mode: str) -> capi.cudnnBackendNormMode_t:
     return capi.cudnnBackendNormMode_t[NORM_MODES[mode]]
 
 
-def _set_roles(d: BackendDescriptor, ctx: LowerContext, table: dict, *roles: dict) -> None:
-    for group in roles:
-        for role, t in group.items():
-            d.set(table[role], ctx.tensor(t))
-
-
 class GenStats(Op):
     """Per-channel sum and sum of squares."""
 
-    kind = "genstats"
+    kind, backend, attrs = "genstats", "OPERATION_GEN_STATS", {"x": "xdesc", "sum": "sumdesc", "sqsum": "sqsumdesc"}
 
     def lower(self, ctx: LowerContext) -> None:
-        d = BackendDescriptor("OPERATION_GEN_STATS", mode=capi.CUDNN_GENSTATS_SUM_SQSUM,
-                              math_prec=self.params["compute_dtype"], xdesc=ctx.tensor(self.inputs["x"]),
-                              sumdesc=ctx.tensor(self.outputs["sum"]), sqsumdesc=ctx.tensor(self.outputs["sqsum"]))
-        ctx.add(d.finalize())
+        self.add_to(ctx, mode=capi.CUDNN_GENSTATS_SUM_SQSUM, math_prec=self.params["compute_dtype"])
 
 
 class NormForward(Op):
     """Layer, RMS, instance, batch or adaptive layer normalisation forward (training or inference phase);
     batch-norm training may also update running statistics (roles running_mean/var, momentum -> next_running_*)."""
 
-    kind = "norm_forward"
+    kind, backend, attrs = "norm_forward", "OPERATION_NORM_FORWARD", _FWD_ATTRS
 
     def lower(self, ctx: LowerContext) -> None:
-        p = self.params
-        d = BackendDescriptor("OPERATION_NORM_FORWARD", mode=p["mode"],
-                              phase=capi.CUDNN_NORM_FWD_TRAINING if p["training"] else capi.CUDNN_NORM_FWD_INFERENCE)
-        _set_roles(d, ctx, _FWD_ATTRS, self.inputs, self.outputs)
-        ctx.add(d.finalize())
+        phase = capi.CUDNN_NORM_FWD_TRAINING if self.params["training"] else capi.CUDNN_NORM_FWD_INFERENCE
+        self.add_to(ctx, mode=self.params["mode"], phase=phase)
 
 
 class NormBackward(Op):
     """Normalisation backward: dx, dscale, dbias from dy, x, scale and the saved statistics."""
 
-    kind = "norm_backward"
+    kind, backend, attrs = "norm_backward", "OPERATION_NORM_BACKWARD", _BWD_ATTRS
 
     def lower(self, ctx: LowerContext) -> None:
-        d = BackendDescriptor("OPERATION_NORM_BACKWARD", mode=self.params["mode"])
-        _set_roles(d, ctx, _BWD_ATTRS, self.inputs, self.outputs)
-        ctx.add(d.finalize())
+        self.add_to(ctx, mode=self.params["mode"])
 
 
 class BNFinalize(Op):
-    """Batch-norm statistics from per-channel sums (training phase)."""
+    """Batch-norm statistics from genstats' per-channel sums (training phase): saved mean and inverse standard
+    deviation, the equivalent scale/bias, the running-average update."""
 
-    kind = "bn_finalize"
+    kind, backend, attrs = "bn_finalize", "OPERATION_BN_FINALIZE_STATISTICS", _FIN_ATTRS
 
     def lower(self, ctx: LowerContext) -> None:
-        d = BackendDescriptor("OPERATION_BN_FINALIZE_STATISTICS", stats_mode=capi.CUDNN_BN_FINALIZE_STATISTICS_TRAINING,
-                              math_prec=self.params["compute_dtype"])
-        _set_roles(d, ctx, _FIN_ATTRS, self.inputs, self.outputs)
-        ctx.add(d.finalize())
+        self.add_to(ctx, stats_mode=capi.CUDNN_BN_FINALIZE_STATISTICS_TRAINING,
+                    math_prec=self.params["compute_dtype"])
 
 
 class BNBackwardWeights(Op):
-    """Batch-norm dscale/dbias and the coefficients of dx (``OPERATION_BN_BWD_WEIGHTS``)."""
+    """Batch-norm dscale/dbias and the coefficients of dx = eq_dy_scale * dy + eq_x_scale * x + eq_bias."""
 
-    kind = "bn_backward_weights"
+    kind, backend, attrs = "bn_backward_weights", "OPERATION_BN_BWD_WEIGHTS", _DBN_ATTRS
 
     def lower(self, ctx: LowerContext) -> None:
-        d = BackendDescriptor("OPERATION_BN_BWD_WEIGHTS", math_prec=self.params["compute_dtype"])
-        outs = dict(self.outputs)
-        eq_bias = outs.pop("eq_bias")
-        _set_roles(d, ctx, _DBN_ATTRS, self.inputs, outs)
-        d.set("CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_EQ_BIAS", ctx.tensor(eq_bias), attr_type="BACKEND_DESCRIPTOR")
-        ctx.add(d.finalize())
+        self.add_to(ctx, math_prec=self.params["compute_dtype"])
 
 
 class NormBuilders(Builder):
@@ -219,23 +192,20 @@ class NormBuilders(Builder):
         return t
 
     def _positive(self, v, what: str) -> float:
-        f = self._float(v, what)
+        f = float_arg(v, what)
         if not f > 0:
             raise InvalidValueError(f"{what} must be > 0, got {v!r}")
         return f
 
     def _stat_out(self, shape, name, suffix):
-        t = self.virtual(shape, name=name and f"{name}.{suffix}")
-        t.set_dtype("float32")
-        return t
+        return self.virtual(shape, name=name and f"{name}.{suffix}").set_dtype("float32")
 
     # -- builders ---------------------------------------------------------------------------------------------
     def genstats(self, x, *, compute_dtype=None, name: str | None = None):
         """Per-channel sum and sum of squares of x (N, C, ...). Returns two (1, C, 1, ...) virtual tensors."""
         x = self._own(x, "x")
         shape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
-        s = self.virtual(shape, name=name and f"{name}.sum")
-        sq = self.virtual(shape, name=name and f"{name}.sqsum")
+        s, sq = (self.virtual(shape, name=name and f"{name}.{k}") for k in ("sum", "sqsum"))
         self.add_op(GenStats({"x": x}, {"sum": s, "sqsum": sq}, {"compute_dtype": self._compute(compute_dtype)},
                               name))
         return s, sq
@@ -276,10 +246,7 @@ class NormBuilders(Builder):
                     raise InvalidValueError(f"{mode} norm inference needs {k}= (a tensor of shape {stat})")
                 inputs[k] = self._stat(x, t, k, stat, "norm_forward")
         self.add_op(NormForward(inputs, outputs, {"mode": m, "training": bool(training)}, name))
-        y = outputs["y"]
-        if not training:
-            return y
-        return y, outputs.get("mean"), outputs["inv_variance"]
+        return (outputs["y"], outputs.get("mean"), outputs["inv_variance"]) if training else outputs["y"]
 
     def batch_norm(self, x, scale, bias, *, epsilon: float = 1e-5, running_mean=None, running_var=None,
                    momentum: float = 0.1, name: str | None = None) -> BatchNormOutputs:
@@ -365,7 +332,7 @@ class NormBuilders(Builder):
         eps = self._positive(epsilon, "epsilon")
         if running_mean is None or running_var is None:
             raise InvalidValueError("bn_finalize needs running_mean= and running_var= (cuDNN does not finalize the "
-                             "operation without the running-average update)")
+                                    "operation without the running-average update)")
         mom = self._positive(momentum, "momentum")
         if mom > 1:
             raise InvalidValueError(f"momentum must be in (0, 1], got {momentum!r}")

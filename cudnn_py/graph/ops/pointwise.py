@@ -5,7 +5,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from cudnn_py import capi
-from cudnn_py.args import enum_member
+from cudnn_py.args import enum_member, float_arg
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 from ..descriptors import BackendDescriptor
@@ -65,7 +65,7 @@ class Pointwise(Op):
     """One pointwise operation; ``params``: mode, compute_dtype and the mode's settings (``_FLOAT_PARAMS``,
     ``axis``)."""
 
-    kind = "pointwise"
+    kind, backend, attrs = "pointwise", "OPERATION_POINTWISE", _ROLE_ATTRS
 
     def lower(self, ctx: LowerContext) -> None:
         p = self.params
@@ -75,24 +75,7 @@ class Pointwise(Op):
                 pw.set(k, float(p[k]))
         if p.get("axis") is not None:
             pw.set("axis", int(p["axis"]))
-        pw.finalize()
-        d = BackendDescriptor("OPERATION_POINTWISE", pw_descriptor=pw)
-        for role, t in (*self.inputs.items(), *self.outputs.items()):
-            d.set(_ROLE_ATTRS[role], ctx.tensor(t))
-        ctx.add(d.finalize(), pw)
-
-    @staticmethod
-    def emit(ctx: LowerContext, mode, x, b=None, t=None, *, compute_dtype, dtype=None, shape=None, **params):
-        """Lower one pointwise operation into ``ctx`` as part of a composite operation; returns its new virtual
-        output (of ``shape``, default the inputs' broadcast shape)."""
-        mode = pointwise_mode(mode)
-        ins = [v for v in (x, b, t) if v is not None]
-        out = ctx.virtual(shape or broadcast_shape(mode.name, ins), dtype)
-        roles = ("dy", "x") if POINTWISE_ARITY[mode] == "backward" else ("x", "b", "t")
-        outrole = "dx" if POINTWISE_ARITY[mode] == "backward" else "y"
-        Pointwise(dict(zip(roles, ins)), {outrole: out},
-                  {"mode": mode, "compute_dtype": compute_dtype, **params}).lower(ctx)
-        return out
+        self.add_to(ctx, pw, pw_descriptor=pw.finalize())
 
 
 class PointwiseBuilders(Builder):
@@ -124,7 +107,7 @@ class PointwiseBuilders(Builder):
         for k, v in params.items():
             if v is None:
                 continue
-            clean[k] = self._axis(v, x.ndim, k) if k == "axis" else self._float(v, k)
+            clean[k] = self._axis(v, x.ndim, k) if k == "axis" else float_arg(v, k)
         if arity == "nullary" and "axis" not in clean:
             raise InvalidValueError(f"pointwise {mode.name} needs axis=")
         ins = [x] + [self._own(v, n) for v, n in ((b, "b"), (t, "t")) if v is not None]

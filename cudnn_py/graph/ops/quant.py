@@ -10,6 +10,7 @@ Block-scale (MX) quantize/dequantize operations are not offered: cuDNN 9.19 has 
 from __future__ import annotations
 
 from cudnn_py import capi
+from cudnn_py.dtypes import cudnn_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 from .base import Builder
@@ -40,23 +41,21 @@ class QuantBuilders(Builder):
         return t
 
     def _fp8_epilogue(self, prod, factors: list, scale_out, out_dtype, amax: bool, what: str, name):
-        """prod * descales [-> amax] [* scale_out], output dtype set; returns (y, amax or None)."""
+        """prod * descales [-> amax] [* scale_out], output dtype set; returns y, or (y, amax) with ``amax``."""
         ndim = prod.ndim
         for role, t in factors:
             prod = self.mul(prod, self._fp8_factor(t, role, ndim, what, "the dequantization factor"),
                             name=name and f"{name}.{role}")
-        from ..graph import data_type
-        out_dt = self.io_dtype if out_dtype is None else data_type(out_dtype)
+        out_dt = self.io_dtype if out_dtype is None else cudnn_dtype(out_dtype)
         if out_dt in FP8_DTYPES and scale_out is None:
             raise InvalidValueError(f"{what} with an FP8 output needs the output scale (scale_y=/scale_c=)")
-        peak = None
-        if amax:
-            peak = self.reduction(prod, "amax", axes=range(ndim), name=name and f"{name}.amax").set_dtype("float32")
+        peak = (self.reduction(prod, "amax", axes=range(ndim), name=name and f"{name}.amax").set_dtype("float32")
+                if amax else None)
         if scale_out is not None:
             prod = self.mul(prod, self._fp8_factor(scale_out, "scale", ndim, what, "the output scale"),
                             name=name and f"{name}.scale")
         prod.set_dtype(out_dt)
-        return prod, peak
+        return (prod, peak) if amax else prod
 
     def fp8_matmul(self, a, b, *, descale_a=None, descale_b=None, scale_c=None, out_dtype=None, amax: bool = False,
                    compute_dtype="float32", name: str | None = None):
@@ -68,9 +67,8 @@ class QuantBuilders(Builder):
         what = "fp8_matmul"
         a, b = self._fp8_operand(a, "a", what), self._fp8_operand(b, "b", what)
         prod = self.matmul(a, b, compute_dtype=compute_dtype, name=name and f"{name}.mm")
-        y, peak = self._fp8_epilogue(prod, [("descale_a", descale_a), ("descale_b", descale_b)], scale_c, out_dtype,
-                                     amax, what, name)
-        return (y, peak) if amax else y
+        return self._fp8_epilogue(prod, [("descale_a", descale_a), ("descale_b", descale_b)], scale_c, out_dtype,
+                                  amax, what, name)
 
     def fp8_conv_fprop(self, x, w, padding=0, stride=1, dilation=1, *, descale_x=None, descale_w=None, scale_y=None,
                        out_dtype=None, amax: bool = False, compute_dtype="float32", name: str | None = None):
@@ -80,7 +78,6 @@ class QuantBuilders(Builder):
         x, w = self._fp8_operand(x, "x", what), self._fp8_operand(w, "w", what)
         prod = self.conv_fprop(x, w, padding, stride, dilation, compute_dtype=compute_dtype,
                                name=name and f"{name}.conv")
-        y, peak = self._fp8_epilogue(prod, [("descale_x", descale_x), ("descale_w", descale_w)], scale_y, out_dtype,
-                                     amax, what, name)
-        return (y, peak) if amax else y
+        return self._fp8_epilogue(prod, [("descale_x", descale_x), ("descale_w", descale_w)], scale_y, out_dtype,
+                                  amax, what, name)
 

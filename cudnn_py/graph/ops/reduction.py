@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from cudnn_py import capi
-from cudnn_py.args import enum_member
+from cudnn_py.args import enum_member, shape_arg
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 from ..descriptors import BackendDescriptor
@@ -23,22 +23,12 @@ def reduction_mode(mode) -> capi.cudnnReduceTensorOp_t:
 class Reduction(Op):
     """y = reduce(x) to y's shape (dims of size 1 are reduced)."""
 
-    kind = "reduction"
+    kind, backend, attrs = "reduction", "OPERATION_REDUCTION", {"x": "xdesc", "y": "ydesc"}
 
     def lower(self, ctx: LowerContext) -> None:
         red = BackendDescriptor("REDUCTION", operator=self.params["mode"],
                                 comp_type=self.params["compute_dtype"]).finalize()
-        d = BackendDescriptor("OPERATION_REDUCTION", xdesc=ctx.tensor(self.inputs["x"]),
-                              ydesc=ctx.tensor(self.outputs["y"]), desc=red)
-        ctx.add(d.finalize(), red)
-
-    @staticmethod
-    def emit(ctx: LowerContext, x, mode, axes: Sequence[int], *, compute_dtype, dtype=None):
-        """Lower a reduction over ``axes`` (kept as size-1 dims) into ``ctx``; returns its new virtual output."""
-        shape = tuple(1 if i in axes else s for i, s in enumerate(x.shape))
-        y = ctx.virtual(shape, dtype)
-        Reduction({"x": x}, {"y": y}, {"mode": reduction_mode(mode), "compute_dtype": compute_dtype}).lower(ctx)
-        return y
+        self.add_to(ctx, red, desc=red)
 
 
 class ReductionBuilders(Builder):
@@ -57,7 +47,7 @@ class ReductionBuilders(Builder):
                 raise InvalidTypeError(f"axes must be a sequence of ints, got {axes!r}")
             ax = {self._axis(a, x.ndim, "axes") for a in axes}
             out_shape = tuple(1 if i in ax else s for i, s in enumerate(x.shape))
-        out_shape = self._shape(out_shape, "out_shape")
+        out_shape = shape_arg(out_shape, "out_shape")
         if len(out_shape) != x.ndim or any(o not in (1, s) for o, s in zip(out_shape, x.shape)):
             raise InvalidValueError(f"reduction output shape {out_shape} must keep x's rank with dims 1 or x's "
                                     f"{x.shape}")

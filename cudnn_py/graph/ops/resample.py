@@ -9,7 +9,7 @@ from __future__ import annotations
 import fractions
 
 from cudnn_py import capi
-from cudnn_py.args import ints
+from cudnn_py.args import ints, shape_arg
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 from ..descriptors import BackendDescriptor
@@ -25,8 +25,6 @@ RESAMPLE_MODES = {"max": "CUDNN_RESAMPLE_MAXPOOL", "avg": "CUDNN_RESAMPLE_AVGPOO
 #: short name -> ``cudnnPaddingMode_t`` member name
 PADDING_MODES = {"zero": "CUDNN_ZERO_PAD", "neg_inf": "CUDNN_NEG_INF_PAD", "edge": "CUDNN_EDGE_VAL_PAD"}
 _DEFAULT_PAD = {"max": "neg_inf", "avg": "zero", "avg_exclude_padding": "zero"}
-_FWD_ATTRS = {"x": "xdesc", "y": "ydesc", "index": "idxdesc"}
-_BWD_ATTRS = {"dy": "dydesc", "x": "xdesc", "y": "ydesc", "index": "idxdesc", "dx": "dxdesc"}
 
 
 def resample_output_shape(x_shape, window, stride, pre, post) -> tuple[int, ...]:
@@ -43,25 +41,17 @@ def _measured_broken(graph, what: str, why: str) -> GraphNotSupportedError:
     return GraphNotSupportedError(graph.name, [what], [], [("cuDNN 9.19, measured on H100/H200", why)])
 
 
-def _resample_desc(p: dict) -> BackendDescriptor:
-    frac = lambda v: [fractions.Fraction(int(i)) for i in v]  # noqa: E731 - FRACTION elements, as cuDNN documents
-    return BackendDescriptor(
-        "RESAMPLE", mode=capi.cudnnResampleMode_t[RESAMPLE_MODES[p["mode"]]], comp_type=p["compute_dtype"],
-        spatial_dims=len(p["window"]), nan_propagation=capi.CUDNN_PROPAGATE_NAN,
-        padding_mode=capi.cudnnPaddingMode_t[PADDING_MODES[p["padding_mode"]]], window_dims=frac(p["window"]),
-        pre_paddings=frac(p["padding"]), post_paddings=frac(p["post_padding"]), strides=frac(p["stride"])).finalize()
-
-
 class _Resample(Op):
-    backend: str = ""
-    roles: dict[str, str] = {}
-
     def lower(self, ctx: LowerContext) -> None:
-        rs = _resample_desc(self.params)
-        d = BackendDescriptor(self.backend, alpha=1.0, beta=0.0, desc=rs)
-        for role, t in (*self.inputs.items(), *self.outputs.items()):
-            d.set(self.roles[role], ctx.tensor(t))
-        ctx.add(d.finalize(), rs)
+        p = self.params
+        frac = lambda v: [fractions.Fraction(int(i)) for i in v]  # noqa: E731 - FRACTION elements, as documented
+        rs = BackendDescriptor(
+            "RESAMPLE", mode=capi.cudnnResampleMode_t[RESAMPLE_MODES[p["mode"]]], comp_type=p["compute_dtype"],
+            spatial_dims=len(p["window"]), nan_propagation=capi.CUDNN_PROPAGATE_NAN,
+            padding_mode=capi.cudnnPaddingMode_t[PADDING_MODES[p["padding_mode"]]], window_dims=frac(p["window"]),
+            pre_paddings=frac(p["padding"]), post_paddings=frac(p["post_padding"]),
+            strides=frac(p["stride"])).finalize()
+        self.add_to(ctx, rs, alpha=1.0, beta=0.0, desc=rs)
 
     def describe(self) -> str:
         return super().describe().replace(self.kind, f"{self.kind}[{self.params['mode']}]", 1)
@@ -69,12 +59,14 @@ class _Resample(Op):
 
 class ResampleForward(_Resample):
     """y (and, for max pooling, the window index) = pool(x)."""
-    kind, backend, roles = "resample_forward", "OPERATION_RESAMPLE_FWD", _FWD_ATTRS
+    kind, backend = "resample_forward", "OPERATION_RESAMPLE_FWD"
+    attrs = {"x": "xdesc", "y": "ydesc", "index": "idxdesc"}
 
 
 class ResampleBackward(_Resample):
     """dx = pooling backward(dy) (max: from x and y, or from the forward's index tensor)."""
-    kind, backend, roles = "resample_backward", "OPERATION_RESAMPLE_BWD", _BWD_ATTRS
+    kind, backend = "resample_backward", "OPERATION_RESAMPLE_BWD"
+    attrs = {"dy": "dydesc", "x": "xdesc", "y": "ydesc", "index": "idxdesc", "dx": "dxdesc"}
 
 
 class ResampleBuilders(Builder):
@@ -94,8 +86,8 @@ class ResampleBuilders(Builder):
             raise InvalidValueError(f"padding_mode must be one of {', '.join(PADDING_MODES)}, got {pm!r}")
         for i in range(nsp):
             if pad[i] >= win[i] or post[i] >= win[i]:
-                raise InvalidValueError(f"padding {pad} / post_padding {post} must be smaller than the window {win}: a "
-                                 f"window would see only padding")
+                raise InvalidValueError(f"padding {pad} / post_padding {post} must be smaller than the window {win}: "
+                                        f"a window would see only padding")
         return {"mode": mode, "window": win, "stride": st, "padding": pad, "post_padding": post,
                 "padding_mode": pm, "compute_dtype": self._compute(compute_dtype)}
 
@@ -146,8 +138,7 @@ class ResampleBuilders(Builder):
             raise InvalidValueError(f"index= is for max pooling, not {mode!r}")
         elif not _channels_last(dy) and (x is None or y is None):
             raise InvalidValueError(f"{mode} pooling backward in NCHW layout needs the forward's x= and y= (cuDNN's "
-                                    f"engine "
-                             f"reads them; channels-last needs neither)")
+                                    f"engine reads them; channels-last needs neither)")
         if x is not None:
             inputs["x"] = self._own(x, "x")
             if x_shape is not None and tuple(x_shape) != inputs["x"].shape:
@@ -156,7 +147,7 @@ class ResampleBuilders(Builder):
         if x_shape is None:
             x_shape = dy.shape[:2] + tuple((o - 1) * s + w - a - b for o, s, w, a, b in zip(
                 dy.shape[2:], p["stride"], p["window"], p["padding"], p["post_padding"]))
-        x_shape = self._shape(x_shape, "x_shape")
+        x_shape = shape_arg(x_shape, "x_shape")
         expect = resample_output_shape(x_shape, p["window"], p["stride"], p["padding"], p["post_padding"])
         if len(x_shape) != dy.ndim or expect != dy.shape:
             raise InvalidValueError(f"resample_backward: dy {dy.shape} is not the pooled shape of x {x_shape} "
@@ -169,9 +160,8 @@ class ResampleBuilders(Builder):
                                             f"{dy.shape}")
         if "index" in inputs and inputs["index"].dtype != capi.CUDNN_DATA_INT8:
             raise InvalidTypeError(f"resample_backward: index must be int8 (as resample(index=True) makes it), got "
-                            f"{inputs['index'].dtype.name}")
-        ref = inputs.get("x", dy)
-        dx = self.virtual(x_shape, like=ref, name=name and f"{name}.dx")
+                                   f"{inputs['index'].dtype.name}")
+        dx = self.virtual(x_shape, like=inputs.get("x", dy), name=name and f"{name}.dx")
         self.add_op(ResampleBackward(inputs, {"dx": dx}, p, name))
         return dx
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 from cudnn_py import capi
+from cudnn_py.args import shape_arg
 from cudnn_py.memory import is_c_contiguous
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
@@ -35,41 +36,36 @@ def _v(t: tuple) -> str:
     return ".".join(map(str, t))
 
 
+_XY = {"x": "xdesc", "y": "ydesc"}
+
+
 class Reshape(Op):
     """y = x with another shape, elements in row-major order."""
 
-    kind = "reshape"
+    kind, backend, attrs = "reshape", "OPERATION_RESHAPE", _XY
 
     def lower(self, ctx: LowerContext) -> None:
-        d = BackendDescriptor("OPERATION_RESHAPE", xdesc=ctx.tensor(self.inputs["x"]),
-                              ydesc=ctx.tensor(self.outputs["y"]))
-        if self.params["logical_mode"]:
-            d.set("mode", capi.cudnnBackendReshapeMode_t.CUDNN_RESHAPE_LOGICAL)
-        ctx.add(d.finalize())
+        logical = {"mode": capi.cudnnBackendReshapeMode_t.CUDNN_RESHAPE_LOGICAL} if self.params["logical_mode"] else {}
+        self.add_to(ctx, **logical)
 
 
 class Transpose(Op):
     """y = x with its dims permuted (y.shape[i] = x.shape[perm[i]])."""
 
-    kind = "transpose"
+    kind, backend, attrs = "transpose", "OPERATION_TRANSPOSE", _XY
 
     def lower(self, ctx: LowerContext) -> None:
-        d = BackendDescriptor("OPERATION_TRANSPOSE", xdesc=ctx.tensor(self.inputs["x"]),
-                              ydesc=ctx.tensor(self.outputs["y"]), permutation=list(self.params["perm"]))
-        ctx.add(d.finalize())
+        self.add_to(ctx, permutation=list(self.params["perm"]))
 
 
 class Slice(Op):
     """y = x[start:limit:step] per dim."""
 
-    kind = "slice"
+    kind, backend, attrs = "slice", "OPERATION_SLICE", _XY
 
     def lower(self, ctx: LowerContext) -> None:
         p = self.params
-        d = BackendDescriptor("OPERATION_SLICE", xdesc=ctx.tensor(self.inputs["x"]),
-                              ydesc=ctx.tensor(self.outputs["y"]), start_indices=list(p["start"]),
-                              limit_indices=list(p["limit"]), strides=list(p["step"]))
-        ctx.add(d.finalize())
+        self.add_to(ctx, start_indices=list(p["start"]), limit_indices=list(p["limit"]), strides=list(p["step"]))
 
 
 class Concatenate(Op):
@@ -99,10 +95,10 @@ class ReshapeBuilders(Builder):
     def reshape(self, x, shape, *, name: str | None = None):
         """x with a new ``shape`` (same element count, row-major element order). Returns y (virtual, packed)."""
         x = self._own(x, "x")
-        shape = self._shape(shape, "shape")
+        shape = shape_arg(shape, "shape")
         if math.prod(shape) != math.prod(x.shape):
             raise InvalidValueError(f"reshape: x {x.shape} has {math.prod(x.shape)} elements, shape {shape} has "
-                             f"{math.prod(shape)}")
+                                    f"{math.prod(shape)}")
         logical = _loaded() >= _RESHAPE_MODE_SINCE
         if not logical and not is_c_contiguous(x.shape, x.strides):
             raise GraphNotSupportedError(self.name, [f"reshape({x.describe()} strides {list(x.strides)})"], [], [(
@@ -174,8 +170,7 @@ class ReshapeBuilders(Builder):
         for i, t in enumerate(ts[1:], 1):
             if t.ndim != first.ndim or any(a != b for k, (a, b) in enumerate(zip(t.shape, first.shape)) if k != ax):
                 raise InvalidValueError(f"concatenate: tensors[{i}] {t.shape} does not match tensors[0] {first.shape} "
-                                        f"off "
-                                 f"axis {ax}")
+                                        f"off axis {ax}")
             if not (t.is_virtual or first.is_virtual) and t.dtype != first.dtype:
                 raise InvalidTypeError(f"concatenate: tensors[{i}] is {t.dtype.name}, tensors[0] {first.dtype.name}")
         if inplace_index is not None:

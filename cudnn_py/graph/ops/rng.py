@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 
 from cudnn_py import capi
+from cudnn_py.args import float_arg, shape_arg
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 from ..descriptors import BackendDescriptor
@@ -61,7 +62,7 @@ class RngBuilders(Builder):
             t = self._own(t, role)
             if t.dtype != capi.CUDNN_DATA_INT64 or t.shape != (1,) * ndim or t.is_by_value:
                 raise InvalidTypeError(f"rng: {role} must be a device int64 tensor of shape {(1,) * ndim}, got "
-                                f"{t.describe()}")
+                                       f"{t.describe()}")
             ins[role] = t
         return ins, None
 
@@ -72,8 +73,8 @@ class RngBuilders(Builder):
         the ``offset`` tensor (same shape and dtype): the same seed and offset give the same mask. ``like``: a
         tensor whose layout the mask follows. Returns the mask (virtual; float32 intermediates, the graph's io dtype
         as an output)."""
-        shape = self._shape(shape, "shape")
-        prob = self._float(probability, "probability")
+        shape = shape_arg(shape, "shape")
+        prob = float_arg(probability, "probability")
         if not 0 <= prob <= 1:
             raise InvalidValueError(f"probability must be in [0, 1], got {probability!r}")
         ins, fixed = self._seed_offset(seed, offset, len(shape))
@@ -89,7 +90,7 @@ class RngBuilders(Builder):
         ``offset``). Returns ``(y, mask)``, both virtual; make the mask an output to reuse it in the backward pass
         (dx = dy * mask / (1 - p)), or rebuild it there from the same seed and offset."""
         x = self._own(x, "x")
-        rate = self._float(p, "p")
+        rate = float_arg(p, "p")
         if not 0 <= rate < 1:
             raise InvalidValueError(f"dropout rate p must be in [0, 1), got {p!r}")
         mask = self.bernoulli(x.shape, 1 - rate, seed=seed, offset=offset, like=x, name=name and f"{name}.rng")
