@@ -328,3 +328,26 @@ def test_a_measured_call_that_reads_its_output_takes_effect_once(measuring, rng,
         got = (x if "in place" in case else y).to_numpy()
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     assert ec.choices(measuring)
+
+
+def test_a_replay_refuses_a_weighted_descriptor_whose_dropout_closed_since():
+    """An RNN or attention descriptor points C at its dropout descriptor: closing the dropout closes it for the replay
+    too, so the call goes to its validated path (ClosedError) instead of queuing a dead address (GPU: test_rnn's and
+    test_attention's closed-handle-and-dropout tests)."""
+    from cudnn_py.ops.sequence_models import WeightedDescriptor
+
+    class Weighted(WeightedDescriptor):
+        def __init__(self, dropout):
+            Closable.__init__(self)
+            self._dropouts = (None, dropout)
+
+    fn, drop = FakeCFunction(), Closable()
+    op, h, d = _descriptor_op(fn), fake_cudnn_handle(), Weighted(drop)
+    op(h, d, fake_array(), y=fake_array())
+    op(h, d, fake_array(), y=fake_array())
+    assert len(fn.calls) == 2 and not d.closed
+    drop.close()
+    assert d.closed
+    with pytest.raises(ClosedError, match="dropout descriptor this Weighted uses is closed"):
+        op(h, d, fake_array(), y=fake_array())
+    assert len(fn.calls) == 2

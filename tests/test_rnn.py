@@ -204,7 +204,8 @@ def test_backward_needs_training_result():
 
 
 class _CpuDropout:
-    """A real (unset) cuDNN dropout descriptor with a closable ``.ptr``, as cudnn.Dropout has; no GPU needed."""
+    """A real (unset) cuDNN dropout descriptor with a closable ``.ptr`` and ``.closed``, as cudnn.Dropout has; no GPU
+    needed."""
 
     def __init__(self):
         self._ptr = capi.cudnnDropoutDescriptor_t()
@@ -215,6 +216,10 @@ class _CpuDropout:
         if self._ptr is None:
             raise ClosedError("this Dropout is closed")
         return self._ptr
+
+    @property
+    def closed(self):
+        return self._ptr is None
 
     def close(self):
         capi.cudnnDestroyDropoutDescriptor(self._ptr)

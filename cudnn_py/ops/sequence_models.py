@@ -150,13 +150,15 @@ class WeightedDescriptor(Descriptor):
     @property
     def ptr(self):
         p = super().ptr
-        for d in self._dropouts:
-            if d is not None:
-                try:
-                    d.ptr
-                except ClosedError:
-                    raise ClosedError(f"the dropout descriptor this {type(self).__name__} uses is closed") from None
+        if any(d is not None and d.closed for d in self._dropouts):
+            raise ClosedError(f"the dropout descriptor this {type(self).__name__} uses is closed")
         return p
+
+    @property
+    def closed(self) -> bool:
+        """Whether this descriptor, or a dropout descriptor it uses, is closed (a prepared call's replay checks this
+        and leaves the call to its validated path, which raises)."""
+        return super().closed or any(d is not None and d.closed for d in self._dropouts)
 
     def weight_space_size(self, handle: Handle) -> int:
         raise NotImplementedError
