@@ -44,9 +44,8 @@ from cudnn_py.tuning_records.models import Attention, Conv, Linear, Norm, Proble
 
 from .compare import Progress, np_dtype, race, sample
 
-__all__ = ["KIND", "RUN_KIND", "MODES", "Settings", "Prepared", "build_graph", "header", "prepare", "run_prepared",
-           "measure",
-           "stored", "sweep", "valid_record", "covers", "time_summary", "kernel_cache", "kernel_cache_text"]
+__all__ = ["KIND", "RUN_KIND", "MODES", "Settings", "Candidates", "build_graph", "header", "candidates",
+           "time_candidates", "measure", "stored", "sweep", "valid_record", "covers", "time_summary", "kernel_cache", "kernel_cache_text"]
 
 #: the tuning database's kind for model-sweep records
 KIND = "layer_sweep"
@@ -217,9 +216,9 @@ def _settings_dict(settings: Settings) -> dict:
 
 
 @dataclass
-class Prepared:
-    """A problem made ready to time: its record so far (the problem, if its graph failed; each mode's order), its
-    lowered graph and the configurations the modes offered, by tag in visit order (mode A's first)."""
+class Candidates:
+    """A problem's candidate engine configurations, by tag in visit order (mode A's first), with its lowered graph
+    and its record so far (each mode's order; ``problem`` set, and no graph, where its graph failed)."""
 
     problem: Problem
     rec: dict
@@ -233,9 +232,8 @@ def header(p: Problem, settings: Settings) -> dict:
             "order": {}, "configs": [], "problem": "", "count": p.count}
 
 
-def prepare(p: Problem, h, settings: Settings = Settings()) -> Prepared:
-    """Build and lower ``p``'s graph on handle ``h`` and collect the configurations of the heuristics modes (no
-    plan is built yet): what :func:`run_prepared` builds and times."""
+def candidates(p: Problem, h, settings: Settings = Settings()) -> Candidates:
+    """Lower ``p``'s graph on handle ``h`` and collect the configurations of the heuristics modes (no plan built)."""
     import cudnn_py.graph as G
     from cudnn_py.errors import CudnnPyError
     t0 = time.perf_counter()
@@ -245,7 +243,7 @@ def prepare(p: Problem, h, settings: Settings = Settings()) -> Prepared:
         g.lower(h)
     except CudnnPyError as e:
         rec["problem"] = " ".join(str(e).split())[:400]
-        return Prepared(p, rec)
+        return Candidates(p, rec)
     configs: dict = {}
     for m in settings.modes:
         try:
@@ -258,15 +256,14 @@ def prepare(p: Problem, h, settings: Settings = Settings()) -> Prepared:
         for c in found:
             configs.setdefault(c.tag, c)
     rec["race"] = {"seconds": {"heuristics": round(time.perf_counter() - t0, 4)}}
-    return Prepared(p, rec, g, configs)
+    return Candidates(p, rec, g, configs)
 
 
-def run_prepared(prep: Prepared, h, settings: Settings = Settings(), progress: Progress | None = None,
-                 hold: AbstractContextManager = nullcontext(), failed: Mapping[str, str] | None = None) -> dict:
-    """Build the plans of a :func:`prepare`-d problem on handle ``h``, one after the other, then time and check them
-    (a race, or every one in full where ``settings.exhaustive``) while holding ``hold`` (a worker's device lock:
-    the builds run without it); the record :func:`sweep` stores (see the module doc). ``failed``: configurations
-    not to build, by tag, with the reason recorded for each (those a worker process died or hung on)."""
+def time_candidates(prep: Candidates, h, settings: Settings = Settings(), progress: Progress | None = None,
+                    hold: AbstractContextManager = nullcontext(), failed: Mapping[str, str] | None = None) -> dict:
+    """Build the plans of ``prep`` on handle ``h`` one after the other, then race them (or time every one in full:
+    ``settings.exhaustive``) holding ``hold`` (a worker's device lock; not held for the builds); the record
+    :func:`sweep` stores. ``failed``: {tag: reason} of configurations not to build (a worker died or hung on them)."""
     import cudnn_py.graph as G
     from cudnn_py.errors import CudnnPyError
     from cudnn_py.graph.plans import l2_flush
@@ -335,8 +332,8 @@ def run_prepared(prep: Prepared, h, settings: Settings = Settings(), progress: P
 
 def measure(p: Problem, h, settings: Settings = Settings(), progress: Progress | None = None,
             hold: AbstractContextManager = nullcontext(), failed: Mapping[str, str] | None = None) -> dict:
-    """Measure problem ``p`` on handle ``h`` as ``settings`` say (a graph problem: :func:`prepare`, then
-    :func:`run_prepared`; a ``legacy`` one: :func:`~cudnn_py.tuning.legacy.measure_legacy`, all of it holding
+    """Measure problem ``p`` on handle ``h`` as ``settings`` say (a graph problem: :func:`candidates`, then
+    :func:`time_candidates`; a ``legacy`` one: :func:`~cudnn_py.tuning.legacy.measure_legacy`, all of it holding
     ``hold``); the record :func:`sweep` stores. ``progress`` is told the operation's configurations
     (:meth:`~cudnn_py.tuning.compare.Progress.begin`) and each step, not its end."""
     if p.legacy:
@@ -345,10 +342,10 @@ def measure(p: Problem, h, settings: Settings = Settings(), progress: Progress |
             progress.begin(p.key, config_count(p))
         with hold:
             return measure_legacy(p, h, settings, progress)
-    prep = prepare(p, h, settings)
+    prep = candidates(p, h, settings)
     if progress:
         progress.begin(p.key, len(prep.configs))
-    return run_prepared(prep, h, settings, progress, hold, failed)
+    return time_candidates(prep, h, settings, progress, hold, failed)
 
 
 def valid_record(rec) -> bool:
@@ -426,7 +423,8 @@ def sweep(problems: Sequence[Problem], db: TuningDatabase, *, device: int = 0, d
           progress: Callable[[str], None] | None = None, time_limit: float = 600.0) -> tuple[dict[str, dict], int]:
     """The record of every problem: from ``db`` where it has one that :func:`covers` ``settings``, else measured and
     stored as it arrives, with a record of the run (kind :data:`RUN_KIND`: when, how many, the seconds by phase, the
-    workers and the :func:`kernel_cache` it started with).
+    workers (each one's start cost: :func:`~cudnn_py.tuning.workers.run`) and the :func:`kernel_cache` it
+    started with).
 
     ``jobs`` 1 with no ``devices`` measures in this process on ``device``. Otherwise ``jobs`` worker processes (at
     least one per device) measure over ``devices`` (default ``[device]``): :func:`cudnn_py.tuning.workers.run` says
@@ -452,7 +450,7 @@ def sweep(problems: Sequence[Problem], db: TuningDatabase, *, device: int = 0, d
         db.record(KIND, p.key, rec, device=dev)
         out[p.key] = rec
 
-    where = list(devices) if devices else [device]
+    where, starts = list(devices) if devices else [device], []
     if jobs == 1 and not devices:
         from cudnn_py.handle import Handle
         try:
@@ -467,8 +465,8 @@ def sweep(problems: Sequence[Problem], db: TuningDatabase, *, device: int = 0, d
     else:
         from . import workers
         jobs = max(jobs, len(where))
-        workers.run(todo, settings, devices=where, jobs=jobs, work=measure, keep=keep, progress=prog,
-                    time_limit=time_limit)
+        starts = workers.run(todo, settings, devices=where, jobs=jobs, work=measure, keep=keep, progress=prog,
+                             time_limit=time_limit)
     prog.close()
     secs: dict[str, float] = {}
     for p in todo:
@@ -477,7 +475,7 @@ def sweep(problems: Sequence[Problem], db: TuningDatabase, *, device: int = 0, d
     db.record(RUN_KIND, f"{started}|{todo[0].key}", {
         "started": started, "seconds": round(time.monotonic() - t0, 3), "operations": len(problems),
         "measured": len(todo), "keys": [p.key for p in todo], "settings": _settings_dict(settings),
-        "jobs": jobs, "devices": where, "kernel_cache": cache, "phases": secs}, device=device)
+        "jobs": jobs, "devices": where, "kernel_cache": cache, "phases": secs, "workers": starts}, device=device)
     return out, len(todo)
 
 

@@ -149,6 +149,9 @@ class _Slot:
     tag: str = ""
     phase: str = "start"
     since: float = field(default_factory=time.monotonic)
+    born: float = field(default_factory=time.monotonic)
+    ready_s: float | None = None        # seconds from its start to its handle opened
+    first_build_s: float | None = None  # ... to its first plan built
 
 
 def _how_it_ended(proc: Any) -> str:
@@ -164,7 +167,7 @@ def _how_it_ended(proc: Any) -> str:
 
 def run(problems: Sequence[Problem], settings: Any, *, devices: Sequence[int], jobs: int,
         work: Callable, keep: Callable[[Problem, dict, int], None], progress: Any, time_limit: float = 600.0,
-        opener: Callable | None = None) -> None:
+        opener: Callable | None = None) -> list[dict]:
     """Measure ``problems`` in ``jobs`` worker processes spread over ``devices`` (see the module doc), calling
     ``keep(problem, record, device)`` in this process as each record arrives and telling ``progress`` (a
     :class:`~cudnn_py.tuning.compare.Progress`) every worker's steps.
@@ -175,6 +178,8 @@ def run(problems: Sequence[Problem], settings: Any, *, devices: Sequence[int], j
     tests stand in for cuDNN. The record of an operation that failed as a whole has only ``key``, ``problem`` (the
     reason), ``order`` and ``configs`` (those its workers died on): ``keep`` completes it.
 
+    :returns: each worker's start cost, as started: ``{"device", "ready_s", "first_build_s"}`` (seconds from its
+        start to its handle opened and to its first plan built; None where it never got there).
     :raises SystemExit: when no worker could open a handle (the first one's reason).
     :raises KeyboardInterrupt: after stopping every worker.
     """
@@ -182,6 +187,7 @@ def run(problems: Sequence[Problem], settings: Any, *, devices: Sequence[int], j
     ctx = multiprocessing.get_context("spawn")
     queue = deque(_Task(p) for p in problems)
     slots: list[_Slot] = []
+    started: list[_Slot] = []
     fatal: list[str] = []
 
     def start(device: int, locks: str) -> _Slot:
@@ -190,7 +196,8 @@ def run(problems: Sequence[Problem], settings: Any, *, devices: Sequence[int], j
                            args=(theirs, device, os.path.join(locks, f"device{device}.lock"), settings, work, opener))
         proc.start()
         theirs.close()
-        return _Slot(device, proc, mine)
+        started.append(_Slot(device, proc, mine))
+        return started[-1]
 
     def finish(s: _Slot, rec: dict) -> None:
         assert s.task is not None
@@ -223,7 +230,7 @@ def run(problems: Sequence[Problem], settings: Any, *, devices: Sequence[int], j
         kind, key = msg[0], s.task.problem.key if s.task else ""
         s.since = time.monotonic()
         if kind == "ready":
-            s.ready, s.phase = True, "idle"
+            s.ready, s.phase, s.ready_s = True, "idle", s.since - s.born
         elif kind == "fatal":
             fatal.append(msg[1])
         elif kind == "begin":
@@ -234,6 +241,7 @@ def run(problems: Sequence[Problem], settings: Any, *, devices: Sequence[int], j
         elif kind == "wait":   # for the device lock; once it is held, no configuration until the race visits one
             s.tag, s.phase = "", "wait" if msg[1] else "hold"
         elif kind == "built":
+            s.first_build_s = s.since - s.born if s.first_build_s is None else s.first_build_s
             progress.built(msg[1], key)
         elif kind == "config":
             progress.config(msg[1], msg[2], key)
@@ -294,3 +302,4 @@ def run(problems: Sequence[Problem], settings: Any, *, devices: Sequence[int], j
         finally:   # done, interrupted or failed: no worker outlives the sweep
             for s in slots:
                 stop(s)
+    return [{"device": s.device, "ready_s": s.ready_s, "first_build_s": s.first_build_s} for s in started]
