@@ -15,18 +15,17 @@ problem; torch does not expose which cuDNN engine it runs, so its row has no eng
 from __future__ import annotations
 
 import argparse
-import functools
-import json
 import statistics
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 
 from cudnn_py.cli import algos
-from cudnn_py.cli.algos import write_csv  # the legacy sweep's CSV writer serves this Row too
+from cudnn_py.cli.algos import plot, rel_error, write_csv  # the legacy sweep's writers serve this Row too
 from cudnn_py.cli.prerequisites import require_gpu
+from cudnn_py.tuning.compare import np_dtype as _np_dtype
 
 KINDS = ("conv", "matmul", "norm", "attention")
 MODES = ("A", "B", "FALLBACK")
@@ -52,6 +51,11 @@ class Row(algos.Row):
     pick: str = ""
     notes: list = field(default_factory=list)
 
+    def bar(self) -> tuple[str, str]:
+        """Mode A's pick red, torch's green."""
+        return ("C3" if self.pick == "A" else "C2" if self.pick == "torch" else "C0",
+                f"{self.algo} ({self.math_type})" + (f" [{self.pick}]" if self.pick else ""))
+
 
 @dataclass
 class Problem:
@@ -75,13 +79,6 @@ def _ints(text: str | None, n: tuple[int, ...], what: str) -> tuple[int, ...]:
     if len(vals) not in n or any(v < 1 for v in vals):
         raise SystemExit(f"algos --graph: {what} needs {' or '.join(map(str, n))} positive integers, got {text!r}")
     return vals
-
-
-def _np_dtype(name: str):
-    if name == "bfloat16":
-        import ml_dtypes
-        return np.dtype(ml_dtypes.bfloat16)
-    return np.dtype(name)
 
 
 def _torch_dtype(name: str):
@@ -116,16 +113,10 @@ def _conv_problem(args) -> Problem:
     if direction is None:
         raise SystemExit("algos --graph conv: give one --direction (fwd, bwd_data or bwd_filter)")
     layout = "NHWC" if cfg.layout == "NHWC" else None
-    nd = cfg.nd
-    pads = [p if isinstance(p, tuple) else (p, p) for p in
-            ((cfg.padding,) * nd if isinstance(cfg.padding, int) else cfg.padding)]
-    stride = cfg.stride * nd if len(cfg.stride) == 1 else cfg.stride
-    dil = cfg.dilation * nd if len(cfg.dilation) == 1 else cfg.dilation
+    pads, stride, dil, y_shape = algos._pads(cfg.padding, cfg.nd), cfg.full(cfg.stride), cfg.full(cfg.dilation), \
+        cfg.y_shape()
     kw = dict(padding=tuple(p[0] for p in pads), post_padding=tuple(p[1] for p in pads), stride=stride,
               dilation=dil, conv_mode=cfg.mode)
-    from cudnn_py.ops.convolution import Convolution
-    y_shape = Convolution(cfg.padding, cfg.per_dim(cfg.stride), cfg.per_dim(cfg.dilation),
-                          cfg.groups).output_shape(cfg.x_shape, cfg.w_shape)
 
     def make():
         import cudnn_py.graph as G
@@ -157,7 +148,7 @@ def _conv_problem(args) -> Problem:
         return lambda: torch.nn.functional.conv2d(xt, wt, None, stride, pad, dil, cfg.groups)
     return Problem("conv", f"conv {direction} x={cfg.x_shape} w={cfg.w_shape} pad={cfg.padding} "
                            f"stride={cfg.stride} {cfg.dtype} {cfg.layout}", make, reference, cfg.flops(),
-                   torch_conv if nd == 2 and direction == "forward" else None,
+                   torch_conv if cfg.nd == 2 and direction == "forward" else None,
                    {"x": cfg.x_shape, "w": cfg.w_shape, "dy": y_shape})
 
 
@@ -318,8 +309,7 @@ def sweep(problem: Problem, modes=MODES, repeats: int = 10, warmup: int = 2, che
             row.supported = True
             row.tflops = problem.flops / (row.time_ms * 1e-3) / 1e12 if row.time_ms > 0 else None
             if check and ref is not None:
-                scale = float(np.abs(ref).max()) or 1.0
-                row.max_rel_error = float(np.abs(got - ref).max() / scale) if np.isfinite(got).all() else float("inf")
+                row.max_rel_error = rel_error(got, ref)
             if a_pick is None and "A" in sources[cfg.tag]:
                 a_pick = row
         if a_pick is not None:
@@ -359,42 +349,11 @@ def _torch_row(problem: Problem, repeats: int, warmup: int) -> Row:
 # ---------------------------------------------------------------- output (the legacy sweep's formats)
 
 def format_table(rows: list[Row]) -> str:
-    head = (f"{'problem':<10}{'modes':<16}{'engine config':<44}{'ok':<4}{'time ms':>10}{'TFLOP/s':>9}"
-            f"{'workspace':>12}{'det':>5}{'max rel err':>13}{'pick':>7}  reason")
-    lines = [head, "-" * len(head)]
-    num = (lambda v, f: format(v, f) if v is not None else "-")
-    for r in rows:
-        det = "-" if r.deterministic is None else ("yes" if r.deterministic else "no")
-        lines.append(f"{r.direction:<10}{r.math_type:<16}{r.algo:<44}{'yes' if r.supported else 'no':<4}"
-                     f"{num(r.time_ms, '10.4f'):>10}{num(r.tflops, '9.2f'):>9}{num(r.workspace_bytes, 'd'):>12}"
-                     f"{det:>5}{num(r.max_rel_error, '13.2e'):>13}{r.pick:>7}  {r.reason}")
-    return "\n".join(lines)
+    return algos.format_table(rows, (10, 16, 44, 12), ("problem", "modes", "engine config"), pick=True)
 
 
 def write_json(rows: list[Row], title: str, path: str) -> None:
-    with open(path, "w") as f:
-        json.dump({"problem": title, "rows": [asdict(r) for r in rows]}, f, indent=1)
-
-
-def plot(rows: list[Row], path: str, title: str) -> bool:
-    """Horizontal bars of the configs' times (mode A's pick and torch highlighted); False without matplotlib."""
-    try:
-        from matplotlib.figure import Figure
-    except ImportError:
-        return False
-    ok = [r for r in rows if r.supported]
-    fig = Figure(figsize=(9, 0.28 * len(ok) + 1.5))
-    ax = fig.subplots()
-    colours = ["C3" if r.pick == "A" else "C2" if r.pick == "torch" else "C0" for r in ok]
-    ax.barh(range(len(ok)), [r.time_ms or 0.0 for r in ok], color=colours)
-    ax.set_yticks(range(len(ok)), [f"{r.algo} ({r.math_type})" + (f" [{r.pick}]" if r.pick else "") for r in ok],
-                  fontsize=7)
-    ax.invert_yaxis()
-    ax.set_xlabel("median time (ms)")
-    ax.set_title(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    return True
+    algos.write_json(rows, {"problem": title}, path)
 
 
 def run(args) -> int:
@@ -408,11 +367,8 @@ def run(args) -> int:
         raise SystemExit("algos: --repeats must be >= 1 and --warmup >= 0")
 
     require_gpu("algos --graph", args.device)
-
-    def progress(msg):
-        print(msg, file=sys.stderr, flush=True)
     rows = sweep(problem, modes, args.repeats, args.warmup, not args.no_check, args.seed, args.device,
-                 not args.no_torch, None if args.quiet else progress)
+                 not args.no_torch, None if args.quiet else algos.progress_writer(False))
     print(problem.title)
     print(format_table(rows))
     if args.csv:
