@@ -345,23 +345,20 @@ def sweep(cfg: Config, directions: Sequence[str], maths: Sequence[str], repeats:
             phys = {"forward": y_shape_logical, "backward_data": cfg.x_shape, "backward_filter": cfg.w_shape}[direction]
             shape = phys if cfg.layout == "NCHW" else phys[:1] + phys[2:] + phys[1:2]
             out = empty(shape, out_dtype if direction == "forward" else dt, stream=h.stream, device=h.device)
+            xwd = (x if direction != "backward_data" else out, w if direction != "backward_filter" else out,
+                   dy if direction != "forward" else out)   # the output in the place of what the direction computes
+            reason_all = ""
             try:
-                records = {r.algo: r for r in cv.convolution_algorithms(
-                    h, conv, x if direction != "backward_data" else out, w if direction != "backward_filter" else out,
-                    dy if direction != "forward" else out, direction=direction, method="heuristic")}
+                records = {r.algo: r for r in cv.convolution_algorithms(h, conv, *xwd, direction=direction,
+                                                                       method="heuristic")}
             except CudnnError as e:
-                records = {}
-                reason_all = str(e)
-            else:
-                reason_all = ""
+                records, reason_all = {}, str(e)
             for algo in alg.real_members(direction):
                 done += 1
                 if progress:
                     progress(f"[{done}/{total}] {direction} {math} {algo.name.split('_ALGO_')[1]}")
-                row = Row(direction, math, algo.name.split("_ALGO_")[1], False, reason_all)
-                rec = records.get(algo)
-                if rec is not None:
-                    row.deterministic = rec.deterministic
+                row = Row(direction, math, algo.name.split("_ALGO_")[1], False, reason_all,
+                          deterministic=getattr(records.get(algo), "deterministic", None))
                 rows.append(row)
 
                 def call():
@@ -372,10 +369,7 @@ def sweep(cfg: Config, directions: Sequence[str], maths: Sequence[str], repeats:
                         return cv.convolution_backward_data(h, conv, w, dy, dx=out, **kw)
                     return cv.convolution_backward_filter(h, conv, x, dy, dw=out, **kw)
                 try:
-                    row.workspace_bytes = cv.convolution_workspace_size(
-                        h, conv, x if direction != "backward_data" else out,
-                        w if direction != "backward_filter" else out, dy if direction != "forward" else out,
-                        algo=algo, direction=direction)
+                    row.workspace_bytes = cv.convolution_workspace_size(h, conv, *xwd, algo=algo, direction=direction)
                     out.fill_(0 if out.dtype == np.int8 else float("nan"))
                     for _ in range(max(warmup, 1)):
                         call()

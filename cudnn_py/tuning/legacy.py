@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import asdict
 
 import numpy as np
 
@@ -50,11 +49,9 @@ def measure_legacy(p: Problem, h, settings, progress: Progress | None = None) ->
     from .compare import np_dtype, race, sample
     if not isinstance(p.op, Conv):
         raise TypeError(f"the legacy sweep takes convolutions, not {p.kind}")
+    from .sweep import header
     op, direction, dt = p.op, DIRECTION[p.pass_], np_dtype(p.dtype)
-    stored = asdict(settings)
-    stored["modes"] = list(settings.modes)
-    rec: dict = {"key": p.key, "op": p.kind, "pass": p.pass_, "dtype": p.dtype, "settings": stored, "api": "legacy",
-                 "order": {"A": []}, "configs": [], "problem": "", "count": p.count}
+    rec = {**header(p, settings), "api": "legacy", "order": {"A": []}}
     oh, ow = op.out_hw
     shapes = {"x": (p.batch, op.c, op.h, op.w), "w": (op.k, op.c, op.r, op.s), "y": (p.batch, op.k, oh, ow)}
     block = np.random.default_rng(0).standard_normal(1 << 20).astype(np.float32) * 0.5
