@@ -397,7 +397,7 @@ def rel_error(got: np.ndarray, ref: np.ndarray) -> float:
 
 # ---------------------------------------------------------------- output
 
-def format_table(rows: list[Row], widths: tuple[int, int, int, int] = (16, 27, 22, 14),
+def format_table(rows: Sequence[Row], widths: tuple[int, int, int, int] = (16, 27, 22, 14),
                  names: tuple[str, str, str] = ("direction", "math", "algo"), pick: bool = False) -> str:
     """The rows as a fixed-width text table: the first three columns' ``names`` and the widths of those and the
     workspace's; ``pick``: a column of each row's ``pick`` (the graph sweep's) before the reason."""
@@ -427,14 +427,14 @@ def write_csv(rows: Sequence[Row], path: str) -> None:
             wr.writerow({n: getattr(r, n) for n in names})
 
 
-def write_json(rows: list[Row], cfg: Config | dict, path: str) -> None:
+def write_json(rows: Sequence[Row], cfg: Config | dict, path: str) -> None:
     """Write ``{"config": cfg, "rows": [...]}`` as JSON (``cfg`` a :class:`Config`, or what stands first)."""
     with open(path, "w") as f:
         json.dump({**(cfg if isinstance(cfg, dict) else {"config": asdict(cfg)}), "rows": [asdict(r) for r in rows]},
                   f, indent=1)
 
 
-def plot(rows: list[Row], path: str, title: str) -> bool:
+def plot(rows: Sequence[Row], path: str, title: str) -> bool:
     """Write a horizontal bar chart (off-screen, pyplot's state untouched) of the supported rows' times, coloured
     and labelled by :meth:`Row.bar`; False when matplotlib is missing (nothing written)."""
     try:

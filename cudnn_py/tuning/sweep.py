@@ -15,7 +15,6 @@ once and time one operation at a time on each GPU; each run is recorded too (kin
 """
 from __future__ import annotations
 
-import math
 import os
 import time
 import warnings
@@ -27,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from cudnn_py.tuning_records.database import TuningDatabase
+from cudnn_py.tuning_records.database import TuningDatabase, finite
 from cudnn_py.tuning_records.models import Attention, Conv, Linear, Norm, Problem
 
 from .compare import Progress, np_dtype, race, sample
@@ -338,8 +337,7 @@ def valid_record(rec) -> bool:
     for c in rec["configs"]:
         if not isinstance(c, dict) or not isinstance(c.get("tag"), str) or not isinstance(c.get("ok"), bool):
             return False
-        ms = c.get("ms")
-        if c["ok"] and not (isinstance(ms, (int, float)) and math.isfinite(ms) and ms >= 0):
+        if c["ok"] and not finite(c.get("ms")):
             return False
     return all(isinstance(v, list) and all(isinstance(t, str) for t in v) for v in rec["order"].values())
 
