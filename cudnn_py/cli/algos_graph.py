@@ -81,9 +81,15 @@ def _ints(text: str | None, n: tuple[int, ...], what: str) -> tuple[int, ...]:
     return vals
 
 
-def _torch_dtype(name: str):
+def _randn(shape, dtype: str):
+    """Random normal data of ``shape`` on the current CUDA device through torch (the torch rows)."""
     import torch
-    return getattr(torch, name)
+    return torch.randn(shape, device="cuda", dtype=getattr(torch, dtype))
+
+
+def _graph(dtype: str, name: str):
+    import cudnn_py.graph as G
+    return G.Graph(io_dtype=_np_dtype(dtype), compute_dtype="float32", name=name)
 
 
 def problem_from_args(args) -> Problem:
@@ -119,8 +125,7 @@ def _conv_problem(args) -> Problem:
               dilation=dil, conv_mode=cfg.mode)
 
     def make():
-        import cudnn_py.graph as G
-        g = G.Graph(io_dtype=_np_dtype(cfg.dtype), compute_dtype="float32", name=f"conv_{direction}")
+        g = _graph(cfg.dtype, f"conv_{direction}")
         x, w, dy = (g.tensor(s, name=n, layout=layout) for s, n in ((cfg.x_shape, "x"), (cfg.w_shape, "w"),
                                                                     (y_shape, "dy")))
         if direction == "forward":
@@ -142,8 +147,7 @@ def _conv_problem(args) -> Problem:
         import torch
         torch.backends.cudnn.benchmark = True
         fmt = torch.channels_last if layout else torch.contiguous_format
-        xt = torch.randn(cfg.x_shape, device="cuda", dtype=_torch_dtype(cfg.dtype)).to(memory_format=fmt)
-        wt = torch.randn(cfg.w_shape, device="cuda", dtype=_torch_dtype(cfg.dtype)).to(memory_format=fmt)
+        xt, wt = (_randn(s, cfg.dtype).to(memory_format=fmt) for s in (cfg.x_shape, cfg.w_shape))
         pad = tuple(p[0] for p in pads)
         return lambda: torch.nn.functional.conv2d(xt, wt, None, stride, pad, dil, cfg.groups)
     return Problem("conv", f"conv {direction} x={cfg.x_shape} w={cfg.w_shape} pad={cfg.padding} "
@@ -154,16 +158,14 @@ def _conv_problem(args) -> Problem:
 
 def _matmul_problem(b, m, n, k, dt) -> Problem:
     def make():
-        import cudnn_py.graph as G
-        g = G.Graph(io_dtype=_np_dtype(dt), compute_dtype="float32", name="matmul")
+        g = _graph(dt, "matmul")
         a, bb = g.tensor((b, m, k), name="a"), g.tensor((b, k, n), name="b")
         c = g.matmul(a, bb).set_output(True).set_name("out")
         return g, (a, bb), c
 
     def torch_fn():
         import torch
-        at = torch.randn((b, m, k), device="cuda", dtype=_torch_dtype(dt))
-        bt = torch.randn((b, k, n), device="cuda", dtype=_torch_dtype(dt))
+        at, bt = _randn((b, m, k), dt), _randn((b, k, n), dt)
         return lambda: torch.matmul(at, bt)
     return Problem("matmul", f"matmul B={b} M={m} N={n} K={k} {dt}", make, lambda h: h["a"] @ h["b"],
                    2.0 * b * m * n * k, torch_fn)
@@ -171,8 +173,7 @@ def _matmul_problem(b, m, n, k, dt) -> Problem:
 
 def _norm_problem(rows, hidden, dt) -> Problem:
     def make():
-        import cudnn_py.graph as G
-        g = G.Graph(io_dtype=_np_dtype(dt), compute_dtype="float32", name="layer_norm")
+        g = _graph(dt, "layer_norm")
         x = g.tensor((rows, hidden, 1, 1), name="x")
         s, bias = (g.tensor((1, hidden, 1, 1), name=nm, dtype="float32") for nm in ("scale", "bias"))
         y, mean, inv = g.norm_forward(x, s, bias, mode="layer", training=True, epsilon=1e-5)
@@ -189,9 +190,7 @@ def _norm_problem(rows, hidden, dt) -> Problem:
 
     def torch_fn():
         import torch
-        xt = torch.randn((rows, hidden), device="cuda", dtype=_torch_dtype(dt))
-        wt, bt = torch.randn(hidden, device="cuda", dtype=_torch_dtype(dt)), torch.randn(
-            hidden, device="cuda", dtype=_torch_dtype(dt))
+        xt, wt, bt = _randn((rows, hidden), dt), _randn(hidden, dt), _randn(hidden, dt)
         return lambda: torch.nn.functional.layer_norm(xt, (hidden,), wt, bt)
     # a norm is memory-bound: "TFLOP/s" counts ~8 flops per element, GB/s is what to read (bytes in notes)
     return Problem("norm", f"layer norm forward rows={rows} hidden={hidden} {dt}", make, reference,
@@ -200,8 +199,7 @@ def _norm_problem(rows, hidden, dt) -> Problem:
 
 def _sdpa_problem(b, hh, s, d, dt, causal) -> Problem:
     def make():
-        import cudnn_py.graph as G
-        g = G.Graph(io_dtype=_np_dtype(dt), compute_dtype="float32", name="sdpa")
+        g = _graph(dt, "sdpa")
         q, k, v = (g.tensor((b, hh, s, d), name=nm) for nm in ("q", "k", "v"))
         o, stats = g.sdpa(q, k, v, causal=causal)
         o.set_output(True).set_name("out")
@@ -218,7 +216,7 @@ def _sdpa_problem(b, hh, s, d, dt, causal) -> Problem:
 
     def torch_fn():
         import torch
-        q, k, v = (torch.randn((b, hh, s, d), device="cuda", dtype=_torch_dtype(dt)) for _ in range(3))
+        q, k, v = (_randn((b, hh, s, d), dt) for _ in range(3))
         return lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
     flops = 4.0 * b * hh * s * s * d * (0.5 if causal else 1.0)
     return Problem("attention", f"sdpa B={b} H={hh} S={s} D={d} causal={causal} {dt}", make, reference, flops,

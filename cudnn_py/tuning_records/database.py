@@ -519,10 +519,9 @@ class TuningDatabase:
 
     def count(self, kind: str | None = None) -> int:
         """How many records of ``kind`` (None: of every kind) the database holds, in every environment."""
-        if kind is None:
-            return self._run(lambda c: c.execute("SELECT COUNT(*) FROM records").fetchone()[0])
-        return self._run(lambda c: c.execute("SELECT COUNT(*) FROM records WHERE kind = ?",
-                                             (_check_kind(kind),)).fetchone()[0])
+        args = () if kind is None else (_check_kind(kind),)
+        return self._run(lambda c: c.execute("SELECT COUNT(*) FROM records" + (" WHERE kind = ?" if args else ""),
+                                             args).fetchone()[0])
 
     def integrity_check(self) -> str:
         """SQLite's ``PRAGMA integrity_check`` of the file: ``"ok"``, or what it found."""
