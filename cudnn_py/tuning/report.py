@@ -292,20 +292,16 @@ def _newest(db: TuningDatabase, kind: str) -> dict:
 
 def compare(a: TuningDatabase, b: TuningDatabase, threshold: float = MISS, filters: Filters = Filters(),
             kind: str = KIND) -> tuple[list[Change], dict]:
-    """The operations measured in both databases whose best configuration changed or whose best time changed by
-    more than ``threshold`` (a fraction), B's gains first; returns (changes, {"a": environments, "b": ..., "common":
-    n, "only_a": n, "only_b": n, "same_best": n, "a_best_within": n, "faster": n, "slower": n, "totals": {...}}).
-    Each side uses its newest record of a key.
+    """(the operations in both databases whose best configuration changed, or whose best time by more than
+    ``threshold``, B's gains first; {"a": environments, "b": ..., "common", "only_a", "only_b", "same_best",
+    "a_best_within", "faster", "slower", "totals", "uncounted"}), each side by its newest record of a key.
 
-    ``faster`` / ``slower`` count the common operations whose best time in B is below / above A's by more than
-    ``threshold``; ``totals`` are one step's milliseconds over the common operations, each weighted by how often a
-    step runs it (the record's ``count``; 1 for a record without one, counted in ``uncounted``): ``tuned_a``,
-    ``tuned_b`` (the best configurations) and ``heuristic_a``, ``heuristic_b`` (the heuristic's picks, over the
-    operations where both sides have one): with two cuDNN versions on one GPU, what the new version changed.
-
-    ``same_best`` counts the common operations whose best configuration is the same, ``a_best_within`` those
-    whose A best, as B timed it, is within ``threshold`` of B's best: with B an ``--exhaustive`` run of the same
-    machine and A a raced one, the issue's "same picks" measure (no run-to-run noise in it)."""
+    ``faster`` / ``slower``: common operations whose best time in B is below / above A's by more than
+    ``threshold``; ``totals``: one step's ms over the common operations, each weighed by how often a step runs it
+    (the record's ``count``; 1 where it has none, counted in ``uncounted``): ``tuned_a``, ``tuned_b`` (the best
+    configurations) and ``heuristic_a``, ``heuristic_b`` (the heuristic's picks, where both sides have one).
+    ``same_best``: the same best configuration; ``a_best_within``: A's best, as B timed it, within ``threshold`` of
+    B's best (with B an ``--exhaustive`` run and A a raced one: the "same picks" measure, free of run noise)."""
     ra, rb = _newest(a, kind), _newest(b, kind)
     changes = []
     same = within = faster = slower = uncounted = 0
@@ -348,24 +344,22 @@ def compare(a: TuningDatabase, b: TuningDatabase, threshold: float = MISS, filte
 
 
 def format_compare(changes: Sequence[Change], info: dict, threshold: float) -> str:
-    """The comparison as text: both sides' environments, then one line per change."""
+    """The comparison (of :func:`compare`) as text: both sides' environments, the counts, one line per change."""
+    t, pct = info["totals"], f"{100 * threshold:.0f}%"
+
+    def ratio_text(a: float, b: float) -> str:
+        return f" (B/A {b / a:.3f})" if a else ""
     lines = [f"A: {'; '.join(info['a']) or '(no records)'}", f"B: {'; '.join(info['b']) or '(no records)'}",
              f"{info['common']} operations in both ({info['only_a']} only in A, {info['only_b']} only in B); "
-             f"{len(changes)} changed (best configuration, or best time by more than {100 * threshold:.0f}%)"]
-    if "same_best" in info:
-        lines.append(f"same best configuration in {info['same_best']} of {info['common']}; A's best within "
-                     f"{100 * threshold:.0f}% of B's best as B timed it in {info['a_best_within']} of {info['common']}")
-    if "totals" in info:
-        t = info["totals"]
-
-        def ratio_text(a: float, b: float) -> str:
-            return f" (B/A {b / a:.3f})" if a else ""
-        lines.append(f"B's best faster than A's by more than {100 * threshold:.0f}% in {info['faster']} operations, "
-                     f"slower in {info['slower']}; one step over the {info['common']} common operations"
-                     + (f" ({info['uncounted']} without a count, weighed once)" if info["uncounted"] else "")
-                     + f": tuned A {t['tuned_a']:.3f} ms, B {t['tuned_b']:.3f} ms"
-                     f"{ratio_text(t['tuned_a'], t['tuned_b'])}; heuristic picks A {t['heuristic_a']:.3f} ms, B {t['heuristic_b']:.3f} ms"
-                     f"{ratio_text(t['heuristic_a'], t['heuristic_b'])}")
+             f"{len(changes)} changed (best configuration, or best time by more than {pct})",
+             f"same best configuration in {info['same_best']} of {info['common']}; A's best within {pct} of B's best "
+             f"as B timed it in {info['a_best_within']} of {info['common']}",
+             f"B's best faster than A's by more than {pct} in {info['faster']} operations, slower in {info['slower']}; "
+             f"one step over the {info['common']} common operations"
+             + (f" ({info['uncounted']} without a count, weighed once)" if info["uncounted"] else "")
+             + f": tuned A {t['tuned_a']:.3f} ms, B {t['tuned_b']:.3f} ms{ratio_text(t['tuned_a'], t['tuned_b'])}; "
+             f"heuristic picks A {t['heuristic_a']:.3f} ms, B {t['heuristic_b']:.3f} ms"
+             f"{ratio_text(t['heuristic_a'], t['heuristic_b'])}"]
     if changes:
         head = f"{'operation':<70}{'best A':>30}{'ms A':>10}{'best B':>30}{'ms B':>10}{'B/A':>7}  B"
         lines += [head, "-" * len(head)]

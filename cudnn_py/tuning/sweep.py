@@ -32,7 +32,8 @@ from cudnn_py.tuning_records.models import Attention, Conv, Linear, Norm, Proble
 from .compare import Progress, np_dtype, race, sample
 
 __all__ = ["KIND", "RUN_KIND", "MODES", "Settings", "Candidates", "build_graph", "header", "candidates",
-           "time_candidates", "measure", "stored", "sweep", "valid_record", "covers", "time_summary", "kernel_cache", "kernel_cache_text"]
+           "time_candidates", "measure", "stored", "sweep", "valid_record", "covers", "time_summary", "kernel_cache",
+           "kernel_cache_text"]
 
 #: the tuning database's kind for model-sweep records
 KIND = "layer_sweep"

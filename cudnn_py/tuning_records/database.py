@@ -132,8 +132,7 @@ def _writer() -> str:
 
 
 def _current_device() -> int:
-    """The ordinal of the calling thread's current CUDA context's device (0 when none is current or there is no
-    driver)."""
+    """The device of the calling thread's current CUDA context (0 when none is current, or no driver)."""
     try:
         from cuda.bindings import driver
         err, dev = driver.cuCtxGetDevice()
@@ -290,9 +289,8 @@ class TuningDatabase:
         return conn
 
     def _wal(self, conn: sqlite3.Connection) -> None:
-        """``PRAGMA journal_mode = WAL`` (persistent in the file; readers never block writers), retried for up to
-        the timeout while another process creating the file at once holds it: SQLite answers that with
-        ``SQLITE_BUSY`` at once, without waiting."""
+        """``PRAGMA journal_mode = WAL`` (persistent; readers never block writers), retried for up to the timeout
+        while another process creating the file holds it (SQLite answers ``SQLITE_BUSY`` at once, without waiting)."""
         end = time.monotonic() + self._timeout
         while True:
             try:
@@ -374,10 +372,7 @@ class TuningDatabase:
 
     def record(self, kind: str, key: str, value: dict, *, device: int | None = None) -> None:
         """Store ``value`` (a JSON object) under ``(kind, key)`` and the environment of ``device``, replacing what
-        was there (an upsert, one transaction).
-
-        :raises InvalidTypeError, InvalidValueError: for a kind, key or value the database cannot hold.
-        """
+        was there (one transaction); InvalidTypeError or InvalidValueError for what the database cannot hold."""
         kind, key, text = _check_kind(kind), _check_key(key), _dump(value)
         env = self.environment(device)
         row = (kind, key, text, _digest(kind, key, env, text), time.time(), _writer())
@@ -388,11 +383,8 @@ class TuningDatabase:
         self._run(write, write=True)
 
     def lookup(self, kind: str, key: str, *, device: int | None = None) -> dict | None:
-        """The value stored under ``(kind, key)`` for the environment of ``device``, or None.
-
-        A record that does not answer its key (its digest does not match) is deleted with a :class:`TuningWarning`
-        and None is returned, so the caller measures again.
-        """
+        """The value stored under ``(kind, key)`` for the environment of ``device``, or None (also for a record
+        whose digest does not match: it is deleted with a :class:`TuningWarning`, so the caller measures again)."""
         kind, key = _check_kind(kind), _check_key(key)
         env = self.environment(device)
 
@@ -469,11 +461,8 @@ class TuningDatabase:
 
     def put_records(self, records: Iterable[Record], *, source: str | None = None, newer_only: bool = True) -> int:
         """Write ``records`` (each under its own environment) in one transaction; returns how many were written.
-
-        :param source: a name for this batch (an imported file or directory): a batch whose source was imported
-            before is skipped, so an import happens once.
-        :param newer_only: keep a stored record that is newer than the incoming one (what merging wants).
-        """
+        ``source`` names the batch (an imported file or folder): one imported before is skipped. ``newer_only``:
+        keep a stored record newer than the incoming one (what merging wants)."""
         batch = [(r.kind, r.key, r.environment, _dump(r.value), float(r.updated), r.writer) for r in records]
         for r in batch:
             _check_kind(r[0])
