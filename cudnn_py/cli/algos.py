@@ -293,14 +293,6 @@ def _host_data(cfg: Config, rng):
     return dt, make
 
 
-def _to_layout(a, layout):
-    return np.ascontiguousarray(np.moveaxis(a, 1, -1)) if layout == "NHWC" else np.ascontiguousarray(a)
-
-
-def _from_layout(a, layout):
-    return np.moveaxis(a, -1, 1) if layout == "NHWC" else a
-
-
 def sweep(cfg: Config, directions: Sequence[str], maths: Sequence[str], repeats: int = 10, warmup: int = 2,
           workspace_limit: int | None = None, check: bool = True, seed: int = 0, device: int = 0,
           progress: Callable[[str], None] | None = None) -> list[Row]:
@@ -337,7 +329,9 @@ def sweep(cfg: Config, directions: Sequence[str], maths: Sequence[str], repeats:
     except Exception as e:  # noqa: BLE001 - no GPU, no driver, cuDNN cannot start
         raise SystemExit(f"algos: cannot open a cuDNN handle on device {device} (a GPU is needed): {e}") from None
     with handle as h:
-        x, w, dy = (to_device(_to_layout(a, cfg.layout), h.stream, device=h.device) for a in (x_h, w_h, dy_h))
+        nhwc = cfg.layout == "NHWC"
+        x, w, dy = (to_device(np.ascontiguousarray(np.moveaxis(a, 1, -1) if nhwc else a), h.stream, device=h.device)
+                    for a in (x_h, w_h, dy_h))
         out_dtype = np.float32 if dt == np.int8 else dt
         for direction, math in itertools.product(directions, maths):
             conv = cv.Convolution(base.padding, base.stride, base.dilation, base.groups, mode=cfg.mode,
@@ -385,8 +379,8 @@ def sweep(cfg: Config, directions: Sequence[str], maths: Sequence[str], repeats:
                 row.time_ms = time_ms = statistics.median(t for t in times if t is not None)
                 row.tflops = flops / (time_ms * 1e-3) / 1e12 if time_ms > 0 else None
                 if check:
-                    row.max_rel_error = rel_error(_from_layout(out.to_numpy().astype(np.float64), cfg.layout),
-                                                  refs[direction])
+                    got = out.to_numpy().astype(np.float64)
+                    row.max_rel_error = rel_error(np.moveaxis(got, -1, 1) if nhwc else got, refs[direction])
     return rows
 
 

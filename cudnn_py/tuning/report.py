@@ -94,16 +94,12 @@ class LayerResult:
         return r is not None and r > MISS
 
 
-def _first(order: Sequence[str], usable: dict) -> str | None:
-    return next((t for t in order if t in usable), None)
-
-
 def analyse_record(rec: dict, dtype: str, filters: Filters = Filters()) -> tuple[dict, str | None, dict]:
     """({tag: config} the filters allow, the best tag, {pick: tag or None}) of one sweep record."""
     usable = {c["tag"]: c for c in rec["configs"] if filters.allows(c, dtype)}
     best = min(usable, key=lambda t: usable[t]["ms"]) if usable else None
     order = rec.get("order", {})
-    picks = {m: _first(order.get(m, ()), usable) for m in ("A", "B", "FALLBACK")}
+    picks = {m: next((t for t in order.get(m, ()) if t in usable), None) for m in ("A", "B", "FALLBACK")}
     picks["heuristic"] = picks["A"] or picks["FALLBACK"]
     return usable, best, picks
 

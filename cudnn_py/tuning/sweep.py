@@ -189,10 +189,6 @@ def _bind(g, h, block: np.ndarray) -> tuple[dict, dict]:
     return pack, outputs
 
 
-def _knobs(cfg) -> dict:
-    return {getattr(k, "name", str(k)).replace("CUDNN_KNOB_TYPE_", ""): int(v) for k, v in cfg.knobs.items()}
-
-
 def _settings_dict(settings: Settings) -> dict:
     d = asdict(settings)
     d["modes"] = list(settings.modes)
@@ -257,7 +253,8 @@ def time_candidates(prep: Candidates, h, settings: Settings = Settings(), progre
     failed = failed or {}
     entries = []
     for tag, cfg in prep.configs.items():
-        row = {"tag": tag, "engine": cfg.global_index, "knobs": _knobs(cfg), "notes": cfg.notes(),
+        knobs = {getattr(k, "name", str(k)).replace("CUDNN_KNOB_TYPE_", ""): int(v) for k, v in cfg.knobs.items()}
+        row = {"tag": tag, "engine": cfg.global_index, "knobs": knobs, "notes": cfg.notes(),
                "deterministic": cfg.is_deterministic, "ok": False, "ms": None, "workspace": None, "build_ms": None,
                "diff": None, "agrees": None, "reason": failed.get(tag, ""), "samples": 0, "pruned": False,
                "checked": False}
