@@ -282,17 +282,6 @@ class Row:
         return f"C{DIRECTIONS.index(self.direction)}", f"{self.direction} / {self.math_type} / {self.algo}"
 
 
-def _host_data(cfg: Config, rng):
-    import ml_dtypes  # noqa: F401  (bfloat16 for NumPy)
-    dt = np.dtype(ml_dtypes.bfloat16) if cfg.dtype == "bfloat16" else np.dtype(cfg.dtype)
-
-    def make(shape):
-        if dt == np.int8:
-            return rng.integers(-8, 9, size=shape).astype(np.int8)
-        return rng.standard_normal(shape).astype(dt)
-    return dt, make
-
-
 def sweep(cfg: Config, directions: Sequence[str], maths: Sequence[str], repeats: int = 10, warmup: int = 2,
           workspace_limit: int | None = None, check: bool = True, seed: int = 0, device: int = 0,
           progress: Callable[[str], None] | None = None) -> list[Row]:
@@ -306,10 +295,13 @@ def sweep(cfg: Config, directions: Sequence[str], maths: Sequence[str], repeats:
     from cudnn_py.memory import empty, to_device
     from cudnn_py.ops import conv_calls as cv
     from cudnn_py.streams import timer
+    from cudnn_py.tuning.compare import np_dtype
 
     require_gpu("algos", device)  # before the float64 references, which take minutes for a large layer
-    rng = np.random.default_rng(seed)
-    dt, make = _host_data(cfg, rng)
+    rng, dt = np.random.default_rng(seed), np_dtype(cfg.dtype)
+
+    def make(shape):   # int8: small integers, which int8 convolutions compute exactly
+        return rng.integers(-8, 9, size=shape).astype(dt) if dt == np.int8 else rng.standard_normal(shape).astype(dt)
     x_h, w_h = make(cfg.x_shape), make(cfg.w_shape)
     base = cv.Convolution(cfg.padding, cfg.per_dim(cfg.stride), cfg.per_dim(cfg.dilation), cfg.groups, mode=cfg.mode,
                           layout=cfg.layout)
