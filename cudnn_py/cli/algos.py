@@ -300,7 +300,7 @@ def sweep(cfg: Config, directions: Sequence[str], maths: Sequence[str], repeats:
     require_gpu("algos", device)  # before the float64 references, which take minutes for a large layer
     rng, dt = np.random.default_rng(seed), np_dtype(cfg.dtype)
 
-    def make(shape):   # int8: small integers, which int8 convolutions compute exactly
+    def make(shape):   # int8: small integers
         return rng.integers(-8, 9, size=shape).astype(dt) if dt == np.int8 else rng.standard_normal(shape).astype(dt)
     x_h, w_h = make(cfg.x_shape), make(cfg.w_shape)
     base = cv.Convolution(cfg.padding, cfg.per_dim(cfg.stride), cfg.per_dim(cfg.dilation), cfg.groups, mode=cfg.mode,
