@@ -10,12 +10,10 @@ heuristics' picks and their regret, whole-model totals; measurements kept in the
     python -m cudnn_py algos --merge part0.sqlite part1.sqlite --db all.sqlite     # the same: --db is INTO
     python -m cudnn_py algos --compare h100.sqlite h200.sqlite --threshold 0.05
 
-A second run with the same database measures nothing and reports from the stored records (``--remeasure`` to
-measure again); the filters (``--deterministic``, ``--no-tf32``, ``--no-reduced-precision``,
-``--workspace-limit``) apply when reporting, so they need no new measurement. The configurations race (those far
-slower than the best after their first sample are pruned, see :mod:`cudnn_py.tuning.sweep`); ``--exhaustive``
-times and checks every one in full. Worker processes build plans in parallel and take turns on each GPU for their
-timing (:mod:`cudnn_py.tuning.workers`); ``--shard`` and ``--merge`` spread a sweep over several machines.
+A second run with the same database reports from the stored records (``--remeasure`` measures again); the
+filters (``--deterministic``, ``--no-tf32``, ``--no-reduced-precision``, ``--workspace-limit``) apply when
+reporting. Measuring: :mod:`cudnn_py.tuning.sweep` (a race; ``--exhaustive``: every configuration in full) in
+worker processes (:mod:`cudnn_py.tuning.workers`); ``--shard`` and ``--merge`` spread a sweep over machines.
 """
 from __future__ import annotations
 

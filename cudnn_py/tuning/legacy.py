@@ -1,12 +1,8 @@
-"""The model sweep of a convolution through the legacy API: every ``cudnnConvolution*Algo_t`` timed, beside the
-``..._v7`` heuristic's order (``algos --model NAME --legacy``).
-
-The record has the shape of the graph sweep's (:mod:`cudnn_py.tuning.sweep`), so the same reports read it: each
-algorithm is a configuration (tag: the algorithm's name), and the heuristic's order (the ``_v7`` records cuDNN
-marks supported, of the math types the convolution's math type allows, as ``algo="heuristic"`` picks) stands as
-mode ``A``. The math type is the convolution's ``"auto"`` one: tensor-op math for float16/bfloat16 data, the
-default for float32. The algorithms race as the graph sweep's configurations do (:func:`cudnn_py.tuning.compare.race`:
-one sample is one call between CUDA events on the held stream; ``settings.exhaustive`` times and checks all in full).
+"""The model sweep of a convolution through the legacy API (``algos --model NAME --legacy``): every
+``cudnnConvolution*Algo_t`` raced as the graph sweep's configurations are (:func:`cudnn_py.tuning.compare.race`; a
+sample is one call between CUDA events on the held stream), in a record of the graph sweep's shape (tag: the
+algorithm's name) whose mode ``A`` is the ``_v7`` heuristic's order (the supported records of the math types the
+convolution's ``"auto"`` math type allows, as ``algo="heuristic"`` picks: tensor-op math for float16/bfloat16 data).
 """
 from __future__ import annotations
 

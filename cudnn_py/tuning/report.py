@@ -1,16 +1,11 @@
 """What a model sweep found: per-operation picks and regret, whole-model totals, tables, CSV/JSON, plots, and the
 comparison of two databases.
 
-The heuristic's pick for an operation is what ``Graph.build`` runs: the first configuration of mode A's order
-that built and ran (else FALLBACK's); the picks of modes A, B and FALLBACK are reported each. The regret of a pick
-is ``time(pick) / time(best) - 1``, the best being the fastest configuration measured; both respect the
-:class:`Filters` (determinism, no TF32 on float32 data, no reduced-precision reduction, a workspace cap). Totals
-weigh each operation by how often one training step runs it.
-
-A configuration the sweep pruned (its first sample far above the best, see :mod:`cudnn_py.tuning.sweep`) counts
-with that sample's time: it can still be a heuristics pick (its regret then rests on one sample, and the table says
-so) or the best under a filter that excludes every contender (then so is the best's time: sweep with
-``--exhaustive`` for every configuration in full).
+The heuristic's pick is what ``Graph.build`` runs: the first configuration of mode A's order that ran (else
+FALLBACK's); modes A, B and FALLBACK's picks are reported each. A pick's regret is ``time(pick) / time(best) - 1``,
+both under the :class:`Filters`. Totals weigh each operation by how often one training step runs it. A pruned
+configuration (see :mod:`cudnn_py.tuning.compare`) counts with its one sample's time, and the table says where a
+pick or the best rests on one (``--exhaustive`` times every configuration in full).
 """
 from __future__ import annotations
 

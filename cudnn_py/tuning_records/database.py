@@ -5,12 +5,11 @@ algorithm choices, serialised plans, autotune timings, ``engine="auto"``'s choic
 operation's signature, and the :class:`~cudnn_py.tuning_records.fingerprint.Environment` (cuDNN version, GPU, compute
 capability, driver) what else changes the answer; a lookup sees only records of its own environment.
 
-The file is a real database (SQLite from the standard library, WAL journal): writers take a short immediate
-transaction each, readers never block them, and a process killed mid-write (SIGKILL included) leaves the last
-committed state. Nothing in it is trusted blindly: each record carries a digest of its kind, key, environment and
-value, and a record that does not match it is dropped with a :class:`TuningWarning` (the caller measures again);
-a file that is not one of ours, is damaged or truncated, or was written by a newer schema is refused with a
-:class:`TuningDatabaseError`; a location that cannot be written degrades to memory with one warning.
+SQLite (WAL journal): each write is a short immediate transaction, readers never block writers, and a process
+killed mid-write leaves the last committed state. Each record carries a digest of its kind, key, environment and
+value; one that does not match is dropped with a :class:`TuningWarning` (the caller measures again). A file not
+ours, damaged, truncated or of a newer schema is refused (:class:`TuningDatabaseError`); a location that cannot
+be written degrades to memory with one warning.
 
 Where it lives: :func:`default_database` opens ``$CUDNN_PY_TUNING_DB`` (``:memory:`` for none), else
 ``tuning.sqlite`` in ``$CUDNN_PY_PLAN_CACHE_DIR`` (the plan store's directory), else the per-user cache
