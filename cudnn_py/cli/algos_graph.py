@@ -1,11 +1,10 @@
 """``python -m cudnn_py algos --graph KIND``: sweep every engine configuration the graph heuristics offer.
 
-For one convolution (the same ``--preset`` / ``--input --filter`` options as the legacy sweep), matmul, layer
-norm or attention problem: the engine configs (engine and knob settings) that heuristics modes A, B and FALLBACK
-return, each built into a plan, run on fresh random data with NaN-poisoned outputs, timed with CUDA events (median
-of ``--repeats``) and checked against a float64 NumPy reference (``max|out - ref| / max|ref|``). The table marks
-heuristics mode A's first plan that builds (what ``Graph.build`` runs), and adds torch's time for the same
-problem; torch does not expose which cuDNN engine it runs, so its row has no engine tag.
+For one convolution (``--preset`` / ``--input --filter`` as in the legacy sweep), matmul, layer norm or attention
+problem, each engine config heuristics modes A, B and FALLBACK return is built, run on random data with
+NaN-poisoned outputs, timed (``graph.time_plan``, median of ``--repeats``) and checked against a float64 NumPy
+reference (``max|out - ref| / max|ref|``). The table marks mode A's first plan that builds (what ``Graph.build``
+runs) and adds torch's time for the same problem (its row has no engine tag: torch does not expose it).
 
     python -m cudnn_py algos --graph conv --preset resnet50-conv2-3x3 --batch 32 --dtype float16 --layout NHWC
     python -m cudnn_py algos --graph matmul --mnk 4096,4096,4096 --dtype bfloat16 --csv mm.csv --plot mm.png
