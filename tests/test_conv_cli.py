@@ -83,7 +83,7 @@ def test_cli_reference_matches_test_reference(rng, direction, mode, xs, ws, pad,
     cfg = algos.Config(xs, ws, pad, stride, dil, groups, mode, "float64", "NCHW")
     nd = len(xs) - 2
     full = lambda v: v * nd if len(v) == 1 else v  # noqa: E731
-    rk = dict(pad=algos._pads(pad, nd), stride=full(stride), dilation=full(dil), groups=groups, mode=mode)
+    rk = dict(pad=cfg.pads(), stride=full(stride), dilation=full(dil), groups=groups, mode=mode)
     x, w = rng.standard_normal(xs), rng.standard_normal(ws)
     dy = rng.standard_normal(ref.output_shape(xs, ws, rk["pad"], rk["stride"], rk["dilation"]))
     want = {"forward": lambda: ref.conv_forward(x, w, **rk),

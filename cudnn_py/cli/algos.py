@@ -175,6 +175,12 @@ class Config:
         """Stride or dilation values, one per spatial dimension."""
         return v * self.nd if len(v) == 1 else v
 
+    def pads(self) -> tuple[tuple[int, int], ...]:
+        """(low, high) padding per spatial dimension."""
+        if isinstance(self.padding, int):
+            return ((self.padding, self.padding),) * self.nd
+        return tuple(p if isinstance(p, tuple) else (p, p) for p in self.padding)
+
     def y_shape(self) -> tuple:
         """The forward output's shape (logical NCHW); ValueError where the geometry is inconsistent."""
         from cudnn_py.ops.convolution import Convolution
@@ -220,16 +226,10 @@ def config_from_args(args: argparse.Namespace) -> Config:
 
 # ---------------------------------------------------------------- float64 reference (logical NCHW)
 
-def _pads(padding, nd):
-    if isinstance(padding, int):
-        return ((padding, padding),) * nd
-    return tuple(p if isinstance(p, tuple) else (p, p) for p in padding)
-
-
 def reference(direction: str, cfg: Config, x, w, dy):
     """float64 result of one direction, by a loop over kernel offsets (channels contracted with tensordot)."""
     nd, g = cfg.nd, cfg.groups
-    pads, s, d = _pads(cfg.padding, nd), cfg.full(cfg.stride), cfg.full(cfg.dilation)
+    pads, s, d = cfg.pads(), cfg.full(cfg.stride), cfg.full(cfg.dilation)
     if cfg.mode == "convolution":
         w = w[(slice(None), slice(None)) + (slice(None, None, -1),) * nd]
     n, c = x.shape[:2]

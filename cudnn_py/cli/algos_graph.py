@@ -118,8 +118,7 @@ def _conv_problem(args) -> Problem:
     if direction is None:
         raise SystemExit("algos --graph conv: give one --direction (fwd, bwd_data or bwd_filter)")
     layout = "NHWC" if cfg.layout == "NHWC" else None
-    pads, stride, dil, y_shape = algos._pads(cfg.padding, cfg.nd), cfg.full(cfg.stride), cfg.full(cfg.dilation), \
-        cfg.y_shape()
+    pads, stride, dil, y_shape = cfg.pads(), cfg.full(cfg.stride), cfg.full(cfg.dilation), cfg.y_shape()
     kw = dict(padding=tuple(p[0] for p in pads), post_padding=tuple(p[1] for p in pads), stride=stride,
               dilation=dil, conv_mode=cfg.mode)
 
