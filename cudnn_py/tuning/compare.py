@@ -25,13 +25,14 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
 
 from cudnn_py.tuning_records.database import finite as _finite
 
-__all__ = ["AGREEMENT", "PRUNE", "MIN_CHECKED", "np_dtype", "sample", "agreement", "race", "Progress"]
+__all__ = ["AGREEMENT", "PRUNE", "MIN_CHECKED", "np_dtype", "header", "sample", "agreement", "race", "Progress"]
 
 
 def np_dtype(name: str) -> np.dtype:
@@ -40,6 +41,14 @@ def np_dtype(name: str) -> np.dtype:
         import ml_dtypes
         return np.dtype(ml_dtypes.bfloat16)
     return np.dtype(name)
+
+
+def header(p, settings) -> dict:
+    """The start of problem ``p``'s record: what was measured and how (a sweep's ``Settings``), before any
+    configuration."""
+    stored = {**asdict(settings), "modes": list(settings.modes)}
+    return {"key": p.key, "op": p.kind, "pass": p.pass_, "dtype": p.dtype, "settings": stored, "order": {},
+            "configs": [], "problem": "", "count": p.count}
 
 
 #: relative difference from the configurations' median output above which a configuration is marked as disagreeing

@@ -42,10 +42,9 @@ def measure_legacy(p: Problem, h, settings, progress: Progress | None = None) ->
     from cudnn_py.ops import conv_calls as cv
     from cudnn_py.streams import timer
 
-    from .compare import np_dtype, race, sample
+    from .compare import header, np_dtype, race, sample
     if not isinstance(p.op, Conv):
         raise TypeError(f"the legacy sweep takes convolutions, not {p.kind}")
-    from .sweep import header
     op, direction, dt = p.op, DIRECTION[p.pass_], np_dtype(p.dtype)
     rec = {**header(p, settings), "api": "legacy", "order": {"A": []}}
     oh, ow = op.out_hw

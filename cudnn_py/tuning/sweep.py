@@ -21,7 +21,7 @@ import warnings
 from pathlib import Path
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -29,7 +29,7 @@ import numpy as np
 from cudnn_py.tuning_records.database import TuningDatabase, finite
 from cudnn_py.tuning_records.models import Attention, Conv, Linear, Norm, Problem
 
-from .compare import Progress, np_dtype, race, sample
+from .compare import Progress, header, np_dtype, race, sample
 
 __all__ = ["KIND", "RUN_KIND", "MODES", "Settings", "Candidates", "build_graph", "header", "candidates",
            "time_candidates", "measure", "stored", "sweep", "valid_record", "covers", "time_summary", "kernel_cache",
@@ -189,12 +189,6 @@ def _bind(g, h, block: np.ndarray) -> tuple[dict, dict]:
     return pack, outputs
 
 
-def _settings_dict(settings: Settings) -> dict:
-    d = asdict(settings)
-    d["modes"] = list(settings.modes)
-    return d
-
-
 @dataclass
 class Candidates:
     """A problem's candidate engine configurations, by tag in visit order (mode A's first), with its lowered graph
@@ -204,12 +198,6 @@ class Candidates:
     rec: dict
     graph: Any = None
     configs: dict = field(default_factory=dict)
-
-
-def header(p: Problem, settings: Settings) -> dict:
-    """The start of ``p``'s record: what was measured and how, before any configuration."""
-    return {"key": p.key, "op": p.kind, "pass": p.pass_, "dtype": p.dtype, "settings": _settings_dict(settings),
-            "order": {}, "configs": [], "problem": "", "count": p.count}
 
 
 def candidates(p: Problem, h, settings: Settings = Settings()) -> Candidates:
@@ -446,7 +434,7 @@ def sweep(problems: Sequence[Problem], db: TuningDatabase, *, device: int = 0, d
             secs[k] = round(secs.get(k, 0.0) + float(v), 4)
     db.record(RUN_KIND, f"{started}|{todo[0].key}", {
         "started": started, "seconds": round(time.monotonic() - t0, 3), "operations": len(problems),
-        "measured": len(todo), "keys": [p.key for p in todo], "settings": _settings_dict(settings),
+        "measured": len(todo), "keys": [p.key for p in todo], "settings": header(todo[0], settings)["settings"],
         "jobs": jobs, "devices": where, "kernel_cache": cache, "phases": secs, "workers": starts}, device=device)
     return out, len(todo)
 
