@@ -28,8 +28,7 @@ from . import HelpFormatter
 from .prerequisites import require_gpu
 
 DIRECTIONS = ("forward", "backward_data", "backward_filter")
-_DIR_ALIASES = {"fwd": "forward", "forward": "forward", "bwd_data": "backward_data", "backward_data": "backward_data",
-                "bwd_filter": "backward_filter", "backward_filter": "backward_filter"}
+_DIR_ALIASES = {"fwd": "forward", "bwd_data": "backward_data", "bwd_filter": "backward_filter"}
 MATHS = ("default", "tensor_op", "tensor_op_allow_conversion", "fma")
 DTYPES = ("float32", "float16", "bfloat16", "float64", "int8")
 

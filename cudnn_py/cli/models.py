@@ -105,11 +105,6 @@ def _devices(text: str, found: dict) -> list[int]:
         raise SystemExit(f"algos: --devices takes 'all' or ordinals like 0,1, got {text!r}") from None
 
 
-def _database(args):
-    from cudnn_py.tuning import TuningDatabase, default_database
-    return TuningDatabase(args.db) if args.db else default_database()
-
-
 def run(args: argparse.Namespace) -> int:
     """The ``algos --model / --compare / --merge / --list-models`` command."""
     from cudnn_py.tuning import TuningDatabaseError
@@ -208,7 +203,8 @@ def _sweep(args, rp) -> int:
     gib = [g["memory_gib"] for g in found["gpus"] if g["index"] in (devices or [args.device])]
     jobs = args.jobs or (default_jobs(gib) if gib else 1)
     new_file = path != ":memory:" and not os.path.exists(path)
-    db = _database(args)
+    from cudnn_py.tuning import TuningDatabase, default_database
+    db = TuningDatabase(args.db) if args.db else default_database()
     start = time.monotonic()
     from cudnn_py.cli.algos import progress_writer
     progress = None if args.quiet else progress_writer(sys.stderr.isatty())
