@@ -7,8 +7,9 @@ workers, more than the wall time), and its picks against the reference (the firs
 reference's best, and its tuned step time over the reference's. ``cold`` rows start from an empty kernel cache
 (a fresh ``CUDA_CACHE_PATH``); ``warm`` rows use the one the last cold row filled, or ``--kernel-cache DIR``.
 Each row also gives what a worker costs to start: the median seconds from its spawn to its handle opened (``ready``)
-and to its first plan built (the run's record), and the median of the processes' peak GPU memory (``nvidia-smi``
-polled twice a second while the row runs: a worker's context, its buffers and workspaces; ``-`` without it).
+and to its first plan built (the run's record), and the medians over the processes of the GPU memory ``nvidia-smi``
+first saw (about a context: polled twice a second while the row runs) and of the most it saw (the context, the
+buffers and workspaces of an operation); ``-`` without ``nvidia-smi``.
 
     python benchmarks/sweep_jobs.py --model resnet50 --rows 16:cold,16:warm,1:warm --out /tmp/sweeps
     python benchmarks/sweep_jobs.py --model resnet50 --rows 16:cold --out /tmp/s914 -- --cold-l2   # extra algos args
@@ -58,18 +59,21 @@ def _gpu_mib() -> dict[int, int]:
             if p.strip().isdigit() and m.strip().isdigit()}
 
 
-def _run(cmd: list[str], env: dict) -> tuple[subprocess.CompletedProcess, dict[int, int]]:
-    """Run ``cmd``, polling the GPU memory of every compute process meanwhile: (the result, {pid: peak MiB})."""
+def _run(cmd: list[str], env: dict) -> tuple[subprocess.CompletedProcess, dict[int, int], dict[int, int]]:
+    """Run ``cmd``, polling the GPU memory of every compute process meanwhile: (the result, {pid: the MiB first
+    seen}, {pid: the most MiB seen})."""
+    first: dict[int, int] = {}
     peaks: dict[int, int] = {}
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, env=env)
         while proc.poll() is None:
             for pid, mib in _gpu_mib().items():
+                first.setdefault(pid, mib)
                 peaks[pid] = max(peaks.get(pid, 0), mib)
             time.sleep(0.5)
         out.seek(0)
         err.seek(0)
-        return subprocess.CompletedProcess(cmd, proc.returncode, out.read(), err.read()), peaks
+        return subprocess.CompletedProcess(cmd, proc.returncode, out.read(), err.read()), first, peaks
 
 
 def _median(values) -> float | None:
@@ -103,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         cmd = [sys.executable, "-m", "cudnn_py", "algos", "--model", args.model, "--batch", args.batch, "--dtype",
                args.dtype, "--layout", args.layout, "--jobs", str(jobs), "--db", db, "--quiet", *extra]
         t0 = time.perf_counter()
-        got, peaks = _run(cmd, {**os.environ, "CUDA_CACHE_PATH": cache})
+        got, first, peaks = _run(cmd, {**os.environ, "CUDA_CACHE_PATH": cache})
         wall = time.perf_counter() - t0
         with open(os.path.join(args.out, f"row{i}.txt"), "w") as f:
             f.write(got.stdout + got.stderr)
@@ -122,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
                      "samples_s": round(sum(run.value["phases"].get(k, 0.0) for k in ("first_sample", "samples")), 1),
                      "ready_s": _median(w["ready_s"] for w in starts),
                      "first_build_s": _median(w["first_build_s"] for w in starts),
-                     "gpu_mib": _median(peaks.values()), "gpu_processes": len(peaks),
+                     "gpu_mib_first": _median(first.values()), "gpu_mib_peak": _median(peaks.values()),
+                     "gpu_processes": len(peaks),
                      "summary": got.stdout.splitlines()[1] if len(got.stdout.splitlines()) > 1 else ""})
         print(f"row {i}: --jobs {jobs}, {state} kernel cache: {wall:.1f} s", file=sys.stderr, flush=True)
     for r in rows:
@@ -131,14 +136,14 @@ def main(argv: list[str] | None = None) -> int:
         json.dump({"model": args.model, "extra": extra, "reference": reference, "rows": rows}, f, indent=1)
     print(f"{args.model} batch {args.batch} {args.dtype} {args.layout} {' '.join(extra)}".rstrip())
     print(f"{'jobs':>4} {'cache':>5} {'wall s':>7} {'builds s':>8} {'samples s':>9} {'ops':>4} {'ready s':>7} "
-          f"{'1st build s':>11} {'MiB/proc':>8}  picks within 2% of the reference, tuned step / reference's")
+          f"{'1st build s':>11} {'MiB 1st':>7} {'MiB max':>7}  picks within 2% of the reference, tuned step / reference's")
     num = (lambda v, f: "-" if v is None else format(v, f))
     for r in rows:
         picks = "reference" if r["db"] == reference else "-" if r["picks"] is None else \
             f"{r['picks'][0]} of {r['picks'][1]}, {r['picks'][2]:.4f}"
         print(f"{r['jobs']:>4} {r['cache']:>5} {r['wall_s']:>7.1f} {r['builds_s']:>8.1f} {r['samples_s']:>9.1f} "
               f"{r['measured']:>4} {num(r['ready_s'], '7.2f')} {num(r['first_build_s'], '11.2f')} "
-              f"{num(r['gpu_mib'], '8.0f')}  {picks}")
+              f"{num(r['gpu_mib_first'], '7.0f')} {num(r['gpu_mib_peak'], '7.0f')}  {picks}")
     return 0
 
 
