@@ -37,12 +37,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--layers", type=int, default=None, metavar="N", help="only the first N distinct operations")
     g.add_argument("--quick", action="store_true", help=f"a short check: --layers {QUICK[0]} --repeats {QUICK[1]} "
                    f"--warmup {QUICK[2]}")
-    g.add_argument("--jobs", type=int, default=None, metavar="N", help="measure in N worker processes: plan builds "
-                   "in parallel, each GPU's timing one worker at a time (default: one per core, at most one per "
-                   "2 GiB of GPU memory; 1: in this process)")
-    g.add_argument("--time-limit", type=float, default=600.0, metavar="S", help="a worker that makes no progress "
-                   "on one plan build or timing for S seconds is stopped and that configuration recorded as failed "
-                   "(default 600)")
+    g.add_argument("--jobs", type=int, default=None, metavar="N", help="N worker processes: builds in parallel, "
+                   "each GPU timing one at a time (default: one per core, at most one per 2 GiB of GPU memory; 1: in "
+                   "this process)")
+    g.add_argument("--time-limit", type=float, default=600.0, metavar="S", help="stop a worker stuck on one build "
+                   "or timing for S seconds, that configuration recorded as failed (default 600)")
     g.add_argument("--devices", default=None, help="'all' or a list like 0,1: the workers spread over these GPUs, "
                    "each timing on its own")
     g.add_argument("--shard", default=None, metavar="I/N", help="measure only operations i, i+N, ... (0-based)")
@@ -66,9 +65,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--compare", nargs=2, metavar=("DB_A", "DB_B"), help="list operations whose best configuration "
                    "or time changed between two databases")
     g.add_argument("--threshold", type=float, default=0.05, help="--compare: a relative time change (default 0.05)")
-    g.add_argument("--merge", nargs="+", metavar="DB", help="INTO FROM...: copy the records of FROM databases into "
-                   "INTO (the newer of two records of one key wins); with --db, every DB given is a FROM and --db is "
-                   "INTO")
+    g.add_argument("--merge", nargs="+", metavar="DB", help="INTO FROM...: copy FROM databases' records into INTO "
+                   "(the newer of one key's wins); with --db, every DB is a FROM and --db is INTO")
 
 
 def wanted(args: argparse.Namespace) -> bool:

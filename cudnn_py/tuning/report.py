@@ -202,16 +202,15 @@ def write_csv(results: Sequence[LayerResult], path: str) -> None:
 
 def write_json(results: Sequence[LayerResult], summary: dict, meta: dict, path: str,
                records: dict | None = None) -> None:
-    """``{"meta": ..., "totals": ..., "operations": [...], "records": {key: sweep record}}`` as JSON (the records
-    hold every configuration's time, workspace, notes and agreement, and each mode's order)."""
+    """``{"meta": ..., "totals": ..., "operations": [...], "records": {key: sweep record}}`` as JSON."""
     with open(path, "w") as f:
         json.dump({"meta": meta, "totals": summary, "operations": [asdict(r) for r in results],
                    "records": records or {}}, f, indent=1)
 
 
 def format_details(result: LayerResult, rec: dict, filters: Filters = Filters()) -> str:
-    """Every configuration of one operation, fastest first: time, workspace, notes, agreement, which modes offered
-    it at which rank, and whether the filters allow it."""
+    """Every configuration of one operation, fastest first: time, workspace, notes, agreement, modes and ranks,
+    whether the filters allow it."""
     ranks = {m: {t: i for i, t in enumerate(order)} for m, order in rec.get("order", {}).items()}
     lines = [f"{result.kind}.{result.pass_} {result.key}  ({', '.join(result.layers[:3])}"
              f"{' ...' if len(result.layers) > 3 else ''})"]
@@ -228,8 +227,8 @@ def format_details(result: LayerResult, rec: dict, filters: Filters = Filters())
 
 
 def plot(results: Sequence[LayerResult], path: str, title: str) -> bool:
-    """Three panels: regret per operation, time per operation (heuristic vs tuned), a histogram of regret.
-    Renders off-screen; False when matplotlib is missing (nothing written)."""
+    """Three panels (off-screen): regret and time (heuristic vs tuned) per operation, a histogram of regret; False
+    when matplotlib is missing (nothing written)."""
     try:
         from matplotlib.figure import Figure
     except ImportError:

@@ -74,8 +74,7 @@ class DeviceLock:
 # ------------------------------------------------------------------------------------------------ the worker
 
 class _Events:
-    """A worker's progress: each call a message to the parent (the methods of
-    :class:`~cudnn_py.tuning.compare.Progress` that a measurement calls)."""
+    """A worker's side of :class:`~cudnn_py.tuning.compare.Progress`: each call a message to the parent."""
 
     def __init__(self, conn: Connection):
         self.conn = conn
