@@ -1,5 +1,5 @@
-"""``python -m cudnn_py algos`` on CPU: argument parsing, presets, configuration errors, the float64
-reference it uses (against tests/reference/conv.py), and the table/CSV/JSON/plot writers."""
+"""``python -m cudnn_py algos``: argument parsing, presets, configuration errors, the float64 reference it uses
+(against tests/reference/conv.py), and the table/CSV/JSON/plot writers on CPU; the sweep itself on the GPU."""
 from __future__ import annotations
 
 import argparse
@@ -155,3 +155,14 @@ def test_progress_uses_ansi_only_on_a_terminal(capsys, terminal):
         assert err == "\r\033[K[1/2] forward default GEMM\r\033[K[2/2] forward default FFT"
     else:
         assert err == "[1/2] forward default GEMM\n[2/2] forward default FFT\n"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_the_sweep_times_and_checks_every_direction_in_both_layouts(layout):
+    cfg = algos.Config((2, 8, 9, 9), (8, 8, 3, 3), 1, (1,), (1,), 1, "cross_correlation", "float32", layout)
+    rows = algos.sweep(cfg, algos.DIRECTIONS, ("default",), repeats=2, warmup=1)
+    ok = [r for r in rows if r.supported]
+    assert {r.direction for r in ok} == set(algos.DIRECTIONS) and any(r.deterministic is not None for r in rows)
+    assert all(r.time_ms > 0 and r.tflops and r.workspace_bytes is not None and r.max_rel_error < 1e-3 for r in ok)
+    assert all(r.reason for r in rows if not r.supported)
