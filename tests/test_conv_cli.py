@@ -164,5 +164,5 @@ def test_the_sweep_times_and_checks_every_direction_in_both_layouts(layout):
     rows = algos.sweep(cfg, algos.DIRECTIONS, ("default",), repeats=2, warmup=1)
     ok = [r for r in rows if r.supported]
     assert {r.direction for r in ok} == set(algos.DIRECTIONS) and any(r.deterministic is not None for r in rows)
-    assert all(r.time_ms > 0 and r.tflops and r.workspace_bytes is not None and r.max_rel_error < 1e-3 for r in ok)
+    assert all(r.time_ms > 0 and r.tflops and r.workspace_bytes is not None and r.max_rel_error < 1e-2 for r in ok)
     assert all(r.reason for r in rows if not r.supported)
