@@ -6,6 +6,10 @@ workers, more than the wall time), and its picks against the reference (the firs
 ``--reference DB``): in how many operations its best configuration, as the reference timed it, is within 2 % of the
 reference's best, and its tuned step time over the reference's. ``cold`` rows start from an empty kernel cache
 (a fresh ``CUDA_CACHE_PATH``); ``warm`` rows use the one the last cold row filled, or ``--kernel-cache DIR``.
+Each row also gives what a worker costs to start: the median seconds from its spawn to its handle opened (``ready``)
+and to its first plan built (the run's record), and the medians over the processes of the GPU memory ``nvidia-smi``
+first saw (about a context: polled twice a second while the row runs) and of the most it saw (the context, the
+buffers and workspaces of an operation); ``-`` without ``nvidia-smi``.
 
     python benchmarks/sweep_jobs.py --model resnet50 --rows 16:cold,16:warm,1:warm --out /tmp/sweeps
     python benchmarks/sweep_jobs.py --model resnet50 --rows 16:cold --out /tmp/s914 -- --cold-l2   # extra algos args
@@ -17,8 +21,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 from cudnn_py.cli.prerequisites import script_args
@@ -40,6 +46,39 @@ def _picks(path: str, reference: str) -> tuple[int, int, float]:
         _, info = rp.compare(a, b, threshold=0.02)
     totals = info["totals"]
     return info["a_best_within"], info["common"], totals["tuned_a"] / totals["tuned_b"]
+
+
+def _gpu_mib() -> dict[int, int]:
+    """{pid: MiB of GPU memory} of the compute processes ``nvidia-smi`` lists now (empty without it)."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    return {int(p): int(m) for p, m in (line.split(",") for line in out.splitlines() if line.count(",") == 1)
+            if p.strip().isdigit() and m.strip().isdigit()}
+
+
+def _run(cmd: list[str], env: dict) -> tuple[subprocess.CompletedProcess, dict[int, int], dict[int, int]]:
+    """Run ``cmd``, polling the GPU memory of every compute process meanwhile: (the result, {pid: the MiB first
+    seen}, {pid: the most MiB seen})."""
+    first: dict[int, int] = {}
+    peaks: dict[int, int] = {}
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, env=env)
+        while proc.poll() is None:
+            for pid, mib in _gpu_mib().items():
+                first.setdefault(pid, mib)
+                peaks[pid] = max(peaks.get(pid, 0), mib)
+            time.sleep(0.5)
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(cmd, proc.returncode, out.read(), err.read()), first, peaks
+
+
+def _median(values) -> float | None:
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         cmd = [sys.executable, "-m", "cudnn_py", "algos", "--model", args.model, "--batch", args.batch, "--dtype",
                args.dtype, "--layout", args.layout, "--jobs", str(jobs), "--db", db, "--quiet", *extra]
         t0 = time.perf_counter()
-        got = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "CUDA_CACHE_PATH": cache})
+        got, first, peaks = _run(cmd, {**os.environ, "CUDA_CACHE_PATH": cache})
         wall = time.perf_counter() - t0
         with open(os.path.join(args.out, f"row{i}.txt"), "w") as f:
             f.write(got.stdout + got.stderr)
@@ -81,8 +120,14 @@ def main(argv: list[str] | None = None) -> int:
             (run,) = t.records(RUN_KIND)
         if reference is None and jobs == 1:
             reference = db
+        starts = run.value.get("workers") or []
         rows.append({"row": i, "jobs": jobs, "cache": state, "wall_s": round(wall, 1), "db": db,
                      "builds_s": round(run.value["phases"].get("build", 0.0), 1), "measured": run.value["measured"],
+                     "samples_s": round(sum(run.value["phases"].get(k, 0.0) for k in ("first_sample", "samples")), 1),
+                     "ready_s": _median(w["ready_s"] for w in starts),
+                     "first_build_s": _median(w["first_build_s"] for w in starts),
+                     "gpu_mib_first": _median(first.values()), "gpu_mib_peak": _median(peaks.values()),
+                     "gpu_processes": len(peaks),
                      "summary": got.stdout.splitlines()[1] if len(got.stdout.splitlines()) > 1 else ""})
         print(f"row {i}: --jobs {jobs}, {state} kernel cache: {wall:.1f} s", file=sys.stderr, flush=True)
     for r in rows:
@@ -90,12 +135,15 @@ def main(argv: list[str] | None = None) -> int:
     with open(os.path.join(args.out, "rows.json"), "w") as f:
         json.dump({"model": args.model, "extra": extra, "reference": reference, "rows": rows}, f, indent=1)
     print(f"{args.model} batch {args.batch} {args.dtype} {args.layout} {' '.join(extra)}".rstrip())
-    print(f"{'jobs':>4} {'cache':>5} {'wall s':>7} {'builds s':>8} {'ops':>4}  picks within 2% of the reference, "
-          "tuned step / reference's")
+    print(f"{'jobs':>4} {'cache':>5} {'wall s':>7} {'builds s':>8} {'samples s':>9} {'ops':>4} {'ready s':>7} "
+          f"{'1st build s':>11} {'MiB 1st':>7} {'MiB max':>7}  picks within 2% of the reference, tuned step / reference's")
+    num = (lambda v, f: "-" if v is None else format(v, f))
     for r in rows:
         picks = "reference" if r["db"] == reference else "-" if r["picks"] is None else \
             f"{r['picks'][0]} of {r['picks'][1]}, {r['picks'][2]:.4f}"
-        print(f"{r['jobs']:>4} {r['cache']:>5} {r['wall_s']:>7.1f} {r['builds_s']:>8.1f} {r['measured']:>4}  {picks}")
+        print(f"{r['jobs']:>4} {r['cache']:>5} {r['wall_s']:>7.1f} {r['builds_s']:>8.1f} {r['samples_s']:>9.1f} "
+              f"{r['measured']:>4} {num(r['ready_s'], '7.2f')} {num(r['first_build_s'], '11.2f')} "
+              f"{num(r['gpu_mib_first'], '7.0f')} {num(r['gpu_mib_peak'], '7.0f')}  {picks}")
     return 0
 
 

@@ -1,5 +1,5 @@
-"""``python -m cudnn_py algos`` on CPU: argument parsing, presets, configuration errors, the float64
-reference it uses (against tests/reference/conv.py), and the table/CSV/JSON/plot writers."""
+"""``python -m cudnn_py algos``: argument parsing, presets, configuration errors, the float64 reference it uses
+(against tests/reference/conv.py), and the table/CSV/JSON/plot writers on CPU; the sweep itself on the GPU."""
 from __future__ import annotations
 
 import argparse
@@ -83,7 +83,7 @@ def test_cli_reference_matches_test_reference(rng, direction, mode, xs, ws, pad,
     cfg = algos.Config(xs, ws, pad, stride, dil, groups, mode, "float64", "NCHW")
     nd = len(xs) - 2
     full = lambda v: v * nd if len(v) == 1 else v  # noqa: E731
-    rk = dict(pad=algos._pads(pad, nd), stride=full(stride), dilation=full(dil), groups=groups, mode=mode)
+    rk = dict(pad=cfg.pads(), stride=full(stride), dilation=full(dil), groups=groups, mode=mode)
     x, w = rng.standard_normal(xs), rng.standard_normal(ws)
     dy = rng.standard_normal(ref.output_shape(xs, ws, rk["pad"], rk["stride"], rk["dilation"]))
     want = {"forward": lambda: ref.conv_forward(x, w, **rk),
@@ -155,3 +155,14 @@ def test_progress_uses_ansi_only_on_a_terminal(capsys, terminal):
         assert err == "\r\033[K[1/2] forward default GEMM\r\033[K[2/2] forward default FFT"
     else:
         assert err == "[1/2] forward default GEMM\n[2/2] forward default FFT\n"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_the_sweep_times_and_checks_every_direction_in_both_layouts(layout):
+    cfg = algos.Config((2, 8, 9, 9), (8, 8, 3, 3), 1, (1,), (1,), 1, "cross_correlation", "float32", layout)
+    rows = algos.sweep(cfg, algos.DIRECTIONS, ("default",), repeats=2, warmup=1)
+    ok = [r for r in rows if r.supported]
+    assert {r.direction for r in ok} == set(algos.DIRECTIONS) and any(r.deterministic is not None for r in rows)
+    assert all(r.time_ms > 0 and r.tflops and r.workspace_bytes is not None and r.max_rel_error < 1e-2 for r in ok)
+    assert all(r.reason for r in rows if not r.supported)

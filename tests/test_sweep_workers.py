@@ -20,11 +20,11 @@ from cudnn_py.tuning.models import model
 PROBLEMS = model("resnet50").problems(32, "float16", "NHWC")
 
 
-def _run(problems, plan, *, jobs=3, devices=(0,), time_limit=60.0, opener=si.opener):
+def _run(problems, plan, *, jobs=3, devices=(0,), time_limit=60.0, opener=si.opener, starts=None):
     kept: dict[str, tuple[dict, int]] = {}
     lines: list[str] = []
     prog = Progress(lines.append, len(problems), interval=0)
-    workers.run(problems, plan, devices=devices, jobs=jobs, work=si.work, opener=opener, progress=prog,
+    (starts if starts is not None else [])[:] = workers.run(problems, plan, devices=devices, jobs=jobs, work=si.work, opener=opener, progress=prog,
                 keep=lambda p, rec, d: kept.__setitem__(p.key, (rec, d)), time_limit=time_limit)
     prog.close()
     return kept, lines
@@ -38,7 +38,8 @@ def _intervals(log: str, what: str) -> list[tuple[int, float, float]]:
 def test_every_problem_is_measured_once_builds_overlap_and_timing_never_does(tmp_path):
     log = str(tmp_path / "events")
     problems = PROBLEMS[:8]
-    kept, lines = _run(problems, si.Plan(seconds=0.05, log=log, gather=2), jobs=4)
+    starts: list[dict] = []
+    kept, lines = _run(problems, si.Plan(seconds=0.05, log=log, gather=2), jobs=4, starts=starts)
     assert sorted(kept) == sorted(p.key for p in problems)
     assert all(rec["configs"][2]["ms"] == 3.0 and d == 0 for rec, d in kept.values())
     holds = sorted(_intervals(log, "hold"), key=lambda r: r[1])
@@ -48,6 +49,9 @@ def test_every_problem_is_measured_once_builds_overlap_and_timing_never_does(tmp
     overlapping = sum(1 for p1, a1, b1 in builds for p2, a2, b2 in builds if p1 < p2 and a1 < b2 and a2 < b1)
     assert overlapping > 0                                                   # builds ran at once
     assert lines[-1].startswith("ops 8/8  built 24/24  timed 24/24 (0 pruned)  eta 0s")
+    assert len(starts) == 4 and all(w["device"] == 0 for w in starts)   # each worker's start cost, by the parent
+    built = [w for w in starts if w["first_build_s"] is not None]
+    assert len(built) > 1 and all(0 < w["ready_s"] <= w["first_build_s"] for w in built)
 
 
 def test_workers_spread_over_devices_each_with_its_own_lock(tmp_path):
@@ -133,6 +137,7 @@ def test_the_cli_sweeps_in_workers_into_the_database(tmp_path, monkeypatch, caps
         assert len(t.records(KIND)) == 5
         (run,) = t.records(RUN_KIND)
     assert run.value["jobs"] == 3 and run.value["devices"] == [0]
+    assert len(run.value["workers"]) == 3      # each worker's start cost (see the first test)
 
 
 def test_interrupt_stops_every_worker_and_keeps_what_was_measured(tmp_path):

@@ -84,11 +84,8 @@ def _prog() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one command.
-
-    :param argv: the arguments after the program name (default: ``sys.argv[1:]``).
-    :returns: the exit status.
-    """
+    """Run one command of ``argv`` (the arguments after the program name; default ``sys.argv[1:]``); returns the
+    exit status."""
     from .. import __version__
 
     parser = Parser(prog=_prog(), description="cuDNN from Python: environment report and convolution algorithm "

@@ -14,6 +14,7 @@ import csv
 import importlib.util
 import itertools
 import json
+import math
 import statistics
 import sys
 from collections.abc import Callable, Sequence
@@ -27,8 +28,7 @@ from . import HelpFormatter
 from .prerequisites import require_gpu
 
 DIRECTIONS = ("forward", "backward_data", "backward_filter")
-_DIR_ALIASES = {"fwd": "forward", "forward": "forward", "bwd_data": "backward_data", "backward_data": "backward_data",
-                "bwd_filter": "backward_filter", "backward_filter": "backward_filter"}
+_DIR_ALIASES = {"fwd": "forward", "bwd_data": "backward_data", "bwd_filter": "backward_filter"}
 MATHS = ("default", "tensor_op", "tensor_op_allow_conversion", "fma")
 DTYPES = ("float32", "float16", "bfloat16", "float64", "int8")
 
@@ -105,12 +105,8 @@ def _choice_list(allowed, aliases=None):
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register ``algos`` and the convolution sweep's flags (:mod:`cudnn_py.cli.algos_command` adds the graph and
-    model sweeps' flags).
-
-    :param subparsers: the subparsers of the top-level parser.
-    :returns: the ``algos`` parser.
-    """
+    """Register ``algos`` with the convolution sweep's flags; returns its parser (:mod:`~cudnn_py.cli.algos_command`
+    adds the graph and model sweeps' flags)."""
     p = subparsers.add_parser("algos", help="time and check every convolution algorithm for one configuration",
                               description=__doc__, formatter_class=HelpFormatter, usage=USAGE)
     shape = p.add_argument_group("configuration (a preset, or --input and --filter)")
@@ -171,32 +167,34 @@ class Config:
         return len(self.x_shape) - 2
 
     def per_dim(self, v: tuple) -> int | tuple:
-        """A one-value tuple as its value (the same for every dimension), a longer one unchanged.
-
-        :param v: stride or dilation values.
-        :returns: what :class:`~cudnn_py.Convolution` takes.
-        """
+        """Stride or dilation values as :class:`~cudnn_py.Convolution` takes them (one value: the same for all)."""
         return v[0] if len(v) == 1 else v
 
-    def flops(self) -> float:
-        """Floating-point operations of one pass (the same count for each direction).
+    def full(self, v: tuple) -> tuple:
+        """Stride or dilation values, one per spatial dimension."""
+        return v * self.nd if len(v) == 1 else v
 
-        :returns: 2 * the forward convolution's multiply-adds.
-        :raises ValueError: when the geometry is inconsistent.
-        """
+    def pads(self) -> tuple[tuple[int, int], ...]:
+        """(low, high) padding per spatial dimension."""
+        if isinstance(self.padding, int):
+            return ((self.padding, self.padding),) * self.nd
+        return tuple(p if isinstance(p, tuple) else (p, p) for p in self.padding)
+
+    def y_shape(self) -> tuple:
+        """The forward output's shape (logical NCHW); ValueError where the geometry is inconsistent."""
         from cudnn_py.ops.convolution import Convolution
         conv = Convolution(self.padding, self.per_dim(self.stride), self.per_dim(self.dilation), self.groups)
-        y = conv.output_shape(self.x_shape, self.w_shape)
-        return 2.0 * float(np.prod(y, dtype=np.float64)) * float(np.prod(self.w_shape[1:], dtype=np.float64))
+        return conv.output_shape(self.x_shape, self.w_shape)
+
+    def flops(self) -> float:
+        """2 * the forward convolution's multiply-adds (each direction's count); ValueError as :meth:`y_shape`."""
+        return 2.0 * float(np.prod(self.y_shape(), dtype=np.float64)) * float(np.prod(self.w_shape[1:],
+                                                                                       dtype=np.float64))
 
 
 def config_from_args(args: argparse.Namespace) -> Config:
-    """The configuration named on the command line.
-
-    :param args: the parsed ``algos`` arguments.
-    :returns: the configuration.
-    :raises SystemExit: (argparse style, with the reason) when it is incomplete or inconsistent.
-    """
+    """The configuration the ``algos`` arguments name; SystemExit with the reason where it is incomplete or
+    inconsistent."""
     if args.preset:
         if args.input or args.filter:
             raise SystemExit("algos: give either --preset or --input/--filter, not both")
@@ -227,18 +225,10 @@ def config_from_args(args: argparse.Namespace) -> Config:
 
 # ---------------------------------------------------------------- float64 reference (logical NCHW)
 
-def _pads(padding, nd):
-    if isinstance(padding, int):
-        return ((padding, padding),) * nd
-    return tuple(p if isinstance(p, tuple) else (p, p) for p in padding)
-
-
 def reference(direction: str, cfg: Config, x, w, dy):
     """float64 result of one direction, by a loop over kernel offsets (channels contracted with tensordot)."""
     nd, g = cfg.nd, cfg.groups
-    pads = _pads(cfg.padding, nd)
-    s = cfg.stride * nd if len(cfg.stride) == 1 else cfg.stride
-    d = cfg.dilation * nd if len(cfg.dilation) == 1 else cfg.dilation
+    pads, s, d = cfg.pads(), cfg.full(cfg.stride), cfg.full(cfg.dilation)
     if cfg.mode == "convolution":
         w = w[(slice(None), slice(None)) + (slice(None, None, -1),) * nd]
     n, c = x.shape[:2]
@@ -286,59 +276,35 @@ class Row:
     deterministic: bool | None = None
     max_rel_error: float | None = None
 
-
-def _host_data(cfg: Config, rng):
-    import ml_dtypes  # noqa: F401  (bfloat16 for NumPy)
-    dt = np.dtype(ml_dtypes.bfloat16) if cfg.dtype == "bfloat16" else np.dtype(cfg.dtype)
-
-    def make(shape):
-        if dt == np.int8:
-            return rng.integers(-8, 9, size=shape).astype(np.int8)
-        return rng.standard_normal(shape).astype(dt)
-    return dt, make
-
-
-def _to_layout(a, layout):
-    return np.ascontiguousarray(np.moveaxis(a, 1, -1)) if layout == "NHWC" else np.ascontiguousarray(a)
-
-
-def _from_layout(a, layout):
-    return np.moveaxis(a, -1, 1) if layout == "NHWC" else a
+    def bar(self) -> tuple[str, str]:
+        """(colour, label) of this row's bar in :func:`plot`: one colour per direction."""
+        return f"C{DIRECTIONS.index(self.direction)}", f"{self.direction} / {self.math_type} / {self.algo}"
 
 
 def sweep(cfg: Config, directions: Sequence[str], maths: Sequence[str], repeats: int = 10, warmup: int = 2,
           workspace_limit: int | None = None, check: bool = True, seed: int = 0, device: int = 0,
           progress: Callable[[str], None] | None = None) -> list[Row]:
-    """Run and time every algorithm of each direction and math type (needs a GPU).
-
-    :param cfg: the convolution.
-    :param directions: a subset of :data:`DIRECTIONS`.
-    :param maths: a subset of :data:`MATHS`.
-    :param repeats: timed runs per algorithm (the median is reported).
-    :param warmup: untimed runs first (at least one runs).
-    :param workspace_limit: bytes; algorithms needing more are reported unsupported.
-    :param check: compare each output with a float64 NumPy reference.
-    :param seed: seed of the random inputs.
-    :param device: CUDA device ordinal.
-    :param progress: called with one short line per algorithm.
-    :returns: one :class:`Row` per (direction, math type, algorithm).
-    :raises SystemExit: when no cuDNN handle can be opened on ``device`` (no GPU).
-    """
+    """One :class:`Row` per direction (of :data:`DIRECTIONS`), math type (of :data:`MATHS`) and algorithm: each run
+    ``max(warmup, 1)`` times untimed, then ``repeats`` times timed (the median kept; an algorithm needing more than
+    ``workspace_limit`` bytes is unsupported), its output compared with a float64 NumPy reference where ``check``;
+    random inputs of ``seed``; ``progress`` gets one short line per algorithm. SystemExit without a GPU."""
     import cudnn_py.algorithms as alg
     from cudnn_py.errors import CudnnError, WorkspaceLimitError
     from cudnn_py.handle import Handle
     from cudnn_py.memory import empty, to_device
     from cudnn_py.ops import conv_calls as cv
     from cudnn_py.streams import timer
+    from cudnn_py.tuning.compare import np_dtype
 
     require_gpu("algos", device)  # before the float64 references, which take minutes for a large layer
-    rng = np.random.default_rng(seed)
-    dt, make = _host_data(cfg, rng)
+    rng, dt = np.random.default_rng(seed), np_dtype(cfg.dtype)
+
+    def make(shape):   # int8: small integers
+        return rng.integers(-8, 9, size=shape).astype(dt) if dt == np.int8 else rng.standard_normal(shape).astype(dt)
     x_h, w_h = make(cfg.x_shape), make(cfg.w_shape)
     base = cv.Convolution(cfg.padding, cfg.per_dim(cfg.stride), cfg.per_dim(cfg.dilation), cfg.groups, mode=cfg.mode,
                           layout=cfg.layout)
-    y_shape_logical = cv.Convolution(cfg.padding, cfg.per_dim(cfg.stride), cfg.per_dim(cfg.dilation),
-                                     cfg.groups).output_shape(cfg.x_shape, cfg.w_shape)
+    y_shape_logical = cfg.y_shape()
     dy_h = make(y_shape_logical)
     flops = cfg.flops()
     refs = {}
@@ -354,7 +320,9 @@ def sweep(cfg: Config, directions: Sequence[str], maths: Sequence[str], repeats:
     except Exception as e:  # noqa: BLE001 - no GPU, no driver, cuDNN cannot start
         raise SystemExit(f"algos: cannot open a cuDNN handle on device {device} (a GPU is needed): {e}") from None
     with handle as h:
-        x, w, dy = (to_device(_to_layout(a, cfg.layout), h.stream, device=h.device) for a in (x_h, w_h, dy_h))
+        nhwc = cfg.layout == "NHWC"
+        x, w, dy = (to_device(np.ascontiguousarray(np.moveaxis(a, 1, -1) if nhwc else a), h.stream, device=h.device)
+                    for a in (x_h, w_h, dy_h))
         out_dtype = np.float32 if dt == np.int8 else dt
         for direction, math in itertools.product(directions, maths):
             conv = cv.Convolution(base.padding, base.stride, base.dilation, base.groups, mode=cfg.mode,
@@ -362,23 +330,20 @@ def sweep(cfg: Config, directions: Sequence[str], maths: Sequence[str], repeats:
             phys = {"forward": y_shape_logical, "backward_data": cfg.x_shape, "backward_filter": cfg.w_shape}[direction]
             shape = phys if cfg.layout == "NCHW" else phys[:1] + phys[2:] + phys[1:2]
             out = empty(shape, out_dtype if direction == "forward" else dt, stream=h.stream, device=h.device)
+            xwd = (x if direction != "backward_data" else out, w if direction != "backward_filter" else out,
+                   dy if direction != "forward" else out)   # the output in the place of what the direction computes
+            reason_all = ""
             try:
-                records = {r.algo: r for r in cv.convolution_algorithms(
-                    h, conv, x if direction != "backward_data" else out, w if direction != "backward_filter" else out,
-                    dy if direction != "forward" else out, direction=direction, method="heuristic")}
+                records = {r.algo: r for r in cv.convolution_algorithms(h, conv, *xwd, direction=direction,
+                                                                       method="heuristic")}
             except CudnnError as e:
-                records = {}
-                reason_all = str(e)
-            else:
-                reason_all = ""
+                records, reason_all = {}, str(e)
             for algo in alg.real_members(direction):
                 done += 1
                 if progress:
                     progress(f"[{done}/{total}] {direction} {math} {algo.name.split('_ALGO_')[1]}")
-                row = Row(direction, math, algo.name.split("_ALGO_")[1], False, reason_all)
-                rec = records.get(algo)
-                if rec is not None:
-                    row.deterministic = rec.deterministic
+                row = Row(direction, math, algo.name.split("_ALGO_")[1], False, reason_all,
+                          deterministic=getattr(records.get(algo), "deterministic", None))
                 rows.append(row)
 
                 def call():
@@ -389,10 +354,7 @@ def sweep(cfg: Config, directions: Sequence[str], maths: Sequence[str], repeats:
                         return cv.convolution_backward_data(h, conv, w, dy, dx=out, **kw)
                     return cv.convolution_backward_filter(h, conv, x, dy, dw=out, **kw)
                 try:
-                    row.workspace_bytes = cv.convolution_workspace_size(
-                        h, conv, x if direction != "backward_data" else out,
-                        w if direction != "backward_filter" else out, dy if direction != "forward" else out,
-                        algo=algo, direction=direction)
+                    row.workspace_bytes = cv.convolution_workspace_size(h, conv, *xwd, algo=algo, direction=direction)
                     out.fill_(0 if out.dtype == np.int8 else float("nan"))
                     for _ in range(max(warmup, 1)):
                         call()
@@ -408,40 +370,39 @@ def sweep(cfg: Config, directions: Sequence[str], maths: Sequence[str], repeats:
                 row.time_ms = time_ms = statistics.median(t for t in times if t is not None)
                 row.tflops = flops / (time_ms * 1e-3) / 1e12 if time_ms > 0 else None
                 if check:
-                    got = _from_layout(out.to_numpy().astype(np.float64), cfg.layout)
-                    ref = refs[direction]
-                    scale = float(np.abs(ref).max()) or 1.0
-                    row.max_rel_error = float(np.abs(got - ref).max() / scale) if np.isfinite(got).all() else float("inf")
+                    got = out.to_numpy().astype(np.float64)
+                    row.max_rel_error = rel_error(np.moveaxis(got, -1, 1) if nhwc else got, refs[direction])
     return rows
+
+
+def rel_error(got: np.ndarray, ref: np.ndarray) -> float:
+    """``max|got - ref| / max|ref|`` (inf where ``got`` is not all finite)."""
+    return float(np.abs(got - ref).max() / (float(np.abs(ref).max()) or 1.0)) if np.isfinite(got).all() else math.inf
 
 
 # ---------------------------------------------------------------- output
 
-def format_table(rows: list[Row]) -> str:
-    """The rows as a fixed-width text table.
-
-    :param rows: what :func:`sweep` returned.
-    :returns: the table, lines joined with newlines.
-    """
-    head = f"{'direction':<16}{'math':<27}{'algo':<22}{'ok':<4}{'time ms':>10}{'TFLOP/s':>9}{'workspace':>14}" \
-           f"{'det':>5}{'max rel err':>13}  reason"
+def format_table(rows: Sequence[Row], widths: tuple[int, int, int, int] = (16, 27, 22, 14),
+                 names: tuple[str, str, str] = ("direction", "math", "algo"), pick: bool = False) -> str:
+    """The rows as a fixed-width text table: the first three columns' ``names`` and the widths of those and the
+    workspace's; ``pick``: a column of each row's ``pick`` (the graph sweep's) before the reason."""
+    a, b, c, ws = widths
+    pw = 7 if pick else 0
+    head = f"{names[0]:<{a}}{names[1]:<{b}}{names[2]:<{c}}{'ok':<4}{'time ms':>10}{'TFLOP/s':>9}{'workspace':>{ws}}" \
+           f"{'det':>5}{'max rel err':>13}{'pick' if pick else '':>{pw}}  reason"
     lines = [head, "-" * len(head)]
+    num = (lambda v, f: format(v, f) if v is not None else "-")
     for r in rows:
-        num = (lambda v, f: format(v, f) if v is not None else "-")
         det = "-" if r.deterministic is None else ("yes" if r.deterministic else "no")
-        lines.append(f"{r.direction:<16}{r.math_type:<27}{r.algo:<22}{'yes' if r.supported else 'no':<4}"
-                     f"{num(r.time_ms, '10.4f'):>10}{num(r.tflops, '9.2f'):>9}{num(r.workspace_bytes, 'd'):>14}"
-                     f"{det:>5}{num(r.max_rel_error, '13.2e'):>13}  {r.reason}")
+        lines.append(f"{r.direction:<{a}}{r.math_type:<{b}}{r.algo:<{c}}{'yes' if r.supported else 'no':<4}"
+                     f"{num(r.time_ms, '10.4f'):>10}{num(r.tflops, '9.2f'):>9}{num(r.workspace_bytes, 'd'):>{ws}}"
+                     f"{det:>5}{num(r.max_rel_error, '13.2e'):>13}{getattr(r, 'pick', ''):>{pw}}  {r.reason}")
     return "\n".join(lines)
 
 
 def write_csv(rows: Sequence[Row], path: str) -> None:
-    """Write the rows as CSV with a header line (the field names of the rows' :class:`Row` class, or subclass; list
-    fields such as notes are left out).
-
-    :param rows: what :func:`sweep` (or the graph sweep) returned.
-    :param path: the file to write.
-    """
+    """Write the rows (of :func:`sweep` or the graph sweep) as CSV with a header line: their class's fields, list
+    fields such as notes left out."""
     row_type = type(rows[0]) if rows else Row
     names = [f.name for f in fields(row_type) if f.default_factory is MISSING]
     with open(path, "w", newline="") as f:
@@ -451,27 +412,16 @@ def write_csv(rows: Sequence[Row], path: str) -> None:
             wr.writerow({n: getattr(r, n) for n in names})
 
 
-def write_json(rows: list[Row], cfg: Config, path: str) -> None:
-    """Write ``{"config": ..., "rows": [...]}`` as JSON.
-
-    :param rows: what :func:`sweep` returned.
-    :param cfg: the configuration swept.
-    :param path: the file to write.
-    """
+def write_json(rows: Sequence[Row], cfg: Config | dict, path: str) -> None:
+    """Write ``{"config": cfg, "rows": [...]}`` as JSON (``cfg`` a :class:`Config`, or what stands first)."""
     with open(path, "w") as f:
-        json.dump({"config": asdict(cfg), "rows": [asdict(r) for r in rows]}, f, indent=1)
+        json.dump({**(cfg if isinstance(cfg, dict) else {"config": asdict(cfg)}), "rows": [asdict(r) for r in rows]},
+                  f, indent=1)
 
 
-def plot(rows: list[Row], path: str, title: str) -> bool:
-    """Write a horizontal bar chart of the supported algorithms' times, one colour per direction.
-
-    Renders off-screen without touching pyplot's global state.
-
-    :param rows: what :func:`sweep` returned.
-    :param path: the PNG file to write.
-    :param title: the chart's title.
-    :returns: False when matplotlib is missing (nothing written), else True.
-    """
+def plot(rows: Sequence[Row], path: str, title: str) -> bool:
+    """Write a horizontal bar chart (off-screen, pyplot's state untouched) of the supported rows' times, coloured
+    and labelled by :meth:`Row.bar`; False when matplotlib is missing (nothing written)."""
     try:
         from matplotlib.figure import Figure
     except ImportError:
@@ -479,8 +429,8 @@ def plot(rows: list[Row], path: str, title: str) -> bool:
     ok = [r for r in rows if r.supported]
     fig = Figure(figsize=(9, 0.28 * len(ok) + 1.5))
     ax = fig.subplots()
-    ax.barh(range(len(ok)), [r.time_ms or 0.0 for r in ok], color=[f"C{DIRECTIONS.index(r.direction)}" for r in ok])
-    ax.set_yticks(range(len(ok)), [f"{r.direction} / {r.math_type} / {r.algo}" for r in ok], fontsize=7)
+    ax.barh(range(len(ok)), [r.time_ms or 0.0 for r in ok], color=[r.bar()[0] for r in ok])
+    ax.set_yticks(range(len(ok)), [r.bar()[1] for r in ok], fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel("median time (ms)")
     ax.set_title(title, fontsize=9)
@@ -490,11 +440,7 @@ def plot(rows: list[Row], path: str, title: str) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Sweep (or list the presets) and print the table; write CSV / JSON / PNG when asked.
-
-    :param args: the parsed ``algos`` arguments.
-    :returns: the exit status (0).
-    """
+    """Sweep (or list the presets) and print the table; write CSV / JSON / PNG when asked; returns 0."""
     if args.list_presets:
         for name, (c, h, w, k, r, s, pad, stride) in sorted(PRESETS.items()):
             print(f"{name:<28} x=N,{c},{h},{w}  w={k},{c},{r},{s}  pad={pad} stride={stride}")
@@ -522,12 +468,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def progress_writer(terminal: bool) -> Callable[[str], None]:
-    """A progress callback for :func:`sweep` writing to stderr.
-
-    :param terminal: whether stderr is a terminal: one line rewritten in place (ANSI erase-line), else one
-        plain line per step, fit for a log file or CI.
-    :returns: the callback.
-    """
+    """A progress callback writing to stderr: on a ``terminal`` one line rewritten in place (ANSI erase-line), else
+    one plain line per step (a log file, CI)."""
     def on_terminal(msg: str) -> None:
         sys.stderr.write("\r\033[K" + msg)
         sys.stderr.flush()

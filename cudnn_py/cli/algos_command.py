@@ -10,11 +10,7 @@ from . import algos, algos_graph, models
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register ``algos`` with the flags of the three sweeps.
-
-    :param subparsers: the subparsers of the top-level parser.
-    :returns: the ``algos`` parser.
-    """
+    """Register ``algos`` with the flags of the three sweeps; returns its parser."""
     p = algos.add_parser(subparsers)
     algos_graph.add_arguments(p)
     models.add_arguments(p)
@@ -22,11 +18,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the sweep the arguments ask for.
-
-    :param args: the parsed ``algos`` arguments.
-    :returns: the exit status.
-    """
+    """Run the sweep the ``algos`` arguments ask for; returns the exit status."""
     if models.wanted(args):
         return models.run(args)
     if getattr(args, "graph", None):

@@ -1,11 +1,10 @@
 """``python -m cudnn_py algos --graph KIND``: sweep every engine configuration the graph heuristics offer.
 
-For one convolution (the same ``--preset`` / ``--input --filter`` options as the legacy sweep), matmul, layer
-norm or attention problem: the engine configs (engine and knob settings) that heuristics modes A, B and FALLBACK
-return, each built into a plan, run on fresh random data with NaN-poisoned outputs, timed with CUDA events (median
-of ``--repeats``) and checked against a float64 NumPy reference (``max|out - ref| / max|ref|``). The table marks
-heuristics mode A's first plan that builds (what ``Graph.build`` runs), and adds torch's time for the same
-problem; torch does not expose which cuDNN engine it runs, so its row has no engine tag.
+For one convolution (``--preset`` / ``--input --filter`` as in the legacy sweep), matmul, layer norm or attention
+problem, each engine config heuristics modes A, B and FALLBACK return is built, run on random data with
+NaN-poisoned outputs, timed (``graph.time_plan``, median of ``--repeats``) and checked against a float64 NumPy
+reference (``max|out - ref| / max|ref|``). The table marks mode A's first plan that builds (what ``Graph.build``
+runs) and adds torch's time for the same problem (its row has no engine tag: torch does not expose it).
 
     python -m cudnn_py algos --graph conv --preset resnet50-conv2-3x3 --batch 32 --dtype float16 --layout NHWC
     python -m cudnn_py algos --graph matmul --mnk 4096,4096,4096 --dtype bfloat16 --csv mm.csv --plot mm.png
@@ -15,18 +14,17 @@ problem; torch does not expose which cuDNN engine it runs, so its row has no eng
 from __future__ import annotations
 
 import argparse
-import functools
-import json
 import statistics
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 
 from cudnn_py.cli import algos
-from cudnn_py.cli.algos import write_csv  # the legacy sweep's CSV writer serves this Row too
+from cudnn_py.cli.algos import plot, rel_error, write_csv  # the legacy sweep's writers serve this Row too
 from cudnn_py.cli.prerequisites import require_gpu
+from cudnn_py.tuning.compare import np_dtype as _np_dtype
 
 KINDS = ("conv", "matmul", "norm", "attention")
 MODES = ("A", "B", "FALLBACK")
@@ -51,6 +49,11 @@ class Row(algos.Row):
     problem's operation); ``pick`` says 'A' for mode A's choice, 'torch' for torch's row."""
     pick: str = ""
     notes: list = field(default_factory=list)
+
+    def bar(self) -> tuple[str, str]:
+        """Mode A's pick red, torch's green."""
+        return ("C3" if self.pick == "A" else "C2" if self.pick == "torch" else "C0",
+                f"{self.algo} ({self.math_type})" + (f" [{self.pick}]" if self.pick else ""))
 
 
 @dataclass
@@ -77,16 +80,15 @@ def _ints(text: str | None, n: tuple[int, ...], what: str) -> tuple[int, ...]:
     return vals
 
 
-def _np_dtype(name: str):
-    if name == "bfloat16":
-        import ml_dtypes
-        return np.dtype(ml_dtypes.bfloat16)
-    return np.dtype(name)
-
-
-def _torch_dtype(name: str):
+def _randn(shape, dtype: str):
+    """Random normal data of ``shape`` on the current CUDA device through torch (the torch rows)."""
     import torch
-    return getattr(torch, name)
+    return torch.randn(shape, device="cuda", dtype=getattr(torch, dtype))
+
+
+def _graph(dtype: str, name: str):
+    import cudnn_py.graph as G
+    return G.Graph(io_dtype=_np_dtype(dtype), compute_dtype="float32", name=name)
 
 
 def problem_from_args(args) -> Problem:
@@ -116,20 +118,12 @@ def _conv_problem(args) -> Problem:
     if direction is None:
         raise SystemExit("algos --graph conv: give one --direction (fwd, bwd_data or bwd_filter)")
     layout = "NHWC" if cfg.layout == "NHWC" else None
-    nd = cfg.nd
-    pads = [p if isinstance(p, tuple) else (p, p) for p in
-            ((cfg.padding,) * nd if isinstance(cfg.padding, int) else cfg.padding)]
-    stride = cfg.stride * nd if len(cfg.stride) == 1 else cfg.stride
-    dil = cfg.dilation * nd if len(cfg.dilation) == 1 else cfg.dilation
+    pads, stride, dil, y_shape = cfg.pads(), cfg.full(cfg.stride), cfg.full(cfg.dilation), cfg.y_shape()
     kw = dict(padding=tuple(p[0] for p in pads), post_padding=tuple(p[1] for p in pads), stride=stride,
               dilation=dil, conv_mode=cfg.mode)
-    from cudnn_py.ops.convolution import Convolution
-    y_shape = Convolution(cfg.padding, cfg.per_dim(cfg.stride), cfg.per_dim(cfg.dilation),
-                          cfg.groups).output_shape(cfg.x_shape, cfg.w_shape)
 
     def make():
-        import cudnn_py.graph as G
-        g = G.Graph(io_dtype=_np_dtype(cfg.dtype), compute_dtype="float32", name=f"conv_{direction}")
+        g = _graph(cfg.dtype, f"conv_{direction}")
         x, w, dy = (g.tensor(s, name=n, layout=layout) for s, n in ((cfg.x_shape, "x"), (cfg.w_shape, "w"),
                                                                     (y_shape, "dy")))
         if direction == "forward":
@@ -151,28 +145,25 @@ def _conv_problem(args) -> Problem:
         import torch
         torch.backends.cudnn.benchmark = True
         fmt = torch.channels_last if layout else torch.contiguous_format
-        xt = torch.randn(cfg.x_shape, device="cuda", dtype=_torch_dtype(cfg.dtype)).to(memory_format=fmt)
-        wt = torch.randn(cfg.w_shape, device="cuda", dtype=_torch_dtype(cfg.dtype)).to(memory_format=fmt)
+        xt, wt = (_randn(s, cfg.dtype).to(memory_format=fmt) for s in (cfg.x_shape, cfg.w_shape))
         pad = tuple(p[0] for p in pads)
         return lambda: torch.nn.functional.conv2d(xt, wt, None, stride, pad, dil, cfg.groups)
     return Problem("conv", f"conv {direction} x={cfg.x_shape} w={cfg.w_shape} pad={cfg.padding} "
                            f"stride={cfg.stride} {cfg.dtype} {cfg.layout}", make, reference, cfg.flops(),
-                   torch_conv if nd == 2 and direction == "forward" else None,
+                   torch_conv if cfg.nd == 2 and direction == "forward" else None,
                    {"x": cfg.x_shape, "w": cfg.w_shape, "dy": y_shape})
 
 
 def _matmul_problem(b, m, n, k, dt) -> Problem:
     def make():
-        import cudnn_py.graph as G
-        g = G.Graph(io_dtype=_np_dtype(dt), compute_dtype="float32", name="matmul")
+        g = _graph(dt, "matmul")
         a, bb = g.tensor((b, m, k), name="a"), g.tensor((b, k, n), name="b")
         c = g.matmul(a, bb).set_output(True).set_name("out")
         return g, (a, bb), c
 
     def torch_fn():
         import torch
-        at = torch.randn((b, m, k), device="cuda", dtype=_torch_dtype(dt))
-        bt = torch.randn((b, k, n), device="cuda", dtype=_torch_dtype(dt))
+        at, bt = _randn((b, m, k), dt), _randn((b, k, n), dt)
         return lambda: torch.matmul(at, bt)
     return Problem("matmul", f"matmul B={b} M={m} N={n} K={k} {dt}", make, lambda h: h["a"] @ h["b"],
                    2.0 * b * m * n * k, torch_fn)
@@ -180,8 +171,7 @@ def _matmul_problem(b, m, n, k, dt) -> Problem:
 
 def _norm_problem(rows, hidden, dt) -> Problem:
     def make():
-        import cudnn_py.graph as G
-        g = G.Graph(io_dtype=_np_dtype(dt), compute_dtype="float32", name="layer_norm")
+        g = _graph(dt, "layer_norm")
         x = g.tensor((rows, hidden, 1, 1), name="x")
         s, bias = (g.tensor((1, hidden, 1, 1), name=nm, dtype="float32") for nm in ("scale", "bias"))
         y, mean, inv = g.norm_forward(x, s, bias, mode="layer", training=True, epsilon=1e-5)
@@ -198,9 +188,7 @@ def _norm_problem(rows, hidden, dt) -> Problem:
 
     def torch_fn():
         import torch
-        xt = torch.randn((rows, hidden), device="cuda", dtype=_torch_dtype(dt))
-        wt, bt = torch.randn(hidden, device="cuda", dtype=_torch_dtype(dt)), torch.randn(
-            hidden, device="cuda", dtype=_torch_dtype(dt))
+        xt, wt, bt = _randn((rows, hidden), dt), _randn(hidden, dt), _randn(hidden, dt)
         return lambda: torch.nn.functional.layer_norm(xt, (hidden,), wt, bt)
     # a norm is memory-bound: "TFLOP/s" counts ~8 flops per element, GB/s is what to read (bytes in notes)
     return Problem("norm", f"layer norm forward rows={rows} hidden={hidden} {dt}", make, reference,
@@ -209,8 +197,7 @@ def _norm_problem(rows, hidden, dt) -> Problem:
 
 def _sdpa_problem(b, hh, s, d, dt, causal) -> Problem:
     def make():
-        import cudnn_py.graph as G
-        g = G.Graph(io_dtype=_np_dtype(dt), compute_dtype="float32", name="sdpa")
+        g = _graph(dt, "sdpa")
         q, k, v = (g.tensor((b, hh, s, d), name=nm) for nm in ("q", "k", "v"))
         o, stats = g.sdpa(q, k, v, causal=causal)
         o.set_output(True).set_name("out")
@@ -227,7 +214,7 @@ def _sdpa_problem(b, hh, s, d, dt, causal) -> Problem:
 
     def torch_fn():
         import torch
-        q, k, v = (torch.randn((b, hh, s, d), device="cuda", dtype=_torch_dtype(dt)) for _ in range(3))
+        q, k, v = (_randn((b, hh, s, d), dt) for _ in range(3))
         return lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
     flops = 4.0 * b * hh * s * s * d * (0.5 if causal else 1.0)
     return Problem("attention", f"sdpa B={b} H={hh} S={s} D={d} causal={causal} {dt}", make, reference, flops,
@@ -318,8 +305,7 @@ def sweep(problem: Problem, modes=MODES, repeats: int = 10, warmup: int = 2, che
             row.supported = True
             row.tflops = problem.flops / (row.time_ms * 1e-3) / 1e12 if row.time_ms > 0 else None
             if check and ref is not None:
-                scale = float(np.abs(ref).max()) or 1.0
-                row.max_rel_error = float(np.abs(got - ref).max() / scale) if np.isfinite(got).all() else float("inf")
+                row.max_rel_error = rel_error(got, ref)
             if a_pick is None and "A" in sources[cfg.tag]:
                 a_pick = row
         if a_pick is not None:
@@ -359,42 +345,11 @@ def _torch_row(problem: Problem, repeats: int, warmup: int) -> Row:
 # ---------------------------------------------------------------- output (the legacy sweep's formats)
 
 def format_table(rows: list[Row]) -> str:
-    head = (f"{'problem':<10}{'modes':<16}{'engine config':<44}{'ok':<4}{'time ms':>10}{'TFLOP/s':>9}"
-            f"{'workspace':>12}{'det':>5}{'max rel err':>13}{'pick':>7}  reason")
-    lines = [head, "-" * len(head)]
-    num = (lambda v, f: format(v, f) if v is not None else "-")
-    for r in rows:
-        det = "-" if r.deterministic is None else ("yes" if r.deterministic else "no")
-        lines.append(f"{r.direction:<10}{r.math_type:<16}{r.algo:<44}{'yes' if r.supported else 'no':<4}"
-                     f"{num(r.time_ms, '10.4f'):>10}{num(r.tflops, '9.2f'):>9}{num(r.workspace_bytes, 'd'):>12}"
-                     f"{det:>5}{num(r.max_rel_error, '13.2e'):>13}{r.pick:>7}  {r.reason}")
-    return "\n".join(lines)
+    return algos.format_table(rows, (10, 16, 44, 12), ("problem", "modes", "engine config"), pick=True)
 
 
 def write_json(rows: list[Row], title: str, path: str) -> None:
-    with open(path, "w") as f:
-        json.dump({"problem": title, "rows": [asdict(r) for r in rows]}, f, indent=1)
-
-
-def plot(rows: list[Row], path: str, title: str) -> bool:
-    """Horizontal bars of the configs' times (mode A's pick and torch highlighted); False without matplotlib."""
-    try:
-        from matplotlib.figure import Figure
-    except ImportError:
-        return False
-    ok = [r for r in rows if r.supported]
-    fig = Figure(figsize=(9, 0.28 * len(ok) + 1.5))
-    ax = fig.subplots()
-    colours = ["C3" if r.pick == "A" else "C2" if r.pick == "torch" else "C0" for r in ok]
-    ax.barh(range(len(ok)), [r.time_ms or 0.0 for r in ok], color=colours)
-    ax.set_yticks(range(len(ok)), [f"{r.algo} ({r.math_type})" + (f" [{r.pick}]" if r.pick else "") for r in ok],
-                  fontsize=7)
-    ax.invert_yaxis()
-    ax.set_xlabel("median time (ms)")
-    ax.set_title(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    return True
+    algos.write_json(rows, {"problem": title}, path)
 
 
 def run(args) -> int:
@@ -408,11 +363,8 @@ def run(args) -> int:
         raise SystemExit("algos: --repeats must be >= 1 and --warmup >= 0")
 
     require_gpu("algos --graph", args.device)
-
-    def progress(msg):
-        print(msg, file=sys.stderr, flush=True)
     rows = sweep(problem, modes, args.repeats, args.warmup, not args.no_check, args.seed, args.device,
-                 not args.no_torch, None if args.quiet else progress)
+                 not args.no_torch, None if args.quiet else algos.progress_writer(False))
     print(problem.title)
     print(format_table(rows))
     if args.csv:

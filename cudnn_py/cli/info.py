@@ -22,10 +22,7 @@ _MIN_DRIVER = {12: "525.60.13", 13: "580.65.06"}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    """Register ``info`` and its flags.
-
-    :param sub: the subparsers of the top-level parser.
-    """
+    """Register ``info`` and its flags."""
     p = sub.add_parser("info", help="cuDNN version and path, driver, GPUs, packages, and whether they fit together",
                        description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the text report")
@@ -43,11 +40,8 @@ def _installed(package: str) -> str | None:
 
 
 def driver_and_gpus() -> dict[str, Any]:
-    """The CUDA driver and the GPUs it sees.
-
-    :returns: ``{"cuda_version": "13.0" or None, "gpus": [{"index", "name", "sm", "memory_gib"}], "why_none": str}``
-        (``why_none`` is empty when a GPU is visible).
-    """
+    """The CUDA driver and the GPUs it sees: ``{"cuda_version": "13.0" or None, "gpus": [{"index", "name", "sm",
+    "memory_gib"}], "why_none": ''}`` (``why_none``: why no GPU is visible)."""
     out: dict[str, Any] = {"cuda_version": None, "gpus": [], "why_none": ""}
     try:
         from cuda.bindings import driver
@@ -88,11 +82,8 @@ def _major(version: str | None) -> int | None:
 
 
 def fit_warnings(info: dict[str, Any]) -> list[str]:
-    """What does not fit together among the driver, cuda-bindings, cuDNN and the GPUs.
-
-    :param info: what :func:`collect` gathered.
-    :returns: one sentence per problem (empty when everything fits).
-    """
+    """One sentence per thing that does not fit together in :func:`collect`'s ``info``: the driver, cuda-bindings,
+    cuDNN and the GPUs."""
     warnings = []
     pk = info["packages"]
     driver_major = _major(info["driver"]["cuda_version"])
@@ -121,11 +112,8 @@ def fit_warnings(info: dict[str, Any]) -> list[str]:
 
 
 def collect() -> dict[str, Any]:
-    """Everything ``info`` reports.
-
-    :returns: ``{"python", "cudnn" (None when not found), "cudnn_error", "supported_cudnn" (the range, in words),
-        "packages", "driver", "warnings"}``.
-    """
+    """Everything ``info`` reports: ``{"python", "cudnn" (None when not found), "cudnn_error", "supported_cudnn"
+    (the range, in words), "packages", "driver", "warnings"}``."""
     from .. import capi
     from .._loader import library, supported_range
     from ..errors import CudnnError, CudnnPyError, LibraryNotFoundError
@@ -156,11 +144,7 @@ def collect() -> dict[str, Any]:
 
 
 def format_text(info: dict[str, Any]) -> str:
-    """The text report.
-
-    :param info: what :func:`collect` gathered.
-    :returns: the report, lines joined with newlines.
-    """
+    """The text report of :func:`collect`'s ``info``."""
     pad = "\n" + " " * 14
     lines = [f"Python        {info['python']}"]
     c = info["cudnn"]
@@ -195,11 +179,7 @@ def format_text(info: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the report.
-
-    :param args: the parsed command line (``args.json``).
-    :returns: the exit status: 1 when no cuDNN was found, else 0.
-    """
+    """Print the report (JSON with ``args.json``); the exit status is 1 when no cuDNN was found."""
     info = collect()
     print(json.dumps(info, indent=1) if args.json else format_text(info))
     return 1 if info["cudnn"] is None else 0

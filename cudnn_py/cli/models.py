@@ -10,12 +10,10 @@ heuristics' picks and their regret, whole-model totals; measurements kept in the
     python -m cudnn_py algos --merge part0.sqlite part1.sqlite --db all.sqlite     # the same: --db is INTO
     python -m cudnn_py algos --compare h100.sqlite h200.sqlite --threshold 0.05
 
-A second run with the same database measures nothing and reports from the stored records (``--remeasure`` to
-measure again); the filters (``--deterministic``, ``--no-tf32``, ``--no-reduced-precision``,
-``--workspace-limit``) apply when reporting, so they need no new measurement. The configurations race (those far
-slower than the best after their first sample are pruned, see :mod:`cudnn_py.tuning.sweep`); ``--exhaustive``
-times and checks every one in full. Worker processes build plans in parallel and take turns on each GPU for their
-timing (:mod:`cudnn_py.tuning.workers`); ``--shard`` and ``--merge`` spread a sweep over several machines.
+A second run with the same database reports from the stored records (``--remeasure`` measures again); the
+filters (``--deterministic``, ``--no-tf32``, ``--no-reduced-precision``, ``--workspace-limit``) apply when
+reporting. Measuring: :mod:`cudnn_py.tuning.sweep` (a race; ``--exhaustive``: every configuration in full) in
+worker processes (:mod:`cudnn_py.tuning.workers`); ``--shard`` and ``--merge`` spread a sweep over machines.
 """
 from __future__ import annotations
 
@@ -39,12 +37,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--layers", type=int, default=None, metavar="N", help="only the first N distinct operations")
     g.add_argument("--quick", action="store_true", help=f"a short check: --layers {QUICK[0]} --repeats {QUICK[1]} "
                    f"--warmup {QUICK[2]}")
-    g.add_argument("--jobs", type=int, default=None, metavar="N", help="measure in N worker processes: plan builds "
-                   "in parallel, each GPU's timing one worker at a time (default: one per core, at most one per "
-                   "2 GiB of GPU memory; 1: in this process)")
-    g.add_argument("--time-limit", type=float, default=600.0, metavar="S", help="a worker that makes no progress "
-                   "on one plan build or timing for S seconds is stopped and that configuration recorded as failed "
-                   "(default 600)")
+    g.add_argument("--jobs", type=int, default=None, metavar="N", help="N worker processes: builds in parallel, "
+                   "each GPU timing one at a time (default: one per core, at most one per 2 GiB of GPU memory; 1: in "
+                   "this process)")
+    g.add_argument("--time-limit", type=float, default=600.0, metavar="S", help="stop a worker stuck on one build "
+                   "or timing for S seconds, that configuration recorded as failed (default 600)")
     g.add_argument("--devices", default=None, help="'all' or a list like 0,1: the workers spread over these GPUs, "
                    "each timing on its own")
     g.add_argument("--shard", default=None, metavar="I/N", help="measure only operations i, i+N, ... (0-based)")
@@ -68,9 +65,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--compare", nargs=2, metavar=("DB_A", "DB_B"), help="list operations whose best configuration "
                    "or time changed between two databases")
     g.add_argument("--threshold", type=float, default=0.05, help="--compare: a relative time change (default 0.05)")
-    g.add_argument("--merge", nargs="+", metavar="DB", help="INTO FROM...: copy the records of FROM databases into "
-                   "INTO (the newer of two records of one key wins); with --db, every DB given is a FROM and --db is "
-                   "INTO")
+    g.add_argument("--merge", nargs="+", metavar="DB", help="INTO FROM...: copy FROM databases' records into INTO "
+                   "(the newer of one key's wins); with --db, every DB is a FROM and --db is INTO")
 
 
 def wanted(args: argparse.Namespace) -> bool:
@@ -105,11 +101,6 @@ def _devices(text: str, found: dict) -> list[int]:
         return [int(v) for v in text.split(",")]
     except ValueError:
         raise SystemExit(f"algos: --devices takes 'all' or ordinals like 0,1, got {text!r}") from None
-
-
-def _database(args):
-    from cudnn_py.tuning import TuningDatabase, default_database
-    return TuningDatabase(args.db) if args.db else default_database()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -210,7 +201,8 @@ def _sweep(args, rp) -> int:
     gib = [g["memory_gib"] for g in found["gpus"] if g["index"] in (devices or [args.device])]
     jobs = args.jobs or (default_jobs(gib) if gib else 1)
     new_file = path != ":memory:" and not os.path.exists(path)
-    db = _database(args)
+    from cudnn_py.tuning import TuningDatabase, default_database
+    db = TuningDatabase(args.db) if args.db else default_database()
     start = time.monotonic()
     from cudnn_py.cli.algos import progress_writer
     progress = None if args.quiet else progress_writer(sys.stderr.isatty())

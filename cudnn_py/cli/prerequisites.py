@@ -20,11 +20,8 @@ __all__ = ["require_gpu", "missing", "script_args"]
 
 
 def require_gpu(prog: str | None = None, device: int = 0) -> None:
-    """Exit with one line (``prog: why``; ``prog`` defaults to the script's file name) where CUDA device ``device``
-    cannot be used.
-
-    :raises SystemExit: with the message, where there is no usable GPU.
-    """
+    """SystemExit with one line (``prog: why``; ``prog`` defaults to the script's file name) where CUDA device
+    ``device`` cannot be used."""
     err = missing_device(device)
     if err is not None:
         raise SystemExit(f"{prog or os.path.basename(sys.argv[0])}: {err}")
@@ -43,16 +40,10 @@ def missing(gpu: bool = True, modules: Sequence[str] = (), extra: str = "bench",
 
 def script_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None, *, gpu: bool = True,
                 modules: Sequence[str] = (), extra: str = "bench") -> argparse.Namespace:
-    """Parse a script's arguments (adding ``--smoke``), then check what it needs before it does anything else.
-
-    :param parser: the script's parser.
-    :param argv: the arguments (default ``sys.argv[1:]``).
-    :param gpu: whether the script needs a GPU (device ``args.device`` where the parser has ``--device``, else 0).
-    :param modules: packages it cannot run without (torch for a benchmark that times through torch's events).
-    :param extra: the cudnn-py extra that installs them.
-    :returns: the parsed arguments, where everything needed is there.
-    :raises SystemExit: 0 after ``--smoke``'s one line; with a one-line message where something is missing.
-    """
+    """Parse a script's arguments (``argv``, default ``sys.argv[1:]``; ``--smoke`` added), then check what it needs
+    before anything else: a GPU where ``gpu`` (``args.device`` where the parser has ``--device``, else 0) and the
+    ``modules`` it cannot run without (the cudnn-py ``extra`` installs them). SystemExit 0 after ``--smoke``'s one
+    line, or with a one-line message where something is missing."""
     parser.add_argument("--smoke", action="store_true",
                         help="check imports, arguments, the GPU and the packages needed, print one line, exit")
     args = parser.parse_args(argv)

@@ -1,7 +1,5 @@
-"""How a tuning run measures and checks: the race that times each engine configuration (pruning those clearly out
-of it after their first sample), a sample of each output copied to the host, each checked configuration's
-difference from the element-wise median of them all, and the progress line (the sweep of graph engines and the
-legacy-algorithm run share it).
+"""How a tuning run measures and checks (the graph sweep and the legacy-algorithm run share it): the race, output
+samples, their agreement, and the progress line.
 
 The race (:func:`race`), per operation, visits the configurations in the heuristics' order (mode A's first):
 
@@ -27,19 +25,30 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
 
-__all__ = ["AGREEMENT", "PRUNE", "MIN_CHECKED", "np_dtype", "sample", "agreement", "race", "Progress"]
+from cudnn_py.tuning_records.database import finite as _finite
+
+__all__ = ["AGREEMENT", "PRUNE", "MIN_CHECKED", "np_dtype", "header", "sample", "agreement", "race", "Progress"]
 
 
 def np_dtype(name: str) -> np.dtype:
-    """The NumPy dtype of a dtype name (``bfloat16`` through ml_dtypes)."""
+    """The NumPy dtype of a name (``bfloat16`` through ml_dtypes)."""
     if name == "bfloat16":
         import ml_dtypes
         return np.dtype(ml_dtypes.bfloat16)
     return np.dtype(name)
+
+
+def header(p, settings) -> dict:
+    """The start of problem ``p``'s record: what was measured and how (a sweep's ``Settings``), before any
+    configuration."""
+    stored = {**asdict(settings), "modes": list(settings.modes)}
+    return {"key": p.key, "op": p.kind, "pass": p.pass_, "dtype": p.dtype, "settings": stored, "order": {},
+            "configs": [], "problem": "", "count": p.count}
 
 
 #: relative difference from the configurations' median output above which a configuration is marked as disagreeing
@@ -95,21 +104,14 @@ PRUNE = 1.5
 MIN_CHECKED = 3
 
 
-def _finite(v) -> bool:
-    return v is not None and isinstance(v, (int, float)) and math.isfinite(v) and v >= 0
-
-
 class Progress:
-    """The progress line of a sweep on stderr: operations done of the run's total, plans built and configurations
-    timed of the configurations known (``~`` where some operations' heuristics have not answered yet and the
-    total is estimated from those that have), how many were pruned, the time left at the pace so far, then the
-    last configuration seen::
+    """A sweep's progress line: operations done, plans built and configurations timed of those known (``~``: the
+    total estimated from the operations begun), how many pruned, the time left, the last configuration seen::
 
         ops 12/95  built 523/~4012  timed 480/~4012 (301 pruned)  eta 2m31s  conv.fprop|n=32,c=64,... eng7_k2=1
 
-    Several operations may be under way at once (worker processes); each event names its operation, or means
-    the one begun last. ``write`` receives at most one line per ``interval`` seconds (the CLI's writer rewrites
-    one terminal line, or prints lines to a log), and :meth:`close` the last one."""
+    Several operations may be under way at once (worker processes); an event without a key means the one begun
+    last. ``write`` receives at most one line per ``interval`` seconds, and :meth:`close` the last one."""
 
     def __init__(self, write: Callable[[str], None] | None, operations: int,
                  clock: Callable[[], float] = time.monotonic, interval: float = 1.0):
@@ -131,8 +133,7 @@ class Progress:
         self._emit()
 
     def visit(self, tag: str, phase: str, key: str | None = None) -> None:
-        """A configuration's ``phase`` (``"build"`` or ``"time"``) starts (a worker's parent learns from this which
-        configuration a worker that died or hung was on)."""
+        """A configuration's ``phase`` (``"build"`` or ``"time"``) starts."""
         self.key, self.tag = (self.key if key is None else key), tag
 
     def built(self, tag: str = "", key: str | None = None) -> None:
@@ -178,8 +179,7 @@ class Progress:
             op[field] += 1
 
     def total(self) -> tuple[int, bool]:
-        """(configurations of the whole run, whether estimated): the known ones, plus the operations not begun
-        yet at the mean count of those begun."""
+        """(configurations of the run, whether estimated: those not begun at the mean of those begun)."""
         begun = self.ops_done + len(self.ops)
         left = max(0, self.operations - begun)
         if not left or not begun:
@@ -219,24 +219,20 @@ def race(entries: Sequence[tuple[dict, Any]], *, build: Callable[[dict, Any], An
          errors: tuple[type[BaseException], ...] = (), progress: Progress | None = None,
          median: Callable[[list[float]], float] = statistics.median_high, margin: float = PRUNE,
          hold: AbstractContextManager = nullcontext()) -> dict:
-    """Time and check the configurations of one operation (see the module doc); fills each row in place.
+    """Time and check the configurations of one operation (see the module doc), filling each row in place.
 
-    :param entries: (row, configuration) in the order to visit; a row whose ``reason`` is set is not measured.
-    :param build: ``build(row, cfg)`` -> what ``time_sample`` and ``check`` take (a plan); sets the row's
-        ``workspace`` (and may set ``build_ms``).
-    :param time_sample: ``time_sample(plan, warmup)`` -> milliseconds of one timed sample after ``warmup`` untimed
-        executions (None or NaN where the timer failed).
+    :param entries: (row, configuration) in visit order; a row whose ``reason`` is set is not measured.
+    :param build: ``build(row, cfg)`` -> the plan ``time_sample`` and ``check`` take; sets the row's ``workspace``.
+    :param time_sample: ``time_sample(plan, warmup)`` -> ms of one sample after ``warmup`` untimed executions
+        (None or NaN where the timer failed).
     :param check: ``check(plan)`` -> the sampled outputs of one execution on NaN-poisoned outputs.
-    :param orders: each heuristics mode's order of tags (a config is a possible pick of a mode until a config
-        before it in that order has run).
+    :param orders: each heuristics mode's order of tags (for the possible picks).
     :param errors: the exceptions that mean "this configuration does not run" (its row's ``reason``).
-    :param median: how the samples make a time (the graph's :func:`time_plan` takes the upper median).
-    :param hold: held while configurations are visited (the builds, samples and checks; not the agreement, which
-        is host work): a sweep's worker processes pass their device's lock, so no sample overlaps another's work.
-    :returns: the race's account for the record: the margin (None when exhaustive), how many configurations were
-        pruned and checked, the seconds spent in builds, first samples, further samples, checks and the agreement,
-        and the pruned configurations within the margin of the best that agrees (possible only where a faster
-        contender's output disagreed: they were pruned against a bar that does not stand).
+    :param median: how the samples make a time.
+    :param hold: held while configurations are visited, not for the agreement (a worker's device lock).
+    :returns: the race's account: the margin (None when exhaustive), how many were pruned and checked, seconds by
+        phase, and the pruned configurations within the margin of the best that agrees (pruned against a faster
+        contender whose output disagreed).
     """
     pos = {m: {t: i for i, t in enumerate(order)} for m, order in orders.items()}
     ran: set[str] = set()

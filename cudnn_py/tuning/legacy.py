@@ -1,18 +1,13 @@
-"""The model sweep of a convolution through the legacy API: every ``cudnnConvolution*Algo_t`` timed, beside the
-``..._v7`` heuristic's order (``algos --model NAME --legacy``).
-
-The record has the shape of the graph sweep's (:mod:`cudnn_py.tuning.sweep`), so the same reports read it: each
-algorithm is a configuration (tag: the algorithm's name), and the heuristic's order (the ``_v7`` records cuDNN
-marks supported, of the math types the convolution's math type allows, as ``algo="heuristic"`` picks) stands as
-mode ``A``. The math type is the convolution's ``"auto"`` one: tensor-op math for float16/bfloat16 data, the
-default for float32. The algorithms race as the graph sweep's configurations do (:func:`cudnn_py.tuning.compare.race`:
-one sample is one call between CUDA events on the held stream; ``settings.exhaustive`` times and checks all in full).
+"""The model sweep of a convolution through the legacy API (``algos --model NAME --legacy``): every
+``cudnnConvolution*Algo_t`` raced as the graph sweep's configurations are (:func:`cudnn_py.tuning.compare.race`; a
+sample is one call between CUDA events on the held stream), in a record of the graph sweep's shape (tag: the
+algorithm's name) whose mode ``A`` is the ``_v7`` heuristic's order (the supported records of the math types the
+convolution's ``"auto"`` math type allows, as ``algo="heuristic"`` picks: tensor-op math for float16/bfloat16 data).
 """
 from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import asdict
 
 import numpy as np
 
@@ -47,14 +42,11 @@ def measure_legacy(p: Problem, h, settings, progress: Progress | None = None) ->
     from cudnn_py.ops import conv_calls as cv
     from cudnn_py.streams import timer
 
-    from .compare import np_dtype, race, sample
+    from .compare import header, np_dtype, race, sample
     if not isinstance(p.op, Conv):
         raise TypeError(f"the legacy sweep takes convolutions, not {p.kind}")
     op, direction, dt = p.op, DIRECTION[p.pass_], np_dtype(p.dtype)
-    stored = asdict(settings)
-    stored["modes"] = list(settings.modes)
-    rec: dict = {"key": p.key, "op": p.kind, "pass": p.pass_, "dtype": p.dtype, "settings": stored, "api": "legacy",
-                 "order": {"A": []}, "configs": [], "problem": "", "count": p.count}
+    rec = {**header(p, settings), "api": "legacy", "order": {"A": []}}
     oh, ow = op.out_hw
     shapes = {"x": (p.batch, op.c, op.h, op.w), "w": (op.k, op.c, op.r, op.s), "y": (p.batch, op.k, oh, ow)}
     block = np.random.default_rng(0).standard_normal(1 << 20).astype(np.float32) * 0.5

@@ -1,16 +1,11 @@
 """What a model sweep found: per-operation picks and regret, whole-model totals, tables, CSV/JSON, plots, and the
 comparison of two databases.
 
-The heuristic's pick for an operation is what ``Graph.build`` runs: the first configuration of mode A's order
-that built and ran (else FALLBACK's); the picks of modes A, B and FALLBACK are reported each. The regret of a pick
-is ``time(pick) / time(best) - 1``, the best being the fastest configuration measured; both respect the
-:class:`Filters` (determinism, no TF32 on float32 data, no reduced-precision reduction, a workspace cap). Totals
-weigh each operation by how often one training step runs it.
-
-A configuration the sweep pruned (its first sample far above the best, see :mod:`cudnn_py.tuning.sweep`) counts
-with that sample's time: it can still be a heuristics pick (its regret then rests on one sample, and the table says
-so) or the best under a filter that excludes every contender (then so is the best's time: sweep with
-``--exhaustive`` for every configuration in full).
+The heuristic's pick is what ``Graph.build`` runs: the first configuration of mode A's order that ran (else
+FALLBACK's); modes A, B and FALLBACK's picks are reported each. A pick's regret is ``time(pick) / time(best) - 1``,
+both under the :class:`Filters`. Totals weigh each operation by how often one training step runs it. A pruned
+configuration (see :mod:`cudnn_py.tuning.compare`) counts with its one sample's time, and the table says where a
+pick or the best rests on one (``--exhaustive`` times every configuration in full).
 """
 from __future__ import annotations
 
@@ -94,16 +89,12 @@ class LayerResult:
         return r is not None and r > MISS
 
 
-def _first(order: Sequence[str], usable: dict) -> str | None:
-    return next((t for t in order if t in usable), None)
-
-
 def analyse_record(rec: dict, dtype: str, filters: Filters = Filters()) -> tuple[dict, str | None, dict]:
     """({tag: config} the filters allow, the best tag, {pick: tag or None}) of one sweep record."""
     usable = {c["tag"]: c for c in rec["configs"] if filters.allows(c, dtype)}
     best = min(usable, key=lambda t: usable[t]["ms"]) if usable else None
     order = rec.get("order", {})
-    picks = {m: _first(order.get(m, ()), usable) for m in ("A", "B", "FALLBACK")}
+    picks = {m: next((t for t in order.get(m, ()) if t in usable), None) for m in ("A", "B", "FALLBACK")}
     picks["heuristic"] = picks["A"] or picks["FALLBACK"]
     return usable, best, picks
 
@@ -211,16 +202,15 @@ def write_csv(results: Sequence[LayerResult], path: str) -> None:
 
 def write_json(results: Sequence[LayerResult], summary: dict, meta: dict, path: str,
                records: dict | None = None) -> None:
-    """``{"meta": ..., "totals": ..., "operations": [...], "records": {key: sweep record}}`` as JSON (the records
-    hold every configuration's time, workspace, notes and agreement, and each mode's order)."""
+    """``{"meta": ..., "totals": ..., "operations": [...], "records": {key: sweep record}}`` as JSON."""
     with open(path, "w") as f:
         json.dump({"meta": meta, "totals": summary, "operations": [asdict(r) for r in results],
                    "records": records or {}}, f, indent=1)
 
 
 def format_details(result: LayerResult, rec: dict, filters: Filters = Filters()) -> str:
-    """Every configuration of one operation, fastest first: time, workspace, notes, agreement, which modes offered
-    it at which rank, and whether the filters allow it."""
+    """Every configuration of one operation, fastest first: time, workspace, notes, agreement, modes and ranks,
+    whether the filters allow it."""
     ranks = {m: {t: i for i, t in enumerate(order)} for m, order in rec.get("order", {}).items()}
     lines = [f"{result.kind}.{result.pass_} {result.key}  ({', '.join(result.layers[:3])}"
              f"{' ...' if len(result.layers) > 3 else ''})"]
@@ -237,8 +227,8 @@ def format_details(result: LayerResult, rec: dict, filters: Filters = Filters())
 
 
 def plot(results: Sequence[LayerResult], path: str, title: str) -> bool:
-    """Three panels: regret per operation, time per operation (heuristic vs tuned), a histogram of regret.
-    Renders off-screen; False when matplotlib is missing (nothing written)."""
+    """Three panels (off-screen): regret and time (heuristic vs tuned) per operation, a histogram of regret; False
+    when matplotlib is missing (nothing written)."""
     try:
         from matplotlib.figure import Figure
     except ImportError:
@@ -292,20 +282,16 @@ def _newest(db: TuningDatabase, kind: str) -> dict:
 
 def compare(a: TuningDatabase, b: TuningDatabase, threshold: float = MISS, filters: Filters = Filters(),
             kind: str = KIND) -> tuple[list[Change], dict]:
-    """The operations measured in both databases whose best configuration changed or whose best time changed by
-    more than ``threshold`` (a fraction), B's gains first; returns (changes, {"a": environments, "b": ..., "common":
-    n, "only_a": n, "only_b": n, "same_best": n, "a_best_within": n, "faster": n, "slower": n, "totals": {...}}).
-    Each side uses its newest record of a key.
+    """(the operations in both databases whose best configuration changed, or whose best time by more than
+    ``threshold``, B's gains first; {"a": environments, "b": ..., "common", "only_a", "only_b", "same_best",
+    "a_best_within", "faster", "slower", "totals", "uncounted"}), each side by its newest record of a key.
 
-    ``faster`` / ``slower`` count the common operations whose best time in B is below / above A's by more than
-    ``threshold``; ``totals`` are one step's milliseconds over the common operations, each weighted by how often a
-    step runs it (the record's ``count``; 1 for a record without one, counted in ``uncounted``): ``tuned_a``,
-    ``tuned_b`` (the best configurations) and ``heuristic_a``, ``heuristic_b`` (the heuristic's picks, over the
-    operations where both sides have one): with two cuDNN versions on one GPU, what the new version changed.
-
-    ``same_best`` counts the common operations whose best configuration is the same, ``a_best_within`` those
-    whose A best, as B timed it, is within ``threshold`` of B's best: with B an ``--exhaustive`` run of the same
-    machine and A a raced one, the issue's "same picks" measure (no run-to-run noise in it)."""
+    ``faster`` / ``slower``: common operations whose best time in B is below / above A's by more than
+    ``threshold``; ``totals``: one step's ms over the common operations, each weighed by how often a step runs it
+    (the record's ``count``; 1 where it has none, counted in ``uncounted``): ``tuned_a``, ``tuned_b`` (the best
+    configurations) and ``heuristic_a``, ``heuristic_b`` (the heuristic's picks, where both sides have one).
+    ``same_best``: the same best configuration; ``a_best_within``: A's best, as B timed it, within ``threshold`` of
+    B's best (with B an ``--exhaustive`` run and A a raced one: the "same picks" measure, free of run noise)."""
     ra, rb = _newest(a, kind), _newest(b, kind)
     changes = []
     same = within = faster = slower = uncounted = 0
@@ -348,24 +334,22 @@ def compare(a: TuningDatabase, b: TuningDatabase, threshold: float = MISS, filte
 
 
 def format_compare(changes: Sequence[Change], info: dict, threshold: float) -> str:
-    """The comparison as text: both sides' environments, then one line per change."""
+    """The comparison (of :func:`compare`) as text: both sides' environments, the counts, one line per change."""
+    t, pct = info["totals"], f"{100 * threshold:.0f}%"
+
+    def ratio_text(a: float, b: float) -> str:
+        return f" (B/A {b / a:.3f})" if a else ""
     lines = [f"A: {'; '.join(info['a']) or '(no records)'}", f"B: {'; '.join(info['b']) or '(no records)'}",
              f"{info['common']} operations in both ({info['only_a']} only in A, {info['only_b']} only in B); "
-             f"{len(changes)} changed (best configuration, or best time by more than {100 * threshold:.0f}%)"]
-    if "same_best" in info:
-        lines.append(f"same best configuration in {info['same_best']} of {info['common']}; A's best within "
-                     f"{100 * threshold:.0f}% of B's best as B timed it in {info['a_best_within']} of {info['common']}")
-    if "totals" in info:
-        t = info["totals"]
-
-        def ratio_text(a: float, b: float) -> str:
-            return f" (B/A {b / a:.3f})" if a else ""
-        lines.append(f"B's best faster than A's by more than {100 * threshold:.0f}% in {info['faster']} operations, "
-                     f"slower in {info['slower']}; one step over the {info['common']} common operations"
-                     + (f" ({info['uncounted']} without a count, weighed once)" if info["uncounted"] else "")
-                     + f": tuned A {t['tuned_a']:.3f} ms, B {t['tuned_b']:.3f} ms"
-                     f"{ratio_text(t['tuned_a'], t['tuned_b'])}; heuristic picks A {t['heuristic_a']:.3f} ms, B {t['heuristic_b']:.3f} ms"
-                     f"{ratio_text(t['heuristic_a'], t['heuristic_b'])}")
+             f"{len(changes)} changed (best configuration, or best time by more than {pct})",
+             f"same best configuration in {info['same_best']} of {info['common']}; A's best within {pct} of B's best "
+             f"as B timed it in {info['a_best_within']} of {info['common']}",
+             f"B's best faster than A's by more than {pct} in {info['faster']} operations, slower in {info['slower']}; "
+             f"one step over the {info['common']} common operations"
+             + (f" ({info['uncounted']} without a count, weighed once)" if info["uncounted"] else "")
+             + f": tuned A {t['tuned_a']:.3f} ms, B {t['tuned_b']:.3f} ms{ratio_text(t['tuned_a'], t['tuned_b'])}; "
+             f"heuristic picks A {t['heuristic_a']:.3f} ms, B {t['heuristic_b']:.3f} ms"
+             f"{ratio_text(t['heuristic_a'], t['heuristic_b'])}"]
     if changes:
         head = f"{'operation':<70}{'best A':>30}{'ms A':>10}{'best B':>30}{'ms B':>10}{'B/A':>7}  B"
         lines += [head, "-" * len(head)]

@@ -1,52 +1,39 @@
 """Time the engine configurations of a model's operations and keep the results in the tuning database.
 
-For each :class:`~cudnn_py.tuning_records.models.Problem` (one layer's forward or backward pass at a batch size, dtype
-and layout) a cuDNN graph is built, the engine configurations that heuristics modes A, B and FALLBACK offer are
-collected (each mode's order kept), and each is built into a plan and timed on the device (CUDA events around
-held samples, ``graph.time_plan``; median of ``repeats`` after ``warmup``) on random data, as a race
-(:func:`cudnn_py.tuning.compare.race`): a configuration whose first sample is above
-:data:`~cudnn_py.tuning.compare.PRUNE` times the best median so far is *pruned* (its record keeps that one
-sample's time and says ``pruned``); every contender is timed in full. The outputs of the contenders, of each
-mode's possible pick and of the first :data:`~cudnn_py.tuning.compare.MIN_CHECKED` configurations to run
-(NaN-poisoned before the checked execution) are compared with the element-wise median of those checked; one that
-differs by more than :data:`~cudnn_py.tuning.compare.AGREEMENT` (a wrong or unwritten result) is marked as
-disagreeing and never picked as the best. ``Settings(exhaustive=True)`` (``algos --exhaustive``) times and checks
-every configuration in full instead. The record (kind :data:`KIND`, key :attr:`Problem.key`) holds every
-configuration's time, samples, whether it was pruned or checked, workspace, notes, agreement and build time, each
-mode's order, the race's account (``race``: margin, counts, seconds by phase) and the :class:`Settings` it was
-measured with, so the picks and regrets of any filter can be computed later (:mod:`cudnn_py.tuning.report`)
-without measuring again. A problem whose stored record :func:`covers` the settings asked for is not measured again
-(unless ``remeasure``).
+For each :class:`~cudnn_py.tuning_records.models.Problem` (one layer's pass at a batch size, dtype and layout) a
+cuDNN graph is built, the configurations heuristics modes A, B and FALLBACK offer are collected (each mode's order
+kept), built into plans one after the other, and raced on random data (:func:`cudnn_py.tuning.compare.race`: held
+samples, ``graph.time_plan``; pruning, output checks and agreement as its module says; ``Settings(exhaustive=True)``
+times and checks every one in full; ``cold_l2`` flushes the L2 cache before each sample, outside it).
 
-The plans of an operation are built one after the other before its timing (the race's ``build`` seconds are
-that phase's wall time); a sweep in worker processes (:mod:`cudnn_py.tuning.workers`) builds several operations'
-plans at once and times one operation at a time on each GPU. ``Settings(cold_l2=True)`` (``--cold-l2``) times each
-sample as one execution after a write of twice the L2 cache's size (:func:`cudnn_py.graph.plans.l2_flush`), outside
-the sample. How warm CUDA's kernel cache was (:func:`kernel_cache`) goes into each record's race account and into the
-run's record (kind :data:`RUN_KIND`): a sweep on an empty kernel cache compiles every runtime-compiled kernel.
+The record (kind :data:`KIND`, key :attr:`Problem.key`) holds every configuration's time, samples, pruning, check,
+workspace, notes, agreement and build time, each mode's order, the race's account (seconds by phase, and the state
+of CUDA's kernel cache: :func:`kernel_cache`) and the :class:`Settings`, so any filter's picks and regrets can be
+computed later (:mod:`cudnn_py.tuning.report`). A stored record that :func:`covers` the settings is not measured
+again (unless ``remeasure``). Worker processes (:mod:`cudnn_py.tuning.workers`) build several operations' plans at
+once and time one operation at a time on each GPU; each run is recorded too (kind :data:`RUN_KIND`).
 """
 from __future__ import annotations
 
-import math
 import os
 import time
 import warnings
 from pathlib import Path
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from cudnn_py.tuning_records.database import TuningDatabase
+from cudnn_py.tuning_records.database import TuningDatabase, finite
 from cudnn_py.tuning_records.models import Attention, Conv, Linear, Norm, Problem
 
-from .compare import Progress, np_dtype, race, sample
+from .compare import Progress, header, np_dtype, race, sample
 
-__all__ = ["KIND", "RUN_KIND", "MODES", "Settings", "Prepared", "build_graph", "header", "prepare", "run_prepared",
-           "measure",
-           "stored", "sweep", "valid_record", "covers", "time_summary", "kernel_cache", "kernel_cache_text"]
+__all__ = ["KIND", "RUN_KIND", "MODES", "Settings", "Candidates", "build_graph", "header", "candidates",
+           "time_candidates", "measure", "stored", "sweep", "valid_record", "covers", "time_summary", "kernel_cache",
+           "kernel_cache_text"]
 
 #: the tuning database's kind for model-sweep records
 KIND = "layer_sweep"
@@ -58,10 +45,9 @@ MODES = ("A", "B", "FALLBACK")
 
 @dataclass(frozen=True)
 class Settings:
-    """How a sweep measures: the heuristics ``modes`` collected, timed runs (``repeats``, after ``warmup``), at most
-    ``max_configs`` configurations of each mode (None: all), whether engines that compile at run time (slow to
-    build) are measured, whether every configuration is timed and checked in full (``exhaustive``) instead of
-    racing, and whether each sample starts with the L2 cache flushed (``cold_l2``; see the module doc)."""
+    """How a sweep measures: the heuristics ``modes``, ``repeats`` samples after ``warmup``, at most ``max_configs``
+    configurations of each mode (None: all), whether runtime-compiled engines are measured, ``exhaustive`` instead
+    of racing, and ``cold_l2`` (see the module doc)."""
 
     modes: tuple[str, ...] = MODES
     repeats: int = 10
@@ -99,13 +85,10 @@ def _outputs(*tensors, layout: str | None = None) -> None:
 
 
 def build_graph(p: Problem):
-    """The cuDNN graph of problem ``p`` (built in Python; nothing reaches cuDNN until it is lowered).
-
-    Convolutions run as conv_fprop / conv_dgrad / conv_wgrad; a linear layer's passes are the matmuls
-    ``x W^T``, ``dy W`` and ``dy^T x`` (``dy^T`` a transposed view); batch norm over (N, C, H, W) in the
-    problem's layout, layer and RMS norm over (tokens, features), group norm as a layer norm over
-    (N * groups, C / groups * H * W); attention as cuDNN's SDPA forward and backward.
-    """
+    """The cuDNN graph of problem ``p`` (nothing reaches cuDNN until it is lowered): convolutions as conv_fprop /
+    dgrad / wgrad; a linear layer's passes as the matmuls ``x W^T``, ``dy W`` and ``dy^T x`` (a transposed view);
+    batch norm over (N, C, H, W) in the problem's layout, layer and RMS norm over (tokens, features), group norm as
+    a layer norm over (N * groups, C / groups * H * W); attention as cuDNN's SDPA forward and backward."""
     import cudnn_py.graph as G
     op, dt = p.op, np_dtype(p.dtype)
     g = G.Graph(io_dtype=dt, compute_dtype="float32", name=p.key.split("|")[0])
@@ -206,20 +189,10 @@ def _bind(g, h, block: np.ndarray) -> tuple[dict, dict]:
     return pack, outputs
 
 
-def _knobs(cfg) -> dict:
-    return {getattr(k, "name", str(k)).replace("CUDNN_KNOB_TYPE_", ""): int(v) for k, v in cfg.knobs.items()}
-
-
-def _settings_dict(settings: Settings) -> dict:
-    d = asdict(settings)
-    d["modes"] = list(settings.modes)
-    return d
-
-
 @dataclass
-class Prepared:
-    """A problem made ready to time: its record so far (the problem, if its graph failed; each mode's order), its
-    lowered graph and the configurations the modes offered, by tag in visit order (mode A's first)."""
+class Candidates:
+    """A problem's candidate engine configurations, by tag in visit order (mode A's first), with its lowered graph
+    and its record so far (each mode's order; ``problem`` set, and no graph, where its graph failed)."""
 
     problem: Problem
     rec: dict
@@ -227,15 +200,8 @@ class Prepared:
     configs: dict = field(default_factory=dict)
 
 
-def header(p: Problem, settings: Settings) -> dict:
-    """The start of ``p``'s record: what was measured and how, before any configuration."""
-    return {"key": p.key, "op": p.kind, "pass": p.pass_, "dtype": p.dtype, "settings": _settings_dict(settings),
-            "order": {}, "configs": [], "problem": "", "count": p.count}
-
-
-def prepare(p: Problem, h, settings: Settings = Settings()) -> Prepared:
-    """Build and lower ``p``'s graph on handle ``h`` and collect the configurations of the heuristics modes (no
-    plan is built yet): what :func:`run_prepared` builds and times."""
+def candidates(p: Problem, h, settings: Settings = Settings()) -> Candidates:
+    """Lower ``p``'s graph on handle ``h`` and collect the configurations of the heuristics modes (no plan built)."""
     import cudnn_py.graph as G
     from cudnn_py.errors import CudnnPyError
     t0 = time.perf_counter()
@@ -245,7 +211,7 @@ def prepare(p: Problem, h, settings: Settings = Settings()) -> Prepared:
         g.lower(h)
     except CudnnPyError as e:
         rec["problem"] = " ".join(str(e).split())[:400]
-        return Prepared(p, rec)
+        return Candidates(p, rec)
     configs: dict = {}
     for m in settings.modes:
         try:
@@ -258,15 +224,14 @@ def prepare(p: Problem, h, settings: Settings = Settings()) -> Prepared:
         for c in found:
             configs.setdefault(c.tag, c)
     rec["race"] = {"seconds": {"heuristics": round(time.perf_counter() - t0, 4)}}
-    return Prepared(p, rec, g, configs)
+    return Candidates(p, rec, g, configs)
 
 
-def run_prepared(prep: Prepared, h, settings: Settings = Settings(), progress: Progress | None = None,
-                 hold: AbstractContextManager = nullcontext(), failed: Mapping[str, str] | None = None) -> dict:
-    """Build the plans of a :func:`prepare`-d problem on handle ``h``, one after the other, then time and check them
-    (a race, or every one in full where ``settings.exhaustive``) while holding ``hold`` (a worker's device lock:
-    the builds run without it); the record :func:`sweep` stores (see the module doc). ``failed``: configurations
-    not to build, by tag, with the reason recorded for each (those a worker process died or hung on)."""
+def time_candidates(prep: Candidates, h, settings: Settings = Settings(), progress: Progress | None = None,
+                    hold: AbstractContextManager = nullcontext(), failed: Mapping[str, str] | None = None) -> dict:
+    """Build the plans of ``prep`` on handle ``h`` one after the other, then race them (or time every one in full:
+    ``settings.exhaustive``) holding ``hold`` (a worker's device lock; not held for the builds); the record
+    :func:`sweep` stores. ``failed``: {tag: reason} of configurations not to build (a worker died or hung on them)."""
     import cudnn_py.graph as G
     from cudnn_py.errors import CudnnPyError
     from cudnn_py.graph.plans import l2_flush
@@ -276,7 +241,8 @@ def run_prepared(prep: Prepared, h, settings: Settings = Settings(), progress: P
     failed = failed or {}
     entries = []
     for tag, cfg in prep.configs.items():
-        row = {"tag": tag, "engine": cfg.global_index, "knobs": _knobs(cfg), "notes": cfg.notes(),
+        knobs = {getattr(k, "name", str(k)).replace("CUDNN_KNOB_TYPE_", ""): int(v) for k, v in cfg.knobs.items()}
+        row = {"tag": tag, "engine": cfg.global_index, "knobs": knobs, "notes": cfg.notes(),
                "deterministic": cfg.is_deterministic, "ok": False, "ms": None, "workspace": None, "build_ms": None,
                "diff": None, "agrees": None, "reason": failed.get(tag, ""), "samples": 0, "pruned": False,
                "checked": False}
@@ -335,20 +301,19 @@ def run_prepared(prep: Prepared, h, settings: Settings = Settings(), progress: P
 
 def measure(p: Problem, h, settings: Settings = Settings(), progress: Progress | None = None,
             hold: AbstractContextManager = nullcontext(), failed: Mapping[str, str] | None = None) -> dict:
-    """Measure problem ``p`` on handle ``h`` as ``settings`` say (a graph problem: :func:`prepare`, then
-    :func:`run_prepared`; a ``legacy`` one: :func:`~cudnn_py.tuning.legacy.measure_legacy`, all of it holding
-    ``hold``); the record :func:`sweep` stores. ``progress`` is told the operation's configurations
-    (:meth:`~cudnn_py.tuning.compare.Progress.begin`) and each step, not its end."""
+    """The record :func:`sweep` stores of problem ``p`` on handle ``h``: :func:`candidates`, then
+    :func:`time_candidates` (a ``legacy`` problem: :func:`~cudnn_py.tuning.legacy.measure_legacy`, holding
+    ``hold``). ``progress`` is told of the operation's begin and each step, not its end."""
     if p.legacy:
         from .legacy import config_count, measure_legacy
         if progress:
             progress.begin(p.key, config_count(p))
         with hold:
             return measure_legacy(p, h, settings, progress)
-    prep = prepare(p, h, settings)
+    prep = candidates(p, h, settings)
     if progress:
         progress.begin(p.key, len(prep.configs))
-    return run_prepared(prep, h, settings, progress, hold, failed)
+    return time_candidates(prep, h, settings, progress, hold, failed)
 
 
 def valid_record(rec) -> bool:
@@ -358,16 +323,15 @@ def valid_record(rec) -> bool:
     for c in rec["configs"]:
         if not isinstance(c, dict) or not isinstance(c.get("tag"), str) or not isinstance(c.get("ok"), bool):
             return False
-        ms = c.get("ms")
-        if c["ok"] and not (isinstance(ms, (int, float)) and math.isfinite(ms) and ms >= 0):
+        if c["ok"] and not finite(c.get("ms")):
             return False
     return all(isinstance(v, list) and all(isinstance(t, str) for t in v) for v in rec["order"].values())
 
 
 def stored(problems: Sequence[Problem], db: TuningDatabase, *, device: int = 0, settings: Settings = Settings(),
            remeasure: bool = False) -> tuple[dict[str, dict], list[Problem]]:
-    """({key: record} of the problems whose stored record :func:`covers` ``settings``, the problems left to measure);
-    a malformed record, or one made for another operation, is left to measure with a warning."""
+    """({key: record} of the problems whose stored record :func:`covers` ``settings``, the problems left to measure:
+    those too where the record is malformed or made for another operation, with a warning)."""
     from cudnn_py.tuning_records.database import TuningWarning
     out, todo = {}, []
     for p in problems:
@@ -384,13 +348,11 @@ def stored(problems: Sequence[Problem], db: TuningDatabase, *, device: int = 0, 
 
 
 def kernel_cache(environ: Mapping[str, str] | None = None) -> dict:
-    """Where CUDA keeps the kernels compiled at run time (the driver's JIT cache, which cuDNN's runtime-compiled
-    engines fill), and how full it is: ``{"state", "path", "bytes", "max_bytes"}``.
-
-    ``state`` is ``"disabled"`` (``CUDA_CACHE_DISABLE=1``: every process compiles every kernel again), ``"cold"``
-    (the folder is missing or holds no bytes: a sweep compiles every kernel) or ``"warm"``. ``path`` is
-    ``CUDA_CACHE_PATH``, else ``~/.nv/ComputeCache`` (``%APPDATA%\\NVIDIA\\ComputeCache`` on Windows);
-    ``max_bytes`` is ``CUDA_CACHE_MAXSIZE`` where set to a number (None: the driver's default)."""
+    """CUDA's JIT cache of runtime-compiled kernels (what cuDNN's runtime-compiled engines fill):
+    ``{"state", "path", "bytes", "max_bytes"}``. ``state``: ``"disabled"`` (``CUDA_CACHE_DISABLE=1``), ``"cold"``
+    (the folder missing or empty: a sweep compiles every kernel) or ``"warm"``; ``path``: ``CUDA_CACHE_PATH``, else
+    ``~/.nv/ComputeCache`` (``%APPDATA%\\NVIDIA\\ComputeCache`` on Windows); ``max_bytes``: ``CUDA_CACHE_MAXSIZE``
+    where a number (None: the driver's default)."""
     env = os.environ if environ is None else environ
     if env.get("CUDA_CACHE_PATH"):
         path = Path(env["CUDA_CACHE_PATH"]).expanduser()
@@ -424,19 +386,15 @@ def kernel_cache_text(cache: dict) -> str:
 def sweep(problems: Sequence[Problem], db: TuningDatabase, *, device: int = 0, devices: Sequence[int] | None = None,
           jobs: int = 1, settings: Settings = Settings(), remeasure: bool = False,
           progress: Callable[[str], None] | None = None, time_limit: float = 600.0) -> tuple[dict[str, dict], int]:
-    """The record of every problem: from ``db`` where it has one that :func:`covers` ``settings``, else measured and
-    stored as it arrives, with a record of the run (kind :data:`RUN_KIND`: when, how many, the seconds by phase, the
-    workers and the :func:`kernel_cache` it started with).
+    """({problem key: record}, how many were measured): each record from ``db`` where one :func:`covers`
+    ``settings``, else measured and stored as it arrives; then a record of the run (kind :data:`RUN_KIND`: when, how
+    many, seconds by phase, the workers' start costs, the :func:`kernel_cache` it started with).
 
-    ``jobs`` 1 with no ``devices`` measures in this process on ``device``. Otherwise ``jobs`` worker processes (at
-    least one per device) measure over ``devices`` (default ``[device]``): :func:`cudnn_py.tuning.workers.run` says
-    how builds run in parallel while each device times one worker at a time, and how a worker that dies, or stays
-    on one step past ``time_limit`` seconds, loses nothing but the configuration it was on. ``progress`` receives
-    the :class:`~cudnn_py.tuning.compare.Progress` line, at most once a second.
-
-    :returns: ({problem key: record}, how many were measured).
-    :raises SystemExit: when something must be measured and no cuDNN handle opens.
-    :raises KeyboardInterrupt: after stopping every worker; what was measured is stored.
+    ``jobs`` 1 with no ``devices`` measures in this process on ``device``; else ``jobs`` worker processes (at least
+    one per device) over ``devices`` (default ``[device]``), as :func:`cudnn_py.tuning.workers.run` says (a worker
+    stuck on one step past ``time_limit`` seconds is stopped). ``progress`` receives the
+    :class:`~cudnn_py.tuning.compare.Progress` line, at most once a second. SystemExit when something must be
+    measured and no cuDNN handle opens; KeyboardInterrupt after stopping every worker (what was measured is kept).
     """
     out, todo = stored(problems, db, device=device, settings=settings, remeasure=remeasure)
     if not todo:
@@ -452,7 +410,7 @@ def sweep(problems: Sequence[Problem], db: TuningDatabase, *, device: int = 0, d
         db.record(KIND, p.key, rec, device=dev)
         out[p.key] = rec
 
-    where = list(devices) if devices else [device]
+    where, starts = list(devices) if devices else [device], []
     if jobs == 1 and not devices:
         from cudnn_py.handle import Handle
         try:
@@ -467,8 +425,8 @@ def sweep(problems: Sequence[Problem], db: TuningDatabase, *, device: int = 0, d
     else:
         from . import workers
         jobs = max(jobs, len(where))
-        workers.run(todo, settings, devices=where, jobs=jobs, work=measure, keep=keep, progress=prog,
-                    time_limit=time_limit)
+        starts = workers.run(todo, settings, devices=where, jobs=jobs, work=measure, keep=keep, progress=prog,
+                             time_limit=time_limit)
     prog.close()
     secs: dict[str, float] = {}
     for p in todo:
@@ -476,16 +434,14 @@ def sweep(problems: Sequence[Problem], db: TuningDatabase, *, device: int = 0, d
             secs[k] = round(secs.get(k, 0.0) + float(v), 4)
     db.record(RUN_KIND, f"{started}|{todo[0].key}", {
         "started": started, "seconds": round(time.monotonic() - t0, 3), "operations": len(problems),
-        "measured": len(todo), "keys": [p.key for p in todo], "settings": _settings_dict(settings),
-        "jobs": jobs, "devices": where, "kernel_cache": cache, "phases": secs}, device=device)
+        "measured": len(todo), "keys": [p.key for p in todo], "settings": header(todo[0], settings)["settings"],
+        "jobs": jobs, "devices": where, "kernel_cache": cache, "phases": secs, "workers": starts}, device=device)
     return out, len(todo)
 
 
 def time_summary(records: Sequence[dict]) -> str:
-    """How ``records`` were measured (their race accounts summed, whether measured now or read from the database):
-    configurations, how many were pruned and checked, and the seconds spent in heuristics queries, plan builds,
-    first samples, further samples, output checks and the agreement; empty where no record has an account (all
-    measured before racing)."""
+    """How ``records`` were measured, their race accounts summed: configurations, how many pruned and checked, the
+    seconds by phase; empty where no record has an account (all measured before racing)."""
     acc = [r["race"] for r in records if isinstance(r.get("race"), dict) and "pruned" in r["race"]]
     if not acc:
         return ""

@@ -1,18 +1,17 @@
-"""A model sweep in worker processes: plan builds in parallel, each GPU's timing one worker at a time.
+"""A model sweep in worker processes: plan builds in parallel (they scale across processes, not threads: see
+docs/tuning.md), each GPU's timing one worker at a time.
 
-Plan builds are most of a sweep (cuDNN's runtime compilation), and they scale across processes where threads
-sharing a handle did not (docs/tuning.md). :func:`run` starts ``jobs`` worker processes (``spawn``), each with its
-own cuDNN handle on one of the devices, and hands them whole operations one at a time, in order. A worker runs
-:func:`cudnn_py.tuning.sweep.measure`: heuristics and plan builds freely, the samples and output checks holding its
-device's :class:`DeviceLock`, so no timed sample overlaps another worker's GPU work (the builds are CPU work; the
-timed samples hold the stream until they are queued, so a busy CPU does not stretch them).
+:func:`run` spawns ``jobs`` workers, each with its own cuDNN handle on one of the devices, and hands them whole
+operations one at a time, in order. A worker runs :func:`cudnn_py.tuning.sweep.measure`: heuristics and builds
+freely, the samples and output checks holding its device's :class:`DeviceLock`, so no sample overlaps another
+worker's GPU work (and a held sample's stream waits until it is queued, so a busy CPU does not stretch it).
 
-The parent process alone writes the database, one record as each operation finishes, and keeps the progress line
-from the workers' events. A worker that dies (a crash inside cuDNN, a kill for want of host memory) or makes no
-progress on one step for ``time_limit`` seconds (waiting for the lock excepted) is stopped and replaced; the
-configuration it was building or timing is recorded as failed with the reason, and its operation measured again
-without it. An operation whose workers die :data:`RETRIES` times, or outside any configuration, is recorded as
-failed with the reason. An interrupt stops every worker at once; what was stored stays.
+The parent alone writes the database, one record as each operation finishes, and keeps the progress line. A worker
+that dies (a crash inside cuDNN, a kill for want of host memory) or makes no progress on one step for
+``time_limit`` seconds (waiting for the lock excepted) is replaced; the configuration it was on is recorded as
+failed with the reason and its operation measured again without it. An operation whose workers die
+:data:`RETRIES` times, or outside any configuration, is recorded as failed. An interrupt stops every worker; what
+was stored stays.
 """
 from __future__ import annotations
 
@@ -75,8 +74,7 @@ class DeviceLock:
 # ------------------------------------------------------------------------------------------------ the worker
 
 class _Events:
-    """A worker's progress: each call a message to the parent (the methods of
-    :class:`~cudnn_py.tuning.compare.Progress` that a measurement calls)."""
+    """A worker's side of :class:`~cudnn_py.tuning.compare.Progress`: each call a message to the parent."""
 
     def __init__(self, conn: Connection):
         self.conn = conn
@@ -149,6 +147,9 @@ class _Slot:
     tag: str = ""
     phase: str = "start"
     since: float = field(default_factory=time.monotonic)
+    born: float = field(default_factory=time.monotonic)
+    ready_s: float | None = None        # seconds from its start to its handle opened
+    first_build_s: float | None = None  # ... to its first plan built
 
 
 def _how_it_ended(proc: Any) -> str:
@@ -164,24 +165,26 @@ def _how_it_ended(proc: Any) -> str:
 
 def run(problems: Sequence[Problem], settings: Any, *, devices: Sequence[int], jobs: int,
         work: Callable, keep: Callable[[Problem, dict, int], None], progress: Any, time_limit: float = 600.0,
-        opener: Callable | None = None) -> None:
-    """Measure ``problems`` in ``jobs`` worker processes spread over ``devices`` (see the module doc), calling
-    ``keep(problem, record, device)`` in this process as each record arrives and telling ``progress`` (a
+        opener: Callable | None = None) -> list[dict]:
+    """Measure ``problems`` in ``jobs`` worker processes over ``devices`` (see the module doc), calling
+    ``keep(problem, record, device)`` here as each record arrives and telling ``progress`` (a
     :class:`~cudnn_py.tuning.compare.Progress`) every worker's steps.
 
     ``work(problem, handle, settings, events, hold, failed)`` measures one problem in a worker
-    (:func:`cudnn_py.tuning.sweep.measure`) and ``opener(device)`` opens its handle (a context manager; default a
-    :class:`~cudnn_py.handle.Handle`); both must be importable by name (the workers are spawned), which is how
-    tests stand in for cuDNN. The record of an operation that failed as a whole has only ``key``, ``problem`` (the
-    reason), ``order`` and ``configs`` (those its workers died on): ``keep`` completes it.
+    (:func:`cudnn_py.tuning.sweep.measure`), ``opener(device)`` opens its handle (a context manager; default a
+    :class:`~cudnn_py.handle.Handle`): both importable by name (the workers are spawned; tests stand in for cuDNN).
+    An operation that failed as a whole has a record of ``key``, ``problem`` (the reason), ``order`` and
+    ``configs`` (those its workers died on) only: ``keep`` completes it.
 
-    :raises SystemExit: when no worker could open a handle (the first one's reason).
-    :raises KeyboardInterrupt: after stopping every worker.
+    Returns each worker's start cost, as started: ``{"device", "ready_s", "first_build_s"}`` (seconds from its start
+    to its handle opened and to its first plan built; None where it never got there). SystemExit when no worker
+    could open a handle (the first one's reason); KeyboardInterrupt after stopping every worker.
     """
     opener = opener or _open_handle
     ctx = multiprocessing.get_context("spawn")
     queue = deque(_Task(p) for p in problems)
     slots: list[_Slot] = []
+    started: list[_Slot] = []
     fatal: list[str] = []
 
     def start(device: int, locks: str) -> _Slot:
@@ -190,7 +193,8 @@ def run(problems: Sequence[Problem], settings: Any, *, devices: Sequence[int], j
                            args=(theirs, device, os.path.join(locks, f"device{device}.lock"), settings, work, opener))
         proc.start()
         theirs.close()
-        return _Slot(device, proc, mine)
+        started.append(_Slot(device, proc, mine))
+        return started[-1]
 
     def finish(s: _Slot, rec: dict) -> None:
         assert s.task is not None
@@ -223,7 +227,7 @@ def run(problems: Sequence[Problem], settings: Any, *, devices: Sequence[int], j
         kind, key = msg[0], s.task.problem.key if s.task else ""
         s.since = time.monotonic()
         if kind == "ready":
-            s.ready, s.phase = True, "idle"
+            s.ready, s.phase, s.ready_s = True, "idle", s.since - s.born
         elif kind == "fatal":
             fatal.append(msg[1])
         elif kind == "begin":
@@ -234,6 +238,7 @@ def run(problems: Sequence[Problem], settings: Any, *, devices: Sequence[int], j
         elif kind == "wait":   # for the device lock; once it is held, no configuration until the race visits one
             s.tag, s.phase = "", "wait" if msg[1] else "hold"
         elif kind == "built":
+            s.first_build_s = s.since - s.born if s.first_build_s is None else s.first_build_s
             progress.built(msg[1], key)
         elif kind == "config":
             progress.config(msg[1], msg[2], key)
@@ -294,3 +299,4 @@ def run(problems: Sequence[Problem], settings: Any, *, devices: Sequence[int], j
         finally:   # done, interrupted or failed: no worker outlives the sweep
             for s in slots:
                 stop(s)
+    return [{"device": s.device, "ready_s": s.ready_s, "first_build_s": s.first_build_s} for s in started]

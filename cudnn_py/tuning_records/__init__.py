@@ -1,17 +1,12 @@
-"""The tuning records: one database for every measurement, the environment it is valid under, model corpora.
-
-The low half of :mod:`cudnn_py.tuning` (the core layer, see ``docs/design.md``): the legacy algorithm cache
-(:mod:`cudnn_py.fastest_cache`), the engine choice and the graph plan store (:mod:`cudnn_py.graph.plan_store`) keep
-their records here; the runs that fill them (sweeps, reports, comparisons) are :mod:`cudnn_py.tuning`, above the
-operation families. The old import paths (``cudnn_py.tuning.database``, ``.fingerprint``, ``.models``, and these
-names from :mod:`cudnn_py.tuning`) are these same modules.
+"""The tuning records (the low half of :mod:`cudnn_py.tuning`, in the core layer: ``docs/design.md``): the legacy
+algorithm cache (:mod:`cudnn_py.fastest_cache`), the engine choice and the graph plan store
+(:mod:`cudnn_py.graph.plan_store`) keep their records here.
 
 * :class:`TuningDatabase` / :func:`default_database` (:mod:`~cudnn_py.tuning_records.database`) - one SQLite file
   keyed by kind, operation signature and environment: ``db.record(kind, key, value)`` and ``db.lookup(kind, key)``.
 * :class:`Environment` / :func:`environment` (:mod:`~cudnn_py.tuning_records.fingerprint`) - cuDNN version, GPU,
   compute capability, driver.
-* :mod:`cudnn_py.tuning_records.models` - layer tables of known networks (ResNet, ViT, the Stable Diffusion UNet,
-  Llama 3).
+* :mod:`~cudnn_py.tuning_records.models` - layer tables of known networks (ResNet, ViT, the SD UNet, Llama 3).
 """
 from .database import (FILE_NAME, SCHEMA_VERSION, Record, TuningDatabase, TuningDatabaseError, TuningWarning,
                        default_database, default_path, open_database, set_default_database)

@@ -5,12 +5,11 @@ algorithm choices, serialised plans, autotune timings, ``engine="auto"``'s choic
 operation's signature, and the :class:`~cudnn_py.tuning_records.fingerprint.Environment` (cuDNN version, GPU, compute
 capability, driver) what else changes the answer; a lookup sees only records of its own environment.
 
-The file is a real database (SQLite from the standard library, WAL journal): writers take a short immediate
-transaction each, readers never block them, and a process killed mid-write (SIGKILL included) leaves the last
-committed state. Nothing in it is trusted blindly: each record carries a digest of its kind, key, environment and
-value, and a record that does not match it is dropped with a :class:`TuningWarning` (the caller measures again);
-a file that is not one of ours, is damaged or truncated, or was written by a newer schema is refused with a
-:class:`TuningDatabaseError`; a location that cannot be written degrades to memory with one warning.
+SQLite (WAL journal): each write is a short immediate transaction, readers never block writers, and a process
+killed mid-write leaves the last committed state. Each record carries a digest of its kind, key, environment and
+value; one that does not match is dropped with a :class:`TuningWarning` (the caller measures again). A file not
+ours, damaged, truncated or of a newer schema is refused (:class:`TuningDatabaseError`); a location that cannot
+be written degrades to memory with one warning.
 
 Where it lives: :func:`default_database` opens ``$CUDNN_PY_TUNING_DB`` (``:memory:`` for none), else
 ``tuning.sqlite`` in ``$CUDNN_PY_PLAN_CACHE_DIR`` (the plan store's directory), else the per-user cache
@@ -132,8 +131,7 @@ def _writer() -> str:
 
 
 def _current_device() -> int:
-    """The ordinal of the calling thread's current CUDA context's device (0 when none is current or there is no
-    driver)."""
+    """The device of the calling thread's current CUDA context (0 when none is current, or no driver)."""
     try:
         from cuda.bindings import driver
         err, dev = driver.cuCtxGetDevice()
@@ -290,9 +288,8 @@ class TuningDatabase:
         return conn
 
     def _wal(self, conn: sqlite3.Connection) -> None:
-        """``PRAGMA journal_mode = WAL`` (persistent in the file; readers never block writers), retried for up to
-        the timeout while another process creating the file at once holds it: SQLite answers that with
-        ``SQLITE_BUSY`` at once, without waiting."""
+        """``PRAGMA journal_mode = WAL`` (persistent; readers never block writers), retried for up to the timeout
+        while another process creating the file holds it (SQLite answers ``SQLITE_BUSY`` at once, without waiting)."""
         end = time.monotonic() + self._timeout
         while True:
             try:
@@ -374,10 +371,7 @@ class TuningDatabase:
 
     def record(self, kind: str, key: str, value: dict, *, device: int | None = None) -> None:
         """Store ``value`` (a JSON object) under ``(kind, key)`` and the environment of ``device``, replacing what
-        was there (an upsert, one transaction).
-
-        :raises InvalidTypeError, InvalidValueError: for a kind, key or value the database cannot hold.
-        """
+        was there (one transaction); InvalidTypeError or InvalidValueError for what the database cannot hold."""
         kind, key, text = _check_kind(kind), _check_key(key), _dump(value)
         env = self.environment(device)
         row = (kind, key, text, _digest(kind, key, env, text), time.time(), _writer())
@@ -388,11 +382,8 @@ class TuningDatabase:
         self._run(write, write=True)
 
     def lookup(self, kind: str, key: str, *, device: int | None = None) -> dict | None:
-        """The value stored under ``(kind, key)`` for the environment of ``device``, or None.
-
-        A record that does not answer its key (its digest does not match) is deleted with a :class:`TuningWarning`
-        and None is returned, so the caller measures again.
-        """
+        """The value stored under ``(kind, key)`` for the environment of ``device``, or None (also for a record
+        whose digest does not match: it is deleted with a :class:`TuningWarning`, so the caller measures again)."""
         kind, key = _check_kind(kind), _check_key(key)
         env = self.environment(device)
 
@@ -469,11 +460,8 @@ class TuningDatabase:
 
     def put_records(self, records: Iterable[Record], *, source: str | None = None, newer_only: bool = True) -> int:
         """Write ``records`` (each under its own environment) in one transaction; returns how many were written.
-
-        :param source: a name for this batch (an imported file or directory): a batch whose source was imported
-            before is skipped, so an import happens once.
-        :param newer_only: keep a stored record that is newer than the incoming one (what merging wants).
-        """
+        ``source`` names the batch (an imported file or folder): one imported before is skipped. ``newer_only``:
+        keep a stored record newer than the incoming one (what merging wants)."""
         batch = [(r.kind, r.key, r.environment, _dump(r.value), float(r.updated), r.writer) for r in records]
         for r in batch:
             _check_kind(r[0])
@@ -519,10 +507,9 @@ class TuningDatabase:
 
     def count(self, kind: str | None = None) -> int:
         """How many records of ``kind`` (None: of every kind) the database holds, in every environment."""
-        if kind is None:
-            return self._run(lambda c: c.execute("SELECT COUNT(*) FROM records").fetchone()[0])
-        return self._run(lambda c: c.execute("SELECT COUNT(*) FROM records WHERE kind = ?",
-                                             (_check_kind(kind),)).fetchone()[0])
+        args = () if kind is None else (_check_kind(kind),)
+        return self._run(lambda c: c.execute("SELECT COUNT(*) FROM records" + (" WHERE kind = ?" if args else ""),
+                                             args).fetchone()[0])
 
     def integrity_check(self) -> str:
         """SQLite's ``PRAGMA integrity_check`` of the file: ``"ok"``, or what it found."""
