@@ -39,8 +39,8 @@ import cudnn_py.foreign as _foreign  # its torch tables, read through the module
 from cudnn_py.recording import device_work
 from cudnn_py.foreign import Signature as Signature, check_cuda_array_interface, is_torch_tensor as is_torch_tensor
 from cudnn_py.streams import StreamLike, annotation_only, as_stream, cuda_core, get_device
-from cudnn_py.strided import (MAX_BYTES, array_dtype, c_strides, check_extent, is_c_contiguous, non_overlapping,
-                               normalize_shape)
+from cudnn_py.strided import (MAX_BYTES, array_dtype, c_strides, check_extent, extent, is_c_contiguous,
+                               non_overlapping, normalize_shape)
 
 if TYPE_CHECKING:
     from cuda.core import Device, Stream
@@ -165,13 +165,8 @@ class DeviceArray:
         """(offset of the lowest element, number of elements from it to the highest), for any strides."""
         if self.size == 0:
             return 0, 0
-        lo = sum((n - 1) * s for n, s in zip(self.shape, self.strides) if s < 0)
-        hi = sum((n - 1) * s for n, s in zip(self.shape, self.strides) if s > 0)
+        lo, hi = extent(self.shape, self.strides)
         return lo, hi - lo + 1
-
-    # the earlier private spellings, still read by cudnn_py.engine_choice._snapshot
-    _new = from_parts
-    _span = span
 
     def _require_contiguous(self, what: str) -> None:
         if not self.is_contiguous:
@@ -189,21 +184,15 @@ class DeviceArray:
         out = np.empty(self.shape, self.dtype)
         if self.size == 0:
             return out
-        if self.is_contiguous:
-            with on_device(self.device_id):
-                _check(_queue("cuMemcpyDtoHAsync")(out.ctypes.data, self.ptr, self.nbytes, s.handle),
-                       "cuMemcpyDtoHAsync")
-                s.sync()
-            return out
-        lo, count = self.span()
-        host = np.empty(count, self.dtype)
+        packed = self.is_contiguous
+        lo, count = (0, self.size) if packed else self.span()
+        host = out if packed else np.empty(count, self.dtype)
         item = self.dtype.itemsize
         with on_device(self.device_id):
-            _check(_queue("cuMemcpyDtoHAsync")(host.ctypes.data, self.ptr + lo * item, count * item, s.handle),
-                   "cuMemcpyDtoHAsync")
+            _queue("cuMemcpyDtoHAsync", host.ctypes.data, self.ptr + lo * item, count * item, s.handle)
             s.sync()
-        view = np.lib.stride_tricks.as_strided(host[-lo:], self.shape, tuple(x * item for x in self.strides))
-        out[...] = view
+        if not packed:
+            out[...] = np.lib.stride_tricks.as_strided(host[-lo:], self.shape, tuple(x * item for x in self.strides))
         return out
 
     def fill_(self, value: Any, stream: StreamLike = None) -> DeviceArray:
@@ -223,8 +212,7 @@ class DeviceArray:
         with on_device(self.device_id):
             if not memset(self.ptr, v, self.size, s.handle):
                 host = np.full(self.shape, v[0], self.dtype)
-                _check(_queue("cuMemcpyHtoDAsync")(self.ptr, host.ctypes.data, self.nbytes, s.handle),
-                       "cuMemcpyHtoDAsync")
+                _queue("cuMemcpyHtoDAsync", self.ptr, host.ctypes.data, self.nbytes, s.handle)
                 s.sync()
         return self
 
@@ -249,20 +237,17 @@ class DeviceArray:
             if self.nbytes:
                 with on_device(self.device_id):
                     if other.device_id == self.device_id:
-                        _check(_queue("cuMemcpyDtoDAsync")(self.ptr, other.ptr, self.nbytes, s.handle),
-                               "cuMemcpyDtoDAsync")
+                        _queue("cuMemcpyDtoDAsync", self.ptr, other.ptr, self.nbytes, s.handle)
                     else:  # another device's memory (pool allocations are not mapped for peers): a peer copy
-                        _check(_queue("cuMemcpyPeerAsync")(self.ptr, primary_context(self.device_id), other.ptr,
-                                                        primary_context(other.device_id), self.nbytes, s.handle),
-                               "cuMemcpyPeerAsync")
+                        _queue("cuMemcpyPeerAsync", self.ptr, primary_context(self.device_id), other.ptr,
+                               primary_context(other.device_id), self.nbytes, s.handle)
             return self
         host = np.ascontiguousarray(src, dtype=self.dtype)
         if host.shape != self.shape:
             raise InvalidValueError(f"copy_ source has shape {host.shape}; expected {self.shape}")
         if self.nbytes:
             with on_device(self.device_id):
-                _check(_queue("cuMemcpyHtoDAsync")(self.ptr, host.ctypes.data, self.nbytes, s.handle),
-                       "cuMemcpyHtoDAsync")
+                _queue("cuMemcpyHtoDAsync", self.ptr, host.ctypes.data, self.nbytes, s.handle)
         return self
 
     def reshape(self, *shape: Any) -> DeviceArray:
@@ -338,15 +323,17 @@ else:
 Out = TypeVar("Out", bound=DeviceArrayLike)
 
 
-def _layout(shape: Shape, dtype: npt.DTypeLike) -> tuple[tuple[int, ...], np.dtype[Any], int]:
-    """(shape, dtype, bytes) of a new array, checked."""
+def _plan(shape: Shape, dtype: npt.DTypeLike, stream: StreamLike, device: int | Device | None) -> tuple:
+    """The arguments of :func:`_new_array` for a new C-contiguous array, checked."""
     shape = normalize_shape(shape)
     dtype = array_dtype(dtype)
     nbytes = math.prod(shape) * dtype.itemsize
     if nbytes > MAX_BYTES:  # before any driver call: cuda.core would fail converting it to a size_t
         raise InvalidValueError(f"an array of shape {shape} and dtype {dtype} would take {nbytes} bytes; at most "
                                 f"2**63 - 1 can be addressed")
-    return shape, dtype, nbytes
+    dev = get_device(device)
+    s = as_stream(stream, dev)  # dev, not device: None would ask the driver for the current device again
+    return dev, s, shape, dtype, c_strides(shape), nbytes, device_count() == 1
 
 
 def _new_array(dev: Device, s: Stream, shape: tuple[int, ...], dtype: np.dtype[Any], strides: tuple[int, ...],
@@ -369,10 +356,7 @@ def _new_array(dev: Device, s: Stream, shape: tuple[int, ...], dtype: np.dtype[A
 
 
 def _allocate(shape: Shape, dtype: npt.DTypeLike, stream: StreamLike, device: int | Device | None) -> DeviceArray:
-    shape, dtype, nbytes = _layout(shape, dtype)
-    dev = get_device(device)
-    s = as_stream(stream, dev)  # dev, not device: None would ask the driver for the current device again
-    return _new_array(dev, s, shape, dtype, c_strides(shape), nbytes, device_count() == 1)
+    return _new_array(*_plan(shape, dtype, stream, device))
 
 
 def allocator(shape: Shape, dtype: npt.DTypeLike, stream: StreamLike = None, *,
@@ -383,10 +367,7 @@ def allocator(shape: Shape, dtype: npt.DTypeLike, stream: StreamLike = None, *,
     :raises NoDeviceError: where no GPU can be used.
     :raises CudaOutOfMemoryError: (from the function) when the device has no room.
     """
-    shape, dtype, nbytes = _layout(shape, dtype)
-    dev = get_device(device)
-    s = as_stream(stream, dev)
-    return functools.partial(_new_array, dev, s, shape, dtype, c_strides(shape), nbytes, device_count() == 1)
+    return functools.partial(_new_array, *_plan(shape, dtype, stream, device))
 
 
 class Output:
@@ -400,9 +381,8 @@ class Output:
     def __init__(self, shape: tuple[int, ...], dtype: npt.DTypeLike, strides: tuple[int, ...] | None = None):
         self.shape, self.dtype = shape, array_dtype(dtype)
         self.strides = None if strides is None or is_c_contiguous(shape, strides) else tuple(strides)
-        self.n = math.prod(shape)  # the elements a new array holds: its shape's, or as many as the strides span
-        if self.strides is not None:
-            self.n = 1 + sum((d - 1) * st for d, st in zip(shape, self.strides))
+        # the elements a new array holds: its shape's, or as many as the strides span
+        self.n = math.prod(shape) if self.strides is None else 1 + extent(shape, self.strides)[1]
         self.stream: Any = None
         self.new: Any = None
 
@@ -440,12 +420,12 @@ class _Allocation:
             pass
 
 
-def _queue(name: str) -> Callable[..., Any]:
-    """The driver function ``name``, a copy, memset or read of device memory: every such call of the package goes
-    through here, so that one made while recording outside a sink spoils the recording
+def _queue(name: str, *args: Any) -> None:
+    """Call the driver function ``name``, a copy, memset or read of device memory, raising its error: every such call
+    of the package goes through here, so that one made while recording outside a sink spoils the recording
     (:func:`cudnn_py.recording.device_work`: a replay would not repeat it)."""
     device_work(name)
-    return getattr(driver(), name)
+    _check(getattr(driver(), name)(*args), name)
 
 
 def memset_writes(element: np.ndarray) -> bool:
@@ -459,18 +439,11 @@ def memset(ptr: int, element: np.ndarray, count: int, stream_handle: Any) -> boo
     """Queue a driver memset writing ``count`` copies of the one-element array ``element`` (its bytes) from
     ``ptr`` on the stream; False (nothing queued) where no memset writes it (:func:`memset_writes`). The caller
     makes the memory's device current (:class:`on_device`)."""
-    item = element.dtype.itemsize
     if not memset_writes(element):
         return False
-    if item == 1:
-        _check(_queue("cuMemsetD8Async")(ptr, int(element.view(np.uint8)[0]), count, stream_handle), "cuMemsetD8Async")
-    elif item == 2:
-        _check(_queue("cuMemsetD16Async")(ptr, int(element.view(np.uint16)[0]), count, stream_handle),
-               "cuMemsetD16Async")
-    else:
-        words = count * item // 4
-        _check(_queue("cuMemsetD32Async")(ptr, int(element.view(np.uint32)[0]), words, stream_handle),
-               "cuMemsetD32Async")
+    item = element.dtype.itemsize
+    word = min(item, 4)  # bytes per word the memset writes (an 8-byte element as two equal 4-byte words)
+    _queue(f"cuMemsetD{8 * word}Async", ptr, int(element.view(f"u{word}")[0]), count * item // word, stream_handle)
     return True
 
 
@@ -498,7 +471,7 @@ def zeros(shape: Shape, dtype: npt.DTypeLike = np.float32, stream: StreamLike = 
     a = _allocate(shape, dtype, stream, device)
     if a.nbytes:
         with on_device(a.device_id):
-            _check(_queue("cuMemsetD8Async")(a.ptr, 0, a.nbytes, a.stream.handle), "cuMemsetD8Async")
+            _queue("cuMemsetD8Async", a.ptr, 0, a.nbytes, a.stream.handle)
     return a
 
 
@@ -537,7 +510,7 @@ def to_device(obj: npt.ArrayLike | DeviceArrayLike, stream: StreamLike = None, *
     a = _allocate(host.shape, host.dtype, stream, device)
     if a.nbytes:
         with on_device(a.device_id):
-            _check(_queue("cuMemcpyHtoDAsync")(a.ptr, host.ctypes.data, a.nbytes, a.stream.handle), "cuMemcpyHtoDAsync")
+            _queue("cuMemcpyHtoDAsync", a.ptr, host.ctypes.data, a.nbytes, a.stream.handle)
     return a
 
 
