@@ -9,9 +9,8 @@
             y = cdp.pooling_forward(h, pool, x)
         h.synchronize()
 
-A handle is created on ``device`` (made current in the calling thread) and destroyed by
-:meth:`Handle.close`, the end of a ``with`` block, or, if you forget, the garbage collector. Using a
-closed handle raises :class:`~cudnn_py.errors.ClosedError`.
+A handle is destroyed by :meth:`Handle.close`, the end of a ``with`` block, or, if you forget, the garbage
+collector; using a closed handle raises :class:`~cudnn_py.errors.ClosedError`.
 
 Devices: a handle belongs to the device it was created on (``Handle(device=1)`` makes device 1 current in the calling
 thread, then creates the cuDNN handle); its calls must run with that device current, which is the case unless the
@@ -19,15 +18,7 @@ thread makes another device current afterwards (then make this one current again
 Arrays on another device than the handle's are refused before C is called.
 
 Threads: cuDNN handles are not thread-safe, and sharing one between threads that run at once is not detected (that
-would cost every call): use one handle per thread (and per device), e.g.::
-
-    _local = threading.local()
-
-    def my_handle() -> cdp.Handle:
-        h = getattr(_local, "handle", None)
-        if h is None:
-            h = _local.handle = cdp.Handle()
-        return h
+would cost every call): use one handle per thread (and per device), e.g. kept in a ``threading.local()``.
 """
 from __future__ import annotations
 

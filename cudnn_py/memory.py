@@ -1,25 +1,23 @@
 """Device arrays on :mod:`cuda.core` memory, and zero-copy views of foreign GPU tensors.
 
-:class:`DeviceArray` is a strided n-d view of device memory: ``shape``, ``dtype``, ``strides`` (in
-elements), ``ptr``, ``device_id``. Memory comes from the device's stream-ordered memory resource
-(``cuda.core.Device.allocate``) and goes back to it, ordered on the stream it was allocated on, when
-the last reference goes::
+:class:`DeviceArray` is a strided n-d view of device memory: ``shape``, ``dtype``, ``strides`` (in elements),
+``ptr``, ``device_id``. Memory comes from the device's stream-ordered memory resource (``cuda.core.Device.allocate``)
+and goes back to it, ordered on the stream it was allocated on, when the last reference goes::
 
     x = cdp.to_device(np.random.rand(8, 3, 32, 32).astype(np.float32))   # host -> device
     y = cdp.empty((8, 16, 32, 32), np.float32)
     y.fill_(0.5)
     y.to_numpy()                                                              # device -> host
 
-Torch, CuPy, JAX or numba tensors on the GPU are used in place: :func:`as_array` views them through
-DLPack / ``__cuda_array_interface__`` (parsed by ``cuda.core.utils.StridedMemoryView``) honouring
-their strides, and ``torch.from_dlpack(y)`` / ``cupy.asarray(y)`` take a :class:`DeviceArray` the
-same way. A NumPy array where device memory is needed raises :class:`TypeError` saying how to move it.
+Torch, CuPy, JAX or numba tensors on the GPU are used in place: :func:`as_array` views them through DLPack /
+``__cuda_array_interface__`` (parsed by ``cuda.core.utils.StridedMemoryView``) honouring their strides, and
+``torch.from_dlpack(y)`` / ``cupy.asarray(y)`` take a :class:`DeviceArray` the same way. A NumPy array where device
+memory is needed raises :class:`TypeError` saying how to move it.
 
-Streams: ``stream=None`` means the device's default (legacy NULL) stream, the one cuDNN handles and
-PyTorch use by default, so mixing them needs no synchronisation. An array remembers the stream it
-was made on; ``to_numpy()`` waits on that stream, and its memory is freed ordered on that stream.
-Work you queue on other streams is yours to order: as in PyTorch, keep an array referenced (or
-synchronise) until work on another stream that reads it has finished.
+Streams: ``stream=None`` means the device's default (legacy NULL) stream, the one cuDNN handles and PyTorch use by
+default, so mixing them needs no synchronisation. An array remembers the stream it was made on; ``to_numpy()`` waits
+on that stream, and its memory is freed ordered on that stream. Work you queue on other streams is yours to order: as
+in PyTorch, keep an array referenced (or synchronise) until work on another stream that reads it has finished.
 """
 from __future__ import annotations
 
@@ -68,9 +66,8 @@ Shape = Union[int, Sequence[int]]
 class DeviceArray:
     """A strided n-d array in device memory. Strides are in elements (NumPy's are in bytes).
 
-    Build one with :func:`to_device`, :func:`empty`, :func:`zeros` or :func:`as_array`; the
-    constructor wraps memory you already own (``owner`` is kept alive as long as the array).
-    """
+    Build one with :func:`to_device`, :func:`empty`, :func:`zeros` or :func:`as_array`; the constructor wraps memory
+    you already own (``owner`` is kept alive as long as the array)."""
 
     __slots__ = ("shape", "dtype", "strides", "ptr", "device_id", "size", "nbytes", "ndim",
                  "_contiguous", "_owner", "_stream", "__weakref__")
@@ -175,11 +172,8 @@ class DeviceArray:
 
     # -- host transfers --
     def to_numpy(self, stream: StreamLike = None) -> np.ndarray:
-        """Copy to a new NumPy array, waiting for the copy (queued after the work already on ``stream``).
-
-        :param stream: the stream to copy on (default: :attr:`stream`).
-        :returns: a C-contiguous host array of the same shape and dtype.
-        """
+        """A new C-contiguous NumPy array of this one's shape, dtype and data, copied on ``stream`` (default:
+        :attr:`stream`) after the work already queued there, and waited for."""
         s = self.stream if stream is None else as_stream(stream, self.device_id)
         out = np.empty(self.shape, self.dtype)
         if self.size == 0:
@@ -196,13 +190,10 @@ class DeviceArray:
         return out
 
     def fill_(self, value: Any, stream: StreamLike = None) -> DeviceArray:
-        """Set every element to ``value`` (converted to :attr:`dtype`), asynchronously on ``stream``.
+        """Set every element to ``value``, asynchronously on ``stream`` (default: :attr:`stream`); returns this array.
 
-        :param value: a scalar that :attr:`dtype` holds exactly (``float("nan")`` poisons an output before a call;
-            300 for int8 or 1e40 for float32 is refused, not wrapped or made infinite).
-        :param stream: the stream to queue the fill on (default: :attr:`stream`).
-        :returns: this array.
-        """
+        ``value``: a scalar that :attr:`dtype` holds exactly (``float("nan")`` poisons an output before a call; 300
+        for int8 or 1e40 for float32 is refused, not wrapped or made infinite)."""
         from cudnn_py.args import element_value  # capi (which args reads) only once an array is filled
         v = element_value(value, self.dtype, "fill_ value").reshape(1)
         self._require_contiguous("fill_")
@@ -217,13 +208,10 @@ class DeviceArray:
         return self
 
     def copy_(self, src: DeviceArrayLike | npt.ArrayLike, stream: StreamLike = None) -> DeviceArray:
-        """Copy ``src`` into this array, on ``stream``.
+        """Copy ``src`` into this array on ``stream`` (default: :attr:`stream`); returns this array.
 
-        :param src: host data (NumPy or anything ``np.asarray`` takes; converted to :attr:`dtype`, same
-            shape) or a device array of the same shape and dtype. Both must be C-contiguous.
-        :param stream: the stream to copy on (default: :attr:`stream`).
-        :returns: this array.
-        """
+        ``src``: host data (NumPy or anything ``np.asarray`` takes; converted to :attr:`dtype`, same shape) or a device
+        array of the same shape and dtype. Both must be C-contiguous."""
         self._require_contiguous("copy_")
         s = self.stream if stream is None else as_stream(stream, self.device_id)
         if _is_device_like(src):
@@ -251,11 +239,8 @@ class DeviceArray:
         return self
 
     def reshape(self, *shape: Any) -> DeviceArray:
-        """A view with a new shape; the array must be C-contiguous.
-
-        :param shape: the new shape, as ints or one sequence; one dimension may be -1.
-        :returns: a view sharing this array's memory.
-        """
+        """A view of this C-contiguous array's memory with a new shape (ints or one sequence; one dimension may be
+        -1)."""
         if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
             shape = tuple(shape[0])
         if shape.count(-1) > 1:
@@ -269,24 +254,15 @@ class DeviceArray:
         if math.prod(shape) != self.size:
             raise InvalidValueError(f"reshape: cannot reshape an array of size {self.size} into {shape}")
         self._require_contiguous("reshape")
-        return DeviceArray.from_parts(self.ptr, shape, self.dtype, c_strides(shape), self.device_id, self,
-                                self._stream)
+        return DeviceArray.from_parts(self.ptr, shape, self.dtype, c_strides(shape), self.device_id, self, self._stream)
 
     # -- exchange protocols --
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
-        stream = None
-        if self._stream is not None:
-            stream = int(self._stream.handle) or None
-        return {
-            "shape": self.shape,
-            "typestr": self.dtype.str,
-            "descr": [("", self.dtype.str)],
-            "data": (self.ptr, False),
-            "strides": None if self.is_contiguous else tuple(s * self.dtype.itemsize for s in self.strides),
-            "version": 3,
-            "stream": stream,
-        }
+        return {"shape": self.shape, "typestr": self.dtype.str, "descr": [("", self.dtype.str)],
+                "data": (self.ptr, False), "version": 3,
+                "strides": None if self.is_contiguous else tuple(s * self.dtype.itemsize for s in self.strides),
+                "stream": None if self._stream is None else int(self._stream.handle) or None}
 
     def __dlpack_device__(self) -> tuple[int, int]:
         return (KDL_CUDA, self.device_id)
@@ -449,13 +425,10 @@ def memset(ptr: int, element: np.ndarray, count: int, stream_handle: Any) -> boo
 
 def empty(shape: Shape, dtype: npt.DTypeLike = np.float32, stream: StreamLike = None, *,
           device: int | Device | None = None) -> DeviceArray:
-    """An uninitialised C-contiguous device array.
+    """A new uninitialised C-contiguous device array of ``shape`` (an int or a sequence of ints) and ``dtype`` (one
+    cuDNN supports: float32, float16, bfloat16, float64, int8, ...), allocated (and later freed) on ``stream``
+    (``None``: the default stream) of ``device`` (``None``: the current one).
 
-    :param shape: an int or a sequence of ints.
-    :param dtype: a dtype cuDNN supports (float32, float16, bfloat16, float64, int8, ...).
-    :param stream: the stream the memory is allocated (and later freed) on; ``None``: the default stream.
-    :param device: the device (``None``: the current one).
-    :returns: the new array.
     :raises NoDeviceError: where no GPU can be used.
     :raises CudaOutOfMemoryError: when the device has no room.
     """
@@ -464,10 +437,7 @@ def empty(shape: Shape, dtype: npt.DTypeLike = np.float32, stream: StreamLike = 
 
 def zeros(shape: Shape, dtype: npt.DTypeLike = np.float32, stream: StreamLike = None, *,
           device: int | Device | None = None) -> DeviceArray:
-    """A C-contiguous device array of zeros; the parameters are :func:`empty`'s.
-
-    :returns: the new array, zeroed on ``stream``.
-    """
+    """A new C-contiguous device array zeroed on ``stream``; the parameters are :func:`empty`'s."""
     a = _allocate(shape, dtype, stream, device)
     if a.nbytes:
         with on_device(a.device_id):
@@ -476,30 +446,20 @@ def zeros(shape: Shape, dtype: npt.DTypeLike = np.float32, stream: StreamLike = 
 
 
 def empty_like(a: DeviceArrayLike, dtype: npt.DTypeLike | None = None, stream: StreamLike = None) -> DeviceArray:
-    """An uninitialised C-contiguous array with ``a``'s shape, on ``a``'s device.
-
-    :param a: a device array (or GPU tensor).
-    :param dtype: the new array's dtype (default: ``a``'s).
-    :param stream: the stream to allocate on (default: ``a``'s).
-    :returns: the new array.
-    """
+    """A new uninitialised C-contiguous array of the shape of ``a`` (a device array or GPU tensor), on its device, of
+    ``dtype`` and allocated on ``stream`` (default: ``a``'s)."""
     a = as_array(a, "a")
-    return _allocate(a.shape, a.dtype if dtype is None else dtype,
-                     a._stream if stream is None else stream, a.device_id)
+    return _allocate(a.shape, a.dtype if dtype is None else dtype, a._stream if stream is None else stream, a.device_id)
 
 
 def to_device(obj: npt.ArrayLike | DeviceArrayLike, stream: StreamLike = None, *, dtype: npt.DTypeLike | None = None,
               device: int | None = None) -> DeviceArray:
-    """Copy host data to a new C-contiguous device array.
+    """A new C-contiguous device array holding ``obj`` (a NumPy array or anything ``np.asarray`` takes; packed and
+    converted to ``dtype`` on the host first), allocated and copied on ``stream`` (``None``: the default stream) of
+    ``device`` (``None``: the current one). Device data (a DeviceArray, torch/CuPy tensor) is returned as a zero-copy
+    :func:`as_array` view instead, checked against ``dtype`` and ``device`` when they are given (never converted or
+    moved).
 
-    Device data (a DeviceArray, torch/CuPy tensor) is returned as a zero-copy :func:`as_array` view
-    instead, checked against ``dtype`` and ``device`` when they are given (never converted or moved).
-
-    :param obj: a NumPy array or anything ``np.asarray`` takes (non-contiguous input is packed first).
-    :param stream: the stream to allocate and copy on (``None``: the default stream).
-    :param dtype: convert to this dtype on the host first.
-    :param device: the device ordinal (``None``: the current one).
-    :returns: the device array.
     :raises NoDeviceError: where no GPU can be used.
     """
     if dtype is not None:
@@ -586,29 +546,22 @@ def _view(obj, name: str, stream) -> DeviceArray:
     if dtype is None or dtype not in SUPPORTED_DTYPES:
         raise InvalidTypeError(f"{name} has dtype {dtype}, which cuDNN does not support")
     shape = tuple(view.shape)
-    strides = view.strides
-    strides = c_strides(shape) if strides is None else tuple(strides)
+    strides = c_strides(shape) if view.strides is None else tuple(view.strides)
     return DeviceArray.from_parts(int(view.ptr), shape, np.dtype(dtype), strides, int(view.device_id), view,
-                            None if stream is None else as_stream(stream))
+                                  None if stream is None else as_stream(stream))
 
 
 def as_array(obj: DeviceArrayLike, name: str = "x", *, dtype: npt.DTypeLike | None = None, ndim: int | None = None,
              shape: Sequence[int] | None = None, contiguous: bool = False, device: int | None = None,
              stream: StreamLike = None) -> DeviceArray:
-    """``obj`` as a :class:`DeviceArray`, without copying; validate it before any C call sees it.
+    """``obj`` as a :class:`DeviceArray`, without copying, validated before any C call sees it: ``dtype``, ``ndim``,
+    ``shape`` and ``device`` are what it must have where given (:class:`TypeError` for the dtype, :class:`ValueError`
+    otherwise), ``contiguous`` asks for C-contiguity; the errors name ``name``.
 
-    :param obj: a DeviceArray (returned as is) or any GPU tensor with ``__dlpack__`` /
-        ``__cuda_array_interface__`` (torch, CuPy, JAX, numba). A host array raises :class:`TypeError`
-        that says how to move it.
-    :param name: the argument's name, for messages.
-    :param dtype: required dtype (:class:`TypeError` otherwise).
-    :param ndim: required number of dimensions (:class:`ValueError` otherwise).
-    :param shape: required shape (:class:`ValueError` otherwise).
-    :param contiguous: require C-contiguity (:class:`ValueError` otherwise).
-    :param device: required device ordinal (:class:`ValueError` otherwise).
-    :param stream: the consumer stream foreign producers are ordered before (default: no ordering; the
-        default stream is shared anyway).
-    :returns: the view.
+    :param obj: a DeviceArray (returned as is) or any GPU tensor with ``__dlpack__`` / ``__cuda_array_interface__``
+        (torch, CuPy, JAX, numba). A host array raises :class:`TypeError` that says how to move it.
+    :param stream: the consumer stream foreign producers are ordered before (default: no ordering; the default
+        stream is shared anyway).
     """
     a = obj if type(obj) is DeviceArray else _view(obj, name, stream)
     if dtype is not None and a.dtype != dtype and a.dtype != array_dtype(dtype):  # the second: "fp16", ...
@@ -656,17 +609,8 @@ def _torch_signature(obj: Any) -> tuple[Signature, int] | None:
 
 def output_array(out: DeviceArrayLike | None, shape: Shape, dtype: npt.DTypeLike, name: str = "y", *,
                  device: int | None = None, stream: StreamLike = None, contiguous: bool = False) -> DeviceArray:
-    """An output array: a new C-contiguous one when ``out`` is None, else ``out`` validated.
-
-    :param out: the caller's output, or ``None``.
-    :param shape: the shape it must have.
-    :param dtype: the dtype it must have.
-    :param name: the argument's name, for messages.
-    :param device: the device it must be on (and where a new one is allocated).
-    :param stream: the stream to allocate on / order foreign producers before.
-    :param contiguous: require ``out`` to be C-contiguous.
-    :returns: the array to write to.
-    """
+    """The array to write an output to: a new C-contiguous one of ``shape`` and ``dtype`` on ``device`` and
+    ``stream`` when ``out`` is None, else ``out`` checked by :func:`as_array` to have them (and ``contiguous``)."""
     if out is None:
         return _allocate(shape, dtype, stream, device)
     return as_array(out, name, dtype=dtype, shape=cast(Sequence[int], shape), contiguous=contiguous, device=device,
