@@ -35,7 +35,6 @@ import enum
 import functools
 import importlib
 import math
-import weakref
 from collections.abc import Sequence
 from ctypes import byref, c_int, c_size_t, c_void_p
 from enum import IntEnum
@@ -44,10 +43,11 @@ from typing import TypeVar
 import numpy as np
 from numpy.typing import DTypeLike
 
-from cudnn_py import _binding, caches, capi
+from cudnn_py import caches, capi
 from cudnn_py._deprecation import alias, renamed_kwargs, warn
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
-from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
+from cudnn_py.errors import InvalidTypeError, InvalidValueError
+from cudnn_py.handle import CObject
 from cudnn_py.args import DIM_MAX, INT32_MAX, dims, enum_member, ints, nan_flag
 from cudnn_py.memory import DeviceArray, as_array, c_strides, non_overlapping
 
@@ -134,19 +134,10 @@ def read_back(index: int, doc: str) -> property:
     return property(lambda self: self._get()[index], doc=doc)
 
 
-def _destroy(fn, ptr) -> None:
-    _binding.disown(ptr)
-    try:
-        fn(ptr)
-    except Exception:  # at interpreter exit the library may be unloading; nothing left to free
-        pass
-    ptr.value = None  # whoever still holds this ctypes object now passes NULL (an error), never a freed descriptor
-
-
-class Descriptor:
+class Descriptor(CObject):
     """The base of every object that owns a C descriptor: created on construction, destroyed by ``close()`` or the
-    garbage collector (``weakref.finalize``); :meth:`shared` hands out one instance per settings from the class's
-    process-wide cache. Subclasses name their C type, create/destroy functions and the properties ``repr`` shows."""
+    garbage collector; :meth:`shared` hands out one instance per settings from the class's process-wide cache.
+    Subclasses name their C type, create/destroy functions and the properties ``repr`` shows."""
 
     _handle_type: type = c_void_p
     _create_fn: str = ""
@@ -155,13 +146,10 @@ class Descriptor:
     _cache_name: str = ""  # the process-wide cache of shared instances (cudnn_py.caches.shared), for shared()
 
     def __init__(self):
-        self._ptr = None
         self._shared = False
         ptr = self._handle_type()
         getattr(capi, self._create_fn)(byref(ptr))
-        self._finalizer = weakref.finalize(self, _destroy, getattr(capi, self._destroy_fn), ptr)
-        _binding.own(ptr, type(self).__name__)
-        self._ptr = ptr
+        self._own(ptr, getattr(capi, self._destroy_fn))
 
     @classmethod
     def shared(cls, *settings):
@@ -170,35 +158,14 @@ class Descriptor:
         return _shared(caches.shared(cls._cache_name), settings, lambda: cls(*settings))
 
     @property
-    def ptr(self):
-        """The cuDNN descriptor handle to pass to C calls; :class:`ClosedError` once closed."""
-        p = self._ptr
-        if p is None:
-            raise ClosedError(f"this {type(self).__name__} is closed")
-        return p
-
-    @property
-    def closed(self) -> bool:
-        return self._ptr is None
-
-    @property
     def is_shared(self) -> bool:
         """Whether this is a process-wide instance of :meth:`shared` (whose ``close()`` does nothing)."""
         return self._shared
 
     def close(self) -> None:
         """Destroy the cuDNN descriptor (idempotent; a no-op for shared, cached descriptors)."""
-        if self._ptr is None or self._shared:
-            return
-        self._ptr = None
-        self._finalizer()
-
-    def __enter__(self):
-        self.ptr  # raises if closed
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
+        if not self._shared:
+            super().close()
 
     def __repr__(self) -> str:
         if self._ptr is None:
