@@ -1,10 +1,9 @@
 """cuDNN descriptors as Python objects: tensors and filters, the settings of element-wise and reduction operations,
-the process-wide sharing of C descriptors, and output-shape helpers.
+and the process-wide sharing of C descriptors.
 
-- :class:`TensorDescriptor` and :class:`FilterDescriptor` *are* a C descriptor: built from keyword arguments with
-  Python defaults, their settings read back from cuDNN through properties, ``.ptr`` (the ``capi`` handle to pass to
-  C), ``close()`` (idempotent; a closed descriptor raises :class:`~cudnn_py.errors.ClosedError`), a context manager
-  and a ``repr``; the garbage collector destroys a forgotten one (``cudnn_py.Dropout`` is one too)::
+- :class:`TensorDescriptor` and :class:`FilterDescriptor` (and ``cudnn_py.Dropout``) *are* a C descriptor
+  (:class:`Descriptor`): built from keyword arguments with Python defaults, their settings read back from cuDNN
+  through properties::
 
       x = TensorDescriptor((8, 3, 32, 32), np.float32)                # packed NCHW
       x = TensorDescriptor((8, 3, 32, 32), np.float16, layout="NHWC") # logical NCHW dims, NHWC memory

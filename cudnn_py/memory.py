@@ -467,11 +467,7 @@ def to_device(obj: npt.ArrayLike | DeviceArrayLike, stream: StreamLike = None, *
     if _is_device_like(obj):
         return as_array(cast(DeviceArrayLike, obj), "obj", dtype=dtype, device=device, stream=stream)
     host = np.ascontiguousarray(obj, dtype=dtype)
-    a = _allocate(host.shape, host.dtype, stream, device)
-    if a.nbytes:
-        with on_device(a.device_id):
-            _queue("cuMemcpyHtoDAsync", a.ptr, host.ctypes.data, a.nbytes, a.stream.handle)
-    return a
+    return _allocate(host.shape, host.dtype, stream, device).copy_(host)
 
 
 # --- foreign tensors ---------------------------------------------------------------------------------

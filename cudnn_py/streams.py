@@ -19,6 +19,7 @@ GPU or driver can be used, those calls raise :class:`~cudnn_py.errors.NoDeviceEr
 from __future__ import annotations
 
 import ctypes
+import functools
 import gc
 import threading
 import types
@@ -311,15 +312,9 @@ class _Latch:
             return True
 
 
-_latch: list[_Latch] = []
-_latch_lock = threading.Lock()
-
-
+@functools.cache  # made by a held timer, which runs only where no other thread does (see _alone)
 def _the_latch() -> _Latch:
-    with _latch_lock:
-        if not _latch:
-            _latch.append(_Latch())
-    return _latch[0]
+    return _Latch()
 
 
 class Timer:
