@@ -505,29 +505,25 @@ def _view(obj, name: str, stream) -> DeviceArray:
         if got is not None:
             (shape, strides, dt, device), ptr = got
             return DeviceArray.from_parts(ptr, shape, dt, tuple(strides), device, obj, None)
-    has_dlpack = hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__")
     has_cai = hasattr(obj, "__cuda_array_interface__")
-    if not has_dlpack and not has_cai:
-        raise InvalidTypeError(f"{name} must be a DeviceArray or a GPU tensor (DLPack or __cuda_array_interface__), "
-                        f"got {type(obj).__module__}.{type(obj).__name__}")
-    if has_dlpack:
+    dlpack = hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__")
+    if dlpack:
         try:
             kind, _ = obj.__dlpack_device__()
         except Exception as e:
             raise InvalidTypeError(f"{name}: __dlpack_device__() failed: {e}") from e
-        if kind not in (KDL_CUDA, KDL_CUDA_MANAGED):
-            if not has_cai:
-                raise _host_error(obj, name)
-            has_dlpack = False
-    if not has_dlpack:
+        dlpack = kind in (KDL_CUDA, KDL_CUDA_MANAGED)
+        if not dlpack and not has_cai:
+            raise _host_error(obj, name)
+    elif not has_cai:
+        raise InvalidTypeError(f"{name} must be a DeviceArray or a GPU tensor (DLPack or __cuda_array_interface__), "
+                               f"got {type(obj).__module__}.{type(obj).__name__}")
+    if not dlpack:
         check_cuda_array_interface(obj, name)
-    sptr = -1 if stream is None else int(as_stream(stream).handle)
-    StridedMemoryView = cuda_core().utils.StridedMemoryView
+    s = None if stream is None else as_stream(stream)
+    sptr, view_of = -1 if s is None else int(s.handle), cuda_core().utils.StridedMemoryView
     try:
-        if has_dlpack:
-            view = StridedMemoryView.from_dlpack(obj, sptr)
-        else:
-            view = StridedMemoryView.from_cuda_array_interface(obj, sptr)
+        view = view_of.from_dlpack(obj, sptr) if dlpack else view_of.from_cuda_array_interface(obj, sptr)
         dtype = view.dtype
     except (BufferError, NotImplementedError, TypeError, ValueError) as e:
         raise InvalidTypeError(f"{name}: cannot view {type(obj).__name__} as a device array: {e}") from e
@@ -543,8 +539,7 @@ def _view(obj, name: str, stream) -> DeviceArray:
         raise InvalidTypeError(f"{name} has dtype {dtype}, which cuDNN does not support")
     shape = tuple(view.shape)
     strides = c_strides(shape) if view.strides is None else tuple(view.strides)
-    return DeviceArray.from_parts(int(view.ptr), shape, np.dtype(dtype), strides, int(view.device_id), view,
-                                  None if stream is None else as_stream(stream))
+    return DeviceArray.from_parts(int(view.ptr), shape, np.dtype(dtype), strides, int(view.device_id), view, s)
 
 
 def as_array(obj: DeviceArrayLike, name: str = "x", *, dtype: npt.DTypeLike | None = None, ndim: int | None = None,
