@@ -37,7 +37,7 @@ import math
 from collections.abc import Sequence
 from ctypes import byref, c_int, c_size_t, c_void_p
 from enum import IntEnum
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 from numpy.typing import DTypeLike
@@ -133,7 +133,7 @@ def read_back(index: int, doc: str) -> property:
     return property(lambda self: self._get()[index], doc=doc)
 
 
-class Descriptor(CObject):
+class Descriptor(CObject[Any]):
     """The base of every object that owns a C descriptor: created on construction, destroyed by ``close()`` or the
     garbage collector; :meth:`shared` hands out one instance per settings from the class's process-wide cache.
     Subclasses name their C type, create/destroy functions and the properties ``repr`` shows."""

@@ -26,7 +26,7 @@ import contextlib
 import ctypes
 import weakref
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from cudnn_py import _binding, _imports, capi
 from cudnn_py.caches import Cache
@@ -50,22 +50,25 @@ def _destroy(fn: Callable, ptr: Any, keep: tuple) -> None:
     ptr.value = None  # whoever still holds this ctypes object now passes NULL (an error), never a freed object
 
 
-class CObject:
+_P = TypeVar("_P")
+
+
+class CObject(Generic[_P]):
     """The base of the objects that own a cuDNN C object (:class:`Handle`, the descriptors): :attr:`ptr` to pass to
     C calls, an idempotent :meth:`close` that destroys it (the garbage collector does for a forgotten one), ``with``
     support."""
 
-    _ptr: Any = None
+    _ptr: _P | None = None
     _closed_message = "this {} is closed"  # formatted with the class name
 
-    def _own(self, ptr: Any, destroy: Callable, *keep: Any) -> None:
+    def _own(self, ptr: _P, destroy: Callable, *keep: Any) -> None:
         """Own ``ptr``: ``destroy(ptr)`` on :meth:`close` or collection, ``keep`` referenced until then."""
         self._finalizer = weakref.finalize(self, _destroy, destroy, ptr, keep)
         _binding.own(ptr, type(self).__name__)
         self._ptr = ptr
 
     @property
-    def ptr(self) -> Any:
+    def ptr(self) -> _P:
         """The C object (``cudnnHandle_t``, ``cudnn*Descriptor_t``) to pass to C calls; :class:`ClosedError` once
         closed."""
         p = self._ptr
@@ -95,7 +98,7 @@ class CObject:
 _C = TypeVar("_C", bound=CObject)
 
 
-class Handle(CObject):
+class Handle(CObject[capi.cudnnHandle_t]):
     """A ``cudnnHandle_t`` on ``device`` (an ordinal or :class:`cuda.core.Device`), bound to ``stream``.
 
     ``stream``: None for the device's default stream (the NULL stream cuDNN and PyTorch use by default),
