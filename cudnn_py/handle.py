@@ -50,25 +50,25 @@ def _destroy(fn: Callable, ptr: Any, keep: tuple) -> None:
     ptr.value = None  # whoever still holds this ctypes object now passes NULL (an error), never a freed object
 
 
-_P = TypeVar("_P")
+_PtrT = TypeVar("_PtrT")
 
 
-class CObject(Generic[_P]):
+class CObject(Generic[_PtrT]):
     """The base of the objects that own a cuDNN C object (:class:`Handle`, the descriptors): :attr:`ptr` to pass to
     C calls, an idempotent :meth:`close` that destroys it (the garbage collector does for a forgotten one), ``with``
     support."""
 
-    _ptr: _P | None = None
+    _ptr: _PtrT | None = None
     _closed_message = "this {} is closed"  # formatted with the class name
 
-    def _own(self, ptr: _P, destroy: Callable, *keep: Any) -> None:
+    def _own(self, ptr: _PtrT, destroy: Callable, *keep: Any) -> None:
         """Own ``ptr``: ``destroy(ptr)`` on :meth:`close` or collection, ``keep`` referenced until then."""
         self._finalizer = weakref.finalize(self, _destroy, destroy, ptr, keep)
         _binding.own(ptr, type(self).__name__)
         self._ptr = ptr
 
     @property
-    def ptr(self) -> _P:
+    def ptr(self) -> _PtrT:
         """The C object (``cudnnHandle_t``, ``cudnn*Descriptor_t``) to pass to C calls; :class:`ClosedError` once
         closed."""
         p = self._ptr
@@ -87,7 +87,7 @@ class CObject(Generic[_P]):
             self._ptr = None
             self._finalizer()
 
-    def __enter__(self: _C) -> _C:
+    def __enter__(self: _CObjectT) -> _CObjectT:
         self.ptr  # raises if closed
         return self
 
@@ -95,7 +95,7 @@ class CObject(Generic[_P]):
         self.close()
 
 
-_C = TypeVar("_C", bound=CObject)
+_CObjectT = TypeVar("_CObjectT", bound=CObject)
 
 
 class Handle(CObject[capi.cudnnHandle_t]):
