@@ -34,6 +34,7 @@ import enum
 import functools
 import importlib
 import math
+import operator
 from collections.abc import Sequence
 from ctypes import byref, c_int, c_size_t, c_void_p
 from enum import IntEnum
@@ -131,6 +132,12 @@ def read_back(index: int, doc: str) -> property:
     """A read-only property of a :class:`Descriptor` subclass: item ``index`` of what its ``_get()`` reads back from
     cuDNN (for the descriptor classes of the operation families too)."""
     return property(lambda self: self._get()[index], doc=doc)
+
+
+def setting(slot: str, doc: str | None = None) -> Any:
+    """A read-only property of a settings class (:class:`Settings`, ``Convolution``): its attribute ``slot`` as
+    given, typed by the annotation it is assigned to."""
+    return property(operator.attrgetter(slot), doc=doc)
 
 
 class Descriptor(CObject[Any]):
@@ -465,18 +472,10 @@ class _TensorOpSettings(Settings):
         self._nan = nan_flag(nan_propagation)
         self._desc = None
 
-    @property
-    def op(self) -> enum.IntEnum:
-        """The operation (a member of the C enum: ``cudnnOpTensorOp_t``, ``cudnnReduceTensorOp_t``)."""
-        return self._op
-
-    @property
-    def compute_dtype(self) -> capi.cudnnDataType_t:
-        return self._compute
-
-    @property
-    def nan_propagation(self) -> bool:
-        return self._nan
+    op: enum.IntEnum = setting("_op", "The operation (a member of the C enum: ``cudnnOpTensorOp_t``, "
+                                      "``cudnnReduceTensorOp_t``).")
+    compute_dtype: capi.cudnnDataType_t = setting("_compute")
+    nan_propagation: bool = setting("_nan")
 
     def _key(self) -> tuple:
         return (self._op, self._compute, self._nan)
@@ -545,13 +544,8 @@ class ReduceTensor(_TensorOpSettings):
             raise InvalidValueError(f"indices: only the min, max and amax reductions have indices (the position of "
                                     f"the chosen element), not {self._op_name()!r}")
 
-    @property
-    def indices(self) -> capi.cudnnReduceTensorIndices_t:
-        return self._indices
-
-    @property
-    def indices_type(self) -> capi.cudnnIndicesType_t:
-        return self._indices_type
+    indices: capi.cudnnReduceTensorIndices_t = setting("_indices")
+    indices_type: capi.cudnnIndicesType_t = setting("_indices_type")
 
     def _key(self) -> tuple:
         return (self._op, self._compute, self._nan, self._indices, self._indices_type)
