@@ -48,18 +48,15 @@ def normalize_shape(shape: Any, what: str = "shape") -> tuple[int, ...]:
             return shape
     if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
         shape = (shape,)
-    out: tuple[int, ...] = ()
-    if isinstance(shape, (str, bytes, bytearray)):  # not read character by character
-        ok = False
-    else:
+    items = None
+    if not isinstance(shape, (str, bytes, bytearray)):  # a string is not read character by character
         try:
             items = tuple(shape)
-            ok = all(isinstance(n, (int, np.integer)) and not isinstance(n, bool) for n in items)
-            out = tuple(int(n) for n in items) if ok else ()
         except TypeError:
-            ok = False
-    if not ok:
+            pass
+    if items is None or not all(isinstance(n, (int, np.integer)) and not isinstance(n, bool) for n in items):
         raise InvalidTypeError(f"{what} must be an int or a sequence of ints, got {shape!r}")
+    out = tuple(int(n) for n in items)
     if any(n < 0 for n in out):
         raise InvalidValueError(f"{what} must not have negative dimensions, got {out}")
     return out
