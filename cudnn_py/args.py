@@ -54,14 +54,11 @@ def float_arg(value, what: str, minimum: float | None = None, maximum: float | N
         raise InvalidValueError(f"{what} = {value} does not fit in a double") from None
     if not math.isfinite(v):
         raise InvalidValueError(f"{what} must be finite, got {v}")
-    if minimum is not None and v < minimum:
-        raise InvalidValueError(f"{what} must be >= "
-                                f"{minimum:g}" + (f" (in [{minimum:g}, {maximum:g}])" if maximum is not None
-                                                             else "") + f", got {v}")
-    if maximum is not None and v > maximum:
-        raise InvalidValueError(f"{what} must be <= "
-                                f"{maximum:g}" + (f" (in [{minimum:g}, {maximum:g}])" if minimum is not None
-                                                             else "") + f", got {v}")
+    low = minimum is not None and v < minimum
+    if low or maximum is not None and v > maximum:
+        both = f" (in [{minimum:g}, {maximum:g}])" if minimum is not None and maximum is not None else ""
+        bound = f"{'>=' if low else '<='} {minimum if low else maximum:g}"
+        raise InvalidValueError(f"{what} must be {bound}{both}, got {v}")
     return v
 
 
@@ -75,13 +72,8 @@ def scaling(**factors) -> tuple[float, ...]:
 
         alpha, beta = scaling(alpha=alpha, beta=beta)
     """
-    out = []
-    for what, v in factors.items():
-        if type(v) is float and -_DOUBLE_MAX <= v <= _DOUBLE_MAX:  # the common case, NaN failing the comparison
-            out.append(v)
-        else:
-            out.append(float_arg(v, f"{what} (a scaling factor)"))
-    return tuple(out)
+    return tuple([v if type(v) is float and -_DOUBLE_MAX <= v <= _DOUBLE_MAX  # a finite float (NaN fails the test)
+                  else float_arg(v, f"{what} (a scaling factor)") for what, v in factors.items()])
 
 
 def element_value(value, dtype, what: str) -> np.ndarray:

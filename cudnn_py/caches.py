@@ -45,26 +45,26 @@ class Cache(dict):
         self.maxsize = maxsize
         self._lock = threading.Lock()
 
+    def _insert(self, key, value) -> None:  # under the lock
+        if key not in self:
+            while len(self) >= self.maxsize:
+                dict.__delitem__(self, next(iter(self)))
+        dict.__setitem__(self, key, value)
+
     def __setitem__(self, key, value) -> None:
         with self._lock:
-            if key not in self:
-                while len(self) >= self.maxsize:
-                    dict.__delitem__(self, next(iter(self)))
-            dict.__setitem__(self, key, value)
+            self._insert(key, value)
 
     def setdefault(self, key, default=None):
         """The value for ``key``, inserting ``default`` first if it is missing (atomically)."""
         got = self.get(key, _MISSING)
-        if got is not _MISSING:
-            return got
-        with self._lock:
-            got = dict.get(self, key, _MISSING)
-            if got is not _MISSING:
-                return got
-            while len(self) >= self.maxsize:
-                dict.__delitem__(self, next(iter(self)))
-            dict.__setitem__(self, key, default)
-            return default
+        if got is _MISSING:
+            with self._lock:
+                got = dict.get(self, key, _MISSING)
+                if got is _MISSING:
+                    self._insert(key, default)
+                    got = default
+        return got
 
     def pop(self, key, default=None):
         """Remove ``key`` and return its value (``default`` when missing)."""

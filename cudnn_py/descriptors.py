@@ -1,18 +1,14 @@
 """cuDNN descriptors as Python objects: tensors and filters, the settings of element-wise and reduction operations,
-the process-wide sharing of C descriptors, and output-shape helpers.
+and the process-wide sharing of C descriptors.
 
-Two kinds of object:
-
-- :class:`TensorDescriptor` and :class:`FilterDescriptor` *are* a C descriptor: built from keyword arguments with
-  Python defaults, their settings read back from cuDNN through properties, ``.ptr`` (the ``capi`` handle to pass to
-  C), ``close()`` (idempotent; a closed descriptor raises :class:`~cudnn_py.errors.ClosedError`), a context manager
-  and a ``repr``; the garbage collector destroys a forgotten one::
+- :class:`TensorDescriptor` and :class:`FilterDescriptor` (and ``cudnn_py.Dropout``) *are* a C descriptor
+  (:class:`Descriptor`): built from keyword arguments with Python defaults, their settings read back from cuDNN
+  through properties::
 
       x = TensorDescriptor((8, 3, 32, 32), np.float32)                # packed NCHW
       x = TensorDescriptor((8, 3, 32, 32), np.float16, layout="NHWC") # logical NCHW dims, NHWC memory
       w = FilterDescriptor((16, 3, 3, 3), np.float32)
 
-  (``cudnn_py.Dropout``, bound to a handle and its RNG states, is one too.)
 - one settings class per operation concept (:class:`OpTensor` and :class:`ReduceTensor` here; ``cudnn_py.Pooling``,
   ``Activation``, ``LRN`` and ``Convolution`` beside their operations) validates its keyword arguments once, reads
   them back as properties, is hashable, and hands cuDNN a C descriptor shared by every equal object::
@@ -35,10 +31,10 @@ from __future__ import annotations
 
 import ctypes
 import enum
+import functools
 import importlib
 import math
 import operator
-import weakref
 from collections.abc import Sequence
 from ctypes import byref, c_int, c_size_t, c_void_p
 from enum import IntEnum
@@ -47,10 +43,11 @@ from typing import Any, TypeVar
 import numpy as np
 from numpy.typing import DTypeLike
 
-from cudnn_py import _binding, caches, capi
+from cudnn_py import caches, capi
 from cudnn_py._deprecation import alias, renamed_kwargs, warn
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
-from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
+from cudnn_py.errors import InvalidTypeError, InvalidValueError
+from cudnn_py.handle import CObject
 from cudnn_py.args import DIM_MAX, INT32_MAX, dims, enum_member, ints, nan_flag
 from cudnn_py.memory import DeviceArray, as_array, c_strides, non_overlapping
 
@@ -63,9 +60,9 @@ __all__ = [
 #: names that moved to their operation family (``cudnn_py.ops.<family>``); the old import path still works
 _MOVED = {"ConvolutionDescriptor": "convolution", "convolution_descriptor": "convolution",
           "convolution_output_shape": "convolution", "PoolingDescriptor": "pooling", "pooling_descriptor": "pooling",
-          "pooling_output_shape": "pooling",
-          "ActivationDescriptor": "activation", "activation_descriptor": "activation", "LRNDescriptor": "lrn",
-          "lrn_descriptor": "lrn", "DropoutDescriptor": "dropout"}
+          "pooling_output_shape": "pooling", "ActivationDescriptor": "activation",
+          "activation_descriptor": "activation", "LRNDescriptor": "lrn", "lrn_descriptor": "lrn",
+          "DropoutDescriptor": "dropout"}
 
 
 def __getattr__(name: str):
@@ -82,17 +79,22 @@ def c_nan(propagate: bool) -> capi.cudnnNanPropagation_t:
     return capi.CUDNN_PROPAGATE_NAN if propagate else capi.CUDNN_NOT_PROPAGATE_NAN
 
 
-def _span(shape, strides) -> int:
-    """Elements from the first to the last one addressed (non-negative strides), inclusive."""
-    return 1 + sum((n - 1) * s for n, s in zip(shape, strides))
+def c_ints(values) -> ctypes.Array:
+    """A C ``int`` array of ``values`` (at least one element: cuDNN may read one)."""
+    return (c_int * max(len(values), 1))(*values)
+
+
+def _members(pairs) -> dict:
+    """``{int(cudnnDataType_t member): value}`` of the ``(member name, value)`` pairs whose member this cuDNN has."""
+    return {int(getattr(capi.cudnnDataType_t, n)): v for n, v in pairs if hasattr(capi.cudnnDataType_t, n)}
 
 
 #: dtypes the legacy tensor and filter descriptors take (cuDNN refuses int64, bool, fp8 and fp4 there with a
 #: bare BAD_PARAM; the graph API's tensors take them)
-LEGACY_DTYPES = frozenset(int(getattr(capi.cudnnDataType_t, n)) for n in (
-    "CUDNN_DATA_FLOAT", "CUDNN_DATA_DOUBLE", "CUDNN_DATA_HALF", "CUDNN_DATA_BFLOAT16", "CUDNN_DATA_INT8",
-    "CUDNN_DATA_UINT8", "CUDNN_DATA_INT32", "CUDNN_DATA_INT8x4", "CUDNN_DATA_INT8x32", "CUDNN_DATA_UINT8x4")
-    if hasattr(capi.cudnnDataType_t, n))
+LEGACY_DTYPES = frozenset(_members((f"CUDNN_DATA_{n}", None) for n in (
+    "FLOAT", "DOUBLE", "HALF", "BFLOAT16", "INT8", "UINT8", "INT32", "INT8x4", "INT8x32", "UINT8x4")))
+#: vector dtype -> values per vector along C (the NCHW_VECT_C layout's)
+_VECTOR_WIDTH = _members((("CUDNN_DATA_INT8x4", 4), ("CUDNN_DATA_UINT8x4", 4), ("CUDNN_DATA_INT8x32", 32)))
 
 
 def legacy_dtype(dtype, what: str) -> capi.cudnnDataType_t:
@@ -105,16 +107,9 @@ def legacy_dtype(dtype, what: str) -> capi.cudnnDataType_t:
         raise InvalidTypeError(f"{what}: {e}") from None
     if int(dt) not in LEGACY_DTYPES:
         raise InvalidTypeError(f"{what} dtype {dt.name} is not available to cuDNN's legacy (descriptor) API, which "
-                               f"takes "
-                        f"float32, float64, float16, bfloat16, int8, uint8 and int32; use the graph API "
-                        f"(cudnn_py.Graph) for it")
+                               f"takes float32, float64, float16, bfloat16, int8, uint8 and int32; use the graph API "
+                               f"(cudnn_py.Graph) for it")
     return dt
-
-
-#: vector dtype -> values per vector along C (the NCHW_VECT_C layout's)
-_VECTOR_WIDTH = {int(getattr(capi.cudnnDataType_t, n)): w for n, w in (
-    ("CUDNN_DATA_INT8x4", 4), ("CUDNN_DATA_UINT8x4", 4), ("CUDNN_DATA_INT8x32", 32))
-    if hasattr(capi.cudnnDataType_t, n)}
 
 
 def _check_vect_c(shape: tuple[int, ...], dt, fmt, what: str) -> None:
@@ -131,11 +126,6 @@ def _check_vect_c(shape: tuple[int, ...], dt, fmt, what: str) -> None:
                                 f"a multiple of {width}: pad C to {-(-shape[1] // width) * width}")
 
 
-def c_ints(values) -> ctypes.Array:
-    """A C ``int`` array of ``values`` (at least one element: cuDNN may read one)."""
-    return (c_int * max(len(values), 1))(*values)
-
-
 # --- base ---------------------------------------------------------------------------------------------
 
 def read_back(index: int, doc: str) -> property:
@@ -150,19 +140,10 @@ def setting(slot: str, doc: str | None = None) -> Any:
     return property(operator.attrgetter(slot), doc=doc)
 
 
-def _destroy(fn, ptr) -> None:
-    _binding.disown(ptr)
-    try:
-        fn(ptr)
-    except Exception:  # at interpreter exit the library may be unloading; nothing left to free
-        pass
-    ptr.value = None  # whoever still holds this ctypes object now passes NULL (an error), never a freed descriptor
-
-
-class Descriptor:
+class Descriptor(CObject[Any]):
     """The base of every object that owns a C descriptor: created on construction, destroyed by ``close()`` or the
-    garbage collector (``weakref.finalize``); :meth:`shared` hands out one instance per settings from the class's
-    process-wide cache. Subclasses name their C type, create/destroy functions and the properties ``repr`` shows."""
+    garbage collector; :meth:`shared` hands out one instance per settings from the class's process-wide cache.
+    Subclasses name their C type, create/destroy functions and the properties ``repr`` shows."""
 
     _handle_type: type = c_void_p
     _create_fn: str = ""
@@ -171,13 +152,10 @@ class Descriptor:
     _cache_name: str = ""  # the process-wide cache of shared instances (cudnn_py.caches.shared), for shared()
 
     def __init__(self):
-        self._ptr = None
         self._shared = False
         ptr = self._handle_type()
         getattr(capi, self._create_fn)(byref(ptr))
-        self._finalizer = weakref.finalize(self, _destroy, getattr(capi, self._destroy_fn), ptr)
-        _binding.own(ptr, type(self).__name__)
-        self._ptr = ptr
+        self._own(ptr, getattr(capi, self._destroy_fn))
 
     @classmethod
     def shared(cls, *settings):
@@ -186,54 +164,21 @@ class Descriptor:
         return _shared(caches.shared(cls._cache_name), settings, lambda: cls(*settings))
 
     @property
-    def ptr(self):
-        """The cuDNN descriptor handle to pass to C calls; :class:`ClosedError` once closed."""
-        p = self._ptr
-        if p is None:
-            raise ClosedError(f"this {type(self).__name__} is closed")
-        return p
-
-    @property
-    def closed(self) -> bool:
-        return self._ptr is None
-
-    @property
     def is_shared(self) -> bool:
         """Whether this is a process-wide instance of :meth:`shared` (whose ``close()`` does nothing)."""
         return self._shared
 
     def close(self) -> None:
         """Destroy the cuDNN descriptor (idempotent; a no-op for shared, cached descriptors)."""
-        if self._ptr is None or self._shared:
-            return
-        self._ptr = None
-        self._finalizer()
-
-    def __enter__(self):
-        self.ptr  # raises if closed
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def _fields(self) -> str:
-        values = ((name, getattr(self, name)) for name in self._shown)
-        return ", ".join(f"{name}={v.name if isinstance(v, IntEnum) else v}" for name, v in values if v is not None)
+        if not self._shared:
+            super().close()
 
     def __repr__(self) -> str:
         if self._ptr is None:
             return f"<{type(self).__name__} closed>"
-        return f"{type(self).__name__}({self._fields()})"
-
-
-# --- tensor & filter ----------------------------------------------------------------------------------
-
-_FORMAT_ALIASES = {"nchw": "CUDNN_TENSOR_NCHW", "nhwc": "CUDNN_TENSOR_NHWC", "nchw_vect_c": "CUDNN_TENSOR_NCHW_VECT_C",
-                   "ncdhw": "CUDNN_TENSOR_NCHW", "ndhwc": "CUDNN_TENSOR_NHWC"}
-
-
-def _layout(value) -> capi.cudnnTensorFormat_t:
-    return enum_member(capi.cudnnTensorFormat_t, value, "CUDNN_TENSOR_", "layout", _FORMAT_ALIASES)
+        values = ((name, getattr(self, name)) for name in self._shown)
+        fields = ", ".join(f"{name}={v.name if isinstance(v, IntEnum) else v}" for name, v in values if v is not None)
+        return f"{type(self).__name__}({fields})"
 
 
 _S = TypeVar("_S", bound="Settings")
@@ -279,6 +224,28 @@ class Settings:
         return hash(self._key())
 
 
+# --- tensor & filter ----------------------------------------------------------------------------------
+
+_FORMAT_ALIASES = {"nchw": "CUDNN_TENSOR_NCHW", "nhwc": "CUDNN_TENSOR_NHWC", "nchw_vect_c": "CUDNN_TENSOR_NCHW_VECT_C",
+                   "ncdhw": "CUDNN_TENSOR_NCHW", "ndhwc": "CUDNN_TENSOR_NHWC"}
+
+
+def _layout(value) -> capi.cudnnTensorFormat_t:
+    return enum_member(capi.cudnnTensorFormat_t, value, "CUDNN_TENSOR_", "layout", _FORMAT_ALIASES)
+
+
+def _format(self):
+    """Deprecated: :attr:`layout`."""
+    warn(f"{type(self).__name__}.format is deprecated, use {type(self).__name__}.layout")
+    return self.layout
+
+
+def _size_in_bytes(fn, ptr) -> int:
+    n = c_size_t()
+    fn(ptr, byref(n))
+    return n.value
+
+
 class TensorDescriptor(Descriptor):
     """An n-d tensor (2 to 8 dims) of ``dtype``.
 
@@ -312,24 +279,22 @@ class TensorDescriptor(Descriptor):
             bad = [i for i, (n, s) in enumerate(zip(shape, strides)) if s == 0 and n > 1]
             if bad:
                 raise InvalidValueError(f"tensor strides {strides} are 0 in dimension(s) {bad} of size > 1 (a "
-                                        f"broadcast "
-                                 f"view); cuDNN needs real strides: make a packed copy")
+                                        f"broadcast view); cuDNN needs real strides: make a packed copy")
             if not non_overlapping(shape, strides):
                 raise InvalidValueError(f"tensor strides {strides} make elements of shape {shape} overlap (two "
                                         f"indices address one element); give strides of a layout (e.g. packed "
                                         f"{c_strides(shape)})")
-        span = _span(shape, c_strides(shape) if strides is None else strides)
+        c_order = c_strides(shape) if strides is None else strides
+        span = 1 + sum((n - 1) * s for n, s in zip(shape, c_order))  # elements from the first to the last, inclusive
         if span > INT32_MAX:
             raise InvalidValueError(f"tensor shape {shape} with strides {strides or 'packed'} spans {span} elements; "
-                                    f"cuDNN's "
-                             f"legacy tensor descriptors address at most 2**31 - 1 (split the batch)")
+                                    f"cuDNN's legacy tensor descriptors address at most 2**31 - 1 (split the batch)")
         super().__init__()
         self._layout = fmt
         if fmt is not None:
             capi.cudnnSetTensorNdDescriptorEx(self._ptr, fmt, dt, len(shape), c_ints(shape))
         else:
-            capi.cudnnSetTensorNdDescriptor(self._ptr, dt, len(shape), c_ints(shape),
-                                            c_ints(c_strides(shape) if strides is None else strides))
+            capi.cudnnSetTensorNdDescriptor(self._ptr, dt, len(shape), c_ints(shape), c_ints(c_order))
 
     @classmethod
     def like(cls, array, dtype=None) -> TensorDescriptor:
@@ -347,6 +312,7 @@ class TensorDescriptor(Descriptor):
     dtype = read_back(0, "The ``cudnnDataType_t``.")
     shape = read_back(1, "The dimensions (``tuple[int, ...]``).")
     strides = read_back(2, "Strides in elements, as cuDNN stores them.")
+    format = property(_format)
 
     @property
     def numpy_dtype(self) -> np.dtype:
@@ -354,7 +320,7 @@ class TensorDescriptor(Descriptor):
 
     @property
     def ndim(self) -> int:
-        return len(self._get()[1])
+        return len(self.shape)
 
     @property
     def layout(self) -> capi.cudnnTensorFormat_t | None:
@@ -362,17 +328,9 @@ class TensorDescriptor(Descriptor):
         return self._layout
 
     @property
-    def format(self) -> capi.cudnnTensorFormat_t | None:
-        """Deprecated: :attr:`layout`."""
-        warn("TensorDescriptor.format is deprecated, use TensorDescriptor.layout")
-        return self._layout
-
-    @property
     def nbytes(self) -> int:
         """Bytes the tensor spans in memory (``cudnnGetTensorSizeInBytes``)."""
-        n = c_size_t()
-        capi.cudnnGetTensorSizeInBytes(self.ptr, byref(n))
-        return n.value
+        return _size_in_bytes(capi.cudnnGetTensorSizeInBytes, self.ptr)
 
     @classmethod
     def shared(cls, shape, dtype=np.float32, strides=None, layout=None,  # type: ignore[override]
@@ -380,8 +338,7 @@ class TensorDescriptor(Descriptor):
         """The process-wide descriptor of these arguments (built once, then a dict lookup; its ``close()`` does
         nothing); ``format=`` is the deprecated spelling of ``layout``."""
         if old:
-            layout = renamed_kwargs("TensorDescriptor.shared", old, {"format": "layout"},
-                                    {"layout": layout})["layout"]
+            layout = renamed_kwargs("TensorDescriptor.shared", old, {"format": "layout"}, {"layout": layout})["layout"]
         if _all_ints(shape) and (strides is None or _all_ints(strides)):  # the hot path: shapes of arrays
             try:
                 return _TENSORS[(shape, dtype, strides, layout)]
@@ -414,7 +371,7 @@ class FilterDescriptor(Descriptor):
         _check_vect_c(shape, dt, fmt, "filter")
         if math.prod(shape) > INT32_MAX:
             raise InvalidValueError(f"filter shape {shape} has {math.prod(shape)} elements; cuDNN's legacy filter "
-                             f"descriptors hold at most 2**31 - 1")
+                                    f"descriptors hold at most 2**31 - 1")
         super().__init__()
         capi.cudnnSetFilterNdDescriptor(self._ptr, dt, fmt, len(shape), c_ints(shape))
 
@@ -427,58 +384,74 @@ class FilterDescriptor(Descriptor):
     dtype = read_back(0, "The ``cudnnDataType_t``.")
     layout = read_back(1, "The ``cudnnTensorFormat_t`` (memory order of the weights).")
     shape = read_back(2, "The dimensions (K, C/groups, spatial...).")
-
-    @property
-    def format(self) -> capi.cudnnTensorFormat_t:
-        """Deprecated: :attr:`layout`."""
-        warn("FilterDescriptor.format is deprecated, use FilterDescriptor.layout")
-        return self.layout
+    format = property(_format)
 
     @property
     def ndim(self) -> int:
-        return len(self._get()[2])
+        return len(self.shape)
 
     @property
     def nbytes(self) -> int:
         """Bytes of the weights (``cudnnGetFilterSizeInBytes``)."""
-        n = c_size_t()
-        capi.cudnnGetFilterSizeInBytes(self.ptr, byref(n))
-        return n.value
+        return _size_in_bytes(capi.cudnnGetFilterSizeInBytes, self.ptr)
 
     @classmethod
     def shared(cls, shape, dtype=np.float32, layout=None, **old) -> FilterDescriptor:  # type: ignore[override]
         """The process-wide descriptor of these arguments (``layout`` "NCHW" by default; built once; its ``close()``
         does nothing); ``format=`` is the deprecated spelling of ``layout``."""
         if old:
-            layout = renamed_kwargs("FilterDescriptor.shared", old, {"format": "layout"},
-                                    {"layout": layout})["layout"]
+            layout = renamed_kwargs("FilterDescriptor.shared", old, {"format": "layout"}, {"layout": layout})["layout"]
         layout = "NCHW" if layout is None else layout
         return _shared(_FILTERS, _key(shape, dtype, layout), lambda: cls(shape, dtype, layout=layout))
 
 
 # --- op-tensor, reduce-tensor -------------------------------------------------------------------------
 
-class _OpTensorDescriptor(Descriptor):
-    """A ``cudnnOpTensorDescriptor_t`` of settings :class:`OpTensor` validated; read back from cuDNN."""
+class _TensorOpDescriptor(Descriptor):
+    """The C descriptor of :class:`OpTensor` or :class:`ReduceTensor` settings (op, compute dtype, NaN propagation,
+    then a reduction's indices and their type), set and read back through ``cudnnSet/Get<_c_name>Descriptor``."""
+
+    _c_name: str
+    _enums: tuple[type, ...]  # the C enum of each value cuDNN reads back
+
+    def __init__(self, op, compute_dtype: capi.cudnnDataType_t, nan_propagation: bool, *rest):
+        super().__init__()
+        getattr(capi, f"cudnnSet{self._c_name}Descriptor")(self._ptr, op, compute_dtype, c_nan(nan_propagation), *rest)
+
+    def _get(self):
+        values = [c_int() for _ in self._enums]
+        getattr(capi, f"cudnnGet{self._c_name}Descriptor")(self.ptr, *map(byref, values))
+        return tuple(t(v.value) for t, v in zip(self._enums, values))
+
+    op = read_back(0, "The operation (``cudnnOpTensorOp_t`` or ``cudnnReduceTensorOp_t``).")
+    compute_type = read_back(1, "The ``cudnnDataType_t`` it computes in.")
+    nan_propagation = read_back(2, "The ``cudnnNanPropagation_t``.")
+
+
+class _OpTensorDescriptor(_TensorOpDescriptor):
+    """A ``cudnnOpTensorDescriptor_t`` of settings :class:`OpTensor` validated."""
 
     _handle_type = capi.cudnnOpTensorDescriptor_t
     _create_fn, _destroy_fn = "cudnnCreateOpTensorDescriptor", "cudnnDestroyOpTensorDescriptor"
+    _c_name = "OpTensor"
+    _enums = (capi.cudnnOpTensorOp_t, capi.cudnnDataType_t, capi.cudnnNanPropagation_t)
     _shown = ("op", "compute_type", "nan_propagation")
     _cache_name = "descriptors.op_tensor"
 
-    def __init__(self, op: capi.cudnnOpTensorOp_t, compute_dtype: capi.cudnnDataType_t, nan_propagation: bool):
-        super().__init__()
-        capi.cudnnSetOpTensorDescriptor(self._ptr, op, compute_dtype, c_nan(nan_propagation))
 
-    def _get(self):
-        op, ct, nan = c_int(), c_int(), c_int()
-        capi.cudnnGetOpTensorDescriptor(self.ptr, byref(op), byref(ct), byref(nan))
-        return (capi.cudnnOpTensorOp_t(op.value), capi.cudnnDataType_t(ct.value),
-                capi.cudnnNanPropagation_t(nan.value))
+class _ReduceTensorDescriptor(_TensorOpDescriptor):
+    """A ``cudnnReduceTensorDescriptor_t`` of settings :class:`ReduceTensor` validated."""
 
-    op = read_back(0, "The ``cudnnOpTensorOp_t``.")
-    compute_type = read_back(1, "The ``cudnnDataType_t`` the op computes in.")
-    nan_propagation = read_back(2, "The ``cudnnNanPropagation_t``.")
+    _handle_type = capi.cudnnReduceTensorDescriptor_t
+    _create_fn, _destroy_fn = "cudnnCreateReduceTensorDescriptor", "cudnnDestroyReduceTensorDescriptor"
+    _c_name = "ReduceTensor"
+    _enums = (capi.cudnnReduceTensorOp_t, capi.cudnnDataType_t, capi.cudnnNanPropagation_t,
+              capi.cudnnReduceTensorIndices_t, capi.cudnnIndicesType_t)
+    _shown = ("op", "compute_type", "nan_propagation", "indices", "indices_type")
+    _cache_name = "descriptors.reduce_tensor"
+
+    indices = read_back(3, "The ``cudnnReduceTensorIndices_t``.")
+    indices_type = read_back(4, "The ``cudnnIndicesType_t``.")
 
 
 class _TensorOpSettings(Settings):
@@ -499,21 +472,20 @@ class _TensorOpSettings(Settings):
         self._nan = nan_flag(nan_propagation)
         self._desc = None
 
-    @property
-    def op(self) -> enum.IntEnum:
-        """The operation (a member of the C enum: ``cudnnOpTensorOp_t``, ``cudnnReduceTensorOp_t``)."""
-        return self._op
+    op: enum.IntEnum = setting("_op", "The operation (a member of the C enum: ``cudnnOpTensorOp_t``, "
+                                      "``cudnnReduceTensorOp_t``).")
+    compute_dtype: capi.cudnnDataType_t = setting("_compute")
+    nan_propagation: bool = setting("_nan")
 
-    @property
-    def compute_dtype(self) -> capi.cudnnDataType_t:
-        return self._compute
-
-    @property
-    def nan_propagation(self) -> bool:
-        return self._nan
+    def _key(self) -> tuple:
+        return (self._op, self._compute, self._nan)
 
     def _op_name(self) -> str:
         return self._op.name.removeprefix(self._op_prefix).lower()
+
+    def __repr__(self):
+        return (f"{type(self).__name__}({self._op_name()!r}, compute_dtype={self._compute.name}, "
+                f"nan_propagation={self._nan})")
 
 
 class OpTensor(_TensorOpSettings):
@@ -534,48 +506,12 @@ class OpTensor(_TensorOpSettings):
                  nan_propagation: bool | str | int = False, **old) -> None:
         super().__init__(op, compute_dtype, nan_propagation, old)
 
-    def _key(self):
-        return (self._op, self._compute, self._nan)
-
-    def __repr__(self):
-        return f"OpTensor({self._op_name()!r}, compute_dtype={self._compute.name}, nan_propagation={self._nan})"
-
 
 _INDICES_ALIASES = {"none": "CUDNN_REDUCE_TENSOR_NO_INDICES", "no_indices": "CUDNN_REDUCE_TENSOR_NO_INDICES",
                     "flattened": "CUDNN_REDUCE_TENSOR_FLATTENED_INDICES",
                     "flattened_indices": "CUDNN_REDUCE_TENSOR_FLATTENED_INDICES"}
-_INDICES_TYPE_ALIASES = {"uint8": "CUDNN_8BIT_INDICES", "uint16": "CUDNN_16BIT_INDICES",
-                         "uint32": "CUDNN_32BIT_INDICES", "uint64": "CUDNN_64BIT_INDICES",
-                         "8bit": "CUDNN_8BIT_INDICES", "16bit": "CUDNN_16BIT_INDICES",
-                         "32bit": "CUDNN_32BIT_INDICES", "64bit": "CUDNN_64BIT_INDICES"}
-
-
-class _ReduceTensorDescriptor(Descriptor):
-    """A ``cudnnReduceTensorDescriptor_t`` of settings :class:`ReduceTensor` validated; read back from cuDNN."""
-
-    _handle_type = capi.cudnnReduceTensorDescriptor_t
-    _create_fn, _destroy_fn = "cudnnCreateReduceTensorDescriptor", "cudnnDestroyReduceTensorDescriptor"
-    _shown = ("op", "compute_type", "nan_propagation", "indices", "indices_type")
-    _cache_name = "descriptors.reduce_tensor"
-
-    def __init__(self, op: capi.cudnnReduceTensorOp_t, compute_dtype: capi.cudnnDataType_t, nan_propagation: bool,
-                 indices: capi.cudnnReduceTensorIndices_t, indices_type: capi.cudnnIndicesType_t):
-        super().__init__()
-        capi.cudnnSetReduceTensorDescriptor(self._ptr, op, compute_dtype, c_nan(nan_propagation), indices,
-                                            indices_type)
-
-    def _get(self):
-        op, ct, nan, ind, it = c_int(), c_int(), c_int(), c_int(), c_int()
-        capi.cudnnGetReduceTensorDescriptor(self.ptr, byref(op), byref(ct), byref(nan), byref(ind), byref(it))
-        return (capi.cudnnReduceTensorOp_t(op.value), capi.cudnnDataType_t(ct.value),
-                capi.cudnnNanPropagation_t(nan.value), capi.cudnnReduceTensorIndices_t(ind.value),
-                capi.cudnnIndicesType_t(it.value))
-
-    op = read_back(0, "The ``cudnnReduceTensorOp_t``.")
-    compute_type = read_back(1, "The ``cudnnDataType_t`` the reduction computes in.")
-    nan_propagation = read_back(2, "The ``cudnnNanPropagation_t``.")
-    indices = read_back(3, "The ``cudnnReduceTensorIndices_t``.")
-    indices_type = read_back(4, "The ``cudnnIndicesType_t``.")
+_INDICES_TYPE_ALIASES = {**{f"uint{n}": f"CUDNN_{n}BIT_INDICES" for n in (8, 16, 32, 64)},
+                         **{f"{n}bit": f"CUDNN_{n}BIT_INDICES" for n in (8, 16, 32, 64)}}
 
 
 class ReduceTensor(_TensorOpSettings):
@@ -600,29 +536,22 @@ class ReduceTensor(_TensorOpSettings):
         if isinstance(indices, (bool, np.bool_)):
             indices = "flattened" if indices else "none"
         self._indices = enum_member(capi.cudnnReduceTensorIndices_t, indices, "CUDNN_REDUCE_TENSOR_", "indices",
-                              _INDICES_ALIASES)
+                                    _INDICES_ALIASES)
         self._indices_type = enum_member(capi.cudnnIndicesType_t, indices_type, "CUDNN_", "indices_type",
-                                   _INDICES_TYPE_ALIASES)
+                                         _INDICES_TYPE_ALIASES)
         if self._indices != capi.CUDNN_REDUCE_TENSOR_NO_INDICES and self._op not in (
                 capi.CUDNN_REDUCE_TENSOR_MIN, capi.CUDNN_REDUCE_TENSOR_MAX, capi.CUDNN_REDUCE_TENSOR_AMAX):
             raise InvalidValueError(f"indices: only the min, max and amax reductions have indices (the position of "
                                     f"the chosen element), not {self._op_name()!r}")
 
-    @property
-    def indices(self) -> capi.cudnnReduceTensorIndices_t:
-        return self._indices
+    indices: capi.cudnnReduceTensorIndices_t = setting("_indices")
+    indices_type: capi.cudnnIndicesType_t = setting("_indices_type")
 
-    @property
-    def indices_type(self) -> capi.cudnnIndicesType_t:
-        return self._indices_type
-
-    def _key(self):
+    def _key(self) -> tuple:
         return (self._op, self._compute, self._nan, self._indices, self._indices_type)
 
     def __repr__(self):
-        return (f"ReduceTensor({self._op_name()!r}, "
-                f"compute_dtype={self._compute.name}, nan_propagation={self._nan}, indices={self._indices.name}, "
-                f"indices_type={self._indices_type.name})")
+        return f"{super().__repr__()[:-1]}, indices={self._indices.name}, indices_type={self._indices_type.name})"
 
 
 # --- shared descriptors -------------------------------------------------------------------------------
@@ -668,15 +597,11 @@ _FILTERS = caches.shared("descriptors.filter")
 
 def _deprecated(old: str, make, use: str):
     """``old`` as a deprecated alias of ``make`` (which builds what ``old`` built); its warning says to use ``use``."""
-    make.__qualname__ = use
-    return alias(old, make)
-
-
-def _clear_caches() -> None:
-    caches.clear()
-
-
-clear_cache = _deprecated("clear_cache", _clear_caches, "cudnn_py.caches.clear")
+    @functools.wraps(make)
+    def call(*args, **kwargs):
+        return make(*args, **kwargs)
+    call.__qualname__ = use
+    return alias(old, call)
 
 
 def _op_tensor(op="add", compute_type=np.float32, *, nan_propagation=False) -> OpTensor:
@@ -691,25 +616,12 @@ def _reduce_tensor(op="add", compute_type=np.float32, *, nan_propagation=False, 
     return ReduceTensor(op, compute_type, nan_propagation=nan_propagation, indices=indices, indices_type=indices_type)
 
 
+clear_cache = _deprecated("clear_cache", caches.clear, "cudnn_py.caches.clear")
 OpTensorDescriptor = _deprecated("OpTensorDescriptor", _op_tensor, "cudnn_py.OpTensor")
-op_tensor_descriptor = alias("op_tensor_descriptor", _op_tensor)
+op_tensor_descriptor = _deprecated("op_tensor_descriptor", _op_tensor, "cudnn_py.OpTensor")
 ReduceTensorDescriptor = _deprecated("ReduceTensorDescriptor", _reduce_tensor, "cudnn_py.ReduceTensor")
-reduce_tensor_descriptor = alias("reduce_tensor_descriptor", _reduce_tensor)
-
-
-def _tensor_descriptor(*args, **kwargs) -> TensorDescriptor:
-    return TensorDescriptor.shared(*args, **kwargs)
-
-
-def _tensor_descriptor_for(array) -> TensorDescriptor:
-    return TensorDescriptor.for_array(array)
-
-
-def _filter_descriptor(*args, **kwargs) -> FilterDescriptor:
-    return FilterDescriptor.shared(*args, **kwargs)
-
-
-tensor_descriptor = _deprecated("tensor_descriptor", _tensor_descriptor, "cudnn_py.TensorDescriptor.shared")
-tensor_descriptor_for = _deprecated("tensor_descriptor_for", _tensor_descriptor_for,
+reduce_tensor_descriptor = _deprecated("reduce_tensor_descriptor", _reduce_tensor, "cudnn_py.ReduceTensor")
+tensor_descriptor = _deprecated("tensor_descriptor", TensorDescriptor.shared, "cudnn_py.TensorDescriptor.shared")
+tensor_descriptor_for = _deprecated("tensor_descriptor_for", TensorDescriptor.for_array,
                                     "cudnn_py.TensorDescriptor.for_array")
-filter_descriptor = _deprecated("filter_descriptor", _filter_descriptor, "cudnn_py.FilterDescriptor.shared")
+filter_descriptor = _deprecated("filter_descriptor", FilterDescriptor.shared, "cudnn_py.FilterDescriptor.shared")

@@ -1,17 +1,16 @@
 """NumPy dtypes <-> ``cudnnDataType_t``, and the host scalar type for alpha/beta.
 
-One table maps NumPy's float64, float32, float16, int8, uint8, int32, int64 and bool,
-plus ml_dtypes' bfloat16, float8_e4m3fn, float8_e5m2, float8_e8m0fnu and float4_e2m1fn
-(when ml_dtypes is installed), to cuDNN's data types and back::
+One table maps NumPy's float64, float32, float16, int8, uint8, int32, int64 and bool, plus ml_dtypes' bfloat16,
+float8_e4m3fn, float8_e5m2, float8_e8m0fnu and float4_e2m1fn (when ml_dtypes is installed), to cuDNN's data types and
+back::
 
     >>> cudnn_dtype("float32")
     <cudnnDataType_t.CUDNN_DATA_FLOAT: 0>
     >>> numpy_dtype(capi.CUDNN_DATA_HALF)
     dtype('float16')
 
-The vectorised types (``CUDNN_DATA_INT8x4``, ``INT8x32``, ``UINT8x4``) map back to
-their storage element type (int8 / uint8); everything else without a NumPy
-equivalent raises :class:`TypeError` naming it.
+The vectorised types (``CUDNN_DATA_INT8x4``, ``INT8x32``, ``UINT8x4``) map back to their storage element type (int8 /
+uint8); everything else without a NumPy equivalent raises :class:`TypeError` naming it.
 """
 from __future__ import annotations
 
@@ -33,26 +32,14 @@ __all__ = ["cudnn_dtype", "numpy_dtype", "as_numpy_dtype", "scalar_type", "scala
 
 _DT = capi.cudnnDataType_t
 
-_PAIRS: list[tuple[np.dtype, _DT]] = [
-    (np.dtype(np.float32), _DT.CUDNN_DATA_FLOAT),
-    (np.dtype(np.float64), _DT.CUDNN_DATA_DOUBLE),
-    (np.dtype(np.float16), _DT.CUDNN_DATA_HALF),
-    (np.dtype(np.int8), _DT.CUDNN_DATA_INT8),
-    (np.dtype(np.uint8), _DT.CUDNN_DATA_UINT8),
-    (np.dtype(np.int32), _DT.CUDNN_DATA_INT32),
-    (np.dtype(np.int64), _DT.CUDNN_DATA_INT64),
-    (np.dtype(np.bool_), _DT.CUDNN_DATA_BOOLEAN),
-]
+_PAIRS: list[tuple[np.dtype, _DT]] = [(np.dtype(t), _DT.__members__[f"CUDNN_DATA_{m}"]) for t, m in (
+    (np.float32, "FLOAT"), (np.float64, "DOUBLE"), (np.float16, "HALF"), (np.int8, "INT8"), (np.uint8, "UINT8"),
+    (np.int32, "INT32"), (np.int64, "INT64"), (np.bool_, "BOOLEAN"))]
 if _ml is not None:
-    for _name, _member in [
-        ("bfloat16", "CUDNN_DATA_BFLOAT16"),
-        ("float8_e4m3fn", "CUDNN_DATA_FP8_E4M3"),
-        ("float8_e5m2", "CUDNN_DATA_FP8_E5M2"),
-        ("float8_e8m0fnu", "CUDNN_DATA_FP8_E8M0"),
-        ("float4_e2m1fn", "CUDNN_DATA_FP4_E2M1"),
-    ]:
-        if hasattr(_ml, _name) and hasattr(_DT, _member):
-            _PAIRS.append((np.dtype(getattr(_ml, _name)), _DT.__members__[_member]))
+    _PAIRS += [(np.dtype(getattr(_ml, t)), _DT.__members__[f"CUDNN_DATA_{m}"]) for t, m in (
+        ("bfloat16", "BFLOAT16"), ("float8_e4m3fn", "FP8_E4M3"), ("float8_e5m2", "FP8_E5M2"),
+        ("float8_e8m0fnu", "FP8_E8M0"), ("float4_e2m1fn", "FP4_E2M1"))
+        if hasattr(_ml, t) and f"CUDNN_DATA_{m}" in _DT.__members__]
 
 #: The NumPy dtypes that have a cuDNN data type, in table order.
 SUPPORTED_DTYPES: tuple[np.dtype, ...] = tuple(d for d, _ in _PAIRS)
@@ -76,11 +63,10 @@ def _supported_names() -> str:
 
 
 def cudnn_dtype(dtype: DTypeLike | int) -> capi.cudnnDataType_t:
-    """The ``cudnnDataType_t`` for a NumPy dtype-like (``np.float32``, ``"float16"``, ``ml_dtypes.bfloat16``, an array's ``.dtype``)
-    or a short name of :data:`ALIASES` (``"fp16"``, ``"bf16"``, ``"e4m3"``, any case).
-
-    A ``cudnnDataType_t`` passes through unchanged. Raises :class:`TypeError` for a dtype cuDNN has no type for,
-    and for ``None`` or a number (NumPy would read them as float64 or a type code)."""
+    """The ``cudnnDataType_t`` for a NumPy dtype-like (``np.float32``, ``"float16"``, ``ml_dtypes.bfloat16``, an
+    array's ``.dtype``) or a short name of :data:`ALIASES` (``"fp16"``, ``"bf16"``, ``"e4m3"``, any case); a
+    ``cudnnDataType_t`` passes through. :class:`TypeError` for a dtype cuDNN has no type for, and for ``None`` or a
+    number (NumPy would read them as float64 or a type code)."""
     try:
         return _LOOKUP[dtype]
     except (KeyError, TypeError):
@@ -130,7 +116,8 @@ def numpy_dtype(cudnn_dt: int) -> np.dtype:
 
 
 def scalar_type(cudnn_dt) -> type[ctypes.c_float] | type[ctypes.c_double]:
-    """The ctypes type of the host alpha/beta scalars for data of this type: ``c_double`` for double, else ``c_float``."""
+    """The ctypes type of the host alpha/beta scalars for data of this type: ``c_double`` for double, else
+    ``c_float``."""
     return ctypes.c_double if int(cudnn_dt) == _DT.CUDNN_DATA_DOUBLE else ctypes.c_float
 
 

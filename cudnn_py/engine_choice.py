@@ -194,12 +194,12 @@ def _snapshot(handle, arrays: Sequence) -> Callable[[], None]:
     from cudnn_py.memory import DeviceArray, empty
     pairs = []
     for a in arrays:
-        lo, count = a._span()
+        lo, count = a.span()
         nbytes = count * a.dtype.itemsize
         if not nbytes:
             continue
-        view = DeviceArray._new(a.ptr + lo * a.dtype.itemsize, (nbytes,), np.dtype(np.uint8), (1,), a.device_id, a,
-                                handle.stream)
+        view = DeviceArray.from_parts(a.ptr + lo * a.dtype.itemsize, (nbytes,), np.dtype(np.uint8), (1,), a.device_id,
+                                      a, handle.stream)
         pairs.append((view, empty((nbytes,), np.uint8, handle.stream).copy_(view, handle.stream)))
 
     def restore() -> None:

@@ -1,12 +1,10 @@
-"""Readers of foreign arrays that need no device array: torch tensors known by type, and ``__cuda_array_interface__``
-checked before it is used.
+"""Readers of foreign arrays that need no device array (:mod:`cudnn_py.memory` re-exports ``is_torch_tensor`` and
+``Signature``, their documented path).
 
 :func:`is_torch_tensor` and the torch tables (:data:`TORCH_TYPES`, :data:`TORCH_DTYPES`) are the hot path of
 :func:`cudnn_py.memory.array_signature` (the key of every cached call) and of the prepared calls: a torch tensor is
 read in a few attribute reads, without DLPack; cudnn_py never imports torch, it learns the tables the first time it
 sees torch imported. :func:`check_cuda_array_interface` refuses a malformed interface before ``cuda.core`` reads it.
-:mod:`cudnn_py.memory` imports this module (it is below memory in the layers) and re-exports ``is_torch_tensor`` and
-``Signature``, their documented path.
 """
 from __future__ import annotations
 
@@ -20,8 +18,6 @@ from cudnn_py.strided import c_strides, check_extent, non_overlapping
 
 __all__ = ["TORCH_TYPES", "TORCH_DTYPES", "learn_torch", "is_torch_tensor", "Signature", "check_cuda_array_interface"]
 
-
-# --- torch tensors on the hot path ---------------------------------------------------------------------------------
 
 #: torch's tensor types and its dtype -> NumPy dtype table (:data:`~cudnn_py.dtypes.SUPPORTED_DTYPES` by name), filled
 #: by :func:`learn_torch` once the program has imported torch (replaced, never mutated, so readers need no lock; read
@@ -57,8 +53,6 @@ def is_torch_tensor(obj) -> bool:
 #: what a cached call keys an array argument on: (shape, strides in elements, dtype, device ordinal)
 Signature = tuple[tuple[int, ...], tuple[int, ...], np.dtype, int]
 
-
-# --- the CUDA array interface -------------------------------------------------------------------------------------
 
 def check_cuda_array_interface(obj, name: str) -> None:
     """Refuse a malformed ``__cuda_array_interface__`` before cuda.core reads it (and asks the driver about its

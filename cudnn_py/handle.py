@@ -9,9 +9,8 @@
             y = cdp.pooling_forward(h, pool, x)
         h.synchronize()
 
-A handle is created on ``device`` (made current in the calling thread) and destroyed by
-:meth:`Handle.close`, the end of a ``with`` block, or, if you forget, the garbage collector. Using a
-closed handle raises :class:`~cudnn_py.errors.ClosedError`.
+A handle is destroyed by :meth:`Handle.close`, the end of a ``with`` block, or, if you forget, the garbage
+collector; using a closed handle raises :class:`~cudnn_py.errors.ClosedError`.
 
 Devices: a handle belongs to the device it was created on (``Handle(device=1)`` makes device 1 current in the calling
 thread, then creates the cuDNN handle); its calls must run with that device current, which is the case unless the
@@ -19,23 +18,15 @@ thread makes another device current afterwards (then make this one current again
 Arrays on another device than the handle's are refused before C is called.
 
 Threads: cuDNN handles are not thread-safe, and sharing one between threads that run at once is not detected (that
-would cost every call): use one handle per thread (and per device), e.g.::
-
-    _local = threading.local()
-
-    def my_handle() -> cdp.Handle:
-        h = getattr(_local, "handle", None)
-        if h is None:
-            h = _local.handle = cdp.Handle()
-        return h
+would cost every call): use one handle per thread (and per device), e.g. kept in a ``threading.local()``.
 """
 from __future__ import annotations
 
 import contextlib
 import ctypes
 import weakref
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from cudnn_py import _binding, _imports, capi
 from cudnn_py.caches import Cache
@@ -46,29 +37,77 @@ from cudnn_py.workspace import Workspace
 if TYPE_CHECKING:  # annotations only: cuda.core is imported on first device use (streams.cuda_core)
     from cuda.core import Device, Stream
 
-__all__ = ["Handle", "handle_arg"]
+__all__ = ["CObject", "Handle", "handle_arg"]
 
 
-def _destroy(ptr: capi.cudnnHandle_t, state: list) -> None:
-    # ``state`` holds the stream so that it outlives the handle bound to it.
+def _destroy(fn: Callable, ptr: Any, keep: tuple) -> None:
+    """Destroy ``ptr`` with ``fn`` (``keep``, what must outlive it, such as a handle's stream, goes after)."""
     _binding.disown(ptr)
     try:
-        capi.cudnnDestroy(ptr)
-    except Exception:  # at interpreter exit the driver may already be gone; nothing left to free
+        fn(ptr)
+    except Exception:  # at interpreter exit the library may be unloading; nothing left to free
         pass
-    ptr.value = None  # whoever still holds this ctypes object now passes NULL (an error), never a freed handle
-    state.clear()
+    ptr.value = None  # whoever still holds this ctypes object now passes NULL (an error), never a freed object
 
 
-class Handle:
+_PtrT = TypeVar("_PtrT")
+
+
+class CObject(Generic[_PtrT]):
+    """The base of the objects that own a cuDNN C object (:class:`Handle`, the descriptors): :attr:`ptr` to pass to
+    C calls, an idempotent :meth:`close` that destroys it (the garbage collector does for a forgotten one), ``with``
+    support."""
+
+    _ptr: _PtrT | None = None
+    _closed_message = "this {} is closed"  # formatted with the class name
+
+    def _own(self, ptr: _PtrT, destroy: Callable, *keep: Any) -> None:
+        """Own ``ptr``: ``destroy(ptr)`` on :meth:`close` or collection, ``keep`` referenced until then."""
+        self._finalizer = weakref.finalize(self, _destroy, destroy, ptr, keep)
+        _binding.own(ptr, type(self).__name__)
+        self._ptr = ptr
+
+    @property
+    def ptr(self) -> _PtrT:
+        """The C object (``cudnnHandle_t``, ``cudnn*Descriptor_t``) to pass to C calls; :class:`ClosedError` once
+        closed."""
+        p = self._ptr
+        if p is None:
+            raise ClosedError(self._closed_message.format(type(self).__name__))
+        return p
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` has destroyed the C object."""
+        return self._ptr is None
+
+    def close(self) -> None:
+        """Destroy the C object (idempotent)."""
+        if self._ptr is not None:
+            self._ptr = None
+            self._finalizer()
+
+    def __enter__(self: _CObjectT) -> _CObjectT:
+        self.ptr  # raises if closed
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+_CObjectT = TypeVar("_CObjectT", bound=CObject)
+
+
+class Handle(CObject[capi.cudnnHandle_t]):
     """A ``cudnnHandle_t`` on ``device`` (an ordinal or :class:`cuda.core.Device`), bound to ``stream``.
 
     ``stream``: None for the device's default stream (the NULL stream cuDNN and PyTorch use by default),
     a :class:`cuda.core.Stream`, a ``torch.cuda.Stream`` or an int ``cudaStream_t``.
     """
 
+    _closed_message = "this cudnn_py.Handle is closed; create a new Handle()"
+
     def __init__(self, device: int | Device = 0, stream: StreamLike | None = None) -> None:
-        self._ptr = None
         # what the calls import lazily (the graph package, engine choice, tuning database), imported now, once per
         # process, under the lazy imports' lock: threads whose first calls run at once import nothing half-way
         _imports.warm_imports()
@@ -81,10 +120,8 @@ class Handle:
         s = as_stream(stream, self.device)
         ptr = capi.cudnnHandle_t()
         capi.cudnnCreate(ctypes.byref(ptr))
-        self._state = [s]
-        self._finalizer = weakref.finalize(self, _destroy, ptr, self._state)
-        _binding.own(ptr, "Handle")
-        self._ptr = ptr
+        self._state = [s]  # the stream, which must outlive the handle bound to it
+        self._own(ptr, capi.cudnnDestroy, self._state)
         self._stream: Stream = s
         self._stream_ptr = 0
         #: the scratch buffer execute calls draw from (see :class:`~cudnn_py.workspace.Workspace`)
@@ -94,19 +131,6 @@ class Handle:
         self.set_stream(s)
 
     # -- state --
-    @property
-    def ptr(self) -> capi.cudnnHandle_t:
-        """The ``cudnnHandle_t`` to pass to C calls; :class:`ClosedError` once closed."""
-        p = self._ptr
-        if p is None:
-            raise ClosedError("this cudnn_py.Handle is closed; create a new Handle()")
-        return p
-
-    @property
-    def closed(self) -> bool:
-        """Whether :meth:`close` has destroyed the cuDNN handle."""
-        return self._ptr is None
-
     @property
     def device_id(self) -> int:
         """The device ordinal (same as :attr:`device`)."""
@@ -165,19 +189,10 @@ class Handle:
 
     def close(self) -> None:
         """Release the workspace and destroy the cuDNN handle. Idempotent."""
-        if self._ptr is None:
-            return
-        self.cache.clear()
-        self.workspace.release()
-        self._ptr = None
-        self._finalizer()
-
-    def __enter__(self) -> Handle:
-        self.ptr  # raises if closed
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
+        if self._ptr is not None:
+            self.cache.clear()
+            self.workspace.release()
+            super().close()
 
     def __repr__(self) -> str:
         if self._ptr is None:

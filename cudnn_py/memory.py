@@ -1,25 +1,23 @@
 """Device arrays on :mod:`cuda.core` memory, and zero-copy views of foreign GPU tensors.
 
-:class:`DeviceArray` is a strided n-d view of device memory: ``shape``, ``dtype``, ``strides`` (in
-elements), ``ptr``, ``device_id``. Memory comes from the device's stream-ordered memory resource
-(``cuda.core.Device.allocate``) and goes back to it, ordered on the stream it was allocated on, when
-the last reference goes::
+:class:`DeviceArray` is a strided n-d view of device memory: ``shape``, ``dtype``, ``strides`` (in elements),
+``ptr``, ``device_id``. Memory comes from the device's stream-ordered memory resource (``cuda.core.Device.allocate``)
+and goes back to it, ordered on the stream it was allocated on, when the last reference goes::
 
     x = cdp.to_device(np.random.rand(8, 3, 32, 32).astype(np.float32))   # host -> device
     y = cdp.empty((8, 16, 32, 32), np.float32)
     y.fill_(0.5)
     y.to_numpy()                                                              # device -> host
 
-Torch, CuPy, JAX or numba tensors on the GPU are used in place: :func:`as_array` views them through
-DLPack / ``__cuda_array_interface__`` (parsed by ``cuda.core.utils.StridedMemoryView``) honouring
-their strides, and ``torch.from_dlpack(y)`` / ``cupy.asarray(y)`` take a :class:`DeviceArray` the
-same way. A NumPy array where device memory is needed raises :class:`TypeError` saying how to move it.
+Torch, CuPy, JAX or numba tensors on the GPU are used in place: :func:`as_array` views them through DLPack /
+``__cuda_array_interface__`` (parsed by ``cuda.core.utils.StridedMemoryView``) honouring their strides, and
+``torch.from_dlpack(y)`` / ``cupy.asarray(y)`` take a :class:`DeviceArray` the same way. A NumPy array where device
+memory is needed raises :class:`TypeError` saying how to move it.
 
-Streams: ``stream=None`` means the device's default (legacy NULL) stream, the one cuDNN handles and
-PyTorch use by default, so mixing them needs no synchronisation. An array remembers the stream it
-was made on; ``to_numpy()`` waits on that stream, and its memory is freed ordered on that stream.
-Work you queue on other streams is yours to order: as in PyTorch, keep an array referenced (or
-synchronise) until work on another stream that reads it has finished.
+Streams: ``stream=None`` means the device's default (legacy NULL) stream, the one cuDNN handles and PyTorch use by
+default, so mixing them needs no synchronisation. An array remembers the stream it was made on; ``to_numpy()`` waits
+on that stream, and its memory is freed ordered on that stream. Work you queue on other streams is yours to order: as
+in PyTorch, keep an array referenced (or synchronise) until work on another stream that reads it has finished.
 """
 from __future__ import annotations
 
@@ -39,8 +37,8 @@ import cudnn_py.foreign as _foreign  # its torch tables, read through the module
 from cudnn_py.recording import device_work
 from cudnn_py.foreign import Signature as Signature, check_cuda_array_interface, is_torch_tensor as is_torch_tensor
 from cudnn_py.streams import StreamLike, annotation_only, as_stream, cuda_core, get_device
-from cudnn_py.strided import (MAX_BYTES, array_dtype, c_strides, check_extent, is_c_contiguous, non_overlapping,
-                               normalize_shape)
+from cudnn_py.strided import (MAX_BYTES, array_dtype, c_strides, check_extent, extent, is_c_contiguous,
+                               non_overlapping, normalize_shape)
 
 if TYPE_CHECKING:
     from cuda.core import Device, Stream
@@ -68,9 +66,8 @@ Shape = Union[int, Sequence[int]]
 class DeviceArray:
     """A strided n-d array in device memory. Strides are in elements (NumPy's are in bytes).
 
-    Build one with :func:`to_device`, :func:`empty`, :func:`zeros` or :func:`as_array`; the
-    constructor wraps memory you already own (``owner`` is kept alive as long as the array).
-    """
+    Build one with :func:`to_device`, :func:`empty`, :func:`zeros` or :func:`as_array`; the constructor wraps memory
+    you already own (``owner`` is kept alive as long as the array)."""
 
     __slots__ = ("shape", "dtype", "strides", "ptr", "device_id", "size", "nbytes", "ndim",
                  "_contiguous", "_owner", "_stream", "__weakref__")
@@ -165,13 +162,8 @@ class DeviceArray:
         """(offset of the lowest element, number of elements from it to the highest), for any strides."""
         if self.size == 0:
             return 0, 0
-        lo = sum((n - 1) * s for n, s in zip(self.shape, self.strides) if s < 0)
-        hi = sum((n - 1) * s for n, s in zip(self.shape, self.strides) if s > 0)
+        lo, hi = extent(self.shape, self.strides)
         return lo, hi - lo + 1
-
-    # the earlier private spellings, still read by cudnn_py.engine_choice._snapshot
-    _new = from_parts
-    _span = span
 
     def _require_contiguous(self, what: str) -> None:
         if not self.is_contiguous:
@@ -180,40 +172,28 @@ class DeviceArray:
 
     # -- host transfers --
     def to_numpy(self, stream: StreamLike = None) -> np.ndarray:
-        """Copy to a new NumPy array, waiting for the copy (queued after the work already on ``stream``).
-
-        :param stream: the stream to copy on (default: :attr:`stream`).
-        :returns: a C-contiguous host array of the same shape and dtype.
-        """
+        """A new C-contiguous NumPy array of this one's shape, dtype and data, copied on ``stream`` (default:
+        :attr:`stream`) after the work already queued there, and waited for."""
         s = self.stream if stream is None else as_stream(stream, self.device_id)
         out = np.empty(self.shape, self.dtype)
         if self.size == 0:
             return out
-        if self.is_contiguous:
-            with on_device(self.device_id):
-                _check(_queue("cuMemcpyDtoHAsync")(out.ctypes.data, self.ptr, self.nbytes, s.handle),
-                       "cuMemcpyDtoHAsync")
-                s.sync()
-            return out
-        lo, count = self.span()
-        host = np.empty(count, self.dtype)
+        packed = self.is_contiguous
+        lo, count = (0, self.size) if packed else self.span()
+        host = out if packed else np.empty(count, self.dtype)
         item = self.dtype.itemsize
         with on_device(self.device_id):
-            _check(_queue("cuMemcpyDtoHAsync")(host.ctypes.data, self.ptr + lo * item, count * item, s.handle),
-                   "cuMemcpyDtoHAsync")
+            _queue("cuMemcpyDtoHAsync", host.ctypes.data, self.ptr + lo * item, count * item, s.handle)
             s.sync()
-        view = np.lib.stride_tricks.as_strided(host[-lo:], self.shape, tuple(x * item for x in self.strides))
-        out[...] = view
+        if not packed:
+            out[...] = np.lib.stride_tricks.as_strided(host[-lo:], self.shape, tuple(x * item for x in self.strides))
         return out
 
     def fill_(self, value: Any, stream: StreamLike = None) -> DeviceArray:
-        """Set every element to ``value`` (converted to :attr:`dtype`), asynchronously on ``stream``.
+        """Set every element to ``value``, asynchronously on ``stream`` (default: :attr:`stream`); returns this array.
 
-        :param value: a scalar that :attr:`dtype` holds exactly (``float("nan")`` poisons an output before a call;
-            300 for int8 or 1e40 for float32 is refused, not wrapped or made infinite).
-        :param stream: the stream to queue the fill on (default: :attr:`stream`).
-        :returns: this array.
-        """
+        ``value``: a scalar that :attr:`dtype` holds exactly (``float("nan")`` poisons an output before a call; 300
+        for int8 or 1e40 for float32 is refused, not wrapped or made infinite)."""
         from cudnn_py.args import element_value  # capi (which args reads) only once an array is filled
         v = element_value(value, self.dtype, "fill_ value").reshape(1)
         self._require_contiguous("fill_")
@@ -223,19 +203,15 @@ class DeviceArray:
         with on_device(self.device_id):
             if not memset(self.ptr, v, self.size, s.handle):
                 host = np.full(self.shape, v[0], self.dtype)
-                _check(_queue("cuMemcpyHtoDAsync")(self.ptr, host.ctypes.data, self.nbytes, s.handle),
-                       "cuMemcpyHtoDAsync")
+                _queue("cuMemcpyHtoDAsync", self.ptr, host.ctypes.data, self.nbytes, s.handle)
                 s.sync()
         return self
 
     def copy_(self, src: DeviceArrayLike | npt.ArrayLike, stream: StreamLike = None) -> DeviceArray:
-        """Copy ``src`` into this array, on ``stream``.
+        """Copy ``src`` into this array on ``stream`` (default: :attr:`stream`); returns this array.
 
-        :param src: host data (NumPy or anything ``np.asarray`` takes; converted to :attr:`dtype`, same
-            shape) or a device array of the same shape and dtype. Both must be C-contiguous.
-        :param stream: the stream to copy on (default: :attr:`stream`).
-        :returns: this array.
-        """
+        ``src``: host data (NumPy or anything ``np.asarray`` takes; converted to :attr:`dtype`, same shape) or a device
+        array of the same shape and dtype. Both must be C-contiguous."""
         self._require_contiguous("copy_")
         s = self.stream if stream is None else as_stream(stream, self.device_id)
         if _is_device_like(src):
@@ -249,28 +225,22 @@ class DeviceArray:
             if self.nbytes:
                 with on_device(self.device_id):
                     if other.device_id == self.device_id:
-                        _check(_queue("cuMemcpyDtoDAsync")(self.ptr, other.ptr, self.nbytes, s.handle),
-                               "cuMemcpyDtoDAsync")
+                        _queue("cuMemcpyDtoDAsync", self.ptr, other.ptr, self.nbytes, s.handle)
                     else:  # another device's memory (pool allocations are not mapped for peers): a peer copy
-                        _check(_queue("cuMemcpyPeerAsync")(self.ptr, primary_context(self.device_id), other.ptr,
-                                                        primary_context(other.device_id), self.nbytes, s.handle),
-                               "cuMemcpyPeerAsync")
+                        _queue("cuMemcpyPeerAsync", self.ptr, primary_context(self.device_id), other.ptr,
+                               primary_context(other.device_id), self.nbytes, s.handle)
             return self
         host = np.ascontiguousarray(src, dtype=self.dtype)
         if host.shape != self.shape:
             raise InvalidValueError(f"copy_ source has shape {host.shape}; expected {self.shape}")
         if self.nbytes:
             with on_device(self.device_id):
-                _check(_queue("cuMemcpyHtoDAsync")(self.ptr, host.ctypes.data, self.nbytes, s.handle),
-                       "cuMemcpyHtoDAsync")
+                _queue("cuMemcpyHtoDAsync", self.ptr, host.ctypes.data, self.nbytes, s.handle)
         return self
 
     def reshape(self, *shape: Any) -> DeviceArray:
-        """A view with a new shape; the array must be C-contiguous.
-
-        :param shape: the new shape, as ints or one sequence; one dimension may be -1.
-        :returns: a view sharing this array's memory.
-        """
+        """A view of this C-contiguous array's memory with a new shape (ints or one sequence; one dimension may be
+        -1)."""
         if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
             shape = tuple(shape[0])
         if shape.count(-1) > 1:
@@ -284,24 +254,15 @@ class DeviceArray:
         if math.prod(shape) != self.size:
             raise InvalidValueError(f"reshape: cannot reshape an array of size {self.size} into {shape}")
         self._require_contiguous("reshape")
-        return DeviceArray.from_parts(self.ptr, shape, self.dtype, c_strides(shape), self.device_id, self,
-                                self._stream)
+        return DeviceArray.from_parts(self.ptr, shape, self.dtype, c_strides(shape), self.device_id, self, self._stream)
 
     # -- exchange protocols --
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
-        stream = None
-        if self._stream is not None:
-            stream = int(self._stream.handle) or None
-        return {
-            "shape": self.shape,
-            "typestr": self.dtype.str,
-            "descr": [("", self.dtype.str)],
-            "data": (self.ptr, False),
-            "strides": None if self.is_contiguous else tuple(s * self.dtype.itemsize for s in self.strides),
-            "version": 3,
-            "stream": stream,
-        }
+        return {"shape": self.shape, "typestr": self.dtype.str, "descr": [("", self.dtype.str)],
+                "data": (self.ptr, False), "version": 3,
+                "strides": None if self.is_contiguous else tuple(s * self.dtype.itemsize for s in self.strides),
+                "stream": None if self._stream is None else int(self._stream.handle) or None}
 
     def __dlpack_device__(self) -> tuple[int, int]:
         return (KDL_CUDA, self.device_id)
@@ -338,15 +299,17 @@ else:
 Out = TypeVar("Out", bound=DeviceArrayLike)
 
 
-def _layout(shape: Shape, dtype: npt.DTypeLike) -> tuple[tuple[int, ...], np.dtype[Any], int]:
-    """(shape, dtype, bytes) of a new array, checked."""
+def _plan(shape: Shape, dtype: npt.DTypeLike, stream: StreamLike, device: int | Device | None) -> tuple:
+    """The arguments of :func:`_new_array` for a new C-contiguous array, checked."""
     shape = normalize_shape(shape)
     dtype = array_dtype(dtype)
     nbytes = math.prod(shape) * dtype.itemsize
     if nbytes > MAX_BYTES:  # before any driver call: cuda.core would fail converting it to a size_t
         raise InvalidValueError(f"an array of shape {shape} and dtype {dtype} would take {nbytes} bytes; at most "
                                 f"2**63 - 1 can be addressed")
-    return shape, dtype, nbytes
+    dev = get_device(device)
+    s = as_stream(stream, dev)  # dev, not device: None would ask the driver for the current device again
+    return dev, s, shape, dtype, c_strides(shape), nbytes, device_count() == 1
 
 
 def _new_array(dev: Device, s: Stream, shape: tuple[int, ...], dtype: np.dtype[Any], strides: tuple[int, ...],
@@ -369,10 +332,7 @@ def _new_array(dev: Device, s: Stream, shape: tuple[int, ...], dtype: np.dtype[A
 
 
 def _allocate(shape: Shape, dtype: npt.DTypeLike, stream: StreamLike, device: int | Device | None) -> DeviceArray:
-    shape, dtype, nbytes = _layout(shape, dtype)
-    dev = get_device(device)
-    s = as_stream(stream, dev)  # dev, not device: None would ask the driver for the current device again
-    return _new_array(dev, s, shape, dtype, c_strides(shape), nbytes, device_count() == 1)
+    return _new_array(*_plan(shape, dtype, stream, device))
 
 
 def allocator(shape: Shape, dtype: npt.DTypeLike, stream: StreamLike = None, *,
@@ -383,10 +343,7 @@ def allocator(shape: Shape, dtype: npt.DTypeLike, stream: StreamLike = None, *,
     :raises NoDeviceError: where no GPU can be used.
     :raises CudaOutOfMemoryError: (from the function) when the device has no room.
     """
-    shape, dtype, nbytes = _layout(shape, dtype)
-    dev = get_device(device)
-    s = as_stream(stream, dev)
-    return functools.partial(_new_array, dev, s, shape, dtype, c_strides(shape), nbytes, device_count() == 1)
+    return functools.partial(_new_array, *_plan(shape, dtype, stream, device))
 
 
 class Output:
@@ -400,9 +357,8 @@ class Output:
     def __init__(self, shape: tuple[int, ...], dtype: npt.DTypeLike, strides: tuple[int, ...] | None = None):
         self.shape, self.dtype = shape, array_dtype(dtype)
         self.strides = None if strides is None or is_c_contiguous(shape, strides) else tuple(strides)
-        self.n = math.prod(shape)  # the elements a new array holds: its shape's, or as many as the strides span
-        if self.strides is not None:
-            self.n = 1 + sum((d - 1) * st for d, st in zip(shape, self.strides))
+        # the elements a new array holds: its shape's, or as many as the strides span
+        self.n = math.prod(shape) if self.strides is None else 1 + extent(shape, self.strides)[1]
         self.stream: Any = None
         self.new: Any = None
 
@@ -440,12 +396,12 @@ class _Allocation:
             pass
 
 
-def _queue(name: str) -> Callable[..., Any]:
-    """The driver function ``name``, a copy, memset or read of device memory: every such call of the package goes
-    through here, so that one made while recording outside a sink spoils the recording
+def _queue(name: str, *args: Any) -> None:
+    """Call the driver function ``name``, a copy, memset or read of device memory, raising its error: every such call
+    of the package goes through here, so that one made while recording outside a sink spoils the recording
     (:func:`cudnn_py.recording.device_work`: a replay would not repeat it)."""
     device_work(name)
-    return getattr(driver(), name)
+    _check(getattr(driver(), name)(*args), name)
 
 
 def memset_writes(element: np.ndarray) -> bool:
@@ -459,30 +415,20 @@ def memset(ptr: int, element: np.ndarray, count: int, stream_handle: Any) -> boo
     """Queue a driver memset writing ``count`` copies of the one-element array ``element`` (its bytes) from
     ``ptr`` on the stream; False (nothing queued) where no memset writes it (:func:`memset_writes`). The caller
     makes the memory's device current (:class:`on_device`)."""
-    item = element.dtype.itemsize
     if not memset_writes(element):
         return False
-    if item == 1:
-        _check(_queue("cuMemsetD8Async")(ptr, int(element.view(np.uint8)[0]), count, stream_handle), "cuMemsetD8Async")
-    elif item == 2:
-        _check(_queue("cuMemsetD16Async")(ptr, int(element.view(np.uint16)[0]), count, stream_handle),
-               "cuMemsetD16Async")
-    else:
-        words = count * item // 4
-        _check(_queue("cuMemsetD32Async")(ptr, int(element.view(np.uint32)[0]), words, stream_handle),
-               "cuMemsetD32Async")
+    item = element.dtype.itemsize
+    word = min(item, 4)  # bytes per word the memset writes (an 8-byte element as two equal 4-byte words)
+    _queue(f"cuMemsetD{8 * word}Async", ptr, int(element.view(f"u{word}")[0]), count * item // word, stream_handle)
     return True
 
 
 def empty(shape: Shape, dtype: npt.DTypeLike = np.float32, stream: StreamLike = None, *,
           device: int | Device | None = None) -> DeviceArray:
-    """An uninitialised C-contiguous device array.
+    """A new uninitialised C-contiguous device array of ``shape`` (an int or a sequence of ints) and ``dtype`` (one
+    cuDNN supports: float32, float16, bfloat16, float64, int8, ...), allocated (and later freed) on ``stream``
+    (``None``: the default stream) of ``device`` (``None``: the current one).
 
-    :param shape: an int or a sequence of ints.
-    :param dtype: a dtype cuDNN supports (float32, float16, bfloat16, float64, int8, ...).
-    :param stream: the stream the memory is allocated (and later freed) on; ``None``: the default stream.
-    :param device: the device (``None``: the current one).
-    :returns: the new array.
     :raises NoDeviceError: where no GPU can be used.
     :raises CudaOutOfMemoryError: when the device has no room.
     """
@@ -491,42 +437,29 @@ def empty(shape: Shape, dtype: npt.DTypeLike = np.float32, stream: StreamLike = 
 
 def zeros(shape: Shape, dtype: npt.DTypeLike = np.float32, stream: StreamLike = None, *,
           device: int | Device | None = None) -> DeviceArray:
-    """A C-contiguous device array of zeros; the parameters are :func:`empty`'s.
-
-    :returns: the new array, zeroed on ``stream``.
-    """
+    """A new C-contiguous device array zeroed on ``stream``; the parameters are :func:`empty`'s."""
     a = _allocate(shape, dtype, stream, device)
     if a.nbytes:
         with on_device(a.device_id):
-            _check(_queue("cuMemsetD8Async")(a.ptr, 0, a.nbytes, a.stream.handle), "cuMemsetD8Async")
+            _queue("cuMemsetD8Async", a.ptr, 0, a.nbytes, a.stream.handle)
     return a
 
 
 def empty_like(a: DeviceArrayLike, dtype: npt.DTypeLike | None = None, stream: StreamLike = None) -> DeviceArray:
-    """An uninitialised C-contiguous array with ``a``'s shape, on ``a``'s device.
-
-    :param a: a device array (or GPU tensor).
-    :param dtype: the new array's dtype (default: ``a``'s).
-    :param stream: the stream to allocate on (default: ``a``'s).
-    :returns: the new array.
-    """
+    """A new uninitialised C-contiguous array of the shape of ``a`` (a device array or GPU tensor), on its device, of
+    ``dtype`` and allocated on ``stream`` (default: ``a``'s)."""
     a = as_array(a, "a")
-    return _allocate(a.shape, a.dtype if dtype is None else dtype,
-                     a._stream if stream is None else stream, a.device_id)
+    return _allocate(a.shape, a.dtype if dtype is None else dtype, a._stream if stream is None else stream, a.device_id)
 
 
 def to_device(obj: npt.ArrayLike | DeviceArrayLike, stream: StreamLike = None, *, dtype: npt.DTypeLike | None = None,
               device: int | None = None) -> DeviceArray:
-    """Copy host data to a new C-contiguous device array.
+    """A new C-contiguous device array holding ``obj`` (a NumPy array or anything ``np.asarray`` takes; packed and
+    converted to ``dtype`` on the host first), allocated and copied on ``stream`` (``None``: the default stream) of
+    ``device`` (``None``: the current one). Device data (a DeviceArray, torch/CuPy tensor) is returned as a zero-copy
+    :func:`as_array` view instead, checked against ``dtype`` and ``device`` when they are given (never converted or
+    moved).
 
-    Device data (a DeviceArray, torch/CuPy tensor) is returned as a zero-copy :func:`as_array` view
-    instead, checked against ``dtype`` and ``device`` when they are given (never converted or moved).
-
-    :param obj: a NumPy array or anything ``np.asarray`` takes (non-contiguous input is packed first).
-    :param stream: the stream to allocate and copy on (``None``: the default stream).
-    :param dtype: convert to this dtype on the host first.
-    :param device: the device ordinal (``None``: the current one).
-    :returns: the device array.
     :raises NoDeviceError: where no GPU can be used.
     """
     if dtype is not None:
@@ -534,11 +467,7 @@ def to_device(obj: npt.ArrayLike | DeviceArrayLike, stream: StreamLike = None, *
     if _is_device_like(obj):
         return as_array(cast(DeviceArrayLike, obj), "obj", dtype=dtype, device=device, stream=stream)
     host = np.ascontiguousarray(obj, dtype=dtype)
-    a = _allocate(host.shape, host.dtype, stream, device)
-    if a.nbytes:
-        with on_device(a.device_id):
-            _check(_queue("cuMemcpyHtoDAsync")(a.ptr, host.ctypes.data, a.nbytes, a.stream.handle), "cuMemcpyHtoDAsync")
-    return a
+    return _allocate(host.shape, host.dtype, stream, device).copy_(host)
 
 
 # --- foreign tensors ---------------------------------------------------------------------------------
@@ -576,29 +505,25 @@ def _view(obj, name: str, stream) -> DeviceArray:
         if got is not None:
             (shape, strides, dt, device), ptr = got
             return DeviceArray.from_parts(ptr, shape, dt, tuple(strides), device, obj, None)
-    has_dlpack = hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__")
     has_cai = hasattr(obj, "__cuda_array_interface__")
-    if not has_dlpack and not has_cai:
-        raise InvalidTypeError(f"{name} must be a DeviceArray or a GPU tensor (DLPack or __cuda_array_interface__), "
-                        f"got {type(obj).__module__}.{type(obj).__name__}")
-    if has_dlpack:
+    dlpack = hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__")
+    if dlpack:
         try:
             kind, _ = obj.__dlpack_device__()
         except Exception as e:
             raise InvalidTypeError(f"{name}: __dlpack_device__() failed: {e}") from e
-        if kind not in (KDL_CUDA, KDL_CUDA_MANAGED):
-            if not has_cai:
-                raise _host_error(obj, name)
-            has_dlpack = False
-    if not has_dlpack:
+        dlpack = kind in (KDL_CUDA, KDL_CUDA_MANAGED)
+        if not dlpack and not has_cai:
+            raise _host_error(obj, name)
+    elif not has_cai:
+        raise InvalidTypeError(f"{name} must be a DeviceArray or a GPU tensor (DLPack or __cuda_array_interface__), "
+                               f"got {type(obj).__module__}.{type(obj).__name__}")
+    if not dlpack:
         check_cuda_array_interface(obj, name)
-    sptr = -1 if stream is None else int(as_stream(stream).handle)
-    StridedMemoryView = cuda_core().utils.StridedMemoryView
+    s = None if stream is None else as_stream(stream)
+    sptr, view_of = -1 if s is None else int(s.handle), cuda_core().utils.StridedMemoryView
     try:
-        if has_dlpack:
-            view = StridedMemoryView.from_dlpack(obj, sptr)
-        else:
-            view = StridedMemoryView.from_cuda_array_interface(obj, sptr)
+        view = view_of.from_dlpack(obj, sptr) if dlpack else view_of.from_cuda_array_interface(obj, sptr)
         dtype = view.dtype
     except (BufferError, NotImplementedError, TypeError, ValueError) as e:
         raise InvalidTypeError(f"{name}: cannot view {type(obj).__name__} as a device array: {e}") from e
@@ -613,29 +538,21 @@ def _view(obj, name: str, stream) -> DeviceArray:
     if dtype is None or dtype not in SUPPORTED_DTYPES:
         raise InvalidTypeError(f"{name} has dtype {dtype}, which cuDNN does not support")
     shape = tuple(view.shape)
-    strides = view.strides
-    strides = c_strides(shape) if strides is None else tuple(strides)
-    return DeviceArray.from_parts(int(view.ptr), shape, np.dtype(dtype), strides, int(view.device_id), view,
-                            None if stream is None else as_stream(stream))
+    strides = c_strides(shape) if view.strides is None else tuple(view.strides)
+    return DeviceArray.from_parts(int(view.ptr), shape, np.dtype(dtype), strides, int(view.device_id), view, s)
 
 
 def as_array(obj: DeviceArrayLike, name: str = "x", *, dtype: npt.DTypeLike | None = None, ndim: int | None = None,
              shape: Sequence[int] | None = None, contiguous: bool = False, device: int | None = None,
              stream: StreamLike = None) -> DeviceArray:
-    """``obj`` as a :class:`DeviceArray`, without copying; validate it before any C call sees it.
+    """``obj`` as a :class:`DeviceArray`, without copying, validated before any C call sees it: ``dtype``, ``ndim``,
+    ``shape`` and ``device`` are what it must have where given (:class:`TypeError` for the dtype, :class:`ValueError`
+    otherwise), ``contiguous`` asks for C-contiguity; the errors name ``name``.
 
-    :param obj: a DeviceArray (returned as is) or any GPU tensor with ``__dlpack__`` /
-        ``__cuda_array_interface__`` (torch, CuPy, JAX, numba). A host array raises :class:`TypeError`
-        that says how to move it.
-    :param name: the argument's name, for messages.
-    :param dtype: required dtype (:class:`TypeError` otherwise).
-    :param ndim: required number of dimensions (:class:`ValueError` otherwise).
-    :param shape: required shape (:class:`ValueError` otherwise).
-    :param contiguous: require C-contiguity (:class:`ValueError` otherwise).
-    :param device: required device ordinal (:class:`ValueError` otherwise).
-    :param stream: the consumer stream foreign producers are ordered before (default: no ordering; the
-        default stream is shared anyway).
-    :returns: the view.
+    :param obj: a DeviceArray (returned as is) or any GPU tensor with ``__dlpack__`` / ``__cuda_array_interface__``
+        (torch, CuPy, JAX, numba). A host array raises :class:`TypeError` that says how to move it.
+    :param stream: the consumer stream foreign producers are ordered before (default: no ordering; the default
+        stream is shared anyway).
     """
     a = obj if type(obj) is DeviceArray else _view(obj, name, stream)
     if dtype is not None and a.dtype != dtype and a.dtype != array_dtype(dtype):  # the second: "fp16", ...
@@ -683,17 +600,8 @@ def _torch_signature(obj: Any) -> tuple[Signature, int] | None:
 
 def output_array(out: DeviceArrayLike | None, shape: Shape, dtype: npt.DTypeLike, name: str = "y", *,
                  device: int | None = None, stream: StreamLike = None, contiguous: bool = False) -> DeviceArray:
-    """An output array: a new C-contiguous one when ``out`` is None, else ``out`` validated.
-
-    :param out: the caller's output, or ``None``.
-    :param shape: the shape it must have.
-    :param dtype: the dtype it must have.
-    :param name: the argument's name, for messages.
-    :param device: the device it must be on (and where a new one is allocated).
-    :param stream: the stream to allocate on / order foreign producers before.
-    :param contiguous: require ``out`` to be C-contiguous.
-    :returns: the array to write to.
-    """
+    """The array to write an output to: a new C-contiguous one of ``shape`` and ``dtype`` on ``device`` and
+    ``stream`` when ``out`` is None, else ``out`` checked by :func:`as_array` to have them (and ``contiguous``)."""
     if out is None:
         return _allocate(shape, dtype, stream, device)
     return as_array(out, name, dtype=dtype, shape=cast(Sequence[int], shape), contiguous=contiguous, device=device,

@@ -1,7 +1,5 @@
-"""Streams, events and timing: thin helpers over :mod:`cuda.core`.
-
-cudnn-py uses :class:`cuda.core.Stream` and :class:`cuda.core.Event` directly; this module only
-normalises what users pass as a stream and adds a timer::
+"""Streams, events and timing: thin helpers over :mod:`cuda.core`, whose ``Stream`` and ``Event`` cudnn-py uses
+directly; this module normalises what users pass as a stream and adds a timer::
 
     s = cdp.new_stream()                    # a fresh non-blocking stream on the current device
     with h.on_stream(s), cdp.timer(s) as t:
@@ -11,18 +9,17 @@ normalises what users pass as a stream and adds a timer::
 ``cdp.timer(s, hold=True)`` holds ``s`` until the block has queued all its work, so that the time is the GPU's
 even where queuing the work costs the host more than running it costs the device (tiny calls).
 
-A *stream* argument anywhere in cudnn-py may be ``None`` (the device's default stream, i.e. the
-legacy NULL stream that cuDNN and PyTorch also use by default), a :class:`cuda.core.Stream`, an
-object with ``__cuda_stream__`` or a ``cuda_stream`` attribute (``torch.cuda.Stream``), or a raw
-``cudaStream_t`` as an int.
+A *stream* argument anywhere in cudnn-py may be ``None`` (the device's default stream, i.e. the legacy NULL stream
+that cuDNN and PyTorch also use by default), a :class:`cuda.core.Stream`, an object with ``__cuda_stream__`` or a
+``cuda_stream`` attribute (``torch.cuda.Stream``), or a raw ``cudaStream_t`` as an int.
 
-:mod:`cuda.core` is imported on the first call that needs a device, not with this module (it takes
-a few hundred milliseconds). Where no GPU or driver can be used, those calls raise
-:class:`~cudnn_py.errors.NoDeviceError`.
+:mod:`cuda.core` is imported on the first call that needs a device (it takes a few hundred milliseconds). Where no
+GPU or driver can be used, those calls raise :class:`~cudnn_py.errors.NoDeviceError`.
 """
 from __future__ import annotations
 
 import ctypes
+import functools
 import gc
 import threading
 import types
@@ -84,22 +81,12 @@ else:
 _tls = threading.local()
 _core: ModuleType | None = None
 _driver: ModuleType | None = None
-
-
-class _NotLoaded:
-    """Stands for cuda.core.Stream until cuda.core is imported (nothing is ever of this type)."""
-
-
-_StreamType: type = _NotLoaded
+_StreamType: type = type("_NotLoaded", (), {})  # cuda.core.Stream once cuda.core is imported (nothing is of this one)
 
 
 def cuda_core() -> ModuleType:
-    """The :mod:`cuda.core` package, imported on first use.
-
-    :returns: the module.
-    :raises NoDeviceError: when cuda-core or cuda-bindings is not installed (cudnn-py was installed
-        without its ``cu12`` / ``cu13`` extra).
-    """
+    """The :mod:`cuda.core` package, imported on first use; :class:`NoDeviceError` when cuda-core or cuda-bindings is
+    not installed (cudnn-py was installed without its ``cu12`` / ``cu13`` extra)."""
     global _core, _StreamType, _driver
     if _core is not None:
         return _core
@@ -130,7 +117,8 @@ def _no_device(device: int | None, cause: BaseException | None) -> CudaError:
     """Why ``device`` cannot be used, as a :class:`NoDeviceError` (or :class:`CudaError` for anything else).
 
     The callers raise it ``from None``: where no driver result code names the reason, the cause's own text ends the
-    message (``cause: ...``); the cause is kept as the error's ``cause`` attribute, without the 35-odd lines of chained cuda.core / cuda.pathfinder traceback."""
+    message (``cause: ...``); the cause is kept as the error's ``cause`` attribute, without the 35-odd lines of
+    chained cuda.core / cuda.pathfinder traceback."""
     err = _diagnose(device, cause)
     if cause is not None and isinstance(err, NoDeviceError) and not err.name:  # a driver code says it all
         first = (str(cause).strip().splitlines() or [""])[0]
@@ -175,11 +163,10 @@ def missing_device(device: int = 0) -> NoDeviceError | None:
 
 
 def get_device(device: int | Device | None = None) -> Device:
-    """The :class:`cuda.core.Device` for an ordinal, made current in this thread the first time it is asked for.
+    """The :class:`cuda.core.Device` of ``device`` (an ordinal, a :class:`cuda.core.Device`, or ``None`` for this
+    thread's current device at the time of the call: 0 where none is current; asked of the driver each call, which
+    is cheap), made current in this thread the first time it is asked for.
 
-    :param device: an ordinal, a :class:`cuda.core.Device`, or ``None`` for this thread's current device at the
-        time of the call (0 where none is current; asked of the driver each call, which is cheap).
-    :returns: the device.
     :raises NoDeviceError: no driver, no GPU, or no such ordinal.
     """
     cache = getattr(_tls, "devices", None)
@@ -212,11 +199,9 @@ def get_device(device: int | Device | None = None) -> Device:
 
 
 def _current_ordinal() -> int:
-    """The ordinal of this thread's current device: that of its current CUDA context, 0 where it has none.
-
-    Whether a context is current is asked first (``cuCtxGetCurrent``, which answers NULL without failing):
-    ``cuda.core.Device()`` probes with ``cuCtxGetDevice``, which fails with ``CUDA_ERROR_INVALID_CONTEXT`` in a
-    thread without a context; cuda.core then answers 0, but compute-sanitizer reports the failed call (issue 13)."""
+    """The ordinal of this thread's current device: that of its current CUDA context, 0 where it has none (asked
+    first with ``cuCtxGetCurrent``, which answers NULL without failing: ``cuda.core.Device()`` probes with
+    ``cuCtxGetDevice``, whose failure in a thread without a context compute-sanitizer reports)."""
     try:
         if not _has_context():
             return 0
@@ -240,13 +225,8 @@ def _has_context() -> bool:
 
 
 def as_stream(stream: StreamLike = None, device: int | Device | None = None) -> Stream:
-    """Normalise a stream argument (see the module doc) to a :class:`cuda.core.Stream`.
-
-    :param stream: the stream argument.
-    :param device: the device whose default stream ``None`` means.
-    :returns: the stream.
-    :raises TypeError: for anything that is not a stream.
-    """
+    """A stream argument (see the module doc) as a :class:`cuda.core.Stream`; ``None`` is the default stream of
+    ``device``. :class:`InvalidTypeError` for anything that is not a stream."""
     if type(stream) is _StreamType:
         return stream
     if stream is None:
@@ -256,47 +236,31 @@ def as_stream(stream: StreamLike = None, device: int | Device | None = None) -> 
         return stream
     if isinstance(stream, bool):
         raise InvalidTypeError("stream must be a cuda.core.Stream, a stream object or an int handle, not a bool")
-    if isinstance(stream, int):
-        stream = _handle(stream)
-        get_device(device)
-        return stream_type.from_handle(stream)
-    if hasattr(stream, "__cuda_stream__"):
+    if not isinstance(stream, int) and hasattr(stream, "__cuda_stream__"):
         return get_device(device).create_stream(stream)
-    handle = getattr(stream, "cuda_stream", None)
+    handle = stream if isinstance(stream, int) else getattr(stream, "cuda_stream", None)
     if isinstance(handle, int):
-        handle = _handle(handle)
+        if not 0 <= handle < 1 << 64:  # cuda.core would raise OverflowError
+            raise InvalidValueError(f"stream handle {handle}: a cudaStream_t is an address, 0 <= handle < 2**64")
         get_device(device)
         return stream_type.from_handle(handle)
-    raise InvalidTypeError(
-        f"cannot use {type(stream).__name__} as a CUDA stream; pass None, a cuda.core.Stream, "
-        "an object with __cuda_stream__ / cuda_stream (e.g. torch.cuda.Stream) or an int cudaStream_t"
-    )
-
-
-def _handle(value: int) -> int:
-    """An int ``cudaStream_t``: refused unless it fits a pointer (cuda.core would raise OverflowError)."""
-    if not 0 <= value < 1 << 64:
-        raise InvalidValueError(f"stream handle {value}: a cudaStream_t is an address, 0 <= handle < 2**64")
-    return value
+    raise InvalidTypeError(f"cannot use {type(stream).__name__} as a CUDA stream; pass None, a cuda.core.Stream, "
+                           "an object with __cuda_stream__ / cuda_stream (e.g. torch.cuda.Stream) or an int "
+                           "cudaStream_t")
 
 
 def stream_ptr(stream: StreamLike = None) -> int:
-    """The ``cudaStream_t`` of a stream argument, as an int (what cuDNN's ``cudnnSetStream`` takes).
-
-    :param stream: the stream argument (``None``: the current device's default stream).
-    :returns: the raw handle.
-    """
+    """The ``cudaStream_t`` of a stream argument (``None``: the current device's default stream) as an int (what
+    cuDNN's ``cudnnSetStream`` takes)."""
     return int(as_stream(stream).handle)
 
 
 def new_stream(device: int | Device | None = None, *, nonblocking: bool = True,
                priority: int | None = None) -> Stream:
-    """Create a new stream on ``device``.
+    """A new :class:`cuda.core.Stream` on ``device`` (``None``: the current one).
 
-    :param device: the device (``None``: the current one).
     :param nonblocking: when true the stream does not synchronise with the legacy NULL stream.
     :param priority: the CUDA stream priority (lower is more urgent); ``None`` for the default.
-    :returns: the new :class:`cuda.core.Stream`.
     :raises NoDeviceError: where no GPU can be used.
     """
     from cudnn_py.args import bool_arg, int_arg
@@ -310,10 +274,7 @@ def new_stream(device: int | Device | None = None, *, nonblocking: bool = True,
 
 
 def synchronize(stream: StreamLike = None) -> None:
-    """Block the host until all work queued on ``stream`` (default: the default stream) has finished.
-
-    :param stream: the stream argument.
-    """
+    """Block the host until all work queued on ``stream`` (default: the default stream) has finished."""
     as_stream(stream).sync()
 
 
@@ -351,15 +312,9 @@ class _Latch:
             return True
 
 
-_latch: list[_Latch] = []
-_latch_lock = threading.Lock()
-
-
+@functools.cache  # made by a held timer, which runs only where no other thread does (see _alone)
 def _the_latch() -> _Latch:
-    with _latch_lock:
-        if not _latch:
-            _latch.append(_Latch())
-        return _latch[0]
+    return _Latch()
 
 
 class Timer:
@@ -447,18 +402,15 @@ def _alone() -> bool:
 
 
 def timer(stream: StreamLike = None, *, hold: bool = False) -> Timer:
-    """Time the device work queued on ``stream`` inside a ``with`` block.
-
+    """Time the device work queued on ``stream`` (``None``: the default stream) inside a ``with`` block:
     ``with cdp.timer(s) as t: ...`` then ``t.ms``.
 
-    :param stream: the stream argument (``None``: the default stream).
     :param hold: hold ``stream`` (``cuStreamWaitValue32`` on a host-mapped word) until the block has queued its
         work, so ``ms`` is the GPU's time even where the host queues it slower than the GPU runs it (only while this
         is the process's only thread: another thread's device-wide wait could deadlock with the hold); the block must
         not wait for the stream itself (it is let go after :data:`HOLD_TIMEOUT` seconds if it does; ``held`` then
         reads False, as it does where the driver cannot hold streams). The garbage collector is off meanwhile (a
         collected object's destroy call could wait for the held GPU).
-    :returns: a :class:`Timer` to use as a context manager.
     :raises NoDeviceError: where no GPU can be used.
     """
     return Timer(stream, hold)

@@ -13,7 +13,7 @@ from cudnn_py.dtypes import SUPPORTED_DTYPES, as_numpy_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["c_strides", "is_c_contiguous", "non_overlapping", "memory_order", "preserved_strides", "normalize_shape",
-           "check_extent", "array_dtype", "MAX_BYTES"]
+           "check_extent", "extent", "array_dtype", "MAX_BYTES"]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -48,18 +48,15 @@ def normalize_shape(shape: Any, what: str = "shape") -> tuple[int, ...]:
             return shape
     if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
         shape = (shape,)
-    out: tuple[int, ...] = ()
-    if isinstance(shape, (str, bytes, bytearray)):  # not read character by character
-        ok = False
-    else:
+    items = None
+    if not isinstance(shape, (str, bytes, bytearray)):  # a string is not read character by character
         try:
             items = tuple(shape)
-            ok = all(isinstance(n, (int, np.integer)) and not isinstance(n, bool) for n in items)
-            out = tuple(int(n) for n in items) if ok else ()
         except TypeError:
-            ok = False
-    if not ok:
+            pass
+    if items is None or not all(isinstance(n, (int, np.integer)) and not isinstance(n, bool) for n in items):
         raise InvalidTypeError(f"{what} must be an int or a sequence of ints, got {shape!r}")
+    out = tuple(int(n) for n in items)
     if any(n < 0 for n in out):
         raise InvalidValueError(f"{what} must not have negative dimensions, got {out}")
     return out
@@ -73,25 +70,45 @@ MAX_BYTES = 2 ** 63 - 1
 def check_extent(ptr: int, shape: tuple[int, ...], strides: tuple[int, ...], dtype: np.dtype, what: str) -> None:
     """Refuse an array whose size in bytes, or whose addressed bytes from ``ptr``, do not fit in 64 bits (a NULL
     ``ptr`` only for an empty array): size_t arithmetic in the driver and in cuDNN would wrap."""
+    item = dtype.itemsize
     size = math.prod(shape)
-    if size * dtype.itemsize > MAX_BYTES:
-        raise InvalidValueError(f"{what} of shape {shape} and dtype {dtype} would hold {size * dtype.itemsize} "
+    if size * item > MAX_BYTES:
+        raise InvalidValueError(f"{what} of shape {shape} and dtype {dtype} would hold {size * item} "
                                 f"bytes; at most 2**63 - 1 can be addressed")
     if size == 0:
         return
     if ptr == 0:
         raise InvalidValueError(f"{what}: the data pointer is NULL for a non-empty array of shape {shape}")
-    lo = sum((n - 1) * s for n, s in zip(shape, strides) if s < 0) * dtype.itemsize
-    hi = sum((n - 1) * s for n, s in zip(shape, strides) if s > 0) * dtype.itemsize + dtype.itemsize
+    lo, hi = extent(shape, strides)
+    lo, hi = lo * item, (hi + 1) * item
     if ptr + lo < 0 or ptr + hi > 2 ** 64 or hi - lo > MAX_BYTES:
         raise InvalidValueError(f"{what}: shape {shape} with strides {strides} (elements) from address {ptr:#x} "
                                 f"addresses bytes outside the 64-bit address space")
+
+
+def extent(shape: Sequence[int], strides: Sequence[int]) -> tuple[int, int]:
+    """The element offsets of the lowest and the highest element of a non-empty array, for any strides."""
+    lo = hi = 0
+    for n, s in zip(shape, strides):
+        if s < 0:
+            lo += (n - 1) * s
+        else:
+            hi += (n - 1) * s
+    return lo, hi
+
+
+#: the spellings :func:`array_dtype` has resolved (np.float32, "float16", ...), up to 256
+_SPELLINGS: dict = {}
 
 
 def array_dtype(dtype: Any) -> np.dtype:
     """``dtype`` (a NumPy dtype, type or name, the short names too) as a NumPy dtype cuDNN supports."""
     if isinstance(dtype, np.dtype) and dtype in _SUPPORTED:  # an np.dtype already
         return dtype
+    try:
+        return _SPELLINGS[dtype]
+    except (KeyError, TypeError):
+        pass
     if dtype is None:  # np.dtype(None) is float64: not what a caller who passed nothing means
         raise InvalidTypeError("dtype None is not a dtype; expected one of: "
                                "" + ", ".join(x.name for x in SUPPORTED_DTYPES))
@@ -102,6 +119,8 @@ def array_dtype(dtype: Any) -> np.dtype:
     if d not in _SUPPORTED:
         names = ", ".join(x.name for x in SUPPORTED_DTYPES)
         raise InvalidTypeError(f"dtype {d} is not supported by cuDNN; expected one of: {names}")
+    if len(_SPELLINGS) < 256 and isinstance(dtype, (str, type)):
+        _SPELLINGS[dtype] = d
     return d
 
 

@@ -1,18 +1,17 @@
 """Workspaces: one device scratch buffer that grows on demand and is reused call after call.
 
-Every :class:`~cudnn_py.Handle` owns one (``handle.workspace``); execute calls ask cuDNN how many
-bytes they need and take them with ``handle.workspace.get(nbytes, handle.stream)``, so users never
-size workspaces by hand::
+Every :class:`~cudnn_py.Handle` owns one (``handle.workspace``); execute calls ask cuDNN how many bytes they need and
+take them with ``handle.workspace.get(nbytes, handle.stream)``, so users never size workspaces by hand::
 
     h.workspace.cap = 64 << 20          # never grow past 64 MiB: a call needing more raises
     ...
     print(h.workspace.peak)             # the most any call asked for
 
-Growth frees the old buffer and allocates the new one on the stream of the call (stream-ordered, so
-work already queued keeps using the old memory safely). The buffer is reused on the same stream
-without synchronisation; moving to another stream makes that stream wait for the previous one first.
-A call needing more than ``cap`` raises :class:`~cudnn_py.errors.WorkspaceLimitError` (nothing is
-allocated, nothing runs); callers that can fall back (e.g. to an algorithm needing less) catch it.
+Growth frees the old buffer and allocates the new one on the stream of the call (stream-ordered, so work already
+queued keeps using the old memory safely). The buffer is reused on the same stream without synchronisation; moving to
+another stream makes that stream wait for the previous one first. A call needing more than ``cap`` raises
+:class:`~cudnn_py.errors.WorkspaceLimitError` (nothing is allocated, nothing runs); callers that can fall back (e.g.
+to an algorithm needing less) catch it.
 """
 from __future__ import annotations
 
@@ -31,11 +30,9 @@ _GRANULE = 1 << 20  # grow in whole MiB so slightly larger requests reuse the bu
 
 
 class Workspace:
-    """A growable device scratch buffer. ``cap``: the most bytes it may hold (None: no limit).
-
-    ``with Workspace() as ws:`` frees the memory at the end of the block (the object stays usable and
-    allocates again on the next :meth:`get`).
-    """
+    """A growable device scratch buffer. ``cap``: the most bytes it may hold (None: no limit). ``with Workspace() as
+    ws:`` frees the memory at the end of the block (the object stays usable and allocates again on the next
+    :meth:`get`)."""
 
     __slots__ = ("_device", "_buffer", "_ptr", "_size", "_stream", "_cap", "peak", "__weakref__")
 
@@ -52,7 +49,8 @@ class Workspace:
 
     @property
     def cap(self) -> int | None:
-        """The most bytes this workspace may grow to (None: unlimited). Lowering it below :attr:`size` frees the buffer."""
+        """The most bytes this workspace may grow to (None: unlimited); lowering it below :attr:`size` frees the
+        buffer."""
         return self._cap
 
     @cap.setter
@@ -77,11 +75,9 @@ class Workspace:
         return self._ptr
 
     def get(self, nbytes: int, stream: StreamLike = None) -> int:
-        """A device pointer to at least ``nbytes`` bytes, valid for work queued on ``stream`` until the next ``get``.
+        """The device address of at least ``nbytes`` bytes (0 for 0: cuDNN accepts a NULL workspace of size 0), valid
+        for work queued on ``stream`` (default: the default stream) until the next ``get``.
 
-        :param nbytes: bytes needed; 0 returns 0 (cuDNN accepts a NULL workspace of size 0).
-        :param stream: the stream the work using the buffer is queued on (default: the default stream).
-        :returns: the device address.
         :raises WorkspaceLimitError: when ``nbytes`` exceeds :attr:`cap`.
         :raises CudaOutOfMemoryError: when the device has no room.
         """
@@ -105,10 +101,7 @@ class Workspace:
             size = -(-nbytes // _GRANULE) * _GRANULE
             if self._cap is not None:
                 size = min(size, self._cap)
-            if self._buffer is not None:
-                with on_device(self._buffer.device_id):
-                    self._buffer.close(s)
-                self._buffer, self._ptr, self._size = None, 0, 0
+            self.release()  # ordered on s, the stream now using the buffer
             dev = get_device(self._device)
             try:
                 with on_device(dev.device_id):
@@ -121,7 +114,8 @@ class Workspace:
         return self._ptr
 
     def release(self) -> None:
-        """Give the buffer back (stream-ordered on the stream that last used it); the next :meth:`get` allocates again."""
+        """Give the buffer back (stream-ordered on the stream that last used it); the next :meth:`get` allocates
+        again."""
         if self._buffer is not None:
             with on_device(self._buffer.device_id):
                 self._buffer.close(self._stream)
@@ -136,5 +130,4 @@ class Workspace:
         self.release()
 
     def __repr__(self) -> str:
-        cap = "None" if self._cap is None else str(self._cap)
-        return f"Workspace(size={self._size}, peak={self.peak}, cap={cap})"
+        return f"Workspace(size={self._size}, peak={self.peak}, cap={self._cap})"

@@ -539,3 +539,36 @@ def test_calls_allocate_their_outputs_through_one_output_per_layout(monkeypatch)
     broadcast = DeviceArray(1 << 20, (2, 3), f32, (0, 1))
     assert C.output(None, "y", h, (2, 3), f32, like=broadcast).strides == (3, 1)
     assert len(made) == 2 and len(h.cache[R.OUTPUTS]) == 2
+
+
+@pytest.mark.parametrize("dtype, value, call", [
+    (np.int8, -1, ("cuMemsetD8Async", 0xFF, 5)), (np.float16, 1.5, ("cuMemsetD16Async", 0x3E00, 5)),
+    (np.float32, 2.0, ("cuMemsetD32Async", 0x40000000, 5)), (np.float64, 0.0, ("cuMemsetD32Async", 0, 10)),
+    (np.float64, 1.0, None)])
+def test_memset_writes_each_element_size_as_repeated_words(monkeypatch, dtype, value, call):
+    """One driver memset per word size: 1-, 2- and 4-byte elements as themselves, an 8-byte element as twice as many
+    4-byte words where its halves are equal; nothing is queued for one whose halves differ (1.0 as float64)."""
+    calls = []
+    monkeypatch.setattr(M, "driver", lambda: types.SimpleNamespace(
+        **{f"cuMemsetD{n}Async": (lambda n: lambda *a: calls.append((f"cuMemsetD{n}Async", *a)) or (0,))(n)
+           for n in (8, 16, 32)}))
+    assert M.memset(FAKE, np.array([value], dtype), 5, 0) is (call is not None)
+    assert calls == ([] if call is None else [(call[0], FAKE, call[1], call[2], 0)])
+
+
+@pytest.mark.parametrize("shape, strides, extent", [
+    ((2, 3), (3, 1), (0, 5)), ((2, 3), (-3, 1), (-3, 2)), ((4,), (0,), (0, 0)), ((2, 1, 5), (-1, 7, -2), (-9, 0))])
+def test_extent_is_the_lowest_and_highest_element_offset(shape, strides, extent):
+    from cudnn_py.strided import extent as extent_of
+    assert extent_of(shape, strides) == extent
+    a = DeviceArray(FAKE, shape, np.float32, strides)
+    assert a.span() == (extent[0], extent[1] - extent[0] + 1)
+
+
+def test_array_dtype_remembers_a_spelling_only_once_resolved():
+    from cudnn_py import strided
+    assert strided.array_dtype("fp16") == np.float16 and strided._SPELLINGS["fp16"] == np.float16
+    for _ in range(2):  # an unsupported spelling is refused each time, never remembered
+        with pytest.raises(cudnn.InvalidTypeError, match="not supported by cuDNN"):
+            strided.array_dtype("complex64")
+    assert "complex64" not in strided._SPELLINGS
