@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Protocol, Union, cast
 
 from cudnn_py import _imports
 from cudnn_py._install import missing_cuda
+from cudnn_py.args import bool_arg
 from cudnn_py.errors import CudaError, InvalidTypeError, InvalidValueError, NoDeviceError, check_cuda, cuda_error
 
 if TYPE_CHECKING:
@@ -329,10 +330,10 @@ class Timer:
                  "_collecting")
 
     def __init__(self, stream: StreamLike = None, hold: bool = False):
+        self._hold = self._holding = bool_arg(hold, "hold")
         self.stream: Stream = as_stream(stream)
         self.ms: float | None = None
         self.held = False
-        self._hold = self._holding = bool(hold)
         self._ticket: int | None = None
         self._watchdog: threading.Timer | None = None
         self._collecting = False

@@ -248,3 +248,11 @@ def test_new_stream_checks_its_flags_before_cuda():
         streams.new_stream(nonblocking=np.zeros((2, 2)))
     with pytest.raises(InvalidTypeError, match="priority"):
         streams.new_stream(priority="junk")
+
+
+@pytest.mark.parametrize("hold", [np.zeros((2, 2), int), "yes", 2, None])
+def test_timer_refuses_a_hold_that_is_no_flag(hold):
+    """``hold`` is checked before any stream is touched (a (2, 2) array raised NumPy's ValueError on a GPU)."""
+    for make in (lambda: streams.Timer(None, hold), lambda: streams.timer(None, hold=hold)):
+        with pytest.raises(InvalidTypeError, match="hold must be True or False"):
+            make()
