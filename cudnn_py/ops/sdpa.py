@@ -23,6 +23,7 @@ per-tensor descale/scale factors and amax outputs; of the options they take ``sc
 from __future__ import annotations
 
 import inspect
+import threading
 from typing import TYPE_CHECKING, Any, Callable, Literal, NamedTuple, TypedDict, overload
 
 from cudnn_py._deprecation import renamed_kwargs, warn
@@ -37,7 +38,7 @@ from cudnn_py.memory import DeviceArray, DeviceArrayLike, Out
 
 from cudnn_py.prepared import prepared
 
-from .sdpa_args import CACHE, SdpaArgs, alibi_slopes, device_tensor
+from .sdpa_args import ROUTE, SdpaArgs, alibi_slopes, device_tensor
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -123,9 +124,9 @@ _SDPA_INPUTS = ("q", "k", "v", "bias", "seq_len_q", "seq_len_kv", "ragged_offset
 
 
 def sdpa_cache_clear(handle: Handle) -> None:
-    """Forget the attention plans, executors and scratch buffers built for ``handle``, and the prepared calls built
-    on them (other families' stay)."""
-    cache_clear(handle_arg(handle), CACHE)
+    """Forget the prepared attention calls of ``handle`` (other families' stay): their graphs and runners are built
+    again on their next call; the plans stay in the plan cache (:func:`cudnn_py.graph.plan_cache_clear`)."""
+    cache_clear(handle_arg(handle), ROUTE)
 
 
 def _accepted(fn: Callable) -> list[str]:
@@ -182,8 +183,9 @@ class Sdpa:
         return self.runner
 
     def plan(self) -> Plan:
-        """Build (or find in the handle's cache) the plan of the heuristics' first engine; returns it."""
-        return self._runner(False).plan
+        """The plan :meth:`execute` runs: on the first call the heuristics' first engine's (through the handle's plan
+        cache)."""
+        return (self.runner or self._runner(False)).plan
 
     def autotune(self) -> Plan:
         """Time every plan of heuristics modes A and B on these arrays (the outputs are written) and keep the
@@ -193,13 +195,18 @@ class Sdpa:
 
     def execute(self) -> SdpaOutputs:
         """Run the attention (planning first if :meth:`plan` / :meth:`autotune` was not called) as :func:`sdpa`'s
-        prepared call of these arguments; returns the outputs, ``stats`` None without ``return_stats``."""
+        prepared call of these arguments, whose first call runs this runner; returns the outputs, ``stats`` None
+        without ``return_stats``."""
         if self.runner is None:
             self.plan()
         (q, k, v), tensors = self._call
-        res: Any = sdpa(  # type: ignore[call-overload]  # return_stats is a bool, not a Literal
-            self.handle, q, k, v, self.options, **tensors, return_stats=self.return_stats, autotune=self._tuned,
-            **self.outputs)
+        _executing.sdpa = self
+        try:
+            res: Any = sdpa(  # type: ignore[call-overload]  # return_stats is a bool, not a Literal
+                self.handle, q, k, v, self.options, **tensors, return_stats=self.return_stats, autotune=self._tuned,
+                **self.outputs)
+        finally:
+            _executing.sdpa = None
         return res if self.return_stats else SdpaOutputs(res, None)
 
     def _run(self) -> SdpaOutputs:
@@ -210,6 +217,15 @@ class Sdpa:
     def __repr__(self) -> str:
         plan = self.runner.plan.tag if self.runner else "not planned"
         return f"<Sdpa {self.options} {plan}>"
+
+
+class _Executing(threading.local):
+    """The :class:`Sdpa` whose :meth:`~Sdpa.execute` is calling :func:`sdpa` on this thread: a validated call runs
+    it (its plan, tuned or not) instead of planning again."""
+    sdpa: Sdpa | None = None
+
+
+_executing = _Executing()
 
 
 @overload
@@ -262,6 +278,11 @@ def sdpa(handle: Handle, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayL
     :param autotune: on the first call of a configuration, time every plan and keep the fastest.
     :returns: o, or with ``return_stats=True`` an :class:`SdpaOutputs` (o, stats), which unpacks like a tuple.
     """
+    planned = _executing.sdpa
+    if planned is not None:
+        _executing.sdpa = None
+        res = planned._run()
+        return res if return_stats else res.o
     if deprecated:
         refuse_unknown("sdpa", deprecated, _RENAMED, _accepted(sdpa))
         ragged_offset_k = renamed_kwargs("sdpa", deprecated, _RENAMED,

@@ -1,6 +1,7 @@
 """The arguments of the attention entry points (:mod:`cudnn_py.ops.sdpa`): device tensors read and checked, packed
-(THD) tensors seen as their logical views, constants made, outputs bound, and their graphs' runners
-(:class:`~cudnn_py.graph.runner.Runner`). The options are an :class:`~cudnn_py.graph.ops.sdpa_options.SdpaOptions`
+(THD) tensors seen as their logical views, constants made, outputs bound, and the graph's
+:class:`~cudnn_py.graph.runner.Runner`, built on a call's validated path (its plan through the handle's plan cache;
+the prepared call keeps the runner). The options are an :class:`~cudnn_py.graph.ops.sdpa_options.SdpaOptions`
 (checked when made); the graph builder (``Graph.sdpa*``) checks the tensors' fit to each other.
 """
 from __future__ import annotations
@@ -12,15 +13,17 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from cudnn_py import recording
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.graph import Graph
 from cudnn_py.graph.ops.sdpa_options import SdpaOptions
-from cudnn_py.graph.runner import Runner, cached, handle_device, new_output, plan_graph
-from cudnn_py.memory import DeviceArray, Output, array_signature, as_array, c_strides, is_torch_tensor, to_device
+from cudnn_py.graph.runner import Runner, handle_device, new_output, plan_graph
+from cudnn_py.memory import DeviceArray, array_signature, as_array, is_torch_tensor, to_device
 
-__all__ = ["CACHE", "SdpaArgs", "alibi_slopes", "device_tensor", "device_scalar", "thd", "bind_output"]
+__all__ = ["ROUTE", "SdpaArgs", "alibi_slopes", "device_tensor", "device_scalar", "thd", "bind_output"]
 
-CACHE = "ops.sdpa"        #: canonical configuration -> Runner
+#: what the prepared calls that ran an attention graph note they were built on (:func:`~cudnn_py.sdpa_cache_clear`)
+ROUTE = "attention graph paths"
 
 
 def alibi_slopes(heads: int) -> np.ndarray:
@@ -115,8 +118,7 @@ _KEYWORDS = {"ragged_q": ("ragged_offset_q", "ragged_offset_o"), "ragged_k": ("r
 class SdpaArgs:
     """One call's device arrays with its :class:`SdpaOptions` (and the attention sink ``sink``, (H,) or (1, H, 1, 1);
     the backward's inputs ``o``, ``do``, ``stats``; FP8's descale/scale factors ``scales``), its graph's runner
-    (:meth:`runner`) and its execution (:meth:`run`). ``key`` is the cache key of the configuration, ``arrays`` the
-    arrays by graph tensor name in binding order. Packed (ragged) tensors are replaced by their logical (B, H, S_max,
+    (:meth:`runner`) and its execution (:meth:`run`). ``arrays``: the arrays by graph tensor name in binding order. Packed (ragged) tensors are replaced by their logical (B, H, S_max,
     D) views; ``packed`` holds the (T, H, D) shapes of q, k, v (None when nothing is packed)."""
 
     def __init__(self, handle: Any, q: Any, k: Any, v: Any, opts: SdpaOptions, *, bias: Any = None,
@@ -172,47 +174,41 @@ class SdpaArgs:
         order = ("q", "k", "v", "bias", "seq_len_q", "seq_len_kv", "ragged_q", "ragged_k", "seed", "offset",
                  "page_table_k", "page_table_v", "sink", "o", "do", "stats", *scales)
         self.arrays = {n: got[n][0] for n in order if got.get(n, (None,))[0] is not None}
-        self.key = (tuple((n, got[n][1]) for n in self.arrays), opts)
 
     def runner(self, method: str, autotune: bool, given: dict, srcs: Sequence = (), **builder: Any) -> Runner:
         """The runner of the graph of ``Graph.<method>`` on these arrays (a graph tensor each, in binding order; then
-        the constants': the ALiBi slopes, made once per plan and given to the builder as a tensor), these options and
-        the ``builder`` keywords, built on the handle's first call. ``given``: output name -> the (shape, strides,
-        dtype) of the caller's array, whose strides the output takes (its shape checked), or None; ``srcs``: for each
-        packed output the index of the q/k/v whose token count it shares (else None)."""
+        the constants': the ALiBi slopes, given to the builder as a tensor), these options and the ``builder``
+        keywords. ``given``: output name -> the (shape, strides, dtype) of the caller's array, whose strides the output
+        takes (its shape checked), or None; ``srcs``: for each packed output the index of the q/k/v whose token count
+        it shares (else None)."""
         handle = self.handle
-
-        def make() -> Runner:
-            g = Graph(io_dtype=self.dtype, compute_dtype="float32", intermediate_dtype="float32", name=method)
-            kw: dict = {}
-            tensors, arrays = [], list(self.arrays.values())
-            for n, a in self.arrays.items():
-                tensors.append(g.tensor_like(a, n))
-                kw.update(dict.fromkeys(_KEYWORDS.get(n, (n,)), tensors[-1]))
-            if self.opts.alibi is not False:
-                slopes = alibi_slopes(self.hq) if self.opts.alibi is True else np.array(self.opts.alibi, np.float32)
+        recording.uses(ROUTE)
+        g = Graph(io_dtype=self.dtype, compute_dtype="float32", intermediate_dtype="float32", name=method)
+        kw: dict = {}
+        tensors, arrays = [], list(self.arrays.values())
+        for n, a in self.arrays.items():
+            tensors.append(g.tensor_like(a, n))
+            kw.update(dict.fromkeys(_KEYWORDS.get(n, (n,)), tensors[-1]))
+        if self.opts.alibi is not False:
+            slopes = alibi_slopes(self.hq) if self.opts.alibi is True else np.array(self.opts.alibi, np.float32)
+            with recording.measuring():  # uploaded once: the runner a prepared call keeps holds them
                 arrays.append(to_device(slopes.reshape(1, -1, 1, 1), stream=getattr(handle, "stream", None),
                                         device=handle_device(handle)))
-                kw["alibi"] = g.tensor_like(arrays[-1], "alibi_slopes")
-                tensors.append(kw["alibi"])
-            opts = dataclasses.replace(self.opts, alibi=False)
-            outs = [t for t in getattr(g, method)(**kw, options=opts, **builder) if t is not None]
-            for t, (name, meta) in zip(outs, given.items()):
-                if meta is not None:
-                    if tuple(meta[0]) != t.shape:
-                        raise InvalidValueError(f"{name} must have shape {t.shape}, got {tuple(meta[0])}")
-                    t.strides = tuple(meta[1])
-                t.set_output(True).set_name(name)
-            plan = plan_graph(g, handle, dict(zip(tensors, arrays)), outs, autotune)
-            specs = []  # per output: shape, dtype, strides, the packed input it follows, else its new arrays
-            for i, t in enumerate(outs):
-                src = srcs[i] if i < len(srcs) else None
-                new = Output(t.shape, t.np_dtype, t.strides) if src is None else None
-                specs.append((t.shape, t.np_dtype, t.strides, src, new))
-            n = len(self.arrays)
-            return Runner(plan, handle, [*tensors, *outs], arrays[n:], n, specs)
-        key = (method, self.key, tuple(given.values()), tuple(builder.items()), autotune)
-        return cached(handle, CACHE, key, make)
+            kw["alibi"] = g.tensor_like(arrays[-1], "alibi_slopes")
+            tensors.append(kw["alibi"])
+        opts = dataclasses.replace(self.opts, alibi=False)
+        outs = [t for t in getattr(g, method)(**kw, options=opts, **builder) if t is not None]
+        for t, (name, meta) in zip(outs, given.items()):
+            if meta is not None:
+                if tuple(meta[0]) != t.shape:
+                    raise InvalidValueError(f"{name} must have shape {t.shape}, got {tuple(meta[0])}")
+                t.strides = tuple(meta[1])
+            t.set_output(True).set_name(name)
+        plan = plan_graph(g, handle, dict(zip(tensors, arrays)), outs, autotune)
+        # per output: shape, dtype, strides, the packed input it follows (else None)
+        specs = [(t.shape, t.np_dtype, t.strides, srcs[i] if i < len(srcs) else None) for i, t in enumerate(outs)]
+        n = len(self.arrays)
+        return Runner(plan, handle, [*tensors, *outs], arrays[n:], n, specs)
 
     def run(self, r: Runner, outputs: dict) -> list:
         """Execute ``r`` on these arrays and ``outputs`` (name -> the caller's array, or None for a new one;
@@ -222,26 +218,16 @@ class SdpaArgs:
         return [a for a, _ in bound]
 
 
-def _new(handle: Any, spec: tuple, shapes: Sequence | None) -> DeviceArray:
-    """A new output for ``spec`` (:func:`graph_runner`): packed, a (T, H, D) array with T of the input it follows
-    (``shapes``: the packed q, k, v shapes)."""
-    shape, dtype, _, src, new = spec
-    if new is not None:
-        return new(handle)
-    packed = (shapes[src][0], shape[1], shape[3])  # type: ignore[index]
-    return new_output(handle, packed, dtype, c_strides(packed))
-
-
 def bind_output(handle: Any, given: Any, name: str, spec: tuple, shapes: Sequence | None) -> tuple[Any, Any]:
     """(returned array, bound array) for an output: the caller's ``given`` checked against ``spec``, or new. A
     packed output is a (T, H, D) array bound through its logical view (``shapes``: the call's packed q, k, v shapes)."""
-    shape, dtype, _, src, _ = spec
+    shape, dtype, strides, src = spec
+    packed = None if src is None else (shapes[src][0], shape[1], shape[3])  # type: ignore[index]
     if given is None:
-        given = _new(handle, spec, shapes)
-        if src is None:
+        given = new_output(handle, packed or shape, dtype, None if packed else strides)
+        if packed is None:
             return given, given
-    if src is not None:
-        packed = (shapes[src][0], shape[1], shape[3])  # type: ignore[index]
+    if packed is not None:
         a = as_array(given, name)
         if a.shape != packed or a.dtype != dtype:
             raise InvalidValueError(f"{name} must have shape {packed} and dtype {dtype}, got {a.shape} {a.dtype}")
