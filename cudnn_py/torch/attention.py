@@ -38,6 +38,7 @@ __all__ = ["sdpa", "scaled_dot_product_attention", "sdpa_fwd", "sdpa_bwd", "sdpa
 
 _is_compiling = torch.compiler.is_compiling
 _grad_enabled = torch.is_grad_enabled
+_any_requires_grad = torch._C._any_requires_grad
 
 _IO_DTYPES = (torch.float16, torch.bfloat16)
 _N_TENSORS = 11  # q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset, sink
@@ -303,25 +304,27 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, *, scale: float | None = None, causal:
     if (bias is seq_len_q is seq_len_kv is cu_seqlens_q is cu_seqlens_kv is ragged_offset_q is ragged_offset_k
             is max_seq_len_q is max_seq_len_kv is page_table_k is page_table_v is seed is offset is sink is None
             and not dropout and alibi is False and type(q) is Tensor and type(k) is Tensor and type(v) is Tensor
-            and not _is_compiling()
-            and not (_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))):
-        # the hot path: plain attention, eager, no gradient, on tensors cuDNN takes as they are: the options go to
-        # cudnn_py.sdpa unchecked (its prepared call's key holds them; a new key checks them, as below)
-        dt, dev = q.dtype, q.get_device()
+            and not _is_compiling() and not (_grad_enabled() and _any_requires_grad(q, k, v))):
+        # the hot path: plain attention, eager, no gradient, on tensors cuDNN takes as they are (4-D, head dim packed,
+        # no dim broadcast): the options go to cudnn_py.sdpa unchecked (its prepared call's key holds them; a new key
+        # checks them, as below)
+        dt, dev, qs, ks, vs = q.dtype, q.get_device(), q.stride(), k.stride(), v.stride()
         if (dt in _IO_DTYPES and dev >= 0 and k.dtype is dt and v.dtype is dt and k.get_device() == dev
-                and v.get_device() == dev and q.dim() == 4 and k.dim() == 4 and v.dim() == 4
-                and _packed(q) and _packed(k) and _packed(v)):
-            b, hq, sq, _ = q.shape
-            o = empty_like_layout(q, (b, hq, sq, v.shape[3]))
-            # the band options only where given: each keyword is passed on twice and is one more part of the key
-            band = {} if left_bound is right_bound is None and diagonal_alignment == "top_left" else dict(
-                diagonal_alignment=diagonal_alignment, left_bound=left_bound, right_bound=right_bound)
+                and v.get_device() == dev and len(qs) == len(ks) == len(vs) == 4 and qs[3] == ks[3] == vs[3] == 1
+                and 0 not in qs and 0 not in ks and 0 not in vs):
+            b, hq, sq, d = q.shape
+            dv = v.shape[3]
+            o = q.new_empty((b, hq, sq, dv)) if q.is_contiguous() else empty_like_layout(q, (b, hq, sq, dv))
+            ctx = context(dev)
+            if left_bound is right_bound is None and diagonal_alignment == "top_left":  # the band options only where
+                kw: dict = {}                                                          # given: fewer parts of the key
+            else:
+                kw = dict(diagonal_alignment=diagonal_alignment, left_bound=left_bound, right_bound=right_bound)
             if not return_stats:
-                context(dev).run(core_sdpa, q, k, v, scale=scale, causal=causal, o=o, **band)
+                ctx.run(core_sdpa, q, k, v, scale=scale, causal=causal, o=o, **kw)
                 return o
-            stats = torch.empty((b, hq, sq, 1), dtype=torch.float32, device=q.device)
-            context(dev).run(core_sdpa, q, k, v, scale=scale, causal=causal, o=o, stats=stats, return_stats=True,
-                             **band)
+            stats = q.new_empty((b, hq, sq, 1), dtype=torch.float32)
+            ctx.run(core_sdpa, q, k, v, scale=scale, causal=causal, o=o, stats=stats, return_stats=True, **kw)
             return o, stats
     return _checked(q, k, v, scale, causal, diagonal_alignment, left_bound, right_bound, bias, seq_len_q,
                     seq_len_kv, cu_seqlens_q, cu_seqlens_kv, ragged_offset_q, ragged_offset_k, max_seq_len_q,
