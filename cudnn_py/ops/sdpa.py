@@ -14,11 +14,10 @@ are interleaved QKV. Outputs get the layout of their inputs (o follows q, dq/dk/
 of different lengths ("THD", as flash-attention's varlen functions take them) are (T, H, D) tensors with
 per-batch element offsets (``ragged_offset_q``/``ragged_offset_k``) and lengths (``seq_len_q``/``seq_len_kv``).
 
-The first call of a configuration (shapes, strides, dtypes, options) builds its graph and plan on the handle; a
-repeated call is its prepared call (:mod:`cudnn_py.prepared`): one dict lookup keyed by the arguments' shapes,
-strides, dtypes and the options, the runner's variant pack of their addresses (a new set of addresses gets one),
-and one ``cudnnBackendExecute``. :func:`sdpa_fp8` / :func:`sdpa_fp8_backward` are the FP8 forms (Hopper and newer), with
-per-tensor descale/scale factors and amax outputs; of the options they take ``scale`` and ``causal``.
+The first call of a configuration (shapes, strides, dtypes, options) builds its graph (the plan through the handle's
+plan cache); a repeat call is its prepared call (:mod:`cudnn_py.prepared`): one ``cudnnBackendExecute`` with the
+new addresses. :func:`sdpa_fp8` / :func:`sdpa_fp8_backward` are the FP8 forms (Hopper and newer), with per-tensor
+descale/scale factors and amax outputs; of the options they take ``scale`` and ``causal``.
 """
 from __future__ import annotations
 
@@ -49,7 +48,7 @@ __all__ = ["Sdpa", "SdpaOptions", "sdpa", "sdpa_backward", "sdpa_fp8", "sdpa_fp8
 
 #: deprecated keyword -> its name now
 _RENAMED = {"ragged_offset_kv": "ragged_offset_k"}
-_OPTIONS = frozenset(SdpaOptions.__dataclass_fields__)
+_OPTIONS = tuple(SdpaOptions.__dataclass_fields__)
 
 
 class SdpaOutputs(NamedTuple):
@@ -133,6 +132,11 @@ def _accepted(fn: Callable) -> list[str]:
     """The keywords ``fn`` takes (its parameters and the option fields), for a did-you-mean."""
     params = [n for n in inspect.signature(fn).parameters if n not in ("deprecated", "options_keywords")]
     return params + [n for n in _OPTIONS if n not in params]
+
+
+def _options(where: str, options: Any, values: dict) -> SdpaOptions:
+    """The call's :class:`SdpaOptions`: ``options``, or the option keywords among its arguments ``values``."""
+    return SdpaOptions.of(options, {n: values[n] for n in _OPTIONS}, where)
 
 
 class Sdpa:
@@ -291,10 +295,7 @@ def sdpa(handle: Handle, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayL
         warn("sdpa(): stats= without return_stats=True is deprecated (the return type follows return_stats): pass "
              "return_stats=True")
         return_stats = True
-    keywords = dict(scale=scale, causal=causal, diagonal_alignment=diagonal_alignment, left_bound=left_bound,
-                    right_bound=right_bound, alibi=alibi, dropout=dropout, max_seq_len_q=max_seq_len_q,
-                    max_seq_len_kv=max_seq_len_kv, implementation=implementation)
-    a = Sdpa(handle, q, k, v, SdpaOptions.of(options, keywords, "sdpa"), bias=bias, seq_len_q=seq_len_q,
+    a = Sdpa(handle, q, k, v, _options("sdpa", options, locals()), bias=bias, seq_len_q=seq_len_q,
              seq_len_kv=seq_len_kv, ragged_offset_q=ragged_offset_q, ragged_offset_k=ragged_offset_k, seed=seed,
              offset=offset, page_table_k=page_table_k, page_table_v=page_table_v, sink=sink,
              return_stats=return_stats, o=o, stats=stats)
@@ -370,11 +371,7 @@ def sdpa_backward(handle: Handle, q: DeviceArrayLike, k: DeviceArrayLike, v: Dev
         sink = None  # the statistics hold its share: only its gradient reads it
     outputs = {"dq": dq, "dk": dk, "dv": dv, **({"dbias": dbias} if return_dbias else {}),
                **({"dsink": dsink} if return_dsink else {})}
-    handle = handle_arg(handle)
-    keywords = dict(scale=scale, causal=causal, diagonal_alignment=diagonal_alignment, left_bound=left_bound,
-                    right_bound=right_bound, alibi=alibi, dropout=dropout, max_seq_len_q=max_seq_len_q,
-                    max_seq_len_kv=max_seq_len_kv, implementation=implementation)
-    args = SdpaArgs(handle, q, k, v, SdpaOptions.of(options, keywords, "sdpa_backward"), bias=bias,
+    args = SdpaArgs(handle_arg(handle), q, k, v, _options("sdpa_backward", options, locals()), bias=bias,
                     seq_len_q=seq_len_q, seq_len_kv=seq_len_kv, ragged_offset_q=ragged_offset_q,
                     ragged_offset_k=ragged_offset_k, seed=seed, offset=offset, sink=sink, o=o, do=do, stats=stats)
     given = {n: None if x is None or (args.ragged and n in ("dq", "dk", "dv")) else device_tensor(x, n)[1]
@@ -416,9 +413,8 @@ class SdpaFp8Grads(NamedTuple):
 def _fp8_call(handle: Any, method: str, tensors: dict, scales: dict, outputs: dict, opts: SdpaOptions,
               autotune: bool, **builder: Any) -> list:
     """Run the FP8 attention graph of ``Graph.<method>`` on the call's ``tensors`` and ``scales``
-    (numbers or device tensors) by builder keyword through the runner cache; returns the ``outputs`` (name -> the
+    (numbers or device tensors) by builder keyword; returns the ``outputs`` (name -> the
     caller's array or None) in order. ``builder``: more keywords of the ``Graph`` method."""
-    handle = handle_arg(handle)
     args = SdpaArgs(handle, opts=opts, scales=scales, **tensors)
     given = {n: None if x is None else device_tensor(x, n)[1] for n, x in outputs.items()}
     return args.run(args.runner(method, autotune, given, **builder), outputs)
