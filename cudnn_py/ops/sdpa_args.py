@@ -46,30 +46,20 @@ def device_tensor(obj: Any, name: str) -> tuple[Any, tuple]:
     return obj, (shape, strides, dtype)
 
 
-def _per_batch(obj: Any, name: str, pages: bool = False) -> tuple[DeviceArray | None, tuple | None]:
-    """An optional per-batch device tensor with its meta, or (None, None): a vector ((N,) or (N, 1, 1, 1)) as (N, 1,
-    1, 1), or with ``pages`` a page table ((B, pages) or (B, 1, pages, 1)) as (B, 1, pages, 1)."""
+def _as_4d(obj: Any, name: str, axis: int = 0, pages: bool = False) -> DeviceArray | None:
+    """An optional device tensor, None where absent: a vector ((N,)) seen as 4-D with N on ``axis`` (per-batch
+    lengths and offsets: 0, a sink's heads: 1), a page table ((B, pages)) as (B, 1, pages, 1); 4-D as it is (the
+    builder checks the rest)."""
     if obj is None:
-        return None, None
+        return None
     a = as_array(obj, name)
     if a.ndim == 1 + pages:
         if not a.is_contiguous:
             raise InvalidValueError(f"{name} must be packed")
-        a = a.reshape(a.shape[0], 1, a.shape[1], 1) if pages else a.reshape(a.shape[0], 1, 1, 1)
-    return a, (a.shape, a.strides, a.dtype)
-
-
-def _sink(obj: Any) -> tuple[DeviceArray | None, tuple | None]:
-    """The optional attention sink with its meta, or (None, None): (H,) or (1, H, 1, 1) device memory as (1, H, 1,
-    1) (the builder checks H and the dtype)."""
-    if obj is None:
-        return None, None
-    a = as_array(obj, "sink")
-    if a.ndim == 1:
-        if not a.is_contiguous:
-            raise InvalidValueError("sink must be packed")
-        a = a.reshape(1, a.shape[0], 1, 1)
-    return a, (a.shape, a.strides, a.dtype)
+        shape = [a.shape[0], 1, a.shape[1], 1] if pages else [1, 1, 1, 1]
+        shape[axis] = a.shape[0]
+        a = a.reshape(*shape)
+    return a
 
 
 def thd(obj: Any, name: str, b: int, s_max: int, heads: int | None = None) -> DeviceArray:
@@ -127,10 +117,11 @@ class SdpaArgs:
                  page_table_v: Any = None, sink: Any = None, o: Any = None, do: Any = None, stats: Any = None,
                  scales: dict | None = None):
         self.handle, self.opts, self.packed, scales = handle, opts, None, scales or {}
-        got: dict[str, tuple[Any, Any]] = {n: _per_batch(x, name) for n, x, name in (
+        got: dict[str, Any] = {n: _as_4d(x, name, pages=name.startswith("page")) for n, x, name in (
             ("seq_len_q", seq_len_q, "seq_len_q"), ("seq_len_kv", seq_len_kv, "seq_len_kv"),
-            ("ragged_q", ragged_offset_q, "ragged_offset_q"), ("ragged_k", ragged_offset_k, "ragged_offset_k"))}
-        rq, rk = got["ragged_q"][0], got["ragged_k"][0]
+            ("ragged_q", ragged_offset_q, "ragged_offset_q"), ("ragged_k", ragged_offset_k, "ragged_offset_k"),
+            ("page_table_k", page_table_k, "page_table_k"), ("page_table_v", page_table_v, "page_table_v"))}
+        rq, rk = got["ragged_q"], got["ragged_k"]
         self.ragged = rq is not None or rk is not None
         msl_q, msl_kv = opts.max_seq_len_q, opts.max_seq_len_kv
         if self.ragged:
@@ -149,31 +140,28 @@ class SdpaArgs:
                                         "for other shapes")
             if do is not None:  # the backward's o and do are packed like q
                 o, do = thd(o, "o", b, msl_q, q.shape[1]), thd(do, "do", b, msl_q, q.shape[1])
-        got.update({n: _per_batch(x, n, pages=True) for n, x in (("page_table_k", page_table_k),
-                                                                 ("page_table_v", page_table_v))})
         if page_table_k is not None or page_table_v is not None:  # the builder checks the rest
             if self.ragged:
                 raise InvalidValueError("a paged KV cache does not combine with packed (THD) tensors here")
         elif not self.ragged and (msl_q is not None or msl_kv is not None):
             raise InvalidValueError("max_seq_len_q/max_seq_len_kv are only for packed (THD) tensors with ragged "
                                     "offsets (and max_seq_len_kv for a paged KV cache)")
-        got["sink"] = _sink(sink)
-        got.update({n: device_tensor(x, n) for n, x in (("q", q), ("k", k), ("v", v), ("bias", bias), ("o", o),
-                                                         ("do", do), ("stats", stats)) if x is not None})
-        mq = got["q"][1]
-        self.hq, self.dtype = mq[0][1] if len(mq[0]) == 4 else 1, mq[2]
+        got["sink"] = _as_4d(sink, "sink", axis=1)
+        got.update({n: device_tensor(x, n)[0] for n, x in (("q", q), ("k", k), ("v", v), ("bias", bias), ("o", o),
+                                                            ("do", do), ("stats", stats)) if x is not None})
+        (shape, _, self.dtype, _), _ = array_signature(got["q"], "q")
+        self.hq = shape[1] if len(shape) == 4 else 1
         if isinstance(opts.alibi, tuple) and len(opts.alibi) != self.hq:
             raise InvalidValueError(f"alibi must be True or {self.hq} per-head slopes, got {len(opts.alibi)}")
         if opts.dropout:
             if seed is None or offset is None:
                 raise InvalidValueError("dropout needs seed= and offset= (ints or int64 device tensors): the Philox "
                                         "state")
-            got.update({n: (device_scalar(handle, x, n, np.int64), None) for n, x in (("seed", seed),
-                                                                                      ("offset", offset))})
-        got.update({n: device_tensor(device_scalar(handle, x, n, np.float32), n) for n, x in scales.items()})
+            got.update({n: device_scalar(handle, x, n, np.int64) for n, x in (("seed", seed), ("offset", offset))})
+        got.update({n: device_tensor(device_scalar(handle, x, n, np.float32), n)[0] for n, x in scales.items()})
         order = ("q", "k", "v", "bias", "seq_len_q", "seq_len_kv", "ragged_q", "ragged_k", "seed", "offset",
                  "page_table_k", "page_table_v", "sink", "o", "do", "stats", *scales)
-        self.arrays = {n: got[n][0] for n in order if got.get(n, (None,))[0] is not None}
+        self.arrays = {n: got[n] for n in order if got.get(n) is not None}
 
     def runner(self, method: str, autotune: bool, given: dict, srcs: Sequence = (), **builder: Any) -> Runner:
         """The runner of the graph of ``Graph.<method>`` on these arrays (a graph tensor each, in binding order; then
