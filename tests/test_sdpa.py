@@ -675,6 +675,25 @@ def test_pythonic_alibi_binds_its_slopes_as_a_constant(fake_exec, monkeypatch):
     assert made[0][3] == 0x700000 and packs == [1001]  # q, k, v, then the slopes
 
 
+def test_pythonic_alibi_uploads_its_slopes_once_and_is_prepared(fake_exec, monkeypatch):
+    """The slopes' upload (driver work, which spoils a recording outside a sink) is the runner's own, outside the
+    recording: the first call of a configuration is its prepared call's, and a repeat call uploads nothing."""
+    from cudnn_py import recording
+    packs, made = fake_exec
+    copied = []
+
+    def to_device(a, stream=None, device=None):
+        recording.device_work("cuMemcpyHtoDAsync")  # as memory's copies do
+        copied.append(a)
+        return DeviceArray(0x700000, a.shape, a.dtype)
+    monkeypatch.setattr(A, "to_device", to_device)
+    h, q = _PlanHandle(), fake((1, 4, 64, 64), BF16)
+    o = DeviceArray(0x800000, q.shape, BF16)
+    for _ in range(3):
+        assert S.sdpa(h, q, q, q, causal=True, alibi=True, o=o) is o
+    assert len(copied) == 1 and len(made) == 1 and packs == [1001] * 3 and len(handle_cache_of(h)) == 1
+
+
 def test_pythonic_paged_kv_cache_binds_the_page_tables(fake_exec):
     packs, made = fake_exec
     h = _PlanHandle()
