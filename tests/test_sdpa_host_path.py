@@ -177,10 +177,11 @@ def _torch_ops(mp) -> types.ModuleType:
         mp.setitem(sys.modules, name, mock.MagicMock(name=name))
     for name in [n for n in sys.modules if n.startswith("cudnn_py.torch")]:
         mp.delitem(sys.modules, name)
+    mp.setattr(sys.modules["cudnn_py"], "torch", None, raising=False)  # what the import binds, dropped on undo
     import cudnn_py.torch.attention as attention
     from cudnn_py.torch import runtime
     for name in [n for n in sys.modules if n.startswith("cudnn_py.torch")]:
-        mp.setitem(sys.modules, name, sys.modules[name])  # removed again on undo
+        mp.setitem(sys.modules, name, sys.modules.pop(name))  # removed again on undo
     mp.setattr(runtime, "_current_device", lambda: 0)
     mp.setattr(runtime, "_raw_stream", lambda device: 0)
     ctx = runtime.Context.__new__(runtime.Context)
