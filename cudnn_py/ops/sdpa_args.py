@@ -108,8 +108,9 @@ _KEYWORDS = {"ragged_q": ("ragged_offset_q", "ragged_offset_o"), "ragged_k": ("r
 class SdpaArgs:
     """One call's device arrays with its :class:`SdpaOptions` (and the attention sink ``sink``, (H,) or (1, H, 1, 1);
     the backward's inputs ``o``, ``do``, ``stats``; FP8's descale/scale factors ``scales``), its graph's runner
-    (:meth:`runner`) and its execution (:meth:`run`). ``arrays``: the arrays by graph tensor name in binding order. Packed (ragged) tensors are replaced by their logical (B, H, S_max,
-    D) views; ``packed`` holds the (T, H, D) shapes of q, k, v (None when nothing is packed)."""
+    (:meth:`runner`) and its execution (:meth:`run`). ``arrays``: the arrays by graph tensor name in binding order.
+    Packed (ragged) tensors are replaced by their logical (B, H, S_max, D) views; ``packed`` holds the (T, H, D)
+    shapes of q, k, v (None when nothing is packed)."""
 
     def __init__(self, handle: Any, q: Any, k: Any, v: Any, opts: SdpaOptions, *, bias: Any = None,
                  seq_len_q: Any = None, seq_len_kv: Any = None, ragged_offset_q: Any = None,
