@@ -223,13 +223,9 @@ class Sdpa:
         return f"<Sdpa {self.options} {plan}>"
 
 
-class _Executing(threading.local):
-    """The :class:`Sdpa` whose :meth:`~Sdpa.execute` is calling :func:`sdpa` on this thread: a validated call runs
-    it (its plan, tuned or not) instead of planning again."""
-    sdpa: Sdpa | None = None
-
-
-_executing = _Executing()
+#: ``.sdpa``: the :class:`Sdpa` whose :meth:`~Sdpa.execute` is calling :func:`sdpa` on this thread, which a validated
+#: call runs (its plan, tuned or not) instead of planning again
+_executing = threading.local()
 
 
 @overload
@@ -282,7 +278,7 @@ def sdpa(handle: Handle, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayL
     :param autotune: on the first call of a configuration, time every plan and keep the fastest.
     :returns: o, or with ``return_stats=True`` an :class:`SdpaOutputs` (o, stats), which unpacks like a tuple.
     """
-    planned = _executing.sdpa
+    planned = getattr(_executing, "sdpa", None)
     if planned is not None:
         _executing.sdpa = None
         res = planned._run()
@@ -379,14 +375,9 @@ def sdpa_backward(handle: Handle, q: DeviceArrayLike, k: DeviceArrayLike, v: Dev
     # the scratch tensors live in the plan's workspace
     r = args.runner("sdpa_backward", bool_arg(autotune, "autotune"), given, (0, 1, 2) if args.ragged else (),
                     dbias=return_dbias, dsink=return_dsink, name="sdpa_bwd")
-    return _grads(outputs, args.run(r, outputs))
-
-
-def _grads(outputs: dict, outs: list) -> SdpaGrads | SdpaGradsWithBias | SdpaGradsWithSink | SdpaGradsWithBiasAndSink:
-    """The gradients as the NamedTuple of the outputs asked for (``outputs``' names)."""
-    cls = {3: SdpaGrads, 5: SdpaGradsWithBiasAndSink}.get(len(outs)) or (
-        SdpaGradsWithSink if "dsink" in outputs else SdpaGradsWithBias)
-    return cls(*outs)
+    outs = args.run(r, outputs)  # as the NamedTuple of the gradients asked for
+    return {3: SdpaGrads, 5: SdpaGradsWithBiasAndSink}.get(len(outs), SdpaGradsWithSink if return_dsink else
+                                                          SdpaGradsWithBias)(*outs)
 
 
 # -- FP8 -----------------------------------------------------------------------------------------------------------
