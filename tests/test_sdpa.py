@@ -719,3 +719,31 @@ def test_pythonic_paged_kv_cache_binds_the_page_tables(fake_exec):
     with pytest.raises(ValueError, match="only for packed"):
         S.sdpa(h, q, kc, vc, max_seq_len_kv=64)
     assert len(made) == 1
+
+
+def test_pythonic_numbers_for_device_scalars_are_uploaded_once_per_value(fake_exec, monkeypatch):
+    """A dropout seed/offset or an FP8 scale given as a number is uploaded once, outside the recording, as the
+    runner's constant: a repeat call with the same numbers is its prepared call; another number is another one."""
+    from cudnn_py import recording
+    packs, made = fake_exec
+    copied = []
+
+    def to_device(a, stream=None, device=None):
+        recording.device_work("cuMemcpyHtoDAsync")  # as memory's copies do
+        copied.append(a.ravel()[0].item())
+        return DeviceArray(0x700000 + 0x100 * len(copied), a.shape, a.dtype)
+    monkeypatch.setattr(A, "to_device", to_device)
+    h, q = _PlanHandle(), fake((1, 2, 64, 64), BF16)
+    o = DeviceArray(0x800000, q.shape, BF16)
+    for _ in range(3):
+        assert S.sdpa(h, q, q, q, dropout=0.1, seed=7, offset=3, o=o) is o
+    assert copied == [7, 3] and len(made) == 1 and packs == [1001] * 3
+    assert made[0][3:6] == [0x700100, 0x700200, 0x800000]  # q, k, v, the seed and offset, o
+    S.sdpa(h, q, q, q, dropout=0.1, seed=8, offset=3, o=o)
+    assert copied == [7, 3, 8, 3] and len(made) == 2 and len(handle_cache_of(h)) == 2
+    q8 = DeviceArray(0x100000, (1, 8, 64, 128), F8)
+    outs = dict(o=DeviceArray(0x900000, q8.shape, F8), amax_s=DeviceArray(0xA00000, (1, 1, 1, 1), np.float32),
+                amax_o=DeviceArray(0xB00000, (1, 1, 1, 1), np.float32))
+    for _ in range(2):
+        S.sdpa_fp8(h, q8, q8, q8, causal=True, **dict.fromkeys(_FWD_SCALES, 0.5), **outs)
+    assert copied[4:] == [0.5] * 6 and len(made) == 3 and packs[-1] == packs[-2]

@@ -428,7 +428,7 @@ def sdpa_fp8(handle: Handle, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceAr
         (float8_e4m3fn or float8_e5m2: ml_dtypes on DeviceArrays, or torch's), head dims multiples of 16 up to
         256 and packed; Hq a multiple of Hk and Hv.
     :param descale_q, descale_k, descale_v, descale_s, scale_s, scale_o: each a one-element float32 device tensor
-        or a number > 0 (copied to the device on each call: pass device tensors for a prepared call).
+        or a number > 0 (copied to the device once per configuration and value: the prepared call keeps it).
     :param options: an :class:`SdpaOptions` of ``scale`` (multiplies q k^T; default 1/sqrt(D)) and ``causal``
         (top-left causal mask, the only mask FP8 attention takes here), or those two as keywords.
     :param return_stats: also return the (B, Hq, Sq, 1) float32 statistics :func:`sdpa_fp8_backward` needs.
@@ -467,7 +467,7 @@ def sdpa_fp8_backward(handle: Handle, q: DeviceArrayLike, k: DeviceArrayLike, v:
     :param descale_s, scale_s: the forward's probability scale and its inverse.
     :param scale_dp, descale_dp: the scale of dS (rounded to do's FP8 type inside the kernel) and its inverse.
     :param scale_dq, scale_dk, scale_dv: the scales of the FP8 results. Each scale is a one-element float32 device
-        tensor or a number > 0 (copied to the device on each call).
+        tensor or a number > 0 (copied to the device once per configuration and value).
     :param options: as in the forward (``scale`` and ``causal``, or those two as keywords).
     :param dq, dk, dv, amax_dq, amax_dk, amax_dv, amax_dp: outputs to write (default: new arrays; dq, dk, dv in the
         layouts of q, k, v and q's FP8 type).

@@ -158,8 +158,14 @@ class SdpaArgs:
             if seed is None or offset is None:
                 raise InvalidValueError("dropout needs seed= and offset= (ints or int64 device tensors): the Philox "
                                         "state")
-            got.update({n: device_scalar(handle, x, n, np.int64) for n, x in (("seed", seed), ("offset", offset))})
-        got.update({n: device_tensor(device_scalar(handle, x, n, np.float32), n)[0] for n, x in scales.items()})
+        # scalars given as numbers are uploaded once, outside the recording: the runner's constants, which the
+        # prepared call keeps (its key holds the numbers); device tensors are the call's arrays
+        self.consts: dict[str, DeviceArray] = {}
+        scalars = [(n, x, np.int64) for n, x in (("seed", seed), ("offset", offset)) if opts.dropout]
+        for n, x, dt in scalars + [(n, x, np.float32) for n, x in scales.items()]:
+            with recording.measuring():
+                a = device_scalar(handle, x, n, dt)
+            (self.consts if isinstance(x, numbers.Real) else got)[n] = device_tensor(a, n)[0]
         order = ("q", "k", "v", "bias", "seq_len_q", "seq_len_kv", "ragged_q", "ragged_k", "seed", "offset",
                  "page_table_k", "page_table_v", "sink", "o", "do", "stats", *scales)
         self.arrays = {n: got[n] for n in order if got.get(n) is not None}
@@ -174,8 +180,8 @@ class SdpaArgs:
         recording.uses(ROUTE)
         g = Graph(io_dtype=self.dtype, compute_dtype="float32", intermediate_dtype="float32", name=method)
         kw: dict = {}
-        tensors, arrays = [], list(self.arrays.values())
-        for n, a in self.arrays.items():
+        tensors, arrays = [], [*self.arrays.values(), *self.consts.values()]
+        for n, a in (*self.arrays.items(), *self.consts.items()):
             tensors.append(g.tensor_like(a, n))
             kw.update(dict.fromkeys(_KEYWORDS.get(n, (n,)), tensors[-1]))
         if self.opts.alibi is not False:
