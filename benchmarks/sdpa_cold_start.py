@@ -63,7 +63,7 @@ def child_cudnn_py(shape) -> dict:
             t2 = time.perf_counter()
             res[f"{name} fwd {call} ms"] = (t1 - t0) * 1e3
             res[f"{name} bwd {call} ms"] = (t2 - t1) * 1e3
-    res["plans"] = sorted(r.plan.tag for r in handle_cache(h, "ops.sdpa").values())
+    res["plans"] = sorted(ps[0].tag for ps in handle_cache(h, "graph.plans").values())
     return res
 
 

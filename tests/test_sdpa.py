@@ -14,7 +14,7 @@ from cudnn_py.graph.ops import sdpa_builders as gsb
 from cudnn_py.memory import DeviceArray
 from cudnn_py.ops import sdpa as S
 from cudnn_py.ops import sdpa_args as A
-from helpers import FakeTorchTensor, NoCallHandle, fake, fake_finalize, fake_torch, numeric_gradient
+from helpers import FakeTorchTensor, NoCallHandle, fake, fake_cudnn_handle, fake_finalize, fake_torch, numeric_gradient
 from reference import sdpa as R
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
@@ -435,13 +435,11 @@ def test_fp8_bad_input_is_refused(build, err, match):
 
 
 # -- the entry point's fast path ---------------------------------------------------------------------------------
-class _PlanHandle:
-    """A handle whose plans are built on the CPU with a fake plan; executions are recorded, never sent to C."""
-    device, stream, workspace = 0, None, None
-
-    def __init__(self):
-        import ctypes
-        self.cache, self.ptr = {}, ctypes.c_void_p(1)
+def _PlanHandle():
+    """A real Handle object (its prepared calls kept) never created in cuDNN: plans come from ``fake_exec``."""
+    h = fake_cudnn_handle()
+    h.workspace = None
+    return h
 
 
 @pytest.fixture
@@ -500,14 +498,15 @@ def test_a_new_output_address_on_the_fast_path_is_bound_as_it_is(fake_exec):
 
 
 def handle_cache_of(h):
-    from cudnn_py.caches import handle_cache
-    return handle_cache(h, "ops.sdpa")
+    """The handle's prepared calls (one per configuration the tests call)."""
+    return h.cache.get("prepared", {})
 
 
 def test_fast_key_is_each_arguments_signature(fake_exec, torch_like):
     """The fast path keys each tensor on its memory.array_signature (shape, strides, dtype, device) and binds the
-    pointers read with it: a torch tensor and a DeviceArray of one signature share the runner and the variant pack;
-    another layout, dtype or device at the same addresses is validated again (a new runner, or the error)."""
+    pointers read with it: a repeat call replays its variant pack; a DeviceArray where a torch tensor of one signature
+    was, or another layout, dtype or device at the same addresses, is validated again (a new prepared call, or the
+    error)."""
     packs, made = fake_exec
     h = _PlanHandle()
     shape, bf16, f16 = (1, 2, 64, 64), torch_like.bfloat16, torch_like.float16
@@ -518,17 +517,17 @@ def test_fast_key_is_each_arguments_signature(fake_exec, torch_like):
     assert len(made) == 1 and packs == [1001, 1001] and made[0][:4] == [0x100000] * 3 + [0x200000]
     qa = DeviceArray(0x100000, shape, BF16)
     S.sdpa(h, qa, qa, qa, o=o)
-    assert len(handle_cache_of(h)) == 1 and len(made) == 1 and packs[-1] == 1001
+    assert len(handle_cache_of(h)) == 2 and len(made) == 2 and packs[-1] == 1002
     bshd = FakeTorchTensor(shape, bf16, 0x100000, strides=(64 * 2 * 64, 64, 2 * 64, 1))  # (B, S, H, D) seen as BHSD
     S.sdpa(h, bshd, bshd, bshd, o=o)
-    assert len(handle_cache_of(h)) == 2 and len(made) == 2
-    S.sdpa(h, *[FakeTorchTensor(shape, f16, 0x100000)] * 3, o=DeviceArray(0x200000, shape, np.float16))
     assert len(handle_cache_of(h)) == 3 and len(made) == 3
+    S.sdpa(h, *[FakeTorchTensor(shape, f16, 0x100000)] * 3, o=DeviceArray(0x200000, shape, np.float16))
+    assert len(handle_cache_of(h)) == 4 and len(made) == 4
     with pytest.raises(ValueError, match="on device 1, the handle on device 0"):
         S.sdpa(h, *[FakeTorchTensor(shape, bf16, 0x100000, device=1)] * 3, o=o)
     with pytest.raises(TypeError, match="q must be a DeviceArray or a GPU tensor"):  # a CPU tensor: validated
         S.sdpa(h, *[FakeTorchTensor(shape, bf16, 0x100000, device=-1)] * 3, o=o)
-    assert len(made) == 3 and packs == [1001] * 3 + [1002, 1003]
+    assert len(made) == 4 and packs == [1001] * 2 + [1002, 1003, 1004]
 
 
 def test_pythonic_packed_batches_bind_logical_views(fake_exec):
@@ -544,9 +543,9 @@ def test_pythonic_packed_batches_bind_logical_views(fake_exec):
     o, st = S.sdpa(h, q, k, v, return_stats=True, **kw)
     assert o.shape == (50, hq, d) and st.shape == (b, hq, 20, 1)
     assert made[0][:3] == [0x100000, 0x200000, 0x300000]
-    # another total token count (T) builds no new plan
+    # another total token count (T): another prepared call, of the same logical (B, H, S_max, D) graph
     S.sdpa(h, DeviceArray(0x100000, (40, hq, d), BF16), k, v, return_stats=True, **kw)
-    assert len(handle_cache_of(h)) == 1
+    assert len(handle_cache_of(h)) == 2 and made[1][:3] == made[0][:3]
     with pytest.raises(ValueError, match="options max_seq_len_q and max_seq_len_kv"):
         S.sdpa(h, q, k, v, **{**kw, "max_seq_len_kv": None})
     with pytest.raises(ValueError, match=r"packed \(T, H, D\)"):
@@ -676,6 +675,25 @@ def test_pythonic_alibi_binds_its_slopes_as_a_constant(fake_exec, monkeypatch):
     assert made[0][3] == 0x700000 and packs == [1001]  # q, k, v, then the slopes
 
 
+def test_pythonic_alibi_uploads_its_slopes_once_and_is_prepared(fake_exec, monkeypatch):
+    """The slopes' upload (driver work, which spoils a recording outside a sink) is the runner's own, outside the
+    recording: the first call of a configuration is its prepared call's, and a repeat call uploads nothing."""
+    from cudnn_py import recording
+    packs, made = fake_exec
+    copied = []
+
+    def to_device(a, stream=None, device=None):
+        recording.device_work("cuMemcpyHtoDAsync")  # as memory's copies do
+        copied.append(a)
+        return DeviceArray(0x700000, a.shape, a.dtype)
+    monkeypatch.setattr(A, "to_device", to_device)
+    h, q = _PlanHandle(), fake((1, 4, 64, 64), BF16)
+    o = DeviceArray(0x800000, q.shape, BF16)
+    for _ in range(3):
+        assert S.sdpa(h, q, q, q, causal=True, alibi=True, o=o) is o
+    assert len(copied) == 1 and len(made) == 1 and packs == [1001] * 3 and len(handle_cache_of(h)) == 1
+
+
 def test_pythonic_paged_kv_cache_binds_the_page_tables(fake_exec):
     packs, made = fake_exec
     h = _PlanHandle()
@@ -701,3 +719,31 @@ def test_pythonic_paged_kv_cache_binds_the_page_tables(fake_exec):
     with pytest.raises(ValueError, match="only for packed"):
         S.sdpa(h, q, kc, vc, max_seq_len_kv=64)
     assert len(made) == 1
+
+
+def test_pythonic_numbers_for_device_scalars_are_uploaded_once_per_value(fake_exec, monkeypatch):
+    """A dropout seed/offset or an FP8 scale given as a number is uploaded once, outside the recording, as the
+    runner's constant: a repeat call with the same numbers is its prepared call; another number is another one."""
+    from cudnn_py import recording
+    packs, made = fake_exec
+    copied = []
+
+    def to_device(a, stream=None, device=None):
+        recording.device_work("cuMemcpyHtoDAsync")  # as memory's copies do
+        copied.append(a.ravel()[0].item())
+        return DeviceArray(0x700000 + 0x100 * len(copied), a.shape, a.dtype)
+    monkeypatch.setattr(A, "to_device", to_device)
+    h, q = _PlanHandle(), fake((1, 2, 64, 64), BF16)
+    o = DeviceArray(0x800000, q.shape, BF16)
+    for _ in range(3):
+        assert S.sdpa(h, q, q, q, dropout=0.1, seed=7, offset=3, o=o) is o
+    assert copied == [7, 3] and len(made) == 1 and packs == [1001] * 3
+    assert made[0][3:6] == [0x700100, 0x700200, 0x800000]  # q, k, v, the seed and offset, o
+    S.sdpa(h, q, q, q, dropout=0.1, seed=8, offset=3, o=o)
+    assert copied == [7, 3, 8, 3] and len(made) == 2 and len(handle_cache_of(h)) == 2
+    q8 = DeviceArray(0x100000, (1, 8, 64, 128), F8)
+    outs = dict(o=DeviceArray(0x900000, q8.shape, F8), amax_s=DeviceArray(0xA00000, (1, 1, 1, 1), np.float32),
+                amax_o=DeviceArray(0xB00000, (1, 1, 1, 1), np.float32))
+    for _ in range(2):
+        S.sdpa_fp8(h, q8, q8, q8, causal=True, **dict.fromkeys(_FWD_SCALES, 0.5), **outs)
+    assert copied[4:] == [0.5] * 6 and len(made) == 3 and packs[-1] == packs[-2]

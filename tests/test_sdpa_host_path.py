@@ -2,13 +2,17 @@
 ``cudnnBackendExecute`` are stand-ins): what a prepared call does and does not do again, and a micro-profile.
 
 ``python tests/test_sdpa_host_path.py`` prints the host time of a repeat ``cudnn_py.sdpa`` call (DeviceArrays and
-stand-in torch tensors, output given) and of ``Sdpa.execute``, with the Python function calls each makes; the C call
-is a Python stand-in, so the numbers are the package's own share above it (the GPU machine's
+stand-in torch tensors, output given), of ``Sdpa.execute`` and of the torch op ``cudnn_py.torch.sdpa`` (imported on a
+stand-in torch), with the Python function calls each makes; the C call is a Python stand-in, so the numbers are the
+package's own share above it (the GPU machine's
 ``benchmarks/host_overhead.py`` and ``benchmarks/torch_ops_bench.py`` measure the whole)."""
 from __future__ import annotations
 
 import ctypes
+import itertools
+import sys
 import types
+from unittest import mock
 
 import ml_dtypes
 import numpy as np
@@ -19,7 +23,7 @@ from cudnn_py.graph import runner as grunner
 from cudnn_py.memory import DeviceArray
 from cudnn_py.ops import sdpa as S
 from cudnn_py.ops import sdpa_args as A
-from helpers import FakeTorchTensor, fake_cudnn_handle, fake_torch
+from helpers import FakeTorchDtype, FakeTorchTensor, fake_cudnn_handle, fake_torch
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 SHAPE = (1, 2, 64, 64)
@@ -134,6 +138,85 @@ def test_sdpa_execute_keeps_an_autotuned_plan(stand_ins, monkeypatch):
     assert tuned == [True] and "tuned=True" in repr(a)  # execute neither built the heuristics' plan nor tuned again
 
 
+class _Tensor(FakeTorchTensor):
+    """A stand-in torch tensor with what the torch op's hot path reads."""
+    requires_grad = False
+    device = "cuda:0"
+    _addresses = itertools.cycle([0x4000_0000, 0x4010_0000])  # torch's allocator hands blocks out again
+
+    def dim(self):
+        return len(self.shape)
+
+    def is_contiguous(self):
+        return self._strides == tuple(np.cumprod((1, *self.shape[:0:-1]))[::-1].tolist())
+
+    def permute(self, dims):
+        return _Tensor([self.shape[d] for d in dims], self.dtype, self._ptr, [self._strides[d] for d in dims])
+
+    def new_empty(self, shape, dtype=None):
+        return _Tensor(shape, dtype or self.dtype, next(self._addresses))
+
+
+def _torch_ops(mp) -> types.ModuleType:
+    """``cudnn_py.torch.attention`` imported on a stand-in torch (:func:`helpers.fake_torch`, what the op registration
+    and the compiler touch mocked), its context on device 0 a stand-in handle (:func:`_handle`). The imported modules
+    are dropped again with ``mp``."""
+    torch = fake_torch(mp)
+    torch.Tensor = _Tensor
+    torch.__getattr__ = lambda name: getattr(rest, name)  # type: ignore[attr-defined]
+    rest = mock.MagicMock(name="torch")
+    rest.compiler.is_compiling = lambda: False
+    rest.is_grad_enabled = lambda: True
+    rest._C._any_requires_grad = lambda *ts: any(t.requires_grad for t in ts)
+    rest.autograd.Function = type("Function", (), {})
+    for name in ("float8_e4m3fn", "float8_e5m2"):
+        setattr(torch, name, FakeTorchDtype(name))
+    mp.setattr(torch, "empty", lambda shape, dtype=None, device=None: _Tensor(shape, dtype, 0x5000_0000),
+               raising=False)
+    for name in ("torch._library", "torch._library.autograd"):
+        mp.setitem(sys.modules, name, mock.MagicMock(name=name))
+    for name in [n for n in sys.modules if n.startswith("cudnn_py.torch")]:
+        mp.delitem(sys.modules, name)
+    mp.setattr(sys.modules["cudnn_py"], "torch", None, raising=False)  # what the import binds, dropped on undo
+    import cudnn_py.torch.attention as attention
+    from cudnn_py.torch import runtime
+    for name in [n for n in sys.modules if n.startswith("cudnn_py.torch")]:
+        mp.setitem(sys.modules, name, sys.modules.pop(name))  # removed again on undo
+    mp.setattr(runtime, "_current_device", lambda: 0)
+    mp.setattr(runtime, "_raw_stream", lambda device: 0)
+    ctx = runtime.Context.__new__(runtime.Context)
+    ctx.handle, ctx.stream, ctx.index = _handle(), 0, 0
+    ctx.workspace = types.SimpleNamespace(release=lambda: None)
+    runtime._local.contexts[0] = ctx
+    return attention
+
+
+def _qkv(torch, **kw) -> list:
+    return [_Tensor(SHAPE, torch.bfloat16, ptr=0x10000 * (i + 1), **kw) for i in range(3)]
+
+
+def test_the_torch_op_repeat_call_is_the_core_prepared_call(stand_ins, monkeypatch):
+    """cudnn_py.torch.sdpa's eager hot path: torch's own tensors into cudnn_py.sdpa's prepared call (validated once),
+    o (and stats) in q's layout; a tensor it cannot take as it is goes to the checked path."""
+    ops = _torch_ops(monkeypatch)
+    q, k, v = _qkv(sys.modules["torch"])
+    for n in range(1, 4):
+        o = ops.sdpa(q, k, v, causal=True)
+        assert type(o) is _Tensor and o.shape == SHAPE and stand_ins["execs"] == n
+    o, stats = ops.sdpa(q, k, v, causal=True, return_stats=True)
+    assert stats.shape == (1, 2, 64, 1) and stand_ins["execs"] == 4 and stand_ins["args"] == 2
+    checked = []
+    monkeypatch.setattr(ops, "_checked", lambda *a: checked.append(a) or "checked")
+    bshd = (64 * 2 * 64, 64, 2 * 64, 1)
+    assert ops.sdpa(*_qkv(sys.modules["torch"], strides=bshd), causal=True).stride() == bshd  # o in q's layout
+    head_strided = _Tensor(SHAPE, q.dtype, strides=(2 * 64 * 128, 64 * 128, 128, 2))
+    grad = _Tensor(SHAPE, q.dtype)
+    grad.requires_grad = True
+    for args in ((head_strided, k, v), (q, grad, v), (q, k, _Tensor((2, 64, 64), q.dtype))):
+        assert ops.sdpa(*args) == "checked"
+    assert ops.sdpa(q, k, v, bias=q) == "checked" and len(checked) == 4
+
+
 def _profile() -> None:  # pragma: no cover - run by hand
     import cProfile
     import pstats
@@ -158,6 +241,9 @@ def _profile() -> None:  # pragma: no cover - run by hand
     h = _handle()
     q, k, v, o = _arrays()
     report("Sdpa.execute, DeviceArrays", Sdpa(h, q, k, v, causal=True, o=o).execute)
+    ops = _torch_ops(mp)
+    q, k, v = _qkv(sys.modules["torch"])
+    report("cudnn_py.torch.sdpa, stand-in torch, o allocated", lambda: ops.sdpa(q, k, v, causal=True))
     mp.undo()
 
 

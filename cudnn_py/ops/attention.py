@@ -187,7 +187,6 @@ class MultiHeadAttention(WeightedDescriptor):
 
     def weight_space_size(self, handle: Handle) -> int:
         """Bytes of the flat weight space holding every projection."""
-        handle = handle_arg(handle)
         return self.buffer_sizes(handle, False)[0]
 
     def weights(self, handle: Handle, weights) -> dict[str, DeviceArray]:
@@ -380,7 +379,6 @@ def _forward(handle: Handle, attn: MultiHeadAttention, q, k, v, weights, seq_len
     """The validated ``cudnnMultiHeadAttnForward`` of :func:`attention_forward` (lengths and windows by value):
     ``(o, reserve, lengths_q, lengths_kv)``, the last two the device copies of the lengths, which the backward data
     call reads too."""
-    handle = handle_arg(handle)
     q, k, v, host_lq, host_lk, (q_desc, k_desc, v_desc, o_desc) = _shapes(handle, attn, q, k, v, seq_lengths_q,
                                                                           seq_lengths_kv)
     B, Tq, Tk = q.shape[0], q.shape[1], k.shape[1]
@@ -445,20 +443,17 @@ def _backward_data(handle: Handle, attn: MultiHeadAttention, q, k, v, dout, weig
                    seq_lengths_q, seq_lengths_kv, lo_win, hi_win, dq, dk, dv) -> AttentionDataGrads:
     """The validated ``cudnnMultiHeadAttnBackwardData`` of :func:`attention_backward_data` (``reserve`` is
     updated)."""
-    handle = handle_arg(handle)
     q, k, v, _, _, (q_desc, k_desc, v_desc, o_desc) = _shapes(handle, attn, q, k, v, seq_lengths_q, seq_lengths_kv)
     B, Tq, Tk = q.shape[0], q.shape[1], k.shape[1]
     lo_c, hi_c = _windows(lo_win, hi_win, Tq, Tk)
     douta = _data(handle, attn, dout, "dout", B, Tq, attn.o_proj_size)
     w = attn._check_weights(handle, weights)
     stream = handle.stream
-    dqa = memory.output_array(dq, q.shape, attn.dtype, "dq", device=handle.device, stream=stream, contiguous=True)
-    dka = memory.output_array(dk, k.shape, attn.dtype, "dk", device=handle.device, stream=stream, contiguous=True)
-    dva = memory.output_array(dv, v.shape, attn.dtype, "dv", device=handle.device, stream=stream, contiguous=True)
+    dqa, dka, dva = (memory.output_array(g, x.shape, attn.dtype, n, device=handle.device, stream=stream,
+                                         contiguous=True) for g, x, n in ((dq, q, "dq"), (dk, k, "dk"), (dv, v, "dv")))
     _, work_n, _ = attn.buffer_sizes(handle, True)
     ra = memory.as_array(reserve, "fwd.reserve", device=handle.device)
-    lq = memory.as_array(lengths_q, "the forward's lengths", device=handle.device)
-    lk = memory.as_array(lengths_kv, "the forward's lengths", device=handle.device)
+    lq, lk = (memory.as_array(x, "the forward's lengths", device=handle.device) for x in (lengths_q, lengths_kv))
     launch(handle, capi.cudnnMultiHeadAttnBackwardData, handle.ptr, attn, lo_c, hi_c, lq, lk, o_desc, douta,
            q_desc, dqa, q, k_desc, dka, k, v_desc, dva, v, w.nbytes, w, work_n, WorkspaceArg(work_n), ra.nbytes, ra)
     return AttentionDataGrads(dqa, dka, dva)
@@ -482,7 +477,6 @@ def attention_backward_data(handle: Handle, attn: MultiHeadAttention, fwd: Atten
 def _backward_weights(handle: Handle, attn: MultiHeadAttention, q, k, v, dout, weights, reserve, seq_lengths_q,
                       seq_lengths_kv, dweights) -> DeviceArray:
     """The validated ``cudnnMultiHeadAttnBackwardWeights`` of :func:`attention_backward_weights`."""
-    handle = handle_arg(handle)
     q, k, v, _, _, (q_desc, k_desc, v_desc, o_desc) = _shapes(handle, attn, q, k, v, seq_lengths_q, seq_lengths_kv)
     douta = _data(handle, attn, dout, "dout", q.shape[0], q.shape[1], attn.o_proj_size)
     w = attn._check_weights(handle, weights)

@@ -14,15 +14,15 @@ are interleaved QKV. Outputs get the layout of their inputs (o follows q, dq/dk/
 of different lengths ("THD", as flash-attention's varlen functions take them) are (T, H, D) tensors with
 per-batch element offsets (``ragged_offset_q``/``ragged_offset_k``) and lengths (``seq_len_q``/``seq_len_kv``).
 
-The first call of a configuration (shapes, strides, dtypes, options) builds its graph and plan on the handle; a
-repeated call is its prepared call (:mod:`cudnn_py.prepared`): one dict lookup keyed by the arguments' shapes,
-strides, dtypes and the options, the runner's variant pack of their addresses (a new set of addresses gets one),
-and one ``cudnnBackendExecute``. :func:`sdpa_fp8` / :func:`sdpa_fp8_backward` are the FP8 forms (Hopper and newer), with
-per-tensor descale/scale factors and amax outputs; of the options they take ``scale`` and ``causal``.
+The first call of a configuration (shapes, strides, dtypes, options) builds its graph (the plan through the handle's
+plan cache); a repeat call is its prepared call (:mod:`cudnn_py.prepared`): one ``cudnnBackendExecute`` with the
+new addresses. :func:`sdpa_fp8` / :func:`sdpa_fp8_backward` are the FP8 forms (Hopper and newer), with per-tensor
+descale/scale factors and amax outputs; of the options they take ``scale`` and ``causal``.
 """
 from __future__ import annotations
 
 import inspect
+import threading
 from typing import TYPE_CHECKING, Any, Callable, Literal, NamedTuple, TypedDict, overload
 
 from cudnn_py._deprecation import renamed_kwargs, warn
@@ -37,7 +37,7 @@ from cudnn_py.memory import DeviceArray, DeviceArrayLike, Out
 
 from cudnn_py.prepared import prepared
 
-from .sdpa_args import CACHE, SdpaArgs, alibi_slopes, device_tensor
+from .sdpa_args import ROUTE, SdpaArgs, alibi_slopes, device_tensor
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -48,7 +48,7 @@ __all__ = ["Sdpa", "SdpaOptions", "sdpa", "sdpa_backward", "sdpa_fp8", "sdpa_fp8
 
 #: deprecated keyword -> its name now
 _RENAMED = {"ragged_offset_kv": "ragged_offset_k"}
-_OPTIONS = frozenset(SdpaOptions.__dataclass_fields__)
+_OPTIONS = tuple(SdpaOptions.__dataclass_fields__)
 
 
 class SdpaOutputs(NamedTuple):
@@ -123,15 +123,20 @@ _SDPA_INPUTS = ("q", "k", "v", "bias", "seq_len_q", "seq_len_kv", "ragged_offset
 
 
 def sdpa_cache_clear(handle: Handle) -> None:
-    """Forget the attention plans, executors and scratch buffers built for ``handle``, and the prepared calls built
-    on them (other families' stay)."""
-    cache_clear(handle_arg(handle), CACHE)
+    """Forget the prepared attention calls of ``handle`` (other families' stay): their graphs and runners are built
+    again on their next call; the plans stay in the plan cache (:func:`cudnn_py.graph.plan_cache_clear`)."""
+    cache_clear(handle_arg(handle), ROUTE)
 
 
 def _accepted(fn: Callable) -> list[str]:
     """The keywords ``fn`` takes (its parameters and the option fields), for a did-you-mean."""
     params = [n for n in inspect.signature(fn).parameters if n not in ("deprecated", "options_keywords")]
     return params + [n for n in _OPTIONS if n not in params]
+
+
+def _options(where: str, options: Any, values: dict) -> SdpaOptions:
+    """The call's :class:`SdpaOptions`: ``options``, or the option keywords among its arguments ``values``."""
+    return SdpaOptions.of(options, {n: values[n] for n in _OPTIONS}, where)
 
 
 class Sdpa:
@@ -182,8 +187,9 @@ class Sdpa:
         return self.runner
 
     def plan(self) -> Plan:
-        """Build (or find in the handle's cache) the plan of the heuristics' first engine; returns it."""
-        return self._runner(False).plan
+        """The plan :meth:`execute` runs: on the first call the heuristics' first engine's (through the handle's plan
+        cache)."""
+        return (self.runner or self._runner(False)).plan
 
     def autotune(self) -> Plan:
         """Time every plan of heuristics modes A and B on these arrays (the outputs are written) and keep the
@@ -193,13 +199,18 @@ class Sdpa:
 
     def execute(self) -> SdpaOutputs:
         """Run the attention (planning first if :meth:`plan` / :meth:`autotune` was not called) as :func:`sdpa`'s
-        prepared call of these arguments; returns the outputs, ``stats`` None without ``return_stats``."""
+        prepared call of these arguments, whose first call runs this runner; returns the outputs, ``stats`` None
+        without ``return_stats``."""
         if self.runner is None:
             self.plan()
         (q, k, v), tensors = self._call
-        res: Any = sdpa(  # type: ignore[call-overload]  # return_stats is a bool, not a Literal
-            self.handle, q, k, v, self.options, **tensors, return_stats=self.return_stats, autotune=self._tuned,
-            **self.outputs)
+        _executing.sdpa = self
+        try:
+            res: Any = sdpa(  # type: ignore[call-overload]  # return_stats is a bool, not a Literal
+                self.handle, q, k, v, self.options, **tensors, return_stats=self.return_stats, autotune=self._tuned,
+                **self.outputs)
+        finally:
+            _executing.sdpa = None
         return res if self.return_stats else SdpaOutputs(res, None)
 
     def _run(self) -> SdpaOutputs:
@@ -210,6 +221,11 @@ class Sdpa:
     def __repr__(self) -> str:
         plan = self.runner.plan.tag if self.runner else "not planned"
         return f"<Sdpa {self.options} {plan}>"
+
+
+#: ``.sdpa``: the :class:`Sdpa` whose :meth:`~Sdpa.execute` is calling :func:`sdpa` on this thread, which a validated
+#: call runs (its plan, tuned or not) instead of planning again
+_executing = threading.local()
 
 
 @overload
@@ -262,6 +278,11 @@ def sdpa(handle: Handle, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayL
     :param autotune: on the first call of a configuration, time every plan and keep the fastest.
     :returns: o, or with ``return_stats=True`` an :class:`SdpaOutputs` (o, stats), which unpacks like a tuple.
     """
+    planned = getattr(_executing, "sdpa", None)
+    if planned is not None:
+        _executing.sdpa = None
+        res = planned._run()
+        return res if return_stats else res.o
     if deprecated:
         refuse_unknown("sdpa", deprecated, _RENAMED, _accepted(sdpa))
         ragged_offset_k = renamed_kwargs("sdpa", deprecated, _RENAMED,
@@ -270,10 +291,7 @@ def sdpa(handle: Handle, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayL
         warn("sdpa(): stats= without return_stats=True is deprecated (the return type follows return_stats): pass "
              "return_stats=True")
         return_stats = True
-    keywords = dict(scale=scale, causal=causal, diagonal_alignment=diagonal_alignment, left_bound=left_bound,
-                    right_bound=right_bound, alibi=alibi, dropout=dropout, max_seq_len_q=max_seq_len_q,
-                    max_seq_len_kv=max_seq_len_kv, implementation=implementation)
-    a = Sdpa(handle, q, k, v, SdpaOptions.of(options, keywords, "sdpa"), bias=bias, seq_len_q=seq_len_q,
+    a = Sdpa(handle, q, k, v, _options("sdpa", options, locals()), bias=bias, seq_len_q=seq_len_q,
              seq_len_kv=seq_len_kv, ragged_offset_q=ragged_offset_q, ragged_offset_k=ragged_offset_k, seed=seed,
              offset=offset, page_table_k=page_table_k, page_table_v=page_table_v, sink=sink,
              return_stats=return_stats, o=o, stats=stats)
@@ -349,11 +367,7 @@ def sdpa_backward(handle: Handle, q: DeviceArrayLike, k: DeviceArrayLike, v: Dev
         sink = None  # the statistics hold its share: only its gradient reads it
     outputs = {"dq": dq, "dk": dk, "dv": dv, **({"dbias": dbias} if return_dbias else {}),
                **({"dsink": dsink} if return_dsink else {})}
-    handle = handle_arg(handle)
-    keywords = dict(scale=scale, causal=causal, diagonal_alignment=diagonal_alignment, left_bound=left_bound,
-                    right_bound=right_bound, alibi=alibi, dropout=dropout, max_seq_len_q=max_seq_len_q,
-                    max_seq_len_kv=max_seq_len_kv, implementation=implementation)
-    args = SdpaArgs(handle, q, k, v, SdpaOptions.of(options, keywords, "sdpa_backward"), bias=bias,
+    args = SdpaArgs(handle_arg(handle), q, k, v, _options("sdpa_backward", options, locals()), bias=bias,
                     seq_len_q=seq_len_q, seq_len_kv=seq_len_kv, ragged_offset_q=ragged_offset_q,
                     ragged_offset_k=ragged_offset_k, seed=seed, offset=offset, sink=sink, o=o, do=do, stats=stats)
     given = {n: None if x is None or (args.ragged and n in ("dq", "dk", "dv")) else device_tensor(x, n)[1]
@@ -361,14 +375,9 @@ def sdpa_backward(handle: Handle, q: DeviceArrayLike, k: DeviceArrayLike, v: Dev
     # the scratch tensors live in the plan's workspace
     r = args.runner("sdpa_backward", bool_arg(autotune, "autotune"), given, (0, 1, 2) if args.ragged else (),
                     dbias=return_dbias, dsink=return_dsink, name="sdpa_bwd")
-    return _grads(outputs, args.run(r, outputs))
-
-
-def _grads(outputs: dict, outs: list) -> SdpaGrads | SdpaGradsWithBias | SdpaGradsWithSink | SdpaGradsWithBiasAndSink:
-    """The gradients as the NamedTuple of the outputs asked for (``outputs``' names)."""
-    cls = {3: SdpaGrads, 5: SdpaGradsWithBiasAndSink}.get(len(outs)) or (
-        SdpaGradsWithSink if "dsink" in outputs else SdpaGradsWithBias)
-    return cls(*outs)
+    outs = args.run(r, outputs)  # as the NamedTuple of the gradients asked for
+    return {3: SdpaGrads, 5: SdpaGradsWithBiasAndSink}.get(len(outs), SdpaGradsWithSink if return_dsink else
+                                                          SdpaGradsWithBias)(*outs)
 
 
 # -- FP8 -----------------------------------------------------------------------------------------------------------
@@ -395,9 +404,8 @@ class SdpaFp8Grads(NamedTuple):
 def _fp8_call(handle: Any, method: str, tensors: dict, scales: dict, outputs: dict, opts: SdpaOptions,
               autotune: bool, **builder: Any) -> list:
     """Run the FP8 attention graph of ``Graph.<method>`` on the call's ``tensors`` and ``scales``
-    (numbers or device tensors) by builder keyword through the runner cache; returns the ``outputs`` (name -> the
+    (numbers or device tensors) by builder keyword; returns the ``outputs`` (name -> the
     caller's array or None) in order. ``builder``: more keywords of the ``Graph`` method."""
-    handle = handle_arg(handle)
     args = SdpaArgs(handle, opts=opts, scales=scales, **tensors)
     given = {n: None if x is None else device_tensor(x, n)[1] for n, x in outputs.items()}
     return args.run(args.runner(method, autotune, given, **builder), outputs)
@@ -420,7 +428,7 @@ def sdpa_fp8(handle: Handle, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceAr
         (float8_e4m3fn or float8_e5m2: ml_dtypes on DeviceArrays, or torch's), head dims multiples of 16 up to
         256 and packed; Hq a multiple of Hk and Hv.
     :param descale_q, descale_k, descale_v, descale_s, scale_s, scale_o: each a one-element float32 device tensor
-        or a number > 0 (copied to the device on each call: pass device tensors for a prepared call).
+        or a number > 0 (copied to the device once per configuration and value: the prepared call keeps it).
     :param options: an :class:`SdpaOptions` of ``scale`` (multiplies q k^T; default 1/sqrt(D)) and ``causal``
         (top-left causal mask, the only mask FP8 attention takes here), or those two as keywords.
     :param return_stats: also return the (B, Hq, Sq, 1) float32 statistics :func:`sdpa_fp8_backward` needs.
@@ -459,7 +467,7 @@ def sdpa_fp8_backward(handle: Handle, q: DeviceArrayLike, k: DeviceArrayLike, v:
     :param descale_s, scale_s: the forward's probability scale and its inverse.
     :param scale_dp, descale_dp: the scale of dS (rounded to do's FP8 type inside the kernel) and its inverse.
     :param scale_dq, scale_dk, scale_dv: the scales of the FP8 results. Each scale is a one-element float32 device
-        tensor or a number > 0 (copied to the device on each call).
+        tensor or a number > 0 (copied to the device once per configuration and value).
     :param options: as in the forward (``scale`` and ``causal``, or those two as keywords).
     :param dq, dk, dv, amax_dq, amax_dk, amax_dv, amax_dp: outputs to write (default: new arrays; dq, dk, dv in the
         layouts of q, k, v and q's FP8 type).

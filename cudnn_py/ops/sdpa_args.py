@@ -1,6 +1,7 @@
 """The arguments of the attention entry points (:mod:`cudnn_py.ops.sdpa`): device tensors read and checked, packed
-(THD) tensors seen as their logical views, constants made, outputs bound, and their graphs' runners
-(:class:`~cudnn_py.graph.runner.Runner`). The options are an :class:`~cudnn_py.graph.ops.sdpa_options.SdpaOptions`
+(THD) tensors seen as their logical views, constants made, outputs bound, and the graph's
+:class:`~cudnn_py.graph.runner.Runner`, built on a call's validated path (its plan through the handle's plan cache;
+the prepared call keeps the runner). The options are an :class:`~cudnn_py.graph.ops.sdpa_options.SdpaOptions`
 (checked when made); the graph builder (``Graph.sdpa*``) checks the tensors' fit to each other.
 """
 from __future__ import annotations
@@ -12,15 +13,17 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from cudnn_py import recording
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.graph import Graph
 from cudnn_py.graph.ops.sdpa_options import SdpaOptions
-from cudnn_py.graph.runner import Runner, cached, handle_device, new_output, plan_graph
-from cudnn_py.memory import DeviceArray, Output, array_signature, as_array, c_strides, is_torch_tensor, to_device
+from cudnn_py.graph.runner import Runner, handle_device, new_output, plan_graph
+from cudnn_py.memory import DeviceArray, array_signature, as_array, is_torch_tensor, to_device
 
-__all__ = ["CACHE", "SdpaArgs", "alibi_slopes", "device_tensor", "device_scalar", "thd", "bind_output"]
+__all__ = ["ROUTE", "SdpaArgs", "alibi_slopes", "device_tensor", "device_scalar", "thd", "bind_output"]
 
-CACHE = "ops.sdpa"        #: canonical configuration -> Runner
+#: what the prepared calls that ran an attention graph note they were built on (:func:`~cudnn_py.sdpa_cache_clear`)
+ROUTE = "attention graph paths"
 
 
 def alibi_slopes(heads: int) -> np.ndarray:
@@ -43,30 +46,20 @@ def device_tensor(obj: Any, name: str) -> tuple[Any, tuple]:
     return obj, (shape, strides, dtype)
 
 
-def _per_batch(obj: Any, name: str, pages: bool = False) -> tuple[DeviceArray | None, tuple | None]:
-    """An optional per-batch device tensor with its meta, or (None, None): a vector ((N,) or (N, 1, 1, 1)) as (N, 1,
-    1, 1), or with ``pages`` a page table ((B, pages) or (B, 1, pages, 1)) as (B, 1, pages, 1)."""
+def _as_4d(obj: Any, name: str, axis: int = 0, pages: bool = False) -> DeviceArray | None:
+    """An optional device tensor, None where absent: a vector ((N,)) seen as 4-D with N on ``axis`` (per-batch
+    lengths and offsets: 0, a sink's heads: 1), a page table ((B, pages)) as (B, 1, pages, 1); 4-D as it is (the
+    builder checks the rest)."""
     if obj is None:
-        return None, None
+        return None
     a = as_array(obj, name)
     if a.ndim == 1 + pages:
         if not a.is_contiguous:
             raise InvalidValueError(f"{name} must be packed")
-        a = a.reshape(a.shape[0], 1, a.shape[1], 1) if pages else a.reshape(a.shape[0], 1, 1, 1)
-    return a, (a.shape, a.strides, a.dtype)
-
-
-def _sink(obj: Any) -> tuple[DeviceArray | None, tuple | None]:
-    """The optional attention sink with its meta, or (None, None): (H,) or (1, H, 1, 1) device memory as (1, H, 1,
-    1) (the builder checks H and the dtype)."""
-    if obj is None:
-        return None, None
-    a = as_array(obj, "sink")
-    if a.ndim == 1:
-        if not a.is_contiguous:
-            raise InvalidValueError("sink must be packed")
-        a = a.reshape(1, a.shape[0], 1, 1)
-    return a, (a.shape, a.strides, a.dtype)
+        shape = [a.shape[0], 1, a.shape[1], 1] if pages else [1, 1, 1, 1]
+        shape[axis] = a.shape[0]
+        a = a.reshape(*shape)
+    return a
 
 
 def thd(obj: Any, name: str, b: int, s_max: int, heads: int | None = None) -> DeviceArray:
@@ -115,9 +108,9 @@ _KEYWORDS = {"ragged_q": ("ragged_offset_q", "ragged_offset_o"), "ragged_k": ("r
 class SdpaArgs:
     """One call's device arrays with its :class:`SdpaOptions` (and the attention sink ``sink``, (H,) or (1, H, 1, 1);
     the backward's inputs ``o``, ``do``, ``stats``; FP8's descale/scale factors ``scales``), its graph's runner
-    (:meth:`runner`) and its execution (:meth:`run`). ``key`` is the cache key of the configuration, ``arrays`` the
-    arrays by graph tensor name in binding order. Packed (ragged) tensors are replaced by their logical (B, H, S_max,
-    D) views; ``packed`` holds the (T, H, D) shapes of q, k, v (None when nothing is packed)."""
+    (:meth:`runner`) and its execution (:meth:`run`). ``arrays``: the arrays by graph tensor name in binding order.
+    Packed (ragged) tensors are replaced by their logical (B, H, S_max, D) views; ``packed`` holds the (T, H, D)
+    shapes of q, k, v (None when nothing is packed)."""
 
     def __init__(self, handle: Any, q: Any, k: Any, v: Any, opts: SdpaOptions, *, bias: Any = None,
                  seq_len_q: Any = None, seq_len_kv: Any = None, ragged_offset_q: Any = None,
@@ -125,10 +118,11 @@ class SdpaArgs:
                  page_table_v: Any = None, sink: Any = None, o: Any = None, do: Any = None, stats: Any = None,
                  scales: dict | None = None):
         self.handle, self.opts, self.packed, scales = handle, opts, None, scales or {}
-        got: dict[str, tuple[Any, Any]] = {n: _per_batch(x, name) for n, x, name in (
+        got: dict[str, Any] = {n: _as_4d(x, name, pages=name.startswith("page")) for n, x, name in (
             ("seq_len_q", seq_len_q, "seq_len_q"), ("seq_len_kv", seq_len_kv, "seq_len_kv"),
-            ("ragged_q", ragged_offset_q, "ragged_offset_q"), ("ragged_k", ragged_offset_k, "ragged_offset_k"))}
-        rq, rk = got["ragged_q"][0], got["ragged_k"][0]
+            ("ragged_q", ragged_offset_q, "ragged_offset_q"), ("ragged_k", ragged_offset_k, "ragged_offset_k"),
+            ("page_table_k", page_table_k, "page_table_k"), ("page_table_v", page_table_v, "page_table_v"))}
+        rq, rk = got["ragged_q"], got["ragged_k"]
         self.ragged = rq is not None or rk is not None
         msl_q, msl_kv = opts.max_seq_len_q, opts.max_seq_len_kv
         if self.ragged:
@@ -147,72 +141,69 @@ class SdpaArgs:
                                         "for other shapes")
             if do is not None:  # the backward's o and do are packed like q
                 o, do = thd(o, "o", b, msl_q, q.shape[1]), thd(do, "do", b, msl_q, q.shape[1])
-        got.update({n: _per_batch(x, n, pages=True) for n, x in (("page_table_k", page_table_k),
-                                                                 ("page_table_v", page_table_v))})
         if page_table_k is not None or page_table_v is not None:  # the builder checks the rest
             if self.ragged:
                 raise InvalidValueError("a paged KV cache does not combine with packed (THD) tensors here")
         elif not self.ragged and (msl_q is not None or msl_kv is not None):
             raise InvalidValueError("max_seq_len_q/max_seq_len_kv are only for packed (THD) tensors with ragged "
                                     "offsets (and max_seq_len_kv for a paged KV cache)")
-        got["sink"] = _sink(sink)
-        got.update({n: device_tensor(x, n) for n, x in (("q", q), ("k", k), ("v", v), ("bias", bias), ("o", o),
-                                                         ("do", do), ("stats", stats)) if x is not None})
-        mq = got["q"][1]
-        self.hq, self.dtype = mq[0][1] if len(mq[0]) == 4 else 1, mq[2]
+        got["sink"] = _as_4d(sink, "sink", axis=1)
+        got.update({n: device_tensor(x, n)[0] for n, x in (("q", q), ("k", k), ("v", v), ("bias", bias), ("o", o),
+                                                            ("do", do), ("stats", stats)) if x is not None})
+        (shape, _, self.dtype, _), _ = array_signature(got["q"], "q")
+        self.hq = shape[1] if len(shape) == 4 else 1
         if isinstance(opts.alibi, tuple) and len(opts.alibi) != self.hq:
             raise InvalidValueError(f"alibi must be True or {self.hq} per-head slopes, got {len(opts.alibi)}")
         if opts.dropout:
             if seed is None or offset is None:
                 raise InvalidValueError("dropout needs seed= and offset= (ints or int64 device tensors): the Philox "
                                         "state")
-            got.update({n: (device_scalar(handle, x, n, np.int64), None) for n, x in (("seed", seed),
-                                                                                      ("offset", offset))})
-        got.update({n: device_tensor(device_scalar(handle, x, n, np.float32), n) for n, x in scales.items()})
+        # scalars given as numbers are uploaded once, outside the recording: the runner's constants, which the
+        # prepared call keeps (its key holds the numbers); device tensors are the call's arrays
+        self.consts: dict[str, DeviceArray] = {}
+        scalars = [(n, x, np.int64) for n, x in (("seed", seed), ("offset", offset)) if opts.dropout]
+        for n, x, dt in scalars + [(n, x, np.float32) for n, x in scales.items()]:
+            with recording.measuring():
+                a = device_scalar(handle, x, n, dt)
+            (self.consts if isinstance(x, numbers.Real) else got)[n] = device_tensor(a, n)[0]
         order = ("q", "k", "v", "bias", "seq_len_q", "seq_len_kv", "ragged_q", "ragged_k", "seed", "offset",
                  "page_table_k", "page_table_v", "sink", "o", "do", "stats", *scales)
-        self.arrays = {n: got[n][0] for n in order if got.get(n, (None,))[0] is not None}
-        self.key = (tuple((n, got[n][1]) for n in self.arrays), opts)
+        self.arrays = {n: got[n] for n in order if got.get(n) is not None}
 
     def runner(self, method: str, autotune: bool, given: dict, srcs: Sequence = (), **builder: Any) -> Runner:
         """The runner of the graph of ``Graph.<method>`` on these arrays (a graph tensor each, in binding order; then
-        the constants': the ALiBi slopes, made once per plan and given to the builder as a tensor), these options and
-        the ``builder`` keywords, built on the handle's first call. ``given``: output name -> the (shape, strides,
-        dtype) of the caller's array, whose strides the output takes (its shape checked), or None; ``srcs``: for each
-        packed output the index of the q/k/v whose token count it shares (else None)."""
+        the constants': the ALiBi slopes, given to the builder as a tensor), these options and the ``builder``
+        keywords. ``given``: output name -> the (shape, strides, dtype) of the caller's array, whose strides the output
+        takes (its shape checked), or None; ``srcs``: for each packed output the index of the q/k/v whose token count
+        it shares (else None)."""
         handle = self.handle
-
-        def make() -> Runner:
-            g = Graph(io_dtype=self.dtype, compute_dtype="float32", intermediate_dtype="float32", name=method)
-            kw: dict = {}
-            tensors, arrays = [], list(self.arrays.values())
-            for n, a in self.arrays.items():
-                tensors.append(g.tensor_like(a, n))
-                kw.update(dict.fromkeys(_KEYWORDS.get(n, (n,)), tensors[-1]))
-            if self.opts.alibi is not False:
-                slopes = alibi_slopes(self.hq) if self.opts.alibi is True else np.array(self.opts.alibi, np.float32)
+        recording.uses(ROUTE)
+        g = Graph(io_dtype=self.dtype, compute_dtype="float32", intermediate_dtype="float32", name=method)
+        kw: dict = {}
+        tensors, arrays = [], [*self.arrays.values(), *self.consts.values()]
+        for n, a in (*self.arrays.items(), *self.consts.items()):
+            tensors.append(g.tensor_like(a, n))
+            kw.update(dict.fromkeys(_KEYWORDS.get(n, (n,)), tensors[-1]))
+        if self.opts.alibi is not False:
+            slopes = alibi_slopes(self.hq) if self.opts.alibi is True else np.array(self.opts.alibi, np.float32)
+            with recording.measuring():  # uploaded once: the runner a prepared call keeps holds them
                 arrays.append(to_device(slopes.reshape(1, -1, 1, 1), stream=getattr(handle, "stream", None),
                                         device=handle_device(handle)))
-                kw["alibi"] = g.tensor_like(arrays[-1], "alibi_slopes")
-                tensors.append(kw["alibi"])
-            opts = dataclasses.replace(self.opts, alibi=False)
-            outs = [t for t in getattr(g, method)(**kw, options=opts, **builder) if t is not None]
-            for t, (name, meta) in zip(outs, given.items()):
-                if meta is not None:
-                    if tuple(meta[0]) != t.shape:
-                        raise InvalidValueError(f"{name} must have shape {t.shape}, got {tuple(meta[0])}")
-                    t.strides = tuple(meta[1])
-                t.set_output(True).set_name(name)
-            plan = plan_graph(g, handle, dict(zip(tensors, arrays)), outs, autotune)
-            specs = []  # per output: shape, dtype, strides, the packed input it follows, else its new arrays
-            for i, t in enumerate(outs):
-                src = srcs[i] if i < len(srcs) else None
-                new = Output(t.shape, t.np_dtype, t.strides) if src is None else None
-                specs.append((t.shape, t.np_dtype, t.strides, src, new))
-            n = len(self.arrays)
-            return Runner(plan, handle, [*tensors, *outs], arrays[n:], n, specs)
-        key = (method, self.key, tuple(given.values()), tuple(builder.items()), autotune)
-        return cached(handle, CACHE, key, make)
+            kw["alibi"] = g.tensor_like(arrays[-1], "alibi_slopes")
+            tensors.append(kw["alibi"])
+        opts = dataclasses.replace(self.opts, alibi=False)
+        outs = [t for t in getattr(g, method)(**kw, options=opts, **builder) if t is not None]
+        for t, (name, meta) in zip(outs, given.items()):
+            if meta is not None:
+                if tuple(meta[0]) != t.shape:
+                    raise InvalidValueError(f"{name} must have shape {t.shape}, got {tuple(meta[0])}")
+                t.strides = tuple(meta[1])
+            t.set_output(True).set_name(name)
+        plan = plan_graph(g, handle, dict(zip(tensors, arrays)), outs, autotune)
+        # per output: shape, dtype, strides, the packed input it follows (else None)
+        specs = [(t.shape, t.np_dtype, t.strides, srcs[i] if i < len(srcs) else None) for i, t in enumerate(outs)]
+        n = len(self.arrays)
+        return Runner(plan, handle, [*tensors, *outs], arrays[n:], n, specs)
 
     def run(self, r: Runner, outputs: dict) -> list:
         """Execute ``r`` on these arrays and ``outputs`` (name -> the caller's array, or None for a new one;
@@ -222,26 +213,16 @@ class SdpaArgs:
         return [a for a, _ in bound]
 
 
-def _new(handle: Any, spec: tuple, shapes: Sequence | None) -> DeviceArray:
-    """A new output for ``spec`` (:func:`graph_runner`): packed, a (T, H, D) array with T of the input it follows
-    (``shapes``: the packed q, k, v shapes)."""
-    shape, dtype, _, src, new = spec
-    if new is not None:
-        return new(handle)
-    packed = (shapes[src][0], shape[1], shape[3])  # type: ignore[index]
-    return new_output(handle, packed, dtype, c_strides(packed))
-
-
 def bind_output(handle: Any, given: Any, name: str, spec: tuple, shapes: Sequence | None) -> tuple[Any, Any]:
     """(returned array, bound array) for an output: the caller's ``given`` checked against ``spec``, or new. A
     packed output is a (T, H, D) array bound through its logical view (``shapes``: the call's packed q, k, v shapes)."""
-    shape, dtype, _, src, _ = spec
+    shape, dtype, strides, src = spec
+    packed = None if src is None else (shapes[src][0], shape[1], shape[3])  # type: ignore[index]
     if given is None:
-        given = _new(handle, spec, shapes)
-        if src is None:
+        given = new_output(handle, packed or shape, dtype, None if packed else strides)
+        if packed is None:
             return given, given
-    if src is not None:
-        packed = (shapes[src][0], shape[1], shape[3])  # type: ignore[index]
+    if packed is not None:
         a = as_array(given, name)
         if a.shape != packed or a.dtype != dtype:
             raise InvalidValueError(f"{name} must have shape {packed} and dtype {dtype}, got {a.shape} {a.dtype}")

@@ -5,11 +5,10 @@
 bottom-right causal masks, sliding windows, an additive bias and its gradient, per-batch lengths, packed batches by
 FlashAttention-style ``cu_seqlens`` or element offsets, paged KV caches, ALiBi, dropout);
 :func:`scaled_dot_product_attention` has ``torch.nn.functional.scaled_dot_product_attention``'s signature. Both
-reach the ops through :func:`~cudnn_py.torch.runtime.call` (eagerly their implementations directly, traced the
-registered ops), so they run eagerly, under autograd, under ``torch.compile(fullgraph=True)`` and in CUDA graphs,
-on torch's current stream. The ops run :func:`cudnn_py.sdpa` and :func:`cudnn_py.sdpa_backward` on the tensors,
-their outputs allocated here (from torch's allocator), so a repeat call of a configuration is the core's prepared
-call; a plain eager call that needs no gradient goes there directly (see :func:`sdpa`'s body). FP8 attention is in
+reach the ops through :func:`~cudnn_py.torch.runtime.call`, so they run eagerly, under autograd, under
+``torch.compile(fullgraph=True)`` and in CUDA graphs, on torch's current stream. The ops run :func:`cudnn_py.sdpa`
+and :func:`cudnn_py.sdpa_backward` on the tensors with outputs from torch's allocator, so a repeat call is the core's
+prepared call; a plain eager call that needs no gradient goes there directly. FP8 attention:
 :mod:`cudnn_py.torch.attention_fp8`.
 
 Tensors are logical (B, H, S, D) with the head dim packed (stride 1), any other strides (BHSD, BSHD as
@@ -38,6 +37,7 @@ __all__ = ["sdpa", "scaled_dot_product_attention", "sdpa_fwd", "sdpa_bwd", "sdpa
 
 _is_compiling = torch.compiler.is_compiling
 _grad_enabled = torch.is_grad_enabled
+_any_requires_grad = torch._C._any_requires_grad
 
 _IO_DTYPES = (torch.float16, torch.bfloat16)
 _N_TENSORS = 11  # q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset, sink
@@ -45,23 +45,19 @@ _N_TENSORS = 11  # q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged
 _FWD_NAMES = ("bias", "seq_len_q", "seq_len_kv", "ragged_offset_q", "ragged_offset_k", "seed", "offset", "sink")
 
 
-def _no_stats(device) -> Tensor:
-    return torch.empty((0,), dtype=torch.float32, device=device)
-
-
-def _outputs(q: Tensor, v: Tensor, ragged_offset_q: Optional[Tensor], max_seq_len_q: Optional[int],
-             zero: bool, stats: bool) -> tuple[Tensor, Optional[Tensor]]:
-    """(o, stats or None): o in q's layout (packed: (T, Hq, Dv)), zero-filled with ``zero`` (a padding mask leaves
-    rows unwritten); stats (B, Hq, Sq, 1) float32."""
+def _fwd_outputs(q: Tensor, v: Tensor, seq_len_q: Optional[Tensor], ragged_offset_q: Optional[Tensor],
+                 max_seq_len_q: Optional[int], return_stats: bool) -> tuple[Tensor, Tensor]:
+    """(o, stats): o in q's layout (packed: (T, Hq, Dv)), zero-filled under a padding mask on padded tensors (which
+    leaves rows unwritten); stats (B, Hq, Sq, 1) float32, (0,) without ``return_stats``."""
+    zero = seq_len_q is not None and ragged_offset_q is None
     if ragged_offset_q is not None:
-        b, hq, sq = ragged_offset_q.shape[0] - 1, q.shape[1], max_seq_len_q or 0
-        o = torch.empty((q.shape[0], hq, v.shape[2]), dtype=q.dtype, device=q.device)
-        return o, torch.empty((b, hq, sq, 1), dtype=torch.float32, device=q.device) if stats else None
-    b, hq, sq, _ = q.shape
-    o = empty_like_layout(q, (b, hq, sq, v.shape[3]), zero=zero)
-    if not stats:
-        return o, None
-    return o, (torch.zeros if zero else torch.empty)((b, hq, sq, 1), dtype=torch.float32, device=q.device)
+        b, sq = ragged_offset_q.shape[0] - 1, max_seq_len_q or 0
+        o = torch.empty((q.shape[0], q.shape[1], v.shape[2]), dtype=q.dtype, device=q.device)
+    else:
+        b, sq = q.shape[0], q.shape[2]
+        o = empty_like_layout(q, (b, q.shape[1], sq, v.shape[3]), zero=zero)
+    stats = (b, q.shape[1], sq, 1) if return_stats else (0,)
+    return o, (torch.zeros if zero and return_stats else torch.empty)(stats, dtype=torch.float32, device=q.device)
 
 
 def _options(scale, causal, bottom_right, left_bound, right_bound, alibi, dropout, max_seq_len_q,
@@ -85,24 +81,19 @@ def _sdpa_fwd(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], seq_len_q
              return_stats: bool = True) -> tuple[Tensor, Tensor]:
     """Attention forward: (o, the float32 log-sum-exp statistics (B, Hq, Sq, 1), empty without ``return_stats``:
     the backward needs them). See :func:`sdpa`."""
-    o, stats = _outputs(q, v, ragged_offset_q, max_seq_len_q, seq_len_q is not None and ragged_offset_q is None,
-                        return_stats)
+    o, stats = _fwd_outputs(q, v, seq_len_q, ragged_offset_q, max_seq_len_q, return_stats)
     extra = _given(_FWD_NAMES, (bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset, sink))
-    opts = _options(scale, causal, bottom_right, left_bound, right_bound, alibi, dropout, max_seq_len_q,
-                    max_seq_len_kv)
-    if stats is None:
-        context(q.get_device()).run(core_sdpa, q, k, v, **extra, **opts, o=o)
-        return o, _no_stats(q.device)
-    context(q.get_device()).run(core_sdpa, q, k, v, **extra, **opts, o=o, stats=stats, return_stats=True)
+    if return_stats:
+        extra.update(stats=stats, return_stats=True)
+    context(q.get_device()).run(core_sdpa, q, k, v, **extra, o=o, **_options(
+        scale, causal, bottom_right, left_bound, right_bound, alibi, dropout, max_seq_len_q, max_seq_len_kv))
     return o, stats
 
 
 def _sdpa_fwd_fake(q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset, sink, scale,
                    causal, bottom_right, left_bound, right_bound, alibi, dropout, max_seq_len_q, max_seq_len_kv,
                    return_stats=True):
-    o, stats = _outputs(q, v, ragged_offset_q, max_seq_len_q, seq_len_q is not None and ragged_offset_q is None,
-                        return_stats)
-    return o, _no_stats(q.device) if stats is None else stats
+    return _fwd_outputs(q, v, seq_len_q, ragged_offset_q, max_seq_len_q, return_stats)
 
 
 def _grads(q, k, v, bias, sink, ragged, zero: bool, want_dbias: bool, want_dsink: bool) -> list[Tensor]:
@@ -180,7 +171,7 @@ def _sdpa_paged_fwd(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table_k: T
                     max_seq_len_kv: int) -> Tensor:
     """Attention forward over a paged KV cache: o (B, Hq, Sq, Dv) in q's layout, rows beyond ``seq_len_q`` zero.
     See :func:`sdpa`."""
-    o, _ = _outputs(q, v_cache, None, None, True, False)
+    o = empty_like_layout(q, (*q.shape[:3], v_cache.shape[3]), zero=True)
     context(q.get_device()).run(core_sdpa, q, k_cache, v_cache, page_table_k=page_table_k, page_table_v=page_table_v,
                                 seq_len_q=seq_len_q, seq_len_kv=seq_len_kv, **_given(("bias",), (bias,)),
                                 **_options(scale, causal, bottom_right, left_bound, right_bound, alibi, 0.0, None,
@@ -190,7 +181,7 @@ def _sdpa_paged_fwd(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table_k: T
 
 def _sdpa_paged_fwd_fake(q, k_cache, v_cache, page_table_k, page_table_v, seq_len_q, seq_len_kv, bias, scale, causal,
                          bottom_right, left_bound, right_bound, alibi, max_seq_len_kv):
-    return _outputs(q, v_cache, None, None, True, False)[0]
+    return empty_like_layout(q, (*q.shape[:3], v_cache.shape[3]), zero=True)
 
 
 sdpa_paged_fwd = define("sdpa_paged_fwd", _sdpa_paged_fwd, _sdpa_paged_fwd_fake)
@@ -212,15 +203,10 @@ def _check_qkv(q, k, v, packed: bool) -> None:
         raise InvalidValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
 
 
-def _packed(x: Tensor) -> bool:
-    """Whether ``x``'s head dim is packed and no dim is broadcast (stride 0)."""
-    st = x.stride()
-    return st[-1] == 1 and 0 not in st
-
-
 def _head_packed(x: Tensor) -> Tensor:
-    """``x`` if :func:`_packed`, else a packed copy."""
-    return x if _packed(x) else x.contiguous()
+    """``x`` where its head dim is packed and no dim is broadcast (stride 0), else a packed copy."""
+    st = x.stride()
+    return x if st[-1] == 1 and 0 not in st else x.contiguous()
 
 
 def _per_batch(x, name: str) -> Tensor:
@@ -303,26 +289,24 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, *, scale: float | None = None, causal:
     if (bias is seq_len_q is seq_len_kv is cu_seqlens_q is cu_seqlens_kv is ragged_offset_q is ragged_offset_k
             is max_seq_len_q is max_seq_len_kv is page_table_k is page_table_v is seed is offset is sink is None
             and not dropout and alibi is False and type(q) is Tensor and type(k) is Tensor and type(v) is Tensor
-            and not _is_compiling()
-            and not (_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))):
-        # the hot path: plain attention, eager, no gradient, on tensors cuDNN takes as they are: the options go to
-        # cudnn_py.sdpa unchecked (its prepared call's key holds them; a new key checks them, as below)
-        dt, dev = q.dtype, q.get_device()
+            and not _is_compiling() and not (_grad_enabled() and _any_requires_grad(q, k, v))):
+        # the hot path: plain attention, eager, no gradient, on tensors cuDNN takes as they are (4-D, head dim packed,
+        # no dim broadcast): the options go to cudnn_py.sdpa unchecked (its prepared call's key holds them; a new key
+        # checks them, as below)
+        dt, dev, qs, ks, vs = q.dtype, q.get_device(), q.stride(), k.stride(), v.stride()
         if (dt in _IO_DTYPES and dev >= 0 and k.dtype is dt and v.dtype is dt and k.get_device() == dev
-                and v.get_device() == dev and q.dim() == 4 and k.dim() == 4 and v.dim() == 4
-                and _packed(q) and _packed(k) and _packed(v)):
-            b, hq, sq, _ = q.shape
-            o = empty_like_layout(q, (b, hq, sq, v.shape[3]))
-            # the band options only where given: each keyword is passed on twice and is one more part of the key
-            band = {} if left_bound is right_bound is None and diagonal_alignment == "top_left" else dict(
+                and v.get_device() == dev and len(qs) == len(ks) == len(vs) == 4 and qs[3] == ks[3] == vs[3] == 1
+                and 0 not in qs and 0 not in ks and 0 not in vs):
+            b, hq, sq, d = q.shape
+            dv = v.shape[3]
+            o = q.new_empty((b, hq, sq, dv)) if q.is_contiguous() else empty_like_layout(q, (b, hq, sq, dv))
+            # the band options only where given: each keyword is one more part of the prepared call's key
+            kw = {} if left_bound is right_bound is None and diagonal_alignment == "top_left" else dict(
                 diagonal_alignment=diagonal_alignment, left_bound=left_bound, right_bound=right_bound)
-            if not return_stats:
-                context(dev).run(core_sdpa, q, k, v, scale=scale, causal=causal, o=o, **band)
-                return o
-            stats = torch.empty((b, hq, sq, 1), dtype=torch.float32, device=q.device)
-            context(dev).run(core_sdpa, q, k, v, scale=scale, causal=causal, o=o, stats=stats, return_stats=True,
-                             **band)
-            return o, stats
+            if return_stats:
+                kw.update(stats=q.new_empty((b, hq, sq, 1), dtype=torch.float32), return_stats=True)
+            context(dev).run(core_sdpa, q, k, v, scale=scale, causal=causal, o=o, **kw)
+            return (o, kw["stats"]) if return_stats else o
     return _checked(q, k, v, scale, causal, diagonal_alignment, left_bound, right_bound, bias, seq_len_q,
                     seq_len_kv, cu_seqlens_q, cu_seqlens_kv, ragged_offset_q, ragged_offset_k, max_seq_len_q,
                     max_seq_len_kv, page_table_k, page_table_v, alibi, dropout, seed, offset, sink, return_stats)

@@ -138,19 +138,11 @@ def _scale(scale: float | None, d: int) -> float:
 def sdpa_fp8(q: Tensor, k: Tensor, v: Tensor, *, descale_q: Tensor, descale_k: Tensor, descale_v: Tensor,
              descale_s: Tensor, scale_s: Tensor, scale_o: Tensor, scale: float | None = None, causal: bool = False,
              return_stats: bool = False) -> SdpaFp8Outputs:
-    """FP8 attention forward: ``P = softmax(scale * descale_q * descale_k * q k^T)`` in float32, ``P * scale_s``
-    rounded to q's FP8 type, ``o = (P8 v) * descale_s * descale_v * scale_o`` in q's FP8 type, with the amax of P
-    and of o before ``scale_o`` (what a delayed-scaling recipe feeds its next scales).
-
-    :param q, k, v: (B, Hq, Sq, D), (B, Hk, Skv, D), (B, Hv, Skv, Dv) CUDA tensors of one FP8 type
-        (``torch.float8_e4m3fn`` or ``torch.float8_e5m2``), head dim packed (multiples of 16 up to 256); Hq a
-        multiple of Hk and Hv.
-    :param descale_q, descale_k, descale_v, descale_s, scale_s, scale_o: one-element float32 CUDA tensors.
-    :param scale: multiplies q k^T (default 1/sqrt(D)).
-    :param causal: top-left causal mask (the only mask FP8 attention takes here).
-    :param return_stats: also return the (B, Hq, Sq, 1) float32 statistics :func:`sdpa_fp8_backward` needs.
-    :returns: :class:`SdpaFp8Outputs` (o, stats or None, amax_s, amax_o).
-    """
+    """FP8 attention forward, :func:`cudnn_py.sdpa_fp8` (the formula, shapes and head dims) on CUDA tensors of one
+    FP8 type (``torch.float8_e4m3fn`` or ``torch.float8_e5m2``), head dim packed, each descale/scale a one-element
+    float32 CUDA tensor; ``scale`` (default 1/sqrt(D)), ``causal`` (top-left), ``return_stats`` (the (B, Hq, Sq, 1)
+    float32 statistics :func:`sdpa_fp8_backward` needs) as there. Returns :class:`SdpaFp8Outputs` (o, stats or
+    None, amax_s, amax_o)."""
     _fp8_tensors({"q": q, "k": k, "v": v})
     scales = _scales(FP8_FORWARD_SCALES, (descale_q, descale_k, descale_v, descale_s, scale_s, scale_o), q.device)
     args = (q, k, v, *scales, _scale(scale, q.shape[-1]), bool(causal), bool(return_stats))
@@ -162,18 +154,10 @@ def sdpa_fp8_backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, st
                       descale_k: Tensor, descale_v: Tensor, descale_o: Tensor, descale_do: Tensor, descale_s: Tensor,
                       descale_dp: Tensor, scale_s: Tensor, scale_dq: Tensor, scale_dk: Tensor, scale_dv: Tensor,
                       scale_dp: Tensor, scale: float | None = None, causal: bool = False) -> SdpaFp8Grads:
-    """FP8 attention backward (Hopper: head dim 128, sequence lengths multiples of 32): the gradients of
-    :func:`sdpa_fp8`.
-
-    :param q, k, v, o, stats: the forward's FP8 inputs, its FP8 output and float32 statistics (``return_stats``).
-    :param do: the output gradient, o's shape, either FP8 type.
-    :param descale_q, descale_k, descale_v, descale_o, descale_do: the inverse scales of the FP8 inputs.
-    :param descale_s, scale_s: the forward's probability scale and its inverse.
-    :param scale_dp, descale_dp: the scale of dS (rounded to do's FP8 type in the kernel) and its inverse.
-    :param scale_dq, scale_dk, scale_dv: the scales of the FP8 results. Each a one-element float32 CUDA tensor.
-    :param scale, causal: as in the forward.
-    :returns: :class:`SdpaFp8Grads` (dq, dk, dv in q's FP8 type and the layouts of q, k, v; their amax and dS's).
-    """
+    """FP8 attention backward (Hopper: head dim 128, sequence lengths multiples of 32), the gradients of
+    :func:`sdpa_fp8`: :func:`cudnn_py.sdpa_fp8_backward` (what each scale is) on CUDA tensors, ``do`` of either FP8
+    type, ``stats`` the forward's float32 statistics, each descale/scale a one-element float32 CUDA tensor. Returns
+    :class:`SdpaFp8Grads` (dq, dk, dv in q's FP8 type and the layouts of q, k, v; their amax and dS's)."""
     _fp8_tensors({"q": q, "k": k, "v": v, "o": o, "do": do})
     if not isinstance(stats, Tensor) or stats.dtype != torch.float32 or stats.shape != (*q.shape[:3], 1):
         raise InvalidValueError(f"stats must be the forward's (B, Hq, Sq, 1) float32 statistics (return_stats=True), "
