@@ -21,11 +21,11 @@ from cudnn_py.descriptors import Descriptor, Settings, TensorDescriptor
 from cudnn_py.recording import Address, WorkspaceArg
 from cudnn_py.strided import preserved_strides
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype, scalar
-from cudnn_py.memory import DeviceArray, DeviceArrayLike, as_array, empty
+from cudnn_py.memory import DeviceArray, DeviceArrayLike, as_array
 from cudnn_py.memory import Out as Out  # re-exported: the families take it from here
 from cudnn_py._deprecation import warn
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
-from cudnn_py.graph.runner import new_output
+from cudnn_py.graph.runner import new_output as new_output  # re-exported: the families take it from here
 
 #: float16, float32, float64 (bfloat16 is accepted by ``check_array(..., floating=True)`` besides these)
 FLOATS = frozenset(np.dtype(d) for d in ("float16", "float32", "float64"))
@@ -130,17 +130,6 @@ def output(out, name: str, handle, shape, dtype, *, like: DeviceArray | None = N
         return new_output(handle, shape, dtype, None if like is None else preserved_strides(like.shape, like.strides,
                                                                                             shape))
     return check_array(out, name, handle, dtype=dtype, shape=shape, contiguous=contiguous)
-
-
-def _span(shape, strides) -> int:
-    """Elements from the first to the last one addressed by non-negative ``strides`` (inclusive)."""
-    return 1 + sum((n - 1) * s for n, s in zip(shape, strides))
-
-
-def empty_strided(handle, shape, strides, dtype) -> DeviceArray:
-    """A new array with these (non-negative) element strides, over a buffer that covers every element."""
-    base = empty((max(_span(shape, strides), math.prod(shape)),), dtype, stream=handle.stream, device=handle.device)
-    return DeviceArray.from_parts(base.ptr, tuple(shape), base.dtype, tuple(strides), base.device_id, base, base.stream)
 
 
 def launch(handle, fn, *args) -> None:

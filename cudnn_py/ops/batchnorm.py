@@ -54,7 +54,7 @@ from cudnn_py.ops.activation import Activation
 from cudnn_py.memory import DeviceArray, DeviceArrayLike
 from cudnn_py.ops import norm_args as na
 from cudnn_py.ops import norm_graphs as ng
-from cudnn_py.ops._common import desc, enum_arg, launch, scalars, tensor_desc
+from cudnn_py.ops._common import desc, enum_arg, launch, output, scalars, tensor_desc
 from cudnn_py.prepared import prepared
 from cudnn_py.strided import normalize_shape
 from cudnn_py.recording import WorkspaceArg
@@ -152,8 +152,7 @@ def batchnorm_forward_training(handle: Handle, x: DeviceArrayLike, scale: Device
     s = _bn(handle, x, mode)
     sc, bi, rm, rv, sm, siv, eps, f = na.training_params(handle, s, scale, bias, running_mean, running_var,
                                                          saved_mean, saved_inv_var, epsilon, factor)
-    ya = na.given_output(y, "y", handle, s.x)
-    ya, sm, siv = na.or_new_like(ya, handle, s.x), *s.or_new_pair(sm, siv, handle)
+    ya, (sm, siv) = output(y, "y", handle, s.x.shape, s.x.dtype, like=s.x), s.or_new_pair(sm, siv, handle)
     gl.dispatch(engine, handle, ("batchnorm_forward_training", s.mode, eps, f, alpha, beta, rm is None,
                                  ec.signature(s.x, ya, sc)),
                 lambda: launch(handle, capi.cudnnBatchNormalizationForwardTraining, handle.ptr, s.mode,
@@ -178,7 +177,7 @@ def batchnorm_forward_inference(handle: Handle, x: DeviceArrayLike, scale: Devic
     sc, bi = s.param(scale, "scale", handle), s.param(bias, "bias", handle)
     me, va = s.param(mean, "mean", handle), s.param(var, "var", handle)
     eps = na.check_epsilon(epsilon)
-    ya = na.or_new_like(na.given_output(y, "y", handle, s.x), handle, s.x)
+    ya = output(y, "y", handle, s.x.shape, s.x.dtype, like=s.x)
     gl.dispatch(engine, handle, ("batchnorm_forward_inference", s.mode, eps, alpha, beta, ec.signature(s.x, ya, sc)),
                 lambda: launch(handle, capi.cudnnBatchNormalizationForwardInference, handle.ptr, s.mode,
                                *scalars(s.x.dtype, alpha, beta), s.xdesc, s.x, desc(ya), ya, s.pdesc, sc, bi, me, va,
@@ -208,9 +207,8 @@ def batchnorm_backward(handle: Handle, x: DeviceArrayLike, dy: DeviceArrayLike, 
     na.check_pair(saved_mean, saved_inv_var, "saved_mean and saved_inv_var")
     sm, siv = s.opt_param(saved_mean, "saved_mean", handle), s.opt_param(saved_inv_var, "saved_inv_var", handle)
     eps = na.check_epsilon(epsilon)
-    dxa = na.given_output(dx, "dx", handle, s.x)
     ds, db = s.opt_param(dscale, "dscale", handle), s.opt_param(dbias, "dbias", handle)
-    dxa, ds, db = na.or_new_like(dxa, handle, s.x), *s.or_new_pair(ds, db, handle)
+    dxa, (ds, db) = output(dx, "dx", handle, s.x.shape, s.x.dtype, like=s.x), s.or_new_pair(ds, db, handle)
     gl.dispatch(engine, handle, ("batchnorm_backward", s.mode, eps, alpha_data, beta_data, alpha_param, beta_param,
                                  sm is None, ec.signature(s.x, dya, dxa, sc)),
                 lambda: launch(handle, capi.cudnnBatchNormalizationBackward, handle.ptr, s.mode,

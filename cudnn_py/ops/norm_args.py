@@ -19,10 +19,9 @@ import numpy as np
 from cudnn_py import capi
 from cudnn_py.descriptors import TensorDescriptor
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
-from cudnn_py.graph.runner import new_output
 from cudnn_py.memory import DeviceArray, c_strides, empty
 from cudnn_py.ops._common import (
-    byte_buffer, check_array, desc, enum_arg, output, read_tensor_desc, scalars, tensor_desc,
+    byte_buffer, check_array, desc, enum_arg, new_output, output, read_tensor_desc, scalars, tensor_desc,
 )
 from cudnn_py.ops.activation import Activation, activation_of
 from cudnn_py.recording import WorkspaceArg
@@ -87,16 +86,6 @@ def param_array(obj, name: str, handle, pshape, pdtype, *, mode_name: str) -> De
     return a
 
 
-def given_output(out, name: str, handle, x: DeviceArray) -> DeviceArray | None:
-    """A given output validated against x (None when not given: allocate it after every check passed)."""
-    return None if out is None else check_array(out, name, handle, dtype=x.dtype, shape=x.shape)
-
-
-def or_new_like(a: DeviceArray | None, handle, x: DeviceArray) -> DeviceArray:
-    """``a``, or a new array with x's shape and layout (NHWC data gives NHWC outputs)."""
-    return output(None, "", handle, x.shape, x.dtype, like=x) if a is None else a
-
-
 def check_epsilon(epsilon: float) -> float:
     """``epsilon`` as a finite float of at least ``CUDNN_BN_MIN_EPSILON``."""
     eps = float(epsilon)
@@ -148,15 +137,12 @@ class NormSetup:
         """As :meth:`param`, None passing through."""
         return None if obj is None else self.param(obj, name, handle)
 
-    def or_new(self, a: DeviceArray | None, handle) -> DeviceArray:
-        """``a``, or a new parameter-shaped array when it is None."""
-        return new_output(handle, self.pshape, self.pdtype) if a is None else a
-
     def or_new_pair(self, a: DeviceArray | None, b: DeviceArray | None, handle) -> tuple[DeviceArray, DeviceArray]:
         """``a`` and ``b`` (saved statistics, parameter gradients), or where neither is given two new parameter-shaped
         arrays, 256-byte aligned, in one allocation (one allocation a call: a prepared call's replay makes one too)."""
         if a is not None or b is not None:
-            return self.or_new(a, handle), self.or_new(b, handle)
+            new = functools.partial(new_output, handle, self.pshape, self.pdtype)
+            return new() if a is None else a, new() if b is None else b
         item = self.pdtype.itemsize
         step = -(-math.prod(self.pshape) * item // 256) * 256
         both, stream = new_output(handle, (2 * step // item,), self.pdtype), getattr(handle, "stream", None)
@@ -250,15 +236,13 @@ def fused_backward_args(handle, s: NormSetup, op, sizes, y, dy, scale, bias, sav
     eps = check_epsilon(epsilon)
     if int(op) != 2 and dz is not None:
         raise InvalidValueError(f"ops={op.name} has no z, so no dz; pass dz=None")
-    dxa = given_output(dx, "dx", handle, s.x)
-    dza = given_output(dz, "dz", handle, s.x)
     ds, db = s.opt_param(dscale, "dscale", handle), s.opt_param(dbias, "dbias", handle)
     ws_size, rs_size = (0, 0) if sizes is None else sizes()
     if reserve is None and rs_size:
         raise InvalidValueError(f"this backward needs the forward's reserve space ({rs_size} bytes); pass reserve=")
     rsa = None if reserve is None or sizes is None else reserve_buffer(handle, reserve, rs_size, "reserve")
-    dxa, (ds, db) = or_new_like(dxa, handle, s.x), s.or_new_pair(ds, db, handle)
-    dza = None if int(op) != 2 else or_new_like(dza, handle, s.x)
+    dxa, (ds, db) = output(dx, "dx", handle, s.x.shape, s.x.dtype, like=s.x), s.or_new_pair(ds, db, handle)
+    dza = None if int(op) != 2 else output(dz, "dz", handle, s.x.shape, s.x.dtype, like=s.x)
     descs = (None,) * 4 if sizes is None else (desc(ya), desc(dya), desc(dxa), None if dza is None else desc(dza))
     return FusedBackward(ya, dya, sc, bi, sm, siv, eps, dxa, dza, ds, db, rsa, 0 if rsa is None else rsa.nbytes,
                          WorkspaceArg(ws_size), ws_size,

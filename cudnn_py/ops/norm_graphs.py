@@ -11,6 +11,7 @@ from cudnn_py import capi
 from cudnn_py.graph import legacy as gl
 from cudnn_py.memory import DeviceArray, c_strides
 from cudnn_py.ops import norm_args as na
+from cudnn_py.ops._common import output
 from cudnn_py.ops.activation import activation_of
 
 
@@ -75,9 +76,9 @@ def fused_training(handle, s: na.NormSetup, op, activation, z, params: tuple, y,
     (workspace, reserve) bytes; ``check()``: the caller's own graph refusals. Returns (y, sm, siv, rm, rv, reserve)."""
     za = None if z is None else na.data_array(z, "z", handle, like=s.x)
     sc, bi, rm, rv, sm, siv, eps, f = na.training_params(handle, s, *params)
-    ya = na.given_output(y, "y", handle, s.x)
+    ya = output(y, "y", handle, s.x.shape, s.x.dtype, like=s.x)
     if engine != "legacy":
-        ya, sm, siv = na.or_new_like(ya, handle, s.x), *s.or_new_pair(sm, siv, handle)
+        sm, siv = s.or_new_pair(sm, siv, handle)
 
         def run(auto):
             if check is not None:
@@ -88,7 +89,7 @@ def fused_training(handle, s: na.NormSetup, op, activation, z, params: tuple, y,
             return ya, sm, siv, rm, rv, None
     ws_size, rs_size = sizes(za is not None)
     rsa = na.reserve_buffer(handle, reserve, rs_size, "reserve")
-    ya, sm, siv = na.or_new_like(ya, handle, s.x), *s.or_new_pair(sm, siv, handle)
+    sm, siv = s.or_new_pair(sm, siv, handle)
     c_call(ya, za, sc, bi, rm, rv, sm, siv, eps, f, rsa, ws_size)
     return ya, sm, siv, rm, rv, rsa
 
@@ -146,7 +147,7 @@ def fused_backward(handle, s: na.NormSetup, op, act, args: tuple, alphas, engine
         b = na.fused_backward_args(handle, s, op, None, *args, None, alphas)
         gate = None
         if relu:
-            gate = (b.y, b.dz if b.dz is not None else na.or_new_like(None, handle, s.x))
+            gate = (b.y, b.dz if b.dz is not None else output(None, "dz", handle, s.x.shape, s.x.dtype, like=s.x))
         done = backward(handle, s, b.dy, b.scale, b.saved_mean, b.saved_inv_var, b.dx, b.dscale, b.dbias, alphas,
                         auto, gate)
         if done:

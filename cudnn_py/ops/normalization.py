@@ -45,7 +45,7 @@ from cudnn_py.ops.activation import Activation
 from cudnn_py.memory import DeviceArray, DeviceArrayLike
 from cudnn_py.ops import norm_args as na
 from cudnn_py.ops import norm_graphs as ng
-from cudnn_py.ops._common import desc, enum_arg, launch, scalars, tensor_desc
+from cudnn_py.ops._common import desc, enum_arg, launch, output, scalars, tensor_desc
 from cudnn_py.prepared import prepared
 from cudnn_py.recording import WorkspaceArg
 from cudnn_py.ops.batchnorm import BatchNormGrads, BatchNormTraining, NormSizes
@@ -176,7 +176,7 @@ def normalization_forward_inference(handle: Handle, x: DeviceArrayLike, scale: D
     sc, bi = s.param(scale, "scale", handle), s.param(bias, "bias", handle)
     me, va = s.param(mean, "mean", handle), s.param(var, "var", handle)
     eps = na.check_epsilon(epsilon)
-    ya = na.or_new_like(na.given_output(y, "y", handle, s.x), handle, s.x)
+    ya = output(y, "y", handle, s.x.shape, s.x.dtype, like=s.x)
 
     def run(auto):
         _graph_algo(al_)

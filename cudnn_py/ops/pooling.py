@@ -44,7 +44,7 @@ from cudnn_py.descriptors import Descriptor, Settings, TensorDescriptor, c_ints,
 from cudnn_py.graph import legacy as gl
 from cudnn_py.handle import Handle
 from cudnn_py.memory import DeviceArray, DeviceArrayLike
-from cudnn_py.ops._common import (Out, check_array, desc, empty_strided, launch, output, scalars,
+from cudnn_py.ops._common import (Out, check_array, desc, launch, new_output, output, scalars,
                                   tensor_desc)
 from cudnn_py.prepared import prepared
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
@@ -308,8 +308,8 @@ def _graph_backward(handle: Handle, pool, xa, ya, dya, dxa, alpha, beta, auto) -
     kw = dict(stride=st, padding=pad, post_padding=pad)
     params = (mode, win, pad, st)
     if mode == "max" and cl:
-        idx = empty_strided(handle, yv.shape, yv.strides, np.int8)
-        scratch = empty_strided(handle, yv.shape, yv.strides, yv.dtype)
+        idx = new_output(handle, yv.shape, np.int8, yv.strides)
+        scratch = new_output(handle, yv.shape, yv.dtype, yv.strides)
         if not gl.run_graph(handle, "pooling_index", params, [("x", xv)], [("y", scratch), ("index", idx)],
                             lambda g, t, _: g.resample(t["x"], mode, win, index=True, **kw), auto=auto,
                             relabel=False, autotune=True):
