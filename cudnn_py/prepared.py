@@ -1,32 +1,27 @@
 """One prepared call per operation signature: what every operation function's repeat calls run.
 
-An operation function decorated with :func:`prepared` is called through a wrapper that reads its arrays'
-signatures (shape, strides, dtype, device, address alignment: a few attribute reads for a :class:`DeviceArray` or
-a torch tensor, no DLPack) and its other arguments into a key, and looks the key up in the handle's cache
-``"prepared"``:
+A function decorated with :func:`prepared` is called through a wrapper that reads its arrays' signatures (shape,
+strides, dtype, device, address alignment: attribute reads, no DLPack) and its other arguments into a key, looked up
+in the handle's cache ``"prepared"``:
 
-* **a hit** queues the recorded work again with this call's addresses: the legacy C calls with their descriptors,
-  algorithm and scaling factors, or the graph plan through its variant pack of these addresses, the handle's
-  workspace fetched again; new outputs come from the inputs' package (:func:`package`); nothing is validated again,
-  because the key fixes everything the validated path checked;
-* **a miss** (a new signature, options or aliasing) refuses partially overlapping outputs, then runs the function
-  itself, the validated path, while :mod:`cudnn_py.recording` writes down what it queued; where every address that
-  work used is one of the call's arrays (or a new output it returned), that recording becomes the signature's
-  :class:`Prepared` call. A call whose recording cannot be replayed (an engine measured, a scratch buffer, host
-  data, driver work outside the sinks) is simply validated again next time. While it runs, the call is
-  :data:`cudnn_py.recording.state` ``.call``: its engine choice's key and the arrays a measured run mutates come
+* **a hit** queues the recorded work again with this call's addresses (legacy C calls with their descriptors and
+  scaling factors, or a graph plan through a variant pack of these addresses; the workspace fetched again), new
+  outputs from the inputs' package; nothing is validated again: the key fixes everything the validated path checked;
+* **a miss** refuses partially overlapping outputs, then runs the function itself while :mod:`cudnn_py.recording`
+  writes down what it queued; where every address that work used is one of the call's arrays (or a new output it
+  returned), the recording becomes the signature's :class:`Prepared` call; one that cannot be replayed (an engine
+  measured, a scratch buffer, host data, driver work outside the sinks) is validated again next time. Meanwhile the
+  call is :data:`cudnn_py.recording.state` ``.call``: its engine choice's key and what a measured run mutates come
   from the declaration (:mod:`cudnn_py.engine_choice`).
 
-A repeat call can never run work prepared for other arguments: its key holds every array's shape, strides, dtype,
-device and address alignment, which arrays share an address, and every other argument with its type; a given output
-that overlaps an input other than as the identical view (in place, where the operation allows it) is refused; a
-descriptor a caller may close is checked open before anything is queued.
+The key holds every array's layout and alignment, which arrays share an address and every other argument with its
+type; a given output overlapping an input other than as the identical view (in place) is refused; a descriptor a
+caller may close is checked open before anything is queued.
 
-Outputs follow the inputs' package: torch tensors in, torch tensors out (allocated by torch's caching allocator on
-a hit, ordered on the handle's stream with ``record_stream`` where that is not torch's current stream; the
-configuration's first call hands the array it allocated to torch through DLPack); DeviceArrays in, DeviceArrays
-out; any other producer (CuPy, JAX) through its package's ``from_dlpack``. With mixed inputs torch wins, then the
-first input that is not a DeviceArray.
+Outputs follow the inputs' package: torch tensors in, torch tensors out (torch's caching allocator on a hit,
+``record_stream`` on the handle's stream where that is not torch's current one; DLPack on the first call);
+DeviceArrays in, DeviceArrays out; another producer (CuPy, JAX) through its ``from_dlpack``. With mixed inputs torch
+wins, then the first input that is not a DeviceArray.
 """
 from __future__ import annotations
 
@@ -138,15 +133,16 @@ class Prepared:
                  closable: Sequence[Descriptor] = (), bases: Sequence[Callable[[Any], tuple]] = ()):
         self.name, self.steps, self.news, self.uses, self.workspace = name, steps, news, uses, workspace
         self.bases = bases
-        env: dict[str, Any] = {"MISS": _MISS, "shape": shape}
+        env: dict[str, Any] = {"MISS": _MISS, "shape": shape, "new_tuple": tuple.__new__}
         lines = ["def run(handle, args, kwargs, ptrs):"]
         for k, d in enumerate(closable):
             env[f"d{k}"] = d
             lines.append(f"    if d{k}.closed:\n        return MISS")
         if n_slots:
             lines.append("    " + "".join(f"p{i}, " for i in range(n_slots)) + "= ptrs")
-        for o, i, olo, ohi, ilo, ihi in overlaps:
-            lines.append(f"    if p{o} + {olo} < p{i} + {ihi} and p{i} + {ilo} < p{o} + {ohi}:\n        return MISS")
+        if overlaps:  # output o and input i overlap where ilo - ohi < po - pi < ihi - olo
+            tests = " or ".join(f"{ilo - ohi} < p{o} - p{i} < {ihi - olo}" for o, i, olo, ohi, ilo, ihi in overlaps)
+            lines.append(f"    if {tests}:\n        return MISS")
         if workspace:  # every step's workspace fetched (grown, or refused) before the first step queues anything
             lines.append(f"    ws = handle.workspace.get({workspace}, handle.stream)")
         for j, base in enumerate(bases):  # one allocation that several new outputs view
@@ -169,7 +165,9 @@ class Prepared:
             lines.append(f"    call{j}({', '.join(args)})")
         items = [f"kwargs[{where!r}]" if kind == "kw" else f"args[{where}]" if kind == "arg" else f"n{where}"
                  if kind == "new" else "None" for kind, where in result]
-        lines.append(f"    return {items[0]}" if shape is None else f"    return shape(({', '.join(items)},))")
+        made = f"({', '.join(items)},)"
+        lines.append(f"    return {items[0]}" if shape is None else f"    return {made}" if shape is tuple else
+                     f"    return new_tuple(shape, {made})")  # a named tuple, as its _make makes it
         self.source = "\n".join(lines) + "\n"
         filename = f"<prepared {name} #{next(_SOURCE)}>"
         linecache.cache[filename] = (len(self.source), None, self.source.splitlines(True), filename)
@@ -406,9 +404,8 @@ def _make(spec: _Spec, rec: recording.Recording, result: Any, slots: list, ptrs:
     if rec.spoiled is not None or not rec.steps:
         return None
     items = list(result) if isinstance(result, tuple) else [result]
-    shape = None if not isinstance(result, tuple) else (
-        tuple if type(result) is tuple else getattr(type(result), "_make", None))
-    if isinstance(result, tuple) and shape is None:
+    shape = type(result) if isinstance(result, tuple) else None
+    if shape is not None and shape is not tuple and not hasattr(shape, "_make"):
         return None
     given = {id(v): where for _, where, v in slots if v is not None}
     src: list[tuple] = []
@@ -573,7 +570,7 @@ def prepared(inputs: Sequence[str], outputs: Sequence[str], *, inplace: bool = T
 
         @functools.wraps(fn)
         def call(handle: Any, *args: Any, **kwargs: Any) -> Any:
-            if type(handle) is not Handle or handle.closed or state.rec is not None or len(args) > npos:
+            if type(handle) is not Handle or handle._ptr is None or state.rec is not None or len(args) > npos:
                 return validated(handle, args, kwargs)  # a stand-in or closed handle, in a recording, old positionals
             ptrs: list = []
             parts: list = [fn] if epoch is None else [fn, epoch()]
@@ -589,7 +586,14 @@ def prepared(inputs: Sequence[str], outputs: Sequence[str], *, inplace: bool = T
                         parts.append(_array_part(v, ptrs))
                 for k, v in kwargs.items():
                     parts.append(k)
-                    parts.append(_array_part(v, ptrs) if k in arrays else v if type(v) in _PLAIN else (type(v), v))
+                    if k not in arrays:
+                        parts.append(v if type(v) in _PLAIN else (type(v), v))
+                    elif type(v) is DeviceArray:
+                        q = v.ptr
+                        ptrs.append(q)
+                        parts.append((v.shape, v.strides, v.dtype, v.device_id, q & 15))
+                    else:
+                        parts.append(_array_part(v, ptrs))
                 if len(set(ptrs)) < len(ptrs):
                     parts.append(tuple(map(ptrs.index, ptrs)))
                 key = tuple(parts)
