@@ -70,6 +70,23 @@ class _Unkeyable(Exception):
     """An argument the fast key cannot describe (a foreign array, an unhashable option): the call is validated."""
 
 
+def moved_outputs(where: str, old: tuple, names: tuple[str, ...], given: tuple, stacklevel: int = 4) -> tuple:
+    """The outputs of a call whose outputs are keyword-only, with those still passed positionally (deprecated: a
+    :class:`DeprecationWarning`) put in place: ``old`` holds the extra positional arguments, ``names`` the outputs in
+    their old order, ``given`` their keyword values."""
+    if len(old) > len(names):
+        raise InvalidTypeError(f"{where}() takes {len(names)} output(s) ({', '.join(names) or 'none'}) after its "
+                               f"inputs; got {len(old)} more positional arguments")
+    out = list(given)
+    for i, value in enumerate(old):
+        if out[i] is not None:
+            raise InvalidTypeError(f"{where}() got {names[i]} both positionally and as {names[i]}=")
+        out[i] = value
+    warn(f"{where}(): passing outputs positionally is deprecated; pass "
+         f"{', '.join(n + '=' for n in names[:len(old)])} as keywords", stacklevel=stacklevel)
+    return tuple(out)
+
+
 # ---------------------------------------------------------------- the caller's package
 
 def package(values: Sequence[Any]) -> Any:
@@ -120,11 +137,10 @@ def _device_allocator(a: DeviceArray) -> Callable[[Any], tuple]:
 # ---------------------------------------------------------------- the prepared call
 
 class Prepared:
-    """What a repeat call of one signature runs: the recorded steps with the address slots filled in (the call's
-    arrays in argument order, then its new outputs), the new outputs from their package's allocator, the given
-    outputs' overlap checks, and the result put together; compiled once into one function, ``run(handle, args,
-    kwargs, ptrs)``, that answers :data:`_MISS` where a given output now overlaps an input or a descriptor its steps
-    pass (``closable``: those a caller may close) was closed (the validated path then raises as it does)."""
+    """What a repeat call of one signature runs, compiled once into ``run(handle, args, kwargs, ptrs)``: the recorded
+    steps with the address slots filled in (the call's arrays, then its new outputs from their package's allocator)
+    and the result put together; it answers :data:`_MISS` where a given output now overlaps an input or a descriptor
+    a caller may close (``closable``) was closed (the validated path then raises as it does)."""
 
     __slots__ = ("name", "steps", "news", "bases", "uses", "workspace", "run", "source")
 
@@ -210,9 +226,7 @@ def _extent(v: Any) -> tuple[int, int, int, tuple, tuple, Any]:
 
 
 class _Spec:
-    """What the wrapper knows of one operation function: its positional parameters, which are arrays (and of those,
-    outputs), whether an output may be an input itself (in place), its scaling factors and the outputs it still
-    takes positionally after its inputs (deprecated)."""
+    """One operation function's declaration (:func:`prepared`'s arguments) and positional parameters."""
 
     def __init__(self, fn: Callable, inputs: Sequence[str], outputs: Sequence[str], inplace: bool,
                  scalars: Sequence[str], moved: Sequence[str]):
@@ -240,22 +254,14 @@ class _Spec:
         self.blends = tuple(n for n in self.scalars if n.startswith("beta"))  # a given output's blend factors
 
     def checked(self, handle: Any, args: tuple, kwargs: dict) -> tuple[Any, tuple, dict]:
-        """The checks every operation function shares, before its own: the handle, the outputs still passed
-        positionally (moved to their keywords, with a :class:`DeprecationWarning`), the scaling factors."""
+        """The checks every operation function shares, before its own: the handle, outputs passed positionally
+        (moved to their keywords, with a :class:`DeprecationWarning`), the scaling factors."""
         handle = handle_arg(handle)
         npos = len(self.positional)
         if len(args) > npos and not self.varargs:
             extra, args = args[npos:], args[:npos]
-            if len(extra) > len(self.moved):
-                raise InvalidTypeError(f"{self.name}() takes {len(self.moved)} output(s) "
-                                       f"({', '.join(self.moved) or 'none'}) after its inputs; got {len(extra)} "
-                                       f"more positional arguments")
-            for n, v in zip(self.moved, extra):
-                if kwargs.get(n) is not None:
-                    raise InvalidTypeError(f"{self.name}() got {n} both positionally and as {n}=")
-                kwargs[n] = v
-            warn(f"{self.name}(): passing outputs positionally is deprecated; pass "
-                 f"{', '.join(n + '=' for n in self.moved[:len(extra)])} as keywords", stacklevel=2)
+            given = moved_outputs(self.name, extra, self.moved, tuple(kwargs.get(n) for n in self.moved))
+            kwargs.update(zip(self.moved[:len(extra)], given))
         for n in self.scalars:
             if n in kwargs and not (kwargs[n] is None and n in self.optional):
                 kwargs[n], = scaling(**{n: kwargs[n]})
@@ -268,9 +274,8 @@ class _Spec:
 
 
 class _Call:
-    """The operation call whose validated path runs (``recording.state.call``, set by the wrapper): what
-    :mod:`cudnn_py.engine_choice` takes from its declaration, the key of its engine choice and the arrays a measured
-    call mutates."""
+    """The operation call whose validated path runs (``recording.state.call``): what :mod:`cudnn_py.engine_choice`
+    takes from its declaration."""
 
     __slots__ = ("spec", "args", "kwargs")
 
@@ -289,34 +294,27 @@ class _Call:
         yield from sorted(given.items())
 
     def key(self) -> tuple:
-        """The function's name, then each argument as (name, value) (:meth:`_values`): an array by its shape, strides
-        and dtype; an output only as "out", given or not (a call that passes ``y`` and one that lets it be made
-        share one measured choice, so they run the same engine and give the same numbers), unless it is declared an
-        input too."""
+        """The engine choice's key: the function's name, then each (name, value) of :meth:`_values`, an array by its
+        shape, strides and dtype, an output not declared an input only as "out", given or not (so both share one
+        choice and give the same numbers)."""
         spec = self.spec
         return (spec.name, *((n, "out" if n in spec.outputs and n not in spec.inputs else
                               _signature(v) if n in spec.arrays else _hashable(v)) for n, v in self._values()))
 
     def mutated(self) -> tuple[DeviceArray, ...]:
-        """The given outputs the call reads as well as writes: all of them where a ``beta*`` scaling factor is not 0
-        (None, the function's own default, counts as a blend), those declared as inputs too, those sharing memory with
-        an input."""
+        """The given outputs the call reads as well as writes: all where a ``beta*`` factor is not 0 (or None), those
+        declared inputs too, those sharing memory with an input."""
         spec = self.spec
         values = dict(self._values())
         blend = any(values[n] is None or values[n] != 0 for n in spec.blends)
         views = {n: memory.as_array(v, n) for n, v in values.items()
                  if n in spec.arrays and v is not None and type(v) not in _NUMBERS}
-        ins = [_bounds(a) for n, a in views.items() if n in spec.inputs]
+        ins = [_extent(a)[:3] for n, a in views.items() if n in spec.inputs]
 
         def reads(n: str, a: DeviceArray) -> bool:
-            lo, hi = _bounds(a)
-            return blend or n in spec.inputs or any(lo < ihi and ilo < hi for ilo, ihi in ins)
+            p, lo, hi, *_ = _extent(a)
+            return blend or n in spec.inputs or any(p + lo < q + ihi and q + ilo < p + hi for q, ilo, ihi in ins)
         return tuple(a for n, a in views.items() if n in spec.outputs and reads(n, a))
-
-
-def _bounds(a: DeviceArray) -> tuple[int, int]:
-    lo, count = a.span()
-    return a.ptr + lo * a.dtype.itemsize, a.ptr + (lo + count) * a.dtype.itemsize
 
 
 def _signature(v: Any) -> Any:
@@ -391,6 +389,11 @@ def _as_given(result: Any, spec: _Spec, slots: list) -> Any:
                 if r.ptr == p and r.shape == tuple(shape) and r.strides == tuple(strides) and r.dtype == dt:
                     return v
         return r
+    return _each(result, one)
+
+
+def _each(result: Any, one: Callable[[Any], Any]) -> Any:
+    """``one(result)``, or for a tuple result (named or not) the same tuple of ``one`` of each element."""
     if not isinstance(result, tuple):
         return one(result)
     items = [one(r) for r in result]
@@ -563,10 +566,7 @@ def prepared(inputs: Sequence[str], outputs: Sequence[str], *, inplace: bool = T
             if pkg is None:
                 return result
             given = {id(v) for _, _, v in slots}
-            if isinstance(result, tuple):
-                conv = [r if id(r) in given else to_package(r, pkg) for r in result]
-                return tuple(conv) if type(result) is tuple else type(result)._make(conv)  # type: ignore[attr-defined]
-            return result if id(result) in given else to_package(result, pkg)
+            return _each(result, lambda r: r if id(r) in given else to_package(r, pkg))
 
         @functools.wraps(fn)
         def call(handle: Any, *args: Any, **kwargs: Any) -> Any:

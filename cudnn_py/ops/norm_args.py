@@ -1,11 +1,11 @@
 """What the batch-norm calls (:mod:`cudnn_py.ops.batchnorm`) and the normalisation API
-(:mod:`cudnn_py.ops.normalization`) share: argument checks, parameter shapes, output and reserve buffers, and the
+(:mod:`cudnn_py.ops.normalization`) share: argument checks, parameter shapes, statistics and reserve buffers, the
 checked arguments of their fused backward calls.
 
 Parameters (scale, bias, means, variances) have the shape :func:`param_shape_for` gives (1, C, 1, 1... per channel,
-1, C, H, W... per activation) or the same without its unit dimensions; their dtype is float32, float64 for float64
-data. Every check runs before C and raises :class:`~cudnn_py.errors.InvalidValueError` /
-:class:`~cudnn_py.errors.InvalidTypeError` naming the argument.
+1, C, H, W... per activation) or the same without its unit dimensions, float32 (float64 for float64 data). Every
+check runs before C and raises an :class:`~cudnn_py.errors.InvalidValueError` or ``InvalidTypeError`` naming the
+argument.
 """
 from __future__ import annotations
 
@@ -28,8 +28,7 @@ from cudnn_py.recording import WorkspaceArg
 
 
 def fused_activation(act) -> Activation:
-    """The activation of a fused op (a mode name or an ``Activation``) as an :class:`Activation`: the legacy sink
-    (:func:`~cudnn_py.ops._common.launch`) passes its C descriptor and keeps it alive for a prepared call."""
+    """The activation of a fused op (a mode name or an ``Activation``) as an :class:`Activation` (not identity)."""
     a = activation_of(act)
     if a.mode == capi.CUDNN_ACTIVATION_IDENTITY:
         raise InvalidValueError("the identity activation cannot be fused; use ops without an activation instead")
@@ -109,8 +108,8 @@ def check_pair(a, b, names: str) -> None:
 
 
 class NormSetup:
-    """The checked data ``x`` of a call, its ``mode`` (a key of ``table`` or a member of ``enum_type``; ``what``
-    names it in errors) and the parameter shape, dtype and descriptors that follow from them."""
+    """A call's checked data ``x``, its ``mode`` (a key of ``table`` or an ``enum_type`` member; ``what`` names it)
+    and the parameter shape, dtype and descriptors that follow."""
 
     def __init__(self, handle, x, mode, table: dict, enum_type, what: str):
         self.mode = enum_arg(mode, table, enum_type, what)
@@ -138,8 +137,8 @@ class NormSetup:
         return None if obj is None else self.param(obj, name, handle)
 
     def or_new_pair(self, a: DeviceArray | None, b: DeviceArray | None, handle) -> tuple[DeviceArray, DeviceArray]:
-        """``a`` and ``b`` (saved statistics, parameter gradients), or where neither is given two new parameter-shaped
-        arrays, 256-byte aligned, in one allocation (one allocation a call: a prepared call's replay makes one too)."""
+        """``a`` and ``b`` (saved statistics, parameter gradients), each new where None: where both are, two views,
+        256-byte aligned, of one allocation (a prepared call's replay then makes one too)."""
         if a is not None or b is not None:
             new = functools.partial(new_output, handle, self.pshape, self.pdtype)
             return new() if a is None else a, new() if b is None else b
@@ -195,8 +194,8 @@ def reserve_buffer(handle, reserve, nbytes: int, name: str) -> DeviceArray | Non
 
 
 class FusedBackward(NamedTuple):
-    """The checked and allocated arguments the fused backward calls share (``cudnnBatchNormalizationBackwardEx``,
-    ``cudnnNormalizationBackward``); descriptors are held here while C runs."""
+    """The checked and allocated arguments of the fused backward calls (``cudnnBatchNormalizationBackwardEx``,
+    ``cudnnNormalizationBackward``), holding the descriptors while C runs."""
     y: DeviceArray
     dy: DeviceArray
     scale: DeviceArray
@@ -218,16 +217,11 @@ class FusedBackward(NamedTuple):
     dx_desc: TensorDescriptor
     dz_desc: TensorDescriptor | None
 
-    @property
-    def dz_desc_ptr(self):
-        return None if self.dz_desc is None else self.dz_desc.ptr
-
 
 def fused_backward_args(handle, s: NormSetup, op, sizes, y, dy, scale, bias, saved_mean, saved_inv_var, epsilon,
                         dx, dz, dscale, dbias, reserve, alphas) -> FusedBackward:
-    """Check and allocate a fused backward's arguments; ``sizes()`` gives (workspace, reserve) bytes, after the
-    checks (None for the graph path, which needs neither: the reserve is then not read, and no legacy descriptor is
-    made); ``op`` 2 is the add+activation variant (the only one with z)."""
+    """Check and allocate a fused backward's arguments; ``sizes()`` gives (workspace, reserve) bytes after the checks
+    (None for the graph path: no reserve read, no legacy descriptor); ``op`` 2 (add + activation) alone has z."""
     ya = data_array(y, "y", handle, like=s.x)
     dya = data_array(dy, "dy", handle, like=s.x)
     sc, bi = s.param(scale, "scale", handle), s.param(bias, "bias", handle)
