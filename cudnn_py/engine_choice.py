@@ -104,10 +104,8 @@ def choices(handle) -> dict[Hashable, Choice]:
 
 
 def chosen(handle, key: Hashable, static: str = "graph") -> str | None:
-    """The engine ``"auto"`` runs for ``key`` on ``handle`` without measuring: the handle's choice, else the
-    database's (kept on the handle), else ``static`` in static mode; None where :func:`run` must measure first.
-
-    For dispatchers with the legacy call inline: a repeat call costs one dict lookup."""
+    """The engine ``"auto"`` runs for ``key`` without measuring (one dict lookup on a repeat call): the handle's
+    choice, else the database's, else ``static`` in static mode; None where :func:`run` must measure first."""
     recording.uses(_CACHE)
     got = handle_cache(handle, _CACHE).get(key)
     if got is not None:
@@ -126,19 +124,11 @@ def chosen(handle, key: Hashable, static: str = "graph") -> str | None:
 def run(handle, key: Hashable | None, legacy: Callable[[], object], graph: Callable[[], object], *,
         mutated: Sequence | None = None, static: str = "graph",
         refused: tuple[type[BaseException], ...] = ()) -> str:
-    """Run one ``engine="auto"`` call and answer the engine that ran it ("legacy" or "graph"); see the module doc.
-
-    :param key: the operation's name and signature (hashable; :func:`signature` builds the usual part); None: the
-        prepared operation call's own (:mod:`cudnn_py.prepared`).
-    :param legacy: runs the call through the legacy C entry point.
-    :param graph: runs it through the graph path; False (or a refusal raised) where the graph path does not take it.
-    :param mutated: arrays the call writes and may read (restored between measured runs); None: the prepared
-        operation call's given outputs that it reads (a ``beta`` blend, in place, declared as inputs too), none
-        outside one.
-    :param static: the engine the static rule picks (``"static"`` mode).
-    :param refused: the exceptions by which the graph path refuses a configuration (the graph package's, passed in
-        by its dispatcher so that this module stays below it); the legacy call then runs.
-    """
+    """Run one ``engine="auto"`` call and answer the engine that ran it ("legacy" or "graph"; module doc): ``legacy()``
+    or ``graph()`` (False, or one of the exceptions ``refused``, where the graph path does not take it: the legacy
+    call then runs). ``key``: the operation's name and :func:`signature` (None: the prepared call's own);
+    ``mutated``: arrays restored between measured runs (None: the prepared call's); ``static``: the static rule's
+    engine."""
     if key is None:
         key = _declared().key()
     engine = chosen(handle, key, static)

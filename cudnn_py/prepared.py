@@ -525,19 +525,15 @@ engine_choice.on_mode_change(lambda: forget(None, engine_choice.CACHE))
 def prepared(inputs: Sequence[str], outputs: Sequence[str], *, inplace: bool = True,
              epoch: Callable[[], Any] | None = None, scalars: Sequence[str] = (),
              moved: Sequence[str] = ()) -> Callable[[F], F]:
-    """Run an operation function ``fn(handle, ...)`` through the handle's prepared calls (see the module doc).
+    """Run an operation function ``fn(handle, ...)`` through the handle's prepared calls (module doc); ``fn`` itself
+    runs, after the checks :meth:`_Spec.checked` makes, on a signature's first call (every call that cannot be keyed).
 
-    :param inputs: its array parameters it reads.
-    :param outputs: its array parameters it writes (None: allocated and returned).
+    :param inputs, outputs: the array parameters it reads, and writes (None: allocated and returned).
     :param inplace: whether an output may be an input itself (the identical view).
-    :param epoch: where the validated path also depends on state outside the arguments (measured algorithm choices
-        that can be cleared), a function answering its current version: part of the key.
+    :param epoch: a function answering the version of state outside the arguments the validated path depends on
+        (measured algorithm choices that can be cleared): part of the key.
     :param scalars: its scaling factors (keyword-only), checked finite and passed on as floats.
-    :param moved: its outputs (keyword-only) that a call may still pass positionally after the inputs, in that
-        order (deprecated: a :class:`DeprecationWarning`).
-
-    The function itself runs after the handle, those outputs and the scaling factors were checked, on a call's
-    first run of a signature (or every run where the call cannot be keyed).
+    :param moved: its keyword-only outputs a call may still pass positionally after the inputs (deprecated).
     """
     def wrap(fn: F) -> F:
         spec = _Spec(fn, inputs, outputs, inplace, scalars, moved)

@@ -85,7 +85,7 @@ def dispatch(engine: str, handle: Any, key: Hashable | None, legacy: Callable[[]
     refused = (GraphPathRefused, GraphNotSupportedError)
     if not measure:
         return engine_choice.run_static(static, legacy, lambda: graph(True), refused)
-    outer, _builds.memo = getattr(_builds, "memo", None), {}  # the engine choice runs the graph several times: built once
+    outer, _builds.memo = getattr(_builds, "memo", None), {}  # the engine choice's several runs build once
     try:
         return engine_choice.run(handle, key, legacy, lambda: graph(True), mutated=mutated, static=static,
                                  refused=refused)

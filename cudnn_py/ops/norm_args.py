@@ -55,11 +55,6 @@ def derive_descriptors(fill, count: int = 1) -> list[tuple[tuple[int, ...], np.d
             capi.cudnnDestroyTensorDescriptor(d)
 
 
-def param_dtype(x_dtype) -> np.dtype:
-    """The parameters' dtype for data of ``x_dtype``: float64 for float64 data, else float32."""
-    return np.dtype(np.float64) if np.dtype(x_dtype) == np.float64 else np.dtype(np.float32)
-
-
 def data_array(obj, name: str, handle, *, like: DeviceArray | None = None) -> DeviceArray:
     """A 4-D/5-D floating data array (checked against ``like``'s shape and dtype when given)."""
     if like is None:
@@ -71,34 +66,12 @@ def data_array(obj, name: str, handle, *, like: DeviceArray | None = None) -> De
     return check_array(obj, name, handle, dtype=like.dtype, shape=like.shape)
 
 
-def param_array(obj, name: str, handle, pshape, pdtype, *, mode_name: str) -> DeviceArray:
-    """A parameter array: ``pshape`` exactly, or ``pshape`` without its unit dims; contiguous; ``pdtype``."""
-    a = check_array(obj, name, handle)
-    squeezed = tuple(d for d in pshape if d != 1)
-    if a.shape != tuple(pshape) and tuple(d for d in a.shape if d != 1) != squeezed:
-        raise InvalidValueError(f"{name} has shape {a.shape}; in {mode_name} mode it must be {tuple(pshape)} "
-                         f"(or {squeezed})")
-    if a.dtype != pdtype:
-        raise InvalidTypeError(f"{name} has dtype {a.dtype}; batch-norm parameters must be {pdtype} for this data")
-    if not a.is_contiguous:
-        raise InvalidValueError(f"{name} must be C-contiguous; it has strides {a.strides}")
-    return a
-
-
 def check_epsilon(epsilon: float) -> float:
     """``epsilon`` as a finite float of at least ``CUDNN_BN_MIN_EPSILON``."""
     eps = float(epsilon)
     if not eps >= capi.CUDNN_BN_MIN_EPSILON or math.isinf(eps):
         raise InvalidValueError(f"epsilon must be a finite number >= {capi.CUDNN_BN_MIN_EPSILON}, got {epsilon!r}")
     return eps
-
-
-def check_factor(factor: float) -> float:
-    """The running-average ``factor`` as a float in [0, 1]."""
-    f = float(factor)
-    if not 0.0 <= f <= 1.0:
-        raise InvalidValueError(f"exponential average factor must be in [0, 1] (1 on the first call), got {factor!r}")
-    return f
 
 
 def check_pair(a, b, names: str) -> None:
@@ -116,7 +89,7 @@ class NormSetup:
         self.mode_name = self.mode.name
         self.x = data_array(x, "x", handle)
         self.pshape = param_shape_for(self.x.shape, self.mode)
-        self.pdtype = param_dtype(self.x.dtype)
+        self.pdtype = np.dtype(np.float64 if self.x.dtype == np.float64 else np.float32)  # float64 data's own
 
     @functools.cached_property
     def xdesc(self) -> TensorDescriptor:
@@ -129,8 +102,18 @@ class NormSetup:
         return tensor_desc(self.pshape, self.pdtype)
 
     def param(self, obj, name: str, handle) -> DeviceArray:
-        """``obj`` checked as a parameter array of this setup."""
-        return param_array(obj, name, handle, self.pshape, self.pdtype, mode_name=self.mode_name)
+        """``obj`` checked as a parameter array: contiguous, :attr:`pdtype`, :attr:`pshape` (or without its unit dims)."""
+        a, pshape = check_array(obj, name, handle), self.pshape
+        squeezed = tuple(d for d in pshape if d != 1)
+        if a.shape != pshape and tuple(d for d in a.shape if d != 1) != squeezed:
+            raise InvalidValueError(f"{name} has shape {a.shape}; in {self.mode_name} mode it must be {pshape} "
+                                    f"(or {squeezed})")
+        if a.dtype != self.pdtype:
+            raise InvalidTypeError(f"{name} has dtype {a.dtype}; batch-norm parameters must be {self.pdtype} for this "
+                                   f"data")
+        if not a.is_contiguous:
+            raise InvalidValueError(f"{name} must be C-contiguous; it has strides {a.strides}")
+        return a
 
     def opt_param(self, obj, name: str, handle) -> DeviceArray | None:
         """As :meth:`param`, None passing through."""
@@ -165,7 +148,14 @@ def training_params(handle, s: NormSetup, scale, bias, running_mean, running_var
     return (s.param(scale, "scale", handle), s.param(bias, "bias", handle),
             s.opt_param(running_mean, "running_mean", handle), s.opt_param(running_var, "running_var", handle),
             s.opt_param(saved_mean, "saved_mean", handle), s.opt_param(saved_inv_var, "saved_inv_var", handle),
-            check_epsilon(epsilon), check_factor(factor))
+            check_epsilon(epsilon), _factor(factor))
+
+
+def _factor(factor: float) -> float:
+    f = float(factor)
+    if not 0.0 <= f <= 1.0:
+        raise InvalidValueError(f"exponential average factor must be in [0, 1] (1 on the first call), got {factor!r}")
+    return f
 
 
 def fused_ops(ops, activation, z, zname: str, table: dict, enum_type) -> tuple:

@@ -52,22 +52,12 @@ _any_requires_grad = torch._C._any_requires_grad
 _modes = torch._C._len_torch_dispatch_stack
 
 
-def _cuda_function(name: str) -> Callable:
-    """``torch._C.<name>`` (absent from a torch built without CUDA, whose tensors never reach a plan)."""
-    return getattr(torch._C, name, None)  # type: ignore[return-value]
-
-
-# torch's current CUDA device; its caching allocator's raw blocks: (bytes, stream) -> address, address -> None
-_current_device = _cuda_function("_cuda_getDevice")
-_raw_alloc = _cuda_function("_cuda_cudaCachingAllocator_raw_alloc")
-_raw_delete = _cuda_function("_cuda_cudaCachingAllocator_raw_delete")
-
-
-try:  # the raw cudaStream_t as an int, without making a torch.cuda.Stream object (what compiled code uses)
-    _raw_stream: Callable[[int], int] = torch._C._cuda_getCurrentRawStream
-except AttributeError:  # pragma: no cover - torch built without CUDA
-    def _raw_stream(device: int) -> int:
-        return torch.cuda.current_stream(device).cuda_stream
+# torch's current CUDA device; its caching allocator's raw blocks ((bytes, stream) -> address, address -> None); a
+# device's current raw cudaStream_t as an int (no torch.cuda.Stream object made). None in a torch built without CUDA,
+# whose tensors never reach here
+_current_device, _raw_alloc, _raw_delete, _raw_stream = (getattr(torch._C, n, None) for n in (
+    "_cuda_getDevice", "_cuda_cudaCachingAllocator_raw_alloc", "_cuda_cudaCachingAllocator_raw_delete",
+    "_cuda_getCurrentRawStream"))
 
 
 def define(name: str, impl: Callable, fake: Callable, setup: Callable | None = None,
