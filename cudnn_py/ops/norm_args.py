@@ -102,7 +102,7 @@ class NormSetup:
         return tensor_desc(self.pshape, self.pdtype)
 
     def param(self, obj, name: str, handle) -> DeviceArray:
-        """``obj`` checked as a parameter array: contiguous, :attr:`pdtype`, :attr:`pshape` (or without its unit dims)."""
+        """``obj`` checked as a parameter array: contiguous, ``pdtype``, ``pshape`` (or that without its unit dims)."""
         a, pshape = check_array(obj, name, handle), self.pshape
         squeezed = tuple(d for d in pshape if d != 1)
         if a.shape != pshape and tuple(d for d in a.shape if d != 1) != squeezed:

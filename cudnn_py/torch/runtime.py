@@ -55,9 +55,10 @@ _modes = torch._C._len_torch_dispatch_stack
 # torch's current CUDA device; its caching allocator's raw blocks ((bytes, stream) -> address, address -> None); a
 # device's current raw cudaStream_t as an int (no torch.cuda.Stream object made). None in a torch built without CUDA,
 # whose tensors never reach here
-_current_device, _raw_alloc, _raw_delete, _raw_stream = (getattr(torch._C, n, None) for n in (
+_CUDA: list[Any] = [getattr(torch._C, n, None) for n in (
     "_cuda_getDevice", "_cuda_cudaCachingAllocator_raw_alloc", "_cuda_cudaCachingAllocator_raw_delete",
-    "_cuda_getCurrentRawStream"))
+    "_cuda_getCurrentRawStream")]
+_current_device, _raw_alloc, _raw_delete, _raw_stream = _CUDA
 
 
 def define(name: str, impl: Callable, fake: Callable, setup: Callable | None = None,
