@@ -38,7 +38,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from cudnn_py import engine_choice, memory, recording
+from cudnn_py import engine_choice, foreign, memory, recording
 from cudnn_py.recording import state
 from cudnn_py.caches import Cache, handle_cache
 from cudnn_py.descriptors import Descriptor
@@ -206,7 +206,7 @@ def _array_part(v: Any, ptrs: list) -> Any:
     if v is None or t in _NUMBERS:  # an argument that may be an array or a number (a seed, a scale): by value
         ptrs.append(None)
         return None if v is None else (t, v)
-    if memory.is_torch_tensor(v):
+    if t in foreign.TORCH_TYPES or memory.is_torch_tensor(v):  # the table first: no call once torch is known
         p = v.data_ptr()
         ptrs.append(p)
         return (t, v.shape, v.stride(), v.dtype, v.get_device(), p & 15)
@@ -574,10 +574,14 @@ def prepared(inputs: Sequence[str], outputs: Sequence[str], *, inplace: bool = T
                 for v, a in zip(args, is_array):
                     if not a:
                         parts.append(v if type(v) in _PLAIN else (type(v), v))
-                    elif type(v) is DeviceArray:  # _array_part inlined for the common case
+                    elif type(v) is DeviceArray:  # _array_part inlined for DeviceArrays and torch tensors
                         q = v.ptr
                         ptrs.append(q)
                         parts.append((v.shape, v.strides, v.dtype, v.device_id, q & 15))
+                    elif type(v) in foreign.TORCH_TYPES:
+                        q = v.data_ptr()
+                        ptrs.append(q)
+                        parts.append((type(v), v.shape, v.stride(), v.dtype, v.get_device(), q & 15))
                     else:
                         parts.append(_array_part(v, ptrs))
                 for k, v in kwargs.items():
