@@ -221,12 +221,12 @@ def fused_backward_args(handle, s: NormSetup, op, sizes, y, dy, scale, bias, sav
     if int(op) != 2 and dz is not None:
         raise InvalidValueError(f"ops={op.name} has no z, so no dz; pass dz=None")
     ds, db = s.opt_param(dscale, "dscale", handle), s.opt_param(dbias, "dbias", handle)
-    ws_size, rs_size = (0, 0) if sizes is None else sizes()
+    dxa, (ds, db) = output(dx, "dx", handle, s.x.shape, s.x.dtype, like=s.x), s.or_new_pair(ds, db, handle)
+    dza = None if int(op) != 2 else output(dz, "dz", handle, s.x.shape, s.x.dtype, like=s.x)
+    ws_size, rs_size = (0, 0) if sizes is None else sizes()  # the size query after every array check
     if reserve is None and rs_size:
         raise InvalidValueError(f"this backward needs the forward's reserve space ({rs_size} bytes); pass reserve=")
     rsa = None if reserve is None or sizes is None else reserve_buffer(handle, reserve, rs_size, "reserve")
-    dxa, (ds, db) = output(dx, "dx", handle, s.x.shape, s.x.dtype, like=s.x), s.or_new_pair(ds, db, handle)
-    dza = None if int(op) != 2 else output(dz, "dz", handle, s.x.shape, s.x.dtype, like=s.x)
     descs = (None,) * 4 if sizes is None else (desc(ya), desc(dya), desc(dxa), None if dza is None else desc(dza))
     return FusedBackward(ya, dya, sc, bi, sm, siv, eps, dxa, dza, ds, db, rsa, 0 if rsa is None else rsa.nbytes,
                          WorkspaceArg(ws_size), ws_size,
