@@ -35,6 +35,7 @@ def default_handle(device: int | Device | None = None) -> Handle:
     """This thread's default cuDNN handle on ``device`` (an ordinal or :class:`cuda.core.Device`; None: the current
     device, 0 where none was made current), created on first use on the device's default stream (``set_stream`` /
     ``on_stream`` change it for every later user). :class:`NoDeviceError` where no GPU can be used."""
+    global _registered
     ordinal = get_device(device).device_id
     handles = getattr(_tls, "handles", None)
     if handles is None:
@@ -43,17 +44,12 @@ def default_handle(device: int | Device | None = None) -> Handle:
     if h is None or h.closed:
         from cudnn_py.handle import Handle
         h = handles[ordinal] = Handle(ordinal)
-        _remember(h)
+        with _lock:
+            _live.add(h)
+            if not _registered:  # registered after cuda.core's own exit hooks, so it runs before them
+                atexit.register(_close_all)
+                _registered = True
     return h
-
-
-def _remember(h: Handle) -> None:
-    global _registered
-    with _lock:
-        _live.add(h)
-        if not _registered:  # registered after cuda.core's own exit hooks, so it runs before them
-            atexit.register(_close_all)
-            _registered = True
 
 
 def _close_all() -> None:

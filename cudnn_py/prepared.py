@@ -566,7 +566,7 @@ def prepared(inputs: Sequence[str], outputs: Sequence[str], *, inplace: bool = T
 
         @functools.wraps(fn)
         def call(handle: Any, *args: Any, **kwargs: Any) -> Any:
-            if type(handle) is not Handle or handle._ptr is None or state.rec is not None or len(args) > npos:
+            if type(handle) is not Handle or handle.closed or state.rec is not None or len(args) > npos:
                 return validated(handle, args, kwargs)  # a stand-in or closed handle, in a recording, old positionals
             ptrs: list = []
             parts: list = [fn] if epoch is None else [fn, epoch()]

@@ -17,7 +17,6 @@ SKIPPED = ("capi/", "codegen/")
 
 #: (module, name) uses that remain, each to go with the change that renames it in the module holding the use
 PENDING = {
-    ("engine_choice.py", "_new"), ("engine_choice.py", "_span"),       # DeviceArray.from_parts / .span
     ("ops/attention.py", "_check_weights"), ("ops/rnn.py", "_check_weights"),  # ops/sequence_models.py's method
 }
 
