@@ -32,8 +32,9 @@ if TYPE_CHECKING:
     from cudnn_py.handle import Handle
 
 __all__ = [
-    "DIRECTIONS", "AlgoPerf", "AlgorithmCache", "CacheFileError", "CONV_KEY_FIELDS", "algorithm_cache", "algorithm_enum", "parse_algo",
-    "select_algorithm", "max_algorithm_count", "heuristic_algorithms", "find_algorithms", "find_algorithms_ex", "workspace_size",
+    "DIRECTIONS", "AlgoPerf", "AlgorithmCache", "CacheFileError", "CONV_KEY_FIELDS", "algorithm_cache",
+    "algorithm_enum", "parse_algo", "select_algorithm", "max_algorithm_count", "heuristic_algorithms",
+    "find_algorithms", "find_algorithms_ex", "workspace_size",
     "cudnnConvolutionFwdPreference_t", "cudnnConvolutionBwdDataPreference_t", "cudnnConvolutionBwdFilterPreference_t",
     "CUDNN_CONVOLUTION_FWD_NO_WORKSPACE", "CUDNN_CONVOLUTION_FWD_PREFER_FASTEST",
     "CUDNN_CONVOLUTION_FWD_SPECIFY_WORKSPACE_LIMIT", "CUDNN_CONVOLUTION_BWD_DATA_NO_WORKSPACE",
@@ -106,7 +107,8 @@ def _choose(direction, handle, a, b, conv, c, preference, memory_limit, measured
         limit = int(memory_limit)
     else:
         limit = 0 if pref.name.endswith("NO_WORKSPACE") else None
-    records = (find_algorithms if bool_arg(measured, "measured") else heuristic_algorithms)(handle, direction, a, b, conv, c)
+    query = find_algorithms if bool_arg(measured, "measured") else heuristic_algorithms
+    records = query(handle, direction, a, b, conv, c)
     # _v7 does not promise a workspace figure per entry: ask for the real size when it matters.
     sizes = None if measured or limit is None else (lambda r: workspace_size(handle, direction, a, b, conv, c, r.algo))
     return select_algorithm(records, limit, sizes).algo
@@ -146,10 +148,12 @@ def _store(out, algo):
     return algo
 
 
-def cudnnGetConvolutionForwardAlgorithm(handle, xDesc, wDesc, convDesc, yDesc, preference, memoryLimitInBytes, algo=None):
+def cudnnGetConvolutionForwardAlgorithm(handle, xDesc, wDesc, convDesc, yDesc, preference, memoryLimitInBytes,
+                                        algo=None):
     """The C signature of the function removed in cuDNN 8, on :func:`choose_forward_algorithm`: returns the
     algorithm, also written to ``algo`` (a ``ctypes.c_int`` or ``byref`` of one) where given."""
-    return _store(algo, choose_forward_algorithm(handle, xDesc, wDesc, convDesc, yDesc, preference, memoryLimitInBytes))
+    return _store(algo, choose_forward_algorithm(handle, xDesc, wDesc, convDesc, yDesc, preference,
+                                                 memoryLimitInBytes))
 
 
 def cudnnGetConvolutionBackwardDataAlgorithm(handle, wDesc, dyDesc, convDesc, dxDesc, preference, memoryLimitInBytes,
