@@ -380,7 +380,7 @@ def _python_name(declaration: str, i: int) -> str:
 _FUNCTIONS: list[CFunction] = []  # every declared function (NVTX toggling rebinds the bound ones)
 _range_wrapper = None  # cudnn_py.nvtx's wrapper while NVTX ranges are on
 # taken by a function's first call while it binds (and by set_range_wrapper), never by a bound call
-_BIND_LOCK = threading.Lock()
+_BIND_LOCK = threading.RLock()  # reentrant: a finalizer may make a first call while its thread binds
 
 #: address of a handle or descriptor -> the Pythonic object type that owns it (it destroys it itself, once)
 _OWNED: dict[int, str] = {}

@@ -6,9 +6,8 @@ For scripts that do not want to create and pass handles around::
     h = cdp.default_handle()            # this thread's handle on the current device
     y = cdp.pooling_forward(h, cdp.Pooling("max", window=2), x)
 
-Each thread gets its own (cuDNN handles are not thread-safe); a thread's handles are destroyed when the
-thread ends, and every one left is closed at interpreter exit. Closing the default handle is allowed:
-the next call makes a new one. Explicit :class:`~cudnn_py.Handle` objects work everywhere as before.
+Each thread gets its own (cuDNN handles are not thread-safe), destroyed when the thread ends; every one left is
+closed at interpreter exit. Closing it is allowed: the next call makes a new one.
 """
 from __future__ import annotations
 
@@ -33,14 +32,10 @@ _registered = False
 
 
 def default_handle(device: int | Device | None = None) -> Handle:
-    """This thread's default cuDNN handle on ``device``, created on first use.
-
-    :param device: a device ordinal or :class:`cuda.core.Device` (``None``: the current device, 0 where
-        none was made current).
-    :returns: the handle, bound to the device's default stream (``h.set_stream`` / ``h.on_stream`` change
-        it for every later user of this thread's default handle).
-    :raises NoDeviceError: where no GPU can be used.
-    """
+    """This thread's default cuDNN handle on ``device`` (an ordinal or :class:`cuda.core.Device`; None: the current
+    device, 0 where none was made current), created on first use on the device's default stream (``set_stream`` /
+    ``on_stream`` change it for every later user). :class:`NoDeviceError` where no GPU can be used."""
+    global _registered
     ordinal = get_device(device).device_id
     handles = getattr(_tls, "handles", None)
     if handles is None:
@@ -49,17 +44,12 @@ def default_handle(device: int | Device | None = None) -> Handle:
     if h is None or h.closed:
         from cudnn_py.handle import Handle
         h = handles[ordinal] = Handle(ordinal)
-        _remember(h)
+        with _lock:
+            _live.add(h)
+            if not _registered:  # registered after cuda.core's own exit hooks, so it runs before them
+                atexit.register(_close_all)
+                _registered = True
     return h
-
-
-def _remember(h: Handle) -> None:
-    global _registered
-    with _lock:
-        _live.add(h)
-        if not _registered:  # registered after cuda.core's own exit hooks, so it runs before them
-            atexit.register(_close_all)
-            _registered = True
 
 
 def _close_all() -> None:

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import ctypes
 import enum
+import functools
 import math
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from cudnn_py import capi
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
@@ -19,8 +20,15 @@ __all__ = ["DIRECTIONS", "AlgoPerf", "algorithm_enum", "real_members", "parse_al
 DIRECTIONS = ("forward", "backward_data", "backward_filter")
 
 
-@dataclass(frozen=True)
-class _Api:
+#: direction -> the names of its C enum, its record struct, and its functions' middle parts
+_NAMES = {"forward": ("cudnnConvolutionFwdAlgo_t", "cudnnConvolutionFwdAlgoPerf_t", "ForwardAlgorithm", "Forward"),
+          "backward_data": ("cudnnConvolutionBwdDataAlgo_t", "cudnnConvolutionBwdDataAlgoPerf_t",
+                            "BackwardDataAlgorithm", "BackwardData"),
+          "backward_filter": ("cudnnConvolutionBwdFilterAlgo_t", "cudnnConvolutionBwdFilterAlgoPerf_t",
+                              "BackwardFilterAlgorithm", "BackwardFilter")}
+
+
+class _Api(NamedTuple):
     algo_enum: type
     perf: Any  # the ctypes struct of a record
     max_count: Any
@@ -28,40 +36,18 @@ class _Api:
     find: Any
     find_ex: Any
     ws_size: Any
-    execute: Any
 
 
+@functools.cache
 def _api(direction: str) -> _Api:
-    try:
-        return _APIS[direction]
-    except KeyError:
-        raise InvalidValueError(f"direction {direction!r}: expected one of {DIRECTIONS}") from None
-
-
-class _Apis(dict):
-    """direction -> _Api, built on first use so importing this module never touches the library."""
-
-    def __missing__(self, direction):
-        c = capi
-        table = {
-            "forward": ("cudnnConvolutionFwdAlgo_t", "cudnnConvolutionFwdAlgoPerf_t", "ForwardAlgorithm", "Forward"),
-            "backward_data": ("cudnnConvolutionBwdDataAlgo_t", "cudnnConvolutionBwdDataAlgoPerf_t",
-                              "BackwardDataAlgorithm", "BackwardData"),
-            "backward_filter": ("cudnnConvolutionBwdFilterAlgo_t", "cudnnConvolutionBwdFilterAlgoPerf_t",
-                                "BackwardFilterAlgorithm", "BackwardFilter"),
-        }
-        if direction not in table:
-            raise KeyError(direction)
-        enum_name, perf_name, alg, ex = table[direction]
-        api = _Api(getattr(c, enum_name), getattr(c, perf_name),
-                   getattr(c, f"cudnnGetConvolution{alg}MaxCount"), getattr(c, f"cudnnGetConvolution{alg}_v7"),
-                   getattr(c, f"cudnnFindConvolution{alg}"), getattr(c, f"cudnnFindConvolution{alg}Ex"),
-                   getattr(c, f"cudnnGetConvolution{ex}WorkspaceSize"), getattr(c, f"cudnnConvolution{ex}"))
-        self[direction] = api
-        return api
-
-
-_APIS = _Apis()
+    """The direction's C enum, record struct and functions (looked up on first use: importing this module never
+    touches the library)."""
+    if direction not in _NAMES:
+        raise InvalidValueError(f"direction {direction!r}: expected one of {DIRECTIONS}")
+    enum_name, perf_name, alg, ex = _NAMES[direction]
+    return _Api(*(getattr(capi, n) for n in (enum_name, perf_name, f"cudnnGetConvolution{alg}MaxCount",
+                                             f"cudnnGetConvolution{alg}_v7", f"cudnnFindConvolution{alg}",
+                                             f"cudnnFindConvolution{alg}Ex", f"cudnnGetConvolution{ex}WorkspaceSize")))
 
 
 def algorithm_enum(direction: str) -> type[enum.IntEnum]:
@@ -219,10 +205,6 @@ def _raw(obj):
     return getattr(obj, "ptr", obj)
 
 
-def _perf_array(direction: str, count: int):
-    return (_api(direction).perf * count)()
-
-
 def max_algorithm_count(handle, direction: str) -> int:
     """``cudnnGetConvolution*AlgorithmMaxCount``."""
     n = ctypes.c_int()
@@ -230,44 +212,32 @@ def max_algorithm_count(handle, direction: str) -> int:
     return n.value
 
 
-def _records(direction: str, arr, returned: ctypes.c_int) -> list[AlgoPerf]:
-    return [AlgoPerf.from_struct(direction, arr[i]) for i in range(returned.value)]
+def _query(which: str, handle, direction: str, count: int | None, args: tuple, tail: tuple = ()) -> list[AlgoPerf]:
+    """The records the direction's function ``which`` (an :class:`_Api` field) writes: ``(handle, *args, count,
+    &returned, records, *tail)``."""
+    count = count or max_algorithm_count(handle, direction)
+    arr, n = (_api(direction).perf * count)(), ctypes.c_int()
+    getattr(_api(direction), which)(_raw(handle), *args, count, ctypes.byref(n), arr, *tail)
+    return [AlgoPerf.from_struct(direction, arr[i]) for i in range(n.value)]
 
 
 def heuristic_algorithms(handle, direction: str, a, b, conv, c, count: int | None = None) -> list[AlgoPerf]:
-    """``cudnnGetConvolution*Algorithm_v7`` on descriptors in C order.
-
-    Descriptor order is cuDNN's: forward (x, w, conv, y); backward_data (w, dy, conv, dx);
-    backward_filter (x, dy, conv, dw).
-    """
-    api = _api(direction)
-    count = count or max_algorithm_count(handle, direction)
-    arr, n = _perf_array(direction, count), ctypes.c_int()
-    api.heuristic(_raw(handle), _raw(a), _raw(b), _raw(conv), _raw(c), count, ctypes.byref(n), arr)
-    return _records(direction, arr, n)
+    """``cudnnGetConvolution*Algorithm_v7`` on descriptors in cuDNN's order: forward (x, w, conv, y); backward_data
+    (w, dy, conv, dx); backward_filter (x, dy, conv, dw)."""
+    return _query("heuristic", handle, direction, count, (_raw(a), _raw(b), _raw(conv), _raw(c)))
 
 
 def find_algorithms(handle, direction: str, a, b, conv, c, count: int | None = None) -> list[AlgoPerf]:
     """``cudnnFindConvolution*Algorithm``: runs every algorithm on buffers cuDNN allocates; sorted by time."""
-    api = _api(direction)
-    count = count or max_algorithm_count(handle, direction)
-    arr, n = _perf_array(direction, count), ctypes.c_int()
-    api.find(_raw(handle), _raw(a), _raw(b), _raw(conv), _raw(c), count, ctypes.byref(n), arr)
-    return _records(direction, arr, n)
+    return _query("find", handle, direction, count, (_raw(a), _raw(b), _raw(conv), _raw(c)))
 
 
 def find_algorithms_ex(handle, direction: str, a, a_ptr: int, b, b_ptr: int, conv, c, c_ptr: int,
                        workspace_ptr: int | None, workspace_bytes: int, count: int | None = None) -> list[AlgoPerf]:
-    """``cudnnFindConvolution*AlgorithmEx`` on the caller's buffers (the direction's output is overwritten).
-
-    Algorithms needing more than ``workspace_bytes`` are reported with a failing status.
-    """
-    api = _api(direction)
-    count = count or max_algorithm_count(handle, direction)
-    arr, n = _perf_array(direction, count), ctypes.c_int()
-    api.find_ex(_raw(handle), _raw(a), a_ptr, _raw(b), b_ptr, _raw(conv), _raw(c), c_ptr, count, ctypes.byref(n),
-                arr, workspace_ptr, workspace_bytes)
-    return _records(direction, arr, n)
+    """``cudnnFindConvolution*AlgorithmEx`` on the caller's buffers (the direction's output is overwritten);
+    algorithms needing more than ``workspace_bytes`` are reported with a failing status."""
+    return _query("find_ex", handle, direction, count, (_raw(a), a_ptr, _raw(b), b_ptr, _raw(conv), _raw(c), c_ptr),
+                  (workspace_ptr, workspace_bytes))
 
 
 def workspace_size(handle, direction: str, a, b, conv, c, algo) -> int:

@@ -1,24 +1,17 @@
-"""Convolution algorithms: the queries and records (:mod:`cudnn_py.algorithm_queries`), the "fastest" cache
-(:mod:`cudnn_py.fastest_cache`), both gathered here, the port of the removed selectors and how a call chooses its
-algorithm.
+"""Convolution algorithms: the queries and records (:mod:`cudnn_py.algorithm_queries`) and the "fastest" cache
+(:mod:`cudnn_py.fastest_cache`) gathered here, the port of the removed selectors and how a call chooses its algorithm.
 
-Three directions, named as in the rest of the package: ``"forward"``, ``"backward_data"`` and
-``"backward_filter"``. For each, cuDNN offers a heuristic query (``..._v7``), a measured one
-(``Find...``, which allocates its own buffers, and ``Find...Ex``, which runs on the caller's buffers)
-and a workspace-size query, called on raw descriptors (capi handles or objects with ``.ptr``); they return
-:class:`AlgoPerf` records in cuDNN's order.
-
-Port of the selectors removed in cuDNN 8 (one line each)::
+Directions are ``"forward"``, ``"backward_data"`` and ``"backward_filter"``. Port of the selectors removed in cuDNN 8
+(one line each)::
 
     # C, cuDNN 7:
     #   cudnnGetConvolutionForwardAlgorithm(h, xD, wD, cD, yD, CUDNN_CONVOLUTION_FWD_PREFER_FASTEST, 0, &algo);
     from cudnn_py.algorithms import *
     algo = cudnnGetConvolutionForwardAlgorithm(h, xD, wD, cD, yD, CUDNN_CONVOLUTION_FWD_PREFER_FASTEST, 0)
 
-or, with keywords, ``choose_forward_algorithm(h, xD, wD, cD, yD, preference, limit, measured=False)``.
-The preference is applied to the ``_v7`` heuristic list (``measured=True`` applies it to ``Find``
-timings instead): PREFER_FASTEST takes the first supported entry, NO_WORKSPACE the first needing no
-workspace, SPECIFY_WORKSPACE_LIMIT the first needing at most ``memoryLimitInBytes``.
+or ``choose_forward_algorithm(h, xD, wD, cD, yD, preference, limit, measured=False)``. The preference is applied to
+the ``_v7`` heuristic list (``measured=True``: to ``Find`` timings): PREFER_FASTEST takes the first supported entry,
+NO_WORKSPACE the first needing no workspace, SPECIFY_WORKSPACE_LIMIT the first needing at most the limit.
 """
 from __future__ import annotations
 
@@ -39,8 +32,9 @@ if TYPE_CHECKING:
     from cudnn_py.handle import Handle
 
 __all__ = [
-    "DIRECTIONS", "AlgoPerf", "AlgorithmCache", "CacheFileError", "CONV_KEY_FIELDS", "algorithm_cache", "algorithm_enum", "parse_algo",
-    "select_algorithm", "max_algorithm_count", "heuristic_algorithms", "find_algorithms", "find_algorithms_ex", "workspace_size",
+    "DIRECTIONS", "AlgoPerf", "AlgorithmCache", "CacheFileError", "CONV_KEY_FIELDS", "algorithm_cache",
+    "algorithm_enum", "parse_algo", "select_algorithm", "max_algorithm_count", "heuristic_algorithms",
+    "find_algorithms", "find_algorithms_ex", "workspace_size",
     "cudnnConvolutionFwdPreference_t", "cudnnConvolutionBwdDataPreference_t", "cudnnConvolutionBwdFilterPreference_t",
     "CUDNN_CONVOLUTION_FWD_NO_WORKSPACE", "CUDNN_CONVOLUTION_FWD_PREFER_FASTEST",
     "CUDNN_CONVOLUTION_FWD_SPECIFY_WORKSPACE_LIMIT", "CUDNN_CONVOLUTION_BWD_DATA_NO_WORKSPACE",
@@ -72,12 +66,10 @@ _PREF_TYPES = {"forward": cudnnConvolutionFwdPreference_t, "backward_data": cudn
 
 def select_algorithm(records: Iterable[AlgoPerf], limit: int | None = None, sizes=None,
                      deterministic: bool = False) -> AlgoPerf:
-    """The first supported record (deterministic if asked) whose workspace is at most ``limit`` bytes.
-
-    ``limit=None`` accepts any size; ``sizes(record)`` overrides the records' own workspace figures
-    (a :class:`CudnnError` from it rejects that record). Raises :class:`WorkspaceLimitError` when only
-    the limit stood in the way, else :class:`CudnnNotSupportedError` listing why each was rejected.
-    """
+    """The first supported record (deterministic if asked) whose workspace is at most ``limit`` bytes (None: any);
+    ``sizes(record)`` overrides the records' workspace figures (a :class:`CudnnError` from it rejects the record).
+    Raises :class:`WorkspaceLimitError` when only the limit stood in the way, else :class:`CudnnNotSupportedError`
+    listing why each was rejected."""
     rejected, too_big, direction = [], False, "convolution"
     for r in records:
         direction = r.direction
@@ -115,7 +107,8 @@ def _choose(direction, handle, a, b, conv, c, preference, memory_limit, measured
         limit = int(memory_limit)
     else:
         limit = 0 if pref.name.endswith("NO_WORKSPACE") else None
-    records = (find_algorithms if bool_arg(measured, "measured") else heuristic_algorithms)(handle, direction, a, b, conv, c)
+    query = find_algorithms if bool_arg(measured, "measured") else heuristic_algorithms
+    records = query(handle, direction, a, b, conv, c)
     # _v7 does not promise a workspace figure per entry: ask for the real size when it matters.
     sizes = None if measured or limit is None else (lambda r: workspace_size(handle, direction, a, b, conv, c, r.algo))
     return select_algorithm(records, limit, sizes).algo
@@ -124,15 +117,9 @@ def _choose(direction, handle, a, b, conv, c, preference, memory_limit, measured
 def choose_forward_algorithm(handle: Handle | capi.cudnnHandle_t, x_desc: Any, w_desc: Any, conv_desc: Any, y_desc: Any,
                              preference: int = cudnnConvolutionFwdPreference_t.CUDNN_CONVOLUTION_FWD_PREFER_FASTEST,
                              memory_limit: int = 0, *, measured: bool = False) -> enum.IntEnum:
-    """The forward algorithm cuDNN 7's ``cudnnGetConvolutionForwardAlgorithm`` would have chosen.
-
-    :param handle: a :class:`~cudnn_py.Handle` (or its ``cudnnHandle_t``).
-    :param x_desc, w_desc, conv_desc, y_desc: the input, filter, convolution and output descriptors.
-    :param preference: a :class:`cudnnConvolutionFwdPreference_t` (no workspace, fastest, or under a limit).
-    :param memory_limit: bytes, used with ``..._SPECIFY_WORKSPACE_LIMIT``.
-    :param measured: rank with ``Find`` timings instead of the ``..._v7`` heuristics.
-    :returns: the chosen ``cudnnConvolutionFwdAlgo_t``.
-    """
+    """The ``cudnnConvolutionFwdAlgo_t`` cuDNN 7's ``cudnnGetConvolutionForwardAlgorithm`` would have chosen on these
+    descriptors for ``preference`` (``memory_limit``: bytes, with ``..._SPECIFY_WORKSPACE_LIMIT``); ``measured``: rank
+    with ``Find`` timings instead of the ``..._v7`` heuristics."""
     return _choose("forward", handle, x_desc, w_desc, conv_desc, y_desc, preference, memory_limit, measured)
 
 
@@ -141,13 +128,7 @@ def choose_backward_data_algorithm(handle: Handle | capi.cudnnHandle_t, w_desc: 
                                    preference: int = (cudnnConvolutionBwdDataPreference_t
                                                       .CUDNN_CONVOLUTION_BWD_DATA_PREFER_FASTEST),
                                    memory_limit: int = 0, *, measured: bool = False) -> enum.IntEnum:
-    """Backward-data counterpart of :func:`choose_forward_algorithm`.
-
-    :param handle, w_desc, dy_desc, conv_desc, dx_desc: the handle and the filter, output-gradient, convolution
-        and input-gradient descriptors.
-    :param preference, memory_limit, measured: as for :func:`choose_forward_algorithm`.
-    :returns: the chosen ``cudnnConvolutionBwdDataAlgo_t``.
-    """
+    """Backward-data counterpart of :func:`choose_forward_algorithm`: a ``cudnnConvolutionBwdDataAlgo_t``."""
     return _choose("backward_data", handle, w_desc, dy_desc, conv_desc, dx_desc, preference, memory_limit, measured)
 
 
@@ -156,13 +137,7 @@ def choose_backward_filter_algorithm(handle: Handle | capi.cudnnHandle_t, x_desc
                                      preference: int = (cudnnConvolutionBwdFilterPreference_t
                                                         .CUDNN_CONVOLUTION_BWD_FILTER_PREFER_FASTEST),
                                      memory_limit: int = 0, *, measured: bool = False) -> enum.IntEnum:
-    """Backward-filter counterpart of :func:`choose_forward_algorithm`.
-
-    :param handle, x_desc, dy_desc, conv_desc, dw_desc: the handle and the input, output-gradient, convolution and
-        filter-gradient descriptors.
-    :param preference, memory_limit, measured: as for :func:`choose_forward_algorithm`.
-    :returns: the chosen ``cudnnConvolutionBwdFilterAlgo_t``.
-    """
+    """Backward-filter counterpart of :func:`choose_forward_algorithm`: a ``cudnnConvolutionBwdFilterAlgo_t``."""
     return _choose("backward_filter", handle, x_desc, dy_desc, conv_desc, dw_desc, preference, memory_limit,
                    measured)
 
@@ -173,12 +148,12 @@ def _store(out, algo):
     return algo
 
 
-def cudnnGetConvolutionForwardAlgorithm(handle, xDesc, wDesc, convDesc, yDesc, preference, memoryLimitInBytes, algo=None):
-    """The C signature of the function removed in cuDNN 8, on :func:`choose_forward_algorithm`.
-
-    Returns the algorithm; if ``algo`` (a ``ctypes.c_int`` or ``byref`` of one) is given it is written there too.
-    """
-    return _store(algo, choose_forward_algorithm(handle, xDesc, wDesc, convDesc, yDesc, preference, memoryLimitInBytes))
+def cudnnGetConvolutionForwardAlgorithm(handle, xDesc, wDesc, convDesc, yDesc, preference, memoryLimitInBytes,
+                                        algo=None):
+    """The C signature of the function removed in cuDNN 8, on :func:`choose_forward_algorithm`: returns the
+    algorithm, also written to ``algo`` (a ``ctypes.c_int`` or ``byref`` of one) where given."""
+    return _store(algo, choose_forward_algorithm(handle, xDesc, wDesc, convDesc, yDesc, preference,
+                                                 memoryLimitInBytes))
 
 
 def cudnnGetConvolutionBackwardDataAlgorithm(handle, wDesc, dyDesc, convDesc, dxDesc, preference, memoryLimitInBytes,
@@ -259,14 +234,10 @@ def resolve_algorithm(handle, direction: str, spec: Any, descs: tuple, conv_desc
 
     :param spec: an algorithm (enum member, int or name), ``"heuristic"`` (the first suitable ``..._v7`` record) or
         ``"fastest"`` (the best record of ``measure()``, remembered in :data:`algorithm_cache` under ``cache_key``).
-    :param descs: the (a, b, c) descriptors in cuDNN's argument order.
-    :param conv_desc: the convolution descriptor for a math type (``conv_desc(math_type)``).
-    :param math_type: the requested ``cudnnMathType_t``; records of other math types are used only as
-        :func:`allowed_by_math_type` allows.
-    :param deterministic: refuse non-deterministic algorithms.
-    :param limit: the most workspace bytes allowed (None: any).
-    :param problem: the configuration in words, for the error an unsupported explicit algorithm raises.
-    :raises WorkspaceLimitError: when only the limit stands in the way.
+    :param descs: the (a, b, c) descriptors in cuDNN's order; ``conv_desc(math_type)``: the convolution descriptor.
+    :param math_type: the requested ``cudnnMathType_t`` (others as :func:`allowed_by_math_type` allows).
+    :param limit: the most workspace bytes allowed (None: any; :class:`WorkspaceLimitError` when only it stands in
+        the way); ``problem``: the configuration in words, for an unsupported explicit algorithm's error.
     """
     a, b, c = descs
     if is_choice(spec):

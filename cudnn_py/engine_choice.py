@@ -2,38 +2,29 @@
 its own arrays and keeps the faster engine, per handle and across processes (as ``torch.backends.cudnn.benchmark``
 does for algorithms).
 
-An operation family hands its ``engine="auto"`` calls to :func:`run` (through
-:func:`cudnn_py.graph.legacy.dispatch`) at one point, with both engines as callables::
+An operation family never calls this module itself: it hands both engines to
+:func:`cudnn_py.graph.legacy.dispatch`, which runs ``engine="auto"`` through :func:`run`::
 
     gl.dispatch(engine, handle, None, lambda: _legacy(...), lambda auto: _graph(..., auto), static="graph")
 
-Inside a ``@prepared`` operation function the key (None above) and what the call mutates come from its declaration
-(:mod:`cudnn_py.prepared`): its name and every parameter, arrays by signature; the given outputs it reads as well as
-writes. For each key (operation name first, then everything the answer depends on: shapes, strides, dtypes,
-parameters):
+Inside a ``@prepared`` function the key (None above) and what the call mutates come from its declaration
+(:mod:`cudnn_py.prepared`). For each key (operation name, then shapes, strides, dtypes, parameters):
 
-1. the handle's remembered choice (its cache ``"engine.choice"``: counted by :meth:`Handle.cache_info`, listed by
-   :func:`choices`) runs: a dict lookup;
-2. else the tuning database's ``"engine_choice"`` record for the key on this GPU, cuDNN and driver
-   (:func:`cudnn_py.tuning.default_database`; where it cannot be used choices live in memory only);
-3. else both engines are measured on the call's arrays: each runs once (building its plan; an engine that refuses -
-   :class:`~cudnn_py.graph.legacy.GraphPathRefused`, :class:`~cudnn_py.graph.GraphNotSupportedError`, ``graph()``
-   answering False - or fails with any :class:`~cudnn_py.errors.CudnnPyError` is left out), then :data:`ROUNDS`
-   rounds time each: an untimed run, then a run between CUDA events on the handle's stream (queued behind the
-   untimed one, so the time is the GPU's, or the host's where the call is host-bound: what a loop of such calls
-   costs; deliberately not :func:`~cudnn_py.streams.timer` ``hold=True``'s GPU time alone: a tiny legacy
-   convolution whose kernel is as fast as the graph's costs the host 43 us a call against 9). The lower best time
-   wins (an engine left alone is not timed). The winner runs last, so the outputs are its own. Arrays the call
-   writes and may read (``mutated``: running statistics, a ``beta`` blend, an in-place output) are copied first
-   and restored before every run, so the call's effect is that of one call; where they cannot be copied, the
-   static rule runs unmeasured. The choice is kept (handle, database) only once measured in full: an interrupt
-   leaves none; it is written to the database only where every engine left out refused (a passing failure is not
-   written down). Where both engines fail the legacy engine's error is raised.
+1. the handle's choice (its cache ``"engine.choice"``, listed by :func:`choices`) runs: a dict lookup;
+2. else the tuning database's ``"engine_choice"`` record for the key on this GPU, cuDNN and driver;
+3. else both engines are measured on the call's arrays: each runs once (building its plan; one that refuses or
+   fails with a :class:`~cudnn_py.errors.CudnnPyError` is left out), then :data:`ROUNDS` rounds time each, an
+   untimed run then one between CUDA events on the handle's stream (the GPU's time, or the host's where the call is
+   host-bound: deliberately not the GPU time alone, as a tiny legacy convolution costs the host 43 us a call against
+   the graph's 9). The lower best time wins and runs last, so the outputs are its own. Arrays the call writes and
+   may read (``mutated``: running statistics, a ``beta`` blend, an in-place output) are restored before every run;
+   where they cannot be copied the static rule runs unmeasured. A choice is kept only once measured in full, and
+   written to the database only where every engine left out refused. Where both engines fail the legacy error is
+   raised.
 
-Each choice is logged at DEBUG on ``logging.getLogger("cudnn_py.engine_choice")``. ``engine="legacy"`` or
-``"graph"`` on the call bypasses all this; ``CUDNN_PY_AUTO_ENGINE=static`` in the environment (or
-:func:`set_mode` ``("static")``) turns measuring off: each call then runs its operation's static rule (``static=``),
-the graph falling back to the legacy call where it refuses.
+Each choice is logged at DEBUG on ``logging.getLogger("cudnn_py.engine_choice")``. ``CUDNN_PY_AUTO_ENGINE=static``
+(or :func:`set_mode` ``("static")``) turns measuring off: each call runs its static rule (``static=``), the graph
+falling back to the legacy call where it refuses.
 """
 from __future__ import annotations
 
@@ -113,10 +104,8 @@ def choices(handle) -> dict[Hashable, Choice]:
 
 
 def chosen(handle, key: Hashable, static: str = "graph") -> str | None:
-    """The engine ``"auto"`` runs for ``key`` on ``handle`` without measuring: the handle's choice, else the
-    database's (kept on the handle), else ``static`` in static mode; None where :func:`run` must measure first.
-
-    For dispatchers with the legacy call inline: a repeat call costs one dict lookup."""
+    """The engine ``"auto"`` runs for ``key`` without measuring (one dict lookup on a repeat call): the handle's
+    choice, else the database's, else ``static`` in static mode; None where :func:`run` must measure first."""
     recording.uses(_CACHE)
     got = handle_cache(handle, _CACHE).get(key)
     if got is not None:
@@ -135,19 +124,11 @@ def chosen(handle, key: Hashable, static: str = "graph") -> str | None:
 def run(handle, key: Hashable | None, legacy: Callable[[], object], graph: Callable[[], object], *,
         mutated: Sequence | None = None, static: str = "graph",
         refused: tuple[type[BaseException], ...] = ()) -> str:
-    """Run one ``engine="auto"`` call and answer the engine that ran it ("legacy" or "graph"); see the module doc.
-
-    :param key: the operation's name and signature (hashable; :func:`signature` builds the usual part); None: the
-        prepared operation call's own (:mod:`cudnn_py.prepared`).
-    :param legacy: runs the call through the legacy C entry point.
-    :param graph: runs it through the graph path; False (or a refusal raised) where the graph path does not take it.
-    :param mutated: arrays the call writes and may read (restored between measured runs); None: the prepared
-        operation call's given outputs that it reads (a ``beta`` blend, in place, declared as inputs too), none
-        outside one.
-    :param static: the engine the static rule picks (``"static"`` mode).
-    :param refused: the exceptions by which the graph path refuses a configuration (the graph package's, passed in
-        by its dispatcher so that this module stays below it); the legacy call then runs.
-    """
+    """Run one ``engine="auto"`` call and answer the engine that ran it ("legacy" or "graph"; module doc): ``legacy()``
+    or ``graph()`` (False, or one of the exceptions ``refused``, where the graph path does not take it: the legacy
+    call then runs). ``key``: the operation's name and :func:`signature` (None: the prepared call's own);
+    ``mutated``: arrays restored between measured runs (None: the prepared call's); ``static``: the static rule's
+    engine."""
     if key is None:
         key = _declared().key()
     engine = chosen(handle, key, static)

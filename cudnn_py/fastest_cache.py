@@ -4,6 +4,7 @@ entries are checked before use. :data:`algorithm_cache` is the one the legacy ca
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 import threading
@@ -39,21 +40,19 @@ class CacheFileError(ValueError):
 
 def _json_value(v, depth: int = 0) -> bool:
     """Whether ``v`` is a key component: a JSON scalar (finite numbers) or a shallow list of them."""
-    if v is None or isinstance(v, (bool, str)):
-        return True
-    if isinstance(v, int):
+    if v is None or isinstance(v, (bool, str, int)):
         return True
     if isinstance(v, float):
-        return v == v and v not in (float("inf"), float("-inf"))
+        return math.isfinite(v)
     if isinstance(v, (list, tuple)) and depth < _MAX_KEY_DEPTH:
         return all(_json_value(x, depth + 1) for x in v)
     return False
 
 
 def check_entry(key: tuple, perf: "AlgoPerf") -> None:
-    """Refuse (``ValueError``) a record that could not be the answer to its key: a failed status, a negative or
-    non-finite time, a negative workspace, and, for the convolution module's keys, another direction, a math type
-    the key did not allow, a non-deterministic algorithm for a deterministic key, or more workspace than its limit."""
+    """Refuse (``ValueError``) a record that cannot answer its key: a failed status, a time or workspace out of
+    range, and for the convolution module's keys another direction or math type, a non-deterministic algorithm for
+    a deterministic key, or more workspace than its limit."""
     if not perf.supported:
         raise InvalidValueError(f"the record's status is {getattr(perf.status, 'name', perf.status)}, not "
                                 f"CUDNN_STATUS_SUCCESS")
@@ -108,18 +107,15 @@ def _check_database(database: Any) -> None:
 class AlgorithmCache:
     """Measured algorithm choices, keyed by configuration (thread-safe): a view on a tuning database.
 
-    A key is a tuple of JSON-representable values (the convolution module builds it from direction, shapes,
-    strides, dtypes, convolution parameters, math type, determinism, workspace cap and device:
-    :data:`CONV_KEY_FIELDS`). Each choice is kept in the database as a record of kind :data:`KIND` under the
-    device's environment (cuDNN version, GPU, driver), so another process on the same machine finds it without
-    measuring; a stored record that cannot answer its key is dropped with a warning and measured again.
-    ``entries()`` lists the choices of this environment; ``save(path)`` / ``load(path)`` export to and import from
-    the earlier JSON file format (written atomically; a file that is corrupt, truncated, from another format or
-    cuDNN version, or holds a record that cannot answer its key raises :class:`CacheFileError`).
+    A key is a tuple of JSON values (the convolution module's: :data:`CONV_KEY_FIELDS`). Each choice is a database
+    record of kind :data:`KIND` under the device's environment (cuDNN, GPU, driver), so another process on the same
+    machine finds it without measuring; a stored record that cannot answer its key is dropped with a warning.
+    ``save(path)`` / ``load(path)`` export to and import from the JSON file format (:class:`CacheFileError` for a
+    corrupt, truncated or foreign file, another cuDNN version's, or a record that cannot answer its key).
 
-    :param database: where the choices are kept: a :class:`~cudnn_py.tuning.TuningDatabase`, a callable giving one
-        when first needed (the process-wide :data:`algorithm_cache` uses
-        :func:`~cudnn_py.tuning.default_database`), or None for a private database in memory.
+    :param database: a :class:`~cudnn_py.tuning.TuningDatabase`, a callable giving one when first needed (the
+        process-wide :data:`algorithm_cache` uses :func:`~cudnn_py.tuning.default_database`), or None for a private
+        one in memory.
     """
 
     def __init__(self, database=None):
@@ -227,9 +223,8 @@ class AlgorithmCache:
                 "entries": [{"key": list(k), "perf": p.to_dict()} for k, p in self.entries()]}
 
     def save(self, path: str | os.PathLike) -> None:
-        """Export the choices to a JSON file at ``path``, atomically: a private temporary file in the same folder
-        (``mkstemp``, mode 0600), flushed to disk, then renamed over ``path`` (a symlink there is replaced, not
-        followed). The database itself is the store; this is for reading or sharing the choices as text."""
+        """Export the choices to a JSON file at ``path``, atomically (a private temporary file in the same folder,
+        flushed, renamed over ``path``: a symlink there is replaced, not followed)."""
         path = os.fspath(path)
         folder = os.path.dirname(os.path.abspath(path))
         text = json.dumps(self.to_json(), indent=1)
@@ -248,10 +243,9 @@ class AlgorithmCache:
             raise
 
     def load(self, path: str | os.PathLike, merge: bool = True) -> int:
-        """Import a JSON file written by :meth:`save` (or an earlier cudnn-py) into this cache and its database;
-        returns the number of entries read. Nothing is changed unless every entry is valid
-        (:class:`CacheFileError` names the file, the entry and what is wrong); ``merge=False`` forgets every other
-        choice first."""
+        """Import a file :meth:`save` wrote into this cache and its database; returns the number of entries read.
+        Nothing changes unless every entry is valid (:class:`CacheFileError` names the file, the entry and what is
+        wrong); ``merge=False`` forgets every other choice first."""
         from cudnn_py.tuning_records import Record
         path = os.fspath(path)
         loaded = _read_cache_file(path)

@@ -1,32 +1,27 @@
 """One prepared call per operation signature: what every operation function's repeat calls run.
 
-An operation function decorated with :func:`prepared` is called through a wrapper that reads its arrays'
-signatures (shape, strides, dtype, device, address alignment: a few attribute reads for a :class:`DeviceArray` or
-a torch tensor, no DLPack) and its other arguments into a key, and looks the key up in the handle's cache
-``"prepared"``:
+A function decorated with :func:`prepared` is called through a wrapper that reads its arrays' signatures (shape,
+strides, dtype, device, address alignment: attribute reads, no DLPack) and its other arguments into a key, looked up
+in the handle's cache ``"prepared"``:
 
-* **a hit** queues the recorded work again with this call's addresses: the legacy C calls with their descriptors,
-  algorithm and scaling factors, or the graph plan through its variant pack of these addresses, the handle's
-  workspace fetched again; new outputs come from the inputs' package (:func:`package`); nothing is validated again,
-  because the key fixes everything the validated path checked;
-* **a miss** (a new signature, options or aliasing) refuses partially overlapping outputs, then runs the function
-  itself, the validated path, while :mod:`cudnn_py.recording` writes down what it queued; where every address that
-  work used is one of the call's arrays (or a new output it returned), that recording becomes the signature's
-  :class:`Prepared` call. A call whose recording cannot be replayed (an engine measured, a scratch buffer, host
-  data, driver work outside the sinks) is simply validated again next time. While it runs, the call is
-  :data:`cudnn_py.recording.state` ``.call``: its engine choice's key and the arrays a measured run mutates come
+* **a hit** queues the recorded work again with this call's addresses (legacy C calls with their descriptors and
+  scaling factors, or a graph plan through a variant pack of these addresses; the workspace fetched again), new
+  outputs from the inputs' package; nothing is validated again: the key fixes everything the validated path checked;
+* **a miss** refuses partially overlapping outputs, then runs the function itself while :mod:`cudnn_py.recording`
+  writes down what it queued; where every address that work used is one of the call's arrays (or a new output it
+  returned), the recording becomes the signature's :class:`Prepared` call; one that cannot be replayed (an engine
+  measured, a scratch buffer, host data, driver work outside the sinks) is validated again next time. Meanwhile the
+  call is :data:`cudnn_py.recording.state` ``.call``: its engine choice's key and what a measured run mutates come
   from the declaration (:mod:`cudnn_py.engine_choice`).
 
-A repeat call can never run work prepared for other arguments: its key holds every array's shape, strides, dtype,
-device and address alignment, which arrays share an address, and every other argument with its type; a given output
-that overlaps an input other than as the identical view (in place, where the operation allows it) is refused; a
-descriptor a caller may close is checked open before anything is queued.
+The key holds every array's layout and alignment, which arrays share an address and every other argument with its
+type; a given output overlapping an input other than as the identical view (in place) is refused; a descriptor a
+caller may close is checked open before anything is queued.
 
-Outputs follow the inputs' package: torch tensors in, torch tensors out (allocated by torch's caching allocator on
-a hit, ordered on the handle's stream with ``record_stream`` where that is not torch's current stream; the
-configuration's first call hands the array it allocated to torch through DLPack); DeviceArrays in, DeviceArrays
-out; any other producer (CuPy, JAX) through its package's ``from_dlpack``. With mixed inputs torch wins, then the
-first input that is not a DeviceArray.
+Outputs follow the inputs' package: torch tensors in, torch tensors out (torch's caching allocator on a hit,
+``record_stream`` on the handle's stream where that is not torch's current one; DLPack on the first call);
+DeviceArrays in, DeviceArrays out; another producer (CuPy, JAX) through its ``from_dlpack``. With mixed inputs torch
+wins, then the first input that is not a DeviceArray.
 """
 from __future__ import annotations
 
@@ -43,7 +38,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from cudnn_py import engine_choice, memory, recording
+from cudnn_py import engine_choice, foreign, memory, recording
 from cudnn_py.recording import state
 from cudnn_py.caches import Cache, handle_cache
 from cudnn_py.descriptors import Descriptor
@@ -73,6 +68,23 @@ _SOURCE = itertools.count()  # numbers the generated functions' file names (thei
 
 class _Unkeyable(Exception):
     """An argument the fast key cannot describe (a foreign array, an unhashable option): the call is validated."""
+
+
+def moved_outputs(where: str, old: tuple, names: tuple[str, ...], given: tuple, stacklevel: int = 4) -> tuple:
+    """The outputs of a call whose outputs are keyword-only, with those still passed positionally (deprecated: a
+    :class:`DeprecationWarning`) put in place: ``old`` holds the extra positional arguments, ``names`` the outputs in
+    their old order, ``given`` their keyword values."""
+    if len(old) > len(names):
+        raise InvalidTypeError(f"{where}() takes {len(names)} output(s) ({', '.join(names) or 'none'}) after its "
+                               f"inputs; got {len(old)} more positional arguments")
+    out = list(given)
+    for i, value in enumerate(old):
+        if out[i] is not None:
+            raise InvalidTypeError(f"{where}() got {names[i]} both positionally and as {names[i]}=")
+        out[i] = value
+    warn(f"{where}(): passing outputs positionally is deprecated; pass "
+         f"{', '.join(n + '=' for n in names[:len(old)])} as keywords", stacklevel=stacklevel)
+    return tuple(out)
 
 
 # ---------------------------------------------------------------- the caller's package
@@ -125,11 +137,10 @@ def _device_allocator(a: DeviceArray) -> Callable[[Any], tuple]:
 # ---------------------------------------------------------------- the prepared call
 
 class Prepared:
-    """What a repeat call of one signature runs: the recorded steps with the address slots filled in (the call's
-    arrays in argument order, then its new outputs), the new outputs from their package's allocator, the given
-    outputs' overlap checks, and the result put together; compiled once into one function, ``run(handle, args,
-    kwargs, ptrs)``, that answers :data:`_MISS` where a given output now overlaps an input or a descriptor its steps
-    pass (``closable``: those a caller may close) was closed (the validated path then raises as it does)."""
+    """What a repeat call of one signature runs, compiled once into ``run(handle, args, kwargs, ptrs)``: the recorded
+    steps with the address slots filled in (the call's arrays, then its new outputs from their package's allocator)
+    and the result put together; it answers :data:`_MISS` where a given output now overlaps an input or a descriptor
+    a caller may close (``closable``) was closed (the validated path then raises as it does)."""
 
     __slots__ = ("name", "steps", "news", "bases", "uses", "workspace", "run", "source")
 
@@ -138,15 +149,16 @@ class Prepared:
                  closable: Sequence[Descriptor] = (), bases: Sequence[Callable[[Any], tuple]] = ()):
         self.name, self.steps, self.news, self.uses, self.workspace = name, steps, news, uses, workspace
         self.bases = bases
-        env: dict[str, Any] = {"MISS": _MISS, "shape": shape}
+        env: dict[str, Any] = {"MISS": _MISS, "shape": shape, "new_tuple": tuple.__new__}
         lines = ["def run(handle, args, kwargs, ptrs):"]
         for k, d in enumerate(closable):
             env[f"d{k}"] = d
             lines.append(f"    if d{k}.closed:\n        return MISS")
         if n_slots:
             lines.append("    " + "".join(f"p{i}, " for i in range(n_slots)) + "= ptrs")
-        for o, i, olo, ohi, ilo, ihi in overlaps:
-            lines.append(f"    if p{o} + {olo} < p{i} + {ihi} and p{i} + {ilo} < p{o} + {ohi}:\n        return MISS")
+        if overlaps:  # output o and input i overlap where ilo - ohi < po - pi < ihi - olo
+            tests = " or ".join(f"{ilo - ohi} < p{o} - p{i} < {ihi - olo}" for o, i, olo, ohi, ilo, ihi in overlaps)
+            lines.append(f"    if {tests}:\n        return MISS")
         if workspace:  # every step's workspace fetched (grown, or refused) before the first step queues anything
             lines.append(f"    ws = handle.workspace.get({workspace}, handle.stream)")
         for j, base in enumerate(bases):  # one allocation that several new outputs view
@@ -169,7 +181,9 @@ class Prepared:
             lines.append(f"    call{j}({', '.join(args)})")
         items = [f"kwargs[{where!r}]" if kind == "kw" else f"args[{where}]" if kind == "arg" else f"n{where}"
                  if kind == "new" else "None" for kind, where in result]
-        lines.append(f"    return {items[0]}" if shape is None else f"    return shape(({', '.join(items)},))")
+        made = f"({', '.join(items)},)"
+        lines.append(f"    return {items[0]}" if shape is None else f"    return {made}" if shape is tuple else
+                     f"    return new_tuple(shape, {made})")  # a named tuple, as its _make makes it
         self.source = "\n".join(lines) + "\n"
         filename = f"<prepared {name} #{next(_SOURCE)}>"
         linecache.cache[filename] = (len(self.source), None, self.source.splitlines(True), filename)
@@ -192,7 +206,7 @@ def _array_part(v: Any, ptrs: list) -> Any:
     if v is None or t in _NUMBERS:  # an argument that may be an array or a number (a seed, a scale): by value
         ptrs.append(None)
         return None if v is None else (t, v)
-    if memory.is_torch_tensor(v):
+    if t in foreign.TORCH_TYPES or memory.is_torch_tensor(v):  # the table first: no call once torch is known
         p = v.data_ptr()
         ptrs.append(p)
         return (t, v.shape, v.stride(), v.dtype, v.get_device(), p & 15)
@@ -212,9 +226,7 @@ def _extent(v: Any) -> tuple[int, int, int, tuple, tuple, Any]:
 
 
 class _Spec:
-    """What the wrapper knows of one operation function: its positional parameters, which are arrays (and of those,
-    outputs), whether an output may be an input itself (in place), its scaling factors and the outputs it still
-    takes positionally after its inputs (deprecated)."""
+    """One operation function's declaration (:func:`prepared`'s arguments) and positional parameters."""
 
     def __init__(self, fn: Callable, inputs: Sequence[str], outputs: Sequence[str], inplace: bool,
                  scalars: Sequence[str], moved: Sequence[str]):
@@ -242,22 +254,14 @@ class _Spec:
         self.blends = tuple(n for n in self.scalars if n.startswith("beta"))  # a given output's blend factors
 
     def checked(self, handle: Any, args: tuple, kwargs: dict) -> tuple[Any, tuple, dict]:
-        """The checks every operation function shares, before its own: the handle, the outputs still passed
-        positionally (moved to their keywords, with a :class:`DeprecationWarning`), the scaling factors."""
+        """The checks every operation function shares, before its own: the handle, outputs passed positionally
+        (moved to their keywords, with a :class:`DeprecationWarning`), the scaling factors."""
         handle = handle_arg(handle)
         npos = len(self.positional)
         if len(args) > npos and not self.varargs:
             extra, args = args[npos:], args[:npos]
-            if len(extra) > len(self.moved):
-                raise InvalidTypeError(f"{self.name}() takes {len(self.moved)} output(s) "
-                                       f"({', '.join(self.moved) or 'none'}) after its inputs; got {len(extra)} "
-                                       f"more positional arguments")
-            for n, v in zip(self.moved, extra):
-                if kwargs.get(n) is not None:
-                    raise InvalidTypeError(f"{self.name}() got {n} both positionally and as {n}=")
-                kwargs[n] = v
-            warn(f"{self.name}(): passing outputs positionally is deprecated; pass "
-                 f"{', '.join(n + '=' for n in self.moved[:len(extra)])} as keywords", stacklevel=2)
+            given = moved_outputs(self.name, extra, self.moved, tuple(kwargs.get(n) for n in self.moved))
+            kwargs.update(zip(self.moved[:len(extra)], given))
         for n in self.scalars:
             if n in kwargs and not (kwargs[n] is None and n in self.optional):
                 kwargs[n], = scaling(**{n: kwargs[n]})
@@ -270,9 +274,8 @@ class _Spec:
 
 
 class _Call:
-    """The operation call whose validated path runs (``recording.state.call``, set by the wrapper): what
-    :mod:`cudnn_py.engine_choice` takes from its declaration, the key of its engine choice and the arrays a measured
-    call mutates."""
+    """The operation call whose validated path runs (``recording.state.call``): what :mod:`cudnn_py.engine_choice`
+    takes from its declaration."""
 
     __slots__ = ("spec", "args", "kwargs")
 
@@ -291,34 +294,27 @@ class _Call:
         yield from sorted(given.items())
 
     def key(self) -> tuple:
-        """The function's name, then each argument as (name, value) (:meth:`_values`): an array by its shape, strides
-        and dtype; an output only as "out", given or not (a call that passes ``y`` and one that lets it be made
-        share one measured choice, so they run the same engine and give the same numbers), unless it is declared an
-        input too."""
+        """The engine choice's key: the function's name, then each (name, value) of :meth:`_values`, an array by its
+        shape, strides and dtype, an output not declared an input only as "out", given or not (so both share one
+        choice and give the same numbers)."""
         spec = self.spec
         return (spec.name, *((n, "out" if n in spec.outputs and n not in spec.inputs else
                               _signature(v) if n in spec.arrays else _hashable(v)) for n, v in self._values()))
 
     def mutated(self) -> tuple[DeviceArray, ...]:
-        """The given outputs the call reads as well as writes: all of them where a ``beta*`` scaling factor is not 0
-        (None, the function's own default, counts as a blend), those declared as inputs too, those sharing memory with
-        an input."""
+        """The given outputs the call reads as well as writes: all where a ``beta*`` factor is not 0 (or None), those
+        declared inputs too, those sharing memory with an input."""
         spec = self.spec
         values = dict(self._values())
         blend = any(values[n] is None or values[n] != 0 for n in spec.blends)
         views = {n: memory.as_array(v, n) for n, v in values.items()
                  if n in spec.arrays and v is not None and type(v) not in _NUMBERS}
-        ins = [_bounds(a) for n, a in views.items() if n in spec.inputs]
+        ins = [_extent(a)[:3] for n, a in views.items() if n in spec.inputs]
 
         def reads(n: str, a: DeviceArray) -> bool:
-            lo, hi = _bounds(a)
-            return blend or n in spec.inputs or any(lo < ihi and ilo < hi for ilo, ihi in ins)
+            p, lo, hi, *_ = _extent(a)
+            return blend or n in spec.inputs or any(p + lo < q + ihi and q + ilo < p + hi for q, ilo, ihi in ins)
         return tuple(a for n, a in views.items() if n in spec.outputs and reads(n, a))
-
-
-def _bounds(a: DeviceArray) -> tuple[int, int]:
-    lo, count = a.span()
-    return a.ptr + lo * a.dtype.itemsize, a.ptr + (lo + count) * a.dtype.itemsize
 
 
 def _signature(v: Any) -> Any:
@@ -393,6 +389,11 @@ def _as_given(result: Any, spec: _Spec, slots: list) -> Any:
                 if r.ptr == p and r.shape == tuple(shape) and r.strides == tuple(strides) and r.dtype == dt:
                     return v
         return r
+    return _each(result, one)
+
+
+def _each(result: Any, one: Callable[[Any], Any]) -> Any:
+    """``one(result)``, or for a tuple result (named or not) the same tuple of ``one`` of each element."""
     if not isinstance(result, tuple):
         return one(result)
     items = [one(r) for r in result]
@@ -406,9 +407,8 @@ def _make(spec: _Spec, rec: recording.Recording, result: Any, slots: list, ptrs:
     if rec.spoiled is not None or not rec.steps:
         return None
     items = list(result) if isinstance(result, tuple) else [result]
-    shape = None if not isinstance(result, tuple) else (
-        tuple if type(result) is tuple else getattr(type(result), "_make", None))
-    if isinstance(result, tuple) and shape is None:
+    shape = type(result) if isinstance(result, tuple) else None
+    if shape is not None and shape is not tuple and not hasattr(shape, "_make"):
         return None
     given = {id(v): where for _, where, v in slots if v is not None}
     src: list[tuple] = []
@@ -525,19 +525,15 @@ engine_choice.on_mode_change(lambda: forget(None, engine_choice.CACHE))
 def prepared(inputs: Sequence[str], outputs: Sequence[str], *, inplace: bool = True,
              epoch: Callable[[], Any] | None = None, scalars: Sequence[str] = (),
              moved: Sequence[str] = ()) -> Callable[[F], F]:
-    """Run an operation function ``fn(handle, ...)`` through the handle's prepared calls (see the module doc).
+    """Run an operation function ``fn(handle, ...)`` through the handle's prepared calls (module doc); ``fn`` itself
+    runs, after the checks :meth:`_Spec.checked` makes, on a signature's first call (every call that cannot be keyed).
 
-    :param inputs: its array parameters it reads.
-    :param outputs: its array parameters it writes (None: allocated and returned).
+    :param inputs, outputs: the array parameters it reads, and writes (None: allocated and returned).
     :param inplace: whether an output may be an input itself (the identical view).
-    :param epoch: where the validated path also depends on state outside the arguments (measured algorithm choices
-        that can be cleared), a function answering its current version: part of the key.
+    :param epoch: a function answering the version of state outside the arguments the validated path depends on
+        (measured algorithm choices that can be cleared): part of the key.
     :param scalars: its scaling factors (keyword-only), checked finite and passed on as floats.
-    :param moved: its outputs (keyword-only) that a call may still pass positionally after the inputs, in that
-        order (deprecated: a :class:`DeprecationWarning`).
-
-    The function itself runs after the handle, those outputs and the scaling factors were checked, on a call's
-    first run of a signature (or every run where the call cannot be keyed).
+    :param moved: its keyword-only outputs a call may still pass positionally after the inputs (deprecated).
     """
     def wrap(fn: F) -> F:
         spec = _Spec(fn, inputs, outputs, inplace, scalars, moved)
@@ -566,10 +562,7 @@ def prepared(inputs: Sequence[str], outputs: Sequence[str], *, inplace: bool = T
             if pkg is None:
                 return result
             given = {id(v) for _, _, v in slots}
-            if isinstance(result, tuple):
-                conv = [r if id(r) in given else to_package(r, pkg) for r in result]
-                return tuple(conv) if type(result) is tuple else type(result)._make(conv)  # type: ignore[attr-defined]
-            return result if id(result) in given else to_package(result, pkg)
+            return _each(result, lambda r: r if id(r) in given else to_package(r, pkg))
 
         @functools.wraps(fn)
         def call(handle: Any, *args: Any, **kwargs: Any) -> Any:
@@ -581,15 +574,26 @@ def prepared(inputs: Sequence[str], outputs: Sequence[str], *, inplace: bool = T
                 for v, a in zip(args, is_array):
                     if not a:
                         parts.append(v if type(v) in _PLAIN else (type(v), v))
-                    elif type(v) is DeviceArray:  # _array_part inlined for the common case
+                    elif type(v) is DeviceArray:  # _array_part inlined for DeviceArrays and torch tensors
+                        q = v.ptr
+                        ptrs.append(q)
+                        parts.append((v.shape, v.strides, v.dtype, v.device_id, q & 15))
+                    elif type(v) in foreign.TORCH_TYPES:
+                        q = v.data_ptr()
+                        ptrs.append(q)
+                        parts.append((type(v), v.shape, v.stride(), v.dtype, v.get_device(), q & 15))
+                    else:
+                        parts.append(_array_part(v, ptrs))
+                for k, v in kwargs.items():
+                    parts.append(k)
+                    if k not in arrays:
+                        parts.append(v if type(v) in _PLAIN else (type(v), v))
+                    elif type(v) is DeviceArray:
                         q = v.ptr
                         ptrs.append(q)
                         parts.append((v.shape, v.strides, v.dtype, v.device_id, q & 15))
                     else:
                         parts.append(_array_part(v, ptrs))
-                for k, v in kwargs.items():
-                    parts.append(k)
-                    parts.append(_array_part(v, ptrs) if k in arrays else v if type(v) in _PLAIN else (type(v), v))
                 if len(set(ptrs)) < len(ptrs):
                     parts.append(tuple(map(ptrs.index, ptrs)))
                 key = tuple(parts)

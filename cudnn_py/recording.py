@@ -1,15 +1,14 @@
 """What a call's validated path queued on the GPU, written down for its prepared call (:mod:`cudnn_py.prepared`) to
 queue again with other addresses.
 
-The operation families queue their work through two sinks: :func:`cudnn_py.ops._common.launch` (a legacy C call)
-and :meth:`cudnn_py.graph.runner.Runner.run_pointers` (a graph plan). While this thread records, each sink adds a
-:class:`Step`: the callable, its arguments and which of them are device addresses (or the handle's workspace).
-Anything else that would make a replay differ from the validated call :func:`spoil` s the recording, and no prepared
-call is made from it: an engine being measured, an address the prepared call cannot name (a plain int where C takes
-a device pointer), any C function that queues device work called outside the sinks (the C layer checks
-:data:`state` ``.sink`` on each such call) and any driver copy, memset or read of device memory outside them
-(:mod:`cudnn_py.memory` checks, :func:`device_work`). The caches a recording was built on (:func:`uses`) are kept
-with its prepared call, which a clear of one of them forgets.
+The families queue their work through sinks: :func:`cudnn_py.ops._common.launch` (a legacy C call),
+:func:`~cudnn_py.ops._common.host_step` and :meth:`cudnn_py.graph.runner.Runner.run_pointers` (a graph plan). While
+this thread records, each sink adds a :class:`Step`: the callable, its arguments, which of them are device addresses
+(or the handle's workspace). Anything else that would make a replay differ :func:`spoil` s the recording (no
+prepared call is made from it): an engine being measured, a device address passed as a plain int, a C function that
+queues device work outside the sinks (the C layer checks :data:`state` ``.sink``), a driver copy, memset or read of
+device memory outside them (:func:`device_work`). The caches a recording was built on (:func:`uses`) are kept with
+its prepared call, which a clear of one of them forgets.
 """
 from __future__ import annotations
 
@@ -23,22 +22,20 @@ __all__ = ["Step", "Recording", "Address", "WorkspaceArg", "state", "recording",
 
 
 class Address(NamedTuple):
-    """An argument that is the device address of one of the call's arrays, given as a bare int (a caller that keeps
-    signatures and addresses rather than arrays)."""
+    """An argument that is the device address of one of the call's arrays, as a bare int."""
     value: int
 
 
 class WorkspaceArg(NamedTuple):
-    """An argument that is the handle's workspace of at least ``size`` bytes (from byte ``offset`` on: scratch
-    carved out of it), fetched again on every replay."""
+    """An argument that is the handle's workspace of at least ``size`` bytes, from byte ``offset`` on (fetched again
+    on every replay)."""
     size: int
     offset: int = 0
 
 
 class Step(NamedTuple):
-    """One queued call: ``call(*args)``, where ``args[i]`` for ``i`` in ``pointers`` is a device address (an int);
-    ``keep``: what the arguments belong to (descriptors), kept alive as long as the step may be repeated;
-    ``workspace``: bytes of the handle's workspace the step fetches itself (a graph plan's)."""
+    """One queued call ``call(*args)``, ``args[i]`` a device address for ``i`` in ``pointers``; ``keep``: what the
+    arguments belong to (descriptors), kept alive; ``workspace``: bytes of workspace the step fetches itself."""
     call: Callable[..., Any]
     args: tuple
     pointers: tuple[int, ...]
@@ -47,8 +44,7 @@ class Step(NamedTuple):
 
 
 class Recording:
-    """The steps recorded so far, why the recording cannot be replayed (None while it can), and the names of the
-    handle caches it was built on."""
+    """The steps recorded so far, why they cannot be replayed (None while they can), the caches they were built on."""
     __slots__ = ("steps", "spoiled", "uses")
 
     def __init__(self) -> None:
@@ -85,8 +81,7 @@ def mark() -> tuple[int, str | None] | None:
 
 
 def rewind(to: tuple[int, str | None] | None) -> None:
-    """Forget what was recorded since :func:`mark` answered ``to``: the engines' measured runs, before the winner
-    runs for real (a reason to spoil found before them stays)."""
+    """Forget what was recorded since :func:`mark` answered ``to`` (the engines' measured runs, before the winner's)."""
     rec = state.rec
     if rec is not None and to is not None:
         del rec.steps[to[0]:]
@@ -116,15 +111,15 @@ def spoil(reason: str) -> None:
 
 def device_work(what: str) -> None:
     """Note a driver call that queues device work or reads device memory (``what``): outside a sink it spoils this
-    thread's recording, whose replay would not repeat it (a new output zeroed before an accumulating call)."""
+    thread's recording, whose replay would not repeat it."""
     if state.rec is not None and not state.sink:
         spoil(f"{what} queued device work outside a sink (ops._common.host_step records such a step)")
 
 
 @contextmanager
 def measuring() -> Iterator[None]:
-    """Queue, inside the block, work a prepared call must not repeat (candidates being timed, their outputs scratch)
-    without spoiling this thread's recording."""
+    """Queue, inside the block, work a prepared call must not repeat (candidates timed) without spoiling the
+    recording."""
     outer, state.sink = state.sink, True
     try:
         yield
@@ -133,8 +128,7 @@ def measuring() -> Iterator[None]:
 
 
 def in_sink(fn: Callable[..., Any], *args: Any) -> None:
-    """Call ``fn(*args)`` as a sink's own call (the sinks record it): a queuing C function inside leaves this thread's
-    recording alone."""
+    """Call ``fn(*args)`` as a sink's own call (which the sink records): queuing C calls inside spoil nothing."""
     state.sink = True
     try:
         fn(*args)

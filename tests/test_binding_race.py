@@ -102,3 +102,25 @@ def _cost() -> None:
 
 if __name__ == "__main__":
     _cost()
+
+
+def test_a_first_call_inside_another_binding_does_not_deadlock(monkeypatch):
+    """A collected descriptor's finalizer can make a destroy's first call in the middle of another function's binding
+    (which compiles code, so the garbage collector may run there): the bind lock must let its own thread in. With a
+    plain Lock the suite hung in ``SpatialTransformer()``'s first call (its binding collected a descriptor)."""
+    import threading
+
+    from cudnn_py import _binding, capi
+    fn = capi.cudnnGetVersion
+    monkeypatch.setattr(fn, "_fn", None)  # as if never called
+    done: list = []
+
+    def bind_inside_a_binding() -> None:
+        with _binding._BIND_LOCK:
+            fn._bind()
+        done.append(fn())
+
+    t = threading.Thread(target=bind_inside_a_binding, daemon=True)
+    t.start()
+    t.join(10)
+    assert done and done[0] > 0

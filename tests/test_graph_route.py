@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from cudnn_py import engine_choice as ec, recording
+from cudnn_py.errors import InvalidValueError
 from cudnn_py.graph import legacy as gl, runner as R
 from helpers import fake_array, fake_cudnn_handle, fake_plan
 
@@ -135,3 +136,13 @@ def test_dispatch_auto_runs_a_graph_path_with_scratch_on_fresh_scratch_each_time
     assert gl.dispatch("auto", h, ("two_step", SHAPE), _legacy([]), graph) == "graph"
     assert built == ["relu_test"] and len(scratch) == 1 + 2 * ec.ROUNDS + 1  # both steps share a configuration
     assert runs == [p for s in scratch for p in ([x.ptr, s.ptr], [s.ptr, y.ptr])]
+
+
+def test_a_variant_pack_refused_before_c_leaves_nothing_to_destroy(recwarn):
+    """A pack whose uids and pointers disagree is refused before any C call, and its collection destroys nothing
+    (it raised AttributeError in __del__, printed as 'Exception ignored', where a benchmark made such a pack)."""
+    import gc
+    with pytest.raises(InvalidValueError, match="2 unique ids but 3 data pointers"):
+        R.VariantPack([1, 2], [0, 0, 0], None)
+    gc.collect()
+    assert not [w for w in recwarn if issubclass(w.category, pytest.PytestUnraisableExceptionWarning)]

@@ -125,12 +125,12 @@ def test_scale_tensor_positional_alpha_warns_and_is_alpha(monkeypatch):
 
 def test_transform_tensor_memory_format_is_the_old_layout(monkeypatch):
     seen: list = []
-    monkeypatch.setattr(T, "empty_strided", _stop(seen))
+    monkeypatch.setattr(T, "new_output", _stop(seen))
     with pytest.warns(DeprecationWarning, match="memory_format= is deprecated, use layout="), pytest.raises(_Reached):
         T.transform_tensor(NoCallHandle(), fake((2, 3, 4, 5)), memory_format="NHWC")
     with pytest.raises(_Reached):
         T.transform_tensor(NoCallHandle(), fake((2, 3, 4, 5)), layout="nhwc")
-    assert [args[2] for args in seen] == [(60, 1, 15, 3)] * 2
+    assert [args[3] for args in seen] == [(60, 1, 15, 3)] * 2
     with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="layout 'CHWN'"):
         T.transform_tensor(NoCallHandle(), fake((2, 3, 4, 5)), memory_format="CHWN")
     with pytest.raises(TypeError, match="both layout= and its old spelling memory_format="):
@@ -590,7 +590,7 @@ def test_graph_reduction_blends_through_a_float32_scratch(monkeypatch, dtype, al
         seen.append((op, params, [n for n, _ in inputs], [n for n, _ in outputs], outputs[0][1].dtype))
         return True
     monkeypatch.setattr(gl, "run_graph", run_graph)
-    monkeypatch.setattr(T, "empty_strided", lambda h, shape, strides, dt: fake_array(shape, dt, strides))
+    monkeypatch.setattr(T, "new_output", lambda h, shape, dt, strides: fake_array(shape, dt, strides))
     c = fake_array((2, 1), dtype)
     assert T.reduce_tensor(fake_cudnn_handle(), "max", fake_array((2, 3), dtype), c=c, alpha=alpha, beta=beta,
                            engine="graph") is c

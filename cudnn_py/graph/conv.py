@@ -1,14 +1,10 @@
 """Convolution as backend-API graphs: forward (optionally fused with bias and an activation), backward data and
-backward filter, each a prepared call (:mod:`cudnn_py.prepared`): the first call of a signature builds the graph,
-plans it through the handle's plan cache and runs it; a repeat call replays the plan's execution with the new
-addresses.
-
-::
+backward filter, each a prepared function (:mod:`cudnn_py.prepared`: a repeat call replays the plan's execution)::
 
     y = conv_forward(h, x, w, padding=1, bias=b, activation="relu")   # one fused kernel where cuDNN has one
 
-:func:`convolution` runs a :class:`~cudnn_py.ops.convolution.Convolution` through them: the ``engine="graph"`` of
-``cudnn_py.convolution_forward`` and the other calls of :mod:`cudnn_py.ops.conv_calls`.
+:func:`convolution` runs a :class:`~cudnn_py.ops.convolution.Convolution` through them: the ``engine="graph"`` of the
+calls of :mod:`cudnn_py.ops.conv_calls`.
 """
 from __future__ import annotations
 
@@ -44,8 +40,8 @@ ROUTE = "conv graph paths"
 
 
 def _check_dtypes(kind: str, dtypes, compute_dtype) -> None:
-    """Refuse data or compute dtypes these graph convolutions are not verified for, before any graph is built:
-    one data dtype from :data:`DTYPES`; compute float32 (float64 for float64 data, cuDNN's only double engines)."""
+    """Refuse data dtypes outside :data:`DTYPES` and a compute dtype other than float32 (float64 for float64 data,
+    cuDNN's only double engines), before any graph is built."""
     names = {name: np.dtype(dt).name for name, dt in dtypes}
     for name, dname in names.items():
         if dname not in DTYPES:
@@ -60,8 +56,7 @@ def _check_dtypes(kind: str, dtypes, compute_dtype) -> None:
 
 
 def conv_cache_clear(handle: Handle) -> None:
-    """Forget the prepared calls of ``handle`` that run a graph convolution (their graphs are built again on their
-    next call; the plans stay in the plan cache: :func:`cudnn_py.graph.plan_cache_clear`)."""
+    """Forget the prepared calls of ``handle`` that run a graph convolution (the plans stay in the plan cache)."""
     cache_clear(handle, ROUTE)
 
 
@@ -81,9 +76,8 @@ def _compute_dtype(dt: np.dtype):
 
 
 def _run(g: Graph, handle, tensors, arrays, out, name, autotune: bool) -> DeviceArray:
-    """Plan ``g`` (with ``autotune``: timed on the inputs ``arrays`` and a scratch output), run it through its
-    runner's sink on ``arrays`` and the output, which it answers: ``out`` checked against the graph's (the runner
-    checks its strides), or a new array of the graph's layout."""
+    """Plan ``g`` (``autotune``: timed on ``arrays`` and a scratch output) and run it through its runner's sink on
+    ``arrays`` and the output it answers: ``out`` checked against the graph's, or a new array of its layout."""
     plan_graph(g, handle, dict(zip(tensors, arrays)), tensors[len(arrays):], autotune)
     t = tensors[-1]
     if out is None:
@@ -218,7 +212,7 @@ def _view_shape(conv, shape) -> tuple[int, ...]:
 
 
 def _result(conv, r: DeviceArray, ndim: int) -> DeviceArray:
-    """A graph output in the caller's convention: ``ndim`` dimensions, in the convolution's layout."""
+    """A graph output as ``ndim`` dimensions in the convolution's layout."""
     shape, strides = r.shape, r.strides
     if ndim == 3:
         shape, strides = shape[:2] + shape[3:], strides[:2] + strides[3:]
@@ -228,9 +222,8 @@ def _result(conv, r: DeviceArray, ndim: int) -> DeviceArray:
 
 
 def _params(conv, direction: str, a_shape, b_shape, out_shape) -> dict:
-    """The graph parameters of ``conv`` for data of this rank, after the checks engine='legacy' makes (ranks, channels
-    against ``groups``, sizes, dy's shape), which the graph, inferring the groups from the shapes, does not make.
-    Shapes as given; ``out_shape``: the direction's output."""
+    """The graph parameters of ``conv`` after the checks engine='legacy' makes and the graph (inferring the groups
+    from the shapes) does not: ranks, channels against ``groups``, sizes, dy's shape (``out_shape``: the output's)."""
     if direction == "forward":
         x, w, dy = a_shape, b_shape, None
     elif direction == "backward_data":
@@ -252,22 +245,16 @@ def convolution(direction: str, handle, conv, a, b, out=None, *, engine: str = "
                 deterministic: bool = False, workspace_limit: int | None = None, alpha: float = 1.0,
                 beta: float = 0.0, shape=None, bias=None, activation: str | None = None):
     """One direction of a :class:`~cudnn_py.ops.convolution.Convolution` as a graph: what the
-    :mod:`cudnn_py.ops.conv_calls` calls run with ``engine="graph"``; returns the output.
+    :mod:`cudnn_py.ops.conv_calls` calls run with ``engine="graph"`` (anything else is refused); returns the output.
 
     :param direction: ``"forward"``, ``"backward_data"`` or ``"backward_filter"``.
     :param a, b, out: x, w, y (forward), dy, w, dx (backward_data) or dy, x, dw (backward_filter), in the
-        convolution's layout; ``out`` None: allocated.
-    :param engine: ``"graph"`` (anything else is refused: the caller runs ``"legacy"`` itself).
-    :param algo: ``"heuristic"`` (the heuristics' first plan) or ``"fastest"`` (every plan timed once, the fastest
-        kept): the graph API picks among cuDNN's engines itself, so named algorithms, ``deterministic=``,
-        ``workspace_limit=`` and a ``math_type`` other than ``"auto"`` are refused.
-    :param shape: the output's shape when ``out`` is None (backward_data: default the smallest input giving dy's
-        shape; backward_filter: required).
-    :param bias, activation: forward only: one bias value per output channel and ``"relu"`` (or None), fused.
-
-    The graph is built on this call and runs through its runner's sink
-    (:meth:`~cudnn_py.graph.runner.Runner.run_pointers`), which the calling function's prepared call
-    (:mod:`cudnn_py.prepared`) repeats.
+        convolution's layout; ``out`` None: allocated, of ``shape`` (backward_data: default the smallest input giving
+        dy's shape; backward_filter: required).
+    :param algo: ``"heuristic"`` (the first plan) or ``"fastest"`` (every plan timed once): the graph API picks among
+        cuDNN's engines itself, so named algorithms, ``deterministic=``, ``workspace_limit=`` and a ``math_type``
+        other than ``"auto"`` are refused.
+    :param bias, activation: forward only, fused: one bias value per output channel, ``"relu"`` or None.
     """
     if engine != "graph":
         raise InvalidValueError(f"engine {engine!r}: expected 'legacy' or 'graph'")

@@ -28,24 +28,17 @@ def execute_descriptors(handle: Any, plan: BackendDescriptor, pack: BackendDescr
 
 
 class Executor(functools.partial):
-    """``run(*arrays)``: execute a plan with arrays bound positionally to the graph's non-virtual tensors.
+    """``run(*arrays)``: execute a plan with arrays bound positionally to the graph's non-virtual tensors (the callable
+    form of a :class:`~cudnn_py.graph.runner.Runner`, :attr:`runner`).
 
-    Made by :meth:`Plan.executor` / :meth:`Graph.executor`; ``tensors`` (Tensor objects, names or uids) fix the
-    order, default: the graph's I/O tensors in creation order (by-value scalars are bound automatically). It is the
-    callable form of a :class:`~cudnn_py.graph.runner.Runner` (:attr:`runner`).
+    Made by :meth:`Plan.executor` / :meth:`Graph.executor`; ``tensors`` (Tensors, names or uids) fix the order,
+    default the graph's I/O tensors in creation order (by-value scalars are bound automatically). A repeat call is
+    one dict lookup and one ctypes call: variant packs are kept by each array's signature and address (and the
+    workspace's; a new key validates every array; at most 256 kept), and in front of them the last
+    ``identity_cache`` argument tuples of DeviceArrays themselves (kept alive until they drop out).
 
-    Two caches make a repeat call one dict lookup and one ctypes call:
-
-    * variant packs keyed by each array's signature and data pointer (:func:`cudnn_py.memory.array_signature`: shape,
-      strides, dtype, device; + the workspace pointer when the plan needs one); a new key validates every array and
-      finalizes one new pack (at most 256 kept);
-    * in front of it, the last few argument tuples themselves (``identity_cache``, default 4; DeviceArray
-      arguments only): a call with the very same array objects skips reading their pointers. Those arrays are
-      kept alive until they drop out of this small cache.
-
-    Calling it after its handle or its plan's descriptor was closed raises :class:`ClosedError`. It runs on the
-    stream its handle had when it was made (workspace ordering included): after ``handle.on_stream(s)``, make a
-    new executor.
+    After its handle or plan was closed it raises :class:`ClosedError`. It runs on the stream its handle had when it
+    was made: after ``handle.on_stream(s)``, make a new executor.
     """
 
     runner: Runner
@@ -66,8 +59,7 @@ class Executor(functools.partial):
         return {"packs": len(self.runner.packs), "recent": len(self.runner.recent)}
 
     def with_workspace(self, workspace: Any, *arrays: Any) -> None:
-        """Execute with an explicit workspace (a DeviceArray of at least :attr:`workspace_size` bytes, or a
-        device pointer) instead of the handle's."""
+        """Execute with ``workspace`` (a DeviceArray of at least :attr:`workspace_size` bytes, or a pointer)."""
         self.runner.with_workspace(workspace, *arrays)
 
     def __repr__(self) -> str:
@@ -93,8 +85,8 @@ def execute(plan, handle, variant_pack: dict, workspace=None) -> None:
 
 
 def _destroy_cuda_graph(rt, state: list) -> None:
-    """Destroy the instantiation and the graph of ``state`` (``[cudaGraph_t, cudaGraphExec_t]``, None where there
-    is none); the finalizer of :class:`CudaGraph` (close() and garbage collection)."""
+    """Destroy ``state``'s graph and instantiation (``[cudaGraph_t, cudaGraphExec_t]``): :class:`CudaGraph`'s
+    finalizer."""
     graph, exe = state
     state[:] = [None, None]
     try:
@@ -113,11 +105,9 @@ def _check_cuda(err, what: str) -> None:
 
 class CudaGraph:
     """A CUDA graph recorded from a plan by ``cudnnBackendPopulateCudaGraph``; ``update(variant_pack)`` rebinds
-    pointers with ``cudnnBackendUpdateCudaGraph``; ``launch(stream=None)`` replays it (handle's stream default).
-
-    The recorded addresses must stay valid for every launch, so the graph keeps the bound arrays alive and, unless
-    a ``workspace`` is given, owns a workspace of its own (the handle's may be reallocated by later calls).
-    :meth:`close` (or garbage collection) destroys the CUDA objects."""
+    pointers (``cudnnBackendUpdateCudaGraph``); ``launch(stream=None)`` replays it (default: the handle's stream).
+    It keeps the bound arrays alive and, unless a ``workspace`` is given, owns a workspace of its own; :meth:`close`
+    (or garbage collection) destroys the CUDA objects."""
 
     def __init__(self, plan, handle, variant_pack: dict, workspace=None):
         from cuda.bindings import runtime as rt

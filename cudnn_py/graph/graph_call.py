@@ -9,11 +9,10 @@ What an integration (:mod:`cudnn_py.torch`) needs to run a graph it describes fr
     conv = graph_call("conv", build, inputs=("x", "w"), outputs=("y",))
     conv(handle, options, x, w, y)      # writes y; returns (y,)
 
-The function is :func:`cudnn_py.prepared.prepared`: its key is the options (hashable) and each array's shape,
-strides, dtype and device, so a repeat call replays the plan with the new addresses and nothing else; a new key
-calls ``build``, builds the plan (through the handle's plan cache) and runs it. ``build`` describes each array itself
-(its graph tensor may view it with another shape: a (C,) parameter as (1, C, 1, 1)), so the arrays are bound by
-address. The caller gives every output (its own allocator's arrays, of the layout ``build`` describes).
+The function is :func:`~cudnn_py.prepared.prepared`, keyed by the options (hashable) and each array's layout: a
+repeat call replays the plan with the new addresses; a new key calls ``build``, plans and runs it. ``build`` describes
+each array itself (a (C,) parameter may be a (1, C, 1, 1) tensor: the arrays are bound by address). The caller gives
+every output, of the layout ``build`` describes.
 """
 from __future__ import annotations
 
@@ -33,11 +32,9 @@ _P = inspect.Parameter.POSITIONAL_OR_KEYWORD
 
 def graph_call(name: str, build: Callable[..., tuple], inputs: Sequence[str],
                outputs: Sequence[str]) -> Callable[..., tuple]:
-    """The prepared operation function ``fn(handle, options, *inputs, *outputs)`` running the graph
-    ``build(options, *arrays)`` returns as ``(graph, tensors, consts)``: the graph with its outputs marked, its
-    tensors in binding order (one per array that is not None) and (graph tensor, device array) constants bound after
-    them; returns the outputs. ``name`` names the function (and its prepared calls); ``inputs`` and ``outputs``
-    name its array parameters."""
+    """The prepared function ``fn(handle, options, *inputs, *outputs)`` named ``name``, running the graph that
+    ``build(options, *arrays)`` returns as ``(graph, tensors, consts)``: outputs marked, tensors in binding order (one
+    per array that is not None), (graph tensor, device array) constants bound after them; returns the outputs."""
     n_in = len(inputs)
 
     def run(handle: Any, options: Any, *arrays: Any) -> tuple:

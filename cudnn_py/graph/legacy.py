@@ -1,20 +1,19 @@
-"""Graph (backend-API) paths for the Pythonic operations whose C entry points cuDNN 9 marks deprecated.
+"""Graph (backend-API) paths of the operation families whose C entry points cuDNN 9 marks deprecated, and the one
+engine dispatch of every family.
 
-The operation modules (:mod:`cudnn_py.ops.activation`, ``tensor_ops``, ``pooling``, ``batchnorm``,
-``normalization``) take ``engine="legacy" | "graph" | "auto"``; ``"graph"`` comes here. Each call builds a small
-graph on a signature's validated call (:func:`run_graph`), plans it through the handle's plan cache and runs it through
-its :class:`~cudnn_py.graph.runner.Runner`'s sink, so that the call's prepared call (:mod:`cudnn_py.prepared`) repeats
-it: a repeat call is one variant pack of the new addresses and one ``cudnnBackendExecute``. :func:`dispatch` chooses
-the engine (``"auto"``: measured once per configuration, :mod:`cudnn_py.engine_choice`).
+The families (:mod:`cudnn_py.ops.activation`, ``tensor_ops``, ``pooling``, ``batchnorm``, ``normalization``, the
+convolutions) take ``engine="legacy" | "graph" | "auto"`` and hand both engines to :func:`dispatch` (``"auto"``:
+measured once per configuration, :mod:`cudnn_py.engine_choice`). :func:`run_graph` builds a small graph on a
+signature's validated call, plans it through the plan cache and runs it through its
+:class:`~cudnn_py.graph.runner.Runner`'s sink, which the call's prepared call (:mod:`cudnn_py.prepared`) repeats: one
+variant pack of the new addresses and one ``cudnnBackendExecute``.
 
-Layout. cuDNN's engines for graphs of pointwise operations alone take channels-last strides (dimension 1 innermost)
-and refuse the same data described as NCHW. Pointwise operations do not care which axis is called the channel, so
-every operand is described with its axes relabelled: the output's outermost axis first, its innermost (stride 1)
-second, the rest in decreasing stride order, with unit dimensions in front up to four dimensions. An NCHW array is
-then the channels-last array (N, W, C, H), an NHWC one itself; broadcast operands (a (1, C, 1, 1) bias) get the same
-relabelling. Where every operand has the output's shape and strides and fills its memory, every operand is described
-as one flat channels-last (1, 64, n / 64, 1) array instead: on the H200 cuDNN 9.19's pointwise engine runs ReLU
-there 7 % faster than on NHWC (N, 256, H, W) data.
+Layout. cuDNN's pointwise engines take channels-last strides (dimension 1 innermost) and refuse the same data as
+NCHW. Pointwise operations do not care which axis is the channel, so every operand is described with its axes
+relabelled: the output's outermost axis first, its innermost second, the rest by decreasing stride, unit dimensions
+in front up to four. An NCHW array is then the channels-last (N, W, C, H), an NHWC one itself; broadcast operands
+get the same relabelling. Where every operand has the output's shape and strides and fills its memory, all are one
+flat channels-last (1, 64, n / 64, 1) array instead: cuDNN 9.19's pointwise engine runs ReLU 7 % faster so on an H200.
 """
 from __future__ import annotations
 
@@ -55,8 +54,7 @@ def engine_arg(engine) -> str:
 
 
 def legacy_cache_clear(handle) -> None:
-    """Forget the prepared calls of ``handle`` that run an operation module's graph path (their graphs are built again
-    on their next call; the plans stay in the plan cache: :func:`cudnn_py.graph.plan_cache_clear`)."""
+    """Forget the prepared calls of ``handle`` that run a family's graph path (the plans stay in the plan cache)."""
     runner.cache_clear(handle, ROUTE)
 
 
@@ -67,15 +65,14 @@ class GraphPathRefused(InvalidValueError):
 def dispatch(engine: str, handle: Any, key: Hashable | None, legacy: Callable[[], object],
              graph: Callable[[bool], object], *, mutated: Sequence | None = None, static: str = "graph",
              measure: bool = True) -> str:
-    """Run one call on ``engine`` and answer the engine that ran it: the one engine-choice protocol of the operation
-    families. ``legacy()`` runs the legacy C call; ``graph(auto)`` the graph path (answering False, or raising
+    """Run one call on ``engine`` and answer the engine that ran it: the families' one engine dispatch.
+    ``legacy()`` runs the legacy C call, ``graph(auto)`` the graph path (answering False, or raising
     :class:`GraphPathRefused` / :class:`~cudnn_py.graph.GraphNotSupportedError`, where it does not take the call).
 
-    'legacy' and 'graph' run that engine (the graph's refusal raised); 'auto' runs the engine
-    :mod:`cudnn_py.engine_choice` keeps for ``key`` on ``handle``, measured on its first call (``mutated``: the
-    arrays the call writes and may read; both None: the prepared call's own, from its declaration), the graph falling
-    back to the legacy call where it refuses; with ``measure`` False (a call that cannot be repeated), ``static``'s
-    engine without measuring."""
+    'legacy' and 'graph' run that engine (the graph's refusal raised); 'auto' the engine
+    :mod:`cudnn_py.engine_choice` keeps for ``key`` (measured on its first call; ``mutated``: the arrays the call
+    writes and may read; both None: from the prepared call's declaration), the graph falling back to the legacy call
+    where it refuses; with ``measure`` False (a call that cannot be repeated), ``static``'s engine unmeasured."""
     if engine == "legacy":
         legacy()
         return engine
@@ -88,7 +85,7 @@ def dispatch(engine: str, handle: Any, key: Hashable | None, legacy: Callable[[]
     refused = (GraphPathRefused, GraphNotSupportedError)
     if not measure:
         return engine_choice.run_static(static, legacy, lambda: graph(True), refused)
-    outer, _builds.memo = _builds.memo, {}  # the engine choice runs the graph several times: built once
+    outer, _builds.memo = getattr(_builds, "memo", None), {}  # the engine choice's several runs build once
     try:
         return engine_choice.run(handle, key, legacy, lambda: graph(True), mutated=mutated, static=static,
                                  refused=refused)
@@ -96,22 +93,16 @@ def dispatch(engine: str, handle: Any, key: Hashable | None, legacy: Callable[[]
         _builds.memo = outer
 
 
-class _Builds(threading.local):
-    #: what :func:`run_graph` built during the :func:`dispatch` under way (its graphs, by configuration), for the
-    #: engine choice's repeated runs of one call (None outside one): no cache outlives the call
-    memo: dict | None = None
-
-
-_builds = _Builds()
+#: ``.memo``: what :func:`run_graph` built during the :func:`dispatch` under way (its graphs, by configuration), for
+#: the engine choice's repeated runs of one call (absent or None outside one): no cache outlives the call
+_builds = threading.local()
 
 
 def repeatable(run: Callable[[], object]) -> Callable[[], object]:
-    """``run`` (a graph path) as an engine the engine choice may run several times: the first run builds, plans and
-    runs the graph; a later one queues again the plan executions the first queued, on the same addresses, as the
-    call's prepared call repeats them (so the measurement times what a repeat call costs); answers the first run's
-    answer. A first run that queued anything but plan executions, or spoiled its recording, runs again in full.
-    Only for a path whose executions bind the call's arrays and the outputs it answers alone (no scratch buffer of
-    its own, which would be gone by the next run)."""
+    """``run`` (a graph path) as an engine the engine choice may run several times: a later run queues again the
+    plan executions the first queued, on the same addresses, as the prepared call will (so the measurement times a
+    repeat call), and answers the first run's answer; where the first queued anything else, or spoiled its recording,
+    it runs again in full. Only for a path binding the call's arrays and outputs alone (no scratch buffer)."""
     first: list = []
 
     def again() -> object:
@@ -134,8 +125,7 @@ def repeatable(run: Callable[[], object]) -> Callable[[], object]:
 
 
 def graph_ran(engine: str, graph: Callable[[bool], object]) -> bool:
-    """:func:`dispatch` without measuring, for a caller whose legacy call follows inline: whether the graph path
-    ran (False: ``engine`` is 'legacy', or 'auto' and the graph refused)."""
+    """:func:`dispatch` unmeasured, for a caller whose legacy call follows inline: whether the graph path ran."""
     return dispatch(engine, None, None, lambda: None, graph, measure=False) == "graph"
 
 
@@ -173,12 +163,9 @@ _FLAT_C = 64
 
 
 def _flat(ref: DeviceArray, arrays) -> Callable[[DeviceArray], DeviceArray] | None:
-    """A view function presenting every array as one flat channels-last (1, _FLAT_C, n / _FLAT_C, 1) array, or None.
-
-    Possible when every array has ``ref``'s shape and strides and ``ref`` is dense (its elements fill its memory:
-    no broadcast, no gaps), so that an elementwise graph on the arrays is the same graph on their memory in order.
-    Taken only where all have ``ref``'s dtype: a float32 -> float16 conversion ran 10 % slower so (0.0476 against
-    0.0433 ms at 32x256x56x56 on the H200)."""
+    """A view function presenting every array as one flat channels-last (1, _FLAT_C, n / _FLAT_C, 1) array, or None:
+    where all have ``ref``'s shape, strides and dtype and ``ref`` is dense (no broadcast, no gaps; a float32 ->
+    float16 conversion ran 10 % slower flat: 0.0476 against 0.0433 ms at 32x256x56x56 on the H200)."""
     n = ref.size
     if n % _FLAT_C or any(a.shape != ref.shape or a.strides != ref.strides or a.dtype != ref.dtype for a in arrays):
         return None
@@ -202,10 +189,9 @@ def _graph_strides(a: DeviceArray) -> tuple[int, ...]:
 
 
 def _pointwise_layouts(inputs, views, ov: DeviceArray) -> None:
-    """Refuse what cuDNN 9.19's pointwise engines have no engine for (measured on Hopper), before cuDNN is asked:
-    a full-size operand in another memory order than the output (a layout change), and a broadcast operand that
-    varies along another dim than the channel (the innermost, after relabelling; e.g. a (1, C, 1, 1) bias of NCHW
-    data, or a (1, C, 1, W) one)."""
+    """Refuse what cuDNN 9.19's pointwise engines have no engine for (on Hopper), before cuDNN is asked: a full-size
+    operand in another memory order than the output, and a broadcast operand varying along another dim than the
+    channel (the innermost after relabelling: a (1, C, 1, 1) bias of NCHW data)."""
     want = _graph_strides(ov)
     for (role, _), v in zip(inputs, views):
         if v.shape == ov.shape and _graph_strides(v) != want:
@@ -222,22 +208,16 @@ def _pointwise_layouts(inputs, views, ov: DeviceArray) -> None:
 def run_graph(handle, name: str, params: tuple, inputs: Sequence[tuple[str, DeviceArray]],
               outputs: Sequence[tuple[str, DeviceArray]], build: Callable, *, auto: bool = False,
               relabel: bool = True, layout_of: DeviceArray | None = None, autotune: bool = False) -> bool:
-    """Run ``build``'s graph on these arrays through the plan cache, the graph built on this call (the validated path
-    of a prepared call, whose repeat calls replay the plan's execution), or once for the repeated runs of a
-    :func:`dispatch`; False when ``auto`` and the graph path refuses it or cuDNN has no engine for it (nothing ran).
+    """Run ``build``'s graph on these arrays (built on this validated call, or once for a :func:`dispatch`'s repeated
+    runs) through the plan cache; False when ``auto`` and the graph path refuses or cuDNN has no engine (nothing ran).
 
-    ``inputs`` / ``outputs``: (role, array) pairs (an input may also be an output: read, then written, as beta
-    blending and running statistics do); ``params``: the hashable settings ``build`` depends on.
-    ``build(graph, {role: tensor}, out_shape)`` adds the operations and returns the result, or a tuple of results
-    in ``outputs``' order (one that is an input, or of another shape than its array, is copied out by an identity
-    operation). ``relabel``: describe the arrays in the channels-last relabelled order of ``layout_of`` (default
-    the first output) - for graphs of pointwise operations and reductions, which do not care which axis is the
-    channel; tensors and ``out_shape`` are then in that order. Where every array has the output's shape and
-    strides and is dense, they are instead all described as one flat channels-last (1, 64, n / 64, 1) array (cuDNN
-    9.19's pointwise engine runs fastest so); ``build`` must then be elementwise, as pointwise graphs and
-    reductions to the same shape are. Without ``relabel`` the arrays are described as they are.
-    ``autotune``: on the first call, time the plans of heuristics modes A and B and the fallback list on these
-    arrays and keep the fastest (the outputs are written meanwhile) instead of mode A's first plan.
+    ``inputs`` / ``outputs``: (role, array) pairs (an input may also be an output, as beta blending and running
+    statistics are); ``params``: the hashable settings ``build`` depends on. ``build(graph, {role: tensor},
+    out_shape)`` returns the result, or results in ``outputs``' order (one that is an input, or of another shape,
+    is copied out by an identity operation). ``relabel``: describe the arrays in the relabelled channels-last order
+    of ``layout_of`` (default the first output), or as one flat array where :func:`_flat` allows (``build`` must
+    then be elementwise) - for pointwise graphs and reductions; else as they are. ``autotune``: time every plan on
+    the first call (:func:`~.runner.autotune_graph`) instead of taking mode A's first.
     """
     for role, a in (*inputs, *outputs):
         if role != "index":  # pooling's int8 window index is the graph's own
@@ -281,7 +261,7 @@ def run_graph(handle, name: str, params: tuple, inputs: Sequence[tuple[str, Devi
         runner.plan_graph(g, handle, dict(zip(ts.values(), views)), dict(zip(outs, ovs)), autotune)
         return runner.Runner(g.plan, handle, tensors), view
 
-    memo = _builds.memo
+    memo = getattr(_builds, "memo", None)
     got = None if memo is None else memo.get(key)
     if got is None:
         try:

@@ -1,11 +1,10 @@
-"""The one runner behind every cached graph call: plan, binding order, constants, variant packs, workspace, caches.
+"""The one runner behind every graph call: plan, binding order, constants, variant packs, workspace.
 
-:class:`Runner` is the only builder of ``VARIANT_PACK`` descriptors (:func:`make_variant_pack`); its users are
-:class:`~cudnn_py.graph.execute.Executor` (``Graph.executor``), :class:`~cudnn_py.graph.execute.CudaGraph`, the
-graph paths of the operation families (``graph.legacy.run_graph``, ``graph.conv``, attention) and
-:func:`~cudnn_py.graph.graph_call.graph_call`: their validated calls run through :meth:`Runner.run_pointers`, the
-sink a prepared call repeats. :func:`cached` is a per-handle cache of what an entry point builds per configuration
-(attention's); :func:`plan_graph` builds or autotunes a graph (through the plan cache and :mod:`.plan_store`).
+:class:`Runner` is the only builder of ``VARIANT_PACK`` descriptors; its users are the
+:class:`~cudnn_py.graph.execute.Executor`, :class:`~cudnn_py.graph.execute.CudaGraph`, the operation families' graph
+paths and :func:`~cudnn_py.graph.graph_call.graph_call`, whose validated calls run through
+:meth:`Runner.run_pointers`, the sink a prepared call repeats. :func:`plan_graph` builds or autotunes a graph;
+:func:`new_output` makes every new DeviceArray output of a call.
 """
 from __future__ import annotations
 
@@ -39,9 +38,8 @@ _INT64, _VOID_PTR = int(capi.CUDNN_TYPE_INT64), int(capi.CUDNN_TYPE_VOID_PTR)
 
 
 def _bare(name: str) -> Callable[..., int]:
-    """cuDNN function ``name`` as a bare ctypes function returning its status (0: success), loaded once: no errcheck
-    and no argtypes (0.1 to 0.5 us less per call than the checked binding), so it must only ever get ctypes objects,
-    None or ints that fit a C int (enums)."""
+    """cuDNN function ``name`` as a bare ctypes function returning its status, loaded once: no errcheck and no
+    argtypes (0.1 to 0.5 us less a call), so only ctypes objects, None or ints that fit a C int may be passed."""
     fn = _BARE.get(name)
     if fn is None:
         cdll = _loader.library().cdll
@@ -65,14 +63,11 @@ def _check(status: int, function: str) -> None:
 
 
 class VariantPack:
-    """A finalized ``VARIANT_PACK`` descriptor of the tensors' ``uids`` (a sequence of ints or a ``c_int64`` array)
-    and their device (by-value scalars: host) ``pointers`` and the ``workspace`` address (None or 0: none), made in
-    five bare calls; :attr:`ptr` is what ``cudnnBackendExecute`` gets. Destroyed when collected.
-
-    A runner makes one for every new set of addresses (outputs allocated per call land elsewhere each time), so it
-    is a pointer and nothing else: no :class:`~.descriptors.BackendDescriptor` (attribute table, weak sets and
-    finalizer object cost several microseconds a pack). The addresses go to cuDNN in one ``array('Q')`` (the data
-    pointers, then the workspace), which cuDNN copies: a ctypes ``c_void_p`` array took about 2 us to fill."""
+    """A finalized ``VARIANT_PACK`` of the tensors' ``uids`` (ints or a ``c_int64`` array), their ``pointers`` and the
+    ``workspace`` address (None or 0: none), made in five bare calls; :attr:`ptr` is what ``cudnnBackendExecute``
+    gets. Destroyed when collected. A runner makes one per new set of addresses, so it is a bare pointer (a
+    :class:`~.descriptors.BackendDescriptor` costs several microseconds), its addresses passed in one
+    ``array('Q')`` (a ctypes ``c_void_p`` array took about 2 us to fill)."""
 
     __slots__ = ("ptr",)
 
@@ -81,8 +76,9 @@ class VariantPack:
         if len(pointers) != n:
             raise InvalidValueError(f"variant pack: {n} unique ids but {len(pointers)} data pointers")
         create, set_attr, finalize = _PACK_CALLS or _pack_calls()
-        self.ptr = ptr = capi.cudnnBackendDescriptor_t()
+        ptr = capi.cudnnBackendDescriptor_t()
         _check(create(_VARIANT_PACK, ctypes.byref(ptr)), "cudnnBackendCreateDescriptor")
+        self.ptr = ptr  # destroyed by __del__ from here on, a failing set or finalize included
         _binding.own(ptr, "graph.VariantPack")
         ids = uids if isinstance(uids, ctypes.Array) else (ctypes.c_int64 * n)(*uids)
         words = array.array("Q", [p or 0 for p in pointers])
@@ -96,7 +92,9 @@ class VariantPack:
         _check(finalize(ptr), "cudnnBackendFinalize")
 
     def __del__(self) -> None:
-        destroy_descriptor(self.ptr)
+        ptr = getattr(self, "ptr", None)  # unset where __init__ refused before creating one
+        if ptr is not None:
+            destroy_descriptor(ptr)
 
 
 #: the bare cuDNN calls a variant pack is made with, loaded by the first pack
@@ -161,11 +159,8 @@ def workspace_pointer(plan: Any, workspace: Any, device: int | None) -> int:
 
 
 def plan_pointer(plan: Any) -> capi.cudnnBackendDescriptor_t:
-    """The plan descriptor's own pointer object: closing the descriptor sets it to NULL, so a holder of it passes
-    cuDNN NULL (an error status), never a freed plan.
-
-    :raises ClosedError: the plan's descriptor is closed.
-    """
+    """The plan descriptor's own pointer object (closing the descriptor sets it to NULL: a holder passes cuDNN NULL,
+    never a freed plan); :class:`ClosedError` where it is closed already."""
     ptr = plan.descriptor.ptr
     if ptr is None:
         raise ClosedError(f"the execution plan ({plan.tag}) is closed")
@@ -173,11 +168,8 @@ def plan_pointer(plan: Any) -> capi.cudnnBackendDescriptor_t:
 
 
 def plan_bindings(plan: Any) -> tuple[list, list]:
-    """What a variant pack of ``plan`` binds: (the graph tensors bound to arrays, the by-value scalars bound to host
-    buffers), each in the graph's order; the plan's scratch tensors are neither (:func:`scratch_pointers`).
-
-    :raises InvalidValueError: the plan has no graph.
-    """
+    """(graph tensors bound to arrays, by-value scalars bound to host buffers) of a variant pack of ``plan``, in the
+    graph's order (its scratch tensors are neither); :class:`InvalidValueError` for a plan without a graph."""
     g = plan.graph
     if g is None:
         raise InvalidValueError("this plan has no graph to name its tensors (load it with plan_from_json(..., graph=))")
@@ -187,11 +179,8 @@ def plan_bindings(plan: Any) -> tuple[list, list]:
 
 
 def bound_tensors(plan: Any, keys: Sequence) -> list:
-    """The plan's I/O tensors (:func:`plan_bindings`) in the order ``keys`` name them: this graph's Tensors (or
-    those of a graph of the same structure), names or uids, each I/O tensor once.
-
-    :raises InvalidValueError: a tensor of another graph, or one missing, extra or named twice.
-    """
+    """The plan's I/O tensors in the order ``keys`` name them (Tensors of this graph or one of the same structure,
+    names or uids), each once (:class:`InvalidValueError` otherwise)."""
     g, (io, _) = plan.graph, plan_bindings(plan)
     by_uid, got = {t.uid: t for t in io}, []
     for k in keys:
@@ -219,10 +208,9 @@ OUTPUTS = "outputs"
 
 
 def new_output(handle: Any, shape: Sequence[int], dtype: Any, strides: Sequence[int] | None = None) -> DeviceArray:
-    """An uninitialised device array of ``shape`` laid out with non-negative element ``strides`` (None: C-contiguous;
-    over as many elements as they span: a layout with gaps gets room for them) on the handle's device and stream,
-    from the handle's :class:`~cudnn_py.memory.Output` of that layout, whose allocator is made once per stream (no
-    argument checks, device or stream lookup per call, as :func:`~cudnn_py.memory.empty` makes)."""
+    """A new device array of ``shape`` laid out with non-negative element ``strides`` (None: C-contiguous; a layout
+    with gaps gets room for them) on the handle's device and stream: every new DeviceArray output of a call, from the
+    handle's :class:`~cudnn_py.memory.Output` of that layout (no checks or lookups per call)."""
     key = (tuple(shape), dtype, None if strides is None else tuple(strides))
     outs = handle_cache(handle, OUTPUTS)
     out = outs.get(key)
@@ -232,15 +220,10 @@ def new_output(handle: Any, shape: Sequence[int], dtype: Any, strides: Sequence[
 
 
 class Runner:
-    """A plan, the graph tensors it binds in order, and its variant packs cached by the bound addresses.
-
-    :param plan: a :class:`~cudnn_py.graph.Plan` (anything with ``graph``, ``descriptor``, ``workspace_size``, ``tag``).
-    :param handle: the :class:`~cudnn_py.Handle` (or a raw ``cudnnHandle_t``) it runs on: its stream and workspace.
-    :param tensors: the graph's I/O tensors in binding order (Tensors, names or uids; default the graph's order).
-    :param consts: arrays bound after the first ``n_inputs`` tensors on every call (kept alive here).
-    :param n_inputs: how many call inputs come before the constants (default: all tensors but the constants).
-    :param specs: what the caller keeps with the runner (attention: its outputs' shapes and layouts).
-    """
+    """A plan (``graph``, ``descriptor``, ``workspace_size``, ``tag``) on a :class:`~cudnn_py.Handle` (or a raw
+    ``cudnnHandle_t``), the graph tensors it binds in order (``tensors``: Tensors, names or uids; default the graph's
+    order), and its variant packs by bound addresses. ``consts``: arrays bound after the first ``n_inputs`` tensors
+    (default: all but the constants) on every call; ``specs``: what the caller keeps with it."""
 
     def __init__(self, plan: Any, handle: Any, tensors: Sequence = (), consts: Sequence = (),
                  n_inputs: int | None = None, specs: Sequence = ()):
@@ -271,8 +254,7 @@ class Runner:
 
     # -- workspace, errors, the C call ----------------------------------------------------------------------------
     def workspace(self) -> int | None:
-        """The handle's workspace pointer for this plan on the handle's current stream (None when the plan needs
-        none)."""
+        """The handle's workspace pointer for this plan (None where it needs none)."""
         return self.ws_get(self.workspace_size, getattr(self.handle, "stream", None)) if self.workspace_size else None
 
     def _no_workspace(self, size: int, stream: Any) -> int:
@@ -295,8 +277,7 @@ class Runner:
 
     # -- variant packs ----------------------------------------------------------------------------------------------
     def pack(self, key: Hashable, ptrs: Sequence[int], wsp: int | None) -> ctypes.c_void_p:
-        """The cached variant pack of ``key``, made from the bound tensors' ``ptrs`` and workspace ``wsp`` on a miss
-        (no validation: the caller checked the arrays)."""
+        """The variant pack of ``key``, made from ``ptrs`` and ``wsp`` on a miss (unvalidated)."""
         vp = self.packs.get(key)
         if vp is None:
             desc = self._new_pack(ptrs, wsp)
@@ -308,8 +289,8 @@ class Runner:
         return vp
 
     def checked_pack(self, arrays: tuple, wsp: int | None) -> ctypes.c_void_p:
-        """The variant pack of ``arrays`` (one per bound tensor), keyed by each array's signature and address: a new
-        key validates every array against its tensor first (another array at a reused address is validated again)."""
+        """The variant pack of ``arrays`` (one per bound tensor) by each one's signature and address, a new key
+        validated against the tensors first."""
         if len(arrays) != len(self.tensors):
             raise InvalidTypeError(f"executor takes {len(self.tensors)} arrays ({', '.join(self.names)}), got "
                                    f"{len(arrays)}")
@@ -324,16 +305,14 @@ class Runner:
         return vp
 
     def run(self, arrays: Sequence) -> None:
-        """Execute on the call's ``arrays`` (inputs, then outputs; the constants are added here), each validated
-        against its tensor, through the variant pack of their addresses (and the handle's workspace)."""
+        """Execute on the call's ``arrays`` (inputs, then outputs; the constants added here), each validated."""
         n = self.n_inputs
         arrays = [*arrays[:n], *self.consts, *arrays[n:]]
         self.run_pointers(tuple(tensor_pointer(t, a, self.device) for t, a in zip(self.tensors, arrays)))
 
     def run_pointers(self, ptrs: tuple) -> None:
-        """Execute with these addresses (the constants' included) through the variant pack of them, made on first use
-        without validation: for a caller whose cache key fixed every array's shape, strides, dtype and device (a
-        validated call made that key), so that only the addresses are new."""
+        """Execute with these addresses (the constants' included), unvalidated: for a caller whose key fixed every
+        array's layout; the sink a prepared call records."""
         wsp = self.workspace()
         vp = self.pack(ptrs if wsp is None else ptrs + (wsp,), ptrs, wsp)
         if recording.state.rec is None:
@@ -346,8 +325,7 @@ class Runner:
                       tuple(1 + i for i in range(len(ptrs)) if not n <= i < n + k))
 
     def replay(self, wsp: int | None, *ptrs: int) -> None:
-        """Execute with workspace ``wsp`` and these addresses (what a prepared call's step calls: no workspace
-        fetch, no recording check, the variant pack looked up inline)."""
+        """Execute with workspace ``wsp`` and these addresses: a prepared call's step."""
         key = ptrs if wsp is None else ptrs + (wsp,)
         vp = self.packs.get(key) or self.pack(key, ptrs, wsp)
         status = self.launch(self.h, self.plan_ptr, vp)
@@ -355,8 +333,7 @@ class Runner:
             raise self.error(status)
 
     def variant_pack(self, arrays: Sequence, wsp: int | None) -> VariantPack:
-        """A new (uncached) variant pack of ``arrays`` (one per bound tensor, validated) and workspace ``wsp``: for a
-        holder that keeps it (a recorded CUDA graph)."""
+        """A new, uncached variant pack of ``arrays`` (validated) and ``wsp``, for a holder that keeps it."""
         return self._new_pack([tensor_pointer(t, a, self.device) for t, a in zip(self.tensors, arrays)], wsp)
 
     def _new_pack(self, ptrs: Sequence[int], wsp: int | None) -> VariantPack:
@@ -366,7 +343,7 @@ class Runner:
     # -- the executor's hot call ------------------------------------------------------------------------------------
     def caller(self, identity_cache: int = 4) -> Callable[..., None]:
         """``run(*arrays)``: one dict lookup (the last ``identity_cache`` argument tuples of DeviceArrays, by
-        identity) and one ctypes call when the arrays were seen before; :meth:`checked_pack` otherwise."""
+        identity) and one ctypes call for arrays seen before, else :meth:`checked_pack`."""
         recent, keep = self.recent, max(0, int(identity_cache))
         recent_get, checked, error = recent.get, self.checked_pack, self.error
         ex, h, plan = self.launch, self.h, self.plan_ptr
@@ -408,8 +385,7 @@ class Runner:
         return run_ws
 
     def with_workspace(self, workspace: Any, *arrays: Any) -> None:
-        """Execute with an explicit workspace (a DeviceArray of at least :attr:`workspace_size` bytes, or a device
-        pointer) instead of the handle's."""
+        """Execute with ``workspace`` (a DeviceArray of at least :attr:`workspace_size` bytes, or a device pointer)."""
         self.execute(self.checked_pack(arrays, workspace_pointer(self.plan, workspace, self.device)))
 
 
@@ -432,19 +408,17 @@ def cache_clear(handle: Any, *namespaces: str) -> None:
 
 
 def autotune_graph(g: Any, handle: Any, pack: dict) -> None:
-    """Make ``g``'s plan the fastest on ``pack`` (graph tensor -> array for every I/O tensor; outputs are
-    overwritten) of every plan heuristics modes A and B and the fallback list offer (else
-    :class:`~cudnn_py.graph.errors.GraphNotSupportedError`). The fallback list costs building its plans once, and
-    it can hold the only fast one: float64 convolution backward data (32x64x56x56, 3x3, H200, cuDNN 9.19) takes
-    6.3 ms on the engine modes A and B rank first and 0.54 ms on the fallback list's ``eng1``."""
+    """Make ``g``'s plan the fastest on ``pack`` (graph tensor -> array; outputs overwritten) of the plans of
+    heuristics modes A, B and the fallback list, which can hold the only fast one (float64 convolution backward
+    data, 32x64x56x56 3x3 on an H200, cuDNN 9.19: 6.3 ms on A's and B's first engine, 0.54 ms on the fallback's)."""
     with recording.measuring():
         g.autotune(handle, pack, modes=("A", "B", "FALLBACK"))
 
 
 def plan_graph(g: Any, handle: Any, inputs: dict, outputs: dict | Sequence, autotune: bool) -> Any:
-    """Build ``g`` (the heuristics' first plan, through the handle's plan cache and the plan store) or, with
-    ``autotune``, time every plan on the ``inputs`` and ``outputs`` (graph tensor -> array; or the output tensors
-    alone: new arrays are made) with :func:`autotune_graph`; returns the selected plan."""
+    """Build ``g`` (the heuristics' first plan, through the plan cache) or with ``autotune`` time every plan on the
+    ``inputs`` and ``outputs`` (graph tensor -> array, or the output tensors alone: new arrays made); returns the
+    plan."""
     if autotune:
         outs = outputs if isinstance(outputs, dict) else {
             t: new_output(handle, t.shape, t.np_dtype, t.strides) for t in outputs}

@@ -1,9 +1,8 @@
-"""Helpers the legacy operation families share: argument parsing, array checks, outputs, descriptors, scalars.
+"""Helpers the legacy operation families share: argument parsing, array checks, outputs (:func:`output`, given or
+new; :func:`new_output`), descriptors, scalars, the sinks.
 
-Every check here runs before C is called and raises TypeError/ValueError naming the argument.
-Tensor descriptors come from the core's shared cache (:meth:`cudnn_py.TensorDescriptor.shared`);
-:func:`desc` returns the descriptor object, which callers keep in a local for the duration of the C
-call (the cache may evict, and so destroy, an entry that nothing else references).
+Every check runs before C is called and raises a TypeError/ValueError naming the argument. :func:`desc` returns a
+descriptor of the core's shared cache, which callers hold in a local while C runs (the cache may evict it).
 """
 from __future__ import annotations
 
@@ -21,11 +20,11 @@ from cudnn_py.descriptors import Descriptor, Settings, TensorDescriptor
 from cudnn_py.recording import Address, WorkspaceArg
 from cudnn_py.strided import preserved_strides
 from cudnn_py.dtypes import cudnn_dtype, numpy_dtype, scalar
-from cudnn_py.memory import DeviceArray, DeviceArrayLike, as_array, empty
+from cudnn_py.memory import DeviceArray, DeviceArrayLike, as_array
 from cudnn_py.memory import Out as Out  # re-exported: the families take it from here
-from cudnn_py._deprecation import warn
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
-from cudnn_py.graph.runner import new_output
+from cudnn_py.graph.runner import new_output as new_output  # re-exported: the families take it from here
+from cudnn_py.prepared import moved_outputs as moved_outputs  # re-exported
 
 #: float16, float32, float64 (bfloat16 is accepted by ``check_array(..., floating=True)`` besides these)
 FLOATS = frozenset(np.dtype(d) for d in ("float16", "float32", "float64"))
@@ -40,23 +39,6 @@ def enum_arg(value, table: dict, enum_type, what: str):
     if not isinstance(value, (str, int, np.integer)):
         raise InvalidTypeError(f"{what} must be a name or a {enum_type.__name__} member, got {type(value).__name__}")
     raise InvalidValueError(f"{what} {value!r}: expected one of {sorted(table)} or a {enum_type.__name__} member")
-
-
-def moved_outputs(where: str, old: tuple, names: tuple[str, ...], given: tuple) -> tuple:
-    """The outputs of a call whose outputs are keyword-only, with those still passed positionally (deprecated, one
-    cycle: a :class:`DeprecationWarning`) put in their place: ``old`` holds the extra positional arguments, ``names``
-    the outputs in their old order, ``given`` their keyword values."""
-    if len(old) > len(names):
-        raise InvalidTypeError(f"{where}() takes {len(names)} output(s) ({', '.join(names)}) after its inputs; got "
-                               f"{len(old)} more positional arguments")
-    out = list(given)
-    for i, value in enumerate(old):
-        if out[i] is not None:
-            raise InvalidTypeError(f"{where}() got {names[i]} both positionally and as {names[i]}=")
-        out[i] = value
-    warn(f"{where}(): passing outputs positionally is deprecated; pass "
-         f"{', '.join(n + '=' for n in names[:len(old)])} as keywords", stacklevel=4)
-    return tuple(out)
 
 
 _SCALARS = shared("ops.scalars", maxsize=256)
@@ -123,33 +105,21 @@ def check_array(obj, name: str, handle, *, dtype=None, shape=None, floating: boo
 
 def output(out, name: str, handle, shape, dtype, *, like: DeviceArray | None = None,
            contiguous: bool = False) -> DeviceArray:
-    """``out`` checked to be exactly ``shape`` and ``dtype``, or a new array on the handle's stream, packed in the
-    memory order of ``like`` (torch's ``preserve_format``: :func:`~cudnn_py.strided.preserved_strides`; channels-last
-    in, channels-last out) or C-contiguous where ``like`` is None."""
+    """``out`` checked to be exactly ``shape`` and ``dtype`` (and C-contiguous with ``contiguous``), or a new array on
+    the handle's stream packed in ``like``'s memory order (torch's ``preserve_format``: channels-last in,
+    channels-last out), C-contiguous where ``like`` is None."""
     if out is None:
         return new_output(handle, shape, dtype, None if like is None else preserved_strides(like.shape, like.strides,
                                                                                             shape))
     return check_array(out, name, handle, dtype=dtype, shape=shape, contiguous=contiguous)
 
 
-def _span(shape, strides) -> int:
-    """Elements from the first to the last one addressed by non-negative ``strides`` (inclusive)."""
-    return 1 + sum((n - 1) * s for n, s in zip(shape, strides))
-
-
-def empty_strided(handle, shape, strides, dtype) -> DeviceArray:
-    """A new array with these (non-negative) element strides, over a buffer that covers every element."""
-    base = empty((max(_span(shape, strides), math.prod(shape)),), dtype, stream=handle.stream, device=handle.device)
-    return DeviceArray.from_parts(base.ptr, tuple(shape), base.dtype, tuple(strides), base.device_id, base, base.stream)
-
-
 def launch(handle, fn, *args) -> None:
-    """Call the C function ``fn`` (a :mod:`cudnn_py.capi` function) on ``handle`` with ``args``, where a
-    :class:`DeviceArray` (or an :class:`~cudnn_py.recording.Address`) stands for its address, a
-    :class:`~cudnn_py.descriptors.Descriptor` or :class:`~cudnn_py.descriptors.Settings` for its C descriptor (kept
-    alive by the recording) and a :class:`~cudnn_py.recording.WorkspaceArg` for the handle's workspace: the legacy
-    families' one sink, which a call's prepared call (:mod:`cudnn_py.prepared`) repeats with other addresses. A
-    plain int where C takes a ``void *`` (an address the prepared call could not replace) spoils the recording."""
+    """Call the :mod:`cudnn_py.capi` function ``fn`` on ``handle`` with ``args``: the legacy families' sink, which a
+    prepared call repeats with other addresses. A :class:`DeviceArray` (or :class:`~cudnn_py.recording.Address`)
+    stands for its address, a :class:`~cudnn_py.descriptors.Descriptor` or ``Settings`` for its C descriptor (kept
+    alive by the recording), a :class:`~cudnn_py.recording.WorkspaceArg` for the handle's workspace; a plain int where
+    C takes a ``void *`` spoils the recording."""
     c_args, pointers = list(args), []
     for i, a in enumerate(args):
         t = type(a)

@@ -49,7 +49,7 @@ from cudnn_py.ops.activation import Activation
 from cudnn_py.memory import DeviceArray, DeviceArrayLike
 from cudnn_py.ops import norm_args as na
 from cudnn_py.ops import norm_graphs as ng
-from cudnn_py.ops._common import desc, enum_arg, launch, scalars, tensor_desc
+from cudnn_py.ops._common import desc, enum_arg, launch, output, scalars, tensor_desc
 from cudnn_py.prepared import prepared
 from cudnn_py.strided import normalize_shape
 from cudnn_py.recording import WorkspaceArg
@@ -136,8 +136,7 @@ def batchnorm_forward_training(handle: Handle, x: DeviceArrayLike, scale: Device
     s = _bn(handle, x, mode)
     sc, bi, rm, rv, sm, siv, eps, f = na.training_params(handle, s, scale, bias, running_mean, running_var,
                                                          saved_mean, saved_inv_var, epsilon, factor)
-    ya = na.given_output(y, "y", handle, s.x)
-    ya, sm, siv = na.or_new_like(ya, handle, s.x), *s.or_new_pair(sm, siv, handle)
+    ya, (sm, siv) = output(y, "y", handle, s.x.shape, s.x.dtype, like=s.x), s.or_new_pair(sm, siv, handle)
     gl.dispatch(engine, handle, ("batchnorm_forward_training", s.mode, eps, f, alpha, beta, rm is None,
                                  ec.signature(s.x, ya, sc)),
                 lambda: launch(handle, capi.cudnnBatchNormalizationForwardTraining, handle.ptr, s.mode,
@@ -184,9 +183,8 @@ def batchnorm_backward(handle: Handle, x: DeviceArrayLike, dy: DeviceArrayLike, 
     na.check_pair(saved_mean, saved_inv_var, "saved_mean and saved_inv_var")
     sm, siv = s.opt_param(saved_mean, "saved_mean", handle), s.opt_param(saved_inv_var, "saved_inv_var", handle)
     eps = na.check_epsilon(epsilon)
-    dxa = na.given_output(dx, "dx", handle, s.x)
     ds, db = s.opt_param(dscale, "dscale", handle), s.opt_param(dbias, "dbias", handle)
-    dxa, ds, db = na.or_new_like(dxa, handle, s.x), *s.or_new_pair(ds, db, handle)
+    dxa, (ds, db) = output(dx, "dx", handle, s.x.shape, s.x.dtype, like=s.x), s.or_new_pair(ds, db, handle)
     alphas = (alpha_data, beta_data, alpha_param, beta_param)
     gl.dispatch(engine, handle, ("batchnorm_backward", s.mode, eps, *alphas, sm is None,
                                  ec.signature(s.x, dya, dxa, sc)),

@@ -33,7 +33,7 @@ from cudnn_py.args import float_arg, int_arg
 from cudnn_py.descriptors import Descriptor, Settings, read_back, setting
 from cudnn_py.handle import Handle
 from cudnn_py.memory import DeviceArray, DeviceArrayLike
-from cudnn_py.ops._common import Out, check_array, desc, empty_strided, launch, output, scalars
+from cudnn_py.ops._common import Out, check_array, desc, launch, new_output, output, scalars
 from cudnn_py.recording import WorkspaceArg
 from cudnn_py.prepared import prepared
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
@@ -200,9 +200,9 @@ def divisive_normalization_backward(handle: Handle, lrn: LRN, x: DeviceArrayLike
                                 f"it has {dma.strides}")
     if dxa is None:
         dxa = output(None, "dx", handle, xa.shape, xa.dtype, like=xa) if dma is None else \
-            empty_strided(handle, xa.shape, dma.strides, xa.dtype)
+            new_output(handle, xa.shape, xa.dtype, dma.strides)
     if dma is None and means is not None:
-        dma = empty_strided(handle, xa.shape, dxa.strides, xa.dtype)
+        dma = new_output(handle, xa.shape, xa.dtype, dxa.strides)
     t1, t2 = _temps(xa)
     al, be = scalars(xa.dtype, alpha, beta)
     launch(handle, capi.cudnnDivisiveNormalizationBackward, handle.ptr, lrn, capi.CUDNN_DIVNORM_PRECOMPUTED_MEANS, al,

@@ -1,11 +1,11 @@
 """What the batch-norm calls (:mod:`cudnn_py.ops.batchnorm`) and the normalisation API
-(:mod:`cudnn_py.ops.normalization`) share: argument checks, parameter shapes, output and reserve buffers, and the
+(:mod:`cudnn_py.ops.normalization`) share: argument checks, parameter shapes, statistics and reserve buffers, the
 checked arguments of their fused backward calls.
 
 Parameters (scale, bias, means, variances) have the shape :func:`param_shape_for` gives (1, C, 1, 1... per channel,
-1, C, H, W... per activation) or the same without its unit dimensions; their dtype is float32, float64 for float64
-data. Every check runs before C and raises :class:`~cudnn_py.errors.InvalidValueError` /
-:class:`~cudnn_py.errors.InvalidTypeError` naming the argument.
+1, C, H, W... per activation) or the same without its unit dimensions, float32 (float64 for float64 data). Every
+check runs before C and raises an :class:`~cudnn_py.errors.InvalidValueError` or ``InvalidTypeError`` naming the
+argument.
 """
 from __future__ import annotations
 
@@ -19,18 +19,16 @@ import numpy as np
 from cudnn_py import capi
 from cudnn_py.descriptors import TensorDescriptor
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
-from cudnn_py.graph.runner import new_output
 from cudnn_py.memory import DeviceArray, c_strides, empty
 from cudnn_py.ops._common import (
-    byte_buffer, check_array, desc, enum_arg, output, read_tensor_desc, scalars, tensor_desc,
+    byte_buffer, check_array, desc, enum_arg, new_output, output, read_tensor_desc, scalars, tensor_desc,
 )
 from cudnn_py.ops.activation import Activation, activation_of
 from cudnn_py.recording import WorkspaceArg
 
 
 def fused_activation(act) -> Activation:
-    """The activation of a fused op (a mode name or an ``Activation``) as an :class:`Activation`: the legacy sink
-    (:func:`~cudnn_py.ops._common.launch`) passes its C descriptor and keeps it alive for a prepared call."""
+    """The activation of a fused op (a mode name or an ``Activation``) as an :class:`Activation` (not identity)."""
     a = activation_of(act)
     if a.mode == capi.CUDNN_ACTIVATION_IDENTITY:
         raise InvalidValueError("the identity activation cannot be fused; use ops without an activation instead")
@@ -57,11 +55,6 @@ def derive_descriptors(fill, count: int = 1) -> list[tuple[tuple[int, ...], np.d
             capi.cudnnDestroyTensorDescriptor(d)
 
 
-def param_dtype(x_dtype) -> np.dtype:
-    """The parameters' dtype for data of ``x_dtype``: float64 for float64 data, else float32."""
-    return np.dtype(np.float64) if np.dtype(x_dtype) == np.float64 else np.dtype(np.float32)
-
-
 def data_array(obj, name: str, handle, *, like: DeviceArray | None = None) -> DeviceArray:
     """A 4-D/5-D floating data array (checked against ``like``'s shape and dtype when given)."""
     if like is None:
@@ -73,44 +66,12 @@ def data_array(obj, name: str, handle, *, like: DeviceArray | None = None) -> De
     return check_array(obj, name, handle, dtype=like.dtype, shape=like.shape)
 
 
-def param_array(obj, name: str, handle, pshape, pdtype, *, mode_name: str) -> DeviceArray:
-    """A parameter array: ``pshape`` exactly, or ``pshape`` without its unit dims; contiguous; ``pdtype``."""
-    a = check_array(obj, name, handle)
-    squeezed = tuple(d for d in pshape if d != 1)
-    if a.shape != tuple(pshape) and tuple(d for d in a.shape if d != 1) != squeezed:
-        raise InvalidValueError(f"{name} has shape {a.shape}; in {mode_name} mode it must be {tuple(pshape)} "
-                         f"(or {squeezed})")
-    if a.dtype != pdtype:
-        raise InvalidTypeError(f"{name} has dtype {a.dtype}; batch-norm parameters must be {pdtype} for this data")
-    if not a.is_contiguous:
-        raise InvalidValueError(f"{name} must be C-contiguous; it has strides {a.strides}")
-    return a
-
-
-def given_output(out, name: str, handle, x: DeviceArray) -> DeviceArray | None:
-    """A given output validated against x (None when not given: allocate it after every check passed)."""
-    return None if out is None else check_array(out, name, handle, dtype=x.dtype, shape=x.shape)
-
-
-def or_new_like(a: DeviceArray | None, handle, x: DeviceArray) -> DeviceArray:
-    """``a``, or a new array with x's shape and layout (NHWC data gives NHWC outputs)."""
-    return output(None, "", handle, x.shape, x.dtype, like=x) if a is None else a
-
-
 def check_epsilon(epsilon: float) -> float:
     """``epsilon`` as a finite float of at least ``CUDNN_BN_MIN_EPSILON``."""
     eps = float(epsilon)
     if not eps >= capi.CUDNN_BN_MIN_EPSILON or math.isinf(eps):
         raise InvalidValueError(f"epsilon must be a finite number >= {capi.CUDNN_BN_MIN_EPSILON}, got {epsilon!r}")
     return eps
-
-
-def check_factor(factor: float) -> float:
-    """The running-average ``factor`` as a float in [0, 1]."""
-    f = float(factor)
-    if not 0.0 <= f <= 1.0:
-        raise InvalidValueError(f"exponential average factor must be in [0, 1] (1 on the first call), got {factor!r}")
-    return f
 
 
 def check_pair(a, b, names: str) -> None:
@@ -120,15 +81,15 @@ def check_pair(a, b, names: str) -> None:
 
 
 class NormSetup:
-    """The checked data ``x`` of a call, its ``mode`` (a key of ``table`` or a member of ``enum_type``; ``what``
-    names it in errors) and the parameter shape, dtype and descriptors that follow from them."""
+    """A call's checked data ``x``, its ``mode`` (a key of ``table`` or an ``enum_type`` member; ``what`` names it)
+    and the parameter shape, dtype and descriptors that follow."""
 
     def __init__(self, handle, x, mode, table: dict, enum_type, what: str):
         self.mode = enum_arg(mode, table, enum_type, what)
         self.mode_name = self.mode.name
         self.x = data_array(x, "x", handle)
         self.pshape = param_shape_for(self.x.shape, self.mode)
-        self.pdtype = param_dtype(self.x.dtype)
+        self.pdtype = np.dtype(np.float64 if self.x.dtype == np.float64 else np.float32)  # float64 data's own
 
     @functools.cached_property
     def xdesc(self) -> TensorDescriptor:
@@ -141,22 +102,29 @@ class NormSetup:
         return tensor_desc(self.pshape, self.pdtype)
 
     def param(self, obj, name: str, handle) -> DeviceArray:
-        """``obj`` checked as a parameter array of this setup."""
-        return param_array(obj, name, handle, self.pshape, self.pdtype, mode_name=self.mode_name)
+        """``obj`` checked as a parameter array: contiguous, ``pdtype``, ``pshape`` (or that without its unit dims)."""
+        a, pshape = check_array(obj, name, handle), self.pshape
+        squeezed = tuple(d for d in pshape if d != 1)
+        if a.shape != pshape and tuple(d for d in a.shape if d != 1) != squeezed:
+            raise InvalidValueError(f"{name} has shape {a.shape}; in {self.mode_name} mode it must be {pshape} "
+                                    f"(or {squeezed})")
+        if a.dtype != self.pdtype:
+            raise InvalidTypeError(f"{name} has dtype {a.dtype}; batch-norm parameters must be {self.pdtype} for this "
+                                   f"data")
+        if not a.is_contiguous:
+            raise InvalidValueError(f"{name} must be C-contiguous; it has strides {a.strides}")
+        return a
 
     def opt_param(self, obj, name: str, handle) -> DeviceArray | None:
         """As :meth:`param`, None passing through."""
         return None if obj is None else self.param(obj, name, handle)
 
-    def or_new(self, a: DeviceArray | None, handle) -> DeviceArray:
-        """``a``, or a new parameter-shaped array when it is None."""
-        return new_output(handle, self.pshape, self.pdtype) if a is None else a
-
     def or_new_pair(self, a: DeviceArray | None, b: DeviceArray | None, handle) -> tuple[DeviceArray, DeviceArray]:
-        """``a`` and ``b`` (saved statistics, parameter gradients), or where neither is given two new parameter-shaped
-        arrays, 256-byte aligned, in one allocation (one allocation a call: a prepared call's replay makes one too)."""
+        """``a`` and ``b`` (saved statistics, parameter gradients), each new where None: where both are, two views,
+        256-byte aligned, of one allocation (a prepared call's replay then makes one too)."""
         if a is not None or b is not None:
-            return self.or_new(a, handle), self.or_new(b, handle)
+            new = functools.partial(new_output, handle, self.pshape, self.pdtype)
+            return new() if a is None else a, new() if b is None else b
         item = self.pdtype.itemsize
         step = -(-math.prod(self.pshape) * item // 256) * 256
         both, stream = new_output(handle, (2 * step // item,), self.pdtype), getattr(handle, "stream", None)
@@ -180,7 +148,14 @@ def training_params(handle, s: NormSetup, scale, bias, running_mean, running_var
     return (s.param(scale, "scale", handle), s.param(bias, "bias", handle),
             s.opt_param(running_mean, "running_mean", handle), s.opt_param(running_var, "running_var", handle),
             s.opt_param(saved_mean, "saved_mean", handle), s.opt_param(saved_inv_var, "saved_inv_var", handle),
-            check_epsilon(epsilon), check_factor(factor))
+            check_epsilon(epsilon), _factor(factor))
+
+
+def _factor(factor: float) -> float:
+    f = float(factor)
+    if not 0.0 <= f <= 1.0:
+        raise InvalidValueError(f"exponential average factor must be in [0, 1] (1 on the first call), got {factor!r}")
+    return f
 
 
 def fused_ops(ops, activation, z, zname: str, table: dict, enum_type) -> tuple:
@@ -209,8 +184,8 @@ def reserve_buffer(handle, reserve, nbytes: int, name: str) -> DeviceArray | Non
 
 
 class FusedBackward(NamedTuple):
-    """The checked and allocated arguments the fused backward calls share (``cudnnBatchNormalizationBackwardEx``,
-    ``cudnnNormalizationBackward``); descriptors are held here while C runs."""
+    """The checked and allocated arguments of the fused backward calls (``cudnnBatchNormalizationBackwardEx``,
+    ``cudnnNormalizationBackward``), holding the descriptors while C runs."""
     y: DeviceArray
     dy: DeviceArray
     scale: DeviceArray
@@ -232,16 +207,11 @@ class FusedBackward(NamedTuple):
     dx_desc: TensorDescriptor
     dz_desc: TensorDescriptor | None
 
-    @property
-    def dz_desc_ptr(self):
-        return None if self.dz_desc is None else self.dz_desc.ptr
-
 
 def fused_backward_args(handle, s: NormSetup, op, sizes, y, dy, scale, bias, saved_mean, saved_inv_var, epsilon,
                         dx, dz, dscale, dbias, reserve, alphas) -> FusedBackward:
-    """Check and allocate a fused backward's arguments; ``sizes()`` gives (workspace, reserve) bytes, after the
-    checks (None for the graph path, which needs neither: the reserve is then not read, and no legacy descriptor is
-    made); ``op`` 2 is the add+activation variant (the only one with z)."""
+    """Check and allocate a fused backward's arguments; ``sizes()`` gives (workspace, reserve) bytes after the checks
+    (None for the graph path: no reserve read, no legacy descriptor); ``op`` 2 (add + activation) alone has z."""
     ya = data_array(y, "y", handle, like=s.x)
     dya = data_array(dy, "dy", handle, like=s.x)
     sc, bi = s.param(scale, "scale", handle), s.param(bias, "bias", handle)
@@ -250,15 +220,13 @@ def fused_backward_args(handle, s: NormSetup, op, sizes, y, dy, scale, bias, sav
     eps = check_epsilon(epsilon)
     if int(op) != 2 and dz is not None:
         raise InvalidValueError(f"ops={op.name} has no z, so no dz; pass dz=None")
-    dxa = given_output(dx, "dx", handle, s.x)
-    dza = given_output(dz, "dz", handle, s.x)
     ds, db = s.opt_param(dscale, "dscale", handle), s.opt_param(dbias, "dbias", handle)
-    ws_size, rs_size = (0, 0) if sizes is None else sizes()
+    dxa, (ds, db) = output(dx, "dx", handle, s.x.shape, s.x.dtype, like=s.x), s.or_new_pair(ds, db, handle)
+    dza = None if int(op) != 2 else output(dz, "dz", handle, s.x.shape, s.x.dtype, like=s.x)
+    ws_size, rs_size = (0, 0) if sizes is None else sizes()  # the size query after every array check
     if reserve is None and rs_size:
         raise InvalidValueError(f"this backward needs the forward's reserve space ({rs_size} bytes); pass reserve=")
     rsa = None if reserve is None or sizes is None else reserve_buffer(handle, reserve, rs_size, "reserve")
-    dxa, (ds, db) = or_new_like(dxa, handle, s.x), s.or_new_pair(ds, db, handle)
-    dza = None if int(op) != 2 else or_new_like(dza, handle, s.x)
     descs = (None,) * 4 if sizes is None else (desc(ya), desc(dya), desc(dxa), None if dza is None else desc(dza))
     return FusedBackward(ya, dya, sc, bi, sm, siv, eps, dxa, dza, ds, db, rsa, 0 if rsa is None else rsa.nbytes,
                          WorkspaceArg(ws_size), ws_size,

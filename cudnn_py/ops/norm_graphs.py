@@ -13,7 +13,7 @@ from cudnn_py.errors import InvalidValueError
 from cudnn_py.graph import legacy as gl
 from cudnn_py.memory import DeviceArray, c_strides
 from cudnn_py.ops import norm_args as na
-from cudnn_py.ops._common import enum_arg
+from cudnn_py.ops._common import enum_arg, output
 from cudnn_py.ops.activation import Activation, activation_of
 
 
@@ -87,9 +87,9 @@ def fused_training(handle, s: na.NormSetup, op, activation, z, params: tuple, y,
     caller's own graph refusals. Returns (y, sm, siv, rm, rv, reserve)."""
     za = None if z is None else na.data_array(z, "z", handle, like=s.x)
     sc, bi, rm, rv, sm, siv, eps, f = na.training_params(handle, s, *params)
-    ya = na.given_output(y, "y", handle, s.x)
+    ya = output(y, "y", handle, s.x.shape, s.x.dtype, like=s.x)
     if engine != "legacy":
-        ya, sm, siv = na.or_new_like(ya, handle, s.x), *s.or_new_pair(sm, siv, handle)
+        sm, siv = s.or_new_pair(sm, siv, handle)
 
         def run(auto):
             check()
@@ -99,7 +99,7 @@ def fused_training(handle, s: na.NormSetup, op, activation, z, params: tuple, y,
             return ya, sm, siv, rm, rv, None
     ws_size, rs_size = sizes(za is not None)
     rsa = na.reserve_buffer(handle, reserve, rs_size, "reserve")
-    ya, sm, siv = na.or_new_like(ya, handle, s.x), *s.or_new_pair(sm, siv, handle)
+    sm, siv = s.or_new_pair(sm, siv, handle)
     c_call(ya, za, sc, bi, rm, rv, sm, siv, eps, f, rsa, ws_size)
     return ya, sm, siv, rm, rv, rsa
 
@@ -116,7 +116,7 @@ def inference(handle, s: na.NormSetup, engine: str, key: tuple, params: tuple, e
     za = None if z is None else na.data_array(z, "z", handle, like=s.x)
     sc, bi, me, va = (s.param(a, n, handle) for a, n in zip(params, _INFERENCE))
     eps = na.check_epsilon(epsilon)
-    ya = na.or_new_like(na.given_output(y, "y", handle, s.x), handle, s.x)
+    ya = output(y, "y", handle, s.x.shape, s.x.dtype, like=s.x)
 
     def graph(auto):
         check()
@@ -172,7 +172,7 @@ def fused_backward(handle, s: na.NormSetup, op, activation, args: tuple, reserve
         relu = _fused_relu(op, activation)
         b = na.fused_backward_args(handle, s, op, None, *args + (None, alphas))
         ran.append(b)
-        gate = (b.y, b.dz if b.dz is not None else na.or_new_like(None, handle, s.x)) if relu else None
+        gate = (b.y, b.dz if b.dz is not None else output(None, "dz", handle, s.x.shape, s.x.dtype, like=s.x)) if relu else None
         return backward(handle, s, b.dy, b.scale, b.saved_mean, b.saved_inv_var, b.dx, b.dscale, b.dbias, alphas,
                         auto, gate)
     if gl.graph_ran(engine, run):

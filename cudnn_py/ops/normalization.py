@@ -42,7 +42,7 @@ from cudnn_py.ops.activation import Activation
 from cudnn_py.memory import DeviceArray, DeviceArrayLike
 from cudnn_py.ops import norm_args as na
 from cudnn_py.ops import norm_graphs as ng
-from cudnn_py.ops._common import desc, enum_arg, launch, scalars, tensor_desc
+from cudnn_py.ops._common import desc, enum_arg, launch, output, scalars, tensor_desc
 from cudnn_py.prepared import prepared
 from cudnn_py.recording import WorkspaceArg
 from cudnn_py.ops.batchnorm import BatchNormGrads, BatchNormTraining, NormSizes

@@ -45,7 +45,7 @@ from cudnn_py.descriptors import (Descriptor, Settings, TensorDescriptor, c_ints
 from cudnn_py.graph import legacy as gl
 from cudnn_py.handle import Handle
 from cudnn_py.memory import DeviceArray, DeviceArrayLike
-from cudnn_py.ops._common import Out, check_array, desc, empty_strided, launch, output, scalars
+from cudnn_py.ops._common import Out, check_array, desc, launch, new_output, output, scalars
 from cudnn_py.prepared import prepared
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
@@ -238,8 +238,8 @@ def _graph(handle: Handle, pool: Pooling, xa, ya, dya, dxa, alpha, beta, auto) -
     dyv, dxv = _view(dya), _view(dxa)
     cl = _same_layout(xv, yv, dyv, dxv)
     if mode == "max" and cl:
-        idx = empty_strided(handle, yv.shape, yv.strides, np.int8)
-        scratch = empty_strided(handle, yv.shape, yv.strides, yv.dtype)
+        idx = new_output(handle, yv.shape, np.int8, yv.strides)
+        scratch = new_output(handle, yv.shape, yv.dtype, yv.strides)
         if not gl.run_graph(handle, "pooling_index", params, [("x", xv)], [("y", scratch), ("index", idx)],
                             lambda g, t, _: g.resample(t["x"], mode, win, index=True, **kw), auto=auto,
                             relabel=False, autotune=True):

@@ -43,7 +43,7 @@ from cudnn_py.memory import DeviceArray, DeviceArrayLike, as_array, empty, memse
 from cudnn_py.strided import memory_order, non_overlapping
 from cudnn_py import recording
 from cudnn_py.ops._common import (
-    Out, check_array, desc, empty_strided, enum_arg, host_step, launch, output, read_tensor_desc, scalars,
+    Out, check_array, desc, enum_arg, new_output, host_step, launch, output, read_tensor_desc, scalars,
     tensor_desc,
 )
 from cudnn_py.prepared import prepared
@@ -295,7 +295,7 @@ def transform_tensor(handle: Handle, x: DeviceArrayLike, *, y: Out | None = None
         out_dtype = xa.dtype if dtype is None else as_numpy_dtype(dtype)
         cudnn_dtype(out_dtype)
         ya = output(None, "y", handle, xa.shape, out_dtype, like=xa) if layout is None else \
-            empty_strided(handle, xa.shape, _format_strides(xa.shape, layout), out_dtype)
+            new_output(handle, xa.shape, out_dtype, _format_strides(xa.shape, layout))
     else:
         ya = check_array(y, "y", handle, shape=xa.shape)
         if dtype is not None and ya.dtype != as_numpy_dtype(dtype):
@@ -385,7 +385,7 @@ def transform_tensor_ex(handle: Handle, x: DeviceArrayLike, *, layout: str | Non
     finally:
         capi.cudnnDestroyTensorDescriptor(dest)
     if y is None:
-        ya = empty_strided(handle, shape, strides, out_dtype)
+        ya = new_output(handle, shape, out_dtype, strides)
     else:
         ya = check_array(y, "y", handle, shape=shape, dtype=out_dtype)
         if ya.strides != strides:
@@ -417,7 +417,7 @@ def _graph_reduce(handle: Handle, opv, aa, ca, alpha, beta, compute_dtype, nan_p
                                   f"indices; use engine='legacy' for {name}" + (" with indices" if indices else ""))
     # cuDNN 9.19's reduction engines write float32 and take no epilogue: reduce into float32, then blend into c
     direct = ca.dtype == np.float32 and alpha == 1.0 and beta == 0.0
-    acc = ca if direct else empty_strided(handle, ca.shape, ca.strides, np.float32)
+    acc = ca if direct else new_output(handle, ca.shape, np.float32, ca.strides)
     ran = gl.run_graph(handle, "reduce_tensor", (name,), [("a", aa)], [("c", acc)],
                        lambda g, t, shape: g.reduction(t["a"], name, out_shape=shape), auto=auto, layout_of=aa,
                        autotune=True)

@@ -8,12 +8,11 @@
     op = cudnn_py.torch.graph_op("gelu_linear", gelu_linear)
     y = op(a, b, bias)                              # torch tensors in, torch tensors out
 
-The op (``torch.ops.cudnn_py.<name>``, taking and returning lists of tensors) builds the graph and its plan for each
-new set of input shapes, strides and dtypes (as any torch op is specialised, and ``torch.compile`` recompiles per
-shape), runs on torch's current stream with outputs and workspace from torch's allocator, and has a fake
-implementation (the graph's output shapes, strides and dtypes, from building the graph without a plan), so it works
-under ``torch.compile(fullgraph=True)`` and in CUDA graphs. It has no autograd formula: build the backward as
-another graph op and tie them with ``torch.autograd.Function`` where you need one.
+The op (``torch.ops.cudnn_py.<name>``, lists of tensors in and out) builds the graph and its plan per set of input
+shapes, strides and dtypes, runs on torch's current stream with outputs and workspace from torch's allocator, and has
+a fake implementation (the graph's outputs, from building it without a plan): it works under
+``torch.compile(fullgraph=True)`` and in CUDA graphs. It has no autograd formula: build the backward as another graph
+op and tie them with ``torch.autograd.Function``.
 """
 from __future__ import annotations
 
@@ -52,10 +51,9 @@ def _describe(name: str, build: Callable, xs: Sequence[Tensor], compute_dtype: s
 
 def graph_op(name: str, build: Callable[..., Any], *, compute_dtype: str = "float32",
              intermediate_dtype: str = "float32") -> Callable[..., Any]:
-    """Register ``build`` (``build(g, *input_tensors) -> output tensor(s)`` on a :class:`~cudnn_py.graph.Graph`
-    whose io dtype is the first input's) as the custom op ``cudnn_py::<name>``; returns ``op(*tensors)`` giving
-    the output tensor (one output) or a tuple of them. Outputs take the strides and dtypes the graph gives them
-    (``set_dtype`` on an output changes its dtype)."""
+    """Register ``build(g, *input_tensors) -> output tensor(s)`` (on a :class:`~cudnn_py.graph.Graph` whose io dtype
+    is the first input's) as the op ``cudnn_py::<name>``; returns ``op(*tensors)`` giving the output tensor or a tuple
+    of them, with the strides and dtypes the graph gives them (``set_dtype`` changes one)."""
     if not isinstance(name, str) or not name.isidentifier():
         raise InvalidValueError(f"graph_op: name must be an identifier, got {name!r}")
     specs: dict = {}

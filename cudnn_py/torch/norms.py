@@ -1,10 +1,10 @@
 """Layer norm, RMS norm and batch norm as torch custom ops (``cudnn_py::norm_fwd``/``norm_bwd``,
 ``batch_norm_fwd``/``batch_norm_bwd``), with autograd.
 
-Both normalise over the last dim of x (any leading dims, float16/bfloat16/float32, made contiguous), as
-``torch.nn.functional.layer_norm(x, (D,), weight, bias, eps)`` and ``rms_norm(x, (D,), weight, eps)`` do; cuDNN sees
-x as (N, D, 1, 1) with per-row float32 statistics. The weight and bias are (D,) tensors of x's dtype or float32.
-:func:`batch_norm` is training-mode batch norm (per-channel statistics, running averages updated in place).
+Layer and RMS norm normalise over the last dim of x (float16/bfloat16/float32, made contiguous) as
+``F.layer_norm(x, (D,), weight, bias, eps)`` and ``F.rms_norm(x, (D,), weight, eps)`` do, x seen as (N, D, 1, 1)
+with per-row float32 statistics, weight and bias (D,) of x's dtype or float32. :func:`batch_norm` is training-mode
+batch norm (per-channel statistics, running averages updated in place).
 """
 from __future__ import annotations
 
@@ -92,21 +92,24 @@ _NORM_BWD = graph_call("torch_norm_bwd", _build_bwd, ("dy", "x", "weight", "mean
                        ("dx", "dweight", "dbias"))
 
 
+def _norm_grads(x: Tensor, weight: Tensor, has_bias: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """dx (contiguous), dweight and dbias ((0,) without ``has_bias``), new."""
+    return (torch.empty_like(x, memory_format=torch.contiguous_format), torch.empty_like(weight),
+            torch.empty_like(weight) if has_bias else weight.new_empty((0,)))
+
+
 def _norm_bwd(dy: Tensor, x: Tensor, weight: Tensor, mean: Tensor, inv_std: Tensor, rms: bool,
              has_bias: bool) -> tuple[Tensor, Tensor, Tensor]:
     """Normalisation backward: (dx, dweight, dbias); dbias is empty without ``has_bias``."""
     dy, x = dy.contiguous(), x.contiguous()
-    dx, dw = torch.empty_like(x, memory_format=torch.contiguous_format), torch.empty_like(weight)
-    db = torch.empty_like(weight) if has_bias else weight.new_empty((0,))
+    dx, dw, db = _norm_grads(x, weight, has_bias)
     context(x.get_device()).run(_NORM_BWD, rms, dy, x, weight, None if rms else mean, inv_std, dx, dw,
                                 db if has_bias else None)
     return dx, dw, db
 
 
 def _norm_bwd_fake(dy, x, weight, mean, inv_std, rms, has_bias):
-    dw = torch.empty_like(weight)
-    return (torch.empty_like(x, memory_format=torch.contiguous_format), dw,
-            torch.empty_like(weight) if has_bias else weight.new_empty((0,)))
+    return _norm_grads(x, weight, has_bias)
 
 
 norm_bwd = define("norm_bwd", _norm_bwd, _norm_bwd_fake)
@@ -239,7 +242,7 @@ def _batch_norm_bwd(dy: Tensor, x: Tensor, weight: Tensor, mean: Tensor,
     """Batch-norm backward from the forward's saved statistics: (dx in x's layout, dweight, dbias)."""
     if dy.stride() != x.stride():
         dy = torch.empty_like(x).copy_(dy)  # cuDNN takes dy in x's layout
-    dx, dw, db = torch.empty_like(x), torch.empty_like(weight), torch.empty_like(weight)
+    dx, dw, db = _batch_norm_bwd_fake(dy, x, weight, mean, inv_std)
     context(x.get_device()).run(_BN_BWD, None, dy, x, weight, mean, inv_std, dx, dw, db)
     return dx, dw, db
 

@@ -1,27 +1,20 @@
 """cuDNN from torch: on torch's current stream, with memory from torch's caching allocator.
 
-* :func:`context` - this thread's :class:`Context` on a device: a :class:`~cudnn_py.Handle` whose stream is
-  ``torch.cuda.current_stream()`` of that device (``cudnnSetStream`` only when the stream changed), as torch keeps
-  one cuDNN handle per thread and device and sets its stream on each call, and whose workspace is a block of
-  torch's caching allocator per call (:class:`_Workspace`). :meth:`Context.run` calls a prepared operation function
-  of the core (:mod:`cudnn_py.prepared`: a family such as :func:`cudnn_py.sdpa`, or a
-  :func:`~cudnn_py.graph.graph_call.graph_call`) on it: its repeat calls are the core's prepared calls, kept in the
-  handle's ``"prepared"`` cache, so ``handle.clear_caches()`` and :func:`cache_clear` forget them. The ops give
-  every output (torch tensors from torch's allocator), so torch tensors come back.
-* :func:`dtype_name`, :func:`empty_like_layout` - how the ops describe torch tensors to cuDNN and lay out outputs.
-* :func:`define` - registers an op: the schema from its implementation's annotations, the implementation as the
-  dispatcher's CUDA kernel itself and a fake for tracing (what ``torch.library.custom_op`` registers, without the
-  Python layers it wraps around the kernel, which cost about 20 us per call: measured in
-  benchmarks/torch_ops_bench.py), and its autograd formula as torch's autograd kernel behind a shorter one that
-  runs the implementation directly where there is nothing to record (a compiled graph's calls).
-* :func:`call` - how the Python faces reach an op: eagerly (plain tensors, not under ``torch.compile``) its
-  implementation is called directly, inside a ``torch.autograd.Function`` made by :func:`function` from the op's
-  own autograd formula when a gradient is needed; traced, the registered op itself, so ``torch.compile`` and
-  ``opcheck`` see it. The dispatcher's Python custom-op layers cost more host time than the whole cuDNN call
-  (measured in benchmarks/torch_ops_bench.py), so the eager path skips them.
+* :func:`context` - this thread's :class:`Context` on a device: a :class:`~cudnn_py.Handle` following
+  ``torch.cuda.current_stream()`` (``cudnnSetStream`` only when it changed), its workspace a block of torch's
+  allocator per call. :meth:`Context.run` calls a prepared function of the core (a family such as
+  :func:`cudnn_py.sdpa`, or a :func:`~cudnn_py.graph.graph_call.graph_call`) on it, with every output given (torch
+  tensors); its repeat calls are the core's prepared calls, in the handle's cache (:func:`cache_clear`).
+* :func:`dtype_name`, :func:`empty_like_layout` - how the ops describe torch tensors and lay out their outputs.
+* :func:`define` - registers an op: its schema from the implementation's annotations, the implementation as the
+  CUDA kernel itself and a fake for tracing (without ``torch.library.custom_op``'s Python layers, about 20 us a
+  call: benchmarks/torch_ops_bench.py), its autograd formula behind a shorter kernel for calls with nothing to
+  record.
+* :func:`call` - eagerly (plain tensors, not under ``torch.compile``) the implementation directly, through a
+  ``torch.autograd.Function`` (:func:`function`) when a gradient is needed; traced, the registered op, so
+  ``torch.compile`` and ``opcheck`` see it.
 
-A stream change costs no new plan (plans belong to the handle, the stream is only set), so the plans built in eager
-warm-up calls are the ones a CUDA-graph capture on torch's capture stream records.
+A stream change costs no new plan, so the plans of eager warm-up calls are the ones a CUDA-graph capture records.
 """
 from __future__ import annotations
 
@@ -59,35 +52,22 @@ _any_requires_grad = torch._C._any_requires_grad
 _modes = torch._C._len_torch_dispatch_stack
 
 
-def _cuda_function(name: str) -> Callable:
-    """``torch._C.<name>`` (absent from a torch built without CUDA, whose tensors never reach a plan)."""
-    return getattr(torch._C, name, None)  # type: ignore[return-value]
-
-
-# torch's current CUDA device; its caching allocator's raw blocks: (bytes, stream) -> address, address -> None
-_current_device = _cuda_function("_cuda_getDevice")
-_raw_alloc = _cuda_function("_cuda_cudaCachingAllocator_raw_alloc")
-_raw_delete = _cuda_function("_cuda_cudaCachingAllocator_raw_delete")
-
-
-try:  # the raw cudaStream_t as an int, without making a torch.cuda.Stream object (what compiled code uses)
-    _raw_stream: Callable[[int], int] = torch._C._cuda_getCurrentRawStream
-except AttributeError:  # pragma: no cover - torch built without CUDA
-    def _raw_stream(device: int) -> int:
-        return torch.cuda.current_stream(device).cuda_stream
+# torch's current CUDA device; its caching allocator's raw blocks ((bytes, stream) -> address, address -> None); a
+# device's current raw cudaStream_t as an int (no torch.cuda.Stream object made). None in a torch built without CUDA,
+# whose tensors never reach here
+_CUDA: list[Any] = [getattr(torch._C, n, None) for n in (
+    "_cuda_getDevice", "_cuda_cudaCachingAllocator_raw_alloc", "_cuda_cudaCachingAllocator_raw_delete",
+    "_cuda_getCurrentRawStream")]
+_current_device, _raw_alloc, _raw_delete, _raw_stream = _CUDA
 
 
 def define(name: str, impl: Callable, fake: Callable, setup: Callable | None = None,
            backward: Callable | None = None) -> Callable[..., Any]:
-    """Register the op ``cudnn_py::name`` (no argument mutated; its schema inferred from ``impl``'s annotations) with
-    ``impl`` as its CUDA kernel (outside dynamo's reach, as a custom op's) and ``fake`` for fake tensors, and with
-    ``backward`` (after ``setup`` saved what it needs) as its autograd formula; returns its overload
-    (``torch.ops.cudnn_py.<name>.default``).
-
-    The formula is torch's autograd kernel for it (what ``torch.library.register_autograd`` registers), behind a
-    shorter one for what compiled graphs do with the op: called on plain CUDA tensors with no gradient to record
-    and no dispatch mode active, it runs ``impl`` itself instead of entering the dispatcher again for the CUDA
-    kernel (each entry from the dispatcher into Python costs several microseconds)."""
+    """Register the op ``cudnn_py::name`` (no argument mutated; schema from ``impl``'s annotations) with ``impl`` as
+    its CUDA kernel, ``fake`` for fake tensors and ``backward`` (after ``setup``) as its autograd formula; returns
+    ``torch.ops.cudnn_py.<name>.default``. The formula (what ``torch.library.register_autograd`` registers) sits
+    behind a shorter kernel that, on plain tensors with no gradient to record and no dispatch mode, runs ``impl``
+    itself rather than entering the dispatcher again (several microseconds each time)."""
     _LIB.define(name + torch.library.infer_schema(impl, mutates_args=()), tags=(torch.Tag.pt2_compliant_tag,))
     kernel = torch._disable_dynamo(impl)
     _LIB.impl(name, kernel, "CUDA")
@@ -121,11 +101,9 @@ def empty_like_layout(like: Tensor, shape, dtype=None, zero: bool = False) -> Te
 
 
 class _Workspace(Workspace):
-    """A :class:`Context` handle's workspace: a raw block of torch's caching allocator on torch's current stream of
-    the handle's device, shared by one call's steps and given back when the call is done (:meth:`release`, which
-    :meth:`Context.run` calls): the allocator hands the block out again only to work queued after it on the same
-    stream, or later in the same CUDA-graph capture or pool. A workspace kept between calls would outlive a
-    CUDA-graph pool's warm-up."""
+    """A :class:`Context` handle's workspace: a raw block of torch's allocator on torch's current stream, shared by one
+    call's steps and given back after it (:meth:`release`; one kept between calls would outlive a CUDA-graph pool's
+    warm-up)."""
 
     __slots__ = ("ctx",)
 
@@ -134,8 +112,7 @@ class _Workspace(Workspace):
         self.ctx = ctx
 
     def get(self, nbytes: int, stream: Any = None) -> int:
-        """A block of at least ``nbytes`` on torch's current stream, which the handle follows (``stream``, what a
-        runner remembers of the handle's stream, is not read)."""
+        """A block of at least ``nbytes`` on torch's current stream, which the handle follows (``stream`` unread)."""
         if nbytes > self.peak:
             self.peak = nbytes
         if nbytes <= self._size or not nbytes:
@@ -173,10 +150,8 @@ class Context:
         self.stream = stream
 
     def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """``fn(handle, *args, **kwargs)`` (a prepared operation function: its repeat calls are its prepared calls)
-        with this device current (cuDNN and torch's allocator work on the current device, as torch's own ops, which
-        set theirs, do; a kernel the dispatcher calls finds whichever device the program made current), the
-        workspace given back after."""
+        """``fn(handle, *args, **kwargs)`` (a prepared function) with this device current (as torch's own ops set
+        theirs), the workspace given back after."""
         try:
             if _current_device() == self.index:
                 return fn(self.handle, *args, **kwargs)
@@ -200,8 +175,7 @@ def context(device: int) -> Context:
 
 
 def cache_clear() -> None:
-    """Forget the prepared calls of every thread's handles (autograd's backward runs on its own threads: theirs
-    too); they are made again, from their plans, on next use."""
+    """Forget the prepared calls of every thread's handles (autograd's threads' too); made again on next use."""
     for ctx in list(_CONTEXTS):
         handle_cache(ctx.handle, CACHE).clear()
 
@@ -226,8 +200,8 @@ def call(op: Callable, impl: Callable, fn: type[torch.autograd.Function] | None,
          grads: Sequence) -> Any:
     """``op(*args)``, or eagerly (:func:`eager` of ``args[0]``) ``impl(*args)`` - through ``fn`` when grad mode is on
     and a tensor in ``grads`` requires a gradient (``fn`` None: the op has no gradient)."""
-    if not eager(args[0]):
+    if type(args[0]) is not Tensor or _is_compiling():
         return op(*args)
-    if fn is not None and torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in grads):
+    if fn is not None and _grad_enabled() and _any_requires_grad(*grads):
         return fn.apply(*args)
     return impl(*args)
