@@ -45,24 +45,6 @@ def _a(addr, shape=(1, 4, 4)):
     return DeviceArray(addr, shape, np.float32)
 
 
-def test_cached_builds_once_per_key():
-    h, calls = _Handle(), []
-
-    def make(value):
-        calls.append(value)
-        if isinstance(value, Exception):
-            raise value
-        return value
-
-    assert R.cached(h, "t", "k", lambda: make("built")) == "built"
-    assert R.cached(h, "t", "k", lambda: make("other")) == "built" and calls == ["built"]
-    with pytest.raises(InvalidValueError):  # raised, not remembered
-        R.cached(h, "t", "bad", lambda: make(InvalidValueError("bad")))
-    assert R.cached(h, "t", "bad", lambda: make("fixed")) == "fixed"
-    R.cache_clear(h, "t")
-    assert R.cached(h, "t", "k", lambda: make("again")) == "again"
-
-
 def test_binding_order_puts_constants_after_the_inputs(stubbed):
     made, ran = stubbed
     g, plan = _plan()

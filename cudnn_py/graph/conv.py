@@ -20,10 +20,10 @@ from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.handle import Handle
 from cudnn_py.memory import DeviceArray, DeviceArrayLike, Out, as_array
 from cudnn_py.conv_layout import logical, physical, unit_height
-from cudnn_py.prepared import prepared
+from cudnn_py.prepared import forget, prepared
 
 from .graph import DataTypeLike, Graph, packed_strides
-from .runner import Runner, cache_clear, new_output, plan_graph
+from .runner import Runner, new_output, plan_graph
 
 __all__ = ["conv_forward", "conv_backward_data", "conv_backward_filter", "convolution", "ACTIVATIONS", "DTYPES",
            "conv_cache_clear", "ROUTE"]
@@ -57,7 +57,7 @@ def _check_dtypes(kind: str, dtypes, compute_dtype) -> None:
 
 def conv_cache_clear(handle: Handle) -> None:
     """Forget the prepared calls of ``handle`` that run a graph convolution (the plans stay in the plan cache)."""
-    cache_clear(handle, ROUTE)
+    forget(handle, ROUTE)
 
 
 def _check_params(nsp: int, padding, stride, dilation, post_padding) -> None:

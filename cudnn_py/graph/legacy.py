@@ -26,6 +26,7 @@ from cudnn_py import engine_choice, recording
 from cudnn_py.errors import InvalidValueError
 from cudnn_py.dtypes import as_numpy_dtype
 from cudnn_py.memory import DeviceArray
+from cudnn_py.prepared import forget
 from cudnn_py.strided import memory_order
 
 from . import runner
@@ -55,7 +56,7 @@ def engine_arg(engine) -> str:
 
 def legacy_cache_clear(handle) -> None:
     """Forget the prepared calls of ``handle`` that run a family's graph path (the plans stay in the plan cache)."""
-    runner.cache_clear(handle, ROUTE)
+    forget(handle, ROUTE)
 
 
 class GraphPathRefused(InvalidValueError):

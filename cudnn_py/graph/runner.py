@@ -18,7 +18,6 @@ from cudnn_py._status import status_error
 from cudnn_py.caches import handle_cache
 from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
 from cudnn_py.memory import DeviceArray, Output, array_signature, as_array
-from cudnn_py.prepared import forget
 
 from .descriptors import destroy_descriptor
 
@@ -390,23 +389,6 @@ class Runner:
 
 
 # -- what the entry points build per configuration ----------------------------------------------------------------
-def cached(handle: Any, namespace: str, key: Hashable, make: Callable[[], Any]) -> Any:
-    """What ``make()`` built for ``key`` in ``handle``'s cache ``namespace`` (made on the first call)."""
-    cache = handle_cache(handle, namespace)
-    recording.uses(namespace)
-    ent = cache.get(key)
-    if ent is None:
-        ent = cache[key] = make()
-    return ent
-
-
-def cache_clear(handle: Any, *namespaces: str) -> None:
-    """Forget what was built for ``handle`` in these caches, and the prepared calls built on it."""
-    for ns in namespaces:
-        handle_cache(handle, ns).clear()
-    forget(handle, *namespaces)
-
-
 def autotune_graph(g: Any, handle: Any, pack: dict) -> None:
     """Make ``g``'s plan the fastest on ``pack`` (graph tensor -> array; outputs overwritten) of the plans of
     heuristics modes A, B and the fallback list, which can hold the only fast one (float64 convolution backward

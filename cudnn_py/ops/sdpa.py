@@ -31,11 +31,11 @@ from cudnn_py.errors import InvalidValueError
 from cudnn_py.graph.ops.sdpa import FP8_BACKWARD_SCALES, FP8_FORWARD_SCALES, SdpaOptionKeywords
 from cudnn_py.graph.ops.sdpa_options import SdpaOptions, fp8_only, refuse_unknown
 from cudnn_py.graph.plans import Plan
-from cudnn_py.graph.runner import Runner, cache_clear
+from cudnn_py.graph.runner import Runner
 from cudnn_py.handle import Handle, handle_arg
 from cudnn_py.memory import DeviceArray, DeviceArrayLike, Out
 
-from cudnn_py.prepared import prepared
+from cudnn_py.prepared import forget, prepared
 
 from .sdpa_args import ROUTE, SdpaArgs, alibi_slopes, device_tensor
 
@@ -125,7 +125,7 @@ _SDPA_INPUTS = ("q", "k", "v", "bias", "seq_len_q", "seq_len_kv", "ragged_offset
 def sdpa_cache_clear(handle: Handle) -> None:
     """Forget the prepared attention calls of ``handle`` (other families' stay): their graphs and runners are built
     again on their next call; the plans stay in the plan cache (:func:`cudnn_py.graph.plan_cache_clear`)."""
-    cache_clear(handle_arg(handle), ROUTE)
+    forget(handle_arg(handle), ROUTE)
 
 
 def _accepted(fn: Callable) -> list[str]:
