@@ -133,8 +133,9 @@ def bare_call(h, name: str) -> Callable[[], None] | None:
         for pos, offset in workspace:
             args[pos] = h.workspace.get(p.workspace, h.stream) + offset
         runner = getattr(call, "__self__", None)
-        if runner is not None and hasattr(runner, "plan_ptr"):
-            vp = runner.pack(("bare",) + tuple(args), tuple(args), runner.workspace())
+        if runner is not None and hasattr(runner, "plan_ptr"):  # its replay(workspace, *pointers)
+            wsp, ptrs = args[0], tuple(args[1:])
+            vp = runner.pack(("bare",) + ptrs, ptrs, wsp)
             launch, hp, plan = runner.launch, runner.h, runner.plan_ptr
             steps.append(lambda launch=launch, hp=hp, plan=plan, vp=vp: launch(hp, plan, vp))
         else:

@@ -85,7 +85,8 @@ def bare_steps(h, p: prep.Prepared, ptrs: list, keep: list) -> Callable[[], None
             args[pos] = h.workspace.get(p.workspace, h.stream) + offset
         runner = getattr(call, "__self__", None)
         if runner is not None and hasattr(runner, "plan_ptr"):  # a graph plan: execute with a variant pack made once
-            vp = runner.pack(("bare",) + tuple(args), tuple(args), runner.workspace())
+            wsp, pointers = args[0], tuple(args[1:])  # its replay(workspace, *pointers)
+            vp = runner.pack(("bare",) + pointers, pointers, wsp)
             fns.append(lambda f=runner.launch, a=(runner.h, runner.plan_ptr, vp): f(*a))
         else:
             fns.append(lambda f=call, a=tuple(args): f(*a))
