@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import cudnn_py as cudnn  # noqa: E402
 from cudnn_py import capi  # noqa: E402
-from cudnn_py.caches import handle_cache  # noqa: E402
+from cudnn_py.core.caches import handle_cache  # noqa: E402
 from cudnn_py.cli.prerequisites import script_args  # noqa: E402
 from cudnn_py.ops import conv_calls as cc  # noqa: E402
 from cudnn_py.ops import conv_calls as cv  # noqa: E402
@@ -85,7 +85,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", metavar="PATH", help="write the rows here")
     args = script_args(ap, argv)
     rng = np.random.default_rng(0)
-    from cudnn_py import engine_choice
+    from cudnn_py.calls import engine_choice
     from cudnn_py.graph import conv as gconv
     with cudnn.Handle() as h:
         x = cudnn.to_device(rng.standard_normal((1, 8, 8, 8)).astype(np.float32))

@@ -20,7 +20,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import cudnn_py as cudnn  # noqa: E402
-from cudnn_py import algorithms as alg  # noqa: E402
+from cudnn_py.calls import algorithms as alg# noqa: E402
 from cudnn_py.cli.prerequisites import script_args  # noqa: E402
 from cudnn_py.ops import conv_calls as cv  # noqa: E402
 

@@ -18,8 +18,8 @@ import numpy as np
 import cudnn_py as cudnn
 from cudnn_py import capi
 from cudnn_py.cli.prerequisites import script_args
-from cudnn_py.descriptors import TensorDescriptor
-from cudnn_py.memory import as_array
+from cudnn_py.core.descriptors import TensorDescriptor
+from cudnn_py.core.memory import as_array
 
 
 def per_call_us(fn, calls: int = 2000, repeats: int = 7) -> float:

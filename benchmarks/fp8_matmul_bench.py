@@ -26,9 +26,9 @@ except ImportError:  # said by script_args, in one line
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import cudnn_py.graph as G  # noqa: E402
-from cudnn_py.handle import Handle  # noqa: E402
+from cudnn_py.core.handle import Handle  # noqa: E402
 from cudnn_py.cli.prerequisites import script_args  # noqa: E402
-from cudnn_py.memory import DeviceArray  # noqa: E402
+from cudnn_py.core.memory import DeviceArray  # noqa: E402
 from timing import event_ms  # noqa: E402
 
 E4M3 = np.dtype(ml_dtypes.float8_e4m3fn)

@@ -25,9 +25,9 @@ import numpy as np
 import cudnn_py.graph as G
 from cudnn_py import capi
 from cudnn_py.cli.prerequisites import script_args
-from cudnn_py.handle import Handle
-from cudnn_py.memory import DeviceArray, empty, to_device
-from cudnn_py.streams import timer
+from cudnn_py.core.handle import Handle
+from cudnn_py.core.memory import DeviceArray, empty, to_device
+from cudnn_py.core.streams import timer
 
 try:
     import torch
@@ -270,7 +270,7 @@ def throughput(h, rng):
 def graph_replay(h, rng, iters):
     from cuda.bindings import runtime as rt
 
-    from cudnn_py.streams import new_stream
+    from cudnn_py.core.streams import new_stream
     print("\n## 4. CUDA graph replay: 10 chained small convolutions (1x8x8x8 float32)")
     s = new_stream()
     bufs = [to_device(rng.standard_normal((1, 8, 8, 8)).astype(np.float32)) for _ in range(11)]

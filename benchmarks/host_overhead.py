@@ -7,9 +7,9 @@ Tiny float16 tensors (1x8x8x8 unless a row says otherwise), so every call is hos
 Python loop (median of ``--rounds`` rounds of ``--calls`` calls, after a warm-up, the stream synchronised after each
 round) is the host's. All columns of a row are measured in the same process, interleaved round by round. "bare C"
 is the route's own work with everything prepared: the legacy C call with its descriptors and scaling factors, or
-``cudnnBackendExecute`` with a cached variant pack, taken from the call's prepared call (:mod:`cudnn_py.prepared`).
-"added" is the package's time above it: the worse of DeviceArrays and torch tensors, output given / allocated (the
-issue's bars: 3 us given, 5 us allocated).
+``cudnnBackendExecute`` with a cached variant pack, taken from the call's prepared call
+(:mod:`cudnn_py.calls.prepared`). "added" is the package's time above it: the worse of DeviceArrays and torch tensors,
+output given / allocated (the issue's bars: 3 us given, 5 us allocated).
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from collections.abc import Callable
 import numpy as np
 
 import cudnn_py as cudnn
-from cudnn_py import prepared as prep
+from cudnn_py.calls import prepared as prep
 from cudnn_py.cli.prerequisites import script_args
 
 try:

@@ -5,7 +5,7 @@ tensors, output given and allocated), the package's time per call beside the bar
 
 Tiny float16 tensors, so every call is host-bound; every figure is the median of ``--rounds`` rounds of ``--calls``
 calls (warm, microseconds per call, the stream synchronised after each round). One call of each path is caught in
-its prepared call (:mod:`cudnn_py.prepared`): its key, arguments and addresses, so that each section runs alone:
+its prepared call (:mod:`cudnn_py.calls.prepared`): its key, arguments and addresses, so that each section runs alone:
 
 * ``package``: the public call; ``bare C``: the recorded steps alone (the legacy C call with its descriptors and
   scaling factors, or ``cudnnBackendExecute`` with a variant pack made once), at the call's addresses;
@@ -32,8 +32,9 @@ from collections.abc import Callable
 import numpy as np
 
 import cudnn_py as cudnn
-from cudnn_py import capi, memory
-from cudnn_py import prepared as prep
+from cudnn_py import capi
+from cudnn_py.core import memory
+from cudnn_py.calls import prepared as prep
 from cudnn_py.cli.prerequisites import script_args
 
 X, W, Q, P = (1, 8, 8, 8), (8, 8, 3, 3), (1, 2, 64, 64), (1, 8, 1, 1)
@@ -193,7 +194,7 @@ class _CFunction:
 def _stand_ins():
     """A Handle never created in cuDNN, the legacy C calls of relu and batch norm stubbed, new arrays at made-up
     addresses (a 64-byte aligned counter)."""
-    from cudnn_py.handle import Handle
+    from cudnn_py.core.handle import Handle
     addresses = iter(range(1 << 40, 1 << 41, 1 << 20))
 
     def allocator(shape, dtype, stream=None, *, device=None):

@@ -21,7 +21,7 @@ except ImportError:  # said by script_args, in one line
 
 import cudnn_py.graph as G
 from cudnn_py.cli.prerequisites import script_args
-from cudnn_py.handle import Handle
+from cudnn_py.core.handle import Handle
 from timing import event_ms
 
 EPS = 1e-5

@@ -7,7 +7,7 @@ bandwidth-bound one (tens of millions; the convolutions: compute-bound). Peers p
 
 * ``legacy`` / ``graph``: the call with ``engine="legacy"`` / ``"graph"``;
 * ``default``: the call without ``engine=`` (what a user gets);
-* ``auto``: :func:`cudnn_py.engine_choice.run` over the legacy and graph calls (its first call measures both and
+* ``auto``: :func:`cudnn_py.calls.engine_choice.run` over the legacy and graph calls (its first call measures both and
   keeps the faster; the "auto" column names the engine it kept);
 * ``tuned`` (the convolutions): the call with ``autotune=True``, its engine ``"auto"``: the legacy call with the
   algorithm ``Find...Ex`` measured fastest against the graph path's fastest plan, the faster kept: what torch's
@@ -180,8 +180,8 @@ class Bench:
     def __init__(self, h, torch, sample_ms: float, rounds: int):
         import numpy as np
         import cudnn_py
-        from cudnn_py import engine_choice
-        from cudnn_py.dtypes import as_numpy_dtype
+        from cudnn_py.calls import engine_choice
+        from cudnn_py.core.dtypes import as_numpy_dtype
         self.dt = as_numpy_dtype
         self.h, self.torch, self.np, self.cudnn, self.ec = h, torch, np, cudnn_py, engine_choice
         self.rng = np.random.default_rng(0)
@@ -775,8 +775,8 @@ def main(argv=None) -> int:
         except ImportError:
             torch = None
     import cudnn_py
-    from cudnn_py.handle import Handle
-    meta = {"gpu": cudnn_py.streams.get_device().name, "cudnn": ".".join(map(str, cudnn_py.version())),
+    from cudnn_py.core.handle import Handle
+    meta = {"gpu": cudnn_py.core.streams.get_device().name, "cudnn": ".".join(map(str, cudnn_py.version())),
             "torch": torch.__version__ if torch is not None else None, "rounds": args.rounds,
             "sample_ms": args.sample_ms, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     print(f"{meta['gpu']}; cuDNN {meta['cudnn']}; torch "

@@ -25,8 +25,8 @@ import cudnn_py.ops.normalization as NM
 import cudnn_py.ops.pooling as P
 import cudnn_py.ops.tensor_ops as T
 from cudnn_py.cli.prerequisites import script_args
-from cudnn_py.handle import Handle
-from cudnn_py.memory import DeviceArray, to_device
+from cudnn_py.core.handle import Handle
+from cudnn_py.core.memory import DeviceArray, to_device
 
 try:
     import torch
@@ -287,7 +287,7 @@ def plan_sweep(b: Bench) -> list[str]:
     through the graph API directly: ReLU fp16 NHWC 32x256x56x56 and max pooling 3x3 s2 p1 fp16 NHWC
     32x128x112x112 (heuristics mode A's first plan is what an un-tuned graph runs)."""
     import cudnn_py.graph as G
-    from cudnn_py.memory import empty
+    from cudnn_py.core.memory import empty
     lines = []
     for name, shape in (("relu", (32, 256, 56, 56)), ("max_pool", (32, 128, 112, 112))):
         g = G.Graph(io_dtype="float16", name=name)

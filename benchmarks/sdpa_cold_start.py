@@ -27,7 +27,7 @@ import time
 
 import cudnn_py
 from cudnn_py import capi
-from cudnn_py.caches import handle_cache
+from cudnn_py.core.caches import handle_cache
 from cudnn_py.cli.prerequisites import script_args
 from cudnn_py.errors import CudnnError
 from cudnn_py.graph import BackendDescriptor, Graph

@@ -28,15 +28,15 @@ __version__ = "0.1.0"
 # --- the Pythonic layer, imported on first use: module -> names (keep this section sorted) ---
 # Each line has its twin in the TYPE_CHECKING block below (tests/test_import_time.py checks they agree).
 _LAZY: dict[str, tuple[str, ...]] = {
-    "._defaults": ("default_handle",),
-    "._loader": ("library",),
-    ".algorithms": ("AlgoPerf", "AlgorithmCache", "algorithm_cache", "choose_backward_data_algorithm",
+    ".calls.defaults": ("default_handle",),
+    ".clib.loader": ("library",),
+    ".calls.algorithms": ("AlgoPerf", "AlgorithmCache", "algorithm_cache", "choose_backward_data_algorithm",
                     "choose_backward_filter_algorithm", "choose_forward_algorithm"),
-    ".descriptors": ("FilterDescriptor", "OpTensor", "ReduceTensor", "TensorDescriptor"),
-    ".dtypes": ("cudnn_dtype", "numpy_dtype"),
+    ".core.descriptors": ("FilterDescriptor", "OpTensor", "ReduceTensor", "TensorDescriptor"),
+    ".core.dtypes": ("cudnn_dtype", "numpy_dtype"),
     ".graph": ("BackendDescriptor", "Graph", "GraphNotSupportedError"),
-    ".handle": ("Handle",),
-    ".memory": ("DeviceArray", "DeviceArrayLike", "as_array", "empty", "empty_like", "to_device", "zeros"),
+    ".core.handle": ("Handle",),
+    ".core.memory": ("DeviceArray", "DeviceArrayLike", "as_array", "empty", "empty_like", "to_device", "zeros"),
     ".ops.activation": ("Activation", "activation_backward", "activation_forward"),
     ".ops.attention": ("MultiHeadAttention", "attention_backward_data", "attention_backward_weights",
                        "attention_forward", "load_attention_weights", "read_attention_weights"),
@@ -63,12 +63,12 @@ _LAZY: dict[str, tuple[str, ...]] = {
                                  "spatial_tf_sampler_backward", "spatial_tf_sampler_forward"),
     ".ops.tensor_ops": ("add_tensor", "op_tensor", "reduce_tensor", "scale_tensor", "set_tensor", "transform_tensor",
                         "transform_tensor_ex"),
-    ".streams": ("StreamLike", "Timer", "new_stream", "synchronize", "timer"),
-    ".workspace": ("Workspace",),
+    ".core.streams": ("StreamLike", "Timer", "new_stream", "synchronize", "timer"),
+    ".core.workspace": ("Workspace",),
 }
 #: deprecated names: still importable (each warns and builds its replacement), not in __all__
 _DEPRECATED: dict[str, tuple[str, ...]] = {
-    ".descriptors": ("OpTensorDescriptor", "ReduceTensorDescriptor"),
+    ".core.descriptors": ("OpTensorDescriptor", "ReduceTensorDescriptor"),
     ".ops.activation": ("ActivationDescriptor",),
     ".ops.convolution": ("ConvolutionDescriptor",),
     ".ops.dropout": ("DropoutDescriptor",),
@@ -76,31 +76,33 @@ _DEPRECATED: dict[str, tuple[str, ...]] = {
     ".ops.pooling": ("PoolingDescriptor",),
 }
 #: subpackages and modules reachable as attributes without an explicit import
-_SUBMODULES = ("capi", "errors", "graph", "ops", "algorithms", "descriptors", "dtypes", "handle", "log", "memory",
-               "nvtx", "streams", "workspace")
+_SUBMODULES = ("calls", "capi", "clib", "core", "errors", "graph", "ops", "algorithms", "descriptors", "dtypes",
+               "handle", "log", "memory", "nvtx", "streams", "workspace")
 
 _WHERE = {name: module for table in (_LAZY, _DEPRECATED) for module, names in table.items() for name in names}
 
 if TYPE_CHECKING:  # what mypy sees: each name re-exported explicitly (``name as name``)
-    from . import (algorithms as algorithms, capi as capi, descriptors as descriptors, dtypes as dtypes,
-                   errors as errors, graph as graph, handle as handle, log as log, memory as memory, nvtx as nvtx,
-                   ops as ops, streams as streams, workspace as workspace)
-    from ._defaults import default_handle as default_handle
-    from ._loader import library as library
-    from .algorithms import (
+    from . import calls as calls, capi as capi, clib as clib, core as core, errors as errors, graph as graph, ops as ops
+    from .calls import algorithms as algorithms
+    from .clib import log as log, nvtx as nvtx
+    from .core import (descriptors as descriptors, dtypes as dtypes, handle as handle, memory as memory,
+                       streams as streams, workspace as workspace)
+    from .calls.defaults import default_handle as default_handle
+    from .clib.loader import library as library
+    from .calls.algorithms import (
         AlgoPerf as AlgoPerf, AlgorithmCache as AlgorithmCache, algorithm_cache as algorithm_cache,
         choose_backward_data_algorithm as choose_backward_data_algorithm,
         choose_backward_filter_algorithm as choose_backward_filter_algorithm,
         choose_forward_algorithm as choose_forward_algorithm)
-    from .descriptors import (
+    from .core.descriptors import (
         FilterDescriptor as FilterDescriptor, OpTensor as OpTensor, OpTensorDescriptor as OpTensorDescriptor,
         ReduceTensor as ReduceTensor, ReduceTensorDescriptor as ReduceTensorDescriptor,
         TensorDescriptor as TensorDescriptor)
-    from .dtypes import cudnn_dtype as cudnn_dtype, numpy_dtype as numpy_dtype
+    from .core.dtypes import cudnn_dtype as cudnn_dtype, numpy_dtype as numpy_dtype
     from .graph import (
         BackendDescriptor as BackendDescriptor, Graph as Graph, GraphNotSupportedError as GraphNotSupportedError)
-    from .handle import Handle as Handle
-    from .memory import (
+    from .core.handle import Handle as Handle
+    from .core.memory import (
         DeviceArray as DeviceArray, DeviceArrayLike as DeviceArrayLike, as_array as as_array, empty as empty,
         empty_like as empty_like, to_device as to_device, zeros as zeros)
     from .ops.activation import (
@@ -157,15 +159,15 @@ if TYPE_CHECKING:  # what mypy sees: each name re-exported explicitly (``name as
     from .ops.tensor_ops import (
         add_tensor as add_tensor, op_tensor as op_tensor, reduce_tensor as reduce_tensor, scale_tensor as scale_tensor,
         set_tensor as set_tensor, transform_tensor as transform_tensor, transform_tensor_ex as transform_tensor_ex)
-    from .streams import (
+    from .core.streams import (
         StreamLike as StreamLike, Timer as Timer, new_stream as new_stream, synchronize as synchronize, timer as timer)
-    from .workspace import Workspace as Workspace
+    from .core.workspace import Workspace as Workspace
 
 
 def version() -> tuple[int, int, int]:
     """The loaded cuDNN's ``(major, minor, patch)``, loading it on first call (:class:`LibraryNotFoundError` when
     no libcudnn can be found)."""
-    from ._loader import library
+    from .clib.loader import library
     return library().version
 
 

@@ -18,9 +18,9 @@ __all__ = ["renamed_kwargs", "alias", "warn"]
 
 def warn(message: str, stacklevel: int = 3) -> None:
     """Issue a :class:`DeprecationWarning` pointing at the caller's caller (the user's line by default), past the
-    frames of :mod:`cudnn_py.prepared`'s wrapper where an operation function is called through it."""
+    frames of :mod:`cudnn_py.calls.prepared`'s wrapper where an operation function is called through it."""
     f = sys._getframe(stacklevel - 1)
-    while f is not None and f.f_globals.get("__name__") == "cudnn_py.prepared":
+    while f is not None and f.f_globals.get("__name__") == "cudnn_py.calls.prepared":
         f = f.f_back  # type: ignore[assignment]
         stacklevel += 1
     warnings.warn(message, DeprecationWarning, stacklevel=stacklevel)

@@ -7,30 +7,36 @@ thread; two threads entering it at different modules at once get each other's ha
 
 So every lazy import of the package runs under :data:`LOCK` (:func:`import_module`), and :class:`cudnn_py.Handle`
 first imports what the calls import lazily (:func:`warm_imports`): once a handle exists, no call imports anything
-half-way. :func:`cudnn_py.streams.cuda_core` imports cuda.core under it too (its ``__init__`` hands other threads a
-half-filled module). A submodule imported by its own ``import`` statement is outside the lock: import through the
-package (``cudnn_py.graph.descriptors``) or create a handle first. This module imports nothing of cudnn_py (the
-names below are strings), so ``cudnn_py/__init__.py`` and :mod:`cudnn_py.handle` can both use it.
+half-way. :func:`cudnn_py.core.streams.cuda_core` imports cuda.core under it too (its ``__init__`` hands other
+threads a half-filled module). A submodule imported by its own ``import`` statement is outside the lock: import
+through the package (``cudnn_py.graph.descriptors``) or create a handle first. This module imports nothing of
+cudnn_py (the names below are strings), so ``cudnn_py/__init__.py`` and :mod:`cudnn_py.core.handle` can both use it.
+
+It also keeps the paths modules had before they moved into :mod:`cudnn_py.clib`, :mod:`cudnn_py.core` and
+:mod:`cudnn_py.calls` (:data:`MOVED`): ``import cudnn_py.memory`` gives :mod:`cudnn_py.core.memory` itself.
 """
 from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.abc
+import importlib.util
 import sys
 import threading
 from collections.abc import Iterator
 from types import ModuleType
 
-__all__ = ["LOCK", "import_module", "locked", "warm_imports", "WARM"]
+__all__ = ["LOCK", "import_module", "locked", "warm_imports", "WARM", "MOVED"]
 
 #: the one lock every lazy import of cudnn_py runs under (reentrant: an import may import)
 LOCK = threading.RLock()
 
 #: what the operation families import at call time (in-function imports), imported by :func:`warm_imports`
 WARM = (
-    "cudnn_py.capi", "cudnn_py.log", "cudnn_py.nvtx", "cudnn_py.removed", "cudnn_py._status", "cudnn_py._defaults",
-    "cudnn_py.args", "cudnn_py.memory", "cudnn_py.streams", "cudnn_py.algorithms", "cudnn_py.tuning_records",
-    "cudnn_py.tuning_records.database", "cudnn_py.fastest_cache", "cudnn_py.engine_choice", "cudnn_py.graph",
+    "cudnn_py.capi", "cudnn_py.clib.log", "cudnn_py.clib.nvtx", "cudnn_py.removed", "cudnn_py.clib.status",
+    "cudnn_py.calls.defaults", "cudnn_py.core.args", "cudnn_py.core.memory", "cudnn_py.core.streams",
+    "cudnn_py.calls.algorithms", "cudnn_py.tuning_records", "cudnn_py.tuning_records.database",
+    "cudnn_py.calls.fastest_cache", "cudnn_py.calls.engine_choice", "cudnn_py.graph",
     "cudnn_py.graph.descriptors", "cudnn_py.graph.errors", "cudnn_py.graph.graph", "cudnn_py.graph.plans",
     "cudnn_py.graph.execute", "cudnn_py.graph.runner", "cudnn_py.graph.conv", "cudnn_py.graph.legacy",
     "cudnn_py.ops._common", "cudnn_py.ops.dropout"
@@ -93,3 +99,35 @@ def warm_imports() -> None:
         for name in WARM:
             importlib.import_module(name)
         _warm = True
+
+
+#: modules' paths before they moved into the C runtime, core and call packages -> where they are now
+MOVED = {f"cudnn_py.{old}": f"cudnn_py.{new}" for old, new in (
+    ("_binding", "clib.binding"), ("_install", "clib.install"), ("_loader", "clib.loader"), ("_status", "clib.status"),
+    ("log", "clib.log"), ("nvtx", "clib.nvtx"), ("recording", "clib.recording"),
+    ("args", "core.args"), ("caches", "core.caches"), ("contexts", "core.contexts"),
+    ("conv_layout", "core.conv_layout"), ("descriptors", "core.descriptors"), ("dlpack", "core.dlpack"),
+    ("dtypes", "core.dtypes"), ("foreign", "core.foreign"), ("handle", "core.handle"), ("memory", "core.memory"),
+    ("streams", "core.streams"), ("strided", "core.strided"), ("workspace", "core.workspace"),
+    ("_defaults", "calls.defaults"), ("algorithm_queries", "calls.algorithm_queries"),
+    ("algorithms", "calls.algorithms"), ("engine_choice", "calls.engine_choice"),
+    ("fastest_cache", "calls.fastest_cache"), ("prepared", "calls.prepared"),
+)}
+
+
+class _Moved(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds a module by its path before the move and gives the moved module itself (one object, two names)."""
+
+    def find_spec(self, name, path=None, target=None):
+        return importlib.util.spec_from_loader(name, self) if name in MOVED else None
+
+    def create_module(self, spec):
+        module = import_module(MOVED[spec.name])
+        spec.loader_state = module.__spec__  # the import sets the old name's spec on the module: exec_module undoes it
+        return module
+
+    def exec_module(self, module) -> None:
+        module.__spec__ = module.__spec__.loader_state
+
+
+sys.meta_path.append(_Moved())

@@ -19,7 +19,7 @@ def _conv(direction: str, perf: str, helper: str) -> tuple[int, str]:
     return 8, (f"cudnnGet{direction}Algorithm_v7 (heuristics: a ranked list of {perf}; take the first whose status "
                f"is CUDNN_STATUS_SUCCESS and whose memory fits your limit) or cudnnFind{direction}Algorithm(Ex) "
                f"(measured). A one-line port keeping the old signature and preferences: "
-               f"from cudnn_py.algorithms import cudnnGet{direction}Algorithm (or cudnn_py.{helper})")
+               f"from cudnn_py.calls.algorithms import cudnnGet{direction}Algorithm (or cudnn_py.{helper})")
 
 
 def _each(major: int, replacement: str, *names: str) -> dict[str, tuple[int, str]]:
@@ -69,7 +69,7 @@ REMOVED: dict[str, tuple[int, str]] = {
        for lib in ("Ops", "Cnn", "Adv") for kind in ("Infer", "Train")},
     # cuDNN 9 removed the algorithm descriptor API (deprecated in 8): nothing replaces it in C
     **_each(9, "nothing: cuDNN 9 removed the algorithm descriptor API; keep the cudnnConvolution*AlgoPerf_t results "
-            "of cudnnFind*/cudnnGet*_v7 yourself (cudnn_py.algorithms.AlgorithmCache saves and reloads them)",
+            "of cudnnFind*/cudnnGet*_v7 yourself (cudnn_py.calls.algorithms.AlgorithmCache saves and reloads them)",
             "cudnnCreateAlgorithmDescriptor", "cudnnSetAlgorithmDescriptor", "cudnnGetAlgorithmDescriptor",
             "cudnnCopyAlgorithmDescriptor", "cudnnDestroyAlgorithmDescriptor", "cudnnCreateAlgorithmPerformance",
             "cudnnSetAlgorithmPerformance", "cudnnGetAlgorithmPerformance", "cudnnDestroyAlgorithmPerformance",

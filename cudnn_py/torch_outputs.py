@@ -1,5 +1,5 @@
-"""New outputs of prepared calls as torch tensors: the torch hooks of :data:`cudnn_py.prepared.OUTPUT_HOOKS`, imported
-on a prepared call's first torch output (torch is then imported already: its tensors were the inputs)."""
+"""New outputs of prepared calls as torch tensors: the torch hooks of :data:`cudnn_py.calls.prepared.OUTPUT_HOOKS`,
+imported on a prepared call's first torch output (torch is then imported already: its tensors were the inputs)."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from cudnn_py.memory import DeviceArray
+from cudnn_py.core.memory import DeviceArray
 
 __all__ = ["allocator", "convert"]
 

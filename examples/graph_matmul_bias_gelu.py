@@ -8,8 +8,8 @@ import numpy as np
 
 import cudnn_py.graph as G
 from cudnn_py.cli.prerequisites import require_gpu
-from cudnn_py.handle import Handle
-from cudnn_py.memory import empty, to_device
+from cudnn_py.core.handle import Handle
+from cudnn_py.core.memory import empty, to_device
 
 
 def main():

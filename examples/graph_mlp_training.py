@@ -11,8 +11,8 @@ import numpy as np
 
 import cudnn_py.graph as G
 from cudnn_py.cli.prerequisites import require_gpu
-from cudnn_py.handle import Handle
-from cudnn_py.memory import DeviceArray, empty, to_device
+from cudnn_py.core.handle import Handle
+from cudnn_py.core.memory import DeviceArray, empty, to_device
 
 B, IN, HID, OUT, LR = 64, 32, 48, 16, 0.1
 

@@ -105,14 +105,14 @@ def reference_step(x, dout, p, masks=None):
 
 def _nhwc_view(buf, shape):
     """Logical (N, C, H, W) over a (N, H, W, C) buffer."""
-    from cudnn_py.memory import DeviceArray
+    from cudnn_py.core.memory import DeviceArray
     n, c, h, w = shape
     return DeviceArray(buf.ptr, shape, buf.dtype, (h * w * c, 1, w * c, c), device_id=buf.device_id, owner=buf)
 
 
 def _physical(a):
     """The (N, H, W, C) buffer under a logical NHWC-strided (N, C, H, W) array (what the NHWC convolution takes)."""
-    from cudnn_py.memory import DeviceArray
+    from cudnn_py.core.memory import DeviceArray
     n, c, h, w = a.shape
     return DeviceArray(a.ptr, (n, h, w, c), a.dtype, device_id=a.device_id, owner=a)
 
@@ -121,7 +121,7 @@ class Block:
     """The block's device parameters (float16 NHWC weights, float32 batch-norm parameters and statistics)."""
 
     def __init__(self, h, params: dict, c: int):
-        from cudnn_py.memory import to_device
+        from cudnn_py.core.memory import to_device
         from cudnn_py.ops.convolution import Convolution
         self.h, self.c = h, c
         self.conv = Convolution(padding=1, layout="NHWC")
@@ -140,7 +140,7 @@ class Block:
 
     def step(self, x, dout, engine: str):
         """One forward + backward + SGD step; x and dout logical (N, C, H, W) NHWC float16. Returns (out, dx)."""
-        from cudnn_py.memory import empty
+        from cudnn_py.core.memory import empty
         from cudnn_py.ops import batchnorm as bn
         from cudnn_py.ops import conv_calls as cv
         from cudnn_py.ops import tensor_ops as to
@@ -173,7 +173,7 @@ class Block:
 
 def _at(buf, offset: int, shape, strides=None):
     """A view of ``shape`` (and ``strides``, elements) into device buffer ``buf`` starting ``offset`` elements in."""
-    from cudnn_py.memory import DeviceArray
+    from cudnn_py.core.memory import DeviceArray
     return DeviceArray(buf.ptr + offset * buf.dtype.itemsize, shape, buf.dtype, strides, device_id=buf.device_id,
                        owner=buf)
 
@@ -195,7 +195,7 @@ class FusedBlock:
 
     def __init__(self, h, params: dict, shape):
         import cudnn_py.graph as G
-        from cudnn_py.memory import empty, to_device
+        from cudnn_py.core.memory import empty, to_device
         n, c, hh, ww = shape
         self.h, self.shape, self.c = h, shape, c
         act = (hh * ww * c, 1, ww * c, c)  # NHWC strides of a logical (N, C, H, W) activation
@@ -299,7 +299,7 @@ ENGINES = ("fused", "graph", "legacy")  # FusedBlock; Block with engine="graph";
 def check(h, shape, rng) -> dict:
     """One step of each of :data:`ENGINES` from the same start, each against float64 NumPy; returns
     {what: (error per engine)} relative to the reference's largest magnitude."""
-    from cudnn_py.memory import to_device
+    from cudnn_py.core.memory import to_device
     n, c, hh, ww = shape
     params = init_params(rng, c)
     x = rng.standard_normal(shape).astype(np.float16).astype(np.float64)
@@ -324,8 +324,8 @@ def check(h, shape, rng) -> dict:
 def bench(h, shape, repeats: int = 10) -> dict:
     """Median ms of one training step (events on the handle's stream around the whole step, host time included) per
     :data:`ENGINES` and torch (channels_last, cudnn.benchmark, autocast float16)."""
-    from cudnn_py.memory import to_device
-    from cudnn_py.streams import timer
+    from cudnn_py.core.memory import to_device
+    from cudnn_py.core.streams import timer
     rng = np.random.default_rng(0)
     n, c, hh, ww = shape
     params = init_params(rng, c)
@@ -387,7 +387,7 @@ def main(argv=None) -> int:
                     "calls, legacy calls, torch)")
     args = ap.parse_args(argv)
     require_gpu(ap.prog)  # before any other work
-    from cudnn_py.handle import Handle
+    from cudnn_py.core.handle import Handle
     with Handle() as h:
         shape = tuple(int(v) for v in args.shape.split(","))
         errors = check(h, shape, np.random.default_rng(0))

@@ -49,7 +49,7 @@ if importlib.util.find_spec("cudnn_py") is None:  # run from a checkout without 
 import cudnn_py as cdp  # noqa: E402
 from cudnn_py import capi  # noqa: E402
 from cudnn_py.errors import CudnnError  # noqa: E402
-from cudnn_py.streams import missing_device  # noqa: E402
+from cudnn_py.core.streams import missing_device  # noqa: E402
 
 PROGRAM = "multi_head_attention.py"
 INIT_MEAN, INIT_VAR = 0.0, 0.5

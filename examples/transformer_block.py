@@ -20,8 +20,8 @@ import numpy as np
 
 import cudnn_py.graph as G
 from cudnn_py.cli.prerequisites import require_gpu
-from cudnn_py.handle import Handle
-from cudnn_py.memory import DeviceArray, empty, to_device
+from cudnn_py.core.handle import Handle
+from cudnn_py.core.memory import DeviceArray, empty, to_device
 from cudnn_py.ops.sdpa import sdpa, sdpa_backward
 
 B, S, E, H, MLP, EPS = 2, 128, 256, 4, 1024, 1e-5

@@ -21,7 +21,7 @@ os.environ.setdefault("CUDNN_PY_TUNING_DB", ":memory:")
 @functools.cache
 def gpu_missing_reason(device: int = 0) -> str:
     """Why CUDA device ``device`` cannot be used here ('' when it can): the library's own check."""
-    from cudnn_py.streams import missing_device
+    from cudnn_py.core.streams import missing_device
     err = missing_device(device)
     return "" if err is None else err.text.split(";")[0]  # the reason, without the advice after it
 
@@ -85,7 +85,7 @@ def _keep_shard(config, items) -> None:
 @pytest.fixture(scope="session")
 def handle():
     """One cuDNN handle on GPU 0 for the whole session."""
-    from cudnn_py.handle import Handle
+    from cudnn_py.core.handle import Handle
     with Handle() as h:
         yield h
 

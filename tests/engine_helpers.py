@@ -33,7 +33,7 @@ def layout_strides(shape, layout: str) -> tuple[int, ...]:
 
 def on_device(a: np.ndarray, dtype, layout: str = "NCHW", stream=None):
     """Logical host ``a`` as a device array of ``dtype`` whose memory is ``layout``."""
-    from cudnn_py.memory import DeviceArray, to_device
+    from cudnn_py.core.memory import DeviceArray, to_device
     dt = np_dtype(dtype)
     strides = layout_strides(a.shape, layout)
     order = sorted(range(a.ndim), key=lambda i: -strides[i])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cudnn_py.memory import DeviceArray, empty, to_device
+from cudnn_py.core.memory import DeviceArray, empty, to_device
 
 TOL = {"float32": 2e-3, "float16": 1e-2, "bfloat16": 3e-2, "float8_e4m3fn": 0.13, "float8_e5m2": 0.26}
 

@@ -9,8 +9,9 @@ import types
 
 import numpy as np
 
-from cudnn_py import foreign, memory, recording
-from cudnn_py.memory import DeviceArray
+from cudnn_py.core import foreign, memory
+from cudnn_py.clib import recording
+from cudnn_py.core.memory import DeviceArray
 
 
 class NoCallHandle:
@@ -165,7 +166,7 @@ class FakeTorchTensor:
 
 
 def fake_torch(monkeypatch):
-    """Install a stand-in torch module as if the program had imported torch (cudnn_py.foreign learns its tables
+    """Install a stand-in torch module as if the program had imported torch (cudnn_py.core.foreign learns its tables
     from it afresh): ``Tensor`` is :class:`FakeTorchTensor` (``nn.Parameter`` a subclass), dtypes as torch spells them
     (``float32`` ... ``complex64``, which cuDNN has no type for). Returns the module."""
     import types
@@ -219,7 +220,7 @@ class FakeWorkspace:
 def fake_cudnn_handle():
     """A real :class:`cudnn_py.Handle` object never created in cuDNN (its C calls must be stubbed)."""
     from cudnn_py.capi import cudnnHandle_t
-    from cudnn_py.handle import Handle
+    from cudnn_py.core.handle import Handle
     h = Handle.__new__(Handle)
     h._ptr = cudnnHandle_t(1)
     h.cache = {}
@@ -232,7 +233,7 @@ def fake_cudnn_handle():
 
 def fake_prepared_outputs(monkeypatch) -> None:
     """New outputs of prepared calls as :func:`fake_array` s at made-up addresses (no device memory)."""
-    from cudnn_py import prepared
+    from cudnn_py.calls import prepared
 
     def alloc(a):
         def new(handle):

@@ -1,7 +1,8 @@
 """The correctness matrix: for each public operation and engine, which dtypes are verified on the GPU against a
 float64 reference and which are refused before C is called. tests/test_matrix.py is generated from this table:
 
-* on the CPU it calls every (operation, engine) with every dtype cudnn_py knows (``cudnn_py.dtypes.SUPPORTED_DTYPES``)
+* on the CPU it calls every (operation, engine) with every dtype cudnn_py knows
+(``cudnn_py.core.dtypes.SUPPORTED_DTYPES``)
   on fake arrays and a stub handle, and fails when validation accepts a dtype the table does not list as verified,
   refuses one listed as verified, or a dtype is in neither list (a new dtype cannot slip in untested); it also fails
   when an operation accepts an ``engine=`` the table does not list;

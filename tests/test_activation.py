@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from cudnn_py import capi
-from cudnn_py import descriptors
+from cudnn_py.core import descriptors
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.ops.activation import ACTIVATION_MODES, Activation, activation_backward, activation_forward
 from reference import activation as ref
@@ -19,7 +19,8 @@ PARAMS = {"sigmoid": {}, "relu": {}, "tanh": {}, "clipped_relu": {"coef": 0.8}, 
 
 
 def ActivationDescriptor(*args, **kw):
-    """The deprecated cudnn_py.descriptors.ActivationDescriptor: it warns, then makes the settings object of the concept."""
+    """The deprecated cudnn_py.core.descriptors.ActivationDescriptor: it warns, then makes the settings object of the
+    concept."""
     with pytest.warns(DeprecationWarning, match="ActivationDescriptor is deprecated, use cudnn_py.Activation"):
         return descriptors.ActivationDescriptor(*args, **kw)
 
@@ -150,7 +151,7 @@ def test_alpha_beta_allocation_strides_and_core_descriptor(handle, rng):
                             engine="legacy")
     assert_close(y2.to_numpy(), 2.0 * ref.forward(x, "elu", coef=0.5) + 0.5 * y0, np.float32)
     # a channels-last output (same logical shape, other strides)
-    from cudnn_py.memory import DeviceArray
+    from cudnn_py.core.memory import DeviceArray
     base = cudnn.to_device(np.full(x.size, np.nan, np.float32))
     nhwc = DeviceArray(base.ptr, x.shape, np.float32, (60, 1, 15, 3), owner=base)
     activation_forward(handle, "tanh", xd, y=nhwc, engine="legacy")

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-import cudnn_py.fastest_cache as AC
-import cudnn_py.algorithms as alg
+import cudnn_py.calls.fastest_cache as AC
+import cudnn_py.calls.algorithms as alg
 from cudnn_py import capi
 from cudnn_py.errors import CudnnNotSupportedError, InvalidTypeError, InvalidValueError, WorkspaceLimitError
 from cudnn_py.tuning import Environment, TuningDatabase, TuningWarning

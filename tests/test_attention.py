@@ -156,7 +156,7 @@ def _tol(dtype, math_type):
 
 def _case(handle, rng, dtype=np.float64, biases=True, residual=False, window=True, heads=2, math_type="default",
           zero_padded_dout=True):
-    from cudnn_py import memory
+    from cudnn_py.core import memory
     B, Tq, Tk = 3, 4, 5
     q_size = 6
     attn = A.MultiHeadAttention(heads, q_size, 5, 7, q_proj_size=3, k_proj_size=3, v_proj_size=4,
@@ -241,7 +241,7 @@ def test_attention_output_bias_grad_includes_padded_rows(handle, rng):
 
 @pytest.mark.gpu
 def test_attention_inference_and_dropout(handle, rng):
-    from cudnn_py import memory
+    from cudnn_py.core import memory
     from cudnn_py.ops.dropout import Dropout
     attn, w, fwd = _case(handle, rng, np.float32, True, False, False)
     q, k, v = fwd._ctx["q"], fwd._ctx["k"], fwd._ctx["v"]
@@ -268,7 +268,7 @@ def test_attention_inference_and_dropout(handle, rng):
 
 @pytest.mark.gpu
 def test_attention_bad_input_on_device(handle):
-    from cudnn_py import memory
+    from cudnn_py.core import memory
     attn = _attn()
     w = attn.new_weights(handle)
     n = attn.weight_space_size(handle)
@@ -299,7 +299,7 @@ def test_attention_bad_input_on_device(handle):
 def test_attention_closed_handle_and_dropout_raise(handle):
     """A closed Handle or a closed dropout descriptor gives ClosedError, never a C call with a dead pointer."""
     import cudnn_py as cudnn
-    from cudnn_py import memory
+    from cudnn_py.core import memory
     from cudnn_py.ops.dropout import Dropout
     q, k, v = (memory.zeros(s, np.float32) for s in ((2, 5, 6), (2, 6, 5), (2, 6, 7)))
     h2 = cudnn.Handle()

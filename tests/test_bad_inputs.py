@@ -12,9 +12,9 @@ import pytest
 
 import cudnn_py as cudnn
 from cudnn_py import capi
-from cudnn_py import descriptors as D
+from cudnn_py.core import descriptors as D
 from cudnn_py.errors import CudnnPyError, InvalidTypeError, InvalidValueError, NoDeviceError
-from cudnn_py.memory import DeviceArray
+from cudnn_py.core.memory import DeviceArray
 from helpers import Reached, StandIn, fake
 
 
@@ -215,7 +215,7 @@ def test_cuda_array_interface_host_pointer_is_a_cudnn_py_error():
 
 
 def test_scaling_and_element_value_helpers():
-    from cudnn_py.args import element_value, scaling
+    from cudnn_py.core.args import element_value, scaling
     assert scaling(alpha=1, beta=np.float32(0.5)) == (1.0, 0.5)
     for bad in (NAN, INF, -INF, True, None, "1", 10 ** 400, complex(1, 0)):
         with pytest.raises((InvalidValueError, InvalidTypeError), match=r"beta \(a scaling factor\)"):

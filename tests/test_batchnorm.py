@@ -7,7 +7,7 @@ import pytest
 
 from cudnn_py import capi
 from cudnn_py.errors import CudnnNotSupportedError
-from cudnn_py.memory import DeviceArray
+from cudnn_py.core.memory import DeviceArray
 from cudnn_py.ops.batchnorm import (
     BATCHNORM_MODES, batchnorm_backward, batchnorm_backward_ex, batchnorm_ex_sizes, batchnorm_forward_inference,
     batchnorm_forward_training, batchnorm_forward_training_ex, batchnorm_param_shape, derive_batchnorm_shape,
@@ -453,7 +453,8 @@ def test_new_saved_statistics_and_parameter_gradients_share_one_allocation(monke
     """Saved mean / inverse variance (training) and dscale / dbias (backward) not given: one allocation holds both,
     each 256-byte aligned (two allocations a call cost the DeviceArray path about 5 us more on the GPU); a given one
     is used as it is and the other allocated alone."""
-    from cudnn_py import memory, prepared
+    from cudnn_py.core import memory
+    from cudnn_py.calls import prepared
     from helpers import FakeCFunction, fake_array, fake_cudnn_handle, fake_prepared_outputs
     fake_prepared_outputs(monkeypatch)
     made: list = []

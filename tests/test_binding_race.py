@@ -110,7 +110,8 @@ def test_a_first_call_inside_another_binding_does_not_deadlock(monkeypatch):
     plain Lock the suite hung in ``SpatialTransformer()``'s first call (its binding collected a descriptor)."""
     import threading
 
-    from cudnn_py import _binding, capi
+    from cudnn_py.clib import binding as _binding
+    from cudnn_py import capi
     fn = capi.cudnnGetVersion
     monkeypatch.setattr(fn, "_fn", None)  # as if never called
     done: list = []

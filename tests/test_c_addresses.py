@@ -159,7 +159,7 @@ def test_an_address_the_c_layer_never_saw_goes_to_c():
     """A descriptor made outside the record (another library; here the library's own ctypes function, not the C
     layer's): destroyed by C."""
     assert _child("""
-        from cudnn_py import _binding, _loader
+        from cudnn_py.clib import binding as _binding, loader as _loader
         d = T()
         assert _loader.library().cdll.cudnnCreateTensorDescriptor(byref(d)) == 0
         address = d.value
@@ -174,7 +174,7 @@ def test_a_raw_create_at_a_recycled_address_is_live():
     destroyed at its destroy (and leaked); the ctypes function's errcheck records it live, so the destroy goes to C,
     and a second destroy is refused."""
     assert _child("""
-        from cudnn_py import _binding
+        from cudnn_py.clib import binding as _binding
         recycled = 0
         for _ in range(50):
             d = create()
@@ -192,7 +192,8 @@ def test_a_raw_create_at_a_recycled_address_is_live():
 
 
 def test_a_destroy_c_refuses_leaves_the_address_live():
-    from cudnn_py import _binding, capi, errors
+    from cudnn_py.clib import binding as _binding
+    from cudnn_py import capi, errors
     d = capi.cudnnTensorDescriptor_t(0x7F0000001000)
     calls = []
 
@@ -216,7 +217,7 @@ def _cost() -> None:
     and without the record (the old guard: owner and destroyed-object checks only), best of 7 rounds."""
     import ctypes
     import timeit
-    from cudnn_py import _binding
+    from cudnn_py.clib import binding as _binding
     d = _binding.Handle()
 
     def c_create(p):

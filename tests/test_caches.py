@@ -1,9 +1,9 @@
-"""The one cache mechanism (cudnn_py.caches): bounded, thread-safe, per handle or per process, inspectable."""
+"""The one cache mechanism (cudnn_py.core.caches): bounded, thread-safe, per handle or per process, inspectable."""
 from __future__ import annotations
 
 import pytest
 
-from cudnn_py import caches
+from cudnn_py.core import caches
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from helpers import hammer
 

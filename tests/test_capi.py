@@ -17,7 +17,7 @@ pytest.importorskip("pycparser", reason="the generator's tests need pycparser "
 import cudnn_py
 from cudnn_py import capi
 from cudnn_py import errors as capi_errors
-from cudnn_py._binding import CArgumentError
+from cudnn_py.clib.binding import CArgumentError
 from cudnn_py.capi import *  # noqa: F403  (the way C ports use it)
 from cudnn_py.codegen import STUBS
 from cudnn_py.codegen.parse import HEADERS, find_include_dir

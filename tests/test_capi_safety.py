@@ -14,8 +14,9 @@ from ctypes import byref, c_int, c_int64
 import numpy as np
 import pytest
 
-from cudnn_py import _binding, capi
-from cudnn_py._binding import CArgumentError
+from cudnn_py.clib import binding as _binding
+from cudnn_py import capi
+from cudnn_py.clib.binding import CArgumentError
 from cudnn_py.codegen.lengths import LENGTHS
 from cudnn_py.codegen.nonnull import NONNULL, _plausible
 
@@ -98,7 +99,7 @@ def test_handle_parameters(tensor):
 
 
 def test_objects_carrying_a_handle(tensor):
-    from cudnn_py.descriptors import FilterDescriptor, TensorDescriptor
+    from cudnn_py.core.descriptors import FilterDescriptor, TensorDescriptor
     size = ctypes.c_size_t()
     t = TensorDescriptor((2, 3, 4, 5), "float32")
     capi.cudnnGetTensorSizeInBytes(t, byref(size))  # its .ptr
@@ -402,8 +403,9 @@ def test_pythonic_owners_make_a_double_destroy_impossible():
     p = _run_script("""
         import gc, json, warnings
         warnings.simplefilter("ignore")
-        from cudnn_py import _binding, capi, graph
-        from cudnn_py.descriptors import FilterDescriptor, TensorDescriptor
+        from cudnn_py.clib import binding as _binding
+        from cudnn_py import capi, graph
+        from cudnn_py.core.descriptors import FilterDescriptor, TensorDescriptor
         out = {}
         for label, make, destroy in [
                 ("tensor", lambda: TensorDescriptor((1, 2, 3, 4), "float32"), capi.cudnnDestroyTensorDescriptor),

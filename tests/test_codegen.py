@@ -61,7 +61,7 @@ def test_check_reports_stale(tmp_path):
 
 def test_parameter_types_and_tables():
     """Parameters carry their C meaning (handle, enum, written/read pointer) and the lengths / non-NULL tables."""
-    from cudnn_py import _binding
+    from cudnn_py.clib import binding as _binding
     params = dict(capi.cudnnSetTensorNdDescriptor.params)
     assert params["tensorDesc"] is capi.cudnnTensorDescriptor_t and issubclass(params["tensorDesc"], _binding.Handle)
     assert params["dataType"] is capi.cudnnDataType_t

@@ -7,11 +7,11 @@ import types
 import numpy as np
 import pytest
 
-from cudnn_py import algorithms as alg
+from cudnn_py.calls import algorithms as alg
 from cudnn_py import capi
 from cudnn_py.errors import WorkspaceLimitError
-from cudnn_py.handle import Handle
-from cudnn_py.memory import DeviceArray
+from cudnn_py.core.handle import Handle
+from cudnn_py.core.memory import DeviceArray
 from cudnn_py.ops import conv_calls as cv
 from helpers import NoCallHandle
 
@@ -77,7 +77,7 @@ def test_non_int_parameters_are_type_errors(kwargs, match):
 def test_output_shape_matches_cudnn(conv, x, w, y):
     assert conv.output_shape(x, w) == y
     if conv.layout == "NCHW" and all(lo == hi for lo, hi in conv.params(len(x) - 2)[0]):
-        from cudnn_py.descriptors import convolution_output_shape
+        from cudnn_py.core.descriptors import convolution_output_shape
         pads, st, dil = conv.params(len(x) - 2)
         assert convolution_output_shape(x, w, [p[0] for p in pads], st, dil, groups=conv.groups) == y
 
@@ -209,8 +209,8 @@ def test_auto_math_type(dtype, want):
 def test_plans_live_in_the_handles_cache(monkeypatch):
     """Plans are the handle's (listed and cleared through it, bounded like every Cache), keyed without the device;
     another handle makes its own."""
-    from cudnn_py.caches import Cache
-    from cudnn_py.handle import Handle
+    from cudnn_py.core.caches import Cache
+    from cudnn_py.core.handle import Handle
     monkeypatch.setattr(cv, "_choose", lambda *a: (capi.CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
                                                    capi.CUDNN_DEFAULT_MATH, 0))
     h, other = _NoC(), _NoC()
@@ -337,7 +337,7 @@ def test_what_the_settings_give_for_data(dtype, compute, math):
 
 
 def test_descriptor_is_shared_per_dimensions_accumulation_and_math():
-    from cudnn_py import caches
+    from cudnn_py.core import caches
     conv = cv.Convolution(padding=(1, 2), stride=2, dilation=(1, 3), groups=2, mode="convolution")
     ptr = conv.descriptor(2)
     d = conv._shared_descriptor(2, "float32", None)  # the object behind it, which reads the settings back
@@ -364,7 +364,7 @@ def test_descriptor_is_shared_per_dimensions_accumulation_and_math():
 
 
 def test_old_descriptor_names_warn_and_build_a_convolution():
-    from cudnn_py import descriptors as D
+    from cudnn_py.core import descriptors as D
     with pytest.warns(DeprecationWarning, match="ConvolutionDescriptor is deprecated, use cudnn_py.Convolution"):
         c = D.ConvolutionDescriptor((1, 2, 3), (2, 1, 1), 2, mode="convolution", compute_type=np.float64,
                                     groups=4, math_type="fma")
@@ -420,7 +420,7 @@ def test_auto_engine_takes_the_graph_where_it_can_and_autotune_is_one_spelling(m
         measured.append((key[0], kw["static"]))
         graph()
         return "graph"
-    from cudnn_py import engine_choice
+    from cudnn_py.calls import engine_choice
     monkeypatch.setattr(engine_choice, "run", measure)
     x, w = DeviceArray(1 << 30, (1, 2, 5, 5), np.float32), DeviceArray(1 << 31, (3, 2, 3, 3), np.float32)
     y = DeviceArray(1 << 32, (1, 3, 5, 5), np.float32)

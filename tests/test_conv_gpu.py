@@ -7,11 +7,11 @@ import ctypes
 import numpy as np
 import pytest
 
-import cudnn_py.algorithms as alg
+import cudnn_py.calls.algorithms as alg
 from cudnn_py import capi
-from cudnn_py.caches import handle_cache
+from cudnn_py.core.caches import handle_cache
 from cudnn_py.errors import ClosedError, CudnnError, WorkspaceLimitError
-from cudnn_py.memory import empty, to_device
+from cudnn_py.core.memory import empty, to_device
 from cudnn_py.ops import conv_calls as cv
 from cudnn_py.ops.convolution import MATH_TYPES
 from reference import conv as ref
@@ -359,7 +359,7 @@ def test_workspace_cap_below_need(handle, rng):
 
 
 def test_host_array_and_closed_handle(rng):
-    from cudnn_py.handle import Handle
+    from cudnn_py.core.handle import Handle
     x = rng.standard_normal((1, 2, 5, 5)).astype(np.float32)
     w = rng.standard_normal((2, 2, 3, 3)).astype(np.float32)
     conv = cv.Convolution(padding=1)
@@ -397,7 +397,7 @@ def test_torch_tensors(handle, rng):
 @pytest.mark.parametrize("direction", alg.DIRECTIONS)
 def test_lowered_workspace_cap_chooses_again(rng, direction):
     """A plan made under no cap is made again (not refused) once the cap is lowered below its workspace."""
-    from cudnn_py.handle import Handle
+    from cudnn_py.core.handle import Handle
     x, w, dy, layout, kw = _data(rng, "2d", "float32")
     conv = cv.Convolution(**kw, math_type="fma")
     rk = _ref_kw(kw)
@@ -420,7 +420,7 @@ def test_lowered_workspace_cap_chooses_again(rng, direction):
 
 def test_plans_are_per_handle_and_cleared_with_it(rng):
     """Two handles on one device each plan their own call; clear_caches() plans again; results stay right."""
-    from cudnn_py.handle import Handle
+    from cudnn_py.core.handle import Handle
     from helpers import poisoned_allocations
     x, w, dy, layout, kw = _data(rng, "2d", "float32")
     conv = cv.Convolution(**kw, math_type="fma")

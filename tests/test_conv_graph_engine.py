@@ -45,7 +45,7 @@ def _err(got, want):
 @pytest.mark.parametrize("algo", ["heuristic", "fastest"])
 @pytest.mark.parametrize("case", list(CASES))
 def test_three_directions_match_reference(handle, rng, case, algo, dtype):
-    from cudnn_py.memory import empty, to_device
+    from cudnn_py.core.memory import empty, to_device
     xs, wsh, kw = CASES[case]
     layout = kw.get("layout", "NCHW")
     conv = cv.Convolution(**kw)
@@ -77,7 +77,7 @@ def test_three_directions_match_reference(handle, rng, case, algo, dtype):
 
 @pytest.mark.gpu
 def test_allocated_output_blending_and_repeat_calls(handle, rng):
-    from cudnn_py.memory import to_device
+    from cudnn_py.core.memory import to_device
     conv = cv.Convolution(padding=1)
     x, w = rng.standard_normal((2, 4, 8, 8)).astype("float32"), rng.standard_normal((6, 4, 3, 3)).astype("float32")
     y0 = rng.standard_normal((2, 6, 8, 8)).astype("float32")
@@ -97,7 +97,7 @@ def test_float64_with_a_new_handle_each_call(rng):
     """Issue 13's report: float64 through engine='graph' with a fresh Handle per call gave a growing error (as if y
     were never written). Every output here starts as NaN (poisoned), three handles in a row, all three directions."""
     import cudnn_py as cudnn
-    from cudnn_py.memory import to_device
+    from cudnn_py.core.memory import to_device
     from helpers import poisoned_allocations
     conv = cv.Convolution(padding=1)
     for _ in range(3):
@@ -128,7 +128,7 @@ def test_graph_engine_refuses_unverified_dtypes():
 @pytest.mark.gpu
 @pytest.mark.parametrize("activation", ["relu", "identity"])
 def test_fused_bias_activation(handle, rng, activation):
-    from cudnn_py.memory import to_device
+    from cudnn_py.core.memory import to_device
     conv = cv.Convolution(padding=1, layout="NHWC")
     x = rng.standard_normal((2, 8, 7, 7)).astype("float16")
     w = rng.standard_normal((16, 8, 3, 3)).astype("float16")
@@ -182,8 +182,8 @@ def test_auto_engine_is_measured_and_matches_reference(handle, rng, case, dtype)
     """engine="auto" (the default): the first call of each direction measures the legacy call against the graph
     path (engine_choice) and keeps one; that call's output, a repeat call's (its route: no measuring) into a
     poisoned array and an allocated one, and a beta blend (restored between measured runs) match float64."""
-    from cudnn_py import engine_choice as ec
-    from cudnn_py.memory import empty, to_device
+    from cudnn_py.calls import engine_choice as ec
+    from cudnn_py.core.memory import empty, to_device
     handle.clear_caches()
     xs, wsh, kw = CASES[case]
     layout = kw.get("layout", "NCHW")

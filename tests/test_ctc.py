@@ -38,7 +38,7 @@ def test_compute_type_is_the_deprecated_compute_dtype():
 def test_shared_descriptors_live_in_the_process_cache_and_die_when_dropped():
     import gc
     import weakref
-    from cudnn_py import caches
+    from cudnn_py.core import caches
     from cudnn_py.ops import ctc
     d = ctc._ctc_desc("none", "skip_oob", 33)
     assert ctc._ctc_desc("none", "skip_oob", 33) is d and caches.shared("ops.ctc") is ctc._DESCS

@@ -6,19 +6,20 @@ import numpy as np
 import pytest
 
 import cudnn_py
-from cudnn_py import caches, capi
-from cudnn_py import descriptors as D
+from cudnn_py.core import caches
+from cudnn_py import capi
+from cudnn_py.core import descriptors as D
 from cudnn_py.ops import activation, convolution, lrn, pooling
 from cudnn_py.ops.activation import Activation
 from cudnn_py.ops.convolution import Convolution
 from cudnn_py.ops.lrn import LRN
 from cudnn_py.ops.pooling import Pooling
 from cudnn_py.errors import ClosedError, CudnnBadParamError, InvalidValueError
-from cudnn_py.memory import DeviceArray
+from cudnn_py.core.memory import DeviceArray
 
 
 def old(name, *args, **kw):
-    """Call the deprecated name ``name`` of cudnn_py.descriptors: it must warn, then work as before."""
+    """Call the deprecated name ``name`` of cudnn_py.core.descriptors: it must warn, then work as before."""
     with pytest.warns(DeprecationWarning, match=f"{name} is deprecated, use "):
         return getattr(D, name)(*args, **kw)
 

@@ -9,10 +9,11 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from cudnn_py import capi, descriptors
-from cudnn_py.descriptors import Descriptor
+from cudnn_py import capi
+from cudnn_py.core import descriptors
+from cudnn_py.core.descriptors import Descriptor
 from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
-from cudnn_py.memory import DeviceArray
+from cudnn_py.core.memory import DeviceArray
 from cudnn_py.ops import dropout as dropout_module
 from cudnn_py.ops.dropout import (
     Dropout, DropoutOutputs, dropout_backward, dropout_forward, dropout_reserve_size, dropout_states_size,

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from cudnn_py import capi
-from cudnn_py.dtypes import SUPPORTED_DTYPES, cudnn_dtype, numpy_dtype, scalar, scalar_type
+from cudnn_py.core.dtypes import SUPPORTED_DTYPES, cudnn_dtype, numpy_dtype, scalar, scalar_type
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
@@ -77,7 +77,7 @@ def test_scalar_types():
                                        ("Fp64", "float64"), ("e4m3", "float8_e4m3fn"), ("fp8_e5m2", "float8_e5m2")])
 def test_short_dtype_names(name, want):
     """One vocabulary (issue 10): the ML world's short names work wherever a dtype is taken."""
-    from cudnn_py.dtypes import as_numpy_dtype, cudnn_dtype
-    from cudnn_py.strided import array_dtype
+    from cudnn_py.core.dtypes import as_numpy_dtype, cudnn_dtype
+    from cudnn_py.core.strided import array_dtype
     assert as_numpy_dtype(name).name == want == array_dtype(name).name
     assert cudnn_dtype(name) == cudnn_dtype(want)

@@ -1,4 +1,4 @@
-"""engine="auto" by measurement (cudnn_py.engine_choice): the choice logic on CPU with stubbed device times and a
+"""engine="auto" by measurement (cudnn_py.calls.engine_choice): the choice logic on CPU with stubbed device times and a
 stand-in tuning database; on the GPU, measured choices whose outputs and running statistics match one call."""
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import logging
 import numpy as np
 import pytest
 
-from cudnn_py import engine_choice as ec
+from cudnn_py.calls import engine_choice as ec
 from cudnn_py.errors import CudaError, InvalidValueError
 from cudnn_py.graph import GraphNotSupportedError
 from cudnn_py.graph.legacy import GraphPathRefused
-from cudnn_py.handle import Handle
+from cudnn_py.core.handle import Handle
 from cudnn_py.tuning import TuningDatabase
 from helpers import NoCallHandle, fake
 from reference import batchnorm as ref
@@ -257,7 +257,7 @@ def test_no_room_for_the_copies_runs_the_static_rule_unmeasured(db, monkeypatch)
 
 def test_choice_logged_at_debug(db, monkeypatch, caplog):
     e = engines(monkeypatch)
-    with caplog.at_level(logging.DEBUG, logger="cudnn_py.engine_choice"):
+    with caplog.at_level(logging.DEBUG, logger="cudnn_py.calls.engine_choice"):
         run(NoCallHandle(), e)
         run(NoCallHandle(), e)
     measured, loaded = (r.getMessage() for r in caplog.records)
@@ -296,12 +296,12 @@ class ConvEngines:
 
     def __init__(self, monkeypatch, legacy_ms=2.0, graph_ms=1.0, graph_refuses=False):
         import types
-        from cudnn_py import memory
-        from cudnn_py.memory import DeviceArray
+        from cudnn_py.core import memory
+        from cudnn_py.core.memory import DeviceArray
         from cudnn_py.ops import conv_calls as cv
         self.ran: list = []
         self.ms = {"legacy": legacy_ms, "graph": graph_ms}
-        from cudnn_py import recording
+        from cudnn_py.clib import recording
         from cudnn_py.graph.runner import Runner
 
         class FakeRunner(Runner):
@@ -332,7 +332,7 @@ class ConvEngines:
 
 def conv_call(direction, h, **kw):
     """One call of ``direction`` on arrays at distinct addresses (x 1<<30, w 2<<30, dy/y 3<<30, out 4<<30)."""
-    from cudnn_py.memory import DeviceArray
+    from cudnn_py.core.memory import DeviceArray
     from cudnn_py.ops import conv_calls as cv
     conv = cv.Convolution(padding=1)
     x, w = DeviceArray(1 << 30, (1, 2, 5, 5), np.float32), DeviceArray(2 << 30, (3, 2, 3, 3), np.float32)
@@ -405,7 +405,7 @@ def test_convolution_static_mode_and_explicit_engines_do_not_measure(db, monkeyp
 def test_convolution_backward_data_shape_spellings(db, monkeypatch, x_shape):
     """x_shape as a list, a tuple or a NumPy array: one choice key (plain ints); an unhashable spelling keeps no
     route (the next call looks the choice up again) but runs."""
-    from cudnn_py.memory import DeviceArray
+    from cudnn_py.core.memory import DeviceArray
     from cudnn_py.ops import conv_calls as cv
     e = ConvEngines(monkeypatch)
     h = NoCallHandle()
@@ -431,7 +431,7 @@ def test_convolution_choice_key_is_a_database_key(db, monkeypatch):
 
 @pytest.mark.gpu
 def test_measured_activation_writes_the_winners_output(handle, rng):
-    from cudnn_py.memory import to_device
+    from cudnn_py.core.memory import to_device
     from cudnn_py.ops.activation import activation_forward
     handle.clear_caches()
     x_host = rng.standard_normal((8, 64, 32, 32)).astype(np.float32)
@@ -449,7 +449,7 @@ def test_measured_activation_writes_the_winners_output(handle, rng):
 def test_measured_batchnorm_training_updates_running_statistics_once(handle, rng):
     """Measuring runs the call 2 * (1 + ROUNDS) + 1 times; restoring the running statistics before each run leaves
     them as one call leaves them (float64 reference)."""
-    from cudnn_py.memory import to_device
+    from cudnn_py.core.memory import to_device
     from cudnn_py.ops.batchnorm import batchnorm_forward_training
     handle.clear_caches()
     shape, c = (4, 16, 8, 8), 16
@@ -482,7 +482,7 @@ def test_normalization_inference_auto_hands_both_engines_to_engine_choice(monkey
         got.update(engine=engine, handle=handle, key=key, legacy=legacy, **kw)
         return "graph"
     monkeypatch.setattr(gl, "dispatch", dispatch)
-    from cudnn_py.memory import DeviceArray
+    from cudnn_py.core.memory import DeviceArray
     h = NoCallHandle()
     x, y = DeviceArray(1 << 30, (2, 3, 4, 4), np.float32), DeviceArray(2 << 30, (2, 3, 4, 4), np.float32)
     p = [fake((1, 3, 1, 1)) for _ in range(4)]
@@ -506,7 +506,7 @@ def test_measured_normalization_inference_matches_reference(handle, rng, layout)
     """normalization_forward_inference with its default engine: measured (both engines run, the faster kept), the
     output poisoned before the call matches float64, once measured and once from the remembered choice; a beta blend
     blends once."""
-    from cudnn_py.memory import DeviceArray, to_device
+    from cudnn_py.core.memory import DeviceArray, to_device
     from cudnn_py.ops.normalization import normalization_forward_inference
     handle.clear_caches()
     shape, c = (4, 16, 8, 8), 16

@@ -10,7 +10,7 @@ import pytest
 
 import cudnn_py
 from cudnn_py import capi, errors
-from cudnn_py._binding import function, status_error
+from cudnn_py.clib.binding import function, status_error
 from cudnn_py.capi import *  # noqa: F403
 from conftest import gpu_missing_reason
 
@@ -137,7 +137,7 @@ def test_cuda_core_errors_keep_their_code():
     lambda: cudnn_py.Activation("relu", coef="a"),
     lambda: cudnn_py.Convolution(padding=-1),
     lambda: cudnn_py.TensorDescriptor((2 ** 32 + 1, 3, 4, 4)),
-    lambda: cudnn_py.dtypes.cudnn_dtype("fp128"),
+    lambda: cudnn_py.core.dtypes.cudnn_dtype("fp128"),
     lambda: cudnn_py.Graph().tensor((1.7, 2.2)),
     lambda: cudnn_py.Graph().scalar(-2, dtype="uint8"),
     lambda: cudnn_py.BackendDescriptor("TENSOR", dimensions=[2 ** 64, 2]),

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 import cudnn_py as cudnn
-from cudnn_py import algorithms as alg
+from cudnn_py.calls import algorithms as alg
 from cudnn_py import capi
-from cudnn_py.caches import handle_cache
+from cudnn_py.core.caches import handle_cache
 from cudnn_py.ops import conv_calls
 from helpers import Reached, StandIn, fake
 
@@ -57,7 +57,8 @@ def test_keyboard_interrupt_while_a_descriptor_is_made_leaks_nothing(monkeypatch
     """Interrupted between cuDNN's create and set: the half-made descriptor is destroyed (its owner's finalizer),
     and the shared cache holds no entry for it."""
     import gc
-    from cudnn_py import _binding, descriptors as D
+    from cudnn_py.clib import binding as _binding
+    from cudnn_py.core import descriptors as D
     calls = []
     real = capi.cudnnSetTensorNdDescriptor
 

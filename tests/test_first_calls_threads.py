@@ -35,7 +35,7 @@ _SLOW_CORE = textwrap.dedent("""
 _RACE = textwrap.dedent("""
     import sys, threading, time
     import cudnn_py
-    from cudnn_py import streams
+    from cudnn_py.core import streams
     assert "cuda.core" not in sys.modules
     N = 8
     barrier = threading.Barrier(N)

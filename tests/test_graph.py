@@ -16,7 +16,7 @@ from cudnn_py.graph import execute as gexec
 from cudnn_py.graph import runner as grunner
 from cudnn_py.capi.backend_attributes import TABLE
 from cudnn_py.graph.plans import Plan
-from cudnn_py.memory import DeviceArray
+from cudnn_py.core.memory import DeviceArray
 
 # -- the attribute table (that it matches the headers is tests/test_codegen.py's) ---------------------------------
 def test_table_covers_the_attributes_we_use():
@@ -446,7 +446,7 @@ def test_lowering_sets_every_attribute(monkeypatch):
 def test_executor_hot_path_and_validation(monkeypatch):
     """The executor's plumbing with cuDNN's execute and pack finalization stubbed (no GPU here): one pack per
     pointer set, identity cache, validation of count/shape/dtype/strides before any pack is made."""
-    from cudnn_py.memory import DeviceArray
+    from cudnn_py.core.memory import DeviceArray
     calls, packs = [], []
 
     def fake_exec(h, plan, vp):
@@ -527,7 +527,7 @@ def test_a_plan_cache_hit_freezes_the_graph():
 
 
 def test_plan_cache_counts_hits_and_misses_per_handle():
-    from cudnn_py.caches import handle_cache
+    from cudnn_py.core.caches import handle_cache
     from cudnn_py.graph import build_plans, plan_cache_clear, plan_cache_info
     plan = types.SimpleNamespace(bind=lambda g: ("bound", g))
     key = (_relu_graph().key(), ("A", "FALLBACK"), "first", False, True, None)

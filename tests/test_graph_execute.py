@@ -9,7 +9,7 @@ import pytest
 
 from cudnn_py.graph import execute as gexec
 from cudnn_py.graph import runner as grunner
-from cudnn_py.memory import DeviceArray
+from cudnn_py.core.memory import DeviceArray
 
 
 def test_cuda_graph_is_finalized_not_deleted():

@@ -8,7 +8,7 @@ import cudnn_py.graph as G
 from cudnn_py import capi
 from cudnn_py.graph import plans
 from cudnn_py.graph.ops.matmul import BROADCAST_SINCE
-from cudnn_py.memory import DeviceArray, empty, to_device
+from cudnn_py.core.memory import DeviceArray, empty, to_device
 from reference import graph as R
 
 pytestmark = pytest.mark.gpu
@@ -406,7 +406,7 @@ def test_cuda_graph_populate_update_replay(handle, rng):
 def test_stream_capture_of_graph_executes(handle, rng):
     from cuda.bindings import runtime as rt
 
-    from cudnn_py.streams import new_stream
+    from cudnn_py.core.streams import new_stream
     g, x, w, y = _conv_graph("float32", padding=1)
     s = new_stream()
     keep = []
@@ -533,7 +533,7 @@ def test_graph_cudnn_refuses_to_finalize_is_reported(handle):
 def test_capture_graph_and_legacy_calls_into_a_cuda_core_graph(handle, rng):
     import ctypes
 
-    from cudnn_py.streams import new_stream
+    from cudnn_py.core.streams import new_stream
     g, x, w, y = _conv_graph("float32", padding=1)
     g.build(handle)
     keep = []

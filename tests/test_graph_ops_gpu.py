@@ -429,7 +429,7 @@ _POOL_BWD = r"""
 import sys, numpy as np
 sys.path.insert(0, {tests!r})
 import cudnn_py.graph as G
-from cudnn_py.handle import Handle
+from cudnn_py.core.handle import Handle
 from graph_gpu_helpers import close, quantize, run
 from reference import graph_resample as RR
 import ml_dtypes

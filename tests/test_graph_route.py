@@ -10,7 +10,8 @@ import types
 import numpy as np
 import pytest
 
-from cudnn_py import engine_choice as ec, recording
+from cudnn_py.calls import engine_choice as ec
+from cudnn_py.clib import recording
 from cudnn_py.errors import InvalidValueError
 from cudnn_py.graph import legacy as gl, runner as R
 from helpers import fake_array, fake_cudnn_handle, fake_plan

@@ -6,7 +6,7 @@ import weakref
 import pytest
 
 from cudnn_py import capi
-from cudnn_py.caches import handle_cache
+from cudnn_py.core.caches import handle_cache
 
 
 def test_handle_cache_for_a_raw_handle_pointer_is_keyed_by_address():
@@ -30,9 +30,9 @@ class _FakeHandle:
 
 @pytest.fixture
 def fake_defaults(monkeypatch):
-    import cudnn_py.handle
-    from cudnn_py import _defaults
-    monkeypatch.setattr(cudnn_py.handle, "Handle", _FakeHandle)
+    import cudnn_py.core.handle
+    from cudnn_py.calls import defaults as _defaults
+    monkeypatch.setattr(cudnn_py.core.handle, "Handle", _FakeHandle)
     monkeypatch.setattr(_defaults, "get_device", lambda d: types.SimpleNamespace(device_id=0 if d is None else d))
     monkeypatch.setattr(_defaults, "_tls", threading.local())
     monkeypatch.setattr(_defaults, "_live", weakref.WeakSet())
@@ -71,15 +71,15 @@ def test_default_handles_left_at_exit_are_closed(fake_defaults):
 
 def test_default_handle_is_exported():
     import cudnn_py
-    from cudnn_py._defaults import default_handle
+    from cudnn_py.calls.defaults import default_handle
     assert cudnn_py.default_handle is default_handle
 
 
 def test_per_handle_caches_are_inspectable_and_clearable():
     """Issue 10 point 3: what modules cache for a handle is listed and cleared through the handle."""
     import types
-    from cudnn_py.caches import handle_cache
-    from cudnn_py.handle import Handle
+    from cudnn_py.core.caches import handle_cache
+    from cudnn_py.core.handle import Handle
     h = types.SimpleNamespace(cache={})
     handle_cache(h, "graph.plans")["k"] = 1
     handle_cache(h, "graph.conv").update(a=1, b=2)

@@ -8,11 +8,11 @@ import pytest
 
 import cudnn_py as cudnn
 from cudnn_py import capi
-from cudnn_py.descriptors import TensorDescriptor
+from cudnn_py.core.descriptors import TensorDescriptor
 from cudnn_py.errors import ClosedError, WorkspaceLimitError
-from cudnn_py.memory import DeviceArray
-from cudnn_py.streams import new_stream
-from cudnn_py.workspace import Workspace
+from cudnn_py.core.memory import DeviceArray
+from cudnn_py.core.streams import new_stream
+from cudnn_py.core.workspace import Workspace
 
 pytestmark = pytest.mark.gpu
 
@@ -156,7 +156,7 @@ def test_dropout_descriptor(handle):
 
 
 def test_close_drops_the_handle_cache_and_nulls_the_pointer():
-    from cudnn_py.caches import handle_cache
+    from cudnn_py.core.caches import handle_cache
     h = cudnn.Handle()
     ptr = h.ptr
     handle_cache(h, "mine")["k"] = "built for h"

@@ -29,7 +29,7 @@ def _heavy(modules: set[str]) -> list[str]:
     "import cudnn_py",
     "import cudnn_py.capi",
     "from cudnn_py.capi import *",
-    "import cudnn_py.memory, cudnn_py.streams, cudnn_py.workspace, cudnn_py.errors",
+    "import cudnn_py.core.memory, cudnn_py.core.streams, cudnn_py.core.workspace, cudnn_py.errors",
 ])
 def test_import_loads_nothing_heavy(statement):
     """cuda.core, cuda.bindings, NumPy and the graph package come in on first use, not at import."""
@@ -43,7 +43,7 @@ def test_import_cudnn_py_does_not_load_cudnn():
 
 def test_first_use_loads_the_module_and_keeps_the_name():
     loaded = _loaded_after("import cudnn_py; cudnn_py.TensorDescriptor")
-    assert "cudnn_py.descriptors" in loaded and "cudnn_py.graph" not in loaded
+    assert "cudnn_py.core.descriptors" in loaded and "cudnn_py.graph" not in loaded
 
 
 def test_lazy_table_and_type_checking_imports_agree():
@@ -53,11 +53,11 @@ def test_lazy_table_and_type_checking_imports_agree():
     block = next(n for n in tree.body if isinstance(n, ast.If) and getattr(n.test, "id", "") == "TYPE_CHECKING")
     typed, submodules = {}, set()
     for node in block.body:
-        if isinstance(node, ast.ImportFrom) and node.module:
-            for alias in node.names:
+        for alias in node.names:  # a module (from . import ops, from .core import memory) or a name of one
+            if node.module is None or alias.name in cudnn_py._SUBMODULES:
+                submodules.add(alias.name)
+            else:
                 typed[alias.name] = "." + node.module
-        elif isinstance(node, ast.ImportFrom):  # from . import module as module
-            submodules.update(alias.name for alias in node.names)
     assert typed == cudnn_py._WHERE
     assert submodules == set(cudnn_py._SUBMODULES)
     errors = {n for n in cudnn_py.__all__ if n not in cudnn_py._WHERE} - {"__version__", "version"}

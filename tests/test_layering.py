@@ -94,8 +94,8 @@ def test_the_pending_uses_are_still_there():
 
 
 @pytest.mark.parametrize("source, expected", [
-    ("from cudnn_py.memory import DeviceArray\nDeviceArray._helper(1)\n", ["_helper"]),
-    ("from cudnn_py.memory import _helper\n", ["_helper"]),
+    ("from cudnn_py.core.memory import DeviceArray\nDeviceArray._helper(1)\n", ["_helper"]),
+    ("from cudnn_py.core.memory import _helper\n", ["_helper"]),
     ("class A:\n    def f(self):\n        return self._helper()\n", []),
     ("def _helper():\n    pass\nx = other._helper\n", []),
 ])
@@ -109,7 +109,7 @@ def test_the_scan_sees_a_foreign_private_name(source, expected):
 def test_no_module_shadows_a_public_name():
     """Importing ``cudnn_py.x`` sets the package's attribute ``x`` to the module: a module named like a public name
     that the package's lazy namespace finds in another module (``cudnn_py.algorithm_cache`` is an AlgorithmCache of
-    cudnn_py.algorithms) would replace that name once imported."""
+    cudnn_py.calls.algorithms) would replace that name once imported."""
     import cudnn_py
     lazy = cudnn_py._WHERE  # public name -> the module holding it
     modules = {p.stem if p.suffix == ".py" else p.name for p in PACKAGE.iterdir()
@@ -131,3 +131,22 @@ def test_the_tuning_records_old_import_paths_are_the_same_modules():
         assert getattr(tuning, name) is getattr(records, name)
     assert tuning.TuningDatabase is records.database.TuningDatabase and tuning.default_database is \
         records.default_database
+
+
+def test_modules_that_moved_keep_their_old_paths():
+    """``import cudnn_py.memory`` (and the attribute ``cudnn_py.memory``) gives :mod:`cudnn_py.core.memory` itself,
+    so that code written against the flat layout keeps working; every old path's module exists and is the new one."""
+    import importlib
+
+    import cudnn_py
+    from cudnn_py._imports import MOVED
+    assert len(MOVED) == 26
+    for old, new in MOVED.items():
+        assert not (PACKAGE / (old.split(".", 1)[1] + ".py")).exists(), old  # moved, not copied
+        module = importlib.import_module(old)
+        assert module is importlib.import_module(new) and module.__name__ == new and module.__spec__.name == new
+    assert cudnn_py.memory is importlib.import_module("cudnn_py.core.memory")
+    from cudnn_py import prepared
+    from cudnn_py.memory import DeviceArray
+    assert prepared.prepared is importlib.import_module("cudnn_py.calls.prepared").prepared
+    assert DeviceArray.__module__ == "cudnn_py.core.memory"

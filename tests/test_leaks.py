@@ -8,8 +8,8 @@ import os
 import numpy as np
 import pytest
 
-import cudnn_py.descriptors as D
-from cudnn_py import _binding
+import cudnn_py.core.descriptors as D
+from cudnn_py.clib import binding as _binding
 from cudnn_py.graph import BackendDescriptor
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from cudnn_py import _loader, capi, library
+from cudnn_py.clib import loader as _loader
+from cudnn_py import capi, library
 from cudnn_py.errors import LibraryNotFoundError
 
 
@@ -53,7 +54,7 @@ def test_override_pointing_at_the_real_library_loads_it(tmp_path):
 
 _PROBE = r"""
 import json, sys
-from cudnn_py import _loader
+from cudnn_py.clib import loader as _loader
 from cudnn_py.errors import LibraryNotFoundError
 out = {}
 for name, path in json.loads(sys.argv[1]).items():

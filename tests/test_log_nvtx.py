@@ -1,5 +1,6 @@
-"""cuDNN's log through Python logging (cudnn_py.log) and NVTX ranges around cuDNN calls (cudnn_py.nvtx): on the CPU
-with the real library (the log) and a recording stand-in for the nvtx package; on the GPU with the real package."""
+"""cuDNN's log through Python logging (cudnn_py.clib.log) and NVTX ranges around cuDNN calls (cudnn_py.clib.nvtx): on
+the CPU with the real library (the log) and a recording stand-in for the nvtx package; on the GPU with the real
+package."""
 from __future__ import annotations
 
 import ctypes
@@ -18,8 +19,8 @@ import pytest
 
 import cudnn_py
 from cudnn_py import capi
-from cudnn_py import log as cudnn_log
-from cudnn_py import nvtx as cudnn_nvtx
+from cudnn_py.clib import log as cudnn_log
+from cudnn_py.clib import nvtx as cudnn_nvtx
 from cudnn_py.errors import CudnnBadParamError
 
 ROOT = str(Path(cudnn_py.__file__).resolve().parent.parent)
@@ -186,7 +187,8 @@ def test_disable_leaves_cudnn_silent():
     """cuDNN answers a NULL callback with its own printer of errors: disable() must not turn that on."""
     p = _script("""
         import ctypes
-        from cudnn_py import capi, log
+        from cudnn_py import capi
+        from cudnn_py.clib import log
         log.enable("error"); log.disable()
         d = capi.cudnnTensorDescriptor_t(); capi.cudnnCreateTensorDescriptor(ctypes.byref(d))
         try:
@@ -278,7 +280,7 @@ def test_ranges_around_c_calls(recorder, tensor):
 def test_ranges_are_this_threads_whatever_else_runs(recorder, tensor):
     """What made test_ranges_around_c_calls fail once in a parallel run: cuDNN calls of another thread, and garbage
     of earlier tests (a descriptor in a reference cycle, destroyed by a collection) while ranges are on."""
-    from cudnn_py.descriptors import TensorDescriptor
+    from cudnn_py.core.descriptors import TensorDescriptor
     cycle: list = [TensorDescriptor((1, 2, 3, 4), "float32")]
     cycle.append(cycle)
     del cycle
@@ -302,7 +304,7 @@ def test_ranges_are_this_threads_whatever_else_runs(recorder, tensor):
 
 
 def test_pythonic_operations_get_ranges(recorder):
-    from cudnn_py.descriptors import TensorDescriptor
+    from cudnn_py.core.descriptors import TensorDescriptor
     cudnn_nvtx.enable()
     TensorDescriptor((2, 3, 4, 5), "float32").close()
     names = recorder.pushed()

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from cudnn_py import capi
-from cudnn_py import descriptors
+from cudnn_py.core import descriptors
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.ops.lrn import (LRN, divisive_normalization_backward, divisive_normalization_forward, lrn_backward,
                               lrn_forward)
@@ -22,7 +22,8 @@ PARAMS = [dict(n=5, alpha=1e-4, beta=0.75, k=2.0), dict(n=3, alpha=0.8, beta=0.6
 
 
 def LRNDescriptor(*args, **kw):
-    """The deprecated cudnn_py.descriptors.LRNDescriptor: it warns, then makes the settings object of the concept."""
+    """The deprecated cudnn_py.core.descriptors.LRNDescriptor: it warns, then makes the settings object of the
+    concept."""
     with pytest.warns(DeprecationWarning, match="LRNDescriptor is deprecated, use cudnn_py.LRN"):
         return descriptors.LRNDescriptor(*args, **kw)
 

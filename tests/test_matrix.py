@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import cudnn_py as cudnn
-from cudnn_py import engine_choice as ec
-from cudnn_py.dtypes import SUPPORTED_DTYPES
+from cudnn_py.calls import engine_choice as ec
+from cudnn_py.core.dtypes import SUPPORTED_DTYPES
 from cudnn_py.errors import CudnnError, CudnnNotInitializedError
 from helpers import fake, poisoned, poisoned_allocations
 from matrix import ALL, ENGINES_TRIED, MATRIX, TOL, counts

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import cudnn_py as cudnn
-from cudnn_py import contexts, dlpack, foreign, memory as M, streams
-from cudnn_py.memory import DeviceArray, as_array, output_array
+from cudnn_py.core import contexts, dlpack, foreign, memory as M, streams
+from cudnn_py.core.memory import DeviceArray, as_array, output_array
 
 from conftest import gpu_missing_reason
 from helpers import fake_torch
@@ -430,7 +430,7 @@ def test_on_device_is_free_in_a_process_that_sees_one_device(monkeypatch):
     ((2, 1, 4, 5), (20, 99, 5, 1), [1, 0, 2, 3]),      # a unit axis first, whatever its stride
 ])
 def test_memory_order_puts_unit_axes_first_then_decreasing_strides(shape, strides, order):
-    from cudnn_py.strided import memory_order
+    from cudnn_py.core.strided import memory_order
     assert memory_order(shape, strides) == order
 
 
@@ -559,14 +559,14 @@ def test_memset_writes_each_element_size_as_repeated_words(monkeypatch, dtype, v
 @pytest.mark.parametrize("shape, strides, extent", [
     ((2, 3), (3, 1), (0, 5)), ((2, 3), (-3, 1), (-3, 2)), ((4,), (0,), (0, 0)), ((2, 1, 5), (-1, 7, -2), (-9, 0))])
 def test_extent_is_the_lowest_and_highest_element_offset(shape, strides, extent):
-    from cudnn_py.strided import extent as extent_of
+    from cudnn_py.core.strided import extent as extent_of
     assert extent_of(shape, strides) == extent
     a = DeviceArray(FAKE, shape, np.float32, strides)
     assert a.span() == (extent[0], extent[1] - extent[0] + 1)
 
 
 def test_array_dtype_remembers_a_spelling_only_once_resolved():
-    from cudnn_py import strided
+    from cudnn_py.core import strided
     assert strided.array_dtype("fp16") == np.float16 and strided._SPELLINGS["fp16"] == np.float16
     for _ in range(2):  # an unsupported spelling is refused each time, never remembered
         with pytest.raises(cudnn.InvalidTypeError, match="not supported by cuDNN"):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import cudnn_py as cudnn
-from cudnn_py.memory import DeviceArray
+from cudnn_py.core.memory import DeviceArray
 from reference import activation as ref_act
 from reference import batchnorm as ref_bn
 from reference import lrn as ref_lrn

@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 
 import cudnn_py as cudnn
-from cudnn_py.dtypes import SUPPORTED_DTYPES
-from cudnn_py.memory import DeviceArray, as_array
-from cudnn_py.streams import new_stream, timer
+from cudnn_py.core.dtypes import SUPPORTED_DTYPES
+from cudnn_py.core.memory import DeviceArray, as_array
+from cudnn_py.core.streams import new_stream, timer
 
 pytestmark = pytest.mark.gpu
 
@@ -124,7 +124,7 @@ def test_work_on_another_stream_is_seen_after_sync(rng):
 def test_an_allocator_makes_what_empty_makes(rng):
     """``memory.allocator``: each call a new C-contiguous array of its layout on its stream (what ``empty`` makes),
     usable and freed like one; zero elements make a NULL array."""
-    from cudnn_py.memory import allocator
+    from cudnn_py.core.memory import allocator
     s = new_stream()
     new = allocator((3, 4, 5), np.float16, s)
     a, b = new(), new()
@@ -160,7 +160,7 @@ def test_a_held_block_that_waits_for_its_stream_is_let_go(monkeypatch):
     """A held block that synchronises its own stream is let go after ``HOLD_TIMEOUT`` (``held`` False); one that
     raises releases the stream at once."""
     import time
-    from cudnn_py import streams
+    from cudnn_py.core import streams
     monkeypatch.setattr(streams, "HOLD_TIMEOUT", 0.2)
     s = new_stream()
     a = cudnn.empty((1 << 12,), np.float32, stream=s)

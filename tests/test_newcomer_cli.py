@@ -154,7 +154,7 @@ def test_no_cuda_package_is_named_with_its_install_command_in_one_line():
         sys.modules[sys.argv[1]] = None   # as where it is not installed
         import cudnn_py
         from cudnn_py.cli import info
-        from cudnn_py.streams import missing_device
+        from cudnn_py.core.streams import missing_device
         print(missing_device())
         print(info.driver_and_gpus()["why_none"])
         cudnn_py.Handle()

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 import cudnn_py
-from cudnn_py import _loader, capi
+from cudnn_py.clib import loader as _loader
+from cudnn_py import capi
 from cudnn_py.errors import InvalidTypeError, LibraryNotFoundError
 from cudnn_py.tuning import Environment, TuningDatabase, TuningDatabaseError, database
 
@@ -29,7 +30,7 @@ def test_import_cudnn_py_torch_without_torch_names_the_matching_cuda_index():
 
 
 def test_torch_install_follows_the_installed_cuda_major(monkeypatch):
-    from cudnn_py import _install
+    from cudnn_py.clib import install as _install
     monkeypatch.setattr(_install, "cuda_major", lambda: 13)
     assert "whl/cu130" in _install.torch_install()
     monkeypatch.setattr(_install, "cuda_major", lambda: 12)
@@ -42,7 +43,7 @@ def test_torch_install_follows_the_installed_cuda_major(monkeypatch):
 def test_a_non_editable_install_from_a_checkout_names_the_checkout(tmp_path, monkeypatch):
     import importlib.metadata
     import json
-    from cudnn_py import _install
+    from cudnn_py.clib import install as _install
     site = tmp_path / "site-packages"
     (site / "cudnn_py").mkdir(parents=True)
     checkout = tmp_path / "my checkout"
@@ -73,7 +74,7 @@ def test_a_non_editable_install_from_a_checkout_names_the_checkout(tmp_path, mon
 def test_no_device_error_keeps_its_cause_in_the_message_not_the_chain():
     code = textwrap.dedent("""
         import traceback, cudnn_py
-        from cudnn_py.streams import missing_device
+        from cudnn_py.core.streams import missing_device
         if missing_device(0) is None:
             print("GPU")
             raise SystemExit(0)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from cudnn_py.errors import CudnnNotSupportedError
-from cudnn_py.memory import DeviceArray
+from cudnn_py.core.memory import DeviceArray
 from cudnn_py.ops.normalization import (
     NORM_MODES, derive_normalization_shapes, normalization_backward, normalization_forward_inference,
     normalization_forward_training, normalization_sizes,

@@ -92,8 +92,8 @@ class FakeBench:
     """om.Bench's array factory without a GPU: fake device arrays, no torch."""
 
     def __init__(self, om):
-        from cudnn_py import engine_choice
-        from cudnn_py.dtypes import as_numpy_dtype
+        from cudnn_py.calls import engine_choice
+        from cudnn_py.core.dtypes import as_numpy_dtype
         self.h, self.torch, self.np, self.ec = NoCallHandle(), None, np, engine_choice
         self.h.clear_caches = self.h.cache.clear
         self.dt = lambda d: np.dtype(np.float16) if d == "bfloat16" else as_numpy_dtype(d)
@@ -156,7 +156,7 @@ def test_measure_rows_auto_choice_and_json(om, monkeypatch, tmp_path):
     import io
     import json
     import types
-    from cudnn_py import engine_choice as ec
+    from cudnn_py.calls import engine_choice as ec
     calls: list = []
     for name in CALLS:
         monkeypatch.setattr(cudnn_py, name, Stub(name, getattr(cudnn_py, name), calls))

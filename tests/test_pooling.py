@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from cudnn_py import capi
-from cudnn_py import descriptors
+from cudnn_py.core import descriptors
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.ops.pooling import Pooling, pooling_backward, pooling_forward
 from reference import pooling as ref
@@ -24,7 +24,7 @@ CASES = [((2, 3, 8, 9), (2, 2), (0, 0), (2, 2)),
 
 
 def PoolingDescriptor(*args, **kw):
-    """The deprecated cudnn_py.descriptors.PoolingDescriptor: it warns, then makes the Pooling of its settings."""
+    """The deprecated cudnn_py.core.descriptors.PoolingDescriptor: it warns, then makes the Pooling of its settings."""
     with pytest.warns(DeprecationWarning, match="PoolingDescriptor is deprecated, use cudnn_py.Pooling"):
         return descriptors.PoolingDescriptor(*args, **kw)
 

@@ -1,5 +1,5 @@
-"""The prepared call (cudnn_py.prepared) on the CPU: a fake C function behind the legacy sink, a Handle that is never
-created in cuDNN, arrays at made-up addresses. What a repeat call runs, when it is made again, what it refuses."""
+"""The prepared call (cudnn_py.calls.prepared) on the CPU: a fake C function behind the legacy sink, a Handle that is
+never created in cuDNN, arrays at made-up addresses. What a repeat call runs, when it is made again, what it refuses."""
 from __future__ import annotations
 
 import threading
@@ -8,10 +8,11 @@ from typing import NamedTuple
 import numpy as np
 import pytest
 
-from cudnn_py import engine_choice, prepared as P, recording
+from cudnn_py.calls import engine_choice, prepared as P
+from cudnn_py.clib import recording
 from cudnn_py.capi import cudnnHandle_t
 from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
-from cudnn_py.memory import DeviceArray
+from cudnn_py.core.memory import DeviceArray
 from cudnn_py.ops import _common
 from helpers import FakeCFunction, FakeWorkspace, fake_array, fake_cudnn_handle, fake_prepared_outputs
 

@@ -7,7 +7,9 @@ import traceback
 
 import pytest
 
-from cudnn_py import capi, engine_choice, prepared as P, recording
+from cudnn_py import capi
+from cudnn_py.calls import engine_choice, prepared as P
+from cudnn_py.clib import recording
 from cudnn_py.errors import CudnnPyError, InvalidValueError, WorkspaceLimitError
 from cudnn_py.graph import runner
 from cudnn_py.graph.plans import plan_cache_clear
@@ -114,7 +116,7 @@ def test_cache_clears_forget_exactly_the_prepared_calls_built_on_them():
                   "plain": _entry(())})
     P._CACHES[id(cache)] = cache
     cache["plans"] = _entry({"graph.plans"})
-    runner.cache_clear(h, "graph.legacy")
+    P.forget(h, "graph.legacy")
     assert sorted(cache) == ["conv", "plain", "plans"]
     plan_cache_clear(h)
     assert sorted(cache) == ["conv", "plain"]

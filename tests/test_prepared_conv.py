@@ -1,6 +1,6 @@
-"""The convolution calls on the prepared call (cudnn_py.prepared). On the CPU (a Handle never created in cuDNN, the
-queuing C calls and the algorithm choice stubbed, the descriptors the real library's, arrays at made-up addresses): a
-repeat call of the fused bias+activation call and of the three directions replays with the new addresses and the
+"""The convolution calls on the prepared call (cudnn_py.calls.prepared). On the CPU (a Handle never created in cuDNN,
+the queuing C calls and the algorithm choice stubbed, the descriptors the real library's, arrays at made-up addresses):
+a repeat call of the fused bias+activation call and of the three directions replays with the new addresses and the
 workspace fetched again, the graph route replays through its runner, and a call on a scratch buffer (asymmetric
 padding) makes no prepared call. On the GPU: the fused call's repeat calls give what the validated path gives."""
 from __future__ import annotations
@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 import cudnn_py as cudnn
-from cudnn_py import capi, prepared as P
+from cudnn_py import capi
+from cudnn_py.calls import prepared as P
 from cudnn_py.errors import InvalidValueError
 from cudnn_py.graph import Graph
 from cudnn_py.graph import runner as R

@@ -1,6 +1,6 @@
-"""Batch norm, normalisation, dropout and spatial transformer on the prepared call (cudnn_py.prepared), on the CPU:
-the public functions are the prepared wrappers; with the queuing C calls stubbed, a fake handle and arrays at made-up
-addresses, a repeat call replays with the new addresses (running statistics in place), dropout's mask-order
+"""Batch norm, normalisation, dropout and spatial transformer on the prepared call (cudnn_py.calls.prepared), on the
+CPU: the public functions are the prepared wrappers; with the queuing C calls stubbed, a fake handle and arrays at
+made-up addresses, a repeat call replays with the new addresses (running statistics in place), dropout's mask-order
 bookkeeping is repeated and read again per reserve, and a closed descriptor the caller owns is refused on a replay."""
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 import cudnn_py
-from cudnn_py import capi, prepared as P
-from cudnn_py.descriptors import Descriptor
+from cudnn_py import capi
+from cudnn_py.calls import prepared as P
+from cudnn_py.core.descriptors import Descriptor
 from cudnn_py.errors import ClosedError
 from cudnn_py.ops import dropout as D
 from cudnn_py.ops._common import tensor_desc

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import cudnn_py as cudnn
-from cudnn_py import prepared as P
+from cudnn_py.calls import prepared as P
 
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[1]

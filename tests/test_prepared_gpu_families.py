@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 import cudnn_py as cudnn
-from cudnn_py import prepared as P
+from cudnn_py.calls import prepared as P
 from cudnn_py.errors import CudnnNotSupportedError
 from cudnn_py.graph.legacy import GraphPathRefused
-from cudnn_py.memory import DeviceArray
+from cudnn_py.core.memory import DeviceArray
 
 pytestmark = pytest.mark.gpu
 rng = np.random.default_rng()

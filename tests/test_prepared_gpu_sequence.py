@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import cudnn_py as cudnn
-from cudnn_py import prepared as P
+from cudnn_py.calls import prepared as P
 
 pytestmark = pytest.mark.gpu
 TOL = dict(rtol=1e-9, atol=1e-11)  # float64: the same kernels on the same data, up to their reductions' order

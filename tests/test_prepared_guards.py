@@ -15,11 +15,13 @@ import numpy as np
 import pytest
 
 import cudnn_py
-from cudnn_py import engine_choice as ec, memory, prepared as P, recording
-from cudnn_py.descriptors import Descriptor
+from cudnn_py.calls import engine_choice as ec, prepared as P
+from cudnn_py.core import memory
+from cudnn_py.clib import recording
+from cudnn_py.core.descriptors import Descriptor
 from cudnn_py.errors import ClosedError
 from cudnn_py.graph import legacy as gl
-from cudnn_py.memory import DeviceArray, DeviceArrayLike
+from cudnn_py.core.memory import DeviceArray, DeviceArrayLike
 from cudnn_py.ops import _common
 from helpers import FakeCFunction, NoCallHandle, fake_array, fake_cudnn_handle, fake_prepared_outputs
 

@@ -1,6 +1,6 @@
-"""RNN, multi-head attention and CTC loss on the prepared call (cudnn_py.prepared), on the CPU: the queuing C calls
-stubbed, a Handle never created in cuDNN, arrays at made-up addresses, allocations and the lengths' upload stood in
-for. A repeat call replays with the new addresses, uploads the lengths again into its own new array and zeroes its
+"""RNN, multi-head attention and CTC loss on the prepared call (cudnn_py.calls.prepared), on the CPU: the queuing C
+calls stubbed, a Handle never created in cuDNN, arrays at made-up addresses, allocations and the lengths' upload stood
+in for. A repeat call replays with the new addresses, uploads the lengths again into its own new array and zeroes its
 own new weight gradients; host data (lengths, windows) is keyed by value, so other values are another prepared call
 and equal values in a list or a NumPy array are the same one; CTC loss, whose labels are checked by value, is
 validated on every call."""
@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 import cudnn_py
-from cudnn_py import capi, memory, prepared as P
+from cudnn_py import capi
+from cudnn_py.core import memory
+from cudnn_py.calls import prepared as P
 from cudnn_py.errors import ClosedError, InvalidValueError
 from cudnn_py.ops import attention as A, ctc as C, rnn as R, sequence_models as SM
 from helpers import FakeCFunction, fake_array, fake_cudnn_handle, fake_prepared_outputs

@@ -20,7 +20,7 @@ import pytest
 import cudnn_py
 from cudnn_py import capi
 from cudnn_py.errors import ClosedError, CudnnPyError, InvalidTypeError
-from cudnn_py.handle import Handle
+from cudnn_py.core.handle import Handle
 
 
 def _public() -> dict[str, object]:

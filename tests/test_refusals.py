@@ -9,7 +9,7 @@ import pytest
 
 import cudnn_py
 from cudnn_py import capi
-from cudnn_py.algorithm_queries import AlgoPerf
+from cudnn_py.calls.algorithm_queries import AlgoPerf
 from cudnn_py.errors import CudnnNotSupportedError, CudnnPyError
 from cudnn_py.graph.errors import GraphNotSupportedError
 from cudnn_py.tuning import TuningDatabase, database
@@ -31,7 +31,7 @@ def test_batchnorm_param_shape_refuses_what_is_no_shape(shape, error):
 @pytest.mark.parametrize("shape", ["abc", b"ab", "12", bytearray(b"1")])
 def test_a_string_shape_is_refused_not_read_character_by_character(call, shape):
     import cudnn_py
-    from cudnn_py.strided import normalize_shape
+    from cudnn_py.core.strided import normalize_shape
     fn = {"empty": lambda: cudnn_py.empty(shape), "zeros": lambda: cudnn_py.zeros(shape),
           "DeviceArray": lambda: cudnn_py.DeviceArray(1 << 40, shape, "float32", device_id=0),
           "normalize_shape": lambda: normalize_shape(shape)}[call]
@@ -72,7 +72,7 @@ def test_algorithm_cache_still_takes_a_database_a_callable_or_none():
 def test_operations_on_a_closed_handle_raise_closed_error():
     """A closed Handle (the state close() leaves; made here without a GPU) is ClosedError for pooling and others."""
     import cudnn_py
-    from cudnn_py.handle import Handle
+    from cudnn_py.core.handle import Handle
     h = Handle.__new__(Handle)
     h._ptr, h.device, h.cache = None, 0, {}
     x = cudnn_py.DeviceArray(1 << 40, (1, 1, 4, 4), "float32", device_id=0)
@@ -127,8 +127,8 @@ def test_graph_not_supported_error_takes_odd_arguments(args, shown):
 
 @pytest.mark.parametrize("old, args", [
     ("cudnn_py.ops.pooling.PoolingDescriptor", ("max",)), ("cudnn_py.ops.activation.ActivationDescriptor", ("relu",)),
-    ("cudnn_py.ops.lrn.LRNDescriptor", ()), ("cudnn_py.descriptors.OpTensorDescriptor", ()),
-    ("cudnn_py.descriptors.ReduceTensorDescriptor", ()), ("cudnn_py.ops.convolution.ConvolutionDescriptor", ()),
+    ("cudnn_py.ops.lrn.LRNDescriptor", ()), ("cudnn_py.core.descriptors.OpTensorDescriptor", ()),
+    ("cudnn_py.core.descriptors.ReduceTensorDescriptor", ()), ("cudnn_py.ops.convolution.ConvolutionDescriptor", ()),
 ])
 def test_deprecated_descriptor_names_close_and_work_in_with(old, args):
     """What the old names made could be closed and used in ``with``; the Settings they now make can too."""

@@ -37,7 +37,7 @@ def test_fused_block_keeps_training(handle, rng):
     shape = (2, 8, 6, 6)
     params = mod.init_params(rng, shape[1])
     blk = mod.FusedBlock(handle, params, shape)
-    from cudnn_py.memory import to_device
+    from cudnn_py.core.memory import to_device
     for _ in range(3):
         x = rng.standard_normal(shape).astype(np.float16).astype(np.float64)
         dout = rng.standard_normal(shape).astype(np.float16).astype(np.float64)

@@ -9,7 +9,7 @@ from helpers import NoCallHandle, fake
 
 from cudnn_py import capi
 from cudnn_py.errors import ClosedError, CudnnError, InvalidValueError
-from cudnn_py.memory import DeviceArray
+from cudnn_py.core.memory import DeviceArray
 from cudnn_py.ops import rnn as R
 from reference import rnn as ref
 
@@ -310,7 +310,7 @@ def _cfg_of(rnn: R.RNN) -> ref.RNNConfig:
 
 
 def _poison(shape, dtype):
-    from cudnn_py import memory
+    from cudnn_py.core import memory
     a = memory.empty(shape, dtype)
     a.fill_(np.nan)
     return a
@@ -352,7 +352,7 @@ def _cid(c):
 
 
 def _run_case(handle, rng, cfg, dtype, layout, lengths, T=6, with_states=True, math_type="default"):
-    from cudnn_py import memory
+    from cudnn_py.core import memory
     dtype = np.dtype(dtype)
     B = len(lengths)
     lengths = np.asarray(lengths)
@@ -452,7 +452,7 @@ def test_rnn_without_initial_states(handle, rng):
 
 @pytest.mark.gpu
 def test_rnn_inference_matches_training_and_weights_add(handle, rng):
-    from cudnn_py import memory
+    from cudnn_py.core import memory
     cfg = ref.RNNConfig("gru", 5, 6, num_layers=2)
     rnn, w, fwd, dw = _run_case(handle, rng, cfg, np.float64, "seq_major", [6, 6, 3])
     x = fwd._ctx["x"]
@@ -474,7 +474,7 @@ def test_rnn_inference_matches_training_and_weights_add(handle, rng):
 def test_rnn_lstm_clip_forward(handle, rng):
     """Clipping bounds the cell state inside the recurrence; cy is the last cell state before clipping (cuDNN
     9.19 on an H200; the reference models that)."""
-    from cudnn_py import memory
+    from cudnn_py.core import memory
     # cuDNN keeps the clip bounds in single precision: use bounds float32 represents exactly
     cfg = ref.RNNConfig("lstm", 5, 6, clip=(-0.3125, 0.4375))
     rnn = _make(cfg, np.float64)
@@ -493,7 +493,7 @@ def test_rnn_lstm_clip_forward(handle, rng):
 
 @pytest.mark.gpu
 def test_rnn_persist_dynamic(handle, rng):
-    from cudnn_py import memory
+    from cudnn_py.core import memory
     cfg = ref.RNNConfig("lstm", 32, 32)
     rnn = _make(cfg, np.float32, algo="persist_dynamic")
     try:
@@ -549,7 +549,7 @@ def test_rnn_torch_second_opinion(handle, rng, mode, monkeypatch):
 
 @pytest.mark.gpu
 def test_rnn_bad_input_on_device(handle):
-    from cudnn_py import memory
+    from cudnn_py.core import memory
     rnn = R.RNN("lstm", 4, 8)
     w = rnn.new_weights(handle)
     n = rnn.weight_space_size(handle)
@@ -627,7 +627,7 @@ def test_lstm_lm_example_learns():
 @pytest.mark.gpu
 def test_rnn_dropout_between_layers(handle, rng):
     """Dropout acts between layers in training only; inference matches the dropout-free reference."""
-    from cudnn_py import memory
+    from cudnn_py.core import memory
     from cudnn_py.ops.dropout import Dropout
     cfg = ref.RNNConfig("lstm", 5, 6, num_layers=2)
     drop = Dropout(handle, p=0.5, seed=3)
@@ -650,7 +650,7 @@ def test_rnn_dropout_between_layers(handle, rng):
 def test_rnn_dropout_probability_makes_a_dropout_on_the_default_handle(handle, rng):
     """dropout=0.5 (a probability) equals a Dropout(default_handle(), p=0.5, seed=0) made by the caller."""
     import cudnn_py as cudnn
-    from cudnn_py import memory
+    from cudnn_py.core import memory
     from cudnn_py.ops.dropout import Dropout
     cfg = ref.RNNConfig("lstm", 5, 6, num_layers=2)
     rnn = _make(cfg, np.float64, dropout=0.5)
@@ -687,7 +687,7 @@ def test_removed_rnn_calls_name_their_replacement(name, replacement):
 def test_rnn_closed_handle_and_dropout_raise(handle, rng):
     """A closed Handle or a closed dropout descriptor gives ClosedError, never a C call with a dead pointer."""
     import cudnn_py as cudnn
-    from cudnn_py import memory
+    from cudnn_py.core import memory
     from cudnn_py.ops.dropout import Dropout
     x = memory.to_device(rng.standard_normal((3, 2, 4)).astype(np.float32))
     h2 = cudnn.Handle()

@@ -12,7 +12,7 @@ from cudnn_py import capi
 from cudnn_py.errors import InvalidValueError
 from cudnn_py.graph import Graph
 from cudnn_py.graph import runner as R
-from cudnn_py.memory import DeviceArray
+from cudnn_py.core.memory import DeviceArray
 
 
 class _Handle:
@@ -133,8 +133,8 @@ def test_new_output_has_room_for_the_gaps_of_its_strides(monkeypatch):
     layout in any order: its elements; strides with gaps, e.g. an attention output in a (B, S, 3, H, D) buffer: the
     gaps too, so nothing cuDNN writes lands past the allocation) and views it with those strides."""
     import types
-    from cudnn_py import memory
-    from cudnn_py.memory import DeviceArray
+    from cudnn_py.core import memory
+    from cudnn_py.core.memory import DeviceArray
     made = []
 
     def allocator(shape, dtype, stream, device=None):

@@ -88,7 +88,7 @@ def test_the_matrix_validation_test_never_copies_its_made_up_arrays(monkeypatch)
     fakes (all at 0x10000, so in place; add_tensor with beta 1) measured, and the measurement's snapshot copied
     0x10000 into a real buffer on a GPU machine. No snapshot of any array now (the old test made 12)."""
     import test_matrix as tm
-    from cudnn_py import engine_choice
+    from cudnn_py.calls import engine_choice
     from matrix import MATRIX
     snapshots = []
 

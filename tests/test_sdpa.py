@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 import cudnn_py.graph as G
-from cudnn_py import memory
+from cudnn_py.core import memory
 from cudnn_py.graph import Graph
 from cudnn_py.graph import runner as grunner
 from cudnn_py.graph.ops import sdpa_builders as gsb
-from cudnn_py.memory import DeviceArray
+from cudnn_py.core.memory import DeviceArray
 from cudnn_py.ops import sdpa as S
 from cudnn_py.ops import sdpa_args as A
 from helpers import FakeTorchTensor, NoCallHandle, fake, fake_cudnn_handle, fake_finalize, fake_torch, numeric_gradient
@@ -678,7 +678,7 @@ def test_pythonic_alibi_binds_its_slopes_as_a_constant(fake_exec, monkeypatch):
 def test_pythonic_alibi_uploads_its_slopes_once_and_is_prepared(fake_exec, monkeypatch):
     """The slopes' upload (driver work, which spoils a recording outside a sink) is the runner's own, outside the
     recording: the first call of a configuration is its prepared call's, and a repeat call uploads nothing."""
-    from cudnn_py import recording
+    from cudnn_py.clib import recording
     packs, made = fake_exec
     copied = []
 
@@ -724,7 +724,7 @@ def test_pythonic_paged_kv_cache_binds_the_page_tables(fake_exec):
 def test_pythonic_numbers_for_device_scalars_are_uploaded_once_per_value(fake_exec, monkeypatch):
     """A dropout seed/offset or an FP8 scale given as a number is uploaded once, outside the recording, as the
     runner's constant: a repeat call with the same numbers is its prepared call; another number is another one."""
-    from cudnn_py import recording
+    from cudnn_py.clib import recording
     packs, made = fake_exec
     copied = []
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import cudnn_py.graph as G
-from cudnn_py.caches import handle_cache
-from cudnn_py.memory import DeviceArray, as_array, empty, to_device
+from cudnn_py.core.caches import handle_cache
+from cudnn_py.core.memory import DeviceArray, as_array, empty, to_device
 from cudnn_py.ops import sdpa as S
 from reference import sdpa as R
 

@@ -20,7 +20,7 @@ import pytest
 
 from cudnn_py import Sdpa
 from cudnn_py.graph import runner as grunner
-from cudnn_py.memory import DeviceArray
+from cudnn_py.core.memory import DeviceArray
 from cudnn_py.ops import sdpa as S
 from cudnn_py.ops import sdpa_args as A
 from helpers import FakeTorchDtype, FakeTorchTensor, fake_cudnn_handle, fake_torch

@@ -13,7 +13,7 @@ import pytest
 from cudnn_py import Sdpa, SdpaOptions
 from cudnn_py.errors import CudnnPyError
 from cudnn_py.graph import Graph
-from cudnn_py.memory import DeviceArray
+from cudnn_py.core.memory import DeviceArray
 from cudnn_py.ops import sdpa as S
 from test_sdpa import _PlanHandle, _qkv, fake_exec  # noqa: F401 - the fixture
 

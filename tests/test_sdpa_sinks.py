@@ -11,7 +11,7 @@ import pytest
 import cudnn_py
 from cudnn_py.graph import Graph, GraphNotSupportedError
 from cudnn_py.graph.ops import sdpa_builders as gsb
-from cudnn_py.memory import to_device
+from cudnn_py.core.memory import to_device
 from cudnn_py.ops import sdpa as S
 from helpers import NoCallHandle, fake, fake_finalize, numeric_gradient, poisoned
 from reference import sdpa as R

@@ -33,7 +33,7 @@ def test_descriptor_created_and_cached(dtype):
 def test_shared_descriptors_live_in_the_process_cache_and_die_when_dropped():
     import gc
     import weakref
-    from cudnn_py import caches
+    from cudnn_py.core import caches
     from cudnn_py.ops import spatial_transformer as S
     st = SpatialTransformer.shared((3, 1, 7, 9), np.float32)
     assert caches.shared("ops.spatial_transformer") is S._CACHE and caches.info()["ops.spatial_transformer"] >= 1

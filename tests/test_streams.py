@@ -7,7 +7,7 @@ import types
 import numpy as np
 import pytest
 
-from cudnn_py import streams
+from cudnn_py.core import streams
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 

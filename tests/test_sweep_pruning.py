@@ -260,9 +260,9 @@ def test_measure_races_the_configurations_and_the_record_says_so(fake_graph_api)
 
 
 def test_sweep_progress_counts_operations_and_configurations_of_the_whole_run(fake_graph_api, monkeypatch, tmp_path):
-    import cudnn_py.handle
+    import cudnn_py.core.handle
     from cudnn_py.tuning import TuningDatabase
-    monkeypatch.setattr(cudnn_py.handle, "Handle", lambda device: FakeHandle())
+    monkeypatch.setattr(cudnn_py.core.handle, "Handle", lambda device: FakeHandle())
     problems = model("resnet50").problems(32, "float16", "NHWC")[:2]
     lines: list[str] = []
     with TuningDatabase(tmp_path / "t.sqlite") as db:
@@ -281,8 +281,8 @@ def _cli_argv(tmp_path, *extra):
 def fake_gpu(monkeypatch):
     """A GPU as the driver reports it, and a handle on it that does nothing (with fake_graph_api: a whole sweep)."""
     import cudnn_py.cli.info
-    import cudnn_py.handle
-    monkeypatch.setattr(cudnn_py.handle, "Handle", lambda device: FakeHandle())
+    import cudnn_py.core.handle
+    monkeypatch.setattr(cudnn_py.core.handle, "Handle", lambda device: FakeHandle())
     monkeypatch.setattr(cudnn_py.cli.info, "driver_and_gpus", lambda: {
         "cuda_version": "13.0", "gpus": [{"index": 0, "name": "Test GPU", "sm": 90, "memory_gib": 80.0}],
         "why_none": ""})
@@ -370,9 +370,9 @@ def test_cold_l2_flushes_before_every_sample_and_warm_and_cold_records_do_not_co
 
 
 def test_the_sweep_records_its_run_and_the_kernel_cache_it_started_with(fake_graph_api, monkeypatch, tmp_path):
-    import cudnn_py.handle
+    import cudnn_py.core.handle
     from cudnn_py.tuning import TuningDatabase
-    monkeypatch.setattr(cudnn_py.handle, "Handle", lambda device: FakeHandle())
+    monkeypatch.setattr(cudnn_py.core.handle, "Handle", lambda device: FakeHandle())
     monkeypatch.setenv("CUDA_CACHE_PATH", str(tmp_path / "kernels"))
     monkeypatch.delenv("CUDA_CACHE_DISABLE", raising=False)
     problems = model("resnet50").problems(32, "float16", "NHWC")[:2]

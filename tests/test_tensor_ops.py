@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from cudnn_py import capi
-from cudnn_py.descriptors import OpTensor, ReduceTensor
+from cudnn_py.core.descriptors import OpTensor, ReduceTensor
 from cudnn_py.ops import _common as C
 from cudnn_py.ops import tensor_ops as T
 from reference import tensor_ops as ref
@@ -162,7 +162,7 @@ def test_reduce_result_is_a_named_tuple():
 def test_tensor_transform_descriptors_are_shared_and_destroyed_when_dropped():
     import gc
     import weakref
-    from cudnn_py import caches
+    from cudnn_py.core import caches
     args = (4, capi.CUDNN_TENSOR_NHWC, (0, 0, 1, 1), (0, 0, 1, 1), (1, 1, 1, 1), capi.CUDNN_TRANSFORM_FOLD)
     d = T.TensorTransformDescriptor.shared(*args)
     assert T.TensorTransformDescriptor.shared(*args) is d and "ops.tensor_transform" in caches.info()
@@ -249,9 +249,9 @@ def test_set_tensor_fills_every_layout_and_nothing_else(handle, dtype):
     cuDNN's kernel). Integer tensors are filled by memsets only (cuDNN's kernel wrote zeros into an int8 slice and
     refuses int32 ones on 9.19): a slice, or an int64 value with unequal halves, is refused before C; negative
     strides are refused as before."""
-    from cudnn_py.dtypes import as_numpy_dtype
+    from cudnn_py.core.dtypes import as_numpy_dtype
     from cudnn_py.errors import InvalidValueError
-    from cudnn_py.memory import DeviceArray
+    from cudnn_py.core.memory import DeviceArray
     dt = as_numpy_dtype(dtype)
     floating = dt.kind == "f" or dtype == "bfloat16"
     sentinel, values = (np.nan, (3.25, -1.5, 0.0)) if floating else (9, (0, -1) if dtype == "int64" else (7, 0, 1))
@@ -284,7 +284,7 @@ def test_set_tensor_fills_every_layout_and_nothing_else(handle, dtype):
 @pytest.mark.gpu
 @pytest.mark.parametrize("src,dst", [(np.float32, np.float16), (np.float16, np.float32), (np.float32, np.float32)])
 def test_transform_tensor_layout_and_dtype(handle, rng, src, dst):
-    from cudnn_py.memory import DeviceArray
+    from cudnn_py.core.memory import DeviceArray
     x = rng.standard_normal((2, 3, 4, 5)).astype(src)
     y = T.transform_tensor(handle, _dev(x), dtype=dst, layout="NHWC", engine="legacy")
     assert y.shape == x.shape and y.dtype == np.dtype(dst) and y.strides == (60, 1, 15, 3)
@@ -306,7 +306,7 @@ def test_transform_tensor_layout_and_dtype(handle, rng, src, dst):
 
 @pytest.mark.gpu
 def test_transform_tensor_ex_to_nhwc(handle, rng):
-    from cudnn_py.memory import DeviceArray
+    from cudnn_py.core.memory import DeviceArray
     x = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
     y = T.transform_tensor_ex(handle, _dev(x), layout="NHWC")
     assert y.shape == x.shape and y.strides == (60, 1, 15, 3)
@@ -528,7 +528,7 @@ def test_flat_view_only_for_dense_arrays_of_one_layout():
     """The pointwise graph path describes operands as one flat (1, 64, n / 64, 1) channels-last array only where
     that is the same elementwise computation: every array of the output's shape and strides, filling its memory."""
     from cudnn_py.graph import legacy as gl
-    from cudnn_py.memory import DeviceArray
+    from cudnn_py.core.memory import DeviceArray
     nhwc = DeviceArray(0x1000, (4, 8, 4, 6), np.float16, E.layout_strides((4, 8, 4, 6), "NHWC"))
     view = gl._flat(nhwc, [nhwc, nhwc])
     v = view(nhwc)

@@ -1,6 +1,6 @@
 """Threads: the shared caches under contention (CPU), and 8 threads each with its own Handle and stream running a
 mixed workload at once, results equal to a serial run (GPU). Sharing one Handle between threads that run at once is
-unsupported (cuDNN's rule, documented in cudnn_py.handle) and not detected."""
+unsupported (cuDNN's rule, documented in cudnn_py.core.handle) and not detected."""
 from __future__ import annotations
 
 import time
@@ -8,8 +8,8 @@ import time
 import numpy as np
 import pytest
 
-import cudnn_py.descriptors as D
-from cudnn_py import caches
+import cudnn_py.core.descriptors as D
+from cudnn_py.core import caches
 from cudnn_py.ops.convolution import Convolution
 from cudnn_py.ops import ctc, spatial_transformer
 from helpers import hammer
@@ -93,7 +93,8 @@ def test_owner_registry_under_8_threads():
     registry ends with none of theirs."""
     import ctypes
     import gc
-    from cudnn_py import _binding, capi
+    from cudnn_py.clib import binding as _binding
+    from cudnn_py import capi
     from cudnn_py.graph import BackendDescriptor
     gc.collect()
     before = len(_binding._OWNED)

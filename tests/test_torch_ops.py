@@ -233,9 +233,9 @@ def test_graph_call_is_a_prepared_call_replayed_with_new_addresses(monkeypatch):
     options builds the graph and runs it on the arrays' addresses, recorded as the handle's prepared call; a repeat on
     new arrays replays it with their addresses (nothing built); other options are another prepared call; absent
     optional arrays are not bound; the given outputs come back."""
-    from cudnn_py import recording
+    from cudnn_py.clib import recording
     from cudnn_py.graph import graph_call as GC
-    from cudnn_py.prepared import CACHE
+    from cudnn_py.calls.prepared import CACHE
     from helpers import fake_array, fake_cudnn_handle
     runs, builds = [], []
 
@@ -914,12 +914,12 @@ def test_compile_fullgraph_and_cuda_graph_match_eager(tg):
 
 @pytest.mark.gpu
 def test_every_op_is_a_prepared_call_of_the_torch_handle(tg):
-    """Each op's eager call is a prepared call (cudnn_py.prepared) in its thread's torch handle's "prepared" cache
+    """Each op's eager call is a prepared call (cudnn_py.calls.prepared) in its thread's torch handle's "prepared" cache
     (the forwards in this thread's, the backwards in autograd's thread's), with no cache of the torch layer's own: the
     first round adds one per op and direction (12), a second round on new tensors none (replays), and cache_clear
     forgets them in every thread."""
     torch, ct = tg
-    from cudnn_py.prepared import CACHE
+    from cudnn_py.calls.prepared import CACHE
     from cudnn_py.torch import runtime as RT
     h = RT.context(torch.cuda.current_device()).handle
     ct.cache_clear()

@@ -160,11 +160,11 @@ def test_sweep_uses_stored_records_without_a_gpu(problems, tmp_path, monkeypatch
     db = _filled(tmp_path / "a.sqlite", problems, ENV)
     records, measured = sweep(problems, db)
     assert measured == 0 and records == synthetic(problems)
-    import cudnn_py.handle
+    import cudnn_py.core.handle
 
     def no_gpu(*a, **k):
         raise RuntimeError("no GPU here")
-    monkeypatch.setattr(cudnn_py.handle, "Handle", no_gpu)
+    monkeypatch.setattr(cudnn_py.core.handle, "Handle", no_gpu)
     db.record(KIND, problems[0].key, {"configs": "junk"})
     with pytest.warns(TuningWarning, match="malformed"), pytest.raises(SystemExit, match="1 operations"):
         sweep(problems, db)

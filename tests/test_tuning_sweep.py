@@ -99,9 +99,9 @@ def test_cli_quick_check_and_a_fresh_process_reads_the_database(tmp_path):
 
 
 def test_fastest_choices_reach_another_process_through_the_database(handle, tmp_path):
-    import cudnn_py.fastest_cache as AC
-    import cudnn_py.algorithms as alg
-    from cudnn_py.memory import to_device
+    import cudnn_py.calls.fastest_cache as AC
+    import cudnn_py.calls.algorithms as alg
+    from cudnn_py.core.memory import to_device
     from cudnn_py.ops import conv_calls as cv
     path = tmp_path / "t.sqlite"
     alg.algorithm_cache.use_database(TuningDatabase(path))

@@ -146,13 +146,13 @@ def test_the_installed_package_is_visible_to_mypy_outside_the_checkout(tmp_path)
     r = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-incremental", "user.py"], cwd=tmp_path,
                        capture_output=True, text=True, env=env)
     assert "Cannot find implementation" not in r.stdout and r.returncode == 0, r.stdout + r.stderr
-    assert "def [Out" in r.stdout and "-> cudnn_py.memory.DeviceArray | Out" in r.stdout, r.stdout
+    assert "def [Out" in r.stdout and "-> cudnn_py.core.memory.DeviceArray | Out" in r.stdout, r.stdout
 
 
 def test_every_editable_install_line_uses_compat_mode(monkeypatch):
     """Each ``pip install -e`` the project shows (README, docs, comments, the package's hints, the tests' skip
     reasons) keeps the compat editable mode, without which the install hides cudnn_py from mypy (the test above)."""
-    from cudnn_py import _install
+    from cudnn_py.clib import install as _install
     files = [ROOT / "README.md", ROOT / "pyproject.toml", *(ROOT / "docs").rglob("*.md"),
              *(ROOT / "docs").rglob("*.py"), *(ROOT / "cudnn_py").rglob("*.py"), *(ROOT / "benchmarks").rglob("*.py"),
              *(ROOT / "tests").rglob("*.py")]

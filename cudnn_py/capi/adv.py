@@ -3,7 +3,7 @@
 import ctypes as _ct
 from enum import IntEnum as _IntEnum
 
-from .._binding import function as _function, pointer as _pointer, array as _array, const_void_p as _const_void_p, Handle as _Handle
+from ..clib.binding import function as _function, pointer as _pointer, array as _array, const_void_p as _const_void_p, Handle as _Handle
 from .graph import cudnnCTCGradMode_t, cudnnDataType_t, cudnnHandle_t, cudnnMathType_t, cudnnNanPropagation_t
 from .ops import cudnnCTCLossAlgo_t, cudnnCTCLossDescriptor_t, cudnnDropoutDescriptor_t, cudnnTensorDescriptor_t
 

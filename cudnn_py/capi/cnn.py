@@ -3,7 +3,7 @@
 import ctypes as _ct
 from enum import IntEnum as _IntEnum
 
-from .._binding import function as _function, pointer as _pointer, array as _array, const_void_p as _const_void_p, Handle as _Handle
+from ..clib.binding import function as _function, pointer as _pointer, array as _array, const_void_p as _const_void_p, Handle as _Handle
 from .ops import cudnnActivationDescriptor_t, cudnnConvolutionBwdDataAlgo_t, cudnnConvolutionBwdFilterAlgo_t, cudnnConvolutionFwdAlgo_t, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorTransformDescriptor_t
 from .graph import cudnnConvolutionMode_t, cudnnDataType_t, cudnnHandle_t, cudnnMathType_t, cudnnReorderType_t, cudnnTensorFormat_t
 

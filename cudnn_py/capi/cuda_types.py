@@ -3,7 +3,7 @@
 import ctypes as _ct
 from enum import IntEnum as _IntEnum
 
-from .._binding import CudaHandle as _CudaHandle
+from ..clib.binding import CudaHandle as _CudaHandle
 
 
 class cudaStream_t(_CudaHandle):

@@ -3,7 +3,7 @@
 import ctypes as _ct
 from enum import IntEnum as _IntEnum
 
-from .._binding import function as _function, array as _array, const_void_p as _const_void_p
+from ..clib.binding import function as _function, array as _array, const_void_p as _const_void_p
 from .cuda_types import cudaStream_t
 from .graph import cudnnDataType_t
 

@@ -3,7 +3,7 @@
 import ctypes as _ct
 from enum import IntEnum as _IntEnum
 
-from .._binding import function as _function, pointer as _pointer, const_void_p as _const_void_p, Handle as _Handle
+from ..clib.binding import function as _function, pointer as _pointer, const_void_p as _const_void_p, Handle as _Handle
 from .cuda_types import cudaGraph_t, cudaStream_t, libraryPropertyType
 
 

@@ -22,7 +22,7 @@ from dataclasses import MISSING, asdict, dataclass, fields
 
 import numpy as np
 
-from cudnn_py._install import pip_install
+from cudnn_py.clib.install import pip_install
 
 from . import HelpFormatter
 from .prerequisites import require_gpu
@@ -288,12 +288,12 @@ def sweep(cfg: Config, directions: Sequence[str], maths: Sequence[str], repeats:
     ``max(warmup, 1)`` times untimed, then ``repeats`` times timed (the median kept; an algorithm needing more than
     ``workspace_limit`` bytes is unsupported), its output compared with a float64 NumPy reference where ``check``;
     random inputs of ``seed``; ``progress`` gets one short line per algorithm. SystemExit without a GPU."""
-    import cudnn_py.algorithms as alg
+    import cudnn_py.calls.algorithms as alg
     from cudnn_py.errors import CudnnError, WorkspaceLimitError
-    from cudnn_py.handle import Handle
-    from cudnn_py.memory import empty, to_device
+    from cudnn_py.core.handle import Handle
+    from cudnn_py.core.memory import empty, to_device
     from cudnn_py.ops import conv_calls as cv
-    from cudnn_py.streams import timer
+    from cudnn_py.core.streams import timer
     from cudnn_py.tuning.compare import np_dtype
 
     require_gpu("algos", device)  # before the float64 references, which take minutes for a large layer

@@ -224,7 +224,7 @@ def _sdpa_problem(b, hh, s, d, dt, causal) -> Problem:
 # ---------------------------------------------------------------- the sweep (needs a GPU)
 
 def _device(a: np.ndarray, t, h):
-    from cudnn_py.memory import DeviceArray, to_device
+    from cudnn_py.core.memory import DeviceArray, to_device
     order = sorted(range(len(t.shape)), key=lambda i: -t.strides[i])
     buf = to_device(np.ascontiguousarray(a.astype(t.np_dtype).transpose(order)), h.stream, device=h.device)
     return DeviceArray(buf.ptr, t.shape, t.np_dtype, t.strides, device_id=buf.device_id, owner=buf)
@@ -232,7 +232,7 @@ def _device(a: np.ndarray, t, h):
 
 def _poison(d) -> None:
     """Fill a dense device array of any strides with NaN (through a flat alias of its memory)."""
-    from cudnn_py.memory import DeviceArray
+    from cudnn_py.core.memory import DeviceArray
     DeviceArray(d.ptr, (d.size,), d.dtype, device_id=d.device_id, owner=d).fill_(float("nan"))
 
 
@@ -266,7 +266,7 @@ def sweep(problem: Problem, modes=MODES, repeats: int = 10, warmup: int = 2, che
     """Build, run, check and time every config the heuristics ``modes`` offer; returns one row per config."""
     import cudnn_py.graph as G
     from cudnn_py.errors import CudnnError
-    from cudnn_py.handle import Handle
+    from cudnn_py.core.handle import Handle
     try:
         handle = Handle(device)
     except Exception as e:  # noqa: BLE001 - no GPU, no driver

@@ -10,7 +10,7 @@ import platform
 from importlib import metadata
 from typing import Any
 
-from cudnn_py._install import driver_extras, missing_cuda, pip_install
+from cudnn_py.clib.install import driver_extras, missing_cuda, pip_install
 
 from . import HelpFormatter
 
@@ -115,7 +115,7 @@ def collect() -> dict[str, Any]:
     """Everything ``info`` reports: ``{"python", "cudnn" (None when not found), "cudnn_error", "supported_cudnn"
     (the range, in words), "packages", "driver", "warnings"}``."""
     from .. import capi
-    from .._loader import library, supported_range
+    from cudnn_py.clib.loader import library, supported_range
     from ..errors import CudnnError, CudnnPyError, LibraryNotFoundError
 
     info: dict[str, Any] = {"python": f"{platform.python_version()} ({platform.machine()})", "cudnn": None,

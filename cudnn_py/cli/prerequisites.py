@@ -1,7 +1,7 @@
 """What a command, example, benchmark or tool needs (a GPU, optional packages), checked before any other work, so a
 missing piece is refused in one line within milliseconds instead of after minutes of set-up or in a traceback.
 
-The GPU check is :func:`cudnn_py.streams.missing_device` (the driver only). A script that uses
+The GPU check is :func:`cudnn_py.core.streams.missing_device` (the driver only). A script that uses
 :func:`script_args` also takes ``--smoke``: it imports, parses its arguments, checks what it needs, prints one line
 and exits 0 without running (CI runs every benchmark that way on a machine without a GPU).
 """
@@ -13,8 +13,8 @@ import os
 import sys
 from collections.abc import Sequence
 
-from cudnn_py._install import pip_install
-from cudnn_py.streams import missing_device
+from cudnn_py.clib.install import pip_install
+from cudnn_py.core.streams import missing_device
 
 __all__ = ["require_gpu", "missing", "script_args"]
 

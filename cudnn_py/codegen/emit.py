@@ -25,7 +25,7 @@ def _used_names(h: model.Header) -> set[str]:
 
 
 def _binding_imports(h: model.Header) -> list[str]:
-    """What the module takes from ``cudnn_py._binding``, as ``name as _name`` import clauses."""
+    """What the module takes from ``cudnn_py.clib.binding``, as ``name as _name`` import clauses."""
     used = {n for f in h.functions for a in f.argtypes for n in _IDENT.findall(a)}
     names = ["function"] if h.functions else []
     names += [n for n in ("pointer", "array", "const_void_p") if "_" + n in used]
@@ -50,7 +50,7 @@ def module_source(version: str, h: model.Header, earlier: dict[str, str]) -> str
         out.append("from enum import IntEnum as _IntEnum\n")
     binding = _binding_imports(h)
     if binding:
-        out.append(f"\nfrom .._binding import {', '.join(binding)}\n")
+        out.append(f"\nfrom ..clib.binding import {', '.join(binding)}\n")
     own = set(h.names())
     imports: dict[str, list[str]] = {}
     for name in sorted(_used_names(h) - own):

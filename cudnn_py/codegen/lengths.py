@@ -3,7 +3,7 @@
 The headers do not say it in a form a parser can read, so it is listed here, by parameter name; the generator
 checks every name against the parsed prototypes and fails when a header renames one. The binding uses the table
 to refuse, before C runs, a ctypes array or sequence shorter than what cuDNN will read or write (see
-``cudnn_py._binding``). A third name is the ``cudnnBackendAttributeType_t`` parameter that sets the element
+``cudnn_py.clib.binding``). A third name is the ``cudnnBackendAttributeType_t`` parameter that sets the element
 type of an untyped (``void *``) array.
 """
 from __future__ import annotations

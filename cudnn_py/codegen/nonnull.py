@@ -1,5 +1,5 @@
 """Parameters where cuDNN dereferences NULL instead of refusing it (the process dies), measured, so that the binding
-refuses ``None``/``0``/a NULL handle or pointer there before C runs (see ``cudnn_py._binding``).
+refuses ``None``/``0``/a NULL handle or pointer there before C runs (see ``cudnn_py.clib.binding``).
 
 Measured with cuDNN 9.28 on a machine without a GPU, by ``python -m cudnn_py.codegen.nonnull``: every setter and
 getter that runs there is called with plausible arguments (fresh descriptors, generous buffers) and NULL in one
@@ -80,7 +80,8 @@ def attach(functions: list[model.Function]) -> None:
 def _plausible(argtype, rng=None):
     """An argument cuDNN can work with for a parameter of ``argtype`` (None: leave NULL); ``rng`` (a
     ``random.Random``) varies enum members, small ints and array contents, so that more of cuDNN's paths run."""
-    from cudnn_py import _binding, capi
+    from cudnn_py.clib import binding as _binding
+    from cudnn_py import capi
     if rng is not None and not (isinstance(argtype, type) and issubclass(argtype, _binding.Handle)):
         if isinstance(argtype, type) and issubclass(argtype, enum.IntEnum):
             return rng.choice(list(argtype))
@@ -122,7 +123,8 @@ def _plausible(argtype, rng=None):
 def probe(names: list[str] | None = None, variants: int = 16) -> dict[str, list[str]]:
     """Measure the table: for each function, the handle/pointer parameters whose NULL kills a forked child, with
     the other arguments plausible, first fixed, then varied ``variants`` times (seeded)."""
-    from cudnn_py import _binding, capi
+    from cudnn_py.clib import binding as _binding
+    from cudnn_py import capi
     warnings.simplefilter("ignore", DeprecationWarning)
     skip = re.compile(r"FusedOps|^cudnnSetCallback$|^cudnnGetRNNWeightParams$|^cudnnGetMultiHeadAttn")
     if names is None:

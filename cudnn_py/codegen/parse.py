@@ -173,7 +173,7 @@ class _Reader:
         raise HeaderError(f"unsupported declarator {type(node).__name__} at {node.coord}")
 
     def param_type(self, node) -> str:
-        """A parameter's type as the binding takes it (see ``cudnn_py._binding``): enum and handle types by name
+        """A parameter's type as the binding takes it (see ``cudnn_py.clib.binding``): enum and handle types by name
         (checked per type), ``_pointer(T)`` for a pointer C may write through, ``_array(T)`` for a pointer to
         const (also takes a sequence), ``_const_void_p`` for ``const void *``; otherwise the ctypes type."""
         if isinstance(node, c_ast.TypeDecl) and isinstance(node.type, c_ast.IdentifierType):

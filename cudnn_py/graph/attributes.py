@@ -16,7 +16,7 @@ from typing import Callable, NamedTuple, TypeVar
 import numpy as np
 
 from cudnn_py import capi
-from cudnn_py.args import enum_member
+from cudnn_py.core.args import enum_member
 from cudnn_py.capi.backend_attributes import OWNER, TABLE
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 

@@ -1,5 +1,5 @@
 """Convolution as backend-API graphs: forward (optionally fused with bias and an activation), backward data and
-backward filter, each a prepared function (:mod:`cudnn_py.prepared`: a repeat call replays the plan's execution)::
+backward filter, each a prepared function (:mod:`cudnn_py.calls.prepared`: a repeat call replays the plan's execution)::
 
     y = conv_forward(h, x, w, padding=1, bias=b, activation="relu")   # one fused kernel where cuDNN has one
 
@@ -12,15 +12,15 @@ from typing import Sequence
 
 import numpy as np
 
-from cudnn_py import recording
-from cudnn_py.algorithms import is_choice
-from cudnn_py.args import float_arg, ints, shape_arg
-from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
+from cudnn_py.clib import recording
+from cudnn_py.calls.algorithms import is_choice
+from cudnn_py.core.args import float_arg, ints, shape_arg
+from cudnn_py.core.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
-from cudnn_py.handle import Handle
-from cudnn_py.memory import DeviceArray, DeviceArrayLike, Out, as_array
-from cudnn_py.conv_layout import logical, physical, unit_height
-from cudnn_py.prepared import forget, prepared
+from cudnn_py.core.handle import Handle
+from cudnn_py.core.memory import DeviceArray, DeviceArrayLike, Out, as_array
+from cudnn_py.core.conv_layout import logical, physical, unit_height
+from cudnn_py.calls.prepared import forget, prepared
 
 from .graph import DataTypeLike, Graph, packed_strides
 from .runner import Runner, new_output, plan_graph

@@ -18,7 +18,8 @@ import ctypes
 import math
 import weakref
 
-from cudnn_py import _binding, capi
+from cudnn_py.clib import binding as _binding
+from cudnn_py import capi
 from cudnn_py.errors import ClosedError, InvalidStateError, InvalidTypeError, InvalidValueError
 
 from . import attributes as A
@@ -53,7 +54,7 @@ def descriptor_type(t) -> capi.cudnnBackendDescriptorType_t:
 
 
 def destroy_descriptor(ptr: capi.cudnnBackendDescriptor_t) -> None:
-    """Destroy a backend descriptor its owner registered with :func:`cudnn_py._binding.own` (the finalizer of the
+    """Destroy a backend descriptor its owner registered with :func:`cudnn_py.clib.binding.own` (the finalizer of the
     :class:`BackendDescriptor` that owns it, or of a :class:`~cudnn_py.graph.runner.VariantPack`); whoever still holds
     the pointer object then passes cuDNN NULL, an error, never a freed descriptor."""
     if ptr.value:

@@ -9,7 +9,7 @@ from typing import Any
 
 from cudnn_py import capi
 from cudnn_py.errors import ClosedError, CudaError, InvalidTypeError, InvalidValueError
-from cudnn_py.memory import DeviceArray, empty
+from cudnn_py.core.memory import DeviceArray, empty
 
 from .descriptors import BackendDescriptor
 from .runner import Runner, VariantPack, bound_tensors, handle_device, plan_pointer, workspace_pointer
@@ -157,7 +157,7 @@ class CudaGraph:
 
     def launch(self, stream=None) -> None:
         """Replay the recorded graph on ``stream`` (default: the handle's)."""
-        from cudnn_py.streams import stream_ptr
+        from cudnn_py.core.streams import stream_ptr
         self._check_open()
         s = stream_ptr(stream) if stream is not None else self.handle.stream_ptr
         _check_cuda(self._rt.cudaGraphLaunch(self._state[1], s)[0], "cudaGraphLaunch")

@@ -23,10 +23,10 @@ import numpy as np
 import numpy.typing as npt
 
 from cudnn_py import capi
-from cudnn_py.args import shape_arg
-from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
+from cudnn_py.core.args import shape_arg
+from cudnn_py.core.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import ClosedError, InvalidStateError, InvalidTypeError, InvalidValueError
-from cudnn_py.handle import Handle, handle_arg
+from cudnn_py.core.handle import Handle, handle_arg
 
 from .descriptors import BackendDescriptor
 from .ops import (ConvBuilders, LowerContext, MatmulBuilders, NormBuilders, Op, PointwiseBuilders, QuantBuilders,

@@ -9,7 +9,7 @@ What an integration (:mod:`cudnn_py.torch`) needs to run a graph it describes fr
     conv = graph_call("conv", build, inputs=("x", "w"), outputs=("y",))
     conv(handle, options, x, w, y)      # writes y; returns (y,)
 
-The function is :func:`~cudnn_py.prepared.prepared`, keyed by the options (hashable) and each array's layout: a
+The function is :func:`~cudnn_py.calls.prepared.prepared`, keyed by the options (hashable) and each array's layout: a
 repeat call replays the plan with the new addresses; a new key calls ``build``, plans and runs it. ``build`` describes
 each array itself (a (C,) parameter may be a (1, C, 1, 1) tensor: the arrays are bound by address). The caller gives
 every output, of the layout ``build`` describes.
@@ -20,8 +20,8 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from cudnn_py.memory import array_signature
-from cudnn_py.prepared import prepared
+from cudnn_py.core.memory import array_signature
+from cudnn_py.calls.prepared import prepared
 
 from .runner import Runner
 

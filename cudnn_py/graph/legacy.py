@@ -3,10 +3,10 @@ engine dispatch of every family.
 
 The families (:mod:`cudnn_py.ops.activation`, ``tensor_ops``, ``pooling``, ``batchnorm``, ``normalization``, the
 convolutions) take ``engine="legacy" | "graph" | "auto"`` and hand both engines to :func:`dispatch` (``"auto"``:
-measured once per configuration, :mod:`cudnn_py.engine_choice`). :func:`run_graph` builds a small graph on a
+measured once per configuration, :mod:`cudnn_py.calls.engine_choice`). :func:`run_graph` builds a small graph on a
 signature's validated call, plans it through the plan cache and runs it through its
-:class:`~cudnn_py.graph.runner.Runner`'s sink, which the call's prepared call (:mod:`cudnn_py.prepared`) repeats: one
-variant pack of the new addresses and one ``cudnnBackendExecute``.
+:class:`~cudnn_py.graph.runner.Runner`'s sink, which the call's prepared call (:mod:`cudnn_py.calls.prepared`) repeats:
+one variant pack of the new addresses and one ``cudnnBackendExecute``.
 
 Layout. cuDNN's pointwise engines take channels-last strides (dimension 1 innermost) and refuse the same data as
 NCHW. Pointwise operations do not care which axis is the channel, so every operand is described with its axes
@@ -22,12 +22,13 @@ from typing import Any, Callable, Hashable, Sequence
 
 import numpy as np
 
-from cudnn_py import engine_choice, recording
+from cudnn_py.calls import engine_choice
+from cudnn_py.clib import recording
 from cudnn_py.errors import InvalidValueError
-from cudnn_py.dtypes import as_numpy_dtype
-from cudnn_py.memory import DeviceArray
-from cudnn_py.prepared import forget
-from cudnn_py.strided import memory_order
+from cudnn_py.core.dtypes import as_numpy_dtype
+from cudnn_py.core.memory import DeviceArray
+from cudnn_py.calls.prepared import forget
+from cudnn_py.core.strided import memory_order
 
 from . import runner
 from .errors import GraphNotSupportedError
@@ -71,7 +72,7 @@ def dispatch(engine: str, handle: Any, key: Hashable | None, legacy: Callable[[]
     :class:`GraphPathRefused` / :class:`~cudnn_py.graph.GraphNotSupportedError`, where it does not take the call).
 
     'legacy' and 'graph' run that engine (the graph's refusal raised); 'auto' the engine
-    :mod:`cudnn_py.engine_choice` keeps for ``key`` (measured on its first call; ``mutated``: the arrays the call
+    :mod:`cudnn_py.calls.engine_choice` keeps for ``key`` (measured on its first call; ``mutated``: the arrays the call
     writes and may read; both None: from the prepared call's declaration), the graph falling back to the legacy call
     where it refuses; with ``measure`` False (a call that cannot be repeated), ``static``'s engine unmeasured."""
     if engine == "legacy":

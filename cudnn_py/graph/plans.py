@@ -15,11 +15,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from cudnn_py import _loader, capi, recording
-from cudnn_py.prepared import forget
-from cudnn_py.args import INT64_MAX, enum_member, int_arg
+from cudnn_py.clib import loader as _loader, recording
+from cudnn_py import capi
+from cudnn_py.calls.prepared import forget
+from cudnn_py.core.args import INT64_MAX, enum_member, int_arg
 from cudnn_py.errors import CudnnBadParamError, CudnnError, CudnnNotSupportedError, InvalidTypeError, InvalidValueError
-from cudnn_py.caches import handle_cache
+from cudnn_py.core.caches import handle_cache
 
 from . import plan_store
 from .descriptors import BackendDescriptor
@@ -154,8 +155,8 @@ def engine_configs(graph, handle) -> tuple[list[EngineConfig], list[tuple[str, s
 def l2_flush(handle) -> Callable[[], None]:
     """A callable that queues on ``handle``'s stream a write of a buffer twice the size of the device's L2 cache:
     queued before a timed sample, it leaves none of the sample's data in L2 (see :func:`time_plan`'s ``flush``)."""
-    from cudnn_py.memory import empty
-    from cudnn_py.streams import get_device
+    from cudnn_py.core.memory import empty
+    from cudnn_py.core.streams import get_device
     l2 = int(get_device(handle.device).properties.l2_cache_size or 0) or 64 << 20
     buf = empty((2 * l2 // 4,), "float32", stream=handle.stream, device=handle.device)
 
@@ -395,7 +396,7 @@ def time_plan(plan: Plan, handle, variant_pack: dict, *, warmup: int = 2, iters:
               flush: Callable[[], None] | None = None) -> float:
     """Median milliseconds per execution of ``plan`` on ``variant_pack``, over ``iters`` samples after ``warmup``
     untimed executions. A sample is :data:`SAMPLE_RUNS` executions between CUDA events on the handle's stream,
-    held until all are queued (:func:`~cudnn_py.streams.timer` ``hold=True``): the GPU's time, neither an idle
+    held until all are queued (:func:`~cudnn_py.core.streams.timer` ``hold=True``): the GPU's time, neither an idle
     GPU's launch latency nor the host's cost of queuing tiny executions.
 
     ``flush`` (an :func:`l2_flush`): called before each sample, outside the events; a sample is then one execution
@@ -407,7 +408,7 @@ def _sample(plan: Plan, handle, variant_pack: dict, warmup: int, iters: int,
             flush: Callable[[], None] | None = None) -> tuple[float, float]:
     """(GPU, host) median milliseconds per execution of ``plan``: :func:`time_plan`'s samples, and the host's time
     to queue each sample's executions (perf_counter around them, the stream held: no waiting on the GPU)."""
-    from cudnn_py.streams import timer
+    from cudnn_py.core.streams import timer
     io, arrays = ordered_pack(plan, variant_pack)
     run = plan.executor(handle, *io)
     for _ in range(warmup):

@@ -13,11 +13,12 @@ import ctypes
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
-from cudnn_py import _binding, _loader, capi, nvtx, recording
-from cudnn_py._status import status_error
-from cudnn_py.caches import handle_cache
+from cudnn_py.clib import binding as _binding, loader as _loader, nvtx, recording
+from cudnn_py import capi
+from cudnn_py.clib.status import status_error
+from cudnn_py.core.caches import handle_cache
 from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
-from cudnn_py.memory import DeviceArray, Output, array_signature, as_array
+from cudnn_py.core.memory import DeviceArray, Output, array_signature, as_array
 
 from .descriptors import destroy_descriptor
 
@@ -202,14 +203,14 @@ def scratch_pointers(plan: Any, workspace: int | None) -> tuple[list, list]:
     return [uid for uid, _ in places], [workspace + off for _, off in places]
 
 
-#: the name of a handle's cache of :class:`~cudnn_py.memory.Output` objects, one per layout its calls allocate
+#: the name of a handle's cache of :class:`~cudnn_py.core.memory.Output` objects, one per layout its calls allocate
 OUTPUTS = "outputs"
 
 
 def new_output(handle: Any, shape: Sequence[int], dtype: Any, strides: Sequence[int] | None = None) -> DeviceArray:
     """A new device array of ``shape`` laid out with non-negative element ``strides`` (None: C-contiguous; a layout
     with gaps gets room for them) on the handle's device and stream: every new DeviceArray output of a call, from the
-    handle's :class:`~cudnn_py.memory.Output` of that layout (no checks or lookups per call)."""
+    handle's :class:`~cudnn_py.core.memory.Output` of that layout (no checks or lookups per call)."""
     key = (tuple(shape), dtype, None if strides is None else tuple(strides))
     outs = handle_cache(handle, OUTPUTS)
     out = outs.get(key)

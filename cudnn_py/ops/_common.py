@@ -13,18 +13,18 @@ from collections.abc import Sequence
 import numpy as np
 
 from cudnn_py import capi
-from cudnn_py.args import scaling
-from cudnn_py import recording
-from cudnn_py.caches import shared
-from cudnn_py.descriptors import Descriptor, Settings, TensorDescriptor
-from cudnn_py.recording import Address, WorkspaceArg
-from cudnn_py.strided import preserved_strides
-from cudnn_py.dtypes import cudnn_dtype, numpy_dtype, scalar
-from cudnn_py.memory import DeviceArray, DeviceArrayLike, as_array
-from cudnn_py.memory import Out as Out  # re-exported: the families take it from here
+from cudnn_py.core.args import scaling
+from cudnn_py.clib import recording
+from cudnn_py.core.caches import shared
+from cudnn_py.core.descriptors import Descriptor, Settings, TensorDescriptor
+from cudnn_py.clib.recording import Address, WorkspaceArg
+from cudnn_py.core.strided import preserved_strides
+from cudnn_py.core.dtypes import cudnn_dtype, numpy_dtype, scalar
+from cudnn_py.core.memory import DeviceArray, DeviceArrayLike, as_array
+from cudnn_py.core.memory import Out as Out  # re-exported: the families take it from here
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.graph.runner import new_output as new_output  # re-exported: the families take it from here
-from cudnn_py.prepared import moved_outputs as moved_outputs  # re-exported
+from cudnn_py.calls.prepared import moved_outputs as moved_outputs  # re-exported
 
 #: float16, float32, float64 (bfloat16 is accepted by ``check_array(..., floating=True)`` besides these)
 FLOATS = frozenset(np.dtype(d) for d in ("float16", "float32", "float64"))
@@ -116,10 +116,10 @@ def output(out, name: str, handle, shape, dtype, *, like: DeviceArray | None = N
 
 def launch(handle, fn, *args) -> None:
     """Call the :mod:`cudnn_py.capi` function ``fn`` on ``handle`` with ``args``: the legacy families' sink, which a
-    prepared call repeats with other addresses. A :class:`DeviceArray` (or :class:`~cudnn_py.recording.Address`)
-    stands for its address, a :class:`~cudnn_py.descriptors.Descriptor` or ``Settings`` for its C descriptor (kept
-    alive by the recording), a :class:`~cudnn_py.recording.WorkspaceArg` for the handle's workspace; a plain int where
-    C takes a ``void *`` spoils the recording."""
+    prepared call repeats with other addresses. A :class:`DeviceArray` (or :class:`~cudnn_py.clib.recording.Address`)
+    stands for its address, a :class:`~cudnn_py.core.descriptors.Descriptor` or ``Settings`` for its C descriptor (kept
+    alive by the recording), a :class:`~cudnn_py.clib.recording.WorkspaceArg` for the handle's workspace; a plain int
+    where C takes a ``void *`` spoils the recording."""
     c_args, pointers = list(args), []
     for i, a in enumerate(args):
         t = type(a)

@@ -13,8 +13,8 @@ Arrays of any rank 1 to 8 and any strides (x and y may differ) are accepted.
 ``engine="graph"`` runs the same function as a cached backend-API graph of one pointwise operation (plus the
 alpha/beta blend) instead of the deprecated ``cudnnActivationForward/Backward``; float16, bfloat16 and float32
 data of 1 to 5 dimensions, NaN propagation off. ``engine="auto"`` (the default) measures both engines on the first
-call of a configuration and keeps the faster (:mod:`cudnn_py.engine_choice`; with measuring off, it takes the graph
-where it accepts the call and the legacy call otherwise; docs/graph_paths.md).
+call of a configuration and keeps the faster (:mod:`cudnn_py.calls.engine_choice`; with measuring off, it takes the
+graph where it accepts the call and the legacy call otherwise; docs/graph_paths.md).
 
 Raw C path::
 
@@ -26,15 +26,16 @@ from __future__ import annotations
 
 from ctypes import byref, c_double, c_int
 
-from cudnn_py import caches, capi
+from cudnn_py.core import caches
+from cudnn_py import capi
 from cudnn_py._deprecation import alias
-from cudnn_py.args import enum_member, float_arg, nan_flag
-from cudnn_py.descriptors import Descriptor, Settings, c_nan, read_back, setting
+from cudnn_py.core.args import enum_member, float_arg, nan_flag
+from cudnn_py.core.descriptors import Descriptor, Settings, c_nan, read_back, setting
 from cudnn_py.graph import legacy as gl
-from cudnn_py.handle import Handle
-from cudnn_py.memory import DeviceArray, DeviceArrayLike
+from cudnn_py.core.handle import Handle
+from cudnn_py.core.memory import DeviceArray, DeviceArrayLike
 from cudnn_py.ops._common import Out, check_array, desc, launch, output, scalars
-from cudnn_py.prepared import prepared
+from cudnn_py.calls.prepared import prepared
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["Activation", "activation_forward", "activation_backward", "ACTIVATION_MODES"]

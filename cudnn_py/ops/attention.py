@@ -33,23 +33,24 @@ import numpy as np
 import numpy.typing as npt
 from numpy.typing import DTypeLike
 
-from cudnn_py import capi, memory
+from cudnn_py import capi
+from cudnn_py.core import memory
 from cudnn_py._deprecation import alias, renamed_kwargs, warn
-from cudnn_py.args import bool_arg, float_arg
-from cudnn_py.descriptors import Descriptor
-from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
+from cudnn_py.core.args import bool_arg, float_arg
+from cudnn_py.core.descriptors import Descriptor
+from cudnn_py.core.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import InvalidStateError, InvalidTypeError, InvalidValueError
 from cudnn_py.graph.ops.sdpa_options import refuse_unknown
-from cudnn_py.handle import Handle, handle_arg
-from cudnn_py.memory import DeviceArray, DeviceArrayLike
+from cudnn_py.core.handle import Handle, handle_arg
+from cudnn_py.core.memory import DeviceArray, DeviceArrayLike
 from cudnn_py.ops._common import launch, moved_outputs
 from cudnn_py.ops.dropout import Dropout
 from cudnn_py.ops.sequence_models import (
     MATH_TYPES, WeightedDescriptor, by_value, c_nbytes, check_lengths, choice, device_lengths, dropout_arg, name_of,
     nd_layout, positive_int, training_ctx,
 )
-from cudnn_py.prepared import prepared
-from cudnn_py.recording import WorkspaceArg
+from cudnn_py.calls.prepared import prepared
+from cudnn_py.clib.recording import WorkspaceArg
 
 __all__ = ["MultiHeadAttention", "AttentionParams", "SeqDataDescriptor", "AttentionForwardResult",
            "AttentionDataGrads", "AttentionBufferSizes", "WEIGHT_KINDS",
@@ -415,7 +416,7 @@ def attention_forward(handle: Handle, attn: MultiHeadAttention, q: DeviceArrayLi
     ``[B, Tq, o_proj_size]``, allocated when not given (``out=`` is its deprecated spelling); ``seq_len_q``,
     ``seq_len_kv``: each sequence's length (default: all Tq / Tk; ``seq_lengths_q=``/``seq_lengths_kv=`` are their
     deprecated spellings). A repeat call with the same shapes, lengths, windows and options replays the prepared
-    call (:mod:`cudnn_py.prepared`).
+    call (:mod:`cudnn_py.calls.prepared`).
     """
     if old:
         refuse_unknown("attention_forward", old, _RENAMED, _FORWARD_PARAMS)

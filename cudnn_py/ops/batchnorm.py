@@ -20,9 +20,9 @@ float64 data. ``saved_inv_var`` is ``1 / sqrt(var + epsilon)`` of the batch; run
 float16, bfloat16 and float32 data in spatial(-persistent) mode (inference: any mode), ReLU as the only fused
 activation, the saved statistics for backward, alpha 1 and beta 0 (inference also blends); it uses no reserve space
 (returns none, reads none). ``engine="auto"`` (the default) measures both engines for forward training, inference
-and backward on the first call of a configuration and keeps the faster (:mod:`cudnn_py.engine_choice`; with measuring
-off, the graph where it accepts the call); the ``..._ex`` calls run the legacy call (its backward measured faster, and
-forward and backward must agree on the reserve space; docs/graph_paths.md).
+and backward on the first call of a configuration and keeps the faster (:mod:`cudnn_py.calls.engine_choice`; with
+measuring off, the graph where it accepts the call); the ``..._ex`` calls run the legacy call (its backward measured
+faster, and forward and backward must agree on the reserve space; docs/graph_paths.md).
 
 Raw C path::
 
@@ -42,17 +42,17 @@ import numpy as np
 
 from cudnn_py import capi
 from cudnn_py.errors import InvalidValueError
-from cudnn_py import engine_choice as ec
+from cudnn_py.calls import engine_choice as ec
 from cudnn_py.graph import legacy as gl
-from cudnn_py.handle import Handle, handle_arg
+from cudnn_py.core.handle import Handle, handle_arg
 from cudnn_py.ops.activation import Activation
-from cudnn_py.memory import DeviceArray, DeviceArrayLike
+from cudnn_py.core.memory import DeviceArray, DeviceArrayLike
 from cudnn_py.ops import norm_args as na
 from cudnn_py.ops import norm_graphs as ng
 from cudnn_py.ops._common import desc, enum_arg, launch, output, scalars, tensor_desc
-from cudnn_py.prepared import prepared
-from cudnn_py.strided import normalize_shape
-from cudnn_py.recording import WorkspaceArg
+from cudnn_py.calls.prepared import prepared
+from cudnn_py.core.strided import normalize_shape
+from cudnn_py.clib.recording import WorkspaceArg
 
 __all__ = [
     "BATCHNORM_MODES", "BATCHNORM_OPS", "BatchNormTraining", "BatchNormGrads", "NormSizes", "batchnorm_param_shape",

@@ -4,15 +4,15 @@ are :mod:`cudnn_py.ops.convolution`'s.
 
 ``algo``: an enum member, its name (``"IMPLICIT_PRECOMP_GEMM"``) or ``"heuristic"`` (the first suitable ``_v7``
 answer). ``autotune=True`` measures the candidates once per configuration (legacy: ``Find...Ex`` under the
-workspace cap, kept in :data:`cudnn_py.algorithms.algorithm_cache`; graph: every plan) and keeps the fastest;
+workspace cap, kept in :data:`cudnn_py.calls.algorithms.algorithm_cache`; graph: every plan) and keeps the fastest;
 ``algo="fastest"`` is its deprecated spelling. A legacy call's plan (descriptors, algorithm, workspace size) is made
-once per configuration in the handle's cache :data:`PLANS`; every call is a prepared call (:mod:`cudnn_py.prepared`)
-whose repeat queues its C call (or ``cudnnBackendExecute``) again with the new addresses. ``engine="graph"`` runs
-:func:`cudnn_py.graph.conv.convolution`. ``engine="auto"`` (the default), where the graph path takes the call
-(``algo`` a choice, no ``deterministic``/``workspace_limit``, math type "auto"; for the fused call no ``z`` and
-``beta`` 0), measures both engines on the first call of a configuration and keeps the faster, through the families'
-one dispatch (:func:`cudnn_py.graph.legacy.dispatch`; ``CUDNN_PY_AUTO_ENGINE=static``: the graph wherever it takes
-the call); elsewhere it runs the legacy call.
+once per configuration in the handle's cache :data:`PLANS`; every call is a prepared call
+(:mod:`cudnn_py.calls.prepared`) whose repeat queues its C call (or ``cudnnBackendExecute``) again with the new
+addresses. ``engine="graph"`` runs :func:`cudnn_py.graph.conv.convolution`. ``engine="auto"`` (the default), where the
+graph path takes the call (``algo`` a choice, no ``deterministic``/``workspace_limit``, math type "auto"; for the fused
+call no ``z`` and ``beta`` 0), measures both engines on the first call of a configuration and keeps the faster, through
+the families' one dispatch (:func:`cudnn_py.graph.legacy.dispatch`; ``CUDNN_PY_AUTO_ENGINE=static``: the graph wherever
+it takes the call); elsewhere it runs the legacy call.
 """
 from __future__ import annotations
 
@@ -22,23 +22,24 @@ from typing import Any
 
 import numpy as np
 
-from cudnn_py import algorithms as _alg
-from cudnn_py import capi, recording
-from cudnn_py import descriptors as _d
+from cudnn_py.calls import algorithms as _alg
+from cudnn_py import capi
+from cudnn_py.clib import recording
+from cudnn_py.core import descriptors as _d
 from cudnn_py._deprecation import renamed_kwargs, warn
-from cudnn_py.args import INT64_MAX, bool_arg, int_arg, scaling
-from cudnn_py.caches import handle_cache
-from cudnn_py.dtypes import cudnn_dtype
+from cudnn_py.core.args import INT64_MAX, bool_arg, int_arg, scaling
+from cudnn_py.core.caches import handle_cache
+from cudnn_py.core.dtypes import cudnn_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.graph.errors import GraphNotSupportedError
 from cudnn_py.graph import legacy as gl
 from cudnn_py.graph.runner import new_output
-from cudnn_py.handle import Handle, handle_arg
-from cudnn_py.memory import DeviceArray, DeviceArrayLike, array_signature, as_array, empty, zeros
-from cudnn_py.strided import c_strides
+from cudnn_py.core.handle import Handle, handle_arg
+from cudnn_py.core.memory import DeviceArray, DeviceArrayLike, array_signature, as_array, empty, zeros
+from cudnn_py.core.strided import c_strides
 from cudnn_py.ops._common import Out, enum_arg, launch, scalars
-from cudnn_py.prepared import prepared
-from cudnn_py.recording import Address, WorkspaceArg
+from cudnn_py.calls.prepared import prepared
+from cudnn_py.clib.recording import Address, WorkspaceArg
 from cudnn_py.ops.activation import activation_of
 from cudnn_py.ops.convolution import Convolution, Geometry, logical, packed_strides, physical, unit_height
 

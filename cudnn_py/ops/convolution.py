@@ -16,7 +16,7 @@ Asymmetric padding (``padding=((1, 2), (0, 1))``) is done by explicit zero pre-p
     dw = convolution_backward_filter(h, conv, x, dy, w_shape=w.shape)
 
 The calls are :mod:`cudnn_py.ops.conv_calls` (``cudnn_py.convolution_forward`` and the others), the algorithm
-queries and choice :mod:`cudnn_py.algorithms`, ``engine="graph"`` :mod:`cudnn_py.graph.conv`.
+queries and choice :mod:`cudnn_py.calls.algorithms`, ``engine="graph"`` :mod:`cudnn_py.graph.conv`.
 """
 from __future__ import annotations
 
@@ -28,14 +28,15 @@ from typing import Any
 import numpy as np
 from numpy.typing import DTypeLike
 
-from cudnn_py import args, capi
-from cudnn_py import descriptors as _d
+from cudnn_py.core import args
+from cudnn_py import capi
+from cudnn_py.core import descriptors as _d
 from cudnn_py._deprecation import alias, renamed_kwargs, warn
-from cudnn_py.args import DIM_MAX, INT32_MAX, dims, enum_member, int_arg, ints, spatial_ndim
-from cudnn_py.conv_layout import logical, packed_strides, physical, unit_height
-from cudnn_py.descriptors import (Descriptor, FilterDescriptor, TensorDescriptor, c_ints, legacy_dtype, read_back,
+from cudnn_py.core.args import DIM_MAX, INT32_MAX, dims, enum_member, int_arg, ints, spatial_ndim
+from cudnn_py.core.conv_layout import logical, packed_strides, physical, unit_height
+from cudnn_py.core.descriptors import (Descriptor, FilterDescriptor, TensorDescriptor, c_ints, legacy_dtype, read_back,
                                   setting)
-from cudnn_py.dtypes import as_numpy_dtype, cudnn_dtype
+from cudnn_py.core.dtypes import as_numpy_dtype, cudnn_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.ops._common import enum_arg
 
@@ -403,7 +404,7 @@ class Geometry:
 
     def cache_key(self, direction: str, device: int, deterministic: bool, limit) -> tuple:
         """The JSON-representable key of the "fastest" cache: the problem as cuDNN sees it (fields in the order of
-        :data:`cudnn_py.algorithms.CONV_KEY_FIELDS`, which loaded files are checked against)."""
+        :data:`cudnn_py.calls.algorithms.CONV_KEY_FIELDS`, which loaded files are checked against)."""
         xs, xst = (self.xp_shape, self.xp_strides) if self.asym else (self.x_shape, self.x_strides)
         return (direction, tuple(xs), tuple(xst), tuple(self.w_shape), self.w_nhwc,
                 tuple(self.y_shape), tuple(self.y_strides), self.dtype.name, self.y_dtype.name, self.compute.name,

@@ -32,17 +32,18 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from cudnn_py import capi, recording
+from cudnn_py import capi
+from cudnn_py.clib import recording
 from cudnn_py._deprecation import warn
-from cudnn_py.caches import shared
-from cudnn_py.args import bool_arg, dims, int_arg
-from cudnn_py.descriptors import Descriptor, TensorDescriptor, read_back
+from cudnn_py.core.caches import shared
+from cudnn_py.core.args import bool_arg, dims, int_arg
+from cudnn_py.core.descriptors import Descriptor, TensorDescriptor, read_back
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
-from cudnn_py.handle import Handle, handle_arg
-from cudnn_py.memory import DeviceArray, DeviceArrayLike, as_array, empty, to_device
+from cudnn_py.core.handle import Handle, handle_arg
+from cudnn_py.core.memory import DeviceArray, DeviceArrayLike, as_array, empty, to_device
 from cudnn_py.ops._common import check_array, enum_arg, launch
-from cudnn_py.prepared import prepared
-from cudnn_py.recording import WorkspaceArg
+from cudnn_py.calls.prepared import prepared
+from cudnn_py.clib.recording import WorkspaceArg
 
 __all__ = ["CTC_ALGOS", "CTC_NORMALIZATIONS", "CTC_GRAD_MODES", "MAX_LABEL_LENGTH", "CTCLoss", "CTCLabels",
            "CTCLossResult", "check_ctc_labels", "ctc_loss_workspace_size", "ctc_loss"]

@@ -37,13 +37,13 @@ from numpy.typing import DTypeLike
 
 from cudnn_py import capi
 from cudnn_py._deprecation import alias, renamed_kwargs, warn
-from cudnn_py.args import float_arg, handle_ptr, int_arg, int_tuple
-from cudnn_py.descriptors import Descriptor, read_back
+from cudnn_py.core.args import float_arg, handle_ptr, int_arg, int_tuple
+from cudnn_py.core.descriptors import Descriptor, read_back
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
-from cudnn_py.handle import Handle, handle_arg
-from cudnn_py.memory import DeviceArray, DeviceArrayLike, empty
+from cudnn_py.core.handle import Handle, handle_arg
+from cudnn_py.core.memory import DeviceArray, DeviceArrayLike, empty
 from cudnn_py.ops._common import byte_buffer, check_array, host_step, launch, output, tensor_desc
-from cudnn_py.prepared import prepared
+from cudnn_py.calls.prepared import prepared
 
 __all__ = ["Dropout", "DropoutOutputs", "dropout_states_size", "dropout_reserve_size", "dropout_forward",
            "dropout_backward"]

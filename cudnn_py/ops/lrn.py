@@ -29,13 +29,13 @@ from typing import NamedTuple
 
 from cudnn_py import capi
 from cudnn_py._deprecation import alias
-from cudnn_py.args import float_arg, int_arg
-from cudnn_py.descriptors import Descriptor, Settings, read_back, setting
-from cudnn_py.handle import Handle
-from cudnn_py.memory import DeviceArray, DeviceArrayLike
+from cudnn_py.core.args import float_arg, int_arg
+from cudnn_py.core.descriptors import Descriptor, Settings, read_back, setting
+from cudnn_py.core.handle import Handle
+from cudnn_py.core.memory import DeviceArray, DeviceArrayLike
 from cudnn_py.ops._common import Out, check_array, desc, launch, new_output, output, scalars
-from cudnn_py.recording import WorkspaceArg
-from cudnn_py.prepared import prepared
+from cudnn_py.clib.recording import WorkspaceArg
+from cudnn_py.calls.prepared import prepared
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["LRN", "lrn_forward", "lrn_backward", "divisive_normalization_forward", "divisive_normalization_backward",

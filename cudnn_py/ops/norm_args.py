@@ -17,14 +17,14 @@ from typing import NamedTuple
 import numpy as np
 
 from cudnn_py import capi
-from cudnn_py.descriptors import TensorDescriptor
+from cudnn_py.core.descriptors import TensorDescriptor
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
-from cudnn_py.memory import DeviceArray, c_strides, empty
+from cudnn_py.core.memory import DeviceArray, c_strides, empty
 from cudnn_py.ops._common import (
     byte_buffer, check_array, desc, enum_arg, new_output, output, read_tensor_desc, scalars, tensor_desc,
 )
 from cudnn_py.ops.activation import Activation, activation_of
-from cudnn_py.recording import WorkspaceArg
+from cudnn_py.clib.recording import WorkspaceArg
 
 
 def fused_activation(act) -> Activation:

@@ -8,10 +8,10 @@ pointwise graph before it). A graph path that cannot take a call raises
 from __future__ import annotations
 
 from cudnn_py import capi
-from cudnn_py import engine_choice as ec
+from cudnn_py.calls import engine_choice as ec
 from cudnn_py.errors import InvalidValueError
 from cudnn_py.graph import legacy as gl
-from cudnn_py.memory import DeviceArray, c_strides
+from cudnn_py.core.memory import DeviceArray, c_strides
 from cudnn_py.ops import norm_args as na
 from cudnn_py.ops._common import enum_arg, output
 from cudnn_py.ops.activation import Activation, activation_of

@@ -17,8 +17,8 @@ the mean/variance tensors have the scale's shape (``cudnnDeriveNormTensorDescrip
 ``engine="graph"`` runs cached backend-API graphs as for batch norm (per-channel mode for training and backward,
 either mode for inference; ReLU as the fused activation; ``algo`` left "standard"; no reserve space). ``engine="auto"``
 (the default): for plain ("norm") inference the faster engine, measured on the first call of a configuration
-(:mod:`cudnn_py.engine_choice`); for plain training and backward the graph where it accepts the call; the legacy call
-otherwise and for the fused-activation ops (docs/graph_paths.md).
+(:mod:`cudnn_py.calls.engine_choice`); for plain training and backward the graph where it accepts the call; the legacy
+call otherwise and for the fused-activation ops (docs/graph_paths.md).
 
 Raw C path::
 
@@ -37,14 +37,14 @@ import numpy as np
 
 from cudnn_py import capi
 from cudnn_py.graph import legacy as gl
-from cudnn_py.handle import Handle, handle_arg
+from cudnn_py.core.handle import Handle, handle_arg
 from cudnn_py.ops.activation import Activation
-from cudnn_py.memory import DeviceArray, DeviceArrayLike
+from cudnn_py.core.memory import DeviceArray, DeviceArrayLike
 from cudnn_py.ops import norm_args as na
 from cudnn_py.ops import norm_graphs as ng
 from cudnn_py.ops._common import desc, enum_arg, launch, output, scalars, tensor_desc
-from cudnn_py.prepared import prepared
-from cudnn_py.recording import WorkspaceArg
+from cudnn_py.calls.prepared import prepared
+from cudnn_py.clib.recording import WorkspaceArg
 from cudnn_py.ops.batchnorm import BatchNormGrads, BatchNormTraining, NormSizes
 
 __all__ = [

@@ -17,7 +17,7 @@ in one memory order, alpha 1 and beta 0; max pooling's NaN handling is the resam
 wins) whatever ``nan_propagation`` says, and an output allocated for it keeps x's memory layout (NHWC in, NHWC
 out). Where cuDNN 9.19 has no right engine (channels-last bfloat16 2-D pooling) it raises
 :class:`~cudnn_py.graph.GraphNotSupportedError`. ``engine="auto"`` (the default) measures both engines on the
-first call of a configuration and keeps the faster (:mod:`cudnn_py.engine_choice`); with measuring off it runs the
+first call of a configuration and keeps the faster (:mod:`cudnn_py.calls.engine_choice`); with measuring off it runs the
 graph for 2-D pooling of channels-last data (average pooling forward, both backward passes) and the legacy call for
 max pooling forward (its legacy kernel is faster there), NCHW data (faster both ways), 1-D and 3-D pooling (not
 measured) and wherever the graph refuses (docs/graph_paths.md has the measurements, on an H200).
@@ -38,15 +38,15 @@ from numpy.typing import DTypeLike
 
 from cudnn_py import capi
 from cudnn_py._deprecation import alias
-from cudnn_py.args import (DIM_MAX, INT32_MAX, dims, enum_member, int_or_ints, int_tuple, ints, nan_flag,
+from cudnn_py.core.args import (DIM_MAX, INT32_MAX, dims, enum_member, int_or_ints, int_tuple, ints, nan_flag,
                            spatial_ndim)
-from cudnn_py.descriptors import (Descriptor, Settings, TensorDescriptor, c_ints, c_nan, legacy_dtype, read_back,
+from cudnn_py.core.descriptors import (Descriptor, Settings, TensorDescriptor, c_ints, c_nan, legacy_dtype, read_back,
                                   setting)
 from cudnn_py.graph import legacy as gl
-from cudnn_py.handle import Handle
-from cudnn_py.memory import DeviceArray, DeviceArrayLike
+from cudnn_py.core.handle import Handle
+from cudnn_py.core.memory import DeviceArray, DeviceArrayLike
 from cudnn_py.ops._common import Out, check_array, desc, launch, new_output, output, scalars
-from cudnn_py.prepared import prepared
+from cudnn_py.calls.prepared import prepared
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["Pooling", "pooling_forward", "pooling_backward", "pooling_output_shape", "POOLING_MODES"]

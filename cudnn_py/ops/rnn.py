@@ -28,22 +28,23 @@ import numpy as np
 import numpy.typing as npt
 from numpy.typing import DTypeLike
 
-from cudnn_py import capi, memory
+from cudnn_py import capi
+from cudnn_py.core import memory
 from cudnn_py._deprecation import alias, renamed_kwargs, warn
-from cudnn_py.args import bool_arg, float_arg
-from cudnn_py.descriptors import Descriptor, TensorDescriptor
-from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
+from cudnn_py.core.args import bool_arg, float_arg
+from cudnn_py.core.descriptors import Descriptor, TensorDescriptor
+from cudnn_py.core.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import InvalidStateError, InvalidTypeError, InvalidValueError
-from cudnn_py.handle import Handle, handle_arg
-from cudnn_py.memory import DeviceArray, DeviceArrayLike
+from cudnn_py.core.handle import Handle, handle_arg
+from cudnn_py.core.memory import DeviceArray, DeviceArrayLike
 from cudnn_py.ops._common import launch, moved_outputs
 from cudnn_py.ops.dropout import Dropout
 from cudnn_py.ops.sequence_models import (
     MATH_TYPES, WeightedDescriptor, by_value, c_nbytes, check_lengths, choice, device_lengths, dropout_arg, name_of,
     nd_layout, positive_int, training_ctx,
 )
-from cudnn_py.prepared import prepared
-from cudnn_py.recording import WorkspaceArg
+from cudnn_py.calls.prepared import prepared
+from cudnn_py.clib.recording import WorkspaceArg
 
 __all__ = ["RNN", "RNNDataDescriptor", "RNNParams", "RNNWeight", "RNNForwardResult", "RNNDataGrads", "GATES",
            "rnn_weight_params", "rnn_forward", "rnn_backward_data",

@@ -15,7 +15,7 @@ of different lengths ("THD", as flash-attention's varlen functions take them) ar
 per-batch element offsets (``ragged_offset_q``/``ragged_offset_k``) and lengths (``seq_len_q``/``seq_len_kv``).
 
 The first call of a configuration (shapes, strides, dtypes, options) builds its graph (the plan through the handle's
-plan cache); a repeat call is its prepared call (:mod:`cudnn_py.prepared`): one ``cudnnBackendExecute`` with the
+plan cache); a repeat call is its prepared call (:mod:`cudnn_py.calls.prepared`): one ``cudnnBackendExecute`` with the
 new addresses. :func:`sdpa_fp8` / :func:`sdpa_fp8_backward` are the FP8 forms (Hopper and newer), with per-tensor
 descale/scale factors and amax outputs; of the options they take ``scale`` and ``causal``.
 """
@@ -26,16 +26,16 @@ import threading
 from typing import TYPE_CHECKING, Any, Callable, Literal, NamedTuple, TypedDict, overload
 
 from cudnn_py._deprecation import renamed_kwargs, warn
-from cudnn_py.args import bool_arg
+from cudnn_py.core.args import bool_arg
 from cudnn_py.errors import InvalidValueError
 from cudnn_py.graph.ops.sdpa import FP8_BACKWARD_SCALES, FP8_FORWARD_SCALES, SdpaOptionKeywords
 from cudnn_py.graph.ops.sdpa_options import SdpaOptions, fp8_only, refuse_unknown
 from cudnn_py.graph.plans import Plan
 from cudnn_py.graph.runner import Runner
-from cudnn_py.handle import Handle, handle_arg
-from cudnn_py.memory import DeviceArray, DeviceArrayLike, Out
+from cudnn_py.core.handle import Handle, handle_arg
+from cudnn_py.core.memory import DeviceArray, DeviceArrayLike, Out
 
-from cudnn_py.prepared import forget, prepared
+from cudnn_py.calls.prepared import forget, prepared
 
 from .sdpa_args import ROUTE, SdpaArgs, alibi_slopes, device_tensor
 

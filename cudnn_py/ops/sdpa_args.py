@@ -13,12 +13,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from cudnn_py import recording
+from cudnn_py.clib import recording
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.graph import Graph
 from cudnn_py.graph.ops.sdpa_options import SdpaOptions
 from cudnn_py.graph.runner import Runner, handle_device, new_output, plan_graph
-from cudnn_py.memory import DeviceArray, array_signature, as_array, is_torch_tensor, to_device
+from cudnn_py.core.memory import DeviceArray, array_signature, as_array, is_torch_tensor, to_device
 
 __all__ = ["ROUTE", "SdpaArgs", "alibi_slopes", "device_tensor", "device_scalar", "thd", "bind_output"]
 

@@ -9,15 +9,16 @@ from ctypes import byref
 
 import numpy as np
 
-from cudnn_py import capi, memory
-from cudnn_py.args import INT32_MAX, float_arg
-from cudnn_py.contexts import on_device
-from cudnn_py.descriptors import Descriptor
+from cudnn_py import capi
+from cudnn_py.core import memory
+from cudnn_py.core.args import INT32_MAX, float_arg
+from cudnn_py.core.contexts import on_device
+from cudnn_py.core.descriptors import Descriptor
 from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError, check_cuda
-from cudnn_py.handle import Handle, handle_arg
-from cudnn_py.memory import DeviceArray
+from cudnn_py.core.handle import Handle, handle_arg
+from cudnn_py.core.memory import DeviceArray
 from cudnn_py.ops._common import host_step, launch, scalars, tensor_desc
-from cudnn_py.streams import driver
+from cudnn_py.core.streams import driver
 
 __all__ = ["MATH_TYPES", "WeightedDescriptor", "choice", "name_of", "positive_int", "dropout_arg", "check_lengths",
            "by_value", "device_lengths", "nd_layout", "training_ctx"]
@@ -62,7 +63,7 @@ def dropout_arg(value, what: str):
         p = float_arg(value, f"{what} probability", 0.0, 1.0)
         if p == 0.0:
             return None
-        from cudnn_py._defaults import default_handle
+        from cudnn_py.calls.defaults import default_handle
         from cudnn_py.ops.dropout import Dropout
         return Dropout(default_handle(), p=p)
     ptr = value.ptr if hasattr(type(value), "ptr") and not isinstance(value, DeviceArray) else None

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import math
 
-from cudnn_py.memory import DeviceArray, DeviceArrayLike
+from cudnn_py.core.memory import DeviceArray, DeviceArrayLike
 from cudnn_py import capi
-from cudnn_py.args import no_partial_alias
-from cudnn_py.descriptors import TensorDescriptor
-from cudnn_py.handle import Handle
+from cudnn_py.core.args import no_partial_alias
+from cudnn_py.core.descriptors import TensorDescriptor
+from cudnn_py.core.handle import Handle
 from cudnn_py.ops._common import Out, check_array, desc, enum_arg, launch, output, scalars, tensor_desc
-from cudnn_py.prepared import prepared
+from cudnn_py.calls.prepared import prepared
 from cudnn_py.errors import InvalidValueError
 
 __all__ = ["softmax_forward", "softmax_backward", "SOFTMAX_ALGOS", "SOFTMAX_MODES"]

@@ -30,16 +30,16 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from cudnn_py import capi
-from cudnn_py.caches import shared
+from cudnn_py.core.caches import shared
 from cudnn_py._deprecation import alias
-from cudnn_py.args import dims, int_tuple
-from cudnn_py.descriptors import Descriptor
-from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
+from cudnn_py.core.args import dims, int_tuple
+from cudnn_py.core.descriptors import Descriptor
+from cudnn_py.core.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
-from cudnn_py.handle import Handle
-from cudnn_py.memory import DeviceArray, DeviceArrayLike
+from cudnn_py.core.handle import Handle
+from cudnn_py.core.memory import DeviceArray, DeviceArrayLike
 from cudnn_py.ops._common import FLOATS, check_array, desc, launch, output, scalars
-from cudnn_py.prepared import prepared
+from cudnn_py.calls.prepared import prepared
 
 __all__ = ["SpatialTransformer", "SamplerGrads", "spatial_tf_grid_forward",
            "spatial_tf_grid_backward", "spatial_tf_sampler_forward", "spatial_tf_sampler_backward"]

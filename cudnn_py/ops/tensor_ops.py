@@ -18,7 +18,7 @@ Scaling factors are keyword-only ``alpha``/``beta`` (defaults 1 and 0); :func:`o
 as a cached backend-API graph (pointwise operations, or a reduction) instead of the deprecated C call: float16,
 bfloat16 and float32 data of 1 to 5 dimensions, float32 compute, no NaN propagation, no reduction indices.
 ``engine="auto"`` (the default) measures both engines on the first call of a configuration and keeps the faster
-(:mod:`cudnn_py.engine_choice`; with measuring off, and for reductions with indices, it takes the graph where it
+(:mod:`cudnn_py.calls.engine_choice`; with measuring off, and for reductions with indices, it takes the graph where it
 accepts the call and the legacy call otherwise; docs/graph_paths.md).
 """
 from __future__ import annotations
@@ -32,22 +32,22 @@ from numpy.typing import DTypeLike
 
 from cudnn_py import capi
 from cudnn_py._deprecation import renamed_kwargs, warn
-from cudnn_py.args import element_value, ints, scaling
-from cudnn_py.descriptors import Descriptor, OpTensor, ReduceTensor
-from cudnn_py.dtypes import as_numpy_dtype, cudnn_dtype
+from cudnn_py.core.args import element_value, ints, scaling
+from cudnn_py.core.descriptors import Descriptor, OpTensor, ReduceTensor
+from cudnn_py.core.dtypes import as_numpy_dtype, cudnn_dtype
 from cudnn_py.graph import legacy as gl
-from cudnn_py.handle import Handle
-from cudnn_py.contexts import on_device
-from cudnn_py.conv_layout import packed_strides
-from cudnn_py.memory import DeviceArray, DeviceArrayLike, as_array, empty, memset, memset_writes
-from cudnn_py.strided import memory_order, non_overlapping
-from cudnn_py import recording
+from cudnn_py.core.handle import Handle
+from cudnn_py.core.contexts import on_device
+from cudnn_py.core.conv_layout import packed_strides
+from cudnn_py.core.memory import DeviceArray, DeviceArrayLike, as_array, empty, memset, memset_writes
+from cudnn_py.core.strided import memory_order, non_overlapping
+from cudnn_py.clib import recording
 from cudnn_py.ops._common import (
     Out, check_array, desc, enum_arg, new_output, host_step, launch, output, read_tensor_desc, scalars,
     tensor_desc,
 )
-from cudnn_py.prepared import prepared
-from cudnn_py.recording import WorkspaceArg
+from cudnn_py.calls.prepared import prepared
+from cudnn_py.clib.recording import WorkspaceArg
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 __all__ = [

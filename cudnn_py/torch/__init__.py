@@ -18,7 +18,7 @@ from __future__ import annotations
 try:
     import torch  # noqa: F401  (the real torch: this package's absolute imports never see cudnn_py.torch)
 except ImportError as e:  # pragma: no cover - exercised where torch is absent
-    from cudnn_py._install import torch_install
+    from cudnn_py.clib.install import torch_install
     broken = "" if e.name == "torch" else f" (it is there, but importing it failed: {e})"
     raise ImportError(f"cudnn_py.torch needs PyTorch{broken}: {torch_install()}; the rest of cudnn_py works "
                       f"without it") from None  # one message, not torch's traceback before it

@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from cudnn_py._deprecation import renamed_kwargs
-from cudnn_py.args import bool_arg
+from cudnn_py.core.args import bool_arg
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.graph.ops.sdpa_options import SdpaOptions, refuse_unknown, unexpected_keyword
 from cudnn_py.ops.sdpa import sdpa as core_sdpa, sdpa_backward as core_sdpa_backward

@@ -27,10 +27,10 @@ import torch
 from torch import Tensor
 from torch._library.autograd import Info, make_autograd_impl
 
-from cudnn_py.caches import handle_cache
-from cudnn_py.handle import Handle
-from cudnn_py.prepared import CACHE
-from cudnn_py.workspace import Workspace
+from cudnn_py.core.caches import handle_cache
+from cudnn_py.core.handle import Handle
+from cudnn_py.calls.prepared import CACHE
+from cudnn_py.core.workspace import Workspace
 
 __all__ = ["define", "Context", "context", "cache_clear", "eager", "function", "call", "dtype_name",
            "empty_like_layout"]

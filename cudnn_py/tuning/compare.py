@@ -60,7 +60,7 @@ _SAMPLE = 1 << 18
 def sample(outputs: dict, stream) -> list[np.ndarray]:
     """Three contiguous runs (start, middle, end: a last partial tile is where engines go wrong) of each output,
     :data:`_SAMPLE` values in all, copied to the host as float32."""
-    from cudnn_py.memory import DeviceArray
+    from cudnn_py.core.memory import DeviceArray
     out = []
     for buf in outputs.values():
         n, run = buf.size, max(1, _SAMPLE // 3)

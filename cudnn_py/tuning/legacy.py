@@ -27,7 +27,7 @@ def _physical(shape: tuple, layout: str) -> tuple:
 
 def config_count(p: Problem) -> int:
     """How many algorithms :func:`measure_legacy` visits for convolution problem ``p`` (the sweep's progress)."""
-    import cudnn_py.algorithms as alg
+    import cudnn_py.calls.algorithms as alg
     return len(alg.real_members(DIRECTION[p.pass_]))
 
 
@@ -35,12 +35,12 @@ def measure_legacy(p: Problem, h, settings, progress: Progress | None = None) ->
     """Time the legacy algorithms of convolution problem ``p`` on handle ``h`` (``settings``: a
     :class:`~cudnn_py.tuning.sweep.Settings`, of which repeats, warm-up, exhaustive and cold_l2 apply); the record to
     store. ``progress``: a :class:`~cudnn_py.tuning.compare.Progress` whose operation has begun."""
-    import cudnn_py.algorithms as alg
+    import cudnn_py.calls.algorithms as alg
     from cudnn_py.errors import CudnnPyError
     from cudnn_py.graph.plans import l2_flush
-    from cudnn_py.memory import empty, to_device
+    from cudnn_py.core.memory import empty, to_device
     from cudnn_py.ops import conv_calls as cv
-    from cudnn_py.streams import timer
+    from cudnn_py.core.streams import timer
 
     from .compare import header, np_dtype, race, sample
     if not isinstance(p.op, Conv):

@@ -171,7 +171,7 @@ _INPUTS = frozenset({"x", "w", "w_t", "dy", "dy_t", "q", "k", "v", "o", "do", "s
 def _bind(g, h, block: np.ndarray) -> tuple[dict, dict]:
     """(variant pack, {output tensor: its dense buffer}) for ``g``: inputs filled with the random ``block`` tiled
     (statistics with plausible values), outputs left as allocated."""
-    from cudnn_py.memory import DeviceArray, empty, to_device
+    from cudnn_py.core.memory import DeviceArray, empty, to_device
     pack, outputs = {}, {}
     scratch = {t.uid for op in g.ops for t in getattr(op, "scratch_tensors", tuple)()}  # in the plan's workspace
     for t in g.io_tensors():
@@ -412,7 +412,7 @@ def sweep(problems: Sequence[Problem], db: TuningDatabase, *, device: int = 0, d
 
     where, starts = list(devices) if devices else [device], []
     if jobs == 1 and not devices:
-        from cudnn_py.handle import Handle
+        from cudnn_py.core.handle import Handle
         try:
             handle = Handle(device)
         except Exception as e:  # noqa: BLE001 - no GPU, no driver

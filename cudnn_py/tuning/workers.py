@@ -96,7 +96,7 @@ class _Events:
 
 
 def _open_handle(device: int) -> Any:
-    from cudnn_py.handle import Handle
+    from cudnn_py.core.handle import Handle
     return Handle(device)
 
 
@@ -172,7 +172,7 @@ def run(problems: Sequence[Problem], settings: Any, *, devices: Sequence[int], j
 
     ``work(problem, handle, settings, events, hold, failed)`` measures one problem in a worker
     (:func:`cudnn_py.tuning.sweep.measure`), ``opener(device)`` opens its handle (a context manager; default a
-    :class:`~cudnn_py.handle.Handle`): both importable by name (the workers are spawned; tests stand in for cuDNN).
+    :class:`~cudnn_py.core.handle.Handle`): both importable by name (the workers are spawned; tests stand in for cuDNN).
     An operation that failed as a whole has a record of ``key``, ``problem`` (the reason), ``order`` and
     ``configs`` (those its workers died on) only: ``keep`` completes it.
 

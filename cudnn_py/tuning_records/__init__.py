@@ -1,5 +1,5 @@
 """The tuning records (the low half of :mod:`cudnn_py.tuning`, in the core layer: ``docs/design.md``): the legacy
-algorithm cache (:mod:`cudnn_py.fastest_cache`), the engine choice and the graph plan store
+algorithm cache (:mod:`cudnn_py.calls.fastest_cache`), the engine choice and the graph plan store
 (:mod:`cudnn_py.graph.plan_store`) keep their records here.
 
 * :class:`TuningDatabase` / :func:`default_database` (:mod:`~cudnn_py.tuning_records.database`) - one SQLite file

@@ -37,7 +37,7 @@ def cudnn_version_text(version: int | tuple | None = None) -> str:
     library; ``"none"`` when no library can be loaded."""
     if version is None:
         try:
-            from cudnn_py._loader import library
+            from cudnn_py.clib.loader import library
             version = library().version
         except Exception:  # noqa: BLE001 - no libcudnn here: the fingerprint says so
             return "none"

@@ -26,7 +26,9 @@ MODULES = ["cudnn_py"] + sorted(
     and (p.suffix == ".py" or (p.is_dir() and any(p.glob("*.py")))))
 #: private helpers are not part of the reference
 EXCLUDE = [r"!cudnn_py\.ops\._common", r"!cudnn_py\.graph\.ops\.base", r"!cudnn_py\.ops\.norm_args",
-           r"!cudnn_py\.ops\.norm_graphs", r"!cudnn_py\.ops\.sequence_models"]
+           r"!cudnn_py\.ops\.norm_graphs", r"!cudnn_py\.ops\.sequence_models",
+           r"!cudnn_py\.calls\.defaults", r"!cudnn_py\.clib\.binding", r"!cudnn_py\.clib\.install",
+           r"!cudnn_py\.clib\.loader", r"!cudnn_py\.clib\.status"]
 
 
 def _namedtuple_modules() -> None:
@@ -60,7 +62,7 @@ def build(output: Path) -> list[str]:
         import pdoc
         import pdoc.render
     except ImportError:
-        from cudnn_py._install import pip_install
+        from cudnn_py.clib.install import pip_install
         raise SystemExit(f"docs/api/build.py: needs pdoc, which is not installed: {pip_install('docs')}") from None
 
     _namedtuple_modules()

@@ -105,7 +105,7 @@ class StubHandle:
 # --- descriptors --------------------------------------------------------------------------------------------------
 
 def t_tensor_descriptor(draw):
-    import cudnn_py.descriptors as D
+    import cudnn_py.core.descriptors as D
     shape = draw(shape_like)
     dtype = draw(maybe(dtype_like, st.sampled_from(["float32", "float16", "int8"])))
     strides = draw(opt(st.one_of(hostile_seq, st.lists(hostile_int, min_size=4, max_size=4).map(tuple))))
@@ -122,7 +122,7 @@ def t_tensor_descriptor(draw):
 
 
 def t_filter_descriptor(draw):
-    import cudnn_py.descriptors as D
+    import cudnn_py.core.descriptors as D
     shape = draw(shape_like)
     dtype = draw(maybe(dtype_like, st.just("float32")))
     fmt = draw(maybe(hostile, st.sampled_from(["NCHW", "NHWC", "nchw_vect_c"])))
@@ -134,7 +134,7 @@ def t_filter_descriptor(draw):
 
 
 def t_convolution_descriptor(draw):
-    import cudnn_py.descriptors as D
+    import cudnn_py.core.descriptors as D
     kw = dict(padding=draw(maybe(hostile, st.integers(0, 3))), stride=draw(maybe(hostile, small_int)),
               dilation=draw(maybe(hostile, small_int)), ndim=draw(opt(st.one_of(hostile_int))),
               mode=draw(maybe(hostile, st.sampled_from(["cross_correlation", "convolution", "corr"]))),
@@ -167,7 +167,7 @@ def t_pooling_descriptor(draw):
 
 def t_small_descriptors(draw):
     import cudnn_py as cudnn
-    import cudnn_py.descriptors as D
+    import cudnn_py.core.descriptors as D
     which = draw(st.sampled_from(["activation", "lrn", "op", "reduce", "dropout"]))
     if which == "activation":
         kw = dict(mode=draw(maybe(hostile, st.sampled_from(["relu", "elu", "swish", "clipped_relu"]))),
@@ -201,7 +201,7 @@ def t_small_descriptors(draw):
 
 
 def t_output_shapes(draw):
-    import cudnn_py.descriptors as D
+    import cudnn_py.core.descriptors as D
     if draw(st.booleans()):
         args = (draw(maybe(shape_like, st.lists(small_int, min_size=3, max_size=5).map(tuple))),
                 draw(maybe(shape_like, st.lists(small_int, min_size=3, max_size=5).map(tuple))))
@@ -588,7 +588,7 @@ def t_descriptor_oracles(draw):
     """Tensor strides that overlap, NCHW_VECT_C settings that cuDNN would round, reductions with indices, backend
     enum and dimension attributes: accepted only when right."""
     from cudnn_py import capi, graph
-    import cudnn_py.descriptors as D
+    import cudnn_py.core.descriptors as D
     which = draw(st.sampled_from(["strides", "vect_c", "reduce", "backend_enum", "backend_dims"]))
     if which == "strides":
         shape = tuple(draw(st.lists(st.integers(1, 4), min_size=2, max_size=4)))
@@ -639,7 +639,7 @@ def t_array_extents(draw):
     """DeviceArray sizes and foreign arrays' interfaces: what is accepted fits 64-bit byte arithmetic, is not NULL,
     and (for __cuda_array_interface__) has non-negative, non-overlapping strides of whole elements."""
     from cudnn_py.errors import InvalidTypeError, InvalidValueError, NoDeviceError
-    from cudnn_py.memory import DeviceArray, as_array
+    from cudnn_py.core.memory import DeviceArray, as_array
     shape = tuple(draw(st.lists(st.one_of(st.integers(0, 6), st.sampled_from([2 ** 31, 2 ** 62, 2 ** 63, 2 ** 64])),
                                 min_size=1, max_size=3)))
     dtype = draw(st.sampled_from(["uint8", "float32", "float64"]))
@@ -682,7 +682,7 @@ def t_aliasing_and_limits(draw):
     (accepted only below 2**63, as an int)."""
     import cudnn_py as cudnn
     from cudnn_py.errors import InvalidTypeError, InvalidValueError
-    from cudnn_py.memory import DeviceArray
+    from cudnn_py.core.memory import DeviceArray
     which = draw(st.sampled_from(["softmax", "workspace_limit", "cap"]))
     if which == "softmax":
         shape = (draw(st.integers(1, 3)), draw(st.integers(1, 4)), draw(st.integers(1, 3)), draw(st.integers(1, 3)))
@@ -712,7 +712,7 @@ def t_aliasing_and_limits(draw):
     def call():
         try:
             if which == "cap":
-                from cudnn_py.workspace import Workspace
+                from cudnn_py.core.workspace import Workspace
                 Workspace(cap=value)
             else:
                 cudnn.convolution_forward(ReachHandle(), cudnn.Convolution(padding=1), fake((2, 4, 5, 5)),

@@ -45,7 +45,8 @@ def _child(target: str, examples: int, seed: int, logfile: str) -> int:
     from hypothesis import seed as hseed
     from hypothesis import strategies as st
 
-    from cudnn_py import _binding, capi
+    from cudnn_py.clib import binding as _binding
+    from cudnn_py import capi
     from cudnn_py.errors import ClosedError, CudnnError, FunctionNotAvailableError
 
     warnings.simplefilter("ignore", DeprecationWarning)

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from cudnn_py import capi
-from cudnn_py.args import float_arg, ints, shape_arg
+from cudnn_py.core.args import float_arg, ints, shape_arg
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 from ..descriptors import BackendDescriptor

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from cudnn_py._loader import library
+from cudnn_py.clib.loader import library
 from cudnn_py.errors import InvalidValueError
 
 from ..descriptors import BackendDescriptor

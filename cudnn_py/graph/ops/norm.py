@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from cudnn_py import capi
-from cudnn_py.args import float_arg
+from cudnn_py.core.args import float_arg
 from cudnn_py.errors import InvalidValueError
 
 from .base import Builder, LowerContext, Op

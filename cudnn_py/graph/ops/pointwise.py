@@ -5,7 +5,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from cudnn_py import capi
-from cudnn_py.args import enum_member, float_arg
+from cudnn_py.core.args import enum_member, float_arg
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 from ..descriptors import BackendDescriptor

@@ -10,7 +10,7 @@ Block-scale (MX) quantize/dequantize operations are not offered: cuDNN 9.19 has 
 from __future__ import annotations
 
 from cudnn_py import capi
-from cudnn_py.dtypes import cudnn_dtype
+from cudnn_py.core.dtypes import cudnn_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 from .base import Builder

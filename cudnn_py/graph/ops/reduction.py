@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from cudnn_py import capi
-from cudnn_py.args import enum_member, shape_arg
+from cudnn_py.core.args import enum_member, shape_arg
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 from ..descriptors import BackendDescriptor

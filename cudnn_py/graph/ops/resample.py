@@ -9,7 +9,7 @@ from __future__ import annotations
 import fractions
 
 from cudnn_py import capi
-from cudnn_py.args import ints, shape_arg
+from cudnn_py.core.args import ints, shape_arg
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 from ..descriptors import BackendDescriptor

@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 
 from cudnn_py import capi
-from cudnn_py.args import shape_arg
-from cudnn_py.memory import is_c_contiguous
+from cudnn_py.core.args import shape_arg
+from cudnn_py.core.memory import is_c_contiguous
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 from ..descriptors import BackendDescriptor
@@ -28,7 +28,7 @@ _RESHAPE_MODE_SINCE = (9, 22, 0)
 
 
 def _loaded() -> tuple[int, int, int]:
-    from cudnn_py._loader import library
+    from cudnn_py.clib.loader import library
     return library().version
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ctypes
 
 from cudnn_py import capi
-from cudnn_py.args import float_arg, shape_arg
+from cudnn_py.core.args import float_arg, shape_arg
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 from ..descriptors import BackendDescriptor

@@ -8,7 +8,8 @@ import inspect
 import math
 from typing import TYPE_CHECKING, Any, Literal, TypedDict, overload
 
-from cudnn_py import _loader, capi
+from cudnn_py.clib import loader as _loader
+from cudnn_py import capi
 from cudnn_py._deprecation import warn
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from cudnn_py.args import bool_arg, float_arg, int_arg
+from cudnn_py.core.args import bool_arg, float_arg, int_arg
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["SdpaOptions", "ALIGNMENTS", "IMPLEMENTATIONS", "SPELLINGS", "fp8_only", "unexpected_keyword",

@@ -27,8 +27,8 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Annotated, Any, Protocol, Union, cast
 
 from cudnn_py import _imports
-from cudnn_py._install import missing_cuda
-from cudnn_py.args import bool_arg
+from cudnn_py.clib.install import missing_cuda
+from cudnn_py.core.args import bool_arg
 from cudnn_py.errors import CudaError, InvalidTypeError, InvalidValueError, NoDeviceError, check_cuda, cuda_error
 
 if TYPE_CHECKING:
@@ -77,7 +77,7 @@ if TYPE_CHECKING:
 else:
     StreamLike = annotation_only(Union["Stream", _HasCudaStream, _HasCudaStreamAttr, int, None], "StreamLike",
                                  "pass a cudnn_py.new_stream(), a cuda.core Stream, a torch/CuPy stream, an int "
-                                 "cudaStream_t or None (cudnn_py.streams.as_stream() normalises one)")
+                                 "cudaStream_t or None (cudnn_py.core.streams.as_stream() normalises one)")
 
 _tls = threading.local()
 _core: ModuleType | None = None
@@ -264,7 +264,7 @@ def new_stream(device: int | Device | None = None, *, nonblocking: bool = True,
     :param priority: the CUDA stream priority (lower is more urgent); ``None`` for the default.
     :raises NoDeviceError: where no GPU can be used.
     """
-    from cudnn_py.args import bool_arg, int_arg
+    from cudnn_py.core.args import bool_arg, int_arg
     nonblocking = bool_arg(nonblocking, "nonblocking")
     priority = None if priority is None else int_arg(priority, "priority", -(1 << 31))
     dev = get_device(device)

@@ -17,12 +17,13 @@ and the process-wide sharing of C descriptors.
       capi.cudnnOpTensor(h.ptr, add.descriptor, ...)
 
 Enum-valued arguments take the enum member (``capi.CUDNN_POOLING_MAX``), its value, its full name or its short name
-in any case (``"max"``); dtypes take anything :func:`cudnn_py.dtypes.cudnn_dtype` does (``"fp16"``, ``"bf16"``, ...).
+in any case (``"max"``); dtypes take anything :func:`cudnn_py.core.dtypes.cudnn_dtype` does (``"fp16"``, ``"bf16"``,
+...).
 
-Shared C descriptors live in the process-wide caches of :func:`cudnn_py.caches.shared` (named ``"descriptors.*"``),
+Shared C descriptors live in the process-wide caches of :func:`cudnn_py.core.caches.shared` (named ``"descriptors.*"``),
 keyed by their validated settings, so a call in a loop builds each once; :meth:`TensorDescriptor.shared` and
 :meth:`FilterDescriptor.shared` return the shared one of a shape and dtype. Shared descriptors ignore ``close()``;
-they live until evicted or :func:`cudnn_py.caches.clear`, and while referenced.
+they live until evicted or :func:`cudnn_py.core.caches.clear`, and while referenced.
 
 The names these replace (``PoolingDescriptor``, ``pooling_descriptor``, ``ActivationDescriptor``, ``clear_cache``,
 ..., the ``format=`` and ``compute_type=`` keywords) still work, with a ``DeprecationWarning``.
@@ -43,13 +44,14 @@ from typing import Any, TypeVar
 import numpy as np
 from numpy.typing import DTypeLike
 
-from cudnn_py import caches, capi
+from cudnn_py.core import caches
+from cudnn_py import capi
 from cudnn_py._deprecation import alias, renamed_kwargs, warn
-from cudnn_py.dtypes import cudnn_dtype, numpy_dtype
+from cudnn_py.core.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
-from cudnn_py.handle import CObject
-from cudnn_py.args import DIM_MAX, INT32_MAX, dims, enum_member, ints, nan_flag
-from cudnn_py.memory import DeviceArray, as_array, c_strides, non_overlapping
+from cudnn_py.core.handle import CObject
+from cudnn_py.core.args import DIM_MAX, INT32_MAX, dims, enum_member, ints, nan_flag
+from cudnn_py.core.memory import DeviceArray, as_array, c_strides, non_overlapping
 
 __all__ = [
     "Descriptor", "Settings", "legacy_dtype", "read_back", "c_nan", "c_ints", "TensorDescriptor", "FilterDescriptor",
@@ -149,7 +151,7 @@ class Descriptor(CObject[Any]):
     _create_fn: str = ""
     _destroy_fn: str = ""
     _shown: tuple[str, ...] = ()  # the properties repr() shows (None values are left out)
-    _cache_name: str = ""  # the process-wide cache of shared instances (cudnn_py.caches.shared), for shared()
+    _cache_name: str = ""  # the process-wide cache of shared instances (cudnn_py.core.caches.shared), for shared()
 
     def __init__(self):
         self._shared = False
@@ -160,7 +162,7 @@ class Descriptor(CObject[Any]):
     @classmethod
     def shared(cls, *settings):
         """The process-wide instance made by ``cls(*settings)`` (validated, hashable settings), made once and kept in
-        the cache ``cls._cache_name`` of :func:`cudnn_py.caches.shared`; its ``close()`` does nothing."""
+        the cache ``cls._cache_name`` of :func:`cudnn_py.core.caches.shared`; its ``close()`` does nothing."""
         return _shared(caches.shared(cls._cache_name), settings, lambda: cls(*settings))
 
     @property
@@ -616,7 +618,7 @@ def _reduce_tensor(op="add", compute_type=np.float32, *, nan_propagation=False, 
     return ReduceTensor(op, compute_type, nan_propagation=nan_propagation, indices=indices, indices_type=indices_type)
 
 
-clear_cache = _deprecated("clear_cache", caches.clear, "cudnn_py.caches.clear")
+clear_cache = _deprecated("clear_cache", caches.clear, "cudnn_py.core.caches.clear")
 OpTensorDescriptor = _deprecated("OpTensorDescriptor", _op_tensor, "cudnn_py.OpTensor")
 op_tensor_descriptor = _deprecated("op_tensor_descriptor", _op_tensor, "cudnn_py.OpTensor")
 ReduceTensorDescriptor = _deprecated("ReduceTensorDescriptor", _reduce_tensor, "cudnn_py.ReduceTensor")

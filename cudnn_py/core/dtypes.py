@@ -20,7 +20,7 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from cudnn_py import capi
-from cudnn_py.caches import shared
+from cudnn_py.core.caches import shared
 from cudnn_py.errors import InvalidTypeError
 
 try:  # bfloat16 / fp8 / fp4 NumPy dtypes; optional

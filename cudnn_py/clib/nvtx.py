@@ -2,11 +2,11 @@
 
 ::
 
-    cudnn_py.nvtx.enable()      # or CUDNN_PY_NVTX=1 in the environment (read when cuDNN's first function is bound)
+    cudnn_py.clib.nvtx.enable()      # or CUDNN_PY_NVTX=1 in the environment (read when cuDNN's first function is bound)
     y = cudnn_py.convolution_forward(h, conv, x, w)   # a range "cudnnConvolutionForward" in domain "cudnn_py"
-    with cudnn_py.nvtx.scope("my step"):              # a range of your own, in the same domain
+    with cudnn_py.clib.nvtx.scope("my step"):              # a range of your own, in the same domain
         ...
-    cudnn_py.nvtx.disable()
+    cudnn_py.clib.nvtx.disable()
 
 While enabled, every call of a C function through :mod:`cudnn_py.capi` (how the Pythonic layer reaches cuDNN) runs
 inside a range named after that function; hot paths that keep a bound ctypes function (``fn.raw``, a graph
@@ -22,7 +22,7 @@ import threading
 import warnings
 from collections.abc import Callable, Iterator
 
-from . import _binding
+from cudnn_py.clib import binding as _binding
 
 __all__ = ["enable", "disable", "enabled", "scope", "wrap", "DOMAIN"]
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from cudnn_py import capi
-from cudnn_py.algorithm_queries import DIRECTIONS, AlgoPerf
+from cudnn_py.calls.algorithm_queries import DIRECTIONS, AlgoPerf
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["AlgorithmCache", "CacheFileError", "CONV_KEY_FIELDS", "MAX_FILE_BYTES", "KIND", "check_entry",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import ctypes
 
-from . import _loader
-from .errors import CudnnError, CudnnNotInitializedError, error_class
+from cudnn_py.clib import loader as _loader
+from cudnn_py.errors import CudnnError, CudnnNotInitializedError, error_class
 
 __all__ = ["status_error", "last_error_text"]
 
@@ -26,7 +26,7 @@ def last_error_text() -> str:
 
 def status_error(function: str, status: int) -> CudnnError:
     """The exception for a failed call: class by status family, enum member, cuDNN's last-error text."""
-    from .capi.graph import cudnnStatus_t
+    from cudnn_py.capi.graph import cudnnStatus_t
     try:
         status = cudnnStatus_t(status)
     except ValueError:

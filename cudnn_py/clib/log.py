@@ -5,8 +5,8 @@ each message to ``logging.getLogger("cudnn_py")`` (override with ``logger=``)::
 
     import logging, cudnn_py
     logging.basicConfig(level=logging.INFO)
-    cudnn_py.log.enable("info")      # every cuDNN call, plus warnings and errors
-    cudnn_py.log.enable("error")     # errors only (what a failed call would also raise)
+    cudnn_py.clib.log.enable("info")      # every cuDNN call, plus warnings and errors
+    cudnn_py.clib.log.enable("error")     # errors only (what a failed call would also raise)
 
 or, with no code change, ``CUDNN_PY_LOG=info|warning|error`` in the environment (read when cuDNN's first
 function is bound). Levels: cuDNN's ``CUDNN_SEV_FATAL`` -> ``CRITICAL``, ``ERROR`` -> ``ERROR``, ``WARNING``
@@ -67,7 +67,7 @@ def _deliver(severity: int, udata, debug, message: int) -> None:
     d = debug.contents if debug else None
     status = d.cudnnStatus if d else 0
     try:
-        from .capi.graph import cudnnStatus_t
+        from cudnn_py.capi.graph import cudnnStatus_t
         status = cudnnStatus_t(status)
     except ValueError:
         pass
@@ -95,7 +95,7 @@ def enable(level: str | int = "warning", logger: logging.Logger | None = None) -
     level (``logging.DEBUG``/``INFO`` -> info, ``WARNING`` -> warning, above -> error). Raises ValueError for an
     unknown level; a cuDNN error if the library refuses the callback.
     """
-    from . import capi
+    from cudnn_py import capi
     name = _level_name(level)
     mask = sum(1 << int(getattr(capi, f"CUDNN_SEV_{sev}")) for sev in LEVELS[name])
     with _lock:
@@ -114,7 +114,7 @@ def enable(level: str | int = "warning", logger: logging.Logger | None = None) -
 
 def disable() -> None:
     """Stop delivering cuDNN's messages (cuDNN is left delivering nothing, as it starts)."""
-    from . import capi
+    from cudnn_py import capi
     with _lock:
         if _state["level"] is None:
             return

@@ -18,8 +18,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from cudnn_py.errors import CudnnPyError, InvalidTypeError, InvalidValueError, WorkspaceLimitError, cuda_error_from
-from cudnn_py.contexts import on_device
-from cudnn_py.streams import StreamLike, as_stream, get_device
+from cudnn_py.core.contexts import on_device
+from cudnn_py.core.streams import StreamLike, as_stream, get_device
 
 if TYPE_CHECKING:
     from cuda.core import Device, Stream

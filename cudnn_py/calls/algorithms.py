@@ -1,12 +1,13 @@
-"""Convolution algorithms: the queries and records (:mod:`cudnn_py.algorithm_queries`) and the "fastest" cache
-(:mod:`cudnn_py.fastest_cache`) gathered here, the port of the removed selectors and how a call chooses its algorithm.
+"""Convolution algorithms: the queries and records (:mod:`cudnn_py.calls.algorithm_queries`) and the "fastest" cache
+(:mod:`cudnn_py.calls.fastest_cache`) gathered here, the port of the removed selectors and how a call chooses its
+algorithm.
 
 Directions are ``"forward"``, ``"backward_data"`` and ``"backward_filter"``. Port of the selectors removed in cuDNN 8
 (one line each)::
 
     # C, cuDNN 7:
     #   cudnnGetConvolutionForwardAlgorithm(h, xD, wD, cD, yD, CUDNN_CONVOLUTION_FWD_PREFER_FASTEST, 0, &algo);
-    from cudnn_py.algorithms import *
+    from cudnn_py.calls.algorithms import *
     algo = cudnnGetConvolutionForwardAlgorithm(h, xD, wD, cD, yD, CUDNN_CONVOLUTION_FWD_PREFER_FASTEST, 0)
 
 or ``choose_forward_algorithm(h, xD, wD, cD, yD, preference, limit, measured=False)``. The preference is applied to
@@ -21,15 +22,15 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from cudnn_py import capi
-from cudnn_py.args import bool_arg
-from cudnn_py.fastest_cache import CONV_KEY_FIELDS, AlgorithmCache, CacheFileError, algorithm_cache
-from cudnn_py.algorithm_queries import (DIRECTIONS, AlgoPerf, algorithm_enum, find_algorithms, find_algorithms_ex,
+from cudnn_py.core.args import bool_arg
+from cudnn_py.calls.fastest_cache import CONV_KEY_FIELDS, AlgorithmCache, CacheFileError, algorithm_cache
+from cudnn_py.calls.algorithm_queries import (DIRECTIONS, AlgoPerf, algorithm_enum, find_algorithms, find_algorithms_ex,
                                         heuristic_algorithms, max_algorithm_count, parse_algo, real_members,
                                         workspace_size)
 from cudnn_py.errors import CudnnError, CudnnNotSupportedError, InvalidValueError, WorkspaceLimitError
 
 if TYPE_CHECKING:
-    from cudnn_py.handle import Handle
+    from cudnn_py.core.handle import Handle
 
 __all__ = [
     "DIRECTIONS", "AlgoPerf", "AlgorithmCache", "CacheFileError", "CONV_KEY_FIELDS", "algorithm_cache",
@@ -50,7 +51,7 @@ __all__ = [
 # ---------------------------------------------------------------- port of the removed selectors
 
 # one definition of the removed preference enums, in removed.py (capi exports the same objects)
-from .removed import (  # noqa: E402
+from cudnn_py.removed import (  # noqa: E402
     cudnnConvolutionBwdDataPreference_t, cudnnConvolutionBwdFilterPreference_t, cudnnConvolutionFwdPreference_t)
 
 CUDNN_CONVOLUTION_FWD_NO_WORKSPACE, CUDNN_CONVOLUTION_FWD_PREFER_FASTEST, \
@@ -215,7 +216,7 @@ def measure_algorithms(handle, direction: str, a, a_ptr: int, b, b_ptr: int, con
                        limit: int | None) -> list[AlgoPerf]:
     """``Find...Ex`` on the inputs at ``a_ptr``/``b_ptr``, a scratch output of ``c_nbytes`` bytes (on the handle's
     device and stream) and the workspace :func:`find_workspace` gets under ``limit``; descriptors in cuDNN's order."""
-    from cudnn_py.memory import empty
+    from cudnn_py.core.memory import empty
     needs = []
     for algo in real_members(direction):
         try:

@@ -27,7 +27,7 @@ still refuses str, bytes and other handle types but takes any int; ints wrap), t
 created handle still recorded (see ``_RECORD``), no deprecation warning after the access.
 
 Calling a function the headers mark ``CUDNN_DEPRECATED`` from outside the ``cudnn_py`` package warns
-(:class:`DeprecationWarning`) once per function. ``cudnn_py.nvtx`` can wrap every call in an NVTX range
+(:class:`DeprecationWarning`) once per function. ``cudnn_py.clib.nvtx`` can wrap every call in an NVTX range
 (:func:`set_range_wrapper`); ``CUDNN_PY_LOG`` and ``CUDNN_PY_NVTX`` are read when the first function is bound.
 """
 from __future__ import annotations
@@ -44,9 +44,9 @@ import sys
 import threading
 import warnings
 
-from . import _loader, recording
-from ._status import status_error
-from .errors import CArgumentError, CudnnPyError, FunctionNotAvailableError, InvalidStateError
+from cudnn_py.clib import loader as _loader, recording
+from cudnn_py.clib.status import status_error
+from cudnn_py.errors import CArgumentError, CudnnPyError, FunctionNotAvailableError, InvalidStateError
 
 def _errcheck(name: str, created: int | None = None):
     """The ctypes ``errcheck`` of function ``name``: a status other than success raises. For a create function
@@ -246,7 +246,7 @@ def _enum(cls, value):
     if isinstance(value, enum.Enum):
         if isinstance(value, cls):
             return value
-        from .removed import REMOVED_ENUMS
+        from cudnn_py.removed import REMOVED_ENUMS
         removed = REMOVED_ENUMS.get(type(value))
         note = f", an enum removed in cuDNN {removed}" if removed else ""
         raise TypeError(f"got {value.name}, a member of {type(value).__name__}{note}; this parameter takes a "
@@ -288,7 +288,7 @@ def _void(const, value):
 
 def _attribute_ctype(attribute_type):
     """The element ctype of a ``cudnnBackendAttributeType_t`` value (None for a value cuDNN does not define)."""
-    from .capi.graph import cudnnBackendAttributeType_t as T, cudnnFraction_t
+    from cudnn_py.capi.graph import cudnnBackendAttributeType_t as T, cudnnFraction_t
     try:
         name = T(int(attribute_type)).name[len("CUDNN_TYPE_"):]
     except (TypeError, ValueError):
@@ -378,7 +378,7 @@ def _python_name(declaration: str, i: int) -> str:
 # ------------------------------------------------------------------------------------------ functions
 
 _FUNCTIONS: list[CFunction] = []  # every declared function (NVTX toggling rebinds the bound ones)
-_range_wrapper = None  # cudnn_py.nvtx's wrapper while NVTX ranges are on
+_range_wrapper = None  # cudnn_py.clib.nvtx's wrapper while NVTX ranges are on
 # taken by a function's first call while it binds (and by set_range_wrapper), never by a bound call
 _BIND_LOCK = threading.RLock()  # reentrant: a finalizer may make a first call while its thread binds
 
@@ -479,7 +479,7 @@ _EXECUTES = frozenset({"cudnnBackendExecute", "cudnnFusedOpsExecute"})
 
 def _guard_queue(name: str, inner):
     """``inner`` (a C function that queues device work) spoiling this thread's recording
-    (:mod:`cudnn_py.recording`) when called outside a sink: a prepared call would leave its work out."""
+    (:mod:`cudnn_py.clib.recording`) when called outside a sink: a prepared call would leave its work out."""
     state = recording.state
 
     def call(*args):
@@ -496,7 +496,7 @@ _started = False
 
 
 def set_range_wrapper(wrapper) -> None:
-    """Wrap every C call from now on in ``wrapper(name, call)`` (None: no wrapper); used by :mod:`cudnn_py.nvtx`.
+    """Wrap every C call from now on in ``wrapper(name, call)`` (None: no wrapper); used by :mod:`cudnn_py.clib.nvtx`.
 
     Calls through :attr:`CFunction.raw` get the wrapper when ``raw`` is read, so a ctypes function kept from
     before is not wrapped.
@@ -516,10 +516,10 @@ def _startup() -> None:
         return
     _started = True
     if os.environ.get("CUDNN_PY_LOG"):
-        from . import log
+        from cudnn_py.clib import log
         log.enable_from_environment()
     if os.environ.get("CUDNN_PY_NVTX"):
-        from . import nvtx
+        from cudnn_py.clib import nvtx
         nvtx.enable_from_environment()
 
 

@@ -16,12 +16,12 @@ import threading
 import weakref
 from typing import TYPE_CHECKING
 
-from cudnn_py.streams import get_device
+from cudnn_py.core.streams import get_device
 
 if TYPE_CHECKING:
     from cuda.core import Device
 
-    from cudnn_py.handle import Handle
+    from cudnn_py.core.handle import Handle
 
 __all__ = ["default_handle"]
 
@@ -42,7 +42,7 @@ def default_handle(device: int | Device | None = None) -> Handle:
         handles = _tls.handles = {}
     h = handles.get(ordinal)
     if h is None or h.closed:
-        from cudnn_py.handle import Handle
+        from cudnn_py.core.handle import Handle
         h = handles[ordinal] = Handle(ordinal)
         with _lock:
             _live.add(h)

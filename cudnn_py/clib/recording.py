@@ -1,5 +1,5 @@
-"""What a call's validated path queued on the GPU, written down for its prepared call (:mod:`cudnn_py.prepared`) to
-queue again with other addresses.
+"""What a call's validated path queued on the GPU, written down for its prepared call (:mod:`cudnn_py.calls.prepared`)
+to queue again with other addresses.
 
 The families queue their work through sinks: :func:`cudnn_py.ops._common.launch` (a legacy C call),
 :func:`~cudnn_py.ops._common.host_step` and :meth:`cudnn_py.graph.runner.Runner.run_pointers` (a graph plan). While
@@ -56,7 +56,8 @@ class Recording:
 class _Local(threading.local):
     rec: Recording | None = None
     sink: bool = False  # inside a sink's own C call (set by the sinks): queuing C functions leave the recording alone
-    call: Any = None  # the operation call whose validated path runs (cudnn_py.prepared): its declaration's key etc.
+    #: the operation call whose validated path runs (cudnn_py.calls.prepared): its declaration's key etc.
+    call: Any = None
 
 
 #: this thread's recording (``state.rec``; None while not recording): read directly on hot paths

@@ -8,7 +8,7 @@ An operation family never calls this module itself: it hands both engines to
     gl.dispatch(engine, handle, None, lambda: _legacy(...), lambda auto: _graph(..., auto), static="graph")
 
 Inside a ``@prepared`` function the key (None above) and what the call mutates come from its declaration
-(:mod:`cudnn_py.prepared`). For each key (operation name, then shapes, strides, dtypes, parameters):
+(:mod:`cudnn_py.calls.prepared`). For each key (operation name, then shapes, strides, dtypes, parameters):
 
 1. the handle's choice (its cache ``"engine.choice"``, listed by :func:`choices`) runs: a dict lookup;
 2. else the tuning database's ``"engine_choice"`` record for the key on this GPU, cuDNN and driver;
@@ -22,7 +22,7 @@ Inside a ``@prepared`` function the key (None above) and what the call mutates c
    written to the database only where every engine left out refused. Where both engines fail the legacy error is
    raised.
 
-Each choice is logged at DEBUG on ``logging.getLogger("cudnn_py.engine_choice")``. ``CUDNN_PY_AUTO_ENGINE=static``
+Each choice is logged at DEBUG on ``logging.getLogger("cudnn_py.calls.engine_choice")``. ``CUDNN_PY_AUTO_ENGINE=static``
 (or :func:`set_mode` ``("static")``) turns measuring off: each call runs its static rule (``static=``), the graph
 falling back to the legacy call where it refuses.
 """
@@ -38,8 +38,8 @@ from typing import Callable, Hashable, NamedTuple, Sequence, cast
 
 import numpy as np
 
-from cudnn_py import recording
-from cudnn_py.caches import handle_cache
+from cudnn_py.clib import recording
+from cudnn_py.core.caches import handle_cache
 from cudnn_py.errors import CudnnPyError, InvalidValueError
 
 __all__ = ["Choice", "run", "run_static", "chosen", "choices", "signature", "set_mode", "mode", "on_mode_change",
@@ -57,7 +57,7 @@ KIND = "engine_choice"
 CACHE = _CACHE = "engine.choice"
 _LISTENERS: list[Callable[[], None]] = []
 
-_log = logging.getLogger("cudnn_py.engine_choice")
+_log = logging.getLogger("cudnn_py.calls.engine_choice")
 _mode: list[str | None] = [None]
 
 
@@ -138,7 +138,7 @@ def run(handle, key: Hashable | None, legacy: Callable[[], object], graph: Calla
 
 
 def _declared():
-    """The prepared operation call whose validated path runs (:data:`cudnn_py.recording.state` ``.call``)."""
+    """The prepared operation call whose validated path runs (:data:`cudnn_py.clib.recording.state` ``.call``)."""
     call = recording.state.call
     if call is None:
         raise InvalidValueError("engine choice: no key given outside a prepared operation call")
@@ -162,7 +162,7 @@ def run_static(engine: str, legacy: Callable[[], object], graph: Callable[[], ob
 
 def _clock(handle, fn: Callable[[], object]) -> tuple[object, float]:
     """(what ``fn()`` answered, device ms between events around it on the handle's stream)."""
-    from cudnn_py.streams import timer
+    from cudnn_py.core.streams import timer
     with timer(handle.stream) as t:
         out = fn()
     return out, cast(float, t.ms)
@@ -172,7 +172,7 @@ def _snapshot(handle, arrays: Sequence) -> Callable[[], None]:
     """A function restoring ``arrays``' memory (their whole span) to what it holds now."""
     if not arrays:
         return lambda: None
-    from cudnn_py.memory import DeviceArray, empty
+    from cudnn_py.core.memory import DeviceArray, empty
     pairs = []
     for a in arrays:
         lo, count = a.span()

@@ -1,5 +1,6 @@
 """What lays out a strided array: its shape, element strides, extent in memory and dtype, checked in pure Python
-(the device arrays of :mod:`cudnn_py.memory` and the descriptors of :mod:`cudnn_py.descriptors` build on them)."""
+(the device arrays of :mod:`cudnn_py.core.memory` and the descriptors of :mod:`cudnn_py.core.descriptors` build on
+them)."""
 from __future__ import annotations
 
 import functools
@@ -9,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from cudnn_py.dtypes import SUPPORTED_DTYPES, as_numpy_dtype
+from cudnn_py.core.dtypes import SUPPORTED_DTYPES, as_numpy_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["c_strides", "is_c_contiguous", "non_overlapping", "memory_order", "preserved_strides", "normalize_shape",

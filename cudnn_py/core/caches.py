@@ -86,7 +86,7 @@ class Cache(dict):
             dict.__delitem__(self, key)
 
     def __repr__(self) -> str:
-        return f"<cudnn_py.caches.Cache {self.name!r} {len(self)}/{self.maxsize}>"
+        return f"<cudnn_py.core.caches.Cache {self.name!r} {len(self)}/{self.maxsize}>"
 
 
 _SHARED: dict[str, Cache] = {}

@@ -7,12 +7,12 @@ in the handle's cache ``"prepared"``:
 * **a hit** queues the recorded work again with this call's addresses (legacy C calls with their descriptors and
   scaling factors, or a graph plan through a variant pack of these addresses; the workspace fetched again), new
   outputs from the inputs' package; nothing is validated again: the key fixes everything the validated path checked;
-* **a miss** refuses partially overlapping outputs, then runs the function itself while :mod:`cudnn_py.recording`
+* **a miss** refuses partially overlapping outputs, then runs the function itself while :mod:`cudnn_py.clib.recording`
   writes down what it queued; where every address that work used is one of the call's arrays (or a new output it
   returned), the recording becomes the signature's :class:`Prepared` call; one that cannot be replayed (an engine
   measured, a scratch buffer, host data, driver work outside the sinks) is validated again next time. Meanwhile the
-  call is :data:`cudnn_py.recording.state` ``.call``: its engine choice's key and what a measured run mutates come
-  from the declaration (:mod:`cudnn_py.engine_choice`).
+  call is :data:`cudnn_py.clib.recording.state` ``.call``: its engine choice's key and what a measured run mutates come
+  from the declaration (:mod:`cudnn_py.calls.engine_choice`).
 
 The key holds every array's layout and alignment, which arrays share an address and every other argument with its
 type; a given output overlapping an input other than as the identical view (in place) is refused; a descriptor a
@@ -38,15 +38,17 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from cudnn_py import engine_choice, foreign, memory, recording
-from cudnn_py.recording import state
-from cudnn_py.caches import Cache, handle_cache
-from cudnn_py.descriptors import Descriptor
+from cudnn_py.calls import engine_choice
+from cudnn_py.core import foreign, memory
+from cudnn_py.clib import recording
+from cudnn_py.clib.recording import state
+from cudnn_py.core.caches import Cache, handle_cache
+from cudnn_py.core.descriptors import Descriptor
 from cudnn_py._deprecation import warn
-from cudnn_py.args import scaling
+from cudnn_py.core.args import scaling
 from cudnn_py.errors import CudnnPyError, InvalidTypeError, InvalidValueError, WorkspaceLimitError
-from cudnn_py.handle import Handle, handle_arg
-from cudnn_py.memory import DeviceArray, Output
+from cudnn_py.core.handle import Handle, handle_arg
+from cudnn_py.core.memory import DeviceArray, Output
 
 __all__ = ["prepared", "Prepared", "CACHE", "package", "to_package", "forget"]
 
@@ -274,7 +276,7 @@ class _Spec:
 
 
 class _Call:
-    """The operation call whose validated path runs (``recording.state.call``): what :mod:`cudnn_py.engine_choice`
+    """The operation call whose validated path runs (``recording.state.call``): what :mod:`cudnn_py.calls.engine_choice`
     takes from its declaration."""
 
     __slots__ = ("spec", "args", "kwargs")
@@ -507,7 +509,7 @@ def _view(a: DeviceArray, offset: int, torch: bool) -> Callable[[Any, Any], tupl
 
 def forget(handle: Any, *names: str) -> None:
     """Drop the prepared calls of ``handle`` (None: of every handle) built on any of the handle caches ``names``
-    (what their recordings :func:`~cudnn_py.recording.uses`): a cache clear makes them again from what it left."""
+    (what their recordings :func:`~cudnn_py.clib.recording.uses`): a cache clear makes them again from what it left."""
     wanted = frozenset(names)
     caches = list(_CACHES.values()) if handle is None else [handle.cache.get(CACHE)] if hasattr(handle, "cache") else []
     for cache in caches:

@@ -28,11 +28,12 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from cudnn_py import _binding, _imports, capi
-from cudnn_py.caches import Cache
+from cudnn_py.clib import binding as _binding
+from cudnn_py import _imports, capi
+from cudnn_py.core.caches import Cache
 from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
-from cudnn_py.streams import StreamLike, as_stream, get_device
-from cudnn_py.workspace import Workspace
+from cudnn_py.core.streams import StreamLike, as_stream, get_device
+from cudnn_py.core.workspace import Workspace
 
 if TYPE_CHECKING:  # annotations only: cuda.core is imported on first device use (streams.cuda_core)
     from cuda.core import Device, Stream
@@ -124,7 +125,7 @@ class Handle(CObject[capi.cudnnHandle_t]):
         self._own(ptr, capi.cudnnDestroy, self._state)
         self._stream: Stream = s
         self._stream_ptr = 0
-        #: the scratch buffer execute calls draw from (see :class:`~cudnn_py.workspace.Workspace`)
+        #: the scratch buffer execute calls draw from (see :class:`~cudnn_py.core.workspace.Workspace`)
         self.workspace = Workspace(device=self.device)
         #: what other modules built for this handle, by module (see :func:`handle_cache`); dropped by close()
         self.cache: dict[str, Cache] = {}
@@ -180,7 +181,7 @@ class Handle(CObject[capi.cudnnHandle_t]):
     def cache_info(self) -> dict[str, int]:
         """How many entries each of this handle's caches holds (``'prepared'``, the calls' prepared calls;
         ``'conv.plans'`` of the legacy convolution calls, ``'graph.plans'``, the attention plans, ...), by cache name;
-        process-wide caches (shared C descriptors): :func:`cudnn_py.caches.info`."""
+        process-wide caches (shared C descriptors): :func:`cudnn_py.core.caches.info`."""
         return {name: len(entries) for name, entries in self.cache.items()}
 
     def clear_caches(self) -> None:

@@ -1,4 +1,4 @@
-"""The devices' primary contexts (and the CUDA driver module, :func:`cudnn_py.streams.driver`): what the memory
+"""The devices' primary contexts (and the CUDA driver module, :func:`cudnn_py.core.streams.driver`): what the memory
 operations need to run their driver calls with the right device's context current (:class:`on_device`), on any
 thread and whichever device is current."""
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from cudnn_py.errors import check_cuda
-from cudnn_py.streams import driver
+from cudnn_py.core.streams import driver
 
 __all__ = ["driver", "device_count", "primary_context", "on_device"]
 
@@ -37,7 +37,7 @@ def primary_context(device_id: int) -> Any:
 
 class on_device:  # noqa: N801 - used as a with-statement, like a function
     """``with on_device(i):`` device ``i``'s primary context is current for the driver calls in the block (the
-    allocations, fills, copies and frees of this module and of :mod:`cudnn_py.workspace`).
+    allocations, fills, copies and frees of this module and of :mod:`cudnn_py.core.workspace`).
 
     Fills, copies and frees are queued on the array's stream, which may be the legacy default stream: that one
     is the *current* context's, and a driver call on another device's memory fails (CUDA_ERROR_INVALID_VALUE).

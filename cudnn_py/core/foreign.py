@@ -1,8 +1,8 @@
-"""Readers of foreign arrays that need no device array (:mod:`cudnn_py.memory` re-exports ``is_torch_tensor`` and
+"""Readers of foreign arrays that need no device array (:mod:`cudnn_py.core.memory` re-exports ``is_torch_tensor`` and
 ``Signature``, their documented path).
 
 :func:`is_torch_tensor` and the torch tables (:data:`TORCH_TYPES`, :data:`TORCH_DTYPES`) are the hot path of
-:func:`cudnn_py.memory.array_signature` (the key of every cached call) and of the prepared calls: a torch tensor is
+:func:`cudnn_py.core.memory.array_signature` (the key of every cached call) and of the prepared calls: a torch tensor is
 read in a few attribute reads, without DLPack; cudnn_py never imports torch, it learns the tables the first time it
 sees torch imported. :func:`check_cuda_array_interface` refuses a malformed interface before ``cuda.core`` reads it.
 """
@@ -12,16 +12,16 @@ import sys
 
 import numpy as np
 
-from cudnn_py.dtypes import SUPPORTED_DTYPES
+from cudnn_py.core.dtypes import SUPPORTED_DTYPES
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
-from cudnn_py.strided import c_strides, check_extent, non_overlapping
+from cudnn_py.core.strided import c_strides, check_extent, non_overlapping
 
 __all__ = ["TORCH_TYPES", "TORCH_DTYPES", "learn_torch", "is_torch_tensor", "Signature", "check_cuda_array_interface"]
 
 
-#: torch's tensor types and its dtype -> NumPy dtype table (:data:`~cudnn_py.dtypes.SUPPORTED_DTYPES` by name), filled
-#: by :func:`learn_torch` once the program has imported torch (replaced, never mutated, so readers need no lock; read
-#: them as ``foreign.TORCH_TYPES``: a name imported from here keeps the empty table)
+#: torch's tensor types and its dtype -> NumPy dtype table (:data:`~cudnn_py.core.dtypes.SUPPORTED_DTYPES` by name),
+#: filled by :func:`learn_torch` once the program has imported torch (replaced, never mutated, so readers need no
+#: lock; read them as ``foreign.TORCH_TYPES``: a name imported from here keeps the empty table)
 TORCH_TYPES: frozenset = frozenset()
 TORCH_DTYPES: dict = {}
 
@@ -44,7 +44,7 @@ def learn_torch() -> bool:
 
 
 def is_torch_tensor(obj) -> bool:
-    """Whether ``obj`` is a torch tensor: of the types :func:`cudnn_py.memory.array_signature` reads without DLPack
+    """Whether ``obj`` is a torch tensor: of the types :func:`cudnn_py.core.memory.array_signature` reads without DLPack
     (``torch.Tensor``, ``torch.nn.Parameter``; subclasses are not); False while the program has not imported torch."""
     t = type(obj)
     return t in TORCH_TYPES or (not TORCH_TYPES and learn_torch() and t in TORCH_TYPES)
@@ -57,8 +57,9 @@ Signature = tuple[tuple[int, ...], tuple[int, ...], np.dtype, int]
 def check_cuda_array_interface(obj, name: str) -> None:
     """Refuse a malformed ``__cuda_array_interface__`` before cuda.core reads it (and asks the driver about its
     pointer): a dict of ``shape``, a native ``typestr``, ``data`` (a non-NULL address unless empty, a flag), no
-    ``mask``, and ``strides`` None or non-negative, whole elements and not overlapping (:func:`cudnn_py.memory.as_array`
-    calls it before viewing an object that offers the interface and no device DLPack)."""
+    ``mask``, and ``strides`` None or non-negative, whole elements and not overlapping
+    (:func:`cudnn_py.core.memory.as_array` calls it before viewing an object that offers the interface and no device
+    DLPack)."""
     try:
         cai = obj.__cuda_array_interface__
     except Exception as e:  # noqa: BLE001 - a producer's property may raise anything

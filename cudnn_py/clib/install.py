@@ -14,7 +14,7 @@ from pathlib import Path
 __all__ = ["pip_install", "driver_extras", "installed_from", "cuda_major", "torch_install", "missing_cuda",
            "EDITABLE_COMPAT"]
 
-_ROOT = Path(__file__).resolve().parent.parent
+_ROOT = Path(__file__).resolve().parents[2]
 #: what every editable install of cudnn-py adds: a plain path in the environment instead of setuptools' import hook,
 #: which hides the package from type checkers (mypy: 'Cannot find implementation or library stub')
 EDITABLE_COMPAT = "--config-settings editable_mode=compat"

@@ -1,7 +1,7 @@
 """Convolution algorithm queries on raw descriptors: for each direction (``"forward"``, ``"backward_data"``,
 ``"backward_filter"``) cuDNN's heuristic list (``..._v7``), its measured ones (``Find...``, on buffers it allocates,
 and ``Find...Ex``, on the caller's) and the workspace size of one algorithm, returned as :class:`AlgoPerf` records
-in cuDNN's order. :mod:`cudnn_py.algorithms` gathers them with the cache and the selectors."""
+in cuDNN's order. :mod:`cudnn_py.calls.algorithms` gathers them with the cache and the selectors."""
 from __future__ import annotations
 
 import ctypes

@@ -21,8 +21,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from ._install import driver_extras
-from .errors import LibraryNotFoundError
+from cudnn_py.clib.install import driver_extras
+from cudnn_py.errors import LibraryNotFoundError
 
 SONAME = "libcudnn.so.9"
 INSTALL_HINT = f"install cudnn-py with the extra for your driver: {driver_extras()}; or point CUDNN_PY_LIBRARY at {SONAME}"
@@ -101,7 +101,7 @@ MIN_VERSION = (9, 14, 0)
 def supported_range() -> str:
     """The supported cuDNN versions in words, from :data:`MIN_VERSION` to the headers the C layer was generated
     from, e.g. ``'9.14.0 to 9.28 (the headers ...; a newer 9.x loads, without bindings for what it adds)'``."""
-    from .capi import version as v
+    from cudnn_py.capi import version as v
     return (f"{'.'.join(map(str, MIN_VERSION))} to {v.CUDNN_MAJOR}.{v.CUDNN_MINOR} (the headers the C layer was "
             f"generated from; a newer 9.x loads, without bindings for what it adds)")
 

@@ -1,0 +1,3 @@
+"""The call machinery: the prepared call (one path for every family), the engine choice and the algorithm
+choices with their caches.
+"""

@@ -1,0 +1,3 @@
+"""The core objects: handles, device memory, streams, descriptors, workspaces, dtypes and the argument
+checks every call shares.
+"""
