@@ -115,21 +115,14 @@ def _rows(h):
     return r
 
 
-def bare_call(h, name: str) -> Callable[[], None] | None:
-    """The route's own work for the last prepared call made for ``name``'s function: its steps with the addresses of
-    that call, the variant pack made once (a graph route) or the C function called directly (a legacy route)."""
-    cache = h.cache.get(prep.CACHE, {})
-    fn_name = name.split()[0]
-    entries = [p for p in cache.values() if p.name == fn_name]
-    if not entries:
-        return None
-    p = entries[-1]
+def bare_steps(h, p: prep.Prepared, address: Callable[[int], int]) -> Callable[[], None]:
+    """``p``'s recorded steps alone, its array slot ``k`` at ``address(k)``: the C function called directly (a legacy
+    route) or the plan executed with a variant pack made once (a graph route)."""
     steps = []
-    fake = {}
     for call, base, slots, workspace, _ in p.steps:
         args = list(base)
-        for pos, slot in slots:  # any valid address of the right size: the call's own arrays live in the row
-            args[pos] = fake.setdefault(slot, cudnn.empty((1 << 16,), np.uint8)).ptr
+        for pos, slot in slots:
+            args[pos] = address(slot)
         for pos, offset in workspace:
             args[pos] = h.workspace.get(p.workspace, h.stream) + offset
         runner = getattr(call, "__self__", None)
@@ -140,8 +133,18 @@ def bare_call(h, name: str) -> Callable[[], None] | None:
             steps.append(lambda launch=launch, hp=hp, plan=plan, vp=vp: launch(hp, plan, vp))
         else:
             steps.append(lambda call=call, args=tuple(args): call(*args))
-    bare_call.keep = fake  # type: ignore[attr-defined]
     return steps[0] if len(steps) == 1 else (lambda: [s() for s in steps] and None)
+
+
+def bare_call(h, name: str) -> Callable[[], None] | None:
+    """The route's own work for the last prepared call made for ``name``'s function (:func:`bare_steps`), each array
+    at a buffer of its own (any valid address of the right size: the call's own arrays live in the row)."""
+    entries = [p for p in h.cache.get(prep.CACHE, {}).values() if p.name == name.split()[0]]
+    if not entries:
+        return None
+    fake: dict[int, object] = {}
+    bare_call.keep = fake  # type: ignore[attr-defined]
+    return bare_steps(h, entries[-1], lambda slot: fake.setdefault(slot, cudnn.empty((1 << 16,), np.uint8)).ptr)
 
 
 def per_call(fns: dict, calls: int, rounds: int, sync) -> dict:

@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import statistics
 import sys
-import time
 from collections.abc import Callable
 
 import numpy as np
@@ -36,6 +34,8 @@ from cudnn_py import capi
 from cudnn_py.core import memory
 from cudnn_py.calls import prepared as prep
 from cudnn_py.cli.prerequisites import script_args
+
+import host_overhead  # this folder's: the bare steps and the per-call timer
 
 X, W, Q, P = (1, 8, 8, 8), (8, 8, 3, 3), (1, 2, 64, 64), (1, 8, 1, 1)
 
@@ -77,38 +77,7 @@ def bare_steps(h, p: prep.Prepared, ptrs: list, keep: list) -> Callable[[], None
         a, ptr = new[1](bases[new[0]], h) if type(new) is tuple else new(h)
         keep.append(a)
         addrs.append(ptr)
-    fns = []
-    for call, base, slots, workspace, _ in p.steps:
-        args = list(base)
-        for pos, slot in slots:
-            args[pos] = addrs[slot]
-        for pos, offset in workspace:
-            args[pos] = h.workspace.get(p.workspace, h.stream) + offset
-        runner = getattr(call, "__self__", None)
-        if runner is not None and hasattr(runner, "plan_ptr"):  # a graph plan: execute with a variant pack made once
-            wsp, pointers = args[0], tuple(args[1:])  # its replay(workspace, *pointers)
-            vp = runner.pack(("bare",) + pointers, pointers, wsp)
-            fns.append(lambda f=runner.launch, a=(runner.h, runner.plan_ptr, vp): f(*a))
-        else:
-            fns.append(lambda f=call, a=tuple(args): f(*a))
-    return fns[0] if len(fns) == 1 else lambda: [f() for f in fns] and None
-
-
-def per_call(fns: dict[str, Callable[[], object]], calls: int, rounds: int, sync) -> dict[str, float]:
-    """Median microseconds per call of each function, rounds interleaved, warm."""
-    for fn in fns.values():
-        for _ in range(min(calls, 200)):
-            fn()
-    sync()
-    samples: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(rounds):
-        for k, fn in fns.items():
-            t0 = time.perf_counter_ns()
-            for _ in range(calls):
-                fn()
-            sync()
-            samples[k].append((time.perf_counter_ns() - t0) / calls / 1e3)
-    return {k: statistics.median(v) for k, v in samples.items()}
+    return host_overhead.bare_steps(h, p, addrs.__getitem__)
 
 
 def profile(h, call: Callable[[], object], calls: int, rounds: int, sync) -> dict[str, float]:
@@ -119,7 +88,7 @@ def profile(h, call: Callable[[], object], calls: int, rounds: int, sync) -> dic
     cache, keep = h.cache[prep.CACHE], []
     made = [*getattr(p, "bases", ()), *(new for new in p.news if type(new) is not tuple)]  # the allocations
     allocs = {f"alloc{i}": (lambda new=new: new(hh)) for i, new in enumerate(made)}
-    us = per_call({"package": call, "replay": lambda: p.run(hh, args, kwargs, ptrs), "lookup": lambda: cache.get(key),
+    us = host_overhead.per_call({"package": call, "replay": lambda: p.run(hh, args, kwargs, ptrs), "lookup": lambda: cache.get(key),
                    "bare": bare_steps(hh, p, ptrs, keep), **allocs}, calls, rounds, sync)
     alloc = sum(us.pop(k) for k in allocs)
     return {**us, "alloc": alloc, "n": len(made), "wrapper": us["package"] - us["replay"],
