@@ -3,7 +3,6 @@ worker processes need. ``settings`` carries each problem's behaviour by key (``p
 append their builds and device-lock holds to."""
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import time
@@ -25,18 +24,38 @@ class Plan(Settings):
     gather: int = 0     # each problem starts once this many workers have started one (a slow machine's spawns)
 
 
-def opener(device: int):
-    return contextlib.nullcontext(f"handle on device {device}")
+class Handle:
+    """A worker's stand-in handle: its device, and the ``synchronize`` the device lock calls before each release
+    (nothing is queued: it returns at once)."""
+
+    def __init__(self, device: int):
+        self.device = device
+
+    def __enter__(self) -> Handle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def synchronize(self) -> None:
+        pass
+
+    def __str__(self) -> str:
+        return f"handle on device {self.device}"
+
+
+def opener(device: int) -> Handle:
+    return Handle(device)
 
 
 def refuse(device: int):
     raise RuntimeError(f"no GPU {device} (stand-in)")
 
 
-def _log(plan: Plan, what: str, start: float) -> None:
+def _log(plan: Plan, what: str, start: float, device: int = 0) -> None:
     if plan.log:
         with open(plan.log, "a") as f:
-            f.write(f"{os.getpid()} {what} {start!r} {time.monotonic()!r}\n")
+            f.write(f"{os.getpid()} {what} {start!r} {time.monotonic()!r} {device}\n")
 
 
 def work(problem, handle, plan: Plan, events, hold, failed) -> dict:
@@ -76,8 +95,8 @@ def work(problem, handle, plan: Plan, events, hold, failed) -> dict:
                 time.sleep(plan.seconds)
                 row["ok"], row["ms"] = True, 1.0 + TAGS.index(row["tag"])
             events.config(row["tag"])
-        _log(plan, "hold", t0)
-    return {"key": problem.key, "configs": rows, "order": {"A": list(TAGS)}, "problem": "", "handle": handle}
+        _log(plan, "hold", t0, handle.device)
+    return {"key": problem.key, "configs": rows, "order": {"A": list(TAGS)}, "problem": "", "handle": str(handle)}
 
 
 def slow_work(problem, handle, settings, events, hold, failed) -> dict:

@@ -30,9 +30,15 @@ def _run(problems, plan, *, jobs=3, devices=(0,), time_limit=60.0, opener=si.ope
     return kept, lines
 
 
-def _intervals(log: str, what: str) -> list[tuple[int, float, float]]:
+def _intervals(log: str, what: str, device: int | None = None) -> list[tuple[int, float, float]]:
     rows = [line.split() for line in open(log).read().splitlines()]
-    return [(int(pid), float(a), float(b)) for pid, kind, a, b in rows if kind == what]
+    return [(int(pid), float(a), float(b)) for pid, kind, a, b, d in rows
+            if kind == what and device in (None, int(d))]
+
+
+def _overlaps(a: list, b: list) -> int:
+    """How many pairs of intervals of two processes, one from each list, overlap in time."""
+    return sum(1 for p1, a1, b1 in a for p2, a2, b2 in b if p1 != p2 and a1 < b2 and a2 < b1)
 
 
 def test_every_problem_is_measured_once_builds_overlap_and_timing_never_does(tmp_path):
@@ -46,8 +52,7 @@ def test_every_problem_is_measured_once_builds_overlap_and_timing_never_does(tmp
     assert len(holds) == 8 and len({pid for pid, _, _ in holds}) > 1          # several workers timed
     assert all(a[2] <= b[1] for a, b in zip(holds, holds[1:]))               # one at a time on the device
     builds = _intervals(log, "build")
-    overlapping = sum(1 for p1, a1, b1 in builds for p2, a2, b2 in builds if p1 < p2 and a1 < b2 and a2 < b1)
-    assert overlapping > 0                                                   # builds ran at once
+    assert _overlaps(builds, builds) > 0                                     # builds ran at once
     assert lines[-1].startswith("ops 8/8  built 24/24  timed 24/24 (0 pruned)  eta 0s")
     assert len(starts) == 4 and all(w["device"] == 0 for w in starts)   # each worker's start cost, by the parent
     built = [w for w in starts if w["first_build_s"] is not None]
@@ -55,9 +60,40 @@ def test_every_problem_is_measured_once_builds_overlap_and_timing_never_does(tmp
 
 
 def test_workers_spread_over_devices_each_with_its_own_lock(tmp_path):
-    kept, _ = _run(PROBLEMS[:6], si.Plan(seconds=0.1, log=str(tmp_path / "events"), gather=4), jobs=4, devices=(0, 1))
+    log = str(tmp_path / "events")
+    kept, _ = _run(PROBLEMS[:6], si.Plan(seconds=0.1, log=log, gather=4), jobs=4, devices=(0, 1))
     assert {d for _, d in kept.values()} == {0, 1}
     assert all(rec["handle"] == f"handle on device {d}" for rec, d in kept.values())
+    on0, on1 = _intervals(log, "hold", 0), _intervals(log, "hold", 1)
+    assert on0 and on1 and _overlaps(on0, on0) == 0 and _overlaps(on1, on1) == 0   # one at a time on each device
+    assert _overlaps(on0, on1) > 0                                                 # the two devices at once
+
+
+def test_the_device_lock_settles_its_holders_work_before_it_lets_go(tmp_path):
+    """``settle`` (a worker's handle's synchronize) runs while the lock is still held, on every release, an error
+    inside the block included: what a worker queued under the lock finishes before another can time."""
+    import fcntl
+    path, held = str(tmp_path / "device0.lock"), []
+
+    def settle():
+        fd = os.open(path, os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            held.append(True)
+        else:
+            held.append(False)
+        finally:
+            os.close(fd)
+    lock = workers.DeviceLock(path, settle=settle)
+    with lock:
+        pass
+    with pytest.raises(RuntimeError), lock:
+        raise RuntimeError("a failed sample")
+    assert held == [True, True]
+    fd = os.open(path, os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)   # free again
+    os.close(fd)
 
 
 def test_a_crash_while_building_loses_only_that_configuration(tmp_path):

@@ -199,7 +199,7 @@ def _sweep(args, rp) -> int:
         raise SystemExit(f"algos --model: no GPU to measure on: {found['why_none']}; nothing was written")
     devices = _devices(args.devices, found) if args.devices else None
     gib = [g["memory_gib"] for g in found["gpus"] if g["index"] in (devices or [args.device])]
-    jobs = args.jobs or (default_jobs(gib) if gib else 1)
+    jobs = max(args.jobs or (default_jobs(gib) if gib else 1), len(devices or ()))  # a worker per device at least
     new_file = path != ":memory:" and not os.path.exists(path)
     from cudnn_py.tuning import TuningDatabase, default_database
     db = TuningDatabase(args.db) if args.db else default_database()

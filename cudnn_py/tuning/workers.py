@@ -48,10 +48,12 @@ def default_jobs(gpu_gib: Sequence[float], cores: int | None = None) -> int:
 class DeviceLock:
     """An exclusive lock on one GPU for the processes of a sweep: ``fcntl.flock`` on a file, which the kernel lets go
     when the holder dies, so a crash while timing blocks no one. ``waiting(True)`` is called before blocking on it
-    and ``waiting(False)`` once it is held."""
+    and ``waiting(False)`` once it is held; ``settle()`` before each release (a worker's handle's ``synchronize``:
+    what it queued under the lock, its uploads included, finishes under it, so no other worker's sample overlaps it)."""
 
-    def __init__(self, path: str, waiting: Callable[[bool], None] | None = None):
-        self.path, self.waiting = path, waiting
+    def __init__(self, path: str, waiting: Callable[[bool], None] | None = None,
+                 settle: Callable[[], None] | None = None):
+        self.path, self.waiting, self.settle = path, waiting, settle
         self._fd: int | None = None
 
     def __enter__(self) -> DeviceLock:
@@ -68,7 +70,11 @@ class DeviceLock:
     def __exit__(self, *exc: object) -> None:
         import fcntl
         assert self._fd is not None
-        fcntl.flock(self._fd, fcntl.LOCK_UN)
+        try:
+            if self.settle:
+                self.settle()
+        finally:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
 
 
 # ------------------------------------------------------------------------------------------------ the worker
@@ -113,9 +119,9 @@ def _worker(conn: Connection, device: int, lock_path: str, settings: Any, work: 
     except Exception as e:  # noqa: BLE001 - no GPU, no driver: said once, by the parent
         conn.send(("fatal", f"cannot open a cuDNN handle on device {device}: {_one_line(e)}"))
         return
-    hold = DeviceLock(lock_path, events.waiting)
     conn.send(("ready",))
     with handle as h:
+        hold = DeviceLock(lock_path, events.waiting, h.synchronize)
         while (task := conn.recv()) is not None:
             problem, failed = task
             try:
@@ -171,8 +177,8 @@ def run(problems: Sequence[Problem], settings: Any, *, devices: Sequence[int], j
     :class:`~cudnn_py.tuning.compare.Progress`) every worker's steps.
 
     ``work(problem, handle, settings, events, hold, failed)`` measures one problem in a worker
-    (:func:`cudnn_py.tuning.sweep.measure`), ``opener(device)`` opens its handle (a context manager; default a
-    :class:`~cudnn_py.core.handle.Handle`): both importable by name (the workers are spawned; tests stand in for cuDNN).
+    (:func:`cudnn_py.tuning.sweep.measure`), ``opener(device)`` opens its handle (a context manager giving an
+    object with ``synchronize()``; default a :class:`~cudnn_py.core.handle.Handle`): both importable by name (the workers are spawned; tests stand in for cuDNN).
     An operation that failed as a whole has a record of ``key``, ``problem`` (the reason), ``order`` and
     ``configs`` (those its workers died on) only: ``keep`` completes it.
 
@@ -273,6 +279,9 @@ def run(problems: Sequence[Problem], settings: Any, *, devices: Sequence[int], j
                 for s in list(slots):
                     ended = not s.proc.is_alive()
                     hung = not ended and s.phase not in ("wait", "idle") and now - s.since > time_limit
+                    if hung:   # what it sent since the wait: a record that came just now is kept, not measured again
+                        drain(s)
+                        hung = s.phase not in ("wait", "idle") and time.monotonic() - s.since > time_limit
                     if not ended and not hung:
                         if s.ready and s.task is None and queue:
                             s.task, s.tag, s.phase, s.since = queue.popleft(), "", "prepare", now
