@@ -661,6 +661,19 @@ def test_fp8_entry_points_refuse_bad_input_before_cudnn(fake_exec):
     assert made == []
 
 
+def test_sdpa_cache_clear_forgets_the_prepared_calls_sdpa_objects_made(fake_exec):
+    """An Sdpa planned before its first execute is built outside any recording; its prepared call still notes the
+    attention route, so sdpa_cache_clear forgets it (it was kept, stale, when only planning noted the route)."""
+    h, q = _PlanHandle(), fake((1, 2, 64, 64), BF16)
+    o = DeviceArray(0x800000, q.shape, BF16)
+    attn = S.Sdpa(h, q, q, q, causal=True, o=o)
+    attn.plan()
+    attn.execute()
+    assert len(handle_cache_of(h)) == 1
+    S.sdpa_cache_clear(h)
+    assert len(handle_cache_of(h)) == 0
+
+
 def test_pythonic_alibi_binds_its_slopes_as_a_constant(fake_exec, monkeypatch):
     packs, made = fake_exec
     copied = []

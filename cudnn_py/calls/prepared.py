@@ -49,6 +49,7 @@ from cudnn_py.core.args import scaling
 from cudnn_py.errors import CudnnPyError, InvalidTypeError, InvalidValueError, WorkspaceLimitError
 from cudnn_py.core.handle import Handle, handle_arg
 from cudnn_py.core.memory import DeviceArray, Output
+from cudnn_py.core.strided import extent
 
 __all__ = ["prepared", "Prepared", "CACHE", "package", "to_package", "forget"]
 
@@ -222,8 +223,7 @@ def _extent(v: Any) -> tuple[int, int, int, tuple, tuple, Any]:
     else:
         (shape, strides, dt, _), ptr = memory.array_signature(v)
     item = dt.itemsize
-    lo = sum((n - 1) * s for n, s in zip(shape, strides) if s < 0)
-    hi = sum((n - 1) * s for n, s in zip(shape, strides) if s > 0)
+    lo, hi = extent(shape, strides)
     return ptr, lo * item, (hi + 1) * item, shape, strides, dt
 
 

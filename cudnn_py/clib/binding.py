@@ -255,14 +255,14 @@ def _enum(cls, value):
 
 
 def _integer(ctype, value, what: str = ""):
-    """``value`` as a C integer of ``ctype``, in its range (never wrapped); ``what``: what the message expects."""
-    what = what or f"an int ({_ctype_name(ctype)})"
-    if isinstance(value, (float, str, bytes)):
-        raise TypeError(f"{what} expected, got {_show(value)}")
+    """``value`` as a C integer of ``ctype``, in its range (never wrapped); ``what``: what the message expects (the
+    default one is made only for the message: every element of a sequence argument comes through here)."""
     try:
+        if isinstance(value, (float, str, bytes)):
+            raise TypeError
         i = operator.index(value)
     except TypeError:
-        raise TypeError(f"{what} expected, got {_show(value)}") from None
+        raise TypeError(f"{what or f'an int ({_ctype_name(ctype)})'} expected, got {_show(value)}") from None
     lo, hi = INT_RANGES[ctype]
     if not lo <= i <= hi:
         raise ValueError(f"{i} is outside the range of {_ctype_name(ctype)} ({lo} to {hi})")

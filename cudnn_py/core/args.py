@@ -12,6 +12,7 @@ from typing import Protocol, TypeVar
 import numpy as np
 
 from cudnn_py import capi
+from cudnn_py.core.strided import extent
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["INT32_MAX", "INT64_MAX", "DIM_MAX", "is_int", "int_arg", "float_arg", "bool_arg", "scaling",
@@ -255,8 +256,7 @@ class Strided(Protocol):
 
 def _byte_range(a: Strided) -> tuple[int, int]:
     item = a.dtype.itemsize
-    lo = sum((n - 1) * st for n, st in zip(a.shape, a.strides) if st < 0)
-    hi = sum((n - 1) * st for n, st in zip(a.shape, a.strides) if st > 0)
+    lo, hi = extent(a.shape, a.strides)
     return a.ptr + lo * item, a.ptr + (hi + 1) * item
 
 

@@ -32,13 +32,14 @@ import numpy.typing as npt
 from cudnn_py.core.dlpack import KDL_CUDA, KDL_CUDA_MANAGED, capsule
 from cudnn_py.core.dtypes import SUPPORTED_DTYPES
 from cudnn_py.errors import CudnnPyError, InvalidTypeError, InvalidValueError, check_cuda as _check, cuda_error_from
+from cudnn_py.core.args import element_value
 from cudnn_py.core.contexts import device_count, driver, on_device, primary_context
 import cudnn_py.core.foreign as _foreign  # its torch tables, read through the module (learn_torch replaces them)
 from cudnn_py.clib.recording import device_work
 from cudnn_py.core.foreign import Signature as Signature, check_cuda_array_interface, is_torch_tensor as is_torch_tensor
 from cudnn_py.core.streams import StreamLike, annotation_only, as_stream, cuda_core, get_device
 from cudnn_py.core.strided import (MAX_BYTES, array_dtype, c_strides, check_extent, extent, is_c_contiguous,
-                               non_overlapping, normalize_shape)
+                                   non_overlapping, normalize_shape)
 
 if TYPE_CHECKING:
     from cuda.core import Device, Stream
@@ -194,7 +195,6 @@ class DeviceArray:
 
         ``value``: a scalar that :attr:`dtype` holds exactly (``float("nan")`` poisons an output before a call; 300
         for int8 or 1e40 for float32 is refused, not wrapped or made infinite)."""
-        from cudnn_py.core.args import element_value  # capi (which args reads) only once an array is filled
         v = element_value(value, self.dtype, "fill_ value").reshape(1)
         self._require_contiguous("fill_")
         s = self.stream if stream is None else as_stream(stream, self.device_id)

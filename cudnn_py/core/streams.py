@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Protocol, Union, cast
 
 from cudnn_py import _imports
 from cudnn_py.clib.install import missing_cuda
-from cudnn_py.core.args import bool_arg
+from cudnn_py.core.args import bool_arg, int_arg
 from cudnn_py.errors import CudaError, InvalidTypeError, InvalidValueError, NoDeviceError, check_cuda, cuda_error
 
 if TYPE_CHECKING:
@@ -264,7 +264,6 @@ def new_stream(device: int | Device | None = None, *, nonblocking: bool = True,
     :param priority: the CUDA stream priority (lower is more urgent); ``None`` for the default.
     :raises NoDeviceError: where no GPU can be used.
     """
-    from cudnn_py.core.args import bool_arg, int_arg
     nonblocking = bool_arg(nonblocking, "nonblocking")
     priority = None if priority is None else int_arg(priority, "priority", -(1 << 31))
     dev = get_device(device)

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from cudnn_py.core.caches import shared
 from cudnn_py.core.dtypes import SUPPORTED_DTYPES, as_numpy_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
@@ -98,8 +99,8 @@ def extent(shape: Sequence[int], strides: Sequence[int]) -> tuple[int, int]:
     return lo, hi
 
 
-#: the spellings :func:`array_dtype` has resolved (np.float32, "float16", ...), up to 256
-_SPELLINGS: dict = {}
+#: the spellings :func:`array_dtype` has resolved (np.float32, "float16", ...)
+_SPELLINGS = shared("strided.spellings", maxsize=256)
 
 
 def array_dtype(dtype: Any) -> np.dtype:
@@ -120,7 +121,7 @@ def array_dtype(dtype: Any) -> np.dtype:
     if d not in _SUPPORTED:
         names = ", ".join(x.name for x in SUPPORTED_DTYPES)
         raise InvalidTypeError(f"dtype {d} is not supported by cuDNN; expected one of: {names}")
-    if len(_SPELLINGS) < 256 and isinstance(dtype, (str, type)):
+    if isinstance(dtype, (str, type)):
         _SPELLINGS[dtype] = d
     return d
 

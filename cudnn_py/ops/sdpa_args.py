@@ -177,7 +177,6 @@ class SdpaArgs:
         takes (its shape checked), or None; ``srcs``: for each packed output the index of the q/k/v whose token count
         it shares (else None)."""
         handle = self.handle
-        recording.uses(ROUTE)
         g = Graph(io_dtype=self.dtype, compute_dtype="float32", intermediate_dtype="float32", name=method)
         kw: dict = {}
         tensors, arrays = [], [*self.arrays.values(), *self.consts.values()]
@@ -207,7 +206,9 @@ class SdpaArgs:
 
     def run(self, r: Runner, outputs: dict) -> list:
         """Execute ``r`` on these arrays and ``outputs`` (name -> the caller's array, or None for a new one;
-        :func:`bind_output`) and return the outputs."""
+        :func:`bind_output`) and return the outputs. The prepared call this run is recorded for keeps ``r``, however
+        it was planned (by the call, or by :meth:`Sdpa.plan` before): :func:`sdpa_cache_clear` forgets it."""
+        recording.uses(ROUTE)
         bound = [bind_output(self.handle, x, n, spec, self.packed) for (n, x), spec in zip(outputs.items(), r.specs)]
         r.run([*self.arrays.values(), *(b for _, b in bound)])
         return [a for a, _ in bound]
