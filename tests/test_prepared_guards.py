@@ -226,6 +226,22 @@ def test_the_engine_choice_key_comes_from_the_declaration(measured):
     assert ec._db_key(key).startswith('["blend_op",["x",[[2,3],[3,1],"float32"]]')
 
 
+@P.prepared(inputs=("a",), outputs=("c",), scalars=("alpha", "beta"))
+def broadcast_op(handle, a, c, *, alpha=1.0, beta=None, engine="auto"):
+    gl.dispatch(engine, handle, None, lambda: None, lambda auto: None)
+    return c
+
+
+def test_a_required_output_is_keyed_by_its_signature(measured):
+    """A required output (add_tensor's c: its shape sets the broadcast) has no allocated twin to share a choice
+    with: two shapes of it are two engine choices."""
+    h, a = NoCallHandle(), fake_array((1, 3))
+    broadcast_op(h, a, fake_array((2, 3)))
+    broadcast_op(h, a, fake_array((4, 3)))
+    keys = list(ec.choices(h))
+    assert len(keys) == 2 and ("c", ((2, 3), (3, 1), np.dtype(np.float32))) in keys[0]
+
+
 def test_the_families_of_this_tree_write_no_key_or_mutated_arrays_by_hand():
     from cudnn_py.ops import activation, pooling, tensor_ops
     for mod in (activation, pooling, tensor_ops):

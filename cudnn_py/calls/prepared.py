@@ -254,6 +254,8 @@ class _Spec:
         self.inputs = frozenset(inputs)
         self.defaults = {p.name: p.default for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
         self.blends = tuple(n for n in self.scalars if n.startswith("beta"))  # a given output's blend factors
+        #: the outputs the engine choice keys as "out": optional (None: allocated) and not read
+        self.loose = frozenset(n for n in self.outputs - self.inputs if self.defaults.get(n) is None)
 
     def checked(self, handle: Any, args: tuple, kwargs: dict) -> tuple[Any, tuple, dict]:
         """The checks every operation function shares, before its own: the handle, outputs passed positionally
@@ -297,11 +299,12 @@ class _Call:
 
     def key(self) -> tuple:
         """The engine choice's key: the function's name, then each (name, value) of :meth:`_values`, an array by its
-        shape, strides and dtype, an output not declared an input only as "out", given or not (so both share one
-        choice and give the same numbers)."""
+        shape, strides and dtype; an optional output not declared an input only as "out", given or not (so both
+        share one choice and give the same numbers). A required output (``add_tensor``'s ``c``, whose shape sets
+        the broadcast) has no allocated twin: it is keyed by its signature."""
         spec = self.spec
-        return (spec.name, *((n, "out" if n in spec.outputs and n not in spec.inputs else
-                              _signature(v) if n in spec.arrays else _hashable(v)) for n, v in self._values()))
+        return (spec.name, *((n, "out" if n in spec.loose else _signature(v) if n in spec.arrays else _hashable(v))
+                             for n, v in self._values()))
 
     def mutated(self) -> tuple[DeviceArray, ...]:
         """The given outputs the call reads as well as writes: all where a ``beta*`` factor is not 0 (or None), those
