@@ -41,9 +41,10 @@ def renamed_kwargs(where: str, kwargs: dict[str, Any], renames: dict[str, str], 
     return values
 
 
-def alias(old: str, new: Callable, note: str = "") -> Callable:
-    """A callable named ``old`` that warns once per call site and calls ``new`` (a class or function)."""
-    target = getattr(new, "__qualname__", repr(new))
+def alias(old: str, new: Callable, note: str = "", use: str = "") -> Callable:
+    """A callable named ``old`` that warns once per call site and calls ``new`` (a class or function); the warning
+    says to use ``use`` (default: ``new``'s qualified name)."""
+    target = use or getattr(new, "__qualname__", repr(new))
 
     @functools.wraps(new)
     def call(*args, **kwargs):

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import ctypes
 import enum
-import functools
 import importlib
 import math
 import operator
@@ -597,15 +596,6 @@ _FILTERS = caches.shared("descriptors.filter")
 
 # --- deprecated names: each warns, then makes what it made before -----------------------------------------------
 
-def _deprecated(old: str, make, use: str):
-    """``old`` as a deprecated alias of ``make`` (which builds what ``old`` built); its warning says to use ``use``."""
-    @functools.wraps(make)
-    def call(*args, **kwargs):
-        return make(*args, **kwargs)
-    call.__qualname__ = use
-    return alias(old, call)
-
-
 def _op_tensor(op="add", compute_type=np.float32, *, nan_propagation=False) -> OpTensor:
     """What the deprecated OpTensorDescriptor and op_tensor_descriptor make: the :class:`OpTensor` of these settings."""
     return OpTensor(op, compute_type, nan_propagation=nan_propagation)
@@ -618,12 +608,12 @@ def _reduce_tensor(op="add", compute_type=np.float32, *, nan_propagation=False, 
     return ReduceTensor(op, compute_type, nan_propagation=nan_propagation, indices=indices, indices_type=indices_type)
 
 
-clear_cache = _deprecated("clear_cache", caches.clear, "cudnn_py.core.caches.clear")
-OpTensorDescriptor = _deprecated("OpTensorDescriptor", _op_tensor, "cudnn_py.OpTensor")
-op_tensor_descriptor = _deprecated("op_tensor_descriptor", _op_tensor, "cudnn_py.OpTensor")
-ReduceTensorDescriptor = _deprecated("ReduceTensorDescriptor", _reduce_tensor, "cudnn_py.ReduceTensor")
-reduce_tensor_descriptor = _deprecated("reduce_tensor_descriptor", _reduce_tensor, "cudnn_py.ReduceTensor")
-tensor_descriptor = _deprecated("tensor_descriptor", TensorDescriptor.shared, "cudnn_py.TensorDescriptor.shared")
-tensor_descriptor_for = _deprecated("tensor_descriptor_for", TensorDescriptor.for_array,
-                                    "cudnn_py.TensorDescriptor.for_array")
-filter_descriptor = _deprecated("filter_descriptor", FilterDescriptor.shared, "cudnn_py.FilterDescriptor.shared")
+clear_cache = alias("clear_cache", caches.clear, use="cudnn_py.core.caches.clear")
+OpTensorDescriptor = alias("OpTensorDescriptor", _op_tensor, use="cudnn_py.OpTensor")
+op_tensor_descriptor = alias("op_tensor_descriptor", _op_tensor, use="cudnn_py.OpTensor")
+ReduceTensorDescriptor = alias("ReduceTensorDescriptor", _reduce_tensor, use="cudnn_py.ReduceTensor")
+reduce_tensor_descriptor = alias("reduce_tensor_descriptor", _reduce_tensor, use="cudnn_py.ReduceTensor")
+tensor_descriptor = alias("tensor_descriptor", TensorDescriptor.shared, use="cudnn_py.TensorDescriptor.shared")
+tensor_descriptor_for = alias("tensor_descriptor_for", TensorDescriptor.for_array,
+                              use="cudnn_py.TensorDescriptor.for_array")
+filter_descriptor = alias("filter_descriptor", FilterDescriptor.shared, use="cudnn_py.FilterDescriptor.shared")
