@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, NamedTuple
 
 from cudnn_py import capi
+from cudnn_py.clib.status import status_member
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["DIRECTIONS", "AlgoPerf", "algorithm_enum", "real_members", "parse_algo", "max_algorithm_count",
@@ -124,7 +125,7 @@ class AlgoPerf:
         if not isinstance(self.status, capi.cudnnStatus_t):
             if not 0 <= self.status < 2 ** 31:
                 raise InvalidValueError(f"AlgoPerf status {self.status} is not a cudnnStatus_t (0 to 2**31 - 1)")
-            object.__setattr__(self, "status", _enum(capi.cudnnStatus_t, self.status))
+            object.__setattr__(self, "status", status_member(self.status))
         time_ms = float(self.time_ms)
         if time_ms != time_ms:
             raise InvalidValueError("AlgoPerf time_ms is NaN")
@@ -146,7 +147,7 @@ class AlgoPerf:
 
     @classmethod
     def from_struct(cls, direction: str, s) -> "AlgoPerf":
-        return cls(direction, algorithm_enum(direction)(s.algo), _enum(capi.cudnnStatus_t, s.status), float(s.time),
+        return cls(direction, algorithm_enum(direction)(s.algo), status_member(s.status), float(s.time),
                    int(s.memory), capi.cudnnDeterminism_t(s.determinism), capi.cudnnMathType_t(s.mathType))
 
     def to_dict(self) -> dict:
@@ -191,13 +192,6 @@ class AlgoPerf:
         det = "det" if self.deterministic else "nondet"
         return (f"{self.algo.name:<50} {state:<12} {self.time_ms:9.4f} ms {self.memory_bytes:>12} B "
                 f"{det:<6} {self.math_type.name}")
-
-
-def _enum(kind, value):
-    try:
-        return kind(value)
-    except ValueError:  # a status newer than the headers we were generated from
-        return value
 
 
 def _raw(obj):

@@ -27,6 +27,7 @@ import os
 import re
 import threading
 import warnings
+from cudnn_py.clib.status import status_member
 from cudnn_py.errors import InvalidValueError
 
 __all__ = ["enable", "disable", "level", "LEVELS"]
@@ -65,12 +66,7 @@ def _deliver(severity: int, udata, debug, message: int) -> None:
     if not parts:
         return
     d = debug.contents if debug else None
-    status = d.cudnnStatus if d else 0
-    try:
-        from cudnn_py.capi.graph import cudnnStatus_t
-        status = cudnnStatus_t(status)
-    except ValueError:
-        pass
+    status = status_member(d.cudnnStatus if d else 0)
     m = _FUNCTION.search(parts[0])
     extra = {"cudnn_function": m.group(1) if m else "", "cudnn_status": status,
              "cudnn_thread": d.tid if d else 0, "cudnn_device": d.cudaDeviceId if d else -1}

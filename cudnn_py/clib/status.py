@@ -7,7 +7,7 @@ import ctypes
 from cudnn_py.clib import loader as _loader
 from cudnn_py.errors import CudnnError, CudnnNotInitializedError, error_class
 
-__all__ = ["status_error", "last_error_text"]
+__all__ = ["status_error", "status_member", "last_error_text"]
 
 _LAST_ERROR_SIZE = 4096
 
@@ -24,13 +24,18 @@ def last_error_text() -> str:
     return buf.value.decode(errors="replace").strip()
 
 
-def status_error(function: str, status: int) -> CudnnError:
-    """The exception for a failed call: class by status family, enum member, cuDNN's last-error text."""
+def status_member(status: int) -> int:
+    """The ``cudnnStatus_t`` member of ``status``; the int itself where none names it (a newer cuDNN's status)."""
     from cudnn_py.capi.graph import cudnnStatus_t
     try:
-        status = cudnnStatus_t(status)
+        return cudnnStatus_t(status)
     except ValueError:
-        pass
+        return status
+
+
+def status_error(function: str, status: int) -> CudnnError:
+    """The exception for a failed call: class by status family, enum member, cuDNN's last-error text."""
+    status = status_member(status)
     cls = error_class(status)
     reason = last_error_text()
     if cls is CudnnNotInitializedError:
