@@ -596,23 +596,11 @@ _FILTERS = caches.shared("descriptors.filter")
 
 # --- deprecated names: each warns, then makes what it made before -----------------------------------------------
 
-def _op_tensor(op="add", compute_type=np.float32, *, nan_propagation=False) -> OpTensor:
-    """What the deprecated OpTensorDescriptor and op_tensor_descriptor make: the :class:`OpTensor` of these settings."""
-    return OpTensor(op, compute_type, nan_propagation=nan_propagation)
-
-
-def _reduce_tensor(op="add", compute_type=np.float32, *, nan_propagation=False, indices="none",
-                   indices_type="uint32") -> ReduceTensor:
-    """What the deprecated ReduceTensorDescriptor and reduce_tensor_descriptor make: the :class:`ReduceTensor` of
-    these settings."""
-    return ReduceTensor(op, compute_type, nan_propagation=nan_propagation, indices=indices, indices_type=indices_type)
-
-
 clear_cache = alias("clear_cache", caches.clear, use="cudnn_py.core.caches.clear")
-OpTensorDescriptor = alias("OpTensorDescriptor", _op_tensor, use="cudnn_py.OpTensor")
-op_tensor_descriptor = alias("op_tensor_descriptor", _op_tensor, use="cudnn_py.OpTensor")
-ReduceTensorDescriptor = alias("ReduceTensorDescriptor", _reduce_tensor, use="cudnn_py.ReduceTensor")
-reduce_tensor_descriptor = alias("reduce_tensor_descriptor", _reduce_tensor, use="cudnn_py.ReduceTensor")
+OpTensorDescriptor = alias("OpTensorDescriptor", OpTensor, use="cudnn_py.OpTensor")
+op_tensor_descriptor = alias("op_tensor_descriptor", OpTensor, use="cudnn_py.OpTensor")
+ReduceTensorDescriptor = alias("ReduceTensorDescriptor", ReduceTensor, use="cudnn_py.ReduceTensor")
+reduce_tensor_descriptor = alias("reduce_tensor_descriptor", ReduceTensor, use="cudnn_py.ReduceTensor")
 tensor_descriptor = alias("tensor_descriptor", TensorDescriptor.shared, use="cudnn_py.TensorDescriptor.shared")
 tensor_descriptor_for = alias("tensor_descriptor_for", TensorDescriptor.for_array,
                               use="cudnn_py.TensorDescriptor.for_array")
