@@ -149,3 +149,45 @@ def test_new_output_has_room_for_the_gaps_of_its_strides(monkeypatch):
                                                                             (192, 8, 48, 1))
     assert R.new_output(capi.cudnnHandle_t(), (2, 2), np.float32, (2, 1)).shape == (2, 2)  # a raw handle
     assert made[-1] == ((2, 2), None, None)
+
+
+def test_autotuned_order_is_kept_per_handle_and_structure(monkeypatch):
+    """plan_graph(autotune=True) times the plans of a graph structure once per handle: a second graph of that structure
+    takes the kept order untimed (its own plans bound to it); another handle, or plan_cache_clear, times again."""
+    from cudnn_py.graph import plans as P
+    timed, built = [], []
+
+    class FakePlan:
+        def __init__(self, tag, graph):
+            self.tag, self.graph = tag, graph
+
+        def bind(self, graph):
+            return FakePlan(self.tag, graph)
+
+    def build_plans(graph, handle, modes, **kw):
+        built.append(graph.key())
+        return [FakePlan("slow", graph), FakePlan("fast", graph)]
+
+    monkeypatch.setattr(P, "build_plans", build_plans)
+    monkeypatch.setattr(P, "_sample", lambda plan, *a: timed.append(plan.tag) or ((2.0, 0.1) if plan.tag == "slow"
+                                                                                  else (1.0, 0.1)))
+    monkeypatch.setattr(P, "_stored", lambda *a: None)
+    monkeypatch.setattr(P, "_store", lambda *a: None)
+
+    def tune(h):
+        g = Graph()
+        x = g.tensor((1, 4, 4), name="x")
+        y = g.relu(x).set_output(True).set_name("y")
+        return g, R.plan_graph(g, h, {x: None}, {y: None}, autotune=True)
+
+    h, other = _Handle(), _Handle()
+    g1, p1 = tune(h)
+    g2, p2 = tune(h)
+    assert timed == ["slow", "fast"] and len(built) == 1  # the second graph was neither built nor timed
+    assert p1.tag == p2.tag == "fast" and p2.graph is g2 and [p.tag for p in g2.plans] == ["fast", "slow"]
+    with pytest.raises(Exception, match="frozen|change"):
+        g2.relu(g2["x"])  # frozen, as a lowered graph is
+    tune(other)
+    P.plan_cache_clear(h)
+    tune(h)
+    assert timed == ["slow", "fast"] * 3 and len(built) == 3

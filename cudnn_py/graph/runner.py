@@ -203,6 +203,8 @@ def scratch_pointers(plan: Any, workspace: int | None) -> tuple[list, list]:
     return [uid for uid, _ in places], [workspace + off for _, off in places]
 
 
+#: the handle caches of built plans (:mod:`.plans`) and of autotuned plan orders by graph structure (:func:`plan_graph`)
+PLANS, TUNED = "graph.plans", "graph.plans.tuned"
 #: the name of a handle's cache of :class:`~cudnn_py.core.memory.Output` objects, one per layout its calls allocate
 OUTPUTS = "outputs"
 
@@ -401,11 +403,20 @@ def autotune_graph(g: Any, handle: Any, pack: dict) -> None:
 def plan_graph(g: Any, handle: Any, inputs: dict, outputs: dict | Sequence, autotune: bool) -> Any:
     """Build ``g`` (the heuristics' first plan, through the plan cache) or with ``autotune`` time every plan on the
     ``inputs`` and ``outputs`` (graph tensor -> array, or the output tensors alone: new arrays made); returns the
-    plan."""
-    if autotune:
-        outs = outputs if isinstance(outputs, dict) else {
-            t: new_output(handle, t.shape, t.np_dtype, t.strides) for t in outputs}
-        autotune_graph(g, handle, {**inputs, **outs})
-    else:
+    plan. The timed order is kept per handle and graph structure (:data:`TUNED`, cleared with the plan cache), so a
+    graph of that structure timed once takes it again untimed."""
+    if not autotune:
         g.build(handle)
+        return g.plan
+    recording.uses(PLANS)
+    tuned, key = handle_cache(handle, TUNED), g.key()
+    plans = tuned.get(key)
+    if plans is not None:
+        g.freeze()  # as lowering would: the plans fit this structure, so it must not change under them
+        g.plans = [p.bind(g) for p in plans]
+        return g.plan
+    outs = outputs if isinstance(outputs, dict) else {
+        t: new_output(handle, t.shape, t.np_dtype, t.strides) for t in outputs}
+    autotune_graph(g, handle, {**inputs, **outs})
+    tuned[key] = list(g.plans)
     return g.plan
