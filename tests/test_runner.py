@@ -191,3 +191,50 @@ def test_autotuned_order_is_kept_per_handle_and_structure(monkeypatch):
     P.plan_cache_clear(h)
     tune(h)
     assert timed == ["slow", "fast"] * 3 and len(built) == 3
+
+
+class _Event:
+    def __init__(self, stream):
+        self.stream, self.done, self.queries = stream, False, 0
+
+    @property
+    def is_done(self):
+        self.queries += 1
+        return self.done
+
+
+class _Stream:
+    def __init__(self, name):
+        self.name, self.events, self.waits = name, [], []
+
+    def record(self):
+        self.events.append(_Event(self))
+        return self.events[-1]
+
+    def wait(self, event):
+        self.waits.append(event)
+
+
+def test_a_replay_on_another_stream_waits_for_the_constants_upload_until_it_is_done(monkeypatch, stubbed):
+    """ALiBi slopes uploaded on the handle's stream A at the first call: the prepared call replaying on stream B
+    makes B wait for the upload's event while it is not known complete, and once one query says it is, never waits
+    (nor queries) again."""
+    from helpers import fake_cudnn_handle
+    from cudnn_py.ops import sdpa as S, sdpa_args as A
+    made, ran = stubbed
+    monkeypatch.setattr(A, "plan_graph", lambda g, handle, i, o, autotune: types.SimpleNamespace(
+        graph=g, workspace_size=0, tag="fake", descriptor=types.SimpleNamespace(ptr=ctypes.c_void_p(2))))
+    monkeypatch.setattr(A, "to_device", lambda a, stream=None, device=None: DeviceArray(0x700000, a.shape, a.dtype))
+    h, a, b = fake_cudnn_handle(), _Stream("A"), _Stream("B")
+    h.workspace, h._stream = None, a
+    q = DeviceArray(0x100000, (1, 4, 64, 64), np.float16)
+    o = DeviceArray(0x200000, q.shape, np.float16)
+    S.sdpa(h, q, q, q, causal=True, alibi=True, o=o)
+    (upload,) = a.events  # recorded after the slopes' upload, on the stream they were queued on
+    h._stream = b
+    S.sdpa(h, q, q, q, causal=True, alibi=True, o=o)
+    assert b.waits == [upload] and len(ran) == 2  # the replay on B waited for the upload on A
+    upload.done = True
+    for _ in range(3):
+        S.sdpa(h, q, q, q, causal=True, alibi=True, o=o)
+    assert b.waits == [upload] and upload.queries == 3 and len(ran) == 5 and len(made) == 1

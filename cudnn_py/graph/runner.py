@@ -225,10 +225,12 @@ class Runner:
     """A plan (``graph``, ``descriptor``, ``workspace_size``, ``tag``) on a :class:`~cudnn_py.Handle` (or a raw
     ``cudnnHandle_t``), the graph tensors it binds in order (``tensors``: Tensors, names or uids; default the graph's
     order), and its variant packs by bound addresses. ``consts``: arrays bound after the first ``n_inputs`` tensors
-    (default: all but the constants) on every call; ``specs``: what the caller keeps with it."""
+    (default: all but the constants) on every call; ``specs``: what the caller keeps with it; ``ready``: events
+    recorded after the constants' uploads on the stream they were queued on, which an execution on the handle's
+    stream (another, later) waits for until they are known complete (:meth:`settle`)."""
 
     def __init__(self, plan: Any, handle: Any, tensors: Sequence = (), consts: Sequence = (),
-                 n_inputs: int | None = None, specs: Sequence = ()):
+                 n_inputs: int | None = None, specs: Sequence = (), ready: Sequence = ()):
         io, scalars = plan_bindings(plan)
         io = bound_tensors(plan, tensors) if tensors else io
         self.plan, self.handle, self.tensors = plan, handle, tuple(io)
@@ -238,7 +240,7 @@ class Runner:
         self.scalar_ptrs = [plan.graph.scalar_pointer(t) for t in scalars]
         self.consts, self.const_ptrs = tuple(consts), tuple(c.ptr for c in consts)
         self.n_inputs = len(io) - len(self.consts) if n_inputs is None else n_inputs
-        self.specs = tuple(specs)
+        self.specs, self.ready = tuple(specs), list(ready)
         self.packs: dict = {}    # key -> c_void_p of the variant pack (what C gets)
         self._keep: dict = {}    # key -> the VariantPack owning it
         self.recent: dict = {}   # argument tuple (the same objects) -> c_void_p (Executor's identity cache)
@@ -271,8 +273,17 @@ class Runner:
             return ClosedError(f"the execution plan ({self.plan.tag}) is closed")
         return status_error("cudnnBackendExecute", status)
 
+    def settle(self) -> None:
+        """Make the handle's stream wait for the constants' uploads (:attr:`ready`) not yet known complete; once they
+        all are (one query each), nothing is waited for again."""
+        ready = self.ready = [e for e in self.ready if not e.is_done]
+        for e in ready:
+            self.handle.stream.wait(e)
+
     def execute(self, vp: ctypes.c_void_p) -> None:
         """``cudnnBackendExecute`` with variant pack ``vp`` on the handle's stream."""
+        if self.ready:
+            self.settle()
         status = self.launch(self.h, self.plan_ptr, vp)
         if status:
             raise self.error(status)
@@ -330,6 +341,8 @@ class Runner:
         """Execute with workspace ``wsp`` and these addresses: a prepared call's step."""
         key = ptrs if wsp is None else ptrs + (wsp,)
         vp = self.packs.get(key) or self.pack(key, ptrs, wsp)
+        if self.ready:
+            self.settle()
         status = self.launch(self.h, self.plan_ptr, vp)
         if status:
             raise self.error(status)
