@@ -8,23 +8,12 @@ import weakref
 from typing import Any
 
 from cudnn_py import capi
-from cudnn_py.errors import ClosedError, CudaError, InvalidTypeError, InvalidValueError
+from cudnn_py.errors import ClosedError, CudaError, InvalidTypeError
 from cudnn_py.core.memory import DeviceArray, empty
 
-from .descriptors import BackendDescriptor
 from .runner import Runner, VariantPack, bound_tensors, handle_device, plan_pointer, workspace_pointer
 
-__all__ = ["Executor", "execute", "CudaGraph", "execute_descriptors"]
-
-
-def execute_descriptors(handle: Any, plan: BackendDescriptor, pack: BackendDescriptor) -> None:
-    """``cudnnBackendExecute`` on raw descriptors, refusing unfinalized ones with a clear error."""
-    for what, d in (("execution plan", plan), ("variant pack", pack)):
-        if not isinstance(d, BackendDescriptor):
-            raise InvalidTypeError(f"{what} must be a BackendDescriptor, got {type(d).__name__}")
-        if not d.finalized:
-            raise InvalidValueError(f"{what} ({d.short_type}) is not finalized; call .finalize() before executing")
-    capi.cudnnBackendExecute(getattr(handle, "ptr", handle), plan.ptr, pack.ptr)
+__all__ = ["Executor", "execute", "CudaGraph"]
 
 
 class Executor(functools.partial):

@@ -22,9 +22,9 @@ from cudnn_py.core.memory import DeviceArray, Output, array_signature, as_array
 
 from .descriptors import destroy_descriptor
 
-__all__ = ["Runner", "VariantPack", "cached", "cache_clear", "plan_graph", "autotune_graph", "make_variant_pack",
-           "raw_execute", "tensor_pointer", "check_signature", "handle_device", "workspace_pointer", "plan_pointer",
-           "plan_bindings", "bound_tensors", "scratch_pointers", "new_output"]
+__all__ = ["Runner", "VariantPack", "plan_graph", "autotune_graph", "make_variant_pack", "raw_execute",
+           "tensor_pointer", "check_signature", "handle_device", "workspace_pointer", "plan_pointer", "plan_bindings",
+           "bound_tensors", "scratch_pointers", "new_output", "PLANS", "TUNED"]
 
 #: variant packs a runner keeps (a new set of addresses beyond it starts the cache afresh)
 MAX_PACKS = 256
