@@ -393,14 +393,6 @@ def test_plan_requires_a_finalized_descriptor():
         Plan(BackendDescriptor("EXECUTION_PLAN"), None)
 
 
-def test_execute_refuses_unfinalized_descriptors():
-    with pytest.raises(ValueError, match="execution plan .* is not finalized"):
-        gexec.execute_descriptors(capi.cudnnHandle_t(), BackendDescriptor("EXECUTION_PLAN"),
-                                  BackendDescriptor("VARIANT_PACK"))
-    with pytest.raises(TypeError, match="BackendDescriptor"):
-        gexec.execute_descriptors(capi.cudnnHandle_t(), object(), object())
-
-
 def test_variant_pack_missing_or_extra_tensors():
     g = Graph()
     a, b = g.tensor((1, 4, 4), name="a"), g.tensor((1, 4, 4), name="b")

@@ -340,6 +340,31 @@ def test_autotune_keeps_the_fastest_correct_plan(handle, rng):
     _close(_host(pack[y]), R.conv_fprop(q(xa), q(wa), (1, 1), (1, 1), (1, 1)), "float16")
 
 
+def test_autotuned_order_is_reused_untimed(handle, rng, monkeypatch):
+    """runner.plan_graph(autotune=True), the families' graph route, times a structure's plans once per handle: a
+    second graph of the same structure runs the kept fastest plan untimed and right; plan_cache_clear times again."""
+    from cudnn_py.graph import runner
+    samples = []
+    sample = plans._sample
+    monkeypatch.setattr(plans, "_sample", lambda *a, **k: samples.append(1) or sample(*a, **k))
+    monkeypatch.setattr(plans, "_stored", lambda *a: None)  # an on-disk store, where one is set, would skip timing
+    G.plan_cache_clear(handle)
+    xa, wa = rng.standard_normal((2, 8, 9, 9)), rng.standard_normal((16, 8, 3, 3))
+    want = R.conv_fprop(xa, wa, (1, 1), (1, 1), (1, 1))
+    tags, counts = [], []
+    for round_ in range(3):
+        if round_ == 2:
+            G.plan_cache_clear(handle)
+        g, x, w, y = _conv_graph("float32", padding=1)
+        keep = []
+        pack = {x: _dev(xa, x, keep), w: _dev(wa, w, keep)}
+        tags.append(runner.plan_graph(g, handle, pack, [y], autotune=True).tag)
+        counts.append(len(samples))
+        (got,), _, _ = _run(handle, g, {x: xa, w: wa}, [y])
+        _close(got, want, "float32")
+    assert counts[0] > 0 and counts[1] == counts[0] and counts[2] == 2 * counts[0] and tags[0] == tags[1]
+
+
 def test_plan_cache_and_executor_reuse(handle, rng):
     G.plan_cache_clear(handle)
     g1, x, w, y = _conv_graph("float32", padding=1)

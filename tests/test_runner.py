@@ -149,3 +149,92 @@ def test_new_output_has_room_for_the_gaps_of_its_strides(monkeypatch):
                                                                             (192, 8, 48, 1))
     assert R.new_output(capi.cudnnHandle_t(), (2, 2), np.float32, (2, 1)).shape == (2, 2)  # a raw handle
     assert made[-1] == ((2, 2), None, None)
+
+
+def test_autotuned_order_is_kept_per_handle_and_structure(monkeypatch):
+    """plan_graph(autotune=True) times the plans of a graph structure once per handle: a second graph of that structure
+    takes the kept order untimed (its own plans bound to it); another handle, or plan_cache_clear, times again."""
+    from cudnn_py.graph import plans as P
+    timed, built = [], []
+
+    class FakePlan:
+        def __init__(self, tag, graph):
+            self.tag, self.graph = tag, graph
+
+        def bind(self, graph):
+            return FakePlan(self.tag, graph)
+
+    def build_plans(graph, handle, modes, **kw):
+        built.append(graph.key())
+        return [FakePlan("slow", graph), FakePlan("fast", graph)]
+
+    monkeypatch.setattr(P, "build_plans", build_plans)
+    monkeypatch.setattr(P, "_sample", lambda plan, *a: timed.append(plan.tag) or ((2.0, 0.1) if plan.tag == "slow"
+                                                                                  else (1.0, 0.1)))
+    monkeypatch.setattr(P, "_stored", lambda *a: None)
+    monkeypatch.setattr(P, "_store", lambda *a: None)
+
+    def tune(h):
+        g = Graph()
+        x = g.tensor((1, 4, 4), name="x")
+        y = g.relu(x).set_output(True).set_name("y")
+        return g, R.plan_graph(g, h, {x: None}, {y: None}, autotune=True)
+
+    h, other = _Handle(), _Handle()
+    g1, p1 = tune(h)
+    g2, p2 = tune(h)
+    assert timed == ["slow", "fast"] and len(built) == 1  # the second graph was neither built nor timed
+    assert p1.tag == p2.tag == "fast" and p2.graph is g2 and [p.tag for p in g2.plans] == ["fast", "slow"]
+    with pytest.raises(Exception, match="frozen|change"):
+        g2.relu(g2["x"])  # frozen, as a lowered graph is
+    tune(other)
+    P.plan_cache_clear(h)
+    tune(h)
+    assert timed == ["slow", "fast"] * 3 and len(built) == 3
+
+
+class _Event:
+    def __init__(self, stream):
+        self.stream, self.done, self.queries = stream, False, 0
+
+    @property
+    def is_done(self):
+        self.queries += 1
+        return self.done
+
+
+class _Stream:
+    def __init__(self, name):
+        self.name, self.events, self.waits = name, [], []
+
+    def record(self):
+        self.events.append(_Event(self))
+        return self.events[-1]
+
+    def wait(self, event):
+        self.waits.append(event)
+
+
+def test_a_replay_on_another_stream_waits_for_the_constants_upload_until_it_is_done(monkeypatch, stubbed):
+    """ALiBi slopes uploaded on the handle's stream A at the first call: the prepared call replaying on stream B
+    makes B wait for the upload's event while it is not known complete, and once one query says it is, never waits
+    (nor queries) again."""
+    from helpers import fake_cudnn_handle
+    from cudnn_py.ops import sdpa as S, sdpa_args as A
+    made, ran = stubbed
+    monkeypatch.setattr(A, "plan_graph", lambda g, handle, i, o, autotune: types.SimpleNamespace(
+        graph=g, workspace_size=0, tag="fake", descriptor=types.SimpleNamespace(ptr=ctypes.c_void_p(2))))
+    monkeypatch.setattr(A, "to_device", lambda a, stream=None, device=None: DeviceArray(0x700000, a.shape, a.dtype))
+    h, a, b = fake_cudnn_handle(), _Stream("A"), _Stream("B")
+    h.workspace, h._stream = None, a
+    q = DeviceArray(0x100000, (1, 4, 64, 64), np.float16)
+    o = DeviceArray(0x200000, q.shape, np.float16)
+    S.sdpa(h, q, q, q, causal=True, alibi=True, o=o)
+    (upload,) = a.events  # recorded after the slopes' upload, on the stream they were queued on
+    h._stream = b
+    S.sdpa(h, q, q, q, causal=True, alibi=True, o=o)
+    assert b.waits == [upload] and len(ran) == 2  # the replay on B waited for the upload on A
+    upload.done = True
+    for _ in range(3):
+        S.sdpa(h, q, q, q, causal=True, alibi=True, o=o)
+    assert b.waits == [upload] and upload.queries == 3 and len(ran) == 5 and len(made) == 1

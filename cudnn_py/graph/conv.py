@@ -14,7 +14,7 @@ import numpy as np
 
 from cudnn_py.clib import recording
 from cudnn_py.calls.algorithms import is_choice
-from cudnn_py.core.args import float_arg, ints, shape_arg
+from cudnn_py.core.args import float_arg, shape_arg
 from cudnn_py.core.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.core.handle import Handle
@@ -58,13 +58,6 @@ def _check_dtypes(kind: str, dtypes, compute_dtype) -> None:
 def conv_cache_clear(handle: Handle) -> None:
     """Forget the prepared calls of ``handle`` that run a graph convolution (the plans stay in the plan cache)."""
     forget(handle, ROUTE)
-
-
-def _check_params(nsp: int, padding, stride, dilation, post_padding) -> None:
-    """Refuse convolution parameters that are not ``nsp`` non-negative (stride, dilation: positive) ints."""
-    ints(padding, nsp, "padding", 0), ints(stride, nsp, "stride", 1), ints(dilation, nsp, "dilation", 1)
-    if post_padding is not None:
-        ints(post_padding, nsp, "post_padding", 0)
 
 
 def _arr(obj, name) -> DeviceArray:
@@ -114,7 +107,6 @@ def conv_forward(handle: Handle, x: DeviceArrayLike, w: DeviceArrayLike, *, padd
     alpha, beta = float_arg(alpha, "alpha"), float_arg(beta, "beta")
     if beta and y is None:
         raise InvalidValueError("beta != 0 accumulates into y: pass y=")
-    _check_params(xa.ndim - 2, padding, stride, dilation, post_padding)
     _check_dtypes("conv_forward", (("x", xa.dtype), ("w", wa.dtype)) + (() if ba is None else (("bias", ba.dtype),))
                   + (() if ya is None else (("y", ya.dtype),)), compute_dtype)
     g = Graph(io_dtype=xa.dtype, compute_dtype=compute_dtype or _compute_dtype(xa.dtype), name="conv_fprop")
@@ -149,7 +141,6 @@ def _backward(kind: str, handle, dy, other, out, out_shape, *, padding, stride, 
         out_shape = outa.shape
     out_shape = None if out_shape is None else shape_arg(out_shape, shape_name)
     alpha, beta = float_arg(alpha, "alpha"), float_arg(beta, "beta")
-    _check_params(dya.ndim - 2, padding, stride, dilation, post_padding)
     _check_dtypes(f"conv_{kind}", (("dy", dya.dtype), (other_name, oa.dtype))
                   + (() if outa is None else ((out_name, outa.dtype),)), compute_dtype)
     g = Graph(io_dtype=dya.dtype, compute_dtype=compute_dtype or _compute_dtype(dya.dtype), name=f"conv_{kind}")

@@ -8,23 +8,12 @@ import weakref
 from typing import Any
 
 from cudnn_py import capi
-from cudnn_py.errors import ClosedError, CudaError, InvalidTypeError, InvalidValueError
+from cudnn_py.errors import ClosedError, InvalidTypeError, check_cuda
 from cudnn_py.core.memory import DeviceArray, empty
 
-from .descriptors import BackendDescriptor
 from .runner import Runner, VariantPack, bound_tensors, handle_device, plan_pointer, workspace_pointer
 
-__all__ = ["Executor", "execute", "CudaGraph", "execute_descriptors"]
-
-
-def execute_descriptors(handle: Any, plan: BackendDescriptor, pack: BackendDescriptor) -> None:
-    """``cudnnBackendExecute`` on raw descriptors, refusing unfinalized ones with a clear error."""
-    for what, d in (("execution plan", plan), ("variant pack", pack)):
-        if not isinstance(d, BackendDescriptor):
-            raise InvalidTypeError(f"{what} must be a BackendDescriptor, got {type(d).__name__}")
-        if not d.finalized:
-            raise InvalidValueError(f"{what} ({d.short_type}) is not finalized; call .finalize() before executing")
-    capi.cudnnBackendExecute(getattr(handle, "ptr", handle), plan.ptr, pack.ptr)
+__all__ = ["Executor", "execute", "CudaGraph"]
 
 
 class Executor(functools.partial):
@@ -98,11 +87,6 @@ def _destroy_cuda_graph(rt, state: list) -> None:
         pass
 
 
-def _check_cuda(err, what: str) -> None:
-    if int(err) != 0:
-        raise CudaError(what, int(err), getattr(err, "name", str(err)))
-
-
 class CudaGraph:
     """A CUDA graph recorded from a plan by ``cudnnBackendPopulateCudaGraph``; ``update(variant_pack)`` rebinds
     pointers (``cudnnBackendUpdateCudaGraph``); ``launch(stream=None)`` replays it (default: the handle's stream).
@@ -116,9 +100,7 @@ class CudaGraph:
         self._state: list = [None, None]  # [cudaGraph_t, cudaGraphExec_t]: what the finalizer destroys
         self._finalizer = weakref.finalize(self, _destroy_cuda_graph, rt, self._state)
         vp = self._pack(variant_pack, workspace)
-        err, graph = rt.cudaGraphCreate(0)
-        _check_cuda(err, "cudaGraphCreate")
-        self._state[0] = graph
+        graph = self._state[0] = check_cuda(rt.cudaGraphCreate(0), "cudaGraphCreate")
         capi.cudnnBackendPopulateCudaGraph(handle.ptr, plan_pointer(plan), vp.ptr, capi.cudaGraph_t(int(graph)))
         self._instantiate()
 
@@ -143,9 +125,7 @@ class CudaGraph:
         old, self._state[1] = self._state[1], None
         if old is not None:
             self._rt.cudaGraphExecDestroy(old)
-        err, exe = self._rt.cudaGraphInstantiate(self._state[0], 0)
-        _check_cuda(err, "cudaGraphInstantiate")
-        self._state[1] = exe
+        self._state[1] = check_cuda(self._rt.cudaGraphInstantiate(self._state[0], 0), "cudaGraphInstantiate")
 
     def update(self, variant_pack: dict, workspace=None) -> None:
         """Rebind the graph's pointers to another variant pack (same shapes, validated like the first)."""
@@ -160,7 +140,7 @@ class CudaGraph:
         from cudnn_py.core.streams import stream_ptr
         self._check_open()
         s = stream_ptr(stream) if stream is not None else self.handle.stream_ptr
-        _check_cuda(self._rt.cudaGraphLaunch(self._state[1], s)[0], "cudaGraphLaunch")
+        check_cuda(self._rt.cudaGraphLaunch(self._state[1], s), "cudaGraphLaunch")
 
     def close(self) -> None:
         """Destroy the CUDA graph and its instantiation (idempotent)."""

@@ -1,12 +1,7 @@
-"""Graph (backend-API) paths of the operation families whose C entry points cuDNN 9 marks deprecated, and the one
-engine dispatch of every family.
-
-The families (:mod:`cudnn_py.ops.activation`, ``tensor_ops``, ``pooling``, ``batchnorm``, ``normalization``, the
-convolutions) take ``engine="legacy" | "graph" | "auto"`` and hand both engines to :func:`dispatch` (``"auto"``:
-measured once per configuration, :mod:`cudnn_py.calls.engine_choice`). :func:`run_graph` builds a small graph on a
-signature's validated call, plans it through the plan cache and runs it through its
-:class:`~cudnn_py.graph.runner.Runner`'s sink, which the call's prepared call (:mod:`cudnn_py.calls.prepared`) repeats:
-one variant pack of the new addresses and one ``cudnnBackendExecute``.
+"""The one engine dispatch of every family (``engine="legacy" | "graph" | "auto"``: :func:`dispatch`), and the graph
+paths of the families whose C entry points cuDNN 9 marks deprecated: :func:`run_graph` builds a small graph on a
+signature's validated call and runs it through a :class:`~cudnn_py.graph.runner.Runner`, whose sink the prepared call
+repeats.
 
 Layout. cuDNN's pointwise engines take channels-last strides (dimension 1 innermost) and refuse the same data as
 NCHW. Pointwise operations do not care which axis is the channel, so every operand is described with its axes

@@ -26,6 +26,7 @@ from . import plan_store
 from .descriptors import BackendDescriptor
 from .errors import GraphNotSupportedError
 from .execute import CudaGraph, Executor, execute, ordered_pack
+from .runner import PLANS as _PLANS, TUNED
 
 __all__ = ["EngineConfig", "KnobInfo", "Plan", "heuristics", "engine_configs", "engine_config", "build_plans",
            "autotune", "time_plan", "plan_from_json", "plan_cache_clear", "plan_cache_info", "scratch_layout",
@@ -302,9 +303,6 @@ def _store(graph, handle, options: tuple, timed: list[tuple[Plan, float | None]]
 # -- building, with the cache -------------------------------------------------------------------------------------
 
 
-_PLANS = "graph.plans"
-
-
 def _plan_cache(handle) -> tuple[dict, dict]:
     """The handle's plans (bound to the handle they were built with: dropped when it closes) and beside them its
     plan-cache lookups that hit and missed (``"hits"``, ``"misses"``)."""
@@ -312,8 +310,9 @@ def _plan_cache(handle) -> tuple[dict, dict]:
 
 
 def plan_cache_clear(handle) -> None:
-    """Forget ``handle``'s cached plans (and the prepared calls built on them) and reset its hit/miss counts."""
-    for cache in _plan_cache(handle):
+    """Forget ``handle``'s cached plans and autotuned plan orders (and the prepared calls built on them) and reset
+    its hit/miss counts."""
+    for cache in (*_plan_cache(handle), handle_cache(handle, TUNED)):
         cache.clear()
     forget(handle, _PLANS)
 

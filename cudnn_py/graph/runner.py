@@ -22,9 +22,9 @@ from cudnn_py.core.memory import DeviceArray, Output, array_signature, as_array
 
 from .descriptors import destroy_descriptor
 
-__all__ = ["Runner", "VariantPack", "cached", "cache_clear", "plan_graph", "autotune_graph", "make_variant_pack",
-           "raw_execute", "tensor_pointer", "check_signature", "handle_device", "workspace_pointer", "plan_pointer",
-           "plan_bindings", "bound_tensors", "scratch_pointers", "new_output"]
+__all__ = ["Runner", "VariantPack", "plan_graph", "autotune_graph", "make_variant_pack", "raw_execute",
+           "tensor_pointer", "check_signature", "handle_device", "workspace_pointer", "plan_pointer", "plan_bindings",
+           "bound_tensors", "scratch_pointers", "new_output", "PLANS", "TUNED"]
 
 #: variant packs a runner keeps (a new set of addresses beyond it starts the cache afresh)
 MAX_PACKS = 256
@@ -203,6 +203,8 @@ def scratch_pointers(plan: Any, workspace: int | None) -> tuple[list, list]:
     return [uid for uid, _ in places], [workspace + off for _, off in places]
 
 
+#: the handle caches of built plans (:mod:`.plans`) and of autotuned plan orders by graph structure (:func:`plan_graph`)
+PLANS, TUNED = "graph.plans", "graph.plans.tuned"
 #: the name of a handle's cache of :class:`~cudnn_py.core.memory.Output` objects, one per layout its calls allocate
 OUTPUTS = "outputs"
 
@@ -223,10 +225,12 @@ class Runner:
     """A plan (``graph``, ``descriptor``, ``workspace_size``, ``tag``) on a :class:`~cudnn_py.Handle` (or a raw
     ``cudnnHandle_t``), the graph tensors it binds in order (``tensors``: Tensors, names or uids; default the graph's
     order), and its variant packs by bound addresses. ``consts``: arrays bound after the first ``n_inputs`` tensors
-    (default: all but the constants) on every call; ``specs``: what the caller keeps with it."""
+    (default: all but the constants) on every call; ``specs``: what the caller keeps with it; ``ready``: events
+    recorded after the constants' uploads on the stream they were queued on, which an execution on the handle's
+    stream (another, later) waits for until they are known complete (:meth:`settle`)."""
 
     def __init__(self, plan: Any, handle: Any, tensors: Sequence = (), consts: Sequence = (),
-                 n_inputs: int | None = None, specs: Sequence = ()):
+                 n_inputs: int | None = None, specs: Sequence = (), ready: Sequence = ()):
         io, scalars = plan_bindings(plan)
         io = bound_tensors(plan, tensors) if tensors else io
         self.plan, self.handle, self.tensors = plan, handle, tuple(io)
@@ -236,7 +240,7 @@ class Runner:
         self.scalar_ptrs = [plan.graph.scalar_pointer(t) for t in scalars]
         self.consts, self.const_ptrs = tuple(consts), tuple(c.ptr for c in consts)
         self.n_inputs = len(io) - len(self.consts) if n_inputs is None else n_inputs
-        self.specs = tuple(specs)
+        self.specs, self.ready = tuple(specs), list(ready)
         self.packs: dict = {}    # key -> c_void_p of the variant pack (what C gets)
         self._keep: dict = {}    # key -> the VariantPack owning it
         self.recent: dict = {}   # argument tuple (the same objects) -> c_void_p (Executor's identity cache)
@@ -269,8 +273,17 @@ class Runner:
             return ClosedError(f"the execution plan ({self.plan.tag}) is closed")
         return status_error("cudnnBackendExecute", status)
 
+    def settle(self) -> None:
+        """Make the handle's stream wait for the constants' uploads (:attr:`ready`) not yet known complete; once they
+        all are (one query each), nothing is waited for again."""
+        ready = self.ready = [e for e in self.ready if not e.is_done]
+        for e in ready:
+            self.handle.stream.wait(e)
+
     def execute(self, vp: ctypes.c_void_p) -> None:
         """``cudnnBackendExecute`` with variant pack ``vp`` on the handle's stream."""
+        if self.ready:
+            self.settle()
         status = self.launch(self.h, self.plan_ptr, vp)
         if status:
             raise self.error(status)
@@ -328,6 +341,8 @@ class Runner:
         """Execute with workspace ``wsp`` and these addresses: a prepared call's step."""
         key = ptrs if wsp is None else ptrs + (wsp,)
         vp = self.packs.get(key) or self.pack(key, ptrs, wsp)
+        if self.ready:
+            self.settle()
         status = self.launch(self.h, self.plan_ptr, vp)
         if status:
             raise self.error(status)
@@ -401,11 +416,20 @@ def autotune_graph(g: Any, handle: Any, pack: dict) -> None:
 def plan_graph(g: Any, handle: Any, inputs: dict, outputs: dict | Sequence, autotune: bool) -> Any:
     """Build ``g`` (the heuristics' first plan, through the plan cache) or with ``autotune`` time every plan on the
     ``inputs`` and ``outputs`` (graph tensor -> array, or the output tensors alone: new arrays made); returns the
-    plan."""
-    if autotune:
-        outs = outputs if isinstance(outputs, dict) else {
-            t: new_output(handle, t.shape, t.np_dtype, t.strides) for t in outputs}
-        autotune_graph(g, handle, {**inputs, **outs})
-    else:
+    plan. The timed order is kept per handle and graph structure (:data:`TUNED`, cleared with the plan cache), so a
+    graph of that structure timed once takes it again untimed."""
+    if not autotune:
         g.build(handle)
+        return g.plan
+    recording.uses(PLANS)
+    tuned, key = handle_cache(handle, TUNED), g.key()
+    plans = tuned.get(key)
+    if plans is not None:
+        g.freeze()  # as lowering would: the plans fit this structure, so it must not change under them
+        g.plans = [p.bind(g) for p in plans]
+        return g.plan
+    outs = outputs if isinstance(outputs, dict) else {
+        t: new_output(handle, t.shape, t.np_dtype, t.strides) for t in outputs}
+    autotune_graph(g, handle, {**inputs, **outs})
+    tuned[key] = list(g.plans)
     return g.plan

@@ -101,6 +101,13 @@ def device_scalar(handle: Any, value: Any, name: str, dtype: Any) -> DeviceArray
                      device=handle_device(handle))
 
 
+def _uploaded(handle: Any) -> list:
+    """[an event recorded on the handle's stream after the uploads queued there] (none for a handle without a
+    stream): a runner's replay on another stream waits for it (:meth:`~cudnn_py.graph.runner.Runner.settle`)."""
+    stream = getattr(handle, "stream", None)
+    return [] if stream is None else [stream.record()]
+
+
 #: the builder's keywords for the ragged offsets (q's are also o's, k's also v's)
 _KEYWORDS = {"ragged_q": ("ragged_offset_q", "ragged_offset_o"), "ragged_k": ("ragged_offset_k", "ragged_offset_v")}
 
@@ -159,13 +166,15 @@ class SdpaArgs:
                 raise InvalidValueError("dropout needs seed= and offset= (ints or int64 device tensors): the Philox "
                                         "state")
         # scalars given as numbers are uploaded once, outside the recording: the runner's constants, which the
-        # prepared call keeps (its key holds the numbers); device tensors are the call's arrays
+        # prepared call keeps (its key holds the numbers), its replays ordered after the upload (self.ready);
+        # device tensors are the call's arrays
         self.consts: dict[str, DeviceArray] = {}
         scalars = [(n, x, np.int64) for n, x in (("seed", seed), ("offset", offset)) if opts.dropout]
         for n, x, dt in scalars + [(n, x, np.float32) for n, x in scales.items()]:
             with recording.measuring():
                 a = device_scalar(handle, x, n, dt)
             (self.consts if isinstance(x, numbers.Real) else got)[n] = device_tensor(a, n)[0]
+        self.ready = _uploaded(handle) if self.consts else []
         order = ("q", "k", "v", "bias", "seq_len_q", "seq_len_kv", "ragged_q", "ragged_k", "seed", "offset",
                  "page_table_k", "page_table_v", "sink", "o", "do", "stats", *scales)
         self.arrays = {n: got[n] for n in order if got.get(n) is not None}
@@ -179,7 +188,7 @@ class SdpaArgs:
         handle = self.handle
         g = Graph(io_dtype=self.dtype, compute_dtype="float32", intermediate_dtype="float32", name=method)
         kw: dict = {}
-        tensors, arrays = [], [*self.arrays.values(), *self.consts.values()]
+        tensors, arrays, ready = [], [*self.arrays.values(), *self.consts.values()], list(self.ready)
         for n, a in (*self.arrays.items(), *self.consts.items()):
             tensors.append(g.tensor_like(a, n))
             kw.update(dict.fromkeys(_KEYWORDS.get(n, (n,)), tensors[-1]))
@@ -188,6 +197,7 @@ class SdpaArgs:
             with recording.measuring():  # uploaded once: the runner a prepared call keeps holds them
                 arrays.append(to_device(slopes.reshape(1, -1, 1, 1), stream=getattr(handle, "stream", None),
                                         device=handle_device(handle)))
+            ready += _uploaded(handle)
             kw["alibi"] = g.tensor_like(arrays[-1], "alibi_slopes")
             tensors.append(kw["alibi"])
         opts = dataclasses.replace(self.opts, alibi=False)
@@ -202,7 +212,7 @@ class SdpaArgs:
         # per output: shape, dtype, strides, the packed input it follows (else None)
         specs = [(t.shape, t.np_dtype, t.strides, srcs[i] if i < len(srcs) else None) for i, t in enumerate(outs)]
         n = len(self.arrays)
-        return Runner(plan, handle, [*tensors, *outs], arrays[n:], n, specs)
+        return Runner(plan, handle, [*tensors, *outs], arrays[n:], n, specs, ready)
 
     def run(self, r: Runner, outputs: dict) -> list:
         """Execute ``r`` on these arrays and ``outputs`` (name -> the caller's array, or None for a new one;

@@ -21,7 +21,6 @@ the tensors and add them, :mod:`.sdpa_options` the options they share with the e
 """
 from __future__ import annotations
 
-import ctypes
 from typing import Sequence, TypedDict
 
 import numpy as np
@@ -32,6 +31,7 @@ from ..descriptors import BackendDescriptor
 from .base import LowerContext, Op
 from .pointwise import Pointwise, pointwise_mode
 from .reduction import Reduction
+from .rng import Rng
 from .sdpa_options import ALIGNMENTS, IMPLEMENTATIONS, SdpaOptions
 
 __all__ = ["SdpaForward", "SdpaBackward", "SdpaFp8Forward", "SdpaFp8Backward", "SdpaOptions", "ALIGNMENTS",
@@ -126,15 +126,8 @@ def _reshape(ctx: LowerContext, x, dtype, view=None):
 
 def _rng(ctx: LowerContext, seed, offset, out, keep_probability: float) -> None:
     """Philox Bernoulli(``keep_probability``) mask into ``out`` from device ``seed``/``offset`` tensors."""
-    rng = BackendDescriptor("RNG", distribution=capi.CUDNN_RNG_DISTRIBUTION_BERNOULLI,
-                            bernoulli_dist_probability=float(keep_probability)).finalize()
-    d = BackendDescriptor("OPERATION_RNG", ydesc=ctx.tensor(out), desc=rng, offset_desc=ctx.tensor(offset))
-    # CUDNN_ATTR_OPERATION_RNG_SEED takes an INT64 constant or a tensor descriptor; the attribute table knows the
-    # former only, so the descriptor form is set directly
-    sd = ctx.tensor(seed)
-    capi.cudnnBackendSetAttribute(d.ptr, capi.CUDNN_ATTR_OPERATION_RNG_SEED, capi.CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-                                  (ctypes.c_void_p * 1)(sd.ptr.value))
-    ctx.add(d.finalize(), rng, sd)
+    Rng({"seed": seed, "offset": offset}, {"y": out}, {"distribution": "bernoulli", "probability": keep_probability,
+                                                      "seed": None}).lower(ctx)
 
 
 def _paged_load(ctx: LowerContext, ins, name: str, shape, strides=None):
