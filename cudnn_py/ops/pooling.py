@@ -45,7 +45,7 @@ from cudnn_py.core.descriptors import (Descriptor, Settings, TensorDescriptor, c
 from cudnn_py.graph import legacy as gl
 from cudnn_py.core.handle import Handle
 from cudnn_py.core.memory import DeviceArray, DeviceArrayLike
-from cudnn_py.ops._common import Out, check_array, desc, launch, new_output, output, scalars
+from cudnn_py.ops._common import Out, blend, check_array, desc, new_output, output
 from cudnn_py.calls.prepared import prepared
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
@@ -257,12 +257,9 @@ def _graph(handle: Handle, pool: Pooling, xa, ya, dya, dxa, alpha, beta, auto) -
 
 def _legacy(handle: Handle, pd, xa, ya, dya, dxa, alpha: float, beta: float) -> None:
     """``cudnnPoolingForward`` (``dya`` None) or ``cudnnPoolingBackward``."""
-    al, be = scalars(xa.dtype, alpha, beta)
-    if dya is None:
-        launch(handle, capi.cudnnPoolingForward, handle.ptr, pd, al, desc(_view(xa)), xa, be, desc(_view(ya)), ya)
-    else:
-        launch(handle, capi.cudnnPoolingBackward, handle.ptr, pd, al, desc(_view(ya)), ya, desc(_view(dya)), dya,
-               desc(_view(xa)), xa, be, desc(_view(dxa)), dxa)
+    ins, out = ([xa], ya) if dya is None else ([ya, dya, xa], dxa)
+    blend(handle, capi.cudnnPoolingForward if dya is None else capi.cudnnPoolingBackward, (pd,), xa.dtype, alpha, beta,
+          ins, out, lambda a: desc(_view(a)))
 
 
 @prepared(inputs=("x",), outputs=("y",), inplace=False, scalars=("alpha", "beta"), moved=("y",))

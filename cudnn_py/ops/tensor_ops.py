@@ -43,7 +43,7 @@ from cudnn_py.core.memory import DeviceArray, DeviceArrayLike, as_array, empty, 
 from cudnn_py.core.strided import memory_order, non_overlapping
 from cudnn_py.clib import recording
 from cudnn_py.ops._common import (
-    Out, check_array, desc, enum_arg, new_output, host_step, launch, output, read_tensor_desc, scalars,
+    Out, blend, check_array, desc, enum_arg, new_output, host_step, launch, output, read_tensor_desc, scalars,
     tensor_desc,
 )
 from cudnn_py.calls.prepared import prepared
@@ -95,7 +95,7 @@ def add_tensor(handle: Handle, a: DeviceArrayLike, c: Out, *, alpha: float = 1.0
         raise InvalidValueError(f"cudnnAddTensor takes tensors of up to 5 dimensions; c has shape {ca.shape}")
     inputs = [("a", aa)] + ([("prior", ca)] if beta else [])
     gl.dispatch(engine, handle, None,
-                lambda: _blend_call(handle, capi.cudnnAddTensor, aa, ca, ca.dtype, alpha, beta),
+                lambda: blend(handle, capi.cudnnAddTensor, (), ca.dtype, alpha, beta, [aa], ca),
                 lambda auto: gl.run_graph(handle, "add_tensor", (alpha, beta), inputs, [("c", ca)],
                                           lambda g, t, _: gl.blend(g, t["a"], t, alpha, beta), auto=auto))
     return c
@@ -303,7 +303,7 @@ def transform_tensor(handle: Handle, x: DeviceArrayLike, *, y: Out | None = None
     inputs = [("x", xa)] + ([("prior", ya)] if beta else [])
     scalar_dtype = np.float64 if np.float64 in (xa.dtype, ya.dtype) else np.float32
     gl.dispatch(engine, handle, None,
-                lambda: _blend_call(handle, capi.cudnnTransformTensor, xa, ya, scalar_dtype, alpha, beta),
+                lambda: blend(handle, capi.cudnnTransformTensor, (), scalar_dtype, alpha, beta, [xa], ya),
                 lambda auto: gl.run_graph(
                     handle, "transform_tensor", (alpha, beta), inputs, [("y", ya)],
                     lambda g, t, _: gl.blend(g, g.pointwise("identity", t["x"]), t, alpha, beta), auto=auto))
@@ -313,13 +313,6 @@ def transform_tensor(handle: Handle, x: DeviceArrayLike, *, y: Out | None = None
 def _scale(handle: Handle, ya: DeviceArray, alpha: float) -> None:
     (al,) = scalars(ya.dtype, alpha)
     launch(handle, capi.cudnnScaleTensor, handle.ptr, desc(ya), ya, al)
-
-
-def _blend_call(handle: Handle, fn, xa: DeviceArray, ya: DeviceArray, scalar_dtype, alpha: float,
-                beta: float) -> None:
-    """``fn(handle, alpha, x, beta, y)``: the legacy calls of the form ``y = alpha * f(x) + beta * y``."""
-    al, be = scalars(scalar_dtype, alpha, beta)
-    launch(handle, fn, handle.ptr, al, desc(xa), xa, be, desc(ya), ya)
 
 
 class TensorTransformDescriptor(Descriptor):
@@ -391,8 +384,7 @@ def transform_tensor_ex(handle: Handle, x: DeviceArrayLike, *, layout: str | Non
         if ya.strides != strides:
             raise InvalidValueError(f"y has strides {ya.strides}; this transform writes strides {strides}")
     scalar_dtype = np.float64 if np.float64 in (xa.dtype, ya.dtype) else np.float32
-    al, be = scalars(scalar_dtype, alpha, beta)
-    launch(handle, capi.cudnnTransformTensorEx, handle.ptr, tdesc, al, desc(xa), xa, be, desc(ya), ya)
+    blend(handle, capi.cudnnTransformTensorEx, (tdesc,), scalar_dtype, alpha, beta, [xa], ya)
     return ya if y is None else y
 
 
