@@ -230,7 +230,7 @@ def test_plans_live_in_the_handles_cache(monkeypatch):
 
 
 def test_scaling_factors_follow_the_compute_type(monkeypatch):
-    """alpha/beta are double for double compute, float otherwise; 1 and 0 are the plan's own."""
+    """alpha/beta are double for double compute, float otherwise."""
     monkeypatch.setattr(cv, "_choose", lambda *a: (capi.CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
                                                    capi.CUDNN_DEFAULT_MATH, 0))
     for dtype, ctype in ((np.float64, "c_double"), (np.float32, "c_float"), (np.float16, "c_float")):
@@ -239,9 +239,7 @@ def test_scaling_factors_follow_the_compute_type(monkeypatch):
             cv.convolution_forward(h, cv.Convolution(), _arr((1, 3, 5, 5), dtype), _arr((4, 3, 3, 3), dtype),
                                    y=_arr((1, 4, 3, 3), dtype), engine="legacy")
         (p,) = h.cache[cv.PLANS].values()
-        assert type(p.one._obj).__name__ == ctype and p.one._obj.value == 1.0 and p.zero._obj.value == 0.0
-        assert cv._scaling(p, 1.0, 0.0) == (p.one, p.zero)
-        al, be = cv._scaling(p, 0.5, 2.0)
+        al, be = cv.scalars(p.scaling, 0.5, 2.0)
         assert type(al._obj).__name__ == ctype and (al._obj.value, be._obj.value) == (0.5, 2.0)
 
 

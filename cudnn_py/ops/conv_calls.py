@@ -27,7 +27,7 @@ from cudnn_py import capi
 from cudnn_py.clib import recording
 from cudnn_py.core import descriptors as _d
 from cudnn_py._deprecation import renamed_kwargs, warn
-from cudnn_py.core.args import INT64_MAX, bool_arg, int_arg, scaling
+from cudnn_py.core.args import INT64_MAX, bool_arg, int_arg, int_tuple, scaling
 from cudnn_py.core.caches import handle_cache
 from cudnn_py.core.dtypes import cudnn_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
@@ -94,16 +94,14 @@ def _choose(handle: Handle, g: Geometry, direction: str, spec, deterministic: bo
 class _Plan:
     """What one legacy call needs: its geometry, descriptors (``keep``: A, B, C in cuDNN's argument order, then the
     convolution's), algorithm, workspace bytes, C function, the scaling factors' type (``scaling``: double for double
-    compute, else float; ``one``, ``zero``: 1 and 0 in it) and ``gen``, the algorithm_cache.generation a "fastest"
-    choice was made under (else None)."""
-    __slots__ = ("g", "keep", "algo", "ws", "cfn", "scaling", "gen", "one", "zero")
+    compute, else float) and ``gen``, the algorithm_cache.generation a "fastest" choice was made under (else None)."""
+    __slots__ = ("g", "keep", "algo", "ws", "cfn", "scaling", "gen")
 
     def __init__(self, g: Geometry, direction: str, choice: tuple, spec: Any) -> None:
         self.algo, math_type, self.ws = choice
         self.g, self.keep = g, g.descs(direction) + (g.conv_desc(math_type),)
         self.cfn = getattr(capi, _FUNCS[direction])
         self.scaling = np.dtype(np.float64 if g.compute == capi.CUDNN_DATA_DOUBLE else np.float32)
-        self.one, self.zero = scalars(self.scaling, 1.0, 0.0)
         self.gen = _alg.algorithm_cache.generation if isinstance(spec, str) and spec.lower() == "fastest" else None
 
 
@@ -124,11 +122,6 @@ def _plan(handle: Handle, key, direction, conv, sigs, spec, deterministic, works
     choice = _choose(handle, g, direction, spec, deterministic, _limit(handle, workspace_limit), in_ptrs)
     p = handle_cache(handle, PLANS)[key] = _Plan(g, direction, choice, spec)
     return p
-
-
-def _scaling(p: _Plan, alpha: float, beta: float) -> tuple:
-    """(byref alpha, byref beta) for a plan's call: its own for 1 and 0."""
-    return (p.one, p.zero) if alpha == 1.0 and beta == 0.0 else scalars(p.scaling, alpha, beta)
 
 
 def _ready(handle: Handle, direction, conv, sigs, spec, deterministic, workspace_limit, in_ptrs) -> _Plan:
@@ -226,12 +219,8 @@ def _conv_arg(conv) -> None:
 
 
 def _shape_sig(shape, like, what):
-    try:
-        shape = tuple(int(n) for n in shape)
-    except (TypeError, ValueError):
-        raise InvalidTypeError(f"{what} {shape!r} must be a sequence of ints") from None
-    if any(n < 1 for n in shape):
-        raise InvalidValueError(f"{what} {shape} must have positive dimensions")
+    """The signature of a new packed output of ``shape`` with ``like``'s dtype and device."""
+    shape = int_tuple(shape, what, minimum=1)
     return shape, packed_strides(shape, False), like[2], like[3]
 
 
@@ -299,14 +288,15 @@ def _legacy(handle: Handle, direction: str, conv: Convolution, sigs, a_ptr: int,
     a, b, c, cd = p.keep
     if g.asym and direction == "backward_data":
         dxp = empty((g.xp_size,), g.np_dtype, stream=handle.stream, device=handle.device)
-        launch(handle, p.cfn, handle.ptr, p.one, a, Address(a_ptr), b, Address(b_ptr), cd, p.algo,
-               WorkspaceArg(p.ws), p.ws, p.zero, c, Address(dxp.ptr))
+        one, zero = scalars(p.scaling, 1.0, 0.0)
+        launch(handle, p.cfn, handle.ptr, one, a, Address(a_ptr), b, Address(b_ptr), cd, p.algo, WorkspaceArg(p.ws),
+               p.ws, zero, c, Address(dxp.ptr))
         al, be = scalars(g.dtype, alpha, beta)
         launch(handle, capi.cudnnTransformTensor, handle.ptr, al, g.interior_desc,
                Address(dxp.ptr + g.interior_offset), be, g.x_orig_desc, Address(out_ptr))
         return out
     xp = _pad_input(handle, g, a_ptr) if g.asym else None  # x: forward's and backward filter's first input
-    al, be = _scaling(p, alpha, beta)
+    al, be = scalars(p.scaling, alpha, beta)
     launch(handle, p.cfn, handle.ptr, al, a, Address(a_ptr if xp is None else xp.ptr), b, Address(b_ptr), cd,
            p.algo, WorkspaceArg(p.ws), p.ws, be, c, Address(out_ptr))
     return out
