@@ -6,13 +6,11 @@ are :mod:`cudnn_py.ops.convolution`'s.
 answer). ``autotune=True`` measures the candidates once per configuration (legacy: ``Find...Ex`` under the
 workspace cap, kept in :data:`cudnn_py.calls.algorithms.algorithm_cache`; graph: every plan) and keeps the fastest;
 ``algo="fastest"`` is its deprecated spelling. A legacy call's plan (descriptors, algorithm, workspace size) is made
-once per configuration in the handle's cache :data:`PLANS`; every call is a prepared call
-(:mod:`cudnn_py.calls.prepared`) whose repeat queues its C call (or ``cudnnBackendExecute``) again with the new
-addresses. ``engine="graph"`` runs :func:`cudnn_py.graph.conv.convolution`. ``engine="auto"`` (the default), where the
-graph path takes the call (``algo`` a choice, no ``deterministic``/``workspace_limit``, math type "auto"; for the fused
-call no ``z`` and ``beta`` 0), measures both engines on the first call of a configuration and keeps the faster, through
-the families' one dispatch (:func:`cudnn_py.graph.legacy.dispatch`; ``CUDNN_PY_AUTO_ENGINE=static``: the graph wherever
-it takes the call); elsewhere it runs the legacy call.
+once per configuration in the handle's cache :data:`PLANS`. ``engine="graph"`` runs
+:func:`cudnn_py.graph.conv.convolution`. ``engine="auto"`` (the default), where the graph path takes the call (``algo``
+a choice, no ``deterministic``/``workspace_limit``, math type "auto"; for the fused call no ``z`` and ``beta`` 0),
+measures both engines on the first call of a configuration and keeps the faster (:func:`cudnn_py.graph.legacy.dispatch`;
+``CUDNN_PY_AUTO_ENGINE=static``: the graph wherever it takes the call); elsewhere it runs the legacy call.
 """
 from __future__ import annotations
 
@@ -125,10 +123,10 @@ def _plan(handle: Handle, key, direction, conv, sigs, spec, deterministic, works
 
 
 def _ready(handle: Handle, direction, conv, sigs, spec, deterministic, workspace_limit, in_ptrs) -> _Plan:
-    """The remembered plan for a call, by its configuration (unless "fastest" choices were cleared or reloaded since, or the handle's
-    workspace cap was lowered below its workspace since: then it is made again under this cap, and an explicit
-    algorithm that needs more raises :class:`~cudnn_py.errors.WorkspaceLimitError` when the workspace is fetched),
-    else a new one. (A raised cap keeps the plans made under the lower one; ``clear_caches()`` chooses again.)"""
+    """The remembered plan for a call, by its configuration, else a new one. It is made again where "fastest" choices
+    were cleared or reloaded since, or the handle's workspace cap was lowered below its workspace (an explicit
+    algorithm that needs more then raises :class:`~cudnn_py.errors.WorkspaceLimitError` when the workspace is
+    fetched); a raised cap keeps the plans made under the lower one (``clear_caches()`` chooses again)."""
     recording.uses(PLANS)
     key = (direction, conv, *sigs, spec, deterministic, workspace_limit)
     p = handle_cache(handle, PLANS).get(key)
@@ -165,20 +163,17 @@ def _algo(where: str, algo: Any, autotune: bool, stacklevel: int = 4) -> Any:
 
 
 def _takes(algo: Any, deterministic: bool, workspace_limit: int | None, conv: Convolution) -> bool:
-    """Whether the graph path can take a call (``engine="auto"``'s static rule, else the legacy call): ``algo`` a
-    choice, no ``deterministic``, no ``workspace_limit``, math type "auto"."""
+    """Whether the graph path can take a call (``engine="auto"``'s rule: the module doc)."""
     return (_alg.is_choice(algo) and not bool_arg(deterministic, "deterministic") and workspace_limit is None
             and conv.math_type is None)
 
 
 def _dispatch(handle: Handle, engine: str, takes: bool, key: Callable[[], tuple], legacy: Callable[[], Any],
               direction: str, conv: Convolution, a, b, out, mutated: tuple = (), **kw: Any) -> Any:
-    """The call's output, run on ``engine`` through :func:`cudnn_py.graph.legacy.dispatch`: ``"auto"`` measures both
-    engines once per ``key()`` and handle where the graph path ``takes`` the call, else runs the legacy call
-    (``mutated``: the output where it is blended into). The graph engine is
+    """The call's output, run on ``engine`` (``"auto"``: measured once per ``key()`` and handle where the graph path
+    ``takes`` the call; ``mutated``: the output where it is blended into). The graph engine is
     :func:`cudnn_py.graph.conv.convolution` on ``a``, ``b``, ``out`` (in the graph's order) with ``kw``; run again
-    by the engine choice, it repeats its first run's plan execution (:func:`cudnn_py.graph.legacy.repeatable`: no
-    scratch buffers on that path)."""
+    by the engine choice, it repeats its first run's plan execution (:func:`cudnn_py.graph.legacy.repeatable`)."""
     outs: dict = {}
 
     def run() -> bool:

@@ -10,9 +10,7 @@ memory layout cuDNN is told about. Every call validates shapes, dtypes and devic
     s, idx = reduce_tensor(h, "max", a, axes=(2, 3), indices=True)
 
 Scaling factors are keyword-only ``alpha``/``beta`` (defaults 1 and 0); :func:`op_tensor` keeps cuDNN's
-``alpha1``/``alpha2``/``beta``. Old spellings still work with a :class:`DeprecationWarning`: ``add_tensor`` without
-``beta`` (it accumulates, ``beta=1.0``; the default becomes 0.0), ``scale_tensor``'s positional alpha,
-``transform_tensor(memory_format=)`` and ``transform_tensor_ex(dest_format=)`` (now ``layout=``).
+``alpha1``/``alpha2``/``beta``. Each function says which old spellings of it still work (with a DeprecationWarning).
 
 ``engine="graph"`` (add_tensor, op_tensor, scale_tensor, transform_tensor, reduce_tensor) runs the same function
 as a cached backend-API graph (pointwise operations, or a reduction) instead of the deprecated C call: float16,
@@ -205,9 +203,8 @@ def scale_tensor(handle: Handle, y: Out, *args, alpha: float = 1.0, engine: str 
     return y
 
 
-#: the dtypes cuDNN's cudnnSetTensor kernel fills right in any layout (the value read as float, double for float64;
-#: verified on the GPU); others are filled only where a driver memset can (int8 slices come back zero, int32 ones
-#: are CUDNN_STATUS_NOT_SUPPORTED on 9.19)
+#: the dtypes cuDNN's cudnnSetTensor kernel fills right in any layout (verified on the GPU; int8 slices come back
+#: zero, int32 ones are CUDNN_STATUS_NOT_SUPPORTED on 9.19)
 _SET_KERNEL_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64"})
 
 
@@ -230,15 +227,13 @@ def set_tensor(handle: Handle, y: Out, value: float) -> Out:
     host = element_value(value, ya.dtype, "value").astype(host_type)
     yd = None
     if ya.span()[1] == ya.size and min(ya.strides, default=0) >= 0 and non_overlapping(ya.shape, ya.strides):
-        # dense (any dimension order): y's elements are exactly its memory span, so one driver memset of the
-        # element cuDNN would write (the host value converted to y's dtype) fills it at full bandwidth
+        # dense (any dimension order): one driver memset of the element cuDNN would write fills y's span
         element = host.astype(ya.dtype)
         if memset_writes(element):
             host_step(_fill, (handle, ya.ptr, element, ya.size), (1,))
             return y
-        # no memset writes the value (a float64 one with unequal 4-byte halves): cuDNN's kernel on y described
-        # packed in its memory order (every element gets the same value), which runs at 1.1x torch's fill_ where
-        # an NHWC descriptor ran 16x (float64, 32x256x56x56, H200)
+        # no memset writes the value: y described packed in its memory order runs at 1.1x torch's fill_ where an
+        # NHWC descriptor ran 16x (float64, 32x256x56x56, H200)
         if kernel:
             yd = tensor_desc(tuple(ya.shape[i] for i in memory_order(ya.shape, ya.strides)), ya.dtype, None)
     if not kernel:
