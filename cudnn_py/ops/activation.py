@@ -50,7 +50,7 @@ ACTIVATION_MODES = {
 
 class _ActivationDescriptor(Descriptor):
     """A ``cudnnActivationDescriptor_t`` of settings :class:`cudnn_py.Activation` validated: ``mode``,
-    ``nan_propagation`` (bool), ``coef`` and ``swish_beta``; read back from cuDNN."""
+    ``nan_propagation`` (bool), ``coef`` (read back from cuDNN) and ``swish_beta``."""
 
     _handle_type = capi.cudnnActivationDescriptor_t
     _create_fn, _destroy_fn = "cudnnCreateActivationDescriptor", "cudnnDestroyActivationDescriptor"
@@ -70,12 +70,6 @@ class _ActivationDescriptor(Descriptor):
     mode = read_back(0, "The ``cudnnActivationMode_t``.")
     nan_propagation = read_back(1, "The ``cudnnNanPropagation_t``.")
     coef = read_back(2, "The clipping threshold (clipped_relu) or alpha (elu).")
-
-    @property
-    def swish_beta(self) -> float:
-        b = c_double()
-        capi.cudnnGetActivationDescriptorSwishBeta(self.ptr, byref(b))
-        return b.value
 
 
 class Activation(Settings):
