@@ -309,10 +309,10 @@ def test_graph_path_builds_one_pointwise_operation(monkeypatch, backward, mode, 
 ])
 def test_legacy_path_calls(monkeypatch, mode, forward, backward):
     """The legacy engine's C call and the arrays it passes, in order (the GPU tests run it)."""
-    from cudnn_py.ops import activation as A
+    from cudnn_py.ops import _common
     from helpers import fake_array, fake_cudnn_handle
     seen = []
-    monkeypatch.setattr(A, "launch", lambda handle, fn, *args: seen.append(
+    monkeypatch.setattr(_common, "launch", lambda handle, fn, *args: seen.append(
         (fn.__name__, [a for a in args if isinstance(a, type(x))])))
     x, y, dy, dx = (fake_array((2, 3)) for _ in range(4))
     activation_forward(fake_cudnn_handle(), mode, x, y=y, engine="legacy")

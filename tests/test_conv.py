@@ -229,8 +229,21 @@ def test_plans_live_in_the_handles_cache(monkeypatch):
     assert Handle.cache_info(h) == {} and Handle.cache_info(other) == {cv.PLANS: 1}
 
 
+def test_output_shapes_are_ints(monkeypatch):
+    """x_shape / w_shape are checked like every shape argument: a float entry is refused, not truncated."""
+    monkeypatch.setattr(cv, "_choose", lambda *a: (capi.CUDNN_CONVOLUTION_BWD_DATA_ALGO_0, capi.CUDNN_DEFAULT_MATH, 0))
+    monkeypatch.setattr(cv, "new_output", lambda handle, shape, dtype: _arr(shape, dtype))
+    conv, w, dy = cv.Convolution(), _arr((4, 3, 3, 3)), _arr((1, 4, 3, 3))
+    with pytest.raises(TypeError, match="x_shape must contain only ints"):
+        cv.convolution_backward_data(_NoC(), conv, w, dy, x_shape=(1, 3, 5.5, 5), engine="legacy")
+    with pytest.raises(ValueError, match="w_shape must be >= 1"):
+        cv.convolution_backward_filter(_NoC(), conv, _arr((1, 3, 5, 5)), dy, w_shape=(4, 3, 0, 3), engine="legacy")
+    with pytest.raises(AssertionError, match="cuDNN call"):  # planned, then reached the C call
+        cv.convolution_backward_data(_NoC(), conv, w, dy, x_shape=(1, 3, np.int64(5), 5), engine="legacy")
+
+
 def test_scaling_factors_follow_the_compute_type(monkeypatch):
-    """alpha/beta are double for double compute, float otherwise; 1 and 0 are the plan's own."""
+    """alpha/beta are double for double compute, float otherwise."""
     monkeypatch.setattr(cv, "_choose", lambda *a: (capi.CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
                                                    capi.CUDNN_DEFAULT_MATH, 0))
     for dtype, ctype in ((np.float64, "c_double"), (np.float32, "c_float"), (np.float16, "c_float")):
@@ -239,9 +252,7 @@ def test_scaling_factors_follow_the_compute_type(monkeypatch):
             cv.convolution_forward(h, cv.Convolution(), _arr((1, 3, 5, 5), dtype), _arr((4, 3, 3, 3), dtype),
                                    y=_arr((1, 4, 3, 3), dtype), engine="legacy")
         (p,) = h.cache[cv.PLANS].values()
-        assert type(p.one._obj).__name__ == ctype and p.one._obj.value == 1.0 and p.zero._obj.value == 0.0
-        assert cv._scaling(p, 1.0, 0.0) == (p.one, p.zero)
-        al, be = cv._scaling(p, 0.5, 2.0)
+        al, be = cv.scalars(p.scaling, 0.5, 2.0)
         assert type(al._obj).__name__ == ctype and (al._obj.value, be._obj.value) == (0.5, 2.0)
 
 

@@ -343,7 +343,7 @@ def _recorded_pooling(monkeypatch, engine, pool, x, y, dy=None, dx=None):
     """What one call hands C (legacy: each launched descriptor's shape and strides) or the graph runner (each
     run_graph's configuration, inputs' and outputs' names, shapes and strides), nothing run."""
     from cudnn_py.graph import legacy as gl
-    from cudnn_py.ops import pooling as P
+    from cudnn_py.ops import _common, pooling as P
     from helpers import fake_array, fake_cudnn_handle
     seen = []
 
@@ -354,7 +354,7 @@ def _recorded_pooling(monkeypatch, engine, pool, x, y, dy=None, dx=None):
         seen.append((op, params, [(n, a.shape, a.strides) for n, a in inputs],
                      [(n, a.shape, a.strides) for n, a in outputs]))
         return True
-    monkeypatch.setattr(P, "launch", launch)
+    monkeypatch.setattr(_common, "launch", launch)
     monkeypatch.setattr(gl, "run_graph", run_graph)
     monkeypatch.setattr(P, "new_output", lambda h, shape, dtype, strides: fake_array(shape, dtype, strides))
     if dy is None:

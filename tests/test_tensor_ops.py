@@ -102,7 +102,7 @@ def _stop(seen: list):
 
 def test_add_tensor_without_beta_warns_and_still_accumulates(monkeypatch):
     seen: list = []
-    monkeypatch.setattr(T, "scalars", _stop(seen))
+    monkeypatch.setattr(C, "scalars", _stop(seen))
     with pytest.warns(DeprecationWarning, match="pass beta=1.0 to accumulate; the default becomes 0.0"), \
             pytest.raises(_Reached):
         T.add_tensor(NoCallHandle(), fake((1, 3, 1, 1)), fake((2, 3, 4, 5)), alpha=2.0, engine="legacy")

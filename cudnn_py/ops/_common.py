@@ -1,5 +1,5 @@
 """Helpers the legacy operation families share: argument parsing, array checks, outputs (:func:`output`, given or
-new; :func:`new_output`), descriptors, scalars, the sinks.
+new; :func:`new_output`), descriptors, scalars, the sinks (:func:`launch`; :func:`blend` for the alpha/beta calls).
 
 Every check runs before C is called and raises a TypeError/ValueError naming the argument. :func:`desc` returns a
 descriptor of the core's shared cache, which callers hold in a local while C runs (the cache may evict it).
@@ -20,7 +20,7 @@ from cudnn_py.core.descriptors import Descriptor, Settings, TensorDescriptor
 from cudnn_py.clib.recording import Address, WorkspaceArg
 from cudnn_py.core.strided import preserved_strides
 from cudnn_py.core.dtypes import cudnn_dtype, numpy_dtype, scalar
-from cudnn_py.core.memory import DeviceArray, DeviceArrayLike, as_array
+from cudnn_py.core.memory import DeviceArray, as_array
 from cudnn_py.core.memory import Out as Out  # re-exported: the families take it from here
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.graph.runner import new_output as new_output  # re-exported: the families take it from here
@@ -148,6 +148,14 @@ def launch(handle, fn, *args) -> None:
             c_args[i] = a
     recording.add(fn.raw, tuple(c_args), tuple(pointers),
                   keep=tuple(a for a in args if isinstance(a, (Descriptor, Settings))))
+
+
+def blend(handle, fn, settings: tuple, dtype, alpha: float, beta: float, ins: Sequence[DeviceArray],
+          out: DeviceArray, describe=desc) -> None:
+    """``fn(handle, *settings, alpha, (descriptor, array) of each input, beta, out's descriptor, out)``: the legacy
+    calls of the form ``out = alpha * f(ins) + beta * out`` (the scaling factors typed for ``dtype`` data)."""
+    al, be = scalars(dtype, alpha, beta)
+    launch(handle, fn, handle.ptr, *settings, al, *(v for a in ins for v in (describe(a), a)), be, describe(out), out)
 
 
 def host_step(fn, args: tuple, pointers: tuple[int, ...], keep: tuple = ()) -> None:

@@ -34,7 +34,7 @@ from cudnn_py.core.descriptors import Descriptor, Settings, c_nan, read_back, se
 from cudnn_py.graph import legacy as gl
 from cudnn_py.core.handle import Handle
 from cudnn_py.core.memory import DeviceArray, DeviceArrayLike
-from cudnn_py.ops._common import Out, check_array, desc, launch, output, scalars
+from cudnn_py.ops._common import Out, blend, check_array, output
 from cudnn_py.calls.prepared import prepared
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
@@ -50,7 +50,7 @@ ACTIVATION_MODES = {
 
 class _ActivationDescriptor(Descriptor):
     """A ``cudnnActivationDescriptor_t`` of settings :class:`cudnn_py.Activation` validated: ``mode``,
-    ``nan_propagation`` (bool), ``coef`` and ``swish_beta``; read back from cuDNN."""
+    ``nan_propagation`` (bool), ``coef`` (read back from cuDNN) and ``swish_beta``."""
 
     _handle_type = capi.cudnnActivationDescriptor_t
     _create_fn, _destroy_fn = "cudnnCreateActivationDescriptor", "cudnnDestroyActivationDescriptor"
@@ -70,12 +70,6 @@ class _ActivationDescriptor(Descriptor):
     mode = read_back(0, "The ``cudnnActivationMode_t``.")
     nan_propagation = read_back(1, "The ``cudnnNanPropagation_t``.")
     coef = read_back(2, "The clipping threshold (clipped_relu) or alpha (elu).")
-
-    @property
-    def swish_beta(self) -> float:
-        b = c_double()
-        capi.cudnnGetActivationDescriptorSwishBeta(self.ptr, byref(b))
-        return b.value
 
 
 class Activation(Settings):
@@ -159,16 +153,14 @@ def _graph(handle: Handle, act: Activation, xa, dya, out, alpha, beta, auto) -> 
 
 def _legacy(handle: Handle, act: Activation, xa, ya, dya, dxa, alpha: float, beta: float) -> None:
     """``cudnnActivationForward`` (``dya`` None) or ``cudnnActivationBackward``; identity as ``cudnnTransformTensor``
-    (``y = alpha * x + beta * y``, ``dx = alpha * dy + beta * dx``: the module doc)."""
-    al, be = scalars(xa.dtype, alpha, beta)
+    (``y = alpha * x + beta * y``, ``dx = alpha * dy + beta * dx``)."""
     if act.mode == capi.CUDNN_ACTIVATION_IDENTITY:
-        src, dst = (xa, ya) if dya is None else (dya, dxa)
-        launch(handle, capi.cudnnTransformTensor, handle.ptr, al, desc(src), src, be, desc(dst), dst)
+        blend(handle, capi.cudnnTransformTensor, (), xa.dtype, alpha, beta, [xa if dya is None else dya],
+              ya if dya is None else dxa)
     elif dya is None:
-        launch(handle, capi.cudnnActivationForward, handle.ptr, act, al, desc(xa), xa, be, desc(ya), ya)
+        blend(handle, capi.cudnnActivationForward, (act,), xa.dtype, alpha, beta, [xa], ya)
     else:
-        launch(handle, capi.cudnnActivationBackward, handle.ptr, act, al, desc(ya), ya, desc(dya), dya, desc(xa), xa,
-               be, desc(dxa), dxa)
+        blend(handle, capi.cudnnActivationBackward, (act,), xa.dtype, alpha, beta, [ya, dya, xa], dxa)
 
 
 @prepared(inputs=("x",), outputs=("y",), scalars=("alpha", "beta"), moved=("y",))

@@ -6,13 +6,11 @@ are :mod:`cudnn_py.ops.convolution`'s.
 answer). ``autotune=True`` measures the candidates once per configuration (legacy: ``Find...Ex`` under the
 workspace cap, kept in :data:`cudnn_py.calls.algorithms.algorithm_cache`; graph: every plan) and keeps the fastest;
 ``algo="fastest"`` is its deprecated spelling. A legacy call's plan (descriptors, algorithm, workspace size) is made
-once per configuration in the handle's cache :data:`PLANS`; every call is a prepared call
-(:mod:`cudnn_py.calls.prepared`) whose repeat queues its C call (or ``cudnnBackendExecute``) again with the new
-addresses. ``engine="graph"`` runs :func:`cudnn_py.graph.conv.convolution`. ``engine="auto"`` (the default), where the
-graph path takes the call (``algo`` a choice, no ``deterministic``/``workspace_limit``, math type "auto"; for the fused
-call no ``z`` and ``beta`` 0), measures both engines on the first call of a configuration and keeps the faster, through
-the families' one dispatch (:func:`cudnn_py.graph.legacy.dispatch`; ``CUDNN_PY_AUTO_ENGINE=static``: the graph wherever
-it takes the call); elsewhere it runs the legacy call.
+once per configuration in the handle's cache :data:`PLANS`. ``engine="graph"`` runs
+:func:`cudnn_py.graph.conv.convolution`. ``engine="auto"`` (the default), where the graph path takes the call (``algo``
+a choice, no ``deterministic``/``workspace_limit``, math type "auto"; for the fused call no ``z`` and ``beta`` 0),
+measures both engines on the first call of a configuration and keeps the faster (:func:`cudnn_py.graph.legacy.dispatch`;
+``CUDNN_PY_AUTO_ENGINE=static``: the graph wherever it takes the call); elsewhere it runs the legacy call.
 """
 from __future__ import annotations
 
@@ -27,7 +25,7 @@ from cudnn_py import capi
 from cudnn_py.clib import recording
 from cudnn_py.core import descriptors as _d
 from cudnn_py._deprecation import renamed_kwargs, warn
-from cudnn_py.core.args import INT64_MAX, bool_arg, int_arg, scaling
+from cudnn_py.core.args import INT64_MAX, bool_arg, int_arg, int_tuple, scaling
 from cudnn_py.core.caches import handle_cache
 from cudnn_py.core.dtypes import cudnn_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
@@ -94,16 +92,14 @@ def _choose(handle: Handle, g: Geometry, direction: str, spec, deterministic: bo
 class _Plan:
     """What one legacy call needs: its geometry, descriptors (``keep``: A, B, C in cuDNN's argument order, then the
     convolution's), algorithm, workspace bytes, C function, the scaling factors' type (``scaling``: double for double
-    compute, else float; ``one``, ``zero``: 1 and 0 in it) and ``gen``, the algorithm_cache.generation a "fastest"
-    choice was made under (else None)."""
-    __slots__ = ("g", "keep", "algo", "ws", "cfn", "scaling", "gen", "one", "zero")
+    compute, else float) and ``gen``, the algorithm_cache.generation a "fastest" choice was made under (else None)."""
+    __slots__ = ("g", "keep", "algo", "ws", "cfn", "scaling", "gen")
 
     def __init__(self, g: Geometry, direction: str, choice: tuple, spec: Any) -> None:
         self.algo, math_type, self.ws = choice
         self.g, self.keep = g, g.descs(direction) + (g.conv_desc(math_type),)
         self.cfn = getattr(capi, _FUNCS[direction])
         self.scaling = np.dtype(np.float64 if g.compute == capi.CUDNN_DATA_DOUBLE else np.float32)
-        self.one, self.zero = scalars(self.scaling, 1.0, 0.0)
         self.gen = _alg.algorithm_cache.generation if isinstance(spec, str) and spec.lower() == "fastest" else None
 
 
@@ -126,16 +122,11 @@ def _plan(handle: Handle, key, direction, conv, sigs, spec, deterministic, works
     return p
 
 
-def _scaling(p: _Plan, alpha: float, beta: float) -> tuple:
-    """(byref alpha, byref beta) for a plan's call: its own for 1 and 0."""
-    return (p.one, p.zero) if alpha == 1.0 and beta == 0.0 else scalars(p.scaling, alpha, beta)
-
-
 def _ready(handle: Handle, direction, conv, sigs, spec, deterministic, workspace_limit, in_ptrs) -> _Plan:
-    """The remembered plan for a call, by its configuration (unless "fastest" choices were cleared or reloaded since, or the handle's
-    workspace cap was lowered below its workspace since: then it is made again under this cap, and an explicit
-    algorithm that needs more raises :class:`~cudnn_py.errors.WorkspaceLimitError` when the workspace is fetched),
-    else a new one. (A raised cap keeps the plans made under the lower one; ``clear_caches()`` chooses again.)"""
+    """The remembered plan for a call, by its configuration, else a new one. It is made again where "fastest" choices
+    were cleared or reloaded since, or the handle's workspace cap was lowered below its workspace (an explicit
+    algorithm that needs more then raises :class:`~cudnn_py.errors.WorkspaceLimitError` when the workspace is
+    fetched); a raised cap keeps the plans made under the lower one (``clear_caches()`` chooses again)."""
     recording.uses(PLANS)
     key = (direction, conv, *sigs, spec, deterministic, workspace_limit)
     p = handle_cache(handle, PLANS).get(key)
@@ -172,20 +163,17 @@ def _algo(where: str, algo: Any, autotune: bool, stacklevel: int = 4) -> Any:
 
 
 def _takes(algo: Any, deterministic: bool, workspace_limit: int | None, conv: Convolution) -> bool:
-    """Whether the graph path can take a call (``engine="auto"``'s static rule, else the legacy call): ``algo`` a
-    choice, no ``deterministic``, no ``workspace_limit``, math type "auto"."""
+    """Whether the graph path can take a call (``engine="auto"``'s rule: the module doc)."""
     return (_alg.is_choice(algo) and not bool_arg(deterministic, "deterministic") and workspace_limit is None
             and conv.math_type is None)
 
 
 def _dispatch(handle: Handle, engine: str, takes: bool, key: Callable[[], tuple], legacy: Callable[[], Any],
               direction: str, conv: Convolution, a, b, out, mutated: tuple = (), **kw: Any) -> Any:
-    """The call's output, run on ``engine`` through :func:`cudnn_py.graph.legacy.dispatch`: ``"auto"`` measures both
-    engines once per ``key()`` and handle where the graph path ``takes`` the call, else runs the legacy call
-    (``mutated``: the output where it is blended into). The graph engine is
+    """The call's output, run on ``engine`` (``"auto"``: measured once per ``key()`` and handle where the graph path
+    ``takes`` the call; ``mutated``: the output where it is blended into). The graph engine is
     :func:`cudnn_py.graph.conv.convolution` on ``a``, ``b``, ``out`` (in the graph's order) with ``kw``; run again
-    by the engine choice, it repeats its first run's plan execution (:func:`cudnn_py.graph.legacy.repeatable`: no
-    scratch buffers on that path)."""
+    by the engine choice, it repeats its first run's plan execution (:func:`cudnn_py.graph.legacy.repeatable`)."""
     outs: dict = {}
 
     def run() -> bool:
@@ -226,12 +214,8 @@ def _conv_arg(conv) -> None:
 
 
 def _shape_sig(shape, like, what):
-    try:
-        shape = tuple(int(n) for n in shape)
-    except (TypeError, ValueError):
-        raise InvalidTypeError(f"{what} {shape!r} must be a sequence of ints") from None
-    if any(n < 1 for n in shape):
-        raise InvalidValueError(f"{what} {shape} must have positive dimensions")
+    """The signature of a new packed output of ``shape`` with ``like``'s dtype and device."""
+    shape = int_tuple(shape, what, minimum=1)
     return shape, packed_strides(shape, False), like[2], like[3]
 
 
@@ -299,14 +283,15 @@ def _legacy(handle: Handle, direction: str, conv: Convolution, sigs, a_ptr: int,
     a, b, c, cd = p.keep
     if g.asym and direction == "backward_data":
         dxp = empty((g.xp_size,), g.np_dtype, stream=handle.stream, device=handle.device)
-        launch(handle, p.cfn, handle.ptr, p.one, a, Address(a_ptr), b, Address(b_ptr), cd, p.algo,
-               WorkspaceArg(p.ws), p.ws, p.zero, c, Address(dxp.ptr))
+        one, zero = scalars(p.scaling, 1.0, 0.0)
+        launch(handle, p.cfn, handle.ptr, one, a, Address(a_ptr), b, Address(b_ptr), cd, p.algo, WorkspaceArg(p.ws),
+               p.ws, zero, c, Address(dxp.ptr))
         al, be = scalars(g.dtype, alpha, beta)
         launch(handle, capi.cudnnTransformTensor, handle.ptr, al, g.interior_desc,
                Address(dxp.ptr + g.interior_offset), be, g.x_orig_desc, Address(out_ptr))
         return out
     xp = _pad_input(handle, g, a_ptr) if g.asym else None  # x: forward's and backward filter's first input
-    al, be = _scaling(p, alpha, beta)
+    al, be = scalars(p.scaling, alpha, beta)
     launch(handle, p.cfn, handle.ptr, al, a, Address(a_ptr if xp is None else xp.ptr), b, Address(b_ptr), cd,
            p.algo, WorkspaceArg(p.ws), p.ws, be, c, Address(out_ptr))
     return out

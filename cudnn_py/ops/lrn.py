@@ -33,7 +33,7 @@ from cudnn_py.core.args import float_arg, int_arg
 from cudnn_py.core.descriptors import Descriptor, Settings, read_back, setting
 from cudnn_py.core.handle import Handle
 from cudnn_py.core.memory import DeviceArray, DeviceArrayLike
-from cudnn_py.ops._common import Out, check_array, desc, launch, new_output, output, scalars
+from cudnn_py.ops._common import Out, blend, check_array, desc, launch, new_output, output, scalars
 from cudnn_py.clib.recording import WorkspaceArg
 from cudnn_py.calls.prepared import prepared
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
@@ -118,9 +118,8 @@ def lrn_forward(handle: Handle, lrn: LRN, x: DeviceArrayLike, *, y: Out | None =
     """``y = alpha * lrn(x) + beta * y`` (``cudnnLRNCrossChannelForward``); returns y (allocated if not given)."""
     xa = _input(lrn, x, handle)
     ya = output(y, "y", handle, xa.shape, xa.dtype, like=xa)
-    al, be = scalars(xa.dtype, alpha, beta)
-    launch(handle, capi.cudnnLRNCrossChannelForward, handle.ptr, lrn, capi.CUDNN_LRN_CROSS_CHANNEL_DIM1, al, desc(xa),
-           xa, be, desc(ya), ya)
+    blend(handle, capi.cudnnLRNCrossChannelForward, (lrn, capi.CUDNN_LRN_CROSS_CHANNEL_DIM1), xa.dtype, alpha, beta,
+          [xa], ya)
     return ya if y is None else y
 
 
@@ -134,9 +133,8 @@ def lrn_backward(handle: Handle, lrn: LRN, x: DeviceArrayLike, y: DeviceArrayLik
     ya = check_array(y, "y", handle, dtype=xa.dtype, shape=xa.shape)
     dya = check_array(dy, "dy", handle, dtype=xa.dtype, shape=xa.shape)
     dxa = output(dx, "dx", handle, xa.shape, xa.dtype, like=dya)
-    al, be = scalars(xa.dtype, alpha, beta)
-    launch(handle, capi.cudnnLRNCrossChannelBackward, handle.ptr, lrn, capi.CUDNN_LRN_CROSS_CHANNEL_DIM1, al, desc(ya),
-           ya, desc(dya), dya, desc(xa), xa, be, desc(dxa), dxa)
+    blend(handle, capi.cudnnLRNCrossChannelBackward, (lrn, capi.CUDNN_LRN_CROSS_CHANNEL_DIM1), xa.dtype, alpha, beta,
+          [ya, dya, xa], dxa)
     return dxa if dx is None else dx
 
 

@@ -6,21 +6,19 @@
     y = pooling_forward(h, pool, x)                         # x: N, C, *spatial; y allocated
     dx = pooling_backward(h, pool, x, y, dy)
 
-``window``, ``padding`` and ``stride`` are an int (every spatial dimension) or one int per spatial
-dimension. Output size per dimension: ``1 + (in + 2 * padding - window) // stride``. 1-D pooling
-runs as 2-D with a unit height.
+Output size per spatial dimension: ``1 + (in + 2 * padding - window) // stride``. 1-D pooling runs as 2-D with a
+unit height. A new output keeps x's memory order (NHWC in, NHWC out) whichever engine runs.
 
 ``engine="graph"`` runs the same pooling as cached backend-API graphs of resample operations
 (``OPERATION_RESAMPLE_FWD/BWD``, the fastest of the heuristics' plans timed on the first call) instead of the
-deprecated ``cudnnPoolingForward/Backward``: float16, bfloat16 and float32, 1 to 3 spatial dims, x, y, dy and dx
-in one memory order, alpha 1 and beta 0; max pooling's NaN handling is the resample operation's (a NaN in a window
-wins) whatever ``nan_propagation`` says, and an output allocated for it keeps x's memory layout (NHWC in, NHWC
-out). Where cuDNN 9.19 has no right engine (channels-last bfloat16 2-D pooling) it raises
-:class:`~cudnn_py.graph.GraphNotSupportedError`. ``engine="auto"`` (the default) measures both engines on the
-first call of a configuration and keeps the faster (:mod:`cudnn_py.calls.engine_choice`); with measuring off it runs the
-graph for 2-D pooling of channels-last data (average pooling forward, both backward passes) and the legacy call for
-max pooling forward (its legacy kernel is faster there), NCHW data (faster both ways), 1-D and 3-D pooling (not
-measured) and wherever the graph refuses (docs/graph_paths.md has the measurements, on an H200).
+deprecated ``cudnnPoolingForward/Backward``: float16, bfloat16 and float32, 1 to 3 spatial dims, x, y, dy and dx in
+one memory order, alpha 1 and beta 0; max pooling's NaN handling is the resample operation's (a NaN in a window
+wins) whatever ``nan_propagation`` says. Where cuDNN 9.19 has no right engine (channels-last bfloat16 2-D pooling)
+it raises :class:`~cudnn_py.graph.GraphNotSupportedError`. ``engine="auto"`` (the default) measures both engines on
+the first call of a configuration and keeps the faster (:mod:`cudnn_py.calls.engine_choice`); with measuring off it
+runs the graph for 2-D pooling of channels-last data (average pooling forward, both backward passes) and the legacy
+call for max pooling forward (its legacy kernel is faster there), NCHW data (faster both ways), 1-D and 3-D pooling
+(not measured) and wherever the graph refuses (docs/graph_paths.md has the measurements, on an H200).
 
 Raw C path (what these calls do)::
 
@@ -45,7 +43,7 @@ from cudnn_py.core.descriptors import (Descriptor, Settings, TensorDescriptor, c
 from cudnn_py.graph import legacy as gl
 from cudnn_py.core.handle import Handle
 from cudnn_py.core.memory import DeviceArray, DeviceArrayLike
-from cudnn_py.ops._common import Out, check_array, desc, launch, new_output, output, scalars
+from cudnn_py.ops._common import Out, blend, check_array, desc, new_output, output
 from cudnn_py.calls.prepared import prepared
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
@@ -257,12 +255,9 @@ def _graph(handle: Handle, pool: Pooling, xa, ya, dya, dxa, alpha, beta, auto) -
 
 def _legacy(handle: Handle, pd, xa, ya, dya, dxa, alpha: float, beta: float) -> None:
     """``cudnnPoolingForward`` (``dya`` None) or ``cudnnPoolingBackward``."""
-    al, be = scalars(xa.dtype, alpha, beta)
-    if dya is None:
-        launch(handle, capi.cudnnPoolingForward, handle.ptr, pd, al, desc(_view(xa)), xa, be, desc(_view(ya)), ya)
-    else:
-        launch(handle, capi.cudnnPoolingBackward, handle.ptr, pd, al, desc(_view(ya)), ya, desc(_view(dya)), dya,
-               desc(_view(xa)), xa, be, desc(_view(dxa)), dxa)
+    ins, out = ([xa], ya) if dya is None else ([ya, dya, xa], dxa)
+    blend(handle, capi.cudnnPoolingForward if dya is None else capi.cudnnPoolingBackward, (pd,), xa.dtype, alpha, beta,
+          ins, out, lambda a: desc(_view(a)))
 
 
 @prepared(inputs=("x",), outputs=("y",), inplace=False, scalars=("alpha", "beta"), moved=("y",))
@@ -274,7 +269,6 @@ def pooling_forward(handle: Handle, pool: Pooling, x: DeviceArrayLike, *, y: Out
     """
     xa = check_array(x, "x", handle, floating=True)
     pd, y_shape = _resolve(pool, xa.shape)
-    # a new y keeps x's memory order whichever engine runs (the legacy call takes any strides)
     ya = output(y, "y", handle, y_shape, xa.dtype, like=xa)
     gl.dispatch(engine, handle, None,
                 lambda: _legacy(handle, pd, xa, ya, None, None, alpha, beta),

@@ -7,9 +7,6 @@
     dx, dgrid = spatial_tf_sampler_backward(h, x, grid, dy)       # a SamplerGrads named tuple
     dtheta = spatial_tf_grid_backward(h, dgrid)
 
-Scaling factors are keyword-only: ``alpha``/``beta`` for y or dx, and cuDNN's ``alpha_dgrid``/``beta_dgrid``
-(``alphaDgrid``/``betaDgrid``) for the grid gradient.
-
 The grid holds (x, y) sampling positions in [-1, 1] (-1 and 1 are the centres of the first and last
 pixels); positions outside read zeros. cuDNN supports 2-D (4-D tensors) with a bilinear sampler.
 

@@ -10,9 +10,7 @@ memory layout cuDNN is told about. Every call validates shapes, dtypes and devic
     s, idx = reduce_tensor(h, "max", a, axes=(2, 3), indices=True)
 
 Scaling factors are keyword-only ``alpha``/``beta`` (defaults 1 and 0); :func:`op_tensor` keeps cuDNN's
-``alpha1``/``alpha2``/``beta``. Old spellings still work with a :class:`DeprecationWarning`: ``add_tensor`` without
-``beta`` (it accumulates, ``beta=1.0``; the default becomes 0.0), ``scale_tensor``'s positional alpha,
-``transform_tensor(memory_format=)`` and ``transform_tensor_ex(dest_format=)`` (now ``layout=``).
+``alpha1``/``alpha2``/``beta``. Each function says which old spellings of it still work (with a DeprecationWarning).
 
 ``engine="graph"`` (add_tensor, op_tensor, scale_tensor, transform_tensor, reduce_tensor) runs the same function
 as a cached backend-API graph (pointwise operations, or a reduction) instead of the deprecated C call: float16,
@@ -43,7 +41,7 @@ from cudnn_py.core.memory import DeviceArray, DeviceArrayLike, as_array, empty, 
 from cudnn_py.core.strided import memory_order, non_overlapping
 from cudnn_py.clib import recording
 from cudnn_py.ops._common import (
-    Out, check_array, desc, enum_arg, new_output, host_step, launch, output, read_tensor_desc, scalars,
+    Out, blend, check_array, desc, enum_arg, new_output, host_step, launch, output, read_tensor_desc, scalars,
     tensor_desc,
 )
 from cudnn_py.calls.prepared import prepared
@@ -95,7 +93,7 @@ def add_tensor(handle: Handle, a: DeviceArrayLike, c: Out, *, alpha: float = 1.0
         raise InvalidValueError(f"cudnnAddTensor takes tensors of up to 5 dimensions; c has shape {ca.shape}")
     inputs = [("a", aa)] + ([("prior", ca)] if beta else [])
     gl.dispatch(engine, handle, None,
-                lambda: _blend_call(handle, capi.cudnnAddTensor, aa, ca, ca.dtype, alpha, beta),
+                lambda: blend(handle, capi.cudnnAddTensor, (), ca.dtype, alpha, beta, [aa], ca),
                 lambda auto: gl.run_graph(handle, "add_tensor", (alpha, beta), inputs, [("c", ca)],
                                           lambda g, t, _: gl.blend(g, t["a"], t, alpha, beta), auto=auto))
     return c
@@ -205,9 +203,8 @@ def scale_tensor(handle: Handle, y: Out, *args, alpha: float = 1.0, engine: str 
     return y
 
 
-#: the dtypes cuDNN's cudnnSetTensor kernel fills right in any layout (the value read as float, double for float64;
-#: verified on the GPU); others are filled only where a driver memset can (int8 slices come back zero, int32 ones
-#: are CUDNN_STATUS_NOT_SUPPORTED on 9.19)
+#: the dtypes cuDNN's cudnnSetTensor kernel fills right in any layout (verified on the GPU; int8 slices come back
+#: zero, int32 ones are CUDNN_STATUS_NOT_SUPPORTED on 9.19)
 _SET_KERNEL_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64"})
 
 
@@ -230,15 +227,13 @@ def set_tensor(handle: Handle, y: Out, value: float) -> Out:
     host = element_value(value, ya.dtype, "value").astype(host_type)
     yd = None
     if ya.span()[1] == ya.size and min(ya.strides, default=0) >= 0 and non_overlapping(ya.shape, ya.strides):
-        # dense (any dimension order): y's elements are exactly its memory span, so one driver memset of the
-        # element cuDNN would write (the host value converted to y's dtype) fills it at full bandwidth
+        # dense (any dimension order): one driver memset of the element cuDNN would write fills y's span
         element = host.astype(ya.dtype)
         if memset_writes(element):
             host_step(_fill, (handle, ya.ptr, element, ya.size), (1,))
             return y
-        # no memset writes the value (a float64 one with unequal 4-byte halves): cuDNN's kernel on y described
-        # packed in its memory order (every element gets the same value), which runs at 1.1x torch's fill_ where
-        # an NHWC descriptor ran 16x (float64, 32x256x56x56, H200)
+        # no memset writes the value: y described packed in its memory order runs at 1.1x torch's fill_ where an
+        # NHWC descriptor ran 16x (float64, 32x256x56x56, H200)
         if kernel:
             yd = tensor_desc(tuple(ya.shape[i] for i in memory_order(ya.shape, ya.strides)), ya.dtype, None)
     if not kernel:
@@ -303,7 +298,7 @@ def transform_tensor(handle: Handle, x: DeviceArrayLike, *, y: Out | None = None
     inputs = [("x", xa)] + ([("prior", ya)] if beta else [])
     scalar_dtype = np.float64 if np.float64 in (xa.dtype, ya.dtype) else np.float32
     gl.dispatch(engine, handle, None,
-                lambda: _blend_call(handle, capi.cudnnTransformTensor, xa, ya, scalar_dtype, alpha, beta),
+                lambda: blend(handle, capi.cudnnTransformTensor, (), scalar_dtype, alpha, beta, [xa], ya),
                 lambda auto: gl.run_graph(
                     handle, "transform_tensor", (alpha, beta), inputs, [("y", ya)],
                     lambda g, t, _: gl.blend(g, g.pointwise("identity", t["x"]), t, alpha, beta), auto=auto))
@@ -313,13 +308,6 @@ def transform_tensor(handle: Handle, x: DeviceArrayLike, *, y: Out | None = None
 def _scale(handle: Handle, ya: DeviceArray, alpha: float) -> None:
     (al,) = scalars(ya.dtype, alpha)
     launch(handle, capi.cudnnScaleTensor, handle.ptr, desc(ya), ya, al)
-
-
-def _blend_call(handle: Handle, fn, xa: DeviceArray, ya: DeviceArray, scalar_dtype, alpha: float,
-                beta: float) -> None:
-    """``fn(handle, alpha, x, beta, y)``: the legacy calls of the form ``y = alpha * f(x) + beta * y``."""
-    al, be = scalars(scalar_dtype, alpha, beta)
-    launch(handle, fn, handle.ptr, al, desc(xa), xa, be, desc(ya), ya)
 
 
 class TensorTransformDescriptor(Descriptor):
@@ -391,8 +379,7 @@ def transform_tensor_ex(handle: Handle, x: DeviceArrayLike, *, layout: str | Non
         if ya.strides != strides:
             raise InvalidValueError(f"y has strides {ya.strides}; this transform writes strides {strides}")
     scalar_dtype = np.float64 if np.float64 in (xa.dtype, ya.dtype) else np.float32
-    al, be = scalars(scalar_dtype, alpha, beta)
-    launch(handle, capi.cudnnTransformTensorEx, handle.ptr, tdesc, al, desc(xa), xa, be, desc(ya), ya)
+    blend(handle, capi.cudnnTransformTensorEx, (tdesc,), scalar_dtype, alpha, beta, [xa], ya)
     return ya if y is None else y
 
 
