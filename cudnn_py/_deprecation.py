@@ -26,7 +26,8 @@ def warn(message: str, stacklevel: int = 3) -> None:
     warnings.warn(message, DeprecationWarning, stacklevel=stacklevel)
 
 
-def renamed_kwargs(where: str, kwargs: dict[str, Any], renames: dict[str, str], values: dict[str, Any]) -> dict[str, Any]:
+def renamed_kwargs(where: str, kwargs: dict[str, Any], renames: dict[str, str], values: dict[str, Any],
+                   stacklevel: int = 4) -> dict[str, Any]:
     """``values`` (the new names' values as passed, None when not) updated with ``kwargs`` (the old keywords function
     ``where`` received in a ``**old`` catch-all) under their new names (``renames``: old -> new), a warning each. An
     unknown keyword raises :class:`InvalidTypeError` as Python would, as do an old and a new spelling together."""
@@ -36,7 +37,7 @@ def renamed_kwargs(where: str, kwargs: dict[str, Any], renames: dict[str, str], 
             raise InvalidTypeError(f"{where}() got an unexpected keyword argument {old!r}")
         if values.get(new) is not None:
             raise InvalidTypeError(f"{where}() got both {new}= and its old spelling {old}=; pass {new}= only")
-        warn(f"{where}(): {old}= is deprecated, use {new}=", stacklevel=4)
+        warn(f"{where}(): {old}= is deprecated, use {new}=", stacklevel=stacklevel)
         values[new] = value
     return values
 

@@ -35,12 +35,12 @@ from numpy.typing import DTypeLike
 
 from cudnn_py import capi
 from cudnn_py.core import memory
-from cudnn_py._deprecation import alias, renamed_kwargs, warn
+from cudnn_py._deprecation import alias, warn
 from cudnn_py.core.args import bool_arg, float_arg
 from cudnn_py.core.descriptors import Descriptor
 from cudnn_py.core.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import InvalidStateError, InvalidTypeError, InvalidValueError
-from cudnn_py.graph.ops.sdpa_options import refuse_unknown
+from cudnn_py.graph.ops.sdpa_options import renamed
 from cudnn_py.core.handle import Handle, handle_arg
 from cudnn_py.core.memory import DeviceArray, DeviceArrayLike
 from cudnn_py.ops._common import launch, moved_outputs
@@ -419,9 +419,8 @@ def attention_forward(handle: Handle, attn: MultiHeadAttention, q: DeviceArrayLi
     call (:mod:`cudnn_py.calls.prepared`).
     """
     if old:
-        refuse_unknown("attention_forward", old, _RENAMED, _FORWARD_PARAMS)
-        new = renamed_kwargs("attention_forward", old, _RENAMED, {"o": o, "seq_len_q": seq_len_q,
-                                                                 "seq_len_kv": seq_len_kv})
+        new = renamed("attention_forward", old, _RENAMED, _FORWARD_PARAMS,
+                      {"o": o, "seq_len_q": seq_len_q, "seq_len_kv": seq_len_kv})
         o, seq_len_q, seq_len_kv = new["o"], new["seq_len_q"], new["seq_len_kv"]
     lq, lk, lo, hi = by_value(seq_len_q), by_value(seq_len_kv), by_value(lo_win), by_value(hi_win)
     out, reserve, dev_lq, dev_lk = _forward(handle, attn, q, k, v, weights, lq, lk, lo, hi, residuals, o, training,

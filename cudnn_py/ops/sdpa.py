@@ -25,11 +25,11 @@ import inspect
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Literal, NamedTuple, TypedDict, overload
 
-from cudnn_py._deprecation import renamed_kwargs, warn
+from cudnn_py._deprecation import warn
 from cudnn_py.core.args import bool_arg
 from cudnn_py.errors import InvalidValueError
 from cudnn_py.graph.ops.sdpa import FP8_BACKWARD_SCALES, FP8_FORWARD_SCALES, SdpaOptionKeywords
-from cudnn_py.graph.ops.sdpa_options import SdpaOptions, fp8_only, refuse_unknown
+from cudnn_py.graph.ops.sdpa_options import SdpaOptions, fp8_only, renamed
 from cudnn_py.graph.plans import Plan
 from cudnn_py.graph.runner import Runner
 from cudnn_py.core.handle import Handle, handle_arg
@@ -163,9 +163,8 @@ class Sdpa:
         keywords: dict[str, Any] = dict(options_keywords)  # with the deprecated spellings type checkers refuse
         deprecated = {n: keywords.pop(n) for n in list(keywords) if n not in _OPTIONS}
         if deprecated:
-            refuse_unknown("Sdpa", deprecated, _RENAMED, _accepted(Sdpa))
-            ragged_offset_k = renamed_kwargs("Sdpa", deprecated, _RENAMED,
-                                             {"ragged_offset_k": ragged_offset_k})["ragged_offset_k"]
+            ragged_offset_k = renamed("Sdpa", deprecated, _RENAMED, _accepted(Sdpa),
+                                      {"ragged_offset_k": ragged_offset_k})["ragged_offset_k"]
         self.handle, self.options = handle, SdpaOptions.of(options, keywords, "Sdpa")
         tensors: dict[str, Any] = dict(
             bias=bias, seq_len_q=seq_len_q, seq_len_kv=seq_len_kv, ragged_offset_q=ragged_offset_q,
@@ -284,9 +283,8 @@ def sdpa(handle: Handle, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayL
         res = planned._run()
         return res if return_stats else res.o
     if deprecated:
-        refuse_unknown("sdpa", deprecated, _RENAMED, _accepted(sdpa))
-        ragged_offset_k = renamed_kwargs("sdpa", deprecated, _RENAMED,
-                                         {"ragged_offset_k": ragged_offset_k})["ragged_offset_k"]
+        ragged_offset_k = renamed("sdpa", deprecated, _RENAMED, _accepted(sdpa),
+                                  {"ragged_offset_k": ragged_offset_k})["ragged_offset_k"]
     if stats is not None and return_stats is not True:
         warn("sdpa(): stats= without return_stats=True is deprecated (the return type follows return_stats): pass "
              "return_stats=True")
@@ -353,9 +351,8 @@ def sdpa_backward(handle: Handle, q: DeviceArrayLike, k: DeviceArrayLike, v: Dev
         :class:`SdpaGradsWithBiasAndSink`; all unpack like tuples.
     """
     if deprecated:
-        refuse_unknown("sdpa_backward", deprecated, _RENAMED, _accepted(sdpa_backward))
-        ragged_offset_k = renamed_kwargs("sdpa_backward", deprecated, _RENAMED,
-                                         {"ragged_offset_k": ragged_offset_k})["ragged_offset_k"]
+        ragged_offset_k = renamed("sdpa_backward", deprecated, _RENAMED, _accepted(sdpa_backward),
+                                  {"ragged_offset_k": ragged_offset_k})["ragged_offset_k"]
     if dbias is not None and return_dbias is not True:
         warn("sdpa_backward(): dbias= without return_dbias=True is deprecated (the return type follows "
              "return_dbias): pass return_dbias=True")
