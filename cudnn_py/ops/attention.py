@@ -43,11 +43,11 @@ from cudnn_py.errors import InvalidStateError, InvalidTypeError, InvalidValueErr
 from cudnn_py.graph.ops.sdpa_options import renamed
 from cudnn_py.core.handle import Handle, handle_arg
 from cudnn_py.core.memory import DeviceArray, DeviceArrayLike
-from cudnn_py.ops._common import launch, moved_outputs
+from cudnn_py.ops._common import launch, moved_outputs, read_tensor_desc, with_tensor_descriptors
 from cudnn_py.ops.dropout import Dropout
 from cudnn_py.ops.sequence_models import (
     MATH_TYPES, WeightedDescriptor, by_value, c_nbytes, check_lengths, choice, device_lengths, dropout_arg, name_of,
-    nd_layout, positive_int, training_ctx,
+    positive_int, training_ctx,
 )
 from cudnn_py.calls.prepared import prepared
 from cudnn_py.clib.recording import WorkspaceArg
@@ -195,25 +195,18 @@ class MultiHeadAttention(WeightedDescriptor):
         handle = handle_arg(handle)
         w = self._check_weights(handle, weights)
         expected = self.expected_shapes()
-        desc = capi.cudnnTensorDescriptor_t()
-        capi.cudnnCreateTensorDescriptor(byref(desc))
-        views = {}
-        try:
-            for name, kind in WEIGHT_KINDS.items():
-                if name.startswith("b") and not self.biases:
-                    continue
-                addr = ctypes.c_void_p()
-                capi.cudnnGetMultiHeadAttnWeights(handle.ptr, self.ptr, kind, w.nbytes, w.ptr, desc, byref(addr))
-                shape, st = map(list, nd_layout(desc))
-                ndim = len(expected[name])
-                while len(shape) > ndim and 1 in shape:  # biases come as [heads, proj, 1] / [1, o_proj, 1]
-                    i = shape.index(1) if shape[-1] != 1 else len(shape) - 1
-                    del shape[i], st[i]
-                views[name] = DeviceArray(addr.value or 0, tuple(shape), self.dtype, tuple(st), device_id=w.device_id,
-                                          owner=w, stream=w.stream)
-        finally:
-            capi.cudnnDestroyTensorDescriptor(desc)
-        return views
+
+        def view(desc, name: str) -> DeviceArray:
+            addr = ctypes.c_void_p()
+            capi.cudnnGetMultiHeadAttnWeights(handle.ptr, self.ptr, WEIGHT_KINDS[name], w.nbytes, w.ptr, desc,
+                                              byref(addr))
+            shape, st = map(list, read_tensor_desc(desc)[:2])
+            while len(shape) > len(expected[name]) and 1 in shape:  # biases come as [heads, proj, 1] / [1, o_proj, 1]
+                i = shape.index(1) if shape[-1] != 1 else len(shape) - 1
+                del shape[i], st[i]
+            return DeviceArray(addr.value or 0, tuple(shape), self.dtype, tuple(st), device_id=w.device_id, owner=w,
+                               stream=w.stream)
+        return with_tensor_descriptors(lambda desc: {name: view(desc, name) for name in expected})
 
     def expected_shapes(self) -> dict[str, tuple[int, ...]]:
         """The shape of every weight view (what :func:`load_attention_weights` expects)."""

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from cudnn_py import capi
 from cudnn_py.calls import engine_choice as ec
-from cudnn_py.errors import InvalidValueError
 from cudnn_py.graph import legacy as gl
 from cudnn_py.core.memory import DeviceArray, c_strides
 from cudnn_py.ops import norm_args as na
-from cudnn_py.ops._common import enum_arg, output
+from cudnn_py.ops._common import output
 from cudnn_py.ops.activation import Activation, activation_of
 
 
@@ -26,15 +25,6 @@ def param_view(a: DeviceArray | None, s: na.NormSetup) -> DeviceArray | None:
     if a is None or a.shape == s.pshape:
         return a
     return DeviceArray.from_parts(a.ptr, s.pshape, a.dtype, c_strides(s.pshape), a.device_id, a, None, True)
-
-
-def ops_arg(ops, activation, table: dict, enum_type, check: bool = True) -> tuple:
-    """(ops member, fused :class:`Activation` or None) of a backward or size query; ``check``: refuse an activation
-    for ops without one."""
-    op = enum_arg(ops, table, enum_type, "ops")
-    if check and int(op) == 0 and activation is not None:
-        raise InvalidValueError(f"ops={op.name} has no activation; pass activation=None")
-    return op, None if int(op) == 0 else na.fused_activation("relu" if activation is None else activation)
 
 
 def _fused_relu(op, activation: Activation | str | int | None) -> bool:
