@@ -39,15 +39,15 @@ from cudnn_py._deprecation import alias, warn
 from cudnn_py.core.args import bool_arg, float_arg
 from cudnn_py.core.descriptors import Descriptor
 from cudnn_py.core.dtypes import cudnn_dtype, numpy_dtype
-from cudnn_py.errors import InvalidStateError, InvalidTypeError, InvalidValueError
+from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.graph.ops.sdpa_options import renamed
 from cudnn_py.core.handle import Handle, handle_arg
 from cudnn_py.core.memory import DeviceArray, DeviceArrayLike
-from cudnn_py.ops._common import launch, moved_outputs, read_tensor_desc, with_tensor_descriptors
+from cudnn_py.ops._common import launch, read_tensor_desc, with_tensor_descriptors
 from cudnn_py.ops.dropout import Dropout
 from cudnn_py.ops.sequence_models import (
     MATH_TYPES, WeightedDescriptor, by_value, c_nbytes, check_lengths, choice, device_lengths, dropout_arg, name_of,
-    positive_int, training_ctx,
+    positive_int, training_ctx, weights_ctx,
 )
 from cudnn_py.calls.prepared import prepared
 from cudnn_py.clib.recording import WorkspaceArg
@@ -488,15 +488,9 @@ def attention_backward_weights(handle: Handle, attn: MultiHeadAttention, fwd: At
 
     Needs :func:`attention_backward_data` on the same ``fwd`` first.
     """
-    handle = handle_arg(handle)
-    if moved:
-        dweights, = moved_outputs("attention_backward_weights", moved, ("dweights",), (dweights,))
-    ctx = training_ctx(fwd, AttentionForwardResult, attn, "attention_forward")
-    if not ctx["data_done"]:
-        raise InvalidStateError("call attention_backward_data(...) on this forward result before "
-                                "attention_backward_weights")
+    ctx, dweights = weights_ctx(fwd, AttentionForwardResult, attn, "attention_forward", moved, dweights)
     sq, sk = ctx["seq_lengths"]
-    return _backward_weights(handle, attn, ctx["q"], ctx["k"], ctx["v"], dout, weights, fwd.reserve, sq, sk, dweights)
+    return _backward_weights(handle_arg(handle), attn, ctx["q"], ctx["k"], ctx["v"], dout, weights, fwd.reserve, sq, sk, dweights)
 
 
 # ---------------------------------------------------------------- deprecated names

@@ -28,14 +28,6 @@ from cudnn_py.ops.activation import Activation, activation_of
 from cudnn_py.clib.recording import WorkspaceArg
 
 
-def fused_activation(act) -> Activation:
-    """The activation of a fused op (a mode name or an ``Activation``) as an :class:`Activation` (not identity)."""
-    a = activation_of(act)
-    if a.mode == capi.CUDNN_ACTIVATION_IDENTITY:
-        raise InvalidValueError("the identity activation cannot be fused; use ops without an activation instead")
-    return a
-
-
 def c_activation(act: Activation | None):
     """A fused activation's C descriptor for a size query (None: no activation)."""
     return None if act is None else act.descriptor
@@ -139,17 +131,13 @@ def training_params(handle, s: NormSetup, scale, bias, running_mean, running_var
     """The checked parameter arrays and scalars every forward-training call takes:
     (scale, bias, running mean, running var, saved mean, saved inverse variance, epsilon, factor)."""
     check_pair(running_mean, running_var, "running_mean and running_var")
-    return (s.param(scale, "scale", handle), s.param(bias, "bias", handle),
-            s.opt_param(running_mean, "running_mean", handle), s.opt_param(running_var, "running_var", handle),
-            s.opt_param(saved_mean, "saved_mean", handle), s.opt_param(saved_inv_var, "saved_inv_var", handle),
-            check_epsilon(epsilon), _factor(factor))
-
-
-def _factor(factor: float) -> float:
     f = float(factor)
     if not 0.0 <= f <= 1.0:
         raise InvalidValueError(f"exponential average factor must be in [0, 1] (1 on the first call), got {factor!r}")
-    return f
+    return (s.param(scale, "scale", handle), s.param(bias, "bias", handle),
+            s.opt_param(running_mean, "running_mean", handle), s.opt_param(running_var, "running_var", handle),
+            s.opt_param(saved_mean, "saved_mean", handle), s.opt_param(saved_inv_var, "saved_inv_var", handle),
+            check_epsilon(epsilon), f)
 
 
 def fused_ops(ops, activation, table: dict, enum_type, z=None, *, forward: bool = True, check: bool = True) -> tuple:
@@ -159,7 +147,9 @@ def fused_ops(ops, activation, table: dict, enum_type, z=None, *, forward: bool 
     op = enum_arg(ops, table, enum_type, "ops")
     act = None
     if int(op) != 0:
-        act = fused_activation("relu" if activation is None else activation)
+        act = activation_of("relu" if activation is None else activation)
+        if act.mode == capi.CUDNN_ACTIVATION_IDENTITY:
+            raise InvalidValueError("the identity activation cannot be fused; use ops without an activation instead")
     elif check and activation is not None:
         raise InvalidValueError(f"ops={op.name} has no activation; pass activation=None or choose an ops with one")
     if forward and int(op) == 2 and z is None:

@@ -34,14 +34,14 @@ from cudnn_py._deprecation import alias, renamed_kwargs, warn
 from cudnn_py.core.args import bool_arg, float_arg
 from cudnn_py.core.descriptors import Descriptor, TensorDescriptor
 from cudnn_py.core.dtypes import cudnn_dtype, numpy_dtype
-from cudnn_py.errors import InvalidStateError, InvalidTypeError, InvalidValueError
+from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.core.handle import Handle, handle_arg
 from cudnn_py.core.memory import DeviceArray, DeviceArrayLike
-from cudnn_py.ops._common import launch, moved_outputs, read_tensor_desc, with_tensor_descriptors
+from cudnn_py.ops._common import launch, read_tensor_desc, with_tensor_descriptors
 from cudnn_py.ops.dropout import Dropout
 from cudnn_py.ops.sequence_models import (
     MATH_TYPES, WeightedDescriptor, by_value, c_nbytes, check_lengths, choice, device_lengths, dropout_arg, name_of,
-    positive_int, training_ctx,
+    positive_int, training_ctx, weights_ctx,
 )
 from cudnn_py.calls.prepared import prepared
 from cudnn_py.clib.recording import WorkspaceArg
@@ -554,13 +554,8 @@ def rnn_backward_weights(handle: Handle, rnn: RNN, fwd: RNNForwardResult, *moved
 
     Needs :func:`rnn_backward_data` on the same ``fwd`` first. Returns ``dweights``.
     """
-    handle = handle_arg(handle)
-    if moved:
-        dweights, = moved_outputs("rnn_backward_weights", moved, ("dweights",), (dweights,))
-    ctx = training_ctx(fwd, RNNForwardResult, rnn, "rnn_forward")
-    if not ctx["data_done"]:
-        raise InvalidStateError("call rnn_backward_data(...) on this forward result before rnn_backward_weights(...)")
-    return _backward_weights(handle, rnn, ctx["x"], fwd.y, fwd.reserve, ctx["dev_lengths"], ctx["hx"],
+    ctx, dweights = weights_ctx(fwd, RNNForwardResult, rnn, "rnn_forward", moved, dweights)
+    return _backward_weights(handle_arg(handle), rnn, ctx["x"], fwd.y, fwd.reserve, ctx["dev_lengths"], ctx["hx"],
                              ctx["seq_layout"], ctx["seq_lengths"], dweights)
 
 

@@ -10,13 +10,13 @@ from cudnn_py import capi
 from cudnn_py.core import memory
 from cudnn_py.core.args import INT32_MAX, float_arg
 from cudnn_py.core.descriptors import Descriptor
-from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
+from cudnn_py.errors import ClosedError, InvalidStateError, InvalidTypeError, InvalidValueError
 from cudnn_py.core.handle import Handle, handle_arg
 from cudnn_py.core.memory import DeviceArray
-from cudnn_py.ops._common import host_step, launch, scalars, tensor_desc
+from cudnn_py.ops._common import host_step, launch, moved_outputs, scalars, tensor_desc
 
 __all__ = ["MATH_TYPES", "WeightedDescriptor", "choice", "name_of", "positive_int", "dropout_arg", "check_lengths",
-           "by_value", "device_lengths", "training_ctx"]
+           "by_value", "device_lengths", "training_ctx", "weights_ctx"]
 
 #: ``math_type`` names of the RNN and attention descriptors -> ``cudnnMathType_t``
 MATH_TYPES = {"default": capi.CUDNN_DEFAULT_MATH, "tensor_op": capi.CUDNN_TENSOR_OP_MATH,
@@ -198,3 +198,16 @@ def training_ctx(fwd, result_type: type, desc, forward_name: str) -> dict:
     if ctx["desc"] is not desc:
         raise InvalidValueError(f"fwd was computed with a different {type(desc).__name__} descriptor")
     return ctx
+
+
+def weights_ctx(fwd, result_type: type, desc, forward_name: str, moved: tuple, dweights) -> tuple[dict, object]:
+    """(saved state, ``dweights``) of a backward-weights call: ``fwd`` as :func:`training_ctx` checks it, its
+    backward-data call made first; ``dweights`` or, deprecated, the one passed positionally (``moved``)."""
+    where = forward_name.replace("forward", "backward_weights")
+    if moved:
+        dweights, = moved_outputs(where, moved, ("dweights",), (dweights,), stacklevel=5)
+    ctx = training_ctx(fwd, result_type, desc, forward_name)
+    if not ctx["data_done"]:
+        raise InvalidStateError(f"call {forward_name.replace('forward', 'backward_data')}(...) on this forward result "
+                                f"before {where}(...)")
+    return ctx, dweights
