@@ -40,7 +40,7 @@ from cudnn_py.core.args import bool_arg, dims, int_arg
 from cudnn_py.core.descriptors import Descriptor, TensorDescriptor, read_back
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.core.handle import Handle, handle_arg
-from cudnn_py.core.memory import DeviceArray, DeviceArrayLike, _is_device_like, as_array, empty, to_device
+from cudnn_py.core.memory import DeviceArray, DeviceArrayLike, as_array, empty, to_device
 from cudnn_py.ops._common import check_array, enum_arg, launch
 from cudnn_py.calls.prepared import prepared
 from cudnn_py.clib.recording import WorkspaceArg
@@ -128,8 +128,15 @@ class CTCLabels(NamedTuple):
     input_lengths: np.ndarray
 
 
+def _on_device(obj) -> bool:
+    if isinstance(obj, DeviceArray) or hasattr(obj, "__cuda_array_interface__"):
+        return True
+    dev = getattr(obj, "__dlpack_device__", None)
+    return dev is not None and not isinstance(obj, np.ndarray) and dev()[0] in (2, 13)  # kDLCUDA, kDLCUDAManaged
+
+
 def _host_ints(obj, name: str) -> np.ndarray:
-    if _is_device_like(obj):
+    if _on_device(obj):
         obj = as_array(obj, name).to_numpy()
     try:
         a = np.asarray(obj)

@@ -12,7 +12,7 @@ from cudnn_py.core.args import INT32_MAX, float_arg
 from cudnn_py.core.descriptors import Descriptor
 from cudnn_py.errors import ClosedError, InvalidStateError, InvalidTypeError, InvalidValueError
 from cudnn_py.core.handle import Handle, handle_arg
-from cudnn_py.core.memory import DeviceArray
+from cudnn_py.core.memory import DeviceArray, DeviceArrayLike
 from cudnn_py.ops._common import host_step, launch, moved_outputs, scalars, tensor_desc
 
 __all__ = ["MATH_TYPES", "WeightedDescriptor", "choice", "name_of", "positive_int", "dropout_arg", "check_lengths",
@@ -200,7 +200,8 @@ def training_ctx(fwd, result_type: type, desc, forward_name: str) -> dict:
     return ctx
 
 
-def weights_ctx(fwd, result_type: type, desc, forward_name: str, moved: tuple, dweights) -> tuple[dict, object]:
+def weights_ctx(fwd, result_type: type, desc, forward_name: str, moved: tuple, dweights: DeviceArrayLike | None
+                ) -> tuple[dict, DeviceArrayLike | None]:
     """(saved state, ``dweights``) of a backward-weights call: ``fwd`` as :func:`training_ctx` checks it, its
     backward-data call made first; ``dweights`` or, deprecated, the one passed positionally (``moved``)."""
     where = forward_name.replace("forward", "backward_weights")
