@@ -162,7 +162,7 @@ def fused_backward(handle, s: na.NormSetup, op, activation, args: tuple, reserve
         relu = _fused_relu(op, activation)
         b = na.fused_backward_args(handle, s, op, None, *args + (None, alphas))
         ran.append(b)
-        gate = (b.y, b.dz if b.dz is not None else output(None, "dz", handle, s.x.shape, s.x.dtype, like=s.x)) if relu else None
+        gate = (b.y, output(b.dz, "dz", handle, s.x.shape, s.x.dtype, like=s.x)) if relu else None
         return backward(handle, s, b.dy, b.scale, b.saved_mean, b.saved_inv_var, b.dx, b.dscale, b.dbias, alphas,
                         auto, gate)
     if gl.graph_ran(engine, run):

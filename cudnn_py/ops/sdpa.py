@@ -117,9 +117,10 @@ class _SdpaBackwardKeywords(_SdpaInputs, SdpaOptionKeywords, total=False):
     dv: DeviceArrayLike | None
 
 
-#: the array arguments of the forward (and, the first ten, of the backward), by name
-_SDPA_INPUTS = ("q", "k", "v", "bias", "seq_len_q", "seq_len_kv", "ragged_offset_q", "ragged_offset_k", "seed", "offset",
-                "page_table_k", "page_table_v", "sink")
+#: the array arguments of the forward (and, the first ten, of the backward), by name; those beside q, k and v
+_SDPA_INPUTS = ("q", "k", "v", "bias", "seq_len_q", "seq_len_kv", "ragged_offset_q", "ragged_offset_k", "seed",
+                "offset", "page_table_k", "page_table_v", "sink")
+_TENSORS = _SDPA_INPUTS[3:]
 
 
 def sdpa_cache_clear(handle: Handle) -> None:
@@ -166,10 +167,8 @@ class Sdpa:
             ragged_offset_k = renamed("Sdpa", deprecated, _RENAMED, _accepted(Sdpa),
                                       {"ragged_offset_k": ragged_offset_k})["ragged_offset_k"]
         self.handle, self.options = handle, SdpaOptions.of(options, keywords, "Sdpa")
-        tensors: dict[str, Any] = dict(
-            bias=bias, seq_len_q=seq_len_q, seq_len_kv=seq_len_kv, ragged_offset_q=ragged_offset_q,
-            ragged_offset_k=ragged_offset_k, seed=seed, offset=offset, page_table_k=page_table_k,
-            page_table_v=page_table_v, sink=sink)
+        values = locals()
+        tensors: dict[str, Any] = {n: values[n] for n in _TENSORS}
         self.args = SdpaArgs(handle, q, k, v, self.options, **tensors)
         self._call = (q, k, v), {n: x for n, x in tensors.items() if x is not None}  # what execute() passes sdpa
         self._tuned = False
@@ -289,9 +288,8 @@ def sdpa(handle: Handle, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayL
         warn("sdpa(): stats= without return_stats=True is deprecated (the return type follows return_stats): pass "
              "return_stats=True")
         return_stats = True
-    a = Sdpa(handle, q, k, v, _options("sdpa", options, locals()), bias=bias, seq_len_q=seq_len_q,
-             seq_len_kv=seq_len_kv, ragged_offset_q=ragged_offset_q, ragged_offset_k=ragged_offset_k, seed=seed,
-             offset=offset, page_table_k=page_table_k, page_table_v=page_table_v, sink=sink,
+    values = locals()
+    a = Sdpa(handle, q, k, v, _options("sdpa", options, values), **{n: values[n] for n in _TENSORS},
              return_stats=return_stats, o=o, stats=stats)
     if bool_arg(autotune, "autotune"):
         a.autotune()
@@ -364,9 +362,9 @@ def sdpa_backward(handle: Handle, q: DeviceArrayLike, k: DeviceArrayLike, v: Dev
         sink = None  # the statistics hold its share: only its gradient reads it
     outputs = {"dq": dq, "dk": dk, "dv": dv, **({"dbias": dbias} if return_dbias else {}),
                **({"dsink": dsink} if return_dsink else {})}
-    args = SdpaArgs(handle_arg(handle), q, k, v, _options("sdpa_backward", options, locals()), bias=bias,
-                    seq_len_q=seq_len_q, seq_len_kv=seq_len_kv, ragged_offset_q=ragged_offset_q,
-                    ragged_offset_k=ragged_offset_k, seed=seed, offset=offset, sink=sink, o=o, do=do, stats=stats)
+    values = locals()
+    args = SdpaArgs(handle_arg(handle), q, k, v, _options("sdpa_backward", options, values),
+                    **{n: values[n] for n in _TENSORS if not n.startswith("page_table")}, o=o, do=do, stats=stats)
     given = {n: None if x is None or (args.ragged and n in ("dq", "dk", "dv")) else device_tensor(x, n)[1]
              for n, x in outputs.items()}
     # the scratch tensors live in the plan's workspace
