@@ -488,10 +488,10 @@ def attention_backward_weights(handle: Handle, attn: MultiHeadAttention, fwd: At
 
     Needs :func:`attention_backward_data` on the same ``fwd`` first.
     """
+    handle = handle_arg(handle)
     ctx, dweights = weights_ctx(fwd, AttentionForwardResult, attn, "attention_forward", moved, dweights)
     sq, sk = ctx["seq_lengths"]
-    return _backward_weights(handle_arg(handle), attn, ctx["q"], ctx["k"], ctx["v"], dout, weights, fwd.reserve, sq, sk,
-                             dweights)
+    return _backward_weights(handle, attn, ctx["q"], ctx["k"], ctx["v"], dout, weights, fwd.reserve, sq, sk, dweights)
 
 
 # ---------------------------------------------------------------- deprecated names

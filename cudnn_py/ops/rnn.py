@@ -554,8 +554,9 @@ def rnn_backward_weights(handle: Handle, rnn: RNN, fwd: RNNForwardResult, *moved
 
     Needs :func:`rnn_backward_data` on the same ``fwd`` first. Returns ``dweights``.
     """
+    handle = handle_arg(handle)
     ctx, dweights = weights_ctx(fwd, RNNForwardResult, rnn, "rnn_forward", moved, dweights)
-    return _backward_weights(handle_arg(handle), rnn, ctx["x"], fwd.y, fwd.reserve, ctx["dev_lengths"], ctx["hx"],
+    return _backward_weights(handle, rnn, ctx["x"], fwd.y, fwd.reserve, ctx["dev_lengths"], ctx["hx"],
                              ctx["seq_layout"], ctx["seq_lengths"], dweights)
 
 
