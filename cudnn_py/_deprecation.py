@@ -1,7 +1,8 @@
 """Old spellings of the Pythonic layer kept working with a :class:`DeprecationWarning` (docs/design.md lists them).
 
 - :func:`renamed_kwargs` maps an old keyword argument to its new name inside a call;
-- :func:`alias` makes an old public name (a class or function) that warns, then does what the new one does.
+- :func:`alias` makes an old public name (a class or function) that warns, then does what the new one does;
+- :func:`renamed_attribute` makes an old attribute name that warns, then reads the new one.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 
 from cudnn_py.errors import InvalidTypeError
 
-__all__ = ["renamed_kwargs", "alias", "warn"]
+__all__ = ["renamed_kwargs", "alias", "renamed_attribute", "warn"]
 
 
 def warn(message: str, stacklevel: int = 3) -> None:
@@ -54,3 +55,11 @@ def alias(old: str, new: Callable, note: str = "") -> Callable:
     call.__name__ = call.__qualname__ = old
     call.__doc__ = f"Deprecated alias of :class:`{target}`{'; ' + note if note else ''}."
     return call
+
+
+def renamed_attribute(new: str, message: str) -> property:
+    """A read-only property, the old spelling of attribute ``new``: warns ``message``, returns ``new``'s value."""
+    def get(self):
+        warn(message)
+        return getattr(self, new)
+    return property(get, doc=f"Deprecated spelling of :attr:`{new}`.")

@@ -35,7 +35,7 @@ from numpy.typing import DTypeLike
 
 from cudnn_py import capi
 from cudnn_py.core import memory
-from cudnn_py._deprecation import alias, warn
+from cudnn_py._deprecation import alias, renamed_attribute
 from cudnn_py.core.args import bool_arg, float_arg
 from cudnn_py.core.descriptors import Descriptor
 from cudnn_py.core.dtypes import cudnn_dtype, numpy_dtype
@@ -311,12 +311,7 @@ class AttentionForwardResult(_AttentionOutputs):
     """What :func:`attention_forward` returns: the named tuple ``(o, reserve)`` (``reserve`` in training); a
     training-mode result also holds what the backward calls need."""
     _ctx: dict | None = None  # set by attention_forward(training=True)
-
-    @property
-    def out(self) -> DeviceArray:
-        """Deprecated spelling of :attr:`o`."""
-        warn("AttentionForwardResult.out is deprecated, use .o")
-        return self.o
+    out = renamed_attribute("o", "AttentionForwardResult.out is deprecated, use .o")
 
 
 class AttentionDataGrads(NamedTuple):
