@@ -209,7 +209,7 @@ def batchnorm_ex_sizes(handle: Handle, x: DeviceArrayLike, *, mode: str | int = 
 
 
 def _ex_sizes(handle: Handle, s: na.NormSetup, op, act, with_z: bool) -> tuple[int, int, int]:
-    xd, pd, act = s.xdesc.ptr, s.pdesc.ptr, na.c_activation(act)
+    xd, pd, act = s.xdesc.ptr, s.pdesc.ptr, None if act is None else act.descriptor
     zd = xd if with_z else None
     fw, bw, rs = ctypes.c_size_t(), ctypes.c_size_t(), ctypes.c_size_t()
     capi.cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(

@@ -24,13 +24,8 @@ from cudnn_py.ops._common import (
     byte_buffer, check_array, desc, enum_arg, new_output, output, read_tensor_desc, scalars, tensor_desc,
     with_tensor_descriptors,
 )
-from cudnn_py.ops.activation import Activation, activation_of
+from cudnn_py.ops.activation import activation_of
 from cudnn_py.clib.recording import WorkspaceArg
-
-
-def c_activation(act: Activation | None):
-    """A fused activation's C descriptor for a size query (None: no activation)."""
-    return None if act is None else act.descriptor
 
 
 def derive_descriptors(fill, count: int = 1) -> list[tuple[tuple[int, ...], np.dtype]]:
@@ -141,9 +136,10 @@ def training_params(handle, s: NormSetup, scale, bias, running_mean, running_var
 
 
 def fused_ops(ops, activation, table: dict, enum_type, z=None, *, forward: bool = True, check: bool = True) -> tuple:
-    """(ops enum member, fused :class:`Activation` or None) of a fused call (``table``/``enum_type``: the family's ops
-    names and enum): ops 0 has no activation (``check``: refuse one); a ``forward``'s ops 2 (add + activation)
-    needs the added input ``z``, its other ops take none (a backward's dz is checked with its arrays)."""
+    """(ops enum member, fused :class:`~cudnn_py.ops.activation.Activation` or None) of a fused call (``table``,
+    ``enum_type``: the family's ops names and enum): ops 0 has no activation (``check``: refuse one); a ``forward``'s
+    ops 2 (add + activation) needs the added input ``z``, its other ops take none (a backward's dz is checked with
+    its arrays)."""
     op = enum_arg(ops, table, enum_type, "ops")
     act = None
     if int(op) != 0:

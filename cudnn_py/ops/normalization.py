@@ -87,7 +87,7 @@ def _algo(algo) -> tuple:
 
 
 def _sizes(handle: Handle, s: na.NormSetup, op, algo, act, with_z: bool) -> tuple[int, int, int]:
-    xd, pd, act = s.xdesc.ptr, s.pdesc.ptr, na.c_activation(act)
+    xd, pd, act = s.xdesc.ptr, s.pdesc.ptr, None if act is None else act.descriptor
     zd = xd if with_z else None
     fw, bw, rs = ctypes.c_size_t(), ctypes.c_size_t(), ctypes.c_size_t()
     capi.cudnnGetNormalizationForwardTrainingWorkspaceSize(
