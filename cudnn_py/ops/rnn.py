@@ -70,7 +70,7 @@ _PRECISIONS = {np.dtype(np.float16): (np.dtype(np.float32), np.dtype(np.float16)
 
 def _renamed(where: str, old: dict, name: str, new: str, value):
     """``value``, or that of ``name``, the deprecated spelling of ``new``, in ``old`` (a warning)."""
-    return renamed_kwargs(where, old, {name: new}, {new: value})[new] if old else value
+    return renamed_kwargs(where, old, {name: new}, {new: value}, stacklevel=5)[new] if old else value
 
 
 def _positive(**values: int) -> tuple[int, ...]:
