@@ -1,7 +1,8 @@
 """Old spellings of the Pythonic layer kept working with a :class:`DeprecationWarning` (docs/design.md lists them).
 
 - :func:`renamed_kwargs` maps an old keyword argument to its new name inside a call;
-- :func:`alias` makes an old public name (a class or function) that warns, then does what the new one does.
+- :func:`alias` makes an old public name (a class or function) that warns, then does what the new one does;
+- :func:`renamed_attribute` makes an old attribute name that warns, then reads the new one.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 
 from cudnn_py.errors import InvalidTypeError
 
-__all__ = ["renamed_kwargs", "alias", "warn"]
+__all__ = ["renamed_kwargs", "alias", "renamed_attribute", "warn"]
 
 
 def warn(message: str, stacklevel: int = 3) -> None:
@@ -26,7 +27,8 @@ def warn(message: str, stacklevel: int = 3) -> None:
     warnings.warn(message, DeprecationWarning, stacklevel=stacklevel)
 
 
-def renamed_kwargs(where: str, kwargs: dict[str, Any], renames: dict[str, str], values: dict[str, Any]) -> dict[str, Any]:
+def renamed_kwargs(where: str, kwargs: dict[str, Any], renames: dict[str, str], values: dict[str, Any],
+                   stacklevel: int = 4) -> dict[str, Any]:
     """``values`` (the new names' values as passed, None when not) updated with ``kwargs`` (the old keywords function
     ``where`` received in a ``**old`` catch-all) under their new names (``renames``: old -> new), a warning each. An
     unknown keyword raises :class:`InvalidTypeError` as Python would, as do an old and a new spelling together."""
@@ -36,7 +38,7 @@ def renamed_kwargs(where: str, kwargs: dict[str, Any], renames: dict[str, str], 
             raise InvalidTypeError(f"{where}() got an unexpected keyword argument {old!r}")
         if values.get(new) is not None:
             raise InvalidTypeError(f"{where}() got both {new}= and its old spelling {old}=; pass {new}= only")
-        warn(f"{where}(): {old}= is deprecated, use {new}=", stacklevel=4)
+        warn(f"{where}(): {old}= is deprecated, use {new}=", stacklevel=stacklevel)
         values[new] = value
     return values
 
@@ -54,3 +56,11 @@ def alias(old: str, new: Callable, note: str = "", use: str = "") -> Callable:
     call.__name__ = call.__qualname__ = old
     call.__doc__ = f"Deprecated alias of :class:`{target}`{'; ' + note if note else ''}."
     return call
+
+
+def renamed_attribute(new: str, message: str) -> property:
+    """A read-only property, the old spelling of attribute ``new``: warns ``message``, returns ``new``'s value."""
+    def get(self):
+        warn(message)
+        return getattr(self, new)
+    return property(get, doc=f"Deprecated spelling of :attr:`{new}`.")

@@ -97,9 +97,10 @@ def test_results_are_named_tuples_and_out_is_the_deprecated_o():
 
 def test_out_is_the_deprecated_spelling_of_o():
     a = _attn()
-    with pytest.warns(DeprecationWarning, match="out= is deprecated, use o="), \
+    with pytest.warns(DeprecationWarning, match="out= is deprecated, use o=") as w, \
             pytest.raises(TypeError, match="host memory"):  # the same checks follow
         A.attention_forward(NoCallHandle(), a, np.zeros((1, 2, 6), np.float32), None, None, None, out=None)
+    assert w[0].filename == __file__
     with pytest.raises(TypeError, match="both o= and its old spelling out="):
         A.attention_forward(NoCallHandle(), a, None, None, None, None, o=fake((1, 2, 6)), out=fake((1, 2, 6)))
 

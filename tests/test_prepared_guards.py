@@ -89,8 +89,9 @@ def test_driver_work_outside_a_sink_spoils_the_recording(driver, what):
     assert rec.spoiled is None
 
 
-#: modules that reach the driver's memory calls themselves, with why that is safe
-OWN_DRIVER_MEMORY_CALLS = {"ops/sequence_models.py": "its upload of sequence lengths runs as a host_step (a sink)"}
+#: modules that reach the driver's memory calls themselves, with why that is safe (none: the sequence models' upload
+#: of their lengths is memory's copy_, in a host step)
+OWN_DRIVER_MEMORY_CALLS: dict[str, str] = {}
 
 
 def test_every_driver_memory_call_goes_through_the_guard():
@@ -101,6 +102,18 @@ def test_every_driver_memory_call_goes_through_the_guard():
     direct = {p.relative_to(root).as_posix() for p in root.rglob("*.py")
               if "capi" not in p.parts and re.search(r"driver\(\)\.cuMem", p.read_text())}
     assert direct == set(OWN_DRIVER_MEMORY_CALLS)
+
+
+def test_the_sequence_lengths_upload_is_memorys_copy_as_a_recorded_host_step(driver):
+    """RNN and attention upload their lengths through memory's one host-to-device copy (the guard sees it), as a host
+    step: a recording keeps it (not spoiled) and its replay uploads into the new array's address."""
+    from cudnn_py.ops import sequence_models as SM
+    handle = type("H", (), {"stream": STREAM, "device": 0})()
+    with recording.recording() as rec:
+        a = SM.device_lengths(handle, (3, 2))
+    assert rec.spoiled is None and driver.calls == ["cuMemcpyHtoDAsync"]
+    step = rec.steps[-1]
+    assert a.shape == (2,) and step.call is SM._upload and step.args[1] == a.ptr and step.pointers == (1,)
 
 
 def test_a_new_output_zeroed_before_an_accumulating_call_is_zeroed_on_every_call(driver):

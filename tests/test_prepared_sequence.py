@@ -34,7 +34,7 @@ def fake_memory(monkeypatch):
 def uploads(monkeypatch):
     """The lengths' uploads: (device address, host values) of each, the validated path's and a replay's."""
     got: list = []
-    monkeypatch.setattr(SM, "_upload", lambda hptr, device, ptr, host: got.append((ptr, tuple(host.tolist()))))
+    monkeypatch.setattr(SM, "_upload", lambda handle, ptr, host: got.append((ptr, tuple(host.tolist()))))
     return got
 
 

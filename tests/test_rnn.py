@@ -54,8 +54,9 @@ def test_rnn_descriptor_round_trip(kw):
 
 
 def test_math_precision_is_the_deprecated_compute_dtype():
-    with pytest.warns(DeprecationWarning, match="math_precision= is deprecated, use compute_dtype="):
+    with pytest.warns(DeprecationWarning, match="math_precision= is deprecated, use compute_dtype=") as w:
         rnn = R.RNN("relu", 3, 5, dtype=np.float16, math_precision=np.float16)
+    assert w[0].filename == __file__  # the user's line, not the package's
     p = rnn.params
     assert p.compute_dtype == np.float16
     with pytest.warns(DeprecationWarning, match="RNNParams.math_precision is deprecated, use compute_dtype"):
@@ -185,12 +186,13 @@ def test_layout_needs_padded_io_before_c():
 
 def test_layout_keyword_is_the_deprecated_spelling_of_seq_layout():
     """``layout=`` names a memory format everywhere else; the RNN data order is ``seq_layout=``."""
-    with pytest.warns(DeprecationWarning, match="layout= is deprecated, use seq_layout="), \
+    with pytest.warns(DeprecationWarning, match="layout= is deprecated, use seq_layout=") as w, \
             pytest.raises(ValueError, match="seq_layout must be one of"):
         R.rnn_forward(NoCallHandle(), R.RNN("lstm", 4, 8), None, None, layout="time_major")
-    with pytest.warns(DeprecationWarning, match="layout= is deprecated, use seq_layout="):
+    with pytest.warns(DeprecationWarning, match="layout= is deprecated, use seq_layout=") as w2:
         d = R.RNNDataDescriptor(np.float32, layout="packed", max_seq_length=5, batch_size=2, vector_size=3,
                                 seq_lengths=[5, 3])
+    assert w[0].filename == w2[0].filename == __file__  # the user's line, not the package's
     assert d.seq_layout == "packed" and d.read_back()["seq_layout"] == "packed"
 
 

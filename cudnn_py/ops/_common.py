@@ -89,6 +89,21 @@ def read_tensor_desc(d) -> tuple[tuple[int, ...], tuple[int, ...], np.dtype]:
     return tuple(dims[:n.value]), tuple(strides[:n.value]), numpy_dtype(dt.value)
 
 
+def with_tensor_descriptors(fn, count: int = 1):
+    """``fn(*descs)`` on ``count`` new raw ``cudnnTensorDescriptor_t`` (for C calls that fill descriptors in),
+    destroyed after."""
+    descs = []
+    try:
+        for _ in range(count):
+            d = capi.cudnnTensorDescriptor_t()
+            capi.cudnnCreateTensorDescriptor(ctypes.byref(d))
+            descs.append(d)
+        return fn(*descs)
+    finally:
+        for d in descs:
+            capi.cudnnDestroyTensorDescriptor(d)
+
+
 def check_array(obj, name: str, handle, *, dtype=None, shape=None, floating: bool = False,
                 contiguous: bool = False) -> DeviceArray:
     """``obj`` as a non-empty DeviceArray of 1 to 8 dimensions on the handle's device, checked before any C call."""

@@ -35,19 +35,19 @@ from numpy.typing import DTypeLike
 
 from cudnn_py import capi
 from cudnn_py.core import memory
-from cudnn_py._deprecation import alias, renamed_kwargs, warn
+from cudnn_py._deprecation import alias, renamed_attribute
 from cudnn_py.core.args import bool_arg, float_arg
 from cudnn_py.core.descriptors import Descriptor
 from cudnn_py.core.dtypes import cudnn_dtype, numpy_dtype
-from cudnn_py.errors import InvalidStateError, InvalidTypeError, InvalidValueError
-from cudnn_py.graph.ops.sdpa_options import refuse_unknown
+from cudnn_py.errors import InvalidTypeError, InvalidValueError
+from cudnn_py.graph.ops.sdpa_options import renamed
 from cudnn_py.core.handle import Handle, handle_arg
 from cudnn_py.core.memory import DeviceArray, DeviceArrayLike
-from cudnn_py.ops._common import launch, moved_outputs
+from cudnn_py.ops._common import launch, read_tensor_desc, with_tensor_descriptors
 from cudnn_py.ops.dropout import Dropout
 from cudnn_py.ops.sequence_models import (
     MATH_TYPES, WeightedDescriptor, by_value, c_nbytes, check_lengths, choice, device_lengths, dropout_arg, name_of,
-    nd_layout, positive_int, training_ctx,
+    positive_int, training_ctx, weights_ctx,
 )
 from cudnn_py.calls.prepared import prepared
 from cudnn_py.clib.recording import WorkspaceArg
@@ -195,25 +195,18 @@ class MultiHeadAttention(WeightedDescriptor):
         handle = handle_arg(handle)
         w = self._check_weights(handle, weights)
         expected = self.expected_shapes()
-        desc = capi.cudnnTensorDescriptor_t()
-        capi.cudnnCreateTensorDescriptor(byref(desc))
-        views = {}
-        try:
-            for name, kind in WEIGHT_KINDS.items():
-                if name.startswith("b") and not self.biases:
-                    continue
-                addr = ctypes.c_void_p()
-                capi.cudnnGetMultiHeadAttnWeights(handle.ptr, self.ptr, kind, w.nbytes, w.ptr, desc, byref(addr))
-                shape, st = map(list, nd_layout(desc))
-                ndim = len(expected[name])
-                while len(shape) > ndim and 1 in shape:  # biases come as [heads, proj, 1] / [1, o_proj, 1]
-                    i = shape.index(1) if shape[-1] != 1 else len(shape) - 1
-                    del shape[i], st[i]
-                views[name] = DeviceArray(addr.value or 0, tuple(shape), self.dtype, tuple(st), device_id=w.device_id,
-                                          owner=w, stream=w.stream)
-        finally:
-            capi.cudnnDestroyTensorDescriptor(desc)
-        return views
+
+        def view(desc, name: str) -> DeviceArray:
+            addr = ctypes.c_void_p()
+            capi.cudnnGetMultiHeadAttnWeights(handle.ptr, self.ptr, WEIGHT_KINDS[name], w.nbytes, w.ptr, desc,
+                                              byref(addr))
+            shape, st = map(list, read_tensor_desc(desc)[:2])
+            while len(shape) > len(expected[name]) and 1 in shape:  # biases come as [heads, proj, 1] / [1, o_proj, 1]
+                i = shape.index(1) if shape[-1] != 1 else len(shape) - 1
+                del shape[i], st[i]
+            return DeviceArray(addr.value or 0, tuple(shape), self.dtype, tuple(st), device_id=w.device_id, owner=w,
+                               stream=w.stream)
+        return with_tensor_descriptors(lambda desc: {name: view(desc, name) for name in expected})
 
     def expected_shapes(self) -> dict[str, tuple[int, ...]]:
         """The shape of every weight view (what :func:`load_attention_weights` expects)."""
@@ -318,12 +311,7 @@ class AttentionForwardResult(_AttentionOutputs):
     """What :func:`attention_forward` returns: the named tuple ``(o, reserve)`` (``reserve`` in training); a
     training-mode result also holds what the backward calls need."""
     _ctx: dict | None = None  # set by attention_forward(training=True)
-
-    @property
-    def out(self) -> DeviceArray:
-        """Deprecated spelling of :attr:`o`."""
-        warn("AttentionForwardResult.out is deprecated, use .o")
-        return self.o
+    out = renamed_attribute("o", "AttentionForwardResult.out is deprecated, use .o")
 
 
 class AttentionDataGrads(NamedTuple):
@@ -419,9 +407,8 @@ def attention_forward(handle: Handle, attn: MultiHeadAttention, q: DeviceArrayLi
     call (:mod:`cudnn_py.calls.prepared`).
     """
     if old:
-        refuse_unknown("attention_forward", old, _RENAMED, _FORWARD_PARAMS)
-        new = renamed_kwargs("attention_forward", old, _RENAMED, {"o": o, "seq_len_q": seq_len_q,
-                                                                 "seq_len_kv": seq_len_kv})
+        new = renamed("attention_forward", old, _RENAMED, _FORWARD_PARAMS,
+                      {"o": o, "seq_len_q": seq_len_q, "seq_len_kv": seq_len_kv})
         o, seq_len_q, seq_len_kv = new["o"], new["seq_len_q"], new["seq_len_kv"]
     lq, lk, lo, hi = by_value(seq_len_q), by_value(seq_len_kv), by_value(lo_win), by_value(hi_win)
     out, reserve, dev_lq, dev_lk = _forward(handle, attn, q, k, v, weights, lq, lk, lo, hi, residuals, o, training,
@@ -497,12 +484,7 @@ def attention_backward_weights(handle: Handle, attn: MultiHeadAttention, fwd: At
     Needs :func:`attention_backward_data` on the same ``fwd`` first.
     """
     handle = handle_arg(handle)
-    if moved:
-        dweights, = moved_outputs("attention_backward_weights", moved, ("dweights",), (dweights,))
-    ctx = training_ctx(fwd, AttentionForwardResult, attn, "attention_forward")
-    if not ctx["data_done"]:
-        raise InvalidStateError("call attention_backward_data(...) on this forward result before "
-                                "attention_backward_weights")
+    ctx, dweights = weights_ctx(fwd, AttentionForwardResult, attn, "attention_forward", moved, dweights)
     sq, sk = ctx["seq_lengths"]
     return _backward_weights(handle, attn, ctx["q"], ctx["k"], ctx["v"], dout, weights, fwd.reserve, sq, sk, dweights)
 

@@ -204,12 +204,12 @@ def batchnorm_ex_sizes(handle: Handle, x: DeviceArrayLike, *, mode: str | int = 
     with this x."""
     handle = handle_arg(handle)
     s = _bn(handle, x, mode)
-    op, act = ng.ops_arg(ops, activation, BATCHNORM_OPS, capi.cudnnBatchNormOps_t, check=False)
+    op, act = na.fused_ops(ops, activation, BATCHNORM_OPS, capi.cudnnBatchNormOps_t, forward=False, check=False)
     return NormSizes(*_ex_sizes(handle, s, op, act, int(op) == 2 if with_z is None else with_z))
 
 
 def _ex_sizes(handle: Handle, s: na.NormSetup, op, act, with_z: bool) -> tuple[int, int, int]:
-    xd, pd, act = s.xdesc.ptr, s.pdesc.ptr, na.c_activation(act)
+    xd, pd, act = s.xdesc.ptr, s.pdesc.ptr, None if act is None else act.descriptor
     zd = xd if with_z else None
     fw, bw, rs = ctypes.c_size_t(), ctypes.c_size_t(), ctypes.c_size_t()
     capi.cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
@@ -242,7 +242,7 @@ def batchnorm_forward_training_ex(handle: Handle, x: DeviceArrayLike, scale: Dev
     """
     engine = _ex_engine(engine)
     s = _bn(handle, x, mode)
-    op, act = na.fused_ops(ops, activation, z, "z", BATCHNORM_OPS, capi.cudnnBatchNormOps_t)
+    op, act = na.fused_ops(ops, activation, BATCHNORM_OPS, capi.cudnnBatchNormOps_t, z)
 
     def c_call(ya, za, sc, bi, rm, rv, sm, siv, eps, f, rsa, ws):
         launch(handle, capi.cudnnBatchNormalizationForwardTrainingEx, handle.ptr, s.mode, op,
@@ -274,7 +274,7 @@ def batchnorm_backward_ex(handle: Handle, x: DeviceArrayLike, y: DeviceArrayLike
     """
     engine = _ex_engine(engine)
     s = _bn(handle, x, mode)
-    op, act = ng.ops_arg(ops, activation, BATCHNORM_OPS, capi.cudnnBatchNormOps_t)
+    op, act = na.fused_ops(ops, activation, BATCHNORM_OPS, capi.cudnnBatchNormOps_t, forward=False)
 
     def c_call(b: na.FusedBackward) -> None:
         launch(handle, capi.cudnnBatchNormalizationBackwardEx, handle.ptr, s.mode, op, *b.scalars, s.xdesc, s.x,

@@ -34,7 +34,7 @@ import numpy.typing as npt
 
 from cudnn_py import capi
 from cudnn_py.clib import recording
-from cudnn_py._deprecation import warn
+from cudnn_py._deprecation import renamed_attribute
 from cudnn_py.core.caches import shared
 from cudnn_py.core.args import bool_arg, dims, int_arg
 from cudnn_py.core.descriptors import Descriptor, TensorDescriptor, read_back
@@ -84,11 +84,7 @@ class CTCLoss(Descriptor):
     grad_mode = read_back(2, "The ``cudnnCTCGradMode_t``.")
     max_label_length = read_back(3, "The longest label sequence it takes.")
 
-    @property
-    def compute_type(self) -> capi.cudnnDataType_t:
-        """Deprecated spelling of :attr:`compute_dtype`."""
-        warn("CTCLoss.compute_type is deprecated, use compute_dtype", stacklevel=3)
-        return self.compute_dtype
+    compute_type = renamed_attribute("compute_dtype", "CTCLoss.compute_type is deprecated, use compute_dtype")
 
     def _fields(self) -> str:
         _, norm, gm, mll = self._get()

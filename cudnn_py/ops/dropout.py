@@ -36,7 +36,7 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from cudnn_py import capi
-from cudnn_py._deprecation import alias, renamed_kwargs, warn
+from cudnn_py._deprecation import alias, renamed_attribute, renamed_kwargs
 from cudnn_py.core.args import float_arg, handle_ptr, int_arg, int_tuple
 from cudnn_py.core.descriptors import Descriptor, read_back
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
@@ -135,11 +135,7 @@ class Dropout(Descriptor):
         """Bytes of :attr:`states`."""
         return self.states.nbytes
 
-    @property
-    def dropout(self) -> float:
-        """Deprecated: :attr:`p`."""
-        warn("Dropout.dropout is deprecated, use Dropout.p")
-        return self.p
+    dropout = renamed_attribute("p", "Dropout.dropout is deprecated, use Dropout.p")
 
 
 class DropoutOutputs(NamedTuple):

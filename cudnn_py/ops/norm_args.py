@@ -22,37 +22,18 @@ from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.core.memory import DeviceArray, c_strides, empty
 from cudnn_py.ops._common import (
     byte_buffer, check_array, desc, enum_arg, new_output, output, read_tensor_desc, scalars, tensor_desc,
+    with_tensor_descriptors,
 )
-from cudnn_py.ops.activation import Activation, activation_of
+from cudnn_py.ops.activation import activation_of
 from cudnn_py.clib.recording import WorkspaceArg
 
 
-def fused_activation(act) -> Activation:
-    """The activation of a fused op (a mode name or an ``Activation``) as an :class:`Activation` (not identity)."""
-    a = activation_of(act)
-    if a.mode == capi.CUDNN_ACTIVATION_IDENTITY:
-        raise InvalidValueError("the identity activation cannot be fused; use ops without an activation instead")
-    return a
-
-
-def c_activation(act: Activation | None):
-    """A fused activation's C descriptor for a size query (None: no activation)."""
-    return None if act is None else act.descriptor
-
-
 def derive_descriptors(fill, count: int = 1) -> list[tuple[tuple[int, ...], np.dtype]]:
-    """Create ``count`` tensor descriptors, let ``fill(*descs)`` derive them, read them back, destroy them."""
-    descs = []
-    try:
-        for _ in range(count):
-            d = capi.cudnnTensorDescriptor_t()
-            capi.cudnnCreateTensorDescriptor(ctypes.byref(d))
-            descs.append(d)
+    """(shape, dtype) of each of ``count`` new tensor descriptors that ``fill(*descs)`` derives."""
+    def derive(*descs):
         fill(*descs)
         return [(shape, dtype) for shape, _, dtype in map(read_tensor_desc, descs)]
-    finally:
-        for d in descs:
-            capi.cudnnDestroyTensorDescriptor(d)
+    return with_tensor_descriptors(derive, count)
 
 
 def data_array(obj, name: str, handle, *, like: DeviceArray | None = None) -> DeviceArray:
@@ -145,33 +126,32 @@ def training_params(handle, s: NormSetup, scale, bias, running_mean, running_var
     """The checked parameter arrays and scalars every forward-training call takes:
     (scale, bias, running mean, running var, saved mean, saved inverse variance, epsilon, factor)."""
     check_pair(running_mean, running_var, "running_mean and running_var")
-    return (s.param(scale, "scale", handle), s.param(bias, "bias", handle),
-            s.opt_param(running_mean, "running_mean", handle), s.opt_param(running_var, "running_var", handle),
-            s.opt_param(saved_mean, "saved_mean", handle), s.opt_param(saved_inv_var, "saved_inv_var", handle),
-            check_epsilon(epsilon), _factor(factor))
-
-
-def _factor(factor: float) -> float:
     f = float(factor)
     if not 0.0 <= f <= 1.0:
         raise InvalidValueError(f"exponential average factor must be in [0, 1] (1 on the first call), got {factor!r}")
-    return f
+    return (s.param(scale, "scale", handle), s.param(bias, "bias", handle),
+            s.opt_param(running_mean, "running_mean", handle), s.opt_param(running_var, "running_var", handle),
+            s.opt_param(saved_mean, "saved_mean", handle), s.opt_param(saved_inv_var, "saved_inv_var", handle),
+            check_epsilon(epsilon), f)
 
 
-def fused_ops(ops, activation, z, zname: str, table: dict, enum_type) -> tuple:
-    """(ops enum member, activation descriptor or None) of a fused call, checked against ``activation`` and the
-    added input ``z`` (named ``zname``): ops 0 has no activation, ops 2 (add + activation) needs z, the others
-    take none. ``table``/``enum_type``: the family's ops names and enum."""
+def fused_ops(ops, activation, table: dict, enum_type, z=None, *, forward: bool = True, check: bool = True) -> tuple:
+    """(ops enum member, fused :class:`~cudnn_py.ops.activation.Activation` or None) of a fused call (``table``,
+    ``enum_type``: the family's ops names and enum): ops 0 has no activation (``check``: refuse one); a ``forward``'s
+    ops 2 (add + activation) needs the added input ``z``, its other ops take none (a backward's dz is checked with
+    its arrays)."""
     op = enum_arg(ops, table, enum_type, "ops")
     act = None
     if int(op) != 0:
-        act = fused_activation("relu" if activation is None else activation)
-    elif activation is not None:
+        act = activation_of("relu" if activation is None else activation)
+        if act.mode == capi.CUDNN_ACTIVATION_IDENTITY:
+            raise InvalidValueError("the identity activation cannot be fused; use ops without an activation instead")
+    elif check and activation is not None:
         raise InvalidValueError(f"ops={op.name} has no activation; pass activation=None or choose an ops with one")
-    if int(op) == 2 and z is None:
-        raise InvalidValueError(f"ops={op.name} adds {zname}: pass {zname}")
-    if int(op) != 2 and z is not None:
-        raise InvalidValueError(f"ops={op.name} takes no {zname}; use ops ending in _add_activation to add one")
+    if forward and int(op) == 2 and z is None:
+        raise InvalidValueError(f"ops={op.name} adds z: pass z")
+    if forward and int(op) != 2 and z is not None:
+        raise InvalidValueError(f"ops={op.name} takes no z; use ops ending in _add_activation to add one")
     return op, act
 
 

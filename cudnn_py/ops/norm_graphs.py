@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from cudnn_py import capi
 from cudnn_py.calls import engine_choice as ec
-from cudnn_py.errors import InvalidValueError
 from cudnn_py.graph import legacy as gl
 from cudnn_py.core.memory import DeviceArray, c_strides
 from cudnn_py.ops import norm_args as na
-from cudnn_py.ops._common import enum_arg, output
+from cudnn_py.ops._common import output
 from cudnn_py.ops.activation import Activation, activation_of
 
 
@@ -26,15 +25,6 @@ def param_view(a: DeviceArray | None, s: na.NormSetup) -> DeviceArray | None:
     if a is None or a.shape == s.pshape:
         return a
     return DeviceArray.from_parts(a.ptr, s.pshape, a.dtype, c_strides(s.pshape), a.device_id, a, None, True)
-
-
-def ops_arg(ops, activation, table: dict, enum_type, check: bool = True) -> tuple:
-    """(ops member, fused :class:`Activation` or None) of a backward or size query; ``check``: refuse an activation
-    for ops without one."""
-    op = enum_arg(ops, table, enum_type, "ops")
-    if check and int(op) == 0 and activation is not None:
-        raise InvalidValueError(f"ops={op.name} has no activation; pass activation=None")
-    return op, None if int(op) == 0 else na.fused_activation("relu" if activation is None else activation)
 
 
 def _fused_relu(op, activation: Activation | str | int | None) -> bool:
@@ -172,7 +162,7 @@ def fused_backward(handle, s: na.NormSetup, op, activation, args: tuple, reserve
         relu = _fused_relu(op, activation)
         b = na.fused_backward_args(handle, s, op, None, *args + (None, alphas))
         ran.append(b)
-        gate = (b.y, b.dz if b.dz is not None else output(None, "dz", handle, s.x.shape, s.x.dtype, like=s.x)) if relu else None
+        gate = (b.y, output(b.dz, "dz", handle, s.x.shape, s.x.dtype, like=s.x)) if relu else None
         return backward(handle, s, b.dy, b.scale, b.saved_mean, b.saved_inv_var, b.dx, b.dscale, b.dbias, alphas,
                         auto, gate)
     if gl.graph_ran(engine, run):

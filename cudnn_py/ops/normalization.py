@@ -87,7 +87,7 @@ def _algo(algo) -> tuple:
 
 
 def _sizes(handle: Handle, s: na.NormSetup, op, algo, act, with_z: bool) -> tuple[int, int, int]:
-    xd, pd, act = s.xdesc.ptr, s.pdesc.ptr, na.c_activation(act)
+    xd, pd, act = s.xdesc.ptr, s.pdesc.ptr, None if act is None else act.descriptor
     zd = xd if with_z else None
     fw, bw, rs = ctypes.c_size_t(), ctypes.c_size_t(), ctypes.c_size_t()
     capi.cudnnGetNormalizationForwardTrainingWorkspaceSize(
@@ -105,7 +105,7 @@ def normalization_sizes(handle: Handle, x: DeviceArrayLike, *, mode: str | int =
     training calls need with this x."""
     handle = handle_arg(handle)
     s = _setup(handle, x, mode, "legacy", ops)[1]
-    op, act = ng.ops_arg(ops, activation, NORM_OPS, capi.cudnnNormOps_t, check=False)
+    op, act = na.fused_ops(ops, activation, NORM_OPS, capi.cudnnNormOps_t, forward=False, check=False)
     al_ = _algo(algo)[0]
     return NormSizes(*_sizes(handle, s, op, al_, act, int(op) == 2 if with_z is None else with_z))
 
@@ -130,7 +130,7 @@ def normalization_forward_training(handle: Handle, x: DeviceArrayLike, scale: De
     The graph engine returns no ``reserve``.
     """
     engine, s = _setup(handle, x, mode, engine, ops)
-    op, act = na.fused_ops(ops, activation, z, "z", NORM_OPS, capi.cudnnNormOps_t)
+    op, act = na.fused_ops(ops, activation, NORM_OPS, capi.cudnnNormOps_t, z)
     al_, check = _algo(algo)
 
     def c_call(ya, za, sc, bi, rm, rv, sm, siv, eps, f, rsa, ws):
@@ -154,7 +154,7 @@ def normalization_forward_inference(handle: Handle, x: DeviceArrayLike, scale: D
     """``y = alpha * act(scale * (x - mean) / sqrt(var + eps) + bias [+ z]) + beta * y``
     (``cudnnNormalizationForwardInference``); returns y (allocated if not given)."""
     engine, s = _setup(handle, x, mode, engine, ops)
-    op, act = na.fused_ops(ops, activation, z, "z", NORM_OPS, capi.cudnnNormOps_t)
+    op, act = na.fused_ops(ops, activation, NORM_OPS, capi.cudnnNormOps_t, z)
     al_, check = _algo(algo)
 
     def c_call(sc, bi, me, va, za, eps, ya):
@@ -180,7 +180,7 @@ def normalization_backward(handle: Handle, x: DeviceArrayLike, y: DeviceArrayLik
     """Gradients of ``y = act(norm(x) [+ z])`` (``cudnnNormalizationBackward``); ``y`` and ``reserve``
     from the forward pass (the graph engine reads no reserve); ``dz`` returned for ops "norm_add_activation"."""
     engine, s = _setup(handle, x, mode, engine, ops)
-    op, act = ng.ops_arg(ops, activation, NORM_OPS, capi.cudnnNormOps_t)
+    op, act = na.fused_ops(ops, activation, NORM_OPS, capi.cudnnNormOps_t, forward=False)
     al_, check = _algo(algo)
 
     def c_call(b: na.FusedBackward) -> None:

@@ -34,14 +34,14 @@ from cudnn_py._deprecation import alias, renamed_kwargs, warn
 from cudnn_py.core.args import bool_arg, float_arg
 from cudnn_py.core.descriptors import Descriptor, TensorDescriptor
 from cudnn_py.core.dtypes import cudnn_dtype, numpy_dtype
-from cudnn_py.errors import InvalidStateError, InvalidTypeError, InvalidValueError
+from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.core.handle import Handle, handle_arg
 from cudnn_py.core.memory import DeviceArray, DeviceArrayLike
-from cudnn_py.ops._common import launch, moved_outputs
+from cudnn_py.ops._common import launch, read_tensor_desc, with_tensor_descriptors
 from cudnn_py.ops.dropout import Dropout
 from cudnn_py.ops.sequence_models import (
     MATH_TYPES, WeightedDescriptor, by_value, c_nbytes, check_lengths, choice, device_lengths, dropout_arg, name_of,
-    nd_layout, positive_int, training_ctx,
+    positive_int, training_ctx, weights_ctx,
 )
 from cudnn_py.calls.prepared import prepared
 from cudnn_py.clib.recording import WorkspaceArg
@@ -70,7 +70,7 @@ _PRECISIONS = {np.dtype(np.float16): (np.dtype(np.float32), np.dtype(np.float16)
 
 def _renamed(where: str, old: dict, name: str, new: str, value):
     """``value``, or that of ``name``, the deprecated spelling of ``new``, in ``old`` (a warning)."""
-    return renamed_kwargs(where, old, {name: new}, {new: value})[new] if old else value
+    return renamed_kwargs(where, old, {name: new}, {new: value}, stacklevel=5)[new] if old else value
 
 
 def _positive(**values: int) -> tuple[int, ...]:
@@ -335,25 +335,20 @@ def rnn_weight_params(handle: Handle, rnn: RNN, weights: DeviceArrayLike, pseudo
         raise InvalidValueError(f"pseudo_layer must be in [0, {rnn.num_pseudo_layers}), got {pseudo_layer}")
     if lin_id not in rnn.lin_ids:
         raise InvalidValueError(f"lin_id must be in {list(rnn.lin_ids)} for mode {rnn.mode!r}, got {lin_id}")
-    m_desc, b_desc = capi.cudnnTensorDescriptor_t(), capi.cudnnTensorDescriptor_t()
-    capi.cudnnCreateTensorDescriptor(byref(m_desc))
-    capi.cudnnCreateTensorDescriptor(byref(b_desc))
-    try:
+
+    def view(desc, addr, ndim: int) -> DeviceArray | None:
+        if not addr.value:
+            return None
+        dims = read_tensor_desc(desc)[0]
+        shape = dims[-2:] if ndim == 2 else (int(np.prod(dims)),)
+        return DeviceArray(addr.value, shape, rnn.dtype, device_id=w.device_id, owner=w, stream=w.stream)
+
+    def views(m_desc, b_desc) -> RNNWeight:
         m_addr, b_addr = ctypes.c_void_p(), ctypes.c_void_p()
         capi.cudnnGetRNNWeightParams(handle.ptr, rnn.ptr, pseudo_layer, w.nbytes, w.ptr, lin_id,
                                      m_desc, byref(m_addr), b_desc, byref(b_addr))
-        views: list[DeviceArray | None] = []
-        for desc, addr, ndim in ((m_desc, m_addr, 2), (b_desc, b_addr, 1)):
-            if not addr.value:
-                views.append(None)
-                continue
-            dims, _ = nd_layout(desc)
-            shape = dims[-2:] if ndim == 2 else (int(np.prod(dims)),)
-            views.append(DeviceArray(addr.value, shape, rnn.dtype, device_id=w.device_id, owner=w, stream=w.stream))
-        return RNNWeight(*views)
-    finally:
-        capi.cudnnDestroyTensorDescriptor(m_desc)
-        capi.cudnnDestroyTensorDescriptor(b_desc)
+        return RNNWeight(view(m_desc, m_addr, 2), view(b_desc, b_addr, 1))
+    return with_tensor_descriptors(views, 2)
 
 
 def _data_shape(layout: str, T: int, B: int, V: int, lengths) -> tuple[int, ...]:
@@ -560,11 +555,7 @@ def rnn_backward_weights(handle: Handle, rnn: RNN, fwd: RNNForwardResult, *moved
     Needs :func:`rnn_backward_data` on the same ``fwd`` first. Returns ``dweights``.
     """
     handle = handle_arg(handle)
-    if moved:
-        dweights, = moved_outputs("rnn_backward_weights", moved, ("dweights",), (dweights,))
-    ctx = training_ctx(fwd, RNNForwardResult, rnn, "rnn_forward")
-    if not ctx["data_done"]:
-        raise InvalidStateError("call rnn_backward_data(...) on this forward result before rnn_backward_weights(...)")
+    ctx, dweights = weights_ctx(fwd, RNNForwardResult, rnn, "rnn_forward", moved, dweights)
     return _backward_weights(handle, rnn, ctx["x"], fwd.y, fwd.reserve, ctx["dev_lengths"], ctx["hx"],
                              ctx["seq_layout"], ctx["seq_lengths"], dweights)
 

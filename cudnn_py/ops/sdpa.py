@@ -25,11 +25,11 @@ import inspect
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Literal, NamedTuple, TypedDict, overload
 
-from cudnn_py._deprecation import renamed_kwargs, warn
+from cudnn_py._deprecation import warn
 from cudnn_py.core.args import bool_arg
 from cudnn_py.errors import InvalidValueError
 from cudnn_py.graph.ops.sdpa import FP8_BACKWARD_SCALES, FP8_FORWARD_SCALES, SdpaOptionKeywords
-from cudnn_py.graph.ops.sdpa_options import SdpaOptions, fp8_only, refuse_unknown
+from cudnn_py.graph.ops.sdpa_options import SdpaOptions, fp8_only, renamed
 from cudnn_py.graph.plans import Plan
 from cudnn_py.graph.runner import Runner
 from cudnn_py.core.handle import Handle, handle_arg
@@ -117,9 +117,10 @@ class _SdpaBackwardKeywords(_SdpaInputs, SdpaOptionKeywords, total=False):
     dv: DeviceArrayLike | None
 
 
-#: the array arguments of the forward (and, the first ten, of the backward), by name
-_SDPA_INPUTS = ("q", "k", "v", "bias", "seq_len_q", "seq_len_kv", "ragged_offset_q", "ragged_offset_k", "seed", "offset",
-                "page_table_k", "page_table_v", "sink")
+#: the array arguments of the forward (and, the first ten, of the backward), by name; those beside q, k and v
+_SDPA_INPUTS = ("q", "k", "v", "bias", "seq_len_q", "seq_len_kv", "ragged_offset_q", "ragged_offset_k", "seed",
+                "offset", "page_table_k", "page_table_v", "sink")
+_TENSORS = _SDPA_INPUTS[3:]
 
 
 def sdpa_cache_clear(handle: Handle) -> None:
@@ -163,14 +164,11 @@ class Sdpa:
         keywords: dict[str, Any] = dict(options_keywords)  # with the deprecated spellings type checkers refuse
         deprecated = {n: keywords.pop(n) for n in list(keywords) if n not in _OPTIONS}
         if deprecated:
-            refuse_unknown("Sdpa", deprecated, _RENAMED, _accepted(Sdpa))
-            ragged_offset_k = renamed_kwargs("Sdpa", deprecated, _RENAMED,
-                                             {"ragged_offset_k": ragged_offset_k})["ragged_offset_k"]
+            ragged_offset_k = renamed("Sdpa", deprecated, _RENAMED, _accepted(Sdpa),
+                                      {"ragged_offset_k": ragged_offset_k})["ragged_offset_k"]
         self.handle, self.options = handle, SdpaOptions.of(options, keywords, "Sdpa")
-        tensors: dict[str, Any] = dict(
-            bias=bias, seq_len_q=seq_len_q, seq_len_kv=seq_len_kv, ragged_offset_q=ragged_offset_q,
-            ragged_offset_k=ragged_offset_k, seed=seed, offset=offset, page_table_k=page_table_k,
-            page_table_v=page_table_v, sink=sink)
+        values = locals()
+        tensors: dict[str, Any] = {n: values[n] for n in _TENSORS}
         self.args = SdpaArgs(handle, q, k, v, self.options, **tensors)
         self._call = (q, k, v), {n: x for n, x in tensors.items() if x is not None}  # what execute() passes sdpa
         self._tuned = False
@@ -284,16 +282,14 @@ def sdpa(handle: Handle, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayL
         res = planned._run()
         return res if return_stats else res.o
     if deprecated:
-        refuse_unknown("sdpa", deprecated, _RENAMED, _accepted(sdpa))
-        ragged_offset_k = renamed_kwargs("sdpa", deprecated, _RENAMED,
-                                         {"ragged_offset_k": ragged_offset_k})["ragged_offset_k"]
+        ragged_offset_k = renamed("sdpa", deprecated, _RENAMED, _accepted(sdpa),
+                                  {"ragged_offset_k": ragged_offset_k})["ragged_offset_k"]
     if stats is not None and return_stats is not True:
         warn("sdpa(): stats= without return_stats=True is deprecated (the return type follows return_stats): pass "
              "return_stats=True")
         return_stats = True
-    a = Sdpa(handle, q, k, v, _options("sdpa", options, locals()), bias=bias, seq_len_q=seq_len_q,
-             seq_len_kv=seq_len_kv, ragged_offset_q=ragged_offset_q, ragged_offset_k=ragged_offset_k, seed=seed,
-             offset=offset, page_table_k=page_table_k, page_table_v=page_table_v, sink=sink,
+    values = locals()
+    a = Sdpa(handle, q, k, v, _options("sdpa", options, values), **{n: values[n] for n in _TENSORS},
              return_stats=return_stats, o=o, stats=stats)
     if bool_arg(autotune, "autotune"):
         a.autotune()
@@ -353,9 +349,8 @@ def sdpa_backward(handle: Handle, q: DeviceArrayLike, k: DeviceArrayLike, v: Dev
         :class:`SdpaGradsWithBiasAndSink`; all unpack like tuples.
     """
     if deprecated:
-        refuse_unknown("sdpa_backward", deprecated, _RENAMED, _accepted(sdpa_backward))
-        ragged_offset_k = renamed_kwargs("sdpa_backward", deprecated, _RENAMED,
-                                         {"ragged_offset_k": ragged_offset_k})["ragged_offset_k"]
+        ragged_offset_k = renamed("sdpa_backward", deprecated, _RENAMED, _accepted(sdpa_backward),
+                                  {"ragged_offset_k": ragged_offset_k})["ragged_offset_k"]
     if dbias is not None and return_dbias is not True:
         warn("sdpa_backward(): dbias= without return_dbias=True is deprecated (the return type follows "
              "return_dbias): pass return_dbias=True")
@@ -367,9 +362,9 @@ def sdpa_backward(handle: Handle, q: DeviceArrayLike, k: DeviceArrayLike, v: Dev
         sink = None  # the statistics hold its share: only its gradient reads it
     outputs = {"dq": dq, "dk": dk, "dv": dv, **({"dbias": dbias} if return_dbias else {}),
                **({"dsink": dsink} if return_dsink else {})}
-    args = SdpaArgs(handle_arg(handle), q, k, v, _options("sdpa_backward", options, locals()), bias=bias,
-                    seq_len_q=seq_len_q, seq_len_kv=seq_len_kv, ragged_offset_q=ragged_offset_q,
-                    ragged_offset_k=ragged_offset_k, seed=seed, offset=offset, sink=sink, o=o, do=do, stats=stats)
+    values = locals()
+    args = SdpaArgs(handle_arg(handle), q, k, v, _options("sdpa_backward", options, values),
+                    **{n: values[n] for n in _TENSORS if not n.startswith("page_table")}, o=o, do=do, stats=stats)
     given = {n: None if x is None or (args.ragged and n in ("dq", "dk", "dv")) else device_tensor(x, n)[1]
              for n, x in outputs.items()}
     # the scratch tensors live in the plan's workspace

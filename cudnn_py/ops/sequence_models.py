@@ -4,24 +4,19 @@ uploaded per call), enum-name tables and the saved state of a training-mode forw
 """
 from __future__ import annotations
 
-import ctypes
-from ctypes import byref
-
 import numpy as np
 
 from cudnn_py import capi
 from cudnn_py.core import memory
 from cudnn_py.core.args import INT32_MAX, float_arg
-from cudnn_py.core.contexts import on_device
 from cudnn_py.core.descriptors import Descriptor
-from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError, check_cuda
+from cudnn_py.errors import ClosedError, InvalidStateError, InvalidTypeError, InvalidValueError
 from cudnn_py.core.handle import Handle, handle_arg
-from cudnn_py.core.memory import DeviceArray
-from cudnn_py.ops._common import host_step, launch, scalars, tensor_desc
-from cudnn_py.core.streams import driver
+from cudnn_py.core.memory import DeviceArray, DeviceArrayLike
+from cudnn_py.ops._common import host_step, launch, moved_outputs, scalars, tensor_desc
 
 __all__ = ["MATH_TYPES", "WeightedDescriptor", "choice", "name_of", "positive_int", "dropout_arg", "check_lengths",
-           "by_value", "device_lengths", "nd_layout", "training_ctx"]
+           "by_value", "device_lengths", "training_ctx", "weights_ctx"]
 
 #: ``math_type`` names of the RNN and attention descriptors -> ``cudnnMathType_t``
 MATH_TYPES = {"default": capi.CUDNN_DEFAULT_MATH, "tensor_op": capi.CUDNN_TENSOR_OP_MATH,
@@ -120,25 +115,13 @@ def device_lengths(handle: Handle, lengths: tuple[int, ...]) -> DeviceArray:
     call, whose key holds ``lengths``, uploads them again into its own new array)."""
     host = np.asarray(lengths, np.int32)
     a = memory.empty(host.shape, np.int32, stream=handle.stream, device=handle.device)
-    args = (handle.ptr, a.device_id, a.ptr, host)
-    host_step(_upload, args, (2,))
+    host_step(_upload, (handle, a.ptr, host), (1,))
     return a
 
 
-def _upload(hptr, device: int, ptr: int, host: np.ndarray) -> None:
-    """Copy ``host`` to ``ptr`` on the handle's current stream."""
-    s = capi.cudaStream_t()
-    capi.cudnnGetStream(hptr, byref(s))
-    with on_device(device):
-        check_cuda(driver().cuMemcpyHtoDAsync(ptr, host.ctypes.data, host.nbytes, s.value or 0), "cuMemcpyHtoDAsync")
-
-
-def nd_layout(desc) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(dims, strides) of a raw ``cudnnTensorDescriptor_t`` that cuDNN filled in."""
-    dt, nb = ctypes.c_int(), ctypes.c_int()
-    dims, strides = (ctypes.c_int * 8)(), (ctypes.c_int * 8)()
-    capi.cudnnGetTensorNdDescriptor(desc, 8, byref(dt), byref(nb), dims, strides)
-    return tuple(dims[:nb.value]), tuple(strides[:nb.value])
+def _upload(handle: Handle, ptr: int, host: np.ndarray) -> None:
+    """Copy ``host`` to ``ptr`` on the handle's current stream (memory's one host-to-device copy)."""
+    DeviceArray.from_parts(ptr, host.shape, host.dtype, (1,), handle.device, None, handle.stream, True).copy_(host)
 
 
 class WeightedDescriptor(Descriptor):
@@ -215,3 +198,17 @@ def training_ctx(fwd, result_type: type, desc, forward_name: str) -> dict:
     if ctx["desc"] is not desc:
         raise InvalidValueError(f"fwd was computed with a different {type(desc).__name__} descriptor")
     return ctx
+
+
+def weights_ctx(fwd, result_type: type, desc, forward_name: str, moved: tuple, dweights: DeviceArrayLike | None
+                ) -> tuple[dict, DeviceArrayLike | None]:
+    """(saved state, ``dweights``) of a backward-weights call: ``fwd`` as :func:`training_ctx` checks it, its
+    backward-data call made first; ``dweights`` or, deprecated, the one passed positionally (``moved``)."""
+    where = forward_name.replace("forward", "backward_weights")
+    if moved:
+        dweights, = moved_outputs(where, moved, ("dweights",), (dweights,), stacklevel=5)
+    ctx = training_ctx(fwd, result_type, desc, forward_name)
+    if not ctx["data_done"]:
+        raise InvalidStateError(f"call {forward_name.replace('forward', 'backward_data')}(...) on this forward result "
+                                f"before {where}(...)")
+    return ctx, dweights

@@ -15,11 +15,12 @@ from typing import Any
 
 import numpy as np
 
+from cudnn_py._deprecation import renamed_kwargs
 from cudnn_py.core.args import bool_arg, float_arg, int_arg
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["SdpaOptions", "ALIGNMENTS", "IMPLEMENTATIONS", "SPELLINGS", "fp8_only", "unexpected_keyword",
-           "refuse_unknown"]
+           "refuse_unknown", "renamed"]
 
 #: diagonal alignments of the causal / sliding-window bands
 ALIGNMENTS = ("top_left", "bottom_right")
@@ -62,6 +63,15 @@ def refuse_unknown(where: str, old: Iterable[str], renames: dict[str, str], acce
     for name in old:
         if name not in renames:
             raise unexpected_keyword(where, name, accepted)
+
+
+def renamed(where: str, old: dict[str, Any], renames: dict[str, str], accepted: Iterable[str],
+            values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` (the new names' values as passed) with the deprecated spellings in ``old`` (a call's catch-all;
+    ``renames``: old -> new) moved to their new names, a warning each; any other keyword of ``old`` refused with
+    :func:`unexpected_keyword` (a did-you-mean among ``accepted``)."""
+    refuse_unknown(where, old, renames, accepted)
+    return renamed_kwargs(where, old, renames, values, stacklevel=5)
 
 
 def _opt(check, value: Any, name: str, *bounds: Any) -> Any:
