@@ -25,10 +25,9 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from cudnn_py._deprecation import renamed_kwargs
 from cudnn_py.core.args import bool_arg
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
-from cudnn_py.graph.ops.sdpa_options import SdpaOptions, refuse_unknown, unexpected_keyword
+from cudnn_py.graph.ops.sdpa_options import SdpaOptions, renamed, unexpected_keyword
 from cudnn_py.ops.sdpa import sdpa as core_sdpa, sdpa_backward as core_sdpa_backward
 
 from .runtime import call, context, define, eager, empty_like_layout, function
@@ -284,8 +283,7 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, *, scale: float | None = None, causal:
     :func:`scaled_dot_product_attention`, which mirrors torch's).
     """
     if old:
-        refuse_unknown("sdpa", old, _RENAMED, _PARAMS)
-        dropout = renamed_kwargs("sdpa", old, _RENAMED, {"dropout": dropout or None})["dropout"] or 0.0
+        dropout = renamed("sdpa", old, _RENAMED, _PARAMS, {"dropout": dropout or None})["dropout"] or 0.0
     if (bias is seq_len_q is seq_len_kv is cu_seqlens_q is cu_seqlens_kv is ragged_offset_q is ragged_offset_k
             is max_seq_len_q is max_seq_len_kv is page_table_k is page_table_v is seed is offset is sink is None
             and not dropout and alibi is False and type(q) is Tensor and type(k) is Tensor and type(v) is Tensor

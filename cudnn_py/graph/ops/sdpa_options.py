@@ -19,8 +19,7 @@ from cudnn_py._deprecation import renamed_kwargs
 from cudnn_py.core.args import bool_arg, float_arg, int_arg
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
-__all__ = ["SdpaOptions", "ALIGNMENTS", "IMPLEMENTATIONS", "SPELLINGS", "fp8_only", "unexpected_keyword",
-           "refuse_unknown", "renamed"]
+__all__ = ["SdpaOptions", "ALIGNMENTS", "IMPLEMENTATIONS", "SPELLINGS", "fp8_only", "unexpected_keyword", "renamed"]
 
 #: diagonal alignments of the causal / sliding-window bands
 ALIGNMENTS = ("top_left", "bottom_right")
@@ -57,20 +56,14 @@ def unexpected_keyword(where: str, name: str, accepted: Iterable[str]) -> Invali
                             + (f"; did you mean {hint}?" if hint else ""))
 
 
-def refuse_unknown(where: str, old: Iterable[str], renames: dict[str, str], accepted: Iterable[str]) -> None:
-    """Refuse with :func:`unexpected_keyword` any keyword of ``old`` (a call's catch-all) that is not a deprecated
-    spelling in ``renames`` (what :func:`~cudnn_py._deprecation.renamed_kwargs` moves next)."""
-    for name in old:
-        if name not in renames:
-            raise unexpected_keyword(where, name, accepted)
-
-
 def renamed(where: str, old: dict[str, Any], renames: dict[str, str], accepted: Iterable[str],
             values: dict[str, Any]) -> dict[str, Any]:
     """``values`` (the new names' values as passed) with the deprecated spellings in ``old`` (a call's catch-all;
     ``renames``: old -> new) moved to their new names, a warning each; any other keyword of ``old`` refused with
     :func:`unexpected_keyword` (a did-you-mean among ``accepted``)."""
-    refuse_unknown(where, old, renames, accepted)
+    for name in old:
+        if name not in renames:
+            raise unexpected_keyword(where, name, accepted)
     return renamed_kwargs(where, old, renames, values, stacklevel=5)
 
 
