@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import threading
+import functools
 import types
 
 import numpy as np
@@ -229,6 +230,53 @@ def test_a_held_timer_holds_while_an_earlier_timers_watchdog_is_still_on_its_way
     with streams.timer(None, hold=True) as t:
         pass
     assert not t.held
+
+
+def test_a_sample_whose_hold_timed_out_is_taken_again_unheld_and_so_are_the_next(monkeypatch):
+    """Work that waits for the device as it is queued (a synchronising call inside) waits for the hold's watchdog:
+    ``held_ms`` says so (``timed_out``), takes that sample again unheld and answers not to hold the next (a
+    one-process sweep spent 1.8 s a sample so on one engine: H100, cuDNN 9.19); a plan remembers it."""
+    import time
+
+    class Stream:
+        def record(self, options=None):
+            return _Event()
+
+    class Latch:
+        def __init__(self):
+            self.word, self.ticket = 0, 0
+
+        def hold(self, stream):
+            self.ticket += 1
+            return self.ticket
+
+        def release(self, ticket):
+            if self.word >= ticket:
+                return False
+            self.word = ticket
+            return True
+    monkeypatch.setattr(streams, "as_stream", lambda s=None, d=None: Stream())
+    monkeypatch.setattr(streams, "_the_latch", functools.cache(Latch))
+    monkeypatch.setattr(streams.threading, "active_count", lambda: 1)
+    monkeypatch.setattr(streams, "HOLD_TIMEOUT", 0.02)
+    held = []
+
+    def waits_for_the_device():  # held: blocks until the watchdog lets the stream go
+        held.append(streams._the_latch().word < streams._the_latch().ticket)
+        time.sleep(0.2 if held[-1] else 0)
+    assert streams.held_ms(None, lambda: None) == (1.5, True)
+    assert streams.held_ms(None, waits_for_the_device) == (1.5, False) and held == [True, False]
+    assert streams.held_ms(None, waits_for_the_device, False) == (1.5, False) and held == [True, False, False]
+
+    from cudnn_py.graph import plans
+    plan = object.__new__(plans.Plan)
+    plan.executor = lambda handle, *io: lambda *arrays: waits_for_the_device()
+    monkeypatch.setattr(plans, "ordered_pack", lambda plan, pack: ((), ()))
+    held.clear()
+    plans._sample(plan, types.SimpleNamespace(stream=None), {}, 0, 1)
+    plans._sample(plan, types.SimpleNamespace(stream=None), {}, 0, 2)
+    # the held sample (its first run stalls), then it again and two more unheld: one stall, never again
+    assert not plan.held and held == [True] + [False] * (plans.SAMPLE_RUNS * 4 - 1)
 
 
 @pytest.mark.parametrize("bad", [-1, 1 << 64, 2**100])

@@ -34,7 +34,7 @@ from cudnn_py.errors import CudaError, InvalidTypeError, InvalidValueError, NoDe
 if TYPE_CHECKING:
     from cuda.core import Device, Stream
 
-__all__ = ["StreamLike", "get_device", "as_stream", "stream_ptr", "new_stream", "synchronize", "timer", "Timer",
+__all__ = ["StreamLike", "get_device", "as_stream", "stream_ptr", "new_stream", "synchronize", "timer", "Timer", "held_ms",
            "cuda_core", "driver", "missing_device", "HOLD_TIMEOUT"]
 
 #: seconds a held stream (``timer(hold=True)``) waits for its block at most: a block that waits for the stream
@@ -322,17 +322,18 @@ class Timer:
 
     ``ms`` is ``None`` until the block has exited (the end event is synchronised then); ``held`` says whether the
     stream was held until the block had queued its work (``hold=True`` where the driver can hold streams, this is
-    the process's only thread, and the block did not outlast :data:`HOLD_TIMEOUT`).
+    the process's only thread, and the block did not outlast :data:`HOLD_TIMEOUT`); ``timed_out`` that the watchdog
+    let the stream go at :data:`HOLD_TIMEOUT` (the block waited for the held stream: see :func:`held_ms`).
     """
 
-    __slots__ = ("stream", "ms", "held", "_start", "_options", "_hold", "_holding", "_ticket", "_watchdog",
-                 "_collecting")
+    __slots__ = ("stream", "ms", "held", "timed_out", "_start", "_options", "_hold", "_holding", "_ticket",
+                 "_watchdog", "_collecting")
 
     def __init__(self, stream: StreamLike = None, hold: bool = False):
         self._hold = self._holding = bool_arg(hold, "hold")
         self.stream: Stream = as_stream(stream)
         self.ms: float | None = None
-        self.held = False
+        self.held = self.timed_out = False
         self._ticket: int | None = None
         self._watchdog: threading.Timer | None = None
         self._collecting = False
@@ -340,7 +341,7 @@ class Timer:
         self._options = cuda_core().EventOptions(timing_enabled=True)
 
     def __enter__(self) -> Timer:
-        self.ms, self.held, self._ticket = None, False, None
+        self.ms, self.held, self.timed_out, self._ticket = None, False, False, None
         # Only where no other thread runs: another thread's device-wide wait (a lazy module load, a free, a
         # synchronize) waits for the held stream while the holder may wait for it (H200: first calls from 8 threads,
         # one autotuning a plan, hung until killed). Unheld, ``ms`` includes the host's queuing where it is slower.
@@ -366,7 +367,7 @@ class Timer:
     def _let_go(self) -> None:
         ticket = self._ticket
         if ticket is not None:
-            _the_latch().release(ticket)
+            self.timed_out = _the_latch().release(ticket)
 
     def _unhold(self) -> None:
         """Let the stream go (``held``: whether the hold lasted until now), stop the watchdog, collect again."""
@@ -399,6 +400,19 @@ def _alone() -> bool:
     does nothing that waits for the device."""
     return threading.active_count() == 1 or all(
         t is threading.current_thread() or t.name == _WATCHDOG for t in threading.enumerate())
+
+
+def held_ms(stream: StreamLike, queue: Callable[[], Any], hold: bool = True) -> tuple[float | None, bool]:
+    """(device ms of the work ``queue()`` queues on ``stream``, whether to hold the next sample of that work): timed
+    held while ``hold``; a sample whose hold timed out (the work waits for the device as it is queued: a
+    synchronising call inside, which waited for the watchdog) is taken again unheld, and so are that work's next."""
+    with timer(stream, hold=hold) as t:
+        queue()
+    if not t.timed_out:
+        return t.ms, hold
+    with timer(stream) as t:
+        queue()
+    return t.ms, False
 
 
 def timer(stream: StreamLike = None, *, hold: bool = False) -> Timer:

@@ -190,7 +190,11 @@ class Plan:
     """A finalized execution plan (``CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR``) bound to the graph it runs.
 
     ``workspace_size`` is what an execution needs: cuDNN's own workspace (``cudnn_workspace_size``) plus the graph's
-    scratch tensors, placed at ``scratch`` ((uid, byte offset), ...) in it (see :func:`scratch_layout`)."""
+    scratch tensors, placed at ``scratch`` ((uid, byte offset), ...) in it (see :func:`scratch_layout`). ``held``:
+    whether :func:`time_plan` holds its samples' stream (False once a held sample timed out: see
+    :func:`~cudnn_py.core.streams.held_ms`)."""
+
+    held = True
 
     def __init__(self, descriptor: BackendDescriptor, config: EngineConfig | None, graph=None, tag: str = ""):
         if not descriptor.finalized:
@@ -407,7 +411,7 @@ def _sample(plan: Plan, handle, variant_pack: dict, warmup: int, iters: int,
             flush: Callable[[], None] | None = None) -> tuple[float, float]:
     """(GPU, host) median milliseconds per execution of ``plan``: :func:`time_plan`'s samples, and the host's time
     to queue each sample's executions (perf_counter around them, the stream held: no waiting on the GPU)."""
-    from cudnn_py.core.streams import timer
+    from cudnn_py.core.streams import held_ms
     io, arrays = ordered_pack(plan, variant_pack)
     run = plan.executor(handle, *io)
     for _ in range(warmup):
@@ -415,15 +419,19 @@ def _sample(plan: Plan, handle, variant_pack: dict, warmup: int, iters: int,
     runs = SAMPLE_RUNS if flush is None else 1
     gpu: list[float] = []
     host: list[float] = []
+
+    def queue() -> None:
+        start = time.perf_counter()
+        for _ in range(runs):
+            run(*arrays)
+        queued[0] = (time.perf_counter() - start) * 1e3 / runs
+    queued = [0.0]  # the host's time of the sample kept (the last taken)
     for _ in range(iters):
         if flush is not None:
             flush()
-        with timer(handle.stream, hold=True) as t:
-            start = time.perf_counter()
-            for _ in range(runs):
-                run(*arrays)
-            host.append((time.perf_counter() - start) * 1e3 / runs)
-        gpu.append(t.ms / runs if t.ms is not None else float("nan"))
+        ms, plan.held = held_ms(handle.stream, queue, plan.held)
+        gpu.append(ms / runs if ms is not None else float("nan"))
+        host.append(queued[0])
     return sorted(gpu)[len(gpu) // 2], sorted(host)[len(host) // 2]
 
 
