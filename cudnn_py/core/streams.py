@@ -23,6 +23,7 @@ import functools
 import gc
 import threading
 import types
+from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Annotated, Any, Protocol, Union, cast
 
