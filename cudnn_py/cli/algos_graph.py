@@ -379,7 +379,7 @@ def run(args) -> int:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     """``algos --graph ...`` parsed (tests)."""
     parser = argparse.ArgumentParser(prog="cudnn-py", formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(algos.add_parser(parser.add_subparsers(dest="command", required=True)))
+    algos.add_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["algos", *argv])
     if not args.graph:
         parser.error("give --graph conv|matmul|norm|attention")

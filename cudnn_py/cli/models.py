@@ -29,7 +29,7 @@ QUICK = (4, 3, 1)
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The model-sweep options (``--model``, ``--compare`` or ``--merge`` switch ``algos`` to this command)."""
-    from cudnn_py.tuning.models import MODELS
+    from cudnn_py.tuning_records.models import MODELS
     g = p.add_argument_group("model sweeps (--model), comparisons (--compare) and merges (--merge)")
     g.add_argument("--model", choices=sorted(MODELS), help="sweep every layer of this network (forward and backward)")
     g.add_argument("--list-models", action="store_true", help="print the models' operation counts and exit")
@@ -71,8 +71,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def wanted(args: argparse.Namespace) -> bool:
     """Whether the ``algos`` arguments ask for this command."""
-    return bool(getattr(args, "model", None) or getattr(args, "list_models", False) or getattr(args, "compare", None)
-                or getattr(args, "merge", None))
+    return bool(args.model or args.list_models or args.compare or args.merge)
 
 
 def _filters(args):
@@ -116,7 +115,7 @@ def _run(args: argparse.Namespace) -> int:
     from cudnn_py.tuning import TuningDatabase
     from cudnn_py.tuning import report as rp
     if args.list_models:
-        from cudnn_py.tuning.models import MODELS
+        from cudnn_py.tuning_records.models import MODELS
         for name, make in MODELS.items():
             m = make()
             print(f"{name:<10} {m.parameters():>14,} parameters  conv {m.count('conv'):>3}  linear "
@@ -162,7 +161,7 @@ def _existing(path: str, flag: str) -> None:
 
 
 def _sweep(args, rp) -> int:
-    from cudnn_py.tuning.models import model
+    from cudnn_py.tuning_records.models import model
     from cudnn_py.tuning.sweep import Settings, sweep, time_summary
     if args.dtype not in ("float32", "float16", "bfloat16"):
         raise SystemExit(f"algos --model: --dtype float32, float16 or bfloat16, got {args.dtype}")

@@ -55,6 +55,10 @@ _TABLES = {
                "writer TEXT NOT NULL, PRIMARY KEY(kind, key, env)) WITHOUT ROWID",
     "imports": "CREATE TABLE imports(source TEXT PRIMARY KEY, records INTEGER NOT NULL, at REAL NOT NULL)",
 }
+#: writes one record (an upsert: a ``WHERE`` may follow, on the stored row ``records`` and the new one ``excluded``)
+_PUT = ("INSERT INTO records(kind, key, env, value, digest, updated, writer) VALUES (?, ?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT(kind, key, env) DO UPDATE SET value = excluded.value, digest = excluded.digest, "
+        "updated = excluded.updated, writer = excluded.writer")
 _DEGRADE = ("SQLITE_READONLY", "SQLITE_CANTOPEN", "SQLITE_PERM", "SQLITE_IOERR", "SQLITE_FULL", "SQLITE_AUTH")
 
 
@@ -337,9 +341,8 @@ class TuningDatabase:
 
     def environments(self) -> list[Environment]:
         """Every environment the database holds records of."""
-        with self._lock:
-            rows = self._run(lambda c: c.execute("SELECT DISTINCT e.cudnn, e.gpu, e.cc, e.driver FROM records r "
-                                                 "JOIN environments e ON e.id = r.env ORDER BY 1, 2, 3, 4").fetchall())
+        rows = self._run(lambda c: c.execute("SELECT DISTINCT e.cudnn, e.gpu, e.cc, e.driver FROM records r "
+                                             "JOIN environments e ON e.id = r.env ORDER BY 1, 2, 3, 4").fetchall())
         return [Environment(*r) for r in rows]
 
     # -- reading and writing ---------------------------------------------------------------------------------
@@ -376,10 +379,7 @@ class TuningDatabase:
         env = self.environment(device)
         row = (kind, key, text, _digest(kind, key, env, text), time.time(), _writer())
 
-        def write(c):
-            c.execute("INSERT OR REPLACE INTO records(kind, key, env, value, digest, updated, writer) "
-                      "VALUES (?, ?, ?, ?, ?, ?, ?)", (*row[:2], self._env_id(c, env, True), *row[2:]))
-        self._run(write, write=True)
+        self._run(lambda c: c.execute(_PUT, (*row[:2], self._env_id(c, env, True), *row[2:])), write=True)
 
     def lookup(self, kind: str, key: str, *, device: int | None = None) -> dict | None:
         """The value stored under ``(kind, key)`` for the environment of ``device``, or None (also for a record
@@ -470,18 +470,9 @@ class TuningDatabase:
         def write(c):
             if source is not None and c.execute("SELECT 1 FROM imports WHERE source = ?", (source,)).fetchone():
                 return 0
-            n = 0
-            for kind, key, env, text, updated, writer in batch:
-                env_id = self._env_id(c, env, True)
-                if newer_only:
-                    old = c.execute("SELECT updated FROM records WHERE kind = ? AND key = ? AND env = ?",
-                                    (kind, key, env_id)).fetchone()
-                    if old is not None and old[0] >= updated:
-                        continue
-                c.execute("INSERT OR REPLACE INTO records(kind, key, env, value, digest, updated, writer) "
-                          "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                          (kind, key, env_id, text, _digest(kind, key, env, text), updated, writer))
-                n += 1
+            sql = _PUT + (" WHERE excluded.updated > records.updated" if newer_only else "")
+            n = sum(c.execute(sql, (kind, key, self._env_id(c, env, True), text, _digest(kind, key, env, text),
+                                    updated, writer)).rowcount for kind, key, env, text, updated, writer in batch)
             if source is not None:
                 c.execute("INSERT INTO imports(source, records, at) VALUES (?, ?, ?)", (source, n, time.time()))
             return n
