@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import importlib.util
 import itertools
 import json
@@ -298,6 +299,7 @@ def sweep(cfg: Config, directions: Sequence[str], maths: Sequence[str], repeats:
     from cudnn_py.core.memory import empty, to_device
     from cudnn_py.ops import conv_calls as cv
     from cudnn_py.core.streams import timer
+    from cudnn_py.tuning import legacy
     from cudnn_py.tuning.compare import np_dtype
 
     require_gpu("algos", device)  # before the float64 references, which take minutes for a large layer
@@ -349,14 +351,8 @@ def sweep(cfg: Config, directions: Sequence[str], maths: Sequence[str], repeats:
                 row = Row(direction, math, algo.name.split("_ALGO_")[1], False, reason_all,
                           deterministic=getattr(records.get(algo), "deterministic", None))
                 rows.append(row)
-
-                def call():
-                    kw = dict(algo=algo, workspace_limit=workspace_limit)
-                    if direction == "forward":
-                        return cv.convolution_forward(h, conv, x, w, y=out, **kw)
-                    if direction == "backward_data":
-                        return cv.convolution_backward_data(h, conv, w, dy, dx=out, **kw)
-                    return cv.convolution_backward_filter(h, conv, x, dy, dw=out, **kw)
+                call = functools.partial(legacy.call, h, conv, direction, x, w, dy, out, algo=algo,
+                                         workspace_limit=workspace_limit)
                 try:
                     row.workspace_bytes = cv.convolution_workspace_size(h, conv, *xwd, algo=algo, direction=direction)
                     out.fill_(0 if out.dtype == np.int8 else float("nan"))

@@ -22,6 +22,7 @@ import importlib.util
 import os
 import sys
 import time
+from pathlib import Path
 
 #: --quick: this many operations, repeats and warm-up runs
 QUICK = (4, 3, 1)
@@ -74,11 +75,6 @@ def wanted(args: argparse.Namespace) -> bool:
     return bool(args.model or args.list_models or args.compare or args.merge)
 
 
-def _filters(args):
-    from cudnn_py.tuning.report import Filters
-    return Filters(args.deterministic, args.no_tf32, args.no_reduced_precision, args.workspace_limit)
-
-
 def _shard(text: str | None) -> tuple[int, int] | None:
     if text is None:
         return None
@@ -114,6 +110,7 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from cudnn_py.tuning import TuningDatabase
     from cudnn_py.tuning import report as rp
+    filters = rp.Filters(args.deterministic, args.no_tf32, args.no_reduced_precision, args.workspace_limit)
     if args.list_models:
         from cudnn_py.tuning_records.models import MODELS
         for name, make in MODELS.items():
@@ -126,7 +123,7 @@ def _run(args: argparse.Namespace) -> int:
         for path in args.compare:
             _existing(path, "--compare")
         a, b = (TuningDatabase(p) for p in args.compare)
-        changes, info = rp.compare(a, b, args.threshold, _filters(args))
+        changes, info = rp.compare(a, b, args.threshold, filters)
         print(rp.format_compare(changes, info, args.threshold))
         return 0
     if args.merge:
@@ -140,17 +137,14 @@ def _run(args: argparse.Namespace) -> int:
             n = into.merge(src)
             print(f"{src}: {n} record{'' if n == 1 else 's'} merged into {into_path}")
         return 0
-    return _sweep(args, rp)
+    return _sweep(args, rp, filters)
 
 
 def _remove(db) -> None:
     """Close ``db`` and delete its file (with SQLite's side files)."""
     db.close()
     for suffix in ("", "-wal", "-shm", "-journal"):
-        try:
-            os.remove(f"{db.path}{suffix}")
-        except FileNotFoundError:
-            pass
+        Path(f"{db.path}{suffix}").unlink(missing_ok=True)
 
 
 def _existing(path: str, flag: str) -> None:
@@ -160,9 +154,13 @@ def _existing(path: str, flag: str) -> None:
         raise SystemExit(f"algos {flag}: tuning database {path} {what} (a database that is read must exist)")
 
 
-def _sweep(args, rp) -> int:
+def _sweep(args, rp, filters) -> int:
+    from cudnn_py.cli.algos import progress_writer
+    from cudnn_py.cli.info import driver_and_gpus
+    from cudnn_py.tuning import TuningDatabase, default_database, default_path
+    from cudnn_py.tuning.sweep import Settings, kernel_cache, kernel_cache_text, sweep, time_summary
+    from cudnn_py.tuning.workers import default_jobs
     from cudnn_py.tuning_records.models import model
-    from cudnn_py.tuning.sweep import Settings, sweep, time_summary
     if args.dtype not in ("float32", "float16", "bfloat16"):
         raise SystemExit(f"algos --model: --dtype float32, float16 or bfloat16, got {args.dtype}")
     if args.plot and importlib.util.find_spec("matplotlib") is None:
@@ -189,9 +187,6 @@ def _sweep(args, rp) -> int:
     problems = problems[:args.layers] if args.layers else problems
     shard = _shard(args.shard)
     mine = problems[shard[0]::shard[1]] if shard else problems
-    from cudnn_py.cli.info import driver_and_gpus
-    from cudnn_py.tuning.workers import default_jobs
-    from cudnn_py.tuning_records.database import default_path
     found = driver_and_gpus()         # the driver's answer (no CUDA context)
     path = args.db or default_path()
     if not found["gpus"] and (path == ":memory:" or not os.path.isfile(path)):
@@ -200,12 +195,9 @@ def _sweep(args, rp) -> int:
     gib = [g["memory_gib"] for g in found["gpus"] if g["index"] in (devices or [args.device])]
     jobs = max(args.jobs or (default_jobs(gib) if gib else 1), len(devices or ()))  # a worker per device at least
     new_file = path != ":memory:" and not os.path.exists(path)
-    from cudnn_py.tuning import TuningDatabase, default_database
     db = TuningDatabase(args.db) if args.db else default_database()
     start = time.monotonic()
-    from cudnn_py.cli.algos import progress_writer
     progress = None if args.quiet else progress_writer(sys.stderr.isatty())
-    from cudnn_py.tuning.sweep import kernel_cache, kernel_cache_text
     cache = kernel_cache()
     try:
         records, measured = sweep(mine, db, device=args.device, devices=devices, jobs=jobs, settings=settings,
@@ -215,16 +207,15 @@ def _sweep(args, rp) -> int:
             _remove(db)
         raise
     except KeyboardInterrupt:
-        if progress and sys.stderr.isatty():
-            sys.stderr.write("\r\033[K")
         print(f"algos: interrupted; every operation measured before is kept in {db.path or 'memory'}", file=sys.stderr)
         return 130
-    if progress and sys.stderr.isatty():
-        sys.stderr.write("\r\033[K")
+    finally:
+        if progress and sys.stderr.isatty():
+            sys.stderr.write("\r\033[K")
     elapsed = time.monotonic() - start
-    results = rp.analyse(mine, records, _filters(args))
+    results = rp.analyse(mine, records, filters)
     summary = rp.totals(results)
-    title = (f"{m.description}: batch {args.batch}, {args.dtype}, {args.layout}; filters: {_filters(args).text()}")
+    title = f"{m.description}: batch {args.batch}, {args.dtype}, {args.layout}; filters: {filters.text()}"
     print(title)
     on = devices or [args.device]
     where = f"on device {args.device}" if jobs == 1 and not devices else \
@@ -241,9 +232,9 @@ def _sweep(args, rp) -> int:
     if args.details:
         for r in results:
             if r.key in records:
-                print(rp.format_details(r, records[r.key], _filters(args)))
+                print(rp.format_details(r, records[r.key], filters))
     meta = {"model": m.name, "description": m.description, "batch": args.batch, "dtype": args.dtype,
-            "layout": args.layout, "filters": _filters(args).text(), "database": str(db.path or "memory"),
+            "layout": args.layout, "filters": filters.text(), "database": str(db.path or "memory"),
             "environment": db.environment(args.device).text(), "elapsed_s": elapsed, "notes": list(m.notes),
             "kernel_cache": cache, "cold_l2": args.cold_l2}
     if args.csv:

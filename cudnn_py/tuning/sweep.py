@@ -29,7 +29,7 @@ import numpy as np
 from cudnn_py.tuning_records.database import TuningDatabase, finite
 from cudnn_py.tuning_records.models import Attention, Conv, Linear, Norm, Problem
 
-from .compare import Progress, header, np_dtype, race, sample
+from .compare import Progress, config_row, header, np_dtype, race, sample
 
 __all__ = ["KIND", "RUN_KIND", "MODES", "Settings", "Candidates", "build_graph", "header", "candidates",
            "time_candidates", "measure", "stored", "sweep", "valid_record", "covers", "time_summary", "kernel_cache",
@@ -242,10 +242,7 @@ def time_candidates(prep: Candidates, h, settings: Settings = Settings(), progre
     entries = []
     for tag, cfg in prep.configs.items():
         knobs = {getattr(k, "name", str(k)).replace("CUDNN_KNOB_TYPE_", ""): int(v) for k, v in cfg.knobs.items()}
-        row = {"tag": tag, "engine": cfg.global_index, "knobs": knobs, "notes": cfg.notes(),
-               "deterministic": cfg.is_deterministic, "ok": False, "ms": None, "workspace": None, "build_ms": None,
-               "diff": None, "agrees": None, "reason": failed.get(tag, ""), "samples": 0, "pruned": False,
-               "checked": False}
+        row = config_row(tag, cfg.global_index, knobs, cfg.is_deterministic, cfg.notes(), failed.get(tag, ""))
         if not row["reason"] and cfg.needs_runtime_compilation and not settings.runtime_compilation:
             row["reason"] = "not measured: compiles at run time (--no-runtime-compilation)"
         rec["configs"].append(row)
