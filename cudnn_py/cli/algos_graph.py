@@ -25,9 +25,9 @@ from cudnn_py.cli import algos
 from cudnn_py.cli.algos import plot, rel_error, write_csv  # the legacy sweep's writers serve this Row too
 from cudnn_py.cli.prerequisites import require_gpu
 from cudnn_py.tuning.compare import np_dtype as _np_dtype
+from cudnn_py.tuning.sweep import MODES
 
 KINDS = ("conv", "matmul", "norm", "attention")
-MODES = ("A", "B", "FALLBACK")
 GRAPH_DTYPES = ("float32", "float16", "bfloat16")
 
 
@@ -66,6 +66,14 @@ class Problem:
     flops: float
     torch_fn: Callable | None = None   # () -> callable running torch's equivalent on its own device data
     extra: dict = field(default_factory=dict)  # name -> shape of host arrays the reference reads besides inputs
+
+
+def heuristics_modes(text: str, prog: str) -> tuple[str, ...]:
+    """The ``--modes`` list (any case, comma-separated); SystemExit naming ``prog`` for an empty or unknown one."""
+    modes = tuple(m.strip().upper() for m in text.split(",") if m.strip())
+    if not modes or set(modes) - set(MODES):
+        raise SystemExit(f"{prog}: --modes takes {', '.join(MODES)}, got {text!r}")
+    return modes
 
 
 def _ints(text: str | None, n: tuple[int, ...], what: str) -> tuple[int, ...]:
@@ -236,10 +244,6 @@ def _poison(d) -> None:
     DeviceArray(d.ptr, (d.size,), d.dtype, device_id=d.device_id, owner=d).fill_(float("nan"))
 
 
-def _host(d) -> np.ndarray:
-    return np.asarray(d.to_numpy(), np.float64)
-
-
 def collect_configs(g, h, modes) -> tuple[list, dict, list[str]]:
     """(configs deduplicated by tag in first-seen order, {tag: modes that offered it}, notes on failed modes)."""
     import cudnn_py.graph as G
@@ -297,7 +301,7 @@ def sweep(problem: Problem, modes=MODES, repeats: int = 10, warmup: int = 2, che
                 for t in outs:
                     _poison(pack[t])
                 plan.execute(h, pack)
-                got = _host(pack[out])
+                got = np.asarray(pack[out].to_numpy(), np.float64)
                 row.time_ms = G.time_plan(plan, h, pack, warmup=warmup, iters=repeats)
             except CudnnError as e:
                 row.reason = " ".join(str(e).split())[:300]
@@ -319,8 +323,6 @@ def sweep(problem: Problem, modes=MODES, repeats: int = 10, warmup: int = 2, che
 
 def _torch_row(problem: Problem, repeats: int, warmup: int) -> Row:
     row = Row(problem.kind, "torch", "torch (engine not exposed)", False, pick="torch")
-    if problem.torch_fn is None:
-        return row
     try:
         import torch
         fn = problem.torch_fn()
@@ -348,17 +350,10 @@ def format_table(rows: list[Row]) -> str:
     return algos.format_table(rows, (10, 16, 44, 12), ("problem", "modes", "engine config"), pick=True)
 
 
-def write_json(rows: list[Row], title: str, path: str) -> None:
-    algos.write_json(rows, {"problem": title}, path)
-
-
 def run(args) -> int:
     """The ``algos --graph`` command."""
     problem = problem_from_args(args)
-    modes = tuple(m.strip().upper() for m in args.modes.split(",") if m.strip())
-    bad = [m for m in modes if m not in MODES]
-    if bad or not modes:
-        raise SystemExit(f"algos --graph: --modes takes {', '.join(MODES)}, got {args.modes!r}")
+    modes = heuristics_modes(args.modes, "algos --graph")
     if args.repeats < 1 or args.warmup < 0:
         raise SystemExit("algos: --repeats must be >= 1 and --warmup >= 0")
 
@@ -370,17 +365,7 @@ def run(args) -> int:
     if args.csv:
         write_csv(rows, args.csv)
     if args.json:
-        write_json(rows, problem.title, args.json)
+        algos.write_json(rows, {"problem": problem.title}, args.json)
     if args.plot and not plot(rows, args.plot, problem.title):
         print("--plot: matplotlib is not installed; no chart written", file=sys.stderr)
     return 0
-
-
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    """``algos --graph ...`` parsed (tests)."""
-    parser = argparse.ArgumentParser(prog="cudnn-py", formatter_class=argparse.RawDescriptionHelpFormatter)
-    algos.add_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["algos", *argv])
-    if not args.graph:
-        parser.error("give --graph conv|matmul|norm|attention")
-    return args

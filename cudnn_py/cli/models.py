@@ -156,6 +156,7 @@ def _existing(path: str, flag: str) -> None:
 
 def _sweep(args, rp, filters) -> int:
     from cudnn_py.cli.algos import progress_writer
+    from cudnn_py.cli.algos_graph import heuristics_modes
     from cudnn_py.cli.info import driver_and_gpus
     from cudnn_py.tuning import TuningDatabase, default_database, default_path
     from cudnn_py.tuning.sweep import Settings, kernel_cache, kernel_cache_text, sweep, time_summary
@@ -167,9 +168,7 @@ def _sweep(args, rp, filters) -> int:
         raise SystemExit("algos: --plot needs matplotlib: pip install 'cudnn-py[plot]' (or leave --plot out)")
     if args.quick:
         args.layers, args.repeats, args.warmup = args.layers or QUICK[0], QUICK[1], QUICK[2]
-    modes = tuple(m.strip().upper() for m in args.modes.split(",") if m.strip())
-    if not modes or set(modes) - {"A", "B", "FALLBACK"}:
-        raise SystemExit(f"algos: --modes takes A, B, FALLBACK, got {args.modes!r}")
+    modes = heuristics_modes(args.modes, "algos")
     if args.repeats < 1 or args.warmup < 0 or any(v is not None and v < 1 for v in (args.layers, args.max_configs,
                                                                                     args.jobs)):
         raise SystemExit("algos: --repeats, --layers, --max-configs and --jobs must be >= 1, --warmup >= 0")
