@@ -403,13 +403,11 @@ def format_table(rows: Sequence[Row], widths: tuple[int, int, int, int] = (16, 2
 def write_csv(rows: Sequence[Row], path: str) -> None:
     """Write the rows (of :func:`sweep` or the graph sweep) as CSV with a header line: their class's fields, list
     fields such as notes left out."""
-    row_type = type(rows[0]) if rows else Row
-    names = [f.name for f in fields(row_type) if f.default_factory is MISSING]
+    names = [f.name for f in fields(type(rows[0]) if rows else Row) if f.default_factory is MISSING]
     with open(path, "w", newline="") as f:
-        wr = csv.DictWriter(f, fieldnames=names)
+        wr = csv.DictWriter(f, fieldnames=names, extrasaction="ignore")
         wr.writeheader()
-        for r in rows:
-            wr.writerow({n: getattr(r, n) for n in names})
+        wr.writerows(asdict(r) for r in rows)
 
 
 def write_json(rows: Sequence[Row], cfg: Config | dict, path: str) -> None:

@@ -417,10 +417,9 @@ class TuningDatabase:
 
     def clear(self, kind: str | None = None) -> int:
         """Delete every record of ``kind`` (None: of every kind), in every environment; returns how many."""
-        if kind is not None:
-            _check_kind(kind)
-        return self._run(lambda c: c.execute("DELETE FROM records" + (" WHERE kind = ?" if kind else ""),
-                                             (kind,) if kind else ()).rowcount, write=True)
+        args = () if kind is None else (_check_kind(kind),)
+        return self._run(lambda c: c.execute("DELETE FROM records" + (" WHERE kind = ?" if args else ""),
+                                             args).rowcount, write=True)
 
     def records(self, kind: str | None = None, environment: Environment | None = None) -> list[Record]:
         """The verified records of ``kind`` (None: every kind) made under ``environment`` (None: any), ordered by
@@ -448,10 +447,8 @@ class TuningDatabase:
         """Write ``records`` (each under its own environment) in one transaction; returns how many were written.
         ``source`` names the batch (an imported file or folder): one imported before is skipped. ``newer_only``:
         keep a stored record newer than the incoming one (what merging wants)."""
-        batch = [(r.kind, r.key, r.environment, _dump(r.value), float(r.updated), r.writer) for r in records]
-        for r in batch:
-            _check_kind(r[0])
-            _check_key(r[1])
+        batch = [(_check_kind(r.kind), _check_key(r.key), r.environment, _dump(r.value), float(r.updated), r.writer)
+                 for r in records]
 
         def write(c):
             if source is not None and c.execute("SELECT 1 FROM imports WHERE source = ?", (source,)).fetchone():
