@@ -308,10 +308,8 @@ def sweep(cfg: Config, directions: Sequence[str], maths: Sequence[str], repeats:
     def make(shape):   # int8: small integers
         return rng.integers(-8, 9, size=shape).astype(dt) if dt == np.int8 else rng.standard_normal(shape).astype(dt)
     x_h, w_h = make(cfg.x_shape), make(cfg.w_shape)
-    base = cv.Convolution(cfg.padding, cfg.per_dim(cfg.stride), cfg.per_dim(cfg.dilation), cfg.groups, mode=cfg.mode,
-                          layout=cfg.layout)
-    y_shape_logical = cfg.y_shape()
-    dy_h = make(y_shape_logical)
+    y_shape = cfg.y_shape()
+    dy_h = make(y_shape)
     flops = cfg.flops()
     refs = {}
     if check:
@@ -331,11 +329,11 @@ def sweep(cfg: Config, directions: Sequence[str], maths: Sequence[str], repeats:
                     for a in (x_h, w_h, dy_h))
         out_dtype = np.float32 if dt == np.int8 else dt
         for direction, math in itertools.product(directions, maths):
-            conv = cv.Convolution(base.padding, base.stride, base.dilation, base.groups, mode=cfg.mode,
-                                  math_type=math, layout=cfg.layout)
-            phys = {"forward": y_shape_logical, "backward_data": cfg.x_shape, "backward_filter": cfg.w_shape}[direction]
-            shape = phys if cfg.layout == "NCHW" else phys[:1] + phys[2:] + phys[1:2]
-            out = empty(shape, out_dtype if direction == "forward" else dt, stream=h.stream, device=h.device)
+            conv = cv.Convolution(cfg.padding, cfg.per_dim(cfg.stride), cfg.per_dim(cfg.dilation), cfg.groups,
+                                  mode=cfg.mode, math_type=math, layout=cfg.layout)
+            shape = {"forward": y_shape, "backward_data": cfg.x_shape, "backward_filter": cfg.w_shape}[direction]
+            out = empty(legacy.physical(shape, cfg.layout), out_dtype if direction == "forward" else dt,
+                        stream=h.stream, device=h.device)
             xwd = (x if direction != "backward_data" else out, w if direction != "backward_filter" else out,
                    dy if direction != "forward" else out)   # the output in the place of what the direction computes
             reason_all = ""

@@ -323,6 +323,8 @@ def sweep(problem: Problem, modes=MODES, repeats: int = 10, warmup: int = 2, che
 
 def _torch_row(problem: Problem, repeats: int, warmup: int) -> Row:
     row = Row(problem.kind, "torch", "torch (engine not exposed)", False, pick="torch")
+    if problem.torch_fn is None:
+        return row
     try:
         import torch
         fn = problem.torch_fn()

@@ -15,13 +15,14 @@ from cudnn_py.tuning_records.models import Conv, Problem
 
 from .compare import Progress
 
-__all__ = ["measure_legacy", "config_count", "DIRECTION", "call"]
+__all__ = ["measure_legacy", "config_count", "DIRECTION", "call", "physical"]
 
 #: a convolution problem's pass -> the legacy API's direction
 DIRECTION = {"fprop": "forward", "dgrad": "backward_data", "wgrad": "backward_filter"}
 
 
-def _physical(shape: tuple, layout: str) -> tuple:
+def physical(shape: tuple, layout: str) -> tuple:
+    """A logical NCHW ``shape`` in the order of ``layout``'s memory (NHWC: channels last)."""
     return shape if layout != "NHWC" else (shape[0], *shape[2:], shape[1])
 
 
@@ -61,10 +62,10 @@ def measure_legacy(p: Problem, h, settings, progress: Progress | None = None) ->
     oh, ow = op.out_hw
     shapes = {"x": (p.batch, op.c, op.h, op.w), "w": (op.k, op.c, op.r, op.s), "y": (p.batch, op.k, oh, ow)}
     block = np.random.default_rng(0).standard_normal(1 << 20).astype(np.float32) * 0.5
-    arrays = {n: to_device(np.resize(block.astype(dt), math.prod(s)).reshape(_physical(s, p.layout)), h.stream,
+    arrays = {n: to_device(np.resize(block.astype(dt), math.prod(s)).reshape(physical(s, p.layout)), h.stream,
                            device=h.device) for n, s in shapes.items()}
     out_name = {"forward": "y", "backward_data": "x", "backward_filter": "w"}[direction]
-    out = arrays[out_name] = empty(_physical(shapes[out_name], p.layout), dt, stream=h.stream, device=h.device)
+    out = arrays[out_name] = empty(physical(shapes[out_name], p.layout), dt, stream=h.stream, device=h.device)
     x, w, y = arrays["x"], arrays["w"], arrays["y"]
     conv = cv.Convolution(op.pad, op.stride, layout=p.layout)
     try:
