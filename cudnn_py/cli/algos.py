@@ -458,15 +458,20 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write("\r\033[K")
     title = (f"x={cfg.x_shape} w={cfg.w_shape} pad={cfg.padding} stride={cfg.stride} dil={cfg.dilation} "
              f"groups={cfg.groups} {cfg.dtype} {cfg.layout}")
+    write_outputs(args, rows, title, format_table(rows), {"config": asdict(cfg)})
+    return 0
+
+
+def write_outputs(args: argparse.Namespace, rows: Sequence[Row], title: str, table: str, head: dict) -> None:
+    """Print ``title`` and ``table``; write the rows as CSV, as JSON (``head`` first) and as a chart where asked."""
     print(title)
-    print(format_table(rows))
+    print(table)
     if args.csv:
         write_csv(rows, args.csv)
     if args.json:
-        write_json(rows, cfg, args.json)
-    if args.plot:
-        plot(rows, args.plot, title)
-    return 0
+        write_json(rows, head, args.json)
+    if args.plot and not plot(rows, args.plot, title):
+        print("--plot: matplotlib is not installed; no chart written", file=sys.stderr)
 
 
 def progress_writer(terminal: bool) -> Callable[[str], None]:

@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 
 from cudnn_py.cli import algos
-from cudnn_py.cli.algos import plot, rel_error, write_csv  # the legacy sweep's writers serve this Row too
 from cudnn_py.cli.prerequisites import require_gpu
 from cudnn_py.tuning.compare import np_dtype as _np_dtype
 from cudnn_py.tuning.sweep import MODES
@@ -309,7 +307,7 @@ def sweep(problem: Problem, modes=MODES, repeats: int = 10, warmup: int = 2, che
             row.supported = True
             row.tflops = problem.flops / (row.time_ms * 1e-3) / 1e12 if row.time_ms > 0 else None
             if check and ref is not None:
-                row.max_rel_error = rel_error(got, ref)
+                row.max_rel_error = algos.rel_error(got, ref)
             if a_pick is None and "A" in sources[cfg.tag]:
                 a_pick = row
         if a_pick is not None:
@@ -362,12 +360,5 @@ def run(args) -> int:
     require_gpu("algos --graph", args.device)
     rows = sweep(problem, modes, args.repeats, args.warmup, not args.no_check, args.seed, args.device,
                  not args.no_torch, None if args.quiet else algos.progress_writer(False))
-    print(problem.title)
-    print(format_table(rows))
-    if args.csv:
-        write_csv(rows, args.csv)
-    if args.json:
-        algos.write_json(rows, {"problem": problem.title}, args.json)
-    if args.plot and not plot(rows, args.plot, problem.title):
-        print("--plot: matplotlib is not installed; no chart written", file=sys.stderr)
+    algos.write_outputs(args, rows, problem.title, format_table(rows), {"problem": problem.title})
     return 0
