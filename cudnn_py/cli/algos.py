@@ -295,7 +295,6 @@ def sweep(cfg: Config, directions: Sequence[str], maths: Sequence[str], repeats:
     random inputs of ``seed``; ``progress`` gets one short line per algorithm. SystemExit without a GPU."""
     import cudnn_py.calls.algorithms as alg
     from cudnn_py.errors import CudnnError, WorkspaceLimitError
-    from cudnn_py.core.handle import Handle
     from cudnn_py.core.memory import empty, to_device
     from cudnn_py.ops import conv_calls as cv
     from cudnn_py.core.streams import timer
@@ -319,11 +318,7 @@ def sweep(cfg: Config, directions: Sequence[str], maths: Sequence[str], repeats:
     rows: list[Row] = []
     total = len(maths) * sum(len(alg.real_members(d)) for d in directions)
     done = 0
-    try:
-        handle = Handle(device)
-    except Exception as e:  # noqa: BLE001 - no GPU, no driver, cuDNN cannot start
-        raise SystemExit(f"algos: cannot open a cuDNN handle on device {device} (a GPU is needed): {e}") from None
-    with handle as h:
+    with open_handle(device, "algos") as h:
         nhwc = cfg.layout == "NHWC"
         x, w, dy = (to_device(np.ascontiguousarray(np.moveaxis(a, 1, -1) if nhwc else a), h.stream, device=h.device)
                     for a in (x_h, w_h, dy_h))
@@ -371,6 +366,15 @@ def sweep(cfg: Config, directions: Sequence[str], maths: Sequence[str], repeats:
                     got = out.to_numpy().astype(np.float64)
                     row.max_rel_error = rel_error(np.moveaxis(got, -1, 1) if nhwc else got, refs[direction])
     return rows
+
+
+def open_handle(device: int, prog: str):
+    """A cuDNN handle on ``device``; SystemExit naming ``prog`` where none opens (no GPU, no driver)."""
+    from cudnn_py.core.handle import Handle
+    try:
+        return Handle(device)
+    except Exception as e:  # noqa: BLE001 - no GPU, no driver, cuDNN cannot start
+        raise SystemExit(f"{prog}: cannot open a cuDNN handle on device {device} (a GPU is needed): {e}") from None
 
 
 def rel_error(got: np.ndarray, ref: np.ndarray) -> float:

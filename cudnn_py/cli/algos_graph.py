@@ -268,14 +268,9 @@ def sweep(problem: Problem, modes=MODES, repeats: int = 10, warmup: int = 2, che
     """Build, run, check and time every config the heuristics ``modes`` offer; returns one row per config."""
     import cudnn_py.graph as G
     from cudnn_py.errors import CudnnError
-    from cudnn_py.core.handle import Handle
-    try:
-        handle = Handle(device)
-    except Exception as e:  # noqa: BLE001 - no GPU, no driver
-        raise SystemExit(f"algos --graph: cannot open a cuDNN handle on device {device} (a GPU is needed): {e}")
     rng = np.random.default_rng(seed)
     rows: list[Row] = []
-    with handle as h:
+    with algos.open_handle(device, "algos --graph") as h:
         g, ins, out = problem.make()
         shapes = {**{n: (s, out.np_dtype) for n, s in problem.extra.items()},
                   **{t.name: (t.shape, t.np_dtype) for t in ins}}
