@@ -439,11 +439,10 @@ def sweep(problems: Sequence[Problem], db: TuningDatabase, *, device: int = 0, d
 def time_summary(records: Sequence[dict]) -> str:
     """How ``records`` were measured, their race accounts summed: configurations, how many pruned and checked, the
     seconds by phase; empty where no record has an account (all measured before racing)."""
-    acc = [r["race"] for r in records if isinstance(r.get("race"), dict) and "pruned" in r["race"]]
-    if not acc:
+    raced = [r for r in records if isinstance(r.get("race"), dict) and "pruned" in r["race"]]
+    if not raced:
         return ""
-    configs = sum(len(r.get("configs") or ()) for r in records if isinstance(r.get("race"), dict)
-                  and "pruned" in r["race"])
+    acc, configs = [r["race"] for r in raced], sum(len(r.get("configs") or ()) for r in raced)
     secs: dict[str, float] = {}
     for a in acc:
         for k, v in (a.get("seconds") or {}).items():
