@@ -11,7 +11,7 @@ import sys
 from typing import NoReturn
 
 #: command name -> module under cudnn_py.cli
-COMMANDS = {"info": "info", "algos": "algos"}
+COMMANDS = {"info": "info", "algos": "algos_command"}
 
 _ROLE = re.compile(r":[\w:]+:`~?([^`<]*?)\s*(?:<[^>]*>)?`")  # :func:`x`, :mod:`~a.b`, :doc:`text <target>`
 

@@ -1,6 +1,4 @@
-"""``python -m cudnn_py algos``: sweep every convolution algorithm and math type of one configuration (the default;
-``--graph``: the graph engines of one problem, :mod:`~cudnn_py.cli.algos_graph`; ``--model``, ``--compare``,
-``--merge``, ``--list-models``: the tuning sweep over whole models, :mod:`~cudnn_py.cli.models`).
+"""``python -m cudnn_py algos``: sweep every convolution algorithm and math type of one configuration.
 
 For each direction, math type and algorithm: supported or not (with cuDNN's reason), median time
 over ``--repeats`` runs timed with CUDA events, TFLOP/s, workspace bytes, determinism (cuDNN's
@@ -108,8 +106,8 @@ def _choice_list(allowed, aliases=None):
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register ``algos`` with the flags of the three sweeps; returns its parser."""
-    from . import algos_graph, models
+    """Register ``algos`` with the convolution sweep's flags; returns its parser (:mod:`~cudnn_py.cli.algos_command`
+    adds the graph and model sweeps' flags)."""
     p = subparsers.add_parser("algos", help="time and check every convolution algorithm for one configuration",
                               description=__doc__, formatter_class=HelpFormatter, usage=USAGE)
     shape = p.add_argument_group("configuration (a preset, or --input and --filter)")
@@ -147,8 +145,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     out.add_argument("--json", metavar="PATH", help="also write the configuration and rows as JSON")
     out.add_argument("--plot", metavar="PNG", help="bar chart of the times (needs matplotlib: cudnn-py[plot])")
     out.add_argument("--quiet", action="store_true", help="no progress on stderr")
-    algos_graph.add_arguments(p)
-    models.add_arguments(p)
     return p
 
 
@@ -440,13 +436,7 @@ def plot(rows: Sequence[Row], path: str, title: str) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the sweep the ``algos`` arguments ask for (the convolution sweep: print the table, or the presets; write
-    CSV / JSON / PNG when asked); returns the exit status."""
-    from . import algos_graph, models
-    if models.wanted(args):
-        return models.run(args)
-    if args.graph:
-        return algos_graph.run(args)
+    """Sweep (or list the presets) and print the table; write CSV / JSON / PNG when asked; returns 0."""
     if args.list_presets:
         for name, (c, h, w, k, r, s, pad, stride) in sorted(PRESETS.items()):
             print(f"{name:<28} x=N,{c},{h},{w}  w={k},{c},{r},{s}  pad={pad} stride={stride}")
