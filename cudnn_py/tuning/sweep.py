@@ -15,6 +15,7 @@ once and time one operation at a time on each GPU; each run is recorded too (kin
 """
 from __future__ import annotations
 
+import functools
 import os
 import time
 import warnings
@@ -97,15 +98,14 @@ def build_graph(p: Problem):
         oh, ow = op.out_hw
         xs, ws, ys = (p.batch, op.c, op.h, op.w), (op.k, op.c, op.r, op.s), (p.batch, op.k, oh, ow)
         pad, stride = op.pad, op.stride
+        x, w, dy = (functools.partial(g.tensor, s, name=n, layout=layout) for s, n in ((xs, "x"), (ws, "w"),
+                                                                                         (ys, "dy")))
         if p.pass_ == "fprop":
-            out = g.conv_fprop(g.tensor(xs, name="x", layout=layout), g.tensor(ws, name="w", layout=layout), pad,
-                               stride)
+            out = g.conv_fprop(x(), w(), pad, stride)
         elif p.pass_ == "dgrad":
-            out = g.conv_dgrad(g.tensor(ys, name="dy", layout=layout), g.tensor(ws, name="w", layout=layout), pad,
-                               stride, x_shape=xs)
+            out = g.conv_dgrad(dy(), w(), pad, stride, x_shape=xs)
         else:
-            out = g.conv_wgrad(g.tensor(ys, name="dy", layout=layout), g.tensor(xs, name="x", layout=layout), pad,
-                               stride, w_shape=ws)
+            out = g.conv_wgrad(dy(), x(), pad, stride, w_shape=ws)
         _outputs(out, layout=layout)
     elif isinstance(op, Linear):
         m, k, n = p.batch * op.tokens, op.k, op.n
@@ -120,8 +120,7 @@ def build_graph(p: Problem):
         _norm(g, p, op)
     elif isinstance(op, Attention):
         q = g.tensor((p.batch, op.heads, op.seq_q, op.d), name="q")
-        kt = g.tensor((p.batch, op.kv_heads, op.seq_kv, op.d), name="k")
-        vt = g.tensor((p.batch, op.kv_heads, op.seq_kv, op.d), name="v")
+        kt, vt = (g.tensor((p.batch, op.kv_heads, op.seq_kv, op.d), name=n) for n in ("k", "v"))
         if p.pass_ == "forward":
             o, stats = g.sdpa(q, kt, vt, causal=op.causal)
             _outputs(o, stats.set_dtype("float32"))
