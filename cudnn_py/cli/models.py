@@ -206,11 +206,12 @@ def _sweep(args, rp, filters) -> int:
             _remove(db)
         raise
     except KeyboardInterrupt:
-        print(f"algos: interrupted; every operation measured before is kept in {db.path or 'memory'}", file=sys.stderr)
-        return 130
-    finally:
         if progress and sys.stderr.isatty():
             sys.stderr.write("\r\033[K")
+        print(f"algos: interrupted; every operation measured before is kept in {db.path or 'memory'}", file=sys.stderr)
+        return 130
+    if progress and sys.stderr.isatty():
+        sys.stderr.write("\r\033[K")
     elapsed = time.monotonic() - start
     results = rp.analyse(mine, records, filters)
     summary = rp.totals(results)
