@@ -30,18 +30,11 @@ from typing import Any
 
 import numpy as np
 
+from cudnn_py.core.dtypes import as_numpy_dtype as np_dtype  # the NumPy dtype of a name (bfloat16: ml_dtypes')
 from cudnn_py.tuning_records.database import finite as _finite
 
 __all__ = ["AGREEMENT", "PRUNE", "MIN_CHECKED", "np_dtype", "header", "config_row", "sample", "agreement", "race",
            "Progress"]
-
-
-def np_dtype(name: str) -> np.dtype:
-    """The NumPy dtype of a name (``bfloat16`` through ml_dtypes)."""
-    if name == "bfloat16":
-        import ml_dtypes
-        return np.dtype(ml_dtypes.bfloat16)
-    return np.dtype(name)
 
 
 def header(p, settings) -> dict:
