@@ -8,14 +8,16 @@ import json
 
 import pytest
 
-from cudnn_py.cli import algos, algos_command
+from cudnn_py.cli import algos, models
 from cudnn_py.cli import algos_graph as AG
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
     """``algos ARGV`` parsed by the command's parser."""
     parser = argparse.ArgumentParser(prog="cudnn-py")
-    algos_command.add_parser(parser.add_subparsers(dest="command", required=True))
+    p = algos.add_parser(parser.add_subparsers(dest="command", required=True))
+    AG.add_arguments(p)
+    models.add_arguments(p)
     return parser.parse_args(["algos", *argv])
 
 

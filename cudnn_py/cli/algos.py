@@ -106,8 +106,8 @@ def _choice_list(allowed, aliases=None):
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register ``algos`` with the convolution sweep's flags; returns its parser (:mod:`~cudnn_py.cli.algos_command`
-    adds the graph and model sweeps' flags)."""
+    """Register ``algos`` with the convolution sweep's flags; returns its parser (the graph and model sweeps add
+    theirs: :data:`cudnn_py.cli.COMMANDS`)."""
     p = subparsers.add_parser("algos", help="time and check every convolution algorithm for one configuration",
                               description=__doc__, formatter_class=HelpFormatter, usage=USAGE)
     shape = p.add_argument_group("configuration (a preset, or --input and --filter)")

@@ -41,6 +41,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-torch", action="store_true", help="leave out the torch row")
 
 
+def wanted(args: argparse.Namespace) -> bool:
+    """Whether the ``algos`` arguments ask for this sweep."""
+    return bool(args.graph)
+
+
 @dataclass
 class Row(algos.Row):
     """One engine config (``algo`` its tag, ``math_type`` the heuristics modes that offered it, ``direction`` the
