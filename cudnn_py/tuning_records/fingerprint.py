@@ -35,18 +35,13 @@ class Environment:
         return astuple(self)  # type: ignore[return-value]
 
 
-def cudnn_version_text(version: int | tuple | None = None) -> str:
-    """``"9.19.0"`` from cuDNN's integer version (``91900``), a ``(major, minor, patch)`` tuple, or (None) the loaded
-    library; ``"none"`` when no library can be loaded."""
-    if version is None:
-        try:
-            from cudnn_py.clib.loader import library
-            version = library().version
-        except Exception:  # noqa: BLE001 - no libcudnn here: the fingerprint says so
-            return "none"
-    if isinstance(version, int):
-        version = (version // 10000, version % 10000 // 100, version % 100)
-    return ".".join(str(int(v)) for v in version)
+def cudnn_version_text() -> str:
+    """The loaded cuDNN's version, ``"9.19.0"``; ``"none"`` when no library can be loaded."""
+    try:
+        from cudnn_py.clib.loader import library
+        return library().version_string
+    except Exception:  # noqa: BLE001 - no libcudnn here: the fingerprint says so
+        return "none"
 
 
 def cuda_version_text(v: int) -> str:
