@@ -203,14 +203,12 @@ def config_from_args(args: argparse.Namespace) -> Config:
         if args.batch < 1:
             raise SystemExit(f"algos: --batch must be >= 1, got {args.batch}")
         x_shape, w_shape = (args.batch, c, h, w), (k, c // args.groups, r, s)
-        padding = pad if args.pad is None else args.pad
-        stride_v = (stride,) if args.stride is None else args.stride
     else:
         if not args.input or not args.filter:
             raise SystemExit("algos: give --preset NAME or both --input and --filter (see --list-presets)")
-        x_shape, w_shape = args.input, args.filter
-        padding = 0 if args.pad is None else args.pad
-        stride_v = (1,) if args.stride is None else args.stride
+        x_shape, w_shape, pad, stride = args.input, args.filter, 0, 1
+    padding = pad if args.pad is None else args.pad
+    stride_v = (stride,) if args.stride is None else args.stride
     if len(x_shape) != len(w_shape) or not 3 <= len(x_shape) <= 5:
         raise SystemExit(f"algos: --input {x_shape} and --filter {w_shape} need 3, 4 or 5 values each, the same count")
     if args.repeats < 1 or args.warmup < 0:
