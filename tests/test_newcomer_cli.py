@@ -52,8 +52,11 @@ def test_a_mistyped_option_gets_the_commands_usage_and_the_option_meant():
 def _commands():
     parser = cli.Parser(prog="cudnn-py")
     sub = parser.add_subparsers(dest="command")
-    for module in cli.COMMANDS.values():
-        importlib.import_module(f"cudnn_py.cli.{module}").add_parser(sub)
+    for names in cli.COMMANDS.values():
+        first, *others = (importlib.import_module(f"cudnn_py.cli.{m}") for m in names)
+        p = first.add_parser(sub)
+        for module in others:
+            module.add_arguments(p)
     return sub.choices
 
 

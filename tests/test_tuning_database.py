@@ -250,3 +250,30 @@ def test_closed_database_says_so(db):
     db.close()
     with pytest.raises(TuningDatabaseError, match="closed"):
         db.lookup("k", "a")
+
+
+def _driver_fingerprint(device: int) -> tuple[str, str, str] | None:
+    """(name, compute capability, driver) of ``device`` asked of the driver directly; None where it has none."""
+    try:
+        from cuda.bindings import driver
+        if driver.cuInit(0)[0] != driver.CUresult.CUDA_SUCCESS:
+            return None
+    except Exception:  # noqa: BLE001 - no cuda-bindings or no driver library
+        return None
+    err, dev = driver.cuDeviceGet(device)
+    if err != driver.CUresult.CUDA_SUCCESS:
+        return None
+    attr = driver.CUdevice_attribute
+    name = driver.cuDeviceGetName(96, dev)[1].split(b"\0")[0].decode()
+    major = driver.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev)[1]
+    minor = driver.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev)[1]
+    version = driver.cuDriverGetVersion()[1]
+    return name, f"{major}.{minor}", f"{version // 1000}.{version % 1000 // 10}"
+
+
+@pytest.mark.parametrize("device", [0, 4096])
+def test_the_fingerprint_is_what_the_driver_says_of_the_device_or_none(device):
+    """The GPU fields of an environment (read from the driver query ``cudnn-py info`` shows too): the device's name,
+    compute capability and the driver's CUDA version, or "none" for each where there is no such device."""
+    from cudnn_py.tuning_records import fingerprint
+    assert fingerprint._gpu(device) == (_driver_fingerprint(device) or ("none", "none", "none"))

@@ -1,5 +1,5 @@
-"""``cudnn-py <command>`` (or ``python -m cudnn_py <command>``): each command is a module here with ``add_parser`` and
-``run``; :mod:`cudnn_py.cli.prerequisites` holds the checks every command, example, benchmark and tool makes first."""
+"""``cudnn-py <command>`` (or ``python -m cudnn_py <command>``): each command is made of modules here (:data:`COMMANDS`);
+:mod:`cudnn_py.cli.prerequisites` holds the checks every command, example, benchmark and tool makes first."""
 from __future__ import annotations
 
 import argparse
@@ -10,8 +10,10 @@ import re
 import sys
 from typing import NoReturn
 
-#: command name -> module under cudnn_py.cli
-COMMANDS = {"info": "info", "algos": "algos_command"}
+#: command name -> its modules under cudnn_py.cli: the first registers the command (``add_parser``) and runs it
+#: (``run``); each other adds its options (``add_arguments``) and runs instead where it is ``wanted``, the last first
+#: (``algos``: the convolution sweep; ``--graph``; ``--model``, ``--compare``, ``--merge``, ``--list-models``)
+COMMANDS = {"info": ("info",), "algos": ("algos", "algos_graph", "models")}
 
 _ROLE = re.compile(r":[\w:]+:`~?([^`<]*?)\s*(?:<[^>]*>)?`")  # :func:`x`, :mod:`~a.b`, :doc:`text <target>`
 
@@ -92,9 +94,11 @@ def main(argv: list[str] | None = None) -> int:
                     "sweeps.", formatter_class=HelpFormatter)
     parser.add_argument("--version", action="version", version=f"cudnn-py {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    modules = {name: importlib.import_module(f"{__name__}.{module}") for name, module in COMMANDS.items()}
-    for module in modules.values():
-        module.add_parser(sub)
+    modules = {name: [importlib.import_module(f"{__name__}.{m}") for m in names] for name, names in COMMANDS.items()}
+    for first, *others in modules.values():
+        p = first.add_parser(sub)
+        for module in others:
+            module.add_arguments(p)
     args, unknown = parser.parse_known_args(argv)
     if unknown:  # refused by the command's parser (or this one's), with its usage and its options' suggestions
         sub.choices.get(args.command, parser).error(f"unrecognized arguments: {' '.join(unknown)}")
@@ -102,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        status = modules[args.command].run(args) or 0
+        first, *others = modules[args.command]
+        status = next((m for m in reversed(others) if m.wanted(args)), first).run(args) or 0
         sys.stdout.flush()
     except BrokenPipeError:
         # the reader went away (``cudnn-py info | head``): stop quietly, and keep the interpreter's final

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import importlib.util
 import itertools
 import json
@@ -105,8 +106,8 @@ def _choice_list(allowed, aliases=None):
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register ``algos`` with the convolution sweep's flags; returns its parser (:mod:`~cudnn_py.cli.algos_command`
-    adds the graph and model sweeps' flags)."""
+    """Register ``algos`` with the convolution sweep's flags; returns its parser (the graph and model sweeps add
+    theirs: :data:`cudnn_py.cli.COMMANDS`)."""
     p = subparsers.add_parser("algos", help="time and check every convolution algorithm for one configuration",
                               description=__doc__, formatter_class=HelpFormatter, usage=USAGE)
     shape = p.add_argument_group("configuration (a preset, or --input and --filter)")
@@ -202,14 +203,12 @@ def config_from_args(args: argparse.Namespace) -> Config:
         if args.batch < 1:
             raise SystemExit(f"algos: --batch must be >= 1, got {args.batch}")
         x_shape, w_shape = (args.batch, c, h, w), (k, c // args.groups, r, s)
-        padding = pad if args.pad is None else args.pad
-        stride_v = (stride,) if args.stride is None else args.stride
     else:
         if not args.input or not args.filter:
             raise SystemExit("algos: give --preset NAME or both --input and --filter (see --list-presets)")
-        x_shape, w_shape = args.input, args.filter
-        padding = 0 if args.pad is None else args.pad
-        stride_v = (1,) if args.stride is None else args.stride
+        x_shape, w_shape, pad, stride = args.input, args.filter, 0, 1
+    padding = pad if args.pad is None else args.pad
+    stride_v = (stride,) if args.stride is None else args.stride
     if len(x_shape) != len(w_shape) or not 3 <= len(x_shape) <= 5:
         raise SystemExit(f"algos: --input {x_shape} and --filter {w_shape} need 3, 4 or 5 values each, the same count")
     if args.repeats < 1 or args.warmup < 0:
@@ -290,10 +289,10 @@ def sweep(cfg: Config, directions: Sequence[str], maths: Sequence[str], repeats:
     random inputs of ``seed``; ``progress`` gets one short line per algorithm. SystemExit without a GPU."""
     import cudnn_py.calls.algorithms as alg
     from cudnn_py.errors import CudnnError, WorkspaceLimitError
-    from cudnn_py.core.handle import Handle
     from cudnn_py.core.memory import empty, to_device
     from cudnn_py.ops import conv_calls as cv
     from cudnn_py.core.streams import timer
+    from cudnn_py.tuning import legacy
     from cudnn_py.tuning.compare import np_dtype
 
     require_gpu("algos", device)  # before the float64 references, which take minutes for a large layer
@@ -302,10 +301,8 @@ def sweep(cfg: Config, directions: Sequence[str], maths: Sequence[str], repeats:
     def make(shape):   # int8: small integers
         return rng.integers(-8, 9, size=shape).astype(dt) if dt == np.int8 else rng.standard_normal(shape).astype(dt)
     x_h, w_h = make(cfg.x_shape), make(cfg.w_shape)
-    base = cv.Convolution(cfg.padding, cfg.per_dim(cfg.stride), cfg.per_dim(cfg.dilation), cfg.groups, mode=cfg.mode,
-                          layout=cfg.layout)
-    y_shape_logical = cfg.y_shape()
-    dy_h = make(y_shape_logical)
+    y_shape = cfg.y_shape()
+    dy_h = make(y_shape)
     flops = cfg.flops()
     refs = {}
     if check:
@@ -315,21 +312,17 @@ def sweep(cfg: Config, directions: Sequence[str], maths: Sequence[str], repeats:
     rows: list[Row] = []
     total = len(maths) * sum(len(alg.real_members(d)) for d in directions)
     done = 0
-    try:
-        handle = Handle(device)
-    except Exception as e:  # noqa: BLE001 - no GPU, no driver, cuDNN cannot start
-        raise SystemExit(f"algos: cannot open a cuDNN handle on device {device} (a GPU is needed): {e}") from None
-    with handle as h:
+    with open_handle(device, "algos") as h:
         nhwc = cfg.layout == "NHWC"
         x, w, dy = (to_device(np.ascontiguousarray(np.moveaxis(a, 1, -1) if nhwc else a), h.stream, device=h.device)
                     for a in (x_h, w_h, dy_h))
         out_dtype = np.float32 if dt == np.int8 else dt
         for direction, math in itertools.product(directions, maths):
-            conv = cv.Convolution(base.padding, base.stride, base.dilation, base.groups, mode=cfg.mode,
-                                  math_type=math, layout=cfg.layout)
-            phys = {"forward": y_shape_logical, "backward_data": cfg.x_shape, "backward_filter": cfg.w_shape}[direction]
-            shape = phys if cfg.layout == "NCHW" else phys[:1] + phys[2:] + phys[1:2]
-            out = empty(shape, out_dtype if direction == "forward" else dt, stream=h.stream, device=h.device)
+            conv = cv.Convolution(cfg.padding, cfg.per_dim(cfg.stride), cfg.per_dim(cfg.dilation), cfg.groups,
+                                  mode=cfg.mode, math_type=math, layout=cfg.layout)
+            shape = {"forward": y_shape, "backward_data": cfg.x_shape, "backward_filter": cfg.w_shape}[direction]
+            out = empty(legacy.physical(shape, cfg.layout), out_dtype if direction == "forward" else dt,
+                        stream=h.stream, device=h.device)
             xwd = (x if direction != "backward_data" else out, w if direction != "backward_filter" else out,
                    dy if direction != "forward" else out)   # the output in the place of what the direction computes
             reason_all = ""
@@ -345,14 +338,8 @@ def sweep(cfg: Config, directions: Sequence[str], maths: Sequence[str], repeats:
                 row = Row(direction, math, algo.name.split("_ALGO_")[1], False, reason_all,
                           deterministic=getattr(records.get(algo), "deterministic", None))
                 rows.append(row)
-
-                def call():
-                    kw = dict(algo=algo, workspace_limit=workspace_limit)
-                    if direction == "forward":
-                        return cv.convolution_forward(h, conv, x, w, y=out, **kw)
-                    if direction == "backward_data":
-                        return cv.convolution_backward_data(h, conv, w, dy, dx=out, **kw)
-                    return cv.convolution_backward_filter(h, conv, x, dy, dw=out, **kw)
+                call = functools.partial(legacy.call, h, conv, direction, x, w, dy, out, algo=algo,
+                                         workspace_limit=workspace_limit)
                 try:
                     row.workspace_bytes = cv.convolution_workspace_size(h, conv, *xwd, algo=algo, direction=direction)
                     out.fill_(0 if out.dtype == np.int8 else float("nan"))
@@ -373,6 +360,15 @@ def sweep(cfg: Config, directions: Sequence[str], maths: Sequence[str], repeats:
                     got = out.to_numpy().astype(np.float64)
                     row.max_rel_error = rel_error(np.moveaxis(got, -1, 1) if nhwc else got, refs[direction])
     return rows
+
+
+def open_handle(device: int, prog: str):
+    """A cuDNN handle on ``device``; SystemExit naming ``prog`` where none opens (no GPU, no driver)."""
+    from cudnn_py.core.handle import Handle
+    try:
+        return Handle(device)
+    except Exception as e:  # noqa: BLE001 - no GPU, no driver, cuDNN cannot start
+        raise SystemExit(f"{prog}: cannot open a cuDNN handle on device {device} (a GPU is needed): {e}") from None
 
 
 def rel_error(got: np.ndarray, ref: np.ndarray) -> float:
@@ -403,13 +399,11 @@ def format_table(rows: Sequence[Row], widths: tuple[int, int, int, int] = (16, 2
 def write_csv(rows: Sequence[Row], path: str) -> None:
     """Write the rows (of :func:`sweep` or the graph sweep) as CSV with a header line: their class's fields, list
     fields such as notes left out."""
-    row_type = type(rows[0]) if rows else Row
-    names = [f.name for f in fields(row_type) if f.default_factory is MISSING]
+    names = [f.name for f in fields(type(rows[0]) if rows else Row) if f.default_factory is MISSING]
     with open(path, "w", newline="") as f:
-        wr = csv.DictWriter(f, fieldnames=names)
+        wr = csv.DictWriter(f, fieldnames=names, extrasaction="ignore")
         wr.writeheader()
-        for r in rows:
-            wr.writerow({n: getattr(r, n) for n in names})
+        wr.writerows(asdict(r) for r in rows)
 
 
 def write_json(rows: Sequence[Row], cfg: Config | dict, path: str) -> None:
@@ -456,15 +450,20 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write("\r\033[K")
     title = (f"x={cfg.x_shape} w={cfg.w_shape} pad={cfg.padding} stride={cfg.stride} dil={cfg.dilation} "
              f"groups={cfg.groups} {cfg.dtype} {cfg.layout}")
+    write_outputs(args, rows, title, format_table(rows), {"config": asdict(cfg)})
+    return 0
+
+
+def write_outputs(args: argparse.Namespace, rows: Sequence[Row], title: str, table: str, head: dict) -> None:
+    """Print ``title`` and ``table``; write the rows as CSV, as JSON (``head`` first) and as a chart where asked."""
     print(title)
-    print(format_table(rows))
+    print(table)
     if args.csv:
         write_csv(rows, args.csv)
     if args.json:
-        write_json(rows, cfg, args.json)
-    if args.plot:
-        plot(rows, args.plot, title)
-    return 0
+        write_json(rows, head, args.json)
+    if args.plot and not plot(rows, args.plot, title):
+        print("--plot: matplotlib is not installed; no chart written", file=sys.stderr)
 
 
 def progress_writer(terminal: bool) -> Callable[[str], None]:

@@ -15,19 +15,17 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 
 from cudnn_py.cli import algos
-from cudnn_py.cli.algos import plot, rel_error, write_csv  # the legacy sweep's writers serve this Row too
 from cudnn_py.cli.prerequisites import require_gpu
 from cudnn_py.tuning.compare import np_dtype as _np_dtype
+from cudnn_py.tuning.sweep import MODES
 
 KINDS = ("conv", "matmul", "norm", "attention")
-MODES = ("A", "B", "FALLBACK")
 GRAPH_DTYPES = ("float32", "float16", "bfloat16")
 
 
@@ -41,6 +39,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--sdpa", help="attention B,H,S,D (forward)")
     g.add_argument("--causal", action="store_true", help="attention with a causal mask")
     g.add_argument("--no-torch", action="store_true", help="leave out the torch row")
+
+
+def wanted(args: argparse.Namespace) -> bool:
+    """Whether the ``algos`` arguments ask for this sweep."""
+    return bool(args.graph)
 
 
 @dataclass
@@ -66,6 +69,14 @@ class Problem:
     flops: float
     torch_fn: Callable | None = None   # () -> callable running torch's equivalent on its own device data
     extra: dict = field(default_factory=dict)  # name -> shape of host arrays the reference reads besides inputs
+
+
+def heuristics_modes(text: str, prog: str) -> tuple[str, ...]:
+    """The ``--modes`` list (any case, comma-separated); SystemExit naming ``prog`` for an empty or unknown one."""
+    modes = tuple(m.strip().upper() for m in text.split(",") if m.strip())
+    if not modes or set(modes) - set(MODES):
+        raise SystemExit(f"{prog}: --modes takes {', '.join(MODES)}, got {text!r}")
+    return modes
 
 
 def _ints(text: str | None, n: tuple[int, ...], what: str) -> tuple[int, ...]:
@@ -236,10 +247,6 @@ def _poison(d) -> None:
     DeviceArray(d.ptr, (d.size,), d.dtype, device_id=d.device_id, owner=d).fill_(float("nan"))
 
 
-def _host(d) -> np.ndarray:
-    return np.asarray(d.to_numpy(), np.float64)
-
-
 def collect_configs(g, h, modes) -> tuple[list, dict, list[str]]:
     """(configs deduplicated by tag in first-seen order, {tag: modes that offered it}, notes on failed modes)."""
     import cudnn_py.graph as G
@@ -266,14 +273,9 @@ def sweep(problem: Problem, modes=MODES, repeats: int = 10, warmup: int = 2, che
     """Build, run, check and time every config the heuristics ``modes`` offer; returns one row per config."""
     import cudnn_py.graph as G
     from cudnn_py.errors import CudnnError
-    from cudnn_py.core.handle import Handle
-    try:
-        handle = Handle(device)
-    except Exception as e:  # noqa: BLE001 - no GPU, no driver
-        raise SystemExit(f"algos --graph: cannot open a cuDNN handle on device {device} (a GPU is needed): {e}")
     rng = np.random.default_rng(seed)
     rows: list[Row] = []
-    with handle as h:
+    with algos.open_handle(device, "algos --graph") as h:
         g, ins, out = problem.make()
         shapes = {**{n: (s, out.np_dtype) for n, s in problem.extra.items()},
                   **{t.name: (t.shape, t.np_dtype) for t in ins}}
@@ -297,7 +299,7 @@ def sweep(problem: Problem, modes=MODES, repeats: int = 10, warmup: int = 2, che
                 for t in outs:
                     _poison(pack[t])
                 plan.execute(h, pack)
-                got = _host(pack[out])
+                got = np.asarray(pack[out].to_numpy(), np.float64)
                 row.time_ms = G.time_plan(plan, h, pack, warmup=warmup, iters=repeats)
             except CudnnError as e:
                 row.reason = " ".join(str(e).split())[:300]
@@ -305,7 +307,7 @@ def sweep(problem: Problem, modes=MODES, repeats: int = 10, warmup: int = 2, che
             row.supported = True
             row.tflops = problem.flops / (row.time_ms * 1e-3) / 1e12 if row.time_ms > 0 else None
             if check and ref is not None:
-                row.max_rel_error = rel_error(got, ref)
+                row.max_rel_error = algos.rel_error(got, ref)
             if a_pick is None and "A" in sources[cfg.tag]:
                 a_pick = row
         if a_pick is not None:
@@ -348,39 +350,15 @@ def format_table(rows: list[Row]) -> str:
     return algos.format_table(rows, (10, 16, 44, 12), ("problem", "modes", "engine config"), pick=True)
 
 
-def write_json(rows: list[Row], title: str, path: str) -> None:
-    algos.write_json(rows, {"problem": title}, path)
-
-
 def run(args) -> int:
     """The ``algos --graph`` command."""
     problem = problem_from_args(args)
-    modes = tuple(m.strip().upper() for m in args.modes.split(",") if m.strip())
-    bad = [m for m in modes if m not in MODES]
-    if bad or not modes:
-        raise SystemExit(f"algos --graph: --modes takes {', '.join(MODES)}, got {args.modes!r}")
+    modes = heuristics_modes(args.modes, "algos --graph")
     if args.repeats < 1 or args.warmup < 0:
         raise SystemExit("algos: --repeats must be >= 1 and --warmup >= 0")
 
     require_gpu("algos --graph", args.device)
     rows = sweep(problem, modes, args.repeats, args.warmup, not args.no_check, args.seed, args.device,
                  not args.no_torch, None if args.quiet else algos.progress_writer(False))
-    print(problem.title)
-    print(format_table(rows))
-    if args.csv:
-        write_csv(rows, args.csv)
-    if args.json:
-        write_json(rows, problem.title, args.json)
-    if args.plot and not plot(rows, args.plot, problem.title):
-        print("--plot: matplotlib is not installed; no chart written", file=sys.stderr)
+    algos.write_outputs(args, rows, problem.title, format_table(rows), {"problem": problem.title})
     return 0
-
-
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    """``algos --graph ...`` parsed (tests)."""
-    parser = argparse.ArgumentParser(prog="cudnn-py", formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(algos.add_parser(parser.add_subparsers(dest="command", required=True)))
-    args = parser.parse_args(["algos", *argv])
-    if not args.graph:
-        parser.error("give --graph conv|matmul|norm|attention")
-    return args

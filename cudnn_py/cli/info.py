@@ -10,7 +10,8 @@ import platform
 from importlib import metadata
 from typing import Any
 
-from cudnn_py.clib.install import driver_extras, missing_cuda, pip_install
+from cudnn_py.clib.install import driver_extras, pip_install
+from cudnn_py.tuning_records.fingerprint import cuda_version_text, driver_and_gpus
 
 from . import HelpFormatter
 
@@ -28,50 +29,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the text report")
 
 
-def _cuda_version(v: int) -> str:
-    return f"{v // 1000}.{v % 1000 // 10}"
-
-
 def _installed(package: str) -> str | None:
     try:
         return metadata.version(package)
     except metadata.PackageNotFoundError:
         return None
-
-
-def driver_and_gpus() -> dict[str, Any]:
-    """The CUDA driver and the GPUs it sees: ``{"cuda_version": "13.0" or None, "gpus": [{"index", "name", "sm",
-    "memory_gib"}], "why_none": ''}`` (``why_none``: why no GPU is visible)."""
-    out: dict[str, Any] = {"cuda_version": None, "gpus": [], "why_none": ""}
-    try:
-        from cuda.bindings import driver
-    except ImportError as e:
-        out["why_none"] = missing_cuda(e)
-        return out
-    try:
-        err, = driver.cuInit(0)
-    except Exception:  # noqa: BLE001 - libcuda cannot be loaded
-        out["why_none"] = "no NVIDIA driver was found (libcuda.so.1 could not be loaded)"
-        return out
-    _, version = driver.cuDriverGetVersion()
-    if version:
-        out["cuda_version"] = _cuda_version(version)
-    if err != driver.CUresult.CUDA_SUCCESS:
-        out["why_none"] = f"the CUDA driver did not start (cuInit: {err.name})"
-        return out
-    _, count = driver.cuDeviceGetCount()
-    attr = driver.CUdevice_attribute
-    for i in range(count):
-        _, dev = driver.cuDeviceGet(i)
-        _, name = driver.cuDeviceGetName(64, dev)
-        _, major = driver.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev)
-        _, minor = driver.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev)
-        _, mem = driver.cuDeviceTotalMem(dev)
-        out["gpus"].append({"index": i, "name": name.split(b"\0")[0].decode(), "sm": major * 10 + minor,
-                            "memory_gib": round(mem / 2**30, 1)})
-    if not count:
-        out["why_none"] = "the CUDA driver sees no GPU (is CUDA_VISIBLE_DEVICES empty?)"
-    return out
 
 
 def _major(version: str | None) -> int | None:
@@ -135,7 +97,7 @@ def collect() -> dict[str, Any]:
             except CudnnPyError as e:  # a function this library does not export
                 checks[name[5:-12].lower()] = str(e)
         info["cudnn"] = {"version": lib.version_string, "headers": capi.HEADERS_VERSION, "path": lib.path,
-                         "found_via": lib.found_via, "cuda_runtime": _cuda_version(capi.cudnnGetCudartVersion()),
+                         "found_via": lib.found_via, "cuda_runtime": cuda_version_text(capi.cudnnGetCudartVersion()),
                          "max_sm": capi.cudnnGetMaxDeviceVersion() // 10, "sublibraries": checks}
     info["packages"] = {p: v for p in _PACKAGES if (v := _installed(p))}
     info["driver"] = driver_and_gpus()

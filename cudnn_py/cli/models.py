@@ -22,6 +22,7 @@ import importlib.util
 import os
 import sys
 import time
+from pathlib import Path
 
 #: --quick: this many operations, repeats and warm-up runs
 QUICK = (4, 3, 1)
@@ -29,7 +30,7 @@ QUICK = (4, 3, 1)
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The model-sweep options (``--model``, ``--compare`` or ``--merge`` switch ``algos`` to this command)."""
-    from cudnn_py.tuning.models import MODELS
+    from cudnn_py.tuning_records.models import MODELS
     g = p.add_argument_group("model sweeps (--model), comparisons (--compare) and merges (--merge)")
     g.add_argument("--model", choices=sorted(MODELS), help="sweep every layer of this network (forward and backward)")
     g.add_argument("--list-models", action="store_true", help="print the models' operation counts and exit")
@@ -71,13 +72,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def wanted(args: argparse.Namespace) -> bool:
     """Whether the ``algos`` arguments ask for this command."""
-    return bool(getattr(args, "model", None) or getattr(args, "list_models", False) or getattr(args, "compare", None)
-                or getattr(args, "merge", None))
-
-
-def _filters(args):
-    from cudnn_py.tuning.report import Filters
-    return Filters(args.deterministic, args.no_tf32, args.no_reduced_precision, args.workspace_limit)
+    return bool(args.model or args.list_models or args.compare or args.merge)
 
 
 def _shard(text: str | None) -> tuple[int, int] | None:
@@ -115,8 +110,9 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from cudnn_py.tuning import TuningDatabase
     from cudnn_py.tuning import report as rp
+    filters = rp.Filters(args.deterministic, args.no_tf32, args.no_reduced_precision, args.workspace_limit)
     if args.list_models:
-        from cudnn_py.tuning.models import MODELS
+        from cudnn_py.tuning_records.models import MODELS
         for name, make in MODELS.items():
             m = make()
             print(f"{name:<10} {m.parameters():>14,} parameters  conv {m.count('conv'):>3}  linear "
@@ -127,7 +123,7 @@ def _run(args: argparse.Namespace) -> int:
         for path in args.compare:
             _existing(path, "--compare")
         a, b = (TuningDatabase(p) for p in args.compare)
-        changes, info = rp.compare(a, b, args.threshold, _filters(args))
+        changes, info = rp.compare(a, b, args.threshold, filters)
         print(rp.format_compare(changes, info, args.threshold))
         return 0
     if args.merge:
@@ -141,17 +137,14 @@ def _run(args: argparse.Namespace) -> int:
             n = into.merge(src)
             print(f"{src}: {n} record{'' if n == 1 else 's'} merged into {into_path}")
         return 0
-    return _sweep(args, rp)
+    return _sweep(args, rp, filters)
 
 
 def _remove(db) -> None:
     """Close ``db`` and delete its file (with SQLite's side files)."""
     db.close()
     for suffix in ("", "-wal", "-shm", "-journal"):
-        try:
-            os.remove(f"{db.path}{suffix}")
-        except FileNotFoundError:
-            pass
+        Path(f"{db.path}{suffix}").unlink(missing_ok=True)
 
 
 def _existing(path: str, flag: str) -> None:
@@ -161,18 +154,21 @@ def _existing(path: str, flag: str) -> None:
         raise SystemExit(f"algos {flag}: tuning database {path} {what} (a database that is read must exist)")
 
 
-def _sweep(args, rp) -> int:
-    from cudnn_py.tuning.models import model
-    from cudnn_py.tuning.sweep import Settings, sweep, time_summary
+def _sweep(args, rp, filters) -> int:
+    from cudnn_py.cli.algos import progress_writer
+    from cudnn_py.cli.algos_graph import heuristics_modes
+    from cudnn_py.cli.info import driver_and_gpus
+    from cudnn_py.tuning import TuningDatabase, default_database, default_path
+    from cudnn_py.tuning.sweep import Settings, kernel_cache, kernel_cache_text, sweep, time_summary
+    from cudnn_py.tuning.workers import default_jobs
+    from cudnn_py.tuning_records.models import model
     if args.dtype not in ("float32", "float16", "bfloat16"):
         raise SystemExit(f"algos --model: --dtype float32, float16 or bfloat16, got {args.dtype}")
     if args.plot and importlib.util.find_spec("matplotlib") is None:
         raise SystemExit("algos: --plot needs matplotlib: pip install 'cudnn-py[plot]' (or leave --plot out)")
     if args.quick:
         args.layers, args.repeats, args.warmup = args.layers or QUICK[0], QUICK[1], QUICK[2]
-    modes = tuple(m.strip().upper() for m in args.modes.split(",") if m.strip())
-    if not modes or set(modes) - {"A", "B", "FALLBACK"}:
-        raise SystemExit(f"algos: --modes takes A, B, FALLBACK, got {args.modes!r}")
+    modes = heuristics_modes(args.modes, "algos")
     if args.repeats < 1 or args.warmup < 0 or any(v is not None and v < 1 for v in (args.layers, args.max_configs,
                                                                                     args.jobs)):
         raise SystemExit("algos: --repeats, --layers, --max-configs and --jobs must be >= 1, --warmup >= 0")
@@ -190,9 +186,6 @@ def _sweep(args, rp) -> int:
     problems = problems[:args.layers] if args.layers else problems
     shard = _shard(args.shard)
     mine = problems[shard[0]::shard[1]] if shard else problems
-    from cudnn_py.cli.info import driver_and_gpus
-    from cudnn_py.tuning.workers import default_jobs
-    from cudnn_py.tuning_records.database import default_path
     found = driver_and_gpus()         # the driver's answer (no CUDA context)
     path = args.db or default_path()
     if not found["gpus"] and (path == ":memory:" or not os.path.isfile(path)):
@@ -201,12 +194,9 @@ def _sweep(args, rp) -> int:
     gib = [g["memory_gib"] for g in found["gpus"] if g["index"] in (devices or [args.device])]
     jobs = max(args.jobs or (default_jobs(gib) if gib else 1), len(devices or ()))  # a worker per device at least
     new_file = path != ":memory:" and not os.path.exists(path)
-    from cudnn_py.tuning import TuningDatabase, default_database
     db = TuningDatabase(args.db) if args.db else default_database()
     start = time.monotonic()
-    from cudnn_py.cli.algos import progress_writer
     progress = None if args.quiet else progress_writer(sys.stderr.isatty())
-    from cudnn_py.tuning.sweep import kernel_cache, kernel_cache_text
     cache = kernel_cache()
     try:
         records, measured = sweep(mine, db, device=args.device, devices=devices, jobs=jobs, settings=settings,
@@ -223,9 +213,9 @@ def _sweep(args, rp) -> int:
     if progress and sys.stderr.isatty():
         sys.stderr.write("\r\033[K")
     elapsed = time.monotonic() - start
-    results = rp.analyse(mine, records, _filters(args))
+    results = rp.analyse(mine, records, filters)
     summary = rp.totals(results)
-    title = (f"{m.description}: batch {args.batch}, {args.dtype}, {args.layout}; filters: {_filters(args).text()}")
+    title = f"{m.description}: batch {args.batch}, {args.dtype}, {args.layout}; filters: {filters.text()}"
     print(title)
     on = devices or [args.device]
     where = f"on device {args.device}" if jobs == 1 and not devices else \
@@ -242,9 +232,9 @@ def _sweep(args, rp) -> int:
     if args.details:
         for r in results:
             if r.key in records:
-                print(rp.format_details(r, records[r.key], _filters(args)))
+                print(rp.format_details(r, records[r.key], filters))
     meta = {"model": m.name, "description": m.description, "batch": args.batch, "dtype": args.dtype,
-            "layout": args.layout, "filters": _filters(args).text(), "database": str(db.path or "memory"),
+            "layout": args.layout, "filters": filters.text(), "database": str(db.path or "memory"),
             "environment": db.environment(args.device).text(), "elapsed_s": elapsed, "notes": list(m.notes),
             "kernel_cache": cache, "cold_l2": args.cold_l2}
     if args.csv:

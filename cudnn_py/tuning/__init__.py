@@ -6,10 +6,10 @@ The records themselves are :mod:`cudnn_py.tuning_records` (the core layer; this 
 families, see ``docs/design.md``); its names, and its modules as ``cudnn_py.tuning.database``, ``.fingerprint`` and
 ``.models``, are importable from here as before (the same module objects).
 """
-from cudnn_py.tuning_records import (FILE_NAME, SCHEMA_VERSION, Environment, Record, TuningDatabase,
-                                     TuningDatabaseError, TuningWarning, default_database, default_path, environment,
-                                     open_database, set_default_database)
+import sys
 
-__all__ = ["TuningDatabase", "TuningDatabaseError", "TuningWarning", "Record", "Environment", "environment",
-           "default_database", "default_path", "open_database", "set_default_database", "SCHEMA_VERSION",
-           "FILE_NAME"]
+from cudnn_py.tuning_records import *  # noqa: F401,F403
+from cudnn_py.tuning_records import __all__, database, fingerprint, models  # noqa: F401
+
+for _module in (database, fingerprint, models):  # the old paths: the same module objects
+    sys.modules[f"{__name__}.{_module.__name__.rsplit('.', 1)[1]}"] = _module

@@ -30,17 +30,11 @@ from typing import Any
 
 import numpy as np
 
+from cudnn_py.core.dtypes import as_numpy_dtype as np_dtype  # the NumPy dtype of a name (bfloat16: ml_dtypes')
 from cudnn_py.tuning_records.database import finite as _finite
 
-__all__ = ["AGREEMENT", "PRUNE", "MIN_CHECKED", "np_dtype", "header", "sample", "agreement", "race", "Progress"]
-
-
-def np_dtype(name: str) -> np.dtype:
-    """The NumPy dtype of a name (``bfloat16`` through ml_dtypes)."""
-    if name == "bfloat16":
-        import ml_dtypes
-        return np.dtype(ml_dtypes.bfloat16)
-    return np.dtype(name)
+__all__ = ["AGREEMENT", "PRUNE", "MIN_CHECKED", "np_dtype", "header", "config_row", "sample", "agreement", "race",
+           "Progress"]
 
 
 def header(p, settings) -> dict:
@@ -49,6 +43,13 @@ def header(p, settings) -> dict:
     stored = {**asdict(settings), "modes": list(settings.modes)}
     return {"key": p.key, "op": p.kind, "pass": p.pass_, "dtype": p.dtype, "settings": stored, "order": {},
             "configs": [], "problem": "", "count": p.count}
+
+
+def config_row(tag: str, engine: int, knobs: dict, deterministic: bool, notes: list, reason: str = "") -> dict:
+    """A configuration's entry in a record's ``configs``, before :func:`race` measures it."""
+    return {"tag": tag, "engine": engine, "knobs": knobs, "notes": notes, "deterministic": deterministic,
+            "ok": False, "ms": None, "workspace": None, "build_ms": None, "diff": None, "agrees": None,
+            "reason": reason, "samples": 0, "pruned": False, "checked": False}
 
 
 #: relative difference from the configurations' median output above which a configuration is marked as disagreeing

@@ -15,14 +15,26 @@ from cudnn_py.tuning_records.models import Conv, Problem
 
 from .compare import Progress
 
-__all__ = ["measure_legacy", "config_count", "DIRECTION"]
+__all__ = ["measure_legacy", "config_count", "DIRECTION", "call", "physical"]
 
 #: a convolution problem's pass -> the legacy API's direction
 DIRECTION = {"fprop": "forward", "dgrad": "backward_data", "wgrad": "backward_filter"}
 
 
-def _physical(shape: tuple, layout: str) -> tuple:
+def physical(shape: tuple, layout: str) -> tuple:
+    """A logical NCHW ``shape`` in the order of ``layout``'s memory (NHWC: channels last)."""
     return shape if layout != "NHWC" else (shape[0], *shape[2:], shape[1])
+
+
+def call(h, conv, direction: str, x, w, dy, out, **kw):
+    """One legacy convolution of ``direction`` (of :data:`DIRECTION`'s values) on handle ``h`` writing ``out``, in
+    the place of the operand it computes (``kw``: the call's options: ``algo=``, ...)."""
+    from cudnn_py.ops import conv_calls as cv
+    if direction == "forward":
+        return cv.convolution_forward(h, conv, x, w, y=out, **kw)
+    if direction == "backward_data":
+        return cv.convolution_backward_data(h, conv, w, dy, dx=out, **kw)
+    return cv.convolution_backward_filter(h, conv, x, dy, dw=out, **kw)
 
 
 def config_count(p: Problem) -> int:
@@ -42,7 +54,7 @@ def measure_legacy(p: Problem, h, settings, progress: Progress | None = None) ->
     from cudnn_py.ops import conv_calls as cv
     from cudnn_py.core.streams import timer
 
-    from .compare import header, np_dtype, race, sample
+    from .compare import config_row, header, np_dtype, race, sample
     if not isinstance(p.op, Conv):
         raise TypeError(f"the legacy sweep takes convolutions, not {p.kind}")
     op, direction, dt = p.op, DIRECTION[p.pass_], np_dtype(p.dtype)
@@ -50,10 +62,10 @@ def measure_legacy(p: Problem, h, settings, progress: Progress | None = None) ->
     oh, ow = op.out_hw
     shapes = {"x": (p.batch, op.c, op.h, op.w), "w": (op.k, op.c, op.r, op.s), "y": (p.batch, op.k, oh, ow)}
     block = np.random.default_rng(0).standard_normal(1 << 20).astype(np.float32) * 0.5
-    arrays = {n: to_device(np.resize(block.astype(dt), math.prod(s)).reshape(_physical(s, p.layout)), h.stream,
+    arrays = {n: to_device(np.resize(block.astype(dt), math.prod(s)).reshape(physical(s, p.layout)), h.stream,
                            device=h.device) for n, s in shapes.items()}
     out_name = {"forward": "y", "backward_data": "x", "backward_filter": "w"}[direction]
-    out = arrays[out_name] = empty(_physical(shapes[out_name], p.layout), dt, stream=h.stream, device=h.device)
+    out = arrays[out_name] = empty(physical(shapes[out_name], p.layout), dt, stream=h.stream, device=h.device)
     x, w, y = arrays["x"], arrays["w"], arrays["y"]
     conv = cv.Convolution(op.pad, op.stride, layout=p.layout)
     try:
@@ -66,25 +78,17 @@ def measure_legacy(p: Problem, h, settings, progress: Progress | None = None) ->
     rec["order"]["A"] = [r.algo.name.split("_ALGO_")[1] for r in alg.allowed_by_math_type(records, math_type)
                          if r.supported]
 
-    def call(algo):
-        if direction == "forward":
-            return cv.convolution_forward(h, conv, x, w, y=out, algo=algo, engine="legacy")
-        if direction == "backward_data":
-            return cv.convolution_backward_data(h, conv, w, y, dx=out, algo=algo, engine="legacy")
-        return cv.convolution_backward_filter(h, conv, x, y, dw=out, algo=algo, engine="legacy")
+    def run(algo):
+        return call(h, conv, direction, x, w, y, out, algo=algo, engine="legacy")
 
     members = alg.real_members(direction)
     entries = []
     for algo in members:
         r = heur.get(algo)
         nondet = algo.name in alg.NONDETERMINISTIC.get(direction, ()) or (r is not None and not r.deterministic)
-        tensor_op = r is not None and int(r.math_type) != int(alg.capi.CUDNN_FMA_MATH) and \
-            int(r.math_type) != int(alg.capi.CUDNN_DEFAULT_MATH)
-        row = {"tag": algo.name.split("_ALGO_")[1], "engine": int(algo), "knobs": {}, "deterministic": not nondet,
-               "ok": False, "ms": None,
-               "notes": (["nondeterministic"] if nondet else []) + (["tensor_core"] if tensor_op else []),
-               "workspace": None, "build_ms": None, "diff": None, "agrees": None, "reason": "", "samples": 0,
-               "pruned": False, "checked": False}
+        tensor_op = r is not None and int(r.math_type) not in (alg.capi.CUDNN_FMA_MATH, alg.capi.CUDNN_DEFAULT_MATH)
+        row = config_row(algo.name.split("_ALGO_")[1], int(algo), {}, not nondet,
+                         (["nondeterministic"] if nondet else []) + (["tensor_core"] if tensor_op else []))
         rec["configs"].append(row)
         entries.append((row, algo))
 
@@ -94,22 +98,22 @@ def measure_legacy(p: Problem, h, settings, progress: Progress | None = None) ->
 
     def check(algo) -> list[np.ndarray]:
         out.fill_(float("nan"))
-        call(algo)
+        run(algo)
         return sample({out_name: out}, h.stream)
 
-    flush = l2_flush(h) if getattr(settings, "cold_l2", False) else None
+    flush = l2_flush(h) if settings.cold_l2 else None
 
     def time_sample(algo, warmup: int) -> float | None:
         for _ in range(warmup):
-            call(algo)
+            run(algo)
         if flush is not None:
             flush()
         with timer(h.stream, hold=True) as t:
-            call(algo)
+            run(algo)
         return t.ms
 
     rec["race"] = race(entries, build=build, time_sample=time_sample, check=check, orders=rec["order"],
                        repeats=settings.repeats, warmup=settings.warmup, dtype=p.dtype,
-                       exhaustive=getattr(settings, "exhaustive", False), errors=(CudnnPyError, MemoryError),
+                       exhaustive=settings.exhaustive, errors=(CudnnPyError, MemoryError),
                        progress=progress, median=statistics.median)
     return rec

@@ -15,6 +15,7 @@ once and time one operation at a time on each GPU; each run is recorded too (kin
 """
 from __future__ import annotations
 
+import functools
 import os
 import time
 import warnings
@@ -29,7 +30,7 @@ import numpy as np
 from cudnn_py.tuning_records.database import TuningDatabase, finite
 from cudnn_py.tuning_records.models import Attention, Conv, Linear, Norm, Problem
 
-from .compare import Progress, header, np_dtype, race, sample
+from .compare import Progress, config_row, header, np_dtype, race, sample
 
 __all__ = ["KIND", "RUN_KIND", "MODES", "Settings", "Candidates", "build_graph", "header", "candidates",
            "time_candidates", "measure", "stored", "sweep", "valid_record", "covers", "time_summary", "kernel_cache",
@@ -97,15 +98,14 @@ def build_graph(p: Problem):
         oh, ow = op.out_hw
         xs, ws, ys = (p.batch, op.c, op.h, op.w), (op.k, op.c, op.r, op.s), (p.batch, op.k, oh, ow)
         pad, stride = op.pad, op.stride
+        x, w, dy = (functools.partial(g.tensor, s, name=n, layout=layout) for s, n in ((xs, "x"), (ws, "w"),
+                                                                                         (ys, "dy")))
         if p.pass_ == "fprop":
-            out = g.conv_fprop(g.tensor(xs, name="x", layout=layout), g.tensor(ws, name="w", layout=layout), pad,
-                               stride)
+            out = g.conv_fprop(x(), w(), pad, stride)
         elif p.pass_ == "dgrad":
-            out = g.conv_dgrad(g.tensor(ys, name="dy", layout=layout), g.tensor(ws, name="w", layout=layout), pad,
-                               stride, x_shape=xs)
+            out = g.conv_dgrad(dy(), w(), pad, stride, x_shape=xs)
         else:
-            out = g.conv_wgrad(g.tensor(ys, name="dy", layout=layout), g.tensor(xs, name="x", layout=layout), pad,
-                               stride, w_shape=ws)
+            out = g.conv_wgrad(dy(), x(), pad, stride, w_shape=ws)
         _outputs(out, layout=layout)
     elif isinstance(op, Linear):
         m, k, n = p.batch * op.tokens, op.k, op.n
@@ -120,8 +120,7 @@ def build_graph(p: Problem):
         _norm(g, p, op)
     elif isinstance(op, Attention):
         q = g.tensor((p.batch, op.heads, op.seq_q, op.d), name="q")
-        kt = g.tensor((p.batch, op.kv_heads, op.seq_kv, op.d), name="k")
-        vt = g.tensor((p.batch, op.kv_heads, op.seq_kv, op.d), name="v")
+        kt, vt = (g.tensor((p.batch, op.kv_heads, op.seq_kv, op.d), name=n) for n in ("k", "v"))
         if p.pass_ == "forward":
             o, stats = g.sdpa(q, kt, vt, causal=op.causal)
             _outputs(o, stats.set_dtype("float32"))
@@ -242,10 +241,7 @@ def time_candidates(prep: Candidates, h, settings: Settings = Settings(), progre
     entries = []
     for tag, cfg in prep.configs.items():
         knobs = {getattr(k, "name", str(k)).replace("CUDNN_KNOB_TYPE_", ""): int(v) for k, v in cfg.knobs.items()}
-        row = {"tag": tag, "engine": cfg.global_index, "knobs": knobs, "notes": cfg.notes(),
-               "deterministic": cfg.is_deterministic, "ok": False, "ms": None, "workspace": None, "build_ms": None,
-               "diff": None, "agrees": None, "reason": failed.get(tag, ""), "samples": 0, "pruned": False,
-               "checked": False}
+        row = config_row(tag, cfg.global_index, knobs, cfg.is_deterministic, cfg.notes(), failed.get(tag, ""))
         if not row["reason"] and cfg.needs_runtime_compilation and not settings.runtime_compilation:
             row["reason"] = "not measured: compiles at run time (--no-runtime-compilation)"
         rec["configs"].append(row)
@@ -442,11 +438,10 @@ def sweep(problems: Sequence[Problem], db: TuningDatabase, *, device: int = 0, d
 def time_summary(records: Sequence[dict]) -> str:
     """How ``records`` were measured, their race accounts summed: configurations, how many pruned and checked, the
     seconds by phase; empty where no record has an account (all measured before racing)."""
-    acc = [r["race"] for r in records if isinstance(r.get("race"), dict) and "pruned" in r["race"]]
-    if not acc:
+    raced = [r for r in records if isinstance(r.get("race"), dict) and "pruned" in r["race"]]
+    if not raced:
         return ""
-    configs = sum(len(r.get("configs") or ()) for r in records if isinstance(r.get("race"), dict)
-                  and "pruned" in r["race"])
+    acc, configs = [r["race"] for r in raced], sum(len(r.get("configs") or ()) for r in raced)
     secs: dict[str, float] = {}
     for a in acc:
         for k, v in (a.get("seconds") or {}).items():

@@ -55,6 +55,12 @@ _TABLES = {
                "writer TEXT NOT NULL, PRIMARY KEY(kind, key, env)) WITHOUT ROWID",
     "imports": "CREATE TABLE imports(source TEXT PRIMARY KEY, records INTEGER NOT NULL, at REAL NOT NULL)",
 }
+#: writes one record (an upsert: a ``WHERE`` may follow, on the stored row ``records`` and the new one ``excluded``)
+_PUT = ("INSERT INTO records(kind, key, env, value, digest, updated, writer) VALUES (?, ?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT(kind, key, env) DO UPDATE SET value = excluded.value, digest = excluded.digest, "
+        "updated = excluded.updated, writer = excluded.writer")
+#: an environment's id, by its four fields
+_ENV_ID = "SELECT id FROM environments WHERE cudnn = ? AND gpu = ? AND cc = ? AND driver = ?"
 _DEGRADE = ("SQLITE_READONLY", "SQLITE_CANTOPEN", "SQLITE_PERM", "SQLITE_IOERR", "SQLITE_FULL", "SQLITE_AUTH")
 
 
@@ -322,24 +328,18 @@ class TuningDatabase:
             return self._fixed_env
         return environment(_current_device() if device is None else int(device))
 
-    def _env_id(self, conn: sqlite3.Connection, env: Environment, create: bool) -> int | None:
+    def _env_id(self, conn: sqlite3.Connection, env: Environment) -> int:
+        """The id of ``env`` (made where new: inside a write)."""
         got = self._env_ids.get(env)
         if got is None:
-            row = conn.execute("SELECT id FROM environments WHERE cudnn = ? AND gpu = ? AND cc = ? AND driver = ?",
-                               env.fields()).fetchone()
-            if row is None:
-                if not create:
-                    return None
-                row = (conn.execute("INSERT INTO environments(cudnn, gpu, cc, driver) VALUES (?, ?, ?, ?)",
-                                    env.fields()).lastrowid,)
-            got = self._env_ids[env] = row[0]
+            conn.execute("INSERT OR IGNORE INTO environments(cudnn, gpu, cc, driver) VALUES (?, ?, ?, ?)", env.fields())
+            got = self._env_ids[env] = conn.execute(_ENV_ID, env.fields()).fetchone()[0]
         return got
 
     def environments(self) -> list[Environment]:
         """Every environment the database holds records of."""
-        with self._lock:
-            rows = self._run(lambda c: c.execute("SELECT DISTINCT e.cudnn, e.gpu, e.cc, e.driver FROM records r "
-                                                 "JOIN environments e ON e.id = r.env ORDER BY 1, 2, 3, 4").fetchall())
+        rows = self._run(lambda c: c.execute("SELECT DISTINCT e.cudnn, e.gpu, e.cc, e.driver FROM records r "
+                                             "JOIN environments e ON e.id = r.env ORDER BY 1, 2, 3, 4").fetchall())
         return [Environment(*r) for r in rows]
 
     # -- reading and writing ---------------------------------------------------------------------------------
@@ -376,24 +376,15 @@ class TuningDatabase:
         env = self.environment(device)
         row = (kind, key, text, _digest(kind, key, env, text), time.time(), _writer())
 
-        def write(c):
-            c.execute("INSERT OR REPLACE INTO records(kind, key, env, value, digest, updated, writer) "
-                      "VALUES (?, ?, ?, ?, ?, ?, ?)", (*row[:2], self._env_id(c, env, True), *row[2:]))
-        self._run(write, write=True)
+        self._run(lambda c: c.execute(_PUT, (*row[:2], self._env_id(c, env), *row[2:])), write=True)
 
     def lookup(self, kind: str, key: str, *, device: int | None = None) -> dict | None:
         """The value stored under ``(kind, key)`` for the environment of ``device``, or None (also for a record
         whose digest does not match: it is deleted with a :class:`TuningWarning`, so the caller measures again)."""
         kind, key = _check_kind(kind), _check_key(key)
         env = self.environment(device)
-
-        def read(c):
-            env_id = self._env_id(c, env, False)
-            if env_id is None:
-                return None
-            return c.execute("SELECT value, digest FROM records WHERE kind = ? AND key = ? AND env = ?",
-                             (kind, key, env_id)).fetchone()
-        row = self._run(read)
+        row = self._run(lambda c: c.execute(f"SELECT value, digest FROM records WHERE kind = ? AND key = ? AND env = "
+                                            f"({_ENV_ID})", (kind, key, *env.fields())).fetchone())
         if row is None:
             return None
         value = self._verified(kind, key, env, *row)
@@ -420,21 +411,15 @@ class TuningDatabase:
 
     def discard(self, kind: str, key: str, *, device: int | None = None) -> None:
         """Delete the record under ``(kind, key)`` for the environment of ``device`` (nothing if there is none)."""
-        kind, key = _check_kind(kind), _check_key(key)
-        env = self.environment(device)
-
-        def delete(c):
-            env_id = self._env_id(c, env, False)
-            if env_id is not None:
-                c.execute("DELETE FROM records WHERE kind = ? AND key = ? AND env = ?", (kind, key, env_id))
-        self._run(delete, write=True)
+        args = (_check_kind(kind), _check_key(key), *self.environment(device).fields())
+        self._run(lambda c: c.execute(f"DELETE FROM records WHERE kind = ? AND key = ? AND env = ({_ENV_ID})", args),
+                  write=True)
 
     def clear(self, kind: str | None = None) -> int:
         """Delete every record of ``kind`` (None: of every kind), in every environment; returns how many."""
-        if kind is not None:
-            _check_kind(kind)
-        return self._run(lambda c: c.execute("DELETE FROM records" + (" WHERE kind = ?" if kind else ""),
-                                             (kind,) if kind else ()).rowcount, write=True)
+        args = () if kind is None else (_check_kind(kind),)
+        return self._run(lambda c: c.execute("DELETE FROM records" + (" WHERE kind = ?" if args else ""),
+                                             args).rowcount, write=True)
 
     def records(self, kind: str | None = None, environment: Environment | None = None) -> list[Record]:
         """The verified records of ``kind`` (None: every kind) made under ``environment`` (None: any), ordered by
@@ -462,26 +447,15 @@ class TuningDatabase:
         """Write ``records`` (each under its own environment) in one transaction; returns how many were written.
         ``source`` names the batch (an imported file or folder): one imported before is skipped. ``newer_only``:
         keep a stored record newer than the incoming one (what merging wants)."""
-        batch = [(r.kind, r.key, r.environment, _dump(r.value), float(r.updated), r.writer) for r in records]
-        for r in batch:
-            _check_kind(r[0])
-            _check_key(r[1])
+        batch = [(_check_kind(r.kind), _check_key(r.key), r.environment, _dump(r.value), float(r.updated), r.writer)
+                 for r in records]
 
         def write(c):
             if source is not None and c.execute("SELECT 1 FROM imports WHERE source = ?", (source,)).fetchone():
                 return 0
-            n = 0
-            for kind, key, env, text, updated, writer in batch:
-                env_id = self._env_id(c, env, True)
-                if newer_only:
-                    old = c.execute("SELECT updated FROM records WHERE kind = ? AND key = ? AND env = ?",
-                                    (kind, key, env_id)).fetchone()
-                    if old is not None and old[0] >= updated:
-                        continue
-                c.execute("INSERT OR REPLACE INTO records(kind, key, env, value, digest, updated, writer) "
-                          "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                          (kind, key, env_id, text, _digest(kind, key, env, text), updated, writer))
-                n += 1
+            sql = _PUT + (" WHERE excluded.updated > records.updated" if newer_only else "")
+            n = sum(c.execute(sql, (kind, key, self._env_id(c, env), text, _digest(kind, key, env, text),
+                                    updated, writer)).rowcount for kind, key, env, text, updated, writer in batch)
             if source is not None:
                 c.execute("INSERT INTO imports(source, records, at) VALUES (?, ?, ?)", (source, n, time.time()))
             return n

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import threading
 from dataclasses import astuple, dataclass
+from typing import Any
 
-__all__ = ["Environment", "environment", "cudnn_version_text"]
+from cudnn_py.clib.install import missing_cuda
+
+__all__ = ["Environment", "environment", "cudnn_version_text", "cuda_version_text", "driver_and_gpus"]
 
 _cache: dict[int, "Environment"] = {}
 _lock = threading.Lock()
@@ -32,39 +35,62 @@ class Environment:
         return astuple(self)  # type: ignore[return-value]
 
 
-def cudnn_version_text(version: int | tuple | None = None) -> str:
-    """``"9.19.0"`` from cuDNN's integer version (``91900``), a ``(major, minor, patch)`` tuple, or (None) the loaded
-    library; ``"none"`` when no library can be loaded."""
-    if version is None:
-        try:
-            from cudnn_py.clib.loader import library
-            version = library().version
-        except Exception:  # noqa: BLE001 - no libcudnn here: the fingerprint says so
-            return "none"
-    if isinstance(version, int):
-        version = (version // 10000, version % 10000 // 100, version % 100)
-    return ".".join(str(int(v)) for v in version)
+def cudnn_version_text() -> str:
+    """The loaded cuDNN's version, ``"9.19.0"``; ``"none"`` when no library can be loaded."""
+    try:
+        from cudnn_py.clib.loader import library
+        return library().version_string
+    except Exception:  # noqa: BLE001 - no libcudnn here: the fingerprint says so
+        return "none"
+
+
+def cuda_version_text(v: int) -> str:
+    """``"13.0"`` from the CUDA driver's or runtime's integer version (``13000``)."""
+    return f"{v // 1000}.{v % 1000 // 10}"
+
+
+def driver_and_gpus() -> dict[str, Any]:
+    """The CUDA driver and the GPUs it sees, through the driver API (no context): ``{"cuda_version": "13.0" or None,
+    "gpus": [{"index", "name", "sm", "memory_gib"}], "why_none": ''}`` (``why_none``: why no GPU is visible)."""
+    out: dict[str, Any] = {"cuda_version": None, "gpus": [], "why_none": ""}
+    try:
+        from cuda.bindings import driver
+    except ImportError as e:
+        out["why_none"] = missing_cuda(e)
+        return out
+    try:
+        err, = driver.cuInit(0)
+    except Exception:  # noqa: BLE001 - libcuda cannot be loaded
+        out["why_none"] = "no NVIDIA driver was found (libcuda.so.1 could not be loaded)"
+        return out
+    _, version = driver.cuDriverGetVersion()
+    if version:
+        out["cuda_version"] = cuda_version_text(version)
+    if err != driver.CUresult.CUDA_SUCCESS:
+        out["why_none"] = f"the CUDA driver did not start (cuInit: {err.name})"
+        return out
+    _, count = driver.cuDeviceGetCount()
+    attr = driver.CUdevice_attribute
+    for i in range(count):
+        _, dev = driver.cuDeviceGet(i)
+        _, name = driver.cuDeviceGetName(96, dev)
+        _, major = driver.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev)
+        _, minor = driver.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev)
+        _, mem = driver.cuDeviceTotalMem(dev)
+        out["gpus"].append({"index": i, "name": name.split(b"\0")[0].decode(errors="replace"),
+                            "sm": major * 10 + minor, "memory_gib": round(mem / 2**30, 1)})
+    if not count:
+        out["why_none"] = "the CUDA driver sees no GPU (is CUDA_VISIBLE_DEVICES empty?)"
+    return out
 
 
 def _gpu(device: int) -> tuple[str, str, str]:
-    """(name, compute capability, driver version) of ``device`` through the driver API; ``"none"`` where it fails."""
-    try:
-        from cuda.bindings import driver
-        err, = driver.cuInit(0)
-        if err != driver.CUresult.CUDA_SUCCESS:
-            return "none", "none", "none"
-        _, version = driver.cuDriverGetVersion()
-        err, dev = driver.cuDeviceGet(device)
-        if err != driver.CUresult.CUDA_SUCCESS:
-            return "none", "none", "none"
-        _, name = driver.cuDeviceGetName(96, dev)
-        attr = driver.CUdevice_attribute
-        _, major = driver.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev)
-        _, minor = driver.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev)
-    except Exception:  # noqa: BLE001 - no driver library, no cuda-bindings
+    """(name, compute capability, driver version) of ``device``; ``"none"`` where the driver has no such GPU."""
+    found = driver_and_gpus()
+    gpu = next((g for g in found["gpus"] if g["index"] == device), None)
+    if gpu is None:
         return "none", "none", "none"
-    driver_text = f"{version // 1000}.{version % 1000 // 10}"
-    return name.split(b"\0")[0].decode(errors="replace"), f"{major}.{minor}", driver_text
+    return gpu["name"], f"{gpu['sm'] // 10}.{gpu['sm'] % 10}", found["cuda_version"] or "none"
 
 
 def environment(device: int = 0) -> Environment:
