@@ -291,7 +291,7 @@ def sweep(cfg: Config, directions: Sequence[str], maths: Sequence[str], repeats:
     from cudnn_py.errors import CudnnError, WorkspaceLimitError
     from cudnn_py.core.memory import empty, to_device
     from cudnn_py.ops import conv_calls as cv
-    from cudnn_py.core.streams import timer
+    from cudnn_py.core.streams import held_ms
     from cudnn_py.tuning import legacy
     from cudnn_py.tuning.compare import np_dtype
 
@@ -345,11 +345,10 @@ def sweep(cfg: Config, directions: Sequence[str], maths: Sequence[str], repeats:
                     out.fill_(0 if out.dtype == np.int8 else float("nan"))
                     for _ in range(max(warmup, 1)):
                         call()
-                    times = []
+                    times, hold = [], True
                     for _ in range(repeats):
-                        with timer(h.stream, hold=True) as t:
-                            call()
-                        times.append(t.ms)
+                        ms, hold = held_ms(h.stream, call, hold)
+                        times.append(ms)
                 except (CudnnError, WorkspaceLimitError, ValueError) as e:
                     row.reason = " ".join(str(e).split())[:400]
                     continue
