@@ -597,6 +597,10 @@ def prepared(inputs: Sequence[str], outputs: Sequence[str], *, inplace: bool = T
                         q = v.ptr
                         ptrs.append(q)
                         parts.append((v.shape, v.strides, v.dtype, v.device_id, q & 15))
+                    elif type(v) in foreign.TORCH_TYPES:
+                        q = v.data_ptr()
+                        ptrs.append(q)
+                        parts.append((type(v), v.shape, v.stride(), v.dtype, v.get_device(), q & 15))
                     else:
                         parts.append(_array_part(v, ptrs))
                 if len(set(ptrs)) < len(ptrs):
