@@ -7,7 +7,7 @@
 The suite is mostly plan building and small kernels, so one GPU serves many processes: on an H200 with 16 cores, 12
 shards ran the whole suite in about 3 minutes (one process: over half an hour). Each shard is the suite with
 ``CUDNN_PY_SHARD=i/n`` (tests/conftest.py keeps every n-th test) and ``CUDNN_PY_REQUIRE_GPU=1``, so a missing GPU
-fails instead of skipping. Tests marked ``serial`` measure device-wide state (free device memory) that other
+fails instead of skipping. Tests marked ``serial`` measure device-wide state (free device memory, timings) that other
 processes would disturb: they run afterwards, alone. Prints each shard's result line, the failures and the
 skip reasons; exits 0 only when every process passed. Without a GPU it refuses at once, in one line
 (``--no-gpu-check`` runs anyway: the sharding itself, on CPU-only tests). ``--library PATH`` runs every process
