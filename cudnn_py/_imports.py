@@ -13,7 +13,8 @@ through the package (``cudnn_py.graph.descriptors``) or create a handle first. T
 cudnn_py (the names below are strings), so ``cudnn_py/__init__.py`` and :mod:`cudnn_py.core.handle` can both use it.
 
 It also keeps the paths modules had before they moved into :mod:`cudnn_py.clib`, :mod:`cudnn_py.core` and
-:mod:`cudnn_py.calls` (:data:`MOVED`): ``import cudnn_py.memory`` gives :mod:`cudnn_py.core.memory` itself.
+:mod:`cudnn_py.calls`, and :mod:`cudnn_py.tuning_records`'s (:data:`MOVED`): ``import cudnn_py.memory`` gives
+:mod:`cudnn_py.core.memory` itself.
 """
 from __future__ import annotations
 
@@ -112,6 +113,8 @@ MOVED = {f"cudnn_py.{old}": f"cudnn_py.{new}" for old, new in (
     ("_defaults", "calls.defaults"), ("algorithm_queries", "calls.algorithm_queries"),
     ("algorithms", "calls.algorithms"), ("engine_choice", "calls.engine_choice"),
     ("fastest_cache", "calls.fastest_cache"), ("prepared", "calls.prepared"),
+    ("tuning.database", "tuning_records.database"), ("tuning.fingerprint", "tuning_records.fingerprint"),
+    ("tuning.models", "tuning_records.models"),
 )}
 
 

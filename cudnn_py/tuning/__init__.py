@@ -6,10 +6,5 @@ The records themselves are :mod:`cudnn_py.tuning_records` (the core layer; this 
 families, see ``docs/design.md``); its names, and its modules as ``cudnn_py.tuning.database``, ``.fingerprint`` and
 ``.models``, are importable from here as before (the same module objects).
 """
-import sys
-
 from cudnn_py.tuning_records import *  # noqa: F401,F403
 from cudnn_py.tuning_records import __all__, database, fingerprint, models  # noqa: F401
-
-for _module in (database, fingerprint, models):  # the old paths: the same module objects
-    sys.modules[f"{__name__}.{_module.__name__.rsplit('.', 1)[1]}"] = _module
