@@ -1,5 +1,6 @@
-"""``cudnn-py <command>`` (or ``python -m cudnn_py <command>``): each command is made of modules here (:data:`COMMANDS`);
-:mod:`cudnn_py.cli.prerequisites` holds the checks every command, example, benchmark and tool makes first."""
+"""``cudnn-py <command>`` (or ``python -m cudnn_py <command>``): each command is made of modules here
+(:data:`COMMANDS`); :mod:`cudnn_py.cli.prerequisites` holds the checks every command, example, benchmark and tool
+makes first."""
 from __future__ import annotations
 
 import argparse

@@ -35,8 +35,8 @@ from cudnn_py.errors import CudaError, InvalidTypeError, InvalidValueError, NoDe
 if TYPE_CHECKING:
     from cuda.core import Device, Stream
 
-__all__ = ["StreamLike", "get_device", "as_stream", "stream_ptr", "new_stream", "synchronize", "timer", "Timer", "held_ms",
-           "cuda_core", "driver", "missing_device", "HOLD_TIMEOUT"]
+__all__ = ["StreamLike", "get_device", "as_stream", "stream_ptr", "new_stream", "synchronize", "timer", "Timer",
+           "held_ms", "cuda_core", "driver", "missing_device", "HOLD_TIMEOUT"]
 
 #: seconds a held stream (``timer(hold=True)``) waits for its block at most: a block that waits for the stream
 #: itself (a synchronising copy, ``synchronize``) is let go then, and its time is the host's
