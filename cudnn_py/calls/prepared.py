@@ -589,8 +589,8 @@ def prepared(inputs: Sequence[str], outputs: Sequence[str], *, inplace: bool = T
                         parts.append((type(v), v.shape, v.stride(), v.dtype, v.get_device(), q & 15))
                     else:
                         parts.append(_array_part(v, ptrs))
-                for k, v in kwargs.items():
-                    parts.append(k)
+                for k, v in kwargs.items():  # the loop above again, inline: one merged loop (chain, or a tuple of
+                    parts.append(k)         # pairs) cost relu's call 0.45 us more on the CPU machine
                     if k not in arrays:
                         parts.append(v if type(v) in _PLAIN else (type(v), v))
                     elif type(v) is DeviceArray:
