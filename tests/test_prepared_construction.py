@@ -137,6 +137,22 @@ def test_a_traceback_through_a_replay_shows_its_source_lines():
     assert "call0(k0_0, p0)" in text
 
 
+def test_many_overlap_checks_are_skipped_only_at_the_last_passing_addresses():
+    """A prepared call with four or more overlap checks compares the call's addresses with the last ones that passed
+    first; any other addresses are checked in full, so an output moved onto an input is still refused (MISS)."""
+    calls = []
+    overlaps = [(o, i, 0, 64, 0, 64) for o in (2, 3) for i in (0, 1)]
+    step = (lambda *a: calls.append(a), [None] * 4, ((0, 0), (1, 1), (2, 2), (3, 3)), (), ())
+    p = P.Prepared("op", [step], [], overlaps, (("arg", 0),), None, 4)
+    h, apart = fake_cudnn_handle(), [0x1000, 0x2000, 0x3000, 0x4000]
+    assert p.run(h, ("x",), {}, list(apart)) == "x" and "passed[0]" in p.source
+    for o, i in ((2, 0), (3, 1), (2, 1), (3, 0)):
+        near = list(apart)
+        near[o] = near[i] + 32
+        assert p.run(h, ("x",), {}, near) is P._MISS
+    assert p.run(h, ("x",), {}, list(apart)) == "x" and len(calls) == 2
+
+
 class Foreign:
     """A producer of another package (``__cuda_array_interface__``), standing for the DeviceArray ``a``."""
     def __init__(self, a):

@@ -182,16 +182,18 @@ def test_eager_calls_skip_the_dispatcher_and_keep_the_autograd_formula():
     assert type(y.grad_fn).__name__ != "ScaleBackward" and calls == ["impl"] * 3
 
 
-def test_workspace_is_a_block_of_torchs_allocator_per_call(monkeypatch):
+def test_workspace_is_a_kept_block_of_torchs_allocator_and_per_call_under_capture(monkeypatch):
     """runtime._Workspace (a torch Context handle's workspace) on the CPU with torch's raw allocator stubbed: a block
-    on the context's stream, shared by one call's steps (grown by giving the smaller block back first), given back
-    by Context.run when the call is done (an exception included); the cap refuses without allocating."""
+    on the context's stream, kept between calls (grown by giving the smaller block back first) and given back when
+    torch's current stream changes; under a CUDA-graph capture each call's blocks are new and given back by
+    Context.run when the call is done (an exception included), the kept block untouched; the cap refuses without
+    allocating."""
     torch = pytest.importorskip("torch")
     from types import SimpleNamespace
 
     from cudnn_py.errors import WorkspaceLimitError
     from cudnn_py.torch import runtime
-    log, addresses = [], iter(range(0x1000, 0x100000, 0x1000))
+    log, addresses, capturing = [], iter(range(0x1000, 0x100000, 0x1000)), [False]
 
     def raw_alloc(nbytes, stream):
         log.append(("alloc", nbytes, stream))
@@ -199,31 +201,42 @@ def test_workspace_is_a_block_of_torchs_allocator_per_call(monkeypatch):
     monkeypatch.setattr(runtime, "_raw_alloc", raw_alloc)
     monkeypatch.setattr(runtime, "_raw_delete", lambda ptr: log.append(("free", ptr)))
     monkeypatch.setattr(runtime, "_current_device", lambda: 0)
-    ctx = SimpleNamespace(index=0, stream=77, handle="h")
+    monkeypatch.setattr(runtime, "_capturing", lambda: capturing[0])
+    streams = []
+    ctx = SimpleNamespace(index=0, stream=77, handle=SimpleNamespace(set_stream=streams.append))
     ws = runtime._Workspace(ctx)
     ctx.workspace = ws
     assert ws.get(0) == 0 and not log
 
     def steps(handle, *sizes):
-        assert handle == "h"
+        assert handle is ctx.handle
         return [ws.get(n, "the runner's stale stream") for n in sizes]
     a, b, c = runtime.Context.run(ctx, steps, 100, 50, 300)
-    assert a == b != c and ws.peak == 300 and ws.size == 0
-    assert log == [("alloc", 100, 77), ("free", a), ("alloc", 300, 77), ("free", c)]
+    assert a == b != c and ws.peak == 300 and ws.size == 300
+    assert log == [("alloc", 100, 77), ("free", a), ("alloc", 300, 77)]
+    assert runtime.Context.run(ctx, steps, 200, 300) == [c, c] and len(log) == 3  # kept: nothing drawn again
+    runtime.Context.rebind(ctx, 78)  # torch's current stream moved: the block of the old one is given back
+    assert streams == [78] and log[-1] == ("free", c) and ws.size == 0
     log.clear()
-    ctx.stream = 78  # torch's current stream moved: the next call's block is on it
+
+    kept = ws.get(40)
+    capturing[0] = True
+    log.clear()
 
     def fails(handle):
-        ws.get(10)
+        got = [ws.get(10), ws.get(20)]
+        assert kept not in got and len(set(got)) == 2
         raise KeyError("boom")
     with pytest.raises(KeyError):
         runtime.Context.run(ctx, fails)
-    assert [e[0] for e in log] == ["alloc", "free"] and log[0][2] == 78
+    assert [e[0] for e in log] == ["alloc", "alloc", "free", "free"] and log[0][2] == 78
+    assert ws.size == 40 and ws.ptr == kept and not ws.captured
+    capturing[0] = False
     log.clear()
     ws.cap = 64
     with pytest.raises(WorkspaceLimitError):
         ws.get(65)
-    assert not log and ws.get(64) and log == [("alloc", 64, 78)]
+    assert not log and ws.get(64) and log == [("free", kept), ("alloc", 64, 78)]
     ws.release()
     assert ws.size == 0 and log[-1][0] == "free"
 
@@ -422,7 +435,7 @@ def test_attention_on_a_second_device_while_the_first_is_current(tg, rng):
 @pytest.mark.gpu
 def test_outputs_and_workspace_come_from_torchs_allocator(tg):
     """A backward call (its plan needs a workspace) draws exactly its gradients and its workspace from torch's
-    caching allocator, as torch.cuda.memory_stats counts them."""
+    caching allocator, as torch.cuda.memory_stats counts them; the workspace block is kept for the next call."""
     torch, ct = tg
     from cudnn_py.torch import runtime as RT
     q, k, v, do = (torch.randn(1, 2, 64, 64, device="cuda", dtype=torch.bfloat16) for _ in range(4))
@@ -432,14 +445,19 @@ def test_outputs_and_workspace_come_from_torchs_allocator(tg):
     args = (do, q, k, v, o, stats) + (None,) * 8 + tail + (False, False)
     bwd(*args)  # the first call builds the plan
     ws = RT.context(q.get_device()).workspace
+    ws.release()
     ws.peak = 0
-    bwd(*args)
-    assert ws.peak > 0 and ws.size == 0  # drawn from torch's allocator for the call, given back after it
     torch.cuda.synchronize()
-    before = torch.cuda.memory_stats()["requested_bytes.all.allocated"]
-    grads = bwd(*args)
-    drawn = torch.cuda.memory_stats()["requested_bytes.all.allocated"] - before
-    assert drawn == sum(g.numel() * g.element_size() for g in grads) + ws.peak
+
+    def drawn():
+        before = torch.cuda.memory_stats()["requested_bytes.all.allocated"]
+        grads = bwd(*args)
+        return torch.cuda.memory_stats()["requested_bytes.all.allocated"] - before, sum(
+            g.numel() * g.element_size() for g in grads)
+    first, grads = drawn()
+    assert ws.peak > 0 and ws.size == ws.peak and first == grads + ws.peak  # the workspace block, then kept
+    again, grads = drawn()
+    assert again == grads
 
 
 @pytest.mark.gpu

@@ -290,21 +290,18 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, *, scale: float | None = None, causal:
             and not _is_compiling() and not (_grad_enabled() and _any_requires_grad(q, k, v))):
         # the hot path: plain attention, eager, no gradient, on tensors cuDNN takes as they are (4-D, head dim packed,
         # no dim broadcast): the options go to cudnn_py.sdpa unchecked (its prepared call's key holds them; a new key
-        # checks them, as below)
+        # checks them, as below), which makes o in q's layout (and stats) from torch's allocator
         dt, dev, qs, ks, vs = q.dtype, q.get_device(), q.stride(), k.stride(), v.stride()
         if (dt in _IO_DTYPES and dev >= 0 and k.dtype is dt and v.dtype is dt and k.get_device() == dev
                 and v.get_device() == dev and len(qs) == len(ks) == len(vs) == 4 and qs[3] == ks[3] == vs[3] == 1
                 and 0 not in qs and 0 not in ks and 0 not in vs):
-            b, hq, sq, d = q.shape
-            dv = v.shape[3]
-            o = q.new_empty((b, hq, sq, dv)) if q.is_contiguous() else empty_like_layout(q, (b, hq, sq, dv))
             # the band options only where given: each keyword is one more part of the prepared call's key
             kw = {} if left_bound is right_bound is None and diagonal_alignment == "top_left" else dict(
                 diagonal_alignment=diagonal_alignment, left_bound=left_bound, right_bound=right_bound)
             if return_stats:
-                kw.update(stats=q.new_empty((b, hq, sq, 1), dtype=torch.float32), return_stats=True)
-            context(dev).run(core_sdpa, q, k, v, scale=scale, causal=causal, o=o, **kw)
-            return (o, kw["stats"]) if return_stats else o
+                o, stats = context(dev).run(core_sdpa, q, k, v, scale=scale, causal=causal, return_stats=True, **kw)
+                return o, stats
+            return context(dev).run(core_sdpa, q, k, v, scale=scale, causal=causal, **kw)
     return _checked(q, k, v, scale, causal, diagonal_alignment, left_bound, right_bound, bias, seq_len_q,
                     seq_len_kv, cu_seqlens_q, cu_seqlens_kv, ragged_offset_q, ragged_offset_k, max_seq_len_q,
                     max_seq_len_kv, page_table_k, page_table_v, alibi, dropout, seed, offset, sink, return_stats)

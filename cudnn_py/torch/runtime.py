@@ -2,9 +2,9 @@
 
 * :func:`context` - this thread's :class:`Context` on a device: a :class:`~cudnn_py.Handle` following
   ``torch.cuda.current_stream()`` (``cudnnSetStream`` only when it changed), its workspace a block of torch's
-  allocator per call. :meth:`Context.run` calls a prepared function of the core (a family such as
-  :func:`cudnn_py.sdpa`, or a :func:`~cudnn_py.graph.graph_call.graph_call`) on it, with every output given (torch
-  tensors); its repeat calls are the core's prepared calls, in the handle's cache (:func:`cache_clear`).
+  allocator kept between calls (under a CUDA-graph capture, blocks of the graph's pool per call).
+  :meth:`Context.run` calls a prepared function of the core (a family such as :func:`cudnn_py.sdpa`, or a
+  :func:`~cudnn_py.graph.graph_call.graph_call`) on it, outputs torch tensors; its repeat calls are the core's prepared calls, in the handle's cache (:func:`cache_clear`).
 * :func:`dtype_name`, :func:`empty_like_layout` - how the ops describe torch tensors and lay out their outputs.
 * :func:`define` - registers an op: its schema from the implementation's annotations, the implementation as the
   CUDA kernel itself and a fake for tracing (without ``torch.library.custom_op``'s Python layers, about 20 us a
@@ -53,12 +53,12 @@ _modes = torch._C._len_torch_dispatch_stack
 
 
 # torch's current CUDA device; its caching allocator's raw blocks ((bytes, stream) -> address, address -> None); a
-# device's current raw cudaStream_t as an int (no torch.cuda.Stream object made). None in a torch built without CUDA,
-# whose tensors never reach here
+# device's current raw cudaStream_t as an int (no torch.cuda.Stream object made); whether the current stream is being
+# captured. None in a torch built without CUDA, whose tensors never reach here
 _CUDA: list[Any] = [getattr(torch._C, n, None) for n in (
     "_cuda_getDevice", "_cuda_cudaCachingAllocator_raw_alloc", "_cuda_cudaCachingAllocator_raw_delete",
-    "_cuda_getCurrentRawStream")]
-_current_device, _raw_alloc, _raw_delete, _raw_stream = _CUDA
+    "_cuda_getCurrentRawStream", "_cuda_isCurrentStreamCapturing")]
+_current_device, _raw_alloc, _raw_delete, _raw_stream, _capturing = _CUDA
 
 
 def define(name: str, impl: Callable, fake: Callable, setup: Callable | None = None,
@@ -101,30 +101,41 @@ def empty_like_layout(like: Tensor, shape, dtype=None, zero: bool = False) -> Te
 
 
 class _Workspace(Workspace):
-    """A :class:`Context` handle's workspace: a raw block of torch's allocator on torch's current stream, shared by one
-    call's steps and given back after it (:meth:`release`; one kept between calls would outlive a CUDA-graph pool's
-    warm-up)."""
+    """A :class:`Context` handle's workspace: a raw block of torch's allocator on torch's current stream, kept between
+    calls and given back when the stream changes. While that stream is being captured into a CUDA graph, each call
+    takes blocks of the graph's pool instead, given back after it (:meth:`end_call`): a block kept across a capture
+    would tie the graph to memory outside its pool."""
 
-    __slots__ = ("ctx",)
+    __slots__ = ("ctx", "captured")
 
     def __init__(self, ctx: Context):
         super().__init__(device=ctx.index)
         self.ctx = ctx
+        self.captured: list[int] = []  # the blocks of the call in progress under a capture
 
     def get(self, nbytes: int, stream: Any = None) -> int:
         """A block of at least ``nbytes`` on torch's current stream, which the handle follows (``stream`` unread)."""
         if nbytes > self.peak:
             self.peak = nbytes
-        if nbytes <= self._size or not nbytes:
-            return self._ptr if nbytes else 0
+        if not nbytes:
+            return 0
         if self.cap is not None and nbytes > self.cap:
             return super().get(nbytes)  # raises WorkspaceLimitError, allocating nothing
-        self.release()
-        self._ptr, self._size = _raw_alloc(nbytes, self.ctx.stream), nbytes
+        if _capturing():
+            self.captured.append(_raw_alloc(nbytes, self.ctx.stream))
+            return self.captured[-1]
+        if nbytes > self._size:
+            self.release()
+            self._ptr, self._size = _raw_alloc(nbytes, self.ctx.stream), nbytes
         return self._ptr
 
+    def end_call(self) -> None:
+        """Give back the blocks a call took under a capture."""
+        while self.captured:
+            _raw_delete(self.captured.pop())
+
     def release(self) -> None:
-        """Give the block back to torch's allocator (the work queued on it keeps it until done)."""
+        """Give the kept block back to torch's allocator (the work queued on it keeps it until done)."""
         if self._size:
             _raw_delete(self._ptr)
             self._ptr = self._size = 0
@@ -145,20 +156,22 @@ class Context:
         self.handle.workspace = self.workspace = _Workspace(self)
 
     def rebind(self, stream: int) -> None:
-        """Follow torch's current stream."""
+        """Follow torch's current stream (the workspace block of the last one given back)."""
         self.handle.set_stream(stream)
+        self.workspace.release()
         self.stream = stream
 
     def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """``fn(handle, *args, **kwargs)`` (a prepared function) with this device current (as torch's own ops set
-        theirs), the workspace given back after."""
+        theirs); a capture's workspace blocks given back after."""
         try:
             if _current_device() == self.index:
                 return fn(self.handle, *args, **kwargs)
             with torch.cuda.device(self.index):
                 return fn(self.handle, *args, **kwargs)
         finally:
-            self.workspace.release()
+            if self.workspace.captured:
+                self.workspace.end_call()
 
 
 def context(device: int) -> Context:
