@@ -30,13 +30,14 @@ def allocator(shape: tuple, strides: tuple, dtype: np.dtype, device: int) -> Cal
     block out again only after the handle's work queued so far). The CUDA driver's special streams (0, the legacy
     default stream ``cudaStreamLegacy`` = 1, the per-thread default stream = 2) are torch's default stream, whose
     work every blocking stream waits for."""
-    tdt = getattr(torch, dtype.name)
     dev = torch.device("cuda", device)
-    empty_strided, current = torch.empty_strided, torch._C._cuda_getCurrentRawStream
+    # new_empty_strided of an empty tensor of the dtype and device: no dtype= and device= parsed on every call
+    empty_strided = torch.empty(0, dtype=getattr(torch, dtype.name), device=dev).new_empty_strided
+    current = torch._C._cuda_getCurrentRawStream
     streams: dict = {}
 
     def new(handle: Any) -> tuple:
-        t = empty_strided(shape, strides, dtype=tdt, device=dev)
+        t = empty_strided(shape, strides)
         sp = handle.stream_ptr
         if sp <= 2:
             sp = 0
