@@ -1,6 +1,4 @@
-"""Executing plans: the fast executor (a repeat call is one dict lookup and one ctypes call), dict variant packs
-and CUDA graphs, all over :class:`~.runner.Runner`.
-"""
+"""Executing plans over :class:`~.runner.Runner`: the fast executor, dict variant packs and CUDA graphs."""
 from __future__ import annotations
 
 import functools
@@ -22,12 +20,10 @@ class Executor(functools.partial):
 
     Made by :meth:`Plan.executor` / :meth:`Graph.executor`; ``tensors`` (Tensors, names or uids) fix the order,
     default the graph's I/O tensors in creation order (by-value scalars are bound automatically). A repeat call is
-    one dict lookup and one ctypes call: variant packs are kept by each array's signature and address (and the
-    workspace's; a new key validates every array; at most 256 kept), and in front of them the last
-    ``identity_cache`` argument tuples of DeviceArrays themselves (kept alive until they drop out).
-
-    After its handle or plan was closed it raises :class:`ClosedError`. It runs on the stream its handle had when it
-    was made: after ``handle.on_stream(s)``, make a new executor.
+    one dict lookup and one ctypes call: variant packs are kept by each array's signature and address (a new key
+    validates every array; at most 256 kept), and in front of them the last ``identity_cache`` argument tuples of
+    DeviceArrays (kept alive until they drop out). After its handle or plan was closed it raises
+    :class:`ClosedError`. It runs on the stream its handle had when made (after ``handle.on_stream(s)``, make anew).
     """
 
     runner: Runner
@@ -74,8 +70,7 @@ def execute(plan, handle, variant_pack: dict, workspace=None) -> None:
 
 
 def _destroy_cuda_graph(rt, state: list) -> None:
-    """Destroy ``state``'s graph and instantiation (``[cudaGraph_t, cudaGraphExec_t]``): :class:`CudaGraph`'s
-    finalizer."""
+    """:class:`CudaGraph`'s finalizer: destroy ``state``'s ``[cudaGraph_t, cudaGraphExec_t]``."""
     graph, exe = state
     state[:] = [None, None]
     try:
