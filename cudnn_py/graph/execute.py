@@ -11,7 +11,7 @@ from cudnn_py.core.memory import DeviceArray, empty
 
 from .runner import Runner, VariantPack, bound_tensors, handle_device, plan_pointer, workspace_pointer
 
-__all__ = ["Executor", "execute", "CudaGraph"]
+__all__ = ["Executor", "CudaGraph", "ordered_pack"]
 
 
 class Executor(functools.partial):
@@ -57,16 +57,6 @@ class Executor(functools.partial):
 def ordered_pack(plan, variant_pack: dict) -> tuple[list, list]:
     """The graph tensors ``variant_pack`` binds (:func:`~.runner.bound_tensors`) and its arrays, in its order."""
     return bound_tensors(plan, list(variant_pack)), list(variant_pack.values())
-
-
-def execute(plan, handle, variant_pack: dict, workspace=None) -> None:
-    """Execute ``plan`` with a dict variant pack (through the cached executor of the graph's I/O order)."""
-    io, arrays = ordered_pack(plan, variant_pack)
-    ex = plan.executor(handle, *io)
-    if workspace is None:
-        ex(*arrays)
-    else:
-        ex.with_workspace(workspace, *arrays)
 
 
 def _destroy_cuda_graph(rt, state: list) -> None:

@@ -23,7 +23,7 @@ from cudnn_py.core.caches import handle_cache
 from . import plan_store
 from .descriptors import BackendDescriptor
 from .errors import GraphNotSupportedError
-from .execute import CudaGraph, Executor, execute, ordered_pack
+from .execute import CudaGraph, Executor, ordered_pack
 from .runner import PLANS as _PLANS, TUNED
 
 __all__ = ["EngineConfig", "KnobInfo", "Plan", "heuristics", "engine_configs", "engine_config", "build_plans",
@@ -232,8 +232,14 @@ class Plan:
         return ex
 
     def execute(self, handle, variant_pack: dict, workspace=None) -> None:
-        """Run on ``handle``'s stream with ``variant_pack`` {tensor or name or uid: array}."""
-        execute(self, handle, variant_pack, workspace)
+        """Run on ``handle``'s stream with ``variant_pack`` {tensor or name or uid: array} (through the cached
+        executor of that order)."""
+        io, arrays = ordered_pack(self, variant_pack)
+        ex = self.executor(handle, *io)
+        if workspace is None:
+            ex(*arrays)
+        else:
+            ex.with_workspace(workspace, *arrays)
 
     def populate_cuda_graph(self, handle, variant_pack: dict, workspace=None):
         """A :class:`~cudnn_py.graph.execute.CudaGraph` recorded from this plan (cuDNN >= 9.5 engines that

@@ -16,7 +16,17 @@ from ..descriptors import BackendDescriptor
 if TYPE_CHECKING:  # pragma: no cover
     from ..graph import Graph, Tensor as Tensor  # re-exported for the builder mixins' annotations
 
-__all__ = ["Op", "LowerContext", "Builder", "backend_dims"]
+__all__ = ["Op", "LowerContext", "Builder", "backend_dims", "loaded_version", "version_text"]
+
+
+def loaded_version() -> tuple[int, int, int]:
+    """The loaded cuDNN's (major, minor, patch)."""
+    from cudnn_py.clib.loader import library
+    return library().version
+
+
+def version_text(v: Sequence[int]) -> str:
+    return ".".join(map(str, v))
 
 
 def backend_dims(shape: Sequence[int], strides: Sequence[int]) -> tuple[list[int], list[int]]:

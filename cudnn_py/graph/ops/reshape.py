@@ -17,7 +17,7 @@ from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 from ..descriptors import BackendDescriptor
 from ..errors import GraphNotSupportedError
-from .base import Builder, LowerContext, Op
+from .base import Builder, LowerContext, Op, loaded_version as _loaded, version_text as _v
 
 __all__ = ["Reshape", "Transpose", "Slice", "Concatenate", "ReshapeBuilders", "NEEDS"]
 
@@ -25,15 +25,6 @@ __all__ = ["Reshape", "Transpose", "Slice", "Concatenate", "ReshapeBuilders", "N
 NEEDS = {"OPERATION_RESHAPE": (9, 0, 0), "OPERATION_CONCAT": (9, 7, 0), "OPERATION_TRANSPOSE": (9, 22, 0),
          "OPERATION_SLICE": (9, 22, 0)}
 _RESHAPE_MODE_SINCE = (9, 22, 0)
-
-
-def _loaded() -> tuple[int, int, int]:
-    from cudnn_py.clib.loader import library
-    return library().version
-
-
-def _v(t: tuple) -> str:
-    return ".".join(map(str, t))
 
 
 _XY = {"x": "xdesc", "y": "ydesc"}

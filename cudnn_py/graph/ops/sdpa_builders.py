@@ -8,13 +8,12 @@ import inspect
 import math
 from typing import TYPE_CHECKING, Any, Literal, TypedDict, overload
 
-from cudnn_py.clib import loader as _loader
 from cudnn_py import capi
 from cudnn_py._deprecation import warn
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 from ..errors import GraphNotSupportedError
-from .base import Builder
+from .base import Builder, loaded_version as _version, version_text as _vstr
 from .sdpa import (FP8_BACKWARD_SCALES, FP8_FORWARD_SCALES, SdpaBackward, SdpaFp8Backward, SdpaFp8Forward,
                    SdpaFp8OptionKeywords, SdpaForward, SdpaGraphOptionKeywords)
 from .sdpa_options import SdpaOptions, fp8_only, unexpected_keyword
@@ -38,14 +37,6 @@ _DQ_ACCUM_ANY_CONTENTS = (9, 6, 0)
 _SINK_SINCE = (9, 13, 0)
 #: deprecated keyword -> its name now
 _RENAMED = {"alibi_slopes": "alibi", "generate_stats": "return_stats"}
-
-
-def _version() -> tuple[int, int, int]:
-    return _loader.library().version
-
-
-def _vstr(v) -> str:
-    return ".".join(str(x) for x in v)
 
 
 def _strides_like(shape, ref_strides) -> tuple[int, ...]:
