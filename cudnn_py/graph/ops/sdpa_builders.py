@@ -9,7 +9,7 @@ import math
 from typing import TYPE_CHECKING, Any, Literal, TypedDict, overload
 
 from cudnn_py import capi
-from cudnn_py._deprecation import warn
+from cudnn_py._deprecation import renamed_kwargs
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 from ..errors import GraphNotSupportedError
@@ -80,12 +80,7 @@ def _options(where: str, options, kwargs: dict, values: dict) -> SdpaOptions:
             method = getattr(SdpaBuilders, where.rpartition(".")[2])
             raise unexpected_keyword(where, name, [*SdpaOptions.__dataclass_fields__,
                                                    *list(inspect.signature(method).parameters)[1:-1]])
-    for old in [k for k in kwargs if k in _RENAMED]:
-        new = _RENAMED[old]
-        if values.get(new) is not None:
-            raise InvalidTypeError(f"{where}() got both {new}= and its old spelling {old}=; pass {new}= only")
-        warn(f"{where}(): {old}= is deprecated, use {new}=", stacklevel=4)
-        values[new] = kwargs.pop(old)
+    renamed_kwargs(where, {k: kwargs.pop(k) for k in [k for k in kwargs if k in _RENAMED]}, _RENAMED, values, 5)
     return SdpaOptions.of(options, kwargs, where)
 
 
