@@ -1,10 +1,7 @@
 """Layout and data movement as graph operations: reshape, transpose, slice, concatenate.
 
-``OPERATION_RESHAPE`` and ``OPERATION_CONCAT`` (cuDNN >= 9.7) exist in every cuDNN 9 this package runs on;
-``OPERATION_TRANSPOSE`` and ``OPERATION_SLICE`` arrived in cuDNN 9.22, and the reshape mode (logical vs view-only)
-with them. With an older library the builders refuse those with :class:`~cudnn_py.graph.GraphNotSupportedError`
-naming the operation and both versions, before cuDNN is called; before 9.22 a reshape is a view of x's memory, so
-it needs x packed row-major (where a view and a logical reshape agree).
+An operation the loaded cuDNN lacks (:data:`NEEDS`) is refused with :class:`~cudnn_py.graph.GraphNotSupportedError`
+before cuDNN is called; before 9.22 (no reshape mode) a reshape is a view of x's memory: x must be packed row-major.
 """
 from __future__ import annotations
 
