@@ -87,11 +87,10 @@ def conv_forward(handle: Handle, x: DeviceArrayLike, w: DeviceArrayLike, *, padd
                  alpha: float = 1.0, beta: float = 0.0,
                  compute_dtype: DataTypeLike | None = None, post_padding: int | Sequence[int] | None = None,
                  conv_mode: str = "cross_correlation", autotune: bool = False) -> DeviceArray | Out:
-    """y = activation(alpha * conv(x, w) + beta * y + bias) as one graph; returns y.
-
-    x (N, C, *spatial) and w (K, C/groups, *kernel) in any layout the strides describe (NCHW or NHWC);
-    ``bias`` (1, K, 1, 1) (or (K,)); ``activation``: None or one of :data:`ACTIVATIONS`. ``beta`` != 0 needs
-    ``y`` (read and overwritten). ``autotune``: time every plan on the first call and keep the fastest."""
+    """y = activation(alpha * conv(x, w) + beta * y + bias) as one graph; returns y. x (N, C, *spatial) and w
+    (K, C/groups, *kernel) in any layout the strides describe (NCHW or NHWC); ``bias`` (1, K, 1, 1) (or (K,));
+    ``activation``: None or one of :data:`ACTIVATIONS`. ``beta`` != 0 needs ``y`` (read and overwritten).
+    ``autotune``: time every plan on the first call and keep the fastest."""
     xa, wa = _arr(x, "x"), _arr(w, "w")
     ya = None if y is None else _arr(y, "y")
     ba = None
@@ -231,7 +230,6 @@ def convolution(direction: str, handle, conv, a, b, out=None, *, engine: str = "
                 beta: float = 0.0, shape=None, bias=None, activation: str | None = None):
     """One direction of a :class:`~cudnn_py.ops.convolution.Convolution` as a graph (``engine="graph"`` of
     :mod:`cudnn_py.ops.conv_calls`); returns the output.
-
     :param direction: ``"forward"``, ``"backward_data"`` or ``"backward_filter"``.
     :param a, b, out: x, w, y (forward), dy, w, dx (backward_data) or dy, x, dw (backward_filter), in the
         convolution's layout; ``out`` None: allocated, of ``shape`` (backward_data: default the smallest input giving

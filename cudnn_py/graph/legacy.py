@@ -56,13 +56,11 @@ class GraphPathRefused(InvalidValueError):
 def dispatch(engine: str, handle: Any, key: Hashable | None, legacy: Callable[[], object],
              graph: Callable[[bool], object], *, mutated: Sequence | None = None, static: str = "graph",
              measure: bool = True) -> str:
-    """Run one call on ``engine`` and answer the engine that ran it. ``legacy()`` runs the legacy C call,
-    ``graph(auto)`` the graph path (answering False, or raising :class:`GraphPathRefused` /
-    :class:`~cudnn_py.graph.GraphNotSupportedError`, where it does not take the call).
-
-    'legacy' and 'graph' run that engine; 'auto' the one :mod:`cudnn_py.calls.engine_choice` keeps for ``key``
-    (measured on its first call; ``mutated``: the arrays the call writes and may read; both None: from the prepared
-    call's declaration), the legacy call where the graph refuses; with ``measure`` False, ``static``'s engine."""
+    """Run one call on ``engine`` ('legacy', 'graph', or for 'auto' the one :mod:`cudnn_py.calls.engine_choice`
+    keeps for ``key``, the legacy call where the graph refuses) and answer the engine that ran it. ``legacy()`` runs
+    the legacy C call, ``graph(auto)`` the graph path (answering False, or raising :class:`GraphPathRefused` /
+    :class:`~cudnn_py.graph.GraphNotSupportedError`, where it does not take the call). ``mutated``: the arrays the
+    call writes and may read (None: the prepared call's declaration); ``measure`` False: ``static``'s engine."""
     if engine == "legacy":
         legacy()
         return engine
@@ -189,14 +187,12 @@ def run_graph(handle, name: str, params: tuple, inputs: Sequence[tuple[str, Devi
               outputs: Sequence[tuple[str, DeviceArray]], build: Callable, *, auto: bool = False,
               relabel: bool = True, layout_of: DeviceArray | None = None, autotune: bool = False) -> bool:
     """Run ``build``'s graph on these arrays (built once per call, or per :func:`dispatch`) through the plan cache;
-    False when ``auto`` and the graph path refuses or cuDNN has no engine (nothing ran).
-
-    ``inputs`` / ``outputs``: (role, array) pairs (an input may also be an output); ``params``: the hashable
-    settings ``build`` depends on. ``build(graph, {role: tensor}, out_shape)`` returns the result(s) in
-    ``outputs``' order (one that is an input, or of another shape, is copied out by an identity operation).
-    ``relabel``: describe the arrays relabelled channels-last after ``layout_of`` (default the first output), or
-    flat where :func:`_flat` allows (``build`` must then be elementwise); else as they are. ``autotune``: time every
-    plan on the first call (:func:`~.runner.autotune_graph`) instead of taking mode A's first."""
+    False when ``auto`` and the graph path refuses or cuDNN has no engine (nothing ran). ``inputs`` / ``outputs``:
+    (role, array) pairs (an input may also be an output); ``params``: the hashable settings ``build`` depends on.
+    ``build(graph, {role: tensor}, out_shape)`` returns the result(s) in ``outputs``' order (one that is an input, or of
+    another shape, is copied out). ``relabel``: describe the arrays relabelled channels-last after ``layout_of``
+    (default the first output), or flat where :func:`_flat` allows (``build`` must then be elementwise); else as they
+    are. ``autotune``: time every plan on the first call (:func:`~.runner.autotune_graph`), not take mode A's first."""
     for role, a in (*inputs, *outputs):
         if role != "index":  # pooling's int8 window index is the graph's own
             graph_dtype(a.dtype, role)

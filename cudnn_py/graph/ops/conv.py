@@ -89,7 +89,6 @@ class ConvBuilders(Builder):
                    post_padding: Any = None, compute_dtype: Any = None, alpha: float = 1.0, beta: float = 0.0,
                    conv_mode: Any = "cross_correlation", name: str | None = None) -> Tensor:
         """y = conv(x, w): x (N, C, *spatial), w (K, C/groups, *kernel) -> y (N, K, *out), virtual.
-
         ``padding``/``post_padding`` (after; default = padding), ``stride``, ``dilation``: an int or one per
         spatial dim. Returns the output tensor."""
         x, w = self._conv_operands("conv_fprop", x, w, ("x", "w"))

@@ -205,13 +205,12 @@ class NormBuilders(Builder):
 
     def norm_forward(self, x, scale, bias=None, *, mode: str = "layer", training: bool = True,
                      epsilon: float = 1e-5, mean=None, inv_variance=None, name: str | None = None):
-        """Normalisation forward: ``mode`` 'layer', 'rms', 'instance', 'batch' or 'ada_layer' (adaptive layer
-        norm: scale and bias per sample, shape (N, 1.., normalised dims)).
-
-        ``scale``/``bias``: the mode's parameter shape (see the module doc); rms takes an optional bias, the others
-        need one. ``epsilon`` > 0. Training returns ``(y, mean, inv_variance)`` (``mean`` None for rms; statistics
-        float32, virtual until ``set_output``); inference takes ``mean`` and ``inv_variance`` (rms: only
-        ``inv_variance``) and returns ``y``. Batch norm: see :meth:`batch_norm` for running statistics."""
+        """Normalisation forward: ``mode`` 'layer', 'rms', 'instance', 'batch' or 'ada_layer' (adaptive layer norm:
+        scale and bias per sample, shape (N, 1.., normalised dims)). ``scale``/``bias``: the mode's parameter shape (see
+        the module doc); rms takes an optional bias, the others need one. ``epsilon`` > 0. Training returns ``(y, mean,
+        inv_variance)`` (``mean`` None for rms; statistics float32, virtual until ``set_output``); inference takes
+        ``mean`` and ``inv_variance`` (rms: only ``inv_variance``) and returns ``y``. Batch norm: see :meth:`batch_norm`
+        for running statistics."""
         m = _mode(mode)
         if mode == "batch" and not training:
             raise InvalidValueError("cuDNN's norm forward has no batch-norm inference phase")

@@ -90,11 +90,12 @@ class ResampleBuilders(Builder):
 
     def resample(self, x, mode: str = "max", window=2, *, stride=None, padding=0, post_padding=None,
                  padding_mode: str | None = None, index: bool = False, compute_dtype=None, name: str | None = None):
-        """Pooling forward of x (N, C, H, W) or (N, C, D, H, W). ``mode``: 'max', 'avg' (padding counted in the divisor) or 'avg_exclude_padding'. ``window``, ``stride``
-        (default: the window), ``padding`` (before) and ``post_padding`` (after; default: ``padding``): an int or
-        one per spatial dim. ``padding_mode``: 'neg_inf' (max default), 'zero' (avg default) or 'edge'.
-        ``index=True`` (max only) also returns the int8 index tensor the backward pass can use. Returns y (and the
-        index), virtual, out = (in + padding + post_padding - window) // stride + 1."""
+        """Pooling forward of x (N, C, H, W) or (N, C, D, H, W). ``mode``: 'max', 'avg' (padding counted in the
+        divisor) or 'avg_exclude_padding'. ``window``, ``stride`` (default: the window), ``padding`` (before) and
+        ``post_padding`` (after; default: ``padding``): an int or one per spatial dim. ``padding_mode``: 'neg_inf'
+        (max default), 'zero' (avg default) or 'edge'. ``index=True`` (max only) also returns the int8 index tensor
+        the backward pass can use. Returns y (and the index), virtual, out = (in + padding + post_padding - window)
+        // stride + 1."""
         x = self._own(x, "x")
         p = self._pool_params(x.ndim - 2, mode, window, stride, padding, post_padding, padding_mode, compute_dtype)
         if index and mode != "max":
