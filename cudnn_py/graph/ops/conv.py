@@ -42,8 +42,7 @@ class ConvFprop(_Conv):
 
 class ConvDgrad(_Conv):
     kind, backend = "conv_dgrad", "OPERATION_CONVOLUTION_BACKWARD_DATA"
-    #: engines that build plans with post-padding != padding but return wrong answers (relative error above 1
-    #: against the float64 reference, float32 and float16; measured with cuDNN 9.19 on an H100, 2026-11)
+    #: engines that build plans with post-padding != padding but answer wrong (docs/graph_operations.md)
     asymmetric_padding_bad_engines: tuple[int, ...] = (50,)
 
     def excluded_engines(self) -> dict[int, str]:
