@@ -395,10 +395,9 @@ def time_plan(plan: Plan, handle, variant_pack: dict, *, warmup: int = 2, iters:
     """Median milliseconds per execution of ``plan`` on ``variant_pack``, over ``iters`` samples after ``warmup``
     untimed executions. A sample is :data:`SAMPLE_RUNS` executions between CUDA events on the handle's stream,
     held until all are queued (:func:`~cudnn_py.core.streams.timer` ``hold=True``): the GPU's time, neither an idle
-    GPU's launch latency nor the host's cost of queuing tiny executions.
-
-    ``flush`` (an :func:`l2_flush`): called before each sample, outside the events; a sample is then one execution
-    with its data evicted from the L2 cache (as in a network's step) instead of left there by the one before."""
+    GPU's launch latency nor the host's cost of queuing tiny executions. ``flush`` (an :func:`l2_flush`): called
+    before each sample, outside the events; a sample is then one execution with its data evicted from the L2 cache
+    (as in a network's step) instead of left there by the one before."""
     return _sample(plan, handle, variant_pack, warmup, iters, flush)[0]
 
 

@@ -483,16 +483,15 @@ class SdpaBuilders(Builder):
                  return_stats: bool | None = None, name: str | None = None,
                  **kwargs: Unpack[SdpaFp8OptionKeywords]) -> tuple[Tensor, Tensor | None, Tensor, Tensor]:
         """FP8 attention forward (Hopper and newer). Returns ``(o, stats, amax_s, amax_o)`` (``stats`` None with
-        ``return_stats=False``), all virtual until ``set_output(True)``. Of the options, it takes ``scale`` and
-        ``causal``. Computes ``P = softmax(scale * descale_q * descale_k * Q K^T)`` in float32, ``amax_s = max|P|``,
-        rounds ``P * scale_s`` to q's FP8 type, then ``O' = (P8 V) * descale_s * descale_v``, ``amax_o = max|O'|``
-        and ``o = O' * scale_o`` in q's FP8 type.
+        ``return_stats=False``), all virtual until ``set_output(True)``. Computes ``P = softmax(scale * descale_q *
+        descale_k * Q K^T)`` in float32, ``amax_s = max|P|``, rounds ``P * scale_s`` to q's FP8 type, then ``O' = (P8
+        V) * descale_s * descale_v``, ``amax_o = max|O'|`` and ``o = O' * scale_o`` in q's FP8 type.
 
         :param q, k, v: (B, Hq, Sq, D), (B, Hk, Skv, D), (B, Hv, Skv, Dv) tensors of one FP8 type (float8_e4m3fn or
             float8_e5m2), head dims multiples of 16 up to 256, head dim packed; Hq a multiple of Hk and Hv.
         :param descale_q, descale_k, descale_v, descale_s, scale_s, scale_o: (1, 1, 1, 1) float32 device tensors.
-        :param scale: multiplies Q K^T (default 1/sqrt(D)).
-        :param causal: top-left causal mask (the only mask cudnn-py's FP8 attention takes).
+        :param scale, causal: the only options FP8 attention takes: ``scale`` multiplies Q K^T (default 1/sqrt(D)),
+            ``causal`` the top-left causal mask (the only mask it takes).
         :param return_stats: also produce the (B, Hq, Sq, 1) float32 statistics the backward needs (default True).
         """
         what = name or "sdpa_fp8"
