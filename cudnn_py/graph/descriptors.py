@@ -9,7 +9,7 @@
 
 Attribute names may be given in full (``"CUDNN_ATTR_TENSOR_DIMENSIONS"``), as the enum member, or relative to the
 descriptor's prefix (``"dimensions"``). Element types and counts come from :mod:`cudnn_py.graph.attributes`; an
-attribute it does not cover needs ``attr_type=``.
+attribute it does not cover needs ``attr_type=``. A :class:`~cudnn_py.errors.CudnnError` holds cuDNN's last-error text.
 """
 from __future__ import annotations
 
