@@ -399,7 +399,7 @@ def test_variant_pack_missing_or_extra_tensors():
     c = g.matmul(a, b).set_output(True).set_name("c")
     plan = types.SimpleNamespace(graph=g)
     with pytest.raises(ValueError, match="missing b"):
-        gexec.execute(plan, None, {a: object(), "c": object()})
+        Plan.execute(plan, None, {a: object(), "c": object()})
     other = g.tensor((1, 1, 1), name="unused")
     with pytest.raises(ValueError, match="does not use"):
         gexec.ordered_pack(plan, {a: 1, b: 2, c: 3, other: 4})

@@ -1,9 +1,6 @@
-"""Which element type and count each backend attribute takes: the one table, and value conversion.
+"""Which element type and count each backend attribute takes, and value conversion to and from C arrays.
 
-The table itself (``cudnn_py.capi.backend_attributes``) is generated from the documentation comments of
-``cudnn_graph.h`` by ``python -m cudnn_py.codegen`` (see :mod:`cudnn_py.codegen.backend_attributes`); this
-module turns a table row into an :class:`AttrSpec` and converts Python values to the C array
-``cudnnBackendSetAttribute`` takes (and back for ``cudnnBackendGetAttribute``).
+The table (``cudnn_py.capi.backend_attributes``) is generated from ``cudnn_graph.h`` by ``python -m cudnn_py.codegen``.
 """
 from __future__ import annotations
 
@@ -29,7 +26,7 @@ _E = TypeVar("_E", bound=enum.Enum)
 Fraction = capi.cudnnFraction_t  # numerator / denominator, int64 each
 
 
-# CUDNN_TYPE_<X> -> the enum typedef its elements belong to (elements are C enums: 32-bit ints).
+#: CUDNN_TYPE_<X> -> the enum typedef of its elements (C enums: 32-bit ints)
 ENUM_TYPES: dict[str, str] = {
     "DATA_TYPE": "cudnnDataType_t", "CONVOLUTION_MODE": "cudnnConvolutionMode_t",
     "HEUR_MODE": "cudnnBackendHeurMode_t", "KNOB_TYPE": "cudnnBackendKnobType_t",
@@ -58,10 +55,9 @@ def element_ctype(type_name: str):
 
 
 class AttrSpec(NamedTuple):
-    """One attribute: its name (``CUDNN_ATTR_...``), allowed element types (``CUDNN_TYPE_`` suffixes, first is the
-    default), count (``'1'``, ``'0+'``, ``'1+'``, ``'n'``), the nested descriptor type (``'TENSOR'``, ...) for
-    ``BACKEND_DESCRIPTOR`` attributes where known, the descriptor type documented to own it, and where the row came
-    from (``header``, ``header+fix``, ``known``, ``rule``)."""
+    """One attribute: its name, element types (``CUDNN_TYPE_`` suffixes, the first the default), count (``'1'``,
+    ``'0+'``, ``'1+'``, ``'n'``), nested descriptor type (``'TENSOR'``, ...) where known, owning descriptor type, and
+    where the row came from (``header``, ``header+fix``, ``known``, ``rule``)."""
     name: str
     types: tuple[str, ...]
     count: str  # type: ignore[assignment]  # the field shadows tuple.count, as the table names it
@@ -76,8 +72,8 @@ class AttrSpec(NamedTuple):
 
 def enum_of(cls: type[_E], value, names: Callable[[str], tuple[str, ...]], unknown: str, bad_value: str,
             wrong_type: str) -> _E:
-    """``value`` as a ``cls`` member: a member, the first member whose name is in ``names(value)`` for a str, or an
-    int value; else the error whose message (formatted with the value, or its type's name) says what was wrong."""
+    """``value`` (a member, a str: the first of ``names(value)`` that is a member, or an int value) as a ``cls``
+    member; else the error of the message that fits (formatted with the value or its type's name)."""
     if isinstance(value, cls):
         return value
     if isinstance(value, str):
@@ -148,10 +144,8 @@ def _enum_value(cls, type_name: str, value, attr: str) -> int:
 
 
 def to_c_array(spec_name: str, type_name: str, values: list, keep: list):
-    """A ctypes array of ``values`` converted to ``CUDNN_TYPE_<type_name>`` elements; TypeError says what was wrong.
-
-    ``keep`` collects Python objects the C side will reference (nested descriptors) so the caller can hold them.
-    """
+    """A ctypes array of ``values`` converted to ``CUDNN_TYPE_<type_name>`` elements; ``keep`` collects the objects
+    the C side will reference (nested descriptors) for the caller to hold."""
     ct = element_ctype(type_name)
     out: list = []
     for v in values:

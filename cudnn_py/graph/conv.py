@@ -1,10 +1,9 @@
 """Convolution as backend-API graphs: forward (optionally fused with bias and an activation), backward data and
-backward filter, each a prepared function (:mod:`cudnn_py.calls.prepared`: a repeat call replays the plan's execution)::
+backward filter, each a prepared function (a repeat call replays the plan's execution)::
 
     y = conv_forward(h, x, w, padding=1, bias=b, activation="relu")   # one fused kernel where cuDNN has one
 
-:func:`convolution` runs a :class:`~cudnn_py.ops.convolution.Convolution` through them: the ``engine="graph"`` of the
-calls of :mod:`cudnn_py.ops.conv_calls`.
+:func:`convolution` is the ``engine="graph"`` of :mod:`cudnn_py.ops.conv_calls`.
 """
 from __future__ import annotations
 
@@ -31,8 +30,7 @@ __all__ = ["conv_forward", "conv_backward_data", "conv_backward_filter", "convol
 #: activation name -> Graph method applied after the (bias-added) convolution
 ACTIVATIONS = ("relu", "gelu", "silu", "tanh", "sigmoid")
 
-#: data dtypes these calls run, each checked against a float64 reference on the GPU (tests/matrix.py); anything else
-#: is refused before a graph is built
+#: data dtypes these calls run, each checked against a float64 reference on the GPU (tests/matrix.py)
 DTYPES = ("float32", "float16", "bfloat16", "float64")
 
 #: what the prepared calls that ran a graph convolution note they were built on (:func:`conv_cache_clear`)
@@ -40,8 +38,7 @@ ROUTE = "conv graph paths"
 
 
 def _check_dtypes(kind: str, dtypes, compute_dtype) -> None:
-    """Refuse data dtypes outside :data:`DTYPES` and a compute dtype other than float32 (float64 for float64 data,
-    cuDNN's only double engines), before any graph is built."""
+    """Refuse data dtypes outside :data:`DTYPES` and a compute dtype other than float32 (float64 for float64 data)."""
     names = {name: np.dtype(dt).name for name, dt in dtypes}
     for name, dname in names.items():
         if dname not in DTYPES:
@@ -69,8 +66,8 @@ def _compute_dtype(dt: np.dtype):
 
 
 def _run(g: Graph, handle, tensors, arrays, out, name, autotune: bool) -> DeviceArray:
-    """Plan ``g`` (``autotune``: timed on ``arrays`` and a scratch output) and run it through its runner's sink on
-    ``arrays`` and the output it answers: ``out`` checked against the graph's, or a new array of its layout."""
+    """Plan ``g`` and run it on ``arrays`` and ``out`` (checked against the graph's output, or a new array);
+    returns the output."""
     plan_graph(g, handle, dict(zip(tensors, arrays)), tensors[len(arrays):], autotune)
     t = tensors[-1]
     if out is None:
@@ -90,11 +87,10 @@ def conv_forward(handle: Handle, x: DeviceArrayLike, w: DeviceArrayLike, *, padd
                  alpha: float = 1.0, beta: float = 0.0,
                  compute_dtype: DataTypeLike | None = None, post_padding: int | Sequence[int] | None = None,
                  conv_mode: str = "cross_correlation", autotune: bool = False) -> DeviceArray | Out:
-    """y = activation(alpha * conv(x, w) + beta * y + bias) as one graph; returns y.
-
-    x (N, C, *spatial) and w (K, C/groups, *kernel) in any layout the strides describe (NCHW or NHWC);
-    ``bias`` (1, K, 1, 1) (or (K,)); ``activation``: None or one of :data:`ACTIVATIONS`. ``beta`` != 0 needs
-    ``y`` (read and overwritten). ``autotune``: time every plan on the first call and keep the fastest."""
+    """y = activation(alpha * conv(x, w) + beta * y + bias) as one graph; returns y. x (N, C, *spatial) and w
+    (K, C/groups, *kernel) in any layout the strides describe (NCHW or NHWC); ``bias`` (1, K, 1, 1) (or (K,));
+    ``activation``: None or one of :data:`ACTIVATIONS`. ``beta`` != 0 needs ``y`` (read and overwritten).
+    ``autotune``: time every plan on the first call and keep the fastest."""
     xa, wa = _arr(x, "x"), _arr(w, "w")
     ya = None if y is None else _arr(y, "y")
     ba = None
@@ -133,7 +129,7 @@ def conv_forward(handle: Handle, x: DeviceArrayLike, w: DeviceArrayLike, *, padd
 
 def _backward(kind: str, handle, dy, other, out, out_shape, *, padding, stride, dilation, alpha, beta,
               compute_dtype, post_padding, conv_mode, autotune):
-    """Backward data (``kind='dgrad'``: other = w, out = dx) or filter (``'wgrad'``: other = x, out = dw)."""
+    """Backward data (``'dgrad'``: other = w, out = dx) or filter (``'wgrad'``: other = x, out = dw)."""
     other_name, out_name, shape_name = ("w", "dx", "x_shape") if kind == "dgrad" else ("x", "dw", "w_shape")
     dya, oa = _arr(dy, "dy"), _arr(other, other_name)
     outa = None if out is None else _arr(out, out_name)
@@ -181,14 +177,11 @@ def conv_backward_filter(handle: Handle, dy: DeviceArrayLike, x: DeviceArrayLike
                      conv_mode=conv_mode, autotune=autotune)
 
 
-# ---------------------------------------------------------------- engine="graph" of the cudnn_py.ops convolution calls
-
 _ROLES = {"forward": ("x", "w", "y"), "backward_data": ("dy", "w", "dx"), "backward_filter": ("dy", "x", "dw")}
 
 
 def _view(conv, a: DeviceArray) -> DeviceArray:
-    """``a`` (in ``conv``'s layout) as the graph API sees it: logical (N, C, *spatial) order; 1-D as 2-D with a unit
-    height."""
+    """``a`` (in ``conv``'s layout) in logical (N, C, *spatial) order; 1-D as 2-D with a unit height."""
     shape, strides = logical(a.shape, a.strides, conv.layout)
     if len(shape) == 3:
         shape, strides = unit_height(shape, strides)
@@ -213,8 +206,8 @@ def _result(conv, r: DeviceArray, ndim: int) -> DeviceArray:
 
 
 def _params(conv, direction: str, a_shape, b_shape, out_shape) -> dict:
-    """The graph parameters of ``conv`` after the checks engine='legacy' makes and the graph (inferring the groups
-    from the shapes) does not: ranks, channels against ``groups``, sizes, dy's shape (``out_shape``: the output's)."""
+    """The graph parameters of ``conv``, after the checks the graph does not make (it infers the groups): ranks,
+    channels, sizes, dy's shape (``out_shape``: the output's)."""
     if direction == "forward":
         x, w, dy = a_shape, b_shape, None
     elif direction == "backward_data":
@@ -235,16 +228,14 @@ def _params(conv, direction: str, a_shape, b_shape, out_shape) -> dict:
 def convolution(direction: str, handle, conv, a, b, out=None, *, engine: str = "graph", algo="heuristic",
                 deterministic: bool = False, workspace_limit: int | None = None, alpha: float = 1.0,
                 beta: float = 0.0, shape=None, bias=None, activation: str | None = None):
-    """One direction of a :class:`~cudnn_py.ops.convolution.Convolution` as a graph: what the
-    :mod:`cudnn_py.ops.conv_calls` calls run with ``engine="graph"`` (anything else is refused); returns the output.
-
+    """One direction of a :class:`~cudnn_py.ops.convolution.Convolution` as a graph (``engine="graph"`` of
+    :mod:`cudnn_py.ops.conv_calls`); returns the output.
     :param direction: ``"forward"``, ``"backward_data"`` or ``"backward_filter"``.
     :param a, b, out: x, w, y (forward), dy, w, dx (backward_data) or dy, x, dw (backward_filter), in the
         convolution's layout; ``out`` None: allocated, of ``shape`` (backward_data: default the smallest input giving
         dy's shape; backward_filter: required).
-    :param algo: ``"heuristic"`` (the first plan) or ``"fastest"`` (every plan timed once): the graph API picks among
-        cuDNN's engines itself, so named algorithms, ``deterministic=``, ``workspace_limit=`` and a ``math_type``
-        other than ``"auto"`` are refused.
+    :param algo: ``"heuristic"`` (the first plan) or ``"fastest"`` (every plan timed once); named algorithms,
+        ``deterministic=``, ``workspace_limit=`` and a ``math_type`` other than ``"auto"`` are refused.
     :param bias, activation: forward only, fused: one bias value per output channel, ``"relu"`` or None.
     """
     if engine != "graph":
@@ -275,7 +266,7 @@ def convolution(direction: str, handle, conv, a, b, out=None, *, engine: str = "
               alpha=alpha, beta=beta, autotune=algo.lower() == "fastest")
     av, bv = _view(conv, a), _view(conv, b)
     ov = None if o is None else _view(conv, o)
-    if direction == "forward":  # the functions themselves: the caller is the prepared call
+    if direction == "forward":  # unwrapped: the caller is the prepared call
         r = conv_forward.__wrapped__(handle, av, bv, bias=bias, activation=activation, y=ov,  # type: ignore
                                      **kw)
     else:

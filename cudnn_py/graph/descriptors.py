@@ -7,10 +7,9 @@
     t.finalize()
     t.get("dimensions")           # [1, 8, 8, 8]
 
-Attribute names may be given in full (``"CUDNN_ATTR_TENSOR_DIMENSIONS"``), as the enum member, or short, relative
-to the descriptor's own prefix (``"dimensions"``). Element types and counts come from the one table in
-:mod:`cudnn_py.graph.attributes`; an attribute it does not cover needs ``attr_type=``. cuDNN's last-error text is
-in every :class:`cudnn_py.errors.CudnnError` raised.
+Attribute names may be given in full (``"CUDNN_ATTR_TENSOR_DIMENSIONS"``), as the enum member, or relative to the
+descriptor's prefix (``"dimensions"``). Element types and counts come from :mod:`cudnn_py.graph.attributes`; an
+attribute it does not cover needs ``attr_type=``. A :class:`~cudnn_py.errors.CudnnError` holds cuDNN's last-error text.
 """
 from __future__ import annotations
 
@@ -33,7 +32,7 @@ _C_SET = capi.cudnnBackendSetAttribute
 _C_GET = capi.cudnnBackendGetAttribute
 _C_FINALIZE = capi.cudnnBackendFinalize
 
-# Descriptor types whose attributes use a prefix other than the type's own name.
+#: descriptor types whose attributes use a prefix other than the type's own name
 _PREFIXES = {
     "OPERATION_CONVOLUTION_BACKWARD_DATA": ("OPERATION_CONVOLUTION_BWD_DATA",),
     "OPERATION_CONVOLUTION_BACKWARD_FILTER": ("OPERATION_CONVOLUTION_BWD_FILTER",),
@@ -54,9 +53,8 @@ def descriptor_type(t) -> capi.cudnnBackendDescriptorType_t:
 
 
 def destroy_descriptor(ptr: capi.cudnnBackendDescriptor_t) -> None:
-    """Destroy a backend descriptor its owner registered with :func:`cudnn_py.clib.binding.own` (the finalizer of the
-    :class:`BackendDescriptor` that owns it, or of a :class:`~cudnn_py.graph.runner.VariantPack`); whoever still holds
-    the pointer object then passes cuDNN NULL, an error, never a freed descriptor."""
+    """Destroy a backend descriptor registered with :func:`cudnn_py.clib.binding.own`; whoever still holds the
+    pointer object then passes cuDNN NULL, never a freed descriptor."""
     if ptr.value:
         _binding.disown(ptr)
         try:
@@ -68,9 +66,7 @@ def destroy_descriptor(ptr: capi.cudnnBackendDescriptor_t) -> None:
 
 class BackendDescriptor:
     """A cuDNN backend descriptor of one ``cudnnBackendDescriptorType_t``: set/get attributes, finalize, close.
-
-    One it created is destroyed by :meth:`close` or, when forgotten, by the garbage collector (a finalizer); one
-    wrapping a pointer it was given (``_ptr``) is never destroyed by it."""
+    One it created is destroyed by :meth:`close` or the garbage collector; one wrapping a given ``_ptr`` never."""
 
     __slots__ = ("type", "ptr", "finalized", "_refs", "_finalizer", "_holders", "__weakref__")
 
@@ -89,7 +85,6 @@ class BackendDescriptor:
         for k, v in attrs.items():
             self.set(k, v)
 
-    # -- naming -------------------------------------------------------------------------------------------------
     @property
     def short_type(self) -> str:
         """``'TENSOR'`` for ``CUDNN_BACKEND_TENSOR_DESCRIPTOR``."""
@@ -127,7 +122,6 @@ class BackendDescriptor:
                 tn = "FRACTION"
         return name, spec, tn
 
-    # -- set / get ----------------------------------------------------------------------------------------------
     def set(self, attr, value, attr_type=None) -> "BackendDescriptor":
         """Set an attribute. Scalars for one-element attributes, sequences for arrays; returns self."""
         self._check_open()
@@ -176,9 +170,8 @@ class BackendDescriptor:
         return self
 
     def get(self, attr, attr_type=None, count: int | None = None):
-        """Read an attribute: a scalar for one-element attributes, a list for arrays (nested descriptors come back
-        as :class:`BackendDescriptor` objects). ``count`` caps how many elements are read (arrays are sized by
-        asking cuDNN first)."""
+        """Read an attribute: a scalar for one-element attributes, a list for arrays (nested descriptors as
+        :class:`BackendDescriptor` objects). ``count`` caps how many elements are read (default: all)."""
         self._check_open()
         name, spec, tn = self._spec_and_type(attr, attr_type)
         atype = A.attr_type_enum(tn)
@@ -212,7 +205,6 @@ class BackendDescriptor:
         vals = A.from_c_array(tn, arr, min(n_out.value, count))
         return vals if array else vals[0]
 
-    # -- lifecycle ----------------------------------------------------------------------------------------------
     def finalize(self) -> "BackendDescriptor":
         """``cudnnBackendFinalize``; returns self."""
         self._check_open()
@@ -231,9 +223,8 @@ class BackendDescriptor:
         return self.ptr is None
 
     def close(self) -> None:
-        """Destroy the descriptor (idempotent). Whoever still holds its pointer object (an executor) then passes
-        cuDNN NULL, an error, never a freed descriptor. One still set in an open descriptor is only marked closed:
-        its C descriptor goes when the last of those lets it go (cuDNN reads it through them)."""
+        """Destroy the descriptor (idempotent); holders of its pointer object then pass cuDNN NULL. One still set in
+        an open descriptor is only marked closed: its C descriptor goes when the last of those lets it go."""
         self.ptr = None  # type: ignore[assignment]  # closed reads as None; holders of the pointer pass NULL
         if self._finalizer is not None and not any(not h.closed for h in self._holders):
             self._finalizer()

@@ -26,16 +26,13 @@ def _text(value: Any) -> str:
 
 
 class GraphNotSupportedError(CudnnNotSupportedError):
-    """No engine configuration could build a plan for a graph.
-
-    ``operations``: one description per operation; ``modes``: heuristic modes tried; ``reasons``: (what was
-    tried, cuDNN's status and last-error text) pairs. Values of other types are kept as their text
-    (an item of ``reasons`` that is no pair as ``('?', text)``).
-    """
+    """No engine configuration could build a plan for a graph. ``operations``: one description per operation;
+    ``modes``: heuristic modes tried; ``reasons``: (what was tried, cuDNN's status and last-error text) pairs. Values
+    of other types are kept as their text (an item of ``reasons`` that is no pair as ``('?', text)``)."""
 
     def __init__(self, graph_name: str, operations: list[str], modes: list[str], reasons: list[tuple[str, str]],
                  status=capi.cudnnStatus_t.CUDNN_STATUS_NOT_SUPPORTED):
-        # an exception's constructor never raises: values of other types are kept as their text
+        # an exception's constructor never raises
         self.graph_name = _text(graph_name)
         self.operations, self.modes = [_text(v) for v in _items(operations)], [_text(v) for v in _items(modes)]
         self.reasons = [(_text(r[0]), _text(r[1])) if isinstance(r, (tuple, list)) and len(r) == 2 else ("?", _text(r))

@@ -1,6 +1,4 @@
-"""Executing plans: the fast executor (a repeat call is one dict lookup and one ctypes call), dict variant packs
-and CUDA graphs, all over :class:`~.runner.Runner`.
-"""
+"""Executing plans over :class:`~.runner.Runner`: the fast executor, dict variant packs and CUDA graphs."""
 from __future__ import annotations
 
 import functools
@@ -13,22 +11,17 @@ from cudnn_py.core.memory import DeviceArray, empty
 
 from .runner import Runner, VariantPack, bound_tensors, handle_device, plan_pointer, workspace_pointer
 
-__all__ = ["Executor", "execute", "CudaGraph"]
+__all__ = ["Executor", "CudaGraph", "ordered_pack"]
 
 
 class Executor(functools.partial):
-    """``run(*arrays)``: execute a plan with arrays bound positionally to the graph's non-virtual tensors (the callable
-    form of a :class:`~cudnn_py.graph.runner.Runner`, :attr:`runner`).
-
-    Made by :meth:`Plan.executor` / :meth:`Graph.executor`; ``tensors`` (Tensors, names or uids) fix the order,
-    default the graph's I/O tensors in creation order (by-value scalars are bound automatically). A repeat call is
-    one dict lookup and one ctypes call: variant packs are kept by each array's signature and address (and the
-    workspace's; a new key validates every array; at most 256 kept), and in front of them the last
-    ``identity_cache`` argument tuples of DeviceArrays themselves (kept alive until they drop out).
-
-    After its handle or plan was closed it raises :class:`ClosedError`. It runs on the stream its handle had when it
-    was made: after ``handle.on_stream(s)``, make a new executor.
-    """
+    """``run(*arrays)``: execute a plan with arrays bound positionally to the graph's non-virtual tensors, made by
+    :meth:`Plan.executor` / :meth:`Graph.executor` (:attr:`runner` does the work). ``tensors`` (Tensors, names or
+    uids) fix the order, default the graph's I/O tensors in creation order (by-value scalars bound automatically).
+    A repeat call is one dict lookup and one ctypes call: variant packs are kept by each array's signature and address
+    (a new key validates every array; at most 256 kept), and in front of them the last ``identity_cache`` argument
+    tuples of DeviceArrays (kept alive until they drop out). After its handle or plan was closed it raises
+    :class:`ClosedError`. It runs on the stream its handle had when made (after ``handle.on_stream(s)``, make anew)."""
 
     runner: Runner
 
@@ -63,19 +56,8 @@ def ordered_pack(plan, variant_pack: dict) -> tuple[list, list]:
     return bound_tensors(plan, list(variant_pack)), list(variant_pack.values())
 
 
-def execute(plan, handle, variant_pack: dict, workspace=None) -> None:
-    """Execute ``plan`` with a dict variant pack (through the cached executor of the graph's I/O order)."""
-    io, arrays = ordered_pack(plan, variant_pack)
-    ex = plan.executor(handle, *io)
-    if workspace is None:
-        ex(*arrays)
-    else:
-        ex.with_workspace(workspace, *arrays)
-
-
 def _destroy_cuda_graph(rt, state: list) -> None:
-    """Destroy ``state``'s graph and instantiation (``[cudaGraph_t, cudaGraphExec_t]``): :class:`CudaGraph`'s
-    finalizer."""
+    """:class:`CudaGraph`'s finalizer: destroy ``state``'s ``[cudaGraph_t, cudaGraphExec_t]``."""
     graph, exe = state
     state[:] = [None, None]
     try:
@@ -88,10 +70,9 @@ def _destroy_cuda_graph(rt, state: list) -> None:
 
 
 class CudaGraph:
-    """A CUDA graph recorded from a plan by ``cudnnBackendPopulateCudaGraph``; ``update(variant_pack)`` rebinds
-    pointers (``cudnnBackendUpdateCudaGraph``); ``launch(stream=None)`` replays it (default: the handle's stream).
-    It keeps the bound arrays alive and, unless a ``workspace`` is given, owns a workspace of its own; :meth:`close`
-    (or garbage collection) destroys the CUDA objects."""
+    """A CUDA graph recorded from a plan (``cudnnBackendPopulateCudaGraph``), rebound by :meth:`update`, replayed by
+    :meth:`launch`. It keeps the bound arrays alive and, unless a ``workspace`` is given, owns a workspace of its
+    own; :meth:`close` (or garbage collection) destroys the CUDA objects."""
 
     def __init__(self, plan, handle, variant_pack: dict, workspace=None):
         from cuda.bindings import runtime as rt

@@ -46,8 +46,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def graph_handle(handle: Any) -> HandleLike:
-    """``handle`` checked first thing in the Graph calls that take one: an open :class:`~cudnn_py.Handle` (or a raw
-    ``cudnnHandle_t``, whose owner manages it); :class:`InvalidTypeError` naming it otherwise."""
+    """``handle`` checked: an open :class:`~cudnn_py.Handle` or a raw ``cudnnHandle_t`` (its owner manages it)."""
     if isinstance(handle, (capi.cudnnHandle_t, ctypes.c_void_p)):
         return handle
     handle = handle_arg(handle)
@@ -164,8 +163,7 @@ class Graph(ConvBuilders, MatmulBuilders, PointwiseBuilders, ReductionBuilders, 
 
     # -- tensors ------------------------------------------------------------------------------------------------
     def freeze(self) -> None:
-        """Refuse further changes: plans made for this structure (lowered, or loaded from a store) must not change
-        under it."""
+        """Refuse further changes: plans made for this structure must not change under it."""
         self._frozen = True
 
     def _check_open(self):
@@ -263,8 +261,7 @@ class Graph(ConvBuilders, MatmulBuilders, PointwiseBuilders, ReductionBuilders, 
 
     def virtual(self, shape: Sequence[int], strides: Sequence[int] | None = None, name: str | None = None,
                 like: Tensor | None = None) -> Tensor:
-        """A new virtual (intermediate) tensor in the graph's intermediate dtype, for the builders: packed strides,
-        channels-last when ``like`` is."""
+        """A new virtual tensor in the intermediate dtype: packed strides, channels-last when ``like`` is."""
         if strides is None:
             cl = (like is not None and len(shape) == like.ndim >= 4 and like.shape[1] > 1
                   and like.strides == packed_strides(like.shape, "NHWC"))
@@ -360,9 +357,8 @@ class Graph(ConvBuilders, MatmulBuilders, PointwiseBuilders, ReductionBuilders, 
 
     # -- lowering -----------------------------------------------------------------------------------------------
     def lower(self, handle: HandleLike) -> BackendDescriptor:
-        """The finalized ``OPERATIONGRAPH`` descriptor for ``handle`` (cached for the last handle given; needs the
-        cuDNN engines library, i.e. a CUDA driver). Each operation lowers itself (see :mod:`.ops`). Freezes the
-        graph."""
+        """The finalized ``OPERATIONGRAPH`` descriptor for ``handle`` (cached for the last handle given; needs a CUDA
+        driver). Freezes the graph."""
         handle = graph_handle(handle)
         if self._lowered is not None and self._lowered[0] is handle:
             return self._lowered[1]
@@ -375,7 +371,7 @@ class Graph(ConvBuilders, MatmulBuilders, PointwiseBuilders, ReductionBuilders, 
         self._lowered = (handle, g, ctx)  # the operation graph holds the handle: one per handle
         return g
 
-    # -- plans and execution (see plans.py / execute.py) --------------------------------------------------------
+    # -- plans and execution ------------------------------------------------------------------------------------
     def build(self, handle: HandleLike, modes: Sequence[str] = ("A", "FALLBACK"), *, policy: str = "first",
               **filters: Any) -> "Graph":
         """Build plans (``policy='first'``: the first heuristic config that builds; ``'all'``: every one), using

@@ -10,9 +10,8 @@ What an integration (:mod:`cudnn_py.torch`) needs to run a graph it describes fr
     conv(handle, options, x, w, y)      # writes y; returns (y,)
 
 The function is :func:`~cudnn_py.calls.prepared.prepared`, keyed by the options (hashable) and each array's layout: a
-repeat call replays the plan with the new addresses; a new key calls ``build``, plans and runs it. ``build`` describes
-each array itself (a (C,) parameter may be a (1, C, 1, 1) tensor: the arrays are bound by address). The caller gives
-every output, of the layout ``build`` describes.
+repeat call replays the plan with the new addresses. ``build`` describes each array itself (bound by address: a (C,)
+parameter may be a (1, C, 1, 1) tensor); the caller gives every output, of that layout.
 """
 from __future__ import annotations
 
@@ -32,9 +31,9 @@ _P = inspect.Parameter.POSITIONAL_OR_KEYWORD
 
 def graph_call(name: str, build: Callable[..., tuple], inputs: Sequence[str],
                outputs: Sequence[str]) -> Callable[..., tuple]:
-    """The prepared function ``fn(handle, options, *inputs, *outputs)`` named ``name``, running the graph that
-    ``build(options, *arrays)`` returns as ``(graph, tensors, consts)``: outputs marked, tensors in binding order (one
-    per array that is not None), (graph tensor, device array) constants bound after them; returns the outputs."""
+    """The prepared function ``fn(handle, options, *inputs, *outputs)`` named ``name``, running the graph
+    ``build(options, *arrays)`` returns as ``(graph, tensors, consts)`` (see the module doc; ``consts``: (graph
+    tensor, device array) pairs bound after the tensors); returns the outputs."""
     n_in = len(inputs)
 
     def run(handle: Any, options: Any, *arrays: Any) -> tuple:

@@ -1,14 +1,8 @@
 """The one engine dispatch of every family (``engine="legacy" | "graph" | "auto"``: :func:`dispatch`), and the graph
 paths of the families whose C entry points cuDNN 9 marks deprecated: :func:`run_graph` builds a small graph on a
 signature's validated call and runs it through a :class:`~cudnn_py.graph.runner.Runner`, whose sink the prepared call
-repeats.
-
-Layout. cuDNN's pointwise engines take channels-last strides (dimension 1 innermost) and refuse the same data as
-NCHW. Pointwise operations do not care which axis is the channel, so every operand is described with its axes
-relabelled: the output's outermost axis first, its innermost second, the rest by decreasing stride, unit dimensions
-in front up to four. An NCHW array is then the channels-last (N, W, C, H), an NHWC one itself; broadcast operands
-get the same relabelling. Where every operand has the output's shape and strides and fills its memory, all are one
-flat channels-last (1, 64, n / 64, 1) array instead: cuDNN 9.19's pointwise engine runs ReLU 7 % faster so on an H200.
+repeats. Pointwise graphs describe their operands relabelled channels-last, or as one flat channels-last array
+(docs/graph_paths.md says why).
 """
 from __future__ import annotations
 
@@ -62,14 +56,11 @@ class GraphPathRefused(InvalidValueError):
 def dispatch(engine: str, handle: Any, key: Hashable | None, legacy: Callable[[], object],
              graph: Callable[[bool], object], *, mutated: Sequence | None = None, static: str = "graph",
              measure: bool = True) -> str:
-    """Run one call on ``engine`` and answer the engine that ran it: the families' one engine dispatch.
-    ``legacy()`` runs the legacy C call, ``graph(auto)`` the graph path (answering False, or raising
-    :class:`GraphPathRefused` / :class:`~cudnn_py.graph.GraphNotSupportedError`, where it does not take the call).
-
-    'legacy' and 'graph' run that engine (the graph's refusal raised); 'auto' the engine
-    :mod:`cudnn_py.calls.engine_choice` keeps for ``key`` (measured on its first call; ``mutated``: the arrays the call
-    writes and may read; both None: from the prepared call's declaration), the graph falling back to the legacy call
-    where it refuses; with ``measure`` False (a call that cannot be repeated), ``static``'s engine unmeasured."""
+    """Run one call on ``engine`` ('legacy', 'graph', or for 'auto' the one :mod:`cudnn_py.calls.engine_choice`
+    keeps for ``key``, the legacy call where the graph refuses) and answer the engine that ran it. ``legacy()`` runs
+    the legacy C call, ``graph(auto)`` the graph path (answering False, or raising :class:`GraphPathRefused` /
+    :class:`~cudnn_py.graph.GraphNotSupportedError`, where it does not take the call). ``mutated``: the arrays the
+    call writes and may read (None: the prepared call's declaration); ``measure`` False: ``static``'s engine."""
     if engine == "legacy":
         legacy()
         return engine
@@ -90,21 +81,20 @@ def dispatch(engine: str, handle: Any, key: Hashable | None, legacy: Callable[[]
         _builds.memo = outer
 
 
-#: ``.memo``: what :func:`run_graph` built during the :func:`dispatch` under way (its graphs, by configuration), for
-#: the engine choice's repeated runs of one call (absent or None outside one): no cache outlives the call
+#: ``.memo``: what :func:`run_graph` built during the :func:`dispatch` under way, for the engine choice's repeated
+#: runs of one call (None outside one): no cache outlives the call
 _builds = threading.local()
 
 
 def repeatable(run: Callable[[], object]) -> Callable[[], object]:
     """``run`` (a graph path) as an engine the engine choice may run several times: a later run queues again the
-    plan executions the first queued, on the same addresses, as the prepared call will (so the measurement times a
-    repeat call), and answers the first run's answer; where the first queued anything else, or spoiled its recording,
-    it runs again in full. Only for a path binding the call's arrays and outputs alone (no scratch buffer)."""
+    plan executions the first queued, on the same addresses (so the measurement times a repeat call), or runs in full
+    where the first queued anything else or spoiled its recording. Only for a path without scratch buffers."""
     first: list = []
 
     def again() -> object:
         if first:
-            for r, ptrs in first[0]:  # each as its validated call ran it: the workspace fetched, the step recorded
+            for r, ptrs in first[0]:
                 r.run_pointers(ptrs)
             return first[1]
         outer = recording.state.rec
@@ -135,8 +125,6 @@ def graph_dtype(dtype, what: str) -> None:
                                f"bfloat16 and float32 (use engine='legacy' for float64)")
 
 
-# ---------------------------------------------------------------- layout: channels-last relabelling
-
 def _relabel(out: DeviceArray) -> tuple[int, tuple[int, ...]]:
     """(unit dims prepended, axis permutation) that present ``out`` with its innermost axis second."""
     pad = max(0, 4 - out.ndim)
@@ -145,8 +133,7 @@ def _relabel(out: DeviceArray) -> tuple[int, tuple[int, ...]]:
 
 
 def _view(a: DeviceArray, pad: int, perm) -> DeviceArray:
-    """``a`` with ``pad`` unit dims in front and its axes permuted (no copy; ``a`` itself when nothing moves or
-    ``perm`` is None)."""
+    """``a`` with ``pad`` unit dims in front and its axes permuted (no copy)."""
     if perm is None or (not pad and perm == tuple(range(a.ndim))):
         return a
     shape, strides = (1,) * pad + a.shape, (1,) * pad + a.strides
@@ -154,15 +141,13 @@ def _view(a: DeviceArray, pad: int, perm) -> DeviceArray:
                             a.device_id, a, None)
 
 
-#: the channel count of the flat view (:func:`_flat`): cuDNN 9.19's pointwise engine on the H200 runs fastest with 64
-#: channels innermost (ReLU fp16 over 25.7M elements: 0.0285 ms, against 0.0306 ms for C = 256 and 0.063 for C = 8)
+#: the channel count of the flat view (:func:`_flat`): the fastest on cuDNN 9.19's pointwise engine (graph_paths.md)
 _FLAT_C = 64
 
 
 def _flat(ref: DeviceArray, arrays) -> Callable[[DeviceArray], DeviceArray] | None:
     """A view function presenting every array as one flat channels-last (1, _FLAT_C, n / _FLAT_C, 1) array, or None:
-    where all have ``ref``'s shape, strides and dtype and ``ref`` is dense (no broadcast, no gaps; a float32 ->
-    float16 conversion ran 10 % slower flat: 0.0476 against 0.0433 ms at 32x256x56x56 on the H200)."""
+    where all have ``ref``'s shape, strides and dtype (not for dtype conversions) and ``ref`` is dense."""
     n = ref.size
     if n % _FLAT_C or any(a.shape != ref.shape or a.strides != ref.strides or a.dtype != ref.dtype for a in arrays):
         return None
@@ -177,8 +162,7 @@ def _flat(ref: DeviceArray, arrays) -> Callable[[DeviceArray], DeviceArray] | No
 
 
 def _graph_strides(a: DeviceArray) -> tuple[int, ...]:
-    """The strides a graph tensor gets for view ``a``: packed channels-last where ``a`` is (unit dims made
-    consistent), else ``a``'s own (cuDNN decides whether an engine takes them)."""
+    """The strides a graph tensor gets for view ``a``: packed channels-last where ``a`` is, else ``a``'s own."""
     packed = packed_strides(a.shape, "NHWC")
     if all(p == s for p, s, n in zip(packed, a.strides, a.shape) if n > 1):
         return packed
@@ -186,9 +170,8 @@ def _graph_strides(a: DeviceArray) -> tuple[int, ...]:
 
 
 def _pointwise_layouts(inputs, views, ov: DeviceArray) -> None:
-    """Refuse what cuDNN 9.19's pointwise engines have no engine for (on Hopper), before cuDNN is asked: a full-size
-    operand in another memory order than the output, and a broadcast operand varying along another dim than the
-    channel (the innermost after relabelling: a (1, C, 1, 1) bias of NCHW data)."""
+    """Refuse what cuDNN 9.19's pointwise engines have no engine for, before cuDNN is asked: a full-size operand in
+    another memory order than the output, a broadcast operand varying along another dim than the channel."""
     want = _graph_strides(ov)
     for (role, _), v in zip(inputs, views):
         if v.shape == ov.shape and _graph_strides(v) != want:
@@ -200,22 +183,16 @@ def _pointwise_layouts(inputs, views, ov: DeviceArray) -> None:
                                    f"(use engine='legacy')")
 
 
-# ---------------------------------------------------------------- the graph run
-
 def run_graph(handle, name: str, params: tuple, inputs: Sequence[tuple[str, DeviceArray]],
               outputs: Sequence[tuple[str, DeviceArray]], build: Callable, *, auto: bool = False,
               relabel: bool = True, layout_of: DeviceArray | None = None, autotune: bool = False) -> bool:
-    """Run ``build``'s graph on these arrays (built on this validated call, or once for a :func:`dispatch`'s repeated
-    runs) through the plan cache; False when ``auto`` and the graph path refuses or cuDNN has no engine (nothing ran).
-
-    ``inputs`` / ``outputs``: (role, array) pairs (an input may also be an output, as beta blending and running
-    statistics are); ``params``: the hashable settings ``build`` depends on. ``build(graph, {role: tensor},
-    out_shape)`` returns the result, or results in ``outputs``' order (one that is an input, or of another shape,
-    is copied out by an identity operation). ``relabel``: describe the arrays in the relabelled channels-last order
-    of ``layout_of`` (default the first output), or as one flat array where :func:`_flat` allows (``build`` must
-    then be elementwise) - for pointwise graphs and reductions; else as they are. ``autotune``: time every plan on
-    the first call (:func:`~.runner.autotune_graph`) instead of taking mode A's first.
-    """
+    """Run ``build``'s graph on these arrays (built once per call, or per :func:`dispatch`) through the plan cache;
+    False when ``auto`` and the graph path refuses or cuDNN has no engine (nothing ran). ``inputs`` / ``outputs``:
+    (role, array) pairs (an input may also be an output); ``params``: the hashable settings ``build`` depends on.
+    ``build(graph, {role: tensor}, out_shape)`` returns the result(s) in ``outputs``' order (one that is an input, or of
+    another shape, is copied out). ``relabel``: describe the arrays relabelled channels-last after ``layout_of``
+    (default the first output), or flat where :func:`_flat` allows (``build`` must then be elementwise); else as they
+    are. ``autotune``: time every plan on the first call (:func:`~.runner.autotune_graph`), not take mode A's first."""
     for role, a in (*inputs, *outputs):
         if role != "index":  # pooling's int8 window index is the graph's own
             graph_dtype(a.dtype, role)
@@ -271,7 +248,7 @@ def run_graph(handle, name: str, params: tuple, inputs: Sequence[tuple[str, Devi
             memo[key] = got
     r, view = got
     recording.uses(ROUTE)
-    r.run([view(a) for _, a in (*inputs, *outputs)])  # validated: a repeat call is the prepared call's replay
+    r.run([view(a) for _, a in (*inputs, *outputs)])
     return True
 
 

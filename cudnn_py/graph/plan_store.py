@@ -1,14 +1,9 @@
-"""The plan store: built and autotuned execution plans kept in the tuning database, so a restarted program skips
-heuristics and autotuning.
+"""The plan store: built and autotuned execution plans (cuDNN's JSON, autotuned times) kept in the tuning database
+(kind ``"plan"``, docs/tuning.md), so a restarted program skips heuristics and autotuning.
 
-It is opt-in. :func:`set_plan_cache_dir` (or ``CUDNN_PY_PLAN_CACHE_DIR``) keeps plans in ``tuning.sqlite`` in that
-directory; :func:`use_database` in any :class:`~cudnn_py.tuning.TuningDatabase`; with neither, setting
-``CUDNN_PY_TUNING_DB`` to a file puts them in :func:`~cudnn_py.tuning.default_database`. A record (kind
-``"plan"``) is keyed by a hash of the graph's structure, shapes, strides and dtypes and of the build options,
-under the environment of the handle's device (cuDNN version, GPU, compute capability, driver); it holds cuDNN's own
-serialisation of each plan (``CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION``) and, for autotuned entries, the
-measured times. A malformed record is ignored with a warning and written again; a plan cuDNN refuses is rebuilt by
-the caller.
+It is opt-in: :func:`set_plan_cache_dir` (or ``CUDNN_PY_PLAN_CACHE_DIR``) keeps plans in ``tuning.sqlite`` there,
+:func:`use_database` in any :class:`~cudnn_py.tuning.TuningDatabase`; with neither, ``CUDNN_PY_TUNING_DB`` set to a
+file puts them in :func:`~cudnn_py.tuning.default_database`. A malformed record is dropped with a warning.
 """
 from __future__ import annotations
 
@@ -89,8 +84,8 @@ def _valid(plans) -> bool:
 
 
 def load(graph_key: tuple, options: tuple, handle) -> list[dict] | None:
-    """The stored entries [{'json': plan text, 'tag': engine tag, 'ms': time or None}] for this graph and these
-    options, or None (no store, no entry, or an unusable entry, dropped with a warning)."""
+    """The stored entries [{'json', 'tag', 'ms'}] for this graph and these options, or None (no store or entry, or
+    an unusable entry, dropped with a warning)."""
     try:
         db = database()
         if db is None:
@@ -112,8 +107,8 @@ def load(graph_key: tuple, options: tuple, handle) -> list[dict] | None:
 
 
 def save(graph_key: tuple, options: tuple, handle, plans: list[dict]) -> None:
-    """Store ``plans`` ([{'json', 'tag', 'ms'}]) for this graph and these options (no-op without a store; a store
-    that cannot be written warns and does not fail the call). A time that is not a finite number is stored as None."""
+    """Store ``plans`` ([{'json', 'tag', 'ms'}]) for this graph and these options (no-op without a store; one that
+    cannot be written warns). A time that is not a finite number is stored as None."""
     if isinstance(plans, list):
         plans = [dict(p, ms=None) if isinstance(p, dict) and isinstance(p.get("ms"), float)
                  and not math.isfinite(p["ms"]) else p for p in plans]

@@ -1,9 +1,7 @@
 """Engine heuristics, engine configs with their knobs and notes, execution plans, autotuning and the plan cache.
 
-:func:`build_plans` (through the handle's cache) and :func:`autotune` read and write the opt-in on-disk store of
-:mod:`cudnn_py.graph.plan_store`, so a restarted program skips that work. Plans are built one at a time: threads
-sharing a handle built no faster and lost configurations to failed runtime compilations (docs/tuning.md); a model
-sweep builds in worker processes (:mod:`cudnn_py.tuning.workers`).
+:func:`build_plans` and :func:`autotune` read and write the opt-in on-disk store of :mod:`cudnn_py.graph.plan_store`.
+Plans are built one at a time (docs/tuning.md says why; a model sweep builds in :mod:`cudnn_py.tuning.workers`).
 """
 from __future__ import annotations
 
@@ -25,7 +23,7 @@ from cudnn_py.core.caches import handle_cache
 from . import plan_store
 from .descriptors import BackendDescriptor
 from .errors import GraphNotSupportedError
-from .execute import CudaGraph, Executor, execute, ordered_pack
+from .execute import CudaGraph, Executor, ordered_pack
 from .runner import PLANS as _PLANS, TUNED
 
 __all__ = ["EngineConfig", "KnobInfo", "Plan", "heuristics", "engine_configs", "engine_config", "build_plans",
@@ -154,8 +152,8 @@ def engine_configs(graph, handle) -> tuple[list[EngineConfig], list[tuple[str, s
 
 
 def l2_flush(handle) -> Callable[[], None]:
-    """A callable that queues on ``handle``'s stream a write of a buffer twice the size of the device's L2 cache:
-    queued before a timed sample, it leaves none of the sample's data in L2 (see :func:`time_plan`'s ``flush``)."""
+    """A callable queuing on ``handle``'s stream a write of twice the device's L2 cache size: before a timed sample,
+    it leaves none of the sample's data in L2 (:func:`time_plan`'s ``flush``)."""
     from cudnn_py.core.memory import empty
     from cudnn_py.core.streams import get_device
     l2 = int(get_device(handle.device).properties.l2_cache_size or 0) or 64 << 20
@@ -172,10 +170,9 @@ SAMPLE_RUNS = 3
 
 
 def scratch_layout(graph, cudnn_bytes: int) -> tuple[tuple[tuple[int, int], ...], int]:
-    """Where a graph's scratch tensors go: real tensors an operation lists in ``scratch_tensors()`` (cuDNN reads and
-    writes them, their contents on entry do not matter, e.g. attention backward's float32 accumulators). They are
-    carved from the workspace after cuDNN's own ``cudnn_bytes``, each 256-byte aligned, so nobody binds them.
-    Returns (((uid, byte offset), ...), total workspace bytes)."""
+    """Where a graph's scratch tensors (an operation's ``scratch_tensors()``: contents on entry do not matter) go:
+    in the workspace after cuDNN's own ``cudnn_bytes``, 256-byte aligned, so nobody binds them. Returns
+    (((uid, byte offset), ...), total workspace bytes)."""
     places, end = [], cudnn_bytes
     for op in getattr(graph, "ops", ()):
         for t in getattr(op, "scratch_tensors", tuple)():
@@ -189,10 +186,9 @@ def scratch_layout(graph, cudnn_bytes: int) -> tuple[tuple[tuple[int, int], ...]
 class Plan:
     """A finalized execution plan (``CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR``) bound to the graph it runs.
 
-    ``workspace_size`` is what an execution needs: cuDNN's own workspace (``cudnn_workspace_size``) plus the graph's
-    scratch tensors, placed at ``scratch`` ((uid, byte offset), ...) in it (see :func:`scratch_layout`). ``held``:
-    whether :func:`time_plan` holds its samples' stream (False once a held sample timed out: see
-    :func:`~cudnn_py.core.streams.held_ms`)."""
+    ``workspace_size``: cuDNN's own workspace (``cudnn_workspace_size``) plus the graph's scratch tensors, placed at
+    ``scratch`` ((uid, byte offset), ...) (:func:`scratch_layout`). ``held``: whether :func:`time_plan` holds its
+    samples' stream (False once a held sample timed out: :func:`~cudnn_py.core.streams.held_ms`)."""
 
     held = True
 
@@ -236,8 +232,14 @@ class Plan:
         return ex
 
     def execute(self, handle, variant_pack: dict, workspace=None) -> None:
-        """Run on ``handle``'s stream with ``variant_pack`` {tensor or name or uid: array}."""
-        execute(self, handle, variant_pack, workspace)
+        """Run on ``handle``'s stream with ``variant_pack`` {tensor or name or uid: array} (through the cached
+        executor of that order)."""
+        io, arrays = ordered_pack(self, variant_pack)
+        ex = self.executor(handle, *io)
+        if workspace is None:
+            ex(*arrays)
+        else:
+            ex.with_workspace(workspace, *arrays)
 
     def populate_cuda_graph(self, handle, variant_pack: dict, workspace=None):
         """A :class:`~cudnn_py.graph.execute.CudaGraph` recorded from this plan (cuDNN >= 9.5 engines that
@@ -251,10 +253,8 @@ class Plan:
 def plan_from_json(handle, text: str | bytes, graph=None, tag: str = "") -> Plan:
     """Load a plan serialised by :meth:`Plan.to_json` (same cuDNN version and GPU). ``graph`` names its tensors
     and is what arrays are checked against, so it must be the graph the plan was made from (cuDNN cannot tell);
-    ``tag`` names where it came from (a file, the plan store) in errors and :attr:`Plan.tag`.
-
-    Raises ValueError for text that is not a JSON object (checked before cuDNN sees it), and ValueError from
-    cuDNN's refusal (a plan made by another cuDNN or GPU)."""
+    ``tag`` names where it came from in errors and :attr:`Plan.tag`. Raises ValueError for text that is not a JSON
+    object (checked before cuDNN sees it) and where cuDNN refuses it (a plan of another cuDNN or GPU)."""
     where = f" ({tag})" if tag else ""
     if isinstance(text, bytes):
         try:
@@ -281,8 +281,7 @@ def plan_from_json(handle, text: str | bytes, graph=None, tag: str = "") -> Plan
 
 
 def _stored(graph, handle, options: tuple) -> list[tuple[Plan, float | None]] | None:
-    """The plans the on-disk store holds for ``graph`` and ``options``, the graph frozen (None if none, or if cuDNN
-    refuses one)."""
+    """The stored plans for ``graph`` and ``options``, the graph frozen (None if none, or if cuDNN refuses one)."""
     entries = plan_store.load(graph.key(), options, handle)
     if not entries:
         return None
@@ -304,12 +303,8 @@ def _store(graph, handle, options: tuple, timed: list[tuple[Plan, float | None]]
     plan_store.save(graph.key(), options, handle, entries)
 
 
-# -- building, with the cache -------------------------------------------------------------------------------------
-
-
 def _plan_cache(handle) -> tuple[dict, dict]:
-    """The handle's plans (bound to the handle they were built with: dropped when it closes) and beside them its
-    plan-cache lookups that hit and missed (``"hits"``, ``"misses"``)."""
+    """The handle's plans (dropped when it closes) and its plan-cache lookup counts (``"hits"``, ``"misses"``)."""
     return handle_cache(handle, _PLANS), handle_cache(handle, "graph.plans.lookups", maxsize=2)
 
 
@@ -322,8 +317,8 @@ def plan_cache_clear(handle) -> None:
 
 
 def plan_cache_info(handle) -> dict:
-    """``{"entries", "hits", "misses"}``: how many plan lists ``handle`` has cached, and how many of its
-    :func:`build_plans` lookups hit and missed since it was made or last cleared."""
+    """``{"entries", "hits", "misses"}``: the plan lists ``handle`` has cached, and its :func:`build_plans` lookups
+    that hit and missed since it was made or last cleared."""
     plans, counts = _plan_cache(handle)
     return {"entries": len(plans), "hits": counts.get("hits", 0), "misses": counts.get("misses", 0)}
 
@@ -400,10 +395,9 @@ def time_plan(plan: Plan, handle, variant_pack: dict, *, warmup: int = 2, iters:
     """Median milliseconds per execution of ``plan`` on ``variant_pack``, over ``iters`` samples after ``warmup``
     untimed executions. A sample is :data:`SAMPLE_RUNS` executions between CUDA events on the handle's stream,
     held until all are queued (:func:`~cudnn_py.core.streams.timer` ``hold=True``): the GPU's time, neither an idle
-    GPU's launch latency nor the host's cost of queuing tiny executions.
-
-    ``flush`` (an :func:`l2_flush`): called before each sample, outside the events; a sample is then one execution
-    with its data evicted from the L2 cache (as in a network's step) instead of left there by the one before."""
+    GPU's launch latency nor the host's cost of queuing tiny executions. ``flush`` (an :func:`l2_flush`): called
+    before each sample, outside the events; a sample is then one execution with its data evicted from the L2 cache
+    (as in a network's step) instead of left there by the one before."""
     return _sample(plan, handle, variant_pack, warmup, iters, flush)[0]
 
 
@@ -435,16 +429,13 @@ def _sample(plan: Plan, handle, variant_pack: dict, warmup: int, iters: int,
     return sorted(gpu)[len(gpu) // 2], sorted(host)[len(host) // 2]
 
 
-#: where the fastest plan is host-bound (queuing an execution costs the host more than running it costs the GPU),
-#: plans within this fraction of its GPU time count as tied and :func:`autotune` takes the one whose execution costs
-#: the host least: a loop of such calls runs at the host's pace (64x64x64 matmul, H200: 12.1 us a call for one
-#: plan, 5.7-6.4 for the others)
+#: where the fastest plan is host-bound, plans within this fraction of its GPU time count as tied and :func:`autotune`
+#: takes the one whose execution costs the host least (docs/graph_paths.md)
 TIE = 0.05
 
 
 def _fastest_first(timed: list[tuple[Plan, float, float]]) -> list[tuple[Plan, float | None]]:
-    """[(plan, GPU ms)] of [(plan, GPU ms, host ms)] by GPU time, the first of host-bound ties the plan costing the
-    host least (:data:`TIE`)."""
+    """[(plan, GPU ms)] of [(plan, GPU ms, host ms)] by GPU time, host-bound ties broken (:data:`TIE`)."""
     timed = sorted(timed, key=lambda r: r[1] if not math.isnan(r[1]) else math.inf)
     first = timed[0]
     if first[2] > first[1]:
@@ -460,8 +451,7 @@ def autotune(graph, handle, variant_pack: dict, *, modes=("A", "B", "FALLBACK"),
     if "cache" in filters:
         raise InvalidTypeError("autotune always builds every plan anew (and keeps its timings in the plan store); "
                                "it takes no cache=")
-    # "held", "host-ties": GPU times of held streams, host-bound ties broken by host time (the store's earlier
-    # choices were made by the host's queuing cost, then by GPU time alone)
+    # "held", "host-ties": keys apart the store's entries timed the older ways
     options = ("autotune", "held", "host-ties", tuple(_mode_name(m) for m in modes), tuple(sorted(filters.items())))
     results: list[tuple[Plan, float | None]] | None = _stored(graph, handle, options)
     if not results:

@@ -1,10 +1,7 @@
 """The one runner behind every graph call: plan, binding order, constants, variant packs, workspace.
 
-:class:`Runner` is the only builder of ``VARIANT_PACK`` descriptors; its users are the
-:class:`~cudnn_py.graph.execute.Executor`, :class:`~cudnn_py.graph.execute.CudaGraph`, the operation families' graph
-paths and :func:`~cudnn_py.graph.graph_call.graph_call`, whose validated calls run through
-:meth:`Runner.run_pointers`, the sink a prepared call repeats. :func:`plan_graph` builds or autotunes a graph;
-:func:`new_output` makes every new DeviceArray output of a call.
+:class:`Runner` makes every ``VARIANT_PACK``; :meth:`Runner.run_pointers` is the sink a prepared call repeats.
+:func:`plan_graph` builds or autotunes a graph; :func:`new_output` makes every new DeviceArray output of a call.
 """
 from __future__ import annotations
 
@@ -64,10 +61,8 @@ def _check(status: int, function: str) -> None:
 
 class VariantPack:
     """A finalized ``VARIANT_PACK`` of the tensors' ``uids`` (ints or a ``c_int64`` array), their ``pointers`` and the
-    ``workspace`` address (None or 0: none), made in five bare calls; :attr:`ptr` is what ``cudnnBackendExecute``
-    gets. Destroyed when collected. A runner makes one per new set of addresses, so it is a bare pointer (a
-    :class:`~.descriptors.BackendDescriptor` costs several microseconds), its addresses passed in one
-    ``array('Q')`` (a ctypes ``c_void_p`` array took about 2 us to fill)."""
+    ``workspace`` address (None or 0: none), made in five bare calls (docs/graph_operations.md says why); :attr:`ptr`
+    is what ``cudnnBackendExecute`` gets. Destroyed when collected."""
 
     __slots__ = ("ptr",)
 
@@ -75,7 +70,9 @@ class VariantPack:
         n = len(uids)
         if len(pointers) != n:
             raise InvalidValueError(f"variant pack: {n} unique ids but {len(pointers)} data pointers")
-        create, set_attr, finalize = _PACK_CALLS or _pack_calls()
+        global _PACK_CALLS
+        create, set_attr, finalize = _PACK_CALLS = _PACK_CALLS or (
+            _bare("cudnnBackendCreateDescriptor"), _bare("cudnnBackendSetAttribute"), _bare("cudnnBackendFinalize"))
         ptr = capi.cudnnBackendDescriptor_t()
         _check(create(_VARIANT_PACK, ctypes.byref(ptr)), "cudnnBackendCreateDescriptor")
         self.ptr = ptr  # destroyed by __del__ from here on, a failing set or finalize included
@@ -97,28 +94,21 @@ class VariantPack:
             destroy_descriptor(ptr)
 
 
-#: the bare cuDNN calls a variant pack is made with, loaded by the first pack
+#: the bare cuDNN calls a variant pack is made with, loaded by the first pack (kept: 0.2 us less a pack than _bare)
 _PACK_CALLS: tuple = ()
 #: element counts passed to cudnnBackendSetAttribute, by value (never written)
 _COUNTS: dict[int, ctypes.c_int64] = {1: ctypes.c_int64(1)}
 
 
-def _pack_calls() -> tuple:
-    global _PACK_CALLS
-    _PACK_CALLS = (_bare("cudnnBackendCreateDescriptor"), _bare("cudnnBackendSetAttribute"),
-                   _bare("cudnnBackendFinalize"))
-    return _PACK_CALLS
-
-
 def make_variant_pack(uids: Sequence[int] | ctypes.Array, pointers: Sequence[int | None],
                       workspace: int | None) -> VariantPack:
-    """A finalized :class:`VariantPack` (what the runners make; tests stub this)."""
+    """A finalized :class:`VariantPack` (tests stub this)."""
     return VariantPack(uids, pointers, workspace)
 
 
 def handle_device(handle: Any) -> int | None:
-    """The device ordinal of ``handle`` (a :class:`~cudnn_py.Handle` or anything with ``device``: an int or an object
-    with ``device_id``); None for a raw ``cudnnHandle_t``, whose device is not known."""
+    """The device ordinal of ``handle`` (its ``device``: an int or an object with ``device_id``); None for a raw
+    ``cudnnHandle_t``."""
     dev = getattr(handle, "device", None)
     return None if dev is None else int(getattr(dev, "device_id", dev))
 
@@ -138,8 +128,7 @@ def check_signature(t: Any, sig: tuple, device: int | None) -> None:
 
 
 def tensor_pointer(t: Any, obj: Any, device: int | None) -> int:
-    """The device pointer of array ``obj`` bound to graph tensor ``t``, after :func:`check_signature` (``device``:
-    the handle's device ordinal, None: not checked); refusals name the tensor."""
+    """The device pointer of array ``obj`` bound to graph tensor ``t``, after :func:`check_signature`."""
     sig, ptr = array_signature(obj, t.name)
     check_signature(t, sig, device)
     return ptr
@@ -159,8 +148,8 @@ def workspace_pointer(plan: Any, workspace: Any, device: int | None) -> int:
 
 
 def plan_pointer(plan: Any) -> capi.cudnnBackendDescriptor_t:
-    """The plan descriptor's own pointer object (closing the descriptor sets it to NULL: a holder passes cuDNN NULL,
-    never a freed plan); :class:`ClosedError` where it is closed already."""
+    """The plan descriptor's own pointer object (NULL once closed: a holder never passes a freed plan);
+    :class:`ClosedError` where it is closed already."""
     ptr = plan.descriptor.ptr
     if ptr is None:
         raise ClosedError(f"the execution plan ({plan.tag}) is closed")
@@ -168,8 +157,8 @@ def plan_pointer(plan: Any) -> capi.cudnnBackendDescriptor_t:
 
 
 def plan_bindings(plan: Any) -> tuple[list, list]:
-    """(graph tensors bound to arrays, by-value scalars bound to host buffers) of a variant pack of ``plan``, in the
-    graph's order (its scratch tensors are neither); :class:`InvalidValueError` for a plan without a graph."""
+    """(graph tensors bound to arrays, by-value scalars) of ``plan``'s variant packs, in the graph's order, scratch
+    tensors left out; :class:`InvalidValueError` for a plan without a graph."""
     g = plan.graph
     if g is None:
         raise InvalidValueError("this plan has no graph to name its tensors (load it with plan_from_json(..., graph=))")
@@ -197,8 +186,7 @@ def bound_tensors(plan: Any, keys: Sequence) -> list:
 
 
 def scratch_pointers(plan: Any, workspace: int | None) -> tuple[list, list]:
-    """(uids, device pointers) of the plan's scratch tensors in the workspace at ``workspace`` (a plan-like object
-    without ``scratch`` has none)."""
+    """(uids, device pointers) of the plan's scratch tensors in the workspace at ``workspace``."""
     places = getattr(plan, "scratch", ())
     return [uid for uid, _ in places], [workspace + off for _, off in places]
 
@@ -210,9 +198,8 @@ OUTPUTS = "outputs"
 
 
 def new_output(handle: Any, shape: Sequence[int], dtype: Any, strides: Sequence[int] | None = None) -> DeviceArray:
-    """A new device array of ``shape`` laid out with non-negative element ``strides`` (None: C-contiguous; a layout
-    with gaps gets room for them) on the handle's device and stream: every new DeviceArray output of a call, from the
-    handle's :class:`~cudnn_py.core.memory.Output` of that layout (no checks or lookups per call)."""
+    """A new device array of ``shape`` and element ``strides`` (None: C-contiguous) on the handle's device and
+    stream, from the handle's :class:`~cudnn_py.core.memory.Output` of that layout."""
     key = (tuple(shape), dtype, None if strides is None else tuple(strides))
     outs = handle_cache(handle, OUTPUTS)
     out = outs.get(key)
@@ -222,12 +209,10 @@ def new_output(handle: Any, shape: Sequence[int], dtype: Any, strides: Sequence[
 
 
 class Runner:
-    """A plan (``graph``, ``descriptor``, ``workspace_size``, ``tag``) on a :class:`~cudnn_py.Handle` (or a raw
-    ``cudnnHandle_t``), the graph tensors it binds in order (``tensors``: Tensors, names or uids; default the graph's
-    order), and its variant packs by bound addresses. ``consts``: arrays bound after the first ``n_inputs`` tensors
-    (default: all but the constants) on every call; ``specs``: what the caller keeps with it; ``ready``: events
-    recorded after the constants' uploads on the stream they were queued on, which an execution on the handle's
-    stream (another, later) waits for until they are known complete (:meth:`settle`)."""
+    """A plan on a :class:`~cudnn_py.Handle` (or a raw ``cudnnHandle_t``), the graph tensors it binds in order
+    (``tensors``: Tensors, names or uids; default the graph's order) and its variant packs by bound addresses.
+    ``consts``: arrays bound after the first ``n_inputs`` tensors on every call; ``specs``: what the caller keeps with
+    it; ``ready``: events after the constants' uploads, which executions wait for until complete (:meth:`settle`)."""
 
     def __init__(self, plan: Any, handle: Any, tensors: Sequence = (), consts: Sequence = (),
                  n_inputs: int | None = None, specs: Sequence = (), ready: Sequence = ()):
@@ -244,13 +229,12 @@ class Runner:
         self.packs: dict = {}    # key -> c_void_p of the variant pack (what C gets)
         self._keep: dict = {}    # key -> the VariantPack owning it
         self.recent: dict = {}   # argument tuple (the same objects) -> c_void_p (Executor's identity cache)
-        # the Handle's own pointer object: destroying the handle sets it to NULL, so a late call fails cleanly
+        # the Handle's own pointer object: NULL once the handle is destroyed, so a late call fails cleanly
         self.h = handle.ptr if hasattr(handle, "ptr") else ctypes.c_void_p(ctypes.cast(handle, ctypes.c_void_p).value)
         if not isinstance(self.h, ctypes.c_void_p):  # the raw call has no argtypes: only pointer objects
             raise InvalidTypeError(f"handle must be a cudnn_py.Handle or a cudnnHandle_t, got {type(handle).__name__}")
         self.plan_ptr, self.workspace_size = plan_pointer(plan), plan.workspace_size
-        # the bare cudnnBackendExecute (handle, plan, variant pack) -> status, in an NVTX range where ranges were on
-        # when the runner was made (as an executor decides once)
+        # in an NVTX range where ranges were on when the runner was made
         self.launch = nvtx.wrap("cudnnBackendExecute", raw_execute())
         ws = getattr(handle, "workspace", None)
         self.ws_get = self._no_workspace if ws is None else ws.get
@@ -274,8 +258,7 @@ class Runner:
         return status_error("cudnnBackendExecute", status)
 
     def settle(self) -> None:
-        """Make the handle's stream wait for the constants' uploads (:attr:`ready`) not yet known complete; once they
-        all are (one query each), nothing is waited for again."""
+        """Make the handle's stream wait for the constants' uploads (:attr:`ready`) not yet known complete."""
         ready = self.ready = [e for e in self.ready if not e.is_done]
         for e in ready:
             self.handle.stream.wait(e)
@@ -331,9 +314,9 @@ class Runner:
         if recording.state.rec is None:
             self.execute(vp)
             return
-        recording.in_sink(self.execute, vp)  # a validated call being recorded for its prepared call: the call's
-        n, k = self.n_inputs, len(self.consts)  # addresses, the runner's own constants kept as they are; the
-        # workspace an argument, which the prepared call fetches once for all its steps
+        # recorded for the prepared call: the constants kept as they are, the workspace fetched once per replay
+        recording.in_sink(self.execute, vp)
+        n, k = self.n_inputs, len(self.consts)
         recording.add(self.replay, (recording.WorkspaceArg(self.workspace_size), *ptrs),
                       tuple(1 + i for i in range(len(ptrs)) if not n <= i < n + k))
 
@@ -406,18 +389,16 @@ class Runner:
 
 # -- what the entry points build per configuration ----------------------------------------------------------------
 def autotune_graph(g: Any, handle: Any, pack: dict) -> None:
-    """Make ``g``'s plan the fastest on ``pack`` (graph tensor -> array; outputs overwritten) of the plans of
-    heuristics modes A, B and the fallback list, which can hold the only fast one (float64 convolution backward
-    data, 32x64x56x56 3x3 on an H200, cuDNN 9.19: 6.3 ms on A's and B's first engine, 0.54 ms on the fallback's)."""
+    """Make ``g``'s plan the fastest on ``pack`` (graph tensor -> array; outputs overwritten) of modes A, B and the
+    fallback list (which can hold the only fast one: docs/graph_operations.md)."""
     with recording.measuring():
         g.autotune(handle, pack, modes=("A", "B", "FALLBACK"))
 
 
 def plan_graph(g: Any, handle: Any, inputs: dict, outputs: dict | Sequence, autotune: bool) -> Any:
     """Build ``g`` (the heuristics' first plan, through the plan cache) or with ``autotune`` time every plan on the
-    ``inputs`` and ``outputs`` (graph tensor -> array, or the output tensors alone: new arrays made); returns the
-    plan. The timed order is kept per handle and graph structure (:data:`TUNED`, cleared with the plan cache), so a
-    graph of that structure timed once takes it again untimed."""
+    ``inputs`` and ``outputs`` (graph tensor -> array, or the output tensors alone); returns the plan. The timed
+    order is kept per handle and graph structure (:data:`TUNED`), so the next graph of that structure is untimed."""
     if not autotune:
         g.build(handle)
         return g.plan

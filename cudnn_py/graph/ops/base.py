@@ -1,9 +1,5 @@
-"""What every graph operation is: tensors by role, hashable parameters, and its own lowering.
-
-An operation lowers to one or more finalized ``CUDNN_BACKEND_OPERATION_*`` descriptors through a
-:class:`LowerContext`; a composite operation (attention, a masked softmax) lowers to a subgraph by creating its
-own virtual tensors with :meth:`LowerContext.virtual` and lowering primitive operations into the same context.
-Adding an operation means adding one :class:`Op` subclass (and its builder method) in one module of this package.
+"""What every graph operation is: tensors by role, hashable parameters, and its own lowering to finalized
+``CUDNN_BACKEND_OPERATION_*`` descriptors in a :class:`LowerContext` (docs/graph_operations.md: adding one).
 """
 from __future__ import annotations
 
@@ -16,7 +12,17 @@ from ..descriptors import BackendDescriptor
 if TYPE_CHECKING:  # pragma: no cover
     from ..graph import Graph, Tensor as Tensor  # re-exported for the builder mixins' annotations
 
-__all__ = ["Op", "LowerContext", "Builder", "backend_dims"]
+__all__ = ["Op", "LowerContext", "Builder", "backend_dims", "loaded_version", "version_text"]
+
+
+def loaded_version() -> tuple[int, int, int]:
+    """The loaded cuDNN's (major, minor, patch)."""
+    from cudnn_py.clib.loader import library
+    return library().version
+
+
+def version_text(v: Sequence[int]) -> str:
+    return ".".join(map(str, v))
 
 
 def backend_dims(shape: Sequence[int], strides: Sequence[int]) -> tuple[list[int], list[int]]:
@@ -29,12 +35,8 @@ def backend_dims(shape: Sequence[int], strides: Sequence[int]) -> tuple[list[int
 
 
 class Op:
-    """One node of a graph.
-
-    ``inputs``/``outputs`` map roles to :class:`~cudnn_py.graph.Tensor` records; ``params`` holds hashable
-    settings (they key the plan cache). Subclasses set ``kind`` and implement :meth:`lower`, most through
-    :meth:`add_to` with their ``backend`` descriptor type and ``attrs``.
-    """
+    """One node of a graph: ``inputs``/``outputs`` map roles to tensors; ``params`` holds hashable settings (they key
+    the plan cache). Subclasses set ``kind`` and implement :meth:`lower`, most through :meth:`add_to`."""
 
     kind: ClassVar[str] = ""
     backend: ClassVar[str] = ""
@@ -62,8 +64,7 @@ class Op:
         return f"{label}({ins}) -> {outs}"
 
     def excluded_engines(self) -> dict[int, str]:
-        """Engines (global index -> why) that build a plan for this operation but were measured to give wrong
-        answers; plan building skips them. None by default."""
+        """Engines (global index -> why) measured to answer wrong for this operation; plan building skips them."""
         return {}
 
     def lower(self, ctx: "LowerContext") -> None:
@@ -71,7 +72,7 @@ class Op:
         raise NotImplementedError(f"{type(self).__name__} has no lowering")
 
     def set_tensors(self, d: BackendDescriptor, ctx: "LowerContext") -> None:
-        """Set each tensor of the operation, inputs then outputs, as its role's attribute of ``d``."""
+        """Set each tensor, inputs then outputs, as its role's attribute of ``d``."""
         for role, t in (*self.inputs.items(), *self.outputs.items()):
             d.set(self.attrs.get(role, role), ctx.tensor(t), attr_type="BACKEND_DESCRIPTOR")
 
@@ -87,8 +88,7 @@ class Op:
 
 
 class Builder:
-    """The base of the builder mixins. Their methods become :class:`~cudnn_py.graph.Graph`'s, and use the Graph
-    helpers declared here for type checkers (defined in graph.py)."""
+    """The base of the builder mixins: declares, for type checkers, the Graph members their methods use."""
 
     if TYPE_CHECKING:  # pragma: no cover
         name: str
@@ -115,7 +115,7 @@ class Builder:
 
 class LowerContext:
     """Lowering state of one graph for one handle: tensor descriptors by uid, the operation descriptors in order,
-    and the helper descriptors they reference (kept alive with the operation graph)."""
+    and the helper descriptors they reference."""
 
     def __init__(self, graph: "Graph", handle=None):
         self.graph, self.handle = graph, handle
@@ -128,8 +128,7 @@ class LowerContext:
         return self.view(t, t.shape, t.strides)
 
     def view(self, t: "Tensor", shape: Sequence[int], strides: Sequence[int]) -> BackendDescriptor:
-        """A ``TENSOR`` descriptor for ``t``'s memory (same uid) seen with other dims/strides, e.g. K transposed
-        for ``Q @ K^T``; ``view(t, t.shape, t.strides)`` is ``tensor(t)``."""
+        """A ``TENSOR`` descriptor for ``t``'s memory (same uid) seen with other dims/strides (K transposed)."""
         key = (t.uid, tuple(shape), tuple(strides))
         d = self._tensors.get(key)
         if d is None:
@@ -147,8 +146,7 @@ class LowerContext:
 
     def virtual(self, shape: Sequence[int], dtype=None, strides: Sequence[int] | None = None,
                 name: str = "") -> "Tensor":
-        """A new virtual tensor private to a composite operation's subgraph (``dtype`` defaults to the graph's
-        intermediate dtype, strides to packed row-major)."""
+        """A new virtual tensor private to a composite operation's subgraph (default: intermediate dtype, packed)."""
         from ..graph import Tensor, packed_strides
         g = self.graph
         uid = g.new_uid()
@@ -157,6 +155,6 @@ class LowerContext:
                       tuple(strides) if strides is not None else packed_strides(shape), dt, True)
 
     def add(self, op_desc: BackendDescriptor, *helpers: BackendDescriptor) -> None:
-        """Append a finalized operation descriptor (and keep the helper descriptors it references alive)."""
+        """Append a finalized operation descriptor, keeping the helpers it references alive."""
         self.operations.append(op_desc)
         self.kept.extend(helpers)

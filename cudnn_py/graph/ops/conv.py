@@ -42,8 +42,7 @@ class ConvFprop(_Conv):
 
 class ConvDgrad(_Conv):
     kind, backend = "conv_dgrad", "OPERATION_CONVOLUTION_BACKWARD_DATA"
-    #: engines that build plans with post-padding != padding but return wrong answers (relative error above 1
-    #: against the float64 reference, float32 and float16; measured with cuDNN 9.19 on an H100, 2026-11)
+    #: engines that build plans with post-padding != padding but answer wrong (docs/graph_operations.md)
     asymmetric_padding_bad_engines: tuple[int, ...] = (50,)
 
     def excluded_engines(self) -> dict[int, str]:
@@ -89,7 +88,6 @@ class ConvBuilders(Builder):
                    post_padding: Any = None, compute_dtype: Any = None, alpha: float = 1.0, beta: float = 0.0,
                    conv_mode: Any = "cross_correlation", name: str | None = None) -> Tensor:
         """y = conv(x, w): x (N, C, *spatial), w (K, C/groups, *kernel) -> y (N, K, *out), virtual.
-
         ``padding``/``post_padding`` (after; default = padding), ``stride``, ``dilation``: an int or one per
         spatial dim. Returns the output tensor."""
         x, w = self._conv_operands("conv_fprop", x, w, ("x", "w"))

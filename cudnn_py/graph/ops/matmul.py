@@ -8,15 +8,14 @@ from cudnn_py.errors import InvalidValueError
 
 from ..descriptors import BackendDescriptor
 from ..errors import GraphNotSupportedError
-from .base import Builder, LowerContext, Op
+from .base import Builder, LowerContext, Op, version_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from .base import Tensor
 
 __all__ = ["Matmul", "MatmulBuilders", "BROADCAST_SINCE"]
 
-#: the oldest cuDNN whose matmul engines were verified to broadcast a batch dim (size 1 against n): the H200 GPU
-#: suite passes on 9.19, while cuDNN 9.14 leaves output elements unwritten for (3, 32, 16) @ (1, 16, 24)
+#: the oldest cuDNN whose matmul engines were verified to broadcast a batch dim (docs/graph_operations.md)
 BROADCAST_SINCE = (9, 19, 0)
 
 
@@ -51,11 +50,11 @@ class MatmulBuilders(Builder):
         if a.shape[:-2] != b.shape[:-2]:
             loaded = library().version
             if loaded < BROADCAST_SINCE:
-                v = ".".join(map(str, loaded))
+                v = version_text(loaded)
                 raise GraphNotSupportedError(self.name, [f"matmul({a.describe()}, {b.describe()})"], [], [(
                     f"cuDNN {v} (loaded)", f"a batch dim broadcasts (size 1 against n), which cuDNN {v} computes "
                     f"wrongly (output elements left unwritten, measured on 9.14); verified from cuDNN "
-                    f"{'.'.join(map(str, BROADCAST_SINCE))}: expand the operand to the full batch")])
+                    f"{version_text(BROADCAST_SINCE)}: expand the operand to the full batch")])
         c = self.virtual((*batch, a.shape[-2], b.shape[-1]), name=name and f"{name}.c")
         self.add_op(Matmul({"a": a, "b": b}, {"c": c}, {"compute_dtype": self._compute(compute_dtype)}, name))
         return c

@@ -1,10 +1,9 @@
-"""Statistics and normalisation as graph operations: :class:`GenStats`, :class:`NormForward` /
-:class:`NormBackward` (layer, RMS, instance, batch and adaptive layer norm), :class:`BNFinalize`,
-:class:`BNBackwardWeights`.
+"""Statistics and normalisation as graph operations (layer, RMS, instance, batch and adaptive layer norm, batch-norm
+finalize and backward weights).
 
-Which dims a mode normalises over: layer, RMS and adaptive layer norm over the trailing dims the scale spans
-(scale (1, C, H, W) for x (N, C, H, W): each sample; scale (1, 1, D) for x (B, S, D): each token); instance norm
-over the spatial dims; batch norm over all but the channel dim. Statistics keep x's rank with size 1 on those dims.
+Layer, RMS and adaptive layer norm normalise over the trailing dims the scale spans (scale (1, C, H, W) for x
+(N, C, H, W): each sample; (1, 1, D) for x (B, S, D): each token), instance norm over the spatial dims, batch norm
+over all but the channel dim. Statistics keep x's rank with size 1 on those dims.
 """
 from __future__ import annotations
 
@@ -24,26 +23,23 @@ __all__ = ["GenStats", "NormForward", "NormBackward", "BNFinalize", "BNBackwardW
 NORM_MODES = {"layer": "CUDNN_LAYER_NORM", "rms": "CUDNN_RMS_NORM", "instance": "CUDNN_INSTANCE_NORM",
               "batch": "CUDNN_BATCH_NORM", "ada_layer": "CUDNN_ADA_LAYER_NORM"}
 _LAYER_LIKE = ("layer", "rms", "ada_layer")
-#: role -> tensor attribute of the norm forward operation
+#: role -> tensor attribute of each operation
 _FWD_ATTRS = {"x": "xdesc", "y": "ydesc", "scale": "scale_desc", "bias": "bias_desc", "epsilon": "epsilon_desc",
               "mean": "mean_desc", "inv_variance": "inv_variance_desc", "momentum": "exp_avg_factor_desc",
               "running_mean": "input_running_mean_desc", "running_var": "input_running_var_desc",
               "next_running_mean": "output_running_mean_desc", "next_running_var": "output_running_var_desc"}
-#: role -> tensor attribute of the norm backward operation
 _BWD_ATTRS = {"x": "xdesc", "dy": "dydesc", "scale": "scale_desc", "mean": "mean_desc",
               "inv_variance": "inv_variance_desc", "dx": "dxdesc", "dscale": "dscale_desc", "dbias": "dbias_desc"}
-#: role -> attribute of the batch-norm finalize operation
 _FIN_ATTRS = {"sum": "y_sum_desc", "sqsum": "y_sq_sum_desc", "scale": "scale_desc", "bias": "bias_desc",
               "epsilon": "epsilon_desc", "accum_count": "accum_count_desc", "momentum": "exp_averate_factor_desc",
               "running_mean": "prev_running_mean_desc", "running_var": "prev_running_var_desc",
               "eq_scale": "eq_scale_desc", "eq_bias": "eq_bias_desc", "mean": "saved_mean_desc",
               "inv_std": "saved_inv_std_desc", "next_running_mean": "updated_running_mean_desc",
               "next_running_var": "updated_running_var_desc"}
-#: role -> attribute of the batch-norm backward weights operation (EQ_BIAS is outside the attribute table)
 _DBN_ATTRS = {"x": "x_desc", "dy": "dy_desc", "mean": "mean_desc", "inv_std": "invstd_desc",
               "scale": "bn_scale_desc", "dscale": "dbn_scale_desc", "dbias": "dbn_bias_desc",
               "eq_dy_scale": "eq_dy_scale_desc", "eq_x_scale": "eq_x_scale_desc",
-              "eq_bias": "CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_EQ_BIAS"}
+              "eq_bias": "CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_EQ_BIAS"}  # its name lacks _DESC
 
 
 class BatchNormOutputs(NamedTuple):
@@ -76,8 +72,7 @@ class BNBackwardWeightsOutputs(NamedTuple):
 
 
 def norm_axes(mode: str, x_shape: tuple[int, ...], scale_shape: tuple[int, ...]) -> tuple[int, ...]:
-    """The dims a ``mode`` normalisation of x normalises over (see the module doc); raises ValueError where the
-    scale spans no dim (layer-like modes)."""
+    """The dims a ``mode`` normalisation of x normalises over (see the module doc)."""
     n = len(x_shape)
     if mode == "batch":
         return (0,) + tuple(range(2, n))
@@ -91,8 +86,8 @@ def norm_axes(mode: str, x_shape: tuple[int, ...], scale_shape: tuple[int, ...])
 
 
 def stat_shape(mode: str, x_shape: tuple[int, ...], scale_shape: tuple[int, ...] | None = None) -> tuple[int, ...]:
-    """The mean / inverse-variance shape: x's shape with 1 on the normalised dims (layer-like modes need the
-    scale's shape; without it they normalise every dim but the first)."""
+    """The mean / inverse-variance shape: x's with 1 on the normalised dims (layer-like modes without the scale's
+    shape: every dim but the first)."""
     if scale_shape is None:
         scale_shape = (1,) + tuple(x_shape[1:]) if mode in _LAYER_LIKE else (1,) * len(x_shape)
     axes = norm_axes(mode, x_shape, scale_shape)
@@ -101,7 +96,7 @@ def stat_shape(mode: str, x_shape: tuple[int, ...], scale_shape: tuple[int, ...]
 
 def param_shape(mode: str, x_shape: tuple[int, ...], scale_shape: tuple[int, ...]) -> tuple[int, ...]:
     """The scale/bias shape a ``mode`` normalisation of x needs (per channel for batch and instance norm; the
-    normalised dims for layer-like modes, plus the batch dim for adaptive layer norm)."""
+    normalised dims for layer-like modes, and the batch dim for adaptive layer norm)."""
     n = len(x_shape)
     if mode in ("batch", "instance"):
         return (1, x_shape[1]) + (1,) * (n - 2)
@@ -168,7 +163,6 @@ class BNBackwardWeights(Op):
 class NormBuilders(Builder):
     """The :class:`~cudnn_py.graph.Graph` methods that add statistics and normalisations."""
 
-    # -- checks shared by the builders ------------------------------------------------------------------------
     def _norm_x(self, x, what: str):
         x = self._own(x, "x")
         if x.ndim < 3:
@@ -176,7 +170,7 @@ class NormBuilders(Builder):
         return x
 
     def _norm_param(self, mode: str, x, t, role: str, what: str, expected: tuple[int, ...] | None = None):
-        """A scale/bias (or dscale-like) tensor of ``mode``'s parameter shape; returns it."""
+        """A scale/bias tensor of ``mode``'s parameter shape."""
         t = self._own(t, role)
         if t.ndim != x.ndim or any(a not in (1, b) for a, b in zip(t.shape, x.shape)):
             raise InvalidValueError(f"{what}: {role} {t.shape} does not broadcast to x {x.shape}")
@@ -200,7 +194,6 @@ class NormBuilders(Builder):
     def _stat_out(self, shape, name, suffix):
         return self.virtual(shape, name=name and f"{name}.{suffix}").set_dtype("float32")
 
-    # -- builders ---------------------------------------------------------------------------------------------
     def genstats(self, x, *, compute_dtype=None, name: str | None = None):
         """Per-channel sum and sum of squares of x (N, C, ...). Returns two (1, C, 1, ...) virtual tensors."""
         x = self._own(x, "x")
@@ -212,13 +205,12 @@ class NormBuilders(Builder):
 
     def norm_forward(self, x, scale, bias=None, *, mode: str = "layer", training: bool = True,
                      epsilon: float = 1e-5, mean=None, inv_variance=None, name: str | None = None):
-        """Normalisation forward: ``mode`` 'layer', 'rms', 'instance', 'batch' or 'ada_layer' (adaptive layer
-        norm: scale and bias per sample, shape (N, 1.., normalised dims)).
-
-        ``scale``/``bias``: the mode's parameter shape (see the module doc); rms takes an optional bias, the others
-        need one. ``epsilon`` > 0. Training returns ``(y, mean, inv_variance)`` (``mean`` None for rms; statistics
-        float32, virtual until ``set_output``); inference takes ``mean`` and ``inv_variance`` (rms: only
-        ``inv_variance``) and returns ``y``. Batch norm: see :meth:`batch_norm` for running statistics."""
+        """Normalisation forward: ``mode`` 'layer', 'rms', 'instance', 'batch' or 'ada_layer' (adaptive layer norm:
+        scale and bias per sample, shape (N, 1.., normalised dims)). ``scale``/``bias``: the mode's parameter shape (see
+        the module doc); rms takes an optional bias, the others need one. ``epsilon`` > 0. Training returns ``(y, mean,
+        inv_variance)`` (``mean`` None for rms; statistics float32, virtual until ``set_output``); inference takes
+        ``mean`` and ``inv_variance`` (rms: only ``inv_variance``) and returns ``y``. Batch norm: see :meth:`batch_norm`
+        for running statistics."""
         m = _mode(mode)
         if mode == "batch" and not training:
             raise InvalidValueError("cuDNN's norm forward has no batch-norm inference phase")
@@ -338,7 +330,7 @@ class NormBuilders(Builder):
             raise InvalidValueError(f"momentum must be in (0, 1], got {momentum!r}")
         running = {"running_mean": self._stat(s, running_mean, "running_mean", shape, "bn_finalize"),
                    "running_var": self._stat(s, running_var, "running_var", shape, "bn_finalize")}
-        # every check is done: make the tensors (in the order the operation's roles and uids always had)
+        # every check is done: make the tensors (in the order their uids always had: the plan-store keys)
         ins["epsilon"] = self.scalar(eps, ndim=s.ndim)
         ins["accum_count"] = self.scalar(accum_count, dtype="int64", ndim=s.ndim)
         outs = {k: self._stat_out(shape, name, k) for k in ("eq_scale", "eq_bias", "mean", "inv_std")}

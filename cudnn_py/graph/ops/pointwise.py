@@ -37,8 +37,8 @@ def _arity(name: str) -> str:
     return "binary" if short in _BINARY else "unary"
 
 
-#: Every pointwise mode of the loaded bindings -> 'unary' | 'binary' | 'ternary' | 'backward' (dy, x -> dx)
-#: | 'nullary' (gen_index: x gives only the shape).
+#: every pointwise mode -> 'unary' | 'binary' | 'ternary' | 'backward' (dy, x -> dx) | 'nullary' (gen_index: x gives
+#: only the shape)
 POINTWISE_ARITY: dict[capi.cudnnPointwiseMode_t, str] = {m: _arity(m.name) for m in _PW}
 
 
@@ -62,8 +62,7 @@ def broadcast_shape(what: str, ins) -> tuple[int, ...]:
 
 
 class Pointwise(Op):
-    """One pointwise operation; ``params``: mode, compute_dtype and the mode's settings (``_FLOAT_PARAMS``,
-    ``axis``)."""
+    """One pointwise operation; ``params``: mode, compute_dtype and the mode's settings."""
 
     kind, backend, attrs = "pointwise", "OPERATION_POINTWISE", _ROLE_ATTRS
 
@@ -83,9 +82,8 @@ class PointwiseBuilders(Builder):
 
     def pointwise(self, mode: Any, x: Tensor, b: Tensor | float | None = None, t: Tensor | None = None, *,
                   compute_dtype: Any = None, name: str | None = None, **params: Any) -> Tensor:
-        """Any ``cudnnPointwiseMode_t`` (``'add'``, ``'relu_fwd'``, ``'cmp_gt'``, ``'binary_select'``...).
-
-        Binary modes take ``b`` (a tensor that broadcasts to x, or a number: a by-value scalar); ``binary_select``
+        """Any ``cudnnPointwiseMode_t`` (``'add'``, ``'relu_fwd'``, ``'cmp_gt'``, ``'binary_select'``...). Binary
+        modes take ``b`` (a tensor that broadcasts to x, or a number: a by-value scalar); ``binary_select``
         takes ``b`` and the mask ``t``; backward modes take ``x`` = dy and ``b`` = the forward input;
         ``gen_index`` takes ``x`` for its shape and ``axis=``. ``params``: relu_lower_clip, relu_upper_clip,
         relu_lower_clip_slope, elu_alpha, softplus_beta, swish_beta, axis. Returns the output (virtual)."""

@@ -1,11 +1,6 @@
-"""FP8 graphs: :meth:`QuantBuilders.fp8_matmul` and :meth:`QuantBuilders.fp8_conv_fprop`.
-
-FP8 (e4m3/e5m2) operands, their descale factors applied to the float32 product, an optional output scale (needed
-for an FP8 output) and an optional amax (max |value| before the output scale, for the next step's scale): the
-pattern cuDNN's FP8 engines recognise, built from matmul/convolution, pointwise and reduction operations.
-
-Block-scale (MX) quantize/dequantize operations are not offered: cuDNN 9.19 has no engine for them on Hopper
-(see docs/graph_operations.md), so nothing here could be checked.
+"""FP8 graphs (:meth:`QuantBuilders.fp8_matmul`, :meth:`QuantBuilders.fp8_conv_fprop`): FP8 operands, their
+descales on the float32 product, an optional output scale and amax, the pattern cuDNN's FP8 engines recognise.
+Block-scale (MX) operations are not offered: cuDNN 9.19 has no engine for them on Hopper (docs/graph_operations.md).
 """
 from __future__ import annotations
 
@@ -60,7 +55,6 @@ class QuantBuilders(Builder):
     def fp8_matmul(self, a, b, *, descale_a=None, descale_b=None, scale_c=None, out_dtype=None, amax: bool = False,
                    compute_dtype="float32", name: str | None = None):
         """c = (a @ b) * descale_a * descale_b [* scale_c] with FP8 ``a`` (…, M, K) and ``b`` (…, K, N).
-
         ``descale_a``/``descale_b``: float32 tensors of shape (1,)*rank (required); ``scale_c``: required for an
         FP8 ``out_dtype`` (default: the graph's io dtype). ``amax=True`` also returns max |c| before ``scale_c``
         (float32, (1,)*rank). Returns c (virtual, dtype set), or (c, amax)."""

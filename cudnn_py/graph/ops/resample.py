@@ -1,8 +1,5 @@
-"""Resampling (pooling) as graph operations: ``OPERATION_RESAMPLE_FWD`` / ``OPERATION_RESAMPLE_BWD``.
-
-Max pooling, average pooling (padding counted in the divisor or not) over 2-D or 3-D windows of x (N, C, *spatial),
-with separate pre/post padding and a padding mode. Max pooling forward can also write an index tensor (int8, the
-position of the maximum inside its window) that the backward pass reads instead of x and y.
+"""Pooling as graph operations (``OPERATION_RESAMPLE_FWD`` / ``_BWD``): max and average over 2-D or 3-D windows,
+pre/post padding, a padding mode, and max pooling's int8 window index the backward can read instead of x and y.
 """
 from __future__ import annotations
 
@@ -93,13 +90,12 @@ class ResampleBuilders(Builder):
 
     def resample(self, x, mode: str = "max", window=2, *, stride=None, padding=0, post_padding=None,
                  padding_mode: str | None = None, index: bool = False, compute_dtype=None, name: str | None = None):
-        """Pooling forward of x (N, C, H, W) or (N, C, D, H, W).
-
-        ``mode``: 'max', 'avg' (padding counted in the divisor) or 'avg_exclude_padding'. ``window``, ``stride``
-        (default: the window), ``padding`` (before) and ``post_padding`` (after; default: ``padding``): an int or
-        one per spatial dim. ``padding_mode``: 'neg_inf' (max default), 'zero' (avg default) or 'edge'.
-        ``index=True`` (max only) also returns the int8 index tensor the backward pass can use. Returns y (and the
-        index), virtual, out = (in + padding + post_padding - window) // stride + 1."""
+        """Pooling forward of x (N, C, H, W) or (N, C, D, H, W). ``mode``: 'max', 'avg' (padding counted in the
+        divisor) or 'avg_exclude_padding'. ``window``, ``stride`` (default: the window), ``padding`` (before) and
+        ``post_padding`` (after; default: ``padding``): an int or one per spatial dim. ``padding_mode``: 'neg_inf'
+        (max default), 'zero' (avg default) or 'edge'. ``index=True`` (max only) also returns the int8 index tensor
+        the backward pass can use. Returns y (and the index), virtual, out = (in + padding + post_padding - window)
+        // stride + 1."""
         x = self._own(x, "x")
         p = self._pool_params(x.ndim - 2, mode, window, stride, padding, post_padding, padding_mode, compute_dtype)
         if index and mode != "max":

@@ -1,10 +1,7 @@
 """Layout and data movement as graph operations: reshape, transpose, slice, concatenate.
 
-``OPERATION_RESHAPE`` and ``OPERATION_CONCAT`` (cuDNN >= 9.7) exist in every cuDNN 9 this package runs on;
-``OPERATION_TRANSPOSE`` and ``OPERATION_SLICE`` arrived in cuDNN 9.22, and the reshape mode (logical vs view-only)
-with them. With an older library the builders refuse those with :class:`~cudnn_py.graph.GraphNotSupportedError`
-naming the operation and both versions, before cuDNN is called; before 9.22 a reshape is a view of x's memory, so
-it needs x packed row-major (where a view and a logical reshape agree).
+An operation the loaded cuDNN lacks (:data:`NEEDS`) is refused with :class:`~cudnn_py.graph.GraphNotSupportedError`
+before cuDNN is called; before 9.22 (no reshape mode) a reshape is a view of x's memory: x must be packed row-major.
 """
 from __future__ import annotations
 
@@ -17,7 +14,7 @@ from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 from ..descriptors import BackendDescriptor
 from ..errors import GraphNotSupportedError
-from .base import Builder, LowerContext, Op
+from .base import Builder, LowerContext, Op, loaded_version as _loaded, version_text as _v
 
 __all__ = ["Reshape", "Transpose", "Slice", "Concatenate", "ReshapeBuilders", "NEEDS"]
 
@@ -25,15 +22,6 @@ __all__ = ["Reshape", "Transpose", "Slice", "Concatenate", "ReshapeBuilders", "N
 NEEDS = {"OPERATION_RESHAPE": (9, 0, 0), "OPERATION_CONCAT": (9, 7, 0), "OPERATION_TRANSPOSE": (9, 22, 0),
          "OPERATION_SLICE": (9, 22, 0)}
 _RESHAPE_MODE_SINCE = (9, 22, 0)
-
-
-def _loaded() -> tuple[int, int, int]:
-    from cudnn_py.clib.loader import library
-    return library().version
-
-
-def _v(t: tuple) -> str:
-    return ".".join(map(str, t))
 
 
 _XY = {"x": "xdesc", "y": "ydesc"}

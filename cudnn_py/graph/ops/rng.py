@@ -1,8 +1,5 @@
-"""Random numbers inside a graph: ``OPERATION_RNG`` (cuDNN's Philox generator), and dropout built on it.
-
-The generator is counter-based: the same seed and offset give the same numbers, so a dropout mask can be made
-again in the backward pass instead of stored. The seed is either fixed in the graph (an int) or read at execution
-from a device tensor (int64, shape all ones) together with an offset tensor, so one built plan serves every step.
+"""Random numbers inside a graph: ``OPERATION_RNG`` (cuDNN's counter-based Philox generator: the same seed and offset
+give the same numbers), and dropout built on it.
 """
 from __future__ import annotations
 
@@ -36,7 +33,7 @@ class Rng(Op):
             d.set("seed", int(p["seed"]))
         else:
             seed = ctx.tensor(self.inputs["seed"])
-            # CUDNN_ATTR_OPERATION_RNG_SEED takes a tensor descriptor too; the attribute table knows only INT64
+            # RNG_SEED takes a tensor descriptor too; the attribute table knows only INT64
             capi.cudnnBackendSetAttribute(d.ptr, capi.CUDNN_ATTR_OPERATION_RNG_SEED, capi.CUDNN_TYPE_BACKEND_DESCRIPTOR,
                                           1, ctypes.byref(ctypes.c_void_p(seed.ptr.value)))
             d.set("offset_desc", ctx.tensor(self.inputs["offset"]))
@@ -68,7 +65,6 @@ class RngBuilders(Builder):
 
     def bernoulli(self, shape, probability: float, *, seed=0, offset=None, like=None, name: str | None = None):
         """A mask of ``shape`` with elements 1 (probability ``probability``) or 0, from cuDNN's Philox generator.
-
         ``seed``: an int baked into the graph, or an int64 device tensor of shape (1,)*rank read at execution with
         the ``offset`` tensor (same shape and dtype): the same seed and offset give the same mask. ``like``: a
         tensor whose layout the mask follows. Returns the mask (virtual; float32 intermediates, the graph's io dtype

@@ -1,23 +1,11 @@
-"""Scaled dot-product attention (flash attention) forward and backward as graph operations.
+"""Scaled dot-product attention forward and backward as graph operations, and their lowering.
 
-cuDNN runs attention as fused engines that recognise a pattern of backend operations (the "composite" form:
-``Q @ K^T``, scale, bias/ALiBi, masks built from ``gen_index``/compare/``binary_select``, a softmax spelled as
-max/sub/exp/sum/div with the log-sum-exp statistics, Philox dropout through an RNG operation, ``P @ V``; the
-backward likewise). cuDNN 9.13+ also has one unified ``OPERATION_SDPA_FWD`` descriptor that takes fewer options.
-:class:`SdpaForward` lowers to either form, :class:`SdpaBackward` to the composite one (measured on cuDNN 9.19:
-the unified ``OPERATION_SDPA_BWD`` has no engines, its operation graph fails to finalize); docs/attention.md
-records which form has engines for which option.
-
-Shapes are logical ``(B, H, S, D)`` with any strides whose head dim is packed (BHSD, BSHD, interleaved QKV); packed
-("THD") batches are the same logical tensors with ragged offsets (:meth:`Tensor.set_ragged_offset`) in place of
-the batch stride.
-
-:class:`SdpaFp8Forward` / :class:`SdpaFp8Backward` are the FP8 (e4m3/e5m2) forms with per-tensor descale/scale
-inputs and amax outputs (cudnn-frontend's pattern: the float32 scores and gradients are descaled after each
-matmul, and the probabilities and dS are scaled back to FP8 before the next).
-
-This module holds the operations and their lowering; :mod:`.sdpa_builders` the ``Graph.sdpa*`` methods that check
-the tensors and add them, :mod:`.sdpa_options` the options they share with the entry points.
+:class:`SdpaForward` lowers to the "composite" form (the pattern of primitive operations cuDNN's fused engines
+recognise) or the unified ``OPERATION_SDPA_FWD``, :class:`SdpaBackward` to the composite form only (docs/attention.md
+says which form has engines for which option). :class:`SdpaFp8Forward` / :class:`SdpaFp8Backward` are the FP8 forms
+with per-tensor descale/scale inputs and amax outputs (cudnn-frontend's pattern). Shapes are logical
+``(B, H, S, D)`` with the head dim packed; packed ("THD") batches carry ragged offsets. :mod:`.sdpa_builders` holds
+the ``Graph.sdpa*`` methods, :mod:`.sdpa_options` the options.
 """
 from __future__ import annotations
 
@@ -47,8 +35,7 @@ FP8_BACKWARD_SCALES = ("descale_q", "descale_k", "descale_v", "descale_o", "desc
                        "scale_s", "scale_dq", "scale_dk", "scale_dv", "scale_dp")
 
 
-# -- the options as keywords, for type checkers (``**kwargs: Unpack[...]``): a misspelt or mistyped option is an
-# error there; at run time SdpaOptions checks them (tests/test_typing.py checks these against its fields)
+# -- the options as keywords, for type checkers (``**kwargs: Unpack[...]``; tests/test_typing.py checks the fields)
 class SdpaFp8OptionKeywords(TypedDict, total=False):
     """The options FP8 attention takes as keywords (see :class:`SdpaOptions`)."""
     scale: float | None
@@ -77,7 +64,6 @@ def _swap_last(shape_or_strides) -> tuple:
     return (*s[:-2], s[-1], s[-2])
 
 
-# -- lowering helpers: one backend operation each ------------------------------------------------------------------
 def _pw(ctx: LowerContext, mode, x, b=None, t=None, *, out=None, dtype=_F, compute=_F, **params):
     """One pointwise operation into ``out`` (default: a new virtual tensor of ``dtype``); returns the output."""
     if out is None:  # b broadcast against x
@@ -112,8 +98,8 @@ def _matmul(ctx: LowerContext, a, b, c, *, b_view=None, m=None, n=None, k=None) 
 
 
 def _reshape(ctx: LowerContext, x, dtype, view=None):
-    """A virtual copy of ``x`` through a reshape: of its memory seen as ``view`` (shape, strides) into x's shape and
-    strides (K read back through its transposed view), or of (B, H, S_q, S_kv) ``x`` as a (B, H, S_kv, S_q) one."""
+    """A virtual copy of ``x`` through a reshape: of its memory seen as ``view`` (shape, strides) into x's layout,
+    or of (B, H, S_q, S_kv) ``x`` as a (B, H, S_kv, S_q) one."""
     if view is None:
         b, h, sq, skv = x.shape
         y = ctx.virtual((b, h, skv, sq), dtype, strides=(h * sq * skv, sq * skv, 1, skv))
@@ -131,7 +117,7 @@ def _rng(ctx: LowerContext, seed, offset, out, keep_probability: float) -> None:
 
 
 def _paged_load(ctx: LowerContext, ins, name: str, shape, strides=None):
-    """Gather the paged K or V cache ``ins[name]`` ((blocks, H, block, D)) into a new virtual tensor of ``shape``."""
+    """Gather the paged K or V cache ``ins[name]`` into a new virtual tensor of ``shape``."""
     out = ctx.virtual(shape, ins[name].dtype, strides=strides)
     ctx.add(BackendDescriptor("OPERATION_PAGED_CACHE_LOAD", container_desc=ctx.tensor(ins[name]),
                               page_table_desc=ctx.tensor(ins[f"page_table_{name}"]),
@@ -170,8 +156,7 @@ def _band_masks(ctx, s, ins, p):
 
 
 def _scores(ctx, ins, s_raw):
-    """scale (and FP8's descales), bias, ALiBi and the padding mask applied to the raw scores (the order the engines
-    recognise)."""
+    """Scale (and FP8's descales), bias, ALiBi and the padding mask on the raw scores, in the engines' order."""
     s = _pw(ctx, "mul", s_raw, ins["scale"])
     if "descale_q" in ins:
         s = _pw(ctx, "mul", _pw(ctx, "mul", s, ins["descale_q"]), ins["descale_k"])
@@ -190,13 +175,10 @@ def _scores(ctx, ins, s_raw):
 
 
 class SdpaForward(Op):
-    """O = softmax(mask(scale * Q K^T + bias + alibi)) (dropout) V, and the statistics (row log-sum-exp, float32).
-    With a sink (one float32 logit per head) each row's softmax has one more logit, which takes probability mass
-    and adds no value; the statistics include it.
-
-    ``inputs``: q, k, v, scale (by-value) and the optional tensors of the options (bias, seq_len_q/seq_len_kv,
-    alibi_slopes, seed/offset, page tables, sink) plus the by-value constants the builder made; ``outputs``: o,
-    stats, rng_dump (optional). ``params``: implementation, alignment, left/right bound, dropout, s_kv, batch."""
+    """O = softmax(mask(scale * Q K^T + bias + alibi)) (dropout) V, and the statistics (row log-sum-exp, float32;
+    a sink is one more logit per row, in the statistics, with no value). ``inputs``: q, k, v, scale and the optional
+    tensors and constants the builder made; ``outputs``: o, stats, rng_dump (optional). ``params``: implementation,
+    alignment, left/right bound, dropout, s_kv, batch."""
 
     kind = "sdpa_fwd"
 
@@ -223,8 +205,7 @@ class SdpaForward(Op):
         s_raw = ctx.virtual((b, hq, sq, skv), _F)
         _matmul(ctx, q, k, s_raw, b_view=kt_view, m=ins.get("seq_len_q"), n=ins.get("seq_len_kv"))
         s = _band_masks(ctx, _scores(ctx, ins, s_raw), ins, p)
-        # softmax, with the statistics max + log(sum(exp(s - max))); a sink is one more logit per head, in the max
-        # and the sum but with no value (cudnn-frontend's pattern and order)
+        # softmax with the statistics max + log(sum(exp(s - max))), a sink in the max and sum (cudnn-frontend's order)
         mx = _reduce(ctx, s, "max", shape=(b, hq, sq, 1))
         sink = ins.get("sink")
         if sink is not None:
@@ -253,17 +234,14 @@ class SdpaForward(Op):
 
 
 class SdpaBackward(Op):
-    """dQ, dK, dV (and dBias, dSink) of :class:`SdpaForward` from dO, O and the forward's statistics (which hold the
-    sink's share, so the sink is an input only for its gradient).
-
-    The composite form needs two float32 scratch tensors, ``softmax_sum`` (B, Hq, Sq, 1) and ``dq_accum``
-    (B, Hq, Sq, D) (no dq_accum with dBias): real tensors whose contents on entry do not matter (cuDNN >= 9.6), which
-    the plan carves from its workspace (:meth:`scratch_tensors`), so nobody binds them."""
+    """dQ, dK, dV (and dBias, dSink) of :class:`SdpaForward` from dO, O and the forward's statistics (the sink is an
+    input only for its gradient). Its float32 scratch tensors ``softmax_sum`` (B, Hq, Sq, 1) and ``dq_accum``
+    (B, Hq, Sq, D) (none with dBias) live in the plan's workspace (:meth:`scratch_tensors`)."""
 
     kind = "sdpa_bwd"
 
     def scratch_tensors(self) -> list:
-        """The float32 accumulators cuDNN reads and writes (their contents on entry do not matter)."""
+        """The float32 accumulators cuDNN reads and writes (contents on entry do not matter, cuDNN >= 9.6)."""
         return [t for r, t in self.outputs.items() if r in ("softmax_sum", "dq_accum")]
 
     def lower(self, ctx: LowerContext) -> None:
@@ -323,12 +301,10 @@ class SdpaBackward(Op):
             _reduce(ctx, full, "add", out=out)
 
 
-
 # -- FP8 ----------------------------------------------------------------------------------------------------------
 def _fp8_matmul(ctx, ins, outs, name: str, a, b, descales: tuple, heads_out=None) -> None:
-    """cudnn-frontend's FP8 matmul: c = a @ b in float32 (summed over each head group when ``heads_out`` is fewer
-    heads), times the two ``descales``; output ``name`` = that times ``scale_<name>`` (FP8), ``amax_<name>`` = its
-    max |.|."""
+    """cudnn-frontend's FP8 matmul: c = a @ b in float32 (summed per head group down to ``heads_out`` heads) times
+    the ``descales``; output ``name`` = c times ``scale_<name>``, ``amax_<name>`` = max |c|."""
     full = (*a.shape[:3], b.shape[3])
     c = ctx.virtual(full, _F)
     _matmul(ctx, a, b, c)
@@ -340,18 +316,15 @@ def _fp8_matmul(ctx, ins, outs, name: str, a, b, descales: tuple, heads_out=None
 
 
 class SdpaFp8Forward(SdpaForward):
-    """FP8 attention forward: O (FP8) and the float32 statistics, with amax of the probabilities (amax_s) and of O
-    before its scaling (amax_o). ``inputs``: q, k, v (FP8), scale (by value), descale_q/k/v/s, scale_s, scale_o
-    ((1, 1, 1, 1) float32 device tensors) and the mask constants; ``params`` as :class:`SdpaForward`'s (lowered
-    to its composite form, whose FP8 steps the scales turn on)."""
+    """FP8 attention forward: O (FP8), the statistics, amax_s (of the probabilities) and amax_o (of O before its
+    scaling); lowered as :class:`SdpaForward`'s composite form, whose FP8 steps the scale inputs turn on."""
 
     kind = "sdpa_fp8_fwd"
 
 
 class SdpaFp8Backward(Op):
-    """FP8 attention backward: dQ, dK, dV (FP8) and the amax of each before its scaling, plus amax of dS (amax_dp),
-    from the forward's q, k, v, o, its statistics and dO (FP8). Inputs as cudnn-frontend's ``sdpa_fp8_backward``:
-    descale_q/k/v/o/do/s/dp and scale_s/dq/dk/dv/dp ((1, 1, 1, 1) float32 device tensors). No scratch tensors."""
+    """FP8 attention backward: dQ, dK, dV (FP8), the amax of each before its scaling and amax_dp (of dS), with
+    cudnn-frontend's descale/scale inputs. No scratch tensors."""
 
     kind = "sdpa_fp8_bwd"
 

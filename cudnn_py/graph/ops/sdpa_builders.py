@@ -1,6 +1,6 @@
-"""The ``Graph.sdpa*`` builder methods: the attention tensors checked against each other and the options (an
-:class:`~.sdpa_options.SdpaOptions` or its fields as keywords), then the operations of :mod:`.sdpa` added to the
-graph. ``alibi_slopes=`` and ``generate_stats=`` are the deprecated spellings of ``alibi=`` and ``return_stats=``.
+"""The ``Graph.sdpa*`` builder methods: the attention tensors checked against each other and the options, then the
+operations of :mod:`.sdpa` added. ``alibi_slopes=`` and ``generate_stats=`` are deprecated spellings of ``alibi=`` and
+``return_stats=``.
 """
 from __future__ import annotations
 
@@ -8,13 +8,12 @@ import inspect
 import math
 from typing import TYPE_CHECKING, Any, Literal, TypedDict, overload
 
-from cudnn_py.clib import loader as _loader
 from cudnn_py import capi
-from cudnn_py._deprecation import warn
+from cudnn_py._deprecation import renamed_kwargs
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 from ..errors import GraphNotSupportedError
-from .base import Builder
+from .base import Builder, loaded_version as _version, version_text as _vstr
 from .sdpa import (FP8_BACKWARD_SCALES, FP8_FORWARD_SCALES, SdpaBackward, SdpaFp8Backward, SdpaFp8Forward,
                    SdpaFp8OptionKeywords, SdpaForward, SdpaGraphOptionKeywords)
 from .sdpa_options import SdpaOptions, fp8_only, unexpected_keyword
@@ -38,14 +37,6 @@ _DQ_ACCUM_ANY_CONTENTS = (9, 6, 0)
 _SINK_SINCE = (9, 13, 0)
 #: deprecated keyword -> its name now
 _RENAMED = {"alibi_slopes": "alibi", "generate_stats": "return_stats"}
-
-
-def _version() -> tuple[int, int, int]:
-    return _loader.library().version
-
-
-def _vstr(v) -> str:
-    return ".".join(str(x) for x in v)
 
 
 def _strides_like(shape, ref_strides) -> tuple[int, ...]:
@@ -83,19 +74,13 @@ class _ForwardKeywords(_Inputs, SdpaGraphOptionKeywords, total=False):
 
 def _options(where: str, options, kwargs: dict, values: dict) -> SdpaOptions:
     """The call's :class:`SdpaOptions` from ``options=`` or the option keywords in ``kwargs``; deprecated spellings
-    in ``kwargs`` move to ``values`` (the new names' values, None when not given) with a warning; an unknown
-    keyword gets a did-you-mean among the method's parameters."""
+    move to ``values`` (the new names' values) with a warning; an unknown keyword gets a did-you-mean."""
     for name in kwargs:
         if name not in _RENAMED and name not in SdpaOptions.__dataclass_fields__:
             method = getattr(SdpaBuilders, where.rpartition(".")[2])
             raise unexpected_keyword(where, name, [*SdpaOptions.__dataclass_fields__,
                                                    *list(inspect.signature(method).parameters)[1:-1]])
-    for old in [k for k in kwargs if k in _RENAMED]:
-        new = _RENAMED[old]
-        if values.get(new) is not None:
-            raise InvalidTypeError(f"{where}() got both {new}= and its old spelling {old}=; pass {new}= only")
-        warn(f"{where}(): {old}= is deprecated, use {new}=", stacklevel=4)
-        values[new] = kwargs.pop(old)
+    renamed_kwargs(where, {k: kwargs.pop(k) for k in [k for k in kwargs if k in _RENAMED]}, _RENAMED, values, 5)
     return SdpaOptions.of(options, kwargs, where)
 
 
@@ -105,9 +90,8 @@ class SdpaBuilders(Builder):
     def _sdpa_common(self, what, q, k, v, opts: SdpaOptions, *, bias=None, seq_len_q=None, seq_len_kv=None,
                      alibi=None, seed=None, offset=None, paged=None, backward=False, ragged=None, fp8=False,
                      sink=None):
-        """Check the tensors against each other and the options (checked on their own when made); returns
-        (inputs, params, ragged offsets). ``ragged``: {'q', 'k', 'v', 'o', 'stats'} -> offset tensor or None (see
-        :meth:`_sdpa_ragged`)."""
+        """Check the tensors against each other and the options; returns (inputs, params, ragged offsets)
+        (``ragged``: see :meth:`_sdpa_ragged`)."""
         q, k, v = self._own(q, "q"), self._own(k, "k"), self._own(v, "v")
         for t, n in ((q, "q"), (k, "k"), (v, "v")):
             if t.ndim != 4:
@@ -228,8 +212,7 @@ class SdpaBuilders(Builder):
         return ins, params, rag
 
     def _sdpa_sink(self, what, sink, q, features: dict):
-        """The attention sink checked: a (1, Hq, 1, 1) float32 device tensor, on a cuDNN whose engines take it,
-        without the options cudnn-py has not verified with it (``features``: name -> whether asked for)."""
+        """The attention sink checked: (1, Hq, 1, 1) float32, a cuDNN that takes it, no unverified ``features``."""
         hq, sq = q.shape[1], q.shape[2]
         sink = self._device_input(what, sink, "sink", (1, hq, 1, 1), _F, "(1, Hq, 1, 1) = ")
         if _version() < _SINK_SINCE:
@@ -245,7 +228,7 @@ class SdpaBuilders(Builder):
         return sink
 
     def _device_input(self, what, t, n, shape, dtype, shape_text="a "):
-        """``t`` (this graph's) as the device input ``n``: refused unless of ``shape`` and ``dtype``, with memory."""
+        """``t`` as device input ``n``, refused unless of ``shape`` and ``dtype``."""
         t = self._own(t, n)
         if t.shape != shape or t.dtype != dtype or t.is_virtual or t.is_by_value:
             raise InvalidValueError(f"{what}: {n} must be {shape_text}{shape} {dtype.name[11:].lower()} device "
@@ -259,9 +242,8 @@ class SdpaBuilders(Builder):
         return o.set_dtype(q.dtype)
 
     def _sdpa_bwd_io(self, what, ins, o, do, stats, name, fp8=False) -> dict:
-        """Check the backward's ``o``, ``do`` (o's shape, head dim packed; q's dtype, or FP8 with o of q's type) and
-        ``stats`` (the forward's float32 (B, Hq, Sq, 1)) into ``ins``; returns the gradients dq, dk, dv (virtual,
-        each with the layout and ragged offset of its input and q's dtype)."""
+        """Check the backward's ``o``, ``do`` and ``stats`` into ``ins``; returns dq, dk, dv (virtual, each with the
+        layout and ragged offset of its input and q's dtype)."""
         q, k = ins["q"], ins["k"]
         b, hq, sq, _ = q.shape
         if sq == 1 and k.shape[2] == 1:
@@ -294,10 +276,9 @@ class SdpaBuilders(Builder):
         t.set_ragged_offset(off)
 
     def _sdpa_ragged(self, what, ragged: dict, q, k, v, padded: bool) -> dict:
-        """The ragged offsets of a packed ("THD") attention: ``ragged`` maps 'q', 'k', 'v', 'o', 'stats' to offset
-        tensors (or None); offsets already set on q/k/v with :meth:`Tensor.set_ragged_offset` count too. Sets them on
-        q, k and v (which checks each: an int32/int64 (B + 1, 1, 1, 1) graph input) and returns the complete dict
-        ({} when nothing is ragged). q, k, v and o must all be ragged, with the padding mask (cuDNN's rule)."""
+        """The ragged offsets of a packed attention ({} when nothing is ragged): ``ragged`` maps 'q', 'k', 'v', 'o',
+        'stats' to offset tensors or None, offsets already set on q/k/v count too; sets them on q, k and v. q, k, v
+        and o must all be ragged, with the padding mask (cuDNN's rule)."""
         own: dict[str, Tensor | None] = {r: self._own(t, f"ragged_offset_{r}") for r, t in ragged.items()
                                           if t is not None}
         own.update({r: t.ragged_offset for r, t in (("q", q), ("k", k), ("v", v))
@@ -317,8 +298,7 @@ class SdpaBuilders(Builder):
         return own
 
     def _sdpa_implementation(self, what, implementation, features, backward) -> str:
-        """'composite' or 'unified' for ``implementation`` and the features asked for; refuses (naming the
-        option) what the unified descriptor cannot take, measured on cuDNN 9.19."""
+        """'composite' or 'unified' for ``implementation`` and the features asked for (cuDNN 9.19's limits)."""
         if implementation == "composite":
             return "composite"
         ver, on = _version(), [f for f, x in features.items() if x]
@@ -361,13 +341,11 @@ class SdpaBuilders(Builder):
         """Scaled dot-product attention forward. Returns ``(o, stats)`` (``stats`` None with ``return_stats=False``),
         plus the dropout mask when ``rng_dump`` (all virtual until ``set_output(True)``).
 
-        The options (scale, causal, diagonal_alignment, left_bound, right_bound, dropout, max_seq_len_kv,
-        implementation) come as an :class:`SdpaOptions` or as keywords of those names.
-
         :param q, k, v: (B, Hq, Sq, D), (B, Hk, Skv, D), (B, Hv, Skv, Dv) float16/bfloat16 tensors, head dim
             packed; Hq a multiple of Hk and Hv (grouped-query / multi-query attention). With a paged KV cache, k
             and v are the page containers (blocks, H, block_size, D).
-        :param options: the :class:`SdpaOptions` (or pass its fields as keywords).
+        :param options: an :class:`SdpaOptions` (scale, causal, diagonal_alignment, left_bound, right_bound, dropout,
+            max_seq_len_kv, implementation), or its fields as keywords.
         :param bias: additive (B or 1, Hq or 1, Sq, Skv) tensor.
         :param seq_len_q, seq_len_kv: (B, 1, 1, 1) int32 device tensors: padding mask with per-batch lengths
             (output rows at or beyond seq_len_q are not written).
@@ -445,12 +423,11 @@ class SdpaBuilders(Builder):
         ``dsink`` ((1, Hq, 1, 1) float32, the gradient of the forward's ``sink``) when ``dsink``; all virtual until
         ``set_output(True)``, dq, dk, dv each with the layout of its input.
 
-        Takes the forward's tensors and options (an :class:`SdpaOptions` or its fields as keywords: the same
-        ``scale``, masks, bias, ``dropout`` with the same ``seed``/``offset``), its output ``o``, the output
-        gradient ``do`` (o's shape) and its ``stats`` (B, Hq, Sq, 1) float32. Packed batches take the forward's
-        ragged offsets: dq, dk and dv get those of q, k and v, ``do`` that of o, ``stats`` ``ragged_offset_stats``
-        (if the forward packed them). The statistics include the forward's sink, so ``sink`` is taken only with
-        ``dsink=True``, to compute its gradient. The composite form's float32 scratch tensors live in the plan's
+        Takes the forward's tensors and options (the same ``scale``, masks, bias, ``dropout`` with the same
+        ``seed``/``offset``), its output ``o``, the output gradient ``do`` (o's shape) and its ``stats``
+        (B, Hq, Sq, 1) float32. Packed batches take the forward's ragged offsets: dq, dk, dv get those of q, k, v,
+        ``do`` that of o, ``stats`` ``ragged_offset_stats`` (if the forward packed them). The statistics include the
+        forward's sink, so ``sink`` is taken only with ``dsink=True``. The float32 scratch tensors live in the plan's
         workspace (:meth:`SdpaBackward.scratch_tensors`)."""
         what = name or f"sdpa_bwd{len(self.ops)}"
         values = {"alibi": alibi}
@@ -490,10 +467,9 @@ class SdpaBuilders(Builder):
         self.add_op(SdpaBackward(ins, outs, params, name or what))
         return tuple(outs[n] for n in ("dq", "dk", "dv", "dbias", "dsink") if n in outs)
 
-
     # -- FP8 ----------------------------------------------------------------------------------------------------
     def _fp8_scales(self, what, names, given: dict) -> dict:
-        """The descale/scale tensors ``names`` from ``given``: each a (1, 1, 1, 1) float32 device tensor."""
+        """The (1, 1, 1, 1) float32 descale/scale tensors ``names`` from ``given``."""
         missing = [n for n in names if given.get(n) is None]
         if missing:
             raise InvalidValueError(f"{what}: FP8 attention needs {missing[0]}= (a (1, 1, 1, 1) float32 device tensor)")
@@ -507,18 +483,15 @@ class SdpaBuilders(Builder):
                  return_stats: bool | None = None, name: str | None = None,
                  **kwargs: Unpack[SdpaFp8OptionKeywords]) -> tuple[Tensor, Tensor | None, Tensor, Tensor]:
         """FP8 attention forward (Hopper and newer). Returns ``(o, stats, amax_s, amax_o)`` (``stats`` None with
-        ``return_stats=False``), all virtual until ``set_output(True)``. Of the options (:class:`SdpaOptions` or
-        keywords), FP8 attention takes ``scale`` and ``causal``.
-
-        Computes ``P = softmax(scale * descale_q * descale_k * Q K^T)`` in float32, ``amax_s = max|P|``, rounds
-        ``P * scale_s`` to q's FP8 type, then ``O' = (P8 V) * descale_s * descale_v``, ``amax_o = max|O'|`` and
-        ``o = O' * scale_o`` in q's FP8 type.
+        ``return_stats=False``), all virtual until ``set_output(True)``. Computes ``P = softmax(scale * descale_q *
+        descale_k * Q K^T)`` in float32, ``amax_s = max|P|``, rounds ``P * scale_s`` to q's FP8 type, then ``O' = (P8
+        V) * descale_s * descale_v``, ``amax_o = max|O'|`` and ``o = O' * scale_o`` in q's FP8 type.
 
         :param q, k, v: (B, Hq, Sq, D), (B, Hk, Skv, D), (B, Hv, Skv, Dv) tensors of one FP8 type (float8_e4m3fn or
             float8_e5m2), head dims multiples of 16 up to 256, head dim packed; Hq a multiple of Hk and Hv.
         :param descale_q, descale_k, descale_v, descale_s, scale_s, scale_o: (1, 1, 1, 1) float32 device tensors.
-        :param scale: multiplies Q K^T (default 1/sqrt(D)).
-        :param causal: top-left causal mask (the only mask cudnn-py's FP8 attention takes).
+        :param scale, causal: the only options FP8 attention takes: ``scale`` multiplies Q K^T (default 1/sqrt(D)),
+            ``causal`` the top-left causal mask (the only mask it takes).
         :param return_stats: also produce the (B, Hq, Sq, 1) float32 statistics the backward needs (default True).
         """
         what = name or "sdpa_fp8"

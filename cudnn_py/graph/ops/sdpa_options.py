@@ -1,9 +1,6 @@
-"""The options of scaled dot-product attention: one frozen, hashable :class:`SdpaOptions`, checked once.
-
-``cudnn_py.sdpa``, ``sdpa_backward``, ``sdpa_fp8``, ``sdpa_fp8_backward``, :class:`cudnn_py.Sdpa` and the graph
-builder's ``Graph.sdpa*`` take the same object (or the same names as keywords), so each option has one name, one
-set of accepted values and one error message. The tensors of an attention call (bias, per-batch lengths, ragged
-offsets, page tables, the dropout seed and offset) are arguments beside it, not options.
+"""The options of scaled dot-product attention: one frozen, hashable :class:`SdpaOptions`, checked once, which every
+attention entry point and ``Graph.sdpa*`` take (or its fields as keywords). An attention call's tensors are
+arguments beside it, not options.
 """
 from __future__ import annotations
 
@@ -23,14 +20,12 @@ __all__ = ["SdpaOptions", "ALIGNMENTS", "IMPLEMENTATIONS", "SPELLINGS", "fp8_onl
 
 #: diagonal alignments of the causal / sliding-window bands
 ALIGNMENTS = ("top_left", "bottom_right")
-#: ``implementation=`` values: 'composite' (the pattern of primitive operations), 'unified' (the one
-#: ``OPERATION_SDPA_FWD`` descriptor: scale, grouped-query heads and the statistics only), 'auto' (unified where
-#: it can, as cudnn-frontend does: the same speed, and its plan builds without runtime compilation)
+#: ``implementation=`` values: 'composite' (the pattern of primitive operations), 'unified' (``OPERATION_SDPA_FWD``:
+#: scale, grouped-query heads and the statistics only), 'auto' (unified where it can, as cudnn-frontend does)
 IMPLEMENTATIONS = ("auto", "composite", "unified")
 
 
-#: how torch, cudnn-frontend and flash-attention spell what cudnn-py's attention names otherwise: their keyword ->
-#: what to write here (checked against the parameters of the call that got it)
+#: torch's, cudnn-frontend's and flash-attention's keyword -> what to write here (the did-you-mean hints)
 SPELLINGS = {
     "dropout_p": "dropout=", "is_causal": "causal=", "attn_scale": "scale=", "softmax_scale": "scale=",
     "use_causal_mask": "causal=", "use_causal_mask_bottom_right": "causal=True, diagonal_alignment='bottom_right'",
@@ -45,8 +40,8 @@ SPELLINGS = {
 
 
 def unexpected_keyword(where: str, name: str, accepted: Iterable[str]) -> InvalidTypeError:
-    """The error for keyword ``name`` that ``where`` (a function's name) does not take, with a did-you-mean: the
-    cudnn-py name of a torch / cudnn-frontend spelling (:data:`SPELLINGS`) or the closest of ``accepted``."""
+    """The error for keyword ``name`` that ``where`` does not take, with a did-you-mean from :data:`SPELLINGS` or
+    the closest of ``accepted``."""
     accepted = list(accepted)
     hint = SPELLINGS.get(name)
     if hint is None or hint.partition("=")[0] not in accepted:
@@ -58,9 +53,8 @@ def unexpected_keyword(where: str, name: str, accepted: Iterable[str]) -> Invali
 
 def renamed(where: str, old: dict[str, Any], renames: dict[str, str], accepted: Iterable[str],
             values: dict[str, Any]) -> dict[str, Any]:
-    """``values`` (the new names' values as passed) with the deprecated spellings in ``old`` (a call's catch-all;
-    ``renames``: old -> new) moved to their new names, a warning each; any other keyword of ``old`` refused with
-    :func:`unexpected_keyword` (a did-you-mean among ``accepted``)."""
+    """``values`` with the deprecated spellings in ``old`` (``renames``: old -> new) moved to their new names, a
+    warning each; any other keyword of ``old`` refused with :func:`unexpected_keyword`."""
     for name in old:
         if name not in renames:
             raise unexpected_keyword(where, name, accepted)
@@ -119,7 +113,7 @@ class SdpaOptions:
     implementation: str = "auto"
 
     def __new__(cls, *args: Any, **kwargs: Any) -> "SdpaOptions":
-        # before the generated __init__: an unknown, extra or repeated field is this package's error, with a hint
+        # before the generated __init__: unknown, extra or repeated fields get this package's errors
         names = list(_DEFAULTS)
         if len(args) > len(names):
             raise InvalidTypeError(f"SdpaOptions() takes {len(names)} fields ({', '.join(names)}), got {len(args)} "
