@@ -1,19 +1,11 @@
-"""One process-wide lock for cudnn_py's lazy imports, so that no two threads enter them half-way.
+"""One process-wide lock for cudnn_py's lazy imports (:data:`LOCK`), and the paths modules had before they moved.
 
-cudnn_py imports its heavy parts on first use (the package's PEP 562 ``__getattr__``, a few in-function imports of
-the operation families). The graph package's modules import each other in a circle, which Python resolves for one
-thread; two threads entering it at different modules at once get each other's half-initialized module
-(``ImportError: cannot import name ... from partially initialized module``, ``KeyError: 'cudnn_py.graph'``).
-
-So every lazy import of the package runs under :data:`LOCK` (:func:`import_module`), and :class:`cudnn_py.Handle`
-first imports what the calls import lazily (:func:`warm_imports`): once a handle exists, no call imports anything
-half-way. :func:`cudnn_py.core.streams.cuda_core` imports cuda.core under it too (its ``__init__`` hands other
-threads a half-filled module). A submodule imported by its own ``import`` statement is outside the lock: import
-through the package (``cudnn_py.graph.descriptors``) or create a handle first. This module imports nothing of
-cudnn_py (the names below are strings), so ``cudnn_py/__init__.py`` and :mod:`cudnn_py.core.handle` can both use it.
-
-It also keeps the paths modules had before they moved into :mod:`cudnn_py.clib`, :mod:`cudnn_py.core` and
-:mod:`cudnn_py.calls`, and :mod:`cudnn_py.tuning_records`'s (:data:`MOVED`): ``import cudnn_py.memory`` gives
+The graph package's modules import each other in a circle, which Python resolves for one thread; two threads
+entering it at different modules get each other's half-initialized module. So every lazy import of the package (its
+``__getattr__``, the families' in-function imports, cuda.core) runs under :data:`LOCK`, and :class:`cudnn_py.Handle`
+first imports what the calls import lazily (:func:`warm_imports`). A submodule imported by its own ``import``
+statement is outside the lock. This module imports nothing of cudnn_py, so the package and
+:mod:`cudnn_py.core.handle` can both use it. :data:`MOVED`: ``import cudnn_py.memory`` gives
 :mod:`cudnn_py.core.memory` itself.
 """
 from __future__ import annotations

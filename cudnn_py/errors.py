@@ -1,20 +1,10 @@
-"""Exceptions: one hierarchy for cuDNN statuses and CUDA results, plus the errors the Python layer raises itself.
+"""Exceptions: everything cudnn_py raises on purpose derives from :class:`CudnnPyError`.
 
-Everything cudnn_py raises on purpose derives from :class:`CudnnPyError`. A failed cuDNN call raises
-the subclass of :class:`CudnnError` for its status family (1xxx not initialised, 2xxx bad parameter,
-3xxx not supported, 4xxx internal, 5xxx execution failed), carrying the status, the function name
-and cuDNN's own last-error text::
-
-    cudnnSetTensor4dDescriptor failed: CUDNN_STATUS_BAD_PARAM (2000): <cuDNN's reason>
-
-A failed CUDA driver call raises :class:`CudaError` (:class:`CudaOutOfMemoryError` when memory ran
-out); a machine without a usable GPU or driver raises :class:`NoDeviceError` from whatever needed the
-device (``Handle()``, ``to_device``, ``empty``, ``new_stream``, ``timer``)::
-
-    try:
-        h = cudnn_py.Handle()
-    except cudnn_py.NoDeviceError as e:
-        sys.exit(f"needs a GPU: {e}")
+A failed cuDNN call raises the :class:`CudnnError` subclass of its status family (1xxx not initialised, 2xxx bad
+parameter, 3xxx not supported, 4xxx internal, 5xxx execution failed) with the status, the function and cuDNN's
+last-error text (``cudnnSetTensor4dDescriptor failed: CUDNN_STATUS_BAD_PARAM (2000): <cuDNN's reason>``). A failed
+CUDA driver call raises :class:`CudaError` (:class:`CudaOutOfMemoryError`; :class:`NoDeviceError` from whatever
+needed a GPU or driver that cannot be used: ``Handle()``, ``to_device``, ``empty``, ``new_stream``, ``timer``).
 """
 from __future__ import annotations
 

@@ -1,13 +1,8 @@
 """Convolution algorithms: the queries and records (:mod:`cudnn_py.calls.algorithm_queries`) and the "fastest" cache
-(:mod:`cudnn_py.calls.fastest_cache`) gathered here, the port of the removed selectors and how a call chooses its
-algorithm.
+(:mod:`cudnn_py.calls.fastest_cache`) gathered here, how a call chooses its algorithm, and the one-line port of the
+selectors removed in cuDNN 8 (directions ``"forward"``, ``"backward_data"``, ``"backward_filter"``)::
 
-Directions are ``"forward"``, ``"backward_data"`` and ``"backward_filter"``. Port of the selectors removed in cuDNN 8
-(one line each)::
-
-    # C, cuDNN 7:
-    #   cudnnGetConvolutionForwardAlgorithm(h, xD, wD, cD, yD, CUDNN_CONVOLUTION_FWD_PREFER_FASTEST, 0, &algo);
-    from cudnn_py.calls.algorithms import *
+    from cudnn_py.calls.algorithms import *  # C: cudnnGetConvolutionForwardAlgorithm(..., 0, &algo);
     algo = cudnnGetConvolutionForwardAlgorithm(h, xD, wD, cD, yD, CUDNN_CONVOLUTION_FWD_PREFER_FASTEST, 0)
 
 or ``choose_forward_algorithm(h, xD, wD, cD, yD, preference, limit, measured=False)``. The preference is applied to

@@ -1,22 +1,12 @@
 """cuDNN's own log (API calls, warnings, errors) delivered to Python's :mod:`logging`.
 
-cuDNN reports through one process-wide callback (``cudnnSetCallback``); :func:`enable` installs one that hands
-each message to ``logging.getLogger("cudnn_py")`` (override with ``logger=``)::
-
-    import logging, cudnn_py
-    logging.basicConfig(level=logging.INFO)
-    cudnn_py.clib.log.enable("info")      # every cuDNN call, plus warnings and errors
-    cudnn_py.clib.log.enable("error")     # errors only (what a failed call would also raise)
-
-or, with no code change, ``CUDNN_PY_LOG=info|warning|error`` in the environment (read when cuDNN's first
-function is bound). Levels: cuDNN's ``CUDNN_SEV_FATAL`` -> ``CRITICAL``, ``ERROR`` -> ``ERROR``, ``WARNING``
--> ``WARNING``, ``INFO`` (the API log: each call and its arguments) -> ``INFO``. The record's message is cuDNN's
-text, one line per part; ``record.cudnn_function``, ``record.cudnn_status`` (a ``cudnnStatus_t`` member or
-int), ``record.cudnn_thread`` and ``record.cudnn_device`` carry its fields. Python's logging configuration still
-decides what is shown: with none, only WARNING and above reach stderr.
-
-The callback replaces any other set with ``cudnnSetCallback``; :func:`disable` turns it off (at interpreter exit
-too, before cuDNN's own teardown could call into a finished interpreter).
+:func:`enable` installs cuDNN's one process-wide callback (``cudnnSetCallback``, replacing any other), which hands
+each message to ``logging.getLogger("cudnn_py")``; ``CUDNN_PY_LOG=info|warning|error`` does so with no code change
+(read when cuDNN's first function is bound). cuDNN's FATAL, ERROR, WARNING and INFO (the API log: each call and its
+arguments) become CRITICAL, ERROR, WARNING and INFO records whose message is cuDNN's text, one line per part, with
+``record.cudnn_function``, ``cudnn_status`` (a ``cudnnStatus_t`` member or int), ``cudnn_thread`` and
+``cudnn_device``. :func:`disable` turns it off (at interpreter exit too, before cuDNN's teardown could call into a
+finished interpreter).
 """
 from __future__ import annotations
 

@@ -1,17 +1,7 @@
-"""The one cache mechanism: bounded, thread-safe mappings, each either bound to a handle or shared by the process.
-
-What cudnn-py remembers between calls (descriptors, plans, executors, algorithm choices) lives in a :class:`Cache`:
-
-- **per handle**, :func:`handle_cache` (``handle.cache``): anything bound to a cuDNN handle (plans, executors), dropped
-  when the handle closes, listed by :meth:`Handle.cache_info` and cleared by :meth:`Handle.clear_caches`;
-- **per process**, :func:`shared`: what no handle owns (C descriptors of settings, which any handle may use), listed by
-  :func:`info` and cleared by :func:`clear`.
-
-A :class:`Cache` is a ``dict`` (a lookup is one C-level ``dict.get``, so hot paths stay fast) whose insertions hold a
-lock and evict the oldest entry once ``maxsize`` is reached. Keys hold everything that changes the answer.
-
-What outlives the process (measured algorithm and engine choices, serialised plans) is kept in the tuning database,
-:mod:`cudnn_py.tuning`, not here.
+"""The one cache mechanism (docs/design.md, "Caches"): a :class:`Cache` is a bounded, thread-safe ``dict`` (a lookup
+is one C-level ``dict.get``), either bound to a handle (:func:`handle_cache`: plans, executors; dropped when the
+handle closes) or shared by the process (:func:`shared`: C descriptors of settings; :func:`info`, :func:`clear`).
+Keys hold everything that changes the answer; what outlives the process is in the tuning database, not here.
 """
 from __future__ import annotations
 

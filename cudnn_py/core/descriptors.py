@@ -1,32 +1,15 @@
-"""cuDNN descriptors as Python objects: tensors and filters, the settings of element-wise and reduction operations,
-and the process-wide sharing of C descriptors.
+"""cuDNN descriptors as Python objects: the :class:`Descriptor` and :class:`Settings` bases, tensors and filters,
+the settings of element-wise and reduction operations, and the process-wide sharing of C descriptors.
 
-- :class:`TensorDescriptor` and :class:`FilterDescriptor` (and ``cudnn_py.Dropout``) *are* a C descriptor
-  (:class:`Descriptor`): built from keyword arguments with Python defaults, their settings read back from cuDNN
-  through properties::
+- :class:`TensorDescriptor` and :class:`FilterDescriptor` *are* a C descriptor, built from keyword arguments and
+  read back from cuDNN through properties: ``TensorDescriptor((8, 3, 32, 32), np.float16, layout="NHWC")``.
+- A settings class (:class:`OpTensor`, :class:`ReduceTensor`; ``Pooling``, ``Activation``, ``LRN`` and
+  ``Convolution`` beside their operations) validates its keywords once, is hashable, and hands cuDNN the C
+  descriptor shared by every equal object: ``capi.cudnnOpTensor(h.ptr, OpTensor("add").descriptor, ...)``.
 
-      x = TensorDescriptor((8, 3, 32, 32), np.float32)                # packed NCHW
-      x = TensorDescriptor((8, 3, 32, 32), np.float16, layout="NHWC") # logical NCHW dims, NHWC memory
-      w = FilterDescriptor((16, 3, 3, 3), np.float32)
-
-- one settings class per operation concept (:class:`OpTensor` and :class:`ReduceTensor` here; ``cudnn_py.Pooling``,
-  ``Activation``, ``LRN`` and ``Convolution`` beside their operations) validates its keyword arguments once, reads
-  them back as properties, is hashable, and hands cuDNN a C descriptor shared by every equal object::
-
-      add = OpTensor("add", compute_dtype="fp32")
-      capi.cudnnOpTensor(h.ptr, add.descriptor, ...)
-
-Enum-valued arguments take the enum member (``capi.CUDNN_POOLING_MAX``), its value, its full name or its short name
-in any case (``"max"``); dtypes take anything :func:`cudnn_py.core.dtypes.cudnn_dtype` does (``"fp16"``, ``"bf16"``,
-...).
-
-Shared C descriptors live in the process-wide caches of :func:`cudnn_py.core.caches.shared` (named ``"descriptors.*"``),
-keyed by their validated settings, so a call in a loop builds each once; :meth:`TensorDescriptor.shared` and
-:meth:`FilterDescriptor.shared` return the shared one of a shape and dtype. Shared descriptors ignore ``close()``;
-they live until evicted or :func:`cudnn_py.core.caches.clear`, and while referenced.
-
-The names these replace (``PoolingDescriptor``, ``pooling_descriptor``, ``ActivationDescriptor``, ``clear_cache``,
-..., the ``format=`` and ``compute_type=`` keywords) still work, with a ``DeprecationWarning``.
+Shared descriptors live in the ``"descriptors.*"`` caches of :func:`cudnn_py.core.caches.shared`, keyed by their
+validated settings, until evicted or cleared; their ``close()`` does nothing. Enum and dtype arguments take the
+spellings docs/design.md lists; the old names (``OpTensorDescriptor``, ``format=``, ...) warn and still work.
 """
 from __future__ import annotations
 

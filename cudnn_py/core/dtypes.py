@@ -1,16 +1,7 @@
-"""NumPy dtypes <-> ``cudnnDataType_t``, and the host scalar type for alpha/beta.
-
-One table maps NumPy's float64, float32, float16, int8, uint8, int32, int64 and bool, plus ml_dtypes' bfloat16,
-float8_e4m3fn, float8_e5m2, float8_e8m0fnu and float4_e2m1fn (when ml_dtypes is installed), to cuDNN's data types and
-back::
-
-    >>> cudnn_dtype("float32")
-    <cudnnDataType_t.CUDNN_DATA_FLOAT: 0>
-    >>> numpy_dtype(capi.CUDNN_DATA_HALF)
-    dtype('float16')
-
-The vectorised types (``CUDNN_DATA_INT8x4``, ``INT8x32``, ``UINT8x4``) map back to their storage element type (int8 /
-uint8); everything else without a NumPy equivalent raises :class:`TypeError` naming it.
+"""NumPy dtypes <-> ``cudnnDataType_t``, and the host scalar type for alpha/beta. One table maps NumPy's float64,
+float32, float16, int8, uint8, int32, int64 and bool, and ml_dtypes' bfloat16, float8_e4m3fn, float8_e5m2,
+float8_e8m0fnu and float4_e2m1fn (where installed), both ways; the vectorised types (``CUDNN_DATA_INT8x4``,
+``INT8x32``, ``UINT8x4``) map back to their storage element type, and anything else raises :class:`TypeError`.
 """
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
 """Readers of foreign arrays that need no device array (:mod:`cudnn_py.core.memory` re-exports ``is_torch_tensor`` and
-``Signature``, their documented path).
-
-:func:`is_torch_tensor` and the torch tables (:data:`TORCH_TYPES`, :data:`TORCH_DTYPES`) are the hot path of
-:func:`cudnn_py.core.memory.array_signature` (the key of every cached call) and of the prepared calls: a torch tensor is
-read in a few attribute reads, without DLPack; cudnn_py never imports torch, it learns the tables the first time it
-sees torch imported. :func:`check_cuda_array_interface` refuses a malformed interface before ``cuda.core`` reads it.
+``Signature``): the torch tables, the hot path of every prepared call's key (a tensor read in a few attribute reads,
+without DLPack; learnt once the program has imported torch, which cudnn_py never imports), and
+:func:`check_cuda_array_interface`, which refuses a malformed interface before ``cuda.core`` reads it.
 """
 from __future__ import annotations
 

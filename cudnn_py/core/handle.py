@@ -1,24 +1,10 @@
-"""The cuDNN handle: library context for one device, bound to one stream, with its own workspace.
+"""The cuDNN handle (:class:`Handle`: one device, one stream, its own workspace and caches), :class:`CObject` (the
+base of every object owning a C object: ``close()``, ``with``, the garbage collector) and :func:`handle_arg`.
 
-::
-
-    with cdp.Handle() as h:                  # device 0, the default (NULL) stream
-        y = cdp.pooling_forward(h, pool, x)  # every op takes the handle first
-        s = cdp.new_stream()
-        with h.on_stream(s):                   # work queued on s inside the block
-            y = cdp.pooling_forward(h, pool, x)
-        h.synchronize()
-
-A handle is destroyed by :meth:`Handle.close`, the end of a ``with`` block, or, if you forget, the garbage
-collector; using a closed handle raises :class:`~cudnn_py.errors.ClosedError`.
-
-Devices: a handle belongs to the device it was created on (``Handle(device=1)`` makes device 1 current in the calling
-thread, then creates the cuDNN handle); its calls must run with that device current, which is the case unless the
-thread makes another device current afterwards (then make this one current again, or use one thread per device).
-Arrays on another device than the handle's are refused before C is called.
-
-Threads: cuDNN handles are not thread-safe, and sharing one between threads that run at once is not detected (that
-would cost every call): use one handle per thread (and per device), e.g. kept in a ``threading.local()``.
+A handle belongs to the device it was created on (``Handle(device=1)`` makes device 1 current in the calling thread
+first); its calls must run with that device current (unless the thread makes another current afterwards, it is),
+and arrays on another device are refused before C. cuDNN handles are not thread-safe, and sharing one between
+threads that run at once is not detected (that would cost every call): use one handle per thread and device.
 """
 from __future__ import annotations
 
