@@ -49,17 +49,15 @@ from cudnn_py.clib.status import status_error
 from cudnn_py.errors import CArgumentError, CudnnPyError, FunctionNotAvailableError, InvalidStateError
 
 def _errcheck(name: str, created: int | None = None):
-    """The ctypes ``errcheck`` of function ``name``: a status other than success raises. For a create function
-    writing the new handle through parameter ``created``, the handle is then recorded live; on the ctypes function
-    itself, so a create through ``fn.raw`` is recorded too (an address destroyed and handed out again is live)."""
+    """The ctypes ``errcheck`` of function ``name``: a failing status raises; a create function's new handle (written
+    through parameter ``created``) is recorded live, through ``fn.raw`` too."""
     def check(status, func, args):
         if status:
             raise status_error(name, status)
         return status
 
     def check_create(status, func, args):
-        if status:
-            raise status_error(name, status)
+        check(status, func, args)
         try:
             address = args[created]._obj.value  # byref(handle), the usual form
         except AttributeError:
@@ -173,11 +171,8 @@ def _to_array(target, seq):
 
 @functools.cache
 def pointer(target, const: bool = False):
-    """The parameter type of a ``target *``: ``POINTER(target)`` that also takes an int address (taken as is) and,
-    with ``const`` (C only reads through it), a sequence converted to a ``target`` array.
-
-    Typed ctypes objects are still checked: a ``byref(c_float())`` where ``int *`` belongs is refused.
-    """
+    """The parameter type of a ``target *``: ``POINTER(target)`` (so ``byref(c_float())`` is refused for ``int *``)
+    that also takes an int address and, with ``const`` (C only reads it), a sequence, converted."""
     base = ctypes.POINTER(target)
     convert = base.from_param
 
@@ -255,8 +250,7 @@ def _enum(cls, value):
 
 
 def _integer(ctype, value, what: str = ""):
-    """``value`` as a C integer of ``ctype``, in its range (never wrapped); ``what``: what the message expects (the
-    default one is made only for the message: every element of a sequence argument comes through here)."""
+    """``value`` as a C integer of ``ctype``, in its range (never wrapped); ``what``: what the message expects."""
     try:
         if isinstance(value, (float, str, bytes)):
             raise TypeError
@@ -334,10 +328,9 @@ def _kind(argtype):
 
 @functools.cache
 def _ctypes_argtype(argtype):
-    """What the ctypes function object itself gets for a parameter: for an enum or a C int of 32 bits or fewer, a
-    type whose conversion passes a member or an in-range int as itself (cheaper than ctypes' own ``c_int``, which
-    wraps out-of-range values silently) and converts or refuses the rest; a function pointer also takes None (NULL);
-    ``const void *`` is ``void *``; the rest as declared."""
+    """What the ctypes function object gets for a parameter: an enum or a C int of 32 bits or fewer passes a member or
+    an in-range int as itself (cheaper than ``c_int``, which wraps silently) and converts or refuses the rest; a
+    function pointer also takes None; ``const void *`` is ``void *``; the rest as declared."""
     if isinstance(argtype, type) and issubclass(argtype, enum.IntEnum):
         lo, hi = _C_INT
 
@@ -384,12 +377,9 @@ _BIND_LOCK = threading.RLock()  # reentrant: a finalizer may make a first call w
 
 #: address of a handle or descriptor -> the Pythonic object type that owns it (it destroys it itself, once)
 _OWNED: dict[int, str] = {}
-# Every handle or descriptor address a capi create function returned (checked or through fn.raw) or an owner
-# registered (own()) -> True while live, False once a capi destroy function destroyed it. A destroy of a destroyed
-# address is refused before C (cuDNN aborts, or frees twice, on a second destroy), whatever object carries it; a
-# create that returns the address again makes it live; an address never recorded (another library's) goes to C as it
-# is. A destroy's check-and-claim runs under _RECORD_LOCK, so of several threads destroying one address exactly one
-# reaches C; a create is one dict store (atomic): nothing else can hold an address C has just handed out.
+# Every address a capi create function returned or an owner registered (own()) -> True while live, False once a capi
+# destroy destroyed it (docs/c_layer_safety.md). A destroy's check-and-claim runs under _RECORD_LOCK, so of threads
+# destroying one address exactly one reaches C; a create is one dict store: no one else holds a new address yet.
 _RECORD: dict[int, bool] = {}
 _RECORD_LOCK = threading.Lock()
 #: the C functions that create a handle or descriptor (written through a pointer parameter) and that destroy one
@@ -428,10 +418,9 @@ def _written_handle(arg) -> int | None:
 
 
 def _guard_destroy(name: str, inner):
-    """``inner`` (a destroy function) refusing, before C, an address a Pythonic object owns or the C layer destroyed
-    already (``_RECORD``), and marking the address destroyed once C has destroyed it. The typed object passed then
-    reads NULL (any later use passes cuDNN NULL, an error, never a freed descriptor) and is marked destroyed, so a
-    second destroy of it raises :class:`InvalidStateError` too; creating into it again makes it live."""
+    """``inner`` (a destroy function) refusing, before C, an address a Pythonic object owns or that was destroyed
+    already (``_RECORD``). Once destroyed, the typed object passed reads NULL (a later use passes cuDNN NULL, never a
+    freed descriptor) and is marked destroyed; creating into it again makes it live."""
     def destroy(*args):
         ptr = args[0] if args else None
         typed = ptr if isinstance(ptr, Handle) else _handle_of(ptr) if ptr is not None else None
@@ -496,11 +485,8 @@ _started = False
 
 
 def set_range_wrapper(wrapper) -> None:
-    """Wrap every C call from now on in ``wrapper(name, call)`` (None: no wrapper); used by :mod:`cudnn_py.clib.nvtx`.
-
-    Calls through :attr:`CFunction.raw` get the wrapper when ``raw`` is read, so a ctypes function kept from
-    before is not wrapped.
-    """
+    """Wrap every C call from now on in ``wrapper(name, call)`` (None: no wrapper), for :mod:`cudnn_py.clib.nvtx`; a
+    :attr:`CFunction.raw` kept from before is not wrapped."""
     global _range_wrapper
     with _BIND_LOCK:  # a function bound meanwhile routes through the new wrapper too
         _range_wrapper = wrapper
