@@ -173,10 +173,8 @@ def version() -> tuple[int, int, int]:
 
 if not TYPE_CHECKING:  # hidden from type checkers: they see the names above, so a misspelt name is an error
     def __getattr__(name: str) -> Any:
-        """Import a public name's module on first use (PEP 562) and cache the name here.
-
-        Under the process-wide import lock (:mod:`cudnn_py._imports`): threads that touch lazy names at once import
-        one after the other, never into each other's half-initialized modules."""
+        """Import a public name's module on first use (PEP 562), under :mod:`cudnn_py._imports`' lock, and cache the
+        name here."""
         module = _WHERE.get(name)
         if module is None and name not in _SUBMODULES:
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -29,9 +29,9 @@ def warn(message: str, stacklevel: int = 3) -> None:
 
 def renamed_kwargs(where: str, kwargs: dict[str, Any], renames: dict[str, str], values: dict[str, Any],
                    stacklevel: int = 4) -> dict[str, Any]:
-    """``values`` (the new names' values as passed, None when not) updated with ``kwargs`` (the old keywords function
-    ``where`` received in a ``**old`` catch-all) under their new names (``renames``: old -> new), a warning each. An
-    unknown keyword raises :class:`InvalidTypeError` as Python would, as do an old and a new spelling together."""
+    """``values`` (the new names' values as passed, None when not) updated with ``kwargs`` (the ``**old`` keywords
+    ``where`` received) under their new names (``renames``: old -> new), a warning each; an unknown keyword, or an
+    old and a new spelling together, raise :class:`InvalidTypeError`."""
     for old, value in kwargs.items():
         new = renames.get(old)
         if new is None:

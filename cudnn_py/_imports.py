@@ -53,12 +53,9 @@ def _importing_cudnn_py() -> bool:
 
 @contextlib.contextmanager
 def locked() -> Iterator[None]:
-    """Hold :data:`LOCK`; the usual case costs one uncontended acquire.
-
-    One exception, against a deadlock: a thread inside the plain ``import`` of a cudnn_py module (which holds
-    Python's own lock of that module) that meets a lazy name while another thread holds :data:`LOCK` goes on
-    without it, as Python alone would (the thread holding the lock may be waiting for that very module).
-    """
+    """Hold :data:`LOCK` (one uncontended acquire, usually). Against a deadlock, a thread inside the plain ``import``
+    of a cudnn_py module (holding Python's lock of it) goes on without :data:`LOCK` while another thread holds it:
+    that thread may be waiting for that very module."""
     if LOCK.acquire(blocking=False):
         try:
             yield

@@ -75,12 +75,9 @@ def _level_name(value) -> str:
 
 
 def enable(level: str | int = "warning", logger: logging.Logger | None = None) -> None:
-    """Deliver cuDNN's messages at ``level`` and above to ``logger`` (default ``logging.getLogger("cudnn_py")``).
-
-    ``level``: ``"info"`` (the API log: every call with its arguments), ``"warning"`` or ``"error"``; or a logging
-    level (``logging.DEBUG``/``INFO`` -> info, ``WARNING`` -> warning, above -> error). Raises ValueError for an
-    unknown level; a cuDNN error if the library refuses the callback.
-    """
+    """Deliver cuDNN's messages at ``level`` and above to ``logger`` (default ``logging.getLogger("cudnn_py")``):
+    ``"info"`` (the API log: every call with its arguments), ``"warning"`` or ``"error"``, or a logging level
+    (``DEBUG``/``INFO`` -> info, ``WARNING`` -> warning, above -> error). ValueError for an unknown level."""
     from cudnn_py import capi
     name = _level_name(level)
     mask = sum(1 << int(getattr(capi, f"CUDNN_SEV_{sev}")) for sev in LEVELS[name])

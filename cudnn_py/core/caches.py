@@ -19,11 +19,8 @@ _MISSING = object()
 
 
 class Cache(dict):
-    """A bounded, thread-safe ``dict``: inserting into a full cache drops its oldest entry first.
-
-    ``name``: what the cache holds (shown by :func:`info` and :meth:`Handle.cache_info`); ``maxsize``: the bound.
-    Reads are plain ``dict`` reads; ``__setitem__``, ``setdefault``, ``pop`` and ``clear`` take the cache's lock.
-    """
+    """A bounded, thread-safe ``dict`` called ``name``: inserting into a full cache (``maxsize``) drops its oldest
+    entry first. Reads are plain ``dict`` reads; ``__setitem__``, ``setdefault``, ``pop`` and ``clear`` lock."""
 
     __slots__ = ("name", "maxsize", "_lock", "__weakref__")
 
@@ -101,13 +98,9 @@ def shared(name: str, maxsize: int = DEFAULT_MAXSIZE) -> Cache:
 
 
 def handle_cache(handle, name: str, maxsize: int = DEFAULT_MAXSIZE) -> Cache:
-    """The cache called ``name`` of ``handle`` (made on first use): for what is bound to the handle (plans,
-    executors), dropped when the handle closes.
-
-    Anything bound to a cuDNN handle must live here rather than in a process-wide cache keyed by the handle's
-    address, which a new handle can reuse. A raw ``cudnnHandle_t`` (not a :class:`~cudnn_py.Handle`) gets a
-    process-wide cache keyed by its address; its owner manages its lifetime (and :func:`clear` drops it).
-    """
+    """The cache called ``name`` of ``handle`` (made on first use), dropped when the handle closes: what is bound to
+    a handle lives here, never keyed by a handle's address, which a new handle can reuse. A raw ``cudnnHandle_t``
+    gets a process-wide cache keyed by its address, which its owner manages (:func:`clear` drops it)."""
     caches = getattr(handle, "cache", None)
     if caches is not None:
         return _cache_in(caches, name, name, maxsize)

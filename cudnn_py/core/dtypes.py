@@ -54,10 +54,9 @@ def _supported_names() -> str:
 
 
 def cudnn_dtype(dtype: DTypeLike | int) -> capi.cudnnDataType_t:
-    """The ``cudnnDataType_t`` for a NumPy dtype-like (``np.float32``, ``"float16"``, ``ml_dtypes.bfloat16``, an
-    array's ``.dtype``) or a short name of :data:`ALIASES` (``"fp16"``, ``"bf16"``, ``"e4m3"``, any case); a
-    ``cudnnDataType_t`` passes through. :class:`TypeError` for a dtype cuDNN has no type for, and for ``None`` or a
-    number (NumPy would read them as float64 or a type code)."""
+    """The ``cudnnDataType_t`` for a NumPy dtype-like (``np.float32``, ``"float16"``, ``ml_dtypes.bfloat16``) or a
+    short name of :data:`ALIASES` (``"bf16"``, any case); a member passes through. :class:`TypeError` for a dtype
+    cuDNN has no type for, and for ``None`` or a number (NumPy would read them as float64 or a type code)."""
     try:
         return _LOOKUP[dtype]
     except (KeyError, TypeError):
@@ -107,8 +106,7 @@ def numpy_dtype(cudnn_dt: int) -> np.dtype:
 
 
 def scalar_type(cudnn_dt) -> type[ctypes.c_float] | type[ctypes.c_double]:
-    """The ctypes type of the host alpha/beta scalars for data of this type: ``c_double`` for double, else
-    ``c_float``."""
+    """The ctypes type of the host alpha/beta scalars: ``c_double`` for double data, else ``c_float``."""
     return ctypes.c_double if int(cudnn_dt) == _DT.CUDNN_DATA_DOUBLE else ctypes.c_float
 
 

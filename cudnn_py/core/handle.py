@@ -41,9 +41,8 @@ _PtrT = TypeVar("_PtrT")
 
 
 class CObject(Generic[_PtrT]):
-    """The base of the objects that own a cuDNN C object (:class:`Handle`, the descriptors): :attr:`ptr` to pass to
-    C calls, an idempotent :meth:`close` that destroys it (the garbage collector does for a forgotten one), ``with``
-    support."""
+    """The base of the objects owning a cuDNN C object (:class:`Handle`, the descriptors): :attr:`ptr`, an idempotent
+    :meth:`close` that destroys it (the garbage collector does for a forgotten one), ``with``."""
 
     _ptr: _PtrT | None = None
     _closed_message = "this {} is closed"  # formatted with the class name
@@ -56,8 +55,7 @@ class CObject(Generic[_PtrT]):
 
     @property
     def ptr(self) -> _PtrT:
-        """The C object (``cudnnHandle_t``, ``cudnn*Descriptor_t``) to pass to C calls; :class:`ClosedError` once
-        closed."""
+        """The C object (``cudnnHandle_t``, ``cudnn*Descriptor_t``) for C calls; :class:`ClosedError` once closed."""
         p = self._ptr
         if p is None:
             raise ClosedError(self._closed_message.format(type(self).__name__))
@@ -86,18 +84,14 @@ _CObjectT = TypeVar("_CObjectT", bound=CObject)
 
 
 class Handle(CObject[capi.cudnnHandle_t]):
-    """A ``cudnnHandle_t`` on ``device`` (an ordinal or :class:`cuda.core.Device`), bound to ``stream``.
-
-    ``stream``: None for the device's default stream (the NULL stream cuDNN and PyTorch use by default),
-    a :class:`cuda.core.Stream`, a ``torch.cuda.Stream`` or an int ``cudaStream_t``.
+    """A ``cudnnHandle_t`` on ``device`` (an ordinal or :class:`cuda.core.Device`), bound to ``stream``: None for the
+    device's default (NULL) stream, a :class:`cuda.core.Stream`, a ``torch.cuda.Stream`` or an int ``cudaStream_t``.
     """
 
     _closed_message = "this cudnn_py.Handle is closed; create a new Handle()"
 
     def __init__(self, device: int | Device = 0, stream: StreamLike | None = None) -> None:
-        # what the calls import lazily (the graph package, engine choice, tuning database), imported now, once per
-        # process, under the lazy imports' lock: threads whose first calls run at once import nothing half-way
-        _imports.warm_imports()
+        _imports.warm_imports()  # so that threads whose first calls run at once import nothing half-way
         dev = get_device(device)
         dev.set_current()  # cudnnCreate binds the handle to the current device, which may have changed since
         #: the :class:`cuda.core.Device` of this handle
@@ -165,9 +159,8 @@ class Handle(CObject[capi.cudnnHandle_t]):
 
     # -- lifetime --
     def cache_info(self) -> dict[str, int]:
-        """How many entries each of this handle's caches holds (``'prepared'``, the calls' prepared calls;
-        ``'conv.plans'`` of the legacy convolution calls, ``'graph.plans'``, the attention plans, ...), by cache name;
-        process-wide caches (shared C descriptors): :func:`cudnn_py.core.caches.info`."""
+        """Entries in each of this handle's caches, by name (``'prepared'``, ``'graph.plans'``, ...); the process-wide
+        ones: :func:`cudnn_py.core.caches.info`."""
         return {name: len(entries) for name, entries in self.cache.items()}
 
     def clear_caches(self) -> None:
@@ -188,13 +181,9 @@ class Handle(CObject[capi.cudnnHandle_t]):
 
 
 def handle_arg(handle: Handle, name: str = "handle") -> Handle:
-    """``handle`` checked to be an open :class:`Handle`, first thing in every call that takes one.
-
-    An object that stands in for a handle (an int ``device``, as tests use) passes as it is.
-
-    :raises InvalidTypeError: for None, an array or anything else that is no handle (naming ``name``).
-    :raises ClosedError: for a handle that was closed.
-    """
+    """``handle`` checked to be an open :class:`Handle` (or a stand-in with an int ``device``, as tests use), first
+    thing in every call: :class:`InvalidTypeError` for None, an array or anything else, :class:`ClosedError` for a
+    closed handle."""
     if type(handle) is Handle or isinstance(handle, Handle):
         if handle._ptr is None:
             raise ClosedError(f"{name} is a closed cudnn_py.Handle; create a new Handle()")
