@@ -165,16 +165,14 @@ if TYPE_CHECKING:  # what mypy sees: each name re-exported explicitly (``name as
 
 
 def version() -> tuple[int, int, int]:
-    """The loaded cuDNN's ``(major, minor, patch)``, loading it on first call (:class:`LibraryNotFoundError` when
-    no libcudnn can be found)."""
+    """The loaded cuDNN's ``(major, minor, patch)``, loading it (:class:`LibraryNotFoundError` where none is found)."""
     from .clib.loader import library
     return library().version
 
 
 if not TYPE_CHECKING:  # hidden from type checkers: they see the names above, so a misspelt name is an error
     def __getattr__(name: str) -> Any:
-        """Import a public name's module on first use (PEP 562), under :mod:`cudnn_py._imports`' lock, and cache the
-        name here."""
+        """Import a public name's module on first use (PEP 562), under :mod:`cudnn_py._imports`' lock; cache it."""
         module = _WHERE.get(name)
         if module is None and name not in _SUBMODULES:
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -25,13 +25,11 @@ class CudnnPyError(Exception):
 
 
 class InvalidValueError(CudnnPyError, ValueError):
-    """An argument's value refused before cuDNN is called (out of range, a shape or option that does not fit); the
-    message names the parameter. A ``ValueError`` too."""
+    """An argument's value refused before cuDNN is called, naming the parameter (a ``ValueError`` too)."""
 
 
 class InvalidTypeError(CudnnPyError, TypeError):
-    """An argument of a type not taken, refused before cuDNN is called; the message names the parameter. A
-    ``TypeError`` too."""
+    """An argument's type refused before cuDNN is called, naming the parameter (a ``TypeError`` too)."""
 
 
 class InvalidStateError(CudnnPyError, RuntimeError):
@@ -40,9 +38,8 @@ class InvalidStateError(CudnnPyError, RuntimeError):
 
 
 class CArgumentError(CudnnPyError, TypeError, ValueError):
-    """An argument a C function's parameter cannot take (wrong type, outside the C type's range, an array shorter
-    than the count given with it, NULL where cuDNN would dereference it). The message names the function and the
-    parameter."""
+    """An argument a C function's parameter cannot take (wrong type, out of the C type's range, an array shorter than
+    its count, NULL where cuDNN dereferences it), naming the function and the parameter."""
 
 
 def _code_text(code: object) -> str:

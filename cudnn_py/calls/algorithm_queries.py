@@ -151,8 +151,7 @@ class AlgoPerf:
 
     @classmethod
     def from_dict(cls, d: dict) -> "AlgoPerf":
-        """The record :meth:`to_dict` wrote; :class:`InvalidValueError` naming the field that is missing or wrong
-        (:class:`InvalidTypeError` for a ``d`` that is not a dict)."""
+        """The record :meth:`to_dict` wrote; the error names the field that is missing or wrong."""
         if not isinstance(d, dict):
             raise InvalidTypeError(f"AlgoPerf.from_dict takes the dict to_dict() wrote, got {type(d).__name__}")
 

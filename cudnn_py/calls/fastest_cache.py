@@ -196,8 +196,7 @@ class AlgorithmCache:
         self._with_db(lambda db: db.clear(KIND))
 
     def entries(self) -> list[tuple[tuple, AlgoPerf]]:
-        """Snapshot of (key, record) pairs: this process's in insertion order, then the database's other records of
-        this environment (records that cannot answer their keys are left out)."""
+        """(key, record) pairs: this process's, then the database's others of this environment that answer their key."""
         with self._lock:
             out = dict(self._data)
         for rec in self._with_db(lambda db: db.records(KIND, db.environment()), []):

@@ -78,8 +78,7 @@ _ADDRESS_MIN = 65536
 
 
 class Handle(ctypes.c_void_p):
-    """Base of cuDNN's opaque handle types in ``cudnn_py.capi`` (see the module docstring for what a parameter of
-    one takes). ``Type(address)`` is the explicit cast that makes an int address a handle."""
+    """Base of cuDNN's opaque handle types in ``cudnn_py.capi``; ``Type(address)`` casts an int address to one."""
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -388,8 +387,7 @@ _DESTROYERS = re.compile(r"cudnnDestroy\w*|cudnnBackendDestroyDescriptor")
 
 
 def own(ptr, owner: str) -> None:
-    """Record that a Pythonic ``owner`` (its type name) destroys the live handle or descriptor ``ptr``: a capi
-    destroy function then refuses it (a second destroy of a descriptor aborts the process inside cuDNN)."""
+    """Record that a Pythonic ``owner`` (its type name) destroys the live ``ptr``: a capi destroy then refuses it."""
     address = ptr.value
     if address:
         _OWNED[address] = owner
@@ -467,8 +465,7 @@ _EXECUTES = frozenset({"cudnnBackendExecute", "cudnnFusedOpsExecute"})
 
 
 def _guard_queue(name: str, inner):
-    """``inner`` (a C function that queues device work) spoiling this thread's recording
-    (:mod:`cudnn_py.clib.recording`) when called outside a sink: a prepared call would leave its work out."""
+    """``inner`` (a C function queuing device work) spoiling this thread's recording when called outside a sink."""
     state = recording.state
 
     def call(*args):

@@ -25,7 +25,8 @@ from cudnn_py.clib.install import driver_extras
 from cudnn_py.errors import LibraryNotFoundError
 
 SONAME = "libcudnn.so.9"
-INSTALL_HINT = f"install cudnn-py with the extra for your driver: {driver_extras()}; or point CUDNN_PY_LIBRARY at {SONAME}"
+INSTALL_HINT = (f"install cudnn-py with the extra for your driver: {driver_extras()}; or point CUDNN_PY_LIBRARY at "
+                f"{SONAME}")
 
 
 @dataclass(frozen=True)

@@ -27,8 +27,7 @@ class Address(NamedTuple):
 
 
 class WorkspaceArg(NamedTuple):
-    """An argument that is the handle's workspace of at least ``size`` bytes, from byte ``offset`` on (fetched again
-    on every replay)."""
+    """An argument that is the handle's workspace (``size`` bytes from ``offset`` on), fetched on every replay."""
     size: int
     offset: int = 0
 
@@ -119,8 +118,7 @@ def device_work(what: str) -> None:
 
 @contextmanager
 def measuring() -> Iterator[None]:
-    """Queue, inside the block, work a prepared call must not repeat (candidates timed) without spoiling the
-    recording."""
+    """Queue, inside the block, work a prepared call must not repeat (timed candidates) without spoiling it."""
     outer, state.sink = state.sink, True
     try:
         yield

@@ -177,8 +177,7 @@ def int_tuple(value, what: str, expected: str = "a sequence of ints", minimum: i
 
 
 def ints(value, n: int | None, what: str, minimum: int, maximum: int = INT32_MAX) -> tuple[int, ...]:
-    """An int or a sequence of ints as an n-tuple (n=None: keep the sequence's length), each in
-    ``[minimum, maximum]`` (default: the C int's range)."""
+    """An int or a sequence of ints as an n-tuple (n=None: the sequence's length), each in ``[minimum, maximum]``."""
     if is_int(value):
         if n is None:
             raise InvalidValueError(f"{what}: cannot tell the number of dimensions from a single int")

@@ -50,8 +50,7 @@ _MOVED = {"ConvolutionDescriptor": "convolution", "convolution_descriptor": "con
 
 
 def __getattr__(name: str):
-    """The old import path of a name in :data:`_MOVED` (PEP 562): the family module's, found by name at first use
-    (this module sits below the families and imports none of them)."""
+    """The old import path of a name in :data:`_MOVED` (PEP 562): the family module's, imported on first use."""
     family = _MOVED.get(name)
     if family is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -140,8 +139,7 @@ class Descriptor(CObject[Any]):
 
     @classmethod
     def shared(cls, *settings):
-        """The process-wide instance made by ``cls(*settings)`` (validated, hashable settings), made once and kept in
-        the cache ``cls._cache_name`` of :func:`cudnn_py.core.caches.shared`; its ``close()`` does nothing."""
+        """The instance ``cls(*settings)`` kept in the process-wide cache ``cls._cache_name`` (``close()``: no-op)."""
         return _shared(caches.shared(cls._cache_name), settings, lambda: cls(*settings))
 
     @property
@@ -519,8 +517,7 @@ class ReduceTensor(_TensorOpSettings):
 # --- shared descriptors -------------------------------------------------------------------------------
 
 def _shared(cache: caches.Cache, key, make):
-    """``cache[key]``, made by ``make()`` on a miss and marked shared (its ``close()`` does nothing). Thread-safe: two
-    threads missing at once each make one, and the first stored is the one both return."""
+    """``cache[key]``, made by ``make()`` on a miss and marked shared (of two threads missing at once, one wins)."""
     d = cache.get(key)
     if d is None:
         d = make()  # outside the cache's lock: it calls cuDNN and may raise

@@ -82,8 +82,7 @@ def cudnn_dtype(dtype: DTypeLike | int) -> capi.cudnnDataType_t:
 
 
 def as_numpy_dtype(dtype) -> np.dtype:
-    """``np.dtype(dtype)`` that also takes the short names of :data:`ALIASES` (any case) and the ml_dtypes names
-    (``"bfloat16"``, ``"float8_e4m3fn"``); NumPy's own errors otherwise."""
+    """``np.dtype(dtype)`` that also takes :data:`ALIASES` (any case) and the ml_dtypes names (``"bfloat16"``)."""
     if isinstance(dtype, str):
         dtype = ALIASES.get(dtype.lower(), dtype)
         if _ml is not None and hasattr(_ml, dtype):  # ml_dtypes types are not NumPy names

@@ -52,11 +52,9 @@ Signature = tuple[tuple[int, ...], tuple[int, ...], np.dtype, int]
 
 
 def check_cuda_array_interface(obj, name: str) -> None:
-    """Refuse a malformed ``__cuda_array_interface__`` before cuda.core reads it (and asks the driver about its
-    pointer): a dict of ``shape``, a native ``typestr``, ``data`` (a non-NULL address unless empty, a flag), no
-    ``mask``, and ``strides`` None or non-negative, whole elements and not overlapping
-    (:func:`cudnn_py.core.memory.as_array` calls it before viewing an object that offers the interface and no device
-    DLPack)."""
+    """Refuse a malformed ``__cuda_array_interface__`` before cuda.core reads it: it must be a dict of ``shape``, a
+    native ``typestr``, ``data`` (a non-NULL address unless empty, a flag), no ``mask``, and ``strides`` None or
+    non-negative, whole elements and not overlapping."""
     try:
         cai = obj.__cuda_array_interface__
     except Exception as e:  # noqa: BLE001 - a producer's property may raise anything

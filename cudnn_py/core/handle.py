@@ -159,8 +159,7 @@ class Handle(CObject[capi.cudnnHandle_t]):
 
     # -- lifetime --
     def cache_info(self) -> dict[str, int]:
-        """Entries in each of this handle's caches, by name (``'prepared'``, ``'graph.plans'``, ...); the process-wide
-        ones: :func:`cudnn_py.core.caches.info`."""
+        """Entries in each of this handle's caches, by name (process-wide ones: :func:`cudnn_py.core.caches.info`)."""
         return {name: len(entries) for name, entries in self.cache.items()}
 
     def clear_caches(self) -> None:
