@@ -20,15 +20,9 @@ What a parameter of ``cudnn_py.capi.cudnnX(...)`` takes:
   shorter than what cuDNN will access is refused (an address or a ctypes pointer: the caller vouches).
   ``cudnnBackendSetAttribute`` also takes a sequence, converted to the element type its ``attributeType`` names.
 
-A wrong argument raises :class:`CArgumentError` naming the function and the parameter.
-
-``fn.raw`` is the bound ctypes function itself, for hot loops: ctypes' own conversions only (a handle parameter
-still refuses str, bytes and other handle types but takes any int; ints wrap), the status still checked and a
-created handle still recorded (see ``_RECORD``), no deprecation warning after the access.
-
-Calling a function the headers mark ``CUDNN_DEPRECATED`` from outside the ``cudnn_py`` package warns
-(:class:`DeprecationWarning`) once per function. ``cudnn_py.clib.nvtx`` can wrap every call in an NVTX range
-(:func:`set_range_wrapper`); ``CUDNN_PY_LOG`` and ``CUDNN_PY_NVTX`` are read when the first function is bound.
+A wrong argument raises :class:`CArgumentError` naming the function and the parameter; ``fn.raw`` skips these
+checks (docs/c_layer_safety.md). A function the headers mark ``CUDNN_DEPRECATED``, called from outside the package,
+warns once. ``CUDNN_PY_LOG`` and ``CUDNN_PY_NVTX`` are read when the first function is bound.
 """
 from __future__ import annotations
 
@@ -72,8 +66,7 @@ def _errcheck(name: str, created: int | None = None):
 
 _GENERIC_FROM_PARAM = type(ctypes.c_void_p).__dict__["from_param"]  # ctypes' conversion for simple types
 _ADDRESS_MAX = (1 << 8 * ctypes.sizeof(ctypes.c_void_p)) - 1
-# the lowest address Linux maps by default (vm.mmap_min_addr): a smaller nonzero int is a count or a value passed
-# where an address belongs, never an address
+# the lowest address Linux maps by default (vm.mmap_min_addr): a smaller nonzero int is never an address
 _ADDRESS_MIN = 65536
 
 

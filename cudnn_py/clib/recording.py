@@ -1,14 +1,9 @@
-"""What a call's validated path queued on the GPU, written down for its prepared call (:mod:`cudnn_py.calls.prepared`)
-to queue again with other addresses.
-
-The families queue their work through sinks: :func:`cudnn_py.ops._common.launch` (a legacy C call),
-:func:`~cudnn_py.ops._common.host_step` and :meth:`cudnn_py.graph.runner.Runner.run_pointers` (a graph plan). While
-this thread records, each sink adds a :class:`Step`: the callable, its arguments, which of them are device addresses
-(or the handle's workspace). Anything else that would make a replay differ :func:`spoil` s the recording (no
-prepared call is made from it): an engine being measured, a device address passed as a plain int, a C function that
-queues device work outside the sinks (the C layer checks :data:`state` ``.sink``), a driver copy, memset or read of
-device memory outside them (:func:`device_work`). The caches a recording was built on (:func:`uses`) are kept with
-its prepared call, which a clear of one of them forgets.
+"""What a call's validated path queued on the GPU, written down for its prepared call to queue again with other
+addresses (docs/prepared.md, "Correct by construction"). While a thread records, each sink
+(:func:`cudnn_py.ops._common.launch`, ``host_step``, :meth:`cudnn_py.graph.runner.Runner.run_pointers`) adds a
+:class:`Step`; anything a replay would not repeat :func:`spoil` s the recording: a device address passed as a plain
+int, a queuing C function outside a sink (the C layer checks :data:`state` ``.sink``), a driver memory call outside
+them (:func:`device_work`). The caches a recording was built on (:func:`uses`) are kept with its prepared call.
 """
 from __future__ import annotations
 

@@ -111,7 +111,6 @@ class Handle(CObject[capi.cudnnHandle_t]):
         self.cache: dict[str, Cache] = {}
         self.set_stream(s)
 
-    # -- state --
     @property
     def device_id(self) -> int:
         """The device ordinal (same as :attr:`device`)."""
@@ -127,7 +126,6 @@ class Handle(CObject[capi.cudnnHandle_t]):
         """:attr:`stream` as an int ``cudaStream_t``."""
         return self._stream_ptr
 
-    # -- streams --
     def set_stream(self, stream) -> None:
         """Queue this handle's future work on ``stream`` (see the class doc for what a stream may be)."""
         s = as_stream(stream, self.device)
@@ -157,7 +155,6 @@ class Handle(CObject[capi.cudnnHandle_t]):
         """Block until all work queued on this handle's stream has finished."""
         self._stream.sync()
 
-    # -- lifetime --
     def cache_info(self) -> dict[str, int]:
         """Entries in each of this handle's caches, by name (process-wide ones: :func:`cudnn_py.core.caches.info`)."""
         return {name: len(entries) for name, entries in self.cache.items()}
