@@ -3,26 +3,10 @@ sees them, statuses become exceptions. (Over 700 lines on purpose: the one runti
 through, its argument rules, their converters and the destroy guards read as one table; split, each part would
 import the others.)
 
-What a parameter of ``cudnn_py.capi.cudnnX(...)`` takes:
-
-- a cuDNN handle type (``cudnnHandle_t``, ``cudnnTensorDescriptor_t``, ...): an instance of that type, ``None``
-  or ``0`` (NULL), or an object whose ``_as_parameter_`` or ``ptr`` is one (the Pythonic descriptors and handles).
-  Any other int is refused: as in C, an address becomes a handle only through an explicit cast,
-  ``cudnnTensorDescriptor_t(address)``, by which the caller vouches for it; str, bytes and other handle types too.
-- a CUDA handle type (``cudaStream_t``, ``cudaGraph_t``): the same, and an int handle.
-- an enum type: a member of that enum or a plain int; a member of another enum is refused.
-- an integer type: an int within the C type's range (never wrapped silently).
-- ``void *``: an int address, ``None``, a ctypes object or ``byref()``; not str, bool or a list (bytes only for
-  ``const void *``).
-- a typed pointer (``int *``, ``const int dimA[]``): a ctypes array or pointer of that type, ``byref()`` of one,
-  ``None``, or an int address (taken as is); where C only reads it (``const``), also a sequence, converted.
-- where another argument gives an array's length (``cudnn_py.codegen.lengths``), an array, ``byref()`` or sequence
-  shorter than what cuDNN will access is refused (an address or a ctypes pointer: the caller vouches).
-  ``cudnnBackendSetAttribute`` also takes a sequence, converted to the element type its ``attributeType`` names.
-
-A wrong argument raises :class:`CArgumentError` naming the function and the parameter; ``fn.raw`` skips these
-checks (docs/c_layer_safety.md). A function the headers mark ``CUDNN_DEPRECATED``, called from outside the package,
-warns once. ``CUDNN_PY_LOG`` and ``CUDNN_PY_NVTX`` are read when the first function is bound.
+docs/c_layer_safety.md lists what each kind of parameter takes; a wrong argument raises :class:`CArgumentError`
+naming the function and the parameter, and ``fn.raw`` skips these checks. A function the headers mark
+``CUDNN_DEPRECATED``, called from outside the package, warns once. ``CUDNN_PY_LOG`` and ``CUDNN_PY_NVTX`` are read
+when the first function is bound.
 """
 from __future__ import annotations
 
@@ -206,7 +190,7 @@ def _handle_of(obj):
 
 
 def _handle(cls, value):
-    """``value`` as a ``cls`` parameter (see the module docstring); TypeError says what was wrong."""
+    """``value`` as a ``cls`` parameter (docs/c_layer_safety.md); TypeError says what was wrong."""
     if value is None or isinstance(value, cls):
         return value
     if isinstance(value, int) and not isinstance(value, (bool, enum.Enum)):
