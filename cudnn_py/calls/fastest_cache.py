@@ -107,10 +107,8 @@ class AlgorithmCache:
     as tuning database records of kind :data:`KIND` under the device's environment (cuDNN, GPU, driver), so another
     process finds them without measuring; a stored record that cannot answer its key is dropped with a warning.
     Thread-safe. ``save(path)`` / ``load(path)``: the JSON file format (:class:`CacheFileError` for a corrupt,
-    truncated or foreign file, another cuDNN version's, or a record that cannot answer its key).
-
-    :param database: a :class:`~cudnn_py.tuning.TuningDatabase`, a callable giving one when first needed (as
-        :data:`algorithm_cache` does), or None for a private one in memory.
+    truncated or foreign file, another cuDNN version's, or a record that cannot answer its key). ``database``: a
+    :class:`~cudnn_py.tuning.TuningDatabase`, a callable giving one when first needed, or None (private, in memory).
     """
 
     def __init__(self, database=None):

@@ -105,8 +105,7 @@ def spoil(reason: str) -> None:
 
 
 def device_work(what: str) -> None:
-    """Note a driver call that queues device work or reads device memory (``what``): outside a sink it spoils this
-    thread's recording, whose replay would not repeat it."""
+    """Note a driver call on device memory (``what``): outside a sink it spoils this thread's recording."""
     if state.rec is not None and not state.sink:
         spoil(f"{what} queued device work outside a sink (ops._common.host_step records such a step)")
 

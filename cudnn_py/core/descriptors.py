@@ -458,8 +458,7 @@ class OpTensor(_TensorOpSettings):
     """The element-wise operation of ``cudnnOpTensor`` (one shared ``cudnnOpTensorDescriptor_t``; settings read back
     as properties). ``op``: "add", "mul", "min", "max", "sqrt" or "not" (any case; or a ``cudnnOpTensorOp_t``).
     ``compute_dtype``: float32 by default (float64 for double data; ``"fp32"`` and the like too; ``compute_type=``,
-    deprecated). ``nan_propagation``: default False.
-    """
+    deprecated). ``nan_propagation``: default False."""
 
     __slots__ = ()
     _c_class = _OpTensorDescriptor
@@ -482,8 +481,7 @@ class ReduceTensor(_TensorOpSettings):
     properties). ``op``: "add", "mul", "min", "max", "amax", "avg", "norm1", "norm2" or "mul_no_zeros" (any case; or
     a ``cudnnReduceTensorOp_t``). ``compute_dtype``: float32 by default (``compute_type=``, deprecated).
     ``nan_propagation``: default False. ``indices``: "none" (default) or "flattened" (True/False too; only min, max
-    and amax have indices); ``indices_type``: "uint32" (default), "uint8", "uint16" or "uint64".
-    """
+    and amax have indices); ``indices_type``: "uint32" (default), "uint8", "uint16" or "uint64"."""
 
     __slots__ = ("_indices", "_indices_type")
     _c_class = _ReduceTensorDescriptor

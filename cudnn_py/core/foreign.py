@@ -41,8 +41,7 @@ def learn_torch() -> bool:
 
 
 def is_torch_tensor(obj) -> bool:
-    """Whether ``obj`` is a torch tensor: of the types :func:`cudnn_py.core.memory.array_signature` reads without DLPack
-    (``torch.Tensor``, ``torch.nn.Parameter``; subclasses are not); False while the program has not imported torch."""
+    """Whether ``obj`` is a ``torch.Tensor`` or ``torch.nn.Parameter`` (no subclass); False until torch is imported."""
     t = type(obj)
     return t in TORCH_TYPES or (not TORCH_TYPES and learn_torch() and t in TORCH_TYPES)
 
