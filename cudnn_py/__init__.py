@@ -1,10 +1,6 @@
-"""cudnn_py: NVIDIA cuDNN 9 from Python.
-
-Two layers: :mod:`cudnn_py.capi`, the whole C API generated from the cuDNN headers (C names verbatim),
-and the Pythonic layer re-exported here (handles, device arrays, descriptors, operations).
-
-``import cudnn_py`` loads nothing heavy: each name below is imported from its module on first use
-(cuda.core, the graph package and cuDNN itself come in only when something needs them).
+"""cudnn_py: NVIDIA cuDNN 9 from Python. Two layers: :mod:`cudnn_py.capi`, the whole C API generated from the cuDNN
+headers (C names verbatim), and the Pythonic layer re-exported here (handles, device arrays, descriptors,
+operations). ``import cudnn_py`` loads nothing heavy: each name below is imported from its module on first use.
 """
 from __future__ import annotations
 

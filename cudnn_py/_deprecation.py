@@ -1,8 +1,5 @@
-"""Old spellings of the Pythonic layer kept working with a :class:`DeprecationWarning` (docs/design.md lists them).
-
-- :func:`renamed_kwargs` maps an old keyword argument to its new name inside a call;
-- :func:`alias` makes an old public name (a class or function) that warns, then does what the new one does;
-- :func:`renamed_attribute` makes an old attribute name that warns, then reads the new one.
+"""Old spellings of the Pythonic layer kept working with a :class:`DeprecationWarning` (docs/design.md lists them):
+:func:`renamed_kwargs` (an old keyword), :func:`alias` (an old class or function name), :func:`renamed_attribute`.
 """
 from __future__ import annotations
 

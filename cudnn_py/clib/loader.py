@@ -1,15 +1,8 @@
-"""Find and load ``libcudnn.so.9``; say clearly what was tried when it is not there.
-
-Search order:
-
-1. ``CUDNN_PY_LIBRARY``: the library file itself, or a folder holding it (nothing else is tried);
-2. ``CUDNN_PATH``: a cuDNN install root (``lib/``, ``lib64/`` below it; nothing else is tried);
-3. cuda.pathfinder: the nvidia-cudnn-cu12 / -cu13 wheels, conda, then the system loader;
-4. the system loader (``libcudnn.so.9`` on the default search path).
-
-A file is checked before ``dlopen`` (a complete 64-bit ELF shared library: a truncated one would kill the process
-with SIGBUS) and after it (it must export ``cudnnGetVersion`` and report major version 9); a file that fails is
-listed with the reason among the places tried.
+"""Find and load ``libcudnn.so.9``, saying what was tried when it is not there. Search order: ``CUDNN_PY_LIBRARY``
+(the file, or a folder holding it), else ``CUDNN_PATH`` (an install root: ``lib/``, ``lib64/``), either alone when
+set; else cuda.pathfinder (the nvidia-cudnn wheels, conda, the system loader); else the system loader. A file must be
+a complete 64-bit ELF shared library before ``dlopen`` (a truncated one would kill the process with SIGBUS) and
+report cuDNN 9 through ``cudnnGetVersion`` after it; one that fails is listed with the reason.
 """
 from __future__ import annotations
 
