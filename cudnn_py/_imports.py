@@ -1,12 +1,6 @@
-"""One process-wide lock for cudnn_py's lazy imports (:data:`LOCK`), and the paths modules had before they moved.
-
-The graph package's modules import each other in a circle, which Python resolves for one thread; two threads
-entering it at different modules get each other's half-initialized module. So every lazy import of the package (its
-``__getattr__``, the families' in-function imports, cuda.core) runs under :data:`LOCK`, and :class:`cudnn_py.Handle`
-first imports what the calls import lazily (:func:`warm_imports`). A submodule imported by its own ``import``
-statement is outside the lock. This module imports nothing of cudnn_py, so the package and
-:mod:`cudnn_py.core.handle` can both use it. :data:`MOVED`: ``import cudnn_py.memory`` gives
-:mod:`cudnn_py.core.memory` itself.
+"""One process-wide lock for cudnn_py's lazy imports (:data:`LOCK`; why: docs/design.md, "Lazy imports and
+threads"), and the paths modules had before they moved (:data:`MOVED`: ``import cudnn_py.memory`` gives
+:mod:`cudnn_py.core.memory` itself). It imports nothing of cudnn_py, so the package and its handle module can use it.
 """
 from __future__ import annotations
 

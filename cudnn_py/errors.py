@@ -1,10 +1,6 @@
-"""Exceptions: everything cudnn_py raises on purpose derives from :class:`CudnnPyError`.
-
-A failed cuDNN call raises the :class:`CudnnError` subclass of its status family (1xxx not initialised, 2xxx bad
-parameter, 3xxx not supported, 4xxx internal, 5xxx execution failed) with the status, the function and cuDNN's
-last-error text (``cudnnSetTensor4dDescriptor failed: CUDNN_STATUS_BAD_PARAM (2000): <cuDNN's reason>``). A failed
-CUDA driver call raises :class:`CudaError` (:class:`CudaOutOfMemoryError`; :class:`NoDeviceError` from whatever
-needed a GPU or driver that cannot be used: ``Handle()``, ``to_device``, ``empty``, ``new_stream``, ``timer``).
+"""Exceptions: everything cudnn_py raises on purpose derives from :class:`CudnnPyError` (docs/design.md, "Errors"):
+a failed cuDNN call the :class:`CudnnError` subclass of its status family (1xxx not initialised, 2xxx bad parameter,
+3xxx not supported, 4xxx internal, 5xxx execution failed), a failed CUDA driver call a :class:`CudaError`.
 """
 from __future__ import annotations
 

@@ -242,8 +242,6 @@ def _plain(v):
         return v.name
     if v is None or isinstance(v, (bool, int, float, str)):
         return v
-    if isinstance(v, np.dtype):
-        return v.name
     return getattr(v, "name", None) or repr(v)
 
 

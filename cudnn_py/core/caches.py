@@ -1,8 +1,5 @@
-"""The one cache mechanism (docs/design.md, "Caches"): a :class:`Cache` is a bounded, thread-safe ``dict`` (a lookup
-is one C-level ``dict.get``), either bound to a handle (:func:`handle_cache`: plans, executors; dropped when the
-handle closes) or shared by the process (:func:`shared`: C descriptors of settings; :func:`info`, :func:`clear`).
-Keys hold everything that changes the answer; what outlives the process is in the tuning database, not here.
-"""
+"""The one cache mechanism (docs/design.md, "Caches"): :class:`Cache`, a bounded, thread-safe ``dict``, bound to a
+handle (:func:`handle_cache`) or shared by the process (:func:`shared`, :func:`info`, :func:`clear`)."""
 from __future__ import annotations
 
 import ctypes
