@@ -1,5 +1,5 @@
-"""One process-wide lock for cudnn_py's lazy imports (:data:`LOCK`; why: docs/design.md, "Lazy imports and
-threads"), and the paths modules had before they moved (:data:`MOVED`: ``import cudnn_py.memory`` gives
+"""One process-wide lock for cudnn_py's lazy imports (:data:`LOCK`; why: docs/design.md, "Threads and
+devices"), and the paths modules had before they moved (:data:`MOVED`: ``import cudnn_py.memory`` gives
 :mod:`cudnn_py.core.memory` itself). It imports nothing of cudnn_py, so the package and its handle module can use it.
 """
 from __future__ import annotations

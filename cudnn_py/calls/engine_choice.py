@@ -1,10 +1,7 @@
 """``engine="auto"`` by measurement: the first call of a configuration times the legacy call and the graph path on
 its own arrays and keeps the faster engine, per handle (cache ``"engine.choice"``) and in the tuning database.
-
-Families reach it through :func:`cudnn_py.graph.legacy.dispatch`, which hands both engines to :func:`run`; inside a
-``@prepared`` function the key and the arrays the call mutates come from its declaration. docs/graph_paths.md ("How
-auto decides") says the order (handle, database, measurement), what is timed and when a choice is kept.
-``CUDNN_PY_AUTO_ENGINE=static`` (or :func:`set_mode` ``("static")``) runs each call's static rule unmeasured.
+Families reach it through :func:`cudnn_py.graph.legacy.dispatch`; docs/graph_paths.md ("How auto decides") says the
+order (handle, database, measurement), what is timed, when a choice is kept, and ``CUDNN_PY_AUTO_ENGINE=static``.
 """
 from __future__ import annotations
 

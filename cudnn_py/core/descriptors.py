@@ -1,15 +1,9 @@
-"""cuDNN descriptors as Python objects: the :class:`Descriptor` and :class:`Settings` bases, tensors and filters,
-the settings of element-wise and reduction operations, and the process-wide sharing of C descriptors.
-
-- :class:`TensorDescriptor` and :class:`FilterDescriptor` *are* a C descriptor, built from keyword arguments and
-  read back from cuDNN through properties: ``TensorDescriptor((8, 3, 32, 32), np.float16, layout="NHWC")``.
-- A settings class (:class:`OpTensor`, :class:`ReduceTensor`; ``Pooling``, ``Activation``, ``LRN`` and
-  ``Convolution`` beside their operations) validates its keywords once, is hashable, and hands cuDNN the C
-  descriptor shared by every equal object: ``capi.cudnnOpTensor(h.ptr, OpTensor("add").descriptor, ...)``.
-
-Shared descriptors live in the ``"descriptors.*"`` caches of :func:`cudnn_py.core.caches.shared`, keyed by their
-validated settings, until evicted or cleared; their ``close()`` does nothing. Enum and dtype arguments take the
-spellings docs/design.md lists; the old names (``OpTensorDescriptor``, ``format=``, ...) warn and still work.
+"""cuDNN descriptors as Python objects: the :class:`Descriptor` and :class:`Settings` bases, tensors and filters
+(:class:`TensorDescriptor`, :class:`FilterDescriptor`: a C descriptor built from keywords, read back through
+properties), the settings of element-wise and reduction operations (:class:`OpTensor`, :class:`ReduceTensor`: validated
+once, hashable, handing cuDNN the C descriptor every equal object shares), and that sharing: the ``"descriptors.*"``
+caches of :func:`cudnn_py.core.caches.shared`, whose descriptors' ``close()`` does nothing. Old names
+(``OpTensorDescriptor``, ``format=``, ...) warn and still work.
 """
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""The cuDNN handle (:class:`Handle`: one device, one stream, its own workspace and caches), :class:`CObject` (the
-base of every object owning a C object: ``close()``, ``with``, the garbage collector) and :func:`handle_arg`.
-
-A handle belongs to the device it was created on (``Handle(device=1)`` makes device 1 current in the calling thread
-first); its calls must run with that device current (unless the thread makes another current afterwards, it is),
-and arrays on another device are refused before C. cuDNN handles are not thread-safe, and sharing one between
-threads that run at once is not detected (that would cost every call): use one handle per thread and device.
+"""The cuDNN handle (:class:`Handle`: one device, one stream, its own workspace and caches; one per thread and
+device, docs/design.md, "Threads and devices"), :class:`CObject` (the base of every object owning a C object:
+``close()``, ``with``, the garbage collector) and :func:`handle_arg`.
 """
 from __future__ import annotations
 
