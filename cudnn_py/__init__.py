@@ -21,8 +21,7 @@ from .errors import (  # ``name as name``: explicit re-exports (mypy --strict)
 _ERRORS = tuple(n for n, v in list(globals().items()) if isinstance(v, type) and issubclass(v, Exception))
 __version__ = "0.1.0"
 
-# --- the Pythonic layer, imported on first use: module -> names (keep this section sorted) ---
-# Each line has its twin in the TYPE_CHECKING block below (tests/test_import_time.py checks they agree).
+# the Pythonic layer, imported on first use: module -> names, each line with its twin under TYPE_CHECKING below
 _LAZY: dict[str, tuple[str, ...]] = {
     ".calls.defaults": ("default_handle",),
     ".clib.loader": ("library",),

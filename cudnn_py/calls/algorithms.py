@@ -4,10 +4,6 @@ selectors removed in cuDNN 8 (directions ``"forward"``, ``"backward_data"``, ``"
 
     from cudnn_py.calls.algorithms import *  # C: cudnnGetConvolutionForwardAlgorithm(..., 0, &algo);
     algo = cudnnGetConvolutionForwardAlgorithm(h, xD, wD, cD, yD, CUDNN_CONVOLUTION_FWD_PREFER_FASTEST, 0)
-
-or ``choose_forward_algorithm(h, xD, wD, cD, yD, preference, limit, measured=False)``. The preference is applied to
-the ``_v7`` heuristic list (``measured=True``: to ``Find`` timings): PREFER_FASTEST takes the first supported entry,
-NO_WORKSPACE the first needing no workspace, SPECIFY_WORKSPACE_LIMIT the first needing at most the limit.
 """
 from __future__ import annotations
 
@@ -113,8 +109,8 @@ def choose_forward_algorithm(handle: Handle | capi.cudnnHandle_t, x_desc: Any, w
                              preference: int = cudnnConvolutionFwdPreference_t.CUDNN_CONVOLUTION_FWD_PREFER_FASTEST,
                              memory_limit: int = 0, *, measured: bool = False) -> enum.IntEnum:
     """The ``cudnnConvolutionFwdAlgo_t`` cuDNN 7's ``cudnnGetConvolutionForwardAlgorithm`` would have chosen on these
-    descriptors for ``preference`` (``memory_limit``: bytes, with ``..._SPECIFY_WORKSPACE_LIMIT``); ``measured``: rank
-    with ``Find`` timings instead of the ``..._v7`` heuristics."""
+    descriptors: the first entry of the ``..._v7`` heuristic list (``measured``: of ``Find`` timings) that is supported
+    (PREFER_FASTEST), needs no workspace (NO_WORKSPACE) or at most ``memory_limit`` bytes (SPECIFY_WORKSPACE_LIMIT)."""
     return _choose("forward", handle, x_desc, w_desc, conv_desc, y_desc, preference, memory_limit, measured)
 
 

@@ -1,7 +1,5 @@
-"""The default handle, for scripts that do not pass handles around: one :class:`~cudnn_py.Handle` per (thread,
-device), made on first use. Each thread gets its own (cuDNN handles are not thread-safe), destroyed when the thread
-ends; every one left is closed at interpreter exit. Closing one is allowed: the next call makes a new one.
-"""
+"""The default handle, for scripts: one :class:`~cudnn_py.Handle` per (thread, device), made on first use, destroyed
+when the thread ends (any left: at interpreter exit). Closing one is allowed: the next call makes a new one."""
 from __future__ import annotations
 
 import atexit

@@ -27,8 +27,7 @@ from cudnn_py.clib.status import status_error
 from cudnn_py.errors import CArgumentError, CudnnPyError, FunctionNotAvailableError, InvalidStateError
 
 def _errcheck(name: str, created: int | None = None):
-    """The ctypes ``errcheck`` of function ``name``: a failing status raises; a create function's new handle (written
-    through parameter ``created``) is recorded live, through ``fn.raw`` too."""
+    """The ctypes ``errcheck`` of ``name``: a failing status raises; a create's new handle (``created``) is recorded."""
     def check(status, func, args):
         if status:
             raise status_error(name, status)
@@ -394,8 +393,7 @@ def _written_handle(arg) -> int | None:
 
 def _guard_destroy(name: str, inner):
     """``inner`` (a destroy function) refusing, before C, an address a Pythonic object owns or that was destroyed
-    already (``_RECORD``). Once destroyed, the typed object passed reads NULL (a later use passes cuDNN NULL, never a
-    freed descriptor) and is marked destroyed; creating into it again makes it live."""
+    already (``_RECORD``); once destroyed, the typed object passed reads NULL and is marked destroyed."""
     def destroy(*args):
         ptr = args[0] if args else None
         typed = ptr if isinstance(ptr, Handle) else _handle_of(ptr) if ptr is not None else None

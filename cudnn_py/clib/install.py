@@ -1,7 +1,5 @@
-"""Install hints that work from where this copy of cudnn-py is: an installed wheel (``pip install 'cudnn-py[cu12]'``)
-or a checkout (``pip install -e ".[cu12]" --config-settings editable_mode=compat``). Every message that tells the
-user to install something asks here.
-"""
+"""Install hints that work from where this copy of cudnn-py is (an installed wheel or a checkout): every message
+telling the user to install something asks here."""
 from __future__ import annotations
 
 import functools

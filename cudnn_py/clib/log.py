@@ -1,12 +1,8 @@
-"""cuDNN's own log (API calls, warnings, errors) delivered to Python's :mod:`logging`.
-
-:func:`enable` installs cuDNN's one process-wide callback (``cudnnSetCallback``, replacing any other), which hands
-each message to ``logging.getLogger("cudnn_py")``; ``CUDNN_PY_LOG=info|warning|error`` does so with no code change
-(read when cuDNN's first function is bound). cuDNN's FATAL, ERROR, WARNING and INFO (the API log: each call and its
-arguments) become CRITICAL, ERROR, WARNING and INFO records whose message is cuDNN's text, one line per part, with
-``record.cudnn_function``, ``cudnn_status`` (a ``cudnnStatus_t`` member or int), ``cudnn_thread`` and
-``cudnn_device``. :func:`disable` turns it off (at interpreter exit too, before cuDNN's teardown could call into a
-finished interpreter).
+"""cuDNN's own log delivered to Python's :mod:`logging`: :func:`enable` (or ``CUDNN_PY_LOG=info|warning|error``, read
+when cuDNN's first function is bound) installs cuDNN's one process-wide callback, replacing any other. cuDNN's
+FATAL, ERROR, WARNING and INFO (the API log) become CRITICAL, ERROR, WARNING and INFO records of cuDNN's text, one line
+per part, with ``record.cudnn_function``, ``cudnn_status``, ``cudnn_thread`` and ``cudnn_device``. :func:`disable`
+turns it off (at interpreter exit too, before cuDNN's teardown could call into a finished interpreter).
 """
 from __future__ import annotations
 

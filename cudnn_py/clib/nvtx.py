@@ -1,9 +1,7 @@
-"""NVTX ranges named after each cuDNN call, in domain ``"cudnn_py"``, so that Nsight Systems shows cudnn-py's work.
-
-:func:`enable` (or ``CUDNN_PY_NVTX=1``, read when cuDNN's first function is bound) wraps every call through
-:mod:`cudnn_py.capi` in a range named after the C function; :func:`scope` opens a range of your own. A kept ctypes
-function (``fn.raw``, a graph executor) gets ranges only if made while they were on, so enable before the first
-operation. Disabled, nothing is wrapped or paid. Needs the ``nvtx`` package (``pip install nvtx``).
+"""NVTX ranges named after each cuDNN call (domain ``"cudnn_py"``) for Nsight Systems: :func:`enable` (or
+``CUDNN_PY_NVTX=1``, read when cuDNN's first function is bound) wraps every call through :mod:`cudnn_py.capi`;
+:func:`scope` opens a range of your own. A kept ctypes function (``fn.raw``, a graph executor) gets ranges only if
+made while they were on. Disabled, nothing is paid. Needs the ``nvtx`` package (``pip install nvtx``).
 """
 from __future__ import annotations
 
@@ -31,8 +29,7 @@ def _attributes(name: str):
 
 
 def wrap(name: str, fn: Callable) -> Callable:
-    """``fn`` inside a range named ``name`` (the C function's, for cuDNN calls) while ranges are on, ``fn`` itself
-    when they are off; decided now: a caller that keeps the result does not see a later :func:`enable`."""
+    """``fn`` inside a range named ``name`` while ranges are on, else ``fn`` (decided now, not on later enables)."""
     domain = _state["domain"]
     if domain is None:
         return fn

@@ -1,9 +1,7 @@
 """What a call's validated path queued on the GPU, written down for its prepared call to queue again with other
-addresses (docs/prepared.md, "Correct by construction"). While a thread records, each sink
-(:func:`cudnn_py.ops._common.launch`, ``host_step``, :meth:`cudnn_py.graph.runner.Runner.run_pointers`) adds a
-:class:`Step`; anything a replay would not repeat :func:`spoil` s the recording: a device address passed as a plain
-int, a queuing C function outside a sink (the C layer checks :data:`state` ``.sink``), a driver memory call outside
-them (:func:`device_work`). The caches a recording was built on (:func:`uses`) are kept with its prepared call.
+addresses: while a thread records, each sink (``ops._common.launch``, ``host_step``, ``Runner.run_pointers``) adds a
+:class:`Step`, and anything a replay would not repeat :func:`spoil` s the recording (docs/prepared.md, "Correct by
+construction"). The caches a recording was built on (:func:`uses`) are kept with its prepared call.
 """
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""The devices' primary contexts (and the CUDA driver module, :func:`cudnn_py.core.streams.driver`): what the memory
-operations need to run their driver calls with the right device's context current (:class:`on_device`), on any
-thread and whichever device is current."""
+"""The devices' primary contexts, so that memory operations run their driver calls in the right device's context
+(:class:`on_device`) on any thread, whichever device is current."""
 from __future__ import annotations
 
 from typing import Any

@@ -1,8 +1,6 @@
-"""NumPy dtypes <-> ``cudnnDataType_t``, and the host scalar type for alpha/beta. One table maps NumPy's float64,
-float32, float16, int8, uint8, int32, int64 and bool, and ml_dtypes' bfloat16, float8_e4m3fn, float8_e5m2,
-float8_e8m0fnu and float4_e2m1fn (where installed), both ways; the vectorised types (``CUDNN_DATA_INT8x4``,
-``INT8x32``, ``UINT8x4``) map back to their storage element type, and anything else raises :class:`TypeError`.
-"""
+"""NumPy dtypes <-> ``cudnnDataType_t`` (NumPy's float, int and bool types, and ml_dtypes' bfloat16, fp8 and fp4
+types where installed; cuDNN's vectorised types map back to their storage element type), and the host scalar type
+for alpha/beta."""
 from __future__ import annotations
 
 import ctypes

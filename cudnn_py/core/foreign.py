@@ -1,8 +1,6 @@
-"""Readers of foreign arrays that need no device array (:mod:`cudnn_py.core.memory` re-exports ``is_torch_tensor`` and
-``Signature``): the torch tables, the hot path of every prepared call's key (a tensor read in a few attribute reads,
-without DLPack; learnt once the program has imported torch, which cudnn_py never imports), and
-:func:`check_cuda_array_interface`, which refuses a malformed interface before ``cuda.core`` reads it.
-"""
+"""Readers of foreign arrays that need no device array (:mod:`cudnn_py.core.memory` re-exports them): the torch
+tables, the hot path of every prepared call's key (learnt once the program has imported torch, which cudnn_py never
+imports), and :func:`check_cuda_array_interface`, refusing a malformed interface before ``cuda.core`` reads it."""
 from __future__ import annotations
 
 import sys
