@@ -1,6 +1,5 @@
-"""Convolution algorithm queries on raw descriptors, per direction (``"forward"``, ``"backward_data"``,
-``"backward_filter"``): cuDNN's heuristic list (``..._v7``), its measured ones (``Find...``, ``Find...Ex``) and one
-algorithm's workspace size, as :class:`AlgoPerf` records in cuDNN's order."""
+"""Convolution algorithm queries on raw descriptors, per direction: cuDNN's heuristic list (``..._v7``), its measured
+ones (``Find...``, ``Find...Ex``) and one algorithm's workspace size, as :class:`AlgoPerf` records in cuDNN's order."""
 from __future__ import annotations
 
 import ctypes

@@ -1,6 +1,5 @@
-"""The "fastest" algorithm cache: the measured :class:`AlgoPerf` of each convolution configuration, in memory and in
-the tuning database, saved to and loaded from checked JSON files; the legacy calls' ``autotune=True`` fills
-:data:`algorithm_cache`."""
+"""The "fastest" algorithm cache (:data:`algorithm_cache`, which ``autotune=True`` fills): the measured
+:class:`AlgoPerf` of each convolution configuration, in memory and in the tuning database, and checked JSON files."""
 from __future__ import annotations
 
 import json
