@@ -1,10 +1,6 @@
-"""cudnn_py: NVIDIA cuDNN 9 from Python.
-
-Two layers: :mod:`cudnn_py.capi`, the whole C API generated from the cuDNN headers (C names verbatim),
-and the Pythonic layer re-exported here (handles, device arrays, descriptors, operations).
-
-``import cudnn_py`` loads nothing heavy: each name below is imported from its module on first use
-(cuda.core, the graph package and cuDNN itself come in only when something needs them).
+"""cudnn_py: NVIDIA cuDNN 9 from Python. Two layers: :mod:`cudnn_py.capi`, the whole C API generated from the cuDNN
+headers (C names verbatim), and the Pythonic layer re-exported here (handles, device arrays, descriptors,
+operations). ``import cudnn_py`` loads nothing heavy: each name below is imported from its module on first use.
 """
 from __future__ import annotations
 
@@ -25,8 +21,7 @@ from .errors import (  # ``name as name``: explicit re-exports (mypy --strict)
 _ERRORS = tuple(n for n, v in list(globals().items()) if isinstance(v, type) and issubclass(v, Exception))
 __version__ = "0.1.0"
 
-# --- the Pythonic layer, imported on first use: module -> names (keep this section sorted) ---
-# Each line has its twin in the TYPE_CHECKING block below (tests/test_import_time.py checks they agree).
+# the Pythonic layer, imported on first use: module -> names, each line with its twin under TYPE_CHECKING below
 _LAZY: dict[str, tuple[str, ...]] = {
     ".calls.defaults": ("default_handle",),
     ".clib.loader": ("library",),
@@ -165,18 +160,14 @@ if TYPE_CHECKING:  # what mypy sees: each name re-exported explicitly (``name as
 
 
 def version() -> tuple[int, int, int]:
-    """The loaded cuDNN's ``(major, minor, patch)``, loading it on first call (:class:`LibraryNotFoundError` when
-    no libcudnn can be found)."""
+    """The loaded cuDNN's ``(major, minor, patch)``, loading it (:class:`LibraryNotFoundError` where none is found)."""
     from .clib.loader import library
     return library().version
 
 
 if not TYPE_CHECKING:  # hidden from type checkers: they see the names above, so a misspelt name is an error
     def __getattr__(name: str) -> Any:
-        """Import a public name's module on first use (PEP 562) and cache the name here.
-
-        Under the process-wide import lock (:mod:`cudnn_py._imports`): threads that touch lazy names at once import
-        one after the other, never into each other's half-initialized modules."""
+        """Import a public name's module on first use (PEP 562), under :mod:`cudnn_py._imports`' lock; cache it."""
         module = _WHERE.get(name)
         if module is None and name not in _SUBMODULES:
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

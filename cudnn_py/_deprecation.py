@@ -1,8 +1,5 @@
-"""Old spellings of the Pythonic layer kept working with a :class:`DeprecationWarning` (docs/design.md lists them).
-
-- :func:`renamed_kwargs` maps an old keyword argument to its new name inside a call;
-- :func:`alias` makes an old public name (a class or function) that warns, then does what the new one does;
-- :func:`renamed_attribute` makes an old attribute name that warns, then reads the new one.
+"""Old spellings of the Pythonic layer kept working with a :class:`DeprecationWarning` (docs/design.md lists them):
+:func:`renamed_kwargs` (an old keyword), :func:`alias` (an old class or function name), :func:`renamed_attribute`.
 """
 from __future__ import annotations
 
@@ -29,9 +26,9 @@ def warn(message: str, stacklevel: int = 3) -> None:
 
 def renamed_kwargs(where: str, kwargs: dict[str, Any], renames: dict[str, str], values: dict[str, Any],
                    stacklevel: int = 4) -> dict[str, Any]:
-    """``values`` (the new names' values as passed, None when not) updated with ``kwargs`` (the old keywords function
-    ``where`` received in a ``**old`` catch-all) under their new names (``renames``: old -> new), a warning each. An
-    unknown keyword raises :class:`InvalidTypeError` as Python would, as do an old and a new spelling together."""
+    """``values`` (the new names' values as passed, None when not) updated with ``kwargs`` (the ``**old`` keywords
+    ``where`` received) under their new names (``renames``: old -> new), a warning each; an unknown keyword, or an
+    old and a new spelling together, raise :class:`InvalidTypeError`."""
     for old, value in kwargs.items():
         new = renames.get(old)
         if new is None:

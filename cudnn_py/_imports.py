@@ -1,20 +1,6 @@
-"""One process-wide lock for cudnn_py's lazy imports, so that no two threads enter them half-way.
-
-cudnn_py imports its heavy parts on first use (the package's PEP 562 ``__getattr__``, a few in-function imports of
-the operation families). The graph package's modules import each other in a circle, which Python resolves for one
-thread; two threads entering it at different modules at once get each other's half-initialized module
-(``ImportError: cannot import name ... from partially initialized module``, ``KeyError: 'cudnn_py.graph'``).
-
-So every lazy import of the package runs under :data:`LOCK` (:func:`import_module`), and :class:`cudnn_py.Handle`
-first imports what the calls import lazily (:func:`warm_imports`): once a handle exists, no call imports anything
-half-way. :func:`cudnn_py.core.streams.cuda_core` imports cuda.core under it too (its ``__init__`` hands other
-threads a half-filled module). A submodule imported by its own ``import`` statement is outside the lock: import
-through the package (``cudnn_py.graph.descriptors``) or create a handle first. This module imports nothing of
-cudnn_py (the names below are strings), so ``cudnn_py/__init__.py`` and :mod:`cudnn_py.core.handle` can both use it.
-
-It also keeps the paths modules had before they moved into :mod:`cudnn_py.clib`, :mod:`cudnn_py.core` and
-:mod:`cudnn_py.calls`, and :mod:`cudnn_py.tuning_records`'s (:data:`MOVED`): ``import cudnn_py.memory`` gives
-:mod:`cudnn_py.core.memory` itself.
+"""One process-wide lock for cudnn_py's lazy imports (:data:`LOCK`; why: docs/design.md, "Threads and
+devices"), and the paths modules had before they moved (:data:`MOVED`: ``import cudnn_py.memory`` gives
+:mod:`cudnn_py.core.memory` itself). It imports nothing of cudnn_py, so the package and its handle module can use it.
 """
 from __future__ import annotations
 
@@ -61,12 +47,9 @@ def _importing_cudnn_py() -> bool:
 
 @contextlib.contextmanager
 def locked() -> Iterator[None]:
-    """Hold :data:`LOCK`; the usual case costs one uncontended acquire.
-
-    One exception, against a deadlock: a thread inside the plain ``import`` of a cudnn_py module (which holds
-    Python's own lock of that module) that meets a lazy name while another thread holds :data:`LOCK` goes on
-    without it, as Python alone would (the thread holding the lock may be waiting for that very module).
-    """
+    """Hold :data:`LOCK` (one uncontended acquire, usually). Against a deadlock, a thread inside the plain ``import``
+    of a cudnn_py module (holding Python's lock of it) goes on without :data:`LOCK` while another thread holds it:
+    that thread may be waiting for that very module."""
     if LOCK.acquire(blocking=False):
         try:
             yield

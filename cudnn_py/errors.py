@@ -1,20 +1,6 @@
-"""Exceptions: one hierarchy for cuDNN statuses and CUDA results, plus the errors the Python layer raises itself.
-
-Everything cudnn_py raises on purpose derives from :class:`CudnnPyError`. A failed cuDNN call raises
-the subclass of :class:`CudnnError` for its status family (1xxx not initialised, 2xxx bad parameter,
-3xxx not supported, 4xxx internal, 5xxx execution failed), carrying the status, the function name
-and cuDNN's own last-error text::
-
-    cudnnSetTensor4dDescriptor failed: CUDNN_STATUS_BAD_PARAM (2000): <cuDNN's reason>
-
-A failed CUDA driver call raises :class:`CudaError` (:class:`CudaOutOfMemoryError` when memory ran
-out); a machine without a usable GPU or driver raises :class:`NoDeviceError` from whatever needed the
-device (``Handle()``, ``to_device``, ``empty``, ``new_stream``, ``timer``)::
-
-    try:
-        h = cudnn_py.Handle()
-    except cudnn_py.NoDeviceError as e:
-        sys.exit(f"needs a GPU: {e}")
+"""Exceptions: everything cudnn_py raises on purpose derives from :class:`CudnnPyError` (docs/design.md, "Errors"):
+a failed cuDNN call the :class:`CudnnError` subclass of its status family (1xxx not initialised, 2xxx bad parameter,
+3xxx not supported, 4xxx internal, 5xxx execution failed), a failed CUDA driver call a :class:`CudaError`.
 """
 from __future__ import annotations
 
@@ -35,30 +21,25 @@ class CudnnPyError(Exception):
 
 
 class InvalidValueError(CudnnPyError, ValueError):
-    """An argument's value refused by the Pythonic layer before cuDNN is called (out of range, a shape or option
-    that does not fit); the message names the parameter. A ``ValueError``, so ``except ValueError`` catches it."""
+    """An argument's value refused before cuDNN is called, naming the parameter (a ``ValueError`` too)."""
 
 
 class InvalidTypeError(CudnnPyError, TypeError):
-    """An argument of a type the Pythonic layer does not take, refused before cuDNN is called; the message names
-    the parameter. A ``TypeError``, so ``except TypeError`` catches it."""
+    """An argument's type refused before cuDNN is called, naming the parameter (a ``TypeError`` too)."""
 
 
 class InvalidStateError(CudnnPyError, RuntimeError):
-    """A call that the object's state does not allow yet or any more (a finalized descriptor set again, a built
-    graph changed, a graph executed before it has a plan, a backward step called out of order); the message says
-    what to call first. A ``RuntimeError``, so ``except RuntimeError`` catches it."""
+    """A call the object's state does not allow yet or any more (a finalized descriptor set again, a built graph
+    changed, a backward step out of order); the message says what to call first. A ``RuntimeError`` too."""
 
 
 class CArgumentError(CudnnPyError, TypeError, ValueError):
-    """An argument a C function's parameter cannot take (wrong type, outside the C type's range, an array shorter
-    than the count given with it, NULL where cuDNN would dereference it). The message names the function and the
-    parameter."""
+    """An argument a C function's parameter cannot take (wrong type, out of the C type's range, an array shorter than
+    its count, NULL where cuDNN dereferences it), naming the function and the parameter."""
 
 
 def _code_text(code: object) -> str:
-    """A status or result code as its int's text; what a constructor got that is none (None: unknown) as repr.
-    An exception's constructor never raises."""
+    """A status or result code as its int's text, else ``repr`` ("unknown" for None): a constructor never raises."""
     try:
         return str(int(code))  # type: ignore[call-overload]
     except (TypeError, ValueError, OverflowError):
@@ -66,11 +47,8 @@ def _code_text(code: object) -> str:
 
 
 class CudnnError(CudnnPyError, RuntimeError):
-    """A cuDNN call returned a status other than ``CUDNN_STATUS_SUCCESS``.
-
-    Attributes: ``function`` (the C function's name), ``status`` (a ``cudnnStatus_t`` member, or the
-    int when cuDNN returned a code the headers do not name) and ``reason`` (cuDNN's last-error text).
-    """
+    """A cuDNN call returned a status other than ``CUDNN_STATUS_SUCCESS``: ``function`` (its name), ``status`` (a
+    ``cudnnStatus_t`` member, or the int no member names) and ``reason`` (cuDNN's last-error text)."""
 
     def __init__(self, function: str, status: int | enum.IntEnum, reason: str = ""):
         self.function = function
@@ -120,12 +98,9 @@ def error_class(status: int) -> type[CudnnError]:
 # --- CUDA -------------------------------------------------------------------------------------------
 
 class CudaError(CudnnPyError, RuntimeError):
-    """A CUDA driver call failed, or a CUDA device could not be used.
-
-    Attributes: ``function`` (the driver call or what was attempted), ``code`` (the ``CUresult`` as an
-    int, 0 when the failure was not a driver result, e.g. a missing driver library), ``name``
-    (``CUDA_ERROR_...``) and ``text`` (the driver's description).
-    """
+    """A CUDA driver call failed, or a CUDA device could not be used: ``function`` (the driver call or what was
+    attempted), ``code`` (the ``CUresult`` as an int; 0 when the failure was no driver result, e.g. a missing driver
+    library), ``name`` (``CUDA_ERROR_...``) and ``text`` (the driver's description)."""
 
     def __init__(self, function: str, code: int = 0, name: str = "", text: str = ""):
         self.function = function
@@ -151,32 +126,23 @@ class CudaOutOfMemoryError(CudaError, MemoryError):
 
 
 class NoDeviceError(CudaError):
-    """No usable CUDA GPU: no driver, a driver that does not start, no GPU visible, or no such device ordinal.
-
-    What needs no GPU keeps working without one (loading cuDNN, descriptors, output shapes).
-    ``function`` says what was attempted (``"cannot use CUDA device 0"``), ``text`` why.
-    """
+    """No usable CUDA GPU: no driver, a driver that does not start, no GPU visible, or no such device ordinal
+    (``function``: what was attempted, ``text``: why). What needs no GPU keeps working without one."""
 
     def _message(self) -> str:
         why = f"{self.text} ({self.name})" if self.name else self.text
         return f"{self.function}: {why}" if why else self.function
 
 
-#: CUresult codes that mean "there is no device to use here" (driver missing, too old, none visible, bad ordinal)
-_NO_DEVICE_CODES = frozenset({
-    3,    # CUDA_ERROR_NOT_INITIALIZED
-    100,  # CUDA_ERROR_NO_DEVICE
-    101,  # CUDA_ERROR_INVALID_DEVICE
-    803,  # CUDA_ERROR_SYSTEM_DRIVER_MISMATCH
-    804,  # CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE
-})
+#: CUresults meaning "no device to use here": CUDA_ERROR_NOT_INITIALIZED, _NO_DEVICE, _INVALID_DEVICE,
+#: _SYSTEM_DRIVER_MISMATCH, _COMPAT_NOT_SUPPORTED_ON_DEVICE
+_NO_DEVICE_CODES = frozenset({3, 100, 101, 803, 804})
 _OUT_OF_MEMORY = 2  # CUDA_ERROR_OUT_OF_MEMORY
 
 
 def cuda_error(function: str, code: int, name: str = "", text: str = "") -> CudaError:
-    """The exception (not raised) for driver call ``function`` failing with ``CUresult`` ``code``: a
-    :class:`CudaError`, :class:`CudaOutOfMemoryError` or :class:`NoDeviceError` as the code calls for. ``name``
-    (``CUDA_ERROR_...``) and ``text`` (the driver's description) are looked up from the driver when empty."""
+    """The :class:`CudaError` (subclass by ``code``) for driver call ``function`` failing with ``CUresult`` ``code``,
+    not raised; an empty ``name`` or ``text`` is looked up from the driver."""
     code = int(code)
     if not name or not text:
         looked_name, looked_text = _describe(code)
@@ -186,9 +152,8 @@ def cuda_error(function: str, code: int, name: str = "", text: str = "") -> Cuda
 
 
 def check_cuda(result: Any, function: str) -> Any:
-    """The values after the status of a ``cuda.bindings.driver`` call's ``result`` (``(CUresult, *values)`` or a bare
-    ``CUresult``): None when there are none, the value itself when there is one. A status other than
-    ``CUDA_SUCCESS`` raises :func:`cuda_error`'s exception, naming ``function``."""
+    """The values after the status of a ``cuda.bindings.driver`` call's ``result`` (None, one value, or a tuple); a
+    failing status raises :func:`cuda_error`'s exception, naming ``function``."""
     status, values = (result[0], result[1:]) if isinstance(result, tuple) else (result, ())
     if int(status):
         raise cuda_error(function, int(status), getattr(status, "name", ""))
@@ -229,9 +194,8 @@ class LibraryNotFoundError(CudnnPyError, OSError):
 
 
 def cuda_error_from(exc: BaseException, function: str, detail: str = "") -> CudaError:
-    """The :class:`CudaError` (subclass by code) to raise for ``exc``, an exception cuda.core raised in
-    ``function`` (e.g. ``Device.allocate``): the code is looked up from the ``CUDA_ERROR_...`` name its message
-    begins with; ``detail`` (e.g. the size asked for) goes before cuda.core's message."""
+    """The :class:`CudaError` (subclass by the ``CUDA_ERROR_...`` name its message begins with) for ``exc``, which
+    cuda.core raised in ``function``; ``detail`` (e.g. the size asked for) goes before cuda.core's message."""
     if isinstance(exc, CudaError):
         return exc
     text = str(exc)

@@ -1,10 +1,7 @@
-"""C functions, enums and handle types that older cuDNN had and cuDNN 8/9 removed, with what replaces them.
-
-``cudnn_py.capi`` holds a stand-in for each function: calling it raises :class:`FunctionNotAvailableError`
-naming the replacement, so a ported C program fails on its first outdated line with the fix in the message.
-The removed enums (the ``*Preference_t`` of the removed algorithm selectors) and handle types are there too, with
-their old values, so that a line-by-line port reaches that error instead of a ``NameError``; passing a member of
-a removed enum to a C function that takes another enum is refused with a message saying it was removed.
+"""C functions, enums and handle types that cuDNN 8/9 removed, with what replaces them. ``cudnn_py.capi`` holds a
+stand-in for each (the enums with their old values), so that a line-by-line port of a C program fails on its first
+outdated line with the fix in the message: a removed function raises :class:`FunctionNotAvailableError` naming its
+replacement, and a member of a removed enum passed where another enum belongs is refused, saying it was removed.
 """
 from __future__ import annotations
 
@@ -75,7 +72,6 @@ REMOVED: dict[str, tuple[int, str]] = {
             "cudnnSetAlgorithmPerformance", "cudnnGetAlgorithmPerformance", "cudnnDestroyAlgorithmPerformance",
             "cudnnGetAlgorithmSpaceSize", "cudnnSaveAlgorithm", "cudnnRestoreAlgorithm"),
 }
-
 
 
 class cudnnConvolutionFwdPreference_t(enum.IntEnum):

@@ -1,3 +1,1 @@
-"""The call machinery: the prepared call (one path for every family), the engine choice and the algorithm
-choices with their caches.
-"""
+"""The call machinery: the prepared call (one path for every family), the engine choice and the algorithm choices."""

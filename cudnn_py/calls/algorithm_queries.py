@@ -1,7 +1,5 @@
-"""Convolution algorithm queries on raw descriptors: for each direction (``"forward"``, ``"backward_data"``,
-``"backward_filter"``) cuDNN's heuristic list (``..._v7``), its measured ones (``Find...``, on buffers it allocates,
-and ``Find...Ex``, on the caller's) and the workspace size of one algorithm, returned as :class:`AlgoPerf` records
-in cuDNN's order. :mod:`cudnn_py.calls.algorithms` gathers them with the cache and the selectors."""
+"""Convolution algorithm queries on raw descriptors, per direction: cuDNN's heuristic list (``..._v7``), its measured
+ones (``Find...``, ``Find...Ex``) and one algorithm's workspace size, as :class:`AlgoPerf` records in cuDNN's order."""
 from __future__ import annotations
 
 import ctypes
@@ -41,8 +39,7 @@ class _Api(NamedTuple):
 
 @functools.cache
 def _api(direction: str) -> _Api:
-    """The direction's C enum, record struct and functions (looked up on first use: importing this module never
-    touches the library)."""
+    """The direction's C enum, record struct and functions (looked up on first use, not at import)."""
     if direction not in _NAMES:
         raise InvalidValueError(f"direction {direction!r}: expected one of {DIRECTIONS}")
     enum_name, perf_name, alg, ex = _NAMES[direction]
@@ -62,10 +59,8 @@ def real_members(direction: str) -> list:
 
 
 def parse_algo(direction: str, algo: Any) -> enum.IntEnum:
-    """An algorithm enum member from a member, an int, or a name (full C name or its tail, any case).
-
-    ``parse_algo("forward", "implicit_precomp_gemm")`` -> ``CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM``.
-    """
+    """An algorithm enum member from a member, an int, or a name (full C name or its tail, any case:
+    ``parse_algo("forward", "implicit_precomp_gemm")``)."""
     members = real_members(direction)
     if isinstance(algo, enum.IntEnum):
         if type(algo) is not algorithm_enum(direction):
@@ -90,12 +85,9 @@ def parse_algo(direction: str, algo: Any) -> enum.IntEnum:
 
 @dataclass(frozen=True)
 class AlgoPerf:
-    """One entry of cuDNN's algorithm list (a ``cudnnConvolution*AlgoPerf_t`` as a Python record).
-
-    ``status`` is a ``cudnnStatus_t`` member (an int that names one becomes it), or an int in C's range that no member
-    names (a status of a cuDNN newer than the headers); ``time_ms`` a finite time >= 0, or -1.0 (cuDNN's "not
-    timed": the heuristic list and a failed measurement); ``memory_bytes`` a ``size_t``.
-    """
+    """One entry of cuDNN's algorithm list (a ``cudnnConvolution*AlgoPerf_t``): ``status`` a ``cudnnStatus_t``
+    member (or an int no member names: a newer cuDNN's), ``time_ms`` a finite time >= 0 or -1.0 (not timed: the
+    heuristic list, a failed measurement), ``memory_bytes`` a ``size_t``."""
 
     direction: str
     algo: enum.IntEnum
@@ -106,8 +98,7 @@ class AlgoPerf:
     math_type: enum.IntEnum
 
     def __post_init__(self) -> None:
-        """Refuse a field of the wrong kind (:class:`InvalidTypeError`) or value (:class:`InvalidValueError`), naming
-        it: the record is what the caches store and the selectors compare."""
+        """Refuse a field of the wrong kind (:class:`InvalidTypeError`) or value (:class:`InvalidValueError`)."""
         if not isinstance(self.direction, str) or self.direction not in DIRECTIONS:
             raise InvalidValueError(f"AlgoPerf direction {self.direction!r}: expected one of {DIRECTIONS}")
         members = (("algo", algorithm_enum(self.direction)), ("determinism", capi.cudnnDeterminism_t),
@@ -159,8 +150,7 @@ class AlgoPerf:
 
     @classmethod
     def from_dict(cls, d: dict) -> "AlgoPerf":
-        """The record :meth:`to_dict` wrote; :class:`InvalidValueError` naming the field that is missing or wrong
-        (:class:`InvalidTypeError` for a ``d`` that is not a dict)."""
+        """The record :meth:`to_dict` wrote; the error names the field that is missing or wrong."""
         if not isinstance(d, dict):
             raise InvalidTypeError(f"AlgoPerf.from_dict takes the dict to_dict() wrote, got {type(d).__name__}")
 
@@ -207,8 +197,7 @@ def max_algorithm_count(handle, direction: str) -> int:
 
 
 def _query(which: str, handle, direction: str, count: int | None, args: tuple, tail: tuple = ()) -> list[AlgoPerf]:
-    """The records the direction's function ``which`` (an :class:`_Api` field) writes: ``(handle, *args, count,
-    &returned, records, *tail)``."""
+    """The records ``_api(direction).<which>(handle, *args, count, &returned, records, *tail)`` writes."""
     count = count or max_algorithm_count(handle, direction)
     arr, n = (_api(direction).perf * count)(), ctypes.c_int()
     getattr(_api(direction), which)(_raw(handle), *args, count, ctypes.byref(n), arr, *tail)

@@ -1,18 +1,9 @@
 """Convolution algorithms: the queries and records (:mod:`cudnn_py.calls.algorithm_queries`) and the "fastest" cache
-(:mod:`cudnn_py.calls.fastest_cache`) gathered here, the port of the removed selectors and how a call chooses its
-algorithm.
+(:mod:`cudnn_py.calls.fastest_cache`) gathered here, how a call chooses its algorithm, and the one-line port of the
+selectors removed in cuDNN 8 (directions ``"forward"``, ``"backward_data"``, ``"backward_filter"``)::
 
-Directions are ``"forward"``, ``"backward_data"`` and ``"backward_filter"``. Port of the selectors removed in cuDNN 8
-(one line each)::
-
-    # C, cuDNN 7:
-    #   cudnnGetConvolutionForwardAlgorithm(h, xD, wD, cD, yD, CUDNN_CONVOLUTION_FWD_PREFER_FASTEST, 0, &algo);
-    from cudnn_py.calls.algorithms import *
+    from cudnn_py.calls.algorithms import *  # C: cudnnGetConvolutionForwardAlgorithm(..., 0, &algo);
     algo = cudnnGetConvolutionForwardAlgorithm(h, xD, wD, cD, yD, CUDNN_CONVOLUTION_FWD_PREFER_FASTEST, 0)
-
-or ``choose_forward_algorithm(h, xD, wD, cD, yD, preference, limit, measured=False)``. The preference is applied to
-the ``_v7`` heuristic list (``measured=True``: to ``Find`` timings): PREFER_FASTEST takes the first supported entry,
-NO_WORKSPACE the first needing no workspace, SPECIFY_WORKSPACE_LIMIT the first needing at most the limit.
 """
 from __future__ import annotations
 
@@ -67,10 +58,9 @@ _PREF_TYPES = {"forward": cudnnConvolutionFwdPreference_t, "backward_data": cudn
 
 def select_algorithm(records: Iterable[AlgoPerf], limit: int | None = None, sizes=None,
                      deterministic: bool = False) -> AlgoPerf:
-    """The first supported record (deterministic if asked) whose workspace is at most ``limit`` bytes (None: any);
-    ``sizes(record)`` overrides the records' workspace figures (a :class:`CudnnError` from it rejects the record).
-    Raises :class:`WorkspaceLimitError` when only the limit stood in the way, else :class:`CudnnNotSupportedError`
-    listing why each was rejected."""
+    """The first supported record (deterministic if asked) needing at most ``limit`` bytes (None: any) by
+    ``sizes(record)`` (a :class:`CudnnError` rejects it) or its own figure. :class:`WorkspaceLimitError` when only
+    the limit stood in the way, else :class:`CudnnNotSupportedError` listing why each was rejected."""
     rejected, too_big, direction = [], False, "convolution"
     for r in records:
         direction = r.direction
@@ -119,8 +109,8 @@ def choose_forward_algorithm(handle: Handle | capi.cudnnHandle_t, x_desc: Any, w
                              preference: int = cudnnConvolutionFwdPreference_t.CUDNN_CONVOLUTION_FWD_PREFER_FASTEST,
                              memory_limit: int = 0, *, measured: bool = False) -> enum.IntEnum:
     """The ``cudnnConvolutionFwdAlgo_t`` cuDNN 7's ``cudnnGetConvolutionForwardAlgorithm`` would have chosen on these
-    descriptors for ``preference`` (``memory_limit``: bytes, with ``..._SPECIFY_WORKSPACE_LIMIT``); ``measured``: rank
-    with ``Find`` timings instead of the ``..._v7`` heuristics."""
+    descriptors: the first entry of the ``..._v7`` heuristic list (``measured``: of ``Find`` timings) that is supported
+    (PREFER_FASTEST), needs no workspace (NO_WORKSPACE) or at most ``memory_limit`` bytes (SPECIFY_WORKSPACE_LIMIT)."""
     return _choose("forward", handle, x_desc, w_desc, conv_desc, y_desc, preference, memory_limit, measured)
 
 
@@ -199,9 +189,8 @@ def allowed_by_math_type(records: Iterable[AlgoPerf], math_type) -> list[AlgoPer
 
 
 def find_workspace(handle, needs: Iterable[int], limit: int | None) -> tuple[int | None, int]:
-    """(pointer, bytes) of the workspace for ``Find...Ex``: the largest of the algorithms' ``needs``, capped at
-    ``limit``, from ``handle.workspace``. When that much device memory cannot be had, the next smaller need is tried,
-    down to none (cuDNN then reports the algorithms needing more as failing, and the choice falls on the others)."""
+    """(pointer, bytes) of the workspace for ``Find...Ex``: the largest of ``needs`` (capped at ``limit``) that
+    ``handle.workspace`` can get, down to none (cuDNN then reports the algorithms needing more as failing)."""
     for nbytes in sorted({n if limit is None else min(n, limit) for n in needs}, reverse=True):
         if nbytes == 0:
             break
@@ -214,8 +203,8 @@ def find_workspace(handle, needs: Iterable[int], limit: int | None) -> tuple[int
 
 def measure_algorithms(handle, direction: str, a, a_ptr: int, b, b_ptr: int, conv, c, c_nbytes: int,
                        limit: int | None) -> list[AlgoPerf]:
-    """``Find...Ex`` on the inputs at ``a_ptr``/``b_ptr``, a scratch output of ``c_nbytes`` bytes (on the handle's
-    device and stream) and the workspace :func:`find_workspace` gets under ``limit``; descriptors in cuDNN's order."""
+    """``Find...Ex`` on the inputs at ``a_ptr``/``b_ptr``, a scratch output of ``c_nbytes`` bytes and the workspace
+    :func:`find_workspace` gets under ``limit``; descriptors in cuDNN's order."""
     from cudnn_py.core.memory import empty
     needs = []
     for algo in real_members(direction):
@@ -231,15 +220,11 @@ def measure_algorithms(handle, direction: str, a, a_ptr: int, b, b_ptr: int, con
 def resolve_algorithm(handle, direction: str, spec: Any, descs: tuple, conv_desc: Callable[[Any], Any], math_type, *,
                       deterministic: bool = False, limit: int | None = None, cache_key: tuple | None = None,
                       measure: Callable[[], list[AlgoPerf]] | None = None, problem: str = "") -> tuple[Any, Any, int]:
-    """The algorithm, math type and workspace bytes a call of ``direction`` runs with.
-
-    :param spec: an algorithm (enum member, int or name), ``"heuristic"`` (the first suitable ``..._v7`` record) or
-        ``"fastest"`` (the best record of ``measure()``, remembered in :data:`algorithm_cache` under ``cache_key``).
-    :param descs: the (a, b, c) descriptors in cuDNN's order; ``conv_desc(math_type)``: the convolution descriptor.
-    :param math_type: the requested ``cudnnMathType_t`` (others as :func:`allowed_by_math_type` allows).
-    :param limit: the most workspace bytes allowed (None: any; :class:`WorkspaceLimitError` when only it stands in
-        the way); ``problem``: the configuration in words, for an unsupported explicit algorithm's error.
-    """
+    """The algorithm, math type and workspace bytes a call of ``direction`` runs with. ``spec``: an algorithm (member,
+    int or name), ``"heuristic"`` (the first suitable ``..._v7`` record) or ``"fastest"`` (the best record of
+    ``measure()``, kept in :data:`algorithm_cache` under ``cache_key``); ``descs``: (a, b, c) in cuDNN's order;
+    ``conv_desc(math_type)``: the convolution descriptor; ``math_type``: as :func:`allowed_by_math_type` allows;
+    ``limit``: workspace bytes allowed (None: any); ``problem``: the configuration in words, for errors."""
     a, b, c = descs
     if is_choice(spec):
         def size(r):

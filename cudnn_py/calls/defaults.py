@@ -1,14 +1,5 @@
-"""The default handle: one :class:`~cudnn_py.Handle` per (thread, device), made on first use.
-
-For scripts that do not want to create and pass handles around::
-
-    import cudnn_py as cdp
-    h = cdp.default_handle()            # this thread's handle on the current device
-    y = cdp.pooling_forward(h, cdp.Pooling("max", window=2), x)
-
-Each thread gets its own (cuDNN handles are not thread-safe), destroyed when the thread ends; every one left is
-closed at interpreter exit. Closing it is allowed: the next call makes a new one.
-"""
+"""The default handle, for scripts: one :class:`~cudnn_py.Handle` per (thread, device), made on first use, destroyed
+when the thread ends (any left: at interpreter exit). Closing one is allowed: the next call makes a new one."""
 from __future__ import annotations
 
 import atexit

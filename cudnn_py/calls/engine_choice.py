@@ -1,30 +1,7 @@
 """``engine="auto"`` by measurement: the first call of a configuration times the legacy call and the graph path on
-its own arrays and keeps the faster engine, per handle and across processes (as ``torch.backends.cudnn.benchmark``
-does for algorithms).
-
-An operation family never calls this module itself: it hands both engines to
-:func:`cudnn_py.graph.legacy.dispatch`, which runs ``engine="auto"`` through :func:`run`::
-
-    gl.dispatch(engine, handle, None, lambda: _legacy(...), lambda auto: _graph(..., auto), static="graph")
-
-Inside a ``@prepared`` function the key (None above) and what the call mutates come from its declaration
-(:mod:`cudnn_py.calls.prepared`). For each key (operation name, then shapes, strides, dtypes, parameters):
-
-1. the handle's choice (its cache ``"engine.choice"``, listed by :func:`choices`) runs: a dict lookup;
-2. else the tuning database's ``"engine_choice"`` record for the key on this GPU, cuDNN and driver;
-3. else both engines are measured on the call's arrays: each runs once (building its plan; one that refuses or
-   fails with a :class:`~cudnn_py.errors.CudnnPyError` is left out), then :data:`ROUNDS` rounds time each, an
-   untimed run then one between CUDA events on the handle's stream (the GPU's time, or the host's where the call is
-   host-bound: deliberately not the GPU time alone, as a tiny legacy convolution costs the host 43 us a call against
-   the graph's 9). The lower best time wins and runs last, so the outputs are its own. Arrays the call writes and
-   may read (``mutated``: running statistics, a ``beta`` blend, an in-place output) are restored before every run;
-   where they cannot be copied the static rule runs unmeasured. A choice is kept only once measured in full, and
-   written to the database only where every engine left out refused. Where both engines fail the legacy error is
-   raised.
-
-Each choice is logged at DEBUG on ``logging.getLogger("cudnn_py.calls.engine_choice")``. ``CUDNN_PY_AUTO_ENGINE=static``
-(or :func:`set_mode` ``("static")``) turns measuring off: each call runs its static rule (``static=``), the graph
-falling back to the legacy call where it refuses.
+its own arrays and keeps the faster engine, per handle (cache ``"engine.choice"``) and in the tuning database.
+Families reach it through :func:`cudnn_py.graph.legacy.dispatch`; docs/graph_paths.md ("How auto decides") says the
+order (handle, database, measurement), what is timed, when a choice is kept, and ``CUDNN_PY_AUTO_ENGINE=static``.
 """
 from __future__ import annotations
 
@@ -92,9 +69,7 @@ def mode() -> str:
 
 
 def signature(*arrays, params: tuple = ()) -> tuple:
-    """A key part for these arrays (shape, strides, dtype each) and hashable ``params``. The dtype itself, not its
-    name (NumPy computes ``dtype.name`` in Python on every read, about 1.5 us): it hashes and compares the same way,
-    and the database's text names it (:func:`_plain`)."""
+    """A key part: shape, strides and dtype of each array (the object: ``.name`` costs ~1.5 us), then ``params``."""
     return (*((a.shape, a.strides, a.dtype) for a in arrays), params)
 
 
@@ -124,25 +99,18 @@ def chosen(handle, key: Hashable, static: str = "graph") -> str | None:
 def run(handle, key: Hashable | None, legacy: Callable[[], object], graph: Callable[[], object], *,
         mutated: Sequence | None = None, static: str = "graph",
         refused: tuple[type[BaseException], ...] = ()) -> str:
-    """Run one ``engine="auto"`` call and answer the engine that ran it ("legacy" or "graph"; module doc): ``legacy()``
-    or ``graph()`` (False, or one of the exceptions ``refused``, where the graph path does not take it: the legacy
-    call then runs). ``key``: the operation's name and :func:`signature` (None: the prepared call's own);
-    ``mutated``: arrays restored between measured runs (None: the prepared call's); ``static``: the static rule's
-    engine."""
+    """Run one ``engine="auto"`` call through ``legacy()`` or ``graph()`` (which answers False, or raises one of
+    ``refused``, where it does not take the call: the legacy call then runs); answer "legacy" or "graph". ``key``:
+    the operation's name and :func:`signature` (None: the prepared call's); ``mutated``: arrays restored between
+    measured runs (None: the prepared call's); ``static``: the static rule's engine."""
     if key is None:
-        key = _declared().key()
+        if recording.state.call is None:
+            raise InvalidValueError("engine choice: no key given outside a prepared operation call")
+        key = recording.state.call.key()
     engine = chosen(handle, key, static)
     if engine is None:
         return _measure(handle, handle_cache(handle, _CACHE), key, legacy, graph, mutated, static, refused)
     return run_static(engine, legacy, graph, refused)
-
-
-def _declared():
-    """The prepared operation call whose validated path runs (:data:`cudnn_py.clib.recording.state` ``.call``)."""
-    call = recording.state.call
-    if call is None:
-        raise InvalidValueError("engine choice: no key given outside a prepared operation call")
-    return call
 
 
 def run_static(engine: str, legacy: Callable[[], object], graph: Callable[[], object],
@@ -270,8 +238,6 @@ def _plain(v):
         return v.name
     if v is None or isinstance(v, (bool, int, float, str)):
         return v
-    if isinstance(v, np.dtype):
-        return v.name
     return getattr(v, "name", None) or repr(v)
 
 

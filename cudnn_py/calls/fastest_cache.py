@@ -1,6 +1,5 @@
-"""The "fastest" algorithm cache: the measured choice of each convolution configuration (its :class:`AlgoPerf`),
-kept in memory and in a :class:`~cudnn_py.tuning.TuningDatabase`, loadable from and savable to a JSON file whose
-entries are checked before use. :data:`algorithm_cache` is the one the legacy calls' ``autotune=True`` fills."""
+"""The "fastest" algorithm cache (:data:`algorithm_cache`, which ``autotune=True`` fills): the measured
+:class:`AlgoPerf` of each convolution configuration, in memory and in the tuning database, and checked JSON files."""
 from __future__ import annotations
 
 import json
@@ -25,8 +24,7 @@ def _tuplify(v):
     return tuple(_tuplify(x) for x in v) if isinstance(v, list) else v
 
 
-#: the fields of the keys the convolution module stores, in order (see ``_Geometry.cache_key``); a loaded entry
-#: with a key of this shape is checked against what the key asks for (direction, math type, determinism, limit)
+#: the fields of the convolution module's keys, in order; an entry under such a key is checked against it
 CONV_KEY_FIELDS = ("direction", "x_shape", "x_strides", "w_shape", "w_nhwc", "y_shape", "y_strides", "dtype",
                    "y_dtype", "compute", "pads", "stride", "dilation", "groups", "mode", "math_type", "deterministic",
                    "limit", "device")
@@ -51,8 +49,7 @@ def _json_value(v, depth: int = 0) -> bool:
 
 def check_entry(key: tuple, perf: "AlgoPerf") -> None:
     """Refuse (``ValueError``) a record that cannot answer its key: a failed status, a time or workspace out of
-    range, and for the convolution module's keys another direction or math type, a non-deterministic algorithm for
-    a deterministic key, or more workspace than its limit."""
+    range; for a convolution key also another direction or math type, non-determinism, or workspace over the limit."""
     if not perf.supported:
         raise InvalidValueError(f"the record's status is {getattr(perf.status, 'name', perf.status)}, not "
                                 f"CUDNN_STATUS_SUCCESS")
@@ -105,17 +102,12 @@ def _check_database(database: Any) -> None:
 
 
 class AlgorithmCache:
-    """Measured algorithm choices, keyed by configuration (thread-safe): a view on a tuning database.
-
-    A key is a tuple of JSON values (the convolution module's: :data:`CONV_KEY_FIELDS`). Each choice is a database
-    record of kind :data:`KIND` under the device's environment (cuDNN, GPU, driver), so another process on the same
-    machine finds it without measuring; a stored record that cannot answer its key is dropped with a warning.
-    ``save(path)`` / ``load(path)`` export to and import from the JSON file format (:class:`CacheFileError` for a
-    corrupt, truncated or foreign file, another cuDNN version's, or a record that cannot answer its key).
-
-    :param database: a :class:`~cudnn_py.tuning.TuningDatabase`, a callable giving one when first needed (the
-        process-wide :data:`algorithm_cache` uses :func:`~cudnn_py.tuning.default_database`), or None for a private
-        one in memory.
+    """Measured algorithm choices, keyed by tuples of JSON values (:data:`CONV_KEY_FIELDS` for convolutions), kept
+    as tuning database records of kind :data:`KIND` under the device's environment (cuDNN, GPU, driver), so another
+    process finds them without measuring; a stored record that cannot answer its key is dropped with a warning.
+    Thread-safe. ``save(path)`` / ``load(path)``: the JSON file format (:class:`CacheFileError` for a corrupt,
+    truncated or foreign file, another cuDNN version's, or a record that cannot answer its key). ``database``: a
+    :class:`~cudnn_py.tuning.TuningDatabase`, a callable giving one when first needed, or None (private, in memory).
     """
 
     def __init__(self, database=None):
@@ -201,8 +193,7 @@ class AlgorithmCache:
         self._with_db(lambda db: db.clear(KIND))
 
     def entries(self) -> list[tuple[tuple, AlgoPerf]]:
-        """Snapshot of (key, record) pairs: this process's in insertion order, then the database's other records of
-        this environment (records that cannot answer their keys are left out)."""
+        """(key, record) pairs: this process's, then the database's others of this environment that answer their key."""
         with self._lock:
             out = dict(self._data)
         for rec in self._with_db(lambda db: db.records(KIND, db.environment()), []):
@@ -223,8 +214,8 @@ class AlgorithmCache:
                 "entries": [{"key": list(k), "perf": p.to_dict()} for k, p in self.entries()]}
 
     def save(self, path: str | os.PathLike) -> None:
-        """Export the choices to a JSON file at ``path``, atomically (a private temporary file in the same folder,
-        flushed, renamed over ``path``: a symlink there is replaced, not followed)."""
+        """Export the choices to a JSON file at ``path``, atomically (a temporary file renamed over ``path``: a
+        symlink there is replaced, not followed)."""
         path = os.fspath(path)
         folder = os.path.dirname(os.path.abspath(path))
         text = json.dumps(self.to_json(), indent=1)
@@ -243,9 +234,8 @@ class AlgorithmCache:
             raise
 
     def load(self, path: str | os.PathLike, merge: bool = True) -> int:
-        """Import a file :meth:`save` wrote into this cache and its database; returns the number of entries read.
-        Nothing changes unless every entry is valid (:class:`CacheFileError` names the file, the entry and what is
-        wrong); ``merge=False`` forgets every other choice first."""
+        """Import a file :meth:`save` wrote (all or nothing: :class:`CacheFileError` names the entry and what is
+        wrong); ``merge=False`` forgets every other choice first. Returns the number of entries read."""
         from cudnn_py.tuning_records import Record
         path = os.fspath(path)
         loaded = _read_cache_file(path)

@@ -3,32 +3,10 @@ sees them, statuses become exceptions. (Over 700 lines on purpose: the one runti
 through, its argument rules, their converters and the destroy guards read as one table; split, each part would
 import the others.)
 
-What a parameter of ``cudnn_py.capi.cudnnX(...)`` takes:
-
-- a cuDNN handle type (``cudnnHandle_t``, ``cudnnTensorDescriptor_t``, ...): an instance of that type, ``None``
-  or ``0`` (NULL), or an object whose ``_as_parameter_`` or ``ptr`` is one (the Pythonic descriptors and handles).
-  Any other int is refused: as in C, an address becomes a handle only through an explicit cast,
-  ``cudnnTensorDescriptor_t(address)``, by which the caller vouches for it; str, bytes and other handle types too.
-- a CUDA handle type (``cudaStream_t``, ``cudaGraph_t``): the same, and an int handle.
-- an enum type: a member of that enum or a plain int; a member of another enum is refused.
-- an integer type: an int within the C type's range (never wrapped silently).
-- ``void *``: an int address, ``None``, a ctypes object or ``byref()``; not str, bool or a list (bytes only for
-  ``const void *``).
-- a typed pointer (``int *``, ``const int dimA[]``): a ctypes array or pointer of that type, ``byref()`` of one,
-  ``None``, or an int address (taken as is); where C only reads it (``const``), also a sequence, converted.
-- where another argument gives an array's length (``cudnn_py.codegen.lengths``), an array, ``byref()`` or sequence
-  shorter than what cuDNN will access is refused (an address or a ctypes pointer: the caller vouches).
-  ``cudnnBackendSetAttribute`` also takes a sequence, converted to the element type its ``attributeType`` names.
-
-A wrong argument raises :class:`CArgumentError` naming the function and the parameter.
-
-``fn.raw`` is the bound ctypes function itself, for hot loops: ctypes' own conversions only (a handle parameter
-still refuses str, bytes and other handle types but takes any int; ints wrap), the status still checked and a
-created handle still recorded (see ``_RECORD``), no deprecation warning after the access.
-
-Calling a function the headers mark ``CUDNN_DEPRECATED`` from outside the ``cudnn_py`` package warns
-(:class:`DeprecationWarning`) once per function. ``cudnn_py.clib.nvtx`` can wrap every call in an NVTX range
-(:func:`set_range_wrapper`); ``CUDNN_PY_LOG`` and ``CUDNN_PY_NVTX`` are read when the first function is bound.
+docs/c_layer_safety.md lists what each kind of parameter takes; a wrong argument raises :class:`CArgumentError`
+naming the function and the parameter, and ``fn.raw`` skips these checks. A function the headers mark
+``CUDNN_DEPRECATED``, called from outside the package, warns once. ``CUDNN_PY_LOG`` and ``CUDNN_PY_NVTX`` are read
+when the first function is bound.
 """
 from __future__ import annotations
 
@@ -49,17 +27,14 @@ from cudnn_py.clib.status import status_error
 from cudnn_py.errors import CArgumentError, CudnnPyError, FunctionNotAvailableError, InvalidStateError
 
 def _errcheck(name: str, created: int | None = None):
-    """The ctypes ``errcheck`` of function ``name``: a status other than success raises. For a create function
-    writing the new handle through parameter ``created``, the handle is then recorded live; on the ctypes function
-    itself, so a create through ``fn.raw`` is recorded too (an address destroyed and handed out again is live)."""
+    """The ctypes ``errcheck`` of ``name``: a failing status raises; a create's new handle (``created``) is recorded."""
     def check(status, func, args):
         if status:
             raise status_error(name, status)
         return status
 
     def check_create(status, func, args):
-        if status:
-            raise status_error(name, status)
+        check(status, func, args)
         try:
             address = args[created]._obj.value  # byref(handle), the usual form
         except AttributeError:
@@ -74,14 +49,12 @@ def _errcheck(name: str, created: int | None = None):
 
 _GENERIC_FROM_PARAM = type(ctypes.c_void_p).__dict__["from_param"]  # ctypes' conversion for simple types
 _ADDRESS_MAX = (1 << 8 * ctypes.sizeof(ctypes.c_void_p)) - 1
-# the lowest address Linux maps by default (vm.mmap_min_addr): a smaller nonzero int is a count or a value passed
-# where an address belongs, never an address
+# the lowest address Linux maps by default (vm.mmap_min_addr): a smaller nonzero int is never an address
 _ADDRESS_MIN = 65536
 
 
 class Handle(ctypes.c_void_p):
-    """Base of cuDNN's opaque handle types in ``cudnn_py.capi`` (see the module docstring for what a parameter of
-    one takes). ``Type(address)`` is the explicit cast that makes an int address a handle."""
+    """Base of cuDNN's opaque handle types in ``cudnn_py.capi``; ``Type(address)`` casts an int address to one."""
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -173,11 +146,8 @@ def _to_array(target, seq):
 
 @functools.cache
 def pointer(target, const: bool = False):
-    """The parameter type of a ``target *``: ``POINTER(target)`` that also takes an int address (taken as is) and,
-    with ``const`` (C only reads through it), a sequence converted to a ``target`` array.
-
-    Typed ctypes objects are still checked: a ``byref(c_float())`` where ``int *`` belongs is refused.
-    """
+    """The parameter type of a ``target *``: ``POINTER(target)`` (so ``byref(c_float())`` is refused for ``int *``)
+    that also takes an int address and, with ``const`` (C only reads it), a sequence, converted."""
     base = ctypes.POINTER(target)
     convert = base.from_param
 
@@ -219,7 +189,7 @@ def _handle_of(obj):
 
 
 def _handle(cls, value):
-    """``value`` as a ``cls`` parameter (see the module docstring); TypeError says what was wrong."""
+    """``value`` as a ``cls`` parameter (docs/c_layer_safety.md); TypeError says what was wrong."""
     if value is None or isinstance(value, cls):
         return value
     if isinstance(value, int) and not isinstance(value, (bool, enum.Enum)):
@@ -255,8 +225,7 @@ def _enum(cls, value):
 
 
 def _integer(ctype, value, what: str = ""):
-    """``value`` as a C integer of ``ctype``, in its range (never wrapped); ``what``: what the message expects (the
-    default one is made only for the message: every element of a sequence argument comes through here)."""
+    """``value`` as a C integer of ``ctype``, in its range (never wrapped); ``what``: what the message expects."""
     try:
         if isinstance(value, (float, str, bytes)):
             raise TypeError
@@ -334,10 +303,9 @@ def _kind(argtype):
 
 @functools.cache
 def _ctypes_argtype(argtype):
-    """What the ctypes function object itself gets for a parameter: for an enum or a C int of 32 bits or fewer, a
-    type whose conversion passes a member or an in-range int as itself (cheaper than ctypes' own ``c_int``, which
-    wraps out-of-range values silently) and converts or refuses the rest; a function pointer also takes None (NULL);
-    ``const void *`` is ``void *``; the rest as declared."""
+    """What the ctypes function object gets for a parameter: an enum or a C int of 32 bits or fewer passes a member or
+    an in-range int as itself (cheaper than ``c_int``, which wraps silently) and converts or refuses the rest; a
+    function pointer also takes None; ``const void *`` is ``void *``; the rest as declared."""
     if isinstance(argtype, type) and issubclass(argtype, enum.IntEnum):
         lo, hi = _C_INT
 
@@ -384,12 +352,9 @@ _BIND_LOCK = threading.RLock()  # reentrant: a finalizer may make a first call w
 
 #: address of a handle or descriptor -> the Pythonic object type that owns it (it destroys it itself, once)
 _OWNED: dict[int, str] = {}
-# Every handle or descriptor address a capi create function returned (checked or through fn.raw) or an owner
-# registered (own()) -> True while live, False once a capi destroy function destroyed it. A destroy of a destroyed
-# address is refused before C (cuDNN aborts, or frees twice, on a second destroy), whatever object carries it; a
-# create that returns the address again makes it live; an address never recorded (another library's) goes to C as it
-# is. A destroy's check-and-claim runs under _RECORD_LOCK, so of several threads destroying one address exactly one
-# reaches C; a create is one dict store (atomic): nothing else can hold an address C has just handed out.
+# Every address a capi create function returned or an owner registered (own()) -> True while live, False once a capi
+# destroy destroyed it (docs/c_layer_safety.md). A destroy's check-and-claim runs under _RECORD_LOCK, so of threads
+# destroying one address exactly one reaches C; a create is one dict store: no one else holds a new address yet.
 _RECORD: dict[int, bool] = {}
 _RECORD_LOCK = threading.Lock()
 #: the C functions that create a handle or descriptor (written through a pointer parameter) and that destroy one
@@ -398,8 +363,7 @@ _DESTROYERS = re.compile(r"cudnnDestroy\w*|cudnnBackendDestroyDescriptor")
 
 
 def own(ptr, owner: str) -> None:
-    """Record that a Pythonic ``owner`` (its type name) destroys the live handle or descriptor ``ptr``: a capi
-    destroy function then refuses it (a second destroy of a descriptor aborts the process inside cuDNN)."""
+    """Record that a Pythonic ``owner`` (its type name) destroys the live ``ptr``: a capi destroy then refuses it."""
     address = ptr.value
     if address:
         _OWNED[address] = owner
@@ -428,10 +392,8 @@ def _written_handle(arg) -> int | None:
 
 
 def _guard_destroy(name: str, inner):
-    """``inner`` (a destroy function) refusing, before C, an address a Pythonic object owns or the C layer destroyed
-    already (``_RECORD``), and marking the address destroyed once C has destroyed it. The typed object passed then
-    reads NULL (any later use passes cuDNN NULL, an error, never a freed descriptor) and is marked destroyed, so a
-    second destroy of it raises :class:`InvalidStateError` too; creating into it again makes it live."""
+    """``inner`` (a destroy function) refusing, before C, an address a Pythonic object owns or that was destroyed
+    already (``_RECORD``); once destroyed, the typed object passed reads NULL and is marked destroyed."""
     def destroy(*args):
         ptr = args[0] if args else None
         typed = ptr if isinstance(ptr, Handle) else _handle_of(ptr) if ptr is not None else None
@@ -478,8 +440,7 @@ _EXECUTES = frozenset({"cudnnBackendExecute", "cudnnFusedOpsExecute"})
 
 
 def _guard_queue(name: str, inner):
-    """``inner`` (a C function that queues device work) spoiling this thread's recording
-    (:mod:`cudnn_py.clib.recording`) when called outside a sink: a prepared call would leave its work out."""
+    """``inner`` (a C function queuing device work) spoiling this thread's recording when called outside a sink."""
     state = recording.state
 
     def call(*args):
@@ -496,11 +457,8 @@ _started = False
 
 
 def set_range_wrapper(wrapper) -> None:
-    """Wrap every C call from now on in ``wrapper(name, call)`` (None: no wrapper); used by :mod:`cudnn_py.clib.nvtx`.
-
-    Calls through :attr:`CFunction.raw` get the wrapper when ``raw`` is read, so a ctypes function kept from
-    before is not wrapped.
-    """
+    """Wrap every C call from now on in ``wrapper(name, call)`` (None: no wrapper), for :mod:`cudnn_py.clib.nvtx`; a
+    :attr:`CFunction.raw` kept from before is not wrapped."""
     global _range_wrapper
     with _BIND_LOCK:  # a function bound meanwhile routes through the new wrapper too
         _range_wrapper = wrapper

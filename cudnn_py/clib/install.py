@@ -1,7 +1,5 @@
-"""Install hints that work from where this copy of cudnn-py is: an installed wheel (``pip install 'cudnn-py[cu12]'``)
-or a checkout (``pip install -e ".[cu12]" --config-settings editable_mode=compat``). Every message that tells the
-user to install something asks here.
-"""
+"""Install hints that work from where this copy of cudnn-py is (an installed wheel or a checkout): every message
+telling the user to install something asks here."""
 from __future__ import annotations
 
 import functools
@@ -21,10 +19,9 @@ EDITABLE_COMPAT = "--config-settings editable_mode=compat"
 
 
 def pip_install(*extras: str) -> str:
-    """The pip command that adds ``extras`` to this cudnn-py: in a checkout (a ``pyproject.toml`` beside the
-    package) the checkout, editable in compat mode (:data:`EDITABLE_COMPAT`), ``.`` when it is the working directory;
-    for an install made from a checkout still there, that checkout again (pip's record); else the published package.
-    """
+    """The pip command adding ``extras`` to this cudnn-py: in a checkout, the checkout editable in compat mode (``.``
+    when it is the working directory); for an install from a checkout still there, that checkout (pip's record);
+    else the published package."""
     spec = f"[{','.join(extras)}]" if extras else ""
     if (_ROOT / "pyproject.toml").is_file():
         where = "." if Path(os.getcwd()).resolve() == _ROOT else str(_ROOT)

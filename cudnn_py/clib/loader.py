@@ -1,15 +1,8 @@
-"""Find and load ``libcudnn.so.9``; say clearly what was tried when it is not there.
-
-Search order:
-
-1. ``CUDNN_PY_LIBRARY``: the library file itself, or a folder holding it (nothing else is tried);
-2. ``CUDNN_PATH``: a cuDNN install root (``lib/``, ``lib64/`` below it; nothing else is tried);
-3. cuda.pathfinder: the nvidia-cudnn-cu12 / -cu13 wheels, conda, then the system loader;
-4. the system loader (``libcudnn.so.9`` on the default search path).
-
-A file is checked before ``dlopen`` (a complete 64-bit ELF shared library: a truncated one would kill the process
-with SIGBUS) and after it (it must export ``cudnnGetVersion`` and report major version 9); a file that fails is
-listed with the reason among the places tried.
+"""Find and load ``libcudnn.so.9``, saying what was tried when it is not there. Search order: ``CUDNN_PY_LIBRARY``
+(the file, or a folder holding it), else ``CUDNN_PATH`` (an install root: ``lib/``, ``lib64/``), either alone when
+set; else cuda.pathfinder (the nvidia-cudnn wheels, conda, the system loader); else the system loader. A file must be
+a complete 64-bit ELF shared library before ``dlopen`` (a truncated one would kill the process with SIGBUS) and
+report cuDNN 9 through ``cudnnGetVersion`` after it; one that fails is listed with the reason.
 """
 from __future__ import annotations
 
@@ -25,7 +18,8 @@ from cudnn_py.clib.install import driver_extras
 from cudnn_py.errors import LibraryNotFoundError
 
 SONAME = "libcudnn.so.9"
-INSTALL_HINT = f"install cudnn-py with the extra for your driver: {driver_extras()}; or point CUDNN_PY_LIBRARY at {SONAME}"
+INSTALL_HINT = (f"install cudnn-py with the extra for your driver: {driver_extras()}; or point CUDNN_PY_LIBRARY at "
+                f"{SONAME}")
 
 
 @dataclass(frozen=True)
@@ -56,10 +50,8 @@ _PT_LOAD = 1
 
 
 def check_elf(path: str) -> None:
-    """Refuse, with :class:`OSError` saying why, a file that is not a complete 64-bit shared library for this
-    machine: ``dlopen`` maps its segments, and touching a segment past the end of a truncated file kills the process
-    with SIGBUS instead of raising. Checked: the ELF magic, 64-bit class, byte order, shared-object type, and that the
-    program headers, every loadable segment and the section header table lie inside the file."""
+    """Refuse (:class:`OSError` saying why) a file that is not a complete 64-bit shared library for this machine:
+    the ELF magic, class, byte order and type, and that the headers and every loadable segment lie inside the file."""
     try:
         size = os.stat(path).st_size
         with open(path, "rb") as f:
@@ -93,14 +85,12 @@ def check_elf(path: str) -> None:
         raise OSError(f"{path} is a corrupt ELF file ({e})") from None
 
 
-#: the oldest cuDNN cudnn_py supports: the oldest its GPU suite runs against (the system cuDNN of the test machine);
-#: features that came later are gated on the loaded library's version where they are used
+#: the oldest cuDNN cudnn_py supports (its GPU suite runs against it); later features are gated where used
 MIN_VERSION = (9, 14, 0)
 
 
 def supported_range() -> str:
-    """The supported cuDNN versions in words, from :data:`MIN_VERSION` to the headers the C layer was generated
-    from, e.g. ``'9.14.0 to 9.28 (the headers ...; a newer 9.x loads, without bindings for what it adds)'``."""
+    """The supported cuDNN versions in words, from :data:`MIN_VERSION` to the headers the C layer was made from."""
     from cudnn_py.capi import version as v
     return (f"{'.'.join(map(str, MIN_VERSION))} to {v.CUDNN_MAJOR}.{v.CUDNN_MINOR} (the headers the C layer was "
             f"generated from; a newer 9.x loads, without bindings for what it adds)")
@@ -125,8 +115,7 @@ def check_version(got: tuple[int, int, int], path: str) -> None:
 
 
 def _open(path: str | None, found_via: str) -> Library:
-    """The cuDNN at ``path`` (None: ``libcudnn.so.9`` through the system loader's search path), refused with
-    :class:`OSError` unless it is a supported cuDNN 9."""
+    """The cuDNN at ``path`` (None: the system loader's), refused with :class:`OSError` unless a supported cuDNN 9."""
     if path is not None:
         check_elf(path)
     cdll = ctypes.CDLL(path or SONAME, mode=ctypes.RTLD_GLOBAL)
@@ -193,8 +182,8 @@ def locate(environ: dict[str, str] | None = None) -> Library:
 
 
 def _pathfinder_failure(e: Exception) -> str:
-    """What cuda.pathfinder's failure means for cuDNN. It loads cuDNN's dependencies (libcublasLt) first, so with
-    no cuDNN wheel at all its error names only the first of them: the missing cuDNN is said first."""
+    """What cuda.pathfinder's failure means for cuDNN: with no cuDNN wheel its error names only the first
+    dependency it missed (libcublasLt), so the missing cuDNN is said first."""
     text = str(e).strip()
     if "cudnn" in text.lower():
         return text

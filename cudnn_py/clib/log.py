@@ -1,22 +1,8 @@
-"""cuDNN's own log (API calls, warnings, errors) delivered to Python's :mod:`logging`.
-
-cuDNN reports through one process-wide callback (``cudnnSetCallback``); :func:`enable` installs one that hands
-each message to ``logging.getLogger("cudnn_py")`` (override with ``logger=``)::
-
-    import logging, cudnn_py
-    logging.basicConfig(level=logging.INFO)
-    cudnn_py.clib.log.enable("info")      # every cuDNN call, plus warnings and errors
-    cudnn_py.clib.log.enable("error")     # errors only (what a failed call would also raise)
-
-or, with no code change, ``CUDNN_PY_LOG=info|warning|error`` in the environment (read when cuDNN's first
-function is bound). Levels: cuDNN's ``CUDNN_SEV_FATAL`` -> ``CRITICAL``, ``ERROR`` -> ``ERROR``, ``WARNING``
--> ``WARNING``, ``INFO`` (the API log: each call and its arguments) -> ``INFO``. The record's message is cuDNN's
-text, one line per part; ``record.cudnn_function``, ``record.cudnn_status`` (a ``cudnnStatus_t`` member or
-int), ``record.cudnn_thread`` and ``record.cudnn_device`` carry its fields. Python's logging configuration still
-decides what is shown: with none, only WARNING and above reach stderr.
-
-The callback replaces any other set with ``cudnnSetCallback``; :func:`disable` turns it off (at interpreter exit
-too, before cuDNN's own teardown could call into a finished interpreter).
+"""cuDNN's own log delivered to Python's :mod:`logging`: :func:`enable` (or ``CUDNN_PY_LOG=info|warning|error``, read
+when cuDNN's first function is bound) installs cuDNN's one process-wide callback, replacing any other. cuDNN's
+FATAL, ERROR, WARNING and INFO (the API log) become CRITICAL, ERROR, WARNING and INFO records of cuDNN's text, one line
+per part, with ``record.cudnn_function``, ``cudnn_status``, ``cudnn_thread`` and ``cudnn_device``. :func:`disable`
+turns it off (at interpreter exit too, before cuDNN's teardown could call into a finished interpreter).
 """
 from __future__ import annotations
 
@@ -85,12 +71,9 @@ def _level_name(value) -> str:
 
 
 def enable(level: str | int = "warning", logger: logging.Logger | None = None) -> None:
-    """Deliver cuDNN's messages at ``level`` and above to ``logger`` (default ``logging.getLogger("cudnn_py")``).
-
-    ``level``: ``"info"`` (the API log: every call with its arguments), ``"warning"`` or ``"error"``; or a logging
-    level (``logging.DEBUG``/``INFO`` -> info, ``WARNING`` -> warning, above -> error). Raises ValueError for an
-    unknown level; a cuDNN error if the library refuses the callback.
-    """
+    """Deliver cuDNN's messages at ``level`` and above to ``logger`` (default ``logging.getLogger("cudnn_py")``):
+    ``"info"`` (the API log: every call with its arguments), ``"warning"`` or ``"error"``, or a logging level
+    (``DEBUG``/``INFO`` -> info, ``WARNING`` -> warning, above -> error). ValueError for an unknown level."""
     from cudnn_py import capi
     name = _level_name(level)
     mask = sum(1 << int(getattr(capi, f"CUDNN_SEV_{sev}")) for sev in LEVELS[name])

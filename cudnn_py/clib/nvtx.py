@@ -1,18 +1,7 @@
-"""NVTX ranges named after the cuDNN call, so that Nsight Systems shows cudnn-py's work on its timeline.
-
-::
-
-    cudnn_py.clib.nvtx.enable()      # or CUDNN_PY_NVTX=1 in the environment (read when cuDNN's first function is bound)
-    y = cudnn_py.convolution_forward(h, conv, x, w)   # a range "cudnnConvolutionForward" in domain "cudnn_py"
-    with cudnn_py.clib.nvtx.scope("my step"):              # a range of your own, in the same domain
-        ...
-    cudnn_py.clib.nvtx.disable()
-
-While enabled, every call of a C function through :mod:`cudnn_py.capi` (how the Pythonic layer reaches cuDNN) runs
-inside a range named after that function; hot paths that keep a bound ctypes function (``fn.raw``, a graph
-executor) get the range if they were made while ranges were on, so enable before the first operation (the
-environment variable does). Disabled, nothing is wrapped and nothing is paid. Needs the ``nvtx`` package (``pip
-install nvtx``); without a profiler attached its calls do nothing.
+"""NVTX ranges named after each cuDNN call (domain ``"cudnn_py"``) for Nsight Systems: :func:`enable` (or
+``CUDNN_PY_NVTX=1``, read when cuDNN's first function is bound) wraps every call through :mod:`cudnn_py.capi`;
+:func:`scope` opens a range of your own. A kept ctypes function (``fn.raw``, a graph executor) gets ranges only if
+made while they were on. Disabled, nothing is paid. Needs the ``nvtx`` package (``pip install nvtx``).
 """
 from __future__ import annotations
 
@@ -40,8 +29,7 @@ def _attributes(name: str):
 
 
 def wrap(name: str, fn: Callable) -> Callable:
-    """``fn`` inside a range named ``name`` (the C function's, for cuDNN calls) while ranges are on, ``fn`` itself
-    when they are off; decided now: a caller that keeps the result does not see a later :func:`enable`."""
+    """``fn`` inside a range named ``name`` while ranges are on, else ``fn`` (decided now, not on later enables)."""
     domain = _state["domain"]
     if domain is None:
         return fn

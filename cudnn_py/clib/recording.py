@@ -1,14 +1,7 @@
-"""What a call's validated path queued on the GPU, written down for its prepared call (:mod:`cudnn_py.calls.prepared`)
-to queue again with other addresses.
-
-The families queue their work through sinks: :func:`cudnn_py.ops._common.launch` (a legacy C call),
-:func:`~cudnn_py.ops._common.host_step` and :meth:`cudnn_py.graph.runner.Runner.run_pointers` (a graph plan). While
-this thread records, each sink adds a :class:`Step`: the callable, its arguments, which of them are device addresses
-(or the handle's workspace). Anything else that would make a replay differ :func:`spoil` s the recording (no
-prepared call is made from it): an engine being measured, a device address passed as a plain int, a C function that
-queues device work outside the sinks (the C layer checks :data:`state` ``.sink``), a driver copy, memset or read of
-device memory outside them (:func:`device_work`). The caches a recording was built on (:func:`uses`) are kept with
-its prepared call, which a clear of one of them forgets.
+"""What a call's validated path queued on the GPU, written down for its prepared call to queue again with other
+addresses: while a thread records, each sink (``ops._common.launch``, ``host_step``, ``Runner.run_pointers``) adds a
+:class:`Step`, and anything a replay would not repeat :func:`spoil` s the recording (docs/prepared.md, "Correct by
+construction"). The caches a recording was built on (:func:`uses`) are kept with its prepared call.
 """
 from __future__ import annotations
 
@@ -27,8 +20,7 @@ class Address(NamedTuple):
 
 
 class WorkspaceArg(NamedTuple):
-    """An argument that is the handle's workspace of at least ``size`` bytes, from byte ``offset`` on (fetched again
-    on every replay)."""
+    """An argument that is the handle's workspace (``size`` bytes from ``offset`` on), fetched on every replay."""
     size: int
     offset: int = 0
 
@@ -111,16 +103,14 @@ def spoil(reason: str) -> None:
 
 
 def device_work(what: str) -> None:
-    """Note a driver call that queues device work or reads device memory (``what``): outside a sink it spoils this
-    thread's recording, whose replay would not repeat it."""
+    """Note a driver call on device memory (``what``): outside a sink it spoils this thread's recording."""
     if state.rec is not None and not state.sink:
         spoil(f"{what} queued device work outside a sink (ops._common.host_step records such a step)")
 
 
 @contextmanager
 def measuring() -> Iterator[None]:
-    """Queue, inside the block, work a prepared call must not repeat (candidates timed) without spoiling the
-    recording."""
+    """Queue, inside the block, work a prepared call must not repeat (timed candidates) without spoiling it."""
     outer, state.sink = state.sink, True
     try:
         yield

@@ -1,3 +1,1 @@
-"""The core objects: handles, device memory, streams, descriptors, workspaces, dtypes and the argument
-checks every call shares.
-"""
+"""The core objects: handles, device memory, streams, descriptors, workspaces, dtypes and the argument checks."""

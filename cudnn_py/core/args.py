@@ -32,8 +32,7 @@ def is_int(value) -> bool:
 
 
 def int_arg(value, what: str, minimum: int | None = None, maximum: int = INT32_MAX) -> int:
-    """``value`` as a Python int in ``[minimum, maximum]``: :class:`TypeError` for anything but an int (a float,
-    a bool, a string), :class:`ValueError` out of range; both name ``what``."""
+    """``value`` as a Python int in ``[minimum, maximum]``; a float, bool or string is refused."""
     if not is_int(value):
         raise InvalidTypeError(f"{what} must be an int, got {value!r} ({type(value).__name__})")
     v = int(value)
@@ -45,8 +44,7 @@ def int_arg(value, what: str, minimum: int | None = None, maximum: int = INT32_M
 
 
 def float_arg(value, what: str, minimum: float | None = None, maximum: float | None = None) -> float:
-    """``value`` as a finite Python float in ``[minimum, maximum]``: :class:`TypeError` for a non-number (a
-    string, None, a bool), :class:`ValueError` for NaN, infinity or out of range; both name ``what``."""
+    """``value`` as a finite Python float in ``[minimum, maximum]``; a string, None or a bool is refused."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise InvalidTypeError(f"{what} must be a real number, got {value!r} ({type(value).__name__})")
     try:
@@ -67,22 +65,16 @@ _DOUBLE_MAX = sys.float_info.max
 
 
 def scaling(**factors) -> tuple[float, ...]:
-    """The scaling factors of a call (cuDNN's host ``alpha``/``beta`` blend scalars, by their parameter names) as
-    floats, in the order given: each a finite real number. NaN or infinity would blend NaN into every output
-    element (``0 * inf``), so they are refused naming the parameter, as the graph builder refuses them::
-
-        alpha, beta = scaling(alpha=alpha, beta=beta)
-    """
+    """A call's host blend scalars as finite floats, in order: ``alpha, beta = scaling(alpha=alpha, beta=beta)``
+    (NaN or infinity would blend NaN into every output element, ``0 * inf``)."""
     return tuple([v if type(v) is float and -_DOUBLE_MAX <= v <= _DOUBLE_MAX  # a finite float (NaN fails the test)
                   else float_arg(v, f"{what} (a scaling factor)") for what, v in factors.items()])
 
 
 def element_value(value, dtype, what: str) -> np.ndarray:
-    """``value`` as a one-element array of ``dtype`` (what a fill or ``cudnnSetTensor`` writes to every element),
-    refused where the conversion would change it: out of an integer type's range (300 into int8 wraps to 44), not
-    a whole number for an integer type (NaN, infinity, 2.5), beyond a float type's range (1e40 into float32
-    becomes infinity), or a NaN/infinity the float type cannot hold (float8_e4m3fn has no infinity). NaN and
-    infinity themselves are kept for float types that have them (NaN poisons outputs)."""
+    """``value`` as a one-element array of ``dtype`` (what a fill writes to every element), refused where the
+    conversion would change it: out of an integer type's range, not whole for an integer type, beyond a float
+    type's range, or a NaN/infinity the type cannot hold (float8_e4m3fn has no infinity)."""
     dtype = np.dtype(dtype)
     if isinstance(value, np.ndarray) and value.shape in ((), (1,)):
         value = value.reshape(()).item()
@@ -121,8 +113,7 @@ def element_value(value, dtype, what: str) -> np.ndarray:
 
 
 def bool_arg(value, what: str) -> bool:
-    """A flag: ``True``/``False`` (NumPy's too) or the ints 0 and 1; :class:`TypeError` for anything else (a
-    string such as ``"no"`` would be true)."""
+    """A flag: ``True``/``False`` (NumPy's too) or 0/1; anything else (``"no"`` would be true) is refused."""
     if isinstance(value, (bool, np.bool_)) or (is_int(value) and value in (0, 1)):
         return bool(value)
     raise InvalidTypeError(f"{what} must be True or False, got {value!r}")
@@ -133,8 +124,7 @@ _E = TypeVar("_E", bound=IntEnum)
 
 def enum_member(cls: type[_E], value, prefix: str, what: str, aliases: dict | None = None) -> _E:
     """An enum member from a member, its int value, its full name or its short name (``prefix`` dropped, any
-    case); :class:`InvalidValueError` naming ``what`` and the choices otherwise (:class:`InvalidTypeError` for a
-    value that is none of these kinds)."""
+    case, or an ``aliases`` key); the error names ``what`` and the choices."""
     if isinstance(value, cls):
         return value
     if isinstance(value, str):
@@ -166,9 +156,8 @@ def nan_flag(value) -> bool:
 
 def int_tuple(value, what: str, expected: str = "a sequence of ints", minimum: int | None = None,
                maximum: int = INT32_MAX) -> tuple[int, ...]:
-    """A sequence of ints (each in ``[minimum, maximum]``) as a tuple of Python ints; :class:`TypeError` for
-    anything else (a string, a float entry, a set or dict, whose order is not the dimensions'), :class:`ValueError`
-    for an entry out of range."""
+    """A sequence of ints, each in ``[minimum, maximum]``, as a tuple (a string, a float entry, a set or dict,
+    whose order is not the dimensions', are refused)."""
     if isinstance(value, (str, bytes, dict, set, frozenset)) or not hasattr(value, "__iter__"):
         raise InvalidTypeError(f"{what} must be {expected}, got {value!r}")
     if hasattr(value, "__len__") and len(value) > _MAX_LEN:
@@ -188,8 +177,7 @@ def int_tuple(value, what: str, expected: str = "a sequence of ints", minimum: i
 
 
 def ints(value, n: int | None, what: str, minimum: int, maximum: int = INT32_MAX) -> tuple[int, ...]:
-    """An int or a sequence of ints as an n-tuple (n=None: keep the sequence's length), each in
-    ``[minimum, maximum]`` (default: the C int's range)."""
+    """An int or a sequence of ints as an n-tuple (n=None: the sequence's length), each in ``[minimum, maximum]``."""
     if is_int(value):
         if n is None:
             raise InvalidValueError(f"{what}: cannot tell the number of dimensions from a single int")
@@ -202,8 +190,7 @@ def ints(value, n: int | None, what: str, minimum: int, maximum: int = INT32_MAX
 
 
 def int_or_ints(value, what: str, minimum: int) -> int | tuple[int, ...]:
-    """An int (kept as an int) or a sequence of ints (as a tuple, any length), each in ``[minimum, 2**31 - 1]``:
-    for parameters whose count is checked later, against the rank of the data they are used with."""
+    """An int, or a sequence of ints as a tuple of any length (checked later against the data's rank)."""
     if is_int(value):
         return int_arg(value, what, minimum)
     return int_tuple(value, what, "an int or a sequence of ints", minimum)
@@ -261,9 +248,8 @@ def _byte_range(a: Strided) -> tuple[int, int]:
 
 
 def no_partial_alias(out: Strided, out_name: str, *inputs: tuple[Strided, str]) -> None:
-    """Refuse an output whose memory overlaps an input's unless both are the same view (one address, shape, strides
-    and dtype: in place, which cuDNN's elementwise calls allow). Reading memory that the call writes through other
-    strides or at another offset gives results that depend on the order cuDNN's kernels run in."""
+    """Refuse an output whose memory overlaps an input's unless both are the same view (in place): memory read
+    through other strides or offsets while written gives results that depend on the kernels' order."""
     if out.size == 0:
         return
     o_lo, o_hi = _byte_range(out)
@@ -279,8 +265,7 @@ def no_partial_alias(out: Strided, out_name: str, *inputs: tuple[Strided, str]) 
 
 
 def handle_ptr(handle):
-    """``handle.ptr`` of a :class:`cudnn_py.Handle` (or an object that stands in for one with a ``ptr``
-    property); :class:`TypeError` for anything else, arrays included (an array's ``ptr`` is an int)."""
+    """``handle.ptr`` of a :class:`cudnn_py.Handle` (or a stand-in with a ``ptr`` property); arrays refused."""
     ptr = handle.ptr if hasattr(type(handle), "ptr") else None
     if not isinstance(ptr, capi.cudnnHandle_t):  # an int or another object's pointer would reach C as a handle
         raise InvalidTypeError(f"handle must be a cudnn_py.Handle, got {type(handle).__name__}")

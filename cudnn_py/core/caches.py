@@ -1,18 +1,5 @@
-"""The one cache mechanism: bounded, thread-safe mappings, each either bound to a handle or shared by the process.
-
-What cudnn-py remembers between calls (descriptors, plans, executors, algorithm choices) lives in a :class:`Cache`:
-
-- **per handle**, :func:`handle_cache` (``handle.cache``): anything bound to a cuDNN handle (plans, executors), dropped
-  when the handle closes, listed by :meth:`Handle.cache_info` and cleared by :meth:`Handle.clear_caches`;
-- **per process**, :func:`shared`: what no handle owns (C descriptors of settings, which any handle may use), listed by
-  :func:`info` and cleared by :func:`clear`.
-
-A :class:`Cache` is a ``dict`` (a lookup is one C-level ``dict.get``, so hot paths stay fast) whose insertions hold a
-lock and evict the oldest entry once ``maxsize`` is reached. Keys hold everything that changes the answer.
-
-What outlives the process (measured algorithm and engine choices, serialised plans) is kept in the tuning database,
-:mod:`cudnn_py.tuning`, not here.
-"""
+"""The one cache mechanism (docs/design.md, "Caches"): :class:`Cache`, a bounded, thread-safe ``dict``, bound to a
+handle (:func:`handle_cache`) or shared by the process (:func:`shared`, :func:`info`, :func:`clear`)."""
 from __future__ import annotations
 
 import ctypes
@@ -29,11 +16,8 @@ _MISSING = object()
 
 
 class Cache(dict):
-    """A bounded, thread-safe ``dict``: inserting into a full cache drops its oldest entry first.
-
-    ``name``: what the cache holds (shown by :func:`info` and :meth:`Handle.cache_info`); ``maxsize``: the bound.
-    Reads are plain ``dict`` reads; ``__setitem__``, ``setdefault``, ``pop`` and ``clear`` take the cache's lock.
-    """
+    """A bounded, thread-safe ``dict`` called ``name``: inserting into a full cache (``maxsize``) drops its oldest
+    entry first. Reads are plain ``dict`` reads; ``__setitem__``, ``setdefault``, ``pop`` and ``clear`` lock."""
 
     __slots__ = ("name", "maxsize", "_lock", "__weakref__")
 
@@ -111,13 +95,9 @@ def shared(name: str, maxsize: int = DEFAULT_MAXSIZE) -> Cache:
 
 
 def handle_cache(handle, name: str, maxsize: int = DEFAULT_MAXSIZE) -> Cache:
-    """The cache called ``name`` of ``handle`` (made on first use): for what is bound to the handle (plans,
-    executors), dropped when the handle closes.
-
-    Anything bound to a cuDNN handle must live here rather than in a process-wide cache keyed by the handle's
-    address, which a new handle can reuse. A raw ``cudnnHandle_t`` (not a :class:`~cudnn_py.Handle`) gets a
-    process-wide cache keyed by its address; its owner manages its lifetime (and :func:`clear` drops it).
-    """
+    """The cache called ``name`` of ``handle`` (made on first use), dropped when the handle closes: what is bound to
+    a handle lives here, never keyed by a handle's address, which a new handle can reuse. A raw ``cudnnHandle_t``
+    gets a process-wide cache keyed by its address, which its owner manages (:func:`clear` drops it)."""
     caches = getattr(handle, "cache", None)
     if caches is not None:
         return _cache_in(caches, name, name, maxsize)

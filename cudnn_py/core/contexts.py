@@ -1,6 +1,5 @@
-"""The devices' primary contexts (and the CUDA driver module, :func:`cudnn_py.core.streams.driver`): what the memory
-operations need to run their driver calls with the right device's context current (:class:`on_device`), on any
-thread and whichever device is current."""
+"""The devices' primary contexts, so that memory operations run their driver calls in the right device's context
+(:class:`on_device`) on any thread, whichever device is current."""
 from __future__ import annotations
 
 from typing import Any
@@ -36,13 +35,9 @@ def primary_context(device_id: int) -> Any:
 
 
 class on_device:  # noqa: N801 - used as a with-statement, like a function
-    """``with on_device(i):`` device ``i``'s primary context is current for the driver calls in the block (the
-    allocations, fills, copies and frees of this module and of :mod:`cudnn_py.core.workspace`).
-
-    Fills, copies and frees are queued on the array's stream, which may be the legacy default stream: that one
-    is the *current* context's, and a driver call on another device's memory fails (CUDA_ERROR_INVALID_VALUE).
-    The context is pushed only where another (or none) is current, and popped after: the thread's current
-    device is left as it was."""
+    """``with on_device(i):`` device ``i``'s primary context is current for the driver calls in the block (memory
+    calls may queue on the legacy default stream, the *current* context's: on another device's memory they fail).
+    Pushed only where another (or none) is current, and popped after."""
 
     __slots__ = ("device_id", "pushed")
 
@@ -51,8 +46,8 @@ class on_device:  # noqa: N801 - used as a with-statement, like a function
         self.pushed = False
 
     def __enter__(self) -> None:
-        if device_count() == 1:  # one device: no other context to switch from (as before multi-GPU support); the
-            return                # driver call this check costs is ~1/4 of a small allocation (H200 profile)
+        if device_count() == 1:  # no other context to switch from; the check below costs ~1/4 of a small allocation
+            return
         drv = driver()
         ctx = primary_context(self.device_id)
         if int(check_cuda(drv.cuCtxGetCurrent(), "cuCtxGetCurrent")) != int(ctx):

@@ -1,6 +1,5 @@
-"""Convolution layouts: arrays are given in NCHW (``N, C, *spatial``) or channels-last (``N, *spatial, C``) order;
-cuDNN's descriptors take the logical ``N, C, *spatial`` order with the strides saying where each axis lives.
-Shared by the legacy calls (:mod:`cudnn_py.ops.convolution`) and the graph ones (:mod:`cudnn_py.graph.conv`)."""
+"""Convolution layouts, for the legacy and the graph calls: arrays come in NCHW or channels-last (``N, *spatial, C``)
+order; cuDNN's descriptors take the logical ``N, C, *spatial`` order, the strides saying where each axis lives."""
 from __future__ import annotations
 
 from typing import Any

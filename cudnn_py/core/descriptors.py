@@ -1,32 +1,9 @@
-"""cuDNN descriptors as Python objects: tensors and filters, the settings of element-wise and reduction operations,
-and the process-wide sharing of C descriptors.
-
-- :class:`TensorDescriptor` and :class:`FilterDescriptor` (and ``cudnn_py.Dropout``) *are* a C descriptor
-  (:class:`Descriptor`): built from keyword arguments with Python defaults, their settings read back from cuDNN
-  through properties::
-
-      x = TensorDescriptor((8, 3, 32, 32), np.float32)                # packed NCHW
-      x = TensorDescriptor((8, 3, 32, 32), np.float16, layout="NHWC") # logical NCHW dims, NHWC memory
-      w = FilterDescriptor((16, 3, 3, 3), np.float32)
-
-- one settings class per operation concept (:class:`OpTensor` and :class:`ReduceTensor` here; ``cudnn_py.Pooling``,
-  ``Activation``, ``LRN`` and ``Convolution`` beside their operations) validates its keyword arguments once, reads
-  them back as properties, is hashable, and hands cuDNN a C descriptor shared by every equal object::
-
-      add = OpTensor("add", compute_dtype="fp32")
-      capi.cudnnOpTensor(h.ptr, add.descriptor, ...)
-
-Enum-valued arguments take the enum member (``capi.CUDNN_POOLING_MAX``), its value, its full name or its short name
-in any case (``"max"``); dtypes take anything :func:`cudnn_py.core.dtypes.cudnn_dtype` does (``"fp16"``, ``"bf16"``,
-...).
-
-Shared C descriptors live in the process-wide caches of :func:`cudnn_py.core.caches.shared` (named ``"descriptors.*"``),
-keyed by their validated settings, so a call in a loop builds each once; :meth:`TensorDescriptor.shared` and
-:meth:`FilterDescriptor.shared` return the shared one of a shape and dtype. Shared descriptors ignore ``close()``;
-they live until evicted or :func:`cudnn_py.core.caches.clear`, and while referenced.
-
-The names these replace (``PoolingDescriptor``, ``pooling_descriptor``, ``ActivationDescriptor``, ``clear_cache``,
-..., the ``format=`` and ``compute_type=`` keywords) still work, with a ``DeprecationWarning``.
+"""cuDNN descriptors as Python objects: the :class:`Descriptor` and :class:`Settings` bases, tensors and filters
+(:class:`TensorDescriptor`, :class:`FilterDescriptor`: a C descriptor built from keywords, read back through
+properties), the settings of element-wise and reduction operations (:class:`OpTensor`, :class:`ReduceTensor`: validated
+once, hashable, handing cuDNN the C descriptor every equal object shares), and that sharing: the ``"descriptors.*"``
+caches of :func:`cudnn_py.core.caches.shared`, whose descriptors' ``close()`` does nothing. Old names
+(``OpTensorDescriptor``, ``format=``, ...) warn and still work.
 """
 from __future__ import annotations
 
@@ -67,8 +44,7 @@ _MOVED = {"ConvolutionDescriptor": "convolution", "convolution_descriptor": "con
 
 
 def __getattr__(name: str):
-    """The old import path of a name in :data:`_MOVED` (PEP 562): the family module's, found by name at first use
-    (this module sits below the families and imports none of them)."""
+    """The old import path of a name in :data:`_MOVED` (PEP 562): the family module's, imported on first use."""
     family = _MOVED.get(name)
     if family is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -130,21 +106,18 @@ def _check_vect_c(shape: tuple[int, ...], dt, fmt, what: str) -> None:
 # --- base ---------------------------------------------------------------------------------------------
 
 def read_back(index: int, doc: str) -> property:
-    """A read-only property of a :class:`Descriptor` subclass: item ``index`` of what its ``_get()`` reads back from
-    cuDNN (for the descriptor classes of the operation families too)."""
+    """A read-only property of a :class:`Descriptor` subclass: item ``index`` of what its ``_get()`` reads back."""
     return property(lambda self: self._get()[index], doc=doc)
 
 
 def setting(slot: str, doc: str | None = None) -> Any:
-    """A read-only property of a settings class (:class:`Settings`, ``Convolution``): its attribute ``slot`` as
-    given, typed by the annotation it is assigned to."""
+    """A read-only property of a settings class: its attribute ``slot``, typed by the annotation it is assigned to."""
     return property(operator.attrgetter(slot), doc=doc)
 
 
 class Descriptor(CObject[Any]):
-    """The base of every object that owns a C descriptor: created on construction, destroyed by ``close()`` or the
-    garbage collector; :meth:`shared` hands out one instance per settings from the class's process-wide cache.
-    Subclasses name their C type, create/destroy functions and the properties ``repr`` shows."""
+    """The base of every object that owns a C descriptor, created on construction (:class:`CObject` destroys it);
+    subclasses name their C type, create/destroy functions, ``repr``'s properties and their cache for :meth:`shared`."""
 
     _handle_type: type = c_void_p
     _create_fn: str = ""
@@ -160,8 +133,7 @@ class Descriptor(CObject[Any]):
 
     @classmethod
     def shared(cls, *settings):
-        """The process-wide instance made by ``cls(*settings)`` (validated, hashable settings), made once and kept in
-        the cache ``cls._cache_name`` of :func:`cudnn_py.core.caches.shared`; its ``close()`` does nothing."""
+        """The instance ``cls(*settings)`` kept in the process-wide cache ``cls._cache_name`` (``close()``: no-op)."""
         return _shared(caches.shared(cls._cache_name), settings, lambda: cls(*settings))
 
     @property
@@ -187,10 +159,8 @@ _S = TypeVar("_S", bound="Settings")
 
 class Settings:
     """The base of the configuration classes (``Pooling``, ``Activation``, ``LRN``, :class:`OpTensor`,
-    :class:`ReduceTensor`): validated once, read-only, equal and hashable by their settings (``_key()``), so that
-    equal objects share one C descriptor: :attr:`descriptor`, the shared instance of ``_c_class`` for ``_key()``
-    (``Pooling`` has one per spatial rank instead). (``Convolution`` keeps a precomputed key and hash: it is part
-    of every convolution call's plan key.)"""
+    :class:`ReduceTensor`): read-only, equal and hashable by their settings (``_key()``), so that equal objects share
+    one C descriptor, :attr:`descriptor` (the shared ``_c_class`` of ``_key()``; ``Pooling``: one per rank)."""
 
     __slots__ = ()
     _c_class: type[Descriptor]  # the C descriptor class, made from the settings as _c_class.shared(*_key())
@@ -201,16 +171,14 @@ class Settings:
 
     @property
     def descriptor(self):
-        """The shared C descriptor of these settings (a ``cudnn*Descriptor_t``, made on first use), for ``capi``
-        calls."""
+        """The shared C descriptor of these settings (a ``cudnn*Descriptor_t``, made on first use), for ``capi``."""
         d = self._desc
         if d is None:
             d = self._desc = self._c_class.shared(*self._key())
         return d.ptr
 
     def close(self) -> None:
-        """Nothing to release (the C descriptor is shared and cached): kept, with ``with``, for code written against
-        the deprecated descriptor names (``PoolingDescriptor``, ``ActivationDescriptor``, ...), which make these."""
+        """Nothing to release (the C descriptor is shared): kept, with ``with``, for the deprecated descriptor names."""
 
     def __enter__(self: _S) -> _S:
         return self
@@ -235,27 +203,37 @@ def _layout(value) -> capi.cudnnTensorFormat_t:
     return enum_member(capi.cudnnTensorFormat_t, value, "CUDNN_TENSOR_", "layout", _FORMAT_ALIASES)
 
 
-def _format(self):
-    """Deprecated: :attr:`layout`."""
-    warn(f"{type(self).__name__}.format is deprecated, use {type(self).__name__}.layout")
-    return self.layout
+class _ArrayDescriptor(Descriptor):
+    """What :class:`TensorDescriptor` and :class:`FilterDescriptor` share: ``ndim``, ``nbytes``, ``format``."""
+
+    _size_fn: str  # the capi function that answers nbytes
+    shape: Any
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the array spans in memory (``cudnnGetTensorSizeInBytes``, ``cudnnGetFilterSizeInBytes``)."""
+        n = c_size_t()
+        getattr(capi, self._size_fn)(self.ptr, byref(n))
+        return n.value
+
+    @property
+    def format(self):
+        """Deprecated: :attr:`layout`."""
+        warn(f"{type(self).__name__}.format is deprecated, use {type(self).__name__}.layout")
+        return self.layout
 
 
-def _size_in_bytes(fn, ptr) -> int:
-    n = c_size_t()
-    fn(ptr, byref(n))
-    return n.value
-
-
-class TensorDescriptor(Descriptor):
-    """An n-d tensor (2 to 8 dims) of ``dtype``.
-
-    Layout: packed C order by default; explicit ``strides`` (in elements); or a ``layout``
-    ("NCHW", "NHWC", "NCHW_VECT_C") with ``shape`` always given in logical N, C, spatial... order.
-    """
+class TensorDescriptor(_ArrayDescriptor):
+    """An n-d tensor (2 to 8 dims) of ``dtype``: packed C order by default, explicit ``strides`` (in elements), or a
+    ``layout`` ("NCHW", "NHWC", "NCHW_VECT_C"; ``shape`` always in logical N, C, spatial... order)."""
 
     _handle_type = capi.cudnnTensorDescriptor_t
     _create_fn, _destroy_fn = "cudnnCreateTensorDescriptor", "cudnnDestroyTensorDescriptor"
+    _size_fn = "cudnnGetTensorSizeInBytes"
     _shown = ("shape", "dtype", "strides", "layout")
 
     def __init__(self, shape: Sequence[int], dtype: DTypeLike = np.float32, strides: Sequence[int] | None = None, *,
@@ -313,25 +291,15 @@ class TensorDescriptor(Descriptor):
     dtype = read_back(0, "The ``cudnnDataType_t``.")
     shape = read_back(1, "The dimensions (``tuple[int, ...]``).")
     strides = read_back(2, "Strides in elements, as cuDNN stores them.")
-    format = property(_format)
 
     @property
     def numpy_dtype(self) -> np.dtype:
         return numpy_dtype(self.dtype)
 
     @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    @property
     def layout(self) -> capi.cudnnTensorFormat_t | None:
         """The layout it was built with (None when built from shape and strides)."""
         return self._layout
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes the tensor spans in memory (``cudnnGetTensorSizeInBytes``)."""
-        return _size_in_bytes(capi.cudnnGetTensorSizeInBytes, self.ptr)
 
     @classmethod
     def shared(cls, shape, dtype=np.float32, strides=None, layout=None,  # type: ignore[override]
@@ -345,7 +313,8 @@ class TensorDescriptor(Descriptor):
                 return _TENSORS[(shape, dtype, strides, layout)]
             except (KeyError, TypeError):
                 pass
-        return _shared(_TENSORS, _key(shape, dtype, strides, layout), lambda: cls(shape, dtype, strides, layout=layout))
+        return _shared(_TENSORS, _hashable((shape, dtype, strides, layout)),
+                       lambda: cls(shape, dtype, strides, layout=layout))
 
     @classmethod
     def for_array(cls, array) -> TensorDescriptor:
@@ -354,12 +323,13 @@ class TensorDescriptor(Descriptor):
         return cls.shared(a.shape, a.dtype, None if a.is_contiguous else a.strides)
 
 
-class FilterDescriptor(Descriptor):
+class FilterDescriptor(_ArrayDescriptor):
     """Convolution weights: ``shape`` (K, C/groups, spatial...) (3 to 8 dims), ``dtype``, ``layout``
     ("NCHW", the default: KCRS memory, "NHWC": KRSC memory; dims are always given as K, C, spatial...)."""
 
     _handle_type = capi.cudnnFilterDescriptor_t
     _create_fn, _destroy_fn = "cudnnCreateFilterDescriptor", "cudnnDestroyFilterDescriptor"
+    _size_fn = "cudnnGetFilterSizeInBytes"
     _shown = ("shape", "dtype", "layout")
 
     def __init__(self, shape: Sequence[int], dtype: DTypeLike = np.float32, *, layout: str | None = None,
@@ -385,16 +355,6 @@ class FilterDescriptor(Descriptor):
     dtype = read_back(0, "The ``cudnnDataType_t``.")
     layout = read_back(1, "The ``cudnnTensorFormat_t`` (memory order of the weights).")
     shape = read_back(2, "The dimensions (K, C/groups, spatial...).")
-    format = property(_format)
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of the weights (``cudnnGetFilterSizeInBytes``)."""
-        return _size_in_bytes(capi.cudnnGetFilterSizeInBytes, self.ptr)
 
     @classmethod
     def shared(cls, shape, dtype=np.float32, layout=None, **old) -> FilterDescriptor:  # type: ignore[override]
@@ -403,7 +363,7 @@ class FilterDescriptor(Descriptor):
         if old:
             layout = renamed_kwargs("FilterDescriptor.shared", old, {"format": "layout"}, {"layout": layout})["layout"]
         layout = "NCHW" if layout is None else layout
-        return _shared(_FILTERS, _key(shape, dtype, layout), lambda: cls(shape, dtype, layout=layout))
+        return _shared(_FILTERS, _hashable((shape, dtype, layout)), lambda: cls(shape, dtype, layout=layout))
 
 
 # --- op-tensor, reduce-tensor -------------------------------------------------------------------------
@@ -457,8 +417,7 @@ class _ReduceTensorDescriptor(_TensorOpDescriptor):
 
 class _TensorOpSettings(Settings):
     """What :class:`OpTensor` and :class:`ReduceTensor` share: an operation of ``_op_enum`` (names after
-    ``_op_prefix``, any case), the compute dtype (float32 by default; ``compute_type=`` its deprecated spelling) and
-    NaN propagation, validated once and read back as properties."""
+    ``_op_prefix``), the compute dtype and NaN propagation."""
 
     __slots__ = ("_op", "_compute", "_nan", "_desc")
     _op_enum: type[enum.IntEnum]
@@ -490,14 +449,10 @@ class _TensorOpSettings(Settings):
 
 
 class OpTensor(_TensorOpSettings):
-    """The element-wise operation of ``cudnnOpTensor``: validated once, hashable, with one shared
-    ``cudnnOpTensorDescriptor_t``.
-
-    ``op``: "add", "mul", "min", "max", "sqrt" or "not" (any case; or a ``cudnnOpTensorOp_t``). ``compute_dtype``: the
-    dtype it computes in (float32 by default; float64 for double data; names such as ``"fp32"`` too).
-    ``nan_propagation``: default False. ``compute_type=`` is the deprecated spelling of ``compute_dtype``. The
-    settings read back as properties.
-    """
+    """The element-wise operation of ``cudnnOpTensor`` (one shared ``cudnnOpTensorDescriptor_t``; settings read back
+    as properties). ``op``: "add", "mul", "min", "max", "sqrt" or "not" (any case; or a ``cudnnOpTensorOp_t``).
+    ``compute_dtype``: float32 by default (float64 for double data; ``"fp32"`` and the like too; ``compute_type=``,
+    deprecated). ``nan_propagation``: default False."""
 
     __slots__ = ()
     _c_class = _OpTensorDescriptor
@@ -516,15 +471,11 @@ _INDICES_TYPE_ALIASES = {**{f"uint{n}": f"CUDNN_{n}BIT_INDICES" for n in (8, 16,
 
 
 class ReduceTensor(_TensorOpSettings):
-    """The reduction of ``cudnnReduceTensor``: validated once, hashable, with one shared
-    ``cudnnReduceTensorDescriptor_t``.
-
-    ``op``: "add", "mul", "min", "max", "amax", "avg", "norm1", "norm2" or "mul_no_zeros" (any case; or a
-    ``cudnnReduceTensorOp_t``). ``compute_dtype``: float32 by default. ``nan_propagation``: default False.
-    ``indices``: "none" (default) or "flattened" (only min, max and amax return indices; True/False too);
-    ``indices_type``: "uint32" (default), "uint8", "uint16" or "uint64". ``compute_type=`` is the deprecated
-    spelling of ``compute_dtype``. The settings read back as properties.
-    """
+    """The reduction of ``cudnnReduceTensor`` (one shared ``cudnnReduceTensorDescriptor_t``; settings read back as
+    properties). ``op``: "add", "mul", "min", "max", "amax", "avg", "norm1", "norm2" or "mul_no_zeros" (any case; or
+    a ``cudnnReduceTensorOp_t``). ``compute_dtype``: float32 by default (``compute_type=``, deprecated).
+    ``nan_propagation``: default False. ``indices``: "none" (default) or "flattened" (True/False too; only min, max
+    and amax have indices); ``indices_type``: "uint32" (default), "uint8", "uint16" or "uint64"."""
 
     __slots__ = ("_indices", "_indices_type")
     _c_class = _ReduceTensorDescriptor
@@ -558,8 +509,7 @@ class ReduceTensor(_TensorOpSettings):
 # --- shared descriptors -------------------------------------------------------------------------------
 
 def _shared(cache: caches.Cache, key, make):
-    """``cache[key]``, made by ``make()`` on a miss and marked shared (its ``close()`` does nothing). Thread-safe: two
-    threads missing at once each make one, and the first stored is the one both return."""
+    """``cache[key]``, made by ``make()`` on a miss and marked shared (of two threads missing at once, one wins)."""
     d = cache.get(key)
     if d is None:
         d = make()  # outside the cache's lock: it calls cuDNN and may raise
@@ -580,10 +530,6 @@ def _hashable(value):
     except TypeError:
         return ("unhashable", id(value))  # never equal to a valid key; validation refuses it
     return value
-
-
-def _key(*args):
-    return tuple(_hashable(a) for a in args)
 
 
 def _all_ints(values) -> bool:

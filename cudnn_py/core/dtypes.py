@@ -1,17 +1,6 @@
-"""NumPy dtypes <-> ``cudnnDataType_t``, and the host scalar type for alpha/beta.
-
-One table maps NumPy's float64, float32, float16, int8, uint8, int32, int64 and bool, plus ml_dtypes' bfloat16,
-float8_e4m3fn, float8_e5m2, float8_e8m0fnu and float4_e2m1fn (when ml_dtypes is installed), to cuDNN's data types and
-back::
-
-    >>> cudnn_dtype("float32")
-    <cudnnDataType_t.CUDNN_DATA_FLOAT: 0>
-    >>> numpy_dtype(capi.CUDNN_DATA_HALF)
-    dtype('float16')
-
-The vectorised types (``CUDNN_DATA_INT8x4``, ``INT8x32``, ``UINT8x4``) map back to their storage element type (int8 /
-uint8); everything else without a NumPy equivalent raises :class:`TypeError` naming it.
-"""
+"""NumPy dtypes <-> ``cudnnDataType_t`` (NumPy's float, int and bool types, and ml_dtypes' bfloat16, fp8 and fp4
+types where installed; cuDNN's vectorised types map back to their storage element type), and the host scalar type
+for alpha/beta."""
 from __future__ import annotations
 
 import ctypes
@@ -63,10 +52,9 @@ def _supported_names() -> str:
 
 
 def cudnn_dtype(dtype: DTypeLike | int) -> capi.cudnnDataType_t:
-    """The ``cudnnDataType_t`` for a NumPy dtype-like (``np.float32``, ``"float16"``, ``ml_dtypes.bfloat16``, an
-    array's ``.dtype``) or a short name of :data:`ALIASES` (``"fp16"``, ``"bf16"``, ``"e4m3"``, any case); a
-    ``cudnnDataType_t`` passes through. :class:`TypeError` for a dtype cuDNN has no type for, and for ``None`` or a
-    number (NumPy would read them as float64 or a type code)."""
+    """The ``cudnnDataType_t`` for a NumPy dtype-like (``np.float32``, ``"float16"``, ``ml_dtypes.bfloat16``) or a
+    short name of :data:`ALIASES` (``"bf16"``, any case); a member passes through. :class:`TypeError` for a dtype
+    cuDNN has no type for, and for ``None`` or a number (NumPy would read them as float64 or a type code)."""
     try:
         return _LOOKUP[dtype]
     except (KeyError, TypeError):
@@ -92,8 +80,7 @@ def cudnn_dtype(dtype: DTypeLike | int) -> capi.cudnnDataType_t:
 
 
 def as_numpy_dtype(dtype) -> np.dtype:
-    """``np.dtype(dtype)`` that also takes the short names of :data:`ALIASES` (any case) and the ml_dtypes names
-    (``"bfloat16"``, ``"float8_e4m3fn"``); NumPy's own errors otherwise."""
+    """``np.dtype(dtype)`` that also takes :data:`ALIASES` (any case) and the ml_dtypes names (``"bfloat16"``)."""
     if isinstance(dtype, str):
         dtype = ALIASES.get(dtype.lower(), dtype)
         if _ml is not None and hasattr(_ml, dtype):  # ml_dtypes types are not NumPy names
@@ -116,8 +103,7 @@ def numpy_dtype(cudnn_dt: int) -> np.dtype:
 
 
 def scalar_type(cudnn_dt) -> type[ctypes.c_float] | type[ctypes.c_double]:
-    """The ctypes type of the host alpha/beta scalars for data of this type: ``c_double`` for double, else
-    ``c_float``."""
+    """The ctypes type of the host alpha/beta scalars: ``c_double`` for double data, else ``c_float``."""
     return ctypes.c_double if int(cudnn_dt) == _DT.CUDNN_DATA_DOUBLE else ctypes.c_float
 
 

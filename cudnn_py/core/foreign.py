@@ -1,11 +1,6 @@
-"""Readers of foreign arrays that need no device array (:mod:`cudnn_py.core.memory` re-exports ``is_torch_tensor`` and
-``Signature``, their documented path).
-
-:func:`is_torch_tensor` and the torch tables (:data:`TORCH_TYPES`, :data:`TORCH_DTYPES`) are the hot path of
-:func:`cudnn_py.core.memory.array_signature` (the key of every cached call) and of the prepared calls: a torch tensor is
-read in a few attribute reads, without DLPack; cudnn_py never imports torch, it learns the tables the first time it
-sees torch imported. :func:`check_cuda_array_interface` refuses a malformed interface before ``cuda.core`` reads it.
-"""
+"""Readers of foreign arrays that need no device array (:mod:`cudnn_py.core.memory` re-exports them): the torch
+tables, the hot path of every prepared call's key (learnt once the program has imported torch, which cudnn_py never
+imports), and :func:`check_cuda_array_interface`, refusing a malformed interface before ``cuda.core`` reads it."""
 from __future__ import annotations
 
 import sys
@@ -44,8 +39,7 @@ def learn_torch() -> bool:
 
 
 def is_torch_tensor(obj) -> bool:
-    """Whether ``obj`` is a torch tensor: of the types :func:`cudnn_py.core.memory.array_signature` reads without DLPack
-    (``torch.Tensor``, ``torch.nn.Parameter``; subclasses are not); False while the program has not imported torch."""
+    """Whether ``obj`` is a ``torch.Tensor`` or ``torch.nn.Parameter`` (no subclass); False until torch is imported."""
     t = type(obj)
     return t in TORCH_TYPES or (not TORCH_TYPES and learn_torch() and t in TORCH_TYPES)
 
@@ -55,11 +49,9 @@ Signature = tuple[tuple[int, ...], tuple[int, ...], np.dtype, int]
 
 
 def check_cuda_array_interface(obj, name: str) -> None:
-    """Refuse a malformed ``__cuda_array_interface__`` before cuda.core reads it (and asks the driver about its
-    pointer): a dict of ``shape``, a native ``typestr``, ``data`` (a non-NULL address unless empty, a flag), no
-    ``mask``, and ``strides`` None or non-negative, whole elements and not overlapping
-    (:func:`cudnn_py.core.memory.as_array` calls it before viewing an object that offers the interface and no device
-    DLPack)."""
+    """Refuse a malformed ``__cuda_array_interface__`` before cuda.core reads it: it must be a dict of ``shape``, a
+    native ``typestr``, ``data`` (a non-NULL address unless empty, a flag), no ``mask``, and ``strides`` None or
+    non-negative, whole elements and not overlapping."""
     try:
         cai = obj.__cuda_array_interface__
     except Exception as e:  # noqa: BLE001 - a producer's property may raise anything

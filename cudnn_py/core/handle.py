@@ -1,24 +1,6 @@
-"""The cuDNN handle: library context for one device, bound to one stream, with its own workspace.
-
-::
-
-    with cdp.Handle() as h:                  # device 0, the default (NULL) stream
-        y = cdp.pooling_forward(h, pool, x)  # every op takes the handle first
-        s = cdp.new_stream()
-        with h.on_stream(s):                   # work queued on s inside the block
-            y = cdp.pooling_forward(h, pool, x)
-        h.synchronize()
-
-A handle is destroyed by :meth:`Handle.close`, the end of a ``with`` block, or, if you forget, the garbage
-collector; using a closed handle raises :class:`~cudnn_py.errors.ClosedError`.
-
-Devices: a handle belongs to the device it was created on (``Handle(device=1)`` makes device 1 current in the calling
-thread, then creates the cuDNN handle); its calls must run with that device current, which is the case unless the
-thread makes another device current afterwards (then make this one current again, or use one thread per device).
-Arrays on another device than the handle's are refused before C is called.
-
-Threads: cuDNN handles are not thread-safe, and sharing one between threads that run at once is not detected (that
-would cost every call): use one handle per thread (and per device), e.g. kept in a ``threading.local()``.
+"""The cuDNN handle (:class:`Handle`: one device, one stream, its own workspace and caches; one per thread and
+device, docs/design.md, "Threads and devices"), :class:`CObject` (the base of every object owning a C object:
+``close()``, ``with``, the garbage collector) and :func:`handle_arg`.
 """
 from __future__ import annotations
 
@@ -55,9 +37,8 @@ _PtrT = TypeVar("_PtrT")
 
 
 class CObject(Generic[_PtrT]):
-    """The base of the objects that own a cuDNN C object (:class:`Handle`, the descriptors): :attr:`ptr` to pass to
-    C calls, an idempotent :meth:`close` that destroys it (the garbage collector does for a forgotten one), ``with``
-    support."""
+    """The base of the objects owning a cuDNN C object (:class:`Handle`, the descriptors): :attr:`ptr`, an idempotent
+    :meth:`close` that destroys it (the garbage collector does for a forgotten one), ``with``."""
 
     _ptr: _PtrT | None = None
     _closed_message = "this {} is closed"  # formatted with the class name
@@ -70,8 +51,7 @@ class CObject(Generic[_PtrT]):
 
     @property
     def ptr(self) -> _PtrT:
-        """The C object (``cudnnHandle_t``, ``cudnn*Descriptor_t``) to pass to C calls; :class:`ClosedError` once
-        closed."""
+        """The C object (``cudnnHandle_t``, ``cudnn*Descriptor_t``) for C calls; :class:`ClosedError` once closed."""
         p = self._ptr
         if p is None:
             raise ClosedError(self._closed_message.format(type(self).__name__))
@@ -100,18 +80,14 @@ _CObjectT = TypeVar("_CObjectT", bound=CObject)
 
 
 class Handle(CObject[capi.cudnnHandle_t]):
-    """A ``cudnnHandle_t`` on ``device`` (an ordinal or :class:`cuda.core.Device`), bound to ``stream``.
-
-    ``stream``: None for the device's default stream (the NULL stream cuDNN and PyTorch use by default),
-    a :class:`cuda.core.Stream`, a ``torch.cuda.Stream`` or an int ``cudaStream_t``.
+    """A ``cudnnHandle_t`` on ``device`` (an ordinal or :class:`cuda.core.Device`), bound to ``stream``: None for the
+    device's default (NULL) stream, a :class:`cuda.core.Stream`, a ``torch.cuda.Stream`` or an int ``cudaStream_t``.
     """
 
     _closed_message = "this cudnn_py.Handle is closed; create a new Handle()"
 
     def __init__(self, device: int | Device = 0, stream: StreamLike | None = None) -> None:
-        # what the calls import lazily (the graph package, engine choice, tuning database), imported now, once per
-        # process, under the lazy imports' lock: threads whose first calls run at once import nothing half-way
-        _imports.warm_imports()
+        _imports.warm_imports()  # so that threads whose first calls run at once import nothing half-way
         dev = get_device(device)
         dev.set_current()  # cudnnCreate binds the handle to the current device, which may have changed since
         #: the :class:`cuda.core.Device` of this handle
@@ -131,7 +107,6 @@ class Handle(CObject[capi.cudnnHandle_t]):
         self.cache: dict[str, Cache] = {}
         self.set_stream(s)
 
-    # -- state --
     @property
     def device_id(self) -> int:
         """The device ordinal (same as :attr:`device`)."""
@@ -147,7 +122,6 @@ class Handle(CObject[capi.cudnnHandle_t]):
         """:attr:`stream` as an int ``cudaStream_t``."""
         return self._stream_ptr
 
-    # -- streams --
     def set_stream(self, stream) -> None:
         """Queue this handle's future work on ``stream`` (see the class doc for what a stream may be)."""
         s = as_stream(stream, self.device)
@@ -177,11 +151,8 @@ class Handle(CObject[capi.cudnnHandle_t]):
         """Block until all work queued on this handle's stream has finished."""
         self._stream.sync()
 
-    # -- lifetime --
     def cache_info(self) -> dict[str, int]:
-        """How many entries each of this handle's caches holds (``'prepared'``, the calls' prepared calls;
-        ``'conv.plans'`` of the legacy convolution calls, ``'graph.plans'``, the attention plans, ...), by cache name;
-        process-wide caches (shared C descriptors): :func:`cudnn_py.core.caches.info`."""
+        """Entries in each of this handle's caches, by name (process-wide ones: :func:`cudnn_py.core.caches.info`)."""
         return {name: len(entries) for name, entries in self.cache.items()}
 
     def clear_caches(self) -> None:
@@ -202,13 +173,9 @@ class Handle(CObject[capi.cudnnHandle_t]):
 
 
 def handle_arg(handle: Handle, name: str = "handle") -> Handle:
-    """``handle`` checked to be an open :class:`Handle`, first thing in every call that takes one.
-
-    An object that stands in for a handle (an int ``device``, as tests use) passes as it is.
-
-    :raises InvalidTypeError: for None, an array or anything else that is no handle (naming ``name``).
-    :raises ClosedError: for a handle that was closed.
-    """
+    """``handle`` checked to be an open :class:`Handle` (or a stand-in with an int ``device``, as tests use), first
+    thing in every call: :class:`InvalidTypeError` for None, an array or anything else, :class:`ClosedError` for a
+    closed handle."""
     if type(handle) is Handle or isinstance(handle, Handle):
         if handle._ptr is None:
             raise ClosedError(f"{name} is a closed cudnn_py.Handle; create a new Handle()")

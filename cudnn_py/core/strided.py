@@ -1,6 +1,5 @@
-"""What lays out a strided array: its shape, element strides, extent in memory and dtype, checked in pure Python
-(the device arrays of :mod:`cudnn_py.core.memory` and the descriptors of :mod:`cudnn_py.core.descriptors` build on
-them)."""
+"""What lays out a strided array (shape, element strides, extent in memory, dtype), checked in pure Python for the
+device arrays and the descriptors."""
 from __future__ import annotations
 
 import functools
@@ -70,8 +69,7 @@ MAX_BYTES = 2 ** 63 - 1
 
 
 def check_extent(ptr: int, shape: tuple[int, ...], strides: tuple[int, ...], dtype: np.dtype, what: str) -> None:
-    """Refuse an array whose size in bytes, or whose addressed bytes from ``ptr``, do not fit in 64 bits (a NULL
-    ``ptr`` only for an empty array): size_t arithmetic in the driver and in cuDNN would wrap."""
+    """Refuse an array whose bytes, or addressed bytes from ``ptr`` (NULL only if empty), do not fit in 64 bits."""
     item = dtype.itemsize
     size = math.prod(shape)
     if size * item > MAX_BYTES:
@@ -127,14 +125,12 @@ def array_dtype(dtype: Any) -> np.dtype:
 
 
 def memory_order(shape: Sequence[int], strides: Sequence[int]) -> list[int]:
-    """The axes from outermost to innermost in memory (decreasing stride); unit axes first, their stride meaning
-    nothing."""
+    """The axes from outermost to innermost in memory (decreasing stride; unit axes first)."""
     return sorted(range(len(shape)), key=lambda i: (shape[i] > 1, -strides[i] if shape[i] > 1 else 0, i))
 
 
 def non_overlapping(shape: Sequence[int], strides: Sequence[int]) -> bool:
-    """Whether no two indices of ``shape`` reach the same element through non-negative ``strides``: taken in
-    increasing stride order, each dimension (size 1 ignored) steps past everything the smaller ones reach."""
+    """Whether no two indices of ``shape`` reach the same element through non-negative ``strides``."""
     reach = 0
     for s, n in sorted((s, n) for n, s in zip(shape, strides) if n > 1):
         if s <= reach:
@@ -145,10 +141,9 @@ def non_overlapping(shape: Sequence[int], strides: Sequence[int]) -> bool:
 
 def preserved_strides(shape: Sequence[int], strides: Sequence[int],
                       new_shape: Sequence[int] | None = None) -> tuple[int, ...] | None:
-    """Strides of a new packed array of ``new_shape`` (default ``shape``, same rank) laid out in the memory order of
-    an array of ``shape`` and ``strides``: torch's ``preserve_format`` for outputs (channels-last in, channels-last
-    out; a dense input's own strides where the shapes agree). None (C order) where that order is C order anyway, or
-    where the array broadcasts or runs backwards along an axis (a stride <= 0), whose order says nothing."""
+    """Strides of a new packed array of ``new_shape`` (default ``shape``, same rank) in the memory order of ``shape``
+    and ``strides``: torch's ``preserve_format`` for outputs. None (C order) where that order is C order, or where
+    the array broadcasts or runs backwards along an axis (a stride <= 0)."""
     new = tuple(shape if new_shape is None else new_shape)
     if any(s <= 0 for n, s in zip(shape, strides) if n > 1):
         return None
