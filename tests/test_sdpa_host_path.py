@@ -20,6 +20,8 @@ import pytest
 
 from cudnn_py import Sdpa
 from cudnn_py.graph import runner as grunner
+from cudnn_py.calls import prepared
+from cudnn_py.core import memory
 from cudnn_py.core.memory import DeviceArray
 from cudnn_py.ops import sdpa as S
 from cudnn_py.ops import sdpa_args as A
@@ -186,8 +188,20 @@ def _torch_ops(mp) -> types.ModuleType:
     mp.setattr(runtime, "_raw_stream", lambda device: 0)
     ctx = runtime.Context.__new__(runtime.Context)
     ctx.handle, ctx.stream, ctx.index = _handle(), 0, 0
-    ctx.workspace = types.SimpleNamespace(release=lambda: None)
+    ctx.workspace = types.SimpleNamespace(release=lambda: None, captured=[])
     runtime._local.contexts[0] = ctx
+    # the core's new outputs: DeviceArrays at made-up addresses on the first call (then as stand-in torch tensors),
+    # stand-in torch tensors of torch's allocator on a replay
+    fake_new = itertools.count(0x6000_0000, 0x10_0000)
+    mp.setattr(memory, "allocator", lambda shape, dtype, stream=None, *, device=None: lambda: DeviceArray.from_parts(
+        next(fake_new), tuple(shape), np.dtype(dtype), memory.c_strides(shape), 0, None, None))
+
+    def tensor(shape, strides, dtype, ptr):
+        return _Tensor(shape, getattr(torch, np.dtype(dtype).name), ptr, strides)
+    hooks = types.SimpleNamespace(convert=lambda a: tensor(a.shape, a.strides, a.dtype, a.ptr), allocator=lambda
+                                  shape, strides, dtype, device: lambda handle: (lambda t: (t, t.data_ptr()))(
+                                      tensor(shape, strides, dtype, next(fake_new))))
+    mp.setattr(prepared, "_hooks", lambda pkg: hooks)
     return attention
 
 

@@ -1,27 +1,20 @@
-"""One prepared call per operation signature: what every operation function's repeat calls run.
+"""One prepared call per operation signature: what every operation function's repeat calls run (docs/prepared.md).
 
 A function decorated with :func:`prepared` is called through a wrapper that reads its arrays' signatures (shape,
-strides, dtype, device, address alignment: attribute reads, no DLPack) and its other arguments into a key, looked up
-in the handle's cache ``"prepared"``:
+strides, dtype, device, address alignment: attribute reads, no DLPack), which arrays share an address and its other
+arguments with their types into a key, looked up in the handle's cache ``"prepared"``:
 
-* **a hit** queues the recorded work again with this call's addresses (legacy C calls with their descriptors and
-  scaling factors, or a graph plan through a variant pack of these addresses; the workspace fetched again), new
-  outputs from the inputs' package; nothing is validated again: the key fixes everything the validated path checked;
-* **a miss** refuses partially overlapping outputs, then runs the function itself while :mod:`cudnn_py.clib.recording`
-  writes down what it queued; where every address that work used is one of the call's arrays (or a new output it
-  returned), the recording becomes the signature's :class:`Prepared` call; one that cannot be replayed (an engine
-  measured, a scratch buffer, host data, driver work outside the sinks) is validated again next time. Meanwhile the
-  call is :data:`cudnn_py.clib.recording.state` ``.call``: its engine choice's key and what a measured run mutates come
-  from the declaration (:mod:`cudnn_py.calls.engine_choice`).
-
-The key holds every array's layout and alignment, which arrays share an address and every other argument with its
-type; a given output overlapping an input other than as the identical view (in place) is refused; a descriptor a
-caller may close is checked open before anything is queued.
+* **a hit** queues the recorded work again with this call's addresses and new outputs from the inputs' package,
+  validating nothing again: the key fixes everything the validated path checked;
+* **a miss** refuses partially overlapping outputs, then runs the function itself while
+  :mod:`cudnn_py.clib.recording` writes down what it queued; a recording whose every address is one of the call's
+  arrays (or a new output it returned) becomes the signature's :class:`Prepared` call, one that cannot be replayed
+  is validated again next time. Meanwhile the call is :data:`cudnn_py.clib.recording.state` ``.call``, from whose
+  declaration :mod:`cudnn_py.calls.engine_choice` takes its key and what a measured run mutates.
 
 Outputs follow the inputs' package: torch tensors in, torch tensors out (torch's caching allocator on a hit,
-``record_stream`` on the handle's stream where that is not torch's current one; DLPack on the first call);
-DeviceArrays in, DeviceArrays out; another producer (CuPy, JAX) through its ``from_dlpack``. With mixed inputs torch
-wins, then the first input that is not a DeviceArray.
+DLPack on the first call); DeviceArrays in, DeviceArrays out; another producer's through its ``from_dlpack``. With
+mixed inputs torch wins, then the first input that is not a DeviceArray.
 """
 from __future__ import annotations
 
