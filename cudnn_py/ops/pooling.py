@@ -175,10 +175,10 @@ class Pooling(Settings):
 
 def _resolve(pool, x_shape) -> tuple[capi.cudnnPoolingDescriptor_t, tuple[int, ...]]:
     """(descriptor handle, output shape) for a :class:`Pooling`."""
-    if isinstance(pool, Pooling):
-        y_shape = pool.output_shape(x_shape)
-        return pool.descriptor(len(x_shape) - 2), y_shape
-    raise InvalidTypeError(f"pool must be a cudnn_py.Pooling, got {type(pool).__name__}")
+    if not isinstance(pool, Pooling):
+        raise InvalidTypeError(f"pool must be a cudnn_py.Pooling, got {type(pool).__name__}")
+    y_shape = pool.output_shape(x_shape)  # checked first: 1 to 3 spatial dimensions
+    return pool.descriptor(len(x_shape) - 2), y_shape
 
 
 # ---------------------------------------------------------------- engine="graph": resample operations

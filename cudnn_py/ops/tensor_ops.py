@@ -1,7 +1,6 @@
 """Tensor operations: add, op-tensor, scale, set, transform (layout/dtype), TransformTensorEx, reduce.
 
-Arrays are any device arrays (:class:`~cudnn_py.DeviceArray`, torch, CuPy); their strides are the
-memory layout cuDNN is told about. Every call validates shapes, dtypes and devices before C::
+Arrays are any device arrays (DeviceArray, torch, CuPy); their strides are the memory layout cuDNN is told about::
 
     c = add_tensor(h, bias, c, beta=1.0)                      # c = bias (broadcast) + c
     c = op_tensor(h, "max", a, b)                             # c = max(a, b), allocated
@@ -12,12 +11,9 @@ memory layout cuDNN is told about. Every call validates shapes, dtypes and devic
 Scaling factors are keyword-only ``alpha``/``beta`` (defaults 1 and 0); :func:`op_tensor` keeps cuDNN's
 ``alpha1``/``alpha2``/``beta``. Each function says which old spellings of it still work (with a DeprecationWarning).
 
-``engine="graph"`` (add_tensor, op_tensor, scale_tensor, transform_tensor, reduce_tensor) runs the same function
-as a cached backend-API graph (pointwise operations, or a reduction) instead of the deprecated C call: float16,
-bfloat16 and float32 data of 1 to 5 dimensions, float32 compute, no NaN propagation, no reduction indices.
-``engine="auto"`` (the default) measures both engines on the first call of a configuration and keeps the faster
-(:mod:`cudnn_py.calls.engine_choice`; with measuring off, and for reductions with indices, it takes the graph where it
-accepts the call and the legacy call otherwise; docs/graph_paths.md).
+``engine`` (add, op-tensor, scale, transform, reduce): "legacy" (the deprecated C call), "graph" (a cached
+backend-API graph: float16, bfloat16 and float32 data of 1 to 5 dimensions, float32 compute, no NaN propagation, no
+reduction indices) or "auto" (the default: the faster, measured once per configuration; docs/graph_paths.md).
 """
 from __future__ import annotations
 
@@ -42,7 +38,7 @@ from cudnn_py.core.strided import memory_order, non_overlapping
 from cudnn_py.clib import recording
 from cudnn_py.ops._common import (
     Out, blend, check_array, desc, enum_arg, new_output, host_step, launch, output, read_tensor_desc, scalars,
-    tensor_desc,
+    tensor_desc, with_tensor_descriptors,
 )
 from cudnn_py.calls.prepared import prepared
 from cudnn_py.clib.recording import WorkspaceArg
@@ -101,8 +97,8 @@ def add_tensor(handle: Handle, a: DeviceArrayLike, c: Out, *, alpha: float = 1.0
 
 def _settings(op, cls: type[OpTensor] | type[ReduceTensor], table: dict, enum_type, compute_dtype,
               nan_propagation) -> tuple:
-    """(operation, compute_dtype, nan_propagation) from ``op``: an :class:`OpTensor` / :class:`ReduceTensor` (``cls``)
-    holding all three, or an operation name or member with the other two given as keywords."""
+    """(operation, compute_dtype, nan_propagation) from ``op``: a ``cls`` holding all three, or an operation name or
+    member with the other two given as keywords."""
     if isinstance(op, cls):
         if compute_dtype is not None or nan_propagation:
             raise InvalidValueError(f"op is a {cls.__name__}: give compute_dtype and nan_propagation in it, not as "
@@ -220,14 +216,12 @@ def set_tensor(handle: Handle, y: Out, value: float) -> Out:
     dtypes need a dense ``y`` (and a float64/int64 value whose two 4-byte halves a 32-bit memset can write).
     """
     ya = check_array(y, "y", handle)
-    # checked against y's own dtype (300 into int8, NaN into int32 and 1e40 into float32 are refused), then
-    # passed as the host type cuDNN reads
+    # checked against y's own dtype (300 into int8, NaN into int32 are refused), then as the host type cuDNN reads
     kernel = ya.dtype.name in _SET_KERNEL_DTYPES
     host_type = ya.dtype if ya.dtype.itemsize == 8 or not kernel else np.dtype(np.float32)
     host = element_value(value, ya.dtype, "value").astype(host_type)
     yd = None
     if ya.span()[1] == ya.size and min(ya.strides, default=0) >= 0 and non_overlapping(ya.shape, ya.strides):
-        # dense (any dimension order): one driver memset of the element cuDNN would write fills y's span
         element = host.astype(ya.dtype)
         if memset_writes(element):
             host_step(_fill, (handle, ya.ptr, element, ya.size), (1,))
@@ -247,8 +241,7 @@ def set_tensor(handle: Handle, y: Out, value: float) -> Out:
 
 
 def _fill(handle: Handle, ptr: int, element: np.ndarray, count: int) -> None:
-    """A driver memset of ``count`` copies of ``element`` from ``ptr`` on the handle's current stream (a step of
-    :func:`set_tensor`'s prepared call)."""
+    """A driver memset of ``count`` copies of ``element`` from ``ptr`` on the handle's current stream."""
     stream = handle.stream.handle
     with on_device(handle.device):
         memset(ptr, element, count, stream)
@@ -362,16 +355,12 @@ def transform_tensor_ex(handle: Handle, x: DeviceArrayLike, *, layout: str | Non
     dirv = enum_arg(direction, _DIRECTIONS, capi.cudnnFoldingDirection_t, "direction")
     out_dtype = as_numpy_dtype(dtype) if dtype is not None else (xa.dtype if y is None else as_array(y, "y").dtype)
     tdesc = TensorTransformDescriptor.shared(nd, fmt, before, after, folds, dirv)
-    # The source descriptor carries the destination dtype for InitTransformDest; x's own one is used for the call.
-    probe = tensor_desc(xa.shape, out_dtype, xa.strides)
-    dest = capi.cudnnTensorDescriptor_t()
-    capi.cudnnCreateTensorDescriptor(ctypes.byref(dest))
-    try:
-        nbytes = ctypes.c_size_t()
-        capi.cudnnInitTransformDest(tdesc.ptr, probe.ptr, dest, ctypes.byref(nbytes))
-        shape, strides, _ = read_tensor_desc(dest)
-    finally:
-        capi.cudnnDestroyTensorDescriptor(dest)
+    probe = tensor_desc(xa.shape, out_dtype, xa.strides)  # x's with the destination dtype, for InitTransformDest
+
+    def derive(dest):
+        capi.cudnnInitTransformDest(tdesc.ptr, probe.ptr, dest, ctypes.byref(ctypes.c_size_t()))
+        return read_tensor_desc(dest)
+    shape, strides, _ = with_tensor_descriptors(derive)
     if y is None:
         ya = new_output(handle, shape, out_dtype, strides)
     else:
@@ -484,9 +473,9 @@ def reduce_tensor(handle: Handle, op: str | int | ReduceTensor, a: DeviceArrayLi
 
 def _legacy_reduce(handle: Handle, opv, aa: DeviceArray, ca: DeviceArray, alpha: float, beta: float, compute_dtype,
                    nan_propagation: bool, indices: bool) -> list[DeviceArray]:
-    """``cudnnReduceTensor``; the indices array (with ``indices``) in a list."""
+    """``cudnnReduceTensor``; the indices (with ``indices``) in a list."""
     compute = _compute(aa.dtype, compute_dtype)
-    reduction = ReduceTensor(opv, compute, nan_propagation=nan_propagation, indices=indices)  # holds the descriptor
+    reduction = ReduceTensor(opv, compute, nan_propagation=nan_propagation, indices=indices)
     rd = reduction.descriptor
     ad, cd = desc(aa), desc(ca)
     ws_size, idx_size = ctypes.c_size_t(), ctypes.c_size_t()
