@@ -6,21 +6,10 @@
     y = activation_forward(h, Activation("clipped_relu", coef=6.0), x)
     dx = activation_backward(h, Activation("swish", swish_beta=1.5), x, y, dy)
 
-Identity runs as ``cudnnTransformTensor`` (a scaled copy): cuDNN's activation calls refuse
-``CUDNN_ACTIVATION_IDENTITY`` (BAD_PARAM), which it keeps for ``cudnnConvolutionBiasActivationForward``.
-Arrays of any rank 1 to 8 and any strides (x and y may differ) are accepted.
-
-``engine="graph"`` runs the same function as a cached backend-API graph of one pointwise operation (plus the
-alpha/beta blend) instead of the deprecated ``cudnnActivationForward/Backward``; float16, bfloat16 and float32
-data of 1 to 5 dimensions, NaN propagation off. ``engine="auto"`` (the default) measures both engines on the first
-call of a configuration and keeps the faster (:mod:`cudnn_py.calls.engine_choice`; with measuring off, it takes the
-graph where it accepts the call and the legacy call otherwise; docs/graph_paths.md).
-
-Raw C path::
-
-    d = capi.cudnnActivationDescriptor_t(); capi.cudnnCreateActivationDescriptor(byref(d))
-    capi.cudnnSetActivationDescriptor(d, capi.CUDNN_ACTIVATION_RELU, capi.CUDNN_NOT_PROPAGATE_NAN, 0.0)
-    capi.cudnnActivationForward(h.ptr, d, byref(c_float(1)), x_desc, x.ptr, byref(c_float(0)), y_desc, y.ptr)
+Identity runs as ``cudnnTransformTensor`` (cuDNN's activation calls refuse it). Arrays of any rank 1 to 8 and any
+strides (x and y may differ) are accepted. ``engine``: "legacy" (``cudnnActivationForward/Backward``), "graph" (one
+pointwise operation: float16, bfloat16, float32, 1 to 5 dimensions, no NaN propagation) or "auto" (the default: the
+faster, measured once per configuration; docs/graph_paths.md).
 """
 from __future__ import annotations
 

@@ -16,21 +16,10 @@ Parameters (scale, bias, means, variances) have the shape :func:`batchnorm_param
 1, C, H, W... per activation) or that without its unit dimensions (``(C,)`` for spatial); float32, or float64 for
 float64 data. ``saved_inv_var`` is ``1 / sqrt(var + epsilon)`` of the batch; running variances are unbiased.
 
-``engine="graph"`` runs cached backend-API graphs instead of the deprecated C calls (:mod:`cudnn_py.ops.norm_graphs`):
-float16, bfloat16 and float32 data in spatial(-persistent) mode (inference: any mode), ReLU as the only fused
-activation, the saved statistics for backward, alpha 1 and beta 0 (inference also blends); it uses no reserve space
-(returns none, reads none). ``engine="auto"`` (the default) measures both engines for forward training, inference
-and backward on the first call of a configuration and keeps the faster (:mod:`cudnn_py.calls.engine_choice`; with
-measuring off, the graph where it accepts the call); the ``..._ex`` calls run the legacy call (its backward measured
-faster, and forward and backward must agree on the reserve space; docs/graph_paths.md).
-
-Raw C path::
-
-    bn = capi.cudnnTensorDescriptor_t(); capi.cudnnCreateTensorDescriptor(byref(bn))
-    capi.cudnnDeriveBNTensorDescriptor(bn, x_desc, capi.CUDNN_BATCHNORM_SPATIAL)
-    capi.cudnnBatchNormalizationForwardTraining(h.ptr, capi.CUDNN_BATCHNORM_SPATIAL, byref(c_float(1)),
-        byref(c_float(0)), x_desc, x.ptr, y_desc, y.ptr, bn, scale.ptr, bias.ptr, 1.0, rm.ptr, rv.ptr,
-        1e-5, saved_mean.ptr, saved_inv_var.ptr)
+``engine``: "legacy" (the deprecated C calls), "graph" (:mod:`cudnn_py.ops.norm_graphs`: float16, bfloat16, float32
+data in spatial(-persistent) mode (inference: any), ReLU the only fused activation, the saved statistics for
+backward, alpha 1 and beta 0 (inference also blends), no reserve space) or "auto" (the default: the faster, measured
+once per configuration; the ``..._ex`` pair runs the legacy call; docs/graph_paths.md).
 """
 from __future__ import annotations
 

@@ -13,15 +13,6 @@ time steps, label lengths are at most ``max_label_length`` (cuDNN: 255), input l
 With ``normalization="softmax"`` (default) ``logits`` are pre-softmax activations and the gradients
 are ``d cost / d logits`` (``softmax(logits) - posterior``). With ``"none"`` the input is taken as
 probabilities already normalised. Gradients of time steps past a sequence's input length are zero.
-
-Raw C path::
-
-    d = capi.cudnnCTCLossDescriptor_t(); capi.cudnnCreateCTCLossDescriptor(byref(d))
-    capi.cudnnSetCTCLossDescriptor_v9(d, capi.CUDNN_DATA_FLOAT, capi.CUDNN_LOSS_NORMALIZATION_SOFTMAX,
-                                      capi.CUDNN_CTC_ZERO_OOB_GRADIENTS, 255)
-    capi.cudnnGetCTCLossWorkspaceSize_v8(h.ptr, algo, d, probs_desc, grads_desc, byref(ws_size))
-    capi.cudnnCTCLoss_v8(h.ptr, algo, d, probs_desc, probs.ptr, labels.ptr, label_lengths.ptr,   # int32 device
-                         input_lengths.ptr, costs.ptr, grads_desc, grads.ptr, ws_size, ws)        # arrays as int[]
 """
 from __future__ import annotations
 

@@ -11,20 +11,9 @@ Each forward call draws a new mask from the states (and advances them); the same
 states) gives the same masks. Kept elements are scaled by ``1 / (1 - p)``. cuDNN's dropout takes float16,
 float32 and float64 (bfloat16 is refused before C: cuDNN 9 answers it ``CUDNN_STATUS_NOT_SUPPORTED``).
 
-Layouts: the mask is elementwise, so tensors that share one dense layout (NHWC, any packed order) are described
-to cuDNN as one packed tensor in memory order, which runs cuDNN's fast kernel (a strided descriptor runs one 8 to
-15 times slower: H200, 32x256x56x56). cuDNN indexes the mask by the descriptor's element order, so the reserve's
-mask follows that memory order; the forward remembers, by the reserve's address, the order it used, and the
-backward describes ``dy`` and ``dx`` in the same order whatever their own layout (a backward in another layout is
-right, on the strided kernel). A reserve the forward did not write (raw C) is read in the tensors' logical
-(row-major) order, as cuDNN's own descriptors of them would.
-
-Raw C path::
-
-    capi.cudnnDropoutGetStatesSize(h.ptr, byref(n)); states = cdp.empty((n.value,), np.uint8)
-    capi.cudnnSetDropoutDescriptor(d, h.ptr, 0.25, states.ptr, n.value, 1234)
-    capi.cudnnDropoutGetReserveSpaceSize(x_desc, byref(r))
-    capi.cudnnDropoutForward(h.ptr, d, x_desc, x.ptr, y_desc, y.ptr, reserve.ptr, r.value)
+Layouts: tensors sharing one dense layout (NHWC, any packed order) are described to cuDNN as one packed tensor in
+memory order (the fast kernel); the reserve's mask follows that order, which the backward reuses whatever its own
+tensors' layout (docs/ops.md).
 """
 from __future__ import annotations
 

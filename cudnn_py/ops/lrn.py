@@ -14,13 +14,6 @@ dimension: ``y_i = x_i * (k + alpha / n**S * sum_{j in window(i)} (x_j - means_i
 (S spatial dims; means zero when not given), which is what cuDNN computes (measured; its manual
 gives no formula). x is 4-D or 5-D (N, C, *spatial). The LRN parameters
 live in :class:`LRN`; the ``alpha``/``beta`` keywords of the calls are the usual blending factors.
-
-Raw C path::
-
-    d = capi.cudnnLRNDescriptor_t(); capi.cudnnCreateLRNDescriptor(byref(d))
-    capi.cudnnSetLRNDescriptor(d, 5, 1e-4, 0.75, 2.0)
-    capi.cudnnLRNCrossChannelForward(h.ptr, d, capi.CUDNN_LRN_CROSS_CHANNEL_DIM1, byref(c_float(1)),
-                                     x_desc, x.ptr, byref(c_float(0)), y_desc, y.ptr)
 """
 from __future__ import annotations
 

@@ -14,20 +14,9 @@ loaded version, layout and dtype); the others raise :class:`~cudnn_py.errors.Cud
 Parameters follow :mod:`cudnn_py.ops.batchnorm` (shapes, float32 unless the data are float64);
 the mean/variance tensors have the scale's shape (``cudnnDeriveNormTensorDescriptor`` with one group).
 
-``engine="graph"`` runs cached backend-API graphs as for batch norm (per-channel mode for training and backward,
-either mode for inference; ReLU as the fused activation; ``algo`` left "standard"; no reserve space). ``engine="auto"``
-(the default): for plain ("norm") inference the faster engine, measured on the first call of a configuration
-(:mod:`cudnn_py.calls.engine_choice`); for plain training and backward the graph where it accepts the call; the legacy
-call otherwise and for the fused-activation ops (docs/graph_paths.md).
-
-Raw C path::
-
-    capi.cudnnDeriveNormTensorDescriptor(sb_desc, mv_desc, x_desc, capi.CUDNN_NORM_PER_CHANNEL, 1)
-    capi.cudnnGetNormalizationForwardTrainingWorkspaceSize(h.ptr, mode, ops, algo, x_desc, None, x_desc,
-        sb_desc, None, mv_desc, byref(ws_size), 1)
-    capi.cudnnNormalizationForwardTraining(h.ptr, mode, ops, algo, alpha, beta, x_desc, x.ptr, sb_desc,
-        scale.ptr, bias.ptr, 1.0, mv_desc, rm.ptr, rv.ptr, 1e-5, sm.ptr, siv.ptr, None, None, None,
-        x_desc, y.ptr, ws, ws_size, reserve, reserve_size, 1)
+``engine="graph"`` runs graphs as for batch norm (``algo`` left "standard"). ``engine="auto"`` (the default): for
+plain ("norm") inference the faster engine, measured once; for plain training and backward the graph where it
+accepts the call; the legacy call otherwise and for the fused-activation ops (docs/graph_paths.md).
 """
 from __future__ import annotations
 

@@ -9,22 +9,11 @@
 Output size per spatial dimension: ``1 + (in + 2 * padding - window) // stride``. 1-D pooling runs as 2-D with a
 unit height. A new output keeps x's memory order (NHWC in, NHWC out) whichever engine runs.
 
-``engine="graph"`` runs the same pooling as cached backend-API graphs of resample operations
-(``OPERATION_RESAMPLE_FWD/BWD``, the fastest of the heuristics' plans timed on the first call) instead of the
-deprecated ``cudnnPoolingForward/Backward``: float16, bfloat16 and float32, 1 to 3 spatial dims, x, y, dy and dx in
-one memory order, alpha 1 and beta 0; max pooling's NaN handling is the resample operation's (a NaN in a window
-wins) whatever ``nan_propagation`` says. Where cuDNN 9.19 has no right engine (channels-last bfloat16 2-D pooling)
-it raises :class:`~cudnn_py.graph.GraphNotSupportedError`. ``engine="auto"`` (the default) measures both engines on
-the first call of a configuration and keeps the faster (:mod:`cudnn_py.calls.engine_choice`); with measuring off it
-runs the graph for 2-D pooling of channels-last data (average pooling forward, both backward passes) and the legacy
-call for max pooling forward (its legacy kernel is faster there), NCHW data (faster both ways), 1-D and 3-D pooling
-(not measured) and wherever the graph refuses (docs/graph_paths.md has the measurements, on an H200).
-
-Raw C path (what these calls do)::
-
-    d = capi.cudnnPoolingDescriptor_t(); capi.cudnnCreatePoolingDescriptor(byref(d))
-    capi.cudnnSetPoolingNdDescriptor(d, capi.CUDNN_POOLING_MAX, capi.CUDNN_NOT_PROPAGATE_NAN, 2, win, pad, stride)
-    capi.cudnnPoolingForward(h.ptr, d, byref(c_float(1)), x_desc, x.ptr, byref(c_float(0)), y_desc, y.ptr)
+``engine``: "legacy" (``cudnnPoolingForward/Backward``), "graph" (resample operations: float16, bfloat16, float32,
+x, y, dy and dx in one memory order, alpha 1 and beta 0; a NaN in a max window wins whatever ``nan_propagation``
+says; channels-last bfloat16 2-D pooling raises :class:`~cudnn_py.graph.GraphNotSupportedError`) or "auto" (the
+default: the faster, measured once per configuration; with measuring off the graph for 2-D channels-last pooling
+but max forward, else the legacy call; docs/graph_paths.md).
 """
 from __future__ import annotations
 

@@ -10,11 +10,6 @@
 dimension but N. ``algo``: ``"fast"`` (no max subtraction), ``"accurate"`` or ``"log"``. x is
 N, C, *spatial with 2 to 8 dimensions; cuDNN sees it as 4-D (trailing spatial dimensions are
 merged, which needs them packed relative to each other).
-
-Raw C path::
-
-    capi.cudnnSoftmaxForward(h.ptr, capi.CUDNN_SOFTMAX_ACCURATE, capi.CUDNN_SOFTMAX_MODE_CHANNEL,
-                             byref(c_float(1)), x_desc, x.ptr, byref(c_float(0)), y_desc, y.ptr)
 """
 from __future__ import annotations
 

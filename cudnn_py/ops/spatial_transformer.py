@@ -9,13 +9,6 @@
 
 The grid holds (x, y) sampling positions in [-1, 1] (-1 and 1 are the centres of the first and last
 pixels); positions outside read zeros. cuDNN supports 2-D (4-D tensors) with a bilinear sampler.
-
-Raw C path::
-
-    st = capi.cudnnSpatialTransformerDescriptor_t(); capi.cudnnCreateSpatialTransformerDescriptor(byref(st))
-    capi.cudnnSetSpatialTransformerNdDescriptor(st, capi.CUDNN_SAMPLER_BILINEAR, capi.CUDNN_DATA_FLOAT, 4, dims)
-    capi.cudnnSpatialTfGridGeneratorForward(h.ptr, st, theta.ptr, grid.ptr)
-    capi.cudnnSpatialTfSamplerForward(h.ptr, st, alpha, x_desc, x.ptr, grid.ptr, beta, y_desc, y.ptr)
 """
 from __future__ import annotations
 

@@ -209,11 +209,10 @@ def set_tensor(handle: Handle, y: Out, value: float) -> Out:
     """Every element of ``y`` = value, on the handle's stream; returns y.
 
     A dense ``y`` (packed in any dimension order, no negative stride) is filled by a driver memset of the value in
-    y's dtype, at the copy engines' speed (cuDNN's ``cudnnSetTensor`` takes 2.4x torch's ``fill_`` for float16
-    NCHW and 19-22x for NHWC: H200, 32x256x56x56). Otherwise ``cudnnSetTensor`` fills float16, bfloat16, float32
-    and float64 tensors (reading the value as float, double for float64; the memset writes the same bits; a dense
-    ``y`` no memset can fill, float64 with unequal 4-byte halves, is described packed in its memory order); other
-    dtypes need a dense ``y`` (and a float64/int64 value whose two 4-byte halves a 32-bit memset can write).
+    y's dtype (much faster than ``cudnnSetTensor``: docs/ops.md). Otherwise ``cudnnSetTensor`` fills float16,
+    bfloat16, float32 and float64 tensors (reading the value as float, double for float64; the memset writes the
+    same bits); other dtypes need a dense ``y`` (and a float64/int64 value whose two 4-byte halves a 32-bit memset
+    can write).
     """
     ya = check_array(y, "y", handle)
     # checked against y's own dtype (300 into int8, NaN into int32 are refused), then as the host type cuDNN reads
@@ -226,9 +225,7 @@ def set_tensor(handle: Handle, y: Out, value: float) -> Out:
         if memset_writes(element):
             host_step(_fill, (handle, ya.ptr, element, ya.size), (1,))
             return y
-        # no memset writes the value: y described packed in its memory order runs at 1.1x torch's fill_ where an
-        # NHWC descriptor ran 16x (float64, 32x256x56x56, H200)
-        if kernel:
+        if kernel:  # no memset writes the value: y described packed in its memory order (docs/ops.md)
             yd = tensor_desc(tuple(ya.shape[i] for i in memory_order(ya.shape, ya.strides)), ya.dtype, None)
     if not kernel:
         raise InvalidValueError(f"set_tensor: a {ya.dtype.name} y must be dense (packed in some dimension order) and "
