@@ -1,6 +1,5 @@
-"""Batch normalisation: forward training (running averages, saved mean / inverse variance), inference and backward
-in spatial, spatial-persistent and per-activation modes, and the ``..._ex`` calls that fuse an add and an activation
-(``y = act(bn(x) + z)``) with their workspace and reserve.
+"""Batch normalisation (spatial, spatial-persistent and per-activation modes): forward training, inference, backward,
+and the ``..._ex`` calls that fuse an add and an activation (``y = act(bn(x) + z)``).
 
 ::
 
@@ -102,8 +101,7 @@ def _bn(handle: Handle, x, mode) -> na.NormSetup:
 
 
 def _ex_engine(engine: str) -> str:
-    """'auto' for the ``..._ex`` pair is the legacy call (its backward measured faster, and the backward reads the
-    legacy forward's reserve space; docs/graph_paths.md)."""
+    """'auto' for the ``..._ex`` pair is the legacy call (docs/graph_paths.md)."""
     engine = gl.engine_arg(engine)
     return "legacy" if engine == "auto" else engine
 
@@ -223,11 +221,10 @@ def batchnorm_forward_training_ex(handle: Handle, x: DeviceArrayLike, scale: Dev
                                   engine: str = "auto") -> BatchNormTraining:
     """``y = act(bn(x) [+ z])`` with batch statistics (``cudnnBatchNormalizationForwardTrainingEx``).
 
-    ``ops``: "bn", "bn_activation" or "bn_add_activation" (needs ``z``, shaped like x); ``activation``:
-    a mode name (default "relu"; cuDNN fuses ReLU) or an :class:`~cudnn_py.ops.activation.Activation`.
-    The reserve space (returned, allocated when not given) must be passed to :func:`batchnorm_backward_ex`.
-    cuDNN supports the fused ops only for some layouts and types (e.g. NHWC float16, spatial-persistent);
-    elsewhere it raises :class:`~cudnn_py.errors.CudnnNotSupportedError`. The graph engine returns no ``reserve``.
+    ``ops``: "bn", "bn_activation" or "bn_add_activation" (needs ``z``, shaped like x); ``activation``: a mode name
+    (default "relu") or an :class:`~cudnn_py.ops.activation.Activation`. The reserve (returned, allocated when not
+    given; none from the graph engine) goes to :func:`batchnorm_backward_ex`. cuDNN fuses only some layouts and
+    types (e.g. NHWC float16, spatial-persistent); elsewhere it raises :class:`~cudnn_py.errors.CudnnNotSupportedError`.
     """
     engine = _ex_engine(engine)
     s = _bn(handle, x, mode)

@@ -1,9 +1,7 @@
-"""The normalisation API: ``cudnnNormalizationForwardTraining / ForwardInference / Backward``.
-
-The same math as batch normalisation (``per_channel`` = batch-norm's spatial mode, ``per_activation``
-the same), with ``ops`` "norm", "norm_activation" or "norm_add_activation" (``y = act(norm(x) + z)``)
-and ``algo`` "standard" or "persist". cuDNN implements only some combinations (which depends on the
-loaded version, layout and dtype); the others raise :class:`~cudnn_py.errors.CudnnNotSupportedError`.
+"""The normalisation API (``cudnnNormalizationForwardTraining / ForwardInference / Backward``): batch norm's math
+(``per_channel`` = its spatial mode) with ``ops`` "norm", "norm_activation" or "norm_add_activation" (``y =
+act(norm(x) + z)``) and ``algo`` "standard" or "persist". Combinations cuDNN does not implement (per version,
+layout, dtype) raise :class:`~cudnn_py.errors.CudnnNotSupportedError`.
 
 ::
 
@@ -11,8 +9,7 @@ loaded version, layout and dtype); the others raise :class:`~cudnn_py.errors.Cud
     y = normalization_forward_inference(h, x, scale, bias, rm, rv)
     g = normalization_backward(h, x, r.y, dy, scale, bias, r.saved_mean, r.saved_inv_var, r.reserve)
 
-Parameters follow :mod:`cudnn_py.ops.batchnorm` (shapes, float32 unless the data are float64);
-the mean/variance tensors have the scale's shape (``cudnnDeriveNormTensorDescriptor`` with one group).
+Parameters follow :mod:`cudnn_py.ops.batchnorm`; the mean/variance tensors have the scale's shape.
 
 ``engine="graph"`` runs graphs as for batch norm (``algo`` left "standard"). ``engine="auto"`` (the default): for
 plain ("norm") inference the faster engine, measured once; for plain training and backward the graph where it
@@ -56,8 +53,7 @@ def derive_normalization_shapes(x_shape, dtype=np.float32, mode="per_channel"):
 
 
 def _setup(handle: Handle, x, mode, engine: str, ops) -> tuple[str, na.NormSetup]:
-    """(engine, setup): ``engine='auto'`` is the graph for plain normalisation (measured faster), the legacy call for
-    the fused-activation ops (as for batch norm's ``..._ex``)."""
+    """(engine, setup): ``engine='auto'`` runs the legacy call for the fused-activation ops."""
     engine = gl.engine_arg(engine)
     if engine == "auto" and not (isinstance(ops, (str, int)) and ops in ("norm", capi.CUDNN_NORM_OPS_NORM)):
         engine = "legacy"
@@ -114,9 +110,8 @@ def normalization_forward_training(handle: Handle, x: DeviceArrayLike, scale: De
                                    engine: str = "auto") -> BatchNormTraining:
     """``y = alpha * act(norm(x) [+ z]) + beta * y`` with batch statistics (``cudnnNormalizationForwardTraining``).
 
-    Running statistics (both or neither) are updated in place with ``factor``; saved mean / inverse
-    variance and the reserve are returned (allocated when not given) for :func:`normalization_backward`.
-    The graph engine returns no ``reserve``.
+    Running statistics (both or neither) are updated in place with ``factor``; saved mean / inverse variance and the
+    reserve (none from the graph engine) are returned, allocated when not given, for :func:`normalization_backward`.
     """
     engine, s = _setup(handle, x, mode, engine, ops)
     op, act = na.fused_ops(ops, activation, NORM_OPS, capi.cudnnNormOps_t, z)
