@@ -1,8 +1,7 @@
-"""Multi-head attention through cuDNN's (deprecated in cuDNN 9, still present) ``cudnnMultiHeadAttn*`` calls.
+"""Multi-head attention through cuDNN's deprecated ``cudnnMultiHeadAttn*`` calls (new code: :func:`cudnn_py.sdpa`).
 
-NVIDIA points new code to the graph API's scaled-dot-product attention; these calls keep working and
-are what older code ports to. Beam size 1: queries ``q[B, Tq, q_size]``, keys ``k[B, Tk, k_size]``,
-values ``v[B, Tk, v_size]``, output ``o[B, Tq, o_proj_size]`` (``dout``: its gradient, cuDNN's name)::
+Beam size 1: queries ``q[B, Tq, q_size]``, keys ``k[B, Tk, k_size]``, values ``v[B, Tk, v_size]``, output
+``o[B, Tq, o_proj_size]`` (``dout``: its gradient, cuDNN's name)::
 
     attn = cdp.MultiHeadAttention(heads=4, q_size=64, k_size=64, v_size=64, proj_size=16,
                                     max_seq_q=10, max_seq_kv=12, max_batch=8, biases=True)
@@ -326,8 +325,7 @@ def _data(handle: Handle, attn, a, name, B, T, V) -> DeviceArray:
 
 
 def _shapes(handle: Handle, attn, q, k, v, seq_lengths_q, seq_lengths_kv) -> tuple:
-    """``(q, k, v, lengths_q, lengths_kv, (q_desc, k_desc, v_desc, o_desc))``: q, k and v checked against the
-    descriptor, the lengths and the sequence data descriptors."""
+    """``(q, k, v, lengths_q, lengths_kv, (q_desc, k_desc, v_desc, o_desc))``, checked against the descriptor."""
     _check_attn(attn)
     q = memory.as_array(q, "q", dtype=attn.dtype, ndim=3, contiguous=True, device=handle.device)
     B, Tq = q.shape[0], q.shape[1]
@@ -365,9 +363,8 @@ def _windows(lo_win, hi_win, Tq: int, Tk: int) -> tuple:
 @prepared(inputs=("q", "k", "v", "weights", "residuals"), outputs=("o",), inplace=False)
 def _forward(handle: Handle, attn: MultiHeadAttention, q, k, v, weights, seq_lengths_q, seq_lengths_kv, lo_win,
              hi_win, residuals, o, training, curr_idx) -> tuple:
-    """The validated ``cudnnMultiHeadAttnForward`` of :func:`attention_forward` (lengths and windows by value):
-    ``(o, reserve, lengths_q, lengths_kv)``, the last two the device copies of the lengths, which the backward data
-    call reads too."""
+    """The validated ``cudnnMultiHeadAttnForward`` of :func:`attention_forward`: ``(o, reserve, device lengths_q,
+    device lengths_kv)``."""
     q, k, v, host_lq, host_lk, (q_desc, k_desc, v_desc, o_desc) = _shapes(handle, attn, q, k, v, seq_lengths_q,
                                                                           seq_lengths_kv)
     B, Tq, Tk = q.shape[0], q.shape[1], k.shape[1]
@@ -414,7 +411,7 @@ def attention_forward(handle: Handle, attn: MultiHeadAttention, q: DeviceArrayLi
     out, reserve, dev_lq, dev_lk = _forward(handle, attn, q, k, v, weights, lq, lk, lo, hi, residuals, o, training,
                                             curr_idx)
     result = AttentionForwardResult(out, reserve)
-    if training:  # what the backward calls take again: the inputs, the lengths (on the device and by value), windows
+    if training:  # what the backward calls take again
         result._ctx = {"desc": attn, "q": q, "k": k, "v": v, "lengths": (dev_lq, dev_lk),
                        "seq_lengths": (lq, lk), "win": (lo, hi), "data_done": False}
     return result
@@ -429,8 +426,7 @@ _FORWARD_PARAMS = tuple(inspect.signature(attention_forward).parameters)[:-1]
           inplace=False)
 def _backward_data(handle: Handle, attn: MultiHeadAttention, q, k, v, dout, weights, reserve, lengths_q, lengths_kv,
                    seq_lengths_q, seq_lengths_kv, lo_win, hi_win, dq, dk, dv) -> AttentionDataGrads:
-    """The validated ``cudnnMultiHeadAttnBackwardData`` of :func:`attention_backward_data` (``reserve`` is
-    updated)."""
+    """The validated ``cudnnMultiHeadAttnBackwardData`` (it updates ``reserve``)."""
     q, k, v, _, _, (q_desc, k_desc, v_desc, o_desc) = _shapes(handle, attn, q, k, v, seq_lengths_q, seq_lengths_kv)
     B, Tq, Tk = q.shape[0], q.shape[1], k.shape[1]
     lo_c, hi_c = _windows(lo_win, hi_win, Tq, Tk)
@@ -464,7 +460,7 @@ def attention_backward_data(handle: Handle, attn: MultiHeadAttention, fwd: Atten
 @prepared(inputs=("q", "k", "v", "dout", "weights", "reserve"), outputs=("dweights",), inplace=False)
 def _backward_weights(handle: Handle, attn: MultiHeadAttention, q, k, v, dout, weights, reserve, seq_lengths_q,
                       seq_lengths_kv, dweights) -> DeviceArray:
-    """The validated ``cudnnMultiHeadAttnBackwardWeights`` of :func:`attention_backward_weights`."""
+    """The validated ``cudnnMultiHeadAttnBackwardWeights``."""
     q, k, v, _, _, (q_desc, k_desc, v_desc, o_desc) = _shapes(handle, attn, q, k, v, seq_lengths_q, seq_lengths_kv)
     douta = _data(handle, attn, dout, "dout", q.shape[0], q.shape[1], attn.o_proj_size)
     w = attn._check_weights(handle, weights)

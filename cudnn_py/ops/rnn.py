@@ -60,7 +60,7 @@ _ALGOS = {"standard": capi.CUDNN_RNN_ALGO_STANDARD, "persist_static": capi.CUDNN
 _LAYOUTS = {"seq_major": capi.CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED,
             "packed": capi.CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_PACKED,
             "batch_major": capi.CUDNN_RNN_DATA_LAYOUT_BATCH_MAJOR_UNPACKED}
-# algorithms cuDNN refuses for float64 data (NOT_SUPPORTED from cudnnSetRNNDescriptor_v8, no reason given)
+# algorithms cuDNN refuses for float64 data (NOT_SUPPORTED from cudnnSetRNNDescriptor_v8)
 _NO_DOUBLE = frozenset({"persist_static", "persist_static_small_h"})
 # data type -> allowed math precisions (first = default)
 _PRECISIONS = {np.dtype(np.float16): (np.dtype(np.float32), np.dtype(np.float16)),
@@ -69,12 +69,11 @@ _PRECISIONS = {np.dtype(np.float16): (np.dtype(np.float32), np.dtype(np.float16)
 
 
 def _renamed(where: str, old: dict, name: str, new: str, value):
-    """``value``, or that of ``name``, the deprecated spelling of ``new``, in ``old`` (a warning)."""
+    """``value``, or that of ``new``'s deprecated spelling ``name`` in ``old`` (a warning)."""
     return renamed_kwargs(where, old, {name: new}, {new: value}, stacklevel=5)[new] if old else value
 
 
 def _positive(**values: int) -> tuple[int, ...]:
-    """Each keyword's value checked by :func:`positive_int`."""
     return tuple(positive_int(v, k) for k, v in values.items())
 
 
@@ -192,7 +191,6 @@ class RNN(WeightedDescriptor):
             self.close()
             raise
 
-    # -- derived sizes --
     @property
     def dirs(self) -> int:
         return 2 if self.bidirectional else 1
@@ -217,7 +215,6 @@ class RNN(WeightedDescriptor):
         """``(layers * dirs, out_size)``; hx/hy are ``[layers * dirs, batch, out_size]``."""
         return self.num_pseudo_layers, self.out_size
 
-    # -- C state --
     @property
     def params(self) -> RNNParams:
         """Everything ``cudnnGetRNNDescriptor_v8`` reports, read back from C."""
@@ -254,7 +251,6 @@ class RNN(WeightedDescriptor):
             raise InvalidValueError(f"clip needs lo < hi, got ({lo!r}, {hi!r})")
         capi.cudnnRNNSetClip_v9(self.ptr, capi.CUDNN_RNN_CLIP_MINMAX, lo, hi)
 
-    # -- weights --
     def weight_space_size(self, handle: Handle) -> int:
         """Bytes of the flat weight space (``cudnnGetRNNWeightSpaceSize``; asked once per device)."""
         handle = handle_arg(handle)
@@ -376,8 +372,8 @@ class RNNDataGrads(NamedTuple):
 
 
 def _state(handle: Handle, rnn: RNN, a, name: str, B: int, cell: bool = False, out: bool = False):
-    """A state ``[layers * dirs, B, hidden_size if cell else out_size]``: an input (None passing through) or, with
-    ``out``, an output allocated when not given."""
+    """A state ``[layers * dirs, B, hidden_size if cell else out_size]``: an input, or with ``out`` an output
+    (allocated when not given)."""
     shape = (rnn.num_pseudo_layers, B, rnn.hidden_size if cell else rnn.out_size)
     if out:
         return memory.output_array(a, shape, rnn.dtype, name, device=handle.device, stream=handle.stream,
@@ -400,8 +396,7 @@ def _lstm_only(rnn: RNN, what: str, *arrays) -> None:
 
 
 def _geometry(handle: Handle, rnn: RNN, x: DeviceArrayLike, seq_layout, seq_lengths) -> tuple:
-    """``(x, B, lengths, x_desc, y_desc, y_shape)``: ``x`` checked against the layout, the lengths and the RNN's input
-    size, the batch, its lengths, the data descriptors of x and y and y's shape."""
+    """``(x, B, lengths, x_desc, y_desc, y_shape)``: ``x`` checked against the layout, lengths and input size."""
     if not isinstance(rnn, RNN):
         raise InvalidTypeError(f"rnn must be a cudnn_py.RNN, got {type(rnn).__name__}")
     layout, _ = choice(_LAYOUTS, seq_layout, "seq_layout")
@@ -448,8 +443,7 @@ def _training_space(handle: Handle, rnn: RNN, x_desc, reserve, lengths) -> tuple
 
 @prepared(inputs=("x", "weights", "hx", "cx"), outputs=("y", "hy", "cy"), inplace=False)
 def _forward(handle: Handle, rnn: RNN, x, weights, seq_lengths, seq_layout, hx, cx, y, hy, cy, training) -> tuple:
-    """The validated ``cudnnRNNForward`` of :func:`rnn_forward` (``seq_lengths`` by value): ``(y, hy, cy, reserve,
-    lengths)``, the last the device copy of the lengths, which the backward calls read too."""
+    """The validated ``cudnnRNNForward`` of :func:`rnn_forward`: ``(y, hy, cy, reserve, device lengths)``."""
     handle = handle_arg(handle)
     x, B, host_lengths, x_desc, y_desc, y_shape = _geometry(handle, rnn, x, seq_layout, seq_lengths)
     w = rnn._check_weights(handle, weights)
@@ -486,7 +480,7 @@ def rnn_forward(handle: Handle, rnn: RNN, x: DeviceArrayLike, weights: DeviceArr
     lengths = by_value(seq_lengths)
     *outputs, dev_lengths = _forward(handle, rnn, x, weights, lengths, seq_layout, hx, cx, y, hy, cy, training)
     result = RNNForwardResult(*outputs)
-    if training:  # what the backward calls take again: the inputs, the lengths (on the device and by value)
+    if training:  # what the backward calls take again
         result._ctx = {"desc": rnn, "x": x, "hx": hx, "cx": cx, "dev_lengths": dev_lengths, "seq_layout": seq_layout,
                        "seq_lengths": lengths, "data_done": False}
     return result
@@ -496,7 +490,7 @@ def rnn_forward(handle: Handle, rnn: RNN, x: DeviceArrayLike, weights: DeviceArr
           outputs=("reserve", "dx", "dhx", "dcx"), inplace=False)
 def _backward_data(handle: Handle, rnn: RNN, x, y, dy, weights, reserve, lengths, hx, cx, dhy, dcy, seq_layout,
                    seq_lengths, dx, dhx, dcx) -> RNNDataGrads:
-    """The validated ``cudnnRNNBackwardData_v8`` of :func:`rnn_backward_data` (``reserve`` is updated)."""
+    """The validated ``cudnnRNNBackwardData_v8`` (it updates ``reserve``)."""
     handle = handle_arg(handle)
     x, B, _, x_desc, y_desc, _ = _geometry(handle, rnn, x, seq_layout, seq_lengths)
     ya = memory.as_array(y, "fwd.y", dtype=rnn.dtype, contiguous=True, device=handle.device)
@@ -536,7 +530,7 @@ def rnn_backward_data(handle: Handle, rnn: RNN, fwd: RNNForwardResult, dy: Devic
 @prepared(inputs=("x", "y", "reserve", "lengths", "hx"), outputs=("dweights",), inplace=False)
 def _backward_weights(handle: Handle, rnn: RNN, x, y, reserve, lengths, hx, seq_layout, seq_lengths,
                       dweights) -> DeviceArray:
-    """The validated ``cudnnRNNBackwardWeights_v8`` of :func:`rnn_backward_weights`."""
+    """The validated ``cudnnRNNBackwardWeights_v8``."""
     handle = handle_arg(handle)
     x, B, _, x_desc, y_desc, _ = _geometry(handle, rnn, x, seq_layout, seq_lengths)
     ya = memory.as_array(y, "fwd.y", dtype=rnn.dtype, contiguous=True, device=handle.device)

@@ -14,10 +14,8 @@ are interleaved QKV. Outputs get the layout of their inputs (o follows q, dq/dk/
 of different lengths ("THD", as flash-attention's varlen functions take them) are (T, H, D) tensors with
 per-batch element offsets (``ragged_offset_q``/``ragged_offset_k``) and lengths (``seq_len_q``/``seq_len_kv``).
 
-The first call of a configuration (shapes, strides, dtypes, options) builds its graph (the plan through the handle's
-plan cache); a repeat call is its prepared call (:mod:`cudnn_py.calls.prepared`): one ``cudnnBackendExecute`` with the
-new addresses. :func:`sdpa_fp8` / :func:`sdpa_fp8_backward` are the FP8 forms (Hopper and newer), with per-tensor
-descale/scale factors and amax outputs; of the options they take ``scale`` and ``causal``.
+The first call of a configuration builds its graph; a repeat call is its prepared call (one ``cudnnBackendExecute``).
+:func:`sdpa_fp8` / :func:`sdpa_fp8_backward` are the FP8 forms (Hopper and newer).
 """
 from __future__ import annotations
 
@@ -89,7 +87,6 @@ class SdpaGradsWithBiasAndSink(NamedTuple):
     dsink: DeviceArray
 
 
-# -- the keywords of the entry points, for type checkers (``**kwargs: Unpack[...]`` in the overloads below) --------
 class _SdpaInputs(TypedDict, total=False):
     """The optional tensors of :func:`sdpa` and :func:`sdpa_backward` (see :func:`sdpa`), and ``autotune``."""
     bias: DeviceArrayLike | None
@@ -110,8 +107,7 @@ class _SdpaKeywords(_SdpaInputs, SdpaOptionKeywords, total=False):
 
 
 class _SdpaBackwardKeywords(_SdpaInputs, SdpaOptionKeywords, total=False):
-    """What :func:`sdpa_backward` takes as keywords besides ``return_dbias``, ``dbias``, ``return_dsink`` and
-    ``dsink``."""
+    """What :func:`sdpa_backward` takes as keywords besides ``return_dbias``, ``dbias``, ``return_dsink``, ``dsink``."""
     dq: DeviceArrayLike | None
     dk: DeviceArrayLike | None
     dv: DeviceArrayLike | None
@@ -196,9 +192,8 @@ class Sdpa:
         return self._runner(True).plan
 
     def execute(self) -> SdpaOutputs:
-        """Run the attention (planning first if :meth:`plan` / :meth:`autotune` was not called) as :func:`sdpa`'s
-        prepared call of these arguments, whose first call runs this runner; returns the outputs, ``stats`` None
-        without ``return_stats``."""
+        """Run the attention (planning first if :meth:`plan` / :meth:`autotune` was not called); returns the outputs,
+        ``stats`` None without ``return_stats``."""
         if self.runner is None:
             self.plan()
         (q, k, v), tensors = self._call
@@ -221,8 +216,7 @@ class Sdpa:
         return f"<Sdpa {self.options} {plan}>"
 
 
-#: ``.sdpa``: the :class:`Sdpa` whose :meth:`~Sdpa.execute` is calling :func:`sdpa` on this thread, which a validated
-#: call runs (its plan, tuned or not) instead of planning again
+#: ``.sdpa``: the :class:`Sdpa` whose :meth:`~Sdpa.execute` calls :func:`sdpa` on this thread (its plan runs)
 _executing = threading.local()
 
 
@@ -367,7 +361,6 @@ def sdpa_backward(handle: Handle, q: DeviceArrayLike, k: DeviceArrayLike, v: Dev
                     **{n: values[n] for n in _TENSORS if not n.startswith("page_table")}, o=o, do=do, stats=stats)
     given = {n: None if x is None or (args.ragged and n in ("dq", "dk", "dv")) else device_tensor(x, n)[1]
              for n, x in outputs.items()}
-    # the scratch tensors live in the plan's workspace
     r = args.runner("sdpa_backward", bool_arg(autotune, "autotune"), given, (0, 1, 2) if args.ragged else (),
                     dbias=return_dbias, dsink=return_dsink, name="sdpa_bwd")
     outs = args.run(r, outputs)  # as the NamedTuple of the gradients asked for
@@ -398,9 +391,8 @@ class SdpaFp8Grads(NamedTuple):
 
 def _fp8_call(handle: Any, method: str, tensors: dict, scales: dict, outputs: dict, opts: SdpaOptions,
               autotune: bool, **builder: Any) -> list:
-    """Run the FP8 attention graph of ``Graph.<method>`` on the call's ``tensors`` and ``scales``
-    (numbers or device tensors) by builder keyword; returns the ``outputs`` (name -> the
-    caller's array or None) in order. ``builder``: more keywords of the ``Graph`` method."""
+    """Run the FP8 attention graph of ``Graph.<method>`` on ``tensors`` and ``scales``; returns the ``outputs`` (name
+    -> the caller's array or None) in order."""
     args = SdpaArgs(handle, opts=opts, scales=scales, **tensors)
     given = {n: None if x is None else device_tensor(x, n)[1] for n, x in outputs.items()}
     return args.run(args.runner(method, autotune, given, **builder), outputs)
