@@ -1,11 +1,9 @@
-"""Convolution settings and geometry: :class:`Convolution` (the parameters) and what a call derives from them
-(layouts, shapes, :class:`Geometry`: a configuration resolved for cuDNN, with its descriptors).
+"""Convolution settings and geometry: :class:`Convolution` (the parameters) and :class:`Geometry` (a configuration
+resolved for cuDNN, with its descriptors).
 
-Arrays are in logical ``N, C, *spatial`` order; their strides say the memory layout, so a
-channels-last torch tensor (or ``layout="NHWC"`` on the :class:`Convolution` for arrays whose
-*shape* is ``N, *spatial, C``) runs as NHWC. 1-D convolutions run as 2-D ones with a unit height
-(``x`` of shape ``(N, C, L)`` becomes ``(N, C, 1, L)`` for cuDNN; the result keeps 3 dimensions).
-Asymmetric padding (``padding=((1, 2), (0, 1))``) is done by explicit zero pre-padding on the device.
+Arrays are in logical ``N, C, *spatial`` order and their strides say the memory layout (a channels-last torch tensor
+runs as NHWC; ``layout="NHWC"`` takes arrays *shaped* ``N, *spatial, C``). 1-D convolutions run as 2-D ones with a
+unit height; asymmetric padding (``padding=((1, 2), (0, 1))``) runs on an explicitly zero-padded copy of x.
 
 ::
 
@@ -15,8 +13,7 @@ Asymmetric padding (``padding=((1, 2), (0, 1))``) is done by explicit zero pre-p
     dx = convolution_backward_data(h, conv, w, dy, x_shape=x.shape)
     dw = convolution_backward_filter(h, conv, x, dy, w_shape=w.shape)
 
-The calls are :mod:`cudnn_py.ops.conv_calls` (``cudnn_py.convolution_forward`` and the others), the algorithm
-queries and choice :mod:`cudnn_py.calls.algorithms`, ``engine="graph"`` :mod:`cudnn_py.graph.conv`.
+The calls are :mod:`cudnn_py.ops.conv_calls`, the algorithm choice :mod:`cudnn_py.calls.algorithms`.
 """
 from __future__ import annotations
 
@@ -48,9 +45,8 @@ _MODES = {"cross_correlation": capi.CUDNN_CROSS_CORRELATION, "convolution": capi
 
 
 class _ConvolutionDescriptor(Descriptor):
-    """A ``cudnnConvolutionDescriptor_t`` of validated settings (what :class:`cudnn_py.Convolution` hands cuDNN):
-    ``padding``, ``stride``, ``dilation`` (one int per spatial dimension), ``mode``, ``compute_type`` (the
-    accumulation ``cudnnDataType_t``), ``groups`` and ``math_type``; read back from cuDNN."""
+    """A ``cudnnConvolutionDescriptor_t`` of the settings :class:`cudnn_py.Convolution` validated, read back from
+    cuDNN."""
 
     _handle_type = capi.cudnnConvolutionDescriptor_t
     _create_fn, _destroy_fn = "cudnnCreateConvolutionDescriptor", "cudnnDestroyConvolutionDescriptor"
@@ -156,7 +152,6 @@ class Convolution:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- settings, read back --
     padding: int | tuple = setting("_padding", "As given: an int, or per spatial dimension an int or a ``(low, high)`` "
                                                "pair.")
     stride: int | tuple[int, ...] = setting("_stride", "As given: an int or one per spatial dimension.")
@@ -192,7 +187,6 @@ class Convolution:
     def _math_name(self) -> str:
         return "auto" if self._math_type is None else self._math_type.name
 
-    # -- what the settings give for data --
     def compute_for(self, dtype) -> capi.cudnnDataType_t:
         """The accumulation type for data of ``dtype``: :attr:`compute_dtype` if set, else double for float64, int32
         for int8, float32 otherwise."""
@@ -258,15 +252,12 @@ class Convolution:
                    ) -> capi.cudnnConvolutionDescriptor_t:
         """The shared ``cudnnConvolutionDescriptor_t`` for data of ``nd`` (1 to 3) spatial dimensions and ``dtype``
         (see :meth:`cudnn_params`, :meth:`compute_for`, :meth:`math_for`; ``math_type`` overrides the latter), for
-        ``capi`` calls such as ``cudnnConvolutionForward``.
-
-        One descriptor per (dimensions, accumulation type, math type), kept in the process-wide cache
-        ``caches.shared("descriptors.convolution")`` and held by this object (made on first use).
+        ``capi`` calls such as ``cudnnConvolutionForward``; made once and held by this object.
         """
         return self._shared_descriptor(nd, dtype, math_type).ptr
 
     def _shared_descriptor(self, nd: int, dtype: Any, math_type: Any) -> _ConvolutionDescriptor:
-        """The descriptor object behind :meth:`descriptor` (it reads its settings back from cuDNN)."""
+        """The descriptor object behind :meth:`descriptor`."""
         key = (nd, dtype, math_type)
         got = self._descs.get(key)
         if got is None:
@@ -325,7 +316,7 @@ class Geometry:
     """A configuration resolved for cuDNN: logical 4-D/5-D shapes and strides, dtypes and (shared) descriptors."""
 
     def __init__(self, conv: Convolution, x, w, y, dtype, y_dtype):
-        """``x``, ``w``, ``y``: (shape, strides) as given (y strides None: a new packed output)."""
+        """``x``, ``w``, ``y``: (shape, strides) (y strides None: a new packed output)."""
         self.conv = conv
         xs, xst = logical(x[0], x[1], conv.layout)
         ws, wst = logical(w[0], w[1], conv.layout)
@@ -470,9 +461,7 @@ def convolution_output_shape(x_shape: Sequence[int], w_shape: Sequence[int], pad
 def _convolution(padding=0, stride=1, dilation=1, *, ndim=None, mode="cross_correlation", compute_type=np.float32,
                  groups=1, math_type="default", reorder=None) -> Convolution:
     """What the deprecated ConvolutionDescriptor and convolution_descriptor make: the :class:`Convolution` of these
-    settings, with their defaults (float32 accumulation, default math; ``ndim``, when given, checked against the
-    tuples). A ``reorder`` other than cuDNN's default has no place in a Convolution: set it on your own C descriptor
-    (``capi.cudnnSetConvolutionReorderType``)."""
+    settings, with their defaults (float32 accumulation, default math; ``ndim`` checked against the tuples)."""
     if reorder is not None and enum_member(capi.cudnnReorderType_t, reorder, "CUDNN_", "reorder", {
             "default": "CUDNN_DEFAULT_REORDER", "none": "CUDNN_NO_REORDER"}) != capi.CUDNN_DEFAULT_REORDER:
         raise InvalidValueError("reorder= is not a Convolution setting; call capi.cudnnSetConvolutionReorderType on "

@@ -48,10 +48,9 @@ MAX_LABEL_LENGTH = 255
 
 
 class CTCLoss(Descriptor):
-    """A ``cudnnCTCLossDescriptor_t`` (v9 setter): float32 compute, ``normalization`` "softmax" or "none",
-    ``grad_mode`` "zero_oob" or "skip_oob" (gradients of sequences whose labels cannot fit), and
-    ``max_label_length``. Works without a GPU; properties read the settings back from cuDNN. ``close()`` (or
-    the garbage collector) destroys it; a closed one raises :class:`~cudnn_py.errors.ClosedError`."""
+    """A ``cudnnCTCLossDescriptor_t``: float32 compute, ``normalization`` "softmax" or "none", ``grad_mode``
+    "zero_oob" or "skip_oob" (gradients of sequences whose labels cannot fit), ``max_label_length``; read back from
+    cuDNN. Works without a GPU; ``close()`` (or the garbage collector) destroys it."""
 
     _handle_type = capi.cudnnCTCLossDescriptor_t
     _create_fn, _destroy_fn = "cudnnCreateCTCLossDescriptor", "cudnnDestroyCTCLossDescriptor"
@@ -82,13 +81,12 @@ class CTCLoss(Descriptor):
         return f"normalization={norm.name}, grad_mode={gm.name}, max_label_length={mll}"
 
 
-#: the shared CTC loss descriptors (:meth:`CTCLoss.shared`), by settings; no handle owns them
+#: the shared CTC loss descriptors (:meth:`CTCLoss.shared`), by settings
 _DESCS = shared(CTCLoss._cache_name, maxsize=256)
 
 
 def _ctc_desc(normalization, grad_mode, max_label_length, ctc=None) -> CTCLoss:
-    """``ctc`` when given (a :class:`CTCLoss`), else the shared :class:`CTCLoss` for these settings (made once,
-    thread-safe; ``close()`` leaves it alone and it is destroyed once evicted and unreferenced)."""
+    """``ctc`` when given (a :class:`CTCLoss`), else the shared :class:`CTCLoss` for these settings."""
     if ctc is not None:
         if not isinstance(ctc, CTCLoss):
             raise InvalidTypeError(f"ctc must be a cudnn_py.CTCLoss, got {type(ctc).__name__}")
@@ -223,12 +221,10 @@ def ctc_loss(handle: Handle, logits: DeviceArrayLike, labels: npt.ArrayLike, lab
              compute_gradients: bool = True, costs: DeviceArrayLike | None = None,
              gradients: DeviceArrayLike | None = None, ctc: CTCLoss | None = None) -> CTCLossResult:
     """A :class:`CTCLossResult`: CTC ``costs`` (N,) and ``gradients`` (T, N, A) (None when ``compute_gradients``
-    is False), float32 (``cudnnCTCLoss_v8``). ``algo``: "deterministic" or "non_deterministic". ``ctc``: a
-    :class:`CTCLoss` instead of ``normalization``, ``grad_mode`` and ``max_label_length``. Outputs allocated when
-    not given.
-
-    Every call is validated: the labels and lengths are checked on the host and copied to the device each time (their
-    values, not their signatures, decide what cuDNN may be given), so no prepared call replays it."""
+    is False), float32 (``cudnnCTCLoss_v8``), allocated when not given. ``algo``: "deterministic" or
+    "non_deterministic". ``ctc``: a :class:`CTCLoss` instead of ``normalization``, ``grad_mode`` and
+    ``max_label_length``. The labels and lengths are checked on the host and copied to the device on every call (no
+    prepared call replays it)."""
     handle = handle_arg(handle)
     recording.spoil("ctc_loss checks its labels' values and copies them to the device on every call")
     al = enum_arg(algo, CTC_ALGOS, capi.cudnnCTCLossAlgo_t, "CTC algo")
@@ -247,8 +243,7 @@ def ctc_loss(handle: Handle, logits: DeviceArrayLike, labels: npt.ArrayLike, lab
         c = empty((n,), np.float32, stream=handle.stream, device=handle.device)
     if g is None and compute_gradients:
         g = empty(x.shape, np.float32, stream=handle.stream, device=handle.device)
-    # device copies of the validated labels and lengths (cudnnCTCLoss_v8 reads them from device memory); they are
-    # allocated on the handle's stream, so freeing them when they go out of scope is ordered after the kernel
+    # on the handle's stream, so freeing them when they go out of scope is ordered after the kernel
     lab = host.labels if host.labels.size else np.zeros(1, np.int32)
     lab_d, ll_d, il_d = (to_device(v, handle.stream, device=handle.device)
                          for v in (lab, host.label_lengths, host.input_lengths))
