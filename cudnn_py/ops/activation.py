@@ -38,8 +38,7 @@ ACTIVATION_MODES = {
 
 
 class _ActivationDescriptor(Descriptor):
-    """A ``cudnnActivationDescriptor_t`` of settings :class:`cudnn_py.Activation` validated: ``mode``,
-    ``nan_propagation`` (bool), ``coef`` (read back from cuDNN) and ``swish_beta``."""
+    """A ``cudnnActivationDescriptor_t`` of the settings :class:`cudnn_py.Activation` validated."""
 
     _handle_type = capi.cudnnActivationDescriptor_t
     _create_fn, _destroy_fn = "cudnnCreateActivationDescriptor", "cudnnDestroyActivationDescriptor"
@@ -122,8 +121,7 @@ _GRAPH_MODES = {
 
 
 def _graph(handle: Handle, act: Activation, xa, dya, out, alpha, beta, auto) -> bool:
-    """The graph path: one pointwise operation blended into ``out``, forward (``dya`` None) or backward (the gradient
-    from dy and x; identity's from dy alone)."""
+    """The graph path: one pointwise operation blended into ``out``, forward (``dya`` None) or backward."""
     if act.nan_propagation:
         raise gl.GraphPathRefused("engine='graph' has no NaN-propagation setting; use engine='legacy'")
     backward = dya is not None

@@ -8,12 +8,10 @@
     y = divisive_normalization_forward(h, lrn, x, means=m)      # spatial window, per channel
     dx, dmeans = divisive_normalization_backward(h, lrn, x, dy, means=m)   # means treated as independent
 
-The window of size n around index i spans ``[i - (n-1)//2, i + n - 1 - (n-1)//2]``. Cross-channel LRN
-runs over C. Divisive normalisation works on each channel over an n-wide window in each spatial
-dimension: ``y_i = x_i * (k + alpha / n**S * sum_{j in window(i)} (x_j - means_i)**2) ** -beta``
-(S spatial dims; means zero when not given), which is what cuDNN computes (measured; its manual
-gives no formula). x is 4-D or 5-D (N, C, *spatial). The LRN parameters
-live in :class:`LRN`; the ``alpha``/``beta`` keywords of the calls are the usual blending factors.
+The window of size n around index i spans ``[i - (n-1)//2, i + n - 1 - (n-1)//2]``; LRN runs over C. Divisive
+normalisation works on each channel over an n-wide window in each of the S spatial dimensions: ``y_i = x_i * (k +
+alpha / n**S * sum_{j in window(i)} (x_j - means_i)**2) ** -beta`` (means zero when not given; measured, cuDNN's
+manual gives no formula). x is 4-D or 5-D. The calls' ``alpha``/``beta`` are the usual blending factors.
 """
 from __future__ import annotations
 
@@ -36,8 +34,7 @@ __all__ = ["LRN", "lrn_forward", "lrn_backward", "divisive_normalization_forward
 
 
 class _LRNDescriptor(Descriptor):
-    """A ``cudnnLRNDescriptor_t`` of settings :class:`cudnn_py.LRN` validated: window ``n``, ``alpha``, ``beta``,
-    ``k``; read back from cuDNN."""
+    """A ``cudnnLRNDescriptor_t`` of the settings :class:`cudnn_py.LRN` validated, read back from cuDNN."""
 
     _handle_type = capi.cudnnLRNDescriptor_t
     _create_fn, _destroy_fn = "cudnnCreateLRNDescriptor", "cudnnDestroyLRNDescriptor"
@@ -143,8 +140,7 @@ def _like_x(a, name: str, xa, handle: Handle):
 
 
 def _temps(xa: DeviceArray) -> tuple[WorkspaceArg, WorkspaceArg]:
-    """The two scratch tensors, carved out of the handle's workspace; cuDNN addresses them with x's descriptor, so
-    each covers x's span (256-byte aligned)."""
+    """The two scratch tensors in the handle's workspace, each covering x's span (cuDNN describes them as x)."""
     each = -(-xa.span()[1] * xa.dtype.itemsize // 256) * 256
     return WorkspaceArg(2 * each), WorkspaceArg(2 * each, each)
 
@@ -183,7 +179,7 @@ def divisive_normalization_backward(handle: Handle, lrn: LRN, x: DeviceArrayLike
     xa = _input(lrn, x, handle)
     ma = _like_x(means, "means", xa, handle)
     dya = _like_x(dy, "dy", xa, handle)
-    # one descriptor describes dx and dmeans: given ones must agree; a missing one takes the other's layout
+    # one descriptor describes dx and dmeans: a missing one takes the other's layout
     dxa = None if dx is None else output(dx, "dx", handle, xa.shape, xa.dtype)
     dma = None if dmeans is None else output(dmeans, "dmeans", handle, xa.shape, xa.dtype)
     if dxa is not None and dma is not None and dma.strides != dxa.strides:

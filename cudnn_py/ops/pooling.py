@@ -55,8 +55,7 @@ _NAMES = {v: k for k, v in reversed(POOLING_MODES.items())}
 
 
 def _param(v, name: str, minimum: int) -> int | tuple[int, ...]:
-    """An int (every spatial dim) or a tuple of 1 to 3 ints, each in ``[minimum, 2**31 - 1]``; the count is checked
-    against the spatial dims at use."""
+    """An int (every spatial dim) or a tuple of 1 to 3 ints, each in ``[minimum, 2**31 - 1]``."""
     t = int_or_ints(v, name, minimum)
     if isinstance(t, tuple) and not 1 <= len(t) <= 3:
         raise InvalidValueError(f"{name} needs 1 to 3 values (one per spatial dimension), got {v!r}")
@@ -70,8 +69,7 @@ def _unit_height(params: tuple) -> tuple:
 
 
 class _PoolingDescriptor(Descriptor):
-    """A ``cudnnPoolingDescriptor_t`` of settings :class:`cudnn_py.Pooling` validated: ``mode``, ``nan_propagation``
-    (bool) and ``window``, ``padding``, ``stride`` (one int per spatial dimension); read back from cuDNN."""
+    """A ``cudnnPoolingDescriptor_t`` of the settings :class:`cudnn_py.Pooling` validated, read back from cuDNN."""
 
     _handle_type = capi.cudnnPoolingDescriptor_t
     _create_fn, _destroy_fn = "cudnnCreatePoolingDescriptor", "cudnnDestroyPoolingDescriptor"
@@ -201,17 +199,15 @@ def _same_layout(*arrays: DeviceArray) -> bool:
 
 
 def _static(x: DeviceArray, direction: str, pool: Pooling) -> str:
-    """The engine ``engine='auto'`` runs without measuring (the module doc's rule)."""
+    """The engine ``engine='auto'`` runs without measuring."""
     if x.ndim != 4 or not _channels_last(x) or (direction == "forward" and _GRAPH_MODES[pool.mode] == "max"):
         return "legacy"
     return "graph"
 
 
 def _graph(handle: Handle, pool: Pooling, xa, ya, dya, dxa, alpha, beta, auto) -> bool:
-    """The graph path, forward (``dya`` None) or backward: max pooling of channels-last data runs backward as two
-    graphs (the forward again, writing its int8 window index, then the backward from that index: cuDNN 9.19's
-    backward from x and y crashes there); average pooling of channels-last data needs only dy; NCHW data gives the
-    backward x and y."""
+    """The graph path, forward (``dya`` None) or backward: channels-last max pooling runs backward from an int8 window
+    index (cuDNN 9.19's backward from x and y crashes there), channels-last average pooling from dy alone."""
     if alpha != 1.0 or beta != 0.0:
         raise gl.GraphPathRefused("engine='graph' pools with alpha 1 and beta 0; use engine='legacy' to blend")
     mode, (win, pad, st) = _GRAPH_MODES[pool.mode], _unit_height(pool.params(xa.ndim - 2))

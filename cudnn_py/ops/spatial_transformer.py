@@ -52,9 +52,8 @@ def _shape(shape) -> tuple[int, int, int, int]:
 
 
 class SpatialTransformer(Descriptor):
-    """A ``cudnnSpatialTransformerDescriptor_t`` for output ``shape`` (N, C, H, W) and ``dtype``
-    (bilinear sampler). Works without a GPU; :meth:`shared` shares them. ``close()`` (or the
-    garbage collector) destroys it; a closed one raises :class:`~cudnn_py.errors.ClosedError`."""
+    """A ``cudnnSpatialTransformerDescriptor_t`` (bilinear sampler) for output ``shape`` (N, C, H, W) and ``dtype``.
+    Works without a GPU; ``close()`` (or the garbage collector) destroys it."""
 
     _handle_type = capi.cudnnSpatialTransformerDescriptor_t
     _create_fn, _destroy_fn = "cudnnCreateSpatialTransformerDescriptor", "cudnnDestroySpatialTransformerDescriptor"
@@ -74,8 +73,7 @@ class SpatialTransformer(Descriptor):
     @classmethod
     def shared(cls, shape: Sequence[int],  # type: ignore[override]
                dtype: DTypeLike = np.float32) -> SpatialTransformer:
-        """The process-wide one for output ``shape`` and ``dtype`` (made once, thread-safe); ``close()`` leaves it
-        alone and it is destroyed once evicted and unreferenced."""
+        """The process-wide one for output ``shape`` and ``dtype`` (its ``close()`` does nothing)."""
         return super().shared(_shape(shape), numpy_dtype(cudnn_dtype(dtype)))
 
     @property

@@ -301,11 +301,9 @@ def _scale(handle: Handle, ya: DeviceArray, alpha: float) -> None:
 
 
 class TensorTransformDescriptor(Descriptor):
-    """A ``cudnnTensorTransformDescriptor_t`` (``cudnnSetTensorTransformDescriptor``): the destination ``layout``
-    (a ``cudnnTensorFormat_t``) of an ``nd``-dimensional transform, zeros added ``pad_before``/``pad_after`` each
-    dimension, ``fold`` factors and the folding ``direction``, all already parsed (see :func:`transform_tensor_ex`,
-    which takes the friendly spellings). Destroyed when closed or garbage-collected; ``shared(...)`` gives the one
-    process-wide instance for these settings (its ``close()`` does nothing)."""
+    """A ``cudnnTensorTransformDescriptor_t``: the destination ``layout`` (a ``cudnnTensorFormat_t``) of an
+    ``nd``-dimensional transform, zeros added ``pad_before``/``pad_after`` each dimension, ``fold`` factors and the
+    folding ``direction``, all parsed (:func:`transform_tensor_ex` takes the friendly spellings)."""
 
     _handle_type = capi.cudnnTensorTransformDescriptor_t
     _create_fn, _destroy_fn = "cudnnCreateTensorTransformDescriptor", "cudnnDestroyTensorTransformDescriptor"
