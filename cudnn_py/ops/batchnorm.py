@@ -82,7 +82,6 @@ class NormSizes(NamedTuple):
 def batchnorm_param_shape(x_shape: Sequence[int], mode: str | int = "spatial") -> tuple[int, ...]:
     """Shape of scale/bias/mean/variance for data of ``x_shape`` (N, C, spatial...) in ``mode``."""
     m = enum_arg(mode, BATCHNORM_MODES, capi.cudnnBatchNormMode_t, "batch-norm mode")
-    # InvalidTypeError for None, a str or anything but ints, InvalidValueError for a negative dimension
     shape = normalize_shape(x_shape, "batchnorm_param_shape: x_shape")
     if not 4 <= len(shape) <= 5:
         raise InvalidValueError(f"batch normalisation takes 4-D or 5-D data (N, C, [D,] H, W); got shape {shape}")

@@ -285,10 +285,7 @@ def convolution_forward(handle: Handle, conv: Convolution, x: DeviceArrayLike, w
                         *, y: Out | None = None, algo: Any = "heuristic", alpha: float = 1.0,
                         beta: float = 0.0, deterministic: bool = False, workspace_limit: int | None = None,
                         autotune: bool = False, engine: str = "auto") -> DeviceArray | Out:
-    """``y = alpha * conv(x, w) + beta * y`` (``cudnnConvolutionForward``); returns y (allocated if not given).
-
-    ``engine="graph"`` runs it as a cached backend-API plan instead (see :func:`cudnn_py.graph.conv.convolution`).
-    """
+    """``y = alpha * conv(x, w) + beta * y`` (``cudnnConvolutionForward``); returns y (allocated if not given)."""
     return _call("forward", handle, conv, x, w, y, None, algo, alpha, beta, deterministic, workspace_limit,
                  autotune, engine)
 
@@ -303,7 +300,6 @@ def convolution_backward_data(handle: Handle, conv: Convolution, w: DeviceArrayL
     """``dx = alpha * conv_transpose(dy, w) + beta * dx`` (``cudnnConvolutionBackwardData``); returns dx.
 
     Without ``dx``, one of shape ``x_shape`` is allocated (default: the smallest input giving dy's shape).
-    ``engine="graph"``: a cached backend-API plan instead (see :func:`cudnn_py.graph.conv.convolution`).
     """
     return _call("backward_data", handle, conv, w, dy, dx, x_shape, algo, alpha, beta, deterministic,
                  workspace_limit, autotune, engine)
@@ -319,7 +315,6 @@ def convolution_backward_filter(handle: Handle, conv: Convolution, x: DeviceArra
     """``dw = alpha * dL/dw + beta * dw`` (``cudnnConvolutionBackwardFilter``); returns dw.
 
     Pass ``dw`` or ``w_shape`` (the filter shape cannot be inferred when the stride is above 1).
-    ``engine="graph"``: a cached backend-API plan instead (see :func:`cudnn_py.graph.conv.convolution`).
     """
     return _call("backward_filter", handle, conv, x, dy, dw, w_shape, algo, alpha, beta, deterministic,
                  workspace_limit, autotune, engine)

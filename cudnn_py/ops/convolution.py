@@ -350,7 +350,6 @@ class Geometry:
             self.xp_strides = packed_strides(self.xp_shape, conv.layout == "NHWC")
             self.xp_size = math.prod(self.xp_shape)
             self.x_desc = _tensor_desc(self.xp_shape, self.xp_strides, self.dtype)
-            # x's own descriptor, and the interior of the padded buffer seen with x's shape
             self.x_orig_desc = _tensor_desc(xs, xst, self.dtype)
             self.interior_desc = _tensor_desc(xs, self.xp_strides, self.dtype)
             self.interior_offset = sum(lo * s for (lo, _), s in zip(pads, self.xp_strides[2:])) * self.np_dtype.itemsize

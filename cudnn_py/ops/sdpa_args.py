@@ -19,8 +19,6 @@ from cudnn_py.graph.ops.sdpa_options import SdpaOptions
 from cudnn_py.graph.runner import Runner, handle_device, new_output, plan_graph
 from cudnn_py.core.memory import DeviceArray, array_signature, as_array, is_torch_tensor, to_device
 
-__all__ = ["ROUTE", "SdpaArgs", "alibi_slopes", "device_tensor", "device_scalar", "thd", "bind_output"]
-
 #: what the prepared calls that ran an attention graph note they were built on (:func:`~cudnn_py.sdpa_cache_clear`)
 ROUTE = "attention graph paths"
 

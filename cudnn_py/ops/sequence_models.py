@@ -15,8 +15,6 @@ from cudnn_py.core.memory import DeviceArray, DeviceArrayLike
 from cudnn_py.ops._common import host_step, launch, moved_outputs, scalars, tensor_desc
 from cudnn_py.ops.convolution import MATH_TYPES as MATH_TYPES  # the descriptors' math_type names, as convolution's
 
-__all__ = ["MATH_TYPES", "WeightedDescriptor", "choice", "name_of", "positive_int", "dropout_arg", "check_lengths",
-           "by_value", "device_lengths", "training_ctx", "weights_ctx"]
 
 def choice(table: dict, value, what: str) -> tuple[str, int]:
     """(name, C value) for a string name or a C enum value of ``table``."""
