@@ -96,13 +96,12 @@ class AttentionBufferSizes(NamedTuple):
 class MultiHeadAttention(WeightedDescriptor):
     """A multi-head attention descriptor (``cudnnSetAttnDescriptor``).
 
-    ``proj_size`` sets ``q_proj_size``/``k_proj_size``/``v_proj_size`` not given (queries and keys must
-    project to the same size); ``o_proj_size`` defaults to ``q_size`` (so residuals fit); ``scale``
-    defaults to ``1/sqrt(q_proj_size)``; ``biases`` adds projection biases; ``dtype`` float16/32/64 and
-    ``compute_dtype`` (default float32, float64 for double data); ``math_type`` as for :class:`RNN`;
-    ``attn_dropout``/``post_dropout`` (cuDNN's two dropouts): applied in training to the attention weights /
-    the output, each a probability or a ``cdp.Dropout`` as for :class:`RNN`'s ``dropout``, kept alive here
-    (closing one first makes this raise :class:`ClosedError`).
+    ``proj_size`` sets ``q_proj_size``/``k_proj_size``/``v_proj_size`` not given (queries and keys must project to
+    the same size); ``o_proj_size`` defaults to ``q_size`` (so residuals fit); ``scale`` to ``1/sqrt(q_proj_size)``;
+    ``biases`` adds projection biases; ``dtype`` float16/32/64 and ``compute_dtype`` (default float32, float64 for
+    double data); ``math_type`` as for :class:`RNN`; ``attn_dropout``/``post_dropout``: applied in training to the
+    attention weights / the output, each as :class:`RNN`'s ``dropout`` (closing one first makes this raise
+    :class:`ClosedError`).
     """
 
     _handle_type = capi.cudnnAttnDescriptor_t
@@ -396,12 +395,10 @@ def attention_forward(handle: Handle, attn: MultiHeadAttention, q: DeviceArrayLi
     """``cudnnMultiHeadAttnForward`` over all query steps (``curr_idx=-1``) or one (inference only); returns an
     :class:`AttentionForwardResult` ``(o, reserve)``.
 
-    ``lo_win``/``hi_win``: per query step, the first and one-past-last key index it may attend
-    (default 0 and ``Tk``); ``residuals``: added to the output (shape of ``o``); ``o``: the output
-    ``[B, Tq, o_proj_size]``, allocated when not given (``out=`` is its deprecated spelling); ``seq_len_q``,
-    ``seq_len_kv``: each sequence's length (default: all Tq / Tk; ``seq_lengths_q=``/``seq_lengths_kv=`` are their
-    deprecated spellings). A repeat call with the same shapes, lengths, windows and options replays the prepared
-    call (:mod:`cudnn_py.calls.prepared`).
+    ``lo_win``/``hi_win``: per query step, the first and one-past-last key index it may attend (default 0 and
+    ``Tk``); ``residuals``: added to the output (shape of ``o``); ``o``: the output ``[B, Tq, o_proj_size]``,
+    allocated when not given (deprecated: ``out=``); ``seq_len_q``, ``seq_len_kv``: each sequence's length (default:
+    all Tq / Tk; deprecated: ``seq_lengths_q=``/``seq_lengths_kv=``).
     """
     if old:
         new = renamed("attention_forward", old, _RENAMED, _FORWARD_PARAMS,

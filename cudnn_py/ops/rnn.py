@@ -118,17 +118,16 @@ class RNNWeight(NamedTuple):
 class RNN(WeightedDescriptor):
     """An RNN descriptor (``cudnnSetRNNDescriptor_v8``).
 
-    ``mode``: ``"relu"``, ``"tanh"``, ``"lstm"``, ``"gru"``; ``proj_size``: LSTM recurrent projection
-    (None: none); ``bias_mode``: ``"double"`` (input and recurrent biases), ``"input"``, ``"recurrent"``,
-    ``"none"``; ``input_mode``: ``"linear"`` or ``"skip"`` (first layer has no input matrices; needs
-    ``input_size == hidden_size``); ``dtype``: float16/32/64; ``compute_dtype``: the precision it computes in
-    (float16 data may use float16 or float32, default float32); ``math_type``: ``"default"``, ``"tensor_op"``,
-    ``"tensor_op_allow_conversion"``, ``"fma"``; ``algo``: ``"standard"``, ``"persist_static"``,
-    ``"persist_dynamic"`` (call :meth:`build_dynamic`), ``"persist_static_small_h"``; ``dropout``: applied
-    between layers in training: a probability (a ``cdp.Dropout`` on :func:`cudnn_py.default_handle` with seed
-    0 is made; 0 or None: no dropout) or a ``cdp.Dropout`` (choose its handle and seed), kept alive by the
-    RNN (closing it first makes the RNN raise :class:`ClosedError`); ``padded_io``: allow the padded layouts;
-    ``clip``: LSTM cell clipping ``(lo, hi)``. Enum values of the C layer are accepted wherever a name is.
+    ``mode``: ``"relu"``, ``"tanh"``, ``"lstm"``, ``"gru"``; ``proj_size``: LSTM recurrent projection (None: none);
+    ``bias_mode``: ``"double"`` (input and recurrent biases), ``"input"``, ``"recurrent"``, ``"none"``;
+    ``input_mode``: ``"linear"`` or ``"skip"`` (first layer has no input matrices; needs ``input_size ==
+    hidden_size``); ``dtype``: float16/32/64; ``compute_dtype``: the precision it computes in (float16 data may use
+    float16 or float32, default float32); ``math_type``: ``"default"``, ``"tensor_op"``,
+    ``"tensor_op_allow_conversion"``, ``"fma"``; ``algo``: ``"standard"``, ``"persist_static"``, ``"persist_dynamic"``
+    (call :meth:`build_dynamic`), ``"persist_static_small_h"``; ``dropout``: applied between layers in training, a
+    probability (a ``cdp.Dropout`` on :func:`cudnn_py.default_handle`, seed 0; 0 or None: none) or a ``cdp.Dropout``,
+    kept alive by the RNN (closing it first makes the RNN raise :class:`ClosedError`); ``padded_io``: allow the
+    padded layouts; ``clip``: LSTM cell clipping ``(lo, hi)``. C enum values are accepted wherever a name is.
     ``math_precision=`` is the deprecated spelling of ``compute_dtype=``.
     """
 
@@ -263,10 +262,8 @@ class RNN(WeightedDescriptor):
         return size
 
     def weights(self, handle: Handle, weights) -> dict[tuple[int, int], RNNWeight]:
-        """Views of every matrix and bias: ``{(pseudo_layer, lin_id): RNNWeight(matrix, bias)}``.
-
-        ``pseudo_layer = layer * dirs + direction``; ``lin_id`` as in :data:`GATES`.
-        """
+        """Views of every matrix and bias: ``{(pseudo_layer, lin_id): RNNWeight(matrix, bias)}``, ``pseudo_layer =
+        layer * dirs + direction``, ``lin_id`` as in :data:`GATES`."""
         handle = handle_arg(handle)
         return {(p, k): rnn_weight_params(handle, self, weights, p, k)
                 for p in range(self.num_pseudo_layers) for k in self.lin_ids}
@@ -469,10 +466,10 @@ def rnn_forward(handle: Handle, rnn: RNN, x: DeviceArrayLike, weights: DeviceArr
                 training: bool = False, **old: str) -> RNNForwardResult:
     """``cudnnRNNForward``: outputs ``y`` and final states ``hy`` (and ``cy`` for LSTM).
 
-    ``x``: ``[T, B, input_size]`` (seq_major), ``[B, T, input_size]`` (batch_major) or
-    ``[sum(seq_lengths), input_size]`` (packed), as ``seq_layout`` says (``layout=`` is its deprecated spelling);
-    ``seq_lengths``: per-sequence lengths (default: all T; required for packed). ``training=True`` keeps the
-    reserve space for :func:`rnn_backward_data` / :func:`rnn_backward_weights`. Outputs are allocated unless given.
+    ``x``: ``[T, B, input_size]`` (seq_major), ``[B, T, input_size]`` (batch_major) or ``[sum(seq_lengths),
+    input_size]`` (packed), as ``seq_layout`` (deprecated: ``layout=``) says; ``seq_lengths``: per-sequence lengths
+    (default: all T; required for packed). ``training=True`` keeps the reserve space for the backward calls.
+    Outputs are allocated unless given.
     """
     if old:
         given = None if seq_layout == "seq_major" else seq_layout
@@ -516,8 +513,8 @@ def rnn_backward_data(handle: Handle, rnn: RNN, fwd: RNNForwardResult, dy: Devic
                       dcx: DeviceArrayLike | None = None) -> RNNDataGrads:
     """``cudnnRNNBackwardData_v8``: :class:`RNNDataGrads` ``(dx, dhx, dcx)`` (``dcx`` None unless LSTM).
 
-    ``dy`` has ``fwd.y``'s shape; ``dhy``/``dcy`` (gradients of the final states) default to zeros.
-    Call it before :func:`rnn_backward_weights` (cuDNN updates the reserve space here).
+    ``dy`` has ``fwd.y``'s shape; ``dhy``/``dcy`` (gradients of the final states) default to zeros. Call it before
+    :func:`rnn_backward_weights` (cuDNN updates the reserve space here).
     """
     handle = handle_arg(handle)
     ctx = training_ctx(fwd, RNNForwardResult, rnn, "rnn_forward")

@@ -75,9 +75,8 @@ def add_tensor(handle: Handle, a: DeviceArrayLike, c: Out, *, alpha: float = 1.0
                engine: str = "auto") -> Out:
     """``c = alpha * a + beta * c`` in place (``cudnnAddTensor``); ``a`` broadcasts over dimensions where it has 1.
 
-    ``beta``: pass ``beta=1.0`` to accumulate into c. Leaving it out still accumulates (beta 1.0, as before) but
-    warns: the default becomes 0.0, as everywhere else. ``engine``: "legacy", "graph" or "auto" (see the module
-    doc). Returns c."""
+    ``beta``: pass ``beta=1.0`` to accumulate into c (left out, it accumulates but warns: the default becomes 0.0).
+    ``engine``: "legacy", "graph" or "auto" (see the module doc). Returns c."""
     if beta is None:
         warn("add_tensor(): pass beta=1.0 to accumulate; the default becomes 0.0")
         recording.spoil("a deprecated default warns on every call")
@@ -151,9 +150,8 @@ def op_tensor(handle: Handle, op: str | int | OpTensor, a: DeviceArrayLike, b: D
               engine: str = "auto") -> DeviceArray | Out:
     """``c = op(alpha1 * a, alpha2 * b) + beta * c`` (``cudnnOpTensor``); returns c (allocated like ``a`` if not given).
 
-    ``op``: ``"add"``, ``"mul"``, ``"min"``, ``"max"`` (binary; ``b`` broadcasts over dimensions where it
-    has 1) or ``"sqrt"``, ``"not"`` (unary; ``b`` unused). ``compute_dtype``: default float32
-    (float64 for float64 data). ``engine``: "legacy", "graph" or "auto" (see the module doc).
+    ``op``: ``"add"``, ``"mul"``, ``"min"``, ``"max"`` (binary; ``b`` broadcasts over dimensions where it has 1) or
+    ``"sqrt"``, ``"not"`` (unary; ``b`` unused). ``compute_dtype``: default float32 (float64 for float64 data).
     """
     opv, compute_dtype, nan_propagation = _settings(op, OpTensor, OP_TENSOR_OPS, capi.cudnnOpTensorOp_t,
                                                     compute_dtype, nan_propagation)
@@ -181,9 +179,7 @@ def _legacy_op_tensor(handle: Handle, opv, aa, ba, ca, alpha1, alpha2, beta, com
 @prepared(inputs=("y",), outputs=("y",))
 def scale_tensor(handle: Handle, y: Out, *args, alpha: float = 1.0, engine: str = "auto") -> Out:
     """``y = alpha * y`` in place (``cudnnScaleTensor``); returns y. ``engine``: "legacy", "graph" or "auto".
-
-    ``alpha`` is keyword-only; ``scale_tensor(h, y, 2.0)`` (positional alpha) still works with a
-    :class:`DeprecationWarning`."""
+    ``alpha`` is keyword-only (a positional alpha still works, with a :class:`DeprecationWarning`)."""
     if args:
         if len(args) > 1 or alpha != 1.0:
             raise InvalidTypeError(f"scale_tensor() takes alpha once, as a keyword (got {len(args)} positional "
@@ -265,11 +261,9 @@ def transform_tensor(handle: Handle, x: DeviceArrayLike, *, y: Out | None = None
                      engine: str = "auto", **old) -> DeviceArray | Out:
     """``y = alpha * x + beta * y`` between layouts and dtypes (``cudnnTransformTensor``); returns y.
 
-    ``y`` (same logical shape as x, any strides, any dtype) or, when not given, a new array of
-    ``dtype`` (default x's) whose memory is ``layout``: ``"NCHW"`` (packed) or ``"NHWC"`` (channels last; the logical
-    shape stays N, C, *spatial and the strides say channels-last), any case; by default x's memory order (the
-    outputs' rule: README).
-    ``engine``: "legacy", "graph" (an identity pointwise graph; floating dtypes) or "auto".
+    ``y`` (x's logical shape, any strides, any dtype) or, when not given, a new array of ``dtype`` (default x's)
+    whose memory is ``layout``: ``"NCHW"`` (packed) or ``"NHWC"`` (channels last; the logical shape stays N, C,
+    *spatial), any case; by default x's memory order. ``engine``: "legacy", "graph" (floating dtypes) or "auto".
     ``memory_format=`` is the deprecated spelling of ``layout=``.
     """
     if old:
@@ -328,12 +322,11 @@ def transform_tensor_ex(handle: Handle, x: DeviceArrayLike, *, layout: str | Non
                         **old) -> DeviceArray | Out:
     """Layout change with zero padding / folding (``cudnnTransformTensorEx``); returns y.
 
-    ``x`` is 4-D or 5-D (logical N, C, *spatial). ``layout``: the destination's, ``"NHWC"`` (default), ``"NCHW"``
-    or ``"NCHW_VECT_C"``, any case; ``pad_before`` / ``pad_after``: zeros added before / after each dimension (an
-    int or one per dimension); ``fold``: fold factors per dimension (1 = none) and ``direction``
-    ``"fold"``/``"unfold"``. cuDNN derives the destination (``cudnnInitTransformDest``); a new ``y`` is
-    allocated with that shape and layout (logical N, C, *spatial; strides give the format) unless given.
-    ``dest_format=`` is the deprecated spelling of ``layout=``.
+    ``x`` is 4-D or 5-D (logical N, C, *spatial). ``layout``: the destination's, ``"NHWC"`` (default), ``"NCHW"`` or
+    ``"NCHW_VECT_C"``, any case; ``pad_before`` / ``pad_after``: zeros added before / after each dimension (an int or
+    one per dimension); ``fold``: fold factors per dimension (1 = none) and ``direction`` ``"fold"``/``"unfold"``.
+    A new ``y`` has the destination cuDNN derives (``cudnnInitTransformDest``; logical N, C, *spatial, the strides
+    give the format). ``dest_format=`` is the deprecated spelling of ``layout=``.
     """
     if old:
         layout = renamed_kwargs("transform_tensor_ex", old, {"dest_format": "layout"}, {"layout": layout})["layout"]
@@ -428,10 +421,10 @@ def reduce_tensor(handle: Handle, op: str | int | ReduceTensor, a: DeviceArrayLi
     """``c = alpha * reduce_op(a) + beta * c`` (``cudnnReduceTensor``); returns c, or a :class:`ReduceResult`
     ``(c, indices)`` with ``indices=True``.
 
-    The reduced dimensions are ``axes`` (an int or ints; default all) or, when ``c`` is given, those
-    where c has 1 and a does not. ``op``: add, mul, min, max, amax, avg, norm1, norm2, mul_no_zeros.
-    ``indices=True`` (min, max, amax only) also returns, as int32 shaped like c, the position of the
-    chosen element flattened over the reduced dimensions (row-major). ``engine``: "legacy", "graph" or "auto".
+    The reduced dimensions are ``axes`` (an int or ints; default all) or, when ``c`` is given, those where c has 1
+    and a does not. ``op``: add, mul, min, max, amax, avg, norm1, norm2, mul_no_zeros. ``indices=True`` (min, max,
+    amax only) also returns, as int32 shaped like c, the position of the chosen element flattened over the reduced
+    dimensions (row-major). ``engine``: "legacy", "graph" or "auto".
     """
     if isinstance(op, ReduceTensor):
         if op.indices_type != capi.CUDNN_32BIT_INDICES:
