@@ -154,10 +154,9 @@ def _legacy(handle: Handle, act: Activation, xa, ya, dya, dxa, alpha: float, bet
 def activation_forward(handle: Handle, activation: Activation | str | int, x: DeviceArrayLike, *,
                        y: Out | None = None, alpha: float = 1.0, beta: float = 0.0,
                        engine: str = "auto") -> DeviceArray | Out:
-    """``y = alpha * act(x) + beta * y`` (``cudnnActivationForward``); returns y (allocated if not given).
+    """``y = alpha * act(x) + beta * y`` (``cudnnActivationForward``); returns y (allocated if not given; may be x).
 
     ``activation``: an :class:`Activation`, or a mode name or ``cudnnActivationMode_t`` (then coef 0, swish_beta 1).
-    ``y`` may be ``x`` itself (in place). ``engine``: "legacy", "graph" or "auto" (see the module doc).
     """
     act = activation_of(activation)
     xa = check_array(x, "x", handle, floating=True)

@@ -115,9 +115,9 @@ def batchnorm_forward_training(handle: Handle, x: DeviceArrayLike, scale: Device
                                engine: str = "auto") -> BatchNormTraining:
     """``y = alpha * bn(x) + beta * y`` with batch statistics (``cudnnBatchNormalizationForwardTraining``).
 
-    ``running_mean``/``running_var`` (both or neither) are updated in place:
-    ``running = factor * batch + (1 - factor) * running`` (use factor 1 on the first call).
-    ``saved_mean``/``saved_inv_var`` are allocated when not given; pass them to :func:`batchnorm_backward`.
+    ``running_mean``/``running_var`` (both or neither) are updated in place: ``running = factor * batch + (1 -
+    factor) * running`` (factor 1 on the first call). ``saved_mean``/``saved_inv_var`` (allocated when not given) go
+    to :func:`batchnorm_backward`.
     """
     s = _bn(handle, x, mode)
     sc, bi, rm, rv, sm, siv, eps, f = na.training_params(handle, s, scale, bias, running_mean, running_var,

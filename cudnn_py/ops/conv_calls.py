@@ -106,11 +106,9 @@ _FUNCS = {"forward": "cudnnConvolutionForward", "backward_data": "cudnnConvoluti
 
 
 def _ready(handle: Handle, direction, conv, sigs, spec, deterministic, workspace_limit, in_ptrs) -> _Plan:
-    """The remembered plan for a call (``sigs``: x, w, y signatures by forward roles, y may be None), else a new one
-    (validated, described, its algorithm chosen). It is made again where "fastest" choices were cleared or reloaded
-    since, or the handle's workspace cap was lowered below its workspace (an explicit algorithm that needs more then
-    raises :class:`~cudnn_py.errors.WorkspaceLimitError` when the workspace is fetched); a raised cap keeps the plans
-    made under the lower one (``clear_caches()`` chooses again)."""
+    """The remembered plan for a call (``sigs``: x, w, y signatures by forward roles, y may be None), else a new one.
+    It is made again where "fastest" choices were cleared or reloaded since, or the handle's workspace cap was
+    lowered below its workspace (a raised cap keeps the plans made under the lower one)."""
     recording.uses(PLANS)
     key = (direction, conv, *sigs, spec, deterministic, workspace_limit)
     p = handle_cache(handle, PLANS).get(key)
@@ -391,10 +389,9 @@ def convolution_bias_activation_forward(handle: Handle, conv: Convolution, x: De
     """``y = act(alpha * conv(x, w) + beta * z + bias)`` (``cudnnConvolutionBiasActivationForward``, whose
     ``alpha1``/``alpha2`` are ``alpha``/``beta``; those old keywords still work with a DeprecationWarning).
 
-    ``activation``: ``"relu"`` or ``"identity"`` (cuDNN runs identity only with IMPLICIT_PRECOMP_GEMM,
-    which is then chosen for you). Without ``z`` (then ``beta`` must be 0) y is zeroed first and
-    used as z; pass ``z=y`` to add y's current values instead. ``bias`` holds one value per channel.
-    ``engine="graph"`` fuses conv, bias and activation into one backend-API graph (no ``z``).
+    ``activation``: ``"relu"`` or ``"identity"`` (cuDNN runs identity only with IMPLICIT_PRECOMP_GEMM, which is
+    then chosen for you). Without ``z`` (then ``beta`` must be 0) y is zeroed first and used as z; pass ``z=y`` to
+    add y's current values instead. ``bias`` holds one value per channel. ``engine="graph"`` takes no ``z``.
     """
     handle = handle_arg(handle)
     if old:
@@ -489,10 +486,10 @@ def convolution_algorithms(handle: Handle, conv: Convolution, x: DeviceArrayLike
                            workspace_limit: int | None = None) -> list[_alg.AlgoPerf]:
     """cuDNN's ranked algorithm records for one direction of this convolution.
 
-    ``x``, ``w``, ``y`` keep their forward roles (for backward_data ``y`` is dy and ``x`` dx; for
-    backward_filter ``w`` is dw); the direction's output may be given as a shape. ``method``:
-    ``"heuristic"`` (``..._v7``), ``"find"`` (``Find...``, cuDNN's own buffers) or ``"find_ex"``
-    (``Find...Ex`` on the given inputs, a scratch output and a workspace of at most ``workspace_limit``).
+    ``x``, ``w``, ``y`` keep their forward roles (for backward_data ``y`` is dy and ``x`` dx; for backward_filter
+    ``w`` is dw); the direction's output may be given as a shape. ``method``: ``"heuristic"`` (``..._v7``),
+    ``"find"`` (``Find...``, cuDNN's own buffers) or ``"find_ex"`` (``Find...Ex`` on the given inputs, a scratch
+    output and a workspace of at most ``workspace_limit``).
     """
     handle = handle_arg(handle)
     g = _query_geometry(handle, conv, x, w, y, direction)

@@ -96,10 +96,9 @@ class Convolution:
     :param groups: the number of filter groups (the input channels are ``w.shape[1] * groups``).
     :param mode: ``"cross_correlation"`` (what deep learning calls convolution; default) or ``"convolution"``
         (kernel flipped), any case, or the ``cudnnConvolutionMode_t``.
-    :param math_type: ``"auto"`` (default; or None: chosen per call, tensor-op math for float16/bfloat16 data,
-        whose ``"default"`` math would keep cuDNN off the tensor cores, default math otherwise, which on A100+
-        allows TF32 for float32), ``"default"``, ``"tensor_op"``, ``"tensor_op_allow_conversion"``, ``"fma"``
-        (exact float32), or the ``cudnnMathType_t``.
+    :param math_type: ``"auto"`` (default; or None: tensor-op math for float16/bfloat16 data, default math otherwise,
+        which on A100+ allows TF32 for float32), ``"default"``, ``"tensor_op"``, ``"tensor_op_allow_conversion"``,
+        ``"fma"`` (exact float32), or the ``cudnnMathType_t``.
     :param compute_dtype: the accumulation dtype (None: double for float64 data, int32 for int8, else float32).
         ``compute_type=`` is its deprecated spelling.
     :param layout: ``"NCHW"`` (arrays are ``N, C, *spatial`` and their strides say the memory order) or ``"NHWC"``

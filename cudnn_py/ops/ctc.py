@@ -139,9 +139,8 @@ def check_ctc_labels(labels: npt.ArrayLike, label_lengths: npt.ArrayLike, input_
                      alphabet_size: int, max_label_length: int = MAX_LABEL_LENGTH) -> CTCLabels:
     """Validate CTC labels on the host (no GPU needed) and return them as int32 arrays.
 
-    Raises ValueError naming the first sequence that is wrong: a length out of range, a label outside
-    [1, alphabet_size - 1], or a label sequence longer than its input allows (each repeated neighbour
-    needs a blank between, so it costs one more time step).
+    Raises ValueError naming the first sequence that is wrong: a length out of range, a label outside [1,
+    alphabet_size - 1], or labels longer than the input allows (a repeated neighbour costs one more time step).
     """
     ll = _host_ints(label_lengths, "label_lengths")
     il = _host_ints(input_lengths, "input_lengths")

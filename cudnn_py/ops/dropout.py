@@ -198,12 +198,8 @@ def _backward_c(hptr, dp, dy: _Layout, dx: _Layout, device: int, dy_ptr: int, dx
 def dropout_forward(handle: Handle, dropout: Dropout, x: DeviceArrayLike, *,
                     y: DeviceArrayLike | None = None, reserve: DeviceArrayLike | None = None) -> DropoutOutputs:
     """``y = x * mask / (1 - p)`` with a fresh mask (``cudnnDropoutForward``); returns :class:`DropoutOutputs`
-    ``(y, reserve)``.
-
-    ``y`` (in x's layout when x is dense) and ``reserve`` (uint8, :func:`dropout_reserve_size` bytes, holds the
-    mask) are allocated when not given. ``x`` and ``y`` must have the same shape and dtype (float16, float32 or
-    float64).
-    """
+    ``(y, reserve)``, each allocated when not given: ``y`` x's shape and dtype (float16, float32 or float64; x's
+    layout when x is dense), ``reserve`` uint8 of :func:`dropout_reserve_size` bytes (the mask)."""
     _dropout_ptr(dropout)
     xa = check_array(x, "x", handle)
     _check_dtype(xa.dtype, "x")

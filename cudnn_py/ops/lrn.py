@@ -149,10 +149,8 @@ def _temps(xa: DeviceArray) -> tuple[WorkspaceArg, WorkspaceArg]:
 def divisive_normalization_forward(handle: Handle, lrn: LRN, x: DeviceArrayLike, means: DeviceArrayLike | None = None,
                                    *, y: Out | None = None, alpha: float = 1.0,
                                    beta: float = 0.0) -> DeviceArray | Out:
-    """``y = alpha * divnorm(x, means) + beta * y`` (``cudnnDivisiveNormalizationForward``); returns y.
-
-    ``means`` (x's shape) defaults to zeros; the two temporaries cuDNN needs come from the handle's workspace.
-    """
+    """``y = alpha * divnorm(x, means) + beta * y`` (``cudnnDivisiveNormalizationForward``); returns y. ``means``
+    (x's shape) defaults to zeros; cuDNN's two temporaries come from the handle's workspace."""
     xa = _input(lrn, x, handle)
     ma = _like_x(means, "means", xa, handle)
     ya = output(y, "y", handle, xa.shape, xa.dtype, like=xa)
@@ -169,12 +167,11 @@ def divisive_normalization_backward(handle: Handle, lrn: LRN, x: DeviceArrayLike
                                     means: DeviceArrayLike | None = None, *,
                                     dx: DeviceArrayLike | None = None, dmeans: DeviceArrayLike | None = None,
                                     alpha: float = 1.0, beta: float = 0.0) -> DivisiveNormalizationGrads:
-    """:class:`DivisiveNormalizationGrads` ``(dx, dmeans)`` of divisive normalisation
-    (``cudnnDivisiveNormalizationBackward``).
+    """:class:`DivisiveNormalizationGrads` ``(dx, dmeans)`` (``cudnnDivisiveNormalizationBackward``).
 
-    dmeans is computed (and allocated if not given) when ``means`` or ``dmeans`` is given, else None.
-    The means are treated as an independent input. For an even window size cuDNN's dx is not the
-    exact gradient of its forward (it sums over the forward window, not its mirror image).
+    dmeans is computed (and allocated if not given) when ``means`` or ``dmeans`` is given, else None; the means are
+    treated as an independent input. For an even window size cuDNN's dx is not the exact gradient of its forward
+    (it sums over the forward window, not its mirror image).
     """
     xa = _input(lrn, x, handle)
     ma = _like_x(means, "means", xa, handle)

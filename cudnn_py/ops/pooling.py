@@ -248,10 +248,8 @@ def _legacy(handle: Handle, pd, xa, ya, dya, dxa, alpha: float, beta: float) -> 
 @prepared(inputs=("x",), outputs=("y",), inplace=False, scalars=("alpha", "beta"), moved=("y",))
 def pooling_forward(handle: Handle, pool: Pooling, x: DeviceArrayLike, *, y: Out | None = None,
                     alpha: float = 1.0, beta: float = 0.0, engine: str = "auto") -> DeviceArray | Out:
-    """``y = alpha * pool(x) + beta * y`` (``cudnnPoolingForward``); returns y (allocated if not given).
-
-    ``pool``: a :class:`Pooling`. ``engine``: "legacy", "graph" or "auto" (the default: see the module doc).
-    """
+    """``y = alpha * pool(x) + beta * y`` (``cudnnPoolingForward``, ``pool`` a :class:`Pooling`); returns y (allocated
+    if not given). ``engine``: "legacy", "graph" or "auto" (the default: see the module doc)."""
     xa = check_array(x, "x", handle, floating=True)
     pd, y_shape = _resolve(pool, xa.shape)
     ya = output(y, "y", handle, y_shape, xa.dtype, like=xa)
