@@ -3,21 +3,19 @@
 Beam size 1: queries ``q[B, Tq, q_size]``, keys ``k[B, Tk, k_size]``, values ``v[B, Tk, v_size]``, output
 ``o[B, Tq, o_proj_size]`` (``dout``: its gradient, cuDNN's name)::
 
-    attn = cdp.MultiHeadAttention(heads=4, q_size=64, k_size=64, v_size=64, proj_size=16,
-                                    max_seq_q=10, max_seq_kv=12, max_batch=8, biases=True)
+    attn = cdp.MultiHeadAttention(heads=4, q_size=64, k_size=64, v_size=64, proj_size=16, max_seq_q=10,
+                                  max_seq_kv=12, max_batch=8, biases=True)
     w = attn.new_weights(h)
     cdp.load_attention_weights(h, attn, w, {"wq": wq, "bq": bq, ...})      # [heads, proj, size] ...
-    fwd = cdp.attention_forward(h, attn, q, k, v, w, seq_len_q=lq, seq_len_kv=lk,
-                                  lo_win=lo, hi_win=hi, residuals=q, training=True)   # (o, reserve)
+    fwd = cdp.attention_forward(h, attn, q, k, v, w, seq_len_q=lq, seq_len_kv=lk, residuals=q, training=True)
     dq, dk, dv = cdp.attention_backward_data(h, attn, fwd, dout, w)                 # an AttentionDataGrads
     dw = cdp.attention_backward_weights(h, attn, fwd, dout, w)
 
-Weights (``cudnnGetMultiHeadAttnWeights``): ``wq [heads, q_proj, q_size]``, ``wk [heads, k_proj, k_size]``,
-``wv [heads, v_proj, v_size]``, ``wo [heads, o_proj, v_proj]`` (each ``W[h] @ vector``), biases
-``bq/bk/bv [heads, proj]`` and ``bo [o_proj]``. Query ``t`` attends keys ``lo_win[t] <= j < hi_win[t]``
-(default: all) within its sequence's length. As in cuDNN, ``dq`` does not include the residual path, and
-the output-bias gradient sums ``dout`` over all query rows, padding included: zero ``dout`` past each
-query length (measured with cuDNN 9.19).
+Weights: ``wq [heads, q_proj, q_size]``, ``wk [heads, k_proj, k_size]``, ``wv [heads, v_proj, v_size]``, ``wo
+[heads, o_proj, v_proj]`` (each ``W[h] @ vector``), biases ``bq/bk/bv [heads, proj]`` and ``bo [o_proj]``. Query
+``t`` attends keys ``lo_win[t] <= j < hi_win[t]`` (default: all) within its sequence's length. As in cuDNN, ``dq``
+leaves out the residual path, and the output-bias gradient sums ``dout`` over all query rows, padding included:
+zero ``dout`` past each query length (cuDNN 9.19).
 """
 from __future__ import annotations
 

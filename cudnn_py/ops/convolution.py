@@ -11,9 +11,7 @@ unit height; asymmetric padding (``padding=((1, 2), (0, 1))``) runs on an explic
     y = convolution_forward(h, conv, x, w)                        # heuristic algorithm, y allocated
     y = convolution_forward(h, conv, x, w, autotune=True)         # measured once, then cached
     dx = convolution_backward_data(h, conv, w, dy, x_shape=x.shape)
-    dw = convolution_backward_filter(h, conv, x, dy, w_shape=w.shape)
-
-The calls are :mod:`cudnn_py.ops.conv_calls`, the algorithm choice :mod:`cudnn_py.calls.algorithms`.
+    dw = convolution_backward_filter(h, conv, x, dy, w_shape=w.shape)   # the calls: cudnn_py.ops.conv_calls
 """
 from __future__ import annotations
 

@@ -5,14 +5,10 @@
     costs, grads = ctc_loss(h, logits, labels, label_lengths, input_lengths)   # logits (T, N, A) float32
     r = ctc_loss(h, logits, labels, label_lengths, input_lengths, algo="non_deterministic")  # r.costs, r.gradients
 
-``labels``: every sequence's labels concatenated (1-D), or padded rows (N, S); values in [1, A - 1]
-(0 is the blank). Host sequences or device int32 arrays; either way they are checked on the host
-before C: sequence ``b`` needs ``label_length + (number of repeated neighbours) <= input_length[b]``
-time steps, label lengths are at most ``max_label_length`` (cuDNN: 255), input lengths at most T.
-
-With ``normalization="softmax"`` (default) ``logits`` are pre-softmax activations and the gradients
-are ``d cost / d logits`` (``softmax(logits) - posterior``). With ``"none"`` the input is taken as
-probabilities already normalised. Gradients of time steps past a sequence's input length are zero.
+``labels``: every sequence's labels concatenated (1-D), or padded rows (N, S); values in [1, A - 1] (0 is the
+blank); host sequences or device int32 arrays, checked on the host (:func:`check_ctc_labels`). With
+``normalization="softmax"`` (default) ``logits`` are pre-softmax activations and the gradients ``d cost / d logits``;
+with ``"none"`` they are probabilities already normalised. Gradients past a sequence's input length are zero.
 """
 from __future__ import annotations
 

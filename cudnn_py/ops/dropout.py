@@ -7,13 +7,9 @@
     dx = dropout_backward(h, d, dy, reserve)       # the same mask, applied to dy
     d2 = Dropout(h, p=0.25, seed=1234, states=saved_states)   # restore saved states without re-initialising
 
-Each forward call draws a new mask from the states (and advances them); the same seed (or restored
-states) gives the same masks. Kept elements are scaled by ``1 / (1 - p)``. cuDNN's dropout takes float16,
-float32 and float64 (bfloat16 is refused before C: cuDNN 9 answers it ``CUDNN_STATUS_NOT_SUPPORTED``).
-
-Layouts: tensors sharing one dense layout (NHWC, any packed order) are described to cuDNN as one packed tensor in
-memory order (the fast kernel); the reserve's mask follows that order, which the backward reuses whatever its own
-tensors' layout (docs/ops.md).
+Each forward call draws a new mask from the states (and advances them); the same seed (or restored states) gives the
+same masks. Kept elements are scaled by ``1 / (1 - p)``. float16, float32 and float64 only (cuDNN 9 refuses the
+others). Dense tensors run cuDNN's fast kernel in any memory order (docs/ops.md).
 """
 from __future__ import annotations
 

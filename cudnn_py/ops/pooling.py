@@ -6,8 +6,8 @@
     y = pooling_forward(h, pool, x)                         # x: N, C, *spatial; y allocated
     dx = pooling_backward(h, pool, x, y, dy)
 
-Output size per spatial dimension: ``1 + (in + 2 * padding - window) // stride``. 1-D pooling runs as 2-D with a
-unit height. A new output keeps x's memory order (NHWC in, NHWC out) whichever engine runs.
+Output size per spatial dimension: ``1 + (in + 2 * padding - window) // stride``. A new output keeps x's memory
+order whichever engine runs.
 
 ``engine``: "legacy" (``cudnnPoolingForward/Backward``), "graph" (resample operations: float16, bfloat16, float32,
 x, y, dy and dx in one memory order, alpha 1 and beta 0; a NaN in a max window wins whatever ``nan_propagation``

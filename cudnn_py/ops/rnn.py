@@ -10,12 +10,11 @@
     dx, dhx, dcx = cdp.rnn_backward_data(h, rnn, fwd, dy, w)                  # an RNNDataGrads
     dw = cdp.rnn_backward_weights(h, rnn, fwd)        # adds into dw (zeros when not given)
 
-Layouts of ``x``/``y``: ``"seq_major"`` ``[T, B, V]`` and ``"batch_major"`` ``[B, T, V]`` (padded; positions
-past a sequence's length are written with 0 in ``y``), ``"packed"`` ``[sum(lengths), V]`` (lengths
-non-increasing). States: ``hx/hy [layers * dirs, B, out_size]``, ``cx/cy [layers * dirs, B, hidden]``
-(LSTM only); missing initial states are zeros. Gate order per ``lin_id``: see :data:`GATES` and
-docs/porting_rnn.md. float32 with ``math_type="default"`` may use TF32 tensor cores (``"fma"`` avoids them);
-with clipping, ``cy`` is the last cell state before clipping (cuDNN's behaviour).
+Layouts of ``x``/``y``: ``"seq_major"`` ``[T, B, V]`` and ``"batch_major"`` ``[B, T, V]`` (padded; ``y`` is 0 past a
+sequence's length), ``"packed"`` ``[sum(lengths), V]`` (lengths non-increasing). States: ``hx/hy [layers * dirs, B,
+out_size]``, ``cx/cy [layers * dirs, B, hidden]`` (LSTM only); missing initial states are zeros. Gate order per
+``lin_id``: :data:`GATES`, docs/porting_rnn.md. float32 with ``math_type="default"`` may use TF32 (``"fma"`` avoids
+it); with clipping, ``cy`` is the last cell state before clipping (cuDNN's behaviour).
 """
 from __future__ import annotations
 

@@ -8,14 +8,11 @@
     attn.plan()                                                # or attn.autotune()
     o, stats = attn.execute()
 
-Tensors are logical ``(B, H, S, D)`` (torch's ``scaled_dot_product_attention`` order) with any strides whose head
-dim is packed: a (B, S, H, D) buffer passed as ``x.transpose(1, 2)`` is BSHD, slices of one packed QKV buffer
-are interleaved QKV. Outputs get the layout of their inputs (o follows q, dq/dk/dv follow q/k/v). Packed batches
-of different lengths ("THD", as flash-attention's varlen functions take them) are (T, H, D) tensors with
-per-batch element offsets (``ragged_offset_q``/``ragged_offset_k``) and lengths (``seq_len_q``/``seq_len_kv``).
-
-The first call of a configuration builds its graph; a repeat call is its prepared call (one ``cudnnBackendExecute``).
-:func:`sdpa_fp8` / :func:`sdpa_fp8_backward` are the FP8 forms (Hopper and newer).
+Tensors are logical ``(B, H, S, D)`` (torch's order) with any strides whose head dim is packed: a (B, S, H, D)
+buffer passed as ``x.transpose(1, 2)`` is BSHD, slices of one packed QKV buffer are interleaved QKV. Outputs get the
+layout of their inputs (o follows q, dq/dk/dv follow q/k/v). Packed batches ("THD", as flash-attention's varlen
+functions take them) are (T, H, D) tensors with per-batch offsets and lengths. The first call of a configuration
+builds its graph, a repeat call replays it. :func:`sdpa_fp8` / :func:`sdpa_fp8_backward`: FP8 (Hopper and newer).
 """
 from __future__ import annotations
 

@@ -7,8 +7,8 @@
     dx, dgrid = spatial_tf_sampler_backward(h, x, grid, dy)       # a SamplerGrads named tuple
     dtheta = spatial_tf_grid_backward(h, dgrid)
 
-The grid holds (x, y) sampling positions in [-1, 1] (-1 and 1 are the centres of the first and last
-pixels); positions outside read zeros. cuDNN supports 2-D (4-D tensors) with a bilinear sampler.
+The grid holds (x, y) sampling positions in [-1, 1] (-1 and 1 are the centres of the first and last pixels);
+positions outside read zeros. cuDNN samples 2-D (4-D tensors), bilinearly.
 """
 from __future__ import annotations
 

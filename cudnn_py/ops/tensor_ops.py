@@ -9,7 +9,7 @@ Arrays are any device arrays (DeviceArray, torch, CuPy); their strides are the m
     s, idx = reduce_tensor(h, "max", a, axes=(2, 3), indices=True)
 
 Scaling factors are keyword-only ``alpha``/``beta`` (defaults 1 and 0); :func:`op_tensor` keeps cuDNN's
-``alpha1``/``alpha2``/``beta``. Each function says which old spellings of it still work (with a DeprecationWarning).
+``alpha1``/``alpha2``/``beta``.
 
 ``engine`` (add, op-tensor, scale, transform, reduce): "legacy" (the deprecated C call), "graph" (a cached
 backend-API graph: float16, bfloat16 and float32 data of 1 to 5 dimensions, float32 compute, no NaN propagation, no
