@@ -128,21 +128,11 @@ def _accepted(fn: Callable) -> list[str]:
     return params + [n for n in _OPTIONS if n not in params]
 
 
-def _options(where: str, options: Any, values: dict) -> SdpaOptions:
-    """The call's :class:`SdpaOptions`: ``options``, or the option keywords among its arguments ``values``."""
-    return SdpaOptions.of(options, {n: values[n] for n in _OPTIONS}, where)
-
-
 class Sdpa:
-    """Attention forward as an object: the checked arguments, the plan (:meth:`plan` / :meth:`autotune`) and the
-    runner that executes it (:meth:`execute`); :func:`sdpa` is the function form.
-
-    :param handle: the :class:`~cudnn_py.Handle` (plans are cached on it: equal configurations share one).
-    :param q, k, v: as :func:`sdpa`'s.
-    :param options: an :class:`SdpaOptions` (or pass its fields as keywords).
-    :param return_stats: also return the (B, Hq, Sq, 1) float32 statistics :func:`sdpa_backward` needs.
-    :param o, stats: outputs every :meth:`execute` writes (default: new arrays each call; o gets q's layout).
-    The other keywords are the tensors of :func:`sdpa`.
+    """Attention forward as an object: the checked arguments, the plan (:meth:`plan` / :meth:`autotune`) and its
+    execution (:meth:`execute`); :func:`sdpa` is the function form. The arguments are :func:`sdpa`'s (``options``:
+    an :class:`SdpaOptions`, or its fields as keywords); ``o``, ``stats``: outputs every :meth:`execute` writes
+    (default: new arrays each call).
     """
 
     def __init__(self, handle: Handle, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayLike,
@@ -280,8 +270,8 @@ def sdpa(handle: Handle, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayL
              "return_stats=True")
         return_stats = True
     values = locals()
-    a = Sdpa(handle, q, k, v, _options("sdpa", options, values), **{n: values[n] for n in _TENSORS},
-             return_stats=return_stats, o=o, stats=stats)
+    opts = SdpaOptions.of(options, {n: values[n] for n in _OPTIONS}, "sdpa")
+    a = Sdpa(handle, q, k, v, opts, **{n: values[n] for n in _TENSORS}, return_stats=return_stats, o=o, stats=stats)
     if bool_arg(autotune, "autotune"):
         a.autotune()
     res = a._run()
@@ -354,8 +344,9 @@ def sdpa_backward(handle: Handle, q: DeviceArrayLike, k: DeviceArrayLike, v: Dev
     outputs = {"dq": dq, "dk": dk, "dv": dv, **({"dbias": dbias} if return_dbias else {}),
                **({"dsink": dsink} if return_dsink else {})}
     values = locals()
-    args = SdpaArgs(handle_arg(handle), q, k, v, _options("sdpa_backward", options, values),
-                    **{n: values[n] for n in _TENSORS if not n.startswith("page_table")}, o=o, do=do, stats=stats)
+    opts = SdpaOptions.of(options, {n: values[n] for n in _OPTIONS}, "sdpa_backward")
+    args = SdpaArgs(handle_arg(handle), q, k, v, opts, **{n: values[n] for n in _TENSORS if not n.startswith("page")},
+                    o=o, do=do, stats=stats)
     given = {n: None if x is None or (args.ragged and n in ("dq", "dk", "dv")) else device_tensor(x, n)[1]
              for n, x in outputs.items()}
     r = args.runner("sdpa_backward", bool_arg(autotune, "autotune"), given, (0, 1, 2) if args.ragged else (),
@@ -407,7 +398,6 @@ def sdpa_fp8(handle: Handle, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceAr
     type, and returns ``o = (P8 v) * descale_s * descale_v * scale_o`` in q's FP8 type, with the amax of P and of o
     before ``scale_o`` (what a delayed-scaling recipe feeds its next scales).
 
-    :param handle: the :class:`~cudnn_py.Handle` (plans are cached on it).
     :param q, k, v: (B, Hq, Sq, D), (B, Hk, Skv, D), (B, Hv, Skv, Dv) device tensors of one FP8 type
         (float8_e4m3fn or float8_e5m2: ml_dtypes on DeviceArrays, or torch's), head dims multiples of 16 up to
         256 and packed; Hq a multiple of Hk and Hv.
