@@ -482,9 +482,5 @@ def attention_backward_weights(handle: Handle, attn: MultiHeadAttention, fwd: At
 
 # ---------------------------------------------------------------- deprecated names
 
-def _seq_data_descriptor(*args) -> SeqDataDescriptor:
-    return SeqDataDescriptor.shared(*args)
-
-
-_seq_data_descriptor.__qualname__ = "cudnn_py.ops.attention.SeqDataDescriptor.shared"
-seq_data_descriptor = alias("seq_data_descriptor", _seq_data_descriptor)
+seq_data_descriptor = alias("seq_data_descriptor", SeqDataDescriptor.shared,
+                            use="cudnn_py.ops.attention.SeqDataDescriptor.shared")

@@ -196,11 +196,5 @@ def divisive_normalization_backward(handle: Handle, lrn: LRN, x: DeviceArrayLike
 
 # ---------------------------------------------------------------- deprecated names
 
-def _lrn(n=5, alpha=1e-4, beta=0.75, k=2.0) -> LRN:
-    """What the deprecated LRNDescriptor and lrn_descriptor make: the :class:`LRN` of these settings."""
-    return LRN(n, alpha, beta, k)
-
-
-_lrn.__qualname__ = "cudnn_py.LRN"
-LRNDescriptor = alias("LRNDescriptor", _lrn)
-lrn_descriptor = alias("lrn_descriptor", _lrn)
+LRNDescriptor = alias("LRNDescriptor", LRN, use="cudnn_py.LRN")
+lrn_descriptor = alias("lrn_descriptor", LRN, use="cudnn_py.LRN")

@@ -552,9 +552,4 @@ def rnn_backward_weights(handle: Handle, rnn: RNN, fwd: RNNForwardResult, *moved
 
 # ---------------------------------------------------------------- deprecated names
 
-def _rnn_data_descriptor(*args) -> RNNDataDescriptor:
-    return RNNDataDescriptor.shared(*args)
-
-
-_rnn_data_descriptor.__qualname__ = "cudnn_py.RNNDataDescriptor.shared"
-rnn_data_descriptor = alias("rnn_data_descriptor", _rnn_data_descriptor)
+rnn_data_descriptor = alias("rnn_data_descriptor", RNNDataDescriptor.shared, use="cudnn_py.RNNDataDescriptor.shared")

@@ -177,9 +177,4 @@ def spatial_tf_sampler_backward(handle: Handle, x: DeviceArrayLike, grid: Device
 
 # ---------------------------------------------------------------- deprecated names
 
-def _spatial_transformer(shape, dtype=np.float32) -> SpatialTransformer:
-    return SpatialTransformer.shared(shape, dtype)
-
-
-_spatial_transformer.__qualname__ = "cudnn_py.SpatialTransformer.shared"
-spatial_transformer = alias("spatial_transformer", _spatial_transformer)
+spatial_transformer = alias("spatial_transformer", SpatialTransformer.shared, use="cudnn_py.SpatialTransformer.shared")
