@@ -167,8 +167,7 @@ def blend(handle, fn, settings: tuple, dtype, alpha: float, beta: float, ins: Se
 
 
 def host_step(fn, args: tuple, pointers: tuple[int, ...], keep: tuple = ()) -> None:
-    """Run ``fn(*args)``, a step making its own C or driver calls, as a sink (``pointers``: the indices of device
-    addresses in ``args``)."""
+    """Run ``fn(*args)``, a step making its own C or driver calls, as a sink (``pointers``: device address indices)."""
     if recording.state.rec is None:
         fn(*args)
         return

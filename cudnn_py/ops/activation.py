@@ -139,8 +139,7 @@ def _graph(handle: Handle, act: Activation, xa, dya, out, alpha, beta, auto) -> 
 
 
 def _legacy(handle: Handle, act: Activation, xa, ya, dya, dxa, alpha: float, beta: float) -> None:
-    """``cudnnActivationForward`` (``dya`` None) or ``cudnnActivationBackward``; identity as ``cudnnTransformTensor``
-    (``y = alpha * x + beta * y``, ``dx = alpha * dy + beta * dx``)."""
+    """``cudnnActivationForward`` (``dya`` None) or ``...Backward``; identity as ``cudnnTransformTensor``."""
     if act.mode == capi.CUDNN_ACTIVATION_IDENTITY:
         blend(handle, capi.cudnnTransformTensor, (), xa.dtype, alpha, beta, [xa if dya is None else dya],
               ya if dya is None else dxa)
@@ -188,8 +187,7 @@ def activation_backward(handle: Handle, activation: Activation | str | int, x: D
 # ---------------------------------------------------------------- deprecated names
 
 def _activation(mode="relu", coef=0.0, *, nan_propagation=False, swish_beta=None) -> Activation:
-    """What the deprecated ActivationDescriptor and activation_descriptor make: the :class:`Activation` of these
-    settings."""
+    """What the deprecated ActivationDescriptor and activation_descriptor make."""
     return Activation(mode, coef, 1.0 if swish_beta is None else swish_beta, nan_propagation=nan_propagation)
 
 

@@ -360,8 +360,7 @@ def _windows(lo_win, hi_win, Tq: int, Tk: int) -> tuple:
 @prepared(inputs=("q", "k", "v", "weights", "residuals"), outputs=("o",), inplace=False)
 def _forward(handle: Handle, attn: MultiHeadAttention, q, k, v, weights, seq_lengths_q, seq_lengths_kv, lo_win,
              hi_win, residuals, o, training, curr_idx) -> tuple:
-    """The validated ``cudnnMultiHeadAttnForward`` of :func:`attention_forward`: ``(o, reserve, device lengths_q,
-    device lengths_kv)``."""
+    """The validated ``cudnnMultiHeadAttnForward``: ``(o, reserve, device lengths_q, device lengths_kv)``."""
     q, k, v, host_lq, host_lk, (q_desc, k_desc, v_desc, o_desc) = _shapes(handle, attn, q, k, v, seq_lengths_q,
                                                                           seq_lengths_kv)
     B, Tq, Tk = q.shape[0], q.shape[1], k.shape[1]

@@ -186,8 +186,7 @@ def batchnorm_backward(handle: Handle, x: DeviceArrayLike, dy: DeviceArrayLike, 
 def batchnorm_ex_sizes(handle: Handle, x: DeviceArrayLike, *, mode: str | int = "spatial_persistent",
                        ops: str | int = "bn", activation: Activation | str | int | None = None,
                        with_z: bool | None = None) -> NormSizes:
-    """:class:`NormSizes` ``(forward_workspace, backward_workspace, reserve)``: bytes the ``..._ex`` calls need
-    with this x."""
+    """:class:`NormSizes` ``(forward_workspace, backward_workspace, reserve)``: the ``..._ex`` calls' bytes for x."""
     handle = handle_arg(handle)
     s = _bn(handle, x, mode)
     op, act = na.fused_ops(ops, activation, BATCHNORM_OPS, capi.cudnnBatchNormOps_t, forward=False, check=False)

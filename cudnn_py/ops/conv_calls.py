@@ -211,8 +211,7 @@ _ROLES = {"forward": ("x", "w", "y"), "backward_data": ("w", "dy", "dx"), "backw
 
 def _call(direction: str, handle: Handle, conv: Convolution, a, b, out, shape, algo, alpha, beta, deterministic,
           workspace_limit, autotune, engine):
-    """The validated path of a direction; ``a``, ``b``, ``out``: its inputs and output in argument order (``out``
-    None: allocated, of ``shape`` where the direction takes one)."""
+    """The validated path of a direction; ``a``, ``b``, ``out``: its inputs and output (None: allocated)."""
     where = f"convolution_{direction}"
     _conv_arg(conv)
     names = _ROLES[direction]

@@ -43,8 +43,7 @@ _MODES = {"cross_correlation": capi.CUDNN_CROSS_CORRELATION, "convolution": capi
 
 
 class _ConvolutionDescriptor(Descriptor):
-    """A ``cudnnConvolutionDescriptor_t`` of the settings :class:`cudnn_py.Convolution` validated, read back from
-    cuDNN."""
+    """A ``cudnnConvolutionDescriptor_t`` of validated :class:`cudnn_py.Convolution` settings, read back."""
 
     _handle_type = capi.cudnnConvolutionDescriptor_t
     _create_fn, _destroy_fn = "cudnnCreateConvolutionDescriptor", "cudnnDestroyConvolutionDescriptor"
@@ -140,8 +139,7 @@ class Convolution:
         self._descs: dict[tuple, _ConvolutionDescriptor] = {}
 
     def close(self) -> None:
-        """Nothing to release (its C descriptors are shared and cached): kept for code written against the
-        deprecated ``ConvolutionDescriptor`` / ``convolution_descriptor``, which make a Convolution."""
+        """Nothing to release (its C descriptors are shared); kept for code written for ``ConvolutionDescriptor``."""
 
     def __enter__(self) -> Convolution:
         return self
@@ -295,16 +293,6 @@ def _out_logical(conv: Convolution, xs, ws):
 DTYPES = ("float32", "float16", "bfloat16", "float64", "int8")
 
 
-def _check_dtypes(xd, wd, yd) -> None:
-    if xd.name not in DTYPES:
-        raise InvalidTypeError(f"x is {xd}; the legacy convolution runs {', '.join(DTYPES)} data")
-    if xd != wd:
-        raise InvalidTypeError(f"x is {xd} but w is {wd}; they must have the same dtype")
-    if yd != xd and not (xd == np.int8 and yd == np.float32):
-        raise InvalidTypeError(f"the output is {yd} but the inputs are {xd}; it must be {xd} (int8 may also give "
-                               f"float32)")
-
-
 def _tensor_desc(shape, strides, dtype):
     return _d.TensorDescriptor.shared(tuple(shape), dtype, tuple(strides))
 
@@ -362,9 +350,15 @@ class Geometry:
         for name, s in (("x", x), ("w", w), ("y", y)):
             if s is not None and s[3] != device:
                 raise InvalidValueError(f"{name} is on device {s[3]} but the handle is on device {device}")
-        y_dtype = x[2] if y is None else y[2]
-        _check_dtypes(x[2], w[2], y_dtype)
-        return cls(conv, x[:2], w[:2], (None, None) if y is None else y[:2], x[2], y_dtype)
+        xd, wd, yd = x[2], w[2], x[2] if y is None else y[2]
+        if xd.name not in DTYPES:
+            raise InvalidTypeError(f"x is {xd}; the legacy convolution runs {', '.join(DTYPES)} data")
+        if xd != wd:
+            raise InvalidTypeError(f"x is {xd} but w is {wd}; they must have the same dtype")
+        if yd != xd and not (xd == np.int8 and yd == np.float32):
+            raise InvalidTypeError(f"the output is {yd} but the inputs are {xd}; it must be {xd} (int8 may also give "
+                                   f"float32)")
+        return cls(conv, x[:2], w[:2], (None, None) if y is None else y[:2], xd, yd)
 
     def conv_desc(self, math_type) -> _ConvolutionDescriptor:
         """The convolution's shared C descriptor for this geometry with ``math_type``."""

@@ -109,15 +109,10 @@ class CTCLabels(NamedTuple):
     input_lengths: np.ndarray
 
 
-def _on_device(obj) -> bool:
-    if isinstance(obj, DeviceArray) or hasattr(obj, "__cuda_array_interface__"):
-        return True
-    dev = getattr(obj, "__dlpack_device__", None)
-    return dev is not None and not isinstance(obj, np.ndarray) and dev()[0] in (2, 13)  # kDLCUDA, kDLCUDAManaged
-
-
 def _host_ints(obj, name: str) -> np.ndarray:
-    if _on_device(obj):
+    dev = getattr(obj, "__dlpack_device__", None)
+    if isinstance(obj, DeviceArray) or hasattr(obj, "__cuda_array_interface__") or (
+            dev is not None and not isinstance(obj, np.ndarray) and dev()[0] in (2, 13)):  # kDLCUDA, kDLCUDAManaged
         obj = as_array(obj, name).to_numpy()
     try:
         a = np.asarray(obj)

@@ -117,8 +117,7 @@ def lrn_forward(handle: Handle, lrn: LRN, x: DeviceArrayLike, *, y: Out | None =
 def lrn_backward(handle: Handle, lrn: LRN, x: DeviceArrayLike, y: DeviceArrayLike, dy: DeviceArrayLike,
                  *, dx: Out | None = None, alpha: float = 1.0,
                  beta: float = 0.0) -> DeviceArray | Out:
-    """``dx = alpha * dL/dx + beta * dx`` from the forward's x and y and the gradient dy
-    (``cudnnLRNCrossChannelBackward``)."""
+    """``dx = alpha * dL/dx + beta * dx`` from the forward's x, y and dy (``cudnnLRNCrossChannelBackward``)."""
     xa = _input(lrn, x, handle)
     ya = check_array(y, "y", handle, dtype=xa.dtype, shape=xa.shape)
     dya = check_array(dy, "dy", handle, dtype=xa.dtype, shape=xa.shape)

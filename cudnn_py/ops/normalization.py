@@ -86,8 +86,7 @@ def _sizes(handle: Handle, s: na.NormSetup, op, algo, act, with_z: bool) -> tupl
 def normalization_sizes(handle: Handle, x: DeviceArrayLike, *, mode: str | int = "per_channel", ops: str | int = "norm",
                         algo: str | int = "standard", activation: Activation | str | int | None = None,
                         with_z: bool | None = None) -> NormSizes:
-    """:class:`~cudnn_py.ops.batchnorm.NormSizes` ``(forward_workspace, backward_workspace, reserve)``: bytes the
-    training calls need with this x."""
+    """:class:`~cudnn_py.ops.batchnorm.NormSizes` ``(forward_workspace, backward_workspace, reserve)`` for x."""
     handle = handle_arg(handle)
     s = _setup(handle, x, mode, "legacy", ops)[1]
     op, act = na.fused_ops(ops, activation, NORM_OPS, capi.cudnnNormOps_t, forward=False, check=False)
@@ -161,8 +160,8 @@ def normalization_backward(handle: Handle, x: DeviceArrayLike, y: DeviceArrayLik
                            dscale: DeviceArrayLike | None = None, dbias: DeviceArrayLike | None = None,
                            alpha_data: float = 1.0, beta_data: float = 0.0, alpha_param: float = 1.0,
                            beta_param: float = 0.0, engine: str = "auto") -> BatchNormGrads:
-    """Gradients of ``y = act(norm(x) [+ z])`` (``cudnnNormalizationBackward``); ``y`` and ``reserve``
-    from the forward pass (the graph engine reads no reserve); ``dz`` returned for ops "norm_add_activation"."""
+    """Gradients of ``y = act(norm(x) [+ z])`` (``cudnnNormalizationBackward``); ``y`` and ``reserve`` from the
+    forward (the graph engine reads no reserve); ``dz`` returned for ops "norm_add_activation"."""
     engine, s = _setup(handle, x, mode, engine, ops)
     op, act = na.fused_ops(ops, activation, NORM_OPS, capi.cudnnNormOps_t, forward=False)
     al_, check = _algo(algo)

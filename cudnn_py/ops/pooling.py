@@ -264,9 +264,7 @@ def pooling_forward(handle: Handle, pool: Pooling, x: DeviceArrayLike, *, y: Out
 def pooling_backward(handle: Handle, pool: Pooling, x: DeviceArrayLike, y: DeviceArrayLike, dy: DeviceArrayLike,
                      *, dx: Out | None = None, alpha: float = 1.0, beta: float = 0.0,
                      engine: str = "auto") -> DeviceArray | Out:
-    """``dx = alpha * dL/dx + beta * dx`` from the forward's x and y and the gradient dy (``cudnnPoolingBackward``).
-
-    ``engine``: "legacy", "graph" or "auto" (the default; as for :func:`pooling_forward`)."""
+    """``dx = alpha * dL/dx + beta * dx`` from the forward's x and y and the gradient dy (``cudnnPoolingBackward``)."""
     xa = check_array(x, "x", handle, floating=True)
     pd, y_shape = _resolve(pool, xa.shape)
     ya = check_array(y, "y", handle, dtype=xa.dtype, shape=y_shape)
@@ -303,8 +301,7 @@ def pooling_output_shape(x_shape: Sequence[int], mode: str | int = "max", window
 # ---------------------------------------------------------------- deprecated names
 
 def _pooling(mode="max", window=2, padding=0, stride=None, *, ndim=None, nan_propagation=False) -> Pooling:
-    """What the deprecated PoolingDescriptor and pooling_descriptor make: the :class:`Pooling` of these settings
-    (``ndim``, when given, checked against them)."""
+    """What the deprecated PoolingDescriptor and pooling_descriptor make (``ndim``, when given, checked)."""
     pool = Pooling(mode, window, padding, stride, nan_propagation=nan_propagation)
     if ndim is not None:
         pool.params(spatial_ndim(ndim, ()))

@@ -368,8 +368,7 @@ class RNNDataGrads(NamedTuple):
 
 
 def _state(handle: Handle, rnn: RNN, a, name: str, B: int, cell: bool = False, out: bool = False):
-    """A state ``[layers * dirs, B, hidden_size if cell else out_size]``: an input, or with ``out`` an output
-    (allocated when not given)."""
+    """A state ``[layers * dirs, B, hidden_size if cell else out_size]``: an input, or with ``out`` an output."""
     shape = (rnn.num_pseudo_layers, B, rnn.hidden_size if cell else rnn.out_size)
     if out:
         return memory.output_array(a, shape, rnn.dtype, name, device=handle.device, stream=handle.stream,

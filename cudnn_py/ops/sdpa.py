@@ -168,8 +168,7 @@ class Sdpa:
         return self.runner
 
     def plan(self) -> Plan:
-        """The plan :meth:`execute` runs: on the first call the heuristics' first engine's (through the handle's plan
-        cache)."""
+        """The plan :meth:`execute` runs (on the first call the heuristics' first engine's)."""
         return (self.runner or self._runner(False)).plan
 
     def autotune(self) -> Plan:
@@ -379,8 +378,7 @@ class SdpaFp8Grads(NamedTuple):
 
 def _fp8_call(handle: Any, method: str, tensors: dict, scales: dict, outputs: dict, opts: SdpaOptions,
               autotune: bool, **builder: Any) -> list:
-    """Run the FP8 attention graph of ``Graph.<method>`` on ``tensors`` and ``scales``; returns the ``outputs`` (name
-    -> the caller's array or None) in order."""
+    """Run the FP8 attention graph of ``Graph.<method>``; returns the ``outputs`` (name -> array or None) in order."""
     args = SdpaArgs(handle, opts=opts, scales=scales, **tensors)
     given = {n: None if x is None else device_tensor(x, n)[1] for n, x in outputs.items()}
     return args.run(args.runner(method, autotune, given, **builder), outputs)

@@ -24,8 +24,7 @@ ROUTE = "attention graph paths"
 
 
 def alibi_slopes(heads: int) -> np.ndarray:
-    """The standard ALiBi slopes for ``heads`` query heads (an int >= 1; float32, as cuDNN's frontend computes
-    them)."""
+    """The standard ALiBi slopes for ``heads`` query heads (float32, as cuDNN's frontend computes them)."""
     if isinstance(heads, bool) or not isinstance(heads, (int, np.integer)) or heads < 1:
         raise InvalidValueError(f"heads must be an int >= 1, got {heads!r}")
     heads = int(heads)
@@ -98,8 +97,7 @@ def device_scalar(handle: Any, value: Any, name: str, dtype: Any) -> DeviceArray
 
 
 def _uploaded(handle: Any) -> list:
-    """[an event on the handle's stream after the uploads queued there] (none without a stream), which a runner's
-    replay on another stream waits for."""
+    """[an event after the uploads queued on the handle's stream], which a replay on another stream waits for."""
     stream = getattr(handle, "stream", None)
     return [] if stream is None else [stream.record()]
 
@@ -205,8 +203,7 @@ class SdpaArgs:
         return Runner(plan, handle, [*tensors, *outs], arrays[n:], n, specs, ready)
 
     def run(self, r: Runner, outputs: dict) -> list:
-        """Execute ``r`` on these arrays and ``outputs`` (name -> the caller's array, or None for a new one); returns
-        the outputs."""
+        """Execute ``r`` on these arrays and ``outputs`` (name -> array, or None: new); returns the outputs."""
         recording.uses(ROUTE)
         bound = [bind_output(self.handle, x, n, spec, self.packed) for (n, x), spec in zip(outputs.items(), r.specs)]
         r.run([*self.arrays.values(), *(b for _, b in bound)])

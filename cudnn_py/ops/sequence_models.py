@@ -190,8 +190,7 @@ def training_ctx(fwd, result_type: type, desc, forward_name: str) -> dict:
 
 def weights_ctx(fwd, result_type: type, desc, forward_name: str, moved: tuple, dweights: DeviceArrayLike | None
                 ) -> tuple[dict, DeviceArrayLike | None]:
-    """(saved state, ``dweights``) of a backward-weights call, its backward-data call made first; ``moved``: a
-    deprecated positional ``dweights``."""
+    """(saved state, ``dweights``) of a backward-weights call (``moved``: a deprecated positional ``dweights``)."""
     where = forward_name.replace("forward", "backward_weights")
     if moved:
         dweights, = moved_outputs(where, moved, ("dweights",), (dweights,), stacklevel=5)

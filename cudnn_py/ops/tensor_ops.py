@@ -96,8 +96,7 @@ def add_tensor(handle: Handle, a: DeviceArrayLike, c: Out, *, alpha: float = 1.0
 
 def _settings(op, cls: type[OpTensor] | type[ReduceTensor], table: dict, enum_type, compute_dtype,
               nan_propagation) -> tuple:
-    """(operation, compute_dtype, nan_propagation) from ``op``: a ``cls`` holding all three, or an operation name or
-    member with the other two given as keywords."""
+    """(operation, compute_dtype, nan_propagation) from ``op`` (a ``cls``) or from an operation and the keywords."""
     if isinstance(op, cls):
         if compute_dtype is not None or nan_propagation:
             raise InvalidValueError(f"op is a {cls.__name__}: give compute_dtype and nan_propagation in it, not as "
