@@ -184,8 +184,6 @@ def activation_backward(handle: Handle, activation: Activation | str | int, x: D
     return dxa if dx is None else dx
 
 
-# ---------------------------------------------------------------- deprecated names
-
 def _activation(mode="relu", coef=0.0, *, nan_propagation=False, swish_beta=None) -> Activation:
     """What the deprecated ActivationDescriptor and activation_descriptor make."""
     return Activation(mode, coef, 1.0 if swish_beta is None else swish_beta, nan_propagation=nan_propagation)

@@ -479,7 +479,5 @@ def attention_backward_weights(handle: Handle, attn: MultiHeadAttention, fwd: At
     return _backward_weights(handle, attn, ctx["q"], ctx["k"], ctx["v"], dout, weights, fwd.reserve, sq, sk, dweights)
 
 
-# ---------------------------------------------------------------- deprecated names
-
 seq_data_descriptor = alias("seq_data_descriptor", SeqDataDescriptor.shared,
                             use="cudnn_py.ops.attention.SeqDataDescriptor.shared")

@@ -227,8 +227,6 @@ def dropout_backward(handle: Handle, dropout: Dropout, dy: DeviceArrayLike, rese
     return dxa
 
 
-# ---------------------------------------------------------------- deprecated names
-
 def _dropout(handle: Handle, dropout: float = 0.5, seed: int = 0) -> Dropout:
     """What the deprecated DropoutDescriptor makes: a :class:`Dropout`."""
     return Dropout(handle, dropout, seed)

@@ -193,7 +193,5 @@ def divisive_normalization_backward(handle: Handle, lrn: LRN, x: DeviceArrayLike
     return DivisiveNormalizationGrads(dxa, dma)
 
 
-# ---------------------------------------------------------------- deprecated names
-
 LRNDescriptor = alias("LRNDescriptor", LRN, use="cudnn_py.LRN")
 lrn_descriptor = alias("lrn_descriptor", LRN, use="cudnn_py.LRN")

@@ -168,8 +168,6 @@ def _resolve(pool, x_shape) -> tuple[capi.cudnnPoolingDescriptor_t, tuple[int, .
     return pool.descriptor(len(x_shape) - 2), y_shape
 
 
-# ---------------------------------------------------------------- engine="graph": resample operations
-
 #: legacy pooling mode -> resample mode of the graph path
 _GRAPH_MODES = {capi.CUDNN_POOLING_MAX: "max", capi.CUDNN_POOLING_MAX_DETERMINISTIC: "max",
                 capi.CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING: "avg",
@@ -297,8 +295,6 @@ def pooling_output_shape(x_shape: Sequence[int], mode: str | int = "max", window
     capi.cudnnGetPoolingNdForwardOutputDim(d.ptr, xd.ptr, nd, out)
     return tuple(out)
 
-
-# ---------------------------------------------------------------- deprecated names
 
 def _pooling(mode="max", window=2, padding=0, stride=None, *, ndim=None, nan_propagation=False) -> Pooling:
     """What the deprecated PoolingDescriptor and pooling_descriptor make (``ndim``, when given, checked)."""

@@ -549,6 +549,4 @@ def rnn_backward_weights(handle: Handle, rnn: RNN, fwd: RNNForwardResult, *moved
                              ctx["seq_layout"], ctx["seq_lengths"], dweights)
 
 
-# ---------------------------------------------------------------- deprecated names
-
 rnn_data_descriptor = alias("rnn_data_descriptor", RNNDataDescriptor.shared, use="cudnn_py.RNNDataDescriptor.shared")

@@ -175,6 +175,4 @@ def spatial_tf_sampler_backward(handle: Handle, x: DeviceArrayLike, grid: Device
     return SamplerGrads(dxa, dga)
 
 
-# ---------------------------------------------------------------- deprecated names
-
 spatial_transformer = alias("spatial_transformer", SpatialTransformer.shared, use="cudnn_py.SpatialTransformer.shared")
