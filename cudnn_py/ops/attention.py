@@ -43,7 +43,7 @@ from cudnn_py.core.memory import DeviceArray, DeviceArrayLike
 from cudnn_py.ops._common import launch, read_tensor_desc, with_tensor_descriptors
 from cudnn_py.ops.dropout import Dropout
 from cudnn_py.ops.sequence_models import (
-    MATH_TYPES, WeightedDescriptor, by_value, c_nbytes, check_lengths, choice, device_lengths, dropout_arg, name_of,
+    MATH_TYPES, WeightedDescriptor, by_value, check_lengths, choice, device_lengths, dropout_arg, name_of,
     positive_int, training_ctx, weights_ctx,
 )
 from cudnn_py.calls.prepared import prepared
@@ -378,7 +378,7 @@ def _forward(handle: Handle, attn: MultiHeadAttention, q, k, v, weights, seq_len
     reserve = memory.empty((reserve_n,), np.uint8, stream=stream, device=handle.device) if training else None
     lq, lk = device_lengths(handle, host_lq), device_lengths(handle, host_lk)
     launch(handle, capi.cudnnMultiHeadAttnForward, handle.ptr, attn, curr_idx, lo_c, hi_c, lq, lk, q_desc, q, ra,
-           k_desc, k, v_desc, v, o_desc, oa, w.nbytes, w, work_n, WorkspaceArg(work_n), c_nbytes(reserve), reserve)
+           k_desc, k, v_desc, v, o_desc, oa, w.nbytes, w, work_n, WorkspaceArg(work_n), reserve_n, reserve)
     return oa, reserve, lq, lk
 
 

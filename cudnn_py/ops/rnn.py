@@ -39,7 +39,7 @@ from cudnn_py.core.memory import DeviceArray, DeviceArrayLike
 from cudnn_py.ops._common import launch, read_tensor_desc, with_tensor_descriptors
 from cudnn_py.ops.dropout import Dropout
 from cudnn_py.ops.sequence_models import (
-    MATH_TYPES, WeightedDescriptor, by_value, c_nbytes, check_lengths, choice, device_lengths, dropout_arg, name_of,
+    MATH_TYPES, WeightedDescriptor, by_value, check_lengths, choice, device_lengths, dropout_arg, name_of,
     positive_int, training_ctx, weights_ctx,
 )
 from cudnn_py.calls.prepared import prepared
@@ -70,10 +70,6 @@ _PRECISIONS = {np.dtype(np.float16): (np.dtype(np.float32), np.dtype(np.float16)
 def _renamed(where: str, old: dict, name: str, new: str, value):
     """``value``, or that of ``new``'s deprecated spelling ``name`` in ``old`` (a warning)."""
     return renamed_kwargs(where, old, {name: new}, {new: value}, stacklevel=5)[new] if old else value
-
-
-def _positive(**values: int) -> tuple[int, ...]:
-    return tuple(positive_int(v, k) for k, v in values.items())
 
 
 #: lin_id meaning per cell mode: input-side matrices first, then recurrent ones (LSTM 8: projection).
@@ -141,8 +137,8 @@ class RNN(WeightedDescriptor):
                  clip: tuple[float, float] | None = None, **old) -> None:
         compute_dtype = _renamed("RNN", old, "math_precision", "compute_dtype", compute_dtype)
         mode, c_mode = choice(_MODES, mode, "mode")
-        input_size, hidden_size, num_layers = _positive(input_size=input_size, hidden_size=hidden_size,
-                                                        num_layers=num_layers)
+        input_size, hidden_size, num_layers = (positive_int(v, n) for n, v in (
+            ("input_size", input_size), ("hidden_size", hidden_size), ("num_layers", num_layers)))
         if proj_size is not None:
             proj_size = positive_int(proj_size, "proj_size")
             if mode != "lstm" and proj_size != hidden_size:
@@ -291,7 +287,8 @@ class RNNDataDescriptor(Descriptor):
                  padding_fill: float = 0.0, **old: str) -> None:
         seq_layout = _renamed("RNNDataDescriptor", old, "layout", "seq_layout", seq_layout)
         layout, c_layout = choice(_LAYOUTS, seq_layout, "seq_layout")
-        T, B, V = _positive(max_seq_length=max_seq_length, batch_size=batch_size, vector_size=vector_size)
+        T, B, V = (positive_int(v, n) for n, v in (("max_seq_length", max_seq_length), ("batch_size", batch_size),
+                                                   ("vector_size", vector_size)))
         lengths = check_lengths(seq_lengths, T, B, packed=layout == "packed")
         self.dtype = numpy_dtype(cudnn_dtype(dtype))
         fill = (ctypes.c_double if self.dtype == np.float64 else ctypes.c_float)(padding_fill)
@@ -453,7 +450,7 @@ def _forward(handle: Handle, rnn: RNN, x, weights, seq_lengths, seq_layout, hx, 
     reserve = memory.empty((reserve_n,), np.uint8, stream=handle.stream, device=handle.device) if training else None
     lengths = device_lengths(handle, host_lengths)
     launch(handle, capi.cudnnRNNForward, handle.ptr, rnn, mode, lengths, x_desc, x, y_desc, ya, h_desc, hxa, hya,
-           c_desc, cxa, cya, w.nbytes, w, work_n, WorkspaceArg(work_n), c_nbytes(reserve), reserve)
+           c_desc, cxa, cya, w.nbytes, w, work_n, WorkspaceArg(work_n), reserve_n if training else 0, reserve)
     return ya, hya, cya, reserve, lengths
 
 

@@ -167,11 +167,6 @@ class WeightedDescriptor(Descriptor):
         return w
 
 
-def c_nbytes(a: DeviceArray | None) -> int:
-    """An array's size in bytes for C, 0 for an array that is not given."""
-    return 0 if a is None else a.nbytes
-
-
 def training_ctx(fwd, result_type: type, desc, forward_name: str) -> dict:
     """The saved state of a training-mode forward result, checked to belong to ``desc``."""
     if not isinstance(desc, WeightedDescriptor):

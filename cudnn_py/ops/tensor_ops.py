@@ -467,7 +467,7 @@ def _legacy_reduce(handle: Handle, opv, aa: DeviceArray, ca: DeviceArray, alpha:
     ad, cd = desc(aa), desc(ca)
     ws_size, idx_size = ctypes.c_size_t(), ctypes.c_size_t()
     capi.cudnnGetReductionWorkspaceSize(handle.ptr, rd, ad.ptr, cd.ptr, ctypes.byref(ws_size))
-    idx = None
+    idx, idx_ptr, idx_bytes = None, None, 0
     if indices:
         recording.spoil("the indices buffer is sized by cuDNN, larger than the index array returned")
         capi.cudnnGetReductionIndicesSize(handle.ptr, rd, ad.ptr, cd.ptr, ctypes.byref(idx_size))
@@ -476,10 +476,7 @@ def _legacy_reduce(handle: Handle, opv, aa: DeviceArray, ca: DeviceArray, alpha:
         idx = DeviceArray(idx_buf.ptr, ca.shape, np.int32, device_id=idx_buf.device_id, owner=idx_buf,
                           stream=idx_buf.stream)
         idx_ptr, idx_bytes = idx_buf.ptr, words * 4
-    else:
-        idx_ptr, idx_bytes = None, 0
-    scalar_dtype = np.float64 if compute == capi.CUDNN_DATA_DOUBLE else np.float32
-    al, be = scalars(scalar_dtype, alpha, beta)
+    al, be = scalars(np.float64 if compute == capi.CUDNN_DATA_DOUBLE else np.float32, alpha, beta)
     launch(handle, capi.cudnnReduceTensor, handle.ptr, reduction, idx_ptr, idx_bytes, WorkspaceArg(ws_size.value),
            ws_size.value, al, ad, aa, be, cd, ca)
     return [] if idx is None else [idx]
