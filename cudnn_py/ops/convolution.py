@@ -84,15 +84,15 @@ _COMPUTE_DTYPES = frozenset({capi.CUDNN_DATA_FLOAT, capi.CUDNN_DATA_DOUBLE, capi
 
 
 class Convolution:
-    """A convolution's settings (what a ``cudnnConvolutionDescriptor_t`` holds, plus the layout): validated once,
-    hashable, read back as properties, with its shared C descriptors (:meth:`descriptor`).
+    """A convolution's settings (a ``cudnnConvolutionDescriptor_t``'s, plus the layout): validated once, hashable, read
+    back as properties, with its shared C descriptors (:meth:`descriptor`).
 
     :param padding: an int, one int per spatial dimension, or one ``(low, high)`` pair per dimension (asymmetric
         padding runs on an explicitly zero-padded copy of x).
     :param stride, dilation: an int or one per spatial dimension.
     :param groups: the number of filter groups (the input channels are ``w.shape[1] * groups``).
-    :param mode: ``"cross_correlation"`` (what deep learning calls convolution; default) or ``"convolution"``
-        (kernel flipped), any case, or the ``cudnnConvolutionMode_t``.
+    :param mode: ``"cross_correlation"`` (default; deep learning's convolution) or ``"convolution"`` (kernel flipped),
+        any case, or the ``cudnnConvolutionMode_t``.
     :param math_type: ``"auto"`` (default; or None: tensor-op math for float16/bfloat16 data, default math otherwise,
         which on A100+ allows TF32 for float32), ``"default"``, ``"tensor_op"``, ``"tensor_op_allow_conversion"``,
         ``"fma"`` (exact float32), or the ``cudnnMathType_t``.

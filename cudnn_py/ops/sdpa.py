@@ -227,21 +227,20 @@ def sdpa(handle: Handle, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayL
     """Attention forward: ``o = softmax(mask(scale * q k^T + bias)) v`` in one fused cuDNN kernel.
 
     :param handle: the :class:`~cudnn_py.Handle` (plans are cached on it).
-    :param q, k, v: (B, Hq, Sq, D), (B, Hk, Skv, D), (B, Hv, Skv, Dv) float16/bfloat16 device tensors
-        (DeviceArray, torch, anything with DLPack / ``__cuda_array_interface__``), head dim packed; Hq a
-        multiple of Hk and Hv (grouped-query / multi-query attention). Packed batches: (T_q, Hq, D), (T_kv, Hk,
-        D), (T_kv, Hv, D) with the ragged offsets below.
-    :param options: an :class:`SdpaOptions`, or its fields as the keywords ``scale``, ``causal``,
+    :param q, k, v: (B, Hq, Sq, D), (B, Hk, Skv, D), (B, Hv, Skv, Dv) float16/bfloat16 device tensors (DeviceArray,
+        torch, anything with DLPack / ``__cuda_array_interface__``), head dim packed; Hq a multiple of Hk and Hv
+        (grouped-query / multi-query attention). Packed batches: (T_q, Hq, D), (T_kv, Hk, D), (T_kv, Hv, D).
+    :param options: an :class:`SdpaOptions`, or (not both) its fields as keywords: ``scale``, ``causal``,
         ``diagonal_alignment``, ``left_bound``, ``right_bound``, ``alibi``, ``dropout``, ``max_seq_len_q``,
-        ``max_seq_len_kv``, ``implementation`` (not both; see :class:`SdpaOptions` for each).
+        ``max_seq_len_kv``, ``implementation``.
     :param bias: additive (B or 1, Hq or 1, Sq, Skv) device tensor of q's dtype.
     :param seq_len_q, seq_len_kv: per-batch int32 lengths ((B,) or (B, 1, 1, 1) device tensors): padding mask;
         output rows at or beyond seq_len_q are not written.
     :param ragged_offset_q, ragged_offset_k: packed ("THD") batches: (B + 1,) int32/int64 device tensors of each
-        sequence's first element in q (and o) and in k (and v), i.e. cumulative token counts times H * D; need
-        the padding mask and the options ``max_seq_len_q``/``max_seq_len_kv``. o is then (T_q, Hq, D); the
-        statistics stay (B, Hq, max_seq_len_q, 1). Needs Dv == D and Hk * D == Hv * Dv (v shares k's offsets, o
-        q's); the graph API takes four. ``ragged_offset_kv=`` is the deprecated spelling of ``ragged_offset_k``.
+        sequence's first element in q (and o) and in k (and v), i.e. cumulative token counts times H * D; need the
+        padding mask and the options ``max_seq_len_q``/``max_seq_len_kv``. o is then (T_q, Hq, D); the statistics
+        stay (B, Hq, max_seq_len_q, 1). Needs Dv == D and Hk * D == Hv * Dv (v shares k's offsets, o q's).
+        ``ragged_offset_kv=`` is the deprecated spelling of ``ragged_offset_k``.
     :param page_table_k, page_table_v: a paged KV cache (inference): k and v are then the page containers
         (blocks, Hk, block_size, D) and (blocks, Hv, block_size, Dv), and each table a (B, pages) or (B, 1, pages,
         1) int32 device tensor of the block index of each page of each sequence, pages = ceil(max_seq_len_kv /
@@ -315,18 +314,16 @@ def sdpa_backward(handle: Handle, q: DeviceArrayLike, k: DeviceArrayLike, v: Dev
         SdpaGradsWithSink | SdpaGradsWithBiasAndSink:
     """Attention backward: the gradients of :func:`sdpa` for the output gradient ``do``.
 
-    Takes the forward's inputs and options (the same :class:`SdpaOptions` or keywords: scale, masks, bias, dropout
-    with the same seed/offset, ragged offsets), its output ``o`` and statistics ``stats`` (``return_stats=True``),
-    and ``do`` (o's shape and dtype; packed like o for packed batches).
+    Takes the forward's inputs and options (the same seed/offset for dropout), its output ``o`` and statistics
+    ``stats`` (``return_stats=True``), and ``do`` (o's shape and dtype; packed like o for packed batches).
 
     :param return_dbias: also return the gradient of ``bias`` (its shape).
     :param sink, return_dsink: the forward's sink, and whether to return its gradient ((1, Hq, 1, 1) float32). The
         statistics include the sink, so dq, dk, dv do not need it: without ``return_dsink`` it is not read.
     :param dq, dk, dv, dbias, dsink: outputs to write (default: new arrays in the layouts of q, k, v and bias);
         ``dbias`` needs ``return_dbias``, ``dsink`` ``return_dsink``.
-    :returns: a :class:`SdpaGrads` (dq, dk, dv), with ``return_dbias=True`` a :class:`SdpaGradsWithBias` (dq, dk,
-        dv, dbias), with ``return_dsink=True`` a :class:`SdpaGradsWithSink` (dq, dk, dv, dsink), with both a
-        :class:`SdpaGradsWithBiasAndSink`; all unpack like tuples.
+    :returns: a :class:`SdpaGrads` (dq, dk, dv), with ``return_dbias`` a :class:`SdpaGradsWithBias` (+ dbias), with
+        ``return_dsink`` a :class:`SdpaGradsWithSink` (+ dsink), with both a :class:`SdpaGradsWithBiasAndSink`.
     """
     if deprecated:
         ragged_offset_k = renamed("sdpa_backward", deprecated, _RENAMED, _accepted(sdpa_backward),
