@@ -85,9 +85,8 @@ def _choose(handle: Handle, g: Geometry, direction: str, spec, deterministic: bo
 # ---------------------------------------------------------------- plans: everything a call derives from its config
 
 class _Plan:
-    """What one legacy call needs: its geometry, descriptors (``keep``: A, B, C in cuDNN's argument order, then the
-    convolution's), algorithm, workspace bytes, C function, the scaling factors' type (``scaling``: double for double
-    compute, else float) and ``gen``, the algorithm_cache.generation a "fastest" choice was made under (else None)."""
+    """What one legacy call needs: geometry, descriptors (``keep``: A, B, C in cuDNN's order, then the convolution's),
+    algorithm, workspace bytes, C function, scaling type and ``gen`` (the generation a "fastest" choice was made at)."""
     __slots__ = ("g", "keep", "algo", "ws", "cfn", "scaling", "gen")
 
     def __init__(self, g: Geometry, direction: str, choice: tuple, spec: Any) -> None:
@@ -156,8 +155,7 @@ def _takes(algo: Any, deterministic: bool, workspace_limit: int | None, conv: Co
 def _dispatch(handle: Handle, engine: str, takes: bool, key: Callable[[], tuple], legacy: Callable[[], Any],
               direction: str, conv: Convolution, a, b, out, mutated: tuple = (), **kw: Any) -> Any:
     """The call's output, run on ``engine`` (``"auto"``: measured once per ``key()`` where the graph path ``takes``
-    the call). The graph engine is :func:`cudnn_py.graph.conv.convolution` on ``a``, ``b``, ``out`` (the graph's
-    order) with ``kw``; the engine choice's later runs repeat its plan execution alone."""
+    the call); the graph engine is :func:`cudnn_py.graph.conv.convolution` on ``a``, ``b``, ``out`` with ``kw``."""
     outs: dict = {}
 
     def run() -> bool:
@@ -251,9 +249,8 @@ def _call(direction: str, handle: Handle, conv: Convolution, a, b, out, shape, a
 
 def _legacy(handle: Handle, direction: str, conv: Convolution, sigs, a_ptr: int, b_ptr: int, out, out_ptr: int,
             algo, alpha, beta, deterministic, workspace_limit):
-    """A direction's legacy C call (``sigs``: x, w, y signatures by forward roles; forward's y None where allocated).
-    Asymmetric padding runs on a zero-padded copy of x (backward data: the gradient of one, its interior blended
-    into dx)."""
+    """A direction's legacy C call (``sigs``: x, w, y signatures by forward roles); asymmetric padding runs on a
+    zero-padded copy of x (backward data: the gradient of one, its interior blended into dx)."""
     p = _ready(handle, direction, conv, sigs, algo, deterministic, workspace_limit, (a_ptr, b_ptr))
     g = p.g
     if out is None:

@@ -45,8 +45,7 @@ MAX_LABEL_LENGTH = 255
 
 class CTCLoss(Descriptor):
     """A ``cudnnCTCLossDescriptor_t``: float32 compute, ``normalization`` "softmax" or "none", ``grad_mode``
-    "zero_oob" or "skip_oob" (gradients of sequences whose labels cannot fit), ``max_label_length``; read back from
-    cuDNN. Works without a GPU; ``close()`` (or the garbage collector) destroys it."""
+    "zero_oob" or "skip_oob" (gradients of sequences whose labels cannot fit), ``max_label_length``; works on CPU."""
 
     _handle_type = capi.cudnnCTCLossDescriptor_t
     _create_fn, _destroy_fn = "cudnnCreateCTCLossDescriptor", "cudnnDestroyCTCLossDescriptor"

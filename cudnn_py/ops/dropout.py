@@ -193,9 +193,9 @@ def _backward_c(hptr, dp, dy: _Layout, dx: _Layout, device: int, dy_ptr: int, dx
 @prepared(inputs=("x",), outputs=("y", "reserve"), inplace=False, moved=("y", "reserve"))
 def dropout_forward(handle: Handle, dropout: Dropout, x: DeviceArrayLike, *,
                     y: DeviceArrayLike | None = None, reserve: DeviceArrayLike | None = None) -> DropoutOutputs:
-    """``y = x * mask / (1 - p)`` with a fresh mask (``cudnnDropoutForward``); returns :class:`DropoutOutputs`
-    ``(y, reserve)``, each allocated when not given: ``y`` x's shape and dtype (float16, float32 or float64; x's
-    layout when x is dense), ``reserve`` uint8 of :func:`dropout_reserve_size` bytes (the mask)."""
+    """``y = x * mask / (1 - p)`` with a fresh mask (``cudnnDropoutForward``); returns :class:`DropoutOutputs` ``(y,
+    reserve)``, allocated when not given: ``y`` like x (float16/32/64; x's layout when dense), ``reserve`` the mask
+    (uint8, :func:`dropout_reserve_size` bytes)."""
     _dropout_ptr(dropout)
     xa = check_array(x, "x", handle)
     _check_dtype(xa.dtype, "x")

@@ -96,8 +96,7 @@ _INFERENCE = ("scale", "bias", "mean", "var")
 def inference(handle, s: na.NormSetup, engine: str, key: tuple, params: tuple, epsilon, y, z, op, activation, alpha,
               beta, c_call, check=_nothing) -> DeviceArray:
     """Forward inference: dispatch between ``c_call(sc, bi, me, va, z, eps, y)`` and the pointwise graph y = (x -
-    mean) * scale / sqrt(var + eps) + bias [+ z] [ReLU], blended; ``key``: the engine choice's key's head. Returns
-    y."""
+    mean) * scale / sqrt(var + eps) + bias [+ z] [ReLU], blended. Returns y."""
     za = None if z is None else na.data_array(z, "z", handle, like=s.x)
     sc, bi, me, va = (s.param(a, n, handle) for a, n in zip(params, _INFERENCE))
     eps = na.check_epsilon(epsilon)

@@ -43,9 +43,8 @@ def device_tensor(obj: Any, name: str) -> tuple[Any, tuple]:
 
 
 def _as_4d(obj: Any, name: str, axis: int = 0, pages: bool = False) -> DeviceArray | None:
-    """An optional device tensor, None where absent: a vector ((N,)) seen as 4-D with N on ``axis`` (per-batch
-    lengths and offsets: 0, a sink's heads: 1), a page table ((B, pages)) as (B, 1, pages, 1); 4-D as it is (the
-    builder checks the rest)."""
+    """An optional device tensor as 4-D: a vector ((N,)) with N on ``axis`` (lengths, offsets: 0; a sink's heads: 1),
+    a page table ((B, pages)) as (B, 1, pages, 1); 4-D as it is."""
     if obj is None:
         return None
     a = as_array(obj, name)
@@ -171,9 +170,8 @@ class SdpaArgs:
         self.arrays = {n: got[n] for n in order if got.get(n) is not None}
 
     def runner(self, method: str, autotune: bool, given: dict, srcs: Sequence = (), **builder: Any) -> Runner:
-        """The runner of ``Graph.<method>``'s graph on these arrays, options and ``builder`` keywords. ``given``: output
-        name -> the caller's array's (shape, strides, dtype), whose strides the output takes, or None; ``srcs``: for
-        each packed output the index of the q/k/v whose token count it shares."""
+        """The runner of ``Graph.<method>``'s graph on these arrays; ``given``: output name -> the caller's array's
+        (shape, strides, dtype) or None; ``srcs``: per packed output, the index of the q/k/v whose tokens it has."""
         handle = self.handle
         g = Graph(io_dtype=self.dtype, compute_dtype="float32", intermediate_dtype="float32", name=method)
         kw: dict = {}

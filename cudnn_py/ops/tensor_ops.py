@@ -294,9 +294,8 @@ def _scale(handle: Handle, ya: DeviceArray, alpha: float) -> None:
 
 
 class TensorTransformDescriptor(Descriptor):
-    """A ``cudnnTensorTransformDescriptor_t``: the destination ``layout`` (a ``cudnnTensorFormat_t``) of an
-    ``nd``-dimensional transform, zeros added ``pad_before``/``pad_after`` each dimension, ``fold`` factors and the
-    folding ``direction``, all parsed (:func:`transform_tensor_ex` takes the friendly spellings)."""
+    """A ``cudnnTensorTransformDescriptor_t``: the destination ``layout`` of an ``nd``-dimensional transform, zero
+    padding ``pad_before``/``pad_after`` per dimension, ``fold`` factors and the folding ``direction``, all parsed."""
 
     _handle_type = capi.cudnnTensorTransformDescriptor_t
     _create_fn, _destroy_fn = "cudnnCreateTensorTransformDescriptor", "cudnnDestroyTensorTransformDescriptor"
