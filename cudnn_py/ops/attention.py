@@ -113,7 +113,8 @@ class MultiHeadAttention(WeightedDescriptor):
                  math_type: str | int = "default", attn_dropout: float | Dropout | None = None,
                  post_dropout: float | Dropout | None = None) -> None:
         heads = positive_int(heads, "heads")
-        sizes = {n: positive_int(v, n) for n, v in (("q_size", q_size), ("k_size", k_size), ("v_size", v_size))}
+        self.q_size, self.k_size, self.v_size = (positive_int(v, n) for n, v in (("q_size", q_size),
+                                                                                ("k_size", k_size), ("v_size", v_size)))
         proj = {}
         for n, v, default in (("q_proj_size", q_proj_size, proj_size), ("k_proj_size", k_proj_size, proj_size),
                               ("v_proj_size", v_proj_size, proj_size), ("o_proj_size", o_proj_size, q_size)):
@@ -124,8 +125,8 @@ class MultiHeadAttention(WeightedDescriptor):
         if proj["q_proj_size"] != proj["k_proj_size"]:
             raise InvalidValueError(f"queries and keys must project to the same size, got q_proj_size="
                              f"{proj['q_proj_size']} and k_proj_size={proj['k_proj_size']}")
-        lens = {n: positive_int(v, n) for n, v in (("max_seq_q", max_seq_q), ("max_seq_kv", max_seq_kv),
-                                                    ("max_batch", max_batch))}
+        self.max_seq_q, self.max_seq_kv, self.max_batch = (positive_int(v, n) for n, v in (
+            ("max_seq_q", max_seq_q), ("max_seq_kv", max_seq_kv), ("max_batch", max_batch)))
         if not isinstance(query_map, str) or query_map not in ("all_to_one", "one_to_one"):
             raise InvalidValueError(f"query_map must be 'all_to_one' or 'one_to_one', got {query_map!r}")
         dt = numpy_dtype(cudnn_dtype(dtype))
@@ -142,10 +143,7 @@ class MultiHeadAttention(WeightedDescriptor):
         mode = (capi.CUDNN_ATTN_ENABLE_PROJ_BIASES if biases else capi.CUDNN_ATTN_DISABLE_PROJ_BIASES) | \
             (capi.CUDNN_ATTN_QUERYMAP_ONE_TO_ONE if query_map == "one_to_one" else capi.CUDNN_ATTN_QUERYMAP_ALL_TO_ONE)
         self.heads, self.dtype, self.biases = heads, dt, bool(biases)
-        self.q_size, self.k_size, self.v_size = sizes["q_size"], sizes["k_size"], sizes["v_size"]
-        self.q_proj_size, self.k_proj_size = proj["q_proj_size"], proj["k_proj_size"]
-        self.v_proj_size, self.o_proj_size = proj["v_proj_size"], proj["o_proj_size"]
-        self.max_seq_q, self.max_seq_kv, self.max_batch = lens["max_seq_q"], lens["max_seq_kv"], lens["max_batch"]
+        self.q_proj_size, self.k_proj_size, self.v_proj_size, self.o_proj_size = proj.values()
         self._sizes: dict[tuple[int, bool], AttentionBufferSizes] = {}  # by (device, training)
         super().__init__()
         capi.cudnnSetAttnDescriptor(
