@@ -1,8 +1,6 @@
-"""Helpers the legacy operation families share: argument parsing, array checks, outputs (:func:`output`, given or
-new; :func:`new_output`), descriptors, scalars, the sinks (:func:`launch`; :func:`blend` for the alpha/beta calls).
-
-Every check runs before C is called and raises a TypeError/ValueError naming the argument. :func:`desc` returns a
-descriptor of the core's shared cache, which callers hold in a local while C runs (the cache may evict it).
+"""Helpers the legacy operation families share: argument and array checks, outputs, descriptors (shared: hold one in
+a local while C runs), scalars, and the sinks (:func:`launch`; :func:`blend` for the alpha/beta calls). The raw C
+calls behind the families: docs/ops.md.
 """
 from __future__ import annotations
 
@@ -45,8 +43,7 @@ _SCALARS = shared("ops.scalars", maxsize=256)
 
 
 def scalars(dtype, *values: float) -> tuple:
-    """``byref`` host scalars (alpha/beta) for data of ``dtype``: double for float64, else float. Made once per
-    (dtype, values) and shared: cuDNN only reads them."""
+    """``byref`` host scalars (alpha/beta) for data of ``dtype``: double for float64, else float; shared."""
     try:
         return _SCALARS[dtype, values]
     except (KeyError, TypeError):  # not made yet, or an unhashable dtype spelling
@@ -65,8 +62,7 @@ def scalars(dtype, *values: float) -> tuple:
 
 
 def tensor_desc(shape: Sequence[int], dtype, strides: Sequence[int] | None = None) -> TensorDescriptor:
-    """The shared tensor descriptor (packed when ``strides`` is None); fewer than 4 dimensions get trailing
-    unit dimensions (the legacy calls want at least 4)."""
+    """The shared tensor descriptor (packed when ``strides`` is None), padded to 4 dimensions with trailing 1s."""
     shape = tuple(shape)
     if len(shape) < 4:
         pad = 4 - len(shape)
@@ -90,8 +86,7 @@ def read_tensor_desc(d) -> tuple[tuple[int, ...], tuple[int, ...], np.dtype]:
 
 
 def with_tensor_descriptors(fn, count: int = 1):
-    """``fn(*descs)`` on ``count`` new raw ``cudnnTensorDescriptor_t`` (for C calls that fill descriptors in),
-    destroyed after."""
+    """``fn(*descs)`` on ``count`` new raw ``cudnnTensorDescriptor_t``, destroyed after."""
     descs = []
     try:
         for _ in range(count):
@@ -120,9 +115,8 @@ def check_array(obj, name: str, handle, *, dtype=None, shape=None, floating: boo
 
 def output(out, name: str, handle, shape, dtype, *, like: DeviceArray | None = None,
            contiguous: bool = False) -> DeviceArray:
-    """``out`` checked to be exactly ``shape`` and ``dtype`` (and C-contiguous with ``contiguous``), or a new array on
-    the handle's stream packed in ``like``'s memory order (torch's ``preserve_format``: channels-last in,
-    channels-last out), C-contiguous where ``like`` is None."""
+    """``out`` checked to be exactly ``shape`` and ``dtype`` (and ``contiguous``), or a new array packed in ``like``'s
+    memory order (torch's ``preserve_format``), C-contiguous where ``like`` is None."""
     if out is None:
         return new_output(handle, shape, dtype, None if like is None else preserved_strides(like.shape, like.strides,
                                                                                             shape))
@@ -130,11 +124,10 @@ def output(out, name: str, handle, shape, dtype, *, like: DeviceArray | None = N
 
 
 def launch(handle, fn, *args) -> None:
-    """Call the :mod:`cudnn_py.capi` function ``fn`` on ``handle`` with ``args``: the legacy families' sink, which a
-    prepared call repeats with other addresses. A :class:`DeviceArray` (or :class:`~cudnn_py.clib.recording.Address`)
-    stands for its address, a :class:`~cudnn_py.core.descriptors.Descriptor` or ``Settings`` for its C descriptor (kept
-    alive by the recording), a :class:`~cudnn_py.clib.recording.WorkspaceArg` for the handle's workspace; a plain int
-    where C takes a ``void *`` spoils the recording."""
+    """Call the :mod:`cudnn_py.capi` function ``fn`` with ``args`` (the families' sink, which a prepared call repeats
+    with other addresses): a DeviceArray or ``Address`` stands for its address, a Descriptor or ``Settings`` for its C
+    descriptor, a ``WorkspaceArg`` for the handle's workspace; a plain int where C takes a ``void *`` spoils the
+    recording."""
     c_args, pointers = list(args), []
     for i, a in enumerate(args):
         t = type(a)
@@ -174,8 +167,7 @@ def blend(handle, fn, settings: tuple, dtype, alpha: float, beta: float, ins: Se
 
 
 def host_step(fn, args: tuple, pointers: tuple[int, ...], keep: tuple = ()) -> None:
-    """Run ``fn(*args)``, a step that makes its own C or driver calls (``args[i]`` for ``i`` in ``pointers`` a device
-    address of the call's arrays), as a sink: recorded for the call's prepared call to repeat with its addresses."""
+    """Run ``fn(*args)``, a step making its own C or driver calls, as a sink (``pointers``: device address indices)."""
     if recording.state.rec is None:
         fn(*args)
         return

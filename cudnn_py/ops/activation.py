@@ -6,21 +6,10 @@
     y = activation_forward(h, Activation("clipped_relu", coef=6.0), x)
     dx = activation_backward(h, Activation("swish", swish_beta=1.5), x, y, dy)
 
-Identity runs as ``cudnnTransformTensor`` (a scaled copy): cuDNN's activation calls refuse
-``CUDNN_ACTIVATION_IDENTITY`` (BAD_PARAM), which it keeps for ``cudnnConvolutionBiasActivationForward``.
-Arrays of any rank 1 to 8 and any strides (x and y may differ) are accepted.
-
-``engine="graph"`` runs the same function as a cached backend-API graph of one pointwise operation (plus the
-alpha/beta blend) instead of the deprecated ``cudnnActivationForward/Backward``; float16, bfloat16 and float32
-data of 1 to 5 dimensions, NaN propagation off. ``engine="auto"`` (the default) measures both engines on the first
-call of a configuration and keeps the faster (:mod:`cudnn_py.calls.engine_choice`; with measuring off, it takes the
-graph where it accepts the call and the legacy call otherwise; docs/graph_paths.md).
-
-Raw C path::
-
-    d = capi.cudnnActivationDescriptor_t(); capi.cudnnCreateActivationDescriptor(byref(d))
-    capi.cudnnSetActivationDescriptor(d, capi.CUDNN_ACTIVATION_RELU, capi.CUDNN_NOT_PROPAGATE_NAN, 0.0)
-    capi.cudnnActivationForward(h.ptr, d, byref(c_float(1)), x_desc, x.ptr, byref(c_float(0)), y_desc, y.ptr)
+Identity runs as ``cudnnTransformTensor`` (cuDNN's activation calls refuse it). Arrays of any rank 1 to 8 and any
+strides (x and y may differ) are accepted. ``engine``: "legacy" (``cudnnActivationForward/Backward``), "graph" (one
+pointwise operation: float16, bfloat16, float32, 1 to 5 dimensions, no NaN propagation) or "auto" (the default: the
+faster, measured once per configuration; docs/graph_paths.md).
 """
 from __future__ import annotations
 
@@ -49,8 +38,7 @@ ACTIVATION_MODES = {
 
 
 class _ActivationDescriptor(Descriptor):
-    """A ``cudnnActivationDescriptor_t`` of settings :class:`cudnn_py.Activation` validated: ``mode``,
-    ``nan_propagation`` (bool), ``coef`` (read back from cuDNN) and ``swish_beta``."""
+    """A ``cudnnActivationDescriptor_t`` of the settings :class:`cudnn_py.Activation` validated."""
 
     _handle_type = capi.cudnnActivationDescriptor_t
     _create_fn, _destroy_fn = "cudnnCreateActivationDescriptor", "cudnnDestroyActivationDescriptor"
@@ -133,8 +121,7 @@ _GRAPH_MODES = {
 
 
 def _graph(handle: Handle, act: Activation, xa, dya, out, alpha, beta, auto) -> bool:
-    """The graph path: one pointwise operation blended into ``out``, forward (``dya`` None) or backward (the gradient
-    from dy and x; identity's from dy alone)."""
+    """The graph path: one pointwise operation blended into ``out``, forward (``dya`` None) or backward."""
     if act.nan_propagation:
         raise gl.GraphPathRefused("engine='graph' has no NaN-propagation setting; use engine='legacy'")
     backward = dya is not None
@@ -152,8 +139,7 @@ def _graph(handle: Handle, act: Activation, xa, dya, out, alpha, beta, auto) -> 
 
 
 def _legacy(handle: Handle, act: Activation, xa, ya, dya, dxa, alpha: float, beta: float) -> None:
-    """``cudnnActivationForward`` (``dya`` None) or ``cudnnActivationBackward``; identity as ``cudnnTransformTensor``
-    (``y = alpha * x + beta * y``, ``dx = alpha * dy + beta * dx``)."""
+    """``cudnnActivationForward`` (``dya`` None) or ``...Backward``; identity as ``cudnnTransformTensor``."""
     if act.mode == capi.CUDNN_ACTIVATION_IDENTITY:
         blend(handle, capi.cudnnTransformTensor, (), xa.dtype, alpha, beta, [xa if dya is None else dya],
               ya if dya is None else dxa)
@@ -167,10 +153,9 @@ def _legacy(handle: Handle, act: Activation, xa, ya, dya, dxa, alpha: float, bet
 def activation_forward(handle: Handle, activation: Activation | str | int, x: DeviceArrayLike, *,
                        y: Out | None = None, alpha: float = 1.0, beta: float = 0.0,
                        engine: str = "auto") -> DeviceArray | Out:
-    """``y = alpha * act(x) + beta * y`` (``cudnnActivationForward``); returns y (allocated if not given).
+    """``y = alpha * act(x) + beta * y`` (``cudnnActivationForward``); returns y (allocated if not given; may be x).
 
     ``activation``: an :class:`Activation`, or a mode name or ``cudnnActivationMode_t`` (then coef 0, swish_beta 1).
-    ``y`` may be ``x`` itself (in place). ``engine``: "legacy", "graph" or "auto" (see the module doc).
     """
     act = activation_of(activation)
     xa = check_array(x, "x", handle, floating=True)
@@ -199,11 +184,8 @@ def activation_backward(handle: Handle, activation: Activation | str | int, x: D
     return dxa if dx is None else dx
 
 
-# ---------------------------------------------------------------- deprecated names
-
 def _activation(mode="relu", coef=0.0, *, nan_propagation=False, swish_beta=None) -> Activation:
-    """What the deprecated ActivationDescriptor and activation_descriptor make: the :class:`Activation` of these
-    settings."""
+    """What the deprecated ActivationDescriptor and activation_descriptor make."""
     return Activation(mode, coef, 1.0 if swish_beta is None else swish_beta, nan_propagation=nan_propagation)
 
 

@@ -1,24 +1,21 @@
-"""Multi-head attention through cuDNN's (deprecated in cuDNN 9, still present) ``cudnnMultiHeadAttn*`` calls.
+"""Multi-head attention through cuDNN's deprecated ``cudnnMultiHeadAttn*`` calls (new code: :func:`cudnn_py.sdpa`).
 
-NVIDIA points new code to the graph API's scaled-dot-product attention; these calls keep working and
-are what older code ports to. Beam size 1: queries ``q[B, Tq, q_size]``, keys ``k[B, Tk, k_size]``,
-values ``v[B, Tk, v_size]``, output ``o[B, Tq, o_proj_size]`` (``dout``: its gradient, cuDNN's name)::
+Beam size 1: queries ``q[B, Tq, q_size]``, keys ``k[B, Tk, k_size]``, values ``v[B, Tk, v_size]``, output
+``o[B, Tq, o_proj_size]`` (``dout``: its gradient, cuDNN's name)::
 
-    attn = cdp.MultiHeadAttention(heads=4, q_size=64, k_size=64, v_size=64, proj_size=16,
-                                    max_seq_q=10, max_seq_kv=12, max_batch=8, biases=True)
+    attn = cdp.MultiHeadAttention(heads=4, q_size=64, k_size=64, v_size=64, proj_size=16, max_seq_q=10,
+                                  max_seq_kv=12, max_batch=8, biases=True)
     w = attn.new_weights(h)
     cdp.load_attention_weights(h, attn, w, {"wq": wq, "bq": bq, ...})      # [heads, proj, size] ...
-    fwd = cdp.attention_forward(h, attn, q, k, v, w, seq_len_q=lq, seq_len_kv=lk,
-                                  lo_win=lo, hi_win=hi, residuals=q, training=True)   # (o, reserve)
+    fwd = cdp.attention_forward(h, attn, q, k, v, w, seq_len_q=lq, seq_len_kv=lk, residuals=q, training=True)
     dq, dk, dv = cdp.attention_backward_data(h, attn, fwd, dout, w)                 # an AttentionDataGrads
     dw = cdp.attention_backward_weights(h, attn, fwd, dout, w)
 
-Weights (``cudnnGetMultiHeadAttnWeights``): ``wq [heads, q_proj, q_size]``, ``wk [heads, k_proj, k_size]``,
-``wv [heads, v_proj, v_size]``, ``wo [heads, o_proj, v_proj]`` (each ``W[h] @ vector``), biases
-``bq/bk/bv [heads, proj]`` and ``bo [o_proj]``. Query ``t`` attends keys ``lo_win[t] <= j < hi_win[t]``
-(default: all) within its sequence's length. As in cuDNN, ``dq`` does not include the residual path, and
-the output-bias gradient sums ``dout`` over all query rows, padding included: zero ``dout`` past each
-query length (measured with cuDNN 9.19).
+Weights: ``wq [heads, q_proj, q_size]``, ``wk [heads, k_proj, k_size]``, ``wv [heads, v_proj, v_size]``, ``wo
+[heads, o_proj, v_proj]`` (each ``W[h] @ vector``), biases ``bq/bk/bv [heads, proj]`` and ``bo [o_proj]``. Query
+``t`` attends keys ``lo_win[t] <= j < hi_win[t]`` (default: all) within its sequence's length. As in cuDNN, ``dq``
+leaves out the residual path, and the output-bias gradient sums ``dout`` over all query rows, padding included:
+zero ``dout`` past each query length (cuDNN 9.19).
 """
 from __future__ import annotations
 
@@ -46,7 +43,7 @@ from cudnn_py.core.memory import DeviceArray, DeviceArrayLike
 from cudnn_py.ops._common import launch, read_tensor_desc, with_tensor_descriptors
 from cudnn_py.ops.dropout import Dropout
 from cudnn_py.ops.sequence_models import (
-    MATH_TYPES, WeightedDescriptor, by_value, c_nbytes, check_lengths, choice, device_lengths, dropout_arg, name_of,
+    MATH_TYPES, WeightedDescriptor, by_value, check_lengths, choice, device_lengths, dropout_arg, name_of,
     positive_int, training_ctx, weights_ctx,
 )
 from cudnn_py.calls.prepared import prepared
@@ -97,13 +94,12 @@ class AttentionBufferSizes(NamedTuple):
 class MultiHeadAttention(WeightedDescriptor):
     """A multi-head attention descriptor (``cudnnSetAttnDescriptor``).
 
-    ``proj_size`` sets ``q_proj_size``/``k_proj_size``/``v_proj_size`` not given (queries and keys must
-    project to the same size); ``o_proj_size`` defaults to ``q_size`` (so residuals fit); ``scale``
-    defaults to ``1/sqrt(q_proj_size)``; ``biases`` adds projection biases; ``dtype`` float16/32/64 and
-    ``compute_dtype`` (default float32, float64 for double data); ``math_type`` as for :class:`RNN`;
-    ``attn_dropout``/``post_dropout`` (cuDNN's two dropouts): applied in training to the attention weights /
-    the output, each a probability or a ``cdp.Dropout`` as for :class:`RNN`'s ``dropout``, kept alive here
-    (closing one first makes this raise :class:`ClosedError`).
+    ``proj_size`` sets ``q_proj_size``/``k_proj_size``/``v_proj_size`` not given (queries and keys must project to
+    the same size); ``o_proj_size`` defaults to ``q_size`` (so residuals fit); ``scale`` to ``1/sqrt(q_proj_size)``;
+    ``biases`` adds projection biases; ``dtype`` float16/32/64 and ``compute_dtype`` (default float32, float64 for
+    double data); ``math_type`` as for :class:`RNN`; ``attn_dropout``/``post_dropout``: applied in training to the
+    attention weights / the output, each as :class:`RNN`'s ``dropout`` (closing one first makes this raise
+    :class:`ClosedError`).
     """
 
     _handle_type = capi.cudnnAttnDescriptor_t
@@ -117,7 +113,8 @@ class MultiHeadAttention(WeightedDescriptor):
                  math_type: str | int = "default", attn_dropout: float | Dropout | None = None,
                  post_dropout: float | Dropout | None = None) -> None:
         heads = positive_int(heads, "heads")
-        sizes = {n: positive_int(v, n) for n, v in (("q_size", q_size), ("k_size", k_size), ("v_size", v_size))}
+        self.q_size, self.k_size, self.v_size = (positive_int(v, n) for n, v in (("q_size", q_size),
+                                                                                ("k_size", k_size), ("v_size", v_size)))
         proj = {}
         for n, v, default in (("q_proj_size", q_proj_size, proj_size), ("k_proj_size", k_proj_size, proj_size),
                               ("v_proj_size", v_proj_size, proj_size), ("o_proj_size", o_proj_size, q_size)):
@@ -128,8 +125,8 @@ class MultiHeadAttention(WeightedDescriptor):
         if proj["q_proj_size"] != proj["k_proj_size"]:
             raise InvalidValueError(f"queries and keys must project to the same size, got q_proj_size="
                              f"{proj['q_proj_size']} and k_proj_size={proj['k_proj_size']}")
-        lens = {n: positive_int(v, n) for n, v in (("max_seq_q", max_seq_q), ("max_seq_kv", max_seq_kv),
-                                                    ("max_batch", max_batch))}
+        self.max_seq_q, self.max_seq_kv, self.max_batch = (positive_int(v, n) for n, v in (
+            ("max_seq_q", max_seq_q), ("max_seq_kv", max_seq_kv), ("max_batch", max_batch)))
         if not isinstance(query_map, str) or query_map not in ("all_to_one", "one_to_one"):
             raise InvalidValueError(f"query_map must be 'all_to_one' or 'one_to_one', got {query_map!r}")
         dt = numpy_dtype(cudnn_dtype(dtype))
@@ -146,10 +143,7 @@ class MultiHeadAttention(WeightedDescriptor):
         mode = (capi.CUDNN_ATTN_ENABLE_PROJ_BIASES if biases else capi.CUDNN_ATTN_DISABLE_PROJ_BIASES) | \
             (capi.CUDNN_ATTN_QUERYMAP_ONE_TO_ONE if query_map == "one_to_one" else capi.CUDNN_ATTN_QUERYMAP_ALL_TO_ONE)
         self.heads, self.dtype, self.biases = heads, dt, bool(biases)
-        self.q_size, self.k_size, self.v_size = sizes["q_size"], sizes["k_size"], sizes["v_size"]
-        self.q_proj_size, self.k_proj_size = proj["q_proj_size"], proj["k_proj_size"]
-        self.v_proj_size, self.o_proj_size = proj["v_proj_size"], proj["o_proj_size"]
-        self.max_seq_q, self.max_seq_kv, self.max_batch = lens["max_seq_q"], lens["max_seq_kv"], lens["max_batch"]
+        self.q_proj_size, self.k_proj_size, self.v_proj_size, self.o_proj_size = proj.values()
         self._sizes: dict[tuple[int, bool], AttentionBufferSizes] = {}  # by (device, training)
         super().__init__()
         capi.cudnnSetAttnDescriptor(
@@ -326,8 +320,7 @@ def _data(handle: Handle, attn, a, name, B, T, V) -> DeviceArray:
 
 
 def _shapes(handle: Handle, attn, q, k, v, seq_lengths_q, seq_lengths_kv) -> tuple:
-    """``(q, k, v, lengths_q, lengths_kv, (q_desc, k_desc, v_desc, o_desc))``: q, k and v checked against the
-    descriptor, the lengths and the sequence data descriptors."""
+    """``(q, k, v, lengths_q, lengths_kv, (q_desc, k_desc, v_desc, o_desc))``, checked against the descriptor."""
     _check_attn(attn)
     q = memory.as_array(q, "q", dtype=attn.dtype, ndim=3, contiguous=True, device=handle.device)
     B, Tq = q.shape[0], q.shape[1]
@@ -365,9 +358,7 @@ def _windows(lo_win, hi_win, Tq: int, Tk: int) -> tuple:
 @prepared(inputs=("q", "k", "v", "weights", "residuals"), outputs=("o",), inplace=False)
 def _forward(handle: Handle, attn: MultiHeadAttention, q, k, v, weights, seq_lengths_q, seq_lengths_kv, lo_win,
              hi_win, residuals, o, training, curr_idx) -> tuple:
-    """The validated ``cudnnMultiHeadAttnForward`` of :func:`attention_forward` (lengths and windows by value):
-    ``(o, reserve, lengths_q, lengths_kv)``, the last two the device copies of the lengths, which the backward data
-    call reads too."""
+    """The validated ``cudnnMultiHeadAttnForward``: ``(o, reserve, device lengths_q, device lengths_kv)``."""
     q, k, v, host_lq, host_lk, (q_desc, k_desc, v_desc, o_desc) = _shapes(handle, attn, q, k, v, seq_lengths_q,
                                                                           seq_lengths_kv)
     B, Tq, Tk = q.shape[0], q.shape[1], k.shape[1]
@@ -385,7 +376,7 @@ def _forward(handle: Handle, attn: MultiHeadAttention, q, k, v, weights, seq_len
     reserve = memory.empty((reserve_n,), np.uint8, stream=stream, device=handle.device) if training else None
     lq, lk = device_lengths(handle, host_lq), device_lengths(handle, host_lk)
     launch(handle, capi.cudnnMultiHeadAttnForward, handle.ptr, attn, curr_idx, lo_c, hi_c, lq, lk, q_desc, q, ra,
-           k_desc, k, v_desc, v, o_desc, oa, w.nbytes, w, work_n, WorkspaceArg(work_n), c_nbytes(reserve), reserve)
+           k_desc, k, v_desc, v, o_desc, oa, w.nbytes, w, work_n, WorkspaceArg(work_n), reserve_n, reserve)
     return oa, reserve, lq, lk
 
 
@@ -399,12 +390,10 @@ def attention_forward(handle: Handle, attn: MultiHeadAttention, q: DeviceArrayLi
     """``cudnnMultiHeadAttnForward`` over all query steps (``curr_idx=-1``) or one (inference only); returns an
     :class:`AttentionForwardResult` ``(o, reserve)``.
 
-    ``lo_win``/``hi_win``: per query step, the first and one-past-last key index it may attend
-    (default 0 and ``Tk``); ``residuals``: added to the output (shape of ``o``); ``o``: the output
-    ``[B, Tq, o_proj_size]``, allocated when not given (``out=`` is its deprecated spelling); ``seq_len_q``,
-    ``seq_len_kv``: each sequence's length (default: all Tq / Tk; ``seq_lengths_q=``/``seq_lengths_kv=`` are their
-    deprecated spellings). A repeat call with the same shapes, lengths, windows and options replays the prepared
-    call (:mod:`cudnn_py.calls.prepared`).
+    ``lo_win``/``hi_win``: per query step, the first and one-past-last key index it may attend (default 0 and
+    ``Tk``); ``residuals``: added to the output (shape of ``o``); ``o``: the output ``[B, Tq, o_proj_size]``,
+    allocated when not given (deprecated: ``out=``); ``seq_len_q``, ``seq_len_kv``: each sequence's length (default:
+    all Tq / Tk; deprecated: ``seq_lengths_q=``/``seq_lengths_kv=``).
     """
     if old:
         new = renamed("attention_forward", old, _RENAMED, _FORWARD_PARAMS,
@@ -414,7 +403,7 @@ def attention_forward(handle: Handle, attn: MultiHeadAttention, q: DeviceArrayLi
     out, reserve, dev_lq, dev_lk = _forward(handle, attn, q, k, v, weights, lq, lk, lo, hi, residuals, o, training,
                                             curr_idx)
     result = AttentionForwardResult(out, reserve)
-    if training:  # what the backward calls take again: the inputs, the lengths (on the device and by value), windows
+    if training:  # what the backward calls take again
         result._ctx = {"desc": attn, "q": q, "k": k, "v": v, "lengths": (dev_lq, dev_lk),
                        "seq_lengths": (lq, lk), "win": (lo, hi), "data_done": False}
     return result
@@ -429,8 +418,7 @@ _FORWARD_PARAMS = tuple(inspect.signature(attention_forward).parameters)[:-1]
           inplace=False)
 def _backward_data(handle: Handle, attn: MultiHeadAttention, q, k, v, dout, weights, reserve, lengths_q, lengths_kv,
                    seq_lengths_q, seq_lengths_kv, lo_win, hi_win, dq, dk, dv) -> AttentionDataGrads:
-    """The validated ``cudnnMultiHeadAttnBackwardData`` of :func:`attention_backward_data` (``reserve`` is
-    updated)."""
+    """The validated ``cudnnMultiHeadAttnBackwardData`` (it updates ``reserve``)."""
     q, k, v, _, _, (q_desc, k_desc, v_desc, o_desc) = _shapes(handle, attn, q, k, v, seq_lengths_q, seq_lengths_kv)
     B, Tq, Tk = q.shape[0], q.shape[1], k.shape[1]
     lo_c, hi_c = _windows(lo_win, hi_win, Tq, Tk)
@@ -464,7 +452,7 @@ def attention_backward_data(handle: Handle, attn: MultiHeadAttention, fwd: Atten
 @prepared(inputs=("q", "k", "v", "dout", "weights", "reserve"), outputs=("dweights",), inplace=False)
 def _backward_weights(handle: Handle, attn: MultiHeadAttention, q, k, v, dout, weights, reserve, seq_lengths_q,
                       seq_lengths_kv, dweights) -> DeviceArray:
-    """The validated ``cudnnMultiHeadAttnBackwardWeights`` of :func:`attention_backward_weights`."""
+    """The validated ``cudnnMultiHeadAttnBackwardWeights``."""
     q, k, v, _, _, (q_desc, k_desc, v_desc, o_desc) = _shapes(handle, attn, q, k, v, seq_lengths_q, seq_lengths_kv)
     douta = _data(handle, attn, dout, "dout", q.shape[0], q.shape[1], attn.o_proj_size)
     w = attn._check_weights(handle, weights)
@@ -489,11 +477,5 @@ def attention_backward_weights(handle: Handle, attn: MultiHeadAttention, fwd: At
     return _backward_weights(handle, attn, ctx["q"], ctx["k"], ctx["v"], dout, weights, fwd.reserve, sq, sk, dweights)
 
 
-# ---------------------------------------------------------------- deprecated names
-
-def _seq_data_descriptor(*args) -> SeqDataDescriptor:
-    return SeqDataDescriptor.shared(*args)
-
-
-_seq_data_descriptor.__qualname__ = "cudnn_py.ops.attention.SeqDataDescriptor.shared"
-seq_data_descriptor = alias("seq_data_descriptor", _seq_data_descriptor)
+seq_data_descriptor = alias("seq_data_descriptor", SeqDataDescriptor.shared,
+                            use="cudnn_py.ops.attention.SeqDataDescriptor.shared")

@@ -1,6 +1,5 @@
-"""Batch normalisation: forward training (running averages, saved mean / inverse variance), inference and backward
-in spatial, spatial-persistent and per-activation modes, and the ``..._ex`` calls that fuse an add and an activation
-(``y = act(bn(x) + z)``) with their workspace and reserve.
+"""Batch normalisation (spatial, spatial-persistent and per-activation modes): forward training, inference, backward,
+and the ``..._ex`` calls that fuse an add and an activation (``y = act(bn(x) + z)``).
 
 ::
 
@@ -16,21 +15,10 @@ Parameters (scale, bias, means, variances) have the shape :func:`batchnorm_param
 1, C, H, W... per activation) or that without its unit dimensions (``(C,)`` for spatial); float32, or float64 for
 float64 data. ``saved_inv_var`` is ``1 / sqrt(var + epsilon)`` of the batch; running variances are unbiased.
 
-``engine="graph"`` runs cached backend-API graphs instead of the deprecated C calls (:mod:`cudnn_py.ops.norm_graphs`):
-float16, bfloat16 and float32 data in spatial(-persistent) mode (inference: any mode), ReLU as the only fused
-activation, the saved statistics for backward, alpha 1 and beta 0 (inference also blends); it uses no reserve space
-(returns none, reads none). ``engine="auto"`` (the default) measures both engines for forward training, inference
-and backward on the first call of a configuration and keeps the faster (:mod:`cudnn_py.calls.engine_choice`; with
-measuring off, the graph where it accepts the call); the ``..._ex`` calls run the legacy call (its backward measured
-faster, and forward and backward must agree on the reserve space; docs/graph_paths.md).
-
-Raw C path::
-
-    bn = capi.cudnnTensorDescriptor_t(); capi.cudnnCreateTensorDescriptor(byref(bn))
-    capi.cudnnDeriveBNTensorDescriptor(bn, x_desc, capi.CUDNN_BATCHNORM_SPATIAL)
-    capi.cudnnBatchNormalizationForwardTraining(h.ptr, capi.CUDNN_BATCHNORM_SPATIAL, byref(c_float(1)),
-        byref(c_float(0)), x_desc, x.ptr, y_desc, y.ptr, bn, scale.ptr, bias.ptr, 1.0, rm.ptr, rv.ptr,
-        1e-5, saved_mean.ptr, saved_inv_var.ptr)
+``engine``: "legacy" (the deprecated C calls), "graph" (:mod:`cudnn_py.ops.norm_graphs`: float16, bfloat16, float32
+data in spatial(-persistent) mode (inference: any), ReLU the only fused activation, the saved statistics for
+backward, alpha 1 and beta 0 (inference also blends), no reserve space) or "auto" (the default: the faster, measured
+once per configuration; the ``..._ex`` pair runs the legacy call; docs/graph_paths.md).
 """
 from __future__ import annotations
 
@@ -94,7 +82,6 @@ class NormSizes(NamedTuple):
 def batchnorm_param_shape(x_shape: Sequence[int], mode: str | int = "spatial") -> tuple[int, ...]:
     """Shape of scale/bias/mean/variance for data of ``x_shape`` (N, C, spatial...) in ``mode``."""
     m = enum_arg(mode, BATCHNORM_MODES, capi.cudnnBatchNormMode_t, "batch-norm mode")
-    # InvalidTypeError for None, a str or anything but ints, InvalidValueError for a negative dimension
     shape = normalize_shape(x_shape, "batchnorm_param_shape: x_shape")
     if not 4 <= len(shape) <= 5:
         raise InvalidValueError(f"batch normalisation takes 4-D or 5-D data (N, C, [D,] H, W); got shape {shape}")
@@ -113,8 +100,7 @@ def _bn(handle: Handle, x, mode) -> na.NormSetup:
 
 
 def _ex_engine(engine: str) -> str:
-    """'auto' for the ``..._ex`` pair is the legacy call (its backward measured faster, and the backward reads the
-    legacy forward's reserve space; docs/graph_paths.md)."""
+    """'auto' for the ``..._ex`` pair is the legacy call (docs/graph_paths.md)."""
     engine = gl.engine_arg(engine)
     return "legacy" if engine == "auto" else engine
 
@@ -129,9 +115,9 @@ def batchnorm_forward_training(handle: Handle, x: DeviceArrayLike, scale: Device
                                engine: str = "auto") -> BatchNormTraining:
     """``y = alpha * bn(x) + beta * y`` with batch statistics (``cudnnBatchNormalizationForwardTraining``).
 
-    ``running_mean``/``running_var`` (both or neither) are updated in place:
-    ``running = factor * batch + (1 - factor) * running`` (use factor 1 on the first call).
-    ``saved_mean``/``saved_inv_var`` are allocated when not given; pass them to :func:`batchnorm_backward`.
+    ``running_mean``/``running_var`` (both or neither) are updated in place: ``running = factor * batch + (1 -
+    factor) * running`` (factor 1 on the first call). ``saved_mean``/``saved_inv_var`` (allocated when not given) go
+    to :func:`batchnorm_backward`.
     """
     s = _bn(handle, x, mode)
     sc, bi, rm, rv, sm, siv, eps, f = na.training_params(handle, s, scale, bias, running_mean, running_var,
@@ -200,8 +186,7 @@ def batchnorm_backward(handle: Handle, x: DeviceArrayLike, dy: DeviceArrayLike, 
 def batchnorm_ex_sizes(handle: Handle, x: DeviceArrayLike, *, mode: str | int = "spatial_persistent",
                        ops: str | int = "bn", activation: Activation | str | int | None = None,
                        with_z: bool | None = None) -> NormSizes:
-    """:class:`NormSizes` ``(forward_workspace, backward_workspace, reserve)``: bytes the ``..._ex`` calls need
-    with this x."""
+    """:class:`NormSizes` ``(forward_workspace, backward_workspace, reserve)``: the ``..._ex`` calls' bytes for x."""
     handle = handle_arg(handle)
     s = _bn(handle, x, mode)
     op, act = na.fused_ops(ops, activation, BATCHNORM_OPS, capi.cudnnBatchNormOps_t, forward=False, check=False)
@@ -234,11 +219,10 @@ def batchnorm_forward_training_ex(handle: Handle, x: DeviceArrayLike, scale: Dev
                                   engine: str = "auto") -> BatchNormTraining:
     """``y = act(bn(x) [+ z])`` with batch statistics (``cudnnBatchNormalizationForwardTrainingEx``).
 
-    ``ops``: "bn", "bn_activation" or "bn_add_activation" (needs ``z``, shaped like x); ``activation``:
-    a mode name (default "relu"; cuDNN fuses ReLU) or an :class:`~cudnn_py.ops.activation.Activation`.
-    The reserve space (returned, allocated when not given) must be passed to :func:`batchnorm_backward_ex`.
-    cuDNN supports the fused ops only for some layouts and types (e.g. NHWC float16, spatial-persistent);
-    elsewhere it raises :class:`~cudnn_py.errors.CudnnNotSupportedError`. The graph engine returns no ``reserve``.
+    ``ops``: "bn", "bn_activation" or "bn_add_activation" (needs ``z``, shaped like x); ``activation``: a mode name
+    (default "relu") or an :class:`~cudnn_py.ops.activation.Activation`. The reserve (returned, allocated when not
+    given; none from the graph engine) goes to :func:`batchnorm_backward_ex`. cuDNN fuses only some layouts and
+    types (e.g. NHWC float16, spatial-persistent); elsewhere it raises :class:`~cudnn_py.errors.CudnnNotSupportedError`.
     """
     engine = _ex_engine(engine)
     s = _bn(handle, x, mode)

@@ -1,16 +1,12 @@
-"""The convolution calls: forward, backward data, backward filter, backward bias, fused bias+activation, and the
-algorithm queries on arrays (:func:`convolution_algorithms`, :func:`convolution_workspace_size`); the conventions
-are :mod:`cudnn_py.ops.convolution`'s.
+"""The convolution calls (forward, backward data/filter/bias, fused bias+activation) and the algorithm queries on
+arrays; the conventions are :mod:`cudnn_py.ops.convolution`'s.
 
 ``algo``: an enum member, its name (``"IMPLICIT_PRECOMP_GEMM"``) or ``"heuristic"`` (the first suitable ``_v7``
 answer). ``autotune=True`` measures the candidates once per configuration (legacy: ``Find...Ex`` under the
-workspace cap, kept in :data:`cudnn_py.calls.algorithms.algorithm_cache`; graph: every plan) and keeps the fastest;
-``algo="fastest"`` is its deprecated spelling. A legacy call's plan (descriptors, algorithm, workspace size) is made
-once per configuration in the handle's cache :data:`PLANS`. ``engine="graph"`` runs
-:func:`cudnn_py.graph.conv.convolution`. ``engine="auto"`` (the default), where the graph path takes the call (``algo``
-a choice, no ``deterministic``/``workspace_limit``, math type "auto"; for the fused call no ``z`` and ``beta`` 0),
-measures both engines on the first call of a configuration and keeps the faster (:func:`cudnn_py.graph.legacy.dispatch`;
-``CUDNN_PY_AUTO_ENGINE=static``: the graph wherever it takes the call); elsewhere it runs the legacy call.
+workspace cap, kept in :data:`cudnn_py.calls.algorithms.algorithm_cache`; graph: every plan) and keeps the fastest.
+A legacy call's plan (descriptors, algorithm, workspace size) is made once per configuration in the handle's cache
+:data:`PLANS`. ``engine``: "legacy", "graph" (:func:`cudnn_py.graph.conv.convolution`) or "auto" (the faster,
+measured once, where the graph path takes the call; docs/graph_paths.md).
 """
 from __future__ import annotations
 
@@ -66,11 +62,10 @@ def _limit(handle: Handle, workspace_limit):
 
 
 def _measure(handle: Handle, g: Geometry, direction: str, limit, in_ptrs):
-    """``Find...Ex`` records of a direction on the inputs at ``in_ptrs`` (a zero-padded scratch x where the padding
-    is asymmetric), a scratch output and the largest workspace that can be had under ``limit``."""
+    """``Find...Ex`` records of a direction on the inputs at ``in_ptrs`` (a zero-padded scratch x for asymmetric
+    padding), a scratch output and the largest workspace under ``limit``."""
     a, b, c = g.descs(direction)
     a_ptr, b_ptr = in_ptrs
-    pad_x = None
     if g.asym and direction != "backward_data":
         pad_x = zeros((g.xp_size,), g.np_dtype, stream=handle.stream, device=handle.device)
         a_ptr = pad_x.ptr
@@ -90,9 +85,8 @@ def _choose(handle: Handle, g: Geometry, direction: str, spec, deterministic: bo
 # ---------------------------------------------------------------- plans: everything a call derives from its config
 
 class _Plan:
-    """What one legacy call needs: its geometry, descriptors (``keep``: A, B, C in cuDNN's argument order, then the
-    convolution's), algorithm, workspace bytes, C function, the scaling factors' type (``scaling``: double for double
-    compute, else float) and ``gen``, the algorithm_cache.generation a "fastest" choice was made under (else None)."""
+    """What one legacy call needs: geometry, descriptors (``keep``: A, B, C in cuDNN's order, then the convolution's),
+    algorithm, workspace bytes, C function, scaling type and ``gen`` (the generation a "fastest" choice was made at)."""
     __slots__ = ("g", "keep", "algo", "ws", "cfn", "scaling", "gen")
 
     def __init__(self, g: Geometry, direction: str, choice: tuple, spec: Any) -> None:
@@ -110,35 +104,26 @@ _FUNCS = {"forward": "cudnnConvolutionForward", "backward_data": "cudnnConvoluti
           "backward_filter": "cudnnConvolutionBackwardFilter"}
 
 
-def _plan(handle: Handle, key, direction, conv, sigs, spec, deterministic, workspace_limit, in_ptrs) -> _Plan:
-    """Build (validate, describe, choose the algorithm) and remember the plan for ``key`` in the handle's cache;
-    ``sigs``: x, w, y signatures by forward roles (y may be None)."""
-    if direction != "forward" and sigs[0][2] == np.int8:
-        raise InvalidTypeError(f"int8 convolutions run forward only (cuDNN's INT8 configurations); {direction} needs "
-                               f"float16, bfloat16, float32 or float64 data")
-    g = Geometry.of(conv, sigs[0], sigs[1], sigs[2], _device_id(handle))
-    choice = _choose(handle, g, direction, spec, deterministic, _limit(handle, workspace_limit), in_ptrs)
-    p = handle_cache(handle, PLANS)[key] = _Plan(g, direction, choice, spec)
-    return p
-
-
 def _ready(handle: Handle, direction, conv, sigs, spec, deterministic, workspace_limit, in_ptrs) -> _Plan:
-    """The remembered plan for a call, by its configuration, else a new one. It is made again where "fastest" choices
-    were cleared or reloaded since, or the handle's workspace cap was lowered below its workspace (an explicit
-    algorithm that needs more then raises :class:`~cudnn_py.errors.WorkspaceLimitError` when the workspace is
-    fetched); a raised cap keeps the plans made under the lower one (``clear_caches()`` chooses again)."""
+    """The remembered plan for a call (``sigs``: x, w, y signatures by forward roles, y may be None), else a new one.
+    It is made again where "fastest" choices were cleared or reloaded since, or the handle's workspace cap was
+    lowered below its workspace (a raised cap keeps the plans made under the lower one)."""
     recording.uses(PLANS)
     key = (direction, conv, *sigs, spec, deterministic, workspace_limit)
     p = handle_cache(handle, PLANS).get(key)
     if p is None or (p.gen is not None and p.gen != _alg.algorithm_cache.generation) or (
             p.ws and handle.workspace.cap is not None and p.ws > handle.workspace.cap):
-        p = _plan(handle, key, direction, conv, sigs, spec, deterministic, workspace_limit, in_ptrs)
+        if direction != "forward" and sigs[0][2] == np.int8:
+            raise InvalidTypeError(f"int8 convolutions run forward only (cuDNN's INT8 configurations); {direction} "
+                                   f"needs float16, bfloat16, float32 or float64 data")
+        g = Geometry.of(conv, sigs[0], sigs[1], sigs[2], _device_id(handle))
+        choice = _choose(handle, g, direction, spec, deterministic, _limit(handle, workspace_limit), in_ptrs)
+        p = handle_cache(handle, PLANS)[key] = _Plan(g, direction, choice, spec)
     return p
 
 
 def _pad_input(handle: Handle, g: Geometry, x_ptr: int) -> DeviceArray:
-    """A zero-padded device copy of x for asymmetric padding (keep it alive until the work is queued; a scratch
-    buffer, so the call's recording makes no prepared call: each call is validated)."""
+    """A zero-padded device copy of x for asymmetric padding (a scratch buffer: such calls make no prepared call)."""
     xp = zeros((g.xp_size,), g.np_dtype, stream=handle.stream, device=handle.device)
     one, zero = scalars(g.dtype, 1.0, 0.0)
     launch(handle, capi.cudnnTransformTensor, handle.ptr, one, g.x_orig_desc, Address(x_ptr), zero, g.interior_desc,
@@ -149,8 +134,7 @@ def _pad_input(handle: Handle, g: Geometry, x_ptr: int) -> DeviceArray:
 # ---------------------------------------------------------------- engine, autotune and the engine choice
 
 def _algo(where: str, algo: Any, autotune: bool, stacklevel: int = 4) -> Any:
-    """The algorithm spec the engines take: ``autotune=True`` is the spec ``"fastest"`` (its old spelling
-    ``algo="fastest"`` warns, on every call: its recording makes no prepared call)."""
+    """The algorithm spec the engines take: ``autotune=True`` is ``"fastest"`` (``algo="fastest"`` warns)."""
     autotune = bool_arg(autotune, "autotune")
     if isinstance(algo, str) and algo.lower() == "fastest":
         warn(f"{where}(algo='fastest') is deprecated, use autotune=True", stacklevel=stacklevel)
@@ -170,16 +154,14 @@ def _takes(algo: Any, deterministic: bool, workspace_limit: int | None, conv: Co
 
 def _dispatch(handle: Handle, engine: str, takes: bool, key: Callable[[], tuple], legacy: Callable[[], Any],
               direction: str, conv: Convolution, a, b, out, mutated: tuple = (), **kw: Any) -> Any:
-    """The call's output, run on ``engine`` (``"auto"``: measured once per ``key()`` and handle where the graph path
-    ``takes`` the call; ``mutated``: the output where it is blended into). The graph engine is
-    :func:`cudnn_py.graph.conv.convolution` on ``a``, ``b``, ``out`` (in the graph's order) with ``kw``; run again
-    by the engine choice, it repeats its first run's plan execution (:func:`cudnn_py.graph.legacy.repeatable`)."""
+    """The call's output, run on ``engine`` (``"auto"``: measured once per ``key()`` where the graph path ``takes``
+    the call); the graph engine is :func:`cudnn_py.graph.conv.convolution` on ``a``, ``b``, ``out`` with ``kw``."""
     outs: dict = {}
 
     def run() -> bool:
         outs["graph"] = _graph().convolution(direction, handle, conv, a, b, out, engine="graph", **kw)
         return True
-    again = gl.repeatable(run)  # the engine choice's later runs: the plan's execution alone, as a repeat call's
+    again = gl.repeatable(run)
 
     def graph(auto: bool) -> object:
         try:
@@ -227,10 +209,7 @@ _ROLES = {"forward": ("x", "w", "y"), "backward_data": ("w", "dy", "dx"), "backw
 
 def _call(direction: str, handle: Handle, conv: Convolution, a, b, out, shape, algo, alpha, beta, deterministic,
           workspace_limit, autotune, engine):
-    """The validated path of a direction: the arguments checked, the engine chosen and the call run once.
-
-    ``a``, ``b``, ``out``: the direction's inputs and output in argument order (``out`` None: allocated, of
-    ``shape`` where the direction takes one)."""
+    """The validated path of a direction; ``a``, ``b``, ``out``: its inputs and output (None: allocated)."""
     where = f"convolution_{direction}"
     _conv_arg(conv)
     names = _ROLES[direction]
@@ -270,10 +249,8 @@ def _call(direction: str, handle: Handle, conv: Convolution, a, b, out, shape, a
 
 def _legacy(handle: Handle, direction: str, conv: Convolution, sigs, a_ptr: int, b_ptr: int, out, out_ptr: int,
             algo, alpha, beta, deterministic, workspace_limit):
-    """A direction's legacy C call (``sigs``: x, w, y signatures by forward roles, the output's from the shape to
-    allocate where ``out`` is None; forward's y None then): its plan, the output allocated, the call through the
-    legacy sink. Asymmetric padding runs on a zero-padded scratch copy of x (backward data: the gradient of one,
-    its interior then blended into dx)."""
+    """A direction's legacy C call (``sigs``: x, w, y signatures by forward roles); asymmetric padding runs on a
+    zero-padded copy of x (backward data: the gradient of one, its interior blended into dx)."""
     p = _ready(handle, direction, conv, sigs, algo, deterministic, workspace_limit, (a_ptr, b_ptr))
     g = p.g
     if out is None:
@@ -302,10 +279,7 @@ def convolution_forward(handle: Handle, conv: Convolution, x: DeviceArrayLike, w
                         *, y: Out | None = None, algo: Any = "heuristic", alpha: float = 1.0,
                         beta: float = 0.0, deterministic: bool = False, workspace_limit: int | None = None,
                         autotune: bool = False, engine: str = "auto") -> DeviceArray | Out:
-    """``y = alpha * conv(x, w) + beta * y`` (``cudnnConvolutionForward``); returns y (allocated if not given).
-
-    ``engine="graph"`` runs it as a cached backend-API plan instead (see :func:`cudnn_py.graph.conv.convolution`).
-    """
+    """``y = alpha * conv(x, w) + beta * y`` (``cudnnConvolutionForward``); returns y (allocated if not given)."""
     return _call("forward", handle, conv, x, w, y, None, algo, alpha, beta, deterministic, workspace_limit,
                  autotune, engine)
 
@@ -320,7 +294,6 @@ def convolution_backward_data(handle: Handle, conv: Convolution, w: DeviceArrayL
     """``dx = alpha * conv_transpose(dy, w) + beta * dx`` (``cudnnConvolutionBackwardData``); returns dx.
 
     Without ``dx``, one of shape ``x_shape`` is allocated (default: the smallest input giving dy's shape).
-    ``engine="graph"``: a cached backend-API plan instead (see :func:`cudnn_py.graph.conv.convolution`).
     """
     return _call("backward_data", handle, conv, w, dy, dx, x_shape, algo, alpha, beta, deterministic,
                  workspace_limit, autotune, engine)
@@ -336,7 +309,6 @@ def convolution_backward_filter(handle: Handle, conv: Convolution, x: DeviceArra
     """``dw = alpha * dL/dw + beta * dw`` (``cudnnConvolutionBackwardFilter``); returns dw.
 
     Pass ``dw`` or ``w_shape`` (the filter shape cannot be inferred when the stride is above 1).
-    ``engine="graph"``: a cached backend-API plan instead (see :func:`cudnn_py.graph.conv.convolution`).
     """
     return _call("backward_filter", handle, conv, x, dy, dw, w_shape, algo, alpha, beta, deterministic,
                  workspace_limit, autotune, engine)
@@ -368,8 +340,7 @@ def convolution_backward_bias(handle: Handle, dy: DeviceArrayLike, *, db: Out | 
 
 
 def _bias_plan(handle: Handle, ysig, bsig, layout, name):
-    """(y descriptor, bias descriptor, allocated bias shape) for a bias of y's channels, made once per signatures and
-    layout (any case) in the handle's :data:`PLANS`."""
+    """(y descriptor, bias descriptor, allocated bias shape) for a bias of y's channels, kept in :data:`PLANS`."""
     plans = handle_cache(handle, PLANS)
     key = ("bias", ysig, bsig, layout)
     got = plans.get(key)
@@ -414,10 +385,9 @@ def convolution_bias_activation_forward(handle: Handle, conv: Convolution, x: De
     """``y = act(alpha * conv(x, w) + beta * z + bias)`` (``cudnnConvolutionBiasActivationForward``, whose
     ``alpha1``/``alpha2`` are ``alpha``/``beta``; those old keywords still work with a DeprecationWarning).
 
-    ``activation``: ``"relu"`` or ``"identity"`` (cuDNN runs identity only with IMPLICIT_PRECOMP_GEMM,
-    which is then chosen for you). Without ``z`` (then ``beta`` must be 0) y is zeroed first and
-    used as z; pass ``z=y`` to add y's current values instead. ``bias`` holds one value per channel.
-    ``engine="graph"`` fuses conv, bias and activation into one backend-API graph (no ``z``).
+    ``activation``: ``"relu"`` or ``"identity"`` (cuDNN runs identity only with IMPLICIT_PRECOMP_GEMM, which is
+    then chosen for you). Without ``z`` (then ``beta`` must be 0) y is zeroed first and used as z; pass ``z=y`` to
+    add y's current values instead. ``bias`` holds one value per channel. ``engine="graph"`` takes no ``z``.
     """
     handle = handle_arg(handle)
     if old:
@@ -449,8 +419,7 @@ def convolution_bias_activation_forward(handle: Handle, conv: Convolution, x: De
 
 def _bias_activation_legacy(handle: Handle, conv: Convolution, sigs, z, y, ys, y_ptr, act, algo, alpha, beta,
                             deterministic, workspace_limit):
-    """The legacy ``cudnnConvolutionBiasActivationForward`` call (``sigs``: x's, w's and bias's signatures and
-    addresses): bias and z checked before y is allocated."""
+    """The legacy ``cudnnConvolutionBiasActivationForward`` (``sigs``: x's, w's and bias's (signature, address))."""
     if act == capi.CUDNN_ACTIVATION_IDENTITY:
         precomp = capi.CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM
         if _alg.is_choice(algo):
@@ -462,7 +431,7 @@ def _bias_activation_legacy(handle: Handle, conv: Convolution, sigs, z, y, ys, y
     (xs, x_ptr), (ws, w_ptr), (bs, b_ptr) = sigs
     p = _ready(handle, "forward", conv, (xs, ws, ys), algo, deterministic, workspace_limit, (x_ptr, w_ptr))
     g = p.g
-    if y is None:  # the signature of the y allocated below: bias and z are checked before anything is allocated
+    if y is None:  # the signature of the y allocated below: bias and z are checked before it is allocated
         ys = (tuple(g.out_shape), c_strides(tuple(g.out_shape)), np.dtype(g.np_y_dtype), _device_id(handle))
     _, b_desc, _ = _bias_plan(handle, ys, bs, conv.layout, "bias")
     if z is not None:
@@ -513,10 +482,10 @@ def convolution_algorithms(handle: Handle, conv: Convolution, x: DeviceArrayLike
                            workspace_limit: int | None = None) -> list[_alg.AlgoPerf]:
     """cuDNN's ranked algorithm records for one direction of this convolution.
 
-    ``x``, ``w``, ``y`` keep their forward roles (for backward_data ``y`` is dy and ``x`` dx; for
-    backward_filter ``w`` is dw); the direction's output may be given as a shape. ``method``:
-    ``"heuristic"`` (``..._v7``), ``"find"`` (``Find...``, cuDNN's own buffers) or ``"find_ex"``
-    (``Find...Ex`` on the given inputs, a scratch output and a workspace of at most ``workspace_limit``).
+    ``x``, ``w``, ``y`` keep their forward roles (for backward_data ``y`` is dy and ``x`` dx; for backward_filter
+    ``w`` is dw); the direction's output may be given as a shape. ``method``: ``"heuristic"`` (``..._v7``),
+    ``"find"`` (``Find...``, cuDNN's own buffers) or ``"find_ex"`` (``Find...Ex`` on the given inputs, a scratch
+    output and a workspace of at most ``workspace_limit``).
     """
     handle = handle_arg(handle)
     g = _query_geometry(handle, conv, x, w, y, direction)

@@ -1,11 +1,9 @@
-"""Convolution settings and geometry: :class:`Convolution` (the parameters) and what a call derives from them
-(layouts, shapes, :class:`Geometry`: a configuration resolved for cuDNN, with its descriptors).
+"""Convolution settings and geometry: :class:`Convolution` (the parameters) and :class:`Geometry` (a configuration
+resolved for cuDNN, with its descriptors).
 
-Arrays are in logical ``N, C, *spatial`` order; their strides say the memory layout, so a
-channels-last torch tensor (or ``layout="NHWC"`` on the :class:`Convolution` for arrays whose
-*shape* is ``N, *spatial, C``) runs as NHWC. 1-D convolutions run as 2-D ones with a unit height
-(``x`` of shape ``(N, C, L)`` becomes ``(N, C, 1, L)`` for cuDNN; the result keeps 3 dimensions).
-Asymmetric padding (``padding=((1, 2), (0, 1))``) is done by explicit zero pre-padding on the device.
+Arrays are in logical ``N, C, *spatial`` order and their strides say the memory layout (a channels-last torch tensor
+runs as NHWC; ``layout="NHWC"`` takes arrays *shaped* ``N, *spatial, C``). 1-D convolutions run as 2-D ones with a
+unit height; asymmetric padding (``padding=((1, 2), (0, 1))``) runs on an explicitly zero-padded copy of x.
 
 ::
 
@@ -13,10 +11,7 @@ Asymmetric padding (``padding=((1, 2), (0, 1))``) is done by explicit zero pre-p
     y = convolution_forward(h, conv, x, w)                        # heuristic algorithm, y allocated
     y = convolution_forward(h, conv, x, w, autotune=True)         # measured once, then cached
     dx = convolution_backward_data(h, conv, w, dy, x_shape=x.shape)
-    dw = convolution_backward_filter(h, conv, x, dy, w_shape=w.shape)
-
-The calls are :mod:`cudnn_py.ops.conv_calls` (``cudnn_py.convolution_forward`` and the others), the algorithm
-queries and choice :mod:`cudnn_py.calls.algorithms`, ``engine="graph"`` :mod:`cudnn_py.graph.conv`.
+    dw = convolution_backward_filter(h, conv, x, dy, w_shape=w.shape)   # the calls: cudnn_py.ops.conv_calls
 """
 from __future__ import annotations
 
@@ -48,9 +43,7 @@ _MODES = {"cross_correlation": capi.CUDNN_CROSS_CORRELATION, "convolution": capi
 
 
 class _ConvolutionDescriptor(Descriptor):
-    """A ``cudnnConvolutionDescriptor_t`` of validated settings (what :class:`cudnn_py.Convolution` hands cuDNN):
-    ``padding``, ``stride``, ``dilation`` (one int per spatial dimension), ``mode``, ``compute_type`` (the
-    accumulation ``cudnnDataType_t``), ``groups`` and ``math_type``; read back from cuDNN."""
+    """A ``cudnnConvolutionDescriptor_t`` of validated :class:`cudnn_py.Convolution` settings, read back."""
 
     _handle_type = capi.cudnnConvolutionDescriptor_t
     _create_fn, _destroy_fn = "cudnnCreateConvolutionDescriptor", "cudnnDestroyConvolutionDescriptor"
@@ -91,19 +84,18 @@ _COMPUTE_DTYPES = frozenset({capi.CUDNN_DATA_FLOAT, capi.CUDNN_DATA_DOUBLE, capi
 
 
 class Convolution:
-    """A convolution's settings (what a ``cudnnConvolutionDescriptor_t`` holds, plus the layout): validated once,
-    hashable, read back as properties, with its shared C descriptors (:meth:`descriptor`).
+    """A convolution's settings (a ``cudnnConvolutionDescriptor_t``'s, plus the layout): validated once, hashable, read
+    back as properties, with its shared C descriptors (:meth:`descriptor`).
 
     :param padding: an int, one int per spatial dimension, or one ``(low, high)`` pair per dimension (asymmetric
         padding runs on an explicitly zero-padded copy of x).
     :param stride, dilation: an int or one per spatial dimension.
     :param groups: the number of filter groups (the input channels are ``w.shape[1] * groups``).
-    :param mode: ``"cross_correlation"`` (what deep learning calls convolution; default) or ``"convolution"``
-        (kernel flipped), any case, or the ``cudnnConvolutionMode_t``.
-    :param math_type: ``"auto"`` (default; or None: chosen per call, tensor-op math for float16/bfloat16 data,
-        whose ``"default"`` math would keep cuDNN off the tensor cores, default math otherwise, which on A100+
-        allows TF32 for float32), ``"default"``, ``"tensor_op"``, ``"tensor_op_allow_conversion"``, ``"fma"``
-        (exact float32), or the ``cudnnMathType_t``.
+    :param mode: ``"cross_correlation"`` (default; deep learning's convolution) or ``"convolution"`` (kernel flipped),
+        any case, or the ``cudnnConvolutionMode_t``.
+    :param math_type: ``"auto"`` (default; or None: tensor-op math for float16/bfloat16 data, default math otherwise,
+        which on A100+ allows TF32 for float32), ``"default"``, ``"tensor_op"``, ``"tensor_op_allow_conversion"``,
+        ``"fma"`` (exact float32), or the ``cudnnMathType_t``.
     :param compute_dtype: the accumulation dtype (None: double for float64 data, int32 for int8, else float32).
         ``compute_type=`` is its deprecated spelling.
     :param layout: ``"NCHW"`` (arrays are ``N, C, *spatial`` and their strides say the memory order) or ``"NHWC"``
@@ -147,8 +139,7 @@ class Convolution:
         self._descs: dict[tuple, _ConvolutionDescriptor] = {}
 
     def close(self) -> None:
-        """Nothing to release (its C descriptors are shared and cached): kept for code written against the
-        deprecated ``ConvolutionDescriptor`` / ``convolution_descriptor``, which make a Convolution."""
+        """Nothing to release (its C descriptors are shared); kept for code written for ``ConvolutionDescriptor``."""
 
     def __enter__(self) -> Convolution:
         return self
@@ -156,7 +147,6 @@ class Convolution:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- settings, read back --
     padding: int | tuple = setting("_padding", "As given: an int, or per spatial dimension an int or a ``(low, high)`` "
                                                "pair.")
     stride: int | tuple[int, ...] = setting("_stride", "As given: an int or one per spatial dimension.")
@@ -192,7 +182,6 @@ class Convolution:
     def _math_name(self) -> str:
         return "auto" if self._math_type is None else self._math_type.name
 
-    # -- what the settings give for data --
     def compute_for(self, dtype) -> capi.cudnnDataType_t:
         """The accumulation type for data of ``dtype``: :attr:`compute_dtype` if set, else double for float64, int32
         for int8, float32 otherwise."""
@@ -258,15 +247,12 @@ class Convolution:
                    ) -> capi.cudnnConvolutionDescriptor_t:
         """The shared ``cudnnConvolutionDescriptor_t`` for data of ``nd`` (1 to 3) spatial dimensions and ``dtype``
         (see :meth:`cudnn_params`, :meth:`compute_for`, :meth:`math_for`; ``math_type`` overrides the latter), for
-        ``capi`` calls such as ``cudnnConvolutionForward``.
-
-        One descriptor per (dimensions, accumulation type, math type), kept in the process-wide cache
-        ``caches.shared("descriptors.convolution")`` and held by this object (made on first use).
+        ``capi`` calls such as ``cudnnConvolutionForward``; made once and held by this object.
         """
         return self._shared_descriptor(nd, dtype, math_type).ptr
 
     def _shared_descriptor(self, nd: int, dtype: Any, math_type: Any) -> _ConvolutionDescriptor:
-        """The descriptor object behind :meth:`descriptor` (it reads its settings back from cuDNN)."""
+        """The descriptor object behind :meth:`descriptor`."""
         key = (nd, dtype, math_type)
         got = self._descs.get(key)
         if got is None:
@@ -307,16 +293,6 @@ def _out_logical(conv: Convolution, xs, ws):
 DTYPES = ("float32", "float16", "bfloat16", "float64", "int8")
 
 
-def _check_dtypes(xd, wd, yd) -> None:
-    if xd.name not in DTYPES:
-        raise InvalidTypeError(f"x is {xd}; the legacy convolution runs {', '.join(DTYPES)} data")
-    if xd != wd:
-        raise InvalidTypeError(f"x is {xd} but w is {wd}; they must have the same dtype")
-    if yd != xd and not (xd == np.int8 and yd == np.float32):
-        raise InvalidTypeError(f"the output is {yd} but the inputs are {xd}; it must be {xd} (int8 may also give "
-                               f"float32)")
-
-
 def _tensor_desc(shape, strides, dtype):
     return _d.TensorDescriptor.shared(tuple(shape), dtype, tuple(strides))
 
@@ -325,7 +301,7 @@ class Geometry:
     """A configuration resolved for cuDNN: logical 4-D/5-D shapes and strides, dtypes and (shared) descriptors."""
 
     def __init__(self, conv: Convolution, x, w, y, dtype, y_dtype):
-        """``x``, ``w``, ``y``: (shape, strides) as given (y strides None: a new packed output)."""
+        """``x``, ``w``, ``y``: (shape, strides) (y strides None: a new packed output)."""
         self.conv = conv
         xs, xst = logical(x[0], x[1], conv.layout)
         ws, wst = logical(w[0], w[1], conv.layout)
@@ -359,7 +335,6 @@ class Geometry:
             self.xp_strides = packed_strides(self.xp_shape, conv.layout == "NHWC")
             self.xp_size = math.prod(self.xp_shape)
             self.x_desc = _tensor_desc(self.xp_shape, self.xp_strides, self.dtype)
-            # x's own descriptor, and the interior of the padded buffer seen with x's shape
             self.x_orig_desc = _tensor_desc(xs, xst, self.dtype)
             self.interior_desc = _tensor_desc(xs, self.xp_strides, self.dtype)
             self.interior_offset = sum(lo * s for (lo, _), s in zip(pads, self.xp_strides[2:])) * self.np_dtype.itemsize
@@ -375,9 +350,15 @@ class Geometry:
         for name, s in (("x", x), ("w", w), ("y", y)):
             if s is not None and s[3] != device:
                 raise InvalidValueError(f"{name} is on device {s[3]} but the handle is on device {device}")
-        y_dtype = x[2] if y is None else y[2]
-        _check_dtypes(x[2], w[2], y_dtype)
-        return cls(conv, x[:2], w[:2], (None, None) if y is None else y[:2], x[2], y_dtype)
+        xd, wd, yd = x[2], w[2], x[2] if y is None else y[2]
+        if xd.name not in DTYPES:
+            raise InvalidTypeError(f"x is {xd}; the legacy convolution runs {', '.join(DTYPES)} data")
+        if xd != wd:
+            raise InvalidTypeError(f"x is {xd} but w is {wd}; they must have the same dtype")
+        if yd != xd and not (xd == np.int8 and yd == np.float32):
+            raise InvalidTypeError(f"the output is {yd} but the inputs are {xd}; it must be {xd} (int8 may also give "
+                                   f"float32)")
+        return cls(conv, x[:2], w[:2], (None, None) if y is None else y[:2], xd, yd)
 
     def conv_desc(self, math_type) -> _ConvolutionDescriptor:
         """The convolution's shared C descriptor for this geometry with ``math_type``."""
@@ -470,9 +451,7 @@ def convolution_output_shape(x_shape: Sequence[int], w_shape: Sequence[int], pad
 def _convolution(padding=0, stride=1, dilation=1, *, ndim=None, mode="cross_correlation", compute_type=np.float32,
                  groups=1, math_type="default", reorder=None) -> Convolution:
     """What the deprecated ConvolutionDescriptor and convolution_descriptor make: the :class:`Convolution` of these
-    settings, with their defaults (float32 accumulation, default math; ``ndim``, when given, checked against the
-    tuples). A ``reorder`` other than cuDNN's default has no place in a Convolution: set it on your own C descriptor
-    (``capi.cudnnSetConvolutionReorderType``)."""
+    settings, with their defaults (float32 accumulation, default math; ``ndim`` checked against the tuples)."""
     if reorder is not None and enum_member(capi.cudnnReorderType_t, reorder, "CUDNN_", "reorder", {
             "default": "CUDNN_DEFAULT_REORDER", "none": "CUDNN_NO_REORDER"}) != capi.CUDNN_DEFAULT_REORDER:
         raise InvalidValueError("reorder= is not a Convolution setting; call capi.cudnnSetConvolutionReorderType on "

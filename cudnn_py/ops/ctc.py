@@ -5,23 +5,10 @@
     costs, grads = ctc_loss(h, logits, labels, label_lengths, input_lengths)   # logits (T, N, A) float32
     r = ctc_loss(h, logits, labels, label_lengths, input_lengths, algo="non_deterministic")  # r.costs, r.gradients
 
-``labels``: every sequence's labels concatenated (1-D), or padded rows (N, S); values in [1, A - 1]
-(0 is the blank). Host sequences or device int32 arrays; either way they are checked on the host
-before C: sequence ``b`` needs ``label_length + (number of repeated neighbours) <= input_length[b]``
-time steps, label lengths are at most ``max_label_length`` (cuDNN: 255), input lengths at most T.
-
-With ``normalization="softmax"`` (default) ``logits`` are pre-softmax activations and the gradients
-are ``d cost / d logits`` (``softmax(logits) - posterior``). With ``"none"`` the input is taken as
-probabilities already normalised. Gradients of time steps past a sequence's input length are zero.
-
-Raw C path::
-
-    d = capi.cudnnCTCLossDescriptor_t(); capi.cudnnCreateCTCLossDescriptor(byref(d))
-    capi.cudnnSetCTCLossDescriptor_v9(d, capi.CUDNN_DATA_FLOAT, capi.CUDNN_LOSS_NORMALIZATION_SOFTMAX,
-                                      capi.CUDNN_CTC_ZERO_OOB_GRADIENTS, 255)
-    capi.cudnnGetCTCLossWorkspaceSize_v8(h.ptr, algo, d, probs_desc, grads_desc, byref(ws_size))
-    capi.cudnnCTCLoss_v8(h.ptr, algo, d, probs_desc, probs.ptr, labels.ptr, label_lengths.ptr,   # int32 device
-                         input_lengths.ptr, costs.ptr, grads_desc, grads.ptr, ws_size, ws)        # arrays as int[]
+``labels``: every sequence's labels concatenated (1-D), or padded rows (N, S); values in [1, A - 1] (0 is the
+blank); host sequences or device int32 arrays, checked on the host (:func:`check_ctc_labels`). With
+``normalization="softmax"`` (default) ``logits`` are pre-softmax activations and the gradients ``d cost / d logits``;
+with ``"none"`` they are probabilities already normalised. Gradients past a sequence's input length are zero.
 """
 from __future__ import annotations
 
@@ -57,10 +44,8 @@ MAX_LABEL_LENGTH = 255
 
 
 class CTCLoss(Descriptor):
-    """A ``cudnnCTCLossDescriptor_t`` (v9 setter): float32 compute, ``normalization`` "softmax" or "none",
-    ``grad_mode`` "zero_oob" or "skip_oob" (gradients of sequences whose labels cannot fit), and
-    ``max_label_length``. Works without a GPU; properties read the settings back from cuDNN. ``close()`` (or
-    the garbage collector) destroys it; a closed one raises :class:`~cudnn_py.errors.ClosedError`."""
+    """A ``cudnnCTCLossDescriptor_t``: float32 compute, ``normalization`` "softmax" or "none", ``grad_mode``
+    "zero_oob" or "skip_oob" (gradients of sequences whose labels cannot fit), ``max_label_length``; works on CPU."""
 
     _handle_type = capi.cudnnCTCLossDescriptor_t
     _create_fn, _destroy_fn = "cudnnCreateCTCLossDescriptor", "cudnnDestroyCTCLossDescriptor"
@@ -91,13 +76,12 @@ class CTCLoss(Descriptor):
         return f"normalization={norm.name}, grad_mode={gm.name}, max_label_length={mll}"
 
 
-#: the shared CTC loss descriptors (:meth:`CTCLoss.shared`), by settings; no handle owns them
+#: the shared CTC loss descriptors (:meth:`CTCLoss.shared`), by settings
 _DESCS = shared(CTCLoss._cache_name, maxsize=256)
 
 
 def _ctc_desc(normalization, grad_mode, max_label_length, ctc=None) -> CTCLoss:
-    """``ctc`` when given (a :class:`CTCLoss`), else the shared :class:`CTCLoss` for these settings (made once,
-    thread-safe; ``close()`` leaves it alone and it is destroyed once evicted and unreferenced)."""
+    """``ctc`` when given (a :class:`CTCLoss`), else the shared :class:`CTCLoss` for these settings."""
     if ctc is not None:
         if not isinstance(ctc, CTCLoss):
             raise InvalidTypeError(f"ctc must be a cudnn_py.CTCLoss, got {type(ctc).__name__}")
@@ -124,15 +108,10 @@ class CTCLabels(NamedTuple):
     input_lengths: np.ndarray
 
 
-def _on_device(obj) -> bool:
-    if isinstance(obj, DeviceArray) or hasattr(obj, "__cuda_array_interface__"):
-        return True
-    dev = getattr(obj, "__dlpack_device__", None)
-    return dev is not None and not isinstance(obj, np.ndarray) and dev()[0] in (2, 13)  # kDLCUDA, kDLCUDAManaged
-
-
 def _host_ints(obj, name: str) -> np.ndarray:
-    if _on_device(obj):
+    dev = getattr(obj, "__dlpack_device__", None)
+    if isinstance(obj, DeviceArray) or hasattr(obj, "__cuda_array_interface__") or (
+            dev is not None and not isinstance(obj, np.ndarray) and dev()[0] in (2, 13)):  # kDLCUDA, kDLCUDAManaged
         obj = as_array(obj, name).to_numpy()
     try:
         a = np.asarray(obj)
@@ -150,9 +129,8 @@ def check_ctc_labels(labels: npt.ArrayLike, label_lengths: npt.ArrayLike, input_
                      alphabet_size: int, max_label_length: int = MAX_LABEL_LENGTH) -> CTCLabels:
     """Validate CTC labels on the host (no GPU needed) and return them as int32 arrays.
 
-    Raises ValueError naming the first sequence that is wrong: a length out of range, a label outside
-    [1, alphabet_size - 1], or a label sequence longer than its input allows (each repeated neighbour
-    needs a blank between, so it costs one more time step).
+    Raises ValueError naming the first sequence that is wrong: a length out of range, a label outside [1,
+    alphabet_size - 1], or labels longer than the input allows (a repeated neighbour costs one more time step).
     """
     ll = _host_ints(label_lengths, "label_lengths")
     il = _host_ints(input_lengths, "input_lengths")
@@ -232,12 +210,10 @@ def ctc_loss(handle: Handle, logits: DeviceArrayLike, labels: npt.ArrayLike, lab
              compute_gradients: bool = True, costs: DeviceArrayLike | None = None,
              gradients: DeviceArrayLike | None = None, ctc: CTCLoss | None = None) -> CTCLossResult:
     """A :class:`CTCLossResult`: CTC ``costs`` (N,) and ``gradients`` (T, N, A) (None when ``compute_gradients``
-    is False), float32 (``cudnnCTCLoss_v8``). ``algo``: "deterministic" or "non_deterministic". ``ctc``: a
-    :class:`CTCLoss` instead of ``normalization``, ``grad_mode`` and ``max_label_length``. Outputs allocated when
-    not given.
-
-    Every call is validated: the labels and lengths are checked on the host and copied to the device each time (their
-    values, not their signatures, decide what cuDNN may be given), so no prepared call replays it."""
+    is False), float32 (``cudnnCTCLoss_v8``), allocated when not given. ``algo``: "deterministic" or
+    "non_deterministic". ``ctc``: a :class:`CTCLoss` instead of ``normalization``, ``grad_mode`` and
+    ``max_label_length``. The labels and lengths are checked on the host and copied to the device on every call (no
+    prepared call replays it)."""
     handle = handle_arg(handle)
     recording.spoil("ctc_loss checks its labels' values and copies them to the device on every call")
     al = enum_arg(algo, CTC_ALGOS, capi.cudnnCTCLossAlgo_t, "CTC algo")
@@ -256,8 +232,7 @@ def ctc_loss(handle: Handle, logits: DeviceArrayLike, labels: npt.ArrayLike, lab
         c = empty((n,), np.float32, stream=handle.stream, device=handle.device)
     if g is None and compute_gradients:
         g = empty(x.shape, np.float32, stream=handle.stream, device=handle.device)
-    # device copies of the validated labels and lengths (cudnnCTCLoss_v8 reads them from device memory); they are
-    # allocated on the handle's stream, so freeing them when they go out of scope is ordered after the kernel
+    # on the handle's stream, so freeing them when they go out of scope is ordered after the kernel
     lab = host.labels if host.labels.size else np.zeros(1, np.int32)
     lab_d, ll_d, il_d = (to_device(v, handle.stream, device=handle.device)
                          for v in (lab, host.label_lengths, host.input_lengths))

@@ -7,24 +7,9 @@
     dx = dropout_backward(h, d, dy, reserve)       # the same mask, applied to dy
     d2 = Dropout(h, p=0.25, seed=1234, states=saved_states)   # restore saved states without re-initialising
 
-Each forward call draws a new mask from the states (and advances them); the same seed (or restored
-states) gives the same masks. Kept elements are scaled by ``1 / (1 - p)``. cuDNN's dropout takes float16,
-float32 and float64 (bfloat16 is refused before C: cuDNN 9 answers it ``CUDNN_STATUS_NOT_SUPPORTED``).
-
-Layouts: the mask is elementwise, so tensors that share one dense layout (NHWC, any packed order) are described
-to cuDNN as one packed tensor in memory order, which runs cuDNN's fast kernel (a strided descriptor runs one 8 to
-15 times slower: H200, 32x256x56x56). cuDNN indexes the mask by the descriptor's element order, so the reserve's
-mask follows that memory order; the forward remembers, by the reserve's address, the order it used, and the
-backward describes ``dy`` and ``dx`` in the same order whatever their own layout (a backward in another layout is
-right, on the strided kernel). A reserve the forward did not write (raw C) is read in the tensors' logical
-(row-major) order, as cuDNN's own descriptors of them would.
-
-Raw C path::
-
-    capi.cudnnDropoutGetStatesSize(h.ptr, byref(n)); states = cdp.empty((n.value,), np.uint8)
-    capi.cudnnSetDropoutDescriptor(d, h.ptr, 0.25, states.ptr, n.value, 1234)
-    capi.cudnnDropoutGetReserveSpaceSize(x_desc, byref(r))
-    capi.cudnnDropoutForward(h.ptr, d, x_desc, x.ptr, y_desc, y.ptr, reserve.ptr, r.value)
+Each forward call draws a new mask from the states (and advances them); the same seed (or restored states) gives the
+same masks. Kept elements are scaled by ``1 / (1 - p)``. float16, float32 and float64 only (cuDNN 9 refuses the
+others). Dense tensors run cuDNN's fast kernel in any memory order (docs/ops.md).
 """
 from __future__ import annotations
 
@@ -57,8 +42,7 @@ def dropout_states_size(handle: Handle) -> int:
     return n.value
 
 
-#: the dtypes cuDNN's dropout runs (9.14 and 9.19, H200: bfloat16, uint8 and int32 are CUDNN_STATUS_NOT_SUPPORTED
-#: in the forward and the backward, int8 already in cudnnDropoutGetReserveSpaceSize)
+#: the dtypes cuDNN's dropout runs (9.14 and 9.19: the others are CUDNN_STATUS_NOT_SUPPORTED)
 _DTYPES = tuple(np.dtype(t) for t in (np.float16, np.float32, np.float64))
 
 
@@ -91,11 +75,9 @@ class Dropout(Descriptor):
     """A ``cudnnDropoutDescriptor_t`` with probability ``p`` (default 0.5) and RNG ``seed``, bound to ``handle``, and
     its device RNG :attr:`states`; ``close()``, a context manager or the garbage collector destroys it.
 
-    Without ``states``: states of :func:`dropout_states_size` bytes are allocated and initialised from
-    ``seed`` (``cudnnSetDropoutDescriptor``; this launches a kernel). With ``states`` (a device uint8
-    buffer saved from another Dropout, e.g. a copy of its :attr:`states`): they are used as they are
-    (``cudnnRestoreDropoutDescriptor``), so the masks continue from where they were saved.
-    ``dropout=`` is the deprecated spelling of ``p``.
+    Without ``states``, states of :func:`dropout_states_size` bytes are allocated and initialised from ``seed`` (a
+    kernel launch). With ``states`` (a device uint8 buffer saved from another Dropout's :attr:`states`) the masks
+    continue from where they were saved (``cudnnRestoreDropoutDescriptor``). ``dropout=`` is the deprecated ``p``.
     """
 
     _handle_type = capi.cudnnDropoutDescriptor_t
@@ -158,7 +140,7 @@ def _dropout_ptr(d):
 
 
 def _packed_in(a: DeviceArray | _Layout, order: Sequence[int]) -> bool:
-    """Whether ``a`` is packed with its dimensions ``order`` outermost first (dimensions of size 1 aside)."""
+    """Whether ``a`` is packed with its dimensions ``order`` outermost first (size-1 dimensions aside)."""
     expected = 1
     for i in reversed(order):
         if a.shape[i] != 1:
@@ -169,8 +151,7 @@ def _packed_in(a: DeviceArray | _Layout, order: Sequence[int]) -> bool:
 
 
 def _shared_order(a: DeviceArray, b: DeviceArray) -> tuple[int, ...]:
-    """The order of the dimensions, outermost first in memory, that ``a`` and ``b`` are both packed in (dimensions of
-    size 1 last), else the logical order (also where that describes ``a``: a C-contiguous array gives it)."""
+    """The dimension order, outermost first, that ``a`` and ``b`` are both packed in, else the logical order."""
     logical = tuple(range(a.ndim))
     order = tuple(sorted(logical, key=lambda i: (a.shape[i] == 1, -a.strides[i], i)))
     return order if not _packed_in(a, logical) and _packed_in(a, order) and _packed_in(b, order) else logical
@@ -190,8 +171,7 @@ class _Layout(NamedTuple):
 
 
 def _note_order(device: int, reserve_ptr: int, shape: tuple[int, ...], order: tuple[int, ...]) -> None:
-    """Remember the dimension order a forward described its tensors in, by its reserve's address (a host step that a
-    prepared forward repeats with the new reserve's address, so that a backward reads the mask as it was written)."""
+    """Remember the dimension order a forward described its tensors in, by its reserve's address (a host step)."""
     key = (device, reserve_ptr)
     if order == tuple(range(len(shape))):
         _ORDERS.pop(key, None)
@@ -201,8 +181,7 @@ def _note_order(device: int, reserve_ptr: int, shape: tuple[int, ...], order: tu
 
 def _backward_c(hptr, dp, dy: _Layout, dx: _Layout, device: int, dy_ptr: int, dx_ptr: int, reserve_ptr: int,
                 reserve_size: int) -> None:
-    """``cudnnDropoutBackward`` with dy and dx described in the order the forward that wrote this reserve used
-    (:data:`_ORDERS`, read when it runs: a prepared backward reads it again for the new reserve's address)."""
+    """``cudnnDropoutBackward`` with dy and dx described in the order the forward that wrote this reserve used."""
     logical = tuple(range(len(dy.shape)))
     shape, order = _ORDERS.get((device, reserve_ptr), (dy.shape, logical))
     if shape != dy.shape:  # the forward that wrote this address last had another shape: not this mask's
@@ -214,13 +193,9 @@ def _backward_c(hptr, dp, dy: _Layout, dx: _Layout, device: int, dy_ptr: int, dx
 @prepared(inputs=("x",), outputs=("y", "reserve"), inplace=False, moved=("y", "reserve"))
 def dropout_forward(handle: Handle, dropout: Dropout, x: DeviceArrayLike, *,
                     y: DeviceArrayLike | None = None, reserve: DeviceArrayLike | None = None) -> DropoutOutputs:
-    """``y = x * mask / (1 - p)`` with a fresh mask (``cudnnDropoutForward``); returns :class:`DropoutOutputs`
-    ``(y, reserve)``.
-
-    ``y`` (in x's layout when x is dense) and ``reserve`` (uint8, :func:`dropout_reserve_size` bytes, holds the
-    mask) are allocated when not given. ``x`` and ``y`` must have the same shape and dtype (float16, float32 or
-    float64).
-    """
+    """``y = x * mask / (1 - p)`` with a fresh mask (``cudnnDropoutForward``); returns :class:`DropoutOutputs` ``(y,
+    reserve)``, allocated when not given: ``y`` like x (float16/32/64; x's layout when dense), ``reserve`` the mask
+    (uint8, :func:`dropout_reserve_size` bytes)."""
     _dropout_ptr(dropout)
     xa = check_array(x, "x", handle)
     _check_dtype(xa.dtype, "x")
@@ -230,8 +205,6 @@ def dropout_forward(handle: Handle, dropout: Dropout, x: DeviceArrayLike, *,
     need = _reserve_size(xd)
     ra = (empty((need,), np.uint8, stream=handle.stream, device=handle.device) if reserve is None
           else byte_buffer(reserve, "reserve", handle, need, _RESERVE_HINT))
-    # a prepared call (keyed on this Dropout object itself: Descriptors hash by identity, so its RNG states are the
-    # ones the recorded C descriptor advances) checks it is open, then repeats the C call and the order bookkeeping
     launch(handle, capi.cudnnDropoutForward, handle.ptr, dropout, xd, xa, yd, ya, ra, ra.nbytes)
     host_step(_note_order, (ra.device_id, ra.ptr, xa.shape, order), (1,))
     return DropoutOutputs(ya, ra)
@@ -247,15 +220,12 @@ def dropout_backward(handle: Handle, dropout: Dropout, dy: DeviceArrayLike, rese
     _check_dtype(dya.dtype, "dy")
     dxa = output(dx, "dx", handle, dya.shape, dya.dtype, like=dya)
     ra = byte_buffer(reserve, "reserve", handle, _reserve_size(tensor_desc(dya.shape, dya.dtype)), _RESERVE_HINT)
-    # the descriptors' order depends on which forward wrote the reserve (host state the key cannot hold): the step
-    # picks them when it runs, so a prepared call picks them again for its reserve
+    # the descriptors' order depends on which forward wrote the reserve: the step picks them when it runs
     args = (handle.ptr, dp, _Layout(dya.shape, dya.strides, dya.dtype), _Layout(dxa.shape, dxa.strides, dxa.dtype),
             ra.device_id, dya.ptr, dxa.ptr, ra.ptr, ra.nbytes)
     host_step(_backward_c, args, (5, 6, 7), keep=(dropout,))
     return dxa
 
-
-# ---------------------------------------------------------------- deprecated names
 
 def _dropout(handle: Handle, dropout: float = 0.5, seed: int = 0) -> Dropout:
     """What the deprecated DropoutDescriptor makes: a :class:`Dropout`."""

@@ -8,19 +8,10 @@
     y = divisive_normalization_forward(h, lrn, x, means=m)      # spatial window, per channel
     dx, dmeans = divisive_normalization_backward(h, lrn, x, dy, means=m)   # means treated as independent
 
-The window of size n around index i spans ``[i - (n-1)//2, i + n - 1 - (n-1)//2]``. Cross-channel LRN
-runs over C. Divisive normalisation works on each channel over an n-wide window in each spatial
-dimension: ``y_i = x_i * (k + alpha / n**S * sum_{j in window(i)} (x_j - means_i)**2) ** -beta``
-(S spatial dims; means zero when not given), which is what cuDNN computes (measured; its manual
-gives no formula). x is 4-D or 5-D (N, C, *spatial). The LRN parameters
-live in :class:`LRN`; the ``alpha``/``beta`` keywords of the calls are the usual blending factors.
-
-Raw C path::
-
-    d = capi.cudnnLRNDescriptor_t(); capi.cudnnCreateLRNDescriptor(byref(d))
-    capi.cudnnSetLRNDescriptor(d, 5, 1e-4, 0.75, 2.0)
-    capi.cudnnLRNCrossChannelForward(h.ptr, d, capi.CUDNN_LRN_CROSS_CHANNEL_DIM1, byref(c_float(1)),
-                                     x_desc, x.ptr, byref(c_float(0)), y_desc, y.ptr)
+The window of size n around index i spans ``[i - (n-1)//2, i + n - 1 - (n-1)//2]``; LRN runs over C. Divisive
+normalisation works on each channel over an n-wide window in each of the S spatial dimensions: ``y_i = x_i * (k +
+alpha / n**S * sum_{j in window(i)} (x_j - means_i)**2) ** -beta`` (means zero when not given; measured, cuDNN's
+manual gives no formula). x is 4-D or 5-D. The calls' ``alpha``/``beta`` are the usual blending factors.
 """
 from __future__ import annotations
 
@@ -43,8 +34,7 @@ __all__ = ["LRN", "lrn_forward", "lrn_backward", "divisive_normalization_forward
 
 
 class _LRNDescriptor(Descriptor):
-    """A ``cudnnLRNDescriptor_t`` of settings :class:`cudnn_py.LRN` validated: window ``n``, ``alpha``, ``beta``,
-    ``k``; read back from cuDNN."""
+    """A ``cudnnLRNDescriptor_t`` of the settings :class:`cudnn_py.LRN` validated, read back from cuDNN."""
 
     _handle_type = capi.cudnnLRNDescriptor_t
     _create_fn, _destroy_fn = "cudnnCreateLRNDescriptor", "cudnnDestroyLRNDescriptor"
@@ -127,8 +117,7 @@ def lrn_forward(handle: Handle, lrn: LRN, x: DeviceArrayLike, *, y: Out | None =
 def lrn_backward(handle: Handle, lrn: LRN, x: DeviceArrayLike, y: DeviceArrayLike, dy: DeviceArrayLike,
                  *, dx: Out | None = None, alpha: float = 1.0,
                  beta: float = 0.0) -> DeviceArray | Out:
-    """``dx = alpha * dL/dx + beta * dx`` from the forward's x and y and the gradient dy
-    (``cudnnLRNCrossChannelBackward``)."""
+    """``dx = alpha * dL/dx + beta * dx`` from the forward's x, y and dy (``cudnnLRNCrossChannelBackward``)."""
     xa = _input(lrn, x, handle)
     ya = check_array(y, "y", handle, dtype=xa.dtype, shape=xa.shape)
     dya = check_array(dy, "dy", handle, dtype=xa.dtype, shape=xa.shape)
@@ -150,8 +139,7 @@ def _like_x(a, name: str, xa, handle: Handle):
 
 
 def _temps(xa: DeviceArray) -> tuple[WorkspaceArg, WorkspaceArg]:
-    """The two scratch tensors, carved out of the handle's workspace; cuDNN addresses them with x's descriptor, so
-    each covers x's span (256-byte aligned)."""
+    """The two scratch tensors in the handle's workspace, each covering x's span (cuDNN describes them as x)."""
     each = -(-xa.span()[1] * xa.dtype.itemsize // 256) * 256
     return WorkspaceArg(2 * each), WorkspaceArg(2 * each, each)
 
@@ -160,10 +148,8 @@ def _temps(xa: DeviceArray) -> tuple[WorkspaceArg, WorkspaceArg]:
 def divisive_normalization_forward(handle: Handle, lrn: LRN, x: DeviceArrayLike, means: DeviceArrayLike | None = None,
                                    *, y: Out | None = None, alpha: float = 1.0,
                                    beta: float = 0.0) -> DeviceArray | Out:
-    """``y = alpha * divnorm(x, means) + beta * y`` (``cudnnDivisiveNormalizationForward``); returns y.
-
-    ``means`` (x's shape) defaults to zeros; the two temporaries cuDNN needs come from the handle's workspace.
-    """
+    """``y = alpha * divnorm(x, means) + beta * y`` (``cudnnDivisiveNormalizationForward``); returns y. ``means``
+    (x's shape) defaults to zeros; cuDNN's two temporaries come from the handle's workspace."""
     xa = _input(lrn, x, handle)
     ma = _like_x(means, "means", xa, handle)
     ya = output(y, "y", handle, xa.shape, xa.dtype, like=xa)
@@ -180,17 +166,16 @@ def divisive_normalization_backward(handle: Handle, lrn: LRN, x: DeviceArrayLike
                                     means: DeviceArrayLike | None = None, *,
                                     dx: DeviceArrayLike | None = None, dmeans: DeviceArrayLike | None = None,
                                     alpha: float = 1.0, beta: float = 0.0) -> DivisiveNormalizationGrads:
-    """:class:`DivisiveNormalizationGrads` ``(dx, dmeans)`` of divisive normalisation
-    (``cudnnDivisiveNormalizationBackward``).
+    """:class:`DivisiveNormalizationGrads` ``(dx, dmeans)`` (``cudnnDivisiveNormalizationBackward``).
 
-    dmeans is computed (and allocated if not given) when ``means`` or ``dmeans`` is given, else None.
-    The means are treated as an independent input. For an even window size cuDNN's dx is not the
-    exact gradient of its forward (it sums over the forward window, not its mirror image).
+    dmeans is computed (and allocated if not given) when ``means`` or ``dmeans`` is given, else None; the means are
+    treated as an independent input. For an even window size cuDNN's dx is not the exact gradient of its forward
+    (it sums over the forward window, not its mirror image).
     """
     xa = _input(lrn, x, handle)
     ma = _like_x(means, "means", xa, handle)
     dya = _like_x(dy, "dy", xa, handle)
-    # one descriptor describes dx and dmeans: given ones must agree; a missing one takes the other's layout
+    # one descriptor describes dx and dmeans: a missing one takes the other's layout
     dxa = None if dx is None else output(dx, "dx", handle, xa.shape, xa.dtype)
     dma = None if dmeans is None else output(dmeans, "dmeans", handle, xa.shape, xa.dtype)
     if dxa is not None and dma is not None and dma.strides != dxa.strides:
@@ -208,13 +193,5 @@ def divisive_normalization_backward(handle: Handle, lrn: LRN, x: DeviceArrayLike
     return DivisiveNormalizationGrads(dxa, dma)
 
 
-# ---------------------------------------------------------------- deprecated names
-
-def _lrn(n=5, alpha=1e-4, beta=0.75, k=2.0) -> LRN:
-    """What the deprecated LRNDescriptor and lrn_descriptor make: the :class:`LRN` of these settings."""
-    return LRN(n, alpha, beta, k)
-
-
-_lrn.__qualname__ = "cudnn_py.LRN"
-LRNDescriptor = alias("LRNDescriptor", _lrn)
-lrn_descriptor = alias("lrn_descriptor", _lrn)
+LRNDescriptor = alias("LRNDescriptor", LRN, use="cudnn_py.LRN")
+lrn_descriptor = alias("lrn_descriptor", LRN, use="cudnn_py.LRN")

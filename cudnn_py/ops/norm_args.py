@@ -1,11 +1,6 @@
-"""What the batch-norm calls (:mod:`cudnn_py.ops.batchnorm`) and the normalisation API
-(:mod:`cudnn_py.ops.normalization`) share: argument checks, parameter shapes, statistics and reserve buffers, the
-checked arguments of their fused backward calls.
-
-Parameters (scale, bias, means, variances) have the shape :func:`param_shape_for` gives (1, C, 1, 1... per channel,
-1, C, H, W... per activation) or the same without its unit dimensions, float32 (float64 for float64 data). Every
-check runs before C and raises an :class:`~cudnn_py.errors.InvalidValueError` or ``InvalidTypeError`` naming the
-argument.
+"""What batch norm (:mod:`cudnn_py.ops.batchnorm`) and the normalisation API (:mod:`cudnn_py.ops.normalization`)
+share: argument checks, parameter shapes (:func:`param_shape_for`, or without unit dimensions; float32, float64 for
+float64 data), statistics and reserve buffers, the checked arguments of their fused backward calls.
 """
 from __future__ import annotations
 
@@ -101,8 +96,8 @@ class NormSetup:
         return None if obj is None else self.param(obj, name, handle)
 
     def or_new_pair(self, a: DeviceArray | None, b: DeviceArray | None, handle) -> tuple[DeviceArray, DeviceArray]:
-        """``a`` and ``b`` (saved statistics, parameter gradients), each new where None: where both are, two views,
-        256-byte aligned, of one allocation (a prepared call's replay then makes one too)."""
+        """``a`` and ``b`` (saved statistics, parameter gradients), each new where None (both: two 256-byte aligned
+        views of one allocation)."""
         if a is not None or b is not None:
             new = functools.partial(new_output, handle, self.pshape, self.pdtype)
             return new() if a is None else a, new() if b is None else b
@@ -123,8 +118,7 @@ def param_shape_for(x_shape, mode) -> tuple[int, ...]:
 
 def training_params(handle, s: NormSetup, scale, bias, running_mean, running_var, saved_mean, saved_inv_var,
                      epsilon, factor):
-    """The checked parameter arrays and scalars every forward-training call takes:
-    (scale, bias, running mean, running var, saved mean, saved inverse variance, epsilon, factor)."""
+    """(scale, bias, running mean, running var, saved mean, saved inverse variance, epsilon, factor), checked."""
     check_pair(running_mean, running_var, "running_mean and running_var")
     f = float(factor)
     if not 0.0 <= f <= 1.0:
@@ -136,10 +130,8 @@ def training_params(handle, s: NormSetup, scale, bias, running_mean, running_var
 
 
 def fused_ops(ops, activation, table: dict, enum_type, z=None, *, forward: bool = True, check: bool = True) -> tuple:
-    """(ops enum member, fused :class:`~cudnn_py.ops.activation.Activation` or None) of a fused call (``table``,
-    ``enum_type``: the family's ops names and enum): ops 0 has no activation (``check``: refuse one); a ``forward``'s
-    ops 2 (add + activation) needs the added input ``z``, its other ops take none (a backward's dz is checked with
-    its arrays)."""
+    """(ops member, fused :class:`~cudnn_py.ops.activation.Activation` or None): ops 0 has no activation (``check``:
+    refuse one); a ``forward``'s ops 2 (add + activation) needs ``z``, its other ops take none."""
     op = enum_arg(ops, table, enum_type, "ops")
     act = None
     if int(op) != 0:
@@ -164,8 +156,7 @@ def reserve_buffer(handle, reserve, nbytes: int, name: str) -> DeviceArray | Non
 
 
 class FusedBackward(NamedTuple):
-    """The checked and allocated arguments of the fused backward calls (``cudnnBatchNormalizationBackwardEx``,
-    ``cudnnNormalizationBackward``), holding the descriptors while C runs."""
+    """The checked and allocated arguments of the fused backward calls, holding the descriptors while C runs."""
     y: DeviceArray
     dy: DeviceArray
     scale: DeviceArray
@@ -179,10 +170,10 @@ class FusedBackward(NamedTuple):
     dbias: DeviceArray
     reserve: DeviceArray | None
     reserve_size: int
-    workspace: WorkspaceArg  # the handle's workspace, fetched by the legacy sink (and again by a prepared call)
+    workspace: WorkspaceArg
     workspace_size: int
     scalars: tuple  # alpha_data, beta_data, alpha_param, beta_param as C scalars
-    y_desc: TensorDescriptor  # the legacy call's descriptors (None for the graph path, which has its own tensors)
+    y_desc: TensorDescriptor  # the legacy call's descriptors (None for the graph path)
     dy_desc: TensorDescriptor
     dx_desc: TensorDescriptor
     dz_desc: TensorDescriptor | None

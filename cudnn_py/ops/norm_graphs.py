@@ -1,8 +1,6 @@
-"""The paths batch norm (:mod:`cudnn_py.ops.batchnorm`) and the normalisation API (:mod:`cudnn_py.ops.normalization`)
-share: their ops checks, the inference and fused training and backward calls (graph path, else the family's legacy C
-call), and the graphs: training as one batch-norm operation (running statistics included, an add and ReLU fused after
-it), inference as pointwise operations, backward as one norm-backward operation (a fused ReLU's gradient as a
-pointwise graph before it). A graph path that cannot take a call raises
+"""The graph paths of batch norm and the normalisation API, and the calls that choose between them and the family's
+legacy C call: training as one batch-norm operation (+ z and ReLU after it), inference as pointwise operations,
+backward as one norm-backward operation (after a ReLU-gradient graph). A call a graph path cannot take raises
 :class:`~cudnn_py.graph.legacy.GraphPathRefused`.
 """
 from __future__ import annotations
@@ -48,8 +46,7 @@ def _require(s: na.NormSetup, alphas, what: str) -> None:
 
 
 def training(handle, s: na.NormSetup, sc, bi, rm, rv, sm, siv, eps, f, ya, za, relu, alphas, auto) -> bool:
-    """Forward training as one graph: batch norm (updating running statistics unless factor is 0), then + z and
-    ReLU when asked."""
+    """Forward training as one graph: batch norm (running statistics updated unless factor is 0), + z, ReLU."""
     _require(s, alphas, "training")
     update = rm is not None and f > 0
     inputs = ([("x", s.x), ("scale", param_view(sc, s)), ("bias", param_view(bi, s))]
@@ -71,10 +68,9 @@ def training(handle, s: na.NormSetup, sc, bi, rm, rv, sm, siv, eps, f, ya, za, r
 
 def fused_training(handle, s: na.NormSetup, op, activation, z, params: tuple, y, reserve, alphas, engine: str,
                    sizes, c_call, check=_nothing) -> tuple:
-    """Forward training of batch norm's ``..._ex`` and the normalisation API: the graph path where ``engine`` takes
-    it, else ``c_call(y, z, scale, bias, rm, rv, sm, siv, eps, factor, reserve, ws_bytes)``. ``params``: (scale,
-    bias, rm, rv, sm, siv, epsilon, factor); ``sizes(with_z)``: (workspace, reserve) bytes; ``check()``: the
-    caller's own graph refusals. Returns (y, sm, siv, rm, rv, reserve)."""
+    """Fused forward training: the graph path where ``engine`` takes it, else ``c_call(y, z, scale, bias, rm, rv, sm,
+    siv, eps, factor, reserve, ws_bytes)``; ``sizes(with_z)``: (workspace, reserve) bytes; ``check()``: the caller's
+    graph refusals. Returns (y, sm, siv, rm, rv, reserve)."""
     za = None if z is None else na.data_array(z, "z", handle, like=s.x)
     sc, bi, rm, rv, sm, siv, eps, f = na.training_params(handle, s, *params)
     ya = output(y, "y", handle, s.x.shape, s.x.dtype, like=s.x)
@@ -99,10 +95,8 @@ _INFERENCE = ("scale", "bias", "mean", "var")
 
 def inference(handle, s: na.NormSetup, engine: str, key: tuple, params: tuple, epsilon, y, z, op, activation, alpha,
               beta, c_call, check=_nothing) -> DeviceArray:
-    """Forward inference of both families: ``params`` (scale, bias, mean, var) checked, y allocated if not given, then
-    :func:`~cudnn_py.graph.legacy.dispatch` between ``c_call(sc, bi, me, va, z, eps, y)`` and the pointwise graph
-    y = (x - mean) * scale / sqrt(var + eps) + bias [+ z] [fused ReLU], blended with alpha/beta; ``key``:
-    the engine choice's key before (eps, alpha, beta, signature). Returns y."""
+    """Forward inference: dispatch between ``c_call(sc, bi, me, va, z, eps, y)`` and the pointwise graph y = (x -
+    mean) * scale / sqrt(var + eps) + bias [+ z] [ReLU], blended. Returns y."""
     za = None if z is None else na.data_array(z, "z", handle, like=s.x)
     sc, bi, me, va = (s.param(a, n, handle) for a, n in zip(params, _INFERENCE))
     eps = na.check_epsilon(epsilon)
@@ -127,8 +121,8 @@ def inference(handle, s: na.NormSetup, engine: str, key: tuple, params: tuple, e
 
 
 def backward(handle, s: na.NormSetup, dya, sc, sm, siv, dxa, ds, db, alphas, auto, gate=None) -> bool:
-    """Backward as one norm-backward graph from the saved statistics; ``gate`` = (y, out): first the ReLU
-    gradient dy * (y > 0) into ``out`` (dz, or scratch), which the norm backward then reads as its dy."""
+    """Backward as one norm-backward graph; ``gate`` = (y, out): first the ReLU gradient dy * (y > 0) into ``out``
+    (dz, or scratch), the norm backward's dy."""
     _require(s, alphas, "backward")
     if sm is None:
         raise gl.GraphPathRefused("engine='graph' backward reads the forward's saved_mean and saved_inv_var; pass "
@@ -151,10 +145,9 @@ def backward(handle, s: na.NormSetup, dya, sc, sm, siv, dxa, ds, db, alphas, aut
 
 def fused_backward(handle, s: na.NormSetup, op, activation, args: tuple, reserve, alphas, engine: str, sizes, c_call,
                    check=_nothing) -> tuple[DeviceArray, DeviceArray, DeviceArray, DeviceArray | None]:
-    """Backward of batch norm's ``..._ex`` and the normalisation API: the graph path where ``engine`` takes it, else
-    ``c_call(b)`` with the checked :class:`~cudnn_py.ops.norm_args.FusedBackward` ``b``. ``args``: (y, dy, scale,
-    bias, saved_mean, saved_inv_var, epsilon, dx, dz, dscale, dbias); ``sizes()``: (workspace, reserve)
-    bytes; ``check()``: the caller's own graph refusals. Returns (dx, dscale, dbias, dz)."""
+    """Fused backward: the graph path where ``engine`` takes it, else ``c_call(b)`` with the checked
+    :class:`~cudnn_py.ops.norm_args.FusedBackward` ``b``; ``sizes()``: (workspace, reserve) bytes; ``check()``: the
+    caller's graph refusals. Returns (dx, dscale, dbias, dz)."""
     ran: list[na.FusedBackward] = []
 
     def run(auto):

@@ -1,9 +1,7 @@
-"""The normalisation API: ``cudnnNormalizationForwardTraining / ForwardInference / Backward``.
-
-The same math as batch normalisation (``per_channel`` = batch-norm's spatial mode, ``per_activation``
-the same), with ``ops`` "norm", "norm_activation" or "norm_add_activation" (``y = act(norm(x) + z)``)
-and ``algo`` "standard" or "persist". cuDNN implements only some combinations (which depends on the
-loaded version, layout and dtype); the others raise :class:`~cudnn_py.errors.CudnnNotSupportedError`.
+"""The normalisation API (``cudnnNormalizationForwardTraining / ForwardInference / Backward``): batch norm's math
+(``per_channel`` = its spatial mode) with ``ops`` "norm", "norm_activation" or "norm_add_activation" (``y =
+act(norm(x) + z)``) and ``algo`` "standard" or "persist". Combinations cuDNN does not implement (per version,
+layout, dtype) raise :class:`~cudnn_py.errors.CudnnNotSupportedError`.
 
 ::
 
@@ -11,23 +9,11 @@ loaded version, layout and dtype); the others raise :class:`~cudnn_py.errors.Cud
     y = normalization_forward_inference(h, x, scale, bias, rm, rv)
     g = normalization_backward(h, x, r.y, dy, scale, bias, r.saved_mean, r.saved_inv_var, r.reserve)
 
-Parameters follow :mod:`cudnn_py.ops.batchnorm` (shapes, float32 unless the data are float64);
-the mean/variance tensors have the scale's shape (``cudnnDeriveNormTensorDescriptor`` with one group).
+Parameters follow :mod:`cudnn_py.ops.batchnorm`; the mean/variance tensors have the scale's shape.
 
-``engine="graph"`` runs cached backend-API graphs as for batch norm (per-channel mode for training and backward,
-either mode for inference; ReLU as the fused activation; ``algo`` left "standard"; no reserve space). ``engine="auto"``
-(the default): for plain ("norm") inference the faster engine, measured on the first call of a configuration
-(:mod:`cudnn_py.calls.engine_choice`); for plain training and backward the graph where it accepts the call; the legacy
-call otherwise and for the fused-activation ops (docs/graph_paths.md).
-
-Raw C path::
-
-    capi.cudnnDeriveNormTensorDescriptor(sb_desc, mv_desc, x_desc, capi.CUDNN_NORM_PER_CHANNEL, 1)
-    capi.cudnnGetNormalizationForwardTrainingWorkspaceSize(h.ptr, mode, ops, algo, x_desc, None, x_desc,
-        sb_desc, None, mv_desc, byref(ws_size), 1)
-    capi.cudnnNormalizationForwardTraining(h.ptr, mode, ops, algo, alpha, beta, x_desc, x.ptr, sb_desc,
-        scale.ptr, bias.ptr, 1.0, mv_desc, rm.ptr, rv.ptr, 1e-5, sm.ptr, siv.ptr, None, None, None,
-        x_desc, y.ptr, ws, ws_size, reserve, reserve_size, 1)
+``engine="graph"`` runs graphs as for batch norm (``algo`` left "standard"). ``engine="auto"`` (the default): for
+plain ("norm") inference the faster engine, measured once; for plain training and backward the graph where it
+accepts the call; the legacy call otherwise and for the fused-activation ops (docs/graph_paths.md).
 """
 from __future__ import annotations
 
@@ -67,8 +53,7 @@ def derive_normalization_shapes(x_shape, dtype=np.float32, mode="per_channel"):
 
 
 def _setup(handle: Handle, x, mode, engine: str, ops) -> tuple[str, na.NormSetup]:
-    """(engine, setup): ``engine='auto'`` is the graph for plain normalisation (measured faster), the legacy call for
-    the fused-activation ops (as for batch norm's ``..._ex``)."""
+    """(engine, setup): ``engine='auto'`` runs the legacy call for the fused-activation ops."""
     engine = gl.engine_arg(engine)
     if engine == "auto" and not (isinstance(ops, (str, int)) and ops in ("norm", capi.CUDNN_NORM_OPS_NORM)):
         engine = "legacy"
@@ -101,8 +86,7 @@ def _sizes(handle: Handle, s: na.NormSetup, op, algo, act, with_z: bool) -> tupl
 def normalization_sizes(handle: Handle, x: DeviceArrayLike, *, mode: str | int = "per_channel", ops: str | int = "norm",
                         algo: str | int = "standard", activation: Activation | str | int | None = None,
                         with_z: bool | None = None) -> NormSizes:
-    """:class:`~cudnn_py.ops.batchnorm.NormSizes` ``(forward_workspace, backward_workspace, reserve)``: bytes the
-    training calls need with this x."""
+    """:class:`~cudnn_py.ops.batchnorm.NormSizes` ``(forward_workspace, backward_workspace, reserve)`` for x."""
     handle = handle_arg(handle)
     s = _setup(handle, x, mode, "legacy", ops)[1]
     op, act = na.fused_ops(ops, activation, NORM_OPS, capi.cudnnNormOps_t, forward=False, check=False)
@@ -125,9 +109,8 @@ def normalization_forward_training(handle: Handle, x: DeviceArrayLike, scale: De
                                    engine: str = "auto") -> BatchNormTraining:
     """``y = alpha * act(norm(x) [+ z]) + beta * y`` with batch statistics (``cudnnNormalizationForwardTraining``).
 
-    Running statistics (both or neither) are updated in place with ``factor``; saved mean / inverse
-    variance and the reserve are returned (allocated when not given) for :func:`normalization_backward`.
-    The graph engine returns no ``reserve``.
+    Running statistics (both or neither) are updated in place with ``factor``; saved mean / inverse variance and the
+    reserve (none from the graph engine) are returned, allocated when not given, for :func:`normalization_backward`.
     """
     engine, s = _setup(handle, x, mode, engine, ops)
     op, act = na.fused_ops(ops, activation, NORM_OPS, capi.cudnnNormOps_t, z)
@@ -177,8 +160,8 @@ def normalization_backward(handle: Handle, x: DeviceArrayLike, y: DeviceArrayLik
                            dscale: DeviceArrayLike | None = None, dbias: DeviceArrayLike | None = None,
                            alpha_data: float = 1.0, beta_data: float = 0.0, alpha_param: float = 1.0,
                            beta_param: float = 0.0, engine: str = "auto") -> BatchNormGrads:
-    """Gradients of ``y = act(norm(x) [+ z])`` (``cudnnNormalizationBackward``); ``y`` and ``reserve``
-    from the forward pass (the graph engine reads no reserve); ``dz`` returned for ops "norm_add_activation"."""
+    """Gradients of ``y = act(norm(x) [+ z])`` (``cudnnNormalizationBackward``); ``y`` and ``reserve`` from the
+    forward (the graph engine reads no reserve); ``dz`` returned for ops "norm_add_activation"."""
     engine, s = _setup(handle, x, mode, engine, ops)
     op, act = na.fused_ops(ops, activation, NORM_OPS, capi.cudnnNormOps_t, forward=False)
     al_, check = _algo(algo)

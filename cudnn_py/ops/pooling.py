@@ -6,25 +6,14 @@
     y = pooling_forward(h, pool, x)                         # x: N, C, *spatial; y allocated
     dx = pooling_backward(h, pool, x, y, dy)
 
-Output size per spatial dimension: ``1 + (in + 2 * padding - window) // stride``. 1-D pooling runs as 2-D with a
-unit height. A new output keeps x's memory order (NHWC in, NHWC out) whichever engine runs.
+Output size per spatial dimension: ``1 + (in + 2 * padding - window) // stride``. A new output keeps x's memory
+order whichever engine runs.
 
-``engine="graph"`` runs the same pooling as cached backend-API graphs of resample operations
-(``OPERATION_RESAMPLE_FWD/BWD``, the fastest of the heuristics' plans timed on the first call) instead of the
-deprecated ``cudnnPoolingForward/Backward``: float16, bfloat16 and float32, 1 to 3 spatial dims, x, y, dy and dx in
-one memory order, alpha 1 and beta 0; max pooling's NaN handling is the resample operation's (a NaN in a window
-wins) whatever ``nan_propagation`` says. Where cuDNN 9.19 has no right engine (channels-last bfloat16 2-D pooling)
-it raises :class:`~cudnn_py.graph.GraphNotSupportedError`. ``engine="auto"`` (the default) measures both engines on
-the first call of a configuration and keeps the faster (:mod:`cudnn_py.calls.engine_choice`); with measuring off it
-runs the graph for 2-D pooling of channels-last data (average pooling forward, both backward passes) and the legacy
-call for max pooling forward (its legacy kernel is faster there), NCHW data (faster both ways), 1-D and 3-D pooling
-(not measured) and wherever the graph refuses (docs/graph_paths.md has the measurements, on an H200).
-
-Raw C path (what these calls do)::
-
-    d = capi.cudnnPoolingDescriptor_t(); capi.cudnnCreatePoolingDescriptor(byref(d))
-    capi.cudnnSetPoolingNdDescriptor(d, capi.CUDNN_POOLING_MAX, capi.CUDNN_NOT_PROPAGATE_NAN, 2, win, pad, stride)
-    capi.cudnnPoolingForward(h.ptr, d, byref(c_float(1)), x_desc, x.ptr, byref(c_float(0)), y_desc, y.ptr)
+``engine``: "legacy" (``cudnnPoolingForward/Backward``), "graph" (resample operations: float16, bfloat16, float32,
+x, y, dy and dx in one memory order, alpha 1 and beta 0; a NaN in a max window wins whatever ``nan_propagation``
+says; channels-last bfloat16 2-D pooling raises :class:`~cudnn_py.graph.GraphNotSupportedError`) or "auto" (the
+default: the faster, measured once per configuration; with measuring off the graph for 2-D channels-last pooling
+but max forward, else the legacy call; docs/graph_paths.md).
 """
 from __future__ import annotations
 
@@ -66,8 +55,7 @@ _NAMES = {v: k for k, v in reversed(POOLING_MODES.items())}
 
 
 def _param(v, name: str, minimum: int) -> int | tuple[int, ...]:
-    """An int (every spatial dim) or a tuple of 1 to 3 ints, each in ``[minimum, 2**31 - 1]``; the count is checked
-    against the spatial dims at use."""
+    """An int (every spatial dim) or a tuple of 1 to 3 ints, each in ``[minimum, 2**31 - 1]``."""
     t = int_or_ints(v, name, minimum)
     if isinstance(t, tuple) and not 1 <= len(t) <= 3:
         raise InvalidValueError(f"{name} needs 1 to 3 values (one per spatial dimension), got {v!r}")
@@ -81,8 +69,7 @@ def _unit_height(params: tuple) -> tuple:
 
 
 class _PoolingDescriptor(Descriptor):
-    """A ``cudnnPoolingDescriptor_t`` of settings :class:`cudnn_py.Pooling` validated: ``mode``, ``nan_propagation``
-    (bool) and ``window``, ``padding``, ``stride`` (one int per spatial dimension); read back from cuDNN."""
+    """A ``cudnnPoolingDescriptor_t`` of the settings :class:`cudnn_py.Pooling` validated, read back from cuDNN."""
 
     _handle_type = capi.cudnnPoolingDescriptor_t
     _create_fn, _destroy_fn = "cudnnCreatePoolingDescriptor", "cudnnDestroyPoolingDescriptor"
@@ -175,13 +162,11 @@ class Pooling(Settings):
 
 def _resolve(pool, x_shape) -> tuple[capi.cudnnPoolingDescriptor_t, tuple[int, ...]]:
     """(descriptor handle, output shape) for a :class:`Pooling`."""
-    if isinstance(pool, Pooling):
-        y_shape = pool.output_shape(x_shape)
-        return pool.descriptor(len(x_shape) - 2), y_shape
-    raise InvalidTypeError(f"pool must be a cudnn_py.Pooling, got {type(pool).__name__}")
+    if not isinstance(pool, Pooling):
+        raise InvalidTypeError(f"pool must be a cudnn_py.Pooling, got {type(pool).__name__}")
+    y_shape = pool.output_shape(x_shape)  # checked first: 1 to 3 spatial dimensions
+    return pool.descriptor(len(x_shape) - 2), y_shape
 
-
-# ---------------------------------------------------------------- engine="graph": resample operations
 
 #: legacy pooling mode -> resample mode of the graph path
 _GRAPH_MODES = {capi.CUDNN_POOLING_MAX: "max", capi.CUDNN_POOLING_MAX_DETERMINISTIC: "max",
@@ -212,17 +197,15 @@ def _same_layout(*arrays: DeviceArray) -> bool:
 
 
 def _static(x: DeviceArray, direction: str, pool: Pooling) -> str:
-    """The engine ``engine='auto'`` runs without measuring (the module doc's rule)."""
+    """The engine ``engine='auto'`` runs without measuring."""
     if x.ndim != 4 or not _channels_last(x) or (direction == "forward" and _GRAPH_MODES[pool.mode] == "max"):
         return "legacy"
     return "graph"
 
 
 def _graph(handle: Handle, pool: Pooling, xa, ya, dya, dxa, alpha, beta, auto) -> bool:
-    """The graph path, forward (``dya`` None) or backward: max pooling of channels-last data runs backward as two
-    graphs (the forward again, writing its int8 window index, then the backward from that index: cuDNN 9.19's
-    backward from x and y crashes there); average pooling of channels-last data needs only dy; NCHW data gives the
-    backward x and y."""
+    """The graph path, forward (``dya`` None) or backward: channels-last max pooling runs backward from an int8 window
+    index (cuDNN 9.19's backward from x and y crashes there), channels-last average pooling from dy alone."""
     if alpha != 1.0 or beta != 0.0:
         raise gl.GraphPathRefused("engine='graph' pools with alpha 1 and beta 0; use engine='legacy' to blend")
     mode, (win, pad, st) = _GRAPH_MODES[pool.mode], _unit_height(pool.params(xa.ndim - 2))
@@ -263,10 +246,8 @@ def _legacy(handle: Handle, pd, xa, ya, dya, dxa, alpha: float, beta: float) -> 
 @prepared(inputs=("x",), outputs=("y",), inplace=False, scalars=("alpha", "beta"), moved=("y",))
 def pooling_forward(handle: Handle, pool: Pooling, x: DeviceArrayLike, *, y: Out | None = None,
                     alpha: float = 1.0, beta: float = 0.0, engine: str = "auto") -> DeviceArray | Out:
-    """``y = alpha * pool(x) + beta * y`` (``cudnnPoolingForward``); returns y (allocated if not given).
-
-    ``pool``: a :class:`Pooling`. ``engine``: "legacy", "graph" or "auto" (the default: see the module doc).
-    """
+    """``y = alpha * pool(x) + beta * y`` (``cudnnPoolingForward``, ``pool`` a :class:`Pooling`); returns y (allocated
+    if not given). ``engine``: "legacy", "graph" or "auto" (the default: see the module doc)."""
     xa = check_array(x, "x", handle, floating=True)
     pd, y_shape = _resolve(pool, xa.shape)
     ya = output(y, "y", handle, y_shape, xa.dtype, like=xa)
@@ -281,9 +262,7 @@ def pooling_forward(handle: Handle, pool: Pooling, x: DeviceArrayLike, *, y: Out
 def pooling_backward(handle: Handle, pool: Pooling, x: DeviceArrayLike, y: DeviceArrayLike, dy: DeviceArrayLike,
                      *, dx: Out | None = None, alpha: float = 1.0, beta: float = 0.0,
                      engine: str = "auto") -> DeviceArray | Out:
-    """``dx = alpha * dL/dx + beta * dx`` from the forward's x and y and the gradient dy (``cudnnPoolingBackward``).
-
-    ``engine``: "legacy", "graph" or "auto" (the default; as for :func:`pooling_forward`)."""
+    """``dx = alpha * dL/dx + beta * dx`` from the forward's x and y and the gradient dy (``cudnnPoolingBackward``)."""
     xa = check_array(x, "x", handle, floating=True)
     pd, y_shape = _resolve(pool, xa.shape)
     ya = check_array(y, "y", handle, dtype=xa.dtype, shape=y_shape)
@@ -317,11 +296,8 @@ def pooling_output_shape(x_shape: Sequence[int], mode: str | int = "max", window
     return tuple(out)
 
 
-# ---------------------------------------------------------------- deprecated names
-
 def _pooling(mode="max", window=2, padding=0, stride=None, *, ndim=None, nan_propagation=False) -> Pooling:
-    """What the deprecated PoolingDescriptor and pooling_descriptor make: the :class:`Pooling` of these settings
-    (``ndim``, when given, checked against them)."""
+    """What the deprecated PoolingDescriptor and pooling_descriptor make (``ndim``, when given, checked)."""
     pool = Pooling(mode, window, padding, stride, nan_propagation=nan_propagation)
     if ndim is not None:
         pool.params(spatial_ndim(ndim, ()))

@@ -10,12 +10,11 @@
     dx, dhx, dcx = cdp.rnn_backward_data(h, rnn, fwd, dy, w)                  # an RNNDataGrads
     dw = cdp.rnn_backward_weights(h, rnn, fwd)        # adds into dw (zeros when not given)
 
-Layouts of ``x``/``y``: ``"seq_major"`` ``[T, B, V]`` and ``"batch_major"`` ``[B, T, V]`` (padded; positions
-past a sequence's length are written with 0 in ``y``), ``"packed"`` ``[sum(lengths), V]`` (lengths
-non-increasing). States: ``hx/hy [layers * dirs, B, out_size]``, ``cx/cy [layers * dirs, B, hidden]``
-(LSTM only); missing initial states are zeros. Gate order per ``lin_id``: see :data:`GATES` and
-docs/porting_rnn.md. float32 with ``math_type="default"`` may use TF32 tensor cores (``"fma"`` avoids them);
-with clipping, ``cy`` is the last cell state before clipping (cuDNN's behaviour).
+Layouts of ``x``/``y``: ``"seq_major"`` ``[T, B, V]`` and ``"batch_major"`` ``[B, T, V]`` (padded; ``y`` is 0 past a
+sequence's length), ``"packed"`` ``[sum(lengths), V]`` (lengths non-increasing). States: ``hx/hy [layers * dirs, B,
+out_size]``, ``cx/cy [layers * dirs, B, hidden]`` (LSTM only); missing initial states are zeros. Gate order per
+``lin_id``: :data:`GATES`, docs/porting_rnn.md. float32 with ``math_type="default"`` may use TF32 (``"fma"`` avoids
+it); with clipping, ``cy`` is the last cell state before clipping (cuDNN's behaviour).
 """
 from __future__ import annotations
 
@@ -40,7 +39,7 @@ from cudnn_py.core.memory import DeviceArray, DeviceArrayLike
 from cudnn_py.ops._common import launch, read_tensor_desc, with_tensor_descriptors
 from cudnn_py.ops.dropout import Dropout
 from cudnn_py.ops.sequence_models import (
-    MATH_TYPES, WeightedDescriptor, by_value, c_nbytes, check_lengths, choice, device_lengths, dropout_arg, name_of,
+    MATH_TYPES, WeightedDescriptor, by_value, check_lengths, choice, device_lengths, dropout_arg, name_of,
     positive_int, training_ctx, weights_ctx,
 )
 from cudnn_py.calls.prepared import prepared
@@ -60,7 +59,7 @@ _ALGOS = {"standard": capi.CUDNN_RNN_ALGO_STANDARD, "persist_static": capi.CUDNN
 _LAYOUTS = {"seq_major": capi.CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED,
             "packed": capi.CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_PACKED,
             "batch_major": capi.CUDNN_RNN_DATA_LAYOUT_BATCH_MAJOR_UNPACKED}
-# algorithms cuDNN refuses for float64 data (NOT_SUPPORTED from cudnnSetRNNDescriptor_v8, no reason given)
+# algorithms cuDNN refuses for float64 data (NOT_SUPPORTED from cudnnSetRNNDescriptor_v8)
 _NO_DOUBLE = frozenset({"persist_static", "persist_static_small_h"})
 # data type -> allowed math precisions (first = default)
 _PRECISIONS = {np.dtype(np.float16): (np.dtype(np.float32), np.dtype(np.float16)),
@@ -69,13 +68,8 @@ _PRECISIONS = {np.dtype(np.float16): (np.dtype(np.float32), np.dtype(np.float16)
 
 
 def _renamed(where: str, old: dict, name: str, new: str, value):
-    """``value``, or that of ``name``, the deprecated spelling of ``new``, in ``old`` (a warning)."""
+    """``value``, or that of ``new``'s deprecated spelling ``name`` in ``old`` (a warning)."""
     return renamed_kwargs(where, old, {name: new}, {new: value}, stacklevel=5)[new] if old else value
-
-
-def _positive(**values: int) -> tuple[int, ...]:
-    """Each keyword's value checked by :func:`positive_int`."""
-    return tuple(positive_int(v, k) for k, v in values.items())
 
 
 #: lin_id meaning per cell mode: input-side matrices first, then recurrent ones (LSTM 8: projection).
@@ -119,17 +113,16 @@ class RNNWeight(NamedTuple):
 class RNN(WeightedDescriptor):
     """An RNN descriptor (``cudnnSetRNNDescriptor_v8``).
 
-    ``mode``: ``"relu"``, ``"tanh"``, ``"lstm"``, ``"gru"``; ``proj_size``: LSTM recurrent projection
-    (None: none); ``bias_mode``: ``"double"`` (input and recurrent biases), ``"input"``, ``"recurrent"``,
-    ``"none"``; ``input_mode``: ``"linear"`` or ``"skip"`` (first layer has no input matrices; needs
-    ``input_size == hidden_size``); ``dtype``: float16/32/64; ``compute_dtype``: the precision it computes in
-    (float16 data may use float16 or float32, default float32); ``math_type``: ``"default"``, ``"tensor_op"``,
-    ``"tensor_op_allow_conversion"``, ``"fma"``; ``algo``: ``"standard"``, ``"persist_static"``,
-    ``"persist_dynamic"`` (call :meth:`build_dynamic`), ``"persist_static_small_h"``; ``dropout``: applied
-    between layers in training: a probability (a ``cdp.Dropout`` on :func:`cudnn_py.default_handle` with seed
-    0 is made; 0 or None: no dropout) or a ``cdp.Dropout`` (choose its handle and seed), kept alive by the
-    RNN (closing it first makes the RNN raise :class:`ClosedError`); ``padded_io``: allow the padded layouts;
-    ``clip``: LSTM cell clipping ``(lo, hi)``. Enum values of the C layer are accepted wherever a name is.
+    ``mode``: ``"relu"``, ``"tanh"``, ``"lstm"``, ``"gru"``; ``proj_size``: LSTM recurrent projection (None: none);
+    ``bias_mode``: ``"double"`` (input and recurrent biases), ``"input"``, ``"recurrent"``, ``"none"``;
+    ``input_mode``: ``"linear"`` or ``"skip"`` (first layer has no input matrices; needs ``input_size ==
+    hidden_size``); ``dtype``: float16/32/64; ``compute_dtype``: the precision it computes in (float16 data may use
+    float16 or float32, default float32); ``math_type``: ``"default"``, ``"tensor_op"``,
+    ``"tensor_op_allow_conversion"``, ``"fma"``; ``algo``: ``"standard"``, ``"persist_static"``, ``"persist_dynamic"``
+    (call :meth:`build_dynamic`), ``"persist_static_small_h"``; ``dropout``: applied between layers in training, a
+    probability (a ``cdp.Dropout`` on :func:`cudnn_py.default_handle`, seed 0; 0 or None: none) or a ``cdp.Dropout``,
+    kept alive by the RNN (closing it first makes the RNN raise :class:`ClosedError`); ``padded_io``: allow the
+    padded layouts; ``clip``: LSTM cell clipping ``(lo, hi)``. C enum values are accepted wherever a name is.
     ``math_precision=`` is the deprecated spelling of ``compute_dtype=``.
     """
 
@@ -144,8 +137,8 @@ class RNN(WeightedDescriptor):
                  clip: tuple[float, float] | None = None, **old) -> None:
         compute_dtype = _renamed("RNN", old, "math_precision", "compute_dtype", compute_dtype)
         mode, c_mode = choice(_MODES, mode, "mode")
-        input_size, hidden_size, num_layers = _positive(input_size=input_size, hidden_size=hidden_size,
-                                                        num_layers=num_layers)
+        input_size, hidden_size, num_layers = (positive_int(v, n) for n, v in (
+            ("input_size", input_size), ("hidden_size", hidden_size), ("num_layers", num_layers)))
         if proj_size is not None:
             proj_size = positive_int(proj_size, "proj_size")
             if mode != "lstm" and proj_size != hidden_size:
@@ -192,7 +185,6 @@ class RNN(WeightedDescriptor):
             self.close()
             raise
 
-    # -- derived sizes --
     @property
     def dirs(self) -> int:
         return 2 if self.bidirectional else 1
@@ -217,7 +209,6 @@ class RNN(WeightedDescriptor):
         """``(layers * dirs, out_size)``; hx/hy are ``[layers * dirs, batch, out_size]``."""
         return self.num_pseudo_layers, self.out_size
 
-    # -- C state --
     @property
     def params(self) -> RNNParams:
         """Everything ``cudnnGetRNNDescriptor_v8`` reports, read back from C."""
@@ -254,7 +245,6 @@ class RNN(WeightedDescriptor):
             raise InvalidValueError(f"clip needs lo < hi, got ({lo!r}, {hi!r})")
         capi.cudnnRNNSetClip_v9(self.ptr, capi.CUDNN_RNN_CLIP_MINMAX, lo, hi)
 
-    # -- weights --
     def weight_space_size(self, handle: Handle) -> int:
         """Bytes of the flat weight space (``cudnnGetRNNWeightSpaceSize``; asked once per device)."""
         handle = handle_arg(handle)
@@ -267,10 +257,8 @@ class RNN(WeightedDescriptor):
         return size
 
     def weights(self, handle: Handle, weights) -> dict[tuple[int, int], RNNWeight]:
-        """Views of every matrix and bias: ``{(pseudo_layer, lin_id): RNNWeight(matrix, bias)}``.
-
-        ``pseudo_layer = layer * dirs + direction``; ``lin_id`` as in :data:`GATES`.
-        """
+        """Views of every matrix and bias: ``{(pseudo_layer, lin_id): RNNWeight(matrix, bias)}``, ``pseudo_layer =
+        layer * dirs + direction``, ``lin_id`` as in :data:`GATES`."""
         handle = handle_arg(handle)
         return {(p, k): rnn_weight_params(handle, self, weights, p, k)
                 for p in range(self.num_pseudo_layers) for k in self.lin_ids}
@@ -299,7 +287,8 @@ class RNNDataDescriptor(Descriptor):
                  padding_fill: float = 0.0, **old: str) -> None:
         seq_layout = _renamed("RNNDataDescriptor", old, "layout", "seq_layout", seq_layout)
         layout, c_layout = choice(_LAYOUTS, seq_layout, "seq_layout")
-        T, B, V = _positive(max_seq_length=max_seq_length, batch_size=batch_size, vector_size=vector_size)
+        T, B, V = (positive_int(v, n) for n, v in (("max_seq_length", max_seq_length), ("batch_size", batch_size),
+                                                   ("vector_size", vector_size)))
         lengths = check_lengths(seq_lengths, T, B, packed=layout == "packed")
         self.dtype = numpy_dtype(cudnn_dtype(dtype))
         fill = (ctypes.c_double if self.dtype == np.float64 else ctypes.c_float)(padding_fill)
@@ -376,8 +365,7 @@ class RNNDataGrads(NamedTuple):
 
 
 def _state(handle: Handle, rnn: RNN, a, name: str, B: int, cell: bool = False, out: bool = False):
-    """A state ``[layers * dirs, B, hidden_size if cell else out_size]``: an input (None passing through) or, with
-    ``out``, an output allocated when not given."""
+    """A state ``[layers * dirs, B, hidden_size if cell else out_size]``: an input, or with ``out`` an output."""
     shape = (rnn.num_pseudo_layers, B, rnn.hidden_size if cell else rnn.out_size)
     if out:
         return memory.output_array(a, shape, rnn.dtype, name, device=handle.device, stream=handle.stream,
@@ -400,8 +388,7 @@ def _lstm_only(rnn: RNN, what: str, *arrays) -> None:
 
 
 def _geometry(handle: Handle, rnn: RNN, x: DeviceArrayLike, seq_layout, seq_lengths) -> tuple:
-    """``(x, B, lengths, x_desc, y_desc, y_shape)``: ``x`` checked against the layout, the lengths and the RNN's input
-    size, the batch, its lengths, the data descriptors of x and y and y's shape."""
+    """``(x, B, lengths, x_desc, y_desc, y_shape)``: ``x`` checked against the layout, lengths and input size."""
     if not isinstance(rnn, RNN):
         raise InvalidTypeError(f"rnn must be a cudnn_py.RNN, got {type(rnn).__name__}")
     layout, _ = choice(_LAYOUTS, seq_layout, "seq_layout")
@@ -448,8 +435,7 @@ def _training_space(handle: Handle, rnn: RNN, x_desc, reserve, lengths) -> tuple
 
 @prepared(inputs=("x", "weights", "hx", "cx"), outputs=("y", "hy", "cy"), inplace=False)
 def _forward(handle: Handle, rnn: RNN, x, weights, seq_lengths, seq_layout, hx, cx, y, hy, cy, training) -> tuple:
-    """The validated ``cudnnRNNForward`` of :func:`rnn_forward` (``seq_lengths`` by value): ``(y, hy, cy, reserve,
-    lengths)``, the last the device copy of the lengths, which the backward calls read too."""
+    """The validated ``cudnnRNNForward`` of :func:`rnn_forward`: ``(y, hy, cy, reserve, device lengths)``."""
     handle = handle_arg(handle)
     x, B, host_lengths, x_desc, y_desc, y_shape = _geometry(handle, rnn, x, seq_layout, seq_lengths)
     w = rnn._check_weights(handle, weights)
@@ -464,7 +450,7 @@ def _forward(handle: Handle, rnn: RNN, x, weights, seq_lengths, seq_layout, hx, 
     reserve = memory.empty((reserve_n,), np.uint8, stream=handle.stream, device=handle.device) if training else None
     lengths = device_lengths(handle, host_lengths)
     launch(handle, capi.cudnnRNNForward, handle.ptr, rnn, mode, lengths, x_desc, x, y_desc, ya, h_desc, hxa, hya,
-           c_desc, cxa, cya, w.nbytes, w, work_n, WorkspaceArg(work_n), c_nbytes(reserve), reserve)
+           c_desc, cxa, cya, w.nbytes, w, work_n, WorkspaceArg(work_n), reserve_n if training else 0, reserve)
     return ya, hya, cya, reserve, lengths
 
 
@@ -475,10 +461,10 @@ def rnn_forward(handle: Handle, rnn: RNN, x: DeviceArrayLike, weights: DeviceArr
                 training: bool = False, **old: str) -> RNNForwardResult:
     """``cudnnRNNForward``: outputs ``y`` and final states ``hy`` (and ``cy`` for LSTM).
 
-    ``x``: ``[T, B, input_size]`` (seq_major), ``[B, T, input_size]`` (batch_major) or
-    ``[sum(seq_lengths), input_size]`` (packed), as ``seq_layout`` says (``layout=`` is its deprecated spelling);
-    ``seq_lengths``: per-sequence lengths (default: all T; required for packed). ``training=True`` keeps the
-    reserve space for :func:`rnn_backward_data` / :func:`rnn_backward_weights`. Outputs are allocated unless given.
+    ``x``: ``[T, B, input_size]`` (seq_major), ``[B, T, input_size]`` (batch_major) or ``[sum(seq_lengths),
+    input_size]`` (packed), as ``seq_layout`` (deprecated: ``layout=``) says; ``seq_lengths``: per-sequence lengths
+    (default: all T; required for packed). ``training=True`` keeps the reserve space for the backward calls.
+    Outputs are allocated unless given.
     """
     if old:
         given = None if seq_layout == "seq_major" else seq_layout
@@ -486,7 +472,7 @@ def rnn_forward(handle: Handle, rnn: RNN, x: DeviceArrayLike, weights: DeviceArr
     lengths = by_value(seq_lengths)
     *outputs, dev_lengths = _forward(handle, rnn, x, weights, lengths, seq_layout, hx, cx, y, hy, cy, training)
     result = RNNForwardResult(*outputs)
-    if training:  # what the backward calls take again: the inputs, the lengths (on the device and by value)
+    if training:  # what the backward calls take again
         result._ctx = {"desc": rnn, "x": x, "hx": hx, "cx": cx, "dev_lengths": dev_lengths, "seq_layout": seq_layout,
                        "seq_lengths": lengths, "data_done": False}
     return result
@@ -496,7 +482,7 @@ def rnn_forward(handle: Handle, rnn: RNN, x: DeviceArrayLike, weights: DeviceArr
           outputs=("reserve", "dx", "dhx", "dcx"), inplace=False)
 def _backward_data(handle: Handle, rnn: RNN, x, y, dy, weights, reserve, lengths, hx, cx, dhy, dcy, seq_layout,
                    seq_lengths, dx, dhx, dcx) -> RNNDataGrads:
-    """The validated ``cudnnRNNBackwardData_v8`` of :func:`rnn_backward_data` (``reserve`` is updated)."""
+    """The validated ``cudnnRNNBackwardData_v8`` (it updates ``reserve``)."""
     handle = handle_arg(handle)
     x, B, _, x_desc, y_desc, _ = _geometry(handle, rnn, x, seq_layout, seq_lengths)
     ya = memory.as_array(y, "fwd.y", dtype=rnn.dtype, contiguous=True, device=handle.device)
@@ -522,8 +508,8 @@ def rnn_backward_data(handle: Handle, rnn: RNN, fwd: RNNForwardResult, dy: Devic
                       dcx: DeviceArrayLike | None = None) -> RNNDataGrads:
     """``cudnnRNNBackwardData_v8``: :class:`RNNDataGrads` ``(dx, dhx, dcx)`` (``dcx`` None unless LSTM).
 
-    ``dy`` has ``fwd.y``'s shape; ``dhy``/``dcy`` (gradients of the final states) default to zeros.
-    Call it before :func:`rnn_backward_weights` (cuDNN updates the reserve space here).
+    ``dy`` has ``fwd.y``'s shape; ``dhy``/``dcy`` (gradients of the final states) default to zeros. Call it before
+    :func:`rnn_backward_weights` (cuDNN updates the reserve space here).
     """
     handle = handle_arg(handle)
     ctx = training_ctx(fwd, RNNForwardResult, rnn, "rnn_forward")
@@ -536,7 +522,7 @@ def rnn_backward_data(handle: Handle, rnn: RNN, fwd: RNNForwardResult, dy: Devic
 @prepared(inputs=("x", "y", "reserve", "lengths", "hx"), outputs=("dweights",), inplace=False)
 def _backward_weights(handle: Handle, rnn: RNN, x, y, reserve, lengths, hx, seq_layout, seq_lengths,
                       dweights) -> DeviceArray:
-    """The validated ``cudnnRNNBackwardWeights_v8`` of :func:`rnn_backward_weights`."""
+    """The validated ``cudnnRNNBackwardWeights_v8``."""
     handle = handle_arg(handle)
     x, B, _, x_desc, y_desc, _ = _geometry(handle, rnn, x, seq_layout, seq_lengths)
     ya = memory.as_array(y, "fwd.y", dtype=rnn.dtype, contiguous=True, device=handle.device)
@@ -560,11 +546,4 @@ def rnn_backward_weights(handle: Handle, rnn: RNN, fwd: RNNForwardResult, *moved
                              ctx["seq_layout"], ctx["seq_lengths"], dweights)
 
 
-# ---------------------------------------------------------------- deprecated names
-
-def _rnn_data_descriptor(*args) -> RNNDataDescriptor:
-    return RNNDataDescriptor.shared(*args)
-
-
-_rnn_data_descriptor.__qualname__ = "cudnn_py.RNNDataDescriptor.shared"
-rnn_data_descriptor = alias("rnn_data_descriptor", _rnn_data_descriptor)
+rnn_data_descriptor = alias("rnn_data_descriptor", RNNDataDescriptor.shared, use="cudnn_py.RNNDataDescriptor.shared")

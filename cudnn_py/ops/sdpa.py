@@ -8,16 +8,11 @@
     attn.plan()                                                # or attn.autotune()
     o, stats = attn.execute()
 
-Tensors are logical ``(B, H, S, D)`` (torch's ``scaled_dot_product_attention`` order) with any strides whose head
-dim is packed: a (B, S, H, D) buffer passed as ``x.transpose(1, 2)`` is BSHD, slices of one packed QKV buffer
-are interleaved QKV. Outputs get the layout of their inputs (o follows q, dq/dk/dv follow q/k/v). Packed batches
-of different lengths ("THD", as flash-attention's varlen functions take them) are (T, H, D) tensors with
-per-batch element offsets (``ragged_offset_q``/``ragged_offset_k``) and lengths (``seq_len_q``/``seq_len_kv``).
-
-The first call of a configuration (shapes, strides, dtypes, options) builds its graph (the plan through the handle's
-plan cache); a repeat call is its prepared call (:mod:`cudnn_py.calls.prepared`): one ``cudnnBackendExecute`` with the
-new addresses. :func:`sdpa_fp8` / :func:`sdpa_fp8_backward` are the FP8 forms (Hopper and newer), with per-tensor
-descale/scale factors and amax outputs; of the options they take ``scale`` and ``causal``.
+Tensors are logical ``(B, H, S, D)`` (torch's order) with any strides whose head dim is packed: a (B, S, H, D)
+buffer passed as ``x.transpose(1, 2)`` is BSHD, slices of one packed QKV buffer are interleaved QKV. Outputs get the
+layout of their inputs (o follows q, dq/dk/dv follow q/k/v). Packed batches ("THD", as flash-attention's varlen
+functions take them) are (T, H, D) tensors with per-batch offsets and lengths. The first call of a configuration
+builds its graph, a repeat call replays it. :func:`sdpa_fp8` / :func:`sdpa_fp8_backward`: FP8 (Hopper and newer).
 """
 from __future__ import annotations
 
@@ -89,7 +84,6 @@ class SdpaGradsWithBiasAndSink(NamedTuple):
     dsink: DeviceArray
 
 
-# -- the keywords of the entry points, for type checkers (``**kwargs: Unpack[...]`` in the overloads below) --------
 class _SdpaInputs(TypedDict, total=False):
     """The optional tensors of :func:`sdpa` and :func:`sdpa_backward` (see :func:`sdpa`), and ``autotune``."""
     bias: DeviceArrayLike | None
@@ -110,8 +104,7 @@ class _SdpaKeywords(_SdpaInputs, SdpaOptionKeywords, total=False):
 
 
 class _SdpaBackwardKeywords(_SdpaInputs, SdpaOptionKeywords, total=False):
-    """What :func:`sdpa_backward` takes as keywords besides ``return_dbias``, ``dbias``, ``return_dsink`` and
-    ``dsink``."""
+    """What :func:`sdpa_backward` takes as keywords besides ``return_dbias``, ``dbias``, ``return_dsink``, ``dsink``."""
     dq: DeviceArrayLike | None
     dk: DeviceArrayLike | None
     dv: DeviceArrayLike | None
@@ -135,21 +128,11 @@ def _accepted(fn: Callable) -> list[str]:
     return params + [n for n in _OPTIONS if n not in params]
 
 
-def _options(where: str, options: Any, values: dict) -> SdpaOptions:
-    """The call's :class:`SdpaOptions`: ``options``, or the option keywords among its arguments ``values``."""
-    return SdpaOptions.of(options, {n: values[n] for n in _OPTIONS}, where)
-
-
 class Sdpa:
-    """Attention forward as an object: the checked arguments, the plan (:meth:`plan` / :meth:`autotune`) and the
-    runner that executes it (:meth:`execute`); :func:`sdpa` is the function form.
-
-    :param handle: the :class:`~cudnn_py.Handle` (plans are cached on it: equal configurations share one).
-    :param q, k, v: as :func:`sdpa`'s.
-    :param options: an :class:`SdpaOptions` (or pass its fields as keywords).
-    :param return_stats: also return the (B, Hq, Sq, 1) float32 statistics :func:`sdpa_backward` needs.
-    :param o, stats: outputs every :meth:`execute` writes (default: new arrays each call; o gets q's layout).
-    The other keywords are the tensors of :func:`sdpa`.
+    """Attention forward as an object: the checked arguments, the plan (:meth:`plan` / :meth:`autotune`) and its
+    execution (:meth:`execute`); :func:`sdpa` is the function form. The arguments are :func:`sdpa`'s (``options``:
+    an :class:`SdpaOptions`, or its fields as keywords); ``o``, ``stats``: outputs every :meth:`execute` writes
+    (default: new arrays each call).
     """
 
     def __init__(self, handle: Handle, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayLike,
@@ -185,8 +168,7 @@ class Sdpa:
         return self.runner
 
     def plan(self) -> Plan:
-        """The plan :meth:`execute` runs: on the first call the heuristics' first engine's (through the handle's plan
-        cache)."""
+        """The plan :meth:`execute` runs (on the first call the heuristics' first engine's)."""
         return (self.runner or self._runner(False)).plan
 
     def autotune(self) -> Plan:
@@ -196,9 +178,8 @@ class Sdpa:
         return self._runner(True).plan
 
     def execute(self) -> SdpaOutputs:
-        """Run the attention (planning first if :meth:`plan` / :meth:`autotune` was not called) as :func:`sdpa`'s
-        prepared call of these arguments, whose first call runs this runner; returns the outputs, ``stats`` None
-        without ``return_stats``."""
+        """Run the attention (planning first if :meth:`plan` / :meth:`autotune` was not called); returns the outputs,
+        ``stats`` None without ``return_stats``."""
         if self.runner is None:
             self.plan()
         (q, k, v), tensors = self._call
@@ -221,8 +202,7 @@ class Sdpa:
         return f"<Sdpa {self.options} {plan}>"
 
 
-#: ``.sdpa``: the :class:`Sdpa` whose :meth:`~Sdpa.execute` is calling :func:`sdpa` on this thread, which a validated
-#: call runs (its plan, tuned or not) instead of planning again
+#: ``.sdpa``: the :class:`Sdpa` whose :meth:`~Sdpa.execute` calls :func:`sdpa` on this thread (its plan runs)
 _executing = threading.local()
 
 
@@ -247,21 +227,20 @@ def sdpa(handle: Handle, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayL
     """Attention forward: ``o = softmax(mask(scale * q k^T + bias)) v`` in one fused cuDNN kernel.
 
     :param handle: the :class:`~cudnn_py.Handle` (plans are cached on it).
-    :param q, k, v: (B, Hq, Sq, D), (B, Hk, Skv, D), (B, Hv, Skv, Dv) float16/bfloat16 device tensors
-        (DeviceArray, torch, anything with DLPack / ``__cuda_array_interface__``), head dim packed; Hq a
-        multiple of Hk and Hv (grouped-query / multi-query attention). Packed batches: (T_q, Hq, D), (T_kv, Hk,
-        D), (T_kv, Hv, D) with the ragged offsets below.
-    :param options: an :class:`SdpaOptions`, or its fields as the keywords ``scale``, ``causal``,
+    :param q, k, v: (B, Hq, Sq, D), (B, Hk, Skv, D), (B, Hv, Skv, Dv) float16/bfloat16 device tensors (DeviceArray,
+        torch, anything with DLPack / ``__cuda_array_interface__``), head dim packed; Hq a multiple of Hk and Hv
+        (grouped-query / multi-query attention). Packed batches: (T_q, Hq, D), (T_kv, Hk, D), (T_kv, Hv, D).
+    :param options: an :class:`SdpaOptions`, or (not both) its fields as keywords: ``scale``, ``causal``,
         ``diagonal_alignment``, ``left_bound``, ``right_bound``, ``alibi``, ``dropout``, ``max_seq_len_q``,
-        ``max_seq_len_kv``, ``implementation`` (not both; see :class:`SdpaOptions` for each).
+        ``max_seq_len_kv``, ``implementation``.
     :param bias: additive (B or 1, Hq or 1, Sq, Skv) device tensor of q's dtype.
     :param seq_len_q, seq_len_kv: per-batch int32 lengths ((B,) or (B, 1, 1, 1) device tensors): padding mask;
         output rows at or beyond seq_len_q are not written.
     :param ragged_offset_q, ragged_offset_k: packed ("THD") batches: (B + 1,) int32/int64 device tensors of each
-        sequence's first element in q (and o) and in k (and v), i.e. cumulative token counts times H * D; need
-        the padding mask and the options ``max_seq_len_q``/``max_seq_len_kv``. o is then (T_q, Hq, D); the
-        statistics stay (B, Hq, max_seq_len_q, 1). Needs Dv == D and Hk * D == Hv * Dv (v shares k's offsets, o
-        q's); the graph API takes four. ``ragged_offset_kv=`` is the deprecated spelling of ``ragged_offset_k``.
+        sequence's first element in q (and o) and in k (and v), i.e. cumulative token counts times H * D; need the
+        padding mask and the options ``max_seq_len_q``/``max_seq_len_kv``. o is then (T_q, Hq, D); the statistics
+        stay (B, Hq, max_seq_len_q, 1). Needs Dv == D and Hk * D == Hv * Dv (v shares k's offsets, o q's).
+        ``ragged_offset_kv=`` is the deprecated spelling of ``ragged_offset_k``.
     :param page_table_k, page_table_v: a paged KV cache (inference): k and v are then the page containers
         (blocks, Hk, block_size, D) and (blocks, Hv, block_size, Dv), and each table a (B, pages) or (B, 1, pages,
         1) int32 device tensor of the block index of each page of each sequence, pages = ceil(max_seq_len_kv /
@@ -289,8 +268,8 @@ def sdpa(handle: Handle, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceArrayL
              "return_stats=True")
         return_stats = True
     values = locals()
-    a = Sdpa(handle, q, k, v, _options("sdpa", options, values), **{n: values[n] for n in _TENSORS},
-             return_stats=return_stats, o=o, stats=stats)
+    opts = SdpaOptions.of(options, {n: values[n] for n in _OPTIONS}, "sdpa")
+    a = Sdpa(handle, q, k, v, opts, **{n: values[n] for n in _TENSORS}, return_stats=return_stats, o=o, stats=stats)
     if bool_arg(autotune, "autotune"):
         a.autotune()
     res = a._run()
@@ -335,18 +314,16 @@ def sdpa_backward(handle: Handle, q: DeviceArrayLike, k: DeviceArrayLike, v: Dev
         SdpaGradsWithSink | SdpaGradsWithBiasAndSink:
     """Attention backward: the gradients of :func:`sdpa` for the output gradient ``do``.
 
-    Takes the forward's inputs and options (the same :class:`SdpaOptions` or keywords: scale, masks, bias, dropout
-    with the same seed/offset, ragged offsets), its output ``o`` and statistics ``stats`` (``return_stats=True``),
-    and ``do`` (o's shape and dtype; packed like o for packed batches).
+    Takes the forward's inputs and options (the same seed/offset for dropout), its output ``o`` and statistics
+    ``stats`` (``return_stats=True``), and ``do`` (o's shape and dtype; packed like o for packed batches).
 
     :param return_dbias: also return the gradient of ``bias`` (its shape).
     :param sink, return_dsink: the forward's sink, and whether to return its gradient ((1, Hq, 1, 1) float32). The
         statistics include the sink, so dq, dk, dv do not need it: without ``return_dsink`` it is not read.
     :param dq, dk, dv, dbias, dsink: outputs to write (default: new arrays in the layouts of q, k, v and bias);
         ``dbias`` needs ``return_dbias``, ``dsink`` ``return_dsink``.
-    :returns: a :class:`SdpaGrads` (dq, dk, dv), with ``return_dbias=True`` a :class:`SdpaGradsWithBias` (dq, dk,
-        dv, dbias), with ``return_dsink=True`` a :class:`SdpaGradsWithSink` (dq, dk, dv, dsink), with both a
-        :class:`SdpaGradsWithBiasAndSink`; all unpack like tuples.
+    :returns: a :class:`SdpaGrads` (dq, dk, dv), with ``return_dbias`` a :class:`SdpaGradsWithBias` (+ dbias), with
+        ``return_dsink`` a :class:`SdpaGradsWithSink` (+ dsink), with both a :class:`SdpaGradsWithBiasAndSink`.
     """
     if deprecated:
         ragged_offset_k = renamed("sdpa_backward", deprecated, _RENAMED, _accepted(sdpa_backward),
@@ -363,11 +340,11 @@ def sdpa_backward(handle: Handle, q: DeviceArrayLike, k: DeviceArrayLike, v: Dev
     outputs = {"dq": dq, "dk": dk, "dv": dv, **({"dbias": dbias} if return_dbias else {}),
                **({"dsink": dsink} if return_dsink else {})}
     values = locals()
-    args = SdpaArgs(handle_arg(handle), q, k, v, _options("sdpa_backward", options, values),
-                    **{n: values[n] for n in _TENSORS if not n.startswith("page_table")}, o=o, do=do, stats=stats)
+    opts = SdpaOptions.of(options, {n: values[n] for n in _OPTIONS}, "sdpa_backward")
+    args = SdpaArgs(handle_arg(handle), q, k, v, opts, **{n: values[n] for n in _TENSORS if not n.startswith("page")},
+                    o=o, do=do, stats=stats)
     given = {n: None if x is None or (args.ragged and n in ("dq", "dk", "dv")) else device_tensor(x, n)[1]
              for n, x in outputs.items()}
-    # the scratch tensors live in the plan's workspace
     r = args.runner("sdpa_backward", bool_arg(autotune, "autotune"), given, (0, 1, 2) if args.ragged else (),
                     dbias=return_dbias, dsink=return_dsink, name="sdpa_bwd")
     outs = args.run(r, outputs)  # as the NamedTuple of the gradients asked for
@@ -398,9 +375,7 @@ class SdpaFp8Grads(NamedTuple):
 
 def _fp8_call(handle: Any, method: str, tensors: dict, scales: dict, outputs: dict, opts: SdpaOptions,
               autotune: bool, **builder: Any) -> list:
-    """Run the FP8 attention graph of ``Graph.<method>`` on the call's ``tensors`` and ``scales``
-    (numbers or device tensors) by builder keyword; returns the ``outputs`` (name -> the
-    caller's array or None) in order. ``builder``: more keywords of the ``Graph`` method."""
+    """Run the FP8 attention graph of ``Graph.<method>``; returns the ``outputs`` (name -> array or None) in order."""
     args = SdpaArgs(handle, opts=opts, scales=scales, **tensors)
     given = {n: None if x is None else device_tensor(x, n)[1] for n, x in outputs.items()}
     return args.run(args.runner(method, autotune, given, **builder), outputs)
@@ -418,7 +393,6 @@ def sdpa_fp8(handle: Handle, q: DeviceArrayLike, k: DeviceArrayLike, v: DeviceAr
     type, and returns ``o = (P8 v) * descale_s * descale_v * scale_o`` in q's FP8 type, with the amax of P and of o
     before ``scale_o`` (what a delayed-scaling recipe feeds its next scales).
 
-    :param handle: the :class:`~cudnn_py.Handle` (plans are cached on it).
     :param q, k, v: (B, Hq, Sq, D), (B, Hk, Skv, D), (B, Hv, Skv, Dv) device tensors of one FP8 type
         (float8_e4m3fn or float8_e5m2: ml_dtypes on DeviceArrays, or torch's), head dims multiples of 16 up to
         256 and packed; Hq a multiple of Hk and Hv.

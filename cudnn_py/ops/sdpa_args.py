@@ -1,8 +1,7 @@
-"""The arguments of the attention entry points (:mod:`cudnn_py.ops.sdpa`): device tensors read and checked, packed
-(THD) tensors seen as their logical views, constants made, outputs bound, and the graph's
-:class:`~cudnn_py.graph.runner.Runner`, built on a call's validated path (its plan through the handle's plan cache;
-the prepared call keeps the runner). The options are an :class:`~cudnn_py.graph.ops.sdpa_options.SdpaOptions`
-(checked when made); the graph builder (``Graph.sdpa*``) checks the tensors' fit to each other.
+"""The arguments of the attention entry points (:mod:`cudnn_py.ops.sdpa`): device tensors checked, packed (THD)
+tensors seen as their logical views, constants made, outputs bound, and the graph's
+:class:`~cudnn_py.graph.runner.Runner` (which the prepared call keeps). The graph builder (``Graph.sdpa*``) checks
+the tensors' fit to each other.
 """
 from __future__ import annotations
 
@@ -20,15 +19,12 @@ from cudnn_py.graph.ops.sdpa_options import SdpaOptions
 from cudnn_py.graph.runner import Runner, handle_device, new_output, plan_graph
 from cudnn_py.core.memory import DeviceArray, array_signature, as_array, is_torch_tensor, to_device
 
-__all__ = ["ROUTE", "SdpaArgs", "alibi_slopes", "device_tensor", "device_scalar", "thd", "bind_output"]
-
 #: what the prepared calls that ran an attention graph note they were built on (:func:`~cudnn_py.sdpa_cache_clear`)
 ROUTE = "attention graph paths"
 
 
 def alibi_slopes(heads: int) -> np.ndarray:
-    """The standard ALiBi slopes for ``heads`` query heads (an int >= 1; float32, as cuDNN's frontend computes
-    them)."""
+    """The standard ALiBi slopes for ``heads`` query heads (float32, as cuDNN's frontend computes them)."""
     if isinstance(heads, bool) or not isinstance(heads, (int, np.integer)) or heads < 1:
         raise InvalidValueError(f"heads must be an int >= 1, got {heads!r}")
     heads = int(heads)
@@ -47,9 +43,8 @@ def device_tensor(obj: Any, name: str) -> tuple[Any, tuple]:
 
 
 def _as_4d(obj: Any, name: str, axis: int = 0, pages: bool = False) -> DeviceArray | None:
-    """An optional device tensor, None where absent: a vector ((N,)) seen as 4-D with N on ``axis`` (per-batch
-    lengths and offsets: 0, a sink's heads: 1), a page table ((B, pages)) as (B, 1, pages, 1); 4-D as it is (the
-    builder checks the rest)."""
+    """An optional device tensor as 4-D: a vector ((N,)) with N on ``axis`` (lengths, offsets: 0; a sink's heads: 1),
+    a page table ((B, pages)) as (B, 1, pages, 1); 4-D as it is."""
     if obj is None:
         return None
     a = as_array(obj, name)
@@ -79,8 +74,7 @@ def thd(obj: Any, name: str, b: int, s_max: int, heads: int | None = None) -> De
 
 def device_scalar(handle: Any, value: Any, name: str, dtype: Any) -> DeviceArray:
     """A (1, 1, 1, 1) device tensor of ``dtype`` (int64: a Philox seed/offset; float32: an FP8 scale factor): a
-    one-element device tensor of that dtype passes through; a number (an int for int64, a finite number > 0 for
-    float32) is copied to the device."""
+    one-element device tensor of that dtype as it is, a number (int64: an int; float32: > 0) copied to the device."""
     dtype = np.dtype(dtype)
     kind = "an int" if dtype == np.int64 else "a finite number > 0"
     if dtype == np.int64 and isinstance(value, (int, np.integer)) and not isinstance(value, bool):
@@ -102,8 +96,7 @@ def device_scalar(handle: Any, value: Any, name: str, dtype: Any) -> DeviceArray
 
 
 def _uploaded(handle: Any) -> list:
-    """[an event recorded on the handle's stream after the uploads queued there] (none for a handle without a
-    stream): a runner's replay on another stream waits for it (:meth:`~cudnn_py.graph.runner.Runner.settle`)."""
+    """[an event after the uploads queued on the handle's stream], which a replay on another stream waits for."""
     stream = getattr(handle, "stream", None)
     return [] if stream is None else [stream.record()]
 
@@ -113,11 +106,9 @@ _KEYWORDS = {"ragged_q": ("ragged_offset_q", "ragged_offset_o"), "ragged_k": ("r
 
 
 class SdpaArgs:
-    """One call's device arrays with its :class:`SdpaOptions` (and the attention sink ``sink``, (H,) or (1, H, 1, 1);
-    the backward's inputs ``o``, ``do``, ``stats``; FP8's descale/scale factors ``scales``), its graph's runner
-    (:meth:`runner`) and its execution (:meth:`run`). ``arrays``: the arrays by graph tensor name in binding order.
-    Packed (ragged) tensors are replaced by their logical (B, H, S_max, D) views; ``packed`` holds the (T, H, D)
-    shapes of q, k, v (None when nothing is packed)."""
+    """One call's device arrays and options, its graph's runner (:meth:`runner`) and its execution (:meth:`run`).
+    ``arrays``: the arrays by graph tensor name in binding order, packed ones as their logical (B, H, S_max, D)
+    views; ``packed``: the (T, H, D) shapes of q, k, v (None when nothing is packed)."""
 
     def __init__(self, handle: Any, q: Any, k: Any, v: Any, opts: SdpaOptions, *, bias: Any = None,
                  seq_len_q: Any = None, seq_len_kv: Any = None, ragged_offset_q: Any = None,
@@ -166,8 +157,7 @@ class SdpaArgs:
                 raise InvalidValueError("dropout needs seed= and offset= (ints or int64 device tensors): the Philox "
                                         "state")
         # scalars given as numbers are uploaded once, outside the recording: the runner's constants, which the
-        # prepared call keeps (its key holds the numbers), its replays ordered after the upload (self.ready);
-        # device tensors are the call's arrays
+        # prepared call keeps (its key holds the numbers); device tensors are the call's arrays
         self.consts: dict[str, DeviceArray] = {}
         scalars = [(n, x, np.int64) for n, x in (("seed", seed), ("offset", offset)) if opts.dropout]
         for n, x, dt in scalars + [(n, x, np.float32) for n, x in scales.items()]:
@@ -180,11 +170,8 @@ class SdpaArgs:
         self.arrays = {n: got[n] for n in order if got.get(n) is not None}
 
     def runner(self, method: str, autotune: bool, given: dict, srcs: Sequence = (), **builder: Any) -> Runner:
-        """The runner of the graph of ``Graph.<method>`` on these arrays (a graph tensor each, in binding order; then
-        the constants': the ALiBi slopes, given to the builder as a tensor), these options and the ``builder``
-        keywords. ``given``: output name -> the (shape, strides, dtype) of the caller's array, whose strides the output
-        takes (its shape checked), or None; ``srcs``: for each packed output the index of the q/k/v whose token count
-        it shares (else None)."""
+        """The runner of ``Graph.<method>``'s graph on these arrays; ``given``: output name -> the caller's array's
+        (shape, strides, dtype) or None; ``srcs``: per packed output, the index of the q/k/v whose tokens it has."""
         handle = self.handle
         g = Graph(io_dtype=self.dtype, compute_dtype="float32", intermediate_dtype="float32", name=method)
         kw: dict = {}
@@ -209,15 +196,12 @@ class SdpaArgs:
                 t.strides = tuple(meta[1])
             t.set_output(True).set_name(name)
         plan = plan_graph(g, handle, dict(zip(tensors, arrays)), outs, autotune)
-        # per output: shape, dtype, strides, the packed input it follows (else None)
         specs = [(t.shape, t.np_dtype, t.strides, srcs[i] if i < len(srcs) else None) for i, t in enumerate(outs)]
         n = len(self.arrays)
         return Runner(plan, handle, [*tensors, *outs], arrays[n:], n, specs, ready)
 
     def run(self, r: Runner, outputs: dict) -> list:
-        """Execute ``r`` on these arrays and ``outputs`` (name -> the caller's array, or None for a new one;
-        :func:`bind_output`) and return the outputs. The prepared call this run is recorded for keeps ``r``, however
-        it was planned (by the call, or by :meth:`Sdpa.plan` before): :func:`sdpa_cache_clear` forgets it."""
+        """Execute ``r`` on these arrays and ``outputs`` (name -> array, or None: new); returns the outputs."""
         recording.uses(ROUTE)
         bound = [bind_output(self.handle, x, n, spec, self.packed) for (n, x), spec in zip(outputs.items(), r.specs)]
         r.run([*self.arrays.values(), *(b for _, b in bound)])
@@ -225,8 +209,8 @@ class SdpaArgs:
 
 
 def bind_output(handle: Any, given: Any, name: str, spec: tuple, shapes: Sequence | None) -> tuple[Any, Any]:
-    """(returned array, bound array) for an output: the caller's ``given`` checked against ``spec``, or new. A
-    packed output is a (T, H, D) array bound through its logical view (``shapes``: the call's packed q, k, v shapes)."""
+    """(returned array, bound array) for an output: the caller's ``given`` checked against ``spec``, or new; a packed
+    output (T, H, D) is bound through its logical view (``shapes``: the call's packed q, k, v shapes)."""
     shape, dtype, strides, src = spec
     packed = None if src is None else (shapes[src][0], shape[1], shape[3])  # type: ignore[index]
     if given is None:

@@ -1,6 +1,5 @@
 """What :class:`~cudnn_py.ops.rnn.RNN` and :class:`~cudnn_py.ops.attention.MultiHeadAttention` share: a descriptor
-base owning a flat weight space and its dropout descriptors, the dropout argument, per-sequence lengths (keyed by value,
-uploaded per call), enum-name tables and the saved state of a training-mode forward result.
+base owning a weight space and its dropouts, argument checks, per-sequence lengths, a training forward's saved state.
 """
 from __future__ import annotations
 
@@ -14,13 +13,7 @@ from cudnn_py.errors import ClosedError, InvalidStateError, InvalidTypeError, In
 from cudnn_py.core.handle import Handle, handle_arg
 from cudnn_py.core.memory import DeviceArray, DeviceArrayLike
 from cudnn_py.ops._common import host_step, launch, moved_outputs, scalars, tensor_desc
-
-__all__ = ["MATH_TYPES", "WeightedDescriptor", "choice", "name_of", "positive_int", "dropout_arg", "check_lengths",
-           "by_value", "device_lengths", "training_ctx", "weights_ctx"]
-
-#: ``math_type`` names of the RNN and attention descriptors -> ``cudnnMathType_t``
-MATH_TYPES = {"default": capi.CUDNN_DEFAULT_MATH, "tensor_op": capi.CUDNN_TENSOR_OP_MATH,
-              "tensor_op_allow_conversion": capi.CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION, "fma": capi.CUDNN_FMA_MATH}
+from cudnn_py.ops.convolution import MATH_TYPES as MATH_TYPES  # the descriptors' math_type names, as convolution's
 
 
 def choice(table: dict, value, what: str) -> tuple[str, int]:
@@ -49,9 +42,8 @@ def positive_int(value, what: str) -> int:
 
 
 def dropout_arg(value, what: str):
-    """A dropout setting as the descriptor cuDNN is given, or None: a :class:`~cudnn_py.Dropout` (anything whose
-    ``.ptr`` is a ``cudnnDropoutDescriptor_t``, not an array's device address), a probability (a new
-    ``Dropout(cudnn_py.default_handle(), p=value)``, seed 0, on this thread's current device; 0: none) or None."""
+    """A :class:`~cudnn_py.Dropout` (anything whose ``.ptr`` is a ``cudnnDropoutDescriptor_t``) as it is, a
+    probability as a new ``Dropout(cudnn_py.default_handle(), p=value)`` (seed 0; 0: None), or None."""
     if value is None:
         return None
     if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_)):
@@ -92,8 +84,8 @@ def check_lengths(seq_lengths, T: int, B: int, name: str = "seq_lengths", packed
 
 
 def by_value(value):
-    """``value`` as a tuple of ints where it is a 1-D sequence or array of integers (lengths, windows), so that a
-    prepared call keys it by value; anything else as it is, for the validated path to check."""
+    """``value`` as a tuple of ints where it is a 1-D sequence or array of integers (so a prepared call keys it by
+    value); anything else as it is, for the validated path to check."""
     t = type(value)
     if t is tuple or t is list:
         for v in value:
@@ -111,8 +103,7 @@ def by_value(value):
 
 
 def device_lengths(handle: Handle, lengths: tuple[int, ...]) -> DeviceArray:
-    """A new int32 device array of ``lengths``, uploaded on the handle's stream as a recorded step (a prepared
-    call, whose key holds ``lengths``, uploads them again into its own new array)."""
+    """A new int32 device array of ``lengths``, uploaded on the handle's stream as a recorded step."""
     host = np.asarray(lengths, np.int32)
     a = memory.empty(host.shape, np.int32, stream=handle.stream, device=handle.device)
     host_step(_upload, (handle, a.ptr, host), (1,))
@@ -120,7 +111,7 @@ def device_lengths(handle: Handle, lengths: tuple[int, ...]) -> DeviceArray:
 
 
 def _upload(handle: Handle, ptr: int, host: np.ndarray) -> None:
-    """Copy ``host`` to ``ptr`` on the handle's current stream (memory's one host-to-device copy)."""
+    """Copy ``host`` to ``ptr`` on the handle's current stream."""
     DeviceArray.from_parts(ptr, host.shape, host.dtype, (1,), handle.device, None, handle.stream, True).copy_(host)
 
 
@@ -140,16 +131,14 @@ class WeightedDescriptor(Descriptor):
 
     @property
     def closed(self) -> bool:
-        """Whether this descriptor, or a dropout descriptor it uses, is closed (a prepared call's replay checks this
-        and leaves the call to its validated path, which raises)."""
+        """Whether this descriptor, or a dropout descriptor it uses, is closed."""
         return super().closed or any(d is not None and d.closed for d in self._dropouts)
 
     def weight_space_size(self, handle: Handle) -> int:
         raise NotImplementedError
 
     def new_weights(self, handle: Handle, *, zero: bool = True) -> DeviceArray:
-        """A 1-D device array of :attr:`dtype` holding the whole weight space (zeros unless ``zero=False``, written
-        through the legacy sink, so a prepared call zeroes its new weight gradients again)."""
+        """A 1-D device array of :attr:`dtype` holding the whole weight space (zeros unless ``zero=False``)."""
         handle = handle_arg(handle)
         n = self.weight_space_size(handle) // self.dtype.itemsize
         w = memory.empty((n,), self.dtype, stream=handle.stream, device=handle.device)
@@ -159,8 +148,7 @@ class WeightedDescriptor(Descriptor):
         return w
 
     def _check_weights(self, handle: Handle, weights, name: str = "weights") -> DeviceArray:
-        """``weights`` validated as this descriptor's weight space (packed, on the handle's device, as its dropout
-        states must be)."""
+        """``weights`` checked as this descriptor's weight space (packed, on the handle's device, as its dropouts)."""
         w = memory.as_array(weights, name, contiguous=True, device=handle.device)
         what = type(self).__name__
         for d in self._dropouts:
@@ -177,11 +165,6 @@ class WeightedDescriptor(Descriptor):
                              f"({need // self.dtype.itemsize} {self.dtype.name} elements); "
                              f"use .new_weights(handle)")
         return w
-
-
-def c_nbytes(a: DeviceArray | None) -> int:
-    """An array's size in bytes for C, 0 for an array that is not given."""
-    return 0 if a is None else a.nbytes
 
 
 def training_ctx(fwd, result_type: type, desc, forward_name: str) -> dict:
@@ -202,8 +185,7 @@ def training_ctx(fwd, result_type: type, desc, forward_name: str) -> dict:
 
 def weights_ctx(fwd, result_type: type, desc, forward_name: str, moved: tuple, dweights: DeviceArrayLike | None
                 ) -> tuple[dict, DeviceArrayLike | None]:
-    """(saved state, ``dweights``) of a backward-weights call: ``fwd`` as :func:`training_ctx` checks it, its
-    backward-data call made first; ``dweights`` or, deprecated, the one passed positionally (``moved``)."""
+    """(saved state, ``dweights``) of a backward-weights call (``moved``: a deprecated positional ``dweights``)."""
     where = forward_name.replace("forward", "backward_weights")
     if moved:
         dweights, = moved_outputs(where, moved, ("dweights",), (dweights,), stacklevel=5)

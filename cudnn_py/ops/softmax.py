@@ -6,15 +6,9 @@
     logp = softmax_forward(h, x, algo="log", mode="instance")      # log-softmax over C, H, W per N
     dx = softmax_backward(h, p, dp)                                # from the forward's output
 
-``mode="channel"`` normalises over C for each N and spatial position; ``"instance"`` over every
-dimension but N. ``algo``: ``"fast"`` (no max subtraction), ``"accurate"`` or ``"log"``. x is
-N, C, *spatial with 2 to 8 dimensions; cuDNN sees it as 4-D (trailing spatial dimensions are
-merged, which needs them packed relative to each other).
-
-Raw C path::
-
-    capi.cudnnSoftmaxForward(h.ptr, capi.CUDNN_SOFTMAX_ACCURATE, capi.CUDNN_SOFTMAX_MODE_CHANNEL,
-                             byref(c_float(1)), x_desc, x.ptr, byref(c_float(0)), y_desc, y.ptr)
+``mode="channel"`` normalises over C for each N and spatial position; ``"instance"`` over every dimension but N.
+``algo``: ``"fast"`` (no max subtraction), ``"accurate"`` or ``"log"``. x is N, C, *spatial with 2 to 8
+dimensions, seen as 4-D (trailing spatial dimensions merged: they must be packed relative to each other).
 """
 from __future__ import annotations
 

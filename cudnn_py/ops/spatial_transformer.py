@@ -7,15 +7,8 @@
     dx, dgrid = spatial_tf_sampler_backward(h, x, grid, dy)       # a SamplerGrads named tuple
     dtheta = spatial_tf_grid_backward(h, dgrid)
 
-The grid holds (x, y) sampling positions in [-1, 1] (-1 and 1 are the centres of the first and last
-pixels); positions outside read zeros. cuDNN supports 2-D (4-D tensors) with a bilinear sampler.
-
-Raw C path::
-
-    st = capi.cudnnSpatialTransformerDescriptor_t(); capi.cudnnCreateSpatialTransformerDescriptor(byref(st))
-    capi.cudnnSetSpatialTransformerNdDescriptor(st, capi.CUDNN_SAMPLER_BILINEAR, capi.CUDNN_DATA_FLOAT, 4, dims)
-    capi.cudnnSpatialTfGridGeneratorForward(h.ptr, st, theta.ptr, grid.ptr)
-    capi.cudnnSpatialTfSamplerForward(h.ptr, st, alpha, x_desc, x.ptr, grid.ptr, beta, y_desc, y.ptr)
+The grid holds (x, y) sampling positions in [-1, 1] (-1 and 1 are the centres of the first and last pixels);
+positions outside read zeros. cuDNN samples 2-D (4-D tensors), bilinearly.
 """
 from __future__ import annotations
 
@@ -59,9 +52,8 @@ def _shape(shape) -> tuple[int, int, int, int]:
 
 
 class SpatialTransformer(Descriptor):
-    """A ``cudnnSpatialTransformerDescriptor_t`` for output ``shape`` (N, C, H, W) and ``dtype``
-    (bilinear sampler). Works without a GPU; :meth:`shared` shares them. ``close()`` (or the
-    garbage collector) destroys it; a closed one raises :class:`~cudnn_py.errors.ClosedError`."""
+    """A ``cudnnSpatialTransformerDescriptor_t`` (bilinear sampler) for output ``shape`` (N, C, H, W) and ``dtype``.
+    Works without a GPU; ``close()`` (or the garbage collector) destroys it."""
 
     _handle_type = capi.cudnnSpatialTransformerDescriptor_t
     _create_fn, _destroy_fn = "cudnnCreateSpatialTransformerDescriptor", "cudnnDestroySpatialTransformerDescriptor"
@@ -81,8 +73,7 @@ class SpatialTransformer(Descriptor):
     @classmethod
     def shared(cls, shape: Sequence[int],  # type: ignore[override]
                dtype: DTypeLike = np.float32) -> SpatialTransformer:
-        """The process-wide one for output ``shape`` and ``dtype`` (made once, thread-safe); ``close()`` leaves it
-        alone and it is destroyed once evicted and unreferenced."""
+        """The process-wide one for output ``shape`` and ``dtype`` (its ``close()`` does nothing)."""
         return super().shared(_shape(shape), numpy_dtype(cudnn_dtype(dtype)))
 
     @property
@@ -184,11 +175,4 @@ def spatial_tf_sampler_backward(handle: Handle, x: DeviceArrayLike, grid: Device
     return SamplerGrads(dxa, dga)
 
 
-# ---------------------------------------------------------------- deprecated names
-
-def _spatial_transformer(shape, dtype=np.float32) -> SpatialTransformer:
-    return SpatialTransformer.shared(shape, dtype)
-
-
-_spatial_transformer.__qualname__ = "cudnn_py.SpatialTransformer.shared"
-spatial_transformer = alias("spatial_transformer", _spatial_transformer)
+spatial_transformer = alias("spatial_transformer", SpatialTransformer.shared, use="cudnn_py.SpatialTransformer.shared")

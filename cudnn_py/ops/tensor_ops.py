@@ -1,7 +1,6 @@
 """Tensor operations: add, op-tensor, scale, set, transform (layout/dtype), TransformTensorEx, reduce.
 
-Arrays are any device arrays (:class:`~cudnn_py.DeviceArray`, torch, CuPy); their strides are the
-memory layout cuDNN is told about. Every call validates shapes, dtypes and devices before C::
+Arrays are any device arrays (DeviceArray, torch, CuPy); their strides are the memory layout cuDNN is told about::
 
     c = add_tensor(h, bias, c, beta=1.0)                      # c = bias (broadcast) + c
     c = op_tensor(h, "max", a, b)                             # c = max(a, b), allocated
@@ -10,14 +9,11 @@ memory layout cuDNN is told about. Every call validates shapes, dtypes and devic
     s, idx = reduce_tensor(h, "max", a, axes=(2, 3), indices=True)
 
 Scaling factors are keyword-only ``alpha``/``beta`` (defaults 1 and 0); :func:`op_tensor` keeps cuDNN's
-``alpha1``/``alpha2``/``beta``. Each function says which old spellings of it still work (with a DeprecationWarning).
+``alpha1``/``alpha2``/``beta``.
 
-``engine="graph"`` (add_tensor, op_tensor, scale_tensor, transform_tensor, reduce_tensor) runs the same function
-as a cached backend-API graph (pointwise operations, or a reduction) instead of the deprecated C call: float16,
-bfloat16 and float32 data of 1 to 5 dimensions, float32 compute, no NaN propagation, no reduction indices.
-``engine="auto"`` (the default) measures both engines on the first call of a configuration and keeps the faster
-(:mod:`cudnn_py.calls.engine_choice`; with measuring off, and for reductions with indices, it takes the graph where it
-accepts the call and the legacy call otherwise; docs/graph_paths.md).
+``engine`` (add, op-tensor, scale, transform, reduce): "legacy" (the deprecated C call), "graph" (a cached
+backend-API graph: float16, bfloat16 and float32 data of 1 to 5 dimensions, float32 compute, no NaN propagation, no
+reduction indices) or "auto" (the default: the faster, measured once per configuration; docs/graph_paths.md).
 """
 from __future__ import annotations
 
@@ -42,7 +38,7 @@ from cudnn_py.core.strided import memory_order, non_overlapping
 from cudnn_py.clib import recording
 from cudnn_py.ops._common import (
     Out, blend, check_array, desc, enum_arg, new_output, host_step, launch, output, read_tensor_desc, scalars,
-    tensor_desc,
+    tensor_desc, with_tensor_descriptors,
 )
 from cudnn_py.calls.prepared import prepared
 from cudnn_py.clib.recording import WorkspaceArg
@@ -79,9 +75,8 @@ def add_tensor(handle: Handle, a: DeviceArrayLike, c: Out, *, alpha: float = 1.0
                engine: str = "auto") -> Out:
     """``c = alpha * a + beta * c`` in place (``cudnnAddTensor``); ``a`` broadcasts over dimensions where it has 1.
 
-    ``beta``: pass ``beta=1.0`` to accumulate into c. Leaving it out still accumulates (beta 1.0, as before) but
-    warns: the default becomes 0.0, as everywhere else. ``engine``: "legacy", "graph" or "auto" (see the module
-    doc). Returns c."""
+    ``beta``: pass ``beta=1.0`` to accumulate into c (left out, it accumulates but warns: the default becomes 0.0).
+    ``engine``: "legacy", "graph" or "auto" (see the module doc). Returns c."""
     if beta is None:
         warn("add_tensor(): pass beta=1.0 to accumulate; the default becomes 0.0")
         recording.spoil("a deprecated default warns on every call")
@@ -101,8 +96,7 @@ def add_tensor(handle: Handle, a: DeviceArrayLike, c: Out, *, alpha: float = 1.0
 
 def _settings(op, cls: type[OpTensor] | type[ReduceTensor], table: dict, enum_type, compute_dtype,
               nan_propagation) -> tuple:
-    """(operation, compute_dtype, nan_propagation) from ``op``: an :class:`OpTensor` / :class:`ReduceTensor` (``cls``)
-    holding all three, or an operation name or member with the other two given as keywords."""
+    """(operation, compute_dtype, nan_propagation) from ``op`` (a ``cls``) or from an operation and the keywords."""
     if isinstance(op, cls):
         if compute_dtype is not None or nan_propagation:
             raise InvalidValueError(f"op is a {cls.__name__}: give compute_dtype and nan_propagation in it, not as "
@@ -155,9 +149,8 @@ def op_tensor(handle: Handle, op: str | int | OpTensor, a: DeviceArrayLike, b: D
               engine: str = "auto") -> DeviceArray | Out:
     """``c = op(alpha1 * a, alpha2 * b) + beta * c`` (``cudnnOpTensor``); returns c (allocated like ``a`` if not given).
 
-    ``op``: ``"add"``, ``"mul"``, ``"min"``, ``"max"`` (binary; ``b`` broadcasts over dimensions where it
-    has 1) or ``"sqrt"``, ``"not"`` (unary; ``b`` unused). ``compute_dtype``: default float32
-    (float64 for float64 data). ``engine``: "legacy", "graph" or "auto" (see the module doc).
+    ``op``: ``"add"``, ``"mul"``, ``"min"``, ``"max"`` (binary; ``b`` broadcasts over dimensions where it has 1) or
+    ``"sqrt"``, ``"not"`` (unary; ``b`` unused). ``compute_dtype``: default float32 (float64 for float64 data).
     """
     opv, compute_dtype, nan_propagation = _settings(op, OpTensor, OP_TENSOR_OPS, capi.cudnnOpTensorOp_t,
                                                     compute_dtype, nan_propagation)
@@ -185,9 +178,7 @@ def _legacy_op_tensor(handle: Handle, opv, aa, ba, ca, alpha1, alpha2, beta, com
 @prepared(inputs=("y",), outputs=("y",))
 def scale_tensor(handle: Handle, y: Out, *args, alpha: float = 1.0, engine: str = "auto") -> Out:
     """``y = alpha * y`` in place (``cudnnScaleTensor``); returns y. ``engine``: "legacy", "graph" or "auto".
-
-    ``alpha`` is keyword-only; ``scale_tensor(h, y, 2.0)`` (positional alpha) still works with a
-    :class:`DeprecationWarning`."""
+    ``alpha`` is keyword-only (a positional alpha still works, with a :class:`DeprecationWarning`)."""
     if args:
         if len(args) > 1 or alpha != 1.0:
             raise InvalidTypeError(f"scale_tensor() takes alpha once, as a keyword (got {len(args)} positional "
@@ -213,28 +204,23 @@ def set_tensor(handle: Handle, y: Out, value: float) -> Out:
     """Every element of ``y`` = value, on the handle's stream; returns y.
 
     A dense ``y`` (packed in any dimension order, no negative stride) is filled by a driver memset of the value in
-    y's dtype, at the copy engines' speed (cuDNN's ``cudnnSetTensor`` takes 2.4x torch's ``fill_`` for float16
-    NCHW and 19-22x for NHWC: H200, 32x256x56x56). Otherwise ``cudnnSetTensor`` fills float16, bfloat16, float32
-    and float64 tensors (reading the value as float, double for float64; the memset writes the same bits; a dense
-    ``y`` no memset can fill, float64 with unequal 4-byte halves, is described packed in its memory order); other
-    dtypes need a dense ``y`` (and a float64/int64 value whose two 4-byte halves a 32-bit memset can write).
+    y's dtype (much faster than ``cudnnSetTensor``: docs/ops.md). Otherwise ``cudnnSetTensor`` fills float16,
+    bfloat16, float32 and float64 tensors (reading the value as float, double for float64; the memset writes the
+    same bits); other dtypes need a dense ``y`` (and a float64/int64 value whose two 4-byte halves a 32-bit memset
+    can write).
     """
     ya = check_array(y, "y", handle)
-    # checked against y's own dtype (300 into int8, NaN into int32 and 1e40 into float32 are refused), then
-    # passed as the host type cuDNN reads
+    # checked against y's own dtype (300 into int8, NaN into int32 are refused), then as the host type cuDNN reads
     kernel = ya.dtype.name in _SET_KERNEL_DTYPES
     host_type = ya.dtype if ya.dtype.itemsize == 8 or not kernel else np.dtype(np.float32)
     host = element_value(value, ya.dtype, "value").astype(host_type)
     yd = None
     if ya.span()[1] == ya.size and min(ya.strides, default=0) >= 0 and non_overlapping(ya.shape, ya.strides):
-        # dense (any dimension order): one driver memset of the element cuDNN would write fills y's span
         element = host.astype(ya.dtype)
         if memset_writes(element):
             host_step(_fill, (handle, ya.ptr, element, ya.size), (1,))
             return y
-        # no memset writes the value: y described packed in its memory order runs at 1.1x torch's fill_ where an
-        # NHWC descriptor ran 16x (float64, 32x256x56x56, H200)
-        if kernel:
+        if kernel:  # no memset writes the value: y described packed in its memory order (docs/ops.md)
             yd = tensor_desc(tuple(ya.shape[i] for i in memory_order(ya.shape, ya.strides)), ya.dtype, None)
     if not kernel:
         raise InvalidValueError(f"set_tensor: a {ya.dtype.name} y must be dense (packed in some dimension order) and "
@@ -247,8 +233,7 @@ def set_tensor(handle: Handle, y: Out, value: float) -> Out:
 
 
 def _fill(handle: Handle, ptr: int, element: np.ndarray, count: int) -> None:
-    """A driver memset of ``count`` copies of ``element`` from ``ptr`` on the handle's current stream (a step of
-    :func:`set_tensor`'s prepared call)."""
+    """A driver memset of ``count`` copies of ``element`` from ``ptr`` on the handle's current stream."""
     stream = handle.stream.handle
     with on_device(handle.device):
         memset(ptr, element, count, stream)
@@ -275,11 +260,9 @@ def transform_tensor(handle: Handle, x: DeviceArrayLike, *, y: Out | None = None
                      engine: str = "auto", **old) -> DeviceArray | Out:
     """``y = alpha * x + beta * y`` between layouts and dtypes (``cudnnTransformTensor``); returns y.
 
-    ``y`` (same logical shape as x, any strides, any dtype) or, when not given, a new array of
-    ``dtype`` (default x's) whose memory is ``layout``: ``"NCHW"`` (packed) or ``"NHWC"`` (channels last; the logical
-    shape stays N, C, *spatial and the strides say channels-last), any case; by default x's memory order (the
-    outputs' rule: README).
-    ``engine``: "legacy", "graph" (an identity pointwise graph; floating dtypes) or "auto".
+    ``y`` (x's logical shape, any strides, any dtype) or, when not given, a new array of ``dtype`` (default x's)
+    whose memory is ``layout``: ``"NCHW"`` (packed) or ``"NHWC"`` (channels last; the logical shape stays N, C,
+    *spatial), any case; by default x's memory order. ``engine``: "legacy", "graph" (floating dtypes) or "auto".
     ``memory_format=`` is the deprecated spelling of ``layout=``.
     """
     if old:
@@ -311,11 +294,8 @@ def _scale(handle: Handle, ya: DeviceArray, alpha: float) -> None:
 
 
 class TensorTransformDescriptor(Descriptor):
-    """A ``cudnnTensorTransformDescriptor_t`` (``cudnnSetTensorTransformDescriptor``): the destination ``layout``
-    (a ``cudnnTensorFormat_t``) of an ``nd``-dimensional transform, zeros added ``pad_before``/``pad_after`` each
-    dimension, ``fold`` factors and the folding ``direction``, all already parsed (see :func:`transform_tensor_ex`,
-    which takes the friendly spellings). Destroyed when closed or garbage-collected; ``shared(...)`` gives the one
-    process-wide instance for these settings (its ``close()`` does nothing)."""
+    """A ``cudnnTensorTransformDescriptor_t``: the destination ``layout`` of an ``nd``-dimensional transform, zero
+    padding ``pad_before``/``pad_after`` per dimension, ``fold`` factors and the folding ``direction``, all parsed."""
 
     _handle_type = capi.cudnnTensorTransformDescriptor_t
     _create_fn, _destroy_fn = "cudnnCreateTensorTransformDescriptor", "cudnnDestroyTensorTransformDescriptor"
@@ -340,12 +320,11 @@ def transform_tensor_ex(handle: Handle, x: DeviceArrayLike, *, layout: str | Non
                         **old) -> DeviceArray | Out:
     """Layout change with zero padding / folding (``cudnnTransformTensorEx``); returns y.
 
-    ``x`` is 4-D or 5-D (logical N, C, *spatial). ``layout``: the destination's, ``"NHWC"`` (default), ``"NCHW"``
-    or ``"NCHW_VECT_C"``, any case; ``pad_before`` / ``pad_after``: zeros added before / after each dimension (an
-    int or one per dimension); ``fold``: fold factors per dimension (1 = none) and ``direction``
-    ``"fold"``/``"unfold"``. cuDNN derives the destination (``cudnnInitTransformDest``); a new ``y`` is
-    allocated with that shape and layout (logical N, C, *spatial; strides give the format) unless given.
-    ``dest_format=`` is the deprecated spelling of ``layout=``.
+    ``x`` is 4-D or 5-D (logical N, C, *spatial). ``layout``: the destination's, ``"NHWC"`` (default), ``"NCHW"`` or
+    ``"NCHW_VECT_C"``, any case; ``pad_before`` / ``pad_after``: zeros added before / after each dimension (an int or
+    one per dimension); ``fold``: fold factors per dimension (1 = none) and ``direction`` ``"fold"``/``"unfold"``.
+    A new ``y`` has the destination cuDNN derives (``cudnnInitTransformDest``; logical N, C, *spatial, the strides
+    give the format). ``dest_format=`` is the deprecated spelling of ``layout=``.
     """
     if old:
         layout = renamed_kwargs("transform_tensor_ex", old, {"dest_format": "layout"}, {"layout": layout})["layout"]
@@ -362,16 +341,12 @@ def transform_tensor_ex(handle: Handle, x: DeviceArrayLike, *, layout: str | Non
     dirv = enum_arg(direction, _DIRECTIONS, capi.cudnnFoldingDirection_t, "direction")
     out_dtype = as_numpy_dtype(dtype) if dtype is not None else (xa.dtype if y is None else as_array(y, "y").dtype)
     tdesc = TensorTransformDescriptor.shared(nd, fmt, before, after, folds, dirv)
-    # The source descriptor carries the destination dtype for InitTransformDest; x's own one is used for the call.
-    probe = tensor_desc(xa.shape, out_dtype, xa.strides)
-    dest = capi.cudnnTensorDescriptor_t()
-    capi.cudnnCreateTensorDescriptor(ctypes.byref(dest))
-    try:
-        nbytes = ctypes.c_size_t()
-        capi.cudnnInitTransformDest(tdesc.ptr, probe.ptr, dest, ctypes.byref(nbytes))
-        shape, strides, _ = read_tensor_desc(dest)
-    finally:
-        capi.cudnnDestroyTensorDescriptor(dest)
+    probe = tensor_desc(xa.shape, out_dtype, xa.strides)  # x's with the destination dtype, for InitTransformDest
+
+    def derive(dest):
+        capi.cudnnInitTransformDest(tdesc.ptr, probe.ptr, dest, ctypes.byref(ctypes.c_size_t()))
+        return read_tensor_desc(dest)
+    shape, strides, _ = with_tensor_descriptors(derive)
     if y is None:
         ya = new_output(handle, shape, out_dtype, strides)
     else:
@@ -444,10 +419,10 @@ def reduce_tensor(handle: Handle, op: str | int | ReduceTensor, a: DeviceArrayLi
     """``c = alpha * reduce_op(a) + beta * c`` (``cudnnReduceTensor``); returns c, or a :class:`ReduceResult`
     ``(c, indices)`` with ``indices=True``.
 
-    The reduced dimensions are ``axes`` (an int or ints; default all) or, when ``c`` is given, those
-    where c has 1 and a does not. ``op``: add, mul, min, max, amax, avg, norm1, norm2, mul_no_zeros.
-    ``indices=True`` (min, max, amax only) also returns, as int32 shaped like c, the position of the
-    chosen element flattened over the reduced dimensions (row-major). ``engine``: "legacy", "graph" or "auto".
+    The reduced dimensions are ``axes`` (an int or ints; default all) or, when ``c`` is given, those where c has 1
+    and a does not. ``op``: add, mul, min, max, amax, avg, norm1, norm2, mul_no_zeros. ``indices=True`` (min, max,
+    amax only) also returns, as int32 shaped like c, the position of the chosen element flattened over the reduced
+    dimensions (row-major). ``engine``: "legacy", "graph" or "auto".
     """
     if isinstance(op, ReduceTensor):
         if op.indices_type != capi.CUDNN_32BIT_INDICES:
@@ -484,14 +459,14 @@ def reduce_tensor(handle: Handle, op: str | int | ReduceTensor, a: DeviceArrayLi
 
 def _legacy_reduce(handle: Handle, opv, aa: DeviceArray, ca: DeviceArray, alpha: float, beta: float, compute_dtype,
                    nan_propagation: bool, indices: bool) -> list[DeviceArray]:
-    """``cudnnReduceTensor``; the indices array (with ``indices``) in a list."""
+    """``cudnnReduceTensor``; the indices (with ``indices``) in a list."""
     compute = _compute(aa.dtype, compute_dtype)
-    reduction = ReduceTensor(opv, compute, nan_propagation=nan_propagation, indices=indices)  # holds the descriptor
+    reduction = ReduceTensor(opv, compute, nan_propagation=nan_propagation, indices=indices)
     rd = reduction.descriptor
     ad, cd = desc(aa), desc(ca)
     ws_size, idx_size = ctypes.c_size_t(), ctypes.c_size_t()
     capi.cudnnGetReductionWorkspaceSize(handle.ptr, rd, ad.ptr, cd.ptr, ctypes.byref(ws_size))
-    idx = None
+    idx, idx_ptr, idx_bytes = None, None, 0
     if indices:
         recording.spoil("the indices buffer is sized by cuDNN, larger than the index array returned")
         capi.cudnnGetReductionIndicesSize(handle.ptr, rd, ad.ptr, cd.ptr, ctypes.byref(idx_size))
@@ -500,10 +475,7 @@ def _legacy_reduce(handle: Handle, opv, aa: DeviceArray, ca: DeviceArray, alpha:
         idx = DeviceArray(idx_buf.ptr, ca.shape, np.int32, device_id=idx_buf.device_id, owner=idx_buf,
                           stream=idx_buf.stream)
         idx_ptr, idx_bytes = idx_buf.ptr, words * 4
-    else:
-        idx_ptr, idx_bytes = None, 0
-    scalar_dtype = np.float64 if compute == capi.CUDNN_DATA_DOUBLE else np.float32
-    al, be = scalars(scalar_dtype, alpha, beta)
+    al, be = scalars(np.float64 if compute == capi.CUDNN_DATA_DOUBLE else np.float32, alpha, beta)
     launch(handle, capi.cudnnReduceTensor, handle.ptr, reduction, idx_ptr, idx_bytes, WorkspaceArg(ws_size.value),
            ws_size.value, al, ad, aa, be, cd, ca)
     return [] if idx is None else [idx]
