@@ -22,7 +22,7 @@ import warnings
 from pathlib import Path
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -32,9 +32,8 @@ from cudnn_py.tuning_records.models import Attention, Conv, Linear, Norm, Proble
 
 from .compare import Progress, config_row, header, np_dtype, race, sample
 
-__all__ = ["KIND", "RUN_KIND", "MODES", "Settings", "Candidates", "build_graph", "header", "candidates",
-           "time_candidates", "measure", "stored", "sweep", "valid_record", "covers", "time_summary", "kernel_cache",
-           "kernel_cache_text"]
+__all__ = ["KIND", "RUN_KIND", "MODES", "Settings", "build_graph", "header", "measure", "stored", "sweep",
+           "valid_record", "covers", "time_summary", "kernel_cache", "kernel_cache_text"]
 
 #: the tuning database's kind for model-sweep records
 KIND = "layer_sweep"
@@ -188,21 +187,21 @@ def _bind(g, h, block: np.ndarray) -> tuple[dict, dict]:
     return pack, outputs
 
 
-@dataclass
-class Candidates:
-    """A problem's candidate engine configurations, by tag in visit order (mode A's first), with its lowered graph
-    and its record so far (each mode's order; ``problem`` set, and no graph, where its graph failed)."""
-
-    problem: Problem
-    rec: dict
-    graph: Any = None
-    configs: dict = field(default_factory=dict)
-
-
-def candidates(p: Problem, h, settings: Settings = Settings()) -> Candidates:
-    """Lower ``p``'s graph on handle ``h`` and collect the configurations of the heuristics modes (no plan built)."""
+def measure(p: Problem, h, settings: Settings = Settings(), progress: Progress | None = None,
+            hold: AbstractContextManager = nullcontext(), failed: Mapping[str, str] | None = None) -> dict:
+    """The record :func:`sweep` stores of problem ``p`` on handle ``h``: lower its graph, collect the heuristics
+    modes' configurations, build their plans one after the other, then race them (or time every one in full:
+    ``settings.exhaustive``) holding ``hold`` (a worker's device lock; not held for the builds). A ``legacy``
+    problem: :func:`~cudnn_py.tuning.legacy.measure_legacy`, holding ``hold``. ``failed``: {tag: reason} of
+    configurations not to build (a worker died or hung on them). ``progress`` is told of the operation's begin and
+    each step, not its end."""
+    if p.legacy:
+        from .legacy import measure_legacy
+        with hold:
+            return measure_legacy(p, h, settings, progress)
     import cudnn_py.graph as G
     from cudnn_py.errors import CudnnPyError
+    from cudnn_py.graph.plans import l2_flush
     t0 = time.perf_counter()
     rec = header(p, settings)
     try:
@@ -210,7 +209,9 @@ def candidates(p: Problem, h, settings: Settings = Settings()) -> Candidates:
         g.lower(h)
     except CudnnPyError as e:
         rec["problem"] = " ".join(str(e).split())[:400]
-        return Candidates(p, rec)
+        if progress:
+            progress.begin(p.key, 0)
+        return rec
     configs: dict = {}
     for m in settings.modes:
         try:
@@ -222,24 +223,12 @@ def candidates(p: Problem, h, settings: Settings = Settings()) -> Candidates:
         rec["order"][m] = [c.tag for c in found]
         for c in found:
             configs.setdefault(c.tag, c)
-    rec["race"] = {"seconds": {"heuristics": round(time.perf_counter() - t0, 4)}}
-    return Candidates(p, rec, g, configs)
-
-
-def time_candidates(prep: Candidates, h, settings: Settings = Settings(), progress: Progress | None = None,
-                    hold: AbstractContextManager = nullcontext(), failed: Mapping[str, str] | None = None) -> dict:
-    """Build the plans of ``prep`` on handle ``h`` one after the other, then race them (or time every one in full:
-    ``settings.exhaustive``) holding ``hold`` (a worker's device lock; not held for the builds); the record
-    :func:`sweep` stores. ``failed``: {tag: reason} of configurations not to build (a worker died or hung on them)."""
-    import cudnn_py.graph as G
-    from cudnn_py.errors import CudnnPyError
-    from cudnn_py.graph.plans import l2_flush
-    rec, g = prep.rec, prep.graph
-    if g is None:
-        return rec
+    heuristics = round(time.perf_counter() - t0, 4)
+    if progress:
+        progress.begin(p.key, len(configs))
     failed = failed or {}
     entries = []
-    for tag, cfg in prep.configs.items():
+    for tag, cfg in configs.items():
         knobs = {getattr(k, "name", str(k)).replace("CUDNN_KNOB_TYPE_", ""): int(v) for k, v in cfg.knobs.items()}
         row = config_row(tag, cfg.global_index, knobs, cfg.is_deterministic, cfg.notes(), failed.get(tag, ""))
         if not row["reason"] and cfg.needs_runtime_compilation and not settings.runtime_compilation:
@@ -285,31 +274,13 @@ def time_candidates(prep: Candidates, h, settings: Settings = Settings(), progre
         return G.time_plan(plan, h, pack, warmup=warmup, iters=1, flush=flush)
 
     account = race(entries, build=take, time_sample=time_sample, check=check, orders=rec["order"],
-                   repeats=settings.repeats, warmup=settings.warmup, dtype=prep.problem.dtype,
+                   repeats=settings.repeats, warmup=settings.warmup, dtype=p.dtype,
                    exhaustive=settings.exhaustive, errors=(CudnnPyError, MemoryError), progress=progress, hold=hold)
-    heuristics = rec.get("race", {}).get("seconds", {}).get("heuristics", 0.0)
     seconds = account["seconds"]
     seconds["build"] = round(seconds["build"] + build_wall, 4)
     account["seconds"] = {"heuristics": heuristics, **seconds}
     rec["race"] = account
     return rec
-
-
-def measure(p: Problem, h, settings: Settings = Settings(), progress: Progress | None = None,
-            hold: AbstractContextManager = nullcontext(), failed: Mapping[str, str] | None = None) -> dict:
-    """The record :func:`sweep` stores of problem ``p`` on handle ``h``: :func:`candidates`, then
-    :func:`time_candidates` (a ``legacy`` problem: :func:`~cudnn_py.tuning.legacy.measure_legacy`, holding
-    ``hold``). ``progress`` is told of the operation's begin and each step, not its end."""
-    if p.legacy:
-        from .legacy import config_count, measure_legacy
-        if progress:
-            progress.begin(p.key, config_count(p))
-        with hold:
-            return measure_legacy(p, h, settings, progress)
-    prep = candidates(p, h, settings)
-    if progress:
-        progress.begin(p.key, len(prep.configs))
-    return time_candidates(prep, h, settings, progress, hold, failed)
 
 
 def valid_record(rec) -> bool:
