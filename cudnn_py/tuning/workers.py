@@ -80,25 +80,14 @@ class DeviceLock:
 # ------------------------------------------------------------------------------------------------ the worker
 
 class _Events:
-    """A worker's side of :class:`~cudnn_py.tuning.compare.Progress`: each call a message to the parent."""
+    """A worker's side of :class:`~cudnn_py.tuning.compare.Progress` and of :class:`DeviceLock`'s ``waiting``: each
+    call a message ``(method, *args)`` to the parent."""
 
     def __init__(self, conn: Connection):
         self.conn = conn
 
-    def begin(self, key: str, configs: int) -> None:
-        self.conn.send(("begin", configs))
-
-    def visit(self, tag: str, phase: str, key: str | None = None) -> None:
-        self.conn.send(("visit", tag, phase))
-
-    def built(self, tag: str = "", key: str | None = None) -> None:
-        self.conn.send(("built", tag))
-
-    def config(self, tag: str, pruned: bool = False, key: str | None = None) -> None:
-        self.conn.send(("config", tag, bool(pruned)))
-
-    def waiting(self, blocked: bool) -> None:
-        self.conn.send(("wait", blocked))
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        return lambda *args: self.conn.send((name, *args))
 
 
 def _open_handle(device: int) -> Any:
@@ -237,17 +226,17 @@ def run(problems: Sequence[Problem], settings: Any, *, devices: Sequence[int], j
         elif kind == "fatal":
             fatal.append(msg[1])
         elif kind == "begin":
-            progress.begin(key, msg[1])
+            progress.begin(key, msg[2])
         elif kind == "visit":
             s.tag, s.phase = msg[1], msg[2]
-            progress.visit(msg[1], msg[2], key)
-        elif kind == "wait":   # for the device lock; once it is held, no configuration until the race visits one
+            progress.visit(*msg[1:], key=key)
+        elif kind == "waiting":   # for the device lock; once it is held, no configuration until the race visits one
             s.tag, s.phase = "", "wait" if msg[1] else "hold"
         elif kind == "built":
             s.first_build_s = s.since - s.born if s.first_build_s is None else s.first_build_s
-            progress.built(msg[1], key)
+            progress.built(*msg[1:], key=key)
         elif kind == "config":
-            progress.config(msg[1], msg[2], key)
+            progress.config(*msg[1:], key=key)
         elif kind == "record":
             finish(s, msg[1])
         elif kind == "error":
