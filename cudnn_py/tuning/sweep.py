@@ -1,17 +1,12 @@
-"""Time the engine configurations of a model's operations and keep the results in the tuning database.
+"""Time the engine configurations of a model's operations and keep the results in the tuning database
+(docs/tuning.md, "Model sweeps").
 
-For each :class:`~cudnn_py.tuning_records.models.Problem` (one layer's pass at a batch size, dtype and layout) a
-cuDNN graph is built, the configurations heuristics modes A, B and FALLBACK offer are collected (each mode's order
-kept), built into plans one after the other, and raced on random data (:func:`cudnn_py.tuning.compare.race`: held
-samples, ``graph.time_plan``; pruning, output checks and agreement as its module says; ``Settings(exhaustive=True)``
-times and checks every one in full; ``cold_l2`` flushes the L2 cache before each sample, outside it).
-
-The record (kind :data:`KIND`, key :attr:`Problem.key`) holds every configuration's time, samples, pruning, check,
-workspace, notes, agreement and build time, each mode's order, the race's account (seconds by phase, and the state
-of CUDA's kernel cache: :func:`kernel_cache`) and the :class:`Settings`, so any filter's picks and regrets can be
-computed later (:mod:`cudnn_py.tuning.report`). A stored record that :func:`covers` the settings is not measured
-again (unless ``remeasure``). Worker processes (:mod:`cudnn_py.tuning.workers`) build several operations' plans at
-once and time one operation at a time on each GPU; each run is recorded too (kind :data:`RUN_KIND`).
+:func:`measure` builds one :class:`~cudnn_py.tuning_records.models.Problem`'s graph (:func:`build_graph`), collects
+the configurations of heuristics modes A, B and FALLBACK and races them (:func:`cudnn_py.tuning.compare.race`); its
+record (kind :data:`KIND`, key :attr:`Problem.key`) keeps every configuration's measurements, each mode's order and
+the :class:`Settings`, so any filter's picks are computed later (:mod:`cudnn_py.tuning.report`). :func:`sweep`
+reuses a stored record that :func:`covers` the settings, measures the rest in this process or in worker processes
+(:mod:`cudnn_py.tuning.workers`), and records each run (kind :data:`RUN_KIND`).
 """
 from __future__ import annotations
 
@@ -47,7 +42,7 @@ MODES = ("A", "B", "FALLBACK")
 class Settings:
     """How a sweep measures: the heuristics ``modes``, ``repeats`` samples after ``warmup``, at most ``max_configs``
     configurations of each mode (None: all), whether runtime-compiled engines are measured, ``exhaustive`` instead
-    of racing, and ``cold_l2`` (see the module doc)."""
+    of racing, and ``cold_l2``: the L2 cache flushed before each sample, outside it."""
 
     modes: tuple[str, ...] = MODES
     repeats: int = 10
@@ -167,8 +162,8 @@ _INPUTS = frozenset({"x", "w", "w_t", "dy", "dy_t", "q", "k", "v", "o", "do", "s
 
 
 def _bind(g, h, block: np.ndarray) -> tuple[dict, dict]:
-    """(variant pack, {output tensor: its dense buffer}) for ``g``: inputs filled with the random ``block`` tiled
-    (statistics with plausible values), outputs left as allocated."""
+    """(variant pack, {output tensor: its dense buffer}) for ``g``: inputs the random ``block`` tiled (statistics
+    plausible), outputs as allocated."""
     from cudnn_py.core.memory import DeviceArray, empty, to_device
     pack, outputs = {}, {}
     scratch = {t.uid for op in g.ops for t in getattr(op, "scratch_tensors", tuple)()}  # in the plan's workspace
@@ -284,7 +279,7 @@ def measure(p: Problem, h, settings: Settings = Settings(), progress: Progress |
 
 
 def valid_record(rec) -> bool:
-    """Whether ``rec`` has the shape :func:`measure` writes (a stored record that has not is measured again)."""
+    """Whether ``rec`` has the shape :func:`measure` writes (one that has not is measured again)."""
     if not isinstance(rec, dict) or not isinstance(rec.get("configs"), list) or not isinstance(rec.get("order"), dict):
         return False
     for c in rec["configs"]:

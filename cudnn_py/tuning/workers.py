@@ -1,17 +1,7 @@
-"""A model sweep in worker processes: plan builds in parallel (they scale across processes, not threads: see
-docs/tuning.md), each GPU's timing one worker at a time.
-
-:func:`run` spawns ``jobs`` workers, each with its own cuDNN handle on one of the devices, and hands them whole
-operations one at a time, in order. A worker runs :func:`cudnn_py.tuning.sweep.measure`: heuristics and builds
-freely, the samples and output checks holding its device's :class:`DeviceLock`, so no sample overlaps another
-worker's GPU work (and a held sample's stream waits until it is queued, so a busy CPU does not stretch it).
-
-The parent alone writes the database, one record as each operation finishes, and keeps the progress line. A worker
-that dies (a crash inside cuDNN, a kill for want of host memory) or makes no progress on one step for
-``time_limit`` seconds (waiting for the lock excepted) is replaced; the configuration it was on is recorded as
-failed with the reason and its operation measured again without it. An operation whose workers die
-:data:`RETRIES` times, or outside any configuration, is recorded as failed. An interrupt stops every worker; what
-was stored stays.
+"""A model sweep in worker processes (docs/tuning.md, "Sweeps in worker processes"): plan builds in parallel, each
+GPU's samples and output checks one worker at a time under its :class:`DeviceLock`. The parent alone writes the
+database and keeps the progress line; a worker that dies or hangs is replaced, the configuration it was on recorded
+as failed and its operation measured again without it (:data:`RETRIES` deaths fail the operation).
 """
 from __future__ import annotations
 
@@ -161,15 +151,15 @@ def _how_it_ended(proc: Any) -> str:
 def run(problems: Sequence[Problem], settings: Any, *, devices: Sequence[int], jobs: int,
         work: Callable, keep: Callable[[Problem, dict, int], None], progress: Any, time_limit: float = 600.0,
         opener: Callable | None = None) -> list[dict]:
-    """Measure ``problems`` in ``jobs`` worker processes over ``devices`` (see the module doc), calling
-    ``keep(problem, record, device)`` here as each record arrives and telling ``progress`` (a
-    :class:`~cudnn_py.tuning.compare.Progress`) every worker's steps.
+    """Measure ``problems`` in ``jobs`` worker processes over ``devices``, calling ``keep(problem, record, device)``
+    here as each record arrives and telling ``progress`` (a :class:`~cudnn_py.tuning.compare.Progress`) every
+    worker's steps. A worker stuck on one step (the lock's wait aside) for ``time_limit`` seconds is stopped.
 
     ``work(problem, handle, settings, events, hold, failed)`` measures one problem in a worker
     (:func:`cudnn_py.tuning.sweep.measure`), ``opener(device)`` opens its handle (a context manager giving an
-    object with ``synchronize()``; default a :class:`~cudnn_py.core.handle.Handle`): both importable by name (the workers are spawned; tests stand in for cuDNN).
-    An operation that failed as a whole has a record of ``key``, ``problem`` (the reason), ``order`` and
-    ``configs`` (those its workers died on) only: ``keep`` completes it.
+    object with ``synchronize()``; default a :class:`~cudnn_py.core.handle.Handle`): both importable by name (the
+    workers are spawned; tests stand in for cuDNN). An operation that failed as a whole has a record of ``key``,
+    ``problem`` (the reason), ``order`` and ``configs`` (those its workers died on) only: ``keep`` completes it.
 
     Returns each worker's start cost, as started: ``{"device", "ready_s", "first_build_s"}`` (seconds from its start
     to its handle opened and to its first plan built; None where it never got there). SystemExit when no worker
