@@ -1,11 +1,8 @@
-"""Layer tables of known networks: every convolution, linear (matmul), normalisation and attention layer, with its
-shapes per sample, written out from the published architectures (no downloads).
+"""Layer tables of known networks (every convolution, linear, normalisation and attention layer, shapes per sample),
+written out from the published architectures; each model's parameter count equals its published total (the tests).
 
-``MODELS[name]()`` gives a :class:`Model`; :meth:`Model.problems` turns its layers into the distinct operations
-one training step runs (forward and backward, at a batch size, dtype and layout), each with the number of times it
-occurs. Parameter counts are checked against the published totals (the tests): ResNet-50 25,557,032 (53
-convolutions), ResNet-18 11,689,512, ViT-B/16 86,567,656, Stable Diffusion 1.x UNet 859,520,964, Llama 3 8B
-8,030,261,248.
+``MODELS[name]()`` gives a :class:`Model`; :meth:`Model.problems` turns its layers into the distinct operations one
+training step runs (forward and backward, at a batch size, dtype and layout), each with how often it occurs.
 """
 from __future__ import annotations
 
