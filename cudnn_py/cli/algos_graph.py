@@ -315,17 +315,15 @@ def sweep(problem: Problem, modes=MODES, repeats: int = 10, warmup: int = 2, che
         for n in notes:
             rows.append(Row(problem.kind, "", "-", False, n))
     if torch_row and problem.torch_fn is not None:
-        rows.append(_torch_row(problem, repeats, warmup))
+        rows.append(_torch_row(problem, problem.torch_fn, repeats, warmup))
     return rows
 
 
-def _torch_row(problem: Problem, repeats: int, warmup: int) -> Row:
+def _torch_row(problem: Problem, make: Callable, repeats: int, warmup: int) -> Row:
     row = Row(problem.kind, "torch", "torch (engine not exposed)", False, pick="torch")
-    if problem.torch_fn is None:
-        return row
     try:
         import torch
-        fn = problem.torch_fn()
+        fn = make()
         for _ in range(max(warmup, 3)):
             fn()
         times = []
