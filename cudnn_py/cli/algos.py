@@ -289,6 +289,7 @@ def sweep(cfg: Config, directions: Sequence[str], maths: Sequence[str], repeats:
     random inputs of ``seed``; ``progress`` gets one short line per algorithm. SystemExit without a GPU."""
     import cudnn_py.calls.algorithms as alg
     from cudnn_py.errors import CudnnError, WorkspaceLimitError
+    from cudnn_py.core.conv_layout import physical
     from cudnn_py.core.memory import empty, to_device
     from cudnn_py.ops import conv_calls as cv
     from cudnn_py.core.streams import held_ms
@@ -321,7 +322,7 @@ def sweep(cfg: Config, directions: Sequence[str], maths: Sequence[str], repeats:
             conv = cv.Convolution(cfg.padding, cfg.per_dim(cfg.stride), cfg.per_dim(cfg.dilation), cfg.groups,
                                   mode=cfg.mode, math_type=math, layout=cfg.layout)
             shape = {"forward": y_shape, "backward_data": cfg.x_shape, "backward_filter": cfg.w_shape}[direction]
-            out = empty(legacy.physical(shape, cfg.layout), out_dtype if direction == "forward" else dt,
+            out = empty(physical(shape, cfg.layout), out_dtype if direction == "forward" else dt,
                         stream=h.stream, device=h.device)
             xwd = (x if direction != "backward_data" else out, w if direction != "backward_filter" else out,
                    dy if direction != "forward" else out)   # the output in the place of what the direction computes

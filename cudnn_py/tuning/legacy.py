@@ -11,19 +11,15 @@ import statistics
 
 import numpy as np
 
+from cudnn_py.core.conv_layout import physical
 from cudnn_py.tuning_records.models import Conv, Problem
 
 from .compare import Progress
 
-__all__ = ["measure_legacy", "DIRECTION", "call", "physical"]
+__all__ = ["measure_legacy", "DIRECTION", "call"]
 
 #: a convolution problem's pass -> the legacy API's direction
 DIRECTION = {"fprop": "forward", "dgrad": "backward_data", "wgrad": "backward_filter"}
-
-
-def physical(shape: tuple, layout: str) -> tuple:
-    """A logical NCHW ``shape`` in the order of ``layout``'s memory (NHWC: channels last)."""
-    return shape if layout != "NHWC" else (shape[0], *shape[2:], shape[1])
 
 
 def call(h, conv, direction: str, x, w, dy, out, **kw):
