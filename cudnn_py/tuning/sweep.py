@@ -309,13 +309,13 @@ def stored(problems: Sequence[Problem], db: TuningDatabase, *, device: int = 0, 
     return out, todo
 
 
-def kernel_cache(environ: Mapping[str, str] | None = None) -> dict:
+def kernel_cache() -> dict:
     """CUDA's JIT cache of runtime-compiled kernels (what cuDNN's runtime-compiled engines fill):
     ``{"state", "path", "bytes", "max_bytes"}``. ``state``: ``"disabled"`` (``CUDA_CACHE_DISABLE=1``), ``"cold"``
     (the folder missing or empty: a sweep compiles every kernel) or ``"warm"``; ``path``: ``CUDA_CACHE_PATH``, else
     ``~/.nv/ComputeCache`` (``%APPDATA%\\NVIDIA\\ComputeCache`` on Windows); ``max_bytes``: ``CUDA_CACHE_MAXSIZE``
     where a number (None: the driver's default)."""
-    env = os.environ if environ is None else environ
+    env = os.environ
     if env.get("CUDA_CACHE_PATH"):
         path = Path(env["CUDA_CACHE_PATH"]).expanduser()
     elif os.name == "nt":
