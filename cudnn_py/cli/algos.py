@@ -294,10 +294,10 @@ def sweep(cfg: Config, directions: Sequence[str], maths: Sequence[str], repeats:
     from cudnn_py.ops import conv_calls as cv
     from cudnn_py.core.streams import held_ms
     from cudnn_py.tuning import legacy
-    from cudnn_py.tuning.compare import np_dtype
+    from cudnn_py.core.dtypes import as_numpy_dtype
 
     require_gpu("algos", device)  # before the float64 references, which take minutes for a large layer
-    rng, dt = np.random.default_rng(seed), np_dtype(cfg.dtype)
+    rng, dt = np.random.default_rng(seed), as_numpy_dtype(cfg.dtype)
 
     def make(shape):   # int8: small integers
         return rng.integers(-8, 9, size=shape).astype(dt) if dt == np.int8 else rng.standard_normal(shape).astype(dt)

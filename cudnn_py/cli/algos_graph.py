@@ -22,7 +22,7 @@ import numpy as np
 
 from cudnn_py.cli import algos
 from cudnn_py.cli.prerequisites import require_gpu
-from cudnn_py.tuning.compare import np_dtype as _np_dtype
+from cudnn_py.core.dtypes import as_numpy_dtype
 from cudnn_py.tuning.sweep import MODES
 
 KINDS = ("conv", "matmul", "norm", "attention")
@@ -99,7 +99,7 @@ def _randn(shape, dtype: str):
 
 def _graph(dtype: str, name: str):
     import cudnn_py.graph as G
-    return G.Graph(io_dtype=_np_dtype(dtype), compute_dtype="float32", name=name)
+    return G.Graph(io_dtype=as_numpy_dtype(dtype), compute_dtype="float32", name=name)
 
 
 def problem_from_args(args) -> Problem:

@@ -15,10 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from cudnn_py.core.dtypes import as_numpy_dtype as np_dtype  # the NumPy dtype of a name (bfloat16: ml_dtypes')
 from cudnn_py.tuning_records.database import finite as _finite
 
-__all__ = ["AGREEMENT", "PRUNE", "MIN_CHECKED", "np_dtype", "header", "config_row", "sample", "agreement", "race",
+__all__ = ["AGREEMENT", "PRUNE", "MIN_CHECKED", "header", "config_row", "sample", "agreement", "race",
            "Progress"]
 
 

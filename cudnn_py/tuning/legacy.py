@@ -12,6 +12,7 @@ import statistics
 import numpy as np
 
 from cudnn_py.core.conv_layout import physical
+from cudnn_py.core.dtypes import as_numpy_dtype
 from cudnn_py.tuning_records.models import Conv, Problem
 
 from .compare import Progress
@@ -44,10 +45,10 @@ def measure_legacy(p: Problem, h, settings, progress: Progress | None = None) ->
     from cudnn_py.ops import conv_calls as cv
     from cudnn_py.core.streams import held_ms
 
-    from .compare import config_row, header, np_dtype, race, sample
+    from .compare import config_row, header, race, sample
     if not isinstance(p.op, Conv):
         raise TypeError(f"the legacy sweep takes convolutions, not {p.kind}")
-    op, direction, dt = p.op, DIRECTION[p.pass_], np_dtype(p.dtype)
+    op, direction, dt = p.op, DIRECTION[p.pass_], as_numpy_dtype(p.dtype)
     members = alg.real_members(direction)
     if progress:
         progress.begin(p.key, len(members))

@@ -22,10 +22,11 @@ from typing import Any
 
 import numpy as np
 
+from cudnn_py.core.dtypes import as_numpy_dtype
 from cudnn_py.tuning_records.database import TuningDatabase, finite
 from cudnn_py.tuning_records.models import Attention, Conv, Linear, Norm, Problem
 
-from .compare import Progress, config_row, header, np_dtype, race, sample
+from .compare import Progress, config_row, header, race, sample
 
 __all__ = ["KIND", "RUN_KIND", "MODES", "Settings", "build_graph", "header", "measure", "stored", "sweep",
            "valid_record", "covers", "time_summary", "kernel_cache", "kernel_cache_text"]
@@ -85,7 +86,7 @@ def build_graph(p: Problem):
     batch norm over (N, C, H, W) in the problem's layout, layer and RMS norm over (tokens, features), group norm as
     a layer norm over (N * groups, C / groups * H * W); attention as cuDNN's SDPA forward and backward."""
     import cudnn_py.graph as G
-    op, dt = p.op, np_dtype(p.dtype)
+    op, dt = p.op, as_numpy_dtype(p.dtype)
     g = G.Graph(io_dtype=dt, compute_dtype="float32", name=p.key.split("|")[0])
     if isinstance(op, Conv):
         layout = "NHWC" if p.layout == "NHWC" else None
