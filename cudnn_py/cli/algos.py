@@ -19,7 +19,7 @@ import math
 import statistics
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import MISSING, asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
@@ -397,11 +397,9 @@ def format_table(rows: Sequence[Row], widths: tuple[int, int, int, int] = (16, 2
 
 
 def write_csv(rows: Sequence[Row], path: str) -> None:
-    """Write the rows (of :func:`sweep` or the graph sweep) as CSV with a header line: their class's fields, list
-    fields such as notes left out."""
-    names = [f.name for f in fields(type(rows[0]) if rows else Row) if f.default_factory is MISSING]
+    """Write the rows (of :func:`sweep` or the graph sweep) as CSV with a header line of their class's fields."""
     with open(path, "w", newline="") as f:
-        wr = csv.DictWriter(f, fieldnames=names, extrasaction="ignore")
+        wr = csv.DictWriter(f, fieldnames=[fd.name for fd in fields(type(rows[0]) if rows else Row)])
         wr.writeheader()
         wr.writerows(asdict(r) for r in rows)
 

@@ -51,7 +51,6 @@ class Row(algos.Row):
     """One engine config (``algo`` its tag, ``math_type`` the heuristics modes that offered it, ``direction`` the
     problem's operation); ``pick`` says 'A' for mode A's choice, 'torch' for torch's row."""
     pick: str = ""
-    notes: list = field(default_factory=list)
 
     def bar(self) -> tuple[str, str]:
         """Mode A's pick red, torch's green."""
@@ -201,7 +200,7 @@ def _norm_problem(rows, hidden, dt) -> Problem:
         import torch
         xt, wt, bt = _randn((rows, hidden), dt), _randn(hidden, dt), _randn(hidden, dt)
         return lambda: torch.nn.functional.layer_norm(xt, (hidden,), wt, bt)
-    # a norm is memory-bound: "TFLOP/s" counts ~8 flops per element, GB/s is what to read (bytes in notes)
+    # a norm is memory-bound: "TFLOP/s" counts ~8 flops per element
     return Problem("norm", f"layer norm forward rows={rows} hidden={hidden} {dt}", make, reference,
                    8.0 * rows * hidden, torch_fn)
 
