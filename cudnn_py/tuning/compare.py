@@ -196,7 +196,7 @@ def race(entries: Sequence[tuple[dict, Any]], *, build: Callable[[dict, Any], An
          time_sample: Callable[[Any, int], float | None], check: Callable[[Any], list[np.ndarray]],
          orders: dict[str, list[str]], repeats: int, warmup: int, dtype: str, exhaustive: bool = False,
          errors: tuple[type[BaseException], ...] = (), progress: Progress | None = None,
-         median: Callable[[list[float]], float] = statistics.median_high, margin: float = PRUNE,
+         median: Callable[[list[float]], float] = statistics.median_high,
          hold: AbstractContextManager = nullcontext()) -> dict:
     """Time and check the configurations of one operation (docs/tuning.md, "Model sweeps"), filling each row in
     place; ``exhaustive``: each checked first, then ``warmup`` and ``repeats`` samples, none pruned.
@@ -260,7 +260,7 @@ def race(entries: Sequence[tuple[dict, Any]], *, build: Callable[[dict, Any], An
                     times += [timed("samples", lambda: time_sample(plan, 0)) for _ in range(repeats - 1)]
                 else:
                     times = [timed("first_sample", lambda: time_sample(plan, warmup + 1))]
-                    if best is not None and _finite(times[0]) and times[0] > margin * best:
+                    if best is not None and _finite(times[0]) and times[0] > PRUNE * best:
                         row["pruned"] = True
                     else:
                         times += [timed("samples", lambda: time_sample(plan, 0)) for _ in range(repeats - 1)]
@@ -289,6 +289,6 @@ def race(entries: Sequence[tuple[dict, Any]], *, build: Callable[[dict, Any], An
     timed("agreement", lambda: agreement(samples, checked_rows, dtype))
     standing = [r["ms"] for r in checked_rows.values() if r["agrees"] and not r["pruned"]]
     doubtful = [] if exhaustive or not standing else \
-        [r["tag"] for r, _ in entries if r.get("pruned") and r["ms"] <= margin * min(standing)]
-    return {"margin": None if exhaustive else margin, "pruned": pruned, "checked": len(samples),
+        [r["tag"] for r, _ in entries if r.get("pruned") and r["ms"] <= PRUNE * min(standing)]
+    return {"margin": None if exhaustive else PRUNE, "pruned": pruned, "checked": len(samples),
             "seconds": {k: round(v, 4) for k, v in secs.items()}, "pruned_within_margin": doubtful}
