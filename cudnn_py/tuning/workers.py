@@ -80,6 +80,11 @@ class _Events:
         return lambda *args: self.conn.send((name, *args))
 
 
+def _open_handle(device: int) -> Any:
+    from cudnn_py.core.handle import Handle
+    return Handle(device)
+
+
 def _one_line(e: BaseException) -> str:
     return " ".join(f"{type(e).__name__}: {e}".split())[:400]
 
@@ -160,8 +165,7 @@ def run(problems: Sequence[Problem], settings: Any, *, devices: Sequence[int], j
     to its handle opened and to its first plan built; None where it never got there). SystemExit when no worker
     could open a handle (the first one's reason); KeyboardInterrupt after stopping every worker.
     """
-    if opener is None:
-        from cudnn_py.core.handle import Handle as opener
+    opener = opener or _open_handle
     ctx = multiprocessing.get_context("spawn")
     queue = deque(_Task(p) for p in problems)
     slots: list[_Slot] = []
