@@ -35,6 +35,7 @@ class Conv:
     def params(self) -> int:
         return self.k * self.c * self.r * self.s + (self.k if self.bias else 0)
 
+    @property
     def passes(self) -> tuple[str, ...]:
         return ("fprop", "dgrad", "wgrad") if self.dgrad else ("fprop", "wgrad")
 
@@ -51,12 +52,10 @@ class Linear:
     k: int
     n: int
     bias: bool = True
+    passes = ("fprop", "dgrad", "wgrad")
 
     def params(self) -> int:
         return self.k * self.n + (self.n if self.bias else 0)
-
-    def passes(self) -> tuple[str, ...]:
-        return ("fprop", "dgrad", "wgrad")
 
     def signature(self, batch: int) -> str:
         return f"m={batch * self.tokens},k={self.k},n={self.n}"
@@ -73,12 +72,10 @@ class Norm:
     w: int = 1
     groups: int = 1
     bias: bool = True
+    passes = ("forward", "backward")
 
     def params(self) -> int:
         return self.c * (2 if self.bias else 1)
-
-    def passes(self) -> tuple[str, ...]:
-        return ("forward", "backward")
 
     def signature(self, batch: int) -> str:
         g = f",groups={self.groups}" if self.mode == "group" else ""
@@ -96,12 +93,10 @@ class Attention:
     seq_kv: int
     d: int
     causal: bool = False
+    passes = ("forward", "backward")
 
     def params(self) -> int:
         return 0
-
-    def passes(self) -> tuple[str, ...]:
-        return ("forward", "backward")
 
     def signature(self, batch: int) -> str:
         return (f"b={batch},h={self.heads},hkv={self.kv_heads},sq={self.seq_q},skv={self.seq_kv},d={self.d},"
@@ -175,7 +170,7 @@ class Model:
         for layer in self.layers:
             if legacy and not isinstance(layer.op, Conv):
                 continue
-            for p in layer.op.passes():
+            for p in layer.op.passes:
                 found.setdefault((layer.op, p), []).append(layer.name)
         return [Problem(op, p, batch, dtype, layout, len(names), tuple(names), legacy)
                 for (op, p), names in found.items()]
