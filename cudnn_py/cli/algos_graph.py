@@ -23,7 +23,7 @@ import numpy as np
 from cudnn_py.cli import algos
 from cudnn_py.cli.prerequisites import require_gpu
 from cudnn_py.core.dtypes import as_numpy_dtype
-from cudnn_py.tuning.sweep import MODES
+from cudnn_py.tuning.sweep import MODES, heuristics
 
 KINDS = ("conv", "matmul", "norm", "attention")
 GRAPH_DTYPES = ("float32", "float16", "bfloat16")
@@ -246,27 +246,6 @@ def _poison(d) -> None:
     DeviceArray(d.ptr, (d.size,), d.dtype, device_id=d.device_id, owner=d).fill_(float("nan"))
 
 
-def collect_configs(g, h, modes) -> tuple[list, dict, list[str]]:
-    """(configs deduplicated by tag in first-seen order, {tag: modes that offered it}, notes on failed modes)."""
-    import cudnn_py.graph as G
-    from cudnn_py.errors import CudnnError
-    seen: list = []
-    sources: dict[str, list[str]] = {}
-    notes: list[str] = []
-    for m in modes:
-        try:
-            cfgs = G.heuristics(g, h, m)
-        except CudnnError as e:
-            notes.append(f"heuristics {m}: {e}")
-            continue
-        for c in cfgs:
-            if c.tag not in sources:
-                seen.append(c)
-                sources[c.tag] = []
-            sources[c.tag].append(m)
-    return seen, sources, notes
-
-
 def sweep(problem: Problem, modes=MODES, repeats: int = 10, warmup: int = 2, check: bool = True, seed: int = 0,
           device: int = 0, torch_row: bool = True, progress=None) -> list[Row]:
     """Build, run, check and time every config the heuristics ``modes`` offer; returns one row per config."""
@@ -285,11 +264,12 @@ def sweep(problem: Problem, modes=MODES, repeats: int = 10, warmup: int = 2, che
         outs = [t for t in g.io_tensors() if not t.is_by_value and t not in ins]
         for t in outs:
             pack[t] = _device(np.full(t.shape, np.nan), t, h)
-        cfgs, sources, notes = collect_configs(g, h, modes)
+        configs, orders, errors = heuristics(g, h, modes)
+        sources = {t: [m for m in modes if t in orders[m]] for t in configs}
         a_pick = None
-        for i, cfg in enumerate(cfgs):
+        for i, cfg in enumerate(configs.values()):
             if progress:
-                progress(f"[{i + 1}/{len(cfgs)}] {cfg.tag}")
+                progress(f"[{i + 1}/{len(configs)}] {cfg.tag}")
             row = Row(problem.kind, ",".join(sources[cfg.tag]), cfg.tag, False, deterministic=cfg.is_deterministic)
             rows.append(row)
             try:
@@ -311,8 +291,8 @@ def sweep(problem: Problem, modes=MODES, repeats: int = 10, warmup: int = 2, che
                 a_pick = row
         if a_pick is not None:
             a_pick.pick = "A"
-        for n in notes:
-            rows.append(Row(problem.kind, "", "-", False, n))
+        for m, err in errors.items():
+            rows.append(Row(problem.kind, "", "-", False, f"heuristics {m}: {err}"))
     if torch_row and problem.torch_fn is not None:
         rows.append(_torch_row(problem, problem.torch_fn, repeats, warmup))
     return rows

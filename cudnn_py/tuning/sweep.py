@@ -28,8 +28,8 @@ from cudnn_py.tuning_records.models import Attention, Conv, Linear, Norm, Proble
 
 from .compare import Progress, config_row, header, race, sample
 
-__all__ = ["KIND", "RUN_KIND", "MODES", "Settings", "build_graph", "header", "measure", "stored", "sweep",
-           "valid_record", "covers", "time_summary", "kernel_cache", "kernel_cache_text"]
+__all__ = ["KIND", "RUN_KIND", "MODES", "Settings", "build_graph", "header", "heuristics", "measure", "stored",
+           "sweep", "valid_record", "covers", "time_summary", "kernel_cache", "kernel_cache_text"]
 
 #: the tuning database's kind for model-sweep records
 KIND = "layer_sweep"
@@ -183,6 +183,26 @@ def _bind(g, h, block: np.ndarray) -> tuple[dict, dict]:
     return pack, outputs
 
 
+def heuristics(g, h, modes: Sequence[str], limit: int | None = None) -> tuple[dict, dict[str, list[str]], dict]:
+    """({tag: configuration} the heuristics ``modes`` offer for graph ``g`` on handle ``h``, first seen first; {mode:
+    its order of tags}; {mode: the CudnnPyError it raised}), at most ``limit`` configurations of each mode."""
+    import cudnn_py.graph as G
+    from cudnn_py.errors import CudnnPyError
+    configs: dict = {}
+    orders: dict[str, list[str]] = {}
+    errors: dict = {}
+    for m in modes:
+        try:
+            found = G.heuristics(g, h, m)[:limit]
+        except CudnnPyError as e:
+            orders[m], errors[m] = [], e
+            continue
+        orders[m] = [c.tag for c in found]
+        for c in found:
+            configs.setdefault(c.tag, c)
+    return configs, orders, errors
+
+
 def measure(p: Problem, h, settings: Settings = Settings(), progress: Progress | None = None,
             hold: AbstractContextManager = nullcontext(), failed: Mapping[str, str] | None = None) -> dict:
     """The record :func:`sweep` stores of problem ``p`` on handle ``h``: lower its graph, collect the heuristics
@@ -208,18 +228,10 @@ def measure(p: Problem, h, settings: Settings = Settings(), progress: Progress |
         if progress:
             progress.begin(p.key, 0)
         return rec
-    configs: dict = {}
-    for m in settings.modes:
-        try:
-            found = G.heuristics(g, h, m)[:settings.max_configs]
-        except CudnnPyError as e:
-            rec["order"][m] = []
-            rec.setdefault("mode_errors", {})[m] = " ".join(str(e).split())[:300]
-            continue
-        rec["order"][m] = [c.tag for c in found]
-        for c in found:
-            configs.setdefault(c.tag, c)
-    heuristics = round(time.perf_counter() - t0, 4)
+    configs, rec["order"], errors = heuristics(g, h, settings.modes, settings.max_configs)
+    if errors:
+        rec["mode_errors"] = {m: " ".join(str(e).split())[:300] for m, e in errors.items()}
+    seconds_heuristics = round(time.perf_counter() - t0, 4)
     if progress:
         progress.begin(p.key, len(configs))
     failed = failed or {}
@@ -274,7 +286,7 @@ def measure(p: Problem, h, settings: Settings = Settings(), progress: Progress |
                    exhaustive=settings.exhaustive, errors=(CudnnPyError, MemoryError), progress=progress, hold=hold)
     seconds = account["seconds"]
     seconds["build"] = round(seconds["build"] + build_wall, 4)
-    account["seconds"] = {"heuristics": heuristics, **seconds}
+    account["seconds"] = {"heuristics": seconds_heuristics, **seconds}
     rec["race"] = account
     return rec
 
