@@ -14,6 +14,7 @@ import functools
 import os
 import time
 import warnings
+from collections import Counter
 from pathlib import Path
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -403,14 +404,14 @@ def sweep(problems: Sequence[Problem], db: TuningDatabase, *, device: int = 0, d
         starts = workers.run(todo, settings, devices=where, jobs=jobs, work=measure, keep=keep, progress=prog,
                              time_limit=time_limit)
     prog.close()
-    secs: dict[str, float] = {}
+    secs: Counter = Counter()
     for p in todo:
-        for k, v in (out[p.key].get("race") or {}).get("seconds", {}).items():
-            secs[k] = round(secs.get(k, 0.0) + float(v), 4)
+        secs.update({k: float(v) for k, v in (out[p.key].get("race") or {}).get("seconds", {}).items()})
     db.record(RUN_KIND, f"{started}|{todo[0].key}", {
         "started": started, "seconds": round(time.monotonic() - t0, 3), "operations": len(problems),
         "measured": len(todo), "keys": [p.key for p in todo], "settings": header(todo[0], settings)["settings"],
-        "jobs": jobs, "devices": where, "kernel_cache": cache, "phases": secs, "workers": starts}, device=device)
+        "jobs": jobs, "devices": where, "kernel_cache": cache,
+        "phases": {k: round(v, 4) for k, v in secs.items()}, "workers": starts}, device=device)
     return out, len(todo)
 
 
@@ -421,10 +422,9 @@ def time_summary(records: Sequence[dict]) -> str:
     if not raced:
         return ""
     acc, configs = [r["race"] for r in raced], sum(len(r.get("configs") or ()) for r in raced)
-    secs: dict[str, float] = {}
+    secs: Counter = Counter()
     for a in acc:
-        for k, v in (a.get("seconds") or {}).items():
-            secs[k] = secs.get(k, 0.0) + float(v)
+        secs.update({k: float(v) for k, v in (a.get("seconds") or {}).items()})
     margin = {a.get("margin") for a in acc}
     caches = sorted({a["kernel_cache"] for a in acc if a.get("kernel_cache")})
     how = "every one in full (--exhaustive)" if margin == {None} else \
