@@ -363,14 +363,13 @@ def sweep(problems: Sequence[Problem], db: TuningDatabase, *, device: int = 0, d
           jobs: int = 1, settings: Settings = Settings(), remeasure: bool = False,
           progress: Callable[[str], None] | None = None, time_limit: float = 600.0) -> tuple[dict[str, dict], int]:
     """({problem key: record}, how many were measured): each record from ``db`` where one :func:`covers`
-    ``settings``, else measured and stored as it arrives; then a record of the run (kind :data:`RUN_KIND`: when, how
-    many, seconds by phase, the workers' start costs, the :func:`kernel_cache` it started with).
+    ``settings``, else measured and stored as it arrives; then a record of the run (kind :data:`RUN_KIND`).
 
     ``jobs`` 1 with no ``devices`` measures in this process on ``device``; else ``jobs`` worker processes (at least
-    one per device) over ``devices`` (default ``[device]``), as :func:`cudnn_py.tuning.workers.run` says (a worker
-    stuck on one step past ``time_limit`` seconds is stopped). ``progress`` receives the
-    :class:`~cudnn_py.tuning.compare.Progress` line, at most once a second. SystemExit when something must be
-    measured and no cuDNN handle opens; KeyboardInterrupt after stopping every worker (what was measured is kept).
+    one per device) over ``devices`` (default ``[device]``): :func:`cudnn_py.tuning.workers.run` (``time_limit``:
+    seconds a worker may spend on one step). ``progress`` receives the :class:`~cudnn_py.tuning.compare.Progress`
+    line, at most once a second. SystemExit when something must be measured and no cuDNN handle opens;
+    KeyboardInterrupt after stopping every worker (what was measured is kept).
     """
     out, todo = stored(problems, db, device=device, settings=settings, remeasure=remeasure)
     if not todo:
