@@ -199,7 +199,7 @@ def race(entries: Sequence[tuple[dict, Any]], *, build: Callable[[dict, Any], An
          median: Callable[[list[float]], float] = statistics.median_high,
          hold: AbstractContextManager = nullcontext()) -> dict:
     """Time and check the configurations of one operation (docs/tuning.md, "Model sweeps"), filling each row in
-    place; ``exhaustive``: each checked first, then ``warmup`` and ``repeats`` samples, none pruned.
+    place; ``exhaustive``: each checked first, then ``repeats`` samples after ``warmup`` executions, none pruned.
 
     :param entries: (row, configuration) in visit order; a row whose ``reason`` is set is not measured.
     :param build: ``build(row, cfg)`` -> the plan ``time_sample`` and ``check`` take; sets the row's ``workspace``.
