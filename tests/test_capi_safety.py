@@ -10,6 +10,7 @@ import sys
 import textwrap
 import warnings
 from ctypes import byref, c_int, c_int64
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,7 +19,10 @@ from cudnn_py.clib import binding as _binding
 from cudnn_py import capi
 from cudnn_py.clib.binding import CArgumentError
 from cudnn_py.codegen.lengths import LENGTHS
-from cudnn_py.codegen.nonnull import NONNULL, _plausible
+from cudnn_py.codegen.nonnull import NONNULL
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+from nonnull_probe import plausible as _plausible  # noqa: E402
 
 #: a cudnnHandle_t that is not NULL, for calls these tests expect refused before C for another reason (every
 #: cudnnHandle_t parameter refuses NULL; no GPU is needed to make this one, and it is never dereferenced)

@@ -19,7 +19,7 @@ import math
 import statistics
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import MISSING, asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
@@ -289,14 +289,15 @@ def sweep(cfg: Config, directions: Sequence[str], maths: Sequence[str], repeats:
     random inputs of ``seed``; ``progress`` gets one short line per algorithm. SystemExit without a GPU."""
     import cudnn_py.calls.algorithms as alg
     from cudnn_py.errors import CudnnError, WorkspaceLimitError
+    from cudnn_py.core.conv_layout import physical
     from cudnn_py.core.memory import empty, to_device
     from cudnn_py.ops import conv_calls as cv
     from cudnn_py.core.streams import held_ms
     from cudnn_py.tuning import legacy
-    from cudnn_py.tuning.compare import np_dtype
+    from cudnn_py.core.dtypes import as_numpy_dtype
 
     require_gpu("algos", device)  # before the float64 references, which take minutes for a large layer
-    rng, dt = np.random.default_rng(seed), np_dtype(cfg.dtype)
+    rng, dt = np.random.default_rng(seed), as_numpy_dtype(cfg.dtype)
 
     def make(shape):   # int8: small integers
         return rng.integers(-8, 9, size=shape).astype(dt) if dt == np.int8 else rng.standard_normal(shape).astype(dt)
@@ -321,7 +322,7 @@ def sweep(cfg: Config, directions: Sequence[str], maths: Sequence[str], repeats:
             conv = cv.Convolution(cfg.padding, cfg.per_dim(cfg.stride), cfg.per_dim(cfg.dilation), cfg.groups,
                                   mode=cfg.mode, math_type=math, layout=cfg.layout)
             shape = {"forward": y_shape, "backward_data": cfg.x_shape, "backward_filter": cfg.w_shape}[direction]
-            out = empty(legacy.physical(shape, cfg.layout), out_dtype if direction == "forward" else dt,
+            out = empty(physical(shape, cfg.layout), out_dtype if direction == "forward" else dt,
                         stream=h.stream, device=h.device)
             xwd = (x if direction != "backward_data" else out, w if direction != "backward_filter" else out,
                    dy if direction != "forward" else out)   # the output in the place of what the direction computes
@@ -396,11 +397,9 @@ def format_table(rows: Sequence[Row], widths: tuple[int, int, int, int] = (16, 2
 
 
 def write_csv(rows: Sequence[Row], path: str) -> None:
-    """Write the rows (of :func:`sweep` or the graph sweep) as CSV with a header line: their class's fields, list
-    fields such as notes left out."""
-    names = [f.name for f in fields(type(rows[0]) if rows else Row) if f.default_factory is MISSING]
+    """Write the rows (of :func:`sweep` or the graph sweep) as CSV with a header line of their class's fields."""
     with open(path, "w", newline="") as f:
-        wr = csv.DictWriter(f, fieldnames=names, extrasaction="ignore")
+        wr = csv.DictWriter(f, fieldnames=[fd.name for fd in fields(type(rows[0]) if rows else Row)])
         wr.writeheader()
         wr.writerows(asdict(r) for r in rows)
 

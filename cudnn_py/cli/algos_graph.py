@@ -22,8 +22,8 @@ import numpy as np
 
 from cudnn_py.cli import algos
 from cudnn_py.cli.prerequisites import require_gpu
-from cudnn_py.tuning.compare import np_dtype as _np_dtype
-from cudnn_py.tuning.sweep import MODES
+from cudnn_py.core.dtypes import as_numpy_dtype
+from cudnn_py.tuning.sweep import MODES, heuristics
 
 KINDS = ("conv", "matmul", "norm", "attention")
 GRAPH_DTYPES = ("float32", "float16", "bfloat16")
@@ -51,7 +51,6 @@ class Row(algos.Row):
     """One engine config (``algo`` its tag, ``math_type`` the heuristics modes that offered it, ``direction`` the
     problem's operation); ``pick`` says 'A' for mode A's choice, 'torch' for torch's row."""
     pick: str = ""
-    notes: list = field(default_factory=list)
 
     def bar(self) -> tuple[str, str]:
         """Mode A's pick red, torch's green."""
@@ -99,7 +98,7 @@ def _randn(shape, dtype: str):
 
 def _graph(dtype: str, name: str):
     import cudnn_py.graph as G
-    return G.Graph(io_dtype=_np_dtype(dtype), compute_dtype="float32", name=name)
+    return G.Graph(io_dtype=as_numpy_dtype(dtype), compute_dtype="float32", name=name)
 
 
 def problem_from_args(args) -> Problem:
@@ -201,7 +200,7 @@ def _norm_problem(rows, hidden, dt) -> Problem:
         import torch
         xt, wt, bt = _randn((rows, hidden), dt), _randn(hidden, dt), _randn(hidden, dt)
         return lambda: torch.nn.functional.layer_norm(xt, (hidden,), wt, bt)
-    # a norm is memory-bound: "TFLOP/s" counts ~8 flops per element, GB/s is what to read (bytes in notes)
+    # a norm is memory-bound: "TFLOP/s" counts ~8 flops per element
     return Problem("norm", f"layer norm forward rows={rows} hidden={hidden} {dt}", make, reference,
                    8.0 * rows * hidden, torch_fn)
 
@@ -247,27 +246,6 @@ def _poison(d) -> None:
     DeviceArray(d.ptr, (d.size,), d.dtype, device_id=d.device_id, owner=d).fill_(float("nan"))
 
 
-def collect_configs(g, h, modes) -> tuple[list, dict, list[str]]:
-    """(configs deduplicated by tag in first-seen order, {tag: modes that offered it}, notes on failed modes)."""
-    import cudnn_py.graph as G
-    from cudnn_py.errors import CudnnError
-    seen: list = []
-    sources: dict[str, list[str]] = {}
-    notes: list[str] = []
-    for m in modes:
-        try:
-            cfgs = G.heuristics(g, h, m)
-        except CudnnError as e:
-            notes.append(f"heuristics {m}: {e}")
-            continue
-        for c in cfgs:
-            if c.tag not in sources:
-                seen.append(c)
-                sources[c.tag] = []
-            sources[c.tag].append(m)
-    return seen, sources, notes
-
-
 def sweep(problem: Problem, modes=MODES, repeats: int = 10, warmup: int = 2, check: bool = True, seed: int = 0,
           device: int = 0, torch_row: bool = True, progress=None) -> list[Row]:
     """Build, run, check and time every config the heuristics ``modes`` offer; returns one row per config."""
@@ -286,11 +264,12 @@ def sweep(problem: Problem, modes=MODES, repeats: int = 10, warmup: int = 2, che
         outs = [t for t in g.io_tensors() if not t.is_by_value and t not in ins]
         for t in outs:
             pack[t] = _device(np.full(t.shape, np.nan), t, h)
-        cfgs, sources, notes = collect_configs(g, h, modes)
+        configs, orders, errors = heuristics(g, h, modes)
+        sources = {t: [m for m in modes if t in orders[m]] for t in configs}
         a_pick = None
-        for i, cfg in enumerate(cfgs):
+        for i, cfg in enumerate(configs.values()):
             if progress:
-                progress(f"[{i + 1}/{len(cfgs)}] {cfg.tag}")
+                progress(f"[{i + 1}/{len(configs)}] {cfg.tag}")
             row = Row(problem.kind, ",".join(sources[cfg.tag]), cfg.tag, False, deterministic=cfg.is_deterministic)
             rows.append(row)
             try:
@@ -312,20 +291,18 @@ def sweep(problem: Problem, modes=MODES, repeats: int = 10, warmup: int = 2, che
                 a_pick = row
         if a_pick is not None:
             a_pick.pick = "A"
-        for n in notes:
-            rows.append(Row(problem.kind, "", "-", False, n))
+        for m, err in errors.items():
+            rows.append(Row(problem.kind, "", "-", False, f"heuristics {m}: {err}"))
     if torch_row and problem.torch_fn is not None:
-        rows.append(_torch_row(problem, repeats, warmup))
+        rows.append(_torch_row(problem, problem.torch_fn, repeats, warmup))
     return rows
 
 
-def _torch_row(problem: Problem, repeats: int, warmup: int) -> Row:
+def _torch_row(problem: Problem, make: Callable, repeats: int, warmup: int) -> Row:
     row = Row(problem.kind, "torch", "torch (engine not exposed)", False, pick="torch")
-    if problem.torch_fn is None:
-        return row
     try:
         import torch
-        fn = problem.torch_fn()
+        fn = make()
         for _ in range(max(warmup, 3)):
             fn()
         times = []

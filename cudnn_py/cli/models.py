@@ -1,19 +1,7 @@
-"""``python -m cudnn_py algos --model NAME``: every engine configuration of every layer of a known network, the
-heuristics' picks and their regret, whole-model totals; measurements kept in the tuning database.
-
-    python -m cudnn_py algos --model resnet50 --batch 32 --dtype float16 --layout NHWC
-    python -m cudnn_py algos --model resnet50 --batch 32 --dtype float16 --layout NHWC --quick      # 4 operations
-    python -m cudnn_py algos --model llama3-8b --batch 1 --seq 4096 --dtype bfloat16 --devices all --plot l.png
-    python -m cudnn_py algos --model resnet50 --jobs 1                  # in this process (default: one worker per core)
-    python -m cudnn_py algos --model vit-b16 --shard 0/4 --db part0.sqlite        # one machine of a scheduler's four
-    python -m cudnn_py algos --merge all.sqlite part0.sqlite part1.sqlite part2.sqlite part3.sqlite
-    python -m cudnn_py algos --merge part0.sqlite part1.sqlite --db all.sqlite     # the same: --db is INTO
-    python -m cudnn_py algos --compare h100.sqlite h200.sqlite --threshold 0.05
-
-A second run with the same database reports from the stored records (``--remeasure`` measures again); the
-filters (``--deterministic``, ``--no-tf32``, ``--no-reduced-precision``, ``--workspace-limit``) apply when
-reporting. Measuring: :mod:`cudnn_py.tuning.sweep` (a race; ``--exhaustive``: every configuration in full) in
-worker processes (:mod:`cudnn_py.tuning.workers`); ``--shard`` and ``--merge`` spread a sweep over machines.
+"""``python -m cudnn_py algos --model NAME`` (and ``--compare``, ``--merge``, ``--list-models``): every engine
+configuration of every layer of a known network, the heuristics' picks and their regret, whole-model totals
+(docs/tuning.md, "Model sweeps", with examples). Measurements are kept in the tuning database, so a second run
+reports from it (``--remeasure`` measures again); the filters apply when reporting.
 """
 from __future__ import annotations
 

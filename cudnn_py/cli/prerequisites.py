@@ -1,9 +1,7 @@
-"""What a command, example, benchmark or tool needs (a GPU, optional packages), checked before any other work, so a
-missing piece is refused in one line within milliseconds instead of after minutes of set-up or in a traceback.
-
-The GPU check is :func:`cudnn_py.core.streams.missing_device` (the driver only). A script that uses
-:func:`script_args` also takes ``--smoke``: it imports, parses its arguments, checks what it needs, prints one line
-and exits 0 without running (CI runs every benchmark that way on a machine without a GPU).
+"""What a command, example, benchmark or tool needs (a GPU: :func:`cudnn_py.core.streams.missing_device`; optional
+packages), checked before any other work, so a missing piece is refused in one line instead of after minutes of
+set-up or in a traceback. :func:`script_args`' ``--smoke`` checks and exits 0 without running (CI runs every
+benchmark that way on a machine without a GPU).
 """
 from __future__ import annotations
 

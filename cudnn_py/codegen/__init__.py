@@ -1,10 +1,7 @@
-"""The generator of ``cudnn_py.capi``: cuDNN headers in, ctypes modules out (``python -m cudnn_py.codegen``).
-
-``parse`` reads the headers into a ``model``, ``emit`` writes one module per header plus the face
-(``capi/__init__.py``), and ``backend_attributes`` writes the graph API's attribute table.
-
-Needs ``pycparser`` and a C preprocessor (``cpp``); the CUDA headers the cuDNN headers include are
-replaced by the small stand-ins in ``include_stubs/``, so no CUDA toolkit is needed.
+"""The generator of ``cudnn_py.capi`` (``python -m cudnn_py.codegen``): ``parse`` reads the cuDNN headers into a
+``model``, ``emit`` writes one module per header plus the face (``capi/__init__.py``), ``backend_attributes`` the
+graph API's attribute table. Needs ``pycparser`` and ``cpp``; the CUDA headers are replaced by the stand-ins in
+``include_stubs/``, so no CUDA toolkit is needed.
 """
 from __future__ import annotations
 

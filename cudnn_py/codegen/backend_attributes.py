@@ -1,12 +1,8 @@
-"""The backend attribute table (``capi/backend_attributes.py``): which element type, count and nested descriptor
-type each ``cudnnBackendAttributeName_t`` takes.
-
-Written by ``python -m cudnn_py.codegen`` with the rest of the C layer. The table is derived from the
-documentation comments of ``cudnn_graph.h`` (lines like ``- CUDNN_ATTR_X (CUDNN_TYPE_INT64, 1 element)`` inside
-each ``cudnnBackendDescriptorType_t`` entry); attributes the header names without stating a type are filled from
-``_KNOWN`` below (facts from the cuDNN backend documentation), then from naming rules (``..._DESC`` is a nested
-descriptor, ``..._MATH_PREC`` a data type). Attributes none of these cover are left out: set/get them with an
-explicit ``attr_type=``.
+"""The backend attribute table (``capi/backend_attributes.py``): the element types, count and nested descriptor type
+each ``cudnnBackendAttributeName_t`` takes, read from ``cudnn_graph.h``'s documentation comments
+(``- CUDNN_ATTR_X (CUDNN_TYPE_INT64, 1 element)``), else from ``_KNOWN`` (the cuDNN backend documentation), else
+from naming rules (``..._DESC``: a nested descriptor, ``..._MATH_PREC``: a data type). Attributes none of these
+cover are left out: set/get them with an explicit ``attr_type=``.
 """
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
-"""Which host array parameter's length another parameter of the same call gives (from the cuDNN API reference).
-
-The headers do not say it in a form a parser can read, so it is listed here, by parameter name; the generator
-checks every name against the parsed prototypes and fails when a header renames one. The binding uses the table
-to refuse, before C runs, a ctypes array or sequence shorter than what cuDNN will read or write (see
-``cudnn_py.clib.binding``). A third name is the ``cudnnBackendAttributeType_t`` parameter that sets the element
-type of an untyped (``void *``) array.
+"""Which host array parameter's length another parameter of the same call gives (from the cuDNN API reference; the
+headers do not say it in a form a parser can read), by parameter name; a third name is the
+``cudnnBackendAttributeType_t`` parameter that sets an untyped (``void *``) array's element type. The generator
+fails when a header renames one; the binding refuses an array shorter than what cuDNN reads or writes.
 """
 from __future__ import annotations
 

@@ -73,8 +73,5 @@ class Header:
         for e in self.enums:
             out.append(e.name)
             out.extend(m for m, _ in e.members)
-        out += [s.name for s in self.structs]
-        out += [c.name for c in self.callbacks]
-        out += [f.name for f in self.functions]
-        out += [d.name for d in self.defines]
-        return out
+        out += [s.name for s in self.structs] + [c.name for c in self.callbacks]
+        return out + [f.name for f in self.functions] + [d.name for d in self.defines]

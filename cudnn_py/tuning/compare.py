@@ -1,21 +1,6 @@
-"""How a tuning run measures and checks (the graph sweep and the legacy-algorithm run share it): the race, output
-samples, their agreement, and the progress line.
-
-The race (:func:`race`), per operation, visits the configurations in the heuristics' order (mode A's first):
-
-1. build it (a plan, or the legacy algorithm's workspace query);
-2. time one sample after ``warmup + 1`` untimed executions (the one more standing for the agreement check's
-   execution, which came first before racing: each timed sample follows as many executions as it did);
-3. if that sample is above :data:`PRUNE` times the best median so far, stop: the configuration is *pruned* (its
-   record keeps ``ms`` = that sample, ``samples`` = 1, ``pruned`` = True); else time the other ``repeats - 1``
-   samples (a *contender*: timed in full, as an exhaustive run does);
-4. check its outputs (NaN-poisoned, run once, sampled) if it is a contender, a possible pick of a heuristics mode
-   (no configuration before it in that mode's order has run yet), or one of the first :data:`MIN_CHECKED` to run;
-   pruned configurations are otherwise not checked (``checked`` False, ``agrees`` None).
-
-The best so far is the lowest median of the contenders whose checked outputs are all finite (an engine that
-leaves its output unwritten cannot set the bar). ``exhaustive`` times and checks every configuration in full (the
-measurement before racing: check first, then ``warmup`` and ``repeats`` samples).
+"""How a tuning run measures and checks, shared by the graph and legacy sweeps: :func:`race` (visit order,
+pruning, which outputs are checked: docs/tuning.md, "Model sweeps"), output samples and their :func:`agreement`,
+and the :class:`Progress` line.
 """
 from __future__ import annotations
 
@@ -30,16 +15,14 @@ from typing import Any
 
 import numpy as np
 
-from cudnn_py.core.dtypes import as_numpy_dtype as np_dtype  # the NumPy dtype of a name (bfloat16: ml_dtypes')
 from cudnn_py.tuning_records.database import finite as _finite
 
-__all__ = ["AGREEMENT", "PRUNE", "MIN_CHECKED", "np_dtype", "header", "config_row", "sample", "agreement", "race",
+__all__ = ["AGREEMENT", "PRUNE", "MIN_CHECKED", "header", "config_row", "sample", "agreement", "race",
            "Progress"]
 
 
 def header(p, settings) -> dict:
-    """The start of problem ``p``'s record: what was measured and how (a sweep's ``Settings``), before any
-    configuration."""
+    """The start of problem ``p``'s record: what was measured and how (a sweep's ``Settings``)."""
     stored = {**asdict(settings), "modes": list(settings.modes)}
     return {"key": p.key, "op": p.kind, "pass": p.pass_, "dtype": p.dtype, "settings": stored, "order": {},
             "configs": [], "problem": "", "count": p.count}
@@ -94,11 +77,8 @@ def agreement(samples: dict[str, list[np.ndarray]], rows: dict[str, dict], dtype
             rows[t]["diff"] = min(rows[t]["diff"], 1e300)   # JSON has no infinity
 
 
-#: racing: a configuration whose first timed sample exceeds this many times the best median so far is pruned (no
-#: more samples). Held samples of one plan differ by a few per cent from one another, so 1.5 leaves a margin of
-#: about ten times that noise: a configuration that could win (or come within the 2 % that counts as the same
-#: pick) is never pruned by a noisy first sample, while the many configurations that lose by 2x and more (the
-#: slow ones, which cost the most samples) stop after one
+#: racing: a configuration whose first timed sample exceeds this many times the best median so far is pruned (about
+#: ten times the spread of held samples of one plan: docs/tuning.md)
 PRUNE = 1.5
 #: racing: at least this many configurations of an operation have their outputs checked, so the median they are
 #: compared with is a majority's and not one configuration's own output
@@ -106,8 +86,7 @@ MIN_CHECKED = 3
 
 
 class Progress:
-    """A sweep's progress line: operations done, plans built and configurations timed of those known (``~``: the
-    total estimated from the operations begun), how many pruned, the time left, the last configuration seen::
+    """A sweep's progress line (docs/tuning.md)::
 
         ops 12/95  built 523/~4012  timed 480/~4012 (301 pruned)  eta 2m31s  conv.fprop|n=32,c=64,... eng7_k2=1
 
@@ -196,7 +175,6 @@ class Progress:
         return (self.clock() - self.start) / done * max(0, 2 * total - done)
 
     def line(self) -> str:
-        """The progress line (see the class doc)."""
         eta = self.eta()
         left = "-" if eta is None else (f"{int(eta // 60)}m{int(eta % 60):02d}s" if eta >= 60 else f"{eta:.0f}s")
         total, estimated = self.total()
@@ -218,9 +196,10 @@ def race(entries: Sequence[tuple[dict, Any]], *, build: Callable[[dict, Any], An
          time_sample: Callable[[Any, int], float | None], check: Callable[[Any], list[np.ndarray]],
          orders: dict[str, list[str]], repeats: int, warmup: int, dtype: str, exhaustive: bool = False,
          errors: tuple[type[BaseException], ...] = (), progress: Progress | None = None,
-         median: Callable[[list[float]], float] = statistics.median_high, margin: float = PRUNE,
+         median: Callable[[list[float]], float] = statistics.median_high,
          hold: AbstractContextManager = nullcontext()) -> dict:
-    """Time and check the configurations of one operation (see the module doc), filling each row in place.
+    """Time and check the configurations of one operation (docs/tuning.md, "Model sweeps"), filling each row in
+    place; ``exhaustive``: each checked first, then ``repeats`` samples after ``warmup`` executions, none pruned.
 
     :param entries: (row, configuration) in visit order; a row whose ``reason`` is set is not measured.
     :param build: ``build(row, cfg)`` -> the plan ``time_sample`` and ``check`` take; sets the row's ``workspace``.
@@ -281,7 +260,7 @@ def race(entries: Sequence[tuple[dict, Any]], *, build: Callable[[dict, Any], An
                     times += [timed("samples", lambda: time_sample(plan, 0)) for _ in range(repeats - 1)]
                 else:
                     times = [timed("first_sample", lambda: time_sample(plan, warmup + 1))]
-                    if best is not None and _finite(times[0]) and times[0] > margin * best:
+                    if best is not None and _finite(times[0]) and times[0] > PRUNE * best:
                         row["pruned"] = True
                     else:
                         times += [timed("samples", lambda: time_sample(plan, 0)) for _ in range(repeats - 1)]
@@ -310,6 +289,6 @@ def race(entries: Sequence[tuple[dict, Any]], *, build: Callable[[dict, Any], An
     timed("agreement", lambda: agreement(samples, checked_rows, dtype))
     standing = [r["ms"] for r in checked_rows.values() if r["agrees"] and not r["pruned"]]
     doubtful = [] if exhaustive or not standing else \
-        [r["tag"] for r, _ in entries if r.get("pruned") and r["ms"] <= margin * min(standing)]
-    return {"margin": None if exhaustive else margin, "pruned": pruned, "checked": len(samples),
+        [r["tag"] for r, _ in entries if r.get("pruned") and r["ms"] <= PRUNE * min(standing)]
+    return {"margin": None if exhaustive else PRUNE, "pruned": pruned, "checked": len(samples),
             "seconds": {k: round(v, 4) for k, v in secs.items()}, "pruned_within_margin": doubtful}

@@ -11,19 +11,16 @@ import statistics
 
 import numpy as np
 
+from cudnn_py.core.conv_layout import physical
+from cudnn_py.core.dtypes import as_numpy_dtype
 from cudnn_py.tuning_records.models import Conv, Problem
 
 from .compare import Progress
 
-__all__ = ["measure_legacy", "config_count", "DIRECTION", "call", "physical"]
+__all__ = ["measure_legacy", "DIRECTION", "call"]
 
 #: a convolution problem's pass -> the legacy API's direction
 DIRECTION = {"fprop": "forward", "dgrad": "backward_data", "wgrad": "backward_filter"}
-
-
-def physical(shape: tuple, layout: str) -> tuple:
-    """A logical NCHW ``shape`` in the order of ``layout``'s memory (NHWC: channels last)."""
-    return shape if layout != "NHWC" else (shape[0], *shape[2:], shape[1])
 
 
 def call(h, conv, direction: str, x, w, dy, out, **kw):
@@ -37,16 +34,10 @@ def call(h, conv, direction: str, x, w, dy, out, **kw):
     return cv.convolution_backward_filter(h, conv, x, dy, dw=out, **kw)
 
 
-def config_count(p: Problem) -> int:
-    """How many algorithms :func:`measure_legacy` visits for convolution problem ``p`` (the sweep's progress)."""
-    import cudnn_py.calls.algorithms as alg
-    return len(alg.real_members(DIRECTION[p.pass_]))
-
-
 def measure_legacy(p: Problem, h, settings, progress: Progress | None = None) -> dict:
     """Time the legacy algorithms of convolution problem ``p`` on handle ``h`` (``settings``: a
     :class:`~cudnn_py.tuning.sweep.Settings`, of which repeats, warm-up, exhaustive and cold_l2 apply); the record to
-    store. ``progress``: a :class:`~cudnn_py.tuning.compare.Progress` whose operation has begun."""
+    store. ``progress``: a :class:`~cudnn_py.tuning.compare.Progress`, told of the operation's begin and steps."""
     import cudnn_py.calls.algorithms as alg
     from cudnn_py.errors import CudnnPyError
     from cudnn_py.graph.plans import l2_flush
@@ -54,10 +45,13 @@ def measure_legacy(p: Problem, h, settings, progress: Progress | None = None) ->
     from cudnn_py.ops import conv_calls as cv
     from cudnn_py.core.streams import held_ms
 
-    from .compare import config_row, header, np_dtype, race, sample
+    from .compare import config_row, header, race, sample
     if not isinstance(p.op, Conv):
         raise TypeError(f"the legacy sweep takes convolutions, not {p.kind}")
-    op, direction, dt = p.op, DIRECTION[p.pass_], np_dtype(p.dtype)
+    op, direction, dt = p.op, DIRECTION[p.pass_], as_numpy_dtype(p.dtype)
+    members = alg.real_members(direction)
+    if progress:
+        progress.begin(p.key, len(members))
     rec = {**header(p, settings), "api": "legacy", "order": {"A": []}}
     oh, ow = op.out_hw
     shapes = {"x": (p.batch, op.c, op.h, op.w), "w": (op.k, op.c, op.r, op.s), "y": (p.batch, op.k, oh, ow)}
@@ -81,7 +75,6 @@ def measure_legacy(p: Problem, h, settings, progress: Progress | None = None) ->
     def run(algo):
         return call(h, conv, direction, x, w, y, out, algo=algo, engine="legacy")
 
-    members = alg.real_members(direction)
     entries = []
     for algo in members:
         r = heur.get(algo)

@@ -1,11 +1,6 @@
-"""What a model sweep found: per-operation picks and regret, whole-model totals, tables, CSV/JSON, plots, and the
-comparison of two databases.
-
-The heuristic's pick is what ``Graph.build`` runs: the first configuration of mode A's order that ran (else
-FALLBACK's); modes A, B and FALLBACK's picks are reported each. A pick's regret is ``time(pick) / time(best) - 1``,
-both under the :class:`Filters`. Totals weigh each operation by how often one training step runs it. A pruned
-configuration (see :mod:`cudnn_py.tuning.compare`) counts with its one sample's time, and the table says where a
-pick or the best rests on one (``--exhaustive`` times every configuration in full).
+"""What a model sweep found (docs/tuning.md): per-operation picks and their regret (``time(pick) / time(best) -
+1``, both under the :class:`Filters`), whole-model totals, tables, CSV/JSON, plots, and the comparison of two
+databases. The heuristic's pick is what ``Graph.build`` runs: mode A's first configuration that ran, else FALLBACK's.
 """
 from __future__ import annotations
 

@@ -1,17 +1,12 @@
-"""Time the engine configurations of a model's operations and keep the results in the tuning database.
+"""Time the engine configurations of a model's operations and keep the results in the tuning database
+(docs/tuning.md, "Model sweeps").
 
-For each :class:`~cudnn_py.tuning_records.models.Problem` (one layer's pass at a batch size, dtype and layout) a
-cuDNN graph is built, the configurations heuristics modes A, B and FALLBACK offer are collected (each mode's order
-kept), built into plans one after the other, and raced on random data (:func:`cudnn_py.tuning.compare.race`: held
-samples, ``graph.time_plan``; pruning, output checks and agreement as its module says; ``Settings(exhaustive=True)``
-times and checks every one in full; ``cold_l2`` flushes the L2 cache before each sample, outside it).
-
-The record (kind :data:`KIND`, key :attr:`Problem.key`) holds every configuration's time, samples, pruning, check,
-workspace, notes, agreement and build time, each mode's order, the race's account (seconds by phase, and the state
-of CUDA's kernel cache: :func:`kernel_cache`) and the :class:`Settings`, so any filter's picks and regrets can be
-computed later (:mod:`cudnn_py.tuning.report`). A stored record that :func:`covers` the settings is not measured
-again (unless ``remeasure``). Worker processes (:mod:`cudnn_py.tuning.workers`) build several operations' plans at
-once and time one operation at a time on each GPU; each run is recorded too (kind :data:`RUN_KIND`).
+:func:`measure` builds one :class:`~cudnn_py.tuning_records.models.Problem`'s graph (:func:`build_graph`), collects
+the configurations of heuristics modes A, B and FALLBACK and races them (:func:`cudnn_py.tuning.compare.race`); its
+record (kind :data:`KIND`, key :attr:`Problem.key`) keeps every configuration's measurements, each mode's order and
+the :class:`Settings`, so any filter's picks are computed later (:mod:`cudnn_py.tuning.report`). :func:`sweep`
+reuses a stored record that :func:`covers` the settings, measures the rest in this process or in worker processes
+(:mod:`cudnn_py.tuning.workers`), and records each run (kind :data:`RUN_KIND`).
 """
 from __future__ import annotations
 
@@ -19,22 +14,23 @@ import functools
 import os
 import time
 import warnings
+from collections import Counter
 from pathlib import Path
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from cudnn_py.core.dtypes import as_numpy_dtype
 from cudnn_py.tuning_records.database import TuningDatabase, finite
 from cudnn_py.tuning_records.models import Attention, Conv, Linear, Norm, Problem
 
-from .compare import Progress, config_row, header, np_dtype, race, sample
+from .compare import Progress, config_row, header, race, sample
 
-__all__ = ["KIND", "RUN_KIND", "MODES", "Settings", "Candidates", "build_graph", "header", "candidates",
-           "time_candidates", "measure", "stored", "sweep", "valid_record", "covers", "time_summary", "kernel_cache",
-           "kernel_cache_text"]
+__all__ = ["KIND", "RUN_KIND", "MODES", "Settings", "build_graph", "header", "heuristics", "measure", "stored",
+           "sweep", "valid_record", "covers", "time_summary", "kernel_cache", "kernel_cache_text"]
 
 #: the tuning database's kind for model-sweep records
 KIND = "layer_sweep"
@@ -48,7 +44,7 @@ MODES = ("A", "B", "FALLBACK")
 class Settings:
     """How a sweep measures: the heuristics ``modes``, ``repeats`` samples after ``warmup``, at most ``max_configs``
     configurations of each mode (None: all), whether runtime-compiled engines are measured, ``exhaustive`` instead
-    of racing, and ``cold_l2`` (see the module doc)."""
+    of racing, and ``cold_l2``: the L2 cache flushed before each sample, outside it."""
 
     modes: tuple[str, ...] = MODES
     repeats: int = 10
@@ -91,7 +87,7 @@ def build_graph(p: Problem):
     batch norm over (N, C, H, W) in the problem's layout, layer and RMS norm over (tokens, features), group norm as
     a layer norm over (N * groups, C / groups * H * W); attention as cuDNN's SDPA forward and backward."""
     import cudnn_py.graph as G
-    op, dt = p.op, np_dtype(p.dtype)
+    op, dt = p.op, as_numpy_dtype(p.dtype)
     g = G.Graph(io_dtype=dt, compute_dtype="float32", name=p.key.split("|")[0])
     if isinstance(op, Conv):
         layout = "NHWC" if p.layout == "NHWC" else None
@@ -168,8 +164,8 @@ _INPUTS = frozenset({"x", "w", "w_t", "dy", "dy_t", "q", "k", "v", "o", "do", "s
 
 
 def _bind(g, h, block: np.ndarray) -> tuple[dict, dict]:
-    """(variant pack, {output tensor: its dense buffer}) for ``g``: inputs filled with the random ``block`` tiled
-    (statistics with plausible values), outputs left as allocated."""
+    """(variant pack, {output tensor: its dense buffer}) for ``g``: inputs the random ``block`` tiled (statistics
+    plausible), outputs as allocated."""
     from cudnn_py.core.memory import DeviceArray, empty, to_device
     pack, outputs = {}, {}
     scratch = {t.uid for op in g.ops for t in getattr(op, "scratch_tensors", tuple)()}  # in the plan's workspace
@@ -188,21 +184,41 @@ def _bind(g, h, block: np.ndarray) -> tuple[dict, dict]:
     return pack, outputs
 
 
-@dataclass
-class Candidates:
-    """A problem's candidate engine configurations, by tag in visit order (mode A's first), with its lowered graph
-    and its record so far (each mode's order; ``problem`` set, and no graph, where its graph failed)."""
-
-    problem: Problem
-    rec: dict
-    graph: Any = None
-    configs: dict = field(default_factory=dict)
-
-
-def candidates(p: Problem, h, settings: Settings = Settings()) -> Candidates:
-    """Lower ``p``'s graph on handle ``h`` and collect the configurations of the heuristics modes (no plan built)."""
+def heuristics(g, h, modes: Sequence[str], limit: int | None = None) -> tuple[dict, dict[str, list[str]], dict]:
+    """({tag: configuration} the heuristics ``modes`` offer for graph ``g`` on handle ``h``, first seen first; {mode:
+    its order of tags}; {mode: the CudnnPyError it raised}), at most ``limit`` configurations of each mode."""
     import cudnn_py.graph as G
     from cudnn_py.errors import CudnnPyError
+    configs: dict = {}
+    orders: dict[str, list[str]] = {}
+    errors: dict = {}
+    for m in modes:
+        try:
+            found = G.heuristics(g, h, m)[:limit]
+        except CudnnPyError as e:
+            orders[m], errors[m] = [], e
+            continue
+        orders[m] = [c.tag for c in found]
+        for c in found:
+            configs.setdefault(c.tag, c)
+    return configs, orders, errors
+
+
+def measure(p: Problem, h, settings: Settings = Settings(), progress: Progress | None = None,
+            hold: AbstractContextManager = nullcontext(), failed: Mapping[str, str] | None = None) -> dict:
+    """The record :func:`sweep` stores of problem ``p`` on handle ``h``: lower its graph, collect the heuristics
+    modes' configurations, build their plans one after the other, then race them (or time every one in full:
+    ``settings.exhaustive``) holding ``hold`` (a worker's device lock; not held for the builds). A ``legacy``
+    problem: :func:`~cudnn_py.tuning.legacy.measure_legacy`, holding ``hold``. ``failed``: {tag: reason} of
+    configurations not to build (a worker died or hung on them). ``progress`` is told of the operation's begin and
+    each step, not its end."""
+    if p.legacy:
+        from .legacy import measure_legacy
+        with hold:
+            return measure_legacy(p, h, settings, progress)
+    import cudnn_py.graph as G
+    from cudnn_py.errors import CudnnPyError
+    from cudnn_py.graph.plans import l2_flush
     t0 = time.perf_counter()
     rec = header(p, settings)
     try:
@@ -210,36 +226,18 @@ def candidates(p: Problem, h, settings: Settings = Settings()) -> Candidates:
         g.lower(h)
     except CudnnPyError as e:
         rec["problem"] = " ".join(str(e).split())[:400]
-        return Candidates(p, rec)
-    configs: dict = {}
-    for m in settings.modes:
-        try:
-            found = G.heuristics(g, h, m)[:settings.max_configs]
-        except CudnnPyError as e:
-            rec["order"][m] = []
-            rec.setdefault("mode_errors", {})[m] = " ".join(str(e).split())[:300]
-            continue
-        rec["order"][m] = [c.tag for c in found]
-        for c in found:
-            configs.setdefault(c.tag, c)
-    rec["race"] = {"seconds": {"heuristics": round(time.perf_counter() - t0, 4)}}
-    return Candidates(p, rec, g, configs)
-
-
-def time_candidates(prep: Candidates, h, settings: Settings = Settings(), progress: Progress | None = None,
-                    hold: AbstractContextManager = nullcontext(), failed: Mapping[str, str] | None = None) -> dict:
-    """Build the plans of ``prep`` on handle ``h`` one after the other, then race them (or time every one in full:
-    ``settings.exhaustive``) holding ``hold`` (a worker's device lock; not held for the builds); the record
-    :func:`sweep` stores. ``failed``: {tag: reason} of configurations not to build (a worker died or hung on them)."""
-    import cudnn_py.graph as G
-    from cudnn_py.errors import CudnnPyError
-    from cudnn_py.graph.plans import l2_flush
-    rec, g = prep.rec, prep.graph
-    if g is None:
+        if progress:
+            progress.begin(p.key, 0)
         return rec
+    configs, rec["order"], errors = heuristics(g, h, settings.modes, settings.max_configs)
+    if errors:
+        rec["mode_errors"] = {m: " ".join(str(e).split())[:300] for m, e in errors.items()}
+    seconds_heuristics = round(time.perf_counter() - t0, 4)
+    if progress:
+        progress.begin(p.key, len(configs))
     failed = failed or {}
     entries = []
-    for tag, cfg in prep.configs.items():
+    for tag, cfg in configs.items():
         knobs = {getattr(k, "name", str(k)).replace("CUDNN_KNOB_TYPE_", ""): int(v) for k, v in cfg.knobs.items()}
         row = config_row(tag, cfg.global_index, knobs, cfg.is_deterministic, cfg.notes(), failed.get(tag, ""))
         if not row["reason"] and cfg.needs_runtime_compilation and not settings.runtime_compilation:
@@ -285,35 +283,17 @@ def time_candidates(prep: Candidates, h, settings: Settings = Settings(), progre
         return G.time_plan(plan, h, pack, warmup=warmup, iters=1, flush=flush)
 
     account = race(entries, build=take, time_sample=time_sample, check=check, orders=rec["order"],
-                   repeats=settings.repeats, warmup=settings.warmup, dtype=prep.problem.dtype,
+                   repeats=settings.repeats, warmup=settings.warmup, dtype=p.dtype,
                    exhaustive=settings.exhaustive, errors=(CudnnPyError, MemoryError), progress=progress, hold=hold)
-    heuristics = rec.get("race", {}).get("seconds", {}).get("heuristics", 0.0)
     seconds = account["seconds"]
     seconds["build"] = round(seconds["build"] + build_wall, 4)
-    account["seconds"] = {"heuristics": heuristics, **seconds}
+    account["seconds"] = {"heuristics": seconds_heuristics, **seconds}
     rec["race"] = account
     return rec
 
 
-def measure(p: Problem, h, settings: Settings = Settings(), progress: Progress | None = None,
-            hold: AbstractContextManager = nullcontext(), failed: Mapping[str, str] | None = None) -> dict:
-    """The record :func:`sweep` stores of problem ``p`` on handle ``h``: :func:`candidates`, then
-    :func:`time_candidates` (a ``legacy`` problem: :func:`~cudnn_py.tuning.legacy.measure_legacy`, holding
-    ``hold``). ``progress`` is told of the operation's begin and each step, not its end."""
-    if p.legacy:
-        from .legacy import config_count, measure_legacy
-        if progress:
-            progress.begin(p.key, config_count(p))
-        with hold:
-            return measure_legacy(p, h, settings, progress)
-    prep = candidates(p, h, settings)
-    if progress:
-        progress.begin(p.key, len(prep.configs))
-    return time_candidates(prep, h, settings, progress, hold, failed)
-
-
 def valid_record(rec) -> bool:
-    """Whether ``rec`` has the shape :func:`measure` writes (a stored record that has not is measured again)."""
+    """Whether ``rec`` has the shape :func:`measure` writes (one that has not is measured again)."""
     if not isinstance(rec, dict) or not isinstance(rec.get("configs"), list) or not isinstance(rec.get("order"), dict):
         return False
     for c in rec["configs"]:
@@ -343,13 +323,13 @@ def stored(problems: Sequence[Problem], db: TuningDatabase, *, device: int = 0, 
     return out, todo
 
 
-def kernel_cache(environ: Mapping[str, str] | None = None) -> dict:
+def kernel_cache() -> dict:
     """CUDA's JIT cache of runtime-compiled kernels (what cuDNN's runtime-compiled engines fill):
     ``{"state", "path", "bytes", "max_bytes"}``. ``state``: ``"disabled"`` (``CUDA_CACHE_DISABLE=1``), ``"cold"``
     (the folder missing or empty: a sweep compiles every kernel) or ``"warm"``; ``path``: ``CUDA_CACHE_PATH``, else
     ``~/.nv/ComputeCache`` (``%APPDATA%\\NVIDIA\\ComputeCache`` on Windows); ``max_bytes``: ``CUDA_CACHE_MAXSIZE``
     where a number (None: the driver's default)."""
-    env = os.environ if environ is None else environ
+    env = os.environ
     if env.get("CUDA_CACHE_PATH"):
         path = Path(env["CUDA_CACHE_PATH"]).expanduser()
     elif os.name == "nt":
@@ -383,14 +363,13 @@ def sweep(problems: Sequence[Problem], db: TuningDatabase, *, device: int = 0, d
           jobs: int = 1, settings: Settings = Settings(), remeasure: bool = False,
           progress: Callable[[str], None] | None = None, time_limit: float = 600.0) -> tuple[dict[str, dict], int]:
     """({problem key: record}, how many were measured): each record from ``db`` where one :func:`covers`
-    ``settings``, else measured and stored as it arrives; then a record of the run (kind :data:`RUN_KIND`: when, how
-    many, seconds by phase, the workers' start costs, the :func:`kernel_cache` it started with).
+    ``settings``, else measured and stored as it arrives; then a record of the run (kind :data:`RUN_KIND`).
 
     ``jobs`` 1 with no ``devices`` measures in this process on ``device``; else ``jobs`` worker processes (at least
-    one per device) over ``devices`` (default ``[device]``), as :func:`cudnn_py.tuning.workers.run` says (a worker
-    stuck on one step past ``time_limit`` seconds is stopped). ``progress`` receives the
-    :class:`~cudnn_py.tuning.compare.Progress` line, at most once a second. SystemExit when something must be
-    measured and no cuDNN handle opens; KeyboardInterrupt after stopping every worker (what was measured is kept).
+    one per device) over ``devices`` (default ``[device]``): :func:`cudnn_py.tuning.workers.run` (``time_limit``:
+    seconds a worker may spend on one step). ``progress`` receives the :class:`~cudnn_py.tuning.compare.Progress`
+    line, at most once a second. SystemExit when something must be measured and no cuDNN handle opens;
+    KeyboardInterrupt after stopping every worker (what was measured is kept).
     """
     out, todo = stored(problems, db, device=device, settings=settings, remeasure=remeasure)
     if not todo:
@@ -424,14 +403,14 @@ def sweep(problems: Sequence[Problem], db: TuningDatabase, *, device: int = 0, d
         starts = workers.run(todo, settings, devices=where, jobs=jobs, work=measure, keep=keep, progress=prog,
                              time_limit=time_limit)
     prog.close()
-    secs: dict[str, float] = {}
+    secs: Counter = Counter()
     for p in todo:
-        for k, v in (out[p.key].get("race") or {}).get("seconds", {}).items():
-            secs[k] = round(secs.get(k, 0.0) + float(v), 4)
+        secs.update({k: float(v) for k, v in (out[p.key].get("race") or {}).get("seconds", {}).items()})
     db.record(RUN_KIND, f"{started}|{todo[0].key}", {
         "started": started, "seconds": round(time.monotonic() - t0, 3), "operations": len(problems),
         "measured": len(todo), "keys": [p.key for p in todo], "settings": header(todo[0], settings)["settings"],
-        "jobs": jobs, "devices": where, "kernel_cache": cache, "phases": secs, "workers": starts}, device=device)
+        "jobs": jobs, "devices": where, "kernel_cache": cache,
+        "phases": {k: round(v, 4) for k, v in secs.items()}, "workers": starts}, device=device)
     return out, len(todo)
 
 
@@ -442,10 +421,9 @@ def time_summary(records: Sequence[dict]) -> str:
     if not raced:
         return ""
     acc, configs = [r["race"] for r in raced], sum(len(r.get("configs") or ()) for r in raced)
-    secs: dict[str, float] = {}
+    secs: Counter = Counter()
     for a in acc:
-        for k, v in (a.get("seconds") or {}).items():
-            secs[k] = secs.get(k, 0.0) + float(v)
+        secs.update({k: float(v) for k, v in (a.get("seconds") or {}).items()})
     margin = {a.get("margin") for a in acc}
     caches = sorted({a["kernel_cache"] for a in acc if a.get("kernel_cache")})
     how = "every one in full (--exhaustive)" if margin == {None} else \

@@ -1,17 +1,7 @@
-"""A model sweep in worker processes: plan builds in parallel (they scale across processes, not threads: see
-docs/tuning.md), each GPU's timing one worker at a time.
-
-:func:`run` spawns ``jobs`` workers, each with its own cuDNN handle on one of the devices, and hands them whole
-operations one at a time, in order. A worker runs :func:`cudnn_py.tuning.sweep.measure`: heuristics and builds
-freely, the samples and output checks holding its device's :class:`DeviceLock`, so no sample overlaps another
-worker's GPU work (and a held sample's stream waits until it is queued, so a busy CPU does not stretch it).
-
-The parent alone writes the database, one record as each operation finishes, and keeps the progress line. A worker
-that dies (a crash inside cuDNN, a kill for want of host memory) or makes no progress on one step for
-``time_limit`` seconds (waiting for the lock excepted) is replaced; the configuration it was on is recorded as
-failed with the reason and its operation measured again without it. An operation whose workers die
-:data:`RETRIES` times, or outside any configuration, is recorded as failed. An interrupt stops every worker; what
-was stored stays.
+"""A model sweep in worker processes (docs/tuning.md, "Sweeps in worker processes"): plan builds in parallel, each
+GPU's samples and output checks one worker at a time under its :class:`DeviceLock`. The parent alone writes the
+database and keeps the progress line; a worker that dies or hangs is replaced, the configuration it was on recorded
+as failed and its operation measured again without it (:data:`RETRIES` deaths fail the operation).
 """
 from __future__ import annotations
 
@@ -80,25 +70,14 @@ class DeviceLock:
 # ------------------------------------------------------------------------------------------------ the worker
 
 class _Events:
-    """A worker's side of :class:`~cudnn_py.tuning.compare.Progress`: each call a message to the parent."""
+    """A worker's side of :class:`~cudnn_py.tuning.compare.Progress` and of :class:`DeviceLock`'s ``waiting``: each
+    call a message ``(method, *args)`` to the parent."""
 
     def __init__(self, conn: Connection):
         self.conn = conn
 
-    def begin(self, key: str, configs: int) -> None:
-        self.conn.send(("begin", configs))
-
-    def visit(self, tag: str, phase: str, key: str | None = None) -> None:
-        self.conn.send(("visit", tag, phase))
-
-    def built(self, tag: str = "", key: str | None = None) -> None:
-        self.conn.send(("built", tag))
-
-    def config(self, tag: str, pruned: bool = False, key: str | None = None) -> None:
-        self.conn.send(("config", tag, bool(pruned)))
-
-    def waiting(self, blocked: bool) -> None:
-        self.conn.send(("wait", blocked))
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        return lambda *args: self.conn.send((name, *args))
 
 
 def _open_handle(device: int) -> Any:
@@ -172,15 +151,15 @@ def _how_it_ended(proc: Any) -> str:
 def run(problems: Sequence[Problem], settings: Any, *, devices: Sequence[int], jobs: int,
         work: Callable, keep: Callable[[Problem, dict, int], None], progress: Any, time_limit: float = 600.0,
         opener: Callable | None = None) -> list[dict]:
-    """Measure ``problems`` in ``jobs`` worker processes over ``devices`` (see the module doc), calling
-    ``keep(problem, record, device)`` here as each record arrives and telling ``progress`` (a
-    :class:`~cudnn_py.tuning.compare.Progress`) every worker's steps.
+    """Measure ``problems`` in ``jobs`` worker processes over ``devices``, calling ``keep(problem, record, device)``
+    here as each record arrives and telling ``progress`` (a :class:`~cudnn_py.tuning.compare.Progress`) every
+    worker's steps. A worker stuck on one step (the lock's wait aside) for ``time_limit`` seconds is stopped.
 
     ``work(problem, handle, settings, events, hold, failed)`` measures one problem in a worker
     (:func:`cudnn_py.tuning.sweep.measure`), ``opener(device)`` opens its handle (a context manager giving an
-    object with ``synchronize()``; default a :class:`~cudnn_py.core.handle.Handle`): both importable by name (the workers are spawned; tests stand in for cuDNN).
-    An operation that failed as a whole has a record of ``key``, ``problem`` (the reason), ``order`` and
-    ``configs`` (those its workers died on) only: ``keep`` completes it.
+    object with ``synchronize()``; default a :class:`~cudnn_py.core.handle.Handle`): both importable by name (the
+    workers are spawned; tests stand in for cuDNN). An operation that failed as a whole has a record of ``key``,
+    ``problem`` (the reason), ``order`` and ``configs`` (those its workers died on) only: ``keep`` completes it.
 
     Returns each worker's start cost, as started: ``{"device", "ready_s", "first_build_s"}`` (seconds from its start
     to its handle opened and to its first plan built; None where it never got there). SystemExit when no worker
@@ -237,17 +216,17 @@ def run(problems: Sequence[Problem], settings: Any, *, devices: Sequence[int], j
         elif kind == "fatal":
             fatal.append(msg[1])
         elif kind == "begin":
-            progress.begin(key, msg[1])
+            progress.begin(key, msg[2])
         elif kind == "visit":
             s.tag, s.phase = msg[1], msg[2]
-            progress.visit(msg[1], msg[2], key)
-        elif kind == "wait":   # for the device lock; once it is held, no configuration until the race visits one
+            progress.visit(*msg[1:], key=key)
+        elif kind == "waiting":   # for the device lock; once it is held, no configuration until the race visits one
             s.tag, s.phase = "", "wait" if msg[1] else "hold"
         elif kind == "built":
             s.first_build_s = s.since - s.born if s.first_build_s is None else s.first_build_s
-            progress.built(msg[1], key)
+            progress.built(*msg[1:], key=key)
         elif kind == "config":
-            progress.config(msg[1], msg[2], key)
+            progress.config(*msg[1:], key=key)
         elif kind == "record":
             finish(s, msg[1])
         elif kind == "error":

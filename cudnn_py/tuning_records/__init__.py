@@ -1,11 +1,9 @@
-"""The tuning records (the low half of :mod:`cudnn_py.tuning`, in the core layer: ``docs/design.md``): the legacy
-algorithm cache (:mod:`cudnn_py.calls.fastest_cache`), the engine choice and the graph plan store
-(:mod:`cudnn_py.graph.plan_store`) keep their records here.
+"""The tuning records (the core layer's half of :mod:`cudnn_py.tuning`), where the legacy algorithm cache, the
+engine choice and the graph plan store keep their measurements:
 
-* :class:`TuningDatabase` / :func:`default_database` (:mod:`~cudnn_py.tuning_records.database`) - one SQLite file
-  keyed by kind, operation signature and environment: ``db.record(kind, key, value)`` and ``db.lookup(kind, key)``.
-* :class:`Environment` / :func:`environment` (:mod:`~cudnn_py.tuning_records.fingerprint`) - cuDNN version, GPU,
-  compute capability, driver.
+* :class:`TuningDatabase` / :func:`default_database` - one SQLite file keyed by kind, operation signature and
+  environment: ``db.record(kind, key, value)`` and ``db.lookup(kind, key)``.
+* :class:`Environment` / :func:`environment` - cuDNN version, GPU, compute capability, driver.
 * :mod:`~cudnn_py.tuning_records.models` - layer tables of known networks (ResNet, ViT, the SD UNet, Llama 3).
 """
 from .database import (FILE_NAME, SCHEMA_VERSION, Record, TuningDatabase, TuningDatabaseError, TuningWarning,

@@ -1,19 +1,11 @@
-"""The tuning database: one SQLite file holding everything cudnn-py measures, shared by processes and machines.
+"""The tuning database: one SQLite file (WAL journal) holding everything cudnn-py measures, shared by processes and
+machines (docs/tuning.md, "The database": schema, kinds, where it lives, what it does not trust).
 
-A record is a JSON object stored under ``(kind, key, environment)``: ``kind`` says what was measured (legacy
-algorithm choices, serialised plans, autotune timings, ``engine="auto"``'s choices, model-sweep layers), ``key`` the
-operation's signature, and the :class:`~cudnn_py.tuning_records.fingerprint.Environment` (cuDNN version, GPU, compute
-capability, driver) what else changes the answer; a lookup sees only records of its own environment.
-
-SQLite (WAL journal): each write is a short immediate transaction, readers never block writers, and a process
-killed mid-write leaves the last committed state. Each record carries a digest of its kind, key, environment and
-value; one that does not match is dropped with a :class:`TuningWarning` (the caller measures again). A file not
-ours, damaged, truncated or of a newer schema is refused (:class:`TuningDatabaseError`); a location that cannot
-be written degrades to memory with one warning.
-
-Where it lives: :func:`default_database` opens ``$CUDNN_PY_TUNING_DB`` (``:memory:`` for none), else
-``tuning.sqlite`` in ``$CUDNN_PY_PLAN_CACHE_DIR`` (the plan store's directory), else the per-user cache
-(``$XDG_CACHE_HOME/cudnn_py/tuning.sqlite``, ``~/.cache/...`` by default).
+A record is a JSON object under ``(kind, key, environment)``: ``kind`` says what was measured, ``key`` the
+operation's signature, the :class:`~cudnn_py.tuning_records.fingerprint.Environment` what else changes the answer;
+a lookup sees only its own environment's records. A record whose digest does not match is dropped with a
+:class:`TuningWarning`; a file not ours, damaged or of a newer schema is refused (:class:`TuningDatabaseError`); a
+location that cannot be written degrades to memory with one warning.
 """
 from __future__ import annotations
 

@@ -1,11 +1,8 @@
-"""Layer tables of known networks: every convolution, linear (matmul), normalisation and attention layer, with its
-shapes per sample, written out from the published architectures (no downloads).
+"""Layer tables of known networks (every convolution, linear, normalisation and attention layer, shapes per sample),
+written out from the published architectures; each model's parameter count equals its published total (the tests).
 
-``MODELS[name]()`` gives a :class:`Model`; :meth:`Model.problems` turns its layers into the distinct operations
-one training step runs (forward and backward, at a batch size, dtype and layout), each with the number of times it
-occurs. Parameter counts are checked against the published totals (the tests): ResNet-50 25,557,032 (53
-convolutions), ResNet-18 11,689,512, ViT-B/16 86,567,656, Stable Diffusion 1.x UNet 859,520,964, Llama 3 8B
-8,030,261,248.
+``MODELS[name]()`` gives a :class:`Model`; :meth:`Model.problems` turns its layers into the distinct operations one
+training step runs (forward and backward, at a batch size, dtype and layout), each with how often it occurs.
 """
 from __future__ import annotations
 
@@ -38,6 +35,7 @@ class Conv:
     def params(self) -> int:
         return self.k * self.c * self.r * self.s + (self.k if self.bias else 0)
 
+    @property
     def passes(self) -> tuple[str, ...]:
         return ("fprop", "dgrad", "wgrad") if self.dgrad else ("fprop", "wgrad")
 
@@ -54,12 +52,10 @@ class Linear:
     k: int
     n: int
     bias: bool = True
+    passes = ("fprop", "dgrad", "wgrad")
 
     def params(self) -> int:
         return self.k * self.n + (self.n if self.bias else 0)
-
-    def passes(self) -> tuple[str, ...]:
-        return ("fprop", "dgrad", "wgrad")
 
     def signature(self, batch: int) -> str:
         return f"m={batch * self.tokens},k={self.k},n={self.n}"
@@ -76,12 +72,10 @@ class Norm:
     w: int = 1
     groups: int = 1
     bias: bool = True
+    passes = ("forward", "backward")
 
     def params(self) -> int:
         return self.c * (2 if self.bias else 1)
-
-    def passes(self) -> tuple[str, ...]:
-        return ("forward", "backward")
 
     def signature(self, batch: int) -> str:
         g = f",groups={self.groups}" if self.mode == "group" else ""
@@ -99,12 +93,10 @@ class Attention:
     seq_kv: int
     d: int
     causal: bool = False
+    passes = ("forward", "backward")
 
     def params(self) -> int:
         return 0
-
-    def passes(self) -> tuple[str, ...]:
-        return ("forward", "backward")
 
     def signature(self, batch: int) -> str:
         return (f"b={batch},h={self.heads},hkv={self.kv_heads},sq={self.seq_q},skv={self.seq_kv},d={self.d},"
@@ -178,7 +170,7 @@ class Model:
         for layer in self.layers:
             if legacy and not isinstance(layer.op, Conv):
                 continue
-            for p in layer.op.passes():
+            for p in layer.op.passes:
                 found.setdefault((layer.op, p), []).append(layer.name)
         return [Problem(op, p, batch, dtype, layout, len(names), tuple(names), legacy)
                 for (op, p), names in found.items()]
