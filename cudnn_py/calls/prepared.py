@@ -468,9 +468,11 @@ def _make(spec: _Spec, rec: recording.Recording, result: Any, slots: list, ptrs:
     torch = package([v for n, _, v in slots if n not in spec.outputs]) == "torch"
     alloc = (lambda a: _hooks("torch").allocator(a.shape, a.strides, a.dtype, a.device_id)) if torch else \
         _device_allocator  # DeviceArrays (a foreign package's calls are never keyed)
-    shared = _shared(new, {*given, *map(id, new)})
+    # DeviceArrays viewing one allocation stay views of one (a view costs less than an allocation); torch tensors are
+    # allocated one by one (torch's allocation costs less than its as_strided view)
+    shared = {} if torch else _shared(new, {*given, *map(id, new)})
     owners = list({id(o): o for o, _ in shared.values()}.values())  # allocated once each, viewed by its outputs
-    news = [(owners.index(shared[k][0]), _view(a, shared[k][1], torch)) if k in shared else alloc(a)
+    news = [(owners.index(shared[k][0]), _view(a, shared[k][1])) if k in shared else alloc(a)
             for k, a in enumerate(new)]
     return Prepared(spec.name, steps, news, overlaps, tuple(src), shape, len(ptrs), frozenset(rec.uses), workspace,
                     tuple(closable.values()), [alloc(o) for o in owners])
@@ -492,16 +494,11 @@ def _shared(new: list[DeviceArray], seen: set[int]) -> dict[int, tuple[DeviceArr
     return {k: (new[k].owner, offset) for views in by_owner.values() if len(views) > 1 for k, offset in views}
 
 
-def _view(a: DeviceArray, offset: int, torch: bool) -> Callable[[Any, Any], tuple]:
+def _view(a: DeviceArray, offset: int) -> Callable[[Any, Any], tuple]:
     """``view(allocation, handle) -> (array, address)``: ``a``'s layout at element ``offset`` of a replay's
-    allocation (a torch tensor's view, or a DeviceArray on the handle's stream as the allocation)."""
+    allocation, a DeviceArray on the handle's stream as the allocation."""
     shape, strides, dt, dev, c = a.shape, a.strides, a.dtype, a.device_id, a.is_contiguous
     nbytes = offset * dt.itemsize
-    if torch:
-        def view(b: Any, handle: Any) -> tuple:
-            t = b.as_strided(shape, strides, offset)
-            return t, t.data_ptr()
-        return view
     return lambda b, handle: (DeviceArray.from_parts(b.ptr + nbytes, shape, dt, strides, dev, b, handle.stream, c),
                               b.ptr + nbytes)
 
