@@ -30,13 +30,10 @@ from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.graph.ops.sdpa_options import SdpaOptions, renamed, unexpected_keyword
 from cudnn_py.ops.sdpa import sdpa as core_sdpa, sdpa_backward as core_sdpa_backward
 
-from .runtime import call, context, define, eager, empty_like_layout, function
+from .runtime import (_any_requires_grad, _grad_enabled, _is_compiling, call, context, define, eager,
+                      empty_like_layout, function)
 
 __all__ = ["sdpa", "scaled_dot_product_attention", "sdpa_fwd", "sdpa_bwd", "sdpa_paged_fwd"]
-
-_is_compiling = torch.compiler.is_compiling
-_grad_enabled = torch.is_grad_enabled
-_any_requires_grad = torch._C._any_requires_grad
 
 _IO_DTYPES = (torch.float16, torch.bfloat16)
 _N_TENSORS = 11  # q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset, sink
@@ -45,7 +42,7 @@ _FWD_NAMES = ("bias", "seq_len_q", "seq_len_kv", "ragged_offset_q", "ragged_offs
 
 
 def _fwd_outputs(q: Tensor, v: Tensor, seq_len_q: Optional[Tensor], ragged_offset_q: Optional[Tensor],
-                 max_seq_len_q: Optional[int], return_stats: bool) -> tuple[Tensor, Tensor]:
+                 max_seq_len_q: Optional[int], return_stats: bool, **_: Any) -> tuple[Tensor, Tensor]:
     """(o, stats): o in q's layout (packed: (T, Hq, Dv)), zero-filled under a padding mask on padded tensors (which
     leaves rows unwritten); stats (B, Hq, Sq, 1) float32, (0,) without ``return_stats``."""
     zero = seq_len_q is not None and ragged_offset_q is None
@@ -89,18 +86,13 @@ def _sdpa_fwd(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], seq_len_q
     return o, stats
 
 
-def _sdpa_fwd_fake(q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset, sink, scale,
-                   causal, bottom_right, left_bound, right_bound, alibi, dropout, max_seq_len_q, max_seq_len_kv,
-                   return_stats=True):
-    return _fwd_outputs(q, v, seq_len_q, ragged_offset_q, max_seq_len_q, return_stats)
-
-
-def _grads(q, k, v, bias, sink, ragged, zero: bool, want_dbias: bool, want_dsink: bool) -> list[Tensor]:
-    """[dq, dk, dv], then dbias and dsink where wanted."""
-    if ragged:
+def _grads(q, k, v, bias, sink, seq_len_q, ragged_offset_q, want_dbias: bool, want_dsink: bool,
+           **_: Any) -> list[Tensor]:
+    """[dq, dk, dv] (zero-filled under a padding mask on padded tensors), then dbias and dsink where wanted."""
+    if ragged_offset_q is not None:
         grads = [torch.empty_like(x, memory_format=torch.contiguous_format) for x in (q, k, v)]
     else:
-        grads = [empty_like_layout(x, x.shape, zero=zero) for x in (q, k, v)]
+        grads = [empty_like_layout(x, x.shape, zero=seq_len_q is not None) for x in (q, k, v)]
     for x, want in ((bias, want_dbias), (sink, want_dsink)):
         if want:
             grads.append(torch.empty_like(x, memory_format=torch.contiguous_format))
@@ -118,8 +110,7 @@ def _sdpa_bwd(do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, stats: Ten
     for dsink: the statistics include it). See :func:`sdpa`."""
     if not want_dsink:
         sink = None
-    zero = seq_len_q is not None and ragged_offset_q is None
-    grads = _grads(q, k, v, bias, sink, ragged_offset_q is not None, zero, want_dbias, want_dsink)
+    grads = _grads(q, k, v, bias, sink, seq_len_q, ragged_offset_q, want_dbias, want_dsink)
     extra = _given(_FWD_NAMES, (bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset, sink))
     names = ("dq", "dk", "dv") + ("dbias",) * want_dbias + ("dsink",) * want_dsink
     context(q.get_device()).run(core_sdpa_backward, q, k, v, o, do, stats, **extra,
@@ -129,13 +120,7 @@ def _sdpa_bwd(do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, stats: Ten
     return grads
 
 
-def _sdpa_bwd_fake(do, q, k, v, o, stats, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset,
-                   sink, scale, causal, bottom_right, left_bound, right_bound, alibi, dropout, max_seq_len_q,
-                   max_seq_len_kv, want_dbias, want_dsink):
-    return _grads(q, k, v, bias, sink, ragged_offset_q is not None, seq_len_q is not None, want_dbias, want_dsink)
-
-
-sdpa_bwd = define("sdpa_bwd", _sdpa_bwd, _sdpa_bwd_fake)
+sdpa_bwd = define("sdpa_bwd", _sdpa_bwd, _grads)
 
 
 def _setup(ctx, inputs, output):
@@ -159,18 +144,22 @@ def _backward(ctx, do, dstats):
     return (dq, dk, dv, db) + (None,) * 6 + (ds,) + (None,) * (len(ctx.opts) + 1)
 
 
-sdpa_fwd = define("sdpa_fwd", _sdpa_fwd, _sdpa_fwd_fake, _setup, _backward)
+sdpa_fwd = define("sdpa_fwd", _sdpa_fwd, _fwd_outputs, _setup, _backward)
 _SdpaFunction = function("_SdpaFunction", _sdpa_fwd, _setup, _backward)
 
 
 # -- paged KV cache (inference: cuDNN has no paged backward) -------------------------------------------------------
+def _paged_output(q: Tensor, v_cache: Tensor, **_: Any) -> Tensor:
+    return empty_like_layout(q, (*q.shape[:3], v_cache.shape[3]), zero=True)
+
+
 def _sdpa_paged_fwd(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table_k: Tensor, page_table_v: Tensor,
                     seq_len_q: Tensor, seq_len_kv: Tensor, bias: Optional[Tensor], scale: float, causal: bool,
                     bottom_right: bool, left_bound: Optional[int], right_bound: Optional[int], alibi: bool,
                     max_seq_len_kv: int) -> Tensor:
     """Attention forward over a paged KV cache: o (B, Hq, Sq, Dv) in q's layout, rows beyond ``seq_len_q`` zero.
     See :func:`sdpa`."""
-    o = empty_like_layout(q, (*q.shape[:3], v_cache.shape[3]), zero=True)
+    o = _paged_output(q, v_cache)
     context(q.get_device()).run(core_sdpa, q, k_cache, v_cache, page_table_k=page_table_k, page_table_v=page_table_v,
                                 seq_len_q=seq_len_q, seq_len_kv=seq_len_kv, **_given(("bias",), (bias,)),
                                 **_options(scale, causal, bottom_right, left_bound, right_bound, alibi, 0.0, None,
@@ -178,12 +167,7 @@ def _sdpa_paged_fwd(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table_k: T
     return o
 
 
-def _sdpa_paged_fwd_fake(q, k_cache, v_cache, page_table_k, page_table_v, seq_len_q, seq_len_kv, bias, scale, causal,
-                         bottom_right, left_bound, right_bound, alibi, max_seq_len_kv):
-    return empty_like_layout(q, (*q.shape[:3], v_cache.shape[3]), zero=True)
-
-
-sdpa_paged_fwd = define("sdpa_paged_fwd", _sdpa_paged_fwd, _sdpa_paged_fwd_fake)
+sdpa_paged_fwd = define("sdpa_paged_fwd", _sdpa_paged_fwd, _paged_output)
 
 
 # -- the Python face -----------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ scaling from the amax outputs), so it ties the two together in its own ``torch.a
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -49,8 +49,8 @@ def _amax(like: Tensor) -> Tensor:
     return torch.empty((1, 1, 1, 1), dtype=torch.float32, device=like.device)
 
 
-def _fwd_outputs(q: Tensor, v: Tensor, return_stats: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    b, hq, sq, _ = q.shape
+def _fwd_outputs(q: Tensor, v: Tensor, return_stats: bool, **_: Any) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    b, hq, sq = q.shape[:3]
     o = empty_like_layout(q, (b, hq, sq, v.shape[3]))
     stats = torch.empty((b, hq, sq, 1) if return_stats else (0,), dtype=torch.float32, device=q.device)
     return o, stats, _amax(q), _amax(q)
@@ -68,17 +68,13 @@ def _sdpa_fp8_fwd(q: Tensor, k: Tensor, v: Tensor, descale_q: Tensor, descale_k:
     return o, stats, amax_s, amax_o
 
 
-def _sdpa_fp8_fwd_fake(q, k, v, descale_q, descale_k, descale_v, descale_s, scale_s, scale_o, scale, causal,
-                       return_stats):
-    return _fwd_outputs(q, v, return_stats)
+sdpa_fp8_fwd = define("sdpa_fp8_fwd", _sdpa_fp8_fwd, _fwd_outputs)
 
 
-sdpa_fp8_fwd = define("sdpa_fp8_fwd", _sdpa_fp8_fwd, _sdpa_fp8_fwd_fake)
-
-
-def _bwd_outputs(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, ...]:
-    grads = [empty_like_layout(x, x.shape, dtype=q.dtype) for x in (q, k, v)]
-    return (*grads, _amax(q), _amax(q), _amax(q), _amax(q))
+def _bwd_outputs(q: Tensor, k: Tensor, v: Tensor,
+                 **_: Any) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    dq, dk, dv = (empty_like_layout(x, x.shape, dtype=q.dtype) for x in (q, k, v))
+    return dq, dk, dv, _amax(q), _amax(q), _amax(q), _amax(q)
 
 
 def _sdpa_fp8_bwd(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, stats: Tensor, descale_q: Tensor,
@@ -92,16 +88,10 @@ def _sdpa_fp8_bwd(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, stats:
               scale_dk, scale_dv, scale_dp)
     context(q.get_device()).run(core_sdpa_fp8_backward, q, k, v, o, do, stats, **dict(zip(FP8_BACKWARD_SCALES, scales)),
                                 scale=scale, causal=causal, **dict(zip(SdpaFp8Grads._fields, res)))
-    dq, dk, dv, amax_dq, amax_dk, amax_dv, amax_dp = res
-    return dq, dk, dv, amax_dq, amax_dk, amax_dv, amax_dp
+    return res
 
 
-def _sdpa_fp8_bwd_fake(q, k, v, o, do, stats, descale_q, descale_k, descale_v, descale_o, descale_do, descale_s,
-                       descale_dp, scale_s, scale_dq, scale_dk, scale_dv, scale_dp, scale, causal):
-    return _bwd_outputs(q, k, v)
-
-
-sdpa_fp8_bwd = define("sdpa_fp8_bwd", _sdpa_fp8_bwd, _sdpa_fp8_bwd_fake)
+sdpa_fp8_bwd = define("sdpa_fp8_bwd", _sdpa_fp8_bwd, _bwd_outputs)
 
 
 # -- the Python faces ----------------------------------------------------------------------------------------------

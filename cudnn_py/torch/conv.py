@@ -9,7 +9,7 @@ for no activation and ReLU; other fused activations are forward-only. A fusion c
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 from torch import Tensor
@@ -30,7 +30,7 @@ def _out_size(n: int, k: int, pad: int, stride: int, dil: int) -> int:
     return (n + 2 * pad - dil * (k - 1) - 1) // stride + 1
 
 
-def _y(x: Tensor, w: Tensor, padding, stride, dilation) -> Tensor:
+def _y(x: Tensor, w: Tensor, padding, stride, dilation, **_: Any) -> Tensor:
     sp = [_out_size(n, k, p, s, d) for n, k, p, s, d in zip(x.shape[2:], w.shape[2:], padding, stride, dilation)]
     return empty_like_layout(x, (x.shape[0], w.shape[0], *sp))
 
@@ -48,10 +48,6 @@ def _conv_fwd(x: Tensor, w: Tensor, bias: Optional[Tensor], padding: list[int], 
     return y
 
 
-def _conv_fwd_fake(x, w, bias, padding, stride, dilation, activation):
-    return _y(x, w, padding, stride, dilation)
-
-
 def _conv_dgrad(dy: Tensor, w: Tensor, x_shape: list[int], padding: list[int], stride: list[int],
                dilation: list[int]) -> Tensor:
     """dx of the convolution for output gradient ``dy`` (dx in dy's layout)."""
@@ -61,11 +57,7 @@ def _conv_dgrad(dy: Tensor, w: Tensor, x_shape: list[int], padding: list[int], s
     return dx
 
 
-def _conv_dgrad_fake(dy, w, x_shape, padding, stride, dilation):
-    return empty_like_layout(dy, x_shape)
-
-
-conv_dgrad = define("conv_dgrad", _conv_dgrad, _conv_dgrad_fake)
+conv_dgrad = define("conv_dgrad", _conv_dgrad, lambda dy, x_shape, **_: empty_like_layout(dy, x_shape))
 
 
 def _conv_wgrad(dy: Tensor, x: Tensor, w_shape: list[int], padding: list[int], stride: list[int],
@@ -77,11 +69,7 @@ def _conv_wgrad(dy: Tensor, x: Tensor, w_shape: list[int], padding: list[int], s
     return dw
 
 
-def _conv_wgrad_fake(dy, x, w_shape, padding, stride, dilation):
-    return empty_like_layout(x, w_shape)
-
-
-conv_wgrad = define("conv_wgrad", _conv_wgrad, _conv_wgrad_fake)
+conv_wgrad = define("conv_wgrad", _conv_wgrad, lambda x, w_shape, **_: empty_like_layout(x, w_shape))
 
 
 def _setup(ctx, inputs, output):
@@ -106,7 +94,7 @@ def _backward(ctx, dy):
     return dx, dw, db, None, None, None, None
 
 
-conv_fwd = define("conv_fwd", _conv_fwd, _conv_fwd_fake, _setup, _backward)
+conv_fwd = define("conv_fwd", _conv_fwd, _y, _setup, _backward)
 _ConvFunction = function("_ConvFunction", _conv_fwd, _setup, _backward)
 
 

@@ -18,6 +18,7 @@ A stream change costs no new plan, so the plans of eager warm-up calls are the o
 """
 from __future__ import annotations
 
+import inspect
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -64,14 +65,21 @@ _current_device, _raw_alloc, _raw_delete, _raw_stream, _capturing = _CUDA
 def define(name: str, impl: Callable, fake: Callable, setup: Callable | None = None,
            backward: Callable | None = None) -> Callable[..., Any]:
     """Register the op ``cudnn_py::name`` (no argument mutated; schema from ``impl``'s annotations) with ``impl`` as
-    its CUDA kernel, ``fake`` for fake tensors and ``backward`` (after ``setup``) as its autograd formula; returns
+    its CUDA kernel, ``fake`` for fake tensors (called with the op's arguments by name, defaults filled in: it names
+    those it reads and takes ``**_``) and ``backward`` (after ``setup``) as its autograd formula; returns
     ``torch.ops.cudnn_py.<name>.default``. The formula (what ``torch.library.register_autograd`` registers) sits
     behind a shorter kernel that, on plain tensors with no gradient to record and no dispatch mode, runs ``impl``
     itself rather than entering the dispatcher again (several microseconds each time)."""
     _LIB.define(name + torch.library.infer_schema(impl, mutates_args=()), tags=(torch.Tag.pt2_compliant_tag,))
     kernel = torch._disable_dynamo(impl)
     _LIB.impl(name, kernel, "CUDA")
-    torch.library.register_fake(f"cudnn_py::{name}", fake, lib=_LIB)
+    signature = inspect.signature(impl)
+
+    def by_name(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return fake(**bound.arguments)
+    torch.library.register_fake(f"cudnn_py::{name}", by_name, lib=_LIB)
     op = getattr(torch.ops.cudnn_py, name).default
     if backward is not None:
         recorded = make_autograd_impl(op, Info(backward, setup))
