@@ -1,20 +1,10 @@
-"""Attention as torch custom ops: ``cudnn_py::sdpa_fwd`` and ``cudnn_py::sdpa_bwd``, with autograd, and
-``cudnn_py::sdpa_paged_fwd`` (a paged KV cache; inference only: cuDNN has no paged backward).
+"""Attention as torch custom ops: ``cudnn_py::sdpa_fwd`` and ``sdpa_bwd`` (its autograd formula), and
+``sdpa_paged_fwd`` (a paged KV cache; inference only: cuDNN has no paged backward); they run :func:`cudnn_py.sdpa`
+and :func:`cudnn_py.sdpa_backward` with outputs from torch's allocator. :func:`sdpa` takes cuDNN's options,
+:func:`scaled_dot_product_attention` torch's signature; a plain eager call that needs no gradient skips the op.
 
-:func:`sdpa` takes every option of :func:`cudnn_py.sdpa` that maps to tensors and numbers (scale, top-left and
-bottom-right causal masks, sliding windows, an additive bias and its gradient, per-batch lengths, packed batches by
-FlashAttention-style ``cu_seqlens`` or element offsets, paged KV caches, ALiBi, dropout);
-:func:`scaled_dot_product_attention` has ``torch.nn.functional.scaled_dot_product_attention``'s signature. Both
-reach the ops through :func:`~cudnn_py.torch.runtime.call`, so they run eagerly, under autograd, under
-``torch.compile(fullgraph=True)`` and in CUDA graphs, on torch's current stream. The ops run :func:`cudnn_py.sdpa`
-and :func:`cudnn_py.sdpa_backward` on the tensors with outputs from torch's allocator, so a repeat call is the core's
-prepared call; a plain eager call that needs no gradient goes there directly. FP8 attention:
-:mod:`cudnn_py.torch.attention_fp8`.
-
-Tensors are logical (B, H, S, D) with the head dim packed (stride 1), any other strides (BHSD, BSHD as
-``x.transpose(1, 2)``, slices of one QKV buffer); o gets q's layout, dq/dk/dv those of q/k/v. Packed batches are
-(T, H, D). With a padding mask (``seq_len_q``/``seq_len_kv`` on padded tensors) the rows and gradients outside
-the sequences are zero.
+Tensors are logical (B, H, S, D) with the head dim packed (stride 1), any other strides; packed batches (T, H, D).
+o gets q's layout, dq/dk/dv those of q/k/v.
 """
 from __future__ import annotations
 
@@ -43,8 +33,7 @@ _FWD_NAMES = ("bias", "seq_len_q", "seq_len_kv", "ragged_offset_q", "ragged_offs
 
 def _fwd_outputs(q: Tensor, v: Tensor, seq_len_q: Optional[Tensor], ragged_offset_q: Optional[Tensor],
                  max_seq_len_q: Optional[int], return_stats: bool, **_: Any) -> tuple[Tensor, Tensor]:
-    """(o, stats): o in q's layout (packed: (T, Hq, Dv)), zero-filled under a padding mask on padded tensors (which
-    leaves rows unwritten); stats (B, Hq, Sq, 1) float32, (0,) without ``return_stats``."""
+    """(o in q's layout, zero-filled under a padding mask; float32 stats (B, Hq, Sq, 1), (0,) without them)."""
     zero = seq_len_q is not None and ragged_offset_q is None
     if ragged_offset_q is not None:
         b, sq = ragged_offset_q.shape[0] - 1, max_seq_len_q or 0
@@ -75,8 +64,7 @@ def _sdpa_fwd(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], seq_len_q
              bottom_right: bool, left_bound: Optional[int], right_bound: Optional[int], alibi: bool, dropout: float,
              max_seq_len_q: Optional[int], max_seq_len_kv: Optional[int],
              return_stats: bool = True) -> tuple[Tensor, Tensor]:
-    """Attention forward: (o, the float32 log-sum-exp statistics (B, Hq, Sq, 1), empty without ``return_stats``:
-    the backward needs them). See :func:`sdpa`."""
+    """Attention forward: (o, stats (the backward needs them)). See :func:`sdpa`."""
     o, stats = _fwd_outputs(q, v, seq_len_q, ragged_offset_q, max_seq_len_q, return_stats)
     extra = _given(_FWD_NAMES, (bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset, sink))
     if return_stats:
@@ -88,7 +76,7 @@ def _sdpa_fwd(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], seq_len_q
 
 def _grads(q, k, v, bias, sink, seq_len_q, ragged_offset_q, want_dbias: bool, want_dsink: bool,
            **_: Any) -> list[Tensor]:
-    """[dq, dk, dv] (zero-filled under a padding mask on padded tensors), then dbias and dsink where wanted."""
+    """[dq, dk, dv] (zero-filled under a padding mask), then dbias and dsink where wanted."""
     if ragged_offset_q is not None:
         grads = [torch.empty_like(x, memory_format=torch.contiguous_format) for x in (q, k, v)]
     else:
@@ -106,8 +94,7 @@ def _sdpa_bwd(do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, stats: Ten
              right_bound: Optional[int], alibi: bool, dropout: float, max_seq_len_q: Optional[int],
              max_seq_len_kv: Optional[int], want_dbias: bool,
              want_dsink: bool) -> list[Tensor]:
-    """Attention backward: [dq, dk, dv], then dbias and dsink where wanted (``sink``, the forward's, is read only
-    for dsink: the statistics include it). See :func:`sdpa`."""
+    """Attention backward: :func:`_grads` (``sink`` is read only for dsink: the statistics include it)."""
     if not want_dsink:
         sink = None
     grads = _grads(q, k, v, bias, sink, seq_len_q, ragged_offset_q, want_dbias, want_dsink)
@@ -157,8 +144,7 @@ def _sdpa_paged_fwd(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table_k: T
                     seq_len_q: Tensor, seq_len_kv: Tensor, bias: Optional[Tensor], scale: float, causal: bool,
                     bottom_right: bool, left_bound: Optional[int], right_bound: Optional[int], alibi: bool,
                     max_seq_len_kv: int) -> Tensor:
-    """Attention forward over a paged KV cache: o (B, Hq, Sq, Dv) in q's layout, rows beyond ``seq_len_q`` zero.
-    See :func:`sdpa`."""
+    """Attention over a paged KV cache: o (B, Hq, Sq, Dv), rows beyond ``seq_len_q`` zero. See :func:`sdpa`."""
     o = _paged_output(q, v_cache)
     context(q.get_device()).run(core_sdpa, q, k_cache, v_cache, page_table_k=page_table_k, page_table_v=page_table_v,
                                 seq_len_q=seq_len_q, seq_len_kv=seq_len_kv, **_given(("bias",), (bias,)),
@@ -251,9 +237,8 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, *, scale: float | None = None, causal:
         ``cu_seqlens``). Packed batches need Dv == D and Hv == Hk (o shares q's offsets, v k's).
     :param max_seq_len_q, max_seq_len_kv: the longest sequences of a packed batch (``max_seq_len_kv``: the longest
         cached sequence of a paged cache).
-    :param page_table_k, page_table_v: a paged KV cache (inference: cuDNN has no backward for it): (B, pages) or
-        (B, 1, pages, 1) int32 CUDA tensors of each sequence's block indices, with ``seq_len_q``/``seq_len_kv`` and
-        ``max_seq_len_kv``.
+    :param page_table_k, page_table_v: a paged KV cache: (B, pages) or (B, 1, pages, 1) int32 CUDA tensors of each
+        sequence's block indices, with ``seq_len_q``/``seq_len_kv`` and ``max_seq_len_kv``.
     :param alibi: the standard ALiBi slopes (needs causal).
     :param dropout: drop probability of the attention weights; the Philox ``seed``/``offset`` ((1,) int64 CUDA
         tensors) default to a seed drawn from torch's generator.
@@ -261,10 +246,7 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, *, scale: float | None = None, causal:
         column of each row's softmax that weighs no value; gets a gradient when it requires one. cuDNN 9.13+;
         refused with one query row, dropout, packed batches and paged KV caches.
     :param return_stats: also return the (B, Hq, Sq, 1) float32 log-sum-exp statistics.
-    :returns: o, or (o, stats).
-
-    ``dropout_p=`` is the deprecated spelling of ``dropout`` (``dropout_p`` and ``is_causal`` are the names of
-    :func:`scaled_dot_product_attention`, which mirrors torch's).
+    :returns: o, or (o, stats). ``dropout_p=`` is the deprecated spelling of ``dropout``.
     """
     if old:
         dropout = renamed("sdpa", old, _RENAMED, _PARAMS, {"dropout": dropout or None})["dropout"] or 0.0
@@ -272,9 +254,8 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, *, scale: float | None = None, causal:
             is max_seq_len_q is max_seq_len_kv is page_table_k is page_table_v is seed is offset is sink is None
             and not dropout and alibi is False and type(q) is Tensor and type(k) is Tensor and type(v) is Tensor
             and not _is_compiling() and not (_grad_enabled() and _any_requires_grad(q, k, v))):
-        # the hot path: plain attention, eager, no gradient, on tensors cuDNN takes as they are (4-D, head dim packed,
-        # no dim broadcast): the options go to cudnn_py.sdpa unchecked (its prepared call's key holds them; a new key
-        # checks them, as below), which makes o in q's layout (and stats) from torch's allocator
+        # the hot path (eager, no gradient, tensors cuDNN takes as they are): the options go to cudnn_py.sdpa
+        # unchecked, as its prepared call's key holds them and a new key checks them
         dt, dev, qs, ks, vs = q.dtype, q.get_device(), q.stride(), k.stride(), v.stride()
         if (dt in _IO_DTYPES and dev >= 0 and k.dtype is dt and v.dtype is dt and k.get_device() == dev
                 and v.get_device() == dev and len(qs) == len(ks) == len(vs) == 4 and qs[3] == ks[3] == vs[3] == 1

@@ -1,11 +1,7 @@
-"""FP8 attention (Hopper and newer) as torch custom ops: ``cudnn_py::sdpa_fp8_fwd`` and ``cudnn_py::sdpa_fp8_bwd``.
-
+"""FP8 attention (Hopper and newer) as torch custom ops ``cudnn_py::sdpa_fp8_fwd`` and ``sdpa_fp8_bwd``:
 :func:`sdpa_fp8` and :func:`sdpa_fp8_backward` are :func:`cudnn_py.sdpa_fp8` / :func:`cudnn_py.sdpa_fp8_backward` on
-torch tensors (``torch.float8_e4m3fn`` or ``torch.float8_e5m2`` q, k, v; each descale/scale a one-element float32
-CUDA tensor), on torch's current stream with outputs from torch's allocator, with fake implementations so they
-trace under ``torch.compile(fullgraph=True)`` and record in CUDA graphs. The backward is its own op rather than an
-autograd formula: an FP8 training recipe owns the quantisation of the output gradient and every scale (delayed
-scaling from the amax outputs), so it ties the two together in its own ``torch.autograd.Function``.
+torch tensors. The backward is its own op, not an autograd formula: an FP8 training recipe owns the scales and ties
+the two in its own ``torch.autograd.Function`` (docs/torch.md).
 """
 from __future__ import annotations
 

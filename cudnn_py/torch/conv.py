@@ -1,11 +1,7 @@
-"""Convolution as torch custom ops: ``cudnn_py::conv_fwd`` (with a fused bias and activation), ``conv_dgrad`` and
-``conv_wgrad``, with autograd: the core's graph convolutions (:func:`cudnn_py.graph.conv_forward` and the backward
-ones) on torch's stream and allocator.
-
-:func:`conv` is ``F.conv1d/2d/3d`` (any groups, padding, stride, dilation) plus a fused activation; x and w in
-float16, bfloat16 or float32 (TF32), NCHW or channels-last (y follows x's layout, dx dy's, dw x's). Gradients flow
-for no activation and ReLU; other fused activations are forward-only. A fusion cuDNN has no engine for raises
-:class:`~cudnn_py.graph.GraphNotSupportedError` naming the graph.
+"""Convolution as torch custom ops ``cudnn_py::conv_fwd`` (with a fused bias and activation), ``conv_dgrad`` and
+``conv_wgrad`` (its autograd formula), on the core's graph convolutions (:func:`cudnn_py.graph.conv_forward`, ...).
+x and w in float16, bfloat16 or float32 (TF32), NCHW or channels-last (y follows x's layout, dx dy's, dw x's). A
+fusion cuDNN has no engine for raises :class:`~cudnn_py.graph.GraphNotSupportedError` naming the graph.
 """
 from __future__ import annotations
 

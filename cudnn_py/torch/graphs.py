@@ -1,18 +1,7 @@
-"""A user-built cuDNN graph as a torch custom op: :func:`graph_op`.
+"""A user-built cuDNN graph as a torch custom op: :func:`graph_op` (an example: docs/torch.md).
 
-::
-
-    def gelu_linear(g, a, b, bias):                 # graph tensors, described from the call's torch tensors
-        return g.gelu(g.bias(g.matmul(a, b), bias))
-
-    op = cudnn_py.torch.graph_op("gelu_linear", gelu_linear)
-    y = op(a, b, bias)                              # torch tensors in, torch tensors out
-
-The op (``torch.ops.cudnn_py.<name>``, lists of tensors in and out) builds the graph and its plan per set of input
-shapes, strides and dtypes, runs on torch's current stream with outputs and workspace from torch's allocator, and has
-a fake implementation (the graph's outputs, from building it without a plan): it works under
-``torch.compile(fullgraph=True)`` and in CUDA graphs. It has no autograd formula: build the backward as another graph
-op and tie them with ``torch.autograd.Function``.
+The op builds the graph and its plan per set of input shapes, strides and dtypes; its fake builds the graph without
+a plan. It has no autograd formula: pair a forward and a backward graph op in a ``torch.autograd.Function``.
 """
 from __future__ import annotations
 

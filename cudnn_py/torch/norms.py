@@ -1,10 +1,8 @@
 """Layer norm, RMS norm and batch norm as torch custom ops (``cudnn_py::norm_fwd``/``norm_bwd``,
 ``batch_norm_fwd``/``batch_norm_bwd``), with autograd.
 
-Layer and RMS norm normalise over the last dim of x (float16/bfloat16/float32, made contiguous) as
-``F.layer_norm(x, (D,), weight, bias, eps)`` and ``F.rms_norm(x, (D,), weight, eps)`` do, x seen as (N, D, 1, 1)
-with per-row float32 statistics, weight and bias (D,) of x's dtype or float32. :func:`batch_norm` is training-mode
-batch norm (per-channel statistics, running averages updated in place).
+Layer and RMS norm see x (made contiguous) as (N, D, 1, 1) with per-row float32 statistics, weight and bias (D,) of
+x's dtype or float32; :func:`batch_norm` is training-mode batch norm with per-channel statistics.
 """
 from __future__ import annotations
 
