@@ -1,23 +1,11 @@
-"""Device arrays on :mod:`cuda.core` memory, and zero-copy views of foreign GPU tensors.
+"""Device arrays (:class:`DeviceArray`: strided, strides in elements) on :mod:`cuda.core`'s stream-ordered memory,
+freed ordered on their stream when the last reference goes, and zero-copy views of GPU tensors of torch, CuPy, JAX
+or numba (:func:`as_array`, through DLPack / ``__cuda_array_interface__``); ``torch.from_dlpack(y)`` takes a
+DeviceArray. A NumPy array where device memory is needed raises :class:`TypeError` saying how to move it.
 
-:class:`DeviceArray` is a strided n-d view of device memory: ``shape``, ``dtype``, ``strides`` (in elements),
-``ptr``, ``device_id``. Memory comes from the device's stream-ordered memory resource (``cuda.core.Device.allocate``)
-and goes back to it, ordered on the stream it was allocated on, when the last reference goes::
-
-    x = cdp.to_device(np.random.rand(8, 3, 32, 32).astype(np.float32))   # host -> device
-    y = cdp.empty((8, 16, 32, 32), np.float32)
-    y.fill_(0.5)
-    y.to_numpy()                                                              # device -> host
-
-Torch, CuPy, JAX or numba tensors on the GPU are used in place: :func:`as_array` views them through DLPack /
-``__cuda_array_interface__`` (parsed by ``cuda.core.utils.StridedMemoryView``) honouring their strides, and
-``torch.from_dlpack(y)`` / ``cupy.asarray(y)`` take a :class:`DeviceArray` the same way. A NumPy array where device
-memory is needed raises :class:`TypeError` saying how to move it.
-
-Streams: ``stream=None`` means the device's default (legacy NULL) stream, the one cuDNN handles and PyTorch use by
-default, so mixing them needs no synchronisation. An array remembers the stream it was made on; ``to_numpy()`` waits
-on that stream, and its memory is freed ordered on that stream. Work you queue on other streams is yours to order: as
-in PyTorch, keep an array referenced (or synchronise) until work on another stream that reads it has finished.
+Streams: ``stream=None`` is the device's default (legacy NULL) stream, PyTorch's and cuDNN's default too. An array
+remembers its stream: ``to_numpy()`` waits on it and the memory is freed ordered on it; work on other streams that
+reads an array is yours to order (keep it referenced or synchronise), as in PyTorch.
 """
 from __future__ import annotations
 
@@ -119,8 +107,7 @@ class DeviceArray:
     @classmethod
     def from_parts(cls, ptr: int, shape: tuple[int, ...], dtype: np.dtype, strides: tuple[int, ...], device_id: int,
                    owner: Any, stream: Stream | None, contiguous: bool | None = None) -> DeviceArray:
-        """An array over memory whose layout is already checked (no validation: for the package's own views and
-        allocations; wrap foreign memory with the constructor or :func:`as_array`)."""
+        """An array over memory whose layout is already checked (the package's own views and allocations)."""
         self = cls.__new__(cls)
         self._init(ptr, shape, dtype, strides, device_id, owner, stream, contiguous)
         return self
@@ -141,8 +128,7 @@ class DeviceArray:
 
     @property
     def stream(self) -> Stream:
-        """The stream this array is ordered on: where it was allocated (or given at construction; default stream
-        otherwise)."""
+        """The stream this array is ordered on: where it was allocated or given (else the default stream)."""
         if self._stream is None:
             self._stream = get_device(self.device_id).default_stream
         return self._stream
@@ -191,10 +177,8 @@ class DeviceArray:
         return out
 
     def fill_(self, value: Any, stream: StreamLike = None) -> DeviceArray:
-        """Set every element to ``value``, asynchronously on ``stream`` (default: :attr:`stream`); returns this array.
-
-        ``value``: a scalar that :attr:`dtype` holds exactly (``float("nan")`` poisons an output before a call; 300
-        for int8 or 1e40 for float32 is refused, not wrapped or made infinite)."""
+        """Set every element to ``value``, a scalar :attr:`dtype` holds exactly (300 for int8 or 1e40 for float32 is
+        refused), asynchronously on ``stream`` (default: :attr:`stream`); returns this array."""
         v = element_value(value, self.dtype, "fill_ value").reshape(1)
         self._require_contiguous("fill_")
         s = self.stream if stream is None else as_stream(stream, self.device_id)
@@ -208,10 +192,9 @@ class DeviceArray:
         return self
 
     def copy_(self, src: DeviceArrayLike | npt.ArrayLike, stream: StreamLike = None) -> DeviceArray:
-        """Copy ``src`` into this array on ``stream`` (default: :attr:`stream`); returns this array.
-
-        ``src``: host data (NumPy or anything ``np.asarray`` takes; converted to :attr:`dtype`, same shape) or a device
-        array of the same shape and dtype. Both must be C-contiguous."""
+        """Copy ``src`` into this array on ``stream`` (default: :attr:`stream`); returns this array. ``src``: host
+        data (anything ``np.asarray`` takes, converted to :attr:`dtype`) or a device array of the same dtype; of the
+        same shape, and both C-contiguous."""
         self._require_contiguous("copy_")
         s = self.stream if stream is None else as_stream(stream, self.device_id)
         if _is_device_like(src):
@@ -239,8 +222,7 @@ class DeviceArray:
         return self
 
     def reshape(self, *shape: Any) -> DeviceArray:
-        """A view of this C-contiguous array's memory with a new shape (ints or one sequence; one dimension may be
-        -1)."""
+        """A view of this C-contiguous array with a new shape (ints or one sequence; one dimension may be -1)."""
         if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
             shape = tuple(shape[0])
         if shape.count(-1) > 1:
@@ -269,8 +251,8 @@ class DeviceArray:
 
     def __dlpack__(self, *, stream: int | None = None, max_version: tuple[int, int] | None = None,
                    dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> Any:
-        """DLPack export (zero-copy). ``stream``: the consumer's stream (None: the legacy default stream, -1: no
-        ordering); it is made to wait for the work queued so far on this array's stream."""
+        """DLPack export (zero-copy); the consumer's ``stream`` (None: legacy default, -1: no ordering) is made to
+        wait for the work queued so far on this array's stream."""
         if copy:
             raise BufferError("DeviceArray.__dlpack__ does not copy; call with copy=None or False")
         if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
@@ -286,9 +268,8 @@ class DeviceArray:
 
 # --- constructors ------------------------------------------------------------------------------------
 
-#: what an array argument in device memory may be: a :class:`DeviceArray` or a GPU tensor of another
-#: library (torch, CuPy, JAX, numba) exposing DLPack or ``__cuda_array_interface__`` (defined after the class, so
-#: the alias holds the class itself and resolves in any module that uses it)
+#: what an array argument in device memory may be: a :class:`DeviceArray` or a GPU tensor of another library
+#: exposing DLPack or ``__cuda_array_interface__`` (defined after the class, so the alias holds the class itself)
 if TYPE_CHECKING:
     DeviceArrayLike = Union[DeviceArray, _DLPackTensor, _CudaArrayInterface]
 else:
@@ -337,8 +318,8 @@ def _allocate(shape: Shape, dtype: npt.DTypeLike, stream: StreamLike, device: in
 
 def allocator(shape: Shape, dtype: npt.DTypeLike, stream: StreamLike = None, *,
               device: int | Device | None = None) -> Callable[[], DeviceArray]:
-    """A function making a new uninitialised C-contiguous array of ``shape`` and ``dtype`` on ``stream`` per call
-    (what :func:`empty` makes), its arguments checked once: for a call that allocates the same output each time.
+    """A function making a new :func:`empty` array of ``shape`` and ``dtype`` on ``stream`` per call, its arguments
+    checked once.
 
     :raises NoDeviceError: where no GPU can be used.
     :raises CudaOutOfMemoryError: (from the function) when the device has no room.
@@ -347,10 +328,8 @@ def allocator(shape: Shape, dtype: npt.DTypeLike, stream: StreamLike = None, *,
 
 
 class Output:
-    """New arrays of one layout on a handle's stream, for a call that allocates the same output each time: ``shape``
-    and ``dtype``, laid out by element ``strides`` (None or packed: C-contiguous; else over the elements they span,
-    non-negative), from an :func:`allocator` made once per stream. Call it with the handle (its ``stream`` and
-    ``device``)."""
+    """New arrays of ``shape``, ``dtype`` and element ``strides`` (None or packed: C-contiguous; else non-negative,
+    over the elements they span) on a handle's stream: call it with the handle. One :func:`allocator` per stream."""
 
     __slots__ = ("shape", "dtype", "strides", "n", "stream", "new")
 
@@ -377,11 +356,8 @@ class Output:
 
 
 class _Allocation:
-    """Owns one cuda.core buffer and frees it, ordered on its stream, with its device's context current: the
-    legacy default stream is the current context's, and the last reference may go in any thread, on any device.
-
-    Only where the process sees several devices: with one, the buffer is the array's owner and frees itself the
-    same way (``close()`` when collected) without a Python ``__del__`` (about half a microsecond a call)."""
+    """Owns one cuda.core buffer and frees it, ordered on its stream, with its device's context current (the last
+    reference may go in any thread). Only with several devices: with one, the buffer owns itself (no ``__del__``)."""
 
     __slots__ = ("buffer", "device_id")
 
@@ -397,24 +373,21 @@ class _Allocation:
 
 
 def _queue(name: str, *args: Any) -> None:
-    """Call the driver function ``name``, a copy, memset or read of device memory, raising its error: every such call
-    of the package goes through here, so that one made while recording outside a sink spoils the recording
-    (:func:`cudnn_py.clib.recording.device_work`: a replay would not repeat it)."""
+    """Call the driver's copy, memset or read ``name``, raising its error; every such call goes through here, so one
+    made while recording spoils the recording (:func:`cudnn_py.clib.recording.device_work`)."""
     device_work(name)
     _check(getattr(driver(), name)(*args), name)
 
 
 def memset_writes(element: np.ndarray) -> bool:
-    """Whether a driver memset can write the one-element array ``element``: its bytes are a repeated 1-, 2- or
-    4-byte word (not an 8-byte element with unequal halves)."""
+    """Whether a driver memset can write the one-element array ``element`` (a repeated 1-, 2- or 4-byte word)."""
     item = element.dtype.itemsize
     return item <= 4 or item == 8 and element.view(np.uint32)[0] == element.view(np.uint32)[1]
 
 
 def memset(ptr: int, element: np.ndarray, count: int, stream_handle: Any) -> bool:
-    """Queue a driver memset writing ``count`` copies of the one-element array ``element`` (its bytes) from
-    ``ptr`` on the stream; False (nothing queued) where no memset writes it (:func:`memset_writes`). The caller
-    makes the memory's device current (:class:`on_device`)."""
+    """Queue a memset of ``count`` copies of the one-element array ``element`` from ``ptr``, with the memory's device
+    current; False (nothing queued) where no memset writes it (:func:`memset_writes`)."""
     if not memset_writes(element):
         return False
     item = element.dtype.itemsize
@@ -425,9 +398,8 @@ def memset(ptr: int, element: np.ndarray, count: int, stream_handle: Any) -> boo
 
 def empty(shape: Shape, dtype: npt.DTypeLike = np.float32, stream: StreamLike = None, *,
           device: int | Device | None = None) -> DeviceArray:
-    """A new uninitialised C-contiguous device array of ``shape`` (an int or a sequence of ints) and ``dtype`` (one
-    cuDNN supports: float32, float16, bfloat16, float64, int8, ...), allocated (and later freed) on ``stream``
-    (``None``: the default stream) of ``device`` (``None``: the current one).
+    """A new uninitialised C-contiguous device array of ``shape`` (an int or ints) and ``dtype`` (one cuDNN supports),
+    allocated and later freed on ``stream`` (``None``: the default stream) of ``device`` (``None``: the current one).
 
     :raises NoDeviceError: where no GPU can be used.
     :raises CudaOutOfMemoryError: when the device has no room.
@@ -454,11 +426,10 @@ def empty_like(a: DeviceArrayLike, dtype: npt.DTypeLike | None = None, stream: S
 
 def to_device(obj: npt.ArrayLike | DeviceArrayLike, stream: StreamLike = None, *, dtype: npt.DTypeLike | None = None,
               device: int | None = None) -> DeviceArray:
-    """A new C-contiguous device array holding ``obj`` (a NumPy array or anything ``np.asarray`` takes; packed and
-    converted to ``dtype`` on the host first), allocated and copied on ``stream`` (``None``: the default stream) of
-    ``device`` (``None``: the current one). Device data (a DeviceArray, torch/CuPy tensor) is returned as a zero-copy
-    :func:`as_array` view instead, checked against ``dtype`` and ``device`` when they are given (never converted or
-    moved).
+    """A new C-contiguous device array holding ``obj`` (anything ``np.asarray`` takes, converted to ``dtype`` on the
+    host), allocated and copied on ``stream`` (``None``: the default stream) of ``device`` (``None``: the current
+    one). Device data is returned as a zero-copy :func:`as_array` view, checked against ``dtype`` and ``device``
+    where given (never converted or moved).
 
     :raises NoDeviceError: where no GPU can be used.
     """
@@ -496,8 +467,7 @@ def _host_error(obj, name: str) -> InvalidTypeError:
 
 
 def _view(obj, name: str, stream) -> DeviceArray:
-    """Wrap a DLPack / CUDA-array-interface object without copying (a CUDA torch tensor read as it is, where no
-    stream ordering is asked for: torch's DLPack export refuses tensors that require grad and the float8 dtypes)."""
+    """A DLPack / CUDA-array-interface object without a copy (a CUDA torch tensor read directly without ``stream``)."""
     if isinstance(obj, (np.ndarray, np.generic)):
         raise _host_error(obj, name)
     if stream is None:
@@ -572,12 +542,9 @@ def as_array(obj: DeviceArrayLike, name: str = "x", *, dtype: npt.DTypeLike | No
 # --- array arguments on the hot path -------------------------------------------------------------------
 
 def array_signature(obj: DeviceArrayLike, name: str = "x") -> tuple[Signature, int]:
-    """``((shape, strides, dtype, device_id), data pointer)`` of a device-array argument: what a cached call keys on.
-
-    A :class:`DeviceArray` and a CUDA torch tensor (of a dtype cuDNN has) are read in a few attribute reads (the hot
-    path of the convolution calls and the graph executors); anything else goes through :func:`as_array` (DLPack /
-    CUDA array interface), which raises naming ``name`` where ``obj`` is not device memory. Strides are in elements.
-    """
+    """``((shape, strides in elements, dtype, device_id), data pointer)`` of a device-array argument: what a cached
+    call keys on. A DeviceArray and a CUDA torch tensor are read from attributes, anything else by :func:`as_array`
+    (which raises naming ``name`` where ``obj`` is not device memory)."""
     if type(obj) is DeviceArray:
         return (obj.shape, obj.strides, obj.dtype, obj.device_id), obj.ptr
     got = _torch_signature(obj)
@@ -588,8 +555,8 @@ def array_signature(obj: DeviceArrayLike, name: str = "x") -> tuple[Signature, i
 
 
 def _torch_signature(obj: Any) -> tuple[Signature, int] | None:
-    """:func:`array_signature` of a CUDA torch tensor of a dtype cuDNN has, read from its attributes (no DLPack, which
-    refuses tensors that require grad and the float8 dtypes); None for anything else."""
+    """:func:`array_signature` of a CUDA torch tensor of a dtype cuDNN has (no DLPack: it refuses tensors that
+    require grad and float8); None for anything else."""
     if not is_torch_tensor(obj):
         return None
     dt = _foreign.TORCH_DTYPES.get(obj.dtype)
