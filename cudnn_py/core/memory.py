@@ -50,7 +50,6 @@ class _CudaArrayInterface(Protocol):
 #: a shape: an int or a sequence of ints
 Shape = Union[int, Sequence[int]]
 
-# --- DeviceArray -------------------------------------------------------------------------------------
 
 class DeviceArray:
     """A strided n-d array in device memory. Strides are in elements (NumPy's are in bytes).
@@ -112,7 +111,6 @@ class DeviceArray:
         self._init(ptr, shape, dtype, strides, device_id, owner, stream, contiguous)
         return self
 
-    # -- basics --
     @property
     def is_contiguous(self) -> bool:
         """Whether the elements are packed in row-major (C) order (the strides of unit dimensions do not matter)."""
@@ -157,7 +155,6 @@ class DeviceArray:
             raise InvalidValueError(f"{what} needs a C-contiguous array; this one has shape {self.shape} "
                              f"and strides {self.strides} (elements)")
 
-    # -- host transfers --
     def to_numpy(self, stream: StreamLike = None) -> np.ndarray:
         """A new C-contiguous NumPy array of this one's shape, dtype and data, copied on ``stream`` (default:
         :attr:`stream`) after the work already queued there, and waited for."""
@@ -238,7 +235,6 @@ class DeviceArray:
         self._require_contiguous("reshape")
         return DeviceArray.from_parts(self.ptr, shape, self.dtype, c_strides(shape), self.device_id, self, self._stream)
 
-    # -- exchange protocols --
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
         return {"shape": self.shape, "typestr": self.dtype.str, "descr": [("", self.dtype.str)],
@@ -265,8 +261,6 @@ class DeviceArray:
                 cuda_core().Stream.from_handle(stream).wait(self._stream.record())
         return capsule(self.ptr, self.shape, self.strides, self.dtype, self.__dlpack_device__(), self)
 
-
-# --- constructors ------------------------------------------------------------------------------------
 
 #: what an array argument in device memory may be: a :class:`DeviceArray` or a GPU tensor of another library
 #: exposing DLPack or ``__cuda_array_interface__`` (defined after the class, so the alias holds the class itself)
@@ -441,8 +435,6 @@ def to_device(obj: npt.ArrayLike | DeviceArrayLike, stream: StreamLike = None, *
     return _allocate(host.shape, host.dtype, stream, device).copy_(host)
 
 
-# --- foreign tensors ---------------------------------------------------------------------------------
-
 def _is_device_like(obj) -> bool:
     if type(obj) is DeviceArray:
         return True
@@ -539,8 +531,6 @@ def as_array(obj: DeviceArrayLike, name: str = "x", *, dtype: npt.DTypeLike | No
     return a
 
 
-# --- array arguments on the hot path -------------------------------------------------------------------
-
 def array_signature(obj: DeviceArrayLike, name: str = "x") -> tuple[Signature, int]:
     """``((shape, strides in elements, dtype, device_id), data pointer)`` of a device-array argument: what a cached
     call keys on. A DeviceArray and a CUDA torch tensor are read from attributes, anything else by :func:`as_array`
@@ -555,8 +545,7 @@ def array_signature(obj: DeviceArrayLike, name: str = "x") -> tuple[Signature, i
 
 
 def _torch_signature(obj: Any) -> tuple[Signature, int] | None:
-    """:func:`array_signature` of a CUDA torch tensor of a dtype cuDNN has (no DLPack: it refuses tensors that
-    require grad and float8); None for anything else."""
+    """:func:`array_signature` of a CUDA torch tensor of a dtype cuDNN has, from its attributes; else None."""
     if not is_torch_tensor(obj):
         return None
     dt = _foreign.TORCH_DTYPES.get(obj.dtype)

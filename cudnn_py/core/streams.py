@@ -214,8 +214,8 @@ def _has_context() -> bool:
 
 
 def as_stream(stream: StreamLike = None, device: int | Device | None = None) -> Stream:
-    """A stream argument (see the module doc) as a :class:`cuda.core.Stream`; ``None`` is the default stream of
-    ``device``. :class:`InvalidTypeError` for anything that is not a stream."""
+    """A stream argument (see the module doc) as a :class:`cuda.core.Stream` (``None``: ``device``'s default stream);
+    :class:`InvalidTypeError` for anything else."""
     if type(stream) is _StreamType:
         return stream
     if stream is None:
@@ -239,8 +239,7 @@ def as_stream(stream: StreamLike = None, device: int | Device | None = None) -> 
 
 
 def stream_ptr(stream: StreamLike = None) -> int:
-    """The ``cudaStream_t`` of a stream argument (``None``: the current device's default stream) as an int (what
-    cuDNN's ``cudnnSetStream`` takes)."""
+    """The ``cudaStream_t`` of a stream argument (``None``: the current device's default stream) as an int."""
     return int(as_stream(stream).handle)
 
 
@@ -302,13 +301,9 @@ def _the_latch() -> _Latch:
 
 
 class Timer:
-    """Device time between two events recorded on one stream; use through :func:`timer`.
-
-    ``ms`` is ``None`` until the block has exited (the end event is synchronised then); ``held`` says whether the
-    stream was held until the block had queued its work (``hold=True`` where the driver can hold streams, this is
-    the process's only thread, and the block did not outlast :data:`HOLD_TIMEOUT`); ``timed_out`` that the watchdog
-    let the stream go at :data:`HOLD_TIMEOUT` (the block waited for the held stream: see :func:`held_ms`).
-    """
+    """Device time between two events recorded on one stream; use through :func:`timer`. ``ms``: None until the
+    block has exited; ``held``: whether the stream was held until the block had queued its work; ``timed_out``:
+    whether the watchdog let it go at :data:`HOLD_TIMEOUT` (the block waited for the held stream: :func:`held_ms`)."""
 
     __slots__ = ("stream", "ms", "held", "timed_out", "_start", "_options", "_hold", "_holding", "_ticket",
                  "_watchdog", "_collecting")
@@ -396,15 +391,13 @@ def held_ms(stream: StreamLike, queue: Callable[[], Any], hold: bool = True) -> 
 
 
 def timer(stream: StreamLike = None, *, hold: bool = False) -> Timer:
-    """Time the device work queued on ``stream`` (``None``: the default stream) inside a ``with`` block:
-    ``with cdp.timer(s) as t: ...`` then ``t.ms``.
+    """Time the device work queued on ``stream`` (``None``: the default stream) inside ``with cdp.timer(s) as t:``,
+    then read ``t.ms``.
 
-    :param hold: hold ``stream`` (``cuStreamWaitValue32`` on a host-mapped word) until the block has queued its
-        work, so ``ms`` is the GPU's time even where the host queues it slower than the GPU runs it (only while this
-        is the process's only thread: another thread's device-wide wait could deadlock with the hold); the block must
-        not wait for the stream itself (it is let go after :data:`HOLD_TIMEOUT` seconds if it does; ``held`` then
-        reads False, as it does where the driver cannot hold streams). The garbage collector is off meanwhile (a
-        collected object's destroy call could wait for the held GPU).
+    :param hold: hold ``stream`` until the block has queued its work, so ``ms`` is the GPU's time even where the host
+        queues slower than the GPU runs (only while this is the process's only thread; the garbage collector is off
+        meanwhile). A block that waits for the stream itself is let go after :data:`HOLD_TIMEOUT` seconds; ``held``
+        then reads False, as where the driver cannot hold streams.
     :raises NoDeviceError: where no GPU can be used.
     """
     return Timer(stream, hold)
