@@ -20,7 +20,7 @@ import numpy.typing as npt
 from cudnn_py.core.dlpack import KDL_CUDA, KDL_CUDA_MANAGED, capsule
 from cudnn_py.core.dtypes import SUPPORTED_DTYPES
 from cudnn_py.errors import CudnnPyError, InvalidTypeError, InvalidValueError, check_cuda as _check, cuda_error_from
-from cudnn_py.core.args import element_value
+from cudnn_py.core.args import element_value, is_int
 from cudnn_py.core.contexts import device_count, driver, on_device, primary_context
 import cudnn_py.core.foreign as _foreign  # its torch tables, read through the module (learn_torch replaces them)
 from cudnn_py.clib.recording import device_work
@@ -76,15 +76,14 @@ class DeviceArray:
         if strides is None:
             strides = c_strides(shape)
         else:
-            if isinstance(strides, (str, bytes)) or not all(
-                    isinstance(s, (int, np.integer)) and not isinstance(s, bool) for s in strides):
+            if isinstance(strides, (str, bytes)) or not all(is_int(s) for s in strides):
                 raise InvalidTypeError(f"strides must be a sequence of ints (elements), got {strides!r}")
             strides = tuple(int(s) for s in strides)
             if len(strides) != len(shape):
                 raise InvalidValueError(f"strides {strides} must have one entry per dimension of shape {shape}")
         if not isinstance(ptr, int) or isinstance(ptr, bool) or ptr < 0:
             raise InvalidTypeError(f"ptr must be a device address as a non-negative int, got {ptr!r}")
-        if not isinstance(device_id, (int, np.integer)) or isinstance(device_id, bool) or device_id < 0:
+        if not is_int(device_id) or device_id < 0:
             raise InvalidTypeError(f"device_id must be a device ordinal (an int >= 0), got {device_id!r}")
         check_extent(int(ptr), shape, strides, dtype, "DeviceArray")
         self._init(int(ptr), shape, dtype, strides, int(device_id), owner,

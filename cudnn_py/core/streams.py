@@ -86,8 +86,7 @@ def cuda_core() -> ModuleType:
     global _core, _StreamType, _driver
     if _core is not None:
         return _core
-    # Under the import lock: cuda.core's __init__ fills its namespace in steps, so a second thread importing it at
-    # once got the half-filled module ("module 'cuda.core.cu13' has no attribute 'Stream'").
+    # under the import lock: a second thread importing cuda.core at once got it half-filled (docs/design.md)
     with _imports.locked():
         if _core is None:
             try:
@@ -321,13 +320,11 @@ class Timer:
 
     def __enter__(self) -> Timer:
         self.ms, self.held, self.timed_out, self._ticket = None, False, False, None
-        # Only where no other thread runs: another thread's device-wide wait (a module load, a free) waits for the
-        # held stream while the holder may wait for that thread (8 threads hung on an H200).
+        # only where no other thread runs, which could deadlock with the hold (docs/design.md)
         self._holding = self._hold and _alone()
         try:
             if self._holding:
-                # No garbage collection while held: a collected plan's destroy call waits for the GPU, which waits
-                # for the release; the watchdog starts before the hold for the same reason.
+                # no garbage collection while held, and the watchdog started first: see docs/design.md
                 self._collecting = gc.isenabled()
                 gc.disable()
                 self._watchdog = threading.Timer(HOLD_TIMEOUT, self._let_go)

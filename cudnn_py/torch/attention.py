@@ -383,8 +383,7 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
             bias = attn_mask
         else:
             raise InvalidTypeError(f"attn_mask must be bool or {query.dtype}, got {attn_mask.dtype}")
-        while bias.dim() < 4:
-            bias = bias.unsqueeze(0)
+        bias = bias[(None,) * (4 - bias.dim())]
         b, h, lq, lk = query.shape[0], query.shape[1], query.shape[2], key.shape[2]
         if bias.shape[2:] != (lq, lk) or bias.shape[0] not in (1, b) or bias.shape[1] not in (1, h):
             bias = bias.expand(bias.shape[0] if bias.shape[0] in (1, b) else b,

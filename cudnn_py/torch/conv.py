@@ -10,6 +10,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
+from cudnn_py.core.args import ints
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.graph import conv as gconv
 
@@ -94,13 +95,6 @@ conv_fwd = define("conv_fwd", _conv_fwd, _y, _setup, _backward)
 _ConvFunction = function("_ConvFunction", _conv_fwd, _setup, _backward)
 
 
-def _ints(v, n: int, name: str) -> list[int]:
-    vals = [v] * n if isinstance(v, int) else list(v)
-    if len(vals) != n or not all(isinstance(i, int) and not isinstance(i, bool) for i in vals):
-        raise InvalidValueError(f"{name} must be an int or {n} ints, got {v!r}")
-    return vals
-
-
 def conv(x: Tensor, w: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1,
          activation: str | None = None) -> Tensor:
     """``F.conv{1,2,3}d(x, w, bias, stride, padding, dilation, groups=x.shape[1] // w.shape[1])`` followed by
@@ -122,7 +116,7 @@ def conv(x: Tensor, w: Tensor, bias: Tensor | None = None, stride=1, padding=0, 
             t is not None and t.requires_grad for t in (x, w, bias)):
         raise InvalidValueError(f"conv: a fused {act} has no gradient here; use activation=None and torch's {act}")
     n = x.dim() - 2
-    sp = (_ints(padding, n, "padding"), _ints(stride, n, "stride"), _ints(dilation, n, "dilation"))
+    sp = (ints(padding, n, "padding", 0), ints(stride, n, "stride", 1), ints(dilation, n, "dilation", 1))
     if 0 in x.stride():
         x = x.contiguous()
     w = w.contiguous(memory_format=torch.channels_last) if x.dim() == 4 and not x.is_contiguous() else w.contiguous()

@@ -48,20 +48,17 @@ def graph_op(name: str, build: Callable[..., Any], *, compute_dtype: str = "floa
     specs: dict = {}
     calls: dict = {}  # (inputs, outputs) -> the prepared function running the graph on that many tensors
 
-    def spec(xs) -> list:
+    def outputs(xs: list[Tensor]) -> list[Tensor]:
+        """New outputs for inputs like ``xs`` (the implementation's and the fake's; the graph described once)."""
         key = tuple((tuple(map(int, x.shape)), tuple(map(int, x.stride())), x.dtype) for x in xs)
         got = specs.get(key)
         if got is None:
             _, _, outs = _describe(name, build, xs, compute_dtype, intermediate_dtype)
             got = specs[key] = [(t.shape, t.strides, getattr(torch, t.np_dtype.name)) for t in outs]
-        return got
-
-    def new_outputs(xs, out_specs) -> list[Tensor]:
-        return [torch.empty_strided(shape, strides, dtype=dtype, device=xs[0].device)
-                for shape, strides, dtype in out_specs]
+        return [torch.empty_strided(shape, strides, dtype=dtype, device=xs[0].device) for shape, strides, dtype in got]
 
     def impl(xs: list[Tensor]) -> list[Tensor]:
-        outs = new_outputs(xs, spec(xs))
+        outs = outputs(xs)
         n = len(xs)
         fn = calls.get((n, len(outs)))
         if fn is None:
@@ -73,9 +70,7 @@ def graph_op(name: str, build: Callable[..., Any], *, compute_dtype: str = "floa
         context(xs[0].get_device()).run(fn, None, *xs, *outs)
         return outs
 
-    def fake(xs):
-        return new_outputs(xs, spec(xs))
-    op = define(name, impl, fake)
+    op = define(name, impl, outputs)
 
     def call(*xs: Tensor):
         if not xs or not all(isinstance(x, Tensor) and x.is_cuda for x in xs):

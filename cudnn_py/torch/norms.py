@@ -60,8 +60,7 @@ _NORM_FWD = graph_call("torch_norm_fwd", _build_fwd, ("x", "weight", "bias"), ("
 
 def _norm_fwd(x: Tensor, weight: Tensor, bias: Optional[Tensor], eps: float,
               rms: bool) -> tuple[Tensor, Tensor, Tensor]:
-    """Normalisation forward over the last dim of contiguous x: (y, mean (N,) float32 - empty for RMS - and the
-    inverse standard deviation (N,) float32)."""
+    """Normalisation forward over the last dim of x: :func:`_norm_outputs`."""
     x, weight = x.contiguous(), weight.contiguous()
     y, mean, inv = _norm_outputs(x, rms)
     context(x.get_device()).run(_NORM_FWD, (eps, rms), x, weight, bias, y, None if rms else mean, inv)
@@ -201,8 +200,7 @@ def _bn_outputs(x: Tensor, weight: Tensor, running_mean: Optional[Tensor], runni
 def _batch_norm_fwd(x: Tensor, weight: Tensor, bias: Tensor, running_mean: Optional[Tensor],
                    running_var: Optional[Tensor], momentum: float,
                    eps: float) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """Batch-norm training forward over all dims but the channel: (y, batch mean (C,), inverse standard deviation
-    (C,), the updated running mean and variance (unbiased batch variance; empty without running statistics))."""
+    """Batch-norm training forward: :func:`_bn_outputs` (the running variance from the unbiased batch variance)."""
     running = running_mean is not None and running_var is not None
     y, mean, inv, new_mean, new_var = _bn_outputs(x, weight, running_mean, running_var)
     run, new = ((running_mean, running_var), (new_mean, new_var)) if running else ((None, None), (None, None))

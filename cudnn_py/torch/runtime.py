@@ -44,9 +44,10 @@ _modes = torch._C._len_torch_dispatch_stack
 
 # the current device, raw allocator blocks (alloc, delete), a device's current cudaStream_t as an int, whether the
 # current stream is being captured; None in a torch without CUDA, whose tensors never reach here
-_current_device, _raw_alloc, _raw_delete, _raw_stream, _capturing = [getattr(torch._C, n, None) for n in (
+_CUDA: list[Any] = [getattr(torch._C, n, None) for n in (
     "_cuda_getDevice", "_cuda_cudaCachingAllocator_raw_alloc", "_cuda_cudaCachingAllocator_raw_delete",
     "_cuda_getCurrentRawStream", "_cuda_isCurrentStreamCapturing")]
+_current_device, _raw_alloc, _raw_delete, _raw_stream, _capturing = _CUDA
 
 
 def define(name: str, impl: Callable, fake: Callable, setup: Callable | None = None,
@@ -94,9 +95,8 @@ def empty_like_layout(like: Tensor, shape, dtype=None, zero: bool = False) -> Te
 
 
 class _Workspace(Workspace):
-    """A :class:`Context` handle's workspace: a raw block of torch's allocator on its stream, kept between calls.
-    Under a CUDA-graph capture each call takes blocks of the graph's pool, given back after it (:meth:`end_call`): a
-    kept block would tie the graph to memory outside its pool."""
+    """A raw block of torch's allocator on the context's stream, kept between calls; under a CUDA-graph capture,
+    blocks of the graph's pool per call (:meth:`end_call`): a kept block would tie the graph to memory outside it."""
 
     __slots__ = ("ctx", "captured")
 
