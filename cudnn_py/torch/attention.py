@@ -192,24 +192,6 @@ def _page_table(x, name: str, b: int) -> Tensor:
     return x.contiguous().reshape(b, 1, -1, 1)
 
 
-def _paged(q, k, v, page_table_k, page_table_v, seq_len_q, seq_len_kv, max_seq_len_kv, bias, s, causal, bottom_right,
-           left_bound, right_bound, alibi):
-    """The paged-KV-cache form of :func:`sdpa` (k and v are the caches), checked."""
-    if page_table_k is None or page_table_v is None or seq_len_q is None or seq_len_kv is None:
-        raise InvalidValueError("a paged KV cache needs page_table_k, page_table_v, seq_len_q and seq_len_kv")
-    if max_seq_len_kv is None:
-        raise InvalidValueError("a paged KV cache needs max_seq_len_kv= (the longest cached sequence)")
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, bias)):
-        raise InvalidValueError("attention over a paged KV cache has no backward in cuDNN (inference only): run it "
-                                "under torch.no_grad() or torch.inference_mode(), or detach the inputs")
-    b = q.shape[0]
-    args = (_head_packed(q), _head_packed(k), _head_packed(v), _page_table(page_table_k, "page_table_k", b),
-            _page_table(page_table_v, "page_table_v", b), _per_batch(seq_len_q, "seq_len_q"),
-            _per_batch(seq_len_kv, "seq_len_kv"), bias, s, causal, bottom_right, left_bound, right_bound, alibi,
-            max_seq_len_kv)
-    return call(sdpa_paged_fwd, _sdpa_paged_fwd, None, args, ())
-
-
 def sdpa(q: Tensor, k: Tensor, v: Tensor, *, scale: float | None = None, causal: bool = False,
          diagonal_alignment: str = "top_left", left_bound: int | None = None, right_bound: int | None = None,
          bias: Tensor | None = None, seq_len_q: Tensor | None = None, seq_len_kv: Tensor | None = None,
@@ -233,8 +215,7 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, *, scale: float | None = None, causal:
     :param cu_seqlens_q, cu_seqlens_kv: packed batches, FlashAttention's way: (B + 1,) int32 cumulative token
         counts (``[0, l0, l0 + l1, ...]``); need ``max_seq_len_q``/``max_seq_len_kv``; o is (T_q, Hq, Dv).
     :param ragged_offset_q, ragged_offset_k: packed batches by (B + 1,) int32/int64 element offsets of each
-        sequence in q (and o) and in k (and v, which shares k's), with ``seq_len_q``/``seq_len_kv`` (instead of
-        ``cu_seqlens``). Packed batches need Dv == D and Hv == Hk (o shares q's offsets, v k's).
+        sequence in q (and o) and k (and v), with ``seq_len_q``/``seq_len_kv``. Packed batches need Dv == D, Hv == Hk.
     :param max_seq_len_q, max_seq_len_kv: the longest sequences of a packed batch (``max_seq_len_kv``: the longest
         cached sequence of a paged cache).
     :param page_table_k, page_table_v: a paged KV cache: (B, pages) or (B, 1, pages, 1) int32 CUDA tensors of each
@@ -304,12 +285,24 @@ def _checked(q, k, v, scale, causal, diagonal_alignment, left_bound, right_bound
             raise InvalidValueError("an attention sink with packed batches, dropout or a paged KV cache is not "
                                     "verified in cudnn-py")
         sink = sink.reshape(1, -1, 1, 1).contiguous()
-    if page_table_k is not None or page_table_v is not None:
+    need = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, bias, sink))
+    if page_table_k is not None or page_table_v is not None:  # k and v are the caches
         if packed or dropout or max_seq_len_q is not None or return_stats:
             raise InvalidValueError("a paged KV cache takes no packed batches, dropout, max_seq_len_q or return_stats "
                                     "(it has no backward)")
-        return _paged(q, k, v, page_table_k, page_table_v, seq_len_q, seq_len_kv, max_seq_len_kv, bias, s, causal,
-                      bottom_right, left_bound, right_bound, alibi)
+        if page_table_k is None or page_table_v is None or seq_len_q is None or seq_len_kv is None:
+            raise InvalidValueError("a paged KV cache needs page_table_k, page_table_v, seq_len_q and seq_len_kv")
+        if max_seq_len_kv is None:
+            raise InvalidValueError("a paged KV cache needs max_seq_len_kv= (the longest cached sequence)")
+        if need:
+            raise InvalidValueError("attention over a paged KV cache has no backward in cuDNN (inference only): run "
+                                    "it under torch.no_grad() or torch.inference_mode(), or detach the inputs")
+        b = q.shape[0]
+        args = (_head_packed(q), _head_packed(k), _head_packed(v), _page_table(page_table_k, "page_table_k", b),
+                _page_table(page_table_v, "page_table_v", b), _per_batch(seq_len_q, "seq_len_q"),
+                _per_batch(seq_len_kv, "seq_len_kv"), bias, s, causal, bottom_right, left_bound, right_bound, alibi,
+                max_seq_len_kv)
+        return call(sdpa_paged_fwd, _sdpa_paged_fwd, None, args, ())
     if packed:
         if max_seq_len_q is None or max_seq_len_kv is None:
             raise InvalidValueError("packed batches need max_seq_len_q= and max_seq_len_kv= (the longest sequences)")
@@ -347,20 +340,17 @@ def _checked(q, k, v, scale, causal, diagonal_alignment, left_bound, right_bound
         seed = offset = None
     args = (q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset, sink, s, causal,
             bottom_right, left_bound, right_bound, alibi, dropout, max_seq_len_q, max_seq_len_kv)
-    grads = (q, k, v, bias, sink)
-    need = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in grads)
-    o, stats = call(sdpa_fwd, _sdpa_fwd, _SdpaFunction, args + (bool(return_stats or need),), grads)
+    o, stats = call(sdpa_fwd, _sdpa_fwd, _SdpaFunction, args + (bool(return_stats or need),), (q, k, v, bias, sink))
     return (o, stats) if return_stats else o
 
 
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
                                  dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
                                  enable_gqa: bool = False, **unknown: Any) -> Tensor:
-    """``torch.nn.functional.scaled_dot_product_attention`` on cuDNN's fused attention, for what it can express:
-    float16/bfloat16 CUDA tensors of 3 or 4 dims (..., L, E), a boolean or additive ``attn_mask`` broadcastable
-    to (B or 1, H or 1, L, S) (an additive mask gets a gradient), ``is_causal`` (top-left, as torch's),
-    grouped-query heads with ``enable_gqa``. Anything else raises :class:`~cudnn_py.errors.InvalidValueError`
-    (or ``InvalidTypeError``) saying what; a keyword torch's function does not take, with a did-you-mean."""
+    """``torch.nn.functional.scaled_dot_product_attention`` on cuDNN for what it can express: float16/bfloat16 CUDA
+    tensors of 3 or 4 dims, a boolean or additive ``attn_mask`` broadcastable to (B or 1, H or 1, L, S) (an additive
+    one gets a gradient), top-left ``is_causal``, ``enable_gqa``. Anything else raises ``InvalidValueError`` (or
+    ``InvalidTypeError``) saying what; an unknown keyword, with a did-you-mean."""
     if unknown:
         raise unexpected_keyword("scaled_dot_product_attention", next(iter(unknown)), _SDPA_PARAMS)
     if not (isinstance(query, Tensor) and isinstance(key, Tensor) and isinstance(value, Tensor)):

@@ -124,11 +124,10 @@ def _scale(scale: float | None, d: int) -> float:
 def sdpa_fp8(q: Tensor, k: Tensor, v: Tensor, *, descale_q: Tensor, descale_k: Tensor, descale_v: Tensor,
              descale_s: Tensor, scale_s: Tensor, scale_o: Tensor, scale: float | None = None, causal: bool = False,
              return_stats: bool = False) -> SdpaFp8Outputs:
-    """FP8 attention forward, :func:`cudnn_py.sdpa_fp8` (the formula, shapes and head dims) on CUDA tensors of one
-    FP8 type (``torch.float8_e4m3fn`` or ``torch.float8_e5m2``), head dim packed, each descale/scale a one-element
-    float32 CUDA tensor; ``scale`` (default 1/sqrt(D)), ``causal`` (top-left), ``return_stats`` (the (B, Hq, Sq, 1)
-    float32 statistics :func:`sdpa_fp8_backward` needs) as there. Returns :class:`SdpaFp8Outputs` (o, stats or
-    None, amax_s, amax_o)."""
+    """FP8 attention forward: :func:`cudnn_py.sdpa_fp8` (formula, shapes, head dims) on CUDA tensors of one FP8 type
+    (``torch.float8_e4m3fn`` or ``torch.float8_e5m2``), head dim packed, each descale/scale a one-element float32
+    CUDA tensor; ``scale`` (default 1/sqrt(D)), ``causal`` (top-left), ``return_stats`` (the (B, Hq, Sq, 1) float32
+    statistics :func:`sdpa_fp8_backward` needs). Returns :class:`SdpaFp8Outputs`."""
     _fp8_tensors({"q": q, "k": k, "v": v})
     scales = _scales(FP8_FORWARD_SCALES, (descale_q, descale_k, descale_v, descale_s, scale_s, scale_o), q.device)
     args = (q, k, v, *scales, _scale(scale, q.shape[-1]), bool(causal), bool(return_stats))

@@ -190,8 +190,7 @@ _BN_FWD = graph_call("torch_batch_norm_fwd", _build_bn_fwd, ("x", "weight", "bia
 
 def _bn_outputs(x: Tensor, weight: Tensor, running_mean: Optional[Tensor], running_var: Optional[Tensor],
                 **_: Any) -> tuple[Tensor, ...]:
-    """y (x's layout, NCHW or channels-last), the batch mean and inverse standard deviation, the updated running
-    statistics ((0,) without running statistics), all (C,) float32."""
+    """y (x's layout), then (C,) float32 batch mean, inverse std and updated running statistics ((0,) without)."""
     c, running = weight.shape[0], running_mean is not None and running_var is not None
     stats = [torch.empty((c if i < 2 or running else 0,), dtype=torch.float32, device=x.device) for i in range(4)]
     return (torch.empty_like(x), *stats)
@@ -256,10 +255,9 @@ _BatchNormFunction = function("_BatchNormFunction", _batch_norm_fwd, _bn_setup, 
 
 def batch_norm(x: Tensor, weight: Tensor, bias: Tensor, running_mean: Tensor | None = None,
                running_var: Tensor | None = None, momentum: float = 0.1, eps: float = 1e-5) -> Tensor:
-    """Batch-norm training (``F.batch_norm(x, running_mean, running_var, weight, bias, training=True, momentum,
-    eps)``): x (N, C, ...) float16/bfloat16/float32 (NCHW or channels-last), weight and bias (C,) float32,
-    running statistics (C,) float32 updated in place (``copy_`` of the op's outputs); differentiable in x, weight and
-    bias."""
+    """``F.batch_norm(x, running_mean, running_var, weight, bias, training=True, momentum, eps)``: x (N, C, ...)
+    float16/bfloat16/float32 (NCHW or channels-last), weight and bias (C,) float32, running statistics (C,) float32
+    updated in place; differentiable in x, weight and bias."""
     if not isinstance(x, Tensor) or not x.is_cuda or x.dtype not in _DTYPES or x.dim() < 3:
         raise InvalidTypeError("batch_norm: x must be a float16, bfloat16 or float32 CUDA tensor (N, C, ...)")
     c = x.shape[1]
