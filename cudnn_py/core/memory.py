@@ -52,10 +52,9 @@ Shape = Union[int, Sequence[int]]
 
 
 class DeviceArray:
-    """A strided n-d array in device memory. Strides are in elements (NumPy's are in bytes).
-
-    Build one with :func:`to_device`, :func:`empty`, :func:`zeros` or :func:`as_array`; the constructor wraps memory
-    you already own (``owner`` is kept alive as long as the array)."""
+    """A strided n-d array in device memory, strides in elements (NumPy's are in bytes). Build one with
+    :func:`to_device`, :func:`empty`, :func:`zeros` or :func:`as_array`; the constructor wraps memory you already own
+    (``owner`` is kept alive as long as the array)."""
 
     __slots__ = ("shape", "dtype", "strides", "ptr", "device_id", "size", "nbytes", "ndim",
                  "_contiguous", "_owner", "_stream", "__weakref__")
@@ -451,10 +450,9 @@ def _is_device_like(obj) -> bool:
 
 
 def _host_error(obj, name: str) -> InvalidTypeError:
-    return InvalidTypeError(
-        f"{name} is a {type(obj).__module__}.{type(obj).__name__} in host memory, but cuDNN needs device memory; "
-        f"copy it with cudnn_py.to_device({name}) (or pass a GPU tensor, e.g. torch's {name}.cuda())"
-    )
+    return InvalidTypeError(f"{name} is a {type(obj).__module__}.{type(obj).__name__} in host memory, but cuDNN needs "
+                            f"device memory; copy it with cudnn_py.to_device({name}) (or pass a GPU tensor, e.g. "
+                            f"torch's {name}.cuda())")
 
 
 def _view(obj, name: str, stream) -> DeviceArray:
@@ -506,14 +504,13 @@ def _view(obj, name: str, stream) -> DeviceArray:
 def as_array(obj: DeviceArrayLike, name: str = "x", *, dtype: npt.DTypeLike | None = None, ndim: int | None = None,
              shape: Sequence[int] | None = None, contiguous: bool = False, device: int | None = None,
              stream: StreamLike = None) -> DeviceArray:
-    """``obj`` as a :class:`DeviceArray`, without copying, validated before any C call sees it: ``dtype``, ``ndim``,
-    ``shape`` and ``device`` are what it must have where given (:class:`TypeError` for the dtype, :class:`ValueError`
-    otherwise), ``contiguous`` asks for C-contiguity; the errors name ``name``.
+    """``obj`` as a :class:`DeviceArray` without a copy, checked before any C call sees it: ``dtype``, ``ndim``,
+    ``shape`` and ``device`` where given (:class:`TypeError` for the dtype, :class:`ValueError` otherwise) and
+    C-contiguity where ``contiguous``; the errors name ``name``.
 
-    :param obj: a DeviceArray (returned as is) or any GPU tensor with ``__dlpack__`` / ``__cuda_array_interface__``
-        (torch, CuPy, JAX, numba). A host array raises :class:`TypeError` that says how to move it.
-    :param stream: the consumer stream foreign producers are ordered before (default: no ordering; the default
-        stream is shared anyway).
+    :param obj: a DeviceArray (returned as is) or a GPU tensor with ``__dlpack__`` / ``__cuda_array_interface__``
+        (torch, CuPy, JAX, numba); a host array raises :class:`TypeError` saying how to move it.
+    :param stream: the consumer stream foreign producers are ordered before (default: no ordering).
     """
     a = obj if type(obj) is DeviceArray else _view(obj, name, stream)
     if dtype is not None and a.dtype != dtype and a.dtype != array_dtype(dtype):  # the second: "fp16", ...

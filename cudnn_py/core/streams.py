@@ -1,15 +1,14 @@
 """Streams, events and timing: helpers over :mod:`cuda.core` (whose ``Stream`` and ``Event`` cudnn-py uses) that
 normalise what users pass as a stream, and a timer::
 
-    s = cdp.new_stream()                    # a fresh non-blocking stream on the current device
-    with h.on_stream(s), cdp.timer(s) as t:
+    with h.on_stream(s), cdp.timer(s) as t:   # s = cdp.new_stream(): a non-blocking stream on the current device
         y = cdp.convolution_forward(h, conv, x, w)
     print(t.ms)                               # device time between two events on s
 
 A *stream* argument may be ``None`` (the device's default, legacy NULL stream, cuDNN's and PyTorch's default too),
 a :class:`cuda.core.Stream`, an object with ``__cuda_stream__`` or a ``cuda_stream`` attribute (``torch.cuda.Stream``)
-or a raw ``cudaStream_t`` int. :mod:`cuda.core` is imported on first use; where no GPU or driver can be used, calls
-that need one raise :class:`~cudnn_py.errors.NoDeviceError`.
+or a raw ``cudaStream_t`` int. :mod:`cuda.core` is imported on first use; without a usable GPU or driver, calls that
+need one raise :class:`~cudnn_py.errors.NoDeviceError`.
 """
 from __future__ import annotations
 
@@ -311,10 +310,9 @@ class Timer:
         self._hold = self._holding = bool_arg(hold, "hold")
         self.stream: Stream = as_stream(stream)
         self.ms: float | None = None
-        self.held = self.timed_out = False
+        self.held = self.timed_out = self._collecting = False
         self._ticket: int | None = None
         self._watchdog: threading.Timer | None = None
-        self._collecting = False
         self._start: Any = None
         self._options = cuda_core().EventOptions(timing_enabled=True)
 

@@ -4,9 +4,8 @@ whole MiB and reused call after call; users never size one by hand::
     h.workspace.cap = 64 << 20          # never grow past 64 MiB: a call needing more raises WorkspaceLimitError
     print(h.workspace.peak)             # the most any call asked for
 
-Growth frees the old buffer and allocates the new one ordered on the call's stream; moving to another stream makes
-it wait for the previous one first. Callers that can fall back (to an algorithm needing less) catch
-:class:`~cudnn_py.errors.WorkspaceLimitError` (nothing is allocated, nothing runs).
+Growth reallocates ordered on the call's stream; moving to another stream makes it wait for the previous one first.
+Callers that can fall back catch :class:`~cudnn_py.errors.WorkspaceLimitError` (nothing is allocated, nothing runs).
 """
 from __future__ import annotations
 
@@ -25,17 +24,15 @@ _GRANULE = 1 << 20  # grow in whole MiB so slightly larger requests reuse the bu
 
 
 class Workspace:
-    """A growable device scratch buffer. ``cap``: the most bytes it may hold (None: no limit). ``with Workspace() as
-    ws:`` frees the memory at the end of the block (the object stays usable and allocates again on the next
-    :meth:`get`)."""
+    """A growable device scratch buffer (``cap``: see :attr:`cap`); ``with Workspace() as ws:`` frees its memory at
+    the end of the block (it stays usable, allocating again on the next :meth:`get`)."""
 
     __slots__ = ("_device", "_buffer", "_ptr", "_size", "_stream", "_cap", "peak", "__weakref__")
 
     def __init__(self, cap: int | None = None, *, device: int | Device | None = None):
         self._device = device
         self._buffer: Any = None
-        self._ptr = 0
-        self._size = 0
+        self._ptr = self._size = 0
         self._stream: Stream | None = None
         self._cap: int | None = None
         self.cap = cap

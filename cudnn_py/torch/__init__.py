@@ -1,10 +1,8 @@
-"""cudnn-py inside PyTorch: cuDNN operations as torch custom ops (``torch.ops.cudnn_py.*``) that run eagerly, under
-autograd, under ``torch.compile(fullgraph=True)`` and in CUDA graphs, on torch's current stream with memory from
-torch's caching allocator. torch is imported here and only here. See docs/torch.md.
-
-Attention: :func:`sdpa`, :func:`scaled_dot_product_attention`, FP8 :func:`sdpa_fp8` and :func:`sdpa_fp8_backward`;
-norms: :func:`layer_norm`, :func:`rms_norm`, :func:`batch_norm`; :func:`conv` with a fused bias and activation;
-:func:`graph_op` for any graph you build.
+"""cudnn-py inside PyTorch (docs/torch.md): cuDNN operations as torch custom ops (``torch.ops.cudnn_py.*``) that
+run eagerly, under autograd, under ``torch.compile(fullgraph=True)`` and in CUDA graphs, on torch's current stream
+with memory from torch's caching allocator: :func:`sdpa`, :func:`scaled_dot_product_attention`, :func:`sdpa_fp8`,
+:func:`sdpa_fp8_backward`, :func:`layer_norm`, :func:`rms_norm`, :func:`batch_norm`, :func:`conv` (with a fused bias
+and activation) and :func:`graph_op` (any graph you build). torch is imported here and only here.
 """
 from __future__ import annotations
 

@@ -1,10 +1,9 @@
 """Attention as torch custom ops: ``cudnn_py::sdpa_fwd`` and ``sdpa_bwd`` (its autograd formula), and
-``sdpa_paged_fwd`` (a paged KV cache; inference only: cuDNN has no paged backward); they run :func:`cudnn_py.sdpa`
-and :func:`cudnn_py.sdpa_backward` with outputs from torch's allocator. :func:`sdpa` takes cuDNN's options,
-:func:`scaled_dot_product_attention` torch's signature; a plain eager call that needs no gradient skips the op.
-
-Tensors are logical (B, H, S, D) with the head dim packed (stride 1), any other strides; packed batches (T, H, D).
-o gets q's layout, dq/dk/dv those of q/k/v.
+``sdpa_paged_fwd`` (a paged KV cache; inference only), running :func:`cudnn_py.sdpa` and
+:func:`cudnn_py.sdpa_backward` with outputs from torch's allocator. :func:`sdpa` takes cuDNN's options,
+:func:`scaled_dot_product_attention` torch's signature; a plain eager call needing no gradient skips the op. Tensors
+are logical (B, H, S, D) with the head dim packed, any other strides (packed batches: (T, H, D)); o gets q's layout,
+dq/dk/dv those of q/k/v.
 """
 from __future__ import annotations
 

@@ -117,10 +117,6 @@ def _scales(names, values, device) -> list[Tensor]:
     return out
 
 
-def _scale(scale: float | None, d: int) -> float:
-    return float(scale) if scale is not None else d ** -0.5
-
-
 def sdpa_fp8(q: Tensor, k: Tensor, v: Tensor, *, descale_q: Tensor, descale_k: Tensor, descale_v: Tensor,
              descale_s: Tensor, scale_s: Tensor, scale_o: Tensor, scale: float | None = None, causal: bool = False,
              return_stats: bool = False) -> SdpaFp8Outputs:
@@ -130,7 +126,7 @@ def sdpa_fp8(q: Tensor, k: Tensor, v: Tensor, *, descale_q: Tensor, descale_k: T
     statistics :func:`sdpa_fp8_backward` needs). Returns :class:`SdpaFp8Outputs`."""
     _fp8_tensors({"q": q, "k": k, "v": v})
     scales = _scales(FP8_FORWARD_SCALES, (descale_q, descale_k, descale_v, descale_s, scale_s, scale_o), q.device)
-    args = (q, k, v, *scales, _scale(scale, q.shape[-1]), bool(causal), bool(return_stats))
+    args = (q, k, v, *scales, q.shape[-1] ** -0.5 if scale is None else float(scale), bool(causal), bool(return_stats))
     o, stats, amax_s, amax_o = call(sdpa_fp8_fwd, _sdpa_fp8_fwd, None, args, ())
     return SdpaFp8Outputs(o, stats if return_stats else None, amax_s, amax_o)
 
@@ -149,5 +145,6 @@ def sdpa_fp8_backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, st
                                 f"got {getattr(stats, 'shape', type(stats).__name__)}")
     scales = _scales(FP8_BACKWARD_SCALES, (descale_q, descale_k, descale_v, descale_o, descale_do, descale_s,
                                            descale_dp, scale_s, scale_dq, scale_dk, scale_dv, scale_dp), q.device)
-    args = (q, k, v, o, do, stats.contiguous(), *scales, _scale(scale, q.shape[-1]), bool(causal))
+    args = (q, k, v, o, do, stats.contiguous(), *scales, q.shape[-1] ** -0.5 if scale is None else float(scale),
+            bool(causal))
     return SdpaFp8Grads(*call(sdpa_fp8_bwd, _sdpa_fp8_bwd, None, args, ()))

@@ -23,12 +23,9 @@ ACTIVATIONS = ("none", "relu", "gelu", "silu", "tanh", "sigmoid")
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
-def _out_size(n: int, k: int, pad: int, stride: int, dil: int) -> int:
-    return (n + 2 * pad - dil * (k - 1) - 1) // stride + 1
-
-
 def _y(x: Tensor, w: Tensor, padding, stride, dilation, **_: Any) -> Tensor:
-    sp = [_out_size(n, k, p, s, d) for n, k, p, s, d in zip(x.shape[2:], w.shape[2:], padding, stride, dilation)]
+    sp = [(n + 2 * p - d * (k - 1) - 1) // s + 1
+          for n, k, p, s, d in zip(x.shape[2:], w.shape[2:], padding, stride, dilation)]
     return empty_like_layout(x, (x.shape[0], w.shape[0], *sp))
 
 

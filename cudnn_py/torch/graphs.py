@@ -1,7 +1,6 @@
-"""A user-built cuDNN graph as a torch custom op: :func:`graph_op` (an example: docs/torch.md).
-
-The op builds the graph and its plan per set of input shapes, strides and dtypes; its fake builds the graph without
-a plan. It has no autograd formula: pair a forward and a backward graph op in a ``torch.autograd.Function``.
+"""A user-built cuDNN graph as a torch custom op: :func:`graph_op` (an example: docs/torch.md). The op builds the
+graph and its plan per set of input shapes, strides and dtypes; its fake builds the graph without a plan. It has no
+autograd formula: pair a forward and a backward graph op in a ``torch.autograd.Function``.
 """
 from __future__ import annotations
 

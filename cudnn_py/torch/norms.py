@@ -1,8 +1,6 @@
 """Layer norm, RMS norm and batch norm as torch custom ops (``cudnn_py::norm_fwd``/``norm_bwd``,
-``batch_norm_fwd``/``batch_norm_bwd``), with autograd.
-
-Layer and RMS norm see x (made contiguous) as (N, D, 1, 1) with per-row float32 statistics, weight and bias (D,) of
-x's dtype or float32; :func:`batch_norm` is training-mode batch norm with per-channel statistics.
+``batch_norm_fwd``/``batch_norm_bwd``), with autograd. Layer and RMS norm see x (made contiguous) as (N, D, 1, 1)
+with per-row float32 statistics, weight and bias (D,) of x's dtype or float32; batch norm is training-mode.
 """
 from __future__ import annotations
 
