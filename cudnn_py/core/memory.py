@@ -310,8 +310,7 @@ def _allocate(shape: Shape, dtype: npt.DTypeLike, stream: StreamLike, device: in
 
 def allocator(shape: Shape, dtype: npt.DTypeLike, stream: StreamLike = None, *,
               device: int | Device | None = None) -> Callable[[], DeviceArray]:
-    """A function making a new :func:`empty` array of ``shape`` and ``dtype`` on ``stream`` per call, its arguments
-    checked once.
+    """A function making a new :func:`empty` array of ``shape`` and ``dtype`` on ``stream`` per call, checked once.
 
     :raises NoDeviceError: where no GPU can be used.
     :raises CudaOutOfMemoryError: (from the function) when the device has no room.
@@ -348,8 +347,7 @@ class Output:
 
 
 class _Allocation:
-    """Owns one cuda.core buffer and frees it, ordered on its stream, with its device's context current (the last
-    reference may go in any thread). Only with several devices: with one, the buffer owns itself (no ``__del__``)."""
+    """Frees a cuda.core buffer with its device's context current; only where several devices are seen."""
 
     __slots__ = ("buffer", "device_id")
 
@@ -365,8 +363,7 @@ class _Allocation:
 
 
 def _queue(name: str, *args: Any) -> None:
-    """Call the driver's copy, memset or read ``name``, raising its error; every such call goes through here, so one
-    made while recording spoils the recording (:func:`cudnn_py.clib.recording.device_work`)."""
+    """Call the driver's copy, memset or read ``name``, raising its error, as device work a recording notes."""
     device_work(name)
     _check(getattr(driver(), name)(*args), name)
 
@@ -410,8 +407,8 @@ def zeros(shape: Shape, dtype: npt.DTypeLike = np.float32, stream: StreamLike = 
 
 
 def empty_like(a: DeviceArrayLike, dtype: npt.DTypeLike | None = None, stream: StreamLike = None) -> DeviceArray:
-    """A new uninitialised C-contiguous array of the shape of ``a`` (a device array or GPU tensor), on its device, of
-    ``dtype`` and allocated on ``stream`` (default: ``a``'s)."""
+    """A new uninitialised C-contiguous array shaped as ``a`` (a device array or GPU tensor), on its device and
+    ``stream`` (default: ``a``'s), of ``dtype`` (default: ``a``'s)."""
     a = as_array(a, "a")
     return _allocate(a.shape, a.dtype if dtype is None else dtype, a._stream if stream is None else stream, a.device_id)
 
@@ -419,9 +416,8 @@ def empty_like(a: DeviceArrayLike, dtype: npt.DTypeLike | None = None, stream: S
 def to_device(obj: npt.ArrayLike | DeviceArrayLike, stream: StreamLike = None, *, dtype: npt.DTypeLike | None = None,
               device: int | None = None) -> DeviceArray:
     """A new C-contiguous device array holding ``obj`` (anything ``np.asarray`` takes, converted to ``dtype`` on the
-    host), allocated and copied on ``stream`` (``None``: the default stream) of ``device`` (``None``: the current
-    one). Device data is returned as a zero-copy :func:`as_array` view, checked against ``dtype`` and ``device``
-    where given (never converted or moved).
+    host), copied on ``stream`` (``None``: the default stream) of ``device`` (``None``: the current one). Device data
+    is returned as a zero-copy :func:`as_array` view, checked against ``dtype`` and ``device`` where given.
 
     :raises NoDeviceError: where no GPU can be used.
     """

@@ -32,8 +32,7 @@ if TYPE_CHECKING:
 __all__ = ["StreamLike", "get_device", "as_stream", "stream_ptr", "new_stream", "synchronize", "timer", "Timer",
            "held_ms", "cuda_core", "driver", "missing_device", "HOLD_TIMEOUT"]
 
-#: seconds a held stream (``timer(hold=True)``) waits for its block at most: a block that waits for the stream
-#: itself (a synchronising copy, ``synchronize``) is let go then, and its time is the host's
+#: seconds a held stream (``timer(hold=True)``) waits at most for a block that waits for the stream itself
 HOLD_TIMEOUT = 2.0
 
 
@@ -187,8 +186,7 @@ def get_device(device: int | Device | None = None) -> Device:
 
 
 def _current_ordinal() -> int:
-    """The ordinal of this thread's current device, 0 where it has no context (asked with ``cuCtxGetCurrent``
-    first: ``cuda.core.Device()``'s ``cuCtxGetDevice`` fails there, which compute-sanitizer reports)."""
+    """The ordinal of this thread's current device, 0 where it has no context (see docs/design.md)."""
     try:
         if not _has_context():
             return 0
@@ -264,8 +262,7 @@ def synchronize(stream: StreamLike = None) -> None:
 
 
 class _Latch:
-    """One host-mapped 32-bit word held streams wait on (``cuStreamWaitValue32``, cyclic greater-or-equal): each hold
-    takes the next ticket and is let go when the word reaches it."""
+    """A host-mapped word held streams wait on (``cuStreamWaitValue32``); each hold waits for its own ticket."""
 
     def __init__(self) -> None:
         d = driver()
@@ -277,8 +274,7 @@ class _Latch:
         self.lock = threading.Lock()
 
     def hold(self, stream: Stream) -> int | None:
-        """Make ``stream`` wait until :meth:`release` of the ticket returned (None: the driver cannot hold streams).
-        The driver call runs outside the lock: it can wait for a device that waits for a release, which takes it."""
+        """Make ``stream`` wait until :meth:`release` of the returned ticket (None: the driver cannot hold streams)."""
         with self.lock:
             ticket = self.ticket = (self.ticket + 1) & 0xFFFFFFFF
         err, = driver().cuStreamWaitValue32(stream.handle, self.address, ticket, 0)
@@ -367,8 +363,7 @@ _WATCHDOG = "cudnn_py-hold-watchdog"
 
 
 def _alone() -> bool:
-    """Whether this is the process's only thread, earlier timers' watchdogs aside (a cancelled one may still be on its
-    way out, and waits for nothing on the device)."""
+    """Whether this is the process's only thread (earlier timers' cancelled watchdogs, still ending, aside)."""
     return threading.active_count() == 1 or all(
         t is threading.current_thread() or t.name == _WATCHDOG for t in threading.enumerate())
 

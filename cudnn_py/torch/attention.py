@@ -25,9 +25,9 @@ from .runtime import (_any_requires_grad, _grad_enabled, _is_compiling, call, co
 __all__ = ["sdpa", "scaled_dot_product_attention", "sdpa_fwd", "sdpa_bwd", "sdpa_paged_fwd"]
 
 _IO_DTYPES = (torch.float16, torch.bfloat16)
-_N_TENSORS = 11  # q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset, sink
 #: the forward's optional tensors in binding order (after q, k, v), by the graph builder's names
 _FWD_NAMES = ("bias", "seq_len_q", "seq_len_kv", "ragged_offset_q", "ragged_offset_k", "seed", "offset", "sink")
+_N_TENSORS = 3 + len(_FWD_NAMES)  # the forward's tensor arguments
 
 
 def _fwd_outputs(q: Tensor, v: Tensor, seq_len_q: Optional[Tensor], ragged_offset_q: Optional[Tensor],

@@ -135,10 +135,9 @@ def sdpa_fp8_backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, st
                       descale_k: Tensor, descale_v: Tensor, descale_o: Tensor, descale_do: Tensor, descale_s: Tensor,
                       descale_dp: Tensor, scale_s: Tensor, scale_dq: Tensor, scale_dk: Tensor, scale_dv: Tensor,
                       scale_dp: Tensor, scale: float | None = None, causal: bool = False) -> SdpaFp8Grads:
-    """FP8 attention backward (Hopper: head dim 128, sequence lengths multiples of 32), the gradients of
-    :func:`sdpa_fp8`: :func:`cudnn_py.sdpa_fp8_backward` (what each scale is) on CUDA tensors, ``do`` of either FP8
-    type, ``stats`` the forward's float32 statistics, each descale/scale a one-element float32 CUDA tensor. Returns
-    :class:`SdpaFp8Grads` (dq, dk, dv in q's FP8 type and the layouts of q, k, v; their amax and dS's)."""
+    """The gradients of :func:`sdpa_fp8` (Hopper: head dim 128, sequence lengths multiples of 32):
+    :func:`cudnn_py.sdpa_fp8_backward` (what each scale is) on CUDA tensors, ``do`` of either FP8 type, ``stats`` the
+    forward's, each descale/scale a one-element float32 CUDA tensor. Returns :class:`SdpaFp8Grads`."""
     _fp8_tensors({"q": q, "k": k, "v": v, "o": o, "do": do})
     if not isinstance(stats, Tensor) or stats.dtype != torch.float32 or stats.shape != (*q.shape[:3], 1):
         raise InvalidValueError(f"stats must be the forward's (B, Hq, Sq, 1) float32 statistics (return_stats=True), "

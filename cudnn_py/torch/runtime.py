@@ -51,10 +51,9 @@ _current_device, _raw_alloc, _raw_delete, _raw_stream, _capturing = _CUDA
 
 def define(name: str, impl: Callable, fake: Callable, setup: Callable | None = None,
            backward: Callable | None = None) -> Callable[..., Any]:
-    """Register ``cudnn_py::name`` (schema from ``impl``'s annotations) with ``impl`` as its CUDA kernel, ``fake``
-    for fake tensors (given the op's arguments by name: it takes ``**_`` for those it does not read) and ``backward``
-    (after ``setup``) as its autograd formula; returns ``torch.ops.cudnn_py.<name>.default``. Calls on plain tensors
-    with no gradient to record and no dispatch mode run ``impl`` without entering the dispatcher again."""
+    """Register ``cudnn_py::name`` (schema from ``impl``'s annotations): ``impl`` its CUDA kernel, ``fake`` (given the
+    op's arguments by name, ``**_`` for the rest) its fake, ``backward`` (after ``setup``) its autograd formula,
+    skipped on plain tensors with no gradient to record and no dispatch mode; returns the op's default overload."""
     _LIB.define(name + torch.library.infer_schema(impl, mutates_args=()), tags=(torch.Tag.pt2_compliant_tag,))
     kernel = torch._disable_dynamo(impl)
     _LIB.impl(name, kernel, "CUDA")
