@@ -79,8 +79,7 @@ _StreamType: type = type("_NotLoaded", (), {})  # cuda.core.Stream once cuda.cor
 
 
 def cuda_core() -> ModuleType:
-    """The :mod:`cuda.core` package, imported on first use; :class:`NoDeviceError` when cuda-core or cuda-bindings is
-    not installed (cudnn-py was installed without its ``cu12`` / ``cu13`` extra)."""
+    """:mod:`cuda.core`, imported on first use (:class:`NoDeviceError` without cudnn-py's ``cu12``/``cu13`` extra)."""
     global _core, _StreamType, _driver
     if _core is not None:
         return _core

@@ -19,10 +19,13 @@ from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.graph.ops.sdpa_options import SdpaOptions, renamed, unexpected_keyword
 from cudnn_py.ops.sdpa import sdpa as core_sdpa, sdpa_backward as core_sdpa_backward
 
-from .runtime import (_any_requires_grad, _grad_enabled, _is_compiling, call, context, define, eager,
-                      empty_like_layout, function)
+from .runtime import call, context, define, eager, empty_like_layout, function
 
 __all__ = ["sdpa", "scaled_dot_product_attention", "sdpa_fwd", "sdpa_bwd", "sdpa_paged_fwd"]
+
+_is_compiling = torch.compiler.is_compiling
+_grad_enabled = torch.is_grad_enabled
+_any_requires_grad = torch._C._any_requires_grad
 
 _IO_DTYPES = (torch.float16, torch.bfloat16)
 #: the forward's optional tensors in binding order (after q, k, v), by the graph builder's names
@@ -44,17 +47,14 @@ def _fwd_outputs(q: Tensor, v: Tensor, seq_len_q: Optional[Tensor], ragged_offse
     return o, (torch.zeros if zero and return_stats else torch.empty)(stats, dtype=torch.float32, device=q.device)
 
 
-def _options(scale, causal, bottom_right, left_bound, right_bound, alibi, dropout, max_seq_len_q,
-             max_seq_len_kv) -> dict:
-    """The ops' options as :func:`cudnn_py.sdpa`'s keywords."""
-    return dict(scale=scale, causal=causal, diagonal_alignment="bottom_right" if bottom_right else "top_left",
-                left_bound=left_bound, right_bound=right_bound, alibi=alibi, dropout=dropout,
-                max_seq_len_q=max_seq_len_q, max_seq_len_kv=max_seq_len_kv)
-
-
-def _given(names, tensors) -> dict:
-    """The optional tensors that are present, by :func:`cudnn_py.sdpa`'s keywords."""
-    return {n: t for n, t in zip(names, tensors) if t is not None}
+def _keywords(bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset, sink, scale, causal,
+              bottom_right, left_bound, right_bound, alibi, dropout, max_seq_len_q, max_seq_len_kv) -> dict:
+    """The ops' optional tensors (those given) and options as :func:`cudnn_py.sdpa`'s keywords."""
+    tensors = (bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset, sink)
+    return dict({n: t for n, t in zip(_FWD_NAMES, tensors) if t is not None}, scale=scale, causal=causal,
+                diagonal_alignment="bottom_right" if bottom_right else "top_left", left_bound=left_bound,
+                right_bound=right_bound, alibi=alibi, dropout=dropout, max_seq_len_q=max_seq_len_q,
+                max_seq_len_kv=max_seq_len_kv)
 
 
 def _sdpa_fwd(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], seq_len_q: Optional[Tensor],
@@ -65,11 +65,11 @@ def _sdpa_fwd(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], seq_len_q
              return_stats: bool = True) -> tuple[Tensor, Tensor]:
     """Attention forward: (o, stats (the backward needs them)). See :func:`sdpa`."""
     o, stats = _fwd_outputs(q, v, seq_len_q, ragged_offset_q, max_seq_len_q, return_stats)
-    extra = _given(_FWD_NAMES, (bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset, sink))
+    kw = _keywords(bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset, sink, scale, causal,
+                   bottom_right, left_bound, right_bound, alibi, dropout, max_seq_len_q, max_seq_len_kv)
     if return_stats:
-        extra.update(stats=stats, return_stats=True)
-    context(q.get_device()).run(core_sdpa, q, k, v, **extra, o=o, **_options(
-        scale, causal, bottom_right, left_bound, right_bound, alibi, dropout, max_seq_len_q, max_seq_len_kv))
+        kw.update(stats=stats, return_stats=True)
+    context(q.get_device()).run(core_sdpa, q, k, v, o=o, **kw)
     return o, stats
 
 
@@ -97,12 +97,11 @@ def _sdpa_bwd(do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, stats: Ten
     if not want_dsink:
         sink = None
     grads = _grads(q, k, v, bias, sink, seq_len_q, ragged_offset_q, want_dbias, want_dsink)
-    extra = _given(_FWD_NAMES, (bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset, sink))
+    kw = _keywords(bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset, sink, scale, causal,
+                   bottom_right, left_bound, right_bound, alibi, dropout, max_seq_len_q, max_seq_len_kv)
     names = ("dq", "dk", "dv") + ("dbias",) * want_dbias + ("dsink",) * want_dsink
-    context(q.get_device()).run(core_sdpa_backward, q, k, v, o, do, stats, **extra,
-                                **_options(scale, causal, bottom_right, left_bound, right_bound, alibi, dropout,
-                                           max_seq_len_q, max_seq_len_kv),
-                                return_dbias=want_dbias, return_dsink=want_dsink, **dict(zip(names, grads)))
+    context(q.get_device()).run(core_sdpa_backward, q, k, v, o, do, stats, return_dbias=want_dbias,
+                                return_dsink=want_dsink, **dict(zip(names, grads)), **kw)
     return grads
 
 
@@ -145,10 +144,10 @@ def _sdpa_paged_fwd(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table_k: T
                     max_seq_len_kv: int) -> Tensor:
     """Attention over a paged KV cache: o (B, Hq, Sq, Dv), rows beyond ``seq_len_q`` zero. See :func:`sdpa`."""
     o = _paged_output(q, v_cache)
+    kw = _keywords(bias, seq_len_q, seq_len_kv, None, None, None, None, None, scale, causal, bottom_right, left_bound,
+                   right_bound, alibi, 0.0, None, max_seq_len_kv)
     context(q.get_device()).run(core_sdpa, q, k_cache, v_cache, page_table_k=page_table_k, page_table_v=page_table_v,
-                                seq_len_q=seq_len_q, seq_len_kv=seq_len_kv, **_given(("bias",), (bias,)),
-                                **_options(scale, causal, bottom_right, left_bound, right_bound, alibi, 0.0, None,
-                                           max_seq_len_kv), o=o)
+                                o=o, **kw)
     return o
 
 

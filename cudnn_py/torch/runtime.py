@@ -93,8 +93,7 @@ def empty_like_layout(like: Tensor, shape, dtype=None, zero: bool = False) -> Te
 
 
 class _Workspace(Workspace):
-    """A raw block of torch's allocator on the context's stream, kept between calls; under a CUDA-graph capture,
-    blocks of the graph's pool per call (:meth:`end_call`): a kept block would tie the graph to memory outside it."""
+    """A raw block of torch's allocator on the context's stream, kept between calls (per call under a capture)."""
 
     __slots__ = ("ctx", "captured")
 
@@ -198,8 +197,7 @@ def function(name: str, impl: Callable, setup: Callable, backward: Callable) -> 
 
 def call(op: Callable, impl: Callable, fn: type[torch.autograd.Function] | None, args: tuple,
          grads: Sequence) -> Any:
-    """``op(*args)``, or eagerly (:func:`eager`) ``impl(*args)``, through ``fn`` where a tensor in ``grads`` needs a
-    gradient (``fn`` None: the op has none)."""
+    """``op(*args)``, or eagerly ``impl(*args)``: through ``fn`` (if any) where a tensor of ``grads`` needs a grad."""
     if type(args[0]) is not Tensor or _is_compiling():
         return op(*args)
     if fn is not None and _grad_enabled() and _any_requires_grad(*grads):
