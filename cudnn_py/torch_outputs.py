@@ -25,13 +25,11 @@ def convert(a: DeviceArray) -> torch.Tensor:
 
 
 def allocator(shape: tuple, strides: tuple, dtype: np.dtype, device: int) -> Callable[[Any], tuple]:
-    """``new(handle) -> (tensor, address)``: a torch tensor of this layout from torch's caching allocator, ordered
-    on the handle's stream where that is not torch's current stream (``record_stream``: the allocator hands the
-    block out again only after the handle's work queued so far). The CUDA driver's special streams (0, the legacy
-    default stream ``cudaStreamLegacy`` = 1, the per-thread default stream = 2) are torch's default stream, whose
-    work every blocking stream waits for."""
+    """``new(handle) -> (tensor, address)``: a torch tensor of this layout from torch's caching allocator, recorded
+    on the handle's stream where that is not torch's current one. The driver's special streams (0, legacy 1,
+    per-thread 2) count as torch's default stream, whose work every blocking stream waits for."""
     dev = torch.device("cuda", device)
-    # new_empty_strided of an empty tensor of the dtype and device: no dtype= and device= parsed on every call
+    # no dtype= and device= parsed on every call
     empty_strided = torch.empty(0, dtype=getattr(torch, dtype.name), device=dev).new_empty_strided
     current = torch._C._cuda_getCurrentRawStream
     streams: dict = {}

@@ -1,23 +1,11 @@
-"""Device arrays on :mod:`cuda.core` memory, and zero-copy views of foreign GPU tensors.
+"""Device arrays (:class:`DeviceArray`: strided, strides in elements) on :mod:`cuda.core`'s stream-ordered memory,
+freed ordered on their stream when the last reference goes, and zero-copy views of GPU tensors of torch, CuPy, JAX
+or numba (:func:`as_array`, through DLPack / ``__cuda_array_interface__``); ``torch.from_dlpack(y)`` takes a
+DeviceArray. A NumPy array where device memory is needed raises :class:`TypeError` saying how to move it.
 
-:class:`DeviceArray` is a strided n-d view of device memory: ``shape``, ``dtype``, ``strides`` (in elements),
-``ptr``, ``device_id``. Memory comes from the device's stream-ordered memory resource (``cuda.core.Device.allocate``)
-and goes back to it, ordered on the stream it was allocated on, when the last reference goes::
-
-    x = cdp.to_device(np.random.rand(8, 3, 32, 32).astype(np.float32))   # host -> device
-    y = cdp.empty((8, 16, 32, 32), np.float32)
-    y.fill_(0.5)
-    y.to_numpy()                                                              # device -> host
-
-Torch, CuPy, JAX or numba tensors on the GPU are used in place: :func:`as_array` views them through DLPack /
-``__cuda_array_interface__`` (parsed by ``cuda.core.utils.StridedMemoryView``) honouring their strides, and
-``torch.from_dlpack(y)`` / ``cupy.asarray(y)`` take a :class:`DeviceArray` the same way. A NumPy array where device
-memory is needed raises :class:`TypeError` saying how to move it.
-
-Streams: ``stream=None`` means the device's default (legacy NULL) stream, the one cuDNN handles and PyTorch use by
-default, so mixing them needs no synchronisation. An array remembers the stream it was made on; ``to_numpy()`` waits
-on that stream, and its memory is freed ordered on that stream. Work you queue on other streams is yours to order: as
-in PyTorch, keep an array referenced (or synchronise) until work on another stream that reads it has finished.
+Streams: ``stream=None`` is the device's default (legacy NULL) stream, PyTorch's and cuDNN's default too. An array
+remembers its stream: ``to_numpy()`` waits on it and the memory is freed ordered on it; work on other streams that
+reads an array is yours to order (keep it referenced or synchronise), as in PyTorch.
 """
 from __future__ import annotations
 
@@ -32,7 +20,7 @@ import numpy.typing as npt
 from cudnn_py.core.dlpack import KDL_CUDA, KDL_CUDA_MANAGED, capsule
 from cudnn_py.core.dtypes import SUPPORTED_DTYPES
 from cudnn_py.errors import CudnnPyError, InvalidTypeError, InvalidValueError, check_cuda as _check, cuda_error_from
-from cudnn_py.core.args import element_value
+from cudnn_py.core.args import element_value, is_int
 from cudnn_py.core.contexts import device_count, driver, on_device, primary_context
 import cudnn_py.core.foreign as _foreign  # its torch tables, read through the module (learn_torch replaces them)
 from cudnn_py.clib.recording import device_work
@@ -62,13 +50,11 @@ class _CudaArrayInterface(Protocol):
 #: a shape: an int or a sequence of ints
 Shape = Union[int, Sequence[int]]
 
-# --- DeviceArray -------------------------------------------------------------------------------------
 
 class DeviceArray:
-    """A strided n-d array in device memory. Strides are in elements (NumPy's are in bytes).
-
-    Build one with :func:`to_device`, :func:`empty`, :func:`zeros` or :func:`as_array`; the constructor wraps memory
-    you already own (``owner`` is kept alive as long as the array)."""
+    """A strided n-d array in device memory, strides in elements (NumPy's are in bytes). Build one with
+    :func:`to_device`, :func:`empty`, :func:`zeros` or :func:`as_array`; the constructor wraps memory you already own
+    (``owner`` is kept alive as long as the array)."""
 
     __slots__ = ("shape", "dtype", "strides", "ptr", "device_id", "size", "nbytes", "ndim",
                  "_contiguous", "_owner", "_stream", "__weakref__")
@@ -89,15 +75,14 @@ class DeviceArray:
         if strides is None:
             strides = c_strides(shape)
         else:
-            if isinstance(strides, (str, bytes)) or not all(
-                    isinstance(s, (int, np.integer)) and not isinstance(s, bool) for s in strides):
+            if isinstance(strides, (str, bytes)) or not all(is_int(s) for s in strides):
                 raise InvalidTypeError(f"strides must be a sequence of ints (elements), got {strides!r}")
             strides = tuple(int(s) for s in strides)
             if len(strides) != len(shape):
                 raise InvalidValueError(f"strides {strides} must have one entry per dimension of shape {shape}")
         if not isinstance(ptr, int) or isinstance(ptr, bool) or ptr < 0:
             raise InvalidTypeError(f"ptr must be a device address as a non-negative int, got {ptr!r}")
-        if not isinstance(device_id, (int, np.integer)) or isinstance(device_id, bool) or device_id < 0:
+        if not is_int(device_id) or device_id < 0:
             raise InvalidTypeError(f"device_id must be a device ordinal (an int >= 0), got {device_id!r}")
         check_extent(int(ptr), shape, strides, dtype, "DeviceArray")
         self._init(int(ptr), shape, dtype, strides, int(device_id), owner,
@@ -119,13 +104,11 @@ class DeviceArray:
     @classmethod
     def from_parts(cls, ptr: int, shape: tuple[int, ...], dtype: np.dtype, strides: tuple[int, ...], device_id: int,
                    owner: Any, stream: Stream | None, contiguous: bool | None = None) -> DeviceArray:
-        """An array over memory whose layout is already checked (no validation: for the package's own views and
-        allocations; wrap foreign memory with the constructor or :func:`as_array`)."""
+        """An array over memory whose layout is already checked (the package's own views and allocations)."""
         self = cls.__new__(cls)
         self._init(ptr, shape, dtype, strides, device_id, owner, stream, contiguous)
         return self
 
-    # -- basics --
     @property
     def is_contiguous(self) -> bool:
         """Whether the elements are packed in row-major (C) order (the strides of unit dimensions do not matter)."""
@@ -141,8 +124,7 @@ class DeviceArray:
 
     @property
     def stream(self) -> Stream:
-        """The stream this array is ordered on: where it was allocated (or given at construction; default stream
-        otherwise)."""
+        """The stream this array is ordered on: where it was allocated or given (else the default stream)."""
         if self._stream is None:
             self._stream = get_device(self.device_id).default_stream
         return self._stream
@@ -171,7 +153,6 @@ class DeviceArray:
             raise InvalidValueError(f"{what} needs a C-contiguous array; this one has shape {self.shape} "
                              f"and strides {self.strides} (elements)")
 
-    # -- host transfers --
     def to_numpy(self, stream: StreamLike = None) -> np.ndarray:
         """A new C-contiguous NumPy array of this one's shape, dtype and data, copied on ``stream`` (default:
         :attr:`stream`) after the work already queued there, and waited for."""
@@ -191,10 +172,8 @@ class DeviceArray:
         return out
 
     def fill_(self, value: Any, stream: StreamLike = None) -> DeviceArray:
-        """Set every element to ``value``, asynchronously on ``stream`` (default: :attr:`stream`); returns this array.
-
-        ``value``: a scalar that :attr:`dtype` holds exactly (``float("nan")`` poisons an output before a call; 300
-        for int8 or 1e40 for float32 is refused, not wrapped or made infinite)."""
+        """Set every element to ``value``, a scalar :attr:`dtype` holds exactly (300 for int8 or 1e40 for float32 is
+        refused), asynchronously on ``stream`` (default: :attr:`stream`); returns this array."""
         v = element_value(value, self.dtype, "fill_ value").reshape(1)
         self._require_contiguous("fill_")
         s = self.stream if stream is None else as_stream(stream, self.device_id)
@@ -208,10 +187,9 @@ class DeviceArray:
         return self
 
     def copy_(self, src: DeviceArrayLike | npt.ArrayLike, stream: StreamLike = None) -> DeviceArray:
-        """Copy ``src`` into this array on ``stream`` (default: :attr:`stream`); returns this array.
-
-        ``src``: host data (NumPy or anything ``np.asarray`` takes; converted to :attr:`dtype`, same shape) or a device
-        array of the same shape and dtype. Both must be C-contiguous."""
+        """Copy ``src`` into this array on ``stream`` (default: :attr:`stream`); returns this array. ``src``: host
+        data (anything ``np.asarray`` takes, converted to :attr:`dtype`) or a device array of the same dtype; of the
+        same shape, and both C-contiguous."""
         self._require_contiguous("copy_")
         s = self.stream if stream is None else as_stream(stream, self.device_id)
         if _is_device_like(src):
@@ -239,8 +217,7 @@ class DeviceArray:
         return self
 
     def reshape(self, *shape: Any) -> DeviceArray:
-        """A view of this C-contiguous array's memory with a new shape (ints or one sequence; one dimension may be
-        -1)."""
+        """A view of this C-contiguous array with a new shape (ints or one sequence; one dimension may be -1)."""
         if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
             shape = tuple(shape[0])
         if shape.count(-1) > 1:
@@ -256,7 +233,6 @@ class DeviceArray:
         self._require_contiguous("reshape")
         return DeviceArray.from_parts(self.ptr, shape, self.dtype, c_strides(shape), self.device_id, self, self._stream)
 
-    # -- exchange protocols --
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
         return {"shape": self.shape, "typestr": self.dtype.str, "descr": [("", self.dtype.str)],
@@ -269,8 +245,8 @@ class DeviceArray:
 
     def __dlpack__(self, *, stream: int | None = None, max_version: tuple[int, int] | None = None,
                    dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> Any:
-        """DLPack export (zero-copy). ``stream``: the consumer's stream (None: the legacy default stream, -1: no
-        ordering); it is made to wait for the work queued so far on this array's stream."""
+        """DLPack export (zero-copy); the consumer's ``stream`` (None: legacy default, -1: no ordering) is made to
+        wait for the work queued so far on this array's stream."""
         if copy:
             raise BufferError("DeviceArray.__dlpack__ does not copy; call with copy=None or False")
         if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
@@ -284,11 +260,8 @@ class DeviceArray:
         return capsule(self.ptr, self.shape, self.strides, self.dtype, self.__dlpack_device__(), self)
 
 
-# --- constructors ------------------------------------------------------------------------------------
-
-#: what an array argument in device memory may be: a :class:`DeviceArray` or a GPU tensor of another
-#: library (torch, CuPy, JAX, numba) exposing DLPack or ``__cuda_array_interface__`` (defined after the class, so
-#: the alias holds the class itself and resolves in any module that uses it)
+#: what an array argument in device memory may be: a :class:`DeviceArray` or a GPU tensor of another library
+#: exposing DLPack or ``__cuda_array_interface__`` (defined after the class, so the alias holds the class itself)
 if TYPE_CHECKING:
     DeviceArrayLike = Union[DeviceArray, _DLPackTensor, _CudaArrayInterface]
 else:
@@ -337,8 +310,7 @@ def _allocate(shape: Shape, dtype: npt.DTypeLike, stream: StreamLike, device: in
 
 def allocator(shape: Shape, dtype: npt.DTypeLike, stream: StreamLike = None, *,
               device: int | Device | None = None) -> Callable[[], DeviceArray]:
-    """A function making a new uninitialised C-contiguous array of ``shape`` and ``dtype`` on ``stream`` per call
-    (what :func:`empty` makes), its arguments checked once: for a call that allocates the same output each time.
+    """A function making a new :func:`empty` array of ``shape`` and ``dtype`` on ``stream`` per call, checked once.
 
     :raises NoDeviceError: where no GPU can be used.
     :raises CudaOutOfMemoryError: (from the function) when the device has no room.
@@ -347,10 +319,8 @@ def allocator(shape: Shape, dtype: npt.DTypeLike, stream: StreamLike = None, *,
 
 
 class Output:
-    """New arrays of one layout on a handle's stream, for a call that allocates the same output each time: ``shape``
-    and ``dtype``, laid out by element ``strides`` (None or packed: C-contiguous; else over the elements they span,
-    non-negative), from an :func:`allocator` made once per stream. Call it with the handle (its ``stream`` and
-    ``device``)."""
+    """New arrays of ``shape``, ``dtype`` and element ``strides`` (None or packed: C-contiguous; else non-negative,
+    over the elements they span) on a handle's stream: call it with the handle. One :func:`allocator` per stream."""
 
     __slots__ = ("shape", "dtype", "strides", "n", "stream", "new")
 
@@ -377,11 +347,7 @@ class Output:
 
 
 class _Allocation:
-    """Owns one cuda.core buffer and frees it, ordered on its stream, with its device's context current: the
-    legacy default stream is the current context's, and the last reference may go in any thread, on any device.
-
-    Only where the process sees several devices: with one, the buffer is the array's owner and frees itself the
-    same way (``close()`` when collected) without a Python ``__del__`` (about half a microsecond a call)."""
+    """Frees a cuda.core buffer with its device's context current; only where several devices are seen."""
 
     __slots__ = ("buffer", "device_id")
 
@@ -397,24 +363,20 @@ class _Allocation:
 
 
 def _queue(name: str, *args: Any) -> None:
-    """Call the driver function ``name``, a copy, memset or read of device memory, raising its error: every such call
-    of the package goes through here, so that one made while recording outside a sink spoils the recording
-    (:func:`cudnn_py.clib.recording.device_work`: a replay would not repeat it)."""
+    """Call the driver's copy, memset or read ``name``, raising its error, as device work a recording notes."""
     device_work(name)
     _check(getattr(driver(), name)(*args), name)
 
 
 def memset_writes(element: np.ndarray) -> bool:
-    """Whether a driver memset can write the one-element array ``element``: its bytes are a repeated 1-, 2- or
-    4-byte word (not an 8-byte element with unequal halves)."""
+    """Whether a driver memset can write the one-element array ``element`` (a repeated 1-, 2- or 4-byte word)."""
     item = element.dtype.itemsize
     return item <= 4 or item == 8 and element.view(np.uint32)[0] == element.view(np.uint32)[1]
 
 
 def memset(ptr: int, element: np.ndarray, count: int, stream_handle: Any) -> bool:
-    """Queue a driver memset writing ``count`` copies of the one-element array ``element`` (its bytes) from
-    ``ptr`` on the stream; False (nothing queued) where no memset writes it (:func:`memset_writes`). The caller
-    makes the memory's device current (:class:`on_device`)."""
+    """Queue a memset of ``count`` copies of the one-element array ``element`` from ``ptr``, with the memory's device
+    current; False (nothing queued) where no memset writes it (:func:`memset_writes`)."""
     if not memset_writes(element):
         return False
     item = element.dtype.itemsize
@@ -425,9 +387,8 @@ def memset(ptr: int, element: np.ndarray, count: int, stream_handle: Any) -> boo
 
 def empty(shape: Shape, dtype: npt.DTypeLike = np.float32, stream: StreamLike = None, *,
           device: int | Device | None = None) -> DeviceArray:
-    """A new uninitialised C-contiguous device array of ``shape`` (an int or a sequence of ints) and ``dtype`` (one
-    cuDNN supports: float32, float16, bfloat16, float64, int8, ...), allocated (and later freed) on ``stream``
-    (``None``: the default stream) of ``device`` (``None``: the current one).
+    """A new uninitialised C-contiguous device array of ``shape`` (an int or ints) and ``dtype`` (one cuDNN supports),
+    allocated and later freed on ``stream`` (``None``: the default stream) of ``device`` (``None``: the current one).
 
     :raises NoDeviceError: where no GPU can be used.
     :raises CudaOutOfMemoryError: when the device has no room.
@@ -446,19 +407,17 @@ def zeros(shape: Shape, dtype: npt.DTypeLike = np.float32, stream: StreamLike = 
 
 
 def empty_like(a: DeviceArrayLike, dtype: npt.DTypeLike | None = None, stream: StreamLike = None) -> DeviceArray:
-    """A new uninitialised C-contiguous array of the shape of ``a`` (a device array or GPU tensor), on its device, of
-    ``dtype`` and allocated on ``stream`` (default: ``a``'s)."""
+    """A new uninitialised C-contiguous array shaped as ``a`` (a device array or GPU tensor), on its device and
+    ``stream`` (default: ``a``'s), of ``dtype`` (default: ``a``'s)."""
     a = as_array(a, "a")
     return _allocate(a.shape, a.dtype if dtype is None else dtype, a._stream if stream is None else stream, a.device_id)
 
 
 def to_device(obj: npt.ArrayLike | DeviceArrayLike, stream: StreamLike = None, *, dtype: npt.DTypeLike | None = None,
               device: int | None = None) -> DeviceArray:
-    """A new C-contiguous device array holding ``obj`` (a NumPy array or anything ``np.asarray`` takes; packed and
-    converted to ``dtype`` on the host first), allocated and copied on ``stream`` (``None``: the default stream) of
-    ``device`` (``None``: the current one). Device data (a DeviceArray, torch/CuPy tensor) is returned as a zero-copy
-    :func:`as_array` view instead, checked against ``dtype`` and ``device`` when they are given (never converted or
-    moved).
+    """A new C-contiguous device array holding ``obj`` (anything ``np.asarray`` takes, converted to ``dtype`` on the
+    host), copied on ``stream`` (``None``: the default stream) of ``device`` (``None``: the current one). Device data
+    is returned as a zero-copy :func:`as_array` view, checked against ``dtype`` and ``device`` where given.
 
     :raises NoDeviceError: where no GPU can be used.
     """
@@ -469,8 +428,6 @@ def to_device(obj: npt.ArrayLike | DeviceArrayLike, stream: StreamLike = None, *
     host = np.ascontiguousarray(obj, dtype=dtype)
     return _allocate(host.shape, host.dtype, stream, device).copy_(host)
 
-
-# --- foreign tensors ---------------------------------------------------------------------------------
 
 def _is_device_like(obj) -> bool:
     if type(obj) is DeviceArray:
@@ -489,15 +446,13 @@ def _is_device_like(obj) -> bool:
 
 
 def _host_error(obj, name: str) -> InvalidTypeError:
-    return InvalidTypeError(
-        f"{name} is a {type(obj).__module__}.{type(obj).__name__} in host memory, but cuDNN needs device memory; "
-        f"copy it with cudnn_py.to_device({name}) (or pass a GPU tensor, e.g. torch's {name}.cuda())"
-    )
+    return InvalidTypeError(f"{name} is a {type(obj).__module__}.{type(obj).__name__} in host memory, but cuDNN needs "
+                            f"device memory; copy it with cudnn_py.to_device({name}) (or pass a GPU tensor, e.g. "
+                            f"torch's {name}.cuda())")
 
 
 def _view(obj, name: str, stream) -> DeviceArray:
-    """Wrap a DLPack / CUDA-array-interface object without copying (a CUDA torch tensor read as it is, where no
-    stream ordering is asked for: torch's DLPack export refuses tensors that require grad and the float8 dtypes)."""
+    """A DLPack / CUDA-array-interface object without a copy (a CUDA torch tensor read directly without ``stream``)."""
     if isinstance(obj, (np.ndarray, np.generic)):
         raise _host_error(obj, name)
     if stream is None:
@@ -545,14 +500,13 @@ def _view(obj, name: str, stream) -> DeviceArray:
 def as_array(obj: DeviceArrayLike, name: str = "x", *, dtype: npt.DTypeLike | None = None, ndim: int | None = None,
              shape: Sequence[int] | None = None, contiguous: bool = False, device: int | None = None,
              stream: StreamLike = None) -> DeviceArray:
-    """``obj`` as a :class:`DeviceArray`, without copying, validated before any C call sees it: ``dtype``, ``ndim``,
-    ``shape`` and ``device`` are what it must have where given (:class:`TypeError` for the dtype, :class:`ValueError`
-    otherwise), ``contiguous`` asks for C-contiguity; the errors name ``name``.
+    """``obj`` as a :class:`DeviceArray` without a copy, checked before any C call sees it: ``dtype``, ``ndim``,
+    ``shape`` and ``device`` where given (:class:`TypeError` for the dtype, :class:`ValueError` otherwise) and
+    C-contiguity where ``contiguous``; the errors name ``name``.
 
-    :param obj: a DeviceArray (returned as is) or any GPU tensor with ``__dlpack__`` / ``__cuda_array_interface__``
-        (torch, CuPy, JAX, numba). A host array raises :class:`TypeError` that says how to move it.
-    :param stream: the consumer stream foreign producers are ordered before (default: no ordering; the default
-        stream is shared anyway).
+    :param obj: a DeviceArray (returned as is) or a GPU tensor with ``__dlpack__`` / ``__cuda_array_interface__``
+        (torch, CuPy, JAX, numba); a host array raises :class:`TypeError` saying how to move it.
+    :param stream: the consumer stream foreign producers are ordered before (default: no ordering).
     """
     a = obj if type(obj) is DeviceArray else _view(obj, name, stream)
     if dtype is not None and a.dtype != dtype and a.dtype != array_dtype(dtype):  # the second: "fp16", ...
@@ -569,15 +523,10 @@ def as_array(obj: DeviceArrayLike, name: str = "x", *, dtype: npt.DTypeLike | No
     return a
 
 
-# --- array arguments on the hot path -------------------------------------------------------------------
-
 def array_signature(obj: DeviceArrayLike, name: str = "x") -> tuple[Signature, int]:
-    """``((shape, strides, dtype, device_id), data pointer)`` of a device-array argument: what a cached call keys on.
-
-    A :class:`DeviceArray` and a CUDA torch tensor (of a dtype cuDNN has) are read in a few attribute reads (the hot
-    path of the convolution calls and the graph executors); anything else goes through :func:`as_array` (DLPack /
-    CUDA array interface), which raises naming ``name`` where ``obj`` is not device memory. Strides are in elements.
-    """
+    """``((shape, strides in elements, dtype, device_id), data pointer)`` of a device-array argument: what a cached
+    call keys on. A DeviceArray and a CUDA torch tensor are read from attributes, anything else by :func:`as_array`
+    (which raises naming ``name`` where ``obj`` is not device memory)."""
     if type(obj) is DeviceArray:
         return (obj.shape, obj.strides, obj.dtype, obj.device_id), obj.ptr
     got = _torch_signature(obj)
@@ -588,8 +537,7 @@ def array_signature(obj: DeviceArrayLike, name: str = "x") -> tuple[Signature, i
 
 
 def _torch_signature(obj: Any) -> tuple[Signature, int] | None:
-    """:func:`array_signature` of a CUDA torch tensor of a dtype cuDNN has, read from its attributes (no DLPack, which
-    refuses tensors that require grad and the float8 dtypes); None for anything else."""
+    """:func:`array_signature` of a CUDA torch tensor of a dtype cuDNN has, from its attributes; else None."""
     if not is_torch_tensor(obj):
         return None
     dt = _foreign.TORCH_DTYPES.get(obj.dtype)

@@ -1,20 +1,14 @@
-"""Streams, events and timing: thin helpers over :mod:`cuda.core`, whose ``Stream`` and ``Event`` cudnn-py uses
-directly; this module normalises what users pass as a stream and adds a timer::
+"""Streams, events and timing: helpers over :mod:`cuda.core` (whose ``Stream`` and ``Event`` cudnn-py uses) that
+normalise what users pass as a stream, and a timer::
 
-    s = cdp.new_stream()                    # a fresh non-blocking stream on the current device
-    with h.on_stream(s), cdp.timer(s) as t:
+    with h.on_stream(s), cdp.timer(s) as t:   # s = cdp.new_stream(): a non-blocking stream on the current device
         y = cdp.convolution_forward(h, conv, x, w)
     print(t.ms)                               # device time between two events on s
 
-``cdp.timer(s, hold=True)`` holds ``s`` until the block has queued all its work, so that the time is the GPU's
-even where queuing the work costs the host more than running it costs the device (tiny calls).
-
-A *stream* argument anywhere in cudnn-py may be ``None`` (the device's default stream, i.e. the legacy NULL stream
-that cuDNN and PyTorch also use by default), a :class:`cuda.core.Stream`, an object with ``__cuda_stream__`` or a
-``cuda_stream`` attribute (``torch.cuda.Stream``), or a raw ``cudaStream_t`` as an int.
-
-:mod:`cuda.core` is imported on the first call that needs a device (it takes a few hundred milliseconds). Where no
-GPU or driver can be used, those calls raise :class:`~cudnn_py.errors.NoDeviceError`.
+A *stream* argument may be ``None`` (the device's default, legacy NULL stream, cuDNN's and PyTorch's default too),
+a :class:`cuda.core.Stream`, an object with ``__cuda_stream__`` or a ``cuda_stream`` attribute (``torch.cuda.Stream``)
+or a raw ``cudaStream_t`` int. :mod:`cuda.core` is imported on first use; without a usable GPU or driver, calls that
+need one raise :class:`~cudnn_py.errors.NoDeviceError`.
 """
 from __future__ import annotations
 
@@ -38,8 +32,7 @@ if TYPE_CHECKING:
 __all__ = ["StreamLike", "get_device", "as_stream", "stream_ptr", "new_stream", "synchronize", "timer", "Timer",
            "held_ms", "cuda_core", "driver", "missing_device", "HOLD_TIMEOUT"]
 
-#: seconds a held stream (``timer(hold=True)``) waits for its block at most: a block that waits for the stream
-#: itself (a synchronising copy, ``synchronize``) is let go then, and its time is the host's
+#: seconds a held stream (``timer(hold=True)``) waits at most for a block that waits for the stream itself
 HOLD_TIMEOUT = 2.0
 
 
@@ -53,9 +46,8 @@ class _HasCudaStreamAttr(Protocol):
 
 
 def annotation_only(alias: Any, name: str, instead: str) -> Any:
-    """``alias`` (a ``typing.Union``) as it is for annotations, ``|``, ``Optional`` and ``TypeVar`` bounds, but whose
-    call raises :class:`InvalidTypeError` naming ``name`` and what to use ``instead`` (typing's own TypeError says
-    only "Cannot instantiate typing.Union")."""
+    """``alias`` (a ``typing.Union``) for annotations, whose call raises :class:`InvalidTypeError` naming ``name``
+    and what to use ``instead`` (typing's own says only "Cannot instantiate typing.Union")."""
     def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
         raise InvalidTypeError(f"{name} is a type alias for annotations and cannot be called; {instead}")
 
@@ -87,14 +79,11 @@ _StreamType: type = type("_NotLoaded", (), {})  # cuda.core.Stream once cuda.cor
 
 
 def cuda_core() -> ModuleType:
-    """The :mod:`cuda.core` package, imported on first use; :class:`NoDeviceError` when cuda-core or cuda-bindings is
-    not installed (cudnn-py was installed without its ``cu12`` / ``cu13`` extra)."""
+    """:mod:`cuda.core`, imported on first use (:class:`NoDeviceError` without cudnn-py's ``cu12``/``cu13`` extra)."""
     global _core, _StreamType, _driver
     if _core is not None:
         return _core
-    # Under the package's import lock: cuda.core's __init__ copies its versioned module's namespace (__spec__
-    # included) into its own before it imports its classes, so Python hands a second thread importing it at the same
-    # time the half-filled module ("module 'cuda.core.cu13' has no attribute 'Stream'"); _core is set complete.
+    # under the import lock: a second thread importing cuda.core at once got it half-filled (docs/design.md)
     with _imports.locked():
         if _core is None:
             try:
@@ -108,19 +97,15 @@ def cuda_core() -> ModuleType:
 
 
 def driver() -> ModuleType:
-    """``cuda.bindings.driver``, imported on first use (after cuda.core: a clear :class:`NoDeviceError` when the
-    CUDA packages are missing); kept, as an import statement costs a fifth of a microsecond on every call."""
+    """``cuda.bindings.driver``, imported with cuda.core on first use (:class:`NoDeviceError` where missing)."""
     if _driver is None:
         cuda_core()  # imports cuda.bindings.driver with cuda.core, under the import lock
     return cast(ModuleType, _driver)
 
 
 def _no_device(device: int | None, cause: BaseException | None) -> CudaError:
-    """Why ``device`` cannot be used, as a :class:`NoDeviceError` (or :class:`CudaError` for anything else).
-
-    The callers raise it ``from None``: where no driver result code names the reason, the cause's own text ends the
-    message (``cause: ...``); the cause is kept as the error's ``cause`` attribute, without the 35-odd lines of
-    chained cuda.core / cuda.pathfinder traceback."""
+    """Why ``device`` cannot be used, as a :class:`NoDeviceError` (else :class:`CudaError`) to raise ``from None``:
+    where no driver code names the reason, the cause's text ends the message; the cause is kept as ``err.cause``."""
     err = _diagnose(device, cause)
     if cause is not None and isinstance(err, NoDeviceError) and not err.name:  # a driver code says it all
         first = (str(cause).strip().splitlines() or [""])[0]
@@ -166,8 +151,7 @@ def missing_device(device: int = 0) -> NoDeviceError | None:
 
 def get_device(device: int | Device | None = None) -> Device:
     """The :class:`cuda.core.Device` of ``device`` (an ordinal, a :class:`cuda.core.Device`, or ``None`` for this
-    thread's current device at the time of the call: 0 where none is current; asked of the driver each call, which
-    is cheap), made current in this thread the first time it is asked for.
+    thread's current device, 0 where none is), made current in this thread the first time it is asked for.
 
     :raises NoDeviceError: no driver, no GPU, or no such ordinal.
     """
@@ -201,9 +185,7 @@ def get_device(device: int | Device | None = None) -> Device:
 
 
 def _current_ordinal() -> int:
-    """The ordinal of this thread's current device: that of its current CUDA context, 0 where it has none (asked
-    first with ``cuCtxGetCurrent``, which answers NULL without failing: ``cuda.core.Device()`` probes with
-    ``cuCtxGetDevice``, whose failure in a thread without a context compute-sanitizer reports)."""
+    """The ordinal of this thread's current device, 0 where it has no context (see docs/design.md)."""
     try:
         if not _has_context():
             return 0
@@ -227,8 +209,8 @@ def _has_context() -> bool:
 
 
 def as_stream(stream: StreamLike = None, device: int | Device | None = None) -> Stream:
-    """A stream argument (see the module doc) as a :class:`cuda.core.Stream`; ``None`` is the default stream of
-    ``device``. :class:`InvalidTypeError` for anything that is not a stream."""
+    """A stream argument (see the module doc) as a :class:`cuda.core.Stream` (``None``: ``device``'s default stream);
+    :class:`InvalidTypeError` for anything else."""
     if type(stream) is _StreamType:
         return stream
     if stream is None:
@@ -252,8 +234,7 @@ def as_stream(stream: StreamLike = None, device: int | Device | None = None) -> 
 
 
 def stream_ptr(stream: StreamLike = None) -> int:
-    """The ``cudaStream_t`` of a stream argument (``None``: the current device's default stream) as an int (what
-    cuDNN's ``cudnnSetStream`` takes)."""
+    """The ``cudaStream_t`` of a stream argument (``None``: the current device's default stream) as an int."""
     return int(as_stream(stream).handle)
 
 
@@ -280,8 +261,7 @@ def synchronize(stream: StreamLike = None) -> None:
 
 
 class _Latch:
-    """One host-mapped 32-bit word that held streams wait on (``cuStreamWaitValue32``: cyclic greater-or-equal),
-    allocated once per process: each hold takes the next ticket and is let go when the word reaches it."""
+    """A host-mapped word held streams wait on (``cuStreamWaitValue32``); each hold waits for its own ticket."""
 
     def __init__(self) -> None:
         d = driver()
@@ -293,12 +273,7 @@ class _Latch:
         self.lock = threading.Lock()
 
     def hold(self, stream: Stream) -> int | None:
-        """Make ``stream`` wait from here on until :meth:`release` of the ticket returned (None: the driver cannot
-        hold streams; nothing was queued).
-
-        The driver call runs outside the lock: it can wait inside the driver for another thread's call (a lazy
-        module load, a free) that waits for the device, which waits for a release of an earlier hold, which takes
-        the lock (seen on the H200: first calls from 8 threads, one autotuning a plan, hung until killed)."""
+        """Make ``stream`` wait until :meth:`release` of the returned ticket (None: the driver cannot hold streams)."""
         with self.lock:
             ticket = self.ticket = (self.ticket + 1) & 0xFFFFFFFF
         err, = driver().cuStreamWaitValue32(stream.handle, self.address, ticket, 0)
@@ -319,13 +294,9 @@ def _the_latch() -> _Latch:
 
 
 class Timer:
-    """Device time between two events recorded on one stream; use through :func:`timer`.
-
-    ``ms`` is ``None`` until the block has exited (the end event is synchronised then); ``held`` says whether the
-    stream was held until the block had queued its work (``hold=True`` where the driver can hold streams, this is
-    the process's only thread, and the block did not outlast :data:`HOLD_TIMEOUT`); ``timed_out`` that the watchdog
-    let the stream go at :data:`HOLD_TIMEOUT` (the block waited for the held stream: see :func:`held_ms`).
-    """
+    """Device time between two events recorded on one stream; use through :func:`timer`. ``ms``: None until the
+    block has exited; ``held``: whether the stream was held until the block had queued its work; ``timed_out``:
+    whether the watchdog let it go at :data:`HOLD_TIMEOUT` (the block waited for the held stream: :func:`held_ms`)."""
 
     __slots__ = ("stream", "ms", "held", "timed_out", "_start", "_options", "_hold", "_holding", "_ticket",
                  "_watchdog", "_collecting")
@@ -334,24 +305,19 @@ class Timer:
         self._hold = self._holding = bool_arg(hold, "hold")
         self.stream: Stream = as_stream(stream)
         self.ms: float | None = None
-        self.held = self.timed_out = False
+        self.held = self.timed_out = self._collecting = False
         self._ticket: int | None = None
         self._watchdog: threading.Timer | None = None
-        self._collecting = False
         self._start: Any = None
         self._options = cuda_core().EventOptions(timing_enabled=True)
 
     def __enter__(self) -> Timer:
         self.ms, self.held, self.timed_out, self._ticket = None, False, False, None
-        # Only where no other thread runs: another thread's device-wide wait (a lazy module load, a free, a
-        # synchronize) waits for the held stream while the holder may wait for it (H200: first calls from 8 threads,
-        # one autotuning a plan, hung until killed). Unheld, ``ms`` includes the host's queuing where it is slower.
+        # only where no other thread runs, which could deadlock with the hold (docs/design.md)
         self._holding = self._hold and _alone()
         try:
             if self._holding:
-                # No garbage collection while the stream is held: a collected plan's cudnnBackendDestroyDescriptor
-                # waits for the GPU, which waits for the release (a collection in the watchdog's thread, as it
-                # started, deadlocked an autotune on an H200). The watchdog starts before the hold for that reason.
+                # no garbage collection while held, and the watchdog started first: see docs/design.md
                 self._collecting = gc.isenabled()
                 gc.disable()
                 self._watchdog = threading.Timer(HOLD_TIMEOUT, self._let_go)
@@ -396,17 +362,14 @@ _WATCHDOG = "cudnn_py-hold-watchdog"
 
 
 def _alone() -> bool:
-    """Whether this is the process's only thread, earlier timers' watchdogs aside: one cancelled by its timer's end
-    may still be on its way out when the next timer starts (under CPU load, for many samples of a sweep), and it
-    does nothing that waits for the device."""
+    """Whether this is the process's only thread (earlier timers' cancelled watchdogs, still ending, aside)."""
     return threading.active_count() == 1 or all(
         t is threading.current_thread() or t.name == _WATCHDOG for t in threading.enumerate())
 
 
 def held_ms(stream: StreamLike, queue: Callable[[], Any], hold: bool = True) -> tuple[float | None, bool]:
-    """(device ms of the work ``queue()`` queues on ``stream``, whether to hold the next sample of that work): timed
-    held while ``hold``; a sample whose hold timed out (the work waits for the device as it is queued: a
-    synchronising call inside, which waited for the watchdog) is taken again unheld, and so are that work's next."""
+    """(device ms of the work ``queue()`` queues on ``stream``, whether to hold its next sample): timed held while
+    ``hold``; a sample whose hold timed out (the work synchronises inside) is taken again unheld, as are the next."""
     with timer(stream, hold=hold) as t:
         queue()
     if not t.timed_out:
@@ -417,15 +380,13 @@ def held_ms(stream: StreamLike, queue: Callable[[], Any], hold: bool = True) -> 
 
 
 def timer(stream: StreamLike = None, *, hold: bool = False) -> Timer:
-    """Time the device work queued on ``stream`` (``None``: the default stream) inside a ``with`` block:
-    ``with cdp.timer(s) as t: ...`` then ``t.ms``.
+    """Time the device work queued on ``stream`` (``None``: the default stream) inside ``with cdp.timer(s) as t:``,
+    then read ``t.ms``.
 
-    :param hold: hold ``stream`` (``cuStreamWaitValue32`` on a host-mapped word) until the block has queued its
-        work, so ``ms`` is the GPU's time even where the host queues it slower than the GPU runs it (only while this
-        is the process's only thread: another thread's device-wide wait could deadlock with the hold); the block must
-        not wait for the stream itself (it is let go after :data:`HOLD_TIMEOUT` seconds if it does; ``held`` then
-        reads False, as it does where the driver cannot hold streams). The garbage collector is off meanwhile (a
-        collected object's destroy call could wait for the held GPU).
+    :param hold: hold ``stream`` until the block has queued its work, so ``ms`` is the GPU's time even where the host
+        queues slower than the GPU runs (only while this is the process's only thread; the garbage collector is off
+        meanwhile). A block that waits for the stream itself is let go after :data:`HOLD_TIMEOUT` seconds; ``held``
+        then reads False, as where the driver cannot hold streams.
     :raises NoDeviceError: where no GPU can be used.
     """
     return Timer(stream, hold)

@@ -1,17 +1,11 @@
-"""Workspaces: one device scratch buffer that grows on demand and is reused call after call.
+"""Workspaces: one device scratch buffer per :class:`~cudnn_py.Handle` (``handle.workspace``), grown on demand in
+whole MiB and reused call after call; users never size one by hand::
 
-Every :class:`~cudnn_py.Handle` owns one (``handle.workspace``); execute calls ask cuDNN how many bytes they need and
-take them with ``handle.workspace.get(nbytes, handle.stream)``, so users never size workspaces by hand::
-
-    h.workspace.cap = 64 << 20          # never grow past 64 MiB: a call needing more raises
-    ...
+    h.workspace.cap = 64 << 20          # never grow past 64 MiB: a call needing more raises WorkspaceLimitError
     print(h.workspace.peak)             # the most any call asked for
 
-Growth frees the old buffer and allocates the new one on the stream of the call (stream-ordered, so work already
-queued keeps using the old memory safely). The buffer is reused on the same stream without synchronisation; moving to
-another stream makes that stream wait for the previous one first. A call needing more than ``cap`` raises
-:class:`~cudnn_py.errors.WorkspaceLimitError` (nothing is allocated, nothing runs); callers that can fall back (e.g.
-to an algorithm needing less) catch it.
+Growth reallocates ordered on the call's stream; moving to another stream makes it wait for the previous one first.
+Callers that can fall back catch :class:`~cudnn_py.errors.WorkspaceLimitError` (nothing is allocated, nothing runs).
 """
 from __future__ import annotations
 
@@ -30,17 +24,15 @@ _GRANULE = 1 << 20  # grow in whole MiB so slightly larger requests reuse the bu
 
 
 class Workspace:
-    """A growable device scratch buffer. ``cap``: the most bytes it may hold (None: no limit). ``with Workspace() as
-    ws:`` frees the memory at the end of the block (the object stays usable and allocates again on the next
-    :meth:`get`)."""
+    """A growable device scratch buffer (``cap``: see :attr:`cap`); ``with Workspace() as ws:`` frees its memory at
+    the end of the block (it stays usable, allocating again on the next :meth:`get`)."""
 
     __slots__ = ("_device", "_buffer", "_ptr", "_size", "_stream", "_cap", "peak", "__weakref__")
 
     def __init__(self, cap: int | None = None, *, device: int | Device | None = None):
         self._device = device
         self._buffer: Any = None
-        self._ptr = 0
-        self._size = 0
+        self._ptr = self._size = 0
         self._stream: Stream | None = None
         self._cap: int | None = None
         self.cap = cap
@@ -49,8 +41,7 @@ class Workspace:
 
     @property
     def cap(self) -> int | None:
-        """The most bytes this workspace may grow to (None: unlimited); lowering it below :attr:`size` frees the
-        buffer."""
+        """The most bytes this workspace may grow to (None: no limit); a cap below :attr:`size` frees the buffer."""
         return self._cap
 
     @cap.setter
@@ -114,8 +105,7 @@ class Workspace:
         return self._ptr
 
     def release(self) -> None:
-        """Give the buffer back (stream-ordered on the stream that last used it); the next :meth:`get` allocates
-        again."""
+        """Give the buffer back, ordered on the stream that last used it; the next :meth:`get` allocates again."""
         if self._buffer is not None:
             with on_device(self._buffer.device_id):
                 self._buffer.close(self._stream)

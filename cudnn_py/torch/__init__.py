@@ -1,17 +1,8 @@
-"""cudnn-py inside PyTorch: cuDNN operations registered as torch custom ops (``torch.ops.cudnn_py.*``).
-
-Each op has a fake (meta) implementation and an autograd formula, so it runs eagerly, under autograd, under
-``torch.compile(fullgraph=True)`` without graph breaks and in CUDA graphs; it queues its work on
-``torch.cuda.current_stream()`` of its tensors' device and takes outputs and workspace from torch's caching
-allocator (:mod:`cudnn_py.torch.runtime`). torch is imported here and only here: the rest of cudnn-py never needs
-it. See docs/torch.md.
-
-* attention: :func:`sdpa` (with paged KV caches for inference), :func:`scaled_dot_product_attention`
-  (:mod:`cudnn_py.torch.attention`); FP8 attention: :func:`sdpa_fp8`, :func:`sdpa_fp8_backward`
-  (:mod:`cudnn_py.torch.attention_fp8`)
-* normalisation: :func:`layer_norm`, :func:`rms_norm`, :func:`batch_norm` (:mod:`cudnn_py.torch.norms`)
-* convolution with a fused bias and activation: :func:`conv` (:mod:`cudnn_py.torch.conv`)
-* any graph you build: :func:`graph_op` (:mod:`cudnn_py.torch.graphs`)
+"""cudnn-py inside PyTorch (docs/torch.md): cuDNN operations as torch custom ops (``torch.ops.cudnn_py.*``) that
+run eagerly, under autograd, under ``torch.compile(fullgraph=True)`` and in CUDA graphs, on torch's current stream
+with memory from torch's caching allocator: :func:`sdpa`, :func:`scaled_dot_product_attention`, :func:`sdpa_fp8`,
+:func:`sdpa_fp8_backward`, :func:`layer_norm`, :func:`rms_norm`, :func:`batch_norm`, :func:`conv` (with a fused bias
+and activation) and :func:`graph_op` (any graph you build). torch is imported here and only here.
 """
 from __future__ import annotations
 

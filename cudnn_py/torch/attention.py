@@ -1,20 +1,9 @@
-"""Attention as torch custom ops: ``cudnn_py::sdpa_fwd`` and ``cudnn_py::sdpa_bwd``, with autograd, and
-``cudnn_py::sdpa_paged_fwd`` (a paged KV cache; inference only: cuDNN has no paged backward).
-
-:func:`sdpa` takes every option of :func:`cudnn_py.sdpa` that maps to tensors and numbers (scale, top-left and
-bottom-right causal masks, sliding windows, an additive bias and its gradient, per-batch lengths, packed batches by
-FlashAttention-style ``cu_seqlens`` or element offsets, paged KV caches, ALiBi, dropout);
-:func:`scaled_dot_product_attention` has ``torch.nn.functional.scaled_dot_product_attention``'s signature. Both
-reach the ops through :func:`~cudnn_py.torch.runtime.call`, so they run eagerly, under autograd, under
-``torch.compile(fullgraph=True)`` and in CUDA graphs, on torch's current stream. The ops run :func:`cudnn_py.sdpa`
-and :func:`cudnn_py.sdpa_backward` on the tensors with outputs from torch's allocator, so a repeat call is the core's
-prepared call; a plain eager call that needs no gradient goes there directly. FP8 attention:
-:mod:`cudnn_py.torch.attention_fp8`.
-
-Tensors are logical (B, H, S, D) with the head dim packed (stride 1), any other strides (BHSD, BSHD as
-``x.transpose(1, 2)``, slices of one QKV buffer); o gets q's layout, dq/dk/dv those of q/k/v. Packed batches are
-(T, H, D). With a padding mask (``seq_len_q``/``seq_len_kv`` on padded tensors) the rows and gradients outside
-the sequences are zero.
+"""Attention as torch custom ops: ``cudnn_py::sdpa_fwd`` and ``sdpa_bwd`` (its autograd formula), and
+``sdpa_paged_fwd`` (a paged KV cache; inference only), running :func:`cudnn_py.sdpa` and
+:func:`cudnn_py.sdpa_backward` with outputs from torch's allocator. :func:`sdpa` takes cuDNN's options,
+:func:`scaled_dot_product_attention` torch's signature; a plain eager call needing no gradient skips the op. Tensors
+are logical (B, H, S, D) with the head dim packed, any other strides (packed batches: (T, H, D)); o gets q's layout,
+dq/dk/dv those of q/k/v.
 """
 from __future__ import annotations
 
@@ -39,15 +28,14 @@ _grad_enabled = torch.is_grad_enabled
 _any_requires_grad = torch._C._any_requires_grad
 
 _IO_DTYPES = (torch.float16, torch.bfloat16)
-_N_TENSORS = 11  # q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset, sink
 #: the forward's optional tensors in binding order (after q, k, v), by the graph builder's names
 _FWD_NAMES = ("bias", "seq_len_q", "seq_len_kv", "ragged_offset_q", "ragged_offset_k", "seed", "offset", "sink")
+_N_TENSORS = 3 + len(_FWD_NAMES)  # the forward's tensor arguments
 
 
 def _fwd_outputs(q: Tensor, v: Tensor, seq_len_q: Optional[Tensor], ragged_offset_q: Optional[Tensor],
-                 max_seq_len_q: Optional[int], return_stats: bool) -> tuple[Tensor, Tensor]:
-    """(o, stats): o in q's layout (packed: (T, Hq, Dv)), zero-filled under a padding mask on padded tensors (which
-    leaves rows unwritten); stats (B, Hq, Sq, 1) float32, (0,) without ``return_stats``."""
+                 max_seq_len_q: Optional[int], return_stats: bool, **_: Any) -> tuple[Tensor, Tensor]:
+    """(o in q's layout, zero-filled under a padding mask; float32 stats (B, Hq, Sq, 1), (0,) without them)."""
     zero = seq_len_q is not None and ragged_offset_q is None
     if ragged_offset_q is not None:
         b, sq = ragged_offset_q.shape[0] - 1, max_seq_len_q or 0
@@ -59,17 +47,14 @@ def _fwd_outputs(q: Tensor, v: Tensor, seq_len_q: Optional[Tensor], ragged_offse
     return o, (torch.zeros if zero and return_stats else torch.empty)(stats, dtype=torch.float32, device=q.device)
 
 
-def _options(scale, causal, bottom_right, left_bound, right_bound, alibi, dropout, max_seq_len_q,
-             max_seq_len_kv) -> dict:
-    """The ops' options as :func:`cudnn_py.sdpa`'s keywords."""
-    return dict(scale=scale, causal=causal, diagonal_alignment="bottom_right" if bottom_right else "top_left",
-                left_bound=left_bound, right_bound=right_bound, alibi=alibi, dropout=dropout,
-                max_seq_len_q=max_seq_len_q, max_seq_len_kv=max_seq_len_kv)
-
-
-def _given(names, tensors) -> dict:
-    """The optional tensors that are present, by :func:`cudnn_py.sdpa`'s keywords."""
-    return {n: t for n, t in zip(names, tensors) if t is not None}
+def _keywords(bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset, sink, scale, causal,
+              bottom_right, left_bound, right_bound, alibi, dropout, max_seq_len_q, max_seq_len_kv) -> dict:
+    """The ops' optional tensors (those given) and options as :func:`cudnn_py.sdpa`'s keywords."""
+    tensors = (bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset, sink)
+    return dict({n: t for n, t in zip(_FWD_NAMES, tensors) if t is not None}, scale=scale, causal=causal,
+                diagonal_alignment="bottom_right" if bottom_right else "top_left", left_bound=left_bound,
+                right_bound=right_bound, alibi=alibi, dropout=dropout, max_seq_len_q=max_seq_len_q,
+                max_seq_len_kv=max_seq_len_kv)
 
 
 def _sdpa_fwd(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], seq_len_q: Optional[Tensor],
@@ -78,29 +63,23 @@ def _sdpa_fwd(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], seq_len_q
              bottom_right: bool, left_bound: Optional[int], right_bound: Optional[int], alibi: bool, dropout: float,
              max_seq_len_q: Optional[int], max_seq_len_kv: Optional[int],
              return_stats: bool = True) -> tuple[Tensor, Tensor]:
-    """Attention forward: (o, the float32 log-sum-exp statistics (B, Hq, Sq, 1), empty without ``return_stats``:
-    the backward needs them). See :func:`sdpa`."""
+    """Attention forward: (o, stats (the backward needs them)). See :func:`sdpa`."""
     o, stats = _fwd_outputs(q, v, seq_len_q, ragged_offset_q, max_seq_len_q, return_stats)
-    extra = _given(_FWD_NAMES, (bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset, sink))
+    kw = _keywords(bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset, sink, scale, causal,
+                   bottom_right, left_bound, right_bound, alibi, dropout, max_seq_len_q, max_seq_len_kv)
     if return_stats:
-        extra.update(stats=stats, return_stats=True)
-    context(q.get_device()).run(core_sdpa, q, k, v, **extra, o=o, **_options(
-        scale, causal, bottom_right, left_bound, right_bound, alibi, dropout, max_seq_len_q, max_seq_len_kv))
+        kw.update(stats=stats, return_stats=True)
+    context(q.get_device()).run(core_sdpa, q, k, v, o=o, **kw)
     return o, stats
 
 
-def _sdpa_fwd_fake(q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset, sink, scale,
-                   causal, bottom_right, left_bound, right_bound, alibi, dropout, max_seq_len_q, max_seq_len_kv,
-                   return_stats=True):
-    return _fwd_outputs(q, v, seq_len_q, ragged_offset_q, max_seq_len_q, return_stats)
-
-
-def _grads(q, k, v, bias, sink, ragged, zero: bool, want_dbias: bool, want_dsink: bool) -> list[Tensor]:
-    """[dq, dk, dv], then dbias and dsink where wanted."""
-    if ragged:
+def _grads(q, k, v, bias, sink, seq_len_q, ragged_offset_q, want_dbias: bool, want_dsink: bool,
+           **_: Any) -> list[Tensor]:
+    """[dq, dk, dv] (zero-filled under a padding mask), then dbias and dsink where wanted."""
+    if ragged_offset_q is not None:
         grads = [torch.empty_like(x, memory_format=torch.contiguous_format) for x in (q, k, v)]
     else:
-        grads = [empty_like_layout(x, x.shape, zero=zero) for x in (q, k, v)]
+        grads = [empty_like_layout(x, x.shape, zero=seq_len_q is not None) for x in (q, k, v)]
     for x, want in ((bias, want_dbias), (sink, want_dsink)):
         if want:
             grads.append(torch.empty_like(x, memory_format=torch.contiguous_format))
@@ -114,28 +93,19 @@ def _sdpa_bwd(do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, stats: Ten
              right_bound: Optional[int], alibi: bool, dropout: float, max_seq_len_q: Optional[int],
              max_seq_len_kv: Optional[int], want_dbias: bool,
              want_dsink: bool) -> list[Tensor]:
-    """Attention backward: [dq, dk, dv], then dbias and dsink where wanted (``sink``, the forward's, is read only
-    for dsink: the statistics include it). See :func:`sdpa`."""
+    """Attention backward: :func:`_grads` (``sink`` is read only for dsink: the statistics include it)."""
     if not want_dsink:
         sink = None
-    zero = seq_len_q is not None and ragged_offset_q is None
-    grads = _grads(q, k, v, bias, sink, ragged_offset_q is not None, zero, want_dbias, want_dsink)
-    extra = _given(_FWD_NAMES, (bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset, sink))
+    grads = _grads(q, k, v, bias, sink, seq_len_q, ragged_offset_q, want_dbias, want_dsink)
+    kw = _keywords(bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset, sink, scale, causal,
+                   bottom_right, left_bound, right_bound, alibi, dropout, max_seq_len_q, max_seq_len_kv)
     names = ("dq", "dk", "dv") + ("dbias",) * want_dbias + ("dsink",) * want_dsink
-    context(q.get_device()).run(core_sdpa_backward, q, k, v, o, do, stats, **extra,
-                                **_options(scale, causal, bottom_right, left_bound, right_bound, alibi, dropout,
-                                           max_seq_len_q, max_seq_len_kv),
-                                return_dbias=want_dbias, return_dsink=want_dsink, **dict(zip(names, grads)))
+    context(q.get_device()).run(core_sdpa_backward, q, k, v, o, do, stats, return_dbias=want_dbias,
+                                return_dsink=want_dsink, **dict(zip(names, grads)), **kw)
     return grads
 
 
-def _sdpa_bwd_fake(do, q, k, v, o, stats, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset,
-                   sink, scale, causal, bottom_right, left_bound, right_bound, alibi, dropout, max_seq_len_q,
-                   max_seq_len_kv, want_dbias, want_dsink):
-    return _grads(q, k, v, bias, sink, ragged_offset_q is not None, seq_len_q is not None, want_dbias, want_dsink)
-
-
-sdpa_bwd = define("sdpa_bwd", _sdpa_bwd, _sdpa_bwd_fake)
+sdpa_bwd = define("sdpa_bwd", _sdpa_bwd, _grads)
 
 
 def _setup(ctx, inputs, output):
@@ -159,31 +129,29 @@ def _backward(ctx, do, dstats):
     return (dq, dk, dv, db) + (None,) * 6 + (ds,) + (None,) * (len(ctx.opts) + 1)
 
 
-sdpa_fwd = define("sdpa_fwd", _sdpa_fwd, _sdpa_fwd_fake, _setup, _backward)
+sdpa_fwd = define("sdpa_fwd", _sdpa_fwd, _fwd_outputs, _setup, _backward)
 _SdpaFunction = function("_SdpaFunction", _sdpa_fwd, _setup, _backward)
 
 
 # -- paged KV cache (inference: cuDNN has no paged backward) -------------------------------------------------------
+def _paged_output(q: Tensor, v_cache: Tensor, **_: Any) -> Tensor:
+    return empty_like_layout(q, (*q.shape[:3], v_cache.shape[3]), zero=True)
+
+
 def _sdpa_paged_fwd(q: Tensor, k_cache: Tensor, v_cache: Tensor, page_table_k: Tensor, page_table_v: Tensor,
                     seq_len_q: Tensor, seq_len_kv: Tensor, bias: Optional[Tensor], scale: float, causal: bool,
                     bottom_right: bool, left_bound: Optional[int], right_bound: Optional[int], alibi: bool,
                     max_seq_len_kv: int) -> Tensor:
-    """Attention forward over a paged KV cache: o (B, Hq, Sq, Dv) in q's layout, rows beyond ``seq_len_q`` zero.
-    See :func:`sdpa`."""
-    o = empty_like_layout(q, (*q.shape[:3], v_cache.shape[3]), zero=True)
+    """Attention over a paged KV cache: o (B, Hq, Sq, Dv), rows beyond ``seq_len_q`` zero. See :func:`sdpa`."""
+    o = _paged_output(q, v_cache)
+    kw = _keywords(bias, seq_len_q, seq_len_kv, None, None, None, None, None, scale, causal, bottom_right, left_bound,
+                   right_bound, alibi, 0.0, None, max_seq_len_kv)
     context(q.get_device()).run(core_sdpa, q, k_cache, v_cache, page_table_k=page_table_k, page_table_v=page_table_v,
-                                seq_len_q=seq_len_q, seq_len_kv=seq_len_kv, **_given(("bias",), (bias,)),
-                                **_options(scale, causal, bottom_right, left_bound, right_bound, alibi, 0.0, None,
-                                           max_seq_len_kv), o=o)
+                                o=o, **kw)
     return o
 
 
-def _sdpa_paged_fwd_fake(q, k_cache, v_cache, page_table_k, page_table_v, seq_len_q, seq_len_kv, bias, scale, causal,
-                         bottom_right, left_bound, right_bound, alibi, max_seq_len_kv):
-    return empty_like_layout(q, (*q.shape[:3], v_cache.shape[3]), zero=True)
-
-
-sdpa_paged_fwd = define("sdpa_paged_fwd", _sdpa_paged_fwd, _sdpa_paged_fwd_fake)
+sdpa_paged_fwd = define("sdpa_paged_fwd", _sdpa_paged_fwd, _paged_output)
 
 
 # -- the Python face -----------------------------------------------------------------------------------------------
@@ -222,24 +190,6 @@ def _page_table(x, name: str, b: int) -> Tensor:
     return x.contiguous().reshape(b, 1, -1, 1)
 
 
-def _paged(q, k, v, page_table_k, page_table_v, seq_len_q, seq_len_kv, max_seq_len_kv, bias, s, causal, bottom_right,
-           left_bound, right_bound, alibi):
-    """The paged-KV-cache form of :func:`sdpa` (k and v are the caches), checked."""
-    if page_table_k is None or page_table_v is None or seq_len_q is None or seq_len_kv is None:
-        raise InvalidValueError("a paged KV cache needs page_table_k, page_table_v, seq_len_q and seq_len_kv")
-    if max_seq_len_kv is None:
-        raise InvalidValueError("a paged KV cache needs max_seq_len_kv= (the longest cached sequence)")
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, bias)):
-        raise InvalidValueError("attention over a paged KV cache has no backward in cuDNN (inference only): run it "
-                                "under torch.no_grad() or torch.inference_mode(), or detach the inputs")
-    b = q.shape[0]
-    args = (_head_packed(q), _head_packed(k), _head_packed(v), _page_table(page_table_k, "page_table_k", b),
-            _page_table(page_table_v, "page_table_v", b), _per_batch(seq_len_q, "seq_len_q"),
-            _per_batch(seq_len_kv, "seq_len_kv"), bias, s, causal, bottom_right, left_bound, right_bound, alibi,
-            max_seq_len_kv)
-    return call(sdpa_paged_fwd, _sdpa_paged_fwd, None, args, ())
-
-
 def sdpa(q: Tensor, k: Tensor, v: Tensor, *, scale: float | None = None, causal: bool = False,
          diagonal_alignment: str = "top_left", left_bound: int | None = None, right_bound: int | None = None,
          bias: Tensor | None = None, seq_len_q: Tensor | None = None, seq_len_kv: Tensor | None = None,
@@ -263,13 +213,11 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, *, scale: float | None = None, causal:
     :param cu_seqlens_q, cu_seqlens_kv: packed batches, FlashAttention's way: (B + 1,) int32 cumulative token
         counts (``[0, l0, l0 + l1, ...]``); need ``max_seq_len_q``/``max_seq_len_kv``; o is (T_q, Hq, Dv).
     :param ragged_offset_q, ragged_offset_k: packed batches by (B + 1,) int32/int64 element offsets of each
-        sequence in q (and o) and in k (and v, which shares k's), with ``seq_len_q``/``seq_len_kv`` (instead of
-        ``cu_seqlens``). Packed batches need Dv == D and Hv == Hk (o shares q's offsets, v k's).
+        sequence in q (and o) and k (and v), with ``seq_len_q``/``seq_len_kv``. Packed batches need Dv == D, Hv == Hk.
     :param max_seq_len_q, max_seq_len_kv: the longest sequences of a packed batch (``max_seq_len_kv``: the longest
         cached sequence of a paged cache).
-    :param page_table_k, page_table_v: a paged KV cache (inference: cuDNN has no backward for it): (B, pages) or
-        (B, 1, pages, 1) int32 CUDA tensors of each sequence's block indices, with ``seq_len_q``/``seq_len_kv`` and
-        ``max_seq_len_kv``.
+    :param page_table_k, page_table_v: a paged KV cache: (B, pages) or (B, 1, pages, 1) int32 CUDA tensors of each
+        sequence's block indices, with ``seq_len_q``/``seq_len_kv`` and ``max_seq_len_kv``.
     :param alibi: the standard ALiBi slopes (needs causal).
     :param dropout: drop probability of the attention weights; the Philox ``seed``/``offset`` ((1,) int64 CUDA
         tensors) default to a seed drawn from torch's generator.
@@ -277,10 +225,7 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, *, scale: float | None = None, causal:
         column of each row's softmax that weighs no value; gets a gradient when it requires one. cuDNN 9.13+;
         refused with one query row, dropout, packed batches and paged KV caches.
     :param return_stats: also return the (B, Hq, Sq, 1) float32 log-sum-exp statistics.
-    :returns: o, or (o, stats).
-
-    ``dropout_p=`` is the deprecated spelling of ``dropout`` (``dropout_p`` and ``is_causal`` are the names of
-    :func:`scaled_dot_product_attention`, which mirrors torch's).
+    :returns: o, or (o, stats). ``dropout_p=`` is the deprecated spelling of ``dropout``.
     """
     if old:
         dropout = renamed("sdpa", old, _RENAMED, _PARAMS, {"dropout": dropout or None})["dropout"] or 0.0
@@ -288,9 +233,8 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, *, scale: float | None = None, causal:
             is max_seq_len_q is max_seq_len_kv is page_table_k is page_table_v is seed is offset is sink is None
             and not dropout and alibi is False and type(q) is Tensor and type(k) is Tensor and type(v) is Tensor
             and not _is_compiling() and not (_grad_enabled() and _any_requires_grad(q, k, v))):
-        # the hot path: plain attention, eager, no gradient, on tensors cuDNN takes as they are (4-D, head dim packed,
-        # no dim broadcast): the options go to cudnn_py.sdpa unchecked (its prepared call's key holds them; a new key
-        # checks them, as below), which makes o in q's layout (and stats) from torch's allocator
+        # the hot path (eager, no gradient, tensors cuDNN takes as they are): the options go to cudnn_py.sdpa
+        # unchecked, as its prepared call's key holds them and a new key checks them
         dt, dev, qs, ks, vs = q.dtype, q.get_device(), q.stride(), k.stride(), v.stride()
         if (dt in _IO_DTYPES and dev >= 0 and k.dtype is dt and v.dtype is dt and k.get_device() == dev
                 and v.get_device() == dev and len(qs) == len(ks) == len(vs) == 4 and qs[3] == ks[3] == vs[3] == 1
@@ -339,12 +283,24 @@ def _checked(q, k, v, scale, causal, diagonal_alignment, left_bound, right_bound
             raise InvalidValueError("an attention sink with packed batches, dropout or a paged KV cache is not "
                                     "verified in cudnn-py")
         sink = sink.reshape(1, -1, 1, 1).contiguous()
-    if page_table_k is not None or page_table_v is not None:
+    need = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, bias, sink))
+    if page_table_k is not None or page_table_v is not None:  # k and v are the caches
         if packed or dropout or max_seq_len_q is not None or return_stats:
             raise InvalidValueError("a paged KV cache takes no packed batches, dropout, max_seq_len_q or return_stats "
                                     "(it has no backward)")
-        return _paged(q, k, v, page_table_k, page_table_v, seq_len_q, seq_len_kv, max_seq_len_kv, bias, s, causal,
-                      bottom_right, left_bound, right_bound, alibi)
+        if page_table_k is None or page_table_v is None or seq_len_q is None or seq_len_kv is None:
+            raise InvalidValueError("a paged KV cache needs page_table_k, page_table_v, seq_len_q and seq_len_kv")
+        if max_seq_len_kv is None:
+            raise InvalidValueError("a paged KV cache needs max_seq_len_kv= (the longest cached sequence)")
+        if need:
+            raise InvalidValueError("attention over a paged KV cache has no backward in cuDNN (inference only): run "
+                                    "it under torch.no_grad() or torch.inference_mode(), or detach the inputs")
+        b = q.shape[0]
+        args = (_head_packed(q), _head_packed(k), _head_packed(v), _page_table(page_table_k, "page_table_k", b),
+                _page_table(page_table_v, "page_table_v", b), _per_batch(seq_len_q, "seq_len_q"),
+                _per_batch(seq_len_kv, "seq_len_kv"), bias, s, causal, bottom_right, left_bound, right_bound, alibi,
+                max_seq_len_kv)
+        return call(sdpa_paged_fwd, _sdpa_paged_fwd, None, args, ())
     if packed:
         if max_seq_len_q is None or max_seq_len_kv is None:
             raise InvalidValueError("packed batches need max_seq_len_q= and max_seq_len_kv= (the longest sequences)")
@@ -382,20 +338,17 @@ def _checked(q, k, v, scale, causal, diagonal_alignment, left_bound, right_bound
         seed = offset = None
     args = (q, k, v, bias, seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_k, seed, offset, sink, s, causal,
             bottom_right, left_bound, right_bound, alibi, dropout, max_seq_len_q, max_seq_len_kv)
-    grads = (q, k, v, bias, sink)
-    need = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in grads)
-    o, stats = call(sdpa_fwd, _sdpa_fwd, _SdpaFunction, args + (bool(return_stats or need),), grads)
+    o, stats = call(sdpa_fwd, _sdpa_fwd, _SdpaFunction, args + (bool(return_stats or need),), (q, k, v, bias, sink))
     return (o, stats) if return_stats else o
 
 
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
                                  dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
                                  enable_gqa: bool = False, **unknown: Any) -> Tensor:
-    """``torch.nn.functional.scaled_dot_product_attention`` on cuDNN's fused attention, for what it can express:
-    float16/bfloat16 CUDA tensors of 3 or 4 dims (..., L, E), a boolean or additive ``attn_mask`` broadcastable
-    to (B or 1, H or 1, L, S) (an additive mask gets a gradient), ``is_causal`` (top-left, as torch's),
-    grouped-query heads with ``enable_gqa``. Anything else raises :class:`~cudnn_py.errors.InvalidValueError`
-    (or ``InvalidTypeError``) saying what; a keyword torch's function does not take, with a did-you-mean."""
+    """``torch.nn.functional.scaled_dot_product_attention`` on cuDNN for what it can express: float16/bfloat16 CUDA
+    tensors of 3 or 4 dims, a boolean or additive ``attn_mask`` broadcastable to (B or 1, H or 1, L, S) (an additive
+    one gets a gradient), top-left ``is_causal``, ``enable_gqa``. Anything else raises ``InvalidValueError`` (or
+    ``InvalidTypeError``) saying what; an unknown keyword, with a did-you-mean."""
     if unknown:
         raise unexpected_keyword("scaled_dot_product_attention", next(iter(unknown)), _SDPA_PARAMS)
     if not (isinstance(query, Tensor) and isinstance(key, Tensor) and isinstance(value, Tensor)):
@@ -418,8 +371,7 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
             bias = attn_mask
         else:
             raise InvalidTypeError(f"attn_mask must be bool or {query.dtype}, got {attn_mask.dtype}")
-        while bias.dim() < 4:
-            bias = bias.unsqueeze(0)
+        bias = bias[(None,) * (4 - bias.dim())]
         b, h, lq, lk = query.shape[0], query.shape[1], query.shape[2], key.shape[2]
         if bias.shape[2:] != (lq, lk) or bias.shape[0] not in (1, b) or bias.shape[1] not in (1, h):
             bias = bias.expand(bias.shape[0] if bias.shape[0] in (1, b) else b,

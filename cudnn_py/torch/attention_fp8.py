@@ -1,15 +1,11 @@
-"""FP8 attention (Hopper and newer) as torch custom ops: ``cudnn_py::sdpa_fp8_fwd`` and ``cudnn_py::sdpa_fp8_bwd``.
-
+"""FP8 attention (Hopper and newer) as torch custom ops ``cudnn_py::sdpa_fp8_fwd`` and ``sdpa_fp8_bwd``:
 :func:`sdpa_fp8` and :func:`sdpa_fp8_backward` are :func:`cudnn_py.sdpa_fp8` / :func:`cudnn_py.sdpa_fp8_backward` on
-torch tensors (``torch.float8_e4m3fn`` or ``torch.float8_e5m2`` q, k, v; each descale/scale a one-element float32
-CUDA tensor), on torch's current stream with outputs from torch's allocator, with fake implementations so they
-trace under ``torch.compile(fullgraph=True)`` and record in CUDA graphs. The backward is its own op rather than an
-autograd formula: an FP8 training recipe owns the quantisation of the output gradient and every scale (delayed
-scaling from the amax outputs), so it ties the two together in its own ``torch.autograd.Function``.
+torch tensors. The backward is its own op, not an autograd formula: an FP8 training recipe owns the scales and ties
+the two in its own ``torch.autograd.Function`` (docs/torch.md).
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -49,8 +45,8 @@ def _amax(like: Tensor) -> Tensor:
     return torch.empty((1, 1, 1, 1), dtype=torch.float32, device=like.device)
 
 
-def _fwd_outputs(q: Tensor, v: Tensor, return_stats: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    b, hq, sq, _ = q.shape
+def _fwd_outputs(q: Tensor, v: Tensor, return_stats: bool, **_: Any) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    b, hq, sq = q.shape[:3]
     o = empty_like_layout(q, (b, hq, sq, v.shape[3]))
     stats = torch.empty((b, hq, sq, 1) if return_stats else (0,), dtype=torch.float32, device=q.device)
     return o, stats, _amax(q), _amax(q)
@@ -68,17 +64,13 @@ def _sdpa_fp8_fwd(q: Tensor, k: Tensor, v: Tensor, descale_q: Tensor, descale_k:
     return o, stats, amax_s, amax_o
 
 
-def _sdpa_fp8_fwd_fake(q, k, v, descale_q, descale_k, descale_v, descale_s, scale_s, scale_o, scale, causal,
-                       return_stats):
-    return _fwd_outputs(q, v, return_stats)
+sdpa_fp8_fwd = define("sdpa_fp8_fwd", _sdpa_fp8_fwd, _fwd_outputs)
 
 
-sdpa_fp8_fwd = define("sdpa_fp8_fwd", _sdpa_fp8_fwd, _sdpa_fp8_fwd_fake)
-
-
-def _bwd_outputs(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, ...]:
-    grads = [empty_like_layout(x, x.shape, dtype=q.dtype) for x in (q, k, v)]
-    return (*grads, _amax(q), _amax(q), _amax(q), _amax(q))
+def _bwd_outputs(q: Tensor, k: Tensor, v: Tensor,
+                 **_: Any) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    dq, dk, dv = (empty_like_layout(x, x.shape, dtype=q.dtype) for x in (q, k, v))
+    return dq, dk, dv, _amax(q), _amax(q), _amax(q), _amax(q)
 
 
 def _sdpa_fp8_bwd(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, stats: Tensor, descale_q: Tensor,
@@ -92,16 +84,10 @@ def _sdpa_fp8_bwd(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, stats:
               scale_dk, scale_dv, scale_dp)
     context(q.get_device()).run(core_sdpa_fp8_backward, q, k, v, o, do, stats, **dict(zip(FP8_BACKWARD_SCALES, scales)),
                                 scale=scale, causal=causal, **dict(zip(SdpaFp8Grads._fields, res)))
-    dq, dk, dv, amax_dq, amax_dk, amax_dv, amax_dp = res
-    return dq, dk, dv, amax_dq, amax_dk, amax_dv, amax_dp
+    return res
 
 
-def _sdpa_fp8_bwd_fake(q, k, v, o, do, stats, descale_q, descale_k, descale_v, descale_o, descale_do, descale_s,
-                       descale_dp, scale_s, scale_dq, scale_dk, scale_dv, scale_dp, scale, causal):
-    return _bwd_outputs(q, k, v)
-
-
-sdpa_fp8_bwd = define("sdpa_fp8_bwd", _sdpa_fp8_bwd, _sdpa_fp8_bwd_fake)
+sdpa_fp8_bwd = define("sdpa_fp8_bwd", _sdpa_fp8_bwd, _bwd_outputs)
 
 
 # -- the Python faces ----------------------------------------------------------------------------------------------
@@ -131,21 +117,16 @@ def _scales(names, values, device) -> list[Tensor]:
     return out
 
 
-def _scale(scale: float | None, d: int) -> float:
-    return float(scale) if scale is not None else d ** -0.5
-
-
 def sdpa_fp8(q: Tensor, k: Tensor, v: Tensor, *, descale_q: Tensor, descale_k: Tensor, descale_v: Tensor,
              descale_s: Tensor, scale_s: Tensor, scale_o: Tensor, scale: float | None = None, causal: bool = False,
              return_stats: bool = False) -> SdpaFp8Outputs:
-    """FP8 attention forward, :func:`cudnn_py.sdpa_fp8` (the formula, shapes and head dims) on CUDA tensors of one
-    FP8 type (``torch.float8_e4m3fn`` or ``torch.float8_e5m2``), head dim packed, each descale/scale a one-element
-    float32 CUDA tensor; ``scale`` (default 1/sqrt(D)), ``causal`` (top-left), ``return_stats`` (the (B, Hq, Sq, 1)
-    float32 statistics :func:`sdpa_fp8_backward` needs) as there. Returns :class:`SdpaFp8Outputs` (o, stats or
-    None, amax_s, amax_o)."""
+    """FP8 attention forward: :func:`cudnn_py.sdpa_fp8` (formula, shapes, head dims) on CUDA tensors of one FP8 type
+    (``torch.float8_e4m3fn`` or ``torch.float8_e5m2``), head dim packed, each descale/scale a one-element float32
+    CUDA tensor; ``scale`` (default 1/sqrt(D)), ``causal`` (top-left), ``return_stats`` (the (B, Hq, Sq, 1) float32
+    statistics :func:`sdpa_fp8_backward` needs). Returns :class:`SdpaFp8Outputs`."""
     _fp8_tensors({"q": q, "k": k, "v": v})
     scales = _scales(FP8_FORWARD_SCALES, (descale_q, descale_k, descale_v, descale_s, scale_s, scale_o), q.device)
-    args = (q, k, v, *scales, _scale(scale, q.shape[-1]), bool(causal), bool(return_stats))
+    args = (q, k, v, *scales, q.shape[-1] ** -0.5 if scale is None else float(scale), bool(causal), bool(return_stats))
     o, stats, amax_s, amax_o = call(sdpa_fp8_fwd, _sdpa_fp8_fwd, None, args, ())
     return SdpaFp8Outputs(o, stats if return_stats else None, amax_s, amax_o)
 
@@ -154,15 +135,15 @@ def sdpa_fp8_backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, st
                       descale_k: Tensor, descale_v: Tensor, descale_o: Tensor, descale_do: Tensor, descale_s: Tensor,
                       descale_dp: Tensor, scale_s: Tensor, scale_dq: Tensor, scale_dk: Tensor, scale_dv: Tensor,
                       scale_dp: Tensor, scale: float | None = None, causal: bool = False) -> SdpaFp8Grads:
-    """FP8 attention backward (Hopper: head dim 128, sequence lengths multiples of 32), the gradients of
-    :func:`sdpa_fp8`: :func:`cudnn_py.sdpa_fp8_backward` (what each scale is) on CUDA tensors, ``do`` of either FP8
-    type, ``stats`` the forward's float32 statistics, each descale/scale a one-element float32 CUDA tensor. Returns
-    :class:`SdpaFp8Grads` (dq, dk, dv in q's FP8 type and the layouts of q, k, v; their amax and dS's)."""
+    """The gradients of :func:`sdpa_fp8` (Hopper: head dim 128, sequence lengths multiples of 32):
+    :func:`cudnn_py.sdpa_fp8_backward` (what each scale is) on CUDA tensors, ``do`` of either FP8 type, ``stats`` the
+    forward's, each descale/scale a one-element float32 CUDA tensor. Returns :class:`SdpaFp8Grads`."""
     _fp8_tensors({"q": q, "k": k, "v": v, "o": o, "do": do})
     if not isinstance(stats, Tensor) or stats.dtype != torch.float32 or stats.shape != (*q.shape[:3], 1):
         raise InvalidValueError(f"stats must be the forward's (B, Hq, Sq, 1) float32 statistics (return_stats=True), "
                                 f"got {getattr(stats, 'shape', type(stats).__name__)}")
     scales = _scales(FP8_BACKWARD_SCALES, (descale_q, descale_k, descale_v, descale_o, descale_do, descale_s,
                                            descale_dp, scale_s, scale_dq, scale_dk, scale_dv, scale_dp), q.device)
-    args = (q, k, v, o, do, stats.contiguous(), *scales, _scale(scale, q.shape[-1]), bool(causal))
+    args = (q, k, v, o, do, stats.contiguous(), *scales, q.shape[-1] ** -0.5 if scale is None else float(scale),
+            bool(causal))
     return SdpaFp8Grads(*call(sdpa_fp8_bwd, _sdpa_fp8_bwd, None, args, ()))

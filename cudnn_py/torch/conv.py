@@ -1,19 +1,16 @@
-"""Convolution as torch custom ops: ``cudnn_py::conv_fwd`` (with a fused bias and activation), ``conv_dgrad`` and
-``conv_wgrad``, with autograd: the core's graph convolutions (:func:`cudnn_py.graph.conv_forward` and the backward
-ones) on torch's stream and allocator.
-
-:func:`conv` is ``F.conv1d/2d/3d`` (any groups, padding, stride, dilation) plus a fused activation; x and w in
-float16, bfloat16 or float32 (TF32), NCHW or channels-last (y follows x's layout, dx dy's, dw x's). Gradients flow
-for no activation and ReLU; other fused activations are forward-only. A fusion cuDNN has no engine for raises
-:class:`~cudnn_py.graph.GraphNotSupportedError` naming the graph.
+"""Convolution as torch custom ops ``cudnn_py::conv_fwd`` (with a fused bias and activation), ``conv_dgrad`` and
+``conv_wgrad`` (its autograd formula), on the core's graph convolutions (:func:`cudnn_py.graph.conv_forward`, ...).
+x and w in float16, bfloat16 or float32 (TF32), NCHW or channels-last (y follows x's layout, dx dy's, dw x's). A
+fusion cuDNN has no engine for raises :class:`~cudnn_py.graph.GraphNotSupportedError` naming the graph.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 from torch import Tensor
 
+from cudnn_py.core.args import ints
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.graph import conv as gconv
 
@@ -26,12 +23,9 @@ ACTIVATIONS = ("none", "relu", "gelu", "silu", "tanh", "sigmoid")
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
-def _out_size(n: int, k: int, pad: int, stride: int, dil: int) -> int:
-    return (n + 2 * pad - dil * (k - 1) - 1) // stride + 1
-
-
-def _y(x: Tensor, w: Tensor, padding, stride, dilation) -> Tensor:
-    sp = [_out_size(n, k, p, s, d) for n, k, p, s, d in zip(x.shape[2:], w.shape[2:], padding, stride, dilation)]
+def _y(x: Tensor, w: Tensor, padding, stride, dilation, **_: Any) -> Tensor:
+    sp = [(n + 2 * p - d * (k - 1) - 1) // s + 1
+          for n, k, p, s, d in zip(x.shape[2:], w.shape[2:], padding, stride, dilation)]
     return empty_like_layout(x, (x.shape[0], w.shape[0], *sp))
 
 
@@ -48,10 +42,6 @@ def _conv_fwd(x: Tensor, w: Tensor, bias: Optional[Tensor], padding: list[int], 
     return y
 
 
-def _conv_fwd_fake(x, w, bias, padding, stride, dilation, activation):
-    return _y(x, w, padding, stride, dilation)
-
-
 def _conv_dgrad(dy: Tensor, w: Tensor, x_shape: list[int], padding: list[int], stride: list[int],
                dilation: list[int]) -> Tensor:
     """dx of the convolution for output gradient ``dy`` (dx in dy's layout)."""
@@ -61,11 +51,7 @@ def _conv_dgrad(dy: Tensor, w: Tensor, x_shape: list[int], padding: list[int], s
     return dx
 
 
-def _conv_dgrad_fake(dy, w, x_shape, padding, stride, dilation):
-    return empty_like_layout(dy, x_shape)
-
-
-conv_dgrad = define("conv_dgrad", _conv_dgrad, _conv_dgrad_fake)
+conv_dgrad = define("conv_dgrad", _conv_dgrad, lambda dy, x_shape, **_: empty_like_layout(dy, x_shape))
 
 
 def _conv_wgrad(dy: Tensor, x: Tensor, w_shape: list[int], padding: list[int], stride: list[int],
@@ -77,11 +63,7 @@ def _conv_wgrad(dy: Tensor, x: Tensor, w_shape: list[int], padding: list[int], s
     return dw
 
 
-def _conv_wgrad_fake(dy, x, w_shape, padding, stride, dilation):
-    return empty_like_layout(x, w_shape)
-
-
-conv_wgrad = define("conv_wgrad", _conv_wgrad, _conv_wgrad_fake)
+conv_wgrad = define("conv_wgrad", _conv_wgrad, lambda x, w_shape, **_: empty_like_layout(x, w_shape))
 
 
 def _setup(ctx, inputs, output):
@@ -106,15 +88,8 @@ def _backward(ctx, dy):
     return dx, dw, db, None, None, None, None
 
 
-conv_fwd = define("conv_fwd", _conv_fwd, _conv_fwd_fake, _setup, _backward)
+conv_fwd = define("conv_fwd", _conv_fwd, _y, _setup, _backward)
 _ConvFunction = function("_ConvFunction", _conv_fwd, _setup, _backward)
-
-
-def _ints(v, n: int, name: str) -> list[int]:
-    vals = [v] * n if isinstance(v, int) else list(v)
-    if len(vals) != n or not all(isinstance(i, int) and not isinstance(i, bool) for i in vals):
-        raise InvalidValueError(f"{name} must be an int or {n} ints, got {v!r}")
-    return vals
 
 
 def conv(x: Tensor, w: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1,
@@ -138,7 +113,7 @@ def conv(x: Tensor, w: Tensor, bias: Tensor | None = None, stride=1, padding=0, 
             t is not None and t.requires_grad for t in (x, w, bias)):
         raise InvalidValueError(f"conv: a fused {act} has no gradient here; use activation=None and torch's {act}")
     n = x.dim() - 2
-    sp = (_ints(padding, n, "padding"), _ints(stride, n, "stride"), _ints(dilation, n, "dilation"))
+    sp = (ints(padding, n, "padding", 0), ints(stride, n, "stride", 1), ints(dilation, n, "dilation", 1))
     if 0 in x.stride():
         x = x.contiguous()
     w = w.contiguous(memory_format=torch.channels_last) if x.dim() == 4 and not x.is_contiguous() else w.contiguous()

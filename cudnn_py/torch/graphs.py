@@ -1,18 +1,6 @@
-"""A user-built cuDNN graph as a torch custom op: :func:`graph_op`.
-
-::
-
-    def gelu_linear(g, a, b, bias):                 # graph tensors, described from the call's torch tensors
-        return g.gelu(g.bias(g.matmul(a, b), bias))
-
-    op = cudnn_py.torch.graph_op("gelu_linear", gelu_linear)
-    y = op(a, b, bias)                              # torch tensors in, torch tensors out
-
-The op (``torch.ops.cudnn_py.<name>``, lists of tensors in and out) builds the graph and its plan per set of input
-shapes, strides and dtypes, runs on torch's current stream with outputs and workspace from torch's allocator, and has
-a fake implementation (the graph's outputs, from building it without a plan): it works under
-``torch.compile(fullgraph=True)`` and in CUDA graphs. It has no autograd formula: build the backward as another graph
-op and tie them with ``torch.autograd.Function``.
+"""A user-built cuDNN graph as a torch custom op: :func:`graph_op` (an example: docs/torch.md). The op builds the
+graph and its plan per set of input shapes, strides and dtypes; its fake builds the graph without a plan. It has no
+autograd formula: pair a forward and a backward graph op in a ``torch.autograd.Function``.
 """
 from __future__ import annotations
 
@@ -59,20 +47,17 @@ def graph_op(name: str, build: Callable[..., Any], *, compute_dtype: str = "floa
     specs: dict = {}
     calls: dict = {}  # (inputs, outputs) -> the prepared function running the graph on that many tensors
 
-    def spec(xs) -> list:
+    def outputs(xs: list[Tensor]) -> list[Tensor]:
+        """New outputs for inputs like ``xs`` (the implementation's and the fake's; the graph described once)."""
         key = tuple((tuple(map(int, x.shape)), tuple(map(int, x.stride())), x.dtype) for x in xs)
         got = specs.get(key)
         if got is None:
             _, _, outs = _describe(name, build, xs, compute_dtype, intermediate_dtype)
             got = specs[key] = [(t.shape, t.strides, getattr(torch, t.np_dtype.name)) for t in outs]
-        return got
-
-    def new_outputs(xs, out_specs) -> list[Tensor]:
-        return [torch.empty_strided(shape, strides, dtype=dtype, device=xs[0].device)
-                for shape, strides, dtype in out_specs]
+        return [torch.empty_strided(shape, strides, dtype=dtype, device=xs[0].device) for shape, strides, dtype in got]
 
     def impl(xs: list[Tensor]) -> list[Tensor]:
-        outs = new_outputs(xs, spec(xs))
+        outs = outputs(xs)
         n = len(xs)
         fn = calls.get((n, len(outs)))
         if fn is None:
@@ -84,9 +69,7 @@ def graph_op(name: str, build: Callable[..., Any], *, compute_dtype: str = "floa
         context(xs[0].get_device()).run(fn, None, *xs, *outs)
         return outs
 
-    def fake(xs):
-        return new_outputs(xs, spec(xs))
-    op = define(name, impl, fake)
+    op = define(name, impl, outputs)
 
     def call(*xs: Tensor):
         if not xs or not all(isinstance(x, Tensor) and x.is_cuda for x in xs):

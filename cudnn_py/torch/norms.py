@@ -1,10 +1,6 @@
 """Layer norm, RMS norm and batch norm as torch custom ops (``cudnn_py::norm_fwd``/``norm_bwd``,
-``batch_norm_fwd``/``batch_norm_bwd``), with autograd.
-
-Layer and RMS norm normalise over the last dim of x (float16/bfloat16/float32, made contiguous) as
-``F.layer_norm(x, (D,), weight, bias, eps)`` and ``F.rms_norm(x, (D,), weight, eps)`` do, x seen as (N, D, 1, 1)
-with per-row float32 statistics, weight and bias (D,) of x's dtype or float32. :func:`batch_norm` is training-mode
-batch norm (per-channel statistics, running averages updated in place).
+``batch_norm_fwd``/``batch_norm_bwd``), with autograd. Layer and RMS norm see x (made contiguous) as (N, D, 1, 1)
+with per-row float32 statistics, weight and bias (D,) of x's dtype or float32; batch norm is training-mode.
 """
 from __future__ import annotations
 
@@ -34,10 +30,12 @@ def _tensor(g: Graph, t: Tensor, name: str, rows: int, d: int):
     return g.tensor((rows, d, 1, 1), dtype=dtype_name(t.dtype), strides=(d, 1, d, d), name=name)
 
 
-def _stats(n: int, device, rms: bool) -> tuple[Tensor, Tensor]:
-    """The (N,) float32 mean (empty for RMS norm) and inverse standard deviation."""
-    return (torch.empty((0 if rms else n,), dtype=torch.float32, device=device),
-            torch.empty((n,), dtype=torch.float32, device=device))
+def _norm_outputs(x: Tensor, rms: bool, **_: Any) -> tuple[Tensor, Tensor, Tensor]:
+    """y (contiguous), the (N,) float32 mean (empty for RMS norm) and inverse standard deviation."""
+    n = _rows(x)[0]
+    return (torch.empty_like(x, memory_format=torch.contiguous_format),
+            torch.empty((0 if rms else n,), dtype=torch.float32, device=x.device),
+            torch.empty((n,), dtype=torch.float32, device=x.device))
 
 
 def _build_fwd(opts: tuple, x, w, b, y, mean, inv) -> tuple:
@@ -60,18 +58,11 @@ _NORM_FWD = graph_call("torch_norm_fwd", _build_fwd, ("x", "weight", "bias"), ("
 
 def _norm_fwd(x: Tensor, weight: Tensor, bias: Optional[Tensor], eps: float,
               rms: bool) -> tuple[Tensor, Tensor, Tensor]:
-    """Normalisation forward over the last dim of contiguous x: (y, mean (N,) float32 - empty for RMS - and the
-    inverse standard deviation (N,) float32)."""
+    """Normalisation forward over the last dim of x: :func:`_norm_outputs`."""
     x, weight = x.contiguous(), weight.contiguous()
-    n, _ = _rows(x)
-    y = torch.empty_like(x)
-    mean, inv = _stats(n, x.device, rms)
+    y, mean, inv = _norm_outputs(x, rms)
     context(x.get_device()).run(_NORM_FWD, (eps, rms), x, weight, bias, y, None if rms else mean, inv)
     return y, mean, inv
-
-
-def _norm_fwd_fake(x, weight, bias, eps, rms):
-    return (torch.empty_like(x, memory_format=torch.contiguous_format),) + _stats(_rows(x)[0], x.device, rms)
 
 
 def _build_bwd(rms: bool, dy, x, w, mean, inv, dx, dw, db) -> tuple:
@@ -92,7 +83,7 @@ _NORM_BWD = graph_call("torch_norm_bwd", _build_bwd, ("dy", "x", "weight", "mean
                        ("dx", "dweight", "dbias"))
 
 
-def _norm_grads(x: Tensor, weight: Tensor, has_bias: bool) -> tuple[Tensor, Tensor, Tensor]:
+def _norm_grads(x: Tensor, weight: Tensor, has_bias: bool, **_: Any) -> tuple[Tensor, Tensor, Tensor]:
     """dx (contiguous), dweight and dbias ((0,) without ``has_bias``), new."""
     return (torch.empty_like(x, memory_format=torch.contiguous_format), torch.empty_like(weight),
             torch.empty_like(weight) if has_bias else weight.new_empty((0,)))
@@ -108,11 +99,7 @@ def _norm_bwd(dy: Tensor, x: Tensor, weight: Tensor, mean: Tensor, inv_std: Tens
     return dx, dw, db
 
 
-def _norm_bwd_fake(dy, x, weight, mean, inv_std, rms, has_bias):
-    return _norm_grads(x, weight, has_bias)
-
-
-norm_bwd = define("norm_bwd", _norm_bwd, _norm_bwd_fake)
+norm_bwd = define("norm_bwd", _norm_bwd, _norm_grads)
 
 
 def _setup(ctx, inputs, output):
@@ -127,7 +114,7 @@ def _backward(ctx, dy, dmean, dinv):
     return dx, dw, db if ctx.has_bias else None, None, None
 
 
-norm_fwd = define("norm_fwd", _norm_fwd, _norm_fwd_fake, _setup, _backward)
+norm_fwd = define("norm_fwd", _norm_fwd, _norm_outputs, _setup, _backward)
 _NormFunction = function("_NormFunction", _norm_fwd, _setup, _backward)
 
 
@@ -199,9 +186,10 @@ _BN_FWD = graph_call("torch_batch_norm_fwd", _build_bn_fwd, ("x", "weight", "bia
                      ("y", "mean", "inv_variance", "next_running_mean", "next_running_var"))
 
 
-def _bn_outputs(x: Tensor, c: int, running: bool) -> tuple[Tensor, ...]:
-    """y (x's layout, NCHW or channels-last), the batch mean and inverse standard deviation, the updated running
-    statistics ((0,) without running statistics), all (C,) float32."""
+def _bn_outputs(x: Tensor, weight: Tensor, running_mean: Optional[Tensor], running_var: Optional[Tensor],
+                **_: Any) -> tuple[Tensor, ...]:
+    """y (x's layout), then (C,) float32 batch mean, inverse std and updated running statistics ((0,) without)."""
+    c, running = weight.shape[0], running_mean is not None and running_var is not None
     stats = [torch.empty((c if i < 2 or running else 0,), dtype=torch.float32, device=x.device) for i in range(4)]
     return (torch.empty_like(x), *stats)
 
@@ -209,17 +197,12 @@ def _bn_outputs(x: Tensor, c: int, running: bool) -> tuple[Tensor, ...]:
 def _batch_norm_fwd(x: Tensor, weight: Tensor, bias: Tensor, running_mean: Optional[Tensor],
                    running_var: Optional[Tensor], momentum: float,
                    eps: float) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """Batch-norm training forward over all dims but the channel: (y, batch mean (C,), inverse standard deviation
-    (C,), the updated running mean and variance (unbiased batch variance; empty without running statistics))."""
+    """Batch-norm training forward: :func:`_bn_outputs` (the running variance from the unbiased batch variance)."""
     running = running_mean is not None and running_var is not None
-    y, mean, inv, new_mean, new_var = _bn_outputs(x, weight.shape[0], running)
+    y, mean, inv, new_mean, new_var = _bn_outputs(x, weight, running_mean, running_var)
     run, new = ((running_mean, running_var), (new_mean, new_var)) if running else ((None, None), (None, None))
     context(x.get_device()).run(_BN_FWD, (momentum, eps), x, weight, bias, *run, y, mean, inv, *new)
     return y, mean, inv, new_mean, new_var
-
-
-def _batch_norm_fwd_fake(x, weight, bias, running_mean, running_var, momentum, eps):
-    return _bn_outputs(x, weight.shape[0], running_mean is not None)
 
 
 def _build_bn_bwd(_, dy, x, weight, mean, inv, dx, dw, db) -> tuple:
@@ -237,21 +220,21 @@ _BN_BWD = graph_call("torch_batch_norm_bwd", _build_bn_bwd, ("dy", "x", "weight"
                      ("dx", "dweight", "dbias"))
 
 
+def _bn_grads(x: Tensor, weight: Tensor, **_: Any) -> tuple[Tensor, Tensor, Tensor]:
+    return torch.empty_like(x), torch.empty_like(weight), torch.empty_like(weight)
+
+
 def _batch_norm_bwd(dy: Tensor, x: Tensor, weight: Tensor, mean: Tensor,
                     inv_std: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """Batch-norm backward from the forward's saved statistics: (dx in x's layout, dweight, dbias)."""
     if dy.stride() != x.stride():
         dy = torch.empty_like(x).copy_(dy)  # cuDNN takes dy in x's layout
-    dx, dw, db = _batch_norm_bwd_fake(dy, x, weight, mean, inv_std)
+    dx, dw, db = _bn_grads(x, weight)
     context(x.get_device()).run(_BN_BWD, None, dy, x, weight, mean, inv_std, dx, dw, db)
     return dx, dw, db
 
 
-def _batch_norm_bwd_fake(dy, x, weight, mean, inv_std):
-    return torch.empty_like(x), torch.empty_like(weight), torch.empty_like(weight)
-
-
-batch_norm_bwd = define("batch_norm_bwd", _batch_norm_bwd, _batch_norm_bwd_fake)
+batch_norm_bwd = define("batch_norm_bwd", _batch_norm_bwd, _bn_grads)
 
 
 def _bn_setup(ctx, inputs, output):
@@ -264,16 +247,15 @@ def _bn_backward(ctx, dy, dmean, dinv, dnew_mean, dnew_var):
     return dx, dw, db, None, None, None, None
 
 
-batch_norm_fwd = define("batch_norm_fwd", _batch_norm_fwd, _batch_norm_fwd_fake, _bn_setup, _bn_backward)
+batch_norm_fwd = define("batch_norm_fwd", _batch_norm_fwd, _bn_outputs, _bn_setup, _bn_backward)
 _BatchNormFunction = function("_BatchNormFunction", _batch_norm_fwd, _bn_setup, _bn_backward)
 
 
 def batch_norm(x: Tensor, weight: Tensor, bias: Tensor, running_mean: Tensor | None = None,
                running_var: Tensor | None = None, momentum: float = 0.1, eps: float = 1e-5) -> Tensor:
-    """Batch-norm training (``F.batch_norm(x, running_mean, running_var, weight, bias, training=True, momentum,
-    eps)``): x (N, C, ...) float16/bfloat16/float32 (NCHW or channels-last), weight and bias (C,) float32,
-    running statistics (C,) float32 updated in place (``copy_`` of the op's outputs); differentiable in x, weight and
-    bias."""
+    """``F.batch_norm(x, running_mean, running_var, weight, bias, training=True, momentum, eps)``: x (N, C, ...)
+    float16/bfloat16/float32 (NCHW or channels-last), weight and bias (C,) float32, running statistics (C,) float32
+    updated in place; differentiable in x, weight and bias."""
     if not isinstance(x, Tensor) or not x.is_cuda or x.dtype not in _DTYPES or x.dim() < 3:
         raise InvalidTypeError("batch_norm: x must be a float16, bfloat16 or float32 CUDA tensor (N, C, ...)")
     c = x.shape[1]

@@ -1,23 +1,12 @@
-"""cuDNN from torch: on torch's current stream, with memory from torch's caching allocator.
-
-* :func:`context` - this thread's :class:`Context` on a device: a :class:`~cudnn_py.Handle` following
-  ``torch.cuda.current_stream()`` (``cudnnSetStream`` only when it changed), its workspace a block of torch's
-  allocator kept between calls (under a CUDA-graph capture, blocks of the graph's pool per call).
-  :meth:`Context.run` calls a prepared function of the core (a family such as :func:`cudnn_py.sdpa`, or a
-  :func:`~cudnn_py.graph.graph_call.graph_call`) on it, outputs torch tensors; its repeat calls are the core's prepared calls, in the handle's cache (:func:`cache_clear`).
-* :func:`dtype_name`, :func:`empty_like_layout` - how the ops describe torch tensors and lay out their outputs.
-* :func:`define` - registers an op: its schema from the implementation's annotations, the implementation as the
-  CUDA kernel itself and a fake for tracing (without ``torch.library.custom_op``'s Python layers, about 20 us a
-  call: benchmarks/torch_ops_bench.py), its autograd formula behind a shorter kernel for calls with nothing to
-  record.
-* :func:`call` - eagerly (plain tensors, not under ``torch.compile``) the implementation directly, through a
-  ``torch.autograd.Function`` (:func:`function`) when a gradient is needed; traced, the registered op, so
-  ``torch.compile`` and ``opcheck`` see it.
-
-A stream change costs no new plan, so the plans of eager warm-up calls are the ones a CUDA-graph capture records.
+"""cuDNN from torch: on torch's current stream, with memory from torch's caching allocator (docs/torch.md).
+:func:`context` is this thread's :class:`Context` on a device: a handle following ``torch.cuda.current_stream()``,
+its workspace from torch's allocator; :meth:`Context.run` calls a prepared function of the core on it. :func:`define`
+registers an op; :func:`call` runs one: eagerly the implementation itself (through :func:`function` when a gradient
+is needed), traced the registered op.
 """
 from __future__ import annotations
 
+import inspect
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -52,9 +41,8 @@ _any_requires_grad = torch._C._any_requires_grad
 _modes = torch._C._len_torch_dispatch_stack
 
 
-# torch's current CUDA device; its caching allocator's raw blocks ((bytes, stream) -> address, address -> None); a
-# device's current raw cudaStream_t as an int (no torch.cuda.Stream object made); whether the current stream is being
-# captured. None in a torch built without CUDA, whose tensors never reach here
+# the current device, raw allocator blocks (alloc, delete), a device's current cudaStream_t as an int, whether the
+# current stream is being captured; None in a torch without CUDA, whose tensors never reach here
 _CUDA: list[Any] = [getattr(torch._C, n, None) for n in (
     "_cuda_getDevice", "_cuda_cudaCachingAllocator_raw_alloc", "_cuda_cudaCachingAllocator_raw_delete",
     "_cuda_getCurrentRawStream", "_cuda_isCurrentStreamCapturing")]
@@ -63,15 +51,19 @@ _current_device, _raw_alloc, _raw_delete, _raw_stream, _capturing = _CUDA
 
 def define(name: str, impl: Callable, fake: Callable, setup: Callable | None = None,
            backward: Callable | None = None) -> Callable[..., Any]:
-    """Register the op ``cudnn_py::name`` (no argument mutated; schema from ``impl``'s annotations) with ``impl`` as
-    its CUDA kernel, ``fake`` for fake tensors and ``backward`` (after ``setup``) as its autograd formula; returns
-    ``torch.ops.cudnn_py.<name>.default``. The formula (what ``torch.library.register_autograd`` registers) sits
-    behind a shorter kernel that, on plain tensors with no gradient to record and no dispatch mode, runs ``impl``
-    itself rather than entering the dispatcher again (several microseconds each time)."""
+    """Register ``cudnn_py::name`` (schema from ``impl``'s annotations): ``impl`` its CUDA kernel, ``fake`` (given the
+    op's arguments by name, ``**_`` for the rest) its fake, ``backward`` (after ``setup``) its autograd formula,
+    skipped on plain tensors with no gradient to record and no dispatch mode; returns the op's default overload."""
     _LIB.define(name + torch.library.infer_schema(impl, mutates_args=()), tags=(torch.Tag.pt2_compliant_tag,))
     kernel = torch._disable_dynamo(impl)
     _LIB.impl(name, kernel, "CUDA")
-    torch.library.register_fake(f"cudnn_py::{name}", fake, lib=_LIB)
+    signature = inspect.signature(impl)
+
+    def by_name(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return fake(**bound.arguments)
+    torch.library.register_fake(f"cudnn_py::{name}", by_name, lib=_LIB)
     op = getattr(torch.ops.cudnn_py, name).default
     if backward is not None:
         recorded = make_autograd_impl(op, Info(backward, setup))
@@ -90,7 +82,7 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 
 def empty_like_layout(like: Tensor, shape, dtype=None, zero: bool = False) -> Tensor:
-    """A new tensor of ``shape`` whose dims are ordered in memory as ``like``'s (by decreasing stride)."""
+    """A new tensor of ``shape`` whose dims are ordered in memory as ``like``'s."""
     make = torch.zeros if zero else torch.empty
     if like.is_contiguous():
         return make(shape, dtype=dtype or like.dtype, device=like.device)
@@ -101,10 +93,7 @@ def empty_like_layout(like: Tensor, shape, dtype=None, zero: bool = False) -> Te
 
 
 class _Workspace(Workspace):
-    """A :class:`Context` handle's workspace: a raw block of torch's allocator on torch's current stream, kept between
-    calls and given back when the stream changes. While that stream is being captured into a CUDA graph, each call
-    takes blocks of the graph's pool instead, given back after it (:meth:`end_call`): a block kept across a capture
-    would tie the graph to memory outside its pool."""
+    """A raw block of torch's allocator on the context's stream, kept between calls (per call under a capture)."""
 
     __slots__ = ("ctx", "captured")
 
@@ -114,7 +103,7 @@ class _Workspace(Workspace):
         self.captured: list[int] = []  # the blocks of the call in progress under a capture
 
     def get(self, nbytes: int, stream: Any = None) -> int:
-        """A block of at least ``nbytes`` on torch's current stream, which the handle follows (``stream`` unread)."""
+        """A block of at least ``nbytes`` on the context's stream (``stream`` unread)."""
         if nbytes > self.peak:
             self.peak = nbytes
         if not nbytes:
@@ -135,7 +124,7 @@ class _Workspace(Workspace):
             _raw_delete(self.captured.pop())
 
     def release(self) -> None:
-        """Give the kept block back to torch's allocator (the work queued on it keeps it until done)."""
+        """Give the kept block back (stream-ordered)."""
         if self._size:
             _raw_delete(self._ptr)
             self._ptr = self._size = 0
@@ -144,8 +133,7 @@ class _Workspace(Workspace):
 
 
 class Context:
-    """This thread's cuDNN handle on one device (its workspace from torch's allocator: :class:`_Workspace`) and the
-    torch stream it is bound to."""
+    """This thread's cuDNN handle on one device and the torch stream it is bound to."""
 
     __slots__ = ("handle", "stream", "device", "index", "workspace", "__weakref__")
 
@@ -156,14 +144,13 @@ class Context:
         self.handle.workspace = self.workspace = _Workspace(self)
 
     def rebind(self, stream: int) -> None:
-        """Follow torch's current stream (the workspace block of the last one given back)."""
+        """Follow torch's current stream, giving the old stream's workspace block back."""
         self.handle.set_stream(stream)
         self.workspace.release()
         self.stream = stream
 
     def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """``fn(handle, *args, **kwargs)`` (a prepared function) with this device current (as torch's own ops set
-        theirs); a capture's workspace blocks given back after."""
+        """``fn(handle, *args, **kwargs)`` with this device current; a capture's workspace blocks given back after."""
         try:
             if _current_device() == self.index:
                 return fn(self.handle, *args, **kwargs)
@@ -194,13 +181,12 @@ def cache_clear() -> None:
 
 
 def eager(t: Any) -> bool:
-    """Whether a call with ``t`` among its tensors runs eagerly: a plain torch tensor (not a fake or functional
-    one) outside ``torch.compile``'s tracing."""
+    """Whether a call on ``t`` runs eagerly: a plain tensor (not fake or functional), not under ``torch.compile``."""
     return type(t) is Tensor and not _is_compiling()
 
 
 def function(name: str, impl: Callable, setup: Callable, backward: Callable) -> type[torch.autograd.Function]:
-    """A ``torch.autograd.Function`` running ``impl`` with an op's ``setup_context`` and backward formula."""
+    """A ``torch.autograd.Function`` of ``impl`` with an op's setup and backward."""
     def forward(ctx, *args):
         out = impl(*args)
         setup(ctx, args, out)
@@ -211,8 +197,7 @@ def function(name: str, impl: Callable, setup: Callable, backward: Callable) -> 
 
 def call(op: Callable, impl: Callable, fn: type[torch.autograd.Function] | None, args: tuple,
          grads: Sequence) -> Any:
-    """``op(*args)``, or eagerly (:func:`eager` of ``args[0]``) ``impl(*args)`` - through ``fn`` when grad mode is on
-    and a tensor in ``grads`` requires a gradient (``fn`` None: the op has no gradient)."""
+    """``op(*args)``, or eagerly ``impl(*args)``: through ``fn`` (if any) where a tensor of ``grads`` needs a grad."""
     if type(args[0]) is not Tensor or _is_compiling():
         return op(*args)
     if fn is not None and _grad_enabled() and _any_requires_grad(*grads):
