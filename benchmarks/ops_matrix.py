@@ -631,8 +631,8 @@ def probe(b: Bench, case: Case, live: dict[str, Callable]) -> dict:
     the graph path's call in interleaved rounds; the best configuration per graph (a call of several graphs: their
     sum) against torch."""
     import cudnn_py.graph as G
-    from cudnn_py.cli.algos_graph import collect_configs
     from cudnn_py.errors import CudnnPyError
+    from cudnn_py.tuning import sweep
     h = b.h
     res: dict = {"graphs": [], "legacy": {}, "notes": []}
     fns: dict[str, Callable] = {k: live[k] for k in ("torch", "graph") if k in live}
@@ -640,8 +640,9 @@ def probe(b: Bench, case: Case, live: dict[str, Callable]) -> dict:
     if "graph" in live:
         for i, (ex, arrays) in enumerate(_graph_calls(h, live["graph"])):
             g, tensors = ex.plan.graph, ex.tensors
-            cfgs, sources, notes = collect_configs(g, h, ("A", "B", "FALLBACK"))
-            res["notes"] += notes
+            configs, orders, errors = sweep.heuristics(g, h, ("A", "B", "FALLBACK"))
+            res["notes"] += [f"heuristics {m}: {e}" for m, e in errors.items()]
+            cfgs, sources = configs.values(), {tag: [m for m in orders if tag in orders[m]] for tag in configs}
             names: dict[str, str] = {}  # name in the timings -> config tag
             for cfg in cfgs:
                 try:

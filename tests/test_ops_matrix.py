@@ -188,15 +188,15 @@ def test_probe_times_every_configuration_and_names_the_limit(om, monkeypatch):
     names a cuDNN limitation only where no engine reaches torch."""
     import types
     import cudnn_py.graph as G
-    from cudnn_py.cli import algos_graph
+    from cudnn_py.tuning import sweep
     from cudnn_py.errors import InvalidValueError
     t = types.SimpleNamespace(shape=(2, 4), strides=(4, 1), np_dtype=np.dtype(np.float32), name="x")
     ex = types.SimpleNamespace(plan=types.SimpleNamespace(graph=types.SimpleNamespace(name="relu"), tag="eng0 k1"),
                                tensors=(t,))
     monkeypatch.setattr(om, "_graph_calls", lambda h, call: (call(), [(ex, (fake(t.shape),))])[1])
-    cfgs = [types.SimpleNamespace(tag=tag) for tag in ("eng0 k1", "eng3", "eng9")]
-    sources = {"eng0 k1": ["A"], "eng3": ["A", "B"], "eng9": ["FALLBACK"]}
-    monkeypatch.setattr(algos_graph, "collect_configs", lambda g, h, modes: (cfgs, sources, ["heuristics B: x"]))
+    cfgs = {tag: types.SimpleNamespace(tag=tag) for tag in ("eng0 k1", "eng3", "eng9")}
+    orders = {"A": ["eng0 k1", "eng3"], "B": ["eng3"], "FALLBACK": ["eng9"]}
+    monkeypatch.setattr(sweep, "heuristics", lambda g, h, modes: (cfgs, orders, {"B": "x"}))
     ran: list = []
 
     def build(g, h, cfg):
