@@ -30,6 +30,7 @@ from cudnn_py.core.args import (DIM_MAX, INT32_MAX, dims, enum_member, int_or_in
 from cudnn_py.core.descriptors import (Descriptor, Settings, TensorDescriptor, c_ints, c_nan, legacy_dtype, read_back,
                                   setting)
 from cudnn_py.graph import legacy as gl
+from cudnn_py.core.conv_layout import unit_height
 from cudnn_py.core.handle import Handle
 from cudnn_py.core.memory import DeviceArray, DeviceArrayLike
 from cudnn_py.ops._common import Out, blend, check_array, desc, new_output, output
@@ -178,9 +179,8 @@ def _view(a: DeviceArray) -> DeviceArray:
     """An N, C, L array as N, C, 1, L (what cuDNN's pooling takes: 1-D runs as 2-D); others as they are."""
     if a.ndim != 3:
         return a
-    return DeviceArray(a.ptr, (a.shape[0], a.shape[1], 1, a.shape[2]), a.dtype,
-                       (a.strides[0], a.strides[1], a.shape[2] * a.strides[2], a.strides[2]), device_id=a.device_id,
-                       owner=a)
+    shape, strides = unit_height(a.shape, a.strides)
+    return DeviceArray(a.ptr, shape, a.dtype, strides, device_id=a.device_id, owner=a)
 
 
 def _channels_last(a: DeviceArray) -> bool:
