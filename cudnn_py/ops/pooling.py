@@ -147,9 +147,8 @@ class Pooling(Settings):
 
     def descriptor(self, nd: int) -> capi.cudnnPoolingDescriptor_t:
         """The shared ``cudnnPoolingDescriptor_t`` for ``nd`` (1 to 3) spatial dimensions (1-D is set as 2-D)."""
-        d = self._descs.get(nd)
-        if d is None:
-            d = self._descs[nd] = _PoolingDescriptor.shared(self._mode, self._nan, *_unit_height(self.params(nd)))
+        d = self._descs.get(nd) or self._descs.setdefault(
+            nd, _PoolingDescriptor.shared(self._mode, self._nan, *_unit_height(self.params(nd))))
         return d.ptr
 
     def _key(self):
