@@ -389,7 +389,6 @@ def convolution_bias_activation_forward(handle: Handle, conv: Convolution, x: De
     then chosen for you). Without ``z`` (then ``beta`` must be 0) y is zeroed first and used as z; pass ``z=y`` to
     add y's current values instead. ``bias`` holds one value per channel. ``engine="graph"`` takes no ``z``.
     """
-    handle = handle_arg(handle)
     if old:
         recording.spoil("the old keywords warn on every call")
         got = renamed_kwargs("convolution_bias_activation_forward", old, {"alpha1": "alpha", "alpha2": "beta"},
