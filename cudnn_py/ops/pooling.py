@@ -197,9 +197,8 @@ def _same_layout(*arrays: DeviceArray) -> bool:
 
 def _static(x: DeviceArray, direction: str, pool: Pooling) -> str:
     """The engine ``engine='auto'`` runs without measuring."""
-    if x.ndim != 4 or not _channels_last(x) or (direction == "forward" and _GRAPH_MODES[pool.mode] == "max"):
-        return "legacy"
-    return "graph"
+    legacy = x.ndim != 4 or not _channels_last(x) or (direction == "forward" and _GRAPH_MODES[pool.mode] == "max")
+    return "legacy" if legacy else "graph"
 
 
 def _graph(handle: Handle, pool: Pooling, xa, ya, dya, dxa, alpha, beta, auto) -> bool:

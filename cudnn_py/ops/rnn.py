@@ -377,9 +377,8 @@ def _state(handle: Handle, rnn: RNN, a, name: str, B: int, cell: bool = False, o
 def _state_descs(rnn: RNN, B: int) -> tuple[TensorDescriptor, TensorDescriptor]:
     """The descriptors of h and c states (c is h's unless LSTM)."""
     h = TensorDescriptor.shared((rnn.num_pseudo_layers, B, rnn.out_size), rnn.dtype)
-    if rnn.mode != "lstm":
-        return h, h
-    return h, TensorDescriptor.shared((rnn.num_pseudo_layers, B, rnn.hidden_size), rnn.dtype)
+    c = h if rnn.mode != "lstm" else TensorDescriptor.shared((rnn.num_pseudo_layers, B, rnn.hidden_size), rnn.dtype)
+    return h, c
 
 
 def _lstm_only(rnn: RNN, what: str, *arrays) -> None:
