@@ -25,6 +25,12 @@ from . import attributes as A
 
 __all__ = ["BackendDescriptor", "descriptor_type", "destroy_descriptor"]
 
+_C_CREATE = capi.cudnnBackendCreateDescriptor
+_C_DESTROY = capi.cudnnBackendDestroyDescriptor
+_C_SET = capi.cudnnBackendSetAttribute
+_C_GET = capi.cudnnBackendGetAttribute
+_C_FINALIZE = capi.cudnnBackendFinalize
+
 #: descriptor types whose attributes use a prefix other than the type's own name
 _PREFIXES = {
     "OPERATION_CONVOLUTION_BACKWARD_DATA": ("OPERATION_CONVOLUTION_BWD_DATA",),
@@ -51,7 +57,7 @@ def destroy_descriptor(ptr: capi.cudnnBackendDescriptor_t) -> None:
     if ptr.value:
         _binding.disown(ptr)
         try:
-            capi.cudnnBackendDestroyDescriptor(ptr)
+            _C_DESTROY(ptr)
         except Exception:  # noqa: BLE001 - never raise from teardown (at exit the library may be unloading)
             pass
         ptr.value = None
@@ -71,7 +77,7 @@ class BackendDescriptor:
         self._holders: weakref.WeakSet = weakref.WeakSet()  # the descriptors this one was set into
         if _ptr is None:
             _ptr = capi.cudnnBackendDescriptor_t()
-            capi.cudnnBackendCreateDescriptor(self.type, ctypes.byref(_ptr))
+            _C_CREATE(self.type, ctypes.byref(_ptr))
             self._finalizer = weakref.finalize(self, destroy_descriptor, _ptr)
             _binding.own(_ptr, "graph.BackendDescriptor")
         self.ptr = _ptr
@@ -137,8 +143,7 @@ class BackendDescriptor:
             if not isinstance(value, (str, bytes)):
                 raise InvalidTypeError(f"{name.name} takes a str or bytes value, got {type(value).__name__}")
             data = value.encode() if isinstance(value, str) else value
-            capi.cudnnBackendSetAttribute(self.ptr, name, A.attr_type_enum(tn), len(data) + 1,
-                                          ctypes.create_string_buffer(data))
+            _C_SET(self.ptr, name, A.attr_type_enum(tn), len(data) + 1, ctypes.create_string_buffer(data))
             return self
         if isinstance(value, (list, tuple)):
             vals = list(value)
@@ -156,7 +161,7 @@ class BackendDescriptor:
             # each fits an int64 (checked above); every size and offset cuDNN computes from them is one too
             raise InvalidValueError(f"{name.name} {vals} make {math.prod(int(v) for v in vals)} elements; a tensor "
                                     f"holds fewer than 2**63")
-        capi.cudnnBackendSetAttribute(self.ptr, name, A.attr_type_enum(tn), len(vals), arr)
+        _C_SET(self.ptr, name, A.attr_type_enum(tn), len(vals), arr)
         self._refs[int(name)] = keep
         for v in keep:
             if isinstance(v, BackendDescriptor):
@@ -173,13 +178,13 @@ class BackendDescriptor:
         array = spec is None or spec.is_array
         if count is None:
             if array:
-                capi.cudnnBackendGetAttribute(self.ptr, name, atype, 0, ctypes.byref(n_out), None)
+                _C_GET(self.ptr, name, atype, 0, ctypes.byref(n_out), None)
                 count = n_out.value
             else:
                 count = 1
         if tn == "CHAR":
             buf = ctypes.create_string_buffer(max(count, 1))
-            capi.cudnnBackendGetAttribute(self.ptr, name, atype, count, ctypes.byref(n_out), buf)
+            _C_GET(self.ptr, name, atype, count, ctypes.byref(n_out), buf)
             return buf.value.decode()
         if tn == "BACKEND_DESCRIPTOR":
             if spec is None or spec.nested is None:
@@ -187,7 +192,7 @@ class BackendDescriptor:
                                        f"lacks")
             kids = [BackendDescriptor(spec.nested) for _ in range(count)]
             arr = (ctypes.c_void_p * max(count, 1))(*[k.ptr.value for k in kids])
-            capi.cudnnBackendGetAttribute(self.ptr, name, atype, count, ctypes.byref(n_out), arr)
+            _C_GET(self.ptr, name, atype, count, ctypes.byref(n_out), arr)
             for k in kids[n_out.value:]:
                 k.close()
             kids = kids[:n_out.value]
@@ -195,7 +200,7 @@ class BackendDescriptor:
                 k.finalized = True
             return kids if array else kids[0]
         arr = (A.element_ctype(tn) * max(count, 1))()
-        capi.cudnnBackendGetAttribute(self.ptr, name, atype, count, ctypes.byref(n_out), arr)
+        _C_GET(self.ptr, name, atype, count, ctypes.byref(n_out), arr)
         vals = A.from_c_array(tn, arr, min(n_out.value, count))
         return vals if array else vals[0]
 
@@ -203,7 +208,7 @@ class BackendDescriptor:
         """``cudnnBackendFinalize``; returns self."""
         self._check_open()
         if not self.finalized:
-            capi.cudnnBackendFinalize(self.ptr)
+            _C_FINALIZE(self.ptr)
             self.finalized = True
         return self
 
