@@ -30,6 +30,7 @@ from cudnn_py.core.args import (DIM_MAX, INT32_MAX, dims, enum_member, int_or_in
 from cudnn_py.core.descriptors import (Descriptor, Settings, TensorDescriptor, c_ints, c_nan, legacy_dtype, read_back,
                                   setting)
 from cudnn_py.graph import legacy as gl
+from cudnn_py.graph.ops.resample import channels_last
 from cudnn_py.core.conv_layout import unit_height
 from cudnn_py.core.handle import Handle
 from cudnn_py.core.memory import DeviceArray, DeviceArrayLike
@@ -182,13 +183,9 @@ def _view(a: DeviceArray) -> DeviceArray:
     return DeviceArray(a.ptr, shape, a.dtype, strides, device_id=a.device_id, owner=a)
 
 
-def _channels_last(a: DeviceArray) -> bool:
-    return a.shape[1] > 1 and a.strides[1] == 1
-
-
 def _same_layout(*arrays: DeviceArray) -> bool:
     """Whether the arrays share a memory order (all channels-last or none); refuses mixed ones for the graph."""
-    cl = {_channels_last(a) for a in arrays if a.shape[1] > 1}
+    cl = {channels_last(a) for a in arrays if a.shape[1] > 1}
     if len(cl) > 1:
         raise gl.GraphPathRefused("engine='graph' pools arrays of one memory order (all NCHW or all channels-last); "
                                   "use engine='legacy' to change layouts")
@@ -197,7 +194,7 @@ def _same_layout(*arrays: DeviceArray) -> bool:
 
 def _static(x: DeviceArray, direction: str, pool: Pooling) -> str:
     """The engine ``engine='auto'`` runs without measuring."""
-    legacy = x.ndim != 4 or not _channels_last(x) or (direction == "forward" and _GRAPH_MODES[pool.mode] == "max")
+    legacy = x.ndim != 4 or not channels_last(x) or (direction == "forward" and _GRAPH_MODES[pool.mode] == "max")
     return "legacy" if legacy else "graph"
 
 
