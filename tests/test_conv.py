@@ -424,7 +424,7 @@ def test_auto_engine_takes_the_graph_where_it_can_and_autotune_is_one_spelling(m
     with pytest.raises(ValueError, match="expected 'legacy', 'graph' or 'auto'"):
         cv.convolution_forward(_NoC(), conv, x0, w0, engine="backend")
     calls, measured = [], []
-    monkeypatch.setattr(cv, "_graph", lambda: types.SimpleNamespace(
+    monkeypatch.setattr(cv, "graph_conv", types.SimpleNamespace(
         convolution=lambda *a, **k: calls.append((a[0], k["engine"], k["algo"])) or y))
 
     def measure(handle, key, legacy, graph, **kw):  # engine_choice.run: the graph wins

@@ -320,7 +320,7 @@ class ConvEngines:
             recording.add(runner.replay, (recording.WorkspaceArg(0), *(v.ptr for v in (a, b, res))),
                           (1, 2, 3))  # what its runner's sink adds
             return res
-        monkeypatch.setattr(cv, "_graph", lambda: types.SimpleNamespace(convolution=graph))
+        monkeypatch.setattr(cv, "graph_conv", types.SimpleNamespace(convolution=graph))
         monkeypatch.setattr(cv, "new_output", lambda handle, shape, dtype: DeviceArray(6 << 30, shape, dtype))
         monkeypatch.setattr(memory, "allocator", lambda shape, dtype, *a, **kw: lambda: DeviceArray(6 << 30, shape,
                                                                                                    dtype))

@@ -25,7 +25,6 @@ from . import attributes as A
 
 __all__ = ["BackendDescriptor", "descriptor_type", "destroy_descriptor"]
 
-_DTYPE = capi.cudnnBackendDescriptorType_t
 _C_CREATE = capi.cudnnBackendCreateDescriptor
 _C_DESTROY = capi.cudnnBackendDestroyDescriptor
 _C_SET = capi.cudnnBackendSetAttribute
@@ -46,7 +45,7 @@ _PREFIXES = {
 def descriptor_type(t) -> capi.cudnnBackendDescriptorType_t:
     """The ``cudnnBackendDescriptorType_t`` for a member, an int, ``'CUDNN_BACKEND_TENSOR_DESCRIPTOR'`` or
     ``'TENSOR'``."""
-    return A.enum_of(_DTYPE, t, lambda s: (s, f"CUDNN_BACKEND_{s.upper()}_DESCRIPTOR"),
+    return A.enum_of(capi.cudnnBackendDescriptorType_t, t, lambda s: (s, f"CUDNN_BACKEND_{s.upper()}_DESCRIPTOR"),
                      "unknown backend descriptor type {!r}",
                      "descriptor type {} is not a cudnnBackendDescriptorType_t value",
                      "descriptor type must be a cudnnBackendDescriptorType_t or its name, not {}")

@@ -23,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from cudnn_py import capi
+from cudnn_py.core import conv_layout
 from cudnn_py.core.args import shape_arg
 from cudnn_py.core.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import ClosedError, InvalidStateError, InvalidTypeError, InvalidValueError
@@ -57,21 +58,13 @@ def graph_handle(handle: Any) -> HandleLike:
 
 def packed_strides(shape: Sequence[int], layout: str | None = None) -> tuple[int, ...]:
     """Row-major strides; ``layout='NHWC'`` (channels last) for 4-D/5-D shapes given in N, C, spatial order."""
-    n = len(shape)
     if layout is not None and not isinstance(layout, str):
         raise InvalidTypeError(f"layout must be a string ('NCHW', 'NHWC') or None, got {type(layout).__name__}")
-    if layout is None or layout.upper() in ("NCHW", "NCDHW", "ROW_MAJOR") or n < 3:
-        order = list(range(n))
-    elif layout.upper() in ("NHWC", "NDHWC", "CHANNELS_LAST"):
-        order = [0] + list(range(2, n)) + [1]
-    else:
+    name = "NCHW" if layout is None else layout.upper()
+    channels_last = len(shape) >= 3 and name not in ("NCHW", "NCDHW", "ROW_MAJOR")
+    if channels_last and name not in ("NHWC", "NDHWC", "CHANNELS_LAST"):
         raise InvalidValueError(f"layout must be 'NCHW' or 'NHWC' (or None), got {layout!r}")
-    strides = [0] * n
-    acc = 1
-    for d in reversed(order):
-        strides[d] = acc
-        acc *= max(int(shape[d]), 1)
-    return tuple(strides)
+    return conv_layout.packed_strides([max(int(n), 1) for n in shape], channels_last)
 
 
 class Tensor:

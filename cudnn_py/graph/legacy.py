@@ -164,9 +164,7 @@ def _flat(ref: DeviceArray, arrays) -> Callable[[DeviceArray], DeviceArray] | No
 def _graph_strides(a: DeviceArray) -> tuple[int, ...]:
     """The strides a graph tensor gets for view ``a``: packed channels-last where ``a`` is, else ``a``'s own."""
     packed = packed_strides(a.shape, "NHWC")
-    if all(p == s for p, s, n in zip(packed, a.strides, a.shape) if n > 1):
-        return packed
-    return a.strides
+    return packed if all(p == s for p, s, n in zip(packed, a.strides, a.shape) if n > 1) else a.strides
 
 
 def _pointwise_layouts(inputs, views, ov: DeviceArray) -> None:

@@ -226,10 +226,8 @@ class Plan:
     def executor(self, handle, *tensors, identity_cache: int = 4):
         """A cached fast callable binding arrays positionally (see :class:`~cudnn_py.graph.execute.Executor`)."""
         key = (id(handle), tuple(getattr(t, "uid", t) for t in tensors), identity_cache)
-        ex = self._executors.get(key)
-        if ex is None:
-            ex = self._executors[key] = Executor(self, handle, tensors, identity_cache)
-        return ex
+        return self._executors.get(key) or self._executors.setdefault(
+            key, Executor(self, handle, tensors, identity_cache))
 
     def execute(self, handle, variant_pack: dict, workspace=None) -> None:
         """Run on ``handle``'s stream with ``variant_pack`` {tensor or name or uid: array} (through the cached

@@ -202,9 +202,7 @@ def new_output(handle: Any, shape: Sequence[int], dtype: Any, strides: Sequence[
     stream, from the handle's :class:`~cudnn_py.core.memory.Output` of that layout."""
     key = (tuple(shape), dtype, None if strides is None else tuple(strides))
     outs = handle_cache(handle, OUTPUTS)
-    out = outs.get(key)
-    if out is None:
-        out = outs[key] = Output(*key)
+    out = outs.get(key) or outs.setdefault(key, Output(*key))
     return out.on(getattr(handle, "stream", None), handle_device(handle))
 
 

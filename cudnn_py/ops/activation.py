@@ -104,10 +104,7 @@ def activation_of(act: Activation | str | int) -> Activation:
     if isinstance(act, Activation):
         return act
     if isinstance(act, (str, capi.cudnnActivationMode_t)):
-        got = _BY_MODE.get(act)
-        if got is None:
-            got = _BY_MODE.setdefault(act, Activation(act))
-        return got
+        return _BY_MODE.get(act) or _BY_MODE.setdefault(act, Activation(act))
     raise InvalidTypeError(f"activation must be an Activation, a mode name or a cudnnActivationMode_t, got {act!r}")
 
 

@@ -26,7 +26,7 @@ from cudnn_py.core.caches import handle_cache
 from cudnn_py.core.dtypes import cudnn_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.graph.errors import GraphNotSupportedError
-from cudnn_py.graph import legacy as gl
+from cudnn_py.graph import conv as graph_conv, legacy as gl
 from cudnn_py.graph.runner import new_output
 from cudnn_py.core.handle import Handle, handle_arg
 from cudnn_py.core.memory import DeviceArray, DeviceArrayLike, array_signature, as_array, empty, zeros
@@ -40,12 +40,6 @@ from cudnn_py.ops.convolution import Convolution, Geometry, logical, packed_stri
 __all__ = ["convolution_forward", "convolution_backward_data", "convolution_backward_filter",
            "convolution_backward_bias", "convolution_bias_activation_forward", "convolution_algorithms",
            "convolution_workspace_size"]
-
-
-def _graph():
-    """:mod:`cudnn_py.graph.conv`, imported on the first graph-path call."""
-    from cudnn_py.graph import conv
-    return conv
 
 
 def _device_id(handle: Handle) -> int:
@@ -159,7 +153,7 @@ def _dispatch(handle: Handle, engine: str, takes: bool, key: Callable[[], tuple]
     outs: dict = {}
 
     def run() -> bool:
-        outs["graph"] = _graph().convolution(direction, handle, conv, a, b, out, engine="graph", **kw)
+        outs["graph"] = graph_conv.convolution(direction, handle, conv, a, b, out, engine="graph", **kw)
         return True
     again = gl.repeatable(run)
 
@@ -389,7 +383,6 @@ def convolution_bias_activation_forward(handle: Handle, conv: Convolution, x: De
     then chosen for you). Without ``z`` (then ``beta`` must be 0) y is zeroed first and used as z; pass ``z=y`` to
     add y's current values instead. ``bias`` holds one value per channel. ``engine="graph"`` takes no ``z``.
     """
-    handle = handle_arg(handle)
     if old:
         recording.spoil("the old keywords warn on every call")
         got = renamed_kwargs("convolution_bias_activation_forward", old, {"alpha1": "alpha", "alpha2": "beta"},

@@ -81,6 +81,8 @@ class _ConvolutionDescriptor(Descriptor):
 
 #: the accumulation types cuDNN's convolution descriptor takes (cudnnSetConvolutionNdDescriptor refuses the others)
 _COMPUTE_DTYPES = frozenset({capi.CUDNN_DATA_FLOAT, capi.CUDNN_DATA_DOUBLE, capi.CUDNN_DATA_HALF, capi.CUDNN_DATA_INT32})
+#: the accumulation type of data whose own is not float32
+_DEFAULT_COMPUTE = {np.dtype(np.float64): capi.CUDNN_DATA_DOUBLE, np.dtype(np.int8): capi.CUDNN_DATA_INT32}
 
 
 class Convolution:
@@ -187,12 +189,7 @@ class Convolution:
         for int8, float32 otherwise."""
         if self._compute_dtype is not None:
             return self._compute_dtype
-        dt = as_numpy_dtype(dtype)
-        if dt == np.float64:
-            return capi.CUDNN_DATA_DOUBLE
-        if dt == np.int8:
-            return capi.CUDNN_DATA_INT32
-        return capi.CUDNN_DATA_FLOAT
+        return _DEFAULT_COMPUTE.get(as_numpy_dtype(dtype), capi.CUDNN_DATA_FLOAT)
 
     def math_for(self, dtype) -> capi.cudnnMathType_t:
         """The math type for data of ``dtype``: :attr:`math_type` if set, else (``"auto"``) tensor-op math for

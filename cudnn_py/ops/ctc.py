@@ -214,7 +214,6 @@ def ctc_loss(handle: Handle, logits: DeviceArrayLike, labels: npt.ArrayLike, lab
     "non_deterministic". ``ctc``: a :class:`CTCLoss` instead of ``normalization``, ``grad_mode`` and
     ``max_label_length``. The labels and lengths are checked on the host and copied to the device on every call (no
     prepared call replays it)."""
-    handle = handle_arg(handle)
     recording.spoil("ctc_loss checks its labels' values and copies them to the device on every call")
     al = enum_arg(algo, CTC_ALGOS, capi.cudnnCTCLossAlgo_t, "CTC algo")
     desc = _ctc_desc(normalization, grad_mode, max_label_length, ctc)

@@ -30,6 +30,8 @@ from cudnn_py.core.args import (DIM_MAX, INT32_MAX, dims, enum_member, int_or_in
 from cudnn_py.core.descriptors import (Descriptor, Settings, TensorDescriptor, c_ints, c_nan, legacy_dtype, read_back,
                                   setting)
 from cudnn_py.graph import legacy as gl
+from cudnn_py.graph.ops.resample import channels_last
+from cudnn_py.core.conv_layout import unit_height
 from cudnn_py.core.handle import Handle
 from cudnn_py.core.memory import DeviceArray, DeviceArrayLike
 from cudnn_py.ops._common import Out, blend, check_array, desc, new_output, output
@@ -146,9 +148,8 @@ class Pooling(Settings):
 
     def descriptor(self, nd: int) -> capi.cudnnPoolingDescriptor_t:
         """The shared ``cudnnPoolingDescriptor_t`` for ``nd`` (1 to 3) spatial dimensions (1-D is set as 2-D)."""
-        d = self._descs.get(nd)
-        if d is None:
-            d = self._descs[nd] = _PoolingDescriptor.shared(self._mode, self._nan, *_unit_height(self.params(nd)))
+        d = self._descs.get(nd) or self._descs.setdefault(
+            nd, _PoolingDescriptor.shared(self._mode, self._nan, *_unit_height(self.params(nd))))
         return d.ptr
 
     def _key(self):
@@ -178,18 +179,13 @@ def _view(a: DeviceArray) -> DeviceArray:
     """An N, C, L array as N, C, 1, L (what cuDNN's pooling takes: 1-D runs as 2-D); others as they are."""
     if a.ndim != 3:
         return a
-    return DeviceArray(a.ptr, (a.shape[0], a.shape[1], 1, a.shape[2]), a.dtype,
-                       (a.strides[0], a.strides[1], a.shape[2] * a.strides[2], a.strides[2]), device_id=a.device_id,
-                       owner=a)
-
-
-def _channels_last(a: DeviceArray) -> bool:
-    return a.shape[1] > 1 and a.strides[1] == 1
+    shape, strides = unit_height(a.shape, a.strides)
+    return DeviceArray(a.ptr, shape, a.dtype, strides, device_id=a.device_id, owner=a)
 
 
 def _same_layout(*arrays: DeviceArray) -> bool:
     """Whether the arrays share a memory order (all channels-last or none); refuses mixed ones for the graph."""
-    cl = {_channels_last(a) for a in arrays if a.shape[1] > 1}
+    cl = {channels_last(a) for a in arrays if a.shape[1] > 1}
     if len(cl) > 1:
         raise gl.GraphPathRefused("engine='graph' pools arrays of one memory order (all NCHW or all channels-last); "
                                   "use engine='legacy' to change layouts")
@@ -198,9 +194,8 @@ def _same_layout(*arrays: DeviceArray) -> bool:
 
 def _static(x: DeviceArray, direction: str, pool: Pooling) -> str:
     """The engine ``engine='auto'`` runs without measuring."""
-    if x.ndim != 4 or not _channels_last(x) or (direction == "forward" and _GRAPH_MODES[pool.mode] == "max"):
-        return "legacy"
-    return "graph"
+    legacy = x.ndim != 4 or not channels_last(x) or (direction == "forward" and _GRAPH_MODES[pool.mode] == "max")
+    return "legacy" if legacy else "graph"
 
 
 def _graph(handle: Handle, pool: Pooling, xa, ya, dya, dxa, alpha, beta, auto) -> bool:

@@ -377,9 +377,8 @@ def _state(handle: Handle, rnn: RNN, a, name: str, B: int, cell: bool = False, o
 def _state_descs(rnn: RNN, B: int) -> tuple[TensorDescriptor, TensorDescriptor]:
     """The descriptors of h and c states (c is h's unless LSTM)."""
     h = TensorDescriptor.shared((rnn.num_pseudo_layers, B, rnn.out_size), rnn.dtype)
-    if rnn.mode != "lstm":
-        return h, h
-    return h, TensorDescriptor.shared((rnn.num_pseudo_layers, B, rnn.hidden_size), rnn.dtype)
+    c = h if rnn.mode != "lstm" else TensorDescriptor.shared((rnn.num_pseudo_layers, B, rnn.hidden_size), rnn.dtype)
+    return h, c
 
 
 def _lstm_only(rnn: RNN, what: str, *arrays) -> None:
@@ -436,7 +435,6 @@ def _training_space(handle: Handle, rnn: RNN, x_desc, reserve, lengths) -> tuple
 @prepared(inputs=("x", "weights", "hx", "cx"), outputs=("y", "hy", "cy"), inplace=False)
 def _forward(handle: Handle, rnn: RNN, x, weights, seq_lengths, seq_layout, hx, cx, y, hy, cy, training) -> tuple:
     """The validated ``cudnnRNNForward`` of :func:`rnn_forward`: ``(y, hy, cy, reserve, device lengths)``."""
-    handle = handle_arg(handle)
     x, B, host_lengths, x_desc, y_desc, y_shape = _geometry(handle, rnn, x, seq_layout, seq_lengths)
     w = rnn._check_weights(handle, weights)
     _lstm_only(rnn, "cx/cy are LSTM cell states", cx, cy)
@@ -483,7 +481,6 @@ def rnn_forward(handle: Handle, rnn: RNN, x: DeviceArrayLike, weights: DeviceArr
 def _backward_data(handle: Handle, rnn: RNN, x, y, dy, weights, reserve, lengths, hx, cx, dhy, dcy, seq_layout,
                    seq_lengths, dx, dhx, dcx) -> RNNDataGrads:
     """The validated ``cudnnRNNBackwardData_v8`` (it updates ``reserve``)."""
-    handle = handle_arg(handle)
     x, B, _, x_desc, y_desc, _ = _geometry(handle, rnn, x, seq_layout, seq_lengths)
     ya = memory.as_array(y, "fwd.y", dtype=rnn.dtype, contiguous=True, device=handle.device)
     dya = memory.as_array(dy, "dy", dtype=rnn.dtype, shape=ya.shape, contiguous=True, device=handle.device)
@@ -523,7 +520,6 @@ def rnn_backward_data(handle: Handle, rnn: RNN, fwd: RNNForwardResult, dy: Devic
 def _backward_weights(handle: Handle, rnn: RNN, x, y, reserve, lengths, hx, seq_layout, seq_lengths,
                       dweights) -> DeviceArray:
     """The validated ``cudnnRNNBackwardWeights_v8``."""
-    handle = handle_arg(handle)
     x, B, _, x_desc, y_desc, _ = _geometry(handle, rnn, x, seq_layout, seq_lengths)
     ya = memory.as_array(y, "fwd.y", dtype=rnn.dtype, contiguous=True, device=handle.device)
     hxa = _state(handle, rnn, hx, "hx", B)

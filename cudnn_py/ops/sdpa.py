@@ -341,7 +341,7 @@ def sdpa_backward(handle: Handle, q: DeviceArrayLike, k: DeviceArrayLike, v: Dev
                **({"dsink": dsink} if return_dsink else {})}
     values = locals()
     opts = SdpaOptions.of(options, {n: values[n] for n in _OPTIONS}, "sdpa_backward")
-    args = SdpaArgs(handle_arg(handle), q, k, v, opts, **{n: values[n] for n in _TENSORS if not n.startswith("page")},
+    args = SdpaArgs(handle, q, k, v, opts, **{n: values[n] for n in _TENSORS if not n.startswith("page")},
                     o=o, do=do, stats=stats)
     given = {n: None if x is None or (args.ragged and n in ("dq", "dk", "dv")) else device_tensor(x, n)[1]
              for n, x in outputs.items()}

@@ -152,10 +152,8 @@ class SdpaArgs:
         self.hq = shape[1] if len(shape) == 4 else 1
         if isinstance(opts.alibi, tuple) and len(opts.alibi) != self.hq:
             raise InvalidValueError(f"alibi must be True or {self.hq} per-head slopes, got {len(opts.alibi)}")
-        if opts.dropout:
-            if seed is None or offset is None:
-                raise InvalidValueError("dropout needs seed= and offset= (ints or int64 device tensors): the Philox "
-                                        "state")
+        if opts.dropout and (seed is None or offset is None):
+            raise InvalidValueError("dropout needs seed= and offset= (ints or int64 device tensors): the Philox state")
         # scalars given as numbers are uploaded once, outside the recording: the runner's constants, which the
         # prepared call keeps (its key holds the numbers); device tensors are the call's arrays
         self.consts: dict[str, DeviceArray] = {}

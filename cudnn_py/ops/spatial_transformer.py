@@ -41,14 +41,12 @@ class SamplerGrads(NamedTuple):
     dgrid: DeviceArray
 
 
-def _shape(shape) -> tuple[int, int, int, int]:
+def _shape(shape) -> tuple[int, ...]:
     """The output shape checked: 4 positive ints in the C int range."""
     try:
-        out = dims(shape, "spatial transformer output shape", 4, 4)
+        return dims(shape, "spatial transformer output shape", 4, 4)
     except ValueError as e:
         raise InvalidValueError(f"spatial transformer output shape must be 4 positive ints (N, C, H, W): {e}") from None
-    n, c, h, w = out
-    return n, c, h, w
 
 
 class SpatialTransformer(Descriptor):

@@ -161,11 +161,9 @@ def op_tensor(handle: Handle, op: str | int | OpTensor, a: DeviceArrayLike, b: D
     ba = aa if b is None else check_array(b, "b", handle, dtype=aa.dtype)
     _broadcastable(ba, aa, "b", "c")  # c has a's shape (output() checks a given c): refused before c is allocated
     ca = output(c, "c", handle, aa.shape, aa.dtype, like=aa)
-    gl.dispatch(engine, handle, None,
-                lambda: _legacy_op_tensor(handle, opv, aa, ba, ca, alpha1, alpha2, beta, compute_dtype,
-                                          nan_propagation),
-                lambda auto: _graph_op_tensor(handle, opv, aa, ba, ca, alpha1, alpha2, beta, compute_dtype,
-                                              nan_propagation, unary, auto))
+    args = (handle, opv, aa, ba, ca, alpha1, alpha2, beta, compute_dtype, nan_propagation)
+    gl.dispatch(engine, handle, None, lambda: _legacy_op_tensor(*args),
+                lambda auto: _graph_op_tensor(*args, unary, auto))
     return ca if c is None else c
 
 
@@ -446,12 +444,9 @@ def reduce_tensor(handle: Handle, op: str | int | ReduceTensor, a: DeviceArrayLi
         if ca.ndim != aa.ndim or any(cd not in (1, ad) for ad, cd in zip(aa.shape, ca.shape)):
             raise InvalidValueError(f"c has shape {ca.shape}; each dimension must equal a's {aa.shape} or be 1")
     idx: list[DeviceArray] = []  # the legacy call's indices, with indices=True
-    gl.dispatch(engine, handle, None,
-                lambda: idx.extend(_legacy_reduce(handle, opv, aa, ca, alpha, beta, compute_dtype, nan_propagation,
-                                                  indices)),
-                lambda auto: _graph_reduce(handle, opv, aa, ca, alpha, beta, compute_dtype, nan_propagation, indices,
-                                           auto),
-                measure=not indices)
+    args = (handle, opv, aa, ca, alpha, beta, compute_dtype, nan_propagation, indices)
+    gl.dispatch(engine, handle, None, lambda: idx.extend(_legacy_reduce(*args)),
+                lambda auto: _graph_reduce(*args, auto), measure=not indices)
     if idx:
         return ReduceResult(ca, idx[-1])
     return ca if c is None else c

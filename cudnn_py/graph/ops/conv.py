@@ -60,14 +60,14 @@ class ConvWgrad(ConvDgrad):
 class ConvBuilders(Builder):
     """The :class:`~cudnn_py.graph.Graph` methods that add convolutions."""
 
-    def _conv_operands(self, kind: str, a, b, roles: tuple[str, str]):
-        """The two operands, of this graph, one dtype and one rank >= 3."""
+    def _conv_operands(self, kind: str, a, b, roles: tuple[str, str], *params):
+        """The two operands (of this graph, one dtype and one rank >= 3) and the :meth:`_conv_params` of ``params``."""
         a, b = self._own(a, roles[0]), self._own(b, roles[1])
         self._same_dtype(kind, a, b)
         if a.ndim < 3 or b.ndim != a.ndim:
             raise InvalidValueError(f"{kind} needs {roles[0]} and {roles[1]} of the same rank >= 3, got {a.shape} and "
                                     f"{b.shape}")
-        return a, b
+        return a, b, self._conv_params(a.ndim - 2, *params)
 
     def _conv_params(self, nsp, padding, stride, dilation, post_padding, compute_dtype, alpha, beta, conv_mode):
         pad = ints(padding, nsp, "padding", 0)
@@ -90,9 +90,8 @@ class ConvBuilders(Builder):
         """y = conv(x, w): x (N, C, *spatial), w (K, C/groups, *kernel) -> y (N, K, *out), virtual.
         ``padding``/``post_padding`` (after; default = padding), ``stride``, ``dilation``: an int or one per
         spatial dim. Returns the output tensor."""
-        x, w = self._conv_operands("conv_fprop", x, w, ("x", "w"))
-        p = self._conv_params(x.ndim - 2, padding, stride, dilation, post_padding, compute_dtype, alpha, beta,
-                              conv_mode)
+        x, w, p = self._conv_operands("conv_fprop", x, w, ("x", "w"), padding, stride, dilation, post_padding,
+                                      compute_dtype, alpha, beta, conv_mode)
         if x.shape[1] % w.shape[1]:
             raise InvalidValueError(f"conv_fprop: x has {x.shape[1]} channels, not a multiple of w's {w.shape[1]}")
         out = []
@@ -110,11 +109,10 @@ class ConvBuilders(Builder):
                    name: str | None = None):
         """dx = convolution backward data(dy, w); ``x_shape`` where the forward input size is ambiguous
         (stride > 1). Returns dx."""
-        dy, w = self._conv_operands("conv_dgrad", dy, w, ("dy", "w"))
+        dy, w, p = self._conv_operands("conv_dgrad", dy, w, ("dy", "w"), padding, stride, dilation, post_padding,
+                                       compute_dtype, alpha, beta, conv_mode)
         if dy.shape[1] != w.shape[0]:
             raise InvalidValueError(f"conv_dgrad: dy has {dy.shape[1]} channels but w has {w.shape[0]} filters")
-        p = self._conv_params(dy.ndim - 2, padding, stride, dilation, post_padding, compute_dtype, alpha, beta,
-                              conv_mode)
         if x_shape is None:
             sp = [(o - 1) * p["stride"][i] - p["padding"][i] - p["post_padding"][i] + p["dilation"][i] * (k - 1) + 1
                   for i, (o, k) in enumerate(zip(dy.shape[2:], w.shape[2:]))]
@@ -128,9 +126,8 @@ class ConvBuilders(Builder):
                    name: str | None = None):
         """dw = convolution backward filter(dy, x); the kernel size is inferred unless ``w_shape`` is given.
         Returns dw."""
-        dy, x = self._conv_operands("conv_wgrad", dy, x, ("dy", "x"))
-        p = self._conv_params(dy.ndim - 2, padding, stride, dilation, post_padding, compute_dtype, alpha, beta,
-                              conv_mode)
+        dy, x, p = self._conv_operands("conv_wgrad", dy, x, ("dy", "x"), padding, stride, dilation, post_padding,
+                                       compute_dtype, alpha, beta, conv_mode)
         if w_shape is None:
             ks = [(n + p["padding"][i] + p["post_padding"][i] - (o - 1) * p["stride"][i] - 1) // p["dilation"][i] + 1
                   for i, (n, o) in enumerate(zip(x.shape[2:], dy.shape[2:]))]

@@ -339,8 +339,7 @@ class NormBuilders(Builder):
         outs["next_running_mean"] = self._stat_out(shape, name, "running_mean")
         outs["next_running_var"] = self._stat_out(shape, name, "running_var")
         self.add_op(BNFinalize(ins, outs, {"compute_dtype": self._compute(compute_dtype)}, name))
-        return BNFinalizeOutputs(*(outs[k] for k in ("eq_scale", "eq_bias", "mean", "inv_std", "next_running_mean",
-                                                     "next_running_var")))
+        return BNFinalizeOutputs(*outs.values())
 
     def bn_backward_weights(self, dy, x, mean, inv_std, scale, *, compute_dtype=None,
                             name: str | None = None) -> BNBackwardWeightsOutputs:
@@ -357,4 +356,4 @@ class NormBuilders(Builder):
             ins[role] = self._stat(x, t, role, stat, "bn_backward_weights")
         outs = {k: self._stat_out(stat, name, k) for k in ("dscale", "dbias", "eq_dy_scale", "eq_x_scale", "eq_bias")}
         self.add_op(BNBackwardWeights(ins, outs, {"compute_dtype": self._compute(compute_dtype)}, name))
-        return BNBackwardWeightsOutputs(*(outs[k] for k in BNBackwardWeightsOutputs._fields))
+        return BNBackwardWeightsOutputs(*outs.values())

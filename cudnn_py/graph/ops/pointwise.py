@@ -101,11 +101,8 @@ class PointwiseBuilders(Builder):
         if unknown:
             raise InvalidTypeError(f"pointwise: unknown parameter(s) {', '.join(sorted(unknown))}; known: "
                             + ", ".join((*_FLOAT_PARAMS, "axis")))
-        clean = {}
-        for k, v in params.items():
-            if v is None:
-                continue
-            clean[k] = self._axis(v, x.ndim, k) if k == "axis" else float_arg(v, k)
+        clean = {k: self._axis(v, x.ndim, k) if k == "axis" else float_arg(v, k) for k, v in params.items()
+                 if v is not None}
         if arity == "nullary" and "axis" not in clean:
             raise InvalidValueError(f"pointwise {mode.name} needs axis=")
         ins = [x] + [self._own(v, n) for v, n in ((b, "b"), (t, "t")) if v is not None]

@@ -12,12 +12,10 @@ from .base import Builder, LowerContext, Op
 
 __all__ = ["Reduction", "ReductionBuilders", "reduction_mode"]
 
-_RED = capi.cudnnReduceTensorOp_t
-
 
 def reduction_mode(mode) -> capi.cudnnReduceTensorOp_t:
     """A ``cudnnReduceTensorOp_t`` from a member, its value or a name ('add', 'max', 'avg', ...)."""
-    return enum_member(_RED, mode, "CUDNN_REDUCE_TENSOR_", "reduction mode")
+    return enum_member(capi.cudnnReduceTensorOp_t, mode, "CUDNN_REDUCE_TENSOR_", "reduction mode")
 
 
 class Reduction(Op):

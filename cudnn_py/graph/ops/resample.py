@@ -14,7 +14,7 @@ from ..errors import GraphNotSupportedError
 from .base import Builder, LowerContext, Op
 
 __all__ = ["ResampleForward", "ResampleBackward", "ResampleBuilders", "RESAMPLE_MODES", "PADDING_MODES",
-           "resample_output_shape"]
+           "resample_output_shape", "channels_last"]
 
 #: short name -> ``cudnnResampleMode_t`` member name (pooling modes)
 RESAMPLE_MODES = {"max": "CUDNN_RESAMPLE_MAXPOOL", "avg": "CUDNN_RESAMPLE_AVGPOOL",
@@ -30,7 +30,8 @@ def resample_output_shape(x_shape, window, stride, pre, post) -> tuple[int, ...]
                                       for n, a, b, w, s in zip(x_shape[2:], pre, post, window, stride))
 
 
-def _channels_last(t) -> bool:
+def channels_last(t) -> bool:
+    """Whether ``t`` (a graph tensor or an array) has its channels innermost (more than one of them)."""
     return t.shape[1] > 1 and t.strides[1] == 1
 
 
@@ -100,7 +101,7 @@ class ResampleBuilders(Builder):
         p = self._pool_params(x.ndim - 2, mode, window, stride, padding, post_padding, padding_mode, compute_dtype)
         if index and mode != "max":
             raise InvalidValueError(f"index=True is for max pooling, not {mode!r}")
-        if x.dtype == capi.CUDNN_DATA_BFLOAT16 and x.ndim == 4 and _channels_last(x):
+        if x.dtype == capi.CUDNN_DATA_BFLOAT16 and x.ndim == 4 and channels_last(x):
             raise _measured_broken(self, f"resample[{mode}]({x.describe()} channels-last)",
                                    "the channels-last bfloat16 2-D pooling engine returns wrong values; use NCHW, "
                                    "float16 or float32 (3-D channels-last bfloat16 is right)")
@@ -126,13 +127,13 @@ class ResampleBuilders(Builder):
         if mode == "max":
             if index is None and (x is None or y is None):
                 raise InvalidValueError("max pooling backward needs the forward's index= tensor, or its x= and y=")
-            if index is None and _channels_last(dy):
+            if index is None and channels_last(dy):
                 raise _measured_broken(self, f"resample_backward[max]({dy.describe()} channels-last, x and y)",
                                        "channels-last max pooling backward from x and y crashes the process "
                                        "(SIGSEGV); pass the forward's index= instead (resample(index=True))")
         elif index is not None:
             raise InvalidValueError(f"index= is for max pooling, not {mode!r}")
-        elif not _channels_last(dy) and (x is None or y is None):
+        elif not channels_last(dy) and (x is None or y is None):
             raise InvalidValueError(f"{mode} pooling backward in NCHW layout needs the forward's x= and y= (cuDNN's "
                                     f"engine reads them; channels-last needs neither)")
         if x is not None:
