@@ -74,25 +74,16 @@ REMOVED: dict[str, tuple[int, str]] = {
 }
 
 
-class cudnnConvolutionFwdPreference_t(enum.IntEnum):
-    """The preference of the removed ``cudnnGetConvolutionForwardAlgorithm`` (removed in cuDNN 8; old values)."""
-    CUDNN_CONVOLUTION_FWD_NO_WORKSPACE = 0
-    CUDNN_CONVOLUTION_FWD_PREFER_FASTEST = 1
-    CUDNN_CONVOLUTION_FWD_SPECIFY_WORKSPACE_LIMIT = 2
-
-
-class cudnnConvolutionBwdDataPreference_t(enum.IntEnum):
-    """The preference of the removed ``cudnnGetConvolutionBackwardDataAlgorithm`` (removed in cuDNN 8)."""
-    CUDNN_CONVOLUTION_BWD_DATA_NO_WORKSPACE = 0
-    CUDNN_CONVOLUTION_BWD_DATA_PREFER_FASTEST = 1
-    CUDNN_CONVOLUTION_BWD_DATA_SPECIFY_WORKSPACE_LIMIT = 2
-
-
-class cudnnConvolutionBwdFilterPreference_t(enum.IntEnum):
-    """The preference of the removed ``cudnnGetConvolutionBackwardFilterAlgorithm`` (removed in cuDNN 8)."""
-    CUDNN_CONVOLUTION_BWD_FILTER_NO_WORKSPACE = 0
-    CUDNN_CONVOLUTION_BWD_FILTER_PREFER_FASTEST = 1
-    CUDNN_CONVOLUTION_BWD_FILTER_SPECIFY_WORKSPACE_LIMIT = 2
+# the preferences of the removed cudnnGetConvolution*Algorithm selectors (removed in cuDNN 8), with their old values
+cudnnConvolutionFwdPreference_t = enum.IntEnum("cudnnConvolutionFwdPreference_t", [
+    ("CUDNN_CONVOLUTION_FWD_NO_WORKSPACE", 0), ("CUDNN_CONVOLUTION_FWD_PREFER_FASTEST", 1),
+    ("CUDNN_CONVOLUTION_FWD_SPECIFY_WORKSPACE_LIMIT", 2)])
+cudnnConvolutionBwdDataPreference_t = enum.IntEnum("cudnnConvolutionBwdDataPreference_t", [
+    ("CUDNN_CONVOLUTION_BWD_DATA_NO_WORKSPACE", 0), ("CUDNN_CONVOLUTION_BWD_DATA_PREFER_FASTEST", 1),
+    ("CUDNN_CONVOLUTION_BWD_DATA_SPECIFY_WORKSPACE_LIMIT", 2)])
+cudnnConvolutionBwdFilterPreference_t = enum.IntEnum("cudnnConvolutionBwdFilterPreference_t", [
+    ("CUDNN_CONVOLUTION_BWD_FILTER_NO_WORKSPACE", 0), ("CUDNN_CONVOLUTION_BWD_FILTER_PREFER_FASTEST", 1),
+    ("CUDNN_CONVOLUTION_BWD_FILTER_SPECIFY_WORKSPACE_LIMIT", 2)])
 
 
 class cudnnAlgorithmDescriptor_t(ctypes.c_void_p):
