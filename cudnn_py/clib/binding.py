@@ -1,12 +1,8 @@
 """Lazy ctypes binding for the generated C layer: symbols resolve on first call, arguments are checked before C
-sees them, statuses become exceptions. (Over 700 lines on purpose: the one runtime every generated function binds
-through, its argument rules, their converters and the destroy guards read as one table; split, each part would
-import the others.)
-
-docs/c_layer_safety.md lists what each kind of parameter takes; a wrong argument raises :class:`CArgumentError`
-naming the function and the parameter, and ``fn.raw`` skips these checks. A function the headers mark
-``CUDNN_DEPRECATED``, called from outside the package, warns once. ``CUDNN_PY_LOG`` and ``CUDNN_PY_NVTX`` are read
-when the first function is bound.
+sees them (what each kind of parameter takes: docs/c_layer_safety.md; a wrong one raises :class:`CArgumentError`
+naming the function and the parameter; ``fn.raw`` skips the checks), statuses become exceptions. A function the
+headers mark ``CUDNN_DEPRECATED``, called from outside the package, warns once. ``CUDNN_PY_LOG`` and
+``CUDNN_PY_NVTX`` are read when the first function is bound.
 """
 from __future__ import annotations
 
