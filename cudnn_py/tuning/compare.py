@@ -86,12 +86,9 @@ MIN_CHECKED = 3
 
 
 class Progress:
-    """A sweep's progress line (docs/tuning.md)::
-
-        ops 12/95  built 523/~4012  timed 480/~4012 (301 pruned)  eta 2m31s  conv.fprop|n=32,c=64,... eng7_k2=1
-
-    Several operations may be under way at once (worker processes); an event without a key means the one begun
-    last. ``write`` receives at most one line per ``interval`` seconds, and :meth:`close` the last one."""
+    """A sweep's progress line (docs/tuning.md shows one). Several operations may be under way at once (worker
+    processes); an event without a key means the one begun last. ``write`` receives at most one line per
+    ``interval`` seconds, and :meth:`close` the last one."""
 
     def __init__(self, write: Callable[[str], None] | None, operations: int,
                  clock: Callable[[], float] = time.monotonic, interval: float = 1.0):

@@ -317,11 +317,9 @@ def stored(problems: Sequence[Problem], db: TuningDatabase, *, device: int = 0, 
 
 
 def kernel_cache() -> dict:
-    """CUDA's JIT cache of runtime-compiled kernels (what cuDNN's runtime-compiled engines fill):
-    ``{"state", "path", "bytes", "max_bytes"}``. ``state``: ``"disabled"`` (``CUDA_CACHE_DISABLE=1``), ``"cold"``
-    (the folder missing or empty: a sweep compiles every kernel) or ``"warm"``; ``path``: ``CUDA_CACHE_PATH``, else
-    ``~/.nv/ComputeCache`` (``%APPDATA%\\NVIDIA\\ComputeCache`` on Windows); ``max_bytes``: ``CUDA_CACHE_MAXSIZE``
-    where a number (None: the driver's default)."""
+    """CUDA's JIT cache of runtime-compiled kernels (what cuDNN's runtime-compiled engines fill): ``{"state",
+    "path", "bytes", "max_bytes"}``; ``state``: ``"disabled"`` (``CUDA_CACHE_DISABLE=1``), ``"cold"`` (the folder
+    missing or empty) or ``"warm"``; ``max_bytes``: ``CUDA_CACHE_MAXSIZE`` where a number (None: the default)."""
     env = os.environ
     if env.get("CUDA_CACHE_PATH"):
         path = Path(env["CUDA_CACHE_PATH"]).expanduser()
