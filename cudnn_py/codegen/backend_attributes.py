@@ -66,10 +66,6 @@ _NESTED_BY_SUFFIX = {"OPERATION_GRAPH": "OPERATIONGRAPH", "ENGINE_CONFIG": "ENGI
                      "KNOB_CHOICES": "KNOB_CHOICE", "LAYOUT_INFO": "LAYOUT_INFO", "KERNEL_CACHE": "KERNEL_CACHE",
                      "_ENGINE": "ENGINE"}
 
-
-def _nested_by_name(attr: str) -> str | None:
-    return next((v for k, v in _NESTED_BY_SUFFIX.items() if attr.endswith(k)), None)
-
 _DOC = re.compile(r"^\s*\*\s*-\s*(CUDNN_ATTR_\w+)\s*\((CUDNN_TYPE_[^)]*)\)")
 _ENUM_MEMBER = re.compile(r"^\s*(CUDNN_BACKEND_\w+_DESCRIPTOR)\s*=\s*(\d+)")
 
@@ -116,7 +112,8 @@ def parse(header: str) -> tuple[dict, dict]:
                                len(rest))
                     prose = " ".join(x.strip(" *") for x in rest[:cut])
                     p = re.search(r"[Dd]escriptor type\s+CUDNN_BACKEND_(\w+?)_DESCRIPTOR", prose)
-                    nested_t = p.group(1) if p else _nested_by_name(attr)
+                    nested_t = p.group(1) if p else next((v for k, v in _NESTED_BY_SUFFIX.items()
+                                                          if attr.endswith(k)), None)
                 table[attr] = ((*_HEADER_FIXES[attr], "header+fix") if attr in _HEADER_FIXES
                                else (types, _count(spec), nested_t, "header"))
                 owner[attr] = desc
